@@ -1,0 +1,122 @@
+# toy: plain Makefile. `make` builds build/libtoy.a, build/libtoy.so and
+# build/toy; `make check` runs every test; `make bench` the benchmarks;
+# `make deps` installs the Debian packages; `make asan` runs the unit tests
+# under AddressSanitizer + UBSan. Sources are found by wildcard, so adding a
+# file under src/, cli/ or tests/ needs no edit here.
+
+CC ?= cc
+ifeq ($(CC),cc)
+CC := gcc
+endif
+
+SANITIZE ?=
+ifeq ($(SANITIZE),1)
+BUILD ?= build-asan
+OPT ?= -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+LDSAN := -fsanitize=address,undefined
+else
+BUILD ?= build
+OPT ?= -O2 -g
+LDSAN :=
+endif
+
+CPPFLAGS += -Iinclude -Isrc -D_GNU_SOURCE
+CFLAGS += -std=c11 $(OPT) -Wall -Wextra -Werror -fPIC -pthread \
+          -Wno-unused-parameter -fno-math-errno
+LDLIBS += -lopenblas -lpcre2-8 -lutf8proc -ljansson -lm -lpthread -ldl
+LDFLAGS += $(LDSAN) -pthread
+
+# Files whose name says which ISA they need get the flags for it; run-time
+# dispatch decides whether their code is called.
+AVX2_FLAGS := -mavx2 -mfma -mf16c
+AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mavx512vnni -mfma -mf16c
+
+LIB_SRC := $(sort $(wildcard src/*/*.c src/*/*/*.c))
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
+CLI_SRC := $(sort $(wildcard cli/*.c))
+CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
+TEST_SRC := $(sort $(wildcard tests/*.c))
+TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
+BENCH_SRC := $(sort $(wildcard bench/*.c))
+BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
+
+PY ?= /usr/bin/python3
+
+.PHONY: all check check-unit asan bench deps clean demo fuzz help
+
+all: $(BUILD)/libtoy.a $(BUILD)/libtoy.so $(BUILD)/toy
+
+help:
+	@echo "make            build libtoy.a, libtoy.so and toy (in $(BUILD)/)"
+	@echo "make demo       install deps, build, run the demo"
+	@echo "make check      install deps, build, run every test"
+	@echo "make asan       the unit tests under ASan + UBSan"
+	@echo "make bench      benchmarks against peers (PyTorch, BLAS)"
+	@echo "make deps       install the Debian packages toy needs"
+
+$(BUILD)/%-avx2.o: %-avx2.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(AVX2_FLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/%-avx512.o: %-avx512.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(AVX512_FLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/libtoy.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/libtoy.so: $(LIB_OBJ)
+	$(CC) -shared $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/toy: $(CLI_OBJ) $(BUILD)/libtoy.a
+	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libtoy.a $(LDLIBS)
+
+$(BUILD)/toy-tests: $(TEST_OBJ) $(BUILD)/libtoy.a
+	$(CC) $(LDFLAGS) -o $@ $(TEST_OBJ) $(BUILD)/libtoy.a -lcriterion $(LDLIBS)
+
+$(BUILD)/bench/%: bench/%.c $(BUILD)/libtoy.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libtoy.a $(LDFLAGS) $(LDLIBS)
+
+# Reference data computed by PyTorch once per build (tests/torch/*.py).
+TORCH_REFS := $(BUILD)/refs/ops.json
+$(TORCH_REFS): tests/torch/gen_op_refs.py
+	@mkdir -p $(dir $@)
+	$(PY) tests/torch/gen_op_refs.py $(dir $@)
+
+# Every test: the unit tests, then the CLI tests. The last line printed is
+# Criterion's "Synthesis: ..." summary.
+check: deps-quiet all $(BUILD)/toy-tests $(TORCH_REFS)
+	TOY_REFS=$(BUILD)/refs TOY_BIN=$(BUILD)/toy ./$(BUILD)/toy-tests -j2 --timeout 600
+
+# The unit tests alone (what `make asan` runs under the sanitizers).
+check-unit: all $(BUILD)/toy-tests $(TORCH_REFS)
+	TOY_REFS=$(BUILD)/refs TOY_BIN=$(BUILD)/toy ./$(BUILD)/toy-tests -j2 --timeout 900
+
+asan:
+	$(MAKE) SANITIZE=1 check-unit
+
+bench: deps-quiet all $(BENCH_BIN)
+	TOY_BUILD=$(BUILD) PY=$(PY) bash bench/run.sh
+
+demo: deps-quiet all
+	./$(BUILD)/toy demo
+
+deps:
+	@bash tools/deps.sh
+
+deps-quiet:
+	@bash tools/deps.sh --quiet
+
+fuzz:
+	$(MAKE) -f fuzz/Makefile
+
+clean:
+	rm -rf build build-asan build-* 
+
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)

@@ -1,0 +1,18 @@
+/* commands.h: the registry of `toy` subcommands. Each lives in cli/cmd-*.c
+ * as `int toy_cmd_<name>(int argc, char **argv)` (argv[0] is the command
+ * name); exit codes: 0 ok, 1 failure, 2 bad usage. One line per command. */
+#ifndef TOY_CLI_COMMANDS_H
+#define TOY_CLI_COMMANDS_H
+
+struct toy_command {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *help;
+};
+
+int toy_cmd_demo(int argc, char **argv);
+
+#define TOY_COMMANDS \
+    {"demo", toy_cmd_demo, "train a tiny attention model on a synthetic task and show it learn"},
+
+#endif

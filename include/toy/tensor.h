@@ -1,0 +1,291 @@
+/* toy/tensor.h: tensors, arenas (contexts), views, and the op constructors.
+ *
+ * A tensor has up to 4 dims. ne[0] is the innermost (fastest varying) dim,
+ * as in GGUF and ggml: a PyTorch tensor of shape (B, T, C) is ne = {C, T, B, 1}.
+ * nb[i] is the byte stride of dim i; a tensor is contiguous when
+ * nb[0] = type size and nb[i] = nb[i-1] * ne[i-1] (block types: rows).
+ *
+ * Tensors, views and graph nodes are bump-allocated in a context (an arena);
+ * toy_ctx_free releases all of them at once. A context made with
+ * alloc_data = true also allocates the data of the leaf tensors created in it
+ * (parameters, inputs); op results never get data from the arena: the graph
+ * memory planner (toy/graph.h) assigns it by liveness.
+ *
+ * Building ops records a graph; nothing is computed until the graph runs:
+ *
+ *     struct toy_ctx *ctx = toy_ctx_init(true);
+ *     struct toy_tensor *x = toy_new_tensor_2d(ctx, TOY_F32, 64, 8); // (8, 64)
+ *     struct toy_tensor *w = toy_new_tensor_2d(ctx, TOY_F32, 64, 32); // (32, 64)
+ *     toy_set_param(w);                              // trainable
+ *     struct toy_tensor *y = toy_linear(ctx, x, w, NULL);    // (8, 32) = x w^T
+ *     struct toy_tensor *loss = toy_sum_all(ctx, toy_silu(ctx, y));
+ *     struct toy_graph *g = toy_graph_new(ctx);
+ *     toy_graph_build(g, loss);
+ *     toy_graph_backward(g, loss);                   // appends gradient ops
+ *     toy_graph_plan(g, NULL);                       // memory by liveness
+ *     toy_graph_compute(g, pool);                    // forward + backward
+ *     // w->grad->data now holds d loss / d w (accumulated across runs)
+ *
+ * Shape or dtype errors while building ops abort with file:line (they are
+ * programming errors); run-time errors come back as toy_status.
+ */
+#ifndef TOY_TENSOR_H
+#define TOY_TENSOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "toy/dtype.h"
+#include "toy/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TOY_MAX_DIMS 4
+#define TOY_MAX_SRC 6
+#define TOY_MAX_OP_PARAMS 16
+#define TOY_NAME_MAX 64
+
+/* Ops. Forward ops first, then the ops the autodiff appends. Not serialized. */
+#define TOY_OP_LIST(X)                                                       \
+    X(NONE) X(VIEW) X(RESHAPE) X(PERMUTE) X(CONT) X(CAST)                    \
+    X(ADD) X(SUB) X(MUL) X(DIV) X(SCALE) X(SQR) X(SQRT) X(NEG)               \
+    X(MATMUL) X(GET_ROWS) X(SUM) X(MEAN) X(SUM_ALL) X(REPEAT) X(SUM_TO)      \
+    X(RMS_NORM) X(LAYER_NORM) X(SILU) X(GELU) X(SWIGLU) X(SOFTMAX)           \
+    X(ATTENTION) X(ROPE) X(CONCAT) X(CROSS_ENTROPY)                          \
+    X(GET_ROWS_BACK) X(VIEW_BACK) X(RMS_NORM_BACK) X(RMS_NORM_BACK_W)        \
+    X(LAYER_NORM_BACK) X(LAYER_NORM_BACK_W) X(SILU_BACK) X(GELU_BACK)        \
+    X(SWIGLU_BACK) X(SOFTMAX_BACK) X(ATTENTION_BACK) X(CROSS_ENTROPY_BACK)   \
+    X(ACCUM)
+
+enum toy_op {
+#define TOY_X_OP(n) TOY_OP_##n,
+    TOY_OP_LIST(TOY_X_OP)
+#undef TOY_X_OP
+    TOY_OP_COUNT
+};
+
+const char *toy_op_name(enum toy_op op);
+
+enum toy_tensor_flag {
+    TOY_FLAG_PARAM = 1 << 0,  /* trainable: the autodiff gives it a gradient */
+    TOY_FLAG_INPUT = 1 << 1,  /* data set by the caller before each run */
+    TOY_FLAG_OUTPUT = 1 << 2, /* kept after the run (never reused by the planner) */
+    TOY_FLAG_LOSS = 1 << 3,
+    TOY_FLAG_GRAD = 1 << 4,   /* a persistent gradient buffer of a parameter */
+};
+
+struct toy_tensor {
+    enum toy_dtype type;
+    int32_t n_dims;               /* 1..4, informational (ne beyond are 1) */
+    int64_t ne[TOY_MAX_DIMS];     /* elements per dim, innermost first */
+    size_t nb[TOY_MAX_DIMS];      /* byte strides */
+
+    enum toy_op op;
+    int32_t op_params[TOY_MAX_OP_PARAMS]; /* op-specific ints/floats */
+    uint32_t flags;
+    struct toy_tensor *src[TOY_MAX_SRC];
+
+    struct toy_tensor *view_src;  /* the tensor whose data this one views */
+    size_t view_offs;             /* byte offset into view_src's data */
+
+    struct toy_tensor *grad;      /* params: the persistent gradient buffer */
+
+    void *data;                   /* NULL until set, allocated or planned */
+    size_t aux_bytes;             /* op scratch kept after the result (planned) */
+
+    int32_t id;                   /* index in the graph (internal) */
+    int32_t n_uses;               /* internal (planner) */
+    char name[TOY_NAME_MAX];
+};
+
+/* ---- contexts ------------------------------------------------------------ */
+
+struct toy_ctx;
+
+/* A new arena. alloc_data: leaf tensors made here get zeroed data (64-byte
+ * aligned). NULL on out-of-memory. */
+struct toy_ctx *toy_ctx_init(bool alloc_data);
+/* Frees every tensor, graph and data block made in ctx. NULL is a no-op. */
+void toy_ctx_free(struct toy_ctx *ctx);
+/* Bytes of tensor data allocated in the arena so far. */
+size_t toy_ctx_data_bytes(const struct toy_ctx *ctx);
+/* Bump allocation from the arena (64-byte aligned, zeroed); aborts on OOM. */
+void *toy_ctx_alloc(struct toy_ctx *ctx, size_t bytes);
+
+/* ---- creating tensors ----------------------------------------------------- */
+
+struct toy_tensor *toy_new_tensor(struct toy_ctx *ctx, enum toy_dtype type, int n_dims,
+                                  const int64_t *ne);
+struct toy_tensor *toy_new_tensor_1d(struct toy_ctx *ctx, enum toy_dtype type, int64_t ne0);
+struct toy_tensor *toy_new_tensor_2d(struct toy_ctx *ctx, enum toy_dtype type, int64_t ne0,
+                                     int64_t ne1);
+struct toy_tensor *toy_new_tensor_3d(struct toy_ctx *ctx, enum toy_dtype type, int64_t ne0,
+                                     int64_t ne1, int64_t ne2);
+struct toy_tensor *toy_new_tensor_4d(struct toy_ctx *ctx, enum toy_dtype type, int64_t ne0,
+                                     int64_t ne1, int64_t ne2, int64_t ne3);
+
+/* Marks t trainable (it gets a persistent gradient in toy_graph_backward). */
+void toy_set_param(struct toy_tensor *t);
+/* Marks t frozen again (no gradient). */
+void toy_set_frozen(struct toy_tensor *t);
+void toy_set_input(struct toy_tensor *t);
+void toy_set_output(struct toy_tensor *t);
+struct toy_tensor *toy_set_name(struct toy_tensor *t, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Points t at external memory (an mmapped file, a caller buffer). */
+void toy_tensor_set_data(struct toy_tensor *t, void *data);
+
+/* ---- queries ---------------------------------------------------------------- */
+
+int64_t toy_nelements(const struct toy_tensor *t);
+int64_t toy_nrows(const struct toy_tensor *t);  /* ne1*ne2*ne3 */
+size_t toy_nbytes(const struct toy_tensor *t);  /* bytes spanned by the data */
+bool toy_is_contiguous(const struct toy_tensor *t);
+bool toy_same_shape(const struct toy_tensor *a, const struct toy_tensor *b);
+/* "(8, 64) f32" style description into buf (PyTorch order); returns buf. */
+const char *toy_shape_str(const struct toy_tensor *t, char *buf, size_t n);
+
+/* Element access for tests and small tools (F32/F16/BF16/I32 tensors with
+ * data; any strides). */
+float toy_get_f32(const struct toy_tensor *t, int64_t i0, int64_t i1, int64_t i2, int64_t i3);
+void toy_set_f32(struct toy_tensor *t, int64_t i0, int64_t i1, int64_t i2, int64_t i3, float v);
+/* Copies the tensor's elements, in logical order, into dst as f32. */
+void toy_tensor_to_f32(const struct toy_tensor *t, float *dst);
+/* Fills the tensor (any strides, F32/F16/BF16) from n = nelements floats. */
+void toy_tensor_from_f32(struct toy_tensor *t, const float *src);
+
+/* ---- views (share data; no copy) -------------------------------------------- */
+
+struct toy_tensor *toy_view(struct toy_ctx *ctx, struct toy_tensor *a, int n_dims,
+                            const int64_t *ne, const size_t *nb, size_t offset);
+struct toy_tensor *toy_reshape(struct toy_ctx *ctx, struct toy_tensor *a, int n_dims,
+                               const int64_t *ne);
+struct toy_tensor *toy_reshape_2d(struct toy_ctx *ctx, struct toy_tensor *a, int64_t ne0,
+                                  int64_t ne1);
+struct toy_tensor *toy_reshape_3d(struct toy_ctx *ctx, struct toy_tensor *a, int64_t ne0,
+                                  int64_t ne1, int64_t ne2);
+struct toy_tensor *toy_reshape_4d(struct toy_ctx *ctx, struct toy_tensor *a, int64_t ne0,
+                                  int64_t ne1, int64_t ne2, int64_t ne3);
+/* Result dim i is a's dim axes[i] (like torch.permute on reversed dims). */
+struct toy_tensor *toy_permute(struct toy_ctx *ctx, struct toy_tensor *a, int ax0, int ax1,
+                               int ax2, int ax3);
+/* Swaps dims 0 and 1. */
+struct toy_tensor *toy_transpose(struct toy_ctx *ctx, struct toy_tensor *a);
+/* A contiguous copy (of any view), optionally changing the dtype. */
+struct toy_tensor *toy_cont(struct toy_ctx *ctx, struct toy_tensor *a);
+struct toy_tensor *toy_cast(struct toy_ctx *ctx, struct toy_tensor *a, enum toy_dtype type);
+
+/* ---- elementwise -------------------------------------------------------------- */
+
+/* b broadcasts to a: each b->ne[i] is 1 or a->ne[i]. Result has a's shape. */
+struct toy_tensor *toy_add(struct toy_ctx *ctx, struct toy_tensor *a, struct toy_tensor *b);
+struct toy_tensor *toy_sub(struct toy_ctx *ctx, struct toy_tensor *a, struct toy_tensor *b);
+struct toy_tensor *toy_mul(struct toy_ctx *ctx, struct toy_tensor *a, struct toy_tensor *b);
+struct toy_tensor *toy_div(struct toy_ctx *ctx, struct toy_tensor *a, struct toy_tensor *b);
+struct toy_tensor *toy_scale(struct toy_ctx *ctx, struct toy_tensor *a, float s);
+struct toy_tensor *toy_sqr(struct toy_ctx *ctx, struct toy_tensor *a);
+struct toy_tensor *toy_sqrt(struct toy_ctx *ctx, struct toy_tensor *a);
+struct toy_tensor *toy_neg(struct toy_ctx *ctx, struct toy_tensor *a);
+struct toy_tensor *toy_silu(struct toy_ctx *ctx, struct toy_tensor *a);
+/* GELU, tanh approximation (GPT-2, ViT). */
+struct toy_tensor *toy_gelu(struct toy_ctx *ctx, struct toy_tensor *a);
+/* silu(gate) * up; same shapes. */
+struct toy_tensor *toy_swiglu(struct toy_ctx *ctx, struct toy_tensor *gate, struct toy_tensor *up);
+
+/* ---- matrix products ------------------------------------------------------------ */
+
+/* Batched C = op(A) op(B), PyTorch-style: A is (.., m, k) i.e. ne = {k, m, ..}
+ * (or {m, k} with trans_a), B is (.., k, n) i.e. ne = {n, k, ..} (or {k, n}
+ * with trans_b). Result ne = {n, m, batch...}. B's batch dims broadcast to A's
+ * (each 1 or a multiple: GQA). A must be F32; B may be F32, F16, BF16 or a
+ * quantized type (then trans_b must be true: weights are rows). */
+struct toy_tensor *toy_matmul(struct toy_ctx *ctx, struct toy_tensor *a, struct toy_tensor *b,
+                              bool trans_a, bool trans_b);
+/* y = x W^T (+ bias): x (.., in), W (out, in) i.e. ne = {in, out}, bias (out). */
+struct toy_tensor *toy_linear(struct toy_ctx *ctx, struct toy_tensor *x, struct toy_tensor *w,
+                              struct toy_tensor *bias);
+
+/* ---- indexing, reductions ------------------------------------------------------- */
+
+/* Rows of `table` (ne = {d, n_rows}) picked by I32 `ids` (any shape up to 3-D):
+ * result ne = {d, ids->ne0, ids->ne1, ids->ne2}. Table may be F32/F16/BF16/quantized. */
+struct toy_tensor *toy_get_rows(struct toy_ctx *ctx, struct toy_tensor *table,
+                                struct toy_tensor *ids);
+/* Sum / mean along dim (kept with size 1). */
+struct toy_tensor *toy_sum(struct toy_ctx *ctx, struct toy_tensor *a, int dim);
+struct toy_tensor *toy_mean(struct toy_ctx *ctx, struct toy_tensor *a, int dim);
+/* Sum of every element: a 1-element tensor. */
+struct toy_tensor *toy_sum_all(struct toy_ctx *ctx, struct toy_tensor *a);
+/* Broadcast a to like's shape (each a->ne[i] is 1 or like->ne[i]). */
+struct toy_tensor *toy_repeat(struct toy_ctx *ctx, struct toy_tensor *a, struct toy_tensor *like);
+/* Sum a down to like's shape (the reverse of repeat). */
+struct toy_tensor *toy_sum_to(struct toy_ctx *ctx, struct toy_tensor *a, struct toy_tensor *like);
+/* Concatenate along dim (other dims equal). */
+struct toy_tensor *toy_concat(struct toy_ctx *ctx, struct toy_tensor *a, struct toy_tensor *b,
+                              int dim);
+
+/* ---- normalisation, softmax ------------------------------------------------------- */
+
+/* x / sqrt(mean(x^2) + eps) * w over ne0; w (ne0) may be NULL. */
+struct toy_tensor *toy_rms_norm(struct toy_ctx *ctx, struct toy_tensor *x, struct toy_tensor *w,
+                                float eps);
+/* (x - mean) / sqrt(var + eps) * w + b over ne0; w, b may be NULL. */
+struct toy_tensor *toy_layer_norm(struct toy_ctx *ctx, struct toy_tensor *x, struct toy_tensor *w,
+                                  struct toy_tensor *b, float eps);
+/* softmax(x * scale + mask) over ne0; mask (F32, broadcast to x) may be NULL. */
+struct toy_tensor *toy_softmax(struct toy_ctx *ctx, struct toy_tensor *x, struct toy_tensor *mask,
+                               float scale);
+
+/* ---- attention, rope ------------------------------------------------------------------ */
+
+struct toy_attn_params {
+    float scale;        /* 0: 1/sqrt(head_dim) */
+    bool causal;        /* query t attends keys <= t (keys offset by kv_len - q_len) */
+    int32_t window;     /* >0: sliding window, key within the last `window` positions */
+    float softcap;      /* >0: scores -> softcap * tanh(scores / softcap) */
+};
+
+/* Fused scaled-dot-product attention with grouped-query heads.
+ * q: {D, Hq, Tq, B}, k and v: {D, Hkv, Tk, B} (Hq a multiple of Hkv; views ok
+ * when rows are contiguous). Result {D, Hq, Tq, B}, contiguous. Never
+ * materialises the Tq x Tk matrix; keeps the softmax statistics for backward. */
+struct toy_tensor *toy_attention(struct toy_ctx *ctx, struct toy_tensor *q, struct toy_tensor *k,
+                                 struct toy_tensor *v, const struct toy_attn_params *p);
+
+enum toy_rope_mode { TOY_ROPE_NORMAL = 0, TOY_ROPE_NEOX = 2 };
+enum toy_rope_scaling { TOY_ROPE_SCALING_NONE = 0, TOY_ROPE_SCALING_LINEAR = 1,
+                        TOY_ROPE_SCALING_LLAMA3 = 2, TOY_ROPE_SCALING_YARN = 3 };
+
+struct toy_rope_params {
+    int32_t n_dims;         /* rotated dims (<= head dim, even); 0 = head dim */
+    enum toy_rope_mode mode;
+    float freq_base;        /* theta, e.g. 10000 */
+    enum toy_rope_scaling scaling;
+    float factor;           /* linear/llama3/yarn scaling factor */
+    int32_t orig_ctx;       /* llama3/yarn: original context length */
+    float low_freq_factor, high_freq_factor;  /* llama3 (1, 4) */
+    float beta_fast, beta_slow;               /* yarn (32, 1) */
+    float attn_factor;      /* yarn: multiplies cos/sin; 0 = 0.1 ln(factor) + 1 */
+};
+
+/* Rotary embedding of x {D, H, T, B} at I32 positions pos {T} (shared by the
+ * batch) or {T*B}. */
+struct toy_tensor *toy_rope(struct toy_ctx *ctx, struct toy_tensor *x, struct toy_tensor *pos,
+                            const struct toy_rope_params *p);
+
+/* ---- losses ---------------------------------------------------------------------------- */
+
+/* Mean softmax cross-entropy of logits {V, N...} against I32 targets {N...};
+ * targets equal to ignore_index are skipped (-100 as in PyTorch). A 1-element
+ * result. Never materialises the softmax. */
+struct toy_tensor *toy_cross_entropy(struct toy_ctx *ctx, struct toy_tensor *logits,
+                                     struct toy_tensor *targets, int32_t ignore_index);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

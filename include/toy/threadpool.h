@@ -1,0 +1,34 @@
+/* toy/threadpool.h: a fixed pool of pthreads that run one parallel task at a
+ * time. The caller's thread takes part as thread 0, so a pool of n threads
+ * starts n-1 workers. Between tasks workers spin briefly, then sleep.
+ *
+ *     struct toy_threadpool *tp = toy_threadpool_new(0);  // all cores
+ *     toy_threadpool_run(tp, fn, arg);  // fn(arg, ith, nth) on each thread
+ *     toy_threadpool_free(tp);
+ */
+#ifndef TOY_THREADPOOL_H
+#define TOY_THREADPOOL_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct toy_threadpool;
+
+typedef void (*toy_task_fn)(void *arg, int ith, int nth);
+
+/* n_threads <= 0: the number of online cores ($TOY_THREADS overrides).
+ * NULL on failure. */
+struct toy_threadpool *toy_threadpool_new(int n_threads);
+void toy_threadpool_free(struct toy_threadpool *tp);
+int toy_threadpool_size(const struct toy_threadpool *tp);
+/* Runs fn on every thread of the pool and returns when all are done.
+ * tp NULL runs fn(arg, 0, 1). Not reentrant. */
+void toy_threadpool_run(struct toy_threadpool *tp, toy_task_fn fn, void *arg);
+/* Number of online cores. */
+int toy_num_cores(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,11 @@
+/* toy/toy.h: the whole public API of libtoy. */
+#ifndef TOY_TOY_H
+#define TOY_TOY_H
+#include "toy/status.h"
+#include "toy/dtype.h"
+#include "toy/tensor.h"
+#include "toy/threadpool.h"
+#include "toy/graph.h"
+#include "toy/quant.h"
+#define TOY_VERSION "0.1.0"
+#endif

@@ -1,0 +1,135 @@
+/* dtype.c: the dtype table (ggml type ids, block sizes and byte sizes as in
+ * ggml's type_traits) and IEEE half / bfloat16 conversions.
+ * Block layouts: ../shared/testdata/gguf-spec and ggml-common.h. */
+#include "toy/dtype.h"
+
+#include <ctype.h>
+#include <math.h>
+
+#define QK_K 256
+
+static const struct toy_dtype_info infos[TOY_DTYPE_COUNT] = {
+    [TOY_F32] = {"f32", 1, 4, false},
+    [TOY_F16] = {"f16", 1, 2, false},
+    [TOY_Q4_0] = {"q4_0", 32, 18, true},
+    [TOY_Q4_1] = {"q4_1", 32, 20, true},
+    [TOY_Q5_0] = {"q5_0", 32, 22, true},
+    [TOY_Q5_1] = {"q5_1", 32, 24, true},
+    [TOY_Q8_0] = {"q8_0", 32, 34, true},
+    [TOY_Q8_1] = {"q8_1", 32, 36, true},
+    [TOY_Q2_K] = {"q2_k", QK_K, 84, true},
+    [TOY_Q3_K] = {"q3_k", QK_K, 110, true},
+    [TOY_Q4_K] = {"q4_k", QK_K, 144, true},
+    [TOY_Q5_K] = {"q5_k", QK_K, 176, true},
+    [TOY_Q6_K] = {"q6_k", QK_K, 210, true},
+    [TOY_Q8_K] = {"q8_k", QK_K, 292, true},
+    [TOY_IQ2_XXS] = {"iq2_xxs", QK_K, 66, true},
+    [TOY_IQ2_XS] = {"iq2_xs", QK_K, 74, true},
+    [TOY_IQ3_XXS] = {"iq3_xxs", QK_K, 98, true},
+    [TOY_IQ1_S] = {"iq1_s", QK_K, 50, true},
+    [TOY_IQ4_NL] = {"iq4_nl", 32, 18, true},
+    [TOY_IQ3_S] = {"iq3_s", QK_K, 110, true},
+    [TOY_IQ2_S] = {"iq2_s", QK_K, 82, true},
+    [TOY_IQ4_XS] = {"iq4_xs", QK_K, 136, true},
+    [TOY_I8] = {"i8", 1, 1, false},
+    [TOY_I16] = {"i16", 1, 2, false},
+    [TOY_I32] = {"i32", 1, 4, false},
+    [TOY_I64] = {"i64", 1, 8, false},
+    [TOY_F64] = {"f64", 1, 8, false},
+    [TOY_IQ1_M] = {"iq1_m", QK_K, 56, true},
+    [TOY_BF16] = {"bf16", 1, 2, false},
+    [TOY_TQ1_0] = {"tq1_0", QK_K, 54, true},
+    [TOY_TQ2_0] = {"tq2_0", QK_K, 66, true},
+};
+
+static const struct toy_dtype_info invalid = {NULL, 0, 0, false};
+
+const struct toy_dtype_info *toy_dtype_info(int dtype) {
+    if (dtype < 0 || dtype >= TOY_DTYPE_COUNT || !infos[dtype].name) return &invalid;
+    return &infos[dtype];
+}
+
+bool toy_dtype_valid(int dtype) { return toy_dtype_info(dtype)->name != NULL; }
+
+const char *toy_dtype_name(enum toy_dtype t) {
+    const char *n = toy_dtype_info(t)->name;
+    return n ? n : "invalid";
+}
+
+int toy_dtype_from_name(const char *name) {
+    for (int i = 0; i < TOY_DTYPE_COUNT; i++) {
+        const char *n = infos[i].name;
+        if (!n) continue;
+        size_t k = 0;
+        while (n[k] && name[k] && tolower((unsigned char)name[k]) == n[k]) k++;
+        if (!n[k] && !name[k]) return i;
+    }
+    return -1;
+}
+
+int64_t toy_dtype_block_size(enum toy_dtype t) { return toy_dtype_info(t)->block_size; }
+size_t toy_dtype_type_size(enum toy_dtype t) { return toy_dtype_info(t)->type_size; }
+
+size_t toy_row_bytes(enum toy_dtype t, int64_t ne0) {
+    const struct toy_dtype_info *in = toy_dtype_info(t);
+    if (!in->name) return 0;
+    return (size_t)(ne0 / in->block_size) * in->type_size;
+}
+
+float toy_f16_to_f32(toy_f16 h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1f;
+    uint32_t man = h & 0x3ffu;
+    uint32_t u;
+    if (exp == 0) {
+        if (man == 0) {
+            u = sign;
+        } else { /* subnormal: normalise */
+            int e = -1;
+            do { e++; man <<= 1; } while (!(man & 0x400u));
+            u = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ffu) << 13);
+        }
+    } else if (exp == 31) {
+        u = sign | 0x7f800000u | (man << 13);
+    } else {
+        u = sign | ((exp + 127 - 15) << 23) | (man << 13);
+    }
+    return toy_bits_f32(u);
+}
+
+toy_f16 toy_f32_to_f16(float f) {
+    uint32_t u = toy_f32_bits(f);
+    uint32_t sign = (u >> 16) & 0x8000u;
+    uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return (toy_f16)(sign | 0x7e00u | ((a >> 13) & 0x3ffu)); /* NaN */
+    if (a >= 0x477ff000u) return (toy_f16)(sign | 0x7c00u); /* overflow (incl. rounding) -> inf */
+    if (a < 0x38800000u) { /* result is subnormal or zero */
+        if (a < 0x33000000u) return (toy_f16)sign; /* < half of smallest subnormal */
+        uint32_t e = a >> 23;
+        uint32_t m = (a & 0x7fffffu) | 0x800000u;
+        uint32_t shift = 126 - e; /* 14 + (113 - e) - 1 ... value = m * 2^(e-150); units of 2^-24 */
+        /* number of 2^-24 units = m >> (126 - e) with rounding */
+        uint32_t q = m >> shift;
+        uint32_t rem = m & ((1u << shift) - 1);
+        uint32_t half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (q & 1))) q++;
+        return (toy_f16)(sign | q);
+    }
+    /* normal: rebias exponent and round mantissa to 10 bits (RNE) */
+    uint32_t r = a + 0xfffu + ((a >> 13) & 1);
+    r -= (uint32_t)(127 - 15) << 23;
+    return (toy_f16)(sign | (r >> 13));
+}
+
+void toy_f16_to_f32_row(const toy_f16 *x, float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = toy_f16_to_f32(x[i]);
+}
+void toy_f32_to_f16_row(const float *x, toy_f16 *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = toy_f32_to_f16(x[i]);
+}
+void toy_bf16_to_f32_row(const toy_bf16 *x, float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = toy_bf16_to_f32(x[i]);
+}
+void toy_f32_to_bf16_row(const float *x, toy_bf16 *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = toy_f32_to_bf16(x[i]);
+}
