@@ -64,11 +64,14 @@ void toy_clear_error(void);
 _Noreturn void toy_abort(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+_Noreturn void toy_assert_fail(const char *file, int line, const char *cond, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
 #define TOY_ABORT(...) toy_abort(__FILE__, __LINE__, __VA_ARGS__)
-#define TOY_ASSERT(cond, ...)                                           \
-    do {                                                                \
-        if (!(cond)) toy_abort(__FILE__, __LINE__, "assertion '" #cond  \
-                               "' failed: " __VA_ARGS__);               \
+/* TOY_ASSERT(cond, fmt, ...): the message is required. */
+#define TOY_ASSERT(cond, ...)                                               \
+    do {                                                                    \
+        if (!(cond)) toy_assert_fail(__FILE__, __LINE__, #cond, __VA_ARGS__); \
     } while (0)
 
 #ifdef __cplusplus

@@ -1,15 +1,615 @@
-/* quant.c: row (de)quantization entry points. F32/F16/BF16 here; the block
- * formats are added by the GGUF work (bit-exact with ggml's reference). */
+/* quant.c: row (de)quantization of the ggml block formats, bit-exact with
+ * ggml's reference code (ggml-quants.c: dequantize_row_*, and the
+ * quantize_row_*_ref functions that llama.cpp's quantizer uses when no
+ * importance matrix is given). Block layouts: ggml-common.h, summarised in
+ * ../shared/testdata/gguf-spec and below.
+ *
+ * Bit-exactness rests on doing the same float32 operations in the same
+ * order: every expression below keeps ggml's evaluation order, scales go
+ * through the same f16 rounding (round to nearest even) before use, and
+ * rounding to int uses the same magic-number trick (round half to even) or
+ * roundf/truncation where ggml does. Builds must not contract a*b+c into
+ * FMA (C11 mode keeps -ffp-contract=off in gcc; clang contracts only on
+ * FMA targets, which our default flags are not). Scalar reference code:
+ * SIMD kernels live in the backends and are tested against these. */
 #include "toy/quant.h"
 
+#include <float.h>
+#include <math.h>
 #include <string.h>
 
+#define QK 32      /* legacy block */
+#define QK_K 256   /* k-quant super-block */
+
+static inline float h2f(const uint8_t *p) { uint16_t h; memcpy(&h, p, 2); return toy_f16_to_f32(h); }
+static inline void f2h(uint8_t *p, float f) { uint16_t h = toy_f32_to_f16(f); memcpy(p, &h, 2); }
+
+static inline int imin(int a, int b) { return a < b ? a : b; }
+static inline int imax(int a, int b) { return a > b ? a : b; }
+
+/* Round to nearest, ties to even, for |f| <= 2^22: adding 1.5 * 2^23 puts
+ * the integer in the low mantissa bits (ggml's nearest_int). */
+static inline int round_even(float f) {
+    float v = f + 12582912.f;
+    int32_t i;
+    memcpy(&i, &v, 4);
+    return (i & 0x007fffff) - 0x00400000;
+}
+
+/* ---- legacy formats (blocks of 32) ------------------------------------------------
+ * q4_0: f16 d | u8 qs[16]           x = (nibble - 8) * d; low nibbles are
+ *                                    elements 0..15, high 16..31
+ * q4_1: f16 d, f16 m | u8 qs[16]     x = nibble * d + m
+ * q5_0: f16 d | u32 qh | u8 qs[16]   5th bit of element j in qh bit j
+ * q5_1: f16 d, f16 m | u32 qh | qs[16]
+ * q8_0: f16 d | i8 qs[32]            x = q * d */
+
+static void deq_q4_0(const uint8_t *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b += 18, y += QK) {
+        const float d = h2f(b);
+        const uint8_t *qs = b + 2;
+        for (int j = 0; j < QK / 2; j++) {
+            const int x0 = (qs[j] & 0x0F) - 8;
+            const int x1 = (qs[j] >> 4) - 8;
+            y[j] = x0 * d;
+            y[j + QK / 2] = x1 * d;
+        }
+    }
+}
+
+static void deq_q4_1(const uint8_t *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b += 20, y += QK) {
+        const float d = h2f(b), m = h2f(b + 2);
+        const uint8_t *qs = b + 4;
+        for (int j = 0; j < QK / 2; j++) {
+            y[j] = (qs[j] & 0x0F) * d + m;
+            y[j + QK / 2] = (qs[j] >> 4) * d + m;
+        }
+    }
+}
+
+static void deq_q5_0(const uint8_t *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b += 22, y += QK) {
+        const float d = h2f(b);
+        uint32_t qh;
+        memcpy(&qh, b + 2, 4);
+        const uint8_t *qs = b + 6;
+        for (int j = 0; j < QK / 2; j++) {
+            const uint8_t h0 = ((qh >> j) << 4) & 0x10;
+            const uint8_t h1 = (qh >> (j + 12)) & 0x10;
+            const int32_t x0 = ((qs[j] & 0x0F) | h0) - 16;
+            const int32_t x1 = ((qs[j] >> 4) | h1) - 16;
+            y[j] = x0 * d;
+            y[j + QK / 2] = x1 * d;
+        }
+    }
+}
+
+static void deq_q5_1(const uint8_t *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b += 24, y += QK) {
+        const float d = h2f(b), m = h2f(b + 2);
+        uint32_t qh;
+        memcpy(&qh, b + 4, 4);
+        const uint8_t *qs = b + 8;
+        for (int j = 0; j < QK / 2; j++) {
+            const uint8_t h0 = ((qh >> j) << 4) & 0x10;
+            const uint8_t h1 = (qh >> (j + 12)) & 0x10;
+            y[j] = ((qs[j] & 0x0F) | h0) * d + m;
+            y[j + QK / 2] = ((qs[j] >> 4) | h1) * d + m;
+        }
+    }
+}
+
+static void deq_q8_0(const uint8_t *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b += 34, y += QK) {
+        const float d = h2f(b);
+        const int8_t *qs = (const int8_t *)(b + 2);
+        for (int j = 0; j < QK; j++) y[j] = qs[j] * d;
+    }
+}
+
+static void q_q4_0(const float *x, uint8_t *b, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b += 18, x += QK) {
+        float amax = 0.0f, max = 0.0f;
+        for (int j = 0; j < QK; j++)
+            if (amax < fabsf(x[j])) { amax = fabsf(x[j]); max = x[j]; }
+        const float d = max / -8;
+        const float id = d ? 1.0f / d : 0.0f;
+        f2h(b, d);
+        for (int j = 0; j < QK / 2; j++) {
+            const float x0 = x[j] * id, x1 = x[j + QK / 2] * id;
+            const uint8_t q0 = (uint8_t)imin(15, (int8_t)(x0 + 8.5f));
+            const uint8_t q1 = (uint8_t)imin(15, (int8_t)(x1 + 8.5f));
+            b[2 + j] = (uint8_t)(q0 | (q1 << 4));
+        }
+    }
+}
+
+static void q_q4_1(const float *x, uint8_t *b, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b += 20, x += QK) {
+        float min = FLT_MAX, max = -FLT_MAX;
+        for (int j = 0; j < QK; j++) {
+            if (x[j] < min) min = x[j];
+            if (x[j] > max) max = x[j];
+        }
+        const float d = (max - min) / 15;
+        const float id = d ? 1.0f / d : 0.0f;
+        f2h(b, d);
+        f2h(b + 2, min);
+        for (int j = 0; j < QK / 2; j++) {
+            const float x0 = (x[j] - min) * id, x1 = (x[j + QK / 2] - min) * id;
+            const uint8_t q0 = (uint8_t)imin(15, (int8_t)(x0 + 0.5f));
+            const uint8_t q1 = (uint8_t)imin(15, (int8_t)(x1 + 0.5f));
+            b[4 + j] = (uint8_t)(q0 | (q1 << 4));
+        }
+    }
+}
+
+static void q_q5_0(const float *x, uint8_t *b, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b += 22, x += QK) {
+        float amax = 0.0f, max = 0.0f;
+        for (int j = 0; j < QK; j++)
+            if (amax < fabsf(x[j])) { amax = fabsf(x[j]); max = x[j]; }
+        const float d = max / -16;
+        const float id = d ? 1.0f / d : 0.0f;
+        f2h(b, d);
+        uint32_t qh = 0;
+        for (int j = 0; j < QK / 2; j++) {
+            const float x0 = x[j] * id, x1 = x[j + QK / 2] * id;
+            const uint8_t q0 = (uint8_t)imin(31, (int8_t)(x0 + 16.5f));
+            const uint8_t q1 = (uint8_t)imin(31, (int8_t)(x1 + 16.5f));
+            b[6 + j] = (uint8_t)((q0 & 0x0F) | ((q1 & 0x0F) << 4));
+            qh |= ((q0 & 0x10u) >> 4) << j;
+            qh |= ((q1 & 0x10u) >> 4) << (j + QK / 2);
+        }
+        memcpy(b + 2, &qh, 4);
+    }
+}
+
+static void q_q5_1(const float *x, uint8_t *b, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b += 24, x += QK) {
+        float min = FLT_MAX, max = -FLT_MAX;
+        for (int j = 0; j < QK; j++) {
+            if (x[j] < min) min = x[j];
+            if (x[j] > max) max = x[j];
+        }
+        const float d = (max - min) / 31;
+        const float id = d ? 1.0f / d : 0.0f;
+        f2h(b, d);
+        f2h(b + 2, min);
+        uint32_t qh = 0;
+        for (int j = 0; j < QK / 2; j++) {
+            const float x0 = (x[j] - min) * id, x1 = (x[j + QK / 2] - min) * id;
+            const uint8_t q0 = (uint8_t)(x0 + 0.5f);
+            const uint8_t q1 = (uint8_t)(x1 + 0.5f);
+            b[8 + j] = (uint8_t)((q0 & 0x0F) | ((q1 & 0x0F) << 4));
+            qh |= ((q0 & 0x10u) >> 4) << j;
+            qh |= ((q1 & 0x10u) >> 4) << (j + QK / 2);
+        }
+        memcpy(b + 4, &qh, 4);
+    }
+}
+
+static void q_q8_0(const float *x, uint8_t *b, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b += 34, x += QK) {
+        float amax = 0.0f;
+        for (int j = 0; j < QK; j++) amax = fmaxf(amax, fabsf(x[j]));
+        const float d = amax / 127;
+        const float id = d ? 1.0f / d : 0.0f;
+        f2h(b, d);
+        int8_t *qs = (int8_t *)(b + 2);
+        for (int j = 0; j < QK; j++) qs[j] = (int8_t)roundf(x[j] * id);
+    }
+}
+
+/* ---- k-quants (super-blocks of 256) ---------------------------------------------------
+ * q2_k: u8 scales[16] (lo: scale, hi: min) | u8 qs[64] | f16 d, dmin       (84)
+ * q4_k: f16 d, dmin | u8 scales[12] (8 x 6-bit scale + 6-bit min) | qs[128] (144)
+ * q5_k: f16 d, dmin | scales[12] | u8 qh[32] | u8 qs[128]                    (176)
+ * q6_k: u8 ql[128] | u8 qh[64] | i8 scales[16] | f16 d                       (210)
+ * q8_k: f32 d | i8 qs[256] | i16 bsums[16]                                   (292) */
+
+/* The 6-bit scale and min of sub-block j from the 12 packed bytes. */
+static inline void scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m) {
+    if (j < 4) {
+        *d = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *d = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+
+static void deq_q2_k(const uint8_t *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b += 84) {
+        const uint8_t *sc = b, *q = b + 16;
+        const float d = h2f(b + 80), min = h2f(b + 82);
+        int is = 0;
+        for (int n = 0; n < QK_K; n += 128) {
+            int shift = 0;
+            for (int j = 0; j < 4; j++) {
+                uint8_t s = sc[is++];
+                float dl = d * (s & 0xF), ml = min * (s >> 4);
+                for (int l = 0; l < 16; l++) *y++ = dl * ((int8_t)((q[l] >> shift) & 3)) - ml;
+                s = sc[is++];
+                dl = d * (s & 0xF);
+                ml = min * (s >> 4);
+                for (int l = 0; l < 16; l++) *y++ = dl * ((int8_t)((q[l + 16] >> shift) & 3)) - ml;
+                shift += 2;
+            }
+            q += 32;
+        }
+    }
+}
+
+static void deq_q4_k(const uint8_t *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b += 144) {
+        const float d = h2f(b), min = h2f(b + 2);
+        const uint8_t *scales = b + 4, *q = b + 16;
+        int is = 0;
+        uint8_t sc, m;
+        for (int j = 0; j < QK_K; j += 64) {
+            scale_min_k4(is + 0, scales, &sc, &m);
+            const float d1 = d * sc, m1 = min * m;
+            scale_min_k4(is + 1, scales, &sc, &m);
+            const float d2 = d * sc, m2 = min * m;
+            for (int l = 0; l < 32; l++) *y++ = d1 * (q[l] & 0xF) - m1;
+            for (int l = 0; l < 32; l++) *y++ = d2 * (q[l] >> 4) - m2;
+            q += 32;
+            is += 2;
+        }
+    }
+}
+
+static void deq_q5_k(const uint8_t *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b += 176) {
+        const float d = h2f(b), min = h2f(b + 2);
+        const uint8_t *scales = b + 4, *qh = b + 16, *ql = b + 48;
+        int is = 0;
+        uint8_t sc, m, u1 = 1, u2 = 2;
+        for (int j = 0; j < QK_K; j += 64) {
+            scale_min_k4(is + 0, scales, &sc, &m);
+            const float d1 = d * sc, m1 = min * m;
+            scale_min_k4(is + 1, scales, &sc, &m);
+            const float d2 = d * sc, m2 = min * m;
+            for (int l = 0; l < 32; l++) *y++ = d1 * ((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;
+            for (int l = 0; l < 32; l++) *y++ = d2 * ((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
+            ql += 32;
+            is += 2;
+            u1 = (uint8_t)(u1 << 2);
+            u2 = (uint8_t)(u2 << 2);
+        }
+    }
+}
+
+static void deq_q6_k(const uint8_t *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b += 210) {
+        const float d = h2f(b + 208);
+        const uint8_t *ql = b, *qh = b + 128;
+        const int8_t *sc = (const int8_t *)(b + 192);
+        for (int n = 0; n < QK_K; n += 128) {
+            for (int l = 0; l < 32; l++) {
+                const int is = l / 16;
+                const int8_t q1 = (int8_t)((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+                const int8_t q2 = (int8_t)((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+                const int8_t q3 = (int8_t)((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+                const int8_t q4 = (int8_t)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+                y[l + 0] = d * sc[is + 0] * q1;
+                y[l + 32] = d * sc[is + 2] * q2;
+                y[l + 64] = d * sc[is + 4] * q3;
+                y[l + 96] = d * sc[is + 6] * q4;
+            }
+            y += 128;
+            ql += 64;
+            qh += 32;
+            sc += 8;
+        }
+    }
+}
+
+static void deq_q8_k(const uint8_t *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b += 292, y += QK_K) {
+        float d;
+        memcpy(&d, b, 4);
+        const int8_t *qs = (const int8_t *)(b + 4);
+        for (int j = 0; j < QK_K; j++) y[j] = d * qs[j];
+    }
+}
+
+/* Fits x[i] ~ scale * L[i] - min (L in 0..nmax) by a weighted least-squares
+ * search over nstep+1 candidate scales (ggml's make_qkx2_quants). Returns
+ * the scale, stores the (positive) min in *the_min. */
+static float fit_scale_min(int n, int nmax, const float *x, const float *w, uint8_t *L,
+                           float *the_min, uint8_t *Laux, float rmin, float rdelta, int nstep) {
+    float min = x[0], max = x[0];
+    float sum_w = w[0];
+    float sum_x = sum_w * x[0];
+    for (int i = 1; i < n; i++) {
+        if (x[i] < min) min = x[i];
+        if (x[i] > max) max = x[i];
+        sum_w += w[i];
+        sum_x += w[i] * x[i];
+    }
+    if (min > 0) min = 0;
+    if (max == min) {
+        for (int i = 0; i < n; i++) L[i] = 0;
+        *the_min = -min;
+        return 0.f;
+    }
+    float iscale = nmax / (max - min);
+    float scale = 1 / iscale;
+    float best = 0;
+    for (int i = 0; i < n; i++) {
+        const int l = round_even(iscale * (x[i] - min));
+        L[i] = (uint8_t)imax(0, imin(nmax, l));
+        float diff = scale * L[i] + min - x[i];
+        diff = diff * diff;
+        best += w[i] * diff;
+    }
+    for (int is = 0; is <= nstep; is++) {
+        iscale = (rmin + rdelta * is + nmax) / (max - min);
+        float sum_l = 0, sum_l2 = 0, sum_xl = 0;
+        for (int i = 0; i < n; i++) {
+            int l = round_even(iscale * (x[i] - min));
+            l = imax(0, imin(nmax, l));
+            Laux[i] = (uint8_t)l;
+            sum_l += w[i] * l;
+            sum_l2 += w[i] * l * l;
+            sum_xl += w[i] * l * x[i];
+        }
+        const float D = sum_w * sum_l2 - sum_l * sum_l;
+        if (D > 0) {
+            float this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
+            float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
+            if (this_min > 0) {
+                this_min = 0;
+                this_scale = sum_xl / sum_l2;
+            }
+            float err = 0;
+            for (int i = 0; i < n; i++) {
+                float diff = this_scale * Laux[i] + this_min - x[i];
+                diff = diff * diff;
+                err += w[i] * diff;
+            }
+            if (err < best) {
+                memcpy(L, Laux, (size_t)n);
+                best = err;
+                scale = this_scale;
+                min = this_min;
+            }
+        }
+    }
+    *the_min = -min;
+    return scale;
+}
+
+/* Shared by q4_k and q5_k: per-sub-block scales/mins quantized to 6 bits
+ * against the block maxima, then the values re-quantized with the stored
+ * (f16-rounded) scales. nmax = 15 (q4_k) or 31 (q5_k). */
+static void kquant_scales(const float *x, uint8_t *hdr /* d, dmin, scales[12] */, uint8_t *L,
+                          int nmax, float rmin, int nstep) {
+    uint8_t Laux[32];
+    float w[32], mins[QK_K / 32], scales[QK_K / 32];
+    float max_scale = 0, max_min = 0;
+    for (int j = 0; j < QK_K / 32; j++) {
+        float sum_x2 = 0;
+        for (int l = 0; l < 32; l++) sum_x2 += x[32 * j + l] * x[32 * j + l];
+        const float av_x = sqrtf(sum_x2 / 32);
+        for (int l = 0; l < 32; l++) w[l] = av_x + fabsf(x[32 * j + l]);
+        scales[j] = fit_scale_min(32, nmax, x + 32 * j, w, L + 32 * j, &mins[j], Laux, rmin, 0.1f, nstep);
+        if (scales[j] > max_scale) max_scale = scales[j];
+        if (mins[j] > max_min) max_min = mins[j];
+    }
+    const float inv_scale = max_scale > 0 ? 63.f / max_scale : 0.f;
+    const float inv_min = max_min > 0 ? 63.f / max_min : 0.f;
+    uint8_t *sc = hdr + 4;
+    memset(sc, 0, 12);
+    for (int j = 0; j < QK_K / 32; j++) {
+        uint8_t ls = (uint8_t)round_even(inv_scale * scales[j]);
+        uint8_t lm = (uint8_t)round_even(inv_min * mins[j]);
+        ls = (uint8_t)imin(63, ls);
+        lm = (uint8_t)imin(63, lm);
+        if (j < 4) {
+            sc[j] = ls;
+            sc[j + 4] = lm;
+        } else {
+            sc[j + 4] = (uint8_t)((ls & 0xF) | ((lm & 0xF) << 4));
+            sc[j - 4] |= (uint8_t)((ls >> 4) << 6);
+            sc[j] |= (uint8_t)((lm >> 4) << 6);
+        }
+    }
+    f2h(hdr, max_scale / 63.f);
+    f2h(hdr + 2, max_min / 63.f);
+    const float dd = h2f(hdr), dmin = h2f(hdr + 2);
+    for (int j = 0; j < QK_K / 32; j++) {
+        uint8_t s, m;
+        scale_min_k4(j, sc, &s, &m);
+        const float d = dd * s;
+        if (!d) continue;
+        const float dm = dmin * m;
+        for (int ii = 0; ii < 32; ii++) {
+            const int l = round_even((x[32 * j + ii] + dm) / d);
+            L[32 * j + ii] = (uint8_t)imax(0, imin(nmax, l));
+        }
+    }
+}
+
+static void q_q4_k(const float *x, uint8_t *b, int64_t nb) {
+    uint8_t L[QK_K];
+    for (int64_t i = 0; i < nb; i++, b += 144, x += QK_K) {
+        kquant_scales(x, b, L, 15, -1.f, 20);
+        uint8_t *q = b + 16;
+        for (int j = 0; j < QK_K; j += 64) {
+            for (int l = 0; l < 32; l++) q[l] = (uint8_t)(L[j + l] | (L[j + l + 32] << 4));
+            q += 32;
+        }
+    }
+}
+
+static void q_q5_k(const float *x, uint8_t *b, int64_t nb) {
+    uint8_t L[QK_K];
+    for (int64_t i = 0; i < nb; i++, b += 176, x += QK_K) {
+        kquant_scales(x, b, L, 31, -0.5f, 15);
+        uint8_t *qh = b + 16, *ql = b + 48;
+        memset(qh, 0, QK_K / 8);
+        uint8_t m1 = 1, m2 = 2;
+        for (int n = 0; n < QK_K; n += 64) {
+            for (int j = 0; j < 32; j++) {
+                int l1 = L[n + j], l2 = L[n + j + 32];
+                if (l1 > 15) { l1 -= 16; qh[j] |= m1; }
+                if (l2 > 15) { l2 -= 16; qh[j] |= m2; }
+                ql[j] = (uint8_t)(l1 | (l2 << 4));
+            }
+            m1 = (uint8_t)(m1 << 2);
+            m2 = (uint8_t)(m2 << 2);
+            ql += 32;
+        }
+    }
+}
+
+/* Symmetric scale search for q6_k sub-blocks (ggml's make_qx_quants with
+ * rmse_type 1: weights x^2, 19 candidate scales). L gets values + nmax. */
+static float fit_scale_sym(int n, int nmax, const float *x, int8_t *L) {
+    float max = 0, amax = 0;
+    for (int i = 0; i < n; i++) {
+        const float ax = fabsf(x[i]);
+        if (ax > amax) { amax = ax; max = x[i]; }
+    }
+    if (amax < 1e-15f) {
+        for (int i = 0; i < n; i++) L[i] = 0;
+        return 0.f;
+    }
+    float iscale = -nmax / max;
+    float sumlx = 0, suml2 = 0;
+    for (int i = 0; i < n; i++) {
+        int l = round_even(iscale * x[i]);
+        l = imax(-nmax, imin(nmax - 1, l));
+        L[i] = (int8_t)(l + nmax);
+        const float w = x[i] * x[i];
+        sumlx += w * x[i] * l;
+        suml2 += w * l * l;
+    }
+    float scale = suml2 ? sumlx / suml2 : 0.0f;
+    float best = scale * sumlx;
+    for (int is = -9; is <= 9; is++) {
+        if (is == 0) continue;
+        iscale = -(nmax + 0.1f * is) / max;
+        sumlx = suml2 = 0;
+        for (int i = 0; i < n; i++) {
+            int l = round_even(iscale * x[i]);
+            l = imax(-nmax, imin(nmax - 1, l));
+            const float w = x[i] * x[i];
+            sumlx += w * x[i] * l;
+            suml2 += w * l * l;
+        }
+        if (suml2 > 0 && sumlx * sumlx > best * suml2) {
+            for (int i = 0; i < n; i++) {
+                const int l = round_even(iscale * x[i]);
+                L[i] = (int8_t)(nmax + imax(-nmax, imin(nmax - 1, l)));
+            }
+            scale = sumlx / suml2;
+            best = scale * sumlx;
+        }
+    }
+    return scale;
+}
+
+static void q_q6_k(const float *x, uint8_t *b, int64_t nb) {
+    int8_t L[QK_K];
+    float scales[QK_K / 16];
+    for (int64_t i = 0; i < nb; i++, b += 210, x += QK_K) {
+        float max_scale = 0, max_abs_scale = 0;
+        for (int ib = 0; ib < QK_K / 16; ib++) {
+            const float scale = fit_scale_sym(16, 32, x + 16 * ib, L + 16 * ib);
+            scales[ib] = scale;
+            if (fabsf(scale) > max_abs_scale) {
+                max_abs_scale = fabsf(scale);
+                max_scale = scale;
+            }
+        }
+        if (max_abs_scale < 1e-15f) {
+            memset(b, 0, 210);
+            continue;
+        }
+        int8_t *sc = (int8_t *)(b + 192);
+        const float iscale = -128.f / max_scale;
+        f2h(b + 208, 1 / iscale);
+        for (int ib = 0; ib < QK_K / 16; ib++) sc[ib] = (int8_t)imin(127, round_even(iscale * scales[ib]));
+        const float dd = h2f(b + 208);
+        for (int j = 0; j < QK_K / 16; j++) {
+            const float d = dd * sc[j];
+            if (!d) continue;
+            for (int ii = 0; ii < 16; ii++) {
+                int l = round_even(x[16 * j + ii] / d);
+                l = imax(-32, imin(31, l));
+                L[16 * j + ii] = (int8_t)(l + 32);
+            }
+        }
+        uint8_t *ql = b, *qh = b + 128;
+        for (int j = 0; j < QK_K; j += 128) {
+            for (int l = 0; l < 32; l++) {
+                const uint8_t q1 = L[j + l] & 0xF, q2 = L[j + l + 32] & 0xF;
+                const uint8_t q3 = L[j + l + 64] & 0xF, q4 = L[j + l + 96] & 0xF;
+                ql[l] = (uint8_t)(q1 | (q3 << 4));
+                ql[l + 32] = (uint8_t)(q2 | (q4 << 4));
+                qh[l] = (uint8_t)((L[j + l] >> 4) | ((L[j + l + 32] >> 4) << 2) |
+                                  ((L[j + l + 64] >> 4) << 4) | ((L[j + l + 96] >> 4) << 6));
+            }
+            ql += 64;
+            qh += 32;
+        }
+    }
+}
+
+/* ---- entry points ------------------------------------------------------------------ */
+
+typedef void (*deq_fn)(const uint8_t *, float *, int64_t);
+typedef void (*q_fn)(const float *, uint8_t *, int64_t);
+
+static deq_fn deq_for(enum toy_dtype t) {
+    switch (t) {
+    case TOY_Q4_0: return deq_q4_0;
+    case TOY_Q4_1: return deq_q4_1;
+    case TOY_Q5_0: return deq_q5_0;
+    case TOY_Q5_1: return deq_q5_1;
+    case TOY_Q8_0: return deq_q8_0;
+    case TOY_Q2_K: return deq_q2_k;
+    case TOY_Q4_K: return deq_q4_k;
+    case TOY_Q5_K: return deq_q5_k;
+    case TOY_Q6_K: return deq_q6_k;
+    case TOY_Q8_K: return deq_q8_k;
+    default: return NULL;
+    }
+}
+
+static q_fn q_for(enum toy_dtype t) {
+    switch (t) {
+    case TOY_Q4_0: return q_q4_0;
+    case TOY_Q4_1: return q_q4_1;
+    case TOY_Q5_0: return q_q5_0;
+    case TOY_Q5_1: return q_q5_1;
+    case TOY_Q8_0: return q_q8_0;
+    case TOY_Q4_K: return q_q4_k;
+    case TOY_Q5_K: return q_q5_k;
+    case TOY_Q6_K: return q_q6_k;
+    default: return NULL;
+    }
+}
+
 bool toy_can_dequantize(enum toy_dtype t) {
-    return t == TOY_F32 || t == TOY_F16 || t == TOY_BF16;
+    return t == TOY_F32 || t == TOY_F16 || t == TOY_BF16 || deq_for(t) != NULL;
 }
 
 bool toy_can_quantize(enum toy_dtype t) {
-    return t == TOY_F32 || t == TOY_F16 || t == TOY_BF16;
+    return t == TOY_F32 || t == TOY_F16 || t == TOY_BF16 || q_for(t) != NULL;
+}
+
+static enum toy_status check_n(enum toy_dtype t, int64_t n, const char *what) {
+    const int64_t bs = toy_dtype_block_size(t);
+    if (n < 0 || bs <= 0 || n % bs)
+        return toy_error(TOY_ERR_INVALID_ARG, "%s: %lld elements is not a multiple of the %s block (%lld)",
+                         what, (long long)n, toy_dtype_name(t), (long long)bs);
+    return TOY_OK;
 }
 
 enum toy_status toy_dequantize_row(enum toy_dtype t, const void *src, float *dst, int64_t n) {
@@ -17,8 +617,14 @@ enum toy_status toy_dequantize_row(enum toy_dtype t, const void *src, float *dst
     case TOY_F32: memcpy(dst, src, (size_t)n * 4); return TOY_OK;
     case TOY_F16: toy_f16_to_f32_row(src, dst, n); return TOY_OK;
     case TOY_BF16: toy_bf16_to_f32_row(src, dst, n); return TOY_OK;
-    default: return toy_error(TOY_ERR_UNSUPPORTED, "dequantize: type %s", toy_dtype_name(t));
+    default: break;
     }
+    deq_fn f = deq_for(t);
+    if (!f) return toy_error(TOY_ERR_UNSUPPORTED, "dequantize: type %s", toy_dtype_name(t));
+    enum toy_status st = check_n(t, n, "dequantize");
+    if (st) return st;
+    f(src, dst, n / toy_dtype_block_size(t));
+    return TOY_OK;
 }
 
 enum toy_status toy_quantize_row(enum toy_dtype t, const float *src, void *dst, int64_t n) {
@@ -26,6 +632,12 @@ enum toy_status toy_quantize_row(enum toy_dtype t, const float *src, void *dst, 
     case TOY_F32: memcpy(dst, src, (size_t)n * 4); return TOY_OK;
     case TOY_F16: toy_f32_to_f16_row(src, dst, n); return TOY_OK;
     case TOY_BF16: toy_f32_to_bf16_row(src, dst, n); return TOY_OK;
-    default: return toy_error(TOY_ERR_UNSUPPORTED, "quantize: type %s", toy_dtype_name(t));
+    default: break;
     }
+    q_fn f = q_for(t);
+    if (!f) return toy_error(TOY_ERR_UNSUPPORTED, "quantize: type %s", toy_dtype_name(t));
+    enum toy_status st = check_n(t, n, "quantize");
+    if (st) return st;
+    f(src, dst, n / toy_dtype_block_size(t));
+    return TOY_OK;
 }

@@ -41,3 +41,14 @@ _Noreturn void toy_abort(const char *file, int line, const char *fmt, ...) {
     fputc('\n', stderr);
     abort();
 }
+
+_Noreturn void toy_assert_fail(const char *file, int line, const char *cond, const char *fmt, ...) {
+    va_list ap;
+    fflush(stdout);
+    fprintf(stderr, "toy: %s:%d: assertion '%s' failed: ", file, line, cond);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    abort();
+}

@@ -1,0 +1,209 @@
+/* attention.c: fused scaled-dot-product attention, forward and backward.
+ *
+ * Shapes (innermost first): q {D, Hq, Tq, B}, k, v {D, Hkv, Tk, B}, out like
+ * q. Query head h reads kv head h / (Hq / Hkv) (grouped-query attention).
+ * Causal: query t sees keys j <= t + (Tk - Tq); a sliding window W also
+ * drops keys j <= t + (Tk - Tq) - W. Softcap c: s -> c tanh(s / c).
+ *
+ * Queries are processed in blocks of QB rows: S = Q_blk K^T (QB x Tk, BLAS),
+ * a row softmax, then O_blk = P V (BLAS). Memory per thread is QB x Tk, never
+ * Tq x Tk. The forward keeps lse = log sum exp of every row (aux bytes of the
+ * output) so the backward recomputes P exactly without storing it:
+ *   dV = P^T dO,  dP = dO V^T,  dS = P (dP - rowsum(dO O)),
+ *   dQ = scale dS K,  dK = scale dS^T Q   (dS times the softcap derivative).
+ * The backward runs one (batch, kv head) per work item so dK and dV have a
+ * single writer.
+ */
+#include <cblas.h>
+#include <math.h>
+
+#include "backends/cpu/cpu-impl.h"
+
+#define QB 64
+
+struct attn {
+    int64_t D, Hq, Hkv, Tq, Tk, B, group, off;
+    float scale, cap;
+    bool causal;
+    int window;
+};
+
+static struct attn attn_shape(const struct toy_tensor *q, const struct toy_tensor *k, const struct toy_tensor *p) {
+    struct attn a;
+    a.D = q->ne[0];
+    a.Hq = q->ne[1];
+    a.Tq = q->ne[2];
+    a.B = q->ne[3];
+    a.Hkv = k->ne[1];
+    a.Tk = k->ne[2];
+    a.group = a.Hq / a.Hkv;
+    a.off = a.Tk - a.Tq;
+    a.scale = toy_param_f32(p, P_AT_SCALE);
+    a.cap = toy_param_f32(p, P_AT_SOFTCAP);
+    a.causal = p->op_params[P_AT_CAUSAL];
+    a.window = p->op_params[P_AT_WINDOW];
+    return a;
+}
+
+size_t toy_cpu_attention_work(const struct toy_tensor *dst, int nth) {
+    const struct toy_tensor *q = dst->op == TOY_OP_ATTENTION ? dst->src[0] : dst->src[1];
+    const struct toy_tensor *k = dst->op == TOY_OP_ATTENTION ? dst->src[1] : dst->src[2];
+    size_t per = (size_t)(3 * QB * k->ne[2] + 2 * QB + QB * q->ne[0]) * sizeof(float) + 256;
+    return TOY_WORK_HEAD + per * (size_t)nth;
+}
+
+/* visible key range [j0, j1) of query t */
+static inline void key_range(const struct attn *a, int64_t t, int64_t *j0, int64_t *j1) {
+    *j0 = 0;
+    *j1 = a->Tk;
+    if (a->causal) {
+        *j1 = t + a->off + 1;
+        if (a->window > 0 && *j1 - a->window > 0) *j0 = *j1 - a->window;
+    }
+}
+
+#define QROW(x, h, t, b) ((float *)((char *)(x)->data + (h) * (x)->nb[1] + (t) * (x)->nb[2] + (b) * (x)->nb[3]))
+
+/* S (nq x [js, je)) = scale * Q_blk K^T with the mask and softcap applied.
+ * ld of S is ldS. Returns nothing; masked entries are -inf. */
+static void block_scores(const struct attn *a, const struct toy_tensor *q, const struct toy_tensor *k,
+                         int64_t h, int64_t b, int64_t t0, int64_t nq, int64_t js, int64_t je, float *S,
+                         int64_t ldS) {
+    int64_t g = h / a->group;
+    const float *Q = QROW(q, h, t0, b);
+    const float *K = QROW(k, g, js, b);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nq, (int)(je - js), (int)a->D, a->scale, Q,
+                (int)(q->nb[2] / 4), K, (int)(k->nb[2] / 4), 0.0f, S, (int)ldS);
+    for (int64_t i = 0; i < nq; i++) {
+        float *s = S + i * ldS;
+        int64_t j0, j1;
+        key_range(a, t0 + i, &j0, &j1);
+        if (a->cap > 0)
+            for (int64_t j = 0; j < je - js; j++) s[j] = a->cap * tanhf(s[j] / a->cap);
+        for (int64_t j = js; j < je; j++)
+            if (j < j0 || j >= j1) s[j - js] = -INFINITY;
+    }
+}
+
+/* the keys a block of queries can see */
+static void block_keys(const struct attn *a, int64_t t0, int64_t nq, int64_t *js, int64_t *je) {
+    int64_t s0, e0, s1, e1;
+    key_range(a, t0, &s0, &e0);
+    key_range(a, t0 + nq - 1, &s1, &e1);
+    *js = s0 < s1 ? s0 : s1;
+    *je = e0 > e1 ? e0 : e1;
+    if (*je > a->Tk) *je = a->Tk;
+    if (*js < 0) *js = 0;
+}
+
+void toy_cpu_attention(struct toy_tensor *dst, int ith, int nth, void *work, size_t ws) {
+    const struct toy_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2];
+    struct attn a = attn_shape(q, k, dst);
+    float *S = toy_work_slice((char *)work + TOY_WORK_HEAD, ws - TOY_WORK_HEAD, ith, nth);
+    float *lse = (float *)((char *)dst->data + toy_nbytes(dst));
+    int64_t nblk = (a.Tq + QB - 1) / QB;
+    int64_t items = a.B * a.Hq * nblk, w0, w1;
+    toy_split(items, ith, nth, &w0, &w1);
+    for (int64_t w = w0; w < w1; w++) {
+        int64_t blk = w % nblk, h = (w / nblk) % a.Hq, b = w / (nblk * a.Hq);
+        int64_t t0 = blk * QB, nq = a.Tq - t0 < QB ? a.Tq - t0 : QB;
+        int64_t js, je;
+        block_keys(&a, t0, nq, &js, &je);
+        int64_t nk = je - js;
+        float *O = QROW(dst, h, t0, b);
+        int ldo = (int)(dst->nb[2] / 4);
+        if (nk <= 0) {
+            for (int64_t i = 0; i < nq; i++) {
+                memset(O + i * ldo, 0, (size_t)a.D * 4);
+                lse[(b * a.Tq + t0 + i) * a.Hq + h] = -INFINITY;
+            }
+            continue;
+        }
+        block_scores(&a, q, k, h, b, t0, nq, js, je, S, nk);
+        for (int64_t i = 0; i < nq; i++) {
+            float *s = S + i * nk;
+            float mx = toy_vec.max(s, nk);
+            float sum = mx == -INFINITY ? 0 : toy_vec.exp_sum(s, s, mx, nk);
+            if (sum > 0) toy_vec.scale(s, s, 1.0f / sum, nk);
+            else memset(s, 0, (size_t)nk * 4);
+            lse[(b * a.Tq + t0 + i) * a.Hq + h] = sum > 0 ? mx + logf(sum) : -INFINITY;
+        }
+        const float *V = QROW(v, h / a.group, js, b);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nq, (int)a.D, (int)nk, 1.0f, S, (int)nk, V,
+                    (int)(v->nb[2] / 4), 0.0f, O, ldo);
+    }
+}
+
+void toy_cpu_attention_back(struct toy_tensor *dst, int ith, int nth, void *work, size_t ws) {
+    const struct toy_tensor *dO = dst->src[0], *q = dst->src[1], *k = dst->src[2], *v = dst->src[3],
+                            *o = dst->src[4];
+    struct attn a = attn_shape(q, k, dst);
+    const float *lse = (const float *)((const char *)o->data + toy_nbytes(o));
+    float *P = toy_work_slice((char *)work + TOY_WORK_HEAD, ws - TOY_WORK_HEAD, ith, nth);
+    float *dP = P + QB * a.Tk;
+    float *Di = dP + QB * a.Tk;
+    float *C = Di + 2 * QB;                      /* s / cap of the capped scores */
+    float *dq = dst->data;                       /* {D, Hq, Tq, B} contiguous */
+    float *dk = dq + toy_nelements(q);           /* {D, Hkv, Tk, B} contiguous */
+    float *dv = dk + toy_nelements(k);
+    int64_t ldq = a.D * a.Hq, ldk = a.D * a.Hkv;
+    int64_t nblk = (a.Tq + QB - 1) / QB;
+    int64_t items = a.B * a.Hkv, w0, w1;
+    toy_split(items, ith, nth, &w0, &w1);
+    for (int64_t w = w0; w < w1; w++) {
+        int64_t g = w % a.Hkv, b = w / a.Hkv;
+        float *dK = dk + b * a.Tk * ldk + g * a.D, *dV = dv + b * a.Tk * ldk + g * a.D;
+        for (int64_t t = 0; t < a.Tk; t++) {
+            memset(dK + t * ldk, 0, (size_t)a.D * 4);
+            memset(dV + t * ldk, 0, (size_t)a.D * 4);
+        }
+        const float *K = QROW(k, g, 0, b), *V = QROW(v, g, 0, b);
+        int ldK = (int)(k->nb[2] / 4), ldV = (int)(v->nb[2] / 4);
+        for (int64_t h = g * a.group; h < (g + 1) * a.group; h++) {
+            for (int64_t blk = 0; blk < nblk; blk++) {
+                int64_t t0 = blk * QB, nq = a.Tq - t0 < QB ? a.Tq - t0 : QB;
+                float *dQ = dq + (b * a.Tq + t0) * ldq + h * a.D;
+                int64_t js, je;
+                block_keys(&a, t0, nq, &js, &je);
+                int64_t nk = je - js;
+                if (nk <= 0) {
+                    for (int64_t i = 0; i < nq; i++) memset(dQ + i * ldq, 0, (size_t)a.D * 4);
+                    continue;
+                }
+                block_scores(&a, q, k, h, b, t0, nq, js, je, P, nk);
+                if (a.cap > 0)
+                    for (int64_t i = 0; i < nq * nk; i++) C[i] = P[i] / a.cap;
+                const float *dOb = QROW(dO, h, t0, b);
+                const float *Ob = QROW(o, h, t0, b);
+                int lddO = (int)(dO->nb[2] / 4), ldO = (int)(o->nb[2] / 4);
+                /* P = exp(S - lse); Di = rowsum(dO * O) */
+                for (int64_t i = 0; i < nq; i++) {
+                    float l = lse[(b * a.Tq + t0 + i) * a.Hq + h];
+                    float *p = P + i * nk;
+                    if (l == -INFINITY) memset(p, 0, (size_t)nk * 4);
+                    else toy_vec.exp_sum(p, p, l, nk);
+                    Di[i] = toy_vec.dot(dOb + i * lddO, Ob + i * ldO, a.D);
+                }
+                /* dV[js:je] += P^T dO */
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nk, (int)a.D, (int)nq, 1.0f, P, (int)nk,
+                            dOb, lddO, 1.0f, dV + js * ldk, (int)ldk);
+                /* dP = dO V^T */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nq, (int)nk, (int)a.D, 1.0f, dOb, lddO,
+                            V + js * ldV, ldV, 0.0f, dP, (int)nk);
+                /* dS = P (dP - Di), through the softcap: d raw = dS (1 - (s/c)^2) */
+                for (int64_t i = 0; i < nq; i++) {
+                    float *p = P + i * nk, *d = dP + i * nk;
+                    for (int64_t j = 0; j < nk; j++) d[j] = p[j] * (d[j] - Di[i]);
+                    if (a.cap > 0)
+                        for (int64_t j = 0; j < nk; j++)
+                            if (p[j] > 0) d[j] *= 1.0f - C[i * nk + j] * C[i * nk + j];
+                }
+                /* dQ = scale dS K;  dK += scale dS^T Q */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nq, (int)a.D, (int)nk, a.scale, dP,
+                            (int)nk, K + js * ldK, ldK, 0.0f, dQ, (int)ldq);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nk, (int)a.D, (int)nq, a.scale, dP,
+                            (int)nk, QROW(q, h, t0, b), (int)(q->nb[2] / 4), 1.0f, dK + js * ldk, (int)ldk);
+            }
+        }
+    }
+}

@@ -1,0 +1,79 @@
+/* cpu-impl.h: what the CPU kernel files share. */
+#ifndef TOY_CPU_IMPL_H
+#define TOY_CPU_IMPL_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "core/internal.h"
+
+#define TOY_ROW(t, i1, i2, i3) \
+    ((char *)(t)->data + (size_t)(i1) * (t)->nb[1] + (size_t)(i2) * (t)->nb[2] + (size_t)(i3) * (t)->nb[3])
+
+/* rows [*r0, *r1) of nr for thread ith of nth */
+static inline void toy_split(int64_t nr, int ith, int nth, int64_t *r0, int64_t *r1) {
+    int64_t per = (nr + nth - 1) / nth;
+    *r0 = per * ith < nr ? per * ith : nr;
+    *r1 = *r0 + per < nr ? *r0 + per : nr;
+}
+
+static inline void toy_unravel(int64_t r, const struct toy_tensor *t, int64_t *i1, int64_t *i2, int64_t *i3) {
+    *i1 = r % t->ne[1];
+    r /= t->ne[1];
+    *i2 = r % t->ne[2];
+    *i3 = r / t->ne[2];
+}
+
+/* The work buffer starts with one cache line of reduction slots per thread
+ * (up to 256 threads); kernels' scratch slices follow. */
+#define TOY_WORK_HEAD (64 * 256)
+
+/* Per-thread slice of the work buffer. */
+static inline void *toy_work_slice(void *work, size_t work_size, int ith, int nth) {
+    size_t per = work_size / (size_t)nth / 64 * 64;
+    return (char *)work + per * (size_t)ith;
+}
+
+/* The "last thread out" of a kernel: returns true in exactly one thread,
+ * after every other thread's writes before its call are visible. The counter
+ * is reset for the next run. */
+static inline bool toy_last_thread(atomic_int *ctr, int nth) {
+    if (nth == 1) return true;
+    if (atomic_fetch_add_explicit(ctr, 1, memory_order_acq_rel) == nth - 1) {
+        atomic_store_explicit(ctr, 0, memory_order_relaxed);
+        return true;
+    }
+    return false;
+}
+
+/* Loads a row of any plain or block dtype as f32 (tmp: ne0 floats scratch
+ * when the row is not f32 contiguous). Returns a pointer to f32 data. */
+const float *toy_cpu_row_f32(const struct toy_tensor *t, const char *row, float *tmp);
+
+/* kernels in other files */
+void toy_cpu_matmul(struct toy_tensor *dst, int ith, int nth, void *work, size_t work_size);
+size_t toy_cpu_matmul_work(const struct toy_tensor *dst, int nth);
+void toy_cpu_attention(struct toy_tensor *dst, int ith, int nth, void *work, size_t work_size);
+void toy_cpu_attention_back(struct toy_tensor *dst, int ith, int nth, void *work, size_t work_size);
+size_t toy_cpu_attention_work(const struct toy_tensor *dst, int nth);
+
+/* vector primitives with run-time ISA dispatch (simd.c) */
+struct toy_vec_ops {
+    float (*dot)(const float *a, const float *b, int64_t n);
+    void (*axpy)(float *y, const float *x, float a, int64_t n);        /* y += a x */
+    void (*scale)(float *y, const float *x, float s, int64_t n);       /* y = s x */
+    float (*sumsq)(const float *x, int64_t n);
+    float (*max)(const float *x, int64_t n);
+    float (*exp_sum)(float *y, const float *x, float shift, int64_t n); /* y = exp(x - shift), returns sum */
+    void (*silu_mul)(float *y, const float *g, const float *u, int64_t n);
+    void (*rms_apply)(float *y, const float *x, const float *w, float r, int64_t n);
+    void (*add)(float *y, const float *a, const float *b, int64_t n);
+    void (*mul)(float *y, const float *a, const float *b, int64_t n);
+    void (*adamw)(float *p, const float *g, float *m, float *v, int64_t n, float lr, float b1,
+                  float b2, float eps, float wd, float bc1, float bc2sqrt);
+};
+extern struct toy_vec_ops toy_vec;
+void toy_simd_init(void);
+const char *toy_simd_name(void);
+
+#endif

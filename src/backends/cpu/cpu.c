@@ -1,0 +1,783 @@
+/* cpu.c: the CPU kernels of every op except matmul (matmul.c) and attention
+ * (attention.c), and the dispatch from a graph node to its kernel.
+ *
+ * Every kernel runs on all threads of the pool at once as (ith, nth) and
+ * splits its rows; results are contiguous f32 (op results are made
+ * contiguous by the constructors); sources may be strided views. Reductions
+ * across threads use per-thread partials and the "last thread out" pattern
+ * (cpu-impl.h) instead of a barrier.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "backends/cpu/cpu-impl.h"
+#include "toy/quant.h"
+#include <cblas.h>
+
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static void init_impl(void) {
+    toy_simd_init();
+    /* the pool splits GEMMs itself: one BLAS thread per call */
+    openblas_set_num_threads(1);
+}
+void toy_cpu_init(void) { pthread_once(&init_once, init_impl); }
+
+/* ---- row access -------------------------------------------------------------- */
+
+const float *toy_cpu_row_f32(const struct toy_tensor *t, const char *row, float *tmp) {
+    int64_t n = t->ne[0];
+    if (t->type == TOY_F32) {
+        if (t->nb[0] == 4) return (const float *)row;
+        for (int64_t i = 0; i < n; i++) tmp[i] = *(const float *)(row + i * t->nb[0]);
+        return tmp;
+    }
+    if (toy_dtype_block_size(t->type) == 1 && t->nb[0] != toy_dtype_type_size(t->type)) {
+        for (int64_t i = 0; i < n; i++) {
+            const char *p = row + i * t->nb[0];
+            tmp[i] = t->type == TOY_F16 ? toy_f16_to_f32(*(const toy_f16 *)p)
+                   : t->type == TOY_BF16 ? toy_bf16_to_f32(*(const toy_bf16 *)p)
+                   : (float)*(const int32_t *)p;
+        }
+        return tmp;
+    }
+    if (toy_dequantize_row(t->type, row, tmp, n) != TOY_OK)
+        TOY_ABORT("cannot read rows of type %s (tensor '%s')", toy_dtype_name(t->type), t->name);
+    return tmp;
+}
+
+static inline float *out_row(struct toy_tensor *t, int64_t r) {
+    return (float *)t->data + r * t->ne[0];
+}
+
+/* Source row matching output row (i1,i2,i3) with broadcasting. */
+static inline const char *bcast_row(const struct toy_tensor *s, int64_t i1, int64_t i2, int64_t i3) {
+    return TOY_ROW(s, s->ne[1] == 1 ? 0 : i1, s->ne[2] == 1 ? 0 : i2, s->ne[3] == 1 ? 0 : i3);
+}
+
+/* ---- copies ---------------------------------------------------------------------- */
+
+static void k_cont_cast(struct toy_tensor *dst, int ith, int nth, float *tmp) {
+    const struct toy_tensor *a = dst->src[0];
+    int64_t r0, r1, n = a->ne[0];
+    toy_split(toy_nrows(dst), ith, nth, &r0, &r1);
+    size_t drow = toy_row_bytes(dst->type, n);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i1, i2, i3;
+        toy_unravel(r, a, &i1, &i2, &i3);
+        const char *src = TOY_ROW(a, i1, i2, i3);
+        char *d = (char *)dst->data + r * drow;
+        if (a->type == dst->type && (a->nb[0] == toy_dtype_type_size(a->type) || n == 1)) {
+            memcpy(d, src, drow);
+            continue;
+        }
+        const float *f = toy_cpu_row_f32(a, src, tmp);
+        switch (dst->type) {
+        case TOY_F32: memcpy(d, f, (size_t)n * 4); break;
+        case TOY_F16: toy_f32_to_f16_row(f, (toy_f16 *)d, n); break;
+        case TOY_BF16: toy_f32_to_bf16_row(f, (toy_bf16 *)d, n); break;
+        default: TOY_ABORT("cast to %s", toy_dtype_name(dst->type));
+        }
+    }
+}
+
+/* ---- elementwise -------------------------------------------------------------------- */
+
+static void k_binary(struct toy_tensor *dst, int ith, int nth, float *tmp) {
+    const struct toy_tensor *a = dst->src[0], *b = dst->src[1];
+    int64_t r0, r1, n = dst->ne[0];
+    toy_split(toy_nrows(dst), ith, nth, &r0, &r1);
+    float *ta = tmp, *tb = tmp + n;
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i1, i2, i3;
+        toy_unravel(r, dst, &i1, &i2, &i3);
+        const float *x = toy_cpu_row_f32(a, TOY_ROW(a, i1, i2, i3), ta);
+        const char *brow = bcast_row(b, i1, i2, i3);
+        float *y = out_row(dst, r);
+        if (b->ne[0] == 1) {
+            float s = *(const float *)brow;
+            switch (dst->op) {
+            case TOY_OP_ADD: for (int64_t i = 0; i < n; i++) y[i] = x[i] + s; break;
+            case TOY_OP_SUB: for (int64_t i = 0; i < n; i++) y[i] = x[i] - s; break;
+            case TOY_OP_MUL: for (int64_t i = 0; i < n; i++) y[i] = x[i] * s; break;
+            default: for (int64_t i = 0; i < n; i++) y[i] = x[i] / s; break;
+            }
+            continue;
+        }
+        const float *z = toy_cpu_row_f32(b, brow, tb);
+        switch (dst->op) {
+        case TOY_OP_ADD: toy_vec.add(y, x, z, n); break;
+        case TOY_OP_SUB: for (int64_t i = 0; i < n; i++) y[i] = x[i] - z[i]; break;
+        case TOY_OP_MUL: toy_vec.mul(y, x, z, n); break;
+        default: for (int64_t i = 0; i < n; i++) y[i] = x[i] / z[i]; break;
+        }
+    }
+}
+
+static inline float gelu_f(float x) {
+    const float c = 0.7978845608028654f; /* sqrt(2/pi) */
+    return 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
+}
+
+static inline float gelu_grad(float x) {
+    const float c = 0.7978845608028654f;
+    float u = c * (x + 0.044715f * x * x * x);
+    float t = tanhf(u);
+    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * c * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
+static void k_unary(struct toy_tensor *dst, int ith, int nth, float *tmp) {
+    const struct toy_tensor *a = dst->src[0];
+    int64_t r0, r1, n = dst->ne[0];
+    toy_split(toy_nrows(dst), ith, nth, &r0, &r1);
+    float s = toy_param_f32(dst, P_SCALE);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i1, i2, i3;
+        toy_unravel(r, dst, &i1, &i2, &i3);
+        const float *x = toy_cpu_row_f32(a, TOY_ROW(a, i1, i2, i3), tmp);
+        float *y = out_row(dst, r);
+        switch (dst->op) {
+        case TOY_OP_SCALE: toy_vec.scale(y, x, s, n); break;
+        case TOY_OP_SQR: for (int64_t i = 0; i < n; i++) y[i] = x[i] * x[i]; break;
+        case TOY_OP_SQRT: for (int64_t i = 0; i < n; i++) y[i] = sqrtf(x[i]); break;
+        case TOY_OP_NEG: for (int64_t i = 0; i < n; i++) y[i] = -x[i]; break;
+        case TOY_OP_SILU: for (int64_t i = 0; i < n; i++) y[i] = x[i] / (1.0f + expf(-x[i])); break;
+        case TOY_OP_GELU: for (int64_t i = 0; i < n; i++) y[i] = gelu_f(x[i]); break;
+        default: TOY_ABORT("unary %s", toy_op_name(dst->op));
+        }
+    }
+}
+
+/* dy-based backward of the activations: dst = f'(x) * dy */
+static void k_act_back(struct toy_tensor *dst, int ith, int nth, float *tmp) {
+    const struct toy_tensor *dy = dst->src[0], *x = dst->src[1];
+    int64_t r0, r1, n = dst->ne[0];
+    toy_split(toy_nrows(dst), ith, nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i1, i2, i3;
+        toy_unravel(r, dst, &i1, &i2, &i3);
+        const float *g = toy_cpu_row_f32(dy, TOY_ROW(dy, i1, i2, i3), tmp);
+        const float *xv = toy_cpu_row_f32(x, TOY_ROW(x, i1, i2, i3), tmp + n);
+        float *y = out_row(dst, r);
+        if (dst->op == TOY_OP_SILU_BACK) {
+            for (int64_t i = 0; i < n; i++) {
+                float sg = 1.0f / (1.0f + expf(-xv[i]));
+                y[i] = g[i] * sg * (1.0f + xv[i] * (1.0f - sg));
+            }
+        } else {
+            for (int64_t i = 0; i < n; i++) y[i] = g[i] * gelu_grad(xv[i]);
+        }
+    }
+}
+
+static void k_swiglu(struct toy_tensor *dst, int ith, int nth, float *tmp) {
+    const struct toy_tensor *g = dst->src[0], *u = dst->src[1];
+    int64_t r0, r1, n = dst->ne[0];
+    toy_split(toy_nrows(dst), ith, nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i1, i2, i3;
+        toy_unravel(r, dst, &i1, &i2, &i3);
+        const float *gv = toy_cpu_row_f32(g, TOY_ROW(g, i1, i2, i3), tmp);
+        const float *uv = toy_cpu_row_f32(u, TOY_ROW(u, i1, i2, i3), tmp + n);
+        toy_vec.silu_mul(out_row(dst, r), gv, uv, n);
+    }
+}
+
+static void k_swiglu_back(struct toy_tensor *dst, int ith, int nth, float *tmp) {
+    const struct toy_tensor *dy = dst->src[0], *g = dst->src[1], *u = dst->src[2];
+    int which = dst->op_params[0];
+    int64_t r0, r1, n = dst->ne[0];
+    toy_split(toy_nrows(dst), ith, nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i1, i2, i3;
+        toy_unravel(r, dst, &i1, &i2, &i3);
+        const float *d = toy_cpu_row_f32(dy, TOY_ROW(dy, i1, i2, i3), tmp);
+        const float *gv = toy_cpu_row_f32(g, TOY_ROW(g, i1, i2, i3), tmp + n);
+        float *y = out_row(dst, r);
+        if (which == 1) {
+            for (int64_t i = 0; i < n; i++) y[i] = d[i] * gv[i] / (1.0f + expf(-gv[i]));
+        } else {
+            const float *uv = toy_cpu_row_f32(u, TOY_ROW(u, i1, i2, i3), tmp + 2 * n);
+            for (int64_t i = 0; i < n; i++) {
+                float sg = 1.0f / (1.0f + expf(-gv[i]));
+                y[i] = d[i] * uv[i] * sg * (1.0f + gv[i] * (1.0f - sg));
+            }
+        }
+    }
+}
+
+/* ---- indexing ------------------------------------------------------------------------- */
+
+static void flag_error(struct toy_tensor *dst) { dst->op_params[TOY_MAX_OP_PARAMS - 1] = 1; }
+
+static void k_get_rows(struct toy_tensor *dst, int ith, int nth, float *tmp) {
+    const struct toy_tensor *tab = dst->src[0], *ids = dst->src[1];
+    int64_t r0, r1, n = dst->ne[0];
+    toy_split(toy_nrows(dst), ith, nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i1, i2, i3;
+        toy_unravel(r, dst, &i1, &i2, &i3);
+        int32_t id = *(const int32_t *)((const char *)ids->data + i1 * ids->nb[0] + i2 * ids->nb[1] + i3 * ids->nb[2]);
+        float *y = out_row(dst, r);
+        if (id < 0 || id >= tab->ne[1]) {
+            flag_error(dst);
+            memset(y, 0, (size_t)n * 4);
+            continue;
+        }
+        const float *x = toy_cpu_row_f32(tab, TOY_ROW(tab, id, 0, 0), tmp);
+        if (x != y) memcpy(y, x, (size_t)n * 4);
+    }
+}
+
+/* dtable[id] += dy[row]; threads own column slices, so no two threads write
+ * the same element. */
+static void k_get_rows_back(struct toy_tensor *dst, int ith, int nth) {
+    const struct toy_tensor *dy = dst->src[0], *ids = dst->src[1];
+    int64_t c0, c1, n = dst->ne[0];
+    toy_split(n, ith, nth, &c0, &c1);
+    if (!dst->op_params[P_GRB_ACCUM])
+        for (int64_t r = 0; r < dst->ne[1]; r++) memset(out_row(dst, r) + c0, 0, (size_t)(c1 - c0) * 4);
+    int64_t nrows = toy_nrows(dy);
+    for (int64_t r = 0; r < nrows; r++) {
+        int64_t i1, i2, i3;
+        toy_unravel(r, dy, &i1, &i2, &i3);
+        int32_t id = *(const int32_t *)((const char *)ids->data + i1 * ids->nb[0] + i2 * ids->nb[1] + i3 * ids->nb[2]);
+        if (id < 0 || id >= dst->ne[1]) continue;
+        const float *g = (const float *)TOY_ROW(dy, i1, i2, i3);
+        float *y = out_row(dst, id);
+        for (int64_t c = c0; c < c1; c++) y[c] += g[c];
+    }
+}
+
+/* ---- reductions, broadcasts -------------------------------------------------------------- */
+
+static void k_sum_dim(struct toy_tensor *dst, int ith, int nth, float *tmp) {
+    const struct toy_tensor *a = dst->src[0];
+    int dim = dst->op_params[P_DIM];
+    double inv = dst->op == TOY_OP_MEAN ? 1.0 / (double)a->ne[dim] : 1.0;
+    int64_t r0, r1, n = dst->ne[0];
+    toy_split(toy_nrows(dst), ith, nth, &r0, &r1);
+    double *acc = (double *)(tmp + 2 * a->ne[0] + 16);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i1, i2, i3;
+        toy_unravel(r, dst, &i1, &i2, &i3);
+        float *y = out_row(dst, r);
+        if (dim == 0) {
+            const float *x = toy_cpu_row_f32(a, TOY_ROW(a, i1, i2, i3), tmp);
+            double s = 0;
+            for (int64_t i = 0; i < a->ne[0]; i++) s += x[i];
+            y[0] = (float)(s * inv);
+            continue;
+        }
+        for (int64_t i = 0; i < n; i++) acc[i] = 0;
+        int64_t idx[4] = {0, i1, i2, i3};
+        for (int64_t k = 0; k < a->ne[dim]; k++) {
+            idx[dim] = k;
+            const float *x = toy_cpu_row_f32(a, TOY_ROW(a, idx[1], idx[2], idx[3]), tmp);
+            for (int64_t i = 0; i < n; i++) acc[i] += x[i];
+        }
+        for (int64_t i = 0; i < n; i++) y[i] = (float)(acc[i] * inv);
+    }
+}
+
+static void k_sum_all(struct toy_tensor *dst, int ith, int nth, float *tmp, void *work, size_t ws) {
+    const struct toy_tensor *a = dst->src[0];
+    int64_t r0, r1;
+    toy_split(toy_nrows(a), ith, nth, &r0, &r1);
+    double s = 0;
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i1, i2, i3;
+        toy_unravel(r, a, &i1, &i2, &i3);
+        const float *x = toy_cpu_row_f32(a, TOY_ROW(a, i1, i2, i3), tmp);
+        for (int64_t i = 0; i < a->ne[0]; i++) s += x[i];
+    }
+    double *partial = (double *)work; /* first 64 bytes per thread, before the slices */
+    (void)ws;
+    partial[ith * 8] = s;
+    if (toy_last_thread((atomic_int *)&dst->op_params[TOY_MAX_OP_PARAMS - 2], nth)) {
+        double t = 0;
+        for (int i = 0; i < nth; i++) t += partial[i * 8];
+        *(float *)dst->data = (float)t;
+    }
+}
+
+static void k_repeat(struct toy_tensor *dst, int ith, int nth, float *tmp) {
+    const struct toy_tensor *a = dst->src[0];
+    int64_t r0, r1, n = dst->ne[0];
+    toy_split(toy_nrows(dst), ith, nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i1, i2, i3;
+        toy_unravel(r, dst, &i1, &i2, &i3);
+        const char *src = bcast_row(a, i1, i2, i3);
+        float *y = out_row(dst, r);
+        if (a->ne[0] == 1) {
+            float v = *(const float *)src;
+            for (int64_t i = 0; i < n; i++) y[i] = v;
+        } else {
+            const float *x = toy_cpu_row_f32(a, src, tmp);
+            memcpy(y, x, (size_t)n * 4);
+        }
+    }
+}
+
+/* dst (small) = sum of a over the dims where dst has size 1 */
+static void k_sum_to(struct toy_tensor *dst, int ith, int nth, float *tmp) {
+    const struct toy_tensor *a = dst->src[0];
+    int64_t r0, r1, n = dst->ne[0];
+    toy_split(toy_nrows(dst), ith, nth, &r0, &r1);
+    double *acc = (double *)(tmp + 2 * a->ne[0] + 16);
+    int64_t e1 = dst->ne[1] == 1 ? a->ne[1] : 1, e2 = dst->ne[2] == 1 ? a->ne[2] : 1,
+            e3 = dst->ne[3] == 1 ? a->ne[3] : 1;
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t o1, o2, o3;
+        toy_unravel(r, dst, &o1, &o2, &o3);
+        for (int64_t i = 0; i < n; i++) acc[i] = 0;
+        for (int64_t j3 = 0; j3 < e3; j3++)
+            for (int64_t j2 = 0; j2 < e2; j2++)
+                for (int64_t j1 = 0; j1 < e1; j1++) {
+                    const float *x = toy_cpu_row_f32(
+                        a, TOY_ROW(a, e1 > 1 ? j1 : o1, e2 > 1 ? j2 : o2, e3 > 1 ? j3 : o3), tmp);
+                    if (n == 1 && a->ne[0] > 1) {
+                        double s = 0;
+                        for (int64_t i = 0; i < a->ne[0]; i++) s += x[i];
+                        acc[0] += s;
+                    } else {
+                        for (int64_t i = 0; i < n; i++) acc[i] += x[i];
+                    }
+                }
+        float *y = out_row(dst, r);
+        for (int64_t i = 0; i < n; i++) y[i] = (float)acc[i];
+    }
+}
+
+static void k_concat(struct toy_tensor *dst, int ith, int nth, float *tmp) {
+    const struct toy_tensor *a = dst->src[0], *b = dst->src[1];
+    int dim = dst->op_params[P_DIM];
+    int64_t r0, r1, n = dst->ne[0];
+    toy_split(toy_nrows(dst), ith, nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i[4] = {0};
+        toy_unravel(r, dst, &i[1], &i[2], &i[3]);
+        float *y = out_row(dst, r);
+        if (dim == 0) {
+            const float *x = toy_cpu_row_f32(a, TOY_ROW(a, i[1], i[2], i[3]), tmp);
+            memcpy(y, x, (size_t)a->ne[0] * 4);
+            x = toy_cpu_row_f32(b, TOY_ROW(b, i[1], i[2], i[3]), tmp);
+            memcpy(y + a->ne[0], x, (size_t)b->ne[0] * 4);
+            continue;
+        }
+        const struct toy_tensor *s = i[dim] < a->ne[dim] ? a : b;
+        if (s == b) i[dim] -= a->ne[dim];
+        const float *x = toy_cpu_row_f32(s, TOY_ROW(s, i[1], i[2], i[3]), tmp);
+        memcpy(y, x, (size_t)n * 4);
+    }
+}
+
+/* ---- norms -------------------------------------------------------------------------------- */
+
+static void k_rms_norm(struct toy_tensor *dst, int ith, int nth, float *tmp) {
+    const struct toy_tensor *x = dst->src[0], *w = dst->src[1];
+    float eps = toy_param_f32(dst, P_EPS);
+    int64_t r0, r1, n = dst->ne[0];
+    toy_split(toy_nrows(dst), ith, nth, &r0, &r1);
+    const float *wv = w ? toy_cpu_row_f32(w, w->data, tmp + n) : NULL;
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i1, i2, i3;
+        toy_unravel(r, dst, &i1, &i2, &i3);
+        const float *xv = toy_cpu_row_f32(x, TOY_ROW(x, i1, i2, i3), tmp);
+        float rstd = 1.0f / sqrtf(toy_vec.sumsq(xv, n) / (float)n + eps);
+        toy_vec.rms_apply(out_row(dst, r), xv, wv, rstd, n);
+    }
+}
+
+static void k_layer_norm(struct toy_tensor *dst, int ith, int nth, float *tmp) {
+    const struct toy_tensor *x = dst->src[0], *w = dst->src[1], *b = dst->src[2];
+    float eps = toy_param_f32(dst, P_EPS);
+    int64_t r0, r1, n = dst->ne[0];
+    toy_split(toy_nrows(dst), ith, nth, &r0, &r1);
+    const float *wv = w ? toy_cpu_row_f32(w, w->data, tmp + n) : NULL;
+    const float *bv = b ? toy_cpu_row_f32(b, b->data, tmp + 2 * n) : NULL;
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i1, i2, i3;
+        toy_unravel(r, dst, &i1, &i2, &i3);
+        const float *xv = toy_cpu_row_f32(x, TOY_ROW(x, i1, i2, i3), tmp);
+        double mean = 0, var = 0;
+        for (int64_t i = 0; i < n; i++) mean += xv[i];
+        mean /= (double)n;
+        for (int64_t i = 0; i < n; i++) var += ((double)xv[i] - mean) * ((double)xv[i] - mean);
+        var /= (double)n;
+        float rstd = (float)(1.0 / sqrt(var + eps)), mu = (float)mean;
+        float *y = out_row(dst, r);
+        for (int64_t i = 0; i < n; i++) {
+            float v = (xv[i] - mu) * rstd;
+            if (wv) v *= wv[i];
+            if (bv) v += bv[i];
+            y[i] = v;
+        }
+    }
+}
+
+/* dx for rms (layer=false) or layer norm (layer=true):
+ *   xhat = (x - mu) r;  g = w dy;
+ *   dx = r (g - mean(g) [layer only] - xhat mean(g xhat)) */
+static void k_norm_back(struct toy_tensor *dst, int ith, int nth, float *tmp, bool layer) {
+    const struct toy_tensor *dy = dst->src[0], *x = dst->src[1], *w = dst->src[2];
+    float eps = toy_param_f32(dst, P_EPS);
+    int64_t r0, r1, n = dst->ne[0];
+    toy_split(toy_nrows(dst), ith, nth, &r0, &r1);
+    const float *wv = w ? toy_cpu_row_f32(w, w->data, tmp + 2 * n) : NULL;
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i1, i2, i3;
+        toy_unravel(r, dst, &i1, &i2, &i3);
+        const float *xv = toy_cpu_row_f32(x, TOY_ROW(x, i1, i2, i3), tmp);
+        const float *d = toy_cpu_row_f32(dy, TOY_ROW(dy, i1, i2, i3), tmp + n);
+        double mu = 0, var = 0;
+        if (layer) {
+            for (int64_t i = 0; i < n; i++) mu += xv[i];
+            mu /= (double)n;
+        }
+        for (int64_t i = 0; i < n; i++) var += ((double)xv[i] - mu) * ((double)xv[i] - mu);
+        var /= (double)n;
+        double rstd = 1.0 / sqrt(var + eps);
+        double mg = 0, mgx = 0;
+        for (int64_t i = 0; i < n; i++) {
+            double g = wv ? (double)d[i] * wv[i] : d[i];
+            double xh = ((double)xv[i] - mu) * rstd;
+            mg += g;
+            mgx += g * xh;
+        }
+        mg /= (double)n;
+        mgx /= (double)n;
+        float *y = out_row(dst, r);
+        for (int64_t i = 0; i < n; i++) {
+            double g = wv ? (double)d[i] * wv[i] : d[i];
+            double xh = ((double)xv[i] - mu) * rstd;
+            y[i] = (float)(rstd * (g - (layer ? mg : 0.0) - xh * mgx));
+        }
+    }
+}
+
+/* dw = sum over rows of dy * xhat; per-thread partials in double. */
+static void k_norm_back_w(struct toy_tensor *dst, int ith, int nth, float *tmp, void *work, bool layer) {
+    const struct toy_tensor *dy = dst->src[0], *x = dst->src[1];
+    float eps = toy_param_f32(dst, P_EPS);
+    int64_t n = dst->ne[0], r0, r1;
+    int64_t nr = toy_nrows(x);
+    toy_split(nr, ith, nth, &r0, &r1);
+    double *part = (double *)((char *)work + TOY_WORK_HEAD) + (size_t)ith * (size_t)n;
+    for (int64_t i = 0; i < n; i++) part[i] = 0;
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i1, i2, i3;
+        toy_unravel(r, x, &i1, &i2, &i3);
+        const float *xv = toy_cpu_row_f32(x, TOY_ROW(x, i1, i2, i3), tmp);
+        const float *d = toy_cpu_row_f32(dy, TOY_ROW(dy, i1, i2, i3), tmp + n);
+        double mu = 0, var = 0;
+        if (layer) {
+            for (int64_t i = 0; i < n; i++) mu += xv[i];
+            mu /= (double)n;
+        }
+        for (int64_t i = 0; i < n; i++) var += ((double)xv[i] - mu) * ((double)xv[i] - mu);
+        double rstd = 1.0 / sqrt(var / (double)n + eps);
+        for (int64_t i = 0; i < n; i++) part[i] += (double)d[i] * ((double)xv[i] - mu) * rstd;
+    }
+    if (toy_last_thread((atomic_int *)&dst->op_params[TOY_MAX_OP_PARAMS - 2], nth)) {
+        double *base = (double *)((char *)work + TOY_WORK_HEAD);
+        float *y = dst->data;
+        for (int64_t i = 0; i < n; i++) {
+            double s = 0;
+            for (int t = 0; t < nth; t++) s += base[(size_t)t * (size_t)n + (size_t)i];
+            y[i] = (float)s;
+        }
+    }
+}
+
+/* ---- softmax ---------------------------------------------------------------------------- */
+
+static void k_softmax(struct toy_tensor *dst, int ith, int nth, float *tmp) {
+    const struct toy_tensor *x = dst->src[0], *mask = dst->src[1];
+    float scale = toy_param_f32(dst, P_SM_SCALE);
+    int64_t r0, r1, n = dst->ne[0];
+    toy_split(toy_nrows(dst), ith, nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i1, i2, i3;
+        toy_unravel(r, dst, &i1, &i2, &i3);
+        const float *xv = toy_cpu_row_f32(x, TOY_ROW(x, i1, i2, i3), tmp);
+        float *y = out_row(dst, r);
+        if (mask) {
+            const char *mrow = bcast_row(mask, i1, i2, i3);
+            if (mask->ne[0] == 1) {
+                float mv = *(const float *)mrow;
+                for (int64_t i = 0; i < n; i++) y[i] = xv[i] * scale + mv;
+            } else {
+                const float *m = toy_cpu_row_f32(mask, mrow, tmp + n);
+                for (int64_t i = 0; i < n; i++) y[i] = xv[i] * scale + m[i];
+            }
+        } else {
+            toy_vec.scale(y, xv, scale, n);
+        }
+        float mx = toy_vec.max(y, n);
+        if (mx == -INFINITY) { /* fully masked row */
+            memset(y, 0, (size_t)n * 4);
+            continue;
+        }
+        float s = toy_vec.exp_sum(y, y, mx, n);
+        toy_vec.scale(y, y, 1.0f / s, n);
+    }
+}
+
+static void k_softmax_back(struct toy_tensor *dst, int ith, int nth, float *tmp) {
+    const struct toy_tensor *dy = dst->src[0], *y = dst->src[1];
+    float scale = toy_param_f32(dst, P_SM_SCALE);
+    int64_t r0, r1, n = dst->ne[0];
+    toy_split(toy_nrows(dst), ith, nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i1, i2, i3;
+        toy_unravel(r, dst, &i1, &i2, &i3);
+        const float *d = toy_cpu_row_f32(dy, TOY_ROW(dy, i1, i2, i3), tmp);
+        const float *yv = (const float *)TOY_ROW(y, i1, i2, i3);
+        float dot = toy_vec.dot(d, yv, n);
+        float *o = out_row(dst, r);
+        for (int64_t i = 0; i < n; i++) o[i] = scale * yv[i] * (d[i] - dot);
+    }
+}
+
+/* ---- rope ------------------------------------------------------------------------------------ */
+
+/* Per-dim-pair frequency and yarn ramp mix, then rotate. Follows the
+ * Hugging Face definitions of linear, llama3 and YaRN scaling. */
+static void rope_freqs(const struct toy_tensor *dst, int n_dims, float *inv_freq) {
+    float base = toy_param_f32(dst, P_RP_BASE), factor = toy_param_f32(dst, P_RP_FACTOR);
+    int scaling = dst->op_params[P_RP_SCALING];
+    int orig = dst->op_params[P_RP_ORIG];
+    int half = n_dims / 2;
+    for (int i = 0; i < half; i++) {
+        double f = 1.0 / pow((double)base, (double)(2 * i) / n_dims);
+        if (scaling == TOY_ROPE_SCALING_LINEAR) {
+            f /= factor;
+        } else if (scaling == TOY_ROPE_SCALING_LLAMA3) {
+            double low = toy_param_f32(dst, P_RP_LOW), high = toy_param_f32(dst, P_RP_HIGH);
+            double low_wl = orig / low, high_wl = orig / high;
+            double wl = 2 * M_PI / f;
+            if (wl > low_wl) {
+                f /= factor;
+            } else if (wl >= high_wl) {
+                double smooth = (orig / wl - low) / (high - low);
+                f = (1 - smooth) * f / factor + smooth * f;
+            }
+        } else if (scaling == TOY_ROPE_SCALING_YARN) {
+            double bf = toy_param_f32(dst, P_RP_BFAST), bs = toy_param_f32(dst, P_RP_BSLOW);
+            double lo = floor(n_dims * log(orig / (bf * 2 * M_PI)) / (2 * log(base)));
+            double hi = ceil(n_dims * log(orig / (bs * 2 * M_PI)) / (2 * log(base)));
+            if (lo < 0) lo = 0;
+            if (hi > n_dims - 1) hi = n_dims - 1;
+            if (hi == lo) hi += 0.001;
+            double ramp = (i - lo) / (hi - lo);
+            ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+            double extrap = 1 - ramp; /* weight of the unscaled frequency */
+            f = (f / factor) * (1 - extrap) + f * extrap;
+        }
+        inv_freq[i] = (float)f;
+    }
+}
+
+static void k_rope(struct toy_tensor *dst, int ith, int nth, float *tmp) {
+    const struct toy_tensor *x = dst->src[0], *pos = dst->src[1];
+    int n_dims = dst->op_params[P_RP_NDIMS];
+    bool neox = dst->op_params[P_RP_MODE] == TOY_ROPE_NEOX;
+    float sign = dst->op_params[P_RP_INVERSE] ? -1.0f : 1.0f;
+    float mscale = dst->op_params[P_RP_SCALING] == TOY_ROPE_SCALING_YARN ? toy_param_f32(dst, P_RP_ATTN) : 1.0f;
+    int64_t D = dst->ne[0], T = dst->ne[2];
+    float *inv_freq = tmp + 2 * D;
+    rope_freqs(dst, n_dims, inv_freq);
+    bool per_batch = toy_nelements(pos) == T * dst->ne[3] && dst->ne[3] > 1;
+    int64_t r0, r1;
+    toy_split(toy_nrows(dst), ith, nth, &r0, &r1);
+    int half = n_dims / 2;
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t h, t, b;
+        toy_unravel(r, dst, &h, &t, &b);
+        const float *xv = toy_cpu_row_f32(x, TOY_ROW(x, h, t, b), tmp);
+        float p = (float)((const int32_t *)pos->data)[per_batch ? b * T + t : t];
+        float *y = out_row(dst, r);
+        for (int i = 0; i < half; i++) {
+            float th = p * inv_freq[i];
+            float c = cosf(th) * mscale, s = sinf(th) * mscale * sign;
+            int64_t i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
+            float a = xv[i0], bb = xv[i1];
+            y[i0] = a * c - bb * s;
+            y[i1] = a * s + bb * c;
+        }
+        for (int64_t i = n_dims; i < D; i++) y[i] = xv[i];
+    }
+}
+
+/* ---- cross-entropy ------------------------------------------------------------------------------ */
+
+static void k_cross_entropy(struct toy_tensor *dst, int ith, int nth, float *tmp, void *work) {
+    const struct toy_tensor *lg = dst->src[0], *tg = dst->src[1];
+    int32_t ignore = dst->op_params[P_CE_IGNORE];
+    int64_t n = lg->ne[0], nr = toy_nrows(lg), r0, r1;
+    toy_split(nr, ith, nth, &r0, &r1);
+    float *lse = (float *)((char *)dst->data + toy_nbytes(dst)); /* aux: (N) then count */
+    double loss = 0;
+    int64_t count = 0;
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i1, i2, i3;
+        toy_unravel(r, lg, &i1, &i2, &i3);
+        int32_t target = ((const int32_t *)tg->data)[r];
+        const float *x = toy_cpu_row_f32(lg, TOY_ROW(lg, i1, i2, i3), tmp);
+        float mx = toy_vec.max(x, n);
+        float s = toy_vec.exp_sum(tmp + n, x, mx, n);
+        float l = mx + logf(s);
+        lse[r] = l;
+        if (target == ignore) continue;
+        if (target < 0 || target >= n) {
+            flag_error(dst);
+            continue;
+        }
+        loss += (double)l - x[target];
+        count++;
+    }
+    double *partial = (double *)work;
+    partial[ith * 8] = loss;
+    partial[ith * 8 + 1] = (double)count;
+    if (toy_last_thread((atomic_int *)&dst->op_params[TOY_MAX_OP_PARAMS - 2], nth)) {
+        double tl = 0, tc = 0;
+        for (int i = 0; i < nth; i++) {
+            tl += partial[i * 8];
+            tc += partial[i * 8 + 1];
+        }
+        lse[nr] = (float)tc;
+        *(float *)dst->data = tc > 0 ? (float)(tl / tc) : 0.0f;
+    }
+}
+
+static void k_cross_entropy_back(struct toy_tensor *dst, int ith, int nth, float *tmp) {
+    const struct toy_tensor *dy = dst->src[0], *lg = dst->src[1], *tg = dst->src[2], *ce = dst->src[3];
+    int32_t ignore = dst->op_params[P_CE_IGNORE];
+    int64_t n = lg->ne[0], nr = toy_nrows(lg), r0, r1;
+    const float *lse = (const float *)((const char *)ce->data + toy_nbytes(ce));
+    float count = lse[nr];
+    float g = *(const float *)dy->data / (count > 0 ? count : 1.0f);
+    toy_split(nr, ith, nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i1, i2, i3;
+        toy_unravel(r, lg, &i1, &i2, &i3);
+        int32_t target = ((const int32_t *)tg->data)[r];
+        float *y = out_row(dst, r);
+        if (target == ignore || target < 0 || target >= n) {
+            memset(y, 0, (size_t)n * 4);
+            continue;
+        }
+        const float *x = toy_cpu_row_f32(lg, TOY_ROW(lg, i1, i2, i3), tmp);
+        toy_vec.exp_sum(y, x, lse[r], n);
+        toy_vec.scale(y, y, g, n);
+        y[target] -= g;
+    }
+}
+
+/* ---- gradient plumbing ------------------------------------------------------------------------------ */
+
+static void k_accum(struct toy_tensor *dst, int ith, int nth, float *tmp) {
+    const struct toy_tensor *c = dst->src[0];
+    int64_t r0, r1, n = dst->ne[0];
+    toy_split(toy_nrows(dst), ith, nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i1, i2, i3;
+        toy_unravel(r, dst, &i1, &i2, &i3);
+        const float *x = toy_cpu_row_f32(c, TOY_ROW(c, i1, i2, i3), tmp);
+        float *y = out_row(dst, r);
+        toy_vec.add(y, y, x, n);
+    }
+}
+
+/* zeros shaped like the viewed tensor, with dy written where the view looks */
+static void k_view_back(struct toy_tensor *dst, int ith, int nth, float *tmp) {
+    if (ith) return;
+    (void)nth;
+    const struct toy_tensor *dy = dst->src[0], *view = dst->src[1];
+    memset(dst->data, 0, toy_nbytes(dst));
+    size_t off = (size_t)(uint32_t)view->op_params[0] | ((size_t)(uint32_t)view->op_params[1] << 31);
+    int64_t nr = toy_nrows(view);
+    for (int64_t r = 0; r < nr; r++) {
+        int64_t i1, i2, i3;
+        toy_unravel(r, view, &i1, &i2, &i3);
+        const float *x = toy_cpu_row_f32(dy, TOY_ROW(dy, i1, i2, i3), tmp);
+        char *base = (char *)dst->data + off + i1 * view->nb[1] + i2 * view->nb[2] + i3 * view->nb[3];
+        for (int64_t i = 0; i < view->ne[0]; i++) *(float *)(base + i * view->nb[0]) += x[i];
+    }
+}
+
+/* ---- dispatch ------------------------------------------------------------------------------------------ */
+
+
+size_t toy_cpu_work_size(const struct toy_tensor *node, int nth) {
+    size_t row = 0;
+    for (int s = 0; s < TOY_MAX_SRC; s++)
+        if (node->src[s] && node->src[s]->ne[0] > (int64_t)row) row = (size_t)node->src[s]->ne[0];
+    if ((size_t)node->ne[0] > row) row = (size_t)node->ne[0];
+    size_t per = (3 * row + 64) * sizeof(float) + row * sizeof(double) + 256;
+    size_t w = TOY_WORK_HEAD + per * (size_t)nth;
+    if (node->op == TOY_OP_RMS_NORM_BACK_W || node->op == TOY_OP_LAYER_NORM_BACK_W)
+        w += (size_t)nth * (size_t)node->ne[0] * sizeof(double);
+    if (node->op == TOY_OP_MATMUL) {
+        size_t m = toy_cpu_matmul_work(node, nth);
+        if (m > w) w = m;
+    }
+    if (node->op == TOY_OP_ATTENTION || node->op == TOY_OP_ATTENTION_BACK) {
+        size_t a = toy_cpu_attention_work(node, nth);
+        if (a > w) w = a;
+    }
+    return w;
+}
+
+void toy_cpu_compute(struct toy_tensor *t, int ith, int nth, void *work, size_t ws) {
+    size_t head = TOY_WORK_HEAD;
+    if (t->op == TOY_OP_RMS_NORM_BACK_W || t->op == TOY_OP_LAYER_NORM_BACK_W)
+        head += (size_t)nth * (size_t)t->ne[0] * sizeof(double);
+    float *tmp = toy_work_slice((char *)work + head, ws - head, ith, nth);
+    switch (t->op) {
+    case TOY_OP_CONT:
+    case TOY_OP_CAST: k_cont_cast(t, ith, nth, tmp); break;
+    case TOY_OP_ADD:
+    case TOY_OP_SUB:
+    case TOY_OP_MUL:
+    case TOY_OP_DIV: k_binary(t, ith, nth, tmp); break;
+    case TOY_OP_SCALE:
+    case TOY_OP_SQR:
+    case TOY_OP_SQRT:
+    case TOY_OP_NEG:
+    case TOY_OP_SILU:
+    case TOY_OP_GELU: k_unary(t, ith, nth, tmp); break;
+    case TOY_OP_SILU_BACK:
+    case TOY_OP_GELU_BACK: k_act_back(t, ith, nth, tmp); break;
+    case TOY_OP_SWIGLU: k_swiglu(t, ith, nth, tmp); break;
+    case TOY_OP_SWIGLU_BACK: k_swiglu_back(t, ith, nth, tmp); break;
+    case TOY_OP_MATMUL: toy_cpu_matmul(t, ith, nth, work, ws); break;
+    case TOY_OP_GET_ROWS: k_get_rows(t, ith, nth, tmp); break;
+    case TOY_OP_GET_ROWS_BACK: k_get_rows_back(t, ith, nth); break;
+    case TOY_OP_SUM:
+    case TOY_OP_MEAN: k_sum_dim(t, ith, nth, tmp); break;
+    case TOY_OP_SUM_ALL: k_sum_all(t, ith, nth, tmp, work, ws); break;
+    case TOY_OP_REPEAT: k_repeat(t, ith, nth, tmp); break;
+    case TOY_OP_SUM_TO: k_sum_to(t, ith, nth, tmp); break;
+    case TOY_OP_CONCAT: k_concat(t, ith, nth, tmp); break;
+    case TOY_OP_RMS_NORM: k_rms_norm(t, ith, nth, tmp); break;
+    case TOY_OP_LAYER_NORM: k_layer_norm(t, ith, nth, tmp); break;
+    case TOY_OP_RMS_NORM_BACK: k_norm_back(t, ith, nth, tmp, false); break;
+    case TOY_OP_LAYER_NORM_BACK: k_norm_back(t, ith, nth, tmp, true); break;
+    case TOY_OP_RMS_NORM_BACK_W: k_norm_back_w(t, ith, nth, tmp, work, false); break;
+    case TOY_OP_LAYER_NORM_BACK_W: k_norm_back_w(t, ith, nth, tmp, work, true); break;
+    case TOY_OP_SOFTMAX: k_softmax(t, ith, nth, tmp); break;
+    case TOY_OP_SOFTMAX_BACK: k_softmax_back(t, ith, nth, tmp); break;
+    case TOY_OP_ATTENTION: toy_cpu_attention(t, ith, nth, work, ws); break;
+    case TOY_OP_ATTENTION_BACK: toy_cpu_attention_back(t, ith, nth, work, ws); break;
+    case TOY_OP_ROPE: k_rope(t, ith, nth, tmp); break;
+    case TOY_OP_CROSS_ENTROPY: k_cross_entropy(t, ith, nth, tmp, work); break;
+    case TOY_OP_CROSS_ENTROPY_BACK: k_cross_entropy_back(t, ith, nth, tmp); break;
+    case TOY_OP_ACCUM: k_accum(t, ith, nth, tmp); break;
+    case TOY_OP_VIEW_BACK: k_view_back(t, ith, nth, tmp); break;
+    default: TOY_ABORT("no CPU kernel for op %s", toy_op_name(t->op));
+    }
+}

@@ -1,0 +1,184 @@
+/* simd-avx512.c: AVX-512 versions of the vector primitives (see simd.c for
+ * the reference semantics). Compiled with -mavx512f etc.; only called after
+ * run-time detection. exp uses a Cody-Waite range reduction and a degree-6
+ * polynomial (max rel. error ~2 ulp over the float range). */
+#include <immintrin.h>
+#include <math.h>
+
+#include "backends/cpu/cpu-impl.h"
+
+static inline __m512 exp512(__m512 x) {
+    const __m512 hi = _mm512_set1_ps(88.3762626647949f), lo = _mm512_set1_ps(-103.972682f);
+    x = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
+    __m512 fx = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    x = _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693359375f), x);
+    x = _mm512_fnmadd_ps(fx, _mm512_set1_ps(-2.12194440e-4f), x);
+    __m512 y = _mm512_set1_ps(1.9875691500E-4f);
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.3981999507E-3f));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(8.3334519073E-3f));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(4.1665795894E-2f));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.6666665459E-1f));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(5.0000001201E-1f));
+    __m512 x2 = _mm512_mul_ps(x, x);
+    y = _mm512_fmadd_ps(y, x2, _mm512_add_ps(x, _mm512_set1_ps(1.0f)));
+    /* scale by 2^fx (scalef handles the subnormal range) */
+    return _mm512_scalef_ps(y, fx);
+}
+
+static float dot(const float *a, const float *b, int64_t n) {
+    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+        s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), s1);
+    }
+    for (; i + 16 <= n; i += 16) s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), s1);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+}
+
+static void axpy(float *y, const float *x, float a, int64_t n) {
+    __m512 va = _mm512_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(va, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i)));
+    }
+}
+
+static void scale(float *y, const float *x, float s, int64_t n) {
+    __m512 vs = _mm512_set1_ps(s);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_mul_ps(vs, _mm512_loadu_ps(x + i)));
+    for (; i < n; i++) y[i] = s * x[i];
+}
+
+static float sumsq(const float *x, int64_t n) {
+    /* accumulate in double for long rows */
+    __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 v = _mm512_loadu_ps(x + i);
+        __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+        __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+        s0 = _mm512_fmadd_pd(lo, lo, s0);
+        s1 = _mm512_fmadd_pd(hi, hi, s1);
+    }
+    double s = _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
+    for (; i < n; i++) s += (double)x[i] * x[i];
+    return (float)s;
+}
+
+static float vmax(const float *x, int64_t n) {
+    __m512 m = _mm512_set1_ps(-INFINITY);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) m = _mm512_max_ps(m, _mm512_loadu_ps(x + i));
+    float r = _mm512_reduce_max_ps(m);
+    for (; i < n; i++) r = x[i] > r ? x[i] : r;
+    return r;
+}
+
+static float exp_sum(float *y, const float *x, float shift, int64_t n) {
+    __m512 vs = _mm512_set1_ps(shift);
+    __m512d acc = _mm512_setzero_pd();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 e = exp512(_mm512_sub_ps(_mm512_loadu_ps(x + i), vs));
+        _mm512_storeu_ps(y + i, e);
+        acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+        acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
+    }
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        __m512 e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), vs));
+        e = _mm512_maskz_mov_ps(m, e);
+        _mm512_mask_storeu_ps(y + i, m, e);
+        acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+        acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
+    }
+    return (float)_mm512_reduce_add_pd(acc);
+}
+
+static void silu_mul(float *y, const float *g, const float *u, int64_t n) {
+    const __m512 one = _mm512_set1_ps(1.0f);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 x = _mm512_loadu_ps(g + i);
+        __m512 s = _mm512_div_ps(x, _mm512_add_ps(one, exp512(_mm512_sub_ps(_mm512_setzero_ps(), x))));
+        _mm512_storeu_ps(y + i, _mm512_mul_ps(s, _mm512_loadu_ps(u + i)));
+    }
+    for (; i < n; i++) y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+static void rms_apply(float *y, const float *x, const float *w, float r, int64_t n) {
+    __m512 vr = _mm512_set1_ps(r);
+    int64_t i = 0;
+    if (w) {
+        for (; i + 16 <= n; i += 16)
+            _mm512_storeu_ps(y + i, _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(x + i), vr), _mm512_loadu_ps(w + i)));
+        for (; i < n; i++) y[i] = x[i] * r * w[i];
+    } else {
+        for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), vr));
+        for (; i < n; i++) y[i] = x[i] * r;
+    }
+}
+
+static void add(float *y, const float *a, const float *b, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_add_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i)));
+    for (; i < n; i++) y[i] = a[i] + b[i];
+}
+
+static void mul(float *y, const float *a, const float *b, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_mul_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i)));
+    for (; i < n; i++) y[i] = a[i] * b[i];
+}
+
+static void adamw(float *p, const float *g, float *m, float *v, int64_t n, float lr, float b1, float b2,
+                  float eps, float wd, float bc1, float bc2sqrt) {
+    float decay = 1.0f - lr * wd, step = lr / bc1;
+    __m512 vdecay = _mm512_set1_ps(decay), vb1 = _mm512_set1_ps(b1), vb2 = _mm512_set1_ps(b2);
+    __m512 v1b1 = _mm512_set1_ps(1.0f - b1), v1b2 = _mm512_set1_ps(1.0f - b2);
+    __m512 vbc2 = _mm512_set1_ps(bc2sqrt), veps = _mm512_set1_ps(eps), vstep = _mm512_set1_ps(-step);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 vg = _mm512_loadu_ps(g + i);
+        __m512 vp = _mm512_mul_ps(_mm512_loadu_ps(p + i), vdecay);
+        /* same rounding sequence as the reference: m*b1 + g*(1-b1), no fma */
+        __m512 vm = _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(m + i), vb1), _mm512_mul_ps(vg, v1b1));
+        __m512 vv = _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(v + i), vb2), _mm512_mul_ps(_mm512_mul_ps(v1b2, vg), vg));
+        __m512 den = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vv), vbc2), veps);
+        vp = _mm512_add_ps(vp, _mm512_mul_ps(vstep, _mm512_div_ps(vm, den)));
+        _mm512_storeu_ps(p + i, vp);
+        _mm512_storeu_ps(m + i, vm);
+        _mm512_storeu_ps(v + i, vv);
+    }
+    for (; i < n; i++) {
+        p[i] *= decay;
+        m[i] = m[i] * b1 + g[i] * (1.0f - b1);
+        v[i] = v[i] * b2 + (1.0f - b2) * g[i] * g[i];
+        float den = sqrtf(v[i]) / bc2sqrt + eps;
+        p[i] += -step * (m[i] / den);
+    }
+}
+
+void toy_simd_fill_avx512(struct toy_vec_ops *ops) {
+    ops->dot = dot;
+    ops->axpy = axpy;
+    ops->scale = scale;
+    ops->sumsq = sumsq;
+    ops->max = vmax;
+    ops->exp_sum = exp_sum;
+    ops->silu_mul = silu_mul;
+    ops->rms_apply = rms_apply;
+    ops->add = add;
+    ops->mul = mul;
+    ops->adamw = adamw;
+}

@@ -1,0 +1,102 @@
+/* simd.c: the vector primitives used by the CPU kernels: plain C reference
+ * versions, and run-time selection of the AVX-512 / AVX2 versions
+ * (simd-avx512.c, simd-avx2.c) when the CPU has them. $TOY_SIMD=scalar|avx2
+ * forces a lower level (tests compare every level against the reference). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/cpu/cpu-impl.h"
+
+static float ref_dot(const float *a, const float *b, int64_t n) {
+    float s = 0;
+    for (int64_t i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+static void ref_axpy(float *y, const float *x, float a, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
+}
+static void ref_scale(float *y, const float *x, float s, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = s * x[i];
+}
+static float ref_sumsq(const float *x, int64_t n) {
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+    return (float)s;
+}
+static float ref_max(const float *x, int64_t n) {
+    float m = -INFINITY;
+    for (int64_t i = 0; i < n; i++) m = x[i] > m ? x[i] : m;
+    return m;
+}
+static float ref_exp_sum(float *y, const float *x, float shift, int64_t n) {
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) {
+        y[i] = expf(x[i] - shift);
+        s += y[i];
+    }
+    return (float)s;
+}
+static void ref_silu_mul(float *y, const float *g, const float *u, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+static void ref_rms_apply(float *y, const float *x, const float *w, float r, int64_t n) {
+    if (w)
+        for (int64_t i = 0; i < n; i++) y[i] = x[i] * r * w[i];
+    else
+        for (int64_t i = 0; i < n; i++) y[i] = x[i] * r;
+}
+static void ref_add(float *y, const float *a, const float *b, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = a[i] + b[i];
+}
+static void ref_mul(float *y, const float *a, const float *b, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = a[i] * b[i];
+}
+/* The operation order of torch.optim.AdamW (single-tensor path). */
+static void ref_adamw(float *p, const float *g, float *m, float *v, int64_t n, float lr, float b1,
+                      float b2, float eps, float wd, float bc1, float bc2sqrt) {
+    float decay = 1.0f - lr * wd;
+    float step = lr / bc1;
+    for (int64_t i = 0; i < n; i++) {
+        p[i] *= decay;
+        m[i] = m[i] * b1 + g[i] * (1.0f - b1);
+        v[i] = v[i] * b2 + (1.0f - b2) * g[i] * g[i];
+        float denom = sqrtf(v[i]) / bc2sqrt + eps;
+        p[i] += -step * (m[i] / denom);
+    }
+}
+
+static const struct toy_vec_ops ref_ops = {
+    ref_dot, ref_axpy, ref_scale, ref_sumsq, ref_max, ref_exp_sum,
+    ref_silu_mul, ref_rms_apply, ref_add, ref_mul, ref_adamw,
+};
+
+struct toy_vec_ops toy_vec = {
+    ref_dot, ref_axpy, ref_scale, ref_sumsq, ref_max, ref_exp_sum,
+    ref_silu_mul, ref_rms_apply, ref_add, ref_mul, ref_adamw,
+};
+
+void toy_simd_fill_avx512(struct toy_vec_ops *ops);
+void toy_simd_fill_avx2(struct toy_vec_ops *ops);
+
+static const char *level = "scalar";
+
+void toy_simd_init(void) {
+    const char *force = getenv("TOY_SIMD");
+    toy_vec = ref_ops;
+    level = "scalar";
+    if (force && !strcmp(force, "scalar")) return;
+    __builtin_cpu_init();
+    bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                  __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    if (avx512 && !(force && !strcmp(force, "avx2"))) {
+        toy_simd_fill_avx512(&toy_vec);
+        level = "avx512";
+    } else if (avx2) {
+        toy_simd_fill_avx2(&toy_vec);
+        level = "avx2";
+    }
+}
+
+const char *toy_simd_name(void) { return level; }

@@ -1,0 +1,313 @@
+/* autodiff.c: reverse-mode differentiation by appending gradient ops.
+ *
+ * toy_graph_backward walks the forward nodes from the loss back to the
+ * parameters. For each node with an incoming gradient dy it builds the ops
+ * giving each source's contribution (the rules below, one per op) and sums
+ * contributions with ADD. A parameter's contributions go into its persistent
+ * gradient buffer p->grad: a MATMUL or GET_ROWS_BACK contribution writes
+ * into it directly (accumulating), anything else through an ACCUM node. Runs
+ * therefore add to p->grad: that is gradient accumulation.
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "core/internal.h"
+
+static struct toy_tensor *backward_node(struct toy_ctx *ctx, enum toy_op op, const int64_t *ne) {
+    struct toy_tensor *t = toy_tensor_alloc_meta(ctx, TOY_F32, 4, ne);
+    t->op = op;
+    return t;
+}
+
+static struct toy_tensor *contig(struct toy_ctx *ctx, struct toy_tensor *t) {
+    return toy_is_contiguous(t) ? t : toy_cont(ctx, t);
+}
+
+/* Bring a broadcast-shaped gradient down to the shape of x. */
+static struct toy_tensor *reduce_like(struct toy_ctx *ctx, struct toy_tensor *d, struct toy_tensor *x) {
+    return toy_same_shape(d, x) ? d : toy_sum_to(ctx, d, x);
+}
+
+struct bw {
+    struct toy_graph *g;
+    struct toy_ctx *ctx;
+    bool *needs;   /* needs[i]: node i depends on a parameter */
+};
+
+static bool wants_grad(struct bw *b, struct toy_tensor *s) {
+    if (!s) return false;
+    if (s->op == TOY_OP_NONE) return (s->flags & TOY_FLAG_PARAM) && s->type == TOY_F32;
+    int j = toy_ptrmap_get(&b->g->index, s);
+    return j >= 0 && j < b->g->n_forward && b->needs[j];
+}
+
+static void add_contribution(struct bw *b, struct toy_tensor *s, struct toy_tensor *c) {
+    struct toy_graph *g = b->g;
+    TOY_ASSERT(toy_same_shape(s, c), "gradient shape of '%s' (op %s) differs", s->name,
+               toy_op_name(s->op));
+    if (s->op == TOY_OP_NONE) {
+        if (!s->grad) {
+            TOY_ASSERT(toy_ctx_allocs_data(b->ctx), "toy_graph_backward needs a context with alloc_data");
+            s->grad = toy_new_tensor(b->ctx, TOY_F32, 4, s->ne);
+            s->grad->flags |= TOY_FLAG_GRAD;
+            toy_set_name(s->grad, "%s.grad", s->name);
+        }
+        bool fresh = toy_ptrmap_get(&g->visited, c) < 0;
+        if (fresh && c->op == TOY_OP_MATMUL) {
+            c->op_params[P_MM_ACCUM] = 1;
+            c->src[TOY_MAX_SRC - 1] = s->grad;
+            toy_graph_expand(g, c);
+            return;
+        }
+        if (fresh && c->op == TOY_OP_GET_ROWS_BACK) {
+            c->op_params[P_GRB_ACCUM] = 1;
+            c->src[TOY_MAX_SRC - 1] = s->grad;
+            toy_graph_expand(g, c);
+            return;
+        }
+        struct toy_tensor *acc = backward_node(b->ctx, TOY_OP_ACCUM, s->ne);
+        acc->src[0] = c;
+        acc->src[TOY_MAX_SRC - 1] = s->grad;
+        toy_graph_expand(g, acc);
+        return;
+    }
+    int j = toy_ptrmap_get(&g->index, s);
+    TOY_ASSERT(j >= 0, "gradient for a tensor outside the graph");
+    g->grads[j] = g->grads[j] ? toy_add(b->ctx, g->grads[j], c) : c;
+}
+
+static void matmul_backward(struct bw *b, struct toy_tensor *y, struct toy_tensor *dy) {
+    struct toy_ctx *ctx = b->ctx;
+    struct toy_tensor *A = y->src[0], *B = y->src[1];
+    bool ta = y->op_params[P_MM_TRANS_A], tb = y->op_params[P_MM_TRANS_B];
+    if (wants_grad(b, A)) {
+        struct toy_tensor *dA = ta ? toy_matmul(ctx, B->type == TOY_F32 ? B : toy_cast(ctx, B, TOY_F32), dy, tb, true)
+                                   : toy_matmul(ctx, dy, B, false, !tb);
+        add_contribution(b, A, reduce_like(ctx, dA, A));
+    }
+    if (wants_grad(b, B)) {
+        struct toy_tensor *dB = tb ? toy_matmul(ctx, dy, A, true, ta) : toy_matmul(ctx, A, dy, !ta, false);
+        add_contribution(b, B, reduce_like(ctx, dB, B));
+    }
+}
+
+static void node_backward(struct bw *b, struct toy_tensor *y, struct toy_tensor *dy) {
+    struct toy_ctx *ctx = b->ctx;
+    struct toy_tensor *a = y->src[0], *s1 = y->src[1], *s2 = y->src[2];
+    switch (y->op) {
+    case TOY_OP_VIEW: {
+        if (!wants_grad(b, a)) break;
+        TOY_ASSERT(toy_is_contiguous(a), "backward of a view of non-contiguous '%s'", a->name);
+        struct toy_tensor *d = backward_node(ctx, TOY_OP_VIEW_BACK, a->ne);
+        d->src[0] = dy;
+        d->src[1] = y; /* gives the view's strides and offset */
+        add_contribution(b, a, d);
+        break;
+    }
+    case TOY_OP_RESHAPE:
+        if (wants_grad(b, a)) add_contribution(b, a, toy_reshape(ctx, contig(ctx, dy), 4, a->ne));
+        break;
+    case TOY_OP_PERMUTE: {
+        if (!wants_grad(b, a)) break;
+        int inv[4];
+        for (int i = 0; i < 4; i++) inv[y->op_params[i]] = i;
+        add_contribution(b, a, toy_cont(ctx, toy_permute(ctx, dy, inv[0], inv[1], inv[2], inv[3])));
+        break;
+    }
+    case TOY_OP_CONT:
+        if (wants_grad(b, a)) add_contribution(b, a, dy);
+        break;
+    case TOY_OP_CAST:
+        if (wants_grad(b, a)) add_contribution(b, a, dy);
+        break;
+    case TOY_OP_ADD:
+    case TOY_OP_SUB:
+        if (wants_grad(b, a)) add_contribution(b, a, dy);
+        if (wants_grad(b, s1)) {
+            struct toy_tensor *d = reduce_like(ctx, dy, s1);
+            add_contribution(b, s1, y->op == TOY_OP_SUB ? toy_neg(ctx, d) : d);
+        }
+        break;
+    case TOY_OP_MUL:
+        if (wants_grad(b, a)) add_contribution(b, a, toy_mul(ctx, dy, s1));
+        if (wants_grad(b, s1)) add_contribution(b, s1, reduce_like(ctx, toy_mul(ctx, dy, a), s1));
+        break;
+    case TOY_OP_DIV:
+        if (wants_grad(b, a)) add_contribution(b, a, toy_div(ctx, dy, s1));
+        if (wants_grad(b, s1))
+            add_contribution(b, s1, reduce_like(ctx, toy_neg(ctx, toy_div(ctx, toy_mul(ctx, dy, y), s1)), s1));
+        break;
+    case TOY_OP_SCALE:
+        if (wants_grad(b, a)) add_contribution(b, a, toy_scale(ctx, dy, toy_param_f32(y, P_SCALE)));
+        break;
+    case TOY_OP_SQR:
+        if (wants_grad(b, a)) add_contribution(b, a, toy_scale(ctx, toy_mul(ctx, dy, a), 2.0f));
+        break;
+    case TOY_OP_SQRT:
+        if (wants_grad(b, a)) add_contribution(b, a, toy_div(ctx, toy_scale(ctx, dy, 0.5f), y));
+        break;
+    case TOY_OP_NEG:
+        if (wants_grad(b, a)) add_contribution(b, a, toy_neg(ctx, dy));
+        break;
+    case TOY_OP_MATMUL:
+        matmul_backward(b, y, dy);
+        break;
+    case TOY_OP_GET_ROWS: {
+        if (!wants_grad(b, a)) break;
+        struct toy_tensor *d = backward_node(ctx, TOY_OP_GET_ROWS_BACK, a->ne);
+        d->src[0] = contig(ctx, dy);
+        d->src[1] = s1;
+        add_contribution(b, a, d);
+        break;
+    }
+    case TOY_OP_SUM:
+    case TOY_OP_MEAN:
+    case TOY_OP_SUM_ALL:
+    case TOY_OP_SUM_TO: {
+        if (!wants_grad(b, a)) break;
+        struct toy_tensor *d = toy_repeat(ctx, dy, a);
+        if (y->op == TOY_OP_MEAN) d = toy_scale(ctx, d, 1.0f / (float)a->ne[y->op_params[P_DIM]]);
+        add_contribution(b, a, d);
+        break;
+    }
+    case TOY_OP_REPEAT:
+        if (wants_grad(b, a)) add_contribution(b, a, toy_sum_to(ctx, dy, a));
+        break;
+    case TOY_OP_CONCAT: {
+        int dim = y->op_params[P_DIM];
+        struct toy_tensor *dc = contig(ctx, dy);
+        for (int part = 0; part < 2; part++) {
+            struct toy_tensor *x = y->src[part];
+            if (!wants_grad(b, x)) continue;
+            size_t off = part ? (size_t)a->ne[dim] * dc->nb[dim] : 0;
+            struct toy_tensor *v = toy_view(ctx, dc, 4, x->ne, dc->nb, off);
+            add_contribution(b, x, toy_cont(ctx, v));
+        }
+        break;
+    }
+    case TOY_OP_RMS_NORM:
+    case TOY_OP_LAYER_NORM: {
+        bool rms = y->op == TOY_OP_RMS_NORM;
+        if (wants_grad(b, a)) {
+            struct toy_tensor *d = backward_node(ctx, rms ? TOY_OP_RMS_NORM_BACK : TOY_OP_LAYER_NORM_BACK, a->ne);
+            d->src[0] = contig(ctx, dy);
+            d->src[1] = a;
+            d->src[2] = s1;
+            d->op_params[P_EPS] = y->op_params[P_EPS];
+            add_contribution(b, a, d);
+        }
+        if (wants_grad(b, s1)) {
+            struct toy_tensor *d = backward_node(ctx, rms ? TOY_OP_RMS_NORM_BACK_W : TOY_OP_LAYER_NORM_BACK_W, s1->ne);
+            d->src[0] = contig(ctx, dy);
+            d->src[1] = a;
+            d->op_params[P_EPS] = y->op_params[P_EPS];
+            add_contribution(b, s1, d);
+        }
+        if (!rms && wants_grad(b, s2)) add_contribution(b, s2, toy_sum_to(ctx, dy, s2));
+        break;
+    }
+    case TOY_OP_SILU:
+    case TOY_OP_GELU: {
+        if (!wants_grad(b, a)) break;
+        struct toy_tensor *d = backward_node(ctx, y->op == TOY_OP_SILU ? TOY_OP_SILU_BACK : TOY_OP_GELU_BACK, a->ne);
+        d->src[0] = contig(ctx, dy);
+        d->src[1] = a;
+        add_contribution(b, a, d);
+        break;
+    }
+    case TOY_OP_SWIGLU:
+        for (int which = 0; which < 2; which++) {
+            struct toy_tensor *x = y->src[which];
+            if (!wants_grad(b, x)) continue;
+            struct toy_tensor *d = backward_node(ctx, TOY_OP_SWIGLU_BACK, x->ne);
+            d->src[0] = contig(ctx, dy);
+            d->src[1] = a;
+            d->src[2] = s1;
+            d->op_params[0] = which;
+            add_contribution(b, x, d);
+        }
+        break;
+    case TOY_OP_SOFTMAX: {
+        if (!wants_grad(b, a)) break;
+        struct toy_tensor *d = backward_node(ctx, TOY_OP_SOFTMAX_BACK, a->ne);
+        d->src[0] = contig(ctx, dy);
+        d->src[1] = y;
+        d->op_params[P_SM_SCALE] = y->op_params[P_SM_SCALE];
+        add_contribution(b, a, d);
+        break;
+    }
+    case TOY_OP_ATTENTION: {
+        struct toy_tensor *q = a, *k = s1, *v = s2;
+        if (!wants_grad(b, q) && !wants_grad(b, k) && !wants_grad(b, v)) break;
+        int64_t nq = toy_nelements(q), nk = toy_nelements(k);
+        struct toy_tensor *d = backward_node(ctx, TOY_OP_ATTENTION_BACK, (int64_t[]){nq + 2 * nk, 1, 1, 1});
+        d->src[0] = contig(ctx, dy);
+        d->src[1] = q;
+        d->src[2] = k;
+        d->src[3] = v;
+        d->src[4] = y;
+        memcpy(d->op_params, y->op_params, sizeof d->op_params);
+        struct toy_tensor *parts[3] = {q, k, v};
+        size_t offs[3] = {0, (size_t)nq * 4, (size_t)(nq + nk) * 4};
+        for (int i = 0; i < 3; i++) {
+            if (!wants_grad(b, parts[i])) continue;
+            struct toy_tensor *shape = toy_tensor_alloc_meta(ctx, TOY_F32, 4, parts[i]->ne);
+            struct toy_tensor *view = toy_view(ctx, d, 4, parts[i]->ne, shape->nb, offs[i]);
+            add_contribution(b, parts[i], view);
+        }
+        break;
+    }
+    case TOY_OP_ROPE:
+        if (wants_grad(b, a))
+            add_contribution(b, a, toy_rope_impl(ctx, contig(ctx, dy), s1, y->op_params, !y->op_params[P_RP_INVERSE]));
+        break;
+    case TOY_OP_CROSS_ENTROPY: {
+        if (!wants_grad(b, a)) break;
+        struct toy_tensor *d = backward_node(ctx, TOY_OP_CROSS_ENTROPY_BACK, a->ne);
+        d->src[0] = dy;
+        d->src[1] = a;
+        d->src[2] = s1;
+        d->src[3] = y;
+        d->op_params[P_CE_IGNORE] = y->op_params[P_CE_IGNORE];
+        add_contribution(b, a, d);
+        break;
+    }
+    default:
+        TOY_ABORT("no gradient for op %s (tensor '%s')", toy_op_name(y->op), y->name);
+    }
+}
+
+void toy_graph_backward(struct toy_graph *g, struct toy_tensor *loss) {
+    struct toy_ctx *ctx = g->ctx;
+    TOY_ASSERT(toy_nelements(loss) == 1, "loss '%s' must have one element", loss->name);
+    int li = toy_ptrmap_get(&g->index, loss);
+    TOY_ASSERT(li >= 0, "loss is not in the graph (call toy_graph_build first)");
+    loss->flags |= TOY_FLAG_LOSS;
+    int nf = g->n_forward = g->n_nodes;
+    struct bw b = {g, ctx, calloc((size_t)(nf ? nf : 1), sizeof(bool))};
+    if (!b.needs) TOY_ABORT("out of memory (backward)");
+    for (int i = 0; i < nf; i++) {
+        struct toy_tensor *t = g->nodes[i];
+        for (int s = 0; s < TOY_MAX_SRC && !b.needs[i]; s++) b.needs[i] = wants_grad(&b, t->src[s]);
+    }
+    /* d loss / d loss = 1 */
+    struct toy_tensor *one = toy_new_tensor(ctx, TOY_F32, 4, loss->ne);
+    TOY_ASSERT(one->data, "toy_graph_backward needs a context with alloc_data");
+    *(float *)one->data = 1.0f;
+    toy_set_name(one, "d_loss");
+    g->grads[li] = one;
+    for (int i = li; i >= 0; i--) {
+        struct toy_tensor *dy = g->grads[i];
+        if (!dy || !b.needs[i]) continue;
+        toy_graph_expand(g, dy);
+        node_backward(&b, g->nodes[i], dy);
+    }
+    free(b.needs);
+    g->planned = false;
+}
+
+struct toy_tensor *toy_graph_grad(const struct toy_graph *g, const struct toy_tensor *t) {
+    if (t->op == TOY_OP_NONE) return t->grad;
+    int j = toy_ptrmap_get(&g->index, t);
+    return j >= 0 && j < g->cap ? g->grads[j] : NULL;
+}

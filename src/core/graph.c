@@ -1,0 +1,411 @@
+/* graph.c: graph construction, the liveness memory planner and execution.
+ *
+ * Invariants:
+ *  - nodes are in a valid execution order (every source before its reader);
+ *  - a view (VIEW/RESHAPE/PERMUTE) owns no memory: its data is its base's
+ *    data plus an offset, resolved when it runs;
+ *  - the planner places every other op result (plus its aux bytes) in one
+ *    buffer; a result's bytes are freed after the last node that reads it or
+ *    any view of it; OUTPUT/LOSS results and the persistent gradients of
+ *    parameters are never freed;
+ *  - after the first toy_graph_compute nothing is allocated.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "core/internal.h"
+
+#define ALIGN 64
+
+/* ---- pointer map ---------------------------------------------------------- */
+
+static size_t hash_ptr(const void *p) {
+    uintptr_t x = (uintptr_t)p;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    return (size_t)x;
+}
+
+int toy_ptrmap_get(const struct toy_ptrmap *m, const void *k) {
+    if (!m->cap) return -1;
+    for (size_t i = hash_ptr(k) & (size_t)(m->cap - 1);; i = (i + 1) & (size_t)(m->cap - 1)) {
+        if (!m->keys[i]) return -1;
+        if (m->keys[i] == k) return m->vals[i];
+    }
+}
+
+void toy_ptrmap_put(struct toy_ptrmap *m, const void *k, int v) {
+    if (2 * (m->n + 1) > m->cap) {
+        struct toy_ptrmap old = *m;
+        m->cap = old.cap ? old.cap * 2 : 256;
+        m->keys = calloc((size_t)m->cap, sizeof *m->keys);
+        m->vals = calloc((size_t)m->cap, sizeof *m->vals);
+        if (!m->keys || !m->vals) TOY_ABORT("out of memory (graph map)");
+        m->n = 0;
+        for (int i = 0; i < old.cap; i++)
+            if (old.keys[i]) toy_ptrmap_put(m, old.keys[i], old.vals[i]);
+        free(old.keys);
+        free(old.vals);
+    }
+    size_t i = hash_ptr(k) & (size_t)(m->cap - 1);
+    while (m->keys[i] && m->keys[i] != k) i = (i + 1) & (size_t)(m->cap - 1);
+    if (!m->keys[i]) m->n++;
+    m->keys[i] = k;
+    m->vals[i] = v;
+}
+
+void toy_ptrmap_free(struct toy_ptrmap *m) {
+    free(m->keys);
+    free(m->vals);
+    m->keys = NULL;
+    m->vals = NULL;
+    m->cap = m->n = 0;
+}
+
+/* ---- building ---------------------------------------------------------------- */
+
+/* The graph's heap parts are freed with the context through this hook. */
+struct toy_graph *toy_graph_new(struct toy_ctx *ctx) {
+    struct toy_graph *g = toy_ctx_alloc(ctx, sizeof *g);
+    g->ctx = ctx;
+    g->buf = &g->own_buf;
+    toy_ctx_register_graph(ctx, g);
+    return g;
+}
+
+void toy_graph_release(struct toy_graph *g) {
+    free(g->nodes);
+    free(g->grads);
+    free(g->params);
+    free(g->offsets);
+    free(g->leaf_grad_list);
+    free(g->work);
+    toy_ptrmap_free(&g->index);
+    toy_ptrmap_free(&g->visited);
+    toy_ptrmap_free(&g->leaf_grads);
+    toy_membuf_free(&g->own_buf);
+}
+
+void toy_graph_add_node(struct toy_graph *g, struct toy_tensor *t) {
+    if (g->n_nodes == g->cap) {
+        g->cap = g->cap ? g->cap * 2 : 256;
+        g->nodes = realloc(g->nodes, (size_t)g->cap * sizeof *g->nodes);
+        g->grads = realloc(g->grads, (size_t)g->cap * sizeof *g->grads);
+        if (!g->nodes || !g->grads) TOY_ABORT("out of memory (graph nodes)");
+    }
+    g->grads[g->n_nodes] = NULL;
+    toy_ptrmap_put(&g->index, t, g->n_nodes);
+    toy_ptrmap_put(&g->visited, t, 1);
+    t->id = g->n_nodes;
+    g->nodes[g->n_nodes++] = t;
+    g->planned = false;
+}
+
+static void add_param(struct toy_graph *g, struct toy_tensor *t) {
+    if (g->n_params == g->cap_params) {
+        g->cap_params = g->cap_params ? g->cap_params * 2 : 64;
+        g->params = realloc(g->params, (size_t)g->cap_params * sizeof *g->params);
+        if (!g->params) TOY_ABORT("out of memory (graph params)");
+    }
+    g->params[g->n_params++] = t;
+}
+
+void toy_graph_build(struct toy_graph *g, struct toy_tensor *out) {
+    toy_graph_expand(g, out);
+    g->n_forward = g->n_nodes;
+}
+
+/* Iterative post-order DFS (graphs of big models are deep). */
+void toy_graph_expand(struct toy_graph *g, struct toy_tensor *out) {
+    if (toy_ptrmap_get(&g->visited, out) >= 0) return;
+    int cap = 1024, sp = 0;
+    struct frame { struct toy_tensor *t; int next; } *st = malloc((size_t)cap * sizeof *st);
+    if (!st) TOY_ABORT("out of memory (graph build)");
+    st[sp++] = (struct frame){out, 0};
+    toy_ptrmap_put(&g->visited, out, 0);
+    while (sp) {
+        struct frame *f = &st[sp - 1];
+        struct toy_tensor *t = f->t;
+        struct toy_tensor *child = NULL;
+        while (f->next < TOY_MAX_SRC + 1 && !child) {
+            struct toy_tensor *c = f->next < TOY_MAX_SRC ? t->src[f->next] : t->view_src;
+            f->next++;
+            if (c && toy_ptrmap_get(&g->visited, c) < 0) child = c;
+        }
+        if (child) {
+            toy_ptrmap_put(&g->visited, child, 0);
+            if (sp == cap) {
+                cap *= 2;
+                st = realloc(st, (size_t)cap * sizeof *st);
+                if (!st) TOY_ABORT("out of memory (graph build)");
+            }
+            st[sp++] = (struct frame){child, 0};
+            continue;
+        }
+        sp--;
+        if (t->op == TOY_OP_NONE) {
+            if (t->flags & TOY_FLAG_PARAM) add_param(g, t);
+        } else {
+            toy_graph_add_node(g, t);
+        }
+    }
+    free(st);
+}
+
+int toy_graph_n_nodes(const struct toy_graph *g) { return g->n_nodes; }
+struct toy_tensor *toy_graph_node(const struct toy_graph *g, int i) { return g->nodes[i]; }
+int toy_graph_n_params(const struct toy_graph *g) { return g->n_params; }
+struct toy_tensor *toy_graph_param(const struct toy_graph *g, int i) { return g->params[i]; }
+
+/* ---- planning ------------------------------------------------------------------- */
+
+void toy_membuf_free(struct toy_membuf *m) {
+    if (!m) return;
+    free(m->data);
+    m->data = NULL;
+    m->size = 0;
+}
+
+struct freeblk { size_t off, size; };
+
+struct allocator {
+    struct freeblk *blk;
+    int n, cap;
+    size_t top;  /* high-water mark */
+};
+
+static size_t alloc_take(struct allocator *a, size_t size) {
+    int best = -1;
+    for (int i = 0; i < a->n; i++)
+        if (a->blk[i].size >= size && (best < 0 || a->blk[i].size < a->blk[best].size)) best = i;
+    if (best >= 0) {
+        size_t off = a->blk[best].off;
+        a->blk[best].off += size;
+        a->blk[best].size -= size;
+        if (!a->blk[best].size) a->blk[best] = a->blk[--a->n];
+        return off;
+    }
+    /* grow at the top, merging a free block that ends there */
+    for (int i = 0; i < a->n; i++)
+        if (a->blk[i].off + a->blk[i].size == a->top) {
+            size_t off = a->blk[i].off;
+            a->top = off + size;
+            a->blk[i] = a->blk[--a->n];
+            return off;
+        }
+    size_t off = a->top;
+    a->top += size;
+    return off;
+}
+
+static void alloc_give(struct allocator *a, size_t off, size_t size) {
+    /* coalesce with neighbours */
+    for (int i = 0; i < a->n;) {
+        if (a->blk[i].off + a->blk[i].size == off) {
+            off = a->blk[i].off;
+            size += a->blk[i].size;
+            a->blk[i] = a->blk[--a->n];
+        } else if (off + size == a->blk[i].off) {
+            size += a->blk[i].size;
+            a->blk[i] = a->blk[--a->n];
+        } else {
+            i++;
+        }
+    }
+    if (a->n == a->cap) {
+        a->cap = a->cap ? a->cap * 2 : 64;
+        a->blk = realloc(a->blk, (size_t)a->cap * sizeof *a->blk);
+        if (!a->blk) TOY_ABORT("out of memory (planner)");
+    }
+    a->blk[a->n++] = (struct freeblk){off, size};
+}
+
+static bool node_owns_memory(const struct toy_tensor *t) {
+    if (toy_is_view_op(t->op)) return false;
+    if (t->op == TOY_OP_ACCUM) return false;
+    if (t->op == TOY_OP_MATMUL && t->op_params[P_MM_ACCUM]) return false;
+    if (t->op == TOY_OP_GET_ROWS_BACK && t->op_params[P_GRB_ACCUM]) return false;
+    return true;
+}
+
+static size_t planned_size(const struct toy_tensor *t) {
+    size_t n = toy_nbytes(t) + t->aux_bytes;
+    return (n + ALIGN - 1) / ALIGN * ALIGN;
+}
+
+enum toy_status toy_graph_plan(struct toy_graph *g, struct toy_membuf *buf,
+                               struct toy_plan_info *info) {
+    if (buf) g->buf = buf;
+    int n = g->n_nodes;
+    int *last = malloc((size_t)(n ? n : 1) * sizeof *last);
+    free(g->offsets);
+    g->offsets = malloc((size_t)(n ? n : 1) * sizeof *g->offsets);
+    if (!last || !g->offsets) {
+        free(last);
+        return toy_error(TOY_ERR_NOMEM, "graph plan: %d nodes", n);
+    }
+    for (int i = 0; i < n; i++) {
+        struct toy_tensor *t = g->nodes[i];
+        last[i] = (t->flags & (TOY_FLAG_OUTPUT | TOY_FLAG_LOSS)) ? INT32_MAX : i;
+        g->offsets[i] = SIZE_MAX;
+    }
+    /* a reader of t (or of a view of t) keeps t's base alive */
+    for (int i = 0; i < n; i++) {
+        struct toy_tensor *t = g->nodes[i];
+        for (int s = 0; s < TOY_MAX_SRC + 1; s++) {
+            struct toy_tensor *src = s < TOY_MAX_SRC ? t->src[s] : t->view_src;
+            if (!src) continue;
+            struct toy_tensor *base = src->view_src ? src->view_src : src;
+            int j = toy_ptrmap_get(&g->index, base);
+            if (j >= 0 && last[j] < i) last[j] = i;
+        }
+        /* a view flagged as output keeps its base */
+        if ((t->flags & (TOY_FLAG_OUTPUT | TOY_FLAG_LOSS)) && t->view_src) {
+            int j = toy_ptrmap_get(&g->index, t->view_src);
+            if (j >= 0) last[j] = INT32_MAX;
+        }
+    }
+    /* frees due at each node */
+    struct allocator al = {0};
+    size_t naive = 0;
+    int n_planned = 0;
+    int *order = malloc((size_t)(n ? n : 1) * sizeof *order); /* nodes sorted by last use */
+    int *cnt = calloc((size_t)n + 1, sizeof *cnt);
+    if (!order || !cnt) {
+        free(last); free(order); free(cnt);
+        return toy_error(TOY_ERR_NOMEM, "graph plan");
+    }
+    for (int i = 0; i < n; i++)
+        if (last[i] != INT32_MAX) cnt[last[i] + 1]++;
+    for (int i = 0; i < n; i++) cnt[i + 1] += cnt[i];
+    for (int i = 0; i < n; i++)
+        if (last[i] != INT32_MAX) order[cnt[last[i]]++] = i;
+    /* cnt[i] now marks the end of the nodes whose last use is i */
+    int fi = 0;
+    for (int i = 0; i < n; i++) {
+        struct toy_tensor *t = g->nodes[i];
+        if (node_owns_memory(t)) {
+            size_t sz = planned_size(t);
+            g->offsets[i] = alloc_take(&al, sz);
+            naive += sz;
+            n_planned++;
+        }
+        for (; fi < cnt[i]; fi++) {
+            int j = order[fi];
+            if (g->offsets[j] != SIZE_MAX) alloc_give(&al, g->offsets[j], planned_size(g->nodes[j]));
+        }
+    }
+    free(al.blk);
+    free(order);
+    free(cnt);
+    free(last);
+    size_t peak = al.top;
+    if (g->buf->size < peak) {
+        void *p = NULL;
+        if (posix_memalign(&p, ALIGN, peak)) return toy_error(TOY_ERR_NOMEM, "graph plan: %zu bytes", peak);
+        free(g->buf->data);
+        g->buf->data = p;
+        g->buf->size = peak;
+    }
+    for (int i = 0; i < n; i++)
+        if (g->offsets[i] != SIZE_MAX) g->nodes[i]->data = (char *)g->buf->data + g->offsets[i];
+    g->plan = (struct toy_plan_info){peak, naive, n_planned};
+    if (info) *info = g->plan;
+    g->planned = true;
+    return TOY_OK;
+}
+
+/* ---- execution ------------------------------------------------------------------ */
+
+struct task {
+    struct toy_tensor *node;
+    void *work;
+    size_t work_size;
+};
+
+static void run_node(void *arg, int ith, int nth) {
+    struct task *tk = arg;
+    toy_cpu_compute(tk->node, ith, nth, tk->work, tk->work_size);
+}
+
+static double now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e6 + ts.tv_nsec * 1e-3;
+}
+
+static enum toy_status check_leaf(const struct toy_tensor *t) {
+    if (t && t->op == TOY_OP_NONE && !t->data)
+        return toy_error(TOY_ERR_STATE, "tensor '%s' has no data (set it before running the graph)",
+                         t->name[0] ? t->name : "(unnamed)");
+    return TOY_OK;
+}
+
+enum toy_status toy_graph_compute(struct toy_graph *g, struct toy_threadpool *tp) {
+    enum toy_status st;
+    toy_cpu_init();
+    if (!g->planned && (st = toy_graph_plan(g, NULL, NULL))) return st;
+    int nth = toy_threadpool_size(tp);
+    size_t ws = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        size_t w = toy_cpu_work_size(g->nodes[i], nth);
+        if (w > ws) ws = w;
+        for (int s = 0; s < TOY_MAX_SRC; s++)
+            if ((st = check_leaf(g->nodes[i]->src[s]))) return st;
+    }
+    if (ws > g->work_size) {
+        free(g->work);
+        g->work = NULL;
+        if (posix_memalign(&g->work, ALIGN, ws)) {
+            g->work = NULL;
+            g->work_size = 0;
+            return toy_error(TOY_ERR_NOMEM, "graph work buffer: %zu bytes", ws);
+        }
+        g->work_size = ws;
+    }
+    for (int i = 0; i < g->n_nodes; i++) {
+        struct toy_tensor *t = g->nodes[i];
+        if (toy_is_view_op(t->op)) {
+            t->data = (char *)t->view_src->data + t->view_offs;
+            continue;
+        }
+        if (t->op == TOY_OP_ACCUM || (t->op == TOY_OP_MATMUL && t->op_params[P_MM_ACCUM]) ||
+            (t->op == TOY_OP_GET_ROWS_BACK && t->op_params[P_GRB_ACCUM]))
+            t->data = t->src[TOY_MAX_SRC - 1]->data; /* the persistent gradient */
+        struct task tk = {t, g->work, g->work_size};
+        double t0 = g->timing ? now_us() : 0;
+        toy_threadpool_run(tp, run_node, &tk);
+        if (g->timing) g->op_us[t->op] += now_us() - t0;
+        if (t->op_params[TOY_MAX_OP_PARAMS - 1]) {
+            t->op_params[TOY_MAX_OP_PARAMS - 1] = 0;
+            return toy_error(TOY_ERR_RANGE, "%s '%s': an index is out of range (ids or targets)",
+                             toy_op_name(t->op), t->name);
+        }
+    }
+    return TOY_OK;
+}
+
+void toy_graph_zero_grads(struct toy_graph *g) {
+    for (int i = 0; i < g->n_params; i++)
+        if (g->params[i]->grad) memset(g->params[i]->grad->data, 0, toy_nbytes(g->params[i]->grad));
+}
+
+void toy_graph_set_timing(struct toy_graph *g, bool on) {
+    g->timing = on;
+    memset(g->op_us, 0, sizeof g->op_us);
+}
+
+const double *toy_graph_op_times_us(const struct toy_graph *g) { return g->op_us; }
+
+void toy_graph_print(const struct toy_graph *g, void *file) {
+    FILE *f = file ? file : stderr;
+    char buf[96];
+    for (int i = 0; i < g->n_nodes; i++) {
+        const struct toy_tensor *t = g->nodes[i];
+        fprintf(f, "%4d %-18s %-28s %s\n", i, toy_op_name(t->op), toy_shape_str(t, buf, sizeof buf),
+                t->name);
+    }
+}

@@ -1,0 +1,97 @@
+/* internal.h: what the core files share and the public headers do not show. */
+#ifndef TOY_CORE_INTERNAL_H
+#define TOY_CORE_INTERNAL_H
+
+#include <string.h>
+
+#include "toy/graph.h"
+#include "toy/tensor.h"
+
+/* Tensor metadata in the arena, contiguous strides, no data. */
+struct toy_tensor *toy_tensor_alloc_meta(struct toy_ctx *ctx, enum toy_dtype type, int n_dims,
+                                         const int64_t *ne);
+bool toy_ctx_allocs_data(const struct toy_ctx *ctx);
+struct toy_graph;
+void toy_ctx_register_graph(struct toy_ctx *ctx, struct toy_graph *g);
+void toy_graph_release(struct toy_graph *g);
+void toy_graph_expand(struct toy_graph *g, struct toy_tensor *t);
+
+static inline void toy_param_f32_set(struct toy_tensor *t, int i, float v) {
+    memcpy(&t->op_params[i], &v, sizeof v);
+}
+static inline float toy_param_f32(const struct toy_tensor *t, int i) {
+    float v;
+    memcpy(&v, &t->op_params[i], sizeof v);
+    return v;
+}
+
+static inline bool toy_is_view_op(enum toy_op op) {
+    return op == TOY_OP_VIEW || op == TOY_OP_RESHAPE || op == TOY_OP_PERMUTE;
+}
+
+/* op_params layouts (indices) */
+enum {
+    /* MATMUL */ P_MM_TRANS_A = 0, P_MM_TRANS_B = 1, P_MM_ACCUM = 2,
+    /* SUM, MEAN, CONCAT */ P_DIM = 0,
+    /* SCALE */ P_SCALE = 0,
+    /* norms */ P_EPS = 0,
+    /* SOFTMAX */ P_SM_SCALE = 0,
+    /* ATTENTION: scale, causal, window, softcap */
+    P_AT_SCALE = 0, P_AT_CAUSAL = 1, P_AT_WINDOW = 2, P_AT_SOFTCAP = 3,
+    /* ROPE: n_dims, mode, base, scaling, factor, orig_ctx, low, high, beta_fast,
+     * beta_slow, attn_factor, inverse */
+    P_RP_NDIMS = 0, P_RP_MODE, P_RP_BASE, P_RP_SCALING, P_RP_FACTOR, P_RP_ORIG,
+    P_RP_LOW, P_RP_HIGH, P_RP_BFAST, P_RP_BSLOW, P_RP_ATTN, P_RP_INVERSE,
+    /* CROSS_ENTROPY */ P_CE_IGNORE = 0,
+    /* GET_ROWS_BACK */ P_GRB_ACCUM = 0,
+};
+
+#endif
+
+struct toy_tensor *toy_rope_impl(struct toy_ctx *ctx, struct toy_tensor *x, struct toy_tensor *pos,
+                                 const int32_t *params, bool inverse);
+
+/* ---- graph internals shared by graph.c and autodiff.c ---- */
+
+struct toy_ptrmap {            /* open addressing: tensor pointer -> int */
+    const void **keys;
+    int *vals;
+    int cap, n;
+};
+int toy_ptrmap_get(const struct toy_ptrmap *m, const void *k);     /* -1 if absent */
+void toy_ptrmap_put(struct toy_ptrmap *m, const void *k, int v);
+void toy_ptrmap_free(struct toy_ptrmap *m);
+
+struct toy_graph {
+    struct toy_ctx *ctx;
+    struct toy_tensor **nodes;
+    int n_nodes, cap;
+    struct toy_ptrmap index;       /* node -> position */
+    struct toy_ptrmap visited;     /* leaves and nodes seen by build */
+    struct toy_tensor **grads;     /* gradient of node i (by position), or NULL */
+    struct toy_ptrmap leaf_grads;  /* leaf tensor -> index into leaf_grad_list */
+    struct toy_tensor **leaf_grad_list;
+    int n_leaf_grads, cap_leaf_grads;
+    struct toy_tensor **params;
+    int n_params, cap_params;
+    int n_forward;                 /* nodes before toy_graph_backward */
+
+    struct toy_membuf own_buf;
+    struct toy_membuf *buf;
+    size_t *offsets;               /* planned offset of node i, or SIZE_MAX */
+    bool planned;
+    struct toy_plan_info plan;
+
+    void *work;                    /* per-thread scratch of the kernels */
+    size_t work_size;
+
+    bool timing;
+    double op_us[TOY_OP_COUNT];
+};
+
+void toy_graph_add_node(struct toy_graph *g, struct toy_tensor *t);
+
+/* CPU backend entry points (src/backends/cpu/). */
+size_t toy_cpu_work_size(const struct toy_tensor *node, int nth);
+void toy_cpu_compute(struct toy_tensor *node, int ith, int nth, void *work, size_t work_size);
+void toy_cpu_init(void);

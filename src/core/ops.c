@@ -1,0 +1,371 @@
+/* ops.c: op constructors. Each checks shapes and dtypes (aborting with
+ * file:line on a programming error), creates the result tensor (no data: the
+ * planner places it) and records its sources and parameters. The kernels are
+ * in src/backends/cpu/, the gradients in src/core/autodiff.c. */
+#include <math.h>
+#include <stdio.h>
+
+#include "core/internal.h"
+
+static const char *const op_names[] = {
+#define TOY_X_NAME(n) #n,
+    TOY_OP_LIST(TOY_X_NAME)
+#undef TOY_X_NAME
+};
+
+const char *toy_op_name(enum toy_op op) {
+    return (unsigned)op < TOY_OP_COUNT ? op_names[op] : "?";
+}
+
+#include <stdarg.h>
+
+/* Aborts naming the op, the operands (name and shape) and the problem. */
+__attribute__((format(printf, 6, 7))) static _Noreturn void
+check_fail(const char *file, int line, const char *op, const struct toy_tensor *a,
+           const struct toy_tensor *b, const char *fmt, ...) {
+    char msg[256], sa[96] = "", sb[96] = "";
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (a) toy_shape_str(a, sa, sizeof sa);
+    if (b) toy_shape_str(b, sb, sizeof sb);
+    toy_abort(file, line, "%s: %s %s%s%s %s: %s", op, a && a->name[0] ? a->name : "a", sa, b ? ", " : "",
+              b ? (b->name[0] ? b->name : "b") : "", sb, msg);
+}
+
+#define CHECK(cond, op, a, b, ...)                                                 \
+    do {                                                                           \
+        if (!(cond)) check_fail(__FILE__, __LINE__, op, a, b, __VA_ARGS__);        \
+    } while (0)
+
+static struct toy_tensor *new_result(struct toy_ctx *ctx, enum toy_op op, enum toy_dtype type,
+                                     const int64_t *ne) {
+    struct toy_tensor *t = toy_tensor_alloc_meta(ctx, type, 4, ne);
+    int nd = 4;
+    while (nd > 1 && ne[nd - 1] == 1) nd--;
+    t->n_dims = nd;
+    t->op = op;
+    return t;
+}
+
+static struct toy_tensor *like(struct toy_ctx *ctx, enum toy_op op, const struct toy_tensor *a) {
+    return new_result(ctx, op, TOY_F32, a->ne);
+}
+
+static bool is_float(const struct toy_tensor *t) { return t->type == TOY_F32; }
+
+/* Row-contiguous: elements of a row are adjacent (rows may be strided). */
+static bool rows_contiguous(const struct toy_tensor *t) {
+    return t->nb[0] == toy_dtype_type_size(t->type) || t->ne[0] == 1;
+}
+
+static struct toy_tensor *need_rows(struct toy_ctx *ctx, struct toy_tensor *a) {
+    return rows_contiguous(a) ? a : toy_cont(ctx, a);
+}
+
+struct toy_tensor *toy_cont(struct toy_ctx *ctx, struct toy_tensor *a) {
+    struct toy_tensor *t = new_result(ctx, TOY_OP_CONT, a->type, a->ne);
+    CHECK(toy_dtype_block_size(a->type) == 1, "cont", a, NULL, "block types cannot be copied");
+    t->src[0] = a;
+    return t;
+}
+
+struct toy_tensor *toy_cast(struct toy_ctx *ctx, struct toy_tensor *a, enum toy_dtype type) {
+    CHECK(type == TOY_F32 || type == TOY_F16 || type == TOY_BF16, "cast", a, NULL,
+          "to %s unsupported", toy_dtype_name(type));
+    CHECK(a->type == TOY_F32 || a->type == TOY_F16 || a->type == TOY_BF16 ||
+              toy_dtype_block_size(a->type) > 1,
+          "cast", a, NULL, "from %s unsupported", toy_dtype_name(a->type));
+    struct toy_tensor *t = new_result(ctx, TOY_OP_CAST, type, a->ne);
+    t->src[0] = a;
+    return t;
+}
+
+/* ---- elementwise ------------------------------------------------------------ */
+
+static struct toy_tensor *binary(struct toy_ctx *ctx, enum toy_op op, struct toy_tensor *a,
+                                 struct toy_tensor *b) {
+    CHECK(is_float(a) && is_float(b), toy_op_name(op), a, b, "f32 only");
+    for (int i = 0; i < 4; i++)
+        CHECK(b->ne[i] == 1 || b->ne[i] == a->ne[i], toy_op_name(op), a, b,
+              "b does not broadcast to a in dim %d", i);
+    struct toy_tensor *t = like(ctx, op, a);
+    t->src[0] = a;
+    t->src[1] = b;
+    return t;
+}
+
+struct toy_tensor *toy_add(struct toy_ctx *ctx, struct toy_tensor *a, struct toy_tensor *b) {
+    return binary(ctx, TOY_OP_ADD, a, b);
+}
+struct toy_tensor *toy_sub(struct toy_ctx *ctx, struct toy_tensor *a, struct toy_tensor *b) {
+    return binary(ctx, TOY_OP_SUB, a, b);
+}
+struct toy_tensor *toy_mul(struct toy_ctx *ctx, struct toy_tensor *a, struct toy_tensor *b) {
+    return binary(ctx, TOY_OP_MUL, a, b);
+}
+struct toy_tensor *toy_div(struct toy_ctx *ctx, struct toy_tensor *a, struct toy_tensor *b) {
+    return binary(ctx, TOY_OP_DIV, a, b);
+}
+
+static struct toy_tensor *unary(struct toy_ctx *ctx, enum toy_op op, struct toy_tensor *a) {
+    CHECK(is_float(a), toy_op_name(op), a, NULL, "f32 only");
+    struct toy_tensor *t = like(ctx, op, a);
+    t->src[0] = a;
+    return t;
+}
+
+struct toy_tensor *toy_scale(struct toy_ctx *ctx, struct toy_tensor *a, float s) {
+    struct toy_tensor *t = unary(ctx, TOY_OP_SCALE, a);
+    toy_param_f32_set(t, P_SCALE, s);
+    return t;
+}
+struct toy_tensor *toy_sqr(struct toy_ctx *ctx, struct toy_tensor *a) { return unary(ctx, TOY_OP_SQR, a); }
+struct toy_tensor *toy_sqrt(struct toy_ctx *ctx, struct toy_tensor *a) { return unary(ctx, TOY_OP_SQRT, a); }
+struct toy_tensor *toy_neg(struct toy_ctx *ctx, struct toy_tensor *a) { return unary(ctx, TOY_OP_NEG, a); }
+struct toy_tensor *toy_silu(struct toy_ctx *ctx, struct toy_tensor *a) { return unary(ctx, TOY_OP_SILU, a); }
+struct toy_tensor *toy_gelu(struct toy_ctx *ctx, struct toy_tensor *a) { return unary(ctx, TOY_OP_GELU, a); }
+
+struct toy_tensor *toy_swiglu(struct toy_ctx *ctx, struct toy_tensor *gate, struct toy_tensor *up) {
+    CHECK(is_float(gate) && is_float(up) && toy_same_shape(gate, up), "swiglu", gate, up,
+          "gate and up must be f32 of one shape");
+    struct toy_tensor *t = like(ctx, TOY_OP_SWIGLU, gate);
+    t->src[0] = gate;
+    t->src[1] = up;
+    return t;
+}
+
+/* ---- matmul ------------------------------------------------------------------ */
+
+struct toy_tensor *toy_matmul(struct toy_ctx *ctx, struct toy_tensor *a, struct toy_tensor *b,
+                              bool trans_a, bool trans_b) {
+    CHECK(a->type == TOY_F32, "matmul", a, b, "A must be f32");
+    CHECK(toy_dtype_valid(b->type), "matmul", a, b, "bad B type");
+    a = need_rows(ctx, a);
+    if (toy_dtype_block_size(b->type) == 1) b = need_rows(ctx, b);
+    CHECK(rows_contiguous(b), "matmul", a, b, "quantized B must have contiguous rows");
+    int64_t m = trans_a ? a->ne[0] : a->ne[1];
+    int64_t k = trans_a ? a->ne[1] : a->ne[0];
+    int64_t kb = trans_b ? b->ne[0] : b->ne[1];
+    int64_t n = trans_b ? b->ne[1] : b->ne[0];
+    CHECK(k == kb, "matmul", a, b, "inner dims %lld vs %lld", (long long)k, (long long)kb);
+    int64_t ne[4] = {n, m, 1, 1};
+    for (int i = 2; i < 4; i++) {
+        int64_t x = a->ne[i], y = b->ne[i];
+        CHECK(x % y == 0 || y % x == 0, "matmul", a, b, "batch dim %d does not broadcast", i);
+        ne[i] = x > y ? x : y;
+    }
+    struct toy_tensor *t = new_result(ctx, TOY_OP_MATMUL, TOY_F32, ne);
+    t->src[0] = a;
+    t->src[1] = b;
+    t->op_params[P_MM_TRANS_A] = trans_a;
+    t->op_params[P_MM_TRANS_B] = trans_b;
+    return t;
+}
+
+struct toy_tensor *toy_linear(struct toy_ctx *ctx, struct toy_tensor *x, struct toy_tensor *w,
+                              struct toy_tensor *bias) {
+    CHECK(x->ne[0] == w->ne[0], "linear", x, w, "in features differ");
+    CHECK(w->ne[2] == 1 && w->ne[3] == 1, "linear", x, w, "weight must be 2-D");
+    struct toy_tensor *x2 = x;
+    bool flat = toy_is_contiguous(x) && (x->ne[2] > 1 || x->ne[3] > 1);
+    if (flat) x2 = toy_reshape_2d(ctx, x, x->ne[0], toy_nrows(x));
+    struct toy_tensor *y = toy_matmul(ctx, x2, w, false, true);
+    if (flat) y = toy_reshape_4d(ctx, y, w->ne[1], x->ne[1], x->ne[2], x->ne[3]);
+    if (bias) {
+        CHECK(bias->ne[0] == w->ne[1] && toy_nelements(bias) == bias->ne[0], "linear", bias, w,
+              "bias must be (out)");
+        y = toy_add(ctx, y, bias);
+    }
+    return y;
+}
+
+/* ---- indexing, reductions ------------------------------------------------------- */
+
+struct toy_tensor *toy_get_rows(struct toy_ctx *ctx, struct toy_tensor *table,
+                                struct toy_tensor *ids) {
+    CHECK(ids->type == TOY_I32, "get_rows", table, ids, "ids must be i32");
+    CHECK(table->ne[2] == 1 && table->ne[3] == 1, "get_rows", table, ids, "table must be 2-D");
+    CHECK(ids->ne[3] == 1, "get_rows", table, ids, "ids up to 3-D");
+    int64_t ne[4] = {table->ne[0], ids->ne[0], ids->ne[1], ids->ne[2]};
+    struct toy_tensor *t = new_result(ctx, TOY_OP_GET_ROWS, TOY_F32, ne);
+    t->src[0] = table;
+    t->src[1] = ids;
+    return t;
+}
+
+static struct toy_tensor *reduce_dim(struct toy_ctx *ctx, enum toy_op op, struct toy_tensor *a, int dim) {
+    CHECK(is_float(a) && dim >= 0 && dim < 4, toy_op_name(op), a, NULL, "dim %d", dim);
+    int64_t ne[4] = {a->ne[0], a->ne[1], a->ne[2], a->ne[3]};
+    ne[dim] = 1;
+    struct toy_tensor *t = new_result(ctx, op, TOY_F32, ne);
+    t->src[0] = a;
+    t->op_params[P_DIM] = dim;
+    return t;
+}
+
+struct toy_tensor *toy_sum(struct toy_ctx *ctx, struct toy_tensor *a, int dim) {
+    return reduce_dim(ctx, TOY_OP_SUM, a, dim);
+}
+struct toy_tensor *toy_mean(struct toy_ctx *ctx, struct toy_tensor *a, int dim) {
+    return reduce_dim(ctx, TOY_OP_MEAN, a, dim);
+}
+
+struct toy_tensor *toy_sum_all(struct toy_ctx *ctx, struct toy_tensor *a) {
+    CHECK(is_float(a), "sum_all", a, NULL, "f32 only");
+    struct toy_tensor *t = new_result(ctx, TOY_OP_SUM_ALL, TOY_F32, (int64_t[]){1, 1, 1, 1});
+    t->src[0] = a;
+    return t;
+}
+
+struct toy_tensor *toy_repeat(struct toy_ctx *ctx, struct toy_tensor *a, struct toy_tensor *shape) {
+    for (int i = 0; i < 4; i++)
+        CHECK(a->ne[i] == 1 || a->ne[i] == shape->ne[i], "repeat", a, shape, "dim %d", i);
+    struct toy_tensor *t = new_result(ctx, TOY_OP_REPEAT, TOY_F32, shape->ne);
+    t->src[0] = a;
+    return t;
+}
+
+struct toy_tensor *toy_sum_to(struct toy_ctx *ctx, struct toy_tensor *a, struct toy_tensor *shape) {
+    for (int i = 0; i < 4; i++)
+        CHECK(shape->ne[i] == 1 || a->ne[i] == shape->ne[i], "sum_to", a, shape, "dim %d", i);
+    struct toy_tensor *t = new_result(ctx, TOY_OP_SUM_TO, TOY_F32, shape->ne);
+    t->src[0] = a;
+    return t;
+}
+
+struct toy_tensor *toy_concat(struct toy_ctx *ctx, struct toy_tensor *a, struct toy_tensor *b,
+                              int dim) {
+    CHECK(is_float(a) && is_float(b) && dim >= 0 && dim < 4, "concat", a, b, "dim %d", dim);
+    int64_t ne[4];
+    for (int i = 0; i < 4; i++) {
+        CHECK(i == dim || a->ne[i] == b->ne[i], "concat", a, b, "dim %d differs", i);
+        ne[i] = i == dim ? a->ne[i] + b->ne[i] : a->ne[i];
+    }
+    struct toy_tensor *t = new_result(ctx, TOY_OP_CONCAT, TOY_F32, ne);
+    t->src[0] = a;
+    t->src[1] = b;
+    t->op_params[P_DIM] = dim;
+    return t;
+}
+
+/* ---- norms, softmax -------------------------------------------------------------- */
+
+struct toy_tensor *toy_rms_norm(struct toy_ctx *ctx, struct toy_tensor *x, struct toy_tensor *w,
+                                float eps) {
+    CHECK(is_float(x), "rms_norm", x, w, "f32 only");
+    if (w) CHECK(is_float(w) && toy_nelements(w) == x->ne[0], "rms_norm", x, w, "weight must be (ne0)");
+    struct toy_tensor *t = like(ctx, TOY_OP_RMS_NORM, x);
+    t->src[0] = need_rows(ctx, x);
+    t->src[1] = w;
+    toy_param_f32_set(t, P_EPS, eps);
+    return t;
+}
+
+struct toy_tensor *toy_layer_norm(struct toy_ctx *ctx, struct toy_tensor *x, struct toy_tensor *w,
+                                  struct toy_tensor *b, float eps) {
+    CHECK(is_float(x), "layer_norm", x, w, "f32 only");
+    if (w) CHECK(is_float(w) && toy_nelements(w) == x->ne[0], "layer_norm", x, w, "weight must be (ne0)");
+    if (b) CHECK(is_float(b) && toy_nelements(b) == x->ne[0], "layer_norm", x, b, "bias must be (ne0)");
+    struct toy_tensor *t = like(ctx, TOY_OP_LAYER_NORM, x);
+    t->src[0] = need_rows(ctx, x);
+    t->src[1] = w;
+    t->src[2] = b;
+    toy_param_f32_set(t, P_EPS, eps);
+    return t;
+}
+
+struct toy_tensor *toy_softmax(struct toy_ctx *ctx, struct toy_tensor *x, struct toy_tensor *mask,
+                               float scale) {
+    CHECK(is_float(x), "softmax", x, mask, "f32 only");
+    if (mask)
+        for (int i = 0; i < 4; i++)
+            CHECK(is_float(mask) && (mask->ne[i] == 1 || mask->ne[i] == x->ne[i]), "softmax", x,
+                  mask, "mask does not broadcast in dim %d", i);
+    struct toy_tensor *t = like(ctx, TOY_OP_SOFTMAX, x);
+    t->src[0] = need_rows(ctx, x);
+    t->src[1] = mask;
+    toy_param_f32_set(t, P_SM_SCALE, scale);
+    return t;
+}
+
+/* ---- attention, rope -------------------------------------------------------------- */
+
+struct toy_tensor *toy_attention(struct toy_ctx *ctx, struct toy_tensor *q, struct toy_tensor *k,
+                                 struct toy_tensor *v, const struct toy_attn_params *p) {
+    CHECK(is_float(q) && is_float(k) && is_float(v), "attention", q, k, "f32 only");
+    CHECK(k->ne[0] == q->ne[0] && v->ne[0] == q->ne[0], "attention", q, k, "head dims differ");
+    CHECK(toy_same_shape(k, v), "attention", k, v, "k and v differ");
+    CHECK(k->ne[1] > 0 && q->ne[1] % k->ne[1] == 0, "attention", q, k,
+          "query heads not a multiple of kv heads");
+    CHECK(k->ne[3] == q->ne[3], "attention", q, k, "batch differs");
+    CHECK(!p->causal || k->ne[2] >= q->ne[2], "attention", q, k, "causal needs Tk >= Tq");
+    struct toy_tensor *t = like(ctx, TOY_OP_ATTENTION, q);
+    t->src[0] = need_rows(ctx, q);
+    t->src[1] = need_rows(ctx, k);
+    t->src[2] = need_rows(ctx, v);
+    float scale = p->scale > 0 ? p->scale : 1.0f / sqrtf((float)q->ne[0]);
+    toy_param_f32_set(t, P_AT_SCALE, scale);
+    t->op_params[P_AT_CAUSAL] = p->causal;
+    t->op_params[P_AT_WINDOW] = p->window;
+    toy_param_f32_set(t, P_AT_SOFTCAP, p->softcap);
+    /* log-sum-exp of every query row: (B, Tq, Hq) */
+    t->aux_bytes = (size_t)(q->ne[1] * q->ne[2] * q->ne[3]) * sizeof(float);
+    return t;
+}
+
+struct toy_tensor *toy_rope_impl(struct toy_ctx *ctx, struct toy_tensor *x, struct toy_tensor *pos,
+                                 const int32_t *params, bool inverse) {
+    struct toy_tensor *t = like(ctx, TOY_OP_ROPE, x);
+    t->src[0] = need_rows(ctx, x);
+    t->src[1] = pos;
+    memcpy(t->op_params, params, sizeof(int32_t) * TOY_MAX_OP_PARAMS);
+    t->op_params[P_RP_INVERSE] = inverse;
+    return t;
+}
+
+struct toy_tensor *toy_rope(struct toy_ctx *ctx, struct toy_tensor *x, struct toy_tensor *pos,
+                            const struct toy_rope_params *p) {
+    CHECK(is_float(x), "rope", x, pos, "f32 only");
+    CHECK(pos->type == TOY_I32, "rope", x, pos, "positions must be i32");
+    CHECK(toy_nelements(pos) == x->ne[2] || toy_nelements(pos) == x->ne[2] * x->ne[3], "rope",
+          x, pos, "need T or T*B positions");
+    int n_dims = p->n_dims > 0 ? p->n_dims : (int)x->ne[0];
+    CHECK(n_dims % 2 == 0 && n_dims <= x->ne[0], "rope", x, pos, "n_dims %d", n_dims);
+    CHECK(p->mode == TOY_ROPE_NORMAL || p->mode == TOY_ROPE_NEOX, "rope", x, pos, "mode %d", p->mode);
+    int32_t prm[TOY_MAX_OP_PARAMS] = {0};
+    struct toy_tensor tmp;
+    prm[P_RP_NDIMS] = n_dims;
+    prm[P_RP_MODE] = p->mode;
+    prm[P_RP_SCALING] = p->scaling;
+    prm[P_RP_ORIG] = p->orig_ctx;
+    memcpy(tmp.op_params, prm, sizeof prm);
+    toy_param_f32_set(&tmp, P_RP_BASE, p->freq_base > 0 ? p->freq_base : 10000.0f);
+    toy_param_f32_set(&tmp, P_RP_FACTOR, p->factor > 0 ? p->factor : 1.0f);
+    toy_param_f32_set(&tmp, P_RP_LOW, p->low_freq_factor > 0 ? p->low_freq_factor : 1.0f);
+    toy_param_f32_set(&tmp, P_RP_HIGH, p->high_freq_factor > 0 ? p->high_freq_factor : 4.0f);
+    toy_param_f32_set(&tmp, P_RP_BFAST, p->beta_fast > 0 ? p->beta_fast : 32.0f);
+    toy_param_f32_set(&tmp, P_RP_BSLOW, p->beta_slow > 0 ? p->beta_slow : 1.0f);
+    float af = p->attn_factor;
+    if (af <= 0) af = p->scaling == TOY_ROPE_SCALING_YARN && p->factor > 1
+                          ? 0.1f * logf(p->factor) + 1.0f : 1.0f;
+    toy_param_f32_set(&tmp, P_RP_ATTN, af);
+    return toy_rope_impl(ctx, x, pos, tmp.op_params, false);
+}
+
+/* ---- losses ------------------------------------------------------------------------ */
+
+struct toy_tensor *toy_cross_entropy(struct toy_ctx *ctx, struct toy_tensor *logits,
+                                     struct toy_tensor *targets, int32_t ignore_index) {
+    CHECK(is_float(logits), "cross_entropy", logits, targets, "logits f32");
+    CHECK(targets->type == TOY_I32 && toy_nelements(targets) == toy_nrows(logits),
+          "cross_entropy", logits, targets, "need one i32 target per row");
+    struct toy_tensor *t = new_result(ctx, TOY_OP_CROSS_ENTROPY, TOY_F32, (int64_t[]){1, 1, 1, 1});
+    t->src[0] = need_rows(ctx, logits);
+    t->src[1] = targets;
+    t->op_params[P_CE_IGNORE] = ignore_index;
+    /* per-row log-sum-exp, then the count of counted rows */
+    t->aux_bytes = (size_t)(toy_nrows(logits) + 1) * sizeof(float);
+    return t;
+}

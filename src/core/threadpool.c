@@ -1,0 +1,138 @@
+/* threadpool.c: a fixed pool of pthreads running one task at a time.
+ *
+ * The caller is thread 0. A task is published by bumping `gen`; workers spin
+ * on it for a short while (tasks of a graph come back to back), then sleep on
+ * a condition variable. Completion is counted with an atomic; the caller
+ * spins (then yields) until every worker has finished.
+ */
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "toy/threadpool.h"
+
+#define SPIN_ITERS 20000
+
+struct toy_threadpool {
+    int n;
+    pthread_t *threads;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    atomic_uint gen;
+    atomic_int pending;
+    atomic_bool stop;
+    toy_task_fn fn;
+    void *arg;
+};
+
+struct worker_arg {
+    struct toy_threadpool *tp;
+    int ith;
+};
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+static void *worker_main(void *p) {
+    struct worker_arg *wa = p;
+    struct toy_threadpool *tp = wa->tp;
+    int ith = wa->ith;
+    free(wa);
+    unsigned seen = 0;
+    for (;;) {
+        unsigned g;
+        int spins = 0;
+        while ((g = atomic_load_explicit(&tp->gen, memory_order_acquire)) == seen &&
+               !atomic_load(&tp->stop)) {
+            if (++spins < SPIN_ITERS) {
+                cpu_relax();
+                continue;
+            }
+            pthread_mutex_lock(&tp->mu);
+            while (atomic_load(&tp->gen) == seen && !atomic_load(&tp->stop))
+                pthread_cond_wait(&tp->cv, &tp->mu);
+            pthread_mutex_unlock(&tp->mu);
+        }
+        if (atomic_load(&tp->stop)) break;
+        seen = g;
+        tp->fn(tp->arg, ith, tp->n);
+        atomic_fetch_sub_explicit(&tp->pending, 1, memory_order_acq_rel);
+    }
+    return NULL;
+}
+
+int toy_num_cores(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+struct toy_threadpool *toy_threadpool_new(int n_threads) {
+    if (n_threads <= 0) {
+        const char *env = getenv("TOY_THREADS");
+        n_threads = env && atoi(env) > 0 ? atoi(env) : toy_num_cores();
+    }
+    struct toy_threadpool *tp = calloc(1, sizeof *tp);
+    if (!tp) return NULL;
+    tp->n = n_threads;
+    pthread_mutex_init(&tp->mu, NULL);
+    pthread_cond_init(&tp->cv, NULL);
+    atomic_init(&tp->gen, 0);
+    atomic_init(&tp->pending, 0);
+    atomic_init(&tp->stop, false);
+    tp->threads = calloc((size_t)n_threads, sizeof(pthread_t));
+    if (!tp->threads) { free(tp); return NULL; }
+    for (int i = 1; i < n_threads; i++) {
+        struct worker_arg *wa = malloc(sizeof *wa);
+        if (!wa) { tp->n = i; toy_threadpool_free(tp); return NULL; }
+        wa->tp = tp;
+        wa->ith = i;
+        if (pthread_create(&tp->threads[i], NULL, worker_main, wa)) {
+            free(wa);
+            tp->n = i;
+            toy_threadpool_free(tp);
+            return NULL;
+        }
+    }
+    return tp;
+}
+
+void toy_threadpool_free(struct toy_threadpool *tp) {
+    if (!tp) return;
+    pthread_mutex_lock(&tp->mu);
+    atomic_store(&tp->stop, true);
+    pthread_cond_broadcast(&tp->cv);
+    pthread_mutex_unlock(&tp->mu);
+    for (int i = 1; i < tp->n; i++) pthread_join(tp->threads[i], NULL);
+    pthread_mutex_destroy(&tp->mu);
+    pthread_cond_destroy(&tp->cv);
+    free(tp->threads);
+    free(tp);
+}
+
+int toy_threadpool_size(const struct toy_threadpool *tp) { return tp ? tp->n : 1; }
+
+void toy_threadpool_run(struct toy_threadpool *tp, toy_task_fn fn, void *arg) {
+    if (!tp || tp->n == 1) {
+        fn(arg, 0, 1);
+        return;
+    }
+    tp->fn = fn;
+    tp->arg = arg;
+    atomic_store_explicit(&tp->pending, tp->n - 1, memory_order_release);
+    pthread_mutex_lock(&tp->mu);
+    atomic_fetch_add_explicit(&tp->gen, 1, memory_order_acq_rel);
+    pthread_cond_broadcast(&tp->cv);
+    pthread_mutex_unlock(&tp->mu);
+    fn(arg, 0, tp->n);
+    int spins = 0;
+    while (atomic_load_explicit(&tp->pending, memory_order_acquire) > 0) {
+        if (++spins < SPIN_ITERS) cpu_relax();
+        else sched_yield();
+    }
+}
