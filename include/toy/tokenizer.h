@@ -1,0 +1,200 @@
+/* toy/tokenizer.h: text <-> token ids, exact to the reference tokenizers.
+ *
+ * Three algorithms behind one opaque handle:
+ *   - byte-level BPE (GPT-2, Llama-3, Qwen2, SmolLM2, StarCoder, GPT-NeoX):
+ *     a pre-tokenizer regex splits the text, each piece's bytes are merged by
+ *     merge rank (Hugging Face `tokenizers` / llama.cpp semantics);
+ *   - SentencePiece BPE (Llama-2, TinyLlama, Mistral): spaces become U+2581,
+ *     a dummy prefix is added, pieces merge by score, characters missing from
+ *     the vocabulary fall back to <0xHH> byte tokens (or <unk>);
+ *   - SentencePiece Unigram (Gemma-style): Viterbi over piece scores.
+ *
+ * Vocabularies load from a Hugging Face tokenizer.json (+ tokenizer_config.json
+ * beside it), GPT-2 encoder.json + vocab.bpe, a SentencePiece .model, a
+ * llama2.c tokenizer.bin, or GGUF metadata (tokenizer.ggml.*). Any of them can
+ * also be built from plain arrays with toy_tokenizer_init().
+ *
+ *     struct toy_tokenizer *tok;
+ *     if (toy_tokenizer_load("models/smollm2", &tok)) die(toy_last_error());
+ *     struct toy_tokens ids = {0};
+ *     toy_tokenizer_encode(tok, "Hello world", 11, TOY_ENCODE_PARSE_SPECIAL, &ids);
+ *     // ids.ids = {19556, 905}, ids.n = 2
+ *     char *text; size_t len;
+ *     toy_tokenizer_decode(tok, ids.ids, ids.n, 0, &text, &len);  // "Hello world"
+ *     free(text); toy_tokens_free(&ids); toy_tokenizer_free(tok);
+ *
+ * A tokenizer is immutable after loading; encode/decode may run on many
+ * threads at once. Token ids are int32_t (what GGUF and the models use).
+ */
+#ifndef TOY_TOKENIZER_H
+#define TOY_TOKENIZER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "toy/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct toy_tokenizer;
+
+enum toy_tokenizer_kind {
+    TOY_TOKENIZER_BPE = 0, /* byte-level BPE (GGUF tokenizer.ggml.model "gpt2") */
+    TOY_TOKENIZER_SPM = 1, /* SentencePiece BPE ("llama") */
+    TOY_TOKENIZER_UGM = 2, /* SentencePiece Unigram ("t5"/"gemma"-style) */
+};
+
+/* Token types: the values of GGUF tokenizer.ggml.token_type and of
+ * SentencePiece's ModelProto.SentencePiece.Type. Append only. */
+enum toy_token_type {
+    TOY_TOKEN_UNDEFINED = 0,
+    TOY_TOKEN_NORMAL = 1,
+    TOY_TOKEN_UNKNOWN = 2,
+    TOY_TOKEN_CONTROL = 3,      /* <s>, <|endoftext|>: matched in text only with PARSE_SPECIAL */
+    TOY_TOKEN_USER_DEFINED = 4, /* added tokens: always matched in text */
+    TOY_TOKEN_UNUSED = 5,
+    TOY_TOKEN_BYTE = 6,         /* <0xHH> */
+};
+
+/* A growable id array that encode appends to; reuse it across calls to avoid
+ * allocation. Zero-initialize before first use; free with toy_tokens_free. */
+struct toy_tokens {
+    int32_t *ids;
+    int64_t n, cap;
+};
+void toy_tokens_free(struct toy_tokens *t);
+
+/* Everything a tokenizer is made of, as plain arrays (what GGUF stores).
+ * All pointers are borrowed for the duration of toy_tokenizer_init. */
+struct toy_tokenizer_spec {
+    enum toy_tokenizer_kind kind;
+    int64_t n_tokens;
+    const char *const *tokens;  /* piece text as the vocabulary stores it: GPT-2 byte-to-unicode
+                                   form for BPE, U+2581 for spaces in SentencePiece */
+    const float *scores;        /* n_tokens or NULL (needed by SPM/UGM) */
+    const int32_t *types;       /* n_tokens enum toy_token_type, or NULL (all NORMAL; SPM: <0xHH> become BYTE) */
+    int64_t n_merges;
+    const char *const *merges;  /* BPE: "left right", rank = index */
+    const char *pre;            /* BPE pre-tokenizer name as in GGUF tokenizer.ggml.pre
+                                   ("gpt-2", "llama-bpe", "qwen2", "smollm", "starcoder", ...); NULL = "default" */
+    int n_pre_regex;            /* or: explicit regexes applied in sequence (overrides pre) */
+    const char *const *pre_regex;
+    int32_t bos, eos, unk, pad, eot; /* -1 when absent */
+    bool add_bos, add_eos;
+    bool add_space_prefix;      /* SPM/UGM dummy prefix (default true there) */
+    bool ignore_merges;         /* BPE: a piece that is itself in the vocabulary is not merged (Llama-3) */
+    bool nfc;                   /* NFC-normalize text before encoding */
+    const char *chat_template;  /* Jinja source or NULL */
+};
+
+/* Builds a tokenizer. Checks every id, merge and token: duplicate tokens keep
+ * the first id, a merge naming a token that is not in the vocabulary is an
+ * error (TOY_ERR_FORMAT, with the merge's index). */
+enum toy_status toy_tokenizer_init(const struct toy_tokenizer_spec *spec, struct toy_tokenizer **out);
+void toy_tokenizer_free(struct toy_tokenizer *tok);
+
+/* Loads from `path`: a .gguf, a tokenizer.json (tokenizer_config.json beside
+ * it is read too), a directory holding tokenizer.json / tokenizer.model /
+ * encoder.json+vocab.bpe, a SentencePiece .model, or a llama2.c .bin. */
+enum toy_status toy_tokenizer_load(const char *path, struct toy_tokenizer **out);
+/* Hugging Face tokenizer.json; config_path (tokenizer_config.json) may be NULL:
+ * it supplies bos/eos/add_bos and the chat template. */
+enum toy_status toy_tokenizer_load_hf(const char *json_path, const char *config_path,
+                                      struct toy_tokenizer **out);
+/* The same from memory (json text need not be NUL-terminated). */
+enum toy_status toy_tokenizer_load_hf_mem(const char *json, size_t len, const char *config_json,
+                                          size_t config_len, struct toy_tokenizer **out);
+/* OpenAI GPT-2 encoder.json + vocab.bpe; pre names the pre-tokenizer (NULL: "gpt-2"). */
+enum toy_status toy_tokenizer_load_gpt2(const char *encoder_json, const char *vocab_bpe,
+                                        const char *pre, struct toy_tokenizer **out);
+/* SentencePiece ModelProto (.model); BPE or Unigram per its trainer_spec. */
+enum toy_status toy_tokenizer_load_spm(const char *model_path, struct toy_tokenizer **out);
+enum toy_status toy_tokenizer_load_spm_mem(const void *data, size_t len, struct toy_tokenizer **out);
+/* The tokenizer.ggml.* metadata of a GGUF file (see toy/gguf.h for the
+ * in-memory form: toy_tokenizer_load_gguf in tokenizer-gguf.c). */
+enum toy_status toy_tokenizer_load_gguf_file(const char *gguf_path, struct toy_tokenizer **out);
+/* llama2.c tokenizer.bin (SentencePiece BPE vocabulary, BOS 1 / EOS 2). */
+enum toy_status toy_tokenizer_load_llama2c(const char *bin_path, struct toy_tokenizer **out);
+
+/* ---- encoding ---- */
+
+enum {
+    TOY_ENCODE_PARSE_SPECIAL = 1 << 0, /* match CONTROL token text ("<|im_start|>") as that token */
+    TOY_ENCODE_ADD_BOS = 1 << 1,       /* prepend BOS (if the vocabulary has one) */
+    TOY_ENCODE_ADD_EOS = 1 << 2,
+    TOY_ENCODE_MODEL_DEFAULTS = 1 << 3, /* add BOS/EOS as the model's add_bos/add_eos say */
+};
+
+/* Appends the ids of text[0..len) to `out`. USER_DEFINED tokens are always
+ * matched in the text, CONTROL tokens only with TOY_ENCODE_PARSE_SPECIAL.
+ * Invalid UTF-8 never fails: byte-level BPE encodes the stray bytes as their
+ * byte tokens, SentencePiece via <0xHH> byte fallback (or <unk>). */
+enum toy_status toy_tokenizer_encode(const struct toy_tokenizer *tok, const char *text, size_t len,
+                                     unsigned flags, struct toy_tokens *out);
+
+/* ---- decoding ---- */
+
+enum {
+    TOY_DECODE_SKIP_SPECIAL = 1 << 0, /* CONTROL/UNKNOWN/UNUSED tokens produce no text */
+    TOY_DECODE_KEEP_LEADING_SPACE = 1 << 1, /* SPM: keep the dummy-prefix space of the first token */
+};
+
+/* Decodes ids into a malloc'd, NUL-terminated string (*len excludes the NUL).
+ * Bytes are output exactly (decode(encode(x)) == x where the vocabulary can
+ * represent x); an id out of range is TOY_ERR_RANGE. */
+enum toy_status toy_tokenizer_decode(const struct toy_tokenizer *tok, const int32_t *ids, int64_t n,
+                                     unsigned flags, char **text, size_t *len);
+
+/* The bytes token `id` stands for ("Ġworld" -> " world", "<0x0A>" -> "\n"),
+ * without any leading-space handling; NULL if out of range. */
+const char *toy_tokenizer_token_bytes(const struct toy_tokenizer *tok, int32_t id, size_t *len);
+
+/* Streaming decoder: push ids one at a time, get back text that ends on a
+ * UTF-8 character boundary. A character split across tokens (byte tokens,
+ * byte-level BPE pieces) is held until complete. */
+struct toy_decoder;
+enum toy_status toy_decoder_init(const struct toy_tokenizer *tok, unsigned flags, struct toy_decoder **out);
+void toy_decoder_free(struct toy_decoder *d);
+/* *text points into the decoder (valid until its next call), *len may be 0. */
+enum toy_status toy_decoder_push(struct toy_decoder *d, int32_t id, const char **text, size_t *len);
+/* Returns what is held (an incomplete character: its bytes as they are) and resets. */
+void toy_decoder_flush(struct toy_decoder *d, const char **text, size_t *len);
+
+/* ---- vocabulary ---- */
+
+int64_t toy_tokenizer_n_vocab(const struct toy_tokenizer *tok);
+enum toy_tokenizer_kind toy_tokenizer_kind(const struct toy_tokenizer *tok);
+/* The pre-tokenizer name ("gpt-2", "llama-bpe", ..., "custom"; "default" for SPM/UGM). */
+const char *toy_tokenizer_pre(const struct toy_tokenizer *tok);
+/* Piece text as stored ("Ġworld", "▁the"); NULL if id is out of range. */
+const char *toy_tokenizer_piece(const struct toy_tokenizer *tok, int32_t id);
+/* Id of the stored piece text, or -1. */
+int32_t toy_tokenizer_find(const struct toy_tokenizer *tok, const char *piece, size_t len);
+enum toy_token_type toy_tokenizer_token_type(const struct toy_tokenizer *tok, int32_t id);
+float toy_tokenizer_score(const struct toy_tokenizer *tok, int32_t id);
+/* Special ids, -1 when the vocabulary has none. */
+int32_t toy_tokenizer_bos(const struct toy_tokenizer *tok);
+int32_t toy_tokenizer_eos(const struct toy_tokenizer *tok);
+int32_t toy_tokenizer_unk(const struct toy_tokenizer *tok);
+int32_t toy_tokenizer_pad(const struct toy_tokenizer *tok);
+int32_t toy_tokenizer_eot(const struct toy_tokenizer *tok); /* end of turn (<|eot_id|>, <|im_end|>) */
+bool toy_tokenizer_add_bos(const struct toy_tokenizer *tok);
+bool toy_tokenizer_add_eos(const struct toy_tokenizer *tok);
+/* Is `id` one that ends generation (EOS or EOT)? */
+bool toy_tokenizer_is_eog(const struct toy_tokenizer *tok, int32_t id);
+/* The Jinja chat template the vocabulary carries, or NULL. */
+const char *toy_tokenizer_chat_template(const struct toy_tokenizer *tok);
+/* The merges as "left right" strings, rank order (BPE only; 0 otherwise). */
+int64_t toy_tokenizer_n_merges(const struct toy_tokenizer *tok);
+const char *toy_tokenizer_merge(const struct toy_tokenizer *tok, int64_t rank);
+
+/* Saves as a Hugging Face tokenizer.json (BPE, SPM-BPE and Unigram). */
+enum toy_status toy_tokenizer_save_hf(const struct toy_tokenizer *tok, const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

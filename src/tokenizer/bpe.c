@@ -1,0 +1,313 @@
+/* bpe.c: byte-level BPE (GPT-2 family): the pre-tokenizer regexes of each
+ * model family (PCRE2 with JIT), and merging by rank with a binary heap.
+ *
+ * Semantics (Hugging Face `tokenizers` models/bpe, identical to llama.cpp's
+ * llm_tokenizer_bpe): the text is split by the pre-tokenizer's regexes in
+ * sequence, keeping both the matches and the text between them ("Isolated");
+ * each piece starts as one symbol per byte and the adjacent pair with the
+ * lowest merge rank is merged, leftmost first on ties, until no pair has a
+ * rank. With ignore_merges (Llama-3) a piece that is a token is emitted whole.
+ * Regexes are those of llama.cpp's llama-vocab.cpp per tokenizer.ggml.pre
+ * name, which equal the Split/ByteLevel regexes of the models' tokenizer.json.
+ *
+ * The vocabulary is indexed by raw bytes (the byte->unicode mapping of GPT-2
+ * is undone once at load), so encoding never builds strings: symbols are ids
+ * and a merge is a lookup in a (left id, right id) hash map.
+ */
+#include "tokenizer-impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+/* GPT-2's bytes_to_unicode(): printable bytes map to themselves, the other
+ * 68 to U+0100.. in byte order. */
+const uint16_t tok_byte_to_cp[256] = {
+    256, 257, 258, 259, 260, 261, 262, 263, 264, 265, 266, 267, 268, 269, 270, 271,
+    272, 273, 274, 275, 276, 277, 278, 279, 280, 281, 282, 283, 284, 285, 286, 287,
+    288, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47,
+    48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63,
+    64, 65, 66, 67, 68, 69, 70, 71, 72, 73, 74, 75, 76, 77, 78, 79,
+    80, 81, 82, 83, 84, 85, 86, 87, 88, 89, 90, 91, 92, 93, 94, 95,
+    96, 97, 98, 99, 100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 110, 111,
+    112, 113, 114, 115, 116, 117, 118, 119, 120, 121, 122, 123, 124, 125, 126, 289,
+    290, 291, 292, 293, 294, 295, 296, 297, 298, 299, 300, 301, 302, 303, 304, 305,
+    306, 307, 308, 309, 310, 311, 312, 313, 314, 315, 316, 317, 318, 319, 320, 321,
+    322, 161, 162, 163, 164, 165, 166, 167, 168, 169, 170, 171, 172, 323, 174, 175,
+    176, 177, 178, 179, 180, 181, 182, 183, 184, 185, 186, 187, 188, 189, 190, 191,
+    192, 193, 194, 195, 196, 197, 198, 199, 200, 201, 202, 203, 204, 205, 206, 207,
+    208, 209, 210, 211, 212, 213, 214, 215, 216, 217, 218, 219, 220, 221, 222, 223,
+    224, 225, 226, 227, 228, 229, 230, 231, 232, 233, 234, 235, 236, 237, 238, 239,
+    240, 241, 242, 243, 244, 245, 246, 247, 248, 249, 250, 251, 252, 253, 254, 255,
+};
+
+int tok_cp_to_byte(uint32_t cp) {
+    if ((cp >= 33 && cp <= 126) || (cp >= 161 && cp <= 172) || (cp >= 174 && cp <= 255)) return (int)cp;
+    if (cp >= 256 && cp <= 323) {
+        static int16_t inv[68];
+        static int ready; /* benign race: every thread writes the same values */
+        if (!ready) {
+            for (int b = 0; b < 256; b++)
+                if (tok_byte_to_cp[b] >= 256) inv[tok_byte_to_cp[b] - 256] = (int16_t)b;
+            __atomic_store_n(&ready, 1, __ATOMIC_RELEASE);
+        }
+        return inv[cp - 256];
+    }
+    return -1;
+}
+
+/* ---- pre-tokenizers ---- */
+
+#define RE_GPT2 "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
+#define RE_LLAMA3                                                                                       \
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}" \
+    "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+#define RE_QWEN2                                                                                        \
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}"      \
+    "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+
+static const struct {
+    const char *names; /* space-separated GGUF tokenizer.ggml.pre names */
+    int n;
+    const char *re[2];
+} pretoks[] = {
+    {"default gpt-2 gpt2 gpt-neox mpt olmo phi-2 roberta-bpe jina-es jina-de poro", 1, {RE_GPT2}},
+    {"llama-bpe llama3 llama-v3 falcon3 pixtral dbrx smaug-bpe", 1, {RE_LLAMA3}},
+    {"qwen2 qwen3 deepseek-r1-qwen qwen35", 1, {RE_QWEN2}},
+    {"smollm smollm2 starcoder refact command-r codeshell exaone minerva", 2, {"\\p{N}", RE_GPT2}},
+};
+
+static bool name_in(const char *names, const char *name) {
+    size_t n = strlen(name);
+    for (const char *p = names; *p;) {
+        const char *e = strchr(p, ' ');
+        size_t l = e ? (size_t)(e - p) : strlen(p);
+        if (l == n && !memcmp(p, name, n)) return true;
+        if (!e) break;
+        p = e + 1;
+    }
+    return false;
+}
+
+static enum toy_status compile_re(struct toy_tokenizer *tok, const char *re) {
+    if (tok->n_regex >= TOK_MAX_REGEX) return toy_error(TOY_ERR_UNSUPPORTED, "tokenizer: more than %d pre-tokenizer regexes", TOK_MAX_REGEX);
+    int err;
+    PCRE2_SIZE off;
+    pcre2_code *code = pcre2_compile((PCRE2_SPTR)re, PCRE2_ZERO_TERMINATED,
+                                     PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err, &off, NULL);
+    if (!code) {
+        PCRE2_UCHAR msg[256];
+        pcre2_get_error_message(err, msg, sizeof msg);
+        return toy_error(TOY_ERR_FORMAT, "tokenizer: pre-tokenizer regex /%s/ at %zu: %s", re, (size_t)off, (char *)msg);
+    }
+    pcre2_jit_compile(code, PCRE2_JIT_COMPLETE); /* falls back to the interpreter if JIT is unavailable */
+    tok->re[tok->n_regex++] = code;
+    return TOY_OK;
+}
+
+void tok_bpe_free(struct toy_tokenizer *tok) {
+    for (int i = 0; i < tok->n_regex; i++) pcre2_code_free(tok->re[i]);
+    tok->n_regex = 0;
+    if (tok->merges) for (int64_t i = 0; i < tok->n_merges; i++) free(tok->merges[i]);
+    free(tok->merges);
+    tok->merges = NULL;
+    free(tok->pairs.slots);
+    tok->pairs.slots = NULL;
+}
+
+enum toy_status tok_bpe_setup(struct toy_tokenizer *tok, const struct toy_tokenizer_spec *spec) {
+    enum toy_status st;
+    if (spec->n_pre_regex > 0) {
+        if (!spec->pre_regex) return toy_error(TOY_ERR_INVALID_ARG, "tokenizer: n_pre_regex without pre_regex");
+        for (int i = 0; i < spec->n_pre_regex; i++)
+            if ((st = compile_re(tok, spec->pre_regex[i]))) return st;
+        tok->pre = strdup(spec->pre ? spec->pre : "custom");
+    } else {
+        const char *name = spec->pre ? spec->pre : "default";
+        int k = -1;
+        for (size_t i = 0; i < sizeof pretoks / sizeof pretoks[0]; i++)
+            if (name_in(pretoks[i].names, name)) k = (int)i;
+        if (k < 0) return toy_error(TOY_ERR_UNSUPPORTED, "tokenizer: unknown pre-tokenizer '%s'", name);
+        for (int i = 0; i < pretoks[k].n; i++)
+            if ((st = compile_re(tok, pretoks[k].re[i]))) return st;
+        tok->pre = strdup(name);
+    }
+    if (!tok->pre) return toy_error(TOY_ERR_NOMEM, "tokenizer: out of memory");
+
+    if (!spec->merges && spec->n_tokens > 256 + 64)
+        return toy_error(TOY_ERR_FORMAT, "tokenizer: byte-level BPE vocabulary of %lld tokens has no merges",
+                         (long long)spec->n_tokens);
+    int64_t nm = spec->merges ? spec->n_merges : 0;
+    if (nm < 0 || nm >= INT32_MAX) return toy_error(TOY_ERR_FORMAT, "tokenizer: %lld merges", (long long)nm);
+    uint64_t cap = 16;
+    while (cap < (uint64_t)nm * 2) cap *= 2;
+    tok->pairs.slots = calloc(cap, sizeof *tok->pairs.slots);
+    tok->merges = calloc(nm ? (size_t)nm : 1, sizeof *tok->merges);
+    if (!tok->pairs.slots || !tok->merges) return toy_error(TOY_ERR_NOMEM, "tokenizer: out of memory (%lld merges)", (long long)nm);
+    tok->pairs.mask = cap - 1;
+    char *cat = NULL;
+    size_t cat_cap = 0;
+    for (int64_t r = 0; r < nm; r++) {
+        const char *m = spec->merges[r];
+        if (!m) { st = toy_error(TOY_ERR_FORMAT, "tokenizer: merge %lld is missing", (long long)r); goto out; }
+        size_t len = strlen(m);
+        if (!(tok->merges[r] = strdup(m))) { st = toy_error(TOY_ERR_NOMEM, "tokenizer: out of memory"); goto out; }
+        tok->n_merges = r + 1;
+        int32_t a = -1, b = -1;
+        for (const char *sp = strchr(m, ' '); sp; sp = strchr(sp + 1, ' ')) {
+            a = tok_strmap_get(&tok->text_map, m, (size_t)(sp - m));
+            b = a >= 0 ? tok_strmap_get(&tok->text_map, sp + 1, len - (size_t)(sp - m) - 1) : -1;
+            if (a >= 0 && b >= 0) break;
+        }
+        if (a < 0 || b < 0) {
+            st = toy_error(TOY_ERR_FORMAT, "tokenizer: merge %lld '%s' names a token that is not in the vocabulary",
+                           (long long)r, m);
+            goto out;
+        }
+        size_t la = tok->text_len[a], lb = tok->text_len[b];
+        void *p = cat;
+        if ((st = tok_reserve(&p, &cat_cap, la + lb))) goto out;
+        cat = p;
+        memcpy(cat, tok->text[a], la);
+        memcpy(cat + la, tok->text[b], lb);
+        int32_t ab = tok_strmap_get(&tok->text_map, cat, la + lb);
+        if (ab < 0) {
+            st = toy_error(TOY_ERR_FORMAT, "tokenizer: merge %lld '%s': the merged token '%.*s' is not in the vocabulary",
+                           (long long)r, m, (int)(la + lb), cat);
+            goto out;
+        }
+        uint64_t key = (((uint64_t)(uint32_t)a << 32) | (uint32_t)b) + 1;
+        uint64_t i = tok_pair_hash(key) & tok->pairs.mask;
+        while (tok->pairs.slots[i].key && tok->pairs.slots[i].key != key) i = (i + 1) & tok->pairs.mask;
+        if (!tok->pairs.slots[i].key) /* a repeated merge keeps its first rank */
+            tok->pairs.slots[i] = (struct tok_pair){key, (int32_t)r, ab};
+    }
+    st = TOY_OK;
+out:
+    free(cat);
+    return st;
+}
+
+/* ---- merging ---- */
+
+struct sym {
+    int32_t id, prev, next;
+};
+struct cand {
+    int32_t rank, pos, lid, rid;
+};
+
+static inline bool cand_less(const struct cand *x, const struct cand *y) {
+    return x->rank < y->rank || (x->rank == y->rank && x->pos < y->pos);
+}
+
+static void heap_push(struct cand *h, size_t *n, struct cand c) {
+    size_t i = (*n)++;
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (!cand_less(&c, &h[p])) break;
+        h[i] = h[p];
+        i = p;
+    }
+    h[i] = c;
+}
+
+static struct cand heap_pop(struct cand *h, size_t *n) {
+    struct cand top = h[0], last = h[--*n];
+    size_t i = 0, m = *n;
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, s = i;
+        const struct cand *best = &last;
+        if (l < m && cand_less(&h[l], best)) { s = l; best = &h[l]; }
+        if (r < m && cand_less(&h[r], best)) s = r;
+        if (s == i) break;
+        h[i] = h[s];
+        i = s;
+    }
+    if (m) h[i] = last;
+    return top;
+}
+
+static inline void try_pair(const struct toy_tokenizer *tok, const struct sym *sy, int32_t i, struct cand *h,
+                            size_t *nh) {
+    int32_t j = sy[i].next;
+    if (j < 0 || sy[i].id < 0 || sy[j].id < 0) return;
+    const struct tok_pair *p = tok_pairmap_get(&tok->pairs, sy[i].id, sy[j].id);
+    if (p) heap_push(h, nh, (struct cand){p->rank, i, sy[i].id, sy[j].id});
+}
+
+static enum toy_status bpe_word(const struct toy_tokenizer *tok, struct tok_scratch *s, const unsigned char *w,
+                                size_t n, struct toy_tokens *out) {
+    enum toy_status st;
+    if (n == 1 && tok->byte_tok[w[0]] >= 0) return tok_push(out, tok->byte_tok[w[0]]);
+    if (tok->ignore_merges) {
+        int32_t id = tok_strmap_get(&tok->bytes_map, (const char *)w, n);
+        if (id >= 0) return tok_push(out, id);
+    }
+    if ((st = tok_reserve(&s->buf, &s->cap, n * sizeof(struct sym)))) return st;
+    if ((st = tok_reserve(&s->buf2, &s->cap2, 3 * n * sizeof(struct cand)))) return st;
+    struct sym *sy = s->buf;
+    struct cand *h = s->buf2;
+    size_t nh = 0;
+    for (size_t i = 0; i < n; i++) sy[i] = (struct sym){tok->byte_tok[w[i]], (int32_t)i - 1, i + 1 < n ? (int32_t)i + 1 : -1};
+    for (size_t i = 0; i + 1 < n; i++) try_pair(tok, sy, (int32_t)i, h, &nh);
+    while (nh) {
+        struct cand c = heap_pop(h, &nh);
+        struct sym *l = &sy[c.pos];
+        if (l->id != c.lid || l->next < 0 || sy[l->next].id != c.rid) continue; /* stale */
+        struct sym *r = &sy[l->next];
+        l->id = tok_pairmap_get(&tok->pairs, c.lid, c.rid)->id;
+        l->next = r->next;
+        if (r->next >= 0) sy[r->next].prev = c.pos;
+        r->id = -2;
+        r->next = -1;
+        if (l->prev >= 0) try_pair(tok, sy, l->prev, h, &nh);
+        try_pair(tok, sy, c.pos, h, &nh);
+    }
+    for (int32_t i = 0; i >= 0; i = sy[i].next) {
+        int32_t id = sy[i].id;
+        if (id < 0) id = tok->unk; /* a byte the vocabulary lacks */
+        if (id >= 0 && (st = tok_push(out, id))) return st;
+    }
+    return TOY_OK;
+}
+
+/* Splits text[0..len) with regex `level` and recurses into each piece. */
+static enum toy_status split(const struct toy_tokenizer *tok, struct tok_scratch *s, int level, const char *text,
+                             size_t len, struct toy_tokens *out) {
+    if (level == tok->n_regex) return bpe_word(tok, s, (const unsigned char *)text, len, out);
+    enum toy_status st;
+    size_t pos = 0, prev = 0;
+    while (pos < len) {
+        int rc = pcre2_match(tok->re[level], (PCRE2_SPTR)text, len, pos, PCRE2_NO_UTF_CHECK, s->md, s->mctx);
+        if (rc == PCRE2_ERROR_NOMATCH) break;
+        if (rc < 0) {
+            PCRE2_UCHAR msg[128];
+            pcre2_get_error_message(rc, msg, sizeof msg);
+            return toy_error(TOY_ERR_STATE, "tokenizer: pre-tokenizer regex failed at byte %zu: %s", pos, (char *)msg);
+        }
+        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(s->md);
+        size_t ms = ov[0], me = ov[1];
+        if (me == ms) { /* an empty match: step over one character */
+            pos = ms + (size_t)tok_utf8_len((unsigned char)text[ms]);
+            if (pos > len) pos = len;
+            continue;
+        }
+        if (ms > prev && (st = split(tok, s, level + 1, text + prev, ms - prev, out))) return st;
+        if ((st = split(tok, s, level + 1, text + ms, me - ms, out))) return st;
+        prev = pos = me;
+    }
+    if (len > prev && (st = split(tok, s, level + 1, text + prev, len - prev, out))) return st;
+    return TOY_OK;
+}
+
+enum toy_status tok_bpe_encode(const struct toy_tokenizer *tok, struct tok_scratch *s, const char *text,
+                               size_t len, struct toy_tokens *out) {
+    if (tok->n_regex && !s->md) {
+        s->md = pcre2_match_data_create(1, NULL);
+        s->mctx = pcre2_match_context_create(NULL);
+        s->jit = pcre2_jit_stack_create(32 * 1024, 4 * 1024 * 1024, NULL);
+        if (!s->md || !s->mctx || !s->jit) return toy_error(TOY_ERR_NOMEM, "tokenizer: out of memory (regex)");
+        pcre2_jit_stack_assign(s->mctx, NULL, s->jit);
+    }
+    return split(tok, s, 0, text, len, out);
+}

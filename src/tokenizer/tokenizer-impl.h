@@ -1,0 +1,171 @@
+/* tokenizer-impl.h: the private layout of struct toy_tokenizer, shared by
+ * tokenizer.c (vocabulary, special tokens, decode), bpe.c (byte-level BPE),
+ * spm.c (SentencePiece BPE and Unigram) and the loaders.
+ *
+ * Invariants: every id in [0, n_vocab); text[i] is the stored piece, bytes[i]
+ * the raw bytes it decodes to; the hash maps index these pools and never own
+ * memory of their own besides their slot arrays.
+ */
+#ifndef TOY_TOKENIZER_IMPL_H
+#define TOY_TOKENIZER_IMPL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "toy/tokenizer.h"
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+/* String -> id open-addressing map over (ptr, len) keys owned elsewhere. */
+struct tok_strmap {
+    uint32_t *slots; /* id + 1; 0 = empty */
+    uint64_t mask;
+    const char *const *keys; /* keys[id] */
+    const uint32_t *lens;    /* lens[id] */
+};
+
+static inline uint64_t tok_hash(const void *p, size_t n) {
+    /* FNV-1a on 8-byte words with a final mix: short keys dominate. */
+    const unsigned char *s = p;
+    uint64_t h = 0xcbf29ce484222325ull ^ (n * 0x9e3779b97f4a7c15ull);
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, s, 8);
+        h = (h ^ w) * 0x100000001b3ull;
+        h ^= h >> 29;
+        s += 8;
+        n -= 8;
+    }
+    uint64_t w = 0;
+    memcpy(&w, s, n);
+    h = (h ^ w) * 0x9e3779b97f4a7c15ull;
+    return h ^ (h >> 32);
+}
+
+static inline int32_t tok_strmap_get(const struct tok_strmap *m, const char *s, size_t n) {
+    if (!m->slots) return -1;
+    uint64_t i = tok_hash(s, n) & m->mask;
+    for (;;) {
+        uint32_t v = m->slots[i];
+        if (!v) return -1;
+        uint32_t id = v - 1;
+        if (m->lens[id] == n && memcmp(m->keys[id], s, n) == 0) return (int32_t)id;
+        i = (i + 1) & m->mask;
+    }
+}
+
+/* (left id, right id) -> (rank, merged id). */
+struct tok_pair {
+    uint64_t key; /* (left << 32 | right) + 1; 0 = empty */
+    int32_t rank, id;
+};
+struct tok_pairmap {
+    struct tok_pair *slots;
+    uint64_t mask;
+};
+
+static inline uint64_t tok_pair_hash(uint64_t k) {
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdull;
+    k ^= k >> 33;
+    return k;
+}
+
+static inline const struct tok_pair *tok_pairmap_get(const struct tok_pairmap *m, int32_t a, int32_t b) {
+    uint64_t key = (((uint64_t)(uint32_t)a << 32) | (uint32_t)b) + 1;
+    uint64_t i = tok_pair_hash(key) & m->mask;
+    for (;;) {
+        const struct tok_pair *p = &m->slots[i];
+        if (p->key == key) return p;
+        if (!p->key) return NULL;
+        i = (i + 1) & m->mask;
+    }
+}
+
+#define TOK_MAX_REGEX 4
+
+struct toy_tokenizer {
+    enum toy_tokenizer_kind kind;
+    int32_t n_vocab;
+    char **text;      /* [n_vocab] stored piece, NUL-terminated */
+    uint32_t *text_len;
+    char **bytes;     /* [n_vocab] decoded bytes (may alias text) */
+    uint32_t *bytes_len;
+    float *scores;
+    int32_t *types;
+    struct tok_strmap text_map;  /* stored piece -> id */
+    struct tok_strmap bytes_map; /* BPE: raw bytes -> id (normal tokens) */
+
+    /* BPE */
+    int64_t n_merges;
+    char **merges;
+    struct tok_pairmap pairs;
+    int32_t byte_tok[256]; /* BPE: token of a single byte; SPM/UGM: <0xHH>; -1 if none */
+    int n_regex;
+    pcre2_code *re[TOK_MAX_REGEX];
+    char *pre;
+    bool ignore_merges, nfc;
+
+    /* SPM / UGM */
+    bool add_space_prefix;
+    uint32_t max_piece_len;
+    float min_score;
+
+    /* specials matched in text, sorted by length, longest first */
+    int32_t *special;
+    int n_special;
+    uint8_t special_first[256]; /* byte can start a special token */
+
+    int32_t bos, eos, unk, pad, eot;
+    bool add_bos, add_eos;
+    char *chat_template;
+};
+
+/* Per-call scratch shared by the algorithms (never stored in the tokenizer:
+ * encode runs concurrently). */
+struct tok_scratch {
+    void *buf;
+    size_t cap;
+    void *buf2;
+    size_t cap2;
+    void *buf3;
+    size_t cap3;
+    pcre2_match_data *md;
+    pcre2_jit_stack *jit;
+    pcre2_match_context *mctx;
+};
+
+enum toy_status tok_push(struct toy_tokens *out, int32_t id);
+enum toy_status tok_reserve(void **buf, size_t *cap, size_t need);
+
+/* bpe.c */
+enum toy_status tok_bpe_setup(struct toy_tokenizer *tok, const struct toy_tokenizer_spec *spec);
+enum toy_status tok_bpe_encode(const struct toy_tokenizer *tok, struct tok_scratch *s, const char *text,
+                               size_t len, struct toy_tokens *out);
+void tok_bpe_free(struct toy_tokenizer *tok);
+/* GPT-2's byte <-> unicode code point table. */
+extern const uint16_t tok_byte_to_cp[256];
+int tok_cp_to_byte(uint32_t cp); /* -1 when cp is not one of the 256 */
+
+/* spm.c */
+enum toy_status tok_spm_encode(const struct toy_tokenizer *tok, struct tok_scratch *s, const char *text,
+                               size_t len, bool add_prefix, struct toy_tokens *out);
+enum toy_status tok_ugm_encode(const struct toy_tokenizer *tok, struct tok_scratch *s, const char *text,
+                               size_t len, bool add_prefix, struct toy_tokens *out);
+
+/* "<0xHH>" -> HH, else -1 */
+int tok_parse_byte_piece(const char *s, size_t n);
+
+/* utf-8 helpers */
+static inline int tok_utf8_len(unsigned char c) {
+    static const int8_t lens[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
+    return lens[c >> 4];
+}
+/* Decodes one code point at s (n bytes available); returns its length, or 0
+ * for an invalid sequence. */
+int tok_utf8_decode(const char *s, size_t n, uint32_t *cp);
+int tok_utf8_encode(uint32_t cp, char *out);
+
+#endif

@@ -1,0 +1,547 @@
+/* tokenizer.c: the vocabulary of a toy_tokenizer (building it from a spec,
+ * queries), the special-token partition of input text, dispatch to the three
+ * algorithms, and decoding (whole and streaming).
+ *
+ * Special tokens follow llama.cpp's llama_vocab::tokenize: USER_DEFINED
+ * tokens are always matched in the text, CONTROL/UNKNOWN tokens only when the
+ * caller asks (Hugging Face's encode(add_special_tokens=False) matches every
+ * added token, i.e. TOY_ENCODE_PARSE_SPECIAL). The longest token wins at the
+ * leftmost position. SentencePiece's dummy prefix goes on the first text
+ * fragment and on each one that follows a special token (llama.cpp).
+ * Decoding strips the dummy-prefix space once, at the start of the output
+ * (SentencePiece's DecodeIds, Hugging Face's Strip decoder).
+ */
+#include "tokenizer-impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <utf8proc.h>
+
+enum toy_status tok_reserve(void **buf, size_t *cap, size_t need) {
+    if (need <= *cap) return TOY_OK;
+    size_t c = *cap ? *cap : 64;
+    while (c < need) c *= 2;
+    void *p = realloc(*buf, c);
+    if (!p) return toy_error(TOY_ERR_NOMEM, "tokenizer: out of memory (%zu bytes)", c);
+    *buf = p;
+    *cap = c;
+    return TOY_OK;
+}
+
+enum toy_status tok_push(struct toy_tokens *out, int32_t id) {
+    if (out->n == out->cap) {
+        int64_t c = out->cap ? out->cap * 2 : 256;
+        int32_t *p = realloc(out->ids, (size_t)c * sizeof *p);
+        if (!p) return toy_error(TOY_ERR_NOMEM, "tokenizer: out of memory (%lld ids)", (long long)c);
+        out->ids = p;
+        out->cap = c;
+    }
+    out->ids[out->n++] = id;
+    return TOY_OK;
+}
+
+void toy_tokens_free(struct toy_tokens *t) {
+    if (!t) return;
+    free(t->ids);
+    t->ids = NULL;
+    t->n = t->cap = 0;
+}
+
+int tok_utf8_decode(const char *s, size_t n, uint32_t *cp) {
+    const unsigned char *u = (const unsigned char *)s;
+    if (n == 0) return 0;
+    if (u[0] < 0x80) { *cp = u[0]; return 1; }
+    int len;
+    uint32_t c, min;
+    if (u[0] >= 0xC2 && u[0] <= 0xDF) { len = 2; c = u[0] & 0x1F; min = 0x80; }
+    else if (u[0] >= 0xE0 && u[0] <= 0xEF) { len = 3; c = u[0] & 0x0F; min = 0x800; }
+    else if (u[0] >= 0xF0 && u[0] <= 0xF4) { len = 4; c = u[0] & 0x07; min = 0x10000; }
+    else return 0;
+    if ((size_t)len > n) return 0;
+    for (int i = 1; i < len; i++) {
+        if ((u[i] & 0xC0) != 0x80) return 0;
+        c = (c << 6) | (u[i] & 0x3F);
+    }
+    if (c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) return 0;
+    *cp = c;
+    return len;
+}
+
+int tok_utf8_encode(uint32_t cp, char *out) {
+    unsigned char *o = (unsigned char *)out;
+    if (cp < 0x80) { o[0] = (unsigned char)cp; return 1; }
+    if (cp < 0x800) { o[0] = 0xC0 | (cp >> 6); o[1] = 0x80 | (cp & 0x3F); return 2; }
+    if (cp < 0x10000) {
+        o[0] = 0xE0 | (cp >> 12); o[1] = 0x80 | ((cp >> 6) & 0x3F); o[2] = 0x80 | (cp & 0x3F);
+        return 3;
+    }
+    o[0] = 0xF0 | (cp >> 18); o[1] = 0x80 | ((cp >> 12) & 0x3F);
+    o[2] = 0x80 | ((cp >> 6) & 0x3F); o[3] = 0x80 | (cp & 0x3F);
+    return 4;
+}
+
+static enum toy_status strmap_build(struct tok_strmap *m, int32_t n, char *const *keys, const uint32_t *lens,
+                                    const bool *include) {
+    uint64_t cap = 16;
+    while (cap < (uint64_t)n * 2) cap *= 2;
+    m->slots = calloc(cap, sizeof *m->slots);
+    if (!m->slots) return toy_error(TOY_ERR_NOMEM, "tokenizer: out of memory (vocabulary map)");
+    m->mask = cap - 1;
+    m->keys = (const char *const *)keys;
+    m->lens = lens;
+    for (int32_t id = 0; id < n; id++) {
+        if (include && !include[id]) continue;
+        uint64_t i = tok_hash(keys[id], lens[id]) & m->mask;
+        for (;;) {
+            uint32_t v = m->slots[i];
+            if (!v) { m->slots[i] = (uint32_t)id + 1; break; }
+            uint32_t o = v - 1;
+            if (lens[o] == lens[id] && memcmp(keys[o], keys[id], lens[id]) == 0) break; /* first id wins */
+            i = (i + 1) & m->mask;
+        }
+    }
+    return TOY_OK;
+}
+
+int tok_parse_byte_piece(const char *s, size_t n) {
+    /* "<0xHH>" -> HH, else -1 */
+    if (n != 6 || s[0] != '<' || s[1] != '0' || s[2] != 'x' || s[5] != '>') return -1;
+    int v = 0;
+    for (int i = 3; i < 5; i++) {
+        char c = s[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10
+              : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (d < 0) return -1;
+        v = v * 16 + d;
+    }
+    return v;
+}
+
+static int cmp_special_len(const void *a, const void *b, void *ctx) {
+    const struct toy_tokenizer *tok = ctx;
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    if (tok->text_len[x] != tok->text_len[y]) return tok->text_len[x] > tok->text_len[y] ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+
+void toy_tokenizer_free(struct toy_tokenizer *tok) {
+    if (!tok) return;
+    if (tok->text) for (int32_t i = 0; i < tok->n_vocab; i++) {
+        if (tok->bytes && tok->bytes[i] != tok->text[i]) free(tok->bytes[i]);
+        free(tok->text[i]);
+    }
+    free(tok->text);
+    free(tok->text_len);
+    free(tok->bytes);
+    free(tok->bytes_len);
+    free(tok->scores);
+    free(tok->types);
+    free(tok->text_map.slots);
+    free(tok->bytes_map.slots);
+    tok_bpe_free(tok);
+    free(tok->special);
+    free(tok->chat_template);
+    free(tok->pre);
+    free(tok);
+}
+
+static int32_t check_special(const struct toy_tokenizer_spec *spec, int32_t id, const char *what,
+                             enum toy_status *st) {
+    if (id < -1 || id >= spec->n_tokens) {
+        *st = toy_error(TOY_ERR_RANGE, "tokenizer: %s token id %d out of range [0, %lld)", what, id,
+                        (long long)spec->n_tokens);
+        return -1;
+    }
+    return id;
+}
+
+enum toy_status toy_tokenizer_init(const struct toy_tokenizer_spec *spec, struct toy_tokenizer **out) {
+    *out = NULL;
+    if (!spec || spec->n_tokens <= 0 || spec->n_tokens >= INT32_MAX || !spec->tokens)
+        return toy_error(TOY_ERR_INVALID_ARG, "tokenizer: empty or oversized vocabulary (%lld tokens)",
+                         spec ? (long long)spec->n_tokens : 0LL);
+    if (spec->kind != TOY_TOKENIZER_BPE && spec->kind != TOY_TOKENIZER_SPM && spec->kind != TOY_TOKENIZER_UGM)
+        return toy_error(TOY_ERR_UNSUPPORTED, "tokenizer: unknown kind %d", (int)spec->kind);
+    struct toy_tokenizer *tok = calloc(1, sizeof *tok);
+    if (!tok) return toy_error(TOY_ERR_NOMEM, "tokenizer: out of memory");
+    enum toy_status st = TOY_OK;
+    int32_t n = (int32_t)spec->n_tokens;
+    tok->kind = spec->kind;
+    tok->n_vocab = n;
+    tok->text = calloc((size_t)n, sizeof *tok->text);
+    tok->bytes = calloc((size_t)n, sizeof *tok->bytes);
+    tok->text_len = calloc((size_t)n, sizeof *tok->text_len);
+    tok->bytes_len = calloc((size_t)n, sizeof *tok->bytes_len);
+    tok->scores = calloc((size_t)n, sizeof *tok->scores);
+    tok->types = calloc((size_t)n, sizeof *tok->types);
+    bool *normal = calloc((size_t)n, sizeof *normal);
+    if (!tok->text || !tok->bytes || !tok->text_len || !tok->bytes_len || !tok->scores || !tok->types || !normal) {
+        st = toy_error(TOY_ERR_NOMEM, "tokenizer: out of memory (%d tokens)", n);
+        goto fail;
+    }
+    tok->bos = check_special(spec, spec->bos, "BOS", &st);
+    tok->eos = check_special(spec, spec->eos, "EOS", &st);
+    tok->unk = check_special(spec, spec->unk, "UNK", &st);
+    tok->pad = check_special(spec, spec->pad, "PAD", &st);
+    tok->eot = check_special(spec, spec->eot, "EOT", &st);
+    if (st) goto fail;
+    tok->add_bos = spec->add_bos && tok->bos >= 0;
+    tok->add_eos = spec->add_eos && tok->eos >= 0;
+    tok->add_space_prefix = spec->add_space_prefix;
+    tok->ignore_merges = spec->ignore_merges;
+    tok->nfc = spec->nfc;
+    memset(tok->byte_tok, 0xff, sizeof tok->byte_tok);
+    tok->min_score = 1e30f;
+
+    for (int32_t i = 0; i < n; i++) {
+        const char *s = spec->tokens[i];
+        if (!s) { st = toy_error(TOY_ERR_FORMAT, "tokenizer: token %d is missing", i); goto fail; }
+        size_t len = strlen(s);
+        if (len >= UINT32_MAX) { st = toy_error(TOY_ERR_FORMAT, "tokenizer: token %d too long", i); goto fail; }
+        tok->text[i] = malloc(len + 1);
+        if (!tok->text[i]) { st = toy_error(TOY_ERR_NOMEM, "tokenizer: out of memory"); goto fail; }
+        memcpy(tok->text[i], s, len + 1);
+        tok->text_len[i] = (uint32_t)len;
+        tok->scores[i] = spec->scores ? spec->scores[i] : 0.0f;
+        int32_t ty = spec->types ? spec->types[i] : TOY_TOKEN_NORMAL;
+        if (ty < TOY_TOKEN_UNDEFINED || ty > TOY_TOKEN_BYTE) {
+            st = toy_error(TOY_ERR_FORMAT, "tokenizer: token %d ('%s') has unknown type %d", i, s, ty);
+            goto fail;
+        }
+        if (ty == TOY_TOKEN_UNDEFINED) ty = TOY_TOKEN_NORMAL;
+        int byte = tok_parse_byte_piece(s, len);
+        if (!spec->types && spec->kind != TOY_TOKENIZER_BPE && byte >= 0) ty = TOY_TOKEN_BYTE;
+        if (!spec->types && (i == tok->bos || i == tok->eos || i == tok->pad || i == tok->eot))
+            ty = TOY_TOKEN_CONTROL;
+        if (!spec->types && i == tok->unk) ty = TOY_TOKEN_UNKNOWN;
+        tok->types[i] = ty;
+        normal[i] = ty == TOY_TOKEN_NORMAL || ty == TOY_TOKEN_USER_DEFINED;
+        if (spec->kind != TOY_TOKENIZER_BPE && (ty == TOY_TOKEN_NORMAL || ty == TOY_TOKEN_USER_DEFINED)) {
+            if (len > tok->max_piece_len) tok->max_piece_len = (uint32_t)len;
+            if (tok->scores[i] < tok->min_score) tok->min_score = tok->scores[i];
+        }
+    }
+    if (tok->min_score > 1e29f) tok->min_score = 0;
+
+    /* bytes each token decodes to */
+    for (int32_t i = 0; i < n; i++) {
+        const char *s = tok->text[i];
+        size_t len = tok->text_len[i];
+        int32_t ty = tok->types[i];
+        tok->bytes[i] = tok->text[i];
+        tok->bytes_len[i] = (uint32_t)len;
+        if (tok->kind == TOY_TOKENIZER_BPE) {
+            if (ty == TOY_TOKEN_CONTROL || ty == TOY_TOKEN_UNKNOWN) continue;
+            /* GPT-2 byte-level form: every code point stands for one byte */
+            char *b = malloc(len + 1);
+            if (!b) { st = toy_error(TOY_ERR_NOMEM, "tokenizer: out of memory"); goto fail; }
+            size_t o = 0, p = 0;
+            bool ok = true;
+            while (p < len) {
+                uint32_t cp;
+                int l = tok_utf8_decode(s + p, len - p, &cp);
+                int by = l ? tok_cp_to_byte(cp) : -1;
+                if (by < 0) { ok = false; break; }
+                b[o++] = (char)by;
+                p += (size_t)l;
+            }
+            if (!ok) { free(b); continue; } /* added token stored as plain text */
+            b[o] = 0;
+            tok->bytes[i] = b;
+            tok->bytes_len[i] = (uint32_t)o;
+        } else {
+            int byte = tok_parse_byte_piece(s, len);
+            if (ty == TOY_TOKEN_BYTE && byte >= 0) {
+                char *b = malloc(2);
+                if (!b) { st = toy_error(TOY_ERR_NOMEM, "tokenizer: out of memory"); goto fail; }
+                b[0] = (char)byte;
+                b[1] = 0;
+                tok->bytes[i] = b;
+                tok->bytes_len[i] = 1;
+                if (tok->byte_tok[byte] < 0) tok->byte_tok[byte] = i;
+                continue;
+            }
+            if (ty == TOY_TOKEN_CONTROL || ty == TOY_TOKEN_UNKNOWN) continue;
+            if (!strstr(s, "\xe2\x96\x81")) continue;
+            char *b = malloc(len + 1);
+            if (!b) { st = toy_error(TOY_ERR_NOMEM, "tokenizer: out of memory"); goto fail; }
+            size_t o = 0;
+            for (size_t p = 0; p < len;) {
+                if (p + 3 <= len && !memcmp(s + p, "\xe2\x96\x81", 3)) { b[o++] = ' '; p += 3; }
+                else b[o++] = s[p++];
+            }
+            b[o] = 0;
+            tok->bytes[i] = b;
+            tok->bytes_len[i] = (uint32_t)o;
+        }
+    }
+
+    if ((st = strmap_build(&tok->text_map, n, tok->text, tok->text_len, NULL))) goto fail;
+    if (tok->kind == TOY_TOKENIZER_BPE) {
+        for (int32_t i = 0; i < n; i++)
+            if (tok->bytes[i] == tok->text[i] && tok->types[i] != TOY_TOKEN_NORMAL) normal[i] = false;
+        if ((st = strmap_build(&tok->bytes_map, n, tok->bytes, tok->bytes_len, normal))) goto fail;
+        for (int b = 0; b < 256; b++) {
+            char c = (char)b;
+            tok->byte_tok[b] = tok_strmap_get(&tok->bytes_map, &c, 1);
+        }
+        if ((st = tok_bpe_setup(tok, spec))) goto fail;
+    } else {
+        tok->pre = strdup("default");
+        if (!tok->pre) { st = toy_error(TOY_ERR_NOMEM, "tokenizer: out of memory"); goto fail; }
+    }
+
+    /* special tokens matched in text */
+    tok->special = malloc((size_t)n * sizeof *tok->special);
+    if (!tok->special) { st = toy_error(TOY_ERR_NOMEM, "tokenizer: out of memory"); goto fail; }
+    for (int32_t i = 0; i < n; i++) {
+        int32_t ty = tok->types[i];
+        if ((ty == TOY_TOKEN_CONTROL || ty == TOY_TOKEN_USER_DEFINED || ty == TOY_TOKEN_UNKNOWN) &&
+            tok->text_len[i] > 0) {
+            tok->special[tok->n_special++] = i;
+            tok->special_first[(unsigned char)tok->text[i][0]] = 1;
+        }
+    }
+    qsort_r(tok->special, (size_t)tok->n_special, sizeof *tok->special, cmp_special_len, tok);
+
+    if (spec->chat_template && !(tok->chat_template = strdup(spec->chat_template))) {
+        st = toy_error(TOY_ERR_NOMEM, "tokenizer: out of memory");
+        goto fail;
+    }
+    free(normal);
+    *out = tok;
+    return TOY_OK;
+fail:
+    free(normal);
+    toy_tokenizer_free(tok);
+    return st;
+}
+
+/* ---- encode ---- */
+
+static enum toy_status encode_fragment(const struct toy_tokenizer *tok, struct tok_scratch *s, const char *text,
+                                       size_t len, bool prev_special, struct toy_tokens *out) {
+    switch (tok->kind) {
+    case TOY_TOKENIZER_BPE: return tok_bpe_encode(tok, s, text, len, out);
+    case TOY_TOKENIZER_SPM: return tok_spm_encode(tok, s, text, len, tok->add_space_prefix && prev_special, out);
+    case TOY_TOKENIZER_UGM: return tok_ugm_encode(tok, s, text, len, tok->add_space_prefix && prev_special, out);
+    }
+    return TOY_ERR_STATE;
+}
+
+enum toy_status toy_tokenizer_encode(const struct toy_tokenizer *tok, const char *text, size_t len,
+                                     unsigned flags, struct toy_tokens *out) {
+    if (!tok || !out || (!text && len)) return toy_error(TOY_ERR_INVALID_ARG, "tokenizer_encode: NULL argument");
+    enum toy_status st = TOY_OK;
+    struct tok_scratch s = {0};
+    char *norm = NULL;
+    bool add_bos = (flags & TOY_ENCODE_ADD_BOS) || ((flags & TOY_ENCODE_MODEL_DEFAULTS) && tok->add_bos);
+    bool add_eos = (flags & TOY_ENCODE_ADD_EOS) || ((flags & TOY_ENCODE_MODEL_DEFAULTS) && tok->add_eos);
+    bool parse_special = flags & TOY_ENCODE_PARSE_SPECIAL;
+    if (add_bos && tok->bos >= 0 && (st = tok_push(out, tok->bos))) return st;
+
+    if (tok->nfc && len) {
+        utf8proc_uint8_t *dst = NULL;
+        utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)text, (utf8proc_ssize_t)len, &dst,
+                                          UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+        if (r >= 0) { /* invalid UTF-8 is left as it is */
+            norm = (char *)dst;
+            text = norm;
+            len = (size_t)r;
+        } else {
+            free(dst);
+        }
+    }
+
+    bool prev_special = true;
+    size_t frag = 0, pos = 0;
+    while (pos < len) {
+        unsigned char c = (unsigned char)text[pos];
+        int32_t hit = -1;
+        if (tok->special_first[c]) {
+            for (int k = 0; k < tok->n_special; k++) {
+                int32_t id = tok->special[k];
+                uint32_t l = tok->text_len[id];
+                if (l > len - pos || (unsigned char)tok->text[id][0] != c) continue;
+                if (tok->types[id] != TOY_TOKEN_USER_DEFINED && !parse_special) continue;
+                if (memcmp(tok->text[id], text + pos, l) == 0) { hit = id; break; }
+            }
+        }
+        if (hit < 0) { pos++; continue; }
+        if (pos > frag && (st = encode_fragment(tok, &s, text + frag, pos - frag, prev_special, out))) goto done;
+        if ((st = tok_push(out, hit))) goto done;
+        prev_special = true;
+        pos += tok->text_len[hit];
+        frag = pos;
+    }
+    if (len > frag && (st = encode_fragment(tok, &s, text + frag, len - frag, prev_special, out))) goto done;
+    if (add_eos && tok->eos >= 0) st = tok_push(out, tok->eos);
+done:
+    free(norm);
+    free(s.buf);
+    free(s.buf2);
+    free(s.buf3);
+    if (s.md) pcre2_match_data_free(s.md);
+    if (s.jit) pcre2_jit_stack_free(s.jit);
+    if (s.mctx) pcre2_match_context_free(s.mctx);
+    return st;
+}
+
+/* ---- decode ---- */
+
+const char *toy_tokenizer_token_bytes(const struct toy_tokenizer *tok, int32_t id, size_t *len) {
+    if (!tok || id < 0 || id >= tok->n_vocab) return NULL;
+    if (len) *len = tok->bytes_len[id];
+    return tok->bytes[id];
+}
+
+struct toy_decoder {
+    const struct toy_tokenizer *tok;
+    unsigned flags;
+    bool started;  /* something was output: no more leading-space stripping */
+    char *buf;     /* pending bytes + returned text */
+    size_t cap, held, ret;
+};
+
+enum toy_status toy_decoder_init(const struct toy_tokenizer *tok, unsigned flags, struct toy_decoder **out) {
+    *out = calloc(1, sizeof **out);
+    if (!*out) return toy_error(TOY_ERR_NOMEM, "decoder: out of memory");
+    (*out)->tok = tok;
+    (*out)->flags = flags;
+    return TOY_OK;
+}
+
+void toy_decoder_free(struct toy_decoder *d) {
+    if (!d) return;
+    free(d->buf);
+    free(d);
+}
+
+/* Appends the bytes of `id` after the held bytes; returns them in d->buf. */
+static enum toy_status decoder_append(struct toy_decoder *d, int32_t id) {
+    const struct toy_tokenizer *tok = d->tok;
+    if (id < 0 || id >= tok->n_vocab)
+        return toy_error(TOY_ERR_RANGE, "decode: token id %d out of range [0, %d)", id, tok->n_vocab);
+    int32_t ty = tok->types[id];
+    if ((d->flags & TOY_DECODE_SKIP_SPECIAL) &&
+        (ty == TOY_TOKEN_CONTROL || ty == TOY_TOKEN_UNKNOWN || ty == TOY_TOKEN_UNUSED))
+        return TOY_OK;
+    const char *b = tok->bytes[id];
+    size_t n = tok->bytes_len[id];
+    if (!d->started && n > 0) {
+        if (tok->kind != TOY_TOKENIZER_BPE && tok->add_space_prefix && !(d->flags & TOY_DECODE_KEEP_LEADING_SPACE) &&
+            b[0] == ' ' && ty != TOY_TOKEN_BYTE) {
+            b++;
+            n--;
+        }
+        d->started = true;
+    }
+    void *p = d->buf;
+    enum toy_status st = tok_reserve(&p, &d->cap, d->held + n + 1);
+    if (st) return st;
+    d->buf = p;
+    memcpy(d->buf + d->held, b, n);
+    d->held += n;
+    return TOY_OK;
+}
+
+/* Length of the prefix of s[0..n) that ends on a character boundary: an
+ * incomplete but so-far valid multi-byte sequence at the end is held back. */
+static size_t complete_prefix(const char *s, size_t n) {
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t k = 1; k <= 3 && k <= n; k++) {
+        unsigned char c = u[n - k];
+        if ((c & 0xC0) == 0x80) continue; /* continuation byte: look further back */
+        int need = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 1;
+        return (size_t)need > k ? n - k : n;
+    }
+    return n;
+}
+
+enum toy_status toy_decoder_push(struct toy_decoder *d, int32_t id, const char **text, size_t *len) {
+    /* drop what was returned last time, keep the held tail */
+    if (d->ret) {
+        memmove(d->buf, d->buf + d->ret, d->held - d->ret);
+        d->held -= d->ret;
+        d->ret = 0;
+    }
+    *text = "";
+    *len = 0;
+    enum toy_status st = decoder_append(d, id);
+    if (st) return st;
+    if (!d->held) return TOY_OK;
+    size_t k = complete_prefix(d->buf, d->held);
+    /* return the complete part; the tail stays held */
+    *text = d->buf;
+    *len = k;
+    d->ret = k;
+    return TOY_OK;
+}
+
+void toy_decoder_flush(struct toy_decoder *d, const char **text, size_t *len) {
+    if (d->ret) {
+        memmove(d->buf, d->buf + d->ret, d->held - d->ret);
+        d->held -= d->ret;
+        d->ret = 0;
+    }
+    *text = d->buf ? d->buf : "";
+    *len = d->held;
+    d->ret = d->held;
+}
+
+enum toy_status toy_tokenizer_decode(const struct toy_tokenizer *tok, const int32_t *ids, int64_t n,
+                                     unsigned flags, char **text, size_t *len) {
+    *text = NULL;
+    if (len) *len = 0;
+    struct toy_decoder d = {.tok = tok, .flags = flags};
+    enum toy_status st = TOY_OK;
+    for (int64_t i = 0; i < n && !st; i++) st = decoder_append(&d, ids[i]);
+    if (!st) {
+        void *p = d.buf;
+        st = tok_reserve(&p, &d.cap, d.held + 1);
+        d.buf = p;
+    }
+    if (st) { free(d.buf); return st; }
+    d.buf[d.held] = 0;
+    *text = d.buf;
+    if (len) *len = d.held;
+    return TOY_OK;
+}
+
+/* ---- queries ---- */
+
+int64_t toy_tokenizer_n_vocab(const struct toy_tokenizer *tok) { return tok->n_vocab; }
+enum toy_tokenizer_kind toy_tokenizer_kind(const struct toy_tokenizer *tok) { return tok->kind; }
+const char *toy_tokenizer_pre(const struct toy_tokenizer *tok) { return tok->pre ? tok->pre : "default"; }
+
+const char *toy_tokenizer_piece(const struct toy_tokenizer *tok, int32_t id) {
+    return id >= 0 && id < tok->n_vocab ? tok->text[id] : NULL;
+}
+
+int32_t toy_tokenizer_find(const struct toy_tokenizer *tok, const char *piece, size_t len) {
+    return tok_strmap_get(&tok->text_map, piece, len);
+}
+
+enum toy_token_type toy_tokenizer_token_type(const struct toy_tokenizer *tok, int32_t id) {
+    return id >= 0 && id < tok->n_vocab ? (enum toy_token_type)tok->types[id] : TOY_TOKEN_UNDEFINED;
+}
+
+float toy_tokenizer_score(const struct toy_tokenizer *tok, int32_t id) {
+    return id >= 0 && id < tok->n_vocab ? tok->scores[id] : 0.0f;
+}
+
+int32_t toy_tokenizer_bos(const struct toy_tokenizer *tok) { return tok->bos; }
+int32_t toy_tokenizer_eos(const struct toy_tokenizer *tok) { return tok->eos; }
+int32_t toy_tokenizer_unk(const struct toy_tokenizer *tok) { return tok->unk; }
+int32_t toy_tokenizer_pad(const struct toy_tokenizer *tok) { return tok->pad; }
+int32_t toy_tokenizer_eot(const struct toy_tokenizer *tok) { return tok->eot; }
+bool toy_tokenizer_add_bos(const struct toy_tokenizer *tok) { return tok->add_bos; }
+bool toy_tokenizer_add_eos(const struct toy_tokenizer *tok) { return tok->add_eos; }
+bool toy_tokenizer_is_eog(const struct toy_tokenizer *tok, int32_t id) {
+    return id >= 0 && (id == tok->eos || id == tok->eot);
+}
+const char *toy_tokenizer_chat_template(const struct toy_tokenizer *tok) { return tok->chat_template; }
+int64_t toy_tokenizer_n_merges(const struct toy_tokenizer *tok) { return tok->n_merges; }
+const char *toy_tokenizer_merge(const struct toy_tokenizer *tok, int64_t rank) {
+    return rank >= 0 && rank < tok->n_merges ? tok->merges[rank] : NULL;
+}

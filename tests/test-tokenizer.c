@@ -1,0 +1,516 @@
+/* test-tokenizer.c: toy's tokenizers against the reference implementations'
+ * ids in ../shared/testdata (GPT-2 gpt-3-encoder, SentencePiece, HF
+ * tokenizers for Llama-3 and SmolLM2, llama.cpp's test-tokenizer-0 pairs),
+ * round trips, streaming decode, Unigram Viterbi against brute force, and
+ * malformed vocabularies. Tests skip when the test data is absent.
+ */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "toy/tokenizer.h"
+
+#define TD "../shared/testdata/"
+
+static void need(const char *path) {
+    if (access(path, R_OK) != 0) cr_skip_test("test data %s is absent", path);
+}
+
+#define MUST(call) cr_assert_eq((call), TOY_OK, "%s: %s", #call, toy_last_error())
+
+static char *slurp(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    cr_assert(f, "%s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    rewind(f);
+    char *b = malloc((size_t)n + 1);
+    cr_assert_eq(fread(b, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    b[n] = 0;
+    if (len) *len = (size_t)n;
+    return b;
+}
+
+static bool same_ids(const struct toy_tokens *t, const int32_t *ids, int64_t n) {
+    if (t->n != n) return false;
+    for (int64_t i = 0; i < n; i++)
+        if (t->ids[i] != ids[i]) return false;
+    return true;
+}
+
+static void show_mismatch(const char *what, const char *text, const struct toy_tokens *got, const int32_t *want,
+                          int64_t nwant) {
+    fprintf(stderr, "%s: mismatch for \"%.60s\"\n  got :", what, text);
+    for (int64_t i = 0; i < got->n && i < 40; i++) fprintf(stderr, " %d", got->ids[i]);
+    fprintf(stderr, "\n  want:");
+    for (int64_t i = 0; i < nwant && i < 40; i++) fprintf(stderr, " %d", want[i]);
+    fprintf(stderr, "\n");
+}
+
+/* Every line of an expected.jsonl ({"text", "ids"} or "ids_with_bos"):
+ * encode and compare; also decode(encode(text)) == text. Returns passes. */
+static int check_jsonl(const struct toy_tokenizer *tok, const char *path, unsigned flags, const char *ids_key,
+                       int *total, int *roundtrips) {
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "%s", path);
+    char *line = NULL;
+    size_t cap = 0;
+    int pass = 0, n = 0, rt = 0;
+    struct toy_tokens t = {0};
+    int32_t want[4096];
+    while (getline(&line, &cap, f) > 0) {
+        json_error_t err;
+        json_t *o = json_loads(line, 0, &err);
+        if (!o) continue;
+        json_t *jt = json_object_get(o, "text");
+        const char *text = json_string_value(jt);
+        size_t tlen = json_string_length(jt);
+        json_t *ids = json_object_get(o, ids_key);
+        int64_t nw = (int64_t)json_array_size(ids);
+        cr_assert(nw < 4096);
+        for (int64_t i = 0; i < nw; i++) want[i] = (int32_t)json_integer_value(json_array_get(ids, (size_t)i));
+        t.n = 0;
+        cr_assert_eq(toy_tokenizer_encode(tok, text, tlen, flags, &t), TOY_OK, "%s", toy_last_error());
+        n++;
+        if (same_ids(&t, want, nw)) pass++;
+        else if (n - pass <= 5) show_mismatch(path, text, &t, want, nw);
+        char *dec;
+        size_t dlen;
+        const int32_t *dids = t.ids;
+        int64_t dn = t.n;
+        if ((flags & TOY_ENCODE_ADD_BOS) && dn > 0) { dids++; dn--; }
+        cr_assert_eq(toy_tokenizer_decode(tok, dids, dn, 0, &dec, &dlen), TOY_OK);
+        if (dlen == tlen && !memcmp(dec, text, tlen)) rt++;
+        else if (n - rt <= 3) fprintf(stderr, "%s: round trip of \"%.40s\" gave \"%.40s\"\n", path, text, dec);
+        free(dec);
+        json_decref(o);
+    }
+    free(line);
+    fclose(f);
+    toy_tokens_free(&t);
+    *total = n;
+    if (roundtrips) *roundtrips = rt;
+    return pass;
+}
+
+/* llama.cpp test-tokenizer-0: texts separated by "\n__ggml_vocab_test__\n",
+ * one line of space-separated ids per text. */
+static int check_inp_out(const struct toy_tokenizer *tok, const char *inp, const char *outp, unsigned flags,
+                         int *total) {
+    size_t il;
+    char *in = slurp(inp, &il), *out = slurp(outp, NULL);
+    const char *sep = "\n__ggml_vocab_test__\n";
+    int pass = 0, n = 0;
+    struct toy_tokens t = {0};
+    char *p = in, *o = out;
+    int32_t want[4096];
+    for (;;) {
+        char *e = strstr(p, sep);
+        if (!e) break;
+        char *oe = strchr(o, '\n');
+        cr_assert(oe, "%s: fewer lines than texts", outp);
+        *oe = 0;
+        int64_t nw = 0;
+        for (char *q = o; *q;) {
+            char *end;
+            long v = strtol(q, &end, 10);
+            if (end == q) break;
+            want[nw++] = (int32_t)v;
+            q = end;
+        }
+        t.n = 0;
+        cr_assert_eq(toy_tokenizer_encode(tok, p, (size_t)(e - p), flags, &t), TOY_OK);
+        n++;
+        if (same_ids(&t, want, nw)) pass++;
+        else if (n - pass <= 5) {
+            *e = 0;
+            show_mismatch(inp, p, &t, want, nw);
+        }
+        p = e + strlen(sep);
+        o = oe + 1;
+    }
+    toy_tokens_free(&t);
+    free(in);
+    free(out);
+    *total = n;
+    return pass;
+}
+
+/* ggml examples/prompts: "text => id,id,..." lines. */
+static int check_prompts(const struct toy_tokenizer *tok, const char *path, int *total) {
+    FILE *f = fopen(path, "r");
+    cr_assert(f);
+    char *line = NULL;
+    size_t cap = 0;
+    int pass = 0, n = 0;
+    struct toy_tokens t = {0};
+    int32_t want[1024];
+    ssize_t l;
+    while ((l = getline(&line, &cap, f)) > 0) {
+        if (line[l - 1] == '\n') line[--l] = 0;
+        char *arrow = NULL;
+        for (char *q = strstr(line, " => "); q; q = strstr(q + 1, " => ")) arrow = q;
+        if (!arrow) continue;
+        *arrow = 0;
+        int64_t nw = 0;
+        for (char *q = arrow + 4; *q;) {
+            char *end;
+            long v = strtol(q, &end, 10);
+            if (end == q) break;
+            want[nw++] = (int32_t)v;
+            q = *end == ',' ? end + 1 : end;
+        }
+        t.n = 0;
+        cr_assert_eq(toy_tokenizer_encode(tok, line, strlen(line), 0, &t), TOY_OK);
+        n++;
+        if (same_ids(&t, want, nw)) pass++;
+        else if (n - pass <= 5) show_mismatch(path, line, &t, want, nw);
+    }
+    free(line);
+    fclose(f);
+    toy_tokens_free(&t);
+    *total = n;
+    return pass;
+}
+
+/* ---- GPT-2 ---- */
+
+Test(tokenizer, gpt2_expected) {
+    need(TD "tokenizer-gpt2/encoder.json");
+    struct toy_tokenizer *tok = NULL;
+    MUST(toy_tokenizer_load_gpt2(TD "tokenizer-gpt2/encoder.json", TD "tokenizer-gpt2/vocab.bpe", NULL, &tok));
+    cr_assert_eq(toy_tokenizer_n_vocab(tok), 50257);
+    cr_assert_eq(toy_tokenizer_n_merges(tok), 50000);
+    cr_assert_eq(toy_tokenizer_eos(tok), 50256);
+    int n, rt;
+    int pass = check_jsonl(tok, TD "tokenizer-gpt2/expected.jsonl", 0, "ids", &n, &rt);
+    fprintf(stderr, "gpt2 expected.jsonl: %d/%d, round trip %d/%d\n", pass, n, rt, n);
+    cr_assert_eq(n, 261);
+    cr_expect_eq(pass, n);
+    cr_expect_eq(rt, n);
+    pass = check_prompts(tok, TD "ggml-prompts-tokenization/gpt-2.txt", &n);
+    fprintf(stderr, "gpt2 ggml prompts: %d/%d\n", pass, n);
+    cr_expect_eq(n, 100);
+    cr_expect_eq(pass, n);
+    pass = check_inp_out(tok, TD "llamacpp-vocab-gguf/ggml-vocab-gpt-2.gguf.inp",
+                         TD "llamacpp-vocab-gguf/ggml-vocab-gpt-2.gguf.out", 0, &n);
+    fprintf(stderr, "gpt2 llama.cpp .inp/.out: %d/%d\n", pass, n);
+    cr_expect_eq(n, 46);
+    cr_expect_eq(pass, n);
+
+    /* special text: plain without PARSE_SPECIAL, one token with it */
+    struct toy_tokens t = {0};
+    cr_assert_eq(toy_tokenizer_encode(tok, "<|endoftext|>", 13, TOY_ENCODE_PARSE_SPECIAL, &t), TOY_OK);
+    cr_assert_eq(t.n, 1);
+    cr_assert_eq(t.ids[0], 50256);
+    toy_tokens_free(&t);
+    toy_tokenizer_free(tok);
+}
+
+/* ---- Llama-2 SentencePiece ---- */
+
+Test(tokenizer, llama2_spm_expected) {
+    need(TD "tokenizer-llama2-spm/tokenizer.model");
+    struct toy_tokenizer *tok = NULL;
+    MUST(toy_tokenizer_load_spm(TD "tokenizer-llama2-spm/tokenizer.model", &tok));
+    cr_assert_eq(toy_tokenizer_kind(tok), TOY_TOKENIZER_SPM);
+    cr_assert_eq(toy_tokenizer_n_vocab(tok), 32000);
+    cr_assert_eq(toy_tokenizer_bos(tok), 1);
+    cr_assert_eq(toy_tokenizer_eos(tok), 2);
+    cr_assert_eq(toy_tokenizer_unk(tok), 0);
+    cr_assert_eq(toy_tokenizer_token_type(tok, 13), TOY_TOKEN_BYTE); /* <0x0A> */
+    int n, rt;
+    int pass = check_jsonl(tok, TD "tokenizer-llama2-spm/expected.jsonl", 0, "ids", &n, &rt);
+    fprintf(stderr, "llama2 spm expected.jsonl: %d/%d, round trip %d/%d\n", pass, n, rt, n);
+    cr_assert_eq(n, 261);
+    cr_expect_eq(pass, n);
+    cr_expect_eq(rt, n);
+    pass = check_jsonl(tok, TD "tokenizer-llama2-spm/llama-tokenizer-js-cases.jsonl", TOY_ENCODE_ADD_BOS,
+                       "ids_with_bos", &n, NULL);
+    fprintf(stderr, "llama2 llama-tokenizer-js cases: %d/%d\n", pass, n);
+    cr_expect_eq(pass, n);
+    pass = check_inp_out(tok, TD "llamacpp-vocab-gguf/ggml-vocab-llama-spm.gguf.inp",
+                         TD "llamacpp-vocab-gguf/ggml-vocab-llama-spm.gguf.out", 0, &n);
+    fprintf(stderr, "llama2 llama.cpp .inp/.out: %d/%d\n", pass, n);
+    cr_expect_eq(pass, n);
+    toy_tokenizer_free(tok);
+}
+
+Test(tokenizer, llama2c_bin_matches_model) {
+    need(TD "tokenizer-llama2-spm/tokenizer.bin");
+    struct toy_tokenizer *tok = NULL;
+    MUST(toy_tokenizer_load_llama2c(TD "tokenizer-llama2-spm/tokenizer.bin", &tok));
+    cr_assert_eq(toy_tokenizer_n_vocab(tok), 32000);
+    cr_assert_str_eq(toy_tokenizer_piece(tok, 1), "<s>");
+    int n, rt;
+    int pass = check_jsonl(tok, TD "tokenizer-llama2-spm/expected.jsonl", 0, "ids", &n, &rt);
+    fprintf(stderr, "llama2.c tokenizer.bin expected.jsonl: %d/%d\n", pass, n);
+    cr_expect_eq(pass, n);
+    toy_tokenizer_free(tok);
+}
+
+/* ---- Llama-3 ---- */
+
+Test(tokenizer, llama3_expected, .timeout = 60) {
+    need(TD "tokenizer-llama3/tokenizer.json");
+    struct toy_tokenizer *tok = NULL;
+    MUST(toy_tokenizer_load(TD "tokenizer-llama3/tokenizer.json", &tok));
+    cr_assert_eq(toy_tokenizer_n_vocab(tok), 128256);
+    cr_assert_eq(toy_tokenizer_bos(tok), 128000);
+    cr_assert_eq(toy_tokenizer_eos(tok), 128001);
+    cr_assert_eq(toy_tokenizer_eot(tok), 128009);
+    cr_assert_str_eq(toy_tokenizer_pre(tok), "llama-bpe");
+    cr_assert_not_null(toy_tokenizer_chat_template(tok));
+    int n, rt;
+    int pass = check_jsonl(tok, TD "tokenizer-llama3/expected.jsonl", TOY_ENCODE_PARSE_SPECIAL, "ids", &n, &rt);
+    fprintf(stderr, "llama3 expected.jsonl: %d/%d, round trip %d/%d\n", pass, n, rt, n);
+    cr_assert_eq(n, 261);
+    cr_expect_eq(pass, n);
+    cr_expect_eq(rt, n);
+    pass = check_jsonl(tok, TD "tokenizer-llama3/llama3-tokenizer-js-cases.jsonl", TOY_ENCODE_PARSE_SPECIAL, "ids", &n, NULL);
+    fprintf(stderr, "llama3 llama3-tokenizer-js cases: %d/%d (the 14th uses Llama-3.1 names)\n", pass, n);
+    cr_expect_eq(pass, 13);
+    pass = check_inp_out(tok, TD "llamacpp-vocab-gguf/ggml-vocab-llama-bpe.gguf.inp",
+                         TD "llamacpp-vocab-gguf/ggml-vocab-llama-bpe.gguf.out", 0, &n);
+    fprintf(stderr, "llama3 llama.cpp .inp/.out: %d/%d\n", pass, n);
+    cr_expect_eq(pass, n);
+    toy_tokenizer_free(tok);
+}
+
+Test(tokenizer, llama3_gpt2_format, .timeout = 60) {
+    need(TD "tokenizer-llama3/gpt2-format/encoder.json");
+    struct toy_tokenizer *tok = NULL;
+    MUST(toy_tokenizer_load_gpt2(TD "tokenizer-llama3/gpt2-format/encoder.json",
+                                 TD "tokenizer-llama3/gpt2-format/vocab.bpe", "llama-bpe", &tok));
+    cr_assert_eq(toy_tokenizer_n_vocab(tok), 128000);
+    int n, rt;
+    /* the 261 strings hold no Llama-3 special-token text, so the vocabulary
+       without its added tokens gives the same ids */
+    int pass = check_jsonl(tok, TD "tokenizer-llama3/expected.jsonl", 0, "ids", &n, &rt);
+    fprintf(stderr, "llama3 gpt2-format: %d/%d\n", pass, n);
+    cr_expect_eq(pass, n);
+    toy_tokenizer_free(tok);
+}
+
+/* ---- SmolLM2 ---- */
+
+Test(tokenizer, smollm2_expected) {
+    need(TD "tokenizer-smollm2/tokenizer.json");
+    struct toy_tokenizer *tok = NULL;
+    MUST(toy_tokenizer_load(TD "tokenizer-smollm2", &tok));
+    cr_assert_eq(toy_tokenizer_n_vocab(tok), 49152);
+    cr_assert_str_eq(toy_tokenizer_pre(tok), "smollm");
+    cr_assert_eq(toy_tokenizer_token_type(tok, 1), TOY_TOKEN_CONTROL);
+    int n, rt;
+    int pass = check_jsonl(tok, TD "tokenizer-smollm2/expected.jsonl", TOY_ENCODE_PARSE_SPECIAL, "ids", &n, &rt);
+    fprintf(stderr, "smollm2 expected.jsonl: %d/%d, round trip %d/%d\n", pass, n, rt, n);
+    cr_assert_eq(n, 261);
+    cr_expect_eq(pass, n);
+    cr_expect_eq(rt, n);
+    struct toy_tokens t = {0};
+    cr_assert_eq(toy_tokenizer_encode(tok, "<|im_start|>user", 16, 0, &t), TOY_OK);
+    cr_expect_gt(t.n, 2, "without PARSE_SPECIAL <|im_start|> is text");
+    t.n = 0;
+    cr_assert_eq(toy_tokenizer_encode(tok, "<|im_start|>user", 16, TOY_ENCODE_PARSE_SPECIAL, &t), TOY_OK);
+    cr_expect_eq(t.n, 2);
+    cr_expect_eq(t.ids[0], 1);
+    toy_tokens_free(&t);
+    toy_tokenizer_free(tok);
+}
+
+/* ---- decoding ---- */
+
+Test(tokenizer, streaming_decode_holds_split_utf8) {
+    need(TD "tokenizer-llama2-spm/tokenizer.model");
+    struct toy_tokenizer *tok = NULL;
+    MUST(toy_tokenizer_load_spm(TD "tokenizer-llama2-spm/tokenizer.model", &tok));
+    const char *text = "日本語 🦙 ok";
+    struct toy_tokens t = {0};
+    cr_assert_eq(toy_tokenizer_encode(tok, text, strlen(text), TOY_ENCODE_ADD_BOS, &t), TOY_OK);
+    struct toy_decoder *d;
+    cr_assert_eq(toy_decoder_init(tok, TOY_DECODE_SKIP_SPECIAL, &d), TOY_OK);
+    char acc[256] = "";
+    size_t al = 0;
+    bool saw_hold = false;
+    for (int64_t i = 0; i < t.n; i++) {
+        const char *s;
+        size_t l;
+        cr_assert_eq(toy_decoder_push(d, t.ids[i], &s, &l), TOY_OK);
+        /* each piece handed out is valid UTF-8 on its own */
+        for (size_t k = 0; k < l;) {
+            unsigned char c = (unsigned char)s[k];
+            size_t cl = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+            cr_assert_leq(k + cl, l, "split character handed out at token %lld", (long long)i);
+            k += cl;
+        }
+        if (l == 0 && i > 0) saw_hold = true;
+        memcpy(acc + al, s, l);
+        al += l;
+    }
+    const char *s;
+    size_t l;
+    toy_decoder_flush(d, &s, &l);
+    cr_expect_eq(l, 0);
+    acc[al] = 0;
+    cr_expect_str_eq(acc, text);
+    cr_expect(saw_hold, "🦙 is byte tokens in Llama-2: some pushes must hold");
+    toy_decoder_free(d);
+    toy_tokens_free(&t);
+    toy_tokenizer_free(tok);
+}
+
+Test(tokenizer, invalid_utf8_input) {
+    need(TD "tokenizer-gpt2/encoder.json");
+    struct toy_tokenizer *gpt2 = NULL, *spm = NULL;
+    MUST(toy_tokenizer_load_gpt2(TD "tokenizer-gpt2/encoder.json", TD "tokenizer-gpt2/vocab.bpe", NULL, &gpt2));
+    MUST(toy_tokenizer_load_spm(TD "tokenizer-llama2-spm/tokenizer.model", &spm));
+    const char bad[] = "ab\xff\xfe c\xc3(\xe2\x82 end\xf0\x9f";
+    struct toy_tokens t = {0};
+    struct toy_tokenizer *toks[2] = {gpt2, spm};
+    for (int k = 0; k < 2; k++) {
+        t.n = 0;
+        cr_assert_eq(toy_tokenizer_encode(toks[k], bad, sizeof bad - 1, 0, &t), TOY_OK, "%s", toy_last_error());
+        cr_assert_gt(t.n, 0);
+        char *dec;
+        size_t dl;
+        cr_assert_eq(toy_tokenizer_decode(toks[k], t.ids, t.n, 0, &dec, &dl), TOY_OK);
+        cr_expect_eq(dl, sizeof bad - 1, "stray bytes survive the round trip (%d)", k);
+        cr_expect(dl == sizeof bad - 1 && !memcmp(dec, bad, dl));
+        free(dec);
+    }
+    int32_t oob = 999999;
+    char *dec;
+    cr_expect_eq(toy_tokenizer_decode(gpt2, &oob, 1, 0, &dec, NULL), TOY_ERR_RANGE);
+    toy_tokens_free(&t);
+    toy_tokenizer_free(gpt2);
+    toy_tokenizer_free(spm);
+}
+
+/* ---- Unigram ---- */
+
+/* Best segmentation score by exhaustive search. */
+static double brute(const char *const *pieces, const float *scores, int n, const char *s, size_t len) {
+    if (len == 0) return 0;
+    double best = -INFINITY;
+    for (int i = 0; i < n; i++) {
+        size_t l = strlen(pieces[i]);
+        if (l <= len && !memcmp(pieces[i], s, l)) {
+            double r = brute(pieces, scores, n, s + l, len - l);
+            if (r > -INFINITY && r + scores[i] > best) best = r + scores[i];
+        }
+    }
+    return best;
+}
+
+Test(tokenizer, unigram_viterbi_is_optimal) {
+    /* a vocabulary where greedy longest match loses: "abc" alone scores less
+       than "ab"+"cd" when followed by "d" */
+    static const char *const pieces[] = {"<unk>", "<s>", "</s>", "\xe2\x96\x81", "a", "b", "c", "d", "ab", "abc",
+                                         "cd", "bcd", "\xe2\x96\x81\x61\x62", "da", "x"};
+    static const float scores[] = {0, 0, 0, -2, -3, -3, -3, -3, -2.5f, -2, -1.5f, -4, -2.2f, -2.1f, -5};
+    int np = (int)(sizeof pieces / sizeof pieces[0]);
+    struct toy_tokenizer_spec spec = {.kind = TOY_TOKENIZER_UGM, .n_tokens = np, .tokens = pieces, .scores = scores,
+                                      .bos = 1, .eos = 2, .unk = 0, .pad = -1, .eot = -1, .add_space_prefix = true};
+    struct toy_tokenizer *tok = NULL;
+    MUST(toy_tokenizer_init(&spec, &tok));
+    const char *cases[] = {"abcd", "abcdabcd", "dabc", "ab cd", "bcda", "cdab", "abcdab"};
+    struct toy_tokens t = {0};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        t.n = 0;
+        cr_assert_eq(toy_tokenizer_encode(tok, cases[c], strlen(cases[c]), 0, &t), TOY_OK, "%s", toy_last_error());
+        /* the escaped text the model sees */
+        char esc[64] = "\xe2\x96\x81";
+        size_t o = 3;
+        for (const char *p = cases[c]; *p; p++) {
+            if (*p == ' ') { memcpy(esc + o, "\xe2\x96\x81", 3); o += 3; }
+            else esc[o++] = *p;
+        }
+        double want = brute(pieces + 3, scores + 3, np - 3, esc, o);
+        double got = 0;
+        size_t covered = 0;
+        for (int64_t i = 0; i < t.n; i++) {
+            got += scores[t.ids[i]];
+            covered += strlen(pieces[t.ids[i]]);
+        }
+        cr_expect_eq(covered, o, "%s: pieces cover the text", cases[c]);
+        cr_expect(fabs(got - want) < 1e-5, "%s: score %g, optimum %g", cases[c], got, want);
+        char *dec;
+        cr_assert_eq(toy_tokenizer_decode(tok, t.ids, t.n, 0, &dec, NULL), TOY_OK);
+        cr_expect_str_eq(dec, cases[c]);
+        free(dec);
+    }
+    /* an unknown character: one <unk> for a run */
+    t.n = 0;
+    cr_assert_eq(toy_tokenizer_encode(tok, "abzzcd", 6, 0, &t), TOY_OK);
+    int unks = 0;
+    for (int64_t i = 0; i < t.n; i++) unks += t.ids[i] == 0;
+    cr_expect_eq(unks, 1);
+    toy_tokens_free(&t);
+    toy_tokenizer_free(tok);
+}
+
+/* ---- malformed vocabularies ---- */
+
+Test(tokenizer, malformed_vocabularies) {
+    struct toy_tokenizer *tok = NULL;
+    const char *toks[] = {"a", "b", "ab"};
+    const char *bad_merge[] = {"a c"};
+    struct toy_tokenizer_spec spec = {.kind = TOY_TOKENIZER_BPE, .n_tokens = 3, .tokens = toks, .n_merges = 1,
+                                      .merges = bad_merge, .bos = -1, .eos = -1, .unk = -1, .pad = -1, .eot = -1};
+    cr_expect_eq(toy_tokenizer_init(&spec, &tok), TOY_ERR_FORMAT);
+    cr_expect(strstr(toy_last_error(), "merge 0"), "%s", toy_last_error());
+    cr_expect_null(tok);
+    const char *unmergeable[] = {"b a"};
+    spec.merges = unmergeable;
+    cr_expect_eq(toy_tokenizer_init(&spec, &tok), TOY_ERR_FORMAT);
+    cr_expect(strstr(toy_last_error(), "'ba'"), "%s", toy_last_error());
+    spec.merges = NULL;
+    spec.n_merges = 0;
+    spec.bos = 7;
+    cr_expect_eq(toy_tokenizer_init(&spec, &tok), TOY_ERR_RANGE);
+    spec.bos = -1;
+    int32_t types[] = {1, 1, 99};
+    spec.types = types;
+    cr_expect_eq(toy_tokenizer_init(&spec, &tok), TOY_ERR_FORMAT);
+    spec.types = NULL;
+    const char *holes[] = {"a", NULL, "b"};
+    spec.tokens = holes;
+    cr_expect_eq(toy_tokenizer_init(&spec, &tok), TOY_ERR_FORMAT);
+
+    /* tokenizer.json: a vocabulary with a gap, a bad merge, a non-array merge */
+    const char *j1 = "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":2},\"merges\":[]},"
+                     "\"pre_tokenizer\":{\"type\":\"ByteLevel\"}}";
+    cr_expect_eq(toy_tokenizer_load_hf_mem(j1, strlen(j1), NULL, 0, &tok), TOY_ERR_FORMAT);
+    cr_expect(strstr(toy_last_error(), "id 1"), "%s", toy_last_error());
+    const char *j2 = "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1},\"merges\":[\"a q\"]},"
+                     "\"pre_tokenizer\":{\"type\":\"ByteLevel\"}}";
+    cr_expect_eq(toy_tokenizer_load_hf_mem(j2, strlen(j2), NULL, 0, &tok), TOY_ERR_FORMAT);
+    const char *j3 = "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":-5},\"merges\":[]}}";
+    cr_expect_eq(toy_tokenizer_load_hf_mem(j3, strlen(j3), NULL, 0, &tok), TOY_ERR_FORMAT);
+    const char *j4 = "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1},\"merges\":[7]},"
+                     "\"pre_tokenizer\":{\"type\":\"ByteLevel\"}}";
+    cr_expect_eq(toy_tokenizer_load_hf_mem(j4, strlen(j4), NULL, 0, &tok), TOY_ERR_FORMAT);
+    cr_expect_eq(toy_tokenizer_load_hf_mem("{\"model\":", 9, NULL, 0, &tok), TOY_ERR_FORMAT);
+
+    /* SentencePiece protobuf: every truncation of a real file fails cleanly or loads */
+    if (access(TD "tokenizer-llama2-spm/tokenizer.model", R_OK) == 0) {
+        size_t len;
+        char *m = slurp(TD "tokenizer-llama2-spm/tokenizer.model", &len);
+        size_t cuts[] = {1, 2, 7, 100, 1000, 4097, len / 2, len - 3, len - 1};
+        for (size_t c = 0; c < sizeof cuts / sizeof cuts[0]; c++) {
+            enum toy_status st = toy_tokenizer_load_spm_mem(m, cuts[c], &tok);
+            if (st == TOY_OK) toy_tokenizer_free(tok);
+            else cr_expect(strlen(toy_last_error()) > 0);
+        }
+        m[5] = (char)0xff; /* a corrupt length varint */
+        for (size_t k = 0; k < 8; k++) m[k] = (char)0xff;
+        cr_expect_neq(toy_tokenizer_load_spm_mem(m, len, &tok), TOY_OK);
+        free(m);
+    }
+    cr_expect_eq(toy_tokenizer_load("/nonexistent/tokenizer.json", &tok), TOY_ERR_NOT_FOUND);
+}
