@@ -23,8 +23,24 @@ static struct toy_tensor *contig(struct toy_ctx *ctx, struct toy_tensor *t) {
     return toy_is_contiguous(t) ? t : toy_cont(ctx, t);
 }
 
-/* Bring a broadcast-shaped gradient down to the shape of x. */
+/* Bring a broadcast-shaped gradient down to the shape of x. Size-1 dims
+ * broadcast by repetition (sum_to); batch dims of matmul may broadcast by
+ * ratio (index i reads i / group): those sum over each group of `group`
+ * consecutive indices, through a reshape that splits the dim. */
 static struct toy_tensor *reduce_like(struct toy_ctx *ctx, struct toy_tensor *d, struct toy_tensor *x) {
+    if (toy_same_shape(d, x)) return d;
+    for (int dim = 2; dim < 4; dim++) {
+        if (x->ne[dim] == 1 || x->ne[dim] == d->ne[dim]) continue;
+        int64_t grp = d->ne[dim] / x->ne[dim];
+        d = contig(ctx, d);
+        int64_t inner = d->ne[0] * d->ne[1] * (dim == 3 ? d->ne[2] : 1);
+        int64_t outer = dim == 2 ? d->ne[3] : 1;
+        struct toy_tensor *r = toy_reshape_4d(ctx, d, inner, grp, x->ne[dim], outer);
+        struct toy_tensor *s = toy_sum(ctx, r, 1); /* {inner, 1, x->ne[dim], outer} */
+        int64_t ne[4] = {d->ne[0], d->ne[1], d->ne[2], d->ne[3]};
+        ne[dim] = x->ne[dim];
+        d = toy_reshape(ctx, s, 4, ne);
+    }
     return toy_same_shape(d, x) ? d : toy_sum_to(ctx, d, x);
 }
 

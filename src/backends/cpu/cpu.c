@@ -546,7 +546,7 @@ static void k_softmax_back(struct toy_tensor *dst, int ith, int nth, float *tmp)
 
 /* Per-dim-pair frequency and yarn ramp mix, then rotate. Follows the
  * Hugging Face definitions of linear, llama3 and YaRN scaling. */
-static void rope_freqs(const struct toy_tensor *dst, int n_dims, float *inv_freq) {
+static void rope_freqs(const struct toy_tensor *dst, int n_dims, double *inv_freq) {
     float base = toy_param_f32(dst, P_RP_BASE), factor = toy_param_f32(dst, P_RP_FACTOR);
     int scaling = dst->op_params[P_RP_SCALING];
     int orig = dst->op_params[P_RP_ORIG];
@@ -577,7 +577,7 @@ static void rope_freqs(const struct toy_tensor *dst, int n_dims, float *inv_freq
             double extrap = 1 - ramp; /* weight of the unscaled frequency */
             f = (f / factor) * (1 - extrap) + f * extrap;
         }
-        inv_freq[i] = (float)f;
+        inv_freq[i] = f;
     }
 }
 
@@ -588,7 +588,8 @@ static void k_rope(struct toy_tensor *dst, int ith, int nth, float *tmp) {
     float sign = dst->op_params[P_RP_INVERSE] ? -1.0f : 1.0f;
     float mscale = dst->op_params[P_RP_SCALING] == TOY_ROPE_SCALING_YARN ? toy_param_f32(dst, P_RP_ATTN) : 1.0f;
     int64_t D = dst->ne[0], T = dst->ne[2];
-    float *inv_freq = tmp + 2 * D;
+    /* angles in double: pos * freq loses ~1e-5 rad in float at pos ~ 300 */
+    double *inv_freq = (double *)(tmp + 2 * D + 16);
     rope_freqs(dst, n_dims, inv_freq);
     bool per_batch = toy_nelements(pos) == T * dst->ne[3] && dst->ne[3] > 1;
     int64_t r0, r1;
@@ -598,11 +599,11 @@ static void k_rope(struct toy_tensor *dst, int ith, int nth, float *tmp) {
         int64_t h, t, b;
         toy_unravel(r, dst, &h, &t, &b);
         const float *xv = toy_cpu_row_f32(x, TOY_ROW(x, h, t, b), tmp);
-        float p = (float)((const int32_t *)pos->data)[per_batch ? b * T + t : t];
+        double p = ((const int32_t *)pos->data)[per_batch ? b * T + t : t];
         float *y = out_row(dst, r);
         for (int i = 0; i < half; i++) {
-            float th = p * inv_freq[i];
-            float c = cosf(th) * mscale, s = sinf(th) * mscale * sign;
+            double th = p * inv_freq[i];
+            float c = (float)(cos(th) * mscale), s = (float)(sin(th) * mscale * sign);
             int64_t i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
             float a = xv[i0], bb = xv[i1];
             y[i0] = a * c - bb * s;

@@ -1,0 +1,331 @@
+/* test-ops.c: every op, forward and backward, against PyTorch, and every
+ * op's backward against central finite differences of toy's own forward.
+ *
+ * The cases and PyTorch's values come from tests/torch/gen_op_refs.py
+ * ($TOY_REFS/ops.json, made by `make check`): inputs include broadcasting
+ * shapes and non-contiguous (transposed) views. Each case runs with 1 and 2
+ * threads. Tolerance (F32): |toy - torch| <= tol * (1 + |torch|) with tol
+ * 1e-5 (2e-5 for attention, whose softmax sums run over keys), the
+ * reference itself computed in float64 from the same float32 inputs.
+ */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "toy/toy.h"
+
+static json_t *load_refs(void) {
+    const char *dir = getenv("TOY_REFS");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/ops.json", dir ? dir : "build/refs");
+    json_error_t err;
+    json_t *root = json_load_file(path, 0, &err);
+    if (!root) cr_skip_test("no PyTorch references at %s (%s): run make check", path, err.text);
+    return root;
+}
+
+static void shape_to_ne(json_t *shape, int64_t ne[4], int *nd) {
+    int n = (int)json_array_size(shape);
+    for (int i = 0; i < 4; i++) ne[i] = 1;
+    for (int i = 0; i < n; i++) ne[i] = json_integer_value(json_array_get(shape, (size_t)(n - 1 - i)));
+    *nd = n ? n : 1;
+}
+
+static float *floats(json_t *arr, size_t *n) {
+    *n = json_array_size(arr);
+    float *v = malloc((*n ? *n : 1) * sizeof *v);
+    for (size_t i = 0; i < *n; i++) v[i] = (float)json_number_value(json_array_get(arr, i));
+    return v;
+}
+
+struct built {
+    struct toy_ctx *ctx;
+    struct toy_tensor *store[6]; /* the parameters (storage) */
+    struct toy_tensor *in[6];    /* what the op sees (maybe a view) */
+    bool transposed[6];
+    int n_in;
+    struct toy_tensor *out, *loss;
+    struct toy_graph *g;
+};
+
+static double pnum(json_t *params, const char *k, double def) {
+    json_t *v = json_object_get(params, k);
+    return v ? json_number_value(v) : def;
+}
+
+static struct toy_tensor *int_input(struct built *b, json_t *c, const char *name) {
+    json_t *o = json_object_get(json_object_get(c, "ints"), name);
+    cr_assert(o, "case lacks int input %s", name);
+    int64_t ne[4];
+    int nd;
+    shape_to_ne(json_object_get(o, "shape"), ne, &nd);
+    struct toy_tensor *t = toy_new_tensor(b->ctx, TOY_I32, nd, ne);
+    json_t *d = json_object_get(o, "data");
+    for (size_t i = 0; i < json_array_size(d); i++)
+        ((int32_t *)t->data)[i] = (int32_t)json_integer_value(json_array_get(d, i));
+    return t;
+}
+
+static struct toy_tensor *like_shape(struct built *b, json_t *params) {
+    int64_t ne[4];
+    int nd;
+    shape_to_ne(json_object_get(params, "like"), ne, &nd);
+    return toy_new_tensor(b->ctx, TOY_F32, nd, ne);
+}
+
+static void build_case(struct built *b, json_t *c) {
+    memset(b, 0, sizeof *b);
+    b->ctx = toy_ctx_init(true);
+    json_t *inputs = json_object_get(c, "inputs");
+    b->n_in = (int)json_array_size(inputs);
+    for (int i = 0; i < b->n_in; i++) {
+        json_t *in = json_array_get(inputs, (size_t)i);
+        int64_t ne[4];
+        int nd;
+        shape_to_ne(json_object_get(in, "shape"), ne, &nd);
+        size_t n;
+        float *v = floats(json_object_get(in, "data"), &n);
+        bool tr = !strcmp(json_string_value(json_object_get(in, "layout")), "T");
+        b->transposed[i] = tr;
+        if (tr) {
+            /* store (ne1, ne0) row-major, view it transposed */
+            struct toy_tensor *s = toy_new_tensor_2d(b->ctx, TOY_F32, ne[1], ne[0]);
+            for (int64_t r = 0; r < ne[1]; r++)
+                for (int64_t q = 0; q < ne[0]; q++) toy_set_f32(s, r, q, 0, 0, v[r * ne[0] + q]);
+            b->store[i] = s;
+            b->in[i] = toy_transpose(b->ctx, s);
+        } else {
+            b->store[i] = toy_new_tensor(b->ctx, TOY_F32, nd, ne);
+            memcpy(b->store[i]->data, v, n * sizeof(float));
+            b->in[i] = b->store[i];
+        }
+        toy_set_name(b->store[i], "%s", json_string_value(json_object_get(in, "name")));
+        toy_set_param(b->store[i]);
+        free(v);
+    }
+    const char *op = json_string_value(json_object_get(c, "op"));
+    json_t *p = json_object_get(c, "params");
+    struct toy_ctx *ctx = b->ctx;
+    struct toy_tensor **x = b->in, *y = NULL;
+    if (!strcmp(op, "add")) y = toy_add(ctx, x[0], x[1]);
+    else if (!strcmp(op, "sub")) y = toy_sub(ctx, x[0], x[1]);
+    else if (!strcmp(op, "mul")) y = toy_mul(ctx, x[0], x[1]);
+    else if (!strcmp(op, "div")) y = toy_div(ctx, x[0], x[1]);
+    else if (!strcmp(op, "scale")) y = toy_scale(ctx, x[0], (float)pnum(p, "s", 1));
+    else if (!strcmp(op, "sqr")) y = toy_sqr(ctx, x[0]);
+    else if (!strcmp(op, "sqrt")) y = toy_sqrt(ctx, x[0]);
+    else if (!strcmp(op, "neg")) y = toy_neg(ctx, x[0]);
+    else if (!strcmp(op, "silu")) y = toy_silu(ctx, x[0]);
+    else if (!strcmp(op, "gelu")) y = toy_gelu(ctx, x[0]);
+    else if (!strcmp(op, "swiglu")) y = toy_swiglu(ctx, x[0], x[1]);
+    else if (!strcmp(op, "matmul"))
+        y = toy_matmul(ctx, x[0], x[1], pnum(p, "trans_a", 0) != 0, pnum(p, "trans_b", 0) != 0);
+    else if (!strcmp(op, "linear")) y = toy_linear(ctx, x[0], x[1], b->n_in > 2 ? x[2] : NULL);
+    else if (!strcmp(op, "get_rows")) y = toy_get_rows(ctx, x[0], int_input(b, c, "ids"));
+    else if (!strcmp(op, "sum")) y = toy_sum(ctx, x[0], (int)pnum(p, "dim", 0));
+    else if (!strcmp(op, "mean")) y = toy_mean(ctx, x[0], (int)pnum(p, "dim", 0));
+    else if (!strcmp(op, "sum_all")) y = toy_sum_all(ctx, x[0]);
+    else if (!strcmp(op, "repeat")) y = toy_repeat(ctx, x[0], like_shape(b, p));
+    else if (!strcmp(op, "sum_to")) y = toy_sum_to(ctx, x[0], like_shape(b, p));
+    else if (!strcmp(op, "concat")) y = toy_concat(ctx, x[0], x[1], (int)pnum(p, "dim", 0));
+    else if (!strcmp(op, "rms_norm"))
+        y = toy_rms_norm(ctx, x[0], b->n_in > 1 ? x[1] : NULL, (float)pnum(p, "eps", 1e-5));
+    else if (!strcmp(op, "layer_norm"))
+        y = toy_layer_norm(ctx, x[0], x[1], x[2], (float)pnum(p, "eps", 1e-5));
+    else if (!strcmp(op, "softmax")) {
+        struct toy_tensor *mask = NULL;
+        json_t *m = json_object_get(p, "mask");
+        if (m) {
+            int64_t ne[4];
+            int nd;
+            shape_to_ne(json_object_get(p, "mask_shape"), ne, &nd);
+            mask = toy_new_tensor(ctx, TOY_F32, nd, ne);
+            for (size_t i = 0; i < json_array_size(m); i++) {
+                json_t *e = json_array_get(m, i); /* null is -inf */
+                ((float *)mask->data)[i] = json_is_null(e) ? -INFINITY : (float)json_number_value(e);
+            }
+        }
+        y = toy_softmax(ctx, x[0], mask, (float)pnum(p, "scale", 1));
+    } else if (!strcmp(op, "attention")) {
+        struct toy_attn_params ap = {0};
+        ap.causal = pnum(p, "causal", 0) != 0;
+        ap.window = (int)pnum(p, "window", 0);
+        ap.softcap = (float)pnum(p, "softcap", 0);
+        y = toy_attention(ctx, x[0], x[1], x[2], &ap);
+    } else if (!strcmp(op, "rope")) {
+        struct toy_rope_params rp = {0};
+        rp.mode = (enum toy_rope_mode)pnum(p, "mode", 0);
+        rp.n_dims = (int)pnum(p, "n_dims", 0);
+        rp.freq_base = (float)pnum(p, "base", 10000);
+        rp.scaling = (enum toy_rope_scaling)pnum(p, "scaling", 0);
+        rp.factor = (float)pnum(p, "factor", 1);
+        rp.orig_ctx = (int)pnum(p, "orig_ctx", 0);
+        rp.low_freq_factor = (float)pnum(p, "low", 1);
+        rp.high_freq_factor = (float)pnum(p, "high", 4);
+        rp.beta_fast = (float)pnum(p, "beta_fast", 32);
+        rp.beta_slow = (float)pnum(p, "beta_slow", 1);
+        y = toy_rope(ctx, x[0], int_input(b, c, "pos"), &rp);
+    } else if (!strcmp(op, "cross_entropy"))
+        y = toy_cross_entropy(ctx, x[0], int_input(b, c, "targets"), (int32_t)pnum(p, "ignore", -100));
+    cr_assert(y, "unknown op %s", op);
+    b->out = y;
+    toy_set_output(y);
+    size_t n;
+    float *dyv = floats(json_object_get(c, "dy"), &n);
+    struct toy_tensor *dy = toy_new_tensor(ctx, TOY_F32, 4, y->ne);
+    cr_assert_eq((int64_t)n, toy_nelements(y), "%s: dy size", json_string_value(json_object_get(c, "name")));
+    memcpy(dy->data, dyv, n * sizeof(float));
+    free(dyv);
+    b->loss = toy_sum_all(ctx, toy_mul(ctx, y, dy));
+    b->g = toy_graph_new(ctx);
+    toy_graph_build(b->g, b->loss);
+    toy_graph_backward(b->g, b->loss);
+}
+
+/* max over elements of |a - ref| / (1 + |ref|) */
+static double rel_err(const float *a, json_t *ref, size_t n, size_t *worst) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) {
+        double r = json_number_value(json_array_get(ref, i));
+        double e = fabs(a[i] - r) / (1 + fabs(r));
+        if (e > m || isnan(e)) { m = isnan(e) ? INFINITY : e; *worst = i; }
+    }
+    return m;
+}
+
+static void logical_grad(struct built *b, int i, float *dst) {
+    struct toy_tensor *g = b->store[i]->grad;
+    if (b->transposed[i]) {
+        struct toy_tensor *v = toy_transpose(b->ctx, g);
+        v->data = g->data;
+        toy_tensor_to_f32(v, dst);
+    } else {
+        toy_tensor_to_f32(g, dst);
+    }
+}
+
+static void torch_parity(const char *simd) {
+    if (simd) setenv("TOY_SIMD", simd, 1); /* each Criterion test is its own process */
+    json_t *root = load_refs();
+    json_t *cases = json_object_get(root, "cases");
+    int failures = 0;
+    for (int nth = 1; nth <= 2; nth++) {
+        struct toy_threadpool *tp = toy_threadpool_new(nth);
+        for (size_t ci = 0; ci < json_array_size(cases); ci++) {
+            json_t *c = json_array_get(cases, ci);
+            const char *name = json_string_value(json_object_get(c, "name"));
+            double tol = pnum(c, "tol", 1e-5);
+            struct built b;
+            build_case(&b, c);
+            cr_assert_eq(toy_graph_compute(b.g, tp), TOY_OK, "%s: %s", name, toy_last_error());
+            size_t n = (size_t)toy_nelements(b.out), worst = 0;
+            float *v = malloc(n * sizeof *v);
+            toy_tensor_to_f32(b.out, v);
+            json_t *ref = json_object_get(c, "out");
+            double e = rel_err(v, ref, n, &worst);
+            if (!(e <= tol)) {
+                cr_log_error("%s (threads %d): forward error %.3g at %zu (toy %g, torch %g)", name, nth, e, worst,
+                             v[worst], json_number_value(json_array_get(ref, worst)));
+                failures++;
+            }
+            free(v);
+            json_t *grads = json_object_get(c, "grads");
+            for (int i = 0; i < b.n_in; i++) {
+                json_t *gr = json_array_get(grads, (size_t)i);
+                if (!gr || json_is_null(gr)) continue;
+                cr_assert(b.store[i]->grad, "%s: input %d got no gradient", name, i);
+                size_t m = (size_t)toy_nelements(b.store[i]);
+                float *gv = malloc(m * sizeof *gv);
+                logical_grad(&b, i, gv);
+                double ge = rel_err(gv, gr, m, &worst);
+                if (!(ge <= tol)) {
+                    cr_log_error("%s (threads %d): grad of input %d error %.3g at %zu (toy %g, torch %g)", name, nth,
+                                 i, ge, worst, gv[worst], json_number_value(json_array_get(gr, worst)));
+                    failures++;
+                }
+                free(gv);
+            }
+            toy_ctx_free(b.ctx);
+        }
+        toy_threadpool_free(tp);
+    }
+    json_decref(root);
+    cr_assert_eq(failures, 0, "%d op/gradient comparisons with PyTorch failed", failures);
+}
+
+/* the fastest kernels this CPU has, then the AVX2 and the plain C ones */
+Test(ops, torch_parity) { torch_parity(NULL); }
+Test(ops, torch_parity_avx2) { torch_parity("avx2"); }
+Test(ops, torch_parity_scalar) { torch_parity("scalar"); }
+
+/* Central differences of toy's own forward, in float32 (h = 1e-2 of the
+ * value's scale): checks that each backward is the derivative of its
+ * forward, independent of PyTorch. */
+Test(ops, finite_differences) {
+    json_t *root = load_refs();
+    json_t *cases = json_object_get(root, "cases");
+    int failures = 0, checked = 0;
+    struct toy_threadpool *tp = toy_threadpool_new(2);
+    for (size_t ci = 0; ci < json_array_size(cases); ci++) {
+        json_t *c = json_array_get(cases, ci);
+        const char *name = json_string_value(json_object_get(c, "name"));
+        struct built b;
+        build_case(&b, c);
+        cr_assert_eq(toy_graph_compute(b.g, tp), TOY_OK, "%s: %s", name, toy_last_error());
+        float *grads[6];
+        for (int i = 0; i < b.n_in; i++) { /* before the runs below add to them */
+            size_t n = (size_t)toy_nelements(b.store[i]);
+            grads[i] = malloc(n * sizeof(float));
+            memcpy(grads[i], b.store[i]->grad->data, n * sizeof(float)); /* storage order */
+        }
+        for (int i = 0; i < b.n_in; i++) {
+            struct toy_tensor *s = b.store[i];
+            int64_t n = toy_nelements(s);
+            float *ag = grads[i];
+            int64_t step = n > 7 ? n / 7 : 1;
+            for (int64_t k = 0; k < n; k += step) {
+                float *xv = (float *)s->data + k, x0 = *xv;
+                float h = 1e-2f * fmaxf(1.0f, fabsf(x0));
+                *xv = x0 + h;
+                toy_graph_compute(b.g, tp);
+                double lp = *(float *)b.loss->data;
+                *xv = x0 - h;
+                toy_graph_compute(b.g, tp);
+                double lm = *(float *)b.loss->data;
+                *xv = x0;
+                double fd = (lp - lm) / (2.0 * h);
+                /* float32 loss noise scales with |loss| / h */
+                double noise = 1e-6 * (fabs(lp) + fabs(lm)) / h;
+                double err = fabs(fd - ag[k]);
+                if (!(err <= 2e-2 * (1 + fabs(ag[k])) + noise)) {
+                    /* kinks (max, masks) can fool a difference: retry smaller */
+                    float h2 = h / 8;
+                    *xv = x0 + h2;
+                    toy_graph_compute(b.g, tp);
+                    lp = *(float *)b.loss->data;
+                    *xv = x0 - h2;
+                    toy_graph_compute(b.g, tp);
+                    lm = *(float *)b.loss->data;
+                    *xv = x0;
+                    fd = (lp - lm) / (2.0 * h2);
+                    noise = 1e-6 * (fabs(lp) + fabs(lm)) / h2;
+                    err = fabs(fd - ag[k]);
+                    if (!(err <= 2e-2 * (1 + fabs(ag[k])) + noise)) {
+                        cr_log_error("%s: d/d input %d [%lld]: backward %g, finite difference %g", name, i,
+                                     (long long)k, ag[k], fd);
+                        failures++;
+                    }
+                }
+                checked++;
+            }
+            free(ag);
+        }
+        toy_ctx_free(b.ctx);
+    }
+    toy_threadpool_free(tp);
+    json_decref(root);
+    cr_assert_gt(checked, 300);
+    cr_assert_eq(failures, 0, "%d of %d finite-difference checks failed", failures, checked);
+}
