@@ -1,0 +1,188 @@
+/* test-quant.c: the block formats of src/core/quant.c: bit-exact against
+ * reference vectors (tests/data/quant-refs.bin, made by
+ * tests/quant/gen-quant-refs.py, a float32-exact numpy transcription of
+ * ggml's quantize_row_*_ref and dequantize_row_*), hand-checked known
+ * answers, and quantize -> dequantize error bounds. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "toy/quant.h"
+
+static uint8_t *slurp(const char *path, size_t *size) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *p = malloc((size_t)n);
+    if (fread(p, 1, (size_t)n, f) != (size_t)n) { fclose(f); free(p); return NULL; }
+    fclose(f);
+    *size = (size_t)n;
+    return p;
+}
+
+static uint32_t rd32(const uint8_t **p) { uint32_t v; memcpy(&v, *p, 4); *p += 4; return v; }
+
+Test(quant, reference_vectors_bit_exact) {
+    size_t size;
+    uint8_t *buf = slurp("tests/data/quant-refs.bin", &size);
+    cr_assert(buf, "tests/data/quant-refs.bin missing (run tests/quant/gen-quant-refs.py)");
+    cr_assert(!memcmp(buf, "TQR1", 4));
+    const uint8_t *p = buf + 4, *end = buf + size;
+    uint32_t n_cases = rd32(&p);
+    int seen_q[TOY_DTYPE_COUNT] = {0}, seen_d[TOY_DTYPE_COUNT] = {0};
+    for (uint32_t c = 0; c < n_cases; c++) {
+        uint32_t kind = rd32(&p), type = rd32(&p), n = rd32(&p);
+        cr_assert(p < end);
+        const char *name = toy_dtype_name((enum toy_dtype)type);
+        if (kind == 0) {
+            float *x = malloc((size_t)n * 4); /* the file's floats are unaligned */
+            memcpy(x, p, (size_t)n * 4);
+            p += (size_t)n * 4;
+            uint32_t nbytes = rd32(&p);
+            cr_assert_eq(nbytes, toy_row_bytes((enum toy_dtype)type, n), "%s", name);
+            uint8_t *got = malloc(nbytes);
+            cr_assert_eq(toy_quantize_row((enum toy_dtype)type, x, got, n), TOY_OK, "%s", name);
+            size_t first = nbytes;
+            for (size_t k = 0; k < nbytes; k++)
+                if (got[k] != p[k]) { first = k; break; }
+            cr_expect_eq(first, nbytes, "quantize %s case %u: first differing byte %zu (%02x vs %02x)",
+                         name, c, first, first < nbytes ? got[first] : 0, first < nbytes ? p[first] : 0);
+            p += nbytes;
+            free(got);
+            free(x);
+            seen_q[type]++;
+        } else {
+            uint32_t nbytes = rd32(&p);
+            const uint8_t *blocks = p;
+            p += nbytes;
+            float *got = malloc((size_t)n * 4);
+            cr_assert_eq(toy_dequantize_row((enum toy_dtype)type, blocks, got, n), TOY_OK, "%s", name);
+            cr_expect(!memcmp(got, p, (size_t)n * 4), "dequantize %s differs", name);
+            p += (size_t)n * 4;
+            free(got);
+            seen_d[type]++;
+        }
+    }
+    cr_expect_eq(p, end);
+    enum toy_dtype q[] = {TOY_Q8_0, TOY_Q4_0, TOY_Q4_1, TOY_Q5_0, TOY_Q5_1, TOY_Q4_K, TOY_Q5_K, TOY_Q6_K};
+    for (size_t i = 0; i < sizeof q / sizeof q[0]; i++) cr_expect(seen_q[q[i]] > 0, "%s", toy_dtype_name(q[i]));
+    enum toy_dtype d[] = {TOY_Q8_0, TOY_Q4_0, TOY_Q4_1, TOY_Q5_0, TOY_Q5_1, TOY_Q2_K, TOY_Q4_K, TOY_Q5_K, TOY_Q6_K, TOY_Q8_K};
+    for (size_t i = 0; i < sizeof d / sizeof d[0]; i++) cr_expect(seen_d[d[i]] > 0, "%s", toy_dtype_name(d[i]));
+    free(buf);
+}
+
+/* Worked by hand from the block definitions. */
+Test(quant, known_answers) {
+    float x[32];
+    for (int i = 0; i < 32; i++) x[i] = (float)(i - 16); /* -16 .. 15 */
+    uint8_t b[34];
+    cr_assert_eq(toy_quantize_row(TOY_Q8_0, x, b, 32), TOY_OK);
+    /* d = 16/127, stored as f16 */
+    uint16_t dh;
+    memcpy(&dh, b, 2);
+    cr_expect_eq(dh, toy_f32_to_f16(16.0f / 127));
+    cr_expect_eq((int8_t)b[2], -127);         /* -16 -> -127 */
+    cr_expect_eq((int8_t)b[2 + 16], 0);       /*   0 -> 0 */
+    cr_expect_eq((int8_t)b[2 + 31], 119);     /*  15 -> round(15*127/16 = 119.06) */
+
+    /* q4_0: max |x| is -16, d = -16 / -8 = 2; q = x/2 + 8.5 truncated */
+    uint8_t q4[18];
+    cr_assert_eq(toy_quantize_row(TOY_Q4_0, x, q4, 32), TOY_OK);
+    memcpy(&dh, q4, 2);
+    cr_expect_eq(toy_f16_to_f32(dh), 2.0f);
+    cr_expect_eq(q4[2] & 0xF, 0);             /* x0 = -16 -> 0 */
+    cr_expect_eq(q4[2] >> 4, 8);              /* x16 = 0 -> 8 */
+    cr_expect_eq(q4[2 + 15] >> 4, 15);        /* x31 = 15 -> 7.5+8.5 = 16 -> clamped 15 */
+    float y[32];
+    cr_assert_eq(toy_dequantize_row(TOY_Q4_0, q4, y, 32), TOY_OK);
+    cr_expect_eq(y[0], -16.0f);
+    cr_expect_eq(y[16], 0.0f);
+    cr_expect_eq(y[31], 14.0f);
+
+    /* q8_k: f32 d, then int8 */
+    uint8_t k8[292] = {0};
+    float d = 0.5f;
+    memcpy(k8, &d, 4);
+    k8[4] = (uint8_t)-3;
+    k8[4 + 255] = 7;
+    float z[256];
+    cr_assert_eq(toy_dequantize_row(TOY_Q8_K, k8, z, 256), TOY_OK);
+    cr_expect_eq(z[0], -1.5f);
+    cr_expect_eq(z[255], 3.5f);
+    cr_expect_eq(z[1], 0.0f);
+
+    cr_expect_eq(toy_quantize_row(TOY_Q8_0, x, b, 31), TOY_ERR_INVALID_ARG);
+    cr_expect_eq(toy_quantize_row(TOY_IQ2_XXS, x, b, 256), TOY_ERR_UNSUPPORTED);
+    cr_expect(toy_can_dequantize(TOY_Q6_K));
+    cr_expect(toy_can_quantize(TOY_Q4_K));
+    cr_expect(!toy_can_quantize(TOY_IQ4_NL));
+}
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static double urand(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (double)(rng_state >> 11) / 9007199254740992.0;
+}
+static float nrand(void) {
+    double u = urand(), v = urand();
+    return (float)(sqrt(-2 * log(u + 1e-300)) * cos(6.283185307179586 * v));
+}
+
+/* Quantize -> dequantize on N(0,1) data: the per-element error of the
+ * legacy formats is bounded by their step, and the RMS error of every
+ * format stays under its known level (measured values in comments). */
+Test(quant, round_trip_error_bounds) {
+    enum { N = 256 * 64 };
+    float *x = malloc(N * 4), *y = malloc(N * 4);
+    uint8_t *q = malloc(N * 2);
+    for (int i = 0; i < N; i++) x[i] = nrand();
+    struct { enum toy_dtype t; double max_rel_rmse; } cases[] = {
+        {TOY_F16, 0.0003}, {TOY_BF16, 0.003},
+        /* measured: q8_0 .0054, q4_0 .086, q4_1 .078, q5_0 .043, q5_1 .038,
+         * q4_k .072, q5_k .036, q6_k .018 */
+        {TOY_Q8_0, 0.006}, {TOY_Q4_0, 0.095}, {TOY_Q4_1, 0.086}, {TOY_Q5_0, 0.048}, {TOY_Q5_1, 0.042},
+        {TOY_Q4_K, 0.08}, {TOY_Q5_K, 0.04}, {TOY_Q6_K, 0.02},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        enum toy_dtype t = cases[c].t;
+        cr_assert_eq(toy_quantize_row(t, x, q, N), TOY_OK);
+        cr_assert_eq(toy_dequantize_row(t, q, y, N), TOY_OK);
+        double se = 0, sx = 0;
+        for (int i = 0; i < N; i++) { se += (double)(x[i] - y[i]) * (x[i] - y[i]); sx += (double)x[i] * x[i]; }
+        double rel = sqrt(se / sx);
+        fprintf(stderr, "round trip %-5s relative RMS error %.5f\n", toy_dtype_name(t), rel);
+        cr_expect(rel < cases[c].max_rel_rmse, "%s: relative RMS error %.5f >= %.5f", toy_dtype_name(t), rel,
+                  cases[c].max_rel_rmse);
+        if (t == TOY_Q8_0 || t == TOY_Q4_0 || t == TOY_Q5_0) {
+            /* symmetric formats: |err| <= step/2 inside the range, one step at the clamp */
+            double steps = t == TOY_Q8_0 ? 127 : t == TOY_Q4_0 ? 8 : 16;
+            for (int b = 0; b < N / 32; b++) {
+                float amax = 0;
+                for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[b * 32 + i]));
+                double step = amax / steps;
+                /* plus |q| * (f16 rounding of d): q up to `steps`, d off by <= 2^-11 relative */
+                double bound = (t == TOY_Q8_0 ? step / 2 : step) + steps * step / 2048 + 1e-7;
+                for (int i = 0; i < 32; i++) {
+                    double e = fabs(x[b * 32 + i] - y[b * 32 + i]);
+                    cr_assert(e <= bound, "%s block %d: err %g bound %g", toy_dtype_name(t), b, e, bound);
+                }
+            }
+        }
+    }
+    /* zeros stay zeros in every format */
+    memset(x, 0, N * 4);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        cr_assert_eq(toy_quantize_row(cases[c].t, x, q, 512), TOY_OK);
+        cr_assert_eq(toy_dequantize_row(cases[c].t, q, y, 512), TOY_OK);
+        for (int i = 0; i < 512; i++) cr_expect_eq(y[i], 0.0f, "%s", toy_dtype_name(cases[c].t));
+    }
+    free(x);
+    free(y);
+    free(q);
+}
