@@ -196,7 +196,7 @@ void toy_cpu_attention_back(struct toy_tensor *dst, int ith, int nth, void *work
                     for (int64_t j = 0; j < nk; j++) d[j] = p[j] * (d[j] - Di[i]);
                     if (a.cap > 0)
                         for (int64_t j = 0; j < nk; j++)
-                            if (p[j] > 0) d[j] *= 1.0f - C[i * nk + j] * C[i * nk + j];
+                            if (isfinite(C[i * nk + j])) d[j] *= 1.0f - C[i * nk + j] * C[i * nk + j];
                 }
                 /* dQ = scale dS K;  dK += scale dS^T Q */
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nq, (int)a.D, (int)nk, a.scale, dP,

@@ -13,6 +13,8 @@ static inline float hsum256(__m256 v) {
 }
 
 static inline __m256 exp256(__m256 x) {
+    /* below -87.3 the result underflows: return exactly 0 (exp(-inf) = 0) */
+    __m256 tiny = _mm256_cmp_ps(x, _mm256_set1_ps(-87.3f), _CMP_LT_OQ);
     x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3762626647949f));
     __m256 fx = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -26,7 +28,7 @@ static inline __m256 exp256(__m256 x) {
     y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201E-1f));
     y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
     __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+    return _mm256_andnot_ps(tiny, _mm256_mul_ps(y, _mm256_castsi256_ps(e)));
 }
 
 static float dot(const float *a, const float *b, int64_t n) {
