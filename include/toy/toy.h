@@ -7,5 +7,6 @@
 #include "toy/threadpool.h"
 #include "toy/graph.h"
 #include "toy/quant.h"
+#include "toy/optim.h"
 #define TOY_VERSION "0.1.0"
 #endif

@@ -1,0 +1,94 @@
+/* toy/optim.h: optimizers over trainable tensors, gradient clipping and
+ * learning-rate schedules.
+ *
+ * An optimizer holds its own state (AdamW moments, SGD momentum) for the
+ * parameters added to it; each parameter belongs to a group with its own
+ * settings (e.g. no weight decay for norms and biases). A step reads p->grad
+ * (filled by running a graph after toy_graph_backward) and updates p->data
+ * with fused kernels over each parameter's buffer, on the thread pool.
+ *
+ *     struct toy_optim *opt = toy_optim_new(TOY_OPTIM_ADAMW);
+ *     int decay = toy_optim_add_group(opt, &(struct toy_optim_group){
+ *         .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f});
+ *     toy_optim_add_param(opt, w, decay);
+ *     ...  toy_graph_compute(g, tp);                  // accumulates w->grad
+ *     float norm = toy_optim_clip_grad_norm(opt, 1.0f, tp);
+ *     toy_optim_step(opt, toy_lr_at(&sched, step), tp);
+ *     toy_optim_zero_grad(opt);
+ *
+ * AdamW follows torch.optim.AdamW exactly (bias correction, decoupled weight
+ * decay, eps added after the bias-corrected sqrt); SGD follows torch.optim.SGD
+ * (momentum buffer = gradient at the first step, L2 weight decay).
+ */
+#ifndef TOY_OPTIM_H
+#define TOY_OPTIM_H
+
+#include <stdint.h>
+
+#include "toy/tensor.h"
+#include "toy/threadpool.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum toy_optim_kind { TOY_OPTIM_ADAMW = 0, TOY_OPTIM_SGD = 1 };
+
+struct toy_optim_group {
+    float lr_scale;      /* multiplies the step's lr; 0 means 1 */
+    float beta1, beta2;  /* AdamW (0.9, 0.999 when both 0) */
+    float eps;           /* AdamW; 0 means 1e-8 */
+    float weight_decay;  /* AdamW: decoupled; SGD: L2 */
+    float momentum;      /* SGD */
+};
+
+struct toy_optim;
+
+struct toy_optim *toy_optim_new(enum toy_optim_kind kind);
+void toy_optim_free(struct toy_optim *opt);
+/* Returns the new group's index. */
+int toy_optim_add_group(struct toy_optim *opt, const struct toy_optim_group *g);
+/* p must be F32 and trainable; its state is zero-initialised. */
+void toy_optim_add_param(struct toy_optim *opt, struct toy_tensor *p, int group);
+int toy_optim_n_params(const struct toy_optim *opt);
+struct toy_tensor *toy_optim_param(const struct toy_optim *opt, int i);
+
+/* One update with base learning rate lr. TOY_ERR_STATE if a parameter has no
+ * gradient buffer. */
+enum toy_status toy_optim_step(struct toy_optim *opt, float lr, struct toy_threadpool *tp);
+/* Global L2 norm of all gradients (double accumulation); if max_norm > 0 and
+ * the norm exceeds it, scales every gradient by max_norm / (norm + 1e-6)
+ * (torch.nn.utils.clip_grad_norm_). Returns the norm before clipping. */
+float toy_optim_clip_grad_norm(struct toy_optim *opt, float max_norm, struct toy_threadpool *tp);
+/* Multiplies every gradient by s (e.g. 1/accumulation steps). */
+void toy_optim_scale_grads(struct toy_optim *opt, float s, struct toy_threadpool *tp);
+void toy_optim_zero_grad(struct toy_optim *opt);
+
+/* Steps taken so far, and the state buffers of parameter i (NULL when the
+ * optimizer has none): for checkpoints and resume. */
+int64_t toy_optim_step_count(const struct toy_optim *opt);
+void toy_optim_set_step_count(struct toy_optim *opt, int64_t steps);
+float *toy_optim_state(struct toy_optim *opt, int i, int which /* 0: m or momentum, 1: v */);
+size_t toy_optim_state_bytes(const struct toy_optim *opt);
+
+/* ---- learning-rate schedules ---- */
+
+enum toy_lr_kind { TOY_LR_CONSTANT = 0, TOY_LR_COSINE = 1, TOY_LR_LINEAR = 2 };
+
+struct toy_lr_schedule {
+    enum toy_lr_kind kind;
+    float lr;            /* peak */
+    float lr_min;        /* floor reached at the last step (cosine, linear) */
+    int64_t warmup;      /* linear warmup steps from lr/warmup to lr */
+    int64_t total;       /* total steps */
+};
+
+/* The learning rate of step `step` (0-based). */
+float toy_lr_at(const struct toy_lr_schedule *s, int64_t step);
+/* Parses "constant" / "cosine" / "linear"; -1 if unknown. */
+int toy_lr_kind_from_name(const char *name);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
