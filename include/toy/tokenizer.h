@@ -113,9 +113,17 @@ enum toy_status toy_tokenizer_load_gpt2(const char *encoder_json, const char *vo
 /* SentencePiece ModelProto (.model); BPE or Unigram per its trainer_spec. */
 enum toy_status toy_tokenizer_load_spm(const char *model_path, struct toy_tokenizer **out);
 enum toy_status toy_tokenizer_load_spm_mem(const void *data, size_t len, struct toy_tokenizer **out);
-/* The tokenizer.ggml.* metadata of a GGUF file (see toy/gguf.h for the
- * in-memory form: toy_tokenizer_load_gguf in tokenizer-gguf.c). */
+/* From the tokenizer.ggml.* metadata of a GGUF file (llama.cpp's keys:
+ * model "gpt2"/"llama"/"t5", pre, tokens, scores, token_type, merges,
+ * bos/eos/unknown/padding/eot_token_id, add_bos_token, add_eos_token,
+ * add_space_prefix; tokenizer.chat_template). Array lengths must agree and
+ * tokens must be valid UTF-8 without NULs (TOY_ERR_FORMAT naming the key). */
+struct toy_gguf;
+struct toy_gguf_writer;
+enum toy_status toy_tokenizer_load_gguf(const struct toy_gguf *g, struct toy_tokenizer **out);
 enum toy_status toy_tokenizer_load_gguf_file(const char *gguf_path, struct toy_tokenizer **out);
+/* Writes those keys (for `toy convert` and `toy tokenizer train`). */
+enum toy_status toy_tokenizer_write_gguf(const struct toy_tokenizer *tok, struct toy_gguf_writer *w);
 /* llama2.c tokenizer.bin (SentencePiece BPE vocabulary, BOS 1 / EOS 2). */
 enum toy_status toy_tokenizer_load_llama2c(const char *bin_path, struct toy_tokenizer **out);
 

@@ -68,9 +68,11 @@ int tok_cp_to_byte(uint32_t cp) {
 static const struct {
     const char *names; /* space-separated GGUF tokenizer.ggml.pre names */
     int n;
-    const char *re[2];
+    const char *re[TOK_MAX_REGEX];
 } pretoks[] = {
-    {"default gpt-2 gpt2 gpt-neox mpt olmo phi-2 roberta-bpe jina-es jina-de poro", 1, {RE_GPT2}},
+    {"gpt-2 gpt2 mpt olmo phi-2 roberta-bpe jina-es jina-de poro jais trillion", 1, {RE_GPT2}},
+    /* llama.cpp's LLAMA_VOCAB_PRE_TYPE_DEFAULT (a GGUF without tokenizer.ggml.pre, e.g. GPT-NeoX) */
+    {"default", 4, {"[\\p{P}\\$\\+<=>\\^~\\|]+", RE_GPT2, "\\p{N}+", "[0-9][0-9][0-9]"}},
     {"llama-bpe llama3 llama-v3 falcon3 pixtral dbrx smaug-bpe", 1, {RE_LLAMA3}},
     {"qwen2 qwen3 deepseek-r1-qwen qwen35", 1, {RE_QWEN2}},
     {"smollm smollm2 starcoder refact command-r codeshell exaone minerva", 2, {"\\p{N}", RE_GPT2}},

@@ -1,11 +1,230 @@
-/* tokenizer-gguf.c: tokenizers to and from GGUF metadata (tokenizer.ggml.*,
- * llama.cpp's keys: model, pre, tokens, scores, token_type, merges, the
- * special ids, add_bos/add_eos, add_space_prefix, tokenizer.chat_template).
- * Waits on include/toy/gguf.h (the GGUF reader/writer of src/io/).
+/* tokenizer-gguf.c: tokenizers to and from GGUF metadata: llama.cpp's
+ * tokenizer.ggml.* keys (model, pre, tokens, scores, token_type, merges, the
+ * special ids, add_bos_token/add_eos_token/add_space_prefix) and
+ * tokenizer.chat_template. Defaults for absent keys follow llama.cpp's
+ * llama_vocab::load (SPM: unk 0, bos 1, eos 2, add_bos, dummy prefix;
+ * Llama-3 pre-tokenizer: ignore_merges and add_bos).
  */
 #include "tokenizer-impl.h"
 
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "toy/gguf.h"
+
+static enum toy_status get_strarr(const struct toy_gguf *g, const char *key, char ***out, int64_t *n,
+                                  bool required, bool check_utf8) {
+    *out = NULL;
+    *n = 0;
+    int64_t kv;
+    enum toy_gguf_type et;
+    uint64_t len;
+    enum toy_status st = toy_gguf_get_arr(g, key, &kv, &et, &len);
+    if (st == TOY_ERR_NOT_FOUND && !required) return TOY_OK;
+    if (st) return toy_error(st, "%s: %s", key, toy_last_error());
+    if (et != TOY_GGUF_STRING) return toy_error(TOY_ERR_FORMAT, "%s: array of %s, expected strings", key, toy_gguf_type_name(et));
+    if (len >= INT32_MAX) return toy_error(TOY_ERR_FORMAT, "%s: %llu entries", key, (unsigned long long)len);
+    char **a = calloc(len ? len : 1, sizeof *a);
+    if (!a) return toy_error(TOY_ERR_NOMEM, "%s: out of memory", key);
+    for (uint64_t j = 0; j < len; j++) {
+        size_t l;
+        const char *s = toy_gguf_arr_str(g, kv, j, &l);
+        if (memchr(s, 0, l)) { st = toy_error(TOY_ERR_FORMAT, "%s[%llu] contains a NUL byte", key, (unsigned long long)j); goto fail; }
+        if (check_utf8) {
+            for (size_t p = 0; p < l;) {
+                uint32_t cp;
+                int cl = tok_utf8_decode(s + p, l - p, &cp);
+                if (!cl) {
+                    st = toy_error(TOY_ERR_FORMAT, "%s[%llu] is not valid UTF-8 (byte %zu)", key, (unsigned long long)j, p);
+                    goto fail;
+                }
+                p += (size_t)cl;
+            }
+        }
+        if (!(a[j] = strndup(s, l))) { st = toy_error(TOY_ERR_NOMEM, "%s: out of memory", key); goto fail; }
+    }
+    *out = a;
+    *n = (int64_t)len;
+    return TOY_OK;
+fail:
+    for (uint64_t j = 0; j < len; j++) free(a[j]);
+    free(a);
+    return st;
+}
+
+static void free_strarr(char **a, int64_t n) {
+    if (!a) return;
+    for (int64_t i = 0; i < n; i++) free(a[i]);
+    free(a);
+}
+
+/* A numeric array of exactly n entries, converted. */
+static enum toy_status get_numarr(const struct toy_gguf *g, const char *key, int64_t n, float *f, int32_t *i32,
+                                  bool *present) {
+    int64_t kv;
+    enum toy_gguf_type et;
+    uint64_t len;
+    *present = false;
+    enum toy_status st = toy_gguf_get_arr(g, key, &kv, &et, &len);
+    if (st == TOY_ERR_NOT_FOUND) return TOY_OK;
+    if (st) return toy_error(st, "%s: %s", key, toy_last_error());
+    if ((int64_t)len != n)
+        return toy_error(TOY_ERR_FORMAT, "%s: %llu entries for %lld tokens", key, (unsigned long long)len, (long long)n);
+    for (int64_t j = 0; j < n; j++) {
+        if (f) {
+            double v;
+            if ((st = toy_gguf_arr_float(g, kv, (uint64_t)j, &v))) return toy_error(st, "%s[%lld]: %s", key, (long long)j, toy_last_error());
+            f[j] = (float)v;
+        } else {
+            int64_t v;
+            if ((st = toy_gguf_arr_int(g, kv, (uint64_t)j, &v))) return toy_error(st, "%s[%lld]: %s", key, (long long)j, toy_last_error());
+            if (v < INT32_MIN || v > INT32_MAX) return toy_error(TOY_ERR_RANGE, "%s[%lld] = %lld", key, (long long)j, (long long)v);
+            i32[j] = (int32_t)v;
+        }
+    }
+    *present = true;
+    return TOY_OK;
+}
+
+static int32_t get_id(const struct toy_gguf *g, const char *key, int32_t dflt, enum toy_status *st) {
+    int64_t v;
+    int64_t kv = toy_gguf_find_key(g, key);
+    if (kv < 0) return dflt;
+    enum toy_status s = toy_gguf_kv_int(g, kv, &v);
+    if (s) { *st = toy_error(s, "%s: %s", key, toy_last_error()); return -1; }
+    /* llama.cpp writes -1 (as u32 0xffffffff) for "none" in some converters */
+    if (v == 0xffffffffLL || v == -1) return -1;
+    if (v < 0 || v >= INT32_MAX) { *st = toy_error(TOY_ERR_RANGE, "%s = %lld", key, (long long)v); return -1; }
+    return (int32_t)v;
+}
+
+static bool get_flag(const struct toy_gguf *g, const char *key, bool dflt) {
+    bool v;
+    return toy_gguf_get_bool(g, key, &v) == TOY_OK ? v : dflt;
+}
+
+enum toy_status toy_tokenizer_load_gguf(const struct toy_gguf *g, struct toy_tokenizer **out) {
+    *out = NULL;
+    const char *model = NULL, *pre = NULL, *tmpl = NULL;
+    enum toy_status st = toy_gguf_get_str(g, "tokenizer.ggml.model", &model, NULL);
+    if (st == TOY_ERR_NOT_FOUND) return toy_error(TOY_ERR_NOT_FOUND, "GGUF has no tokenizer (tokenizer.ggml.model is absent)");
+    if (st) return toy_error(st, "tokenizer.ggml.model: %s", toy_last_error());
+    struct toy_tokenizer_spec spec;
+    memset(&spec, 0, sizeof spec);
+    if (!strcmp(model, "gpt2")) spec.kind = TOY_TOKENIZER_BPE;
+    else if (!strcmp(model, "llama")) spec.kind = TOY_TOKENIZER_SPM;
+    else if (!strcmp(model, "t5")) spec.kind = TOY_TOKENIZER_UGM;
+    else return toy_error(TOY_ERR_UNSUPPORTED, "tokenizer.ggml.model '%s' is not supported (gpt2, llama, t5)", model);
+    if (toy_gguf_get_str(g, "tokenizer.ggml.pre", &pre, NULL)) pre = NULL;
+    if (toy_gguf_get_str(g, "tokenizer.chat_template", &tmpl, NULL)) tmpl = NULL;
+
+    char **tokens = NULL, **merges = NULL;
+    int64_t n = 0, nm = 0;
+    float *scores = NULL;
+    int32_t *types = NULL;
+    bool has;
+    if ((st = get_strarr(g, "tokenizer.ggml.tokens", &tokens, &n, true, true))) return st;
+    if (n == 0) { st = toy_error(TOY_ERR_FORMAT, "tokenizer.ggml.tokens is empty"); goto done; }
+    if (spec.kind == TOY_TOKENIZER_BPE &&
+        (st = get_strarr(g, "tokenizer.ggml.merges", &merges, &nm, true, true))) goto done;
+    scores = calloc((size_t)n, sizeof *scores);
+    types = calloc((size_t)n, sizeof *types);
+    if (!scores || !types) { st = toy_error(TOY_ERR_NOMEM, "tokenizer: out of memory"); goto done; }
+    if ((st = get_numarr(g, "tokenizer.ggml.scores", n, scores, NULL, &has))) goto done;
+    if (!has && spec.kind != TOY_TOKENIZER_BPE) {
+        st = toy_error(TOY_ERR_FORMAT, "tokenizer.ggml.scores is required by a '%s' tokenizer", model);
+        goto done;
+    }
+    if ((st = get_numarr(g, "tokenizer.ggml.token_type", n, NULL, types, &has))) goto done;
+    bool spm = spec.kind != TOY_TOKENIZER_BPE;
+    /* llama.cpp (llama_vocab::load) makes end-of-generation-looking tokens
+     * CONTROL whatever the file says, so they are text unless parse_special */
+    static const char *const eog_text[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
+                                           "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>", NULL};
+    if (has)
+        for (int64_t i = 0; i < n; i++)
+            for (const char *const *e = eog_text; *e; e++)
+                if (!strcmp(tokens[i], *e)) types[i] = TOY_TOKEN_CONTROL;
+    spec.n_tokens = n;
+    spec.tokens = (const char *const *)tokens;
+    spec.scores = scores;
+    spec.types = has ? types : NULL;
+    spec.n_merges = nm;
+    spec.merges = (const char *const *)merges;
+    spec.pre = spec.kind == TOY_TOKENIZER_BPE ? pre : NULL;
+    spec.bos = get_id(g, "tokenizer.ggml.bos_token_id", spm ? 1 : -1, &st);
+    spec.eos = get_id(g, "tokenizer.ggml.eos_token_id", spm ? 2 : -1, &st);
+    spec.unk = get_id(g, "tokenizer.ggml.unknown_token_id", spm ? 0 : -1, &st);
+    spec.pad = get_id(g, "tokenizer.ggml.padding_token_id", -1, &st);
+    spec.eot = get_id(g, "tokenizer.ggml.eot_token_id", -1, &st);
+    if (st) goto done;
+    /* ids beyond the vocabulary: llama.cpp ignores them; we say so */
+    int32_t *ids[] = {&spec.bos, &spec.eos, &spec.unk, &spec.pad, &spec.eot};
+    static const char *const names[] = {"bos", "eos", "unknown", "padding", "eot"};
+    for (int k = 0; k < 5; k++)
+        if (*ids[k] >= n) {
+            st = toy_error(TOY_ERR_RANGE, "tokenizer.ggml.%s_token_id = %d, vocabulary has %lld tokens", names[k], *ids[k], (long long)n);
+            goto done;
+        }
+    if (spec.eot < 0) {
+        static const char *const eot_names[] = {"<|eot_id|>", "<|im_end|>", "<end_of_turn>", "<|end|>"};
+        for (int k = 0; k < 4 && spec.eot < 0; k++)
+            for (int64_t i = 0; i < n; i++)
+                if (!strcmp(tokens[i], eot_names[k])) { spec.eot = (int32_t)i; break; }
+    }
+    bool llama3 = pre && (!strcmp(pre, "llama-bpe") || !strcmp(pre, "llama3"));
+    spec.add_bos = get_flag(g, "tokenizer.ggml.add_bos_token", spm || llama3);
+    spec.add_eos = get_flag(g, "tokenizer.ggml.add_eos_token", false);
+    spec.add_space_prefix = get_flag(g, "tokenizer.ggml.add_space_prefix", spm);
+    spec.ignore_merges = llama3;
+    spec.chat_template = tmpl;
+    st = toy_tokenizer_init(&spec, out);
+done:
+    free_strarr(tokens, n);
+    free_strarr(merges, nm);
+    free(scores);
+    free(types);
+    return st;
+}
+
 enum toy_status toy_tokenizer_load_gguf_file(const char *path, struct toy_tokenizer **out) {
     *out = NULL;
-    return toy_error(TOY_ERR_UNSUPPORTED, "%s: GGUF tokenizers need the GGUF reader (not built yet)", path);
+    struct toy_gguf *g;
+    enum toy_status st = toy_gguf_open(path, &g);
+    if (st) return st;
+    st = toy_tokenizer_load_gguf(g, out);
+    toy_gguf_close(g);
+    if (st) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", toy_last_error());
+        toy_error(st, "%s: %s", path, msg);
+    }
+    return st;
+}
+
+enum toy_status toy_tokenizer_write_gguf(const struct toy_tokenizer *tok, struct toy_gguf_writer *w) {
+    enum toy_status st;
+    static const char *const models[] = {"gpt2", "llama", "t5"};
+#define TRY(x) do { if ((st = (x))) return st; } while (0)
+    TRY(toy_gguf_writer_set_str(w, "tokenizer.ggml.model", models[tok->kind]));
+    if (tok->kind == TOY_TOKENIZER_BPE) TRY(toy_gguf_writer_set_str(w, "tokenizer.ggml.pre", toy_tokenizer_pre(tok)));
+    TRY(toy_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)tok->text, NULL, (uint64_t)tok->n_vocab));
+    if (tok->kind != TOY_TOKENIZER_BPE)
+        TRY(toy_gguf_writer_set_arr(w, "tokenizer.ggml.scores", TOY_GGUF_F32, tok->scores, (uint64_t)tok->n_vocab));
+    TRY(toy_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", TOY_GGUF_I32, tok->types, (uint64_t)tok->n_vocab));
+    if (tok->kind == TOY_TOKENIZER_BPE)
+        TRY(toy_gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", (const char *const *)tok->merges, NULL, (uint64_t)tok->n_merges));
+    const int32_t ids[] = {tok->bos, tok->eos, tok->unk, tok->pad, tok->eot};
+    static const char *const keys[] = {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id",
+                                       "tokenizer.ggml.unknown_token_id", "tokenizer.ggml.padding_token_id",
+                                       "tokenizer.ggml.eot_token_id"};
+    for (int k = 0; k < 5; k++)
+        if (ids[k] >= 0) TRY(toy_gguf_writer_set_u32(w, keys[k], (uint32_t)ids[k]));
+    TRY(toy_gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", tok->add_bos));
+    TRY(toy_gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", tok->add_eos));
+    if (tok->kind != TOY_TOKENIZER_BPE)
+        TRY(toy_gguf_writer_set_bool(w, "tokenizer.ggml.add_space_prefix", tok->add_space_prefix));
+    if (tok->chat_template) TRY(toy_gguf_writer_set_str(w, "tokenizer.chat_template", tok->chat_template));
+#undef TRY
+    return TOY_OK;
 }
