@@ -124,15 +124,12 @@ static void try_bigram(const struct toy_tokenizer *tok, const char *e, const str
     if (id >= 0) bg_push(h, nh, (struct bigram){tok->scores[id], l, size});
 }
 
-enum toy_status tok_spm_encode(const struct toy_tokenizer *tok, struct tok_scratch *s, const char *text,
-                               size_t len, bool add_prefix, struct toy_tokens *out) {
+/* BPE over e[0..n): the escaped text of one word or of a whole fragment. */
+static enum toy_status spm_bpe(const struct toy_tokenizer *tok, struct tok_scratch *s, const char *e, size_t n,
+                               struct toy_tokens *out) {
     enum toy_status st;
-    size_t n;
-    if ((st = escape(s, text, len, add_prefix, &n))) return st;
-    if (n >= UINT32_MAX / 2) return toy_error(TOY_ERR_RANGE, "tokenizer: text of %zu bytes is too long", len);
     if ((st = tok_reserve(&s->buf, &s->cap, (n + 1) * sizeof(struct ssym)))) return st;
     if ((st = tok_reserve(&s->buf2, &s->cap2, 3 * (n + 1) * sizeof(struct bigram)))) return st;
-    const char *e = s->buf3;
     struct ssym *sy = s->buf;
     struct bigram *h = s->buf2;
     size_t nh = 0;
@@ -163,6 +160,27 @@ enum toy_status tok_spm_encode(const struct toy_tokenizer *tok, struct tok_scrat
         if (st) return st;
     }
     return TOY_OK;
+}
+
+enum toy_status tok_spm_encode(const struct toy_tokenizer *tok, struct tok_scratch *s, const char *text,
+                               size_t len, bool add_prefix, struct toy_tokens *out) {
+    enum toy_status st;
+    size_t n;
+    if ((st = escape(s, text, len, add_prefix, &n))) return st;
+    if (n >= UINT32_MAX / 2) return toy_error(TOY_ERR_RANGE, "tokenizer: text of %zu bytes is too long", len);
+    const char *e = s->buf3;
+    if (!tok->spm_word_split) return spm_bpe(tok, s, e, n, out);
+    /* No piece holds U+2581 after another character, so no merge crosses the
+     * point before a U+2581 that follows a non-U+2581: encode word by word
+     * (same result, small heaps). */
+    size_t start = 0;
+    for (size_t i = 3; i + 3 <= n; i++) {
+        if (memcmp(e + i, "\xe2\x96\x81", 3) || !memcmp(e + i - 3, "\xe2\x96\x81", 3)) continue;
+        if ((st = spm_bpe(tok, s, e + start, i - start, out))) return st;
+        start = i;
+        i += 2;
+    }
+    return spm_bpe(tok, s, e + start, n - start, out);
 }
 
 /* ---- Unigram ---- */

@@ -110,6 +110,7 @@ struct toy_tokenizer {
 
     /* SPM / UGM */
     bool add_space_prefix;
+    bool spm_word_split; /* no piece has U+2581 after another character: words merge independently */
     uint32_t max_piece_len;
     float min_score;
 

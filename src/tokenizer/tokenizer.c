@@ -287,6 +287,14 @@ enum toy_status toy_tokenizer_init(const struct toy_tokenizer_spec *spec, struct
         }
         if ((st = tok_bpe_setup(tok, spec))) goto fail;
     } else {
+        tok->spm_word_split = true;
+        for (int32_t i = 0; i < n && tok->spm_word_split; i++) {
+            int32_t ty = tok->types[i];
+            if (ty != TOY_TOKEN_NORMAL && ty != TOY_TOKEN_USER_DEFINED && ty != TOY_TOKEN_UNUSED) continue;
+            const char *t = tok->text[i];
+            for (const char *m = strstr(t, "\xe2\x96\x81"); m; m = strstr(m + 3, "\xe2\x96\x81"))
+                if (m > t && !(m - t >= 3 && !memcmp(m - 3, "\xe2\x96\x81", 3))) { tok->spm_word_split = false; break; }
+        }
         tok->pre = strdup("default");
         if (!tok->pre) { st = toy_error(TOY_ERR_NOMEM, "tokenizer: out of memory"); goto fail; }
     }
