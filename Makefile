@@ -36,7 +36,7 @@ LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_SRC := $(sort $(wildcard cli/*.c))
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_SRC := $(sort $(wildcard tests/*.c))
-TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
+TEST_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(sort $(TEST_SRC) tests/alloc-count.c))
 BENCH_SRC := $(sort $(wildcard bench/*.c))
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
@@ -76,8 +76,11 @@ $(BUILD)/libtoy.so: $(LIB_OBJ)
 $(BUILD)/toy: $(CLI_OBJ) $(BUILD)/libtoy.a
 	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libtoy.a $(LDLIBS)
 
+# The test binary counts heap allocations (tests/alloc-count.c) through
+# the linker's --wrap, to prove a training step allocates nothing.
+WRAP := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=posix_memalign,--wrap=aligned_alloc
 $(BUILD)/toy-tests: $(TEST_OBJ) $(BUILD)/libtoy.a
-	$(CC) $(LDFLAGS) -o $@ $(TEST_OBJ) $(BUILD)/libtoy.a -lcriterion $(LDLIBS)
+	$(CC) $(LDFLAGS) $(WRAP) -o $@ $(TEST_OBJ) $(BUILD)/libtoy.a -lcriterion $(LDLIBS)
 
 $(BUILD)/bench/%: bench/%.c $(BUILD)/libtoy.a
 	@mkdir -p $(dir $@)

@@ -8,5 +8,7 @@
 #include "toy/graph.h"
 #include "toy/quant.h"
 #include "toy/optim.h"
+#include "toy/rng.h"
+#include "toy/llama.h"
 #define TOY_VERSION "0.1.0"
 #endif

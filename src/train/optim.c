@@ -155,18 +155,15 @@ static void scale_fn(void *arg, int ith, int nth) {
 
 float toy_optim_clip_grad_norm(struct toy_optim *o, float max_norm, struct toy_threadpool *tp) {
     toy_cpu_init();
-    struct step_task *st = calloc(1, sizeof *st);
-    if (!st) TOY_ABORT("out of memory");
-    st->o = o;
-    toy_threadpool_run(tp, sumsq_fn, st);
+    struct step_task st = {.o = o}; /* on the stack: a step allocates nothing */
+    toy_threadpool_run(tp, sumsq_fn, &st);
     double s = 0;
-    for (int i = 0; i < toy_threadpool_size(tp); i++) s += st->partial[i * 8];
+    for (int i = 0; i < toy_threadpool_size(tp); i++) s += st.partial[i * 8];
     float norm = (float)sqrt(s);
     if (max_norm > 0 && norm > max_norm) {
-        st->scale = (float)(max_norm / ((double)norm + 1e-6));
-        toy_threadpool_run(tp, scale_fn, st);
+        st.scale = (float)(max_norm / ((double)norm + 1e-6));
+        toy_threadpool_run(tp, scale_fn, &st);
     }
-    free(st);
     return norm;
 }
 
