@@ -6,7 +6,7 @@
  * overflow-safe arithmetic); every allocation is sized by a count that was
  * first bounded by the image size (a KV needs >= 13 bytes, a string >= 8,
  * a tensor info >= 24). Rejected like ggml's gguf.cpp: nested arrays,
- * duplicate keys or tensor names, tensor names of 64+ bytes, more than 4
+ * duplicate keys or tensor names, empty names or names of 64+ bytes, more than 4
  * dims, unknown types, alignments that are not powers of two, tensor data
  * that is misaligned or past the end of the file. Values of metadata are
  * kept as offsets into the image (strings of scalar values are copied with
@@ -382,9 +382,9 @@ static enum toy_status parse(struct toy_gguf *g) {
         char what[160];
         snprintf(what, sizeof what, "name of tensor %" PRIu64, i);
         if ((st = rd_str(&r, &name, &nlen, what))) return st;
-        if (nlen >= TOY_GGUF_NAME_MAX)
+        if (nlen == 0 || nlen >= TOY_GGUF_NAME_MAX)
             return toy_error(TOY_ERR_FORMAT, "%s: tensor %" PRIu64 " (offset %zu): name length %" PRIu64
-                             " (must be < %d)", g->path, i, at, nlen, TOY_GGUF_NAME_MAX);
+                             " (must be 1..%d)", g->path, i, at, nlen, TOY_GGUF_NAME_MAX - 1);
         if (memchr(name, 0, (size_t)nlen))
             return toy_error(TOY_ERR_FORMAT, "%s: tensor %" PRIu64 " (offset %zu): name contains a NUL byte",
                              g->path, i, at);
