@@ -42,7 +42,7 @@ BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
 PY ?= /usr/bin/python3
 
-.PHONY: all check check-unit asan bench deps clean demo fuzz help
+.PHONY: all check check-unit asan bench bench-run deps deps-quiet clean demo fuzz help
 
 all: $(BUILD)/libtoy.a $(BUILD)/libtoy.so $(BUILD)/toy
 
@@ -87,15 +87,18 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libtoy.a
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libtoy.a $(LDFLAGS) $(LDLIBS)
 
 # Reference data computed by PyTorch once per build (tests/torch/*.py).
-TORCH_REFS := $(BUILD)/refs/ops.json
-$(TORCH_REFS): tests/torch/gen_op_refs.py
+TORCH_REFS := $(BUILD)/refs/ops.json $(BUILD)/refs/train.json
+$(BUILD)/refs/ops.json: tests/torch/gen_op_refs.py
 	@mkdir -p $(dir $@)
 	$(PY) tests/torch/gen_op_refs.py $(dir $@)
+$(BUILD)/refs/train.json: tests/torch/gen_train_refs.py
+	@mkdir -p $(dir $@)
+	$(PY) tests/torch/gen_train_refs.py $(dir $@)
 
 # Every test: the unit tests, then the CLI tests. The last line printed is
 # Criterion's "Synthesis: ..." summary.
-check: deps-quiet all $(BUILD)/toy-tests $(TORCH_REFS)
-	TOY_REFS=$(BUILD)/refs TOY_BIN=$(BUILD)/toy ./$(BUILD)/toy-tests -j2 --timeout 600
+check: deps-quiet
+	@$(MAKE) --no-print-directory check-unit
 
 # The unit tests alone (what `make asan` runs under the sanitizers).
 check-unit: all $(BUILD)/toy-tests $(TORCH_REFS)
@@ -104,10 +107,14 @@ check-unit: all $(BUILD)/toy-tests $(TORCH_REFS)
 asan:
 	$(MAKE) SANITIZE=1 check-unit
 
-bench: deps-quiet all $(BENCH_BIN)
+bench: deps-quiet
+	@$(MAKE) --no-print-directory bench-run
+
+bench-run: all $(BENCH_BIN)
 	TOY_BUILD=$(BUILD) PY=$(PY) bash bench/run.sh
 
-demo: deps-quiet all
+demo: deps-quiet
+	@$(MAKE) --no-print-directory all
 	./$(BUILD)/toy demo
 
 deps:
