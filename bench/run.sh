@@ -5,5 +5,14 @@ set -u
 B=${TOY_BUILD:-build}
 TD=${TOY_TESTDATA:-../shared/testdata}
 status=0
+PY=${PY:-/usr/bin/python3}
+NTH=${TOY_THREADS:-2}
+# CPU and BLAS line, so figures can be compared across machines
+echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores," \
+     "$(grep -o -w -E 'avx512f|avx512_bf16|avx512_vnni|avx2' /proc/cpuinfo | sort -u | tr '\n' ' ')"
+# engine vs BLAS and vs PyTorch (same shapes, same threads, same script)
+{ "$B/bench/bench-engine" "$NTH"; OMP_WAIT_POLICY=passive "$PY" bench/torch_ops.py "$NTH"; } \
+  | "$PY" bench/report.py "$B/bench-results.json" || status=1
+[ -x "$B/bench/bench-blas" ] && { "$B/bench/bench-blas" "$NTH" || status=1; }
 "$B/bench/bench-tokenizer" "$TD" 3 || status=1
 exit $status

@@ -69,6 +69,8 @@ struct toy_vec_ops {
     void (*rms_apply)(float *y, const float *x, const float *w, float r, int64_t n);
     void (*add)(float *y, const float *a, const float *b, int64_t n);
     void (*mul)(float *y, const float *a, const float *b, int64_t n);
+    /* s = sigmoid(g): du = dy g s, dg = dy u s (1 + g (1 - s)) */
+    void (*swiglu_back)(float *dg, float *du, const float *dy, const float *g, const float *u, int64_t n);
     void (*adamw)(float *p, const float *g, float *m, float *v, int64_t n, float lr, float b1,
                   float b2, float eps, float wd, float bc1, float bc2sqrt);
 };

@@ -184,26 +184,19 @@ static void k_swiglu(struct toy_tensor *dst, int ith, int nth, float *tmp) {
     }
 }
 
+/* one node gives both gradients: dst = [dg (like gate) | du (like up)] */
 static void k_swiglu_back(struct toy_tensor *dst, int ith, int nth, float *tmp) {
     const struct toy_tensor *dy = dst->src[0], *g = dst->src[1], *u = dst->src[2];
-    int which = dst->op_params[0];
-    int64_t r0, r1, n = dst->ne[0];
-    toy_split(toy_nrows(dst), ith, nth, &r0, &r1);
+    int64_t r0, r1, n = g->ne[0], total = toy_nelements(g);
+    toy_split(toy_nrows(g), ith, nth, &r0, &r1);
+    float *dg = dst->data, *du = dg + total;
     for (int64_t r = r0; r < r1; r++) {
         int64_t i1, i2, i3;
-        toy_unravel(r, dst, &i1, &i2, &i3);
+        toy_unravel(r, g, &i1, &i2, &i3);
         const float *d = toy_cpu_row_f32(dy, TOY_ROW(dy, i1, i2, i3), tmp);
         const float *gv = toy_cpu_row_f32(g, TOY_ROW(g, i1, i2, i3), tmp + n);
-        float *y = out_row(dst, r);
-        if (which == 1) {
-            for (int64_t i = 0; i < n; i++) y[i] = d[i] * gv[i] / (1.0f + expf(-gv[i]));
-        } else {
-            const float *uv = toy_cpu_row_f32(u, TOY_ROW(u, i1, i2, i3), tmp + 2 * n);
-            for (int64_t i = 0; i < n; i++) {
-                float sg = 1.0f / (1.0f + expf(-gv[i]));
-                y[i] = d[i] * uv[i] * sg * (1.0f + gv[i] * (1.0f - sg));
-            }
-        }
+        const float *uv = toy_cpu_row_f32(u, TOY_ROW(u, i1, i2, i3), tmp + 2 * n);
+        toy_vec.swiglu_back(dg + r * n, du + r * n, d, gv, uv, n);
     }
 }
 

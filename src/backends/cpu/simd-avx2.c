@@ -143,6 +143,23 @@ static void mul(float *y, const float *a, const float *b, int64_t n) {
     for (; i < n; i++) y[i] = a[i] * b[i];
 }
 
+static void swiglu_back(float *dg, float *du, const float *dy, const float *g, const float *u, int64_t n) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 x = _mm256_loadu_ps(g + i), d = _mm256_loadu_ps(dy + i);
+        __m256 s = _mm256_div_ps(one, _mm256_add_ps(one, exp256(_mm256_sub_ps(_mm256_set1_ps(0.0f), x))));
+        __m256 ds = _mm256_mul_ps(d, s);
+        _mm256_storeu_ps(du + i, _mm256_mul_ps(ds, x));
+        _mm256_storeu_ps(dg + i, _mm256_mul_ps(_mm256_mul_ps(ds, _mm256_loadu_ps(u + i)), _mm256_add_ps(one, _mm256_mul_ps(x, _mm256_sub_ps(one, s)))));
+    }
+    for (; i < n; i++) {
+        float s = 1.0f / (1.0f + expf(-g[i]));
+        du[i] = dy[i] * g[i] * s;
+        dg[i] = dy[i] * u[i] * s * (1.0f + g[i] * (1.0f - s));
+    }
+}
+
 void toy_simd_fill_avx2(struct toy_vec_ops *ops) {
     ops->dot = dot;
     ops->axpy = axpy;
@@ -154,5 +171,6 @@ void toy_simd_fill_avx2(struct toy_vec_ops *ops) {
     ops->rms_apply = rms_apply;
     ops->add = add;
     ops->mul = mul;
+    ops->swiglu_back = swiglu_back;
     /* adamw: the reference loop vectorises well enough at -O2 */
 }

@@ -169,6 +169,23 @@ static void adamw(float *p, const float *g, float *m, float *v, int64_t n, float
     }
 }
 
+static void swiglu_back(float *dg, float *du, const float *dy, const float *g, const float *u, int64_t n) {
+    const __m512 one = _mm512_set1_ps(1.0f);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 x = _mm512_loadu_ps(g + i), d = _mm512_loadu_ps(dy + i);
+        __m512 s = _mm512_div_ps(one, _mm512_add_ps(one, exp512(_mm512_sub_ps(_mm512_set1_ps(0.0f), x))));
+        __m512 ds = _mm512_mul_ps(d, s);
+        _mm512_storeu_ps(du + i, _mm512_mul_ps(ds, x));
+        _mm512_storeu_ps(dg + i, _mm512_mul_ps(_mm512_mul_ps(ds, _mm512_loadu_ps(u + i)), _mm512_add_ps(one, _mm512_mul_ps(x, _mm512_sub_ps(one, s)))));
+    }
+    for (; i < n; i++) {
+        float s = 1.0f / (1.0f + expf(-g[i]));
+        du[i] = dy[i] * g[i] * s;
+        dg[i] = dy[i] * u[i] * s * (1.0f + g[i] * (1.0f - s));
+    }
+}
+
 void toy_simd_fill_avx512(struct toy_vec_ops *ops) {
     ops->dot = dot;
     ops->axpy = axpy;
@@ -180,5 +197,6 @@ void toy_simd_fill_avx512(struct toy_vec_ops *ops) {
     ops->rms_apply = rms_apply;
     ops->add = add;
     ops->mul = mul;
+    ops->swiglu_back = swiglu_back;
     ops->adamw = adamw;
 }

@@ -52,6 +52,14 @@ static void ref_add(float *y, const float *a, const float *b, int64_t n) {
 static void ref_mul(float *y, const float *a, const float *b, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = a[i] * b[i];
 }
+static void ref_swiglu_back(float *dg, float *du, const float *dy, const float *g, const float *u, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        float s = 1.0f / (1.0f + expf(-g[i]));
+        du[i] = dy[i] * g[i] * s;
+        dg[i] = dy[i] * u[i] * s * (1.0f + g[i] * (1.0f - s));
+    }
+}
+
 /* The operation order of torch.optim.AdamW (single-tensor path). */
 static void ref_adamw(float *p, const float *g, float *m, float *v, int64_t n, float lr, float b1,
                       float b2, float eps, float wd, float bc1, float bc2sqrt) {
@@ -68,12 +76,12 @@ static void ref_adamw(float *p, const float *g, float *m, float *v, int64_t n, f
 
 static const struct toy_vec_ops ref_ops = {
     ref_dot, ref_axpy, ref_scale, ref_sumsq, ref_max, ref_exp_sum,
-    ref_silu_mul, ref_rms_apply, ref_add, ref_mul, ref_adamw,
+    ref_silu_mul, ref_rms_apply, ref_add, ref_mul, ref_swiglu_back, ref_adamw,
 };
 
 struct toy_vec_ops toy_vec = {
     ref_dot, ref_axpy, ref_scale, ref_sumsq, ref_max, ref_exp_sum,
-    ref_silu_mul, ref_rms_apply, ref_add, ref_mul, ref_adamw,
+    ref_silu_mul, ref_rms_apply, ref_add, ref_mul, ref_swiglu_back, ref_adamw,
 };
 
 void toy_simd_fill_avx512(struct toy_vec_ops *ops);
