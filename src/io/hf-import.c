@@ -1,0 +1,534 @@
+/* hf-import.c: Hugging Face model folder -> GGUF (toy convert), and GGUF
+ * re-quantization (toy quantize). Names, keys and tensor transforms follow
+ * llama.cpp's convert_hf_to_gguf.py and gguf-py/constants.py (see
+ * include/toy/convert.h for the list); GGUF layout in gguf-write.c.
+ *
+ * Tensors are converted one at a time while the file is written (the
+ * writer's fill callbacks), so peak memory is about two copies of the
+ * largest tensor in f32, not the model. */
+#include "toy/convert.h"
+#include "toy/quant.h"
+#include "toy/safetensors.h"
+#include "toy/tokenizer.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+enum arch { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_GEMMA2, ARCH_GPT2 };
+static const char *const arch_names[] = {"llama", "qwen2", "qwen3", "gemma2", "gpt2"};
+
+uint32_t toy_file_type_for(enum toy_dtype t) {
+    switch (t) {
+    case TOY_F32: return 0;   /* LLAMA_FTYPE_ALL_F32 */
+    case TOY_F16: return 1;   /* MOSTLY_F16 */
+    case TOY_Q4_0: return 2;
+    case TOY_Q4_1: return 3;
+    case TOY_Q8_0: return 7;
+    case TOY_Q5_0: return 8;
+    case TOY_Q5_1: return 9;
+    case TOY_Q4_K: return 14; /* MOSTLY_Q4_K_S: uniform Q4_K */
+    case TOY_Q5_K: return 16; /* MOSTLY_Q5_K_S */
+    case TOY_Q6_K: return 18;
+    case TOY_BF16: return 32;
+    default: return 0;
+    }
+}
+
+/* One output tensor and how to make it. */
+struct job {
+    const struct toy_safetensors *st;
+    int64_t src;            /* safetensors index, or -1 for a computed tensor */
+    enum toy_dtype out;
+    int n_dims;
+    int64_t ne[4];          /* GGUF order */
+    int permute_heads;      /* > 0: un-permute q/k rows for this many heads */
+    bool transpose;         /* GPT-2 Conv1D (in, out) -> (out, in) */
+    bool add_one;           /* Gemma norms: 1 + w */
+    float *values;          /* computed tensors (rope_freqs) */
+    char name[TOY_GGUF_NAME_MAX];
+    int64_t order;          /* position in the file (see job_order) */
+};
+
+/* Files read best in model order: embeddings, blocks by number, the head. */
+static int64_t job_order(const char *name, int64_t idx) {
+    if (!strncmp(name, "token_embd.", 11)) return idx;
+    if (!strncmp(name, "position_embd.", 14) || !strncmp(name, "rope_freqs.", 11)) return (1ll << 20) + idx;
+    if (!strncmp(name, "blk.", 4)) return ((2 + atoll(name + 4)) << 20) + idx;
+    if (!strncmp(name, "output_norm.", 12)) return (1ll << 50) + idx;
+    return (1ll << 51) + idx;
+}
+
+static int job_cmp(const void *a, const void *b) {
+    const struct job *x = a, *y = b;
+    return x->order < y->order ? -1 : x->order > y->order;
+}
+
+/* llama.cpp's LlamaModel.permute: HF keeps each head's rows as [first half
+ * of rotary pairs; second half]; llama.cpp interleaves them. */
+static void unpermute_rows(const float *src, float *dst, int64_t rows, int64_t cols, int n_head) {
+    const int64_t hd = rows / n_head, half = hd / 2;
+    for (int64_t h = 0; h < n_head; h++)
+        for (int s = 0; s < 2; s++)
+            for (int64_t i = 0; i < half; i++) {
+                const int64_t from = h * hd + s * half + i, to = h * hd + 2 * i + s;
+                memcpy(dst + to * cols, src + from * cols, (size_t)cols * sizeof(float));
+            }
+}
+
+static enum toy_status fill_job(void *ctx, void *dst, size_t nbytes) {
+    struct job *j = ctx;
+    int64_t n = j->ne[0] * j->ne[1] * j->ne[2] * j->ne[3];
+    float *a = malloc((size_t)(n ? n : 1) * sizeof(float));
+    if (!a) return toy_error(TOY_ERR_NOMEM, "convert: out of memory");
+    enum toy_status e = TOY_OK;
+    if (j->values) memcpy(a, j->values, (size_t)n * sizeof(float));
+    else e = toy_safetensors_read_f32(j->st, j->src, a, n);
+    if (!e && (j->permute_heads || j->transpose)) {
+        float *b = malloc((size_t)(n ? n : 1) * sizeof(float));
+        if (!b) { free(a); return toy_error(TOY_ERR_NOMEM, "convert: out of memory"); }
+        const int64_t cols = j->ne[0], rows = n / (cols ? cols : 1);
+        if (j->transpose) {
+            /* source is (rows_src = cols, cols_src = rows) row-major */
+            for (int64_t r = 0; r < cols; r++)
+                for (int64_t c = 0; c < rows; c++) b[c * cols + r] = a[r * rows + c];
+        } else {
+            unpermute_rows(a, b, rows, cols, j->permute_heads);
+        }
+        free(a);
+        a = b;
+    }
+    if (!e && j->add_one)
+        for (int64_t i = 0; i < n; i++) a[i] += 1.0f;
+    if (!e) {
+        if (nbytes != toy_row_bytes(j->out, j->ne[0]) * (size_t)(n / (j->ne[0] ? j->ne[0] : 1)))
+            e = toy_error(TOY_ERR_STATE, "convert: size mismatch");
+        else if (n)
+            e = toy_quantize_row(j->out, a, dst, n);
+    }
+    free(a);
+    return e;
+}
+
+/* ---- config.json -------------------------------------------------------------- */
+
+static int64_t cfg_int(json_t *c, const char *key, int64_t def) {
+    json_t *v = json_object_get(c, key);
+    return json_is_integer(v) ? (int64_t)json_integer_value(v) : def;
+}
+
+static double cfg_num(json_t *c, const char *key, double def) {
+    json_t *v = json_object_get(c, key);
+    return json_is_number(v) ? json_number_value(v) : def;
+}
+
+static enum toy_status need_pos(const char *dir, const char *key, int64_t v) {
+    if (v <= 0 || v > (1ll << 40))
+        return toy_error(TOY_ERR_FORMAT, "%s/config.json: '%s' missing or invalid (%lld)", dir, key, (long long)v);
+    return TOY_OK;
+}
+
+struct hp {
+    enum arch arch;
+    int64_t n_vocab, n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx, head_dim;
+    double eps, rope_base;
+    bool tied;
+};
+
+static enum toy_status read_config(const char *dir, json_t *c, struct hp *h) {
+    const char *mt = json_string_value(json_object_get(c, "model_type"));
+    if (!mt) return toy_error(TOY_ERR_FORMAT, "%s/config.json: no model_type", dir);
+    if (!strcmp(mt, "llama") || !strcmp(mt, "mistral")) h->arch = ARCH_LLAMA;
+    else if (!strcmp(mt, "qwen2")) h->arch = ARCH_QWEN2;
+    else if (!strcmp(mt, "qwen3")) h->arch = ARCH_QWEN3;
+    else if (!strcmp(mt, "gemma2")) h->arch = ARCH_GEMMA2;
+    else if (!strcmp(mt, "gpt2")) h->arch = ARCH_GPT2;
+    else return toy_error(TOY_ERR_UNSUPPORTED, "%s/config.json: model_type '%s' (supported: llama, mistral, qwen2, qwen3, gemma2, gpt2)", dir, mt);
+    enum toy_status e;
+    h->n_vocab = cfg_int(c, "vocab_size", 0);
+    if (h->arch == ARCH_GPT2) {
+        h->n_embd = cfg_int(c, "n_embd", 0);
+        h->n_layer = cfg_int(c, "n_layer", 0);
+        h->n_head = cfg_int(c, "n_head", 0);
+        h->n_head_kv = h->n_head;
+        h->n_ff = cfg_int(c, "n_inner", 4 * h->n_embd);
+        if (h->n_ff <= 0) h->n_ff = 4 * h->n_embd;
+        h->n_ctx = cfg_int(c, "n_ctx", cfg_int(c, "n_positions", 1024));
+        h->eps = cfg_num(c, "layer_norm_epsilon", 1e-5);
+        h->tied = true;
+    } else {
+        h->n_embd = cfg_int(c, "hidden_size", 0);
+        h->n_layer = cfg_int(c, "num_hidden_layers", 0);
+        h->n_head = cfg_int(c, "num_attention_heads", 0);
+        h->n_head_kv = cfg_int(c, "num_key_value_heads", h->n_head);
+        h->n_ff = cfg_int(c, "intermediate_size", 0);
+        h->n_ctx = cfg_int(c, "max_position_embeddings", 4096);
+        h->eps = cfg_num(c, "rms_norm_eps", 1e-6);
+        h->rope_base = cfg_num(c, "rope_theta", 10000.0);
+        json_t *tie = json_object_get(c, "tie_word_embeddings");
+        h->tied = tie ? json_is_true(tie) : h->arch == ARCH_GEMMA2;
+    }
+    if ((e = need_pos(dir, "vocab_size", h->n_vocab)) || (e = need_pos(dir, "hidden_size", h->n_embd)) ||
+        (e = need_pos(dir, "num_hidden_layers", h->n_layer)) || (e = need_pos(dir, "num_attention_heads", h->n_head)) ||
+        (e = need_pos(dir, "num_key_value_heads", h->n_head_kv)) || (e = need_pos(dir, "intermediate_size", h->n_ff)))
+        return e;
+    h->head_dim = cfg_int(c, "head_dim", h->n_embd / h->n_head);
+    if (h->head_dim <= 0 || h->n_head % h->n_head_kv)
+        return toy_error(TOY_ERR_FORMAT, "%s/config.json: %lld heads, %lld kv heads, head_dim %lld do not fit",
+                         dir, (long long)h->n_head, (long long)h->n_head_kv, (long long)h->head_dim);
+    return TOY_OK;
+}
+
+static enum toy_status write_hparams(struct toy_gguf_writer *w, const struct hp *h, json_t *c, const char *name) {
+    const char *A = arch_names[h->arch];
+    char k[128];
+#define KEY(suffix) (snprintf(k, sizeof k, "%s." suffix, A), k)
+    enum toy_status e = TOY_OK;
+    e |= toy_gguf_writer_set_str(w, "general.architecture", A);
+    e |= toy_gguf_writer_set_str(w, "general.name", name);
+    e |= toy_gguf_writer_set_u32(w, KEY("context_length"), (uint32_t)h->n_ctx);
+    e |= toy_gguf_writer_set_u32(w, KEY("embedding_length"), (uint32_t)h->n_embd);
+    e |= toy_gguf_writer_set_u32(w, KEY("feed_forward_length"), (uint32_t)h->n_ff);
+    e |= toy_gguf_writer_set_u32(w, KEY("block_count"), (uint32_t)h->n_layer);
+    e |= toy_gguf_writer_set_u32(w, KEY("attention.head_count"), (uint32_t)h->n_head);
+    if (h->arch == ARCH_GPT2) {
+        e |= toy_gguf_writer_set_f32(w, KEY("attention.layer_norm_epsilon"), (float)h->eps);
+        return e ? toy_error(TOY_ERR_NOMEM, "convert: metadata") : TOY_OK;
+    }
+    e |= toy_gguf_writer_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)h->n_head_kv);
+    e |= toy_gguf_writer_set_f32(w, KEY("rope.freq_base"), (float)h->rope_base);
+    e |= toy_gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), (float)h->eps);
+    if (json_object_get(c, "head_dim")) {
+        e |= toy_gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)h->head_dim);
+        e |= toy_gguf_writer_set_u32(w, KEY("attention.value_length"), (uint32_t)h->head_dim);
+    }
+    if (h->arch == ARCH_LLAMA) {
+        e |= toy_gguf_writer_set_u32(w, KEY("vocab_size"), (uint32_t)h->n_vocab);
+        e |= toy_gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)h->head_dim);
+    }
+    if (h->arch == ARCH_GEMMA2) {
+        e |= toy_gguf_writer_set_f32(w, KEY("attn_logit_softcapping"), (float)cfg_num(c, "attn_logit_softcapping", 50.0));
+        e |= toy_gguf_writer_set_f32(w, KEY("final_logit_softcapping"), (float)cfg_num(c, "final_logit_softcapping", 30.0));
+        e |= toy_gguf_writer_set_u32(w, KEY("attention.sliding_window"), (uint32_t)cfg_int(c, "sliding_window", 4096));
+    }
+    json_t *rs = json_object_get(c, "rope_scaling");
+    const char *rt = json_string_value(json_object_get(rs, "rope_type"));
+    if (!rt) rt = json_string_value(json_object_get(rs, "type"));
+    if (rt && (!strcmp(rt, "linear") || !strcmp(rt, "yarn"))) {
+        e |= toy_gguf_writer_set_str(w, KEY("rope.scaling.type"), rt);
+        e |= toy_gguf_writer_set_f32(w, KEY("rope.scaling.factor"), (float)cfg_num(rs, "factor", 1.0));
+        if (!strcmp(rt, "yarn"))
+            e |= toy_gguf_writer_set_u32(w, KEY("rope.scaling.original_context_length"),
+                                         (uint32_t)cfg_int(rs, "original_max_position_embeddings", h->n_ctx));
+    }
+#undef KEY
+    return e ? toy_error(TOY_ERR_NOMEM, "convert: metadata") : TOY_OK;
+}
+
+/* Llama 3 "rope_scaling": per-frequency factors (llama.cpp's
+ * generate_extra_tensors), written as rope_freqs.weight. */
+static float *llama3_rope_factors(json_t *rs, const struct hp *h) {
+    const double factor = cfg_num(rs, "factor", 8.0), lo = cfg_num(rs, "low_freq_factor", 1.0),
+                 hi = cfg_num(rs, "high_freq_factor", 4.0),
+                 old_ctx = (double)cfg_int(rs, "original_max_position_embeddings", 8192);
+    const double lo_wavelen = old_ctx / lo, hi_wavelen = old_ctx / hi;
+    const int64_t n = h->head_dim / 2;
+    float *f = malloc((size_t)n * sizeof(float));
+    if (!f) return NULL;
+    for (int64_t i = 0; i < n; i++) {
+        const double freq = 1.0 / pow(h->rope_base, (double)(2 * i) / (double)h->head_dim);
+        const double wavelen = 2 * M_PI / freq;
+        double r;
+        if (wavelen < hi_wavelen) r = 1.0;
+        else if (wavelen > lo_wavelen) r = factor;
+        else {
+            const double smooth = (old_ctx / wavelen - lo) / (hi - lo);
+            r = 1.0 / ((1 - smooth) / factor + smooth);
+        }
+        f[i] = (float)r;
+    }
+    return f;
+}
+
+/* ---- tensor names ------------------------------------------------------------- */
+
+/* Maps an HF tensor name to llama.cpp's; 1 = mapped, 0 = skip (buffers),
+ * -1 = unknown. Sets the transforms in *j. */
+static int map_name(const struct hp *h, const char *hf, char *out, size_t outn, struct job *j) {
+    const char *s = hf;
+    const bool gpt2 = h->arch == ARCH_GPT2;
+    if (strstr(s, "rotary_emb.inv_freq") || (gpt2 && (strstr(s, ".attn.bias") || strstr(s, ".attn.masked_bias"))))
+        return 0;
+    if (!strncmp(s, "model.", 6)) s += 6;
+    else if (!strncmp(s, "transformer.", 12)) s += 12;
+    const char *suffix = strrchr(s, '.');
+    if (!suffix || (strcmp(suffix, ".weight") && strcmp(suffix, ".bias"))) return -1;
+    size_t stem_len = (size_t)(suffix - s);
+    char stem[256];
+    if (stem_len >= sizeof stem) return -1;
+    memcpy(stem, s, stem_len);
+    stem[stem_len] = 0;
+    static const struct { const char *hf, *gg; } top_llama[] = {
+        {"embed_tokens", "token_embd"}, {"norm", "output_norm"}, {"lm_head", "output"}};
+    static const struct { const char *hf, *gg; } top_gpt2[] = {
+        {"wte", "token_embd"}, {"wpe", "position_embd"}, {"ln_f", "output_norm"}};
+    if (gpt2) {
+        if (!strcmp(stem, "lm_head")) return 0; /* tied: output is written from wte */
+        for (size_t i = 0; i < 3; i++)
+            if (!strcmp(stem, top_gpt2[i].hf)) { snprintf(out, outn, "%s%s", top_gpt2[i].gg, suffix); return 1; }
+    } else {
+        for (size_t i = 0; i < 3; i++)
+            if (!strcmp(stem, top_llama[i].hf)) {
+                snprintf(out, outn, "%s%s", top_llama[i].gg, suffix);
+                if (h->arch == ARCH_GEMMA2 && !strcmp(stem, "norm")) j->add_one = true;
+                return 1;
+            }
+    }
+    const char *lp = gpt2 ? "h." : "layers.";
+    if (strncmp(stem, lp, strlen(lp))) return -1;
+    char *end;
+    long layer = strtol(stem + strlen(lp), &end, 10);
+    if (end == stem + strlen(lp) || *end != '.' || layer < 0 || layer >= h->n_layer) return -1;
+    const char *rest = end + 1;
+    static const struct { const char *hf, *gg; } blk_llama[] = {
+        {"input_layernorm", "attn_norm"}, {"self_attn.q_proj", "attn_q"}, {"self_attn.k_proj", "attn_k"},
+        {"self_attn.v_proj", "attn_v"}, {"self_attn.o_proj", "attn_output"}, {"self_attn.q_norm", "attn_q_norm"},
+        {"self_attn.k_norm", "attn_k_norm"}, {"mlp.gate_proj", "ffn_gate"}, {"mlp.up_proj", "ffn_up"},
+        {"mlp.down_proj", "ffn_down"}, {"pre_feedforward_layernorm", "ffn_norm"},
+        {"post_feedforward_layernorm", "post_ffw_norm"}};
+    static const struct { const char *hf, *gg; } blk_gpt2[] = {
+        {"ln_1", "attn_norm"}, {"attn.c_attn", "attn_qkv"}, {"attn.c_proj", "attn_output"},
+        {"ln_2", "ffn_norm"}, {"mlp.c_fc", "ffn_up"}, {"mlp.c_proj", "ffn_down"}};
+    const char *gg = NULL;
+    if (gpt2) {
+        for (size_t i = 0; i < sizeof blk_gpt2 / sizeof blk_gpt2[0]; i++)
+            if (!strcmp(rest, blk_gpt2[i].hf)) gg = blk_gpt2[i].gg;
+        if (gg && !strcmp(suffix, ".weight") && strcmp(gg, "attn_norm") && strcmp(gg, "ffn_norm")) j->transpose = true;
+    } else {
+        if (!strcmp(rest, "post_attention_layernorm"))
+            gg = h->arch == ARCH_GEMMA2 ? "post_attention_norm" : "ffn_norm";
+        for (size_t i = 0; !gg && i < sizeof blk_llama / sizeof blk_llama[0]; i++)
+            if (!strcmp(rest, blk_llama[i].hf)) gg = blk_llama[i].gg;
+        if (gg && h->arch == ARCH_LLAMA && !strcmp(suffix, ".weight")) {
+            if (!strcmp(gg, "attn_q")) j->permute_heads = (int)h->n_head;
+            if (!strcmp(gg, "attn_k")) j->permute_heads = (int)h->n_head_kv;
+        }
+        if (gg && h->arch == ARCH_GEMMA2 && strstr(rest, "norm") && !strcmp(suffix, ".weight")) j->add_one = true;
+    }
+    if (!gg) return -1;
+    snprintf(out, outn, "blk.%ld.%s%s", layer, gg, suffix);
+    return 1;
+}
+
+/* The stored type of a tensor: 1-D stays f32; 2-D gets the requested type
+ * when its rows fit the block, else q8_0, else f16. */
+static enum toy_dtype out_type(enum toy_dtype want, int n_dims, int64_t ne0) {
+    if (n_dims < 2) return TOY_F32;
+    if (ne0 % toy_dtype_block_size(want) == 0) return want;
+    if (toy_dtype_info(want)->quantized && ne0 % 32 == 0) return TOY_Q8_0;
+    return toy_dtype_info(want)->quantized ? TOY_F16 : want;
+}
+
+static bool file_exists(const char *dir, const char *name) {
+    char p[4096];
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    return stat(p, &sb) == 0;
+}
+
+enum toy_status toy_hf_convert(const char *dir, const char *out_path, const struct toy_convert_opts *opts,
+                               struct toy_convert_report *report) {
+    struct toy_convert_opts o = opts ? *opts : (struct toy_convert_opts){0};
+    struct toy_convert_report rep_local;
+    struct toy_convert_report *rep = report ? report : &rep_local;
+    memset(rep, 0, sizeof *rep);
+    if (!toy_can_quantize(o.type))
+        return toy_error(TOY_ERR_UNSUPPORTED, "convert: cannot write tensors of type %s", toy_dtype_name(o.type));
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    json_error_t jerr;
+    json_t *cfg = json_load_file(path, 0, &jerr);
+    if (!cfg) return toy_error(TOY_ERR_NOT_FOUND, "%s: %s", path, jerr.text);
+    struct hp h = {0};
+    struct toy_safetensors *st = NULL;
+    struct toy_gguf_writer *w = NULL;
+    struct toy_tokenizer *tok = NULL;
+    struct job *jobs = NULL;
+    float *rope_freqs = NULL;
+    enum toy_status e = read_config(dir, cfg, &h);
+    if (e) goto done;
+    if ((e = toy_safetensors_open(dir, &st))) goto done;
+    if ((e = toy_gguf_writer_init(&w))) goto done;
+    const char *slash = strrchr(dir, '/');
+    const char *base = slash && slash[1] ? slash + 1 : dir;
+    const char *name = json_string_value(json_object_get(cfg, "_name_or_path"));
+    if ((e = write_hparams(w, &h, cfg, name && *name ? name : base))) goto done;
+    snprintf(rep->arch, sizeof rep->arch, "%s", arch_names[h.arch]);
+
+    /* tokenizer */
+    if (!o.skip_tokenizer) {
+        if (file_exists(dir, "tokenizer.json") || file_exists(dir, "tokenizer.model") ||
+            (file_exists(dir, "vocab.json") && file_exists(dir, "merges.txt"))) {
+            if ((e = toy_tokenizer_load(dir, &tok))) goto done;
+            if ((e = toy_tokenizer_write_gguf(tok, w))) goto done;
+            rep->tokenizer = true;
+        } else {
+            snprintf(rep->note, sizeof rep->note, "no tokenizer.json or tokenizer.model in %s: GGUF has no tokenizer", dir);
+        }
+    }
+    if (toy_dtype_info(o.type)->quantized) toy_gguf_writer_set_u32(w, "general.quantization_version", 2);
+    toy_gguf_writer_set_u32(w, "general.file_type", toy_file_type_for(o.type));
+
+    int64_t n_src = toy_safetensors_n_tensors(st);
+    jobs = calloc((size_t)n_src + 2, sizeof *jobs);
+    if (!jobs) { e = toy_error(TOY_ERR_NOMEM, "convert: out of memory"); goto done; }
+    int64_t nj = 0;
+    bool have_output = false;
+    int64_t tok_embd_job = -1;
+    for (int64_t i = 0; i < n_src; i++) {
+        const struct toy_st_tensor *t = toy_safetensors_tensor(st, i);
+        struct job *j = &jobs[nj];
+        memset(j, 0, sizeof *j);
+        char gname[TOY_GGUF_NAME_MAX + 64];
+        int m = map_name(&h, t->name, gname, sizeof gname, j);
+        if (m == 0) continue;
+        if (m < 0) {
+            e = toy_error(TOY_ERR_UNSUPPORTED, "convert: %s: cannot map tensor '%s' to a llama.cpp name", dir, t->name);
+            goto done;
+        }
+        if (t->type != TOY_F32 && t->type != TOY_F16 && t->type != TOY_BF16 && t->type != TOY_F64) {
+            e = toy_error(TOY_ERR_UNSUPPORTED, "convert: tensor '%s' is %s, not a float type", t->name, toy_dtype_name(t->type));
+            goto done;
+        }
+        if (t->n_dims < 1 || t->n_dims > 4) {
+            e = toy_error(TOY_ERR_UNSUPPORTED, "convert: tensor '%s' has %d dims", t->name, t->n_dims);
+            goto done;
+        }
+        j->st = st;
+        j->src = i;
+        j->n_dims = t->n_dims;
+        for (int d = 0; d < 4; d++) j->ne[d] = d < t->n_dims ? t->shape[t->n_dims - 1 - d] : 1;
+        if (j->transpose) {
+            if (t->n_dims != 2) { e = toy_error(TOY_ERR_FORMAT, "convert: '%s' should be 2-D", t->name); goto done; }
+            int64_t x = j->ne[0]; j->ne[0] = j->ne[1]; j->ne[1] = x;
+        }
+        if (j->permute_heads && (j->ne[1] % (2 * j->permute_heads))) {
+            e = toy_error(TOY_ERR_FORMAT, "convert: '%s': %lld rows do not split into %d heads", t->name,
+                          (long long)j->ne[1], j->permute_heads);
+            goto done;
+        }
+        j->out = out_type(o.type, j->n_dims, j->ne[0]);
+        if (strlen(gname) >= TOY_GGUF_NAME_MAX) {
+            e = toy_error(TOY_ERR_FORMAT, "convert: tensor name '%s' is too long", gname);
+            goto done;
+        }
+        memcpy(j->name, gname, strlen(gname) + 1); /* length checked above */
+        if (!strcmp(gname, "output.weight")) have_output = true;
+        if (!strcmp(gname, "token_embd.weight")) tok_embd_job = nj;
+        rep->n_params += t->n_elements;
+        nj++;
+    }
+    if (tok_embd_job < 0) { e = toy_error(TOY_ERR_FORMAT, "convert: %s has no token embedding", dir); goto done; }
+    if (h.arch == ARCH_GPT2 && !have_output) {
+        /* llama.cpp's GPT-2 files carry output.weight = token_embd */
+        jobs[nj] = jobs[tok_embd_job];
+        snprintf(jobs[nj].name, sizeof jobs[nj].name, "output.weight");
+        nj++;
+    } else if (!have_output && !h.tied) {
+        e = toy_error(TOY_ERR_FORMAT, "convert: %s: no lm_head.weight and tie_word_embeddings is false", dir);
+        goto done;
+    }
+    json_t *rs = json_object_get(cfg, "rope_scaling");
+    const char *rt = json_string_value(json_object_get(rs, "rope_type"));
+    if (h.arch == ARCH_LLAMA && rt && !strcmp(rt, "llama3")) {
+        rope_freqs = llama3_rope_factors(rs, &h);
+        if (!rope_freqs) { e = toy_error(TOY_ERR_NOMEM, "convert: out of memory"); goto done; }
+        struct job *j = &jobs[nj++];
+        memset(j, 0, sizeof *j);
+        j->src = -1;
+        j->values = rope_freqs;
+        j->out = TOY_F32;
+        j->n_dims = 1;
+        j->ne[0] = h.head_dim / 2;
+        j->ne[1] = j->ne[2] = j->ne[3] = 1;
+        snprintf(j->name, sizeof j->name, "rope_freqs.weight");
+    }
+    for (int64_t i = 0; i < nj; i++) jobs[i].order = job_order(jobs[i].name, i);
+    qsort(jobs, (size_t)nj, sizeof *jobs, job_cmp);
+    for (int64_t i = 0; i < nj; i++)
+        if ((e = toy_gguf_writer_add_tensor_fn(w, jobs[i].name, jobs[i].out, jobs[i].n_dims, jobs[i].ne, fill_job,
+                                               &jobs[i])))
+            goto done;
+    rep->n_tensors = toy_gguf_writer_n_tensors(w);
+    toy_gguf_writer_set_progress(w, o.progress, o.progress_ctx);
+    e = toy_gguf_writer_write(w, out_path);
+done:
+    toy_tokenizer_free(tok);
+    toy_gguf_writer_free(w);
+    toy_safetensors_close(st);
+    free(jobs);
+    free(rope_freqs);
+    json_decref(cfg);
+    return e;
+}
+
+/* ---- toy quantize ------------------------------------------------------------- */
+
+struct rq {
+    const struct toy_gguf *g;
+    int64_t i;
+    enum toy_dtype out;
+};
+
+static enum toy_status fill_requant(void *ctx, void *dst, size_t nbytes) {
+    struct rq *r = ctx;
+    const struct toy_gguf_tensor *t = toy_gguf_tensor(r->g, r->i);
+    float *a = malloc((size_t)(t->n_elements ? t->n_elements : 1) * sizeof(float));
+    if (!a) return toy_error(TOY_ERR_NOMEM, "quantize: out of memory");
+    enum toy_status e = toy_gguf_tensor_read_f32(r->g, r->i, a, t->n_elements);
+    if (!e && t->n_elements) e = toy_quantize_row(r->out, a, dst, t->n_elements);
+    (void)nbytes;
+    free(a);
+    return e;
+}
+
+enum toy_status toy_gguf_quantize(const char *in_path, const char *out_path, enum toy_dtype type,
+                                  toy_gguf_progress_fn progress, void *progress_ctx) {
+    if (!toy_can_quantize(type))
+        return toy_error(TOY_ERR_UNSUPPORTED, "quantize: cannot write tensors of type %s", toy_dtype_name(type));
+    struct toy_gguf *g;
+    enum toy_status e = toy_gguf_open(in_path, &g);
+    if (e) return e;
+    struct toy_gguf_writer *w = NULL;
+    struct rq *rqs = calloc((size_t)toy_gguf_n_tensors(g) + 1, sizeof *rqs);
+    if (!rqs) { toy_gguf_close(g); return toy_error(TOY_ERR_NOMEM, "quantize: out of memory"); }
+    if ((e = toy_gguf_writer_init(&w))) goto done;
+    for (int64_t i = 0; i < toy_gguf_n_kv(g); i++) {
+        const char *k = toy_gguf_kv_key(g, i);
+        if (!strcmp(k, "general.file_type") || !strcmp(k, "general.quantization_version")) continue;
+        if ((e = toy_gguf_writer_copy_kv(w, g, i))) goto done;
+    }
+    if (toy_dtype_info(type)->quantized) toy_gguf_writer_set_u32(w, "general.quantization_version", 2);
+    toy_gguf_writer_set_u32(w, "general.file_type", toy_file_type_for(type));
+    for (int64_t i = 0; i < toy_gguf_n_tensors(g); i++) {
+        const struct toy_gguf_tensor *t = toy_gguf_tensor(g, i);
+        enum toy_dtype out = t->n_dims >= 2 ? out_type(type, t->n_dims, t->ne[0]) : t->type;
+        if (out == t->type || !toy_can_dequantize(t->type)) {
+            e = toy_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims ? t->n_dims : 1, t->ne, t->data);
+        } else {
+            rqs[i] = (struct rq){g, i, out};
+            e = toy_gguf_writer_add_tensor_fn(w, t->name, out, t->n_dims, t->ne, fill_requant, &rqs[i]);
+        }
+        if (e) goto done;
+    }
+    toy_gguf_writer_set_progress(w, progress, progress_ctx);
+    e = toy_gguf_writer_write(w, out_path);
+done:
+    toy_gguf_writer_free(w);
+    free(rqs);
+    toy_gguf_close(g);
+    return e;
+}

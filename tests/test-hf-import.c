@@ -1,0 +1,257 @@
+/* test-hf-import.c: safetensors reading (src/io/safetensors.c) and toy
+ * convert / toy quantize (src/io/hf-import.c). A PyTorch script
+ * (tests/torch/make-hf-models.py) writes random Hugging Face-style folders
+ * for every supported architecture plus, for each, the tensors llama.cpp's
+ * converter would store; the converted GGUFs must hold exactly those. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "toy/convert.h"
+#include "toy/gguf.h"
+#include "toy/quant.h"
+#include "toy/safetensors.h"
+
+#define TESTDATA "../shared/testdata"
+
+/* ---- safetensors on hand-made images ------------------------------------------------ */
+
+static size_t mk_st(uint8_t *buf, const char *json, size_t data_bytes) {
+    uint64_t n = strlen(json);
+    memcpy(buf, &n, 8);
+    memcpy(buf + 8, json, n);
+    for (size_t i = 0; i < data_bytes; i++) buf[8 + n + i] = (uint8_t)i;
+    return 8 + n + data_bytes;
+}
+
+static enum toy_status open_st(const char *json, size_t data_bytes) {
+    static uint8_t buf[4096];
+    size_t n = mk_st(buf, json, data_bytes);
+    void *p = malloc(n);
+    memcpy(p, buf, n);
+    struct toy_safetensors *st = NULL;
+    enum toy_status e = toy_safetensors_open_memory(p, n, "t.safetensors", &st);
+    toy_safetensors_close(st);
+    free(p);
+    return e;
+}
+
+Test(safetensors, valid_and_hostile) {
+    const char *ok = "{\"__metadata__\":{\"format\":\"pt\"},\"b\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[8,12]},"
+                     "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}";
+    uint8_t buf[512];
+    size_t n = mk_st(buf, ok, 12);
+    float one = 1.5f;
+    memcpy(buf + n - 12, &one, 4);
+    struct toy_safetensors *st;
+    cr_assert_eq(toy_safetensors_open_memory(buf, n, "ok", &st), TOY_OK, "%s", toy_last_error());
+    cr_expect_eq(toy_safetensors_n_tensors(st), 2);
+    cr_expect_str_eq(toy_safetensors_tensor(st, 0)->name, "a"); /* sorted */
+    cr_expect_str_eq(toy_safetensors_metadata(st, "format"), "pt");
+    float x[2];
+    cr_expect_eq(toy_safetensors_read_f32(st, toy_safetensors_find(st, "a"), x, 2), TOY_OK);
+    cr_expect_eq(x[0], 1.5f);
+    cr_expect_eq(toy_safetensors_find(st, "zz"), -1);
+    toy_safetensors_close(st);
+
+    /* every truncation fails cleanly */
+    for (size_t cut = 0; cut < n; cut++) {
+        void *p = malloc(cut ? cut : 1);
+        memcpy(p, buf, cut);
+        cr_expect_neq(toy_safetensors_open_memory(p, cut, "cut", &st), TOY_OK, "cut %zu", cut);
+        free(p);
+    }
+    struct { const char *json; size_t data; const char *msg; } bad[] = {
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,4]}}", 4, "span 4 bytes"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 12, "cover 8 of the 12"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8, "a hole"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8, "overlap"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,800]}}", 8, "outside"},
+        {"{\"a\":{\"dtype\":\"Q9\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, "dtype Q9"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", 8, "shape[0]"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],\"data_offsets\":[0,8]}}", 8, "overflows"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2]}}", 8, "data_offsets"},
+        {"{\"a\":1,\"a\":2}", 0, "header JSON"},
+        {"[1,2]", 0, "not a JSON object"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}", 8, "header JSON"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cr_expect_neq(open_st(bad[i].json, bad[i].data), TOY_OK, "case %zu", i);
+        cr_expect(strstr(toy_last_error(), bad[i].msg), "case %zu: %s", i, toy_last_error());
+    }
+    /* header length past the end */
+    uint64_t huge = 1ull << 40;
+    memcpy(buf, &huge, 8);
+    cr_expect_eq(toy_safetensors_open_memory(buf, n, "huge", &st), TOY_ERR_FORMAT);
+    cr_expect_eq(toy_safetensors_open("/nonexistent/model.safetensors", &st), TOY_ERR_NOT_FOUND);
+}
+
+/* ---- conversion ---------------------------------------------------------------------- */
+
+static char model_root[256];
+
+static bool make_models(void) {
+    snprintf(model_root, sizeof model_root, "/tmp/toy-hf-test-%d", (int)getpid());
+    char cmd[1024];
+    const char *tok = TESTDATA "/tokenizer-smollm2/tokenizer.json";
+    struct stat sb;
+    snprintf(cmd, sizeof cmd, "rm -rf %s && /usr/bin/python3 tests/torch/make-hf-models.py %s %s", model_root,
+             model_root, stat(tok, &sb) == 0 ? tok : "");
+    int rc = system(cmd);
+    return rc == 0;
+}
+
+static void cleanup_models(void) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", model_root);
+    if (system(cmd)) {}
+}
+
+/* Every tensor of expected.safetensors is in the GGUF with the reversed
+ * shape; as f32 it is bit-identical, otherwise it equals toy_quantize_row
+ * of the expected values (type `want` for 2-D weights). */
+static void compare(const char *model, const char *gguf_path, enum toy_dtype want) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s/expected.safetensors", model_root, model);
+    struct toy_safetensors *ex;
+    cr_assert_eq(toy_safetensors_open(path, &ex), TOY_OK, "%s", toy_last_error());
+    struct toy_gguf *g;
+    cr_assert_eq(toy_gguf_open(gguf_path, &g), TOY_OK, "%s", toy_last_error());
+    cr_expect_eq(toy_gguf_n_tensors(g), toy_safetensors_n_tensors(ex), "%s: tensor count", model);
+    for (int64_t i = 0; i < toy_safetensors_n_tensors(ex); i++) {
+        const struct toy_st_tensor *e = toy_safetensors_tensor(ex, i);
+        int64_t k = toy_gguf_find_tensor(g, e->name);
+        cr_assert(k >= 0, "%s: %s missing", model, e->name);
+        const struct toy_gguf_tensor *t = toy_gguf_tensor(g, k);
+        cr_assert_eq(t->n_dims, e->n_dims, "%s %s", model, e->name);
+        for (int d = 0; d < e->n_dims; d++) cr_assert_eq(t->ne[d], e->shape[e->n_dims - 1 - d], "%s %s", model, e->name);
+        float *x = malloc((size_t)e->n_elements * 4);
+        cr_assert_eq(toy_safetensors_read_f32(ex, i, x, e->n_elements), TOY_OK);
+        if (!strcmp(e->name, "rope_freqs.weight")) {
+            const float *y = t->data;
+            for (int64_t j = 0; j < e->n_elements; j++) cr_expect(fabsf(x[j] - y[j]) <= 1e-6f * fabsf(x[j]), "rope_freqs[%lld]", (long long)j);
+        } else if (e->n_dims == 1 || want == TOY_F32) {
+            cr_expect_eq(t->type, TOY_F32, "%s %s", model, e->name);
+            cr_expect(!memcmp(t->data, x, (size_t)e->n_elements * 4), "%s %s differs", model, e->name);
+        } else {
+            /* rows that do not fit the block fall back to q8_0 (documented) */
+            enum toy_dtype w = t->ne[0] % toy_dtype_block_size(want) == 0 ? want : TOY_Q8_0;
+            cr_expect_eq(t->type, w, "%s %s is %s", model, e->name, toy_dtype_name(t->type));
+            void *q = malloc(t->nbytes);
+            cr_assert_eq(toy_quantize_row(t->type, x, q, e->n_elements), TOY_OK);
+            cr_expect(!memcmp(q, t->data, t->nbytes), "%s %s (%s) differs", model, e->name, toy_dtype_name(t->type));
+            free(q);
+        }
+        free(x);
+    }
+    toy_gguf_close(g);
+    toy_safetensors_close(ex);
+}
+
+static void convert(const char *model, enum toy_dtype type, char *out, size_t outn, struct toy_convert_report *r) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/%s", model_root, model);
+    snprintf(out, outn, "%s/%s-%s.gguf", model_root, model, toy_dtype_name(type));
+    struct toy_convert_opts o = {.type = type};
+    cr_assert_eq(toy_hf_convert(dir, out, &o, r), TOY_OK, "%s: %s", model, toy_last_error());
+}
+
+Test(hf_import, every_architecture_converts_exactly, .timeout = 300) {
+    if (!make_models()) cr_skip("python3 with torch not available");
+    const char *models[] = {"llama", "mistral", "qwen2", "qwen3", "gemma2", "gpt2"};
+    const char *archs[] = {"llama", "llama", "qwen2", "qwen3", "gemma2", "gpt2"};
+    char out[512];
+    for (size_t m = 0; m < 6; m++) {
+        struct toy_convert_report r;
+        convert(models[m], TOY_F32, out, sizeof out, &r);
+        cr_expect_str_eq(r.arch, archs[m]);
+        compare(models[m], out, TOY_F32);
+        struct toy_gguf *g;
+        cr_assert_eq(toy_gguf_open(out, &g), TOY_OK);
+        const char *arch;
+        cr_expect_eq(toy_gguf_get_str(g, "general.architecture", &arch, NULL), TOY_OK);
+        cr_expect_str_eq(arch, archs[m]);
+        char key[128];
+        uint32_t u;
+        snprintf(key, sizeof key, "%s.block_count", arch);
+        cr_expect_eq(toy_gguf_get_u32(g, key, &u), TOY_OK);
+        cr_expect_eq(u, 2);
+        snprintf(key, sizeof key, "%s.attention.head_count", arch);
+        cr_expect_eq(toy_gguf_get_u32(g, key, &u), TOY_OK);
+        cr_expect_eq(u, 4);
+        if (strcmp(arch, "gpt2")) {
+            snprintf(key, sizeof key, "%s.attention.head_count_kv", arch);
+            cr_expect_eq(toy_gguf_get_u32(g, key, &u), TOY_OK);
+            cr_expect_eq(u, 2);
+            float f;
+            snprintf(key, sizeof key, "%s.rope.freq_base", arch);
+            cr_expect_eq(toy_gguf_get_f32(g, key, &f), TOY_OK);
+            cr_expect_eq(f, 100000.0f);
+        }
+        cr_expect_eq(toy_gguf_get_u32(g, "general.file_type", &u), TOY_OK);
+        cr_expect_eq(u, 0);
+        struct stat sb;
+        if (!strcmp(models[m], "llama") && stat(TESTDATA "/tokenizer-smollm2/tokenizer.json", &sb) == 0) {
+            cr_expect(r.tokenizer, "tokenizer not written: %s", r.note);
+            int64_t ki;
+            uint64_t n;
+            cr_expect_eq(toy_gguf_get_arr(g, "tokenizer.ggml.tokens", &ki, NULL, &n), TOY_OK);
+            cr_expect_eq(n, 49152);
+            const char *model;
+            cr_expect_eq(toy_gguf_get_str(g, "tokenizer.ggml.model", &model, NULL), TOY_OK);
+            cr_expect_str_eq(model, "gpt2");
+        }
+        if (!strcmp(models[m], "qwen3")) {
+            cr_expect_eq(toy_gguf_get_u32(g, "qwen3.attention.key_length", &u), TOY_OK);
+            cr_expect_eq(u, 32);
+        }
+        toy_gguf_close(g);
+    }
+
+    /* quantized and half-precision outputs: every 2-D weight of qwen3
+     * (rows of 256 and 512) equals toy_quantize_row of the original */
+    enum toy_dtype types[] = {TOY_F16, TOY_BF16, TOY_Q8_0, TOY_Q4_0, TOY_Q4_K};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        convert("qwen3", types[i], out, sizeof out, NULL);
+        compare("qwen3", out, types[i]);
+        struct toy_gguf *g;
+        cr_assert_eq(toy_gguf_open(out, &g), TOY_OK);
+        uint32_t ft;
+        cr_expect_eq(toy_gguf_get_u32(g, "general.file_type", &ft), TOY_OK);
+        cr_expect_eq(ft, toy_file_type_for(types[i]));
+        toy_gguf_close(g);
+    }
+
+    /* toy quantize of the f32 file gives the same bytes as converting
+     * straight to q8_0 */
+    char f32[512], q8[512], rq[512];
+    snprintf(f32, sizeof f32, "%s/qwen3-f32.gguf", model_root);
+    snprintf(q8, sizeof q8, "%s/qwen3-q8_0.gguf", model_root);
+    snprintf(rq, sizeof rq, "%s/qwen3-requant.gguf", model_root);
+    cr_assert_eq(toy_gguf_quantize(f32, rq, TOY_Q8_0, NULL, NULL), TOY_OK, "%s", toy_last_error());
+    struct toy_gguf *a, *b;
+    cr_assert_eq(toy_gguf_open(q8, &a), TOY_OK);
+    cr_assert_eq(toy_gguf_open(rq, &b), TOY_OK);
+    cr_expect_eq(toy_gguf_n_tensors(a), toy_gguf_n_tensors(b));
+    for (int64_t i = 0; i < toy_gguf_n_tensors(a); i++) {
+        const struct toy_gguf_tensor *ta = toy_gguf_tensor(a, i), *tb = toy_gguf_tensor(b, i);
+        cr_expect_str_eq(ta->name, tb->name);
+        cr_expect(ta->type == tb->type && ta->nbytes == tb->nbytes && !memcmp(ta->data, tb->data, ta->nbytes), "%s", ta->name);
+    }
+    uint32_t ft;
+    cr_expect_eq(toy_gguf_get_u32(b, "general.file_type", &ft), TOY_OK);
+    cr_expect_eq(ft, 7);
+    toy_gguf_close(a);
+    toy_gguf_close(b);
+
+    /* errors name what is wrong */
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/none", model_root);
+    cr_expect_eq(toy_hf_convert(dir, rq, NULL, NULL), TOY_ERR_NOT_FOUND);
+    cr_expect(strstr(toy_last_error(), "config.json"));
+    cleanup_models();
+}

@@ -1,0 +1,212 @@
+#!/usr/bin/python3
+"""make-hf-models.py OUT: small random Hugging Face-style model folders for
+tests/test-hf-import.c, one per architecture toy convert supports, with
+real config.json layouts and safetensors files written by hand (8-byte
+little-endian header length, JSON header padded with spaces, raw data), and
+for each an expected.safetensors holding what llama.cpp's
+convert_hf_to_gguf.py would store: GGUF tensor names, float32 values after
+its transforms (q/k row permutation for Llama, Conv1D transpose and tied
+output for GPT-2, 1 + w for Gemma 2 norms, rope_freqs for Llama-3 rope
+scaling). Exits 77 when torch is missing (the test then skips).
+"""
+import json
+import math
+import os
+import shutil
+import struct
+import sys
+
+try:
+    import torch
+except ImportError:
+    sys.exit(77)
+
+DT = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16"}
+
+
+def save_safetensors(path, tensors, metadata=None):
+    header = {}
+    blobs = []
+    off = 0
+    for name, t in tensors.items():
+        t = t.contiguous()
+        raw = t.view(torch.uint8).numpy().tobytes() if t.dtype == torch.bfloat16 else t.numpy().tobytes()
+        header[name] = {"dtype": DT[t.dtype], "shape": list(t.shape), "data_offsets": [off, off + len(raw)]}
+        blobs.append(raw)
+        off += len(raw)
+    if metadata:
+        header["__metadata__"] = metadata
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        for b in blobs:
+            f.write(b)
+
+
+def permute(w, n_head, n_head_kv):
+    # llama.cpp convert_hf_to_gguf.py LlamaModel.permute
+    if n_head_kv is not None and n_head != n_head_kv:
+        n_head = n_head_kv
+    return (w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
+            .swapaxes(1, 2).reshape(w.shape))
+
+
+def rnd(*shape):
+    return torch.randn(*shape, dtype=torch.float32) * 0.05
+
+
+def llama_like(out, name, arch, cfg, dtype, shards, tokenizer=None, rope_scaling=None):
+    d = os.path.join(out, name)
+    os.makedirs(d, exist_ok=True)
+    E, L, H, KV = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    hd = cfg.get("head_dim", E // H)
+    F_, V = cfg["intermediate_size"], cfg["vocab_size"]
+    hf = {}
+    exp = {}
+    gemma = arch == "gemma2"
+
+    def add(hn, gn, t, transform=None):
+        t = t.to(dtype)
+        hf[hn] = t
+        v = t.to(torch.float32)
+        exp[gn] = transform(v) if transform else v
+
+    norm = (lambda v: v + 1) if gemma else None
+    add("model.embed_tokens.weight", "token_embd.weight", rnd(V, E))
+    for i in range(L):
+        p, g = f"model.layers.{i}.", f"blk.{i}."
+        add(p + "input_layernorm.weight", g + "attn_norm.weight", 1 + rnd(E), norm)
+        qt = (lambda v: permute(v, H, H)) if arch == "llama" else None
+        kt = (lambda v: permute(v, H, KV)) if arch == "llama" else None
+        add(p + "self_attn.q_proj.weight", g + "attn_q.weight", rnd(H * hd, E), qt)
+        add(p + "self_attn.k_proj.weight", g + "attn_k.weight", rnd(KV * hd, E), kt)
+        add(p + "self_attn.v_proj.weight", g + "attn_v.weight", rnd(KV * hd, E))
+        add(p + "self_attn.o_proj.weight", g + "attn_output.weight", rnd(E, H * hd))
+        if arch == "qwen2":
+            add(p + "self_attn.q_proj.bias", g + "attn_q.bias", rnd(H * hd))
+            add(p + "self_attn.k_proj.bias", g + "attn_k.bias", rnd(KV * hd))
+            add(p + "self_attn.v_proj.bias", g + "attn_v.bias", rnd(KV * hd))
+        if arch == "qwen3":
+            add(p + "self_attn.q_norm.weight", g + "attn_q_norm.weight", 1 + rnd(hd))
+            add(p + "self_attn.k_norm.weight", g + "attn_k_norm.weight", 1 + rnd(hd))
+        if gemma:
+            add(p + "post_attention_layernorm.weight", g + "post_attention_norm.weight", rnd(E), norm)
+            add(p + "pre_feedforward_layernorm.weight", g + "ffn_norm.weight", rnd(E), norm)
+            add(p + "post_feedforward_layernorm.weight", g + "post_ffw_norm.weight", rnd(E), norm)
+        else:
+            add(p + "post_attention_layernorm.weight", g + "ffn_norm.weight", 1 + rnd(E))
+        add(p + "mlp.gate_proj.weight", g + "ffn_gate.weight", rnd(F_, E))
+        add(p + "mlp.up_proj.weight", g + "ffn_up.weight", rnd(F_, E))
+        add(p + "mlp.down_proj.weight", g + "ffn_down.weight", rnd(E, F_))
+    add("model.norm.weight", "output_norm.weight", 1 + rnd(E), norm)
+    if not cfg.get("tie_word_embeddings", False):
+        add("lm_head.weight", "output.weight", rnd(V, E))
+    hf["model.rotary_emb.inv_freq"] = torch.zeros(hd // 2, dtype=dtype)  # a buffer: skipped
+    if rope_scaling:
+        cfg["rope_scaling"] = rope_scaling
+        base = cfg.get("rope_theta", 10000.0)
+        fac, lo, hi = rope_scaling["factor"], rope_scaling["low_freq_factor"], rope_scaling["high_freq_factor"]
+        old = rope_scaling["original_max_position_embeddings"]
+        freqs = 1.0 / (base ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+        fs = []
+        for f in freqs.tolist():
+            wl = 2 * math.pi / f
+            if wl < old / hi:
+                fs.append(1.0)
+            elif wl > old / lo:
+                fs.append(fac)
+            else:
+                s = (old / wl - lo) / (hi - lo)
+                fs.append(1 / ((1 - s) / fac + s))
+        exp["rope_freqs.weight"] = torch.tensor(fs, dtype=torch.float32)
+    cfg["model_type"] = "mistral" if name == "mistral" else arch
+    cfg["architectures"] = [{"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
+                             "gemma2": "Gemma2ForCausalLM"}[arch]]
+    cfg["torch_dtype"] = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}[dtype]
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    names = list(hf)
+    if shards == 1:
+        save_safetensors(os.path.join(d, "model.safetensors"), hf, {"format": "pt"})
+    else:
+        per = (len(names) + shards - 1) // shards
+        wmap = {}
+        for s in range(shards):
+            fn = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
+            part = {n: hf[n] for n in names[s * per:(s + 1) * per]}
+            save_safetensors(os.path.join(d, fn), part, {"format": "pt"})
+            for n in part:
+                wmap[n] = fn
+        with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
+            json.dump({"metadata": {"total_size": 0}, "weight_map": wmap}, f, indent=2)
+    if tokenizer:
+        shutil.copy(tokenizer, os.path.join(d, "tokenizer.json"))
+    save_safetensors(os.path.join(d, "expected.safetensors"), exp)
+
+
+def gpt2(out):
+    d = os.path.join(out, "gpt2")
+    os.makedirs(d, exist_ok=True)
+    E, L, H, V, C = 64, 2, 4, 320, 128
+    hf, exp = {}, {}
+
+    def add(hn, gn, t, transpose=False):
+        hf[hn] = t
+        exp[gn] = t.t().contiguous() if transpose else t
+
+    add("transformer.wte.weight", "token_embd.weight", rnd(V, E))
+    add("transformer.wpe.weight", "position_embd.weight", rnd(C, E))
+    for i in range(L):
+        p, g = f"transformer.h.{i}.", f"blk.{i}."
+        add(p + "ln_1.weight", g + "attn_norm.weight", 1 + rnd(E))
+        add(p + "ln_1.bias", g + "attn_norm.bias", rnd(E))
+        add(p + "attn.c_attn.weight", g + "attn_qkv.weight", rnd(E, 3 * E), True)   # Conv1D: (in, out)
+        add(p + "attn.c_attn.bias", g + "attn_qkv.bias", rnd(3 * E))
+        add(p + "attn.c_proj.weight", g + "attn_output.weight", rnd(E, E), True)
+        add(p + "attn.c_proj.bias", g + "attn_output.bias", rnd(E))
+        add(p + "ln_2.weight", g + "ffn_norm.weight", 1 + rnd(E))
+        add(p + "ln_2.bias", g + "ffn_norm.bias", rnd(E))
+        add(p + "mlp.c_fc.weight", g + "ffn_up.weight", rnd(E, 4 * E), True)
+        add(p + "mlp.c_fc.bias", g + "ffn_up.bias", rnd(4 * E))
+        add(p + "mlp.c_proj.weight", g + "ffn_down.weight", rnd(4 * E, E), True)
+        add(p + "mlp.c_proj.bias", g + "ffn_down.bias", rnd(E))
+        hf[p + "attn.bias"] = torch.tril(torch.ones(1, 1, C, C))  # causal mask buffer: skipped
+    add("transformer.ln_f.weight", "output_norm.weight", 1 + rnd(E))
+    add("transformer.ln_f.bias", "output_norm.bias", rnd(E))
+    exp["output.weight"] = exp["token_embd.weight"]
+    cfg = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_embd": E, "n_layer": L, "n_head": H,
+           "n_positions": C, "n_ctx": C, "vocab_size": V, "layer_norm_epsilon": 1e-5, "n_inner": None}
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    save_safetensors(os.path.join(d, "model.safetensors"), hf)
+    save_safetensors(os.path.join(d, "expected.safetensors"), exp)
+
+
+def main():
+    out = sys.argv[1]
+    tok = sys.argv[2] if len(sys.argv) > 2 else None
+    torch.manual_seed(1234)
+    base = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "intermediate_size": 96, "max_position_embeddings": 2048, "rms_norm_eps": 1e-5,
+            "rope_theta": 100000.0, "tie_word_embeddings": True}
+    # SmolLM2 / Llama-3 style: llama, GQA, tied, rope scaling, bf16, 2 shards, real tokenizer
+    c = dict(base, vocab_size=49152 if tok else 320)
+    llama_like(out, "llama", "llama", c, torch.bfloat16, 2, tok,
+               {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 64})
+    llama_like(out, "mistral", "llama", dict(base, vocab_size=320, tie_word_embeddings=False), torch.float16, 1)
+    llama_like(out, "qwen2", "qwen2", dict(base, vocab_size=320, tie_word_embeddings=False), torch.float32, 1)
+    # hidden 256 so that every 2-D weight takes Q4_K
+    llama_like(out, "qwen3", "qwen3", dict(base, vocab_size=320, hidden_size=256, intermediate_size=512,
+                                           head_dim=32, num_attention_heads=4, num_key_value_heads=2),
+               torch.float32, 1)
+    llama_like(out, "gemma2", "gemma2", dict(base, vocab_size=320, head_dim=16, sliding_window=512,
+                                             attn_logit_softcapping=50.0, final_logit_softcapping=30.0),
+               torch.float32, 1)
+    gpt2(out)
+
+
+if __name__ == "__main__":
+    main()
