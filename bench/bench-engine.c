@@ -41,7 +41,28 @@ static void fill(struct toy_tensor *t, struct toy_rng *r) {
         }                                                    \
     } while (0)
 
-static void bench_gemm(struct toy_threadpool *tp, int nth, int64_t M, int64_t K, int64_t N) {
+/* y = x W^T with W in bf16: the AVX-512 BF16 kernel against f32 sgemm */
+static void bench_gemm_bf16(struct toy_threadpool *tp, int nth, int64_t M, int64_t K, int64_t N, double blas_gflops) {
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    struct toy_rng r;
+    toy_rng_seed(&r, 1);
+    struct toy_tensor *x = toy_new_tensor_2d(ctx, TOY_F32, K, M), *w = toy_new_tensor_2d(ctx, TOY_BF16, K, N);
+    fill(x, &r);
+    for (int64_t i = 0; i < K * N; i++) ((toy_bf16 *)w->data)[i] = toy_f32_to_bf16(toy_rng_normal(&r));
+    struct toy_tensor *y = toy_linear(ctx, x, w, NULL);
+    toy_set_output(y);
+    struct toy_graph *g = toy_graph_new(ctx);
+    toy_graph_build(g, y);
+    toy_graph_compute(g, tp);
+    double t;
+    BEST(5, N > 10000 ? 3 : 20, toy_graph_compute(g, tp), t);
+    double gf = 2.0 * M * N * K / t / 1e9;
+    printf("{\"bench\":\"gemm_bf16\",\"shape\":\"%lldx%lldx%lld\",\"threads\":%d,\"bf16_gflops\":%.1f,"
+           "\"vs_f32_sgemm\":%.2f}\n", (long long)M, (long long)K, (long long)N, nth, gf, gf / blas_gflops);
+    toy_ctx_free(ctx);
+}
+
+static double bench_gemm(struct toy_threadpool *tp, int nth, int64_t M, int64_t K, int64_t N) {
     struct toy_ctx *ctx = toy_ctx_init(true);
     struct toy_rng r;
     toy_rng_seed(&r, 1);
@@ -68,6 +89,7 @@ static void bench_gemm(struct toy_threadpool *tp, int nth, int64_t M, int64_t K,
            100.0 * (t_engine / t_blas - 1));
     free(c);
     toy_ctx_free(ctx);
+    return flop / t_blas / 1e9;
 }
 
 /* forward + backward of one op; the loss is sum(y * dy) so the backward
@@ -129,8 +151,10 @@ static void bench_op(struct toy_threadpool *tp, int nth, const char *name) {
 int main(int argc, char **argv) {
     int nth = argc > 1 ? atoi(argv[1]) : 2;
     struct toy_threadpool *tp = toy_threadpool_new(nth);
-    bench_gemm(tp, nth, 256, 576, 1536);
-    bench_gemm(tp, nth, 256, 576, 49152);
+    double g1 = bench_gemm(tp, nth, 256, 576, 1536);
+    double g2 = bench_gemm(tp, nth, 256, 576, 49152);
+    bench_gemm_bf16(tp, nth, 256, 576, 1536, g1);
+    bench_gemm_bf16(tp, nth, 256, 576, 49152, g2);
     bench_op(tp, nth, "attention");
     bench_op(tp, nth, "rms_norm");
     bench_op(tp, nth, "swiglu");

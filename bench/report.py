@@ -11,6 +11,10 @@ for r in rows:
         out["gemm"].append(r)
         print(f"gemm {r['shape']:>16} {r['threads']} threads: engine {r['engine_gflops']:7.1f} GFLOPS, "
               f"BLAS direct {r['blas_gflops']:7.1f} GFLOPS, overhead {r['overhead_pct']:+.1f}%")
+    elif r["bench"] == "gemm_bf16":
+        out["gemm"].append(r)
+        print(f"gemm {r['shape']:>16} {r['threads']} threads: bf16 weights {r['bf16_gflops']:7.1f} GFLOPS "
+              f"({r['vs_f32_sgemm']:.2f}x f32 sgemm)")
     else:
         out["ops"].setdefault(r["bench"], {}).update(r)
 for name, r in out["ops"].items():

@@ -76,6 +76,7 @@ struct toy_vec_ops {
 };
 extern struct toy_vec_ops toy_vec;
 void toy_simd_init(void);
+bool toy_cpu_has_avx512bf16(void);
 const char *toy_simd_name(void);
 
 #endif

@@ -108,3 +108,12 @@ void toy_simd_init(void) {
 }
 
 const char *toy_simd_name(void) { return level; }
+
+bool toy_cpu_has_avx512bf16(void) {
+    __builtin_cpu_init();
+    /* gcc 12 has no __builtin_cpu_supports("avx512bf16"): CPUID leaf 7
+     * sub-leaf 1, EAX bit 5 */
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(1));
+    return (a >> 5) & 1;
+}
