@@ -1,0 +1,181 @@
+/* chat-template.c: toy/chat-template.h: built-in templates by name, the
+ * variables a chat template sees (messages, bos_token, eos_token,
+ * add_generation_prompt, extras), and rendering with a tokenizer.
+ *
+ * The built-ins are the templates the models ship in their
+ * tokenizer_config.json (Llama-2-chat, Llama-3-Instruct, Mistral-Instruct
+ * v0.1, Gemma-it, SmolLM2-Instruct, Phi-3) and plain ChatML; the Jinja they
+ * are written in is interpreted by jinja.c.
+ */
+#include "toy/chat-template.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "jinja.h"
+#include "toy/tokenizer.h"
+
+struct toy_chat_template {
+    struct jinja_template *jt;
+};
+
+static const struct {
+    const char *name, *src;
+} builtins[] = {
+    {"chatml",
+     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"},
+    {"smollm2",
+     "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\\n"
+     "You are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\\n' }}{% endif %}"
+     "{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"
+     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"},
+    {"llama3",
+     "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' + "
+     "message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}"
+     "{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}"
+     "{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}"},
+    {"llama2",
+     "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set system_message = "
+     "messages[0]['content'] %}{% else %}{% set loop_messages = messages %}{% set system_message = false %}{% endif %}"
+     "{% for message in loop_messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+     "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+     "{% if loop.index0 == 0 and system_message != false %}{% set content = '<<SYS>>\\n' + system_message + "
+     "'\\n<</SYS>>\\n\\n' + message['content'] %}{% else %}{% set content = message['content'] %}{% endif %}"
+     "{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}"
+     "{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}"},
+    {"mistral",
+     "{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+     "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+     "{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}"
+     "{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token}}"
+     "{% else %}{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}{% endfor %}"},
+    {"gemma",
+     "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
+     "{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+     "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+     "{% if (message['role'] == 'assistant') %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}{% endif %}"
+     "{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim + '<end_of_turn>\\n' }}{% endfor %}"
+     "{% if add_generation_prompt %}{{'<start_of_turn>model\\n'}}{% endif %}"},
+    {"phi3",
+     "{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') %}{{'<|user|>' + '\\n' + "
+     "message['content'] + '<|end|>' + '\\n' + '<|assistant|>' + '\\n'}}{% elif (message['role'] == 'assistant') %}"
+     "{{message['content'] + '<|end|>' + '\\n'}}{% endif %}{% endfor %}"},
+};
+
+const char *toy_chat_template_builtin(const char *name) {
+    if (!name) return NULL;
+    for (size_t i = 0; i < sizeof builtins / sizeof builtins[0]; i++)
+        if (!strcmp(builtins[i].name, name)) return builtins[i].src;
+    return NULL;
+}
+
+enum toy_status toy_chat_template_init(const char *source_or_name, struct toy_chat_template **out) {
+    *out = NULL;
+    if (!source_or_name) return toy_error(TOY_ERR_INVALID_ARG, "chat template: NULL source");
+    const char *b = toy_chat_template_builtin(source_or_name);
+    struct toy_chat_template *t = calloc(1, sizeof *t);
+    if (!t) return toy_error(TOY_ERR_NOMEM, "chat template: out of memory");
+    enum toy_status st = jinja_parse(b ? b : source_or_name, &t->jt);
+    if (st) { free(t); return st; }
+    *out = t;
+    return TOY_OK;
+}
+
+void toy_chat_template_free(struct toy_chat_template *t) {
+    if (!t) return;
+    jinja_free(t->jt);
+    free(t);
+}
+
+static enum toy_status render(const struct toy_chat_template *t, json_t *messages /* stolen */, json_t *extra,
+                              const struct toy_chat_vars *vars, char **out) {
+    json_t *v = json_object();
+    if (!v || !messages) {
+        json_decref(v);
+        json_decref(messages);
+        return toy_error(TOY_ERR_NOMEM, "chat template: out of memory");
+    }
+    json_object_set_new(v, "bos_token", json_string(vars && vars->bos_token ? vars->bos_token : ""));
+    json_object_set_new(v, "eos_token", json_string(vars && vars->eos_token ? vars->eos_token : ""));
+    json_object_set_new(v, "add_generation_prompt", json_boolean(vars && vars->add_generation_prompt));
+    enum toy_status st = TOY_OK;
+    if (vars && vars->extra_json) {
+        json_error_t err;
+        json_t *x = json_loads(vars->extra_json, 0, &err);
+        if (!x || !json_is_object(x)) st = toy_error(TOY_ERR_FORMAT, "chat template: extra variables: %s", x ? "not a JSON object" : err.text);
+        else json_object_update(v, x);
+        json_decref(x);
+    }
+    if (extra) json_object_update(v, extra);
+    json_object_set_new(v, "messages", messages);
+    if (!st) st = jinja_render(t->jt, v, out);
+    json_decref(v);
+    return st;
+}
+
+enum toy_status toy_chat_template_render(const struct toy_chat_template *t, const struct toy_chat_message *msgs,
+                                         size_t n_msgs, const struct toy_chat_vars *vars, char **out) {
+    *out = NULL;
+    json_t *m = json_array();
+    for (size_t i = 0; m && i < n_msgs; i++) {
+        if (!msgs[i].role || !msgs[i].content) {
+            json_decref(m);
+            return toy_error(TOY_ERR_INVALID_ARG, "chat template: message %zu has no role or content", i);
+        }
+        json_array_append_new(m, json_pack("{ssss}", "role", msgs[i].role, "content", msgs[i].content));
+    }
+    return render(t, m, NULL, vars, out);
+}
+
+enum toy_status toy_chat_template_render_json(const struct toy_chat_template *t, const char *json,
+                                              const struct toy_chat_vars *vars, char **out) {
+    *out = NULL;
+    json_error_t err;
+    json_t *root = json_loads(json, 0, &err);
+    if (!root) return toy_error(TOY_ERR_FORMAT, "messages JSON: line %d: %s", err.line, err.text);
+    json_t *msgs = NULL, *extra = NULL;
+    if (json_is_array(root)) {
+        msgs = json_incref(root);
+    } else if (json_is_object(root) && json_is_array(json_object_get(root, "messages"))) {
+        msgs = json_incref(json_object_get(root, "messages"));
+        extra = json_copy(root);
+        json_object_del(extra, "messages");
+    } else {
+        json_decref(root);
+        return toy_error(TOY_ERR_FORMAT, "messages JSON: expected an array of messages or {\"messages\": [...]}");
+    }
+    size_t i;
+    json_t *m;
+    json_array_foreach(msgs, i, m) {
+        if (!json_is_object(m) || !json_is_string(json_object_get(m, "role"))) {
+            json_decref(msgs);
+            json_decref(extra);
+            json_decref(root);
+            return toy_error(TOY_ERR_FORMAT, "messages JSON: message %zu is not an object with a \"role\"", i);
+        }
+    }
+    enum toy_status st = render(t, msgs, extra, vars, out);
+    json_decref(extra);
+    json_decref(root);
+    return st;
+}
+
+enum toy_status toy_tokenizer_apply_chat(const struct toy_tokenizer *tok, const char *name_or_source,
+                                         const struct toy_chat_message *msgs, size_t n_msgs,
+                                         bool add_generation_prompt, char **out) {
+    *out = NULL;
+    const char *src = name_or_source ? name_or_source : toy_tokenizer_chat_template(tok);
+    if (!src) return toy_error(TOY_ERR_NOT_FOUND, "the tokenizer has no chat template; name one (chatml, llama3, ...)");
+    struct toy_chat_template *t;
+    enum toy_status st = toy_chat_template_init(src, &t);
+    if (st) return st;
+    struct toy_chat_vars v = {
+        .bos_token = toy_tokenizer_bos(tok) >= 0 ? toy_tokenizer_piece(tok, toy_tokenizer_bos(tok)) : "",
+        .eos_token = toy_tokenizer_eos(tok) >= 0 ? toy_tokenizer_piece(tok, toy_tokenizer_eos(tok)) : "",
+        .add_generation_prompt = add_generation_prompt,
+    };
+    st = toy_chat_template_render(t, msgs, n_msgs, &v, out);
+    toy_chat_template_free(t);
+    return st;
+}

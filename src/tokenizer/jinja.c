@@ -1,0 +1,1339 @@
+/* jinja.c: the evaluator of the Jinja2-subset chat-template language
+ * (parsed by jinja-parse.c): a tree walk over jansson values.
+ *
+ * Semantics follow Jinja2 (jinja.palletsprojects.com/templates) as Hugging
+ * Face's apply_chat_template configures it: for-loops open a scope
+ * (assignments inside do not leak out; namespace() objects carry state
+ * out); macros see the globals and their parameters; output of
+ * none/bools/lists uses Python's str() (None, True, ['a', 'b']); tojson is
+ * json.dumps with ", " / ": " separators and no ASCII escaping. Undefined
+ * values print as "" and are falsy; attributes of undefined are undefined
+ * (lenient, never an error). Errors carry the template line.
+ */
+#include "jinja.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- evaluation ---- */
+
+struct sbuf {
+    char *p;
+    size_t n, cap;
+    bool oom;
+};
+
+static void sb_add(struct sbuf *b, const char *s, size_t n) {
+    if (b->oom) return;
+    if (b->n + n + 1 > b->cap) {
+        size_t c = b->cap ? b->cap : 256;
+        while (c < b->n + n + 1) c *= 2;
+        char *p = realloc(b->p, c);
+        if (!p) { b->oom = true; return; }
+        b->p = p;
+        b->cap = c;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+}
+static void sb_str(struct sbuf *b, const char *s) { sb_add(b, s, strlen(s)); }
+
+struct macro_frame;
+
+struct ctx {
+    const struct jinja_template *tpl;
+    json_t **scopes; /* stack of objects, innermost last */
+    int nscopes, capscopes;
+    enum toy_status st;
+    char err[512];
+    int brk; /* 1 break, 2 continue */
+    int depth;
+    const struct node *caller; /* body of the enclosing {% call %} */
+};
+
+static void rerr(struct ctx *C, const struct node *x, const char *fmt, ...) {
+    if (C->st) return;
+    va_list ap;
+    va_start(ap, fmt);
+    char m[400];
+    vsnprintf(m, sizeof m, fmt, ap);
+    va_end(ap);
+    snprintf(C->err, sizeof C->err, "line %d: %s", x ? x->line : 0, m);
+    C->st = TOY_ERR_FORMAT;
+}
+
+static json_t *eval(struct ctx *C, const struct node *x);
+static void exec_body(struct ctx *C, struct node *const *body, int n, struct sbuf *out);
+
+static bool push_scope(struct ctx *C) {
+    if (C->nscopes == C->capscopes) {
+        int c = C->capscopes ? C->capscopes * 2 : 8;
+        json_t **p = realloc(C->scopes, (size_t)c * sizeof *p);
+        if (!p) { C->st = TOY_ERR_NOMEM; snprintf(C->err, sizeof C->err, "out of memory"); return false; }
+        C->scopes = p;
+        C->capscopes = c;
+    }
+    json_t *o = json_object();
+    if (!o) { C->st = TOY_ERR_NOMEM; snprintf(C->err, sizeof C->err, "out of memory"); return false; }
+    C->scopes[C->nscopes++] = o;
+    return true;
+}
+
+static void pop_scope(struct ctx *C) { json_decref(C->scopes[--C->nscopes]); }
+
+static json_t *lookup(struct ctx *C, const char *name) {
+    for (int i = C->nscopes - 1; i >= 0; i--) {
+        json_t *v = json_object_get(C->scopes[i], name);
+        if (v) return v;
+    }
+    return NULL;
+}
+
+static void assign(struct ctx *C, const char *name, json_t *v /* stolen */) {
+    json_object_set_new(C->scopes[C->nscopes - 1], name, v ? v : json_null());
+}
+
+static bool truthy(json_t *v) {
+    if (!v) return false;
+    switch (json_typeof(v)) {
+    case JSON_NULL: case JSON_FALSE: return false;
+    case JSON_TRUE: return true;
+    case JSON_INTEGER: return json_integer_value(v) != 0;
+    case JSON_REAL: return json_real_value(v) != 0;
+    case JSON_STRING: return json_string_length(v) != 0;
+    case JSON_ARRAY: return json_array_size(v) != 0;
+    case JSON_OBJECT: return json_object_size(v) != 0;
+    }
+    return false;
+}
+
+static void fmt_float(double d, char *buf, size_t cap) {
+    if (isnan(d)) { snprintf(buf, cap, "nan"); return; }
+    if (isinf(d)) { snprintf(buf, cap, d < 0 ? "-inf" : "inf"); return; }
+    for (int p = 1; p <= 17; p++) {
+        snprintf(buf, cap, "%.*g", p, d);
+        if (strtod(buf, NULL) == d) break;
+    }
+    if (!strpbrk(buf, ".eni")) strncat(buf, ".0", cap - strlen(buf) - 1);
+}
+
+static void repr(json_t *v, struct sbuf *b, bool top);
+
+static void py_str(json_t *v, struct sbuf *b) {
+    if (!v) return; /* undefined prints nothing */
+    switch (json_typeof(v)) {
+    case JSON_STRING: sb_add(b, json_string_value(v), json_string_length(v)); return;
+    default: repr(v, b, true);
+    }
+}
+
+/* Python repr(): strings quoted inside containers. */
+static void repr(json_t *v, struct sbuf *b, bool top) {
+    char num[64];
+    size_t i;
+    json_t *e;
+    const char *k;
+    switch (json_typeof(v)) {
+    case JSON_NULL: sb_str(b, "None"); break;
+    case JSON_TRUE: sb_str(b, "True"); break;
+    case JSON_FALSE: sb_str(b, "False"); break;
+    case JSON_INTEGER: snprintf(num, sizeof num, "%lld", (long long)json_integer_value(v)); sb_str(b, num); break;
+    case JSON_REAL: fmt_float(json_real_value(v), num, sizeof num); sb_str(b, num); break;
+    case JSON_STRING: {
+        if (top) { sb_add(b, json_string_value(v), json_string_length(v)); break; }
+        const char *s = json_string_value(v);
+        size_t n = json_string_length(v);
+        char q = memchr(s, '\'', n) && !memchr(s, '"', n) ? '"' : '\'';
+        sb_add(b, &q, 1);
+        for (size_t j = 0; j < n; j++) {
+            if (s[j] == q || s[j] == '\\') { sb_add(b, "\\", 1); sb_add(b, s + j, 1); }
+            else if (s[j] == '\n') sb_str(b, "\\n");
+            else if (s[j] == '\t') sb_str(b, "\\t");
+            else if (s[j] == '\r') sb_str(b, "\\r");
+            else sb_add(b, s + j, 1);
+        }
+        sb_add(b, &q, 1);
+        break;
+    }
+    case JSON_ARRAY:
+        sb_str(b, "[");
+        json_array_foreach(v, i, e) { if (i) sb_str(b, ", "); repr(e, b, false); }
+        sb_str(b, "]");
+        break;
+    case JSON_OBJECT:
+        sb_str(b, "{");
+        i = 0;
+        json_object_foreach(v, k, e) {
+            if (i++) sb_str(b, ", ");
+            json_t *ks = json_string(k);
+            if (ks) repr(ks, b, false);
+            json_decref(ks);
+            sb_str(b, ": ");
+            repr(e, b, false);
+        }
+        sb_str(b, "}");
+        break;
+    }
+}
+
+/* json.dumps(v, ensure_ascii=False, indent=indent) with Python's separators */
+static void to_json(json_t *v, struct sbuf *b, int indent, int level) {
+    char num[64];
+    json_t *e;
+    const char *k;
+    if (!v) { sb_str(b, "null"); return; }
+    switch (json_typeof(v)) {
+    case JSON_NULL: sb_str(b, "null"); break;
+    case JSON_TRUE: sb_str(b, "true"); break;
+    case JSON_FALSE: sb_str(b, "false"); break;
+    case JSON_INTEGER: snprintf(num, sizeof num, "%lld", (long long)json_integer_value(v)); sb_str(b, num); break;
+    case JSON_REAL: fmt_float(json_real_value(v), num, sizeof num); sb_str(b, num); break;
+    case JSON_STRING: {
+        const unsigned char *s = (const unsigned char *)json_string_value(v);
+        size_t n = json_string_length(v);
+        sb_str(b, "\"");
+        for (size_t j = 0; j < n; j++) {
+            unsigned char c = s[j];
+            if (c == '"') sb_str(b, "\\\"");
+            else if (c == '\\') sb_str(b, "\\\\");
+            else if (c == '\n') sb_str(b, "\\n");
+            else if (c == '\r') sb_str(b, "\\r");
+            else if (c == '\t') sb_str(b, "\\t");
+            else if (c == '\b') sb_str(b, "\\b");
+            else if (c == '\f') sb_str(b, "\\f");
+            else if (c < 0x20) { snprintf(num, sizeof num, "\\u%04x", c); sb_str(b, num); }
+            else sb_add(b, (const char *)s + j, 1);
+        }
+        sb_str(b, "\"");
+        break;
+    }
+    case JSON_ARRAY:
+    case JSON_OBJECT: {
+        bool arr = json_is_array(v);
+        size_t cnt = arr ? json_array_size(v) : json_object_size(v);
+        sb_str(b, arr ? "[" : "{");
+        if (!cnt) { sb_str(b, arr ? "]" : "}"); break; }
+        void *it = arr ? NULL : json_object_iter(v);
+        for (size_t j = 0; j < cnt; j++) {
+            if (j) sb_str(b, indent >= 0 ? "," : ", ");
+            if (indent >= 0) { sb_str(b, "\n"); for (int s = 0; s < indent * (level + 1); s++) sb_str(b, " "); }
+            if (arr) {
+                e = json_array_get(v, j);
+            } else {
+                k = json_object_iter_key(it);
+                e = json_object_iter_value(it);
+                it = json_object_iter_next(v, it);
+                json_t *ks = json_string(k);
+                to_json(ks, b, indent, level + 1);
+                json_decref(ks);
+                sb_str(b, ": ");
+            }
+            to_json(e, b, indent, level + 1);
+        }
+        if (indent >= 0) { sb_str(b, "\n"); for (int s = 0; s < indent * level; s++) sb_str(b, " "); }
+        sb_str(b, arr ? "]" : "}");
+        break;
+    }
+    }
+}
+
+static json_t *str_of(json_t *v) {
+    struct sbuf b = {0};
+    py_str(v, &b);
+    json_t *r = json_stringn_nocheck(b.p ? b.p : "", b.n);
+    free(b.p);
+    return r;
+}
+
+static bool is_num(json_t *v) { return v && (json_is_integer(v) || json_is_real(v) || json_is_boolean(v)); }
+static double num(json_t *v) {
+    if (json_is_integer(v)) return (double)json_integer_value(v);
+    if (json_is_real(v)) return json_real_value(v);
+    return json_is_true(v) ? 1 : 0;
+}
+static bool is_intlike(json_t *v) { return v && (json_is_integer(v) || json_is_boolean(v)); }
+static long long ival(json_t *v) { return json_is_integer(v) ? (long long)json_integer_value(v) : json_is_true(v) ? 1 : 0; }
+
+static bool equal(json_t *a, json_t *b) {
+    if (!a || !b) return !a && !b;
+    if (is_num(a) && is_num(b)) return num(a) == num(b);
+    return json_equal(a, b);
+}
+
+static int compare(struct ctx *C, const struct node *x, json_t *a, json_t *b) {
+    if (a && b && is_num(a) && is_num(b)) { double p = num(a), q = num(b); return p < q ? -1 : p > q; }
+    if (a && b && json_is_string(a) && json_is_string(b)) {
+        int r = strcmp(json_string_value(a), json_string_value(b));
+        return r < 0 ? -1 : r > 0;
+    }
+    rerr(C, x, "cannot compare these values");
+    return 0;
+}
+
+/* UTF-8 code points of a string, for indexing and slicing. */
+static size_t utf8_count(const char *s, size_t n) {
+    size_t c = 0;
+    for (size_t i = 0; i < n; i++) c += ((unsigned char)s[i] & 0xC0) != 0x80;
+    return c;
+}
+static size_t utf8_offset(const char *s, size_t n, size_t cp) {
+    size_t c = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (((unsigned char)s[i] & 0xC0) != 0x80) { if (c == cp) return i; c++; }
+    }
+    return n;
+}
+
+static bool contains(json_t *hay, json_t *needle) {
+    if (!hay) return false;
+    if (json_is_string(hay)) {
+        if (!needle || !json_is_string(needle)) return false;
+        return memmem(json_string_value(hay), json_string_length(hay), json_string_value(needle), json_string_length(needle)) != NULL;
+    }
+    if (json_is_array(hay)) {
+        size_t i;
+        json_t *e;
+        json_array_foreach(hay, i, e) if (equal(e, needle)) return true;
+        return false;
+    }
+    if (json_is_object(hay)) return needle && json_is_string(needle) && json_object_get(hay, json_string_value(needle));
+    return false;
+}
+
+/* items of an iterable as a new array (dict -> keys, string -> characters) */
+static json_t *to_list(json_t *v) {
+    if (!v) return json_array();
+    if (json_is_array(v)) return json_copy(v);
+    json_t *r = json_array();
+    if (json_is_object(v)) {
+        const char *k;
+        json_t *e;
+        json_object_foreach(v, k, e) json_array_append_new(r, json_string(k));
+    } else if (json_is_string(v)) {
+        const char *s = json_string_value(v);
+        size_t n = json_string_length(v);
+        for (size_t i = 0; i < n;) {
+            size_t l = 1;
+            while (i + l < n && ((unsigned char)s[i + l] & 0xC0) == 0x80) l++;
+            json_array_append_new(r, json_stringn_nocheck(s + i, l));
+            i += l;
+        }
+    }
+    return r;
+}
+
+static json_t *py_index(json_t *a, json_t *k) {
+    if (!a || !k) return NULL;
+    if (json_is_object(a) && json_is_string(k)) { json_t *v = json_object_get(a, json_string_value(k)); return v ? json_incref(v) : NULL; }
+    if (json_is_array(a) && is_intlike(k)) {
+        long long i = ival(k), n = (long long)json_array_size(a);
+        if (i < 0) i += n;
+        if (i < 0 || i >= n) return NULL;
+        return json_incref(json_array_get(a, (size_t)i));
+    }
+    if (json_is_string(a) && is_intlike(k)) {
+        const char *s = json_string_value(a);
+        size_t n = json_string_length(a);
+        long long i = ival(k), cnt = (long long)utf8_count(s, n);
+        if (i < 0) i += cnt;
+        if (i < 0 || i >= cnt) return NULL;
+        size_t o = utf8_offset(s, n, (size_t)i), e = utf8_offset(s, n, (size_t)i + 1);
+        return json_stringn_nocheck(s + o, e - o);
+    }
+    return NULL;
+}
+
+static json_t *arg(struct ctx *C, const struct node *call, int i, const char *kw) {
+    if (i >= 0 && i < call->n) return eval(C, call->list[i]);
+    for (int k = 0; kw && k < call->nkw; k++)
+        if (!strcmp(call->kwn[k], kw)) return eval(C, call->kwv[k]);
+    return NULL;
+}
+
+static const char *strv(json_t *v) { return v && json_is_string(v) ? json_string_value(v) : NULL; }
+
+static json_t *strip_chars(json_t *s, json_t *chars, bool left, bool right) {
+    const char *p = json_string_value(s);
+    size_t n = json_string_length(s), a = 0, e = n;
+    const char *set = chars && json_is_string(chars) ? json_string_value(chars) : NULL;
+#define STRIPPABLE(c) (set ? (strchr(set, (c)) != NULL && (c) != 0) : isspace((unsigned char)(c)))
+    if (left) while (a < e && STRIPPABLE(p[a])) a++;
+    if (right) while (e > a && STRIPPABLE(p[e - 1])) e--;
+#undef STRIPPABLE
+    return json_stringn_nocheck(p + a, e - a);
+}
+
+static json_t *str_replace(json_t *s, json_t *from, json_t *to, long long count) {
+    if (!s || !json_is_string(s) || !strv(from) || !strv(to)) return s ? json_incref(s) : NULL;
+    const char *p = json_string_value(s), *f = json_string_value(from), *t = json_string_value(to);
+    size_t n = json_string_length(s), fl = json_string_length(from), tl = json_string_length(to);
+    struct sbuf b = {0};
+    size_t i = 0;
+    long long done = 0;
+    if (fl == 0) { sb_add(&b, p, n); }
+    else {
+        while (i < n) {
+            const char *m = (count < 0 || done < count) ? memmem(p + i, n - i, f, fl) : NULL;
+            if (!m) { sb_add(&b, p + i, n - i); break; }
+            sb_add(&b, p + i, (size_t)(m - (p + i)));
+            sb_add(&b, t, tl);
+            i = (size_t)(m - p) + fl;
+            done++;
+        }
+    }
+    json_t *r = json_stringn_nocheck(b.p ? b.p : "", b.n);
+    free(b.p);
+    return r;
+}
+
+static json_t *case_map(json_t *s, int mode /* 0 lower 1 upper 2 title 3 capitalize */) {
+    char *c = strndup(json_string_value(s), json_string_length(s));
+    if (!c) return NULL;
+    size_t n = json_string_length(s);
+    bool start = true;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)c[i];
+        if (mode == 0) c[i] = (char)tolower(ch);
+        else if (mode == 1) c[i] = (char)toupper(ch);
+        else if (mode == 2) { c[i] = (char)(start ? toupper(ch) : tolower(ch)); start = !isalnum(ch) && ch < 0x80; }
+        else c[i] = (char)(i == 0 ? toupper(ch) : tolower(ch));
+    }
+    json_t *r = json_stringn_nocheck(c, n);
+    free(c);
+    return r;
+}
+
+static json_t *call_method(struct ctx *C, const struct node *call, json_t *obj, const char *m) {
+    if (obj && json_is_string(obj)) {
+        json_t *a0 = arg(C, call, 0, NULL), *r = NULL;
+        if (!strcmp(m, "strip")) r = strip_chars(obj, a0, true, true);
+        else if (!strcmp(m, "lstrip")) r = strip_chars(obj, a0, true, false);
+        else if (!strcmp(m, "rstrip")) r = strip_chars(obj, a0, false, true);
+        else if (!strcmp(m, "upper")) r = case_map(obj, 1);
+        else if (!strcmp(m, "lower")) r = case_map(obj, 0);
+        else if (!strcmp(m, "title")) r = case_map(obj, 2);
+        else if (!strcmp(m, "capitalize")) r = case_map(obj, 3);
+        else if (!strcmp(m, "startswith") || !strcmp(m, "endswith")) {
+            bool ok = false;
+            json_t *cands = a0 && json_is_array(a0) ? a0 : NULL;
+            size_t nc = cands ? json_array_size(cands) : 1;
+            for (size_t i = 0; i < nc && !ok; i++) {
+                json_t *c = cands ? json_array_get(cands, i) : a0;
+                const char *p = strv(c);
+                if (!p) continue;
+                size_t pl = json_string_length(c), n = json_string_length(obj);
+                const char *s = json_string_value(obj);
+                ok = pl <= n && !memcmp(m[0] == 's' ? s : s + n - pl, p, pl);
+            }
+            r = json_boolean(ok);
+        } else if (!strcmp(m, "split")) {
+            json_t *a1 = arg(C, call, 1, "maxsplit");
+            long long maxs = a1 && is_intlike(a1) ? ival(a1) : -1;
+            json_decref(a1);
+            r = json_array();
+            const char *s = json_string_value(obj);
+            size_t n = json_string_length(obj), i = 0;
+            const char *sep = strv(a0);
+            if (!sep) { /* whitespace split */
+                long long cnt = 0;
+                while (i < n) {
+                    while (i < n && isspace((unsigned char)s[i])) i++;
+                    if (i >= n) break;
+                    size_t e = i;
+                    if (maxs >= 0 && cnt >= maxs) e = n;
+                    else while (e < n && !isspace((unsigned char)s[e])) e++;
+                    json_array_append_new(r, json_stringn_nocheck(s + i, e - i));
+                    cnt++;
+                    i = e;
+                }
+            } else {
+                size_t sl = json_string_length(a0);
+                long long cnt = 0;
+                if (!sl) { rerr(C, call, "split: empty separator"); json_decref(a0); json_decref(r); return NULL; }
+                for (;;) {
+                    const char *f = (maxs < 0 || cnt < maxs) ? memmem(s + i, n - i, sep, sl) : NULL;
+                    if (!f) { json_array_append_new(r, json_stringn_nocheck(s + i, n - i)); break; }
+                    json_array_append_new(r, json_stringn_nocheck(s + i, (size_t)(f - (s + i))));
+                    i = (size_t)(f - s) + sl;
+                    cnt++;
+                }
+            }
+        } else if (!strcmp(m, "replace")) {
+            json_t *a1 = arg(C, call, 1, NULL), *a2 = arg(C, call, 2, NULL);
+            r = str_replace(obj, a0, a1, a2 && is_intlike(a2) ? ival(a2) : -1);
+            json_decref(a1);
+            json_decref(a2);
+        } else if (!strcmp(m, "find") || !strcmp(m, "count")) {
+            const char *p = strv(a0);
+            const char *s = json_string_value(obj);
+            size_t n = json_string_length(obj);
+            if (m[0] == 'f') {
+                const char *f = p ? memmem(s, n, p, json_string_length(a0)) : NULL;
+                r = json_integer(f ? (json_int_t)utf8_count(s, (size_t)(f - s)) : -1);
+            } else {
+                long long c = 0;
+                size_t pl = p ? json_string_length(a0) : 0;
+                for (size_t i = 0; p && pl && i + pl <= n;) {
+                    const char *f = memmem(s + i, n - i, p, pl);
+                    if (!f) break;
+                    c++;
+                    i = (size_t)(f - s) + pl;
+                }
+                r = json_integer(c);
+            }
+        } else if (!strcmp(m, "join")) {
+            json_t *l = to_list(a0);
+            struct sbuf b = {0};
+            size_t i;
+            json_t *e;
+            json_array_foreach(l, i, e) { if (i) sb_add(&b, json_string_value(obj), json_string_length(obj)); py_str(e, &b); }
+            r = json_stringn_nocheck(b.p ? b.p : "", b.n);
+            free(b.p);
+            json_decref(l);
+        } else if (!strcmp(m, "isdigit") || !strcmp(m, "isalpha") || !strcmp(m, "isspace")) {
+            const char *s = json_string_value(obj);
+            size_t n = json_string_length(obj);
+            bool ok = n > 0;
+            for (size_t i = 0; i < n && ok; i++)
+                ok = m[2] == 'd' ? isdigit((unsigned char)s[i]) : m[2] == 'a' ? isalpha((unsigned char)s[i]) : isspace((unsigned char)s[i]);
+            r = json_boolean(ok);
+        } else {
+            rerr(C, call, "unknown string method '%s'", m);
+        }
+        json_decref(a0);
+        return r;
+    }
+    if (obj && json_is_object(obj)) {
+        if (!strcmp(m, "items") || !strcmp(m, "keys") || !strcmp(m, "values")) {
+            json_t *r = json_array();
+            const char *k;
+            json_t *v;
+            json_object_foreach(obj, k, v) {
+                if (m[0] == 'k') json_array_append_new(r, json_string(k));
+                else if (m[0] == 'v') json_array_append(r, v);
+                else json_array_append_new(r, json_pack("[sO]", k, v));
+            }
+            return r;
+        }
+        if (!strcmp(m, "get")) {
+            json_t *k = arg(C, call, 0, NULL), *d = arg(C, call, 1, "default");
+            json_t *v = k && json_is_string(k) ? json_object_get(obj, json_string_value(k)) : NULL;
+            json_decref(k);
+            if (v) { json_decref(d); return json_incref(v); }
+            return d ? d : json_null();
+        }
+        /* a namespace or dict holding a macro-like value is not callable */
+    }
+    if (obj && json_is_array(obj)) {
+        if (!strcmp(m, "append")) {
+            json_t *v = arg(C, call, 0, NULL);
+            json_array_append_new(obj, v ? v : json_null());
+            return json_null();
+        }
+        if (!strcmp(m, "pop")) {
+            size_t n = json_array_size(obj);
+            if (!n) { rerr(C, call, "pop from empty list"); return NULL; }
+            json_t *a0 = arg(C, call, 0, NULL);
+            long long i = a0 && is_intlike(a0) ? ival(a0) : (long long)n - 1;
+            json_decref(a0);
+            if (i < 0) i += (long long)n;
+            if (i < 0 || i >= (long long)n) { rerr(C, call, "pop index out of range"); return NULL; }
+            json_t *v = json_incref(json_array_get(obj, (size_t)i));
+            json_array_remove(obj, (size_t)i);
+            return v;
+        }
+        if (!strcmp(m, "index")) {
+            json_t *a0 = arg(C, call, 0, NULL);
+            size_t i;
+            json_t *e;
+            json_array_foreach(obj, i, e) if (equal(e, a0)) { json_decref(a0); return json_integer((json_int_t)i); }
+            json_decref(a0);
+            rerr(C, call, "value is not in list");
+            return NULL;
+        }
+    }
+    rerr(C, call, "unknown method '%s'", m);
+    return NULL;
+}
+
+static json_t *do_filter(struct ctx *C, const struct node *f, json_t *v /* borrowed */);
+static bool do_test(struct ctx *C, const struct node *t, json_t *v);
+
+/* A macro invocation: binds parameters in a fresh scope and renders. */
+static json_t *call_macro(struct ctx *C, const struct node *mac, const struct node *call, const struct node *caller) {
+    if (C->depth > 64) { rerr(C, call, "macro recursion too deep"); return NULL; }
+    json_t **vals = calloc((size_t)mac->nkw + 1, sizeof *vals);
+    if (!vals) { C->st = TOY_ERR_NOMEM; return NULL; }
+    for (int i = 0; i < mac->nkw; i++) {
+        json_t *v = NULL;
+        if (i < call->n) v = eval(C, call->list[i]);
+        else {
+            for (int k = 0; k < call->nkw; k++)
+                if (!strcmp(call->kwn[k], mac->kwn[i])) v = eval(C, call->kwv[k]);
+            if (!v && mac->kwv[i]) v = eval(C, mac->kwv[i]);
+        }
+        vals[i] = v;
+    }
+    /* macros see the globals and their parameters, not the caller's locals */
+    struct sbuf out = {0};
+    json_t **saved = C->scopes, *local = json_object();
+    int saved_n = C->nscopes, saved_cap = C->capscopes;
+    json_t **fresh = malloc(8 * sizeof *fresh);
+    if (!fresh || !local) {
+        free(fresh);
+        json_decref(local);
+        C->st = TOY_ERR_NOMEM;
+    } else {
+        for (int i = 0; i < mac->nkw; i++) json_object_set(local, mac->kwn[i], vals[i] ? vals[i] : json_null());
+        fresh[0] = saved[0];
+        fresh[1] = local;
+        C->scopes = fresh;
+        C->nscopes = 2;
+        C->capscopes = 8;
+        const struct node *saved_caller = C->caller;
+        C->caller = caller;
+        C->depth++;
+        exec_body(C, mac->list, mac->n, &out);
+        C->depth--;
+        C->caller = saved_caller;
+        while (C->nscopes > 2) pop_scope(C);
+        json_decref(local);
+        free(C->scopes);
+        C->scopes = saved;
+        C->nscopes = saved_n;
+        C->capscopes = saved_cap;
+    }
+    for (int i = 0; i < mac->nkw; i++) json_decref(vals[i]);
+    free(vals);
+    json_t *r = json_stringn_nocheck(out.p ? out.p : "", out.n);
+    free(out.p);
+    return r;
+}
+
+static const struct node *find_macro(struct ctx *C, const char *name) {
+    json_t *m = lookup(C, name);
+    if (!m || !json_is_object(m)) return NULL;
+    json_t *p = json_object_get(m, "__macro__");
+    if (!p || !json_is_integer(p)) return NULL;
+    json_int_t idx = json_integer_value(p);
+    if (idx < 0 || (size_t)idx >= C->tpl->nall) return NULL;
+    return C->tpl->all[idx];
+}
+
+static json_t *call_global(struct ctx *C, const struct node *call, const char *name) {
+    if (!strcmp(name, "raise_exception")) {
+        json_t *m = arg(C, call, 0, NULL);
+        struct sbuf b = {0};
+        py_str(m, &b);
+        json_decref(m);
+        if (!C->st) {
+            snprintf(C->err, sizeof C->err, "template raised: %s", b.p ? b.p : "");
+            C->st = TOY_ERR_INVALID_ARG;
+        }
+        free(b.p);
+        return NULL;
+    }
+    if (!strcmp(name, "range")) {
+        json_t *a = arg(C, call, 0, NULL), *b = arg(C, call, 1, NULL), *c = arg(C, call, 2, NULL);
+        long long start = 0, stop, step = 1;
+        if (b) { start = ival(a); stop = ival(b); } else stop = a ? ival(a) : 0;
+        if (c) step = ival(c);
+        json_decref(a); json_decref(b); json_decref(c);
+        if (step == 0) { rerr(C, call, "range() step must not be zero"); return NULL; }
+        json_t *r = json_array();
+        for (long long i = start; step > 0 ? i < stop : i > stop; i += step) {
+            if (json_array_size(r) > 1000000) { rerr(C, call, "range() too long"); break; }
+            json_array_append_new(r, json_integer(i));
+        }
+        return r;
+    }
+    if (!strcmp(name, "namespace") || !strcmp(name, "dict")) {
+        json_t *o = json_object();
+        for (int k = 0; k < call->nkw; k++) {
+            json_t *v = eval(C, call->kwv[k]);
+            json_object_set_new(o, call->kwn[k], v ? v : json_null());
+        }
+        if (call->n > 0) {
+            json_t *d = eval(C, call->list[0]);
+            if (d && json_is_object(d)) json_object_update(o, d);
+            json_decref(d);
+        }
+        return o;
+    }
+    if (!strcmp(name, "strftime_now")) {
+        json_t *f = arg(C, call, 0, NULL);
+        char buf[256] = "";
+        time_t now = time(NULL);
+        struct tm tm;
+        localtime_r(&now, &tm);
+        if (strv(f)) strftime(buf, sizeof buf, strv(f), &tm);
+        json_decref(f);
+        return json_string(buf);
+    }
+    if (!strcmp(name, "caller") && C->caller) {
+        struct sbuf out = {0};
+        const struct node *cb = C->caller;
+        C->caller = NULL;
+        exec_body(C, cb->list, cb->n, &out);
+        C->caller = cb;
+        json_t *r = json_stringn_nocheck(out.p ? out.p : "", out.n);
+        free(out.p);
+        return r;
+    }
+    const struct node *mac = find_macro(C, name);
+    if (mac) return call_macro(C, mac, call, NULL);
+    rerr(C, call, "'%s' is not callable", name);
+    return NULL;
+}
+
+static json_t *eval(struct ctx *C, const struct node *x) {
+    if (C->st || !x) return NULL;
+    json_t *a, *b, *r = NULL;
+    switch (x->k) {
+    case E_LIT: return json_incref(x->lit);
+    case E_NAME: {
+        json_t *v = lookup(C, x->str);
+        return v ? json_incref(v) : NULL;
+    }
+    case E_ATTR: {
+        a = eval(C, x->a);
+        if (a && json_is_object(a)) { json_t *v = json_object_get(a, x->str); r = v ? json_incref(v) : NULL; }
+        else if (a && json_is_array(a) && isdigit((unsigned char)x->str[0])) { json_t *k = json_integer(atoll(x->str)); r = py_index(a, k); json_decref(k); }
+        json_decref(a);
+        return r;
+    }
+    case E_INDEX:
+        a = eval(C, x->a);
+        b = eval(C, x->b);
+        r = py_index(a, b);
+        json_decref(a);
+        json_decref(b);
+        return r;
+    case E_SLICE: {
+        a = eval(C, x->a);
+        json_t *s = eval(C, x->b), *e = eval(C, x->c), *st = x->n ? eval(C, x->list[0]) : NULL;
+        long long step = st && is_intlike(st) ? ival(st) : 1;
+        if (step == 0) { rerr(C, x, "slice step cannot be zero"); goto slice_out; }
+        if (a && (json_is_array(a) || json_is_string(a))) {
+            json_t *items = to_list(a);
+            long long n = (long long)json_array_size(items);
+            long long lo, hi;
+            /* Python slice semantics */
+            if (step > 0) {
+                lo = s && is_intlike(s) ? ival(s) : 0;
+                hi = e && is_intlike(e) ? ival(e) : n;
+                if (lo < 0) lo += n;
+                if (hi < 0) hi += n;
+                lo = lo < 0 ? 0 : lo > n ? n : lo;
+                hi = hi < 0 ? 0 : hi > n ? n : hi;
+            } else {
+                lo = n - 1;
+                hi = -1;
+                if (s && is_intlike(s)) { lo = ival(s); if (lo < 0) lo += n; }
+                if (e && is_intlike(e)) { hi = ival(e); if (hi < 0) hi += n; }
+                lo = lo < -1 ? -1 : lo > n - 1 ? n - 1 : lo;
+                hi = hi < -1 ? -1 : hi > n - 1 ? n - 1 : hi;
+            }
+            json_t *out = json_array();
+            for (long long i = lo; step > 0 ? i < hi : i > hi; i += step) json_array_append(out, json_array_get(items, (size_t)i));
+            json_decref(items);
+            if (json_is_string(a)) {
+                struct sbuf sb = {0};
+                size_t i;
+                json_t *c;
+                json_array_foreach(out, i, c) sb_add(&sb, json_string_value(c), json_string_length(c));
+                r = json_stringn_nocheck(sb.p ? sb.p : "", sb.n);
+                free(sb.p);
+                json_decref(out);
+            } else {
+                r = out;
+            }
+        }
+    slice_out:
+        json_decref(a); json_decref(s); json_decref(e); json_decref(st);
+        return r;
+    }
+    case E_CALL: {
+        const struct node *callee = x->a;
+        if (callee->k == E_NAME) return call_global(C, x, callee->str);
+        if (callee->k == E_ATTR) {
+            a = eval(C, callee->a);
+            if (!a && !C->st) { rerr(C, x, "method '%s' called on an undefined value", callee->str); return NULL; }
+            r = call_method(C, x, a, callee->str);
+            json_decref(a);
+            return r;
+        }
+        rerr(C, x, "this expression is not callable");
+        return NULL;
+    }
+    case E_FILTER:
+        a = eval(C, x->a);
+        r = do_filter(C, x, a);
+        json_decref(a);
+        return r;
+    case E_TEST: {
+        a = eval(C, x->a);
+        bool ok = do_test(C, x, a);
+        json_decref(a);
+        return C->st ? NULL : json_boolean(ok != x->negate);
+    }
+    case E_NEG:
+    case E_POS:
+        a = eval(C, x->a);
+        if (!is_num(a)) { if (!C->st) rerr(C, x, "unary %c on a non-number", x->k == E_NEG ? '-' : '+'); json_decref(a); return NULL; }
+        if (x->k == E_POS) return a;
+        r = json_is_real(a) ? json_real(-json_real_value(a)) : json_integer(-ival(a));
+        json_decref(a);
+        return r;
+    case E_NOT:
+        a = eval(C, x->a);
+        r = json_boolean(!truthy(a));
+        json_decref(a);
+        return r;
+    case E_AND:
+        a = eval(C, x->a);
+        if (!truthy(a)) return a;
+        json_decref(a);
+        return eval(C, x->b);
+    case E_OR:
+        a = eval(C, x->a);
+        if (truthy(a)) return a;
+        json_decref(a);
+        return eval(C, x->b);
+    case E_COND:
+        a = eval(C, x->b);
+        r = truthy(a) ? eval(C, x->a) : eval(C, x->c);
+        json_decref(a);
+        return r;
+    case E_IN:
+    case E_NOTIN:
+        a = eval(C, x->a);
+        b = eval(C, x->b);
+        r = json_boolean(contains(b, a) == (x->k == E_IN));
+        json_decref(a);
+        json_decref(b);
+        return r;
+    case E_LIST:
+    case E_TUPLE:
+        r = json_array();
+        for (int i = 0; i < x->n; i++) {
+            json_t *v = eval(C, x->list[i]);
+            json_array_append_new(r, v ? v : json_null());
+        }
+        return r;
+    case E_DICT:
+        r = json_object();
+        for (int i = 0; i < x->n; i++) {
+            json_t *k = eval(C, x->list[i]), *v = eval(C, x->els[i]);
+            json_t *ks = k && json_is_string(k) ? json_incref(k) : str_of(k);
+            json_object_set_new(r, json_string_value(ks), v ? v : json_null());
+            json_decref(k);
+            json_decref(ks);
+        }
+        return r;
+    case E_BIN: {
+        a = eval(C, x->a);
+        b = eval(C, x->b);
+        const char *op = x->str;
+        if (C->st) goto bin_out;
+        if (!strcmp(op, "==")) r = json_boolean(equal(a, b));
+        else if (!strcmp(op, "!=")) r = json_boolean(!equal(a, b));
+        else if (!strcmp(op, "<")) r = json_boolean(compare(C, x, a, b) < 0);
+        else if (!strcmp(op, ">")) r = json_boolean(compare(C, x, a, b) > 0);
+        else if (!strcmp(op, "<=")) r = json_boolean(compare(C, x, a, b) <= 0);
+        else if (!strcmp(op, ">=")) r = json_boolean(compare(C, x, a, b) >= 0);
+        else if (!strcmp(op, "~")) {
+            struct sbuf sb = {0};
+            py_str(a, &sb);
+            py_str(b, &sb);
+            r = json_stringn_nocheck(sb.p ? sb.p : "", sb.n);
+            free(sb.p);
+        } else if (!strcmp(op, "+") && a && b && json_is_string(a) && json_is_string(b)) {
+            struct sbuf sb = {0};
+            sb_add(&sb, json_string_value(a), json_string_length(a));
+            sb_add(&sb, json_string_value(b), json_string_length(b));
+            r = json_stringn_nocheck(sb.p ? sb.p : "", sb.n);
+            free(sb.p);
+        } else if (!strcmp(op, "+") && a && b && json_is_array(a) && json_is_array(b)) {
+            r = json_copy(a);
+            json_array_extend(r, b);
+        } else if (!strcmp(op, "*") && a && b && json_is_string(a) && is_intlike(b)) {
+            struct sbuf sb = {0};
+            for (long long i = 0; i < ival(b) && i < 100000; i++) sb_add(&sb, json_string_value(a), json_string_length(a));
+            r = json_stringn_nocheck(sb.p ? sb.p : "", sb.n);
+            free(sb.p);
+        } else if (is_num(a) && is_num(b)) {
+            bool ints = is_intlike(a) && is_intlike(b);
+            double p = num(a), q = num(b);
+            if (!strcmp(op, "+")) r = ints ? json_integer(ival(a) + ival(b)) : json_real(p + q);
+            else if (!strcmp(op, "-")) r = ints ? json_integer(ival(a) - ival(b)) : json_real(p - q);
+            else if (!strcmp(op, "*")) r = ints ? json_integer(ival(a) * ival(b)) : json_real(p * q);
+            else if (!strcmp(op, "/")) { if (q == 0) rerr(C, x, "division by zero"); else r = json_real(p / q); }
+            else if (!strcmp(op, "//")) {
+                if (q == 0) rerr(C, x, "division by zero");
+                else if (ints) { long long d = ival(a) / ival(b); if ((ival(a) % ival(b) != 0) && ((ival(a) < 0) != (ival(b) < 0))) d--; r = json_integer(d); }
+                else r = json_real(floor(p / q));
+            } else if (!strcmp(op, "%")) {
+                if (q == 0) rerr(C, x, "modulo by zero");
+                else if (ints) { long long m = ival(a) % ival(b); if (m != 0 && ((m < 0) != (ival(b) < 0))) m += ival(b); r = json_integer(m); }
+                else r = json_real(p - q * floor(p / q));
+            } else if (!strcmp(op, "**")) r = ints && ival(b) >= 0 ? json_integer((long long)pow(p, q)) : json_real(pow(p, q));
+        } else {
+            rerr(C, x, "unsupported operands for '%s'", op);
+        }
+    bin_out:
+        json_decref(a);
+        json_decref(b);
+        return r;
+    }
+    default:
+        rerr(C, x, "not an expression");
+        return NULL;
+    }
+}
+
+static bool do_test(struct ctx *C, const struct node *t, json_t *v) {
+    const char *n = t->str;
+    if (!strcmp(n, "defined")) return v != NULL;
+    if (!strcmp(n, "undefined")) return v == NULL;
+    if (!strcmp(n, "none")) return v && json_is_null(v);
+    if (!strcmp(n, "string")) return v && json_is_string(v);
+    if (!strcmp(n, "number")) return v && (json_is_integer(v) || json_is_real(v));
+    if (!strcmp(n, "integer")) return v && json_is_integer(v);
+    if (!strcmp(n, "float")) return v && json_is_real(v);
+    if (!strcmp(n, "boolean")) return v && json_is_boolean(v);
+    if (!strcmp(n, "true")) return v && json_is_true(v);
+    if (!strcmp(n, "false")) return v && json_is_false(v);
+    if (!strcmp(n, "mapping")) return v && json_is_object(v);
+    if (!strcmp(n, "iterable")) return v && (json_is_array(v) || json_is_object(v) || json_is_string(v));
+    if (!strcmp(n, "sequence")) return v && (json_is_array(v) || json_is_string(v) || json_is_object(v));
+    if (!strcmp(n, "callable")) return false;
+    if (!strcmp(n, "even") || !strcmp(n, "odd")) return v && is_intlike(v) && (ival(v) % 2 == 0) == (n[0] == 'e');
+    if (!strcmp(n, "divisibleby")) {
+        json_t *d = arg(C, t, 0, NULL);
+        bool ok = v && is_intlike(v) && d && is_intlike(d) && ival(d) != 0 && ival(v) % ival(d) == 0;
+        json_decref(d);
+        return ok;
+    }
+    if (!strcmp(n, "eq") || !strcmp(n, "equalto") || !strcmp(n, "==") || !strcmp(n, "ne") || !strcmp(n, "in")) {
+        json_t *o = arg(C, t, 0, NULL);
+        bool ok = !strcmp(n, "in") ? contains(o, v) : equal(v, o) == (strcmp(n, "ne") != 0);
+        json_decref(o);
+        return ok;
+    }
+    rerr(C, t, "unknown test '%s'", n);
+    return false;
+}
+
+/* attribute path "a.b" of a value */
+static json_t *attr_path(json_t *v, const char *path) {
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", path);
+    json_t *cur = v;
+    for (char *save = NULL, *p = strtok_r(buf, ".", &save); p && cur; p = strtok_r(NULL, ".", &save)) {
+        if (json_is_object(cur)) cur = json_object_get(cur, p);
+        else if (json_is_array(cur) && isdigit((unsigned char)p[0])) cur = json_array_get(cur, (size_t)atoll(p));
+        else cur = NULL;
+    }
+    return cur;
+}
+
+static int cmp_values(const void *x, const void *y) {
+    json_t *a = *(json_t *const *)x, *b = *(json_t *const *)y;
+    if (is_num(a) && is_num(b)) return num(a) < num(b) ? -1 : num(a) > num(b);
+    if (json_is_string(a) && json_is_string(b)) return strcmp(json_string_value(a), json_string_value(b));
+    return 0;
+}
+
+static json_t *do_filter(struct ctx *C, const struct node *f, json_t *v) {
+    const char *n = f->str;
+    if (C->st) return NULL;
+    if (!strcmp(n, "trim") || !strcmp(n, "strip")) {
+        if (!v || !json_is_string(v)) { json_t *s = str_of(v); json_t *r = strip_chars(s, NULL, true, true); json_decref(s); return r; }
+        json_t *chars = arg(C, f, 0, "chars");
+        json_t *r = strip_chars(v, chars, true, true);
+        json_decref(chars);
+        return r;
+    }
+    if (!strcmp(n, "length") || !strcmp(n, "count")) {
+        if (!v) return json_integer(0);
+        if (json_is_string(v)) return json_integer((json_int_t)utf8_count(json_string_value(v), json_string_length(v)));
+        if (json_is_array(v)) return json_integer((json_int_t)json_array_size(v));
+        if (json_is_object(v)) return json_integer((json_int_t)json_object_size(v));
+        rerr(C, f, "length of a value that has none");
+        return NULL;
+    }
+    if (!strcmp(n, "tojson")) {
+        json_t *ind = arg(C, f, 0, "indent");
+        struct sbuf b = {0};
+        to_json(v, &b, ind && is_intlike(ind) ? (int)ival(ind) : -1, 0);
+        json_decref(ind);
+        json_t *r = json_stringn_nocheck(b.p ? b.p : "", b.n);
+        free(b.p);
+        return r;
+    }
+    if (!strcmp(n, "upper") || !strcmp(n, "lower") || !strcmp(n, "title") || !strcmp(n, "capitalize")) {
+        json_t *s = str_of(v);
+        json_t *r = case_map(s, n[0] == 'l' ? 0 : n[0] == 'u' ? 1 : n[0] == 't' ? 2 : 3);
+        json_decref(s);
+        return r;
+    }
+    if (!strcmp(n, "string")) return str_of(v);
+    if (!strcmp(n, "safe") || !strcmp(n, "e") || !strcmp(n, "escape")) return v ? json_incref(v) : json_string("");
+    if (!strcmp(n, "int")) {
+        if (v && json_is_string(v)) return json_integer(strtoll(json_string_value(v), NULL, 10));
+        return json_integer(is_num(v) ? (long long)num(v) : 0);
+    }
+    if (!strcmp(n, "float")) {
+        if (v && json_is_string(v)) return json_real(strtod(json_string_value(v), NULL));
+        return json_real(is_num(v) ? num(v) : 0.0);
+    }
+    if (!strcmp(n, "abs")) return is_intlike(v) ? json_integer(llabs(ival(v))) : json_real(fabs(is_num(v) ? num(v) : 0));
+    if (!strcmp(n, "round")) {
+        json_t *p = arg(C, f, 0, "precision");
+        double m = pow(10, p && is_intlike(p) ? (double)ival(p) : 0);
+        json_decref(p);
+        return json_real(round((is_num(v) ? num(v) : 0) * m) / m);
+    }
+    if (!strcmp(n, "default") || !strcmp(n, "d")) {
+        json_t *bo = arg(C, f, 1, "boolean");
+        bool use = bo && truthy(bo) ? !truthy(v) : v == NULL;
+        json_decref(bo);
+        if (!use) return json_incref(v);
+        json_t *d = arg(C, f, 0, "default_value");
+        return d ? d : json_string("");
+    }
+    if (!strcmp(n, "first") || !strcmp(n, "last")) {
+        json_t *l = to_list(v);
+        size_t sz = json_array_size(l);
+        json_t *r = sz ? json_incref(json_array_get(l, n[0] == 'f' ? 0 : sz - 1)) : NULL;
+        json_decref(l);
+        return r;
+    }
+    if (!strcmp(n, "list")) return to_list(v);
+    if (!strcmp(n, "reverse")) {
+        json_t *l = to_list(v), *r = json_array();
+        for (size_t i = json_array_size(l); i > 0; i--) json_array_append(r, json_array_get(l, i - 1));
+        json_decref(l);
+        if (v && json_is_string(v)) {
+            struct sbuf b = {0};
+            size_t i;
+            json_t *c;
+            json_array_foreach(r, i, c) sb_add(&b, json_string_value(c), json_string_length(c));
+            json_decref(r);
+            r = json_stringn_nocheck(b.p ? b.p : "", b.n);
+            free(b.p);
+        }
+        return r;
+    }
+    if (!strcmp(n, "sort")) {
+        json_t *l = to_list(v);
+        size_t sz = json_array_size(l);
+        json_t **items = malloc((sz ? sz : 1) * sizeof *items);
+        if (!items) { json_decref(l); C->st = TOY_ERR_NOMEM; return NULL; }
+        for (size_t i = 0; i < sz; i++) items[i] = json_array_get(l, i);
+        qsort(items, sz, sizeof *items, cmp_values);
+        json_t *rv = arg(C, f, 0, "reverse");
+        bool rev = truthy(rv);
+        json_decref(rv);
+        json_t *r = json_array();
+        for (size_t i = 0; i < sz; i++) json_array_append(r, items[rev ? sz - 1 - i : i]);
+        free(items);
+        json_decref(l);
+        return r;
+    }
+    if (!strcmp(n, "unique")) {
+        json_t *l = to_list(v), *r = json_array();
+        size_t i;
+        json_t *e;
+        json_array_foreach(l, i, e) if (!contains(r, e)) json_array_append(r, e);
+        json_decref(l);
+        return r;
+    }
+    if (!strcmp(n, "join")) {
+        json_t *sep = arg(C, f, 0, "d"), *attr = arg(C, f, 1, "attribute");
+        json_t *l = to_list(v);
+        struct sbuf b = {0};
+        size_t i;
+        json_t *e;
+        json_array_foreach(l, i, e) {
+            if (i && strv(sep)) sb_add(&b, json_string_value(sep), json_string_length(sep));
+            py_str(strv(attr) ? attr_path(e, strv(attr)) : e, &b);
+        }
+        json_t *r = json_stringn_nocheck(b.p ? b.p : "", b.n);
+        free(b.p);
+        json_decref(l); json_decref(sep); json_decref(attr);
+        return r;
+    }
+    if (!strcmp(n, "replace")) {
+        json_t *a = arg(C, f, 0, NULL), *b = arg(C, f, 1, NULL), *c = arg(C, f, 2, "count");
+        json_t *s = v && json_is_string(v) ? json_incref(v) : str_of(v);
+        json_t *r = str_replace(s, a, b, c && is_intlike(c) ? ival(c) : -1);
+        json_decref(s); json_decref(a); json_decref(b); json_decref(c);
+        return r;
+    }
+    if (!strcmp(n, "items")) {
+        json_t *r = json_array();
+        const char *k;
+        json_t *e;
+        if (v && json_is_object(v)) json_object_foreach(v, k, e) json_array_append_new(r, json_pack("[sO]", k, e));
+        return r;
+    }
+    if (!strcmp(n, "dictsort")) {
+        json_t *r = json_array();
+        if (v && json_is_object(v)) {
+            size_t sz = json_object_size(v), i = 0;
+            const char **keys = malloc((sz ? sz : 1) * sizeof *keys);
+            const char *k;
+            json_t *e;
+            if (!keys) { C->st = TOY_ERR_NOMEM; return r; }
+            json_object_foreach(v, k, e) keys[i++] = k;
+            for (size_t a = 1; a < sz; a++)
+                for (size_t b = a; b > 0 && strcmp(keys[b - 1], keys[b]) > 0; b--) { const char *t = keys[b]; keys[b] = keys[b - 1]; keys[b - 1] = t; }
+            for (i = 0; i < sz; i++) json_array_append_new(r, json_pack("[sO]", keys[i], json_object_get(v, keys[i])));
+            free(keys);
+        }
+        return r;
+    }
+    if (!strcmp(n, "map")) {
+        json_t *attr = arg(C, f, -1, "attribute"), *dflt = arg(C, f, -1, "default");
+        json_t *fname = attr ? NULL : arg(C, f, 0, NULL);
+        json_t *l = to_list(v), *r = json_array();
+        size_t i;
+        json_t *e;
+        json_array_foreach(l, i, e) {
+            json_t *m = NULL;
+            if (strv(attr)) { m = attr_path(e, strv(attr)); m = m ? json_incref(m) : (dflt ? json_incref(dflt) : json_null()); }
+            else if (strv(fname)) {
+                struct node tmp = *f;
+                tmp.str = (char *)strv(fname);
+                tmp.n = 0;
+                tmp.nkw = 0;
+                m = do_filter(C, &tmp, e);
+            }
+            json_array_append_new(r, m ? m : json_null());
+        }
+        json_decref(l); json_decref(attr); json_decref(dflt); json_decref(fname);
+        return r;
+    }
+    if (!strcmp(n, "selectattr") || !strcmp(n, "rejectattr") || !strcmp(n, "select") || !strcmp(n, "reject")) {
+        bool byattr = strstr(n, "attr") != NULL, sel = n[0] == 's';
+        json_t *attr = byattr ? arg(C, f, 0, NULL) : NULL;
+        json_t *test = arg(C, f, byattr ? 1 : 0, NULL);
+        json_t *l = to_list(v), *r = json_array();
+        size_t i;
+        json_t *e;
+        json_array_foreach(l, i, e) {
+            json_t *val = byattr ? (strv(attr) ? attr_path(e, strv(attr)) : NULL) : e;
+            bool ok;
+            if (strv(test)) {
+                struct node tmp = {.k = E_TEST, .line = f->line, .str = (char *)strv(test)};
+                struct node *extra[1];
+                int base = byattr ? 2 : 1;
+                if (f->n > base) { extra[0] = f->list[base]; tmp.list = extra; tmp.n = 1; }
+                ok = do_test(C, &tmp, val);
+            } else {
+                ok = truthy(val);
+            }
+            if (ok == sel) json_array_append(r, e);
+        }
+        json_decref(l); json_decref(attr); json_decref(test);
+        return r;
+    }
+    if (!strcmp(n, "indent")) {
+        json_t *w = arg(C, f, 0, "width"), *first = arg(C, f, 1, "first"), *blank = arg(C, f, 2, "blank");
+        long long width = w && is_intlike(w) ? ival(w) : 4;
+        const char *pad = strv(w);
+        json_t *s = str_of(v);
+        struct sbuf b = {0};
+        const char *p = json_string_value(s);
+        size_t len = json_string_length(s);
+        bool at_line_start = truthy(first);
+        for (size_t i = 0; i <= len; i++) {
+            if (at_line_start && i < len && (p[i] != '\n' || truthy(blank))) {
+                if (pad) sb_str(&b, pad);
+                else for (long long k = 0; k < width; k++) sb_add(&b, " ", 1);
+            }
+            at_line_start = false;
+            if (i < len) { sb_add(&b, p + i, 1); if (p[i] == '\n') at_line_start = true; }
+        }
+        json_t *r = json_stringn_nocheck(b.p ? b.p : "", b.n);
+        free(b.p);
+        json_decref(s); json_decref(w); json_decref(first); json_decref(blank);
+        return r;
+    }
+    if (!strcmp(n, "wordcount")) {
+        json_t *s = str_of(v);
+        long long c = 0;
+        const char *p = json_string_value(s);
+        for (size_t i = 0, len = json_string_length(s); i < len; i++)
+            if (!isspace((unsigned char)p[i]) && (i == 0 || isspace((unsigned char)p[i - 1]))) c++;
+        json_decref(s);
+        return json_integer(c);
+    }
+    rerr(C, f, "unknown filter '%s'", n);
+    return NULL;
+}
+
+static void set_target(struct ctx *C, const struct node *x, json_t *v /* stolen */) {
+    if (x->str) { /* ns.attr = v */
+        json_t *ns = lookup(C, x->names[0]);
+        if (!ns || !json_is_object(ns)) { rerr(C, x, "'%s' is not a namespace", x->names[0]); json_decref(v); return; }
+        json_object_set_new(ns, x->str, v ? v : json_null());
+        return;
+    }
+    if (x->nnames == 1) { assign(C, x->names[0], v); return; }
+    if (!v || !json_is_array(v) || (int)json_array_size(v) != x->nnames) {
+        rerr(C, x, "cannot unpack into %d names", x->nnames);
+        json_decref(v);
+        return;
+    }
+    for (int i = 0; i < x->nnames; i++) assign(C, x->names[i], json_incref(json_array_get(v, (size_t)i)));
+    json_decref(v);
+}
+
+static void exec(struct ctx *C, const struct node *x, struct sbuf *out) {
+    if (C->st || C->brk) return;
+    switch (x->k) {
+    case N_TEXT: sb_str(out, x->str); break;
+    case N_OUT: {
+        json_t *v = eval(C, x->a);
+        py_str(v, out);
+        json_decref(v);
+        break;
+    }
+    case N_IF: {
+        json_t *c = eval(C, x->a);
+        bool t = truthy(c);
+        json_decref(c);
+        if (C->st) return;
+        if (t) exec_body(C, x->list, x->n, out);
+        else exec_body(C, x->els, x->nels, out);
+        break;
+    }
+    case N_FOR: {
+        json_t *it = eval(C, x->a);
+        if (C->st) { json_decref(it); return; }
+        if (it && !json_is_array(it) && !json_is_object(it) && !json_is_string(it)) {
+            json_decref(it);
+            rerr(C, x, "cannot iterate over this value");
+            return;
+        }
+        json_t *items = to_list(it);
+        json_decref(it);
+        if (!push_scope(C)) { json_decref(items); return; }
+        /* the `if` filter applies before loop.* counts */
+        if (x->b) {
+            json_t *kept = json_array();
+            size_t i;
+            json_t *e;
+            json_array_foreach(items, i, e) {
+                if (x->nnames == 1) assign(C, x->names[0], json_incref(e));
+                else if (json_is_array(e) && (int)json_array_size(e) == x->nnames)
+                    for (int k = 0; k < x->nnames; k++) assign(C, x->names[k], json_incref(json_array_get(e, (size_t)k)));
+                json_t *c = eval(C, x->b);
+                if (truthy(c)) json_array_append(kept, e);
+                json_decref(c);
+            }
+            json_decref(items);
+            items = kept;
+        }
+        size_t n = json_array_size(items);
+        for (size_t i = 0; i < n && !C->st; i++) {
+            json_t *e = json_array_get(items, i);
+            json_t *loop = json_pack("{sIsIsIsIsbsbsI}", "index", (json_int_t)i + 1, "index0", (json_int_t)i, "revindex",
+                                     (json_int_t)(n - i), "revindex0", (json_int_t)(n - i - 1), "first", i == 0, "last",
+                                     i + 1 == n, "length", (json_int_t)n);
+            if (loop) {
+                if (i > 0) json_object_set(loop, "previtem", json_array_get(items, i - 1));
+                if (i + 1 < n) json_object_set(loop, "nextitem", json_array_get(items, i + 1));
+            }
+            assign(C, "loop", loop);
+            if (x->nnames == 1) assign(C, x->names[0], json_incref(e));
+            else {
+                if (!json_is_array(e) || (int)json_array_size(e) != x->nnames) { rerr(C, x, "cannot unpack loop item into %d names", x->nnames); break; }
+                for (int k = 0; k < x->nnames; k++) assign(C, x->names[k], json_incref(json_array_get(e, (size_t)k)));
+            }
+            exec_body(C, x->list, x->n, out);
+            if (C->brk == 1) { C->brk = 0; break; }
+            C->brk = 0;
+        }
+        pop_scope(C);
+        if (n == 0 && !C->st) exec_body(C, x->els, x->nels, out);
+        json_decref(items);
+        break;
+    }
+    case N_SET: set_target(C, x, eval(C, x->a)); break;
+    case N_SETBLOCK: {
+        struct sbuf b = {0};
+        exec_body(C, x->list, x->n, &b);
+        set_target(C, x, json_stringn_nocheck(b.p ? b.p : "", b.n));
+        free(b.p);
+        break;
+    }
+    case N_MACRO: {
+        /* a macro is a dict naming its node, so it can be looked up like a variable */
+        size_t idx = 0;
+        while (idx < C->tpl->nall && C->tpl->all[idx] != x) idx++;
+        assign(C, x->str, json_pack("{sI}", "__macro__", (json_int_t)idx));
+        break;
+    }
+    case N_CALLBLOCK: {
+        const struct node *call = x->a;
+        if (call->a->k != E_NAME) { rerr(C, x, "{%% call %%} needs a macro name"); return; }
+        const struct node *mac = find_macro(C, call->a->str);
+        if (!mac) { rerr(C, x, "'%s' is not a macro", call->a->str); return; }
+        json_t *r = call_macro(C, mac, call, x);
+        py_str(r, out);
+        json_decref(r);
+        break;
+    }
+    case N_FILTERBLOCK: {
+        struct sbuf b = {0};
+        exec_body(C, x->list, x->n, &b);
+        json_t *saved = x->b->lit;
+        ((struct node *)x->b)->lit = json_stringn_nocheck(b.p ? b.p : "", b.n);
+        free(b.p);
+        json_t *r = eval(C, x->a);
+        json_decref(x->b->lit);
+        ((struct node *)x->b)->lit = saved;
+        py_str(r, out);
+        json_decref(r);
+        break;
+    }
+    case N_BREAK: C->brk = 1; break;
+    case N_CONTINUE: C->brk = 2; break;
+    default: rerr(C, x, "not a statement"); break;
+    }
+}
+
+static void exec_body(struct ctx *C, struct node *const *body, int n, struct sbuf *out) {
+    for (int i = 0; i < n && !C->st && !C->brk; i++) exec(C, body[i], out);
+}
+
+enum toy_status jinja_render(const struct jinja_template *t, json_t *vars, char **out) {
+    *out = NULL;
+    struct ctx C = {.tpl = t};
+    if (!push_scope(&C)) return toy_error(TOY_ERR_NOMEM, "chat template: out of memory");
+    if (vars) json_object_update(C.scopes[0], vars);
+    struct sbuf b = {0};
+    exec_body(&C, t->body, t->n, &b);
+    while (C.nscopes) pop_scope(&C);
+    free(C.scopes);
+    if (b.oom && !C.st) { C.st = TOY_ERR_NOMEM; snprintf(C.err, sizeof C.err, "out of memory"); }
+    if (C.st) {
+        free(b.p);
+        return toy_error(C.st, "chat template: %s", C.err);
+    }
+    *out = b.p ? b.p : strdup("");
+    if (!*out) return toy_error(TOY_ERR_NOMEM, "chat template: out of memory");
+    return TOY_OK;
+}

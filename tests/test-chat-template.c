@@ -1,0 +1,281 @@
+/* test-chat-template.c: the Jinja-subset interpreter on the real templates
+ * in ../shared/testdata (Llama-3 tokenizer_config.json, Phi-3 from its GGUF)
+ * and the built-ins (SmolLM2 ChatML, Llama-2, Mistral, Gemma), against
+ * renderings written out by hand from the templates' Jinja semantics; then
+ * the language features one by one, and errors.
+ */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "toy/chat-template.h"
+#include "toy/tokenizer.h"
+
+#define TD "../shared/testdata/"
+#define MUST(call) cr_assert_eq((call), TOY_OK, "%s: %s", #call, toy_last_error())
+
+/* Renders `src` (source or built-in name) for JSON messages. */
+static char *render(const char *src, const char *messages_json, bool add_gen, const char *bos, const char *eos) {
+    struct toy_chat_template *t;
+    MUST(toy_chat_template_init(src, &t));
+    struct toy_chat_vars v = {.bos_token = bos, .eos_token = eos, .add_generation_prompt = add_gen};
+    char *out;
+    MUST(toy_chat_template_render_json(t, messages_json, &v, &out));
+    toy_chat_template_free(t);
+    return out;
+}
+
+/* Renders a template with no messages that only uses its own logic. */
+static char *jinja(const char *src) { return render(src, "[]", false, "<s>", "</s>"); }
+
+static enum toy_status jinja_err(const char *src, const char *msgs) {
+    struct toy_chat_template *t;
+    enum toy_status st = toy_chat_template_init(src, &t);
+    if (st) return st;
+    char *out = NULL;
+    struct toy_chat_vars v = {0};
+    st = toy_chat_template_render_json(t, msgs ? msgs : "[]", &v, &out);
+    free(out);
+    toy_chat_template_free(t);
+    return st;
+}
+
+#define EXPECT_RENDER(src, want)                          \
+    do {                                                  \
+        char *got_ = jinja(src);                          \
+        cr_expect_str_eq(got_, want, "template: %s", src); \
+        free(got_);                                       \
+    } while (0)
+
+static const char *conv =
+    "[{\"role\":\"system\",\"content\":\"You are a helpful assistant.\"},"
+    "{\"role\":\"user\",\"content\":\"Hello!\"},"
+    "{\"role\":\"assistant\",\"content\":\"  Hi there. \\n\"},"
+    "{\"role\":\"user\",\"content\":\"What is 2+2?\"}]";
+
+Test(chat_template, llama3_tokenizer_config) {
+    if (access(TD "tokenizer-llama3/tokenizer_config.json", R_OK)) cr_skip_test("no Llama-3 test data");
+    struct toy_tokenizer *tok = NULL;
+    MUST(toy_tokenizer_load(TD "tokenizer-llama3/tokenizer.json", &tok));
+    const char *tmpl = toy_tokenizer_chat_template(tok);
+    cr_assert_not_null(tmpl);
+    char *got = render(tmpl, conv, true, "<|begin_of_text|>", "<|end_of_text|>");
+    const char *want =
+        "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nYou are a helpful assistant.<|eot_id|>"
+        "<|start_header_id|>user<|end_header_id|>\n\nHello!<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\nHi there.<|eot_id|>"
+        "<|start_header_id|>user<|end_header_id|>\n\nWhat is 2+2?<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\n";
+    cr_expect_str_eq(got, want);
+    free(got);
+    /* the same through the tokenizer: its BOS text, and the built-in agrees */
+    struct toy_chat_message m[] = {{"user", "Hello!"}};
+    MUST(toy_tokenizer_apply_chat(tok, NULL, m, 1, true, &got));
+    cr_expect_str_eq(got, "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHello!<|eot_id|>"
+                          "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    char *got2;
+    MUST(toy_tokenizer_apply_chat(tok, "llama3", m, 1, true, &got2));
+    cr_expect_str_eq(got, got2);
+    /* rendered text tokenizes with the specials as single tokens */
+    struct toy_tokens ids = {0};
+    MUST(toy_tokenizer_encode(tok, got, strlen(got), TOY_ENCODE_PARSE_SPECIAL, &ids));
+    cr_expect_eq(ids.ids[0], 128000);
+    cr_expect_eq(ids.ids[1], 128006);
+    cr_expect_eq(ids.ids[ids.n - 1], 271); /* "\n\n" */
+    toy_tokens_free(&ids);
+    free(got);
+    free(got2);
+    toy_tokenizer_free(tok);
+}
+
+Test(chat_template, smollm2_chatml) {
+    const char *msgs = "[{\"role\":\"user\",\"content\":\"Hi\"},{\"role\":\"assistant\",\"content\":\"Hello.\"}]";
+    char *got = render("smollm2", msgs, true, "", "");
+    cr_expect_str_eq(got, "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+                          "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello.<|im_end|>\n"
+                          "<|im_start|>assistant\n");
+    free(got);
+    got = render("chatml", conv, false, "", "");
+    cr_expect_str_eq(got, "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nHello!<|im_end|>\n"
+                          "<|im_start|>assistant\n  Hi there. \n<|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n");
+    free(got);
+    if (access(TD "tokenizer-smollm2/tokenizer.json", R_OK) == 0) {
+        struct toy_tokenizer *tok = NULL;
+        MUST(toy_tokenizer_load(TD "tokenizer-smollm2/tokenizer.json", &tok));
+        struct toy_chat_message m[] = {{"system", "S"}, {"user", "Hi"}};
+        MUST(toy_tokenizer_apply_chat(tok, "smollm2", m, 2, true, &got));
+        cr_expect_str_eq(got, "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+        struct toy_tokens ids = {0};
+        MUST(toy_tokenizer_encode(tok, got, strlen(got), TOY_ENCODE_PARSE_SPECIAL, &ids));
+        cr_expect_eq(ids.ids[0], 1); /* <|im_start|> */
+        int ends = 0;
+        for (int64_t i = 0; i < ids.n; i++) ends += ids.ids[i] == 2;
+        cr_expect_eq(ends, 2);
+        toy_tokens_free(&ids);
+        free(got);
+        toy_tokenizer_free(tok);
+    }
+}
+
+Test(chat_template, phi3_from_gguf) {
+    if (access(TD "llamacpp-vocab-gguf/ggml-vocab-phi-3.gguf", R_OK)) cr_skip_test("no phi-3 GGUF");
+    struct toy_tokenizer *tok = NULL;
+    MUST(toy_tokenizer_load(TD "llamacpp-vocab-gguf/ggml-vocab-phi-3.gguf", &tok));
+    struct toy_chat_message m[] = {{"user", "Hi"}, {"assistant", "Hello"}, {"user", "Bye"}};
+    char *got;
+    MUST(toy_tokenizer_apply_chat(tok, NULL, m, 3, true, &got));
+    cr_expect_str_eq(got, "<s><|user|>\nHi<|end|>\n<|assistant|>\nHello<|end|>\n<|user|>\nBye<|end|>\n<|assistant|>\n");
+    free(got);
+    toy_tokenizer_free(tok);
+}
+
+Test(chat_template, llama2_mistral_gemma_builtins) {
+    char *got = render("llama2", conv, false, "<s>", "</s>");
+    cr_expect_str_eq(got, "<s>[INST] <<SYS>>\nYou are a helpful assistant.\n<</SYS>>\n\nHello! [/INST] Hi there. </s>"
+                          "<s>[INST] What is 2+2? [/INST]");
+    free(got);
+    const char *alt = "[{\"role\":\"user\",\"content\":\"Hello!\"},{\"role\":\"assistant\",\"content\":\"Hi.\"},"
+                      "{\"role\":\"user\",\"content\":\"Bye\"}]";
+    got = render("mistral", alt, false, "<s>", "</s>");
+    cr_expect_str_eq(got, "<s>[INST] Hello! [/INST]Hi.</s>[INST] Bye [/INST]");
+    free(got);
+    got = render("gemma", alt, true, "<bos>", "<eos>");
+    cr_expect_str_eq(got, "<bos><start_of_turn>user\nHello!<end_of_turn>\n<start_of_turn>model\nHi.<end_of_turn>\n"
+                          "<start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n");
+    free(got);
+    /* raise_exception surfaces as an error with the template's message */
+    struct toy_chat_template *t;
+    MUST(toy_chat_template_init("gemma", &t));
+    struct toy_chat_vars v = {0};
+    cr_expect_eq(toy_chat_template_render_json(t, conv, &v, &got), TOY_ERR_INVALID_ARG);
+    cr_expect(strstr(toy_last_error(), "System role not supported"), "%s", toy_last_error());
+    toy_chat_template_free(t);
+    MUST(toy_chat_template_init("mistral", &t));
+    cr_expect_eq(toy_chat_template_render_json(t, "[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"user\",\"content\":\"b\"}]",
+                                               &v, &got), TOY_ERR_INVALID_ARG);
+    cr_expect(strstr(toy_last_error(), "alternate"), "%s", toy_last_error());
+    toy_chat_template_free(t);
+}
+
+Test(chat_template, expressions) {
+    EXPECT_RENDER("{{ 1 + 2 * 3 }}|{{ (1 + 2) * 3 }}|{{ 7 // 2 }}|{{ -7 // 2 }}|{{ 7 % 3 }}|{{ 2 ** 10 }}|{{ 7 / 2 }}",
+                  "7|9|3|-4|1|1024|3.5");
+    EXPECT_RENDER("{{ 'a' ~ 1 ~ none }}|{{ 'ab' * 3 }}|{{ [1, 2] + [3] }}|{{ {'k': 'v', 'n': 1} }}",
+                  "a1None|ababab|[1, 2, 3]|{'k': 'v', 'n': 1}");
+    EXPECT_RENDER("{{ true and false }}|{{ true or false }}|{{ not true }}|{{ 1 if 0 else 2 }}|{{ 'x' if false }}|",
+                  "False|True|False|2||");
+    EXPECT_RENDER("{{ 'b' in 'abc' }}|{{ 3 in [1, 2] }}|{{ 'k' in {'k': 1} }}|{{ 'z' not in 'abc' }}",
+                  "True|False|True|True");
+    EXPECT_RENDER("{{ 1 < 2 }}|{{ 2 <= 1 }}|{{ 'a' == 'a' }}|{{ 1 == 1.0 }}|{{ 1 != 2 }}|{{ 'b' > 'a' }}",
+                  "True|False|True|True|True|True");
+    EXPECT_RENDER("{{ x is defined }}|{{ x is undefined }}|{{ none is none }}|{{ 'a' is string }}|{{ 3 is odd }}|"
+                  "{{ 4 is even }}|{{ {} is mapping }}|{{ [] is iterable }}|{{ 1 is not number }}|{{ 6 is divisibleby 3 }}",
+                  "False|True|True|True|True|True|True|True|False|True");
+    EXPECT_RENDER("{{ 'hello'[1] }}|{{ 'hello'[-1] }}|{{ 'hello'[1:3] }}|{{ 'hello'[::-1] }}|{{ [1,2,3,4][1:] }}|"
+                  "{{ [1,2,3,4][:-1] }}|{{ [1,2,3,4][::2] }}",
+                  "e|o|el|olleh|[2, 3, 4]|[1, 2, 3]|[1, 3]");
+    EXPECT_RENDER("{{ undefined_var }}|{{ undefined_var.attr }}|{{ none }}|{{ true }}|{{ 1.5 }}|{{ 2.0 }}",
+                  "||None|True|1.5|2.0");
+    EXPECT_RENDER("{{ 'a' 'b' }}|{{ \"q'uote\" }}|{{ 'esc\\n'|length }}", "ab|q'uote|4");
+}
+
+Test(chat_template, filters_and_methods) {
+    EXPECT_RENDER("{{ '  x y  '|trim }}|{{ 'abc'|upper }}|{{ 'ABC'|lower }}|{{ 'hello world'|title }}|{{ 'hELLO'|capitalize }}",
+                  "x y|ABC|abc|Hello World|Hello");
+    EXPECT_RENDER("{{ [1,2,3]|length }}|{{ 'héllo'|length }}|{{ {'a':1}|count }}|{{ [3,1,2]|sort }}|{{ [1,2]|reverse|list }}",
+                  "3|5|1|[1, 2, 3]|[2, 1]");
+    EXPECT_RENDER("{{ [1,2,3]|join(', ') }}|{{ [1,2,3]|first }}|{{ [1,2,3]|last }}|{{ x|default('dflt') }}|{{ ''|default('e', true) }}",
+                  "1, 2, 3|1|3|dflt|e");
+    EXPECT_RENDER("{{ {'a': [1, 'two', none, true], 'b': {'c': 1.5}}|tojson }}", "{\"a\": [1, \"two\", null, true], \"b\": {\"c\": 1.5}}");
+    EXPECT_RENDER("{{ {'a': 1}|tojson(indent=2) }}", "{\n  \"a\": 1\n}");
+    EXPECT_RENDER("{{ 'é\"\\n'|tojson }}", "\"é\\\"\\n\"");
+    EXPECT_RENDER("{{ 'a-b-c'|replace('-', '+') }}|{{ 42|string ~ '!' }}|{{ '7'|int + 1 }}|{{ 2|float }}|{{ -3|abs }}|{{ 2.567|round(2) }}",
+                  "a+b+c|42!|8|2.0|3|2.57");
+    EXPECT_RENDER("{% set xs = [{'n': 'a', 'k': 1}, {'n': 'b'}, {'n': 'c', 'k': 0}] %}{{ xs|map(attribute='n')|join }}|"
+                  "{{ xs|selectattr('k')|map(attribute='n')|list }}|{{ xs|rejectattr('k', 'defined')|map(attribute='n')|first }}|"
+                  "{{ xs|selectattr('n', 'equalto', 'c')|list|length }}|{{ ['a','b']|map('upper')|join }}",
+                  "abc|['a']|b|1|AB");
+    EXPECT_RENDER("{{ '  pad '.strip() }}|{{ 'xxhixx'.strip('x') }}|{{ 'a,b,,c'.split(',') }}|{{ ' a  b '.split() }}|"
+                  "{{ 'hello'.startswith('he') }}|{{ 'hello'.endswith(('x', 'lo')) }}|{{ 'aaa'.replace('a', 'b', 2) }}|"
+                  "{{ 'Hi'.upper() }}|{{ '-'.join(['x', 'y']) }}|{{ 'banana'.count('an') }}|{{ 'abc'.find('c') }}",
+                  "pad|hi|['a', 'b', '', 'c']|['a', 'b']|True|True|bba|HI|x-y|2|2");
+    EXPECT_RENDER("{% set d = {'a': 1, 'b': 2} %}{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}|{{ d.get('z', 9) }}|"
+                  "{{ d.keys()|list }}|{{ d['b'] }}|{{ d.a }}|{{ d|items|length }}",
+                  "a=1;b=2;|9|['a', 'b']|2|1|2");
+    EXPECT_RENDER("{{ 'line1\\nline2'|indent(2) }}|{{ 'a\\nb'|indent(2, true) }}|{{ [1, 1, 2]|unique|list }}|{{ 'one two'|wordcount }}",
+                  "line1\n  line2|  a\n  b|[1, 2]|2");
+    EXPECT_RENDER("{% filter upper %}shout {{ 'it' }}{% endfilter %}", "SHOUT IT");
+}
+
+Test(chat_template, statements) {
+    EXPECT_RENDER("{% for x in [1, 2, 3] %}{{ loop.index }}{{ loop.index0 }}{{ loop.revindex }}{% if loop.first %}F{% endif %}"
+                  "{% if loop.last %}L{% endif %}/{{ loop.length }};{% endfor %}",
+                  "103F/3;212/3;321L/3;");
+    EXPECT_RENDER("{% for x in [] %}no{% else %}empty{% endfor %}|{% for x in [1,2,3,4] if x is even %}{{ x }}{{ loop.length }}{% endfor %}",
+                  "empty|2242");
+    EXPECT_RENDER("{% for x in range(10) %}{% if x == 2 %}{% continue %}{% endif %}{% if x == 5 %}{% break %}{% endif %}{{ x }}{% endfor %}",
+                  "0134");
+    EXPECT_RENDER("{% for x in 'ab' %}{{ x }}{{ loop.previtem }}{{ loop.nextitem }},{% endfor %}", "ab,ba,");
+    EXPECT_RENDER("{% set n = 1 %}{% for x in [1] %}{% set n = 2 %}{% endfor %}{{ n }}|"
+                  "{% set ns = namespace(n=1, s='') %}{% for x in [1, 2] %}{% set ns.n = ns.n + x %}{% set ns.s = ns.s ~ x %}{% endfor %}{{ ns.n }},{{ ns.s }}",
+                  "1|4,12");
+    EXPECT_RENDER("{% if 0 %}a{% elif false %}b{% elif 1 %}c{% else %}d{% endif %}{% if none %}x{% else %}y{% endif %}", "cy");
+    EXPECT_RENDER("{% set a, b = 1, 2 %}{{ a }}{{ b }}|{% set blk %}in {{ 'block' }}{% endset %}{{ blk|upper }}",
+                  "12|IN BLOCK");
+    EXPECT_RENDER("{% macro greet(name, punct='!') %}Hi {{ name }}{{ punct }}{% endmacro %}{{ greet('A') }} {{ greet('B', '?') }} "
+                  "{{ greet(name='C', punct='.') }}",
+                  "Hi A! Hi B? Hi C.");
+    EXPECT_RENDER("{% macro wrap(t) %}[{{ t }}:{{ caller() }}]{% endmacro %}{% call wrap('x') %}body{% endcall %}", "[x:body]");
+    EXPECT_RENDER("{% for a in [[1, 2], [3, 4]] %}{% for b in a %}{{ loop.index }}{{ b }}{% endfor %}/{{ loop.index }} {% endfor %}",
+                  "1122/1 1324/2 ");
+    EXPECT_RENDER("{# a comment #}{% raw %}{{ not evaluated }}{% endraw %}", "{{ not evaluated }}");
+    EXPECT_RENDER("{% set xs = [] %}{% set _ = xs.append(1) %}{% set _ = xs.append(2) %}{{ xs }}", "[1, 2]");
+    EXPECT_RENDER("{{ strftime_now('%Y')|length }}", "4");
+}
+
+Test(chat_template, whitespace_control) {
+    /* trim_blocks: the newline after a block tag goes; lstrip_blocks: indentation before it */
+    EXPECT_RENDER("{% if true %}\nA\n{% endif %}\nB", "A\nB");
+    EXPECT_RENDER("x\n    {% if true %}\n    y\n    {% endif %}\nz", "x\n    y\nz");
+    EXPECT_RENDER("a  {%- if true -%}  b  {%- endif -%}  c", "abc");
+    EXPECT_RENDER("a  {{- 'b' -}}  c|{{ 'x' }}\n", "abc|x\n");
+    EXPECT_RENDER("a\n  {%+ if true %}b{% endif %}", "a\n  b");
+    EXPECT_RENDER("{# c #}\nA", "A");
+    EXPECT_RENDER("{% for m in [1,2] %}\n  {{ m }}\n{% endfor %}\n", "  1\n  2\n");
+}
+
+Test(chat_template, messages_json_with_tools) {
+    const char *src = "{% if tools is defined %}Tools: {{ tools|map(attribute='name')|join(', ') }}\n{% endif %}"
+                      "{% for m in messages %}{{ m.role }}: {{ m.content }}"
+                      "{% if m.tool_calls is defined %} -> {{ m.tool_calls[0].function.name }}({{ m.tool_calls[0].function.arguments|tojson }}){% endif %}{{ '\\n' }}"
+                      "{% endfor %}";
+    const char *json = "{\"messages\": [{\"role\": \"user\", \"content\": \"weather?\"},"
+                       "{\"role\": \"assistant\", \"content\": \"\", \"tool_calls\": [{\"function\": {\"name\": \"get\", \"arguments\": {\"city\": \"Oslo\"}}}]}],"
+                       "\"tools\": [{\"name\": \"get\"}, {\"name\": \"put\"}]}";
+    char *got = render(src, json, false, "", "");
+    cr_expect_str_eq(got, "Tools: get, put\nuser: weather?\nassistant:  -> get({\"city\": \"Oslo\"})\n");
+    free(got);
+}
+
+Test(chat_template, errors) {
+    cr_expect_eq(jinja_err("{% if x %}no end", NULL), TOY_ERR_FORMAT);
+    cr_expect(strstr(toy_last_error(), "endif"), "%s", toy_last_error());
+    cr_expect_eq(jinja_err("line1\nline2 {{ 1 + }}", NULL), TOY_ERR_FORMAT);
+    cr_expect(strstr(toy_last_error(), "line 2"), "%s", toy_last_error());
+    cr_expect_eq(jinja_err("{{ 'unterminated }}", NULL), TOY_ERR_FORMAT);
+    cr_expect_eq(jinja_err("{% frobnicate %}", NULL), TOY_ERR_FORMAT);
+    cr_expect_eq(jinja_err("{{ x|nosuchfilter }}", NULL), TOY_ERR_FORMAT);
+    cr_expect(strstr(toy_last_error(), "nosuchfilter"), "%s", toy_last_error());
+    cr_expect_eq(jinja_err("{{ raise_exception('boom ' ~ 42) }}", NULL), TOY_ERR_INVALID_ARG);
+    cr_expect(strstr(toy_last_error(), "boom 42"), "%s", toy_last_error());
+    cr_expect_eq(jinja_err("{{ 1 / 0 }}", NULL), TOY_ERR_FORMAT);
+    cr_expect_eq(jinja_err("{% for a, b in [1] %}{% endfor %}", NULL), TOY_ERR_FORMAT);
+    cr_expect_eq(jinja_err("{{ x }}", "{\"not\": \"messages\"}"), TOY_ERR_FORMAT);
+    cr_expect_eq(jinja_err("{{ x }}", "[{\"content\": \"no role\"}]"), TOY_ERR_FORMAT);
+    cr_expect_eq(jinja_err("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", NULL), TOY_ERR_FORMAT);
+    struct toy_chat_template *t = NULL;
+    cr_expect_eq(toy_chat_template_init(NULL, &t), TOY_ERR_INVALID_ARG);
+}
