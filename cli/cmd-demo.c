@@ -50,12 +50,13 @@ struct opts {
     int steps, threads, T, B, d, layers;
     uint64_t seed;
     float lr;
+    bool bf16;
 };
 
 static int usage(void) {
     fprintf(stderr,
             "usage: toy demo [--steps N] [--threads N] [--seed S] [--lr LR] [--ctx T] [--batch B]\n"
-            "                [--dim D] [--layers L]\n"
+            "                [--dim D] [--layers L] [--bf16]\n"
             "Trains a character-level Llama on built-in grammar text, then samples from it.\n");
     return 2;
 }
@@ -64,6 +65,7 @@ static int parse(int argc, char **argv, struct opts *o) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage(), 1;
+        if (!strcmp(a, "--bf16")) { o->bf16 = true; continue; }
         if (i + 1 >= argc) { fprintf(stderr, "toy demo: %s needs a value\n", a); return 2; }
         const char *v = argv[++i];
         char *end;
@@ -151,6 +153,7 @@ int toy_cmd_demo(int argc, char **argv) {
     cfg.max_ctx = o.T;
     struct toy_llama *m = toy_llama_new(&cfg, o.seed);
     if (!m) { fprintf(stderr, "toy demo: %s\n", toy_last_error()); free(text); return 1; }
+    if (o.bf16) m->matmul_type = TOY_BF16; /* mixed precision: bf16 matmuls, f32 master weights */
     struct toy_threadpool *tp = toy_threadpool_new(o.threads);
 
     struct toy_ctx *ctx = toy_ctx_init(true);
@@ -177,7 +180,8 @@ int toy_cmd_demo(int argc, char **argv) {
            "          on %zu KB of generated sentences; %d steps of %d x %d tokens on %d threads (%s)\n"
            "          activation memory planned: %.1f MB (%.0f%% of the naive %.1f MB)\n",
            (long long)toy_llama_n_params(m), o.d, o.layers, (long long)cfg.n_heads, (long long)cfg.n_kv_heads,
-           n_text / 1000, o.steps, o.B, o.T, toy_threadpool_size(tp), "AdamW, warmup + cosine",
+           n_text / 1000, o.steps, o.B, o.T, toy_threadpool_size(tp),
+           o.bf16 ? "AdamW, warmup + cosine, bf16 matmuls" : "AdamW, warmup + cosine",
            plan.peak_bytes / 1e6, 100.0 * (double)plan.peak_bytes / (double)plan.naive_bytes, plan.naive_bytes / 1e6);
     printf("          untrained loss would be ln(128) = %.3f per character\n", log(128.0));
 

@@ -41,6 +41,10 @@ struct toy_llama_layer {
 
 struct toy_llama {
     struct toy_llama_config cfg;
+    /* TOY_F32 (default) or TOY_BF16: mixed precision. With BF16 the
+     * projections run on bf16 copies of the f32 master weights (cast inside
+     * the graph each step; gradients flow back to the f32 masters). */
+    enum toy_dtype matmul_type;
     struct toy_ctx *ctx; /* owns the parameters */
     struct toy_tensor *tok_embd, *out_norm, *output; /* output == tok_embd when tied */
     struct toy_llama_layer *layers;

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "backends/backend-impl.h"
 #include "core/internal.h"
 
 #define ALIGN 64
@@ -321,6 +322,7 @@ enum toy_status toy_graph_plan(struct toy_graph *g, struct toy_membuf *buf,
 /* ---- execution ------------------------------------------------------------------ */
 
 struct task {
+    const struct toy_backend_ops *be;
     struct toy_tensor *node;
     void *work;
     size_t work_size;
@@ -328,7 +330,7 @@ struct task {
 
 static void run_node(void *arg, int ith, int nth) {
     struct task *tk = arg;
-    toy_cpu_compute(tk->node, ith, nth, tk->work, tk->work_size);
+    tk->be->compute(tk->node, ith, nth, tk->work, tk->work_size);
 }
 
 static double now_us(void) {
@@ -346,12 +348,13 @@ static enum toy_status check_leaf(const struct toy_tensor *t) {
 
 enum toy_status toy_graph_compute(struct toy_graph *g, struct toy_threadpool *tp) {
     enum toy_status st;
-    toy_cpu_init();
+    const struct toy_backend_ops *be = toy_backend_default();
+    be->init();
     if (!g->planned && (st = toy_graph_plan(g, NULL, NULL))) return st;
     int nth = toy_threadpool_size(tp);
     size_t ws = 0;
     for (int i = 0; i < g->n_nodes; i++) {
-        size_t w = toy_cpu_work_size(g->nodes[i], nth);
+        size_t w = be->work_size(g->nodes[i], nth);
         if (w > ws) ws = w;
         for (int s = 0; s < TOY_MAX_SRC; s++)
             if ((st = check_leaf(g->nodes[i]->src[s]))) return st;
@@ -375,7 +378,7 @@ enum toy_status toy_graph_compute(struct toy_graph *g, struct toy_threadpool *tp
         if (t->op == TOY_OP_ACCUM || (t->op == TOY_OP_MATMUL && t->op_params[P_MM_ACCUM]) ||
             (t->op == TOY_OP_GET_ROWS_BACK && t->op_params[P_GRB_ACCUM]))
             t->data = t->src[TOY_MAX_SRC - 1]->data; /* the persistent gradient */
-        struct task tk = {t, g->work, g->work_size};
+        struct task tk = {be, t, g->work, g->work_size};
         double t0 = g->timing ? now_us() : 0;
         toy_threadpool_run(tp, run_node, &tk);
         if (g->timing) g->op_us[t->op] += now_us() - t0;

@@ -91,7 +91,8 @@ struct toy_graph {
 
 void toy_graph_add_node(struct toy_graph *g, struct toy_tensor *t);
 
-/* CPU backend entry points (src/backends/cpu/). */
+/* CPU backend entry points (src/backends/cpu/), used through
+ * backends/registry.c. */
 size_t toy_cpu_work_size(const struct toy_tensor *node, int nth);
 void toy_cpu_compute(struct toy_tensor *node, int ith, int nth, void *work, size_t work_size);
 void toy_cpu_init(void);

@@ -121,6 +121,13 @@ int64_t toy_llama_n_params(const struct toy_llama *m) {
     return c->vocab * d * (c->tied ? 1 : 2) + c->n_layers * per + d;
 }
 
+/* x W^T with W cast to the model's matmul type (mixed precision) */
+static struct toy_tensor *proj(struct toy_ctx *ctx, const struct toy_llama *m, struct toy_tensor *x,
+                               struct toy_tensor *w) {
+    if (m->matmul_type == TOY_BF16 && w->type == TOY_F32) w = toy_cast(ctx, w, TOY_BF16);
+    return toy_linear(ctx, x, w, NULL);
+}
+
 struct toy_tensor *toy_llama_forward(struct toy_ctx *ctx, struct toy_llama *m, struct toy_tensor *tokens,
                                      struct toy_tensor *pos) {
     const struct toy_llama_config *c = &m->cfg;
@@ -132,18 +139,18 @@ struct toy_tensor *toy_llama_forward(struct toy_ctx *ctx, struct toy_llama *m, s
     for (int64_t l = 0; l < c->n_layers; l++) {
         struct toy_llama_layer *L = &m->layers[l];
         struct toy_tensor *h = toy_rms_norm(ctx, x, L->attn_norm, c->norm_eps);
-        struct toy_tensor *q = toy_reshape_4d(ctx, toy_linear(ctx, h, L->wq, NULL), hd, H, T, B);
-        struct toy_tensor *k = toy_reshape_4d(ctx, toy_linear(ctx, h, L->wk, NULL), hd, Hkv, T, B);
-        struct toy_tensor *v = toy_reshape_4d(ctx, toy_linear(ctx, h, L->wv, NULL), hd, Hkv, T, B);
+        struct toy_tensor *q = toy_reshape_4d(ctx, proj(ctx, m, h, L->wq), hd, H, T, B);
+        struct toy_tensor *k = toy_reshape_4d(ctx, proj(ctx, m, h, L->wk), hd, Hkv, T, B);
+        struct toy_tensor *v = toy_reshape_4d(ctx, proj(ctx, m, h, L->wv), hd, Hkv, T, B);
         q = toy_rope(ctx, q, pos, &rope);
         k = toy_rope(ctx, k, pos, &rope);
         struct toy_tensor *a = toy_attention(ctx, q, k, v, &attn); /* {hd, H, T, B} */
         a = toy_reshape_3d(ctx, a, d, T, B);
-        x = toy_add(ctx, x, toy_linear(ctx, a, L->wo, NULL));
+        x = toy_add(ctx, x, proj(ctx, m, a, L->wo));
         h = toy_rms_norm(ctx, x, L->ffn_norm, c->norm_eps);
-        struct toy_tensor *f = toy_swiglu(ctx, toy_linear(ctx, h, L->w_gate, NULL), toy_linear(ctx, h, L->w_up, NULL));
-        x = toy_add(ctx, x, toy_linear(ctx, f, L->w_down, NULL));
+        struct toy_tensor *f = toy_swiglu(ctx, proj(ctx, m, h, L->w_gate), proj(ctx, m, h, L->w_up));
+        x = toy_add(ctx, x, proj(ctx, m, f, L->w_down));
     }
     x = toy_rms_norm(ctx, x, m->out_norm, c->norm_eps);
-    return toy_linear(ctx, x, m->output, NULL); /* {vocab, T, B} */
+    return proj(ctx, m, x, m->output); /* {vocab, T, B} */
 }
