@@ -199,8 +199,27 @@ const char *toy_tokenizer_chat_template(const struct toy_tokenizer *tok);
 int64_t toy_tokenizer_n_merges(const struct toy_tokenizer *tok);
 const char *toy_tokenizer_merge(const struct toy_tokenizer *tok, int64_t rank);
 
-/* Saves as a Hugging Face tokenizer.json (BPE, SPM-BPE and Unigram). */
+/* Saves as a Hugging Face tokenizer.json: byte-level BPE (its pre-tokenizer
+ * regexes as Split + ByteLevel) and Unigram; SentencePiece BPE has no merge
+ * list to write (TOY_ERR_UNSUPPORTED: use GGUF). */
 enum toy_status toy_tokenizer_save_hf(const struct toy_tokenizer *tok, const char *path);
+
+/* ---- training ---- */
+
+struct toy_bpe_train_opts {
+    int64_t vocab_size;    /* total: special tokens + 256 bytes + merges */
+    int64_t min_frequency; /* stop when the best pair occurs fewer times (0: 2) */
+    const char *pre;       /* pre-tokenizer name (NULL: "gpt-2") */
+    const char *const *special_tokens; /* ids 0..n_special-1; NULL: {"<|endoftext|>"} (also BOS/EOS) */
+    int n_special;
+};
+
+/* Learns a byte-level BPE vocabulary from text[0..len) (BpeTrainer's
+ * algorithm with incremental pair counts and a heap: a few MB in seconds).
+ * Special-token text in the corpus separates words and is never merged.
+ * Fewer than vocab_size tokens result when no pair reaches min_frequency. */
+enum toy_status toy_tokenizer_train_bpe(const char *text, size_t len, const struct toy_bpe_train_opts *opts,
+                                        struct toy_tokenizer **out);
 
 #ifdef __cplusplus
 }

@@ -78,6 +78,8 @@ static const struct {
     {"smollm smollm2 starcoder refact command-r codeshell exaone minerva", 2, {"\\p{N}", RE_GPT2}},
 };
 
+bool tok_pre_regexes(const char *name, int *n, const char *const **re);
+
 static bool name_in(const char *names, const char *name) {
     size_t n = strlen(name);
     for (const char *p = names; *p;) {
@@ -90,7 +92,7 @@ static bool name_in(const char *names, const char *name) {
     return false;
 }
 
-static enum toy_status compile_re(struct toy_tokenizer *tok, const char *re) {
+enum toy_status tok_compile_re(struct toy_tokenizer *tok, const char *re) {
     if (tok->n_regex >= TOK_MAX_REGEX) return toy_error(TOY_ERR_UNSUPPORTED, "tokenizer: more than %d pre-tokenizer regexes", TOK_MAX_REGEX);
     int err;
     PCRE2_SIZE off;
@@ -102,12 +104,26 @@ static enum toy_status compile_re(struct toy_tokenizer *tok, const char *re) {
         return toy_error(TOY_ERR_FORMAT, "tokenizer: pre-tokenizer regex /%s/ at %zu: %s", re, (size_t)off, (char *)msg);
     }
     pcre2_jit_compile(code, PCRE2_JIT_COMPLETE); /* falls back to the interpreter if JIT is unavailable */
+    if (!(tok->re_src[tok->n_regex] = strdup(re))) { pcre2_code_free(code); return toy_error(TOY_ERR_NOMEM, "tokenizer: out of memory"); }
     tok->re[tok->n_regex++] = code;
     return TOY_OK;
 }
 
+bool tok_pre_regexes(const char *name, int *n, const char *const **re) {
+    for (size_t i = 0; i < sizeof pretoks / sizeof pretoks[0]; i++)
+        if (name_in(pretoks[i].names, name)) {
+            *n = pretoks[i].n;
+            *re = pretoks[i].re;
+            return true;
+        }
+    return false;
+}
+
 void tok_bpe_free(struct toy_tokenizer *tok) {
-    for (int i = 0; i < tok->n_regex; i++) pcre2_code_free(tok->re[i]);
+    for (int i = 0; i < tok->n_regex; i++) {
+        pcre2_code_free(tok->re[i]);
+        free(tok->re_src[i]);
+    }
     tok->n_regex = 0;
     if (tok->merges) for (int64_t i = 0; i < tok->n_merges; i++) free(tok->merges[i]);
     free(tok->merges);
@@ -121,7 +137,7 @@ enum toy_status tok_bpe_setup(struct toy_tokenizer *tok, const struct toy_tokeni
     if (spec->n_pre_regex > 0) {
         if (!spec->pre_regex) return toy_error(TOY_ERR_INVALID_ARG, "tokenizer: n_pre_regex without pre_regex");
         for (int i = 0; i < spec->n_pre_regex; i++)
-            if ((st = compile_re(tok, spec->pre_regex[i]))) return st;
+            if ((st = tok_compile_re(tok, spec->pre_regex[i]))) return st;
         tok->pre = strdup(spec->pre ? spec->pre : "custom");
     } else {
         const char *name = spec->pre ? spec->pre : "default";
@@ -130,7 +146,7 @@ enum toy_status tok_bpe_setup(struct toy_tokenizer *tok, const struct toy_tokeni
             if (name_in(pretoks[i].names, name)) k = (int)i;
         if (k < 0) return toy_error(TOY_ERR_UNSUPPORTED, "tokenizer: unknown pre-tokenizer '%s'", name);
         for (int i = 0; i < pretoks[k].n; i++)
-            if ((st = compile_re(tok, pretoks[k].re[i]))) return st;
+            if ((st = tok_compile_re(tok, pretoks[k].re[i]))) return st;
         tok->pre = strdup(name);
     }
     if (!tok->pre) return toy_error(TOY_ERR_NOMEM, "tokenizer: out of memory");
@@ -273,14 +289,15 @@ static enum toy_status bpe_word(const struct toy_tokenizer *tok, struct tok_scra
     return TOY_OK;
 }
 
-/* Splits text[0..len) with regex `level` and recurses into each piece. */
-static enum toy_status split(const struct toy_tokenizer *tok, struct tok_scratch *s, int level, const char *text,
-                             size_t len, struct toy_tokens *out) {
-    if (level == tok->n_regex) return bpe_word(tok, s, (const unsigned char *)text, len, out);
+/* Splits text[0..len) with re[level] and recurses into each piece; the
+ * pieces of the last level go to `word`. */
+static enum toy_status split(pcre2_code *const *re, int n_re, struct tok_scratch *s, int level, const char *text,
+                             size_t len, tok_word_fn word, void *ctx) {
+    if (level == n_re) return word(ctx, text, len);
     enum toy_status st;
     size_t pos = 0, prev = 0;
     while (pos < len) {
-        int rc = pcre2_match(tok->re[level], (PCRE2_SPTR)text, len, pos, PCRE2_NO_UTF_CHECK, s->md, s->mctx);
+        int rc = pcre2_match(re[level], (PCRE2_SPTR)text, len, pos, PCRE2_NO_UTF_CHECK, s->md, s->mctx);
         if (rc == PCRE2_ERROR_NOMATCH) break;
         if (rc < 0) {
             PCRE2_UCHAR msg[128];
@@ -294,22 +311,39 @@ static enum toy_status split(const struct toy_tokenizer *tok, struct tok_scratch
             if (pos > len) pos = len;
             continue;
         }
-        if (ms > prev && (st = split(tok, s, level + 1, text + prev, ms - prev, out))) return st;
-        if ((st = split(tok, s, level + 1, text + ms, me - ms, out))) return st;
+        if (ms > prev && (st = split(re, n_re, s, level + 1, text + prev, ms - prev, word, ctx))) return st;
+        if ((st = split(re, n_re, s, level + 1, text + ms, me - ms, word, ctx))) return st;
         prev = pos = me;
     }
-    if (len > prev && (st = split(tok, s, level + 1, text + prev, len - prev, out))) return st;
+    if (len > prev && (st = split(re, n_re, s, level + 1, text + prev, len - prev, word, ctx))) return st;
     return TOY_OK;
 }
 
-enum toy_status tok_bpe_encode(const struct toy_tokenizer *tok, struct tok_scratch *s, const char *text,
-                               size_t len, struct toy_tokens *out) {
-    if (tok->n_regex && !s->md) {
+enum toy_status tok_pre_split(pcre2_code *const *re, int n_re, struct tok_scratch *s, const char *text, size_t len,
+                              tok_word_fn word, void *ctx) {
+    if (n_re && !s->md) {
         s->md = pcre2_match_data_create(1, NULL);
         s->mctx = pcre2_match_context_create(NULL);
         s->jit = pcre2_jit_stack_create(32 * 1024, 4 * 1024 * 1024, NULL);
         if (!s->md || !s->mctx || !s->jit) return toy_error(TOY_ERR_NOMEM, "tokenizer: out of memory (regex)");
         pcre2_jit_stack_assign(s->mctx, NULL, s->jit);
     }
-    return split(tok, s, 0, text, len, out);
+    return split(re, n_re, s, 0, text, len, word, ctx);
+}
+
+struct encode_ctx {
+    const struct toy_tokenizer *tok;
+    struct tok_scratch *s;
+    struct toy_tokens *out;
+};
+
+static enum toy_status encode_word(void *ctx, const char *w, size_t n) {
+    struct encode_ctx *e = ctx;
+    return bpe_word(e->tok, e->s, (const unsigned char *)w, n, e->out);
+}
+
+enum toy_status tok_bpe_encode(const struct toy_tokenizer *tok, struct tok_scratch *s, const char *text,
+                               size_t len, struct toy_tokens *out) {
+    struct encode_ctx e = {tok, s, out};
+    return tok_pre_split(tok->re, tok->n_regex, s, text, len, encode_word, &e);
 }

@@ -105,6 +105,7 @@ struct toy_tokenizer {
     int32_t byte_tok[256]; /* BPE: token of a single byte; SPM/UGM: <0xHH>; -1 if none */
     int n_regex;
     pcre2_code *re[TOK_MAX_REGEX];
+    char *re_src[TOK_MAX_REGEX];
     char *pre;
     bool ignore_merges, nfc;
 
@@ -146,6 +147,14 @@ enum toy_status tok_bpe_setup(struct toy_tokenizer *tok, const struct toy_tokeni
 enum toy_status tok_bpe_encode(const struct toy_tokenizer *tok, struct tok_scratch *s, const char *text,
                                size_t len, struct toy_tokens *out);
 void tok_bpe_free(struct toy_tokenizer *tok);
+/* Pre-tokenization: calls word() for each piece of text split by the
+ * regexes in sequence (matches and the gaps between them). */
+typedef enum toy_status (*tok_word_fn)(void *ctx, const char *w, size_t n);
+enum toy_status tok_pre_split(pcre2_code *const *re, int n_re, struct tok_scratch *s, const char *text, size_t len,
+                              tok_word_fn word, void *ctx);
+enum toy_status tok_compile_re(struct toy_tokenizer *tok, const char *re);
+/* The regexes of a tokenizer.ggml.pre name; false if unknown. */
+bool tok_pre_regexes(const char *name, int *n, const char *const **re);
 /* GPT-2's byte <-> unicode code point table. */
 extern const uint16_t tok_byte_to_cp[256];
 int tok_cp_to_byte(uint32_t cp); /* -1 when cp is not one of the 256 */
