@@ -11,8 +11,16 @@ struct toy_command {
 };
 
 int toy_cmd_demo(int argc, char **argv);
+int toy_cmd_describe(int argc, char **argv);
+int toy_cmd_models(int argc, char **argv);
+int toy_cmd_convert(int argc, char **argv);
+int toy_cmd_quantize(int argc, char **argv);
 
 #define TOY_COMMANDS \
-    {"demo", toy_cmd_demo, "train a tiny attention model on a synthetic task and show it learn"},
+    {"demo", toy_cmd_demo, "train a tiny attention model on a synthetic task and show it learn"}, \
+    {"describe", toy_cmd_describe, "what a GGUF model holds, and its forward pass as pseudocode"}, \
+    {"models", toy_cmd_models, "list the GGUF models on this machine (HF cache, Ollama, LM Studio, ...)"}, \
+    {"convert", toy_cmd_convert, "convert a Hugging Face model folder to GGUF"}, \
+    {"quantize", toy_cmd_quantize, "re-quantize a GGUF (q8_0, q4_0, q4_k, ...)"},
 
 #endif

@@ -1,0 +1,114 @@
+/* cmd-convert.c: `toy convert <hf-model-dir> -o out.gguf [--type T]` and
+ * `toy quantize in.gguf out.gguf TYPE`: thin front ends over
+ * toy_hf_convert / toy_gguf_quantize (include/toy/convert.h), with a
+ * progress bar on a terminal and one summary line in pipes. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "progress.h"
+#include "toy/convert.h"
+#include "toy/gguf.h"
+#include "toy/models.h"
+#include "toy/quant.h"
+
+static void on_progress(void *ctx, int64_t done, int64_t total, const char *name) {
+    struct toy_progress *p = ctx;
+    p->total = total;
+    toy_progress_update(p, done, (double)done, name);
+}
+
+static const char *const types_help = "f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k";
+
+static int parse_type(const char *s, enum toy_dtype *t) {
+    int d = toy_dtype_from_name(s);
+    if (d < 0 || !toy_can_quantize((enum toy_dtype)d)) {
+        fprintf(stderr, "toy: unknown or unsupported type '%s' (%s)\n", s, types_help);
+        return 2;
+    }
+    *t = (enum toy_dtype)d;
+    return 0;
+}
+
+static void summary(const char *path, double t0, int64_t n_tensors) {
+    struct toy_gguf *g;
+    if (toy_gguf_open(path, &g)) return;
+    uint64_t params = 0;
+    for (int64_t i = 0; i < toy_gguf_n_tensors(g); i++) params += (uint64_t)toy_gguf_tensor(g, i)->n_elements;
+    uint32_t ft = UINT32_MAX;
+    toy_gguf_get_u32(g, "general.file_type", &ft);
+    fprintf(stderr, "toy: wrote %s: %lld tensors, %.2fM params, %s, %.1f MB in %.2f s\n", path,
+            (long long)n_tensors, (double)params / 1e6, toy_file_type_name(ft),
+            (double)toy_gguf_file_size(g) / 1e6, toy_now() - t0);
+    toy_gguf_close(g);
+}
+
+int toy_cmd_convert(int argc, char **argv) {
+    const char *in = NULL, *out = NULL;
+    struct toy_convert_opts o = {.type = TOY_F16};
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-o") && i + 1 < argc) out = argv[++i];
+        else if (!strcmp(argv[i], "--type") && i + 1 < argc) {
+            int rc = parse_type(argv[++i], &o.type);
+            if (rc) return rc;
+        } else if (!strcmp(argv[i], "--no-tokenizer")) o.skip_tokenizer = true;
+        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) in = NULL, out = NULL, i = argc;
+        else if (argv[i][0] != '-' && !in) in = argv[i];
+        else { fprintf(stderr, "toy convert: unknown argument '%s'\n", argv[i]); return 2; }
+    }
+    if (!in || !out) {
+        fprintf(stderr,
+                "usage: toy convert <hf-model-dir> -o out.gguf [--type %s] [--no-tokenizer]\n"
+                "Converts a Hugging Face folder (config.json, *.safetensors, tokenizer.json) of a\n"
+                "Llama, Mistral, Qwen2, Qwen3, Gemma 2 or GPT-2 model to GGUF (default type f16;\n"
+                "norms and biases stay f32).\n", types_help);
+        return 2;
+    }
+    struct toy_progress p;
+    toy_progress_start(&p, "convert", 0, "tensors/s");
+    o.progress = on_progress;
+    o.progress_ctx = &p;
+    struct toy_convert_report r;
+    enum toy_status st = toy_hf_convert(in, out, &o, &r);
+    toy_progress_finish(&p);
+    if (st) {
+        fprintf(stderr, "toy convert: %s\n", toy_last_error());
+        return 1;
+    }
+    if (r.note[0]) fprintf(stderr, "toy: note: %s\n", r.note);
+    fprintf(stderr, "toy: %s model, %.2fM params%s\n", r.arch, (double)r.n_params / 1e6,
+            r.tokenizer ? ", tokenizer included" : "");
+    summary(out, p.t0, r.n_tensors);
+    return 0;
+}
+
+int toy_cmd_quantize(int argc, char **argv) {
+    if (argc != 4 || argv[1][0] == '-') {
+        fprintf(stderr,
+                "usage: toy quantize <in.gguf|NAME> <out.gguf> <%s>\n"
+                "Re-quantizes every 2-D weight (bit-exact with llama.cpp's reference quantizers);\n"
+                "1-D tensors are copied as they are.\n", types_help);
+        return 2;
+    }
+    enum toy_dtype t;
+    int rc = parse_type(argv[3], &t);
+    if (rc) return rc;
+    char in[4096];
+    if (toy_model_resolve(argv[1], in, sizeof in)) {
+        fprintf(stderr, "toy quantize: %s\n", toy_last_error());
+        return 1;
+    }
+    struct toy_progress p;
+    toy_progress_start(&p, "quantize", 0, "tensors/s");
+    enum toy_status st = toy_gguf_quantize(in, argv[2], t, on_progress, &p);
+    toy_progress_finish(&p);
+    if (st) {
+        fprintf(stderr, "toy quantize: %s\n", toy_last_error());
+        return 1;
+    }
+    struct toy_gguf *g;
+    int64_t n = 0;
+    if (!toy_gguf_open(argv[2], &g)) { n = toy_gguf_n_tensors(g); toy_gguf_close(g); }
+    summary(argv[2], p.t0, n);
+    return 0;
+}

@@ -1,0 +1,401 @@
+/* cmd-describe.c: `toy describe <model.gguf|NAME> [--json]`: what a GGUF
+ * holds (architecture, dimensions, parameter count, file type, bytes per
+ * tensor type, tokenizer) and an algorithm card: the forward pass as
+ * Phuong & Hutter style pseudocode ("Formal Algorithms for Transformers",
+ * 2022) with every shape filled in from the file's own hyperparameters.
+ * Keys read: llama.cpp's <arch>.* and tokenizer.ggml.* (gguf-spec). */
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "toy/gguf.h"
+#include "toy/models.h"
+
+struct text {
+    char *s;
+    size_t len, cap;
+};
+
+__attribute__((format(printf, 2, 3))) static void tprintf(struct text *t, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    if (t->len + (size_t)n + 1 > t->cap) {
+        size_t cap = (t->cap ? t->cap * 2 : 4096) + (size_t)n;
+        char *s = realloc(t->s, cap);
+        if (!s) return;
+        t->s = s;
+        t->cap = cap;
+    }
+    va_start(ap, fmt);
+    vsnprintf(t->s + t->len, t->cap - t->len, fmt, ap);
+    va_end(ap);
+    t->len += (size_t)n;
+}
+
+/* Display width of UTF-8 text: code points, less combining marks (the
+ * card's other symbols are all single-width). */
+static int width(const char *s) {
+    int w = 0;
+    for (const unsigned char *u = (const unsigned char *)s; *u; u++) {
+        if ((*u & 0xC0) == 0x80) continue;
+        if (*u == 0xCC || (*u == 0xCD && u[1] < 0xB0)) continue; /* combining marks (X̃) */
+        w++;
+    }
+    return w;
+}
+
+/* One line: `left` padded to column `col`, then `right`. */
+__attribute__((format(printf, 4, 5))) static void row(struct text *t, int col, const char *right, const char *fmt, ...) {
+    char left[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(left, sizeof left, fmt, ap);
+    va_end(ap);
+    int pad = col - width(left);
+    if (!right || !*right) tprintf(t, "%s\n", left);
+    else tprintf(t, "%s%*s%s\n", left, pad > 1 ? pad : 1, "", right);
+}
+
+struct hp {
+    const char *arch, *name;
+    int64_t d, L, H, Hkv, dff, ctx, vocab, dh, n_params;
+    double eps, rope_base;
+    bool has_eps, tied, qkv_bias, qk_norm, has_rope_freqs;
+    double attn_cap, final_cap;
+    int64_t swa;
+};
+
+static int64_t geti(const struct toy_gguf *g, const char *arch, const char *suffix, int64_t def) {
+    char k[256];
+    snprintf(k, sizeof k, "%s.%s", arch, suffix);
+    int64_t v;
+    return toy_gguf_get_i64(g, k, &v) ? def : v;
+}
+
+static double getf(const struct toy_gguf *g, const char *arch, const char *suffix, double def, bool *found) {
+    char k[256];
+    snprintf(k, sizeof k, "%s.%s", arch, suffix);
+    double v;
+    if (toy_gguf_get_f64(g, k, &v)) return def;
+    if (found) *found = true;
+    return v;
+}
+
+static void read_hp(const struct toy_gguf *g, struct hp *h) {
+    memset(h, 0, sizeof *h);
+    h->arch = "unknown";
+    toy_gguf_get_str(g, "general.architecture", &h->arch, NULL);
+    h->name = "";
+    toy_gguf_get_str(g, "general.name", &h->name, NULL);
+    const char *A = h->arch;
+    h->d = geti(g, A, "embedding_length", 0);
+    h->L = geti(g, A, "block_count", 0);
+    h->H = geti(g, A, "attention.head_count", 0);
+    h->Hkv = geti(g, A, "attention.head_count_kv", h->H);
+    h->dff = geti(g, A, "feed_forward_length", 0);
+    h->ctx = geti(g, A, "context_length", 0);
+    h->dh = geti(g, A, "attention.key_length", h->H ? h->d / h->H : 0);
+    h->eps = getf(g, A, "attention.layer_norm_rms_epsilon", 0, &h->has_eps);
+    if (!h->has_eps) h->eps = getf(g, A, "attention.layer_norm_epsilon", 1e-5, &h->has_eps);
+    h->rope_base = getf(g, A, "rope.freq_base", 10000.0, NULL);
+    h->attn_cap = getf(g, A, "attn_logit_softcapping", 0, NULL);
+    h->final_cap = getf(g, A, "final_logit_softcapping", 0, NULL);
+    h->swa = geti(g, A, "attention.sliding_window", 0);
+    uint64_t n;
+    int64_t k;
+    if (!toy_gguf_get_arr(g, "tokenizer.ggml.tokens", &k, NULL, &n)) h->vocab = (int64_t)n;
+    else h->vocab = geti(g, A, "vocab_size", 0);
+    int64_t te = toy_gguf_find_tensor(g, "token_embd.weight");
+    if (te >= 0 && !h->vocab) h->vocab = toy_gguf_tensor(g, te)->ne[1];
+    h->tied = toy_gguf_find_tensor(g, "output.weight") < 0;
+    h->qkv_bias = toy_gguf_find_tensor(g, "blk.0.attn_q.bias") >= 0;
+    h->qk_norm = toy_gguf_find_tensor(g, "blk.0.attn_q_norm.weight") >= 0;
+    h->has_rope_freqs = toy_gguf_find_tensor(g, "rope_freqs.weight") >= 0;
+    for (int64_t i = 0; i < toy_gguf_n_tensors(g); i++) h->n_params += toy_gguf_tensor(g, i)->n_elements;
+}
+
+static const char *ttype(const struct toy_gguf *g, const char *name) {
+    int64_t i = toy_gguf_find_tensor(g, name);
+    return i < 0 ? "absent" : toy_dtype_name(toy_gguf_tensor(g, i)->type);
+}
+
+/* "name   type" for the right column of a parameter line. */
+static const char *pname(const struct toy_gguf *g, char *buf, size_t n, const char *label, const char *tensor) {
+    snprintf(buf, n, "%-30s %s", label, tensor ? ttype(g, tensor) : "");
+    return buf;
+}
+
+#define PCOL 46 /* column of the GGUF names */
+#define SCOL 58 /* column of the shapes in the steps */
+
+/* The forward pass of the Llama family (llama, mistral, qwen2, qwen3,
+ * gemma2) and GPT-2. Matrices act on column vectors, one per position, so
+ * X is (d_e x T); shapes are (rows x cols). */
+static void card(const struct toy_gguf *g, const struct hp *h, struct text *t) {
+    const bool gpt2 = !strcmp(h->arch, "gpt2");
+    const bool gemma = !strcmp(h->arch, "gemma2");
+    const bool llama_family = !strcmp(h->arch, "llama") || !strcmp(h->arch, "qwen2") ||
+                              !strcmp(h->arch, "qwen3") || gemma || !strcmp(h->arch, "mistral");
+    if (!gpt2 && !llama_family) {
+        tprintf(t, "(no algorithm card for architecture '%s': toy knows the Llama family and GPT-2)\n", h->arch);
+        return;
+    }
+    const long long d = h->d, L = h->L, H = h->H, K = h->Hkv, dh = h->dh, F = h->dff, V = h->vocab, C = h->ctx;
+    char r[160], sh[96];
+    tprintf(t, "Algorithm: %s forward pass (decoder-only transformer, %s)\n", h->arch,
+            gpt2 ? "pre-LayerNorm, learned positions" : "pre-RMSNorm, rotary positions");
+    tprintf(t, "Input:  x ∈ [N_V]^T, token ids, T ≤ l_max = %lld\n", C);
+    tprintf(t, "Output: P ∈ (0,1)^(N_V×T), P[:, t] = p(x[t+1] | x[1:t])\n");
+    tprintf(t, "Hyperparameters: L = %lld, H = %lld, d_e = %lld, d_h = %lld, d_mlp = %lld, N_V = %lld, ε = %g", L, H,
+            d, dh, F, V, h->eps);
+    if (!gpt2) tprintf(t, ",\n                 H_kv = %lld (%lld query heads share each K/V head), RoPE base θ = %g", K,
+                       K ? H / K : 0, h->rope_base);
+    tprintf(t, "\nParameters (GGUF name, stored type):\n");
+    row(t, PCOL, pname(g, r, sizeof r, "token_embd.weight", "token_embd.weight"), "  W_e ∈ R^(d_e×N_V) = (%lld×%lld)", d, V);
+    if (gpt2) row(t, PCOL, pname(g, r, sizeof r, "position_embd.weight", "position_embd.weight"), "  W_p ∈ R^(d_e×l_max) = (%lld×%lld)", d, C);
+    tprintf(t, "  for l = 1..%lld (tensors blk.{0..%lld}.*):\n", L, L - 1);
+    if (gpt2) {
+        row(t, PCOL, pname(g, r, sizeof r, "attn_norm.{weight,bias}", "blk.0.attn_norm.weight"), "    γ₁, β₁ ∈ R^%lld", d);
+        row(t, PCOL, pname(g, r, sizeof r, "attn_qkv.{weight,bias}", "blk.0.attn_qkv.weight"), "    W_qkv = (%lld×%lld), b_qkv", 3 * d, d);
+        row(t, PCOL, pname(g, r, sizeof r, "attn_output.{weight,bias}", "blk.0.attn_output.weight"), "    W_o = (%lld×%lld), b_o", d, d);
+        row(t, PCOL, pname(g, r, sizeof r, "ffn_norm.{weight,bias}", "blk.0.ffn_norm.weight"), "    γ₂, β₂ ∈ R^%lld", d);
+        row(t, PCOL, pname(g, r, sizeof r, "ffn_up.{weight,bias}", "blk.0.ffn_up.weight"), "    W_up = (%lld×%lld), b_up", F, d);
+        row(t, PCOL, pname(g, r, sizeof r, "ffn_down.{weight,bias}", "blk.0.ffn_down.weight"), "    W_down = (%lld×%lld), b_down", d, F);
+        row(t, PCOL, pname(g, r, sizeof r, "output_norm.{weight,bias}", "output_norm.weight"), "  γ, β ∈ R^%lld", d);
+    } else {
+        row(t, PCOL, pname(g, r, sizeof r, "attn_norm.weight", "blk.0.attn_norm.weight"), "    γ_att ∈ R^%lld", d);
+        row(t, PCOL, pname(g, r, sizeof r, h->qkv_bias ? "attn_q.{weight,bias}" : "attn_q.weight", "blk.0.attn_q.weight"),
+            "    W_q = (H·d_h×d_e) = (%lld×%lld)%s", H * dh, d, h->qkv_bias ? ", b_q" : "");
+        row(t, PCOL, pname(g, r, sizeof r, h->qkv_bias ? "attn_{k,v}.{weight,bias}" : "attn_{k,v}.weight", "blk.0.attn_k.weight"),
+            "    W_k, W_v = (H_kv·d_h×d_e) = (%lld×%lld)", K * dh, d);
+        if (h->qk_norm) row(t, PCOL, pname(g, r, sizeof r, "attn_{q,k}_norm.weight", "blk.0.attn_q_norm.weight"), "    γ_q, γ_k ∈ R^%lld", dh);
+        row(t, PCOL, pname(g, r, sizeof r, "attn_output.weight", "blk.0.attn_output.weight"), "    W_o = (d_e×H·d_h) = (%lld×%lld)", d, H * dh);
+        if (gemma) {
+            row(t, PCOL, pname(g, r, sizeof r, "post_attention_norm.weight", "blk.0.post_attention_norm.weight"), "    γ_post_att ∈ R^%lld", d);
+            row(t, PCOL, pname(g, r, sizeof r, "post_ffw_norm.weight", "blk.0.post_ffw_norm.weight"), "    γ_post_ffn ∈ R^%lld", d);
+        }
+        row(t, PCOL, pname(g, r, sizeof r, "ffn_norm.weight", "blk.0.ffn_norm.weight"), "    γ_ffn ∈ R^%lld", d);
+        row(t, PCOL, pname(g, r, sizeof r, "ffn_{gate,up}.weight", "blk.0.ffn_gate.weight"), "    W_gate, W_up = (%lld×%lld)", F, d);
+        row(t, PCOL, pname(g, r, sizeof r, "ffn_down.weight", "blk.0.ffn_down.weight"), "    W_down = (%lld×%lld)", d, F);
+        row(t, PCOL, pname(g, r, sizeof r, "output_norm.weight", "output_norm.weight"), "  γ_f ∈ R^%lld", d);
+    }
+    if (h->tied) row(t, PCOL, "(tied: no output.weight)", "  W_u = W_eᵀ");
+    else row(t, PCOL, pname(g, r, sizeof r, "output.weight", "output.weight"), "  W_u = (N_V×d_e) = (%lld×%lld)", V, d);
+    if (h->has_rope_freqs) row(t, PCOL, pname(g, r, sizeof r, "rope_freqs.weight", "rope_freqs.weight"), "  ρ ∈ R^%lld (RoPE frequency divisors)", dh / 2);
+    tprintf(t, "\n");
+    int n = 1;
+#define STEP(shape, ...) row(t, SCOL, shape, "%2d " __VA_ARGS__)
+    if (gpt2) {
+        snprintf(sh, sizeof sh, "X: (%lld×T)", d);
+        STEP(sh, "for t ∈ [T]: X[:, t] ← W_e[:, x[t]] + W_p[:, t]", n++);
+        STEP("", "for l = 1..%lld:", n++, L);
+        snprintf(sh, sizeof sh, "(%lld×T)", d);
+        STEP(sh, "  X̃ ← LayerNorm(X | γ₁, β₁)", n++);
+        snprintf(sh, sizeof sh, "Q, K, V: (%lld×T) per head", dh);
+        STEP(sh, "  [Q; K; V] ← W_qkv X̃ + b_qkv", n++);
+        snprintf(sh, sizeof sh, "Y_h: (%lld×T)", dh);
+        STEP(sh, "  for h ∈ [%lld]: Y_h ← V_h softmax(K_hᵀQ_h/√d_h + M)", n++, H);
+        snprintf(sh, sizeof sh, "(%lld×T)", d);
+        STEP(sh, "  X ← X + W_o [Y_1; …; Y_%lld] + b_o", n++, H);
+        STEP(sh, "  X̃ ← LayerNorm(X | γ₂, β₂)", n++);
+        snprintf(sh, sizeof sh, "(%lld×T) → (%lld×T)", F, d);
+        STEP(sh, "  X ← X + W_down GELU(W_up X̃ + b_up) + b_down", n++);
+        STEP("", "X ← LayerNorm(X | γ, β)", n++);
+    } else {
+        snprintf(sh, sizeof sh, "X: (%lld×T)", d);
+        STEP(sh, "for t ∈ [T]: X[:, t] ← W_e[:, x[t]]%s", n++, gemma ? " · √d_e" : "");
+        STEP("", "for l = 1..%lld:", n++, L);
+        snprintf(sh, sizeof sh, "(%lld×T)", d);
+        STEP(sh, "  X̃ ← RMSNorm(X | γ_att)", n++);
+        snprintf(sh, sizeof sh, "Q: %lld×(%lld×T), K,V: %lld×(%lld×T)", H, dh, K, dh);
+        STEP(sh, "  Q ← W_q X̃%s; K ← W_k X̃%s; V ← W_v X̃%s", n++, h->qkv_bias ? " + b_q" : "",
+             h->qkv_bias ? " + b_k" : "", h->qkv_bias ? " + b_v" : "");
+        if (h->qk_norm) STEP("per head", "  Q_h ← RMSNorm(Q_h | γ_q); K_g ← RMSNorm(K_g | γ_k)", n++);
+        STEP("position t turns pairs", "  Q ← RoPE(Q, θ%s); K ← RoPE(K, θ%s)", n++, h->has_rope_freqs ? ", ρ" : "",
+             h->has_rope_freqs ? ", ρ" : "");
+        STEP("S: (T×T)", "  for h ∈ [%lld], g = ⌊h·H_kv/H⌋: S ← K_gᵀ Q_h / √d_h", n++, H);
+        if (gemma) {
+            snprintf(sh, sizeof sh, "window %lld on even l", (long long)h->swa);
+            STEP(sh, "    S ← %g·tanh(S/%g)", n++, h->attn_cap, h->attn_cap);
+        }
+        snprintf(sh, sizeof sh, "Y_h: (%lld×T), M causal", dh);
+        STEP(sh, "    Y_h ← V_g softmax(S + M)", n++);
+        snprintf(sh, sizeof sh, "(%lld×T)", d);
+        if (gemma) {
+            STEP(sh, "  X ← X + RMSNorm(W_o [Y_1; …; Y_%lld] | γ_post_att)", n++, H);
+            STEP(sh, "  X̃ ← RMSNorm(X | γ_ffn)", n++);
+            snprintf(sh, sizeof sh, "(%lld×T) → (%lld×T)", F, d);
+            STEP(sh, "  X ← X + RMSNorm(W_down(GELU(W_gate X̃) ⊙ W_up X̃) | γ_post_ffn)", n++);
+        } else {
+            STEP(sh, "  X ← X + W_o [Y_1; …; Y_%lld]", n++, H);
+            STEP(sh, "  X̃ ← RMSNorm(X | γ_ffn)", n++);
+            snprintf(sh, sizeof sh, "(%lld×T) → (%lld×T)", F, d);
+            STEP(sh, "  X ← X + W_down (SiLU(W_gate X̃) ⊙ W_up X̃)", n++);
+        }
+        STEP("", "X ← RMSNorm(X | γ_f)", n++);
+    }
+    snprintf(sh, sizeof sh, "(%lld×T)", V);
+    if (h->final_cap > 0) STEP(sh, "Z ← %g·tanh(W_u X / %g)", n++, h->final_cap, h->final_cap);
+    else STEP(sh, "Z ← W_u X", n++);
+    STEP(sh, "return P = softmax(Z)", n);
+#undef STEP
+    tprintf(t, "%s(x | γ) = x ⊙ γ / √(mean(x²) + ε)%s\n", gpt2 ? "LayerNorm(x | γ, β) = (x − mean x) ⊙ γ / √(var x + ε) + β;  RMSNorm" : "RMSNorm",
+            gemma ? "  (GGUF stores Gemma's γ as 1 + w)" : "");
+}
+
+struct type_row {
+    int64_t tensors, elements;
+    uint64_t bytes;
+};
+
+static void human(char *buf, size_t n, double v) {
+    const char *sfx[] = {"", "K", "M", "G", "T"};
+    int k = 0;
+    while (v >= 1000 && k < 4) { v /= 1000; k++; }
+    snprintf(buf, n, k ? "%.2f%s" : "%.0f%s", v, sfx[k]);
+}
+
+static const char *tok_piece(const struct toy_gguf *g, int64_t toks, int64_t id, char *buf, size_t n) {
+    if (toks < 0 || id < 0 || (uint64_t)id >= toy_gguf_arr_len(g, toks)) return "?";
+    size_t len;
+    const char *s = toy_gguf_arr_str(g, toks, (uint64_t)id, &len);
+    snprintf(buf, n, "%.*s", (int)(len > 40 ? 40 : len), s);
+    return buf;
+}
+
+int toy_cmd_describe(int argc, char **argv) {
+    const char *q = NULL;
+    bool json = false;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json")) json = true;
+        else if (argv[i][0] != '-' && !q) q = argv[i];
+        else q = NULL, i = argc;
+    }
+    if (!q) {
+        fprintf(stderr, "usage: toy describe <model.gguf|NAME> [--json]\n"
+                        "Architecture, dimensions, parameters, file type, bytes per tensor type, tokenizer,\n"
+                        "and the forward pass as annotated pseudocode.\n");
+        return 2;
+    }
+    char path[4096];
+    struct toy_gguf *g;
+    if (toy_model_resolve(q, path, sizeof path) || toy_gguf_open(path, &g)) {
+        fprintf(stderr, "toy describe: %s\n", toy_last_error());
+        return 1;
+    }
+    struct hp h;
+    read_hp(g, &h);
+    uint32_t ft = UINT32_MAX;
+    toy_gguf_get_u32(g, "general.file_type", &ft);
+    struct type_row rows[TOY_DTYPE_COUNT] = {{0}};
+    for (int64_t i = 0; i < toy_gguf_n_tensors(g); i++) {
+        const struct toy_gguf_tensor *t = toy_gguf_tensor(g, i);
+        rows[t->type].tensors++;
+        rows[t->type].elements += t->n_elements;
+        rows[t->type].bytes += t->nbytes;
+    }
+    /* tokenizer */
+    const char *tmodel = NULL, *tpre = NULL, *tmpl = NULL;
+    toy_gguf_get_str(g, "tokenizer.ggml.model", &tmodel, NULL);
+    toy_gguf_get_str(g, "tokenizer.ggml.pre", &tpre, NULL);
+    size_t tmpl_len = 0;
+    toy_gguf_get_str(g, "tokenizer.chat_template", &tmpl, &tmpl_len);
+    int64_t toks = -1, merges = -1;
+    uint64_t n_toks = 0, n_merges = 0;
+    if (toy_gguf_get_arr(g, "tokenizer.ggml.tokens", &toks, NULL, &n_toks)) toks = -1;
+    if (toy_gguf_get_arr(g, "tokenizer.ggml.merges", &merges, NULL, &n_merges)) merges = -1;
+    int64_t bos = -1, eos = -1;
+    toy_gguf_get_i64(g, "tokenizer.ggml.bos_token_id", &bos);
+    toy_gguf_get_i64(g, "tokenizer.ggml.eos_token_id", &eos);
+    struct text c = {0};
+    card(g, &h, &c);
+
+    if (json) {
+        json_t *o = json_object();
+        json_object_set_new(o, "path", json_string(path));
+        json_object_set_new(o, "architecture", json_string(h.arch));
+        json_object_set_new(o, "name", json_string(h.name));
+        json_object_set_new(o, "file_size", json_integer((json_int_t)toy_gguf_file_size(g)));
+        json_object_set_new(o, "gguf_version", json_integer(toy_gguf_version(g)));
+        json_object_set_new(o, "alignment", json_integer((json_int_t)toy_gguf_alignment(g)));
+        json_object_set_new(o, "n_kv", json_integer(toy_gguf_n_kv(g)));
+        json_object_set_new(o, "n_tensors", json_integer(toy_gguf_n_tensors(g)));
+        json_object_set_new(o, "params", json_integer(h.n_params));
+        json_object_set_new(o, "file_type", ft == UINT32_MAX ? json_null() : json_integer(ft));
+        json_object_set_new(o, "file_type_name", json_string(toy_file_type_name(ft)));
+        json_object_set_new(o, "hparams", json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:b}",
+            "embedding_length", (json_int_t)h.d, "block_count", (json_int_t)h.L, "head_count", (json_int_t)h.H,
+            "head_count_kv", (json_int_t)h.Hkv, "head_dim", (json_int_t)h.dh, "feed_forward_length", (json_int_t)h.dff,
+            "context_length", (json_int_t)h.ctx, "vocab_size", (json_int_t)h.vocab, "norm_eps", h.eps,
+            "rope_freq_base", h.rope_base, "tied_embeddings", h.tied));
+        json_t *types = json_array();
+        for (int t = 0; t < TOY_DTYPE_COUNT; t++) {
+            if (!rows[t].tensors) continue;
+            json_array_append_new(types, json_pack("{s:s, s:I, s:I, s:I, s:f}", "type", toy_dtype_name((enum toy_dtype)t),
+                "tensors", (json_int_t)rows[t].tensors, "elements", (json_int_t)rows[t].elements,
+                "bytes", (json_int_t)rows[t].bytes,
+                "bits_per_weight", rows[t].elements ? 8.0 * (double)rows[t].bytes / (double)rows[t].elements : 0.0));
+        }
+        json_object_set_new(o, "tensor_types", types);
+        json_t *tk = json_object();
+        json_object_set_new(tk, "model", tmodel ? json_string(tmodel) : json_null());
+        json_object_set_new(tk, "pre", tpre ? json_string(tpre) : json_null());
+        json_object_set_new(tk, "tokens", json_integer((json_int_t)n_toks));
+        json_object_set_new(tk, "merges", json_integer((json_int_t)n_merges));
+        json_object_set_new(tk, "bos_token_id", bos >= 0 ? json_integer(bos) : json_null());
+        json_object_set_new(tk, "eos_token_id", eos >= 0 ? json_integer(eos) : json_null());
+        json_object_set_new(tk, "chat_template", json_boolean(tmpl != NULL));
+        json_object_set_new(o, "tokenizer", tk);
+        json_object_set_new(o, "algorithm", json_string(c.s ? c.s : ""));
+        char *s = json_dumps(o, JSON_INDENT(2));
+        puts(s);
+        free(s);
+        json_decref(o);
+    } else {
+        char p[32], sz[32];
+        human(p, sizeof p, (double)h.n_params);
+        human(sz, sizeof sz, (double)toy_gguf_file_size(g));
+        printf("%s\n", path);
+        printf("  architecture   %s%s%s%s\n", h.arch, *h.name ? " (" : "", h.name, *h.name ? ")" : "");
+        printf("  parameters     %s (%lld)\n", p, (long long)h.n_params);
+        printf("  file           %sB, GGUF v%u, %lld KV, %lld tensors, alignment %zu\n", sz, toy_gguf_version(g),
+               (long long)toy_gguf_n_kv(g), (long long)toy_gguf_n_tensors(g), toy_gguf_alignment(g));
+        printf("  file type      %s\n", toy_file_type_name(ft));
+        printf("  dimensions     d_model %lld, layers %lld, heads %lld (kv %lld, head dim %lld), d_ff %lld,\n"
+               "                 context %lld, vocab %lld, %s %g, rope base %g%s\n",
+               (long long)h.d, (long long)h.L, (long long)h.H, (long long)h.Hkv, (long long)h.dh, (long long)h.dff,
+               (long long)h.ctx, (long long)h.vocab, strcmp(h.arch, "gpt2") ? "rms eps" : "ln eps", h.eps, h.rope_base,
+               h.tied ? ", tied embeddings" : "");
+        printf("  tensor types   %-6s %8s %14s %12s %8s\n", "type", "tensors", "params", "bytes", "bits/w");
+        for (int t = 0; t < TOY_DTYPE_COUNT; t++) {
+            if (!rows[t].tensors) continue;
+            char e[32], b[32];
+            human(e, sizeof e, (double)rows[t].elements);
+            human(b, sizeof b, (double)rows[t].bytes);
+            printf("                 %-6s %8lld %14s %11sB %8.2f\n", toy_dtype_name((enum toy_dtype)t),
+                   (long long)rows[t].tensors, e, b,
+                   rows[t].elements ? 8.0 * (double)rows[t].bytes / (double)rows[t].elements : 0.0);
+        }
+        if (tmodel || toks >= 0) {
+            char b1[64], b2[64];
+            printf("  tokenizer      %s%s%s%s, %llu tokens, %llu merges\n", tmodel ? tmodel : "?",
+                   tpre ? " (pre " : "", tpre ? tpre : "", tpre ? ")" : "", (unsigned long long)n_toks,
+                   (unsigned long long)n_merges);
+            if (bos >= 0) printf("                 bos %lld %s", (long long)bos, tok_piece(g, toks, bos, b1, sizeof b1));
+            else printf("                 no bos");
+            if (eos >= 0) printf(", eos %lld %s", (long long)eos, tok_piece(g, toks, eos, b2, sizeof b2));
+            printf(", chat template %s\n", tmpl ? "yes" : "no");
+        } else {
+            printf("  tokenizer      none in this file\n");
+        }
+        printf("\n%s", c.s ? c.s : "");
+    }
+    free(c.s);
+    toy_gguf_close(g);
+    return 0;
+}

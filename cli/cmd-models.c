@@ -1,0 +1,66 @@
+/* cmd-models.c: `toy models [--json]`: the GGUF files already on this
+ * machine (include/toy/models.h says where it looks and how names are
+ * made); any listed name works wherever a command takes -m or a model. */
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "toy/models.h"
+
+static void human(char *buf, size_t n, double v, const char *unit) {
+    const char *sfx[] = {"", "K", "M", "G", "T"};
+    int k = 0;
+    while (v >= 1000 && k < 4) { v /= 1000; k++; }
+    snprintf(buf, n, k ? "%.1f%s%s" : "%.0f%s%s", v, sfx[k], unit);
+}
+
+int toy_cmd_models(int argc, char **argv) {
+    bool json = false;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json")) json = true;
+        else {
+            fprintf(stderr,
+                    "usage: toy models [--json]\n"
+                    "Lists GGUF models in $TOY_MODEL_DIR, ./models, the Hugging Face cache, Ollama and\n"
+                    "LM Studio, with name, architecture, parameters, file type and size.\n");
+            return 2;
+        }
+    }
+    struct toy_model_entry *m;
+    int64_t n;
+    if (toy_models_list(&m, &n)) {
+        fprintf(stderr, "toy models: %s\n", toy_last_error());
+        return 1;
+    }
+    if (json) {
+        json_t *arr = json_array();
+        for (int64_t i = 0; i < n; i++)
+            json_array_append_new(arr, json_pack("{s:s, s:s, s:s, s:s, s:I, s:s, s:I}", "name", m[i].name, "path",
+                                                 m[i].path, "source", m[i].source, "architecture", m[i].arch,
+                                                 "params", (json_int_t)m[i].n_params, "file_type",
+                                                 toy_file_type_name(m[i].file_type), "size", (json_int_t)m[i].size));
+        char *s = json_dumps(arr, JSON_INDENT(2));
+        puts(s);
+        free(s);
+        json_decref(arr);
+    } else if (n == 0) {
+        printf("no GGUF models found (looked in $TOY_MODEL_DIR, ./models, ~/.cache/huggingface/hub,\n"
+               "~/.ollama/models, ~/.lmstudio/models); `toy convert` makes one from a Hugging Face folder\n");
+    } else {
+        int w = 4;
+        for (int64_t i = 0; i < n; i++) if ((int)strlen(m[i].name) > w) w = (int)strlen(m[i].name);
+        if (w > 60) w = 60;
+        printf("%-*s  %-10s %8s  %-9s %8s  %-11s  %s\n", w, "NAME", "ARCH", "PARAMS", "TYPE", "SIZE", "SOURCE", "PATH");
+        for (int64_t i = 0; i < n; i++) {
+            char params[32], size[32];
+            human(params, sizeof params, (double)m[i].n_params, "");
+            human(size, sizeof size, (double)m[i].size, "B");
+            printf("%-*s  %-10s %8s  %-9s %8s  %-11s  %s\n", w, m[i].name, m[i].arch[0] ? m[i].arch : "?", params,
+                   toy_file_type_name(m[i].file_type), size, m[i].source, m[i].path);
+        }
+    }
+    free(m);
+    return 0;
+}

@@ -1,0 +1,128 @@
+/* test-cli-gguf.c: the `toy describe`, `toy quantize` and `toy models`
+ * commands (cli/cmd-describe.c, cmd-convert.c, cmd-models.c) run as a user
+ * would, on llama.cpp's llama-2-tiny-random. Needs TOY_BIN (set by
+ * `make check`); skips without it. */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "toy/gguf.h"
+
+#define TINY "../shared/testdata/model-gguf-llama2-tiny-random/llama-2-tiny-random.gguf"
+
+static char *run(const char *cmd, int *rc) {
+    FILE *p = popen(cmd, "r");
+    cr_assert(p, "%s", cmd);
+    size_t cap = 1 << 16, len = 0;
+    char *out = malloc(cap);
+    size_t k;
+    while ((k = fread(out + len, 1, cap - len - 1, p)) > 0) {
+        len += k;
+        if (cap - len < 1024) out = realloc(out, cap *= 2);
+    }
+    out[len] = 0;
+    *rc = pclose(p);
+    return out;
+}
+
+static const char *bin(void) {
+    const char *b = getenv("TOY_BIN");
+    struct stat sb;
+    if (!b || stat(b, &sb)) cr_skip("TOY_BIN not set (run through make check)");
+    if (stat(TINY, &sb)) cr_skip("testdata absent");
+    static char abs_path[4096]; /* the models test runs it from another directory */
+    return realpath(b, abs_path) ? abs_path : b;
+}
+
+Test(cli_gguf, describe_json) {
+    const char *b = bin();
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s describe %s --json", b, TINY);
+    int rc;
+    char *out = run(cmd, &rc);
+    cr_assert_eq(rc, 0, "%s", out);
+    json_error_t err;
+    json_t *j = json_loads(out, 0, &err);
+    cr_assert(j, "%s: %s", err.text, out);
+    cr_expect_str_eq(json_string_value(json_object_get(j, "architecture")), "llama");
+    cr_expect_eq(json_integer_value(json_object_get(j, "params")), 513048);
+    cr_expect_str_eq(json_string_value(json_object_get(j, "file_type_name")), "F16");
+    json_t *hp = json_object_get(j, "hparams");
+    cr_expect_eq(json_integer_value(json_object_get(hp, "embedding_length")), 8);
+    cr_expect_eq(json_integer_value(json_object_get(hp, "vocab_size")), 32000);
+    json_t *types = json_object_get(j, "tensor_types");
+    cr_expect_eq(json_array_size(types), 2);
+    cr_expect_eq(json_integer_value(json_object_get(json_array_get(types, 1), "bytes")), 1026048);
+    cr_expect_eq(json_integer_value(json_object_get(json_object_get(j, "tokenizer"), "tokens")), 32000);
+    const char *card = json_string_value(json_object_get(j, "algorithm"));
+    cr_expect(strstr(card, "W_e ∈ R^(d_e×N_V) = (8×32000)"), "%s", card);
+    cr_expect(strstr(card, "SiLU(W_gate X̃) ⊙ W_up X̃"));
+    json_decref(j);
+    free(out);
+
+    snprintf(cmd, sizeof cmd, "%s describe %s", b, TINY);
+    out = run(cmd, &rc);
+    cr_expect_eq(rc, 0);
+    cr_expect(strstr(out, "parameters     513.05K (513048)"), "%s", out);
+    cr_expect(strstr(out, "bos 1 <s>, eos 2 </s>"), "%s", out);
+    free(out);
+
+    snprintf(cmd, sizeof cmd, "%s describe /nonexistent.gguf 2>&1", b);
+    out = run(cmd, &rc);
+    cr_expect_neq(rc, 0);
+    cr_expect(strstr(out, "/nonexistent.gguf"), "%s", out);
+    free(out);
+}
+
+Test(cli_gguf, quantize_and_models) {
+    const char *b = bin();
+    char dir[] = "/tmp/toy-cli-gguf-XXXXXX";
+    cr_assert(mkdtemp(dir));
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s quantize %s %s/tiny-q8.gguf q8_0 2>&1", b, TINY, dir);
+    int rc;
+    char *out = run(cmd, &rc);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "Q8_0"), "%s", out); /* one summary line in a pipe, no bar */
+    cr_expect(!strchr(out, '\r'), "progress bar drawn in a pipe");
+    free(out);
+    char path[512];
+    snprintf(path, sizeof path, "%s/tiny-q8.gguf", dir);
+    struct toy_gguf *g;
+    cr_assert_eq(toy_gguf_open(path, &g), TOY_OK);
+    /* rows of 32 take q8_0; rows of 8 cannot, and stay f16; norms stay f32 */
+    cr_expect_eq(toy_gguf_tensor(g, toy_gguf_find_tensor(g, "blk.0.ffn_down.weight"))->type, TOY_Q8_0);
+    cr_expect_eq(toy_gguf_tensor(g, toy_gguf_find_tensor(g, "token_embd.weight"))->type, TOY_F16);
+    cr_expect_eq(toy_gguf_tensor(g, toy_gguf_find_tensor(g, "output_norm.weight"))->type, TOY_F32);
+    uint32_t ft;
+    cr_expect_eq(toy_gguf_get_u32(g, "general.file_type", &ft), TOY_OK);
+    cr_expect_eq(ft, 7);
+    toy_gguf_close(g);
+
+    snprintf(cmd, sizeof cmd, "cd %s && HOME=%s TOY_MODEL_DIR=%s %s models --json", dir, dir, dir, b);
+    out = run(cmd, &rc);
+    cr_assert_eq(rc, 0, "%s", out);
+    json_t *j = json_loads(out, 0, NULL);
+    cr_assert(json_is_array(j), "%s", out);
+    cr_expect_eq(json_array_size(j), 1);
+    cr_expect_str_eq(json_string_value(json_object_get(json_array_get(j, 0), "name")), "tiny-q8");
+    json_decref(j);
+    free(out);
+    /* a listed name works where a path does */
+    snprintf(cmd, sizeof cmd, "cd %s && HOME=%s TOY_MODEL_DIR=%s %s describe tiny-q8 --json", dir, dir, dir, b);
+    out = run(cmd, &rc);
+    cr_expect_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "\"Q8_0\""), "%s", out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s quantize %s %s/x.gguf q9_9 2>&1", b, TINY, dir);
+    out = run(cmd, &rc);
+    cr_expect_eq(WEXITSTATUS(rc), 2);
+    free(out);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_expect_eq(system(cmd), 0);
+}
