@@ -15,4 +15,6 @@ echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //
   | "$PY" bench/report.py "$B/bench-results.json" || status=1
 [ -x "$B/bench/bench-blas" ] && { "$B/bench/bench-blas" "$NTH" || status=1; }
 "$B/bench/bench-tokenizer" "$TD" 3 || status=1
+# GGUF open (mmap vs read) and write, quantize/dequantize GB/s vs memcpy
+"$B/bench/bench-gguf" 500 || status=1
 exit $status
