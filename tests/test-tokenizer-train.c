@@ -131,3 +131,46 @@ Test(tokenizer_train, tinyshakespeare, .timeout = 60) {
     toy_tokenizer_free(tok);
     free(text);
 }
+
+Test(token_file, roundtrip_and_corruption) {
+    char path[] = "/tmp/toy-toyt-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    int32_t ids[1000];
+    for (int i = 0; i < 1000; i++) ids[i] = (i * 7919) % 50257;
+    MUST(toy_token_file_write(path, 50257, ids, 1000));
+    int64_t nv, n;
+    int32_t *back;
+    MUST(toy_token_file_read(path, &nv, &back, &n));
+    cr_expect_eq(nv, 50257);
+    cr_expect_eq(n, 1000);
+    cr_expect(!memcmp(ids, back, sizeof ids));
+    free(back);
+    /* header layout: magic, version, vocab, count */
+    FILE *f = fopen(path, "r+b");
+    unsigned char h[20];
+    cr_assert_eq(fread(h, 1, 20, f), 20);
+    cr_expect(!memcmp(h, "TOYT\x01\x00\x00\x00\x51\xc4\x00\x00\xe8\x03\x00\x00\x00\x00\x00\x00", 20));
+    /* a count larger than the file */
+    h[13] = 0x7f;
+    fseek(f, 0, SEEK_SET);
+    fwrite(h, 1, 20, f);
+    fflush(f);
+    cr_expect_eq(toy_token_file_read(path, &nv, &back, &n), TOY_ERR_FORMAT);
+    /* an id beyond the vocabulary */
+    h[13] = 0x03;
+    h[8] = 0x10;
+    h[9] = 0x00; /* vocab 16 */
+    fseek(f, 0, SEEK_SET);
+    fwrite(h, 1, 20, f);
+    fflush(f);
+    cr_expect_eq(toy_token_file_read(path, &nv, &back, &n), TOY_ERR_RANGE);
+    fseek(f, 0, SEEK_SET);
+    fwrite("XXXX", 1, 4, f);
+    fclose(f);
+    cr_expect_eq(toy_token_file_read(path, &nv, &back, &n), TOY_ERR_FORMAT);
+    ids[5] = 60000;
+    cr_expect_eq(toy_token_file_write(path, 50257, ids, 1000), TOY_ERR_RANGE);
+    unlink(path);
+}

@@ -204,6 +204,16 @@ const char *toy_tokenizer_merge(const struct toy_tokenizer *tok, int64_t rank);
  * list to write (TOY_ERR_UNSUPPORTED: use GGUF). */
 enum toy_status toy_tokenizer_save_hf(const struct toy_tokenizer *tok, const char *path);
 
+/* ---- packed token files ("TOYT", docs/formats.md) ---- */
+
+/* Header (little-endian): "TOYT", u32 version (1), u32 vocab size,
+ * u64 token count, then count u32 ids. Written to a temporary name and
+ * renamed. Every id must be < n_vocab. */
+enum toy_status toy_token_file_write(const char *path, int64_t n_vocab, const int32_t *ids, int64_t n);
+/* Reads a whole file: checks magic, version, that the size matches the
+ * count and every id < vocab size. *ids is malloc'd. */
+enum toy_status toy_token_file_read(const char *path, int64_t *n_vocab, int32_t **ids, int64_t *n);
+
 /* ---- training ---- */
 
 struct toy_bpe_train_opts {

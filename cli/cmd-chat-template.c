@@ -1,0 +1,106 @@
+/* cmd-chat-template.c: `toy chat-template`: render a chat prompt with a
+ * model's tokenizer.chat_template (GGUF or tokenizer_config.json) or a
+ * built-in/explicit template, for messages given as JSON. Uses only
+ * include/. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "toy/chat-template.h"
+#include "toy/tokenizer.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: toy chat-template [-m MODEL] [--template NAME|FILE] --messages FILE.json\n"
+            "  -m MODEL              a .gguf, tokenizer.json (with tokenizer_config.json) or folder; gives the\n"
+            "                        template and the BOS/EOS text\n"
+            "  --template NAME|FILE  a built-in (chatml, smollm2, llama3, llama2, mistral, gemma, phi3) or a Jinja file\n"
+            "  --messages FILE       JSON: [{\"role\": ..., \"content\": ...}, ...] or {\"messages\": [...], \"tools\": ...};\n"
+            "                        '-' reads standard input\n"
+            "  --no-generation-prompt  do not open an assistant turn at the end\n"
+            "  --bos TEXT, --eos TEXT  BOS/EOS text when there is no model\n"
+            "  --print-template      print the template source instead of rendering\n");
+}
+
+static char *slurp(const char *path) {
+    FILE *f = !strcmp(path, "-") ? stdin : fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 4096, n = 0;
+    char *b = malloc(cap);
+    while (b) {
+        if (n + 1 >= cap) {
+            char *p = realloc(b, cap *= 2);
+            if (!p) { free(b); b = NULL; break; }
+            b = p;
+        }
+        size_t r = fread(b + n, 1, cap - n - 1, f);
+        if (r == 0) break;
+        n += r;
+    }
+    if (b) b[n] = 0;
+    if (f != stdin) fclose(f);
+    return b;
+}
+
+int toy_cmd_chat_template(int argc, char **argv) {
+    const char *model = NULL, *tmpl = NULL, *messages = NULL, *bos = NULL, *eos = NULL;
+    bool gen = true, print = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && i + 1 < argc) model = argv[++i];
+        else if (!strcmp(a, "--template") && i + 1 < argc) tmpl = argv[++i];
+        else if (!strcmp(a, "--messages") && i + 1 < argc) messages = argv[++i];
+        else if (!strcmp(a, "--bos") && i + 1 < argc) bos = argv[++i];
+        else if (!strcmp(a, "--eos") && i + 1 < argc) eos = argv[++i];
+        else if (!strcmp(a, "--no-generation-prompt")) gen = false;
+        else if (!strcmp(a, "--print-template")) print = true;
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        else { fprintf(stderr, "toy chat-template: unknown argument %s\n", a); usage(stderr); return 2; }
+    }
+    if (!model && !tmpl) { fprintf(stderr, "toy chat-template: give -m MODEL or --template\n"); usage(stderr); return 2; }
+    if (!messages && !print) { fprintf(stderr, "toy chat-template: --messages is required\n"); return 2; }
+    struct toy_tokenizer *tok = NULL;
+    if (model && toy_tokenizer_load(model, &tok)) { fprintf(stderr, "toy chat-template: %s\n", toy_last_error()); return 1; }
+    char *file_src = NULL;
+    const char *src = NULL;
+    if (tmpl) {
+        src = toy_chat_template_builtin(tmpl) ? tmpl : (file_src = slurp(tmpl));
+        if (!src) { fprintf(stderr, "toy chat-template: %s: not a built-in template and not readable (%s)\n", tmpl, strerror(errno)); toy_tokenizer_free(tok); return 1; }
+    } else {
+        src = toy_tokenizer_chat_template(tok);
+        if (!src) {
+            fprintf(stderr, "toy chat-template: %s has no chat template; choose one with --template (chatml, llama3, ...)\n", model);
+            toy_tokenizer_free(tok);
+            return 1;
+        }
+    }
+    int rc = 0;
+    if (print) {
+        const char *b = toy_chat_template_builtin(src);
+        fputs(b ? b : src, stdout);
+        putchar('\n');
+        goto out;
+    }
+    char *msgs = slurp(messages);
+    if (!msgs) { fprintf(stderr, "toy chat-template: %s: %s\n", messages, strerror(errno)); rc = 1; goto out; }
+    struct toy_chat_template *t;
+    if (toy_chat_template_init(src, &t)) { fprintf(stderr, "toy chat-template: %s\n", toy_last_error()); free(msgs); rc = 1; goto out; }
+    struct toy_chat_vars v = {.bos_token = bos, .eos_token = eos, .add_generation_prompt = gen};
+    if (tok && !bos && toy_tokenizer_bos(tok) >= 0) v.bos_token = toy_tokenizer_piece(tok, toy_tokenizer_bos(tok));
+    if (tok && !eos && toy_tokenizer_eos(tok) >= 0) v.eos_token = toy_tokenizer_piece(tok, toy_tokenizer_eos(tok));
+    char *prompt;
+    if (toy_chat_template_render_json(t, msgs, &v, &prompt)) {
+        fprintf(stderr, "toy chat-template: %s\n", toy_last_error());
+        rc = 1;
+    } else {
+        fputs(prompt, stdout);
+        free(prompt);
+    }
+    toy_chat_template_free(t);
+    free(msgs);
+out:
+    free(file_src);
+    toy_tokenizer_free(tok);
+    return rc;
+}

@@ -1,0 +1,203 @@
+/* cmd-tokenize.c: `toy tokenize`: text to token ids with a model's
+ * tokenizer (GGUF, tokenizer.json, tokenizer.model, or a folder holding
+ * one), ids back to text, and whole corpora to packed TOYT token files
+ * (docs/formats.md). Uses only include/. */
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "toy/tokenizer.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: toy tokenize -m MODEL [options] [TEXT | -]\n"
+            "       toy tokenize -m MODEL --corpus FILE [--corpus FILE...] -o TOKENS.bin [--eos]\n"
+            "       toy tokenize -m MODEL --decode \"ID ID ...\"\n"
+            "\n"
+            "MODEL is a .gguf, a tokenizer.json, a tokenizer.model, or a folder holding one.\n"
+            "TEXT absent or '-' reads standard input.\n"
+            "  --pieces        show each token's piece\n"
+            "  --special       parse special-token text (<|im_start|>) as those tokens\n"
+            "  --bos, --eos    add BOS / EOS; --no-bos: never add BOS (default: as the model says)\n"
+            "  --json          print JSON {\"ids\": [...], \"pieces\": [...], \"n_tokens\": N}\n"
+            "  --corpus FILE   encode a whole file (repeatable; with --eos each file ends with EOS)\n"
+            "  -o FILE         where --corpus writes the packed TOYT token file\n"
+            "  --decode IDS    print the text of space- or comma-separated ids\n");
+}
+
+static char *read_all(FILE *f, size_t *len) {
+    size_t cap = 1 << 16, n = 0;
+    char *b = malloc(cap);
+    if (!b) return NULL;
+    for (;;) {
+        if (n == cap) {
+            char *p = realloc(b, cap *= 2);
+            if (!p) { free(b); return NULL; }
+            b = p;
+        }
+        size_t r = fread(b + n, 1, cap - n, f);
+        n += r;
+        if (r == 0) break;
+    }
+    *len = n;
+    return b;
+}
+
+static void json_piece(FILE *f, const char *s) {
+    json_t *j = json_string(s);
+    char *d = j ? json_dumps(j, JSON_ENCODE_ANY) : NULL;
+    fputs(d ? d : "null", f);
+    free(d);
+    json_decref(j);
+}
+
+int toy_cmd_tokenize(int argc, char **argv) {
+    const char *model = NULL, *text = NULL, *out = NULL, *decode = NULL;
+    const char *corpus[64];
+    int n_corpus = 0;
+    bool pieces = false, json = false, special = false, bos = false, eos = false, no_bos = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && i + 1 < argc) model = argv[++i];
+        else if (!strcmp(a, "--pieces")) pieces = true;
+        else if (!strcmp(a, "--json")) json = true;
+        else if (!strcmp(a, "--special")) special = true;
+        else if (!strcmp(a, "--bos")) bos = true;
+        else if (!strcmp(a, "--no-bos")) no_bos = true;
+        else if (!strcmp(a, "--eos")) eos = true;
+        else if (!strcmp(a, "--corpus") && i + 1 < argc) {
+            if (n_corpus == 64) { fprintf(stderr, "toy tokenize: at most 64 --corpus files\n"); return 2; }
+            corpus[n_corpus++] = argv[++i];
+        } else if (!strcmp(a, "-o") && i + 1 < argc) out = argv[++i];
+        else if (!strcmp(a, "--decode") && i + 1 < argc) decode = argv[++i];
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        else if (a[0] == '-' && a[1]) { fprintf(stderr, "toy tokenize: unknown option %s\n", a); usage(stderr); return 2; }
+        else if (!text) text = a;
+        else { fprintf(stderr, "toy tokenize: one TEXT argument (quote it)\n"); return 2; }
+    }
+    if (!model) { fprintf(stderr, "toy tokenize: -m MODEL is required\n"); usage(stderr); return 2; }
+    if (n_corpus && !out) { fprintf(stderr, "toy tokenize: --corpus needs -o TOKENS.bin\n"); return 2; }
+    struct toy_tokenizer *tok;
+    if (toy_tokenizer_load(model, &tok)) { fprintf(stderr, "toy tokenize: %s\n", toy_last_error()); return 1; }
+    unsigned flags = (special ? TOY_ENCODE_PARSE_SPECIAL : 0) | (bos ? TOY_ENCODE_ADD_BOS : 0) |
+                     (!bos && !no_bos && toy_tokenizer_add_bos(tok) ? TOY_ENCODE_ADD_BOS : 0);
+    int rc = 0;
+    struct toy_tokens t = {0};
+
+    if (decode) {
+        for (const char *p = decode; *p;) {
+            char *end;
+            long v = strtol(p, &end, 10);
+            if (end == p) {
+                if (!strchr(", \t\n[]", *p)) { fprintf(stderr, "toy tokenize: --decode: not an id at '%s'\n", p); rc = 2; goto done; }
+                p++;
+                continue;
+            }
+            p = end;
+            if (v < 0 || v > INT32_MAX) { fprintf(stderr, "toy tokenize: bad id %ld\n", v); rc = 1; goto done; }
+            if (t.n == t.cap) {
+                int64_t c = t.cap ? t.cap * 2 : 64;
+                int32_t *q = realloc(t.ids, (size_t)c * sizeof *q);
+                if (!q) { rc = 1; goto done; }
+                t.ids = q;
+                t.cap = c;
+            }
+            t.ids[t.n++] = (int32_t)v;
+        }
+        char *s;
+        size_t l;
+        if (toy_tokenizer_decode(tok, t.ids, t.n, TOY_DECODE_SKIP_SPECIAL * !special, &s, &l)) {
+            fprintf(stderr, "toy tokenize: %s\n", toy_last_error());
+            rc = 1;
+            goto done;
+        }
+        fwrite(s, 1, l, stdout);
+        fputc('\n', stdout);
+        free(s);
+        goto done;
+    }
+
+    if (n_corpus) {
+        size_t bytes = 0;
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        for (int c = 0; c < n_corpus; c++) {
+            FILE *f = !strcmp(corpus[c], "-") ? stdin : fopen(corpus[c], "rb");
+            if (!f) { fprintf(stderr, "toy tokenize: %s: %s\n", corpus[c], strerror(errno)); rc = 1; goto done; }
+            size_t len;
+            char *buf = read_all(f, &len);
+            if (f != stdin) fclose(f);
+            if (!buf) { fprintf(stderr, "toy tokenize: %s: out of memory\n", corpus[c]); rc = 1; goto done; }
+            bytes += len;
+            unsigned fl = flags | (eos ? TOY_ENCODE_ADD_EOS : 0);
+            if (toy_tokenizer_encode(tok, buf, len, fl, &t)) {
+                fprintf(stderr, "toy tokenize: %s: %s\n", corpus[c], toy_last_error());
+                free(buf);
+                rc = 1;
+                goto done;
+            }
+            free(buf);
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+        if (toy_token_file_write(out, toy_tokenizer_n_vocab(tok), t.ids, t.n)) {
+            fprintf(stderr, "toy tokenize: %s\n", toy_last_error());
+            rc = 1;
+            goto done;
+        }
+        if (json)
+            printf("{\"output\": \"%s\", \"bytes\": %zu, \"n_tokens\": %lld, \"vocab_size\": %lld, \"seconds\": %.3f}\n", out,
+                   bytes, (long long)t.n, (long long)toy_tokenizer_n_vocab(tok), secs);
+        else
+            fprintf(stderr, "toy tokenize: %zu bytes -> %lld tokens (%.2f bytes/token, %.1f MB/s) -> %s\n", bytes,
+                    (long long)t.n, t.n ? (double)bytes / (double)t.n : 0.0, secs > 0 ? (double)bytes / secs / 1e6 : 0.0, out);
+        goto done;
+    }
+
+    char *owned = NULL;
+    size_t len;
+    if (!text || !strcmp(text, "-")) {
+        owned = read_all(stdin, &len);
+        if (!owned) { fprintf(stderr, "toy tokenize: out of memory\n"); rc = 1; goto done; }
+        text = owned;
+    } else {
+        len = strlen(text);
+    }
+    if (toy_tokenizer_encode(tok, text, len, flags | (eos ? TOY_ENCODE_ADD_EOS : 0), &t)) {
+        fprintf(stderr, "toy tokenize: %s\n", toy_last_error());
+        free(owned);
+        rc = 1;
+        goto done;
+    }
+    free(owned);
+    if (json) {
+        printf("{\"n_tokens\": %lld, \"ids\": [", (long long)t.n);
+        for (int64_t i = 0; i < t.n; i++) printf(i ? ", %d" : "%d", t.ids[i]);
+        printf("]");
+        if (pieces) {
+            printf(", \"pieces\": [");
+            for (int64_t i = 0; i < t.n; i++) {
+                if (i) printf(", ");
+                json_piece(stdout, toy_tokenizer_piece(tok, t.ids[i]));
+            }
+            printf("]");
+        }
+        printf("}\n");
+    } else if (pieces) {
+        for (int64_t i = 0; i < t.n; i++) {
+            printf("%6d  ", t.ids[i]);
+            json_piece(stdout, toy_tokenizer_piece(tok, t.ids[i]));
+            putchar('\n');
+        }
+    } else {
+        for (int64_t i = 0; i < t.n; i++) printf(i ? " %d" : "%d", t.ids[i]);
+        putchar('\n');
+    }
+done:
+    toy_tokens_free(&t);
+    toy_tokenizer_free(tok);
+    return rc;
+}

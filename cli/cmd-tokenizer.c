@@ -1,0 +1,107 @@
+/* cmd-tokenizer.c: `toy tokenizer train`: learn a byte-level BPE vocabulary
+ * (GPT-2 pre-tokenizer by default) from text files and save it as a GGUF
+ * holding only tokenizer.ggml.* metadata, or as a tokenizer.json when the
+ * output name ends in .json. Uses only include/. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "toy/gguf.h"
+#include "toy/tokenizer.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: toy tokenizer train --vocab-size N CORPUS.txt [CORPUS...] -o OUT.gguf|OUT.json\n"
+            "  --vocab-size N       total tokens: special tokens + 256 bytes + merges\n"
+            "  --min-frequency F    stop when no pair occurs F times (default 2)\n"
+            "  --pre NAME           pre-tokenizer: gpt-2 (default), llama-bpe, qwen2, smollm, ...\n"
+            "  --special TEXT       a special token (repeatable; default <|endoftext|>, also BOS/EOS)\n"
+            "  --json               print a JSON summary\n");
+}
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static bool ends_with(const char *s, const char *suf) {
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && !strcmp(s + a - b, suf);
+}
+
+int toy_cmd_tokenizer(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) { usage(argc < 2 ? stderr : stdout); return argc < 2 ? 2 : 0; }
+    if (strcmp(argv[1], "train")) { fprintf(stderr, "toy tokenizer: unknown subcommand '%s'\n", argv[1]); usage(stderr); return 2; }
+    struct toy_bpe_train_opts o = {0};
+    const char *out = NULL, *files[64], *special[64];
+    int nf = 0, ns = 0;
+    bool json = false;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--vocab-size") && i + 1 < argc) o.vocab_size = atoll(argv[++i]);
+        else if (!strcmp(a, "--min-frequency") && i + 1 < argc) o.min_frequency = atoll(argv[++i]);
+        else if (!strcmp(a, "--pre") && i + 1 < argc) o.pre = argv[++i];
+        else if (!strcmp(a, "--special") && i + 1 < argc && ns < 64) special[ns++] = argv[++i];
+        else if (!strcmp(a, "-o") && i + 1 < argc) out = argv[++i];
+        else if (!strcmp(a, "--json")) json = true;
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        else if (a[0] == '-' && a[1]) { fprintf(stderr, "toy tokenizer train: unknown option %s\n", a); return 2; }
+        else if (nf < 64) files[nf++] = a;
+        else { fprintf(stderr, "toy tokenizer train: at most 64 corpus files\n"); return 2; }
+    }
+    if (!o.vocab_size || !nf || !out) { fprintf(stderr, "toy tokenizer train: --vocab-size, a corpus and -o are required\n"); usage(stderr); return 2; }
+    if (ns) { o.special_tokens = special; o.n_special = ns; }
+    /* the corpus files, one after another (a newline between files) */
+    char *text = NULL;
+    size_t len = 0, cap = 0;
+    for (int k = 0; k < nf; k++) {
+        FILE *f = fopen(files[k], "rb");
+        if (!f) { fprintf(stderr, "toy tokenizer train: %s: %s\n", files[k], strerror(errno)); free(text); return 1; }
+        for (;;) {
+            if (cap - len < 65536) {
+                cap = cap ? cap * 2 : 1 << 20;
+                char *p = realloc(text, cap);
+                if (!p) { fprintf(stderr, "toy tokenizer train: out of memory\n"); fclose(f); free(text); return 1; }
+                text = p;
+            }
+            size_t r = fread(text + len, 1, cap - len - 1, f);
+            len += r;
+            if (r == 0) break;
+        }
+        fclose(f);
+        if (k + 1 < nf && len && text[len - 1] != '\n') text[len++] = '\n';
+    }
+    double t0 = now();
+    struct toy_tokenizer *tok;
+    enum toy_status st = toy_tokenizer_train_bpe(text ? text : "", len, &o, &tok);
+    double secs = now() - t0;
+    if (st) { fprintf(stderr, "toy tokenizer train: %s\n", toy_last_error()); free(text); return 1; }
+    struct toy_tokens ids = {0};
+    if (toy_tokenizer_encode(tok, text ? text : "", len, 0, &ids)) ids.n = 0;
+    free(text);
+    if (ends_with(out, ".json")) {
+        st = toy_tokenizer_save_hf(tok, out);
+    } else {
+        struct toy_gguf_writer *w;
+        st = toy_gguf_writer_init(&w);
+        if (!st) st = toy_gguf_writer_set_str(w, "general.name", "toy-bpe");
+        if (!st) st = toy_tokenizer_write_gguf(tok, w);
+        if (!st) st = toy_gguf_writer_write(w, out);
+        toy_gguf_writer_free(w);
+    }
+    if (st) { fprintf(stderr, "toy tokenizer train: %s\n", toy_last_error()); toy_tokenizer_free(tok); toy_tokens_free(&ids); return 1; }
+    if (json)
+        printf("{\"output\": \"%s\", \"vocab_size\": %lld, \"merges\": %lld, \"corpus_bytes\": %zu, \"corpus_tokens\": %lld, "
+               "\"seconds\": %.3f}\n", out, (long long)toy_tokenizer_n_vocab(tok), (long long)toy_tokenizer_n_merges(tok), len,
+               (long long)ids.n, secs);
+    else
+        fprintf(stderr, "toy tokenizer train: %lld tokens (%lld merges) from %zu bytes in %.2f s; the corpus is %lld tokens "
+                "(%.2f bytes/token) -> %s\n", (long long)toy_tokenizer_n_vocab(tok), (long long)toy_tokenizer_n_merges(tok),
+                len, secs, (long long)ids.n, ids.n ? (double)len / (double)ids.n : 0.0, out);
+    toy_tokens_free(&ids);
+    toy_tokenizer_free(tok);
+    return 0;
+}

@@ -1,0 +1,101 @@
+/* token-file.c: packed token files ("TOYT"), the pre-tokenized corpora that
+ * `toy tokenize --corpus` writes and training reads. Format (docs/formats.md,
+ * all little-endian): magic "TOYT", u32 version = 1, u32 vocab size,
+ * u64 token count, then count u32 token ids. The reader checks the size
+ * against the count before allocating and every id against the vocabulary.
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "toy/tokenizer.h"
+
+#define TOYT_VERSION 1
+#define TOYT_HEADER 20
+
+static void put_u32(unsigned char *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i)); }
+static void put_u64(unsigned char *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i)); }
+static uint32_t get_u32(const unsigned char *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
+static uint64_t get_u64(const unsigned char *p) { return (uint64_t)get_u32(p) | (uint64_t)get_u32(p + 4) << 32; }
+
+enum toy_status toy_token_file_write(const char *path, int64_t n_vocab, const int32_t *ids, int64_t n) {
+    if (n_vocab <= 0 || n_vocab > UINT32_MAX || n < 0 || (n && !ids))
+        return toy_error(TOY_ERR_INVALID_ARG, "%s: vocab size %lld, %lld tokens", path, (long long)n_vocab, (long long)n);
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= n_vocab)
+            return toy_error(TOY_ERR_RANGE, "%s: token %lld is id %d, vocabulary has %lld", path, (long long)i, ids[i], (long long)n_vocab);
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+    FILE *f = fopen(tmp, "wb");
+    if (!f) return toy_error(TOY_ERR_IO, "%s: %s", tmp, strerror(errno));
+    unsigned char h[TOYT_HEADER];
+    memcpy(h, "TOYT", 4);
+    put_u32(h + 4, TOYT_VERSION);
+    put_u32(h + 8, (uint32_t)n_vocab);
+    put_u64(h + 12, (uint64_t)n);
+    bool ok = fwrite(h, 1, sizeof h, f) == sizeof h;
+    unsigned char buf[4 * 4096];
+    for (int64_t i = 0; ok && i < n;) {
+        size_t k = 0;
+        for (; k < 4096 && i < n; k++, i++) put_u32(buf + 4 * k, (uint32_t)ids[i]);
+        ok = fwrite(buf, 4, k, f) == k;
+    }
+    if (fclose(f) != 0) ok = false;
+    if (!ok || rename(tmp, path) != 0) {
+        enum toy_status st = toy_error(TOY_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+        unlink(tmp);
+        return st;
+    }
+    return TOY_OK;
+}
+
+enum toy_status toy_token_file_read(const char *path, int64_t *n_vocab, int32_t **ids, int64_t *n) {
+    *ids = NULL;
+    *n = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return toy_error(TOY_ERR_IO, "%s: %s", path, strerror(errno));
+    unsigned char h[TOYT_HEADER];
+    enum toy_status st = TOY_OK;
+    long size = -1;
+    if (fseek(f, 0, SEEK_END) == 0) size = ftell(f);
+    rewind(f);
+    if (size < TOYT_HEADER || fread(h, 1, sizeof h, f) != sizeof h) {
+        st = toy_error(TOY_ERR_FORMAT, "%s: %ld bytes, shorter than the %d-byte header", path, size, TOYT_HEADER);
+        goto out;
+    }
+    if (memcmp(h, "TOYT", 4)) { st = toy_error(TOY_ERR_FORMAT, "%s: bad magic (not a TOYT token file)", path); goto out; }
+    if (get_u32(h + 4) != TOYT_VERSION) { st = toy_error(TOY_ERR_UNSUPPORTED, "%s: version %u (this reader knows 1)", path, get_u32(h + 4)); goto out; }
+    uint32_t vocab = get_u32(h + 8);
+    uint64_t count = get_u64(h + 12);
+    if (vocab == 0) { st = toy_error(TOY_ERR_FORMAT, "%s: vocabulary size 0", path); goto out; }
+    if (count > (uint64_t)(size - TOYT_HEADER) / 4 || (uint64_t)(size - TOYT_HEADER) != count * 4) {
+        st = toy_error(TOY_ERR_FORMAT, "%s: header says %llu tokens, the file holds %ld bytes of ids", path,
+                       (unsigned long long)count, size - TOYT_HEADER);
+        goto out;
+    }
+    int32_t *out = malloc(count ? count * 4 : 4);
+    if (!out) { st = toy_error(TOY_ERR_NOMEM, "%s: out of memory (%llu tokens)", path, (unsigned long long)count); goto out; }
+    unsigned char buf[4 * 4096];
+    for (uint64_t i = 0; i < count;) {
+        size_t k = count - i < 4096 ? (size_t)(count - i) : 4096;
+        if (fread(buf, 4, k, f) != k) { free(out); st = toy_error(TOY_ERR_IO, "%s: short read", path); goto out; }
+        for (size_t j = 0; j < k; j++, i++) {
+            uint32_t v = get_u32(buf + 4 * j);
+            if (v >= vocab) {
+                free(out);
+                st = toy_error(TOY_ERR_RANGE, "%s: token %llu is id %u, vocabulary has %u", path, (unsigned long long)i, v, vocab);
+                goto out;
+            }
+            out[i] = (int32_t)v;
+        }
+    }
+    *ids = out;
+    *n = (int64_t)count;
+    *n_vocab = vocab;
+out:
+    fclose(f);
+    return st;
+}
