@@ -204,6 +204,7 @@ static void q_q8_0(const float *x, uint8_t *b, int64_t nb) {
 
 /* ---- k-quants (super-blocks of 256) ---------------------------------------------------
  * q2_k: u8 scales[16] (lo: scale, hi: min) | u8 qs[64] | f16 d, dmin       (84)
+ * q3_k: u8 hmask[32] | u8 qs[64] | u8 scales[12] (16 x 6-bit) | f16 d       (110)
  * q4_k: f16 d, dmin | u8 scales[12] (8 x 6-bit scale + 6-bit min) | qs[128] (144)
  * q5_k: f16 d, dmin | scales[12] | u8 qh[32] | u8 qs[128]                    (176)
  * q6_k: u8 ql[128] | u8 qh[64] | i8 scales[16] | f16 d                       (210)
@@ -236,6 +237,39 @@ static void deq_q2_k(const uint8_t *b, float *y, int64_t nb) {
                 ml = min * (s >> 4);
                 for (int l = 0; l < 16; l++) *y++ = dl * ((int8_t)((q[l + 16] >> shift) & 3)) - ml;
                 shift += 2;
+            }
+            q += 32;
+        }
+    }
+}
+
+static void deq_q3_k(const uint8_t *b, float *y, int64_t nb) {
+    const uint32_t kmask1 = 0x03030303, kmask2 = 0x0f0f0f0f;
+    for (int64_t i = 0; i < nb; i++, b += 110) {
+        const float d_all = h2f(b + 108);
+        const uint8_t *hm = b, *q = b + 32;
+        /* unpack the 16 6-bit scales: low nibbles in bytes 0..7, high
+         * 2-bit pairs in bytes 8..11 */
+        uint32_t aux[4];
+        memcpy(aux, b + 96, 12);
+        const uint32_t tmp = aux[2];
+        aux[2] = ((aux[0] >> 4) & kmask2) | (((tmp >> 4) & kmask1) << 4);
+        aux[3] = ((aux[1] >> 4) & kmask2) | (((tmp >> 6) & kmask1) << 4);
+        aux[0] = (aux[0] & kmask2) | (((tmp >> 0) & kmask1) << 4);
+        aux[1] = (aux[1] & kmask2) | (((tmp >> 2) & kmask1) << 4);
+        int8_t scales[16];
+        memcpy(scales, aux, 16);
+        int is = 0;
+        uint8_t m = 1;
+        for (int n = 0; n < QK_K; n += 128) {
+            int shift = 0;
+            for (int j = 0; j < 4; j++) {
+                float dl = d_all * (scales[is++] - 32);
+                for (int l = 0; l < 16; l++) *y++ = dl * ((int8_t)((q[l] >> shift) & 3) - ((hm[l] & m) ? 0 : 4));
+                dl = d_all * (scales[is++] - 32);
+                for (int l = 0; l < 16; l++) *y++ = dl * ((int8_t)((q[l + 16] >> shift) & 3) - ((hm[l + 16] & m) ? 0 : 4));
+                shift += 2;
+                m = (uint8_t)(m << 1);
             }
             q += 32;
         }
@@ -574,6 +608,7 @@ static deq_fn deq_for(enum toy_dtype t) {
     case TOY_Q5_1: return deq_q5_1;
     case TOY_Q8_0: return deq_q8_0;
     case TOY_Q2_K: return deq_q2_k;
+    case TOY_Q3_K: return deq_q3_k;
     case TOY_Q4_K: return deq_q4_k;
     case TOY_Q5_K: return deq_q5_k;
     case TOY_Q6_K: return deq_q6_k;

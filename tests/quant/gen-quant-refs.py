@@ -459,6 +459,30 @@ def dq(t, b, n):
             d = F(np.frombuffer(blk[0:4], dtype=np.float32)[0])
             y += [F(d * F(v)) for v in np.frombuffer(blk[4:260], dtype=np.int8)]
         return y
+    if t == 11:
+        for k in range(0, len(b), 110):
+            blk = b[k:k + 110]
+            hm, q, sc = blk[0:32], blk[32:96], blk[96:108]
+            d = f16_val(blk[108:110])
+            # 16 scales of 6 bits: low 4 bits from bytes 0..7 (nibbles), high 2 bits from bytes 8..11
+            scales = []
+            for j in range(16):
+                lo = (sc[j] & 0xF) if j < 8 else (sc[j - 8] >> 4)
+                hi = (sc[8 + j % 4] >> (2 * (j // 4))) & 3
+                scales.append((lo | (hi << 4)) - 32)
+            is_ = 0
+            m = 1
+            for n in range(2):
+                qq = q[32 * n:32 * n + 32]
+                for shift in (0, 2, 4, 6):
+                    for half in range(2):
+                        dl = F(d * F(scales[is_]))
+                        is_ += 1
+                        for l in range(16):
+                            v = ((qq[l + 16 * half] >> shift) & 3) - (0 if hm[l + 16 * half] & m else 4)
+                            y.append(F(dl * F(v)))
+                    m <<= 1
+        return y
     if t == 10:
         for k in range(0, len(b), 84):
             blk = b[k:k + 84]
@@ -511,8 +535,8 @@ def main():
             xs = [F(v) for v in x]
             cases.append((0, t, n, x.tobytes(), fn(xs)))
     # dequantize: random blocks with finite, modest scales
-    sizes = {2: 18, 3: 20, 6: 22, 7: 24, 8: 34, 10: 84, 12: 144, 13: 176, 14: 210, 15: 292}
-    bsz = {2: 32, 3: 32, 6: 32, 7: 32, 8: 32, 10: 256, 12: 256, 13: 256, 14: 256, 15: 256}
+    sizes = {2: 18, 3: 20, 6: 22, 7: 24, 8: 34, 10: 84, 11: 110, 12: 144, 13: 176, 14: 210, 15: 292}
+    bsz = {2: 32, 3: 32, 6: 32, 7: 32, 8: 32, 10: 256, 11: 256, 12: 256, 13: 256, 14: 256, 15: 256}
     for t, sz in sizes.items():
         nb = 8
         raw = bytearray(rng.integers(0, 256, nb * sz, dtype=np.uint8).tobytes())
@@ -528,6 +552,8 @@ def main():
                 raw[blk + 82:blk + 84] = scl()
             if t == 14:
                 raw[blk + 208:blk + 210] = scl()
+            if t == 11:
+                raw[blk + 108:blk + 110] = scl()
             if t == 15:
                 raw[blk:blk + 4] = np.float32(rng.uniform(-0.01, 0.01)).tobytes()
         raw = bytes(raw)
