@@ -454,6 +454,34 @@ Test(tokenizer, unigram_viterbi_is_optimal) {
     toy_tokenizer_free(tok);
 }
 
+/* SentencePiece without the dummy prefix, and texts shorter than one U+2581 */
+Test(tokenizer, spm_short_texts_and_no_prefix) {
+    static const char *const pieces[] = {"<unk>", "<s>", "</s>", "a", "b", "ab", "\xe2\x96\x81", "\xe2\x96\x81\x61",
+                                         "<0x63>"};
+    static const float scores[] = {0, 0, 0, -1, -1, -0.5f, -1, -0.2f, 0};
+    struct toy_tokenizer_spec spec = {.kind = TOY_TOKENIZER_SPM, .n_tokens = 9, .tokens = pieces, .scores = scores,
+                                      .bos = 1, .eos = 2, .unk = 0, .pad = -1, .eot = -1, .add_space_prefix = false};
+    struct toy_tokenizer *tok = NULL;
+    MUST(toy_tokenizer_init(&spec, &tok));
+    cr_expect_eq(toy_tokenizer_token_type(tok, 8), TOY_TOKEN_BYTE);
+    struct toy_tokens t = {0};
+    const char *cases[] = {"a", "ab", "b a", "c", "a ab", "", "  "};
+    const int32_t want[][4] = {{3}, {5}, {4, 7}, {8}, {3, 7, 4}, {0}, {6, 6}};
+    const int nwant[] = {1, 1, 2, 1, 3, 0, 2};
+    for (int c = 0; c < 7; c++) {
+        t.n = 0;
+        MUST(toy_tokenizer_encode(tok, cases[c], strlen(cases[c]), 0, &t));
+        cr_expect_eq(t.n, nwant[c], "'%s': %lld tokens", cases[c], (long long)t.n);
+        for (int i = 0; i < nwant[c] && i < t.n; i++) cr_expect_eq(t.ids[i], want[c][i], "'%s' token %d", cases[c], i);
+        char *dec;
+        MUST(toy_tokenizer_decode(tok, t.ids, t.n, 0, &dec, NULL));
+        cr_expect_str_eq(dec, cases[c]);
+        free(dec);
+    }
+    toy_tokens_free(&t);
+    toy_tokenizer_free(tok);
+}
+
 /* ---- malformed vocabularies ---- */
 
 Test(tokenizer, malformed_vocabularies) {

@@ -174,13 +174,19 @@ enum toy_status tok_spm_encode(const struct toy_tokenizer *tok, struct tok_scrat
      * point before a U+2581 that follows a non-U+2581: encode word by word
      * (same result, small heaps). */
     size_t start = 0;
-    for (size_t i = 3; i + 3 <= n; i++) {
-        if (memcmp(e + i, "\xe2\x96\x81", 3) || !memcmp(e + i - 3, "\xe2\x96\x81", 3)) continue;
-        if ((st = spm_bpe(tok, s, e + start, i - start, out))) return st;
+    for (size_t i = 1; i <= n; i++) {
+        if (i < n && (i + 3 > n || memcmp(e + i, "\xe2\x96\x81", 3) || (i >= 3 && !memcmp(e + i - 3, "\xe2\x96\x81", 3))))
+            continue;
+        /* e[start..i) is one word */
+        if (!tok_cache_get(&s->cache, e + start, i - start, out)) {
+            int64_t before = out->n;
+            if ((st = spm_bpe(tok, s, e + start, i - start, out))) return st;
+            tok_cache_put(&s->cache, e + start, i - start, out->ids + before, out->n - before);
+        }
         start = i;
-        i += 2;
+        if (i < n) i += 2;
     }
-    return spm_bpe(tok, s, e + start, n - start, out);
+    return TOY_OK;
 }
 
 /* ---- Unigram ---- */

@@ -125,9 +125,32 @@ struct toy_tokenizer {
     char *chat_template;
 };
 
+/* Word -> ids memo for one encode call: long texts repeat their words, and
+ * a hit skips the merge loop. Bounded (TOK_CACHE_MAX entries of at most
+ * TOK_CACHE_WORD bytes); lives in the scratch, so encode stays reentrant. */
+#define TOK_CACHE_MAX (1u << 16)
+#define TOK_CACHE_WORD 48
+struct tok_cache_ent {
+    uint64_t h;
+    uint32_t woff, wlen, ioff, nids;
+};
+struct tok_cache {
+    struct tok_cache_ent *tab;
+    uint32_t mask, count;
+    char *bytes;
+    size_t nb, cb;
+    int32_t *ids;
+    size_t ni, ci;
+};
+/* Appends the cached ids of w to out; false on a miss. */
+bool tok_cache_get(struct tok_cache *c, const char *w, size_t n, struct toy_tokens *out);
+void tok_cache_put(struct tok_cache *c, const char *w, size_t n, const int32_t *ids, int64_t k);
+void tok_cache_free(struct tok_cache *c);
+
 /* Per-call scratch shared by the algorithms (never stored in the tokenizer:
  * encode runs concurrently). */
 struct tok_scratch {
+    struct tok_cache cache;
     void *buf;
     size_t cap;
     void *buf2;

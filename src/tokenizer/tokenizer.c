@@ -40,6 +40,61 @@ enum toy_status tok_push(struct toy_tokens *out, int32_t id) {
     return TOY_OK;
 }
 
+bool tok_cache_get(struct tok_cache *c, const char *w, size_t n, struct toy_tokens *out) {
+    if (!c->tab || n > TOK_CACHE_WORD) return false;
+    uint64_t h = tok_hash(w, n);
+    for (uint32_t i = (uint32_t)h & c->mask;; i = (i + 1) & c->mask) {
+        const struct tok_cache_ent *e = &c->tab[i];
+        if (!e->wlen) return false;
+        if (e->h == h && e->wlen == n && !memcmp(c->bytes + e->woff, w, n)) {
+            if (out->n + e->nids > out->cap) {
+                int64_t cap = out->cap ? out->cap : 256;
+                while (cap < out->n + e->nids) cap *= 2;
+                int32_t *p = realloc(out->ids, (size_t)cap * sizeof *p);
+                if (!p) return false; /* the slow path reports the error */
+                out->ids = p;
+                out->cap = cap;
+            }
+            memcpy(out->ids + out->n, c->ids + e->ioff, e->nids * sizeof *c->ids);
+            out->n += e->nids;
+            return true;
+        }
+    }
+}
+
+void tok_cache_put(struct tok_cache *c, const char *w, size_t n, const int32_t *ids, int64_t k) {
+    if (n == 0 || n > TOK_CACHE_WORD || k <= 0 || k > TOK_CACHE_WORD || c->count >= TOK_CACHE_MAX) return;
+    if (!c->tab) {
+        c->tab = calloc(2 * TOK_CACHE_MAX, sizeof *c->tab);
+        if (!c->tab) return;
+        c->mask = 2 * TOK_CACHE_MAX - 1;
+    }
+    void *p = c->bytes;
+    if (tok_reserve(&p, &c->cb, c->nb + n)) return;
+    c->bytes = p;
+    p = c->ids;
+    size_t cib = c->ci * sizeof *c->ids;
+    if (tok_reserve(&p, &cib, (c->ni + (size_t)k) * sizeof *c->ids)) return;
+    c->ids = p;
+    c->ci = cib / sizeof *c->ids;
+    uint64_t h = tok_hash(w, n);
+    uint32_t i = (uint32_t)h & c->mask;
+    while (c->tab[i].wlen) i = (i + 1) & c->mask;
+    memcpy(c->bytes + c->nb, w, n);
+    memcpy(c->ids + c->ni, ids, (size_t)k * sizeof *ids);
+    c->tab[i] = (struct tok_cache_ent){h, (uint32_t)c->nb, (uint32_t)n, (uint32_t)c->ni, (uint32_t)k};
+    c->nb += n;
+    c->ni += (size_t)k;
+    c->count++;
+}
+
+void tok_cache_free(struct tok_cache *c) {
+    free(c->tab);
+    free(c->bytes);
+    free(c->ids);
+    memset(c, 0, sizeof *c);
+}
+
 void toy_tokens_free(struct toy_tokens *t) {
     if (!t) return;
     free(t->ids);
@@ -386,6 +441,7 @@ enum toy_status toy_tokenizer_encode(const struct toy_tokenizer *tok, const char
     if (add_eos && tok->eos >= 0) st = tok_push(out, tok->eos);
 done:
     free(norm);
+    tok_cache_free(&s.cache);
     free(s.buf);
     free(s.buf2);
     free(s.buf3);
