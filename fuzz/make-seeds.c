@@ -1,5 +1,6 @@
-/* make-seeds.c: writes small GGUF seed files for the fuzzer (every metadata
- * type, tensors of several block types) with toy's own writer. */
+/* make-seeds.c: writes seed files for the fuzzers: a small GGUF (every
+ * metadata type, tensors of several block types) with toy's own writer, and
+ * (given a second folder) a small safetensors file. */
 #include <stdio.h>
 #include <string.h>
 
@@ -7,7 +8,7 @@
 #include "toy/quant.h"
 
 int main(int argc, char **argv) {
-    if (argc != 2) { fprintf(stderr, "usage: make-seeds DIR\n"); return 2; }
+    if (argc != 2 && argc != 3) { fprintf(stderr, "usage: make-seeds GGUF_DIR [SAFETENSORS_DIR]\n"); return 2; }
     char path[4096];
     struct toy_gguf_writer *w;
     toy_gguf_writer_init(&w);
@@ -37,5 +38,19 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof path, "%s/seed-model.gguf", argv[1]);
     if (toy_gguf_writer_write(w, path)) { fprintf(stderr, "%s\n", toy_last_error()); return 1; }
     toy_gguf_writer_free(w);
+    if (argc == 3) {
+        const char *hdr = "{\"__metadata__\":{\"format\":\"pt\"},"
+                          "\"a\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16]},"
+                          "\"b\":{\"dtype\":\"BF16\",\"shape\":[3],\"data_offsets\":[16,22]},"
+                          "\"c\":{\"dtype\":\"F16\",\"shape\":[1],\"data_offsets\":[22,24]}}";
+        uint64_t n = strlen(hdr);
+        snprintf(path, sizeof path, "%s/seed.safetensors", argv[2]);
+        FILE *f = fopen(path, "wb");
+        if (!f) { perror(path); return 1; }
+        fwrite(&n, 8, 1, f);
+        fwrite(hdr, 1, n, f);
+        fwrite(x, 1, 24, f);
+        fclose(f);
+    }
     return 0;
 }

@@ -1,35 +1,45 @@
 #!/usr/bin/env bash
-# fuzz/run.sh SECONDS: a bounded libFuzzer run of the GGUF parser for CI.
-# Seeds: the third-party GGUF test vectors (if ../shared/testdata is there)
-# and small files written by toy itself. Any crashing input is copied to
-# tests/data/gguf-crashes/ (replayed by tests/test-gguf.c) and the script
-# exits 1. Run from the repository root.
+# fuzz/run.sh SECONDS: a bounded libFuzzer run of the GGUF parser/writer
+# (two thirds of the time) and the safetensors parser (one third), for CI.
+# Seeds: the third-party GGUF test vectors (if ../shared/testdata is there),
+# small files written by toy itself, and earlier crash inputs. A crashing
+# input is copied to tests/data/{gguf,safetensors}-crashes/ (replayed by the
+# unit tests) and the script exits 1. Run from the repository root.
 set -euo pipefail
 secs=${1:-60}
 cd "$(dirname "$0")/.."
 make -s -f fuzz/Makefile
 work=fuzz/corpus-work
-mkdir -p "$work/corpus" "$work/artifacts"
-build-fuzz/make-seeds "$work/corpus"
+mkdir -p "$work/gguf" "$work/safetensors" "$work/artifacts"
+build-fuzz/make-seeds "$work/gguf" "$work/safetensors"
 for f in ../shared/testdata/gguf-testvectors/valid/*.gguf; do
     [ -f "$f" ] || continue
-    [ "$(stat -c %s "$f")" -le 65536 ] && cp -f "$f" "$work/corpus/"
+    [ "$(stat -c %s "$f")" -le 65536 ] && cp -f "$f" "$work/gguf/"
 done
-if [ -d tests/data/gguf-crashes ]; then cp -f tests/data/gguf-crashes/* "$work/corpus/" 2>/dev/null || true; fi
-rm -f "$work"/artifacts/*
+for kind in gguf safetensors; do
+    if [ -d "tests/data/$kind-crashes" ]; then cp -f "tests/data/$kind-crashes"/* "$work/$kind/" 2>/dev/null || true; fi
+done
 status=0
-build-fuzz/fuzz-gguf "$work/corpus" -max_total_time="$secs" -max_len=65536 -timeout=10 \
-    -rss_limit_mb=2048 -artifact_prefix="$work/artifacts/" -print_final_stats=1 || status=$?
-found=0
-for a in "$work"/artifacts/*; do
-    [ -f "$a" ] || continue
-    mkdir -p tests/data/gguf-crashes
-    cp "$a" "tests/data/gguf-crashes/$(basename "$a")"
-    echo "fuzz: kept $(basename "$a") in tests/data/gguf-crashes/"
-    found=1
-done
-if [ "$found" = 1 ] || [ "$status" != 0 ]; then
-    echo "fuzz: FAILED (status $status)"
-    exit 1
-fi
-echo "fuzz: ok, no crash in ${secs}s"
+run() { # kind seconds
+    rm -f "$work"/artifacts/*
+    local st=0
+    "build-fuzz/fuzz-$1" "$work/$1" -max_total_time="$2" -max_len=65536 -timeout=10 \
+        -rss_limit_mb=2048 -malloc_limit_mb=256 -artifact_prefix="$work/artifacts/" -print_final_stats=1 || st=$?
+    local found=0
+    for a in "$work"/artifacts/*; do
+        [ -f "$a" ] || continue
+        mkdir -p "tests/data/$1-crashes"
+        cp "$a" "tests/data/$1-crashes/$(basename "$a")"
+        echo "fuzz: kept $(basename "$a") in tests/data/$1-crashes/"
+        found=1
+    done
+    if [ "$found" = 1 ] || [ "$st" != 0 ]; then
+        echo "fuzz-$1: FAILED (status $st)"
+        status=1
+    else
+        echo "fuzz-$1: ok, no crash in ${2}s"
+    fi
+}
+run gguf $(( (secs * 2 + 2) / 3 ))
+run safetensors $(( secs / 3 > 0 ? secs / 3 : 1 ))
+exit $status

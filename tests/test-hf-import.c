@@ -4,6 +4,7 @@
  * for every supported architecture plus, for each, the tensors llama.cpp's
  * converter would store; the converted GGUFs must hold exactly those. */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,6 +89,30 @@ Test(safetensors, valid_and_hostile) {
     memcpy(buf, &huge, 8);
     cr_expect_eq(toy_safetensors_open_memory(buf, n, "huge", &st), TOY_ERR_FORMAT);
     cr_expect_eq(toy_safetensors_open("/nonexistent/model.safetensors", &st), TOY_ERR_NOT_FOUND);
+}
+
+/* Inputs that crashed fuzz/fuzz-safetensors.c stay as regressions. */
+Test(safetensors, fuzz_regressions) {
+    DIR *d = opendir("tests/data/safetensors-crashes");
+    if (!d) cr_skip("no tests/data/safetensors-crashes");
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char path[512];
+        snprintf(path, sizeof path, "tests/data/safetensors-crashes/%s", e->d_name);
+        FILE *f = fopen(path, "rb");
+        if (!f) continue;
+        uint8_t *buf = malloc(1 << 20);
+        size_t n = fread(buf, 1, 1 << 20, f);
+        fclose(f);
+        void *p = malloc(n ? n : 1);
+        memcpy(p, buf, n);
+        struct toy_safetensors *st = NULL;
+        if (toy_safetensors_open_memory(p, n, path, &st) == TOY_OK) toy_safetensors_close(st);
+        free(p);
+        free(buf);
+    }
+    closedir(d);
 }
 
 /* ---- conversion ---------------------------------------------------------------------- */
