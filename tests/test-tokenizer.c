@@ -542,3 +542,213 @@ Test(tokenizer, malformed_vocabularies) {
     }
     cr_expect_eq(toy_tokenizer_load("/nonexistent/tokenizer.json", &tok), TOY_ERR_NOT_FOUND);
 }
+
+/* A byte-level vocabulary: the 256 bytes plus the merges given. */
+static struct toy_tokenizer *byte_vocab(const char *pre, const char *const *merges, int nm, bool nfc) {
+    static char store[256][8];
+    const char *toks[256 + 16];
+    int n = 0;
+    for (int b = 0; b < 256; b++) {
+        /* GPT-2 byte-to-unicode */
+        int cp = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174) ? b : -1;
+        if (cp < 0) {
+            int k = 0;
+            for (int c = 0; c < b; c++)
+                if (!((c >= 33 && c <= 126) || (c >= 161 && c <= 172) || (c >= 174))) k++;
+            cp = 256 + k;
+        }
+        char *o = store[b];
+        if (cp < 0x80) { o[0] = (char)cp; o[1] = 0; }
+        else { o[0] = (char)(0xC0 | (cp >> 6)); o[1] = (char)(0x80 | (cp & 0x3F)); o[2] = 0; }
+        toks[n++] = o;
+    }
+    static char merged[16][32];
+    for (int m = 0; m < nm; m++) {
+        const char *sp = strchr(merges[m], ' ');
+        snprintf(merged[m], sizeof merged[m], "%.*s%s", (int)(sp - merges[m]), merges[m], sp + 1);
+        toks[n++] = merged[m];
+    }
+    struct toy_tokenizer_spec spec = {.kind = TOY_TOKENIZER_BPE, .n_tokens = n, .tokens = toks, .n_merges = nm,
+                                      .merges = merges, .pre = pre, .bos = -1, .eos = -1, .unk = -1, .pad = -1,
+                                      .eot = -1, .nfc = nfc};
+    struct toy_tokenizer *tok = NULL;
+    MUST(toy_tokenizer_init(&spec, &tok));
+    return tok;
+}
+
+Test(tokenizer, pretokenizer_digit_rules) {
+    const char *merges[] = {"1 2", "12 3", "3 4"};
+    struct toy_tokens t = {0};
+    /* GPT-2 keeps digit runs together, so merges apply across them */
+    struct toy_tokenizer *tok = byte_vocab("gpt-2", merges, 3, false);
+    MUST(toy_tokenizer_encode(tok, "1234", 4, 0, &t));
+    cr_expect_eq(t.n, 2); /* 123 4 */
+    toy_tokenizer_free(tok);
+    /* Llama-3 splits digits in threes: 123|4 */
+    t.n = 0;
+    tok = byte_vocab("llama-bpe", merges, 3, false);
+    MUST(toy_tokenizer_encode(tok, "123434", 6, 0, &t));
+    cr_expect_eq(t.n, 3, "123 | 4 34 -> 123, 4, 34"); /* "434": 4 + 34 */
+    toy_tokenizer_free(tok);
+    /* Qwen2 and SmolLM split every digit: no merge applies */
+    const char *pres[] = {"qwen2", "smollm"};
+    for (int k = 0; k < 2; k++) {
+        t.n = 0;
+        tok = byte_vocab(pres[k], merges, 3, false);
+        MUST(toy_tokenizer_encode(tok, "1234", 4, 0, &t));
+        cr_expect_eq(t.n, 4, "%s", pres[k]);
+        toy_tokenizer_free(tok);
+    }
+    toy_tokens_free(&t);
+    struct toy_tokenizer *bad = NULL;
+    struct toy_tokenizer_spec spec = {.kind = TOY_TOKENIZER_BPE, .n_tokens = 1, .tokens = merges, .pre = "no-such-pre",
+                                      .bos = -1, .eos = -1, .unk = -1, .pad = -1, .eot = -1};
+    cr_expect_eq(toy_tokenizer_init(&spec, &bad), TOY_ERR_UNSUPPORTED);
+}
+
+Test(tokenizer, nfc_normalization) {
+    struct toy_tokens a = {0}, b = {0};
+    struct toy_tokenizer *tok = byte_vocab("gpt-2", NULL, 0, true);
+    const char *nfd = "e\xcc\x81", *nfc = "\xc3\xa9"; /* e + combining acute, é */
+    MUST(toy_tokenizer_encode(tok, nfd, strlen(nfd), 0, &a));
+    MUST(toy_tokenizer_encode(tok, nfc, strlen(nfc), 0, &b));
+    cr_expect_eq(a.n, 2);
+    cr_expect(a.n == b.n && !memcmp(a.ids, b.ids, (size_t)a.n * 4), "NFD input is composed first");
+    toy_tokenizer_free(tok);
+    a.n = 0;
+    tok = byte_vocab("gpt-2", NULL, 0, false);
+    MUST(toy_tokenizer_encode(tok, nfd, strlen(nfd), 0, &a));
+    cr_expect_eq(a.n, 3, "without NFC the combining mark stays");
+    toy_tokenizer_free(tok);
+    toy_tokens_free(&a);
+    toy_tokens_free(&b);
+}
+
+Test(tokenizer, decode_flags_and_gpt2_streaming) {
+    if (access(TD "tokenizer-gpt2/encoder.json", R_OK)) cr_skip_test("no GPT-2 data");
+    struct toy_tokenizer *tok = NULL;
+    MUST(toy_tokenizer_load_gpt2(TD "tokenizer-gpt2/encoder.json", TD "tokenizer-gpt2/vocab.bpe", NULL, &tok));
+    const char *text = "<|endoftext|>héllo 🦙🦙 wörld";
+    struct toy_tokens t = {0};
+    MUST(toy_tokenizer_encode(tok, text, strlen(text), TOY_ENCODE_PARSE_SPECIAL, &t));
+    cr_expect_eq(t.ids[0], 50256);
+    char *d;
+    MUST(toy_tokenizer_decode(tok, t.ids, t.n, 0, &d, NULL));
+    cr_expect_str_eq(d, text);
+    free(d);
+    MUST(toy_tokenizer_decode(tok, t.ids, t.n, TOY_DECODE_SKIP_SPECIAL, &d, NULL));
+    cr_expect_str_eq(d, text + strlen("<|endoftext|>"));
+    free(d);
+    /* streaming: every piece handed out is whole UTF-8; together they are the text */
+    struct toy_decoder *dec;
+    MUST(toy_decoder_init(tok, 0, &dec));
+    char acc[256];
+    size_t al = 0;
+    for (int64_t i = 0; i < t.n; i++) {
+        const char *s;
+        size_t l;
+        MUST(toy_decoder_push(dec, t.ids[i], &s, &l));
+        for (size_t k = 0; k < l;) { /* each piece is whole UTF-8 */
+            unsigned char c = (unsigned char)s[k];
+            size_t cl = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+            cr_expect_leq(k + cl, l, "token %lld hands out a split character", (long long)i);
+            k += cl;
+        }
+        memcpy(acc + al, s, l);
+        al += l;
+    }
+    acc[al] = 0;
+    cr_expect_str_eq(acc, text);
+    /* a dangling lead byte comes out on flush */
+    int32_t lead = toy_tokenizer_find(tok, "\xc3\xb0", 2); /* GPT-2 piece for byte 0xF0 */
+    cr_assert_geq(lead, 0);
+    const char *s;
+    size_t l;
+    MUST(toy_decoder_push(dec, lead, &s, &l));
+    cr_expect_eq(l, 0);
+    toy_decoder_flush(dec, &s, &l);
+    cr_expect_eq(l, 1);
+    cr_expect_eq((unsigned char)s[0], 0xF0);
+    cr_expect_eq(toy_decoder_push(dec, -1, &s, &l), TOY_ERR_RANGE);
+    toy_decoder_free(dec);
+    toy_tokens_free(&t);
+    toy_tokenizer_free(tok);
+}
+
+#include <pthread.h>
+
+struct thread_job {
+    const struct toy_tokenizer *tok;
+    const char *text;
+    size_t len;
+    int64_t n;
+    uint64_t sum;
+};
+
+static void *encode_job(void *p) {
+    struct thread_job *j = p;
+    struct toy_tokens t = {0};
+    for (int r = 0; r < 3; r++) {
+        t.n = 0;
+        if (toy_tokenizer_encode(j->tok, j->text, j->len, 0, &t)) return NULL;
+    }
+    j->n = t.n;
+    for (int64_t i = 0; i < t.n; i++) j->sum = j->sum * 31 + (uint64_t)t.ids[i];
+    toy_tokens_free(&t);
+    return NULL;
+}
+
+Test(tokenizer, concurrent_encode_is_deterministic) {
+    if (access(TD "tokenizer-llama2-spm/tokenizer.model", R_OK)) cr_skip_test("no Llama-2 data");
+    struct toy_tokenizer *tok = NULL;
+    MUST(toy_tokenizer_load_spm(TD "tokenizer-llama2-spm/tokenizer.model", &tok));
+    size_t len;
+    char *text = slurp(TD "corpus-pride-and-prejudice/pg1342.txt", &len);
+    if (len > 200000) len = 200000;
+    struct thread_job jobs[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        jobs[i] = (struct thread_job){tok, text, len, 0, 0};
+        cr_assert_eq(pthread_create(&th[i], NULL, encode_job, &jobs[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
+    for (int i = 1; i < 4; i++) {
+        cr_expect_eq(jobs[i].n, jobs[0].n);
+        cr_expect_eq(jobs[i].sum, jobs[0].sum);
+    }
+    cr_expect_gt(jobs[0].n, 40000);
+    free(text);
+    toy_tokenizer_free(tok);
+}
+
+/* Unigram through tokenizer.json: save a Viterbi vocabulary, load it back */
+Test(tokenizer, unigram_tokenizer_json_roundtrip) {
+    static const char *const pieces[] = {"<unk>", "<s>", "</s>", "\xe2\x96\x81", "a", "b", "c", "d", "ab", "abc",
+                                         "cd", "bcd", "\xe2\x96\x81\x61\x62", "da", "x"};
+    static const float scores[] = {0, 0, 0, -2, -3, -3, -3, -3, -2.5f, -2, -1.5f, -4, -2.2f, -2.1f, -5};
+    struct toy_tokenizer_spec spec = {.kind = TOY_TOKENIZER_UGM, .n_tokens = 15, .tokens = pieces, .scores = scores,
+                                      .bos = 1, .eos = 2, .unk = 0, .pad = -1, .eot = -1, .add_space_prefix = true};
+    struct toy_tokenizer *a = NULL, *b = NULL;
+    MUST(toy_tokenizer_init(&spec, &a));
+    char path[] = "/tmp/toy-ugm-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    MUST(toy_tokenizer_save_hf(a, path));
+    MUST(toy_tokenizer_load_hf(path, NULL, &b));
+    unlink(path);
+    cr_expect_eq(toy_tokenizer_kind(b), TOY_TOKENIZER_UGM);
+    cr_expect_eq(toy_tokenizer_unk(b), 0);
+    struct toy_tokens ta = {0}, tb = {0};
+    const char *texts[] = {"abcd dabc", "ab cd x", "zzz"};
+    for (int i = 0; i < 3; i++) {
+        ta.n = tb.n = 0;
+        MUST(toy_tokenizer_encode(a, texts[i], strlen(texts[i]), 0, &ta));
+        MUST(toy_tokenizer_encode(b, texts[i], strlen(texts[i]), 0, &tb));
+        cr_expect(ta.n == tb.n && !memcmp(ta.ids, tb.ids, (size_t)ta.n * 4), "'%s'", texts[i]);
+    }
+    toy_tokens_free(&ta);
+    toy_tokens_free(&tb);
+    toy_tokenizer_free(a);
+    toy_tokenizer_free(b);
+}
