@@ -118,6 +118,7 @@ static void build_case(struct built *b, json_t *c) {
     else if (!strcmp(op, "sqr")) y = toy_sqr(ctx, x[0]);
     else if (!strcmp(op, "sqrt")) y = toy_sqrt(ctx, x[0]);
     else if (!strcmp(op, "neg")) y = toy_neg(ctx, x[0]);
+    else if (!strcmp(op, "tanh")) y = toy_tanh(ctx, x[0]);
     else if (!strcmp(op, "silu")) y = toy_silu(ctx, x[0]);
     else if (!strcmp(op, "gelu")) y = toy_gelu(ctx, x[0]);
     else if (!strcmp(op, "swiglu")) y = toy_swiglu(ctx, x[0], x[1]);

@@ -1,10 +1,13 @@
-/* toy/llama.h: the Llama-family transformer (pre-norm RMSNorm, RoPE,
- * grouped-query attention, SwiGLU MLP, tied or untied output head).
+/* toy/llama.h: the Llama-family transformer: pre-norm RMSNorm, RoPE,
+ * grouped-query attention, SwiGLU (or GeGLU) MLP, tied or untied head, and
+ * the family flags of Qwen2 (QKV bias), Qwen3 (QK-norm), Mistral (sliding
+ * window), Gemma 2 (alternating sliding window, attention and final logit
+ * softcaps, sandwich norms, embedding scale, GeGLU).
  *
- * Parameters live in one context and use llama.cpp's tensor names
- * (token_embd.weight, blk.N.attn_q.weight, ...), so a model moves to and
- * from GGUF without renaming. The forward pass is a graph: build it once for
- * a (T, B) shape and run it many times.
+ * Parameters use llama.cpp's tensor names (token_embd.weight,
+ * blk.N.attn_q.weight, ...) so a model moves to and from GGUF without
+ * renaming; toy_llama_load maps a GGUF's tensors straight from the file
+ * (any dtype the matmul reads: F32, F16, BF16, Q8_0, Q4_0, K-quants).
  *
  *     struct toy_llama_config cfg = toy_llama_preset("tiny");
  *     cfg.vocab = 256;
@@ -13,7 +16,12 @@
  *
  * Random init (documented, seeded): token embeddings and every projection
  * ~ N(0, 0.02); the projections that write into the residual stream
- * (attn_output, ffn_down) are scaled by 1/sqrt(2 n_layers); norm weights 1.
+ * (attn_output, ffn_down) are scaled by 1/sqrt(2 n_layers); norm weights 1,
+ * biases 0.
+ *
+ * RoPE: GGUF "llama" models rotate adjacent pairs (llama.cpp's converter
+ * permutes Q and K so this equals Hugging Face's rotate-half); qwen2, qwen3
+ * and gemma2 rotate halves (NeoX). toy follows the same rule.
  */
 #ifndef TOY_LLAMA_H
 #define TOY_LLAMA_H
@@ -27,44 +35,101 @@
 extern "C" {
 #endif
 
+struct toy_gguf;
+struct toy_gguf_writer;
+
 struct toy_llama_config {
+    char arch[24];          /* GGUF general.architecture: llama, qwen2, qwen3, gemma2 */
     int64_t vocab, d_model, n_layers, n_heads, n_kv_heads, d_ff, max_ctx;
+    int64_t head_dim;       /* 0: d_model / n_heads */
     float norm_eps;
     float rope_base;
-    bool tied;          /* output head shares token_embd */
+    enum toy_rope_mode rope_mode;
+    enum toy_rope_scaling rope_scaling;
+    float rope_factor, rope_low, rope_high, rope_beta_fast, rope_beta_slow, rope_attn_factor;
+    int32_t rope_orig_ctx;
+    bool tied;              /* output head shares token_embd */
+    bool qkv_bias;          /* Qwen2: biases on q, k, v */
+    bool qk_norm;           /* Qwen3: RMSNorm over each head of q and k, weight (head_dim) */
+    int32_t sliding_window; /* > 0: keys within the last W positions */
+    bool swa_alternate;     /* Gemma 2: only even layers slide */
+    float attn_softcap;     /* Gemma 2: 50 */
+    float final_softcap;    /* Gemma 2: 30 */
+    bool sandwich_norm;     /* Gemma 2: post-attention and post-FFN norms */
+    bool embed_scale;       /* Gemma 2: embeddings times sqrt(d_model) */
+    bool gelu_mlp;          /* Gemma: gelu(gate) * up instead of silu */
+    float attn_scale;       /* 0: 1/sqrt(head_dim) (Gemma 2: 1/sqrt(query_pre_attn_scalar)) */
 };
 
 struct toy_llama_layer {
-    struct toy_tensor *attn_norm, *wq, *wk, *wv, *wo;
-    struct toy_tensor *ffn_norm, *w_gate, *w_up, *w_down;
+    struct toy_tensor *attn_norm, *wq, *wk, *wv, *wo, *bq, *bk, *bv, *q_norm, *k_norm, *post_attn_norm;
+    struct toy_tensor *ffn_norm, *w_gate, *w_up, *w_down, *post_ffn_norm;
 };
 
 struct toy_llama {
     struct toy_llama_config cfg;
+    struct toy_ctx *ctx;    /* owns the parameters (or their metadata, when mapped) */
+    struct toy_gguf *gguf;  /* the mapped file, when loaded */
+    struct toy_tensor *tok_embd, *out_norm, *output; /* output == tok_embd when tied */
+    struct toy_tensor *rope_freqs;                   /* GGUF rope_freqs.weight or NULL */
+    struct toy_llama_layer *layers;
     /* TOY_F32 (default) or TOY_BF16: mixed precision. With BF16 the
      * projections run on bf16 copies of the f32 master weights (cast inside
      * the graph each step; gradients flow back to the f32 masters). */
     enum toy_dtype matmul_type;
-    struct toy_ctx *ctx; /* owns the parameters */
-    struct toy_tensor *tok_embd, *out_norm, *output; /* output == tok_embd when tied */
-    struct toy_llama_layer *layers;
 };
 
 /* "tiny" (d 64, 2 layers), "small" (d 256, 4 layers), "stories15m" and
  * "smollm2-135m" shapes; vocab must be set by the caller for the first two.
- * Unknown names give a zeroed config (d_model 0). */
+ * Unknown names give a config with d_model 0. */
 struct toy_llama_config toy_llama_preset(const char *name);
 /* Validates a config: TOY_ERR_INVALID_ARG naming the bad field. */
 enum toy_status toy_llama_check_config(const struct toy_llama_config *cfg);
 
-/* A randomly initialised model (trainable parameters). NULL on OOM. */
+/* A randomly initialised model (trainable f32 parameters). NULL on a bad
+ * config (message in toy_last_error) or OOM. */
 struct toy_llama *toy_llama_new(const struct toy_llama_config *cfg, uint64_t seed);
 void toy_llama_free(struct toy_llama *m);
 int64_t toy_llama_n_params(const struct toy_llama *m);
+int64_t toy_llama_head_dim(const struct toy_llama_config *cfg);
+/* The parameter tensors in a fixed order (for optimizers and checkpoints). */
+int toy_llama_n_tensors(const struct toy_llama *m);
+struct toy_tensor *toy_llama_tensor(const struct toy_llama *m, int i);
 
-/* Logits {vocab, T, B} for I32 tokens {T, B} at I32 positions {T}. */
+/* Logits {vocab, T, B} for I32 tokens {T, B} at I32 positions {T} or {T*B}. */
 struct toy_tensor *toy_llama_forward(struct toy_ctx *ctx, struct toy_llama *m, struct toy_tensor *tokens,
                                      struct toy_tensor *pos);
+
+/* ---- KV-cache inference ------------------------------------------------------ */
+
+struct toy_kv_cache {
+    struct toy_ctx *ctx;
+    int64_t n_ctx, n_seq;
+    struct toy_tensor **k, **v;   /* per layer {head_dim, n_kv_heads, n_ctx, n_seq} */
+    struct toy_tensor *n_past;    /* I32 (1): positions already in the cache */
+};
+
+enum toy_status toy_kv_cache_init(struct toy_kv_cache *c, const struct toy_llama *m, int64_t n_ctx, int64_t n_seq);
+void toy_kv_cache_free(struct toy_kv_cache *c);
+size_t toy_kv_cache_bytes(const struct toy_kv_cache *c);
+
+/* Logits {vocab, Tn, n_seq} of Tn new tokens {Tn, n_seq} at positions
+ * n_past .. n_past+Tn-1 (pos is filled by the caller), storing their keys and
+ * values in the cache. Build once per Tn (prefill length, then 1 for decode). */
+struct toy_tensor *toy_llama_forward_cached(struct toy_ctx *ctx, struct toy_llama *m, struct toy_kv_cache *c,
+                                            struct toy_tensor *tokens, struct toy_tensor *pos);
+
+/* ---- GGUF ------------------------------------------------------------------ */
+
+/* Opens a Llama-family GGUF: config from metadata (architecture from
+ * general.architecture and tensor presence), weights mapped from the file
+ * (not copied; frozen). trainable: copies weights to f32 trainable tensors
+ * instead (for training or fine-tuning from a checkpoint). */
+enum toy_status toy_llama_load(const char *path, bool trainable, struct toy_llama **out);
+/* Adds the model's metadata and tensors to a GGUF writer (tensor data is
+ * borrowed until the write). type: TOY_F32, TOY_F16 or TOY_BF16 for the 2-D
+ * weights (norms and biases stay f32). */
+enum toy_status toy_llama_write_gguf(const struct toy_llama *m, struct toy_gguf_writer *w, enum toy_dtype type);
 
 #ifdef __cplusplus
 }

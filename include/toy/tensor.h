@@ -51,14 +51,14 @@ extern "C" {
 /* Ops. Forward ops first, then the ops the autodiff appends. Not serialized. */
 #define TOY_OP_LIST(X)                                                       \
     X(NONE) X(VIEW) X(RESHAPE) X(PERMUTE) X(CONT) X(CAST)                    \
-    X(ADD) X(SUB) X(MUL) X(DIV) X(SCALE) X(SQR) X(SQRT) X(NEG)               \
+    X(ADD) X(SUB) X(MUL) X(DIV) X(SCALE) X(SQR) X(SQRT) X(NEG) X(TANH)               \
     X(MATMUL) X(GET_ROWS) X(SUM) X(MEAN) X(SUM_ALL) X(REPEAT) X(SUM_TO)      \
     X(RMS_NORM) X(LAYER_NORM) X(SILU) X(GELU) X(SWIGLU) X(SOFTMAX)           \
     X(ATTENTION) X(ROPE) X(CONCAT) X(CROSS_ENTROPY)                          \
     X(GET_ROWS_BACK) X(VIEW_BACK) X(RMS_NORM_BACK) X(RMS_NORM_BACK_W)        \
     X(LAYER_NORM_BACK) X(LAYER_NORM_BACK_W) X(SILU_BACK) X(GELU_BACK)        \
     X(SWIGLU_BACK) X(SOFTMAX_BACK) X(ATTENTION_BACK) X(CROSS_ENTROPY_BACK)   \
-    X(ACCUM)
+    X(ACCUM) X(KV_STORE)
 
 enum toy_op {
 #define TOY_X_OP(n) TOY_OP_##n,
@@ -190,6 +190,7 @@ struct toy_tensor *toy_scale(struct toy_ctx *ctx, struct toy_tensor *a, float s)
 struct toy_tensor *toy_sqr(struct toy_ctx *ctx, struct toy_tensor *a);
 struct toy_tensor *toy_sqrt(struct toy_ctx *ctx, struct toy_tensor *a);
 struct toy_tensor *toy_neg(struct toy_ctx *ctx, struct toy_tensor *a);
+struct toy_tensor *toy_tanh(struct toy_ctx *ctx, struct toy_tensor *a);
 struct toy_tensor *toy_silu(struct toy_ctx *ctx, struct toy_tensor *a);
 /* GELU, tanh approximation (GPT-2, ViT). */
 struct toy_tensor *toy_gelu(struct toy_ctx *ctx, struct toy_tensor *a);
@@ -256,6 +257,21 @@ struct toy_attn_params {
 struct toy_tensor *toy_attention(struct toy_ctx *ctx, struct toy_tensor *q, struct toy_tensor *k,
                                  struct toy_tensor *v, const struct toy_attn_params *p);
 
+/* ---- KV cache ---------------------------------------------------------------- */
+
+/* Writes x {D, H, Tn, B} into cache {D, H, Tmax, B} (a persistent F32 leaf)
+ * at positions n_past .. n_past+Tn-1, n_past being an I32 1-element tensor
+ * read when the graph runs (so one decode graph serves every step). Returns
+ * a tensor that aliases the cache, to pass to toy_attention_cached. A run
+ * that would pass Tmax fails with TOY_ERR_RANGE. */
+struct toy_tensor *toy_kv_store(struct toy_ctx *ctx, struct toy_tensor *cache, struct toy_tensor *x,
+                                struct toy_tensor *n_past);
+/* Attention of q {D, Hq, Tq, B} over the first n_past + Tq positions of the
+ * stored caches (causal: query i sits at position n_past + i). */
+struct toy_tensor *toy_attention_cached(struct toy_ctx *ctx, struct toy_tensor *q, struct toy_tensor *k_store,
+                                        struct toy_tensor *v_store, struct toy_tensor *n_past,
+                                        const struct toy_attn_params *p);
+
 enum toy_rope_mode { TOY_ROPE_NORMAL = 0, TOY_ROPE_NEOX = 2 };
 enum toy_rope_scaling { TOY_ROPE_SCALING_NONE = 0, TOY_ROPE_SCALING_LINEAR = 1,
                         TOY_ROPE_SCALING_LLAMA3 = 2, TOY_ROPE_SCALING_YARN = 3 };
@@ -276,6 +292,10 @@ struct toy_rope_params {
  * batch) or {T*B}. */
 struct toy_tensor *toy_rope(struct toy_ctx *ctx, struct toy_tensor *x, struct toy_tensor *pos,
                             const struct toy_rope_params *p);
+/* The same with per-frequency divisors (F32 {n_dims/2}: GGUF rope_freqs.weight
+ * of Llama 3.1+), applied on top of p's scaling. */
+struct toy_tensor *toy_rope_ff(struct toy_ctx *ctx, struct toy_tensor *x, struct toy_tensor *pos,
+                               const struct toy_rope_params *p, struct toy_tensor *freq_factors);
 
 /* ---- losses ---------------------------------------------------------------------------- */
 

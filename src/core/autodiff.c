@@ -162,6 +162,9 @@ static void node_backward(struct bw *b, struct toy_tensor *y, struct toy_tensor 
     case TOY_OP_SQRT:
         if (wants_grad(b, a)) add_contribution(b, a, toy_div(ctx, toy_scale(ctx, dy, 0.5f), y));
         break;
+    case TOY_OP_TANH: /* dx = dy (1 - y^2) */
+        if (wants_grad(b, a)) add_contribution(b, a, toy_sub(ctx, dy, toy_mul(ctx, toy_mul(ctx, dy, y), y)));
+        break;
     case TOY_OP_NEG:
         if (wants_grad(b, a)) add_contribution(b, a, toy_neg(ctx, dy));
         break;
@@ -257,6 +260,7 @@ static void node_backward(struct bw *b, struct toy_tensor *y, struct toy_tensor 
     }
     case TOY_OP_ATTENTION: {
         struct toy_tensor *q = a, *k = s1, *v = s2;
+        TOY_ASSERT(!y->op_params[P_AT_DYNKV], "no gradient through cached (KV) attention '%s'", y->name);
         if (!wants_grad(b, q) && !wants_grad(b, k) && !wants_grad(b, v)) break;
         int64_t nq = toy_nelements(q), nk = toy_nelements(k);
         struct toy_tensor *d = backward_node(ctx, TOY_OP_ATTENTION_BACK, (int64_t[]){nq + 2 * nk, 1, 1, 1});
@@ -278,7 +282,11 @@ static void node_backward(struct bw *b, struct toy_tensor *y, struct toy_tensor 
     }
     case TOY_OP_ROPE:
         if (wants_grad(b, a))
-            add_contribution(b, a, toy_rope_impl(ctx, contig(ctx, dy), s1, y->op_params, !y->op_params[P_RP_INVERSE]));
+            {
+                struct toy_tensor *d = toy_rope_impl(ctx, contig(ctx, dy), s1, y->op_params, !y->op_params[P_RP_INVERSE]);
+                d->src[2] = s2; /* the same frequency factors */
+                add_contribution(b, a, d);
+            }
         break;
     case TOY_OP_CROSS_ENTROPY: {
         if (!wants_grad(b, a)) break;

@@ -226,7 +226,7 @@ static void alloc_give(struct allocator *a, size_t off, size_t size) {
 
 static bool node_owns_memory(const struct toy_tensor *t) {
     if (toy_is_view_op(t->op)) return false;
-    if (t->op == TOY_OP_ACCUM) return false;
+    if (t->op == TOY_OP_ACCUM || t->op == TOY_OP_KV_STORE) return false;
     if (t->op == TOY_OP_MATMUL && t->op_params[P_MM_ACCUM]) return false;
     if (t->op == TOY_OP_GET_ROWS_BACK && t->op_params[P_GRB_ACCUM]) return false;
     return true;
@@ -378,6 +378,7 @@ enum toy_status toy_graph_compute(struct toy_graph *g, struct toy_threadpool *tp
         if (t->op == TOY_OP_ACCUM || (t->op == TOY_OP_MATMUL && t->op_params[P_MM_ACCUM]) ||
             (t->op == TOY_OP_GET_ROWS_BACK && t->op_params[P_GRB_ACCUM]))
             t->data = t->src[TOY_MAX_SRC - 1]->data; /* the persistent gradient */
+        if (t->op == TOY_OP_KV_STORE) t->data = t->src[0]->data; /* the cache itself */
         struct task tk = {be, t, g->work, g->work_size};
         double t0 = g->timing ? now_us() : 0;
         toy_threadpool_run(tp, run_node, &tk);

@@ -124,6 +124,7 @@ struct toy_tensor *toy_scale(struct toy_ctx *ctx, struct toy_tensor *a, float s)
 struct toy_tensor *toy_sqr(struct toy_ctx *ctx, struct toy_tensor *a) { return unary(ctx, TOY_OP_SQR, a); }
 struct toy_tensor *toy_sqrt(struct toy_ctx *ctx, struct toy_tensor *a) { return unary(ctx, TOY_OP_SQRT, a); }
 struct toy_tensor *toy_neg(struct toy_ctx *ctx, struct toy_tensor *a) { return unary(ctx, TOY_OP_NEG, a); }
+struct toy_tensor *toy_tanh(struct toy_ctx *ctx, struct toy_tensor *a) { return unary(ctx, TOY_OP_TANH, a); }
 struct toy_tensor *toy_silu(struct toy_ctx *ctx, struct toy_tensor *a) { return unary(ctx, TOY_OP_SILU, a); }
 struct toy_tensor *toy_gelu(struct toy_ctx *ctx, struct toy_tensor *a) { return unary(ctx, TOY_OP_GELU, a); }
 
@@ -315,6 +316,33 @@ struct toy_tensor *toy_attention(struct toy_ctx *ctx, struct toy_tensor *q, stru
     return t;
 }
 
+struct toy_tensor *toy_kv_store(struct toy_ctx *ctx, struct toy_tensor *cache, struct toy_tensor *x,
+                                struct toy_tensor *n_past) {
+    CHECK(cache->type == TOY_F32 && toy_is_contiguous(cache), "kv_store", cache, x, "cache must be contiguous f32");
+    CHECK(cache->op == TOY_OP_NONE && cache->data, "kv_store", cache, x, "cache must be a leaf with data");
+    CHECK(x->ne[0] == cache->ne[0] && x->ne[1] == cache->ne[1] && x->ne[3] == cache->ne[3], "kv_store", cache, x,
+          "head dim, heads and batch must match");
+    CHECK(n_past->type == TOY_I32 && toy_nelements(n_past) == 1, "kv_store", cache, n_past, "n_past: one i32");
+    struct toy_tensor *t = new_result(ctx, TOY_OP_KV_STORE, TOY_F32, cache->ne);
+    t->src[0] = cache;
+    t->src[1] = need_rows(ctx, x);
+    t->src[2] = n_past;
+    return t;
+}
+
+struct toy_tensor *toy_attention_cached(struct toy_ctx *ctx, struct toy_tensor *q, struct toy_tensor *k_store,
+                                        struct toy_tensor *v_store, struct toy_tensor *n_past,
+                                        const struct toy_attn_params *p) {
+    struct toy_attn_params pc = *p;
+    pc.causal = true;
+    CHECK(k_store->op == TOY_OP_KV_STORE && v_store->op == TOY_OP_KV_STORE, "attention_cached", k_store, v_store,
+          "k and v must come from toy_kv_store");
+    struct toy_tensor *t = toy_attention(ctx, q, k_store, v_store, &pc);
+    t->op_params[P_AT_DYNKV] = 1;
+    t->src[3] = n_past;
+    return t;
+}
+
 struct toy_tensor *toy_rope_impl(struct toy_ctx *ctx, struct toy_tensor *x, struct toy_tensor *pos,
                                  const int32_t *params, bool inverse) {
     struct toy_tensor *t = like(ctx, TOY_OP_ROPE, x);
@@ -327,6 +355,11 @@ struct toy_tensor *toy_rope_impl(struct toy_ctx *ctx, struct toy_tensor *x, stru
 
 struct toy_tensor *toy_rope(struct toy_ctx *ctx, struct toy_tensor *x, struct toy_tensor *pos,
                             const struct toy_rope_params *p) {
+    return toy_rope_ff(ctx, x, pos, p, NULL);
+}
+
+struct toy_tensor *toy_rope_ff(struct toy_ctx *ctx, struct toy_tensor *x, struct toy_tensor *pos,
+                               const struct toy_rope_params *p, struct toy_tensor *ff) {
     CHECK(is_float(x), "rope", x, pos, "f32 only");
     CHECK(pos->type == TOY_I32, "rope", x, pos, "positions must be i32");
     CHECK(toy_nelements(pos) == x->ne[2] || toy_nelements(pos) == x->ne[2] * x->ne[3], "rope",
@@ -351,7 +384,10 @@ struct toy_tensor *toy_rope(struct toy_ctx *ctx, struct toy_tensor *x, struct to
     if (af <= 0) af = p->scaling == TOY_ROPE_SCALING_YARN && p->factor > 1
                           ? 0.1f * logf(p->factor) + 1.0f : 1.0f;
     toy_param_f32_set(&tmp, P_RP_ATTN, af);
-    return toy_rope_impl(ctx, x, pos, tmp.op_params, false);
+    if (ff) CHECK(ff->type == TOY_F32 && toy_nelements(ff) == n_dims / 2, "rope", x, ff, "freq factors: n_dims/2 f32");
+    struct toy_tensor *t = toy_rope_impl(ctx, x, pos, tmp.op_params, false);
+    t->src[2] = ff;
+    return t;
 }
 
 /* ---- losses ------------------------------------------------------------------------ */

@@ -1,46 +1,56 @@
-/* llama.c: the Llama-family graph builder and random init.
- * Architecture: Touvron et al. 2023 (pre-norm RMSNorm, RoPE NeoX-style as in
- * llama.cpp's "llama" GGUFs after conversion, SwiGLU, GQA). */
+/* llama.c: the Llama-family graph builder, random init and KV cache.
+ * Architecture: Touvron et al. 2023 (pre-norm RMSNorm, RoPE, SwiGLU, GQA),
+ * with the Qwen2/Qwen3/Mistral/Gemma 2 variations listed in toy/llama.h,
+ * following the Hugging Face reference implementations of each family. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "toy/gguf.h"
 #include "toy/llama.h"
 #include "toy/rng.h"
 
 struct toy_llama_config toy_llama_preset(const char *name) {
     struct toy_llama_config c = {0};
+    snprintf(c.arch, sizeof c.arch, "llama");
     c.norm_eps = 1e-5f;
     c.rope_base = 10000.0f;
+    c.rope_mode = TOY_ROPE_NORMAL;
+    c.tied = true;
     if (!strcmp(name, "tiny")) {
-        c.d_model = 64; c.n_layers = 2; c.n_heads = 4; c.n_kv_heads = 2; c.d_ff = 192; c.max_ctx = 128; c.tied = true;
+        c.d_model = 64; c.n_layers = 2; c.n_heads = 4; c.n_kv_heads = 2; c.d_ff = 192; c.max_ctx = 128;
     } else if (!strcmp(name, "small")) {
-        c.d_model = 256; c.n_layers = 4; c.n_heads = 8; c.n_kv_heads = 4; c.d_ff = 768; c.max_ctx = 256; c.tied = true;
+        c.d_model = 256; c.n_layers = 4; c.n_heads = 8; c.n_kv_heads = 4; c.d_ff = 768; c.max_ctx = 256;
     } else if (!strcmp(name, "stories15m")) {
         c.vocab = 32000; c.d_model = 288; c.n_layers = 6; c.n_heads = 6; c.n_kv_heads = 6; c.d_ff = 768;
-        c.max_ctx = 256; c.tied = true;
+        c.max_ctx = 256;
     } else if (!strcmp(name, "smollm2-135m")) {
         c.vocab = 49152; c.d_model = 576; c.n_layers = 30; c.n_heads = 9; c.n_kv_heads = 3; c.d_ff = 1536;
-        c.max_ctx = 2048; c.tied = true; c.rope_base = 100000.0f;
+        c.max_ctx = 2048; c.rope_base = 100000.0f;
     } else {
         c.d_model = 0;
     }
     return c;
 }
 
+int64_t toy_llama_head_dim(const struct toy_llama_config *c) {
+    return c->head_dim > 0 ? c->head_dim : (c->n_heads > 0 ? c->d_model / c->n_heads : 0);
+}
+
 enum toy_status toy_llama_check_config(const struct toy_llama_config *c) {
 #define NEED(cond, ...) if (!(cond)) return toy_error(TOY_ERR_INVALID_ARG, __VA_ARGS__)
-    NEED(c->vocab > 0, "model config: vocab %lld must be > 0", (long long)c->vocab);
+    NEED(c->vocab > 0 && c->vocab < (1LL << 31), "model config: vocab %lld out of range", (long long)c->vocab);
     NEED(c->d_model > 0, "model config: d_model %lld must be > 0", (long long)c->d_model);
-    NEED(c->n_layers > 0, "model config: n_layers %lld must be > 0", (long long)c->n_layers);
-    NEED(c->n_heads > 0 && c->d_model % c->n_heads == 0,
+    NEED(c->n_layers > 0 && c->n_layers < 100000, "model config: n_layers %lld out of range", (long long)c->n_layers);
+    NEED(c->n_heads > 0, "model config: n_heads %lld must be > 0", (long long)c->n_heads);
+    NEED(c->head_dim > 0 || c->d_model % c->n_heads == 0,
          "model config: d_model %lld is not a multiple of n_heads %lld", (long long)c->d_model, (long long)c->n_heads);
     NEED(c->n_kv_heads > 0 && c->n_heads % c->n_kv_heads == 0,
          "model config: n_heads %lld is not a multiple of n_kv_heads %lld", (long long)c->n_heads,
          (long long)c->n_kv_heads);
-    NEED((c->d_model / c->n_heads) % 2 == 0, "model config: head dim %lld must be even (RoPE)",
-         (long long)(c->d_model / c->n_heads));
+    NEED(toy_llama_head_dim(c) % 2 == 0, "model config: head dim %lld must be even (RoPE)",
+         (long long)toy_llama_head_dim(c));
     NEED(c->d_ff > 0, "model config: d_ff %lld must be > 0", (long long)c->d_ff);
     NEED(c->max_ctx > 0, "model config: context %lld must be > 0", (long long)c->max_ctx);
 #undef NEED
@@ -64,93 +74,238 @@ static void init_ones(struct toy_tensor *t) {
     for (int64_t i = 0; i < toy_nelements(t); i++) d[i] = 1.0f;
 }
 
-struct toy_llama *toy_llama_new(const struct toy_llama_config *cfg, uint64_t seed) {
+/* Allocates the parameter tensors of cfg, named as llama.cpp names them,
+ * with zeroed f32 data when alloc_data (random init, trainable loading) or
+ * without data (weights mapped from a file). */
+struct toy_llama *toy_llama_alloc(const struct toy_llama_config *cfg, bool alloc_data) {
     if (toy_llama_check_config(cfg)) return NULL;
     struct toy_llama *m = calloc(1, sizeof *m);
     if (!m) return NULL;
     m->cfg = *cfg;
-    m->ctx = toy_ctx_init(true);
+    m->matmul_type = TOY_F32;
+    m->ctx = toy_ctx_init(alloc_data);
     m->layers = calloc((size_t)cfg->n_layers, sizeof *m->layers);
     if (!m->ctx || !m->layers) { toy_llama_free(m); return NULL; }
-    int64_t d = cfg->d_model, hd = d / cfg->n_heads, dkv = hd * cfg->n_kv_heads;
-    struct toy_rng r;
-    toy_rng_seed(&r, seed);
-    const float std = 0.02f, std_out = 0.02f / sqrtf(2.0f * (float)cfg->n_layers);
+    int64_t d = cfg->d_model, hd = toy_llama_head_dim(cfg), dq = hd * cfg->n_heads, dkv = hd * cfg->n_kv_heads;
     char name[TOY_NAME_MAX];
     m->tok_embd = param(m, "token_embd.weight", d, cfg->vocab);
-    init_normal(m->tok_embd, &r, std);
     for (int64_t l = 0; l < cfg->n_layers; l++) {
         struct toy_llama_layer *L = &m->layers[l];
-#define P(field, suffix, a, b, init)                                      \
+#define P(field, suffix, a, b)                                            \
         snprintf(name, sizeof name, "blk.%lld." suffix, (long long)l);    \
-        L->field = param(m, name, a, b);                                  \
-        init;
-        P(attn_norm, "attn_norm.weight", d, 0, init_ones(L->attn_norm));
-        P(wq, "attn_q.weight", d, d, init_normal(L->wq, &r, std));
-        P(wk, "attn_k.weight", d, dkv, init_normal(L->wk, &r, std));
-        P(wv, "attn_v.weight", d, dkv, init_normal(L->wv, &r, std));
-        P(wo, "attn_output.weight", d, d, init_normal(L->wo, &r, std_out));
-        P(ffn_norm, "ffn_norm.weight", d, 0, init_ones(L->ffn_norm));
-        P(w_gate, "ffn_gate.weight", d, cfg->d_ff, init_normal(L->w_gate, &r, std));
-        P(w_up, "ffn_up.weight", d, cfg->d_ff, init_normal(L->w_up, &r, std));
-        P(w_down, "ffn_down.weight", cfg->d_ff, d, init_normal(L->w_down, &r, std_out));
+        L->field = param(m, name, a, b);
+        P(attn_norm, "attn_norm.weight", d, 0);
+        P(wq, "attn_q.weight", d, dq);
+        P(wk, "attn_k.weight", d, dkv);
+        P(wv, "attn_v.weight", d, dkv);
+        if (cfg->qkv_bias) {
+            P(bq, "attn_q.bias", dq, 0);
+            P(bk, "attn_k.bias", dkv, 0);
+            P(bv, "attn_v.bias", dkv, 0);
+        }
+        if (cfg->qk_norm) {
+            P(q_norm, "attn_q_norm.weight", hd, 0);
+            P(k_norm, "attn_k_norm.weight", hd, 0);
+        }
+        P(wo, "attn_output.weight", dq, d);
+        if (cfg->sandwich_norm) { P(post_attn_norm, "post_attention_norm.weight", d, 0); }
+        P(ffn_norm, "ffn_norm.weight", d, 0);
+        P(w_gate, "ffn_gate.weight", d, cfg->d_ff);
+        P(w_up, "ffn_up.weight", d, cfg->d_ff);
+        P(w_down, "ffn_down.weight", cfg->d_ff, d);
+        if (cfg->sandwich_norm) { P(post_ffn_norm, "post_ffw_norm.weight", d, 0); }
 #undef P
     }
     m->out_norm = param(m, "output_norm.weight", d, 0);
-    init_ones(m->out_norm);
-    if (cfg->tied) {
-        m->output = m->tok_embd;
-    } else {
-        m->output = param(m, "output.weight", d, cfg->vocab);
-        init_normal(m->output, &r, std);
+    m->output = cfg->tied ? m->tok_embd : param(m, "output.weight", d, cfg->vocab);
+    return m;
+}
+
+struct toy_llama *toy_llama_new(const struct toy_llama_config *cfg, uint64_t seed) {
+    struct toy_llama *m = toy_llama_alloc(cfg, true);
+    if (!m) return NULL;
+    struct toy_rng r;
+    toy_rng_seed(&r, seed);
+    const float std = 0.02f, std_out = 0.02f / sqrtf(2.0f * (float)cfg->n_layers);
+    init_normal(m->tok_embd, &r, std);
+    for (int64_t l = 0; l < cfg->n_layers; l++) {
+        struct toy_llama_layer *L = &m->layers[l];
+        init_ones(L->attn_norm);
+        init_normal(L->wq, &r, std);
+        init_normal(L->wk, &r, std);
+        init_normal(L->wv, &r, std);
+        init_normal(L->wo, &r, std_out);
+        if (L->q_norm) { init_ones(L->q_norm); init_ones(L->k_norm); }
+        if (L->post_attn_norm) init_ones(L->post_attn_norm);
+        init_ones(L->ffn_norm);
+        init_normal(L->w_gate, &r, std);
+        init_normal(L->w_up, &r, std);
+        init_normal(L->w_down, &r, std_out);
+        if (L->post_ffn_norm) init_ones(L->post_ffn_norm);
     }
+    init_ones(m->out_norm);
+    if (!cfg->tied) init_normal(m->output, &r, std);
     return m;
 }
 
 void toy_llama_free(struct toy_llama *m) {
     if (!m) return;
     toy_ctx_free(m->ctx);
+    toy_gguf_close(m->gguf);
     free(m->layers);
     free(m);
 }
 
-int64_t toy_llama_n_params(const struct toy_llama *m) {
-    const struct toy_llama_config *c = &m->cfg;
-    int64_t d = c->d_model, dkv = d / c->n_heads * c->n_kv_heads;
-    int64_t per = 2 * d + d * d * 2 + 2 * d * dkv + 3 * d * c->d_ff;
-    return c->vocab * d * (c->tied ? 1 : 2) + c->n_layers * per + d;
+int toy_llama_n_tensors(const struct toy_llama *m) {
+    int n = 2 + (m->cfg.tied ? 0 : 1);
+    for (int64_t l = 0; l < m->cfg.n_layers; l++) {
+        const struct toy_llama_layer *L = &m->layers[l];
+        struct toy_tensor *const all[] = {L->attn_norm, L->wq, L->wk, L->wv, L->wo, L->bq, L->bk, L->bv, L->q_norm,
+                                          L->k_norm, L->post_attn_norm, L->ffn_norm, L->w_gate, L->w_up, L->w_down,
+                                          L->post_ffn_norm};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) n += all[i] != NULL;
+    }
+    return n;
 }
 
-/* x W^T with W cast to the model's matmul type (mixed precision) */
+struct toy_tensor *toy_llama_tensor(const struct toy_llama *m, int i) {
+    if (i == 0) return m->tok_embd;
+    i--;
+    for (int64_t l = 0; l < m->cfg.n_layers; l++) {
+        const struct toy_llama_layer *L = &m->layers[l];
+        struct toy_tensor *const all[] = {L->attn_norm, L->wq, L->wk, L->wv, L->wo, L->bq, L->bk, L->bv, L->q_norm,
+                                          L->k_norm, L->post_attn_norm, L->ffn_norm, L->w_gate, L->w_up, L->w_down,
+                                          L->post_ffn_norm};
+        for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) {
+            if (!all[k]) continue;
+            if (i-- == 0) return all[k];
+        }
+    }
+    if (i-- == 0) return m->out_norm;
+    if (!m->cfg.tied && i == 0) return m->output;
+    return NULL;
+}
+
+int64_t toy_llama_n_params(const struct toy_llama *m) {
+    int64_t n = 0;
+    for (int i = 0; i < toy_llama_n_tensors(m); i++) n += toy_nelements(toy_llama_tensor(m, i));
+    return n;
+}
+
+/* ---- the graph ---------------------------------------------------------------- */
+
+/* x W^T (+ b) with W cast to the model's matmul type (mixed precision) */
 static struct toy_tensor *proj(struct toy_ctx *ctx, const struct toy_llama *m, struct toy_tensor *x,
-                               struct toy_tensor *w) {
+                               struct toy_tensor *w, struct toy_tensor *b) {
     if (m->matmul_type == TOY_BF16 && w->type == TOY_F32) w = toy_cast(ctx, w, TOY_BF16);
-    return toy_linear(ctx, x, w, NULL);
+    return toy_linear(ctx, x, w, b);
+}
+
+static struct toy_rope_params rope_params(const struct toy_llama_config *c) {
+    struct toy_rope_params r = {0};
+    r.mode = c->rope_mode;
+    r.freq_base = c->rope_base;
+    r.scaling = c->rope_scaling;
+    r.factor = c->rope_factor;
+    r.orig_ctx = c->rope_orig_ctx;
+    r.low_freq_factor = c->rope_low;
+    r.high_freq_factor = c->rope_high;
+    r.beta_fast = c->rope_beta_fast;
+    r.beta_slow = c->rope_beta_slow;
+    r.attn_factor = c->rope_attn_factor;
+    return r;
+}
+
+/* The whole network; with a cache, keys and values go through it. */
+static struct toy_tensor *forward(struct toy_ctx *ctx, struct toy_llama *m, struct toy_kv_cache *cache,
+                                  struct toy_tensor *tokens, struct toy_tensor *pos) {
+    const struct toy_llama_config *c = &m->cfg;
+    int64_t T = tokens->ne[0], B = tokens->ne[1], d = c->d_model;
+    int64_t H = c->n_heads, Hkv = c->n_kv_heads, hd = toy_llama_head_dim(c);
+    struct toy_rope_params rope = rope_params(c);
+    struct toy_tensor *x = toy_get_rows(ctx, m->tok_embd, tokens); /* {d, T, B} */
+    if (c->embed_scale) x = toy_scale(ctx, x, sqrtf((float)d));
+    for (int64_t l = 0; l < c->n_layers; l++) {
+        struct toy_llama_layer *L = &m->layers[l];
+        struct toy_attn_params attn = {.causal = true, .scale = c->attn_scale, .softcap = c->attn_softcap};
+        if (c->sliding_window > 0 && (!c->swa_alternate || l % 2 == 0)) attn.window = c->sliding_window;
+        struct toy_tensor *h = toy_rms_norm(ctx, x, L->attn_norm, c->norm_eps);
+        struct toy_tensor *q = toy_reshape_4d(ctx, proj(ctx, m, h, L->wq, L->bq), hd, H, T, B);
+        struct toy_tensor *k = toy_reshape_4d(ctx, proj(ctx, m, h, L->wk, L->bk), hd, Hkv, T, B);
+        struct toy_tensor *v = toy_reshape_4d(ctx, proj(ctx, m, h, L->wv, L->bv), hd, Hkv, T, B);
+        if (c->qk_norm) {
+            q = toy_rms_norm(ctx, q, L->q_norm, c->norm_eps);
+            k = toy_rms_norm(ctx, k, L->k_norm, c->norm_eps);
+        }
+        q = toy_rope_ff(ctx, q, pos, &rope, m->rope_freqs);
+        k = toy_rope_ff(ctx, k, pos, &rope, m->rope_freqs);
+        struct toy_tensor *a;
+        if (cache) {
+            struct toy_tensor *ks = toy_kv_store(ctx, cache->k[l], k, cache->n_past);
+            struct toy_tensor *vs = toy_kv_store(ctx, cache->v[l], v, cache->n_past);
+            a = toy_attention_cached(ctx, q, ks, vs, cache->n_past, &attn);
+        } else {
+            a = toy_attention(ctx, q, k, v, &attn); /* {hd, H, T, B} */
+        }
+        a = proj(ctx, m, toy_reshape_3d(ctx, a, hd * H, T, B), L->wo, NULL);
+        if (L->post_attn_norm) a = toy_rms_norm(ctx, a, L->post_attn_norm, c->norm_eps);
+        x = toy_add(ctx, x, a);
+        h = toy_rms_norm(ctx, x, L->ffn_norm, c->norm_eps);
+        struct toy_tensor *g = proj(ctx, m, h, L->w_gate, NULL), *u = proj(ctx, m, h, L->w_up, NULL);
+        struct toy_tensor *f = c->gelu_mlp ? toy_mul(ctx, toy_gelu(ctx, g), u) : toy_swiglu(ctx, g, u);
+        f = proj(ctx, m, f, L->w_down, NULL);
+        if (L->post_ffn_norm) f = toy_rms_norm(ctx, f, L->post_ffn_norm, c->norm_eps);
+        x = toy_add(ctx, x, f);
+    }
+    x = toy_rms_norm(ctx, x, m->out_norm, c->norm_eps);
+    struct toy_tensor *logits = proj(ctx, m, x, m->output, NULL); /* {vocab, T, B} */
+    if (c->final_softcap > 0) {
+        float s = c->final_softcap; /* s tanh(logits / s) */
+        logits = toy_scale(ctx, toy_tanh(ctx, toy_scale(ctx, logits, 1.0f / s)), s);
+    }
+    return logits;
 }
 
 struct toy_tensor *toy_llama_forward(struct toy_ctx *ctx, struct toy_llama *m, struct toy_tensor *tokens,
                                      struct toy_tensor *pos) {
-    const struct toy_llama_config *c = &m->cfg;
-    int64_t T = tokens->ne[0], B = tokens->ne[1], d = c->d_model;
-    int64_t H = c->n_heads, Hkv = c->n_kv_heads, hd = d / H;
-    struct toy_rope_params rope = {.mode = TOY_ROPE_NEOX, .freq_base = c->rope_base};
-    struct toy_attn_params attn = {.causal = true};
-    struct toy_tensor *x = toy_get_rows(ctx, m->tok_embd, tokens); /* {d, T, B} */
-    for (int64_t l = 0; l < c->n_layers; l++) {
-        struct toy_llama_layer *L = &m->layers[l];
-        struct toy_tensor *h = toy_rms_norm(ctx, x, L->attn_norm, c->norm_eps);
-        struct toy_tensor *q = toy_reshape_4d(ctx, proj(ctx, m, h, L->wq), hd, H, T, B);
-        struct toy_tensor *k = toy_reshape_4d(ctx, proj(ctx, m, h, L->wk), hd, Hkv, T, B);
-        struct toy_tensor *v = toy_reshape_4d(ctx, proj(ctx, m, h, L->wv), hd, Hkv, T, B);
-        q = toy_rope(ctx, q, pos, &rope);
-        k = toy_rope(ctx, k, pos, &rope);
-        struct toy_tensor *a = toy_attention(ctx, q, k, v, &attn); /* {hd, H, T, B} */
-        a = toy_reshape_3d(ctx, a, d, T, B);
-        x = toy_add(ctx, x, proj(ctx, m, a, L->wo));
-        h = toy_rms_norm(ctx, x, L->ffn_norm, c->norm_eps);
-        struct toy_tensor *f = toy_swiglu(ctx, proj(ctx, m, h, L->w_gate), proj(ctx, m, h, L->w_up));
-        x = toy_add(ctx, x, proj(ctx, m, f, L->w_down));
-    }
-    x = toy_rms_norm(ctx, x, m->out_norm, c->norm_eps);
-    return proj(ctx, m, x, m->output); /* {vocab, T, B} */
+    return forward(ctx, m, NULL, tokens, pos);
 }
+
+struct toy_tensor *toy_llama_forward_cached(struct toy_ctx *ctx, struct toy_llama *m, struct toy_kv_cache *c,
+                                            struct toy_tensor *tokens, struct toy_tensor *pos) {
+    return forward(ctx, m, c, tokens, pos);
+}
+
+/* ---- KV cache ------------------------------------------------------------------ */
+
+enum toy_status toy_kv_cache_init(struct toy_kv_cache *c, const struct toy_llama *m, int64_t n_ctx, int64_t n_seq) {
+    memset(c, 0, sizeof *c);
+    int64_t L = m->cfg.n_layers, hd = toy_llama_head_dim(&m->cfg), Hkv = m->cfg.n_kv_heads;
+    if (n_ctx <= 0 || n_seq <= 0) return toy_error(TOY_ERR_INVALID_ARG, "kv cache: context %lld, sequences %lld",
+                                                   (long long)n_ctx, (long long)n_seq);
+    c->ctx = toy_ctx_init(true);
+    c->k = calloc((size_t)L, sizeof *c->k);
+    c->v = calloc((size_t)L, sizeof *c->v);
+    if (!c->ctx || !c->k || !c->v) {
+        toy_kv_cache_free(c);
+        return toy_error(TOY_ERR_NOMEM, "kv cache: %lld layers x %lld positions", (long long)L, (long long)n_ctx);
+    }
+    c->n_ctx = n_ctx;
+    c->n_seq = n_seq;
+    for (int64_t l = 0; l < L; l++) {
+        c->k[l] = toy_set_name(toy_new_tensor_4d(c->ctx, TOY_F32, hd, Hkv, n_ctx, n_seq), "cache_k.%lld", (long long)l);
+        c->v[l] = toy_set_name(toy_new_tensor_4d(c->ctx, TOY_F32, hd, Hkv, n_ctx, n_seq), "cache_v.%lld", (long long)l);
+    }
+    c->n_past = toy_set_name(toy_new_tensor_1d(c->ctx, TOY_I32, 1), "n_past");
+    return TOY_OK;
+}
+
+void toy_kv_cache_free(struct toy_kv_cache *c) {
+    if (!c) return;
+    toy_ctx_free(c->ctx);
+    free(c->k);
+    free(c->v);
+    memset(c, 0, sizeof *c);
+}
+
+size_t toy_kv_cache_bytes(const struct toy_kv_cache *c) { return c->ctx ? toy_ctx_data_bytes(c->ctx) : 0; }

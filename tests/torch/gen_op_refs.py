@@ -73,6 +73,7 @@ add_case("scale", "scale", [("a", rnd(4, 33), "")], lambda a: a * 0.37, {"s": 0.
 add_case("sqr", "sqr", [("a", rnd(4, 33), "")], lambda a: a * a)
 add_case("sqrt", "sqrt", [("a", rnd(4, 33, lo=0.2), "")], torch.sqrt)
 add_case("neg", "neg", [("a", rnd(4, 33), "")], torch.neg)
+add_case("tanh", "tanh", [("a", rnd(4, 33) * 2, "")], torch.tanh)
 add_case("silu", "silu", [("a", rnd(5, 67) * 3, "")], torch.nn.functional.silu)
 add_case("silu_transposed", "silu", [("a", rnd(8, 12), "T")], torch.nn.functional.silu)
 add_case("gelu", "gelu", [("a", rnd(5, 67) * 3, "")],

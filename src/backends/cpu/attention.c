@@ -30,12 +30,15 @@ struct attn {
 
 static struct attn attn_shape(const struct toy_tensor *q, const struct toy_tensor *k, const struct toy_tensor *p) {
     struct attn a;
+    int64_t dyn = -1; /* cached attention: keys are the first n_past + Tq cache rows */
+    if (p->op_params[P_AT_DYNKV]) dyn = *(const int32_t *)p->src[3]->data;
     a.D = q->ne[0];
     a.Hq = q->ne[1];
     a.Tq = q->ne[2];
     a.B = q->ne[3];
     a.Hkv = k->ne[1];
-    a.Tk = k->ne[2];
+    a.Tk = dyn >= 0 ? dyn + q->ne[2] : k->ne[2];
+    if (a.Tk > k->ne[2]) a.Tk = k->ne[2]; /* kv_store has flagged the overflow */
     a.group = a.Hq / a.Hkv;
     a.off = a.Tk - a.Tq;
     a.scale = toy_param_f32(p, P_AT_SCALE);

@@ -142,6 +142,7 @@ static void k_unary(struct toy_tensor *dst, int ith, int nth, float *tmp) {
         case TOY_OP_SQR: for (int64_t i = 0; i < n; i++) y[i] = x[i] * x[i]; break;
         case TOY_OP_SQRT: for (int64_t i = 0; i < n; i++) y[i] = sqrtf(x[i]); break;
         case TOY_OP_NEG: for (int64_t i = 0; i < n; i++) y[i] = -x[i]; break;
+        case TOY_OP_TANH: for (int64_t i = 0; i < n; i++) y[i] = tanhf(x[i]); break;
         case TOY_OP_SILU: for (int64_t i = 0; i < n; i++) y[i] = x[i] / (1.0f + expf(-x[i])); break;
         case TOY_OP_GELU: for (int64_t i = 0; i < n; i++) y[i] = gelu_f(x[i]); break;
         default: TOY_ABORT("unary %s", toy_op_name(dst->op));
@@ -584,6 +585,9 @@ static void k_rope(struct toy_tensor *dst, int ith, int nth, float *tmp) {
     /* angles in double: pos * freq loses ~1e-5 rad in float at pos ~ 300 */
     double *inv_freq = (double *)(tmp + 2 * D + 16);
     rope_freqs(dst, n_dims, inv_freq);
+    const struct toy_tensor *ff = dst->src[2];
+    if (ff)
+        for (int i = 0; i < n_dims / 2; i++) inv_freq[i] /= ((const float *)ff->data)[i];
     bool per_batch = toy_nelements(pos) == T * dst->ne[3] && dst->ne[3] > 1;
     int64_t r0, r1;
     toy_split(toy_nrows(dst), ith, nth, &r0, &r1);
@@ -703,6 +707,24 @@ static void k_view_back(struct toy_tensor *dst, int ith, int nth, float *tmp) {
     }
 }
 
+/* ---- KV cache ------------------------------------------------------------------------------------------- */
+
+static void k_kv_store(struct toy_tensor *dst, int ith, int nth) {
+    const struct toy_tensor *cache = dst->src[0], *x = dst->src[1];
+    int64_t n_past = *(const int32_t *)dst->src[2]->data, Tn = x->ne[2];
+    if (n_past < 0 || n_past + Tn > cache->ne[2]) {
+        if (ith == 0) flag_error(dst);
+        return;
+    }
+    int64_t rows = x->ne[1] * Tn * x->ne[3], r0, r1;
+    toy_split(rows, ith, nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t h, t, b;
+        toy_unravel(r, x, &h, &t, &b);
+        memcpy(TOY_ROW(cache, h, n_past + t, b), TOY_ROW(x, h, t, b), (size_t)x->ne[0] * 4);
+    }
+}
+
 /* ---- dispatch ------------------------------------------------------------------------------------------ */
 
 
@@ -742,6 +764,7 @@ void toy_cpu_compute(struct toy_tensor *t, int ith, int nth, void *work, size_t 
     case TOY_OP_SQR:
     case TOY_OP_SQRT:
     case TOY_OP_NEG:
+    case TOY_OP_TANH:
     case TOY_OP_SILU:
     case TOY_OP_GELU: k_unary(t, ith, nth, tmp); break;
     case TOY_OP_SILU_BACK:
@@ -772,6 +795,7 @@ void toy_cpu_compute(struct toy_tensor *t, int ith, int nth, void *work, size_t 
     case TOY_OP_CROSS_ENTROPY_BACK: k_cross_entropy_back(t, ith, nth, tmp); break;
     case TOY_OP_ACCUM: k_accum(t, ith, nth, tmp); break;
     case TOY_OP_VIEW_BACK: k_view_back(t, ith, nth, tmp); break;
+    case TOY_OP_KV_STORE: k_kv_store(t, ith, nth); break;
     default: TOY_ABORT("no CPU kernel for op %s", toy_op_name(t->op));
     }
 }

@@ -1,0 +1,198 @@
+/* sampler.c: the sampling pipeline of toy/sampler.h. Candidates are kept as
+ * (id, logit) pairs; sorting happens only when top-k/top-p/min-p need it,
+ * and top-k uses a partial selection first so large vocabularies stay
+ * cheap. */
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "toy/rng.h"
+#include "toy/sampler.h"
+
+struct cand {
+    int32_t id;
+    float v;
+};
+
+struct toy_sampler {
+    struct toy_sampler_params p;
+    int64_t V;
+    struct toy_rng rng;
+    struct cand *c;        /* V */
+    int32_t *hist;         /* ring of recent tokens */
+    int64_t hist_cap, hist_n, hist_at;
+    int32_t *count;        /* V: occurrences in the window */
+};
+
+struct toy_sampler *toy_sampler_new(const struct toy_sampler_params *p, int64_t V) {
+    if (V <= 0) return NULL;
+    struct toy_sampler *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->p = *p;
+    s->V = V;
+    s->hist_cap = p->penalty_last_n == 0 ? 64 : p->penalty_last_n < 0 ? (1 << 20) : p->penalty_last_n;
+    s->c = malloc((size_t)V * sizeof *s->c);
+    s->hist = malloc((size_t)s->hist_cap * sizeof *s->hist);
+    s->count = calloc((size_t)V, sizeof *s->count);
+    if (!s->c || !s->hist || !s->count) {
+        toy_sampler_free(s);
+        return NULL;
+    }
+    toy_rng_seed(&s->rng, p->seed);
+    return s;
+}
+
+void toy_sampler_free(struct toy_sampler *s) {
+    if (!s) return;
+    free(s->c);
+    free(s->hist);
+    free(s->count);
+    free(s);
+}
+
+void toy_sampler_reset(struct toy_sampler *s, uint64_t seed) {
+    memset(s->count, 0, (size_t)s->V * sizeof *s->count);
+    s->hist_n = s->hist_at = 0;
+    toy_rng_seed(&s->rng, seed);
+}
+
+void toy_sampler_accept(struct toy_sampler *s, int32_t tok) {
+    if (tok < 0 || tok >= s->V) return;
+    if (s->hist_n == s->hist_cap) { /* drop the oldest */
+        int32_t old = s->hist[s->hist_at];
+        s->count[old]--;
+    } else {
+        s->hist_n++;
+    }
+    s->hist[s->hist_at] = tok;
+    s->hist_at = (s->hist_at + 1) % s->hist_cap;
+    s->count[tok]++;
+}
+
+static int by_value_desc(const void *a, const void *b) {
+    float x = ((const struct cand *)a)->v, y = ((const struct cand *)b)->v;
+    if (x > y) return -1;
+    if (x < y) return 1;
+    return ((const struct cand *)a)->id - ((const struct cand *)b)->id; /* stable: lower id first */
+}
+
+/* moves the k largest to the front (unordered): quickselect */
+static void select_top(struct cand *c, int64_t n, int64_t k) {
+    int64_t lo = 0, hi = n - 1;
+    while (lo < hi) {
+        float pivot = c[(lo + hi) / 2].v;
+        int64_t i = lo, j = hi;
+        while (i <= j) {
+            while (c[i].v > pivot) i++;
+            while (c[j].v < pivot) j--;
+            if (i <= j) {
+                struct cand t = c[i];
+                c[i++] = c[j];
+                c[j--] = t;
+            }
+        }
+        if (k - 1 <= j) hi = j;
+        else if (k - 1 >= i) lo = i;
+        else break;
+    }
+}
+
+static float log_softmax_at(const float *x, int64_t n, int64_t at) {
+    float mx = -INFINITY;
+    for (int64_t i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) sum += exp((double)x[i] - mx);
+    return (float)((double)x[at] - mx - log(sum));
+}
+
+int32_t toy_sampler_sample(struct toy_sampler *s, const float *logits, float *logprob) {
+    const struct toy_sampler_params *p = &s->p;
+    int64_t V = s->V, n = V;
+    for (int64_t i = 0; i < V; i++) s->c[i] = (struct cand){(int32_t)i, logits[i]};
+    bool penal = (p->repeat_penalty > 0 && p->repeat_penalty != 1) || p->frequency_penalty || p->presence_penalty;
+    if (penal && s->hist_n) {
+        for (int64_t h = 0; h < s->hist_n; h++) {
+            int32_t t = s->hist[h];
+            if (s->count[t] < 0) continue;
+            float v = logits[t];
+            if (p->repeat_penalty > 0 && p->repeat_penalty != 1) v = v > 0 ? v / p->repeat_penalty : v * p->repeat_penalty;
+            v -= p->frequency_penalty * (float)s->count[t] + p->presence_penalty;
+            s->c[t].v = v;
+            s->count[t] = -s->count[t]; /* mark done (a token may repeat in the history) */
+        }
+        for (int64_t h = 0; h < s->hist_n; h++)
+            if (s->count[s->hist[h]] < 0) s->count[s->hist[h]] = -s->count[s->hist[h]];
+    }
+    int32_t pick;
+    if (p->temperature <= 0) {
+        int64_t best = 0;
+        for (int64_t i = 1; i < V; i++)
+            if (s->c[i].v > s->c[best].v) best = i;
+        pick = s->c[best].id;
+    } else {
+        for (int64_t i = 0; i < n; i++) s->c[i].v /= p->temperature;
+        bool sorted = false;
+        if (p->top_k > 0 && p->top_k < n) {
+            select_top(s->c, n, p->top_k);
+            n = p->top_k;
+        }
+        if ((p->top_p > 0 && p->top_p < 1) || p->min_p > 0) {
+            qsort(s->c, (size_t)n, sizeof *s->c, by_value_desc);
+            sorted = true;
+        }
+        float mx = -INFINITY;
+        for (int64_t i = 0; i < n; i++) mx = s->c[i].v > mx ? s->c[i].v : mx;
+        double sum = 0;
+        for (int64_t i = 0; i < n; i++) {
+            s->c[i].v = expf(s->c[i].v - mx);
+            sum += s->c[i].v;
+        }
+        if (sorted && p->min_p > 0) { /* c[0] holds the best probability */
+            float cut = p->min_p * s->c[0].v;
+            int64_t keep = 1;
+            while (keep < n && s->c[keep].v >= cut) keep++;
+            for (int64_t i = keep; i < n; i++) sum -= s->c[i].v;
+            n = keep;
+        }
+        if (sorted && p->top_p > 0 && p->top_p < 1) {
+            double acc = 0;
+            int64_t keep = 0;
+            while (keep < n) {
+                acc += s->c[keep].v;
+                keep++;
+                if (acc >= p->top_p * sum) break;
+            }
+            sum = acc;
+            n = keep;
+        }
+        double u = (double)toy_rng_uniform(&s->rng) * sum, acc = 0;
+        pick = s->c[n - 1].id;
+        for (int64_t i = 0; i < n; i++) {
+            acc += s->c[i].v;
+            if (acc > u) {
+                pick = s->c[i].id;
+                break;
+            }
+        }
+    }
+    if (logprob) *logprob = log_softmax_at(logits, V, pick);
+    return pick;
+}
+
+void toy_top_logprobs(const float *logits, int64_t V, int k, int32_t *ids, float *lps) {
+    float mx = -INFINITY;
+    for (int64_t i = 0; i < V; i++) mx = logits[i] > mx ? logits[i] : mx;
+    double sum = 0;
+    for (int64_t i = 0; i < V; i++) sum += exp((double)logits[i] - mx);
+    float lse = mx + (float)log(sum);
+    for (int j = 0; j < k; j++) { ids[j] = -1; lps[j] = -INFINITY; }
+    for (int64_t i = 0; i < V; i++) {
+        float v = logits[i] - lse;
+        if (k <= 0 || v <= lps[k - 1]) continue;
+        int j = k - 1;
+        while (j > 0 && lps[j - 1] < v) { lps[j] = lps[j - 1]; ids[j] = ids[j - 1]; j--; }
+        lps[j] = v;
+        ids[j] = (int32_t)i;
+    }
+}

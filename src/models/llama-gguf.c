@@ -1,0 +1,234 @@
+/* llama-gguf.c: Llama-family models to and from GGUF, in llama.cpp's
+ * conventions (tensor names, `<arch>.*` metadata keys, dims innermost
+ * first). The architecture comes from general.architecture; the family
+ * flags from tensor presence (attn_q.bias: QKV bias; attn_q_norm: QK-norm;
+ * post_attention_norm: sandwich norms; no output.weight: tied head), as the
+ * earlier toy did, because general.architecture alone is not reliable.
+ * Keys: llama.cpp's gguf-py constants (LLM_KV_*). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "toy/gguf.h"
+#include "toy/llama.h"
+#include "toy/quant.h"
+
+struct toy_llama *toy_llama_alloc(const struct toy_llama_config *cfg, bool alloc_data);
+
+static bool has_tensor(const struct toy_gguf *g, const char *name) { return toy_gguf_find_tensor(g, name) >= 0; }
+
+static int64_t key_int(const struct toy_gguf *g, const char *arch, const char *suffix, int64_t def) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    int64_t i = toy_gguf_find_key(g, key), v;
+    if (i < 0 || toy_gguf_kv_int(g, i, &v)) return def;
+    return v;
+}
+
+static double key_float(const struct toy_gguf *g, const char *arch, const char *suffix, double def) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    int64_t i = toy_gguf_find_key(g, key);
+    double v;
+    if (i < 0 || toy_gguf_kv_float(g, i, &v)) return def;
+    return v;
+}
+
+static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_llama_config *c) {
+    memset(c, 0, sizeof *c);
+    const char *arch;
+    size_t alen;
+    if (toy_gguf_get_str(g, "general.architecture", &arch, &alen))
+        return toy_error(TOY_ERR_FORMAT, "%s: no general.architecture", toy_gguf_path(g));
+    snprintf(c->arch, sizeof c->arch, "%.*s", (int)alen, arch);
+    const char *a = c->arch;
+    if (strcmp(a, "llama") && strcmp(a, "qwen2") && strcmp(a, "qwen3") && strcmp(a, "gemma2") && strcmp(a, "mistral"))
+        return toy_error(TOY_ERR_UNSUPPORTED, "%s: architecture '%s' is not a Llama-family model toy runs "
+                         "(llama, mistral, qwen2, qwen3, gemma2)", toy_gguf_path(g), a);
+    c->d_model = key_int(g, a, "embedding_length", 0);
+    c->n_layers = key_int(g, a, "block_count", 0);
+    c->d_ff = key_int(g, a, "feed_forward_length", 0);
+    c->n_heads = key_int(g, a, "attention.head_count", 0);
+    c->n_kv_heads = key_int(g, a, "attention.head_count_kv", c->n_heads);
+    c->max_ctx = key_int(g, a, "context_length", 2048);
+    c->head_dim = key_int(g, a, "attention.key_length", 0);
+    if (c->head_dim > 0 && c->n_heads > 0 && c->head_dim * c->n_heads == c->d_model) c->head_dim = 0;
+    c->norm_eps = (float)key_float(g, a, "attention.layer_norm_rms_epsilon", 1e-5);
+    c->rope_base = (float)key_float(g, a, "rope.freq_base", 10000.0);
+    c->rope_mode = !strcmp(a, "llama") || !strcmp(a, "mistral") ? TOY_ROPE_NORMAL : TOY_ROPE_NEOX;
+    const char *st;
+    size_t stl;
+    char skey[128];
+    snprintf(skey, sizeof skey, "%s.rope.scaling.type", a);
+    if (!toy_gguf_get_str(g, skey, &st, &stl)) {
+        if (stl == 6 && !memcmp(st, "linear", 6)) c->rope_scaling = TOY_ROPE_SCALING_LINEAR;
+        else if (stl == 4 && !memcmp(st, "yarn", 4)) c->rope_scaling = TOY_ROPE_SCALING_YARN;
+        else if (stl == 6 && !memcmp(st, "llama3", 6)) c->rope_scaling = TOY_ROPE_SCALING_LLAMA3;
+    }
+    c->rope_factor = (float)key_float(g, a, "rope.scaling.factor", 1.0);
+    c->rope_orig_ctx = (int32_t)key_int(g, a, "rope.scaling.original_context_length", c->max_ctx);
+    c->rope_attn_factor = (float)key_float(g, a, "rope.scaling.attn_factor", 0.0);
+    c->sliding_window = (int32_t)key_int(g, a, "attention.sliding_window", 0);
+    c->attn_softcap = (float)key_float(g, a, "attn_logit_softcapping", 0.0);
+    c->final_softcap = (float)key_float(g, a, "final_logit_softcapping", 0.0);
+    int64_t te = toy_gguf_find_tensor(g, "token_embd.weight");
+    if (te < 0) return toy_error(TOY_ERR_FORMAT, "%s: no token_embd.weight tensor", toy_gguf_path(g));
+    c->vocab = key_int(g, a, "vocab_size", toy_gguf_tensor(g, te)->ne[1]);
+    c->tied = !has_tensor(g, "output.weight");
+    c->qkv_bias = has_tensor(g, "blk.0.attn_q.bias");
+    c->qk_norm = has_tensor(g, "blk.0.attn_q_norm.weight");
+    c->sandwich_norm = has_tensor(g, "blk.0.post_attention_norm.weight");
+    if (!strcmp(a, "gemma2")) {
+        c->embed_scale = true;
+        c->gelu_mlp = true;
+        c->swa_alternate = true;
+        c->attn_scale = 1.0f / sqrtf((float)(c->head_dim ? c->head_dim : c->d_model / (c->n_heads ? c->n_heads : 1)));
+    }
+    enum toy_status st2 = toy_llama_check_config(c);
+    if (st2) return toy_error(st2, "%s: %s", toy_gguf_path(g), toy_last_error());
+    return TOY_OK;
+}
+
+/* Points (mapped) or copies (trainable) tensor `name` into t, checking its shape. */
+static enum toy_status bind(struct toy_llama *m, struct toy_tensor **slot, const char *name, bool trainable,
+                            bool required) {
+    const struct toy_gguf *g = m->gguf;
+    int64_t i = toy_gguf_find_tensor(g, name);
+    if (i < 0) {
+        if (!required) { *slot = NULL; return TOY_OK; }
+        return toy_error(TOY_ERR_FORMAT, "%s: missing tensor %s", toy_gguf_path(g), name);
+    }
+    const struct toy_gguf_tensor *gt = toy_gguf_tensor(g, i);
+    struct toy_tensor *t = *slot;
+    for (int d = 0; d < 4; d++)
+        if (gt->ne[d] != t->ne[d])
+            return toy_error(TOY_ERR_SHAPE, "%s: tensor %s is [%lld, %lld, %lld, %lld], the config needs "
+                             "[%lld, %lld, %lld, %lld] (offset %zu)", toy_gguf_path(g), name,
+                             (long long)gt->ne[0], (long long)gt->ne[1], (long long)gt->ne[2], (long long)gt->ne[3],
+                             (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
+                             gt->file_offset);
+    if (trainable) return toy_gguf_tensor_read_f32(g, i, t->data, toy_nelements(t));
+    bool is_2d = gt->ne[1] > 1;
+    if (!is_2d && gt->type != TOY_F32) {
+        /* norms and biases must be f32 for the kernels: convert (tiny) */
+        t->data = toy_ctx_alloc(m->ctx, (size_t)toy_nelements(t) * sizeof(float));
+        toy_set_frozen(t);
+        return toy_gguf_tensor_read_f32(g, i, t->data, toy_nelements(t));
+    }
+    if (!toy_can_dequantize(gt->type))
+        return toy_error(TOY_ERR_UNSUPPORTED, "%s: tensor %s has type %s, which toy cannot read yet",
+                         toy_gguf_path(g), name, toy_dtype_name(gt->type));
+    /* re-describe t as the file's type and point it at the mapped bytes */
+    t->type = gt->type;
+    t->nb[0] = toy_dtype_type_size(gt->type);
+    t->nb[1] = toy_row_bytes(gt->type, gt->ne[0]);
+    for (int d = 2; d < 4; d++) t->nb[d] = t->nb[d - 1] * (size_t)t->ne[d - 1];
+    t->data = (void *)gt->data;
+    toy_set_frozen(t);
+    return TOY_OK;
+}
+
+enum toy_status toy_llama_load(const char *path, bool trainable, struct toy_llama **out) {
+    *out = NULL;
+    struct toy_gguf *g;
+    enum toy_status st = toy_gguf_open(path, &g);
+    if (st) return st;
+    struct toy_llama_config cfg;
+    if ((st = config_from_gguf(g, &cfg))) { toy_gguf_close(g); return st; }
+    struct toy_llama *m = toy_llama_alloc(&cfg, trainable);
+    if (!m) { toy_gguf_close(g); return toy_error(TOY_ERR_NOMEM, "%s: model of %lld layers", path, (long long)cfg.n_layers); }
+    m->gguf = g;
+    /* tensors: the same order as toy_llama_tensor */
+    for (int i = 0; i < toy_llama_n_tensors(m) && !st; i++) {
+        struct toy_tensor *t = toy_llama_tensor(m, i);
+        struct toy_tensor *slot = t;
+        if ((st = bind(m, &slot, t->name, trainable, true))) break;
+    }
+    if (!st && has_tensor(g, "rope_freqs.weight")) {
+        int64_t i = toy_gguf_find_tensor(g, "rope_freqs.weight");
+        const struct toy_gguf_tensor *gt = toy_gguf_tensor(g, i);
+        m->rope_freqs = toy_set_name(toy_new_tensor_1d(m->ctx, TOY_F32, gt->n_elements), "rope_freqs.weight");
+        if (!m->rope_freqs->data) m->rope_freqs->data = toy_ctx_alloc(m->ctx, (size_t)gt->n_elements * sizeof(float));
+        st = toy_gguf_tensor_read_f32(g, i, m->rope_freqs->data, gt->n_elements);
+    }
+    if (st) { toy_llama_free(m); return st; }
+    if (trainable) { /* the file is no longer needed */
+        toy_gguf_close(m->gguf);
+        m->gguf = NULL;
+    }
+    *out = m;
+    return TOY_OK;
+}
+
+/* ---- writing ------------------------------------------------------------------------ */
+
+struct conv {
+    const struct toy_tensor *t;
+    enum toy_dtype type;
+};
+
+static enum toy_status fill_converted(void *ctx, void *dst, size_t nbytes) {
+    const struct conv *c = ctx;
+    int64_t n = toy_nelements(c->t);
+    (void)nbytes;
+    return toy_quantize_row(c->type, c->t->data, dst, n);
+}
+
+enum toy_status toy_llama_write_gguf(const struct toy_llama *m, struct toy_gguf_writer *w, enum toy_dtype type) {
+    const struct toy_llama_config *c = &m->cfg;
+    const char *a = c->arch[0] ? c->arch : "llama";
+    char k[128];
+    enum toy_status st = TOY_OK;
+#define SETU(suffix, v) if (!st) { snprintf(k, sizeof k, "%s." suffix, a); st = toy_gguf_writer_set_u32(w, k, (uint32_t)(v)); }
+#define SETF(suffix, v) if (!st) { snprintf(k, sizeof k, "%s." suffix, a); st = toy_gguf_writer_set_f32(w, k, (float)(v)); }
+    st = toy_gguf_writer_set_str(w, "general.architecture", a);
+    if (!st) st = toy_gguf_writer_set_u32(w, "general.alignment", 32);
+    /* llama_ftype: 0 all f32, 1 mostly f16, 32 mostly bf16 */
+    if (!st) st = toy_gguf_writer_set_u32(w, "general.file_type", type == TOY_F16 ? 1 : type == TOY_BF16 ? 32 : 0);
+    SETU("vocab_size", c->vocab);
+    SETU("context_length", c->max_ctx);
+    SETU("embedding_length", c->d_model);
+    SETU("block_count", c->n_layers);
+    SETU("feed_forward_length", c->d_ff);
+    SETU("attention.head_count", c->n_heads);
+    SETU("attention.head_count_kv", c->n_kv_heads);
+    SETU("rope.dimension_count", toy_llama_head_dim(c));
+    if (c->head_dim) {
+        SETU("attention.key_length", c->head_dim);
+        SETU("attention.value_length", c->head_dim);
+    }
+    SETF("attention.layer_norm_rms_epsilon", c->norm_eps);
+    SETF("rope.freq_base", c->rope_base);
+    if (c->rope_scaling != TOY_ROPE_SCALING_NONE && !st) {
+        const char *names[] = {"none", "linear", "llama3", "yarn"};
+        snprintf(k, sizeof k, "%s.rope.scaling.type", a);
+        st = toy_gguf_writer_set_str(w, k, names[c->rope_scaling]);
+        SETF("rope.scaling.factor", c->rope_factor);
+        SETU("rope.scaling.original_context_length", c->rope_orig_ctx);
+    }
+    if (c->sliding_window > 0) SETU("attention.sliding_window", c->sliding_window);
+    if (c->attn_softcap > 0) SETF("attn_logit_softcapping", c->attn_softcap);
+    if (c->final_softcap > 0) SETF("final_logit_softcapping", c->final_softcap);
+#undef SETU
+#undef SETF
+    for (int i = 0; i < toy_llama_n_tensors(m) && !st; i++) {
+        const struct toy_tensor *t = toy_llama_tensor(m, i);
+        int nd = t->ne[1] > 1 ? 2 : 1;
+        bool convert = nd == 2 && type != TOY_F32 && t->type == TOY_F32;
+        if (!convert) {
+            if (!toy_is_contiguous(t))
+                return toy_error(TOY_ERR_STATE, "tensor %s is not contiguous", t->name);
+            st = toy_gguf_writer_add_tensor(w, t->name, t->type, nd, t->ne, t->data);
+        } else {
+            /* the conv record must live until the write: keep it in the model's arena */
+            struct conv *cv = toy_ctx_alloc(m->ctx, sizeof *cv);
+            cv->t = t;
+            cv->type = type;
+            st = toy_gguf_writer_add_tensor_fn(w, t->name, type, nd, t->ne, fill_converted, cv);
+        }
+    }
+    if (!st && m->rope_freqs)
+        st = toy_gguf_writer_add_tensor(w, "rope_freqs.weight", TOY_F32, 1, m->rope_freqs->ne, m->rope_freqs->data);
+    return st;
+}

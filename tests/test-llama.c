@@ -1,0 +1,369 @@
+/* test-llama.c: the Llama family against a PyTorch reference written in the
+ * tests (tests/torch/ref_llama.py, float64), through GGUF files toy writes:
+ *  - logits for each family flag (plain, tied, QKV bias, QK-norm, sliding
+ *    window, Gemma 2's softcaps + sandwich norms + embedding scale + GeGLU,
+ *    each RoPE scaling) within 1e-4 (1 + |ref|);
+ *  - 20 AdamW training steps from the same init and batches: losses within
+ *    1e-4 (1 + |ref|);
+ *  - KV-cache decode logits equal the full-sequence forward at every position;
+ *  - the llama.cpp-made GGUF in ../shared/testdata loads (mapped) and runs. */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "toy/gguf.h"
+#include "toy/llama.h"
+#include "toy/toy.h"
+
+static char tmpdir[256];
+
+static void make_tmp(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/toy-test-llama-XXXXXX");
+    cr_assert(mkdtemp(tmpdir));
+}
+
+static void rm_tmp(void) {
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd)) {}
+}
+
+/* random init, then every norm weight and bias perturbed so none is trivial */
+static struct toy_llama *random_model(const struct toy_llama_config *c, uint64_t seed) {
+    struct toy_llama *m = toy_llama_new(c, seed);
+    cr_assert(m, "%s", toy_last_error());
+    struct toy_rng r;
+    toy_rng_seed(&r, seed + 99);
+    for (int i = 0; i < toy_llama_n_tensors(m); i++) {
+        struct toy_tensor *t = toy_llama_tensor(m, i);
+        if (t->ne[1] > 1) {
+            float *d = t->data; /* larger weights than the 0.02 init: sharper logits */
+            for (int64_t k = 0; k < toy_nelements(t); k++) d[k] *= 8.0f;
+            continue;
+        }
+        float *d = t->data;
+        bool bias = strstr(t->name, ".bias") != NULL;
+        for (int64_t k = 0; k < toy_nelements(t); k++) d[k] = (bias ? 0.0f : 1.0f) + 0.2f * toy_rng_normal(&r);
+    }
+    return m;
+}
+
+static void save(struct toy_llama *m, const char *path) {
+    struct toy_gguf_writer *w;
+    cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
+    cr_assert_eq(toy_llama_write_gguf(m, w, TOY_F32), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(toy_gguf_writer_write(w, path), TOY_OK, "%s", toy_last_error());
+    toy_gguf_writer_free(w);
+}
+
+static float *toy_logits(struct toy_llama *m, const int32_t *tokens, int T, int B) {
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, T, B), *pos = toy_new_tensor_1d(ctx, TOY_I32, T);
+    memcpy(tok->data, tokens, sizeof(int32_t) * (size_t)(T * B));
+    for (int t = 0; t < T; t++) ((int32_t *)pos->data)[t] = t;
+    struct toy_tensor *lg = toy_llama_forward(ctx, m, tok, pos);
+    toy_set_output(lg);
+    struct toy_graph *g = toy_graph_new(ctx);
+    toy_graph_build(g, lg);
+    struct toy_threadpool *tp = toy_threadpool_new(2);
+    cr_assert_eq(toy_graph_compute(g, tp), TOY_OK, "%s", toy_last_error());
+    size_t n = (size_t)toy_nelements(lg);
+    float *out = malloc(n * sizeof *out);
+    memcpy(out, lg->data, n * sizeof *out);
+    toy_threadpool_free(tp);
+    toy_ctx_free(ctx);
+    return out;
+}
+
+static json_t *run_reference(json_t *cases) {
+    char spec[400], out[400], cmd[1200];
+    snprintf(spec, sizeof spec, "%s/spec.json", tmpdir);
+    snprintf(out, sizeof out, "%s/out.json", tmpdir);
+    json_t *root = json_pack("{s:o}", "cases", cases);
+    cr_assert_eq(json_dump_file(root, spec, 0), 0);
+    json_decref(root);
+    const char *py = getenv("TOY_PY") ? getenv("TOY_PY") : "/usr/bin/python3";
+    if (access(py, X_OK)) cr_skip_test("no %s for the PyTorch reference", py);
+    snprintf(cmd, sizeof cmd, "%s tests/torch/ref_llama.py '%s' '%s'", py, spec, out);
+    cr_assert_eq(system(cmd), 0, "the PyTorch reference failed: %s", cmd);
+    json_error_t err;
+    json_t *res = json_load_file(out, 0, &err);
+    cr_assert(res, "%s", err.text);
+    return res;
+}
+
+struct flag_case {
+    const char *name;
+    void (*set)(struct toy_llama_config *c);
+};
+
+static void f_plain(struct toy_llama_config *c) { c->tied = false; }
+static void f_tied(struct toy_llama_config *c) { c->tied = true; }
+static void f_qwen2(struct toy_llama_config *c) {
+    snprintf(c->arch, sizeof c->arch, "qwen2");
+    c->rope_mode = TOY_ROPE_NEOX;
+    c->qkv_bias = true;
+    c->rope_base = 1000000.0f;
+}
+static void f_qwen3(struct toy_llama_config *c) {
+    snprintf(c->arch, sizeof c->arch, "qwen3");
+    c->rope_mode = TOY_ROPE_NEOX;
+    c->qk_norm = true;
+    c->head_dim = 24; /* not d_model / n_heads, as in Qwen3 */
+}
+static void f_swa(struct toy_llama_config *c) { c->sliding_window = 5; }
+static void f_gemma2(struct toy_llama_config *c) {
+    snprintf(c->arch, sizeof c->arch, "gemma2");
+    c->rope_mode = TOY_ROPE_NEOX;
+    c->sliding_window = 4;
+    c->swa_alternate = true;
+    c->attn_softcap = 5.0f;
+    c->final_softcap = 3.0f;
+    c->sandwich_norm = true;
+    c->embed_scale = true;
+    c->gelu_mlp = true;
+    c->attn_scale = 1.0f / sqrtf(16.0f);
+}
+static void f_linear(struct toy_llama_config *c) {
+    c->rope_scaling = TOY_ROPE_SCALING_LINEAR;
+    c->rope_factor = 4;
+    c->rope_orig_ctx = 16;
+}
+static void f_yarn(struct toy_llama_config *c) {
+    c->rope_scaling = TOY_ROPE_SCALING_YARN;
+    c->rope_factor = 4;
+    c->rope_orig_ctx = 8;
+}
+
+static struct toy_llama_config base_config(void) {
+    struct toy_llama_config c = toy_llama_preset("tiny");
+    c.vocab = 61;
+    c.d_model = 64;
+    c.n_heads = 4;
+    c.n_kv_heads = 2;
+    c.d_ff = 96;
+    c.n_layers = 2;
+    c.max_ctx = 64;
+    return c;
+}
+
+Test(llama, logits_match_pytorch_for_every_family_flag, .timeout = 300) {
+    make_tmp();
+    const struct flag_case cases[] = {{"plain", f_plain}, {"tied", f_tied}, {"qwen2_qkv_bias", f_qwen2},
+                                      {"qwen3_qk_norm", f_qwen3}, {"mistral_swa", f_swa},
+                                      {"gemma2", f_gemma2}, {"rope_linear", f_linear}, {"rope_yarn", f_yarn}};
+    const int n = sizeof cases / sizeof cases[0], T = 11, B = 2;
+    int32_t tokens[T * B];
+    for (int i = 0; i < T * B; i++) tokens[i] = (i * 37 + 5) % 61;
+    json_t *specs = json_array();
+    float *ours[16];
+    for (int i = 0; i < n; i++) {
+        struct toy_llama_config c = base_config();
+        cases[i].set(&c);
+        struct toy_llama *m = random_model(&c, 100 + (uint64_t)i);
+        char path[400];
+        snprintf(path, sizeof path, "%s/%s.gguf", tmpdir, cases[i].name);
+        save(m, path);
+        toy_llama_free(m);
+        /* load it back (weights mapped from the file) and run */
+        struct toy_llama *lm;
+        cr_assert_eq(toy_llama_load(path, false, &lm), TOY_OK, "%s: %s", cases[i].name, toy_last_error());
+        cr_assert_eq(lm->cfg.qkv_bias, c.qkv_bias);
+        cr_assert_eq(lm->cfg.qk_norm, c.qk_norm);
+        cr_assert_eq(lm->cfg.tied, c.tied);
+        ours[i] = toy_logits(lm, tokens, T, B);
+        toy_llama_free(lm);
+        json_t *tk = json_array();
+        for (int b = 0; b < B; b++) {
+            json_t *row = json_array();
+            for (int t = 0; t < T; t++) json_array_append_new(row, json_integer(tokens[b * T + t]));
+            json_array_append_new(tk, row);
+        }
+        json_array_append_new(specs, json_pack("{s:s,s:o}", "gguf", path, "tokens", tk));
+    }
+    json_t *res = run_reference(specs);
+    int failures = 0;
+    for (int i = 0; i < n; i++) {
+        json_t *ref = json_object_get(json_array_get(json_object_get(res, "cases"), (size_t)i), "logits");
+        double worst = 0;
+        for (size_t k = 0; k < json_array_size(ref); k++) {
+            double r = json_number_value(json_array_get(ref, k));
+            double e = fabs(ours[i][k] - r) / (1 + fabs(r));
+            if (!(e <= worst)) worst = e;
+        }
+        cr_log_info("%-16s max |toy - torch| / (1 + |torch|) = %.2e", cases[i].name, worst);
+        if (!(worst <= 1e-4)) failures++;
+        free(ours[i]);
+    }
+    json_decref(res);
+    rm_tmp();
+    cr_assert_eq(failures, 0, "%d family configurations differ from PyTorch", failures);
+}
+
+Test(llama, training_steps_match_pytorch, .timeout = 300) {
+    make_tmp();
+    struct toy_llama_config c = base_config();
+    c.tied = false;
+    struct toy_llama *m0 = random_model(&c, 7);
+    char path[400];
+    snprintf(path, sizeof path, "%s/train.gguf", tmpdir);
+    save(m0, path);
+    toy_llama_free(m0);
+    struct toy_llama *m;
+    cr_assert_eq(toy_llama_load(path, true, &m), TOY_OK, "%s", toy_last_error());
+    const int T = 16, B = 3, steps = 20;
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, T, B), *tgt = toy_new_tensor_2d(ctx, TOY_I32, T, B);
+    struct toy_tensor *pos = toy_new_tensor_1d(ctx, TOY_I32, T);
+    for (int t = 0; t < T; t++) ((int32_t *)pos->data)[t] = t;
+    struct toy_tensor *loss = toy_cross_entropy(ctx, toy_llama_forward(ctx, m, tok, pos), tgt, -100);
+    struct toy_graph *g = toy_graph_new(ctx);
+    toy_graph_build(g, loss);
+    toy_graph_backward(g, loss);
+    struct toy_optim *o = toy_optim_new(TOY_OPTIM_ADAMW);
+    int grp = toy_optim_add_group(o, &(struct toy_optim_group){.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                                                               .weight_decay = 0.1f});
+    for (int i = 0; i < toy_llama_n_tensors(m); i++) toy_optim_add_param(o, toy_llama_tensor(m, i), grp);
+    struct toy_threadpool *tp = toy_threadpool_new(2);
+    struct toy_rng r;
+    toy_rng_seed(&r, 3);
+    json_t *batches = json_array();
+    float losses[20];
+    for (int s = 0; s < steps; s++) {
+        json_t *bt = json_array(), *bg = json_array();
+        for (int b = 0; b < B; b++) {
+            json_t *rt = json_array(), *rg = json_array();
+            for (int t = 0; t < T; t++) {
+                int32_t a = (int32_t)toy_rng_below(&r, 61), y = (int32_t)toy_rng_below(&r, 61);
+                ((int32_t *)tok->data)[b * T + t] = a;
+                ((int32_t *)tgt->data)[b * T + t] = y;
+                json_array_append_new(rt, json_integer(a));
+                json_array_append_new(rg, json_integer(y));
+            }
+            json_array_append_new(bt, rt);
+            json_array_append_new(bg, rg);
+        }
+        json_array_append_new(batches, json_pack("[o,o]", bt, bg));
+        toy_optim_zero_grad(o);
+        cr_assert_eq(toy_graph_compute(g, tp), TOY_OK);
+        losses[s] = *(float *)loss->data;
+        toy_optim_step(o, 1e-3f, tp);
+    }
+    json_t *spec = json_array();
+    json_array_append_new(spec, json_pack("{s:s,s:{s:i,s:f,s:f,s:f,s:f,s:f,s:o}}", "gguf", path, "train", "steps",
+                                          steps, "lr", 1e-3, "beta1", 0.9, "beta2", 0.95, "eps", 1e-8, "wd", 0.1,
+                                          "batches", batches));
+    json_t *res = run_reference(spec);
+    json_t *ref = json_object_get(json_array_get(json_object_get(res, "cases"), 0), "losses");
+    double worst = 0;
+    for (int s = 0; s < steps; s++) {
+        double rv = json_number_value(json_array_get(ref, (size_t)s));
+        worst = fmax(worst, fabs(losses[s] - rv) / (1 + fabs(rv)));
+    }
+    cr_log_info("20 AdamW steps: loss %.4f -> %.4f, max |toy - torch| / (1 + |torch|) = %.2e", losses[0],
+                losses[steps - 1], worst);
+    cr_assert_leq(worst, 1e-4);
+    json_decref(res);
+    toy_optim_free(o);
+    toy_threadpool_free(tp);
+    toy_ctx_free(ctx);
+    toy_llama_free(m);
+    rm_tmp();
+}
+
+/* Prefill 5 tokens, then decode one at a time: every position's logits
+ * equal the full-sequence forward's. */
+static void kv_equals_full(struct toy_llama_config c) {
+    struct toy_llama *m = random_model(&c, 21);
+    const int T = 14, P = 5;
+    int32_t tokens[T];
+    for (int i = 0; i < T; i++) tokens[i] = (i * 13 + 2) % 61;
+    float *full = toy_logits(m, tokens, T, 1);
+    struct toy_kv_cache kv;
+    cr_assert_eq(toy_kv_cache_init(&kv, m, 32, 1), TOY_OK);
+    struct toy_threadpool *tp = toy_threadpool_new(2);
+    int64_t V = c.vocab;
+    double worst = 0;
+    for (int phase = 0; phase < 2; phase++) {
+        int tn = phase == 0 ? P : 1;
+        struct toy_ctx *ctx = toy_ctx_init(true);
+        struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, tn, 1), *pos = toy_new_tensor_1d(ctx, TOY_I32, tn);
+        struct toy_tensor *lg = toy_llama_forward_cached(ctx, m, &kv, tok, pos);
+        toy_set_output(lg);
+        struct toy_graph *g = toy_graph_new(ctx);
+        toy_graph_build(g, lg);
+        for (int start = phase == 0 ? 0 : P; start < (phase == 0 ? 1 : T); start++) {
+            int n0 = phase == 0 ? 0 : start;
+            *(int32_t *)kv.n_past->data = n0;
+            for (int i = 0; i < tn; i++) {
+                ((int32_t *)tok->data)[i] = tokens[n0 + i];
+                ((int32_t *)pos->data)[i] = n0 + i;
+            }
+            cr_assert_eq(toy_graph_compute(g, tp), TOY_OK, "%s", toy_last_error());
+            for (int i = 0; i < tn; i++)
+                for (int64_t v = 0; v < V; v++) {
+                    double a = ((float *)lg->data)[i * V + v], b = full[(n0 + i) * V + v];
+                    worst = fmax(worst, fabs(a - b) / (1 + fabs(b)));
+                }
+        }
+        toy_ctx_free(ctx);
+    }
+    cr_log_info("%s: KV decode vs full forward: max relative difference %.2e", c.arch, worst);
+    cr_assert_leq(worst, 1e-5);
+    free(full);
+    toy_threadpool_free(tp);
+    toy_kv_cache_free(&kv);
+    toy_llama_free(m);
+}
+
+Test(llama, kv_cache_decode_equals_full_forward) {
+    struct toy_llama_config c = base_config();
+    kv_equals_full(c);
+    f_gemma2(&c); /* sliding window and softcaps through the cache too */
+    kv_equals_full(c);
+}
+
+Test(llama, kv_cache_overflow_is_an_error) {
+    struct toy_llama_config c = base_config();
+    struct toy_llama *m = random_model(&c, 1);
+    struct toy_kv_cache kv;
+    cr_assert_eq(toy_kv_cache_init(&kv, m, 4, 1), TOY_OK);
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, 3, 1), *pos = toy_new_tensor_1d(ctx, TOY_I32, 3);
+    struct toy_tensor *lg = toy_llama_forward_cached(ctx, m, &kv, tok, pos);
+    struct toy_graph *g = toy_graph_new(ctx);
+    toy_graph_build(g, lg);
+    *(int32_t *)kv.n_past->data = 2; /* 2 + 3 > 4 */
+    cr_assert_eq(toy_graph_compute(g, NULL), TOY_ERR_RANGE);
+    toy_ctx_free(ctx);
+    toy_kv_cache_free(&kv);
+    toy_llama_free(m);
+}
+
+Test(llama, loads_llamacpp_gguf_from_testdata) {
+    const char *path = "../shared/testdata/model-gguf-llama2-tiny-random/model.gguf";
+    if (access(path, R_OK)) {
+        /* the folder's file name may differ: take the first .gguf */
+        FILE *p = popen("ls ../shared/testdata/model-gguf-llama2-tiny-random/*.gguf 2>/dev/null | head -n1", "r");
+        static char found[512];
+        if (!p || !fgets(found, sizeof found, p)) cr_skip_test("no ../shared/testdata/model-gguf-llama2-tiny-random");
+        pclose(p);
+        found[strcspn(found, "\n")] = 0;
+        path = found;
+    }
+    struct toy_llama *m;
+    cr_assert_eq(toy_llama_load(path, false, &m), TOY_OK, "%s", toy_last_error());
+    cr_log_info("%s: %s, vocab %lld, d %lld, %lld layers, %lld heads, tied %d, %s weights", path, m->cfg.arch,
+                (long long)m->cfg.vocab, (long long)m->cfg.d_model, (long long)m->cfg.n_layers,
+                (long long)m->cfg.n_heads, m->cfg.tied, toy_dtype_name(m->layers[0].wq->type));
+    int32_t tokens[6] = {1, 15043, 3186, 29889, 13, 450};
+    for (int i = 0; i < 6; i++) tokens[i] %= (int32_t)m->cfg.vocab;
+    float *lg = toy_logits(m, tokens, 6, 1);
+    for (int64_t i = 0; i < 6 * m->cfg.vocab; i++) cr_assert(isfinite(lg[i]), "logit %lld is %f", (long long)i, lg[i]);
+    free(lg);
+    toy_llama_free(m);
+}

@@ -1,0 +1,84 @@
+/* test-sampler.c: the sampling pipeline: greedy is the first maximum, a seed
+ * reproduces a stream, draws follow softmax(logits / T) (chi-square), top-k,
+ * top-p and min-p cut where they should, and the penalties push repeated
+ * tokens down. */
+#include <criterion/criterion.h>
+#include <math.h>
+
+#include "toy/sampler.h"
+
+static const float L[6] = {1.0f, 3.0f, 2.0f, 3.0f, -1.0f, 0.5f};
+
+Test(sampler, greedy_first_maximum_and_logprob) {
+    struct toy_sampler *s = toy_sampler_new(&(struct toy_sampler_params){0}, 6);
+    float lp;
+    cr_assert_eq(toy_sampler_sample(s, L, &lp), 1);
+    double z = 0;
+    for (int i = 0; i < 6; i++) z += exp(L[i]);
+    cr_assert_float_eq(lp, 3.0 - log(z), 1e-5);
+    toy_sampler_free(s);
+}
+
+static void histogram(struct toy_sampler_params p, int n, int *h) {
+    struct toy_sampler *s = toy_sampler_new(&p, 6);
+    for (int i = 0; i < 6; i++) h[i] = 0;
+    for (int i = 0; i < n; i++) h[toy_sampler_sample(s, L, NULL)]++;
+    toy_sampler_free(s);
+}
+
+Test(sampler, follows_softmax_with_temperature) {
+    const int n = 60000;
+    int h[6];
+    float T = 1.5f;
+    histogram((struct toy_sampler_params){.temperature = T, .seed = 7}, n, h);
+    double z = 0, chi = 0;
+    for (int i = 0; i < 6; i++) z += exp(L[i] / T);
+    for (int i = 0; i < 6; i++) {
+        double e = n * exp(L[i] / T) / z;
+        chi += (h[i] - e) * (h[i] - e) / e;
+    }
+    cr_assert_lt(chi, 20.5, "chi-square %.2f with 5 degrees of freedom (p < 0.001 beyond 20.5)", chi);
+}
+
+Test(sampler, same_seed_same_stream) {
+    int a[6], b[6];
+    struct toy_sampler_params p = {.temperature = 1, .seed = 3};
+    histogram(p, 1000, a);
+    histogram(p, 1000, b);
+    cr_assert_arr_eq(a, b, sizeof a);
+}
+
+Test(sampler, top_k_top_p_min_p) {
+    int h[6];
+    histogram((struct toy_sampler_params){.temperature = 1, .top_k = 2, .seed = 1}, 5000, h);
+    cr_assert(h[0] == 0 && h[2] == 0 && h[4] == 0 && h[5] == 0 && h[1] > 0 && h[3] > 0, "top-k 2 keeps the two 3.0s");
+    /* probabilities .052 .384 .141 .384 .007 .031: the two best reach .768 */
+    histogram((struct toy_sampler_params){.temperature = 1, .top_p = 0.75f, .seed = 1}, 5000, h);
+    cr_assert(h[0] + h[2] + h[4] + h[5] == 0, "top-p 0.75 keeps tokens 1 and 3");
+    histogram((struct toy_sampler_params){.temperature = 1, .top_p = 0.8f, .seed = 1}, 5000, h);
+    cr_assert(h[2] > 0 && h[0] + h[4] + h[5] == 0, "top-p 0.8 adds token 2");
+    histogram((struct toy_sampler_params){.temperature = 1, .min_p = 0.3f, .seed = 1}, 5000, h);
+    cr_assert(h[2] > 0 && h[0] == 0 && h[4] == 0, "min-p 0.3 keeps tokens >= 0.3 * best (1, 3, 2)");
+}
+
+Test(sampler, penalties_push_repeats_down) {
+    struct toy_sampler *s = toy_sampler_new(&(struct toy_sampler_params){.repeat_penalty = 2.0f}, 6);
+    toy_sampler_accept(s, 1);
+    cr_assert_eq(toy_sampler_sample(s, L, NULL), 3, "token 1 (3.0 -> 1.5) loses to token 3");
+    toy_sampler_accept(s, 3);
+    cr_assert_eq(toy_sampler_sample(s, L, NULL), 2, "then token 2 (2.0) wins");
+    toy_sampler_free(s);
+    s = toy_sampler_new(&(struct toy_sampler_params){.frequency_penalty = 0.6f, .presence_penalty = 0.1f}, 6);
+    toy_sampler_accept(s, 1);
+    toy_sampler_accept(s, 1); /* 3.0 - 1.2 - 0.1 = 1.7 */
+    cr_assert_eq(toy_sampler_sample(s, L, NULL), 3);
+    toy_sampler_free(s);
+}
+
+Test(sampler, top_logprobs) {
+    int32_t ids[3];
+    float lp[3];
+    toy_top_logprobs(L, 6, 3, ids, lp);
+    cr_assert(ids[0] == 1 && ids[1] == 3 && ids[2] == 2);
+    cr_assert(lp[0] >= lp[1] && lp[1] >= lp[2]);
+}

@@ -1,0 +1,229 @@
+#!/usr/bin/python3
+"""A PyTorch reference Llama-family model, written for toy's tests.
+
+Reads GGUF files (a small reader below: header, metadata, tensor infos,
+F32 data), builds the model from the metadata and the tensors present
+(the same detection rules as llama.cpp: attn_q.bias -> QKV bias, attn_q_norm
+-> QK-norm, post_attention_norm -> sandwich norms, no output.weight -> tied),
+and computes logits, or trains with AdamW, in float64.
+
+RoPE follows llama.cpp's GGUF convention: "llama"/"mistral" rotate adjacent
+pairs (the converter permuted Q/K for it), qwen2/qwen3/gemma2 rotate halves.
+
+Usage: ref_llama.py SPEC.json OUT.json
+SPEC: {"cases": [{"gguf": path, "tokens": [[...]...] (B x T),
+                  "train": {"steps", "lr", "beta1", "beta2", "eps", "wd",
+                            "batches": [[tokens B x T, targets B x T], ...]}}]}
+OUT:  {"cases": [{"logits": flat B x T x V} or {"losses": [...]}]}
+"""
+import json
+import math
+import struct
+import sys
+
+import numpy as np
+import torch
+
+DT = torch.float64
+
+# ---- a minimal GGUF reader -------------------------------------------------
+SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+
+
+def read_gguf(path):
+    buf = open(path, "rb").read()
+    off = 0
+
+    def take(fmt):
+        nonlocal off
+        v = struct.unpack_from(fmt, buf, off)
+        off += struct.calcsize(fmt)
+        return v[0]
+
+    def string():
+        nonlocal off
+        n = take("<Q")
+        s = buf[off:off + n].decode("utf-8")
+        off += n
+        return s
+
+    def value(t):
+        if t in SCALAR:
+            return take(SCALAR[t])
+        if t == 8:
+            return string()
+        if t == 9:
+            et, n = take("<I"), take("<Q")
+            return [value(et) for _ in range(n)]
+        raise ValueError(f"type {t}")
+
+    assert buf[:4] == b"GGUF"
+    off = 4
+    take("<I")
+    n_t, n_kv = take("<Q"), take("<Q")
+    kv = {}
+    for _ in range(n_kv):
+        k = string()
+        kv[k] = value(take("<I"))
+    infos = []
+    for _ in range(n_t):
+        name = string()
+        nd = take("<I")
+        ne = [take("<Q") for _ in range(nd)]
+        typ, o = take("<I"), take("<Q")
+        infos.append((name, ne, typ, o))
+    align = kv.get("general.alignment", 32)
+    base = (off + align - 1) // align * align
+    tensors = {}
+    for name, ne, typ, o in infos:
+        assert typ == 0, f"{name}: the reference reads f32 only"
+        n = int(np.prod(ne))
+        a = np.frombuffer(buf, dtype="<f4", count=n, offset=base + o)
+        tensors[name] = torch.tensor(a.reshape(list(reversed(ne))).copy(), dtype=DT)
+    return kv, tensors
+
+
+# ---- the model -----------------------------------------------------------------
+def rms(x, w, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def inv_freqs(n, base, kind, factor, orig, low=1.0, high=4.0, bfast=32.0, bslow=1.0):
+    inv = 1.0 / (base ** (torch.arange(0, n, 2, dtype=DT) / n))
+    if kind == "linear":
+        inv = inv / factor
+    elif kind == "llama3":
+        low_wl, high_wl = orig / low, orig / high
+        wl = 2 * math.pi / inv
+        smooth = (orig / wl - low) / (high - low)
+        mid = (1 - smooth) * inv / factor + smooth * inv
+        inv = torch.where(wl > low_wl, inv / factor, torch.where(wl < high_wl, inv, mid))
+    elif kind == "yarn":
+        def corr(rot):
+            return (n * math.log(orig / (rot * 2 * math.pi))) / (2 * math.log(base))
+        lo, hi = max(math.floor(corr(bfast)), 0), min(math.ceil(corr(bslow)), n - 1)
+        if lo == hi:
+            hi += 0.001
+        ramp = ((torch.arange(n // 2, dtype=DT) - lo) / (hi - lo)).clamp(0, 1)
+        inv = (inv / factor) * ramp + inv * (1 - ramp)
+    return inv
+
+
+def rope(x, pos, inv, neox, mscale):
+    # x (B, T, H, D)
+    D = x.shape[-1]
+    ang = pos.to(DT).view(-1, 1) * inv.view(1, -1)
+    c = (torch.cos(ang) * mscale).view(1, -1, 1, D // 2)
+    s = (torch.sin(ang) * mscale).view(1, -1, 1, D // 2)
+    if neox:
+        a, b = x[..., : D // 2], x[..., D // 2:]
+        return torch.cat([a * c - b * s, a * s + b * c], -1)
+    a, b = x[..., 0::2], x[..., 1::2]
+    return torch.stack([a * c - b * s, a * s + b * c], -1).flatten(-2)
+
+
+class Llama:
+    def __init__(self, kv, t):
+        a = kv["general.architecture"]
+        g = lambda k, d=None: kv.get(f"{a}.{k}", d)
+        self.arch, self.t = a, t
+        self.d, self.L = g("embedding_length"), g("block_count")
+        self.H = g("attention.head_count")
+        self.Hkv = g("attention.head_count_kv", self.H)
+        self.hd = g("attention.key_length", self.d // self.H)
+        self.eps = g("attention.layer_norm_rms_epsilon", 1e-5)
+        self.neox = a not in ("llama", "mistral")
+        kind = g("rope.scaling.type", "none")
+        factor = g("rope.scaling.factor", 1.0)
+        self.inv = inv_freqs(self.hd, g("rope.freq_base", 10000.0), kind, factor,
+                             g("rope.scaling.original_context_length", 0))
+        self.mscale = 0.1 * math.log(factor) + 1.0 if kind == "yarn" else 1.0
+        self.window = g("attention.sliding_window", 0)
+        self.attn_cap = g("attn_logit_softcapping", 0.0)
+        self.final_cap = g("final_logit_softcapping", 0.0)
+        self.gemma = a == "gemma2"
+        self.scale = 1.0 / math.sqrt(self.hd)
+
+    def params(self):
+        return list(self.t.values())
+
+    def forward(self, tok):
+        t, B, T = self.t, tok.shape[0], tok.shape[1]
+        x = t["token_embd.weight"][tok]
+        if self.gemma:
+            x = x * math.sqrt(self.d)
+        pos = torch.arange(T)
+        for l in range(self.L):
+            p = lambda n: t.get(f"blk.{l}.{n}")
+            h = rms(x, p("attn_norm.weight"), self.eps)
+            q, k, v = h @ p("attn_q.weight").T, h @ p("attn_k.weight").T, h @ p("attn_v.weight").T
+            if p("attn_q.bias") is not None:
+                q, k, v = q + p("attn_q.bias"), k + p("attn_k.bias"), v + p("attn_v.bias")
+            q = q.view(B, T, self.H, self.hd)
+            k = k.view(B, T, self.Hkv, self.hd)
+            v = v.view(B, T, self.Hkv, self.hd)
+            if p("attn_q_norm.weight") is not None:
+                q, k = rms(q, p("attn_q_norm.weight"), self.eps), rms(k, p("attn_k_norm.weight"), self.eps)
+            q, k = rope(q, pos, self.inv, self.neox, self.mscale), rope(k, pos, self.inv, self.neox, self.mscale)
+            g = self.H // self.Hkv
+            qh, kh, vh = (q.permute(0, 2, 1, 3), k.permute(0, 2, 1, 3).repeat_interleave(g, 1),
+                          v.permute(0, 2, 1, 3).repeat_interleave(g, 1))
+            s = qh @ kh.transpose(-1, -2) * self.scale
+            if self.attn_cap > 0:
+                s = self.attn_cap * torch.tanh(s / self.attn_cap)
+            i, j = torch.arange(T).view(-1, 1), torch.arange(T).view(1, -1)
+            bad = j > i
+            if self.window > 0 and (not self.gemma or l % 2 == 0):
+                bad = bad | (j <= i - self.window)
+            s = s.masked_fill(bad, -math.inf)
+            a = (torch.softmax(s, -1) @ vh).permute(0, 2, 1, 3).reshape(B, T, self.H * self.hd)
+            a = a @ p("attn_output.weight").T
+            if p("post_attention_norm.weight") is not None:
+                a = rms(a, p("post_attention_norm.weight"), self.eps)
+            x = x + a
+            h = rms(x, p("ffn_norm.weight"), self.eps)
+            gate, up = h @ p("ffn_gate.weight").T, h @ p("ffn_up.weight").T
+            act = torch.nn.functional.gelu(gate, approximate="tanh") if self.gemma else torch.nn.functional.silu(gate)
+            f = (act * up) @ p("ffn_down.weight").T
+            if p("post_ffw_norm.weight") is not None:
+                f = rms(f, p("post_ffw_norm.weight"), self.eps)
+            x = x + f
+        x = rms(x, t["output_norm.weight"], self.eps)
+        logits = x @ t.get("output.weight", t["token_embd.weight"]).T
+        if self.final_cap > 0:
+            logits = self.final_cap * torch.tanh(logits / self.final_cap)
+        return logits
+
+
+def main():
+    spec = json.load(open(sys.argv[1]))
+    out = []
+    for case in spec["cases"]:
+        kv, t = read_gguf(case["gguf"])
+        m = Llama(kv, t)
+        if "train" not in case:
+            tok = torch.tensor(case["tokens"], dtype=torch.long)
+            with torch.no_grad():
+                out.append({"logits": m.forward(tok).flatten().tolist()})
+            continue
+        tr = case["train"]
+        ps = m.params()
+        for p_ in ps:
+            p_.requires_grad_(True)
+        opt = torch.optim.AdamW(ps, lr=tr["lr"], betas=(tr["beta1"], tr["beta2"]), eps=tr["eps"],
+                                weight_decay=tr["wd"])
+        losses = []
+        for tok, tgt in tr["batches"]:
+            opt.zero_grad()
+            logits = m.forward(torch.tensor(tok, dtype=torch.long))
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                     torch.tensor(tgt, dtype=torch.long).reshape(-1))
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        out.append({"losses": losses})
+    json.dump({"cases": out}, open(sys.argv[2], "w"))
+
+
+if __name__ == "__main__":
+    main()
