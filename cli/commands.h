@@ -11,21 +11,25 @@ struct toy_command {
 };
 
 int toy_cmd_demo(int argc, char **argv);
+int toy_cmd_generate(int argc, char **argv);
 int toy_cmd_describe(int argc, char **argv);
 int toy_cmd_models(int argc, char **argv);
 int toy_cmd_convert(int argc, char **argv);
 int toy_cmd_quantize(int argc, char **argv);
+int toy_cmd_runs(int argc, char **argv);
 
 int toy_cmd_tokenize(int argc, char **argv);
 int toy_cmd_tokenizer(int argc, char **argv);
 int toy_cmd_chat_template(int argc, char **argv);
 
 #define TOY_COMMANDS \
-    {"demo", toy_cmd_demo, "train a tiny attention model on a synthetic task and show it learn"}, \
+    {"demo", toy_cmd_demo, "train a small character-level Llama on built-in text and sample from it"}, \
+    {"generate", toy_cmd_generate, "generate text from a Llama-family GGUF with a KV cache and sampling"}, \
     {"describe", toy_cmd_describe, "what a GGUF model holds, and its forward pass as pseudocode"}, \
     {"models", toy_cmd_models, "list the GGUF models on this machine (HF cache, Ollama, LM Studio, ...)"}, \
     {"convert", toy_cmd_convert, "convert a Hugging Face model folder to GGUF"}, \
     {"quantize", toy_cmd_quantize, "re-quantize a GGUF (q8_0, q4_0, q4_k, ...)"}, \
+    {"runs", toy_cmd_runs, "list the training runs in ./runs: model, steps, loss, eval loss, time, how each ended"}, \
     {"tokenize", toy_cmd_tokenize, "text to token ids (and back); a corpus to a packed TOYT token file"}, \
     {"tokenizer", toy_cmd_tokenizer, "train a byte-level BPE tokenizer: tokenizer train --vocab-size N corpus.txt -o tok.gguf"}, \
     {"chat-template", toy_cmd_chat_template, "render a chat prompt with a model's (or a built-in) chat template"},

@@ -1,0 +1,61 @@
+/* toy/generate.h: text generation with a KV cache: the whole prompt is
+ * prefilled in one graph, then one graph (built once) decodes a token per
+ * run; tokens stream to a callback as they are produced.
+ *
+ *     struct toy_generator *gen;
+ *     toy_generator_new(model, tok, 2048, pool, &gen);
+ *     struct toy_generate_params p = {.n_predict = 64, .sampling = {.temperature = 0.8f, .seed = 1}};
+ *     toy_generate(gen, prompt_ids, n_prompt, &p, on_token, stdout, &result);
+ *     toy_generator_free(gen);
+ */
+#ifndef TOY_GENERATE_H
+#define TOY_GENERATE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "toy/llama.h"
+#include "toy/sampler.h"
+#include "toy/threadpool.h"
+#include "toy/tokenizer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct toy_generate_params {
+    int32_t n_predict;              /* tokens to generate at most (<= 0: until EOS or the context is full) */
+    struct toy_sampler_params sampling;
+    const char *const *stop;        /* stop strings (the text ends before them) */
+    int n_stop;
+    bool ignore_eos;
+};
+
+/* Called for each new token with the text it completes (possibly empty while
+ * a UTF-8 character is incomplete); return false to stop. */
+typedef bool (*toy_token_fn)(void *ud, int32_t id, const char *text, size_t len, float logprob);
+
+enum toy_stop_reason { TOY_STOP_LENGTH = 0, TOY_STOP_EOS = 1, TOY_STOP_STRING = 2, TOY_STOP_CALLER = 3,
+                       TOY_STOP_CONTEXT = 4 };
+
+struct toy_generate_result {
+    int64_t n_prompt, n_generated;
+    enum toy_stop_reason reason;
+    double prefill_s, decode_s;     /* wall time of each phase */
+};
+
+struct toy_generator;
+
+/* tok may be NULL (then text is empty and stop strings are ignored). */
+enum toy_status toy_generator_new(struct toy_llama *m, const struct toy_tokenizer *tok, int64_t n_ctx,
+                                  struct toy_threadpool *tp, struct toy_generator **out);
+void toy_generator_free(struct toy_generator *g);
+/* Generates after `prompt` (which is prefilled from position 0). */
+enum toy_status toy_generate(struct toy_generator *g, const int32_t *prompt, int64_t n_prompt,
+                             const struct toy_generate_params *p, toy_token_fn fn, void *ud,
+                             struct toy_generate_result *res);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,167 @@
+/* generate.c: prefill + decode loop over a KV cache (toy/generate.h).
+ * The decode graph (one token) is built once per generator; a prefill graph
+ * is built per prompt length and freed after use. Stop strings are matched
+ * on the generated text; the text before a stop string is what the callback
+ * has seen only if it came before the match (held-back text is dropped). */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "toy/generate.h"
+#include "toy/graph.h"
+
+struct toy_generator {
+    struct toy_llama *m;
+    const struct toy_tokenizer *tok;
+    struct toy_threadpool *tp;
+    struct toy_kv_cache kv;
+    struct toy_ctx *dctx;               /* decode graph */
+    struct toy_graph *dg;
+    struct toy_tensor *dtok, *dpos, *dlogits;
+    struct toy_membuf buf;              /* shared by prefill and decode graphs */
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+enum toy_status toy_generator_new(struct toy_llama *m, const struct toy_tokenizer *tok, int64_t n_ctx,
+                                  struct toy_threadpool *tp, struct toy_generator **out) {
+    *out = NULL;
+    struct toy_generator *g = calloc(1, sizeof *g);
+    if (!g) return toy_error(TOY_ERR_NOMEM, "generator");
+    g->m = m;
+    g->tok = tok;
+    g->tp = tp;
+    if (n_ctx <= 0 || n_ctx > m->cfg.max_ctx) n_ctx = m->cfg.max_ctx;
+    enum toy_status st = toy_kv_cache_init(&g->kv, m, n_ctx, 1);
+    if (st) { free(g); return st; }
+    g->dctx = toy_ctx_init(true);
+    g->dtok = toy_new_tensor_2d(g->dctx, TOY_I32, 1, 1);
+    g->dpos = toy_new_tensor_1d(g->dctx, TOY_I32, 1);
+    g->dlogits = toy_llama_forward_cached(g->dctx, m, &g->kv, g->dtok, g->dpos);
+    toy_set_output(g->dlogits);
+    g->dg = toy_graph_new(g->dctx);
+    toy_graph_build(g->dg, g->dlogits);
+    *out = g;
+    return TOY_OK;
+}
+
+void toy_generator_free(struct toy_generator *g) {
+    if (!g) return;
+    toy_ctx_free(g->dctx);
+    toy_kv_cache_free(&g->kv);
+    toy_membuf_free(&g->buf);
+    free(g);
+}
+
+/* logits of the last prompt position after prefilling prompt[0..n) */
+static enum toy_status prefill(struct toy_generator *g, const int32_t *prompt, int64_t n, float *last) {
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, n, 1), *pos = toy_new_tensor_1d(ctx, TOY_I32, n);
+    memcpy(tok->data, prompt, (size_t)n * sizeof(int32_t));
+    for (int64_t i = 0; i < n; i++) ((int32_t *)pos->data)[i] = (int32_t)i;
+    struct toy_tensor *lg = toy_llama_forward_cached(ctx, g->m, &g->kv, tok, pos);
+    toy_set_output(lg);
+    struct toy_graph *gr = toy_graph_new(ctx);
+    toy_graph_build(gr, lg);
+    *(int32_t *)g->kv.n_past->data = 0;
+    enum toy_status st = toy_graph_plan(gr, &g->buf, NULL);
+    if (!st) st = toy_graph_compute(gr, g->tp);
+    if (!st) memcpy(last, (float *)lg->data + (n - 1) * g->m->cfg.vocab, (size_t)g->m->cfg.vocab * sizeof(float));
+    toy_ctx_free(ctx);
+    return st;
+}
+
+enum toy_status toy_generate(struct toy_generator *g, const int32_t *prompt, int64_t n_prompt,
+                             const struct toy_generate_params *p, toy_token_fn fn, void *ud,
+                             struct toy_generate_result *res) {
+    struct toy_generate_result r = {.n_prompt = n_prompt};
+    int64_t V = g->m->cfg.vocab;
+    if (n_prompt <= 0) return toy_error(TOY_ERR_INVALID_ARG, "generate: empty prompt (add a BOS token)");
+    if (n_prompt >= g->kv.n_ctx)
+        return toy_error(TOY_ERR_RANGE, "generate: prompt of %lld tokens does not fit the context of %lld",
+                         (long long)n_prompt, (long long)g->kv.n_ctx);
+    for (int64_t i = 0; i < n_prompt; i++)
+        if (prompt[i] < 0 || prompt[i] >= V)
+            return toy_error(TOY_ERR_RANGE, "generate: prompt token %lld is id %d, vocabulary has %lld", (long long)i,
+                             prompt[i], (long long)V);
+    float *logits = malloc((size_t)V * sizeof(float));
+    struct toy_sampler *s = toy_sampler_new(&p->sampling, V);
+    struct toy_decoder *dec = NULL;
+    char *text = NULL;
+    size_t text_len = 0, text_cap = 0, emitted = 0;
+    enum toy_status st = TOY_OK;
+    if (!logits || !s) { st = toy_error(TOY_ERR_NOMEM, "generate"); goto done; }
+    if (g->tok && (st = toy_decoder_init(g->tok, TOY_DECODE_SKIP_SPECIAL, &dec))) goto done;
+    for (int64_t i = 0; i < n_prompt; i++) toy_sampler_accept(s, prompt[i]);
+    double t0 = now_s();
+    if ((st = prefill(g, prompt, n_prompt, logits))) goto done;
+    if ((st = toy_graph_plan(g->dg, &g->buf, NULL))) goto done;
+    r.prefill_s = now_s() - t0;
+    t0 = now_s();
+    int64_t pos = n_prompt;
+    size_t max_stop = 0;
+    for (int i = 0; i < p->n_stop; i++) max_stop = strlen(p->stop[i]) > max_stop ? strlen(p->stop[i]) : max_stop;
+    r.reason = TOY_STOP_LENGTH;
+    for (;;) {
+        float lp;
+        int32_t id = toy_sampler_sample(s, logits, &lp);
+        toy_sampler_accept(s, id);
+        r.n_generated++;
+        bool eog = g->tok && toy_tokenizer_is_eog(g->tok, id) && !p->ignore_eos;
+        if (eog) { r.reason = TOY_STOP_EOS; fn ? (void)fn(ud, id, "", 0, lp) : (void)0; break; }
+        const char *piece = "";
+        size_t plen = 0;
+        if (dec) toy_decoder_push(dec, id, &piece, &plen);
+        /* text so far, to find stop strings; emit all but a stop-sized tail */
+        if (text_len + plen + 1 > text_cap) {
+            text_cap = (text_len + plen + 1) * 2;
+            char *nt = realloc(text, text_cap);
+            if (!nt) { st = toy_error(TOY_ERR_NOMEM, "generate"); goto done; }
+            text = nt;
+        }
+        memcpy(text + text_len, piece, plen);
+        text_len += plen;
+        text[text_len] = 0;
+        bool stopped = false;
+        for (int i = 0; i < p->n_stop && !stopped; i++) {
+            const char *hit = strstr(text + (emitted > max_stop ? emitted - max_stop : 0), p->stop[i]);
+            if (hit) {
+                size_t upto = (size_t)(hit - text);
+                if (fn && upto > emitted) fn(ud, id, text + emitted, upto - emitted, lp);
+                emitted = upto;
+                stopped = true;
+            }
+        }
+        if (stopped) { r.reason = TOY_STOP_STRING; break; }
+        /* hold back what could still become a stop string, on a UTF-8 boundary */
+        size_t hold = max_stop ? max_stop - 1 : 0;
+        size_t safe = text_len > hold ? text_len - hold : 0;
+        while (safe > emitted && safe < text_len && ((unsigned char)text[safe] & 0xC0) == 0x80) safe--;
+        if (fn) {
+            bool go = fn(ud, id, text + emitted, safe > emitted ? safe - emitted : 0, lp);
+            if (safe > emitted) emitted = safe;
+            if (!go) { r.reason = TOY_STOP_CALLER; break; }
+        }
+        if (p->n_predict > 0 && r.n_generated >= p->n_predict) break;
+        if (pos + 1 >= g->kv.n_ctx) { r.reason = TOY_STOP_CONTEXT; break; }
+        *(int32_t *)g->dtok->data = id;
+        *(int32_t *)g->dpos->data = (int32_t)pos;
+        *(int32_t *)g->kv.n_past->data = (int32_t)pos;
+        if ((st = toy_graph_compute(g->dg, g->tp))) goto done;
+        memcpy(logits, g->dlogits->data, (size_t)V * sizeof(float));
+        pos++;
+    }
+    if (fn && r.reason != TOY_STOP_STRING && emitted < text_len) fn(ud, -1, text + emitted, text_len - emitted, 0);
+    r.decode_s = now_s() - t0;
+done:
+    if (res) *res = r;
+    free(text);
+    toy_decoder_free(dec);
+    toy_sampler_free(s);
+    free(logits);
+    return st;
+}
