@@ -7,7 +7,12 @@ for each an expected.safetensors holding what llama.cpp's
 convert_hf_to_gguf.py would store: GGUF tensor names, float32 values after
 its transforms (q/k row permutation for Llama, Conv1D transpose and tied
 output for GPT-2, 1 + w for Gemma 2 norms, rope_freqs for Llama-3 rope
-scaling). Exits 77 when torch is missing (the test then skips).
+scaling). For the Llama family it also writes logits.json: the logits of
+a fixed token sequence computed in float64 the Hugging Face way (rotate-half
+RoPE on the unpermuted weights, HF's Llama-3 inv_freq scaling, Gemma 2's
+normalizer, soft-capping and sandwich norms), so a converted model run by
+toy's engine can be checked end to end. Exits 77 when torch is missing (the
+test then skips).
 """
 import json
 import math
@@ -55,6 +60,89 @@ def permute(w, n_head, n_head_kv):
 
 def rnd(*shape):
     return torch.randn(*shape, dtype=torch.float32) * 0.05
+
+
+TOKENS = [3, 17, 5, 100, 42, 7, 250, 11, 64]
+
+
+def hf_forward(arch, cfg, w, tokens):
+    """The Hugging Face modeling_{llama,qwen2,qwen3,gemma2}.py forward pass,
+    float64, from the HF-named tensors w."""
+    D = torch.float64
+    g = lambda n: w[n].to(D)
+    E, L, H, KV = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    hd = cfg.get("head_dim", E // H)
+    eps = cfg["rms_norm_eps"]
+    gemma = arch == "gemma2"
+
+    def rms(x, wt):
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+        return x * (1 + wt) if gemma else x * wt
+
+    T = len(tokens)
+    base = cfg.get("rope_theta", 10000.0)
+    inv_freq = 1.0 / (base ** (torch.arange(0, hd, 2, dtype=D) / hd))
+    rs = cfg.get("rope_scaling")
+    if rs and rs.get("rope_type") == "llama3":  # transformers' _compute_llama3_parameters
+        fac, lo, hi, old = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"], rs["original_max_position_embeddings"]
+        wavelen = 2 * math.pi / inv_freq
+        scaled = torch.where(wavelen > old / lo, inv_freq / fac, inv_freq)
+        smooth = (old / wavelen - lo) / (hi - lo)
+        smoothed = (1 - smooth) * scaled / fac + smooth * scaled
+        medium = ~(wavelen < old / hi) & ~(wavelen > old / lo)
+        inv_freq = torch.where(medium, smoothed, scaled)
+    ang = torch.arange(T, dtype=D)[:, None] * inv_freq[None, :]
+    cos = torch.cat([ang.cos(), ang.cos()], -1)[:, None, :]
+    sin = torch.cat([ang.sin(), ang.sin()], -1)[:, None, :]
+
+    def rope(x):  # x: (T, heads, hd), rotate_half
+        x1, x2 = x[..., : hd // 2], x[..., hd // 2:]
+        return x * cos + torch.cat([-x2, x1], -1) * sin
+
+    h = g("model.embed_tokens.weight")[tokens]
+    if gemma:
+        h = h * torch.tensor(E ** 0.5, dtype=torch.float32).to(D)
+    mask = torch.full((T, T), float("-inf"), dtype=D).triu(1)
+    scale = cfg.get("query_pre_attn_scalar", hd) ** -0.5 if gemma else hd ** -0.5
+    for i in range(L):
+        p = f"model.layers.{i}."
+        x = rms(h, g(p + "input_layernorm.weight"))
+        lin = lambda n, x: x @ g(p + n + ".weight").T + (g(p + n + ".bias") if p + n + ".bias" in w else 0)
+        q = lin("self_attn.q_proj", x).view(T, H, hd)
+        k = lin("self_attn.k_proj", x).view(T, KV, hd)
+        v = lin("self_attn.v_proj", x).view(T, KV, hd)
+        if arch == "qwen3":
+            q = rms(q, g(p + "self_attn.q_norm.weight"))
+            k = rms(k, g(p + "self_attn.k_norm.weight"))
+        q, k = rope(q), rope(k)
+        outs = []
+        for hh in range(H):
+            kv = hh // (H // KV)
+            s_ = (q[:, hh] @ k[:, kv].T) * scale
+            if gemma and cfg.get("attn_logit_softcapping"):
+                c = cfg["attn_logit_softcapping"]
+                s_ = torch.tanh(s_ / c) * c
+            outs.append(torch.softmax(s_ + mask, -1) @ v[:, kv])
+        o = torch.cat(outs, -1) @ g(p + "self_attn.o_proj.weight").T
+        if gemma:
+            o = rms(o, g(p + "post_attention_layernorm.weight"))
+            h = h + o
+            x = rms(h, g(p + "pre_feedforward_layernorm.weight"))
+            act = torch.nn.functional.gelu(x @ g(p + "mlp.gate_proj.weight").T, approximate="tanh")
+            f = (act * (x @ g(p + "mlp.up_proj.weight").T)) @ g(p + "mlp.down_proj.weight").T
+            h = h + rms(f, g(p + "post_feedforward_layernorm.weight"))
+        else:
+            h = h + o
+            x = rms(h, g(p + "post_attention_layernorm.weight"))
+            act = torch.nn.functional.silu(x @ g(p + "mlp.gate_proj.weight").T)
+            h = h + (act * (x @ g(p + "mlp.up_proj.weight").T)) @ g(p + "mlp.down_proj.weight").T
+    h = rms(h, g("model.norm.weight"))
+    head = g("lm_head.weight") if "lm_head.weight" in w else g("model.embed_tokens.weight")
+    logits = h @ head.T
+    if gemma and cfg.get("final_logit_softcapping"):
+        c = cfg["final_logit_softcapping"]
+        logits = torch.tanh(logits / c) * c
+    return logits  # (T, V)
 
 
 def llama_like(out, name, arch, cfg, dtype, shards, tokenizer=None, rope_scaling=None):
@@ -144,6 +232,10 @@ def llama_like(out, name, arch, cfg, dtype, shards, tokenizer=None, rope_scaling
     if tokenizer:
         shutil.copy(tokenizer, os.path.join(d, "tokenizer.json"))
     save_safetensors(os.path.join(d, "expected.safetensors"), exp)
+    w32 = {n: t.to(torch.float32) for n, t in hf.items()}
+    logits = hf_forward(arch, cfg, w32, TOKENS)
+    with open(os.path.join(d, "logits.json"), "w") as f:
+        json.dump({"tokens": TOKENS, "logits": logits.flatten().tolist()}, f)
 
 
 def gpt2(out):
@@ -202,8 +294,10 @@ def main():
     llama_like(out, "qwen3", "qwen3", dict(base, vocab_size=320, hidden_size=256, intermediate_size=512,
                                            head_dim=32, num_attention_heads=4, num_key_value_heads=2),
                torch.float32, 1)
+    # query_pre_attn_scalar = head_dim: llama.cpp scales Gemma 2 scores by 1/sqrt(head_dim)
     llama_like(out, "gemma2", "gemma2", dict(base, vocab_size=320, head_dim=16, sliding_window=512,
-                                             attn_logit_softcapping=50.0, final_logit_softcapping=30.0),
+                                             attn_logit_softcapping=50.0, final_logit_softcapping=30.0,
+                                             query_pre_attn_scalar=16),
                torch.float32, 1)
     gpt2(out)
 
