@@ -1,0 +1,68 @@
+/* toy/run-dir.h: run directories: naming a run, creating its folder, and
+ * the `weights/latest` link to its newest checkpoint.
+ *
+ *     runs/<run_id>/
+ *       events.jsonl      the toy/v1 event stream (toy/events.h)
+ *       weights/
+ *         step_<N>.gguf   checkpoints
+ *         latest          relative symlink to the newest checkpoint
+ *
+ * Run ids come from a template (default "{arch}-{date}-{seq}"): {arch} the
+ * caller's label ("llama"), {date} YYYYMMDD and {time} HHMMSS in local time,
+ * {seq} a 3-digit daily counter: one more than the largest number that ends
+ * a name in the runs folder after today's date ("llama-20261129-007" counts
+ * 7), so the first run of a day is 001. $TOY_RUN_ID, when set, is the id.
+ *
+ *     char id[128], dir[4096];
+ *     if (toy_run_create("runs", NULL, "llama", id, sizeof id, dir, sizeof dir)) ...
+ *     // dir = "runs/llama-20261129-001", created
+ *     ... write dir/weights/step_100.gguf ...
+ *     toy_run_link_latest("runs/llama-20261129-001/weights/step_100.gguf");
+ *
+ * Same spec as the earlier system (../shared/reference/toy-features.md §3.1).
+ */
+#ifndef TOY_RUN_DIR_H
+#define TOY_RUN_DIR_H
+
+#include <stddef.h>
+#include <time.h>
+
+#include "toy/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TOY_RUN_ID_TEMPLATE "{arch}-{date}-{seq}"
+
+/* mkdir -p with mode 0755: creates dir and its missing parents; an existing
+ * directory is fine. Errors: TOY_ERR_IO (naming the component that failed). */
+enum toy_status toy_mkdir_p(const char *dir);
+
+/* Computes a run id into out (out_size bytes) from tmpl (NULL: the default)
+ * and arch (NULL: "run") at time `now` (0: the current time), looking in
+ * runs_dir for {seq} (a missing folder counts as empty). $TOY_RUN_ID
+ * overrides everything. Errors: TOY_ERR_INVALID_ARG (an unknown {token}, an
+ * id that is empty, has '/', or starts with '.'), TOY_ERR_RANGE (out too
+ * small). */
+enum toy_status toy_run_id_make(const char *runs_dir, const char *tmpl, const char *arch, time_t now, char *out,
+                                size_t out_size);
+
+/* Names and creates a fresh run folder runs_dir/<id> (runs_dir is created
+ * if missing): the id as toy_run_id_make, and if another process took that
+ * name first, the next {seq}. With $TOY_RUN_ID an existing folder is reused.
+ * Writes the id and the folder path. Errors: as toy_run_id_make, TOY_ERR_IO,
+ * TOY_ERR_STATE (the template has no {seq} and its name is taken). */
+enum toy_status toy_run_create(const char *runs_dir, const char *tmpl, const char *arch, char *id, size_t id_size,
+                               char *dir, size_t dir_size);
+
+/* Points `latest`, beside checkpoint_path, at it: a relative symlink
+ * ("latest" -> "step_100.gguf") made under a temporary name and renamed
+ * over the old link, so a reader sees the old or the new link, never none.
+ * Errors: TOY_ERR_INVALID_ARG (no file name), TOY_ERR_IO. */
+enum toy_status toy_run_link_latest(const char *checkpoint_path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

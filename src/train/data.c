@@ -1,0 +1,288 @@
+/* data.c: the token data loader: TOYT token files by mmap (validated up
+ * front), in-memory id streams, the train / held-out split, seeded random
+ * training batches with a saveable state, sharding across ranks, and
+ * sequential held-out windows. Contract: include/toy/data.h; the file
+ * format: docs/formats.md ("TOYT", written by src/tokenizer/token-file.c).
+ *
+ * Invariants: every id in d->ids is < vocab <= INT32_MAX (checked once, at
+ * open), so batches copy ids without checks; every training row lies in
+ * [0, n_train) and every eval window in [n_train, n); the batch stream
+ * depends only on (seed, n_train, B, T, world) and the number of batches
+ * drawn: all ranks advance one shared generator by B*world draws a batch. */
+#include "toy/data.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct toy_data {
+    const uint32_t *ids; /* (n) host order */
+    int64_t n;
+    int64_t vocab;
+    void *map;           /* the file mapping, when ids point into it */
+    size_t map_size;
+    uint32_t *owned;     /* ids we allocated (in-memory data, big-endian hosts) */
+    struct toy_data_opts o;
+    int64_t n_train, n_eval;
+    struct toy_rng rng;
+    int64_t batches;
+};
+
+static uint32_t get_u32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static uint64_t get_u64(const uint8_t *p) { return (uint64_t)get_u32(p) | (uint64_t)get_u32(p + 4) << 32; }
+
+static enum toy_status check_opts(const struct toy_data_opts *o, const char *what) {
+    if (!o) return toy_error(TOY_ERR_INVALID_ARG, "%s: no options", what);
+    int world = o->world ? o->world : 1;
+    if (o->batch < 1 || o->ctx < 1 || o->ctx > INT64_MAX / 4 / o->batch)
+        return toy_error(TOY_ERR_INVALID_ARG, "%s: batch %" PRId64 " x context %" PRId64 " (each must be >= 1)", what,
+                         o->batch, o->ctx);
+    if (!(o->heldout >= 0 && o->heldout < 1))
+        return toy_error(TOY_ERR_INVALID_ARG, "%s: held-out fraction %g (must be in [0, 1))", what, o->heldout);
+    if (world < 1 || o->rank < 0 || o->rank >= world || o->batch > INT64_MAX / world)
+        return toy_error(TOY_ERR_INVALID_ARG, "%s: rank %d of world %d", what, o->rank, o->world);
+    return TOY_OK;
+}
+
+/* Split and seed once the ids are in place; frees d on failure. */
+static enum toy_status finish(struct toy_data *d, const struct toy_data_opts *o, const char *what, struct toy_data **out) {
+    d->o = *o;
+    if (!d->o.world) d->o.world = 1;
+    int64_t T = o->ctx;
+    d->n_eval = (int64_t)((double)d->n * o->heldout);
+    if (d->n_eval > d->n) d->n_eval = d->n;
+    d->n_train = d->n - d->n_eval;
+    if (d->n_train < T + 1) {
+        enum toy_status st = toy_error(TOY_ERR_RANGE,
+                                       "%s: the training part has %" PRId64 " tokens, a row needs T+1 = %" PRId64, what,
+                                       d->n_train, T + 1);
+        toy_data_free(d);
+        return st;
+    }
+    if (o->heldout > 0 && d->n_eval < T + 1) {
+        enum toy_status st = toy_error(TOY_ERR_RANGE,
+                                       "%s: the held-out %g of %" PRId64 " tokens is %" PRId64
+                                       ", shorter than one window of T+1 = %" PRId64 " tokens",
+                                       what, o->heldout, d->n, d->n_eval, T + 1);
+        toy_data_free(d);
+        return st;
+    }
+    toy_rng_seed(&d->rng, o->seed);
+    d->batches = 0;
+    *out = d;
+    return TOY_OK;
+}
+
+enum toy_status toy_data_open(const char *path, const struct toy_data_opts *o, struct toy_data **out) {
+    *out = NULL;
+    enum toy_status st = check_opts(o, path);
+    if (st) return st;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return toy_error(TOY_ERR_IO, "%s: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        st = toy_error(TOY_ERR_IO, "%s: %s", path, strerror(errno));
+        close(fd);
+        return st;
+    }
+    if (!S_ISREG(sb.st_mode) || sb.st_size < TOY_TOKEN_FILE_HEADER) {
+        close(fd);
+        return toy_error(TOY_ERR_FORMAT, "%s: %lld bytes, shorter than the %d-byte TOYT header (offset 0)", path,
+                         (long long)sb.st_size, TOY_TOKEN_FILE_HEADER);
+    }
+    if ((uint64_t)sb.st_size > SIZE_MAX) {
+        close(fd);
+        return toy_error(TOY_ERR_RANGE, "%s: %lld bytes do not fit in memory", path, (long long)sb.st_size);
+    }
+    size_t size = (size_t)sb.st_size;
+    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED) return toy_error(TOY_ERR_IO, "%s: mmap: %s", path, strerror(errno));
+    const uint8_t *p = map;
+    uint32_t version = get_u32(p + 4), vocab = get_u32(p + 8);
+    uint64_t count = get_u64(p + 12), body = size - TOY_TOKEN_FILE_HEADER;
+    if (memcmp(p, TOY_TOKEN_FILE_MAGIC, 4))
+        st = toy_error(TOY_ERR_FORMAT, "%s: bad magic %02x %02x %02x %02x at offset 0 (not a TOYT token file)", path, p[0],
+                       p[1], p[2], p[3]);
+    else if (version != TOY_TOKEN_FILE_VERSION)
+        st = toy_error(TOY_ERR_UNSUPPORTED, "%s: version %" PRIu32 " at offset 4 (this reader knows %d)", path, version,
+                       TOY_TOKEN_FILE_VERSION);
+    else if (vocab == 0 || vocab > INT32_MAX)
+        st = toy_error(TOY_ERR_FORMAT, "%s: vocabulary size %" PRIu32 " at offset 8 (must be 1..%d)", path, vocab,
+                       INT32_MAX);
+    else if (count > body / 4 || body != count * 4)
+        st = toy_error(TOY_ERR_FORMAT,
+                       "%s: count %" PRIu64 " at offset 12 needs %s bytes of ids, the file holds %" PRIu64
+                       " (truncated or trailing bytes)",
+                       path, count, count > body / 4 ? "more" : "fewer", body);
+    else if (count > INT64_MAX)
+        st = toy_error(TOY_ERR_FORMAT, "%s: count %" PRIu64 " at offset 12", path, count);
+    if (st) {
+        munmap(map, size);
+        return st;
+    }
+    const uint32_t *ids = (const uint32_t *)(p + TOY_TOKEN_FILE_HEADER); /* offset 20: 4-byte aligned */
+    uint32_t *owned = NULL;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    owned = malloc(count ? count * 4 : 4);
+    if (!owned) {
+        munmap(map, size);
+        return toy_error(TOY_ERR_NOMEM, "%s: out of memory for %" PRIu64 " tokens", path, count);
+    }
+    for (uint64_t i = 0; i < count; i++) owned[i] = get_u32(p + TOY_TOKEN_FILE_HEADER + 4 * i);
+    ids = owned;
+    munmap(map, size);
+    map = NULL;
+#endif
+    /* Every id up front, a block at a time: a branch-free max, and only a
+     * block that fails is searched for the first bad id. */
+    for (uint64_t b = 0; b < count; b += 4096) {
+        uint64_t e = count - b < 4096 ? count : b + 4096;
+        uint32_t mx = 0;
+        for (uint64_t i = b; i < e; i++) mx = ids[i] > mx ? ids[i] : mx;
+        if (mx < vocab) continue;
+        uint64_t i = b;
+        while (ids[i] < vocab) i++;
+        st = toy_error(TOY_ERR_RANGE, "%s: token %" PRIu64 " (offset %" PRIu64 ") is id %" PRIu32
+                                      ", the vocabulary has %" PRIu32,
+                       path, i, (uint64_t)TOY_TOKEN_FILE_HEADER + 4 * i, ids[i], vocab);
+        if (map) munmap(map, size);
+        free(owned);
+        return st;
+    }
+    struct toy_data *d = calloc(1, sizeof *d);
+    if (!d) {
+        if (map) munmap(map, size);
+        free(owned);
+        return toy_error(TOY_ERR_NOMEM, "%s: out of memory", path);
+    }
+    d->ids = ids;
+    d->n = (int64_t)count;
+    d->vocab = vocab;
+    d->map = map;
+    d->map_size = size;
+    d->owned = owned;
+    return finish(d, o, path, out);
+}
+
+enum toy_status toy_data_from_ids(const int32_t *ids, int64_t n, int64_t vocab, const struct toy_data_opts *o,
+                                  struct toy_data **out) {
+    *out = NULL;
+    enum toy_status st = check_opts(o, "token data");
+    if (st) return st;
+    if (n < 0 || (n && !ids) || vocab < 1 || vocab > INT32_MAX || (uint64_t)n > SIZE_MAX / 4)
+        return toy_error(TOY_ERR_INVALID_ARG, "token data: %" PRId64 " ids, vocabulary %" PRId64, n, vocab);
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= vocab)
+            return toy_error(TOY_ERR_RANGE, "token data: token %" PRId64 " is id %" PRId32 ", the vocabulary has %" PRId64,
+                             i, ids[i], vocab);
+    struct toy_data *d = calloc(1, sizeof *d);
+    uint32_t *owned = malloc(n ? (size_t)n * 4 : 4);
+    if (!d || !owned) {
+        free(d);
+        free(owned);
+        return toy_error(TOY_ERR_NOMEM, "token data: out of memory for %" PRId64 " tokens", n);
+    }
+    if (n) memcpy(owned, ids, (size_t)n * 4);
+    d->ids = d->owned = owned;
+    d->n = n;
+    d->vocab = vocab;
+    return finish(d, o, "token data", out);
+}
+
+void toy_data_free(struct toy_data *d) {
+    if (!d) return;
+    if (d->map) munmap(d->map, d->map_size);
+    free(d->owned);
+    free(d);
+}
+
+int64_t toy_data_vocab(const struct toy_data *d) { return d->vocab; }
+int64_t toy_data_count(const struct toy_data *d) { return d->n; }
+int64_t toy_data_train_tokens(const struct toy_data *d) { return d->n_train; }
+int64_t toy_data_heldout_tokens(const struct toy_data *d) { return d->n_eval; }
+const uint32_t *toy_data_ids(const struct toy_data *d) { return d->ids; }
+
+/* Row b of x, y (B, T) from the T+1 tokens at off. */
+static void fill_row(const struct toy_data *d, int64_t off, int32_t *x, int32_t *y) {
+    const uint32_t *s = d->ids + off;
+    for (int64_t t = 0; t < d->o.ctx; t++) {
+        x[t] = (int32_t)s[t];
+        y[t] = (int32_t)s[t + 1];
+    }
+}
+
+void toy_data_next_batch(struct toy_data *d, int32_t *x, int32_t *y) {
+    const int64_t B = d->o.batch, T = d->o.ctx, first = (int64_t)d->o.rank * B, G = B * d->o.world;
+    const uint64_t starts = (uint64_t)(d->n_train - T); /* offsets 0 .. n_train-(T+1) */
+    for (int64_t g = 0; g < G; g++) {
+        int64_t off = (int64_t)toy_rng_below(&d->rng, starts);
+        if (g >= first && g < first + B) fill_row(d, off, x + (g - first) * T, y + (g - first) * T);
+    }
+    d->batches++;
+}
+
+void toy_data_get_state(const struct toy_data *d, struct toy_data_state *s) {
+    memset(s, 0, sizeof *s);
+    s->rng = d->rng;
+    s->batches = d->batches;
+    s->tokens = d->batches * d->o.batch * d->o.ctx;
+    s->seed = d->o.seed;
+    s->batch = d->o.batch;
+    s->ctx = d->o.ctx;
+    s->world = d->o.world;
+    s->n_train = d->n_train;
+}
+
+enum toy_status toy_data_set_state(struct toy_data *d, const struct toy_data_state *s) {
+    const char *what = s->batch != d->o.batch ? "batch size"
+                       : s->ctx != d->o.ctx   ? "context length"
+                       : s->world != d->o.world ? "world size"
+                       : s->seed != d->o.seed ? "seed"
+                       : s->n_train != d->n_train ? "training tokens (another file or split)"
+                       : s->batches < 0       ? "batch count"
+                                              : NULL;
+    if (what)
+        return toy_error(TOY_ERR_STATE,
+                         "data state: %s differs (state: B %" PRId64 ", T %" PRId64 ", world %" PRId64 ", seed %" PRIu64
+                         ", %" PRId64 " training tokens; loader: B %" PRId64 ", T %" PRId64 ", world %d, seed %" PRIu64
+                         ", %" PRId64 ")",
+                         what, s->batch, s->ctx, s->world, s->seed, s->n_train, d->o.batch, d->o.ctx, d->o.world,
+                         d->o.seed, d->n_train);
+    d->rng = s->rng;
+    d->batches = s->batches;
+    return TOY_OK;
+}
+
+static int64_t windows_total(const struct toy_data *d) {
+    return d->n_eval >= d->o.ctx + 1 ? (d->n_eval - 1) / d->o.ctx : 0;
+}
+
+int64_t toy_data_eval_windows(const struct toy_data *d) {
+    int64_t W = windows_total(d);
+    return W > d->o.rank ? (W - d->o.rank - 1) / d->o.world + 1 : 0;
+}
+
+int64_t toy_data_eval_batch(const struct toy_data *d, int64_t first, int32_t *x, int32_t *y, int32_t pad) {
+    const int64_t B = d->o.batch, T = d->o.ctx, mine = toy_data_eval_windows(d);
+    int64_t filled = 0;
+    for (int64_t b = 0; b < B; b++) {
+        int64_t k = first + b;
+        if (first >= 0 && k < mine) {
+            int64_t w = d->o.rank + k * d->o.world;
+            fill_row(d, d->n_train + w * T, x + b * T, y + b * T);
+            filled++;
+        } else {
+            for (int64_t t = 0; t < T; t++) x[b * T + t] = 0, y[b * T + t] = pad;
+        }
+    }
+    return filled;
+}
