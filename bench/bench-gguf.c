@@ -209,7 +209,7 @@ int main(int argc, char **argv) {
     double t_copy = best_of(5, time_memcpy, &c);
     printf("quant: memcpy of %.0f MB f32: %.2f GB/s (the peer for the ratios below)\n", n * 4 / 1e6, n * 4 / 1e9 / t_copy);
     enum toy_dtype types[] = {TOY_F16, TOY_BF16, TOY_Q8_0, TOY_Q4_0, TOY_Q4_1, TOY_Q5_0, TOY_Q5_1,
-                              TOY_Q2_K, TOY_Q4_K, TOY_Q5_K, TOY_Q6_K, TOY_Q8_K};
+                              TOY_Q2_K, TOY_Q3_K, TOY_Q4_K, TOY_Q5_K, TOY_Q6_K, TOY_Q8_K, TOY_IQ4_NL, TOY_IQ4_XS};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         c.t = types[i];
         char qs[64] = "-";
@@ -221,8 +221,15 @@ int main(int argc, char **argv) {
             for (size_t k = 0; k < toy_row_bytes(c.t, n); k++) ((uint8_t *)c.q)[k] = (uint8_t)(k * 7);
             if (c.t == TOY_Q8_K)
                 for (int64_t b = 0; b < n / 256; b++) { float d = 0.01f; memcpy((uint8_t *)c.q + b * 292, &d, 4); }
-            if (c.t == TOY_Q2_K)
-                for (int64_t b = 0; b < n / 256; b++) { uint16_t h = 0x2000; memcpy((uint8_t *)c.q + b * 84 + 80, &h, 2); memcpy((uint8_t *)c.q + b * 84 + 82, &h, 2); }
+            /* normal (not denormal, not NaN) f16 scales so timing is the kernel's */
+            const uint16_t h = 0x2000;
+            const size_t bs = toy_dtype_type_size(c.t);
+            for (int64_t b = 0; b < n / toy_dtype_block_size(c.t); b++) {
+                uint8_t *blk = (uint8_t *)c.q + (size_t)b * bs;
+                if (c.t == TOY_Q2_K) { memcpy(blk + 80, &h, 2); memcpy(blk + 82, &h, 2); }
+                if (c.t == TOY_Q3_K) memcpy(blk + 108, &h, 2);
+                if (c.t == TOY_IQ4_NL || c.t == TOY_IQ4_XS) memcpy(blk, &h, 2);
+            }
         }
         double td = best_of(3, time_dequant, &c);
         printf("quant %-5s quantize %-32s dequantize %6.2f GB/s (%.2fx memcpy)\n", toy_dtype_name(c.t), qs,

@@ -208,7 +208,43 @@ static void q_q8_0(const float *x, uint8_t *b, int64_t nb) {
  * q4_k: f16 d, dmin | u8 scales[12] (8 x 6-bit scale + 6-bit min) | qs[128] (144)
  * q5_k: f16 d, dmin | scales[12] | u8 qh[32] | u8 qs[128]                    (176)
  * q6_k: u8 ql[128] | u8 qh[64] | i8 scales[16] | f16 d                       (210)
- * q8_k: f32 d | i8 qs[256] | i16 bsums[16]                                   (292) */
+ * q8_k: f32 d | i8 qs[256] | i16 bsums[16]                                   (292)
+ * iq4_nl (32): f16 d | u8 qs[16]: x = d * codebook[nibble]                    (18)
+ * iq4_xs: f16 d | u16 scales_h | u8 scales_l[4] | u8 qs[128]; 8 sub-blocks of
+ *         32 with 6-bit scales (ls - 32), the same codebook                  (136) */
+
+/* IQ4's non-linear 4-bit codebook (ggml-common.h kvalues_iq4nl). */
+static const int8_t iq4_codebook[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+static void deq_iq4_nl(const uint8_t *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b += 18, y += QK) {
+        const float d = h2f(b);
+        const uint8_t *qs = b + 2;
+        for (int j = 0; j < QK / 2; j++) {
+            y[j] = d * iq4_codebook[qs[j] & 0xf];
+            y[j + QK / 2] = d * iq4_codebook[qs[j] >> 4];
+        }
+    }
+}
+
+static void deq_iq4_xs(const uint8_t *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b += 136) {
+        const float d = h2f(b);
+        uint16_t scales_h;
+        memcpy(&scales_h, b + 2, 2);
+        const uint8_t *scales_l = b + 4, *qs = b + 8;
+        for (int ib = 0; ib < QK_K / 32; ib++) {
+            const int ls = ((scales_l[ib / 2] >> 4 * (ib % 2)) & 0xf) | (((scales_h >> 2 * ib) & 3) << 4);
+            const float dl = d * (ls - 32);
+            for (int j = 0; j < 16; j++) {
+                y[j] = dl * iq4_codebook[qs[j] & 0xf];
+                y[j + 16] = dl * iq4_codebook[qs[j] >> 4];
+            }
+            y += 32;
+            qs += 16;
+        }
+    }
+}
 
 /* The 6-bit scale and min of sub-block j from the 12 packed bytes. */
 static inline void scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m) {
@@ -613,6 +649,8 @@ static deq_fn deq_for(enum toy_dtype t) {
     case TOY_Q5_K: return deq_q5_k;
     case TOY_Q6_K: return deq_q6_k;
     case TOY_Q8_K: return deq_q8_k;
+    case TOY_IQ4_NL: return deq_iq4_nl;
+    case TOY_IQ4_XS: return deq_iq4_xs;
     default: return NULL;
     }
 }

@@ -459,6 +459,24 @@ def dq(t, b, n):
             d = F(np.frombuffer(blk[0:4], dtype=np.float32)[0])
             y += [F(d * F(v)) for v in np.frombuffer(blk[4:260], dtype=np.int8)]
         return y
+    if t in (20, 23):  # iq4_nl, iq4_xs: non-linear codebook
+        cb = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113]
+        bs = 18 if t == 20 else 136
+        for k in range(0, len(b), bs):
+            blk = b[k:k + bs]
+            d = f16_val(blk[0:2])
+            if t == 20:
+                qs = blk[2:18]
+                y += [F(d * F(cb[q & 0xF])) for q in qs] + [F(d * F(cb[q >> 4])) for q in qs]
+                continue
+            sh = struct.unpack("<H", blk[2:4])[0]
+            sl = blk[4:8]
+            for ib in range(8):
+                ls = ((sl[ib // 2] >> (4 * (ib % 2))) & 0xF) | (((sh >> (2 * ib)) & 3) << 4)
+                dl = F(d * F(ls - 32))
+                qs = blk[8 + 16 * ib:8 + 16 * ib + 16]
+                y += [F(dl * F(cb[q & 0xF])) for q in qs] + [F(dl * F(cb[q >> 4])) for q in qs]
+        return y
     if t == 11:
         for k in range(0, len(b), 110):
             blk = b[k:k + 110]
@@ -535,15 +553,17 @@ def main():
             xs = [F(v) for v in x]
             cases.append((0, t, n, x.tobytes(), fn(xs)))
     # dequantize: random blocks with finite, modest scales
-    sizes = {2: 18, 3: 20, 6: 22, 7: 24, 8: 34, 10: 84, 11: 110, 12: 144, 13: 176, 14: 210, 15: 292}
-    bsz = {2: 32, 3: 32, 6: 32, 7: 32, 8: 32, 10: 256, 11: 256, 12: 256, 13: 256, 14: 256, 15: 256}
+    sizes = {2: 18, 3: 20, 6: 22, 7: 24, 8: 34, 10: 84, 11: 110, 12: 144, 13: 176, 14: 210, 15: 292,
+             20: 18, 23: 136}
+    bsz = {2: 32, 3: 32, 6: 32, 7: 32, 8: 32, 10: 256, 11: 256, 12: 256, 13: 256, 14: 256, 15: 256,
+           20: 32, 23: 256}
     for t, sz in sizes.items():
         nb = 8
         raw = bytearray(rng.integers(0, 256, nb * sz, dtype=np.uint8).tobytes())
         for k in range(nb):
             blk = k * sz
             scl = lambda: f16_bytes(F(rng.uniform(-0.05, 0.05)))
-            if t in (2, 3, 6, 7, 8, 12, 13):
+            if t in (2, 3, 6, 7, 8, 12, 13, 20, 23):
                 raw[blk:blk + 2] = scl()
             if t in (3, 7, 12, 13):
                 raw[blk + 2:blk + 4] = scl()
