@@ -1,0 +1,363 @@
+/* cmd-train.c: `toy train`: trains a Llama-family model from scratch (or
+ * from a GGUF's weights) on a text or packed token file, into a run bundle:
+ *
+ *   runs/<id>/train.json          the command's options (what --resume reads)
+ *   runs/<id>/events.jsonl        the toy/v1 event stream
+ *   runs/<id>/weights/step_N.gguf (+ .state.gguf, and `latest`)
+ *
+ * Text is tokenized with --tokenizer, or with a byte-level BPE trained on the
+ * fly (--vocab-size) that is saved inside every checkpoint. On a terminal a
+ * progress bar shows loss, tokens/s and ETA; in a pipe, `step N: loss=X`
+ * lines. Ctrl-C stops after the current step with a checkpoint. */
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "progress.h"
+#include "toy/data.h"
+#include "toy/events.h"
+#include "toy/gguf.h"
+#include "toy/run-dir.h"
+#include "toy/toy.h"
+#include "toy/trainer.h"
+
+static volatile sig_atomic_t stop_flag;
+static void on_sigint(int sig) {
+    (void)sig;
+    if (stop_flag) _exit(130); /* a second Ctrl-C: now */
+    stop_flag = 1;
+}
+
+static int usage(void) {
+    fprintf(stderr,
+"usage: toy train --data FILE [options]          train from scratch\n"
+"       toy train --resume runs/<id> [--steps N]  continue a run, bit-identically\n"
+"data:      --data FILE (text, or a TOYT token file from `toy tokenize --corpus`)\n"
+"           --tokenizer PATH (GGUF, tokenizer.json or folder) | --vocab-size N (BPE trained on the fly; 512)\n"
+"           --heldout 0.1 (fraction held out for eval)\n"
+"model:     --preset tiny|small|stories15m|smollm2-135m  --dim D --layers L --heads H --kv-heads K --ff F\n"
+"           --init MODEL.gguf (start from these weights instead of random)\n"
+"training:  --steps 1000 --batch 8 --ctx 128 --accum 1 --lr 3e-3 --lr-min 3e-4 --warmup 50\n"
+"           --schedule cosine|linear|constant --wd 0.1 --beta1 0.9 --beta2 0.95 --clip 1.0 --seed 1337\n"
+"           --bf16 (bf16 matmuls, f32 master weights) --threads N\n"
+"output:    --eval-every 100 --eval-batches 20 --ckpt-every 0 --runs DIR (runs) --out DIR\n"
+"           --sample TEXT --sample-tokens 64 --log-every 10 --json\n");
+    return 2;
+}
+
+struct cfg {
+    const char *data, *tokenizer, *preset, *init, *runs, *out, *resume, *sample;
+    int64_t vocab_size, dim, layers, heads, kv_heads, ff, batch, ctx;
+    double heldout;
+    int threads, log_every;
+    bool json;
+    struct toy_train_opts o;
+};
+
+static json_t *cfg_json(const struct cfg *c) {
+    json_t *j = json_pack("{s:s?,s:s?,s:s?,s:s?,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:f}", "data", c->data, "tokenizer",
+                          c->tokenizer, "preset", c->preset, "init", c->init, "vocab_size", (json_int_t)c->vocab_size,
+                          "dim", (json_int_t)c->dim, "layers", (json_int_t)c->layers, "heads", (json_int_t)c->heads,
+                          "kv_heads", (json_int_t)c->kv_heads, "ff", (json_int_t)c->ff, "batch", (json_int_t)c->batch,
+                          "ctx", (json_int_t)c->ctx, "heldout", c->heldout);
+    json_object_set_new(j, "train", toy_train_opts_to_json(&c->o));
+    return j;
+}
+
+/* reads back what cfg_json wrote (strings are copied into `keep`) */
+static void cfg_from_json(struct cfg *c, json_t *j) {
+    json_t *v;
+#define STR(k, f) if ((v = json_object_get(j, k)) && json_is_string(v)) c->f = strdup(json_string_value(v))
+#define INT(k, f) if ((v = json_object_get(j, k)) && json_is_integer(v)) c->f = json_integer_value(v)
+    STR("data", data);
+    STR("tokenizer", tokenizer);
+    STR("preset", preset);
+    INT("vocab_size", vocab_size);
+    INT("batch", batch);
+    INT("ctx", ctx);
+#undef STR
+#undef INT
+    if ((v = json_object_get(j, "heldout"))) c->heldout = json_number_value(v);
+    if ((v = json_object_get(j, "train"))) toy_train_opts_from_json(&c->o, v);
+    if ((v = json_object_get(json_object_get(j, "train"), "sample_prompt")) && json_is_string(v) &&
+        json_string_length(v))
+        c->sample = strdup(json_string_value(v));
+}
+
+static int parse(int argc, char **argv, struct cfg *c, bool *given_steps) {
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 1; }
+        if (!strcmp(a, "--bf16")) { c->o.bf16 = true; continue; }
+        if (!strcmp(a, "--json")) { c->json = true; continue; }
+        if (i + 1 >= argc) { fprintf(stderr, "toy train: %s needs a value\n", a); return 2; }
+        const char *v = argv[++i];
+        char *end;
+        double x = strtod(v, &end);
+        bool num = *v && !*end;
+#define S(flag, field) if (!strcmp(a, flag)) { c->field = v; continue; }
+        S("--data", data) S("--tokenizer", tokenizer) S("--preset", preset) S("--init", init) S("--runs", runs)
+        S("--out", out) S("--resume", resume) S("--sample", sample)
+#undef S
+        if (!strcmp(a, "--schedule")) {
+            int k = toy_lr_kind_from_name(v);
+            if (k < 0) { fprintf(stderr, "toy train: --schedule is cosine, linear or constant\n"); return 2; }
+            c->o.schedule = (enum toy_lr_kind)k;
+            continue;
+        }
+        if (!num || x < 0) { fprintf(stderr, "toy train: bad value '%s' for %s\n", v, a); return 2; }
+#define N(flag, field, type) if (!strcmp(a, flag)) { c->field = (type)x; continue; }
+        N("--vocab-size", vocab_size, int64_t) N("--dim", dim, int64_t) N("--layers", layers, int64_t)
+        N("--heads", heads, int64_t) N("--kv-heads", kv_heads, int64_t) N("--ff", ff, int64_t)
+        N("--batch", batch, int64_t) N("--ctx", ctx, int64_t) N("--heldout", heldout, double)
+        N("--threads", threads, int) N("--log-every", log_every, int)
+        N("--accum", o.accum, int64_t) N("--lr", o.lr, float) N("--lr-min", o.lr_min, float)
+        N("--warmup", o.warmup, int64_t) N("--wd", o.weight_decay, float) N("--beta1", o.beta1, float)
+        N("--beta2", o.beta2, float) N("--clip", o.clip, float) N("--seed", o.seed, uint64_t)
+        N("--eval-every", o.eval_every, int64_t) N("--eval-batches", o.eval_batches, int64_t)
+        N("--ckpt-every", o.ckpt_every, int64_t) N("--sample-tokens", o.sample_tokens, int32_t)
+#undef N
+        if (!strcmp(a, "--steps")) { c->o.steps = (int64_t)x; *given_steps = true; continue; }
+        fprintf(stderr, "toy train: unknown flag %s\n", a);
+        return usage();
+    }
+    return 0;
+}
+
+static char *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) { free(buf); buf = NULL; }
+    fclose(f);
+    if (buf) { buf[n] = 0; *len = (size_t)n; }
+    return buf;
+}
+
+struct progress_ud {
+    struct toy_progress pb;
+    int log_every;
+    bool json;
+};
+
+static void on_step(void *ud, const struct toy_step_info *s) {
+    struct progress_ud *p = ud;
+    char extra[96];
+    if (isnan(s->eval_loss)) snprintf(extra, sizeof extra, "loss %.4f  lr %.2e", s->loss, s->lr);
+    else snprintf(extra, sizeof extra, "loss %.4f  eval %.4f  lr %.2e", s->loss, s->eval_loss, s->lr);
+    if (p->pb.tty) {
+        toy_progress_update(&p->pb, s->step, (double)s->tokens_done, extra);
+    } else if (!p->json && (s->step % p->log_every == 0 || s->step == s->steps || !isnan(s->eval_loss))) {
+        printf("step %lld: loss=%.6f", (long long)s->step, s->loss);
+        if (!isnan(s->eval_loss)) printf(" eval=%.6f", s->eval_loss);
+        printf("\n");
+        fflush(stdout);
+    }
+}
+
+int toy_cmd_train(int argc, char **argv) {
+    struct cfg c = {.runs = "runs", .vocab_size = 512, .batch = 8, .ctx = 128, .heldout = 0.1, .log_every = 10,
+                    .preset = "small"};
+    c.o = (struct toy_train_opts){.steps = 1000, .accum = 1, .lr = 3e-3f, .lr_min = 3e-4f, .warmup = 50,
+                                  .schedule = TOY_LR_COSINE, .weight_decay = 0.1f, .beta1 = 0.9f, .beta2 = 0.95f,
+                                  .eps = 1e-8f, .clip = 1.0f, .seed = 1337, .eval_every = 100, .eval_batches = 20,
+                                  .sample_tokens = 64};
+    bool given_steps = false;
+    int rc = parse(argc, argv, &c, &given_steps);
+    if (rc) return rc == 1 ? 0 : rc;
+
+    char run_dir[1024] = "", run_id[256] = "", ckpt[1200] = "", state[1300] = "";
+    struct cfg cli = c;
+    if (c.resume) {
+        /* the run's own options, then the flags given now (e.g. more --steps) */
+        char path[1200];
+        snprintf(path, sizeof path, "%s/train.json", c.resume);
+        json_error_t err;
+        json_t *j = json_load_file(path, 0, &err);
+        if (!j) { fprintf(stderr, "toy train: cannot resume: %s: %s\n", path, err.text); return 1; }
+        cfg_from_json(&c, j);
+        json_decref(j);
+        if (given_steps) c.o.steps = cli.o.steps;
+        c.threads = cli.threads;
+        c.json = cli.json;
+        c.log_every = cli.log_every;
+        snprintf(run_dir, sizeof run_dir, "%s", c.resume);
+        const char *slash = strrchr(run_dir, '/');
+        snprintf(run_id, sizeof run_id, "%s", slash && slash[1] ? slash + 1 : run_dir);
+        snprintf(path, sizeof path, "%s/weights/latest", run_dir);
+        char target[512];
+        ssize_t n = readlink(path, target, sizeof target - 1);
+        if (n <= 0) { fprintf(stderr, "toy train: cannot resume: %s has no weights/latest checkpoint\n", run_dir); return 1; }
+        target[n] = 0;
+        snprintf(ckpt, sizeof ckpt, "%s/weights/%s", run_dir, target);
+        snprintf(state, sizeof state, "%.*s.state.gguf", (int)(strlen(ckpt) - 5), ckpt);
+    }
+    if (!c.data) { fprintf(stderr, "toy train: --data FILE is required\n"); return usage(); }
+    c.o.sample_prompt = c.sample;
+    c.o.stop = &stop_flag;
+
+    /* ---- tokenizer and data ---- */
+    struct toy_tokenizer *tok = NULL;
+    struct toy_data *data = NULL;
+    struct toy_llama *m = NULL;
+    struct toy_events *ev = NULL;
+    struct toy_trainer *tr = NULL;
+    rc = 1;
+    struct toy_data_opts dopt = {.batch = c.batch, .ctx = c.ctx, .heldout = c.heldout, .seed = c.o.seed};
+    char magic[4] = {0};
+    FILE *f = fopen(c.data, "rb");
+    if (!f) { fprintf(stderr, "toy train: %s: %s\n", c.data, strerror(errno)); return 1; }
+    size_t got = fread(magic, 1, 4, f);
+    fclose(f);
+    bool packed = got == 4 && !memcmp(magic, "TOYT", 4);
+    const char *tok_src = ckpt[0] ? ckpt : c.init ? c.init : c.tokenizer;
+    if (tok_src && toy_tokenizer_load(tok_src, &tok)) {
+        if (!packed || c.tokenizer) { fprintf(stderr, "toy train: tokenizer: %s\n", toy_last_error()); return 1; }
+        tok = NULL; /* a token file needs none; samples are then skipped */
+    }
+    if (packed) {
+        if (toy_data_open(c.data, &dopt, &data)) { fprintf(stderr, "toy train: %s\n", toy_last_error()); goto out; }
+    } else {
+        size_t len;
+        char *text = read_file(c.data, &len);
+        if (!text) { fprintf(stderr, "toy train: %s: %s\n", c.data, strerror(errno)); goto out; }
+        if (!tok) {
+            struct toy_bpe_train_opts bo = {.vocab_size = c.vocab_size};
+            if (!c.json && !c.resume) fprintf(stderr, "toy train: learning a %lld-token byte-level BPE vocabulary from %s\n",
+                                               (long long)c.vocab_size, c.data);
+            if (toy_tokenizer_train_bpe(text, len, &bo, &tok)) {
+                fprintf(stderr, "toy train: tokenizer training: %s\n", toy_last_error());
+                free(text);
+                goto out;
+            }
+        }
+        struct toy_tokens ids = {0};
+        enum toy_status st = toy_tokenizer_encode(tok, text, len, 0, &ids);
+        free(text);
+        if (!st) st = toy_data_from_ids(ids.ids, ids.n, toy_tokenizer_n_vocab(tok), &dopt, &data);
+        toy_tokens_free(&ids);
+        if (st) { fprintf(stderr, "toy train: %s: %s\n", c.data, toy_last_error()); goto out; }
+    }
+
+    /* ---- model ---- */
+    if (ckpt[0] || c.init) {
+        if (toy_llama_load(ckpt[0] ? ckpt : c.init, true, &m)) { fprintf(stderr, "toy train: %s\n", toy_last_error()); goto out; }
+    } else {
+        struct toy_llama_config mc = toy_llama_preset(c.preset);
+        if (!mc.d_model) { fprintf(stderr, "toy train: unknown preset '%s'\n", c.preset); goto out; }
+        if (c.dim) mc.d_model = c.dim;
+        if (c.layers) mc.n_layers = c.layers;
+        if (c.heads) mc.n_heads = c.heads;
+        mc.n_kv_heads = c.kv_heads ? c.kv_heads : c.heads ? c.heads : mc.n_kv_heads;
+        if (c.ff) mc.d_ff = c.ff;
+        mc.vocab = toy_data_vocab(data);
+        if (mc.max_ctx < c.ctx) mc.max_ctx = c.ctx;
+        if (!(m = toy_llama_new(&mc, c.o.seed))) { fprintf(stderr, "toy train: %s\n", toy_last_error()); goto out; }
+    }
+
+    /* ---- the run bundle ---- */
+    if (!run_dir[0]) {
+        if (c.out) {
+            snprintf(run_dir, sizeof run_dir, "%s", c.out);
+            const char *slash = strrchr(c.out, '/');
+            snprintf(run_id, sizeof run_id, "%s", slash && slash[1] ? slash + 1 : c.out);
+            if (toy_mkdir_p(run_dir)) { fprintf(stderr, "toy train: %s\n", toy_last_error()); goto out; }
+        } else if (toy_run_create(c.runs, NULL, "llama", run_id, sizeof run_id, run_dir, sizeof run_dir)) {
+            fprintf(stderr, "toy train: %s\n", toy_last_error());
+            goto out;
+        }
+        char path[1200];
+        snprintf(path, sizeof path, "%s/train.json", run_dir);
+        json_t *j = cfg_json(&c);
+        if (json_dump_file(j, path, JSON_INDENT(1) | JSON_SORT_KEYS)) {
+            fprintf(stderr, "toy train: cannot write %s\n", path);
+            json_decref(j);
+            goto out;
+        }
+        json_decref(j);
+    }
+    char evpath[1200];
+    snprintf(evpath, sizeof evpath, "%s/events.jsonl", run_dir);
+    if (toy_events_open(evpath, c.resume ? TOY_EVENTS_APPEND : TOY_EVENTS_TRUNCATE, &ev)) {
+        fprintf(stderr, "toy train: %s\n", toy_last_error());
+        goto out;
+    }
+    if (toy_trainer_new(m, tok, data, &c.o, run_dir, ev, c.threads, &tr)) {
+        fprintf(stderr, "toy train: %s\n", toy_last_error());
+        goto out;
+    }
+    if (state[0] && toy_trainer_load_state(tr, state)) {
+        fprintf(stderr, "toy train: cannot resume from %s: %s\n", state, toy_last_error());
+        goto out;
+    }
+    {
+        const struct toy_llama_config *mc = &m->cfg;
+        json_t *model = json_pack("{s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:s,s:I}", "arch", mc->arch, "name", "toy",
+                                  "vocab", (json_int_t)mc->vocab, "d_model", (json_int_t)mc->d_model, "n_layers",
+                                  (json_int_t)mc->n_layers, "n_heads", (json_int_t)mc->n_heads, "n_kv",
+                                  (json_int_t)mc->n_kv_heads, "d_head", (json_int_t)toy_llama_head_dim(mc), "d_ff",
+                                  (json_int_t)mc->d_ff, "weight_type", c.o.bf16 ? "bf16" : "f32", "n_params",
+                                  (json_int_t)toy_llama_n_params(m));
+        json_t *config = cfg_json(&c);
+        if (c.resume) json_object_set_new(config, "resumed_from_step", json_integer(toy_trainer_step(tr)));
+        struct toy_run_start rs = {.run_id = run_id, .phase = "train", .backend = "cpu", .model = model, .config = config};
+        toy_events_run_start(ev, &rs);
+        json_decref(model);
+        json_decref(config);
+        if (!c.json)
+            fprintf(stderr, "toy train: run %s -> %s\n           %lld parameters (d %lld, %lld layers, %lld/%lld heads), "
+                    "vocab %lld, %lld train / %lld held-out tokens, batch %lld x %lld%s\n",
+                    run_id, run_dir, (long long)toy_llama_n_params(m), (long long)mc->d_model,
+                    (long long)mc->n_layers, (long long)mc->n_heads, (long long)mc->n_kv_heads, (long long)mc->vocab,
+                    (long long)toy_data_train_tokens(data), (long long)toy_data_heldout_tokens(data),
+                    (long long)c.batch, (long long)c.ctx, c.resume ? ", resumed" : "");
+    }
+    struct progress_ud pu = {.log_every = c.log_every > 0 ? c.log_every : 10, .json = c.json};
+    toy_progress_start(&pu.pb, "train", c.o.steps, "tok/s");
+    if (c.json) pu.pb.tty = false;
+    if (toy_trainer_step(tr) > 0) pu.pb.total = c.o.steps;
+    toy_trainer_on_step(tr, on_step, &pu);
+    signal(SIGINT, on_sigint);
+    signal(SIGTERM, on_sigint);
+    struct toy_train_result res;
+    enum toy_status st = toy_trainer_run(tr, &res);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    toy_progress_finish(&pu.pb);
+    const char *reason = toy_run_reason_str(res.reason);
+    if (c.json) {
+        json_t *j = json_pack("{s:s,s:s,s:s,s:I,s:I,s:o,s:o,s:s,s:s,s:f}", "format", "toy/train-v1", "run_id", run_id,
+                              "run_dir", run_dir, "steps", (json_int_t)res.final_step, "seed", (json_int_t)c.o.seed,
+                              "final_loss", isfinite(res.final_loss) ? json_real(res.final_loss) : json_null(),
+                              "eval_loss", isfinite(res.final_eval_loss) ? json_real(res.final_eval_loss) : json_null(),
+                              "reason", reason, "checkpoint", res.checkpoint, "tokens_per_s", res.tokens_per_s);
+        char *s = json_dumps(j, JSON_COMPACT);
+        puts(s);
+        free(s);
+        json_decref(j);
+    } else {
+        fprintf(stderr, "toy train: %s at step %lld: loss %.4f, held-out loss %.4f (%.0f tokens/s, %.1f s)\n", reason,
+                (long long)res.final_step, res.final_loss, res.final_eval_loss, res.tokens_per_s, res.seconds);
+        if (res.checkpoint[0]) fprintf(stderr, "toy train: checkpoint %s\n", res.checkpoint);
+        const char *sample = toy_trainer_sample_text(tr);
+        if (sample[0]) printf("sample: %s\n", sample);
+    }
+    if (st && res.reason != TOY_RUN_INTERRUPTED) fprintf(stderr, "toy train: %s\n", toy_last_error());
+    rc = st ? 1 : res.reason == TOY_RUN_INTERRUPTED ? 130 : 0;
+out:
+    toy_trainer_free(tr);
+    toy_events_close(ev);
+    toy_llama_free(m);
+    toy_data_free(data);
+    toy_tokenizer_free(tok);
+    return rc;
+}

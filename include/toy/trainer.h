@@ -1,0 +1,107 @@
+/* toy/trainer.h: the training loop for Llama-family models: batches from a
+ * token stream, AdamW with warmup + cosine (or linear/constant) schedule,
+ * true gradient accumulation (moments updated once per optimizer step),
+ * global-norm clipping, periodic held-out evaluation, checkpoints that resume
+ * bit-identically, the toy/v1 event stream, and a clean stop on request.
+ *
+ * A checkpoint is two files in <run>/weights/:
+ *   step_<N>.gguf        a standard GGUF (llama.cpp names and keys, the
+ *                        tokenizer in its metadata) that `toy generate` and
+ *                        llama.cpp load;
+ *   step_<N>.state.gguf  the rest of the training state: AdamW moments
+ *                        (tensors opt.m.<name>, opt.v.<name>), the step, the
+ *                        data sampler's state, and the options as JSON
+ *                        (toy.train.opts), so `--resume` needs no flags;
+ * and `latest` points at the newest step_<N>.gguf. Both are written to a
+ * temporary name and renamed, the state first.
+ *
+ *     struct toy_trainer *t;
+ *     toy_trainer_new(model, tok, data, &opts, "runs/llama-20261129-001", events, &t);
+ *     toy_trainer_run(t, &result);   // until opts.steps or *opts.stop
+ *     toy_trainer_free(t);
+ */
+#ifndef TOY_TRAINER_H
+#define TOY_TRAINER_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "toy/data.h"
+#include "toy/events.h"
+#include "toy/llama.h"
+#include "toy/optim.h"
+#include "toy/tokenizer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct toy_train_opts {
+    int64_t steps;           /* optimizer steps in total (a resumed run continues to it) */
+    int64_t accum;           /* micro-batches per optimizer step (>= 1) */
+    float lr, lr_min;        /* peak and floor */
+    int64_t warmup;
+    enum toy_lr_kind schedule;
+    float weight_decay, beta1, beta2, eps;
+    float clip;              /* global gradient norm limit; 0: off */
+    uint64_t seed;
+    int64_t eval_every;      /* steps between held-out evaluations; 0: only at the end */
+    int64_t eval_batches;    /* batches per evaluation (0: all held-out windows) */
+    int64_t ckpt_every;      /* steps between checkpoints; 0: only at the end */
+    bool bf16;               /* bf16 matmuls over f32 master weights */
+    const char *sample_prompt; /* text generated at the end ("" none) */
+    int32_t sample_tokens;
+    volatile sig_atomic_t *stop; /* set (e.g. by SIGINT) to stop after the current step */
+};
+
+struct toy_step_info {
+    int64_t step, steps;
+    float loss, lr, grad_norm;
+    int64_t tokens_done;    /* this run */
+    double elapsed_s;       /* this run */
+    float eval_loss;        /* NAN unless this step evaluated */
+};
+
+typedef void (*toy_step_fn)(void *ud, const struct toy_step_info *info);
+
+struct toy_train_result {
+    enum toy_run_reason reason;
+    int64_t final_step;
+    float final_loss, final_eval_loss;
+    double seconds;
+    double tokens_per_s;
+    char checkpoint[1200];  /* the last checkpoint written */
+};
+
+struct toy_trainer;
+
+/* The trainer borrows model, tok (may be NULL), data and events (may be NULL)
+ * and builds the training graph once. run_dir must exist. */
+enum toy_status toy_trainer_new(struct toy_llama *m, const struct toy_tokenizer *tok, struct toy_data *data,
+                                const struct toy_train_opts *o, const char *run_dir, struct toy_events *ev,
+                                int n_threads, struct toy_trainer **out);
+void toy_trainer_free(struct toy_trainer *t);
+void toy_trainer_on_step(struct toy_trainer *t, toy_step_fn fn, void *ud);
+/* Restores the optimizer, step and data state from a step_<N>.state.gguf. */
+enum toy_status toy_trainer_load_state(struct toy_trainer *t, const char *state_path);
+/* Trains until opts.steps, a stop request, or a non-finite loss (which
+ * checkpoints the last good weights and reports TOY_RUN_ABORTED). Writes
+ * step, eval, sample and run_end events. */
+enum toy_status toy_trainer_run(struct toy_trainer *t, struct toy_train_result *res);
+/* Mean held-out cross-entropy over up to n_batches batches (0: all). */
+enum toy_status toy_trainer_eval(struct toy_trainer *t, int64_t n_batches, float *loss);
+/* Writes a checkpoint of the current step now. */
+enum toy_status toy_trainer_checkpoint(struct toy_trainer *t, char *path, size_t path_size);
+int64_t toy_trainer_step(const struct toy_trainer *t);
+/* The prompt + text generated at the end of the last run ("" if none). */
+const char *toy_trainer_sample_text(const struct toy_trainer *t);
+
+/* The options as JSON and back (what the state file keeps). */
+json_t *toy_train_opts_to_json(const struct toy_train_opts *o);
+void toy_train_opts_from_json(struct toy_train_opts *o, const json_t *j);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,468 @@
+/* trainer.c: the training loop of toy/trainer.h.
+ *
+ * One training graph (forward + cross-entropy + backward) is built once and
+ * run accum times per optimizer step; gradients add up in the parameters'
+ * persistent buffers, are scaled by 1/accum, clipped, and AdamW updates the
+ * moments once. A forward-only graph evaluates held-out windows; both graphs
+ * share one planned activation buffer (they never run at the same time).
+ * Resuming restores weights, moments, the step and the data sampler's RNG,
+ * so the continued run draws the same batches and computes the same losses,
+ * to the bit, as an uninterrupted one with the same thread count.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "toy/generate.h"
+#include "toy/gguf.h"
+#include "toy/graph.h"
+#include "toy/run-dir.h"
+#include "toy/trainer.h"
+
+struct toy_trainer {
+    struct toy_llama *m;
+    const struct toy_tokenizer *tok;
+    struct toy_data *data;
+    struct toy_train_opts o;
+    char run_dir[1024];
+    struct toy_events *ev;
+    struct toy_threadpool *tp;
+    int64_t B, T;
+    struct toy_ctx *ctx, *ectx;
+    struct toy_tensor *tok_t, *tgt_t, *loss;      /* training graph */
+    struct toy_tensor *etok, *etgt, *eloss;       /* eval graph */
+    struct toy_graph *g, *eg;
+    struct toy_membuf buf;
+    struct toy_optim *opt;
+    struct toy_lr_schedule sched;
+    int64_t step;
+    float last_loss;
+    toy_step_fn on_step;
+    void *ud;
+    char last_ckpt[1200];
+    char sample_text[4096];
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+json_t *toy_train_opts_to_json(const struct toy_train_opts *o) {
+    const char *sched[] = {"constant", "cosine", "linear"};
+    return json_pack("{s:I,s:I,s:f,s:f,s:I,s:s,s:f,s:f,s:f,s:f,s:f,s:I,s:I,s:I,s:I,s:b,s:s,s:i}", "steps",
+                     (json_int_t)o->steps, "accum", (json_int_t)o->accum, "lr", (double)o->lr, "lr_min",
+                     (double)o->lr_min, "warmup", (json_int_t)o->warmup, "schedule", sched[o->schedule],
+                     "weight_decay", (double)o->weight_decay, "beta1", (double)o->beta1, "beta2", (double)o->beta2,
+                     "eps", (double)o->eps, "clip", (double)o->clip, "seed", (json_int_t)o->seed, "eval_every",
+                     (json_int_t)o->eval_every, "eval_batches", (json_int_t)o->eval_batches, "ckpt_every",
+                     (json_int_t)o->ckpt_every, "bf16", o->bf16, "sample_prompt",
+                     o->sample_prompt ? o->sample_prompt : "", "sample_tokens", (int)o->sample_tokens);
+}
+
+void toy_train_opts_from_json(struct toy_train_opts *o, const json_t *j) {
+    json_t *v;
+#define GETI(k, f) if ((v = json_object_get(j, k)) && json_is_integer(v)) o->f = json_integer_value(v)
+#define GETF(k, f) if ((v = json_object_get(j, k)) && json_is_number(v)) o->f = (float)json_number_value(v)
+    GETI("steps", steps);
+    GETI("accum", accum);
+    GETF("lr", lr);
+    GETF("lr_min", lr_min);
+    GETI("warmup", warmup);
+    GETF("weight_decay", weight_decay);
+    GETF("beta1", beta1);
+    GETF("beta2", beta2);
+    GETF("eps", eps);
+    GETF("clip", clip);
+    GETI("seed", seed);
+    GETI("eval_every", eval_every);
+    GETI("eval_batches", eval_batches);
+    GETI("ckpt_every", ckpt_every);
+    GETI("sample_tokens", sample_tokens);
+#undef GETI
+#undef GETF
+    if ((v = json_object_get(j, "schedule")) && json_is_string(v) && toy_lr_kind_from_name(json_string_value(v)) >= 0)
+        o->schedule = (enum toy_lr_kind)toy_lr_kind_from_name(json_string_value(v));
+    if ((v = json_object_get(j, "bf16"))) o->bf16 = json_is_true(v);
+}
+
+static struct toy_tensor *build_loss(struct toy_ctx *ctx, struct toy_llama *m, int64_t T, int64_t B,
+                                     struct toy_tensor **tok, struct toy_tensor **tgt) {
+    *tok = toy_set_name(toy_new_tensor_2d(ctx, TOY_I32, T, B), "tokens");
+    *tgt = toy_set_name(toy_new_tensor_2d(ctx, TOY_I32, T, B), "targets");
+    struct toy_tensor *pos = toy_set_name(toy_new_tensor_1d(ctx, TOY_I32, T), "positions");
+    for (int64_t t = 0; t < T; t++) ((int32_t *)pos->data)[t] = (int32_t)t;
+    return toy_set_name(toy_cross_entropy(ctx, toy_llama_forward(ctx, m, *tok, pos), *tgt, -100), "loss");
+}
+
+enum toy_status toy_trainer_new(struct toy_llama *m, const struct toy_tokenizer *tok, struct toy_data *data,
+                                const struct toy_train_opts *o, const char *run_dir, struct toy_events *ev,
+                                int n_threads, struct toy_trainer **out) {
+    *out = NULL;
+    struct toy_data_state ds;
+    toy_data_get_state(data, &ds);
+    if (toy_data_vocab(data) > m->cfg.vocab)
+        return toy_error(TOY_ERR_INVALID_ARG, "data has vocabulary %lld, the model only %lld",
+                         (long long)toy_data_vocab(data), (long long)m->cfg.vocab);
+    if (ds.ctx > m->cfg.max_ctx)
+        return toy_error(TOY_ERR_INVALID_ARG, "context %lld is longer than the model's %lld", (long long)ds.ctx,
+                         (long long)m->cfg.max_ctx);
+    struct toy_trainer *t = calloc(1, sizeof *t);
+    if (!t) return toy_error(TOY_ERR_NOMEM, "trainer");
+    t->m = m;
+    t->tok = tok;
+    t->data = data;
+    t->o = *o;
+    if (t->o.accum < 1) t->o.accum = 1;
+    snprintf(t->run_dir, sizeof t->run_dir, "%s", run_dir);
+    t->ev = ev;
+    t->B = ds.batch;
+    t->T = ds.ctx;
+    t->tp = toy_threadpool_new(n_threads);
+    m->matmul_type = o->bf16 ? TOY_BF16 : TOY_F32;
+    t->ctx = toy_ctx_init(true);
+    t->loss = build_loss(t->ctx, m, t->T, t->B, &t->tok_t, &t->tgt_t);
+    t->g = toy_graph_new(t->ctx);
+    toy_graph_build(t->g, t->loss);
+    toy_graph_backward(t->g, t->loss);
+    t->ectx = toy_ctx_init(true);
+    t->eloss = build_loss(t->ectx, m, t->T, t->B, &t->etok, &t->etgt);
+    t->eg = toy_graph_new(t->ectx);
+    toy_graph_build(t->eg, t->eloss);
+    enum toy_status st = toy_graph_plan(t->g, &t->buf, NULL);
+    void *before = t->buf.data;
+    if (!st) st = toy_graph_plan(t->eg, &t->buf, NULL);
+    if (!st && t->buf.data != before) st = toy_graph_plan(t->g, &t->buf, NULL); /* the buffer moved */
+    if (st) { toy_trainer_free(t); return st; }
+    t->opt = toy_optim_new(TOY_OPTIM_ADAMW);
+    int decay = toy_optim_add_group(t->opt, &(struct toy_optim_group){.beta1 = o->beta1, .beta2 = o->beta2,
+                                                                      .eps = o->eps, .weight_decay = o->weight_decay});
+    int nodecay = toy_optim_add_group(t->opt, &(struct toy_optim_group){.beta1 = o->beta1, .beta2 = o->beta2, .eps = o->eps});
+    for (int i = 0; i < toy_llama_n_tensors(m); i++) {
+        struct toy_tensor *p = toy_llama_tensor(m, i);
+        if (!(p->flags & TOY_FLAG_PARAM)) continue;
+        toy_optim_add_param(t->opt, p, p->ne[1] > 1 ? decay : nodecay); /* no decay on norms and biases */
+    }
+    t->sched = (struct toy_lr_schedule){o->schedule, o->lr, o->lr_min, o->warmup, o->steps};
+    t->last_loss = NAN;
+    *out = t;
+    return TOY_OK;
+}
+
+void toy_trainer_free(struct toy_trainer *t) {
+    if (!t) return;
+    toy_optim_free(t->opt);
+    toy_ctx_free(t->ctx);
+    toy_ctx_free(t->ectx);
+    toy_membuf_free(&t->buf);
+    toy_threadpool_free(t->tp);
+    free(t);
+}
+
+void toy_trainer_on_step(struct toy_trainer *t, toy_step_fn fn, void *ud) {
+    t->on_step = fn;
+    t->ud = ud;
+}
+
+int64_t toy_trainer_step(const struct toy_trainer *t) { return t->step; }
+
+/* ---- evaluation ---------------------------------------------------------------- */
+
+enum toy_status toy_trainer_eval(struct toy_trainer *t, int64_t n_batches, float *loss) {
+    int64_t windows = toy_data_eval_windows(t->data);
+    if (windows <= 0) {
+        *loss = NAN;
+        return toy_error(TOY_ERR_STATE, "no held-out windows to evaluate (use a held-out fraction > 0)");
+    }
+    double sum = 0;
+    int64_t count = 0;
+    for (int64_t first = 0, b = 0; first < windows && (n_batches <= 0 || b < n_batches); first += t->B, b++) {
+        toy_data_eval_batch(t->data, first, t->etok->data, t->etgt->data, -100);
+        int64_t n = 0;
+        for (int64_t i = 0; i < t->B * t->T; i++) n += ((int32_t *)t->etgt->data)[i] != -100;
+        enum toy_status st = toy_graph_compute(t->eg, t->tp);
+        if (st) return st;
+        sum += (double)*(float *)t->eloss->data * (double)n;
+        count += n;
+    }
+    *loss = count ? (float)(sum / (double)count) : NAN;
+    return TOY_OK;
+}
+
+/* ---- checkpoints ---------------------------------------------------------------- */
+
+static enum toy_status write_state(struct toy_trainer *t, const char *path) {
+    struct toy_gguf_writer *w;
+    enum toy_status st = toy_gguf_writer_init(&w);
+    if (st) return st;
+    struct toy_data_state ds;
+    toy_data_get_state(t->data, &ds);
+    st = toy_gguf_writer_set_str(w, "general.type", "toy-train-state");
+    if (!st) st = toy_gguf_writer_set_u64(w, "toy.step", (uint64_t)t->step);
+    if (!st) st = toy_gguf_writer_set_u64(w, "toy.optim.steps", (uint64_t)toy_optim_step_count(t->opt));
+    if (!st) st = toy_gguf_writer_set_arr(w, "toy.data.rng", TOY_GGUF_U64, ds.rng.s, 4);
+    if (!st) st = toy_gguf_writer_set_i64(w, "toy.data.batches", ds.batches);
+    if (!st) st = toy_gguf_writer_set_i64(w, "toy.data.tokens", ds.tokens);
+    if (!st) st = toy_gguf_writer_set_u64(w, "toy.data.seed", ds.seed);
+    if (!st) st = toy_gguf_writer_set_i64(w, "toy.data.batch", ds.batch);
+    if (!st) st = toy_gguf_writer_set_i64(w, "toy.data.ctx", ds.ctx);
+    if (!st) st = toy_gguf_writer_set_i64(w, "toy.data.world", ds.world);
+    if (!st) st = toy_gguf_writer_set_i64(w, "toy.data.n_train", ds.n_train);
+    if (!st) st = toy_gguf_writer_set_f32(w, "toy.last_loss", t->last_loss);
+    json_t *oj = toy_train_opts_to_json(&t->o);
+    char *os = json_dumps(oj, JSON_COMPACT | JSON_SORT_KEYS);
+    if (!st) st = toy_gguf_writer_set_str(w, "toy.train.opts", os);
+    free(os);
+    json_decref(oj);
+    char name[128];
+    for (int i = 0; i < toy_optim_n_params(t->opt) && !st; i++) {
+        const struct toy_tensor *p = toy_optim_param(t->opt, i);
+        for (int which = 0; which < 2 && !st; which++) {
+            snprintf(name, sizeof name, "opt.%c.%s", which ? 'v' : 'm', p->name);
+            st = toy_gguf_writer_add_tensor(w, name, TOY_F32, 4, p->ne, toy_optim_state(t->opt, i, which));
+        }
+    }
+    if (!st) st = toy_gguf_writer_write(w, path);
+    toy_gguf_writer_free(w);
+    return st;
+}
+
+enum toy_status toy_trainer_checkpoint(struct toy_trainer *t, char *out, size_t out_size) {
+    char dir[1100], path[1200], state[1200];
+    snprintf(dir, sizeof dir, "%s/weights", t->run_dir);
+    enum toy_status st = toy_mkdir_p(dir);
+    if (st) return st;
+    snprintf(path, sizeof path, "%s/step_%lld.gguf", dir, (long long)t->step);
+    snprintf(state, sizeof state, "%s/step_%lld.state.gguf", dir, (long long)t->step);
+    if ((st = write_state(t, state))) return st;
+    struct toy_gguf_writer *w;
+    if ((st = toy_gguf_writer_init(&w))) return st;
+    st = toy_llama_write_gguf(t->m, w, TOY_F32);
+    if (!st) st = toy_gguf_writer_set_str(w, "general.name", "toy");
+    if (!st) st = toy_gguf_writer_set_str(w, "toy.checkpoint_format", "toy-train/v1");
+    if (!st) st = toy_gguf_writer_set_u64(w, "toy.step", (uint64_t)t->step);
+    if (!st && t->tok) st = toy_tokenizer_write_gguf(t->tok, w);
+    if (!st) st = toy_gguf_writer_write(w, path);
+    toy_gguf_writer_free(w);
+    if (!st) st = toy_run_link_latest(path);
+    if (!st) {
+        snprintf(t->last_ckpt, sizeof t->last_ckpt, "%s", path);
+        if (out) snprintf(out, out_size, "%s", path);
+    }
+    return st;
+}
+
+static enum toy_status get_i64(const struct toy_gguf *g, const char *key, int64_t *v) {
+    enum toy_status st = toy_gguf_get_i64(g, key, v);
+    if (st) return toy_error(TOY_ERR_FORMAT, "%s: missing or bad %s", toy_gguf_path(g), key);
+    return TOY_OK;
+}
+
+enum toy_status toy_trainer_load_state(struct toy_trainer *t, const char *path) {
+    struct toy_gguf *g;
+    enum toy_status st = toy_gguf_open(path, &g);
+    if (st) return st;
+    int64_t step = 0, osteps = 0;
+    struct toy_data_state ds;
+    toy_data_get_state(t->data, &ds);
+    int64_t i, rng_kv;
+    const uint64_t *rng = NULL;
+    st = get_i64(g, "toy.step", &step);
+    if (!st) st = get_i64(g, "toy.optim.steps", &osteps);
+    if (!st) st = get_i64(g, "toy.data.batches", &ds.batches);
+    if (!st) st = get_i64(g, "toy.data.tokens", &ds.tokens);
+    if (!st && toy_gguf_get_arr(g, "toy.data.rng", &rng_kv, NULL, NULL) == TOY_OK && toy_gguf_arr_len(g, rng_kv) == 4 &&
+        toy_gguf_arr_type(g, rng_kv) == TOY_GGUF_U64)
+        rng = toy_gguf_arr_data(g, rng_kv);
+    else if (!st)
+        st = toy_error(TOY_ERR_FORMAT, "%s: missing toy.data.rng (4 u64)", path);
+    if (!st) {
+        memcpy(ds.rng.s, rng, sizeof ds.rng.s);
+        st = toy_data_set_state(t->data, &ds);
+    }
+    char name[128];
+    for (int k = 0; k < toy_optim_n_params(t->opt) && !st; k++) {
+        const struct toy_tensor *p = toy_optim_param(t->opt, k);
+        for (int which = 0; which < 2 && !st; which++) {
+            snprintf(name, sizeof name, "opt.%c.%s", which ? 'v' : 'm', p->name);
+            if ((i = toy_gguf_find_tensor(g, name)) < 0) {
+                st = toy_error(TOY_ERR_FORMAT, "%s: missing optimizer tensor %s", path, name);
+                break;
+            }
+            const struct toy_gguf_tensor *gt = toy_gguf_tensor(g, i);
+            if (gt->type != TOY_F32 || gt->n_elements != toy_nelements(p)) {
+                st = toy_error(TOY_ERR_SHAPE, "%s: %s has %lld %s elements, the model needs %lld f32", path, name,
+                               (long long)gt->n_elements, toy_dtype_name(gt->type), (long long)toy_nelements(p));
+                break;
+            }
+            memcpy(toy_optim_state(t->opt, k, which), gt->data, gt->nbytes);
+        }
+    }
+    double ll;
+    if (!st && !toy_gguf_get_f64(g, "toy.last_loss", &ll)) t->last_loss = (float)ll;
+    if (!st) {
+        t->step = step;
+        toy_optim_set_step_count(t->opt, osteps);
+    }
+    toy_gguf_close(g);
+    return st;
+}
+
+/* ---- the end-of-run sample ---------------------------------------------------------- */
+
+struct text_buf {
+    char *s;
+    size_t n, cap;
+};
+
+static bool append_text(void *ud, int32_t id, const char *text, size_t len, float lp) {
+    struct text_buf *b = ud;
+    (void)id;
+    (void)lp;
+    if (b->n + len + 1 > b->cap) {
+        size_t cap = (b->n + len + 1) * 2;
+        char *ns = realloc(b->s, cap);
+        if (!ns) return false;
+        b->s = ns;
+        b->cap = cap;
+    }
+    memcpy(b->s + b->n, text, len);
+    b->n += len;
+    b->s[b->n] = 0;
+    return true;
+}
+
+/* Generates opts.sample_tokens after opts.sample_prompt into a `sample`
+ * event, as the earlier toy did at the end of a run. */
+static void sample(struct toy_trainer *t) {
+    const char *prompt = t->o.sample_prompt;
+    if (!t->tok || !prompt || !prompt[0] || t->o.sample_tokens <= 0) return;
+    struct toy_tokens ids = {0};
+    struct text_buf out = {0};
+    struct toy_generator *gen = NULL;
+    unsigned fl = toy_tokenizer_add_bos(t->tok) ? TOY_ENCODE_ADD_BOS : 0;
+    if (!toy_tokenizer_encode(t->tok, prompt, strlen(prompt), fl, &ids) && ids.n > 0 && ids.n < t->m->cfg.max_ctx &&
+        !toy_generator_new(t->m, t->tok, t->m->cfg.max_ctx, t->tp, &gen)) {
+        struct toy_generate_params gp = {.n_predict = t->o.sample_tokens,
+                                         .sampling = {.temperature = 0.8f, .top_k = 40, .seed = t->o.seed}};
+        if (!toy_generate(gen, ids.ids, ids.n, &gp, append_text, &out, NULL) && t->ev)
+            toy_events_sample(t->ev, t->step, prompt, out.s ? out.s : "");
+        snprintf(t->sample_text, sizeof t->sample_text, "%s%s", prompt, out.s ? out.s : "");
+    }
+    toy_generator_free(gen);
+    toy_tokens_free(&ids);
+    free(out.s);
+}
+
+const char *toy_trainer_sample_text(const struct toy_trainer *t) { return t->sample_text; }
+
+/* ---- the loop ---------------------------------------------------------------------- */
+
+static void emit_end(struct toy_trainer *t, enum toy_run_reason reason, const char *err, int code) {
+    if (!t->ev) return;
+    struct toy_run_end e = {reason, err, t->step, t->last_loss, code, NULL};
+    toy_events_run_end(t->ev, &e);
+}
+
+enum toy_status toy_trainer_run(struct toy_trainer *t, struct toy_train_result *res) {
+    struct toy_train_result r = {.reason = TOY_RUN_COMPLETED, .final_eval_loss = NAN};
+    double t_start = now_s();
+    int64_t tokens = 0;
+    enum toy_status st = TOY_OK;
+    char err[512] = "";
+    while (t->step < t->o.steps) {
+        if (t->o.stop && *t->o.stop) {
+            r.reason = TOY_RUN_INTERRUPTED;
+            break;
+        }
+        double t0 = now_s();
+        toy_optim_zero_grad(t->opt);
+        double loss = 0;
+        for (int64_t a = 0; a < t->o.accum; a++) {
+            toy_data_next_batch(t->data, t->tok_t->data, t->tgt_t->data);
+            if ((st = toy_graph_compute(t->g, t->tp))) break;
+            loss += *(float *)t->loss->data;
+        }
+        if (st) {
+            snprintf(err, sizeof err, "%s", toy_last_error());
+            r.reason = TOY_RUN_ERRORED;
+            break;
+        }
+        loss /= (double)t->o.accum;
+        int64_t step = t->step + 1;
+        if (!isfinite(loss)) {
+            /* the weights are still those of the last good step */
+            snprintf(err, sizeof err, "loss is %s at step %lld: stopped; the last good weights are checkpointed",
+                     isnan(loss) ? "NaN" : "infinite", (long long)step);
+            if (t->ev) {
+                struct toy_step_event se = {step, NAN, toy_lr_at(&t->sched, step - 1), t->B * t->T * t->o.accum,
+                                            (int64_t)((now_s() - t0) * 1e6), NAN, NULL, NULL};
+                toy_events_step(t->ev, &se);
+            }
+            r.reason = TOY_RUN_ABORTED;
+            break;
+        }
+        if (t->o.accum > 1) toy_optim_scale_grads(t->opt, 1.0f / (float)t->o.accum, t->tp);
+        float gn = toy_optim_clip_grad_norm(t->opt, t->o.clip, t->tp);
+        float lr = toy_lr_at(&t->sched, step - 1);
+        if ((st = toy_optim_step(t->opt, lr, t->tp))) {
+            snprintf(err, sizeof err, "%s", toy_last_error());
+            r.reason = TOY_RUN_ERRORED;
+            break;
+        }
+        t->step = step;
+        t->last_loss = (float)loss;
+        tokens += t->B * t->T * t->o.accum;
+        double wall = now_s() - t0;
+        if (t->ev) {
+            struct toy_step_event se = {step, loss, lr, t->B * t->T * t->o.accum, (int64_t)(wall * 1e6), gn, NULL, NULL};
+            toy_events_step(t->ev, &se);
+        }
+        struct toy_step_info info = {step, t->o.steps, (float)loss, lr, gn, tokens, now_s() - t_start, NAN};
+        if (t->o.eval_every > 0 && step % t->o.eval_every == 0 && step < t->o.steps &&
+            toy_trainer_eval(t, t->o.eval_batches, &info.eval_loss) == TOY_OK) {
+            r.final_eval_loss = info.eval_loss;
+            if (t->ev) {
+                struct toy_eval_event ee = {step, "validation", info.eval_loss, 0, 0, NULL};
+                toy_events_eval(t->ev, &ee);
+            }
+        }
+        if (t->on_step) t->on_step(t->ud, &info);
+        if (t->o.ckpt_every > 0 && step % t->o.ckpt_every == 0 && step < t->o.steps &&
+            (st = toy_trainer_checkpoint(t, NULL, 0))) {
+            snprintf(err, sizeof err, "checkpoint: %s", toy_last_error());
+            r.reason = TOY_RUN_ERRORED;
+            break;
+        }
+    }
+    r.seconds = now_s() - t_start;
+    r.tokens_per_s = r.seconds > 0 ? (double)tokens / r.seconds : 0;
+    /* the last state is always saved, whatever ended the run */
+    enum toy_status cst = toy_trainer_checkpoint(t, r.checkpoint, sizeof r.checkpoint);
+    if (cst && r.reason != TOY_RUN_ERRORED) {
+        snprintf(err, sizeof err, "checkpoint: %s", toy_last_error());
+        r.reason = TOY_RUN_ERRORED;
+        st = cst;
+    }
+    if (r.reason == TOY_RUN_COMPLETED || r.reason == TOY_RUN_INTERRUPTED) {
+        float el;
+        if (toy_data_eval_windows(t->data) > 0 && toy_trainer_eval(t, t->o.eval_batches, &el) == TOY_OK) {
+            r.final_eval_loss = el;
+            if (t->ev) {
+                struct toy_eval_event ee = {t->step, "final", el, 0, 0, NULL};
+                toy_events_eval(t->ev, &ee);
+            }
+        }
+    }
+    if (r.reason == TOY_RUN_COMPLETED) sample(t);
+    r.final_step = t->step;
+    r.final_loss = t->last_loss;
+    if (res) *res = r;
+    emit_end(t, r.reason, err[0] ? err : NULL, r.reason == TOY_RUN_COMPLETED || r.reason == TOY_RUN_INTERRUPTED ? 0 : 1);
+    if (r.reason == TOY_RUN_ABORTED) return toy_error(TOY_ERR_NUMERIC, "%s", err);
+    if (r.reason == TOY_RUN_ERRORED) return toy_error(st ? st : TOY_ERR_IO, "%s", err);
+    return TOY_OK;
+}
