@@ -342,7 +342,7 @@ static enum toy_status encode_word(void *ctx, const char *w, size_t n) {
     if (n > 1 && tok_cache_get(&e->s->cache, w, n, e->out)) return TOY_OK;
     int64_t before = e->out->n;
     enum toy_status st = bpe_word(e->tok, e->s, (const unsigned char *)w, n, e->out);
-    if (!st && n > 1) tok_cache_put(&e->s->cache, w, n, e->out->ids + before, e->out->n - before);
+    if (!st && n > 1 && e->out->n > before) tok_cache_put(&e->s->cache, w, n, e->out->ids + before, e->out->n - before);
     return st;
 }
 

@@ -181,7 +181,7 @@ enum toy_status tok_spm_encode(const struct toy_tokenizer *tok, struct tok_scrat
         if (!tok_cache_get(&s->cache, e + start, i - start, out)) {
             int64_t before = out->n;
             if ((st = spm_bpe(tok, s, e + start, i - start, out))) return st;
-            tok_cache_put(&s->cache, e + start, i - start, out->ids + before, out->n - before);
+            if (out->n > before) tok_cache_put(&s->cache, e + start, i - start, out->ids + before, out->n - before);
         }
         start = i;
         if (i < n) i += 2;
