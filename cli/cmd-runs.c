@@ -193,16 +193,21 @@ int toy_cmd_runs(int argc, char **argv) {
             model_label(&runs[i], buf, sizeof buf);
             if ((k = (int)strlen(buf)) > wmod) wmod = k;
         }
-        printf("%-*s  %-*s  %8s  %8s  %8s  %8s  %s\n", wid, "ID", wmod, "MODEL", "STEPS", "LOSS", "EVAL", "TIME", "END");
+        printf("%-*s  %-16s  %-*s  %8s  %8s  %8s  %8s  %s\n", wid, "ID", "STARTED (UTC)", wmod, "MODEL", "STEPS", "LOSS",
+               "EVAL", "TIME", "END");
         for (size_t i = 0; i < n; i++) {
             struct run *r = &runs[i];
-            char loss[32], ev[32], tm[32];
+            char loss[32], ev[32], tm[32], start[17] = "-";
+            if (r->started_at && strlen(r->started_at) >= 16) {
+                memcpy(start, r->started_at, 16); /* 2026-11-29T16:42 */
+                start[10] = ' ';
+            }
             model_label(r, buf, sizeof buf);
             fmt_loss(loss, sizeof loss, r->loss);
             fmt_loss(ev, sizeof ev, r->eval_loss);
             fmt_time(tm, sizeof tm, r->wall_s);
-            printf("%-*s  %-*s  %8lld  %8s  %8s  %8s  %s\n", wid, r->id, wmod, buf, (long long)r->steps, loss, ev, tm,
-                   r->reason ? r->reason : "unfinished");
+            printf("%-*s  %-16s  %-*s  %8lld  %8s  %8s  %8s  %s\n", wid, r->id, start, wmod, buf, (long long)r->steps,
+                   loss, ev, tm, r->reason ? r->reason : "unfinished");
         }
     }
     for (size_t i = 0; i < n; i++) {

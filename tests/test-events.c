@@ -235,7 +235,8 @@ Test(events, full_run_matches_schema) {
     json_decref(eextra);
     cr_assert_eq(toy_events_sample(ev, 3, "Once", "Once upon a time"), TOY_OK);
     cr_assert_eq(toy_events_note(ev, 3, "checkpoint saved"), TOY_OK);
-    json_t *tap = json_pack("{s:i, s:s, s:i, s:f}", "step", 3, "region", "ffn_out", "layer", 0, "l2", 1.5);
+    json_t *tap = json_pack("{s:i, s:s, s:i, s:f, s:s, s:i}", "step", 3, "region", "ffn_out", "layer", 0, "l2", 1.5,
+                            "kind", "not-this", "t", -5); /* kind and t are the stream's */
     cr_assert_eq(toy_events_emit(ev, "tap", tap), TOY_OK);
     json_decref(tap);
     cr_assert_eq(toy_events_run_end(ev, &(struct toy_run_end){.reason = TOY_RUN_COMPLETED, .final_step = 3,
@@ -263,6 +264,7 @@ Test(events, full_run_matches_schema) {
     cr_expect_eq(json_integer_value(json_object_get(json_object_get(e, "extra"), "windows")), 4);
     cr_expect_str_eq(json_string_value(json_object_get(nth(all, 6), "text")), "Once upon a time");
     cr_expect_str_eq(kind_of(nth(all, 8)), "tap");
+    cr_expect_str_eq(json_string_value(json_object_get(nth(all, 8), "region")), "ffn_out");
     json_t *end = nth(all, 9);
     cr_expect_str_eq(json_string_value(json_object_get(end, "reason")), "completed");
     cr_expect(json_is_null(json_object_get(end, "error")));

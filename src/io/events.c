@@ -434,7 +434,9 @@ enum toy_status toy_events_eval(struct toy_events *ev, const struct toy_eval_eve
     put(o, "step", json_integer(e->step), &ok);
     put(o, "name", text(e->name ? e->name : "validation"), &ok);
     put(o, "loss", num_or_null(e->loss), &ok);
-    put(o, "ppl", num_or_null(isfinite(e->loss) ? exp(e->loss) : NAN), &ok);
+    /* at the loss's own precision: a float's digits, not exp()'s 17 */
+    double ppl = isfinite(e->loss) ? exp(e->loss) : NAN;
+    put(o, "ppl", num_or_null((double)(float)e->loss == e->loss && ppl < 3e38 ? (double)(float)ppl : ppl), &ok);
     put(o, "samples", json_integer(e->samples), &ok);
     if (e->tokens > 0) put(o, "tokens", json_integer(e->tokens), &ok);
     if (e->extra) put(o, "extra", json_deep_copy(e->extra), &ok);
