@@ -13,6 +13,7 @@ struct toy_command {
 int toy_cmd_demo(int argc, char **argv);
 int toy_cmd_generate(int argc, char **argv);
 int toy_cmd_train(int argc, char **argv);
+int toy_cmd_eval(int argc, char **argv);
 int toy_cmd_describe(int argc, char **argv);
 int toy_cmd_models(int argc, char **argv);
 int toy_cmd_convert(int argc, char **argv);
@@ -26,6 +27,7 @@ int toy_cmd_chat_template(int argc, char **argv);
 #define TOY_COMMANDS \
     {"demo", toy_cmd_demo, "train a small character-level Llama on built-in text and sample from it"}, \
     {"train", toy_cmd_train, "train a Llama-family model from scratch on text or tokens; resume a run"}, \
+    {"eval", toy_cmd_eval, "mean cross-entropy and perplexity of a model on a text or token file"}, \
     {"generate", toy_cmd_generate, "generate text from a Llama-family GGUF with a KV cache and sampling"}, \
     {"describe", toy_cmd_describe, "what a GGUF model holds, and its forward pass as pseudocode"}, \
     {"models", toy_cmd_models, "list the GGUF models on this machine (HF cache, Ollama, LM Studio, ...)"}, \

@@ -1,0 +1,139 @@
+/* cmd-eval.c: `toy eval -m model.gguf --data FILE`: mean next-token
+ * cross-entropy and perplexity of a model over consecutive windows of a text
+ * (tokenized with the model's tokenizer) or TOYT token file. With
+ * --heldout F only the last fraction F of the file is read (what `toy train`
+ * held out with the same F). A progress bar on a terminal. */
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "progress.h"
+#include "toy/data.h"
+#include "toy/gguf.h"
+#include "toy/tokenizer.h"
+#include "toy/toy.h"
+
+static int usage(void) {
+    fprintf(stderr, "usage: toy eval -m MODEL.gguf --data FILE [--ctx 256] [--batch 4] [--heldout 0] "
+                    "[--max-windows N] [--threads N] [--json]\n");
+    return 2;
+}
+
+int toy_cmd_eval(int argc, char **argv) {
+    const char *model = NULL, *path = NULL;
+    int64_t T = 0, B = 4, max_windows = 0;
+    double heldout = 0;
+    int threads = 0;
+    bool json = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
+        if (!strcmp(a, "--json")) { json = true; continue; }
+        if (i + 1 >= argc) { fprintf(stderr, "toy eval: %s needs a value\n", a); return 2; }
+        const char *v = argv[++i];
+        char *end;
+        double x = strtod(v, &end);
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
+        else if (!strcmp(a, "--data")) path = v;
+        else if (*end || x < 0) { fprintf(stderr, "toy eval: bad value '%s' for %s\n", v, a); return 2; }
+        else if (!strcmp(a, "--ctx")) T = (int64_t)x;
+        else if (!strcmp(a, "--batch")) B = (int64_t)x;
+        else if (!strcmp(a, "--heldout")) heldout = x;
+        else if (!strcmp(a, "--max-windows")) max_windows = (int64_t)x;
+        else if (!strcmp(a, "--threads")) threads = (int)x;
+        else { fprintf(stderr, "toy eval: unknown flag %s\n", a); return usage(); }
+    }
+    if (!model || !path) return usage();
+    struct toy_llama *m = NULL;
+    struct toy_tokenizer *tok = NULL;
+    struct toy_data *d = NULL;
+    struct toy_ctx *ctx = NULL;
+    struct toy_threadpool *tp = NULL;
+    int rc = 1;
+    if (toy_llama_load(model, false, &m)) { fprintf(stderr, "toy eval: %s\n", toy_last_error()); return 1; }
+    if (T <= 0 || T > m->cfg.max_ctx) T = m->cfg.max_ctx < 256 ? m->cfg.max_ctx : 256;
+    /* the whole file is "held out" unless --heldout says which tail to use */
+    struct toy_data_opts o = {.batch = B, .ctx = T, .heldout = heldout > 0 ? heldout : 0.999999, .seed = 0};
+    FILE *f = fopen(path, "rb");
+    char magic[4] = {0};
+    if (!f) { fprintf(stderr, "toy eval: %s: %s\n", path, strerror(errno)); goto out; }
+    size_t got = fread(magic, 1, 4, f);
+    if (got == 4 && !memcmp(magic, "TOYT", 4)) {
+        fclose(f);
+        if (toy_data_open(path, &o, &d)) { fprintf(stderr, "toy eval: %s\n", toy_last_error()); goto out; }
+    } else {
+        fseek(f, 0, SEEK_END);
+        long n = ftell(f);
+        fseek(f, 0, SEEK_SET);
+        char *text = malloc((size_t)n + 1);
+        if (!text || fread(text, 1, (size_t)n, f) != (size_t)n) { fclose(f); free(text); fprintf(stderr, "toy eval: cannot read %s\n", path); goto out; }
+        fclose(f);
+        if (toy_tokenizer_load_gguf(m->gguf, &tok)) { free(text); fprintf(stderr, "toy eval: %s\n", toy_last_error()); goto out; }
+        struct toy_tokens ids = {0};
+        enum toy_status st = toy_tokenizer_encode(tok, text, (size_t)n, 0, &ids);
+        free(text);
+        if (!st) st = toy_data_from_ids(ids.ids, ids.n, toy_tokenizer_n_vocab(tok), &o, &d);
+        toy_tokens_free(&ids);
+        if (st) { fprintf(stderr, "toy eval: %s\n", toy_last_error()); goto out; }
+    }
+    if (toy_data_vocab(d) > m->cfg.vocab) {
+        fprintf(stderr, "toy eval: the data's vocabulary (%lld) is larger than the model's (%lld)\n",
+                (long long)toy_data_vocab(d), (long long)m->cfg.vocab);
+        goto out;
+    }
+    int64_t windows = toy_data_eval_windows(d);
+    if (max_windows > 0 && windows > max_windows) windows = max_windows;
+    if (windows <= 0) { fprintf(stderr, "toy eval: %s is shorter than one window of %lld tokens\n", path, (long long)T); goto out; }
+    ctx = toy_ctx_init(true);
+    struct toy_tensor *x = toy_new_tensor_2d(ctx, TOY_I32, T, B), *y = toy_new_tensor_2d(ctx, TOY_I32, T, B);
+    struct toy_tensor *pos = toy_new_tensor_1d(ctx, TOY_I32, T);
+    for (int64_t t = 0; t < T; t++) ((int32_t *)pos->data)[t] = (int32_t)t;
+    struct toy_tensor *loss = toy_cross_entropy(ctx, toy_llama_forward(ctx, m, x, pos), y, -100);
+    struct toy_graph *g = toy_graph_new(ctx);
+    toy_graph_build(g, loss);
+    tp = toy_threadpool_new(threads);
+    struct toy_progress pb;
+    toy_progress_start(&pb, "eval", windows, "tok/s");
+    if (json) pb.tty = false;
+    double sum = 0;
+    int64_t count = 0;
+    for (int64_t w = 0; w < windows; w += B) {
+        toy_data_eval_batch(d, w, x->data, y->data, -100);
+        int64_t n = 0;
+        for (int64_t i = 0; i < T * B; i++) {
+            if (w + i / T >= windows) ((int32_t *)y->data)[i] = -100;
+            n += ((int32_t *)y->data)[i] != -100;
+        }
+        if (toy_graph_compute(g, tp)) { fprintf(stderr, "\ntoy eval: %s\n", toy_last_error()); goto out; }
+        sum += (double)*(float *)loss->data * (double)n;
+        count += n;
+        char extra[64];
+        snprintf(extra, sizeof extra, "loss %.4f", sum / (double)count);
+        toy_progress_update(&pb, w + B < windows ? w + B : windows, (double)count, extra);
+    }
+    toy_progress_finish(&pb);
+    double ce = sum / (double)count;
+    if (json) {
+        json_t *j = json_pack("{s:s,s:s,s:s,s:f,s:f,s:I,s:I}", "format", "toy/eval-v1", "model", model, "data", path,
+                              "loss", ce, "ppl", exp(ce), "tokens", (json_int_t)count, "windows", (json_int_t)windows);
+        char *s = json_dumps(j, JSON_COMPACT);
+        puts(s);
+        free(s);
+        json_decref(j);
+    } else {
+        printf("eval_ce: %.6f\nperplexity: %.4f\ntokens: %lld in %lld windows of %lld\n", ce, exp(ce), (long long)count,
+               (long long)windows, (long long)T);
+    }
+    rc = 0;
+out:
+    toy_threadpool_free(tp);
+    toy_ctx_free(ctx);
+    toy_data_free(d);
+    toy_tokenizer_free(tok);
+    toy_llama_free(m);
+    return rc;
+}
