@@ -162,7 +162,7 @@ int toy_cmd_runs(int argc, char **argv) {
         n++;
     }
     if (d) closedir(d);
-    qsort(runs, n, sizeof *runs, by_start);
+    if (n > 1) qsort(runs, n, sizeof *runs, by_start);
 
     if (json) {
         json_t *arr = json_array();
