@@ -599,6 +599,16 @@ Test(tokenizer, pretokenizer_digit_rules) {
         cr_expect_eq(t.n, 4, "%s", pres[k]);
         toy_tokenizer_free(tok);
     }
+    /* o200k (gpt-4o) splits at a lower->upper case change: no merge across it */
+    const char *case_merge[] = {"o W"};
+    const char *pres2[] = {"gpt-2", "gpt-4o"};
+    for (int k = 0; k < 2; k++) {
+        t.n = 0;
+        tok = byte_vocab(pres2[k], case_merge, 1, false);
+        MUST(toy_tokenizer_encode(tok, "HelloWorld", 10, 0, &t));
+        cr_expect_eq(t.n, k == 0 ? 9 : 10, "%s", pres2[k]);
+        toy_tokenizer_free(tok);
+    }
     toy_tokens_free(&t);
     struct toy_tokenizer *bad = NULL;
     struct toy_tokenizer_spec spec = {.kind = TOY_TOKENIZER_BPE, .n_tokens = 1, .tokens = merges, .pre = "no-such-pre",

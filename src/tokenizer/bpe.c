@@ -74,7 +74,14 @@ static const struct {
     /* llama.cpp's LLAMA_VOCAB_PRE_TYPE_DEFAULT (a GGUF without tokenizer.ggml.pre, e.g. GPT-NeoX) */
     {"default", 4, {"[\\p{P}\\$\\+<=>\\^~\\|]+", RE_GPT2, "\\p{N}+", "[0-9][0-9][0-9]"}},
     {"llama-bpe llama3 llama-v3 falcon3 pixtral dbrx smaug-bpe", 1, {RE_LLAMA3}},
-    {"qwen2 qwen3 deepseek-r1-qwen qwen35", 1, {RE_QWEN2}},
+    {"qwen2 qwen3 deepseek-r1-qwen stablelm2 hunyuan", 1, {RE_QWEN2}},
+    {"qwen35", 1, {"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}"
+                   "| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}},
+    /* o200k (GPT-4o), the tokenizer.json regex as is: PCRE2 has the classes and (?i:) */
+    {"gpt-4o minimax-m2", 1, {"[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+"
+                              "(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+"
+                              "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*"
+                              "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}},
     {"smollm smollm2 starcoder refact command-r codeshell exaone minerva", 2, {"\\p{N}", RE_GPT2}},
 };
 
