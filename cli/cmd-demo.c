@@ -1,15 +1,24 @@
-/* cmd-demo.c: `toy demo`: trains a small character-level Llama from scratch
- * on text made by a tiny built-in grammar (no download, no third-party
- * data), shows the loss falling, evaluates on held-out text, and samples.
- * It exercises the whole engine: graph, autodiff, planner, AdamW with warmup
- * and cosine decay, gradient clipping, and the thread pool. */
+/* cmd-demo.c: `toy demo` (what `make demo` runs): trains a small Llama from
+ * scratch on text made by a tiny built-in grammar (no download, no
+ * third-party data), through the same trainer as `toy train`: a BPE
+ * vocabulary learned on the fly, AdamW with warmup and cosine decay, held-out
+ * evaluation, a run bundle in ./runs with the toy/v1 event stream and a GGUF
+ * checkpoint, and a sample at the end. */
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <signal.h>
+
 #include "progress.h"
+#include "toy/data.h"
+#include "toy/events.h"
+#include "toy/run-dir.h"
+#include "toy/tokenizer.h"
 #include "toy/toy.h"
+#include "toy/trainer.h"
 
 /* ---- the built-in corpus: sentences from a small grammar --------------------- */
 
@@ -88,155 +97,117 @@ static int parse(int argc, char **argv, struct opts *o) {
     return 0;
 }
 
-/* ---- sampling: full-context forward of a window, temperature sampling ---- */
+/* ---- training through the real trainer, into a run bundle ------------------------- */
 
-static void sample(struct toy_llama *m, struct toy_threadpool *tp, const char *prompt, int n_new, float temp,
-                   uint64_t seed) {
-    int T = (int)m->cfg.max_ctx;
-    struct toy_ctx *ctx = toy_ctx_init(true);
-    struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, T, 1), *pos = toy_new_tensor_1d(ctx, TOY_I32, T);
-    for (int t = 0; t < T; t++) ((int32_t *)pos->data)[t] = t;
-    struct toy_tensor *logits = toy_llama_forward(ctx, m, tok, pos);
-    toy_set_output(logits);
-    struct toy_graph *g = toy_graph_new(ctx);
-    toy_graph_build(g, logits);
-    struct toy_rng r;
-    toy_rng_seed(&r, seed);
-    char *text = malloc(strlen(prompt) + (size_t)n_new + 1);
-    strcpy(text, prompt);
-    size_t len = strlen(text);
-    printf("%s", prompt);
-    int64_t V = m->cfg.vocab;
-    float *p = malloc((size_t)V * sizeof *p);
-    for (int i = 0; i < n_new; i++) {
-        size_t start = len > (size_t)T ? len - (size_t)T : 0;
-        int n = (int)(len - start);
-        for (int t = 0; t < T; t++) ((int32_t *)tok->data)[t] = t < n ? (unsigned char)text[start + (size_t)t] : ' ';
-        if (toy_graph_compute(g, tp)) break;
-        const float *row = (const float *)logits->data + (size_t)(n - 1) * (size_t)V;
-        float mx = -INFINITY, sum = 0;
-        for (int64_t v = 0; v < V; v++) mx = fmaxf(mx, row[v]);
-        for (int64_t v = 0; v < V; v++) sum += p[v] = expf((row[v] - mx) / temp);
-        float u = toy_rng_uniform(&r) * sum, acc = 0;
-        int64_t pick = V - 1;
-        for (int64_t v = 0; v < V; v++)
-            if ((acc += p[v]) > u) { pick = v; break; }
-        text[len++] = (char)pick;
-        putchar((int)pick);
+struct demo_ud {
+    struct toy_progress pb;
+};
+
+static void on_step(void *ud, const struct toy_step_info *s) {
+    struct demo_ud *d = ud;
+    char extra[96];
+    if (isnan(s->eval_loss)) snprintf(extra, sizeof extra, "loss %.3f  grad %.2f", s->loss, s->grad_norm);
+    else snprintf(extra, sizeof extra, "loss %.3f  held-out %.3f", s->loss, s->eval_loss);
+    toy_progress_update(&d->pb, s->step, (double)s->tokens_done, extra);
+    if (!d->pb.tty && (s->step % 100 == 0 || s->step == 1 || !isnan(s->eval_loss))) {
+        printf("step %lld: loss=%.4f", (long long)s->step, s->loss);
+        if (!isnan(s->eval_loss)) printf(" held-out=%.4f", s->eval_loss);
+        printf("\n");
         fflush(stdout);
     }
-    putchar('\n');
-    free(p);
-    free(text);
-    toy_ctx_free(ctx);
 }
 
-/* ---- training -------------------------------------------------------------- */
+static volatile sig_atomic_t stop_flag;
+static void on_sigint(int sig) { (void)sig; stop_flag = 1; }
 
 int toy_cmd_demo(int argc, char **argv) {
-    struct opts o = {.steps = 1200, .threads = 0, .T = 64, .B = 16, .d = 128, .layers = 4, .seed = 1234, .lr = 3e-3f};
+    struct opts o = {.steps = 800, .threads = 0, .T = 64, .B = 16, .d = 128, .layers = 4, .seed = 1234, .lr = 3e-3f};
     int rc = parse(argc, argv, &o);
     if (rc) return rc == 1 ? 0 : rc;
 
     size_t n_text = 400000;
     char *text = make_corpus(n_text, o.seed);
+    struct toy_tokenizer *tok = NULL;
+    struct toy_data *data = NULL;
+    struct toy_llama *m = NULL;
+    struct toy_events *ev = NULL;
+    struct toy_trainer *tr = NULL;
+    rc = 1;
     if (!text) { fprintf(stderr, "toy demo: out of memory\n"); return 1; }
-    size_t n_train = n_text * 9 / 10; /* the last 10% is held out */
-
+    /* a small byte-level BPE vocabulary learned from the text, kept in every checkpoint */
+    struct toy_bpe_train_opts bo = {.vocab_size = 320};
+    struct toy_tokens ids = {0};
+    if (toy_tokenizer_train_bpe(text, n_text, &bo, &tok) || toy_tokenizer_encode(tok, text, n_text, 0, &ids)) {
+        fprintf(stderr, "toy demo: %s\n", toy_last_error());
+        goto out;
+    }
+    struct toy_data_opts dopt = {.batch = o.B, .ctx = o.T, .heldout = 0.1, .seed = o.seed};
+    if (toy_data_from_ids(ids.ids, ids.n, toy_tokenizer_n_vocab(tok), &dopt, &data)) {
+        fprintf(stderr, "toy demo: %s\n", toy_last_error());
+        goto out;
+    }
     struct toy_llama_config cfg = toy_llama_preset("tiny");
-    cfg.vocab = 128;
+    cfg.vocab = toy_tokenizer_n_vocab(tok);
     cfg.d_model = o.d;
     cfg.n_layers = o.layers;
     cfg.n_heads = o.d / 32;
     cfg.n_kv_heads = cfg.n_heads > 1 ? cfg.n_heads / 2 : 1;
     cfg.d_ff = 3 * o.d;
     cfg.max_ctx = o.T;
-    struct toy_llama *m = toy_llama_new(&cfg, o.seed);
-    if (!m) { fprintf(stderr, "toy demo: %s\n", toy_last_error()); free(text); return 1; }
-    if (o.bf16) m->matmul_type = TOY_BF16; /* mixed precision: bf16 matmuls, f32 master weights */
-    struct toy_threadpool *tp = toy_threadpool_new(o.threads);
+    if (!(m = toy_llama_new(&cfg, o.seed))) { fprintf(stderr, "toy demo: %s\n", toy_last_error()); goto out; }
 
-    struct toy_ctx *ctx = toy_ctx_init(true);
-    struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, o.T, o.B), *tgt = toy_new_tensor_2d(ctx, TOY_I32, o.T, o.B);
-    struct toy_tensor *pos = toy_new_tensor_1d(ctx, TOY_I32, o.T);
-    for (int t = 0; t < o.T; t++) ((int32_t *)pos->data)[t] = t;
-    struct toy_tensor *loss = toy_cross_entropy(ctx, toy_llama_forward(ctx, m, tok, pos), tgt, -100);
-    struct toy_graph *g = toy_graph_new(ctx);
-    toy_graph_build(g, loss);
-    toy_graph_backward(g, loss);
-    struct toy_plan_info plan;
-    if (toy_graph_plan(g, NULL, &plan)) { fprintf(stderr, "toy demo: %s\n", toy_last_error()); return 1; }
-
-    struct toy_optim *opt = toy_optim_new(TOY_OPTIM_ADAMW);
-    int decay = toy_optim_add_group(opt, &(struct toy_optim_group){.beta1 = 0.9f, .beta2 = 0.95f, .weight_decay = 0.1f});
-    int nodecay = toy_optim_add_group(opt, &(struct toy_optim_group){.beta1 = 0.9f, .beta2 = 0.95f});
-    for (int i = 0; i < toy_graph_n_params(g); i++) {
-        struct toy_tensor *p = toy_graph_param(g, i);
-        toy_optim_add_param(opt, p, p->n_dims >= 2 ? decay : nodecay); /* no decay on norm weights */
+    char run_id[128], run_dir[512], evpath[700];
+    if (toy_run_create("runs", "demo-{date}-{seq}", "llama", run_id, sizeof run_id, run_dir, sizeof run_dir)) {
+        fprintf(stderr, "toy demo: %s\n", toy_last_error());
+        goto out;
     }
-    struct toy_lr_schedule sched = {TOY_LR_COSINE, o.lr, o.lr / 10, o.steps / 20, o.steps};
+    snprintf(evpath, sizeof evpath, "%s/events.jsonl", run_dir);
+    if (toy_events_open(evpath, TOY_EVENTS_TRUNCATE, &ev)) { fprintf(stderr, "toy demo: %s\n", toy_last_error()); goto out; }
+    struct toy_train_opts to = {.steps = o.steps, .accum = 1, .lr = o.lr, .lr_min = o.lr / 10, .warmup = o.steps / 20,
+                                .schedule = TOY_LR_COSINE, .weight_decay = 0.1f, .beta1 = 0.9f, .beta2 = 0.95f,
+                                .eps = 1e-8f, .clip = 1.0f, .seed = o.seed, .eval_every = 200, .eval_batches = 8,
+                                .bf16 = o.bf16, .sample_prompt = "the ", .sample_tokens = 60, .stop = &stop_flag};
+    if (toy_trainer_new(m, tok, data, &to, run_dir, ev, o.threads, &tr)) {
+        fprintf(stderr, "toy demo: %s\n", toy_last_error());
+        goto out;
+    }
+    json_t *model = json_pack("{s:s,s:s,s:I,s:I,s:I}", "arch", "llama", "name", "toy-demo", "vocab", (json_int_t)cfg.vocab,
+                              "d_model", (json_int_t)cfg.d_model, "n_layers", (json_int_t)cfg.n_layers);
+    json_t *config = toy_train_opts_to_json(&to);
+    struct toy_run_start rs = {.run_id = run_id, .phase = "train", .backend = "cpu", .model = model, .config = config};
+    toy_events_run_start(ev, &rs);
+    json_decref(model);
+    json_decref(config);
 
-    printf("toy demo: a %lld-parameter character-level Llama (d %d, %d layers, %lld heads / %lld kv heads)\n"
-           "          on %zu KB of generated sentences; %d steps of %d x %d tokens on %d threads (%s)\n"
-           "          activation memory planned: %.1f MB (%.0f%% of the naive %.1f MB)\n",
+    printf("toy demo: a %lld-parameter Llama (d %d, %d layers, %lld heads / %lld kv heads, vocab %lld BPE tokens)\n"
+           "          learns %zu KB of sentences from a built-in grammar: %d steps of %d x %d tokens%s\n"
+           "          run %s (events, checkpoints); a uniform guess scores ln(%lld) = %.2f\n",
            (long long)toy_llama_n_params(m), o.d, o.layers, (long long)cfg.n_heads, (long long)cfg.n_kv_heads,
-           n_text / 1000, o.steps, o.B, o.T, toy_threadpool_size(tp),
-           o.bf16 ? "AdamW, warmup + cosine, bf16 matmuls" : "AdamW, warmup + cosine",
-           plan.peak_bytes / 1e6, 100.0 * (double)plan.peak_bytes / (double)plan.naive_bytes, plan.naive_bytes / 1e6);
-    printf("          untrained loss would be ln(128) = %.3f per character\n", log(128.0));
-
-    struct toy_rng r;
-    toy_rng_seed(&r, o.seed + 1);
-    struct toy_progress pb;
-    toy_progress_start(&pb, "train", o.steps, "tok/s");
-    float l = 0, first = 0;
-    double t_start = toy_now();
-    for (int step = 0; step < o.steps; step++) {
-        for (int b = 0; b < o.B; b++) {
-            size_t at = (size_t)toy_rng_below(&r, n_train - (size_t)o.T - 1);
-            for (int t = 0; t < o.T; t++) {
-                ((int32_t *)tok->data)[b * o.T + t] = (unsigned char)text[at + (size_t)t];
-                ((int32_t *)tgt->data)[b * o.T + t] = (unsigned char)text[at + (size_t)t + 1];
-            }
-        }
-        toy_optim_zero_grad(opt);
-        if (toy_graph_compute(g, tp)) { fprintf(stderr, "\ntoy demo: %s\n", toy_last_error()); return 1; }
-        l = *(float *)loss->data;
-        if (step == 0) first = l;
-        if (!isfinite(l)) { fprintf(stderr, "\ntoy demo: loss became %f at step %d\n", l, step); return 1; }
-        float gn = toy_optim_clip_grad_norm(opt, 1.0f, tp);
-        toy_optim_step(opt, toy_lr_at(&sched, step), tp);
-        char extra[64];
-        snprintf(extra, sizeof extra, "loss %.3f  grad %.2f", l, gn);
-        toy_progress_update(&pb, step + 1, (double)(step + 1) * o.B * o.T, extra);
-        if (!pb.tty && ((step + 1) % 100 == 0 || step == 0))
-            printf("step %d: loss=%.4f\n", step + 1, l);
-    }
-    toy_progress_finish(&pb);
-    double secs = toy_now() - t_start;
-
-    /* held-out loss over windows of the last 10% (same graph; no optimizer step) */
-    double ev = 0;
-    int n_eval = 0;
-    for (size_t at = n_train; at + (size_t)o.T * o.B + 1 < n_text && n_eval < 8; at += (size_t)o.T * o.B, n_eval++) {
-        for (int b = 0; b < o.B; b++)
-            for (int t = 0; t < o.T; t++) {
-                size_t i = at + (size_t)b * o.T + (size_t)t;
-                ((int32_t *)tok->data)[b * o.T + t] = (unsigned char)text[i];
-                ((int32_t *)tgt->data)[b * o.T + t] = (unsigned char)text[i + 1];
-            }
-        toy_graph_compute(g, tp);
-        ev += *(float *)loss->data;
-    }
-    printf("trained %d steps in %.1f s (%.0f tokens/s): train loss %.3f -> %.3f, held-out loss %.3f\n", o.steps,
-           secs, o.steps * (double)o.B * o.T / secs, first, l, n_eval ? ev / n_eval : NAN);
-    printf("sample (temperature 0.7):\n\n");
-    sample(m, tp, "the ", 300, 0.7f, o.seed);
-
-    toy_optim_free(opt);
-    toy_ctx_free(ctx);
-    toy_threadpool_free(tp);
+           (long long)cfg.vocab, n_text / 1000, o.steps, o.B, o.T, o.bf16 ? ", bf16 matmuls" : "", run_dir,
+           (long long)cfg.vocab, log((double)cfg.vocab));
+    fflush(stdout);
+    struct demo_ud ud;
+    toy_progress_start(&ud.pb, "train", o.steps, "tok/s");
+    toy_trainer_on_step(tr, on_step, &ud);
+    signal(SIGINT, on_sigint);
+    struct toy_train_result res;
+    enum toy_status st = toy_trainer_run(tr, &res);
+    signal(SIGINT, SIG_DFL);
+    toy_progress_finish(&ud.pb);
+    if (st && res.reason != TOY_RUN_INTERRUPTED) { fprintf(stderr, "toy demo: %s\n", toy_last_error()); goto out; }
+    printf("trained %lld steps in %.1f s (%.0f tokens/s): loss %.3f, held-out loss %.3f\n", (long long)res.final_step,
+           res.seconds, res.tokens_per_s, res.final_loss, res.final_eval_loss);
+    printf("checkpoint: %s\n\nsample (temperature 0.8):\n%s\n\n", res.checkpoint, toy_trainer_sample_text(tr));
+    printf("next: build/toy generate -m %s -p \"the child\"\n"
+           "      build/toy train --data your.txt      (your own text; see README)\n", res.checkpoint);
+    rc = 0;
+out:
+    toy_trainer_free(tr);
+    toy_events_close(ev);
     toy_llama_free(m);
+    toy_data_free(data);
+    toy_tokens_free(&ids);
+    toy_tokenizer_free(tok);
     free(text);
-    return 0;
+    return rc;
 }
