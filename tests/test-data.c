@@ -287,7 +287,7 @@ Test(data, state_save_and_restore_continues_the_stream) {
     struct toy_data_state bad = r;
     bad.batch = 8;
     cr_expect_eq(toy_data_set_state(a, &bad), TOY_ERR_STATE);
-    cr_expect(strstr(toy_last_error(), "batch size"), "%s", toy_last_error());
+    cr_expect(strstr(toy_last_error(), "global batch"), "%s", toy_last_error());
     bad = r, bad.n_train = 1;
     cr_expect_eq(toy_data_set_state(a, &bad), TOY_ERR_STATE);
     cr_expect(strstr(toy_last_error(), "training tokens"), "%s", toy_last_error());
@@ -295,6 +295,9 @@ Test(data, state_save_and_restore_continues_the_stream) {
     cr_expect_eq(toy_data_set_state(a, &bad), TOY_ERR_STATE);
     bad = r, bad.world = 2;
     cr_expect_eq(toy_data_set_state(a, &bad), TOY_ERR_STATE);
+    bad = r, bad.ctx = 8;
+    cr_expect_eq(toy_data_set_state(a, &bad), TOY_ERR_STATE);
+    cr_expect(strstr(toy_last_error(), "context"), "%s", toy_last_error());
     toy_data_next_batch(a, xr, yr);
     cr_expect_arr_eq(xr, x[8], sizeof xr);
     toy_data_free(a), toy_data_free(b);
@@ -424,5 +427,45 @@ Test(data, big_file_by_mmap) {
         for (int t = 0; t < 256; t++) cr_assert_eq(y[r * 256 + t], ids[off + t + 1]);
     }
     toy_data_free(d);
+    free(ids);
+}
+
+Test(data, resume_on_another_number_of_ranks) {
+    /* 4 ranks x B 2 for 6 batches, then 2 ranks x B 4: the same global rows */
+    const int64_t n = 30000, T = 8, NB = 6;
+    int32_t *ids = iota(n);
+    struct toy_data_opts o = {.batch = 8, .ctx = T, .heldout = 0.1, .seed = 77};
+    struct toy_data *one;
+    cr_assert_eq(toy_data_from_ids(ids, n, n, &o, &one), TOY_OK);
+    int32_t gx[2 * NB][8 * T], gy[8 * T];
+    for (int b = 0; b < 2 * NB; b++) toy_data_next_batch(one, gx[b], gy);
+    struct toy_data_state s;
+    struct toy_data *r4;
+    struct toy_data_opts o4 = {.batch = 2, .ctx = T, .heldout = 0.1, .seed = 77, .rank = 3, .world = 4};
+    cr_assert_eq(toy_data_from_ids(ids, n, n, &o4, &r4), TOY_OK);
+    int32_t x[8 * T], y[8 * T];
+    for (int b = 0; b < NB; b++) toy_data_next_batch(r4, x, y);
+    toy_data_get_state(r4, &s);
+    for (int rank = 0; rank < 2; rank++) {
+        struct toy_data_opts o2 = {.batch = 4, .ctx = T, .heldout = 0.1, .seed = 77, .rank = rank, .world = 2};
+        struct toy_data *r2;
+        cr_assert_eq(toy_data_from_ids(ids, n, n, &o2, &r2), TOY_OK);
+        cr_assert_eq(toy_data_set_state(r2, &s), TOY_OK, "%s", toy_last_error());
+        for (int b = NB; b < 2 * NB; b++) {
+            toy_data_next_batch(r2, x, y);
+            cr_assert_arr_eq(x, gx[b] + rank * 4 * T, 4 * T * sizeof(int32_t), "rank %d batch %d", rank, b);
+        }
+        struct toy_data_state s2;
+        toy_data_get_state(r2, &s2);
+        cr_expect_eq(s2.batches, 2 * NB);
+        cr_expect_eq(s2.tokens, 2 * NB * 4 * T);
+        toy_data_free(r2);
+    }
+    /* 3 ranks x B 2 is another global batch: refused */
+    struct toy_data_opts o3 = {.batch = 2, .ctx = T, .heldout = 0.1, .seed = 77, .rank = 0, .world = 3};
+    struct toy_data *r3;
+    cr_assert_eq(toy_data_from_ids(ids, n, n, &o3, &r3), TOY_OK);
+    cr_expect_eq(toy_data_set_state(r3, &s), TOY_ERR_STATE);
+    toy_data_free(r3), toy_data_free(r4), toy_data_free(one);
     free(ids);
 }

@@ -44,7 +44,9 @@
  * than a window is left out.
  *
  * A toy_data is not thread-safe for toy_data_next_batch / set_state; the
- * read-only functions may run concurrently.
+ * read-only functions may run concurrently. An opened file is mapped, not
+ * copied: replace it by rename (as toy tokenize does), never truncate it
+ * in place while a loader has it open.
  */
 #ifndef TOY_DATA_H
 #define TOY_DATA_H
@@ -78,9 +80,9 @@ struct toy_data_state {
     int64_t batches;    /* training batches drawn so far */
     int64_t tokens;     /* training tokens this rank has handed out (batches * B * T) */
     uint64_t seed;      /* what it was seeded with */
-    int64_t batch;      /* B, T, world and the training part's length: */
-    int64_t ctx;        /* a state only fits a loader with the same ones */
-    int64_t world;
+    int64_t batch;      /* B, T, world and the training part's length: a state */
+    int64_t ctx;        /* fits a loader with the same T, training part and */
+    int64_t world;      /* global batch B*world */
     int64_t n_train;
 };
 
@@ -117,8 +119,11 @@ void toy_data_next_batch(struct toy_data *d, int32_t *x, int32_t *y);
 void toy_data_get_state(const struct toy_data *d, struct toy_data_state *s);
 
 /* Restores a saved state so the next batches are those that followed it.
- * Errors: TOY_ERR_STATE when the state was drawn with another B, T, world,
- * seed or training part (message names which), leaving d unchanged. */
+ * The state may come from another number of ranks if the global batch
+ * B*world is the same (4 ranks x B 2 resume as 2 ranks x B 4, drawing the
+ * same global rows). Errors: TOY_ERR_STATE when the state was drawn with
+ * another global batch, T, seed or training part (the message names which),
+ * leaving d unchanged. */
 enum toy_status toy_data_set_state(struct toy_data *d, const struct toy_data_state *s);
 
 /* How many held-out windows this rank evaluates (0 without a held-out part). */

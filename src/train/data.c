@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -243,9 +244,12 @@ void toy_data_get_state(const struct toy_data *d, struct toy_data_state *s) {
 }
 
 enum toy_status toy_data_set_state(struct toy_data *d, const struct toy_data_state *s) {
-    const char *what = s->batch != d->o.batch ? "batch size"
+    /* Only the global batch matters: the ranks split the same draws, so a
+     * run may resume on another number of ranks with B*world unchanged. */
+    const bool same_global = s->batch > 0 && s->world > 0 && s->batch <= INT64_MAX / s->world &&
+                             s->batch * s->world == d->o.batch * d->o.world;
+    const char *what = !same_global           ? "global batch (B x world)"
                        : s->ctx != d->o.ctx   ? "context length"
-                       : s->world != d->o.world ? "world size"
                        : s->seed != d->o.seed ? "seed"
                        : s->n_train != d->n_train ? "training tokens (another file or split)"
                        : s->batches < 0       ? "batch count"
