@@ -482,6 +482,57 @@ Test(tokenizer, spm_short_texts_and_no_prefix) {
     toy_tokenizer_free(tok);
 }
 
+/* A Llama-2-style tokenizer.json (BPE + byte_fallback, Prepend/Replace
+ * normalizer): Hugging Face merges by pair rank, so "▁ab" is unreachable when
+ * no merge makes it from "▁" + "ab", where SentencePiece would merge by score. */
+Test(tokenizer, hf_byte_fallback_bpe_merges_by_rank) {
+    const char *j =
+        "{\"added_tokens\": [{\"id\": 0, \"content\": \"<unk>\", \"special\": true},"
+        " {\"id\": 1, \"content\": \"<s>\", \"special\": true}, {\"id\": 2, \"content\": \"</s>\", \"special\": true}],"
+        " \"normalizer\": {\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"Prepend\", \"prepend\": \"\u2581\"},"
+        "   {\"type\": \"Replace\", \"pattern\": {\"String\": \" \"}, \"content\": \"\u2581\"}]},"
+        " \"pre_tokenizer\": null,"
+        " \"model\": {\"type\": \"BPE\", \"unk_token\": \"<unk>\", \"fuse_unk\": true, \"byte_fallback\": true,"
+        "   \"vocab\": {\"<unk>\": 0, \"<s>\": 1, \"</s>\": 2, \"<0xC3>\": 3, \"<0xA9>\": 4, \"\u2581\": 5, \"a\": 6,"
+        "     \"b\": 7, \"c\": 8, \"ab\": 9, \"bc\": 10, \"\u2581a\": 11, \"\u2581ab\": 12},"
+        "   \"merges\": [\"b c\", \"a b\", \"\u2581 a\", \"\u2581a b\"]}}";
+    struct toy_tokenizer *tok = NULL;
+    MUST(toy_tokenizer_load_hf_mem(j, strlen(j), NULL, 0, &tok));
+    cr_expect_eq(toy_tokenizer_kind(tok), TOY_TOKENIZER_SPM);
+    cr_expect_eq(toy_tokenizer_unk(tok), 0);
+    cr_expect_eq(toy_tokenizer_token_type(tok, 3), TOY_TOKEN_BYTE);
+    struct {
+        const char *text;
+        unsigned flags;
+        int32_t want[6];
+        int n;
+    } cases[] = {
+        {"ab", 0, {5, 9}, 2},          /* ab first (rank 1), then no merge for (▁, ab) */
+        {"abc", 0, {11, 10}, 2},       /* bc (rank 0), then ▁a (rank 2) */
+        {"a b", 0, {11, 5, 7}, 3},
+        {"\xc3\xa9", 0, {5, 3, 4}, 3},  /* é: byte fallback */
+        {"xx", 0, {5, 0}, 2},          /* unknown run: one fused <unk> */
+        {"a<s>b", TOY_ENCODE_PARSE_SPECIAL, {11, 1, 5, 7}, 4}, /* Prepend: every fragment gets ▁ */
+    };
+    struct toy_tokens t = {0};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        t.n = 0;
+        MUST(toy_tokenizer_encode(tok, cases[c].text, strlen(cases[c].text), cases[c].flags, &t));
+        bool ok = t.n == cases[c].n;
+        for (int i = 0; ok && i < cases[c].n; i++) ok = t.ids[i] == cases[c].want[i];
+        cr_expect(ok, "'%s': got %lld ids starting %d", cases[c].text, (long long)t.n, t.n ? t.ids[0] : -1);
+    }
+    char *d;
+    t.n = 0;
+    MUST(toy_tokenizer_encode(tok, "abc a", 5, 0, &t));
+    MUST(toy_tokenizer_decode(tok, t.ids, t.n, 0, &d, NULL));
+    cr_expect_str_eq(d, "abc a");
+    free(d);
+    cr_expect_lt(toy_tokenizer_score(tok, 10), 0.0f, "merged pieces get rank-derived scores");
+    toy_tokens_free(&t);
+    toy_tokenizer_free(tok);
+}
+
 /* ---- malformed vocabularies ---- */
 
 Test(tokenizer, malformed_vocabularies) {

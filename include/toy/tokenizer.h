@@ -77,7 +77,8 @@ struct toy_tokenizer_spec {
     const float *scores;        /* n_tokens or NULL (needed by SPM/UGM) */
     const int32_t *types;       /* n_tokens enum toy_token_type, or NULL (all NORMAL; SPM: <0xHH> become BYTE) */
     int64_t n_merges;
-    const char *const *merges;  /* BPE: "left right", rank = index */
+    const char *const *merges;  /* BPE: "left right", rank = index. SPM with merges merges by rank
+                                   (Hugging Face's BPE with byte_fallback) instead of by score */
     const char *pre;            /* BPE pre-tokenizer name as in GGUF tokenizer.ggml.pre
                                    ("gpt-2", "llama-bpe", "qwen2", "smollm", "starcoder", ...); NULL = "default" */
     int n_pre_regex;            /* or: explicit regexes applied in sequence (overrides pre) */
@@ -85,6 +86,8 @@ struct toy_tokenizer_spec {
     int32_t bos, eos, unk, pad, eot; /* -1 when absent */
     bool add_bos, add_eos;
     bool add_space_prefix;      /* SPM/UGM dummy prefix (default true there) */
+    bool prefix_every_fragment; /* the prefix on every text fragment between special tokens (HF's
+                                   Prepend normalizer), not only the first and after specials (llama.cpp) */
     bool ignore_merges;         /* BPE: a piece that is itself in the vocabulary is not merged (Llama-3) */
     bool nfc;                   /* NFC-normalize text before encoding */
     const char *chat_template;  /* Jinja source or NULL */

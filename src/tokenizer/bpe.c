@@ -157,10 +157,14 @@ enum toy_status tok_bpe_setup(struct toy_tokenizer *tok, const struct toy_tokeni
         tok->pre = strdup(name);
     }
     if (!tok->pre) return toy_error(TOY_ERR_NOMEM, "tokenizer: out of memory");
-
     if (!spec->merges && spec->n_tokens > 256 + 64)
         return toy_error(TOY_ERR_FORMAT, "tokenizer: byte-level BPE vocabulary of %lld tokens has no merges",
                          (long long)spec->n_tokens);
+    return tok_merges_setup(tok, spec);
+}
+
+enum toy_status tok_merges_setup(struct toy_tokenizer *tok, const struct toy_tokenizer_spec *spec) {
+    enum toy_status st;
     int64_t nm = spec->merges ? spec->n_merges : 0;
     if (nm < 0 || nm >= INT32_MAX) return toy_error(TOY_ERR_FORMAT, "tokenizer: %lld merges", (long long)nm);
     uint64_t cap = 16;
@@ -260,20 +264,16 @@ static inline void try_pair(const struct toy_tokenizer *tok, const struct sym *s
     if (p) heap_push(h, nh, (struct cand){p->rank, i, sy[i].id, sy[j].id});
 }
 
-static enum toy_status bpe_word(const struct toy_tokenizer *tok, struct tok_scratch *s, const unsigned char *w,
-                                size_t n, struct toy_tokens *out) {
+/* Merges the symbols in s->buf (sy[0..n), linked) by rank and appends the
+ * resulting ids; a symbol id < 0 (a byte or character without a token)
+ * becomes <unk>, or nothing when there is none. */
+static enum toy_status merge_syms(const struct toy_tokenizer *tok, struct tok_scratch *s, size_t n,
+                                  struct toy_tokens *out) {
     enum toy_status st;
-    if (n == 1 && tok->byte_tok[w[0]] >= 0) return tok_push(out, tok->byte_tok[w[0]]);
-    if (tok->ignore_merges) {
-        int32_t id = tok_strmap_get(&tok->bytes_map, (const char *)w, n);
-        if (id >= 0) return tok_push(out, id);
-    }
-    if ((st = tok_reserve(&s->buf, &s->cap, n * sizeof(struct sym)))) return st;
     if ((st = tok_reserve(&s->buf2, &s->cap2, 3 * n * sizeof(struct cand)))) return st;
     struct sym *sy = s->buf;
     struct cand *h = s->buf2;
     size_t nh = 0;
-    for (size_t i = 0; i < n; i++) sy[i] = (struct sym){tok->byte_tok[w[i]], (int32_t)i - 1, i + 1 < n ? (int32_t)i + 1 : -1};
     for (size_t i = 0; i + 1 < n; i++) try_pair(tok, sy, (int32_t)i, h, &nh);
     while (nh) {
         struct cand c = heap_pop(h, &nh);
@@ -288,12 +288,35 @@ static enum toy_status bpe_word(const struct toy_tokenizer *tok, struct tok_scra
         if (l->prev >= 0) try_pair(tok, sy, l->prev, h, &nh);
         try_pair(tok, sy, c.pos, h, &nh);
     }
-    for (int32_t i = 0; i >= 0; i = sy[i].next) {
+    for (int32_t i = n ? 0 : -1; i >= 0; i = sy[i].next) {
         int32_t id = sy[i].id;
-        if (id < 0) id = tok->unk; /* a byte the vocabulary lacks */
+        if (id < 0) id = tok->unk;
         if (id >= 0 && (st = tok_push(out, id))) return st;
     }
     return TOY_OK;
+}
+
+enum toy_status tok_merge_ids(const struct toy_tokenizer *tok, struct tok_scratch *s, const int32_t *ids, size_t n,
+                              struct toy_tokens *out) {
+    enum toy_status st;
+    if ((st = tok_reserve(&s->buf, &s->cap, (n ? n : 1) * sizeof(struct sym)))) return st;
+    struct sym *sy = s->buf;
+    for (size_t i = 0; i < n; i++) sy[i] = (struct sym){ids[i], (int32_t)i - 1, i + 1 < n ? (int32_t)i + 1 : -1};
+    return merge_syms(tok, s, n, out);
+}
+
+static enum toy_status bpe_word(const struct toy_tokenizer *tok, struct tok_scratch *s, const unsigned char *w,
+                                size_t n, struct toy_tokens *out) {
+    enum toy_status st;
+    if (n == 1 && tok->byte_tok[w[0]] >= 0) return tok_push(out, tok->byte_tok[w[0]]);
+    if (tok->ignore_merges) {
+        int32_t id = tok_strmap_get(&tok->bytes_map, (const char *)w, n);
+        if (id >= 0) return tok_push(out, id);
+    }
+    if ((st = tok_reserve(&s->buf, &s->cap, n * sizeof(struct sym)))) return st;
+    struct sym *sy = s->buf;
+    for (size_t i = 0; i < n; i++) sy[i] = (struct sym){tok->byte_tok[w[i]], (int32_t)i - 1, i + 1 < n ? (int32_t)i + 1 : -1};
+    return merge_syms(tok, s, n, out);
 }
 
 /* Splits text[0..len) with re[level] and recurses into each piece; the

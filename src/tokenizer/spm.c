@@ -162,6 +162,31 @@ static enum toy_status spm_bpe(const struct toy_tokenizer *tok, struct tok_scrat
     return TOY_OK;
 }
 
+/* Hugging Face's BPE with byte_fallback over the escaped text as one word:
+ * characters without a piece become their <0xHH> tokens (which never merge)
+ * or one <unk> per run (fuse_unk); then merges by rank. */
+static enum toy_status spm_ranked(const struct toy_tokenizer *tok, struct tok_scratch *s, const char *e, size_t n,
+                                  struct toy_tokens *out) {
+    enum toy_status st;
+    if ((st = tok_reserve(&s->buf4, &s->cap4, (n + 1) * sizeof(int32_t)))) return st;
+    int32_t *ids = s->buf4;
+    size_t k = 0;
+    for (size_t i = 0; i < n;) {
+        size_t l = char_len(e, i, n);
+        int32_t id = piece_id(tok, e + i, l);
+        if (id >= 0) {
+            ids[k++] = id;
+        } else {
+            bool bytes = true;
+            for (size_t j = 0; j < l; j++) bytes &= tok->byte_tok[(unsigned char)e[i + j]] >= 0;
+            if (bytes) for (size_t j = 0; j < l; j++) ids[k++] = tok->byte_tok[(unsigned char)e[i + j]];
+            else if (k == 0 || ids[k - 1] != -1) ids[k++] = -1; /* <unk>, fused */
+        }
+        i += l;
+    }
+    return tok_merge_ids(tok, s, ids, k, out);
+}
+
 enum toy_status tok_spm_encode(const struct toy_tokenizer *tok, struct tok_scratch *s, const char *text,
                                size_t len, bool add_prefix, struct toy_tokens *out) {
     enum toy_status st;
@@ -169,6 +194,7 @@ enum toy_status tok_spm_encode(const struct toy_tokenizer *tok, struct tok_scrat
     if ((st = escape(s, text, len, add_prefix, &n))) return st;
     if (n >= UINT32_MAX / 2) return toy_error(TOY_ERR_RANGE, "tokenizer: text of %zu bytes is too long", len);
     const char *e = s->buf3;
+    if (tok->spm_ranked) return spm_ranked(tok, s, e, n, out);
     if (!tok->spm_word_split) return spm_bpe(tok, s, e, n, out);
     /* No piece holds U+2581 after another character, so no merge crosses the
      * point before a U+2581 that follows a non-U+2581: encode word by word

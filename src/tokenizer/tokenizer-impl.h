@@ -111,6 +111,8 @@ struct toy_tokenizer {
 
     /* SPM / UGM */
     bool add_space_prefix;
+    bool prefix_every_fragment; /* HF Prepend normalizer: each text fragment gets the dummy prefix */
+    bool spm_ranked;     /* SPM pieces merge by merge rank (a tokenizer.json BPE with byte_fallback) */
     bool spm_word_split; /* no piece has U+2581 after another character: words merge independently */
     uint32_t max_piece_len;
     float min_score;
@@ -157,6 +159,8 @@ struct tok_scratch {
     size_t cap2;
     void *buf3;
     size_t cap3;
+    void *buf4;
+    size_t cap4;
     pcre2_match_data *md;
     pcre2_jit_stack *jit;
     pcre2_match_context *mctx;
@@ -170,6 +174,11 @@ enum toy_status tok_bpe_setup(struct toy_tokenizer *tok, const struct toy_tokeni
 enum toy_status tok_bpe_encode(const struct toy_tokenizer *tok, struct tok_scratch *s, const char *text,
                                size_t len, struct toy_tokens *out);
 void tok_bpe_free(struct toy_tokenizer *tok);
+/* The (left, right) -> merged pair map from spec->merges (rank = index). */
+enum toy_status tok_merges_setup(struct toy_tokenizer *tok, const struct toy_tokenizer_spec *spec);
+/* Rank-merges a sequence of ids (ids < 0 become <unk>) and appends the result. */
+enum toy_status tok_merge_ids(const struct toy_tokenizer *tok, struct tok_scratch *s, const int32_t *ids, size_t n,
+                              struct toy_tokens *out);
 /* Pre-tokenization: calls word() for each piece of text split by the
  * regexes in sequence (matches and the gaps between them). */
 typedef enum toy_status (*tok_word_fn)(void *ctx, const char *w, size_t n);

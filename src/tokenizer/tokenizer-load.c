@@ -302,25 +302,36 @@ enum toy_status toy_tokenizer_load_hf_mem(const char *json, size_t len, const ch
         spec.pre = hf_pre_name(&pre);
         spec.ignore_merges = json_is_true(json_object_get(model, "ignore_merges"));
     } else if (byte_fallback || prepend || pre.metaspace) {
-        /* SentencePiece BPE exported to tokenizer.json (Llama-2): merge ranks become scores */
+        /* SentencePiece BPE exported to tokenizer.json (Llama-2, Mistral): Hugging Face merges by rank */
         spec.kind = TOY_TOKENIZER_SPM;
         spec.add_space_prefix = prepend || pre.prepend_space;
-        for (int64_t k = 0; k < n; k++) {
-            scores[k] = -1e9f;
+        spec.prefix_every_fragment = prepend;
+        spec.n_merges = nm;
+        spec.merges = (const char *const *)merges;
+        for (int64_t k = 0; k < n; k++)
             if (tok_parse_byte_piece(tokens[k], strlen(tokens[k])) >= 0 && types[k] == TOY_TOKEN_NORMAL) types[k] = TOY_TOKEN_BYTE;
-        }
+        /* scores for score-based consumers (a GGUF for llama.cpp): a merged piece
+           scores minus the rank of the first merge that makes it */
+        for (int64_t k = 0; k < n; k++) scores[k] = 0;
+        char *cat = NULL;
+        size_t cat_cap = 0;
         for (int64_t r = nm - 1; r >= 0; r--) {
-            char *sp = strchr(merges[r], ' ');
+            const char *sp = strchr(merges[r], ' ');
             if (!sp) continue;
             size_t l = strlen(merges[r]);
-            char *cat = malloc(l);
-            if (!cat) { st = toy_error(TOY_ERR_NOMEM, "out of memory"); goto done; }
-            memcpy(cat, merges[r], (size_t)(sp - merges[r]));
-            memcpy(cat + (sp - merges[r]), sp + 1, l - (size_t)(sp - merges[r]));
-            int32_t id = find_text(tokens, n, cat);
-            free(cat);
-            if (id >= 0) scores[id] = -(float)r;
+            if (l > cat_cap) {
+                char *c2 = realloc(cat, l + 1);
+                if (!c2) { free(cat); st = toy_error(TOY_ERR_NOMEM, "tokenizer.json: out of memory"); goto done; }
+                cat = c2;
+                cat_cap = l;
+            }
+            size_t a = (size_t)(sp - merges[r]);
+            memcpy(cat, merges[r], a);
+            memcpy(cat + a, sp + 1, l - a);
+            json_t *idv = json_object_get(vocab, cat);
+            if (json_is_integer(idv) && json_integer_value(idv) < n) scores[json_integer_value(idv)] = -(float)(r + 1);
         }
+        free(cat);
         json_t *u = json_object_get(model, "unk_token");
         spec.unk = find_text(tokens, n, json_string_value(u));
     } else {

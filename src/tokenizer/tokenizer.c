@@ -243,6 +243,7 @@ enum toy_status toy_tokenizer_init(const struct toy_tokenizer_spec *spec, struct
     tok->add_bos = spec->add_bos && tok->bos >= 0;
     tok->add_eos = spec->add_eos && tok->eos >= 0;
     tok->add_space_prefix = spec->add_space_prefix;
+    tok->prefix_every_fragment = spec->prefix_every_fragment;
     tok->ignore_merges = spec->ignore_merges;
     tok->nfc = spec->nfc;
     memset(tok->byte_tok, 0xff, sizeof tok->byte_tok);
@@ -342,7 +343,11 @@ enum toy_status toy_tokenizer_init(const struct toy_tokenizer_spec *spec, struct
         }
         if ((st = tok_bpe_setup(tok, spec))) goto fail;
     } else {
-        tok->spm_word_split = true;
+        if (tok->kind == TOY_TOKENIZER_SPM && spec->merges && spec->n_merges > 0) {
+            if ((st = tok_merges_setup(tok, spec))) goto fail;
+            tok->spm_ranked = true;
+        }
+        tok->spm_word_split = !tok->spm_ranked;
         for (int32_t i = 0; i < n && tok->spm_word_split; i++) {
             int32_t ty = tok->types[i];
             if (ty != TOY_TOKEN_NORMAL && ty != TOY_TOKEN_USER_DEFINED && ty != TOY_TOKEN_UNUSED) continue;
@@ -384,10 +389,11 @@ fail:
 
 static enum toy_status encode_fragment(const struct toy_tokenizer *tok, struct tok_scratch *s, const char *text,
                                        size_t len, bool prev_special, struct toy_tokens *out) {
+    bool prefix = tok->add_space_prefix && (prev_special || tok->prefix_every_fragment);
     switch (tok->kind) {
     case TOY_TOKENIZER_BPE: return tok_bpe_encode(tok, s, text, len, out);
-    case TOY_TOKENIZER_SPM: return tok_spm_encode(tok, s, text, len, tok->add_space_prefix && prev_special, out);
-    case TOY_TOKENIZER_UGM: return tok_ugm_encode(tok, s, text, len, tok->add_space_prefix && prev_special, out);
+    case TOY_TOKENIZER_SPM: return tok_spm_encode(tok, s, text, len, prefix, out);
+    case TOY_TOKENIZER_UGM: return tok_ugm_encode(tok, s, text, len, prefix, out);
     }
     return TOY_ERR_STATE;
 }
@@ -445,6 +451,7 @@ done:
     free(s.buf);
     free(s.buf2);
     free(s.buf3);
+    free(s.buf4);
     if (s.md) pcre2_match_data_free(s.md);
     if (s.jit) pcre2_jit_stack_free(s.jit);
     if (s.mctx) pcre2_match_context_free(s.mctx);
