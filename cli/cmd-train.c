@@ -175,7 +175,7 @@ int toy_cmd_train(int argc, char **argv) {
     int rc = parse(argc, argv, &c, &given_steps);
     if (rc) return rc == 1 ? 0 : rc;
 
-    char run_dir[1024] = "", run_id[256] = "", ckpt[1200] = "", state[1300] = "";
+    char run_dir[1024] = "", run_id[1024] = "", ckpt[1600] = "", state[1700] = "";
     struct cfg cli = c;
     if (c.resume) {
         /* the run's own options, then the flags given now (e.g. more --steps) */

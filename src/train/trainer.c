@@ -43,6 +43,7 @@ struct toy_trainer {
     void *ud;
     char last_ckpt[1200];
     char sample_text[4096];
+    int64_t eval_windows, eval_tokens; /* of the last evaluation */
 };
 
 static double now_s(void) {
@@ -178,7 +179,7 @@ enum toy_status toy_trainer_eval(struct toy_trainer *t, int64_t n_batches, float
         return toy_error(TOY_ERR_STATE, "no held-out windows to evaluate (use a held-out fraction > 0)");
     }
     double sum = 0;
-    int64_t count = 0;
+    int64_t count = 0, used = 0;
     for (int64_t first = 0, b = 0; first < windows && (n_batches <= 0 || b < n_batches); first += t->B, b++) {
         toy_data_eval_batch(t->data, first, t->etok->data, t->etgt->data, -100);
         int64_t n = 0;
@@ -187,8 +188,11 @@ enum toy_status toy_trainer_eval(struct toy_trainer *t, int64_t n_batches, float
         if (st) return st;
         sum += (double)*(float *)t->eloss->data * (double)n;
         count += n;
+        used += first + t->B < windows ? t->B : windows - first;
     }
     *loss = count ? (float)(sum / (double)count) : NAN;
+    t->eval_windows = used;
+    t->eval_tokens = count;
     return TOY_OK;
 }
 
@@ -426,7 +430,7 @@ enum toy_status toy_trainer_run(struct toy_trainer *t, struct toy_train_result *
             toy_trainer_eval(t, t->o.eval_batches, &info.eval_loss) == TOY_OK) {
             r.final_eval_loss = info.eval_loss;
             if (t->ev) {
-                struct toy_eval_event ee = {step, "validation", info.eval_loss, 0, 0, NULL};
+                struct toy_eval_event ee = {step, "validation", info.eval_loss, t->eval_windows, t->eval_tokens, NULL};
                 toy_events_eval(t->ev, &ee);
             }
         }
@@ -452,7 +456,7 @@ enum toy_status toy_trainer_run(struct toy_trainer *t, struct toy_train_result *
         if (toy_data_eval_windows(t->data) > 0 && toy_trainer_eval(t, t->o.eval_batches, &el) == TOY_OK) {
             r.final_eval_loss = el;
             if (t->ev) {
-                struct toy_eval_event ee = {t->step, "final", el, 0, 0, NULL};
+                struct toy_eval_event ee = {t->step, "final", el, t->eval_windows, t->eval_tokens, NULL};
                 toy_events_eval(t->ev, &ee);
             }
         }
