@@ -479,12 +479,17 @@ Test(gguf, hostile_headers) {
     mk_hdr(&m, 2, 0, 0);
     cr_expect_eq(parse_mk(&m), TOY_OK);
 
-    /* alignment: not a power of two */
-    mk_hdr(&m, 3, 0, 1);
-    mk_str(&m, "general.alignment");
-    mk_u32(&m, TOY_GGUF_U32);
-    mk_u32(&m, 48);
-    cr_expect_eq(parse_mk(&m), TOY_ERR_FORMAT);
+    /* alignment: not a power of two, or below 8 (tensor data could then be
+     * misaligned for its type: found by the fuzzer) */
+    uint32_t bad_align[] = {48, 0, 1, 2, 4};
+    for (size_t i = 0; i < sizeof bad_align / sizeof bad_align[0]; i++) {
+        mk_hdr(&m, 3, 0, 1);
+        mk_str(&m, "general.alignment");
+        mk_u32(&m, TOY_GGUF_U32);
+        mk_u32(&m, bad_align[i]);
+        cr_expect_eq(parse_mk(&m), TOY_ERR_FORMAT, "alignment %u", bad_align[i]);
+        cr_expect(strstr(toy_last_error(), "general.alignment"), "%s", toy_last_error());
+    }
 
     /* tensors: too many dims, bad type, misaligned, past the end, duplicate, block */
     struct { uint32_t nd; uint64_t ne0; uint32_t type; uint64_t off; const char *msg; } bad[] = {

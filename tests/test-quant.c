@@ -116,6 +116,15 @@ Test(quant, known_answers) {
     cr_expect_eq(z[255], 3.5f);
     cr_expect_eq(z[1], 0.0f);
 
+    /* f16/bf16 rows at an odd address convert the same */
+    uint8_t raw[2 * 32 + 1];
+    toy_f32_to_f16_row(x, (toy_f16 *)(void *)y, 32); /* y as scratch */
+    memcpy(raw + 1, y, 64);
+    float z16[32];
+    cr_assert_eq(toy_dequantize_row(TOY_F16, raw + 1, z16, 32), TOY_OK);
+    for (int i = 0; i < 32; i++) cr_expect_eq(z16[i], x[i]);
+    cr_assert_eq(toy_dequantize_row(TOY_BF16, raw + 1, z16, 16), TOY_OK);
+
     cr_expect_eq(toy_quantize_row(TOY_Q8_0, x, b, 31), TOY_ERR_INVALID_ARG);
     cr_expect_eq(toy_quantize_row(TOY_IQ2_XXS, x, b, 256), TOY_ERR_UNSUPPORTED);
     cr_expect(toy_can_dequantize(TOY_Q6_K));

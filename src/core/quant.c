@@ -685,11 +685,28 @@ static enum toy_status check_n(enum toy_dtype t, int64_t n, const char *what) {
     return TOY_OK;
 }
 
+/* f16/bf16 rows at an odd address (a safetensors tensor, a GGUF opened
+ * from an unaligned buffer): the row converters need aligned uint16 loads. */
+static void half_row_unaligned(enum toy_dtype t, const uint8_t *src, float *dst, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, src + 2 * i, 2);
+        dst[i] = t == TOY_F16 ? toy_f16_to_f32(h) : toy_bf16_to_f32(h);
+    }
+}
+
 enum toy_status toy_dequantize_row(enum toy_dtype t, const void *src, float *dst, int64_t n) {
+    const bool odd = ((uintptr_t)src & 1) != 0;
     switch (t) {
     case TOY_F32: memcpy(dst, src, (size_t)n * 4); return TOY_OK;
-    case TOY_F16: toy_f16_to_f32_row(src, dst, n); return TOY_OK;
-    case TOY_BF16: toy_bf16_to_f32_row(src, dst, n); return TOY_OK;
+    case TOY_F16:
+        if (odd) half_row_unaligned(t, src, dst, n);
+        else toy_f16_to_f32_row(src, dst, n);
+        return TOY_OK;
+    case TOY_BF16:
+        if (odd) half_row_unaligned(t, src, dst, n);
+        else toy_bf16_to_f32_row(src, dst, n);
+        return TOY_OK;
     default: break;
     }
     deq_fn f = deq_for(t);

@@ -338,8 +338,8 @@ static enum toy_status writer_alignment(const struct toy_gguf_writer *w, size_t 
     memcpy(&t, kv->buf + at, 4);
     if (t != TOY_GGUF_U32) return toy_error(TOY_ERR_INVALID_ARG, "gguf writer: general.alignment must be u32");
     memcpy(&a, kv->buf + at + 4, 4);
-    if (a == 0 || (a & (a - 1)) || a > (1u << 30))
-        return toy_error(TOY_ERR_INVALID_ARG, "gguf writer: general.alignment %u is not a power of two", a);
+    if (a < 8 || (a & (a - 1)) || a > (1u << 30))
+        return toy_error(TOY_ERR_INVALID_ARG, "gguf writer: general.alignment %u is not a power of two >= 8", a);
     *align = a;
     return TOY_OK;
 }

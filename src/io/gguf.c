@@ -7,7 +7,7 @@
  * first bounded by the image size (a KV needs >= 13 bytes, a string >= 8,
  * a tensor info >= 24). Rejected like ggml's gguf.cpp: nested arrays,
  * duplicate keys or tensor names, empty names or names of 64+ bytes, more than 4
- * dims, unknown types, alignments that are not powers of two, tensor data
+ * dims, unknown types, alignments that are not powers of two >= 8, tensor data
  * that is misaligned or past the end of the file. Values of metadata are
  * kept as offsets into the image (strings of scalar values are copied with
  * a NUL so that callers get C strings). */
@@ -362,8 +362,10 @@ static enum toy_status parse(struct toy_gguf *g) {
             return toy_error(TOY_ERR_FORMAT, "%s: general.alignment is %s, expected u32", g->path,
                              toy_gguf_type_name(kv->type));
         uint64_t a = kv->v.u;
-        if (a == 0 || (a & (a - 1)) || a > (1u << 30))
-            return toy_error(TOY_ERR_FORMAT, "%s: general.alignment %" PRIu64 " is not a power of two",
+        /* the spec asks for a multiple of 8, ggml for a power of two; both
+         * keep every tensor's data aligned for its element type */
+        if (a < 8 || (a & (a - 1)) || a > (1u << 30))
+            return toy_error(TOY_ERR_FORMAT, "%s: general.alignment %" PRIu64 " is not a power of two >= 8",
                              g->path, a);
         g->alignment = (size_t)a;
     }

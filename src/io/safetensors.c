@@ -178,7 +178,7 @@ static enum toy_status parse_image(struct toy_safetensors *st, int shard, const 
         spans[n_spans++] = (struct span){(uint64_t)bi, (uint64_t)ei, st->t[st->n - 1].name};
     }
     /* the tensors must tile the data exactly */
-    qsort(spans, n_spans, sizeof *spans, span_cmp);
+    if (n_spans > 1) qsort(spans, n_spans, sizeof *spans, span_cmp);
     uint64_t at = 0;
     for (size_t i = 0; i < n_spans; i++) {
         if (spans[i].begin != at) {
@@ -235,7 +235,7 @@ static enum toy_status add_shard(struct toy_safetensors *st, const char *path) {
 }
 
 static enum toy_status finish(struct toy_safetensors *st) {
-    qsort(st->t, (size_t)st->n, sizeof *st->t, tensor_cmp);
+    if (st->n > 1) qsort(st->t, (size_t)st->n, sizeof *st->t, tensor_cmp); /* t is NULL when empty */
     for (int64_t i = 1; i < st->n; i++)
         if (!strcmp(st->t[i].name, st->t[i - 1].name))
             return toy_error(TOY_ERR_FORMAT, "safetensors: tensor '%s' appears in two shards (%s, %s)",
