@@ -279,3 +279,90 @@ Test(chat_template, errors) {
     struct toy_chat_template *t = NULL;
     cr_expect_eq(toy_chat_template_init(NULL, &t), TOY_ERR_INVALID_ARG);
 }
+
+/* Qwen2.5-Instruct's template (tools, tool calls, tool responses, heavy
+ * whitespace control), written out from the model's tokenizer_config.json;
+ * the renderings below follow its Jinja by hand. */
+static const char *qwen25 =
+    "{%- if tools %}\n"
+    "    {{- '<|im_start|>system\\n' }}\n"
+    "    {%- if messages[0]['role'] == 'system' %}\n"
+    "        {{- messages[0]['content'] }}\n"
+    "    {%- else %}\n"
+    "        {{- 'You are Qwen, created by Alibaba Cloud. You are a helpful assistant.' }}\n"
+    "    {%- endif %}\n"
+    "    {{- \"\\n\\n# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\nYou are provided with function signatures within <tools></tools> XML tags:\\n<tools>\" }}\n"
+    "    {%- for tool in tools %}\n"
+    "        {{- \"\\n\" }}\n"
+    "        {{- tool | tojson }}\n"
+    "    {%- endfor %}\n"
+    "    {{- \"\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\\"name\\\": <function-name>, \\\"arguments\\\": <args-json-object>}\\n</tool_call><|im_end|>\\n\" }}\n"
+    "{%- else %}\n"
+    "    {%- if messages[0]['role'] == 'system' %}\n"
+    "        {{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}\n"
+    "    {%- else %}\n"
+    "        {{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}\n"
+    "    {%- endif %}\n"
+    "{%- endif %}\n"
+    "{%- for message in messages %}\n"
+    "    {%- if (message.role == \"user\") or (message.role == \"system\" and not loop.first) or (message.role == \"assistant\" and not message.tool_calls) %}\n"
+    "        {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}\n"
+    "    {%- elif message.role == \"assistant\" %}\n"
+    "        {{- '<|im_start|>' + message.role }}\n"
+    "        {%- if message.content %}\n"
+    "            {{- '\\n' + message.content }}\n"
+    "        {%- endif %}\n"
+    "        {%- for tool_call in message.tool_calls %}\n"
+    "            {%- if tool_call.function is defined %}\n"
+    "                {%- set tool_call = tool_call.function %}\n"
+    "            {%- endif %}\n"
+    "            {{- '\\n<tool_call>\\n{\"name\": \"' }}\n"
+    "            {{- tool_call.name }}\n"
+    "            {{- '\", \"arguments\": ' }}\n"
+    "            {{- tool_call.arguments | tojson }}\n"
+    "            {{- '}\\n</tool_call>' }}\n"
+    "        {%- endfor %}\n"
+    "        {{- '<|im_end|>\\n' }}\n"
+    "    {%- elif message.role == \"tool\" %}\n"
+    "        {%- if (loop.index0 == 0) or (messages[loop.index0 - 1].role != \"tool\") %}\n"
+    "            {{- '<|im_start|>user' }}\n"
+    "        {%- endif %}\n"
+    "        {{- '\\n<tool_response>\\n' }}\n"
+    "        {{- message.content }}\n"
+    "        {{- '\\n</tool_response>' }}\n"
+    "        {%- if loop.last or (messages[loop.index0 + 1].role != \"tool\") %}\n"
+    "            {{- '<|im_end|>\\n' }}\n"
+    "        {%- endif %}\n"
+    "    {%- endif %}\n"
+    "{%- endfor %}\n"
+    "{%- if add_generation_prompt %}\n"
+    "    {{- '<|im_start|>assistant\\n' }}\n"
+    "{%- endif %}\n";
+
+Test(chat_template, qwen25_tools) {
+    const char *plain = "[{\"role\": \"system\", \"content\": \"S\"}, {\"role\": \"user\", \"content\": \"Hi\"},"
+                        " {\"role\": \"assistant\", \"content\": \"Hello\"}]";
+    char *got = render(qwen25, plain, true, "", "");
+    cr_expect_str_eq(got, "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+                          "<|im_start|>assistant\nHello<|im_end|>\n<|im_start|>assistant\n");
+    free(got);
+    const char *tools =
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"What's the weather in Paris?\"},"
+        " {\"role\": \"assistant\", \"content\": \"\", \"tool_calls\": [{\"type\": \"function\","
+        "   \"function\": {\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}}]},"
+        " {\"role\": \"tool\", \"content\": \"22C\"}, {\"role\": \"tool\", \"content\": \"sunny\"}],"
+        " \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"get_weather\"}}]}";
+    got = render(qwen25, tools, true, "", "");
+    cr_expect_str_eq(got,
+        "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.\n\n# Tools\n\n"
+        "You may call one or more functions to assist with the user query.\n\n"
+        "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
+        "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\"}}\n</tools>\n\n"
+        "For each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n"
+        "<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n"
+        "<|im_start|>user\nWhat's the weather in Paris?<|im_end|>\n"
+        "<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call><|im_end|>\n"
+        "<|im_start|>user\n<tool_response>\n22C\n</tool_response>\n<tool_response>\nsunny\n</tool_response><|im_end|>\n"
+        "<|im_start|>assistant\n");
+    free(got);
+}
