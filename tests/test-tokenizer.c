@@ -533,6 +533,27 @@ Test(tokenizer, hf_byte_fallback_bpe_merges_by_rank) {
     toy_tokenizer_free(tok);
 }
 
+/* tokenizer.json added tokens with lstrip/rstrip swallow the whitespace beside them */
+Test(tokenizer, added_token_lstrip_rstrip) {
+    const char *j =
+        "{\"added_tokens\": [{\"id\": 3, \"content\": \"<L>\", \"special\": true, \"lstrip\": true},"
+        " {\"id\": 4, \"content\": \"<R>\", \"special\": false, \"rstrip\": true}],"
+        " \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"use_regex\": false},"
+        " \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"\u0120\": 1, \"b\": 2}, \"merges\": []}}";
+    struct toy_tokenizer *tok = NULL;
+    MUST(toy_tokenizer_load_hf_mem(j, strlen(j), NULL, 0, &tok));
+    struct toy_tokens t = {0};
+    MUST(toy_tokenizer_encode(tok, "a  <L> b", 8, TOY_ENCODE_PARSE_SPECIAL, &t));
+    const int32_t w1[] = {0, 3, 1, 2};
+    cr_expect(t.n == 4 && !memcmp(t.ids, w1, sizeof w1), "lstrip: %lld ids", (long long)t.n);
+    t.n = 0;
+    MUST(toy_tokenizer_encode(tok, "a <R>  b", 8, 0, &t)); /* user-defined: matched without PARSE_SPECIAL */
+    const int32_t w2[] = {0, 1, 4, 2};
+    cr_expect(t.n == 4 && !memcmp(t.ids, w2, sizeof w2), "rstrip: %lld ids", (long long)t.n);
+    toy_tokens_free(&t);
+    toy_tokenizer_free(tok);
+}
+
 /* ---- malformed vocabularies ---- */
 
 Test(tokenizer, malformed_vocabularies) {

@@ -59,6 +59,13 @@ enum toy_token_type {
     TOY_TOKEN_BYTE = 6,         /* <0xHH> */
 };
 
+/* Attributes of added tokens (Hugging Face's lstrip/rstrip): the token
+ * swallows the whitespace on that side of it when matched in text. */
+enum {
+    TOY_TOKEN_ATTR_LSTRIP = 1 << 0,
+    TOY_TOKEN_ATTR_RSTRIP = 1 << 1,
+};
+
 /* A growable id array that encode appends to; reuse it across calls to avoid
  * allocation. Zero-initialize before first use; free with toy_tokens_free. */
 struct toy_tokens {
@@ -76,6 +83,7 @@ struct toy_tokenizer_spec {
                                    form for BPE, U+2581 for spaces in SentencePiece */
     const float *scores;        /* n_tokens or NULL (needed by SPM/UGM) */
     const int32_t *types;       /* n_tokens enum toy_token_type, or NULL (all NORMAL; SPM: <0xHH> become BYTE) */
+    const uint8_t *attrs;       /* n_tokens TOY_TOKEN_ATTR_* bits, or NULL */
     int64_t n_merges;
     const char *const *merges;  /* BPE: "left right", rank = index. SPM with merges merges by rank
                                    (Hugging Face's BPE with byte_fallback) instead of by score */

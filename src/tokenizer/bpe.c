@@ -70,6 +70,7 @@ static const struct {
     int n;
     const char *re[TOK_MAX_REGEX];
 } pretoks[] = {
+    {"none", 0, {NULL}}, /* no splitting: the whole text is one word */
     {"gpt-2 gpt2 mpt olmo phi-2 roberta-bpe jina-es jina-de poro jais trillion", 1, {RE_GPT2}},
     /* llama.cpp's LLAMA_VOCAB_PRE_TYPE_DEFAULT (a GGUF without tokenizer.ggml.pre, e.g. GPT-NeoX) */
     {"default", 4, {"[\\p{P}\\$\\+<=>\\^~\\|]+", RE_GPT2, "\\p{N}+", "[0-9][0-9][0-9]"}},

@@ -95,6 +95,7 @@ struct toy_tokenizer {
     uint32_t *bytes_len;
     float *scores;
     int32_t *types;
+    uint8_t *attrs; /* TOY_TOKEN_ATTR_* per token, or NULL */
     struct tok_strmap text_map;  /* stored piece -> id */
     struct tok_strmap bytes_map; /* BPE: raw bytes -> id (normal tokens) */
 

@@ -136,6 +136,7 @@ static void hf_pre_walk(struct hf_pre *p, json_t *node) {
 
 /* The GGUF tokenizer.ggml.pre name for a regex sequence from tokenizer.json. */
 static const char *hf_pre_name(const struct hf_pre *p) {
+    if (p->n == 0) return "none";
     if (p->n == 1 && !strcmp(p->re[0], RE_GPT2_HF)) return "gpt-2";
     if (p->n == 2 && p->digits_individual && !strcmp(p->re[1], RE_GPT2_HF)) return "smollm";
     for (int i = 0; i < p->n; i++) {
@@ -178,6 +179,7 @@ enum toy_status toy_tokenizer_load_hf_mem(const char *json, size_t len, const ch
     char **tokens = NULL, **merges = NULL;
     float *scores = NULL;
     int32_t *types = NULL;
+    uint8_t *attrs = NULL;
     int64_t n = 0, nm = 0;
     struct hf_pre pre = {0};
     json_t *model = json_object_get(root, "model");
@@ -243,6 +245,10 @@ enum toy_status toy_tokenizer_load_hf_mem(const char *json, size_t len, const ch
         json_int_t id = json_integer_value(json_object_get(v, "id"));
         tokens[id] = (char *)token_content(v);
         types[id] = json_is_true(json_object_get(v, "special")) ? TOY_TOKEN_CONTROL : TOY_TOKEN_USER_DEFINED;
+        uint8_t a = (json_is_true(json_object_get(v, "lstrip")) ? TOY_TOKEN_ATTR_LSTRIP : 0) |
+                    (json_is_true(json_object_get(v, "rstrip")) ? TOY_TOKEN_ATTR_RSTRIP : 0);
+        if (a && !attrs && !(attrs = calloc((size_t)n, 1))) { st = toy_error(TOY_ERR_NOMEM, "tokenizer.json: out of memory"); goto done; }
+        if (a) attrs[id] = a;
     }
     for (int64_t k = 0; k < n; k++)
         if (!tokens[k]) {
@@ -286,6 +292,7 @@ enum toy_status toy_tokenizer_load_hf_mem(const char *json, size_t len, const ch
     spec.n_tokens = n;
     spec.tokens = (const char *const *)tokens;
     spec.types = types;
+    spec.attrs = attrs;
     spec.scores = scores;
     spec.nfc = nfc;
     if (unigram) {
@@ -299,7 +306,7 @@ enum toy_status toy_tokenizer_load_hf_mem(const char *json, size_t len, const ch
         spec.merges = (const char *const *)merges;
         spec.n_pre_regex = pre.n;
         spec.pre_regex = (const char *const *)pre.re;
-        spec.pre = hf_pre_name(&pre);
+        spec.pre = hf_pre_name(&pre); /* with no regexes: "none", from the table */
         spec.ignore_merges = json_is_true(json_object_get(model, "ignore_merges"));
     } else if (byte_fallback || prepend || pre.metaspace) {
         /* SentencePiece BPE exported to tokenizer.json (Llama-2, Mistral): Hugging Face merges by rank */
@@ -374,6 +381,7 @@ done:
     for (int k = 0; k < pre.n; k++) free(pre.re[k]);
     free(tokens);
     free(types);
+    free(attrs);
     free(scores);
     json_decref(root);
     json_decref(cfg);

@@ -19,8 +19,10 @@ static json_t *added_tokens(const struct toy_tokenizer *tok) {
         int32_t ty = tok->types[i];
         if (ty != TOY_TOKEN_CONTROL && ty != TOY_TOKEN_USER_DEFINED && ty != TOY_TOKEN_UNKNOWN) continue;
         if (tok->kind != TOY_TOKENIZER_BPE && ty == TOY_TOKEN_UNKNOWN) continue;
+        int at = tok->attrs ? tok->attrs[i] : 0;
         json_array_append_new(a, json_pack("{sIsssbsbsbsbsb}", "id", (json_int_t)i, "content", tok->text[i], "single_word", 0,
-                                           "lstrip", 0, "rstrip", 0, "normalized", 0, "special",
+                                           "lstrip", (at & TOY_TOKEN_ATTR_LSTRIP) != 0, "rstrip",
+                                           (at & TOY_TOKEN_ATTR_RSTRIP) != 0, "normalized", 0, "special",
                                            ty != TOY_TOKEN_USER_DEFINED));
     }
     return a;

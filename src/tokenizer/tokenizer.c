@@ -13,6 +13,7 @@
  */
 #include "tokenizer-impl.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <utf8proc.h>
@@ -191,6 +192,7 @@ void toy_tokenizer_free(struct toy_tokenizer *tok) {
     free(tok->bytes_len);
     free(tok->scores);
     free(tok->types);
+    free(tok->attrs);
     free(tok->text_map.slots);
     free(tok->bytes_map.slots);
     tok_bpe_free(tok);
@@ -230,7 +232,9 @@ enum toy_status toy_tokenizer_init(const struct toy_tokenizer_spec *spec, struct
     tok->scores = calloc((size_t)n, sizeof *tok->scores);
     tok->types = calloc((size_t)n, sizeof *tok->types);
     bool *normal = calloc((size_t)n, sizeof *normal);
-    if (!tok->text || !tok->bytes || !tok->text_len || !tok->bytes_len || !tok->scores || !tok->types || !normal) {
+    if (spec->attrs && (tok->attrs = malloc((size_t)n))) memcpy(tok->attrs, spec->attrs, (size_t)n);
+    if (!tok->text || !tok->bytes || !tok->text_len || !tok->bytes_len || !tok->scores || !tok->types || !normal ||
+        (spec->attrs && !tok->attrs)) {
         st = toy_error(TOY_ERR_NOMEM, "tokenizer: out of memory (%d tokens)", n);
         goto fail;
     }
@@ -437,10 +441,16 @@ enum toy_status toy_tokenizer_encode(const struct toy_tokenizer *tok, const char
             }
         }
         if (hit < 0) { pos++; continue; }
-        if (pos > frag && (st = encode_fragment(tok, &s, text + frag, pos - frag, prev_special, out))) goto done;
+        /* Hugging Face added tokens may swallow the whitespace beside them */
+        size_t fend = pos;
+        if (tok->attrs && (tok->attrs[hit] & TOY_TOKEN_ATTR_LSTRIP))
+            while (fend > frag && isspace((unsigned char)text[fend - 1])) fend--;
+        if (fend > frag && (st = encode_fragment(tok, &s, text + frag, fend - frag, prev_special, out))) goto done;
         if ((st = tok_push(out, hit))) goto done;
         prev_special = true;
         pos += tok->text_len[hit];
+        if (tok->attrs && (tok->attrs[hit] & TOY_TOKEN_ATTR_RSTRIP))
+            while (pos < len && isspace((unsigned char)text[pos])) pos++;
         frag = pos;
     }
     if (len > frag && (st = encode_fragment(tok, &s, text + frag, len - frag, prev_special, out))) goto done;
