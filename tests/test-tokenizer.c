@@ -6,6 +6,7 @@
  */
 #include <criterion/criterion.h>
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -833,4 +834,50 @@ Test(tokenizer, unigram_tokenizer_json_roundtrip) {
     toy_tokens_free(&tb);
     toy_tokenizer_free(a);
     toy_tokenizer_free(b);
+}
+
+/* A Hugging Face SentencePiece folder: tokenizer.model + tokenizer.json
+ * (added tokens) + tokenizer_config.json: the .model gives the segmentation,
+ * the JSON files the extra tokens, specials and chat template. */
+Test(tokenizer, hf_folder_with_sentencepiece_model) {
+    if (access(TD "tokenizer-llama2-spm/tokenizer.model", R_OK)) cr_skip_test("no Llama-2 data");
+    char dir[] = "/tmp/toy-spm-folder-XXXXXX";
+    cr_assert(mkdtemp(dir));
+    char p[512], model_abs[PATH_MAX];
+    cr_assert(realpath(TD "tokenizer-llama2-spm/tokenizer.model", model_abs));
+    snprintf(p, sizeof p, "%s/tokenizer.model", dir);
+    cr_assert_eq(symlink(model_abs, p), 0);
+    snprintf(p, sizeof p, "%s/tokenizer.json", dir);
+    FILE *f = fopen(p, "w");
+    fputs("{\"added_tokens\": [{\"id\": 0, \"content\": \"<unk>\", \"special\": true},"
+          " {\"id\": 32000, \"content\": \"<|im_start|>\", \"special\": true},"
+          " {\"id\": 32001, \"content\": \"<|im_end|>\", \"special\": true}],"
+          " \"normalizer\": {\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"Prepend\", \"prepend\": \"\\u2581\"}]},"
+          " \"pre_tokenizer\": null, \"model\": {\"type\": \"BPE\", \"byte_fallback\": true, \"vocab\": {}, \"merges\": []}}", f);
+    fclose(f);
+    snprintf(p, sizeof p, "%s/tokenizer_config.json", dir);
+    f = fopen(p, "w");
+    fputs("{\"bos_token\": \"<s>\", \"eos_token\": \"<|im_end|>\", \"add_bos_token\": true,"
+          " \"chat_template\": \"{% for m in messages %}<|im_start|>{{ m.role }}{% endfor %}\"}", f);
+    fclose(f);
+    struct toy_tokenizer *tok = NULL;
+    MUST(toy_tokenizer_load(dir, &tok));
+    cr_expect_eq(toy_tokenizer_n_vocab(tok), 32002);
+    cr_expect_eq(toy_tokenizer_kind(tok), TOY_TOKENIZER_SPM);
+    cr_expect_eq(toy_tokenizer_bos(tok), 1);
+    cr_expect_eq(toy_tokenizer_eos(tok), 32001);
+    cr_expect_eq(toy_tokenizer_eot(tok), 32001);
+    cr_expect_not_null(toy_tokenizer_chat_template(tok));
+    cr_expect_lt(toy_tokenizer_score(tok, 1000), 0.0f, "scores come from the .model");
+    int n, rt;
+    int pass = check_jsonl(tok, TD "tokenizer-llama2-spm/expected.jsonl", 0, "ids", &n, &rt);
+    cr_expect_eq(pass, n, "the folder tokenizes as sentencepiece: %d/%d", pass, n);
+    struct toy_tokens t = {0};
+    MUST(toy_tokenizer_encode(tok, "<|im_start|>user", 16, TOY_ENCODE_PARSE_SPECIAL | TOY_ENCODE_MODEL_DEFAULTS, &t));
+    cr_expect_eq(t.ids[0], 1);
+    cr_expect_eq(t.ids[1], 32000);
+    toy_tokens_free(&t);
+    toy_tokenizer_free(tok);
+    snprintf(p, sizeof p, "rm -rf %s", dir);
+    cr_expect_eq(system(p), 0);
 }

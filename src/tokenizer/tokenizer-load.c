@@ -734,11 +734,121 @@ static bool ends_with(const char *s, const char *suf) {
     return a >= b && !strcmp(s + a - b, suf);
 }
 
+/* A SentencePiece .model, with the added tokens of a byte-fallback
+ * tokenizer.json beside it and tokenizer_config.json's specials and chat
+ * template. TOY_ERR_UNSUPPORTED when the pair is not of that kind (a
+ * byte-level tokenizer.json, or a .model that is not a ModelProto, such as
+ * Llama-3's tiktoken file): the caller then uses tokenizer.json alone. */
+static enum toy_status load_spm_with_hf(const char *dir, const char *model_path, const char *json_path,
+                                        struct toy_tokenizer **out) {
+    *out = NULL;
+    struct toy_tokenizer *sp = NULL;
+    json_t *root = NULL, *cfg = NULL;
+    json_error_t jerr;
+    if (toy_tokenizer_load_spm(model_path, &sp)) return TOY_ERR_UNSUPPORTED;
+    if (!(root = json_load_file(json_path, 0, &jerr))) { toy_tokenizer_free(sp); return TOY_ERR_UNSUPPORTED; }
+    struct hf_pre pre = {0};
+    hf_pre_walk(&pre, json_object_get(root, "pre_tokenizer"));
+    for (int k = 0; k < pre.n; k++) free(pre.re[k]);
+    const char *mtype = json_string_value(json_object_get(json_object_get(root, "model"), "type"));
+    if (pre.byte_level || (mtype && strcmp(mtype, "BPE") && strcmp(mtype, "Unigram"))) {
+        json_decref(root);
+        toy_tokenizer_free(sp);
+        return TOY_ERR_UNSUPPORTED;
+    }
+    char cp[4096];
+    snprintf(cp, sizeof cp, "%s/tokenizer_config.json", dir);
+    cfg = json_load_file(cp, JSON_DECODE_INT_AS_REAL, &jerr); /* optional */
+
+    enum toy_status st = TOY_OK;
+    int64_t n = sp->n_vocab, total = n;
+    size_t i;
+    json_t *v;
+    json_t *added = json_object_get(root, "added_tokens");
+    json_array_foreach(added, i, v) {
+        json_int_t id = json_integer_value(json_object_get(v, "id"));
+        if (id >= total && id < INT32_MAX && token_content(v)) total = id + 1;
+    }
+    const char **tokens = calloc((size_t)total, sizeof *tokens);
+    float *scores = calloc((size_t)total, sizeof *scores);
+    int32_t *types = calloc((size_t)total, sizeof *types);
+    if (!tokens || !scores || !types) { st = toy_error(TOY_ERR_NOMEM, "%s: out of memory", dir); goto done; }
+    for (int64_t k = 0; k < n; k++) {
+        tokens[k] = sp->text[k];
+        scores[k] = sp->scores[k];
+        types[k] = sp->types[k];
+    }
+    json_array_foreach(added, i, v) {
+        json_int_t id = json_integer_value(json_object_get(v, "id"));
+        const char *c = token_content(v);
+        if (id < 0 || id >= total || !c) continue;
+        bool special = json_is_true(json_object_get(v, "special"));
+        if (id >= n) {
+            tokens[id] = c;
+            types[id] = special ? TOY_TOKEN_CONTROL : TOY_TOKEN_USER_DEFINED;
+        } else if (!strcmp(tokens[id], c) && types[id] == TOY_TOKEN_NORMAL) {
+            types[id] = special ? TOY_TOKEN_CONTROL : TOY_TOKEN_USER_DEFINED;
+        }
+    }
+    for (int64_t k = n; k < total; k++)
+        if (!tokens[k]) { st = toy_error(TOY_ERR_FORMAT, "%s: added tokens leave id %lld undefined", json_path, (long long)k); goto done; }
+    struct toy_tokenizer_spec spec;
+    spec_defaults(&spec);
+    spec.kind = sp->kind;
+    spec.n_tokens = total;
+    spec.tokens = tokens;
+    spec.scores = scores;
+    spec.types = types;
+    spec.add_space_prefix = sp->add_space_prefix;
+    spec.unk = sp->unk;
+    spec.bos = sp->bos;
+    spec.eos = sp->eos;
+    spec.pad = sp->pad;
+    spec.add_bos = true;
+    if (cfg) {
+        const char *bos = token_content(json_object_get(cfg, "bos_token"));
+        const char *eos = token_content(json_object_get(cfg, "eos_token"));
+        const char *pad = token_content(json_object_get(cfg, "pad_token"));
+        if (bos && find_text((char **)tokens, total, bos) >= 0) spec.bos = find_text((char **)tokens, total, bos);
+        if (eos && find_text((char **)tokens, total, eos) >= 0) spec.eos = find_text((char **)tokens, total, eos);
+        if (pad && find_text((char **)tokens, total, pad) >= 0) spec.pad = find_text((char **)tokens, total, pad);
+        json_t *ab = json_object_get(cfg, "add_bos_token"), *ae = json_object_get(cfg, "add_eos_token");
+        if (ab) spec.add_bos = json_is_true(ab);
+        spec.add_eos = ae && json_is_true(ae);
+        json_t *tmpl = json_object_get(cfg, "chat_template");
+        if (json_is_string(tmpl)) spec.chat_template = json_string_value(tmpl);
+        else json_array_foreach(tmpl, i, v) {
+            const char *name = json_string_value(json_object_get(v, "name"));
+            if (!spec.chat_template || (name && !strcmp(name, "default")))
+                spec.chat_template = json_string_value(json_object_get(v, "template"));
+        }
+    }
+    spec.eot = find_first((char **)tokens, total, eot_names);
+    st = toy_tokenizer_init(&spec, out);
+done:
+    free(tokens);
+    free(scores);
+    free(types);
+    json_decref(root);
+    json_decref(cfg);
+    toy_tokenizer_free(sp);
+    return st;
+}
+
 enum toy_status toy_tokenizer_load(const char *path, struct toy_tokenizer **out) {
     *out = NULL;
     char a[4096], b[4096];
     if (is_dir(path)) {
         snprintf(a, sizeof a, "%s/tokenizer.json", path);
+        snprintf(b, sizeof b, "%s/tokenizer.model", path);
+        if (exists(a) && exists(b)) {
+            /* SentencePiece models (Llama-2, TinyLlama, Mistral, Gemma) ship both:
+               the .model has the real scores and types (what sentencepiece and
+               llama.cpp segment by); tokenizer.json adds added tokens, and
+               tokenizer_config.json the specials and the chat template */
+            enum toy_status st = load_spm_with_hf(path, b, a, out);
+            if (st != TOY_ERR_UNSUPPORTED) return st;
+        }
         if (exists(a)) return toy_tokenizer_load(a, out);
         snprintf(a, sizeof a, "%s/tokenizer.model", path);
         if (exists(a)) return toy_tokenizer_load_spm(a, out);
