@@ -1,18 +1,22 @@
 /* toy/tokenizer.h: text <-> token ids, exact to the reference tokenizers.
  *
  * Three algorithms behind one opaque handle:
- *   - byte-level BPE (GPT-2, Llama-3, Qwen2, SmolLM2, StarCoder, GPT-NeoX):
- *     a pre-tokenizer regex splits the text, each piece's bytes are merged by
- *     merge rank (Hugging Face `tokenizers` / llama.cpp semantics);
+ *   - byte-level BPE (GPT-2, Llama-3, Qwen2/3, SmolLM2, StarCoder, GPT-NeoX,
+ *     GPT-4o): the pre-tokenizer regexes (PCRE2, llama.cpp's table by
+ *     tokenizer.ggml.pre name, or a tokenizer.json's own) split the text, each
+ *     piece's bytes merge by rank (Hugging Face `tokenizers` / llama.cpp);
  *   - SentencePiece BPE (Llama-2, TinyLlama, Mistral): spaces become U+2581,
- *     a dummy prefix is added, pieces merge by score, characters missing from
- *     the vocabulary fall back to <0xHH> byte tokens (or <unk>);
- *   - SentencePiece Unigram (Gemma-style): Viterbi over piece scores.
+ *     a dummy prefix is added, pieces merge by score (or by merge rank for a
+ *     tokenizer.json BPE with byte_fallback, as Hugging Face does), characters
+ *     missing from the vocabulary fall back to <0xHH> byte tokens (or <unk>);
+ *   - SentencePiece Unigram (Gemma/T5-style): Viterbi over piece scores.
  *
  * Vocabularies load from a Hugging Face tokenizer.json (+ tokenizer_config.json
  * beside it), GPT-2 encoder.json + vocab.bpe, a SentencePiece .model, a
- * llama2.c tokenizer.bin, or GGUF metadata (tokenizer.ggml.*). Any of them can
- * also be built from plain arrays with toy_tokenizer_init().
+ * llama2.c tokenizer.bin, or GGUF metadata (tokenizer.ggml.*), and save as
+ * GGUF metadata or tokenizer.json. Any of them can also be built from plain
+ * arrays with toy_tokenizer_init(), or learned with toy_tokenizer_train_bpe().
+ * Chat templates are in toy/chat-template.h.
  *
  *     struct toy_tokenizer *tok;
  *     if (toy_tokenizer_load("models/smollm2", &tok)) die(toy_last_error());

@@ -42,16 +42,10 @@ const uint16_t tok_byte_to_cp[256] = {
 
 int tok_cp_to_byte(uint32_t cp) {
     if ((cp >= 33 && cp <= 126) || (cp >= 161 && cp <= 172) || (cp >= 174 && cp <= 255)) return (int)cp;
-    if (cp >= 256 && cp <= 323) {
-        static int16_t inv[68];
-        static int ready; /* benign race: every thread writes the same values */
-        if (!ready) {
-            for (int b = 0; b < 256; b++)
-                if (tok_byte_to_cp[b] >= 256) inv[tok_byte_to_cp[b] - 256] = (int16_t)b;
-            __atomic_store_n(&ready, 1, __ATOMIC_RELEASE);
-        }
-        return inv[cp - 256];
-    }
+    /* U+0100.. stand for the other bytes in order: 0..32, 127..160, 173 */
+    if (cp >= 256 && cp < 256 + 33) return (int)cp - 256;
+    if (cp >= 256 + 33 && cp < 256 + 67) return 127 + (int)cp - (256 + 33);
+    if (cp == 256 + 67) return 173;
     return -1;
 }
 
