@@ -13,6 +13,12 @@ echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //
 # engine vs BLAS and vs PyTorch (same shapes, same threads, same script)
 { "$B/bench/bench-engine" "$NTH"; OMP_WAIT_POLICY=passive "$PY" bench/torch_ops.py "$NTH"; } \
   | "$PY" bench/report.py "$B/bench-results.json" || status=1
+# Llama training step (S and M shapes) and inference (M) against PyTorch
+for spec in "S train" "M train" "M infer"; do
+  set -- $spec
+  { "$B/bench/bench-llama" "$NTH" "$1" "$2"; OMP_WAIT_POLICY=passive "$PY" bench/torch_llama.py "$NTH" "$1" "$2"; } \
+    | "$PY" bench/report.py "$B/bench-llama-$1-$2.json" || status=1
+done
 [ -x "$B/bench/bench-blas" ] && { "$B/bench/bench-blas" "$NTH" || status=1; }
 "$B/bench/bench-tokenizer" "$TD" 3 || status=1
 # GGUF open (mmap vs read) and write, quantize/dequantize GB/s vs memcpy

@@ -1,0 +1,153 @@
+/* bench-llama.c: Llama training and inference speed on the issue's shapes.
+ *   train   step time (forward + cross-entropy + backward + AdamW), f32 and
+ *           bf16 mixed precision, tokens/s
+ *   infer   prefill tokens/s (T 256, one graph) and KV-cache decode tokens/s
+ *           (256-token context) in f32, with the memory-bandwidth bound:
+ *           measured triad GB/s / weight bytes read per token
+ * Shapes: S = stories15M (vocab 32000, d 288, 6 layers, 6 heads, d_ff 768,
+ * T 256, B 8); M = SmolLM2-135M (vocab 49152, d 576, 30 layers, 9/3 heads,
+ * d_ff 1536, T 256, B 4). Prints JSON lines for bench/report.py.
+ * Usage: bench-llama THREADS [S|M] [train|infer] */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "toy/generate.h"
+#include "toy/toy.h"
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* STREAM-style triad a = b + s c over 3 x 64 MB, best of 5, on the pool */
+struct triad { float *a, *b, *c; int64_t n; };
+static void triad_fn(void *arg, int ith, int nth) {
+    struct triad *t = arg;
+    int64_t per = (t->n + nth - 1) / nth, s = per * ith, e = s + per < t->n ? s + per : t->n;
+    for (int64_t i = s; i < e; i++) t->a[i] = t->b[i] + 3.0f * t->c[i];
+}
+static double triad_gbs(struct toy_threadpool *tp) {
+    struct triad t = {.n = 16 << 20};
+    t.a = malloc((size_t)t.n * 4);
+    t.b = malloc((size_t)t.n * 4);
+    t.c = malloc((size_t)t.n * 4);
+    for (int64_t i = 0; i < t.n; i++) { t.a[i] = 0; t.b[i] = 1; t.c[i] = 2; }
+    double best = 1e30;
+    for (int r = 0; r < 5; r++) {
+        double t0 = now();
+        toy_threadpool_run(tp, triad_fn, &t);
+        double dt = now() - t0;
+        if (dt < best) best = dt;
+    }
+    free(t.a); free(t.b); free(t.c);
+    return 3.0 * (double)t.n * 4 / best / 1e9;
+}
+
+static struct toy_llama_config shape(const char *s, int64_t *T, int64_t *B) {
+    struct toy_llama_config c = toy_llama_preset(!strcmp(s, "S") ? "stories15m" : "smollm2-135m");
+    *T = 256;
+    *B = !strcmp(s, "S") ? 8 : 4;
+    return c;
+}
+
+static void bench_train(struct toy_threadpool *tp, int nth, const char *s, bool bf16) {
+    int64_t T, B;
+    struct toy_llama_config c = shape(s, &T, &B);
+    struct toy_llama *m = toy_llama_new(&c, 1);
+    m->matmul_type = bf16 ? TOY_BF16 : TOY_F32;
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, T, B), *tgt = toy_new_tensor_2d(ctx, TOY_I32, T, B);
+    struct toy_tensor *pos = toy_new_tensor_1d(ctx, TOY_I32, T);
+    for (int64_t i = 0; i < T * B; i++) {
+        ((int32_t *)tok->data)[i] = (int32_t)((i * 7919) % c.vocab);
+        ((int32_t *)tgt->data)[i] = (int32_t)((i * 104729 + 3) % c.vocab);
+    }
+    for (int64_t t = 0; t < T; t++) ((int32_t *)pos->data)[t] = (int32_t)t;
+    struct toy_tensor *loss = toy_cross_entropy(ctx, toy_llama_forward(ctx, m, tok, pos), tgt, -100);
+    struct toy_graph *g = toy_graph_new(ctx);
+    toy_graph_build(g, loss);
+    toy_graph_backward(g, loss);
+    struct toy_plan_info pi;
+    toy_graph_plan(g, NULL, &pi);
+    struct toy_optim *o = toy_optim_new(TOY_OPTIM_ADAMW);
+    int grp = toy_optim_add_group(o, &(struct toy_optim_group){.beta1 = 0.9f, .beta2 = 0.95f, .weight_decay = 0.1f});
+    for (int i = 0; i < toy_llama_n_tensors(m); i++) toy_optim_add_param(o, toy_llama_tensor(m, i), grp);
+    int steps = !strcmp(s, "S") ? 5 : 3;
+    double best = 1e30;
+    for (int i = 0; i < steps + 1; i++) {
+        double t0 = now();
+        toy_optim_zero_grad(o);
+        toy_graph_compute(g, tp);
+        toy_optim_clip_grad_norm(o, 1.0f, tp);
+        toy_optim_step(o, 1e-4f, tp);
+        double dt = now() - t0;
+        if (i > 0 && dt < best) best = dt; /* the first step plans and warms up */
+    }
+    double n = (double)toy_llama_n_params(m);
+    double flops = 6.0 * n * (double)(T * B); /* model FLOPs, attention excluded */
+    printf("{\"bench\":\"train\",\"shape\":\"%s\",\"dtype\":\"%s\",\"threads\":%d,\"toy_s\":%.3f,\"toy_tok_s\":%.0f,"
+           "\"toy_gflops\":%.1f,\"peak_act_mb\":%.1f}\n", s, bf16 ? "bf16" : "f32", nth, best, (double)(T * B) / best,
+           flops / best / 1e9, pi.peak_bytes / 1e6);
+    fflush(stdout);
+    toy_optim_free(o);
+    toy_ctx_free(ctx);
+    toy_llama_free(m);
+}
+
+static bool count_tok(void *ud, int32_t id, const char *text, size_t len, float lp) {
+    (void)id; (void)text; (void)len; (void)lp;
+    (*(int *)ud)++;
+    return true;
+}
+
+static void bench_infer(struct toy_threadpool *tp, int nth, const char *s) {
+    int64_t T, B;
+    struct toy_llama_config c = shape(s, &T, &B);
+    struct toy_llama *m = toy_llama_new(&c, 1);
+    int32_t *prompt = malloc(256 * sizeof *prompt);
+    for (int i = 0; i < 256; i++) prompt[i] = (int32_t)((i * 31 + 7) % c.vocab);
+    struct toy_generator *gen;
+    toy_generator_new(m, NULL, 512, tp, &gen);
+    struct toy_generate_params gp = {.n_predict = 32, .ignore_eos = true};
+    struct toy_generate_result r, best = {0};
+    double bp = 0, bd = 0;
+    for (int i = 0; i < 3; i++) {
+        int n = 0;
+        toy_generate(gen, prompt, 256, &gp, count_tok, &n, &r);
+        double p = r.n_prompt / r.prefill_s, d = r.n_generated / r.decode_s;
+        if (p > bp) bp = p;
+        if (d > bd) bd = d;
+        best = r;
+    }
+    (void)best;
+    double gbs = triad_gbs(tp);
+    double bytes = 0; /* weights read per decoded token: every matrix once (tied head = embedding) */
+    for (int i = 0; i < toy_llama_n_tensors(m); i++) bytes += (double)toy_nbytes(toy_llama_tensor(m, i));
+    bytes -= (double)toy_nbytes(m->tok_embd) * (c.tied ? 0 : 1); /* the lookup reads one row */
+    printf("{\"bench\":\"infer\",\"shape\":\"%s\",\"dtype\":\"f32\",\"threads\":%d,\"prefill_tok_s\":%.1f,"
+           "\"decode_tok_s\":%.1f,\"triad_gbs\":%.1f,\"weight_mb\":%.1f,\"decode_bound_tok_s\":%.1f}\n",
+           s, nth, bp, bd, gbs, bytes / 1e6, gbs * 1e9 / bytes);
+    fflush(stdout);
+    toy_generator_free(gen);
+    free(prompt);
+    toy_llama_free(m);
+}
+
+int main(int argc, char **argv) {
+    int nth = argc > 1 ? atoi(argv[1]) : 2;
+    const char *which = argc > 2 ? argv[2] : "S";
+    const char *mode = argc > 3 ? argv[3] : "train";
+    struct toy_threadpool *tp = toy_threadpool_new(nth);
+    if (!strcmp(mode, "train")) {
+        bench_train(tp, nth, which, false);
+        bench_train(tp, nth, which, true);
+    } else {
+        bench_infer(tp, nth, which);
+    }
+    toy_threadpool_free(tp);
+    return 0;
+}
