@@ -339,6 +339,29 @@ static double now_us(void) {
     return ts.tv_sec * 1e6 + ts.tv_nsec * 1e-3;
 }
 
+/* Nodes too small to be worth the pool's synchronisation (a few us): decode
+ * steps are hundreds of them on vectors of d_model floats. */
+static bool is_small(const struct toy_tensor *t) {
+    switch (t->op) {
+    case TOY_OP_MATMUL: {
+        const struct toy_tensor *a = t->src[0];
+        double flops = 2.0 * (double)toy_nelements(t) * (double)(t->op_params[P_MM_TRANS_A] ? a->ne[1] : a->ne[0]);
+        return flops < 2e5;
+    }
+    case TOY_OP_ATTENTION:
+    case TOY_OP_ATTENTION_BACK:
+    case TOY_OP_CROSS_ENTROPY:
+    case TOY_OP_CROSS_ENTROPY_BACK:
+    case TOY_OP_GET_ROWS_BACK:
+    case TOY_OP_SUM_ALL:
+        return false;
+    case TOY_OP_KV_STORE: /* its result is the whole cache; the work is the new rows */
+        return toy_nelements(t->src[1]) < 16384;
+    default:
+        return toy_nelements(t) < 16384;
+    }
+}
+
 static enum toy_status check_leaf(const struct toy_tensor *t) {
     if (t && t->op == TOY_OP_NONE && !t->data)
         return toy_error(TOY_ERR_STATE, "tensor '%s' has no data (set it before running the graph)",
@@ -381,7 +404,8 @@ enum toy_status toy_graph_compute(struct toy_graph *g, struct toy_threadpool *tp
         if (t->op == TOY_OP_KV_STORE) t->data = t->src[0]->data; /* the cache itself */
         struct task tk = {be, t, g->work, g->work_size};
         double t0 = g->timing ? now_us() : 0;
-        toy_threadpool_run(tp, run_node, &tk);
+        if (is_small(t)) run_node(&tk, 0, 1); /* waking the pool costs more than the work */
+        else toy_threadpool_run(tp, run_node, &tk);
         if (g->timing) g->op_us[t->op] += now_us() - t0;
         if (t->op_params[TOY_MAX_OP_PARAMS - 1]) {
             t->op_params[TOY_MAX_OP_PARAMS - 1] = 0;

@@ -127,6 +127,16 @@ void toy_cpu_matmul(struct toy_tensor *dst, int ith, int nth, void *work, size_t
             int64_t lo, hi;
             toy_split(split_m ? m : n, (int)part, (int)nsplit, &lo, &hi);
             if (hi <= lo) continue;
+            if (m == 1 && !ta) {
+                /* one row (decode): a matrix-vector product; sgemm would pack B */
+                if (tb)
+                    cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)(hi - lo), (int)k, 1.0f, b + lo * ldb, ldb, a, 1,
+                                beta, c + lo, 1);
+                else
+                    cblas_sgemv(CblasRowMajor, CblasTrans, (int)k, (int)(hi - lo), 1.0f, b + lo, ldb, a, 1, beta,
+                                c + lo, 1);
+                continue;
+            }
             if (split_m) {
                 const float *as = ta ? a + lo : a + lo * lda;
                 cblas_sgemm(CblasRowMajor, TA, TB, (int)(hi - lo), (int)n, (int)k, 1.0f, as, lda, b, ldb,
