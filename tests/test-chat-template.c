@@ -366,3 +366,56 @@ Test(chat_template, qwen25_tools) {
         "<|im_start|>assistant\n");
     free(got);
 }
+
+/* Decodes the ids whose mask is 1, in order. */
+static char *masked_text(const struct toy_tokenizer *tok, const struct toy_tokens *ids, const unsigned char *mask) {
+    struct toy_tokens m = {0};
+    for (int64_t i = 0; i < ids->n; i++)
+        if (mask[i]) {
+            if (m.n == m.cap) {
+                m.cap = m.cap ? 2 * m.cap : 64;
+                m.ids = realloc(m.ids, (size_t)m.cap * sizeof *m.ids);
+            }
+            m.ids[m.n++] = ids->ids[i];
+        }
+    char *d;
+    MUST(toy_tokenizer_decode(tok, m.ids, m.n, TOY_DECODE_KEEP_LEADING_SPACE, &d, NULL));
+    toy_tokens_free(&m);
+    return d;
+}
+
+Test(chat_template, sft_mask_marks_assistant_turns) {
+    if (access(TD "tokenizer-smollm2/tokenizer.json", R_OK)) cr_skip_test("no test data");
+    struct toy_chat_message conv5[] = {{"system", "S"}, {"user", "Hi"}, {"assistant", "Hello there."}, {"user", "Bye"},
+                                       {"assistant", "Bye!"}};
+    struct toy_tokenizer *tok = NULL;
+    MUST(toy_tokenizer_load(TD "tokenizer-smollm2/tokenizer.json", &tok));
+    struct toy_tokens ids = {0};
+    unsigned char *mask;
+    MUST(toy_chat_encode(tok, "chatml", conv5, 5, &ids, &mask));
+    char *m = masked_text(tok, &ids, mask);
+    cr_expect_str_eq(m, "Hello there.<|im_end|>\nBye!<|im_end|>\n");
+    free(m);
+    /* all ids, in order, are the whole rendering */
+    char *all, *ref;
+    MUST(toy_tokenizer_decode(tok, ids.ids, ids.n, 0, &all, NULL));
+    MUST(toy_tokenizer_apply_chat(tok, "chatml", conv5, 5, false, &ref));
+    cr_expect_str_eq(all, ref);
+    free(all);
+    free(ref);
+    free(mask);
+    toy_tokens_free(&ids);
+    toy_tokenizer_free(tok);
+
+    /* SentencePiece: the dummy-prefix spaces are not in the text, offsets skip them */
+    MUST(toy_tokenizer_load_spm(TD "tokenizer-llama2-spm/tokenizer.model", &tok));
+    struct toy_chat_message conv3[] = {{"user", "Hello!"}, {"assistant", "Hi there."}, {"user", "Q"}};
+    MUST(toy_chat_encode(tok, "llama2", conv3, 3, &ids, &mask));
+    cr_expect_eq(ids.ids[0], 1);
+    m = masked_text(tok, &ids, mask);
+    cr_expect_str_eq(m, " Hi there. </s>");
+    free(m);
+    free(mask);
+    toy_tokens_free(&ids);
+    toy_tokenizer_free(tok);
+}

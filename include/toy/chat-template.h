@@ -44,6 +44,7 @@ extern "C" {
 #endif
 
 struct toy_tokenizer;
+struct toy_tokens;
 struct toy_chat_template;
 
 struct toy_chat_message {
@@ -80,6 +81,17 @@ enum toy_status toy_chat_template_render_json(const struct toy_chat_template *t,
 enum toy_status toy_tokenizer_apply_chat(const struct toy_tokenizer *tok, const char *name_or_source,
                                          const struct toy_chat_message *msgs, size_t n_msgs,
                                          bool add_generation_prompt, char **out);
+
+/* For supervised fine-tuning: renders the conversation (no generation
+ * prompt), encodes it with special-token parsing, and sets *mask (malloc'd,
+ * one byte per id appended to `ids`) to 1 for the tokens of assistant turns
+ * the model should learn -- each assistant message's text after its
+ * generation prompt, through its end-of-turn marker -- and 0 elsewhere.
+ * Needs a template whose renderings of growing prefixes of the conversation
+ * extend one another (all the built-ins do); TOY_ERR_UNSUPPORTED otherwise. */
+enum toy_status toy_chat_encode(const struct toy_tokenizer *tok, const char *name_or_source,
+                                const struct toy_chat_message *msgs, size_t n_msgs, struct toy_tokens *ids,
+                                unsigned char **mask);
 
 #ifdef __cplusplus
 }

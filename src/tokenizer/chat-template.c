@@ -179,3 +179,83 @@ enum toy_status toy_tokenizer_apply_chat(const struct toy_tokenizer *tok, const 
     toy_chat_template_free(t);
     return st;
 }
+
+/* Byte offset in the rendered text where each token starts. Token bytes
+ * concatenate to the text, except that SentencePiece inserts the dummy
+ * prefix space at the start and after each special token (llama.cpp's rule,
+ * which encode follows): those bytes are skipped. */
+static void token_offsets(const struct toy_tokenizer *tok, const struct toy_tokens *ids, size_t *off) {
+    bool spm = toy_tokenizer_kind(tok) != TOY_TOKENIZER_BPE;
+    size_t j = 0;
+    bool prev_special = true;
+    for (int64_t i = 0; i < ids->n; i++) {
+        size_t l;
+        const char *b = toy_tokenizer_token_bytes(tok, ids->ids[i], &l);
+        enum toy_token_type ty = toy_tokenizer_token_type(tok, ids->ids[i]);
+        bool special = ty == TOY_TOKEN_CONTROL || ty == TOY_TOKEN_USER_DEFINED || ty == TOY_TOKEN_UNKNOWN;
+        if (spm && prev_special && !special && l > 0 && b[0] == ' ' && ty != TOY_TOKEN_BYTE) l--;
+        off[i] = j;
+        j += l;
+        prev_special = special;
+    }
+}
+
+enum toy_status toy_chat_encode(const struct toy_tokenizer *tok, const char *name_or_source,
+                                const struct toy_chat_message *msgs, size_t n_msgs, struct toy_tokens *ids,
+                                unsigned char **mask) {
+    *mask = NULL;
+    const char *src = name_or_source ? name_or_source : toy_tokenizer_chat_template(tok);
+    if (!src) return toy_error(TOY_ERR_NOT_FOUND, "the tokenizer has no chat template; name one (chatml, llama3, ...)");
+    struct toy_chat_template *t;
+    enum toy_status st = toy_chat_template_init(src, &t);
+    if (st) return st;
+    struct toy_chat_vars v = {
+        .bos_token = toy_tokenizer_bos(tok) >= 0 ? toy_tokenizer_piece(tok, toy_tokenizer_bos(tok)) : "",
+        .eos_token = toy_tokenizer_eos(tok) >= 0 ? toy_tokenizer_piece(tok, toy_tokenizer_eos(tok)) : "",
+    };
+    char *full = NULL, *a = NULL, *b = NULL;
+    size_t *regions = calloc(2 * (n_msgs + 1), sizeof *regions), nreg = 0;
+    size_t *off = NULL;
+    int64_t first = ids->n;
+    if (!regions) { st = toy_error(TOY_ERR_NOMEM, "chat: out of memory"); goto done; }
+    if ((st = toy_chat_template_render(t, msgs, n_msgs, &v, &full))) goto done;
+    size_t flen = strlen(full);
+    for (size_t i = 0; i < n_msgs; i++) {
+        if (strcmp(msgs[i].role, "assistant")) continue;
+        v.add_generation_prompt = true;
+        if ((st = toy_chat_template_render(t, msgs, i, &v, &a))) goto done;
+        v.add_generation_prompt = false;
+        if ((st = toy_chat_template_render(t, msgs, i + 1, &v, &b))) goto done;
+        size_t la = strlen(a), lb = strlen(b);
+        if (la > lb || memcmp(a, b, la) || lb > flen || memcmp(b, full, lb)) {
+            st = toy_error(TOY_ERR_UNSUPPORTED, "chat: the template's rendering of message %zu does not extend the "
+                           "earlier ones, so the assistant turns cannot be located", i);
+            goto done;
+        }
+        regions[2 * nreg] = la;
+        regions[2 * nreg + 1] = lb;
+        nreg++;
+        free(a);
+        free(b);
+        a = b = NULL;
+    }
+    if ((st = toy_tokenizer_encode(tok, full, flen, TOY_ENCODE_PARSE_SPECIAL, ids))) goto done;
+    int64_t n = ids->n - first;
+    off = malloc((size_t)(n ? n : 1) * sizeof *off);
+    *mask = calloc((size_t)(n ? n : 1), 1);
+    if (!off || !*mask) { st = toy_error(TOY_ERR_NOMEM, "chat: out of memory"); goto done; }
+    struct toy_tokens view = {ids->ids + first, n, n};
+    token_offsets(tok, &view, off);
+    for (int64_t k = 0; k < n; k++)
+        for (size_t r = 0; r < nreg; r++)
+            if (off[k] >= regions[2 * r] && off[k] < regions[2 * r + 1]) (*mask)[k] = 1;
+done:
+    if (st) { free(*mask); *mask = NULL; }
+    free(off);
+    free(full);
+    free(a);
+    free(b);
+    free(regions);
+    toy_chat_template_free(t);
+    return st;
+}
