@@ -66,7 +66,8 @@ static int usage(void) {
     fprintf(stderr,
             "usage: toy demo [--steps N] [--threads N] [--seed S] [--lr LR] [--ctx T] [--batch B]\n"
             "                [--dim D] [--layers L] [--bf16]\n"
-            "Trains a character-level Llama on built-in grammar text, then samples from it.\n");
+            "Trains a small Llama on text from a built-in grammar with the toy train machinery\n"
+            "(run bundle in ./runs), then samples from it.\n");
     return 2;
 }
 

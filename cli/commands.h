@@ -25,7 +25,7 @@ int toy_cmd_tokenizer(int argc, char **argv);
 int toy_cmd_chat_template(int argc, char **argv);
 
 #define TOY_COMMANDS \
-    {"demo", toy_cmd_demo, "train a small character-level Llama on built-in text and sample from it"}, \
+    {"demo", toy_cmd_demo, "train a small Llama on built-in text (what make demo runs) and sample from it"}, \
     {"train", toy_cmd_train, "train a Llama-family model from scratch on text or tokens; resume a run"}, \
     {"eval", toy_cmd_eval, "mean cross-entropy and perplexity of a model on a text or token file"}, \
     {"generate", toy_cmd_generate, "generate text from a Llama-family GGUF with a KV cache and sampling"}, \
