@@ -65,10 +65,20 @@ bool tok_cache_get(struct tok_cache *c, const char *w, size_t n, struct toy_toke
 
 void tok_cache_put(struct tok_cache *c, const char *w, size_t n, const int32_t *ids, int64_t k) {
     if (n == 0 || n > TOK_CACHE_WORD || k <= 0 || k > TOK_CACHE_WORD || c->count >= TOK_CACHE_MAX) return;
-    if (!c->tab) {
-        c->tab = calloc(2 * TOK_CACHE_MAX, sizeof *c->tab);
-        if (!c->tab) return;
-        c->mask = 2 * TOK_CACHE_MAX - 1;
+    if (!c->tab || (c->count + 1) * 2 > c->mask + 1) {
+        /* grow by doubling: a small table stays in cache for short texts */
+        uint32_t cap = c->tab ? 2 * (c->mask + 1) : 4096;
+        struct tok_cache_ent *t = calloc(cap, sizeof *t);
+        if (!t) return;
+        for (uint32_t i = 0; c->tab && i <= c->mask; i++) {
+            if (!c->tab[i].wlen) continue;
+            uint32_t j = (uint32_t)c->tab[i].h & (cap - 1);
+            while (t[j].wlen) j = (j + 1) & (cap - 1);
+            t[j] = c->tab[i];
+        }
+        free(c->tab);
+        c->tab = t;
+        c->mask = cap - 1;
     }
     void *p = c->bytes;
     if (tok_reserve(&p, &c->cb, c->nb + n)) return;
