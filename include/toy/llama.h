@@ -61,9 +61,19 @@ struct toy_llama_config {
     float attn_scale;       /* 0: 1/sqrt(head_dim) (Gemma 2: 1/sqrt(query_pre_attn_scalar)) */
 };
 
+/* The projections a LoRA adapter can target. */
+enum toy_lora_target { TOY_LORA_Q = 0, TOY_LORA_K, TOY_LORA_V, TOY_LORA_O, TOY_LORA_GATE, TOY_LORA_UP,
+                       TOY_LORA_DOWN, TOY_LORA_N_TARGETS };
+
 struct toy_llama_layer {
     struct toy_tensor *attn_norm, *wq, *wk, *wv, *wo, *bq, *bk, *bv, *q_norm, *k_norm, *post_attn_norm;
     struct toy_tensor *ffn_norm, *w_gate, *w_up, *w_down, *post_ffn_norm;
+    /* LoRA (PEFT semantics): W x + scale * B (A x), A (r, in) i.e. ne {in, r},
+     * B (out, r) i.e. ne {r, out}; NULL where no adapter is attached.
+     * lora_mask[t], if set, multiplies A's input (dropout mask refreshed by
+     * the caller each step; same shape as the projection's input). */
+    struct toy_tensor *lora_a[TOY_LORA_N_TARGETS], *lora_b[TOY_LORA_N_TARGETS];
+    struct toy_tensor *lora_mask[TOY_LORA_N_TARGETS];
 };
 
 struct toy_llama {
@@ -77,6 +87,7 @@ struct toy_llama {
      * projections run on bf16 copies of the f32 master weights (cast inside
      * the graph each step; gradients flow back to the f32 masters). */
     enum toy_dtype matmul_type;
+    float lora_scale;     /* alpha / r of the attached adapters */
 };
 
 /* "tiny" (d 64, 2 layers), "small" (d 256, 4 layers), "stories15m" and

@@ -201,6 +201,19 @@ static struct toy_tensor *proj(struct toy_ctx *ctx, const struct toy_llama *m, s
     return toy_linear(ctx, x, w, b);
 }
 
+/* proj plus the layer's LoRA branch for target t, if attached:
+ * y = x W^T (+ b) + scale * (mask * x) A^T B^T */
+static struct toy_tensor *proj_lora(struct toy_ctx *ctx, const struct toy_llama *m, const struct toy_llama_layer *L,
+                                    enum toy_lora_target t, struct toy_tensor *x, struct toy_tensor *w,
+                                    struct toy_tensor *b) {
+    struct toy_tensor *y = proj(ctx, m, x, w, b);
+    if (!L->lora_a[t]) return y;
+    struct toy_tensor *xin = L->lora_mask[t] ? toy_mul(ctx, x, L->lora_mask[t]) : x;
+    struct toy_tensor *low = toy_linear(ctx, xin, L->lora_a[t], NULL);  /* (.., r) */
+    struct toy_tensor *up = toy_linear(ctx, low, L->lora_b[t], NULL);   /* (.., out) */
+    return toy_add(ctx, y, toy_scale(ctx, up, m->lora_scale));
+}
+
 static struct toy_rope_params rope_params(const struct toy_llama_config *c) {
     struct toy_rope_params r = {0};
     r.mode = c->rope_mode;
@@ -230,9 +243,9 @@ static struct toy_tensor *forward(struct toy_ctx *ctx, struct toy_llama *m, stru
         struct toy_attn_params attn = {.causal = true, .scale = c->attn_scale, .softcap = c->attn_softcap};
         if (c->sliding_window > 0 && (!c->swa_alternate || l % 2 == 0)) attn.window = c->sliding_window;
         struct toy_tensor *h = toy_rms_norm(ctx, x, L->attn_norm, c->norm_eps);
-        struct toy_tensor *q = toy_reshape_4d(ctx, proj(ctx, m, h, L->wq, L->bq), hd, H, T, B);
-        struct toy_tensor *k = toy_reshape_4d(ctx, proj(ctx, m, h, L->wk, L->bk), hd, Hkv, T, B);
-        struct toy_tensor *v = toy_reshape_4d(ctx, proj(ctx, m, h, L->wv, L->bv), hd, Hkv, T, B);
+        struct toy_tensor *q = toy_reshape_4d(ctx, proj_lora(ctx, m, L, TOY_LORA_Q, h, L->wq, L->bq), hd, H, T, B);
+        struct toy_tensor *k = toy_reshape_4d(ctx, proj_lora(ctx, m, L, TOY_LORA_K, h, L->wk, L->bk), hd, Hkv, T, B);
+        struct toy_tensor *v = toy_reshape_4d(ctx, proj_lora(ctx, m, L, TOY_LORA_V, h, L->wv, L->bv), hd, Hkv, T, B);
         if (c->qk_norm) {
             q = toy_rms_norm(ctx, q, L->q_norm, c->norm_eps);
             k = toy_rms_norm(ctx, k, L->k_norm, c->norm_eps);
@@ -247,13 +260,14 @@ static struct toy_tensor *forward(struct toy_ctx *ctx, struct toy_llama *m, stru
         } else {
             a = toy_attention(ctx, q, k, v, &attn); /* {hd, H, T, B} */
         }
-        a = proj(ctx, m, toy_reshape_3d(ctx, a, hd * H, T, B), L->wo, NULL);
+        a = proj_lora(ctx, m, L, TOY_LORA_O, toy_reshape_3d(ctx, a, hd * H, T, B), L->wo, NULL);
         if (L->post_attn_norm) a = toy_rms_norm(ctx, a, L->post_attn_norm, c->norm_eps);
         x = toy_add(ctx, x, a);
         h = toy_rms_norm(ctx, x, L->ffn_norm, c->norm_eps);
-        struct toy_tensor *g = proj(ctx, m, h, L->w_gate, NULL), *u = proj(ctx, m, h, L->w_up, NULL);
+        struct toy_tensor *g = proj_lora(ctx, m, L, TOY_LORA_GATE, h, L->w_gate, NULL);
+        struct toy_tensor *u = proj_lora(ctx, m, L, TOY_LORA_UP, h, L->w_up, NULL);
         struct toy_tensor *f = c->gelu_mlp ? toy_mul(ctx, toy_gelu(ctx, g), u) : toy_swiglu(ctx, g, u);
-        f = proj(ctx, m, f, L->w_down, NULL);
+        f = proj_lora(ctx, m, L, TOY_LORA_DOWN, f, L->w_down, NULL);
         if (L->post_ffn_norm) f = toy_rms_norm(ctx, f, L->post_ffn_norm, c->norm_eps);
         x = toy_add(ctx, x, f);
     }
