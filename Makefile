@@ -102,7 +102,8 @@ check: deps-quiet
 
 # The unit tests alone (what `make asan` runs under the sanitizers).
 check-unit: all $(BUILD)/toy-tests $(TORCH_REFS)
-	TOY_REFS=$(BUILD)/refs TOY_BIN=$(BUILD)/toy ./$(BUILD)/toy-tests -j2 --timeout 900
+	LSAN_OPTIONS=suppressions=tests/lsan.supp TOY_REFS=$(BUILD)/refs TOY_BIN=$(BUILD)/toy \
+	    ./$(BUILD)/toy-tests -j2 --timeout 900
 
 asan:
 	$(MAKE) SANITIZE=1 check-unit
