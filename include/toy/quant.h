@@ -26,6 +26,9 @@ bool toy_can_quantize(enum toy_dtype t);
 /* n elements (a multiple of the type's block size) of type t at src to f32.
  * Also handles F32, F16, BF16. TOY_ERR_UNSUPPORTED for other types. */
 enum toy_status toy_dequantize_row(enum toy_dtype t, const void *src, float *dst, int64_t n);
+/* The same with the scalar reference kernels only (toy_dequantize_row may
+ * use SIMD kernels, which give the same bits): for testing fast kernels. */
+enum toy_status toy_dequantize_row_ref(enum toy_dtype t, const void *src, float *dst, int64_t n);
 /* n f32 elements to type t at dst (toy_row_bytes(t, n) bytes). */
 enum toy_status toy_quantize_row(enum toy_dtype t, const float *src, void *dst, int64_t n);
 

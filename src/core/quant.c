@@ -10,11 +10,15 @@
  * rounding to int uses the same magic-number trick (round half to even) or
  * roundf/truncation where ggml does. Builds must not contract a*b+c into
  * FMA (C11 mode keeps -ffp-contract=off in gcc; clang contracts only on
- * FMA targets, which our default flags are not). Scalar reference code:
- * SIMD kernels live in the backends and are tested against these. */
+ * FMA targets, which our default flags are not). These scalar kernels are
+ * the reference; quant-avx2.c has faster dequantizers for the common
+ * formats, chosen at run time (TOY_QUANT_SCALAR=1 turns them off), that
+ * give the same bits. */
 #include "toy/quant.h"
+#include "core/quant-impl.h"
 
 #include <float.h>
+#include <stdlib.h>
 #include <math.h>
 #include <string.h>
 
@@ -636,7 +640,30 @@ static void q_q6_k(const float *x, uint8_t *b, int64_t nb) {
 typedef void (*deq_fn)(const uint8_t *, float *, int64_t);
 typedef void (*q_fn)(const float *, uint8_t *, int64_t);
 
+static deq_fn deq_ref_for(enum toy_dtype t);
+
+/* The fastest dequantizer this CPU runs for t (the reference if none). */
 static deq_fn deq_for(enum toy_dtype t) {
+    static int simd = -1; /* benign race: every thread computes the same value */
+    if (simd < 0) {
+        const char *e = getenv("TOY_QUANT_SCALAR");
+        simd = !(e && *e && strcmp(e, "0")) && __builtin_cpu_supports("avx2");
+    }
+    if (simd) {
+        switch (t) {
+        case TOY_Q8_0: return toy_deq_q8_0_avx2;
+        case TOY_Q4_0: return toy_deq_q4_0_avx2;
+        case TOY_Q4_1: return toy_deq_q4_1_avx2;
+        case TOY_Q4_K: return toy_deq_q4_k_avx2;
+        case TOY_Q5_K: return toy_deq_q5_k_avx2;
+        case TOY_Q6_K: return toy_deq_q6_k_avx2;
+        default: break;
+        }
+    }
+    return deq_ref_for(t);
+}
+
+static deq_fn deq_ref_for(enum toy_dtype t) {
     switch (t) {
     case TOY_Q4_0: return deq_q4_0;
     case TOY_Q4_1: return deq_q4_1;
@@ -670,7 +697,7 @@ static q_fn q_for(enum toy_dtype t) {
 }
 
 bool toy_can_dequantize(enum toy_dtype t) {
-    return t == TOY_F32 || t == TOY_F16 || t == TOY_BF16 || deq_for(t) != NULL;
+    return t == TOY_F32 || t == TOY_F16 || t == TOY_BF16 || deq_ref_for(t) != NULL;
 }
 
 bool toy_can_quantize(enum toy_dtype t) {
@@ -695,7 +722,7 @@ static void half_row_unaligned(enum toy_dtype t, const uint8_t *src, float *dst,
     }
 }
 
-enum toy_status toy_dequantize_row(enum toy_dtype t, const void *src, float *dst, int64_t n) {
+static enum toy_status dequantize(enum toy_dtype t, const void *src, float *dst, int64_t n, bool ref) {
     const bool odd = ((uintptr_t)src & 1) != 0;
     switch (t) {
     case TOY_F32: memcpy(dst, src, (size_t)n * 4); return TOY_OK;
@@ -709,12 +736,20 @@ enum toy_status toy_dequantize_row(enum toy_dtype t, const void *src, float *dst
         return TOY_OK;
     default: break;
     }
-    deq_fn f = deq_for(t);
+    deq_fn f = ref ? deq_ref_for(t) : deq_for(t);
     if (!f) return toy_error(TOY_ERR_UNSUPPORTED, "dequantize: type %s", toy_dtype_name(t));
     enum toy_status st = check_n(t, n, "dequantize");
     if (st) return st;
     f(src, dst, n / toy_dtype_block_size(t));
     return TOY_OK;
+}
+
+enum toy_status toy_dequantize_row(enum toy_dtype t, const void *src, float *dst, int64_t n) {
+    return dequantize(t, src, dst, n, false);
+}
+
+enum toy_status toy_dequantize_row_ref(enum toy_dtype t, const void *src, float *dst, int64_t n) {
+    return dequantize(t, src, dst, n, true);
 }
 
 enum toy_status toy_quantize_row(enum toy_dtype t, const float *src, void *dst, int64_t n) {

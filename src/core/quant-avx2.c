@@ -1,0 +1,168 @@
+/* quant-avx2.c: AVX2 dequantization of the formats inference reads most
+ * (q8_0, q4_0, q4_1, q4_k, q5_k, q6_k), chosen at run time by quant.c.
+ * Block layouts: see quant.c and ggml-common.h.
+ *
+ * The results are bit-identical to the scalar reference kernels in
+ * quant.c: each element is computed with the same float operations in the
+ * same order (an int converted to float, one multiply, then one add or
+ * subtract where the format has a min), never fused into an FMA. gcc keeps
+ * -ffp-contract=off in C11 mode; clang is told so below. test-quant.c
+ * compares the two on every block type. */
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "toy/dtype.h"
+#include "core/quant-impl.h"
+
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+
+#define QK 32
+#define QK_K 256
+
+static inline float h2f(const uint8_t *p) { uint16_t h; memcpy(&h, p, 2); return toy_f16_to_f32(h); }
+
+/* 8 int8 -> 8 floats times d, stored at y. */
+static inline void put8_i8(float *y, __m128i q8, __m256 d) {
+    _mm256_storeu_ps(y, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8)), d));
+}
+
+/* 8 int32 -> floats: d * q - m (two roundings, as the scalar code). */
+static inline void put8_dm(float *y, __m256i q, __m256 d, __m256 m) {
+    _mm256_storeu_ps(y, _mm256_sub_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(q)), m));
+}
+
+void toy_deq_q8_0_avx2(const uint8_t *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b += 34, y += QK) {
+        const __m256 d = _mm256_set1_ps(h2f(b));
+        for (int k = 0; k < 4; k++) put8_i8(y + 8 * k, _mm_loadl_epi64((const __m128i *)(b + 2 + 8 * k)), d);
+    }
+}
+
+void toy_deq_q4_0_avx2(const uint8_t *b, float *y, int64_t nb) {
+    const __m128i mask = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
+    for (int64_t i = 0; i < nb; i++, b += 18, y += QK) {
+        const __m256 d = _mm256_set1_ps(h2f(b));
+        const __m128i x = _mm_loadu_si128((const __m128i *)(b + 2));
+        const __m128i lo = _mm_sub_epi8(_mm_and_si128(x, mask), eight);                    /* elements 0..15 */
+        const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(x, 4), mask), eight); /* 16..31 */
+        put8_i8(y + 0, lo, d);
+        put8_i8(y + 8, _mm_srli_si128(lo, 8), d);
+        put8_i8(y + 16, hi, d);
+        put8_i8(y + 24, _mm_srli_si128(hi, 8), d);
+    }
+}
+
+void toy_deq_q4_1_avx2(const uint8_t *b, float *y, int64_t nb) {
+    const __m128i mask = _mm_set1_epi8(0x0F);
+    for (int64_t i = 0; i < nb; i++, b += 20, y += QK) {
+        const __m256 d = _mm256_set1_ps(h2f(b)), m = _mm256_set1_ps(h2f(b + 2));
+        const __m128i x = _mm_loadu_si128((const __m128i *)(b + 4));
+        const __m128i lo = _mm_and_si128(x, mask), hi = _mm_and_si128(_mm_srli_epi16(x, 4), mask);
+        const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+        for (int k = 0; k < 4; k++) {
+            const __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(parts[k]));
+            _mm256_storeu_ps(y + 8 * k, _mm256_add_ps(_mm256_mul_ps(q, d), m));
+        }
+    }
+}
+
+static inline void scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m) {
+    if (j < 4) {
+        *d = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *d = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+
+void toy_deq_q4_k_avx2(const uint8_t *b, float *y, int64_t nb) {
+    const __m256i mask = _mm256_set1_epi8(0x0F);
+    for (int64_t i = 0; i < nb; i++, b += 144) {
+        const float d = h2f(b), min = h2f(b + 2);
+        const uint8_t *scales = b + 4, *q = b + 16;
+        for (int j = 0; j < 4; j++, q += 32) {
+            uint8_t sc, m;
+            scale_min_k4(2 * j, scales, &sc, &m);
+            const __m256 d1 = _mm256_set1_ps(d * sc), m1 = _mm256_set1_ps(min * m);
+            scale_min_k4(2 * j + 1, scales, &sc, &m);
+            const __m256 d2 = _mm256_set1_ps(d * sc), m2 = _mm256_set1_ps(min * m);
+            const __m256i x = _mm256_loadu_si256((const __m256i *)q);
+            const __m256i lo = _mm256_and_si256(x, mask), hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), mask);
+            const __m128i l0 = _mm256_castsi256_si128(lo), l1 = _mm256_extracti128_si256(lo, 1);
+            const __m128i h0 = _mm256_castsi256_si128(hi), h1 = _mm256_extracti128_si256(hi, 1);
+            put8_dm(y + 0, _mm256_cvtepu8_epi32(l0), d1, m1);
+            put8_dm(y + 8, _mm256_cvtepu8_epi32(_mm_srli_si128(l0, 8)), d1, m1);
+            put8_dm(y + 16, _mm256_cvtepu8_epi32(l1), d1, m1);
+            put8_dm(y + 24, _mm256_cvtepu8_epi32(_mm_srli_si128(l1, 8)), d1, m1);
+            put8_dm(y + 32, _mm256_cvtepu8_epi32(h0), d2, m2);
+            put8_dm(y + 40, _mm256_cvtepu8_epi32(_mm_srli_si128(h0, 8)), d2, m2);
+            put8_dm(y + 48, _mm256_cvtepu8_epi32(h1), d2, m2);
+            put8_dm(y + 56, _mm256_cvtepu8_epi32(_mm_srli_si128(h1, 8)), d2, m2);
+            y += 64;
+        }
+    }
+}
+
+void toy_deq_q5_k_avx2(const uint8_t *b, float *y, int64_t nb) {
+    const __m256i mask = _mm256_set1_epi32(0x0F);
+    for (int64_t i = 0; i < nb; i++, b += 176) {
+        const float d = h2f(b), min = h2f(b + 2);
+        const uint8_t *scales = b + 4, *qh = b + 16, *ql = b + 48;
+        for (int j = 0; j < 4; j++, ql += 32) {
+            uint8_t sc, m;
+            scale_min_k4(2 * j, scales, &sc, &m);
+            const __m256 d1 = _mm256_set1_ps(d * sc), m1 = _mm256_set1_ps(min * m);
+            scale_min_k4(2 * j + 1, scales, &sc, &m);
+            const __m256 d2 = _mm256_set1_ps(d * sc), m2 = _mm256_set1_ps(min * m);
+            const __m256i sh1 = _mm256_set1_epi32(2 * j), sh2 = _mm256_set1_epi32(2 * j + 1);
+            const __m256i one = _mm256_set1_epi32(1);
+            for (int l = 0; l < 32; l += 8) {
+                const __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(ql + l)));
+                const __m256i h = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qh + l)));
+                /* + 16 where bit (2j) / (2j+1) of qh is set */
+                const __m256i b1 = _mm256_slli_epi32(_mm256_and_si256(_mm256_srlv_epi32(h, sh1), one), 4);
+                const __m256i b2 = _mm256_slli_epi32(_mm256_and_si256(_mm256_srlv_epi32(h, sh2), one), 4);
+                put8_dm(y + l, _mm256_add_epi32(_mm256_and_si256(x, mask), b1), d1, m1);
+                put8_dm(y + 32 + l, _mm256_add_epi32(_mm256_srli_epi32(x, 4), b2), d2, m2);
+            }
+            y += 64;
+        }
+    }
+}
+
+void toy_deq_q6_k_avx2(const uint8_t *b, float *y, int64_t nb) {
+    const __m256i m4 = _mm256_set1_epi32(0x0F), m2 = _mm256_set1_epi32(3), c32 = _mm256_set1_epi32(32);
+    for (int64_t i = 0; i < nb; i++, b += 210) {
+        const float d = h2f(b + 208);
+        const uint8_t *ql = b, *qh = b + 128;
+        const int8_t *sc = (const int8_t *)(b + 192);
+        for (int n = 0; n < QK_K; n += 128, y += 128, ql += 64, qh += 32, sc += 8) {
+            for (int l = 0; l < 32; l += 8) {
+                const int is = l / 16;
+                const __m256i a = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(ql + l)));
+                const __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(ql + l + 32)));
+                const __m256i h = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qh + l)));
+                const __m256i q1 = _mm256_sub_epi32(
+                    _mm256_or_si256(_mm256_and_si256(a, m4), _mm256_slli_epi32(_mm256_and_si256(h, m2), 4)), c32);
+                const __m256i q2 = _mm256_sub_epi32(
+                    _mm256_or_si256(_mm256_and_si256(c, m4),
+                                    _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(h, 2), m2), 4)), c32);
+                const __m256i q3 = _mm256_sub_epi32(
+                    _mm256_or_si256(_mm256_srli_epi32(a, 4),
+                                    _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(h, 4), m2), 4)), c32);
+                const __m256i q4 = _mm256_sub_epi32(
+                    _mm256_or_si256(_mm256_srli_epi32(c, 4),
+                                    _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(h, 6), m2), 4)), c32);
+                /* (d * sc) * q, as the scalar code groups it */
+                _mm256_storeu_ps(y + l, _mm256_mul_ps(_mm256_set1_ps(d * sc[is + 0]), _mm256_cvtepi32_ps(q1)));
+                _mm256_storeu_ps(y + l + 32, _mm256_mul_ps(_mm256_set1_ps(d * sc[is + 2]), _mm256_cvtepi32_ps(q2)));
+                _mm256_storeu_ps(y + l + 64, _mm256_mul_ps(_mm256_set1_ps(d * sc[is + 4]), _mm256_cvtepi32_ps(q3)));
+                _mm256_storeu_ps(y + l + 96, _mm256_mul_ps(_mm256_set1_ps(d * sc[is + 6]), _mm256_cvtepi32_ps(q4)));
+            }
+        }
+    }
+}
