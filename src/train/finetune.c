@@ -1,0 +1,436 @@
+/* finetune.c: the fine-tuning loop of toy/finetune.h: LoRA / QLoRA (only
+ * the adapter's A and B are parameters; the base is frozen, possibly
+ * quantized and mapped) or a full fine-tune, over SFT rows whose targets
+ * are -100 outside the completion tokens.
+ *
+ * The same engine pieces as trainer.c: one training graph built once and
+ * run `accum` times per optimizer step (gradients add up in the persistent
+ * buffers, scaled by 1/accum), global-norm clipping, AdamW, a forward-only
+ * evaluation graph sharing the planned activation buffer, the toy/v1
+ * events, checkpoints with a .state.gguf sidecar, and resume. The
+ * evaluation graph is built before the dropout masks are hooked in, so it
+ * never drops. A resumed run draws the same rows and dropout masks as an
+ * uninterrupted one. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "toy/finetune.h"
+#include "toy/gguf.h"
+#include "toy/graph.h"
+#include "toy/run-dir.h"
+
+struct toy_finetuner {
+    struct toy_llama *m;
+    struct toy_lora *lora;
+    const struct toy_tokenizer *tok;
+    struct toy_sft *data;
+    struct toy_finetune_opts o;
+    char run_dir[1024];
+    struct toy_events *ev;
+    struct toy_threadpool *tp;
+    int64_t B, T, steps;
+    struct toy_ctx *ctx, *ectx;
+    struct toy_tensor *tok_t, *tgt_t, *loss, *etok, *etgt, *eloss;
+    struct toy_graph *g, *eg;
+    struct toy_membuf buf;
+    struct toy_optim *opt;
+    struct toy_lr_schedule sched;
+    int64_t step;
+    float last_loss;
+    toy_step_fn on_step;
+    void *ud;
+    int64_t eval_rows, eval_tokens;
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+const char *toy_ft_method_name(enum toy_ft_method m) {
+    return m == TOY_FT_LORA ? "lora" : m == TOY_FT_QLORA ? "qlora" : m == TOY_FT_FULL ? "full" : "?";
+}
+
+int toy_ft_method_from_name(const char *s) {
+    if (!strcmp(s, "lora")) return TOY_FT_LORA;
+    if (!strcmp(s, "qlora")) return TOY_FT_QLORA;
+    if (!strcmp(s, "full")) return TOY_FT_FULL;
+    return -1;
+}
+
+static struct toy_tensor *build_loss(struct toy_ctx *ctx, struct toy_llama *m, int64_t T, int64_t B,
+                                     struct toy_tensor **tok, struct toy_tensor **tgt) {
+    *tok = toy_set_name(toy_new_tensor_2d(ctx, TOY_I32, T, B), "tokens");
+    *tgt = toy_set_name(toy_new_tensor_2d(ctx, TOY_I32, T, B), "targets");
+    struct toy_tensor *pos = toy_set_name(toy_new_tensor_1d(ctx, TOY_I32, T), "positions");
+    for (int64_t t = 0; t < T; t++) ((int32_t *)pos->data)[t] = (int32_t)t;
+    return toy_set_name(toy_cross_entropy(ctx, toy_llama_forward(ctx, m, *tok, pos), *tgt, -100), "loss");
+}
+
+static bool is_quantized(enum toy_dtype t) { return t != TOY_F32 && t != TOY_F16 && t != TOY_BF16; }
+
+enum toy_status toy_finetuner_new(struct toy_llama *m, struct toy_lora *lora, const struct toy_tokenizer *tok,
+                                  struct toy_sft *data, const struct toy_finetune_opts *o, const char *run_dir,
+                                  struct toy_events *ev, int n_threads, struct toy_finetuner **out) {
+    *out = NULL;
+    int64_t T = toy_sft_ctx(data), B = o->batch;
+    if (B < 1) return toy_error(TOY_ERR_INVALID_ARG, "batch %lld must be >= 1", (long long)B);
+    if (T > m->cfg.max_ctx)
+        return toy_error(TOY_ERR_INVALID_ARG, "context %lld is longer than the model's %lld", (long long)T,
+                         (long long)m->cfg.max_ctx);
+    if (tok && toy_tokenizer_n_vocab(tok) > m->cfg.vocab)
+        return toy_error(TOY_ERR_INVALID_ARG, "the tokenizer has %lld tokens, the model only %lld",
+                         (long long)toy_tokenizer_n_vocab(tok), (long long)m->cfg.vocab);
+    if (o->method != TOY_FT_FULL && !lora)
+        return toy_error(TOY_ERR_INVALID_ARG, "%s fine-tuning needs an attached adapter", toy_ft_method_name(o->method));
+    if (o->method == TOY_FT_FULL && lora)
+        return toy_error(TOY_ERR_INVALID_ARG, "a full fine-tune takes no adapter");
+    if (o->method == TOY_FT_QLORA && !is_quantized(m->layers[0].wq->type))
+        return toy_error(TOY_ERR_INVALID_ARG, "qlora needs a quantized base (its projections are %s): "
+                         "`toy quantize base.gguf base-q4_0.gguf q4_0` first, or use --method lora",
+                         toy_dtype_name(m->layers[0].wq->type));
+    struct toy_finetuner *f = calloc(1, sizeof *f);
+    if (!f) return toy_error(TOY_ERR_NOMEM, "finetuner");
+    f->m = m;
+    f->lora = lora;
+    f->tok = tok;
+    f->data = data;
+    f->o = *o;
+    if (f->o.train.accum < 1) f->o.train.accum = 1;
+    if (f->o.epochs < 1) f->o.epochs = 1;
+    f->steps = f->o.train.steps;
+    if (f->steps <= 0) {
+        int64_t per = B * f->o.train.accum;
+        f->steps = f->o.epochs * ((toy_sft_n_train(data) + per - 1) / per);
+    }
+    f->o.train.steps = f->steps;
+    snprintf(f->run_dir, sizeof f->run_dir, "%s", run_dir);
+    f->ev = ev;
+    f->B = B;
+    f->T = T;
+    f->tp = toy_threadpool_new(n_threads);
+    m->matmul_type = o->train.bf16 ? TOY_BF16 : TOY_F32;
+    if (o->method == TOY_FT_FULL && o->freeze_embeddings) toy_set_frozen(m->tok_embd); /* a tied head too */
+    /* evaluation first: no dropout masks in it */
+    if (lora) toy_lora_dropout_end(lora);
+    f->ectx = toy_ctx_init(true);
+    f->eloss = build_loss(f->ectx, m, T, B, &f->etok, &f->etgt);
+    f->eg = toy_graph_new(f->ectx);
+    toy_graph_build(f->eg, f->eloss);
+    enum toy_status st = lora ? toy_lora_dropout_begin(lora, T, B) : TOY_OK;
+    if (st) { toy_finetuner_free(f); return st; }
+    f->ctx = toy_ctx_init(true);
+    f->loss = build_loss(f->ctx, m, T, B, &f->tok_t, &f->tgt_t);
+    f->g = toy_graph_new(f->ctx);
+    toy_graph_build(f->g, f->loss);
+    toy_graph_backward(f->g, f->loss);
+    if (lora) toy_lora_dropout_end(lora); /* the graph keeps its masks; generation must not see them */
+    st = toy_graph_plan(f->g, &f->buf, NULL);
+    void *before = f->buf.data;
+    if (!st) st = toy_graph_plan(f->eg, &f->buf, NULL);
+    if (!st && f->buf.data != before) st = toy_graph_plan(f->g, &f->buf, NULL);
+    if (st) { toy_finetuner_free(f); return st; }
+    const struct toy_train_opts *to = &f->o.train;
+    f->opt = toy_optim_new(TOY_OPTIM_ADAMW);
+    int decay = toy_optim_add_group(f->opt, &(struct toy_optim_group){.beta1 = to->beta1, .beta2 = to->beta2,
+                                                                      .eps = to->eps, .weight_decay = to->weight_decay});
+    int nodecay = toy_optim_add_group(f->opt, &(struct toy_optim_group){.beta1 = to->beta1, .beta2 = to->beta2, .eps = to->eps});
+    int n_params = 0;
+    if (lora) {
+        for (int i = 0; i < toy_lora_n_tensors(lora); i++, n_params++)
+            toy_optim_add_param(f->opt, toy_lora_tensor(lora, i), decay);
+    } else {
+        for (int i = 0; i < toy_llama_n_tensors(m); i++) {
+            struct toy_tensor *p = toy_llama_tensor(m, i);
+            if (!(p->flags & TOY_FLAG_PARAM) || !p->grad) continue;
+            toy_optim_add_param(f->opt, p, p->ne[1] > 1 ? decay : nodecay);
+            n_params++;
+        }
+    }
+    if (!n_params) {
+        toy_finetuner_free(f);
+        return toy_error(TOY_ERR_INVALID_ARG, "nothing to train: the model has no trainable tensors "
+                         "(a full fine-tune needs the base loaded trainable)");
+    }
+    f->sched = (struct toy_lr_schedule){to->schedule, to->lr, to->lr_min, to->warmup, f->steps};
+    f->last_loss = NAN;
+    *out = f;
+    return TOY_OK;
+}
+
+void toy_finetuner_free(struct toy_finetuner *f) {
+    if (!f) return;
+    toy_optim_free(f->opt);
+    toy_ctx_free(f->ctx);
+    toy_ctx_free(f->ectx);
+    toy_membuf_free(&f->buf);
+    toy_threadpool_free(f->tp);
+    free(f);
+}
+
+void toy_finetuner_on_step(struct toy_finetuner *f, toy_step_fn fn, void *ud) {
+    f->on_step = fn;
+    f->ud = ud;
+}
+
+int64_t toy_finetuner_steps(const struct toy_finetuner *f) { return f->steps; }
+int64_t toy_finetuner_step(const struct toy_finetuner *f) { return f->step; }
+
+static int64_t count_targets(const struct toy_tensor *y) {
+    int64_t n = 0;
+    for (int64_t i = 0; i < toy_nelements(y); i++) n += ((const int32_t *)y->data)[i] != -100;
+    return n;
+}
+
+enum toy_status toy_finetuner_eval(struct toy_finetuner *f, int64_t n_batches, float *loss) {
+    int64_t held = toy_sft_n_heldout(f->data);
+    if (held <= 0) {
+        *loss = NAN;
+        return toy_error(TOY_ERR_STATE, "no held-out examples to evaluate (use a held-out fraction > 0)");
+    }
+    double sum = 0;
+    int64_t count = 0, rows = 0;
+    for (int64_t first = 0, b = 0; first < held && (n_batches <= 0 || b < n_batches); first += f->B, b++) {
+        rows += toy_sft_eval_batch(f->data, first, f->B, f->etok->data, f->etgt->data);
+        int64_t n = count_targets(f->etgt);
+        enum toy_status st = toy_graph_compute(f->eg, f->tp);
+        if (st) return st;
+        sum += (double)*(float *)f->eloss->data * (double)n;
+        count += n;
+    }
+    *loss = count ? (float)(sum / (double)count) : NAN;
+    f->eval_rows = rows;
+    f->eval_tokens = count;
+    return TOY_OK;
+}
+
+/* ---- checkpoints ------------------------------------------------------------------ */
+
+static json_t *opts_json(const struct toy_finetuner *f) {
+    json_t *j = toy_train_opts_to_json(&f->o.train);
+    json_object_set_new(j, "method", json_string(toy_ft_method_name(f->o.method)));
+    json_object_set_new(j, "batch", json_integer(f->B));
+    json_object_set_new(j, "epochs", json_integer(f->o.epochs));
+    json_object_set_new(j, "freeze_embeddings", json_boolean(f->o.freeze_embeddings));
+    return j;
+}
+
+static enum toy_status write_state(struct toy_finetuner *f, const char *path) {
+    struct toy_gguf_writer *w;
+    enum toy_status st = toy_gguf_writer_init(&w);
+    if (st) return st;
+    struct toy_sft_state ds;
+    toy_sft_get_state(f->data, &ds);
+    st = toy_gguf_writer_set_str(w, "general.type", "toy-finetune-state");
+    if (!st) st = toy_gguf_writer_set_u64(w, "toy.step", (uint64_t)f->step);
+    if (!st) st = toy_gguf_writer_set_u64(w, "toy.optim.steps", (uint64_t)toy_optim_step_count(f->opt));
+    if (!st) st = toy_gguf_writer_set_i64(w, "toy.sft.epoch", ds.epoch);
+    if (!st) st = toy_gguf_writer_set_i64(w, "toy.sft.pos", ds.pos);
+    if (!st) st = toy_gguf_writer_set_i64(w, "toy.sft.rows", ds.rows);
+    if (!st) st = toy_gguf_writer_set_i64(w, "toy.sft.tokens", ds.tokens);
+    if (!st && f->lora) st = toy_gguf_writer_set_arr(w, "toy.lora.rng", TOY_GGUF_U64, toy_lora_rng(f->lora)->s, 4);
+    if (!st) st = toy_gguf_writer_set_f32(w, "toy.last_loss", f->last_loss);
+    json_t *oj = opts_json(f);
+    char *os = json_dumps(oj, JSON_COMPACT | JSON_SORT_KEYS);
+    if (!st) st = toy_gguf_writer_set_str(w, "toy.finetune.opts", os);
+    free(os);
+    json_decref(oj);
+    char name[160];
+    for (int i = 0; i < toy_optim_n_params(f->opt) && !st; i++) {
+        const struct toy_tensor *p = toy_optim_param(f->opt, i);
+        for (int which = 0; which < 2 && !st; which++) {
+            snprintf(name, sizeof name, "opt.%c.%s", which ? 'v' : 'm', p->name);
+            st = toy_gguf_writer_add_tensor(w, name, TOY_F32, 4, p->ne, toy_optim_state(f->opt, i, which));
+        }
+    }
+    if (!st) st = toy_gguf_writer_write(w, path);
+    toy_gguf_writer_free(w);
+    return st;
+}
+
+enum toy_status toy_finetuner_checkpoint(struct toy_finetuner *f, char *out, size_t out_size) {
+    char dir[1100], path[1200], state[1200];
+    snprintf(dir, sizeof dir, "%s/weights", f->run_dir);
+    enum toy_status st = toy_mkdir_p(dir);
+    if (st) return st;
+    snprintf(path, sizeof path, "%s/step_%lld.gguf", dir, (long long)f->step);
+    snprintf(state, sizeof state, "%s/step_%lld.state.gguf", dir, (long long)f->step);
+    if ((st = write_state(f, state))) return st;
+    struct toy_gguf_writer *w;
+    if ((st = toy_gguf_writer_init(&w))) return st;
+    if (f->lora) {
+        st = toy_lora_write_gguf(f->lora, w);
+    } else {
+        st = toy_llama_write_gguf(f->m, w, TOY_F32);
+        if (!st) st = toy_gguf_writer_set_str(w, "general.name", "toy-finetune");
+        if (!st && f->tok) st = toy_tokenizer_write_gguf(f->tok, w);
+    }
+    if (!st) st = toy_gguf_writer_set_str(w, "toy.checkpoint_format", f->lora ? "toy-lora/v1" : "toy-finetune/v1");
+    if (!st) st = toy_gguf_writer_set_u64(w, "toy.step", (uint64_t)f->step);
+    if (!st) st = toy_gguf_writer_write(w, path);
+    toy_gguf_writer_free(w);
+    if (!st) st = toy_run_link_latest(path);
+    if (!st && out) snprintf(out, out_size, "%s", path);
+    return st;
+}
+
+static enum toy_status get_i64(const struct toy_gguf *g, const char *key, int64_t *v) {
+    if (toy_gguf_get_i64(g, key, v)) return toy_error(TOY_ERR_FORMAT, "%s: missing or bad %s", toy_gguf_path(g), key);
+    return TOY_OK;
+}
+
+enum toy_status toy_finetuner_load_state(struct toy_finetuner *f, const char *path) {
+    struct toy_gguf *g;
+    enum toy_status st = toy_gguf_open(path, &g);
+    if (st) return st;
+    int64_t step = 0, osteps = 0, kv;
+    struct toy_sft_state ds = {0};
+    st = get_i64(g, "toy.step", &step);
+    if (!st) st = get_i64(g, "toy.optim.steps", &osteps);
+    if (!st) st = get_i64(g, "toy.sft.epoch", &ds.epoch);
+    if (!st) st = get_i64(g, "toy.sft.pos", &ds.pos);
+    if (!st) st = get_i64(g, "toy.sft.rows", &ds.rows);
+    if (!st) st = get_i64(g, "toy.sft.tokens", &ds.tokens);
+    if (!st && f->lora) {
+        if (toy_gguf_get_arr(g, "toy.lora.rng", &kv, NULL, NULL) == TOY_OK && toy_gguf_arr_len(g, kv) == 4 &&
+            toy_gguf_arr_type(g, kv) == TOY_GGUF_U64)
+            memcpy(toy_lora_rng(f->lora)->s, toy_gguf_arr_data(g, kv), 4 * sizeof(uint64_t));
+        else
+            st = toy_error(TOY_ERR_FORMAT, "%s: missing toy.lora.rng (4 u64)", path);
+    }
+    char name[160];
+    for (int k = 0; k < toy_optim_n_params(f->opt) && !st; k++) {
+        const struct toy_tensor *p = toy_optim_param(f->opt, k);
+        for (int which = 0; which < 2 && !st; which++) {
+            snprintf(name, sizeof name, "opt.%c.%s", which ? 'v' : 'm', p->name);
+            int64_t i = toy_gguf_find_tensor(g, name);
+            if (i < 0) { st = toy_error(TOY_ERR_FORMAT, "%s: missing optimizer tensor %s", path, name); break; }
+            const struct toy_gguf_tensor *gt = toy_gguf_tensor(g, i);
+            if (gt->type != TOY_F32 || gt->n_elements != toy_nelements(p)) {
+                st = toy_error(TOY_ERR_SHAPE, "%s: %s has %lld elements, the model needs %lld", path, name,
+                               (long long)gt->n_elements, (long long)toy_nelements(p));
+                break;
+            }
+            memcpy(toy_optim_state(f->opt, k, which), gt->data, gt->nbytes);
+        }
+    }
+    double ll;
+    if (!st && !toy_gguf_get_f64(g, "toy.last_loss", &ll)) f->last_loss = (float)ll;
+    if (!st) {
+        f->step = step;
+        toy_optim_set_step_count(f->opt, osteps);
+        toy_sft_set_state(f->data, &ds);
+    }
+    toy_gguf_close(g);
+    return st;
+}
+
+/* ---- the loop ------------------------------------------------------------------------ */
+
+static void emit_end(struct toy_finetuner *f, enum toy_run_reason reason, const char *err, int code) {
+    if (!f->ev) return;
+    struct toy_run_end e = {reason, err, f->step, f->last_loss, code, NULL};
+    toy_events_run_end(f->ev, &e);
+}
+
+static void emit_eval(struct toy_finetuner *f, const char *name, float loss) {
+    if (!f->ev) return;
+    struct toy_eval_event ee = {f->step, name, loss, f->eval_rows, f->eval_tokens, NULL};
+    toy_events_eval(f->ev, &ee);
+}
+
+enum toy_status toy_finetuner_run(struct toy_finetuner *f, struct toy_train_result *res) {
+    struct toy_train_result r = {.reason = TOY_RUN_COMPLETED, .final_eval_loss = NAN};
+    const struct toy_train_opts *o = &f->o.train;
+    double t_start = now_s();
+    int64_t tokens = 0;
+    enum toy_status st = TOY_OK;
+    char err[512] = "";
+    while (f->step < f->steps) {
+        if (o->stop && *o->stop) {
+            r.reason = TOY_RUN_INTERRUPTED;
+            break;
+        }
+        double t0 = now_s();
+        toy_optim_zero_grad(f->opt);
+        double loss = 0;
+        int64_t step_tokens = 0;
+        for (int64_t a = 0; a < o->accum; a++) {
+            toy_sft_next_batch(f->data, f->B, f->tok_t->data, f->tgt_t->data);
+            step_tokens += count_targets(f->tgt_t);
+            if (f->lora) toy_lora_dropout_refresh(f->lora);
+            if ((st = toy_graph_compute(f->g, f->tp))) break;
+            loss += *(float *)f->loss->data;
+        }
+        if (st) {
+            snprintf(err, sizeof err, "%s", toy_last_error());
+            r.reason = TOY_RUN_ERRORED;
+            break;
+        }
+        loss /= (double)o->accum;
+        int64_t step = f->step + 1;
+        if (!isfinite(loss)) {
+            snprintf(err, sizeof err, "loss is %s at step %lld: stopped; the last good weights are checkpointed",
+                     isnan(loss) ? "NaN" : "infinite", (long long)step);
+            r.reason = TOY_RUN_ABORTED;
+            break;
+        }
+        if (o->accum > 1) toy_optim_scale_grads(f->opt, 1.0f / (float)o->accum, f->tp);
+        float gn = toy_optim_clip_grad_norm(f->opt, o->clip, f->tp);
+        float lr = toy_lr_at(&f->sched, step - 1);
+        if ((st = toy_optim_step(f->opt, lr, f->tp))) {
+            snprintf(err, sizeof err, "%s", toy_last_error());
+            r.reason = TOY_RUN_ERRORED;
+            break;
+        }
+        f->step = step;
+        f->last_loss = (float)loss;
+        tokens += step_tokens;
+        double wall = now_s() - t0;
+        if (f->ev) {
+            json_t *extra = json_pack("{s:I}", "target_tokens", (json_int_t)step_tokens);
+            struct toy_step_event se = {step, loss, lr, f->B * f->T * o->accum, (int64_t)(wall * 1e6), gn, NULL, extra};
+            toy_events_step(f->ev, &se);
+            json_decref(extra);
+        }
+        struct toy_step_info info = {step, f->steps, (float)loss, lr, gn, tokens, now_s() - t_start, NAN};
+        if (o->eval_every > 0 && step % o->eval_every == 0 && step < f->steps && toy_sft_n_heldout(f->data) > 0 &&
+            toy_finetuner_eval(f, o->eval_batches, &info.eval_loss) == TOY_OK) {
+            r.final_eval_loss = info.eval_loss;
+            emit_eval(f, "validation", info.eval_loss);
+        }
+        if (f->on_step) f->on_step(f->ud, &info);
+        if (o->ckpt_every > 0 && step % o->ckpt_every == 0 && step < f->steps &&
+            (st = toy_finetuner_checkpoint(f, NULL, 0))) {
+            snprintf(err, sizeof err, "checkpoint: %s", toy_last_error());
+            r.reason = TOY_RUN_ERRORED;
+            break;
+        }
+    }
+    r.seconds = now_s() - t_start;
+    r.tokens_per_s = r.seconds > 0 ? (double)tokens / r.seconds : 0;
+    enum toy_status cst = toy_finetuner_checkpoint(f, r.checkpoint, sizeof r.checkpoint);
+    if (cst && r.reason != TOY_RUN_ERRORED) {
+        snprintf(err, sizeof err, "checkpoint: %s", toy_last_error());
+        r.reason = TOY_RUN_ERRORED;
+        st = cst;
+    }
+    if ((r.reason == TOY_RUN_COMPLETED || r.reason == TOY_RUN_INTERRUPTED) && toy_sft_n_heldout(f->data) > 0) {
+        float el;
+        if (toy_finetuner_eval(f, o->eval_batches, &el) == TOY_OK) {
+            r.final_eval_loss = el;
+            emit_eval(f, "final", el);
+        }
+    }
+    r.final_step = f->step;
+    r.final_loss = f->last_loss;
+    if (res) *res = r;
+    emit_end(f, r.reason, err[0] ? err : NULL, r.reason == TOY_RUN_COMPLETED || r.reason == TOY_RUN_INTERRUPTED ? 0 : 1);
+    if (r.reason == TOY_RUN_ABORTED) return toy_error(TOY_ERR_NUMERIC, "%s", err);
+    if (r.reason == TOY_RUN_ERRORED) return toy_error(st ? st : TOY_ERR_IO, "%s", err);
+    return TOY_OK;
+}

@@ -1,0 +1,471 @@
+/* lora.c: LoRA adapters for Llama-family models (toy/finetune.h): attach
+ * (PEFT init), dropout masks, adapter GGUF save/load in llama.cpp's
+ * convention, and merging into a model or a GGUF file.
+ *
+ * LoRA: Hu et al. 2021; the init and scale follow PEFT's LoraLayer
+ * (A kaiming_uniform_(a = sqrt 5) -> U(-1/sqrt(in), 1/sqrt(in)), B zeros,
+ * scaling = alpha / r). The file format is llama.cpp's adapter GGUF
+ * (src/llama-adapter.cpp: names "<weight>.lora_a" ne {in, r} and
+ * "<weight>.lora_b" ne {r, out}; general.type "adapter", adapter.type
+ * "lora", adapter.lora.alpha f32). Invariant: the tensors are listed in
+ * file order (layer, target, a then b), so load + save reproduces a file
+ * toy wrote byte for byte. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "toy/finetune.h"
+#include "toy/gguf.h"
+#include "toy/quant.h"
+
+struct toy_lora {
+    struct toy_llama *m;
+    struct toy_lora_opts o;
+    struct toy_ctx *ctx;        /* A, B */
+    struct toy_ctx *mask_ctx;   /* dropout masks for one (T, B) */
+    int n;                      /* tensors */
+    struct toy_tensor **t;      /* (n) file order */
+    struct toy_tensor **masks;  /* (n / 2) the dropout masks graphs were built with */
+    int n_masks;
+    struct toy_rng rng;         /* dropout */
+};
+
+static const char *const target_names[TOY_LORA_N_TARGETS] = {"q", "k", "v", "o", "gate", "up", "down"};
+static const char *const peft_names[TOY_LORA_N_TARGETS] = {"q_proj", "k_proj", "v_proj", "o_proj",
+                                                           "gate_proj", "up_proj", "down_proj"};
+
+enum toy_status toy_lora_parse_targets(const char *s, unsigned *targets) {
+    unsigned mask = 0;
+    const char *p = s ? s : "";
+    while (*p) {
+        size_t n = strcspn(p, ", ");
+        if (n) {
+            int found = 0;
+            if (n == 3 && !strncmp(p, "all", 3)) { mask |= (1u << TOY_LORA_N_TARGETS) - 1; found = 1; }
+            if (n == 4 && !strncmp(p, "attn", 4)) { mask |= 0xFu; found = 1; }
+            if (n == 3 && !strncmp(p, "mlp", 3)) { mask |= 0x70u; found = 1; }
+            for (int t = 0; t < TOY_LORA_N_TARGETS && !found; t++)
+                if ((strlen(target_names[t]) == n && !strncmp(p, target_names[t], n)) ||
+                    (strlen(peft_names[t]) == n && !strncmp(p, peft_names[t], n))) {
+                    mask |= 1u << t;
+                    found = 1;
+                }
+            if (!found)
+                return toy_error(TOY_ERR_INVALID_ARG, "LoRA target '%.*s': use q, k, v, o, gate, up, down (or all)",
+                                 (int)n, p);
+        }
+        p += n;
+        while (*p == ',' || *p == ' ') p++;
+    }
+    if (!mask) return toy_error(TOY_ERR_INVALID_ARG, "no LoRA targets in '%s'", s ? s : "");
+    *targets = mask;
+    return TOY_OK;
+}
+
+const char *toy_lora_targets_str(unsigned targets, char *buf, size_t size) {
+    size_t k = 0;
+    if (size) buf[0] = 0;
+    for (int t = 0; t < TOY_LORA_N_TARGETS; t++)
+        if (targets & (1u << t)) {
+            int w = snprintf(buf + k, size > k ? size - k : 0, "%s%s", k ? "," : "", target_names[t]);
+            if (w > 0) k += (size_t)w;
+            if (k >= size) break;
+        }
+    return buf;
+}
+
+static struct toy_tensor *target_weight(const struct toy_llama_layer *L, int t) {
+    switch (t) {
+    case TOY_LORA_Q: return L->wq;
+    case TOY_LORA_K: return L->wk;
+    case TOY_LORA_V: return L->wv;
+    case TOY_LORA_O: return L->wo;
+    case TOY_LORA_GATE: return L->w_gate;
+    case TOY_LORA_UP: return L->w_up;
+    case TOY_LORA_DOWN: return L->w_down;
+    default: return NULL;
+    }
+}
+
+static bool any_attached(const struct toy_llama *m) {
+    for (int64_t l = 0; l < m->cfg.n_layers; l++)
+        for (int t = 0; t < TOY_LORA_N_TARGETS; t++)
+            if (m->layers[l].lora_a[t]) return true;
+    return false;
+}
+
+/* Allocates the A/B pairs for the targets in o (zeroed) and hooks them in. */
+static enum toy_status make_pairs(struct toy_llama *m, const struct toy_lora_opts *o, bool trainable,
+                                  struct toy_lora **out) {
+    *out = NULL;
+    if (any_attached(m)) return toy_error(TOY_ERR_STATE, "the model already has a LoRA adapter attached");
+    struct toy_lora *a = calloc(1, sizeof *a);
+    if (!a) return toy_error(TOY_ERR_NOMEM, "LoRA adapter");
+    a->m = m;
+    a->o = *o;
+    int per_layer = 0;
+    for (int t = 0; t < TOY_LORA_N_TARGETS; t++) per_layer += (o->targets >> t) & 1;
+    a->t = calloc((size_t)(2 * per_layer * m->cfg.n_layers) + 1, sizeof *a->t);
+    a->ctx = toy_ctx_init(true);
+    if (!a->t || !a->ctx) { toy_lora_free(a); return toy_error(TOY_ERR_NOMEM, "LoRA adapter"); }
+    for (int64_t l = 0; l < m->cfg.n_layers; l++) {
+        struct toy_llama_layer *L = &m->layers[l];
+        for (int t = 0; t < TOY_LORA_N_TARGETS; t++) {
+            if (!(o->targets & (1u << t))) continue;
+            struct toy_tensor *w = target_weight(L, t);
+            int64_t in = w->ne[0], outd = w->ne[1];
+            struct toy_tensor *A = toy_set_name(toy_new_tensor_2d(a->ctx, TOY_F32, in, o->rank), "%s.lora_a", w->name);
+            struct toy_tensor *B = toy_set_name(toy_new_tensor_2d(a->ctx, TOY_F32, o->rank, outd), "%s.lora_b", w->name);
+            if (trainable) { toy_set_param(A); toy_set_param(B); }
+            L->lora_a[t] = A;
+            L->lora_b[t] = B;
+            a->t[a->n++] = A;
+            a->t[a->n++] = B;
+        }
+    }
+    m->lora_scale = o->alpha / (float)o->rank;
+    toy_rng_seed(&a->rng, o->seed ^ 0x4c6f5241ull);
+    *out = a;
+    return TOY_OK;
+}
+
+static enum toy_status check_opts(struct toy_lora_opts *o) {
+    if (o->rank < 1 || o->rank > 65536) return toy_error(TOY_ERR_INVALID_ARG, "LoRA rank %d must be in 1..65536", o->rank);
+    if (o->alpha == 0) o->alpha = (float)o->rank;
+    if (!o->targets) o->targets = TOY_LORA_DEFAULT_TARGETS;
+    if (o->targets >> TOY_LORA_N_TARGETS) return toy_error(TOY_ERR_INVALID_ARG, "LoRA targets 0x%x: unknown bits", o->targets);
+    if (!(o->dropout >= 0 && o->dropout < 1)) return toy_error(TOY_ERR_INVALID_ARG, "LoRA dropout %g must be in [0, 1)", o->dropout);
+    if (!isfinite(o->alpha)) return toy_error(TOY_ERR_INVALID_ARG, "LoRA alpha must be finite");
+    return TOY_OK;
+}
+
+enum toy_status toy_lora_attach(struct toy_llama *m, const struct toy_lora_opts *opts, struct toy_lora **out) {
+    *out = NULL;
+    struct toy_lora_opts o = *opts;
+    enum toy_status st = check_opts(&o);
+    if (st) return st;
+    struct toy_lora *a;
+    if ((st = make_pairs(m, &o, true, &a))) return st;
+    struct toy_rng r;
+    toy_rng_seed(&r, o.seed);
+    for (int i = 0; i < a->n; i += 2) {
+        struct toy_tensor *A = a->t[i];
+        float bound = 1.0f / sqrtf((float)A->ne[0]); /* kaiming_uniform_(a=sqrt(5)) on (r, in) */
+        float *d = A->data;
+        for (int64_t k = 0; k < toy_nelements(A); k++) d[k] = bound * (2.0f * toy_rng_uniform(&r) - 1.0f);
+        /* B stays zero */
+    }
+    *out = a;
+    return TOY_OK;
+}
+
+void toy_lora_free(struct toy_lora *a) {
+    if (!a) return;
+    if (a->m) {
+        for (int64_t l = 0; l < a->m->cfg.n_layers; l++)
+            for (int t = 0; t < TOY_LORA_N_TARGETS; t++) {
+                struct toy_llama_layer *L = &a->m->layers[l];
+                for (int i = 0; i < a->n; i++)
+                    if (L->lora_a[t] == a->t[i] || L->lora_b[t] == a->t[i]) {
+                        L->lora_a[t] = L->lora_b[t] = L->lora_mask[t] = NULL;
+                        break;
+                    }
+            }
+        a->m->lora_scale = 0;
+    }
+    toy_ctx_free(a->ctx);
+    toy_ctx_free(a->mask_ctx);
+    free(a->masks);
+    free(a->t);
+    free(a);
+}
+
+const struct toy_lora_opts *toy_lora_get_opts(const struct toy_lora *a) { return &a->o; }
+int toy_lora_n_tensors(const struct toy_lora *a) { return a->n; }
+struct toy_tensor *toy_lora_tensor(const struct toy_lora *a, int i) { return i >= 0 && i < a->n ? a->t[i] : NULL; }
+struct toy_rng *toy_lora_rng(struct toy_lora *a) { return &a->rng; }
+
+int64_t toy_lora_n_params(const struct toy_lora *a) {
+    int64_t n = 0;
+    for (int i = 0; i < a->n; i++) n += toy_nelements(a->t[i]);
+    return n;
+}
+
+/* ---- dropout ------------------------------------------------------------------ */
+
+enum toy_status toy_lora_dropout_begin(struct toy_lora *a, int64_t T, int64_t B) {
+    if (a->o.dropout <= 0) return TOY_OK;
+    toy_ctx_free(a->mask_ctx);
+    free(a->masks);
+    a->n_masks = 0;
+    a->mask_ctx = toy_ctx_init(true);
+    a->masks = calloc((size_t)a->n / 2 + 1, sizeof *a->masks);
+    if (!a->mask_ctx || !a->masks) return toy_error(TOY_ERR_NOMEM, "LoRA dropout masks");
+    for (int64_t l = 0; l < a->m->cfg.n_layers; l++) {
+        struct toy_llama_layer *L = &a->m->layers[l];
+        for (int t = 0; t < TOY_LORA_N_TARGETS; t++) {
+            if (!L->lora_a[t]) continue;
+            struct toy_tensor *mk = toy_new_tensor_3d(a->mask_ctx, TOY_F32, L->lora_a[t]->ne[0], T, B);
+            toy_set_name(mk, "lora_mask.%lld.%s", (long long)l, target_names[t]);
+            toy_set_input(mk);
+            L->lora_mask[t] = mk;
+            a->masks[a->n_masks++] = mk;
+        }
+    }
+    toy_lora_dropout_refresh(a);
+    return TOY_OK;
+}
+
+void toy_lora_dropout_refresh(struct toy_lora *a) {
+    if (a->o.dropout <= 0 || !a->mask_ctx) return;
+    const float p = a->o.dropout, keep = 1.0f / (1.0f - p);
+    for (int i = 0; i < a->n_masks; i++) {
+        float *d = a->masks[i]->data; /* (B, T, in) */
+        for (int64_t k = 0; k < toy_nelements(a->masks[i]); k++) d[k] = toy_rng_uniform(&a->rng) < p ? 0.0f : keep;
+    }
+}
+
+void toy_lora_dropout_end(struct toy_lora *a) {
+    for (int64_t l = 0; l < a->m->cfg.n_layers; l++)
+        for (int t = 0; t < TOY_LORA_N_TARGETS; t++) a->m->layers[l].lora_mask[t] = NULL;
+}
+
+/* ---- adapter files ------------------------------------------------------------- */
+
+enum toy_status toy_lora_write_gguf(const struct toy_lora *a, struct toy_gguf_writer *w) {
+    char tg[64];
+    enum toy_status st = toy_gguf_writer_set_str(w, "general.architecture", a->m->cfg.arch);
+    if (!st) st = toy_gguf_writer_set_str(w, "general.type", "adapter");
+    if (!st) st = toy_gguf_writer_set_str(w, "adapter.type", "lora");
+    if (!st) st = toy_gguf_writer_set_f32(w, "adapter.lora.alpha", a->o.alpha);
+    /* toy's own extras (llama.cpp ignores unknown keys) */
+    if (!st) st = toy_gguf_writer_set_str(w, "toy.lora.targets", toy_lora_targets_str(a->o.targets, tg, sizeof tg));
+    if (!st) st = toy_gguf_writer_set_f32(w, "toy.lora.dropout", a->o.dropout);
+    for (int i = 0; i < a->n && !st; i++)
+        st = toy_gguf_writer_add_tensor(w, a->t[i]->name, TOY_F32, 2, a->t[i]->ne, a->t[i]->data);
+    return st;
+}
+
+enum toy_status toy_lora_save(const struct toy_lora *a, const char *path) {
+    struct toy_gguf_writer *w;
+    enum toy_status st = toy_gguf_writer_init(&w);
+    if (st) return st;
+    st = toy_lora_write_gguf(a, w);
+    if (!st) st = toy_gguf_writer_write(w, path);
+    toy_gguf_writer_free(w);
+    return st;
+}
+
+/* Which layer and target a base weight name is ("blk.N.attn_q.weight"). */
+static bool parse_weight(const struct toy_llama *m, const char *name, size_t len, int64_t *layer, int *target) {
+    for (int64_t l = 0; l < m->cfg.n_layers; l++)
+        for (int t = 0; t < TOY_LORA_N_TARGETS; t++) {
+            const struct toy_tensor *w = target_weight(&m->layers[l], t);
+            if (w && strlen(w->name) == len && !strncmp(w->name, name, len)) {
+                *layer = l;
+                *target = t;
+                return true;
+            }
+        }
+    return false;
+}
+
+static enum toy_status check_header(const struct toy_gguf *g, const char *path, const char *arch, float *alpha) {
+    const char *s;
+    size_t n;
+    if (toy_gguf_get_str(g, "general.type", &s, &n) || n != 7 || memcmp(s, "adapter", 7))
+        return toy_error(TOY_ERR_FORMAT, "%s: general.type is not \"adapter\" (not a LoRA adapter file)", path);
+    if (toy_gguf_get_str(g, "adapter.type", &s, &n) || n != 4 || memcmp(s, "lora", 4))
+        return toy_error(TOY_ERR_UNSUPPORTED, "%s: adapter.type is not \"lora\"", path);
+    if (arch && !toy_gguf_get_str(g, "general.architecture", &s, &n) && (strlen(arch) != n || memcmp(s, arch, n)))
+        return toy_error(TOY_ERR_FORMAT, "%s: adapter for architecture %.*s, the model is %s", path, (int)n, s, arch);
+    if (toy_gguf_get_f32(g, "adapter.lora.alpha", alpha))
+        return toy_error(TOY_ERR_FORMAT, "%s: missing adapter.lora.alpha (f32)", path);
+    return TOY_OK;
+}
+
+enum toy_status toy_lora_load(struct toy_llama *m, const char *path, float scale, bool trainable,
+                              struct toy_lora **out) {
+    *out = NULL;
+    struct toy_gguf *g;
+    enum toy_status st = toy_gguf_open(path, &g);
+    if (st) return st;
+    struct toy_lora_opts o = {0};
+    if ((st = check_header(g, path, m->cfg.arch, &o.alpha))) goto done;
+    /* pass 1: targets and rank, with llama.cpp's shape checks */
+    for (int64_t i = 0; i < toy_gguf_n_tensors(g); i++) {
+        const struct toy_gguf_tensor *ti = toy_gguf_tensor(g, i);
+        size_t len = strlen(ti->name);
+        bool is_a = len > 7 && !strcmp(ti->name + len - 7, ".lora_a");
+        bool is_b = len > 7 && !strcmp(ti->name + len - 7, ".lora_b");
+        if (!is_a && !is_b) {
+            st = toy_error(TOY_ERR_UNSUPPORTED, "%s: tensor %s is not a .lora_a/.lora_b", path, ti->name);
+            goto done;
+        }
+        int64_t l;
+        int t;
+        if (!parse_weight(m, ti->name, len - 7, &l, &t)) {
+            st = toy_error(TOY_ERR_UNSUPPORTED, "%s: %s does not name a projection toy adapts (q,k,v,o,gate,up,down)",
+                           path, ti->name);
+            goto done;
+        }
+        char other[TOY_GGUF_NAME_MAX + 8];
+        snprintf(other, sizeof other, "%.*s.lora_%c", (int)(len - 7), ti->name, is_a ? 'b' : 'a');
+        int64_t j = toy_gguf_find_tensor(g, other);
+        if (j < 0) { st = toy_error(TOY_ERR_FORMAT, "%s: %s has no %s", path, ti->name, other); goto done; }
+        if (!is_a) continue;
+        const struct toy_gguf_tensor *tb = toy_gguf_tensor(g, j);
+        const struct toy_tensor *w = target_weight(&m->layers[l], t);
+        if (ti->type != TOY_F32 || tb->type != TOY_F32 || ti->n_dims != 2 || tb->n_dims != 2) {
+            st = toy_error(TOY_ERR_UNSUPPORTED, "%s: %s: toy reads F32 2-D LoRA pairs (%s)", path, ti->name,
+                           toy_dtype_name(ti->type));
+            goto done;
+        }
+        if (ti->ne[0] != w->ne[0] || tb->ne[1] != w->ne[1]) {
+            st = toy_error(TOY_ERR_SHAPE, "%s: %s is {%lld, %lld} x {%lld, %lld}, %s is {%lld, %lld} (wrong base model?)",
+                           path, ti->name, (long long)ti->ne[0], (long long)ti->ne[1], (long long)tb->ne[0],
+                           (long long)tb->ne[1], w->name, (long long)w->ne[0], (long long)w->ne[1]);
+            goto done;
+        }
+        if (ti->ne[1] != tb->ne[0]) {
+            st = toy_error(TOY_ERR_SHAPE, "%s: %s rank %lld but lora_b rank %lld (lora_a not transposed?)", path,
+                           ti->name, (long long)ti->ne[1], (long long)tb->ne[0]);
+            goto done;
+        }
+        if (o.rank && o.rank != ti->ne[1]) {
+            st = toy_error(TOY_ERR_UNSUPPORTED, "%s: ranks differ between pairs (%d, %lld)", path, o.rank,
+                           (long long)ti->ne[1]);
+            goto done;
+        }
+        if (ti->ne[1] < 1 || ti->ne[1] > 65536) { st = toy_error(TOY_ERR_FORMAT, "%s: rank %lld", path, (long long)ti->ne[1]); goto done; }
+        o.rank = (int32_t)ti->ne[1];
+        o.targets |= 1u << t;
+    }
+    if (!o.rank) { st = toy_error(TOY_ERR_FORMAT, "%s: no LoRA tensors", path); goto done; }
+    double dd;
+    if (!toy_gguf_get_f64(g, "toy.lora.dropout", &dd) && dd >= 0 && dd < 1) o.dropout = (float)dd;
+    /* toy adapts every layer of each target; a file that skips some layers
+     * gets zero pairs there (B = 0: no change), and is saved back with them */
+    struct toy_lora *a;
+    if ((st = make_pairs(m, &o, trainable, &a))) goto done;
+    for (int i = 0; i < a->n; i++) {
+        int64_t j = toy_gguf_find_tensor(g, a->t[i]->name);
+        if (j >= 0) memcpy(a->t[i]->data, toy_gguf_tensor(g, j)->data, toy_gguf_tensor(g, j)->nbytes);
+    }
+    m->lora_scale = scale * o.alpha / (float)o.rank;
+    *out = a;
+done:
+    toy_gguf_close(g);
+    return st;
+}
+
+/* ---- merging -------------------------------------------------------------------- */
+
+/* w (out, in) += s * B (out, r) A (r, in) */
+static void add_ba(float *w, const float *A, const float *B, int64_t in, int64_t out, int64_t r, float s) {
+    for (int64_t o = 0; o < out; o++) {
+        float *row = w + o * in;
+        for (int64_t k = 0; k < r; k++) {
+            float c = s * B[o * r + k];
+            const float *a = A + k * in;
+            for (int64_t i = 0; i < in; i++) row[i] += c * a[i];
+        }
+    }
+}
+
+enum toy_status toy_lora_merge_into(struct toy_llama *m, const struct toy_lora *a) {
+    for (int64_t l = 0; l < m->cfg.n_layers; l++)
+        for (int t = 0; t < TOY_LORA_N_TARGETS; t++) {
+            struct toy_llama_layer *L = &m->layers[l];
+            if (!L->lora_a[t]) continue;
+            struct toy_tensor *w = target_weight(L, t);
+            if (w->type != TOY_F32 || !w->data)
+                return toy_error(TOY_ERR_UNSUPPORTED, "merge into %s: needs f32 weights in memory (load trainable)", w->name);
+            add_ba(w->data, L->lora_a[t]->data, L->lora_b[t]->data, w->ne[0], w->ne[1], L->lora_a[t]->ne[1],
+                   m->lora_scale);
+        }
+    (void)a;
+    return TOY_OK;
+}
+
+struct merge_job {
+    const struct toy_gguf *base;
+    int64_t index;
+    const struct toy_gguf_tensor *A, *B;
+    float scale;
+};
+
+static enum toy_status merge_fill(void *ctx, void *dst, size_t nbytes) {
+    const struct merge_job *j = ctx;
+    const struct toy_gguf_tensor *w = toy_gguf_tensor(j->base, j->index);
+    int64_t in = w->ne[0], out = w->ne[1];
+    float *f = malloc((size_t)(in * out) * sizeof *f);
+    if (!f) return toy_error(TOY_ERR_NOMEM, "merge %s", w->name);
+    enum toy_status st = toy_gguf_tensor_read_f32(j->base, j->index, f, in * out);
+    if (!st) {
+        add_ba(f, j->A->data, j->B->data, in, out, j->A->ne[1], j->scale);
+        size_t rb = toy_row_bytes(w->type, in);
+        for (int64_t o = 0; o < out && !st; o++) st = toy_quantize_row(w->type, f + o * in, (char *)dst + o * rb, in);
+        if (!st && rb * (size_t)out != nbytes) st = toy_error(TOY_ERR_SHAPE, "merge %s: size", w->name);
+    }
+    free(f);
+    return st;
+}
+
+enum toy_status toy_lora_merge_file(const char *base_path, const char *adapter_path, float scale,
+                                    const char *out_path) {
+    struct toy_gguf *g = NULL, *ad = NULL;
+    struct toy_gguf_writer *w = NULL;
+    struct merge_job *jobs = NULL;
+    enum toy_status st = toy_gguf_open(base_path, &g);
+    if (!st) st = toy_gguf_open(adapter_path, &ad);
+    const char *arch = NULL;
+    size_t alen = 0;
+    char archbuf[64] = "";
+    if (!st && !toy_gguf_get_str(g, "general.architecture", &arch, &alen))
+        snprintf(archbuf, sizeof archbuf, "%.*s", (int)alen, arch);
+    float alpha = 0;
+    if (!st) st = check_header(ad, adapter_path, archbuf[0] ? archbuf : NULL, &alpha);
+    if (!st) st = toy_gguf_writer_init(&w);
+    int64_t nt = st ? 0 : toy_gguf_n_tensors(g);
+    if (!st && !(jobs = calloc((size_t)nt + 1, sizeof *jobs))) st = toy_error(TOY_ERR_NOMEM, "merge");
+    for (int64_t i = 0; i < toy_gguf_n_kv(g) && !st; i++) st = toy_gguf_writer_copy_kv(w, g, i);
+    int64_t used = 0;
+    char name[TOY_GGUF_NAME_MAX + 16];
+    for (int64_t i = 0; i < nt && !st; i++) {
+        const struct toy_gguf_tensor *ti = toy_gguf_tensor(g, i);
+        snprintf(name, sizeof name, "%s.lora_a", ti->name);
+        int64_t ja = toy_gguf_find_tensor(ad, name);
+        snprintf(name, sizeof name, "%s.lora_b", ti->name);
+        int64_t jb = toy_gguf_find_tensor(ad, name);
+        int n_dims = ti->n_dims < 1 ? 1 : ti->n_dims;
+        if (ja < 0 || jb < 0) {
+            st = toy_gguf_writer_add_tensor(w, ti->name, ti->type, n_dims, ti->ne, ti->data);
+            continue;
+        }
+        const struct toy_gguf_tensor *A = toy_gguf_tensor(ad, ja), *B = toy_gguf_tensor(ad, jb);
+        if (A->type != TOY_F32 || B->type != TOY_F32 || A->ne[0] != ti->ne[0] || B->ne[1] != ti->ne[1] ||
+            A->ne[1] != B->ne[0] || A->ne[1] < 1 || ti->n_dims != 2) {
+            st = toy_error(TOY_ERR_SHAPE, "%s: LoRA pair for %s does not fit {%lld, %lld} (wrong base model?)",
+                           adapter_path, ti->name, (long long)ti->ne[0], (long long)ti->ne[1]);
+            break;
+        }
+        if (!toy_can_dequantize(ti->type) || !toy_can_quantize(ti->type)) {
+            st = toy_error(TOY_ERR_UNSUPPORTED, "merge: cannot re-encode %s (%s)", ti->name, toy_dtype_name(ti->type));
+            break;
+        }
+        jobs[i] = (struct merge_job){g, i, A, B, scale * alpha / (float)A->ne[1]};
+        used += 2;
+        st = toy_gguf_writer_add_tensor_fn(w, ti->name, ti->type, 2, ti->ne, merge_fill, &jobs[i]);
+    }
+    if (!st && used != toy_gguf_n_tensors(ad))
+        st = toy_error(TOY_ERR_FORMAT, "%s: %lld of its %lld tensors match no weight of %s", adapter_path,
+                       (long long)(toy_gguf_n_tensors(ad) - used), (long long)toy_gguf_n_tensors(ad), base_path);
+    if (!st) st = toy_gguf_writer_write(w, out_path);
+    toy_gguf_writer_free(w);
+    free(jobs);
+    toy_gguf_close(ad);
+    toy_gguf_close(g);
+    return st;
+}

@@ -1,0 +1,286 @@
+/* sft.c: supervised fine-tuning data (toy/finetune.h): JSONL examples of
+ * {"prompt","completion"} or {"messages":[...]} tokenized once, with a
+ * per-token mask of what the loss learns, served as padded rows of one
+ * example each (targets -100 outside the learned tokens), in a seeded
+ * shuffled order per epoch.
+ *
+ * Invariants: every kept example has n >= 2 ids and at least one learned
+ * id among ids[1..min(n, T+1)-1]; ids are < the tokenizer's vocabulary.
+ * The message shapes are those of TRL's SFTTrainer (prompt-completion and
+ * conversational datasets). */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "toy/chat-template.h"
+#include "toy/finetune.h"
+
+struct example {
+    int32_t *ids;
+    unsigned char *mask; /* (n) 1: this id is a target */
+    int64_t n;
+};
+
+struct toy_sft {
+    struct example *ex;
+    int64_t n, n_train, dropped;
+    int64_t T;
+    uint64_t seed;
+    int32_t pad;
+    int64_t *order;      /* (n_train) the current epoch's permutation */
+    int64_t order_epoch; /* which epoch `order` is for */
+    struct toy_sft_state st;
+};
+
+void toy_sft_free(struct toy_sft *d) {
+    if (!d) return;
+    for (int64_t i = 0; i < d->n; i++) {
+        free(d->ex[i].ids);
+        free(d->ex[i].mask);
+    }
+    free(d->ex);
+    free(d->order);
+    free(d);
+}
+
+/* ids and mask grow together (mask holds ids->cap bytes) */
+static enum toy_status append(struct toy_tokens *ids, unsigned char **mask, int32_t id, unsigned char m) {
+    if (ids->n + 1 > ids->cap) {
+        size_t nc = ids->cap ? (size_t)ids->cap * 2 : 64;
+        unsigned char *nm = realloc(*mask, nc);
+        int32_t *ni = realloc(ids->ids, nc * sizeof *ni);
+        if (nm) *mask = nm;
+        if (ni) ids->ids = ni;
+        if (!nm || !ni) return toy_error(TOY_ERR_NOMEM, "SFT example");
+        ids->cap = (int64_t)nc;
+    }
+    ids->ids[ids->n] = id;
+    (*mask)[ids->n] = m;
+    ids->n++;
+    return TOY_OK;
+}
+
+/* prompt + completion: [BOS] enc(P) enc(C) EOS, learning enc(C) EOS */
+static enum toy_status encode_pc(const struct toy_tokenizer *tok, const char *p, const char *c, struct example *e) {
+    struct toy_tokens ids = {0}, part = {0};
+    unsigned char *mask = NULL;
+    enum toy_status st = TOY_OK;
+    if (toy_tokenizer_add_bos(tok) && toy_tokenizer_bos(tok) >= 0) st = append(&ids, &mask, toy_tokenizer_bos(tok), 0);
+    for (int which = 0; which < 2 && !st; which++) {
+        const char *s = which ? c : p;
+        part.n = 0;
+        st = toy_tokenizer_encode(tok, s, strlen(s), 0, &part);
+        for (int64_t i = 0; i < part.n && !st; i++) st = append(&ids, &mask, part.ids[i], (unsigned char)which);
+    }
+    int32_t eos = toy_tokenizer_eot(tok) >= 0 ? toy_tokenizer_eot(tok) : toy_tokenizer_eos(tok);
+    if (!st && eos >= 0) st = append(&ids, &mask, eos, 1);
+    toy_tokens_free(&part);
+    if (st) { toy_tokens_free(&ids); free(mask); return st; }
+    e->ids = ids.ids;
+    e->mask = mask;
+    e->n = ids.n;
+    return TOY_OK;
+}
+
+static enum toy_status encode_messages(const struct toy_tokenizer *tok, const char *tmpl, json_t *msgs,
+                                       struct example *e, int64_t line) {
+    size_t n = json_array_size(msgs);
+    struct toy_chat_message *m = calloc(n + 1, sizeof *m);
+    if (!m) return toy_error(TOY_ERR_NOMEM, "SFT messages");
+    for (size_t i = 0; i < n; i++) {
+        json_t *o = json_array_get(msgs, i);
+        const char *role = json_string_value(json_object_get(o, "role"));
+        const char *content = json_string_value(json_object_get(o, "content"));
+        if (!role || !content) {
+            free(m);
+            return toy_error(TOY_ERR_FORMAT, "line %lld: message %zu needs string \"role\" and \"content\"",
+                             (long long)line, i);
+        }
+        m[i] = (struct toy_chat_message){role, content};
+    }
+    if (!tmpl && !toy_tokenizer_chat_template(tok)) tmpl = "chatml";
+    struct toy_tokens ids = {0};
+    unsigned char *mask = NULL;
+    enum toy_status st = toy_chat_encode(tok, tmpl, m, n, &ids, &mask);
+    free(m);
+    if (st) return toy_error(st, "line %lld: %s", (long long)line, toy_last_error());
+    e->ids = ids.ids;
+    e->mask = mask;
+    e->n = ids.n;
+    return TOY_OK;
+}
+
+/* true if some learned id falls among the T targets of the row */
+static bool learns(const struct example *e, int64_t T) {
+    int64_t end = e->n < T + 1 ? e->n : T + 1;
+    for (int64_t i = 1; i < end; i++)
+        if (e->mask[i]) return true;
+    return false;
+}
+
+enum toy_status toy_sft_from_text(const char *text, size_t len, const struct toy_tokenizer *tok,
+                                  const struct toy_sft_opts *o, struct toy_sft **out) {
+    *out = NULL;
+    if (o->ctx < 1) return toy_error(TOY_ERR_INVALID_ARG, "SFT: context %lld must be >= 1", (long long)o->ctx);
+    if (!(o->heldout >= 0 && o->heldout < 1)) return toy_error(TOY_ERR_INVALID_ARG, "SFT: held-out fraction %g", o->heldout);
+    struct toy_sft *d = calloc(1, sizeof *d);
+    if (!d) return toy_error(TOY_ERR_NOMEM, "SFT data");
+    d->T = o->ctx;
+    d->seed = o->seed;
+    d->pad = toy_tokenizer_pad(tok) >= 0 ? toy_tokenizer_pad(tok) : toy_tokenizer_eos(tok) >= 0 ? toy_tokenizer_eos(tok) : 0;
+    d->order_epoch = -1;
+    size_t cap = 0;
+    enum toy_status st = TOY_OK;
+    int64_t line = 0;
+    for (size_t off = 0; off < len && !st;) {
+        const char *nl = memchr(text + off, '\n', len - off);
+        size_t n = nl ? (size_t)(nl - (text + off)) : len - off;
+        const char *s = text + off;
+        off += n + 1;
+        line++;
+        size_t k = 0;
+        while (k < n && (s[k] == ' ' || s[k] == '\t' || s[k] == '\r')) k++;
+        if (k == n) continue;
+        json_error_t err;
+        json_t *j = json_loadb(s, n, 0, &err);
+        if (!j || !json_is_object(j)) {
+            st = toy_error(TOY_ERR_FORMAT, "line %lld: %s", (long long)line, j ? "not a JSON object" : err.text);
+            json_decref(j);
+            break;
+        }
+        struct example e = {0};
+        json_t *msgs = json_object_get(j, "messages");
+        const char *p = json_string_value(json_object_get(j, "prompt"));
+        const char *c = json_string_value(json_object_get(j, "completion"));
+        if (json_is_array(msgs)) st = encode_messages(tok, o->chat_template, msgs, &e, line);
+        else if (p && c) st = encode_pc(tok, p, c, &e);
+        else st = toy_error(TOY_ERR_FORMAT, "line %lld: expected {\"prompt\", \"completion\"} or {\"messages\": [...]}",
+                            (long long)line);
+        json_decref(j);
+        if (st) break;
+        if (e.n < 2 || !learns(&e, d->T)) {
+            d->dropped++;
+            free(e.ids);
+            free(e.mask);
+            continue;
+        }
+        if ((size_t)d->n == cap) {
+            size_t nc = cap ? cap * 2 : 64;
+            struct example *ne = realloc(d->ex, nc * sizeof *ne);
+            if (!ne) { free(e.ids); free(e.mask); st = toy_error(TOY_ERR_NOMEM, "SFT data"); break; }
+            d->ex = ne;
+            cap = nc;
+        }
+        d->ex[d->n++] = e;
+    }
+    if (!st) {
+        int64_t held = (int64_t)((double)d->n * o->heldout);
+        d->n_train = d->n - held;
+        if (d->n_train < 1)
+            st = toy_error(TOY_ERR_RANGE, "SFT: no training examples (%lld read, %lld dropped as too long)",
+                           (long long)d->n, (long long)d->dropped);
+    }
+    if (!st && !(d->order = malloc((size_t)d->n_train * sizeof *d->order))) st = toy_error(TOY_ERR_NOMEM, "SFT data");
+    if (st) { toy_sft_free(d); return st; }
+    *out = d;
+    return TOY_OK;
+}
+
+enum toy_status toy_sft_open(const char *path, const struct toy_tokenizer *tok, const struct toy_sft_opts *o,
+                             struct toy_sft **out) {
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) return toy_error(TOY_ERR_IO, "%s: cannot open", path);
+    char *buf = NULL;
+    size_t len = 0, cap = 0, got;
+    do {
+        if (len + 65536 > cap) {
+            cap = (len + 65536) * 2;
+            char *nb = realloc(buf, cap);
+            if (!nb) { free(buf); fclose(f); return toy_error(TOY_ERR_NOMEM, "%s", path); }
+            buf = nb;
+        }
+        got = fread(buf + len, 1, cap - len, f);
+        len += got;
+    } while (got > 0);
+    bool bad = ferror(f);
+    fclose(f);
+    if (bad) { free(buf); return toy_error(TOY_ERR_IO, "%s: read error", path); }
+    enum toy_status st = toy_sft_from_text(buf ? buf : "", len, tok, o, out);
+    free(buf);
+    if (st) return toy_error(st, "%s: %s", path, toy_last_error());
+    return TOY_OK;
+}
+
+int64_t toy_sft_n_train(const struct toy_sft *d) { return d->n_train; }
+int64_t toy_sft_n_heldout(const struct toy_sft *d) { return d->n - d->n_train; }
+int64_t toy_sft_dropped(const struct toy_sft *d) { return d->dropped; }
+int64_t toy_sft_ctx(const struct toy_sft *d) { return d->T; }
+
+void toy_sft_example(const struct toy_sft *d, int64_t i, const int32_t **ids, const unsigned char **mask, int64_t *n) {
+    *ids = d->ex[i].ids;
+    *mask = d->ex[i].mask;
+    *n = d->ex[i].n;
+}
+
+/* one row: x (T), y (T); returns the number of targets */
+static int64_t fill_row(const struct toy_sft *d, const struct example *e, int32_t *x, int32_t *y) {
+    int64_t cnt = 0;
+    for (int64_t t = 0; t < d->T; t++) {
+        if (t + 1 < e->n) {
+            x[t] = e->ids[t];
+            y[t] = e->mask[t + 1] ? e->ids[t + 1] : -100;
+            cnt += e->mask[t + 1] != 0;
+        } else {
+            x[t] = t < e->n ? e->ids[t] : d->pad;
+            y[t] = -100;
+        }
+    }
+    return cnt;
+}
+
+static void make_order(struct toy_sft *d, int64_t epoch) {
+    for (int64_t i = 0; i < d->n_train; i++) d->order[i] = i;
+    struct toy_rng r;
+    toy_rng_seed(&r, d->seed + 0x9e3779b97f4a7c15ull * (uint64_t)(epoch + 1));
+    for (int64_t i = d->n_train - 1; i > 0; i--) { /* Fisher-Yates */
+        int64_t j = (int64_t)toy_rng_below(&r, (uint64_t)i + 1);
+        int64_t t = d->order[i];
+        d->order[i] = d->order[j];
+        d->order[j] = t;
+    }
+    d->order_epoch = epoch;
+}
+
+void toy_sft_next_batch(struct toy_sft *d, int64_t B, int32_t *x, int32_t *y) {
+    for (int64_t b = 0; b < B; b++) {
+        if (d->st.pos >= d->n_train) {
+            d->st.epoch++;
+            d->st.pos = 0;
+        }
+        if (d->order_epoch != d->st.epoch) make_order(d, d->st.epoch);
+        d->st.tokens += fill_row(d, &d->ex[d->order[d->st.pos++]], x + b * d->T, y + b * d->T);
+        d->st.rows++;
+    }
+}
+
+int64_t toy_sft_eval_batch(const struct toy_sft *d, int64_t first, int64_t B, int32_t *x, int32_t *y) {
+    int64_t real = 0;
+    for (int64_t b = 0; b < B; b++) {
+        int64_t i = d->n_train + first + b;
+        if (first + b >= 0 && i < d->n) {
+            fill_row(d, &d->ex[i], x + b * d->T, y + b * d->T);
+            real++;
+        } else {
+            for (int64_t t = 0; t < d->T; t++) {
+                x[b * d->T + t] = d->pad;
+                y[b * d->T + t] = -100;
+            }
+        }
+    }
+    return real;
+}
+
+void toy_sft_get_state(const struct toy_sft *d, struct toy_sft_state *s) { *s = d->st; }
+void toy_sft_set_state(struct toy_sft *d, const struct toy_sft_state *s) { d->st = *s; }
