@@ -37,7 +37,9 @@
  *     toy_gguf_writer_free(w);
  *
  * Neither object is thread-safe for mutation; an open toy_gguf may be read
- * from many threads.
+ * from many threads. Tensor data are the file's pages: a file truncated by
+ * another process while it is open makes later reads fault (SIGBUS), as
+ * with any mmap; toy's writer never does that (it replaces files by rename).
  */
 #ifndef TOY_GGUF_H
 #define TOY_GGUF_H
