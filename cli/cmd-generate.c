@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "progress.h"
+#include "toy/finetune.h"
 #include "toy/generate.h"
 #include "toy/gguf.h"
 #include "toy/toy.h"
@@ -19,6 +20,7 @@ static int usage(void) {
             "                    [--temp 0.8] [--top-k 40] [--top-p 0.95] [--min-p 0] [--repeat-penalty 1]\n"
             "                    [--frequency-penalty 0] [--presence-penalty 0] [--seed 42] [--stop STR]...\n"
             "                    [--ctx N] [--threads N] [--no-bos] [--special] [--json]\n"
+            "                    [--lora ADAPTER.gguf [--lora-scale 1]]\n"
             "Temperature 0 is greedy. Stops at the model's end-of-generation token, a stop string, or -n.\n");
     return 2;
 }
@@ -44,7 +46,8 @@ static bool on_token(void *ud, int32_t id, const char *text, size_t len, float l
 }
 
 int toy_cmd_generate(int argc, char **argv) {
-    const char *model = NULL, *prompt = NULL, *prompt_ids = NULL;
+    const char *model = NULL, *prompt = NULL, *prompt_ids = NULL, *lora_path = NULL;
+    float lora_scale = 1.0f;
     const char *stops[16];
     int n_stop = 0, threads = 0;
     int64_t n_ctx = 0;
@@ -64,6 +67,8 @@ int toy_cmd_generate(int argc, char **argv) {
         double x = strtod(v, &end);
         bool num = end && !*end;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
+        else if (!strcmp(a, "--lora")) lora_path = v;
+        else if (!strcmp(a, "--lora-scale") && num) lora_scale = (float)x;
         else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) prompt = v;
         else if (!strcmp(a, "--prompt-ids")) prompt_ids = v;
         else if (!strcmp(a, "--stop")) { if (n_stop < 16) stops[n_stop++] = v; }
@@ -87,9 +92,16 @@ int toy_cmd_generate(int argc, char **argv) {
 
     struct toy_llama *m;
     if (toy_llama_load(model, false, &m)) { fprintf(stderr, "toy generate: %s\n", toy_last_error()); return 1; }
+    struct toy_lora *lora = NULL;
+    if (lora_path && toy_lora_load(m, lora_path, lora_scale, false, &lora)) {
+        fprintf(stderr, "toy generate: %s\n", toy_last_error());
+        toy_llama_free(m);
+        return 1;
+    }
     struct toy_tokenizer *tok = NULL;
     if (toy_tokenizer_load_gguf(m->gguf, &tok) && !prompt_ids) {
         fprintf(stderr, "toy generate: %s has no usable tokenizer (%s); pass --prompt-ids\n", model, toy_last_error());
+        toy_lora_free(lora);
         toy_llama_free(m);
         return 1;
     }
@@ -169,6 +181,7 @@ int toy_cmd_generate(int argc, char **argv) {
 done:
     toy_tokens_free(&ids);
     toy_tokenizer_free(tok);
+    toy_lora_free(lora);
     toy_llama_free(m);
     return rc;
 }

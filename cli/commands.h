@@ -19,6 +19,8 @@ int toy_cmd_models(int argc, char **argv);
 int toy_cmd_convert(int argc, char **argv);
 int toy_cmd_quantize(int argc, char **argv);
 int toy_cmd_runs(int argc, char **argv);
+int toy_cmd_finetune(int argc, char **argv);
+int toy_cmd_merge(int argc, char **argv);
 
 int toy_cmd_tokenize(int argc, char **argv);
 int toy_cmd_tokenizer(int argc, char **argv);
@@ -27,6 +29,8 @@ int toy_cmd_chat_template(int argc, char **argv);
 #define TOY_COMMANDS \
     {"demo", toy_cmd_demo, "train a small Llama on built-in text (what make demo runs) and sample from it"}, \
     {"train", toy_cmd_train, "train a Llama-family model from scratch on text or tokens; resume a run"}, \
+    {"finetune", toy_cmd_finetune, "fine-tune a GGUF model on SFT JSONL: LoRA, QLoRA (quantized base) or full; resume a run"}, \
+    {"merge", toy_cmd_merge, "fold a LoRA adapter into its base: merge base.gguf adapter.gguf -o merged.gguf"}, \
     {"eval", toy_cmd_eval, "mean cross-entropy and perplexity of a model on a text or token file"}, \
     {"generate", toy_cmd_generate, "generate text from a Llama-family GGUF with a KV cache and sampling"}, \
     {"describe", toy_cmd_describe, "what a GGUF model holds, and its forward pass as pseudocode"}, \

@@ -1,0 +1,315 @@
+/* cmd-finetune.c: `toy finetune`: LoRA, QLoRA or full fine-tuning of a
+ * Llama-family GGUF on SFT JSONL ({"prompt","completion"} or {"messages"}),
+ * into the same run bundle as `toy train`:
+ *
+ *   runs/<id>/finetune.json        the options (what --resume reads)
+ *   runs/<id>/events.jsonl         the toy/v1 event stream
+ *   runs/<id>/weights/step_N.gguf  the adapter (lora, qlora; llama.cpp's
+ *                                  adapter GGUF) or the model (full), with
+ *                                  step_N.state.gguf and `latest`
+ *
+ * The library side is toy/finetune.h. Ctrl-C stops after the current step
+ * with a checkpoint; --resume continues bit-identically. */
+#include <jansson.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "progress.h"
+#include "toy/finetune.h"
+#include "toy/run-dir.h"
+#include "toy/toy.h"
+
+static volatile sig_atomic_t stop_flag;
+static void on_sigint(int sig) {
+    (void)sig;
+    if (stop_flag) _exit(130);
+    stop_flag = 1;
+}
+
+static int usage(void) {
+    fprintf(stderr,
+"usage: toy finetune --base MODEL.gguf --data SFT.jsonl [--method lora|qlora|full] [options]\n"
+"       toy finetune --resume runs/<id> [--steps N]\n"
+"data:     --data FILE (JSONL: {\"prompt\",\"completion\"} or {\"messages\":[{\"role\",\"content\"},...]})\n"
+"          --template NAME|JINJA (for messages; default the model's, else chatml) --ctx 256 --heldout 0.1\n"
+"method:   --method lora (default) | qlora (quantized base, e.g. from `toy quantize`) | full\n"
+"lora:     --rank 8 --alpha 16 --targets q,v (q,k,v,o,gate,up,down, all) --dropout 0\n"
+"full:     --freeze-embeddings\n"
+"training: --epochs 1 | --steps N, --batch 4 --grad-accum 1 --lr 2e-4 (full: 2e-5) --lr-min 0 --warmup 10\n"
+"          --schedule cosine|linear|constant --wd 0 --beta1 0.9 --beta2 0.999 --clip 1.0 --seed 42\n"
+"          --bf16 --threads N\n"
+"output:   --eval-every 50 --eval-batches 0 (all) --ckpt-every 0 --runs DIR (runs) --out DIR --log-every 10 --json\n");
+    return 2;
+}
+
+struct cfg {
+    const char *base, *data, *method, *targets, *tmpl, *runs, *out, *resume;
+    int64_t ctx, rank;
+    double heldout, alpha, dropout;
+    int threads, log_every;
+    bool json, lr_given;
+    struct toy_finetune_opts o;
+};
+
+static json_t *cfg_json(const struct cfg *c) {
+    json_t *j = json_pack("{s:s?,s:s?,s:s,s:s?,s:s?,s:I,s:I,s:f,s:f,s:f}", "base", c->base, "data", c->data, "method",
+                          c->method, "targets", c->targets, "template", c->tmpl, "ctx", (json_int_t)c->ctx, "rank",
+                          (json_int_t)c->rank, "heldout", c->heldout, "alpha", c->alpha, "dropout", c->dropout);
+    json_object_set_new(j, "batch", json_integer(c->o.batch));
+    json_object_set_new(j, "epochs", json_integer(c->o.epochs));
+    json_object_set_new(j, "freeze_embeddings", json_boolean(c->o.freeze_embeddings));
+    json_object_set_new(j, "train", toy_train_opts_to_json(&c->o.train));
+    return j;
+}
+
+static void cfg_from_json(struct cfg *c, json_t *j) {
+    json_t *v;
+#define STR(k, f) if ((v = json_object_get(j, k)) && json_is_string(v)) c->f = strdup(json_string_value(v))
+#define INT(k, f) if ((v = json_object_get(j, k)) && json_is_integer(v)) c->f = json_integer_value(v)
+#define NUM(k, f) if ((v = json_object_get(j, k)) && json_is_number(v)) c->f = json_number_value(v)
+    STR("base", base);
+    STR("data", data);
+    STR("method", method);
+    STR("targets", targets);
+    STR("template", tmpl);
+    INT("ctx", ctx);
+    INT("rank", rank);
+    INT("batch", o.batch);
+    INT("epochs", o.epochs);
+    NUM("heldout", heldout);
+    NUM("alpha", alpha);
+    NUM("dropout", dropout);
+#undef STR
+#undef INT
+#undef NUM
+    if ((v = json_object_get(j, "freeze_embeddings"))) c->o.freeze_embeddings = json_is_true(v);
+    if ((v = json_object_get(j, "train"))) toy_train_opts_from_json(&c->o.train, v);
+}
+
+static int parse(int argc, char **argv, struct cfg *c, bool *given_steps) {
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 1; }
+        if (!strcmp(a, "--bf16")) { c->o.train.bf16 = true; continue; }
+        if (!strcmp(a, "--json")) { c->json = true; continue; }
+        if (!strcmp(a, "--freeze-embeddings")) { c->o.freeze_embeddings = true; continue; }
+        if (i + 1 >= argc) { fprintf(stderr, "toy finetune: %s needs a value\n", a); return 2; }
+        const char *v = argv[++i];
+        char *end;
+        double x = strtod(v, &end);
+        bool num = *v && !*end;
+#define S(flag, field) if (!strcmp(a, flag)) { c->field = v; continue; }
+        S("--base", base) S("-m", base) S("--data", data) S("--method", method) S("--targets", targets)
+        S("--template", tmpl) S("--runs", runs) S("--out", out) S("--resume", resume)
+#undef S
+        if (!strcmp(a, "--schedule")) {
+            int k = toy_lr_kind_from_name(v);
+            if (k < 0) { fprintf(stderr, "toy finetune: --schedule is cosine, linear or constant\n"); return 2; }
+            c->o.train.schedule = (enum toy_lr_kind)k;
+            continue;
+        }
+        if (!num || x < 0) { fprintf(stderr, "toy finetune: bad value '%s' for %s\n", v, a); return 2; }
+        if (!strcmp(a, "--lr")) { c->o.train.lr = (float)x; c->lr_given = true; continue; }
+        if (!strcmp(a, "--steps")) { c->o.train.steps = (int64_t)x; *given_steps = true; continue; }
+#define N(flag, field, type) if (!strcmp(a, flag)) { c->field = (type)x; continue; }
+        N("--rank", rank, int64_t) N("--alpha", alpha, double) N("--dropout", dropout, double)
+        N("--ctx", ctx, int64_t) N("--heldout", heldout, double) N("--threads", threads, int)
+        N("--log-every", log_every, int) N("--batch", o.batch, int64_t) N("--epochs", o.epochs, int64_t)
+        N("--grad-accum", o.train.accum, int64_t) N("--accum", o.train.accum, int64_t)
+        N("--lr-min", o.train.lr_min, float) N("--warmup", o.train.warmup, int64_t) N("--wd", o.train.weight_decay, float)
+        N("--beta1", o.train.beta1, float) N("--beta2", o.train.beta2, float) N("--clip", o.train.clip, float)
+        N("--seed", o.train.seed, uint64_t) N("--eval-every", o.train.eval_every, int64_t)
+        N("--eval-batches", o.train.eval_batches, int64_t) N("--ckpt-every", o.train.ckpt_every, int64_t)
+#undef N
+        fprintf(stderr, "toy finetune: unknown flag %s\n", a);
+        return usage();
+    }
+    return 0;
+}
+
+struct progress_ud {
+    struct toy_progress pb;
+    int log_every;
+    bool json;
+};
+
+static void on_step(void *ud, const struct toy_step_info *s) {
+    struct progress_ud *p = ud;
+    char extra[96];
+    if (isnan(s->eval_loss)) snprintf(extra, sizeof extra, "loss %.4f  lr %.2e", s->loss, s->lr);
+    else snprintf(extra, sizeof extra, "loss %.4f  eval %.4f  lr %.2e", s->loss, s->eval_loss, s->lr);
+    if (p->pb.tty) {
+        toy_progress_update(&p->pb, s->step, (double)s->tokens_done, extra);
+    } else if (!p->json && (s->step % p->log_every == 0 || s->step == s->steps || !isnan(s->eval_loss))) {
+        printf("step %lld: loss=%.6f", (long long)s->step, s->loss);
+        if (!isnan(s->eval_loss)) printf(" eval=%.6f", s->eval_loss);
+        printf("\n");
+        fflush(stdout);
+    }
+}
+
+int toy_cmd_finetune(int argc, char **argv) {
+    struct cfg c = {.runs = "runs", .method = "lora", .targets = "q,v", .ctx = 256, .rank = 8, .alpha = 16,
+                    .heldout = 0.1, .log_every = 10};
+    c.o = (struct toy_finetune_opts){.batch = 4, .epochs = 1};
+    c.o.train = (struct toy_train_opts){.accum = 1, .lr = 2e-4f, .warmup = 10, .schedule = TOY_LR_COSINE,
+                                        .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .clip = 1.0f, .seed = 42,
+                                        .eval_every = 50};
+    bool given_steps = false;
+    int rc = parse(argc, argv, &c, &given_steps);
+    if (rc) return rc == 1 ? 0 : rc;
+    struct cfg cli = c;
+    char run_dir[1024] = "", run_id[1024] = "", ckpt[1600] = "", state[1700] = "";
+    if (c.resume) {
+        char path[1200];
+        snprintf(path, sizeof path, "%s/finetune.json", c.resume);
+        json_error_t err;
+        json_t *j = json_load_file(path, 0, &err);
+        if (!j) { fprintf(stderr, "toy finetune: cannot resume: %s: %s\n", path, err.text); return 1; }
+        cfg_from_json(&c, j);
+        json_decref(j);
+        if (given_steps) c.o.train.steps = cli.o.train.steps;
+        snprintf(run_dir, sizeof run_dir, "%s", c.resume);
+        const char *slash = strrchr(run_dir, '/');
+        snprintf(run_id, sizeof run_id, "%s", slash && slash[1] ? slash + 1 : run_dir);
+        snprintf(path, sizeof path, "%s/weights/latest", run_dir);
+        char target[512];
+        ssize_t n = readlink(path, target, sizeof target - 1);
+        if (n <= 0) { fprintf(stderr, "toy finetune: cannot resume: %s has no weights/latest\n", run_dir); return 1; }
+        target[n] = 0;
+        snprintf(ckpt, sizeof ckpt, "%s/weights/%s", run_dir, target);
+        snprintf(state, sizeof state, "%.*s.state.gguf", (int)(strlen(ckpt) - 5), ckpt);
+    }
+    if (!c.base || !c.data) { fprintf(stderr, "toy finetune: --base MODEL and --data FILE are required\n"); return usage(); }
+    int method = toy_ft_method_from_name(c.method);
+    if (method < 0) { fprintf(stderr, "toy finetune: --method is lora, qlora or full\n"); return 2; }
+    c.o.method = (enum toy_ft_method)method;
+    if (method == TOY_FT_FULL && !c.lr_given && !c.resume) c.o.train.lr = 2e-5f;
+    unsigned targets;
+    if (toy_lora_parse_targets(c.targets, &targets)) { fprintf(stderr, "toy finetune: %s\n", toy_last_error()); return 2; }
+    c.o.train.stop = &stop_flag;
+
+    struct toy_llama *m = NULL;
+    struct toy_tokenizer *tok = NULL;
+    struct toy_lora *lora = NULL;
+    struct toy_sft *data = NULL;
+    struct toy_events *ev = NULL;
+    struct toy_finetuner *ft = NULL;
+    rc = 1;
+    const char *model_path = method == TOY_FT_FULL && ckpt[0] ? ckpt : c.base;
+    if (toy_llama_load(model_path, method == TOY_FT_FULL, &m)) { fprintf(stderr, "toy finetune: %s\n", toy_last_error()); goto out; }
+    if (toy_tokenizer_load_gguf_file(model_path, &tok)) {
+        fprintf(stderr, "toy finetune: %s: no tokenizer: %s\n", model_path, toy_last_error());
+        goto out;
+    }
+    if (method != TOY_FT_FULL) {
+        enum toy_status st;
+        if (ckpt[0]) {
+            st = toy_lora_load(m, ckpt, 1.0f, true, &lora);
+        } else {
+            struct toy_lora_opts lo = {.rank = (int32_t)c.rank, .alpha = (float)c.alpha, .targets = targets,
+                                       .dropout = (float)c.dropout, .seed = c.o.train.seed};
+            st = toy_lora_attach(m, &lo, &lora);
+        }
+        if (st) { fprintf(stderr, "toy finetune: %s\n", toy_last_error()); goto out; }
+    }
+    struct toy_sft_opts so = {.ctx = c.ctx, .heldout = c.heldout, .seed = c.o.train.seed, .chat_template = c.tmpl};
+    if (toy_sft_open(c.data, tok, &so, &data)) { fprintf(stderr, "toy finetune: %s\n", toy_last_error()); goto out; }
+
+    if (!run_dir[0]) {
+        if (c.out) {
+            snprintf(run_dir, sizeof run_dir, "%s", c.out);
+            const char *slash = strrchr(c.out, '/');
+            snprintf(run_id, sizeof run_id, "%s", slash && slash[1] ? slash + 1 : c.out);
+            if (toy_mkdir_p(run_dir)) { fprintf(stderr, "toy finetune: %s\n", toy_last_error()); goto out; }
+        } else if (toy_run_create(c.runs, NULL, c.method, run_id, sizeof run_id, run_dir, sizeof run_dir)) {
+            fprintf(stderr, "toy finetune: %s\n", toy_last_error());
+            goto out;
+        }
+        char path[1200];
+        snprintf(path, sizeof path, "%s/finetune.json", run_dir);
+        json_t *j = cfg_json(&c);
+        int bad = json_dump_file(j, path, JSON_INDENT(1) | JSON_SORT_KEYS);
+        json_decref(j);
+        if (bad) { fprintf(stderr, "toy finetune: cannot write %s\n", path); goto out; }
+    }
+    char evpath[1200];
+    snprintf(evpath, sizeof evpath, "%s/events.jsonl", run_dir);
+    if (toy_events_open(evpath, c.resume ? TOY_EVENTS_APPEND : TOY_EVENTS_TRUNCATE, &ev)) {
+        fprintf(stderr, "toy finetune: %s\n", toy_last_error());
+        goto out;
+    }
+    if (toy_finetuner_new(m, lora, tok, data, &c.o, run_dir, ev, c.threads, &ft)) {
+        fprintf(stderr, "toy finetune: %s\n", toy_last_error());
+        goto out;
+    }
+    if (state[0] && toy_finetuner_load_state(ft, state)) {
+        fprintf(stderr, "toy finetune: cannot resume from %s: %s\n", state, toy_last_error());
+        goto out;
+    }
+    {
+        const struct toy_llama_config *mc = &m->cfg;
+        int64_t trainable = lora ? toy_lora_n_params(lora) : toy_llama_n_params(m);
+        json_t *model = json_pack("{s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:s,s:I,s:I}", "arch", mc->arch, "name",
+                                  c.base, "vocab", (json_int_t)mc->vocab, "d_model", (json_int_t)mc->d_model,
+                                  "n_layers", (json_int_t)mc->n_layers, "n_heads", (json_int_t)mc->n_heads, "n_kv",
+                                  (json_int_t)mc->n_kv_heads, "d_head", (json_int_t)toy_llama_head_dim(mc), "d_ff",
+                                  (json_int_t)mc->d_ff, "weight_type", toy_dtype_name(m->layers[0].wq->type),
+                                  "n_params", (json_int_t)toy_llama_n_params(m), "n_trainable", (json_int_t)trainable);
+        json_t *config = cfg_json(&c);
+        if (c.resume) json_object_set_new(config, "resumed_from_step", json_integer(toy_finetuner_step(ft)));
+        struct toy_run_start rs = {.run_id = run_id, .phase = "train", .backend = "cpu", .model = model, .config = config};
+        toy_events_run_start(ev, &rs);
+        json_decref(model);
+        json_decref(config);
+        if (!c.json)
+            fprintf(stderr, "toy finetune: run %s -> %s\n              %s on %s (%s), %lld trainable of %lld parameters, "
+                    "%lld train / %lld held-out examples (%lld too long, dropped), batch %lld x %lld, %lld steps%s\n",
+                    run_id, run_dir, c.method, c.base, toy_dtype_name(m->layers[0].wq->type), (long long)trainable,
+                    (long long)toy_llama_n_params(m), (long long)toy_sft_n_train(data),
+                    (long long)toy_sft_n_heldout(data), (long long)toy_sft_dropped(data), (long long)c.o.batch,
+                    (long long)c.ctx, (long long)toy_finetuner_steps(ft), c.resume ? ", resumed" : "");
+    }
+    struct progress_ud pu = {.log_every = c.log_every > 0 ? c.log_every : 10, .json = c.json};
+    toy_progress_start(&pu.pb, "finetune", toy_finetuner_steps(ft), "tok/s");
+    if (c.json) pu.pb.tty = false;
+    toy_finetuner_on_step(ft, on_step, &pu);
+    signal(SIGINT, on_sigint);
+    signal(SIGTERM, on_sigint);
+    struct toy_train_result res;
+    enum toy_status st = toy_finetuner_run(ft, &res);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    toy_progress_finish(&pu.pb);
+    const char *reason = toy_run_reason_str(res.reason);
+    if (c.json) {
+        json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:I,s:o,s:o,s:s,s:s,s:f}", "format", "toy/finetune-v1", "run_id", run_id,
+                              "run_dir", run_dir, "method", c.method, "steps", (json_int_t)res.final_step,
+                              "final_loss", isfinite(res.final_loss) ? json_real(res.final_loss) : json_null(),
+                              "eval_loss", isfinite(res.final_eval_loss) ? json_real(res.final_eval_loss) : json_null(),
+                              "reason", reason, "checkpoint", res.checkpoint, "tokens_per_s", res.tokens_per_s);
+        char *s = json_dumps(j, JSON_COMPACT);
+        puts(s);
+        free(s);
+        json_decref(j);
+    } else {
+        fprintf(stderr, "toy finetune: %s at step %lld: loss %.4f, held-out loss %.4f (%.0f target tokens/s, %.1f s)\n",
+                reason, (long long)res.final_step, res.final_loss, res.final_eval_loss, res.tokens_per_s, res.seconds);
+        if (res.checkpoint[0])
+            fprintf(stderr, "toy finetune: %s %s\n", lora ? "adapter" : "checkpoint", res.checkpoint);
+    }
+    if (st && res.reason != TOY_RUN_INTERRUPTED) fprintf(stderr, "toy finetune: %s\n", toy_last_error());
+    rc = st ? 1 : res.reason == TOY_RUN_INTERRUPTED ? 130 : 0;
+out:
+    toy_finetuner_free(ft);
+    toy_events_close(ev);
+    toy_sft_free(data);
+    toy_lora_free(lora);
+    toy_tokenizer_free(tok);
+    toy_llama_free(m);
+    return rc;
+}
