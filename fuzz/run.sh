@@ -1,22 +1,23 @@
 #!/usr/bin/env bash
-# fuzz/run.sh SECONDS: a bounded libFuzzer run of the GGUF parser/writer
-# (two thirds of the time) and the safetensors parser (one third), for CI.
+# fuzz/run.sh SECONDS: a bounded libFuzzer run for CI: the GGUF parser/writer
+# (half the time), the safetensors parser and the tokenizer (a quarter each).
 # Seeds: the third-party GGUF test vectors (if ../shared/testdata is there),
 # small files written by toy itself, and earlier crash inputs. A crashing
-# input is copied to tests/data/{gguf,safetensors}-crashes/ (replayed by the
-# unit tests) and the script exits 1. Run from the repository root.
+# input is copied to tests/data/{gguf,safetensors,tokenizer}-crashes/ (the
+# first two replayed by test-gguf.c / test-hf-import.c) and the script exits
+# 1. Run from the repository root.
 set -euo pipefail
 secs=${1:-60}
 cd "$(dirname "$0")/.."
 make -s -f fuzz/Makefile
 work=fuzz/corpus-work
-mkdir -p "$work/gguf" "$work/safetensors" "$work/artifacts"
+mkdir -p "$work/gguf" "$work/safetensors" "$work/tokenizer" "$work/artifacts"
 build-fuzz/make-seeds "$work/gguf" "$work/safetensors"
 for f in ../shared/testdata/gguf-testvectors/valid/*.gguf; do
     [ -f "$f" ] || continue
     [ "$(stat -c %s "$f")" -le 65536 ] && cp -f "$f" "$work/gguf/"
 done
-for kind in gguf safetensors; do
+for kind in gguf safetensors tokenizer; do
     if [ -d "tests/data/$kind-crashes" ]; then cp -f "tests/data/$kind-crashes"/* "$work/$kind/" 2>/dev/null || true; fi
 done
 status=0
@@ -40,6 +41,8 @@ run() { # kind seconds
         echo "fuzz-$1: ok, no crash in ${2}s"
     fi
 }
-run gguf $(( (secs * 2 + 2) / 3 ))
-run safetensors $(( secs / 3 > 0 ? secs / 3 : 1 ))
+quarter=$(( secs / 4 > 0 ? secs / 4 : 1 ))
+run gguf $(( secs - 2 * quarter > 0 ? secs - 2 * quarter : 1 ))
+run safetensors "$quarter"
+run tokenizer "$quarter"
 exit $status
