@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "toy/generate.h"
+#include "toy/quant.h"
 #include "toy/toy.h"
 
 static double now(void) {
@@ -104,10 +105,31 @@ static bool count_tok(void *ud, int32_t id, const char *text, size_t len, float 
     return true;
 }
 
-static void bench_infer(struct toy_threadpool *tp, int nth, const char *s) {
+/* re-stores every 2-D weight of m in `type` (as a quantized GGUF would) */
+static void quantize_model(struct toy_llama *m, enum toy_dtype type, void **keep, int *n_keep) {
+    for (int i = 0; i < toy_llama_n_tensors(m); i++) {
+        struct toy_tensor *t = toy_llama_tensor(m, i);
+        if (t->ne[1] <= 1) continue;
+        size_t row = toy_row_bytes(type, t->ne[0]);
+        char *q = malloc(row * (size_t)t->ne[1]);
+        for (int64_t r = 0; r < t->ne[1]; r++) toy_quantize_row(type, (float *)t->data + r * t->ne[0], q + r * row, t->ne[0]);
+        t->type = type;
+        t->nb[0] = toy_dtype_type_size(type);
+        t->nb[1] = row;
+        t->nb[2] = t->nb[3] = row * (size_t)t->ne[1];
+        t->data = q;
+        toy_set_frozen(t);
+        keep[(*n_keep)++] = q;
+    }
+}
+
+static void bench_infer(struct toy_threadpool *tp, int nth, const char *s, enum toy_dtype wtype) {
     int64_t T, B;
     struct toy_llama_config c = shape(s, &T, &B);
     struct toy_llama *m = toy_llama_new(&c, 1);
+    void *keep[512];
+    int n_keep = 0;
+    if (wtype != TOY_F32) quantize_model(m, wtype, keep, &n_keep);
     int32_t *prompt = malloc(256 * sizeof *prompt);
     for (int i = 0; i < 256; i++) prompt[i] = (int32_t)((i * 31 + 7) % c.vocab);
     struct toy_generator *gen;
@@ -128,13 +150,14 @@ static void bench_infer(struct toy_threadpool *tp, int nth, const char *s) {
     double bytes = 0; /* weights read per decoded token: every matrix once (tied head = embedding) */
     for (int i = 0; i < toy_llama_n_tensors(m); i++) bytes += (double)toy_nbytes(toy_llama_tensor(m, i));
     bytes -= (double)toy_nbytes(m->tok_embd) * (c.tied ? 0 : 1); /* the lookup reads one row */
-    printf("{\"bench\":\"infer\",\"shape\":\"%s\",\"dtype\":\"f32\",\"threads\":%d,\"prefill_tok_s\":%.1f,"
+    printf("{\"bench\":\"infer\",\"shape\":\"%s\",\"dtype\":\"%s\",\"threads\":%d,\"prefill_tok_s\":%.1f,"
            "\"decode_tok_s\":%.1f,\"triad_gbs\":%.1f,\"weight_mb\":%.1f,\"decode_bound_tok_s\":%.1f}\n",
-           s, nth, bp, bd, gbs, bytes / 1e6, gbs * 1e9 / bytes);
+           s, toy_dtype_name(wtype), nth, bp, bd, gbs, bytes / 1e6, gbs * 1e9 / bytes);
     fflush(stdout);
     toy_generator_free(gen);
     free(prompt);
     toy_llama_free(m);
+    for (int i = 0; i < n_keep; i++) free(keep[i]);
 }
 
 int main(int argc, char **argv) {
@@ -146,7 +169,9 @@ int main(int argc, char **argv) {
         bench_train(tp, nth, which, false);
         bench_train(tp, nth, which, true);
     } else {
-        bench_infer(tp, nth, which);
+        bench_infer(tp, nth, which, TOY_F32);
+        bench_infer(tp, nth, which, TOY_Q8_0);
+        bench_infer(tp, nth, which, TOY_Q4_0);
     }
     toy_threadpool_free(tp);
     return 0;

@@ -13,12 +13,14 @@
 #include <stdlib.h>
 
 #include "backends/cpu/cpu-impl.h"
+#include "backends/cpu/qdot.h"
 #include "toy/quant.h"
 #include <cblas.h>
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static void init_impl(void) {
     toy_simd_init();
+    toy_qdot_init();
     /* the pool splits GEMMs itself: one BLAS thread per call */
     openblas_set_num_threads(1);
 }
@@ -575,38 +577,45 @@ static void rope_freqs(const struct toy_tensor *dst, int n_dims, double *inv_fre
     }
 }
 
+/* Rows sharing a position share their angles: work items are positions
+ * (t, b); cos/sin are computed once (in double: float loses ~1e-5 rad at
+ * position 300) and applied to every head. */
 static void k_rope(struct toy_tensor *dst, int ith, int nth, float *tmp) {
     const struct toy_tensor *x = dst->src[0], *pos = dst->src[1];
     int n_dims = dst->op_params[P_RP_NDIMS];
     bool neox = dst->op_params[P_RP_MODE] == TOY_ROPE_NEOX;
     float sign = dst->op_params[P_RP_INVERSE] ? -1.0f : 1.0f;
-    float mscale = dst->op_params[P_RP_SCALING] == TOY_ROPE_SCALING_YARN ? toy_param_f32(dst, P_RP_ATTN) : 1.0f;
-    int64_t D = dst->ne[0], T = dst->ne[2];
-    /* angles in double: pos * freq loses ~1e-5 rad in float at pos ~ 300 */
-    double *inv_freq = (double *)(tmp + 2 * D + 16);
+    double mscale = dst->op_params[P_RP_SCALING] == TOY_ROPE_SCALING_YARN ? toy_param_f32(dst, P_RP_ATTN) : 1.0;
+    int64_t D = dst->ne[0], H = dst->ne[1], T = dst->ne[2], Bn = dst->ne[3];
+    int half = n_dims / 2;
+    float *cs = tmp + D, *sn = cs + half;
+    double *inv_freq = (double *)(sn + half + 16);
     rope_freqs(dst, n_dims, inv_freq);
     const struct toy_tensor *ff = dst->src[2];
     if (ff)
-        for (int i = 0; i < n_dims / 2; i++) inv_freq[i] /= ((const float *)ff->data)[i];
-    bool per_batch = toy_nelements(pos) == T * dst->ne[3] && dst->ne[3] > 1;
-    int64_t r0, r1;
-    toy_split(toy_nrows(dst), ith, nth, &r0, &r1);
-    int half = n_dims / 2;
-    for (int64_t r = r0; r < r1; r++) {
-        int64_t h, t, b;
-        toy_unravel(r, dst, &h, &t, &b);
-        const float *xv = toy_cpu_row_f32(x, TOY_ROW(x, h, t, b), tmp);
+        for (int i = 0; i < half; i++) inv_freq[i] /= ((const float *)ff->data)[i];
+    bool per_batch = toy_nelements(pos) == T * Bn && Bn > 1;
+    int64_t p0, p1;
+    toy_split(T * Bn, ith, nth, &p0, &p1);
+    for (int64_t pi = p0; pi < p1; pi++) {
+        int64_t t = pi % T, b = pi / T;
         double p = ((const int32_t *)pos->data)[per_batch ? b * T + t : t];
-        float *y = out_row(dst, r);
         for (int i = 0; i < half; i++) {
             double th = p * inv_freq[i];
-            float c = (float)(cos(th) * mscale), s = (float)(sin(th) * mscale * sign);
-            int64_t i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
-            float a = xv[i0], bb = xv[i1];
-            y[i0] = a * c - bb * s;
-            y[i1] = a * s + bb * c;
+            cs[i] = (float)(cos(th) * mscale);
+            sn[i] = (float)(sin(th) * mscale * sign);
         }
-        for (int64_t i = n_dims; i < D; i++) y[i] = xv[i];
+        for (int64_t h = 0; h < H; h++) {
+            const float *xv = toy_cpu_row_f32(x, TOY_ROW(x, h, t, b), tmp);
+            float *y = out_row(dst, (b * T + t) * H + h);
+            for (int i = 0; i < half; i++) {
+                int64_t i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
+                float a = xv[i0], bb = xv[i1];
+                y[i0] = a * cs[i] - bb * sn[i];
+                y[i1] = a * sn[i] + bb * cs[i];
+            }
+            for (int64_t i = n_dims; i < D; i++) y[i] = xv[i];
+        }
     }
 }
 

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "backends/cpu/cpu-impl.h"
+#include "backends/cpu/qdot.h"
 #include "toy/quant.h"
 
 #define CHUNK_ROWS 64
@@ -37,8 +38,47 @@ static bool use_bf16_gemm(const struct toy_tensor *dst) {
 
 static int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
+/* Few rows times Q8_0/Q4_0 weight rows (decode, short prompts): quantize the
+ * activations to Q8_0 and use integer block dot products; the weights
+ * stream once, never dequantized to f32. */
+#define QDOT_MAX_ROWS 8
+static bool use_qdot(const struct toy_tensor *dst) {
+    const struct toy_tensor *b = dst->src[1];
+    return (b->type == TOY_Q8_0 || b->type == TOY_Q4_0) && dst->op_params[P_MM_TRANS_B] &&
+           !dst->op_params[P_MM_TRANS_A] && dst->ne[1] <= QDOT_MAX_ROWS && b->ne[0] % 32 == 0;
+}
+
+static void matmul_qdot(struct toy_tensor *dst, int ith, int nth, void *work, size_t ws) {
+    const struct toy_tensor *A = dst->src[0], *B = dst->src[1];
+    bool accum = dst->op_params[P_MM_ACCUM];
+    int64_t n = dst->ne[0], m = dst->ne[1], k = A->ne[0];
+    size_t qrow = (size_t)(k / 32) * 34;
+    uint8_t *qa = toy_work_slice((char *)work + TOY_WORK_HEAD, ws - TOY_WORK_HEAD, ith, nth);
+    float (*dot)(const void *, const void *, int64_t) = B->type == TOY_Q8_0 ? toy_qdot.q8_0 : toy_qdot.q4_0;
+    for (int64_t bi = 0; bi < dst->ne[2] * dst->ne[3]; bi++) {
+        int64_t i2 = bi % dst->ne[2], i3 = bi / dst->ne[2];
+        const char *a = (const char *)A->data + (A->ne[2] == 1 ? 0 : i2 / (dst->ne[2] / A->ne[2])) * A->nb[2] +
+                        (A->ne[3] == 1 ? 0 : i3 / (dst->ne[3] / A->ne[3])) * A->nb[3];
+        const char *b = (const char *)B->data + (B->ne[2] == 1 ? 0 : i2 / (dst->ne[2] / B->ne[2])) * B->nb[2] +
+                        (B->ne[3] == 1 ? 0 : i3 / (dst->ne[3] / B->ne[3])) * B->nb[3];
+        float *c = (float *)((char *)dst->data + i2 * dst->nb[2] + i3 * dst->nb[3]);
+        for (int64_t i = 0; i < m; i++) toy_qdot.quantize_q8_0((const float *)(a + i * A->nb[1]), qa + i * qrow, k);
+        int64_t j0, j1;
+        toy_split(n, ith, nth, &j0, &j1);
+        for (int64_t j = j0; j < j1; j++) {
+            const char *brow = b + j * B->nb[1];
+            for (int64_t i = 0; i < m; i++) {
+                float v = dot(brow, qa + i * qrow, k);
+                c[i * n + j] = accum ? c[i * n + j] + v : v;
+            }
+        }
+    }
+}
+
 size_t toy_cpu_matmul_work(const struct toy_tensor *dst, int nth) {
     const struct toy_tensor *a = dst->src[0], *b = dst->src[1];
+    if (use_qdot(dst))
+        return TOY_WORK_HEAD + (size_t)nth * ((size_t)QDOT_MAX_ROWS * (size_t)(a->ne[0] / 32) * 34 + 512);
     if (use_bf16_gemm(dst)) {
         int64_t m = dst->ne[1], k = dst->op_params[P_MM_TRANS_B] ? b->ne[0] : b->ne[1];
         int64_t kp = round_up(k, 32);
@@ -105,6 +145,10 @@ void toy_cpu_matmul(struct toy_tensor *dst, int ith, int nth, void *work, size_t
     enum CBLAS_TRANSPOSE TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
     if (use_bf16_gemm(dst)) {
         matmul_bf16(dst, ith, nth, work, ws);
+        return;
+    }
+    if (use_qdot(dst)) {
+        matmul_qdot(dst, ith, nth, work, ws);
         return;
     }
 

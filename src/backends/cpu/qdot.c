@@ -1,0 +1,73 @@
+/* qdot.c: dot products of quantized weight rows with activations quantized
+ * to Q8_0 on the fly (the fast way to run a matrix-vector product over
+ * Q8_0/Q4_0 weights: integer multiply-adds on 32-element blocks, one float
+ * scale per block pair). Plain C reference here; AVX-512 VNNI / AVX2 versions
+ * in qdot-avx512.c / qdot-avx2.c are tested against it.
+ * Block layouts (ggml): q8_0 = f16 d | i8 q[32], x = q d;
+ * q4_0 = f16 d | u8 q[16], x_j = ((q[j] & 15) - 8) d, x_{j+16} = ((q[j] >> 4) - 8) d. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/cpu/qdot.h"
+
+float toy_qdot_q8_0_ref(const void *w, const void *x, int64_t n) {
+    const uint8_t *a = w, *b = x;
+    float sum = 0;
+    for (int64_t blk = 0; blk < n / 32; blk++, a += 34, b += 34) {
+        toy_f16 da, db;
+        memcpy(&da, a, 2);
+        memcpy(&db, b, 2);
+        int32_t s = 0;
+        for (int j = 0; j < 32; j++) s += (int8_t)a[2 + j] * (int8_t)b[2 + j];
+        sum += (float)s * toy_f16_to_f32(da) * toy_f16_to_f32(db);
+    }
+    return sum;
+}
+
+float toy_qdot_q4_0_ref(const void *w, const void *x, int64_t n) {
+    const uint8_t *a = w, *b = x;
+    float sum = 0;
+    for (int64_t blk = 0; blk < n / 32; blk++, a += 18, b += 34) {
+        toy_f16 da, db;
+        memcpy(&da, a, 2);
+        memcpy(&db, b, 2);
+        int32_t s = 0;
+        for (int j = 0; j < 16; j++) {
+            s += ((a[2 + j] & 15) - 8) * (int8_t)b[2 + j];
+            s += ((a[2 + j] >> 4) - 8) * (int8_t)b[2 + 16 + j];
+        }
+        sum += (float)s * toy_f16_to_f32(da) * toy_f16_to_f32(db);
+    }
+    return sum;
+}
+
+/* the same rounding as ggml's quantize_row_q8_0_ref: d = max|x| / 127,
+ * q = round(x / d) */
+void toy_quantize_q8_0_ref(const float *x, void *y, int64_t n) {
+    uint8_t *o = y;
+    for (int64_t blk = 0; blk < n / 32; blk++, x += 32, o += 34) {
+        float amax = 0;
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
+        float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
+        toy_f16 dh = toy_f32_to_f16(d);
+        memcpy(o, &dh, 2);
+        for (int j = 0; j < 32; j++) o[2 + j] = (uint8_t)(int8_t)roundf(x[j] * id);
+    }
+}
+
+struct toy_qdot_ops toy_qdot = {toy_qdot_q8_0_ref, toy_qdot_q4_0_ref, toy_quantize_q8_0_ref};
+
+void toy_qdot_fill_avx512(struct toy_qdot_ops *ops);
+void toy_qdot_fill_avx2(struct toy_qdot_ops *ops);
+
+void toy_qdot_init(void) {
+    const char *force = getenv("TOY_SIMD");
+    if (force && !strcmp(force, "scalar")) return;
+    __builtin_cpu_init();
+    bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    bool vnni = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") &&
+                __builtin_cpu_supports("avx512bw");
+    if (vnni && !(force && !strcmp(force, "avx2"))) toy_qdot_fill_avx512(&toy_qdot);
+    else if (avx2) toy_qdot_fill_avx2(&toy_qdot);
+}
