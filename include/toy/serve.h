@@ -1,0 +1,80 @@
+/* toy/serve.h: an OpenAI-compatible HTTP server for a Llama-family model
+ * (what `toy serve` runs).
+ *
+ * Endpoints: GET /health, GET /v1/models, POST /v1/completions,
+ * POST /v1/chat/completions, POST /v1/embeddings, GET /metrics (Prometheus
+ * text). Completions and chat stream as Server-Sent Events in OpenAI's
+ * chunk format when the body says "stream": true. The API, every parameter
+ * and flag, and curl examples are in docs/serve.md.
+ *
+ * Concurrency: HTTP runs on GNU libmicrohttpd, one thread per connection
+ * (they only parse, wait and write); one engine thread owns the model and
+ * decodes up to n_slots requests together, one shared decode step per token
+ * (continuous batching: a request joins or leaves the batch between steps,
+ * each with its own KV-cache slot and position). Requests beyond the slots
+ * wait in a bounded queue; when it is full the server answers 503 with
+ * Retry-After. A slot keeps its tokens after a request ends, and a new
+ * request goes to the free slot sharing the longest prefix with its prompt,
+ * so only the rest is prefilled (prefix cache).
+ *
+ *     struct toy_llama *m;  toy_llama_load("model.gguf", false, &m);
+ *     struct toy_tokenizer *tok;  toy_tokenizer_load_gguf(m->gguf, &tok);
+ *     static volatile int stop;   // set by a SIGTERM handler
+ *     struct toy_serve_options o = toy_serve_defaults();
+ *     o.port = 8080;
+ *     o.stop = &stop;
+ *     if (toy_serve(m, tok, "model.gguf", &o)) fprintf(stderr, "%s\n", toy_last_error());
+ *
+ * toy_serve returns when *stop becomes nonzero: it stops accepting
+ * connections, lets the requests in flight finish (at most drain_s
+ * seconds), writes run_end to the event stream and frees everything.
+ */
+#ifndef TOY_SERVE_H
+#define TOY_SERVE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "toy/llama.h"
+#include "toy/status.h"
+#include "toy/tokenizer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct toy_serve_options {
+    const char *host;          /* address to bind ("127.0.0.1"); "::1" etc. for IPv6 */
+    int port;                  /* 0: any free port (the bound port is printed and in *bound_port) */
+    const char *model_name;    /* id in /v1/models and responses; NULL: the file's base name */
+    const char *api_key;       /* NULL: no auth; else the /v1 endpoints and /metrics need "Authorization: Bearer KEY" */
+    const char *chat_template; /* built-in name or Jinja source; NULL: the model's own, else chatml */
+    const char *cors_origin;   /* Access-Control-Allow-Origin ("*") */
+    int64_t n_ctx;             /* positions per sequence; 0: the model's, at most 4096 */
+    int n_slots;               /* sequences decoded together (4) */
+    int queue_size;            /* requests waiting beyond the slots before 503 (64) */
+    int n_threads;             /* compute threads; 0: all cores */
+    size_t max_body;           /* request body limit in bytes (4 MiB); larger: 413 */
+    int timeout_s;             /* idle connection timeout and per-request time limit (600) */
+    int max_connections;       /* concurrent connections (128) */
+    double drain_s;            /* on stop: how long requests in flight may still run (30) */
+    const char *runs_dir;      /* event stream in runs_dir/<id>/events.jsonl ("runs"); NULL: none */
+    bool no_prefix_cache;
+    bool quiet;                /* no access log on stderr */
+    volatile int *stop;        /* toy_serve returns once *stop != 0 (may be NULL: runs until an error) */
+    int *bound_port;           /* out (may be NULL): the port actually bound */
+};
+
+struct toy_serve_options toy_serve_defaults(void);
+
+/* Serves until *o->stop. model_path names the model (its base name is the
+ * default model id). Errors: TOY_ERR_IO (cannot bind), TOY_ERR_INVALID_ARG
+ * (bad options or chat template), TOY_ERR_NOMEM. */
+enum toy_status toy_serve(struct toy_llama *m, const struct toy_tokenizer *tok, const char *model_path,
+                          const struct toy_serve_options *o);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,615 @@
+/* serve-engine.c: the generation engine of `toy serve`: a bounded queue of
+ * jobs, n_slots KV-cache slots, and one thread that runs them with
+ * continuous batching.
+ *
+ * Each loop of the engine thread:
+ *   1. admits queued jobs while a slot is free: an embedding job runs at
+ *      once; a generation job takes the free slot whose cached tokens share
+ *      the longest prefix with its prompt (prefix cache; ties and misses go
+ *      to the least recently used slot), prefills only the rest of the
+ *      prompt and samples its first token;
+ *   2. runs one decode step for every running slot together: one graph over
+ *      the B running sequences (serve-forward.c), rebuilt only when the set
+ *      of running slots changes;
+ *   3. samples each sequence's next token with its own sampler, emits text,
+ *      and retires finished, cancelled or timed-out jobs, freeing their slot.
+ *
+ * Invariants: a slot's cache_ids[0..n_cache) are the tokens whose keys and
+ * values sit at positions 0..n_cache-1 of its cache; a failed compute
+ * clears n_cache. Only this thread touches the model, the slots and the
+ * thread pool. Output is appended to a job under job->mu; the HTTP side
+ * reads it. Text is held back while it could still become a stop string
+ * (the same rule as src/infer/generate.c), and emitted on UTF-8 boundaries.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "serve/serve-internal.h"
+#include "toy/graph.h"
+#include "toy/threadpool.h"
+
+const double srv_buckets[12] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
+
+double srv_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+struct srv_job *srv_job_new(enum srv_job_kind kind) {
+    struct srv_job *j = calloc(1, sizeof *j);
+    if (!j) return NULL;
+    j->kind = kind;
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, NULL);
+    atomic_init(&j->cancel, false);
+    atomic_init(&j->refs, 1);
+    return j;
+}
+
+void srv_job_unref(struct srv_job *j) {
+    if (!j || atomic_fetch_sub(&j->refs, 1) != 1) return;
+    free(j->prompt);
+    for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
+    for (int i = 0; i < j->n_inputs; i++) free(j->inputs[i]);
+    free(j->inputs);
+    free(j->n_input);
+    free(j->toks);
+    free(j->text);
+    free(j->embeddings);
+    pthread_mutex_destroy(&j->mu);
+    pthread_cond_destroy(&j->cv);
+    free(j);
+}
+
+struct slot {
+    struct toy_kv_cache kv;       /* n_seq 1, its own n_past */
+    int32_t *cache_ids;           /* (n_ctx) tokens in the cache */
+    int64_t n_cache;
+    struct srv_job *job;          /* NULL: free */
+    struct toy_sampler *smp;
+    struct toy_decoder *dec;
+    char *gen;                    /* generated text so far (for stop strings) */
+    size_t gen_len, gen_cap, emitted, max_stop;
+    int32_t last;                 /* the token to feed next */
+    int64_t pos;                  /* its position */
+    int64_t n_gen;
+    uint64_t stamp;               /* last use, for LRU */
+};
+
+struct srv_engine {
+    struct toy_llama *m;
+    const struct toy_tokenizer *tok;
+    struct toy_threadpool *tp;
+    struct srv_metrics *met;
+    int n_slots;
+    int64_t n_ctx, vocab;
+    bool prefix_cache;
+    struct slot *slots;
+    uint64_t clock;
+    float *logits;                /* (vocab) */
+
+    /* the batched decode graph for the running slots bidx[0..bn) */
+    struct toy_ctx *bctx;
+    struct toy_graph *bg;
+    struct toy_tensor *btok, *bpos, *blogits; /* {1, B}, {B}, {vocab, 1, B} */
+    int *bidx, bn;
+    struct toy_membuf dbuf, pbuf; /* decode graph; prefill and embedding graphs */
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct srv_job **q;           /* ring of q_cap */
+    int q_cap, q_head, q_len, n_running;
+    bool stopping;
+    pthread_t th;
+    bool started;
+};
+
+/* ---- output ------------------------------------------------------------------------ */
+
+static void job_fail(struct srv_job *j, enum toy_status st, const char *msg) {
+    pthread_mutex_lock(&j->mu);
+    j->err = st ? st : TOY_ERR_STATE;
+    snprintf(j->errmsg, sizeof j->errmsg, "%s", msg && *msg ? msg : toy_status_str(j->err));
+    j->done = true;
+    j->t_end = srv_now();
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+/* appends a token record with text[0..n) (under j->mu) */
+static bool job_push(struct srv_job *j, int32_t id, float lp, const char *text, size_t n, int n_top,
+                     const int32_t *top_id, const float *top_lp) {
+    bool ok = true;
+    pthread_mutex_lock(&j->mu);
+    if (j->n_toks == j->cap_toks) {
+        int64_t cap = j->cap_toks ? j->cap_toks * 2 : 64;
+        struct srv_token *nt = realloc(j->toks, (size_t)cap * sizeof *nt);
+        if (nt) j->toks = nt, j->cap_toks = cap;
+        else ok = false;
+    }
+    if (ok && j->text_len + n + 1 > j->text_cap) {
+        size_t cap = (j->text_len + n + 1) * 2;
+        char *nt = realloc(j->text, cap);
+        if (nt) j->text = nt, j->text_cap = cap;
+        else ok = false;
+    }
+    if (ok) {
+        struct srv_token *t = &j->toks[j->n_toks++];
+        t->id = id;
+        t->logprob = lp;
+        t->text_off = j->text_len;
+        t->text_len = n;
+        t->n_top = n_top;
+        for (int i = 0; i < n_top; i++) t->top_id[i] = top_id[i], t->top_lp[i] = top_lp[i];
+        memcpy(j->text + j->text_len, text, n);
+        j->text_len += n;
+        j->text[j->text_len] = 0;
+        if (id >= 0) j->n_generated++;
+        if (id >= 0 && j->t_first == 0) j->t_first = srv_now();
+        pthread_cond_broadcast(&j->cv);
+    }
+    pthread_mutex_unlock(&j->mu);
+    return ok;
+}
+
+static void hist_add(int64_t *b, double v) {
+    for (int i = 0; i < 12; i++)
+        if (v <= srv_buckets[i]) b[i]++;
+}
+
+/* ends the slot's job: flushes held text (not after a stop string), wakes the reader, frees the slot */
+static void slot_finish(struct srv_engine *e, struct slot *s, enum toy_stop_reason reason) {
+    struct srv_job *j = s->job;
+    if (reason != TOY_STOP_STRING && s->emitted < s->gen_len)
+        job_push(j, -1, 0, s->gen + s->emitted, s->gen_len - s->emitted, 0, NULL, NULL);
+    if (reason != TOY_STOP_STRING && s->dec) {
+        const char *t;
+        size_t n;
+        toy_decoder_flush(s->dec, &t, &n);
+        if (n) job_push(j, -1, 0, t, n, 0, NULL, NULL);
+    }
+    pthread_mutex_lock(&j->mu);
+    j->reason = reason;
+    j->done = true;
+    j->t_end = srv_now();
+    double ttft = j->t_first > 0 ? j->t_first - j->t_submit : -1, lat = j->t_end - j->t_submit;
+    int64_t ngen = j->n_generated;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    struct srv_metrics *met = e->met;
+    atomic_fetch_add(&met->jobs_done, 1);
+    if (reason == TOY_STOP_CALLER) atomic_fetch_add(&met->jobs_cancelled, 1);
+    atomic_fetch_add(&met->completion_tokens, ngen);
+    pthread_mutex_lock(&met->mu);
+    if (ttft >= 0) met->ttft_sum += ttft, met->ttft_count++, hist_add(met->ttft_buckets, ttft);
+    met->latency_sum += lat, met->latency_count++, hist_add(met->latency_buckets, lat);
+    pthread_mutex_unlock(&met->mu);
+    toy_sampler_free(s->smp);
+    toy_decoder_free(s->dec);
+    s->smp = NULL;
+    s->dec = NULL;
+    s->job = NULL;
+    s->stamp = ++e->clock;
+    srv_job_unref(j);
+    pthread_mutex_lock(&e->mu);
+    e->n_running--;
+    atomic_store(&met->active, e->n_running);
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* Samples from logits (vocab) for slot s, emits, and says whether the job is over. */
+static bool slot_step(struct srv_engine *e, struct slot *s, const float *logits) {
+    struct srv_job *j = s->job;
+    float lp;
+    int32_t id = toy_sampler_sample(s->smp, logits, &lp);
+    toy_sampler_accept(s->smp, id);
+    s->n_gen++;
+    int n_top = 0;
+    int32_t top_id[SRV_MAX_TOP_LOGPROBS];
+    float top_lp[SRV_MAX_TOP_LOGPROBS];
+    if (j->top_logprobs > 0) {
+        n_top = j->top_logprobs < e->vocab ? j->top_logprobs : (int)e->vocab;
+        toy_top_logprobs(logits, e->vocab, n_top, top_id, top_lp);
+    }
+    if (e->tok && !j->ignore_eos && toy_tokenizer_is_eog(e->tok, id)) {
+        job_push(j, id, lp, "", 0, n_top, top_id, top_lp);
+        slot_finish(e, s, TOY_STOP_EOS);
+        return true;
+    }
+    const char *piece = "";
+    size_t plen = 0;
+    if (s->dec) toy_decoder_push(s->dec, id, &piece, &plen);
+    if (s->gen_len + plen + 1 > s->gen_cap) {
+        size_t cap = (s->gen_len + plen + 1) * 2;
+        char *ng = realloc(s->gen, cap);
+        if (!ng) {
+            job_fail(j, TOY_ERR_NOMEM, "out of memory");
+            slot_finish(e, s, TOY_STOP_CALLER);
+            return true;
+        }
+        s->gen = ng, s->gen_cap = cap;
+    }
+    memcpy(s->gen + s->gen_len, piece, plen);
+    s->gen_len += plen;
+    s->gen[s->gen_len] = 0;
+    size_t from = s->emitted > s->max_stop ? s->emitted - s->max_stop : 0;
+    const char *hit = NULL;
+    for (int i = 0; i < j->n_stop; i++) {
+        const char *h = strstr(s->gen + from, j->stop[i]);
+        if (h && (!hit || h < hit)) hit = h;
+    }
+    if (hit) {
+        size_t upto = (size_t)(hit - s->gen);
+        job_push(j, id, lp, s->gen + s->emitted, upto > s->emitted ? upto - s->emitted : 0, n_top, top_id, top_lp);
+        s->emitted = upto;
+        slot_finish(e, s, TOY_STOP_STRING);
+        return true;
+    }
+    size_t hold = s->max_stop ? s->max_stop - 1 : 0;
+    size_t safe = s->gen_len > hold ? s->gen_len - hold : 0;
+    while (safe > s->emitted && safe < s->gen_len && ((unsigned char)s->gen[safe] & 0xC0) == 0x80) safe--;
+    if (safe < s->emitted) safe = s->emitted;
+    job_push(j, id, lp, s->gen + s->emitted, safe - s->emitted, n_top, top_id, top_lp);
+    s->emitted = safe;
+    s->last = id;
+    if (j->max_tokens > 0 && s->n_gen >= j->max_tokens) { slot_finish(e, s, TOY_STOP_LENGTH); return true; }
+    if (s->pos >= e->n_ctx) { slot_finish(e, s, TOY_STOP_CONTEXT); return true; }
+    return false;
+}
+
+/* ---- prefill and embeddings ------------------------------------------------------------------ */
+
+static int64_t common_prefix(const int32_t *a, int64_t na, const int32_t *b, int64_t nb) {
+    int64_t n = 0;
+    while (n < na && n < nb && a[n] == b[n]) n++;
+    return n;
+}
+
+/* prefills prompt[keep..n) into slot s at positions keep.., logits of the last into e->logits */
+static enum toy_status prefill(struct srv_engine *e, struct slot *s, const int32_t *prompt, int64_t n, int64_t keep) {
+    int64_t Tn = n - keep;
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    if (!ctx) return toy_error(TOY_ERR_NOMEM, "prefill");
+    struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, Tn, 1), *pos = toy_new_tensor_1d(ctx, TOY_I32, Tn);
+    memcpy(tok->data, prompt + keep, (size_t)Tn * sizeof(int32_t));
+    for (int64_t i = 0; i < Tn; i++) ((int32_t *)pos->data)[i] = (int32_t)(keep + i);
+    struct toy_kv_cache *kc = &s->kv;
+    struct toy_tensor *lg = srv_forward(ctx, e->m, tok, pos, &kc, SRV_OUT_LOGITS_LAST);
+    toy_set_output(lg);
+    struct toy_graph *g = toy_graph_new(ctx);
+    toy_graph_build(g, lg);
+    *(int32_t *)s->kv.n_past->data = (int32_t)keep;
+    s->n_cache = 0; /* until the compute succeeds */
+    enum toy_status st = toy_graph_plan(g, &e->pbuf, NULL);
+    if (!st) st = toy_graph_compute(g, e->tp);
+    if (!st) {
+        memcpy(e->logits, lg->data, (size_t)e->vocab * sizeof(float));
+        memcpy(s->cache_ids, prompt, (size_t)n * sizeof(int32_t));
+        s->n_cache = n;
+    }
+    toy_ctx_free(ctx);
+    return st;
+}
+
+static void run_embed(struct srv_engine *e, struct srv_job *j) {
+    int64_t d = e->m->cfg.d_model;
+    float *out = malloc((size_t)(j->n_inputs > 0 ? j->n_inputs : 1) * (size_t)d * sizeof(float));
+    if (!out) { job_fail(j, TOY_ERR_NOMEM, "out of memory"); return; }
+    enum toy_status st = TOY_OK;
+    for (int i = 0; i < j->n_inputs && !st; i++) {
+        int64_t n = j->n_input[i];
+        struct toy_ctx *ctx = toy_ctx_init(true);
+        if (!ctx) { st = toy_error(TOY_ERR_NOMEM, "embedding"); break; }
+        struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, n, 1), *pos = toy_new_tensor_1d(ctx, TOY_I32, n);
+        memcpy(tok->data, j->inputs[i], (size_t)n * sizeof(int32_t));
+        for (int64_t k = 0; k < n; k++) ((int32_t *)pos->data)[k] = (int32_t)k;
+        struct toy_tensor *h = srv_forward(ctx, e->m, tok, pos, NULL, SRV_OUT_MEAN_HIDDEN);
+        toy_set_output(h);
+        struct toy_graph *g = toy_graph_new(ctx);
+        toy_graph_build(g, h);
+        st = toy_graph_plan(g, &e->pbuf, NULL);
+        if (!st) st = toy_graph_compute(g, e->tp);
+        if (!st) memcpy(out + (size_t)i * (size_t)d, h->data, (size_t)d * sizeof(float));
+        toy_ctx_free(ctx);
+        atomic_fetch_add(&e->met->embed_tokens, n);
+    }
+    if (st) { free(out); job_fail(j, st, toy_last_error()); return; }
+    pthread_mutex_lock(&j->mu);
+    j->embeddings = out;
+    j->dim = d;
+    j->done = true;
+    j->t_end = srv_now();
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    atomic_fetch_add(&e->met->jobs_done, 1);
+}
+
+/* takes slot s for job j: prefill (what the cache lacks) and the first token */
+static void slot_start(struct srv_engine *e, struct slot *s, struct srv_job *j) {
+    int64_t lcp = e->prefix_cache ? common_prefix(s->cache_ids, s->n_cache, j->prompt, j->n_prompt) : 0;
+    int64_t keep = lcp < j->n_prompt ? lcp : j->n_prompt - 1; /* at least one token runs, for its logits */
+    s->job = j;
+    s->gen_len = s->emitted = 0;
+    s->n_gen = 0;
+    s->max_stop = 0;
+    for (int i = 0; i < j->n_stop; i++)
+        if (strlen(j->stop[i]) > s->max_stop) s->max_stop = strlen(j->stop[i]);
+    s->smp = toy_sampler_new(&j->sp, e->vocab);
+    if (e->tok) toy_decoder_init(e->tok, TOY_DECODE_SKIP_SPECIAL, &s->dec);
+    pthread_mutex_lock(&j->mu);
+    j->t_start = srv_now();
+    j->n_cached = keep;
+    pthread_mutex_unlock(&j->mu);
+    atomic_fetch_add(&e->met->prompt_tokens, j->n_prompt);
+    atomic_fetch_add(&e->met->cached_tokens, keep);
+    enum toy_status st = s->smp ? TOY_OK : toy_error(TOY_ERR_NOMEM, "sampler");
+    if (!st) st = prefill(e, s, j->prompt, j->n_prompt, keep);
+    if (st) {
+        job_fail(j, st, toy_last_error());
+        slot_finish(e, s, TOY_STOP_CALLER);
+        return;
+    }
+    for (int64_t i = 0; i < j->n_prompt; i++) toy_sampler_accept(s->smp, j->prompt[i]);
+    s->pos = j->n_prompt;
+    slot_step(e, s, e->logits);
+}
+
+/* ---- the decode step -------------------------------------------------------------------------- */
+
+static enum toy_status build_batch(struct srv_engine *e, const int *idx, int n) {
+    toy_ctx_free(e->bctx);
+    e->bctx = NULL;
+    e->bn = 0;
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    struct toy_kv_cache **caches = malloc((size_t)n * sizeof *caches);
+    if (!ctx || !caches) { toy_ctx_free(ctx); free(caches); return toy_error(TOY_ERR_NOMEM, "decode graph"); }
+    for (int b = 0; b < n; b++) caches[b] = &e->slots[idx[b]].kv;
+    e->btok = toy_new_tensor_2d(ctx, TOY_I32, 1, n);
+    e->bpos = toy_new_tensor_1d(ctx, TOY_I32, n);
+    e->blogits = srv_forward(ctx, e->m, e->btok, e->bpos, caches, SRV_OUT_LOGITS_LAST);
+    free(caches);
+    toy_set_output(e->blogits);
+    e->bg = toy_graph_new(ctx);
+    toy_graph_build(e->bg, e->blogits);
+    enum toy_status st = toy_graph_plan(e->bg, &e->dbuf, NULL);
+    if (st) { toy_ctx_free(ctx); return st; }
+    e->bctx = ctx;
+    memcpy(e->bidx, idx, (size_t)n * sizeof *idx);
+    e->bn = n;
+    return TOY_OK;
+}
+
+static void decode_step(struct srv_engine *e) {
+    int idx[e->n_slots], n = 0;
+    double now = srv_now();
+    for (int i = 0; i < e->n_slots; i++) {
+        struct slot *s = &e->slots[i];
+        if (!s->job) continue;
+        bool late = s->job->deadline > 0 && now > s->job->deadline;
+        if (late || atomic_load(&s->job->cancel)) {
+            if (late) {
+                pthread_mutex_lock(&s->job->mu);
+                s->job->timed_out = true;
+                pthread_mutex_unlock(&s->job->mu);
+            }
+            slot_finish(e, s, TOY_STOP_CALLER);
+            continue;
+        }
+        idx[n++] = i;
+    }
+    if (!n) return;
+    enum toy_status st = TOY_OK;
+    if (n != e->bn || memcmp(idx, e->bidx, (size_t)n * sizeof *idx)) st = build_batch(e, idx, n);
+    double t0 = srv_now();
+    if (!st) {
+        for (int b = 0; b < n; b++) {
+            struct slot *s = &e->slots[idx[b]];
+            ((int32_t *)e->btok->data)[b] = s->last;
+            ((int32_t *)e->bpos->data)[b] = (int32_t)s->pos;
+            *(int32_t *)s->kv.n_past->data = (int32_t)s->pos;
+            s->cache_ids[s->pos] = s->last;
+            s->n_cache = s->pos + 1;
+        }
+        st = toy_graph_compute(e->bg, e->tp);
+    }
+    double dt = srv_now() - t0;
+    if (st) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s", toy_last_error());
+        for (int b = 0; b < n; b++) {
+            struct slot *s = &e->slots[idx[b]];
+            s->n_cache = 0;
+            job_fail(s->job, st, msg);
+            slot_finish(e, s, TOY_STOP_CALLER);
+        }
+        return;
+    }
+    struct srv_metrics *met = e->met;
+    atomic_fetch_add(&met->decode_steps, 1);
+    atomic_fetch_add(&met->decode_rows, n);
+    pthread_mutex_lock(&met->mu);
+    met->decode_s += dt;
+    double rate = dt > 0 ? n / dt : 0;
+    met->tokens_per_s = met->tokens_per_s > 0 ? 0.9 * met->tokens_per_s + 0.1 * rate : rate;
+    pthread_mutex_unlock(&met->mu);
+    for (int b = 0; b < n; b++) {
+        struct slot *s = &e->slots[idx[b]];
+        s->pos++;
+        slot_step(e, s, (const float *)e->blogits->data + (size_t)b * (size_t)e->vocab);
+    }
+}
+
+/* ---- the engine thread --------------------------------------------------------------------------- */
+
+static struct slot *pick_slot(struct srv_engine *e, const struct srv_job *j) {
+    struct slot *best = NULL;
+    int64_t best_lcp = -1;
+    for (int i = 0; i < e->n_slots; i++) {
+        struct slot *s = &e->slots[i];
+        if (s->job) continue;
+        int64_t lcp = e->prefix_cache ? common_prefix(s->cache_ids, s->n_cache, j->prompt, j->n_prompt) : 0;
+        if (lcp > best_lcp || (lcp == best_lcp && s->stamp < best->stamp)) best = s, best_lcp = lcp;
+    }
+    return best;
+}
+
+static void *engine_main(void *arg) {
+    struct srv_engine *e = arg;
+    for (;;) {
+        pthread_mutex_lock(&e->mu);
+        while (!e->stopping && e->q_len == 0 && e->n_running == 0) pthread_cond_wait(&e->cv, &e->mu);
+        if (e->stopping) {
+            pthread_mutex_unlock(&e->mu);
+            break;
+        }
+        /* admit: embeddings at once, generations while a slot is free */
+        while (e->q_len > 0) {
+            struct srv_job *j = e->q[e->q_head];
+            bool cancelled = atomic_load(&j->cancel);
+            struct slot *s = NULL;
+            if (!cancelled && j->kind == SRV_JOB_GENERATE && !(s = pick_slot(e, j))) break;
+            e->q_head = (e->q_head + 1) % e->q_cap;
+            e->q_len--;
+            atomic_store(&e->met->queue_depth, e->q_len);
+            if (s) {
+                s->job = j; /* taken now, so pick_slot skips it */
+                e->n_running++;
+                atomic_store(&e->met->active, e->n_running);
+            }
+            pthread_mutex_unlock(&e->mu);
+            if (cancelled) {
+                job_fail(j, TOY_ERR_INTERRUPTED, "cancelled");
+                atomic_fetch_add(&e->met->jobs_cancelled, 1);
+                srv_job_unref(j);
+            } else if (s) {
+                slot_start(e, s, j);
+            } else {
+                run_embed(e, j);
+                srv_job_unref(j);
+            }
+            pthread_mutex_lock(&e->mu);
+        }
+        pthread_mutex_unlock(&e->mu);
+        decode_step(e);
+    }
+    /* stopping: whatever still runs or waits ends now */
+    for (int i = 0; i < e->n_slots; i++)
+        if (e->slots[i].job) {
+            atomic_store(&e->slots[i].job->cancel, true);
+            slot_finish(e, &e->slots[i], TOY_STOP_CALLER);
+        }
+    pthread_mutex_lock(&e->mu);
+    while (e->q_len) {
+        struct srv_job *j = e->q[e->q_head];
+        e->q_head = (e->q_head + 1) % e->q_cap;
+        e->q_len--;
+        job_fail(j, TOY_ERR_INTERRUPTED, "the server is shutting down");
+        srv_job_unref(j);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+/* ---- lifecycle ------------------------------------------------------------------------------------ */
+
+enum toy_status srv_engine_new(struct toy_llama *m, const struct toy_tokenizer *tok,
+                               const struct srv_engine_opts *o, struct srv_metrics *metrics,
+                               struct srv_engine **out) {
+    *out = NULL;
+    if (o->n_slots < 1 || o->n_slots > 256 || o->queue_size < 0 || o->queue_size > 1 << 20)
+        return toy_error(TOY_ERR_INVALID_ARG, "serve: %d slots, queue %d (slots 1..256, queue 0..1048576)",
+                         o->n_slots, o->queue_size);
+    struct srv_engine *e = calloc(1, sizeof *e);
+    if (!e) return toy_error(TOY_ERR_NOMEM, "serve engine");
+    e->m = m;
+    e->tok = tok;
+    e->met = metrics;
+    e->n_slots = o->n_slots;
+    e->n_ctx = o->n_ctx > 0 && o->n_ctx <= m->cfg.max_ctx ? o->n_ctx : m->cfg.max_ctx;
+    e->vocab = m->cfg.vocab;
+    e->prefix_cache = o->prefix_cache;
+    e->q_cap = o->queue_size > 0 ? o->queue_size : 1; /* at least one waits for a slot */
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    e->slots = calloc((size_t)e->n_slots, sizeof *e->slots);
+    e->bidx = calloc((size_t)e->n_slots, sizeof *e->bidx);
+    e->q = calloc((size_t)e->q_cap, sizeof *e->q);
+    e->logits = malloc((size_t)e->vocab * sizeof(float));
+    e->tp = toy_threadpool_new(o->n_threads);
+    enum toy_status st = e->slots && e->bidx && e->q && e->logits && e->tp ? TOY_OK
+                                                                            : toy_error(TOY_ERR_NOMEM, "serve engine");
+    for (int i = 0; i < e->n_slots && !st; i++) {
+        struct slot *s = &e->slots[i];
+        st = toy_kv_cache_init(&s->kv, m, e->n_ctx, 1);
+        if (!st && !(s->cache_ids = malloc((size_t)e->n_ctx * sizeof(int32_t))))
+            st = toy_error(TOY_ERR_NOMEM, "serve: slot %d", i);
+    }
+    if (!st && pthread_create(&e->th, NULL, engine_main, e)) st = toy_error(TOY_ERR_STATE, "serve: engine thread");
+    if (st) { srv_engine_free(e); return st; }
+    e->started = true;
+    *out = e;
+    return TOY_OK;
+}
+
+void srv_engine_stop(struct srv_engine *e) {
+    if (!e || !e->started) return;
+    pthread_mutex_lock(&e->mu);
+    e->stopping = true;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    pthread_join(e->th, NULL);
+    e->started = false;
+}
+
+void srv_engine_free(struct srv_engine *e) {
+    if (!e) return;
+    srv_engine_stop(e);
+    for (int i = 0; e->slots && i < e->n_slots; i++) {
+        toy_kv_cache_free(&e->slots[i].kv);
+        free(e->slots[i].cache_ids);
+        free(e->slots[i].gen);
+        toy_sampler_free(e->slots[i].smp);
+        toy_decoder_free(e->slots[i].dec);
+    }
+    toy_ctx_free(e->bctx);
+    toy_membuf_free(&e->dbuf);
+    toy_membuf_free(&e->pbuf);
+    toy_threadpool_free(e->tp);
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->cv);
+    free(e->slots);
+    free(e->bidx);
+    free(e->q);
+    free(e->logits);
+    free(e);
+}
+
+enum toy_status srv_engine_submit(struct srv_engine *e, struct srv_job *j) {
+    pthread_mutex_lock(&e->mu);
+    enum toy_status st = TOY_OK;
+    if (e->stopping) st = toy_error(TOY_ERR_STATE, "the server is shutting down");
+    else if (e->q_len >= e->q_cap) st = toy_error(TOY_ERR_RANGE, "the request queue is full (%d waiting)", e->q_len);
+    if (!st) {
+        atomic_fetch_add(&j->refs, 1);
+        j->t_submit = srv_now();
+        e->q[(e->q_head + e->q_len) % e->q_cap] = j;
+        e->q_len++;
+        atomic_store(&e->met->queue_depth, e->q_len);
+        pthread_cond_broadcast(&e->cv);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return st;
+}
+
+int srv_engine_load(struct srv_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    int n = e->q_len + e->n_running;
+    pthread_mutex_unlock(&e->mu);
+    return n;
+}
+
+int64_t srv_engine_n_ctx(const struct srv_engine *e) { return e->n_ctx; }

@@ -1,0 +1,109 @@
+/* serve-forward.c: the Llama-family forward pass the server runs, built
+ * from the public ops of toy/tensor.h. It mirrors forward() in
+ * src/models/llama.c (same family flags, same op order, so the same
+ * numbers) with two differences the server needs:
+ *
+ *  - batched decode over separate KV caches: B sequences, each with its own
+ *    cache and n_past (toy_kv_cache has one n_past for all its sequences),
+ *    share every projection (one matmul over B rows: the weights are read
+ *    once per step for the whole batch, which is where batching pays) and
+ *    run attention per sequence on views of q, k and v;
+ *  - outputs: the logits of the last position only (a prefill of T tokens
+ *    never materialises T x vocab logits), or the mean of the final-norm
+ *    hidden states over positions (embeddings).
+ *
+ * Keep in step with src/models/llama.c when a family flag is added there.
+ */
+#include <math.h>
+
+#include "serve/serve-internal.h"
+
+static struct toy_tensor *proj(struct toy_ctx *ctx, const struct toy_llama *m, struct toy_tensor *x,
+                               struct toy_tensor *w, struct toy_tensor *b) {
+    if (m->matmul_type == TOY_BF16 && w->type == TOY_F32) w = toy_cast(ctx, w, TOY_BF16);
+    return toy_linear(ctx, x, w, b);
+}
+
+static struct toy_rope_params rope_params(const struct toy_llama_config *c) {
+    struct toy_rope_params r = {0};
+    r.mode = c->rope_mode;
+    r.freq_base = c->rope_base;
+    r.scaling = c->rope_scaling;
+    r.factor = c->rope_factor;
+    r.orig_ctx = c->rope_orig_ctx;
+    r.low_freq_factor = c->rope_low;
+    r.high_freq_factor = c->rope_high;
+    r.beta_fast = c->rope_beta_fast;
+    r.beta_slow = c->rope_beta_slow;
+    r.attn_factor = c->rope_attn_factor;
+    return r;
+}
+
+/* sequence b of x {D, H, T, B}: a view {D, H, T, 1} */
+static struct toy_tensor *seq_view(struct toy_ctx *ctx, struct toy_tensor *x, int64_t b) {
+    if (x->ne[3] == 1) return x;
+    int64_t ne[4] = {x->ne[0], x->ne[1], x->ne[2], 1};
+    return toy_view(ctx, x, 4, ne, x->nb, (size_t)b * x->nb[3]);
+}
+
+struct toy_tensor *srv_forward(struct toy_ctx *ctx, struct toy_llama *m, struct toy_tensor *tokens,
+                               struct toy_tensor *pos, struct toy_kv_cache *const *caches, enum srv_out out) {
+    const struct toy_llama_config *c = &m->cfg;
+    int64_t T = tokens->ne[0], B = tokens->ne[1], d = c->d_model;
+    int64_t H = c->n_heads, Hkv = c->n_kv_heads, hd = toy_llama_head_dim(c);
+    struct toy_rope_params rope = rope_params(c);
+    struct toy_tensor *x = toy_get_rows(ctx, m->tok_embd, tokens); /* {d, T, B} */
+    if (c->embed_scale) x = toy_scale(ctx, x, sqrtf((float)d));
+    for (int64_t l = 0; l < c->n_layers; l++) {
+        struct toy_llama_layer *L = &m->layers[l];
+        struct toy_attn_params attn = {.causal = true, .scale = c->attn_scale, .softcap = c->attn_softcap};
+        if (c->sliding_window > 0 && (!c->swa_alternate || l % 2 == 0)) attn.window = c->sliding_window;
+        struct toy_tensor *h = toy_rms_norm(ctx, x, L->attn_norm, c->norm_eps);
+        struct toy_tensor *q = toy_reshape_4d(ctx, proj(ctx, m, h, L->wq, L->bq), hd, H, T, B);
+        struct toy_tensor *k = toy_reshape_4d(ctx, proj(ctx, m, h, L->wk, L->bk), hd, Hkv, T, B);
+        struct toy_tensor *v = toy_reshape_4d(ctx, proj(ctx, m, h, L->wv, L->bv), hd, Hkv, T, B);
+        if (c->qk_norm) {
+            q = toy_rms_norm(ctx, q, L->q_norm, c->norm_eps);
+            k = toy_rms_norm(ctx, k, L->k_norm, c->norm_eps);
+        }
+        q = toy_rope_ff(ctx, q, pos, &rope, m->rope_freqs);
+        k = toy_rope_ff(ctx, k, pos, &rope, m->rope_freqs);
+        struct toy_tensor *a = NULL; /* {hd, H, T, B} */
+        if (caches) {
+            for (int64_t b = 0; b < B; b++) {
+                struct toy_kv_cache *kc = caches[b];
+                struct toy_tensor *ks = toy_kv_store(ctx, kc->k[l], seq_view(ctx, k, b), kc->n_past);
+                struct toy_tensor *vs = toy_kv_store(ctx, kc->v[l], seq_view(ctx, v, b), kc->n_past);
+                struct toy_tensor *ab = toy_attention_cached(ctx, seq_view(ctx, q, b), ks, vs, kc->n_past, &attn);
+                a = a ? toy_concat(ctx, a, ab, 3) : ab;
+            }
+        } else {
+            a = toy_attention(ctx, q, k, v, &attn);
+        }
+        a = proj(ctx, m, toy_reshape_3d(ctx, a, hd * H, T, B), L->wo, NULL);
+        if (L->post_attn_norm) a = toy_rms_norm(ctx, a, L->post_attn_norm, c->norm_eps);
+        x = toy_add(ctx, x, a);
+        h = toy_rms_norm(ctx, x, L->ffn_norm, c->norm_eps);
+        struct toy_tensor *g = proj(ctx, m, h, L->w_gate, NULL), *u = proj(ctx, m, h, L->w_up, NULL);
+        struct toy_tensor *f = c->gelu_mlp ? toy_mul(ctx, toy_gelu(ctx, g), u) : toy_swiglu(ctx, g, u);
+        f = proj(ctx, m, f, L->w_down, NULL);
+        if (L->post_ffn_norm) f = toy_rms_norm(ctx, f, L->post_ffn_norm, c->norm_eps);
+        x = toy_add(ctx, x, f);
+    }
+    if (out == SRV_OUT_MEAN_HIDDEN) {
+        x = toy_rms_norm(ctx, x, m->out_norm, c->norm_eps); /* {d, T, B} */
+        return toy_mean(ctx, x, 1);                          /* {d, 1, B} */
+    }
+    if (T > 1) { /* only the last position goes through the head */
+        int64_t ne[3] = {d, 1, B};
+        size_t nb[3] = {x->nb[0], x->nb[1], x->nb[2]};
+        x = toy_view(ctx, x, 3, ne, nb, (size_t)(T - 1) * x->nb[1]);
+    }
+    x = toy_rms_norm(ctx, x, m->out_norm, c->norm_eps);
+    struct toy_tensor *logits = proj(ctx, m, x, m->output, NULL); /* {vocab, 1, B} */
+    if (c->final_softcap > 0) {
+        float s = c->final_softcap;
+        logits = toy_scale(ctx, toy_tanh(ctx, toy_scale(ctx, logits, 1.0f / s)), s);
+    }
+    return logits;
+}

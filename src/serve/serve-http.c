@@ -1,0 +1,717 @@
+/* serve-http.c: the HTTP side of `toy serve` (toy/serve.h) on GNU
+ * libmicrohttpd: routing, API-key auth, CORS, body limits, timeouts,
+ * Server-Sent Events, /metrics, the toy/v1 event stream and the drain on
+ * stop. Endpoint behaviour is specified in docs/serve.md.
+ *
+ * Threading: libmicrohttpd runs one thread per connection. A connection
+ * thread parses the request, submits a job to the engine and then blocks on
+ * the job's condition variable: for a plain response until the job is done,
+ * for a stream inside the content-reader callback until the next tokens
+ * arrive. Blocking is what thread-per-connection is for; it keeps the code
+ * straight-line, and the connection limit bounds the threads. While it
+ * waits, the thread peeks at its socket every 100 ms: a client that went
+ * away cancels its job, which frees the slot at the next decode step.
+ *
+ * Stop: toy_serve polls *stop; then it closes the listening socket
+ * (MHD_quiesce_daemon), answers new requests on open connections with 503,
+ * waits for the requests in flight (at most drain_s), stops the engine,
+ * joins the connection threads and writes run_end.
+ */
+#include <limits.h>
+#include <math.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "serve/serve-internal.h"
+#include "toy/chat-template.h"
+#include "toy/events.h"
+#include "toy/run-dir.h"
+
+enum route { R_HEALTH, R_MODELS, R_MODEL, R_COMPLETIONS, R_CHAT, R_EMBEDDINGS, R_METRICS, R_OTHER, R_COUNT };
+static const char *const route_names[R_COUNT] = {"/health",        "/v1/models", "/v1/models/{model}",
+                                                 "/v1/completions", "/v1/chat/completions", "/v1/embeddings",
+                                                 "/metrics",        "other"};
+
+struct stat_row {
+    int route, code;
+    int64_t n;
+};
+
+struct srv {
+    struct srv_api api;
+    struct srv_engine *eng;
+    struct srv_metrics met;
+    struct toy_serve_options o;
+    struct MHD_Daemon *d;
+    struct toy_events *ev;
+    char *model_name;
+    atomic_int inflight;
+    atomic_bool draining;
+    atomic_llong n_requests;
+    pthread_mutex_t stat_mu;
+    struct stat_row stats[128];
+    int n_stats;
+    long started;
+};
+
+/* per request (MHD's con_cls) */
+struct conn {
+    double t0;
+    enum route route;
+    char *body;
+    size_t len, cap;
+    bool too_big;
+};
+
+/* a streaming response (owned by the MHD response) */
+struct stream {
+    struct srv *S;
+    struct srv_request req;
+    char id[48];
+    long created, req_no;
+    int fd;
+    int64_t sent;
+    char *buf;
+    size_t len, off, cap;
+    bool finished;
+    double t0;
+};
+
+/* ---- helpers ---------------------------------------------------------------------------------- */
+
+static bool peer_gone(int fd) {
+    if (fd < 0) return false;
+    struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
+    if (poll(&p, 1, 0) <= 0) return false;
+    if (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) return true;
+    if (p.revents & POLLIN) {
+        char c;
+        return recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+    }
+    return false;
+}
+
+static int conn_fd(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return ci ? ci->connect_fd : -1;
+}
+
+static void wait_100ms(struct srv_job *j) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 100 * 1000 * 1000;
+    if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+    pthread_cond_timedwait(&j->cv, &j->mu, &ts);
+}
+
+static void count(struct srv *S, enum route r, int code) {
+    pthread_mutex_lock(&S->stat_mu);
+    int i = 0;
+    while (i < S->n_stats && !(S->stats[i].route == (int)r && S->stats[i].code == code)) i++;
+    if (i == S->n_stats && S->n_stats < (int)(sizeof S->stats / sizeof S->stats[0]))
+        S->stats[S->n_stats++] = (struct stat_row){(int)r, code, 0};
+    if (i < S->n_stats) S->stats[i].n++;
+    pthread_mutex_unlock(&S->stat_mu);
+}
+
+static void add_common_headers(struct srv *S, struct MHD_Response *resp) {
+    MHD_add_response_header(resp, "Access-Control-Allow-Origin", S->o.cors_origin);
+    if (strcmp(S->o.cors_origin, "*")) MHD_add_response_header(resp, "Vary", "Origin");
+    MHD_add_response_header(resp, "Server", "toy");
+    if (atomic_load(&S->draining)) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+}
+
+static enum MHD_Result send_text(struct srv *S, struct MHD_Connection *c, enum route r, int code, char *text,
+                                 size_t len, const char *ctype, const char *hname, const char *hval) {
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
+    if (!resp) { free(text); return MHD_NO; }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    add_common_headers(S, resp);
+    if (hname) MHD_add_response_header(resp, hname, hval);
+    enum MHD_Result res = MHD_queue_response(c, (unsigned)code, resp);
+    MHD_destroy_response(resp);
+    count(S, r, code);
+    return res;
+}
+
+/* sends (and frees) a JSON value */
+static enum MHD_Result send_json(struct srv *S, struct MHD_Connection *c, enum route r, int code, json_t *o,
+                                 const char *hname, const char *hval) {
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (!s) s = strdup("{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\"}}"), code = 500;
+    if (!s) return MHD_NO;
+    return send_text(S, c, r, code, s, strlen(s), "application/json", hname, hval);
+}
+
+static enum MHD_Result send_error(struct srv *S, struct MHD_Connection *c, enum route r, const struct srv_error *e,
+                                  const char *hname, const char *hval) {
+    return send_json(S, c, r, e->http, srv_error_json(e), hname, hval);
+}
+
+static enum MHD_Result fail(struct srv *S, struct MHD_Connection *c, enum route r, int http, const char *type,
+                            const char *code, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+static enum MHD_Result fail(struct srv *S, struct MHD_Connection *c, enum route r, int http, const char *type,
+                            const char *code, const char *fmt, ...) {
+    struct srv_error e = {.http = http, .type = type, .code = code};
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e.msg, sizeof e.msg, fmt, ap);
+    va_end(ap);
+    return send_error(S, c, r, &e, NULL, NULL);
+}
+
+/* ---- per-request record: metrics, event, access log --------------------------------------------- */
+
+static void request_done(struct srv *S, const struct srv_request *rq, enum route r, int code, long req_no,
+                         double t0, bool stream) {
+    double lat = srv_now() - t0;
+    struct srv_job *j = rq ? rq->job : NULL;
+    int64_t pt = 0, ct = 0, cached = 0;
+    double ttft = -1;
+    const char *finish = NULL;
+    if (j) {
+        pthread_mutex_lock(&j->mu);
+        pt = j->kind == SRV_JOB_EMBED ? rq->n_tokens : j->n_prompt;
+        ct = j->n_generated;
+        cached = j->n_cached;
+        if (j->t_first > 0) ttft = j->t_first - j->t_submit;
+        if (j->done && !j->err && j->kind == SRV_JOB_GENERATE) finish = srv_finish_reason(j);
+        pthread_mutex_unlock(&j->mu);
+    }
+    if (S->ev) {
+        json_t *extra = json_pack("{s:s,s:s,s:i,s:I,s:I,s:I,s:I,s:s,s:b}", "model", S->model_name, "endpoint",
+                                  route_names[r], "status", code, "prompt_tokens", (json_int_t)pt,
+                                  "completion_tokens", (json_int_t)ct, "cached_tokens", (json_int_t)cached,
+                                  "latency_us", (json_int_t)(lat * 1e6), "request_id", "", "stream", stream);
+        char rid[32];
+        snprintf(rid, sizeof rid, "req-%ld", req_no);
+        json_object_set_new(extra, "request_id", json_string(rid));
+        if (ttft >= 0) json_object_set_new(extra, "ttft_us", json_integer((json_int_t)(ttft * 1e6)));
+        if (finish) json_object_set_new(extra, "finish_reason", json_string(finish));
+        if (j && j->kind == SRV_JOB_GENERATE)
+            json_object_set_new(extra, "sampling",
+                                json_pack("{s:I,s:f,s:f,s:I}", "max_tokens", (json_int_t)j->max_tokens,
+                                          "temperature", (double)j->sp.temperature, "top_p", (double)j->sp.top_p,
+                                          "seed", (json_int_t)j->sp.seed));
+        json_t *f = json_pack("{s:s,s:I,s:s,s:o}", "phase", "serve", "step", (json_int_t)req_no, "name", "request",
+                              "extra", extra);
+        toy_events_emit(S->ev, "eval", f);
+        json_decref(f);
+    }
+    if (!S->o.quiet)
+        fprintf(stderr, "toy serve: %s %d %lld+%lld tokens %.3f s%s\n", route_names[r], code, (long long)pt,
+                (long long)ct, lat, stream ? " (stream)" : "");
+}
+
+/* ---- streaming --------------------------------------------------------------------------------- */
+
+static void sse_append(struct stream *s, const char *data, size_t n) {
+    if (s->len + n + 8 > s->cap) {
+        size_t cap = (s->len + n + 8) * 2;
+        char *b = realloc(s->buf, cap);
+        if (!b) return;
+        s->buf = b, s->cap = cap;
+    }
+    memcpy(s->buf + s->len, data, n);
+    s->len += n;
+}
+
+static void sse_json(struct stream *s, json_t *o) {
+    if (!o) return;
+    char *t = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    if (!t) return;
+    sse_append(s, "data: ", 6);
+    sse_append(s, t, strlen(t));
+    sse_append(s, "\n\n", 2);
+    free(t);
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
+    struct stream *s = cls;
+    struct srv_api *api = &s->S->api;
+    for (;;) {
+        if (s->off < s->len) {
+            size_t n = s->len - s->off < max ? s->len - s->off : max;
+            memcpy(out, s->buf + s->off, n);
+            s->off += n;
+            if (s->off == s->len) s->off = s->len = 0;
+            return (ssize_t)n;
+        }
+        if (s->finished) return MHD_CONTENT_READER_END_OF_STREAM;
+        struct srv_job *j = s->req.job;
+        pthread_mutex_lock(&j->mu);
+        while (j->n_toks == s->sent && !j->done) {
+            wait_100ms(j);
+            if (j->n_toks == s->sent && !j->done && peer_gone(s->fd)) {
+                atomic_store(&j->cancel, true);
+                pthread_mutex_unlock(&j->mu);
+                return MHD_CONTENT_READER_END_WITH_ERROR;
+            }
+        }
+        if (j->n_toks > s->sent) {
+            sse_json(s, srv_chunk_json(api, &s->req, j, s->sent, j->n_toks, s->id, s->created));
+            s->sent = j->n_toks;
+        }
+        if (j->done && s->sent == j->n_toks) {
+            if (j->err) {
+                struct srv_error e = {.http = 500, .type = "server_error"};
+                snprintf(e.msg, sizeof e.msg, "%s", j->errmsg);
+                sse_json(s, srv_error_json(&e));
+            } else {
+                sse_json(s, srv_chunk_finish(api, &s->req, j, s->id, s->created));
+                if (s->req.include_usage) sse_json(s, srv_chunk_usage(api, &s->req, j, s->id, s->created));
+            }
+            sse_append(s, "data: [DONE]\n\n", 14);
+            s->finished = true;
+        }
+        pthread_mutex_unlock(&j->mu);
+    }
+}
+
+static void stream_free(void *cls) {
+    struct stream *s = cls;
+    if (!s->finished) atomic_store(&s->req.job->cancel, true);
+    request_done(s->S, &s->req, s->req.ep == SRV_EP_CHAT ? R_CHAT : R_COMPLETIONS, s->finished ? 200 : 499,
+                 s->req_no, s->t0, true);
+    srv_request_free(&s->req);
+    free(s->buf);
+    free(s);
+}
+
+/* ---- endpoints ----------------------------------------------------------------------------------- */
+
+static json_t *model_json(struct srv *S) {
+    const struct toy_llama_config *c = &S->api.m->cfg;
+    return json_pack("{s:s,s:s,s:I,s:s,s:{s:s,s:I,s:I,s:I,s:I}}", "id", S->model_name, "object", "model", "created",
+                     (json_int_t)S->started, "owned_by", "toy", "meta", "arch", c->arch, "vocab", (json_int_t)c->vocab,
+                     "d_model", (json_int_t)c->d_model, "n_layers", (json_int_t)c->n_layers, "n_ctx",
+                     (json_int_t)S->api.n_ctx);
+}
+
+static enum MHD_Result metrics(struct srv *S, struct MHD_Connection *c) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) return fail(S, c, R_METRICS, 500, "server_error", NULL, "out of memory");
+    struct srv_metrics *m = &S->met;
+    fprintf(f, "# HELP toy_requests_total HTTP requests answered, by endpoint and status code.\n"
+               "# TYPE toy_requests_total counter\n");
+    pthread_mutex_lock(&S->stat_mu);
+    for (int i = 0; i < S->n_stats; i++)
+        fprintf(f, "toy_requests_total{endpoint=\"%s\",code=\"%d\"} %lld\n", route_names[S->stats[i].route],
+                S->stats[i].code, (long long)S->stats[i].n);
+    pthread_mutex_unlock(&S->stat_mu);
+#define COUNTER(name, help, v) \
+    fprintf(f, "# HELP " name " " help "\n# TYPE " name " counter\n" name " %lld\n", (long long)(v))
+#define GAUGE(name, help, fmt, v) fprintf(f, "# HELP " name " " help "\n# TYPE " name " gauge\n" name " " fmt "\n", v)
+    COUNTER("toy_prompt_tokens_total", "Prompt tokens of generation requests.", atomic_load(&m->prompt_tokens));
+    COUNTER("toy_prompt_tokens_cached_total", "Prompt tokens served from the prefix cache (not prefilled).",
+            atomic_load(&m->cached_tokens));
+    COUNTER("toy_completion_tokens_total", "Tokens generated.", atomic_load(&m->completion_tokens));
+    COUNTER("toy_embedding_tokens_total", "Tokens embedded.", atomic_load(&m->embed_tokens));
+    COUNTER("toy_jobs_cancelled_total", "Generations stopped because the client went away or timed out.",
+            atomic_load(&m->jobs_cancelled));
+    COUNTER("toy_decode_steps_total", "Batched decode steps run.", atomic_load(&m->decode_steps));
+    COUNTER("toy_decode_rows_total", "Sequences decoded, summed over decode steps (rows / steps = mean batch).",
+            atomic_load(&m->decode_rows));
+    GAUGE("toy_queue_depth", "Requests waiting for a slot.", "%d", atomic_load(&m->queue_depth));
+    GAUGE("toy_active_sequences", "Sequences being generated.", "%d", atomic_load(&m->active));
+    GAUGE("toy_slots", "Sequences that can be generated together.", "%d", S->o.n_slots);
+    GAUGE("toy_requests_in_flight", "HTTP requests being handled.", "%d", atomic_load(&S->inflight));
+    pthread_mutex_lock(&m->mu);
+    GAUGE("toy_decode_tokens_per_second", "Aggregate decode rate over all sequences (moving average).", "%.3f",
+          m->tokens_per_s);
+    const char *hn[2] = {"toy_time_to_first_token_seconds", "toy_request_duration_seconds"};
+    const char *hh[2] = {"Time from queueing a generation to its first token.",
+                         "Time from queueing a generation to its last token."};
+    const int64_t *hb[2] = {m->ttft_buckets, m->latency_buckets};
+    double hs[2] = {m->ttft_sum, m->latency_sum};
+    int64_t hc[2] = {m->ttft_count, m->latency_count};
+    for (int h = 0; h < 2; h++) {
+        fprintf(f, "# HELP %s %s\n# TYPE %s histogram\n", hn[h], hh[h], hn[h]);
+        for (int b = 0; b < 12; b++) fprintf(f, "%s_bucket{le=\"%g\"} %lld\n", hn[h], srv_buckets[b], (long long)hb[h][b]);
+        fprintf(f, "%s_bucket{le=\"+Inf\"} %lld\n%s_sum %.6f\n%s_count %lld\n", hn[h], (long long)hc[h], hn[h], hs[h],
+                hn[h], (long long)hc[h]);
+    }
+    pthread_mutex_unlock(&m->mu);
+#undef COUNTER
+#undef GAUGE
+    fclose(f);
+    return send_text(S, c, R_METRICS, 200, text, len, "text/plain; version=0.0.4", NULL, NULL);
+}
+
+static enum MHD_Result generate(struct srv *S, struct MHD_Connection *c, struct conn *k) {
+    enum srv_endpoint ep = k->route == R_CHAT ? SRV_EP_CHAT : k->route == R_COMPLETIONS ? SRV_EP_COMPLETIONS
+                                                                                         : SRV_EP_EMBEDDINGS;
+    long req_no = (long)atomic_fetch_add(&S->n_requests, 1) + 1;
+    struct srv_request rq;
+    struct srv_error err = {0};
+    if (!srv_parse_request(&S->api, ep, k->body ? k->body : "", k->len, &rq, &err)) {
+        request_done(S, &rq, k->route, err.http, req_no, k->t0, false);
+        srv_request_free(&rq);
+        return send_error(S, c, k->route, &err, NULL, NULL);
+    }
+    enum toy_status st = atomic_load(&S->draining) ? toy_error(TOY_ERR_STATE, "the server is shutting down")
+                                                   : srv_engine_submit(S->eng, rq.job);
+    if (st) {
+        int code = 503;
+        request_done(S, &rq, k->route, code, req_no, k->t0, false);
+        srv_request_free(&rq);
+        struct srv_error e = {.http = code, .type = "server_error", .code = st == TOY_ERR_RANGE ? "queue_full" : NULL};
+        snprintf(e.msg, sizeof e.msg, "%s; retry later", toy_last_error());
+        return send_error(S, c, k->route, &e, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+    }
+    char id[48];
+    snprintf(id, sizeof id, "%s-%lx%06ld", ep == SRV_EP_CHAT ? "chatcmpl" : ep == SRV_EP_COMPLETIONS ? "cmpl" : "emb",
+             S->started & 0xffffff, req_no);
+    long created = (long)time(NULL);
+    int fd = conn_fd(c);
+    if (rq.stream && ep != SRV_EP_EMBEDDINGS) {
+        struct stream *s = calloc(1, sizeof *s);
+        if (!s) {
+            atomic_store(&rq.job->cancel, true);
+            srv_request_free(&rq);
+            return fail(S, c, k->route, 500, "server_error", NULL, "out of memory");
+        }
+        s->S = S;
+        s->req = rq;
+        snprintf(s->id, sizeof s->id, "%s", id);
+        s->created = created;
+        s->req_no = req_no;
+        s->fd = fd;
+        s->t0 = k->t0;
+        if (ep == SRV_EP_CHAT) sse_json(s, srv_chunk_role(&S->api, id, created));
+        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, s, stream_free);
+        if (!resp) { stream_free(s); return MHD_NO; }
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+        MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+        add_common_headers(S, resp);
+        enum MHD_Result res = MHD_queue_response(c, 200, resp);
+        MHD_destroy_response(resp);
+        count(S, k->route, 200);
+        return res;
+    }
+    struct srv_job *j = rq.job;
+    pthread_mutex_lock(&j->mu);
+    while (!j->done) {
+        wait_100ms(j);
+        if (!j->done && peer_gone(fd)) atomic_store(&j->cancel, true);
+    }
+    int code = 200;
+    json_t *body;
+    if (j->err) {
+        struct srv_error e = {.http = j->err == TOY_ERR_INTERRUPTED ? 503 : 500, .type = "server_error"};
+        snprintf(e.msg, sizeof e.msg, "%s", j->errmsg);
+        code = e.http;
+        body = srv_error_json(&e);
+    } else {
+        body = srv_response_json(&S->api, &rq, j, id, created);
+    }
+    pthread_mutex_unlock(&j->mu);
+    request_done(S, &rq, k->route, code, req_no, k->t0, false);
+    srv_request_free(&rq);
+    return send_json(S, c, k->route, code, body, code == 503 ? MHD_HTTP_HEADER_RETRY_AFTER : NULL, "1");
+}
+
+/* ---- the access handler --------------------------------------------------------------------------------- */
+
+static enum route route_of(const char *url) {
+    if (!strcmp(url, "/health")) return R_HEALTH;
+    if (!strcmp(url, "/v1/models")) return R_MODELS;
+    if (!strncmp(url, "/v1/models/", 11)) return R_MODEL;
+    if (!strcmp(url, "/v1/completions")) return R_COMPLETIONS;
+    if (!strcmp(url, "/v1/chat/completions")) return R_CHAT;
+    if (!strcmp(url, "/v1/embeddings")) return R_EMBEDDINGS;
+    if (!strcmp(url, "/metrics")) return R_METRICS;
+    return R_OTHER;
+}
+
+static bool authorized(struct srv *S, struct MHD_Connection *c) {
+    if (!S->o.api_key || !*S->o.api_key) return true;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!h || strncasecmp(h, "Bearer ", 7)) return false;
+    h += 7;
+    size_t n = strlen(S->o.api_key), m = strlen(h);
+    unsigned char diff = (unsigned char)(n != m);
+    for (size_t i = 0; i < n; i++) diff |= (unsigned char)(S->o.api_key[i] ^ (i < m ? h[i] : 0));
+    return diff == 0;
+}
+
+static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                               const char *version, const char *upload_data, size_t *upload_size, void **con_cls) {
+    struct srv *S = cls;
+    struct conn *k = *con_cls;
+    if (!k) {
+        k = calloc(1, sizeof *k);
+        if (!k) return MHD_NO;
+        k->t0 = srv_now();
+        k->route = route_of(url);
+        *con_cls = k;
+        atomic_fetch_add(&S->inflight, 1);
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl) {
+            char *end;
+            unsigned long long n = strtoull(cl, &end, 10);
+            if (*end || n > S->o.max_body) k->too_big = true;
+        }
+        if (k->too_big) /* answered before the body is read; the connection closes after */
+            return fail(S, c, k->route, 413, "invalid_request_error", "request_too_large",
+                        "the request body is larger than %zu bytes", S->o.max_body);
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        if (!k->too_big && k->len + *upload_size > S->o.max_body) {
+            k->too_big = true;
+            free(k->body);
+            k->body = NULL;
+            k->len = k->cap = 0;
+        }
+        if (!k->too_big) {
+            if (k->len + *upload_size + 1 > k->cap) {
+                size_t cap = (k->len + *upload_size + 1) * 2;
+                if (cap > S->o.max_body + 1) cap = S->o.max_body + 1;
+                char *b = realloc(k->body, cap);
+                if (!b) return MHD_NO;
+                k->body = b, k->cap = cap;
+            }
+            memcpy(k->body + k->len, upload_data, *upload_size);
+            k->len += *upload_size;
+            k->body[k->len] = 0;
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (k->too_big)
+        return fail(S, c, k->route, 413, "invalid_request_error", "request_too_large",
+                    "the request body is larger than %zu bytes", S->o.max_body);
+    if (!strcmp(method, "OPTIONS")) { /* CORS preflight */
+        struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+        if (!resp) return MHD_NO;
+        add_common_headers(S, resp);
+        const char *rh = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+        MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        MHD_add_response_header(resp, "Access-Control-Allow-Headers", rh ? rh : "Authorization, Content-Type");
+        MHD_add_response_header(resp, "Access-Control-Max-Age", "86400");
+        enum MHD_Result res = MHD_queue_response(c, 204, resp);
+        MHD_destroy_response(resp);
+        count(S, k->route, 204);
+        return res;
+    }
+    bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
+    if (k->route == R_OTHER)
+        return fail(S, c, k->route, 404, "invalid_request_error", "not_found", "no such endpoint: %s %s", method, url);
+    if (k->route == R_HEALTH) {
+        if (!get) return fail(S, c, k->route, 405, "invalid_request_error", NULL, "use GET");
+        bool d = atomic_load(&S->draining);
+        return send_json(S, c, k->route, d ? 503 : 200, json_pack("{s:s}", "status", d ? "draining" : "ok"), NULL,
+                         NULL);
+    }
+    if (!authorized(S, c))
+        return fail(S, c, k->route, 401, "invalid_request_error", "invalid_api_key",
+                    "missing or wrong API key (send \"Authorization: Bearer KEY\")");
+    bool wants_post = k->route == R_COMPLETIONS || k->route == R_CHAT || k->route == R_EMBEDDINGS;
+    if (wants_post ? !post : !get)
+        return fail(S, c, k->route, 405, "invalid_request_error", NULL, "use %s for %s", wants_post ? "POST" : "GET",
+                    url);
+    switch (k->route) {
+    case R_MODELS: return send_json(S, c, k->route, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", model_json(S)), NULL, NULL);
+    case R_MODEL:
+        if (strcmp(url + 11, S->model_name))
+            return fail(S, c, k->route, 404, "invalid_request_error", "model_not_found", "The model '%s' does not exist",
+                        url + 11);
+        return send_json(S, c, k->route, 200, model_json(S), NULL, NULL);
+    case R_METRICS: return metrics(S, c);
+    case R_CHAT:
+        if (!S->api.tmpl)
+            return fail(S, c, k->route, 400, "invalid_request_error", NULL,
+                        "this model has no chat template and none was given (--chat-template)");
+        return generate(S, c, k);
+    default: return generate(S, c, k);
+    }
+}
+
+static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    struct srv *S = cls;
+    struct conn *k = *con_cls;
+    if (!k) return;
+    free(k->body);
+    free(k);
+    *con_cls = NULL;
+    atomic_fetch_sub(&S->inflight, 1);
+}
+
+/* ---- the server ------------------------------------------------------------------------------------------ */
+
+struct toy_serve_options toy_serve_defaults(void) {
+    return (struct toy_serve_options){.host = "127.0.0.1",
+                                      .port = 8080,
+                                      .cors_origin = "*",
+                                      .n_slots = 4,
+                                      .queue_size = 64,
+                                      .max_body = 4 << 20,
+                                      .timeout_s = 600,
+                                      .max_connections = 128,
+                                      .drain_s = 30,
+                                      .runs_dir = "runs"};
+}
+
+/* the model id: the file's base name without .gguf (through symlinks such as weights/latest) */
+static char *default_name(const char *path) {
+    char *real = path ? realpath(path, NULL) : NULL;
+    const char *p = real ? real : path ? path : "model";
+    const char *b = strrchr(p, '/');
+    b = b ? b + 1 : p;
+    size_t n = strlen(b);
+    if (n > 5 && !strcmp(b + n - 5, ".gguf")) n -= 5;
+    char *s = strndup(b, n);
+    free(real);
+    return s;
+}
+
+/* the template's end-of-turn markers become stop strings (for tokenizers that spell them as text) */
+static void eot_stops(struct srv_api *api, const char *src) {
+    static const char *const marks[] = {"<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>"};
+    for (size_t i = 0; src && i < sizeof marks / sizeof marks[0] && api->n_eot_stops < 4; i++)
+        if (strstr(src, marks[i])) api->eot_stops[api->n_eot_stops++] = strdup(marks[i]);
+}
+
+static enum toy_status open_events(struct srv *S, const char *model_path) {
+    char id[128], dir[4096], path[4200];
+    enum toy_status st = toy_run_create(S->o.runs_dir, NULL, "serve", id, sizeof id, dir, sizeof dir);
+    if (st) return st;
+    snprintf(path, sizeof path, "%s/events.jsonl", dir);
+    if ((st = toy_events_open(path, TOY_EVENTS_TRUNCATE, &S->ev))) return st;
+    const struct toy_llama_config *c = &S->api.m->cfg;
+    json_t *model = json_pack("{s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "arch", c->arch, "name", S->model_name, "vocab",
+                              (json_int_t)c->vocab, "d_model", (json_int_t)c->d_model, "n_layers",
+                              (json_int_t)c->n_layers, "n_heads", (json_int_t)c->n_heads, "n_kv",
+                              (json_int_t)c->n_kv_heads, "d_head", (json_int_t)toy_llama_head_dim(c), "d_ff",
+                              (json_int_t)c->d_ff);
+    json_t *config = json_pack("{s:s,s:i,s:I,s:i,s:i,s:i,s:b,s:s}", "host", S->o.host, "port", S->o.port, "max_t",
+                               (json_int_t)S->api.n_ctx, "slots", S->o.n_slots, "queue", S->o.queue_size,
+                               "timeout_s", S->o.timeout_s, "prefix_cache", !S->o.no_prefix_cache, "model_path",
+                               model_path ? model_path : "");
+    st = toy_events_run_start(S->ev, &(struct toy_run_start){
+        .run_id = id, .phase = "serve", .backend = "cpu", .model = model, .config = config});
+    json_decref(model);
+    json_decref(config);
+    if (!S->o.quiet) fprintf(stderr, "toy serve: events in %s\n", path);
+    return st;
+}
+
+static void srv_free(struct srv *S) {
+    srv_engine_free(S->eng);
+    toy_chat_template_free(S->api.tmpl);
+    for (int i = 0; i < S->api.n_eot_stops; i++) free(S->api.eot_stops[i]);
+    toy_events_close(S->ev);
+    free(S->model_name);
+    pthread_mutex_destroy(&S->stat_mu);
+    pthread_mutex_destroy(&S->met.mu);
+    free(S);
+}
+
+enum toy_status toy_serve(struct toy_llama *m, const struct toy_tokenizer *tok, const char *model_path,
+                          const struct toy_serve_options *opts) {
+    struct toy_serve_options def = toy_serve_defaults(), o = opts ? *opts : def;
+    if (!o.host) o.host = def.host;
+    if (!o.cors_origin) o.cors_origin = def.cors_origin;
+    if (o.n_slots <= 0) o.n_slots = def.n_slots;
+    if (o.max_body == 0) o.max_body = def.max_body;
+    if (o.max_connections <= 0) o.max_connections = def.max_connections;
+    if (o.port < 0 || o.port > 65535) return toy_error(TOY_ERR_INVALID_ARG, "serve: port %d (0..65535)", o.port);
+    struct srv *S = calloc(1, sizeof *S);
+    if (!S) return toy_error(TOY_ERR_NOMEM, "serve");
+    pthread_mutex_init(&S->stat_mu, NULL);
+    pthread_mutex_init(&S->met.mu, NULL);
+    S->o = o;
+    S->started = (long)time(NULL);
+    S->model_name = o.model_name ? strdup(o.model_name) : default_name(model_path);
+    S->api.m = m;
+    S->api.tok = tok;
+    S->api.model_name = S->model_name;
+    S->api.timeout_s = o.timeout_s;
+    int64_t n_ctx = o.n_ctx > 0 ? o.n_ctx : 4096;
+    S->api.n_ctx = n_ctx < m->cfg.max_ctx ? n_ctx : m->cfg.max_ctx;
+    enum toy_status st = TOY_OK;
+    /* chat template: --chat-template, else the model's, else chatml */
+    const char *src = o.chat_template ? o.chat_template : tok ? toy_tokenizer_chat_template(tok) : NULL;
+    if (tok && src) {
+        st = toy_chat_template_init(src, &S->api.tmpl);
+        if (st && o.chat_template) { srv_free(S); return st; }
+        if (st) fprintf(stderr, "toy serve: the model's chat template does not parse (%s); using chatml\n",
+                        toy_last_error());
+    }
+    if (tok && !S->api.tmpl) {
+        src = "chatml";
+        if ((st = toy_chat_template_init(src, &S->api.tmpl))) { srv_free(S); return st; }
+    }
+    if (tok) eot_stops(&S->api, toy_chat_template_builtin(src) ? toy_chat_template_builtin(src) : src);
+    struct srv_engine_opts eo = {.n_slots = o.n_slots, .queue_size = o.queue_size, .n_ctx = S->api.n_ctx,
+                                 .n_threads = o.n_threads, .prefix_cache = !o.no_prefix_cache};
+    if ((st = srv_engine_new(m, tok, &eo, &S->met, &S->eng))) { srv_free(S); return st; }
+
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *ai = NULL;
+    char port[16];
+    snprintf(port, sizeof port, "%d", o.port);
+    if (getaddrinfo(o.host, port, &hints, &ai) || !ai) {
+        srv_free(S);
+        return toy_error(TOY_ERR_INVALID_ARG, "serve: cannot resolve host '%s'", o.host);
+    }
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC |
+                     (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
+    S->d = MHD_start_daemon(flags, (uint16_t)o.port, NULL, NULL, handler, S, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(o.timeout_s > 0 ? o.timeout_s : 0),
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)o.max_connections, MHD_OPTION_NOTIFY_COMPLETED,
+                            completed, S, MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_END);
+    freeaddrinfo(ai);
+    if (!S->d) {
+        srv_free(S);
+        return toy_error(TOY_ERR_IO, "serve: cannot listen on %s:%d (in use? permission?)", o.host, o.port);
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(S->d, MHD_DAEMON_INFO_BIND_PORT);
+    S->o.port = di ? di->port : o.port;
+    if (o.bound_port) *o.bound_port = S->o.port;
+    if (o.runs_dir && (st = open_events(S, model_path))) {
+        fprintf(stderr, "toy serve: no event stream: %s\n", toy_last_error());
+        toy_events_close(S->ev);
+        S->ev = NULL;
+    }
+    bool v6 = strchr(o.host, ':') != NULL;
+    fprintf(stderr, "toy serve: listening on http://%s%s%s:%d (model %s, %d slots x %lld positions)\n", v6 ? "[" : "",
+            o.host, v6 ? "]" : "", S->o.port, S->model_name, o.n_slots, (long long)S->api.n_ctx);
+    fflush(stderr);
+
+    while (!o.stop || !*o.stop) usleep(20 * 1000);
+
+    /* drain: no new connections, no new requests, let the running ones finish */
+    atomic_store(&S->draining, true);
+    MHD_socket lfd = MHD_quiesce_daemon(S->d);
+    if (lfd != MHD_INVALID_SOCKET) close(lfd);
+    if (!o.quiet) fprintf(stderr, "toy serve: stopping; %d request(s) in flight\n", atomic_load(&S->inflight));
+    double t_end = srv_now() + (o.drain_s > 0 ? o.drain_s : 0);
+    while ((atomic_load(&S->inflight) > 0 || srv_engine_load(S->eng) > 0) && srv_now() < t_end) usleep(10 * 1000);
+    srv_engine_stop(S->eng);
+    MHD_stop_daemon(S->d);
+    if (S->ev) {
+        json_t *extra = json_pack("{s:I,s:I}", "requests", (json_int_t)atomic_load(&S->n_requests),
+                                  "completion_tokens", (json_int_t)atomic_load(&S->met.completion_tokens));
+        toy_events_run_end(S->ev, &(struct toy_run_end){.reason = TOY_RUN_COMPLETED, .final_step =
+                                                            atomic_load(&S->n_requests), .final_loss = NAN,
+                                                        .extra = extra});
+        json_decref(extra);
+    }
+    if (!o.quiet) fprintf(stderr, "toy serve: stopped\n");
+    srv_free(S);
+    return TOY_OK;
+}

@@ -1,0 +1,212 @@
+/* serve-internal.h: what the pieces of `toy serve` share: the generation
+ * engine (serve-engine.c: slots, request queue, continuous batching, prefix
+ * cache), the server's forward pass (serve-forward.c), the OpenAI JSON layer
+ * (serve-openai.c) and the HTTP layer (serve-http.c). The public surface is
+ * include/toy/serve.h; the API is specified by OpenAI's reference
+ * (https://platform.openai.com/docs/api-reference) and docs/serve.md.
+ *
+ * Threads: one engine thread owns the model, the KV slots and the thread
+ * pool; HTTP connection threads only submit jobs and read their output.
+ * A job's output fields are guarded by job->mu and signalled on job->cv.
+ */
+#ifndef TOY_SERVE_INTERNAL_H
+#define TOY_SERVE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "toy/generate.h"
+#include "toy/llama.h"
+#include "toy/sampler.h"
+#include "toy/serve.h"
+#include "toy/tokenizer.h"
+
+#define SRV_MAX_TOP_LOGPROBS 20
+#define SRV_MAX_STOP 16
+
+/* ---- forward pass ------------------------------------------------------------- */
+
+enum srv_out {
+    SRV_OUT_LOGITS_LAST, /* logits {vocab, 1, B} of each sequence's last position */
+    SRV_OUT_MEAN_HIDDEN, /* final-norm hidden states averaged over positions {d, 1, B} */
+};
+
+/* The Llama-family forward of tokens {T, B} at positions pos {T*B}. With
+ * caches (B of them, each n_seq 1 with its own n_past), sequence b's keys
+ * and values go to caches[b] at caches[b]->n_past..: B sequences at
+ * different positions share one graph (every projection is one matmul over
+ * the B rows; attention runs per sequence). Without caches: plain causal
+ * attention over the T tokens. */
+struct toy_tensor *srv_forward(struct toy_ctx *ctx, struct toy_llama *m, struct toy_tensor *tokens,
+                               struct toy_tensor *pos, struct toy_kv_cache *const *caches, enum srv_out out);
+
+/* ---- jobs ---------------------------------------------------------------------- */
+
+enum srv_job_kind { SRV_JOB_GENERATE, SRV_JOB_EMBED };
+
+/* One generated token as the client sees it. text_off/len: the text emitted
+ * with this token (held-back text while a stop string may be forming comes
+ * out later; id -1 marks the final flush of held text). */
+struct srv_token {
+    int32_t id;
+    float logprob;
+    size_t text_off, text_len;
+    int n_top;
+    int32_t top_id[SRV_MAX_TOP_LOGPROBS];
+    float top_lp[SRV_MAX_TOP_LOGPROBS];
+};
+
+struct srv_job {
+    /* input: set before srv_engine_submit, read-only afterwards */
+    enum srv_job_kind kind;
+    int32_t *prompt;                 /* generate: the prompt ids */
+    int64_t n_prompt;
+    struct toy_sampler_params sp;
+    int64_t max_tokens;              /* <= 0: until EOS or the context is full */
+    char *stop[SRV_MAX_STOP];
+    int n_stop;
+    int top_logprobs;                /* 0..SRV_MAX_TOP_LOGPROBS alternatives per token */
+    bool ignore_eos;
+    double deadline;                 /* srv_now() seconds; 0: none */
+    int32_t **inputs;                /* embed: n_inputs id lists */
+    int64_t *n_input;
+    int n_inputs;
+
+    /* output, under mu */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct srv_token *toks;
+    int64_t n_toks, cap_toks;
+    char *text;
+    size_t text_len, text_cap;
+    int64_t n_generated;             /* sampled tokens (EOS included) */
+    int64_t n_cached;                /* prompt tokens served from the prefix cache */
+    bool done, timed_out;
+    enum toy_stop_reason reason;
+    enum toy_status err;
+    char errmsg[256];
+    float *embeddings;               /* embed: n_inputs x dim */
+    int64_t dim;
+    double t_submit, t_start, t_first, t_end;
+
+    atomic_bool cancel;              /* set by the HTTP side: the client went away */
+    atomic_int refs;
+};
+
+double srv_now(void);
+struct srv_job *srv_job_new(enum srv_job_kind kind);
+/* Drops a reference; the last one frees the job. */
+void srv_job_unref(struct srv_job *j);
+
+/* ---- engine --------------------------------------------------------------------- */
+
+struct srv_metrics {
+    atomic_llong prompt_tokens, cached_tokens, completion_tokens, embed_tokens;
+    atomic_llong jobs_done, jobs_cancelled, decode_steps, decode_rows;
+    atomic_int queue_depth, active;
+    double ttft_sum, latency_sum;    /* under the engine's metrics lock */
+    int64_t ttft_count, latency_count;
+    int64_t ttft_buckets[12], latency_buckets[12];
+    double tokens_per_s;             /* aggregate decode rate, moving average */
+    double decode_s;                 /* time in decode steps */
+    pthread_mutex_t mu;
+};
+extern const double srv_buckets[12];
+
+struct srv_engine;
+
+struct srv_engine_opts {
+    int n_slots;         /* sequences decoded together */
+    int queue_size;      /* waiting jobs beyond the running ones */
+    int64_t n_ctx;       /* positions per slot */
+    int n_threads;
+    bool prefix_cache;
+};
+
+enum toy_status srv_engine_new(struct toy_llama *m, const struct toy_tokenizer *tok,
+                               const struct srv_engine_opts *o, struct srv_metrics *metrics,
+                               struct srv_engine **out);
+/* Stops the engine thread: jobs still queued or running end (cancelled);
+ * later submits get TOY_ERR_STATE. Idempotent. */
+void srv_engine_stop(struct srv_engine *e);
+/* Stops (if needed) and frees everything. NULL is a no-op. */
+void srv_engine_free(struct srv_engine *e);
+/* Queues a job (taking a reference). TOY_ERR_RANGE: the queue is full;
+ * TOY_ERR_STATE: the engine is stopping. */
+enum toy_status srv_engine_submit(struct srv_engine *e, struct srv_job *j);
+/* Jobs queued or running. */
+int srv_engine_load(struct srv_engine *e);
+int64_t srv_engine_n_ctx(const struct srv_engine *e);
+
+/* ---- helpers ----------------------------------------------------------------------- */
+
+/* A malloc'd copy of s[0..n) with invalid UTF-8 replaced by U+FFFD; *out_n its length. */
+char *srv_utf8_clean(const char *s, size_t n, size_t *out_n);
+bool srv_utf8_valid(const char *s, size_t n);
+
+/* ---- the OpenAI API (serve-openai.c) -------------------------------------------------- */
+
+#include <jansson.h>
+
+struct toy_chat_template;
+
+/* What the API layer needs to know about the server. */
+struct srv_api {
+    struct toy_llama *m;
+    const struct toy_tokenizer *tok;
+    struct toy_chat_template *tmpl; /* NULL: chat is not available */
+    char *eot_stops[4];             /* the template's end-of-turn text, as stop strings */
+    int n_eot_stops;
+    const char *model_name;
+    int64_t n_ctx;
+    int timeout_s;
+};
+
+enum srv_endpoint { SRV_EP_COMPLETIONS, SRV_EP_CHAT, SRV_EP_EMBEDDINGS };
+
+/* An OpenAI-style error: {"error": {"message", "type", "param", "code"}}. */
+struct srv_error {
+    int http;
+    const char *type;  /* "invalid_request_error", "not_found_error", "server_error", ... */
+    const char *code;  /* NULL or "context_length_exceeded", "model_not_found", ... */
+    char param[64];
+    char msg[512];
+};
+bool srv_err(struct srv_error *e, int http, const char *type, const char *code, const char *param,
+             const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+json_t *srv_error_json(const struct srv_error *e);
+
+/* A parsed request: the job to run and how to answer. */
+struct srv_request {
+    enum srv_endpoint ep;
+    struct srv_job *job;
+    bool stream, include_usage;
+    bool logprobs;          /* completions: "logprobs": N given; chat: "logprobs": true */
+    bool normalize, base64; /* embeddings */
+    int64_t n_tokens;       /* embeddings: input tokens */
+};
+
+/* Parses and validates a request body; on false, *err says why (4xx). */
+bool srv_parse_request(const struct srv_api *api, enum srv_endpoint ep, const char *body, size_t len,
+                       struct srv_request *r, struct srv_error *err);
+void srv_request_free(struct srv_request *r);
+
+/* "stop", "length". */
+const char *srv_finish_reason(const struct srv_job *j);
+/* The whole response of a finished job (the caller holds j->mu). */
+json_t *srv_response_json(const struct srv_api *api, const struct srv_request *r, const struct srv_job *j,
+                          const char *id, long created);
+/* One SSE chunk object for the token records [from, to) (NULL if they carry nothing to send). */
+json_t *srv_chunk_json(const struct srv_api *api, const struct srv_request *r, const struct srv_job *j,
+                       int64_t from, int64_t to, const char *id, long created);
+/* The first chunk of a chat stream (role), the last one (finish_reason) and the usage chunk. */
+json_t *srv_chunk_role(const struct srv_api *api, const char *id, long created);
+json_t *srv_chunk_finish(const struct srv_api *api, const struct srv_request *r, const struct srv_job *j,
+                         const char *id, long created);
+json_t *srv_chunk_usage(const struct srv_api *api, const struct srv_request *r, const struct srv_job *j,
+                        const char *id, long created);
+json_t *srv_usage_json(const struct srv_job *j);
+
+#endif

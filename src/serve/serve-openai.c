@@ -1,0 +1,627 @@
+/* serve-openai.c: the OpenAI API of `toy serve`: request bodies of
+ * /v1/completions, /v1/chat/completions and /v1/embeddings parsed and
+ * checked into engine jobs, and the response objects and stream chunks
+ * built from a job's output. Field names, defaults and shapes follow
+ * OpenAI's API reference (https://platform.openai.com/docs/api-reference);
+ * toy's additions (top_k, min_p, repeat_penalty, ignore_eos, normalize) are
+ * listed in docs/serve.md.
+ *
+ * Every value from the client is checked for type and range before use;
+ * a bad one gives a 400 error object naming the parameter. Text that goes
+ * back out is valid UTF-8 (tokens that end inside a character get U+FFFD
+ * in their "token" string; their raw bytes are in "bytes").
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "serve/serve-internal.h"
+#include "toy/chat-template.h"
+
+/* ---- UTF-8 ----------------------------------------------------------------------------- */
+
+/* length of the valid UTF-8 sequence at s (n bytes left), 0 if invalid */
+static size_t utf8_seq(const unsigned char *s, size_t n) {
+    unsigned c = s[0];
+    if (c < 0x80) return 1;
+    size_t len;
+    unsigned min;
+    if ((c & 0xE0) == 0xC0) len = 2, min = 0x80, c &= 0x1F;
+    else if ((c & 0xF0) == 0xE0) len = 3, min = 0x800, c &= 0x0F;
+    else if ((c & 0xF8) == 0xF0) len = 4, min = 0x10000, c &= 0x07;
+    else return 0;
+    if (len > n) return 0;
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xC0) != 0x80) return 0;
+        c = (c << 6) | (s[i] & 0x3F);
+    }
+    if (c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) return 0;
+    return len;
+}
+
+bool srv_utf8_valid(const char *s, size_t n) {
+    const unsigned char *p = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        size_t k = utf8_seq(p + i, n - i);
+        if (!k) return false;
+        i += k;
+    }
+    return true;
+}
+
+char *srv_utf8_clean(const char *s, size_t n, size_t *out_n) {
+    char *o = malloc(n * 3 + 1);
+    if (!o) return NULL;
+    const unsigned char *p = (const unsigned char *)s;
+    size_t w = 0;
+    for (size_t i = 0; i < n;) {
+        size_t k = utf8_seq(p + i, n - i);
+        if (k) {
+            memcpy(o + w, p + i, k), w += k, i += k;
+        } else {
+            memcpy(o + w, "\xEF\xBF\xBD", 3), w += 3, i++;
+        }
+    }
+    o[w] = 0;
+    if (out_n) *out_n = w;
+    return o;
+}
+
+/* a JSON string of s[0..n), invalid UTF-8 replaced */
+static json_t *jstr(const char *s, size_t n) {
+    if (srv_utf8_valid(s, n)) return json_stringn(s, n);
+    size_t m;
+    char *c = srv_utf8_clean(s, n, &m);
+    json_t *j = c ? json_stringn(c, m) : json_string("");
+    free(c);
+    return j;
+}
+
+/* ---- errors ----------------------------------------------------------------------------- */
+
+bool srv_err(struct srv_error *e, int http, const char *type, const char *code, const char *param,
+             const char *fmt, ...) {
+    e->http = http;
+    e->type = type;
+    e->code = code;
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    va_end(ap);
+    return false;
+}
+
+json_t *srv_error_json(const struct srv_error *e) {
+    size_t n;
+    char *msg = srv_utf8_clean(e->msg, strlen(e->msg), &n);
+    json_t *o = json_object();
+    json_object_set_new(o, "message", msg ? json_stringn(msg, n) : json_string("error"));
+    json_object_set_new(o, "type", json_string(e->type ? e->type : "invalid_request_error"));
+    json_object_set_new(o, "param", e->param[0] ? jstr(e->param, strlen(e->param)) : json_null());
+    json_object_set_new(o, "code", e->code ? json_string(e->code) : json_null());
+    free(msg);
+    return json_pack("{s:o}", "error", o);
+}
+
+#define BAD(param, ...) srv_err(err, 400, "invalid_request_error", NULL, param, __VA_ARGS__)
+
+/* ---- typed fields -------------------------------------------------------------------------- */
+
+/* number field: absent/null keeps *out; else must be a number in [lo, hi] */
+static bool get_num(json_t *o, const char *key, double lo, double hi, double *out, struct srv_error *err) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) return true;
+    if (!json_is_number(v)) return BAD(key, "'%s' must be a number", key);
+    double x = json_number_value(v);
+    if (!(x >= lo && x <= hi)) return BAD(key, "'%s' is %g; it must be between %g and %g", key, x, lo, hi);
+    *out = x;
+    return true;
+}
+
+static bool get_int(json_t *o, const char *key, int64_t lo, int64_t hi, int64_t *out, struct srv_error *err) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) return true;
+    if (!json_is_integer(v)) return BAD(key, "'%s' must be an integer", key);
+    json_int_t x = json_integer_value(v);
+    if (x < lo || x > hi)
+        return BAD(key, "'%s' is %lld; it must be between %lld and %lld", key, (long long)x, (long long)lo,
+                   (long long)hi);
+    *out = (int64_t)x;
+    return true;
+}
+
+static bool get_bool(json_t *o, const char *key, bool *out, struct srv_error *err) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) return true;
+    if (!json_is_boolean(v)) return BAD(key, "'%s' must be true or false", key);
+    *out = json_is_true(v);
+    return true;
+}
+
+/* ---- prompts ---------------------------------------------------------------------------------- */
+
+static bool encode_text(const struct srv_api *api, const char *text, size_t n, bool special, bool bos,
+                        struct toy_tokens *out, const char *param, struct srv_error *err) {
+    if (!api->tok) return BAD(param, "this model has no tokenizer: send token ids");
+    unsigned flags = (special ? TOY_ENCODE_PARSE_SPECIAL : 0);
+    int32_t b = toy_tokenizer_bos(api->tok);
+    if (bos && b >= 0 && toy_tokenizer_add_bos(api->tok)) {
+        const char *piece = toy_tokenizer_piece(api->tok, b);
+        /* a template that writes the BOS text itself gets no second one */
+        if (!(special && piece && *piece && !strncmp(text, piece, strlen(piece)))) flags |= TOY_ENCODE_ADD_BOS;
+    }
+    if (toy_tokenizer_encode(api->tok, text, n, flags, out))
+        return srv_err(err, 400, "invalid_request_error", NULL, param, "%s", toy_last_error());
+    return true;
+}
+
+static bool token_array(const struct srv_api *api, json_t *a, struct toy_tokens *out, const char *param,
+                        struct srv_error *err) {
+    size_t n = json_array_size(a);
+    out->ids = malloc((n ? n : 1) * sizeof *out->ids);
+    if (!out->ids) return srv_err(err, 500, "server_error", NULL, NULL, "out of memory");
+    out->cap = (int64_t)(n ? n : 1);
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_array_get(a, i);
+        if (!json_is_integer(v)) return BAD(param, "'%s'[%zu] is not a token id (an integer)", param, i);
+        json_int_t id = json_integer_value(v);
+        if (id < 0 || id >= api->m->cfg.vocab)
+            return BAD(param, "'%s'[%zu] is token %lld; the vocabulary has %lld tokens", param, i, (long long)id,
+                       (long long)api->m->cfg.vocab);
+        out->ids[out->n++] = (int32_t)id;
+    }
+    return true;
+}
+
+static bool is_token_array(json_t *a) {
+    return json_is_array(a) && json_array_size(a) > 0 && json_is_integer(json_array_get(a, 0));
+}
+
+/* completions' "prompt": a string, an array of ids, or a one-element array of either */
+static bool completion_prompt(const struct srv_api *api, json_t *p, struct toy_tokens *ids, struct srv_error *err) {
+    if (!p) return BAD("prompt", "'prompt' is required");
+    if (json_is_array(p) && !is_token_array(p)) {
+        if (json_array_size(p) != 1) return BAD("prompt", "send one prompt per request (got %zu)", json_array_size(p));
+        p = json_array_get(p, 0);
+    }
+    if (json_is_string(p)) {
+        if (!encode_text(api, json_string_value(p), json_string_length(p), true, true, ids, "prompt", err))
+            return false;
+    } else if (is_token_array(p)) {
+        if (!token_array(api, p, ids, "prompt", err)) return false;
+    } else {
+        return BAD("prompt", "'prompt' must be a string or an array of token ids");
+    }
+    if (ids->n == 0) return BAD("prompt", "the prompt is empty (and the model has no BOS token to start from)");
+    return true;
+}
+
+/* a message's content: a string, null, or an array of {"type": "text", "text": ...} parts */
+static bool message_text(json_t *c, size_t i, json_t **out, struct srv_error *err) {
+    if (!c || json_is_null(c)) { *out = json_string(""); return true; }
+    if (json_is_string(c)) { *out = json_incref(c); return true; }
+    if (!json_is_array(c)) return BAD("messages", "messages[%zu].content must be a string or an array of parts", i);
+    size_t total = 0;
+    for (size_t k = 0; k < json_array_size(c); k++) {
+        json_t *part = json_array_get(c, k), *t = json_object_get(part, "text");
+        const char *type = json_string_value(json_object_get(part, "type"));
+        if (!json_is_object(part) || !type) return BAD("messages", "messages[%zu].content[%zu] needs a \"type\"", i, k);
+        if (strcmp(type, "text")) return BAD("messages", "messages[%zu].content[%zu]: type '%s' is not supported "
+                                             "(text only)", i, k, type);
+        if (!json_is_string(t)) return BAD("messages", "messages[%zu].content[%zu].text must be a string", i, k);
+        total += json_string_length(t);
+    }
+    char *buf = malloc(total + 1), *w = buf;
+    if (!buf) return srv_err(err, 500, "server_error", NULL, NULL, "out of memory");
+    for (size_t k = 0; k < json_array_size(c); k++) {
+        json_t *t = json_object_get(json_array_get(c, k), "text");
+        memcpy(w, json_string_value(t), json_string_length(t));
+        w += json_string_length(t);
+    }
+    *out = json_stringn(buf, total);
+    free(buf);
+    return true;
+}
+
+static bool chat_prompt(const struct srv_api *api, json_t *body, struct toy_tokens *ids, struct srv_error *err) {
+    json_t *msgs = json_object_get(body, "messages");
+    if (!json_is_array(msgs) || json_array_size(msgs) == 0)
+        return BAD("messages", "'messages' must be a non-empty array of {role, content}");
+    if (!api->tmpl) return srv_err(err, 400, "invalid_request_error", NULL, "messages", "no chat template");
+    json_t *norm = json_array();
+    for (size_t i = 0; i < json_array_size(msgs); i++) {
+        json_t *m = json_array_get(msgs, i), *content = NULL;
+        if (!json_is_object(m) || !json_is_string(json_object_get(m, "role"))) {
+            json_decref(norm);
+            return BAD("messages", "messages[%zu] must be an object with a string 'role'", i);
+        }
+        if (!message_text(json_object_get(m, "content"), i, &content, err)) {
+            json_decref(norm);
+            return false;
+        }
+        json_t *c = json_copy(m);
+        json_object_set_new(c, "content", content);
+        json_array_append_new(norm, c);
+    }
+    json_t *vars = json_object();
+    json_object_set_new(vars, "messages", norm);
+    json_t *tools = json_object_get(body, "tools");
+    if (json_is_array(tools)) json_object_set(vars, "tools", tools);
+    char *js = json_dumps(vars, JSON_COMPACT);
+    json_decref(vars);
+    const struct toy_tokenizer *tok = api->tok;
+    int32_t b = toy_tokenizer_bos(tok), e = toy_tokenizer_eos(tok);
+    struct toy_chat_vars cv = {.bos_token = b >= 0 ? toy_tokenizer_piece(tok, b) : "",
+                               .eos_token = e >= 0 ? toy_tokenizer_piece(tok, e) : "",
+                               .add_generation_prompt = true};
+    char *text = NULL;
+    enum toy_status st = js ? toy_chat_template_render_json(api->tmpl, js, &cv, &text)
+                            : toy_error(TOY_ERR_NOMEM, "messages");
+    free(js);
+    if (st) {
+        free(text);
+        return srv_err(err, 400, "invalid_request_error", NULL, "messages", "chat template: %s", toy_last_error());
+    }
+    bool ok = encode_text(api, text, strlen(text), true, true, ids, "messages", err);
+    free(text);
+    if (ok && ids->n == 0) return BAD("messages", "the rendered conversation is empty");
+    return ok;
+}
+
+/* ---- requests ------------------------------------------------------------------------------------ */
+
+static bool parse_stop(json_t *body, struct srv_job *j, struct srv_error *err) {
+    json_t *s = json_object_get(body, "stop");
+    if (!s || json_is_null(s)) return true;
+    json_t *one[1] = {s};
+    size_t n = json_is_array(s) ? json_array_size(s) : 1;
+    if (!json_is_array(s) && !json_is_string(s)) return BAD("stop", "'stop' must be a string or an array of strings");
+    if (n > SRV_MAX_STOP - 4) return BAD("stop", "at most %d stop strings", SRV_MAX_STOP - 4);
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_is_array(s) ? json_array_get(s, i) : one[0];
+        if (!json_is_string(v)) return BAD("stop", "'stop'[%zu] must be a string", i);
+        if (json_string_length(v) == 0) continue;
+        if (json_string_length(v) > 256) return BAD("stop", "a stop string is at most 256 bytes");
+        j->stop[j->n_stop++] = strdup(json_string_value(v));
+    }
+    return true;
+}
+
+static bool parse_model(const struct srv_api *api, json_t *body, struct srv_error *err) {
+    json_t *m = json_object_get(body, "model");
+    if (!m || json_is_null(m)) return true;
+    if (!json_is_string(m)) return BAD("model", "'model' must be a string");
+    if (strcmp(json_string_value(m), api->model_name))
+        return srv_err(err, 404, "invalid_request_error", "model_not_found", "model",
+                       "The model '%s' does not exist (this server serves '%s')", json_string_value(m),
+                       api->model_name);
+    return true;
+}
+
+static bool parse_generate(const struct srv_api *api, json_t *body, struct srv_request *r, struct srv_error *err) {
+    bool chat = r->ep == SRV_EP_CHAT;
+    struct srv_job *j = r->job = srv_job_new(SRV_JOB_GENERATE);
+    if (!j) return srv_err(err, 500, "server_error", NULL, NULL, "out of memory");
+    struct toy_tokens ids = {0};
+    if (!(chat ? chat_prompt(api, body, &ids, err) : completion_prompt(api, json_object_get(body, "prompt"), &ids, err))) {
+        toy_tokens_free(&ids);
+        return false;
+    }
+    j->prompt = ids.ids;
+    j->n_prompt = ids.n;
+    if (j->n_prompt >= api->n_ctx)
+        return srv_err(err, 400, "invalid_request_error", "context_length_exceeded", chat ? "messages" : "prompt",
+                       "This model's maximum context length is %lld tokens; the prompt has %lld tokens",
+                       (long long)api->n_ctx, (long long)j->n_prompt);
+    double temp = 1, top_p = 1, min_p = 0, fp = 0, pp = 0, rp = 1;
+    int64_t max_tokens = chat ? 0 : 16, top_k = 0, n = 1, seed = -1, lp_n = -1, top_lp = 0;
+    if (!get_int(body, "max_tokens", 0, INT32_MAX, &max_tokens, err)) return false;
+    if (chat && !get_int(body, "max_completion_tokens", 0, INT32_MAX, &max_tokens, err)) return false;
+    if (!get_num(body, "temperature", 0, 2, &temp, err) || !get_num(body, "top_p", 0, 1, &top_p, err) ||
+        !get_num(body, "min_p", 0, 1, &min_p, err) || !get_num(body, "frequency_penalty", -2, 2, &fp, err) ||
+        !get_num(body, "presence_penalty", -2, 2, &pp, err) || !get_num(body, "repeat_penalty", 0, 10, &rp, err) ||
+        !get_int(body, "top_k", 0, INT32_MAX, &top_k, err) || !get_int(body, "n", 1, 128, &n, err) ||
+        !get_int(body, "seed", INT64_MIN, INT64_MAX, &seed, err))
+        return false;
+    if (n != 1) return BAD("n", "only n=1 is supported");
+    if (max_tokens == 0 && json_is_integer(json_object_get(body, "max_tokens")) && !chat) max_tokens = 16;
+    if (!get_bool(body, "stream", &r->stream, err) || !get_bool(body, "ignore_eos", &j->ignore_eos, err)) return false;
+    json_t *so = json_object_get(body, "stream_options");
+    if (so && !json_is_null(so)) {
+        if (!json_is_object(so)) return BAD("stream_options", "'stream_options' must be an object");
+        if (!get_bool(so, "include_usage", &r->include_usage, err)) return false;
+    }
+    json_t *lpv = json_object_get(body, "logprobs");
+    if (chat) {
+        if (!get_bool(body, "logprobs", &r->logprobs, err)) return false;
+        if (!get_int(body, "top_logprobs", 0, SRV_MAX_TOP_LOGPROBS, &top_lp, err)) return false;
+        if (top_lp > 0 && !r->logprobs) return BAD("top_logprobs", "'top_logprobs' needs \"logprobs\": true");
+    } else {
+        if (json_is_boolean(lpv)) lp_n = json_is_true(lpv) ? 0 : -1;
+        else if (!get_int(body, "logprobs", 0, 5, &lp_n, err)) return false;
+        r->logprobs = lp_n >= 0;
+        top_lp = lp_n > 0 ? lp_n : 0;
+    }
+    j->top_logprobs = (int)top_lp;
+    if (!parse_stop(body, j, err)) return false;
+    if (chat)
+        for (int i = 0; i < api->n_eot_stops; i++) j->stop[j->n_stop++] = strdup(api->eot_stops[i]);
+    j->max_tokens = max_tokens;
+    j->sp.temperature = (float)temp;
+    j->sp.top_p = (float)top_p;
+    j->sp.top_k = (int32_t)top_k;
+    j->sp.min_p = (float)min_p;
+    j->sp.frequency_penalty = (float)fp;
+    j->sp.presence_penalty = (float)pp;
+    j->sp.repeat_penalty = (float)rp;
+    static atomic_ullong seed_counter;
+    j->sp.seed = seed >= 0 ? (uint64_t)seed
+                           : (uint64_t)(srv_now() * 1e9) ^ (atomic_fetch_add(&seed_counter, 1) * 0x9E3779B97F4A7C15ull);
+    if (api->timeout_s > 0) j->deadline = srv_now() + api->timeout_s;
+    return true;
+}
+
+static bool parse_embeddings(const struct srv_api *api, json_t *body, struct srv_request *r, struct srv_error *err) {
+    struct srv_job *j = r->job = srv_job_new(SRV_JOB_EMBED);
+    if (!j) return srv_err(err, 500, "server_error", NULL, NULL, "out of memory");
+    json_t *in = json_object_get(body, "input");
+    if (!in) return BAD("input", "'input' is required");
+    /* one input (string or ids) or a list of them */
+    bool list = json_is_array(in) && !is_token_array(in);
+    size_t n = list ? json_array_size(in) : 1;
+    if (n == 0) return BAD("input", "'input' is empty");
+    if (n > 2048) return BAD("input", "at most 2048 inputs per request");
+    j->inputs = calloc(n, sizeof *j->inputs);
+    j->n_input = calloc(n, sizeof *j->n_input);
+    if (!j->inputs || !j->n_input) return srv_err(err, 500, "server_error", NULL, NULL, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = list ? json_array_get(in, i) : in;
+        struct toy_tokens ids = {0};
+        bool ok;
+        if (json_is_string(v)) ok = encode_text(api, json_string_value(v), json_string_length(v), false, true, &ids,
+                                                "input", err);
+        else if (is_token_array(v)) ok = token_array(api, v, &ids, "input", err);
+        else ok = BAD("input", "'input' must be a string, an array of strings, or token ids");
+        j->inputs[i] = ids.ids;
+        j->n_input[i] = ids.n;
+        j->n_inputs = (int)i + 1;
+        if (!ok) return false;
+        if (ids.n == 0) return BAD("input", "input %zu is empty", i);
+        if (ids.n > api->n_ctx)
+            return srv_err(err, 400, "invalid_request_error", "context_length_exceeded", "input",
+                           "input %zu has %lld tokens; the maximum is %lld", i, (long long)ids.n,
+                           (long long)api->n_ctx);
+        r->n_tokens += ids.n;
+    }
+    r->normalize = true;
+    if (!get_bool(body, "normalize", &r->normalize, err)) return false;
+    json_t *fmt = json_object_get(body, "encoding_format");
+    if (fmt && !json_is_null(fmt)) {
+        const char *f = json_string_value(fmt);
+        if (!f || (strcmp(f, "float") && strcmp(f, "base64")))
+            return BAD("encoding_format", "'encoding_format' must be \"float\" or \"base64\"");
+        r->base64 = !strcmp(f, "base64");
+    }
+    int64_t dims = api->m->cfg.d_model;
+    if (!get_int(body, "dimensions", 1, INT32_MAX, &dims, err)) return false;
+    if (dims != api->m->cfg.d_model)
+        return BAD("dimensions", "this model's embeddings have %lld dimensions", (long long)api->m->cfg.d_model);
+    return true;
+}
+
+bool srv_parse_request(const struct srv_api *api, enum srv_endpoint ep, const char *body, size_t len,
+                       struct srv_request *r, struct srv_error *err) {
+    memset(r, 0, sizeof *r);
+    r->ep = ep;
+    if (!srv_utf8_valid(body, len)) return BAD(NULL, "the request body is not valid UTF-8");
+    json_error_t je;
+    json_t *o = json_loadb(body, len, 0, &je);
+    if (!o) return BAD(NULL, "malformed JSON at line %d, column %d: %s", je.line, je.column, je.text);
+    bool ok;
+    if (!json_is_object(o)) ok = BAD(NULL, "the request body must be a JSON object");
+    else if (!parse_model(api, o, err)) ok = false;
+    else ok = ep == SRV_EP_EMBEDDINGS ? parse_embeddings(api, o, r, err) : parse_generate(api, o, r, err);
+    json_decref(o);
+    return ok;
+}
+
+void srv_request_free(struct srv_request *r) {
+    srv_job_unref(r->job);
+    r->job = NULL;
+}
+
+/* ---- responses ------------------------------------------------------------------------------------ */
+
+const char *srv_finish_reason(const struct srv_job *j) {
+    if (j->timed_out) return "length";
+    switch (j->reason) {
+    case TOY_STOP_LENGTH:
+    case TOY_STOP_CONTEXT: return "length";
+    default: return "stop";
+    }
+}
+
+json_t *srv_usage_json(const struct srv_job *j) {
+    int64_t p = j->n_prompt, c = j->n_generated;
+    return json_pack("{s:I,s:I,s:I,s:{s:I}}", "prompt_tokens", (json_int_t)p, "completion_tokens", (json_int_t)c,
+                     "total_tokens", (json_int_t)(p + c), "prompt_tokens_details", "cached_tokens",
+                     (json_int_t)j->n_cached);
+}
+
+static json_t *token_string(const struct srv_api *api, int32_t id) {
+    size_t n = 0;
+    const char *b = api->tok ? toy_tokenizer_token_bytes(api->tok, id, &n) : NULL;
+    if (!b) {
+        char buf[32];
+        snprintf(buf, sizeof buf, "<%d>", id);
+        return json_string(buf);
+    }
+    return jstr(b, n);
+}
+
+static json_t *token_bytes(const struct srv_api *api, int32_t id) {
+    size_t n = 0;
+    const char *b = api->tok ? toy_tokenizer_token_bytes(api->tok, id, &n) : NULL;
+    json_t *a = json_array();
+    for (size_t i = 0; b && i < n; i++) json_array_append_new(a, json_integer((unsigned char)b[i]));
+    return a;
+}
+
+/* chat: {"token", "logprob", "bytes", "top_logprobs": [...]} */
+static json_t *chat_logprob(const struct srv_api *api, const struct srv_token *t) {
+    json_t *top = json_array();
+    for (int k = 0; k < t->n_top; k++)
+        json_array_append_new(top, json_pack("{s:o,s:f,s:o}", "token", token_string(api, t->top_id[k]), "logprob",
+                                             (double)t->top_lp[k], "bytes", token_bytes(api, t->top_id[k])));
+    return json_pack("{s:o,s:f,s:o,s:o}", "token", token_string(api, t->id), "logprob", (double)t->logprob, "bytes",
+                     token_bytes(api, t->id), "top_logprobs", top);
+}
+
+/* completions: {"tokens", "token_logprobs", "top_logprobs", "text_offset"} over records [from, to) */
+static json_t *completion_logprobs(const struct srv_api *api, const struct srv_job *j, int64_t from, int64_t to) {
+    json_t *toks = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
+    for (int64_t i = from; i < to; i++) {
+        const struct srv_token *t = &j->toks[i];
+        if (t->id < 0) continue;
+        json_array_append_new(toks, token_string(api, t->id));
+        json_array_append_new(lps, json_real(t->logprob));
+        json_t *top = json_object();
+        for (int k = 0; k < t->n_top; k++) {
+            json_t *s = token_string(api, t->top_id[k]);
+            json_object_set_new(top, json_string_value(s), json_real(t->top_lp[k]));
+            json_decref(s);
+        }
+        json_array_append_new(tops, top);
+        json_array_append_new(offs, json_integer((json_int_t)t->text_off));
+    }
+    return json_pack("{s:o,s:o,s:o,s:o}", "tokens", toks, "token_logprobs", lps, "top_logprobs", tops, "text_offset",
+                     offs);
+}
+
+static json_t *chat_logprobs(const struct srv_api *api, const struct srv_job *j, int64_t from, int64_t to) {
+    json_t *content = json_array();
+    for (int64_t i = from; i < to; i++)
+        if (j->toks[i].id >= 0) json_array_append_new(content, chat_logprob(api, &j->toks[i]));
+    return json_pack("{s:o}", "content", content);
+}
+
+static json_t *b64_floats(const float *v, int64_t n) {
+    static const char tb[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    const unsigned char *p = (const unsigned char *)v; /* little-endian float32, as OpenAI's base64 */
+    size_t len = (size_t)n * 4, o = 0;
+    char *s = malloc((len + 2) / 3 * 4 + 1);
+    if (!s) return json_string("");
+    for (size_t i = 0; i < len; i += 3) {
+        unsigned x = (unsigned)p[i] << 16 | (i + 1 < len ? (unsigned)p[i + 1] << 8 : 0) | (i + 2 < len ? p[i + 2] : 0);
+        s[o++] = tb[(x >> 18) & 63];
+        s[o++] = tb[(x >> 12) & 63];
+        s[o++] = i + 1 < len ? tb[(x >> 6) & 63] : '=';
+        s[o++] = i + 2 < len ? tb[x & 63] : '=';
+    }
+    s[o] = 0;
+    json_t *j = json_string(s);
+    free(s);
+    return j;
+}
+
+static json_t *embeddings_json(const struct srv_api *api, const struct srv_request *r, const struct srv_job *j) {
+    json_t *data = json_array();
+    float *v = malloc((size_t)j->dim * sizeof(float));
+    for (int i = 0; v && i < j->n_inputs; i++) {
+        memcpy(v, j->embeddings + (size_t)i * (size_t)j->dim, (size_t)j->dim * sizeof(float));
+        if (r->normalize) {
+            double ss = 0;
+            for (int64_t k = 0; k < j->dim; k++) ss += (double)v[k] * v[k];
+            float inv = ss > 0 ? (float)(1.0 / sqrt(ss)) : 0;
+            for (int64_t k = 0; k < j->dim; k++) v[k] *= inv;
+        }
+        json_t *emb;
+        if (r->base64) {
+            emb = b64_floats(v, j->dim);
+        } else {
+            emb = json_array();
+            for (int64_t k = 0; k < j->dim; k++) json_array_append_new(emb, json_real(v[k]));
+        }
+        json_array_append_new(data, json_pack("{s:s,s:i,s:o}", "object", "embedding", "index", i, "embedding", emb));
+    }
+    free(v);
+    return json_pack("{s:s,s:o,s:s,s:{s:I,s:I}}", "object", "list", "data", data, "model", api->model_name, "usage",
+                     "prompt_tokens", (json_int_t)r->n_tokens, "total_tokens", (json_int_t)r->n_tokens);
+}
+
+json_t *srv_response_json(const struct srv_api *api, const struct srv_request *r, const struct srv_job *j,
+                          const char *id, long created) {
+    if (r->ep == SRV_EP_EMBEDDINGS) return embeddings_json(api, r, j);
+    bool chat = r->ep == SRV_EP_CHAT;
+    json_t *choice = json_object();
+    json_object_set_new(choice, "index", json_integer(0));
+    json_t *text = jstr(j->text ? j->text : "", j->text_len);
+    if (chat) json_object_set_new(choice, "message", json_pack("{s:s,s:o}", "role", "assistant", "content", text));
+    else json_object_set_new(choice, "text", text);
+    json_object_set_new(choice, "logprobs",
+                        !r->logprobs ? json_null()
+                        : chat       ? chat_logprobs(api, j, 0, j->n_toks)
+                                     : completion_logprobs(api, j, 0, j->n_toks));
+    json_object_set_new(choice, "finish_reason", json_string(srv_finish_reason(j)));
+    return json_pack("{s:s,s:s,s:I,s:s,s:s,s:[o],s:o}", "id", id, "object", chat ? "chat.completion" : "text_completion",
+                     "created", (json_int_t)created, "model", api->model_name, "system_fingerprint", "toy",
+                     "choices", choice, "usage", srv_usage_json(j));
+}
+
+static json_t *chunk(const struct srv_api *api, const struct srv_request *r, const char *id, long created,
+                     json_t *choice) {
+    json_t *c = json_pack("{s:s,s:s,s:I,s:s,s:s,s:[o]}", "id", id, "object",
+                          r->ep == SRV_EP_CHAT ? "chat.completion.chunk" : "text_completion", "created",
+                          (json_int_t)created, "model", api->model_name, "system_fingerprint", "toy", "choices", choice);
+    if (r->include_usage) json_object_set_new(c, "usage", json_null());
+    return c;
+}
+
+json_t *srv_chunk_json(const struct srv_api *api, const struct srv_request *r, const struct srv_job *j,
+                       int64_t from, int64_t to, const char *id, long created) {
+    size_t off = j->toks[from].text_off, n = 0;
+    bool any_token = false;
+    for (int64_t i = from; i < to; i++) n += j->toks[i].text_len, any_token |= j->toks[i].id >= 0;
+    if (n == 0 && !(r->logprobs && any_token)) return NULL;
+    bool chat = r->ep == SRV_EP_CHAT;
+    json_t *choice = json_object();
+    json_object_set_new(choice, "index", json_integer(0));
+    json_t *text = jstr(j->text + off, n);
+    if (chat) json_object_set_new(choice, "delta", json_pack("{s:o}", "content", text));
+    else json_object_set_new(choice, "text", text);
+    json_object_set_new(choice, "logprobs",
+                        !r->logprobs ? json_null()
+                        : chat       ? chat_logprobs(api, j, from, to)
+                                     : completion_logprobs(api, j, from, to));
+    json_object_set_new(choice, "finish_reason", json_null());
+    return chunk(api, r, id, created, choice);
+}
+
+json_t *srv_chunk_role(const struct srv_api *api, const char *id, long created) {
+    struct srv_request r = {.ep = SRV_EP_CHAT};
+    return chunk(api, &r, id, created,
+                 json_pack("{s:i,s:{s:s,s:s},s:n,s:n}", "index", 0, "delta", "role", "assistant", "content", "",
+                           "logprobs", "finish_reason"));
+}
+
+json_t *srv_chunk_finish(const struct srv_api *api, const struct srv_request *r, const struct srv_job *j,
+                         const char *id, long created) {
+    json_t *choice = r->ep == SRV_EP_CHAT
+                         ? json_pack("{s:i,s:{},s:n,s:s}", "index", 0, "delta", "logprobs", "finish_reason",
+                                     srv_finish_reason(j))
+                         : json_pack("{s:i,s:s,s:n,s:s}", "index", 0, "text", "", "logprobs", "finish_reason",
+                                     srv_finish_reason(j));
+    return chunk(api, r, id, created, choice);
+}
+
+json_t *srv_chunk_usage(const struct srv_api *api, const struct srv_request *r, const struct srv_job *j,
+                        const char *id, long created) {
+    json_t *c = json_pack("{s:s,s:s,s:I,s:s,s:s,s:[]}", "id", id, "object",
+                          r->ep == SRV_EP_CHAT ? "chat.completion.chunk" : "text_completion", "created",
+                          (json_int_t)created, "model", api->model_name, "system_fingerprint", "toy", "choices");
+    json_object_set_new(c, "usage", srv_usage_json(j));
+    return c;
+}
