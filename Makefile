@@ -23,7 +23,7 @@ endif
 CPPFLAGS += -Iinclude -Isrc -D_GNU_SOURCE
 CFLAGS += -std=c11 $(OPT) -Wall -Wextra -Werror -fPIC -pthread \
           -Wno-unused-parameter -fno-math-errno
-LDLIBS += -lopenblas -lpcre2-8 -lutf8proc -ljansson -lm -lpthread -ldl
+LDLIBS += -lopenblas -lpcre2-8 -lutf8proc -ljansson -lmicrohttpd -lm -lpthread -ldl
 LDFLAGS += $(LDSAN) -pthread
 
 # Files whose name says which ISA they need get the flags for it; run-time

@@ -25,6 +25,7 @@ int toy_cmd_merge(int argc, char **argv);
 int toy_cmd_tokenize(int argc, char **argv);
 int toy_cmd_tokenizer(int argc, char **argv);
 int toy_cmd_chat_template(int argc, char **argv);
+int toy_cmd_serve(int argc, char **argv);
 
 #define TOY_COMMANDS \
     {"demo", toy_cmd_demo, "train a small Llama on built-in text (what make demo runs) and sample from it"}, \
@@ -40,6 +41,7 @@ int toy_cmd_chat_template(int argc, char **argv);
     {"runs", toy_cmd_runs, "list the training runs in ./runs: model, steps, loss, eval loss, time, how each ended"}, \
     {"tokenize", toy_cmd_tokenize, "text to token ids (and back); a corpus to a packed TOYT token file"}, \
     {"tokenizer", toy_cmd_tokenizer, "train a byte-level BPE tokenizer: tokenizer train --vocab-size N corpus.txt -o tok.gguf"}, \
-    {"chat-template", toy_cmd_chat_template, "render a chat prompt with a model's (or a built-in) chat template"},
+    {"chat-template", toy_cmd_chat_template, "render a chat prompt with a model's (or a built-in) chat template"}, \
+    {"serve", toy_cmd_serve, "an OpenAI-compatible HTTP server: completions, chat, streaming, embeddings, metrics"},
 
 #endif
