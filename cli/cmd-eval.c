@@ -15,6 +15,7 @@
 #include "toy/data.h"
 #include "toy/gguf.h"
 #include "toy/tokenizer.h"
+#include "toy/models.h"
 #include "toy/toy.h"
 
 static int usage(void) {
@@ -48,6 +49,9 @@ int toy_cmd_eval(int argc, char **argv) {
         else { fprintf(stderr, "toy eval: unknown flag %s\n", a); return usage(); }
     }
     if (!model || !path) return usage();
+    char resolved[4096];
+    if (toy_model_resolve(model, resolved, sizeof resolved)) { fprintf(stderr, "toy eval: %s\n", toy_last_error()); return 1; }
+    model = resolved; /* a path, or a name from `toy models` */
     struct toy_llama *m = NULL;
     struct toy_tokenizer *tok = NULL;
     struct toy_data *d = NULL;

@@ -12,6 +12,7 @@
 #include "toy/finetune.h"
 #include "toy/generate.h"
 #include "toy/gguf.h"
+#include "toy/models.h"
 #include "toy/toy.h"
 
 static int usage(void) {
@@ -87,6 +88,9 @@ int toy_cmd_generate(int argc, char **argv) {
         else { fprintf(stderr, "toy generate: unknown flag %s\n", a); return usage(); }
     }
     if (!model) { fprintf(stderr, "toy generate: -m MODEL is required\n"); return usage(); }
+    char resolved[4096];
+    if (toy_model_resolve(model, resolved, sizeof resolved)) { fprintf(stderr, "toy generate: %s\n", toy_last_error()); return 1; }
+    model = resolved; /* a path, or a name from `toy models` */
     gp.stop = stops;
     gp.n_stop = n_stop;
 
