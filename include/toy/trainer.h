@@ -97,6 +97,15 @@ int64_t toy_trainer_step(const struct toy_trainer *t);
 /* The prompt + text generated at the end of the last run ("" if none). */
 const char *toy_trainer_sample_text(const struct toy_trainer *t);
 
+/* Data parallelism: called once per optimizer step, after the gradients of
+ * all micro-batches are in the parameters' grad buffers (already scaled by
+ * 1/accum) and before clipping; it must replace each gradient by the mean
+ * over all ranks (an all-reduce). params are the trainable tensors in a fixed
+ * order (the same on every rank). Return non-OK to stop the run (a rank
+ * died, a timeout). rank 0 alone writes events and checkpoints. */
+typedef enum toy_status (*toy_allreduce_fn)(void *ud, struct toy_tensor *const *params, int n_params);
+void toy_trainer_set_collective(struct toy_trainer *t, toy_allreduce_fn fn, void *ud, int rank, int world);
+
 /* The options as JSON and back (what the state file keeps). */
 json_t *toy_train_opts_to_json(const struct toy_train_opts *o);
 void toy_train_opts_from_json(struct toy_train_opts *o, const json_t *j);

@@ -44,7 +44,20 @@ struct toy_trainer {
     char last_ckpt[1200];
     char sample_text[4096];
     int64_t eval_windows, eval_tokens; /* of the last evaluation */
+    toy_allreduce_fn allreduce;        /* data parallelism (NULL: one process) */
+    void *allreduce_ud;
+    int rank, world;
+    struct toy_tensor **params;        /* what the all-reduce averages */
+    int n_params;
 };
+
+void toy_trainer_set_collective(struct toy_trainer *t, toy_allreduce_fn fn, void *ud, int rank, int world) {
+    t->allreduce = fn;
+    t->allreduce_ud = ud;
+    t->rank = rank;
+    t->world = world > 0 ? world : 1;
+    if (rank != 0) t->ev = NULL; /* rank 0 alone writes events */
+}
 
 static double now_s(void) {
     struct timespec ts;
@@ -148,6 +161,11 @@ enum toy_status toy_trainer_new(struct toy_llama *m, const struct toy_tokenizer 
         toy_optim_add_param(t->opt, p, p->ne[1] > 1 ? decay : nodecay); /* no decay on norms and biases */
     }
     t->sched = (struct toy_lr_schedule){o->schedule, o->lr, o->lr_min, o->warmup, o->steps};
+    t->world = 1;
+    t->n_params = toy_optim_n_params(t->opt);
+    t->params = malloc((size_t)(t->n_params ? t->n_params : 1) * sizeof *t->params);
+    if (!t->params) { toy_trainer_free(t); return toy_error(TOY_ERR_NOMEM, "trainer"); }
+    for (int i = 0; i < t->n_params; i++) t->params[i] = toy_optim_param(t->opt, i);
     t->last_loss = NAN;
     *out = t;
     return TOY_OK;
@@ -155,6 +173,7 @@ enum toy_status toy_trainer_new(struct toy_llama *m, const struct toy_tokenizer 
 
 void toy_trainer_free(struct toy_trainer *t) {
     if (!t) return;
+    free(t->params);
     toy_optim_free(t->opt);
     toy_ctx_free(t->ctx);
     toy_ctx_free(t->ectx);
@@ -236,6 +255,7 @@ static enum toy_status write_state(struct toy_trainer *t, const char *path) {
 
 enum toy_status toy_trainer_checkpoint(struct toy_trainer *t, char *out, size_t out_size) {
     char dir[1100], path[1200], state[1200];
+    if (t->rank != 0) return TOY_OK; /* rank 0 writes; every rank holds the same weights */
     snprintf(dir, sizeof dir, "%s/weights", t->run_dir);
     enum toy_status st = toy_mkdir_p(dir);
     if (st) return st;
@@ -410,6 +430,11 @@ enum toy_status toy_trainer_run(struct toy_trainer *t, struct toy_train_result *
             break;
         }
         if (t->o.accum > 1) toy_optim_scale_grads(t->opt, 1.0f / (float)t->o.accum, t->tp);
+        if (t->allreduce && (st = t->allreduce(t->allreduce_ud, t->params, t->n_params))) {
+            snprintf(err, sizeof err, "gradient all-reduce: %s", toy_last_error());
+            r.reason = TOY_RUN_ERRORED;
+            break;
+        }
         float gn = toy_optim_clip_grad_norm(t->opt, t->o.clip, t->tp);
         float lr = toy_lr_at(&t->sched, step - 1);
         if ((st = toy_optim_step(t->opt, lr, t->tp))) {
