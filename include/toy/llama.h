@@ -29,6 +29,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "toy/model.h"
 #include "toy/tensor.h"
 
 #ifdef __cplusplus
@@ -110,6 +111,9 @@ struct toy_tensor *toy_llama_tensor(const struct toy_llama *m, int i);
 /* Logits {vocab, T, B} for I32 tokens {T, B} at I32 positions {T} or {T*B}. */
 struct toy_tensor *toy_llama_forward(struct toy_ctx *ctx, struct toy_llama *m, struct toy_tensor *tokens,
                                      struct toy_tensor *pos);
+
+/* The model behind the generic language-model interface (toy/model.h). */
+struct toy_lm toy_llama_lm(struct toy_llama *m);
 
 /* ---- KV-cache inference ------------------------------------------------------ */
 

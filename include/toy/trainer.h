@@ -76,11 +76,15 @@ struct toy_train_result {
 
 struct toy_trainer;
 
-/* The trainer borrows model, tok (may be NULL), data and events (may be NULL)
- * and builds the training graph once. run_dir must exist. */
+/* The trainer borrows the model, tok (may be NULL), data and events (may be
+ * NULL) and builds the training graph once. run_dir must exist. */
 enum toy_status toy_trainer_new(struct toy_llama *m, const struct toy_tokenizer *tok, struct toy_data *data,
                                 const struct toy_train_opts *o, const char *run_dir, struct toy_events *ev,
                                 int n_threads, struct toy_trainer **out);
+/* The same for any language-model family (toy/model.h); lm is copied. */
+enum toy_status toy_trainer_new_lm(const struct toy_lm *lm, const struct toy_tokenizer *tok, struct toy_data *data,
+                                   const struct toy_train_opts *o, const char *run_dir, struct toy_events *ev,
+                                   int n_threads, struct toy_trainer **out);
 void toy_trainer_free(struct toy_trainer *t);
 void toy_trainer_on_step(struct toy_trainer *t, toy_step_fn fn, void *ud);
 /* Restores the optimizer, step and data state from a step_<N>.state.gguf. */

@@ -323,3 +323,21 @@ void toy_kv_cache_free(struct toy_kv_cache *c) {
 }
 
 size_t toy_kv_cache_bytes(const struct toy_kv_cache *c) { return c->ctx ? toy_ctx_data_bytes(c->ctx) : 0; }
+
+/* ---- the generic interface ---------------------------------------------------------- */
+
+static struct toy_tensor *lm_forward(void *self, struct toy_ctx *ctx, struct toy_tensor *tokens,
+                                     struct toy_tensor *pos) {
+    return toy_llama_forward(ctx, self, tokens, pos);
+}
+static int lm_n_tensors(void *self) { return toy_llama_n_tensors(self); }
+static struct toy_tensor *lm_tensor(void *self, int i) { return toy_llama_tensor(self, i); }
+static enum toy_status lm_write(void *self, struct toy_gguf_writer *w, enum toy_dtype type) {
+    return toy_llama_write_gguf(self, w, type);
+}
+static void lm_matmul(void *self, enum toy_dtype type) { ((struct toy_llama *)self)->matmul_type = type; }
+
+struct toy_lm toy_llama_lm(struct toy_llama *m) {
+    return (struct toy_lm){m, m->cfg.arch[0] ? m->cfg.arch : "llama", m->cfg.vocab, m->cfg.max_ctx, lm_forward,
+                           lm_n_tensors, lm_tensor, lm_write, lm_matmul, m};
+}

@@ -22,7 +22,7 @@
 #include "toy/trainer.h"
 
 struct toy_trainer {
-    struct toy_llama *m;
+    struct toy_lm lm;
     const struct toy_tokenizer *tok;
     struct toy_data *data;
     struct toy_train_opts o;
@@ -103,30 +103,37 @@ void toy_train_opts_from_json(struct toy_train_opts *o, const json_t *j) {
     if ((v = json_object_get(j, "bf16"))) o->bf16 = json_is_true(v);
 }
 
-static struct toy_tensor *build_loss(struct toy_ctx *ctx, struct toy_llama *m, int64_t T, int64_t B,
+static struct toy_tensor *build_loss(struct toy_ctx *ctx, const struct toy_lm *lm, int64_t T, int64_t B,
                                      struct toy_tensor **tok, struct toy_tensor **tgt) {
     *tok = toy_set_name(toy_new_tensor_2d(ctx, TOY_I32, T, B), "tokens");
     *tgt = toy_set_name(toy_new_tensor_2d(ctx, TOY_I32, T, B), "targets");
     struct toy_tensor *pos = toy_set_name(toy_new_tensor_1d(ctx, TOY_I32, T), "positions");
     for (int64_t t = 0; t < T; t++) ((int32_t *)pos->data)[t] = (int32_t)t;
-    return toy_set_name(toy_cross_entropy(ctx, toy_llama_forward(ctx, m, *tok, pos), *tgt, -100), "loss");
+    return toy_set_name(toy_cross_entropy(ctx, lm->forward(lm->self, ctx, *tok, pos), *tgt, -100), "loss");
 }
 
 enum toy_status toy_trainer_new(struct toy_llama *m, const struct toy_tokenizer *tok, struct toy_data *data,
                                 const struct toy_train_opts *o, const char *run_dir, struct toy_events *ev,
                                 int n_threads, struct toy_trainer **out) {
+    struct toy_lm lm = toy_llama_lm(m);
+    return toy_trainer_new_lm(&lm, tok, data, o, run_dir, ev, n_threads, out);
+}
+
+enum toy_status toy_trainer_new_lm(const struct toy_lm *lm, const struct toy_tokenizer *tok, struct toy_data *data,
+                                   const struct toy_train_opts *o, const char *run_dir, struct toy_events *ev,
+                                   int n_threads, struct toy_trainer **out) {
     *out = NULL;
     struct toy_data_state ds;
     toy_data_get_state(data, &ds);
-    if (toy_data_vocab(data) > m->cfg.vocab)
+    if (toy_data_vocab(data) > lm->vocab)
         return toy_error(TOY_ERR_INVALID_ARG, "data has vocabulary %lld, the model only %lld",
-                         (long long)toy_data_vocab(data), (long long)m->cfg.vocab);
-    if (ds.ctx > m->cfg.max_ctx)
+                         (long long)toy_data_vocab(data), (long long)lm->vocab);
+    if (ds.ctx > lm->max_ctx)
         return toy_error(TOY_ERR_INVALID_ARG, "context %lld is longer than the model's %lld", (long long)ds.ctx,
-                         (long long)m->cfg.max_ctx);
+                         (long long)lm->max_ctx);
     struct toy_trainer *t = calloc(1, sizeof *t);
     if (!t) return toy_error(TOY_ERR_NOMEM, "trainer");
-    t->m = m;
+    t->lm = *lm;
     t->tok = tok;
     t->data = data;
     t->o = *o;
@@ -136,14 +143,14 @@ enum toy_status toy_trainer_new(struct toy_llama *m, const struct toy_tokenizer 
     t->B = ds.batch;
     t->T = ds.ctx;
     t->tp = toy_threadpool_new(n_threads);
-    m->matmul_type = o->bf16 ? TOY_BF16 : TOY_F32;
+    if (lm->set_matmul_type) lm->set_matmul_type(lm->self, o->bf16 ? TOY_BF16 : TOY_F32);
     t->ctx = toy_ctx_init(true);
-    t->loss = build_loss(t->ctx, m, t->T, t->B, &t->tok_t, &t->tgt_t);
+    t->loss = build_loss(t->ctx, lm, t->T, t->B, &t->tok_t, &t->tgt_t);
     t->g = toy_graph_new(t->ctx);
     toy_graph_build(t->g, t->loss);
     toy_graph_backward(t->g, t->loss);
     t->ectx = toy_ctx_init(true);
-    t->eloss = build_loss(t->ectx, m, t->T, t->B, &t->etok, &t->etgt);
+    t->eloss = build_loss(t->ectx, lm, t->T, t->B, &t->etok, &t->etgt);
     t->eg = toy_graph_new(t->ectx);
     toy_graph_build(t->eg, t->eloss);
     enum toy_status st = toy_graph_plan(t->g, &t->buf, NULL);
@@ -155,8 +162,8 @@ enum toy_status toy_trainer_new(struct toy_llama *m, const struct toy_tokenizer 
     int decay = toy_optim_add_group(t->opt, &(struct toy_optim_group){.beta1 = o->beta1, .beta2 = o->beta2,
                                                                       .eps = o->eps, .weight_decay = o->weight_decay});
     int nodecay = toy_optim_add_group(t->opt, &(struct toy_optim_group){.beta1 = o->beta1, .beta2 = o->beta2, .eps = o->eps});
-    for (int i = 0; i < toy_llama_n_tensors(m); i++) {
-        struct toy_tensor *p = toy_llama_tensor(m, i);
+    for (int i = 0; i < lm->n_tensors(lm->self); i++) {
+        struct toy_tensor *p = lm->tensor(lm->self, i);
         if (!(p->flags & TOY_FLAG_PARAM)) continue;
         toy_optim_add_param(t->opt, p, p->ne[1] > 1 ? decay : nodecay); /* no decay on norms and biases */
     }
@@ -264,7 +271,7 @@ enum toy_status toy_trainer_checkpoint(struct toy_trainer *t, char *out, size_t 
     if ((st = write_state(t, state))) return st;
     struct toy_gguf_writer *w;
     if ((st = toy_gguf_writer_init(&w))) return st;
-    st = toy_llama_write_gguf(t->m, w, TOY_F32);
+    st = t->lm.write_gguf(t->lm.self, w, TOY_F32);
     if (!st) st = toy_gguf_writer_set_str(w, "general.name", "toy");
     if (!st) st = toy_gguf_writer_set_str(w, "toy.checkpoint_format", "toy-train/v1");
     if (!st) st = toy_gguf_writer_set_u64(w, "toy.step", (uint64_t)t->step);
@@ -363,13 +370,14 @@ static bool append_text(void *ud, int32_t id, const char *text, size_t len, floa
  * event, as the earlier toy did at the end of a run. */
 static void sample(struct toy_trainer *t) {
     const char *prompt = t->o.sample_prompt;
-    if (!t->tok || !prompt || !prompt[0] || t->o.sample_tokens <= 0) return;
+    if (!t->tok || !prompt || !prompt[0] || t->o.sample_tokens <= 0 || !t->lm.llama) return;
+    struct toy_llama *m = t->lm.llama;
     struct toy_tokens ids = {0};
     struct text_buf out = {0};
     struct toy_generator *gen = NULL;
     unsigned fl = toy_tokenizer_add_bos(t->tok) ? TOY_ENCODE_ADD_BOS : 0;
-    if (!toy_tokenizer_encode(t->tok, prompt, strlen(prompt), fl, &ids) && ids.n > 0 && ids.n < t->m->cfg.max_ctx &&
-        !toy_generator_new(t->m, t->tok, t->m->cfg.max_ctx, t->tp, &gen)) {
+    if (!toy_tokenizer_encode(t->tok, prompt, strlen(prompt), fl, &ids) && ids.n > 0 && ids.n < m->cfg.max_ctx &&
+        !toy_generator_new(m, t->tok, m->cfg.max_ctx, t->tp, &gen)) {
         struct toy_generate_params gp = {.n_predict = t->o.sample_tokens,
                                          .sampling = {.temperature = 0.8f, .top_k = 40, .seed = t->o.seed}};
         if (!toy_generate(gen, ids.ids, ids.n, &gp, append_text, &out, NULL) && t->ev)
