@@ -374,3 +374,27 @@ Test(ops, bf16_matmul) {
     bf16_case(64, 576, 200, true);
     bf16_case(9, 33, 130, false);  /* B (k, n): the backward dA = dY W shape */
 }
+
+/* f32 -> f16 and f32 -> bf16 round to nearest even exactly as PyTorch does
+ * (overflow to inf, subnormals, ties), bit for bit, and back exactly. */
+Test(ops, f16_bf16_conversions_match_torch) {
+    json_t *root = load_refs();
+    json_t *c = json_object_get(root, "conversions");
+    cr_assert(c, "old reference file: rerun make check");
+    json_t *f = json_object_get(c, "f32"), *h = json_object_get(c, "f16_bits"), *b = json_object_get(c, "bf16_bits");
+    int bad = 0;
+    for (size_t i = 0; i < json_array_size(f); i++) {
+        float x = (float)json_number_value(json_array_get(f, i));
+        uint16_t th = (uint16_t)json_integer_value(json_array_get(h, i));
+        uint16_t tb = (uint16_t)json_integer_value(json_array_get(b, i));
+        uint16_t oh = toy_f32_to_f16(x), ob = toy_f32_to_bf16(x);
+        if (oh != th || ob != tb) {
+            if (bad++ < 5) cr_log_error("%.9g: f16 %04x vs torch %04x, bf16 %04x vs torch %04x", x, oh, th, ob, tb);
+        }
+        float back = toy_f16_to_f32(th);
+        if (!isnan(back) && toy_f32_to_f16(back) != th) bad++;
+    }
+    cr_log_info("%zu values converted", json_array_size(f));
+    cr_assert_eq(bad, 0, "%d conversions differ from PyTorch", bad);
+    json_decref(root);
+}

@@ -246,8 +246,20 @@ add_case("cross_entropy", "cross_entropy", [("logits", rnd(9, 50) * 3, "")],
          lambda lg: torch.nn.functional.cross_entropy(lg, tg.long(), ignore_index=-100).reshape(1),
          {"ignore": -100}, int_inputs={"targets": tg})
 
+# ---- dtype conversions: torch's float16 / bfloat16 rounding, bit for bit ----------------
+vals = [0.0, -0.0, 1.0, -1.5, 65504.0, 65519.0, 65520.0, 1e6, -1e6, 6.1e-5, 6.0e-8, 5.96e-8, 2.98e-8, 2.99e-8,
+        1e-10, 3.14159265, 1.0009765625, 1.00048828125, 1.000732421875, 1.0 + 2 ** -8, 1.0 + 2 ** -9,
+        1.0 + 3 * 2 ** -9, 3.0e38, -3.4e38]
+vals += torch.randn(2000).mul(torch.exp(torch.randn(2000) * 8)).tolist()
+v32 = torch.tensor(vals, dtype=torch.float32)
+conversions = {
+    "f32": v32.tolist(),
+    "f16_bits": v32.half().view(torch.int16).to(torch.int32).bitwise_and(0xFFFF).tolist(),
+    "bf16_bits": v32.bfloat16().view(torch.int16).to(torch.int32).bitwise_and(0xFFFF).tolist(),
+}
+
 out = sys.argv[1] if len(sys.argv) > 1 else "."
 os.makedirs(out, exist_ok=True)
 with open(os.path.join(out, "ops.json"), "w") as f:
-    json.dump({"torch": torch.__version__, "cases": cases}, f, allow_nan=False)
+    json.dump({"torch": torch.__version__, "cases": cases, "conversions": conversions}, f, allow_nan=False)
 print(f"gen_op_refs: {len(cases)} cases -> {os.path.join(out, 'ops.json')}")
