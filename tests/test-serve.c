@@ -1,0 +1,777 @@
+/* test-serve.c: `toy serve` end to end (src/serve/, docs/serve.md): each
+ * test starts the real server ($TOY_BIN, default build/toy) on a free
+ * loopback port and drives it with the curl command (and, when node and npm
+ * are there, the official `openai` npm package): completions, chat,
+ * streaming equal to the plain response with the same seed, embeddings,
+ * the error objects of bad input, 8 concurrent requests each equal to the
+ * same request alone (continuous batching), the prefix cache, the full
+ * queue's 503, client disconnects, and SIGTERM draining a request in flight.
+ *
+ * Model: $TOY_SERVE_MODEL, else ../shared/testdata's llama-2-tiny-random
+ * (random weights, the real Llama-2 vocabulary), else a tiny model trained
+ * on the spot with `toy train`. Loopback only; every wait is bounded. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SHARED_MODEL "../shared/testdata/model-gguf-llama2-tiny-random/llama-2-tiny-random.gguf"
+
+static const char *toy_bin(void) {
+    const char *b = getenv("TOY_BIN");
+    return b && *b ? b : "build/toy";
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    size_t got = fread(s, 1, (size_t)n, f);
+    s[got] = 0;
+    fclose(f);
+    return s;
+}
+
+static void spit(const char *path, const char *text, size_t n) {
+    FILE *f = fopen(path, "wb");
+    cr_assert(f, "cannot write %s", path);
+    fwrite(text, 1, n, f);
+    fclose(f);
+}
+
+/* runs argv, stdout/stderr to files (NULL: /dev/null); returns the pid */
+static pid_t spawn(char *const argv[], const char *out, const char *err) {
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        int o = open(out ? out : "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int e = open(err ? err : "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(o, 1);
+        dup2(e, 2);
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* waits at most `timeout` seconds; returns the exit status, or -1 (killed after the timeout) */
+static int wait_for(pid_t pid, double timeout) {
+    double end = now_s() + timeout;
+    int status;
+    for (;;) {
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        if (now_s() > end) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            return -1;
+        }
+        usleep(5000);
+    }
+}
+
+/* ---- the model --------------------------------------------------------------------------- */
+
+static char g_model[4096];
+
+static const char *model(const char *dir) {
+    const char *env = getenv("TOY_SERVE_MODEL");
+    if (env && *env) return env;
+    if (access(SHARED_MODEL, R_OK) == 0) return SHARED_MODEL;
+    /* train a tiny one: a few seconds */
+    char data[4200], out[4200];
+    snprintf(data, sizeof data, "%s/data.txt", dir);
+    FILE *f = fopen(data, "w");
+    const char *w[] = {"the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "to", "park"};
+    unsigned s = 1;
+    for (int i = 0; i < 4000; i++) {
+        s = s * 1103515245u + 12345u;
+        fprintf(f, "%s%s", w[(s >> 16) % 11], i % 12 == 11 ? "\n" : " ");
+    }
+    fclose(f);
+    snprintf(out, sizeof out, "%s/run", dir);
+    char *argv[] = {(char *)toy_bin(), "train", "--data", data, "--preset", "tiny", "--steps", "30", "--out", out, NULL};
+    cr_assert_eq(wait_for(spawn(argv, NULL, NULL), 120), 0, "toy train failed");
+    snprintf(g_model, sizeof g_model, "%s/run/weights/latest", dir);
+    return g_model;
+}
+
+/* ---- the server ---------------------------------------------------------------------------- */
+
+struct server {
+    pid_t pid;
+    int port;
+    char dir[256];
+    char log[300];
+    int seq;
+};
+
+static void server_start(struct server *s, const char *const *extra) {
+    memset(s, 0, sizeof *s);
+    snprintf(s->dir, sizeof s->dir, "/tmp/toy-serve-test-XXXXXX");
+    cr_assert(mkdtemp(s->dir));
+    snprintf(s->log, sizeof s->log, "%s/server.log", s->dir);
+    char runs[300];
+    snprintf(runs, sizeof runs, "%s/runs", s->dir);
+    char *argv[64];
+    int n = 0;
+    argv[n++] = (char *)toy_bin();
+    argv[n++] = "serve";
+    argv[n++] = "-m";
+    argv[n++] = (char *)model(s->dir);
+    argv[n++] = "--port";
+    argv[n++] = "0";
+    argv[n++] = "--name";
+    argv[n++] = "tiny";
+    argv[n++] = "--runs";
+    argv[n++] = runs;
+    argv[n++] = "--threads";
+    argv[n++] = "1";
+    for (int i = 0; extra && extra[i] && n < 62; i++) argv[n++] = (char *)extra[i];
+    argv[n] = NULL;
+    s->pid = spawn(argv, NULL, s->log);
+    double end = now_s() + 30;
+    while (now_s() < end && !s->port) {
+        char *log = slurp(s->log);
+        const char *p = log ? strstr(log, "listening on http://127.0.0.1:") : NULL;
+        if (p) s->port = atoi(p + strlen("listening on http://127.0.0.1:"));
+        free(log);
+        int st;
+        if (!s->port && waitpid(s->pid, &st, WNOHANG) == s->pid) {
+            char *l = slurp(s->log);
+            cr_assert_fail("toy serve exited: %s", l ? l : "");
+        }
+        usleep(10000);
+    }
+    cr_assert(s->port > 0, "toy serve did not start");
+}
+
+static void server_clean(struct server *s) {
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", s->dir);
+    if (system(cmd)) fprintf(stderr, "could not remove %s\n", s->dir);
+}
+
+/* SIGTERM; the exit status (-1: it had to be killed); removes the folder */
+static int server_stop(struct server *s) {
+    kill(s->pid, SIGTERM);
+    int rc = wait_for(s->pid, 30);
+    server_clean(s);
+    return rc;
+}
+
+struct resp {
+    int code;
+    char *body, *headers;
+    json_t *json;
+};
+
+static void resp_free(struct resp *r) {
+    free(r->body);
+    free(r->headers);
+    json_decref(r->json);
+}
+
+/* starts curl for METHOD path with body (may be NULL); outputs go to files named by tag */
+static pid_t curl_start(struct server *s, const char *method, const char *path, const char *body, size_t blen,
+                        const char *const *extra, char tag[320]) {
+    snprintf(tag, 320, "%s/r%d", s->dir, s->seq++);
+    char url[256], bfile[400], hfile[400], ofile[400], codefile[400];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d%s", s->port, path);
+    snprintf(bfile, sizeof bfile, "%s.req", tag);
+    snprintf(hfile, sizeof hfile, "%s.hdr", tag);
+    snprintf(ofile, sizeof ofile, "%s.out", tag);
+    snprintf(codefile, sizeof codefile, "%s.code", tag);
+    char data[420];
+    snprintf(data, sizeof data, "@%s", bfile);
+    char *argv[40];
+    int n = 0;
+    argv[n++] = "curl";
+    argv[n++] = "-s";
+    argv[n++] = "-N";
+    argv[n++] = "--max-time";
+    argv[n++] = "30";
+    argv[n++] = "-X";
+    argv[n++] = (char *)method;
+    argv[n++] = "-D";
+    argv[n++] = hfile;
+    argv[n++] = "-o";
+    argv[n++] = ofile;
+    argv[n++] = "-w";
+    argv[n++] = "%{http_code}";
+    if (body) {
+        spit(bfile, body, blen);
+        argv[n++] = "-H";
+        argv[n++] = "Content-Type: application/json";
+        argv[n++] = "--data-binary";
+        argv[n++] = data;
+    }
+    for (int i = 0; extra && extra[i] && n < 38; i++) argv[n++] = (char *)extra[i];
+    argv[n++] = url;
+    argv[n] = NULL;
+    return spawn(argv, codefile, NULL);
+}
+
+static struct resp curl_finish(pid_t pid, const char *tag) {
+    struct resp r = {0};
+    wait_for(pid, 40);
+    char f[400];
+    snprintf(f, sizeof f, "%s.code", tag);
+    char *code = slurp(f);
+    r.code = code ? atoi(code) : 0;
+    free(code);
+    snprintf(f, sizeof f, "%s.out", tag);
+    r.body = slurp(f);
+    if (!r.body) r.body = strdup("");
+    snprintf(f, sizeof f, "%s.hdr", tag);
+    r.headers = slurp(f);
+    if (!r.headers) r.headers = strdup("");
+    r.json = json_loads(r.body, 0, NULL);
+    return r;
+}
+
+static struct resp http_x(struct server *s, const char *method, const char *path, const char *body,
+                          const char *const *extra) {
+    char tag[320];
+    pid_t pid = curl_start(s, method, path, body, body ? strlen(body) : 0, extra, tag);
+    return curl_finish(pid, tag);
+}
+
+static struct resp http(struct server *s, const char *method, const char *path, const char *body) {
+    return http_x(s, method, path, body, NULL);
+}
+
+static const char *jstr(json_t *o, const char *path) {
+    /* "choices.0.text": objects by key, arrays by index */
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *tok = strtok(buf, "."); tok && o; tok = strtok(NULL, "."))
+        o = json_is_array(o) ? json_array_get(o, (size_t)atoi(tok)) : json_object_get(o, tok);
+    return json_string_value(o);
+}
+
+static json_t *jget(json_t *o, const char *path) {
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *tok = strtok(buf, "."); tok && o; tok = strtok(NULL, "."))
+        o = json_is_array(o) ? json_array_get(o, (size_t)atoi(tok)) : json_object_get(o, tok);
+    return o;
+}
+
+static long long jint(json_t *o, const char *path) { return json_integer_value(jget(o, path)); }
+
+/* the SSE stream's data payloads, text reassembled; returns the number of data lines */
+struct sse {
+    char text[65536];
+    int n_chunks;
+    bool done, usage_last;
+    long long usage_completion;
+    char finish[32];
+};
+
+static void sse_parse(const char *body, bool chat, struct sse *out) {
+    memset(out, 0, sizeof *out);
+    const char *p = body;
+    while ((p = strstr(p, "data: "))) {
+        p += 6;
+        const char *e = strstr(p, "\n\n");
+        cr_assert(e, "an SSE event without its blank line");
+        if (!strncmp(p, "[DONE]", 6)) { out->done = true; break; }
+        json_t *c = json_loadb(p, (size_t)(e - p), 0, NULL);
+        cr_assert(c, "chunk is not JSON: %.*s", (int)(e - p), p);
+        out->n_chunks++;
+        json_t *ch = json_array_get(json_object_get(c, "choices"), 0);
+        const char *t = chat ? jstr(ch, "delta.content") : jstr(ch, "text");
+        if (t) strncat(out->text, t, sizeof out->text - strlen(out->text) - 1);
+        if (jstr(ch, "finish_reason")) snprintf(out->finish, sizeof out->finish, "%s", jstr(ch, "finish_reason"));
+        json_t *u = json_object_get(c, "usage");
+        out->usage_last = json_is_object(u);
+        if (out->usage_last) out->usage_completion = jint(u, "completion_tokens");
+        json_decref(c);
+        p = e;
+    }
+}
+
+/* ---- tests ------------------------------------------------------------------------------------ */
+
+Test(serve, health_models_cors_metrics, .timeout = 60) {
+    struct server s;
+    server_start(&s, NULL);
+    struct resp r = http(&s, "GET", "/health", NULL);
+    cr_assert_eq(r.code, 200);
+    cr_assert_str_eq(jstr(r.json, "status"), "ok");
+    resp_free(&r);
+    r = http(&s, "GET", "/v1/models", NULL);
+    cr_assert_eq(r.code, 200);
+    cr_assert_str_eq(jstr(r.json, "object"), "list");
+    cr_assert_str_eq(jstr(r.json, "data.0.id"), "tiny");
+    cr_assert(strstr(r.headers, "Access-Control-Allow-Origin: *"), "%s", r.headers);
+    resp_free(&r);
+    r = http(&s, "GET", "/v1/models/tiny", NULL);
+    cr_assert_eq(r.code, 200);
+    resp_free(&r);
+    const char *pre[] = {"-H", "Origin: http://example.com", "-H", "Access-Control-Request-Method: POST", "-H",
+                         "Access-Control-Request-Headers: authorization, content-type", NULL};
+    r = http_x(&s, "OPTIONS", "/v1/chat/completions", NULL, pre);
+    cr_assert_eq(r.code, 204);
+    cr_assert(strstr(r.headers, "Access-Control-Allow-Methods: GET, POST, OPTIONS"), "%s", r.headers);
+    cr_assert(strstr(r.headers, "Access-Control-Allow-Headers: authorization, content-type"), "%s", r.headers);
+    resp_free(&r);
+    r = http(&s, "POST", "/v1/completions", "{\"prompt\":\"Hello\",\"max_tokens\":3,\"ignore_eos\":true}");
+    cr_assert_eq(r.code, 200);
+    resp_free(&r);
+    r = http(&s, "GET", "/metrics", NULL);
+    cr_assert_eq(r.code, 200);
+    cr_assert(strstr(r.body, "toy_requests_total{endpoint=\"/v1/completions\",code=\"200\"} 1"), "%s", r.body);
+    cr_assert(strstr(r.body, "toy_completion_tokens_total 3"), "%s", r.body);
+    cr_assert(strstr(r.body, "toy_time_to_first_token_seconds_count 1"), "%s", r.body);
+    cr_assert(strstr(r.body, "# TYPE toy_queue_depth gauge"));
+    resp_free(&r);
+    cr_assert_eq(server_stop(&s), 0);
+}
+
+Test(serve, completions_text_tokens_logprobs_stop, .timeout = 60) {
+    struct server s;
+    server_start(&s, NULL);
+    struct resp r = http(&s, "POST", "/v1/completions",
+                         "{\"model\":\"tiny\",\"prompt\":\"Once upon a time\",\"max_tokens\":8,\"temperature\":0,"
+                         "\"ignore_eos\":true,\"logprobs\":3}");
+    cr_assert_eq(r.code, 200, "%s", r.body);
+    cr_assert_str_eq(jstr(r.json, "object"), "text_completion");
+    cr_assert_str_eq(jstr(r.json, "choices.0.finish_reason"), "length");
+    cr_assert_eq(jint(r.json, "usage.completion_tokens"), 8);
+    long long n_prompt = jint(r.json, "usage.prompt_tokens");
+    cr_assert_gt(n_prompt, 1);
+    cr_assert_eq(jint(r.json, "usage.total_tokens"), n_prompt + 8);
+    json_t *lp = jget(r.json, "choices.0.logprobs");
+    cr_assert_eq(json_array_size(json_object_get(lp, "tokens")), 8);
+    cr_assert_eq(json_array_size(json_object_get(lp, "token_logprobs")), 8);
+    json_t *top0 = json_array_get(json_object_get(lp, "top_logprobs"), 0);
+    cr_assert(json_object_size(top0) >= 1 && json_object_size(top0) <= 3);
+    /* greedy: the chosen token is the best one */
+    double best = -INFINITY;
+    const char *k;
+    json_t *v;
+    json_object_foreach(top0, k, v) best = fmax(best, json_real_value(v));
+    cr_assert_float_eq(json_real_value(json_array_get(json_object_get(lp, "token_logprobs"), 0)), best, 1e-5);
+    char *text = strdup(jstr(r.json, "choices.0.text"));
+    resp_free(&r);
+
+    /* a token-array prompt */
+    r = http(&s, "POST", "/v1/completions", "{\"prompt\":[1, 450, 4996],\"max_tokens\":4,\"ignore_eos\":true}");
+    cr_assert_eq(r.code, 200, "%s", r.body);
+    cr_assert_eq(jint(r.json, "usage.prompt_tokens"), 3);
+    resp_free(&r);
+
+    /* a stop string cut out of the greedy text: the text ends before it */
+    if (strlen(text) > 6) {
+        char body[512], stop[8];
+        snprintf(stop, sizeof stop, "%.3s", text + 3);
+        json_t *b = json_pack("{s:s,s:i,s:i,s:b,s:s}", "prompt", "Once upon a time", "max_tokens", 8, "temperature",
+                              0, "ignore_eos", 1, "stop", stop);
+        char *bs = json_dumps(b, 0);
+        snprintf(body, sizeof body, "%s", bs);
+        free(bs);
+        json_decref(b);
+        r = http(&s, "POST", "/v1/completions", body);
+        cr_assert_eq(r.code, 200);
+        const char *t = jstr(r.json, "choices.0.text");
+        cr_assert(strlen(t) <= 3 && !strncmp(t, text, strlen(t)), "'%s' vs '%s' stop '%s'", t, text, stop);
+        cr_assert_str_eq(jstr(r.json, "choices.0.finish_reason"), "stop");
+        resp_free(&r);
+    }
+    free(text);
+    cr_assert_eq(server_stop(&s), 0);
+}
+
+Test(serve, stream_equals_plain_response, .timeout = 60) {
+    struct server s;
+    server_start(&s, NULL);
+    for (int chat = 0; chat < 2; chat++) {
+        const char *path = chat ? "/v1/chat/completions" : "/v1/completions";
+        const char *pin = chat ? "\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},"
+                                 "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"Tell a story\"}]}]"
+                               : "\"prompt\":\"Tell a story\"";
+        char plain[512], stream[600];
+        snprintf(plain, sizeof plain, "{%s,\"max_tokens\":24,\"temperature\":0.9,\"top_p\":0.95,\"seed\":7}", pin);
+        snprintf(stream, sizeof stream,
+                 "{%s,\"max_tokens\":24,\"temperature\":0.9,\"top_p\":0.95,\"seed\":7,\"stream\":true,"
+                 "\"stream_options\":{\"include_usage\":true}}", pin);
+        struct resp a = http(&s, "POST", path, plain);
+        cr_assert_eq(a.code, 200, "%s", a.body);
+        struct resp b = http(&s, "POST", path, stream);
+        cr_assert_eq(b.code, 200);
+        cr_assert(strstr(b.headers, "Content-Type: text/event-stream"), "%s", b.headers);
+        struct sse ev;
+        sse_parse(b.body, chat, &ev);
+        cr_assert(ev.done, "no [DONE]: %s", b.body);
+        cr_assert(ev.usage_last, "the last chunk carries usage");
+        const char *want = chat ? jstr(a.json, "choices.0.message.content") : jstr(a.json, "choices.0.text");
+        cr_assert_str_eq(ev.text, want);
+        cr_assert_str_eq(ev.finish, jstr(a.json, "choices.0.finish_reason"));
+        cr_assert_eq(ev.usage_completion, jint(a.json, "usage.completion_tokens"));
+        if (chat) cr_assert_str_eq(jstr(a.json, "choices.0.message.role"), "assistant");
+        resp_free(&a);
+        resp_free(&b);
+    }
+    /* chat logprobs */
+    struct resp r = http(&s, "POST", "/v1/chat/completions",
+                         "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":4,\"logprobs\":true,"
+                         "\"top_logprobs\":2,\"ignore_eos\":true}");
+    cr_assert_eq(r.code, 200, "%s", r.body);
+    json_t *content = jget(r.json, "choices.0.logprobs.content");
+    cr_assert_eq(json_array_size(content), 4);
+    cr_assert_eq(json_array_size(jget(content, "0.top_logprobs")), 2);
+    cr_assert(json_is_array(jget(content, "0.bytes")));
+    resp_free(&r);
+    cr_assert_eq(server_stop(&s), 0);
+}
+
+Test(serve, embeddings, .timeout = 60) {
+    struct server s;
+    server_start(&s, NULL);
+    struct resp r = http(&s, "POST", "/v1/embeddings", "{\"input\":[\"the cat\",\"a dog\",\"the cat\"]}");
+    cr_assert_eq(r.code, 200, "%s", r.body);
+    json_t *data = json_object_get(r.json, "data");
+    cr_assert_eq(json_array_size(data), 3);
+    size_t dim = json_array_size(jget(data, "0.embedding"));
+    cr_assert_gt(dim, 0);
+    double ss = 0, diff01 = 0, diff02 = 0;
+    for (size_t i = 0; i < dim; i++) {
+        double a = json_real_value(json_array_get(jget(data, "0.embedding"), i));
+        double b = json_real_value(json_array_get(jget(data, "1.embedding"), i));
+        double c = json_real_value(json_array_get(jget(data, "2.embedding"), i));
+        ss += a * a, diff01 += fabs(a - b), diff02 += fabs(a - c);
+    }
+    cr_assert_float_eq(ss, 1.0, 1e-4, "L2-normalised");
+    cr_assert_gt(diff01, 1e-4, "different inputs, different vectors");
+    cr_assert_lt(diff02, 1e-6, "the same input, the same vector");
+    cr_assert_gt(jint(r.json, "usage.prompt_tokens"), 3);
+    resp_free(&r);
+    r = http(&s, "POST", "/v1/embeddings", "{\"input\":[1,450,4996],\"encoding_format\":\"base64\",\"normalize\":false}");
+    cr_assert_eq(r.code, 200, "%s", r.body);
+    cr_assert_eq(strlen(jstr(r.json, "data.0.embedding")), (dim * 4 + 2) / 3 * 4);
+    cr_assert_eq(jint(r.json, "usage.prompt_tokens"), 3);
+    resp_free(&r);
+    cr_assert_eq(server_stop(&s), 0);
+}
+
+static void expect_error(struct server *s, const char *path, const char *body, int code, const char *param,
+                         const char *err_code) {
+    struct resp r = http(s, "POST", path, body);
+    cr_assert_eq(r.code, code, "%s -> %d %s", body, r.code, r.body);
+    cr_assert(json_is_object(jget(r.json, "error")), "not an error object: %s", r.body);
+    cr_assert(jstr(r.json, "error.message") && jstr(r.json, "error.type"), "%s", r.body);
+    if (param) cr_assert_str_eq(jstr(r.json, "error.param"), param, "%s", r.body);
+    if (err_code) cr_assert_str_eq(jstr(r.json, "error.code"), err_code, "%s", r.body);
+    resp_free(&r);
+}
+
+Test(serve, bad_input_gets_4xx_error_objects, .timeout = 60) {
+    struct server s;
+    const char *extra[] = {"--ctx", "64", "--max-body", "20000", NULL};
+    server_start(&s, extra);
+    const char *C = "/v1/completions", *CH = "/v1/chat/completions", *E = "/v1/embeddings";
+    expect_error(&s, C, "{\"prompt\": \"x\",", 400, NULL, NULL);
+    expect_error(&s, C, "[1,2,3]", 400, NULL, NULL);
+    expect_error(&s, C, "", 400, NULL, NULL);
+    expect_error(&s, C, "{\"prompt\":\"x\",\"temperature\":\"hot\"}", 400, "temperature", NULL);
+    expect_error(&s, C, "{\"prompt\":\"x\",\"temperature\":9}", 400, "temperature", NULL);
+    expect_error(&s, C, "{\"prompt\":\"x\",\"max_tokens\":-1}", 400, "max_tokens", NULL);
+    expect_error(&s, C, "{\"prompt\":\"x\",\"max_tokens\":1.5}", 400, "max_tokens", NULL);
+    expect_error(&s, C, "{\"prompt\":\"x\",\"stop\":[1]}", 400, "stop", NULL);
+    expect_error(&s, C, "{\"prompt\":\"x\",\"n\":2}", 400, "n", NULL);
+    expect_error(&s, C, "{\"prompt\":\"x\",\"stream\":\"yes\"}", 400, "stream", NULL);
+    expect_error(&s, C, "{\"prompt\":{}}", 400, "prompt", NULL);
+    expect_error(&s, C, "{\"prompt\":[1,99999999]}", 400, "prompt", NULL);
+    expect_error(&s, C, "{\"prompt\":[1,-3]}", 400, "prompt", NULL);
+    expect_error(&s, C, "{\"max_tokens\":3}", 400, "prompt", NULL);
+    expect_error(&s, C, "{\"prompt\":\"x\",\"model\":\"gpt-4\"}", 404, "model", "model_not_found");
+    expect_error(&s, C, "{\"prompt\":\"x\",\"model\":7}", 400, "model", NULL);
+    expect_error(&s, C, "{\"prompt\":\"\\ud800\"}", 400, NULL, NULL);
+    expect_error(&s, CH, "{\"messages\":[]}", 400, "messages", NULL);
+    expect_error(&s, CH, "{\"messages\":\"hi\"}", 400, "messages", NULL);
+    expect_error(&s, CH, "{\"messages\":[{\"content\":\"hi\"}]}", 400, "messages", NULL);
+    expect_error(&s, CH, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}", 400,
+                 "messages", NULL);
+    expect_error(&s, CH, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":3}", 400,
+                 "top_logprobs", NULL);
+    expect_error(&s, E, "{\"input\":[]}", 400, "input", NULL);
+    expect_error(&s, E, "{\"input\":3}", 400, "input", NULL);
+    expect_error(&s, E, "{\"input\":\"x\",\"encoding_format\":\"hex\"}", 400, "encoding_format", NULL);
+    /* over-long prompt: 80 token ids in a 64-position context */
+    char body[2048] = "{\"prompt\":[1";
+    for (int i = 0; i < 79; i++) strcat(body, ",450");
+    strcat(body, "]}");
+    expect_error(&s, C, body, 400, "prompt", "context_length_exceeded");
+    expect_error(&s, E, "{\"input\":[1,450,450,450,450,450,450,450,450,450,450,450,450,450,450,450,450,450,450,450,450,450,"
+                        "450,450,450,450,450,450,450,450,450,450,450,450,450,450,450,450,450,450,450,450,450,450,450,450,"
+                        "450,450,450,450,450,450,450,450,450,450,450,450,450,450,450,450,450,450,450,450,450,450,450]}",
+                 400, "input", "context_length_exceeded");
+    /* invalid UTF-8 in the body */
+    char tag[320];
+    const char bad[] = "{\"prompt\":\"caf\xe9\"}";
+    struct resp r = curl_finish(curl_start(&s, "POST", C, bad, sizeof bad - 1, NULL, tag), tag);
+    cr_assert_eq(r.code, 400);
+    cr_assert(strstr(jstr(r.json, "error.message"), "UTF-8"), "%s", r.body);
+    resp_free(&r);
+    /* oversized body: 413, before or after reading it */
+    size_t big = 50000;
+    char *huge = malloc(big + 1);
+    memset(huge, ' ', big);
+    huge[big] = 0;
+    r = curl_finish(curl_start(&s, "POST", C, huge, big, NULL, tag), tag);
+    cr_assert_eq(r.code, 413, "%d %s", r.code, r.body);
+    cr_assert_str_eq(jstr(r.json, "error.code"), "request_too_large");
+    resp_free(&r);
+    const char *chunked[] = {"-H", "Transfer-Encoding: chunked", NULL};
+    r = curl_finish(curl_start(&s, "POST", C, huge, big, chunked, tag), tag);
+    cr_assert_eq(r.code, 413, "%d %s", r.code, r.body);
+    resp_free(&r);
+    free(huge);
+    /* paths and methods */
+    r = http(&s, "GET", "/v2/nothing", NULL);
+    cr_assert_eq(r.code, 404);
+    cr_assert(jstr(r.json, "error.message"));
+    resp_free(&r);
+    r = http(&s, "GET", "/v1/completions", NULL);
+    cr_assert_eq(r.code, 405);
+    resp_free(&r);
+    r = http(&s, "GET", "/v1/models/gpt-4", NULL);
+    cr_assert_eq(r.code, 404);
+    resp_free(&r);
+    /* still alive and well */
+    r = http(&s, "POST", C, "{\"prompt\":\"ok\",\"max_tokens\":2}");
+    cr_assert_eq(r.code, 200);
+    resp_free(&r);
+    cr_assert_eq(server_stop(&s), 0);
+}
+
+Test(serve, api_key, .timeout = 60) {
+    struct server s;
+    const char *extra[] = {"--api-key", "sekret", NULL};
+    server_start(&s, extra);
+    struct resp r = http(&s, "GET", "/v1/models", NULL);
+    cr_assert_eq(r.code, 401);
+    cr_assert_str_eq(jstr(r.json, "error.code"), "invalid_api_key");
+    resp_free(&r);
+    const char *wrong[] = {"-H", "Authorization: Bearer sekreT", NULL};
+    r = http_x(&s, "GET", "/v1/models", NULL, wrong);
+    cr_assert_eq(r.code, 401);
+    resp_free(&r);
+    const char *right[] = {"-H", "Authorization: Bearer sekret", NULL};
+    r = http_x(&s, "GET", "/v1/models", NULL, right);
+    cr_assert_eq(r.code, 200);
+    resp_free(&r);
+    r = http(&s, "GET", "/health", NULL); /* health stays open for probes */
+    cr_assert_eq(r.code, 200);
+    resp_free(&r);
+    cr_assert_eq(server_stop(&s), 0);
+}
+
+/* 8 concurrent requests (4 slots: some share decode steps, some queue) each
+ * give exactly what they give alone, greedy and seeded */
+Test(serve, concurrent_requests_match_alone, .timeout = 120) {
+    struct server s;
+    const char *extra[] = {"--parallel", "4", NULL};
+    server_start(&s, extra);
+    enum { N = 8 };
+    const char *prompts[N] = {"The cat", "Once upon a time", "In a galaxy", "Hello", "Why is the sky",
+                              "1, 2, 3,", "def main():", "The quick brown fox"};
+    char bodies[N][256];
+    char *alone[N];
+    for (int i = 0; i < N; i++) {
+        snprintf(bodies[i], sizeof bodies[i],
+                 "{\"prompt\":\"%s\",\"max_tokens\":%d,\"temperature\":%s,\"seed\":%d,\"ignore_eos\":true}", prompts[i],
+                 20 + 3 * i, i % 2 ? "0.8" : "0", 100 + i);
+        struct resp r = http(&s, "POST", "/v1/completions", bodies[i]);
+        cr_assert_eq(r.code, 200);
+        alone[i] = strdup(jstr(r.json, "choices.0.text"));
+        resp_free(&r);
+    }
+    char tags[N][320];
+    pid_t pids[N];
+    for (int i = 0; i < N; i++) pids[i] = curl_start(&s, "POST", "/v1/completions", bodies[i], strlen(bodies[i]), NULL, tags[i]);
+    for (int i = 0; i < N; i++) {
+        struct resp r = curl_finish(pids[i], tags[i]);
+        cr_assert_eq(r.code, 200, "%s", r.body);
+        cr_assert_str_eq(jstr(r.json, "choices.0.text"), alone[i], "request %d", i);
+        cr_assert_eq(jint(r.json, "usage.completion_tokens"), 20 + 3 * i);
+        resp_free(&r);
+        free(alone[i]);
+    }
+    /* the batch really was shared: more rows than steps */
+    struct resp m = http(&s, "GET", "/metrics", NULL);
+    const char *st = strstr(m.body, "\ntoy_decode_steps_total "), *rows = strstr(m.body, "\ntoy_decode_rows_total ");
+    cr_assert(st && rows);
+    long long n_steps = atoll(st + strlen("\ntoy_decode_steps_total "));
+    long long n_rows = atoll(rows + strlen("\ntoy_decode_rows_total "));
+    cr_assert_gt(n_rows, n_steps, "rows %lld, steps %lld", n_rows, n_steps);
+    resp_free(&m);
+    cr_assert_eq(server_stop(&s), 0);
+}
+
+Test(serve, prefix_cache_reuses_the_prompt, .timeout = 60) {
+    struct server s;
+    const char *extra[] = {"--parallel", "2", NULL};
+    server_start(&s, extra);
+    const char *b1 = "{\"prompt\":[1,450,4996,17354,1701,432,432,432,1,2,3,4,5,6,7,8,9,10],\"max_tokens\":6,"
+                     "\"temperature\":0,\"ignore_eos\":true}";
+    const char *b2 = "{\"prompt\":[1,450,4996,17354,1701,432,432,432,1,2,3,4,5,6,7,8,9,10,11,12],\"max_tokens\":6,"
+                     "\"temperature\":0,\"ignore_eos\":true}";
+    struct resp a = http(&s, "POST", "/v1/completions", b2); /* cold */
+    cr_assert_eq(a.code, 200);
+    cr_assert_eq(jint(a.json, "usage.prompt_tokens_details.cached_tokens"), 0);
+    struct resp b = http(&s, "POST", "/v1/completions", b1); /* shares 18 tokens with the first */
+    cr_assert_eq(b.code, 200);
+    cr_assert_eq(jint(b.json, "usage.prompt_tokens_details.cached_tokens"), 17); /* the last one runs for logits */
+    struct resp c = http(&s, "POST", "/v1/completions", b2); /* warm: the same answer as cold */
+    cr_assert_eq(c.code, 200);
+    cr_assert_geq(jint(c.json, "usage.prompt_tokens_details.cached_tokens"), 18);
+    cr_assert_str_eq(jstr(c.json, "choices.0.text"), jstr(a.json, "choices.0.text"));
+    resp_free(&a);
+    resp_free(&b);
+    resp_free(&c);
+    cr_assert_eq(server_stop(&s), 0);
+}
+
+/* one slot, one waiting place: a third request gets 503 with Retry-After */
+Test(serve, full_queue_503_and_disconnect_cancels, .timeout = 90) {
+    struct server s;
+    const char *extra[] = {"--parallel", "1", "--queue", "1", NULL};
+    server_start(&s, extra);
+    const char *longb = "{\"prompt\":\"a\",\"max_tokens\":100000,\"ignore_eos\":true,\"stream\":true}";
+    const char *quick = "{\"prompt\":\"b\",\"max_tokens\":2}";
+    /* A runs (a long stream cut after 1.5 s by curl: a client that goes away) */
+    const char *cut[] = {"--max-time", "1.5", NULL};
+    char ta[320], tb[320];
+    pid_t pa = curl_start(&s, "POST", "/v1/completions", longb, strlen(longb), cut, ta);
+    usleep(300 * 1000);
+    pid_t pb = curl_start(&s, "POST", "/v1/completions", quick, strlen(quick), NULL, tb); /* B waits */
+    usleep(300 * 1000);
+    struct resp c = http(&s, "POST", "/v1/completions", quick); /* C: no room */
+    cr_assert_eq(c.code, 503, "%d %s", c.code, c.body);
+    cr_assert(strstr(c.headers, "Retry-After: 1"), "%s", c.headers);
+    cr_assert_str_eq(jstr(c.json, "error.code"), "queue_full");
+    resp_free(&c);
+    struct resp a = curl_finish(pa, ta);
+    struct resp b = curl_finish(pb, tb); /* runs once A's client is gone */
+    cr_assert_eq(b.code, 200, "%s", b.body);
+    resp_free(&a);
+    resp_free(&b);
+    struct resp m = http(&s, "GET", "/metrics", NULL);
+    cr_assert(strstr(m.body, "toy_jobs_cancelled_total 1"), "%s", m.body);
+    cr_assert(strstr(m.body, "toy_active_sequences 0"), "%s", m.body);
+    resp_free(&m);
+    cr_assert_eq(server_stop(&s), 0);
+}
+
+/* SIGTERM while a request runs: it completes, new connections are refused, exit 0, run_end written */
+Test(serve, sigterm_drains, .timeout = 90) {
+    struct server s;
+    server_start(&s, NULL);
+    const char *body = "{\"prompt\":\"a\",\"max_tokens\":400,\"ignore_eos\":true}";
+    char tag[320];
+    pid_t p = curl_start(&s, "POST", "/v1/completions", body, strlen(body), NULL, tag);
+    usleep(150 * 1000);
+    kill(s.pid, SIGTERM);
+    struct resp r = curl_finish(p, tag);
+    cr_assert_eq(r.code, 200, "%d %s", r.code, r.body);
+    cr_assert_eq(jint(r.json, "usage.completion_tokens"), 400);
+    resp_free(&r);
+    cr_assert_eq(wait_for(s.pid, 30), 0);
+    struct resp after = http(&s, "GET", "/health", NULL);
+    cr_assert_eq(after.code, 0, "nobody listens after the drain");
+    resp_free(&after);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "cat %s/runs/*/events.jsonl > %s/all.jsonl", s.dir, s.dir);
+    cr_assert_eq(system(cmd), 0);
+    snprintf(cmd, sizeof cmd, "%s/all.jsonl", s.dir);
+    char *ev = slurp(cmd);
+    cr_assert(ev && strstr(ev, "\"kind\":\"run_start\"") && strstr(ev, "\"phase\":\"serve\""));
+    cr_assert(strstr(ev, "\"name\":\"request\"") && strstr(ev, "\"completion_tokens\":400"), "%s", ev);
+    cr_assert(strstr(ev, "\"kind\":\"run_end\""), "%s", ev);
+    free(ev);
+    server_clean(&s);
+}
+
+/* the official openai npm package (installed once into $TMPDIR; skipped without node/npm or a registry) */
+Test(serve, openai_npm_client, .timeout = 180) {
+    if (system("command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1")) cr_skip_test("no node/npm");
+    const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    char dir[512], cmd[2048];
+    snprintf(dir, sizeof dir, "%s/toy-serve-npm", tmp);
+    snprintf(cmd, sizeof cmd, "%s/node_modules/openai/package.json", dir);
+    if (access(cmd, R_OK)) {
+        snprintf(cmd, sizeof cmd,
+                 "mkdir -p %s && cd %s && timeout 120 npm install --no-audit --no-fund --silent openai >/dev/null 2>&1",
+                 dir, dir);
+        if (system(cmd)) cr_skip_test("npm install openai failed (offline?)");
+    }
+    struct server s;
+    const char *extra[] = {"--api-key", "k", NULL};
+    server_start(&s, extra);
+    char script[600];
+    snprintf(script, sizeof script, "%s/client.mjs", dir);
+    const char *js =
+        "import OpenAI from 'openai';\n"
+        "const c = new OpenAI({baseURL: process.argv[2], apiKey: 'k', maxRetries: 0});\n"
+        "const out = {};\n"
+        "out.models = (await c.models.list()).data.map(m => m.id);\n"
+        "const p = {model: 'tiny', prompt: 'Once upon', max_tokens: 12, temperature: 0.7, seed: 5};\n"
+        "out.completion = (await c.completions.create(p)).choices[0].text;\n"
+        "let s = ''; for await (const ch of await c.completions.create({...p, stream: true})) s += ch.choices[0]?.text ?? '';\n"
+        "out.completion_stream = s;\n"
+        "const q = {model: 'tiny', messages: [{role: 'user', content: 'Hi!'}], max_tokens: 10, seed: 3};\n"
+        "const r = await c.chat.completions.create(q);\n"
+        "out.chat = r.choices[0].message.content; out.usage = r.usage;\n"
+        "let t = ''; let u = null;\n"
+        "for await (const ch of await c.chat.completions.create({...q, stream: true, stream_options: {include_usage: true}})) {\n"
+        "  t += ch.choices[0]?.delta?.content ?? ''; if (ch.usage) u = ch.usage; }\n"
+        "out.chat_stream = t; out.stream_usage = u;\n"
+        "const e = await c.embeddings.create({model: 'tiny', input: ['a', 'b']});\n"
+        "out.emb = e.data.map(d => d.embedding.length);\n"
+        "out.emb_norm = Math.hypot(...e.data[0].embedding);\n"
+        "try { await c.completions.create({...p, model: 'nope'}); out.err = 'none'; } catch (x) { out.err = x.status; }\n"
+        "console.log(JSON.stringify(out));\n";
+    spit(script, js, strlen(js));
+    snprintf(cmd, sizeof cmd, "cd %s && timeout 60 node client.mjs http://127.0.0.1:%d/v1 > %s/out.json 2> %s/err.txt",
+             dir, s.port, s.dir, s.dir);
+    int rc = system(cmd);
+    char f[400];
+    snprintf(f, sizeof f, "%s/err.txt", s.dir);
+    char *errs = slurp(f);
+    cr_assert_eq(rc, 0, "node client failed: %s", errs ? errs : "");
+    free(errs);
+    snprintf(f, sizeof f, "%s/out.json", s.dir);
+    json_t *o = json_load_file(f, 0, NULL);
+    cr_assert(o);
+    cr_assert_str_eq(jstr(o, "models.0"), "tiny");
+    cr_assert_str_eq(jstr(o, "completion"), jstr(o, "completion_stream"));
+    cr_assert_str_eq(jstr(o, "chat"), jstr(o, "chat_stream"));
+    cr_assert_eq(jint(o, "usage.completion_tokens"), jint(o, "stream_usage.completion_tokens"));
+    cr_assert_eq(json_array_size(jget(o, "emb")), 2);
+    cr_assert_gt(jint(o, "emb.0"), 0);
+    cr_assert_float_eq(json_real_value(jget(o, "emb_norm")), 1.0, 1e-4);
+    cr_assert_eq(jint(o, "err"), 404);
+    json_decref(o);
+    cr_assert_eq(server_stop(&s), 0);
+}
