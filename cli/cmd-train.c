@@ -25,6 +25,7 @@
 #include "toy/gguf.h"
 #include "toy/run-dir.h"
 #include "toy/toy.h"
+#include "toy/trace.h"
 #include "toy/trainer.h"
 
 static volatile sig_atomic_t stop_flag;
@@ -47,12 +48,13 @@ static int usage(void) {
 "           --schedule cosine|linear|constant --wd 0.1 --beta1 0.9 --beta2 0.95 --clip 1.0 --seed 1337\n"
 "           --bf16 (bf16 matmuls, f32 master weights) --threads N\n"
 "output:    --eval-every 100 --eval-batches 20 --ckpt-every 0 --runs DIR (runs) --out DIR\n"
-"           --sample TEXT --sample-tokens 64 --log-every 10 --json\n");
+"           --sample TEXT --sample-tokens 64 --log-every 10 --json\n"
+"profiling: --trace out.json (Chrome trace: every op, thread and step; open in Perfetto) --op-timing\n");
     return 2;
 }
 
 struct cfg {
-    const char *data, *tokenizer, *preset, *init, *runs, *out, *resume, *sample;
+    const char *data, *tokenizer, *preset, *init, *runs, *out, *resume, *sample, *trace;
     int64_t vocab_size, dim, layers, heads, kv_heads, ff, batch, ctx;
     double heldout;
     int threads, log_every;
@@ -96,6 +98,7 @@ static int parse(int argc, char **argv, struct cfg *c, bool *given_steps) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 1; }
         if (!strcmp(a, "--bf16")) { c->o.bf16 = true; continue; }
         if (!strcmp(a, "--json")) { c->json = true; continue; }
+        if (!strcmp(a, "--op-timing")) { c->o.op_timing = true; continue; }
         if (i + 1 >= argc) { fprintf(stderr, "toy train: %s needs a value\n", a); return 2; }
         const char *v = argv[++i];
         char *end;
@@ -103,7 +106,7 @@ static int parse(int argc, char **argv, struct cfg *c, bool *given_steps) {
         bool num = *v && !*end;
 #define S(flag, field) if (!strcmp(a, flag)) { c->field = v; continue; }
         S("--data", data) S("--tokenizer", tokenizer) S("--preset", preset) S("--init", init) S("--runs", runs)
-        S("--out", out) S("--resume", resume) S("--sample", sample)
+        S("--out", out) S("--resume", resume) S("--sample", sample) S("--trace", trace)
 #undef S
         if (!strcmp(a, "--schedule")) {
             int k = toy_lr_kind_from_name(v);
@@ -291,6 +294,10 @@ int toy_cmd_train(int argc, char **argv) {
         fprintf(stderr, "toy train: %s\n", toy_last_error());
         goto out;
     }
+    struct toy_trace *trace = NULL;
+    if (cli.trace && toy_trace_open(cli.trace, 0, &trace)) { fprintf(stderr, "toy train: %s\n", toy_last_error()); goto out; }
+    c.o.trace = trace;
+    c.o.op_timing = cli.o.op_timing;
     if (toy_trainer_new(m, tok, data, &c.o, run_dir, ev, c.threads, &tr)) {
         fprintf(stderr, "toy train: %s\n", toy_last_error());
         goto out;
@@ -355,6 +362,7 @@ int toy_cmd_train(int argc, char **argv) {
     rc = st ? 1 : res.reason == TOY_RUN_INTERRUPTED ? 130 : 0;
 out:
     toy_trainer_free(tr);
+    if (c.o.trace && toy_trace_close(c.o.trace)) fprintf(stderr, "toy train: trace: %s\n", toy_last_error());
     toy_events_close(ev);
     toy_llama_free(m);
     toy_data_free(data);

@@ -50,6 +50,9 @@ struct toy_generator;
 enum toy_status toy_generator_new(struct toy_llama *m, const struct toy_tokenizer *tok, int64_t n_ctx,
                                   struct toy_threadpool *tp, struct toy_generator **out);
 void toy_generator_free(struct toy_generator *g);
+/* Records prefill and decode ops (and one span per phase) into a Chrome trace. */
+struct toy_trace;
+void toy_generator_set_trace(struct toy_generator *g, struct toy_trace *tr);
 /* Generates after `prompt` (which is prefilled from position 0). */
 enum toy_status toy_generate(struct toy_generator *g, const int32_t *prompt, int64_t n_prompt,
                              const struct toy_generate_params *p, toy_token_fn fn, void *ud,

@@ -75,6 +75,11 @@ void toy_graph_zero_grads(struct toy_graph *g);
 void toy_graph_set_timing(struct toy_graph *g, bool on);
 const double *toy_graph_op_times_us(const struct toy_graph *g); /* [TOY_OP_COUNT] */
 
+/* Records every node's run, per thread, into a Chrome trace (toy/trace.h);
+ * NULL turns it off. */
+struct toy_trace;
+void toy_graph_set_trace(struct toy_graph *g, struct toy_trace *tr);
+
 /* Prints the nodes (op, shape, name) for debugging. */
 void toy_graph_print(const struct toy_graph *g, void *file /* FILE* */);
 

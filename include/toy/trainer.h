@@ -53,6 +53,8 @@ struct toy_train_opts {
     const char *sample_prompt; /* text generated at the end ("" none) */
     int32_t sample_tokens;
     volatile sig_atomic_t *stop; /* set (e.g. by SIGINT) to stop after the current step */
+    struct toy_trace *trace;     /* Chrome trace of every op and step (toy/trace.h), or NULL */
+    bool op_timing;              /* an op_timing event per step (time per op kind) */
 };
 
 struct toy_step_info {

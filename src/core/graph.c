@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "backends/backend-impl.h"
+#include "toy/trace.h"
 #include "core/internal.h"
 
 #define ALIGN 64
@@ -326,12 +327,17 @@ struct task {
     struct toy_tensor *node;
     void *work;
     size_t work_size;
+    struct toy_trace *trace;
 };
 
 static void run_node(void *arg, int ith, int nth) {
     struct task *tk = arg;
+    double t0 = tk->trace ? toy_trace_now(tk->trace) : 0;
     tk->be->compute(tk->node, ith, nth, tk->work, tk->work_size);
+    if (tk->trace) toy_trace_span(tk->trace, toy_op_name(tk->node->op), "op", t0, toy_trace_now(tk->trace), ith);
 }
+
+void toy_graph_set_trace(struct toy_graph *g, struct toy_trace *tr) { g->trace = tr; }
 
 static double now_us(void) {
     struct timespec ts;
@@ -402,7 +408,7 @@ enum toy_status toy_graph_compute(struct toy_graph *g, struct toy_threadpool *tp
             (t->op == TOY_OP_GET_ROWS_BACK && t->op_params[P_GRB_ACCUM]))
             t->data = t->src[TOY_MAX_SRC - 1]->data; /* the persistent gradient */
         if (t->op == TOY_OP_KV_STORE) t->data = t->src[0]->data; /* the cache itself */
-        struct task tk = {be, t, g->work, g->work_size};
+        struct task tk = {be, t, g->work, g->work_size, g->trace};
         double t0 = g->timing ? now_us() : 0;
         if (is_small(t)) run_node(&tk, 0, 1); /* waking the pool costs more than the work */
         else toy_threadpool_run(tp, run_node, &tk);

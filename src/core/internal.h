@@ -87,6 +87,7 @@ struct toy_graph {
 
     bool timing;
     double op_us[TOY_OP_COUNT];
+    struct toy_trace *trace;
 };
 
 void toy_graph_add_node(struct toy_graph *g, struct toy_tensor *t);

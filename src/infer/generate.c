@@ -9,6 +9,7 @@
 
 #include "toy/generate.h"
 #include "toy/graph.h"
+#include "toy/trace.h"
 
 struct toy_generator {
     struct toy_llama *m;
@@ -19,7 +20,13 @@ struct toy_generator {
     struct toy_graph *dg;
     struct toy_tensor *dtok, *dpos, *dlogits;
     struct toy_membuf buf;              /* shared by prefill and decode graphs */
+    struct toy_trace *trace;
 };
+
+void toy_generator_set_trace(struct toy_generator *g, struct toy_trace *tr) {
+    g->trace = tr;
+    toy_graph_set_trace(g->dg, tr);
+}
 
 static double now_s(void) {
     struct timespec ts;
@@ -68,8 +75,11 @@ static enum toy_status prefill(struct toy_generator *g, const int32_t *prompt, i
     struct toy_graph *gr = toy_graph_new(ctx);
     toy_graph_build(gr, lg);
     *(int32_t *)g->kv.n_past->data = 0;
+    toy_graph_set_trace(gr, g->trace);
+    double t0 = g->trace ? toy_trace_now(g->trace) : 0;
     enum toy_status st = toy_graph_plan(gr, &g->buf, NULL);
     if (!st) st = toy_graph_compute(gr, g->tp);
+    if (g->trace) toy_trace_span(g->trace, "prefill", "phase", t0, toy_trace_now(g->trace), 0);
     if (!st) memcpy(last, (float *)lg->data + (n - 1) * g->m->cfg.vocab, (size_t)g->m->cfg.vocab * sizeof(float));
     toy_ctx_free(ctx);
     return st;
@@ -151,7 +161,9 @@ enum toy_status toy_generate(struct toy_generator *g, const int32_t *prompt, int
         *(int32_t *)g->dtok->data = id;
         *(int32_t *)g->dpos->data = (int32_t)pos;
         *(int32_t *)g->kv.n_past->data = (int32_t)pos;
+        double td = g->trace ? toy_trace_now(g->trace) : 0;
         if ((st = toy_graph_compute(g->dg, g->tp))) goto done;
+        if (g->trace) toy_trace_span(g->trace, "decode", "phase", td, toy_trace_now(g->trace), 0);
         memcpy(logits, g->dlogits->data, (size_t)V * sizeof(float));
         pos++;
     }

@@ -19,6 +19,7 @@
 #include "toy/gguf.h"
 #include "toy/graph.h"
 #include "toy/run-dir.h"
+#include "toy/trace.h"
 #include "toy/trainer.h"
 
 struct toy_trainer {
@@ -153,6 +154,10 @@ enum toy_status toy_trainer_new_lm(const struct toy_lm *lm, const struct toy_tok
     t->eloss = build_loss(t->ectx, lm, t->T, t->B, &t->etok, &t->etgt);
     t->eg = toy_graph_new(t->ectx);
     toy_graph_build(t->eg, t->eloss);
+    if (o->trace) {
+        toy_graph_set_trace(t->g, o->trace);
+        toy_graph_set_trace(t->eg, o->trace);
+    }
     enum toy_status st = toy_graph_plan(t->g, &t->buf, NULL);
     void *before = t->buf.data;
     if (!st) st = toy_graph_plan(t->eg, &t->buf, NULL);
@@ -411,6 +416,8 @@ enum toy_status toy_trainer_run(struct toy_trainer *t, struct toy_train_result *
             break;
         }
         double t0 = now_s();
+        double tr0 = t->o.trace ? toy_trace_now(t->o.trace) : 0;
+        if (t->o.op_timing) toy_graph_set_timing(t->g, true); /* resets the buckets */
         toy_optim_zero_grad(t->opt);
         double loss = 0;
         for (int64_t a = 0; a < t->o.accum; a++) {
@@ -457,6 +464,23 @@ enum toy_status toy_trainer_run(struct toy_trainer *t, struct toy_train_result *
         if (t->ev) {
             struct toy_step_event se = {step, loss, lr, t->B * t->T * t->o.accum, (int64_t)(wall * 1e6), gn, NULL, NULL};
             toy_events_step(t->ev, &se);
+        }
+        if (t->o.trace) {
+            char name[48];
+            snprintf(name, sizeof name, "step %lld", (long long)step);
+            toy_trace_span_copy(t->o.trace, name, "step", tr0, toy_trace_now(t->o.trace), 0);
+        }
+        if (t->o.op_timing && t->ev) {
+            const double *us = toy_graph_op_times_us(t->g);
+            json_t *buckets = json_object();
+            double total = 0;
+            for (int op = 0; op < TOY_OP_COUNT; op++)
+                if (us[op] > 0) {
+                    json_object_set_new(buckets, toy_op_name(op), json_integer((json_int_t)us[op]));
+                    total += us[op];
+                }
+            toy_events_op_timing(t->ev, step, (int64_t)total, buckets);
+            json_decref(buckets);
         }
         struct toy_step_info info = {step, t->o.steps, (float)loss, lr, gn, tokens, now_s() - t_start, NAN};
         if (t->o.eval_every > 0 && step % t->o.eval_every == 0 && step < t->o.steps &&
