@@ -14,6 +14,7 @@
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -352,8 +353,11 @@ int toy_cmd_train(int argc, char **argv) {
         free(s);
         json_decref(j);
     } else {
-        fprintf(stderr, "toy train: %s at step %lld: loss %.4f, held-out loss %.4f (%.0f tokens/s, %.1f s)\n", reason,
-                (long long)res.final_step, res.final_loss, res.final_eval_loss, res.tokens_per_s, res.seconds);
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        fprintf(stderr, "toy train: %s at step %lld: loss %.4f, held-out loss %.4f (%.0f tokens/s, %.1f s, peak RSS %.0f MB)\n",
+                reason, (long long)res.final_step, res.final_loss, res.final_eval_loss, res.tokens_per_s, res.seconds,
+                ru.ru_maxrss / 1024.0);
         if (res.checkpoint[0]) fprintf(stderr, "toy train: checkpoint %s\n", res.checkpoint);
         const char *sample = toy_trainer_sample_text(tr);
         if (sample[0]) printf("sample: %s\n", sample);
