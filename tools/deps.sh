@@ -4,7 +4,8 @@
 set -euo pipefail
 quiet=0; [ "${1:-}" = "--quiet" ] && quiet=1
 pkgs=(
-  build-essential pkg-config clang
+  build-essential pkg-config clang libclang-rt-14-dev   # clang: warnings build, libFuzzer
+  zlib1g-dev                             # gzip (MNIST IDX files)
   libopenblas-dev libopenblas0-pthread   # SGEMM
   libcriterion-dev                       # tests
   libpcre2-dev libutf8proc-dev           # tokenizer regexes, NFC
