@@ -9,6 +9,13 @@ ifeq ($(CC),cc)
 CC := gcc
 endif
 
+# MPI=1: data parallelism across processes over Open MPI
+# (src/train/collective-mpi.c, docs/distributed.md), into build-mpi/ unless
+# BUILD says otherwise. The default build needs no MPI.
+ifeq ($(MPI),1)
+BUILD ?= build-mpi
+endif
+
 SANITIZE ?=
 ifeq ($(SANITIZE),1)
 BUILD ?= build-asan
@@ -25,6 +32,15 @@ CFLAGS += -std=c11 $(OPT) -Wall -Wextra -Werror -fPIC -pthread \
           -Wno-unused-parameter -fno-math-errno
 LDLIBS += -lopenblas -lpcre2-8 -lutf8proc -ljansson -lmicrohttpd -lm -lpthread -ldl
 LDFLAGS += $(LDSAN) -pthread
+ifeq ($(MPI),1)
+MPI_CFLAGS := $(shell pkg-config --cflags ompi-c 2>/dev/null)
+MPI_LIBS := $(shell pkg-config --libs ompi-c 2>/dev/null)
+ifeq ($(MPI_LIBS),)
+$(error MPI=1 needs Open MPI: bash tools/deps.sh --mpi (Debian openmpi-bin, libopenmpi-dev))
+endif
+CPPFLAGS += -DTOY_MPI $(patsubst -I%,-isystem %,$(MPI_CFLAGS))
+LDLIBS += $(MPI_LIBS)
+endif
 
 # Files whose name says which ISA they need get the flags for it; run-time
 # dispatch decides whether their code is called.

@@ -2,7 +2,9 @@
 # Installs the Debian packages toy needs, only those missing (idempotent;
 # silent when everything is present). Run as root or with sudo available.
 set -euo pipefail
-quiet=0; [ "${1:-}" = "--quiet" ] && quiet=1
+# --mpi adds Open MPI, for `make MPI=1` (data parallelism; docs/distributed.md).
+quiet=0; mpi=0
+for a in "$@"; do case "$a" in --quiet) quiet=1 ;; --mpi) mpi=1 ;; esac; done
 pkgs=(
   build-essential pkg-config clang libclang-rt-14-dev   # clang: warnings build, libFuzzer
   zlib1g-dev                             # gzip (MNIST IDX files)
@@ -14,6 +16,7 @@ pkgs=(
   libstb-dev                             # PNG/JPEG for image sets
   python3-torch python3-numpy            # the reference oracle in tests
 )
+[ $mpi -eq 1 ] && pkgs+=(openmpi-bin libopenmpi-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
