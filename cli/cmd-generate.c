@@ -13,6 +13,7 @@
 #include "toy/generate.h"
 #include "toy/gguf.h"
 #include "toy/models.h"
+#include "toy/trace.h"
 #include "toy/toy.h"
 
 static int usage(void) {
@@ -20,7 +21,8 @@ static int usage(void) {
             "usage: toy generate -m MODEL.gguf [-p PROMPT | --prompt-ids \"1 2 3\"] [-n 64]\n"
             "                    [--temp 0.8] [--top-k 40] [--top-p 0.95] [--min-p 0] [--repeat-penalty 1]\n"
             "                    [--frequency-penalty 0] [--presence-penalty 0] [--seed 42] [--stop STR]...\n"
-            "                    [--ctx N] [--threads N] [--no-bos] [--special] [--json]\n"
+            "                    [--ctx N] [--threads N] [--no-bos] [--special] [--json] [--trace out.json]\n"
+            "                    [--kv-type f32|f16]\n"
             "                    [--lora ADAPTER.gguf [--lora-scale 1]]\n"
             "Temperature 0 is greedy. Stops at the model's end-of-generation token, a stop string, or -n.\n");
     return 2;
@@ -47,12 +49,13 @@ static bool on_token(void *ud, int32_t id, const char *text, size_t len, float l
 }
 
 int toy_cmd_generate(int argc, char **argv) {
-    const char *model = NULL, *prompt = NULL, *prompt_ids = NULL, *lora_path = NULL;
+    const char *model = NULL, *prompt = NULL, *prompt_ids = NULL, *lora_path = NULL, *trace_path = NULL;
     float lora_scale = 1.0f;
     const char *stops[16];
     int n_stop = 0, threads = 0;
     int64_t n_ctx = 0;
     bool json = false, bos = true, special = false;
+    int kv_type = TOY_F32;
     struct toy_generate_params gp = {.n_predict = 64,
                                      .sampling = {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .seed = 42}};
     for (int i = 1; i < argc; i++) {
@@ -73,6 +76,11 @@ int toy_cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) prompt = v;
         else if (!strcmp(a, "--prompt-ids")) prompt_ids = v;
         else if (!strcmp(a, "--stop")) { if (n_stop < 16) stops[n_stop++] = v; }
+        else if (!strcmp(a, "--trace")) trace_path = v;
+        else if (!strcmp(a, "--kv-type")) {
+            kv_type = toy_dtype_from_name(v);
+            if (kv_type != TOY_F32 && kv_type != TOY_F16) { fprintf(stderr, "toy generate: --kv-type f32|f16\n"); return 2; }
+        }
         else if (!num) { fprintf(stderr, "toy generate: bad number '%s' for %s\n", v, a); return 2; }
         else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) gp.n_predict = (int32_t)x;
         else if (!strcmp(a, "--temp") || !strcmp(a, "--temperature")) gp.sampling.temperature = (float)x;
@@ -138,10 +146,13 @@ int toy_cmd_generate(int argc, char **argv) {
     }
     struct toy_threadpool *tp = toy_threadpool_new(threads);
     struct toy_generator *gen;
-    if (toy_generator_new(m, tok, n_ctx, tp, &gen)) {
+    if (toy_generator_new_kv(m, tok, n_ctx, (enum toy_dtype)kv_type, tp, &gen)) {
         fprintf(stderr, "toy generate: %s\n", toy_last_error());
         rc = 1;
     } else {
+        struct toy_trace *tr = NULL;
+        if (trace_path && toy_trace_open(trace_path, 0, &tr)) fprintf(stderr, "toy generate: %s\n", toy_last_error());
+        if (tr) toy_generator_set_trace(gen, tr);
         struct out o = {.json = json, .ids = json_array(), .lps = json_array()};
         if (!json && prompt) fputs(prompt, stdout);
         struct toy_generate_result r;
@@ -180,6 +191,7 @@ int toy_cmd_generate(int argc, char **argv) {
         json_decref(o.ids);
         json_decref(o.lps);
         toy_generator_free(gen);
+        if (tr && toy_trace_close(tr)) fprintf(stderr, "toy generate: %s\n", toy_last_error());
     }
     toy_threadpool_free(tp);
 done:

@@ -277,14 +277,16 @@ Test(llama, training_steps_match_pytorch, .timeout = 300) {
 
 /* Prefill 5 tokens, then decode one at a time: every position's logits
  * equal the full-sequence forward's. */
-static void kv_equals_full(struct toy_llama_config c) {
+static void kv_equals_full_t(struct toy_llama_config c, enum toy_dtype kvt, double tol);
+static void kv_equals_full(struct toy_llama_config c) { kv_equals_full_t(c, TOY_F32, 1e-5); }
+static void kv_equals_full_t(struct toy_llama_config c, enum toy_dtype kvt, double tol) {
     struct toy_llama *m = random_model(&c, 21);
     const int T = 14, P = 5;
     int32_t tokens[T];
     for (int i = 0; i < T; i++) tokens[i] = (i * 13 + 2) % 61;
     float *full = toy_logits(m, tokens, T, 1);
     struct toy_kv_cache kv;
-    cr_assert_eq(toy_kv_cache_init(&kv, m, 32, 1), TOY_OK);
+    cr_assert_eq(toy_kv_cache_init_type(&kv, m, 32, 1, kvt), TOY_OK);
     struct toy_threadpool *tp = toy_threadpool_new(2);
     int64_t V = c.vocab;
     double worst = 0;
@@ -312,8 +314,9 @@ static void kv_equals_full(struct toy_llama_config c) {
         }
         toy_ctx_free(ctx);
     }
-    cr_log_info("%s: KV decode vs full forward: max relative difference %.2e", c.arch, worst);
-    cr_assert_leq(worst, 1e-5);
+    cr_log_info("%s, %s cache: KV decode vs full forward: max relative difference %.2e", c.arch, toy_dtype_name(kvt),
+                worst);
+    cr_assert_leq(worst, tol);
     free(full);
     toy_threadpool_free(tp);
     toy_kv_cache_free(&kv);
@@ -323,6 +326,7 @@ static void kv_equals_full(struct toy_llama_config c) {
 Test(llama, kv_cache_decode_equals_full_forward) {
     struct toy_llama_config c = base_config();
     kv_equals_full(c);
+    kv_equals_full_t(c, TOY_F16, 5e-3); /* f16 cache: K and V rounded to half precision */
     f_gemma2(&c); /* sliding window and softcaps through the cache too */
     kv_equals_full(c);
 }

@@ -49,6 +49,9 @@ struct toy_generator;
 /* tok may be NULL (then text is empty and stop strings are ignored). */
 enum toy_status toy_generator_new(struct toy_llama *m, const struct toy_tokenizer *tok, int64_t n_ctx,
                                   struct toy_threadpool *tp, struct toy_generator **out);
+/* The same with the KV cache's element type (TOY_F32 or TOY_F16). */
+enum toy_status toy_generator_new_kv(struct toy_llama *m, const struct toy_tokenizer *tok, int64_t n_ctx,
+                                     enum toy_dtype kv_type, struct toy_threadpool *tp, struct toy_generator **out);
 void toy_generator_free(struct toy_generator *g);
 /* Records prefill and decode ops (and one span per phase) into a Chrome trace. */
 struct toy_trace;

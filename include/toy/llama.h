@@ -125,6 +125,9 @@ struct toy_kv_cache {
 };
 
 enum toy_status toy_kv_cache_init(struct toy_kv_cache *c, const struct toy_llama *m, int64_t n_ctx, int64_t n_seq);
+/* The same with the cache's element type: TOY_F32 or TOY_F16 (half the memory). */
+enum toy_status toy_kv_cache_init_type(struct toy_kv_cache *c, const struct toy_llama *m, int64_t n_ctx, int64_t n_seq,
+                                       enum toy_dtype type);
 void toy_kv_cache_free(struct toy_kv_cache *c);
 size_t toy_kv_cache_bytes(const struct toy_kv_cache *c);
 

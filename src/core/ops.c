@@ -295,7 +295,9 @@ struct toy_tensor *toy_softmax(struct toy_ctx *ctx, struct toy_tensor *x, struct
 
 struct toy_tensor *toy_attention(struct toy_ctx *ctx, struct toy_tensor *q, struct toy_tensor *k,
                                  struct toy_tensor *v, const struct toy_attn_params *p) {
-    CHECK(is_float(q) && is_float(k) && is_float(v), "attention", q, k, "f32 only");
+    bool cached16 = k->op == TOY_OP_KV_STORE && k->type == TOY_F16 && v->type == TOY_F16;
+    CHECK(is_float(q) && ((is_float(k) && is_float(v)) || cached16), "attention", q, k,
+          "f32 (or an f16 KV cache) only");
     CHECK(k->ne[0] == q->ne[0] && v->ne[0] == q->ne[0], "attention", q, k, "head dims differ");
     CHECK(toy_same_shape(k, v), "attention", k, v, "k and v differ");
     CHECK(k->ne[1] > 0 && q->ne[1] % k->ne[1] == 0, "attention", q, k,
@@ -318,12 +320,13 @@ struct toy_tensor *toy_attention(struct toy_ctx *ctx, struct toy_tensor *q, stru
 
 struct toy_tensor *toy_kv_store(struct toy_ctx *ctx, struct toy_tensor *cache, struct toy_tensor *x,
                                 struct toy_tensor *n_past) {
-    CHECK(cache->type == TOY_F32 && toy_is_contiguous(cache), "kv_store", cache, x, "cache must be contiguous f32");
+    CHECK((cache->type == TOY_F32 || cache->type == TOY_F16) && toy_is_contiguous(cache), "kv_store", cache, x,
+          "cache must be contiguous f32 or f16");
     CHECK(cache->op == TOY_OP_NONE && cache->data, "kv_store", cache, x, "cache must be a leaf with data");
     CHECK(x->ne[0] == cache->ne[0] && x->ne[1] == cache->ne[1] && x->ne[3] == cache->ne[3], "kv_store", cache, x,
           "head dim, heads and batch must match");
     CHECK(n_past->type == TOY_I32 && toy_nelements(n_past) == 1, "kv_store", cache, n_past, "n_past: one i32");
-    struct toy_tensor *t = new_result(ctx, TOY_OP_KV_STORE, TOY_F32, cache->ne);
+    struct toy_tensor *t = new_result(ctx, TOY_OP_KV_STORE, cache->type, cache->ne);
     t->src[0] = cache;
     t->src[1] = need_rows(ctx, x);
     t->src[2] = n_past;

@@ -36,6 +36,11 @@ static double now_s(void) {
 
 enum toy_status toy_generator_new(struct toy_llama *m, const struct toy_tokenizer *tok, int64_t n_ctx,
                                   struct toy_threadpool *tp, struct toy_generator **out) {
+    return toy_generator_new_kv(m, tok, n_ctx, TOY_F32, tp, out);
+}
+
+enum toy_status toy_generator_new_kv(struct toy_llama *m, const struct toy_tokenizer *tok, int64_t n_ctx,
+                                     enum toy_dtype kv_type, struct toy_threadpool *tp, struct toy_generator **out) {
     *out = NULL;
     struct toy_generator *g = calloc(1, sizeof *g);
     if (!g) return toy_error(TOY_ERR_NOMEM, "generator");
@@ -43,7 +48,7 @@ enum toy_status toy_generator_new(struct toy_llama *m, const struct toy_tokenize
     g->tok = tok;
     g->tp = tp;
     if (n_ctx <= 0 || n_ctx > m->cfg.max_ctx) n_ctx = m->cfg.max_ctx;
-    enum toy_status st = toy_kv_cache_init(&g->kv, m, n_ctx, 1);
+    enum toy_status st = toy_kv_cache_init_type(&g->kv, m, n_ctx, 1, kv_type);
     if (st) { free(g); return st; }
     g->dctx = toy_ctx_init(true);
     g->dtok = toy_new_tensor_2d(g->dctx, TOY_I32, 1, 1);

@@ -293,7 +293,14 @@ struct toy_tensor *toy_llama_forward_cached(struct toy_ctx *ctx, struct toy_llam
 /* ---- KV cache ------------------------------------------------------------------ */
 
 enum toy_status toy_kv_cache_init(struct toy_kv_cache *c, const struct toy_llama *m, int64_t n_ctx, int64_t n_seq) {
+    return toy_kv_cache_init_type(c, m, n_ctx, n_seq, TOY_F32);
+}
+
+enum toy_status toy_kv_cache_init_type(struct toy_kv_cache *c, const struct toy_llama *m, int64_t n_ctx, int64_t n_seq,
+                                       enum toy_dtype type) {
     memset(c, 0, sizeof *c);
+    if (type != TOY_F32 && type != TOY_F16)
+        return toy_error(TOY_ERR_UNSUPPORTED, "kv cache type %s (f32 or f16)", toy_dtype_name(type));
     int64_t L = m->cfg.n_layers, hd = toy_llama_head_dim(&m->cfg), Hkv = m->cfg.n_kv_heads;
     if (n_ctx <= 0 || n_seq <= 0) return toy_error(TOY_ERR_INVALID_ARG, "kv cache: context %lld, sequences %lld",
                                                    (long long)n_ctx, (long long)n_seq);
@@ -307,8 +314,8 @@ enum toy_status toy_kv_cache_init(struct toy_kv_cache *c, const struct toy_llama
     c->n_ctx = n_ctx;
     c->n_seq = n_seq;
     for (int64_t l = 0; l < L; l++) {
-        c->k[l] = toy_set_name(toy_new_tensor_4d(c->ctx, TOY_F32, hd, Hkv, n_ctx, n_seq), "cache_k.%lld", (long long)l);
-        c->v[l] = toy_set_name(toy_new_tensor_4d(c->ctx, TOY_F32, hd, Hkv, n_ctx, n_seq), "cache_v.%lld", (long long)l);
+        c->k[l] = toy_set_name(toy_new_tensor_4d(c->ctx, type, hd, Hkv, n_ctx, n_seq), "cache_k.%lld", (long long)l);
+        c->v[l] = toy_set_name(toy_new_tensor_4d(c->ctx, type, hd, Hkv, n_ctx, n_seq), "cache_v.%lld", (long long)l);
     }
     c->n_past = toy_set_name(toy_new_tensor_1d(c->ctx, TOY_I32, 1), "n_past");
     return TOY_OK;

@@ -52,6 +52,7 @@ size_t toy_cpu_attention_work(const struct toy_tensor *dst, int nth) {
     const struct toy_tensor *q = dst->op == TOY_OP_ATTENTION ? dst->src[0] : dst->src[1];
     const struct toy_tensor *k = dst->op == TOY_OP_ATTENTION ? dst->src[1] : dst->src[2];
     size_t per = (size_t)(3 * QB * k->ne[2] + 2 * QB + QB * q->ne[0]) * sizeof(float) + 256;
+    if (k->type != TOY_F32) per += (size_t)(2 * k->ne[2] * k->ne[0]) * sizeof(float); /* f16 K/V rows as f32 */
     return TOY_WORK_HEAD + per * (size_t)nth;
 }
 
@@ -67,16 +68,32 @@ static inline void key_range(const struct attn *a, int64_t t, int64_t *j0, int64
 
 #define QROW(x, h, t, b) ((float *)((char *)(x)->data + (h) * (x)->nb[1] + (t) * (x)->nb[2] + (b) * (x)->nb[3]))
 
+/* Rows t0..t0+n-1 of head h as f32: the tensor itself when it is f32, else
+ * converted into scratch (an f16 KV cache). *ld: the row stride in floats. */
+static const float *rows_f32(const struct toy_tensor *x, int64_t h, int64_t t0, int64_t n, int64_t b, float *scratch,
+                             int *ld) {
+    if (x->type == TOY_F32) {
+        *ld = (int)(x->nb[2] / 4);
+        return QROW(x, h, t0, b);
+    }
+    for (int64_t r = 0; r < n; r++)
+        toy_f16_to_f32_row((const toy_f16 *)((const char *)x->data + h * x->nb[1] + (t0 + r) * x->nb[2] + b * x->nb[3]),
+                           scratch + r * x->ne[0], x->ne[0]);
+    *ld = (int)x->ne[0];
+    return scratch;
+}
+
 /* S (nq x [js, je)) = scale * Q_blk K^T with the mask and softcap applied.
  * ld of S is ldS. Returns nothing; masked entries are -inf. */
 static void block_scores(const struct attn *a, const struct toy_tensor *q, const struct toy_tensor *k,
                          int64_t h, int64_t b, int64_t t0, int64_t nq, int64_t js, int64_t je, float *S,
-                         int64_t ldS) {
+                         int64_t ldS, float *kscratch) {
     int64_t g = h / a->group;
     const float *Q = QROW(q, h, t0, b);
-    const float *K = QROW(k, g, js, b);
+    int ldk;
+    const float *K = rows_f32(k, g, js, je - js, b, kscratch, &ldk);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nq, (int)(je - js), (int)a->D, a->scale, Q,
-                (int)(q->nb[2] / 4), K, (int)(k->nb[2] / 4), 0.0f, S, (int)ldS);
+                (int)(q->nb[2] / 4), K, ldk, 0.0f, S, (int)ldS);
     for (int64_t i = 0; i < nq; i++) {
         float *s = S + i * ldS;
         int64_t j0, j1;
@@ -103,6 +120,7 @@ void toy_cpu_attention(struct toy_tensor *dst, int ith, int nth, void *work, siz
     const struct toy_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2];
     struct attn a = attn_shape(q, k, dst);
     float *S = toy_work_slice((char *)work + TOY_WORK_HEAD, ws - TOY_WORK_HEAD, ith, nth);
+    float *kvs = S + 3 * QB * k->ne[2] + 2 * QB + QB * q->ne[0]; /* f16 rows converted (see _work) */
     float *lse = (float *)((char *)dst->data + toy_nbytes(dst));
     int64_t nblk = (a.Tq + QB - 1) / QB;
     int64_t items = a.B * a.Hq * nblk, w0, w1;
@@ -122,7 +140,7 @@ void toy_cpu_attention(struct toy_tensor *dst, int ith, int nth, void *work, siz
             }
             continue;
         }
-        block_scores(&a, q, k, h, b, t0, nq, js, je, S, nk);
+        block_scores(&a, q, k, h, b, t0, nq, js, je, S, nk, kvs);
         for (int64_t i = 0; i < nq; i++) {
             float *s = S + i * nk;
             float mx = toy_vec.max(s, nk);
@@ -131,9 +149,10 @@ void toy_cpu_attention(struct toy_tensor *dst, int ith, int nth, void *work, siz
             else memset(s, 0, (size_t)nk * 4);
             lse[(b * a.Tq + t0 + i) * a.Hq + h] = sum > 0 ? mx + logf(sum) : -INFINITY;
         }
-        const float *V = QROW(v, h / a.group, js, b);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nq, (int)a.D, (int)nk, 1.0f, S, (int)nk, V,
-                    (int)(v->nb[2] / 4), 0.0f, O, ldo);
+        int ldv;
+        const float *V = rows_f32(v, h / a.group, js, nk, b, kvs, &ldv);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nq, (int)a.D, (int)nk, 1.0f, S, (int)nk, V, ldv,
+                    0.0f, O, ldo);
     }
 }
 
@@ -173,7 +192,7 @@ void toy_cpu_attention_back(struct toy_tensor *dst, int ith, int nth, void *work
                     for (int64_t i = 0; i < nq; i++) memset(dQ + i * ldq, 0, (size_t)a.D * 4);
                     continue;
                 }
-                block_scores(&a, q, k, h, b, t0, nq, js, je, P, nk);
+                block_scores(&a, q, k, h, b, t0, nq, js, je, P, nk, NULL);
                 if (a.cap > 0)
                     for (int64_t i = 0; i < nq * nk; i++) C[i] = P[i] / a.cap;
                 const float *dOb = QROW(dO, h, t0, b);

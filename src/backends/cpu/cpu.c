@@ -730,7 +730,10 @@ static void k_kv_store(struct toy_tensor *dst, int ith, int nth) {
     for (int64_t r = r0; r < r1; r++) {
         int64_t h, t, b;
         toy_unravel(r, x, &h, &t, &b);
-        memcpy(TOY_ROW(cache, h, n_past + t, b), TOY_ROW(x, h, t, b), (size_t)x->ne[0] * 4);
+        if (cache->type == TOY_F16)
+            toy_f32_to_f16_row((const float *)TOY_ROW(x, h, t, b), (toy_f16 *)TOY_ROW(cache, h, n_past + t, b), x->ne[0]);
+        else
+            memcpy(TOY_ROW(cache, h, n_past + t, b), TOY_ROW(x, h, t, b), (size_t)x->ne[0] * 4);
     }
 }
 
