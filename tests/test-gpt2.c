@@ -1,0 +1,373 @@
+/* test-gpt2.c: GPT-2 (src/models/gpt2.c, gpt2-gguf.c, src/infer/
+ * generate-gpt2.c) against a PyTorch reference written in the tests
+ * (tests/torch/ref_gpt2.py, float64), through GGUF files toy writes:
+ *  - logits of a tied and an untied model, loaded back mapped, within
+ *    1e-4 (1 + |ref|);
+ *  - 20 AdamW training steps from the same init and batches: losses within
+ *    1e-4 (1 + |ref|);
+ *  - KV-cache decode logits equal the full-sequence forward at every position;
+ *  - a tiny GPT-2 trained through the generic trainer (toy_trainer_new_lm) on
+ *    TinyShakespeare beats the unigram baseline on held-out text, its
+ *    checkpoint loads back, and it generates text with the KV cache;
+ *  - `toy train --arch gpt2` and `toy generate` on its checkpoint. */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "toy/gguf.h"
+#include "toy/gpt2.h"
+#include "toy/toy.h"
+#include "toy/trainer.h"
+
+static char tmpdir[256];
+
+static void make_tmp(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/toy-test-gpt2-XXXXXX");
+    cr_assert(mkdtemp(tmpdir));
+}
+
+static void rm_tmp(void) {
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd)) {}
+}
+
+static struct toy_gpt2_config base_config(void) {
+    struct toy_gpt2_config c = toy_gpt2_preset("tiny");
+    c.vocab = 61;
+    c.d_model = 48;
+    c.n_heads = 4;
+    c.d_ff = 96;
+    c.n_layers = 2;
+    c.max_ctx = 32;
+    return c;
+}
+
+/* random init, larger weights, and every LayerNorm and bias perturbed so none is trivial */
+static struct toy_gpt2 *random_model(const struct toy_gpt2_config *c, bool tied, uint64_t seed) {
+    struct toy_gpt2 *m = toy_gpt2_new(c, seed);
+    cr_assert(m, "%s", toy_last_error());
+    if (!tied) { /* an untied head: its own tensor */
+        struct toy_tensor *o = toy_set_name(toy_new_tensor_2d(m->ctx, TOY_F32, c->d_model, c->vocab), "output.weight");
+        toy_set_param(o);
+        m->output = o;
+        m->tied = false;
+    }
+    struct toy_rng r;
+    toy_rng_seed(&r, seed + 99);
+    for (int i = 0; i < toy_gpt2_n_tensors(m); i++) {
+        struct toy_tensor *t = toy_gpt2_tensor(m, i);
+        float *d = t->data;
+        if (t->ne[1] > 1) {
+            for (int64_t k = 0; k < toy_nelements(t); k++) d[k] = (t == m->output && !tied ? 0.02f * toy_rng_normal(&r) : d[k]) * 8.0f;
+            continue;
+        }
+        bool bias = strstr(t->name, ".bias") != NULL;
+        for (int64_t k = 0; k < toy_nelements(t); k++) d[k] = (bias ? 0.0f : 1.0f) + 0.2f * toy_rng_normal(&r);
+    }
+    return m;
+}
+
+static void save(struct toy_gpt2 *m, const char *path) {
+    struct toy_gguf_writer *w;
+    cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
+    cr_assert_eq(toy_gpt2_write_gguf(m, w, TOY_F32), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(toy_gguf_writer_write(w, path), TOY_OK, "%s", toy_last_error());
+    toy_gguf_writer_free(w);
+}
+
+static float *toy_logits(struct toy_gpt2 *m, const int32_t *tokens, int T, int B) {
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, T, B), *pos = toy_new_tensor_1d(ctx, TOY_I32, T);
+    memcpy(tok->data, tokens, sizeof(int32_t) * (size_t)(T * B));
+    for (int t = 0; t < T; t++) ((int32_t *)pos->data)[t] = t;
+    struct toy_tensor *lg = toy_gpt2_forward(ctx, m, tok, pos);
+    toy_set_output(lg);
+    struct toy_graph *g = toy_graph_new(ctx);
+    toy_graph_build(g, lg);
+    struct toy_threadpool *tp = toy_threadpool_new(2);
+    cr_assert_eq(toy_graph_compute(g, tp), TOY_OK, "%s", toy_last_error());
+    size_t n = (size_t)toy_nelements(lg);
+    float *out = malloc(n * sizeof *out);
+    memcpy(out, lg->data, n * sizeof *out);
+    toy_threadpool_free(tp);
+    toy_ctx_free(ctx);
+    return out;
+}
+
+static json_t *run_reference(json_t *cases) {
+    char spec[400], out[400], cmd[1200];
+    snprintf(spec, sizeof spec, "%s/spec.json", tmpdir);
+    snprintf(out, sizeof out, "%s/out.json", tmpdir);
+    json_t *root = json_pack("{s:o}", "cases", cases);
+    cr_assert_eq(json_dump_file(root, spec, 0), 0);
+    json_decref(root);
+    const char *py = getenv("TOY_PY") ? getenv("TOY_PY") : "/usr/bin/python3";
+    if (access(py, X_OK)) cr_skip_test("no %s for the PyTorch reference", py);
+    snprintf(cmd, sizeof cmd, "%s tests/torch/ref_gpt2.py '%s' '%s'", py, spec, out);
+    cr_assert_eq(system(cmd), 0, "the PyTorch reference failed: %s", cmd);
+    json_error_t err;
+    json_t *res = json_load_file(out, 0, &err);
+    cr_assert(res, "%s", err.text);
+    return res;
+}
+
+Test(gpt2, logits_match_pytorch_tied_and_untied, .timeout = 300) {
+    make_tmp();
+    const int T = 11, B = 2;
+    int32_t tokens[T * B];
+    for (int i = 0; i < T * B; i++) tokens[i] = (i * 37 + 5) % 61;
+    json_t *specs = json_array();
+    float *ours[2];
+    for (int i = 0; i < 2; i++) {
+        struct toy_gpt2_config c = base_config();
+        struct toy_gpt2 *m = random_model(&c, i == 0, 100 + (uint64_t)i);
+        char path[400];
+        snprintf(path, sizeof path, "%s/%d.gguf", tmpdir, i);
+        save(m, path);
+        toy_gpt2_free(m);
+        struct toy_gpt2 *lm;
+        cr_assert_eq(toy_gpt2_load(path, false, &lm), TOY_OK, "%s", toy_last_error());
+        cr_assert_eq(lm->tied, i == 0);
+        cr_assert_eq(lm->cfg.d_model, c.d_model);
+        cr_assert_eq(lm->cfg.max_ctx, c.max_ctx);
+        ours[i] = toy_logits(lm, tokens, T, B);
+        toy_gpt2_free(lm);
+        json_t *tk = json_array();
+        for (int b = 0; b < B; b++) {
+            json_t *row = json_array();
+            for (int t = 0; t < T; t++) json_array_append_new(row, json_integer(tokens[b * T + t]));
+            json_array_append_new(tk, row);
+        }
+        json_array_append_new(specs, json_pack("{s:s,s:o}", "gguf", path, "tokens", tk));
+    }
+    json_t *res = run_reference(specs);
+    for (int i = 0; i < 2; i++) {
+        json_t *ref = json_object_get(json_array_get(json_object_get(res, "cases"), (size_t)i), "logits");
+        cr_assert_eq(json_array_size(ref), (size_t)(T * B * 61));
+        double worst = 0;
+        for (size_t k = 0; k < json_array_size(ref); k++) {
+            double r = json_number_value(json_array_get(ref, k));
+            double e = fabs(ours[i][k] - r) / (1 + fabs(r));
+            if (!(e <= worst)) worst = e;
+        }
+        cr_log_info("gpt2 %s: max |toy - torch| / (1 + |torch|) = %.2e", i ? "untied" : "tied", worst);
+        cr_assert_leq(worst, 1e-4);
+        free(ours[i]);
+    }
+    json_decref(res);
+    rm_tmp();
+}
+
+Test(gpt2, training_steps_match_pytorch, .timeout = 300) {
+    make_tmp();
+    struct toy_gpt2_config c = base_config();
+    struct toy_gpt2 *m0 = random_model(&c, true, 7);
+    char path[400];
+    snprintf(path, sizeof path, "%s/train.gguf", tmpdir);
+    save(m0, path);
+    toy_gpt2_free(m0);
+    struct toy_gpt2 *m;
+    cr_assert_eq(toy_gpt2_load(path, true, &m), TOY_OK, "%s", toy_last_error());
+    cr_assert(m->tied);
+    const int T = 16, B = 3, steps = 20;
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, T, B), *tgt = toy_new_tensor_2d(ctx, TOY_I32, T, B);
+    struct toy_tensor *pos = toy_new_tensor_1d(ctx, TOY_I32, T);
+    for (int t = 0; t < T; t++) ((int32_t *)pos->data)[t] = t;
+    struct toy_lm lm = toy_gpt2_lm(m);
+    struct toy_tensor *loss = toy_cross_entropy(ctx, lm.forward(lm.self, ctx, tok, pos), tgt, -100);
+    struct toy_graph *g = toy_graph_new(ctx);
+    toy_graph_build(g, loss);
+    toy_graph_backward(g, loss);
+    struct toy_optim *o = toy_optim_new(TOY_OPTIM_ADAMW);
+    int grp = toy_optim_add_group(o, &(struct toy_optim_group){.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                                                               .weight_decay = 0.1f});
+    for (int i = 0; i < lm.n_tensors(lm.self); i++) toy_optim_add_param(o, lm.tensor(lm.self, i), grp);
+    struct toy_threadpool *tp = toy_threadpool_new(2);
+    struct toy_rng r;
+    toy_rng_seed(&r, 3);
+    json_t *batches = json_array();
+    float losses[20];
+    for (int s = 0; s < steps; s++) {
+        json_t *bt = json_array(), *bg = json_array();
+        for (int b = 0; b < B; b++) {
+            json_t *rt = json_array(), *rg = json_array();
+            for (int t = 0; t < T; t++) {
+                int32_t a = (int32_t)toy_rng_below(&r, 61), y = (int32_t)toy_rng_below(&r, 61);
+                ((int32_t *)tok->data)[b * T + t] = a;
+                ((int32_t *)tgt->data)[b * T + t] = y;
+                json_array_append_new(rt, json_integer(a));
+                json_array_append_new(rg, json_integer(y));
+            }
+            json_array_append_new(bt, rt);
+            json_array_append_new(bg, rg);
+        }
+        json_array_append_new(batches, json_pack("[o,o]", bt, bg));
+        toy_optim_zero_grad(o);
+        cr_assert_eq(toy_graph_compute(g, tp), TOY_OK);
+        losses[s] = *(float *)loss->data;
+        toy_optim_step(o, 1e-3f, tp);
+    }
+    json_t *spec = json_array();
+    json_array_append_new(spec, json_pack("{s:s,s:{s:f,s:f,s:f,s:f,s:f,s:o}}", "gguf", path, "train", "lr", 1e-3,
+                                          "beta1", 0.9, "beta2", 0.95, "eps", 1e-8, "wd", 0.1, "batches", batches));
+    json_t *res = run_reference(spec);
+    json_t *ref = json_object_get(json_array_get(json_object_get(res, "cases"), 0), "losses");
+    double worst = 0;
+    for (int s = 0; s < steps; s++) {
+        double rv = json_number_value(json_array_get(ref, (size_t)s));
+        worst = fmax(worst, fabs(losses[s] - rv) / (1 + fabs(rv)));
+    }
+    cr_log_info("gpt2: 20 AdamW steps: loss %.4f -> %.4f, max |toy - torch| / (1 + |torch|) = %.2e", losses[0],
+                losses[steps - 1], worst);
+    cr_assert_leq(worst, 1e-4);
+    cr_assert_lt(losses[steps - 1], losses[0]);
+    json_decref(res);
+    toy_optim_free(o);
+    toy_threadpool_free(tp);
+    toy_ctx_free(ctx);
+    toy_gpt2_free(m);
+    rm_tmp();
+}
+
+/* Prefill 5 tokens, then decode one at a time: every position's logits
+ * equal the full-sequence forward's. */
+Test(gpt2, kv_cache_decode_equals_full_forward) {
+    struct toy_gpt2_config c = base_config();
+    struct toy_gpt2 *m = random_model(&c, true, 21);
+    const int T = 14, P = 5;
+    int32_t tokens[T];
+    for (int i = 0; i < T; i++) tokens[i] = (i * 13 + 2) % 61;
+    float *full = toy_logits(m, tokens, T, 1);
+    struct toy_kv_cache kv;
+    cr_assert_eq(toy_gpt2_cache_init(&kv, m, 32, 1), TOY_OK);
+    struct toy_threadpool *tp = toy_threadpool_new(2);
+    int64_t V = c.vocab;
+    double worst = 0;
+    for (int phase = 0; phase < 2; phase++) {
+        int tn = phase == 0 ? P : 1;
+        struct toy_ctx *ctx = toy_ctx_init(true);
+        struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, tn, 1), *pos = toy_new_tensor_1d(ctx, TOY_I32, tn);
+        struct toy_tensor *lg = toy_gpt2_forward_cached(ctx, m, &kv, tok, pos);
+        toy_set_output(lg);
+        struct toy_graph *g = toy_graph_new(ctx);
+        toy_graph_build(g, lg);
+        for (int start = phase == 0 ? 0 : P; start < (phase == 0 ? 1 : T); start++) {
+            int n0 = phase == 0 ? 0 : start;
+            *(int32_t *)kv.n_past->data = n0;
+            for (int i = 0; i < tn; i++) {
+                ((int32_t *)tok->data)[i] = tokens[n0 + i];
+                ((int32_t *)pos->data)[i] = n0 + i;
+            }
+            cr_assert_eq(toy_graph_compute(g, tp), TOY_OK, "%s", toy_last_error());
+            for (int i = 0; i < tn; i++)
+                for (int64_t v = 0; v < V; v++) {
+                    double a = ((float *)lg->data)[i * V + v], b = full[(n0 + i) * V + v];
+                    worst = fmax(worst, fabs(a - b) / (1 + fabs(b)));
+                }
+        }
+        toy_ctx_free(ctx);
+    }
+    cr_log_info("gpt2: KV decode vs full forward: max relative difference %.2e", worst);
+    cr_assert_leq(worst, 1e-5);
+    free(full);
+    toy_threadpool_free(tp);
+    toy_kv_cache_free(&kv);
+    toy_gpt2_free(m);
+}
+
+static char *read_text(const char *path, size_t max, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = malloc(max + 1);
+    *len = fread(buf, 1, max, f);
+    buf[*len] = 0;
+    fclose(f);
+    return buf;
+}
+
+static bool collect(void *ud, int32_t id, const char *text, size_t len, float lp) {
+    (void)id;
+    (void)lp;
+    char *out = ud;
+    size_t n = strlen(out);
+    if (n + len < 4000) { memcpy(out + n, text, len); out[n + len] = 0; }
+    return true;
+}
+
+#define SHAKESPEARE "../shared/testdata/corpus-tinyshakespeare/input.txt"
+
+Test(gpt2, tinyshakespeare_beats_unigram_and_generates, .timeout = 300) {
+    size_t len;
+    char *text = read_text(SHAKESPEARE, 300000, &len);
+    if (!text) cr_skip_test("no %s", SHAKESPEARE);
+    make_tmp();
+    struct toy_tokenizer *tok;
+    struct toy_bpe_train_opts bo = {.vocab_size = 384};
+    cr_assert_eq(toy_tokenizer_train_bpe(text, len, &bo, &tok), TOY_OK, "%s", toy_last_error());
+    struct toy_tokens ids = {0};
+    cr_assert_eq(toy_tokenizer_encode(tok, text, len, 0, &ids), TOY_OK);
+    free(text);
+    struct toy_data_opts dopt = {.batch = 16, .ctx = 64, .heldout = 0.1, .seed = 1};
+    struct toy_data *data;
+    int64_t V = toy_tokenizer_n_vocab(tok);
+    cr_assert_eq(toy_data_from_ids(ids.ids, ids.n, V, &dopt, &data), TOY_OK, "%s", toy_last_error());
+    /* unigram baseline: cross-entropy of held-out tokens under training frequencies (add-one) */
+    int64_t ntr = toy_data_train_tokens(data), nall = toy_data_count(data);
+    double *cnt = calloc((size_t)V, sizeof *cnt);
+    for (int64_t i = 0; i < ntr; i++) cnt[ids.ids[i]] += 1;
+    double unigram = 0;
+    for (int64_t i = ntr; i < nall; i++) unigram -= log((cnt[ids.ids[i]] + 1) / (double)(ntr + V));
+    unigram /= (double)(nall - ntr);
+    free(cnt);
+    toy_tokens_free(&ids);
+
+    struct toy_gpt2_config c = toy_gpt2_preset("tiny");
+    c.vocab = V;
+    c.max_ctx = 64;
+    struct toy_gpt2 *m = toy_gpt2_new(&c, 5);
+    struct toy_lm lm = toy_gpt2_lm(m);
+    struct toy_train_opts o = {.steps = 250, .accum = 1, .lr = 3e-3f, .lr_min = 3e-4f, .warmup = 20,
+                               .schedule = TOY_LR_COSINE, .weight_decay = 0.1f, .beta1 = 0.9f, .beta2 = 0.95f,
+                               .eps = 1e-8f, .clip = 1.0f, .seed = 1, .eval_every = 0, .eval_batches = 8};
+    struct toy_trainer *tr;
+    cr_assert_eq(toy_trainer_new_lm(&lm, tok, data, &o, tmpdir, NULL, 2, &tr), TOY_OK, "%s", toy_last_error());
+    struct toy_train_result res;
+    cr_assert_eq(toy_trainer_run(tr, &res), TOY_OK, "%s", toy_last_error());
+    cr_log_info("gpt2 on TinyShakespeare (%lld-token BPE): held-out loss %.3f vs unigram %.3f after %lld steps "
+                "(%.1f s, %.0f tok/s)", (long long)V, res.final_eval_loss, unigram, (long long)res.final_step,
+                res.seconds, res.tokens_per_s);
+    cr_assert_lt(res.final_eval_loss, unigram - 0.3, "held-out %.3f vs unigram %.3f", res.final_eval_loss, unigram);
+    cr_assert(res.checkpoint[0]);
+    toy_trainer_free(tr);
+
+    /* the checkpoint loads back (mapped) as GPT-2 with its tokenizer, and generates */
+    struct toy_gpt2 *back;
+    cr_assert_eq(toy_gpt2_load(res.checkpoint, false, &back), TOY_OK, "%s", toy_last_error());
+    struct toy_tokenizer *tok2;
+    cr_assert_eq(toy_tokenizer_load_gguf(back->gguf, &tok2), TOY_OK, "%s", toy_last_error());
+    struct toy_tokens prompt = {0};
+    cr_assert_eq(toy_tokenizer_encode(tok2, "ROMEO:", 6, 0, &prompt), TOY_OK);
+    struct toy_generate_params gp = {.n_predict = 40, .sampling = {.temperature = 0.0f}};
+    char out[4096] = "";
+    struct toy_generate_result gr;
+    struct toy_threadpool *tp = toy_threadpool_new(2);
+    cr_assert_eq(toy_gpt2_generate(back, tok2, 0, tp, prompt.ids, prompt.n, &gp, collect, out, &gr), TOY_OK, "%s",
+                 toy_last_error());
+    cr_log_info("gpt2 sample: ROMEO:%s", out);
+    cr_assert_gt(gr.n_generated, 0);
+    cr_assert_gt(strlen(out), 10);
+    toy_threadpool_free(tp);
+    toy_tokens_free(&prompt);
+    toy_tokenizer_free(tok2);
+    toy_gpt2_free(back);
+    toy_gpt2_free(m);
+    toy_data_free(data);
+    toy_tokenizer_free(tok);
+    rm_tmp();
+}
