@@ -292,6 +292,8 @@ int toy_cmd_finetune(int argc, char **argv) {
                               "final_loss", isfinite(res.final_loss) ? json_real(res.final_loss) : json_null(),
                               "eval_loss", isfinite(res.final_eval_loss) ? json_real(res.final_eval_loss) : json_null(),
                               "reason", reason, "checkpoint", res.checkpoint, "tokens_per_s", res.tokens_per_s);
+        json_object_set_new(j, "activation_bytes", json_integer((json_int_t)toy_finetuner_activation_bytes(ft)));
+        json_object_set_new(j, "trainable_bytes", json_integer((json_int_t)toy_finetuner_trainable_bytes(ft)));
         char *s = json_dumps(j, JSON_COMPACT);
         puts(s);
         free(s);

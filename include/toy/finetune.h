@@ -211,6 +211,11 @@ enum toy_status toy_finetuner_run(struct toy_finetuner *f, struct toy_train_resu
 enum toy_status toy_finetuner_eval(struct toy_finetuner *f, int64_t n_batches, float *loss);
 enum toy_status toy_finetuner_checkpoint(struct toy_finetuner *f, char *path, size_t path_size);
 enum toy_status toy_finetuner_load_state(struct toy_finetuner *f, const char *state_path);
+/* What the fine-tune holds besides the base: the planned activation buffer
+ * (shared by the training and evaluation graphs) and the trainable tensors
+ * with their gradients and AdamW moments (4 f32 per parameter). */
+size_t toy_finetuner_activation_bytes(const struct toy_finetuner *f);
+size_t toy_finetuner_trainable_bytes(const struct toy_finetuner *f);
 
 #ifdef __cplusplus
 }

@@ -43,6 +43,8 @@ struct toy_finetuner {
     toy_step_fn on_step;
     void *ud;
     int64_t eval_rows, eval_tokens;
+    struct toy_tensor **own_grads; /* parameters whose gradient buffers live in ctx */
+    int n_own_grads;
 };
 
 static double now_s(void) {
@@ -127,6 +129,11 @@ enum toy_status toy_finetuner_new(struct toy_llama *m, struct toy_lora *lora, co
     f->loss = build_loss(f->ctx, m, T, B, &f->tok_t, &f->tgt_t);
     f->g = toy_graph_new(f->ctx);
     toy_graph_build(f->g, f->loss);
+    /* the gradient buffers backward creates live in ctx: forget them on free */
+    f->own_grads = calloc((size_t)toy_graph_n_params(f->g) + 1, sizeof *f->own_grads);
+    if (!f->own_grads) { toy_finetuner_free(f); return toy_error(TOY_ERR_NOMEM, "finetuner"); }
+    for (int i = 0; i < toy_graph_n_params(f->g); i++)
+        if (!toy_graph_param(f->g, i)->grad) f->own_grads[f->n_own_grads++] = toy_graph_param(f->g, i);
     toy_graph_backward(f->g, f->loss);
     if (lora) toy_lora_dropout_end(lora); /* the graph keeps its masks; generation must not see them */
     st = toy_graph_plan(f->g, &f->buf, NULL);
@@ -164,6 +171,8 @@ enum toy_status toy_finetuner_new(struct toy_llama *m, struct toy_lora *lora, co
 
 void toy_finetuner_free(struct toy_finetuner *f) {
     if (!f) return;
+    for (int i = 0; i < f->n_own_grads; i++) f->own_grads[i]->grad = NULL;
+    free(f->own_grads);
     toy_optim_free(f->opt);
     toy_ctx_free(f->ctx);
     toy_ctx_free(f->ectx);
@@ -179,6 +188,13 @@ void toy_finetuner_on_step(struct toy_finetuner *f, toy_step_fn fn, void *ud) {
 
 int64_t toy_finetuner_steps(const struct toy_finetuner *f) { return f->steps; }
 int64_t toy_finetuner_step(const struct toy_finetuner *f) { return f->step; }
+size_t toy_finetuner_activation_bytes(const struct toy_finetuner *f) { return f->buf.size; }
+
+size_t toy_finetuner_trainable_bytes(const struct toy_finetuner *f) {
+    size_t n = 0;
+    for (int i = 0; i < toy_optim_n_params(f->opt); i++) n += (size_t)toy_nelements(toy_optim_param(f->opt, i));
+    return n * 4 * sizeof(float);
+}
 
 static int64_t count_targets(const struct toy_tensor *y) {
     int64_t n = 0;

@@ -1,0 +1,747 @@
+/* test-finetune.c: LoRA, QLoRA, SFT data and the fine-tuning loop
+ * (src/train/lora.c, sft.c, finetune.c; toy/finetune.h):
+ *  - with B = 0 an adapted model's logits equal the base's exactly;
+ *  - logits, loss and A/B gradients against PyTorch (tests/torch/ref_lora.py,
+ *    PEFT's math in float64) at <= 1e-4 relative, over an F32 base and over
+ *    a Q8_0 base (QLoRA; the reference reads the dequantized weights);
+ *  - adapter GGUF: llama.cpp's names, shapes and keys; load + save is
+ *    byte-identical;
+ *  - merged model's logits equal base + adapter (F32 base, <= 1e-4), and a
+ *    quantized base stays quantized when merged;
+ *  - SFT rows: -100 on prompt and padding, ids on completion; a
+ *    masked-token probe: the loss is the mean over completion tokens only;
+ *  - `toy finetune` takes a from-scratch checkpoint to answering a synthetic
+ *    instruction set, and a resumed run ends bit-identical to an
+ *    uninterrupted one;
+ *  - QLoRA on a Q4_0 base of the SmolLM2-135M shape (random weights) keeps
+ *    the peak resident memory under base file + adapter state + activations. */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "toy/convert.h"
+#include "toy/finetune.h"
+#include "toy/gguf.h"
+#include "toy/graph.h"
+#include "toy/toy.h"
+
+static char tmpdir[256];
+
+static void make_tmp(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/toy-test-ft-XXXXXX");
+    cr_assert(mkdtemp(tmpdir));
+}
+
+static void rm_tmp(void) {
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd)) {}
+}
+
+static const char *toy_bin(void) { return getenv("TOY_BIN") ? getenv("TOY_BIN") : "build/toy"; }
+
+static struct toy_llama_config small_config(void) {
+    struct toy_llama_config c = toy_llama_preset("tiny");
+    c.vocab = 61;
+    c.d_model = 64;
+    c.n_heads = 4;
+    c.n_kv_heads = 2;
+    c.d_ff = 96;
+    c.n_layers = 2;
+    c.max_ctx = 64;
+    return c;
+}
+
+/* a random model with weights large enough for sharp logits, as F32 GGUF */
+static void make_base(const char *path, const struct toy_llama_config *c, uint64_t seed) {
+    struct toy_llama *m = toy_llama_new(c, seed);
+    cr_assert(m, "%s", toy_last_error());
+    for (int i = 0; i < toy_llama_n_tensors(m); i++) {
+        struct toy_tensor *t = toy_llama_tensor(m, i);
+        float *d = t->data;
+        if (t->ne[1] > 1)
+            for (int64_t k = 0; k < toy_nelements(t); k++) d[k] *= 8.0f;
+    }
+    struct toy_gguf_writer *w;
+    cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
+    cr_assert_eq(toy_llama_write_gguf(m, w, TOY_F32), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(toy_gguf_writer_write(w, path), TOY_OK, "%s", toy_last_error());
+    toy_gguf_writer_free(w);
+    toy_llama_free(m);
+}
+
+/* every tensor of `in` as F32 (what a quantized base means, for the reference) */
+static void write_dequantized(const char *in, const char *out) {
+    struct toy_gguf *g;
+    cr_assert_eq(toy_gguf_open(in, &g), TOY_OK, "%s", toy_last_error());
+    struct toy_gguf_writer *w;
+    cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
+    for (int64_t i = 0; i < toy_gguf_n_kv(g); i++) toy_gguf_writer_copy_kv(w, g, i);
+    toy_gguf_writer_remove(w, "general.file_type");
+    int64_t n = toy_gguf_n_tensors(g);
+    float **bufs = calloc((size_t)n, sizeof *bufs);
+    for (int64_t i = 0; i < n; i++) {
+        const struct toy_gguf_tensor *t = toy_gguf_tensor(g, i);
+        bufs[i] = malloc((size_t)t->n_elements * sizeof(float));
+        cr_assert_eq(toy_gguf_tensor_read_f32(g, i, bufs[i], t->n_elements), TOY_OK, "%s", toy_last_error());
+        cr_assert_eq(toy_gguf_writer_add_tensor(w, t->name, TOY_F32, t->n_dims < 1 ? 1 : t->n_dims, t->ne, bufs[i]),
+                     TOY_OK, "%s", toy_last_error());
+    }
+    cr_assert_eq(toy_gguf_writer_write(w, out), TOY_OK, "%s", toy_last_error());
+    toy_gguf_writer_free(w);
+    for (int64_t i = 0; i < n; i++) free(bufs[i]);
+    free(bufs);
+    toy_gguf_close(g);
+}
+
+static float **grads_out; /* set: run_model copies the gradients of these lora tensors here */
+static struct toy_lora *grads_of;
+
+/* logits {vocab, T, B} as a malloc'd copy; with targets, also the loss and
+ * (grads_of) the gradients of an adapter's tensors */
+static float *run_model(struct toy_llama *m, const int32_t *tokens, const int32_t *targets, int T, int B,
+                        float *loss_out) {
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, T, B), *pos = toy_new_tensor_1d(ctx, TOY_I32, T);
+    memcpy(tok->data, tokens, sizeof(int32_t) * (size_t)(T * B));
+    for (int t = 0; t < T; t++) ((int32_t *)pos->data)[t] = t;
+    struct toy_tensor *lg = toy_llama_forward(ctx, m, tok, pos);
+    toy_set_output(lg);
+    struct toy_tensor *loss = NULL;
+    struct toy_graph *g = toy_graph_new(ctx);
+    if (targets) {
+        struct toy_tensor *tgt = toy_new_tensor_2d(ctx, TOY_I32, T, B);
+        memcpy(tgt->data, targets, sizeof(int32_t) * (size_t)(T * B));
+        loss = toy_cross_entropy(ctx, lg, tgt, -100);
+        toy_graph_build(g, loss);
+        toy_graph_backward(g, loss);
+        toy_graph_zero_grads(g);
+    } else {
+        toy_graph_build(g, lg);
+    }
+    struct toy_threadpool *tp = toy_threadpool_new(2);
+    cr_assert_eq(toy_graph_compute(g, tp), TOY_OK, "%s", toy_last_error());
+    size_t n = (size_t)toy_nelements(lg);
+    float *out = malloc(n * sizeof *out);
+    memcpy(out, lg->data, n * sizeof *out);
+    if (loss_out && loss) *loss_out = *(float *)loss->data;
+    for (int i = 0; grads_of && loss && i < toy_lora_n_tensors(grads_of); i++) {
+        struct toy_tensor *p = toy_lora_tensor(grads_of, i);
+        cr_assert(p->grad, "%s: no gradient", p->name);
+        grads_out[i] = malloc((size_t)toy_nelements(p) * sizeof(float));
+        memcpy(grads_out[i], p->grad->data, (size_t)toy_nelements(p) * sizeof(float));
+    }
+    for (int i = 0; i < toy_graph_n_params(g); i++) toy_graph_param(g, i)->grad = NULL; /* they live in ctx */
+    toy_threadpool_free(tp);
+    toy_ctx_free(ctx);
+    return out;
+}
+
+static void fill_tokens(int32_t *tok, int32_t *tgt, int n, int vocab, uint64_t seed) {
+    struct toy_rng r;
+    toy_rng_seed(&r, seed);
+    for (int i = 0; i < n; i++) {
+        tok[i] = (int32_t)toy_rng_below(&r, (uint64_t)vocab);
+        if (tgt) tgt[i] = i % 3 == 0 ? -100 : (int32_t)toy_rng_below(&r, (uint64_t)vocab);
+    }
+}
+
+static void randomize_b(struct toy_lora *a, uint64_t seed, float std) {
+    struct toy_rng r;
+    toy_rng_seed(&r, seed);
+    for (int i = 1; i < toy_lora_n_tensors(a); i += 2) {
+        struct toy_tensor *t = toy_lora_tensor(a, i);
+        float *d = t->data;
+        for (int64_t k = 0; k < toy_nelements(t); k++) d[k] = std * toy_rng_normal(&r);
+    }
+}
+
+static bool files_equal(const char *a, const char *b) {
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    bool eq = fa && fb;
+    while (eq) {
+        int ca = fgetc(fa), cb = fgetc(fb);
+        if (ca != cb) eq = false;
+        if (ca == EOF || cb == EOF) break;
+    }
+    if (fa) fclose(fa);
+    if (fb) fclose(fb);
+    return eq;
+}
+
+/* ---- LoRA math -------------------------------------------------------------------- */
+
+Test(finetune, zero_b_leaves_logits_unchanged) {
+    make_tmp();
+    struct toy_llama_config c = small_config();
+    char path[400];
+    snprintf(path, sizeof path, "%s/base.gguf", tmpdir);
+    make_base(path, &c, 11);
+    struct toy_llama *m;
+    cr_assert_eq(toy_llama_load(path, false, &m), TOY_OK, "%s", toy_last_error());
+    const int T = 12, B = 2;
+    int32_t tok[24];
+    fill_tokens(tok, NULL, T * B, 61, 5);
+    float *base = run_model(m, tok, NULL, T, B, NULL);
+    struct toy_lora *a;
+    struct toy_lora_opts o = {.rank = 4, .alpha = 8, .targets = (1u << TOY_LORA_N_TARGETS) - 1, .seed = 1};
+    cr_assert_eq(toy_lora_attach(m, &o, &a), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(toy_lora_n_tensors(a), 2 * 7 * 2);
+    cr_assert_float_eq(m->lora_scale, 2.0f, 0);
+    /* A is Kaiming-uniform: within +-1/sqrt(in), not all zero */
+    const struct toy_tensor *A = toy_lora_tensor(a, 0);
+    float amax = 0;
+    for (int64_t k = 0; k < toy_nelements(A); k++) amax = fmaxf(amax, fabsf(((float *)A->data)[k]));
+    cr_assert(amax > 0.5f / sqrtf(64.0f) && amax <= 1.0f / sqrtf(64.0f), "A max %g", amax);
+    float *adapted = run_model(m, tok, NULL, T, B, NULL);
+    for (int64_t i = 0; i < (int64_t)T * B * 61; i++)
+        cr_assert(adapted[i] == base[i], "logit %lld: %.9g vs %.9g", (long long)i, adapted[i], base[i]);
+    free(base);
+    free(adapted);
+    toy_lora_free(a);
+    cr_assert_null(m->layers[0].lora_a[0]);
+    toy_llama_free(m);
+    rm_tmp();
+}
+
+static json_t *run_reference(json_t *cases) {
+    char spec[400], out[400], cmd[1200];
+    snprintf(spec, sizeof spec, "%s/spec.json", tmpdir);
+    snprintf(out, sizeof out, "%s/out.json", tmpdir);
+    json_t *root = json_pack("{s:o}", "cases", cases);
+    cr_assert_eq(json_dump_file(root, spec, 0), 0);
+    json_decref(root);
+    const char *py = getenv("TOY_PY") ? getenv("TOY_PY") : "/usr/bin/python3";
+    if (access(py, X_OK)) cr_skip_test("no %s for the PyTorch reference", py);
+    snprintf(cmd, sizeof cmd, "%s tests/torch/ref_lora.py '%s' '%s'", py, spec, out);
+    cr_assert_eq(system(cmd), 0, "the PyTorch reference failed: %s", cmd);
+    json_error_t err;
+    json_t *res = json_load_file(out, 0, &err);
+    cr_assert(res, "%s", err.text);
+    return res;
+}
+
+static json_t *ids_json(const int32_t *v, int T, int B) {
+    json_t *rows = json_array();
+    for (int b = 0; b < B; b++) {
+        json_t *r = json_array();
+        for (int t = 0; t < T; t++) json_array_append_new(r, json_integer(v[b * T + t]));
+        json_array_append_new(rows, r);
+    }
+    return rows;
+}
+
+/* toy vs PyTorch on `model` (what toy loads) and `ref_model` (what the
+ * reference reads: the same weights in F32) */
+static void check_against_torch(const char *model, const char *ref_model, double tol, const char *what) {
+    struct toy_llama *m;
+    cr_assert_eq(toy_llama_load(model, false, &m), TOY_OK, "%s", toy_last_error());
+    struct toy_lora *a;
+    struct toy_lora_opts o = {.rank = 4, .alpha = 6, .targets = (1u << TOY_LORA_N_TARGETS) - 1, .seed = 2};
+    cr_assert_eq(toy_lora_attach(m, &o, &a), TOY_OK, "%s", toy_last_error());
+    randomize_b(a, 9, 0.3f);
+    char adapter[400];
+    snprintf(adapter, sizeof adapter, "%s/adapter-%s.gguf", tmpdir, what);
+    cr_assert_eq(toy_lora_save(a, adapter), TOY_OK, "%s", toy_last_error());
+    const int T = 10, B = 2;
+    int32_t tok[20], tgt[20];
+    fill_tokens(tok, tgt, T * B, 61, 17);
+    float loss = 0;
+    grads_of = a;
+    grads_out = calloc((size_t)toy_lora_n_tensors(a), sizeof *grads_out);
+    float *lg = run_model(m, tok, tgt, T, B, &loss);
+    grads_of = NULL;
+    json_t *cases = json_array();
+    json_array_append_new(cases, json_pack("{s:s,s:s,s:f,s:o,s:o}", "gguf", ref_model, "adapter", adapter, "scale", 1.0,
+                                           "tokens", ids_json(tok, T, B), "targets", ids_json(tgt, T, B)));
+    json_t *res = run_reference(cases);
+    json_t *r0 = json_array_get(json_object_get(res, "cases"), 0);
+    json_t *rl = json_object_get(r0, "logits");
+    double worst = 0;
+    for (size_t i = 0; i < json_array_size(rl); i++) {
+        double rv = json_number_value(json_array_get(rl, i));
+        worst = fmax(worst, fabs(lg[i] - rv) / (1 + fabs(rv)));
+    }
+    cr_assert(worst <= tol, "%s logits: worst relative error %g", what, worst);
+    double rloss = json_number_value(json_object_get(r0, "loss"));
+    cr_assert(fabs(loss - rloss) <= tol * (1 + fabs(rloss)), "%s loss %g vs %g", what, loss, rloss);
+    /* gradients: relative to the largest of each tensor */
+    json_t *grads = json_object_get(r0, "grads");
+    double gworst = 0;
+    for (int i = 0; i < toy_lora_n_tensors(a); i++) {
+        const struct toy_tensor *p = toy_lora_tensor(a, i);
+        json_t *rg = json_object_get(grads, p->name);
+        cr_assert(rg && (int64_t)json_array_size(rg) == toy_nelements(p), "%s: no reference gradient", p->name);
+        double gmax = 0, err = 0;
+        for (int64_t k = 0; k < toy_nelements(p); k++) gmax = fmax(gmax, fabs(json_number_value(json_array_get(rg, (size_t)k))));
+        for (int64_t k = 0; k < toy_nelements(p); k++)
+            err = fmax(err, fabs(grads_out[i][k] - json_number_value(json_array_get(rg, (size_t)k))));
+        cr_assert(gmax > 0, "%s: zero reference gradient", p->name);
+        gworst = fmax(gworst, err / gmax);
+    }
+    cr_assert(gworst <= tol, "%s gradients: worst relative error %g", what, gworst);
+    fprintf(stderr, "finetune: %s vs PyTorch: logits %.2e, loss %.2e, grads %.2e (relative)\n", what, worst,
+            fabs(loss - rloss) / (1 + fabs(rloss)), gworst);
+    json_decref(res);
+    free(lg);
+    for (int i = 0; i < toy_lora_n_tensors(a); i++) free(grads_out[i]);
+    free(grads_out);
+    toy_lora_free(a);
+    toy_llama_free(m);
+}
+
+Test(finetune, lora_and_qlora_match_pytorch, .timeout = 300) {
+    make_tmp();
+    struct toy_llama_config c = small_config();
+    char f32[400], q8[400], q8f[400];
+    snprintf(f32, sizeof f32, "%s/base.gguf", tmpdir);
+    snprintf(q8, sizeof q8, "%s/base-q8_0.gguf", tmpdir);
+    snprintf(q8f, sizeof q8f, "%s/base-q8_0-as-f32.gguf", tmpdir);
+    make_base(f32, &c, 21);
+    check_against_torch(f32, f32, 1e-4, "LoRA (F32 base)");
+    cr_assert_eq(toy_gguf_quantize(f32, q8, TOY_Q8_0, NULL, NULL), TOY_OK, "%s", toy_last_error());
+    write_dequantized(q8, q8f);
+    check_against_torch(q8, q8f, 1e-4, "QLoRA (Q8_0 base)");
+    rm_tmp();
+}
+
+/* ---- adapter files and merging ------------------------------------------------------ */
+
+Test(finetune, adapter_gguf_is_llamacpp_convention_and_round_trips) {
+    make_tmp();
+    struct toy_llama_config c = small_config();
+    char base[400], a1[400], a2[400];
+    snprintf(base, sizeof base, "%s/base.gguf", tmpdir);
+    snprintf(a1, sizeof a1, "%s/a1.gguf", tmpdir);
+    snprintf(a2, sizeof a2, "%s/a2.gguf", tmpdir);
+    make_base(base, &c, 3);
+    struct toy_llama *m;
+    cr_assert_eq(toy_llama_load(base, false, &m), TOY_OK);
+    unsigned tg;
+    cr_assert_eq(toy_lora_parse_targets("q_proj,v,down", &tg), TOY_OK);
+    cr_assert_eq(tg, (1u << TOY_LORA_Q) | (1u << TOY_LORA_V) | (1u << TOY_LORA_DOWN));
+    cr_assert_neq(toy_lora_parse_targets("q,zz", &tg), TOY_OK);
+    struct toy_lora *a;
+    struct toy_lora_opts o = {.rank = 3, .alpha = 5, .targets = tg, .dropout = 0.1f, .seed = 4};
+    cr_assert_eq(toy_lora_attach(m, &o, &a), TOY_OK);
+    randomize_b(a, 1, 0.1f);
+    cr_assert_eq(toy_lora_save(a, a1), TOY_OK, "%s", toy_last_error());
+    toy_lora_free(a);
+    /* what llama.cpp checks */
+    struct toy_gguf *g;
+    cr_assert_eq(toy_gguf_open(a1, &g), TOY_OK);
+    const char *s;
+    size_t n;
+    cr_assert_eq(toy_gguf_get_str(g, "general.type", &s, &n), TOY_OK);
+    cr_assert(n == 7 && !memcmp(s, "adapter", 7));
+    cr_assert_eq(toy_gguf_get_str(g, "adapter.type", &s, &n), TOY_OK);
+    cr_assert(n == 4 && !memcmp(s, "lora", 4));
+    cr_assert_eq(toy_gguf_get_str(g, "general.architecture", &s, &n), TOY_OK);
+    cr_assert(n == 5 && !memcmp(s, "llama", 5));
+    float alpha;
+    cr_assert_eq(toy_gguf_get_f32(g, "adapter.lora.alpha", &alpha), TOY_OK);
+    cr_assert_float_eq(alpha, 5.0f, 0);
+    cr_assert_eq(toy_gguf_n_tensors(g), 2 * 3 * 2);
+    int64_t ia = toy_gguf_find_tensor(g, "blk.1.ffn_down.weight.lora_a");
+    int64_t ib = toy_gguf_find_tensor(g, "blk.1.ffn_down.weight.lora_b");
+    cr_assert(ia >= 0 && ib >= 0);
+    cr_assert(toy_gguf_tensor(g, ia)->ne[0] == 96 && toy_gguf_tensor(g, ia)->ne[1] == 3); /* {in, r} */
+    cr_assert(toy_gguf_tensor(g, ib)->ne[0] == 3 && toy_gguf_tensor(g, ib)->ne[1] == 64); /* {r, out} */
+    cr_assert_eq(toy_gguf_tensor(g, ia)->type, TOY_F32);
+    toy_gguf_close(g);
+    /* load + save: the same bytes */
+    cr_assert_eq(toy_lora_load(m, a1, 1.0f, false, &a), TOY_OK, "%s", toy_last_error());
+    cr_assert_float_eq(m->lora_scale, 5.0f / 3.0f, 1e-7);
+    cr_assert_float_eq(toy_lora_get_opts(a)->dropout, 0.1f, 1e-7);
+    cr_assert_eq(toy_lora_save(a, a2), TOY_OK);
+    cr_assert(files_equal(a1, a2), "adapter changed on load + save");
+    toy_lora_free(a);
+    /* a wrong base is refused with llama.cpp's shape check */
+    struct toy_llama_config c2 = c;
+    c2.d_ff = 128;
+    char other[400];
+    snprintf(other, sizeof other, "%s/other.gguf", tmpdir);
+    make_base(other, &c2, 3);
+    struct toy_llama *m2;
+    cr_assert_eq(toy_llama_load(other, false, &m2), TOY_OK);
+    cr_assert_eq(toy_lora_load(m2, a1, 1.0f, false, &a), TOY_ERR_SHAPE);
+    cr_assert(strstr(toy_last_error(), "wrong base model"), "%s", toy_last_error());
+    cr_assert_neq(toy_lora_load(m2, base, 1.0f, false, &a), TOY_OK); /* not an adapter */
+    toy_llama_free(m2);
+    toy_llama_free(m);
+    rm_tmp();
+}
+
+Test(finetune, merged_model_equals_base_plus_adapter, .timeout = 120) {
+    make_tmp();
+    struct toy_llama_config c = small_config();
+    char base[400], ad[400], merged[400], q8[400], q8m[400];
+    snprintf(base, sizeof base, "%s/base.gguf", tmpdir);
+    snprintf(ad, sizeof ad, "%s/adapter.gguf", tmpdir);
+    snprintf(merged, sizeof merged, "%s/merged.gguf", tmpdir);
+    snprintf(q8, sizeof q8, "%s/base-q8.gguf", tmpdir);
+    snprintf(q8m, sizeof q8m, "%s/merged-q8.gguf", tmpdir);
+    make_base(base, &c, 8);
+    struct toy_llama *m;
+    cr_assert_eq(toy_llama_load(base, false, &m), TOY_OK);
+    struct toy_lora *a;
+    struct toy_lora_opts o = {.rank = 4, .alpha = 8, .targets = (1u << TOY_LORA_N_TARGETS) - 1, .seed = 5};
+    cr_assert_eq(toy_lora_attach(m, &o, &a), TOY_OK);
+    randomize_b(a, 3, 0.3f);
+    cr_assert_eq(toy_lora_save(a, ad), TOY_OK);
+    const int T = 12, B = 2;
+    int32_t tok[24];
+    fill_tokens(tok, NULL, T * B, 61, 6);
+    float *with = run_model(m, tok, NULL, T, B, NULL);
+    toy_lora_free(a);
+    float *plain = run_model(m, tok, NULL, T, B, NULL);
+    toy_llama_free(m);
+    cr_assert_eq(toy_lora_merge_file(base, ad, 1.0f, merged), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(toy_llama_load(merged, false, &m), TOY_OK, "%s", toy_last_error());
+    float *mg = run_model(m, tok, NULL, T, B, NULL);
+    toy_llama_free(m);
+    double worst = 0, moved = 0;
+    for (int i = 0; i < T * B * 61; i++) {
+        worst = fmax(worst, fabs(mg[i] - with[i]) / (1 + fabs(with[i])));
+        moved = fmax(moved, fabs(plain[i] - with[i]));
+    }
+    cr_assert(moved > 0.05, "the adapter barely changes the logits (%g)", moved);
+    cr_assert(worst <= 1e-4, "merged vs adapted: %g", worst);
+    /* the same through the CLI, and in memory on a trainable model */
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd, "%s merge '%s' '%s' -o '%s/cli.gguf' 2>/dev/null", toy_bin(), base, ad, tmpdir);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    cr_assert_eq(toy_llama_load(base, true, &m), TOY_OK);
+    cr_assert_eq(toy_lora_load(m, ad, 1.0f, false, &a), TOY_OK);
+    cr_assert_eq(toy_lora_merge_into(m, a), TOY_OK);
+    toy_lora_free(a);
+    float *mem = run_model(m, tok, NULL, T, B, NULL);
+    for (int i = 0; i < T * B * 61; i++) cr_assert(fabs(mem[i] - with[i]) <= 1e-4 * (1 + fabs(with[i])));
+    free(mem);
+    toy_llama_free(m);
+    /* a Q8_0 base merges into Q8_0 weights */
+    cr_assert_eq(toy_gguf_quantize(base, q8, TOY_Q8_0, NULL, NULL), TOY_OK);
+    cr_assert_eq(toy_lora_merge_file(q8, ad, 1.0f, q8m), TOY_OK, "%s", toy_last_error());
+    struct toy_gguf *g;
+    cr_assert_eq(toy_gguf_open(q8m, &g), TOY_OK);
+    cr_assert_eq(toy_gguf_tensor(g, toy_gguf_find_tensor(g, "blk.0.attn_q.weight"))->type, TOY_Q8_0);
+    toy_gguf_close(g);
+    cr_assert_eq(toy_llama_load(q8m, false, &m), TOY_OK);
+    float *mq = run_model(m, tok, NULL, T, B, NULL);
+    double qworst = 0;
+    for (int i = 0; i < T * B * 61; i++) qworst = fmax(qworst, fabs(mq[i] - with[i]) / (1 + fabs(with[i])));
+    cr_assert(qworst < 0.05 * moved + 0.02, "Q8_0 merge off by %g (adapter moves %g)", qworst, moved);
+    fprintf(stderr, "finetune: merged F32 vs base+adapter %.2e; Q8_0 merged %.2e (adapter moves logits %.2f)\n", worst,
+            qworst, moved);
+    free(mq);
+    toy_llama_free(m);
+    free(with);
+    free(plain);
+    free(mg);
+    rm_tmp();
+}
+
+/* ---- SFT data ------------------------------------------------------------------------- */
+
+static struct toy_tokenizer *small_tokenizer(void) {
+    const char *text = "The red cat sat on the mat. The blue dog ran. Q: what color? A: red. user assistant\n";
+    struct toy_bpe_train_opts bo = {.vocab_size = 300};
+    struct toy_tokenizer *tok;
+    cr_assert_eq(toy_tokenizer_train_bpe(text, strlen(text), &bo, &tok), TOY_OK, "%s", toy_last_error());
+    return tok;
+}
+
+Test(finetune, sft_rows_learn_only_the_completion) {
+    struct toy_tokenizer *tok = small_tokenizer();
+    const char *jsonl = "{\"prompt\": \"Q: what color?\", \"completion\": \" A: red.\"}\n"
+                        "\n"
+                        "{\"messages\": [{\"role\": \"user\", \"content\": \"The cat\"},"
+                        " {\"role\": \"assistant\", \"content\": \"sat on the mat\"}]}\n"
+                        "{\"prompt\": \"The blue dog ran. The blue dog ran. The blue dog ran. The blue dog ran. "
+                        "The blue dog ran. The blue dog ran. The blue dog ran. The blue dog ran.\", \"completion\": \" red\"}\n";
+    struct toy_sft *d;
+    struct toy_sft_opts o = {.ctx = 64, .heldout = 0, .seed = 1};
+    cr_assert_eq(toy_sft_from_text(jsonl, strlen(jsonl), tok, &o, &d), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(toy_sft_n_train(d), 2);
+    cr_assert_eq(toy_sft_dropped(d), 1); /* its completion is past T+1 tokens */
+    const int32_t *ids;
+    const unsigned char *mask;
+    int64_t n;
+    toy_sft_example(d, 0, &ids, &mask, &n);
+    struct toy_tokens p = {0}, cpl = {0};
+    toy_tokenizer_encode(tok, "Q: what color?", 14, 0, &p);
+    toy_tokenizer_encode(tok, " A: red.", 8, 0, &cpl);
+    int64_t off = toy_tokenizer_add_bos(tok) ? 1 : 0;
+    cr_assert_eq(n, off + p.n + cpl.n + 1);
+    for (int64_t i = 0; i < n; i++) cr_assert_eq(mask[i], i >= off + p.n, "mask[%lld]", (long long)i);
+    cr_assert_eq(ids[n - 1], toy_tokenizer_eos(tok));
+    /* chat example: the assistant text is learned, the user's is not */
+    toy_sft_example(d, 1, &ids, &mask, &n);
+    int64_t learned = 0;
+    for (int64_t i = 0; i < n; i++) learned += mask[i];
+    cr_assert(learned > 0 && learned < n);
+    /* rows: x the ids, y the next id where learned, else -100; padding -100 */
+    int32_t x[64], y[64];
+    for (int k = 0; k < 2; k++) {
+        toy_sft_next_batch(d, 1, x, y);
+        const int32_t *e;
+        const unsigned char *mk;
+        int64_t en;
+        int which = -1;
+        for (int j = 0; j < 2; j++) {
+            toy_sft_example(d, j, &e, &mk, &en);
+            if (e[0] == x[0] && e[1] == x[1] && e[2] == x[2]) which = j;
+        }
+        cr_assert(which >= 0);
+        toy_sft_example(d, which, &e, &mk, &en);
+        for (int t = 0; t < 64; t++) {
+            if (t + 1 < en) {
+                cr_assert_eq(x[t], e[t]);
+                cr_assert_eq(y[t], mk[t + 1] ? e[t + 1] : -100, "row %d t %d", which, t);
+            } else {
+                cr_assert_eq(y[t], -100);
+            }
+        }
+    }
+    struct toy_sft_state st;
+    toy_sft_get_state(d, &st);
+    cr_assert_eq(st.rows, 2);
+    cr_assert_eq(st.epoch, 0);
+    toy_sft_next_batch(d, 1, x, y);
+    toy_sft_get_state(d, &st);
+    cr_assert_eq(st.epoch, 1);
+    toy_sft_free(d);
+    /* bad lines name the line */
+    const char *bad = "{\"prompt\": \"a\", \"completion\": \"b\"}\n{\"text\": 1}\n";
+    cr_assert_eq(toy_sft_from_text(bad, strlen(bad), tok, &o, &d), TOY_ERR_FORMAT);
+    cr_assert(strstr(toy_last_error(), "line 2"), "%s", toy_last_error());
+    toy_tokens_free(&p);
+    toy_tokens_free(&cpl);
+    toy_tokenizer_free(tok);
+}
+
+Test(finetune, masked_token_probe_loss_is_on_completion_tokens_only) {
+    make_tmp();
+    struct toy_tokenizer *tok = small_tokenizer();
+    struct toy_llama_config c = small_config();
+    c.vocab = toy_tokenizer_n_vocab(tok);
+    char path[400];
+    snprintf(path, sizeof path, "%s/base.gguf", tmpdir);
+    make_base(path, &c, 12);
+    struct toy_llama *m;
+    cr_assert_eq(toy_llama_load(path, false, &m), TOY_OK);
+    const char *jsonl = "{\"prompt\": \"The red cat sat on\", \"completion\": \" the mat.\"}\n";
+    struct toy_sft *d;
+    struct toy_sft_opts o = {.ctx = 24, .seed = 1};
+    cr_assert_eq(toy_sft_from_text(jsonl, strlen(jsonl), tok, &o, &d), TOY_OK, "%s", toy_last_error());
+    int32_t x[24], y[24];
+    toy_sft_next_batch(d, 1, x, y);
+    float loss = 0;
+    float *lg = run_model(m, x, y, 24, 1, &loss);
+    /* the probe: per-position -log p from the logits; the loss is their
+     * mean over the completion positions, not over all positions */
+    int64_t V = c.vocab;
+    double sum_c = 0, sum_all = 0;
+    int nc = 0, na = 0;
+    const int32_t *ids;
+    const unsigned char *mask;
+    int64_t n;
+    toy_sft_example(d, 0, &ids, &mask, &n);
+    for (int t = 0; t + 1 < n && t < 24; t++) {
+        const float *row = lg + (int64_t)t * V;
+        double mx = -1e30, se = 0;
+        for (int64_t v = 0; v < V; v++) mx = fmax(mx, row[v]);
+        for (int64_t v = 0; v < V; v++) se += exp(row[v] - mx);
+        double nll = -(row[ids[t + 1]] - mx - log(se));
+        sum_all += nll;
+        na++;
+        if (mask[t + 1]) { sum_c += nll; nc++; }
+    }
+    cr_assert(nc > 0 && nc < na);
+    cr_assert(fabs(loss - sum_c / nc) < 1e-4 * (1 + sum_c / nc), "loss %g, completion mean %g", loss, sum_c / nc);
+    cr_assert(fabs(loss - sum_all / na) > 1e-3, "loss %g equals the all-token mean %g", loss, sum_all / na);
+    free(lg);
+    toy_sft_free(d);
+    toy_llama_free(m);
+    toy_tokenizer_free(tok);
+    rm_tmp();
+}
+
+/* ---- end to end ----------------------------------------------------------------------- */
+
+static const char *const colors[8] = {"red", "blue", "green", "gold", "pink", "gray", "teal", "navy"};
+static const char *const answers[8] = {"cat", "dogs", "birds", "mat", "sat", "on", "with", "The"};
+
+static void write_text(const char *path, const char *s) {
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    fputs(s, f);
+    fclose(f);
+}
+
+static int run_cmd(const char *cmd) { return system(cmd); }
+
+Test(finetune, finetune_teaches_a_from_scratch_model_and_resumes_exactly, .timeout = 300) {
+    make_tmp();
+    char path[600], cmd[3000], text[400], sft[400];
+    /* the "pretraining" corpus and a from-scratch checkpoint */
+    snprintf(text, sizeof text, "%s/text.txt", tmpdir);
+    FILE *f = fopen(text, "w");
+    struct toy_rng r;
+    toy_rng_seed(&r, 1);
+    for (int i = 0; i < 400; i++)
+        fprintf(f, "The %s cat sat on the mat with %d dogs and %d birds.\n", colors[toy_rng_below(&r, 8)],
+                (int)toy_rng_below(&r, 10), (int)toy_rng_below(&r, 10));
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "%s train --data '%s' --preset tiny --steps 100 --ctx 64 --batch 8 --vocab-size 300 "
+             "--eval-every 0 --out '%s/base' --json > /dev/null 2>&1", toy_bin(), text, tmpdir);
+    cr_assert_eq(run_cmd(cmd), 0, "%s", cmd);
+    /* a synthetic instruction set: "The <color>" -> " <word>" */
+    snprintf(sft, sizeof sft, "%s/sft.jsonl", tmpdir);
+    f = fopen(sft, "w");
+    for (int i = 0; i < 200; i++) {
+        int k = (int)toy_rng_below(&r, 8);
+        fprintf(f, "{\"prompt\": \"The %s\", \"completion\": \" %s\"}\n", colors[k], answers[k]);
+    }
+    fclose(f);
+    const char *common = "--method lora --targets all --rank 8 --alpha 16 --lr 1e-2 --batch 8 --ctx 32 "
+                         "--warmup 5 --eval-every 50 --seed 7 --threads 2 --json";
+    snprintf(cmd, sizeof cmd, "%s finetune --base '%s/base/weights/latest' --data '%s' %s --epochs 10 --out '%s/ft' "
+             "> '%s/ft.json' 2>/dev/null", toy_bin(), tmpdir, sft, common, tmpdir, tmpdir);
+    cr_assert_eq(run_cmd(cmd), 0, "%s", cmd);
+    snprintf(path, sizeof path, "%s/ft.json", tmpdir);
+    json_error_t err;
+    json_t *j = json_load_file(path, 0, &err);
+    cr_assert(j, "%s", err.text);
+    double eval = json_number_value(json_object_get(j, "eval_loss"));
+    cr_assert_str_eq(json_string_value(json_object_get(j, "reason")), "completed");
+    json_decref(j);
+    /* the held-out loss at the first evaluation vs the end, from the events */
+    snprintf(path, sizeof path, "%s/ft/events.jsonl", tmpdir);
+    f = fopen(path, "r");
+    char line[4096];
+    double first_loss = NAN;
+    int n_eval = 0, n_step = 0;
+    while (fgets(line, sizeof line, f)) {
+        json_t *e = json_loads(line, 0, NULL);
+        const char *kind = json_string_value(json_object_get(e, "kind"));
+        if (kind && !strcmp(kind, "eval")) n_eval++;
+        if (kind && !strcmp(kind, "step") && n_step++ == 0) first_loss = json_number_value(json_object_get(e, "loss"));
+        json_decref(e);
+    }
+    fclose(f);
+    cr_assert_eq(n_step, 230);
+    cr_assert(n_eval >= 4);
+    /* the answers, greedy, with the adapter */
+    int right = 0;
+    for (int k = 0; k < 8; k++) {
+        snprintf(cmd, sizeof cmd, "%s generate -m '%s/base/weights/latest' --lora '%s/ft/weights/latest' -p 'The %s' "
+                 "-n 3 --temp 0 2>/dev/null", toy_bin(), tmpdir, tmpdir, colors[k]);
+        FILE *p = popen(cmd, "r");
+        char out[256] = "";
+        size_t got = fread(out, 1, sizeof out - 1, p);
+        out[got] = 0;
+        pclose(p);
+        char want[64];
+        snprintf(want, sizeof want, "The %s %s", colors[k], answers[k]);
+        right += !strncmp(out, want, strlen(want));
+    }
+    fprintf(stderr, "finetune: LoRA on a from-scratch model: loss %.3f (step 1) -> held-out %.3f, %d/8 answers right\n",
+            first_loss, eval, right);
+    cr_assert(eval < 0.5 * first_loss, "loss %g (step 1) -> held-out %g", first_loss, eval);
+    cr_assert_geq(right, 7, "%d/8 answers right", right);
+
+    /* resume: 12 steps, stop, resume to 24 == 24 straight (with dropout) */
+    const char *rs = "--method lora --targets q,v --rank 4 --lr 5e-3 --batch 4 --ctx 32 --dropout 0.1 --seed 3 "
+                     "--eval-every 0 --heldout 0.1 --threads 2 --json";
+    snprintf(cmd, sizeof cmd, "%s finetune --base '%s/base/weights/latest' --data '%s' %s --steps 24 --out '%s/straight' "
+             "> /dev/null 2>&1 && %s finetune --base '%s/base/weights/latest' --data '%s' %s --steps 12 --out '%s/split' "
+             "> /dev/null 2>&1 && %s finetune --resume '%s/split' --steps 24 --json > /dev/null 2>&1",
+             toy_bin(), tmpdir, sft, rs, tmpdir, toy_bin(), tmpdir, sft, rs, tmpdir, toy_bin(), tmpdir);
+    cr_assert_eq(run_cmd(cmd), 0, "%s", cmd);
+    char a1[700], a2[700];
+    snprintf(a1, sizeof a1, "%s/straight/weights/step_24.gguf", tmpdir);
+    snprintf(a2, sizeof a2, "%s/split/weights/step_24.gguf", tmpdir);
+    cr_assert(files_equal(a1, a2), "resumed adapter differs from the uninterrupted one");
+    rm_tmp();
+}
+
+/* ---- QLoRA memory ------------------------------------------------------------------------ */
+
+static long peak_rss_kb(const char *cmd, char *out, size_t out_size) {
+    int pipefd[2];
+    cr_assert_eq(pipe(pipefd), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(pipefd[1], 1);
+        close(pipefd[0]);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    close(pipefd[1]);
+    size_t n = 0;
+    ssize_t got;
+    while (n + 1 < out_size && (got = read(pipefd[0], out + n, out_size - 1 - n)) > 0) n += (size_t)got;
+    out[n] = 0;
+    close(pipefd[0]);
+    int status;
+    struct rusage ru;
+    cr_assert_eq(wait4(pid, &status, 0, &ru), pid);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s failed: %s", cmd, out);
+    return ru.ru_maxrss; /* of the shell's child too: sh execs the last command */
+}
+
+Test(finetune, qlora_q4_0_resident_memory_is_bounded, .timeout = 300) {
+    make_tmp();
+    struct toy_tokenizer *tok = small_tokenizer();
+    struct toy_llama_config c = toy_llama_preset("smollm2-135m");
+    c.max_ctx = 256;
+    char f32[400], q4[400], sft[400];
+    snprintf(f32, sizeof f32, "%s/smollm2-shape.gguf", tmpdir);
+    snprintf(q4, sizeof q4, "%s/smollm2-shape-q4_0.gguf", tmpdir);
+    snprintf(sft, sizeof sft, "%s/sft.jsonl", tmpdir);
+    pid_t pid = fork(); /* the f32 model lives in a child, so this process stays small */
+    if (pid == 0) {
+        struct toy_llama *m = toy_llama_new(&c, 1);
+        struct toy_gguf_writer *w;
+        int bad = !m || toy_gguf_writer_init(&w) || toy_llama_write_gguf(m, w, TOY_F32) ||
+                  toy_tokenizer_write_gguf(tok, w) || toy_gguf_writer_write(w, f32);
+        _exit(bad ? 1 : toy_gguf_quantize(f32, q4, TOY_Q4_0, NULL, NULL) ? 2 : 0);
+    }
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "making the SmolLM2-shape base failed");
+    write_text(sft, "{\"prompt\": \"The red cat sat on\", \"completion\": \" the mat.\"}\n"
+                    "{\"prompt\": \"Q: what color?\", \"completion\": \" A: red.\"}\n");
+    struct stat sq, sf;
+    cr_assert_eq(stat(q4, &sq), 0);
+    cr_assert_eq(stat(f32, &sf), 0);
+    char cmd[2000], out[4096];
+    snprintf(cmd, sizeof cmd, "exec %s finetune --base '%s' --data '%s' --method qlora --rank 8 --targets q,v --batch 2 "
+             "--ctx 64 --steps 2 --heldout 0 --eval-every 0 --threads 2 --out '%s/run' --json 2>/dev/null",
+             toy_bin(), q4, sft, tmpdir);
+    long kb = peak_rss_kb(cmd, out, sizeof out);
+    json_t *j = json_loads(out, 0, NULL);
+    cr_assert(j, "no JSON from: %s", out);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "reason")), "completed");
+    double act = (double)json_integer_value(json_object_get(j, "activation_bytes"));
+    double tr = (double)json_integer_value(json_object_get(j, "trainable_bytes"));
+    json_decref(j);
+    double rss = (double)kb * 1024, slack = 64.0 * 1024 * 1024;
+    double bound = (double)sq.st_size + act + tr + slack;
+    fprintf(stderr, "finetune: QLoRA Q4_0 SmolLM2-135M shape: peak RSS %.0f MB <= file %.0f MB + activations %.0f MB "
+            "+ adapter state %.1f MB + 64 MB (F32 file: %.0f MB)\n", rss / 1048576, (double)sq.st_size / 1048576,
+            act / 1048576, tr / 1048576, (double)sf.st_size / 1048576);
+    cr_assert(rss <= bound, "peak RSS %.0f MB > bound %.0f MB", rss / 1048576, bound / 1048576);
+    cr_assert(rss < (double)sf.st_size, "peak RSS %.0f MB is not below the F32 base (%.0f MB)", rss / 1048576,
+              (double)sf.st_size / 1048576);
+    toy_tokenizer_free(tok);
+    rm_tmp();
+}
