@@ -112,6 +112,23 @@ const char *toy_trainer_sample_text(const struct toy_trainer *t);
 typedef enum toy_status (*toy_allreduce_fn)(void *ud, struct toy_tensor *const *params, int n_params);
 void toy_trainer_set_collective(struct toy_trainer *t, toy_allreduce_fn fn, void *ud, int rank, int world);
 
+/* Optional, after toy_trainer_set_collective: fn(ud, v, n) sums v[0..n)
+ * element-wise over the ranks, in place on every rank (toy/collective.h's
+ * toy_collective_reduce_sum). With it, each step's reported loss is the mean
+ * over the global batch (the same on every rank, so a NaN on one rank stops
+ * all), evaluation covers every rank's held-out windows, a stop request
+ * (opts.stop) on any rank stops all after the same step, and rank 0's step
+ * events carry extra {world, rank_tokens_per_s[world], allreduce_us}. A
+ * failed collective ends the run TOY_RUN_ERRORED with the data sampler
+ * rewound to the start of the failed step, so the final checkpoint resumes
+ * exactly. Errors: TOY_ERR_NOMEM. */
+typedef enum toy_status (*toy_reduce_sum_fn)(void *ud, double *v, int n);
+enum toy_status toy_trainer_set_reduce(struct toy_trainer *t, toy_reduce_sum_fn fn);
+
+/* The trainable tensors in the fixed order the all-reduce gets them (to
+ * broadcast rank 0's initial weights); *params is valid until free. */
+int toy_trainer_params(const struct toy_trainer *t, struct toy_tensor *const **params);
+
 /* The options as JSON and back (what the state file keeps). */
 json_t *toy_train_opts_to_json(const struct toy_train_opts *o);
 void toy_train_opts_from_json(struct toy_train_opts *o, const json_t *j);

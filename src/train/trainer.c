@@ -50,6 +50,8 @@ struct toy_trainer {
     int rank, world;
     struct toy_tensor **params;        /* what the all-reduce averages */
     int n_params;
+    toy_reduce_sum_fn reduce;          /* sums of scalars over ranks (NULL: local values) */
+    double *stats;                     /* (2 + world): loss, stop requests, compute s per rank */
 };
 
 void toy_trainer_set_collective(struct toy_trainer *t, toy_allreduce_fn fn, void *ud, int rank, int world) {
@@ -58,6 +60,21 @@ void toy_trainer_set_collective(struct toy_trainer *t, toy_allreduce_fn fn, void
     t->rank = rank;
     t->world = world > 0 ? world : 1;
     if (rank != 0) t->ev = NULL; /* rank 0 alone writes events */
+}
+
+int toy_trainer_params(const struct toy_trainer *t, struct toy_tensor *const **params) {
+    *params = t->params;
+    return t->n_params;
+}
+
+enum toy_status toy_trainer_set_reduce(struct toy_trainer *t, toy_reduce_sum_fn fn) {
+    free(t->stats);
+    t->stats = NULL;
+    t->reduce = NULL;
+    if (!fn) return TOY_OK;
+    if (!(t->stats = calloc((size_t)t->world + 2, sizeof *t->stats))) return toy_error(TOY_ERR_NOMEM, "trainer");
+    t->reduce = fn;
+    return TOY_OK;
 }
 
 static double now_s(void) {
@@ -186,6 +203,7 @@ enum toy_status toy_trainer_new_lm(const struct toy_lm *lm, const struct toy_tok
 void toy_trainer_free(struct toy_trainer *t) {
     if (!t) return;
     free(t->params);
+    free(t->stats);
     toy_optim_free(t->opt);
     toy_ctx_free(t->ctx);
     toy_ctx_free(t->ectx);
@@ -205,7 +223,7 @@ int64_t toy_trainer_step(const struct toy_trainer *t) { return t->step; }
 
 enum toy_status toy_trainer_eval(struct toy_trainer *t, int64_t n_batches, float *loss) {
     int64_t windows = toy_data_eval_windows(t->data);
-    if (windows <= 0) {
+    if (windows <= 0 && !t->reduce) { /* with ranks, this one still takes part in the sum */
         *loss = NAN;
         return toy_error(TOY_ERR_STATE, "no held-out windows to evaluate (use a held-out fraction > 0)");
     }
@@ -220,6 +238,16 @@ enum toy_status toy_trainer_eval(struct toy_trainer *t, int64_t n_batches, float
         sum += (double)*(float *)t->eloss->data * (double)n;
         count += n;
         used += first + t->B < windows ? t->B : windows - first;
+    }
+    if (t->reduce) { /* every rank evaluated its own windows (i % world == rank) */
+        double v[3] = {sum, (double)count, (double)used};
+        enum toy_status st = t->reduce(t->allreduce_ud, v, 3);
+        if (st) return st;
+        sum = v[0], count = (int64_t)v[1], used = (int64_t)v[2];
+        if (!count) {
+            *loss = NAN;
+            return toy_error(TOY_ERR_STATE, "no held-out windows to evaluate (use a held-out fraction > 0)");
+        }
     }
     *loss = count ? (float)(sum / (double)count) : NAN;
     t->eval_windows = used;
@@ -375,7 +403,7 @@ static bool append_text(void *ud, int32_t id, const char *text, size_t len, floa
  * event, as the earlier toy did at the end of a run. */
 static void sample(struct toy_trainer *t) {
     const char *prompt = t->o.sample_prompt;
-    if (!t->tok || !prompt || !prompt[0] || t->o.sample_tokens <= 0 || !t->lm.llama) return;
+    if (!t->tok || !prompt || !prompt[0] || t->o.sample_tokens <= 0 || !t->lm.llama || t->rank != 0) return;
     struct toy_llama *m = t->lm.llama;
     struct toy_tokens ids = {0};
     struct text_buf out = {0};
@@ -410,8 +438,11 @@ enum toy_status toy_trainer_run(struct toy_trainer *t, struct toy_train_result *
     int64_t tokens = 0;
     enum toy_status st = TOY_OK;
     char err[512] = "";
+    struct toy_data_state ds0;
+    bool stop_all = false;
     while (t->step < t->o.steps) {
-        if (t->o.stop && *t->o.stop) {
+        /* with ranks, a stop request is agreed through the step's reduce below */
+        if (stop_all || (t->o.stop && *t->o.stop && !t->reduce)) {
             r.reason = TOY_RUN_INTERRUPTED;
             break;
         }
@@ -419,6 +450,7 @@ enum toy_status toy_trainer_run(struct toy_trainer *t, struct toy_train_result *
         double tr0 = t->o.trace ? toy_trace_now(t->o.trace) : 0;
         if (t->o.op_timing) toy_graph_set_timing(t->g, true); /* resets the buckets */
         toy_optim_zero_grad(t->opt);
+        if (t->allreduce) toy_data_get_state(t->data, &ds0); /* a failed collective rewinds to it */
         double loss = 0;
         for (int64_t a = 0; a < t->o.accum; a++) {
             toy_data_next_batch(t->data, t->tok_t->data, t->tgt_t->data);
@@ -431,25 +463,43 @@ enum toy_status toy_trainer_run(struct toy_trainer *t, struct toy_train_result *
             break;
         }
         loss /= (double)t->o.accum;
+        if (t->reduce) { /* the global batch's loss; every rank sees the same NaN */
+            memset(t->stats, 0, (size_t)(t->world + 2) * sizeof *t->stats);
+            t->stats[0] = loss;
+            t->stats[1] = t->o.stop && *t->o.stop;
+            t->stats[2 + t->rank] = now_s() - t0;
+            if ((st = t->reduce(t->allreduce_ud, t->stats, t->world + 2))) {
+                toy_data_set_state(t->data, &ds0);
+                snprintf(err, sizeof err, "loss all-reduce: %s", toy_last_error());
+                r.reason = TOY_RUN_ERRORED;
+                break;
+            }
+            loss = t->stats[0] / t->world;
+            stop_all = t->stats[1] > 0;
+        }
         int64_t step = t->step + 1;
         if (!isfinite(loss)) {
             /* the weights are still those of the last good step */
             snprintf(err, sizeof err, "loss is %s at step %lld: stopped; the last good weights are checkpointed",
                      isnan(loss) ? "NaN" : "infinite", (long long)step);
             if (t->ev) {
-                struct toy_step_event se = {step, NAN, toy_lr_at(&t->sched, step - 1), t->B * t->T * t->o.accum,
-                                            (int64_t)((now_s() - t0) * 1e6), NAN, NULL, NULL};
+                struct toy_step_event se = {step, NAN, toy_lr_at(&t->sched, step - 1),
+                                            t->B * t->T * t->o.accum * t->world, (int64_t)((now_s() - t0) * 1e6), NAN,
+                                            NULL, NULL};
                 toy_events_step(t->ev, &se);
             }
             r.reason = TOY_RUN_ABORTED;
             break;
         }
         if (t->o.accum > 1) toy_optim_scale_grads(t->opt, 1.0f / (float)t->o.accum, t->tp);
+        double ar0 = now_s();
         if (t->allreduce && (st = t->allreduce(t->allreduce_ud, t->params, t->n_params))) {
+            toy_data_set_state(t->data, &ds0);
             snprintf(err, sizeof err, "gradient all-reduce: %s", toy_last_error());
             r.reason = TOY_RUN_ERRORED;
             break;
         }
+        double ar_s = now_s() - ar0;
         float gn = toy_optim_clip_grad_norm(t->opt, t->o.clip, t->tp);
         float lr = toy_lr_at(&t->sched, step - 1);
         if ((st = toy_optim_step(t->opt, lr, t->tp))) {
@@ -459,11 +509,21 @@ enum toy_status toy_trainer_run(struct toy_trainer *t, struct toy_train_result *
         }
         t->step = step;
         t->last_loss = (float)loss;
-        tokens += t->B * t->T * t->o.accum;
+        tokens += t->B * t->T * t->o.accum * t->world; /* the global batch */
         double wall = now_s() - t0;
         if (t->ev) {
-            struct toy_step_event se = {step, loss, lr, t->B * t->T * t->o.accum, (int64_t)(wall * 1e6), gn, NULL, NULL};
+            struct toy_step_event se = {step, loss, lr, t->B * t->T * t->o.accum * t->world, (int64_t)(wall * 1e6), gn,
+                                        NULL, NULL};
+            if (t->world > 1) { /* data parallelism: each rank's forward+backward throughput, the all-reduce time */
+                se.extra = json_pack("{s:i,s:[],s:I}", "world", t->world, "rank_tokens_per_s", "allreduce_us",
+                                     (json_int_t)(ar_s * 1e6));
+                for (int k = 0; t->reduce && k < t->world; k++)
+                    json_array_append_new(json_object_get(se.extra, "rank_tokens_per_s"),
+                                          json_real(t->stats[2 + k] > 0 ? (double)(t->B * t->T * t->o.accum) /
+                                                                              t->stats[2 + k] : 0));
+            }
             toy_events_step(t->ev, &se);
+            json_decref(se.extra);
         }
         if (t->o.trace) {
             char name[48];
@@ -510,7 +570,7 @@ enum toy_status toy_trainer_run(struct toy_trainer *t, struct toy_train_result *
     }
     if (r.reason == TOY_RUN_COMPLETED || r.reason == TOY_RUN_INTERRUPTED) {
         float el;
-        if (toy_data_eval_windows(t->data) > 0 && toy_trainer_eval(t, t->o.eval_batches, &el) == TOY_OK) {
+        if ((toy_data_eval_windows(t->data) > 0 || t->reduce) && toy_trainer_eval(t, t->o.eval_batches, &el) == TOY_OK) {
             r.final_eval_loss = el;
             if (t->ev) {
                 struct toy_eval_event ee = {t->step, "final", el, t->eval_windows, t->eval_tokens, NULL};
