@@ -1,13 +1,15 @@
 /* cmd-generate.c: `toy generate -m model.gguf -p "text"`: loads a
  * Llama-family GGUF (weights mapped), encodes the prompt with the model's own
  * tokenizer, prefills it in one graph and decodes with a KV cache, streaming
- * text to stdout. --json prints ids, text and per-token logprobs instead. */
+ * text to stdout. --json prints ids, text and per-token logprobs instead.
+ * A GPT-2 GGUF goes to cli/generate-gpt2.c. */
 #include <jansson.h>
 #include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "generate-gpt2.h"
 #include "progress.h"
 #include "toy/finetune.h"
 #include "toy/generate.h"
@@ -101,6 +103,8 @@ int toy_cmd_generate(int argc, char **argv) {
     model = resolved; /* a path, or a name from `toy models` */
     gp.stop = stops;
     gp.n_stop = n_stop;
+    if (toy_cli_is_gpt2(model)) /* GPT-2 has its own model and generator */
+        return toy_cli_generate_gpt2(model, prompt, prompt_ids, &gp, n_ctx, threads, json);
 
     struct toy_llama *m;
     if (toy_llama_load(model, false, &m)) { fprintf(stderr, "toy generate: %s\n", toy_last_error()); return 1; }

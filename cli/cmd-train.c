@@ -1,5 +1,6 @@
-/* cmd-train.c: `toy train`: trains a Llama-family model from scratch (or
- * from a GGUF's weights) on a text or packed token file, into a run bundle:
+/* cmd-train.c: `toy train`: trains a Llama-family model (or GPT-2, --arch
+ * gpt2) from scratch (or from a GGUF's weights) on a text or packed token
+ * file, into a run bundle:
  *
  *   runs/<id>/train.json          the command's options (what --resume reads)
  *   runs/<id>/events.jsonl        the toy/v1 event stream
@@ -24,6 +25,7 @@
 #include "toy/data.h"
 #include "toy/events.h"
 #include "toy/gguf.h"
+#include "toy/gpt2.h"
 #include "toy/run-dir.h"
 #include "toy/toy.h"
 #include "toy/trace.h"
@@ -43,7 +45,8 @@ static int usage(void) {
 "data:      --data FILE (text, or a TOYT token file from `toy tokenize --corpus`)\n"
 "           --tokenizer PATH (GGUF, tokenizer.json or folder) | --vocab-size N (BPE trained on the fly; 512)\n"
 "           --heldout 0.1 (fraction held out for eval)\n"
-"model:     --preset tiny|small|stories15m|smollm2-135m  --dim D --layers L --heads H --kv-heads K --ff F\n"
+"model:     --arch llama|gpt2 (GPT-2 presets: tiny|small|124m)\n"
+"           --preset tiny|small|stories15m|smollm2-135m  --dim D --layers L --heads H --kv-heads K --ff F\n"
 "           --init MODEL.gguf (start from these weights instead of random)\n"
 "training:  --steps 1000 --batch 8 --ctx 128 --accum 1 --lr 3e-3 --lr-min 3e-4 --warmup 50\n"
 "           --schedule cosine|linear|constant --wd 0.1 --beta1 0.9 --beta2 0.95 --clip 1.0 --seed 1337\n"
@@ -55,7 +58,7 @@ static int usage(void) {
 }
 
 struct cfg {
-    const char *data, *tokenizer, *preset, *init, *runs, *out, *resume, *sample, *trace;
+    const char *data, *tokenizer, *preset, *init, *runs, *out, *resume, *sample, *trace, *arch;
     int64_t vocab_size, dim, layers, heads, kv_heads, ff, batch, ctx;
     double heldout;
     int threads, log_every;
@@ -70,6 +73,7 @@ static json_t *cfg_json(const struct cfg *c) {
                           "kv_heads", (json_int_t)c->kv_heads, "ff", (json_int_t)c->ff, "batch", (json_int_t)c->batch,
                           "ctx", (json_int_t)c->ctx, "heldout", c->heldout);
     json_object_set_new(j, "train", toy_train_opts_to_json(&c->o));
+    if (c->arch) json_object_set_new(j, "arch", json_string(c->arch));
     return j;
 }
 
@@ -81,6 +85,7 @@ static void cfg_from_json(struct cfg *c, json_t *j) {
     STR("data", data);
     STR("tokenizer", tokenizer);
     STR("preset", preset);
+    STR("arch", arch);
     INT("vocab_size", vocab_size);
     INT("batch", batch);
     INT("ctx", ctx);
@@ -107,7 +112,7 @@ static int parse(int argc, char **argv, struct cfg *c, bool *given_steps) {
         bool num = *v && !*end;
 #define S(flag, field) if (!strcmp(a, flag)) { c->field = v; continue; }
         S("--data", data) S("--tokenizer", tokenizer) S("--preset", preset) S("--init", init) S("--runs", runs)
-        S("--out", out) S("--resume", resume) S("--sample", sample) S("--trace", trace)
+        S("--out", out) S("--resume", resume) S("--sample", sample) S("--trace", trace) S("--arch", arch)
 #undef S
         if (!strcmp(a, "--schedule")) {
             int k = toy_lr_kind_from_name(v);
@@ -168,6 +173,26 @@ static void on_step(void *ud, const struct toy_step_info *s) {
     }
 }
 
+/* A GPT-2 for --arch gpt2: the checkpoint's or --init's weights, else a
+ * random one of the preset's shape with the flags' overrides. */
+static struct toy_gpt2 *train_gpt2_model(const struct cfg *c, const char *ckpt, struct toy_data *data) {
+    struct toy_gpt2 *g = NULL;
+    if (ckpt[0] || c->init) {
+        if (toy_gpt2_load(ckpt[0] ? ckpt : c->init, true, &g)) fprintf(stderr, "toy train: %s\n", toy_last_error());
+        return g;
+    }
+    struct toy_gpt2_config gc = toy_gpt2_preset(c->preset);
+    if (!gc.d_model) { fprintf(stderr, "toy train: unknown GPT-2 preset '%s' (tiny, small, 124m)\n", c->preset); return NULL; }
+    if (c->dim) gc.d_model = c->dim;
+    if (c->layers) gc.n_layers = c->layers;
+    if (c->heads) gc.n_heads = c->heads;
+    if (c->ff) gc.d_ff = c->ff;
+    gc.vocab = toy_data_vocab(data);
+    if (gc.max_ctx < c->ctx) gc.max_ctx = c->ctx;
+    if (!(g = toy_gpt2_new(&gc, c->o.seed))) fprintf(stderr, "toy train: %s\n", toy_last_error());
+    return g;
+}
+
 int toy_cmd_train(int argc, char **argv) {
     struct cfg c = {.runs = "runs", .vocab_size = 512, .batch = 8, .ctx = 128, .heldout = 0.1, .log_every = 10,
                     .preset = "small"};
@@ -213,6 +238,7 @@ int toy_cmd_train(int argc, char **argv) {
     struct toy_tokenizer *tok = NULL;
     struct toy_data *data = NULL;
     struct toy_llama *m = NULL;
+    struct toy_gpt2 *g2 = NULL;
     struct toy_events *ev = NULL;
     struct toy_trainer *tr = NULL;
     rc = 1;
@@ -253,7 +279,11 @@ int toy_cmd_train(int argc, char **argv) {
     }
 
     /* ---- model ---- */
-    if (ckpt[0] || c.init) {
+    bool is_gpt2 = c.arch && !strcmp(c.arch, "gpt2");
+    if (c.arch && !is_gpt2 && strcmp(c.arch, "llama")) { fprintf(stderr, "toy train: unknown --arch '%s'\n", c.arch); goto out; }
+    if (is_gpt2) {
+        if (!(g2 = train_gpt2_model(&c, ckpt, data))) goto out;
+    } else if (ckpt[0] || c.init) {
         if (toy_llama_load(ckpt[0] ? ckpt : c.init, true, &m)) { fprintf(stderr, "toy train: %s\n", toy_last_error()); goto out; }
     } else {
         struct toy_llama_config mc = toy_llama_preset(c.preset);
@@ -275,7 +305,7 @@ int toy_cmd_train(int argc, char **argv) {
             const char *slash = strrchr(c.out, '/');
             snprintf(run_id, sizeof run_id, "%s", slash && slash[1] ? slash + 1 : c.out);
             if (toy_mkdir_p(run_dir)) { fprintf(stderr, "toy train: %s\n", toy_last_error()); goto out; }
-        } else if (toy_run_create(c.runs, NULL, "llama", run_id, sizeof run_id, run_dir, sizeof run_dir)) {
+        } else if (toy_run_create(c.runs, NULL, is_gpt2 ? "gpt2" : "llama", run_id, sizeof run_id, run_dir, sizeof run_dir)) {
             fprintf(stderr, "toy train: %s\n", toy_last_error());
             goto out;
         }
@@ -299,7 +329,8 @@ int toy_cmd_train(int argc, char **argv) {
     if (cli.trace && toy_trace_open(cli.trace, 0, &trace)) { fprintf(stderr, "toy train: %s\n", toy_last_error()); goto out; }
     c.o.trace = trace;
     c.o.op_timing = cli.o.op_timing;
-    if (toy_trainer_new(m, tok, data, &c.o, run_dir, ev, c.threads, &tr)) {
+    struct toy_lm lm = g2 ? toy_gpt2_lm(g2) : toy_llama_lm(m);
+    if (toy_trainer_new_lm(&lm, tok, data, &c.o, run_dir, ev, c.threads, &tr)) {
         fprintf(stderr, "toy train: %s\n", toy_last_error());
         goto out;
     }
@@ -308,13 +339,22 @@ int toy_cmd_train(int argc, char **argv) {
         goto out;
     }
     {
-        const struct toy_llama_config *mc = &m->cfg;
+        struct toy_llama_config shown = {.vocab = lm.vocab}; /* GPT-2's numbers in the same summary */
+        if (g2) {
+            snprintf(shown.arch, sizeof shown.arch, "gpt2");
+            shown.d_model = g2->cfg.d_model;
+            shown.n_layers = g2->cfg.n_layers;
+            shown.n_heads = shown.n_kv_heads = g2->cfg.n_heads;
+            shown.d_ff = g2->cfg.d_ff;
+        }
+        const struct toy_llama_config *mc = g2 ? &shown : &m->cfg;
+        int64_t n_params = g2 ? toy_gpt2_n_params(g2) : toy_llama_n_params(m);
         json_t *model = json_pack("{s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:s,s:I}", "arch", mc->arch, "name", "toy",
                                   "vocab", (json_int_t)mc->vocab, "d_model", (json_int_t)mc->d_model, "n_layers",
                                   (json_int_t)mc->n_layers, "n_heads", (json_int_t)mc->n_heads, "n_kv",
                                   (json_int_t)mc->n_kv_heads, "d_head", (json_int_t)toy_llama_head_dim(mc), "d_ff",
                                   (json_int_t)mc->d_ff, "weight_type", c.o.bf16 ? "bf16" : "f32", "n_params",
-                                  (json_int_t)toy_llama_n_params(m));
+                                  (json_int_t)n_params);
         json_t *config = cfg_json(&c);
         if (c.resume) json_object_set_new(config, "resumed_from_step", json_integer(toy_trainer_step(tr)));
         struct toy_run_start rs = {.run_id = run_id, .phase = "train", .backend = "cpu", .model = model, .config = config};
@@ -324,7 +364,7 @@ int toy_cmd_train(int argc, char **argv) {
         if (!c.json)
             fprintf(stderr, "toy train: run %s -> %s\n           %lld parameters (d %lld, %lld layers, %lld/%lld heads), "
                     "vocab %lld, %lld train / %lld held-out tokens, batch %lld x %lld%s\n",
-                    run_id, run_dir, (long long)toy_llama_n_params(m), (long long)mc->d_model,
+                    run_id, run_dir, (long long)n_params, (long long)mc->d_model,
                     (long long)mc->n_layers, (long long)mc->n_heads, (long long)mc->n_kv_heads, (long long)mc->vocab,
                     (long long)toy_data_train_tokens(data), (long long)toy_data_heldout_tokens(data),
                     (long long)c.batch, (long long)c.ctx, c.resume ? ", resumed" : "");
@@ -369,6 +409,7 @@ out:
     if (c.o.trace && toy_trace_close(c.o.trace)) fprintf(stderr, "toy train: trace: %s\n", toy_last_error());
     toy_events_close(ev);
     toy_llama_free(m);
+    toy_gpt2_free(g2);
     toy_data_free(data);
     toy_tokenizer_free(tok);
     return rc;

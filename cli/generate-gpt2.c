@@ -1,0 +1,127 @@
+/* generate-gpt2.c: `toy generate -m gpt2.gguf -p TEXT` (toy_cli_generate_gpt2
+ * in generate-gpt2.h): the GPT-2 model mapped from its GGUF, the prompt
+ * encoded with the file's own tokenizer (GPT-2 byte-level BPE, no BOS),
+ * generation through toy_gpt2_generate with the KV cache, text streamed to
+ * stdout or one toy/generate-v1 JSON object with --json. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "generate-gpt2.h"
+#include "toy/gguf.h"
+#include "toy/gpt2.h"
+#include "toy/toy.h"
+
+bool toy_cli_is_gpt2(const char *path) {
+    struct toy_gguf *g;
+    if (toy_gguf_open(path, &g)) return false;
+    bool yes = toy_gguf_is_gpt2(g);
+    toy_gguf_close(g);
+    return yes;
+}
+
+struct out {
+    bool json;
+    json_t *ids, *lps;
+};
+
+static bool on_token(void *ud, int32_t id, const char *text, size_t len, float lp) {
+    struct out *o = ud;
+    if (o->json) {
+        if (id >= 0) {
+            json_array_append_new(o->ids, json_integer(id));
+            json_array_append_new(o->lps, json_real(lp));
+        }
+    } else if (len) {
+        fwrite(text, 1, len, stdout);
+        fflush(stdout);
+    }
+    return true;
+}
+
+int toy_cli_generate_gpt2(const char *path, const char *prompt, const char *prompt_ids,
+                          const struct toy_generate_params *gp, int64_t n_ctx, int threads, bool json) {
+    struct toy_gpt2 *m;
+    if (toy_gpt2_load(path, false, &m)) { fprintf(stderr, "toy generate: %s\n", toy_last_error()); return 1; }
+    struct toy_tokenizer *tok = NULL;
+    if (toy_tokenizer_load_gguf(m->gguf, &tok) && !prompt_ids) {
+        fprintf(stderr, "toy generate: %s has no usable tokenizer (%s); pass --prompt-ids\n", path, toy_last_error());
+        toy_gpt2_free(m);
+        return 1;
+    }
+    struct toy_tokens ids = {0};
+    int rc = 0;
+    if (prompt_ids) {
+        for (const char *p = prompt_ids; *p;) {
+            char *e;
+            long v = strtol(p, &e, 10);
+            if (e == p) { p++; continue; }
+            p = e;
+            if (ids.n == ids.cap) {
+                ids.cap = ids.cap ? ids.cap * 2 : 64;
+                int32_t *n = realloc(ids.ids, (size_t)ids.cap * sizeof *ids.ids);
+                if (!n) { fprintf(stderr, "toy generate: out of memory\n"); rc = 1; goto done; }
+                ids.ids = n;
+            }
+            ids.ids[ids.n++] = (int32_t)v;
+        }
+    } else {
+        const char *text = prompt ? prompt : "";
+        if (toy_tokenizer_encode(tok, text, strlen(text), 0, &ids)) {
+            fprintf(stderr, "toy generate: %s\n", toy_last_error());
+            rc = 1;
+            goto done;
+        }
+        if (ids.n == 0 && toy_tokenizer_eos(tok) >= 0) { /* GPT-2 starts an empty prompt from <|endoftext|> */
+            ids.ids = malloc(sizeof *ids.ids);
+            if (!ids.ids) { rc = 1; goto done; }
+            ids.ids[0] = toy_tokenizer_eos(tok);
+            ids.n = ids.cap = 1;
+        }
+    }
+    struct toy_threadpool *tp = toy_threadpool_new(threads);
+    struct out o = {.json = json, .ids = json_array(), .lps = json_array()};
+    if (!json && prompt) fputs(prompt, stdout);
+    struct toy_generate_result r;
+    if (toy_gpt2_generate(m, tok, n_ctx, tp, ids.ids, ids.n, gp, on_token, &o, &r)) {
+        fprintf(stderr, "\ntoy generate: %s\n", toy_last_error());
+        rc = 1;
+    } else if (json) {
+        int64_t n = (int64_t)json_array_size(o.ids);
+        int32_t *gi = malloc(((size_t)n + 1) * sizeof *gi);
+        for (int64_t i = 0; gi && i < n; i++) gi[i] = (int32_t)json_integer_value(json_array_get(o.ids, (size_t)i));
+        char *text = NULL;
+        size_t tl = 0;
+        if (tok && gi) toy_tokenizer_decode(tok, gi, n, TOY_DECODE_SKIP_SPECIAL, &text, &tl);
+        const char *reasons[] = {"length", "eos", "stop", "caller", "context"};
+        json_t *pa = json_array();
+        for (int64_t i = 0; i < ids.n; i++) json_array_append_new(pa, json_integer(ids.ids[i]));
+        json_t *res = json_pack("{s:s,s:s,s:o,s:O,s:s#,s:O,s:s,s:f,s:f}", "format", "toy/generate-v1", "arch", "gpt2",
+                                "prompt_ids", pa, "ids", o.ids, "text", text ? text : "", text ? tl : 0, "logprobs",
+                                o.lps, "finish_reason", reasons[r.reason], "prefill_tokens_per_s",
+                                r.prefill_s > 0 ? r.n_prompt / r.prefill_s : 0.0, "decode_tokens_per_s",
+                                r.decode_s > 0 ? r.n_generated / r.decode_s : 0.0);
+        char *s = json_dumps(res, JSON_COMPACT);
+        if (s) puts(s);
+        free(s);
+        json_decref(res);
+        free(text);
+        free(gi);
+    } else {
+        putchar('\n');
+        if (isatty(2))
+            fprintf(stderr, "[%lld prompt tokens at %.1f tok/s, %lld generated at %.1f tok/s]\n", (long long)r.n_prompt,
+                    r.prefill_s > 0 ? r.n_prompt / r.prefill_s : 0.0, (long long)r.n_generated,
+                    r.decode_s > 0 ? r.n_generated / r.decode_s : 0.0);
+    }
+    json_decref(o.ids);
+    json_decref(o.lps);
+    toy_threadpool_free(tp);
+done:
+    toy_tokens_free(&ids);
+    toy_tokenizer_free(tok);
+    toy_gpt2_free(m);
+    return rc;
+}
