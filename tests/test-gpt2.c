@@ -9,7 +9,9 @@
  *  - a tiny GPT-2 trained through the generic trainer (toy_trainer_new_lm) on
  *    TinyShakespeare beats the unigram baseline on held-out text, its
  *    checkpoint loads back, and it generates text with the KV cache;
- *  - `toy train --arch gpt2` and `toy generate` on its checkpoint. */
+ *  - a Hugging Face GPT-2 folder through `toy convert` (f32 and q8_0) loads
+ *    and matches the reference;
+ *  - `toy train --arch gpt2`, `toy generate` on its checkpoint, `--resume`. */
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <math.h>
@@ -18,6 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "toy/convert.h"
 #include "toy/gguf.h"
 #include "toy/gpt2.h"
 #include "toy/toy.h"
@@ -332,7 +335,7 @@ Test(gpt2, tinyshakespeare_beats_unigram_and_generates, .timeout = 300) {
     c.max_ctx = 64;
     struct toy_gpt2 *m = toy_gpt2_new(&c, 5);
     struct toy_lm lm = toy_gpt2_lm(m);
-    struct toy_train_opts o = {.steps = 250, .accum = 1, .lr = 3e-3f, .lr_min = 3e-4f, .warmup = 20,
+    struct toy_train_opts o = {.steps = 150, .accum = 1, .lr = 3e-3f, .lr_min = 3e-4f, .warmup = 20,
                                .schedule = TOY_LR_COSINE, .weight_decay = 0.1f, .beta1 = 0.9f, .beta2 = 0.95f,
                                .eps = 1e-8f, .clip = 1.0f, .seed = 1, .eval_every = 0, .eval_batches = 8};
     struct toy_trainer *tr;
@@ -369,5 +372,100 @@ Test(gpt2, tinyshakespeare_beats_unigram_and_generates, .timeout = 300) {
     toy_gpt2_free(m);
     toy_data_free(data);
     toy_tokenizer_free(tok);
+    rm_tmp();
+}
+
+/* A Hugging Face GPT-2 folder (tests/torch/make-hf-models.py: Conv1D
+ * weights, wte/wpe, the attn.bias buffer) through `toy convert`: the GGUF
+ * (output.weight = token_embd, as llama.cpp writes it) loads mapped as a
+ * tied GPT-2 and its logits match the reference; a q8_0 conversion runs too. */
+Test(gpt2, converted_hf_folder_matches_pytorch, .timeout = 300) {
+    make_tmp();
+    char cmd[1024], dir[400], f32[400], q8[400];
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 tests/torch/make-hf-models.py '%s/hf' >/dev/null 2>&1", tmpdir);
+    if (system(cmd)) { rm_tmp(); cr_skip_test("python3 with torch not available"); }
+    snprintf(dir, sizeof dir, "%s/hf/gpt2", tmpdir);
+    snprintf(f32, sizeof f32, "%s/gpt2-f32.gguf", tmpdir);
+    snprintf(q8, sizeof q8, "%s/gpt2-q8.gguf", tmpdir);
+    struct toy_convert_opts co = {.type = TOY_F32};
+    cr_assert_eq(toy_hf_convert(dir, f32, &co, NULL), TOY_OK, "%s", toy_last_error());
+    co.type = TOY_Q8_0;
+    cr_assert_eq(toy_hf_convert(dir, q8, &co, NULL), TOY_OK, "%s", toy_last_error());
+    const int T = 9, B = 2, V = 320;
+    int32_t tokens[T * B];
+    for (int i = 0; i < T * B; i++) tokens[i] = (i * 53 + 11) % V;
+    struct toy_gpt2 *m;
+    cr_assert_eq(toy_gpt2_load(f32, false, &m), TOY_OK, "%s", toy_last_error());
+    cr_assert(m->tied, "output.weight equal to token_embd loads as a tied head");
+    cr_assert_eq(m->cfg.vocab, V);
+    cr_assert_eq(m->cfg.max_ctx, 128);
+    float *ours = toy_logits(m, tokens, T, B);
+    toy_gpt2_free(m);
+    cr_assert_eq(toy_gpt2_load(q8, false, &m), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(m->layers[0].w_qkv->type, TOY_Q8_0);
+    float *quant = toy_logits(m, tokens, T, B);
+    toy_gpt2_free(m);
+    json_t *tk = json_array();
+    for (int b = 0; b < B; b++) {
+        json_t *row = json_array();
+        for (int t = 0; t < T; t++) json_array_append_new(row, json_integer(tokens[b * T + t]));
+        json_array_append_new(tk, row);
+    }
+    json_t *specs = json_array();
+    json_array_append_new(specs, json_pack("{s:s,s:o}", "gguf", f32, "tokens", tk));
+    json_t *res = run_reference(specs);
+    json_t *ref = json_object_get(json_array_get(json_object_get(res, "cases"), 0), "logits");
+    cr_assert_eq(json_array_size(ref), (size_t)(T * B * V));
+    double worst = 0, worst_q = 0;
+    for (size_t k = 0; k < json_array_size(ref); k++) {
+        double r = json_number_value(json_array_get(ref, k));
+        worst = fmax(worst, fabs(ours[k] - r) / (1 + fabs(r)));
+        worst_q = fmax(worst_q, fabs(quant[k] - r) / (1 + fabs(r)));
+    }
+    cr_log_info("gpt2 converted from HF: f32 max rel. difference %.2e, q8_0 %.2e", worst, worst_q);
+    cr_assert_leq(worst, 1e-4);
+    cr_assert_leq(worst_q, 0.1);
+    json_decref(res);
+    free(ours);
+    free(quant);
+    rm_tmp();
+}
+
+/* `toy train --arch gpt2` writes a run bundle whose checkpoint `toy generate`
+ * runs (dispatching on general.architecture), and `--resume` continues it. */
+Test(gpt2, cli_train_and_generate, .timeout = 300) {
+    const char *bin = getenv("TOY_BIN") ? getenv("TOY_BIN") : "build/toy";
+    if (access(bin, X_OK)) cr_skip_test("no %s", bin);
+    if (access(SHAKESPEARE, R_OK)) cr_skip_test("no %s", SHAKESPEARE);
+    make_tmp();
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "head -c 100000 %s > '%s/text.txt' && %s train --arch gpt2 --preset tiny --data '%s/text.txt' "
+             "--vocab-size 300 --steps 30 --batch 4 --ctx 32 --eval-every 15 --out '%s/run' --json > '%s/train.json' 2>&1",
+             SHAKESPEARE, tmpdir, bin, tmpdir, tmpdir, tmpdir);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    snprintf(cmd, sizeof cmd, "%s/run/events.jsonl", tmpdir);
+    FILE *f = fopen(cmd, "r");
+    cr_assert(f);
+    char line[8192];
+    cr_assert(fgets(line, sizeof line, f));
+    fclose(f);
+    cr_assert(strstr(line, "\"arch\":\"gpt2\""), "run_start names the architecture: %s", line);
+    snprintf(cmd, sizeof cmd, "%s generate -m '%s/run/weights/latest' -p 'ROMEO:' -n 12 --temp 0 --json > '%s/gen.json'",
+             bin, tmpdir, tmpdir);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    snprintf(cmd, sizeof cmd, "%s/gen.json", tmpdir);
+    json_error_t err;
+    json_t *g = json_load_file(cmd, 0, &err);
+    cr_assert(g, "%s", err.text);
+    cr_assert_str_eq(json_string_value(json_object_get(g, "arch")), "gpt2");
+    cr_assert_eq(json_array_size(json_object_get(g, "ids")), 12);
+    json_decref(g);
+    snprintf(cmd, sizeof cmd, "%s train --resume '%s/run' --steps 40 --json > '%s/resume.json' 2>&1", bin, tmpdir, tmpdir);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    snprintf(cmd, sizeof cmd, "%s/resume.json", tmpdir);
+    json_t *r = json_load_file(cmd, 0, &err);
+    cr_assert(r, "%s", err.text);
+    cr_assert_eq(json_integer_value(json_object_get(r, "steps")), 40);
+    json_decref(r);
     rm_tmp();
 }
