@@ -276,6 +276,11 @@ Test(chat_template, errors) {
     cr_expect_eq(jinja_err("{{ x }}", "{\"not\": \"messages\"}"), TOY_ERR_FORMAT);
     cr_expect_eq(jinja_err("{{ x }}", "[{\"content\": \"no role\"}]"), TOY_ERR_FORMAT);
     cr_expect_eq(jinja_err("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", NULL), TOY_ERR_FORMAT);
+    cr_expect_eq(jinja_err("{{ 9223372036854775807 + 1 }}", NULL), TOY_ERR_FORMAT);
+    cr_expect(strstr(toy_last_error(), "overflow"), "%s", toy_last_error());
+    cr_expect_eq(jinja_err("{{ 3 ** 99 }}", NULL), TOY_ERR_FORMAT);
+    cr_expect_eq(jinja_err("{{ (1, 2 }}", NULL), TOY_ERR_FORMAT); /* found by fuzzing */
+    EXPECT_RENDER("{{ 2 ** -1 }}|{{ range(0, 10, 4)|list }}|{{ range(3, 0, -1)|list }}", "0.5|[0, 4, 8]|[3, 2, 1]");
     struct toy_chat_template *t = NULL;
     cr_expect_eq(toy_chat_template_init(NULL, &t), TOY_ERR_INVALID_ARG);
 }

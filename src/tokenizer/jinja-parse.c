@@ -417,6 +417,7 @@ static struct node *parse_primary(struct parser *P) {
             struct node *e = parse_expr(P);
             if (is_op(peek(P), ",")) {
                 x = mk(P, E_TUPLE);
+                if (!x) return NULL;
                 if (!append(P, &x->list, &x->n, e)) return NULL;
                 while (is_op(peek(P), ",")) {
                     P->i++;

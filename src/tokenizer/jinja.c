@@ -13,6 +13,7 @@
 #include "jinja.h"
 
 #include <ctype.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -649,9 +650,10 @@ static json_t *call_global(struct ctx *C, const struct node *call, const char *n
         json_decref(a); json_decref(b); json_decref(c);
         if (step == 0) { rerr(C, call, "range() step must not be zero"); return NULL; }
         json_t *r = json_array();
-        for (long long i = start; step > 0 ? i < stop : i > stop; i += step) {
+        for (long long i = start; step > 0 ? i < stop : i > stop;) {
             if (json_array_size(r) > 1000000) { rerr(C, call, "range() too long"); break; }
             json_array_append_new(r, json_integer(i));
+            if (__builtin_add_overflow(i, step, &i)) break;
         }
         return r;
     }
@@ -743,7 +745,10 @@ static json_t *eval(struct ctx *C, const struct node *x) {
                 hi = hi < -1 ? -1 : hi > n - 1 ? n - 1 : hi;
             }
             json_t *out = json_array();
-            for (long long i = lo; step > 0 ? i < hi : i > hi; i += step) json_array_append(out, json_array_get(items, (size_t)i));
+            for (long long i = lo; step > 0 ? i < hi : i > hi;) {
+                json_array_append(out, json_array_get(items, (size_t)i));
+                if (__builtin_add_overflow(i, step, &i)) break;
+            }
             json_decref(items);
             if (json_is_string(a)) {
                 struct sbuf sb = {0};
@@ -790,6 +795,7 @@ static json_t *eval(struct ctx *C, const struct node *x) {
         a = eval(C, x->a);
         if (!is_num(a)) { if (!C->st) rerr(C, x, "unary %c on a non-number", x->k == E_NEG ? '-' : '+'); json_decref(a); return NULL; }
         if (x->k == E_POS) return a;
+        if (!json_is_real(a) && ival(a) == LLONG_MIN) { rerr(C, x, "integer overflow"); json_decref(a); return NULL; }
         r = json_is_real(a) ? json_real(-json_real_value(a)) : json_integer(-ival(a));
         json_decref(a);
         return r;
@@ -873,9 +879,18 @@ static json_t *eval(struct ctx *C, const struct node *x) {
         } else if (is_num(a) && is_num(b)) {
             bool ints = is_intlike(a) && is_intlike(b);
             double p = num(a), q = num(b);
-            if (!strcmp(op, "+")) r = ints ? json_integer(ival(a) + ival(b)) : json_real(p + q);
-            else if (!strcmp(op, "-")) r = ints ? json_integer(ival(a) - ival(b)) : json_real(p - q);
-            else if (!strcmp(op, "*")) r = ints ? json_integer(ival(a) * ival(b)) : json_real(p * q);
+            long long ia = ival(a), ib = ival(b), ir;
+            /* Python ints do not overflow; a template that needs more than 64 bits is an error here */
+            bool ovf = ints && ((!strcmp(op, "+") && __builtin_add_overflow(ia, ib, &ir)) ||
+                                (!strcmp(op, "-") && __builtin_sub_overflow(ia, ib, &ir)) ||
+                                (!strcmp(op, "*") && __builtin_mul_overflow(ia, ib, &ir)) ||
+                                ((!strcmp(op, "//") || !strcmp(op, "%")) && ia == LLONG_MIN && ib == -1) ||
+                                (!strcmp(op, "**") && (q < 0 || fabs(pow(p, q)) >= 9.2e18)));
+            if (ovf && strcmp(op, "**")) { rerr(C, x, "integer overflow in '%s'", op); goto bin_out; }
+            if (ovf && q >= 0) { rerr(C, x, "integer overflow in '**'"); goto bin_out; }
+            if (!strcmp(op, "+")) r = ints ? json_integer(ia + ib) : json_real(p + q);
+            else if (!strcmp(op, "-")) r = ints ? json_integer(ia - ib) : json_real(p - q);
+            else if (!strcmp(op, "*")) r = ints ? json_integer(ia * ib) : json_real(p * q);
             else if (!strcmp(op, "/")) { if (q == 0) rerr(C, x, "division by zero"); else r = json_real(p / q); }
             else if (!strcmp(op, "//")) {
                 if (q == 0) rerr(C, x, "division by zero");
@@ -885,7 +900,7 @@ static json_t *eval(struct ctx *C, const struct node *x) {
                 if (q == 0) rerr(C, x, "modulo by zero");
                 else if (ints) { long long m = ival(a) % ival(b); if (m != 0 && ((m < 0) != (ival(b) < 0))) m += ival(b); r = json_integer(m); }
                 else r = json_real(p - q * floor(p / q));
-            } else if (!strcmp(op, "**")) r = ints && ival(b) >= 0 ? json_integer((long long)pow(p, q)) : json_real(pow(p, q));
+            } else if (!strcmp(op, "**")) r = ints && ib >= 0 ? json_integer((long long)pow(p, q)) : json_real(pow(p, q));
         } else {
             rerr(C, x, "unsupported operands for '%s'", op);
         }
@@ -990,13 +1005,18 @@ static json_t *do_filter(struct ctx *C, const struct node *f, json_t *v) {
     if (!strcmp(n, "safe") || !strcmp(n, "e") || !strcmp(n, "escape")) return v ? json_incref(v) : json_string("");
     if (!strcmp(n, "int")) {
         if (v && json_is_string(v)) return json_integer(strtoll(json_string_value(v), NULL, 10));
-        return json_integer(is_num(v) ? (long long)num(v) : 0);
+        double d = is_num(v) ? num(v) : 0;
+        if (!(fabs(d) < 9.2e18)) { rerr(C, f, "int: %g does not fit", d); return NULL; }
+        return json_integer((long long)d);
     }
     if (!strcmp(n, "float")) {
         if (v && json_is_string(v)) return json_real(strtod(json_string_value(v), NULL));
         return json_real(is_num(v) ? num(v) : 0.0);
     }
-    if (!strcmp(n, "abs")) return is_intlike(v) ? json_integer(llabs(ival(v))) : json_real(fabs(is_num(v) ? num(v) : 0));
+    if (!strcmp(n, "abs")) {
+        if (is_intlike(v) && ival(v) == LLONG_MIN) { rerr(C, f, "integer overflow in abs"); return NULL; }
+        return is_intlike(v) ? json_integer(llabs(ival(v))) : json_real(fabs(is_num(v) ? num(v) : 0));
+    }
     if (!strcmp(n, "round")) {
         json_t *p = arg(C, f, 0, "precision");
         double m = pow(10, p && is_intlike(p) ? (double)ival(p) : 0);
@@ -1151,6 +1171,7 @@ static json_t *do_filter(struct ctx *C, const struct node *f, json_t *v) {
     if (!strcmp(n, "indent")) {
         json_t *w = arg(C, f, 0, "width"), *first = arg(C, f, 1, "first"), *blank = arg(C, f, 2, "blank");
         long long width = w && is_intlike(w) ? ival(w) : 4;
+        if (width < 0 || width > 4096) width = width < 0 ? 0 : 4096;
         const char *pad = strv(w);
         json_t *s = str_of(v);
         struct sbuf b = {0};
