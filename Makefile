@@ -30,7 +30,7 @@ endif
 CPPFLAGS += -Iinclude -Isrc -D_GNU_SOURCE
 CFLAGS += -std=c11 $(OPT) -Wall -Wextra -Werror -fPIC -pthread \
           -Wno-unused-parameter -fno-math-errno
-LDLIBS += -lopenblas -lpcre2-8 -lutf8proc -ljansson -lmicrohttpd -lm -lpthread -ldl
+LDLIBS += -lopenblas -lpcre2-8 -lutf8proc -ljansson -lmicrohttpd -lz -lstb -lm -lpthread -ldl
 LDFLAGS += $(LDSAN) -pthread
 ifeq ($(MPI),1)
 MPI_CFLAGS := $(shell pkg-config --cflags ompi-c 2>/dev/null)

@@ -1,0 +1,449 @@
+/* images.c: labelled image sets (toy/images.h): IDX (MNIST; gzip through
+ * zlib's gzread, which also reads plain files), TOYI (docs/formats.md,
+ * "Image sets"), folders of class sub-folders decoded by stb_image (Debian
+ * libstb), a seeded split, channel statistics and augmented float batches.
+ * Invariants: pixels are u8 CHW per image; every label is < n_classes;
+ * sizes read from files are bounded by the bytes present before any
+ * allocation they drive. */
+#include <dirent.h>
+#include <math.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <stb/stb_image.h>
+
+#include "toy/images.h"
+
+#define MAX_SIDE 65536
+#define MAX_CLASSES 100000
+
+static struct toy_image_set *set_new(int64_t n, int64_t c, int64_t h, int64_t w, int64_t k) {
+    struct toy_image_set *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->n = n, s->channels = c, s->height = h, s->width = w, s->n_classes = k;
+    s->pixels = malloc(n * c * h * w > 0 ? (size_t)(n * c * h * w) : 1);
+    s->labels = malloc(n > 0 ? (size_t)n * sizeof *s->labels : 1);
+    if (!s->pixels || !s->labels) { toy_images_free(s); return NULL; }
+    return s;
+}
+
+void toy_images_free(struct toy_image_set *s) {
+    if (!s) return;
+    if (s->class_names)
+        for (int64_t i = 0; i < s->n_classes; i++) free(s->class_names[i]);
+    free(s->class_names);
+    free(s->pixels);
+    free(s->labels);
+    free(s);
+}
+
+/* ---- IDX --------------------------------------------------------------------- */
+
+/* The whole (decompressed) file in memory: IDX files are small. */
+static enum toy_status gz_slurp(const char *path, uint8_t **out, size_t *len) {
+    gzFile f = gzopen(path, "rb");
+    if (!f) return toy_error(TOY_ERR_IO, "%s: %s", path, strerror(errno ? errno : ENOENT));
+    size_t cap = 1 << 20, n = 0;
+    uint8_t *buf = malloc(cap);
+    for (;;) {
+        if (!buf) { gzclose(f); return toy_error(TOY_ERR_NOMEM, "%s", path); }
+        if (n == cap) {
+            uint8_t *nb = cap < ((size_t)1 << 34) ? realloc(buf, cap * 2) : NULL;
+            if (!nb) { free(buf); gzclose(f); return toy_error(TOY_ERR_NOMEM, "%s: larger than 16 GiB", path); }
+            buf = nb;
+            cap *= 2;
+        }
+        int got = gzread(f, buf + n, (unsigned)(cap - n > (1u << 30) ? (1u << 30) : cap - n));
+        if (got < 0) {
+            int e;
+            const char *msg = gzerror(f, &e);
+            free(buf);
+            gzclose(f);
+            return toy_error(TOY_ERR_FORMAT, "%s: gzip: %s", path, msg);
+        }
+        if (got == 0) break;
+        n += (size_t)got;
+    }
+    gzclose(f);
+    *out = buf;
+    *len = n;
+    return TOY_OK;
+}
+
+static uint32_t be32(const uint8_t *p) { return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]; }
+
+enum toy_status toy_images_load_idx(const char *images_path, const char *labels_path, struct toy_image_set **out) {
+    *out = NULL;
+    uint8_t *im = NULL, *lb = NULL;
+    size_t ni = 0, nl = 0;
+    enum toy_status st = gz_slurp(images_path, &im, &ni);
+    if (!st) st = gz_slurp(labels_path, &lb, &nl);
+    if (st) { free(im); free(lb); return st; }
+    if (ni < 16 || be32(im) != 0x803) {
+        st = toy_error(TOY_ERR_FORMAT, "%s: not an IDX3 u8 images file (magic at offset 0: %08x, expected 00000803)",
+                       images_path, ni >= 4 ? be32(im) : 0);
+        goto done;
+    }
+    if (nl < 8 || be32(lb) != 0x801) {
+        st = toy_error(TOY_ERR_FORMAT, "%s: not an IDX1 u8 labels file (magic at offset 0: %08x, expected 00000801)",
+                       labels_path, nl >= 4 ? be32(lb) : 0);
+        goto done;
+    }
+    uint64_t n = be32(im + 4), h = be32(im + 8), w = be32(im + 12), nlab = be32(lb + 4);
+    if (h == 0 || w == 0 || h > MAX_SIDE || w > MAX_SIDE || n * h * w != ni - 16) {
+        st = toy_error(TOY_ERR_FORMAT, "%s: header says %llu images of %llux%llu (%llu bytes), the file holds %zu "
+                       "bytes after the 16-byte header", images_path, (unsigned long long)n, (unsigned long long)h,
+                       (unsigned long long)w, (unsigned long long)(n * h * w), ni - 16);
+        goto done;
+    }
+    if (nlab != n || nl - 8 != n) {
+        st = toy_error(TOY_ERR_FORMAT, "%s: %llu labels (%zu bytes present) for %llu images", labels_path,
+                       (unsigned long long)nlab, nl - 8, (unsigned long long)n);
+        goto done;
+    }
+    int64_t k = 0;
+    for (uint64_t i = 0; i < n; i++) k = lb[8 + i] + 1 > k ? lb[8 + i] + 1 : k;
+    struct toy_image_set *s = set_new((int64_t)n, 1, (int64_t)h, (int64_t)w, k);
+    if (!s) { st = toy_error(TOY_ERR_NOMEM, "%s: %llu images", images_path, (unsigned long long)n); goto done; }
+    memcpy(s->pixels, im + 16, n * h * w);
+    for (uint64_t i = 0; i < n; i++) s->labels[i] = lb[8 + i];
+    *out = s;
+done:
+    free(im);
+    free(lb);
+    return st;
+}
+
+/* ---- TOYI --------------------------------------------------------------------- */
+
+static uint32_t le32(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
+
+enum toy_status toy_images_load_toyi(const char *path, struct toy_image_set **out) {
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) return toy_error(TOY_ERR_IO, "%s: %s", path, strerror(errno));
+    uint8_t h[28];
+    struct stat sb;
+    if (fstat(fileno(f), &sb) || fread(h, 1, 28, f) != 28) {
+        fclose(f);
+        return toy_error(TOY_ERR_FORMAT, "%s: shorter than the 28-byte TOYI header", path);
+    }
+    enum toy_status st = TOY_OK;
+    uint64_t n = le32(h + 8), c = le32(h + 12), hh = le32(h + 16), w = le32(h + 20), k = le32(h + 24);
+    if (memcmp(h, "TOYI", 4)) st = toy_error(TOY_ERR_FORMAT, "%s: bad magic (offset 0), expected TOYI", path);
+    else if (le32(h + 4) != 1)
+        st = toy_error(TOY_ERR_UNSUPPORTED, "%s: TOYI version %u (offset 4), toy reads 1", path, le32(h + 4));
+    else if (c < 1 || c > 4 || hh < 1 || w < 1 || hh > MAX_SIDE || w > MAX_SIDE || k < 1 || k > MAX_CLASSES)
+        st = toy_error(TOY_ERR_FORMAT, "%s: bad shape: %llu channels, %llux%llu, %llu classes (offset 12)", path,
+                       (unsigned long long)c, (unsigned long long)hh, (unsigned long long)w, (unsigned long long)k);
+    else if ((uint64_t)sb.st_size != 28 + 4 * n + n * c * hh * w)
+        st = toy_error(TOY_ERR_FORMAT, "%s: %llu images need %llu bytes, the file has %lld", path,
+                       (unsigned long long)n, (unsigned long long)(28 + 4 * n + n * c * hh * w), (long long)sb.st_size);
+    struct toy_image_set *s = st ? NULL : set_new((int64_t)n, (int64_t)c, (int64_t)hh, (int64_t)w, (int64_t)k);
+    if (!st && !s) st = toy_error(TOY_ERR_NOMEM, "%s: %llu images", path, (unsigned long long)n);
+    if (!st) {
+        uint8_t *lb = malloc(4 * n + 1);
+        if (!lb || fread(lb, 4, n, f) != n || fread(s->pixels, 1, n * c * hh * w, f) != n * c * hh * w)
+            st = toy_error(TOY_ERR_IO, "%s: short read", path);
+        for (uint64_t i = 0; !st && i < n; i++) {
+            uint32_t y = le32(lb + 4 * i);
+            if (y >= k) st = toy_error(TOY_ERR_RANGE, "%s: image %llu has label %u, there are %llu classes (offset %llu)",
+                                       path, (unsigned long long)i, y, (unsigned long long)k,
+                                       (unsigned long long)(28 + 4 * i));
+            else s->labels[i] = (int32_t)y;
+        }
+        free(lb);
+    }
+    fclose(f);
+    if (st) { toy_images_free(s); return st; }
+    *out = s;
+    return TOY_OK;
+}
+
+enum toy_status toy_images_save_toyi(const struct toy_image_set *s, const char *path) {
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+    FILE *f = fopen(tmp, "wb");
+    if (!f) return toy_error(TOY_ERR_IO, "%s: %s", tmp, strerror(errno));
+    uint32_t h[7] = {0, 1, (uint32_t)s->n, (uint32_t)s->channels, (uint32_t)s->height, (uint32_t)s->width,
+                     (uint32_t)s->n_classes};
+    memcpy(h, "TOYI", 4);
+    size_t np = (size_t)(s->n * s->channels * s->height * s->width);
+    bool ok = fwrite(h, 4, 7, f) == 7; /* little-endian hosts only (x86-64, arm64) */
+    for (int64_t i = 0; ok && i < s->n; i++) {
+        uint32_t y = (uint32_t)s->labels[i];
+        ok = fwrite(&y, 4, 1, f) == 1;
+    }
+    ok = ok && fwrite(s->pixels, 1, np, f) == np;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok || rename(tmp, path)) {
+        unlink(tmp);
+        return toy_error(TOY_ERR_IO, "%s: cannot write", path);
+    }
+    return TOY_OK;
+}
+
+/* ---- PNG / JPEG -------------------------------------------------------------------- */
+
+/* Bilinear resize of u8 HWC (as stb gives) to u8 CHW (align_corners=False). */
+static void resize_to_chw(const uint8_t *src, int sw, int sh, int c, uint8_t *dst, int64_t dw, int64_t dh) {
+    for (int64_t y = 0; y < dh; y++) {
+        float fy = ((float)y + 0.5f) * (float)sh / (float)dh - 0.5f;
+        if (fy < 0) fy = 0;
+        int y0 = (int)fy, y1 = y0 + 1 < sh ? y0 + 1 : y0;
+        float wy = fy - (float)y0;
+        for (int64_t x = 0; x < dw; x++) {
+            float fx = ((float)x + 0.5f) * (float)sw / (float)dw - 0.5f;
+            if (fx < 0) fx = 0;
+            int x0 = (int)fx, x1 = x0 + 1 < sw ? x0 + 1 : x0;
+            float wx = fx - (float)x0;
+            for (int ch = 0; ch < c; ch++) {
+                float a = src[((size_t)y0 * sw + x0) * c + ch], b = src[((size_t)y0 * sw + x1) * c + ch];
+                float d = src[((size_t)y1 * sw + x0) * c + ch], e = src[((size_t)y1 * sw + x1) * c + ch];
+                float v = (a * (1 - wx) + b * wx) * (1 - wy) + (d * (1 - wx) + e * wx) * wy;
+                dst[((size_t)ch * dh + y) * dw + x] = (uint8_t)(v + 0.5f);
+            }
+        }
+    }
+}
+
+enum toy_status toy_image_read_file(const char *path, int64_t channels, int64_t height, int64_t width, uint8_t *out) {
+    if (channels != 1 && channels != 3) return toy_error(TOY_ERR_INVALID_ARG, "%s: %lld channels (1 or 3)", path,
+                                                         (long long)channels);
+    int w, h, n;
+    uint8_t *px = stbi_load(path, &w, &h, &n, (int)channels);
+    if (!px) return toy_error(TOY_ERR_FORMAT, "%s: %s", path, stbi_failure_reason());
+    resize_to_chw(px, w, h, (int)channels, out, width, height);
+    stbi_image_free(px);
+    return TOY_OK;
+}
+
+static bool is_image_name(const char *name) {
+    const char *dot = strrchr(name, '.');
+    return dot && (!strcasecmp(dot, ".png") || !strcasecmp(dot, ".jpg") || !strcasecmp(dot, ".jpeg") ||
+                   !strcasecmp(dot, ".bmp"));
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* sorted entries of dir (names not starting with '.'), filtered by want_dir */
+static char **list_dir(const char *dir, bool want_dir, int64_t *n) {
+    DIR *d = opendir(dir);
+    *n = 0;
+    if (!d) return NULL;
+    char **v = NULL;
+    int64_t cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char p[4200];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        struct stat sb;
+        if (stat(p, &sb) || (bool)S_ISDIR(sb.st_mode) != want_dir || (!want_dir && !is_image_name(e->d_name))) continue;
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 16;
+            char **nv = realloc(v, (size_t)cap * sizeof *v);
+            if (!nv) break;
+            v = nv;
+        }
+        v[(*n)++] = strdup(e->d_name);
+    }
+    closedir(d);
+    if (v) qsort(v, (size_t)*n, sizeof *v, cmp_str);
+    return v;
+}
+
+static void free_list(char **v, int64_t n) {
+    for (int64_t i = 0; i < n; i++) free(v[i]);
+    free(v);
+}
+
+static enum toy_status load_folder(const char *dir, const struct toy_image_load_opts *o, struct toy_image_set **out) {
+    int64_t k, c = o && o->channels ? o->channels : 3, h = o ? o->height : 0, w = o ? o->width : 0;
+    char **classes = list_dir(dir, true, &k);
+    if (k == 0) return toy_error(TOY_ERR_FORMAT, "%s: no class sub-folders (and no IDX or TOYI files)", dir);
+    int64_t total = 0;
+    char ***files = calloc((size_t)k, sizeof *files);
+    int64_t *nf = calloc((size_t)k, sizeof *nf);
+    enum toy_status st = files && nf ? TOY_OK : toy_error(TOY_ERR_NOMEM, "%s", dir);
+    for (int64_t i = 0; !st && i < k; i++) {
+        char p[4200];
+        snprintf(p, sizeof p, "%s/%s", dir, classes[i]);
+        files[i] = list_dir(p, false, &nf[i]);
+        total += nf[i];
+    }
+    if (!st && total == 0) st = toy_error(TOY_ERR_FORMAT, "%s: no .png/.jpg/.jpeg/.bmp images in the class folders", dir);
+    if (!st && (h <= 0 || w <= 0)) { /* the first image's size */
+        for (int64_t i = 0; i < k && h <= 0; i++)
+            if (nf[i]) {
+                char p[8400];
+                snprintf(p, sizeof p, "%s/%s/%s", dir, classes[i], files[i][0]);
+                int iw, ih, in;
+                if (!stbi_info(p, &iw, &ih, &in)) st = toy_error(TOY_ERR_FORMAT, "%s: %s", p, stbi_failure_reason());
+                h = ih, w = iw;
+            }
+    }
+    struct toy_image_set *s = st ? NULL : set_new(total, c, h, w, k);
+    if (!st && !s) st = toy_error(TOY_ERR_NOMEM, "%s: %lld images", dir, (long long)total);
+    int64_t at = 0;
+    for (int64_t i = 0; !st && i < k; i++)
+        for (int64_t j = 0; !st && j < nf[i]; j++, at++) {
+            char p[8400];
+            snprintf(p, sizeof p, "%s/%s/%s", dir, classes[i], files[i][j]);
+            st = toy_image_read_file(p, c, h, w, s->pixels + at * c * h * w);
+            s->labels[at] = (int32_t)i;
+        }
+    for (int64_t i = 0; files && i < k; i++) free_list(files[i], nf[i]);
+    free(files);
+    free(nf);
+    if (st) { free_list(classes, k); toy_images_free(s); return st; }
+    s->class_names = classes;
+    *out = s;
+    return TOY_OK;
+}
+
+/* the labels file of an IDX images file: "images-idx3" -> "labels-idx1" */
+static bool idx_labels_path(const char *images, char *out, size_t n) {
+    const char *p = strstr(images, "images-idx3");
+    if (!p) return false;
+    snprintf(out, n, "%.*slabels-idx1%s", (int)(p - images), images, p + strlen("images-idx3"));
+    return access(out, R_OK) == 0;
+}
+
+enum toy_status toy_images_load(const char *path, const struct toy_image_load_opts *opts, struct toy_image_set **out) {
+    *out = NULL;
+    struct stat sb;
+    if (stat(path, &sb)) return toy_error(TOY_ERR_IO, "%s: %s", path, strerror(errno));
+    char lab[4200];
+    if (S_ISDIR(sb.st_mode)) {
+        int64_t n;
+        char **v = list_dir(path, false, &n); /* image files: none for IDX folders */
+        free_list(v, n);
+        DIR *d = opendir(path);
+        struct dirent *e;
+        char found[4200] = "";
+        while (d && (e = readdir(d))) {
+            char p[4200];
+            snprintf(p, sizeof p, "%s/%s", path, e->d_name);
+            if (strstr(e->d_name, "images-idx3") && idx_labels_path(p, lab, sizeof lab) &&
+                (!found[0] || strcmp(p, found) < 0))
+                snprintf(found, sizeof found, "%s", p);
+        }
+        if (d) closedir(d);
+        if (found[0]) {
+            idx_labels_path(found, lab, sizeof lab);
+            return toy_images_load_idx(found, lab, out);
+        }
+        return load_folder(path, opts, out);
+    }
+    FILE *f = fopen(path, "rb");
+    char magic[4] = {0};
+    if (f) {
+        if (fread(magic, 1, 4, f) != 4) memset(magic, 0, 4);
+        fclose(f);
+    }
+    if (!memcmp(magic, "TOYI", 4)) return toy_images_load_toyi(path, out);
+    if (strstr(path, "images-idx3")) {
+        if (!idx_labels_path(path, lab, sizeof lab))
+            return toy_error(TOY_ERR_NOT_FOUND, "%s: no matching labels-idx1 file next to it", path);
+        return toy_images_load_idx(path, lab, out);
+    }
+    return toy_error(TOY_ERR_UNSUPPORTED, "%s: not an image set (a TOYI file, an IDX images file, or a folder)", path);
+}
+
+/* ---- split, statistics, batches ----------------------------------------------------- */
+
+static struct toy_image_set *subset(const struct toy_image_set *s, const int64_t *idx, int64_t n) {
+    struct toy_image_set *o = set_new(n, s->channels, s->height, s->width, s->n_classes);
+    if (!o) return NULL;
+    size_t per = (size_t)(s->channels * s->height * s->width);
+    for (int64_t i = 0; i < n; i++) {
+        memcpy(o->pixels + (size_t)i * per, s->pixels + (size_t)idx[i] * per, per);
+        o->labels[i] = s->labels[idx[i]];
+    }
+    if (s->class_names) {
+        o->class_names = calloc((size_t)s->n_classes, sizeof *o->class_names);
+        for (int64_t i = 0; o->class_names && i < s->n_classes; i++) o->class_names[i] = strdup(s->class_names[i]);
+    }
+    return o;
+}
+
+enum toy_status toy_images_split(const struct toy_image_set *s, double test_frac, uint64_t seed,
+                                 struct toy_image_set **train, struct toy_image_set **test) {
+    *train = *test = NULL;
+    if (!(test_frac >= 0 && test_frac < 1)) return toy_error(TOY_ERR_INVALID_ARG, "split: test fraction %g", test_frac);
+    int64_t *idx = malloc((size_t)(s->n > 0 ? s->n : 1) * sizeof *idx);
+    if (!idx) return toy_error(TOY_ERR_NOMEM, "split");
+    for (int64_t i = 0; i < s->n; i++) idx[i] = i;
+    struct toy_rng r;
+    toy_rng_seed(&r, seed);
+    for (int64_t i = s->n - 1; i > 0; i--) { /* Fisher-Yates */
+        int64_t j = (int64_t)toy_rng_below(&r, (uint64_t)i + 1), t = idx[i];
+        idx[i] = idx[j];
+        idx[j] = t;
+    }
+    int64_t ntr = s->n - (int64_t)(s->n * test_frac + 0.5);
+    *train = subset(s, idx, ntr);
+    *test = subset(s, idx + ntr, s->n - ntr);
+    free(idx);
+    if (!*train || !*test) {
+        toy_images_free(*train);
+        toy_images_free(*test);
+        *train = *test = NULL;
+        return toy_error(TOY_ERR_NOMEM, "split");
+    }
+    return TOY_OK;
+}
+
+void toy_images_stats(const struct toy_image_set *s, float *mean, float *std) {
+    int64_t hw = s->height * s->width;
+    for (int64_t c = 0; c < s->channels; c++) {
+        double sum = 0, sq = 0;
+        for (int64_t i = 0; i < s->n; i++) {
+            const uint8_t *p = s->pixels + (i * s->channels + c) * hw;
+            for (int64_t k = 0; k < hw; k++) sum += p[k], sq += (double)p[k] * p[k];
+        }
+        double n = (double)(s->n * hw > 0 ? s->n * hw : 1), m = sum / n / 255.0;
+        double var = sq / n / (255.0 * 255.0) - m * m;
+        mean[c] = (float)m;
+        std[c] = (float)(var > 1e-12 ? sqrt(var) : 1.0);
+    }
+}
+
+void toy_images_batch(const struct toy_image_set *s, const int64_t *idx, int64_t n, const float *mean,
+                      const float *std, const struct toy_image_aug *aug, struct toy_rng *rng, float *out,
+                      int32_t *labels) {
+    const int64_t C = s->channels, H = s->height, W = s->width;
+    for (int64_t b = 0; b < n; b++) {
+        const uint8_t *src = s->pixels + idx[b] * C * H * W;
+        int64_t dx = 0, dy = 0;
+        bool flip = false;
+        if (aug && rng) {
+            if (aug->crop_pad > 0) {
+                dx = (int64_t)toy_rng_below(rng, 2 * (uint64_t)aug->crop_pad + 1) - aug->crop_pad;
+                dy = (int64_t)toy_rng_below(rng, 2 * (uint64_t)aug->crop_pad + 1) - aug->crop_pad;
+            }
+            if (aug->flip) flip = toy_rng_below(rng, 2) == 1;
+        }
+        for (int64_t c = 0; c < C; c++) {
+            float m = mean[c], is = 1.0f / std[c], pad = -m * is; /* a zero pixel, normalised */
+            float *o = out + ((b * C + c) * H) * W; /* (H, W) */
+            for (int64_t y = 0; y < H; y++) {
+                int64_t sy = y + dy;
+                for (int64_t x = 0; x < W; x++) {
+                    int64_t sx = (flip ? W - 1 - x : x) + dx;
+                    o[y * W + x] = sy < 0 || sy >= H || sx < 0 || sx >= W
+                                       ? pad
+                                       : ((float)src[(c * H + sy) * W + sx] * (1.0f / 255.0f) - m) * is;
+                }
+            }
+        }
+        if (labels) labels[b] = s->labels[idx[b]];
+    }
+}
