@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "progress.h"
+#include "toy/collective.h"
 #include "toy/data.h"
 #include "toy/events.h"
 #include "toy/gguf.h"
@@ -51,6 +52,7 @@ static int usage(void) {
 "training:  --steps 1000 --batch 8 --ctx 128 --accum 1 --lr 3e-3 --lr-min 3e-4 --warmup 50\n"
 "           --schedule cosine|linear|constant --wd 0.1 --beta1 0.9 --beta2 0.95 --clip 1.0 --seed 1337\n"
 "           --bf16 (bf16 matmuls, f32 master weights) --threads N\n"
+"parallel:  mpirun -np N toy train ... (a `make MPI=1` build; --batch is per rank) --dp-timeout 300 (s)\n"
 "output:    --eval-every 100 --eval-batches 20 --ckpt-every 0 --runs DIR (runs) --out DIR\n"
 "           --sample TEXT --sample-tokens 64 --log-every 10 --json\n"
 "profiling: --trace out.json (Chrome trace: every op, thread and step; open in Perfetto) --op-timing\n");
@@ -62,6 +64,8 @@ struct cfg {
     int64_t vocab_size, dim, layers, heads, kv_heads, ff, batch, ctx;
     double heldout;
     int threads, log_every;
+    double dp_timeout; /* data parallelism: seconds a collective may wait */
+    int64_t world;     /* ranks (train.json: of the run that wrote it) */
     bool json;
     struct toy_train_opts o;
 };
@@ -73,6 +77,9 @@ static json_t *cfg_json(const struct cfg *c) {
                           "kv_heads", (json_int_t)c->kv_heads, "ff", (json_int_t)c->ff, "batch", (json_int_t)c->batch,
                           "ctx", (json_int_t)c->ctx, "heldout", c->heldout);
     json_object_set_new(j, "train", toy_train_opts_to_json(&c->o));
+    int64_t world = c->world > 0 ? c->world : 1; /* the global batch: rows per optimizer step over all ranks */
+    json_object_set_new(j, "world", json_integer(world));
+    json_object_set_new(j, "global_batch", json_integer(c->batch * world * (c->o.accum > 0 ? c->o.accum : 1)));
     if (c->arch) json_object_set_new(j, "arch", json_string(c->arch));
     return j;
 }
@@ -89,6 +96,7 @@ static void cfg_from_json(struct cfg *c, json_t *j) {
     INT("vocab_size", vocab_size);
     INT("batch", batch);
     INT("ctx", ctx);
+    INT("world", world);
 #undef STR
 #undef INT
     if ((v = json_object_get(j, "heldout"))) c->heldout = json_number_value(v);
@@ -125,7 +133,7 @@ static int parse(int argc, char **argv, struct cfg *c, bool *given_steps) {
         N("--vocab-size", vocab_size, int64_t) N("--dim", dim, int64_t) N("--layers", layers, int64_t)
         N("--heads", heads, int64_t) N("--kv-heads", kv_heads, int64_t) N("--ff", ff, int64_t)
         N("--batch", batch, int64_t) N("--ctx", ctx, int64_t) N("--heldout", heldout, double)
-        N("--threads", threads, int) N("--log-every", log_every, int)
+        N("--threads", threads, int) N("--log-every", log_every, int) N("--dp-timeout", dp_timeout, double)
         N("--accum", o.accum, int64_t) N("--lr", o.lr, float) N("--lr-min", o.lr_min, float)
         N("--warmup", o.warmup, int64_t) N("--wd", o.weight_decay, float) N("--beta1", o.beta1, float)
         N("--beta2", o.beta2, float) N("--clip", o.clip, float) N("--seed", o.seed, uint64_t)
@@ -193,6 +201,37 @@ static struct toy_gpt2 *train_gpt2_model(const struct cfg *c, const char *ckpt, 
     return g;
 }
 
+/* Resuming on another number of ranks keeps the global batch (the data
+ * sampler's state is only valid for it): the per-rank batch becomes
+ * batch x ranks-then / ranks-now, which must come out whole. */
+static int dp_resize(struct cfg *c, int world) {
+    int64_t then = c->world > 0 ? c->world : 1, global = c->batch * then;
+    if (global % world) {
+        fprintf(stderr, "toy train: cannot resume on %d ranks: the run's global batch is %lld rows (%lld per rank x "
+                "%lld ranks), which %d ranks cannot split evenly; resume on a number of ranks that divides %lld\n",
+                world, (long long)global, (long long)c->batch, (long long)then, world, (long long)global);
+        return 1;
+    }
+    c->batch = global / world;
+    return 0;
+}
+
+/* Every rank starts from rank 0's weights; then the trainer all-reduces the
+ * gradients and sums its per-step scalars through the collective. */
+static int dp_setup(struct toy_collective *coll, struct toy_trainer *tr) {
+    int rank = toy_collective_rank(coll), world = toy_collective_world(coll);
+    if (world == 1) return 0;
+    struct toy_tensor *const *params;
+    int n = toy_trainer_params(tr, &params);
+    enum toy_status st = toy_collective_broadcast_tensors(coll, params, n, 0);
+    if (!st) {
+        toy_trainer_set_collective(tr, toy_collective_allreduce_grads, coll, rank, world);
+        st = toy_trainer_set_reduce(tr, toy_collective_reduce_sum);
+    }
+    if (st) fprintf(stderr, "toy train: rank %d of %d: %s\n", rank, world, toy_last_error());
+    return st ? 1 : 0;
+}
+
 int toy_cmd_train(int argc, char **argv) {
     struct cfg c = {.runs = "runs", .vocab_size = 512, .batch = 8, .ctx = 128, .heldout = 0.1, .log_every = 10,
                     .preset = "small"};
@@ -204,6 +243,13 @@ int toy_cmd_train(int argc, char **argv) {
     int rc = parse(argc, argv, &c, &given_steps);
     if (rc) return rc == 1 ? 0 : rc;
 
+    /* data parallelism: under mpirun (in a `make MPI=1` build) this is one rank of many */
+    struct toy_collective *coll = NULL;
+    if (toy_collective_open(TOY_COLLECTIVE_AUTO, &(struct toy_collective_opts){.timeout_s = c.dp_timeout}, &coll)) {
+        fprintf(stderr, "toy train: %s\n", toy_last_error());
+        return 1;
+    }
+    const int rank = toy_collective_rank(coll), world = toy_collective_world(coll);
     char run_dir[1024] = "", run_id[1024] = "", ckpt[1600] = "", state[1700] = "";
     struct cfg cli = c;
     if (c.resume) {
@@ -219,6 +265,7 @@ int toy_cmd_train(int argc, char **argv) {
         c.threads = cli.threads;
         c.json = cli.json;
         c.log_every = cli.log_every;
+        if (dp_resize(&c, world)) return 1;
         snprintf(run_dir, sizeof run_dir, "%s", c.resume);
         const char *slash = strrchr(run_dir, '/');
         snprintf(run_id, sizeof run_id, "%s", slash && slash[1] ? slash + 1 : run_dir);
@@ -230,6 +277,13 @@ int toy_cmd_train(int argc, char **argv) {
         snprintf(ckpt, sizeof ckpt, "%s/weights/%s", run_dir, target);
         snprintf(state, sizeof state, "%.*s.state.gguf", (int)(strlen(ckpt) - 5), ckpt);
     }
+    c.world = world;
+    if (rank != 0) { /* rank 0 alone reports; errors still reach stderr */
+        c.json = true;
+        if (!freopen("/dev/null", "w", stdout)) return 1;
+    }
+    if (!c.threads && world > 1 && !getenv("TOY_THREADS")) /* the ranks on a machine share its cores */
+        c.threads = toy_num_cores() / toy_collective_local_size(coll) > 1 ? toy_num_cores() / toy_collective_local_size(coll) : 1;
     if (!c.data) { fprintf(stderr, "toy train: --data FILE is required\n"); return usage(); }
     c.o.sample_prompt = c.sample;
     c.o.stop = &stop_flag;
@@ -242,7 +296,8 @@ int toy_cmd_train(int argc, char **argv) {
     struct toy_events *ev = NULL;
     struct toy_trainer *tr = NULL;
     rc = 1;
-    struct toy_data_opts dopt = {.batch = c.batch, .ctx = c.ctx, .heldout = c.heldout, .seed = c.o.seed};
+    struct toy_data_opts dopt = {.batch = c.batch, .ctx = c.ctx, .heldout = c.heldout, .seed = c.o.seed,
+                                 .rank = rank, .world = world};
     char magic[4] = {0};
     FILE *f = fopen(c.data, "rb");
     if (!f) { fprintf(stderr, "toy train: %s: %s\n", c.data, strerror(errno)); return 1; }
@@ -299,7 +354,7 @@ int toy_cmd_train(int argc, char **argv) {
     }
 
     /* ---- the run bundle ---- */
-    if (!run_dir[0]) {
+    if (!run_dir[0] && rank == 0) { /* rank 0 writes the run bundle */
         if (c.out) {
             snprintf(run_dir, sizeof run_dir, "%s", c.out);
             const char *slash = strrchr(c.out, '/');
@@ -321,7 +376,7 @@ int toy_cmd_train(int argc, char **argv) {
     }
     char evpath[1200];
     snprintf(evpath, sizeof evpath, "%s/events.jsonl", run_dir);
-    if (toy_events_open(evpath, c.resume ? TOY_EVENTS_APPEND : TOY_EVENTS_TRUNCATE, &ev)) {
+    if (rank == 0 && toy_events_open(evpath, c.resume ? TOY_EVENTS_APPEND : TOY_EVENTS_TRUNCATE, &ev)) {
         fprintf(stderr, "toy train: %s\n", toy_last_error());
         goto out;
     }
@@ -338,6 +393,7 @@ int toy_cmd_train(int argc, char **argv) {
         fprintf(stderr, "toy train: cannot resume from %s: %s\n", state, toy_last_error());
         goto out;
     }
+    if (dp_setup(coll, tr)) goto out;
     {
         struct toy_llama_config shown = {.vocab = lm.vocab}; /* GPT-2's numbers in the same summary */
         if (g2) {
@@ -358,7 +414,7 @@ int toy_cmd_train(int argc, char **argv) {
         json_t *config = cfg_json(&c);
         if (c.resume) json_object_set_new(config, "resumed_from_step", json_integer(toy_trainer_step(tr)));
         struct toy_run_start rs = {.run_id = run_id, .phase = "train", .backend = "cpu", .model = model, .config = config};
-        toy_events_run_start(ev, &rs);
+        if (ev) toy_events_run_start(ev, &rs);
         json_decref(model);
         json_decref(config);
         if (!c.json)
@@ -412,5 +468,10 @@ out:
     toy_gpt2_free(g2);
     toy_data_free(data);
     toy_tokenizer_free(tok);
+    if (rc == 1 && world > 1) { /* the other ranks would wait for this one: end the job now */
+        fprintf(stderr, "toy train: rank %d of %d failed: ending the job\n", rank, world);
+        toy_collective_abort(coll, 1);
+    }
+    toy_collective_close(coll);
     return rc;
 }
