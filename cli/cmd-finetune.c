@@ -68,7 +68,7 @@ static json_t *cfg_json(const struct cfg *c) {
 
 static void cfg_from_json(struct cfg *c, json_t *j) {
     json_t *v;
-#define STR(k, f) if ((v = json_object_get(j, k)) && json_is_string(v)) c->f = strdup(json_string_value(v))
+#define STR(k, f) if ((v = json_object_get(j, k)) && json_is_string(v)) c->f = json_string_value(v) /* j outlives c */
 #define INT(k, f) if ((v = json_object_get(j, k)) && json_is_integer(v)) c->f = json_integer_value(v)
 #define NUM(k, f) if ((v = json_object_get(j, k)) && json_is_number(v)) c->f = json_number_value(v)
     STR("base", base);
@@ -164,6 +164,7 @@ int toy_cmd_finetune(int argc, char **argv) {
     if (rc) return rc == 1 ? 0 : rc;
     struct cfg cli = c;
     char run_dir[1024] = "", run_id[1024] = "", ckpt[1600] = "", state[1700] = "";
+    json_t *saved = NULL; /* the resumed run's options; c borrows its strings */
     if (c.resume) {
         char path[1200];
         snprintf(path, sizeof path, "%s/finetune.json", c.resume);
@@ -171,7 +172,7 @@ int toy_cmd_finetune(int argc, char **argv) {
         json_t *j = json_load_file(path, 0, &err);
         if (!j) { fprintf(stderr, "toy finetune: cannot resume: %s: %s\n", path, err.text); return 1; }
         cfg_from_json(&c, j);
-        json_decref(j);
+        saved = j;
         if (given_steps) c.o.train.steps = cli.o.train.steps;
         snprintf(run_dir, sizeof run_dir, "%s", c.resume);
         const char *slash = strrchr(run_dir, '/');
@@ -179,18 +180,26 @@ int toy_cmd_finetune(int argc, char **argv) {
         snprintf(path, sizeof path, "%s/weights/latest", run_dir);
         char target[512];
         ssize_t n = readlink(path, target, sizeof target - 1);
-        if (n <= 0) { fprintf(stderr, "toy finetune: cannot resume: %s has no weights/latest\n", run_dir); return 1; }
+        if (n <= 0) {
+            fprintf(stderr, "toy finetune: cannot resume: %s has no weights/latest\n", run_dir);
+            json_decref(saved);
+            return 1;
+        }
         target[n] = 0;
         snprintf(ckpt, sizeof ckpt, "%s/weights/%s", run_dir, target);
         snprintf(state, sizeof state, "%.*s.state.gguf", (int)(strlen(ckpt) - 5), ckpt);
     }
-    if (!c.base || !c.data) { fprintf(stderr, "toy finetune: --base MODEL and --data FILE are required\n"); return usage(); }
     int method = toy_ft_method_from_name(c.method);
-    if (method < 0) { fprintf(stderr, "toy finetune: --method is lora, qlora or full\n"); return 2; }
+    unsigned targets = 0;
+    if (!c.base || !c.data || method < 0 || toy_lora_parse_targets(c.targets, &targets)) {
+        if (!c.base || !c.data) fprintf(stderr, "toy finetune: --base MODEL and --data FILE are required\n");
+        else if (method < 0) fprintf(stderr, "toy finetune: --method is lora, qlora or full\n");
+        else fprintf(stderr, "toy finetune: %s\n", toy_last_error());
+        json_decref(saved);
+        return 2;
+    }
     c.o.method = (enum toy_ft_method)method;
     if (method == TOY_FT_FULL && !c.lr_given && !c.resume) c.o.train.lr = 2e-5f;
-    unsigned targets;
-    if (toy_lora_parse_targets(c.targets, &targets)) { fprintf(stderr, "toy finetune: %s\n", toy_last_error()); return 2; }
     c.o.train.stop = &stop_flag;
 
     struct toy_llama *m = NULL;
@@ -313,5 +322,6 @@ out:
     toy_lora_free(lora);
     toy_tokenizer_free(tok);
     toy_llama_free(m);
+    json_decref(saved);
     return rc;
 }
