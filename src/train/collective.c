@@ -201,7 +201,7 @@ static enum toy_status wait_slot(struct toy_collective *c, int slot, const char 
             double now = now_s();
             if (now > deadline)
                 return fail(c, toy_error(TOY_ERR_IO,
-                                         "rank %d of %d: %s did not complete within %.0f s: another rank died, "
+                                         "rank %d of %d: %s did not complete within %g s: another rank died, "
                                          "hangs or stopped calling it",
                                          c->rank, c->world, what, c->timeout_s));
             nap_ns = nap_ns ? (nap_ns * 2 > 1000000 ? 1000000 : nap_ns * 2) : 20000;

@@ -1,0 +1,418 @@
+/* test-collective.c: the collective layer (src/train/collective.c) and the
+ * trainer's data-parallel hooks, in the default (MPI-less) build:
+ *  - bucketing: every element of every buffer lands in exactly one bucket,
+ *    in order, no bucket passes its element or piece limit (exhaustive over
+ *    small cases, then random ones);
+ *  - the single-process implementation: world 1, every call leaves the data
+ *    as it was; AUTO under an MPI launcher without MPI built in is a clear
+ *    error; MPI/NCCL not built in are TOY_ERR_UNSUPPORTED;
+ *  - the generic machinery over a fake 2-rank transport (the "other rank"
+ *    holds the same values, so the mean must give them back): packing,
+ *    the two-slot pipeline, the 1/world scaling, broadcast, and a transport
+ *    that never completes: a TOY_ERR_IO naming the timeout, after which the
+ *    collective is broken and close ends the job through ops->abort;
+ *  - the trainer with the hooks: identity hooks change no loss; a collective
+ *    failing at step k ends the run "errored" with a checkpoint of step k-1
+ *    whose resume reproduces the uninterrupted run bit for bit.
+ * The 2-process checks (2 ranks x B = 1 rank x 2B, a killed rank) are
+ * tests/mpi/test-dp.sh, run by .ci/run on the MPI build. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "toy/collective.h"
+#include "toy/rng.h"
+#include "toy/run-dir.h"
+#include "toy/toy.h"
+#include "toy/trainer.h"
+#include "train/collective-impl.h"
+
+/* ---- bucketing ---------------------------------------------------------------- */
+
+/* Cuts all buckets and checks coverage, order and limits; returns the count. */
+static int64_t check_buckets(const int64_t *counts, int n, int64_t cap, int max_pieces) {
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) total += counts[i];
+    struct toy_bucket_cursor cur = {0, 0};
+    struct toy_bucket_piece pieces[TOY_BUCKET_MAX_PIECES];
+    int expect_buf = 0;
+    int64_t expect_off = 0, seen = 0, buckets = 0, elems;
+    int np;
+    while ((np = toy_bucket_next(counts, n, cap, &cur, pieces, max_pieces, &elems)) > 0) {
+        cr_assert_leq(np, max_pieces);
+        cr_assert_leq(elems, cap);
+        cr_assert_gt(elems, 0);
+        int64_t sum = 0;
+        for (int p = 0; p < np; p++) {
+            while (expect_buf < n && expect_off == counts[expect_buf]) expect_buf++, expect_off = 0;
+            cr_assert_eq(pieces[p].buf, expect_buf, "bucket %lld piece %d: buffer %d, expected %d", (long long)buckets,
+                         p, pieces[p].buf, expect_buf);
+            cr_assert_eq(pieces[p].off, expect_off);
+            cr_assert_gt(pieces[p].count, 0);
+            cr_assert_leq(pieces[p].off + pieces[p].count, counts[pieces[p].buf]);
+            expect_off += pieces[p].count;
+            sum += pieces[p].count;
+        }
+        cr_assert_eq(sum, elems);
+        /* a bucket ends early only at the piece limit or the very end */
+        if (elems < cap) cr_assert(np == max_pieces || seen + elems == total);
+        seen += elems;
+        buckets++;
+    }
+    cr_assert_eq(seen, total, "covered %lld of %lld elements", (long long)seen, (long long)total);
+    return buckets;
+}
+
+Test(collective, buckets_pack_small_and_split_large) {
+    const int64_t counts[] = {0, 5, 3, 0, 10, 1};
+    struct toy_bucket_cursor cur = {0, 0};
+    struct toy_bucket_piece p[8];
+    int64_t elems;
+    /* cap 4: [1:0+4] [1:4+1, 2:0+3] [4:0+4] [4:4+4] [4:8+2, 5:0+1] */
+    cr_assert_eq(toy_bucket_next(counts, 6, 4, &cur, p, 8, &elems), 1);
+    cr_assert(p[0].buf == 1 && p[0].off == 0 && p[0].count == 4 && elems == 4);
+    cr_assert_eq(toy_bucket_next(counts, 6, 4, &cur, p, 8, &elems), 2);
+    cr_assert(p[0].buf == 1 && p[0].off == 4 && p[0].count == 1);
+    cr_assert(p[1].buf == 2 && p[1].off == 0 && p[1].count == 3 && elems == 4);
+    cr_assert_eq(toy_bucket_next(counts, 6, 4, &cur, p, 8, &elems), 1);
+    cr_assert(p[0].buf == 4 && p[0].off == 0 && p[0].count == 4);
+    cr_assert_eq(toy_bucket_next(counts, 6, 4, &cur, p, 8, &elems), 1);
+    cr_assert(p[0].buf == 4 && p[0].off == 4 && p[0].count == 4);
+    cr_assert_eq(toy_bucket_next(counts, 6, 4, &cur, p, 8, &elems), 2);
+    cr_assert(p[0].buf == 4 && p[0].off == 8 && p[0].count == 2);
+    cr_assert(p[1].buf == 5 && p[1].off == 0 && p[1].count == 1 && elems == 3);
+    cr_assert_eq(toy_bucket_next(counts, 6, 4, &cur, p, 8, &elems), 0);
+    cr_assert_eq(elems, 0);
+    /* one big bucket holds everything; the piece limit cuts it */
+    cr_assert_eq(check_buckets(counts, 6, 1000, 8), 1);
+    cr_assert_eq(check_buckets(counts, 6, 1000, 2), 2);
+    cr_assert_eq(check_buckets(counts, 6, 1000, 1), 4);
+    /* nothing to send */
+    cr_assert_eq(check_buckets(counts, 0, 4, 8), 0);
+    const int64_t zeros[] = {0, 0, 0};
+    cr_assert_eq(check_buckets(zeros, 3, 4, 8), 0);
+}
+
+Test(collective, buckets_random_layouts) {
+    struct toy_rng r;
+    toy_rng_seed(&r, 11);
+    int64_t counts[64];
+    for (int trial = 0; trial < 2000; trial++) {
+        int n = (int)toy_rng_below(&r, 64);
+        for (int i = 0; i < n; i++)
+            counts[i] = toy_rng_below(&r, 4) == 0 ? 0 : (int64_t)toy_rng_below(&r, toy_rng_below(&r, 2) ? 10 : 5000);
+        int64_t cap = 1 + (int64_t)toy_rng_below(&r, 3000);
+        int max_pieces = 1 + (int)toy_rng_below(&r, TOY_BUCKET_MAX_PIECES);
+        check_buckets(counts, n, cap, max_pieces);
+    }
+}
+
+/* ---- the single-process implementation ---------------------------------------- */
+
+Test(collective, local_is_world_one_and_changes_nothing) {
+    struct toy_collective *c;
+    cr_assert_eq(toy_collective_open(TOY_COLLECTIVE_LOCAL, NULL, &c), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(toy_collective_rank(c), 0);
+    cr_assert_eq(toy_collective_world(c), 1);
+    cr_assert_eq(toy_collective_local_size(c), 1);
+    cr_assert_str_eq(toy_collective_name(c), "local");
+    float a[5] = {1, -2, 3.5f, 1e-30f, NAN}, b[3] = {7, 8, 9};
+    float *bufs[2] = {a, b};
+    int64_t counts[2] = {5, 3};
+    cr_assert_eq(toy_collective_allreduce_mean(c, bufs, counts, 2), TOY_OK);
+    cr_assert(a[0] == 1 && a[1] == -2 && a[2] == 3.5f && a[3] == 1e-30f && isnan(a[4]) && b[2] == 9);
+    double v[2] = {0.25, 3};
+    cr_assert_eq(toy_collective_allreduce_sum_f64(c, v, 2), TOY_OK);
+    cr_assert(v[0] == 0.25 && v[1] == 3);
+    void *pb[1] = {b};
+    size_t nb[1] = {sizeof b};
+    cr_assert_eq(toy_collective_broadcast(c, pb, nb, 1, 0), TOY_OK);
+    cr_assert_eq(b[0], 7);
+    cr_assert_eq(toy_collective_barrier(c), TOY_OK);
+    toy_collective_abort(c, 1); /* returns with one process */
+    struct toy_collective_stats s;
+    toy_collective_get_stats(c, &s);
+    cr_assert_eq(s.calls, 0);
+    toy_collective_close(c);
+    toy_collective_close(NULL);
+}
+
+Test(collective, auto_and_unbuilt_kinds) {
+    struct toy_collective *c;
+#ifndef TOY_MPI
+    unsetenv("OMPI_COMM_WORLD_SIZE");
+    unsetenv("PMI_SIZE");
+    unsetenv("PMIX_RANK");
+    cr_assert_eq(toy_collective_open(TOY_COLLECTIVE_AUTO, NULL, &c), TOY_OK);
+    cr_assert_str_eq(toy_collective_name(c), "local");
+    toy_collective_close(c);
+    /* mpirun -np 2 of a build without MPI: two independent runs would follow */
+    setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+    cr_assert_eq(toy_collective_open(TOY_COLLECTIVE_AUTO, NULL, &c), TOY_ERR_UNSUPPORTED);
+    cr_assert(strstr(toy_last_error(), "make MPI=1"), "%s", toy_last_error());
+    cr_assert_null(c);
+    setenv("OMPI_COMM_WORLD_SIZE", "1", 1); /* mpirun -np 1 is just one process */
+    cr_assert_eq(toy_collective_open(TOY_COLLECTIVE_AUTO, NULL, &c), TOY_OK);
+    toy_collective_close(c);
+    unsetenv("OMPI_COMM_WORLD_SIZE");
+    cr_assert_eq(toy_collective_open(TOY_COLLECTIVE_MPI, NULL, &c), TOY_ERR_UNSUPPORTED);
+    cr_assert(strstr(toy_last_error(), "MPI"), "%s", toy_last_error());
+#endif
+    cr_assert_eq(toy_collective_open(TOY_COLLECTIVE_NCCL, NULL, &c), TOY_ERR_UNSUPPORTED);
+    cr_assert(strstr(toy_last_error(), "NCCL"), "%s", toy_last_error());
+    cr_assert_eq(toy_collective_open(TOY_COLLECTIVE_LOCAL, &(struct toy_collective_opts){.bucket_bytes = 8}, &c),
+                 TOY_ERR_INVALID_ARG);
+}
+
+/* ---- the generic machinery over a fake two-rank transport --------------------- */
+
+/* The other rank holds the same data: a sum doubles every element, a
+ * broadcast from rank 1 writes 0x5a bytes. Operations complete on the
+ * second test() call, so the pipeline really has two in flight. */
+struct fake {
+    void *buf[TOY_COLLECTIVE_SLOTS];
+    int64_t n[TOY_COLLECTIVE_SLOTS];
+    int kind[TOY_COLLECTIVE_SLOTS]; /* 0 idle, 1 f32, 2 f64, 3 bcast, 4 barrier */
+    int polls[TOY_COLLECTIVE_SLOTS];
+    int root[TOY_COLLECTIVE_SLOTS];
+    int max_in_flight, started, violations, aborted, finalized;
+    int64_t max_elems;
+    bool hang; /* never complete */
+};
+
+static struct fake *fk(struct toy_collective *c) { return c->impl; }
+
+static void begin(struct toy_collective *c, int slot, int kind, void *buf, int64_t n) {
+    struct fake *f = fk(c);
+    if (f->kind[slot]) f->violations++;
+    f->kind[slot] = kind, f->buf[slot] = buf, f->n[slot] = n, f->polls[slot] = 0;
+    f->started++;
+    if (n > f->max_elems) f->max_elems = n;
+    int live = 0;
+    for (int s = 0; s < TOY_COLLECTIVE_SLOTS; s++) live += f->kind[s] != 0;
+    if (live > f->max_in_flight) f->max_in_flight = live;
+}
+static enum toy_status f_ar32(struct toy_collective *c, int slot, float *b, int64_t n) {
+    begin(c, slot, 1, b, n);
+    return TOY_OK;
+}
+static enum toy_status f_ar64(struct toy_collective *c, int slot, double *b, int64_t n) {
+    begin(c, slot, 2, b, n);
+    return TOY_OK;
+}
+static enum toy_status f_bcast(struct toy_collective *c, int slot, void *b, size_t n, int root) {
+    begin(c, slot, 3, b, (int64_t)n);
+    fk(c)->root[slot] = root;
+    return TOY_OK;
+}
+static enum toy_status f_barrier(struct toy_collective *c, int slot) {
+    begin(c, slot, 4, NULL, 0);
+    return TOY_OK;
+}
+static int f_test(struct toy_collective *c, int slot) {
+    struct fake *f = fk(c);
+    if (!f->kind[slot]) { f->violations++; return -1; }
+    if (f->hang || ++f->polls[slot] < 2) return 0;
+    if (f->kind[slot] == 1)
+        for (int64_t i = 0; i < f->n[slot]; i++) ((float *)f->buf[slot])[i] *= 2;
+    if (f->kind[slot] == 2)
+        for (int64_t i = 0; i < f->n[slot]; i++) ((double *)f->buf[slot])[i] *= 2;
+    if (f->kind[slot] == 3 && f->root[slot] != c->rank) memset(f->buf[slot], 0x5a, (size_t)f->n[slot]);
+    f->kind[slot] = 0;
+    return 1;
+}
+static void f_abort(struct toy_collective *c, int code) { fk(c)->aborted = code; }
+static void f_finalize(struct toy_collective *c) { fk(c)->finalized = 1; }
+
+static const struct toy_collective_ops fake_ops = {"fake", f_ar32, f_ar64, f_bcast, f_barrier, f_test,
+                                                   f_abort, f_finalize, NULL, NULL, NULL, NULL};
+
+static struct toy_collective *fake_open(struct fake *f, size_t bucket_bytes, double timeout_s) {
+    struct toy_collective *c;
+    cr_assert_eq(toy_collective_open(TOY_COLLECTIVE_LOCAL,
+                                     &(struct toy_collective_opts){.bucket_bytes = bucket_bytes, .timeout_s = timeout_s},
+                                     &c), TOY_OK);
+    c->ops = &fake_ops;
+    c->impl = f;
+    c->rank = 0;
+    c->world = 2;
+    return c;
+}
+
+Test(collective, mean_over_a_fake_second_rank_gives_the_values_back) {
+    struct fake f = {0};
+    struct toy_collective *c = fake_open(&f, 64, 0); /* 16 floats a bucket */
+    enum { N = 7 };
+    int64_t counts[N] = {3, 0, 40, 1, 1, 16, 5};
+    float *bufs[N], *want[N];
+    struct toy_rng r;
+    toy_rng_seed(&r, 3);
+    for (int i = 0; i < N; i++) {
+        bufs[i] = malloc(sizeof(float) * (size_t)(counts[i] + 1));
+        want[i] = malloc(sizeof(float) * (size_t)(counts[i] + 1));
+        for (int64_t k = 0; k <= counts[i]; k++) want[i][k] = bufs[i][k] = toy_rng_normal(&r);
+    }
+    cr_assert_eq(toy_collective_allreduce_mean(c, bufs, counts, N), TOY_OK, "%s", toy_last_error());
+    for (int i = 0; i < N; i++)
+        for (int64_t k = 0; k <= counts[i]; k++) /* x*2*0.5 is exact; the guard element is untouched */
+            cr_assert_eq(bufs[i][k], want[i][k], "buffer %d element %lld", i, (long long)k);
+    cr_assert_eq(f.violations, 0);
+    cr_assert_eq(f.max_in_flight, 2, "the pipeline keeps two buckets in flight");
+    cr_assert_eq(f.max_elems, 16);
+    struct toy_collective_stats s;
+    toy_collective_get_stats(c, &s);
+    cr_assert_eq(s.bytes, 66 * 4);
+    cr_assert_eq(s.buckets, 5); /* ceil(66 / 16) */
+    /* scalars and a broadcast from the other rank (packed: several pieces) */
+    double v[3] = {1, 2.5, -3};
+    cr_assert_eq(toy_collective_allreduce_sum_f64(c, v, 3), TOY_OK);
+    cr_assert(v[0] == 2 && v[1] == 5 && v[2] == -6);
+    unsigned char x[10] = {0}, y[100] = {0};
+    void *pb[2] = {x, y};
+    size_t nb[2] = {sizeof x, sizeof y};
+    cr_assert_eq(toy_collective_broadcast(c, pb, nb, 2, 1), TOY_OK);
+    for (int i = 0; i < 10; i++) cr_assert_eq(x[i], 0x5a);
+    for (int i = 0; i < 100; i++) cr_assert_eq(y[i], 0x5a);
+    memset(x, 1, sizeof x);
+    cr_assert_eq(toy_collective_broadcast(c, pb, nb, 2, 0), TOY_OK); /* this rank is the root: unchanged */
+    cr_assert_eq(x[9], 1);
+    cr_assert_eq(toy_collective_barrier(c), TOY_OK);
+    cr_assert_eq(f.violations, 0);
+    toy_collective_close(c);
+    cr_assert_eq(f.finalized, 1);
+    cr_assert_eq(f.aborted, 0);
+    for (int i = 0; i < N; i++) free(bufs[i]), free(want[i]);
+}
+
+Test(collective, a_peer_that_never_answers_is_a_timeout_not_a_hang, .timeout = 30) {
+    struct fake f = {.hang = true};
+    struct toy_collective *c = fake_open(&f, 0, 0.3);
+    float a[100] = {0};
+    float *bufs[1] = {a};
+    int64_t counts[1] = {100};
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    cr_assert_eq(toy_collective_allreduce_mean(c, bufs, counts, 1), TOY_ERR_IO);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double s = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    cr_assert(s >= 0.3 && s < 5, "gave up after %.2f s", s);
+    cr_assert(strstr(toy_last_error(), "did not complete within"), "%s", toy_last_error());
+    cr_assert(strstr(toy_last_error(), "rank 0 of 2"), "%s", toy_last_error());
+    /* broken: everything fails at once, and close ends the job */
+    f.hang = false;
+    cr_assert_eq(toy_collective_barrier(c), TOY_ERR_IO);
+    cr_assert(strstr(toy_last_error(), "broken"), "%s", toy_last_error());
+    cr_assert_eq(f.started, 1);
+    toy_collective_close(c);
+    cr_assert_eq(f.aborted, 1);
+}
+
+/* ---- the trainer's hooks -------------------------------------------------------- */
+
+static struct toy_data *make_data(void) {
+    static int32_t ids[12000];
+    struct toy_rng r;
+    toy_rng_seed(&r, 5);
+    for (int i = 0; i < 12000; i++) ids[i] = toy_rng_below(&r, 8) == 0 ? (int32_t)toy_rng_below(&r, 40) : (i * 7) % 40;
+    struct toy_data_opts o = {.batch = 4, .ctx = 16, .heldout = 0.1, .seed = 3};
+    struct toy_data *d;
+    cr_assert_eq(toy_data_from_ids(ids, 12000, 40, &o, &d), TOY_OK, "%s", toy_last_error());
+    return d;
+}
+
+static struct toy_llama *small_model(void) {
+    struct toy_llama_config c = toy_llama_preset("tiny");
+    c.vocab = 40;
+    c.max_ctx = 16;
+    struct toy_llama *m = toy_llama_new(&c, 4);
+    cr_assert(m);
+    return m;
+}
+
+struct hooks {
+    int calls, fail_at; /* the all-reduce of step fail_at fails (0: never) */
+    int reduces;
+    float loss[32];
+};
+
+static enum toy_status h_allreduce(void *ud, struct toy_tensor *const *params, int n) {
+    struct hooks *h = ud;
+    cr_assert_gt(n, 0);
+    for (int i = 0; i < n; i++) cr_assert(params[i]->grad && params[i]->grad->data);
+    if (++h->calls == h->fail_at) return toy_error(TOY_ERR_IO, "rank 1 of 2 is gone (test)");
+    return TOY_OK;
+}
+
+static enum toy_status h_reduce(void *ud, double *v, int n) {
+    ((struct hooks *)ud)->reduces++;
+    cr_assert_geq(n, 3);
+    return TOY_OK;
+}
+
+static void h_step(void *ud, const struct toy_step_info *s) { ((struct hooks *)ud)->loss[s->step - 1] = s->loss; }
+
+static struct toy_train_opts opts(int64_t steps) {
+    return (struct toy_train_opts){.steps = steps, .accum = 2, .lr = 3e-3f, .lr_min = 3e-4f, .warmup = 2,
+                                   .schedule = TOY_LR_COSINE, .weight_decay = 0.1f, .beta1 = 0.9f, .beta2 = 0.95f,
+                                   .eps = 1e-8f, .clip = 1.0f, .seed = 9, .eval_every = 3, .eval_batches = 2};
+}
+
+/* Runs `steps` steps (resuming from state when given) with the hooks when
+ * h is given; returns the status. */
+static enum toy_status train(const char *dir, const char *ckpt, const char *state, struct hooks *h, struct hooks *rec,
+                             int64_t steps, struct toy_train_result *res) {
+    struct toy_llama *m;
+    if (ckpt) cr_assert_eq(toy_llama_load(ckpt, true, &m), TOY_OK, "%s", toy_last_error());
+    else m = small_model();
+    struct toy_data *d = make_data();
+    struct toy_train_opts o = opts(steps);
+    struct toy_trainer *t;
+    cr_assert_eq(toy_mkdir_p(dir), TOY_OK);
+    cr_assert_eq(toy_trainer_new(m, NULL, d, &o, dir, NULL, 1, &t), TOY_OK, "%s", toy_last_error());
+    if (state) cr_assert_eq(toy_trainer_load_state(t, state), TOY_OK, "%s", toy_last_error());
+    if (h) {
+        toy_trainer_set_collective(t, h_allreduce, h, 0, 1);
+        cr_assert_eq(toy_trainer_set_reduce(t, h_reduce), TOY_OK);
+    }
+    toy_trainer_on_step(t, h_step, rec);
+    enum toy_status st = toy_trainer_run(t, res);
+    toy_trainer_free(t);
+    toy_data_free(d);
+    toy_llama_free(m);
+    return st;
+}
+
+Test(collective, trainer_hooks_identity_and_failure_resume, .timeout = 120) {
+    char tmp[] = "/tmp/toy-test-collective-XXXXXX";
+    cr_assert(mkdtemp(tmp));
+    char dir[200], ckpt[300], state[300];
+    struct toy_train_result res;
+    /* plain */
+    struct hooks plain = {0}, ident = {0}, rec = {0}, fail = {.fail_at = 5}, rec2 = {0}, rec3 = {0};
+    snprintf(dir, sizeof dir, "%s/plain", tmp);
+    cr_assert_eq(train(dir, NULL, NULL, NULL, &plain, 8, &res), TOY_OK, "%s", toy_last_error());
+    /* identity hooks (a world of one): the same losses, to the bit */
+    snprintf(dir, sizeof dir, "%s/ident", tmp);
+    cr_assert_eq(train(dir, NULL, NULL, &ident, &rec, 8, &res), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(ident.calls, 8);
+    cr_assert_geq(ident.reduces, 8 + 2 + 1); /* every step, the evaluations at 3 and 6, the final one */
+    for (int s = 0; s < 8; s++) cr_assert_eq(rec.loss[s], plain.loss[s], "step %d", s + 1);
+    /* the all-reduce of step 5 fails: errored, a checkpoint of step 4 */
+    snprintf(dir, sizeof dir, "%s/fail", tmp);
+    cr_assert_eq(train(dir, NULL, NULL, &fail, &rec2, 8, &res), TOY_ERR_IO);
+    cr_assert_eq(res.reason, TOY_RUN_ERRORED);
+    cr_assert_eq(res.final_step, 4);
+    cr_assert(strstr(toy_last_error(), "rank 1 of 2 is gone"), "%s", toy_last_error());
+    snprintf(ckpt, sizeof ckpt, "%s/weights/step_4.gguf", dir);
+    snprintf(state, sizeof state, "%s/weights/step_4.state.gguf", dir);
+    cr_assert_str_eq(res.checkpoint, ckpt);
+    /* ... which resumes into exactly the uninterrupted run: the sampler was rewound */
+    cr_assert_eq(train(dir, ckpt, state, NULL, &rec3, 8, &res), TOY_OK, "%s", toy_last_error());
+    for (int s = 4; s < 8; s++) cr_assert_eq(rec3.loss[s], plain.loss[s], "step %d", s + 1);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+    if (system(cmd)) {}
+}
