@@ -70,7 +70,9 @@ client() {
     done
 }
 
-printf '%-5s %8s %8s %12s %9s %9s %5s %10s\n' conc requests req/s "gen tok/s" "p50 s" "p99 s" 5xx "mean batch"
+rss() { awk '/VmRSS/ {printf "%.1f", $2 / 1024}' "/proc/$SERVER_PID/status"; }
+echo "server RSS at start: $(rss) MiB"
+printf '%-5s %8s %8s %12s %9s %9s %5s %10s %8s\n' conc requests req/s "gen tok/s" "p50 s" "p99 s" 5xx "mean batch" "RSS MiB"
 for C in $CONC; do
     rm -f "$WORK"/lat.*
     steps0=$(metric toy_decode_steps_total); rows0=$(metric toy_decode_rows_total)
@@ -87,10 +89,10 @@ for C in $CONC; do
     p50=$(sed -n "$(( (n - 1) * 50 / 100 + 1 ))p" "$WORK/sorted")
     p99=$(sed -n "$(( (n - 1) * 99 / 100 + 1 ))p" "$WORK/sorted")
     awk -v t0="$t0" -v t1="$t1" -v n="$n" -v tok="$TOKENS" -v C="$C" -v p50="$p50" -v p99="$p99" -v bad="$bad" \
-        -v ds=$((steps1 - steps0)) -v dr=$((rows1 - rows0)) 'BEGIN {
+        -v ds=$((steps1 - steps0)) -v dr=$((rows1 - rows0)) -v rss="$(rss)" 'BEGIN {
             el = t1 - t0
-            printf "%-5d %8d %8.2f %12.1f %9.3f %9.3f %5d %10.2f\n", C, n, n / el, n * tok / el, p50, p99, bad,
-                   (ds > 0 ? dr / ds : 0)
+            printf "%-5d %8d %8.2f %12.1f %9.3f %9.3f %5d %10.2f %8s\n", C, n, n / el, n * tok / el, p50, p99, bad,
+                   (ds > 0 ? dr / ds : 0), rss
         }'
 done
 

@@ -613,3 +613,9 @@ int srv_engine_load(struct srv_engine *e) {
 }
 
 int64_t srv_engine_n_ctx(const struct srv_engine *e) { return e->n_ctx; }
+
+size_t srv_engine_kv_bytes(const struct srv_engine *e) {
+    size_t n = 0;
+    for (int i = 0; i < e->n_slots; i++) n += toy_kv_cache_bytes(&e->slots[i].kv);
+    return n;
+}

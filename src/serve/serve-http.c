@@ -688,8 +688,9 @@ enum toy_status toy_serve(struct toy_llama *m, const struct toy_tokenizer *tok, 
         S->ev = NULL;
     }
     bool v6 = strchr(o.host, ':') != NULL;
-    fprintf(stderr, "toy serve: listening on http://%s%s%s:%d (model %s, %d slots x %lld positions)\n", v6 ? "[" : "",
-            o.host, v6 ? "]" : "", S->o.port, S->model_name, o.n_slots, (long long)S->api.n_ctx);
+    fprintf(stderr, "toy serve: listening on http://%s%s%s:%d (model %s, %d slots x %lld positions, KV cache %.1f MiB)\n",
+            v6 ? "[" : "", o.host, v6 ? "]" : "", S->o.port, S->model_name, o.n_slots, (long long)S->api.n_ctx,
+            (double)srv_engine_kv_bytes(S->eng) / (1 << 20));
     fflush(stderr);
 
     while (!o.stop || !*o.stop) usleep(20 * 1000);

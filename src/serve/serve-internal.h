@@ -139,6 +139,8 @@ enum toy_status srv_engine_submit(struct srv_engine *e, struct srv_job *j);
 /* Jobs queued or running. */
 int srv_engine_load(struct srv_engine *e);
 int64_t srv_engine_n_ctx(const struct srv_engine *e);
+/* Bytes of all the slots' KV caches. */
+size_t srv_engine_kv_bytes(const struct srv_engine *e);
 
 /* ---- helpers ----------------------------------------------------------------------- */
 
