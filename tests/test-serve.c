@@ -403,6 +403,38 @@ Test(serve, completions_text_tokens_logprobs_stop, .timeout = 60) {
     cr_assert_eq(server_stop(&s), 0);
 }
 
+/* logit_bias pushes the end-of-sequence token: generation stops there, in completions and chat */
+Test(serve, logit_bias_and_eos, .timeout = 60) {
+    struct server s;
+    server_start(&s, NULL);
+    struct resp mr = http(&s, "GET", "/v1/models", NULL);
+    long long eos = jint(mr.json, "data.0.meta.eos");
+    resp_free(&mr);
+    if (eos < 0) {
+        server_stop(&s);
+        cr_skip_test("the model's tokenizer has no EOS");
+    }
+    for (int chat = 0; chat < 2; chat++) {
+        char body[400];
+        snprintf(body, sizeof body, "{%s,\"max_tokens\":8,\"temperature\":0,\"logit_bias\":{\"%lld\":100}}",
+                 chat ? "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]" : "\"prompt\":\"Once\"", eos);
+        struct resp r = http(&s, "POST", chat ? "/v1/chat/completions" : "/v1/completions", body);
+        cr_assert_eq(r.code, 200, "%s", r.body);
+        cr_assert_str_eq(jstr(r.json, "choices.0.finish_reason"), "stop", "%s", r.body);
+        cr_assert_eq(jint(r.json, "usage.completion_tokens"), 1, "%s", r.body);
+        cr_assert_str_eq(chat ? jstr(r.json, "choices.0.message.content") : jstr(r.json, "choices.0.text"), "");
+        resp_free(&r);
+    }
+    struct resp bad = http(&s, "POST", "/v1/completions", "{\"prompt\":\"x\",\"logit_bias\":{\"abc\":1}}");
+    cr_assert_eq(bad.code, 400);
+    cr_assert_str_eq(jstr(bad.json, "error.param"), "logit_bias");
+    resp_free(&bad);
+    bad = http(&s, "POST", "/v1/completions", "{\"prompt\":\"x\",\"logit_bias\":{\"5\":1000}}");
+    cr_assert_eq(bad.code, 400);
+    resp_free(&bad);
+    cr_assert_eq(server_stop(&s), 0);
+}
+
 Test(serve, stream_equals_plain_response, .timeout = 60) {
     struct server s;
     server_start(&s, NULL);

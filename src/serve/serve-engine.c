@@ -53,6 +53,8 @@ struct srv_job *srv_job_new(enum srv_job_kind kind) {
 void srv_job_unref(struct srv_job *j) {
     if (!j || atomic_fetch_sub(&j->refs, 1) != 1) return;
     free(j->prompt);
+    free(j->bias_id);
+    free(j->bias);
     for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
     for (int i = 0; i < j->n_inputs; i++) free(j->inputs[i]);
     free(j->inputs);
@@ -201,9 +203,10 @@ static void slot_finish(struct srv_engine *e, struct slot *s, enum toy_stop_reas
     pthread_mutex_unlock(&e->mu);
 }
 
-/* Samples from logits (vocab) for slot s, emits, and says whether the job is over. */
-static bool slot_step(struct srv_engine *e, struct slot *s, const float *logits) {
+/* Samples from logits (vocab; logit_bias is added in place) for slot s, emits, and says whether the job is over. */
+static bool slot_step(struct srv_engine *e, struct slot *s, float *logits) {
     struct srv_job *j = s->job;
+    for (int i = 0; i < j->n_bias; i++) logits[j->bias_id[i]] += j->bias[i];
     float lp;
     int32_t id = toy_sampler_sample(s->smp, logits, &lp);
     toy_sampler_accept(s->smp, id);
@@ -439,7 +442,7 @@ static void decode_step(struct srv_engine *e) {
     for (int b = 0; b < n; b++) {
         struct slot *s = &e->slots[idx[b]];
         s->pos++;
-        slot_step(e, s, (const float *)e->blogits->data + (size_t)b * (size_t)e->vocab);
+        slot_step(e, s, (float *)e->blogits->data + (size_t)b * (size_t)e->vocab);
     }
 }
 

@@ -292,10 +292,13 @@ static void stream_free(void *cls) {
 
 static json_t *model_json(struct srv *S) {
     const struct toy_llama_config *c = &S->api.m->cfg;
-    return json_pack("{s:s,s:s,s:I,s:s,s:{s:s,s:I,s:I,s:I,s:I}}", "id", S->model_name, "object", "model", "created",
-                     (json_int_t)S->started, "owned_by", "toy", "meta", "arch", c->arch, "vocab", (json_int_t)c->vocab,
-                     "d_model", (json_int_t)c->d_model, "n_layers", (json_int_t)c->n_layers, "n_ctx",
-                     (json_int_t)S->api.n_ctx);
+    const struct toy_tokenizer *tok = S->api.tok;
+    json_t *meta = json_pack("{s:s,s:I,s:I,s:I,s:I,s:i,s:i,s:i}", "arch", c->arch, "vocab", (json_int_t)c->vocab,
+                             "d_model", (json_int_t)c->d_model, "n_layers", (json_int_t)c->n_layers, "n_ctx",
+                             (json_int_t)S->api.n_ctx, "bos", tok ? toy_tokenizer_bos(tok) : -1, "eos",
+                             tok ? toy_tokenizer_eos(tok) : -1, "eot", tok ? toy_tokenizer_eot(tok) : -1);
+    return json_pack("{s:s,s:s,s:I,s:s,s:o}", "id", S->model_name, "object", "model", "created",
+                     (json_int_t)S->started, "owned_by", "toy", "meta", meta);
 }
 
 static enum MHD_Result metrics(struct srv *S, struct MHD_Connection *c) {

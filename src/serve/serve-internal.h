@@ -69,6 +69,9 @@ struct srv_job {
     int n_stop;
     int top_logprobs;                /* 0..SRV_MAX_TOP_LOGPROBS alternatives per token */
     bool ignore_eos;
+    int32_t *bias_id;                /* logit_bias: added to these logits before sampling */
+    float *bias;
+    int n_bias;
     double deadline;                 /* srv_now() seconds; 0: none */
     int32_t **inputs;                /* embed: n_inputs id lists */
     int64_t *n_input;

@@ -290,6 +290,32 @@ static bool parse_stop(json_t *body, struct srv_job *j, struct srv_error *err) {
     return true;
 }
 
+/* logit_bias: {"token id": bias in [-100, 100], ...} */
+static bool parse_bias(const struct srv_api *api, json_t *body, struct srv_job *j, struct srv_error *err) {
+    json_t *b = json_object_get(body, "logit_bias");
+    if (!b || json_is_null(b)) return true;
+    if (!json_is_object(b)) return BAD("logit_bias", "'logit_bias' must be an object of token id -> bias");
+    size_t n = json_object_size(b);
+    if (n > 1024) return BAD("logit_bias", "at most 1024 biased tokens");
+    j->bias_id = malloc((n ? n : 1) * sizeof *j->bias_id);
+    j->bias = malloc((n ? n : 1) * sizeof *j->bias);
+    if (!j->bias_id || !j->bias) return srv_err(err, 500, "server_error", NULL, NULL, "out of memory");
+    const char *key;
+    json_t *v;
+    json_object_foreach(b, key, v) {
+        char *end;
+        long long id = strtoll(key, &end, 10);
+        if (end == key || *end || id < 0 || id >= api->m->cfg.vocab)
+            return BAD("logit_bias", "logit_bias key '%s' is not a token id below %lld", key,
+                       (long long)api->m->cfg.vocab);
+        if (!json_is_number(v) || json_number_value(v) < -100 || json_number_value(v) > 100)
+            return BAD("logit_bias", "logit_bias['%s'] must be a number in [-100, 100]", key);
+        j->bias_id[j->n_bias] = (int32_t)id;
+        j->bias[j->n_bias++] = (float)json_number_value(v);
+    }
+    return true;
+}
+
 static bool parse_model(const struct srv_api *api, json_t *body, struct srv_error *err) {
     json_t *m = json_object_get(body, "model");
     if (!m || json_is_null(m)) return true;
@@ -346,7 +372,7 @@ static bool parse_generate(const struct srv_api *api, json_t *body, struct srv_r
         top_lp = lp_n > 0 ? lp_n : 0;
     }
     j->top_logprobs = (int)top_lp;
-    if (!parse_stop(body, j, err)) return false;
+    if (!parse_stop(body, j, err) || !parse_bias(api, body, j, err)) return false;
     if (chat)
         for (int i = 0; i < api->n_eot_stops; i++) j->stop[j->n_stop++] = strdup(api->eot_stops[i]);
     j->max_tokens = max_tokens;
