@@ -7,6 +7,7 @@
  *   3  encode with SentencePiece BPE with byte fallback: same round trip
  *   4  the same with special-token parsing and the streaming decoder
  *   5  chat templates: parse and render the input as Jinja
+ *   6  tokenizer from GGUF metadata (toy_gguf_open_memory + toy_tokenizer_load_gguf)
  * Build: clang -fsanitize=fuzzer,address,undefined (see fuzz/Makefile for the
  * flags; sources: every src/tokenizer file, src/core/status.c and the GGUF files).
  */
@@ -17,6 +18,7 @@
 #include <string.h>
 
 #include "toy/chat-template.h"
+#include "toy/gguf.h"
 #include "toy/tokenizer.h"
 
 static struct toy_tokenizer *bpe, *spm;
@@ -106,7 +108,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *p = (const char *)data + 1;
     size_t n = size - 1;
     struct toy_tokenizer *tok = NULL;
-    switch (data[0] % 6) {
+    switch (data[0] % 7) {
     case 0:
         if (!toy_tokenizer_load_spm_mem(p, n, &tok)) toy_tokenizer_free(tok);
         break;
@@ -138,6 +140,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             toy_chat_template_free(ct);
         }
         free(src);
+        break;
+    }
+    case 6: {
+        struct toy_gguf *g;
+        if (toy_gguf_open_memory(p, n, "fuzz", &g)) break;
+        if (!toy_tokenizer_load_gguf(g, &tok)) {
+            struct toy_tokens t = {0};
+            toy_tokenizer_encode(tok, "Hello world 123 <s> \xc3\xa9", 23, TOY_ENCODE_PARSE_SPECIAL | TOY_ENCODE_MODEL_DEFAULTS, &t);
+            char *d;
+            if (!toy_tokenizer_decode(tok, t.ids, t.n, 0, &d, NULL)) free(d);
+            toy_tokens_free(&t);
+            toy_tokenizer_free(tok);
+        }
+        toy_gguf_close(g);
         break;
     }
     }
