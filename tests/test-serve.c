@@ -685,6 +685,23 @@ Test(serve, prefix_cache_reuses_the_prompt, .timeout = 60) {
     resp_free(&a);
     resp_free(&b);
     resp_free(&c);
+    /* a 600-token prompt (or what the context allows): prefilled in chunks of 256 when cold, its last tokens alone when warm; the same text */
+    struct resp mr = http(&s, "GET", "/v1/models", NULL);
+    long long n_ctx = jint(mr.json, "data.0.meta.n_ctx"), n_big = n_ctx - 16 < 600 ? n_ctx - 16 : 600;
+    resp_free(&mr);
+    char *big = malloc(8192);
+    strcpy(big, "{\"prompt\":[1");
+    for (int i = 1; i < n_big; i++) sprintf(big + strlen(big), ",%d", (i * 7) % 250 + 3);
+    strcat(big, "],\"max_tokens\":8,\"temperature\":0,\"ignore_eos\":true}");
+    a = http(&s, "POST", "/v1/completions", big);
+    b = http(&s, "POST", "/v1/completions", big);
+    cr_assert_eq(a.code, 200, "%s", a.body);
+    cr_assert_eq(b.code, 200);
+    cr_assert_eq(jint(b.json, "usage.prompt_tokens_details.cached_tokens"), n_big - 1);
+    cr_assert_str_eq(jstr(b.json, "choices.0.text"), jstr(a.json, "choices.0.text"));
+    resp_free(&a);
+    resp_free(&b);
+    free(big);
     cr_assert_eq(server_stop(&s), 0);
 }
 

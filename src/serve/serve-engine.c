@@ -6,12 +6,16 @@
  *   1. admits queued jobs while a slot is free: an embedding job runs at
  *      once; a generation job takes the free slot whose cached tokens share
  *      the longest prefix with its prompt (prefix cache; ties and misses go
- *      to the least recently used slot), prefills only the rest of the
- *      prompt and samples its first token;
- *   2. runs one decode step for every running slot together: one graph over
- *      the B running sequences (serve-forward.c), rebuilt only when the set
- *      of running slots changes;
- *   3. samples each sequence's next token with its own sampler, emits text,
+ *      to the least recently used slot) and will prefill only the rest;
+ *   2. prefills one chunk (at most SRV_PREFILL_CHUNK tokens) of the oldest
+ *      prompt still prefilling; when a prompt is complete, its first token
+ *      is sampled. Chunks interleave with decode steps, so a long prompt
+ *      delays the running streams by one chunk per step, not by its whole
+ *      prefill;
+ *   3. runs one decode step for every decoding slot together: one graph over
+ *      the B sequences (serve-forward.c), rebuilt only when the set of
+ *      decoding slots changes;
+ *   4. samples each sequence's next token with its own sampler, emits text,
  *      and retires finished, cancelled or timed-out jobs, freeing their slot.
  *
  * Invariants: a slot's cache_ids[0..n_cache) are the tokens whose keys and
@@ -30,6 +34,8 @@
 #include "serve/serve-internal.h"
 #include "toy/graph.h"
 #include "toy/threadpool.h"
+
+#define SRV_PREFILL_CHUNK 256
 
 const double srv_buckets[12] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
 
@@ -79,6 +85,9 @@ struct slot {
     int32_t last;                 /* the token to feed next */
     int64_t pos;                  /* its position */
     int64_t n_gen;
+    int64_t pf;                   /* prompt tokens in the cache so far */
+    bool prefilling;              /* pf < the prompt's length */
+    uint64_t order;               /* admission order (prefill FIFO) */
     uint64_t stamp;               /* last use, for LRU */
 };
 
@@ -195,6 +204,7 @@ static void slot_finish(struct srv_engine *e, struct slot *s, enum toy_stop_reas
     s->smp = NULL;
     s->dec = NULL;
     s->job = NULL;
+    s->prefilling = false;
     s->stamp = ++e->clock;
     srv_job_unref(j);
     pthread_mutex_lock(&e->mu);
@@ -272,7 +282,8 @@ static int64_t common_prefix(const int32_t *a, int64_t na, const int32_t *b, int
     return n;
 }
 
-/* prefills prompt[keep..n) into slot s at positions keep.., logits of the last into e->logits */
+/* prefills prompt[keep..n) into slot s at positions keep.. (its cache already holds prompt[0..keep)), logits
+ * of the last into e->logits */
 static enum toy_status prefill(struct srv_engine *e, struct slot *s, const int32_t *prompt, int64_t n, int64_t keep) {
     int64_t Tn = n - keep;
     struct toy_ctx *ctx = toy_ctx_init(true);
@@ -291,7 +302,7 @@ static enum toy_status prefill(struct srv_engine *e, struct slot *s, const int32
     if (!st) st = toy_graph_compute(g, e->tp);
     if (!st) {
         memcpy(e->logits, lg->data, (size_t)e->vocab * sizeof(float));
-        memcpy(s->cache_ids, prompt, (size_t)n * sizeof(int32_t));
+        memcpy(s->cache_ids + keep, prompt + keep, (size_t)Tn * sizeof(int32_t));
         s->n_cache = n;
     }
     toy_ctx_free(ctx);
@@ -331,7 +342,7 @@ static void run_embed(struct srv_engine *e, struct srv_job *j) {
     atomic_fetch_add(&e->met->jobs_done, 1);
 }
 
-/* takes slot s for job j: prefill (what the cache lacks) and the first token */
+/* takes slot s for job j; prefill_step then fills in what the cache lacks */
 static void slot_start(struct srv_engine *e, struct slot *s, struct srv_job *j) {
     int64_t lcp = e->prefix_cache ? common_prefix(s->cache_ids, s->n_cache, j->prompt, j->n_prompt) : 0;
     int64_t keep = lcp < j->n_prompt ? lcp : j->n_prompt - 1; /* at least one token runs, for its logits */
@@ -349,13 +360,50 @@ static void slot_start(struct srv_engine *e, struct slot *s, struct srv_job *j) 
     pthread_mutex_unlock(&j->mu);
     atomic_fetch_add(&e->met->prompt_tokens, j->n_prompt);
     atomic_fetch_add(&e->met->cached_tokens, keep);
-    enum toy_status st = s->smp ? TOY_OK : toy_error(TOY_ERR_NOMEM, "sampler");
-    if (!st) st = prefill(e, s, j->prompt, j->n_prompt, keep);
+    if (!s->smp) {
+        job_fail(j, TOY_ERR_NOMEM, "out of memory (sampler)");
+        slot_finish(e, s, TOY_STOP_CALLER);
+        return;
+    }
+    s->n_cache = keep; /* what the prefix cache keeps; the rest is overwritten */
+    s->pf = keep;
+    s->prefilling = true;
+    s->order = ++e->clock;
+}
+
+/* a job that has been cancelled or ran out of time ends here (true) */
+static bool slot_expired(struct srv_engine *e, struct slot *s, double now) {
+    struct srv_job *j = s->job;
+    bool late = j->deadline > 0 && now > j->deadline;
+    if (!late && !atomic_load(&j->cancel)) return false;
+    if (late) {
+        pthread_mutex_lock(&j->mu);
+        j->timed_out = true;
+        pthread_mutex_unlock(&j->mu);
+    }
+    slot_finish(e, s, TOY_STOP_CALLER);
+    return true;
+}
+
+/* one chunk of the oldest prompt still prefilling; its first token when the prompt is complete */
+static void prefill_step(struct srv_engine *e) {
+    struct slot *s = NULL;
+    for (int i = 0; i < e->n_slots; i++) {
+        struct slot *c = &e->slots[i];
+        if (c->job && c->prefilling && (!s || c->order < s->order)) s = c;
+    }
+    if (!s || slot_expired(e, s, srv_now())) return;
+    struct srv_job *j = s->job;
+    int64_t end = j->n_prompt - s->pf > SRV_PREFILL_CHUNK ? s->pf + SRV_PREFILL_CHUNK : j->n_prompt;
+    enum toy_status st = prefill(e, s, j->prompt, end, s->pf);
     if (st) {
         job_fail(j, st, toy_last_error());
         slot_finish(e, s, TOY_STOP_CALLER);
         return;
     }
+    s->pf = end;
+    if (end < j->n_prompt) return;
+    s->prefilling = false;
     for (int64_t i = 0; i < j->n_prompt; i++) toy_sampler_accept(s->smp, j->prompt[i]);
     s->pos = j->n_prompt;
     slot_step(e, s, e->logits);
@@ -391,17 +439,7 @@ static void decode_step(struct srv_engine *e) {
     double now = srv_now();
     for (int i = 0; i < e->n_slots; i++) {
         struct slot *s = &e->slots[i];
-        if (!s->job) continue;
-        bool late = s->job->deadline > 0 && now > s->job->deadline;
-        if (late || atomic_load(&s->job->cancel)) {
-            if (late) {
-                pthread_mutex_lock(&s->job->mu);
-                s->job->timed_out = true;
-                pthread_mutex_unlock(&s->job->mu);
-            }
-            slot_finish(e, s, TOY_STOP_CALLER);
-            continue;
-        }
+        if (!s->job || slot_expired(e, s, now) || s->prefilling) continue;
         idx[n++] = i;
     }
     if (!n) return;
@@ -497,6 +535,7 @@ static void *engine_main(void *arg) {
             pthread_mutex_lock(&e->mu);
         }
         pthread_mutex_unlock(&e->mu);
+        prefill_step(e);
         decode_step(e);
     }
     /* stopping: whatever still runs or waits ends now */
