@@ -204,6 +204,22 @@ Test(tokenizer, gpt2_expected) {
     cr_expect_eq(n, 46);
     cr_expect_eq(pass, n);
 
+    /* the same files under HF's names (vocab.json + merges.txt) in a folder */
+    char dir[] = "/tmp/toy-hf-gpt2-XXXXXX", p[600], abs_path[PATH_MAX];
+    cr_assert(mkdtemp(dir));
+    cr_assert(realpath(TD "tokenizer-gpt2/encoder.json", abs_path));
+    snprintf(p, sizeof p, "%s/vocab.json", dir);
+    cr_assert_eq(symlink(abs_path, p), 0);
+    cr_assert(realpath(TD "tokenizer-gpt2/vocab.bpe", abs_path));
+    snprintf(p, sizeof p, "%s/merges.txt", dir);
+    cr_assert_eq(symlink(abs_path, p), 0);
+    struct toy_tokenizer *hf = NULL;
+    MUST(toy_tokenizer_load(dir, &hf));
+    cr_expect_eq(toy_tokenizer_n_vocab(hf), 50257);
+    toy_tokenizer_free(hf);
+    snprintf(p, sizeof p, "rm -rf %s", dir);
+    cr_expect_eq(system(p), 0);
+
     /* special text: plain without PARSE_SPECIAL, one token with it */
     struct toy_tokens t = {0};
     cr_assert_eq(toy_tokenizer_encode(tok, "<|endoftext|>", 13, TOY_ENCODE_PARSE_SPECIAL, &t), TOY_OK);

@@ -113,7 +113,10 @@ void toy_tokenizer_free(struct toy_tokenizer *tok);
 
 /* Loads from `path`: a .gguf, a tokenizer.json (tokenizer_config.json beside
  * it is read too), a directory holding tokenizer.json / tokenizer.model /
- * encoder.json+vocab.bpe, a SentencePiece .model, or a llama2.c .bin. */
+ * encoder.json+vocab.bpe / vocab.json+merges.txt, a SentencePiece .model, or a
+ * llama2.c .bin. A directory with both tokenizer.model (SentencePiece) and a
+ * non-byte-level tokenizer.json segments with the .model and takes added
+ * tokens, specials and the chat template from the JSON files. */
 enum toy_status toy_tokenizer_load(const char *path, struct toy_tokenizer **out);
 /* Hugging Face tokenizer.json; config_path (tokenizer_config.json) may be NULL:
  * it supplies bos/eos/add_bos and the chat template. */

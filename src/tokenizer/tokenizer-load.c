@@ -855,7 +855,12 @@ enum toy_status toy_tokenizer_load(const char *path, struct toy_tokenizer **out)
         snprintf(a, sizeof a, "%s/encoder.json", path);
         snprintf(b, sizeof b, "%s/vocab.bpe", path);
         if (exists(a) && exists(b)) return toy_tokenizer_load_gpt2(a, b, NULL, out);
-        return toy_error(TOY_ERR_NOT_FOUND, "%s: no tokenizer.json, tokenizer.model or encoder.json+vocab.bpe", path);
+        /* the same two files under Hugging Face's slow-tokenizer names */
+        snprintf(a, sizeof a, "%s/vocab.json", path);
+        snprintf(b, sizeof b, "%s/merges.txt", path);
+        if (exists(a) && exists(b)) return toy_tokenizer_load_gpt2(a, b, NULL, out);
+        return toy_error(TOY_ERR_NOT_FOUND, "%s: no tokenizer.json, tokenizer.model, encoder.json+vocab.bpe or "
+                         "vocab.json+merges.txt", path);
     }
     if (!exists(path)) return toy_error(TOY_ERR_NOT_FOUND, "%s: no such file", path);
     if (ends_with(path, ".gguf")) return toy_tokenizer_load_gguf_file(path, out);
