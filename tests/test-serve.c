@@ -5,7 +5,8 @@
  * streaming equal to the plain response with the same seed, embeddings,
  * the error objects of bad input, 8 concurrent requests each equal to the
  * same request alone (continuous batching), the prefix cache, the full
- * queue's 503, client disconnects, and SIGTERM draining a request in flight.
+ * queue's 503, client disconnects, SIGTERM draining a request in flight, and
+ * 300 fuzzed bodies (fuzz/fuzz-serve.py) that must never get a 5xx.
  *
  * Model: $TOY_SERVE_MODEL, else ../shared/testdata's llama-2-tiny-random
  * (random weights, the real Llama-2 vocabulary), else a tiny model trained
@@ -832,5 +833,25 @@ Test(serve, openai_npm_client, .timeout = 180) {
     cr_assert_float_eq(json_real_value(jget(o, "emb_norm")), 1.0, 1e-4);
     cr_assert_eq(jint(o, "err"), 404);
     json_decref(o);
+    cr_assert_eq(server_stop(&s), 0);
+}
+
+/* 300 mutated bodies (fuzz/fuzz-serve.py): every answer a 2xx or 4xx, the server alive after */
+Test(serve, fuzzed_bodies_never_5xx, .timeout = 120) {
+    if (system("command -v python3 >/dev/null 2>&1")) cr_skip_test("no python3");
+    if (access("fuzz/fuzz-serve.py", R_OK)) cr_skip_test("run from the repository root");
+    struct server s;
+    const char *extra[] = {"--ctx", "256", NULL};
+    server_start(&s, extra);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "timeout 100 python3 fuzz/fuzz-serve.py %d 1 300 > %s/fuzz.txt 2>&1", s.port, s.dir);
+    int rc = system(cmd);
+    snprintf(cmd, sizeof cmd, "%s/fuzz.txt", s.dir);
+    char *out = slurp(cmd);
+    cr_assert_eq(rc, 0, "%s", out ? out : "");
+    free(out);
+    struct resp r = http(&s, "GET", "/health", NULL);
+    cr_assert_eq(r.code, 200);
+    resp_free(&r);
     cr_assert_eq(server_stop(&s), 0);
 }
