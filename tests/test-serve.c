@@ -855,3 +855,26 @@ Test(serve, fuzzed_bodies_never_5xx, .timeout = 120) {
     resp_free(&r);
     cr_assert_eq(server_stop(&s), 0);
 }
+
+/* --timeout bounds a generation: it ends early with finish_reason "length" */
+Test(serve, timeout_ends_a_generation, .timeout = 60) {
+    struct server s;
+    const char *extra[] = {"--timeout", "1", NULL};
+    server_start(&s, extra);
+    struct resp mr = http(&s, "GET", "/v1/models", NULL);
+    long long n_ctx = jint(mr.json, "data.0.meta.n_ctx");
+    resp_free(&mr);
+    if (n_ctx < 2048) {
+        server_stop(&s);
+        cr_skip_test("the model's context (%lld) is too short for a long generation", n_ctx);
+    }
+    double t0 = now_s();
+    struct resp r = http(&s, "POST", "/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":100000,\"ignore_eos\":true}");
+    double dt = now_s() - t0;
+    cr_assert_eq(r.code, 200, "%s", r.body);
+    cr_assert_str_eq(jstr(r.json, "choices.0.finish_reason"), "length");
+    cr_assert_lt(jint(r.json, "usage.completion_tokens"), n_ctx - 2, "it stopped before the context was full");
+    cr_assert_lt(dt, 10.0);
+    resp_free(&r);
+    cr_assert_eq(server_stop(&s), 0);
+}

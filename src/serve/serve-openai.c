@@ -79,6 +79,9 @@ static json_t *jstr(const char *s, size_t n) {
     return j;
 }
 
+/* a JSON number, or null for NaN and infinities (which JSON cannot carry) */
+static json_t *jnum(double x) { return isfinite(x) ? json_real(x) : json_null(); }
+
 /* ---- errors ----------------------------------------------------------------------------- */
 
 bool srv_err(struct srv_error *e, int http, const char *type, const char *code, const char *param,
@@ -500,9 +503,9 @@ static json_t *token_bytes(const struct srv_api *api, int32_t id) {
 static json_t *chat_logprob(const struct srv_api *api, const struct srv_token *t) {
     json_t *top = json_array();
     for (int k = 0; k < t->n_top; k++)
-        json_array_append_new(top, json_pack("{s:o,s:f,s:o}", "token", token_string(api, t->top_id[k]), "logprob",
-                                             (double)t->top_lp[k], "bytes", token_bytes(api, t->top_id[k])));
-    return json_pack("{s:o,s:f,s:o,s:o}", "token", token_string(api, t->id), "logprob", (double)t->logprob, "bytes",
+        json_array_append_new(top, json_pack("{s:o,s:o,s:o}", "token", token_string(api, t->top_id[k]), "logprob",
+                                             jnum(t->top_lp[k]), "bytes", token_bytes(api, t->top_id[k])));
+    return json_pack("{s:o,s:o,s:o,s:o}", "token", token_string(api, t->id), "logprob", jnum(t->logprob), "bytes",
                      token_bytes(api, t->id), "top_logprobs", top);
 }
 
@@ -513,11 +516,11 @@ static json_t *completion_logprobs(const struct srv_api *api, const struct srv_j
         const struct srv_token *t = &j->toks[i];
         if (t->id < 0) continue;
         json_array_append_new(toks, token_string(api, t->id));
-        json_array_append_new(lps, json_real(t->logprob));
+        json_array_append_new(lps, jnum(t->logprob));
         json_t *top = json_object();
         for (int k = 0; k < t->n_top; k++) {
             json_t *s = token_string(api, t->top_id[k]);
-            json_object_set_new(top, json_string_value(s), json_real(t->top_lp[k]));
+            json_object_set_new(top, json_string_value(s), jnum(t->top_lp[k]));
             json_decref(s);
         }
         json_array_append_new(tops, top);
@@ -569,7 +572,7 @@ static json_t *embeddings_json(const struct srv_api *api, const struct srv_reque
             emb = b64_floats(v, j->dim);
         } else {
             emb = json_array();
-            for (int64_t k = 0; k < j->dim; k++) json_array_append_new(emb, json_real(v[k]));
+            for (int64_t k = 0; k < j->dim; k++) json_array_append_new(emb, jnum(v[k]));
         }
         json_array_append_new(data, json_pack("{s:s,s:i,s:o}", "object", "embedding", "index", i, "embedding", emb));
     }
