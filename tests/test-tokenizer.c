@@ -897,3 +897,84 @@ Test(tokenizer, hf_folder_with_sentencepiece_model) {
     snprintf(p, sizeof p, "rm -rf %s", dir);
     cr_expect_eq(system(p), 0);
 }
+
+/* A SentencePiece ModelProto written by hand: Unigram (trainer_spec.model_type
+ * = 1), add_dummy_prefix = false, unk id 0; exercises the .model parser on the
+ * fields Llama-2's file does not set. */
+static size_t pb_varint(unsigned char *o, uint64_t v) {
+    size_t n = 0;
+    do {
+        o[n++] = (unsigned char)((v & 0x7F) | (v > 0x7F ? 0x80 : 0));
+        v >>= 7;
+    } while (v);
+    return n;
+}
+
+static size_t pb_piece(unsigned char *o, const char *piece, float score, int type) {
+    unsigned char body[128];
+    size_t b = 0, l = strlen(piece);
+    body[b++] = 0x0A; /* field 1, bytes */
+    b += pb_varint(body + b, l);
+    memcpy(body + b, piece, l);
+    b += l;
+    body[b++] = 0x15; /* field 2, fixed32 */
+    memcpy(body + b, &score, 4);
+    b += 4;
+    body[b++] = 0x18; /* field 3, varint */
+    b += pb_varint(body + b, (uint64_t)type);
+    size_t n = 0;
+    o[n++] = 0x0A; /* ModelProto field 1 */
+    n += pb_varint(o + n, b);
+    memcpy(o + n, body, b);
+    return n + b;
+}
+
+Test(tokenizer, sentencepiece_unigram_model_proto) {
+    unsigned char m[1024];
+    size_t n = 0;
+    n += pb_piece(m + n, "<unk>", 0, 2);
+    n += pb_piece(m + n, "<s>", 0, 3);
+    n += pb_piece(m + n, "</s>", 0, 3);
+    const char *pieces[] = {"a", "b", "c", "ab", "bc", "abc", "\xe2\x96\x81"};
+    const float scores[] = {-3, -3, -3, -2.5f, -1, -4, -2};
+    for (int i = 0; i < 7; i++) n += pb_piece(m + n, pieces[i], scores[i], 1);
+    /* trainer_spec { model_type: UNIGRAM (field 3) unk_id 0 (40) bos 1 (41) eos 2 (42) } */
+    unsigned char ts[] = {0x18, 0x01, 0xC0, 0x02, 0x00, 0xC8, 0x02, 0x01, 0xD0, 0x02, 0x02};
+    m[n++] = 0x12;
+    n += pb_varint(m + n, sizeof ts);
+    memcpy(m + n, ts, sizeof ts);
+    n += sizeof ts;
+    /* normalizer_spec { add_dummy_prefix: false (field 3) } */
+    unsigned char ns[] = {0x18, 0x00};
+    m[n++] = 0x1A;
+    n += pb_varint(m + n, sizeof ns);
+    memcpy(m + n, ns, sizeof ns);
+    n += sizeof ns;
+    struct toy_tokenizer *tok = NULL;
+    MUST(toy_tokenizer_load_spm_mem(m, n, &tok));
+    cr_expect_eq(toy_tokenizer_kind(tok), TOY_TOKENIZER_UGM);
+    cr_expect_eq(toy_tokenizer_n_vocab(tok), 10);
+    cr_expect_eq(toy_tokenizer_unk(tok), 0);
+    cr_expect_eq(toy_tokenizer_token_type(tok, 1), TOY_TOKEN_CONTROL);
+    struct toy_tokens t = {0};
+    /* "abc": a + bc = -4 beats ab + c = -5.5 and abc = -4 ties -> first best kept */
+    MUST(toy_tokenizer_encode(tok, "abc", 3, 0, &t));
+    cr_expect(t.n >= 1);
+    double total = 0;
+    for (int64_t i = 0; i < t.n; i++) total += toy_tokenizer_score(tok, t.ids[i]);
+    cr_expect_float_eq(total, -4.0, 1e-6, "the optimum scores -4");
+    /* no dummy prefix: "b" is one piece; with a space the ▁ piece appears */
+    t.n = 0;
+    MUST(toy_tokenizer_encode(tok, "b", 1, 0, &t));
+    cr_expect_eq(t.n, 1);
+    cr_expect_eq(t.ids[0], 4);
+    t.n = 0;
+    MUST(toy_tokenizer_encode(tok, "a b", 3, 0, &t));
+    cr_expect_eq(t.n, 3);
+    cr_expect_eq(t.ids[1], 9);
+    toy_tokens_free(&t);
+    toy_tokenizer_free(tok);
+    /* a piece with a truncated length */
+    m[1] = 0x7F;
+    cr_expect_eq(toy_tokenizer_load_spm_mem(m, 20, &tok), TOY_ERR_FORMAT);
+}
