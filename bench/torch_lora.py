@@ -51,6 +51,7 @@ nf = torch.ones(d)
 inv = 1.0 / (base ** (torch.arange(0, hd, 2).float() / hd))
 ang = torch.arange(T).float()[:, None] * inv[None]
 cos, sin = torch.cos(ang), torch.sin(ang)
+causal = torch.triu(torch.full((T, T), float("-inf")), diagonal=1)
 
 
 def rms(x, w):
@@ -71,7 +72,8 @@ def forward(tok):
         v = m["v"](h).view(B, T, Hkv, hd).transpose(1, 2)
         q, k = rope(q), rope(k)
         k, v = k.repeat_interleave(H // Hkv, 1), v.repeat_interleave(H // Hkv, 1)
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, d)
+        s = (q @ k.transpose(-1, -2)) * hd ** -0.5 + causal
+        a = (torch.softmax(s, -1) @ v).transpose(1, 2).reshape(B, T, d)
         x = x + a @ m["o"].T
         h = rms(x, m["n2"])
         x = x + (F.silu(h @ m["g"].T) * (h @ m["u"].T)) @ m["dn"].T

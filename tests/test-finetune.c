@@ -3,7 +3,7 @@
  *  - with B = 0 an adapted model's logits equal the base's exactly;
  *  - logits, loss and A/B gradients against PyTorch (tests/torch/ref_lora.py,
  *    PEFT's math in float64) at <= 1e-4 relative, over an F32 base and over
- *    a Q8_0 base (QLoRA; the reference reads the dequantized weights);
+ *    Q8_0 and Q4_0 bases (QLoRA; the reference reads the dequantized weights);
  *  - adapter GGUF: llama.cpp's names, shapes and keys; load + save is
  *    byte-identical;
  *  - merged model's logits equal base + adapter (F32 base, <= 1e-4), and a
@@ -309,6 +309,11 @@ Test(finetune, lora_and_qlora_match_pytorch, .timeout = 300) {
     cr_assert_eq(toy_gguf_quantize(f32, q8, TOY_Q8_0, NULL, NULL), TOY_OK, "%s", toy_last_error());
     write_dequantized(q8, q8f);
     check_against_torch(q8, q8f, 1e-4, "QLoRA (Q8_0 base)");
+    snprintf(q8, sizeof q8, "%s/base-q4_0.gguf", tmpdir);
+    snprintf(q8f, sizeof q8f, "%s/base-q4_0-as-f32.gguf", tmpdir);
+    cr_assert_eq(toy_gguf_quantize(f32, q8, TOY_Q4_0, NULL, NULL), TOY_OK, "%s", toy_last_error());
+    write_dequantized(q8, q8f);
+    check_against_torch(q8, q8f, 1e-4, "QLoRA (Q4_0 base)");
     rm_tmp();
 }
 
