@@ -21,11 +21,11 @@ struct toy_vit_config toy_vit_preset(const char *name) {
     struct toy_vit_config c = {0};
     c.norm_eps = 1e-6f;
     if (!strcmp(name, "tiny")) {
-        c = (struct toy_vit_config){224, 224, 3, 16, 192, 12, 3, 768, 1000, 1e-6f};
+        c = (struct toy_vit_config){224, 224, 3, 16, 192, 12, 3, 768, 1000, 1e-6f, false};
     } else if (!strcmp(name, "small-cpu")) {
-        c = (struct toy_vit_config){32, 32, 3, 4, 128, 4, 4, 256, 10, 1e-6f};
+        c = (struct toy_vit_config){32, 32, 3, 4, 128, 4, 4, 256, 10, 1e-6f, true};
     } else if (!strcmp(name, "mnist")) {
-        c = (struct toy_vit_config){28, 28, 1, 7, 64, 2, 4, 128, 10, 1e-6f};
+        c = (struct toy_vit_config){28, 28, 1, 7, 64, 2, 4, 128, 10, 1e-6f, true};
     }
     return c;
 }
@@ -115,20 +115,23 @@ struct toy_vit *toy_vit_new(const struct toy_vit_config *cfg, uint64_t seed) {
     if (!m) return NULL;
     struct toy_rng r;
     toy_rng_seed(&r, seed);
-    fill_normal(m->patch_w, &r, 0.02f);
+    /* timm: 0.02; fan_in_init: PyTorch's default variance 1 / (3 fan_in) */
+#define STD(w) (cfg->fan_in_init ? 1.0f / sqrtf(3.0f * (float)(w)->ne[0]) : 0.02f)
+    fill_normal(m->patch_w, &r, STD(m->patch_w));
     fill_normal(m->cls, &r, 0.02f);
     fill_normal(m->pos, &r, 0.02f);
     for (int64_t l = 0; l < cfg->n_layers; l++) {
         struct toy_vit_layer *L = &m->layers[l];
         fill_ones(L->attn_norm);
-        fill_normal(L->w_qkv, &r, 0.02f);
-        fill_normal(L->w_o, &r, 0.02f);
+        fill_normal(L->w_qkv, &r, STD(L->w_qkv));
+        fill_normal(L->w_o, &r, STD(L->w_o));
         fill_ones(L->ffn_norm);
-        fill_normal(L->w_up, &r, 0.02f);
-        fill_normal(L->w_down, &r, 0.02f);
+        fill_normal(L->w_up, &r, STD(L->w_up));
+        fill_normal(L->w_down, &r, STD(L->w_down));
     }
     fill_ones(m->out_norm);
-    fill_normal(m->head_w, &r, 0.02f);
+    fill_normal(m->head_w, &r, STD(m->head_w));
+#undef STD
     return m;
 }
 
