@@ -741,6 +741,20 @@ Test(serve, full_queue_503_and_disconnect_cancels, .timeout = 90) {
     cr_assert(strstr(m.body, "toy_jobs_cancelled_total 1"), "%s", m.body);
     cr_assert(strstr(m.body, "toy_active_sequences 0"), "%s", m.body);
     resp_free(&m);
+    /* a plain (not streamed) request whose client gives up is cancelled too */
+    const char *longp = "{\"prompt\":\"a\",\"max_tokens\":100000,\"ignore_eos\":true}";
+    const char *cut2[] = {"--max-time", "0.5", NULL};
+    a = curl_finish(curl_start(&s, "POST", "/v1/completions", longp, strlen(longp), cut2, ta), ta);
+    cr_assert_eq(a.code, 0, "curl gave up");
+    resp_free(&a);
+    bool cancelled = false;
+    for (int i = 0; i < 50 && !cancelled; i++) {
+        usleep(100 * 1000);
+        m = http(&s, "GET", "/metrics", NULL);
+        cancelled = strstr(m.body, "toy_jobs_cancelled_total 2") && strstr(m.body, "toy_active_sequences 0");
+        resp_free(&m);
+    }
+    cr_assert(cancelled, "the abandoned generation was not cancelled");
     cr_assert_eq(server_stop(&s), 0);
 }
 
