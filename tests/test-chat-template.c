@@ -424,3 +424,38 @@ Test(chat_template, sft_mask_marks_assistant_turns) {
     toy_tokens_free(&ids);
     toy_tokenizer_free(tok);
 }
+
+#include <pthread.h>
+
+struct render_job {
+    const struct toy_chat_template *t;
+    char *out;
+};
+
+static void *render_job_fn(void *p) {
+    struct render_job *j = p;
+    struct toy_chat_vars v = {.add_generation_prompt = true};
+    for (int i = 0; i < 50; i++) {
+        free(j->out);
+        j->out = NULL;
+        if (toy_chat_template_render_json(j->t, "[{\"role\": \"user\", \"content\": \"x\"}]", &v, &j->out)) return NULL;
+    }
+    return NULL;
+}
+
+/* One parsed template, four threads rendering it (filter blocks included). */
+Test(chat_template, concurrent_render) {
+    struct toy_chat_template *t;
+    MUST(toy_chat_template_init("{% filter upper %}{% for m in messages %}{{ m.content }}{% endfor %}{% endfilter %}"
+                                "{% set ns = namespace(k=0) %}{% for i in range(3) %}{% set ns.k = ns.k + i %}{% endfor %}{{ ns.k }}",
+                                &t));
+    struct render_job jobs[4] = {{t, NULL}, {t, NULL}, {t, NULL}, {t, NULL}};
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) cr_assert_eq(pthread_create(&th[i], NULL, render_job_fn, &jobs[i]), 0);
+    for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 4; i++) {
+        cr_expect_str_eq(jobs[i].out ? jobs[i].out : "(null)", "X3");
+        free(jobs[i].out);
+    }
+    toy_chat_template_free(t);
+}

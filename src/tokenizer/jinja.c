@@ -1318,16 +1318,23 @@ static void exec(struct ctx *C, const struct node *x, struct sbuf *out) {
         break;
     }
     case N_FILTERBLOCK: {
+        /* x->a is the filter chain f_k(...f_1(placeholder)); apply it to the
+         * block's output innermost first (the AST stays untouched, so
+         * templates render from many threads at once) */
         struct sbuf b = {0};
         exec_body(C, x->list, x->n, &b);
-        json_t *saved = x->b->lit;
-        ((struct node *)x->b)->lit = json_stringn_nocheck(b.p ? b.p : "", b.n);
+        json_t *v = json_stringn_nocheck(b.p ? b.p : "", b.n);
         free(b.p);
-        json_t *r = eval(C, x->a);
-        json_decref(x->b->lit);
-        ((struct node *)x->b)->lit = saved;
-        py_str(r, out);
-        json_decref(r);
+        const struct node *chain[32];
+        int nc = 0;
+        for (const struct node *f = x->a; f && f != x->b && nc < 32; f = f->a) chain[nc++] = f;
+        for (int i = nc - 1; i >= 0 && !C->st; i--) {
+            json_t *r = do_filter(C, chain[i], v);
+            json_decref(v);
+            v = r;
+        }
+        py_str(v, out);
+        json_decref(v);
         break;
     }
     case N_BREAK: C->brk = 1; break;
