@@ -12,6 +12,7 @@
  * broken and never starts another operation (MPI's state is unknown).
  */
 #include <math.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -182,14 +183,15 @@ static enum toy_status fail(struct toy_collective *c, enum toy_status st) {
     return st;
 }
 
-/* Polls the slot until it completes, fails, or the deadline passes. The
- * first tens of microseconds spin (a shared-memory exchange completes in
- * that time); then the waits back off to 1 ms so a rank waiting for a slow
- * peer leaves the core to the peer's compute threads. */
+/* Polls the slot until it completes, fails, or the deadline passes. MPI
+ * progresses a non-blocking collective only inside MPI_Test, so for the
+ * first 50 ms the loop polls continuously (yielding now and then, for
+ * oversubscribed machines); a rank still waiting after that is waiting for
+ * a slow or dead peer, and naps (10 us doubling to 200 us) between polls. */
 static enum toy_status wait_slot(struct toy_collective *c, int slot, const char *what, double t0) {
-    double deadline = c->timeout_s >= 0 ? t0 + c->timeout_s : INFINITY;
+    double deadline = c->timeout_s >= 0 ? t0 + c->timeout_s : INFINITY, t_wait = now_s();
     long nap_ns = 0;
-    for (int spins = 0;; spins++) {
+    for (unsigned i = 0;; i++) {
         int r = c->ops->test(c, slot);
         if (r > 0) return TOY_OK;
         if (r < 0) {
@@ -197,16 +199,18 @@ static enum toy_status wait_slot(struct toy_collective *c, int slot, const char 
             snprintf(msg, sizeof msg, "%s", toy_last_error());
             return fail(c, toy_error(TOY_ERR_IO, "rank %d of %d: %s failed: %s", c->rank, c->world, what, msg));
         }
-        if (spins > 64) {
-            double now = now_s();
-            if (now > deadline)
-                return fail(c, toy_error(TOY_ERR_IO,
-                                         "rank %d of %d: %s did not complete within %g s: another rank died, "
-                                         "hangs or stopped calling it",
-                                         c->rank, c->world, what, c->timeout_s));
-            nap_ns = nap_ns ? (nap_ns * 2 > 1000000 ? 1000000 : nap_ns * 2) : 20000;
-            nanosleep(&(struct timespec){0, nap_ns}, NULL);
+        double now = now_s();
+        if (now > deadline)
+            return fail(c, toy_error(TOY_ERR_IO,
+                                     "rank %d of %d: %s did not complete within %g s: another rank died, "
+                                     "hangs or stopped calling it",
+                                     c->rank, c->world, what, c->timeout_s));
+        if (now - t_wait < 0.05) {
+            if ((i & 63) == 63) sched_yield();
+            continue;
         }
+        nap_ns = nap_ns ? (nap_ns * 2 > 200000 ? 200000 : nap_ns * 2) : 10000;
+        nanosleep(&(struct timespec){0, nap_ns}, NULL);
     }
 }
 
