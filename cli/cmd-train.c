@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "progress.h"
+#include "train-vit.h"
 #include "toy/collective.h"
 #include "toy/data.h"
 #include "toy/events.h"
@@ -46,7 +47,7 @@ static int usage(void) {
 "data:      --data FILE (text, or a TOYT token file from `toy tokenize --corpus`)\n"
 "           --tokenizer PATH (GGUF, tokenizer.json or folder) | --vocab-size N (BPE trained on the fly; 512)\n"
 "           --heldout 0.1 (fraction held out for eval)\n"
-"model:     --arch llama|gpt2 (GPT-2 presets: tiny|small|124m)\n"
+"model:     --arch llama|gpt2|vit (GPT-2 presets: tiny|small|124m; vit: toy train --arch vit --help)\n"
 "           --preset tiny|small|stories15m|smollm2-135m  --dim D --layers L --heads H --kv-heads K --ff F\n"
 "           --init MODEL.gguf (start from these weights instead of random)\n"
 "training:  --steps 1000 --batch 8 --ctx 128 --accum 1 --lr 3e-3 --lr-min 3e-4 --warmup 50\n"
@@ -233,6 +234,7 @@ static int dp_setup(struct toy_collective *coll, struct toy_trainer *tr) {
 }
 
 int toy_cmd_train(int argc, char **argv) {
+    if (toy_train_is_vit(argc, argv)) return toy_train_vit(argc, argv); /* image classification: cli/train-vit.c */
     struct cfg c = {.runs = "runs", .vocab_size = 512, .batch = 8, .ctx = 128, .heldout = 0.1, .log_every = 10,
                     .preset = "small"};
     c.o = (struct toy_train_opts){.steps = 1000, .accum = 1, .lr = 3e-3f, .lr_min = 3e-4f, .warmup = 50,

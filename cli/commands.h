@@ -26,14 +26,16 @@ int toy_cmd_tokenize(int argc, char **argv);
 int toy_cmd_tokenizer(int argc, char **argv);
 int toy_cmd_chat_template(int argc, char **argv);
 int toy_cmd_serve(int argc, char **argv);
+int toy_cmd_classify(int argc, char **argv);
 
 #define TOY_COMMANDS \
     {"demo", toy_cmd_demo, "train a small Llama on built-in text (what make demo runs) and sample from it"}, \
-    {"train", toy_cmd_train, "train a Llama-family model from scratch on text or tokens; resume a run"}, \
+    {"train", toy_cmd_train, "train a Llama-family model or GPT-2 on text or tokens, or a ViT on images (--arch); resume a run"}, \
     {"finetune", toy_cmd_finetune, "fine-tune a GGUF model on SFT JSONL: LoRA, QLoRA (quantized base) or full; resume a run"}, \
     {"merge", toy_cmd_merge, "fold a LoRA adapter into its base: merge base.gguf adapter.gguf -o merged.gguf"}, \
     {"eval", toy_cmd_eval, "mean cross-entropy and perplexity of a model on a text or token file"}, \
-    {"generate", toy_cmd_generate, "generate text from a Llama-family GGUF with a KV cache and sampling"}, \
+    {"classify", toy_cmd_classify, "top-k classes of images with a ViT GGUF (toy train --arch vit), or accuracy over a set"}, \
+    {"generate", toy_cmd_generate, "generate text from a Llama-family or GPT-2 GGUF with a KV cache and sampling"}, \
     {"describe", toy_cmd_describe, "what a GGUF model holds, and its forward pass as pseudocode"}, \
     {"models", toy_cmd_models, "list the GGUF models on this machine (HF cache, Ollama, LM Studio, ...)"}, \
     {"convert", toy_cmd_convert, "convert a Hugging Face model folder to GGUF"}, \

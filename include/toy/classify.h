@@ -15,6 +15,9 @@
  *     toy_classifier_run(t, &res);        // res.test_acc
  *     toy_classifier_free(t);
  *
+ * Events: the classifier writes step and eval (with "accuracy" in extra)
+ * events; the caller writes run_start and run_end around the run.
+ *
  * Batches: each step draws opts.batch training images uniformly with
  * replacement from a toy_rng seeded with opts.seed (the only sampler state).
  * Inputs are normalised with the model's mean/std (toy_classifier_new sets

@@ -1,0 +1,325 @@
+/* train-vit.c: `toy train --arch vit --data IMAGES`: trains a ViT image
+ * classifier (toy/vit.h, toy/classify.h) into the same run bundle as
+ * `toy train` (train.json, events.jsonl, weights/step_N.gguf + .state.gguf,
+ * latest) and resumes it with --resume. cmd-train.c hands `--arch vit`
+ * command lines here. The image set is an IDX pair (MNIST), a TOYI file or
+ * a folder of class sub-folders of PNG/JPEG (toy/images.h); without --test
+ * a seeded --heldout fraction is split off for evaluation. */
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "progress.h"
+#include "toy/classify.h"
+#include "toy/run-dir.h"
+#include "toy/toy.h"
+#include "train-vit.h"
+
+static volatile sig_atomic_t stop_flag;
+static void on_sigint(int sig) {
+    (void)sig;
+    if (stop_flag) _exit(130);
+    stop_flag = 1;
+}
+
+static int usage(void) {
+    fprintf(stderr,
+"usage: toy train --arch vit --data IMAGES [options]    train a ViT image classifier\n"
+"       toy train --arch vit --resume runs/<id> [--steps N]\n"
+"data:      --data PATH (MNIST IDX file or folder, TOYI file, or a folder of class folders of PNG/JPEG)\n"
+"           --test PATH (held-out set; default: split --heldout 0.2 off --data)\n"
+"model:     --preset mnist|small-cpu|tiny  --image-size N --patch P --dim D --layers L --heads H --ff F\n"
+"training:  --steps 1000 --batch 64 --lr 2e-3 --lr-min 1e-4 --warmup 50 --schedule cosine|linear|constant\n"
+"           --wd 0.05 --beta1 0.9 --beta2 0.999 --clip 1.0 --seed 1337 --crop-pad 0 --flip --threads N\n"
+"output:    --eval-every 200 --ckpt-every 0 --runs DIR (runs) --out DIR --log-every 50 --json\n");
+    return 2;
+}
+
+struct vcfg {
+    const char *data, *test, *preset, *runs, *out, *resume;
+    int64_t image_size, patch, dim, layers, heads, ff;
+    double heldout;
+    int threads, log_every;
+    bool json;
+    struct toy_classify_opts o;
+};
+
+static json_t *vcfg_json(const struct vcfg *c) {
+    return json_pack("{s:s,s:s?,s:s?,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:I,s:I,s:f,s:f,s:I,s:s,s:f,s:f,s:f,s:f,s:f,"
+                     "s:I,s:I,s:I,s:i,s:b}",
+                     "arch", "vit", "data", c->data, "test", c->test, "preset", c->preset, "image_size",
+                     (json_int_t)c->image_size, "patch", (json_int_t)c->patch, "dim", (json_int_t)c->dim, "layers",
+                     (json_int_t)c->layers, "heads", (json_int_t)c->heads, "ff", (json_int_t)c->ff, "heldout",
+                     c->heldout, "steps", (json_int_t)c->o.steps, "batch", (json_int_t)c->o.batch, "lr",
+                     (double)c->o.lr, "lr_min", (double)c->o.lr_min, "warmup", (json_int_t)c->o.warmup, "schedule",
+                     c->o.schedule == TOY_LR_COSINE ? "cosine" : c->o.schedule == TOY_LR_LINEAR ? "linear" : "constant",
+                     "wd", (double)c->o.weight_decay, "beta1", (double)c->o.beta1, "beta2", (double)c->o.beta2, "eps",
+                     (double)c->o.eps, "clip", (double)c->o.clip, "seed", (json_int_t)c->o.seed, "eval_every",
+                     (json_int_t)c->o.eval_every, "ckpt_every", (json_int_t)c->o.ckpt_every, "crop_pad",
+                     (int)c->o.aug.crop_pad, "flip", c->o.aug.flip);
+}
+
+static void vcfg_from_json(struct vcfg *c, json_t *j) {
+    json_t *v;
+#define STR(k, f) if ((v = json_object_get(j, k)) && json_is_string(v)) c->f = strdup(json_string_value(v))
+#define INT(k, f) if ((v = json_object_get(j, k)) && json_is_integer(v)) c->f = json_integer_value(v)
+#define NUM(k, f) if ((v = json_object_get(j, k)) && json_is_number(v)) c->f = json_number_value(v)
+    STR("data", data); STR("test", test); STR("preset", preset);
+    INT("image_size", image_size); INT("patch", patch); INT("dim", dim); INT("layers", layers); INT("heads", heads);
+    INT("ff", ff); NUM("heldout", heldout); INT("steps", o.steps); INT("batch", o.batch); NUM("lr", o.lr);
+    NUM("lr_min", o.lr_min); INT("warmup", o.warmup); NUM("wd", o.weight_decay); NUM("beta1", o.beta1);
+    NUM("beta2", o.beta2); NUM("eps", o.eps); NUM("clip", o.clip); INT("seed", o.seed); INT("eval_every", o.eval_every);
+    INT("ckpt_every", o.ckpt_every); INT("crop_pad", o.aug.crop_pad);
+#undef STR
+#undef INT
+#undef NUM
+    if ((v = json_object_get(j, "flip"))) c->o.aug.flip = json_is_true(v);
+    if ((v = json_object_get(j, "schedule")) && json_is_string(v) && toy_lr_kind_from_name(json_string_value(v)) >= 0)
+        c->o.schedule = (enum toy_lr_kind)toy_lr_kind_from_name(json_string_value(v));
+}
+
+static int parse(int argc, char **argv, struct vcfg *c, bool *given_steps) {
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 1; }
+        if (!strcmp(a, "--json")) { c->json = true; continue; }
+        if (!strcmp(a, "--flip")) { c->o.aug.flip = true; continue; }
+        if (i + 1 >= argc) { fprintf(stderr, "toy train: %s needs a value\n", a); return 2; }
+        const char *v = argv[++i];
+        char *end;
+        double x = strtod(v, &end);
+        bool num = *v && !*end;
+#define S(flag, field) if (!strcmp(a, flag)) { c->field = v; continue; }
+        S("--data", data) S("--test", test) S("--preset", preset) S("--runs", runs) S("--out", out)
+        S("--resume", resume)
+#undef S
+        if (!strcmp(a, "--arch")) continue;
+        if (!strcmp(a, "--schedule")) {
+            int k = toy_lr_kind_from_name(v);
+            if (k < 0) { fprintf(stderr, "toy train: --schedule is cosine, linear or constant\n"); return 2; }
+            c->o.schedule = (enum toy_lr_kind)k;
+            continue;
+        }
+        if (!num || x < 0) { fprintf(stderr, "toy train: bad value '%s' for %s\n", v, a); return 2; }
+#define N(flag, field, type) if (!strcmp(a, flag)) { c->field = (type)x; continue; }
+        N("--image-size", image_size, int64_t) N("--patch", patch, int64_t) N("--dim", dim, int64_t)
+        N("--layers", layers, int64_t) N("--heads", heads, int64_t) N("--ff", ff, int64_t)
+        N("--heldout", heldout, double) N("--threads", threads, int) N("--log-every", log_every, int)
+        N("--batch", o.batch, int64_t) N("--lr", o.lr, float) N("--lr-min", o.lr_min, float)
+        N("--warmup", o.warmup, int64_t) N("--wd", o.weight_decay, float) N("--beta1", o.beta1, float)
+        N("--beta2", o.beta2, float) N("--clip", o.clip, float) N("--seed", o.seed, uint64_t)
+        N("--eval-every", o.eval_every, int64_t) N("--ckpt-every", o.ckpt_every, int64_t)
+        N("--crop-pad", o.aug.crop_pad, int32_t)
+#undef N
+        if (!strcmp(a, "--steps")) { c->o.steps = (int64_t)x; *given_steps = true; continue; }
+        fprintf(stderr, "toy train: unknown flag %s for --arch vit\n", a);
+        return usage();
+    }
+    return 0;
+}
+
+struct pud {
+    struct toy_progress pb;
+    int log_every;
+    bool json;
+    int64_t batch;
+};
+
+static void on_step(void *ud, const struct toy_classify_step *s) {
+    struct pud *p = ud;
+    char extra[96];
+    if (isnan(s->test_acc)) snprintf(extra, sizeof extra, "loss %.4f  lr %.2e", s->loss, s->lr);
+    else snprintf(extra, sizeof extra, "loss %.4f  acc %.2f%%  lr %.2e", s->loss, 100 * s->test_acc, s->lr);
+    if (p->pb.tty) {
+        toy_progress_update(&p->pb, s->step, (double)(s->step * p->batch), extra);
+    } else if (!p->json && (s->step % p->log_every == 0 || s->step == s->steps || !isnan(s->test_acc))) {
+        printf("step %lld: loss=%.6f", (long long)s->step, s->loss);
+        if (!isnan(s->test_acc)) printf(" test_loss=%.6f test_acc=%.4f", s->test_loss, s->test_acc);
+        printf("\n");
+        fflush(stdout);
+    }
+}
+
+bool toy_train_is_vit(int argc, char **argv) {
+    for (int i = 1; i + 1 < argc; i++) {
+        if (!strcmp(argv[i], "--arch")) return !strcmp(argv[i + 1], "vit");
+        if (!strcmp(argv[i], "--resume")) {
+            char path[1200];
+            snprintf(path, sizeof path, "%s/train.json", argv[i + 1]);
+            json_t *j = json_load_file(path, 0, NULL);
+            const char *a = json_string_value(json_object_get(j, "arch"));
+            bool vit = a && !strcmp(a, "vit");
+            json_decref(j);
+            if (vit) return true;
+        }
+    }
+    return false;
+}
+
+int toy_train_vit(int argc, char **argv) {
+    struct vcfg c = {.runs = "runs", .preset = "mnist", .heldout = 0.2, .log_every = 50};
+    c.o = (struct toy_classify_opts){.steps = 1000, .batch = 64, .lr = 2e-3f, .lr_min = 1e-4f, .warmup = 50,
+                                     .schedule = TOY_LR_COSINE, .weight_decay = 0.05f, .beta1 = 0.9f,
+                                     .beta2 = 0.999f, .eps = 1e-8f, .clip = 1.0f, .seed = 1337, .eval_every = 200};
+    bool given_steps = false;
+    int rc = parse(argc, argv, &c, &given_steps);
+    if (rc) return rc == 1 ? 0 : rc;
+    char run_dir[1024] = "", run_id[1024] = "", ckpt[1600] = "", state[1700] = "";
+    struct vcfg cli = c;
+    if (c.resume) {
+        char path[1200];
+        snprintf(path, sizeof path, "%s/train.json", c.resume);
+        json_error_t err;
+        json_t *j = json_load_file(path, 0, &err);
+        if (!j) { fprintf(stderr, "toy train: cannot resume: %s: %s\n", path, err.text); return 1; }
+        vcfg_from_json(&c, j);
+        json_decref(j);
+        if (given_steps) c.o.steps = cli.o.steps;
+        snprintf(run_dir, sizeof run_dir, "%s", c.resume);
+        const char *slash = strrchr(run_dir, '/');
+        snprintf(run_id, sizeof run_id, "%s", slash && slash[1] ? slash + 1 : run_dir);
+        snprintf(path, sizeof path, "%s/weights/latest", run_dir);
+        char target[512];
+        ssize_t n = readlink(path, target, sizeof target - 1);
+        if (n <= 0) { fprintf(stderr, "toy train: cannot resume: %s has no weights/latest\n", run_dir); return 1; }
+        target[n] = 0;
+        snprintf(ckpt, sizeof ckpt, "%s/weights/%s", run_dir, target);
+        snprintf(state, sizeof state, "%.*s.state.gguf", (int)(strlen(ckpt) - 5), ckpt); /* step_N.state.gguf */
+    }
+    c.o.stop = &stop_flag;
+    if (!c.data) { fprintf(stderr, "toy train: --data IMAGES is required\n"); return usage(); }
+
+    struct toy_vit *m = NULL;
+    struct toy_image_set *all = NULL, *train = NULL, *test = NULL;
+    struct toy_events *ev = NULL;
+    struct toy_classifier *tr = NULL;
+    rc = 1;
+    struct toy_vit_config vc = toy_vit_preset(c.preset);
+    if (!vc.d_model) { fprintf(stderr, "toy train: unknown ViT preset '%s' (mnist, small-cpu, tiny)\n", c.preset); return 1; }
+    if (c.image_size) vc.image_h = vc.image_w = c.image_size;
+    if (c.patch) vc.patch = c.patch;
+    if (c.dim) vc.d_model = c.dim;
+    if (c.layers) vc.n_layers = c.layers;
+    if (c.heads) vc.n_heads = c.heads;
+    if (c.ff) vc.d_ff = c.ff;
+    struct toy_image_load_opts lo = {.channels = vc.channels, .height = vc.image_h, .width = vc.image_w};
+    if (toy_images_load(c.data, &lo, &all)) { fprintf(stderr, "toy train: %s\n", toy_last_error()); goto out; }
+    if (c.test) {
+        if (toy_images_load(c.test, &lo, &test)) { fprintf(stderr, "toy train: %s\n", toy_last_error()); goto out; }
+        train = all;
+        all = NULL;
+    } else if (toy_images_split(all, c.heldout, c.o.seed, &train, &test)) {
+        fprintf(stderr, "toy train: %s\n", toy_last_error());
+        goto out;
+    }
+    /* the data decide the input shape and the classes */
+    vc.channels = train->channels, vc.image_h = train->height, vc.image_w = train->width;
+    if (train->n_classes > vc.n_classes || !c.resume) vc.n_classes = train->n_classes;
+    if (ckpt[0]) {
+        if (toy_vit_load(ckpt, true, &m)) { fprintf(stderr, "toy train: %s\n", toy_last_error()); goto out; }
+    } else if (!(m = toy_vit_new(&vc, c.o.seed))) {
+        fprintf(stderr, "toy train: %s\n", toy_last_error());
+        goto out;
+    }
+    if (!run_dir[0]) {
+        if (c.out) {
+            snprintf(run_dir, sizeof run_dir, "%s", c.out);
+            const char *slash = strrchr(c.out, '/');
+            snprintf(run_id, sizeof run_id, "%s", slash && slash[1] ? slash + 1 : c.out);
+            if (toy_mkdir_p(run_dir)) { fprintf(stderr, "toy train: %s\n", toy_last_error()); goto out; }
+        } else if (toy_run_create(c.runs, NULL, "vit", run_id, sizeof run_id, run_dir, sizeof run_dir)) {
+            fprintf(stderr, "toy train: %s\n", toy_last_error());
+            goto out;
+        }
+        char path[1200];
+        snprintf(path, sizeof path, "%s/train.json", run_dir);
+        json_t *j = vcfg_json(&c);
+        int bad = json_dump_file(j, path, JSON_INDENT(1) | JSON_SORT_KEYS);
+        json_decref(j);
+        if (bad) { fprintf(stderr, "toy train: cannot write %s\n", path); goto out; }
+    }
+    char evpath[1200];
+    snprintf(evpath, sizeof evpath, "%s/events.jsonl", run_dir);
+    if (toy_events_open(evpath, c.resume ? TOY_EVENTS_APPEND : TOY_EVENTS_TRUNCATE, &ev)) {
+        fprintf(stderr, "toy train: %s\n", toy_last_error());
+        goto out;
+    }
+    if (toy_classifier_new(m, train, test, &c.o, run_dir, ev, cli.threads, &tr)) {
+        fprintf(stderr, "toy train: %s\n", toy_last_error());
+        goto out;
+    }
+    if (state[0] && toy_classifier_load_state(tr, state)) {
+        fprintf(stderr, "toy train: cannot resume from %s: %s\n", state, toy_last_error());
+        goto out;
+    }
+    {
+        const struct toy_vit_config *mc = &m->cfg;
+        json_t *model = json_pack("{s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:s,s:I}", "arch", "vit", "name",
+                                  "toy", "image_h", (json_int_t)mc->image_h, "image_w", (json_int_t)mc->image_w,
+                                  "channels", (json_int_t)mc->channels, "patch", (json_int_t)mc->patch, "classes",
+                                  (json_int_t)mc->n_classes, "d_model", (json_int_t)mc->d_model, "n_layers",
+                                  (json_int_t)mc->n_layers, "n_heads", (json_int_t)mc->n_heads, "d_head",
+                                  (json_int_t)(mc->d_model / mc->n_heads), "d_ff", (json_int_t)mc->d_ff,
+                                  "weight_type", "f32", "n_params", (json_int_t)toy_vit_n_params(m));
+        json_t *config = vcfg_json(&c);
+        if (c.resume) json_object_set_new(config, "resumed_from_step", json_integer(toy_classifier_step(tr)));
+        toy_events_run_start(ev, &(struct toy_run_start){.run_id = run_id, .phase = "train", .backend = "cpu",
+                                                         .model = model, .config = config});
+        json_decref(model);
+        json_decref(config);
+        if (!c.json)
+            fprintf(stderr, "toy train: run %s -> %s\n           ViT %lld parameters (%lldx%lldx%lld, patch %lld, d %lld, "
+                    "%lld layers, %lld heads), %lld classes, %lld train / %lld test images, batch %lld%s\n",
+                    run_id, run_dir, (long long)toy_vit_n_params(m), (long long)mc->channels, (long long)mc->image_h,
+                    (long long)mc->image_w, (long long)mc->patch, (long long)mc->d_model, (long long)mc->n_layers,
+                    (long long)mc->n_heads, (long long)mc->n_classes, (long long)train->n, (long long)test->n,
+                    (long long)c.o.batch, c.resume ? ", resumed" : "");
+    }
+    struct pud pu = {.log_every = cli.log_every > 0 ? cli.log_every : 50, .json = cli.json, .batch = c.o.batch};
+    toy_progress_start(&pu.pb, "train", c.o.steps, "img/s");
+    if (cli.json) pu.pb.tty = false;
+    toy_classifier_on_step(tr, on_step, &pu);
+    signal(SIGINT, on_sigint);
+    signal(SIGTERM, on_sigint);
+    struct toy_classify_result res;
+    enum toy_status st = toy_classifier_run(tr, &res);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    toy_progress_finish(&pu.pb);
+    toy_events_run_end(ev, &(struct toy_run_end){.reason = res.reason, .error = st ? toy_last_error() : NULL,
+                                                 .final_step = res.final_step, .final_loss = res.final_loss,
+                                                 .exit_code = st ? 1 : 0});
+    if (cli.json) {
+        json_t *j = json_pack("{s:s,s:s,s:s,s:I,s:o,s:o,s:o,s:s,s:s,s:f,s:f}", "format", "toy/train-v1", "run_id",
+                              run_id, "run_dir", run_dir, "steps", (json_int_t)res.final_step, "final_loss",
+                              isfinite(res.final_loss) ? json_real(res.final_loss) : json_null(), "test_loss",
+                              isfinite(res.test_loss) ? json_real(res.test_loss) : json_null(), "test_acc",
+                              isfinite(res.test_acc) ? json_real(res.test_acc) : json_null(), "reason",
+                              toy_run_reason_str(res.reason), "checkpoint", res.checkpoint, "images_per_s",
+                              res.images_per_s, "seconds", res.seconds);
+        char *s = json_dumps(j, JSON_COMPACT);
+        puts(s);
+        free(s);
+        json_decref(j);
+    } else {
+        fprintf(stderr, "toy train: %s at step %lld: loss %.4f, test accuracy %.2f%% (loss %.4f), %.0f images/s, %.1f s\n",
+                toy_run_reason_str(res.reason), (long long)res.final_step, res.final_loss, 100 * res.test_acc,
+                res.test_loss, res.images_per_s, res.seconds);
+        if (res.checkpoint[0]) fprintf(stderr, "toy train: checkpoint %s\n", res.checkpoint);
+    }
+    if (st && res.reason != TOY_RUN_INTERRUPTED) fprintf(stderr, "toy train: %s\n", toy_last_error());
+    rc = st ? 1 : res.reason == TOY_RUN_INTERRUPTED ? 130 : 0;
+out:
+    toy_classifier_free(tr);
+    toy_events_close(ev);
+    toy_vit_free(m);
+    toy_images_free(all);
+    toy_images_free(train);
+    toy_images_free(test);
+    return rc;
+}
