@@ -700,7 +700,9 @@ static json_t *eval(struct ctx *C, const struct node *x) {
     if (C->st || !x) return NULL;
     json_t *a, *b, *r = NULL;
     switch (x->k) {
-    case E_LIT: return json_incref(x->lit);
+    /* a fresh copy: the literal belongs to the parsed template, which other
+     * threads may be rendering (jansson's refcount read is not atomic) */
+    case E_LIT: return json_copy(x->lit);
     case E_NAME: {
         json_t *v = lookup(C, x->str);
         return v ? json_incref(v) : NULL;
