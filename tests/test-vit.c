@@ -15,6 +15,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <stb/stb_image_write.h>
+
 #include "toy/classify.h"
 #include "toy/gguf.h"
 #include "toy/graph.h"
@@ -209,5 +211,163 @@ Test(vit, training_steps_match_pytorch, .timeout = 300) {
     toy_threadpool_free(tp);
     toy_ctx_free(ctx);
     toy_vit_free(m);
+    rm_tmp();
+}
+
+#define MNIST "../shared/testdata/mnist-t10k"
+
+Test(vit, image_sets_idx_toyi_png) {
+    struct toy_image_set *s;
+    if (access(MNIST "/t10k-images-idx3-ubyte.gz", R_OK)) cr_skip_test("no %s", MNIST);
+    cr_assert_eq(toy_images_load(MNIST, NULL, &s), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(s->n, 10000);
+    cr_assert_eq(s->channels, 1);
+    cr_assert_eq(s->height, 28);
+    cr_assert_eq(s->width, 28);
+    cr_assert_eq(s->n_classes, 10);
+    const int32_t first[] = {7, 2, 1, 0, 4, 1, 4, 9, 5, 9}; /* SOURCE.md */
+    for (int i = 0; i < 10; i++) cr_assert_eq(s->labels[i], first[i]);
+    float mean, std;
+    toy_images_stats(s, &mean, &std);
+    cr_log_info("MNIST t10k: mean %.4f std %.4f", mean, std);
+    cr_assert(fabsf(mean - 0.1325f) < 0.003f && fabsf(std - 0.3105f) < 0.003f, "mean %f std %f", mean, std);
+    make_tmp();
+    /* TOYI round trip of the first 50 images */
+    struct toy_image_set *tr, *te;
+    cr_assert_eq(toy_images_split(s, 0.995, 3, &tr, &te), TOY_OK);
+    cr_assert_eq(tr->n, 50);
+    char path[400];
+    snprintf(path, sizeof path, "%s/set.toyi", tmpdir);
+    cr_assert_eq(toy_images_save_toyi(tr, path), TOY_OK, "%s", toy_last_error());
+    struct toy_image_set *back;
+    cr_assert_eq(toy_images_load(path, NULL, &back), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(back->n, 50);
+    cr_assert_eq(back->n_classes, 10);
+    cr_assert(!memcmp(back->pixels, tr->pixels, 50 * 784));
+    cr_assert(!memcmp(back->labels, tr->labels, 50 * sizeof(int32_t)));
+    toy_images_free(back);
+    /* a truncated file is a format error naming the sizes */
+    cr_assert_eq(truncate(path, 28 + 200 + 784 * 50 - 1), 0);
+    cr_assert_eq(toy_images_load_toyi(path, &back), TOY_ERR_FORMAT);
+    cr_assert(strstr(toy_last_error(), "bytes"), "%s", toy_last_error());
+    /* a batch: normalised values, crop padding fills with a zero pixel */
+    float *x = malloc(2 * 784 * sizeof *x);
+    int32_t y[2];
+    int64_t idx[2] = {0, 1};
+    toy_images_batch(tr, idx, 2, &mean, &std, NULL, NULL, x, y);
+    cr_assert_eq(y[0], tr->labels[0]);
+    cr_assert_float_eq(x[0], (0.0f - mean) / std, 1e-6f);
+    cr_assert_float_eq(x[784 + 14 * 28 + 14], ((float)tr->pixels[784 + 14 * 28 + 14] / 255.0f - mean) / std, 1e-5f);
+    free(x);
+    toy_images_free(tr);
+    toy_images_free(te);
+    toy_images_free(s);
+    /* a folder of class folders of PNGs (stb_image), resized to 4x4 RGB */
+    const char *classes[2] = {"cat", "dog"};
+    for (int k = 0; k < 2; k++) {
+        char dir[500];
+        snprintf(dir, sizeof dir, "%s/pets/%s", tmpdir, classes[k]);
+        char cmd[600];
+        snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
+        cr_assert_eq(system(cmd), 0);
+        for (int j = 0; j < 2; j++) {
+            int side = 6 + 2 * j; /* 6x6 and 8x8: both resized */
+            uint8_t px[8 * 8 * 3];
+            for (int i = 0; i < side * side; i++) px[3 * i] = (uint8_t)(100 + 50 * k), px[3 * i + 1] = 7, px[3 * i + 2] = 200;
+            char f[600];
+            snprintf(f, sizeof f, "%s/%d.png", dir, j);
+            cr_assert(stbi_write_png(f, side, side, 3, px, side * 3));
+        }
+    }
+    snprintf(path, sizeof path, "%s/pets", tmpdir);
+    struct toy_image_load_opts lo = {.channels = 3, .height = 4, .width = 4};
+    cr_assert_eq(toy_images_load(path, &lo, &s), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(s->n, 4);
+    cr_assert_eq(s->n_classes, 2);
+    cr_assert_str_eq(s->class_names[1], "dog");
+    cr_assert_eq(s->labels[3], 1);
+    cr_assert_eq(s->pixels[3 * 48 + 0], 150); /* dog, red plane */
+    cr_assert_eq(s->pixels[3 * 48 + 16], 7);  /* green plane (CHW) */
+    cr_assert_eq(s->pixels[3 * 48 + 47], 200);
+    toy_images_free(s);
+    rm_tmp();
+}
+
+/* A small ViT on MNIST t10k: 8000 training images, 2000 held out. The test
+ * budget is 500 steps of 64 (about four epochs); the full figure comes
+ * from `toy train --arch vit` with more steps (see the commit notes). The
+ * trained model is written as GGUF and `toy classify` names the class of
+ * a held-out digit saved as PNG. */
+Test(vit, mnist_small_vit_learns, .timeout = 600) {
+    struct toy_image_set *all, *train, *test;
+    if (access(MNIST "/t10k-images-idx3-ubyte.gz", R_OK)) cr_skip_test("no %s", MNIST);
+    cr_assert_eq(toy_images_load(MNIST, NULL, &all), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(toy_images_split(all, 0.2, 1, &train, &test), TOY_OK);
+    cr_assert_eq(train->n, 8000);
+    struct toy_vit_config c = toy_vit_preset("mnist");
+    struct toy_vit *m = toy_vit_new(&c, 1);
+    struct toy_classify_opts o = {.steps = 500, .batch = 64, .lr = 2e-3f, .lr_min = 1e-4f, .warmup = 25,
+                                  .schedule = TOY_LR_COSINE, .weight_decay = 0.05f, .beta1 = 0.9f, .beta2 = 0.999f,
+                                  .eps = 1e-8f, .clip = 1.0f, .seed = 1, .eval_every = 0};
+    make_tmp();
+    struct toy_classifier *t;
+    cr_assert_eq(toy_classifier_new(m, train, test, &o, tmpdir, NULL, 2, &t), TOY_OK, "%s", toy_last_error());
+    struct toy_classify_result r;
+    cr_assert_eq(toy_classifier_run(t, &r), TOY_OK, "%s", toy_last_error());
+    cr_log_info("ViT 'mnist' (%lld params): test accuracy %.2f%% (loss %.4f) after %lld steps of 64, %.1f s, %.0f img/s",
+                (long long)toy_vit_n_params(m), 100 * r.test_acc, r.test_loss, (long long)r.final_step, r.seconds,
+                r.images_per_s);
+    cr_assert_geq(r.test_acc, 0.90f, "test accuracy %.4f", r.test_acc);
+    cr_assert(r.checkpoint[0]);
+    toy_classifier_free(t);
+    /* the checkpoint evaluates to the same accuracy, mapped */
+    struct toy_vit *back;
+    cr_assert_eq(toy_vit_load(r.checkpoint, false, &back), TOY_OK, "%s", toy_last_error());
+    float acc, loss;
+    cr_assert_eq(toy_vit_evaluate(back, test, 100, NULL, &loss, &acc), TOY_OK);
+    cr_assert_float_eq(acc, r.test_acc, 1e-6f);
+    cr_assert_float_eq(back->mean[0], m->mean[0], 1e-7f);
+    /* toy classify on a PNG of the first held-out digit */
+    const char *bin = getenv("TOY_BIN") ? getenv("TOY_BIN") : "build/toy";
+    if (!access(bin, X_OK)) {
+        char png[400], cmd[4096], out[400];
+        snprintf(png, sizeof png, "%s/digit.png", tmpdir);
+        snprintf(out, sizeof out, "%s/classify.json", tmpdir);
+        cr_assert(stbi_write_png(png, 28, 28, 1, test->pixels, 28));
+        snprintf(cmd, sizeof cmd, "%s classify -m '%s' -k 3 --json '%s' > '%s'", bin, r.checkpoint, png, out);
+        cr_assert_eq(system(cmd), 0, "%s", cmd);
+        json_error_t err;
+        json_t *j = json_load_file(out, 0, &err);
+        cr_assert(j, "%s", err.text);
+        json_t *top = json_object_get(j, "top");
+        cr_assert_eq(json_array_size(top), 3);
+        /* the same prediction as the library on the same pixels */
+        float *x = malloc(784 * sizeof *x);
+        int32_t y;
+        int64_t i0 = 0;
+        toy_images_batch(test, &i0, 1, back->mean, back->std, NULL, NULL, x, &y);
+        struct toy_ctx *ctx = toy_ctx_init(true);
+        struct toy_tensor *img = toy_new_tensor_4d(ctx, TOY_F32, 28, 28, 1, 1);
+        memcpy(img->data, x, 784 * sizeof *x);
+        struct toy_tensor *lg = toy_vit_forward(ctx, back, img);
+        toy_set_output(lg);
+        struct toy_graph *g = toy_graph_new(ctx);
+        toy_graph_build(g, lg);
+        cr_assert_eq(toy_graph_compute(g, NULL), TOY_OK);
+        int best = 0;
+        for (int k = 1; k < 10; k++)
+            if (((float *)lg->data)[k] > ((float *)lg->data)[best]) best = k;
+        cr_assert_eq(json_integer_value(json_object_get(json_array_get(top, 0), "class")), best);
+        cr_log_info("toy classify: digit labelled %d -> class %d (p %.3f)", y, best,
+                    json_real_value(json_object_get(json_array_get(top, 0), "prob")));
+        json_decref(j);
+        toy_ctx_free(ctx);
+        free(x);
+    }
+    toy_vit_free(back);
+    toy_vit_free(m);
+    toy_images_free(all);
+    toy_images_free(train);
+    toy_images_free(test);
     rm_tmp();
 }
