@@ -9,6 +9,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "toy/gguf.h"
 
@@ -118,8 +119,8 @@ enum toy_status toy_tokenizer_load_gguf(const struct toy_gguf *g, struct toy_tok
     if (toy_gguf_get_str(g, "tokenizer.ggml.pre", &pre, NULL)) pre = NULL;
     if (toy_gguf_get_str(g, "tokenizer.chat_template", &tmpl, NULL)) tmpl = NULL;
 
-    char **tokens = NULL, **merges = NULL;
-    int64_t n = 0, nm = 0;
+    char **tokens = NULL, **merges = NULL, **pre_re = NULL;
+    int64_t n = 0, nm = 0, n_pre_re = 0;
     float *scores = NULL;
     int32_t *types = NULL;
     bool has;
@@ -152,6 +153,12 @@ enum toy_status toy_tokenizer_load_gguf(const struct toy_gguf *g, struct toy_tok
     spec.n_merges = nm;
     spec.merges = (const char *const *)merges;
     spec.pre = spec.kind == TOY_TOKENIZER_BPE ? pre : NULL;
+    if (spec.kind == TOY_TOKENIZER_BPE) {
+        if ((st = get_strarr(g, "tokenizer.toy.pre_regex", &pre_re, &n_pre_re, false, true))) goto done;
+        if (n_pre_re > 4) { st = toy_error(TOY_ERR_FORMAT, "tokenizer.toy.pre_regex: %lld regexes (at most 4)", (long long)n_pre_re); goto done; }
+        spec.n_pre_regex = (int)n_pre_re;
+        spec.pre_regex = (const char *const *)pre_re;
+    }
     spec.bos = get_id(g, "tokenizer.ggml.bos_token_id", spm ? 1 : -1, &st);
     spec.eos = get_id(g, "tokenizer.ggml.eos_token_id", spm ? 2 : -1, &st);
     spec.unk = get_id(g, "tokenizer.ggml.unknown_token_id", spm ? 0 : -1, &st);
@@ -180,6 +187,7 @@ enum toy_status toy_tokenizer_load_gguf(const struct toy_gguf *g, struct toy_tok
     spec.chat_template = tmpl;
     st = toy_tokenizer_init(&spec, out);
 done:
+    free_strarr(pre_re, n_pre_re);
     free_strarr(tokens, n);
     free_strarr(merges, nm);
     free(scores);
@@ -207,7 +215,18 @@ enum toy_status toy_tokenizer_write_gguf(const struct toy_tokenizer *tok, struct
     static const char *const models[] = {"gpt2", "llama", "t5"};
 #define TRY(x) do { if ((st = (x))) return st; } while (0)
     TRY(toy_gguf_writer_set_str(w, "tokenizer.ggml.model", models[tok->kind]));
-    if (tok->kind == TOY_TOKENIZER_BPE) TRY(toy_gguf_writer_set_str(w, "tokenizer.ggml.pre", toy_tokenizer_pre(tok)));
+    if (tok->kind == TOY_TOKENIZER_BPE) {
+        TRY(toy_gguf_writer_set_str(w, "tokenizer.ggml.pre", toy_tokenizer_pre(tok)));
+        /* regexes that the pre name does not stand for exactly (a tokenizer.json's
+         * own, e.g. HF's ASCII-only Digits) go in a toy key so toy reads back the
+         * same splits; llama.cpp ignores it and uses the name */
+        int n;
+        const char *const *re;
+        bool same = tok_pre_regexes(toy_tokenizer_pre(tok), &n, &re) && n == tok->n_regex;
+        for (int i = 0; same && i < n; i++) same = !strcmp(re[i], tok->re_src[i]);
+        if (!same) TRY(toy_gguf_writer_set_arr_str(w, "tokenizer.toy.pre_regex", (const char *const *)tok->re_src, NULL,
+                                                   (uint64_t)tok->n_regex));
+    }
     TRY(toy_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)tok->text, NULL, (uint64_t)tok->n_vocab));
     if (tok->kind != TOY_TOKENIZER_BPE)
         TRY(toy_gguf_writer_set_arr(w, "tokenizer.ggml.scores", TOY_GGUF_F32, tok->scores, (uint64_t)tok->n_vocab));
