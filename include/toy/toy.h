@@ -14,5 +14,9 @@
 #include "toy/optim.h"
 #include "toy/rng.h"
 #include "toy/llama.h"
+#include "toy/gpt2.h"
+#include "toy/vit.h"
+#include "toy/images.h"
+#include "toy/classify.h"
 #define TOY_VERSION "0.1.0"
 #endif
