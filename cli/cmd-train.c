@@ -26,6 +26,7 @@
 #include "toy/collective.h"
 #include "toy/data.h"
 #include "toy/events.h"
+#include "toy/finetune.h"
 #include "toy/gguf.h"
 #include "toy/gpt2.h"
 #include "toy/run-dir.h"
@@ -50,6 +51,7 @@ static int usage(void) {
 "model:     --arch llama|gpt2|vit (GPT-2 presets: tiny|small|124m; vit: toy train --arch vit --help)\n"
 "           --preset tiny|small|stories15m|smollm2-135m  --dim D --layers L --heads H --kv-heads K --ff F\n"
 "           --init MODEL.gguf (start from these weights instead of random)\n"
+"           --warm-start DONOR.gguf (token embeddings from a donor, matched by token, PCA when widths differ)\n"
 "training:  --steps 1000 --batch 8 --ctx 128 --accum 1 --lr 3e-3 --lr-min 3e-4 --warmup 50\n"
 "           --schedule cosine|linear|constant --wd 0.1 --beta1 0.9 --beta2 0.95 --clip 1.0 --seed 1337\n"
 "           --bf16 (bf16 matmuls, f32 master weights) --threads N\n"
@@ -61,7 +63,7 @@ static int usage(void) {
 }
 
 struct cfg {
-    const char *data, *tokenizer, *preset, *init, *runs, *out, *resume, *sample, *trace, *arch;
+    const char *data, *tokenizer, *preset, *init, *runs, *out, *resume, *sample, *trace, *arch, *warm;
     int64_t vocab_size, dim, layers, heads, kv_heads, ff, batch, ctx;
     double heldout;
     int threads, log_every;
@@ -120,7 +122,7 @@ static int parse(int argc, char **argv, struct cfg *c, bool *given_steps) {
         double x = strtod(v, &end);
         bool num = *v && !*end;
 #define S(flag, field) if (!strcmp(a, flag)) { c->field = v; continue; }
-        S("--data", data) S("--tokenizer", tokenizer) S("--preset", preset) S("--init", init) S("--runs", runs)
+        S("--data", data) S("--tokenizer", tokenizer) S("--preset", preset) S("--init", init) S("--warm-start", warm) S("--runs", runs)
         S("--out", out) S("--resume", resume) S("--sample", sample) S("--trace", trace) S("--arch", arch)
 #undef S
         if (!strcmp(a, "--schedule")) {
@@ -353,6 +355,12 @@ int toy_cmd_train(int argc, char **argv) {
         mc.vocab = toy_data_vocab(data);
         if (mc.max_ctx < c.ctx) mc.max_ctx = c.ctx;
         if (!(m = toy_llama_new(&mc, c.o.seed))) { fprintf(stderr, "toy train: %s\n", toy_last_error()); goto out; }
+        struct toy_warm_start_report wr;
+        if (c.warm && toy_llama_warm_start(m, tok, c.warm, &wr)) { fprintf(stderr, "toy train: %s\n", toy_last_error()); goto out; }
+        if (c.warm && !c.json)
+            fprintf(stderr, "toy train: warm start from %s: %lld of %lld token embeddings (d %lld -> %lld%s)\n", c.warm,
+                    (long long)wr.mapped, (long long)(wr.mapped + wr.unmapped), (long long)wr.donor_d,
+                    (long long)wr.model_d, wr.projected ? ", PCA" : "");
     }
 
     /* ---- the run bundle ---- */

@@ -759,3 +759,77 @@ Test(finetune, qlora_q4_0_resident_memory_is_bounded, .timeout = 300) {
     toy_tokenizer_free(tok);
     rm_tmp();
 }
+
+/* ---- warm start ---------------------------------------------------------------------------- */
+
+Test(finetune, warm_start_copies_or_projects_the_donor_embeddings, .timeout = 120) {
+    make_tmp();
+    struct toy_tokenizer *tok = small_tokenizer();
+    const int64_t V = toy_tokenizer_n_vocab(tok), R = 12;
+    struct toy_llama_config c = small_config();
+    c.vocab = V;
+    struct toy_llama *donor = toy_llama_new(&c, 5);
+    /* donor embeddings of rank R (plus a mean): a projection to 32 dims keeps their geometry */
+    struct toy_rng r;
+    toy_rng_seed(&r, 2);
+    float U[300 * 12], W[12 * 64];
+    cr_assert(V <= 300);
+    for (int i = 0; i < V * R; i++) U[i] = toy_rng_normal(&r);
+    for (int i = 0; i < R * 64; i++) W[i] = 0.1f * toy_rng_normal(&r);
+    float *de = donor->tok_embd->data;
+    for (int64_t i = 0; i < V; i++)
+        for (int j = 0; j < 64; j++) {
+            double s = 0.05;
+            for (int k = 0; k < R; k++) s += U[i * R + k] * W[k * 64 + j];
+            de[i * 64 + j] = (float)s;
+        }
+    char path[400];
+    snprintf(path, sizeof path, "%s/donor.gguf", tmpdir);
+    struct toy_gguf_writer *w;
+    cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
+    cr_assert_eq(toy_llama_write_gguf(donor, w, TOY_F32), TOY_OK);
+    cr_assert_eq(toy_tokenizer_write_gguf(tok, w), TOY_OK);
+    cr_assert_eq(toy_gguf_writer_write(w, path), TOY_OK, "%s", toy_last_error());
+    toy_gguf_writer_free(w);
+    /* same width, 3 more tokens than the tokenizer: rows copied, the extra ones untouched */
+    struct toy_llama_config c1 = c;
+    c1.vocab = V + 3;
+    struct toy_llama *m = toy_llama_new(&c1, 9);
+    float extra = ((float *)m->tok_embd->data)[V * 64 + 5];
+    struct toy_warm_start_report rep;
+    cr_assert_eq(toy_llama_warm_start(m, tok, path, &rep), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(rep.mapped, V);
+    cr_assert_eq(rep.unmapped, 3);
+    cr_assert(!rep.projected);
+    cr_assert(!memcmp(m->tok_embd->data, de, (size_t)(V * 64) * sizeof(float)));
+    cr_assert_eq(((float *)m->tok_embd->data)[V * 64 + 5], extra);
+    toy_llama_free(m);
+    /* half the width: the donor's principal directions keep every inner product (up to one scale) */
+    struct toy_llama_config c2 = c;
+    c2.d_model = 32;
+    c2.n_heads = 2;
+    c2.n_kv_heads = 1;
+    m = toy_llama_new(&c2, 9);
+    cr_assert_eq(toy_llama_warm_start(m, tok, path, &rep), TOY_OK, "%s", toy_last_error());
+    cr_assert(rep.projected && rep.mapped == V && rep.donor_d == 64 && rep.model_d == 32);
+    cr_assert(rep.explained > 0.999, "explained %g", rep.explained);
+    double mean[64] = {0};
+    for (int64_t i = 0; i < V; i++)
+        for (int j = 0; j < 64; j++) mean[j] += de[i * 64 + j] / (double)V;
+    const float *pe = m->tok_embd->data;
+    double s2 = 0, n2 = 0, worst = 0, gmax = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int64_t a = 0; a < V; a += 7)
+            for (int64_t b = 0; b < V; b += 5) {
+                double gd = 0, gp = 0;
+                for (int j = 0; j < 64; j++) gd += (de[a * 64 + j] - mean[j]) * (de[b * 64 + j] - mean[j]);
+                for (int j = 0; j < 32; j++) gp += (double)pe[a * 32 + j] * pe[b * 32 + j];
+                if (pass == 0) { s2 += gp * gd; n2 += gd * gd; gmax = fmax(gmax, fabs(gd)); }
+                else worst = fmax(worst, fabs(gp - (s2 / n2) * gd));
+            }
+    cr_assert(worst <= 1e-3 * (s2 / n2) * gmax, "Gram matrix off by %g (max %g)", worst, (s2 / n2) * gmax);
+    toy_llama_free(m);
+    toy_llama_free(donor);
+    toy_tokenizer_free(tok);
+    rm_tmp();
+}

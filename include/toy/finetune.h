@@ -2,7 +2,8 @@
  * (PEFT semantics), QLoRA (the same adapters over a quantized, mapped base),
  * full fine-tuning, supervised fine-tuning (SFT) data with the loss on
  * completion tokens only, adapter files in llama.cpp's convention, merging,
- * and the fine-tuning loop behind `toy finetune`.
+ * warm start from a donor's embeddings, and the fine-tuning loop behind
+ * `toy finetune`.
  *
  *     struct toy_llama *m;
  *     toy_llama_load("smollm2.q4_0.gguf", false, &m);      // mapped, frozen
@@ -176,6 +177,24 @@ void toy_sft_next_batch(struct toy_sft *d, int64_t B, int32_t *x, int32_t *y);
 int64_t toy_sft_eval_batch(const struct toy_sft *d, int64_t first, int64_t B, int32_t *x, int32_t *y);
 void toy_sft_get_state(const struct toy_sft *d, struct toy_sft_state *s);
 void toy_sft_set_state(struct toy_sft *d, const struct toy_sft_state *s);
+
+/* ---- warm start --------------------------------------------------------------- */
+
+struct toy_warm_start_report {
+    int64_t mapped, unmapped;   /* model tokens found in the donor / left at their init */
+    int64_t donor_d, model_d;
+    bool projected;             /* widths differ: went through the donor's PCA */
+    double explained;           /* fraction of the donor's variance the kept directions hold */
+};
+
+/* Initialises m's token embeddings (f32, in memory) from the donor GGUF's
+ * token_embd: tokens matched by piece text through tok and the donor's
+ * tokenizer (or by id when the vocabularies have one size and either
+ * tokenizer is missing); equal widths copy, different widths project onto
+ * the donor's top principal directions, rescaled to the donor's RMS. A tied
+ * head follows. rep may be NULL. */
+enum toy_status toy_llama_warm_start(struct toy_llama *m, const struct toy_tokenizer *tok, const char *donor_path,
+                                     struct toy_warm_start_report *rep);
 
 /* ---- the fine-tuning loop --------------------------------------------------- */
 
