@@ -35,8 +35,9 @@
  * once) and toy_collective_close ends the whole job (MPI_Abort), because
  * MPI cannot finalize with a peer missing.
  *
- * Results are the same on every rank (MPI's reductions are deterministic
- * for a given world size and message size), so ranks never drift apart.
+ * Every rank receives the same result bits (MPI's all-reduce algorithms
+ * compute each sum once and share it, and a two-term sum does not depend
+ * on the order), so replicas that apply the same update stay identical.
  * A toy_collective is used from one thread.
  */
 #ifndef TOY_COLLECTIVE_H

@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""dp-model.py: the communication-cost model of data-parallel training in
+docs/distributed.md: bytes all-reduced per step against compute time per
+step, and the efficiency that follows at 8, 64 and 512 GPUs.
+
+    dp-model.py [--calibrate MS_PER_13MB]   (prints the tables of the doc)
+
+Per optimizer step, every rank all-reduces S = 4 * P bytes (f32 gradients;
+2 * P if they were bf16). A hierarchical all-reduce (what NCCL does on
+NVLink within a node and InfiniBand across nodes, and what the ring
+algorithm gives within one node) moves, per GPU,
+    2 (g-1)/g * S    over NVLink (reduce-scatter + all-gather in the node),
+    2 (n-1)/n * S/g  over its own InfiniBand NIC (across the n nodes),
+plus a latency of about 2 log2(N) hops per bucket. Compute per step is
+6 * P * tokens_per_gpu FLOPs at a model FLOP utilization (MFU) of the peak.
+Efficiency = compute / (compute + exposed communication), where exposed is
+all of it when the all-reduce follows the backward pass (toy today), and
+what the backward pass (2/3 of the compute) cannot hide when buckets are
+reduced while it runs (DDP-style overlap; the next step for toy)."""
+import math
+import sys
+
+PEAK = 989e12     # H100/H200 SXM dense bf16 FLOP/s
+MFU = 0.40        # model FLOP utilization a good trainer reaches
+BW_NVL = 350e9    # NVLink 4 all-reduce bus bandwidth per GPU, achieved (of 450 GB/s per direction)
+BW_IB = 45e9      # InfiniBand NDR 400 Gb/s, one NIC per GPU, achieved (of 50 GB/s)
+HOP = 8e-6        # seconds per latency hop
+BUCKET = 25e6     # bytes per all-reduce message
+G = 8             # GPUs per node
+
+
+def comm_s(S, N):
+    g = min(G, N)
+    n = max(1, N // G)
+    t = 2 * (g - 1) / g * S / BW_NVL
+    if n > 1:
+        t += 2 * (n - 1) / n * (S / g) / BW_IB
+    buckets = math.ceil(S / BUCKET)
+    return t + buckets * 2 * math.log2(N) * HOP
+
+
+def eff(P, tokens_per_gpu, N):
+    """(compute s, all-reduce s, efficiency after backward, efficiency overlapped)"""
+    S = 4 * P
+    comp = 6 * P * tokens_per_gpu / (PEAK * MFU)
+    c = comm_s(S, N)
+    last = c * min(1.0, BUCKET / S)  # the last bucket starts when the backward pass ends
+    exposed = min(c, max(last, c - 2 / 3 * comp))
+    return comp, c, comp / (comp + c), comp / (comp + exposed)
+
+
+def main():
+    if "--calibrate" in sys.argv:  # what this machine's shared memory gives, for the doc's check
+        ms = float(sys.argv[sys.argv.index("--calibrate") + 1])
+        S = 13.1e6
+        print(f"measured: {S / 1e6:.1f} MB in {ms:.1f} ms -> bus bandwidth {S / (ms / 1e3) / 1e9:.2f} GB/s "
+              "(2 ranks: 2(N-1)/N = 1)")
+    P = 134.5e6  # SmolLM2-135M; the efficiencies hardly depend on P (both sides scale with it)
+    print("Efficiency by tokens per GPU per step (SmolLM2-135M; after backward / overlapped):\n")
+    print("| GPUs | links | 2048 tokens | 8192 tokens | 32768 tokens |")
+    print("|---:|---|---:|---:|---:|")
+    for N in (8, 64, 512):
+        links = "NVLink" if N <= G else f"NVLink + IB, {N // G} nodes"
+        cells = []
+        for tok in (2048, 8192, 32768):
+            _, _, e, eo = eff(P, tok, N)
+            cells.append(f"{e * 100:.0f}% / {eo * 100:.0f}%")
+        print(f"| {N} | {links} | " + " | ".join(cells) + " |")
+    print("\nAbsolute times at 32768 tokens per GPU per step:\n")
+    print("| model | gradients | compute | all-reduce 8 / 64 / 512 GPUs |")
+    print("|---|---:|---:|---:|")
+    for name, P in (("SmolLM2-135M", 134.5e6), ("TinyLlama-1.1B", 1.1e9), ("Llama-3-8B", 8.0e9)):
+        comp = eff(P, 32768, 8)[0]
+        cs = " / ".join(f"{eff(P, 32768, N)[1] * 1e3:.0f}" for N in (8, 64, 512))
+        print(f"| {name} | {4 * P / 1e9:.2f} GB | {comp * 1e3:.0f} ms | {cs} ms |")
+
+
+if __name__ == "__main__":
+    main()
