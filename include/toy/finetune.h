@@ -113,9 +113,11 @@ enum toy_status toy_lora_save(const struct toy_lora *a, const char *path);
 
 /* Dropout: allocates masks for inputs of T positions x B rows and points
  * the model's lora_mask at them (graphs built afterwards apply them; build
- * evaluation graphs before, or after toy_lora_dropout_end). No-op when the
- * dropout is 0. toy_lora_dropout_refresh draws new masks (call before each
- * micro-step); the generator's state is in the state file. */
+ * evaluation graphs before, or after toy_lora_dropout_end). Each call adds
+ * a set (one per graph shape); the masks live until toy_lora_free. No-op
+ * when the dropout is 0. toy_lora_dropout_refresh draws new values for
+ * every set (call before each micro-step); the generator's state is in the
+ * state file. */
 enum toy_status toy_lora_dropout_begin(struct toy_lora *a, int64_t T, int64_t B);
 void toy_lora_dropout_refresh(struct toy_lora *a);
 void toy_lora_dropout_end(struct toy_lora *a);

@@ -10,7 +10,14 @@
  * events, checkpoints with a .state.gguf sidecar, and resume. The
  * evaluation graph is built before the dropout masks are hooked in, so it
  * never drops. A resumed run draws the same rows and dropout masks as an
- * uninterrupted one. */
+ * uninterrupted one.
+ *
+ * Length buckets: SFT rows are mostly padding when examples are short, so
+ * training graphs are built for T, T/2, T/4 and T/8 (down to 16 positions),
+ * all planned into one buffer and sharing the gradient buffers; each
+ * micro-batch runs the shortest graph that holds its last learned target.
+ * Causal attention makes the loss the same as at full length: positions
+ * past the last target neither carry targets nor feed earlier positions. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,9 +39,17 @@ struct toy_finetuner {
     struct toy_events *ev;
     struct toy_threadpool *tp;
     int64_t B, T, steps;
-    struct toy_ctx *ctx, *ectx;
-    struct toy_tensor *tok_t, *tgt_t, *loss, *etok, *etgt, *eloss;
-    struct toy_graph *g, *eg;
+    struct toy_ctx *ectx;
+    struct toy_tensor *etok, *etgt, *eloss;
+    struct toy_graph *eg;
+    struct bucket {
+        int64_t T;
+        struct toy_ctx *ctx;
+        struct toy_tensor *tok, *tgt, *loss;
+        struct toy_graph *g;
+    } bk[4];                    /* training graphs, longest first */
+    int n_bk;
+    int32_t *x, *y;             /* (B, T) the micro-batch as drawn */
     struct toy_membuf buf;
     struct toy_optim *opt;
     struct toy_lr_schedule sched;
@@ -123,23 +138,36 @@ enum toy_status toy_finetuner_new(struct toy_llama *m, struct toy_lora *lora, co
     f->eloss = build_loss(f->ectx, m, T, B, &f->etok, &f->etgt);
     f->eg = toy_graph_new(f->ectx);
     toy_graph_build(f->eg, f->eloss);
-    enum toy_status st = lora ? toy_lora_dropout_begin(lora, T, B) : TOY_OK;
-    if (st) { toy_finetuner_free(f); return st; }
-    f->ctx = toy_ctx_init(true);
-    f->loss = build_loss(f->ctx, m, T, B, &f->tok_t, &f->tgt_t);
-    f->g = toy_graph_new(f->ctx);
-    toy_graph_build(f->g, f->loss);
-    /* the gradient buffers backward creates live in ctx: forget them on free */
-    f->own_grads = calloc((size_t)toy_graph_n_params(f->g) + 1, sizeof *f->own_grads);
-    if (!f->own_grads) { toy_finetuner_free(f); return toy_error(TOY_ERR_NOMEM, "finetuner"); }
-    for (int i = 0; i < toy_graph_n_params(f->g); i++)
-        if (!toy_graph_param(f->g, i)->grad) f->own_grads[f->n_own_grads++] = toy_graph_param(f->g, i);
-    toy_graph_backward(f->g, f->loss);
-    if (lora) toy_lora_dropout_end(lora); /* the graph keeps its masks; generation must not see them */
-    st = toy_graph_plan(f->g, &f->buf, NULL);
-    void *before = f->buf.data;
-    if (!st) st = toy_graph_plan(f->eg, &f->buf, NULL);
-    if (!st && f->buf.data != before) st = toy_graph_plan(f->g, &f->buf, NULL);
+    enum toy_status st = TOY_OK;
+    f->x = malloc((size_t)(B * T) * sizeof *f->x);
+    f->y = malloc((size_t)(B * T) * sizeof *f->y);
+    if (!f->x || !f->y) { toy_finetuner_free(f); return toy_error(TOY_ERR_NOMEM, "finetuner"); }
+    for (int64_t bt = T; f->n_bk < 4 && (bt == T || bt >= 16) && !st; bt /= 2) {
+        struct bucket *k = &f->bk[f->n_bk++];
+        k->T = bt;
+        if (lora && (st = toy_lora_dropout_begin(lora, bt, B))) break; /* masks of this length */
+        k->ctx = toy_ctx_init(true);
+        k->loss = build_loss(k->ctx, m, bt, B, &k->tok, &k->tgt);
+        k->g = toy_graph_new(k->ctx);
+        toy_graph_build(k->g, k->loss);
+        if (f->n_bk == 1) {
+            /* the gradient buffers backward creates live in this ctx (the
+             * other buckets reuse them): forget them on free */
+            f->own_grads = calloc((size_t)toy_graph_n_params(k->g) + 1, sizeof *f->own_grads);
+            if (!f->own_grads) { st = toy_error(TOY_ERR_NOMEM, "finetuner"); break; }
+            for (int i = 0; i < toy_graph_n_params(k->g); i++)
+                if (!toy_graph_param(k->g, i)->grad) f->own_grads[f->n_own_grads++] = toy_graph_param(k->g, i);
+        }
+        toy_graph_backward(k->g, k->loss);
+    }
+    if (lora) toy_lora_dropout_end(lora); /* the graphs keep their masks; generation must not see them */
+    /* one buffer for all: plan until no plan moves it */
+    for (int pass = 0; pass < 3 && !st; pass++) {
+        void *before = f->buf.data;
+        for (int i = 0; i < f->n_bk && !st; i++) st = toy_graph_plan(f->bk[i].g, &f->buf, NULL);
+        if (!st) st = toy_graph_plan(f->eg, &f->buf, NULL);
+        if (f->buf.data == before && pass > 0) break;
+    }
     if (st) { toy_finetuner_free(f); return st; }
     const struct toy_train_opts *to = &f->o.train;
     f->opt = toy_optim_new(TOY_OPTIM_ADAMW);
@@ -174,7 +202,9 @@ void toy_finetuner_free(struct toy_finetuner *f) {
     for (int i = 0; i < f->n_own_grads; i++) f->own_grads[i]->grad = NULL;
     free(f->own_grads);
     toy_optim_free(f->opt);
-    toy_ctx_free(f->ctx);
+    for (int i = 0; i < f->n_bk; i++) toy_ctx_free(f->bk[i].ctx);
+    free(f->x);
+    free(f->y);
     toy_ctx_free(f->ectx);
     toy_membuf_free(&f->buf);
     toy_threadpool_free(f->tp);
@@ -347,6 +377,27 @@ enum toy_status toy_finetuner_load_state(struct toy_finetuner *f, const char *pa
 
 /* ---- the loop ------------------------------------------------------------------------ */
 
+/* The shortest graph that holds every learned target of the drawn
+ * micro-batch, with the rows copied into its inputs. */
+static struct bucket *pick_bucket(struct toy_finetuner *f) {
+    int64_t need = 1;
+    for (int64_t b = 0; b < f->B; b++)
+        for (int64_t t = f->T - 1; t >= need; t--)
+            if (f->y[b * f->T + t] != -100) {
+                need = t + 1;
+                break;
+            }
+    struct bucket *k = &f->bk[0];
+    for (int i = 1; i < f->n_bk; i++)
+        if (f->bk[i].T >= need) k = &f->bk[i];
+    int32_t *x = k->tok->data, *y = k->tgt->data; /* (B, k->T) */
+    for (int64_t b = 0; b < f->B; b++) {
+        memcpy(x + b * k->T, f->x + b * f->T, (size_t)k->T * sizeof *x);
+        memcpy(y + b * k->T, f->y + b * f->T, (size_t)k->T * sizeof *y);
+    }
+    return k;
+}
+
 static void emit_end(struct toy_finetuner *f, enum toy_run_reason reason, const char *err, int code) {
     if (!f->ev) return;
     struct toy_run_end e = {reason, err, f->step, f->last_loss, code, NULL};
@@ -376,11 +427,12 @@ enum toy_status toy_finetuner_run(struct toy_finetuner *f, struct toy_train_resu
         double loss = 0;
         int64_t step_tokens = 0;
         for (int64_t a = 0; a < o->accum; a++) {
-            toy_sft_next_batch(f->data, f->B, f->tok_t->data, f->tgt_t->data);
-            step_tokens += count_targets(f->tgt_t);
+            toy_sft_next_batch(f->data, f->B, f->x, f->y);
+            struct bucket *k = pick_bucket(f);
+            step_tokens += count_targets(k->tgt);
             if (f->lora) toy_lora_dropout_refresh(f->lora);
-            if ((st = toy_graph_compute(f->g, f->tp))) break;
-            loss += *(float *)f->loss->data;
+            if ((st = toy_graph_compute(k->g, f->tp))) break;
+            loss += *(float *)k->loss->data;
         }
         if (st) {
             snprintf(err, sizeof err, "%s", toy_last_error());

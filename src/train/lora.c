@@ -196,18 +196,17 @@ int64_t toy_lora_n_params(const struct toy_lora *a) {
 
 enum toy_status toy_lora_dropout_begin(struct toy_lora *a, int64_t T, int64_t B) {
     if (a->o.dropout <= 0) return TOY_OK;
-    toy_ctx_free(a->mask_ctx);
-    free(a->masks);
-    a->n_masks = 0;
-    a->mask_ctx = toy_ctx_init(true);
-    a->masks = calloc((size_t)a->n / 2 + 1, sizeof *a->masks);
-    if (!a->mask_ctx || !a->masks) return toy_error(TOY_ERR_NOMEM, "LoRA dropout masks");
+    /* each call adds a set of masks (one per graph shape); all are refreshed */
+    if (!a->mask_ctx && !(a->mask_ctx = toy_ctx_init(true))) return toy_error(TOY_ERR_NOMEM, "LoRA dropout masks");
+    struct toy_tensor **nm = realloc(a->masks, (size_t)(a->n_masks + a->n / 2 + 1) * sizeof *nm);
+    if (!nm) return toy_error(TOY_ERR_NOMEM, "LoRA dropout masks");
+    a->masks = nm;
     for (int64_t l = 0; l < a->m->cfg.n_layers; l++) {
         struct toy_llama_layer *L = &a->m->layers[l];
         for (int t = 0; t < TOY_LORA_N_TARGETS; t++) {
             if (!L->lora_a[t]) continue;
             struct toy_tensor *mk = toy_new_tensor_3d(a->mask_ctx, TOY_F32, L->lora_a[t]->ne[0], T, B);
-            toy_set_name(mk, "lora_mask.%lld.%s", (long long)l, target_names[t]);
+            toy_set_name(mk, "lora_mask.%lld.%s.%lld", (long long)l, target_names[t], (long long)T);
             toy_set_input(mk);
             L->lora_mask[t] = mk;
             a->masks[a->n_masks++] = mk;
