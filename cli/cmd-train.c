@@ -391,7 +391,10 @@ int toy_cmd_train(int argc, char **argv) {
         goto out;
     }
     struct toy_trace *trace = NULL;
-    if (cli.trace && toy_trace_open(cli.trace, 0, &trace)) { fprintf(stderr, "toy train: %s\n", toy_last_error()); goto out; }
+    if (cli.trace && rank == 0 && toy_trace_open(cli.trace, 0, &trace)) { /* rank 0 traces; the ranks run the same graph */
+        fprintf(stderr, "toy train: %s\n", toy_last_error());
+        goto out;
+    }
     c.o.trace = trace;
     c.o.op_timing = cli.o.op_timing;
     struct toy_lm lm = g2 ? toy_gpt2_lm(g2) : toy_llama_lm(m);
