@@ -14,7 +14,11 @@
  *    instruction set, and a resumed run ends bit-identical to an
  *    uninterrupted one;
  *  - QLoRA on a Q4_0 base of the SmolLM2-135M shape (random weights) keeps
- *    the peak resident memory under base file + adapter state + activations. */
+ *    the peak resident memory under base file + adapter state + activations;
+ *  - warm start copies (same width) or PCA-projects (narrower) a donor's
+ *    embeddings, keeping their inner products;
+ *  - a full fine-tune checkpoints the whole model (frozen embeddings
+ *    unchanged), and QLoRA refuses an unquantized base. */
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <math.h>
@@ -838,6 +842,52 @@ Test(finetune, warm_start_copies_or_projects_the_donor_embeddings, .timeout = 12
     cr_assert(worst <= 1e-3 * (s2 / n2) * gmax, "Gram matrix off by %g (max %g)", worst, (s2 / n2) * gmax);
     toy_llama_free(m);
     toy_llama_free(donor);
+    toy_tokenizer_free(tok);
+    rm_tmp();
+}
+
+Test(finetune, full_finetune_checkpoints_the_model_and_qlora_needs_a_quantized_base, .timeout = 120) {
+    make_tmp();
+    struct toy_tokenizer *tok = small_tokenizer();
+    struct toy_llama_config c = small_config();
+    c.vocab = toy_tokenizer_n_vocab(tok);
+    char base[400], sft[400], cmd[2000], path[700];
+    snprintf(base, sizeof base, "%s/base.gguf", tmpdir);
+    snprintf(sft, sizeof sft, "%s/sft.jsonl", tmpdir);
+    struct toy_llama *m = toy_llama_new(&c, 4);
+    struct toy_gguf_writer *w;
+    cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
+    cr_assert_eq(toy_llama_write_gguf(m, w, TOY_F32), TOY_OK);
+    cr_assert_eq(toy_tokenizer_write_gguf(tok, w), TOY_OK);
+    cr_assert_eq(toy_gguf_writer_write(w, base), TOY_OK);
+    toy_gguf_writer_free(w);
+    write_text(sft, "{\"prompt\": \"The red\", \"completion\": \" cat sat\"}\n"
+                    "{\"messages\": [{\"role\": \"user\", \"content\": \"Q: what color?\"}, "
+                    "{\"role\": \"assistant\", \"content\": \"red\"}]}\n");
+    snprintf(cmd, sizeof cmd, "%s finetune --base '%s' --data '%s' --method full --freeze-embeddings --steps 6 "
+             "--batch 2 --ctx 64 --lr 1e-2 --heldout 0 --threads 2 --out '%s/full' --json > /dev/null 2>&1",
+             toy_bin(), base, sft, tmpdir);
+    cr_assert_eq(run_cmd(cmd), 0, "%s", cmd);
+    /* the checkpoint is a whole model with the tokenizer; frozen embeddings did not move, the rest did */
+    snprintf(path, sizeof path, "%s/full/weights/latest", tmpdir);
+    struct toy_llama *ft;
+    cr_assert_eq(toy_llama_load(path, false, &ft), TOY_OK, "%s", toy_last_error());
+    struct toy_tokenizer *t2;
+    cr_assert_eq(toy_tokenizer_load_gguf(ft->gguf, &t2), TOY_OK);
+    toy_tokenizer_free(t2);
+    cr_assert(!memcmp(ft->tok_embd->data, m->tok_embd->data, (size_t)toy_nelements(m->tok_embd) * sizeof(float)));
+    cr_assert(memcmp(ft->layers[0].wq->data, m->layers[0].wq->data, (size_t)toy_nelements(m->layers[0].wq) * sizeof(float)));
+    toy_llama_free(ft);
+    toy_llama_free(m);
+    /* qlora over an F32 base is refused with the way out */
+    snprintf(cmd, sizeof cmd, "%s finetune --base '%s' --data '%s' --method qlora --steps 1 --batch 2 --ctx 64 "
+             "--heldout 0 --out '%s/q' 2>&1", toy_bin(), base, sft, tmpdir);
+    FILE *p = popen(cmd, "r");
+    char out[2048] = "";
+    size_t got = fread(out, 1, sizeof out - 1, p);
+    out[got] = 0;
+    cr_assert_neq(pclose(p), 0);
+    cr_assert(strstr(out, "toy quantize"), "%s", out);
     toy_tokenizer_free(tok);
     rm_tmp();
 }
