@@ -263,8 +263,9 @@ int toy_cmd_finetune(int argc, char **argv) {
     {
         const struct toy_llama_config *mc = &m->cfg;
         int64_t trainable = lora ? toy_lora_n_params(lora) : toy_llama_n_params(m);
+        const char *slash = strrchr(c.base, '/');
         json_t *model = json_pack("{s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:s,s:I,s:I}", "arch", mc->arch, "name",
-                                  c.base, "vocab", (json_int_t)mc->vocab, "d_model", (json_int_t)mc->d_model,
+                                  slash ? slash + 1 : c.base, "vocab", (json_int_t)mc->vocab, "d_model", (json_int_t)mc->d_model,
                                   "n_layers", (json_int_t)mc->n_layers, "n_heads", (json_int_t)mc->n_heads, "n_kv",
                                   (json_int_t)mc->n_kv_heads, "d_head", (json_int_t)toy_llama_head_dim(mc), "d_ff",
                                   (json_int_t)mc->d_ff, "weight_type", toy_dtype_name(m->layers[0].wq->type),
