@@ -51,6 +51,14 @@ struct toy_collective_ops {
     void (*free)(struct toy_collective *c, void *p);
 };
 
+/* A bucket in flight on a slot. */
+struct toy_bucket_inflight {
+    int n; /* pieces; 0: nothing in flight */
+    bool staged;
+    int64_t elems;
+    struct toy_bucket_piece pieces[TOY_BUCKET_MAX_PIECES];
+};
+
 struct toy_collective {
     const struct toy_collective_ops *ops; /* NULL: local (world 1) */
     int rank, world, local_rank, local_size;
@@ -64,6 +72,7 @@ struct toy_collective {
     size_t *sizes;
     int list_cap;
     struct toy_collective_stats stats;
+    struct toy_bucket_inflight fl[TOY_COLLECTIVE_SLOTS];
     void *impl;                       /* the implementation's state */
 };
 

@@ -237,15 +237,8 @@ static void scale(struct toy_collective *c, int slot, float *x, int64_t n, float
     for (int64_t i = 0; i < n; i++) x[i] *= s;
 }
 
-struct inflight {
-    int n; /* pieces; 0: nothing in flight */
-    bool staged;
-    int64_t elems;
-    struct toy_bucket_piece pieces[TOY_BUCKET_MAX_PIECES];
-};
-
 /* Scales a completed bucket by 1/world and unpacks it. */
-static void finish_mean(struct toy_collective *c, int slot, struct inflight *f, float *const *bufs) {
+static void finish_mean(struct toy_collective *c, int slot, struct toy_bucket_inflight *f, float *const *bufs) {
     float s = 1.0f / (float)c->world;
     if (!f->staged) {
         scale(c, slot, bufs[f->pieces[0].buf] + f->pieces[0].off, f->elems, s);
@@ -270,12 +263,12 @@ enum toy_status toy_collective_allreduce_mean(struct toy_collective *c, float *c
     double t0 = now_s();
     int64_t cap = (int64_t)(c->bucket_bytes / sizeof(float)), bytes = 0, buckets = 0;
     struct toy_bucket_cursor cur = {0, 0};
-    static struct inflight fl[TOY_COLLECTIVE_SLOTS]; /* one thread uses a collective; 12 KB off the stack */
-    fl[0].n = fl[1].n = 0;
+    struct toy_bucket_inflight *fl = c->fl;
+    for (int k = 0; k < TOY_COLLECTIVE_SLOTS; k++) fl[k].n = 0;
     int slot = 0, active = -1;
     char what[96];
     for (;;) {
-        struct inflight *f = &fl[slot];
+        struct toy_bucket_inflight *f = &fl[slot];
         f->n = toy_bucket_next(counts, n, cap, &cur, f->pieces, TOY_BUCKET_MAX_PIECES, &f->elems);
         if (!f->n) break;
         float *buf;
@@ -342,28 +335,28 @@ enum toy_status toy_collective_broadcast(struct toy_collective *c, void *const *
     for (int i = 0; i < n; i++) counts[i] = (int64_t)bytes[i];
     double t0 = now_s();
     struct toy_bucket_cursor cur = {0, 0};
-    static struct inflight f;
+    struct toy_bucket_inflight *f = &c->fl[0];
     int64_t total = 0, buckets = 0;
     char what[96];
-    while ((f.n = toy_bucket_next(counts, n, (int64_t)c->bucket_bytes, &cur, f.pieces, TOY_BUCKET_MAX_PIECES,
-                                  &f.elems))) {
+    while ((f->n = toy_bucket_next(counts, n, (int64_t)c->bucket_bytes, &cur, f->pieces, TOY_BUCKET_MAX_PIECES,
+                                   &f->elems))) {
         char *stage = c->stage[0];
-        bool staged = f.n > 1;
-        char *buf = staged ? stage : (char *)bufs[f.pieces[0].buf] + f.pieces[0].off;
+        bool staged = f->n > 1;
+        char *buf = staged ? stage : (char *)bufs[f->pieces[0].buf] + f->pieces[0].off;
         if (staged && c->rank == root)
-            for (int i = 0, at = 0; i < f.n; at += (int)f.pieces[i].count, i++)
-                copy(c, 0, stage + at, (char *)bufs[f.pieces[i].buf] + f.pieces[i].off, (size_t)f.pieces[i].count);
-        if ((st = c->ops->start_bcast(c, 0, buf, (size_t)f.elems, root))) {
+            for (int i = 0, at = 0; i < f->n; at += (int)f->pieces[i].count, i++)
+                copy(c, 0, stage + at, (char *)bufs[f->pieces[i].buf] + f->pieces[i].off, (size_t)f->pieces[i].count);
+        if ((st = c->ops->start_bcast(c, 0, buf, (size_t)f->elems, root))) {
             st = fail(c, st);
             break;
         }
-        snprintf(what, sizeof what, "broadcast of bucket %lld (%lld bytes) from rank %d", (long long)buckets,
-                 (long long)f.elems, root);
+        snprintf(what, sizeof what, "broadcast of bucket %lld (%lld bytes) from rank %d", (long long)buckets + 1,
+                 (long long)f->elems, root);
         if ((st = wait_slot(c, 0, what, t0))) break;
         if (staged && c->rank != root)
-            for (int i = 0, at = 0; i < f.n; at += (int)f.pieces[i].count, i++)
-                copy(c, 0, (char *)bufs[f.pieces[i].buf] + f.pieces[i].off, stage + at, (size_t)f.pieces[i].count);
-        total += f.elems;
+            for (int i = 0, at = 0; i < f->n; at += (int)f->pieces[i].count, i++)
+                copy(c, 0, (char *)bufs[f->pieces[i].buf] + f->pieces[i].off, stage + at, (size_t)f->pieces[i].count);
+        total += f->elems;
         buckets++;
     }
     free(counts);
