@@ -22,7 +22,10 @@ static double now(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* TOY_BENCH_OPS=1: per-op time of the last step on stderr */
 static double time_steps(struct toy_graph *g, struct toy_optim *o, struct toy_threadpool *tp, int steps) {
+    bool ops = getenv("TOY_BENCH_OPS") != NULL;
+    toy_graph_set_timing(g, ops);
     double best = 1e30;
     for (int i = 0; i < steps + 1; i++) {
         double t0 = now();
@@ -33,6 +36,9 @@ static double time_steps(struct toy_graph *g, struct toy_optim *o, struct toy_th
         double dt = now() - t0;
         if (i > 0 && dt < best) best = dt;
     }
+    const double *us = toy_graph_op_times_us(g);
+    for (int k = 0; ops && k < TOY_OP_COUNT; k++)
+        if (us[k] > 0) fprintf(stderr, "%-20s %9.1f ms (all %d steps)\n", toy_op_name((enum toy_op)k), us[k] / 1e3, steps + 1);
     return best;
 }
 

@@ -71,6 +71,7 @@ struct cfg {
     int64_t world;     /* ranks (train.json: of the run that wrote it) */
     bool json;
     struct toy_train_opts o;
+    json_t *keep;      /* --resume: the run's train.json, which the strings above point into */
 };
 
 static json_t *cfg_json(const struct cfg *c) {
@@ -87,10 +88,11 @@ static json_t *cfg_json(const struct cfg *c) {
     return j;
 }
 
-/* reads back what cfg_json wrote (strings are copied into `keep`) */
+/* reads back what cfg_json wrote (strings point into c->keep) */
 static void cfg_from_json(struct cfg *c, json_t *j) {
     json_t *v;
-#define STR(k, f) if ((v = json_object_get(j, k)) && json_is_string(v)) c->f = strdup(json_string_value(v))
+    c->keep = json_incref(j);
+#define STR(k, f) if ((v = json_object_get(j, k)) && json_is_string(v)) c->f = json_string_value(v)
 #define INT(k, f) if ((v = json_object_get(j, k)) && json_is_integer(v)) c->f = json_integer_value(v)
     STR("data", data);
     STR("tokenizer", tokenizer);
@@ -106,7 +108,7 @@ static void cfg_from_json(struct cfg *c, json_t *j) {
     if ((v = json_object_get(j, "train"))) toy_train_opts_from_json(&c->o, v);
     if ((v = json_object_get(json_object_get(j, "train"), "sample_prompt")) && json_is_string(v) &&
         json_string_length(v))
-        c->sample = strdup(json_string_value(v));
+        c->sample = json_string_value(v);
 }
 
 static int parse(int argc, char **argv, struct cfg *c, bool *given_steps) {
@@ -480,6 +482,7 @@ out:
     toy_llama_free(m);
     toy_gpt2_free(g2);
     toy_data_free(data);
+    json_decref(c.keep);
     toy_tokenizer_free(tok);
     if (rc == 1 && world > 1) { /* the other ranks would wait for this one: end the job now */
         fprintf(stderr, "toy train: rank %d of %d failed: ending the job\n", rank, world);

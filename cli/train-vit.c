@@ -47,6 +47,7 @@ struct vcfg {
     int threads, log_every;
     bool json;
     struct toy_classify_opts o;
+    json_t *keep;      /* --resume: the run's train.json, which the strings above point into */
 };
 
 static json_t *vcfg_json(const struct vcfg *c) {
@@ -66,7 +67,8 @@ static json_t *vcfg_json(const struct vcfg *c) {
 
 static void vcfg_from_json(struct vcfg *c, json_t *j) {
     json_t *v;
-#define STR(k, f) if ((v = json_object_get(j, k)) && json_is_string(v)) c->f = strdup(json_string_value(v))
+    c->keep = json_incref(j);
+#define STR(k, f) if ((v = json_object_get(j, k)) && json_is_string(v)) c->f = json_string_value(v)
 #define INT(k, f) if ((v = json_object_get(j, k)) && json_is_integer(v)) c->f = json_integer_value(v)
 #define NUM(k, f) if ((v = json_object_get(j, k)) && json_is_number(v)) c->f = json_number_value(v)
     STR("data", data); STR("test", test); STR("preset", preset);
@@ -321,5 +323,6 @@ out:
     toy_images_free(all);
     toy_images_free(train);
     toy_images_free(test);
+    json_decref(c.keep);
     return rc;
 }
