@@ -251,6 +251,7 @@ int toy_cmd_train(int argc, char **argv) {
 
     /* data parallelism: under mpirun (in a `make MPI=1` build) this is one rank of many */
     struct toy_collective *coll = NULL;
+    bool dp_consistent = false; /* a failure every rank saw alike (a NaN loss): finalize, no abort */
     if (toy_collective_open(TOY_COLLECTIVE_AUTO, &(struct toy_collective_opts){.timeout_s = c.dp_timeout}, &coll)) {
         fprintf(stderr, "toy train: %s\n", toy_last_error());
         return 1;
@@ -449,6 +450,7 @@ int toy_cmd_train(int argc, char **argv) {
     signal(SIGTERM, on_sigint);
     struct toy_train_result res;
     enum toy_status st = toy_trainer_run(tr, &res);
+    dp_consistent = res.reason == TOY_RUN_ABORTED;
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
     toy_progress_finish(&pu.pb);
@@ -484,10 +486,11 @@ out:
     toy_data_free(data);
     json_decref(c.keep);
     toy_tokenizer_free(tok);
-    if (rc == 1 && world > 1) { /* the other ranks would wait for this one: end the job now */
+    if (rc == 1 && world > 1 && !dp_consistent && !toy_collective_broken(coll)) {
+        /* a failure of this rank alone: the others would wait for it, so end the job now */
         fprintf(stderr, "toy train: rank %d of %d failed: ending the job\n", rank, world);
         toy_collective_abort(coll, 1);
     }
-    toy_collective_close(coll);
+    toy_collective_close(coll); /* broken by a dead or hung rank: rank 0 (checkpointed) ends the job */
     return rc;
 }

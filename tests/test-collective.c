@@ -10,7 +10,8 @@
  *    holds the same values, so the mean must give them back): packing,
  *    the two-slot pipeline, the 1/world scaling, broadcast, and a transport
  *    that never completes: a TOY_ERR_IO naming the timeout, after which the
- *    collective is broken and close ends the job through ops->abort;
+ *    collective is broken and close ends the job through ops->abort (on a
+ *    rank other than 0 after a grace for rank 0's checkpoint);
  *  - the trainer with the hooks: identity hooks change no loss; a collective
  *    failing at step k ends the run "errored" with a checkpoint of step k-1
  *    whose resume reproduces the uninterrupted run bit for bit.
@@ -306,8 +307,21 @@ Test(collective, a_peer_that_never_answers_is_a_timeout_not_a_hang, .timeout = 3
     cr_assert_eq(toy_collective_barrier(c), TOY_ERR_IO);
     cr_assert(strstr(toy_last_error(), "broken"), "%s", toy_last_error());
     cr_assert_eq(f.started, 1);
+    cr_assert(toy_collective_broken(c));
     toy_collective_close(c);
     cr_assert_eq(f.aborted, 1);
+    /* on another rank, close first gives rank 0 (which checkpoints) the grace of min(timeout, 30 s) */
+    struct fake g = {.hang = true};
+    c = fake_open(&g, 0, 0.3);
+    c->rank = 1;
+    cr_assert_eq(toy_collective_barrier(c), TOY_ERR_IO);
+    cr_assert(strstr(toy_last_error(), "rank 1 of 2: barrier did not complete within 0.3 s"), "%s", toy_last_error());
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    toy_collective_close(c);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    s = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    cr_assert(s >= 0.29 && s < 5, "closed after %.2f s", s);
+    cr_assert_eq(g.aborted, 1);
 }
 
 /* ---- the trainer's hooks -------------------------------------------------------- */

@@ -43,6 +43,7 @@
 #ifndef TOY_COLLECTIVE_H
 #define TOY_COLLECTIVE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -84,8 +85,16 @@ enum toy_status toy_collective_open(enum toy_collective_kind kind, const struct 
 
 /* Finalizes (MPI_Finalize after a barrier). On a broken collective (a
  * failed or timed-out call) it ends every rank of the job with MPI_Abort
- * (exit code 1) and does not return. NULL is a no-op. */
+ * (exit code 1) and does not return: rank 0 at once (a trainer checkpoints
+ * before it gets here), any other rank only after waiting up to
+ * min(timeout_s, 30) seconds for rank 0 to do so, so that a surviving
+ * rank 0 is not killed in the middle of writing its checkpoint. NULL is a
+ * no-op. */
 void toy_collective_close(struct toy_collective *c);
+
+/* Whether a call failed or timed out (every later call fails; close ends
+ * the job). */
+bool toy_collective_broken(const struct toy_collective *c);
 
 /* Ends every rank of the job now with exit code `code` (MPI_Abort); with
  * the local implementation it returns and the caller exits as it likes. */

@@ -77,7 +77,7 @@ static void finalize(struct toy_collective *c) {
     struct mpi_state *m = st_of(c);
     /* a barrier with the deadline first: MPI_Finalize itself has none */
     if (toy_collective_barrier(c) != TOY_OK) {
-        fprintf(stderr, "toy: rank %d of %d: ending the job: %s\n", c->rank, c->world, toy_last_error());
+        fprintf(stderr, "toy: ending the job: %s\n", toy_last_error());
         mpi_abort(c, 1);
     }
     MPI_Comm_free(&m->comm);

@@ -147,7 +147,12 @@ void toy_collective_abort(struct toy_collective *c, int code) {
 void toy_collective_close(struct toy_collective *c) {
     if (!c) return;
     if (c->ops && c->broken) {
-        fprintf(stderr, "toy: rank %d of %d: ending the job: %s\n", c->rank, c->world, c->broken_msg);
+        if (c->rank != 0) { /* a live rank 0 checkpoints, then ends the job itself */
+            double grace = c->timeout_s >= 0 && c->timeout_s < 30 ? c->timeout_s : 30;
+            fprintf(stderr, "toy: %s; giving rank 0 %g s to checkpoint and end the job\n", c->broken_msg, grace);
+            nanosleep(&(struct timespec){(time_t)grace, (long)((grace - (double)(time_t)grace) * 1e9)}, NULL);
+        }
+        fprintf(stderr, "toy: ending the job: %s\n", c->broken_msg);
         c->ops->abort(c, 1);
     }
     free_stage(c);
@@ -158,6 +163,7 @@ void toy_collective_close(struct toy_collective *c) {
     free(c);
 }
 
+bool toy_collective_broken(const struct toy_collective *c) { return c && c->broken; }
 int toy_collective_rank(const struct toy_collective *c) { return c ? c->rank : 0; }
 int toy_collective_world(const struct toy_collective *c) { return c ? c->world : 1; }
 int toy_collective_local_rank(const struct toy_collective *c) { return c ? c->local_rank : 0; }
@@ -173,8 +179,7 @@ void toy_collective_get_stats(const struct toy_collective *c, struct toy_collect
 /* ---- the machinery ----------------------------------------------------------------- */
 
 static enum toy_status broken(struct toy_collective *c) {
-    return toy_error(TOY_ERR_IO, "rank %d of %d: the communicator is broken after an earlier failure (%s)", c->rank,
-                     c->world, c->broken_msg);
+    return toy_error(TOY_ERR_IO, "the communicator is broken after an earlier failure: %s", c->broken_msg);
 }
 
 static enum toy_status fail(struct toy_collective *c, enum toy_status st) {
