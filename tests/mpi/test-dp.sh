@@ -16,6 +16,8 @@
 #     (--dp-timeout 5) with a clear error, a run_end "errored", and a
 #     checkpoint of the last completed step whose resume reproduces the
 #     uninterrupted run bit for bit.
+#     With 3 ranks, the other survivor (rank 1) waits for rank 0 to write
+#     that checkpoint before it ends the job.
 #  3. A rank killed with SIGKILL ends the job within a bounded time; the last
 #     periodic checkpoint resumes on 1 rank (global batch kept: batch 8).
 #  4. Resuming that 2 x 4 run on 3 ranks is a clear error.
@@ -141,6 +143,26 @@ EOF
 CMP=$("$PY" tests/mpi/compare-runs.py "$T/ref" "$T/hang" --loss-tol 0 --weight-tol 0) ||
   fail "resumed weights differ from the uninterrupted run's: $CMP"
 ok "the hung run resumed on 2 ranks reproduces the uninterrupted run's 400 losses and weights exactly"
+
+# ---- 2b. with 3 ranks, rank 2 hangs: rank 1 times out too, but leaves rank 0 time to checkpoint --------
+(cd "$T" && "${MPIRUN[@]}" -np 3 "$TOY" train "${COMMON[@]}" --steps 2000 --eval-every 0 --batch 4 --dp-timeout 5 \
+  --out "$T/hang3"; echo "rc=$?") >"$T/hang3.log" 2>&1 &
+JOB=$!
+wait_step "$T/hang3" 20
+P2=$(rank_pid "$T/hang3" 2)
+[ -n "$P2" ] || fail "no rank 2 process"
+kill -STOP "$P2"
+t0=$(now)
+wait "$JOB" || true
+dt=$(echo "$(now) - $t0" | bc)
+kill -9 "$P2" 2>/dev/null || true
+grep -q "rc=0" "$T/hang3.log" && { cat "$T/hang3.log"; fail "3 ranks: a hung rank ended the job with status 0"; }
+(($(echo "$dt < 40" | bc))) || fail "3 ranks: the job took $dt s to end after a rank hung"
+tail -1 "$T/hang3/events.jsonl" | grep -q '"reason":"errored"' || { cat "$T/hang3.log"; fail "3 ranks: no run_end errored"; }
+L3=$(readlink "$T/hang3/weights/latest")
+S3=$(tail -1 "$T/hang3/events.jsonl" | sed 's/.*"final_step":\([0-9]*\).*/\1/')
+[ "$L3" = "step_$S3.gguf" ] || fail "3 ranks: latest is $L3, the run ended at step $S3"
+ok "3 ranks, rank 2 hung: the job ends in $dt s; rank 0 checkpointed step $S3 before rank 1 gave up"
 
 # ---- 3. a killed rank: the job ends; the last checkpoint resumes on 1 rank ---------------------
 (cd "$T" && "${MPIRUN[@]}" -np 2 "$TOY" train "${COMMON[@]}" --steps 2000 --eval-every 0 --ckpt-every 20 --batch 4 \
