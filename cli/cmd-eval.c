@@ -2,7 +2,8 @@
  * cross-entropy and perplexity of a model over consecutive windows of a text
  * (tokenized with the model's tokenizer) or TOYT token file. With
  * --heldout F only the last fraction F of the file is read (what `toy train`
- * held out with the same F). A progress bar on a terminal. */
+ * held out with the same F). A progress bar on a terminal. Llama-family and
+ * GPT-2 GGUFs (both through toy_lm). */
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
@@ -11,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "generate-gpt2.h"
 #include "progress.h"
 #include "toy/data.h"
 #include "toy/gguf.h"
@@ -58,8 +60,13 @@ int toy_cmd_eval(int argc, char **argv) {
     struct toy_ctx *ctx = NULL;
     struct toy_threadpool *tp = NULL;
     int rc = 1;
-    if (toy_llama_load(model, false, &m)) { fprintf(stderr, "toy eval: %s\n", toy_last_error()); return 1; }
-    if (T <= 0 || T > m->cfg.max_ctx) T = m->cfg.max_ctx < 256 ? m->cfg.max_ctx : 256;
+    struct toy_gpt2 *g2 = NULL; /* a GPT-2 GGUF runs through the same toy_lm interface */
+    if (toy_cli_is_gpt2(model) ? toy_gpt2_load(model, false, &g2) : toy_llama_load(model, false, &m)) {
+        fprintf(stderr, "toy eval: %s\n", toy_last_error());
+        return 1;
+    }
+    struct toy_lm lm = g2 ? toy_gpt2_lm(g2) : toy_llama_lm(m);
+    if (T <= 0 || T > lm.max_ctx) T = lm.max_ctx < 256 ? lm.max_ctx : 256;
     /* the whole file is "held out" unless --heldout says which tail to use */
     struct toy_data_opts o = {.batch = B, .ctx = T, .heldout = heldout > 0 ? heldout : 0.999999, .seed = 0};
     FILE *f = fopen(path, "rb");
@@ -76,7 +83,7 @@ int toy_cmd_eval(int argc, char **argv) {
         char *text = malloc((size_t)n + 1);
         if (!text || fread(text, 1, (size_t)n, f) != (size_t)n) { fclose(f); free(text); fprintf(stderr, "toy eval: cannot read %s\n", path); goto out; }
         fclose(f);
-        if (toy_tokenizer_load_gguf(m->gguf, &tok)) { free(text); fprintf(stderr, "toy eval: %s\n", toy_last_error()); goto out; }
+        if (toy_tokenizer_load_gguf(g2 ? g2->gguf : m->gguf, &tok)) { free(text); fprintf(stderr, "toy eval: %s\n", toy_last_error()); goto out; }
         struct toy_tokens ids = {0};
         enum toy_status st = toy_tokenizer_encode(tok, text, (size_t)n, 0, &ids);
         free(text);
@@ -84,9 +91,9 @@ int toy_cmd_eval(int argc, char **argv) {
         toy_tokens_free(&ids);
         if (st) { fprintf(stderr, "toy eval: %s\n", toy_last_error()); goto out; }
     }
-    if (toy_data_vocab(d) > m->cfg.vocab) {
+    if (toy_data_vocab(d) > lm.vocab) {
         fprintf(stderr, "toy eval: the data's vocabulary (%lld) is larger than the model's (%lld)\n",
-                (long long)toy_data_vocab(d), (long long)m->cfg.vocab);
+                (long long)toy_data_vocab(d), (long long)lm.vocab);
         goto out;
     }
     int64_t windows = toy_data_eval_windows(d);
@@ -96,7 +103,7 @@ int toy_cmd_eval(int argc, char **argv) {
     struct toy_tensor *x = toy_new_tensor_2d(ctx, TOY_I32, T, B), *y = toy_new_tensor_2d(ctx, TOY_I32, T, B);
     struct toy_tensor *pos = toy_new_tensor_1d(ctx, TOY_I32, T);
     for (int64_t t = 0; t < T; t++) ((int32_t *)pos->data)[t] = (int32_t)t;
-    struct toy_tensor *loss = toy_cross_entropy(ctx, toy_llama_forward(ctx, m, x, pos), y, -100);
+    struct toy_tensor *loss = toy_cross_entropy(ctx, lm.forward(lm.self, ctx, x, pos), y, -100);
     struct toy_graph *g = toy_graph_new(ctx);
     toy_graph_build(g, loss);
     tp = toy_threadpool_new(threads);
@@ -139,5 +146,6 @@ out:
     toy_data_free(d);
     toy_tokenizer_free(tok);
     toy_llama_free(m);
+    toy_gpt2_free(g2);
     return rc;
 }
