@@ -11,7 +11,8 @@
  *    checkpoint loads back, and it generates text with the KV cache;
  *  - a Hugging Face GPT-2 folder through `toy convert` (f32 and q8_0) loads
  *    and matches the reference;
- *  - `toy train --arch gpt2`, `toy generate` on its checkpoint, `--resume`. */
+ *  - `toy train --arch gpt2`, `toy generate` and `toy eval` on its
+ *    checkpoint, `--resume`. */
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <math.h>
@@ -460,6 +461,15 @@ Test(gpt2, cli_train_and_generate, .timeout = 300) {
     cr_assert_str_eq(json_string_value(json_object_get(g, "arch")), "gpt2");
     cr_assert_eq(json_array_size(json_object_get(g, "ids")), 12);
     json_decref(g);
+    snprintf(cmd, sizeof cmd, "%s eval -m '%s/run/weights/latest' --data '%s/text.txt' --heldout 0.1 --json > '%s/eval.json'",
+             bin, tmpdir, tmpdir, tmpdir);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    snprintf(cmd, sizeof cmd, "%s/eval.json", tmpdir);
+    json_t *e = json_load_file(cmd, 0, &err);
+    cr_assert(e, "%s", err.text);
+    double ce = json_real_value(json_object_get(e, "loss"));
+    cr_assert(ce > 0 && ce < log(300.0), "toy eval of the GPT-2 checkpoint: %f", ce);
+    json_decref(e);
     snprintf(cmd, sizeof cmd, "%s train --resume '%s/run' --steps 40 --json > '%s/resume.json' 2>&1", bin, tmpdir, tmpdir);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
     snprintf(cmd, sizeof cmd, "%s/resume.json", tmpdir);
