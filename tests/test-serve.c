@@ -342,6 +342,15 @@ Test(serve, health_models_cors_metrics, .timeout = 60) {
     r = http(&s, "POST", "/v1/completions", "{\"prompt\":\"Hello\",\"max_tokens\":3,\"ignore_eos\":true}");
     cr_assert_eq(r.code, 200);
     resp_free(&r);
+    /* a second server on the same port fails cleanly */
+    char port[16], log2[400];
+    snprintf(port, sizeof port, "%d", s.port);
+    snprintf(log2, sizeof log2, "%s/second.log", s.dir);
+    char *argv2[] = {(char *)toy_bin(), "serve", "-m", (char *)model(s.dir), "--port", port, "--no-events", NULL};
+    cr_assert_eq(wait_for(spawn(argv2, NULL, log2), 30), 1);
+    char *l2 = slurp(log2);
+    cr_assert(l2 && strstr(l2, "cannot listen"), "%s", l2 ? l2 : "");
+    free(l2);
     r = http(&s, "GET", "/metrics", NULL);
     cr_assert_eq(r.code, 200);
     cr_assert(strstr(r.body, "toy_requests_total{endpoint=\"/v1/completions\",code=\"200\"} 1"), "%s", r.body);

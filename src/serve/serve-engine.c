@@ -563,7 +563,7 @@ enum toy_status srv_engine_new(struct toy_llama *m, const struct toy_tokenizer *
                                struct srv_engine **out) {
     *out = NULL;
     if (o->n_slots < 1 || o->n_slots > 256 || o->queue_size < 0 || o->queue_size > 1 << 20)
-        return toy_error(TOY_ERR_INVALID_ARG, "serve: %d slots, queue %d (slots 1..256, queue 0..1048576)",
+        return toy_error(TOY_ERR_INVALID_ARG, "%d slots, queue %d (slots 1..256, queue 0..1048576)",
                          o->n_slots, o->queue_size);
     struct srv_engine *e = calloc(1, sizeof *e);
     if (!e) return toy_error(TOY_ERR_NOMEM, "serve engine");
@@ -588,9 +588,9 @@ enum toy_status srv_engine_new(struct toy_llama *m, const struct toy_tokenizer *
         struct slot *s = &e->slots[i];
         st = toy_kv_cache_init(&s->kv, m, e->n_ctx, 1);
         if (!st && !(s->cache_ids = malloc((size_t)e->n_ctx * sizeof(int32_t))))
-            st = toy_error(TOY_ERR_NOMEM, "serve: slot %d", i);
+            st = toy_error(TOY_ERR_NOMEM, "KV cache of slot %d", i);
     }
-    if (!st && pthread_create(&e->th, NULL, engine_main, e)) st = toy_error(TOY_ERR_STATE, "serve: engine thread");
+    if (!st && pthread_create(&e->th, NULL, engine_main, e)) st = toy_error(TOY_ERR_STATE, "cannot start the engine thread");
     if (st) { srv_engine_free(e); return st; }
     e->started = true;
     *out = e;

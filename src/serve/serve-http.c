@@ -632,7 +632,7 @@ enum toy_status toy_serve(struct toy_llama *m, const struct toy_tokenizer *tok, 
     if (o.n_slots <= 0) o.n_slots = def.n_slots;
     if (o.max_body == 0) o.max_body = def.max_body;
     if (o.max_connections <= 0) o.max_connections = def.max_connections;
-    if (o.port < 0 || o.port > 65535) return toy_error(TOY_ERR_INVALID_ARG, "serve: port %d (0..65535)", o.port);
+    if (o.port < 0 || o.port > 65535) return toy_error(TOY_ERR_INVALID_ARG, "port %d (0..65535)", o.port);
     struct srv *S = calloc(1, sizeof *S);
     if (!S) return toy_error(TOY_ERR_NOMEM, "serve");
     pthread_mutex_init(&S->stat_mu, NULL);
@@ -669,18 +669,18 @@ enum toy_status toy_serve(struct toy_llama *m, const struct toy_tokenizer *tok, 
     snprintf(port, sizeof port, "%d", o.port);
     if (getaddrinfo(o.host, port, &hints, &ai) || !ai) {
         srv_free(S);
-        return toy_error(TOY_ERR_INVALID_ARG, "serve: cannot resolve host '%s'", o.host);
+        return toy_error(TOY_ERR_INVALID_ARG, "cannot resolve host '%s'", o.host);
     }
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC |
                      (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
     S->d = MHD_start_daemon(flags, (uint16_t)o.port, NULL, NULL, handler, S, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(o.timeout_s > 0 ? o.timeout_s : 0),
                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)o.max_connections, MHD_OPTION_NOTIFY_COMPLETED,
-                            completed, S, MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_END);
+                            completed, S, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!S->d) {
         srv_free(S);
-        return toy_error(TOY_ERR_IO, "serve: cannot listen on %s:%d (in use? permission?)", o.host, o.port);
+        return toy_error(TOY_ERR_IO, "cannot listen on %s:%d (in use? permission?)", o.host, o.port);
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(S->d, MHD_DAEMON_INFO_BIND_PORT);
     S->o.port = di ? di->port : o.port;
