@@ -366,6 +366,16 @@ Test(gpt2, tinyshakespeare_beats_unigram_and_generates, .timeout = 300) {
     cr_log_info("gpt2 sample: ROMEO:%s", out);
     cr_assert_gt(gr.n_generated, 0);
     cr_assert_gt(strlen(out), 10);
+    /* a stop string ends the text before it */
+    const char *stops[] = {"e"};
+    gp.stop = stops;
+    gp.n_stop = 1;
+    gp.sampling.temperature = 0.8f;
+    gp.sampling.seed = 7;
+    out[0] = 0;
+    cr_assert_eq(toy_gpt2_generate(back, tok2, 0, tp, prompt.ids, prompt.n, &gp, collect, out, &gr), TOY_OK);
+    cr_assert_eq(gr.reason, TOY_STOP_STRING, "reason %d, text %s", gr.reason, out);
+    cr_assert_null(strchr(out, 'e'), "%s", out);
     toy_threadpool_free(tp);
     toy_tokens_free(&prompt);
     toy_tokenizer_free(tok2);

@@ -102,8 +102,8 @@ struct toy_tensor *toy_gpt2_forward_cached(struct toy_ctx *ctx, struct toy_gpt2 
 
 /* Generation (src/infer/generate-gpt2.c): prefill `prompt` in one graph,
  * then decode one token per run of a graph built once, with the sampler,
- * stop conditions and callback of toy/generate.h (stop strings are not
- * matched here). n_ctx <= 0: the model's context. */
+ * stop conditions (EOS, stop strings, n_predict, the context) and callback
+ * of toy/generate.h. n_ctx <= 0: the model's context. */
 enum toy_status toy_gpt2_generate(struct toy_gpt2 *m, const struct toy_tokenizer *tok, int64_t n_ctx,
                                   struct toy_threadpool *tp, const int32_t *prompt, int64_t n_prompt,
                                   const struct toy_generate_params *p, toy_token_fn fn, void *ud,

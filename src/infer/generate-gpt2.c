@@ -3,7 +3,10 @@
  * Llama generator): the prompt is prefilled in one graph, then one graph of
  * a single token, built once, runs per new token with the cache's n_past
  * advanced. Sampling is toy/sampler.h's; GPT-2's end of text is the
- * tokenizer's end-of-generation token. */
+ * tokenizer's end-of-generation token. Stop strings as in generate.c: the
+ * text is held back by (longest stop - 1) bytes so that what the callback
+ * saw never runs into a stop string; the held-back tail is flushed at the
+ * end (id -1). */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -60,6 +63,8 @@ enum toy_status toy_gpt2_generate(struct toy_gpt2 *m, const struct toy_tokenizer
     float *logits = malloc((size_t)V * sizeof(float));
     struct toy_sampler *s = toy_sampler_new(&p->sampling, V);
     struct toy_decoder *dec = NULL;
+    char *text = NULL;
+    size_t text_len = 0, text_cap = 0, emitted = 0;
     if (!dctx || !logits || !s) { st = toy_error(TOY_ERR_NOMEM, "generate"); goto done; }
     if (tok && (st = toy_decoder_init(tok, TOY_DECODE_SKIP_SPECIAL, &dec))) goto done;
     /* the one-token decode graph */
@@ -75,6 +80,8 @@ enum toy_status toy_gpt2_generate(struct toy_gpt2 *m, const struct toy_tokenizer
     r.prefill_s = now_s() - t0;
     t0 = now_s();
     r.reason = TOY_STOP_LENGTH;
+    size_t max_stop = 0;
+    for (int i = 0; i < p->n_stop; i++) max_stop = strlen(p->stop[i]) > max_stop ? strlen(p->stop[i]) : max_stop;
     for (int64_t pos = n_prompt;; pos++) {
         float lp;
         int32_t id = toy_sampler_sample(s, logits, &lp);
@@ -88,7 +95,35 @@ enum toy_status toy_gpt2_generate(struct toy_gpt2 *m, const struct toy_tokenizer
         const char *piece = "";
         size_t plen = 0;
         if (dec) toy_decoder_push(dec, id, &piece, &plen);
-        if (fn && !fn(ud, id, piece, plen, lp)) { r.reason = TOY_STOP_CALLER; break; }
+        /* the text so far, to find stop strings; all but a stop-sized tail is emitted */
+        if (text_len + plen + 1 > text_cap) {
+            size_t cap = (text_len + plen + 1) * 2;
+            char *nt = realloc(text, cap);
+            if (!nt) { st = toy_error(TOY_ERR_NOMEM, "generate"); goto done; }
+            text = nt, text_cap = cap;
+        }
+        memcpy(text + text_len, piece, plen);
+        text_len += plen;
+        text[text_len] = 0;
+        const char *hit = NULL;
+        for (int i = 0; i < p->n_stop; i++) {
+            const char *h = strstr(text + (emitted > max_stop ? emitted - max_stop : 0), p->stop[i]);
+            if (h && (!hit || h < hit)) hit = h;
+        }
+        if (hit) {
+            size_t upto = (size_t)(hit - text);
+            if (fn && upto > emitted) fn(ud, id, text + emitted, upto - emitted, lp);
+            emitted = text_len;
+            r.reason = TOY_STOP_STRING;
+            break;
+        }
+        size_t safe = text_len > (max_stop ? max_stop - 1 : 0) ? text_len - (max_stop ? max_stop - 1 : 0) : 0;
+        while (safe > emitted && safe < text_len && ((unsigned char)text[safe] & 0xC0) == 0x80) safe--;
+        if (fn) {
+            bool go = fn(ud, id, text + emitted, safe > emitted ? safe - emitted : 0, lp);
+            if (safe > emitted) emitted = safe;
+            if (!go) { r.reason = TOY_STOP_CALLER; break; }
+        }
         if (p->n_predict > 0 && r.n_generated >= p->n_predict) break;
         if (pos + 1 >= n_ctx) { r.reason = TOY_STOP_CONTEXT; break; }
         *(int32_t *)dtok->data = id;
@@ -97,9 +132,11 @@ enum toy_status toy_gpt2_generate(struct toy_gpt2 *m, const struct toy_tokenizer
         if ((st = toy_graph_compute(dg, tp))) goto done;
         memcpy(logits, dlogits->data, (size_t)V * sizeof(float));
     }
+    if (fn && emitted < text_len) fn(ud, -1, text + emitted, text_len - emitted, 0); /* the held-back tail */
     r.decode_s = now_s() - t0;
 done:
     if (res) *res = r;
+    free(text);
     toy_decoder_free(dec);
     toy_sampler_free(s);
     free(logits);
