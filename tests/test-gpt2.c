@@ -12,7 +12,7 @@
  *  - a Hugging Face GPT-2 folder through `toy convert` (f32 and q8_0) loads
  *    and matches the reference;
  *  - `toy train --arch gpt2`, `toy generate` and `toy eval` on its
- *    checkpoint, `--resume`. */
+ *    checkpoint, `--resume`; training with GPT-2's own tokenizer. */
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <math.h>
@@ -487,5 +487,35 @@ Test(gpt2, cli_train_and_generate, .timeout = 300) {
     cr_assert(r, "%s", err.text);
     cr_assert_eq(json_integer_value(json_object_get(r, "steps")), 40);
     json_decref(r);
+    rm_tmp();
+}
+
+/* With GPT-2's own tokenizer (../shared/testdata/tokenizer-gpt2: encoder.json
+ * + vocab.bpe, vocabulary 50257): the trained checkpoint carries it, and
+ * `toy generate` encodes the prompt to GPT-2's ids. */
+Test(gpt2, cli_with_the_gpt2_tokenizer, .timeout = 300) {
+    const char *bin = getenv("TOY_BIN") ? getenv("TOY_BIN") : "build/toy";
+    const char *tokdir = "../shared/testdata/tokenizer-gpt2";
+    if (access(bin, X_OK)) cr_skip_test("no %s", bin);
+    if (access(SHAKESPEARE, R_OK) || access(tokdir, R_OK)) cr_skip_test("no test data");
+    make_tmp();
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "head -c 20000 %s > '%s/text.txt' && %s train --arch gpt2 --preset tiny --dim 32 --heads 2 "
+             "--layers 1 --tokenizer %s --data '%s/text.txt' --steps 3 --batch 2 --ctx 16 --out '%s/run' --json "
+             "> /dev/null 2>&1", SHAKESPEARE, tmpdir, bin, tokdir, tmpdir, tmpdir);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    snprintf(cmd, sizeof cmd, "%s generate -m '%s/run/weights/latest' -p 'ROMEO: What' -n 4 --json > '%s/gen.json'", bin,
+             tmpdir, tmpdir);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    snprintf(cmd, sizeof cmd, "%s/gen.json", tmpdir);
+    json_error_t err;
+    json_t *g = json_load_file(cmd, 0, &err);
+    cr_assert(g, "%s", err.text);
+    json_t *p = json_object_get(g, "prompt_ids");
+    const int64_t want[] = {33676, 4720, 25, 1867}; /* GPT-2: "ROM" "EO" ":" " What" */
+    cr_assert_eq(json_array_size(p), 4);
+    for (size_t i = 0; i < 4; i++) cr_assert_eq(json_integer_value(json_array_get(p, i)), want[i]);
+    cr_assert_eq(json_array_size(json_object_get(g, "ids")), 4);
+    json_decref(g);
     rm_tmp();
 }
