@@ -14,7 +14,8 @@
  *    rank other than 0 after a grace for rank 0's checkpoint);
  *  - the trainer with the hooks: identity hooks change no loss; a collective
  *    failing at step k ends the run "errored" with a checkpoint of step k-1
- *    whose resume reproduces the uninterrupted run bit for bit.
+ *    whose resume reproduces the uninterrupted run bit for bit; ranks whose
+ *    weights differ from rank 0's are caught before the checkpoint.
  * The 2-process checks (2 ranks x B = 1 rank x 2B, a killed rank) are
  * tests/mpi/test-dp.sh, run by .ci/run on the MPI build. */
 #include <criterion/criterion.h>
@@ -349,6 +350,7 @@ static struct toy_llama *small_model(void) {
 struct hooks {
     int calls, fail_at; /* the all-reduce of step fail_at fails (0: never) */
     int reduces;
+    bool diverge;       /* "rank 0" sends another weight hash */
     float loss[32];
 };
 
@@ -361,8 +363,9 @@ static enum toy_status h_allreduce(void *ud, struct toy_tensor *const *params, i
 }
 
 static enum toy_status h_reduce(void *ud, double *v, int n) {
-    ((struct hooks *)ud)->reduces++;
-    cr_assert_geq(n, 3);
+    struct hooks *h = ud;
+    h->reduces++;
+    if (h->diverge && n == 4) v[0] = v[0] == 0 ? 1 : 0; /* the replica check's hash pieces */
     return TOY_OK;
 }
 
@@ -426,6 +429,14 @@ Test(collective, trainer_hooks_identity_and_failure_resume, .timeout = 120) {
     /* ... which resumes into exactly the uninterrupted run: the sampler was rewound */
     cr_assert_eq(train(dir, ckpt, state, NULL, &rec3, 8, &res), TOY_OK, "%s", toy_last_error());
     for (int s = 4; s < 8; s++) cr_assert_eq(rec3.loss[s], plain.loss[s], "step %d", s + 1);
+    /* replicas whose weights differ from rank 0's: the check before the last checkpoint says so */
+    struct hooks div = {.diverge = true}, rec4 = {0};
+    snprintf(dir, sizeof dir, "%s/diverge", tmp);
+    cr_assert_eq(train(dir, NULL, NULL, &div, &rec4, 4, &res), TOY_ERR_STATE);
+    cr_assert_eq(res.reason, TOY_RUN_ERRORED);
+    cr_assert(strstr(toy_last_error(), "replicas diverged"), "%s", toy_last_error());
+    cr_assert_eq(res.final_step, 4);
+    cr_assert(res.checkpoint[0], "rank 0's weights are still saved");
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
     if (system(cmd)) {}

@@ -293,6 +293,33 @@ static enum toy_status write_state(struct toy_trainer *t, const char *path) {
     return st;
 }
 
+/* Data parallelism: every rank must hold the same weights (they apply the
+ * same update to the same bits). Before a checkpoint the ranks compare a
+ * 64-bit hash of their parameters with rank 0's (sent as four 16-bit
+ * pieces through the sum: only rank 0 contributes), then agree on the
+ * outcome, so a divergence (a transport or kernel that is not
+ * deterministic across ranks) is an error, not a silently wrong run. */
+static enum toy_status check_replicas(struct toy_trainer *t) {
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < t->n_params; i++) {
+        const uint32_t *w = t->params[i]->data;
+        for (int64_t k = 0, n = toy_nelements(t->params[i]); k < n; k++) h = (h ^ w[k]) * 1099511628211ull;
+    }
+    double v[4];
+    for (int k = 0; k < 4; k++) v[k] = t->rank == 0 ? (double)((h >> (16 * k)) & 0xffff) : 0;
+    enum toy_status st = t->reduce(t->allreduce_ud, v, 4);
+    if (st) return st;
+    double bad = 0;
+    for (int k = 0; k < 4; k++) bad += v[k] != (double)((h >> (16 * k)) & 0xffff);
+    bad = bad > 0;
+    if ((st = t->reduce(t->allreduce_ud, &bad, 1))) return st;
+    if (bad > 0)
+        return toy_error(TOY_ERR_STATE, "after step %lld the weights of %.0f rank(s) differ from rank 0's: the replicas "
+                         "diverged (their updates were not bit-identical: a non-deterministic reduction?)",
+                         (long long)t->step, bad);
+    return TOY_OK;
+}
+
 enum toy_status toy_trainer_checkpoint(struct toy_trainer *t, char *out, size_t out_size) {
     char dir[1100], path[1200], state[1200];
     if (t->rank != 0) return TOY_OK; /* rank 0 writes; every rank holds the same weights */
@@ -552,6 +579,12 @@ enum toy_status toy_trainer_run(struct toy_trainer *t, struct toy_train_result *
             }
         }
         if (t->on_step) t->on_step(t->ud, &info);
+        if (t->o.ckpt_every > 0 && step % t->o.ckpt_every == 0 && step < t->o.steps && t->reduce &&
+            (st = check_replicas(t))) {
+            snprintf(err, sizeof err, "%s", toy_last_error());
+            r.reason = TOY_RUN_ERRORED;
+            break;
+        }
         if (t->o.ckpt_every > 0 && step % t->o.ckpt_every == 0 && step < t->o.steps &&
             (st = toy_trainer_checkpoint(t, NULL, 0))) {
             snprintf(err, sizeof err, "checkpoint: %s", toy_last_error());
@@ -561,6 +594,10 @@ enum toy_status toy_trainer_run(struct toy_trainer *t, struct toy_train_result *
     }
     r.seconds = now_s() - t_start;
     r.tokens_per_s = r.seconds > 0 ? (double)tokens / r.seconds : 0;
+    if (t->reduce && (r.reason == TOY_RUN_COMPLETED || r.reason == TOY_RUN_INTERRUPTED) && (st = check_replicas(t))) {
+        snprintf(err, sizeof err, "%s", toy_last_error());
+        r.reason = TOY_RUN_ERRORED; /* rank 0's weights are still saved below */
+    }
     /* the last state is always saved, whatever ended the run */
     enum toy_status cst = toy_trainer_checkpoint(t, r.checkpoint, sizeof r.checkpoint);
     if (cst && r.reason != TOY_RUN_ERRORED) {
