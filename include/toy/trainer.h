@@ -121,7 +121,9 @@ void toy_trainer_set_collective(struct toy_trainer *t, toy_allreduce_fn fn, void
  * events carry extra {world, rank_tokens_per_s[world], allreduce_us}. A
  * failed collective ends the run TOY_RUN_ERRORED with the data sampler
  * rewound to the start of the failed step, so the final checkpoint resumes
- * exactly. Errors: TOY_ERR_NOMEM. */
+ * exactly. Before each checkpoint the ranks check that their weights hash
+ * to rank 0's (a mismatch ends the run TOY_RUN_ERRORED, TOY_ERR_STATE,
+ * "the replicas diverged"). Errors: TOY_ERR_NOMEM. */
 typedef enum toy_status (*toy_reduce_sum_fn)(void *ud, double *v, int n);
 enum toy_status toy_trainer_set_reduce(struct toy_trainer *t, toy_reduce_sum_fn fn);
 
