@@ -76,6 +76,9 @@ static enum toy_status gz_slurp(const char *path, uint8_t **out, size_t *len) {
     return TOY_OK;
 }
 
+/* a * b, or UINT64_MAX when it overflows (never equal to a real file size) */
+static uint64_t mul_sat(uint64_t a, uint64_t b) { return b && a > UINT64_MAX / b ? UINT64_MAX : a * b; }
+
 static uint32_t be32(const uint8_t *p) { return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]; }
 
 enum toy_status toy_images_load_idx(const char *images_path, const char *labels_path, struct toy_image_set **out) {
@@ -96,10 +99,10 @@ enum toy_status toy_images_load_idx(const char *images_path, const char *labels_
         goto done;
     }
     uint64_t n = be32(im + 4), h = be32(im + 8), w = be32(im + 12), nlab = be32(lb + 4);
-    if (h == 0 || w == 0 || h > MAX_SIDE || w > MAX_SIDE || n * h * w != ni - 16) {
+    if (h == 0 || w == 0 || h > MAX_SIDE || w > MAX_SIDE || mul_sat(n, h * w) != ni - 16) {
         st = toy_error(TOY_ERR_FORMAT, "%s: header says %llu images of %llux%llu (%llu bytes), the file holds %zu "
                        "bytes after the 16-byte header", images_path, (unsigned long long)n, (unsigned long long)h,
-                       (unsigned long long)w, (unsigned long long)(n * h * w), ni - 16);
+                       (unsigned long long)w, (unsigned long long)mul_sat(n, h * w), ni - 16);
         goto done;
     }
     if (nlab != n || nl - 8 != n) {
@@ -142,9 +145,11 @@ enum toy_status toy_images_load_toyi(const char *path, struct toy_image_set **ou
     else if (c < 1 || c > 4 || hh < 1 || w < 1 || hh > MAX_SIDE || w > MAX_SIDE || k < 1 || k > MAX_CLASSES)
         st = toy_error(TOY_ERR_FORMAT, "%s: bad shape: %llu channels, %llux%llu, %llu classes (offset 12)", path,
                        (unsigned long long)c, (unsigned long long)hh, (unsigned long long)w, (unsigned long long)k);
-    else if ((uint64_t)sb.st_size != 28 + 4 * n + n * c * hh * w)
-        st = toy_error(TOY_ERR_FORMAT, "%s: %llu images need %llu bytes, the file has %lld", path,
-                       (unsigned long long)n, (unsigned long long)(28 + 4 * n + n * c * hh * w), (long long)sb.st_size);
+    else if (mul_sat(n, c * hh * w) > (uint64_t)sb.st_size || /* then the sum below cannot wrap */
+             (uint64_t)sb.st_size != 28 + 4 * n + mul_sat(n, c * hh * w))
+        st = toy_error(TOY_ERR_FORMAT, "%s: %llu images of %llux%llux%llu need %llu bytes, the file has %lld", path,
+                       (unsigned long long)n, (unsigned long long)c, (unsigned long long)hh, (unsigned long long)w,
+                       (unsigned long long)(28 + 4 * n + mul_sat(n, c * hh * w)), (long long)sb.st_size);
     struct toy_image_set *s = st ? NULL : set_new((int64_t)n, (int64_t)c, (int64_t)hh, (int64_t)w, (int64_t)k);
     if (!st && !s) st = toy_error(TOY_ERR_NOMEM, "%s: %llu images", path, (unsigned long long)n);
     if (!st) {
