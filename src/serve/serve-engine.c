@@ -112,8 +112,8 @@ struct srv_engine {
 
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    struct srv_job **q;           /* ring of q_cap */
-    int q_cap, q_head, q_len, n_running;
+    struct srv_job **q;           /* ring of q_cap = q_max + n_slots */
+    int q_cap, q_max, q_head, q_len, n_running;
     bool stopping;
     pthread_t th;
     bool started;
@@ -574,11 +574,12 @@ enum toy_status srv_engine_new(struct toy_llama *m, const struct toy_tokenizer *
     e->n_ctx = o->n_ctx > 0 && o->n_ctx <= m->cfg.max_ctx ? o->n_ctx : m->cfg.max_ctx;
     e->vocab = m->cfg.vocab;
     e->prefix_cache = o->prefix_cache;
-    e->q_cap = o->queue_size > 0 ? o->queue_size : 1; /* at least one waits for a slot */
+    e->q_max = o->queue_size > 0 ? o->queue_size : 1; /* at least one waits for a slot */
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     e->slots = calloc((size_t)e->n_slots, sizeof *e->slots);
     e->bidx = calloc((size_t)e->n_slots, sizeof *e->bidx);
+    e->q_cap = e->q_max + e->n_slots; /* the ring also holds jobs about to take a free slot */
     e->q = calloc((size_t)e->q_cap, sizeof *e->q);
     e->logits = malloc((size_t)e->vocab * sizeof(float));
     e->tp = toy_threadpool_new(o->n_threads);
@@ -634,7 +635,9 @@ enum toy_status srv_engine_submit(struct srv_engine *e, struct srv_job *j) {
     pthread_mutex_lock(&e->mu);
     enum toy_status st = TOY_OK;
     if (e->stopping) st = toy_error(TOY_ERR_STATE, "the server is shutting down");
-    else if (e->q_len >= e->q_cap) st = toy_error(TOY_ERR_RANGE, "the request queue is full (%d waiting)", e->q_len);
+    /* room: the queue plus the slots that are free but not yet taken (the engine admits between steps) */
+    else if (e->q_len >= e->q_max + (e->n_slots - e->n_running))
+        st = toy_error(TOY_ERR_RANGE, "the request queue is full (%d waiting)", e->q_len);
     if (!st) {
         atomic_fetch_add(&j->refs, 1);
         j->t_submit = srv_now();
