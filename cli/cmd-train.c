@@ -249,7 +249,14 @@ static int dp_setup(struct toy_collective *coll, struct toy_trainer *tr) {
 }
 
 int toy_cmd_train(int argc, char **argv) {
-    if (toy_train_is_vit(argc, argv)) return toy_train_vit(argc, argv); /* image classification: cli/train-vit.c */
+    if (toy_train_is_vit(argc, argv)) { /* image classification: cli/train-vit.c */
+        const char *ranks = getenv("OMPI_COMM_WORLD_SIZE") ? getenv("OMPI_COMM_WORLD_SIZE") : getenv("PMI_SIZE");
+        if (ranks && atoi(ranks) > 1) { /* N independent runs would write over each other */
+            fprintf(stderr, "toy train --arch vit: not data-parallel yet (docs/distributed.md): run one process\n");
+            return 2;
+        }
+        return toy_train_vit(argc, argv);
+    }
     struct cfg c = {.runs = "runs", .vocab_size = 512, .batch = 8, .ctx = 128, .heldout = 0.1, .log_every = 10,
                     .preset = "small"};
     c.o = (struct toy_train_opts){.steps = 1000, .accum = 1, .lr = 3e-3f, .lr_min = 3e-4f, .warmup = 50,
