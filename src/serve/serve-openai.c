@@ -158,6 +158,11 @@ static bool encode_text(const struct srv_api *api, const char *text, size_t n, b
     }
     if (toy_tokenizer_encode(api->tok, text, n, flags, out))
         return srv_err(err, 400, "invalid_request_error", NULL, param, "%s", toy_last_error());
+    for (int64_t i = 0; i < out->n; i++) /* a tokenizer larger than the model's embedding table */
+        if (out->ids[i] < 0 || out->ids[i] >= api->m->cfg.vocab)
+            return srv_err(err, 400, "invalid_request_error", NULL, param,
+                           "the tokenizer gives id %d, beyond the model's %lld embeddings", out->ids[i],
+                           (long long)api->m->cfg.vocab);
     return true;
 }
 
