@@ -901,3 +901,31 @@ Test(serve, timeout_ends_a_generation, .timeout = 60) {
     resp_free(&r);
     cr_assert_eq(server_stop(&s), 0);
 }
+
+/* --chat-template picks the rendering; a template that does not parse stops the server at startup */
+Test(serve, chat_template_flag, .timeout = 60) {
+    const char *body = "{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":"
+                       "\"Hello there\"}],\"max_tokens\":1}";
+    long long n[2];
+    const char *names[2] = {"chatml", "llama2"};
+    for (int t = 0; t < 2; t++) {
+        struct server s;
+        const char *extra[] = {"--chat-template", names[t], NULL};
+        server_start(&s, extra);
+        struct resp r = http(&s, "POST", "/v1/chat/completions", body);
+        cr_assert_eq(r.code, 200, "%s", r.body);
+        n[t] = jint(r.json, "usage.prompt_tokens");
+        resp_free(&r);
+        cr_assert_eq(server_stop(&s), 0);
+    }
+    cr_assert_neq(n[0], n[1], "chatml and llama2 render differently (%lld tokens each)", n[0]);
+    char dir[] = "/tmp/toy-serve-test-XXXXXX", log[64];
+    cr_assert(mkdtemp(dir));
+    snprintf(log, sizeof log, "%s/log", dir);
+    char *argv[] = {(char *)toy_bin(), "serve", "-m", (char *)model(dir), "--port", "0", "--no-events",
+                    "--chat-template", "{% if %}", NULL};
+    cr_assert_eq(wait_for(spawn(argv, NULL, log), 30), 1);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+}
