@@ -6,7 +6,9 @@
  *  - AdamW training steps: losses and the logits after them within 1e-4;
  *  - TOYI round trip, IDX loading of MNIST, a PNG folder through stb_image;
  *  - a small ViT trained on MNIST t10k (8000 train / 2000 test) reaches the
- *    accuracy bar on the held-out images. */
+ *    accuracy bar on the held-out images;
+ *  - a classifier run stopped at step 6 and resumed from its checkpoint ends
+ *    with the same weights as an uninterrupted run. */
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <math.h>
@@ -367,6 +369,72 @@ Test(vit, mnist_small_vit_learns, .timeout = 600) {
     toy_vit_free(back);
     toy_vit_free(m);
     toy_images_free(all);
+    toy_images_free(train);
+    toy_images_free(test);
+    rm_tmp();
+}
+
+static volatile sig_atomic_t stop_at_6;
+static void stop_after_6(void *ud, const struct toy_classify_step *s) {
+    (void)ud;
+    if (s->step == 6) stop_at_6 = 1;
+}
+
+/* Stopping at step 6 (checkpoint) and resuming from the files gives the same
+ * step-12 model as an uninterrupted run: weights, moments, step and the
+ * batch sampler all come back. */
+Test(vit, classifier_resume_is_exact, .timeout = 300) {
+    struct toy_image_set *all, *train, *test;
+    if (access(MNIST "/t10k-images-idx3-ubyte.gz", R_OK)) cr_skip_test("no %s", MNIST);
+    cr_assert_eq(toy_images_load(MNIST, NULL, &all), TOY_OK);
+    struct toy_image_set *some, *rest;
+    cr_assert_eq(toy_images_split(all, 0.9, 2, &some, &rest), TOY_OK); /* 1000 images: a quick eval is enough */
+    toy_images_free(all);
+    toy_images_free(rest);
+    cr_assert_eq(toy_images_split(some, 0.2, 3, &train, &test), TOY_OK);
+    toy_images_free(some);
+    struct toy_vit_config c = toy_vit_preset("mnist");
+    struct toy_classify_opts o = {.steps = 12, .batch = 16, .lr = 2e-3f, .lr_min = 1e-4f, .warmup = 2,
+                                  .schedule = TOY_LR_COSINE, .weight_decay = 0.05f, .beta1 = 0.9f, .beta2 = 0.999f,
+                                  .eps = 1e-8f, .clip = 1.0f, .seed = 5, .aug = {.crop_pad = 2, .flip = true}};
+    make_tmp();
+    char d1[400], d2[400];
+    snprintf(d1, sizeof d1, "%s/a", tmpdir);
+    snprintf(d2, sizeof d2, "%s/b", tmpdir);
+    struct toy_vit *a = toy_vit_new(&c, 9), *b = toy_vit_new(&c, 9);
+    struct toy_classifier *ta, *tb;
+    struct toy_classify_result ra, rb;
+    cr_assert_eq(toy_classifier_new(a, train, test, &o, d1, NULL, 2, &ta), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(toy_classifier_run(ta, &ra), TOY_OK);
+    struct toy_classify_opts ob = o;
+    ob.stop = &stop_at_6;
+    cr_assert_eq(toy_classifier_new(b, train, test, &ob, d2, NULL, 2, &tb), TOY_OK);
+    toy_classifier_on_step(tb, stop_after_6, NULL);
+    cr_assert_eq(toy_classifier_run(tb, &rb), TOY_OK);
+    cr_assert_eq(rb.reason, TOY_RUN_INTERRUPTED);
+    cr_assert_eq(rb.final_step, 6);
+    toy_classifier_free(tb);
+    toy_vit_free(b);
+    /* resume from the files */
+    struct toy_vit *b2;
+    cr_assert_eq(toy_vit_load(rb.checkpoint, true, &b2), TOY_OK, "%s", toy_last_error());
+    char state[1300];
+    snprintf(state, sizeof state, "%.*s.state.gguf", (int)(strlen(rb.checkpoint) - 5), rb.checkpoint);
+    cr_assert_eq(toy_classifier_new(b2, train, test, &o, d2, NULL, 2, &tb), TOY_OK);
+    cr_assert_eq(toy_classifier_load_state(tb, state), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(toy_classifier_step(tb), 6);
+    cr_assert_eq(toy_classifier_run(tb, &rb), TOY_OK);
+    cr_assert_eq(rb.final_step, 12);
+    cr_log_info("vit resume: uninterrupted loss %.7f, stopped at 6 and resumed %.7f", ra.final_loss, rb.final_loss);
+    cr_assert_eq(ra.final_loss, rb.final_loss);
+    cr_assert_eq(ra.test_acc, rb.test_acc);
+    for (int i = 0; i < toy_vit_n_tensors(a); i++)
+        cr_assert(!memcmp(toy_vit_tensor(a, i)->data, toy_vit_tensor(b2, i)->data, toy_nbytes(toy_vit_tensor(a, i))),
+                  "%s differs", toy_vit_tensor(a, i)->name);
+    toy_classifier_free(ta);
+    toy_classifier_free(tb);
+    toy_vit_free(a);
+    toy_vit_free(b2);
     toy_images_free(train);
     toy_images_free(test);
     rm_tmp();

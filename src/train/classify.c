@@ -312,19 +312,20 @@ enum toy_status toy_classifier_run(struct toy_classifier *t, struct toy_classify
                                                             .grad_norm = gn});
         struct toy_classify_step info = {.step = t->step, .steps = o->steps, .loss = loss, .lr = lr, .grad_norm = gn,
                                          .elapsed_s = now_s() - t0, .test_loss = NAN, .test_acc = NAN};
-        bool stop = o->stop && *o->stop;
-        bool last = t->step == o->steps || stop;
+        bool last = t->step == o->steps || (o->stop && *o->stop);
         if ((o->eval_every > 0 && t->step % o->eval_every == 0) || last) {
             if ((st = evaluate(t, &info.test_loss, &info.test_acc))) break;
             r.test_loss = info.test_loss;
             r.test_acc = info.test_acc;
         }
         if (t->fn) t->fn(t->ud, &info);
+        bool stop = o->stop && *o->stop; /* the callback may ask too */
+        last = last || stop;
         if ((o->ckpt_every > 0 && t->step % o->ckpt_every == 0) || last)
             if ((st = toy_classifier_checkpoint(t, NULL, 0))) break;
         if (stop) { r.reason = TOY_RUN_INTERRUPTED; break; }
     }
-    if (t->step == first_step && !st && isnan(r.test_acc)) {
+    if (!st && isnan(r.test_acc)) { /* no evaluation yet: nothing to train, or stopped from the callback */
         float l, a;
         if (!(st = evaluate(t, &l, &a))) r.test_loss = l, r.test_acc = a;
     }
