@@ -99,6 +99,7 @@ struct srv_engine {
     int n_slots;
     int64_t n_ctx, vocab;
     bool prefix_cache;
+    int64_t row_group;            /* decode products in groups of at most this many rows (0: all) */
     struct slot *slots;
     uint64_t clock;
     float *logits;                /* (vocab) */
@@ -292,7 +293,7 @@ static enum toy_status prefill(struct srv_engine *e, struct slot *s, const int32
     memcpy(tok->data, prompt + keep, (size_t)Tn * sizeof(int32_t));
     for (int64_t i = 0; i < Tn; i++) ((int32_t *)pos->data)[i] = (int32_t)(keep + i);
     struct toy_kv_cache *kc = &s->kv;
-    struct toy_tensor *lg = srv_forward(ctx, e->m, tok, pos, &kc, SRV_OUT_LOGITS_LAST);
+    struct toy_tensor *lg = srv_forward(ctx, e->m, tok, pos, &kc, SRV_OUT_LOGITS_LAST, e->row_group);
     toy_set_output(lg);
     struct toy_graph *g = toy_graph_new(ctx);
     toy_graph_build(g, lg);
@@ -321,7 +322,7 @@ static void run_embed(struct srv_engine *e, struct srv_job *j) {
         struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, n, 1), *pos = toy_new_tensor_1d(ctx, TOY_I32, n);
         memcpy(tok->data, j->inputs[i], (size_t)n * sizeof(int32_t));
         for (int64_t k = 0; k < n; k++) ((int32_t *)pos->data)[k] = (int32_t)k;
-        struct toy_tensor *h = srv_forward(ctx, e->m, tok, pos, NULL, SRV_OUT_MEAN_HIDDEN);
+        struct toy_tensor *h = srv_forward(ctx, e->m, tok, pos, NULL, SRV_OUT_MEAN_HIDDEN, 0);
         toy_set_output(h);
         struct toy_graph *g = toy_graph_new(ctx);
         toy_graph_build(g, h);
@@ -421,7 +422,7 @@ static enum toy_status build_batch(struct srv_engine *e, const int *idx, int n) 
     for (int b = 0; b < n; b++) caches[b] = &e->slots[idx[b]].kv;
     e->btok = toy_new_tensor_2d(ctx, TOY_I32, 1, n);
     e->bpos = toy_new_tensor_1d(ctx, TOY_I32, n);
-    e->blogits = srv_forward(ctx, e->m, e->btok, e->bpos, caches, SRV_OUT_LOGITS_LAST);
+    e->blogits = srv_forward(ctx, e->m, e->btok, e->bpos, caches, SRV_OUT_LOGITS_LAST, e->row_group);
     free(caches);
     toy_set_output(e->blogits);
     e->bg = toy_graph_new(ctx);
@@ -574,6 +575,7 @@ enum toy_status srv_engine_new(struct toy_llama *m, const struct toy_tokenizer *
     e->n_ctx = o->n_ctx > 0 && o->n_ctx <= m->cfg.max_ctx ? o->n_ctx : m->cfg.max_ctx;
     e->vocab = m->cfg.vocab;
     e->prefix_cache = o->prefix_cache;
+    e->row_group = srv_row_group(m);
     e->q_max = o->queue_size > 0 ? o->queue_size : 1; /* at least one waits for a slot */
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);

@@ -8,6 +8,15 @@
  *    share every projection (one matmul over B rows: the weights are read
  *    once per step for the whole batch, which is where batching pays) and
  *    run attention per sequence on views of q, k and v;
+ *  - row groups: with Q8_0/Q4_0 weights, a product of at most 8 rows takes
+ *    the integer dot-product path (activations quantized per row) and a
+ *    larger one dequantizes the weights for sgemm on f32 activations
+ *    (src/backends/cpu/matmul.c, QDOT_MAX_ROWS). The two round differently,
+ *    so a sequence decoded in a batch of 16 would not get the tokens it gets
+ *    alone, and a prompt prefilled after a prefix-cache hit (only its last
+ *    tokens) would not get the keys and values of a cold prefill. Products
+ *    therefore run in groups of at most 8 rows (row_group), which keeps
+ *    every row on the same path whatever the batch or the chunk;
  *  - outputs: the logits of the last position only (a prefill of T tokens
  *    never materialises T x vocab logits), or the mean of the final-norm
  *    hidden states over positions (embeddings).
@@ -39,6 +48,30 @@ static struct toy_rope_params rope_params(const struct toy_llama_config *c) {
     return r;
 }
 
+/* proj over groups of at most rg rows of x {in, T, B} (rg 0: one product) */
+static struct toy_tensor *projg(struct toy_ctx *ctx, const struct toy_llama *m, struct toy_tensor *x,
+                                struct toy_tensor *w, struct toy_tensor *b, int64_t rg) {
+    int64_t T = x->ne[1], B = x->ne[2], R = T * B;
+    if (rg <= 0 || R <= rg) return proj(ctx, m, x, w, b);
+    if (!toy_is_contiguous(x)) x = toy_cont(ctx, x);
+    struct toy_tensor *y = NULL;
+    for (int64_t r0 = 0; r0 < R; r0 += rg) {
+        int64_t ne[2] = {x->ne[0], R - r0 < rg ? R - r0 : rg};
+        size_t nb[2] = {x->nb[0], x->nb[1]};
+        struct toy_tensor *yg = proj(ctx, m, toy_view(ctx, x, 2, ne, nb, (size_t)r0 * x->nb[1]), w, b);
+        y = y ? toy_concat(ctx, y, yg, 1) : yg;
+    }
+    return toy_reshape_3d(ctx, y, y->ne[0], T, B);
+}
+
+int64_t srv_row_group(const struct toy_llama *m) {
+    for (int i = 0; i < toy_llama_n_tensors(m); i++) {
+        const struct toy_tensor *t = toy_llama_tensor(m, i);
+        if (t->n_dims == 2 && (t->type == TOY_Q8_0 || t->type == TOY_Q4_0)) return 8;
+    }
+    return m->output && (m->output->type == TOY_Q8_0 || m->output->type == TOY_Q4_0) ? 8 : 0;
+}
+
 /* sequence b of x {D, H, T, B}: a view {D, H, T, 1} */
 static struct toy_tensor *seq_view(struct toy_ctx *ctx, struct toy_tensor *x, int64_t b) {
     if (x->ne[3] == 1) return x;
@@ -47,7 +80,8 @@ static struct toy_tensor *seq_view(struct toy_ctx *ctx, struct toy_tensor *x, in
 }
 
 struct toy_tensor *srv_forward(struct toy_ctx *ctx, struct toy_llama *m, struct toy_tensor *tokens,
-                               struct toy_tensor *pos, struct toy_kv_cache *const *caches, enum srv_out out) {
+                               struct toy_tensor *pos, struct toy_kv_cache *const *caches, enum srv_out out,
+                               int64_t rg) {
     const struct toy_llama_config *c = &m->cfg;
     int64_t T = tokens->ne[0], B = tokens->ne[1], d = c->d_model;
     int64_t H = c->n_heads, Hkv = c->n_kv_heads, hd = toy_llama_head_dim(c);
@@ -59,9 +93,9 @@ struct toy_tensor *srv_forward(struct toy_ctx *ctx, struct toy_llama *m, struct 
         struct toy_attn_params attn = {.causal = true, .scale = c->attn_scale, .softcap = c->attn_softcap};
         if (c->sliding_window > 0 && (!c->swa_alternate || l % 2 == 0)) attn.window = c->sliding_window;
         struct toy_tensor *h = toy_rms_norm(ctx, x, L->attn_norm, c->norm_eps);
-        struct toy_tensor *q = toy_reshape_4d(ctx, proj(ctx, m, h, L->wq, L->bq), hd, H, T, B);
-        struct toy_tensor *k = toy_reshape_4d(ctx, proj(ctx, m, h, L->wk, L->bk), hd, Hkv, T, B);
-        struct toy_tensor *v = toy_reshape_4d(ctx, proj(ctx, m, h, L->wv, L->bv), hd, Hkv, T, B);
+        struct toy_tensor *q = toy_reshape_4d(ctx, projg(ctx, m, h, L->wq, L->bq, rg), hd, H, T, B);
+        struct toy_tensor *k = toy_reshape_4d(ctx, projg(ctx, m, h, L->wk, L->bk, rg), hd, Hkv, T, B);
+        struct toy_tensor *v = toy_reshape_4d(ctx, projg(ctx, m, h, L->wv, L->bv, rg), hd, Hkv, T, B);
         if (c->qk_norm) {
             q = toy_rms_norm(ctx, q, L->q_norm, c->norm_eps);
             k = toy_rms_norm(ctx, k, L->k_norm, c->norm_eps);
@@ -80,13 +114,13 @@ struct toy_tensor *srv_forward(struct toy_ctx *ctx, struct toy_llama *m, struct 
         } else {
             a = toy_attention(ctx, q, k, v, &attn);
         }
-        a = proj(ctx, m, toy_reshape_3d(ctx, a, hd * H, T, B), L->wo, NULL);
+        a = projg(ctx, m, toy_reshape_3d(ctx, a, hd * H, T, B), L->wo, NULL, rg);
         if (L->post_attn_norm) a = toy_rms_norm(ctx, a, L->post_attn_norm, c->norm_eps);
         x = toy_add(ctx, x, a);
         h = toy_rms_norm(ctx, x, L->ffn_norm, c->norm_eps);
-        struct toy_tensor *g = proj(ctx, m, h, L->w_gate, NULL), *u = proj(ctx, m, h, L->w_up, NULL);
+        struct toy_tensor *g = projg(ctx, m, h, L->w_gate, NULL, rg), *u = projg(ctx, m, h, L->w_up, NULL, rg);
         struct toy_tensor *f = c->gelu_mlp ? toy_mul(ctx, toy_gelu(ctx, g), u) : toy_swiglu(ctx, g, u);
-        f = proj(ctx, m, f, L->w_down, NULL);
+        f = projg(ctx, m, f, L->w_down, NULL, rg);
         if (L->post_ffn_norm) f = toy_rms_norm(ctx, f, L->post_ffn_norm, c->norm_eps);
         x = toy_add(ctx, x, f);
     }
@@ -100,7 +134,7 @@ struct toy_tensor *srv_forward(struct toy_ctx *ctx, struct toy_llama *m, struct 
         x = toy_view(ctx, x, 3, ne, nb, (size_t)(T - 1) * x->nb[1]);
     }
     x = toy_rms_norm(ctx, x, m->out_norm, c->norm_eps);
-    struct toy_tensor *logits = proj(ctx, m, x, m->output, NULL); /* {vocab, 1, B} */
+    struct toy_tensor *logits = projg(ctx, m, x, m->output, NULL, rg); /* {vocab, 1, B} */
     if (c->final_softcap > 0) {
         float s = c->final_softcap;
         logits = toy_scale(ctx, toy_tanh(ctx, toy_scale(ctx, logits, 1.0f / s)), s);

@@ -40,7 +40,13 @@ enum srv_out {
  * the B rows; attention runs per sequence). Without caches: plain causal
  * attention over the T tokens. */
 struct toy_tensor *srv_forward(struct toy_ctx *ctx, struct toy_llama *m, struct toy_tensor *tokens,
-                               struct toy_tensor *pos, struct toy_kv_cache *const *caches, enum srv_out out);
+                               struct toy_tensor *pos, struct toy_kv_cache *const *caches, enum srv_out out,
+                               int64_t row_group);
+/* The row group decode batches need so that each sequence gets the numbers
+ * it gets alone: 8 for models with Q8_0/Q4_0 weights, 0 (no split) otherwise
+ * (serve-forward.c explains). With row_group > 0, srv_forward multiplies
+ * in groups of at most row_group rows (positions x sequences). */
+int64_t srv_row_group(const struct toy_llama *m);
 
 /* ---- jobs ---------------------------------------------------------------------- */
 
