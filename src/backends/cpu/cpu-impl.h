@@ -71,6 +71,9 @@ struct toy_vec_ops {
     void (*mul)(float *y, const float *a, const float *b, int64_t n);
     /* s = sigmoid(g): du = dy g s, dg = dy u s (1 + g (1 - s)) */
     void (*swiglu_back)(float *dg, float *du, const float *dy, const float *g, const float *u, int64_t n);
+    /* GELU (tanh form) and its backward: y = gelu(x); dx = dy gelu'(x) */
+    void (*gelu)(float *y, const float *x, int64_t n);
+    void (*gelu_back)(float *dx, const float *dy, const float *x, int64_t n);
     void (*adamw)(float *p, const float *g, float *m, float *v, int64_t n, float lr, float b1,
                   float b2, float eps, float wd, float bc1, float bc2sqrt);
 };

@@ -117,18 +117,6 @@ static void k_binary(struct toy_tensor *dst, int ith, int nth, float *tmp) {
     }
 }
 
-static inline float gelu_f(float x) {
-    const float c = 0.7978845608028654f; /* sqrt(2/pi) */
-    return 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
-}
-
-static inline float gelu_grad(float x) {
-    const float c = 0.7978845608028654f;
-    float u = c * (x + 0.044715f * x * x * x);
-    float t = tanhf(u);
-    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * c * (1.0f + 3.0f * 0.044715f * x * x);
-}
-
 static void k_unary(struct toy_tensor *dst, int ith, int nth, float *tmp) {
     const struct toy_tensor *a = dst->src[0];
     int64_t r0, r1, n = dst->ne[0];
@@ -146,7 +134,7 @@ static void k_unary(struct toy_tensor *dst, int ith, int nth, float *tmp) {
         case TOY_OP_NEG: for (int64_t i = 0; i < n; i++) y[i] = -x[i]; break;
         case TOY_OP_TANH: for (int64_t i = 0; i < n; i++) y[i] = tanhf(x[i]); break;
         case TOY_OP_SILU: for (int64_t i = 0; i < n; i++) y[i] = x[i] / (1.0f + expf(-x[i])); break;
-        case TOY_OP_GELU: for (int64_t i = 0; i < n; i++) y[i] = gelu_f(x[i]); break;
+        case TOY_OP_GELU: toy_vec.gelu(y, x, n); break;
         default: TOY_ABORT("unary %s", toy_op_name(dst->op));
         }
     }
@@ -169,7 +157,7 @@ static void k_act_back(struct toy_tensor *dst, int ith, int nth, float *tmp) {
                 y[i] = g[i] * sg * (1.0f + xv[i] * (1.0f - sg));
             }
         } else {
-            for (int64_t i = 0; i < n; i++) y[i] = g[i] * gelu_grad(xv[i]);
+            toy_vec.gelu_back(y, g, xv, n);
         }
     }
 }

@@ -186,6 +186,41 @@ static void swiglu_back(float *dg, float *du, const float *dy, const float *g, c
     }
 }
 
+/* tanh(u) = 1 - 2 / (exp(2u) + 1): exact at the ends (exp overflows to inf
+ * or underflows to 0), accurate to a few ulp in between */
+static inline __m512 tanh_v(__m512 u) {
+    const __m512 one = _mm512_set1_ps(1.0f), two = _mm512_set1_ps(2.0f);
+    return _mm512_sub_ps(one, _mm512_div_ps(two, _mm512_add_ps(exp512(_mm512_mul_ps(two, u)), one)));
+}
+
+static void gelu(float *y, const float *x, int64_t n) {
+    const __m512 c = _mm512_set1_ps(0.7978845608028654f), k = _mm512_set1_ps(0.044715f), half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 v = _mm512_loadu_ps(x + i);
+        __m512 u = _mm512_mul_ps(c, _mm512_fmadd_ps(_mm512_mul_ps(k, v), _mm512_mul_ps(v, v), v));
+        _mm512_storeu_ps(y + i, _mm512_mul_ps(_mm512_mul_ps(half, v), _mm512_add_ps(one, tanh_v(u))));
+    }
+    for (; i < n; i++) y[i] = 0.5f * x[i] * (1.0f + tanhf(0.7978845608028654f * (x[i] + 0.044715f * x[i] * x[i] * x[i])));
+}
+
+static void gelu_back(float *dx, const float *dy, const float *x, int64_t n) {
+    const __m512 c = _mm512_set1_ps(0.7978845608028654f), k = _mm512_set1_ps(0.044715f), k3 = _mm512_set1_ps(3.0f * 0.044715f);
+    const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 v = _mm512_loadu_ps(x + i), v2 = _mm512_mul_ps(v, v);
+        __m512 t = tanh_v(_mm512_mul_ps(c, _mm512_fmadd_ps(_mm512_mul_ps(k, v), v2, v)));
+        __m512 d = _mm512_add_ps(_mm512_mul_ps(half, _mm512_add_ps(one, t)),
+                       _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(half, v), _mm512_sub_ps(one, _mm512_mul_ps(t, t))), _mm512_mul_ps(c, _mm512_fmadd_ps(k3, v2, one))));
+        _mm512_storeu_ps(dx + i, _mm512_mul_ps(_mm512_loadu_ps(dy + i), d));
+    }
+    for (; i < n; i++) {
+        float v = x[i], t = tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v));
+        dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * 0.7978845608028654f * (1.0f + 3.0f * 0.044715f * v * v));
+    }
+}
+
 void toy_simd_fill_avx512(struct toy_vec_ops *ops) {
     ops->dot = dot;
     ops->axpy = axpy;
@@ -198,5 +233,7 @@ void toy_simd_fill_avx512(struct toy_vec_ops *ops) {
     ops->add = add;
     ops->mul = mul;
     ops->swiglu_back = swiglu_back;
+    ops->gelu = gelu;
+    ops->gelu_back = gelu_back;
     ops->adamw = adamw;
 }

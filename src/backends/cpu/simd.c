@@ -60,6 +60,18 @@ static void ref_swiglu_back(float *dg, float *du, const float *dy, const float *
     }
 }
 
+static void ref_gelu(float *y, const float *x, int64_t n) {
+    const float c = 0.7978845608028654f; /* sqrt(2/pi) */
+    for (int64_t i = 0; i < n; i++) y[i] = 0.5f * x[i] * (1.0f + tanhf(c * (x[i] + 0.044715f * x[i] * x[i] * x[i])));
+}
+static void ref_gelu_back(float *dx, const float *dy, const float *x, int64_t n) {
+    const float c = 0.7978845608028654f;
+    for (int64_t i = 0; i < n; i++) {
+        float v = x[i], t = tanhf(c * (v + 0.044715f * v * v * v));
+        dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * c * (1.0f + 3.0f * 0.044715f * v * v));
+    }
+}
+
 /* The operation order of torch.optim.AdamW (single-tensor path). */
 static void ref_adamw(float *p, const float *g, float *m, float *v, int64_t n, float lr, float b1,
                       float b2, float eps, float wd, float bc1, float bc2sqrt) {
@@ -76,12 +88,12 @@ static void ref_adamw(float *p, const float *g, float *m, float *v, int64_t n, f
 
 static const struct toy_vec_ops ref_ops = {
     ref_dot, ref_axpy, ref_scale, ref_sumsq, ref_max, ref_exp_sum,
-    ref_silu_mul, ref_rms_apply, ref_add, ref_mul, ref_swiglu_back, ref_adamw,
+    ref_silu_mul, ref_rms_apply, ref_add, ref_mul, ref_swiglu_back, ref_gelu, ref_gelu_back, ref_adamw,
 };
 
 struct toy_vec_ops toy_vec = {
     ref_dot, ref_axpy, ref_scale, ref_sumsq, ref_max, ref_exp_sum,
-    ref_silu_mul, ref_rms_apply, ref_add, ref_mul, ref_swiglu_back, ref_adamw,
+    ref_silu_mul, ref_rms_apply, ref_add, ref_mul, ref_swiglu_back, ref_gelu, ref_gelu_back, ref_adamw,
 };
 
 void toy_simd_fill_avx512(struct toy_vec_ops *ops);
