@@ -295,9 +295,9 @@ Test(vit, image_sets_idx_toyi_png) {
     rm_tmp();
 }
 
-/* A small ViT on MNIST t10k: 8000 training images, 2000 held out. The test
- * budget is 500 steps of 64 (about four epochs); the full figure comes
- * from `toy train --arch vit` with more steps (see the commit notes). The
+/* A small ViT on MNIST t10k: 8000 training images, 2000 held out, 1500
+ * steps of 128 with random 1-pixel crops (24 epochs; ~25 s on 2 cores):
+ * the issue's bar, >= 95% held-out accuracy (97.5% when written). The
  * trained model is written as GGUF and `toy classify` names the class of
  * a held-out digit saved as PNG. */
 Test(vit, mnist_small_vit_learns, .timeout = 600) {
@@ -308,18 +308,18 @@ Test(vit, mnist_small_vit_learns, .timeout = 600) {
     cr_assert_eq(train->n, 8000);
     struct toy_vit_config c = toy_vit_preset("mnist");
     struct toy_vit *m = toy_vit_new(&c, 1);
-    struct toy_classify_opts o = {.steps = 500, .batch = 64, .lr = 2e-3f, .lr_min = 1e-4f, .warmup = 25,
+    struct toy_classify_opts o = {.steps = 1500, .batch = 128, .lr = 2e-3f, .lr_min = 1e-4f, .warmup = 50,
                                   .schedule = TOY_LR_COSINE, .weight_decay = 0.05f, .beta1 = 0.9f, .beta2 = 0.999f,
-                                  .eps = 1e-8f, .clip = 1.0f, .seed = 1, .eval_every = 0};
+                                  .eps = 1e-8f, .clip = 1.0f, .seed = 1, .eval_every = 0, .aug = {.crop_pad = 1}};
     make_tmp();
     struct toy_classifier *t;
     cr_assert_eq(toy_classifier_new(m, train, test, &o, tmpdir, NULL, 2, &t), TOY_OK, "%s", toy_last_error());
     struct toy_classify_result r;
     cr_assert_eq(toy_classifier_run(t, &r), TOY_OK, "%s", toy_last_error());
-    cr_log_info("ViT 'mnist' (%lld params): test accuracy %.2f%% (loss %.4f) after %lld steps of 64, %.1f s, %.0f img/s",
-                (long long)toy_vit_n_params(m), 100 * r.test_acc, r.test_loss, (long long)r.final_step, r.seconds,
-                r.images_per_s);
-    cr_assert_geq(r.test_acc, 0.90f, "test accuracy %.4f", r.test_acc);
+    cr_log_info("ViT 'mnist' (%lld params): test accuracy %.2f%% (loss %.4f) after %lld steps of %lld, %.1f s, %.0f img/s",
+                (long long)toy_vit_n_params(m), 100 * r.test_acc, r.test_loss, (long long)r.final_step,
+                (long long)o.batch, r.seconds, r.images_per_s);
+    cr_assert_geq(r.test_acc, 0.95f, "test accuracy %.4f", r.test_acc);
     cr_assert(r.checkpoint[0]);
     toy_classifier_free(t);
     /* the checkpoint evaluates to the same accuracy, mapped */
