@@ -27,20 +27,19 @@ static inline __m256 block_dot(__m256i w, __m256i x, float scale, __m256 acc) {
     return _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(scale), acc);
 }
 
+#define LD(p) _mm256_loadu_si256((const __m256i *)(p))
 static float q8_0(const void *wv, const void *xv, int64_t n) {
     const uint8_t *w = wv, *x = xv;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     int64_t nb = n / 32, b = 0;
-    for (; b + 1 < nb; b += 2, w += 68, x += 68) {
-        acc0 = block_dot(_mm256_loadu_si256((const __m256i *)(w + 2)), _mm256_loadu_si256((const __m256i *)(x + 2)),
-                         f16(w) * f16(x), acc0);
-        acc1 = block_dot(_mm256_loadu_si256((const __m256i *)(w + 36)), _mm256_loadu_si256((const __m256i *)(x + 36)),
-                         f16(w + 34) * f16(x + 34), acc1);
+    for (; b + 3 < nb; b += 4, w += 136, x += 136) {
+        a0 = block_dot(LD(w + 2), LD(x + 2), f16(w) * f16(x), a0);
+        a1 = block_dot(LD(w + 36), LD(x + 36), f16(w + 34) * f16(x + 34), a1);
+        a2 = block_dot(LD(w + 70), LD(x + 70), f16(w + 68) * f16(x + 68), a2);
+        a3 = block_dot(LD(w + 104), LD(x + 104), f16(w + 102) * f16(x + 102), a3);
     }
-    for (; b < nb; b++, w += 34, x += 34)
-        acc0 = block_dot(_mm256_loadu_si256((const __m256i *)(w + 2)), _mm256_loadu_si256((const __m256i *)(x + 2)),
-                         f16(w) * f16(x), acc0);
-    return hsum8(_mm256_add_ps(acc0, acc1));
+    for (; b < nb; b++, w += 34, x += 34) a0 = block_dot(LD(w + 2), LD(x + 2), f16(w) * f16(x), a0);
+    return hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
 }
 
 static inline __m256i unpack_q4(const uint8_t *q) {
@@ -51,10 +50,18 @@ static inline __m256i unpack_q4(const uint8_t *q) {
 
 static float q4_0(const void *wv, const void *xv, int64_t n) {
     const uint8_t *w = wv, *x = xv;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < n / 32; b++, w += 18, x += 34)
-        acc = block_dot(unpack_q4(w + 2), _mm256_loadu_si256((const __m256i *)(x + 2)), f16(w) * f16(x), acc);
-    return hsum8(acc);
+    /* four independent accumulators: one chain would be latency-bound */
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t nb = n / 32, b = 0;
+    for (; b + 3 < nb; b += 4, w += 72, x += 136) {
+        a0 = block_dot(unpack_q4(w + 2), _mm256_loadu_si256((const __m256i *)(x + 2)), f16(w) * f16(x), a0);
+        a1 = block_dot(unpack_q4(w + 20), _mm256_loadu_si256((const __m256i *)(x + 36)), f16(w + 18) * f16(x + 34), a1);
+        a2 = block_dot(unpack_q4(w + 38), _mm256_loadu_si256((const __m256i *)(x + 70)), f16(w + 36) * f16(x + 68), a2);
+        a3 = block_dot(unpack_q4(w + 56), _mm256_loadu_si256((const __m256i *)(x + 104)), f16(w + 54) * f16(x + 102), a3);
+    }
+    for (; b < nb; b++, w += 18, x += 34)
+        a0 = block_dot(unpack_q4(w + 2), _mm256_loadu_si256((const __m256i *)(x + 2)), f16(w) * f16(x), a0);
+    return hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
 }
 
 void toy_qdot_fill_avx512(struct toy_qdot_ops *ops) {
