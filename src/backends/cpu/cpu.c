@@ -416,6 +416,17 @@ static void k_norm_back(struct toy_tensor *dst, int ith, int nth, float *tmp, bo
         toy_unravel(r, dst, &i1, &i2, &i3);
         const float *xv = toy_cpu_row_f32(x, TOY_ROW(x, i1, i2, i3), tmp);
         const float *d = toy_cpu_row_f32(dy, TOY_ROW(dy, i1, i2, i3), tmp + n);
+        if (!layer) {
+            /* RMSNorm, vectorised: g = w dy, dx = r g - x r^3 (g . x) / n */
+            float *y = out_row(dst, r), *g = tmp + 3 * n;
+            float rstd = 1.0f / sqrtf(toy_vec.sumsq(xv, n) / (float)n + eps);
+            if (wv) toy_vec.mul(g, d, wv, n);
+            else memcpy(g, d, (size_t)n * sizeof *g);
+            float c = rstd * rstd * rstd * toy_vec.dot(g, xv, n) / (float)n;
+            toy_vec.scale(y, g, rstd, n);
+            toy_vec.axpy(y, xv, -c, n);
+            continue;
+        }
         double mu = 0, var = 0;
         if (layer) {
             for (int64_t i = 0; i < n; i++) mu += xv[i];
