@@ -71,6 +71,16 @@ void toy_optim_set_step_count(struct toy_optim *opt, int64_t steps);
 float *toy_optim_state(struct toy_optim *opt, int i, int which /* 0: m or momentum, 1: v */);
 size_t toy_optim_state_bytes(const struct toy_optim *opt);
 
+/* The optimizer's state as GGUF tensors (what checkpoints' .state.gguf
+ * files hold): opt.m.<param name> (AdamW first moment / SGD momentum) and,
+ * for AdamW, opt.v.<param name>, f32, shaped like the parameter. Reading
+ * checks every tensor's presence, type and size (TOY_ERR_FORMAT / _SHAPE
+ * naming the file and tensor) and leaves the step count to the caller. */
+struct toy_gguf;
+struct toy_gguf_writer;
+enum toy_status toy_optim_write_gguf(struct toy_optim *opt, struct toy_gguf_writer *w);
+enum toy_status toy_optim_read_gguf(struct toy_optim *opt, const struct toy_gguf *g);
+
 /* ---- learning-rate schedules ---- */
 
 enum toy_lr_kind { TOY_LR_CONSTANT = 0, TOY_LR_COSINE = 1, TOY_LR_LINEAR = 2 };

@@ -189,14 +189,7 @@ static enum toy_status write_state(struct toy_classifier *t, const char *path) {
     if (!st) st = toy_gguf_writer_set_u64(w, "toy.optim.steps", (uint64_t)toy_optim_step_count(t->opt));
     if (!st) st = toy_gguf_writer_set_arr(w, "toy.sampler.rng", TOY_GGUF_U64, t->rng.s, 4);
     if (!st) st = toy_gguf_writer_set_f32(w, "toy.last_loss", t->last_loss);
-    char name[128];
-    for (int i = 0; i < toy_optim_n_params(t->opt) && !st; i++) {
-        const struct toy_tensor *p = toy_optim_param(t->opt, i);
-        for (int which = 0; which < 2 && !st; which++) {
-            snprintf(name, sizeof name, "opt.%c.%s", which ? 'v' : 'm', p->name);
-            st = toy_gguf_writer_add_tensor(w, name, TOY_F32, 4, p->ne, toy_optim_state(t->opt, i, which));
-        }
-    }
+    if (!st) st = toy_optim_write_gguf(t->opt, w);
     if (!st) st = toy_gguf_writer_write(w, path);
     toy_gguf_writer_free(w);
     return st;
@@ -240,18 +233,7 @@ enum toy_status toy_classifier_load_state(struct toy_classifier *t, const char *
         return toy_error(TOY_ERR_FORMAT, "%s: not a toy-classify state (toy.step, toy.optim.steps, toy.sampler.rng)", path);
     }
     memcpy(t->rng.s, toy_gguf_arr_data(g, ai), sizeof t->rng.s);
-    char name[128];
-    for (int i = 0; i < toy_optim_n_params(t->opt) && !st; i++) {
-        const struct toy_tensor *p = toy_optim_param(t->opt, i);
-        for (int which = 0; which < 2 && !st; which++) {
-            snprintf(name, sizeof name, "opt.%c.%s", which ? 'v' : 'm', p->name);
-            int64_t ti = toy_gguf_find_tensor(g, name);
-            if (ti < 0 || toy_gguf_tensor(g, ti)->n_elements != toy_nelements(p))
-                st = toy_error(TOY_ERR_FORMAT, "%s: missing or mis-sized %s", path, name);
-            else
-                st = toy_gguf_tensor_read_f32(g, ti, toy_optim_state(t->opt, i, which), toy_nelements(p));
-        }
-    }
+    if (!st) st = toy_optim_read_gguf(t->opt, g);
     float ll = NAN;
     toy_gguf_get_f32(g, "toy.last_loss", &ll);
     toy_gguf_close(g);

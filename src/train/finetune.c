@@ -285,14 +285,7 @@ static enum toy_status write_state(struct toy_finetuner *f, const char *path) {
     if (!st) st = toy_gguf_writer_set_str(w, "toy.finetune.opts", os);
     free(os);
     json_decref(oj);
-    char name[160];
-    for (int i = 0; i < toy_optim_n_params(f->opt) && !st; i++) {
-        const struct toy_tensor *p = toy_optim_param(f->opt, i);
-        for (int which = 0; which < 2 && !st; which++) {
-            snprintf(name, sizeof name, "opt.%c.%s", which ? 'v' : 'm', p->name);
-            st = toy_gguf_writer_add_tensor(w, name, TOY_F32, 4, p->ne, toy_optim_state(f->opt, i, which));
-        }
-    }
+    if (!st) st = toy_optim_write_gguf(f->opt, w);
     if (!st) st = toy_gguf_writer_write(w, path);
     toy_gguf_writer_free(w);
     return st;
@@ -348,22 +341,7 @@ enum toy_status toy_finetuner_load_state(struct toy_finetuner *f, const char *pa
         else
             st = toy_error(TOY_ERR_FORMAT, "%s: missing toy.lora.rng (4 u64)", path);
     }
-    char name[160];
-    for (int k = 0; k < toy_optim_n_params(f->opt) && !st; k++) {
-        const struct toy_tensor *p = toy_optim_param(f->opt, k);
-        for (int which = 0; which < 2 && !st; which++) {
-            snprintf(name, sizeof name, "opt.%c.%s", which ? 'v' : 'm', p->name);
-            int64_t i = toy_gguf_find_tensor(g, name);
-            if (i < 0) { st = toy_error(TOY_ERR_FORMAT, "%s: missing optimizer tensor %s", path, name); break; }
-            const struct toy_gguf_tensor *gt = toy_gguf_tensor(g, i);
-            if (gt->type != TOY_F32 || gt->n_elements != toy_nelements(p)) {
-                st = toy_error(TOY_ERR_SHAPE, "%s: %s has %lld elements, the model needs %lld", path, name,
-                               (long long)gt->n_elements, (long long)toy_nelements(p));
-                break;
-            }
-            memcpy(toy_optim_state(f->opt, k, which), gt->data, gt->nbytes);
-        }
-    }
+    if (!st) st = toy_optim_read_gguf(f->opt, g);
     double ll;
     if (!st && !toy_gguf_get_f64(g, "toy.last_loss", &ll)) f->last_loss = (float)ll;
     if (!st) {

@@ -8,7 +8,9 @@
 #include <string.h>
 
 #include "backends/cpu/cpu-impl.h"
+#include "toy/gguf.h"
 #include "toy/optim.h"
+#include <stdio.h>
 
 struct oparam {
     struct toy_tensor *p;
@@ -176,4 +178,40 @@ void toy_optim_scale_grads(struct toy_optim *o, float s, struct toy_threadpool *
 void toy_optim_zero_grad(struct toy_optim *o) {
     for (int i = 0; i < o->n_params; i++)
         if (o->params[i].p->grad) memset(o->params[i].p->grad->data, 0, toy_nbytes(o->params[i].p->grad));
+}
+
+/* ---- state in GGUF ------------------------------------------------------------ */
+
+static int n_moments(const struct toy_optim *o) { return o->kind == TOY_OPTIM_ADAMW ? 2 : 1; }
+
+enum toy_status toy_optim_write_gguf(struct toy_optim *o, struct toy_gguf_writer *w) {
+    char name[160];
+    enum toy_status st = TOY_OK;
+    for (int i = 0; i < o->n_params && !st; i++) {
+        const struct toy_tensor *p = o->params[i].p;
+        for (int which = 0; which < n_moments(o) && !st; which++) {
+            snprintf(name, sizeof name, "opt.%c.%s", which ? 'v' : 'm', p->name);
+            st = toy_gguf_writer_add_tensor(w, name, TOY_F32, 4, p->ne, which ? o->params[i].v : o->params[i].m);
+        }
+    }
+    return st;
+}
+
+enum toy_status toy_optim_read_gguf(struct toy_optim *o, const struct toy_gguf *g) {
+    char name[160];
+    for (int i = 0; i < o->n_params; i++) {
+        const struct toy_tensor *p = o->params[i].p;
+        for (int which = 0; which < n_moments(o); which++) {
+            snprintf(name, sizeof name, "opt.%c.%s", which ? 'v' : 'm', p->name);
+            int64_t ti = toy_gguf_find_tensor(g, name);
+            if (ti < 0) return toy_error(TOY_ERR_FORMAT, "%s: missing optimizer tensor %s", toy_gguf_path(g), name);
+            const struct toy_gguf_tensor *gt = toy_gguf_tensor(g, ti);
+            if (gt->type != TOY_F32 || gt->n_elements != toy_nelements(p))
+                return toy_error(TOY_ERR_SHAPE, "%s: %s has %lld %s elements, the model needs %lld f32 (offset %zu)",
+                                 toy_gguf_path(g), name, (long long)gt->n_elements, toy_dtype_name(gt->type),
+                                 (long long)toy_nelements(p), gt->file_offset);
+            memcpy(which ? o->params[i].v : o->params[i].m, gt->data, gt->nbytes);
+        }
+    }
+    return TOY_OK;
 }

@@ -280,14 +280,7 @@ static enum toy_status write_state(struct toy_trainer *t, const char *path) {
     if (!st) st = toy_gguf_writer_set_str(w, "toy.train.opts", os);
     free(os);
     json_decref(oj);
-    char name[128];
-    for (int i = 0; i < toy_optim_n_params(t->opt) && !st; i++) {
-        const struct toy_tensor *p = toy_optim_param(t->opt, i);
-        for (int which = 0; which < 2 && !st; which++) {
-            snprintf(name, sizeof name, "opt.%c.%s", which ? 'v' : 'm', p->name);
-            st = toy_gguf_writer_add_tensor(w, name, TOY_F32, 4, p->ne, toy_optim_state(t->opt, i, which));
-        }
-    }
+    if (!st) st = toy_optim_write_gguf(t->opt, w);
     if (!st) st = toy_gguf_writer_write(w, path);
     toy_gguf_writer_free(w);
     return st;
@@ -359,7 +352,7 @@ enum toy_status toy_trainer_load_state(struct toy_trainer *t, const char *path) 
     int64_t step = 0, osteps = 0;
     struct toy_data_state ds;
     toy_data_get_state(t->data, &ds);
-    int64_t i, rng_kv;
+    int64_t rng_kv;
     const uint64_t *rng = NULL;
     st = get_i64(g, "toy.step", &step);
     if (!st) st = get_i64(g, "toy.optim.steps", &osteps);
@@ -374,24 +367,7 @@ enum toy_status toy_trainer_load_state(struct toy_trainer *t, const char *path) 
         memcpy(ds.rng.s, rng, sizeof ds.rng.s);
         st = toy_data_set_state(t->data, &ds);
     }
-    char name[128];
-    for (int k = 0; k < toy_optim_n_params(t->opt) && !st; k++) {
-        const struct toy_tensor *p = toy_optim_param(t->opt, k);
-        for (int which = 0; which < 2 && !st; which++) {
-            snprintf(name, sizeof name, "opt.%c.%s", which ? 'v' : 'm', p->name);
-            if ((i = toy_gguf_find_tensor(g, name)) < 0) {
-                st = toy_error(TOY_ERR_FORMAT, "%s: missing optimizer tensor %s", path, name);
-                break;
-            }
-            const struct toy_gguf_tensor *gt = toy_gguf_tensor(g, i);
-            if (gt->type != TOY_F32 || gt->n_elements != toy_nelements(p)) {
-                st = toy_error(TOY_ERR_SHAPE, "%s: %s has %lld %s elements, the model needs %lld f32", path, name,
-                               (long long)gt->n_elements, toy_dtype_name(gt->type), (long long)toy_nelements(p));
-                break;
-            }
-            memcpy(toy_optim_state(t->opt, k, which), gt->data, gt->nbytes);
-        }
-    }
+    if (!st) st = toy_optim_read_gguf(t->opt, g);
     double ll;
     if (!st && !toy_gguf_get_f64(g, "toy.last_loss", &ll)) t->last_loss = (float)ll;
     if (!st) {
