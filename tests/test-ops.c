@@ -155,7 +155,8 @@ static void build_case(struct built *b, json_t *c) {
         ap.causal = pnum(p, "causal", 0) != 0;
         ap.window = (int)pnum(p, "window", 0);
         ap.softcap = (float)pnum(p, "softcap", 0);
-        y = toy_attention(ctx, x[0], x[1], x[2], &ap);
+        bool seg = json_object_get(json_object_get(c, "ints"), "seg") != NULL; /* packed rows */
+        y = toy_attention_seg(ctx, x[0], x[1], x[2], seg ? int_input(b, c, "seg") : NULL, &ap);
     } else if (!strcmp(op, "rope")) {
         struct toy_rope_params rp = {0};
         rp.mode = (enum toy_rope_mode)pnum(p, "mode", 0);
@@ -397,4 +398,87 @@ Test(ops, f16_bf16_conversions_match_torch) {
     cr_log_info("%zu values converted", json_array_size(f));
     cr_assert_eq(bad, 0, "%d conversions differ from PyTorch", bad);
     json_decref(root);
+}
+
+/* Packed rows: documents of 70 and 80 positions (the second starts inside a
+ * 64-query block) in one segmented row give the outputs and q/k/v gradients
+ * that each document gets alone in a row of its own, and padding (an id of
+ * its own) changes nothing. GQA (4 query heads over 2), causal. */
+static void attn_rows(int64_t T, int64_t B, const int32_t *seg, const float *qv, const float *kv, const float *vv,
+                      const float *dyv, float *out, float *dq, float *dk, float *dv) {
+    const int64_t D = 16, Hq = 4, Hkv = 2;
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    struct toy_tensor *q = toy_new_tensor_4d(ctx, TOY_F32, D, Hq, T, B);
+    struct toy_tensor *k = toy_new_tensor_4d(ctx, TOY_F32, D, Hkv, T, B);
+    struct toy_tensor *v = toy_new_tensor_4d(ctx, TOY_F32, D, Hkv, T, B);
+    struct toy_tensor *dy = toy_new_tensor_4d(ctx, TOY_F32, D, Hq, T, B);
+    memcpy(q->data, qv, toy_nbytes(q));
+    memcpy(k->data, kv, toy_nbytes(k));
+    memcpy(v->data, vv, toy_nbytes(v));
+    memcpy(dy->data, dyv, toy_nbytes(dy));
+    toy_set_param(q);
+    toy_set_param(k);
+    toy_set_param(v);
+    struct toy_tensor *s = NULL;
+    if (seg) {
+        s = toy_new_tensor_2d(ctx, TOY_I32, T, B);
+        memcpy(s->data, seg, (size_t)(T * B) * sizeof(int32_t));
+    }
+    struct toy_attn_params ap = {.causal = true};
+    struct toy_tensor *y = toy_attention_seg(ctx, q, k, v, s, &ap);
+    toy_set_output(y);
+    struct toy_tensor *loss = toy_sum_all(ctx, toy_mul(ctx, y, dy));
+    struct toy_graph *g = toy_graph_new(ctx);
+    toy_graph_build(g, loss);
+    toy_graph_backward(g, loss);
+    struct toy_threadpool *tp = toy_threadpool_new(2);
+    cr_assert_eq(toy_graph_compute(g, tp), TOY_OK, "%s", toy_last_error());
+    memcpy(out, y->data, toy_nbytes(y));
+    memcpy(dq, q->grad->data, toy_nbytes(q));
+    memcpy(dk, k->grad->data, toy_nbytes(k));
+    memcpy(dv, v->grad->data, toy_nbytes(v));
+    toy_threadpool_free(tp);
+    toy_ctx_free(ctx);
+}
+
+Test(ops, segment_attention_packed_row_equals_separate_rows) {
+    const int64_t D = 16, Hq = 4, Hkv = 2, L0 = 70, L1 = 80, T = 160; /* 10 positions of padding */
+    const int64_t nq = D * Hq, nk = D * Hkv;
+    struct toy_rng r;
+    toy_rng_seed(&r, 77);
+    float *q = malloc(T * nq * 4), *k = malloc(T * nk * 4), *v = malloc(T * nk * 4), *dy = malloc(T * nq * 4);
+    for (int64_t i = 0; i < T * nq; i++) { q[i] = toy_rng_normal(&r); dy[i] = toy_rng_normal(&r); }
+    for (int64_t i = 0; i < T * nk; i++) { k[i] = toy_rng_normal(&r); v[i] = toy_rng_normal(&r); }
+    int32_t seg[160];
+    for (int64_t t = 0; t < T; t++) seg[t] = t < L0 ? 0 : t < L0 + L1 ? 1 : -1;
+    float *po = malloc(T * nq * 4), *pdq = malloc(T * nq * 4), *pdk = malloc(T * nk * 4), *pdv = malloc(T * nk * 4);
+    attn_rows(T, 1, seg, q, k, v, dy, po, pdq, pdk, pdv);
+    /* each document alone (row 0: doc 0, row 1: doc 1; T = 80, doc 0 padded with zeros it never sees) */
+    const int64_t Ts = L1;
+    float *sq = calloc(2 * Ts * nq, 4), *sk = calloc(2 * Ts * nk, 4), *sv = calloc(2 * Ts * nk, 4),
+          *sdy = calloc(2 * Ts * nq, 4);
+    int64_t start[2] = {0, L0}, len[2] = {L0, L1};
+    for (int d = 0; d < 2; d++) {
+        memcpy(sq + d * Ts * nq, q + start[d] * nq, (size_t)(len[d] * nq) * 4);
+        memcpy(sdy + d * Ts * nq, dy + start[d] * nq, (size_t)(len[d] * nq) * 4);
+        memcpy(sk + d * Ts * nk, k + start[d] * nk, (size_t)(len[d] * nk) * 4);
+        memcpy(sv + d * Ts * nk, v + start[d] * nk, (size_t)(len[d] * nk) * 4);
+    }
+    float *so = malloc(2 * Ts * nq * 4), *sdq = malloc(2 * Ts * nq * 4), *sdk = malloc(2 * Ts * nk * 4),
+          *sdv = malloc(2 * Ts * nk * 4);
+    attn_rows(Ts, 2, NULL, sq, sk, sv, sdy, so, sdq, sdk, sdv);
+    double worst = 0;
+    for (int d = 0; d < 2; d++)
+        for (int64_t t = 0; t < len[d]; t++) {
+            const float *pairs[4][2] = {{po + (start[d] + t) * nq, so + (d * Ts + t) * nq},
+                                        {pdq + (start[d] + t) * nq, sdq + (d * Ts + t) * nq},
+                                        {pdk + (start[d] + t) * nk, sdk + (d * Ts + t) * nk},
+                                        {pdv + (start[d] + t) * nk, sdv + (d * Ts + t) * nk}};
+            for (int w = 0; w < 4; w++)
+                for (int64_t i = 0; i < (w < 2 ? nq : nk); i++)
+                    worst = fmax(worst, fabs(pairs[w][0][i] - pairs[w][1][i]) / (1 + fabs(pairs[w][1][i])));
+        }
+    cr_assert_leq(worst, 1e-5, "packed vs separate rows: relative error %g", worst);
+    free(q); free(k); free(v); free(dy); free(po); free(pdq); free(pdk); free(pdv);
+    free(sq); free(sk); free(sv); free(sdy); free(so); free(sdq); free(sdk); free(sdv);
 }

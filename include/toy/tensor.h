@@ -256,6 +256,20 @@ struct toy_attn_params {
  * materialises the Tq x Tk matrix; keeps the softmax statistics for backward. */
 struct toy_tensor *toy_attention(struct toy_ctx *ctx, struct toy_tensor *q, struct toy_tensor *k,
                                  struct toy_tensor *v, const struct toy_attn_params *p);
+/* The same over packed rows (several documents in one row): seg is an I32
+ * {T, B} tensor of segment ids, T = Tq = Tk, read when the graph runs. Query
+ * t of row b attends key j of row b only if seg[b][j] == seg[b][t], on top of
+ * the causal / sliding-window rule (those compare indices in the row; within
+ * one document they differ from the document's own positions by a constant,
+ * so both agree; pass the restarted positions to RoPE). Ids are arbitrary
+ * int32 values compared for equality; documents are usually contiguous runs
+ * (0, 0, 0, 1, 1, 2, ...), and padding gets an id of its own. A query always
+ * sees itself, so no row is empty. Cost: a query block computes scores only
+ * from the first to the last key of its own id inside its causal range (no
+ * key block of another document is computed); keys of another id in between
+ * are masked. seg gets no gradient. NULL seg is toy_attention. */
+struct toy_tensor *toy_attention_seg(struct toy_ctx *ctx, struct toy_tensor *q, struct toy_tensor *k,
+                                     struct toy_tensor *v, struct toy_tensor *seg, const struct toy_attn_params *p);
 
 /* ---- KV cache ---------------------------------------------------------------- */
 

@@ -269,6 +269,7 @@ static void node_backward(struct bw *b, struct toy_tensor *y, struct toy_tensor 
         d->src[2] = k;
         d->src[3] = v;
         d->src[4] = y;
+        d->src[5] = y->src[4]; /* segment ids or NULL */
         memcpy(d->op_params, y->op_params, sizeof d->op_params);
         struct toy_tensor *parts[3] = {q, k, v};
         size_t offs[3] = {0, (size_t)nq * 4, (size_t)(nq + nk) * 4};

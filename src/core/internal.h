@@ -36,8 +36,9 @@ enum {
     /* SCALE */ P_SCALE = 0,
     /* norms */ P_EPS = 0,
     /* SOFTMAX */ P_SM_SCALE = 0,
-    /* ATTENTION: scale, causal, window, softcap */
-    P_AT_SCALE = 0, P_AT_CAUSAL = 1, P_AT_WINDOW = 2, P_AT_SOFTCAP = 3, P_AT_DYNKV = 4,
+    /* ATTENTION: scale, causal, window, softcap, cached (n_past in src[3]),
+     * segmented (seg ids in src[4]; ATTENTION_BACK: src[5]) */
+    P_AT_SCALE = 0, P_AT_CAUSAL = 1, P_AT_WINDOW = 2, P_AT_SOFTCAP = 3, P_AT_DYNKV = 4, P_AT_SEG = 5,
     /* ROPE: n_dims, mode, base, scaling, factor, orig_ctx, low, high, beta_fast,
      * beta_slow, attn_factor, inverse */
     P_RP_NDIMS = 0, P_RP_MODE, P_RP_BASE, P_RP_SCALING, P_RP_FACTOR, P_RP_ORIG,

@@ -295,6 +295,11 @@ struct toy_tensor *toy_softmax(struct toy_ctx *ctx, struct toy_tensor *x, struct
 
 struct toy_tensor *toy_attention(struct toy_ctx *ctx, struct toy_tensor *q, struct toy_tensor *k,
                                  struct toy_tensor *v, const struct toy_attn_params *p) {
+    return toy_attention_seg(ctx, q, k, v, NULL, p);
+}
+
+struct toy_tensor *toy_attention_seg(struct toy_ctx *ctx, struct toy_tensor *q, struct toy_tensor *k,
+                                     struct toy_tensor *v, struct toy_tensor *seg, const struct toy_attn_params *p) {
     bool cached16 = k->op == TOY_OP_KV_STORE && k->type == TOY_F16 && v->type == TOY_F16;
     CHECK(is_float(q) && ((is_float(k) && is_float(v)) || cached16), "attention", q, k,
           "f32 (or an f16 KV cache) only");
@@ -315,6 +320,15 @@ struct toy_tensor *toy_attention(struct toy_ctx *ctx, struct toy_tensor *q, stru
     toy_param_f32_set(t, P_AT_SOFTCAP, p->softcap);
     /* log-sum-exp of every query row: (B, Tq, Hq) */
     t->aux_bytes = (size_t)(q->ne[1] * q->ne[2] * q->ne[3]) * sizeof(float);
+    if (seg) {
+        CHECK(seg->type == TOY_I32 && toy_is_contiguous(seg) && seg->ne[0] == q->ne[2] && seg->ne[1] == q->ne[3] &&
+                  toy_nelements(seg) == q->ne[2] * q->ne[3],
+              "attention", q, seg, "segment ids must be contiguous i32 {Tq, B}");
+        CHECK(k->ne[2] == q->ne[2] && k->op != TOY_OP_KV_STORE, "attention", q, k,
+              "segments need Tk == Tq (no KV cache)");
+        t->op_params[P_AT_SEG] = 1;
+        t->src[4] = seg;
+    }
     return t;
 }
 

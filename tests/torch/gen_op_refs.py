@@ -143,8 +143,8 @@ add_case("softmax_mask", "softmax", [("x", rnd(3, 6, 6), "")],
                                                                    "mask_shape": [6, 6]})
 
 # ---- attention ---------------------------------------------------------------------------------
-def ref_attention(q, k, v, causal, window, softcap, scale=None):
-    # q (B, Tq, Hq, D), k/v (B, Tk, Hkv, D)
+def ref_attention(q, k, v, causal, window, softcap, scale=None, seg=None):
+    # q (B, Tq, Hq, D), k/v (B, Tk, Hkv, D); seg (B, T) int: a query sees keys of its own id only
     B, Tq, Hq, D = q.shape
     Tk, Hkv = k.shape[1], k.shape[2]
     g = Hq // Hkv
@@ -163,6 +163,9 @@ def ref_attention(q, k, v, causal, window, softcap, scale=None):
         if window > 0:
             bad = bad | (j <= t + off - window)
         s = s.masked_fill(bad, -math.inf)
+    if seg is not None:
+        other = seg.view(B, 1, Tq, 1) != seg.view(B, 1, 1, Tk)  # (B, 1, Tq, Tk)
+        s = s.masked_fill(other, -math.inf)
     p = torch.softmax(s, dim=-1)
     return (p @ vh).permute(0, 2, 1, 3).contiguous()
 
@@ -178,6 +181,25 @@ for (nm, B, Tq, Tk, Hq, Hkv, D, causal, window, cap) in [
     add_case(nm, "attention", [("q", q, ""), ("k", k, ""), ("v", v, "")],
              lambda q, k, v, c=causal, w=window, sc=cap: ref_attention(q, k, v, c, w, sc),
              {"causal": int(causal), "window": window, "softcap": cap}, tol=2e-5)
+
+
+# segmented (packed) attention: contiguous documents (one crossing the 64-query
+# block boundary, one of length 1), non-contiguous ids, a window, a softcap
+def seg_runs(lengths):
+    return [i for i, n in enumerate(lengths) for _ in range(n)]
+
+
+for (nm, B, T, Hq, Hkv, D, causal, window, cap, seg) in [
+    ("attn_seg_causal_gqa", 2, 70, 4, 2, 8, True, 0, 0.0, [seg_runs([20, 35, 15]), seg_runs([5, 64, 1])]),
+    ("attn_seg_noncontiguous", 1, 12, 2, 1, 8, False, 0, 0.0, [[0, 0, 1, 1, 0, 2, 2, 2, 1, 0, 3, 3]]),
+    ("attn_seg_causal_noncontiguous", 1, 12, 2, 2, 8, True, 0, 0.0, [[7, 7, -1, 7, 3, 3, -1, 7, 3, 3, 3, 7]]),
+    ("attn_seg_window_softcap", 2, 40, 2, 1, 8, True, 6, 2.0, [seg_runs([13, 27]), seg_runs([3, 3, 30, 4])]),
+]:
+    sg = torch.tensor(seg, dtype=torch.int32)
+    q, k, v = rnd(B, T, Hq, D), rnd(B, T, Hkv, D), rnd(B, T, Hkv, D)
+    add_case(nm, "attention", [("q", q, ""), ("k", k, ""), ("v", v, "")],
+             lambda q, k, v, c=causal, w=window, sc=cap, sg=sg: ref_attention(q, k, v, c, w, sc, seg=sg),
+             {"causal": int(causal), "window": window, "softcap": cap}, int_inputs={"seg": sg}, tol=2e-5)
 
 
 # ---- rope (Hugging Face definitions of the scalings) ----------------------------------------------

@@ -13,6 +13,13 @@
  *   dQ = scale dS K,  dK = scale dS^T Q   (dS times the softcap derivative).
  * The backward runs one (batch, kv head) per work item so dK and dV have a
  * single writer.
+ *
+ * Segments (packed rows): with seg {T, B} a query sees only keys of its own
+ * segment id. Each block of queries is cut into runs of one id; a run's key
+ * range shrinks to the first and last key of that id inside its causal
+ * range, so packed documents cost what they would one per row (whole
+ * blocks of other documents are never computed); keys of other ids inside
+ * the range (ids that recur non-contiguously) are masked to -inf.
  */
 #include <cblas.h>
 #include <math.h>
@@ -26,6 +33,7 @@ struct attn {
     float scale, cap;
     bool causal;
     int window;
+    const int32_t *seg; /* (B, T) segment ids, or NULL */
 };
 
 static struct attn attn_shape(const struct toy_tensor *q, const struct toy_tensor *k, const struct toy_tensor *p) {
@@ -45,6 +53,8 @@ static struct attn attn_shape(const struct toy_tensor *q, const struct toy_tenso
     a.cap = toy_param_f32(p, P_AT_SOFTCAP);
     a.causal = p->op_params[P_AT_CAUSAL];
     a.window = p->op_params[P_AT_WINDOW];
+    a.seg = NULL;
+    if (p->op_params[P_AT_SEG]) a.seg = p->src[p->op == TOY_OP_ATTENTION ? 4 : 5]->data;
     return a;
 }
 
@@ -102,11 +112,17 @@ static void block_scores(const struct attn *a, const struct toy_tensor *q, const
             for (int64_t j = 0; j < je - js; j++) s[j] = a->cap * tanhf(s[j] / a->cap);
         for (int64_t j = js; j < je; j++)
             if (j < j0 || j >= j1) s[j - js] = -INFINITY;
+        if (a->seg) {
+            const int32_t *sg = a->seg + b * a->Tk;
+            int32_t id = sg[t0 + i];
+            for (int64_t j = js; j < je; j++)
+                if (sg[j] != id) s[j - js] = -INFINITY;
+        }
     }
 }
 
-/* the keys a block of queries can see */
-static void block_keys(const struct attn *a, int64_t t0, int64_t nq, int64_t *js, int64_t *je) {
+/* the keys a run of queries (one segment id, when segmented) can see */
+static void block_keys(const struct attn *a, int64_t b, int64_t t0, int64_t nq, int64_t *js, int64_t *je) {
     int64_t s0, e0, s1, e1;
     key_range(a, t0, &s0, &e0);
     key_range(a, t0 + nq - 1, &s1, &e1);
@@ -114,6 +130,21 @@ static void block_keys(const struct attn *a, int64_t t0, int64_t nq, int64_t *js
     *je = e0 > e1 ? e0 : e1;
     if (*je > a->Tk) *je = a->Tk;
     if (*js < 0) *js = 0;
+    if (a->seg) {
+        const int32_t *sg = a->seg + b * a->Tk;
+        int32_t id = sg[t0];
+        while (*js < *je && sg[*js] != id) (*js)++;
+        while (*je > *js && sg[*je - 1] != id) (*je)--;
+    }
+}
+
+/* the end of the run of queries from t0 (before tend) that share a segment id */
+static int64_t run_end(const struct attn *a, int64_t b, int64_t t0, int64_t tend) {
+    if (!a->seg) return tend;
+    const int32_t *sg = a->seg + b * a->Tk;
+    int64_t t = t0 + 1;
+    while (t < tend && sg[t] == sg[t0]) t++;
+    return t;
 }
 
 void toy_cpu_attention(struct toy_tensor *dst, int ith, int nth, void *work, size_t ws) {
@@ -127,32 +158,35 @@ void toy_cpu_attention(struct toy_tensor *dst, int ith, int nth, void *work, siz
     toy_split(items, ith, nth, &w0, &w1);
     for (int64_t w = w0; w < w1; w++) {
         int64_t blk = w % nblk, h = (w / nblk) % a.Hq, b = w / (nblk * a.Hq);
-        int64_t t0 = blk * QB, nq = a.Tq - t0 < QB ? a.Tq - t0 : QB;
-        int64_t js, je;
-        block_keys(&a, t0, nq, &js, &je);
-        int64_t nk = je - js;
-        float *O = QROW(dst, h, t0, b);
-        int ldo = (int)(dst->nb[2] / 4);
-        if (nk <= 0) {
-            for (int64_t i = 0; i < nq; i++) {
-                memset(O + i * ldo, 0, (size_t)a.D * 4);
-                lse[(b * a.Tq + t0 + i) * a.Hq + h] = -INFINITY;
+        int64_t tb = blk * QB, tend = a.Tq - tb < QB ? a.Tq : tb + QB;
+        for (int64_t t0 = tb, t1; t0 < tend; t0 = t1) { /* runs of one segment (the block when unsegmented) */
+            t1 = run_end(&a, b, t0, tend);
+            int64_t nq = t1 - t0, js, je;
+            block_keys(&a, b, t0, nq, &js, &je);
+            int64_t nk = je - js;
+            float *O = QROW(dst, h, t0, b);
+            int ldo = (int)(dst->nb[2] / 4);
+            if (nk <= 0) {
+                for (int64_t i = 0; i < nq; i++) {
+                    memset(O + i * ldo, 0, (size_t)a.D * 4);
+                    lse[(b * a.Tq + t0 + i) * a.Hq + h] = -INFINITY;
+                }
+                continue;
             }
-            continue;
+            block_scores(&a, q, k, h, b, t0, nq, js, je, S, nk, kvs);
+            for (int64_t i = 0; i < nq; i++) {
+                float *s = S + i * nk;
+                float mx = toy_vec.max(s, nk);
+                float sum = mx == -INFINITY ? 0 : toy_vec.exp_sum(s, s, mx, nk);
+                if (sum > 0) toy_vec.scale(s, s, 1.0f / sum, nk);
+                else memset(s, 0, (size_t)nk * 4);
+                lse[(b * a.Tq + t0 + i) * a.Hq + h] = sum > 0 ? mx + logf(sum) : -INFINITY;
+            }
+            int ldv;
+            const float *V = rows_f32(v, h / a.group, js, nk, b, kvs, &ldv);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nq, (int)a.D, (int)nk, 1.0f, S, (int)nk, V, ldv,
+                        0.0f, O, ldo);
         }
-        block_scores(&a, q, k, h, b, t0, nq, js, je, S, nk, kvs);
-        for (int64_t i = 0; i < nq; i++) {
-            float *s = S + i * nk;
-            float mx = toy_vec.max(s, nk);
-            float sum = mx == -INFINITY ? 0 : toy_vec.exp_sum(s, s, mx, nk);
-            if (sum > 0) toy_vec.scale(s, s, 1.0f / sum, nk);
-            else memset(s, 0, (size_t)nk * 4);
-            lse[(b * a.Tq + t0 + i) * a.Hq + h] = sum > 0 ? mx + logf(sum) : -INFINITY;
-        }
-        int ldv;
-        const float *V = rows_f32(v, h / a.group, js, nk, b, kvs, &ldv);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nq, (int)a.D, (int)nk, 1.0f, S, (int)nk, V, ldv,
-                    0.0f, O, ldo);
     }
 }
 
@@ -183,48 +217,51 @@ void toy_cpu_attention_back(struct toy_tensor *dst, int ith, int nth, void *work
         int ldK = (int)(k->nb[2] / 4), ldV = (int)(v->nb[2] / 4);
         for (int64_t h = g * a.group; h < (g + 1) * a.group; h++) {
             for (int64_t blk = 0; blk < nblk; blk++) {
-                int64_t t0 = blk * QB, nq = a.Tq - t0 < QB ? a.Tq - t0 : QB;
-                float *dQ = dq + (b * a.Tq + t0) * ldq + h * a.D;
-                int64_t js, je;
-                block_keys(&a, t0, nq, &js, &je);
-                int64_t nk = je - js;
-                if (nk <= 0) {
-                    for (int64_t i = 0; i < nq; i++) memset(dQ + i * ldq, 0, (size_t)a.D * 4);
-                    continue;
-                }
-                block_scores(&a, q, k, h, b, t0, nq, js, je, P, nk, NULL);
-                if (a.cap > 0)
-                    for (int64_t i = 0; i < nq * nk; i++) C[i] = P[i] / a.cap;
-                const float *dOb = QROW(dO, h, t0, b);
-                const float *Ob = QROW(o, h, t0, b);
-                int lddO = (int)(dO->nb[2] / 4), ldO = (int)(o->nb[2] / 4);
-                /* P = exp(S - lse); Di = rowsum(dO * O) */
-                for (int64_t i = 0; i < nq; i++) {
-                    float l = lse[(b * a.Tq + t0 + i) * a.Hq + h];
-                    float *p = P + i * nk;
-                    if (l == -INFINITY) memset(p, 0, (size_t)nk * 4);
-                    else toy_vec.exp_sum(p, p, l, nk);
-                    Di[i] = toy_vec.dot(dOb + i * lddO, Ob + i * ldO, a.D);
-                }
-                /* dV[js:je] += P^T dO */
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nk, (int)a.D, (int)nq, 1.0f, P, (int)nk,
-                            dOb, lddO, 1.0f, dV + js * ldk, (int)ldk);
-                /* dP = dO V^T */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nq, (int)nk, (int)a.D, 1.0f, dOb, lddO,
-                            V + js * ldV, ldV, 0.0f, dP, (int)nk);
-                /* dS = P (dP - Di), through the softcap: d raw = dS (1 - (s/c)^2) */
-                for (int64_t i = 0; i < nq; i++) {
-                    float *p = P + i * nk, *d = dP + i * nk;
-                    for (int64_t j = 0; j < nk; j++) d[j] = p[j] * (d[j] - Di[i]);
+                int64_t tb = blk * QB, tend = a.Tq - tb < QB ? a.Tq : tb + QB;
+                for (int64_t t0 = tb, t1; t0 < tend; t0 = t1) {
+                    t1 = run_end(&a, b, t0, tend);
+                    int64_t nq = t1 - t0, js, je;
+                    float *dQ = dq + (b * a.Tq + t0) * ldq + h * a.D;
+                    block_keys(&a, b, t0, nq, &js, &je);
+                    int64_t nk = je - js;
+                    if (nk <= 0) {
+                        for (int64_t i = 0; i < nq; i++) memset(dQ + i * ldq, 0, (size_t)a.D * 4);
+                        continue;
+                    }
+                    block_scores(&a, q, k, h, b, t0, nq, js, je, P, nk, NULL);
                     if (a.cap > 0)
-                        for (int64_t j = 0; j < nk; j++)
-                            if (isfinite(C[i * nk + j])) d[j] *= 1.0f - C[i * nk + j] * C[i * nk + j];
+                        for (int64_t i = 0; i < nq * nk; i++) C[i] = P[i] / a.cap;
+                    const float *dOb = QROW(dO, h, t0, b);
+                    const float *Ob = QROW(o, h, t0, b);
+                    int lddO = (int)(dO->nb[2] / 4), ldO = (int)(o->nb[2] / 4);
+                    /* P = exp(S - lse); Di = rowsum(dO * O) */
+                    for (int64_t i = 0; i < nq; i++) {
+                        float l = lse[(b * a.Tq + t0 + i) * a.Hq + h];
+                        float *p = P + i * nk;
+                        if (l == -INFINITY) memset(p, 0, (size_t)nk * 4);
+                        else toy_vec.exp_sum(p, p, l, nk);
+                        Di[i] = toy_vec.dot(dOb + i * lddO, Ob + i * ldO, a.D);
+                    }
+                    /* dV[js:je] += P^T dO */
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nk, (int)a.D, (int)nq, 1.0f, P, (int)nk,
+                                dOb, lddO, 1.0f, dV + js * ldk, (int)ldk);
+                    /* dP = dO V^T */
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nq, (int)nk, (int)a.D, 1.0f, dOb, lddO,
+                                V + js * ldV, ldV, 0.0f, dP, (int)nk);
+                    /* dS = P (dP - Di), through the softcap: d raw = dS (1 - (s/c)^2) */
+                    for (int64_t i = 0; i < nq; i++) {
+                        float *p = P + i * nk, *d = dP + i * nk;
+                        for (int64_t j = 0; j < nk; j++) d[j] = p[j] * (d[j] - Di[i]);
+                        if (a.cap > 0)
+                            for (int64_t j = 0; j < nk; j++)
+                                if (isfinite(C[i * nk + j])) d[j] *= 1.0f - C[i * nk + j] * C[i * nk + j];
+                    }
+                    /* dQ = scale dS K;  dK += scale dS^T Q */
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nq, (int)a.D, (int)nk, a.scale, dP,
+                                (int)nk, K + js * ldK, ldK, 0.0f, dQ, (int)ldq);
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nk, (int)a.D, (int)nq, a.scale, dP,
+                                (int)nk, QROW(q, h, t0, b), (int)(q->nb[2] / 4), 1.0f, dK + js * ldk, (int)ldk);
                 }
-                /* dQ = scale dS K;  dK += scale dS^T Q */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nq, (int)a.D, (int)nk, a.scale, dP,
-                            (int)nk, K + js * ldK, ldK, 0.0f, dQ, (int)ldq);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nk, (int)a.D, (int)nq, a.scale, dP,
-                            (int)nk, QROW(q, h, t0, b), (int)(q->nb[2] / 4), 1.0f, dK + js * ldk, (int)ldk);
             }
         }
     }
