@@ -331,6 +331,9 @@ void toy_graph_backward(struct toy_graph *g, struct toy_tensor *loss) {
         node_backward(&b, g->nodes[i], dy);
     }
     free(b.needs);
+    /* what is differentiated must be what runs: no activation quantization */
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i]->op == TOY_OP_MATMUL) g->nodes[i]->op_params[P_MM_EXACT] = 1;
     g->planned = false;
 }
 

@@ -31,7 +31,9 @@ static inline bool toy_is_view_op(enum toy_op op) {
 
 /* op_params layouts (indices) */
 enum {
-    /* MATMUL */ P_MM_TRANS_A = 0, P_MM_TRANS_B = 1, P_MM_ACCUM = 2,
+    /* MATMUL (EXACT: in a graph with a backward pass, so no int8 fast path
+     * that quantizes the activations) */
+    P_MM_TRANS_A = 0, P_MM_TRANS_B = 1, P_MM_ACCUM = 2, P_MM_EXACT = 3,
     /* SUM, MEAN, CONCAT */ P_DIM = 0,
     /* SCALE */ P_SCALE = 0,
     /* norms */ P_EPS = 0,

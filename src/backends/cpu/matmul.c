@@ -45,7 +45,63 @@ static int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; 
 static bool use_qdot(const struct toy_tensor *dst) {
     const struct toy_tensor *b = dst->src[1];
     return (b->type == TOY_Q8_0 || b->type == TOY_Q4_0) && dst->op_params[P_MM_TRANS_B] &&
-           !dst->op_params[P_MM_TRANS_A] && dst->ne[1] <= QDOT_MAX_ROWS && b->ne[0] % 32 == 0;
+           !dst->op_params[P_MM_TRANS_A] && !dst->op_params[P_MM_EXACT] && dst->ne[1] <= QDOT_MAX_ROWS &&
+           b->ne[0] % 32 == 0;
+}
+
+/* $TOY_QGEMM=0 turns the int8 GEMM off (to compare with dequantize + sgemm) */
+static bool qgemm_off(void) {
+    static int off = -1;
+    if (off < 0) {
+        const char *e = getenv("TOY_QGEMM");
+        off = e && !strcmp(e, "0");
+    }
+    return off;
+}
+
+static inline int64_t bidx(int64_t i, int64_t n_out, int64_t n_src) {
+    return n_src == n_out ? i : n_src == 1 ? 0 : i / (n_out / n_src);
+}
+
+/* More rows (prefill, batched serving): the int8 GEMM (qgemm-avx512.c) over
+ * rows split between threads. Not in graphs with a backward pass
+ * (P_MM_EXACT): training differentiates the f32 math, so it must run it. */
+static bool use_qgemm(const struct toy_tensor *dst) {
+    const struct toy_tensor *b = dst->src[1], *a = dst->src[0];
+    return (b->type == TOY_Q8_0 || b->type == TOY_Q4_0) && dst->op_params[P_MM_TRANS_B] &&
+           !dst->op_params[P_MM_TRANS_A] && !dst->op_params[P_MM_EXACT] && dst->ne[1] > QDOT_MAX_ROWS &&
+           b->ne[0] % 32 == 0 && a->nb[0] == sizeof(float) && toy_qdot.qgemm && !qgemm_off();
+}
+
+/* rows of A that qgemm sees as one matrix: all batches when B is shared and
+ * A's and C's rows are evenly spaced across them, else one batch's */
+static bool qgemm_flat(const struct toy_tensor *dst) {
+    const struct toy_tensor *a = dst->src[0], *b = dst->src[1];
+    return b->ne[2] == 1 && b->ne[3] == 1 && a->ne[2] == dst->ne[2] && a->ne[3] == dst->ne[3] &&
+           a->nb[2] == a->nb[1] * (size_t)a->ne[1] && a->nb[3] == a->nb[2] * (size_t)a->ne[2];
+}
+
+static void matmul_qgemm(struct toy_tensor *dst, int ith, int nth, void *work, size_t ws) {
+    const struct toy_tensor *A = dst->src[0], *B = dst->src[1];
+    bool accum = dst->op_params[P_MM_ACCUM];
+    int64_t n = dst->ne[0], k = A->ne[0];
+    void *scratch = toy_work_slice((char *)work + TOY_WORK_HEAD, ws - TOY_WORK_HEAD, ith, nth);
+    bool flat = qgemm_flat(dst);
+    int64_t m = flat ? dst->ne[1] * dst->ne[2] * dst->ne[3] : dst->ne[1];
+    int64_t nbatch = flat ? 1 : dst->ne[2] * dst->ne[3];
+    int64_t i0, i1;
+    toy_split(m, ith, nth, &i0, &i1);
+    if (i1 <= i0) return;
+    for (int64_t bi = 0; bi < nbatch; bi++) {
+        int64_t i2 = bi % dst->ne[2], i3 = bi / dst->ne[2];
+        const char *a = (const char *)A->data + bidx(i2, dst->ne[2], A->ne[2]) * A->nb[2] +
+                        bidx(i3, dst->ne[3], A->ne[3]) * A->nb[3];
+        const char *b = (const char *)B->data + bidx(i2, dst->ne[2], B->ne[2]) * B->nb[2] +
+                        bidx(i3, dst->ne[3], B->ne[3]) * B->nb[3];
+        float *c = (float *)((char *)dst->data + i2 * dst->nb[2] + i3 * dst->nb[3]);
+        toy_qdot.qgemm(B->type, i1 - i0, n, k, (const float *)(a + i0 * A->nb[1]), (int64_t)(A->nb[1] / sizeof(float)),
+                       b, B->nb[1], c + i0 * n, n, accum, scratch);
+    }
 }
 
 static void matmul_qdot(struct toy_tensor *dst, int ith, int nth, void *work, size_t ws) {
@@ -79,6 +135,10 @@ size_t toy_cpu_matmul_work(const struct toy_tensor *dst, int nth) {
     const struct toy_tensor *a = dst->src[0], *b = dst->src[1];
     if (use_qdot(dst))
         return TOY_WORK_HEAD + (size_t)nth * ((size_t)QDOT_MAX_ROWS * (size_t)(a->ne[0] / 32) * 34 + 512);
+    if (use_qgemm(dst)) {
+        int64_t m = qgemm_flat(dst) ? dst->ne[1] * dst->ne[2] * dst->ne[3] : dst->ne[1];
+        return TOY_WORK_HEAD + (size_t)nth * (toy_qgemm_scratch((m + nth - 1) / nth, a->ne[0]) + 128);
+    }
     if (use_bf16_gemm(dst)) {
         int64_t m = dst->ne[1], k = dst->op_params[P_MM_TRANS_B] ? b->ne[0] : b->ne[1];
         int64_t kp = round_up(k, 32);
@@ -129,10 +189,6 @@ static void matmul_bf16(struct toy_tensor *dst, int ith, int nth, void *work, si
     }
 }
 
-static inline int64_t bidx(int64_t i, int64_t n_out, int64_t n_src) {
-    return n_src == n_out ? i : n_src == 1 ? 0 : i / (n_out / n_src);
-}
-
 void toy_cpu_matmul(struct toy_tensor *dst, int ith, int nth, void *work, size_t ws) {
     const struct toy_tensor *A = dst->src[0], *B = dst->src[1];
     bool ta = dst->op_params[P_MM_TRANS_A], tb = dst->op_params[P_MM_TRANS_B];
@@ -149,6 +205,10 @@ void toy_cpu_matmul(struct toy_tensor *dst, int ith, int nth, void *work, size_t
     }
     if (use_qdot(dst)) {
         matmul_qdot(dst, ith, nth, work, ws);
+        return;
+    }
+    if (use_qgemm(dst)) {
+        matmul_qgemm(dst, ith, nth, work, ws);
         return;
     }
 

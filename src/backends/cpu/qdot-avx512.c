@@ -64,7 +64,41 @@ static float q4_0(const void *wv, const void *xv, int64_t n) {
     return hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
 }
 
+/* Q8_0 quantization of activations, bit for bit as toy_quantize_q8_0_ref:
+ * d = max|x| / 127 (stored as f16, round to nearest even), q = roundf(x / d)
+ * computed as x * (1 / d) with ties away from zero. */
+static void quantize_q8_0(const float *x, void *yv, int64_t n) {
+    uint8_t *y = yv;
+    const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+    for (int64_t blk = 0; blk < n / 32; blk++, x += 32, y += 34) {
+        __m512 a = _mm512_loadu_ps(x), b = _mm512_loadu_ps(x + 16);
+        float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_and_ps(a, absmask), _mm512_and_ps(b, absmask)));
+        float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
+        uint16_t h = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+        memcpy(y, &h, 2);
+        __m512 vid = _mm512_set1_ps(id);
+        __m128i out[2];
+        for (int half = 0; half < 2; half++) {
+            __m512 t = _mm512_mul_ps(half ? b : a, vid);
+            __m512 r = _mm512_roundscale_ps(t, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+            __mmask16 up = _mm512_cmp_ps_mask(_mm512_and_ps(_mm512_sub_ps(t, r), absmask), _mm512_set1_ps(0.5f),
+                                              _CMP_GE_OQ);
+            /* r + sign(t) where the dropped fraction is at least one half */
+            __m512 one = _mm512_or_ps(_mm512_set1_ps(1.0f), _mm512_andnot_ps(absmask, t));
+            r = _mm512_mask_add_ps(r, up, r, one);
+            out[half] = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(r));
+        }
+        _mm_storeu_si128((__m128i *)(y + 2), out[0]);
+        _mm_storeu_si128((__m128i *)(y + 18), out[1]);
+    }
+}
+
+void toy_qgemm_avx512(enum toy_dtype bt, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                      const void *b, size_t ldb, float *c, int64_t ldc, bool accum, void *scratch);
+
 void toy_qdot_fill_avx512(struct toy_qdot_ops *ops) {
     ops->q8_0 = q8_0;
     ops->q4_0 = q4_0;
+    ops->qgemm = toy_qgemm_avx512;
+    ops->quantize_q8_0 = quantize_q8_0;
 }

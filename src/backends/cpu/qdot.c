@@ -56,13 +56,52 @@ void toy_quantize_q8_0_ref(const float *x, void *y, int64_t n) {
     }
 }
 
-struct toy_qdot_ops toy_qdot = {toy_qdot_q8_0_ref, toy_qdot_q4_0_ref, toy_quantize_q8_0_ref};
+void toy_qgemm_ref(enum toy_dtype bt, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const void *b,
+                   size_t ldb, float *c, int64_t ldc, bool accum) {
+    int64_t nb = k / 32;
+    uint8_t *q8 = malloc((size_t)nb * 34);
+    if (!q8) abort();
+    for (int64_t i = 0; i < m; i++) {
+        toy_qdot.quantize_q8_0(a + i * lda, q8, k);
+        for (int64_t j = 0; j < n; j++) {
+            const uint8_t *w = (const uint8_t *)b + j * ldb;
+            float acc = 0;
+            for (int64_t blk = 0; blk < nb; blk++) {
+                const uint8_t *x = q8 + blk * 34;
+                toy_f16 dw, dx;
+                memcpy(&dx, x, 2);
+                int32_t s = 0;
+                if (bt == TOY_Q8_0) {
+                    const uint8_t *q = w + blk * 34;
+                    memcpy(&dw, q, 2);
+                    for (int e = 0; e < 32; e++) s += (int8_t)q[2 + e] * (int8_t)x[2 + e];
+                } else {
+                    const uint8_t *q = w + blk * 18;
+                    memcpy(&dw, q, 2);
+                    for (int e = 0; e < 16; e++)
+                        s += ((q[2 + e] & 15) - 8) * (int8_t)x[2 + e] + ((q[2 + e] >> 4) - 8) * (int8_t)x[18 + e];
+                }
+                acc = fmaf((float)s, toy_f16_to_f32(dw) * toy_f16_to_f32(dx), acc);
+            }
+            c[i * ldc + j] = accum ? c[i * ldc + j] + acc : acc;
+        }
+    }
+    free(q8);
+}
+
+size_t toy_qgemm_scratch(int64_t m, int64_t k) {
+    int64_t nb = k / 32;
+    return (size_t)(m * nb * 40) + (size_t)((nb * 34 + 63) / 64 * 64) + (size_t)(2 * nb * 576) + 64;
+}
+
+struct toy_qdot_ops toy_qdot = {toy_qdot_q8_0_ref, toy_qdot_q4_0_ref, toy_quantize_q8_0_ref, NULL};
 
 void toy_qdot_fill_avx512(struct toy_qdot_ops *ops);
 void toy_qdot_fill_avx2(struct toy_qdot_ops *ops);
 
 void toy_qdot_init(void) {
     const char *force = getenv("TOY_SIMD");
+    toy_qdot = (struct toy_qdot_ops){toy_qdot_q8_0_ref, toy_qdot_q4_0_ref, toy_quantize_q8_0_ref, NULL};
     if (force && !strcmp(force, "scalar")) return;
     __builtin_cpu_init();
     bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");

@@ -1,0 +1,167 @@
+/* qgemm-avx512.c: C (m x n) = Q8(A) (m x k) times B^T for Q8_0 / Q4_0
+ * weight rows B (n x k), with AVX-512 VNNI: the prefill and batched-serving
+ * matmul of quantized models. Reference and the exact rules: qdot.c
+ * (toy_qgemm_ref); the two agree bit for bit.
+ *
+ * Layouts. A's rows are quantized to Q8_0 (the same blocks the GEMV path
+ * uses), then split into the int8 values, the f32 scale and a per-block
+ * correction (below). B is packed 16 columns at a time into a panel that
+ * puts, for every 32-element block, quad t (elements 4t..4t+3) of the 16
+ * columns side by side in one 64-byte vector: one vpdpbusd against quad t of
+ * an A row (broadcast) then adds 4 products to each of 16 columns, so each
+ * lane holds one column's block dot product, exact in int32, and the float
+ * work (convert, scale, accumulate) is one instruction per 8 vpdpbusd.
+ *
+ * vpdpbusd multiplies unsigned by signed bytes: the weights go in unsigned
+ * (Q8_0: w + 128; Q4_0: the raw nibble, w + 8) and the activations signed,
+ * and each block's dot starts from -off * sum(x) (off = 128 or 8), which
+ * removes the offset exactly. */
+#include <immintrin.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "backends/cpu/qdot.h"
+#include "toy/dtype.h"
+
+#define PANEL_BLOCK 576 /* 8 quads x 64 bytes + 16 f32 scales */
+
+/* Packs columns [0, nc) (nc <= 16) of B (rows of k, `ldb` bytes apart) into
+ * a panel of nb blocks; absent columns read as zero. */
+static void pack_panel(enum toy_dtype bt, const uint8_t *b, size_t ldb, int nc, int64_t nb, uint8_t *panel) {
+    __mmask16 mask = (__mmask16)((1u << nc) - 1);
+    __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                      _mm512_set1_epi32((int)ldb));
+    const __m512i zero = _mm512_setzero_si512();
+    size_t bs = bt == TOY_Q8_0 ? 34 : 18;
+    for (int64_t blk = 0; blk < nb; blk++) {
+        const uint8_t *base = b + blk * bs;
+        uint8_t *out = panel + blk * PANEL_BLOCK;
+        __m512i d = _mm512_mask_i32gather_epi32(zero, mask, rows, base, 1);
+        _mm512_storeu_ps(out + 512, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d)));
+        if (bt == TOY_Q8_0) {
+            const __m512i flip = _mm512_set1_epi8((char)0x80);
+            for (int t = 0; t < 8; t++) {
+                __m512i q = _mm512_mask_i32gather_epi32(zero, mask, rows, base + 2 + 4 * t, 1);
+                _mm512_storeu_si512(out + 64 * t, _mm512_xor_si512(q, flip));
+            }
+        } else {
+            const __m512i lo = _mm512_set1_epi8(15);
+            for (int u = 0; u < 4; u++) {
+                __m512i q = _mm512_mask_i32gather_epi32(zero, mask, rows, base + 2 + 4 * u, 1);
+                _mm512_storeu_si512(out + 64 * u, _mm512_and_si512(q, lo));
+                _mm512_storeu_si512(out + 64 * (u + 4), _mm512_and_si512(_mm512_srli_epi16(q, 4), lo));
+            }
+        }
+    }
+}
+
+/* R rows of A times P panels (16 P columns). qa: R rows of nb x 32 int8,
+ * ldq bytes apart; da / sa: R rows of nb scales / corrections. */
+static inline __attribute__((always_inline)) void kernel(int R, int P, int64_t nb, const int8_t *qa, int64_t ldq,
+                                                         const float *da, const int32_t *sa, const uint8_t *panel,
+                                                         size_t panel_bytes, float *c, int64_t ldc, int nc,
+                                                         bool accum) {
+    __m512 acc[4][2];
+    #pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+        #pragma GCC unroll 8
+        for (int p = 0; p < P; p++) acc[r][p] = _mm512_setzero_ps();
+    for (int64_t blk = 0; blk < nb; blk++) {
+        __m512i ia[4][2];
+        #pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            __m512i s = _mm512_set1_epi32(sa[r * nb + blk]);
+            #pragma GCC unroll 8
+            for (int p = 0; p < P; p++) ia[r][p] = s;
+        }
+        const uint8_t *pb = panel + blk * PANEL_BLOCK;
+        #pragma GCC unroll 8
+        for (int t = 0; t < 8; t++) {
+            __m512i w[2];
+            #pragma GCC unroll 8
+            for (int p = 0; p < P; p++) w[p] = _mm512_loadu_si512(pb + p * panel_bytes + 64 * t);
+            #pragma GCC unroll 8
+            for (int r = 0; r < R; r++) {
+                int32_t xq;
+                memcpy(&xq, qa + r * ldq + blk * 32 + 4 * t, 4);
+                __m512i x = _mm512_set1_epi32(xq);
+                #pragma GCC unroll 8
+                for (int p = 0; p < P; p++) ia[r][p] = _mm512_dpbusd_epi32(ia[r][p], w[p], x);
+            }
+        }
+        #pragma GCC unroll 8
+        for (int p = 0; p < P; p++) {
+            __m512 sw = _mm512_loadu_ps(pb + p * panel_bytes + 512);
+            #pragma GCC unroll 8
+            for (int r = 0; r < R; r++) {
+                __m512 s = _mm512_mul_ps(sw, _mm512_set1_ps(da[r * nb + blk]));
+                acc[r][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[r][p]), s, acc[r][p]);
+            }
+        }
+    }
+    #pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+        #pragma GCC unroll 8
+        for (int p = 0; p < P; p++) {
+            int left = nc - 16 * p;
+            __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+            float *dst = c + r * ldc + 16 * p;
+            __m512 v = acc[r][p];
+            if (accum) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, dst));
+            _mm512_mask_storeu_ps(dst, m, v);
+        }
+}
+
+#define KERNEL_CASE(R, P) \
+    kernel(R, P, nb, qa + i * ldq, ldq, da + i * nb, sa + i * nb, panel, panel_bytes, c + i * ldc + j, ldc, nc, accum)
+
+static void rows_times_panels(int64_t m, int P, int64_t nb, const int8_t *qa, int64_t ldq, const float *da,
+                              const int32_t *sa, const uint8_t *panel, size_t panel_bytes, float *c, int64_t ldc,
+                              int64_t j, int nc, bool accum) {
+    int64_t i = 0;
+    if (P == 2) {
+        for (; i + 4 <= m; i += 4) KERNEL_CASE(4, 2);
+        for (; i < m; i++) KERNEL_CASE(1, 2);
+    } else {
+        for (; i + 4 <= m; i += 4) KERNEL_CASE(4, 1);
+        for (; i < m; i++) KERNEL_CASE(1, 1);
+    }
+}
+
+void toy_qgemm_avx512(enum toy_dtype bt, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                      const void *bv, size_t ldb, float *c, int64_t ldc, bool accum, void *scratch) {
+    int64_t nb = k / 32;
+    int off = bt == TOY_Q8_0 ? 128 : 8;
+    /* scratch: A as int8 rows, scales, corrections; one Q8_0 row; two panels */
+    int8_t *qa = scratch;
+    float *da = (float *)(qa + m * nb * 32);
+    int32_t *sa = (int32_t *)(da + m * nb);
+    uint8_t *q8 = (uint8_t *)(sa + m * nb);
+    uint8_t *panel = q8 + ((nb * 34 + 63) & ~(int64_t)63);
+    size_t panel_bytes = (size_t)nb * PANEL_BLOCK;
+    for (int64_t i = 0; i < m; i++) {
+        toy_qdot.quantize_q8_0(a + i * lda, q8, k);
+        for (int64_t blk = 0; blk < nb; blk++) {
+            const uint8_t *q = q8 + blk * 34;
+            toy_f16 h;
+            memcpy(&h, q, 2);
+            da[i * nb + blk] = _cvtsh_ss(h);
+            __m256i x = _mm256_loadu_si256((const __m256i *)(q + 2));
+            _mm256_storeu_si256((__m256i *)(qa + (i * nb + blk) * 32), x);
+            /* sum of the 32 signed bytes: vpdpbusd of ones (unsigned) with x */
+            __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1), x);
+            __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+            s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+            s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+            sa[i * nb + blk] = -off * _mm_cvtsi128_si32(s4);
+        }
+    }
+    const uint8_t *b = bv;
+    int64_t ldq = nb * 32;
+    for (int64_t j = 0; j < n; j += 32) {
+        int nc = n - j < 32 ? (int)(n - j) : 32;
+        pack_panel(bt, b + j * ldb, ldb, nc < 16 ? nc : 16, nb, panel);
+        if (nc > 16) pack_panel(bt, b + (j + 16) * ldb, ldb, nc - 16, nb, panel + panel_bytes);
+        rows_times_panels(m, nc > 16 ? 2 : 1, nb, qa, ldq, da, sa, panel, panel_bytes, c, ldc, j, nc, accum);
+    }
+}
