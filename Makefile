@@ -16,6 +16,14 @@ ifeq ($(MPI),1)
 BUILD ?= build-mpi
 endif
 
+# CUDA=1: the CUDA backend (src/backends/cuda/, docs/cuda.md) built with
+# nvcc from CUDA_HOME, into build-cuda/ unless BUILD says otherwise. Needs
+# the CUDA toolkit (cuBLAS, NCCL) but no GPU to build. The default build
+# needs no CUDA at all.
+ifeq ($(CUDA),1)
+BUILD ?= build-cuda
+endif
+
 SANITIZE ?=
 ifeq ($(SANITIZE),1)
 BUILD ?= build-asan
@@ -42,13 +50,27 @@ CPPFLAGS += -DTOY_MPI $(patsubst -I%,-isystem %,$(MPI_CFLAGS))
 LDLIBS += $(MPI_LIBS)
 endif
 
+ifeq ($(CUDA),1)
+CUDA_HOME ?= /usr/local/cuda
+NVCC ?= $(CUDA_HOME)/bin/nvcc
+ifeq ($(wildcard $(NVCC)),)
+$(error CUDA=1 needs nvcc: $(NVCC) not found (set CUDA_HOME))
+endif
+# Hopper machine code plus Ampere PTX, which the driver compiles for newer GPUs
+CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=compute_80
+CPPFLAGS += -DTOY_CUDA -isystem $(CUDA_HOME)/include
+NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCH) -Xcompiler -fPIC,-Wall,-Wextra,-Wno-unused-parameter -Werror all-warnings
+LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lnccl -lstdc++
+CU_SRC := $(sort $(wildcard src/backends/cuda/*.cu))
+endif
+
 # Files whose name says which ISA they need get the flags for it; run-time
 # dispatch decides whether their code is called.
 AVX2_FLAGS := -mavx2 -mfma -mf16c
 AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mavx512vnni -mfma -mf16c
 
 LIB_SRC := $(sort $(wildcard src/*/*.c src/*/*/*.c))
-LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_SRC:%.cu=$(BUILD)/%.o)
 CLI_SRC := $(sort $(wildcard cli/*.c))
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_SRC := $(sort $(wildcard tests/*.c))
@@ -81,6 +103,10 @@ $(BUILD)/%-avx512.o: %-avx512.c
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(CPPFLAGS) $(NVCCFLAGS) -MMD -MP -c $< -o $@
 
 $(BUILD)/libtoy.a: $(LIB_OBJ)
 	@rm -f $@

@@ -27,6 +27,7 @@ int toy_cmd_tokenizer(int argc, char **argv);
 int toy_cmd_chat_template(int argc, char **argv);
 int toy_cmd_serve(int argc, char **argv);
 int toy_cmd_classify(int argc, char **argv);
+int toy_cmd_devices(int argc, char **argv);
 
 #define TOY_COMMANDS \
     {"demo", toy_cmd_demo, "train a small Llama on built-in text (what make demo runs) and sample from it"}, \
@@ -44,6 +45,7 @@ int toy_cmd_classify(int argc, char **argv);
     {"tokenize", toy_cmd_tokenize, "text to token ids (and back); a corpus to a packed TOYT token file"}, \
     {"tokenizer", toy_cmd_tokenizer, "train a byte-level BPE tokenizer: tokenizer train --vocab-size N corpus.txt -o tok.gguf"}, \
     {"chat-template", toy_cmd_chat_template, "render a chat prompt with a model's (or a built-in) chat template"}, \
+    {"devices", toy_cmd_devices, "list the compute devices (CPU, CUDA GPUs: memory, compute capability); --device picks one"}, \
     {"serve", toy_cmd_serve, "an OpenAI-compatible HTTP server: completions, chat, streaming, embeddings, metrics"},
 
 #endif

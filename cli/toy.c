@@ -14,7 +14,8 @@ static void usage(FILE *f) {
             TOY_VERSION);
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-14s %s\n", commands[i].name, commands[i].help);
-    fprintf(f, "\n`toy <command> --help` shows a command's flags.\n");
+    fprintf(f, "\n`toy <command> --help` shows a command's flags. Every command takes\n"
+               "--device cpu|cuda|cuda:N (default cpu; see toy devices).\n");
 }
 
 int main(int argc, char **argv) {
@@ -27,6 +28,24 @@ int main(int argc, char **argv) {
         printf("toy %s\n", TOY_VERSION);
         return 0;
     }
+    /* --device NAME (or --device=NAME), anywhere after the command: where
+     * every graph of the command runs; taken out before the command parses */
+    int n = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *dev = NULL;
+        if (!strcmp(argv[i], "--device")) {
+            if (i + 1 >= argc) { fprintf(stderr, "toy: --device needs a value (cpu, cuda, cuda:N)\n"); return 2; }
+            dev = argv[++i];
+        } else if (!strncmp(argv[i], "--device=", 9)) {
+            dev = argv[i] + 9;
+        } else {
+            argv[n++] = argv[i];
+            continue;
+        }
+        if (toy_set_default_device(dev)) { fprintf(stderr, "toy: %s\n", toy_last_error()); return 1; }
+    }
+    argc = n;
+    argv[argc] = NULL;
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
     fprintf(stderr, "toy: unknown command '%s' (see toy --help)\n", argv[1]);

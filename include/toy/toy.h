@@ -6,6 +6,7 @@
 #include "toy/tensor.h"
 #include "toy/threadpool.h"
 #include "toy/graph.h"
+#include "toy/device.h"
 #include "toy/quant.h"
 #include "toy/gguf.h"
 #include "toy/safetensors.h"

@@ -89,6 +89,7 @@ void toy_graph_release(struct toy_graph *g) {
     toy_ptrmap_free(&g->visited);
     toy_ptrmap_free(&g->leaf_grads);
     toy_membuf_free(&g->own_buf);
+    if (g->dev_free) g->dev_free(g);
 }
 
 void toy_graph_add_node(struct toy_graph *g, struct toy_tensor *t) {
@@ -315,6 +316,7 @@ enum toy_status toy_graph_plan(struct toy_graph *g, struct toy_membuf *buf,
     for (int i = 0; i < n; i++)
         if (g->offsets[i] != SIZE_MAX) g->nodes[i]->data = (char *)g->buf->data + g->offsets[i];
     g->plan = (struct toy_plan_info){peak, naive, n_planned};
+    g->plan_gen++;
     if (info) *info = g->plan;
     g->planned = true;
     return TOY_OK;
@@ -377,9 +379,16 @@ static enum toy_status check_leaf(const struct toy_tensor *t) {
 
 enum toy_status toy_graph_compute(struct toy_graph *g, struct toy_threadpool *tp) {
     enum toy_status st;
-    const struct toy_backend_ops *be = toy_backend_default();
+    int device;
+    const struct toy_backend_ops *be = toy_backend_for_graph(g, &device);
     be->init();
     if (!g->planned && (st = toy_graph_plan(g, NULL, NULL))) return st;
+    if (be->graph_compute) { /* a device runs the whole graph */
+        for (int i = 0; i < g->n_nodes; i++)
+            for (int s = 0; s < TOY_MAX_SRC; s++)
+                if ((st = check_leaf(g->nodes[i]->src[s]))) return st;
+        return be->graph_compute(g, device);
+    }
     int nth = toy_threadpool_size(tp);
     size_t ws = 0;
     for (int i = 0; i < g->n_nodes; i++) {

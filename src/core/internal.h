@@ -2,6 +2,7 @@
 #ifndef TOY_CORE_INTERNAL_H
 #define TOY_CORE_INTERNAL_H
 
+#include <stdint.h>
 #include <string.h>
 
 #include "toy/graph.h"
@@ -91,6 +92,13 @@ struct toy_graph {
     bool timing;
     double op_us[TOY_OP_COUNT];
     struct toy_trace *trace;
+
+    /* device selection (backends/registry.c): be NULL = the process default */
+    const struct toy_backend_ops *be;
+    int device;
+    uint32_t plan_gen;             /* bumped by every toy_graph_plan */
+    void *dev_state;               /* a device backend's copies of this graph */
+    void (*dev_free)(struct toy_graph *g); /* frees dev_state */
 };
 
 void toy_graph_add_node(struct toy_graph *g, struct toy_tensor *t);

@@ -1,0 +1,505 @@
+/* cuda-graph.c: running a planned graph on a CUDA device.
+ *
+ * Device memory mirrors the host plan: one device buffer of the plan's peak
+ * size holds every op result at the same offset the planner gave it on the
+ * host; views, accumulating gradient nodes and KV stores resolve to their
+ * base exactly as on the CPU. Leaves (tensors with host data) get device
+ * copies by kind:
+ *
+ *   resident  constant data: uploaded once, shared by graphs (counted):
+ *             leaves in read-only memory (a mmapped GGUF) and F16 / BF16 /
+ *             quantized leaves that are not parameters (weights);
+ *   kv        a KV cache (written by KV_STORE): uploaded once, stays on the
+ *             device; the rows a run stores are copied back to the host;
+ *   grad      a persistent gradient: uploaded before (the host may have
+ *             zeroed it) and downloaded after every run;
+ *   upload    everything else (inputs, ids, positions, parameters the
+ *             host optimizer updates): uploaded before every run; small
+ *             ones through a pinned staging buffer.
+ *
+ * After the kernels, OUTPUT / LOSS results and the last node are copied back
+ * into their host addresses, so host code reads t->data as on the CPU.
+ * Everything above is built once per plan (descriptors of every node
+ * included); a run is uploads, one launch sequence on the device's stream,
+ * downloads and one synchronisation. Compiled only with TOY_CUDA.
+ */
+#ifdef TOY_CUDA
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/backend-impl.h"
+#include "backends/cuda/cuda-impl.h"
+#include "core/internal.h"
+
+#define STAGE_MAX ((size_t)4 << 20) /* leaves up to this size go through pinned staging */
+
+enum { L_UPLOAD, L_RESIDENT, L_KV, L_GRAD };
+
+struct leaf {
+    struct toy_tensor *t;
+    char *d;
+    size_t size;
+    int kind;
+    bool owned;        /* allocated here (not a resident copy) */
+};
+
+struct staged { void *host; size_t off, size; };
+
+struct cu_graph {
+    int dev;
+    uint32_t plan_gen;
+    int n_nodes;
+    struct toy_cu_device *cd;
+    char *dbuf;                  /* plan peak bytes */
+    struct leaf *leaves;
+    int n_leaves;
+    struct toy_ptrmap lmap;      /* leaf tensor -> index in leaves */
+    struct toy_cu_node *cn;      /* per node (views: unused) */
+    char *work;
+    size_t work_size;
+    int32_t *err;                /* device word */
+    double *rope;                /* device table of every ROPE node's frequencies */
+    char *stage;                 /* pinned host staging */
+    size_t stage_size;
+    struct staged *down;         /* staged downloads of one run */
+    int n_down, cap_down;
+};
+
+static bool writes_grad_node(const struct toy_tensor *t) {
+    return t->op == TOY_OP_ACCUM || (t->op == TOY_OP_MATMUL && t->op_params[P_MM_ACCUM]) ||
+           (t->op == TOY_OP_GET_ROWS_BACK && t->op_params[P_GRB_ACCUM]);
+}
+
+static void cg_free(struct cu_graph *cg) {
+    if (!cg) return;
+    cudaSetDevice(cg->dev);
+    if (cg->cd) cudaStreamSynchronize((cudaStream_t)cg->cd->stream);
+    for (int i = 0; i < cg->n_leaves; i++) {
+        struct leaf *l = &cg->leaves[i];
+        if (l->owned) toy_cu_free(cg->dev, l->d);
+        else if (l->d) toy_cu_resident_release(cg->dev, l->t->data, l->size);
+    }
+    toy_cu_free(cg->dev, cg->dbuf);
+    toy_cu_free(cg->dev, cg->work);
+    toy_cu_free(cg->dev, cg->err);
+    toy_cu_free(cg->dev, cg->rope);
+    if (cg->stage) cudaFreeHost(cg->stage);
+    cudaGetLastError();
+    free(cg->leaves);
+    free(cg->cn);
+    free(cg->down);
+    toy_ptrmap_free(&cg->lmap);
+    free(cg);
+}
+
+void toy_cuda_graph_free(struct toy_graph *g) {
+    cg_free(g->dev_state);
+    g->dev_state = NULL;
+    g->dev_free = NULL;
+}
+
+/* ---- read-only memory (a mmapped GGUF cannot change under us) -------------------------------- */
+
+struct range { uintptr_t lo, hi; };
+
+static int read_only_ranges(struct range **out) {
+    *out = NULL;
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f) return 0;
+    int n = 0, cap = 0;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        char perm[8];
+        if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perm) != 3 || perm[1] == 'w') continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 64;
+            struct range *r = realloc(*out, (size_t)cap * sizeof *r);
+            if (!r) break;
+            *out = r;
+        }
+        (*out)[n++] = (struct range){lo, hi};
+    }
+    fclose(f);
+    return n;
+}
+
+static bool in_ranges(const struct range *r, int n, const void *p, size_t size) {
+    uintptr_t a = (uintptr_t)p;
+    for (int i = 0; i < n; i++)
+        if (a >= r[i].lo && a + size <= r[i].hi) return true;
+    return false;
+}
+
+/* ---- building the device mirror of a plan ------------------------------------------------------ */
+
+static char *dev_ptr(struct cu_graph *cg, struct toy_graph *g, const struct toy_tensor *t) {
+    if (t->op == TOY_OP_NONE) {
+        int li = toy_ptrmap_get(&cg->lmap, t);
+        return li >= 0 ? cg->leaves[li].d : NULL;
+    }
+    if (toy_is_view_op(t->op)) {
+        char *b = dev_ptr(cg, g, t->view_src);
+        return b ? b + t->view_offs : NULL;
+    }
+    if (writes_grad_node(t)) return dev_ptr(cg, g, t->src[TOY_MAX_SRC - 1]);
+    if (t->op == TOY_OP_KV_STORE) return dev_ptr(cg, g, t->src[0]);
+    int j = toy_ptrmap_get(&g->index, t);
+    if (j < 0 || g->offsets[j] == SIZE_MAX) return NULL;
+    return cg->dbuf + g->offsets[j];
+}
+
+static void describe(struct toy_cu_tensor *d, const struct toy_tensor *t, char *ptr) {
+    d->data = ptr;
+    d->type = (int32_t)t->type;
+    for (int i = 0; i < 4; i++) {
+        d->ne[i] = t->ne[i];
+        d->nb[i] = (int64_t)t->nb[i];
+    }
+}
+
+/* The inverse frequencies of a ROPE node (as the CPU computes them, from
+ * the Hugging Face definitions of linear, llama3 and YaRN scaling). */
+static void rope_freqs(const struct toy_tensor *dst, int n_dims, double *inv_freq) {
+    float base = toy_param_f32(dst, P_RP_BASE), factor = toy_param_f32(dst, P_RP_FACTOR);
+    int scaling = dst->op_params[P_RP_SCALING];
+    int orig = dst->op_params[P_RP_ORIG];
+    for (int i = 0; i < n_dims / 2; i++) {
+        double f = 1.0 / pow((double)base, (double)(2 * i) / n_dims);
+        if (scaling == TOY_ROPE_SCALING_LINEAR) {
+            f /= factor;
+        } else if (scaling == TOY_ROPE_SCALING_LLAMA3) {
+            double low = toy_param_f32(dst, P_RP_LOW), high = toy_param_f32(dst, P_RP_HIGH);
+            double low_wl = orig / low, high_wl = orig / high, wl = 2 * M_PI / f;
+            if (wl > low_wl) {
+                f /= factor;
+            } else if (wl >= high_wl) {
+                double smooth = (orig / wl - low) / (high - low);
+                f = (1 - smooth) * f / factor + smooth * f;
+            }
+        } else if (scaling == TOY_ROPE_SCALING_YARN) {
+            double bf = toy_param_f32(dst, P_RP_BFAST), bs = toy_param_f32(dst, P_RP_BSLOW);
+            double lo = floor(n_dims * log(orig / (bf * 2 * M_PI)) / (2 * log(base)));
+            double hi = ceil(n_dims * log(orig / (bs * 2 * M_PI)) / (2 * log(base)));
+            if (lo < 0) lo = 0;
+            if (hi > n_dims - 1) hi = n_dims - 1;
+            if (hi == lo) hi += 0.001;
+            double ramp = (i - lo) / (hi - lo);
+            ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+            double extrap = 1 - ramp;
+            f = (f / factor) * (1 - extrap) + f * extrap;
+        }
+        inv_freq[i] = f;
+    }
+}
+
+static enum toy_status add_leaf(struct cu_graph *cg, struct toy_tensor *t, int kind, int *cap) {
+    int li = toy_ptrmap_get(&cg->lmap, t);
+    if (li >= 0) {
+        if (kind == L_KV || kind == L_GRAD) cg->leaves[li].kind = kind; /* written beats read */
+        return TOY_OK;
+    }
+    if (cg->n_leaves == *cap) {
+        *cap = *cap ? 2 * *cap : 128;
+        struct leaf *nl = realloc(cg->leaves, (size_t)*cap * sizeof *nl);
+        if (!nl) return toy_error(TOY_ERR_NOMEM, "cuda graph: leaf table");
+        cg->leaves = nl;
+    }
+    cg->leaves[cg->n_leaves] = (struct leaf){t, NULL, toy_nbytes(t), kind, false};
+    toy_ptrmap_put(&cg->lmap, t, cg->n_leaves++);
+    return TOY_OK;
+}
+
+static enum toy_status prepare(struct toy_graph *g, int dev, struct cu_graph **out) {
+    enum toy_status st;
+    struct cu_graph *cg = calloc(1, sizeof *cg);
+    if (!cg) return toy_error(TOY_ERR_NOMEM, "cuda graph");
+    cg->dev = dev;
+    cg->plan_gen = g->plan_gen;
+    cg->n_nodes = g->n_nodes;
+    if ((st = toy_cu_device_get(dev, &cg->cd))) goto fail;
+    /* leaves, and which of them the graph writes */
+    int cap = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        struct toy_tensor *t = g->nodes[i];
+        for (int s = 0; s < TOY_MAX_SRC + 1; s++) {
+            struct toy_tensor *x = s < TOY_MAX_SRC ? t->src[s] : t->view_src;
+            if (!x || x->op != TOY_OP_NONE) continue;
+            int kind = L_UPLOAD;
+            if (t->op == TOY_OP_KV_STORE && s == 0) kind = L_KV;
+            else if ((writes_grad_node(t) && s == TOY_MAX_SRC - 1) || (x->flags & TOY_FLAG_GRAD)) kind = L_GRAD;
+            if ((st = add_leaf(cg, x, kind, &cap))) goto fail;
+        }
+    }
+    struct range *ro = NULL;
+    int n_ro = read_only_ranges(&ro);
+    size_t stage_need = 64; /* the error word */
+    for (int i = 0; i < cg->n_leaves; i++) {
+        struct leaf *l = &cg->leaves[i];
+        struct toy_tensor *t = l->t;
+        if (l->kind == L_UPLOAD && !(t->flags & (TOY_FLAG_PARAM | TOY_FLAG_INPUT)) &&
+            ((t->type != TOY_F32 && t->type != TOY_I32) || in_ranges(ro, n_ro, t->data, l->size)))
+            l->kind = L_RESIDENT;
+        if (l->kind == L_RESIDENT) {
+            void *d;
+            if ((st = toy_cu_resident_acquire(dev, t->data, l->size, &d))) {
+                free(ro);
+                goto fail;
+            }
+            l->d = d;
+        } else {
+            void *d;
+            if ((st = toy_cu_alloc(dev, l->size, &d))) {
+                free(ro);
+                goto fail;
+            }
+            l->d = d;
+            l->owned = true;
+            if (l->kind == L_KV) { /* uploaded once; from then on the device copy is the truth */
+                if ((st = toy_cu_check(cudaMemcpy(d, t->data, l->size, cudaMemcpyHostToDevice), "KV cache upload"))) {
+                    free(ro);
+                    goto fail;
+                }
+            }
+            if ((l->kind == L_UPLOAD || l->kind == L_GRAD) && l->size <= STAGE_MAX)
+                stage_need += (l->kind == L_GRAD ? 2 : 1) * ((l->size + 63) / 64 * 64); /* grads: up and down */
+        }
+    }
+    free(ro);
+    /* the planned results */
+    if (g->plan.peak_bytes && (st = toy_cu_alloc(dev, g->plan.peak_bytes, (void **)&cg->dbuf))) goto fail;
+    if ((st = toy_cu_alloc(dev, 64, (void **)&cg->err))) goto fail;
+    /* node descriptors, rope tables, work size */
+    cg->cn = calloc((size_t)(g->n_nodes ? g->n_nodes : 1), sizeof *cg->cn);
+    if (!cg->cn) {
+        st = toy_error(TOY_ERR_NOMEM, "cuda graph: node table");
+        goto fail;
+    }
+    size_t rope_n = 0;
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i]->op == TOY_OP_ROPE) rope_n += (size_t)g->nodes[i]->op_params[P_RP_NDIMS] / 2 + 1;
+    double *rope_h = rope_n ? malloc(rope_n * sizeof *rope_h) : NULL;
+    if (rope_n && (!rope_h || (st = toy_cu_alloc(dev, rope_n * sizeof(double), (void **)&cg->rope)))) {
+        free(rope_h);
+        if (!st) st = toy_error(TOY_ERR_NOMEM, "cuda graph: rope table");
+        goto fail;
+    }
+    size_t rope_at = 0, ws = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        struct toy_tensor *t = g->nodes[i];
+        struct toy_cu_node *c = &cg->cn[i];
+        if (toy_is_view_op(t->op)) continue;
+        c->op = (int32_t)t->op;
+        c->index = i;
+        memcpy(c->op_params, t->op_params, sizeof c->op_params);
+        char *d = dev_ptr(cg, g, t);
+        if (!d && toy_nbytes(t)) {
+            free(rope_h);
+            st = toy_error(TOY_ERR_STATE, "cuda graph: node %d (%s '%s') has no device memory", i, toy_op_name(t->op),
+                           t->name);
+            goto fail;
+        }
+        describe(&c->dst, t, d);
+        c->dst_nbytes = toy_nbytes(t);
+        for (int s = 0; s < TOY_MAX_SRC; s++) {
+            if (!t->src[s]) continue;
+            char *sp = dev_ptr(cg, g, t->src[s]);
+            if (!sp && toy_nbytes(t->src[s])) {
+                free(rope_h);
+                st = toy_error(TOY_ERR_STATE, "cuda graph: source %d of node %d (%s) is outside the graph", s, i,
+                               toy_op_name(t->op));
+                goto fail;
+            }
+            describe(&c->src[s], t->src[s], sp);
+            c->has_src[s] = true;
+        }
+        c->stream = cg->cd->stream;
+        c->cublas = cg->cd->cublas;
+        c->err = cg->err;
+        c->n_past = -1;
+        c->math = cg->cd->math;
+        if (t->op == TOY_OP_VIEW_BACK) {
+            const struct toy_tensor *v = t->src[1];
+            c->view_off = (int64_t)((size_t)(uint32_t)v->op_params[0] | ((size_t)(uint32_t)v->op_params[1] << 31));
+        }
+        if (t->op == TOY_OP_ROPE) {
+            int nd = t->op_params[P_RP_NDIMS];
+            rope_freqs(t, nd, rope_h + rope_at);
+            c->rope_freq = cg->rope + rope_at;
+            rope_at += (size_t)nd / 2 + 1;
+        }
+        size_t w = toy_cu_work_size(c);
+        if (w > ws) ws = w;
+    }
+    if (rope_n) {
+        st = toy_cu_check(cudaMemcpy(cg->rope, rope_h, rope_n * sizeof(double), cudaMemcpyHostToDevice), "rope table");
+        free(rope_h);
+        if (st) goto fail;
+    }
+    if (ws && (st = toy_cu_alloc(dev, ws, (void **)&cg->work))) goto fail;
+    cg->work_size = ws;
+    for (int i = 0; i < g->n_nodes; i++) {
+        cg->cn[i].work = cg->work;
+        cg->cn[i].work_size = ws;
+    }
+    /* pinned staging for the small per-run copies (inputs, logits, loss);
+     * without it (pinning refused) every copy goes direct */
+    for (int i = 0; i < g->n_nodes; i++) {
+        struct toy_tensor *t = g->nodes[i];
+        if (t->op == TOY_OP_KV_STORE) {
+            size_t n = (size_t)t->src[1]->ne[2] * t->src[0]->nb[2];
+            if (n <= STAGE_MAX) stage_need += (size_t)t->src[0]->ne[3] * ((n + 63) / 64 * 64);
+        } else if ((t->flags & (TOY_FLAG_OUTPUT | TOY_FLAG_LOSS)) || i == g->n_nodes - 1) {
+            size_t n = toy_nbytes(t) + (toy_is_view_op(t->op) ? 0 : t->aux_bytes);
+            if (n <= STAGE_MAX) stage_need += (n + 63) / 64 * 64;
+        }
+    }
+    if (cudaMallocHost((void **)&cg->stage, stage_need) == cudaSuccess) cg->stage_size = stage_need;
+    else {
+        cudaGetLastError();
+        cg->stage = NULL;
+    }
+    *out = cg;
+    return TOY_OK;
+fail:
+    cg_free(cg);
+    return st;
+}
+
+/* ---- one run ------------------------------------------------------------------------------------------ */
+
+static enum toy_status h2d(struct cu_graph *cg, void *d, const void *h, size_t n, size_t *stage_at) {
+    cudaStream_t s = (cudaStream_t)cg->cd->stream;
+    if (cg->stage && n <= STAGE_MAX && *stage_at + n <= cg->stage_size) {
+        memcpy(cg->stage + *stage_at, h, n);
+        enum toy_status st = toy_cu_check(cudaMemcpyAsync(d, cg->stage + *stage_at, n, cudaMemcpyHostToDevice, s),
+                                          "upload");
+        *stage_at += (n + 63) / 64 * 64;
+        return st;
+    }
+    return toy_cu_check(cudaMemcpyAsync(d, h, n, cudaMemcpyHostToDevice, s), "upload");
+}
+
+static enum toy_status d2h(struct cu_graph *cg, void *h, const void *d, size_t n, size_t *stage_at) {
+    cudaStream_t s = (cudaStream_t)cg->cd->stream;
+    if (cg->stage && n <= STAGE_MAX && *stage_at + n <= cg->stage_size) {
+        if (cg->n_down == cg->cap_down) {
+            int nc = cg->cap_down ? 2 * cg->cap_down : 16;
+            struct staged *nd = realloc(cg->down, (size_t)nc * sizeof *nd);
+            if (!nd) return toy_error(TOY_ERR_NOMEM, "cuda graph: download list");
+            cg->down = nd;
+            cg->cap_down = nc;
+        }
+        cg->down[cg->n_down++] = (struct staged){h, *stage_at, n};
+        enum toy_status st = toy_cu_check(cudaMemcpyAsync(cg->stage + *stage_at, d, n, cudaMemcpyDeviceToHost, s),
+                                          "download");
+        *stage_at += (n + 63) / 64 * 64;
+        return st;
+    }
+    return toy_cu_check(cudaMemcpyAsync(h, d, n, cudaMemcpyDeviceToHost, s), "download");
+}
+
+/* host data pointers of the nodes that alias (as toy_graph_compute sets them on the CPU) */
+static void host_aliases(struct toy_graph *g) {
+    for (int i = 0; i < g->n_nodes; i++) {
+        struct toy_tensor *t = g->nodes[i];
+        if (toy_is_view_op(t->op)) t->data = (char *)t->view_src->data + t->view_offs;
+        else if (writes_grad_node(t)) t->data = t->src[TOY_MAX_SRC - 1]->data;
+        else if (t->op == TOY_OP_KV_STORE) t->data = t->src[0]->data;
+    }
+}
+
+enum toy_status toy_cuda_graph_compute(struct toy_graph *g, int device) {
+    enum toy_status st;
+    struct cu_graph *cg = g->dev_state;
+    if (cg && (cg->dev != device || cg->plan_gen != g->plan_gen || cg->n_nodes != g->n_nodes)) {
+        toy_cuda_graph_free(g);
+        cg = NULL;
+    }
+    if (!cg) {
+        if ((st = prepare(g, device, &cg))) return st;
+        g->dev_state = cg;
+        g->dev_free = toy_cuda_graph_free;
+    }
+    if ((st = toy_cu_check(cudaSetDevice(device), "cudaSetDevice"))) return st;
+    host_aliases(g);
+    cudaStream_t s = (cudaStream_t)cg->cd->stream;
+    /* host-side checks of the run-time scalars (n_past), before any work */
+    for (int i = 0; i < g->n_nodes; i++) {
+        struct toy_tensor *t = g->nodes[i];
+        struct toy_cu_node *c = &cg->cn[i];
+        if (t->op == TOY_OP_KV_STORE) {
+            int64_t np = *(const int32_t *)t->src[2]->data;
+            if (np < 0 || np + t->src[1]->ne[2] > t->src[0]->ne[2])
+                return toy_error(TOY_ERR_RANGE, "%s '%s': an index is out of range (ids or targets)",
+                                 toy_op_name(t->op), t->name);
+            c->n_past = np;
+        } else if (t->op == TOY_OP_ATTENTION && t->op_params[P_AT_DYNKV]) {
+            c->n_past = *(const int32_t *)t->src[3]->data;
+        }
+    }
+    size_t stage_at = 64;
+    for (int i = 0; i < cg->n_leaves; i++) {
+        struct leaf *l = &cg->leaves[i];
+        if (l->kind == L_UPLOAD || l->kind == L_GRAD)
+            if ((st = h2d(cg, l->d, l->t->data, l->size, &stage_at))) return st;
+    }
+    if ((st = toy_cu_check(cudaMemsetAsync(cg->err, 0, sizeof(int32_t), s), "cudaMemsetAsync"))) return st;
+    char msg[256];
+    for (int i = 0; i < g->n_nodes; i++) {
+        struct toy_tensor *t = g->nodes[i];
+        if (toy_is_view_op(t->op)) continue;
+        msg[0] = 0;
+        int rc = toy_cu_run(&cg->cn[i], msg, sizeof msg);
+        if (rc) {
+            cudaStreamSynchronize(s);
+            return toy_error((enum toy_status)rc, "cuda:%d: node %d (%s '%s'): %s", device, i, toy_op_name(t->op),
+                             t->name, msg);
+        }
+    }
+    /* results back to the host */
+    cg->n_down = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        struct toy_tensor *t = g->nodes[i];
+        if (!((t->flags & (TOY_FLAG_OUTPUT | TOY_FLAG_LOSS)) || i == g->n_nodes - 1)) continue;
+        if (writes_grad_node(t) || t->op == TOY_OP_KV_STORE) continue; /* their leaf comes back below */
+        size_t n = toy_nbytes(t) + (toy_is_view_op(t->op) ? 0 : t->aux_bytes);
+        if (n && (st = d2h(cg, t->data, dev_ptr(cg, g, t), n, &stage_at))) return st;
+    }
+    for (int i = 0; i < cg->n_leaves; i++) {
+        struct leaf *l = &cg->leaves[i];
+        if (l->kind == L_GRAD && (st = d2h(cg, l->t->data, l->d, l->size, &stage_at))) return st;
+    }
+    for (int i = 0; i < g->n_nodes; i++) { /* the rows each KV_STORE wrote, per batch row */
+        struct toy_tensor *t = g->nodes[i];
+        if (t->op != TOY_OP_KV_STORE) continue;
+        const struct toy_tensor *cache = t->src[0];
+        int li = toy_ptrmap_get(&cg->lmap, cache);
+        size_t row = cache->nb[2], off0 = (size_t)cg->cn[i].n_past * row, n = (size_t)t->src[1]->ne[2] * row;
+        for (int64_t b = 0; b < cache->ne[3]; b++) {
+            size_t off = (size_t)b * cache->nb[3] + off0;
+            if ((st = d2h(cg, (char *)cache->data + off, cg->leaves[li].d + off, n, &stage_at))) return st;
+        }
+    }
+    int32_t *errw = NULL;
+    int32_t err_direct = 0;
+    if (cg->stage) {
+        errw = (int32_t *)cg->stage;
+        if ((st = toy_cu_check(cudaMemcpyAsync(errw, cg->err, 4, cudaMemcpyDeviceToHost, s), "download"))) return st;
+    } else {
+        errw = &err_direct;
+        if ((st = toy_cu_check(cudaMemcpyAsync(errw, cg->err, 4, cudaMemcpyDeviceToHost, s), "download"))) return st;
+    }
+    if ((st = toy_cu_check(cudaStreamSynchronize(s), "running the graph"))) return st;
+    for (int i = 0; i < cg->n_down; i++) memcpy(cg->down[i].host, cg->stage + cg->down[i].off, cg->down[i].size);
+    if (*errw > 0 && *errw <= g->n_nodes) {
+        struct toy_tensor *t = g->nodes[*errw - 1];
+        return toy_error(TOY_ERR_RANGE, "%s '%s': an index is out of range (ids or targets)", toy_op_name(t->op),
+                         t->name);
+    }
+    return TOY_OK;
+}
+#endif

@@ -1,0 +1,283 @@
+/* kernels-attention.cu: fused scaled-dot-product attention on CUDA, forward
+ * and backward (semantics of src/backends/cpu/attention.c).
+ *
+ * q {D, Hq, Tq, B}, k, v {D, Hkv, Tk, B} (F32, or an F16 KV cache), out like
+ * q, contiguous, with lse = log-sum-exp of every query row (B, Tq, Hq) in
+ * its aux bytes. Query head h reads kv head h / (Hq / Hkv). Causal: query t
+ * sees keys j <= t + (Tk - Tq); a window W drops keys j <= t + (Tk - Tq) - W;
+ * softcap c: s -> c tanh(s / c); packed documents: with segment ids
+ * (op_params[AT_SEG], I32 {T, B}) query t of row b sees key j only when
+ * seg[b][j] == seg[b][t]. Cached attention: Tk = n_past + Tq (n_past read
+ * on the host).
+ *
+ * Forward: one warp per query row; each lane holds D/32 elements of q and
+ * of the output accumulator; keys stream once with an online softmax (the
+ * flash-attention recurrence), so the Tq x Tk matrix never exists.
+ * Backward recomputes P from lse:
+ *   Di = rowsum(dO O);  ds = p (dO.v - Di) (times the softcap derivative);
+ *   dQ = scale sum_j ds k_j   (a warp per query row),
+ *   dK = scale sum_t ds q_t, dV = sum_t p dO_t   (a warp per key row, over
+ *   every query head of its group) -- every output has one writer, no
+ *   atomics, deterministic.
+ * Head dims up to 256. These are straightforward SIMT kernels: K/V are read
+ * through L2 by every query warp; a tiled tensor-core version is the next
+ * step for speed (docs/cuda.md).
+ */
+#include "backends/cuda/kernels-common.cuh"
+
+#define AT_SEG 5       /* op_params index of the segment flag (core/internal.h P_AT_SEG) */
+#define MAX_DPL 8      /* elements per lane: head dim <= 256 */
+#define WARPS 4
+
+struct at {
+    int64_t D, Hq, Hkv, Tq, Tk, B, group, off;
+    float scale, cap;
+    bool causal;
+    int window;
+    bool seg;
+};
+
+static at at_shape(const struct toy_cu_node *n, const CT &q, const CT &k) {
+    at a;
+    a.D = q.ne[0];
+    a.Hq = q.ne[1];
+    a.Tq = q.ne[2];
+    a.B = q.ne[3];
+    a.Hkv = k.ne[1];
+    a.Tk = n->op_params[P_AT_DYNKV] && n->n_past >= 0 ? n->n_past + q.ne[2] : k.ne[2];
+    if (a.Tk > k.ne[2]) a.Tk = k.ne[2];
+    a.group = a.Hq / a.Hkv;
+    a.off = a.Tk - a.Tq;
+    memcpy(&a.scale, &n->op_params[P_AT_SCALE], 4);
+    memcpy(&a.cap, &n->op_params[P_AT_SOFTCAP], 4);
+    a.causal = n->op_params[P_AT_CAUSAL];
+    a.window = n->op_params[P_AT_WINDOW];
+    a.seg = n->op_params[AT_SEG] != 0;
+    return a;
+}
+
+__device__ __forceinline__ void key_range(const at &a, int64_t t, int64_t *j0, int64_t *j1) {
+    *j0 = 0;
+    *j1 = a.Tk;
+    if (a.causal) {
+        *j1 = t + a.off + 1;
+        if (*j1 > a.Tk) *j1 = a.Tk;
+        if (a.window > 0 && *j1 - a.window > 0) *j0 = *j1 - a.window;
+        if (*j1 < 0) *j1 = 0;
+    }
+}
+
+__device__ __forceinline__ int32_t seg_at(const CT &seg, int64_t t, int64_t b) {
+    return *(const int32_t *)(seg.data + t * seg.nb[0] + b * seg.nb[1]);
+}
+
+/* row t of head h, batch b of x into registers (lane's elements) */
+__device__ __forceinline__ void load_row(const CT &x, int64_t h, int64_t t, int64_t b, int64_t D, float *r) {
+    const char *row = x.data + h * x.nb[1] + t * x.nb[2] + b * x.nb[3];
+    int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int i = 0; i < MAX_DPL; i++) {
+        int64_t d = lane + 32 * i;
+        r[i] = d < D ? ld_row(x.type, row, d, x.nb[0]) : 0.0f;
+    }
+}
+
+__device__ __forceinline__ float dot_row(const float *r, const float *s) {
+    float acc = 0.0f;
+#pragma unroll
+    for (int i = 0; i < MAX_DPL; i++) acc += r[i] * s[i];
+    return warp_sum(acc);
+}
+
+/* the score of a query against key j after scale and softcap; *c = s / cap */
+__device__ __forceinline__ float score(const at &a, float raw, float *c) {
+    float s = raw * a.scale;
+    if (a.cap > 0) {
+        *c = tanhf(s / a.cap);
+        s = a.cap * *c;
+    }
+    return s;
+}
+
+__global__ void k_attn_fwd(CT out, CT q, CT k, CT v, CT seg, at a, float *lse) {
+    int64_t row = blockIdx.x * (int64_t)WARPS + threadIdx.x / 32; /* (b, t, h) in out order */
+    if (row >= a.B * a.Tq * a.Hq) return;
+    int64_t h = row % a.Hq, t = (row / a.Hq) % a.Tq, b = row / (a.Hq * a.Tq), g = h / a.group;
+    int lane = threadIdx.x % 32;
+    float qr[MAX_DPL], kr[MAX_DPL], o[MAX_DPL];
+    load_row(q, h, t, b, a.D, qr);
+#pragma unroll
+    for (int i = 0; i < MAX_DPL; i++) o[i] = 0.0f;
+    int64_t j0, j1;
+    key_range(a, t, &j0, &j1);
+    int32_t my_seg = a.seg ? seg_at(seg, t, b) : 0;
+    float m = -INFINITY, l = 0.0f;
+    for (int64_t j = j0; j < j1; j++) {
+        if (a.seg && seg_at(seg, j, b) != my_seg) continue;
+        load_row(k, g, j, b, a.D, kr);
+        float c;
+        float s = score(a, dot_row(qr, kr), &c);
+        float mn = fmaxf(m, s);
+        float corr = expf(m - mn), p = expf(s - mn);
+        l = l * corr + p;
+        load_row(v, g, j, b, a.D, kr);
+#pragma unroll
+        for (int i = 0; i < MAX_DPL; i++) o[i] = o[i] * corr + p * kr[i];
+        m = mn;
+    }
+    float *orow = (float *)(out.data + h * out.nb[1] + t * out.nb[2] + b * out.nb[3]);
+    float inv = l > 0 ? 1.0f / l : 0.0f;
+#pragma unroll
+    for (int i = 0; i < MAX_DPL; i++) {
+        int64_t d = lane + 32 * i;
+        if (d < a.D) orow[d] = o[i] * inv;
+    }
+    if (lane == 0) lse[(b * a.Tq + t) * a.Hq + h] = l > 0 ? m + logf(l) : -INFINITY;
+}
+
+/* Di = rowsum(dO O) per query row */
+__global__ void k_attn_di(float *Di, CT dO, CT o, at a) {
+    int64_t row = blockIdx.x * (int64_t)WARPS + threadIdx.x / 32;
+    if (row >= a.B * a.Tq * a.Hq) return;
+    int64_t h = row % a.Hq, t = (row / a.Hq) % a.Tq, b = row / (a.Hq * a.Tq);
+    float x[MAX_DPL], y[MAX_DPL];
+    load_row(dO, h, t, b, a.D, x);
+    load_row(o, h, t, b, a.D, y);
+    float d = dot_row(x, y);
+    if (threadIdx.x % 32 == 0) Di[(b * a.Tq + t) * a.Hq + h] = d;
+}
+
+__device__ __forceinline__ float ds_of(const at &a, float p, float dp, float di, float c) {
+    float ds = p * (dp - di);
+    if (a.cap > 0) ds *= 1.0f - c * c;
+    return ds;
+}
+
+__global__ void k_attn_dq(float *dq, CT dO, CT q, CT k, CT v, CT seg, at a, const float *lse, const float *Di) {
+    int64_t row = blockIdx.x * (int64_t)WARPS + threadIdx.x / 32;
+    if (row >= a.B * a.Tq * a.Hq) return;
+    int64_t h = row % a.Hq, t = (row / a.Hq) % a.Tq, b = row / (a.Hq * a.Tq), g = h / a.group;
+    int lane = threadIdx.x % 32;
+    float qr[MAX_DPL], dor[MAX_DPL], kr[MAX_DPL], vr[MAX_DPL], acc[MAX_DPL];
+    load_row(q, h, t, b, a.D, qr);
+    load_row(dO, h, t, b, a.D, dor);
+#pragma unroll
+    for (int i = 0; i < MAX_DPL; i++) acc[i] = 0.0f;
+    int64_t ri = (b * a.Tq + t) * a.Hq + h;
+    float L = lse[ri], di = Di[ri];
+    int64_t j0, j1;
+    key_range(a, t, &j0, &j1);
+    int32_t my_seg = a.seg ? seg_at(seg, t, b) : 0;
+    if (L != -INFINITY)
+        for (int64_t j = j0; j < j1; j++) {
+            if (a.seg && seg_at(seg, j, b) != my_seg) continue;
+            load_row(k, g, j, b, a.D, kr);
+            load_row(v, g, j, b, a.D, vr);
+            float c = 0;
+            float s = score(a, dot_row(qr, kr), &c);
+            float p = expf(s - L);
+            float ds = ds_of(a, p, dot_row(dor, vr), di, c);
+#pragma unroll
+            for (int i = 0; i < MAX_DPL; i++) acc[i] += ds * kr[i];
+        }
+    float *out = dq + ((b * a.Tq + t) * a.Hq + h) * a.D;
+#pragma unroll
+    for (int i = 0; i < MAX_DPL; i++) {
+        int64_t d = lane + 32 * i;
+        if (d < a.D) out[d] = a.scale * acc[i];
+    }
+}
+
+__global__ void k_attn_dkv(float *dk, float *dv, CT dO, CT q, CT k, CT v, CT seg, at a, const float *lse,
+                           const float *Di) {
+    int64_t row = blockIdx.x * (int64_t)WARPS + threadIdx.x / 32; /* (b, j, g) */
+    if (row >= a.B * a.Tk * a.Hkv) return;
+    int64_t g = row % a.Hkv, j = (row / a.Hkv) % a.Tk, b = row / (a.Hkv * a.Tk);
+    int lane = threadIdx.x % 32;
+    float kr[MAX_DPL], vr[MAX_DPL], qr[MAX_DPL], dor[MAX_DPL], dka[MAX_DPL], dva[MAX_DPL];
+    load_row(k, g, j, b, a.D, kr);
+    load_row(v, g, j, b, a.D, vr);
+#pragma unroll
+    for (int i = 0; i < MAX_DPL; i++) dka[i] = dva[i] = 0.0f;
+    /* queries that see key j: t >= j - off, and with a window t < j - off + window */
+    int64_t t0 = 0, t1 = a.Tq;
+    if (a.causal) {
+        t0 = j - a.off > 0 ? j - a.off : 0;
+        if (a.window > 0 && j - a.off + a.window < t1) t1 = j - a.off + a.window;
+    }
+    int32_t key_seg = a.seg ? seg_at(seg, j, b) : 0;
+    for (int64_t t = t0; t < t1; t++) {
+        if (a.seg && seg_at(seg, t, b) != key_seg) continue;
+        for (int64_t h = g * a.group; h < (g + 1) * a.group; h++) {
+            int64_t ri = (b * a.Tq + t) * a.Hq + h;
+            float L = lse[ri];
+            if (L == -INFINITY) continue;
+            load_row(q, h, t, b, a.D, qr);
+            load_row(dO, h, t, b, a.D, dor);
+            float c = 0;
+            float s = score(a, dot_row(qr, kr), &c);
+            float p = expf(s - L);
+            float ds = ds_of(a, p, dot_row(dor, vr), Di[ri], c);
+#pragma unroll
+            for (int i = 0; i < MAX_DPL; i++) {
+                dva[i] += p * dor[i];
+                dka[i] += ds * qr[i];
+            }
+        }
+    }
+    int64_t base = ((b * a.Tk + j) * a.Hkv + g) * a.D;
+#pragma unroll
+    for (int i = 0; i < MAX_DPL; i++) {
+        int64_t d = lane + 32 * i;
+        if (d < a.D) {
+            dk[base + d] = a.scale * dka[i];
+            dv[base + d] = dva[i];
+        }
+    }
+}
+
+extern "C" size_t toy_cu_attention_work(const struct toy_cu_node *n) {
+    if (n->op != TOY_OP_ATTENTION_BACK) return 0;
+    const CT &q = n->src[1];
+    return (size_t)(q.ne[1] * q.ne[2] * q.ne[3]) * sizeof(float) + 256;
+}
+
+static int check_shape(const at &a, char *msg, size_t msg_size) {
+    if (a.D > 32 * MAX_DPL) {
+        snprintf(msg, msg_size, "head dim %lld is over the CUDA kernel's %d", (long long)a.D, 32 * MAX_DPL);
+        return TOY_ERR_UNSUPPORTED;
+    }
+    return 0;
+}
+
+extern "C" int toy_cu_attention(const struct toy_cu_node *n, char *msg, size_t msg_size) {
+    const CT &q = n->src[0], &k = n->src[1], &v = n->src[2];
+    at a = at_shape(n, q, k);
+    int rc = check_shape(a, msg, msg_size);
+    if (rc) return rc;
+    CT seg = a.seg ? n->src[4] : CT{};
+    float *lse = (float *)(n->dst.data + n->dst_nbytes);
+    int64_t rows = a.B * a.Tq * a.Hq;
+    if (!rows) return 0;
+    k_attn_fwd<<<(unsigned)cdiv(rows, WARPS), 32 * WARPS, 0, CU_STREAM(n)>>>(n->dst, q, k, v, seg, a, lse);
+    return launch_status("attention", msg, msg_size);
+}
+
+extern "C" int toy_cu_attention_back(const struct toy_cu_node *n, char *msg, size_t msg_size) {
+    const CT &dO = n->src[0], &q = n->src[1], &k = n->src[2], &v = n->src[3], &o = n->src[4];
+    at a = at_shape(n, q, k);
+    int rc = check_shape(a, msg, msg_size);
+    if (rc) return rc;
+    CT seg = a.seg ? n->src[5] : CT{};
+    /* lse sits after the forward output's bytes (contiguous {D, Hq, Tq, B} f32) */
+    const float *lse = (const float *)(o.data + o.ne[0] * o.ne[1] * o.ne[2] * o.ne[3] * 4);
+    float *Di = (float *)n->work;
+    float *dq = (float *)n->dst.data, *dk = dq + ct_nel(q), *dv = dk + ct_nel(k);
+    int64_t rows = a.B * a.Tq * a.Hq, krows = a.B * a.Tk * a.Hkv;
+    cudaStream_t s = CU_STREAM(n);
+    if (!rows) return 0;
+    k_attn_di<<<(unsigned)cdiv(rows, WARPS), 32 * WARPS, 0, s>>>(Di, dO, o, a);
+    k_attn_dq<<<(unsigned)cdiv(rows, WARPS), 32 * WARPS, 0, s>>>(dq, dO, q, k, v, seg, a, lse, Di);
+    if (krows) k_attn_dkv<<<(unsigned)cdiv(krows, WARPS), 32 * WARPS, 0, s>>>(dk, dv, dO, q, k, v, seg, a, lse, Di);
+    return launch_status("attention backward", msg, msg_size);
+}

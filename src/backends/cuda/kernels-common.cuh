@@ -1,0 +1,163 @@
+/* kernels-common.cuh: device helpers every kernel file shares: element
+ * loads of any dtype (with in-kernel dequantization of Q8_0 / Q4_0 / Q4_K,
+ * block layouts as in src/core/quant.c), index unravelling, block
+ * reductions, launch-error checks. */
+#ifndef TOY_KERNELS_COMMON_CUH
+#define TOY_KERNELS_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* the C headers, read as C++ (C11's _Noreturn is a GNU attribute there) */
+#ifndef _Noreturn
+#define _Noreturn __attribute__((noreturn))
+#endif
+extern "C" {
+#include "core/internal.h"
+}
+#include "backends/cuda/cuda-impl.h"
+
+typedef struct toy_cu_tensor CT;
+
+#define CU_STREAM(n) ((cudaStream_t)(n)->stream)
+
+__host__ __device__ static inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* grid size for n elements with `threads` per block, capped (grid-stride loops) */
+static inline unsigned grid_for(int64_t n, int threads) {
+    int64_t g = cdiv(n, threads);
+    if (g > 65535LL * 16) g = 65535LL * 16;
+    return (unsigned)(g < 1 ? 1 : g);
+}
+
+__host__ __device__ static inline int64_t ct_nel(const CT &t) { return t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3]; }
+__host__ __device__ static inline int64_t ct_nrows(const CT &t) { return t.ne[1] * t.ne[2] * t.ne[3]; }
+
+__device__ __forceinline__ const char *ct_row(const CT &t, int64_t i1, int64_t i2, int64_t i3) {
+    return t.data + i1 * t.nb[1] + i2 * t.nb[2] + i3 * t.nb[3];
+}
+
+/* 6-bit scale and min j of a Q4_K super-block (quant.c scale_min_k4) */
+__device__ __forceinline__ void q4k_scale_min(int j, const uint8_t *q, int *d, int *m) {
+    if (j < 4) {
+        *d = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+/* element i0 of a row of any supported dtype, as f32 */
+__device__ __forceinline__ float ld_row(int type, const char *row, int64_t i0, int64_t nb0) {
+    switch (type) {
+    case TOY_F32: return *(const float *)(row + i0 * nb0);
+    case TOY_F16: return __half2float(*(const __half *)(row + i0 * nb0));
+    case TOY_BF16: return __bfloat162float(*(const __nv_bfloat16 *)(row + i0 * nb0));
+    case TOY_I32: return (float)*(const int32_t *)(row + i0 * nb0);
+    case TOY_Q8_0: {
+        const char *b = row + (i0 / 32) * 34;
+        return __half2float(*(const __half *)b) * (float)((const int8_t *)(b + 2))[i0 % 32];
+    }
+    case TOY_Q4_0: {
+        const char *b = row + (i0 / 32) * 18;
+        int j = (int)(i0 % 32);
+        uint8_t byte = ((const uint8_t *)(b + 2))[j % 16];
+        int nib = j < 16 ? (byte & 0xF) : (byte >> 4);
+        return __half2float(*(const __half *)b) * (float)(nib - 8);
+    }
+    case TOY_Q4_K: {
+        const uint8_t *b = (const uint8_t *)row + (i0 / 256) * 144;
+        int j = (int)(i0 % 256), chunk = j / 64, w = j % 64;
+        int sc, m;
+        q4k_scale_min(2 * chunk + (w >= 32), b + 4, &sc, &m);
+        uint8_t byte = b[16 + chunk * 32 + (w % 32)];
+        int nib = w < 32 ? (byte & 0xF) : (byte >> 4);
+        float d = __half2float(*(const __half *)b), dmin = __half2float(*(const __half *)(b + 2));
+        return d * (float)sc * (float)nib - dmin * (float)m;
+    }
+    default: return 0.0f; /* rejected on the host (supported_type) */
+    }
+}
+
+__device__ __forceinline__ float ld(const CT &t, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
+    return ld_row(t.type, ct_row(t, i1, i2, i3), i0, t.nb[0]);
+}
+
+/* with broadcasting of size-1 dims */
+__device__ __forceinline__ float ld_b(const CT &t, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
+    return ld(t, t.ne[0] == 1 ? 0 : i0, t.ne[1] == 1 ? 0 : i1, t.ne[2] == 1 ? 0 : i2, t.ne[3] == 1 ? 0 : i3);
+}
+
+__device__ __forceinline__ void unravel4(int64_t e, const int64_t *ne, int64_t *i) {
+    i[0] = e % ne[0];
+    e /= ne[0];
+    i[1] = e % ne[1];
+    e /= ne[1];
+    i[2] = e % ne[2];
+    i[3] = e / ne[2];
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* block-wide sum / max (blockDim a multiple of 32, <= 1024); every thread gets the result */
+__device__ __forceinline__ float block_sum(float v) {
+    __shared__ float sh[32];
+    __syncthreads();
+    v = warp_sum(v);
+    int lane = threadIdx.x % 32, w = threadIdx.x / 32, nw = blockDim.x / 32;
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : 0.0f;
+    return warp_sum(v);
+}
+__device__ __forceinline__ float block_max(float v) {
+    __shared__ float sh[32];
+    __syncthreads();
+    v = warp_max(v);
+    int lane = threadIdx.x % 32, w = threadIdx.x / 32, nw = blockDim.x / 32;
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : -INFINITY;
+    return warp_max(v);
+}
+__device__ __forceinline__ double block_sum_d(double v) {
+    __shared__ double shd[32];
+    __syncthreads();
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    int lane = threadIdx.x % 32, w = threadIdx.x / 32, nw = blockDim.x / 32;
+    if (lane == 0) shd[w] = v;
+    __syncthreads();
+    v = lane < nw ? shd[lane] : 0.0;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* the last launch's error as a toy_status (0 when fine) */
+static inline int launch_status(const char *what, char *msg, size_t msg_size) {
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess) return 0;
+    snprintf(msg, msg_size, "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+    return e == cudaErrorMemoryAllocation ? TOY_ERR_NOMEM : TOY_ERR_BACKEND;
+}
+
+/* launchers in other files */
+extern "C" {
+int toy_cu_matmul(const struct toy_cu_node *n, char *msg, size_t msg_size);
+size_t toy_cu_matmul_work(const struct toy_cu_node *n);
+int toy_cu_attention(const struct toy_cu_node *n, char *msg, size_t msg_size);
+int toy_cu_attention_back(const struct toy_cu_node *n, char *msg, size_t msg_size);
+size_t toy_cu_attention_work(const struct toy_cu_node *n);
+}
+
+#endif

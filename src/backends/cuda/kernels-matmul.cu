@@ -1,0 +1,267 @@
+/* kernels-matmul.cu: batched matrix products on CUDA (semantics of
+ * src/backends/cpu/matmul.c).
+ *
+ * C (m x n, row-major F32) = op(A) op(B), batch dims broadcast by ratio
+ * (GQA: batch i of C reads batch i / (C batches / B batches) of B). cuBLAS is
+ * column-major, so it computes C^T = op(B)^T op(A)^T: a row-major matrix is
+ * its transpose in column-major, which makes the calls below
+ * gemm(opB, opA, n, m, k, B, A, C) with the row strides as leading dims.
+ *
+ *   B F32        F32 compute (TOY_CUDA_MATH=f32, the default: matches the
+ *                CPU), TF32 tensor cores (tf32), or A and B rounded to BF16
+ *                (bf16);
+ *   B F16/BF16   A converted to B's type, F32 accumulation;
+ *   B Q8_0/Q4_0/Q4_K  up to 8 rows (decode): a GEMV kernel that dequantizes
+ *                in registers; more rows: chunks of B dequantized to F32 in
+ *                scratch, then F32 GEMM (as the CPU does).
+ * Accumulating products (persistent gradients) use beta = 1.
+ */
+#include <cublas_v2.h>
+
+#include "backends/cuda/kernels-common.cuh"
+
+#define QCHUNK_BYTES ((size_t)64 << 20)
+#define GEMV_MAX_ROWS 8
+
+__host__ __device__ static int64_t bratio(int64_t i, int64_t n_out, int64_t n_src) {
+    return n_src == n_out ? i : n_src == 1 ? 0 : i / (n_out / n_src);
+}
+
+static bool is_quant(int t) { return t == TOY_Q8_0 || t == TOY_Q4_0 || t == TOY_Q4_K; }
+
+/* contiguous copy of x (logical order) in half / bfloat16 / float */
+template <typename T> __device__ __forceinline__ T from_f(float v);
+template <> __device__ __forceinline__ __half from_f<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <> __device__ __forceinline__ float from_f<float>(float v) { return v; }
+
+template <typename T> __global__ void k_convert(T *out, CT x) {
+    int64_t n = ct_nel(x);
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t i[4];
+        unravel4(e, x.ne, i);
+        out[e] = from_f<T>(ld(x, i[0], i[1], i[2], i[3]));
+    }
+}
+
+/* rows [r0, r0+nr) of a 2-D slice of a quantized B as f32 (nr x k) */
+__global__ void k_dequant_rows(float *out, const char *b, int type, int64_t nb1, int64_t k, int64_t r0, int64_t nr) {
+    int64_t n = nr * k;
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = e / k, c = e % k;
+        out[e] = ld_row(type, b + (r0 + r) * nb1, c, 0);
+    }
+}
+
+/* C[i, j] (+)= sum_c A[i, c] B[j, c]: a warp per j, m <= GEMV_MAX_ROWS rows of A */
+__global__ void k_qgemv(CT dst, CT A, CT B, bool accum) {
+    int64_t n = dst.ne[0], m = dst.ne[1], k = A.ne[0];
+    int64_t j = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    int64_t bi = blockIdx.y, i2 = bi % dst.ne[2], i3 = bi / dst.ne[2];
+    if (j >= n) return;
+    const char *a = A.data + bratio(i2, dst.ne[2], A.ne[2]) * A.nb[2] + bratio(i3, dst.ne[3], A.ne[3]) * A.nb[3];
+    const char *brow = B.data + bratio(i2, dst.ne[2], B.ne[2]) * B.nb[2] + bratio(i3, dst.ne[3], B.ne[3]) * B.nb[3] +
+                       j * B.nb[1];
+    float acc[GEMV_MAX_ROWS];
+    for (int i = 0; i < GEMV_MAX_ROWS; i++) acc[i] = 0.0f;
+    for (int64_t c = lane; c < k; c += 32) {
+        float w = ld_row(B.type, brow, c, 0);
+        for (int i = 0; i < GEMV_MAX_ROWS; i++)
+            if (i < m) acc[i] += w * *(const float *)(a + i * A.nb[1] + c * 4);
+    }
+    float *cc = (float *)(dst.data + i2 * dst.nb[2] + i3 * dst.nb[3]);
+    for (int i = 0; i < GEMV_MAX_ROWS; i++) {
+        if (i >= m) break;
+        float v = warp_sum(acc[i]);
+        if (lane == 0) cc[i * n + j] = accum ? cc[i * n + j] + v : v;
+    }
+}
+
+struct mm {
+    bool ta, tb, accum;
+    int64_t m, n, k, nbatch;
+};
+
+static mm mm_shape(const struct toy_cu_node *nd) {
+    mm s;
+    s.ta = nd->op_params[P_MM_TRANS_A];
+    s.tb = nd->op_params[P_MM_TRANS_B];
+    s.accum = nd->op_params[P_MM_ACCUM];
+    s.n = nd->dst.ne[0];
+    s.m = nd->dst.ne[1];
+    s.k = s.ta ? nd->src[0].ne[1] : nd->src[0].ne[0];
+    s.nbatch = nd->dst.ne[2] * nd->dst.ne[3];
+    return s;
+}
+
+static bool use_gemv(const struct toy_cu_node *nd, const mm &s) {
+    return is_quant(nd->src[1].type) && s.tb && !s.ta && s.m <= GEMV_MAX_ROWS;
+}
+
+static int64_t qchunk_rows(int64_t k) {
+    int64_t r = (int64_t)(QCHUNK_BYTES / ((size_t)k * 4));
+    return r < 64 ? 64 : r;
+}
+
+extern "C" size_t toy_cu_matmul_work(const struct toy_cu_node *nd) {
+    mm s = mm_shape(nd);
+    const CT &A = nd->src[0], &B = nd->src[1];
+    size_t w = 0;
+    if (B.type == TOY_F32 && nd->math == TOY_CU_MATH_BF16) w = (size_t)(ct_nel(A) + ct_nel(B)) * 2 + 512;
+    else if (B.type == TOY_F16 || B.type == TOY_BF16) w = (size_t)ct_nel(A) * 2 + 512;
+    else if (is_quant(B.type) && !use_gemv(nd, s)) {
+        int64_t rows = s.tb ? B.ne[1] : s.k; /* rows of one B slice */
+        int64_t cr = qchunk_rows(B.ne[0]);
+        w = (size_t)(rows < cr ? rows : cr) * (size_t)B.ne[0] * 4 + 512;
+    }
+    return w;
+}
+
+static int cublas_status(cublasStatus_t st, const char *what, char *msg, size_t msg_size) {
+    if (st == CUBLAS_STATUS_SUCCESS) return 0;
+    snprintf(msg, msg_size, "%s: %s", what, cublasGetStatusString(st));
+    return st == CUBLAS_STATUS_ALLOC_FAILED ? TOY_ERR_NOMEM : TOY_ERR_BACKEND;
+}
+
+/* one (strided-)batched cuBLAS product over the batch dims, B and A given as
+ * (pointer, type, row stride in elements, batch strides in elements) */
+struct operand {
+    const char *p;
+    cudaDataType_t type;
+    int64_t es;              /* element bytes */
+    int64_t ld;              /* row stride, elements */
+    int64_t s2, s3;          /* batch strides, elements */
+    int64_t ne2, ne3;        /* batch sizes */
+};
+
+static int gemm_batches(const struct toy_cu_node *nd, const mm &s, const operand &A, const operand &B,
+                        cublasComputeType_t ct, char *msg, size_t msg_size) {
+    cublasHandle_t h = (cublasHandle_t)nd->cublas;
+    const CT &C = nd->dst;
+    float alpha = 1.0f, beta = s.accum ? 1.0f : 0.0f;
+    cublasOperation_t opA = s.ta ? CUBLAS_OP_T : CUBLAS_OP_N, opB = s.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    int64_t ne2 = C.ne[2], ne3 = C.ne[3];
+    bool regular = (A.ne2 == ne2 || A.ne2 == 1) && (B.ne2 == ne2 || B.ne2 == 1);
+    for (int64_t i3 = 0; i3 < ne3; i3++) {
+        const char *a3 = A.p + bratio(i3, ne3, A.ne3) * A.s3 * A.es;
+        const char *b3 = B.p + bratio(i3, ne3, B.ne3) * B.s3 * B.es;
+        char *c3 = C.data + i3 * C.nb[3];
+        if (regular) {
+            cublasStatus_t st = cublasGemmStridedBatchedEx(
+                h, opB, opA, (int)s.n, (int)s.m, (int)s.k, &alpha, b3, B.type, (int)B.ld,
+                B.ne2 == 1 ? 0 : B.s2, a3, A.type, (int)A.ld, A.ne2 == 1 ? 0 : A.s2, &beta, c3, CUDA_R_32F,
+                (int)s.n, C.nb[2] / 4, (int)ne2, ct, CUBLAS_GEMM_DEFAULT);
+            int rc = cublas_status(st, "cublasGemmStridedBatchedEx", msg, msg_size);
+            if (rc) return rc;
+            continue;
+        }
+        for (int64_t i2 = 0; i2 < ne2; i2++) { /* GQA-style ratio broadcast */
+            const char *a = a3 + bratio(i2, ne2, A.ne2) * A.s2 * A.es;
+            const char *b = b3 + bratio(i2, ne2, B.ne2) * B.s2 * B.es;
+            cublasStatus_t st = cublasGemmEx(h, opB, opA, (int)s.n, (int)s.m, (int)s.k, &alpha, b, B.type, (int)B.ld, a,
+                                             A.type, (int)A.ld, &beta, c3 + i2 * C.nb[2], CUDA_R_32F, (int)s.n, ct,
+                                             CUBLAS_GEMM_DEFAULT);
+            int rc = cublas_status(st, "cublasGemmEx", msg, msg_size);
+            if (rc) return rc;
+        }
+    }
+    return 0;
+}
+
+static operand as_is(const CT &t, cudaDataType_t type, int64_t es) {
+    operand o = {t.data, type, es, t.nb[1] / es, t.nb[2] / es, t.nb[3] / es, t.ne[2], t.ne[3]};
+    return o;
+}
+
+static operand packed(const char *p, const CT &t, cudaDataType_t type, int64_t es) {
+    operand o = {p, type, es, t.ne[0], t.ne[0] * t.ne[1], t.ne[0] * t.ne[1] * t.ne[2], t.ne[2], t.ne[3]};
+    return o;
+}
+
+extern "C" int toy_cu_matmul(const struct toy_cu_node *nd, char *msg, size_t msg_size) {
+    cudaStream_t st = CU_STREAM(nd);
+    mm s = mm_shape(nd);
+    const CT &A = nd->src[0], &B = nd->src[1];
+    if (A.type != TOY_F32 || A.nb[0] != 4) {
+        snprintf(msg, msg_size, "A must be f32 with contiguous rows");
+        return TOY_ERR_UNSUPPORTED;
+    }
+    if (s.m == 0 || s.n == 0) return 0;
+    if (s.k == 0) { /* an empty sum */
+        if (!s.accum) cudaMemsetAsync(nd->dst.data, 0, (size_t)ct_nel(nd->dst) * 4, st);
+        return launch_status("memset", msg, msg_size);
+    }
+    if (B.type == TOY_F32) {
+        if (B.nb[0] != 4) {
+            snprintf(msg, msg_size, "B must have contiguous rows");
+            return TOY_ERR_UNSUPPORTED;
+        }
+        if (nd->math == TOY_CU_MATH_BF16) {
+            __nv_bfloat16 *a16 = (__nv_bfloat16 *)nd->work;
+            __nv_bfloat16 *b16 = a16 + (ct_nel(A) + 127) / 128 * 128;
+            k_convert<<<grid_for(ct_nel(A), 256), 256, 0, st>>>(a16, A);
+            k_convert<<<grid_for(ct_nel(B), 256), 256, 0, st>>>(b16, B);
+            int rc = launch_status("convert", msg, msg_size);
+            if (rc) return rc;
+            return gemm_batches(nd, s, packed((const char *)a16, A, CUDA_R_16BF, 2),
+                                packed((const char *)b16, B, CUDA_R_16BF, 2), CUBLAS_COMPUTE_32F, msg, msg_size);
+        }
+        cublasComputeType_t ct = nd->math == TOY_CU_MATH_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+        return gemm_batches(nd, s, as_is(A, CUDA_R_32F, 4), as_is(B, CUDA_R_32F, 4), ct, msg, msg_size);
+    }
+    if (B.type == TOY_F16 || B.type == TOY_BF16) {
+        if (B.nb[0] != 2) {
+            snprintf(msg, msg_size, "B must have contiguous rows");
+            return TOY_ERR_UNSUPPORTED;
+        }
+        cudaDataType_t t = B.type == TOY_F16 ? CUDA_R_16F : CUDA_R_16BF;
+        if (B.type == TOY_F16) k_convert<<<grid_for(ct_nel(A), 256), 256, 0, st>>>((__half *)nd->work, A);
+        else k_convert<<<grid_for(ct_nel(A), 256), 256, 0, st>>>((__nv_bfloat16 *)nd->work, A);
+        int rc = launch_status("convert", msg, msg_size);
+        if (rc) return rc;
+        return gemm_batches(nd, s, packed(nd->work, A, t, 2), as_is(B, t, 2), CUBLAS_COMPUTE_32F, msg, msg_size);
+    }
+    if (!is_quant(B.type)) {
+        snprintf(msg, msg_size, "B of dtype %d is not supported by the CUDA matmul", (int)B.type);
+        return TOY_ERR_UNSUPPORTED;
+    }
+    if (use_gemv(nd, s)) {
+        dim3 grid((unsigned)cdiv(s.n, 8), (unsigned)s.nbatch);
+        k_qgemv<<<grid, 256, 0, st>>>(nd->dst, A, B, s.accum);
+        return launch_status("qgemv", msg, msg_size);
+    }
+    /* quantized B, many rows: dequantize chunks of B's rows to f32, sgemm */
+    float *scratch = (float *)nd->work;
+    int64_t kb = B.ne[0], cr = qchunk_rows(kb);
+    cublasHandle_t h = (cublasHandle_t)nd->cublas;
+    const CT &C = nd->dst;
+    float alpha = 1.0f;
+    for (int64_t bi = 0; bi < s.nbatch; bi++) {
+        int64_t i2 = bi % C.ne[2], i3 = bi / C.ne[2];
+        const char *a = A.data + bratio(i2, C.ne[2], A.ne[2]) * A.nb[2] + bratio(i3, C.ne[3], A.ne[3]) * A.nb[3];
+        const char *b = B.data + bratio(i2, C.ne[2], B.ne[2]) * B.nb[2] + bratio(i3, C.ne[3], B.ne[3]) * B.nb[3];
+        float *c = (float *)(C.data + i2 * C.nb[2] + i3 * C.nb[3]);
+        int64_t rows = s.tb ? B.ne[1] : s.k;
+        for (int64_t r0 = 0; r0 < rows; r0 += cr) {
+            int64_t nr = rows - r0 < cr ? rows - r0 : cr;
+            k_dequant_rows<<<grid_for(nr * kb, 256), 256, 0, st>>>(scratch, b, B.type, B.nb[1], kb, r0, nr);
+            int rc = launch_status("dequantize", msg, msg_size);
+            if (rc) return rc;
+            cublasStatus_t cs;
+            if (s.tb) { /* scratch rows are C columns r0.. : C[:, r0:r0+nr] = op(A) scratch^T */
+                float beta = s.accum ? 1.0f : 0.0f;
+                cs = cublasSgemm(h, CUBLAS_OP_T, s.ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)nr, (int)s.m, (int)s.k, &alpha,
+                                 scratch, (int)kb, (const float *)a, (int)(A.nb[1] / 4), &beta, c + r0, (int)s.n);
+            } else { /* scratch rows are k indices r0.. : C += op(A)[:, r0:] scratch */
+                float beta = (r0 == 0 && !s.accum) ? 0.0f : 1.0f;
+                const float *as = s.ta ? (const float *)a + r0 * (A.nb[1] / 4) : (const float *)a + r0;
+                cs = cublasSgemm(h, CUBLAS_OP_N, s.ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)s.n, (int)s.m, (int)nr, &alpha,
+                                 scratch, (int)kb, as, (int)(A.nb[1] / 4), &beta, c, (int)s.n);
+            }
+            rc = cublas_status(cs, "cublasSgemm", msg, msg_size);
+            if (rc) return rc;
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,687 @@
+/* kernels-ops.cu: the CUDA kernels of every op except matmul
+ * (kernels-matmul.cu) and attention (kernels-attention.cu), the dispatch
+ * from a node descriptor to its kernels, and AdamW.
+ *
+ * The CPU kernels (src/backends/cpu/cpu.c) define the semantics; these
+ * follow them op by op: results are contiguous (F32 unless a cast says
+ * otherwise), sources may be strided views of F32 / F16 / BF16 (and
+ * Q8_0 / Q4_0 / Q4_K tables for get_rows and cast). Row ops (norms, softmax,
+ * cross-entropy) run one block per row; sums that the CPU does in double
+ * are done in double here too. An out-of-range index sets the graph's error
+ * word to the node index + 1 (reported by cuda-graph.c after the run).
+ */
+#include "backends/cuda/kernels-common.cuh"
+
+#define TPB 256
+
+/* ---- copies ---------------------------------------------------------------- */
+
+__global__ void k_cont_cast(CT dst, CT a) {
+    int64_t n = ct_nel(dst);
+    int ts = dst.type == TOY_F32 || dst.type == TOY_I32 ? 4 : 2;
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t i[4];
+        unravel4(e, dst.ne, i);
+        char *o = dst.data + e * ts;
+        if (a.type == dst.type) { /* bit copy (I32 ids stay exact) */
+            const char *s = ct_row(a, i[1], i[2], i[3]) + i[0] * a.nb[0];
+            if (ts == 4) *(uint32_t *)o = *(const uint32_t *)s;
+            else *(uint16_t *)o = *(const uint16_t *)s;
+            continue;
+        }
+        float v = ld(a, i[0], i[1], i[2], i[3]);
+        if (dst.type == TOY_F32) *(float *)o = v;
+        else if (dst.type == TOY_F16) *(__half *)o = __float2half_rn(v);
+        else *(__nv_bfloat16 *)o = __float2bfloat16_rn(v);
+    }
+}
+
+/* ---- elementwise -------------------------------------------------------------- */
+
+__global__ void k_binary(CT dst, CT a, CT b, int op) {
+    int64_t n = ct_nel(dst);
+    float *y = (float *)dst.data;
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t i[4];
+        unravel4(e, dst.ne, i);
+        float x = ld(a, i[0], i[1], i[2], i[3]), z = ld_b(b, i[0], i[1], i[2], i[3]);
+        y[e] = op == TOY_OP_ADD ? x + z : op == TOY_OP_SUB ? x - z : op == TOY_OP_MUL ? x * z : x / z;
+    }
+}
+
+#define GELU_C 0.7978845608028654f
+
+__global__ void k_unary(CT dst, CT a, int op, float s) {
+    int64_t n = ct_nel(dst);
+    float *y = (float *)dst.data;
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t i[4];
+        unravel4(e, dst.ne, i);
+        float x = ld(a, i[0], i[1], i[2], i[3]), r;
+        switch (op) {
+        case TOY_OP_SCALE: r = x * s; break;
+        case TOY_OP_SQR: r = x * x; break;
+        case TOY_OP_SQRT: r = sqrtf(x); break;
+        case TOY_OP_NEG: r = -x; break;
+        case TOY_OP_TANH: r = tanhf(x); break;
+        case TOY_OP_SILU: r = x / (1.0f + expf(-x)); break;
+        default: r = 0.5f * x * (1.0f + tanhf(GELU_C * (x + 0.044715f * x * x * x))); break; /* GELU */
+        }
+        y[e] = r;
+    }
+}
+
+__global__ void k_act_back(CT dst, CT dy, CT x, int op) {
+    int64_t n = ct_nel(dst);
+    float *y = (float *)dst.data;
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t i[4];
+        unravel4(e, dst.ne, i);
+        float g = ld(dy, i[0], i[1], i[2], i[3]), v = ld(x, i[0], i[1], i[2], i[3]);
+        if (op == TOY_OP_SILU_BACK) {
+            float sg = 1.0f / (1.0f + expf(-v));
+            y[e] = g * sg * (1.0f + v * (1.0f - sg));
+        } else {
+            float t = tanhf(GELU_C * (v + 0.044715f * v * v * v));
+            y[e] = g * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * GELU_C * (1.0f + 3.0f * 0.044715f * v * v));
+        }
+    }
+}
+
+__global__ void k_swiglu(CT dst, CT g, CT u) {
+    int64_t n = ct_nel(dst);
+    float *y = (float *)dst.data;
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t i[4];
+        unravel4(e, dst.ne, i);
+        float gv = ld(g, i[0], i[1], i[2], i[3]), uv = ld(u, i[0], i[1], i[2], i[3]);
+        y[e] = gv / (1.0f + expf(-gv)) * uv;
+    }
+}
+
+/* dst = [dg (like gate) | du (like up)], both contiguous */
+__global__ void k_swiglu_back(CT dst, CT dy, CT g, CT u) {
+    int64_t n = ct_nel(g);
+    float *dg = (float *)dst.data, *du = dg + n;
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t i[4];
+        unravel4(e, g.ne, i);
+        float d = ld(dy, i[0], i[1], i[2], i[3]), gv = ld(g, i[0], i[1], i[2], i[3]), uv = ld(u, i[0], i[1], i[2], i[3]);
+        float s = 1.0f / (1.0f + expf(-gv));
+        du[e] = d * gv * s;
+        dg[e] = d * uv * s * (1.0f + gv * (1.0f - s));
+    }
+}
+
+/* ---- indexing ---------------------------------------------------------------------- */
+
+__device__ __forceinline__ int32_t id_at(const CT &ids, int64_t i1, int64_t i2, int64_t i3) {
+    return *(const int32_t *)(ids.data + i1 * ids.nb[0] + i2 * ids.nb[1] + i3 * ids.nb[2]);
+}
+
+__global__ void k_get_rows(CT dst, CT tab, CT ids, int32_t *err, int32_t idx) {
+    int64_t n = ct_nel(dst);
+    float *y = (float *)dst.data;
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t i[4];
+        unravel4(e, dst.ne, i);
+        int32_t id = id_at(ids, i[1], i[2], i[3]);
+        if (id < 0 || id >= tab.ne[1]) {
+            *err = idx + 1;
+            y[e] = 0.0f;
+            continue;
+        }
+        y[e] = ld(tab, i[0], id, 0, 0);
+    }
+}
+
+/* dtable[id] += dy[row] (dst zeroed first unless accumulating) */
+__global__ void k_get_rows_back(CT dst, CT dy, CT ids) {
+    int64_t n = ct_nel(dy);
+    float *y = (float *)dst.data;
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t i[4];
+        unravel4(e, dy.ne, i);
+        int32_t id = id_at(ids, i[1], i[2], i[3]);
+        if (id < 0 || id >= dst.ne[1]) continue;
+        atomicAdd(&y[id * dst.ne[0] + i[0]], ld(dy, i[0], i[1], i[2], i[3]));
+    }
+}
+
+/* ---- reductions, broadcasts ---------------------------------------------------------------- */
+
+/* along dim 0: one block per row */
+__global__ void k_sum_rows(CT dst, CT a, double inv) {
+    int64_t r = blockIdx.x;
+    int64_t i1 = r % a.ne[1], i2 = (r / a.ne[1]) % a.ne[2], i3 = r / (a.ne[1] * a.ne[2]);
+    double s = 0;
+    for (int64_t i = threadIdx.x; i < a.ne[0]; i += blockDim.x) s += ld(a, i, i1, i2, i3);
+    s = block_sum_d(s);
+    if (threadIdx.x == 0) ((float *)dst.data)[r] = (float)(s * inv);
+}
+
+/* along dim 1..3: a thread per output element */
+__global__ void k_sum_dim(CT dst, CT a, int dim, double inv) {
+    int64_t n = ct_nel(dst);
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t i[4];
+        unravel4(e, dst.ne, i);
+        double s = 0;
+        for (int64_t k = 0; k < a.ne[dim]; k++) {
+            i[dim] = k;
+            s += ld(a, i[0], i[1], i[2], i[3]);
+        }
+        ((float *)dst.data)[e] = (float)(s * inv);
+    }
+}
+
+/* one block: deterministic */
+__global__ void k_sum_all(CT dst, CT a) {
+    int64_t n = ct_nel(a);
+    double s = 0;
+    for (int64_t e = threadIdx.x; e < n; e += blockDim.x) {
+        int64_t i[4];
+        unravel4(e, a.ne, i);
+        s += ld(a, i[0], i[1], i[2], i[3]);
+    }
+    s = block_sum_d(s);
+    if (threadIdx.x == 0) *(float *)dst.data = (float)s;
+}
+
+__global__ void k_repeat(CT dst, CT a) {
+    int64_t n = ct_nel(dst);
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t i[4];
+        unravel4(e, dst.ne, i);
+        ((float *)dst.data)[e] = ld_b(a, i[0], i[1], i[2], i[3]);
+    }
+}
+
+/* dst (small) = sum of a over the dims where dst has size 1 */
+__global__ void k_sum_to(CT dst, CT a) {
+    int64_t n = ct_nel(dst);
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t o[4];
+        unravel4(e, dst.ne, o);
+        int64_t ex[4];
+        for (int d = 0; d < 4; d++) ex[d] = dst.ne[d] == 1 ? a.ne[d] : 1;
+        double s = 0;
+        for (int64_t j3 = 0; j3 < ex[3]; j3++)
+            for (int64_t j2 = 0; j2 < ex[2]; j2++)
+                for (int64_t j1 = 0; j1 < ex[1]; j1++)
+                    for (int64_t j0 = 0; j0 < ex[0]; j0++)
+                        s += ld(a, ex[0] > 1 ? j0 : o[0], ex[1] > 1 ? j1 : o[1], ex[2] > 1 ? j2 : o[2],
+                                ex[3] > 1 ? j3 : o[3]);
+        ((float *)dst.data)[e] = (float)s;
+    }
+}
+
+__global__ void k_concat(CT dst, CT a, CT b, int dim) {
+    int64_t n = ct_nel(dst);
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t i[4];
+        unravel4(e, dst.ne, i);
+        float v;
+        if (i[dim] < a.ne[dim]) {
+            v = ld(a, i[0], i[1], i[2], i[3]);
+        } else {
+            i[dim] -= a.ne[dim];
+            v = ld(b, i[0], i[1], i[2], i[3]);
+        }
+        ((float *)dst.data)[e] = v;
+    }
+}
+
+/* ---- norms: one block per row ---------------------------------------------------------------- */
+
+__device__ __forceinline__ void row_index(int64_t r, const CT &t, int64_t *i1, int64_t *i2, int64_t *i3) {
+    *i1 = r % t.ne[1];
+    *i2 = (r / t.ne[1]) % t.ne[2];
+    *i3 = r / (t.ne[1] * t.ne[2]);
+}
+
+__global__ void k_rms_norm(CT dst, CT x, CT w, bool has_w, float eps) {
+    int64_t r = blockIdx.x, n = x.ne[0], i1, i2, i3;
+    row_index(r, x, &i1, &i2, &i3);
+    float ss = 0;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        float v = ld(x, i, i1, i2, i3);
+        ss += v * v;
+    }
+    ss = block_sum(ss);
+    float rstd = rsqrtf(ss / (float)n + eps);
+    float *y = (float *)dst.data + r * n;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        float v = ld(x, i, i1, i2, i3) * rstd;
+        y[i] = has_w ? v * ld(w, i, 0, 0, 0) : v;
+    }
+}
+
+/* mean and 1/std of a row in double, as the CPU */
+__device__ void row_stats(const CT &x, int64_t i1, int64_t i2, int64_t i3, bool layer, float eps, double *mu,
+                          double *rstd) {
+    int64_t n = x.ne[0];
+    double s = 0;
+    if (layer) {
+        for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += ld(x, i, i1, i2, i3);
+        s = block_sum_d(s) / (double)n;
+    }
+    double v = 0;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        double d = (double)ld(x, i, i1, i2, i3) - s;
+        v += d * d;
+    }
+    v = block_sum_d(v) / (double)n;
+    *mu = s;
+    *rstd = 1.0 / sqrt(v + (double)eps);
+}
+
+__global__ void k_layer_norm(CT dst, CT x, CT w, CT b, bool has_w, bool has_b, float eps) {
+    int64_t r = blockIdx.x, n = x.ne[0], i1, i2, i3;
+    row_index(r, x, &i1, &i2, &i3);
+    double mu, rstd;
+    row_stats(x, i1, i2, i3, true, eps, &mu, &rstd);
+    float *y = (float *)dst.data + r * n;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        float v = (ld(x, i, i1, i2, i3) - (float)mu) * (float)rstd;
+        if (has_w) v *= ld(w, i, 0, 0, 0);
+        if (has_b) v += ld(b, i, 0, 0, 0);
+        y[i] = v;
+    }
+}
+
+/* dx: xhat = (x - mu) r; g = w dy; dx = r (g - mean(g) [layer] - xhat mean(g xhat)) */
+__global__ void k_norm_back(CT dst, CT dy, CT x, CT w, bool has_w, bool layer, float eps) {
+    int64_t r = blockIdx.x, n = x.ne[0], i1, i2, i3;
+    row_index(r, x, &i1, &i2, &i3);
+    double mu, rstd;
+    row_stats(x, i1, i2, i3, layer, eps, &mu, &rstd);
+    double mg = 0, mgx = 0;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        double g = ld(dy, i, i1, i2, i3) * (has_w ? ld(w, i, 0, 0, 0) : 1.0f);
+        mg += g;
+        mgx += g * (((double)ld(x, i, i1, i2, i3) - mu) * rstd);
+    }
+    mg = block_sum_d(mg) / (double)n;
+    mgx = block_sum_d(mgx) / (double)n;
+    float *y = (float *)dst.data + r * n;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        double g = ld(dy, i, i1, i2, i3) * (has_w ? ld(w, i, 0, 0, 0) : 1.0f);
+        double xh = ((double)ld(x, i, i1, i2, i3) - mu) * rstd;
+        y[i] = (float)(rstd * (g - (layer ? mg : 0.0) - xh * mgx));
+    }
+}
+
+/* dw, pass 1: every row's mean and 1/std */
+__global__ void k_row_stats(float *stats, CT x, bool layer, float eps) {
+    int64_t r = blockIdx.x, i1, i2, i3;
+    row_index(r, x, &i1, &i2, &i3);
+    double mu, rstd;
+    row_stats(x, i1, i2, i3, layer, eps, &mu, &rstd);
+    if (threadIdx.x == 0) {
+        stats[2 * r] = (float)mu;
+        stats[2 * r + 1] = (float)rstd;
+    }
+}
+
+/* dw, pass 2: partial column sums of dy * xhat over a chunk of rows */
+#define NORM_W_CHUNKS 64
+__global__ void k_norm_w_partial(double *part, const float *stats, CT dy, CT x) {
+    int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, n = x.ne[0];
+    if (c >= n) return;
+    int64_t nr = ct_nrows(x), per = cdiv(nr, NORM_W_CHUNKS), r0 = blockIdx.y * per;
+    int64_t r1 = r0 + per < nr ? r0 + per : nr;
+    double s = 0;
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i1, i2, i3;
+        row_index(r, x, &i1, &i2, &i3);
+        s += (double)ld(dy, c, i1, i2, i3) * (((double)ld(x, c, i1, i2, i3) - stats[2 * r]) * stats[2 * r + 1]);
+    }
+    part[blockIdx.y * n + c] = s;
+}
+
+__global__ void k_norm_w_final(CT dst, const double *part, int64_t n) {
+    int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (c >= n) return;
+    double s = 0;
+    for (int k = 0; k < NORM_W_CHUNKS; k++) s += part[k * n + c];
+    ((float *)dst.data)[c] = (float)s;
+}
+
+/* ---- softmax ----------------------------------------------------------------------------------- */
+
+__global__ void k_softmax(CT dst, CT x, CT mask, bool has_mask, float scale) {
+    int64_t r = blockIdx.x, n = x.ne[0], i1, i2, i3;
+    row_index(r, dst, &i1, &i2, &i3);
+    float *y = (float *)dst.data + r * n;
+    float mx = -INFINITY;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        float v = ld(x, i, i1, i2, i3) * scale;
+        if (has_mask) v += ld_b(mask, i, i1, i2, i3);
+        y[i] = v;
+        mx = fmaxf(mx, v);
+    }
+    mx = block_max(mx);
+    if (mx == -INFINITY) { /* fully masked row */
+        for (int64_t i = threadIdx.x; i < n; i += blockDim.x) y[i] = 0.0f;
+        return;
+    }
+    float s = 0;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        float e = expf(y[i] - mx);
+        y[i] = e;
+        s += e;
+    }
+    s = block_sum(s);
+    float inv = 1.0f / s;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) y[i] *= inv;
+}
+
+__global__ void k_softmax_back(CT dst, CT dy, CT y, float scale) {
+    int64_t r = blockIdx.x, n = dst.ne[0], i1, i2, i3;
+    row_index(r, dst, &i1, &i2, &i3);
+    float dot = 0;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) dot += ld(dy, i, i1, i2, i3) * ld(y, i, i1, i2, i3);
+    dot = block_sum(dot);
+    float *o = (float *)dst.data + r * n;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+        o[i] = scale * ld(y, i, i1, i2, i3) * (ld(dy, i, i1, i2, i3) - dot);
+}
+
+/* ---- rope: a thread per element; angles in double as on the CPU --------------------------------- */
+
+__global__ void k_rope(CT dst, CT x, CT pos, CT ff, bool has_ff, const double *inv_freq, int n_dims, bool neox,
+                       float sign, double mscale, bool per_batch) {
+    int64_t n = ct_nel(dst);
+    int half = n_dims / 2;
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t i[4];
+        unravel4(e, dst.ne, i);
+        float *y = (float *)dst.data;
+        if (i[0] >= n_dims) {
+            y[e] = ld(x, i[0], i[1], i[2], i[3]);
+            continue;
+        }
+        int k = neox ? (int)(i[0] % half) : (int)(i[0] / 2);
+        bool first = neox ? i[0] < half : (i[0] % 2) == 0;
+        int64_t a0 = neox ? k : 2 * k, a1 = neox ? k + half : 2 * k + 1;
+        int64_t t = i[2], b = i[3], T = dst.ne[2];
+        int64_t pi = per_batch ? b * T + t : t;
+        double p = (double)*(const int32_t *)(pos.data + pi * pos.nb[0]);
+        double f = inv_freq[k];
+        if (has_ff) f /= (double)ld(ff, k, 0, 0, 0);
+        double sn, cs;
+        sincos(p * f, &sn, &cs);
+        float c = (float)(cs * mscale), s = (float)(sn * mscale * sign);
+        float va = ld(x, a0, i[1], i[2], i[3]), vb = ld(x, a1, i[1], i[2], i[3]);
+        y[e] = first ? va * c - vb * s : va * s + vb * c;
+    }
+}
+
+/* ---- cross-entropy ----------------------------------------------------------------------------------- */
+
+/* per row: lse into aux, (loss, counted) into part */
+__global__ void k_ce_rows(CT lg, CT tg, float *lse, float *part, int32_t ignore, int32_t *err, int32_t idx) {
+    int64_t r = blockIdx.x, n = lg.ne[0], i1, i2, i3;
+    row_index(r, lg, &i1, &i2, &i3);
+    float mx = -INFINITY;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) mx = fmaxf(mx, ld(lg, i, i1, i2, i3));
+    mx = block_max(mx);
+    float s = 0;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += expf(ld(lg, i, i1, i2, i3) - mx);
+    s = block_sum(s);
+    if (threadIdx.x) return;
+    float l = mx + logf(s);
+    lse[r] = l;
+    int32_t target = ((const int32_t *)tg.data)[r];
+    part[2 * r] = 0.0f;
+    part[2 * r + 1] = 0.0f;
+    if (target == ignore) return;
+    if (target < 0 || target >= n) {
+        *err = idx + 1;
+        return;
+    }
+    part[2 * r] = l - ld(lg, target, i1, i2, i3);
+    part[2 * r + 1] = 1.0f;
+}
+
+__global__ void k_ce_final(CT dst, const float *part, float *lse, int64_t nr) {
+    double tl = 0, tc = 0;
+    for (int64_t r = threadIdx.x; r < nr; r += blockDim.x) {
+        tl += part[2 * r];
+        tc += part[2 * r + 1];
+    }
+    tl = block_sum_d(tl);
+    tc = block_sum_d(tc);
+    if (threadIdx.x) return;
+    lse[nr] = (float)tc;
+    *(float *)dst.data = tc > 0 ? (float)(tl / tc) : 0.0f;
+}
+
+__global__ void k_ce_back(CT dst, CT dy, CT lg, CT tg, const float *lse, int32_t ignore) {
+    int64_t r = blockIdx.x, n = lg.ne[0], nr = ct_nrows(lg), i1, i2, i3;
+    row_index(r, lg, &i1, &i2, &i3);
+    float count = lse[nr];
+    float g = *(const float *)dy.data / (count > 0 ? count : 1.0f);
+    int32_t target = ((const int32_t *)tg.data)[r];
+    float *y = (float *)dst.data + r * n;
+    bool skip = target == ignore || target < 0 || target >= n;
+    float l = lse[r];
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        float v = skip ? 0.0f : expf(ld(lg, i, i1, i2, i3) - l) * g;
+        if (!skip && i == target) v -= g;
+        y[i] = v;
+    }
+}
+
+/* ---- gradient plumbing, KV cache ------------------------------------------------------------------------ */
+
+__global__ void k_accum(CT dst, CT c) {
+    int64_t n = ct_nel(dst);
+    float *y = (float *)dst.data;
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t i[4];
+        unravel4(e, dst.ne, i);
+        y[e] += ld(c, i[0], i[1], i[2], i[3]);
+    }
+}
+
+/* zeros (memset before) with dy added where the view looks */
+__global__ void k_view_back(CT dst, CT dy, CT view, int64_t off) {
+    int64_t n = ct_nel(view);
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t i[4];
+        unravel4(e, view.ne, i);
+        float *p = (float *)(dst.data + off + i[0] * view.nb[0] + i[1] * view.nb[1] + i[2] * view.nb[2] +
+                             i[3] * view.nb[3]);
+        atomicAdd(p, ld(dy, i[0], i[1], i[2], i[3]));
+    }
+}
+
+__global__ void k_kv_store(CT cache, CT x, int64_t n_past) {
+    int64_t n = ct_nel(x);
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t i[4];
+        unravel4(e, x.ne, i);
+        char *p = cache.data + i[0] * cache.nb[0] + i[1] * cache.nb[1] + (n_past + i[2]) * cache.nb[2] + i[3] * cache.nb[3];
+        float v = ld(x, i[0], i[1], i[2], i[3]);
+        if (cache.type == TOY_F16) *(__half *)p = __float2half_rn(v);
+        else *(float *)p = v;
+    }
+}
+
+/* torch.optim.AdamW's operation order (single-tensor path), as simd.c */
+__global__ void k_adamw(float *p, const float *g, float *m, float *v, int64_t n, float lr, float b1, float b2,
+                        float eps, float wd, float bc1, float bc2sqrt) {
+    float decay = 1.0f - lr * wd, step = lr / bc1;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        float gi = g[i];
+        float pi = p[i] * decay;
+        float mi = m[i] * b1 + gi * (1.0f - b1);
+        float vi = v[i] * b2 + (1.0f - b2) * gi * gi;
+        float denom = sqrtf(vi) / bc2sqrt + eps;
+        p[i] = pi + -step * (mi / denom);
+        m[i] = mi;
+        v[i] = vi;
+    }
+}
+
+extern "C" int toy_cu_adamw(float *p, const float *g, float *m, float *v, int64_t n, float lr, float b1, float b2,
+                            float eps, float wd, float bc1, float bc2sqrt, void *stream) {
+    k_adamw<<<grid_for(n, TPB), TPB, 0, (cudaStream_t)stream>>>(p, g, m, v, n, lr, b1, b2, eps, wd, bc1, bc2sqrt);
+    char msg[256];
+    int rc = launch_status("adamw", msg, sizeof msg);
+    if (rc) toy_error((enum toy_status)rc, "cuda: %s", msg);
+    return rc;
+}
+
+/* ---- dispatch ------------------------------------------------------------------------------------------------ */
+
+static bool type_ok(int t) {
+    return t == TOY_F32 || t == TOY_F16 || t == TOY_BF16 || t == TOY_I32 || t == TOY_Q8_0 || t == TOY_Q4_0 ||
+           t == TOY_Q4_K;
+}
+
+static int row_threads(int64_t n) { return n >= 1024 ? 1024 : n >= 256 ? 256 : n > 32 ? 128 : 32; }
+
+#define NORM_ROWS(n) ((unsigned)ct_nrows((n)->dst))
+
+extern "C" size_t toy_cu_work_size(const struct toy_cu_node *n) {
+    switch (n->op) {
+    case TOY_OP_MATMUL: return toy_cu_matmul_work(n);
+    case TOY_OP_ATTENTION:
+    case TOY_OP_ATTENTION_BACK: return toy_cu_attention_work(n);
+    case TOY_OP_CROSS_ENTROPY: return (size_t)ct_nrows(n->src[0]) * 2 * sizeof(float);
+    case TOY_OP_RMS_NORM_BACK_W:
+    case TOY_OP_LAYER_NORM_BACK_W:
+        return (size_t)ct_nrows(n->src[1]) * 2 * sizeof(float) + 256 +
+               (size_t)NORM_W_CHUNKS * (size_t)n->dst.ne[0] * sizeof(double);
+    default: return 0;
+    }
+}
+
+extern "C" int toy_cu_run(const struct toy_cu_node *n, char *msg, size_t msg_size) {
+    cudaStream_t s = CU_STREAM(n);
+    const CT &d = n->dst;
+    const CT *src = n->src;
+    CT none = {};
+    for (int i = 0; i < 6; i++)
+        if (n->has_src[i] && !type_ok(src[i].type)) {
+            snprintf(msg, msg_size, "source %d has a dtype the CUDA backend does not read yet (type %d)", i,
+                     (int)src[i].type);
+            return TOY_ERR_UNSUPPORTED;
+        }
+    int64_t nel = ct_nel(d);
+    unsigned gs = grid_for(nel, TPB);
+    float fp0;
+    memcpy(&fp0, &n->op_params[0], sizeof fp0);
+    switch (n->op) {
+    case TOY_OP_CONT:
+    case TOY_OP_CAST: k_cont_cast<<<gs, TPB, 0, s>>>(d, src[0]); break;
+    case TOY_OP_ADD:
+    case TOY_OP_SUB:
+    case TOY_OP_MUL:
+    case TOY_OP_DIV: k_binary<<<gs, TPB, 0, s>>>(d, src[0], src[1], n->op); break;
+    case TOY_OP_SCALE:
+    case TOY_OP_SQR:
+    case TOY_OP_SQRT:
+    case TOY_OP_NEG:
+    case TOY_OP_TANH:
+    case TOY_OP_SILU:
+    case TOY_OP_GELU: k_unary<<<gs, TPB, 0, s>>>(d, src[0], n->op, fp0); break;
+    case TOY_OP_SILU_BACK:
+    case TOY_OP_GELU_BACK: k_act_back<<<gs, TPB, 0, s>>>(d, src[0], src[1], n->op); break;
+    case TOY_OP_SWIGLU: k_swiglu<<<gs, TPB, 0, s>>>(d, src[0], src[1]); break;
+    case TOY_OP_SWIGLU_BACK: k_swiglu_back<<<grid_for(ct_nel(src[1]), TPB), TPB, 0, s>>>(d, src[0], src[1], src[2]); break;
+    case TOY_OP_MATMUL: return toy_cu_matmul(n, msg, msg_size);
+    case TOY_OP_GET_ROWS: k_get_rows<<<gs, TPB, 0, s>>>(d, src[0], src[1], n->err, n->index); break;
+    case TOY_OP_GET_ROWS_BACK:
+        if (!n->op_params[P_GRB_ACCUM]) cudaMemsetAsync(d.data, 0, (size_t)nel * 4, s);
+        k_get_rows_back<<<grid_for(ct_nel(src[0]), TPB), TPB, 0, s>>>(d, src[0], src[1]);
+        break;
+    case TOY_OP_SUM:
+    case TOY_OP_MEAN: {
+        int dim = n->op_params[P_DIM];
+        double inv = n->op == TOY_OP_MEAN ? 1.0 / (double)src[0].ne[dim] : 1.0;
+        if (dim == 0) k_sum_rows<<<(unsigned)ct_nrows(src[0]), row_threads(src[0].ne[0]), 0, s>>>(d, src[0], inv);
+        else k_sum_dim<<<gs, TPB, 0, s>>>(d, src[0], dim, inv);
+        break;
+    }
+    case TOY_OP_SUM_ALL: k_sum_all<<<1, 1024, 0, s>>>(d, src[0]); break;
+    case TOY_OP_REPEAT: k_repeat<<<gs, TPB, 0, s>>>(d, src[0]); break;
+    case TOY_OP_SUM_TO: k_sum_to<<<gs, TPB, 0, s>>>(d, src[0]); break;
+    case TOY_OP_CONCAT: k_concat<<<gs, TPB, 0, s>>>(d, src[0], src[1], n->op_params[P_DIM]); break;
+    case TOY_OP_RMS_NORM:
+        k_rms_norm<<<NORM_ROWS(n), row_threads(d.ne[0]), 0, s>>>(d, src[0], n->has_src[1] ? src[1] : none,
+                                                                 n->has_src[1], fp0);
+        break;
+    case TOY_OP_LAYER_NORM:
+        k_layer_norm<<<NORM_ROWS(n), row_threads(d.ne[0]), 0, s>>>(d, src[0], n->has_src[1] ? src[1] : none,
+                                                                   n->has_src[2] ? src[2] : none, n->has_src[1],
+                                                                   n->has_src[2], fp0);
+        break;
+    case TOY_OP_RMS_NORM_BACK:
+    case TOY_OP_LAYER_NORM_BACK:
+        k_norm_back<<<NORM_ROWS(n), row_threads(d.ne[0]), 0, s>>>(d, src[0], src[1], n->has_src[2] ? src[2] : none,
+                                                                  n->has_src[2], n->op == TOY_OP_LAYER_NORM_BACK, fp0);
+        break;
+    case TOY_OP_RMS_NORM_BACK_W:
+    case TOY_OP_LAYER_NORM_BACK_W: {
+        const CT &x = src[1];
+        int64_t nr = ct_nrows(x), cols = d.ne[0];
+        float *stats = (float *)n->work;
+        double *part = (double *)(n->work + ((size_t)nr * 2 * sizeof(float) + 255) / 256 * 256);
+        k_row_stats<<<(unsigned)nr, row_threads(cols), 0, s>>>(stats, x, n->op == TOY_OP_LAYER_NORM_BACK_W, fp0);
+        dim3 grid((unsigned)cdiv(cols, 128), NORM_W_CHUNKS);
+        k_norm_w_partial<<<grid, 128, 0, s>>>(part, stats, src[0], x);
+        k_norm_w_final<<<(unsigned)cdiv(cols, 128), 128, 0, s>>>(d, part, cols);
+        break;
+    }
+    case TOY_OP_SOFTMAX:
+        k_softmax<<<NORM_ROWS(n), row_threads(d.ne[0]), 0, s>>>(d, src[0], n->has_src[1] ? src[1] : none,
+                                                                n->has_src[1], fp0);
+        break;
+    case TOY_OP_SOFTMAX_BACK: k_softmax_back<<<NORM_ROWS(n), row_threads(d.ne[0]), 0, s>>>(d, src[0], src[1], fp0); break;
+    case TOY_OP_ATTENTION: return toy_cu_attention(n, msg, msg_size);
+    case TOY_OP_ATTENTION_BACK: return toy_cu_attention_back(n, msg, msg_size);
+    case TOY_OP_ROPE: {
+        int nd = n->op_params[P_RP_NDIMS];
+        bool neox = n->op_params[P_RP_MODE] == TOY_ROPE_NEOX;
+        float sign = n->op_params[P_RP_INVERSE] ? -1.0f : 1.0f;
+        float attn;
+        memcpy(&attn, &n->op_params[P_RP_ATTN], sizeof attn);
+        double mscale = n->op_params[P_RP_SCALING] == TOY_ROPE_SCALING_YARN ? (double)attn : 1.0;
+        bool per_batch = ct_nel(src[1]) == d.ne[2] * d.ne[3] && d.ne[3] > 1;
+        k_rope<<<gs, TPB, 0, s>>>(d, src[0], src[1], n->has_src[2] ? src[2] : none, n->has_src[2], n->rope_freq, nd,
+                                  neox, sign, mscale, per_batch);
+        break;
+    }
+    case TOY_OP_CROSS_ENTROPY: {
+        const CT &lg = src[0];
+        int64_t nr = ct_nrows(lg);
+        float *lse = (float *)(d.data + n->dst_nbytes), *part = (float *)n->work;
+        k_ce_rows<<<(unsigned)nr, row_threads(lg.ne[0]), 0, s>>>(lg, src[1], lse, part, n->op_params[P_CE_IGNORE],
+                                                                 n->err, n->index);
+        k_ce_final<<<1, 1024, 0, s>>>(d, part, lse, nr);
+        break;
+    }
+    case TOY_OP_CROSS_ENTROPY_BACK: {
+        const CT &ce = src[3];
+        int64_t ce_bytes = ce.nb[3] * ce.ne[3]; /* a 1-element contiguous f32 result: 4 */
+        const float *lse = (const float *)(ce.data + ce_bytes);
+        k_ce_back<<<(unsigned)ct_nrows(src[1]), row_threads(src[1].ne[0]), 0, s>>>(d, src[0], src[1], src[2], lse,
+                                                                                  n->op_params[P_CE_IGNORE]);
+        break;
+    }
+    case TOY_OP_ACCUM: k_accum<<<gs, TPB, 0, s>>>(d, src[0]); break;
+    case TOY_OP_VIEW_BACK:
+        cudaMemsetAsync(d.data, 0, n->dst_nbytes, s);
+        k_view_back<<<grid_for(ct_nel(src[1]), TPB), TPB, 0, s>>>(d, src[0], src[1], n->view_off);
+        break;
+    case TOY_OP_KV_STORE: k_kv_store<<<grid_for(ct_nel(src[1]), TPB), TPB, 0, s>>>(d, src[1], n->n_past); break;
+    default:
+        snprintf(msg, msg_size, "no CUDA kernel for this op");
+        return TOY_ERR_UNSUPPORTED;
+    }
+    return launch_status("kernel launch", msg, msg_size);
+}
