@@ -36,6 +36,7 @@ static int usage(void) {
 "       toy finetune --resume runs/<id> [--steps N]\n"
 "data:     --data FILE (JSONL: {\"prompt\",\"completion\"} or {\"messages\":[{\"role\",\"content\"},...]})\n"
 "          --template NAME|JINJA (for messages; default the model's, else chatml) --ctx 256 --heldout 0.1\n"
+"          --no-pack (one example per row; default: examples packed into rows, attention kept within each)\n"
 "method:   --method lora (default) | qlora (quantized base, e.g. from `toy quantize`) | full\n"
 "lora:     --rank 8 --alpha 16 --targets q,v (q,k,v,o,gate,up,down, all) --dropout 0\n"
 "full:     --freeze-embeddings\n"
@@ -62,6 +63,7 @@ static json_t *cfg_json(const struct cfg *c) {
     json_object_set_new(j, "batch", json_integer(c->o.batch));
     json_object_set_new(j, "epochs", json_integer(c->o.epochs));
     json_object_set_new(j, "freeze_embeddings", json_boolean(c->o.freeze_embeddings));
+    json_object_set_new(j, "pack", json_boolean(!c->o.no_pack));
     json_object_set_new(j, "train", toy_train_opts_to_json(&c->o.train));
     return j;
 }
@@ -87,6 +89,8 @@ static void cfg_from_json(struct cfg *c, json_t *j) {
 #undef INT
 #undef NUM
     if ((v = json_object_get(j, "freeze_embeddings"))) c->o.freeze_embeddings = json_is_true(v);
+    v = json_object_get(j, "pack"); /* runs from before packing had one example per row */
+    c->o.no_pack = !v || !json_is_true(v);
     if ((v = json_object_get(j, "train"))) toy_train_opts_from_json(&c->o.train, v);
 }
 
@@ -97,6 +101,7 @@ static int parse(int argc, char **argv, struct cfg *c, bool *given_steps) {
         if (!strcmp(a, "--bf16")) { c->o.train.bf16 = true; continue; }
         if (!strcmp(a, "--json")) { c->json = true; continue; }
         if (!strcmp(a, "--freeze-embeddings")) { c->o.freeze_embeddings = true; continue; }
+        if (!strcmp(a, "--no-pack")) { c->o.no_pack = true; continue; }
         if (i + 1 >= argc) { fprintf(stderr, "toy finetune: %s needs a value\n", a); return 2; }
         const char *v = argv[++i];
         char *end;
@@ -304,13 +309,17 @@ int toy_cmd_finetune(int argc, char **argv) {
                               "reason", reason, "checkpoint", res.checkpoint, "tokens_per_s", res.tokens_per_s);
         json_object_set_new(j, "activation_bytes", json_integer((json_int_t)toy_finetuner_activation_bytes(ft)));
         json_object_set_new(j, "trainable_bytes", json_integer((json_int_t)toy_finetuner_trainable_bytes(ft)));
+        double pe = toy_finetuner_pack_efficiency(ft);
+        json_object_set_new(j, "pack_efficiency", isfinite(pe) ? json_real(pe) : json_null());
         char *s = json_dumps(j, JSON_COMPACT);
         puts(s);
         free(s);
         json_decref(j);
     } else {
-        fprintf(stderr, "toy finetune: %s at step %lld: loss %.4f, held-out loss %.4f (%.0f target tokens/s, %.1f s)\n",
-                reason, (long long)res.final_step, res.final_loss, res.final_eval_loss, res.tokens_per_s, res.seconds);
+        fprintf(stderr, "toy finetune: %s at step %lld: loss %.4f, held-out loss %.4f (%.0f target tokens/s, %.1f s, "
+                "%.0f%% of positions are example tokens%s)\n", reason, (long long)res.final_step, res.final_loss,
+                res.final_eval_loss, res.tokens_per_s, res.seconds, 100 * toy_finetuner_pack_efficiency(ft),
+                c.o.no_pack ? ", unpacked" : ", packed");
         if (res.checkpoint[0])
             fprintf(stderr, "toy finetune: %s %s\n", lora ? "adapter" : "checkpoint", res.checkpoint);
     }

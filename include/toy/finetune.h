@@ -38,12 +38,17 @@
  * (ids = [BOS] enc(P) enc(C) [EOS], learning enc(C) and EOS) or
  * {"messages": [{"role", "content"}, ...]} rendered with the model's chat
  * template (or a named built-in) through toy_chat_encode, learning the
- * assistant turns. Each example is one row of T positions, truncated to T+1
- * tokens and padded with target -100 (ignored); no two examples share a row,
- * so no example attends to another. The last `heldout` fraction of the
- * examples is held out for evaluation. Training rows are the examples in a
- * seeded random order per epoch (epoch e shuffles with seed + e), so the
- * sampler's state is just (epoch, position).
+ * assistant turns. An example of n ids is n-1 (input, target) positions,
+ * truncated to T. Unpacked, each example is one row of T positions padded
+ * with target -100 (ignored). Packed (the fine-tuning default), examples are
+ * placed first-fit into the B rows of a micro-batch in their shuffled order,
+ * each with its own document id and positions 0, 1, ... (padding-free, as
+ * TRL's packing with position_ids): attention stays inside each document
+ * (toy_attention_seg), so each example's loss and gradient are those it
+ * gets alone in a row, and only the tail of a row is padding. The last
+ * `heldout` fraction of the examples is held out for evaluation. Training
+ * examples come in a seeded random order per epoch (epoch e shuffles with
+ * seed + e), so the sampler's state is just (epoch, position).
  */
 #ifndef TOY_FINETUNE_H
 #define TOY_FINETUNE_H
@@ -174,9 +179,26 @@ void toy_sft_example(const struct toy_sft *d, int64_t i, const int32_t **ids, co
  * each epoch): x the ids, y[t] = ids[t+1] where that id is learned, else
  * -100; positions past an example are x = pad, y = -100. */
 void toy_sft_next_batch(struct toy_sft *d, int64_t B, int32_t *x, int32_t *y);
+/* Packed micro-batch: fills x, y (B, T) and pos, seg (B, T) with the next
+ * training examples placed first-fit into B rows (y as in
+ * toy_sft_next_batch; pos restarts at 0 for each example; seg numbers the
+ * examples of a row 0, 1, ... and is -1 on the padded tail of a row). Stops at
+ * the first example that fits in no row or at the end of the epoch (the
+ * next call starts the next epoch). Returns the examples placed (>= 1), or
+ * -1 on out-of-memory (the first call for a batch size allocates B row
+ * counters; later calls allocate nothing). */
+int64_t toy_sft_next_packed(struct toy_sft *d, int64_t B, int32_t *x, int32_t *y, int32_t *pos, int32_t *seg);
+/* Packed micro-batches the first `epochs` epochs make (the packing depends
+ * on each epoch's order), and in *positions (may be NULL) the positions they
+ * fill with example tokens (out of batches * B * T). -1 on out-of-memory. */
+int64_t toy_sft_packed_batches(const struct toy_sft *d, int64_t B, int64_t epochs, int64_t *positions);
 /* Held-out examples first .. first+B-1 (rows past the end all -100);
  * returns the real rows. */
 int64_t toy_sft_eval_batch(const struct toy_sft *d, int64_t first, int64_t B, int32_t *x, int32_t *y);
+/* Example positions ((input, target) pairs) handed out by the two batch
+ * functions since the data was opened: with the positions run, the packing
+ * efficiency (statistics only, not part of the state). */
+int64_t toy_sft_positions(const struct toy_sft *d);
 void toy_sft_get_state(const struct toy_sft *d, struct toy_sft_state *s);
 void toy_sft_set_state(struct toy_sft *d, const struct toy_sft_state *s);
 
@@ -210,6 +232,7 @@ struct toy_finetune_opts {
     int64_t batch;               /* examples per micro-batch */
     int64_t epochs;              /* used when train.steps is 0 */
     bool freeze_embeddings;      /* full: token_embd (and a tied head) stay fixed */
+    bool no_pack;                /* one example per row instead of packed rows (toy_sft_next_packed) */
 };
 
 struct toy_finetuner;
@@ -236,6 +259,9 @@ enum toy_status toy_finetuner_load_state(struct toy_finetuner *f, const char *st
  * (shared by the training and evaluation graphs) and the trainable tensors
  * with their gradients and AdamW moments (4 f32 per parameter). */
 size_t toy_finetuner_activation_bytes(const struct toy_finetuner *f);
+/* Fraction of the positions the training graphs ran so far that held
+ * example tokens (the rest is padding); NAN before the first step. */
+double toy_finetuner_pack_efficiency(const struct toy_finetuner *f);
 size_t toy_finetuner_trainable_bytes(const struct toy_finetuner *f);
 
 #ifdef __cplusplus

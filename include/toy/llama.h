@@ -111,6 +111,15 @@ struct toy_tensor *toy_llama_tensor(const struct toy_llama *m, int i);
 /* Logits {vocab, T, B} for I32 tokens {T, B} at I32 positions {T} or {T*B}. */
 struct toy_tensor *toy_llama_forward(struct toy_ctx *ctx, struct toy_llama *m, struct toy_tensor *tokens,
                                      struct toy_tensor *pos);
+/* Packed rows (padding-free training): each row of tokens {T, B} holds
+ * several documents; seg I32 {T, B} gives each position its document id
+ * (attention stays inside a document: toy_attention_seg) and pos I32 {T*B}
+ * its position within its document (restarting at 0, as Hugging Face's
+ * position_ids do for padding-free packing). Logits {vocab, T, B}; each
+ * document's logits equal those it gets alone in a row. seg NULL is
+ * toy_llama_forward. */
+struct toy_tensor *toy_llama_forward_packed(struct toy_ctx *ctx, struct toy_llama *m, struct toy_tensor *tokens,
+                                            struct toy_tensor *pos, struct toy_tensor *seg);
 
 /* The model behind the generic language-model interface (toy/model.h). */
 struct toy_lm toy_llama_lm(struct toy_llama *m);

@@ -231,7 +231,7 @@ static struct toy_rope_params rope_params(const struct toy_llama_config *c) {
 
 /* The whole network; with a cache, keys and values go through it. */
 static struct toy_tensor *forward(struct toy_ctx *ctx, struct toy_llama *m, struct toy_kv_cache *cache,
-                                  struct toy_tensor *tokens, struct toy_tensor *pos) {
+                                  struct toy_tensor *tokens, struct toy_tensor *pos, struct toy_tensor *seg) {
     const struct toy_llama_config *c = &m->cfg;
     int64_t T = tokens->ne[0], B = tokens->ne[1], d = c->d_model;
     int64_t H = c->n_heads, Hkv = c->n_kv_heads, hd = toy_llama_head_dim(c);
@@ -258,7 +258,7 @@ static struct toy_tensor *forward(struct toy_ctx *ctx, struct toy_llama *m, stru
             struct toy_tensor *vs = toy_kv_store(ctx, cache->v[l], v, cache->n_past);
             a = toy_attention_cached(ctx, q, ks, vs, cache->n_past, &attn);
         } else {
-            a = toy_attention(ctx, q, k, v, &attn); /* {hd, H, T, B} */
+            a = toy_attention_seg(ctx, q, k, v, seg, &attn); /* {hd, H, T, B}; seg: packed documents */
         }
         a = proj_lora(ctx, m, L, TOY_LORA_O, toy_reshape_3d(ctx, a, hd * H, T, B), L->wo, NULL);
         if (L->post_attn_norm) a = toy_rms_norm(ctx, a, L->post_attn_norm, c->norm_eps);
@@ -282,12 +282,17 @@ static struct toy_tensor *forward(struct toy_ctx *ctx, struct toy_llama *m, stru
 
 struct toy_tensor *toy_llama_forward(struct toy_ctx *ctx, struct toy_llama *m, struct toy_tensor *tokens,
                                      struct toy_tensor *pos) {
-    return forward(ctx, m, NULL, tokens, pos);
+    return forward(ctx, m, NULL, tokens, pos, NULL);
+}
+
+struct toy_tensor *toy_llama_forward_packed(struct toy_ctx *ctx, struct toy_llama *m, struct toy_tensor *tokens,
+                                            struct toy_tensor *pos, struct toy_tensor *seg) {
+    return forward(ctx, m, NULL, tokens, pos, seg);
 }
 
 struct toy_tensor *toy_llama_forward_cached(struct toy_ctx *ctx, struct toy_llama *m, struct toy_kv_cache *c,
                                             struct toy_tensor *tokens, struct toy_tensor *pos) {
-    return forward(ctx, m, c, tokens, pos);
+    return forward(ctx, m, c, tokens, pos, NULL);
 }
 
 /* ---- KV cache ------------------------------------------------------------------ */

@@ -12,12 +12,20 @@
  * never drops. A resumed run draws the same rows and dropout masks as an
  * uninterrupted one.
  *
- * Length buckets: SFT rows are mostly padding when examples are short, so
- * training graphs are built for T, T/2, T/4 and T/8 (down to 16 positions),
- * all planned into one buffer and sharing the gradient buffers; each
- * micro-batch runs the shortest graph that holds its last learned target.
- * Causal attention makes the loss the same as at full length: positions
- * past the last target neither carry targets nor feed earlier positions. */
+ * Packing (the default): each micro-batch is B rows of T positions filled
+ * first-fit with whole examples (toy_sft_next_packed), each example its own
+ * attention segment with positions restarting at 0
+ * (toy_llama_forward_packed), so the loss and gradients are those of the
+ * examples one per row while almost no position is padding. The evaluation
+ * graph keeps one example per row (its loss is the same either way).
+ *
+ * Length buckets: rows are mostly padding when examples are short and not
+ * packed, so training graphs are built for T, T/2, T/4 and T/8 (down to 16
+ * positions), all planned into one buffer and sharing the gradient buffers;
+ * each micro-batch runs the shortest graph that holds its last learned
+ * target. Causal attention makes the loss the same as at full length:
+ * positions past the last target neither carry targets nor feed earlier
+ * positions (packed rows too: a later document never feeds an earlier one). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,11 +53,14 @@ struct toy_finetuner {
     struct bucket {
         int64_t T;
         struct toy_ctx *ctx;
-        struct toy_tensor *tok, *tgt, *loss;
+        struct toy_tensor *tok, *tgt, *pos, *seg, *loss; /* pos, seg: packed only */
         struct toy_graph *g;
     } bk[4];                    /* training graphs, longest first */
     int n_bk;
-    int32_t *x, *y;             /* (B, T) the micro-batch as drawn */
+    bool pack;
+    int32_t *x, *y, *pos, *seg; /* (B, T) the micro-batch as drawn (pos, seg: packed) */
+    int64_t run_positions;      /* positions the training graphs ran (for the packing efficiency) */
+    int64_t positions0;         /* toy_sft_positions when the finetuner was made */
     struct toy_membuf buf;
     struct toy_optim *opt;
     struct toy_lr_schedule sched;
@@ -79,13 +90,23 @@ int toy_ft_method_from_name(const char *s) {
     return -1;
 }
 
-static struct toy_tensor *build_loss(struct toy_ctx *ctx, struct toy_llama *m, int64_t T, int64_t B,
-                                     struct toy_tensor **tok, struct toy_tensor **tgt) {
+/* packed: pos {T*B} and seg {T, B} are inputs set per micro-batch (else NULL) */
+static struct toy_tensor *build_loss(struct toy_ctx *ctx, struct toy_llama *m, int64_t T, int64_t B, bool packed,
+                                     struct toy_tensor **tok, struct toy_tensor **tgt, struct toy_tensor **ppos,
+                                     struct toy_tensor **pseg) {
     *tok = toy_set_name(toy_new_tensor_2d(ctx, TOY_I32, T, B), "tokens");
     *tgt = toy_set_name(toy_new_tensor_2d(ctx, TOY_I32, T, B), "targets");
-    struct toy_tensor *pos = toy_set_name(toy_new_tensor_1d(ctx, TOY_I32, T), "positions");
-    for (int64_t t = 0; t < T; t++) ((int32_t *)pos->data)[t] = (int32_t)t;
-    return toy_set_name(toy_cross_entropy(ctx, toy_llama_forward(ctx, m, *tok, pos), *tgt, -100), "loss");
+    struct toy_tensor *logits;
+    if (packed) {
+        *ppos = toy_set_name(toy_new_tensor_1d(ctx, TOY_I32, T * B), "positions");
+        *pseg = toy_set_name(toy_new_tensor_2d(ctx, TOY_I32, T, B), "segments");
+        logits = toy_llama_forward_packed(ctx, m, *tok, *ppos, *pseg);
+    } else {
+        struct toy_tensor *pos = toy_set_name(toy_new_tensor_1d(ctx, TOY_I32, T), "positions");
+        for (int64_t t = 0; t < T; t++) ((int32_t *)pos->data)[t] = (int32_t)t;
+        logits = toy_llama_forward(ctx, m, *tok, pos);
+    }
+    return toy_set_name(toy_cross_entropy(ctx, logits, *tgt, -100), "loss");
 }
 
 static bool is_quantized(enum toy_dtype t) { return t != TOY_F32 && t != TOY_F16 && t != TOY_BF16; }
@@ -119,8 +140,13 @@ enum toy_status toy_finetuner_new(struct toy_llama *m, struct toy_lora *lora, co
     f->o = *o;
     if (f->o.train.accum < 1) f->o.train.accum = 1;
     if (f->o.epochs < 1) f->o.epochs = 1;
+    f->pack = !o->no_pack;
     f->steps = f->o.train.steps;
-    if (f->steps <= 0) {
+    if (f->steps <= 0 && f->pack) { /* the micro-batches the epochs pack into */
+        int64_t n = toy_sft_packed_batches(data, B, f->o.epochs, NULL);
+        if (n < 0) { free(f); return toy_error(TOY_ERR_NOMEM, "finetuner"); }
+        f->steps = (n + f->o.train.accum - 1) / f->o.train.accum;
+    } else if (f->steps <= 0) {
         int64_t per = B * f->o.train.accum;
         f->steps = f->o.epochs * ((toy_sft_n_train(data) + per - 1) / per);
     }
@@ -135,19 +161,22 @@ enum toy_status toy_finetuner_new(struct toy_llama *m, struct toy_lora *lora, co
     /* evaluation first: no dropout masks in it */
     if (lora) toy_lora_dropout_end(lora);
     f->ectx = toy_ctx_init(true);
-    f->eloss = build_loss(f->ectx, m, T, B, &f->etok, &f->etgt);
+    f->eloss = build_loss(f->ectx, m, T, B, false, &f->etok, &f->etgt, NULL, NULL);
     f->eg = toy_graph_new(f->ectx);
     toy_graph_build(f->eg, f->eloss);
     enum toy_status st = TOY_OK;
     f->x = malloc((size_t)(B * T) * sizeof *f->x);
     f->y = malloc((size_t)(B * T) * sizeof *f->y);
-    if (!f->x || !f->y) { toy_finetuner_free(f); return toy_error(TOY_ERR_NOMEM, "finetuner"); }
+    f->pos = malloc((size_t)(B * T) * sizeof *f->pos);
+    f->seg = malloc((size_t)(B * T) * sizeof *f->seg);
+    if (!f->x || !f->y || !f->pos || !f->seg) { toy_finetuner_free(f); return toy_error(TOY_ERR_NOMEM, "finetuner"); }
+    f->positions0 = toy_sft_positions(data);
     for (int64_t bt = T; f->n_bk < 4 && (bt == T || bt >= 16) && !st; bt /= 2) {
         struct bucket *k = &f->bk[f->n_bk++];
         k->T = bt;
         if (lora && (st = toy_lora_dropout_begin(lora, bt, B))) break; /* masks of this length */
         k->ctx = toy_ctx_init(true);
-        k->loss = build_loss(k->ctx, m, bt, B, &k->tok, &k->tgt);
+        k->loss = build_loss(k->ctx, m, bt, B, f->pack, &k->tok, &k->tgt, &k->pos, &k->seg);
         k->g = toy_graph_new(k->ctx);
         toy_graph_build(k->g, k->loss);
         if (f->n_bk == 1) {
@@ -205,6 +234,8 @@ void toy_finetuner_free(struct toy_finetuner *f) {
     for (int i = 0; i < f->n_bk; i++) toy_ctx_free(f->bk[i].ctx);
     free(f->x);
     free(f->y);
+    free(f->pos);
+    free(f->seg);
     toy_ctx_free(f->ectx);
     toy_membuf_free(&f->buf);
     toy_threadpool_free(f->tp);
@@ -219,6 +250,11 @@ void toy_finetuner_on_step(struct toy_finetuner *f, toy_step_fn fn, void *ud) {
 int64_t toy_finetuner_steps(const struct toy_finetuner *f) { return f->steps; }
 int64_t toy_finetuner_step(const struct toy_finetuner *f) { return f->step; }
 size_t toy_finetuner_activation_bytes(const struct toy_finetuner *f) { return f->buf.size; }
+
+double toy_finetuner_pack_efficiency(const struct toy_finetuner *f) {
+    if (!f->run_positions) return NAN;
+    return (double)(toy_sft_positions(f->data) - f->positions0) / (double)f->run_positions;
+}
 
 size_t toy_finetuner_trainable_bytes(const struct toy_finetuner *f) {
     size_t n = 0;
@@ -262,6 +298,7 @@ static json_t *opts_json(const struct toy_finetuner *f) {
     json_object_set_new(j, "batch", json_integer(f->B));
     json_object_set_new(j, "epochs", json_integer(f->o.epochs));
     json_object_set_new(j, "freeze_embeddings", json_boolean(f->o.freeze_embeddings));
+    json_object_set_new(j, "pack", json_boolean(f->pack));
     return j;
 }
 
@@ -372,7 +409,12 @@ static struct bucket *pick_bucket(struct toy_finetuner *f) {
     for (int64_t b = 0; b < f->B; b++) {
         memcpy(x + b * k->T, f->x + b * f->T, (size_t)k->T * sizeof *x);
         memcpy(y + b * k->T, f->y + b * f->T, (size_t)k->T * sizeof *y);
+        if (f->pack) {
+            memcpy((int32_t *)k->pos->data + b * k->T, f->pos + b * f->T, (size_t)k->T * sizeof *x);
+            memcpy((int32_t *)k->seg->data + b * k->T, f->seg + b * f->T, (size_t)k->T * sizeof *x);
+        }
     }
+    f->run_positions += f->B * k->T;
     return k;
 }
 
@@ -405,7 +447,11 @@ enum toy_status toy_finetuner_run(struct toy_finetuner *f, struct toy_train_resu
         double loss = 0;
         int64_t step_tokens = 0;
         for (int64_t a = 0; a < o->accum; a++) {
-            toy_sft_next_batch(f->data, f->B, f->x, f->y);
+            if (!f->pack) toy_sft_next_batch(f->data, f->B, f->x, f->y);
+            else if (toy_sft_next_packed(f->data, f->B, f->x, f->y, f->pos, f->seg) < 0) {
+                st = TOY_ERR_NOMEM;
+                break;
+            }
             struct bucket *k = pick_bucket(f);
             step_tokens += count_targets(k->tgt);
             if (f->lora) toy_lora_dropout_refresh(f->lora);

@@ -1,8 +1,13 @@
 /* sft.c: supervised fine-tuning data (toy/finetune.h): JSONL examples of
  * {"prompt","completion"} or {"messages":[...]} tokenized once, with a
- * per-token mask of what the loss learns, served as padded rows of one
- * example each (targets -100 outside the learned tokens), in a seeded
- * shuffled order per epoch.
+ * per-token mask of what the loss learns, served in a seeded shuffled order
+ * per epoch either as padded rows of one example each (targets -100 outside
+ * the learned tokens) or packed: examples taken in that order, each placed
+ * first-fit into B rows of T positions, with per-position document ids and
+ * positions restarting at 0 (padding-free batches; the rows go through
+ * toy_llama_forward_packed). A packed micro-batch ends at the first example
+ * that fits in no row, or at the end of the epoch, so the sampler's state
+ * stays (epoch, position) either way.
  *
  * Invariants: every kept example has n >= 2 ids and at least one learned
  * id among ids[1..min(n, T+1)-1]; ids are < the tokenizer's vocabulary.
@@ -31,7 +36,17 @@ struct toy_sft {
     int64_t *order;      /* (n_train) the current epoch's permutation */
     int64_t order_epoch; /* which epoch `order` is for */
     struct toy_sft_state st;
+    int64_t *fill;       /* (fill_cap) packing: positions used in each row */
+    int64_t fill_cap;
+    int64_t positions;   /* example positions handed out (statistics, not state) */
 };
+
+/* positions example e fills: its (input, target) pairs, at most T */
+static int64_t packed_len(const struct toy_sft *d, const struct example *e) {
+    return e->n - 1 < d->T ? e->n - 1 : d->T;
+}
+
+int64_t toy_sft_positions(const struct toy_sft *d) { return d->positions; }
 
 void toy_sft_free(struct toy_sft *d) {
     if (!d) return;
@@ -41,6 +56,7 @@ void toy_sft_free(struct toy_sft *d) {
     }
     free(d->ex);
     free(d->order);
+    free(d->fill);
     free(d);
 }
 
@@ -260,8 +276,10 @@ void toy_sft_next_batch(struct toy_sft *d, int64_t B, int32_t *x, int32_t *y) {
             d->st.pos = 0;
         }
         if (d->order_epoch != d->st.epoch) make_order(d, d->st.epoch);
-        d->st.tokens += fill_row(d, &d->ex[d->order[d->st.pos++]], x + b * d->T, y + b * d->T);
+        const struct example *e = &d->ex[d->order[d->st.pos++]];
+        d->st.tokens += fill_row(d, e, x + b * d->T, y + b * d->T);
         d->st.rows++;
+        d->positions += packed_len(d, e);
     }
 }
 
@@ -284,3 +302,100 @@ int64_t toy_sft_eval_batch(const struct toy_sft *d, int64_t first, int64_t B, in
 
 void toy_sft_get_state(const struct toy_sft *d, struct toy_sft_state *s) { *s = d->st; }
 void toy_sft_set_state(struct toy_sft *d, const struct toy_sft_state *s) { d->st = *s; }
+
+/* ---- packing ------------------------------------------------------------------ */
+
+
+/* First-fit of the examples order[pos..] into B rows with fill[] used; stops
+ * at the first that fits nowhere or at the end of the order. Returns the
+ * next position; place(ud, row, example) is told where each one goes. */
+static int64_t pack_rows(const struct toy_sft *d, const int64_t *order, int64_t pos, int64_t B, int64_t *fill,
+                         void (*place)(void *, int64_t, const struct example *), void *ud) {
+    for (; pos < d->n_train; pos++) {
+        const struct example *e = &d->ex[order[pos]];
+        int64_t L = packed_len(d, e), b = 0;
+        while (b < B && fill[b] + L > d->T) b++;
+        if (b == B) break;
+        if (place) place(ud, b, e);
+        fill[b] += L;
+    }
+    return pos;
+}
+
+struct pack_out {
+    const struct toy_sft *d;
+    int64_t *fill, *docs; /* (B) used positions and documents per row */
+    int32_t *x, *y, *pos, *seg;
+    int64_t targets, examples;
+};
+
+static void place_example(void *ud, int64_t b, const struct example *e) {
+    struct pack_out *o = ud;
+    int64_t T = o->d->T, L = packed_len(o->d, e), at = b * T + o->fill[b];
+    for (int64_t t = 0; t < L; t++) {
+        o->x[at + t] = e->ids[t];
+        o->y[at + t] = e->mask[t + 1] ? e->ids[t + 1] : -100;
+        o->targets += e->mask[t + 1] != 0;
+        o->pos[at + t] = (int32_t)t;
+        o->seg[at + t] = (int32_t)o->docs[b];
+    }
+    o->docs[b]++;
+    o->examples++;
+}
+
+int64_t toy_sft_next_packed(struct toy_sft *d, int64_t B, int32_t *x, int32_t *y, int32_t *pos, int32_t *seg) {
+    if (2 * B > d->fill_cap) { /* once per batch size: fill and docs */
+        int64_t *nf = realloc(d->fill, (size_t)(2 * B) * sizeof *nf);
+        if (!nf) {
+            toy_error(TOY_ERR_NOMEM, "SFT packing: %lld rows", (long long)B);
+            return -1;
+        }
+        d->fill = nf;
+        d->fill_cap = 2 * B;
+    }
+    memset(d->fill, 0, (size_t)(2 * B) * sizeof *d->fill);
+    if (d->st.pos >= d->n_train) {
+        d->st.epoch++;
+        d->st.pos = 0;
+    }
+    if (d->order_epoch != d->st.epoch) make_order(d, d->st.epoch);
+    struct pack_out o = {d, d->fill, d->fill + B, x, y, pos, seg, 0, 0};
+    d->st.pos = pack_rows(d, d->order, d->st.pos, B, d->fill, place_example, &o);
+    for (int64_t b = 0; b < B; b++) { /* the tail of each row: padding, a document of its own */
+        for (int64_t t = d->fill[b]; t < d->T; t++) {
+            x[b * d->T + t] = d->pad;
+            y[b * d->T + t] = -100;
+            pos[b * d->T + t] = (int32_t)(t - d->fill[b]);
+            seg[b * d->T + t] = -1;
+        }
+    }
+    d->st.tokens += o.targets;
+    d->st.rows += B;
+    for (int64_t b = 0; b < B; b++) d->positions += d->fill[b];
+    return o.examples;
+}
+
+int64_t toy_sft_packed_batches(const struct toy_sft *d, int64_t B, int64_t epochs, int64_t *positions) {
+    int64_t *order = malloc((size_t)d->n_train * sizeof *order), *fill = malloc((size_t)B * sizeof *fill);
+    int64_t n = 0, used = 0;
+    if (!order || !fill) {
+        free(order);
+        free(fill);
+        toy_error(TOY_ERR_NOMEM, "SFT packing");
+        return -1;
+    }
+    struct toy_sft tmp = *d; /* its own order; the shuffle is a function of (seed, epoch) */
+    tmp.order = order;
+    for (int64_t e = 0; e < epochs; e++) {
+        make_order(&tmp, e);
+        for (int64_t p = 0; p < d->n_train; n++) {
+            memset(fill, 0, (size_t)B * sizeof *fill);
+            p = pack_rows(d, order, p, B, fill, NULL, NULL);
+            for (int64_t b = 0; b < B; b++) used += fill[b];
+        }
+    }
+    if (positions) *positions = used;
+    free(order);
+    free(fill);
+    return n;
+}
