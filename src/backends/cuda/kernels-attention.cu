@@ -25,7 +25,7 @@
  */
 #include "backends/cuda/kernels-common.cuh"
 
-#define AT_SEG 5       /* op_params index of the segment flag (core/internal.h P_AT_SEG) */
+#define AT_SEG P_AT_SEG
 #define MAX_DPL 8      /* elements per lane: head dim <= 256 */
 #define WARPS 4
 

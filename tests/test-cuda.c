@@ -1,0 +1,568 @@
+/* test-cuda.c: the CUDA backend against the CPU backend as oracle.
+ *
+ * Every test builds a graph, runs it on the CPU, then runs the same graph on
+ * cuda:0 and compares results (and parameter gradients where the test has a
+ * backward pass). The measure is
+ *     max |cuda - cpu| / max |cpu|     (over the tensor)
+ * and the bounds, per dtype path:
+ *     F32 elementwise, norms, rope, softmax, reductions    1e-5
+ *     F32 GEMM (TOY_CUDA_MATH=f32, the default), attention 1e-4
+ *     F16 / BF16 weights (A rounded to the weight's type)   1e-2
+ *     Q8_0 / Q4_0 / Q4_K weights (the CPU's small-m path
+ *       quantizes activations to Q8_0; CUDA does not)      2e-2
+ *     Llama logits (F32)                                    1e-4
+ *     20 AdamW steps of a Llama, loss per step (F32)        1e-4 relative
+ * Every test skips when toy is built without CUDA or no CUDA device is
+ * usable, except the device-name checks, which hold in every build.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "toy/toy.h"
+
+#define TOL_F32 1e-5
+#define TOL_GEMM 1e-4
+#define TOL_HALF 1e-2
+#define TOL_QUANT 2e-2
+
+static void need_cuda(void) {
+    if (!toy_cuda_built()) cr_skip_test("toy is built without CUDA (make CUDA=1)");
+    if (toy_cuda_device_count() < 1) cr_skip_test("no usable CUDA device");
+}
+
+static struct toy_rng rng;
+
+static void fill(struct toy_tensor *t, float lo, float hi) {
+    int64_t n = toy_nelements(t);
+    float *tmp = malloc((size_t)n * sizeof *tmp);
+    for (int64_t i = 0; i < n; i++) tmp[i] = lo + (hi - lo) * toy_rng_uniform(&rng);
+    if (t->type == TOY_F32 || t->type == TOY_F16 || t->type == TOY_BF16) {
+        toy_tensor_from_f32(t, tmp);
+    } else { /* a quantized weight: rows quantized from the floats */
+        int64_t rows = toy_nrows(t);
+        for (int64_t r = 0; r < rows; r++)
+            cr_assert_eq(toy_quantize_row(t->type, tmp + r * t->ne[0], (char *)t->data + r * t->nb[1], t->ne[0]),
+                         TOY_OK);
+    }
+    free(tmp);
+}
+
+static struct toy_tensor *param(struct toy_ctx *ctx, int64_t n0, int64_t n1, int64_t n2, int64_t n3) {
+    struct toy_tensor *t = toy_new_tensor_4d(ctx, TOY_F32, n0, n1, n2, n3);
+    fill(t, -1.0f, 1.0f);
+    toy_set_param(t);
+    return t;
+}
+
+/* a scalar loss with a non-trivial gradient for y: sum(y * R) */
+static struct toy_tensor *loss_of(struct toy_ctx *ctx, struct toy_tensor *y) {
+    struct toy_tensor *r = toy_new_tensor(ctx, TOY_F32, 4, y->ne);
+    fill(r, -1.0f, 1.0f);
+    return toy_sum_all(ctx, toy_mul(ctx, toy_cont(ctx, y), r));
+}
+
+static double rel_err(const float *a, const float *ref, int64_t n, int64_t *where) {
+    double mx = 0, md = 0;
+    *where = -1;
+    for (int64_t i = 0; i < n; i++) {
+        mx = fmax(mx, fabs(ref[i]));
+        double d = fabs((double)a[i] - ref[i]);
+        if (isnan(a[i]) != isnan(ref[i])) d = INFINITY;
+        if (d > md) {
+            md = d;
+            *where = i;
+        }
+    }
+    return md / (mx > 1e-30 ? mx : 1.0);
+}
+
+static float *copy_f32(const struct toy_tensor *t) {
+    float *d = malloc((size_t)toy_nelements(t) * sizeof *d);
+    toy_tensor_to_f32(t, d);
+    return d;
+}
+
+/* Runs out (forward, or forward + backward when it is a scalar loss and
+ * backward is set) on the CPU and on cuda:0; compares out and every
+ * parameter gradient. */
+static void check(struct toy_ctx *ctx, struct toy_tensor *out, bool backward, double tol, const char *what) {
+    toy_set_output(out);
+    struct toy_graph *g = toy_graph_new(ctx);
+    toy_graph_build(g, out);
+    if (backward) toy_graph_backward(g, out);
+    struct toy_threadpool *tp = toy_threadpool_new(2);
+    cr_assert_eq(toy_graph_compute(g, tp), TOY_OK, "%s (cpu): %s", what, toy_last_error());
+    float *ref = copy_f32(out);
+    int np = toy_graph_n_params(g);
+    float **gref = calloc((size_t)np + 1, sizeof *gref);
+    for (int i = 0; i < np; i++)
+        if (toy_graph_param(g, i)->grad) gref[i] = copy_f32(toy_graph_param(g, i)->grad);
+    toy_graph_zero_grads(g);
+    cr_assert_eq(toy_graph_set_device(g, "cuda:0"), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(toy_graph_compute(g, tp), TOY_OK, "%s (cuda): %s", what, toy_last_error());
+    float *got = copy_f32(out);
+    int64_t at;
+    double e = rel_err(got, ref, toy_nelements(out), &at);
+    cr_log_info("%s: output max rel diff %.2e", what, e);
+    cr_expect_leq(e, tol, "%s: output differs: %.3e at %lld (cuda %g, cpu %g)", what, e, (long long)at,
+                  at >= 0 ? got[at] : 0.0, at >= 0 ? ref[at] : 0.0);
+    for (int i = 0; i < np; i++) {
+        struct toy_tensor *p = toy_graph_param(g, i);
+        if (!gref[i]) continue;
+        float *gg = copy_f32(p->grad);
+        double eg = rel_err(gg, gref[i], toy_nelements(p->grad), &at);
+        cr_expect_leq(eg, tol, "%s: gradient of %s differs: %.3e at %lld (cuda %g, cpu %g)", what,
+                      p->name[0] ? p->name : "param", eg, (long long)at, at >= 0 ? gg[at] : 0.0,
+                      at >= 0 ? gref[i][at] : 0.0);
+        free(gg);
+        free(gref[i]);
+    }
+    free(gref);
+    free(ref);
+    free(got);
+    toy_threadpool_free(tp);
+}
+
+static struct toy_ctx *setup(uint64_t seed) {
+    toy_rng_seed(&rng, seed);
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    cr_assert(ctx);
+    return ctx;
+}
+
+/* ---- device names: hold in every build ---------------------------------------------------- */
+
+Test(cuda, device_names_are_checked) {
+    cr_assert_eq(toy_device_check("cpu"), TOY_OK);
+    cr_assert_eq(toy_device_check("gpu"), TOY_ERR_INVALID_ARG);
+    cr_assert_eq(toy_device_check("cuda:x"), TOY_ERR_INVALID_ARG);
+    cr_assert_eq(toy_device_check("cuda:"), TOY_ERR_INVALID_ARG);
+    if (!toy_cuda_built()) {
+        cr_assert_eq(toy_device_check("cuda"), TOY_ERR_UNSUPPORTED);
+        cr_assert(strstr(toy_last_error(), "CUDA=1"), "%s", toy_last_error());
+        cr_assert_eq(toy_set_default_device("cuda:0"), TOY_ERR_UNSUPPORTED);
+        cr_assert_str_eq(toy_default_device(), "cpu");
+    } else {
+        cr_assert_eq(toy_device_check("cuda:999"), TOY_ERR_NOT_FOUND, "%s", toy_last_error());
+    }
+    struct toy_device_info d[8];
+    int n = 0;
+    cr_assert_eq(toy_device_list(d, 8, &n), TOY_OK);
+    cr_assert_geq(n, 1);
+    cr_assert_str_eq(d[0].name, "cpu");
+    cr_assert_eq(n, 1 + (toy_cuda_device_count() < 7 ? toy_cuda_device_count() : 7));
+}
+
+/* ---- ops ------------------------------------------------------------------------------------ */
+
+Test(cuda, elementwise_forward_backward) {
+    need_cuda();
+    struct toy_ctx *ctx = setup(1);
+    struct toy_tensor *a = param(ctx, 37, 5, 3, 2), *b = param(ctx, 37, 1, 3, 1), *s = param(ctx, 1, 5, 1, 2);
+    struct toy_tensor *pos = toy_new_tensor_4d(ctx, TOY_F32, 37, 5, 3, 2);
+    fill(pos, 0.5f, 2.0f);
+    toy_set_param(pos);
+    struct toy_tensor *ys[] = {
+        toy_add(ctx, a, b), toy_sub(ctx, a, b), toy_mul(ctx, a, b), toy_div(ctx, a, pos), toy_add(ctx, a, s),
+        toy_scale(ctx, a, 0.7f), toy_sqr(ctx, a), toy_sqrt(ctx, pos), toy_neg(ctx, a), toy_tanh(ctx, a),
+        toy_silu(ctx, a), toy_gelu(ctx, a), toy_mul(ctx, toy_transpose(ctx, a), toy_transpose(ctx, a)),
+    };
+    struct toy_tensor *loss = NULL;
+    for (size_t i = 0; i < sizeof ys / sizeof ys[0]; i++) {
+        struct toy_tensor *l = loss_of(ctx, ys[i]);
+        loss = loss ? toy_add(ctx, loss, l) : l;
+    }
+    check(ctx, loss, true, TOL_F32, "elementwise");
+    toy_ctx_free(ctx);
+}
+
+Test(cuda, swiglu_forward_backward) {
+    need_cuda();
+    struct toy_ctx *ctx = setup(2);
+    struct toy_tensor *g = param(ctx, 48, 7, 2, 1), *u = param(ctx, 48, 7, 2, 1);
+    check(ctx, loss_of(ctx, toy_swiglu(ctx, g, u)), true, TOL_F32, "swiglu");
+    toy_ctx_free(ctx);
+}
+
+Test(cuda, reductions_broadcasts_copies) {
+    need_cuda();
+    struct toy_ctx *ctx = setup(3);
+    struct toy_tensor *a = param(ctx, 9, 4, 3, 2), *c = param(ctx, 9, 4, 5, 2), *d = param(ctx, 6, 4, 3, 2);
+    struct toy_tensor *small = param(ctx, 9, 1, 3, 1);
+    struct toy_tensor *ys[] = {
+        toy_sum(ctx, a, 0), toy_sum(ctx, a, 1), toy_mean(ctx, a, 2), toy_mean(ctx, a, 3), toy_sum_all(ctx, a),
+        toy_repeat(ctx, small, a), toy_concat(ctx, a, c, 2), toy_concat(ctx, a, d, 0),
+        toy_cont(ctx, toy_permute(ctx, a, 2, 0, 3, 1)), toy_cast(ctx, toy_cast(ctx, a, TOY_F16), TOY_F32),
+        toy_cast(ctx, toy_cast(ctx, a, TOY_BF16), TOY_F32), toy_reshape_2d(ctx, a, 36, 6),
+    };
+    struct toy_tensor *loss = NULL;
+    for (size_t i = 0; i < sizeof ys / sizeof ys[0]; i++) {
+        struct toy_tensor *l = loss_of(ctx, ys[i]);
+        loss = loss ? toy_add(ctx, loss, l) : l;
+    }
+    check(ctx, loss, true, TOL_F32, "reductions");
+    toy_ctx_free(ctx);
+}
+
+Test(cuda, norms_forward_backward) {
+    need_cuda();
+    struct toy_ctx *ctx = setup(4);
+    struct toy_tensor *x = param(ctx, 96, 6, 2, 1), *w = param(ctx, 96, 1, 1, 1), *b = param(ctx, 96, 1, 1, 1);
+    struct toy_tensor *big = param(ctx, 1500, 3, 1, 1);
+    struct toy_tensor *loss = toy_add(ctx, loss_of(ctx, toy_rms_norm(ctx, x, w, 1e-5f)),
+                                      loss_of(ctx, toy_layer_norm(ctx, x, w, b, 1e-5f)));
+    loss = toy_add(ctx, loss, loss_of(ctx, toy_rms_norm(ctx, big, NULL, 1e-6f)));
+    loss = toy_add(ctx, loss, loss_of(ctx, toy_layer_norm(ctx, big, NULL, NULL, 1e-6f)));
+    check(ctx, loss, true, TOL_F32, "norms");
+    toy_ctx_free(ctx);
+}
+
+Test(cuda, softmax_forward_backward) {
+    need_cuda();
+    struct toy_ctx *ctx = setup(5);
+    struct toy_tensor *x = param(ctx, 33, 7, 2, 1);
+    struct toy_tensor *mask = toy_new_tensor_2d(ctx, TOY_F32, 33, 7);
+    for (int i = 0; i < 7; i++)
+        for (int j = 0; j < 33; j++) ((float *)mask->data)[i * 33 + j] = j > 20 + i ? -INFINITY : 0.0f;
+    struct toy_tensor *loss = toy_add(ctx, loss_of(ctx, toy_softmax(ctx, x, mask, 0.5f)),
+                                      loss_of(ctx, toy_softmax(ctx, x, NULL, 1.3f)));
+    check(ctx, loss, true, TOL_F32, "softmax");
+    toy_ctx_free(ctx);
+}
+
+static void rope_case(struct toy_rope_params p, bool ff, bool per_batch, const char *what) {
+    struct toy_ctx *ctx = setup(6);
+    const int D = 16, H = 3, T = 6, B = 2;
+    struct toy_tensor *x = param(ctx, D, H, T, B);
+    struct toy_tensor *pos = toy_new_tensor_1d(ctx, TOY_I32, per_batch ? T * B : T);
+    for (int i = 0; i < (per_batch ? T * B : T); i++) ((int32_t *)pos->data)[i] = 3 + 7 * i + (i % 2) * 100;
+    struct toy_tensor *y;
+    if (ff) {
+        struct toy_tensor *f = toy_new_tensor_1d(ctx, TOY_F32, (p.n_dims ? p.n_dims : D) / 2);
+        fill(f, 1.0f, 4.0f);
+        y = toy_rope_ff(ctx, x, pos, &p, f);
+    } else {
+        y = toy_rope(ctx, x, pos, &p);
+    }
+    check(ctx, loss_of(ctx, y), true, TOL_F32, what);
+    toy_ctx_free(ctx);
+}
+
+Test(cuda, rope_variants_forward_backward) {
+    need_cuda();
+    rope_case((struct toy_rope_params){.mode = TOY_ROPE_NORMAL, .freq_base = 10000}, false, false, "rope normal");
+    rope_case((struct toy_rope_params){.mode = TOY_ROPE_NEOX, .freq_base = 500000, .n_dims = 12}, false, true,
+              "rope neox partial, per-batch positions");
+    rope_case((struct toy_rope_params){.mode = TOY_ROPE_NEOX, .freq_base = 500000, .scaling = TOY_ROPE_SCALING_LLAMA3,
+                                       .factor = 8, .orig_ctx = 64, .low_freq_factor = 1, .high_freq_factor = 4},
+              true, false, "rope llama3 + freq factors");
+    rope_case((struct toy_rope_params){.mode = TOY_ROPE_NORMAL, .freq_base = 10000, .scaling = TOY_ROPE_SCALING_YARN,
+                                       .factor = 4, .orig_ctx = 32},
+              false, false, "rope yarn");
+    rope_case((struct toy_rope_params){.mode = TOY_ROPE_NORMAL, .freq_base = 10000, .scaling = TOY_ROPE_SCALING_LINEAR,
+                                       .factor = 2},
+              false, false, "rope linear");
+}
+
+Test(cuda, matmul_f32_transposes_batches_gqa) {
+    need_cuda();
+    struct toy_ctx *ctx = setup(7);
+    struct toy_tensor *a = param(ctx, 24, 10, 4, 2);   /* (2, 4, 10, 24) */
+    struct toy_tensor *bt = param(ctx, 24, 12, 2, 2);  /* trans_b, GQA ratio 2 */
+    struct toy_tensor *bn = param(ctx, 12, 24, 4, 1);  /* (24 x 12), broadcast over dim 3 */
+    struct toy_tensor *at = param(ctx, 10, 24, 4, 2);  /* trans_a */
+    struct toy_tensor *w = param(ctx, 24, 33, 1, 1), *bias = param(ctx, 33, 1, 1, 1);
+    struct toy_tensor *loss = loss_of(ctx, toy_matmul(ctx, a, bt, false, true));
+    loss = toy_add(ctx, loss, loss_of(ctx, toy_matmul(ctx, a, bn, false, false)));
+    loss = toy_add(ctx, loss, loss_of(ctx, toy_matmul(ctx, at, bn, true, false)));
+    loss = toy_add(ctx, loss, loss_of(ctx, toy_linear(ctx, a, w, bias)));
+    check(ctx, loss, true, TOL_GEMM, "matmul f32");
+    toy_ctx_free(ctx);
+}
+
+static void weight_case(enum toy_dtype type, int64_t m, double tol) {
+    struct toy_ctx *ctx = setup(8);
+    const int64_t k = 256, n = 40;
+    struct toy_tensor *a = param(ctx, k, m, 2, 1);
+    struct toy_tensor *w = toy_new_tensor_2d(ctx, type, k, n);
+    fill(w, -1.0f, 1.0f);
+    char what[64];
+    snprintf(what, sizeof what, "matmul %s weights, %lld rows", toy_dtype_name(type), (long long)m);
+    /* forward uses trans_b; dA = dy W is the non-transposed product */
+    check(ctx, loss_of(ctx, toy_linear(ctx, a, w, NULL)), true, tol, what);
+    toy_ctx_free(ctx);
+}
+
+Test(cuda, matmul_half_and_quantized_weights) {
+    need_cuda();
+    weight_case(TOY_F16, 5, TOL_HALF);
+    weight_case(TOY_BF16, 37, TOL_HALF);
+    enum toy_dtype q[] = {TOY_Q8_0, TOY_Q4_0, TOY_Q4_K};
+    for (int i = 0; i < 3; i++) {
+        weight_case(q[i], 3, TOL_QUANT);  /* GEMV kernel */
+        weight_case(q[i], 40, TOL_QUANT); /* dequantize + GEMM */
+    }
+}
+
+Test(cuda, get_rows_forward_backward) {
+    need_cuda();
+    struct toy_ctx *ctx = setup(9);
+    struct toy_tensor *tab = param(ctx, 8, 20, 1, 1);
+    struct toy_tensor *ids = toy_new_tensor_2d(ctx, TOY_I32, 5, 3);
+    for (int i = 0; i < 15; i++) ((int32_t *)ids->data)[i] = (i * 7) % 20 / (i % 3 + 1); /* repeats */
+    struct toy_tensor *qt = toy_new_tensor_2d(ctx, TOY_Q8_0, 32, 20);
+    fill(qt, -1.0f, 1.0f);
+    struct toy_tensor *loss = toy_add(ctx, loss_of(ctx, toy_get_rows(ctx, tab, ids)),
+                                      loss_of(ctx, toy_get_rows(ctx, qt, ids)));
+    check(ctx, loss, true, TOL_F32, "get_rows");
+    toy_ctx_free(ctx);
+}
+
+Test(cuda, bad_index_is_an_error_not_a_crash) {
+    need_cuda();
+    struct toy_ctx *ctx = setup(10);
+    struct toy_tensor *tab = param(ctx, 8, 20, 1, 1);
+    struct toy_tensor *ids = toy_new_tensor_1d(ctx, TOY_I32, 4);
+    ((int32_t *)ids->data)[2] = 20;
+    struct toy_tensor *y = toy_get_rows(ctx, tab, ids);
+    toy_set_output(y);
+    struct toy_graph *g = toy_graph_new(ctx);
+    toy_graph_build(g, y);
+    cr_assert_eq(toy_graph_set_device(g, "cuda"), TOY_OK);
+    struct toy_threadpool *tp = toy_threadpool_new(1);
+    cr_assert_eq(toy_graph_compute(g, tp), TOY_ERR_RANGE);
+    ((int32_t *)ids->data)[2] = 1; /* inputs are uploaded every run */
+    cr_assert_eq(toy_graph_compute(g, tp), TOY_OK, "%s", toy_last_error());
+    toy_threadpool_free(tp);
+    toy_ctx_free(ctx);
+}
+
+Test(cuda, cross_entropy_forward_backward) {
+    need_cuda();
+    struct toy_ctx *ctx = setup(11);
+    struct toy_tensor *lg = param(ctx, 50, 7, 3, 1);
+    struct toy_tensor *tg = toy_new_tensor_2d(ctx, TOY_I32, 7, 3);
+    for (int i = 0; i < 21; i++) ((int32_t *)tg->data)[i] = i % 5 == 0 ? -100 : (i * 13) % 50;
+    check(ctx, toy_cross_entropy(ctx, toy_scale(ctx, lg, 4.0f), tg, -100), true, TOL_F32, "cross-entropy");
+    toy_ctx_free(ctx);
+}
+
+static void attention_case(int D, int Hq, int Hkv, int Tq, int Tk, struct toy_attn_params p, bool seg,
+                           const char *what) {
+    struct toy_ctx *ctx = setup(12);
+    const int B = 2;
+    struct toy_tensor *q = param(ctx, D, Hq, Tq, B), *k = param(ctx, D, Hkv, Tk, B), *v = param(ctx, D, Hkv, Tk, B);
+    struct toy_tensor *y;
+    if (seg) {
+        struct toy_tensor *s = toy_new_tensor_2d(ctx, TOY_I32, Tq, B);
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < Tq; t++) ((int32_t *)s->data)[b * Tq + t] = b ? t / 3 : (t < 5 ? 0 : 7);
+        y = toy_attention_seg(ctx, q, k, v, s, &p);
+    } else {
+        y = toy_attention(ctx, q, k, v, &p);
+    }
+    check(ctx, loss_of(ctx, y), true, TOL_GEMM, what);
+    toy_ctx_free(ctx);
+}
+
+Test(cuda, attention_forward_backward) {
+    need_cuda();
+    attention_case(32, 4, 2, 9, 9, (struct toy_attn_params){.causal = true}, false, "attention causal gqa");
+    attention_case(64, 4, 4, 11, 11, (struct toy_attn_params){.causal = true, .window = 3}, false,
+                   "attention sliding window");
+    attention_case(80, 6, 2, 7, 7, (struct toy_attn_params){.causal = true, .softcap = 5.0f, .scale = 0.3f}, false,
+                   "attention softcap, head dim 80");
+    attention_case(128, 2, 1, 5, 13, (struct toy_attn_params){.causal = false}, false, "attention full, Tk > Tq");
+    attention_case(32, 4, 2, 12, 12, (struct toy_attn_params){.causal = true}, true, "attention packed segments");
+}
+
+/* decode steps through toy_kv_store + toy_attention_cached, cache on each side */
+static struct toy_tensor *decode_graph(struct toy_ctx *ctx, struct toy_tensor *kc, struct toy_tensor *vc,
+                                       struct toy_tensor **x, struct toy_tensor **q, struct toy_tensor *np) {
+    *x = toy_new_tensor_4d(ctx, TOY_F32, 32, 2, 2, 1);
+    *q = toy_new_tensor_4d(ctx, TOY_F32, 32, 4, 2, 1);
+    struct toy_tensor *ks = toy_kv_store(ctx, kc, *x, np), *vs = toy_kv_store(ctx, vc, toy_scale(ctx, *x, -0.5f), np);
+    struct toy_attn_params p = {.causal = true};
+    return toy_attention_cached(ctx, *q, ks, vs, np, &p);
+}
+
+static void kv_case(enum toy_dtype type) {
+    toy_rng_seed(&rng, 13);
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    struct toy_tensor *kc[2], *vc[2], *x[2], *q[2], *np[2], *y[2];
+    struct toy_graph *g[2];
+    for (int s = 0; s < 2; s++) {
+        kc[s] = toy_new_tensor_4d(ctx, type, 32, 2, 16, 1);
+        vc[s] = toy_new_tensor_4d(ctx, type, 32, 2, 16, 1);
+        np[s] = toy_new_tensor_1d(ctx, TOY_I32, 1);
+        y[s] = decode_graph(ctx, kc[s], vc[s], &x[s], &q[s], np[s]);
+        toy_set_output(y[s]);
+        g[s] = toy_graph_new(ctx);
+        toy_graph_build(g[s], y[s]);
+    }
+    cr_assert_eq(toy_graph_set_device(g[1], "cuda:0"), TOY_OK);
+    struct toy_threadpool *tp = toy_threadpool_new(2);
+    double worst = 0;
+    for (int step = 0; step < 7; step++) {
+        fill(x[0], -1, 1);
+        fill(q[0], -1, 1);
+        memcpy(x[1]->data, x[0]->data, toy_nbytes(x[0]));
+        memcpy(q[1]->data, q[0]->data, toy_nbytes(q[0]));
+        for (int s = 0; s < 2; s++) {
+            *(int32_t *)np[s]->data = 2 * step;
+            cr_assert_eq(toy_graph_compute(g[s], tp), TOY_OK, "%s", toy_last_error());
+        }
+        int64_t at;
+        worst = fmax(worst, rel_err(y[1]->data, y[0]->data, toy_nelements(y[0]), &at));
+    }
+    /* the rows the device stored came back to the host cache */
+    int64_t at;
+    float *a = copy_f32(kc[0]), *b = copy_f32(kc[1]);
+    cr_expect_leq(rel_err(b, a, toy_nelements(kc[0]), &at), 1e-6, "host copy of the device cache");
+    free(a);
+    free(b);
+    cr_log_info("%s cache: decode max rel diff %.2e", toy_dtype_name(type), worst);
+    cr_expect_leq(worst, TOL_GEMM);
+    /* past the cache: an error on both sides */
+    *(int32_t *)np[1]->data = 15;
+    cr_assert_eq(toy_graph_compute(g[1], tp), TOY_ERR_RANGE);
+    toy_threadpool_free(tp);
+    toy_ctx_free(ctx);
+}
+
+Test(cuda, kv_cache_decode_matches_cpu) {
+    need_cuda();
+    kv_case(TOY_F32);
+    kv_case(TOY_F16);
+}
+
+/* ---- a model ---------------------------------------------------------------------------------- */
+
+static struct toy_llama_config small_llama(void) {
+    struct toy_llama_config c = toy_llama_preset("tiny");
+    c.vocab = 61;
+    c.d_model = 64;
+    c.n_heads = 4;
+    c.n_kv_heads = 2;
+    c.d_ff = 96;
+    c.n_layers = 2;
+    c.max_ctx = 64;
+    return c;
+}
+
+Test(cuda, llama_logits_match_cpu) {
+    need_cuda();
+    struct toy_llama_config c = small_llama();
+    struct toy_llama *m = toy_llama_new(&c, 5);
+    cr_assert(m);
+    struct toy_ctx *ctx = setup(14);
+    const int T = 16, B = 2;
+    struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, T, B), *pos = toy_new_tensor_1d(ctx, TOY_I32, T);
+    for (int i = 0; i < T * B; i++) ((int32_t *)tok->data)[i] = (i * 17 + 3) % 61;
+    for (int t = 0; t < T; t++) ((int32_t *)pos->data)[t] = t;
+    check(ctx, toy_llama_forward(ctx, m, tok, pos), false, TOL_GEMM, "llama logits");
+    toy_ctx_free(ctx);
+    toy_llama_free(m);
+}
+
+/* 20 AdamW steps on each backend from the same weights and batches */
+Test(cuda, llama_training_matches_cpu, .timeout = 300) {
+    need_cuda();
+    struct toy_llama_config c = small_llama();
+    const int T = 16, B = 3, steps = 20;
+    struct toy_llama *m[2];
+    struct toy_ctx *ctx[2];
+    struct toy_tensor *tok[2], *tgt[2], *loss[2];
+    struct toy_graph *g[2];
+    struct toy_optim *o[2];
+    for (int s = 0; s < 2; s++) {
+        m[s] = toy_llama_new(&c, 7);
+        ctx[s] = toy_ctx_init(true);
+        tok[s] = toy_new_tensor_2d(ctx[s], TOY_I32, T, B);
+        tgt[s] = toy_new_tensor_2d(ctx[s], TOY_I32, T, B);
+        struct toy_tensor *pos = toy_new_tensor_1d(ctx[s], TOY_I32, T);
+        for (int t = 0; t < T; t++) ((int32_t *)pos->data)[t] = t;
+        loss[s] = toy_cross_entropy(ctx[s], toy_llama_forward(ctx[s], m[s], tok[s], pos), tgt[s], -100);
+        g[s] = toy_graph_new(ctx[s]);
+        toy_graph_build(g[s], loss[s]);
+        toy_graph_backward(g[s], loss[s]);
+        o[s] = toy_optim_new(TOY_OPTIM_ADAMW);
+        int grp = toy_optim_add_group(o[s], &(struct toy_optim_group){.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                                                                       .weight_decay = 0.1f});
+        for (int i = 0; i < toy_llama_n_tensors(m[s]); i++) toy_optim_add_param(o[s], toy_llama_tensor(m[s], i), grp);
+    }
+    cr_assert_eq(toy_graph_set_device(g[1], "cuda:0"), TOY_OK);
+    struct toy_threadpool *tp = toy_threadpool_new(2);
+    toy_rng_seed(&rng, 3);
+    double worst = 0;
+    float first = 0, last = 0;
+    for (int step = 0; step < steps; step++) {
+        for (int i = 0; i < T * B; i++) {
+            ((int32_t *)tok[0]->data)[i] = ((int32_t *)tok[1]->data)[i] = (int32_t)toy_rng_below(&rng, 61);
+            ((int32_t *)tgt[0]->data)[i] = ((int32_t *)tgt[1]->data)[i] = (int32_t)toy_rng_below(&rng, 61);
+        }
+        float l[2];
+        for (int s = 0; s < 2; s++) {
+            toy_optim_zero_grad(o[s]);
+            cr_assert_eq(toy_graph_compute(g[s], tp), TOY_OK, "%s", toy_last_error());
+            l[s] = *(float *)loss[s]->data;
+            cr_assert_eq(toy_optim_step(o[s], 1e-3f, tp), TOY_OK);
+        }
+        worst = fmax(worst, fabs(l[1] - l[0]) / (1 + fabs(l[0])));
+        if (step == 0) first = l[1];
+        last = l[1];
+    }
+    cr_log_info("20 AdamW steps on cuda: loss %.4f -> %.4f, max |cuda - cpu| / (1 + |cpu|) = %.2e", first, last,
+                worst);
+    cr_expect_leq(worst, 1e-4);
+    cr_expect_lt(last, first);
+    toy_threadpool_free(tp);
+    for (int s = 0; s < 2; s++) {
+        toy_optim_free(o[s]);
+        toy_ctx_free(ctx[s]);
+        toy_llama_free(m[s]);
+    }
+}
+
+Test(cuda, llama_kv_decode_matches_cpu) {
+    need_cuda();
+    struct toy_llama_config c = small_llama();
+    struct toy_llama *m = toy_llama_new(&c, 21);
+    struct toy_kv_cache kv[2];
+    struct toy_ctx *ctx[2];
+    struct toy_tensor *tok[2], *pos[2], *lg[2];
+    struct toy_graph *g[2];
+    for (int s = 0; s < 2; s++) {
+        cr_assert_eq(toy_kv_cache_init_type(&kv[s], m, 32, 1, TOY_F16), TOY_OK);
+        ctx[s] = toy_ctx_init(true);
+        tok[s] = toy_new_tensor_2d(ctx[s], TOY_I32, 1, 1);
+        pos[s] = toy_new_tensor_1d(ctx[s], TOY_I32, 1);
+        lg[s] = toy_llama_forward_cached(ctx[s], m, &kv[s], tok[s], pos[s]);
+        toy_set_output(lg[s]);
+        g[s] = toy_graph_new(ctx[s]);
+        toy_graph_build(g[s], lg[s]);
+    }
+    cr_assert_eq(toy_graph_set_device(g[1], "cuda:0"), TOY_OK);
+    struct toy_threadpool *tp = toy_threadpool_new(2);
+    double worst = 0;
+    for (int step = 0; step < 12; step++) {
+        for (int s = 0; s < 2; s++) {
+            *(int32_t *)kv[s].n_past->data = step;
+            ((int32_t *)tok[s]->data)[0] = (step * 13 + 2) % 61;
+            ((int32_t *)pos[s]->data)[0] = step;
+            cr_assert_eq(toy_graph_compute(g[s], tp), TOY_OK, "%s", toy_last_error());
+        }
+        int64_t at;
+        worst = fmax(worst, rel_err(lg[1]->data, lg[0]->data, c.vocab, &at));
+    }
+    cr_log_info("llama decode, f16 cache: max rel diff %.2e", worst);
+    cr_expect_leq(worst, 1e-3);
+    toy_threadpool_free(tp);
+    for (int s = 0; s < 2; s++) {
+        toy_ctx_free(ctx[s]);
+        toy_kv_cache_free(&kv[s]);
+    }
+    toy_llama_free(m);
+}
