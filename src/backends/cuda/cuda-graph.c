@@ -44,6 +44,7 @@ struct leaf {
     size_t size;
     int kind;
     bool owned;        /* allocated here (not a resident copy) */
+    const void *host;  /* t->data when the copy was made */
 };
 
 struct staged { void *host; size_t off, size; };
@@ -80,7 +81,7 @@ static void cg_free(struct cu_graph *cg) {
     for (int i = 0; i < cg->n_leaves; i++) {
         struct leaf *l = &cg->leaves[i];
         if (l->owned) toy_cu_free(cg->dev, l->d);
-        else if (l->d) toy_cu_resident_release(cg->dev, l->t->data, l->size);
+        else if (l->d) toy_cu_resident_release(cg->dev, l->host, l->size);
     }
     toy_cu_free(cg->dev, cg->dbuf);
     toy_cu_free(cg->dev, cg->work);
@@ -208,7 +209,7 @@ static enum toy_status add_leaf(struct cu_graph *cg, struct toy_tensor *t, int k
         if (!nl) return toy_error(TOY_ERR_NOMEM, "cuda graph: leaf table");
         cg->leaves = nl;
     }
-    cg->leaves[cg->n_leaves] = (struct leaf){t, NULL, toy_nbytes(t), kind, false};
+    cg->leaves[cg->n_leaves] = (struct leaf){t, NULL, toy_nbytes(t), kind, false, t->data};
     toy_ptrmap_put(&cg->lmap, t, cg->n_leaves++);
     return TOY_OK;
 }
@@ -415,7 +416,10 @@ static void host_aliases(struct toy_graph *g) {
 enum toy_status toy_cuda_graph_compute(struct toy_graph *g, int device) {
     enum toy_status st;
     struct cu_graph *cg = g->dev_state;
-    if (cg && (cg->dev != device || cg->plan_gen != g->plan_gen || cg->n_nodes != g->n_nodes)) {
+    bool moved = false; /* a resident leaf or KV cache now points elsewhere: copy again */
+    for (int i = 0; cg && i < cg->n_leaves && !moved; i++)
+        moved = cg->leaves[i].host != cg->leaves[i].t->data || cg->leaves[i].size != toy_nbytes(cg->leaves[i].t);
+    if (cg && (moved || cg->dev != device || cg->plan_gen != g->plan_gen || cg->n_nodes != g->n_nodes)) {
         toy_cuda_graph_free(g);
         cg = NULL;
     }

@@ -1,0 +1,185 @@
+/* bench-cuda.c: training and decode throughput of toy on a device (for the
+ * CUDA backend; bench/bench-cuda.sh runs it next to PyTorch on the same
+ * shapes, bench/torch_cuda.py).
+ *
+ *   bench-cuda train  gpt2-124m|smollm2-135m  B T steps  [device] [f32|bf16]
+ *   bench-cuda decode smollm2-135m|llama-1b   f32|f16|bf16|q8_0 n_tokens [device]
+ *
+ * Random weights. One JSON line per run on stdout:
+ *   train:  tokens/s of whole steps (forward + backward on the device, the
+ *           AdamW step on the host: the optimizer is not device-resident
+ *           yet, see docs/cuda.md), the forward+backward time alone, and
+ *           MFU = 6 N tokens/s / peak (TOY_PEAK_TFLOPS, default 989: H100/H200
+ *           dense BF16);
+ *   decode: tokens/s of one-token steps through the KV cache (weights are
+ *           written to a GGUF and mapped back, so they are read-only and
+ *           stay resident on the device).
+ * Without CUDA in the build, or without a GPU, it prints a skip line.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "toy/toy.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int die(const char *what) {
+    fprintf(stderr, "bench-cuda: %s: %s\n", what, toy_last_error());
+    return 1;
+}
+
+static int train(const char *model, int B, int T, int steps, const char *device, const char *prec) {
+    struct toy_lm lm;
+    struct toy_llama *lla = NULL;
+    struct toy_gpt2 *gp = NULL;
+    if (!strcmp(model, "gpt2-124m")) {
+        struct toy_gpt2_config c = toy_gpt2_preset("124m");
+        c.max_ctx = T > c.max_ctx ? T : c.max_ctx;
+        if (!(gp = toy_gpt2_new(&c, 1))) return die("gpt2");
+        lm = toy_gpt2_lm(gp);
+    } else {
+        struct toy_llama_config c = toy_llama_preset("smollm2-135m");
+        c.max_ctx = T > c.max_ctx ? T : c.max_ctx;
+        if (!(lla = toy_llama_new(&c, 1))) return die("llama");
+        lm = toy_llama_lm(lla);
+    }
+    if (lm.set_matmul_type) lm.set_matmul_type(lm.self, !strcmp(prec, "bf16") ? TOY_BF16 : TOY_F32);
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, T, B), *tgt = toy_new_tensor_2d(ctx, TOY_I32, T, B);
+    struct toy_tensor *pos = toy_new_tensor_1d(ctx, TOY_I32, T);
+    for (int t = 0; t < T; t++) ((int32_t *)pos->data)[t] = t;
+    struct toy_rng r;
+    toy_rng_seed(&r, 1);
+    for (int i = 0; i < T * B; i++) {
+        ((int32_t *)tok->data)[i] = (int32_t)toy_rng_below(&r, (uint64_t)lm.vocab);
+        ((int32_t *)tgt->data)[i] = (int32_t)toy_rng_below(&r, (uint64_t)lm.vocab);
+    }
+    struct toy_tensor *loss = toy_cross_entropy(ctx, lm.forward(lm.self, ctx, tok, pos), tgt, -100);
+    struct toy_graph *g = toy_graph_new(ctx);
+    toy_graph_build(g, loss);
+    toy_graph_backward(g, loss);
+    if (toy_graph_set_device(g, device)) return die(device);
+    struct toy_optim *o = toy_optim_new(TOY_OPTIM_ADAMW);
+    int grp = toy_optim_add_group(o, &(struct toy_optim_group){.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                                                               .weight_decay = 0.1f});
+    int64_t n_params = 0;
+    for (int i = 0; i < lm.n_tensors(lm.self); i++) {
+        toy_optim_add_param(o, lm.tensor(lm.self, i), grp);
+        n_params += toy_nelements(lm.tensor(lm.self, i));
+    }
+    long nth = sysconf(_SC_NPROCESSORS_ONLN);
+    struct toy_threadpool *tp = toy_threadpool_new(nth > 0 ? (int)nth : 4);
+    double fb = 0, total = 0, l0 = 0, l1 = 0;
+    for (int s = 0; s < steps + 2; s++) { /* two warm-up steps: plan, uploads, cuBLAS heuristics */
+        double t0 = now_s();
+        toy_optim_zero_grad(o);
+        if (toy_graph_compute(g, tp)) return die("compute");
+        double t1 = now_s();
+        if (toy_optim_step(o, 1e-4f, tp)) return die("optimizer");
+        double t2 = now_s();
+        if (s == 0) l0 = *(float *)loss->data;
+        l1 = *(float *)loss->data;
+        if (s >= 2) {
+            fb += t1 - t0;
+            total += t2 - t0;
+        }
+    }
+    double tps = (double)B * T * steps / total, tps_fb = (double)B * T * steps / fb;
+    const char *pk = getenv("TOY_PEAK_TFLOPS");
+    double peak = (pk ? atof(pk) : 989.0) * 1e12;
+    printf("{\"bench\":\"train\",\"impl\":\"toy\",\"model\":\"%s\",\"device\":\"%s\",\"precision\":\"%s\",\"B\":%d,"
+           "\"T\":%d,\"params\":%lld,\"tokens_per_s\":%.1f,\"tokens_per_s_fwd_bwd\":%.1f,\"step_ms\":%.2f,"
+           "\"fwd_bwd_ms\":%.2f,\"mfu\":%.4f,\"mfu_fwd_bwd\":%.4f,\"loss_first\":%.4f,\"loss_last\":%.4f}\n",
+           model, device, prec, B, T, (long long)n_params, tps, tps_fb, 1e3 * total / steps, 1e3 * fb / steps,
+           6.0 * (double)n_params * tps / peak, 6.0 * (double)n_params * tps_fb / peak, l0, l1);
+    fflush(stdout);
+    toy_threadpool_free(tp);
+    toy_optim_free(o);
+    toy_ctx_free(ctx);
+    toy_llama_free(lla);
+    toy_gpt2_free(gp);
+    return 0;
+}
+
+static int decode(const char *model, const char *wtype, int n_tokens, const char *device) {
+    struct toy_llama_config c = toy_llama_preset("smollm2-135m");
+    if (!strcmp(model, "llama-1b")) { /* Llama 3.2 1B shape */
+        c.vocab = 128256; c.d_model = 2048; c.n_layers = 16; c.n_heads = 32; c.n_kv_heads = 8; c.d_ff = 8192;
+        c.max_ctx = 2048;
+    }
+    struct toy_llama *m0 = toy_llama_new(&c, 1);
+    if (!m0) return die("llama");
+    char path[256], qpath[256];
+    snprintf(path, sizeof path, "/tmp/toy-bench-cuda-%d.gguf", (int)getpid());
+    snprintf(qpath, sizeof qpath, "/tmp/toy-bench-cuda-%d-q.gguf", (int)getpid());
+    enum toy_dtype wt = !strcmp(wtype, "f16") ? TOY_F16 : !strcmp(wtype, "bf16") ? TOY_BF16 : TOY_F32;
+    struct toy_gguf_writer *w;
+    if (toy_gguf_writer_init(&w) || toy_llama_write_gguf(m0, w, wt) || toy_gguf_writer_write(w, path))
+        return die("write gguf");
+    toy_gguf_writer_free(w);
+    toy_llama_free(m0);
+    const char *load = path;
+    if (!strcmp(wtype, "q8_0")) {
+        if (toy_gguf_quantize(path, qpath, TOY_Q8_0, NULL, NULL)) return die("quantize");
+        load = qpath;
+    }
+    struct toy_llama *m;
+    if (toy_llama_load(load, false, &m)) return die("load");
+    struct toy_kv_cache kv;
+    int n_ctx = n_tokens + 8;
+    if (toy_kv_cache_init(&kv, m, n_ctx, 1)) return die("kv cache");
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, 1, 1), *pos = toy_new_tensor_1d(ctx, TOY_I32, 1);
+    struct toy_tensor *lg = toy_llama_forward_cached(ctx, m, &kv, tok, pos);
+    toy_set_output(lg);
+    struct toy_graph *g = toy_graph_new(ctx);
+    toy_graph_build(g, lg);
+    if (toy_graph_set_device(g, device)) return die(device);
+    struct toy_threadpool *tp = toy_threadpool_new(4);
+    double t0 = 0;
+    for (int s = 0; s < n_tokens; s++) {
+        if (s == 2) t0 = now_s(); /* after the first uploads */
+        *(int32_t *)kv.n_past->data = s;
+        ((int32_t *)tok->data)[0] = (s * 31 + 7) % (int)c.vocab;
+        ((int32_t *)pos->data)[0] = s;
+        if (toy_graph_compute(g, tp)) return die("decode");
+    }
+    double dt = now_s() - t0;
+    printf("{\"bench\":\"decode\",\"impl\":\"toy\",\"model\":\"%s\",\"device\":\"%s\",\"weights\":\"%s\","
+           "\"tokens\":%d,\"tokens_per_s\":%.1f,\"ms_per_token\":%.3f}\n",
+           model, device, wtype, n_tokens - 2, (n_tokens - 2) / dt, 1e3 * dt / (n_tokens - 2));
+    toy_threadpool_free(tp);
+    toy_ctx_free(ctx);
+    toy_kv_cache_free(&kv);
+    toy_llama_free(m);
+    unlink(path);
+    unlink(qpath);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: bench-cuda train MODEL B T STEPS [DEVICE] [f32|bf16]\n"
+                        "       bench-cuda decode MODEL f32|f16|bf16|q8_0 N_TOKENS [DEVICE]\n");
+        return 2;
+    }
+    bool train_mode = !strcmp(argv[1], "train");
+    const char *device = argc > (train_mode ? 6 : 5) ? argv[train_mode ? 6 : 5] : "cuda:0";
+    if (strcmp(device, "cpu") && (!toy_cuda_built() || toy_cuda_device_count() < 1)) {
+        printf("{\"bench\":\"%s\",\"skipped\":\"%s\"}\n", argv[1],
+               toy_cuda_built() ? "no CUDA device" : "toy built without CUDA");
+        return 0;
+    }
+    if (train_mode && argc >= 6)
+        return train(argv[2], atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), device, argc > 7 ? argv[7] : "bf16");
+    if (!strcmp(argv[1], "decode") && argc >= 5) return decode(argv[2], argv[3], atoi(argv[4]), device);
+    fprintf(stderr, "bench-cuda: bad arguments\n");
+    return 2;
+}

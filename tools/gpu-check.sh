@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# gpu-check.sh: the one script a session with an NVIDIA GPU runs for the
+# CUDA backend (docs/cuda.md): build with CUDA=1, list the devices, run the
+# CUDA tests (tests/test-cuda.c: every op, a Llama's logits, KV decode and
+# 20 training steps against the CPU), a CLI check, then the benchmarks
+# against PyTorch. Well under 10 minutes on an H100/H200; every step has
+# its own time limit. Results go to $OUT (the device runner's folder) or
+# build-cuda/gpu-check/.
+#   bash tools/gpu-check.sh [quick]     # quick: no torch.compile runs
+set -uo pipefail
+cd "$(dirname "$0")/.."
+R=${OUT:-build-cuda/gpu-check}
+mkdir -p "$R"
+step() { echo; echo "== $* ($(date +%T))"; }
+step "GPU"
+nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap --format=csv 2>&1 | tee "$R/gpu.txt"
+step "build (make CUDA=1)"
+{ time make CUDA=1 -j"$(nproc)" all build-cuda/toy-tests build-cuda/bench/bench-cuda; } > "$R/build.txt" 2>&1
+rc=$?; tail -5 "$R/build.txt"
+if [ $rc -ne 0 ]; then echo "build failed (see $R/build.txt)"; exit 1; fi
+step "toy devices"
+./build-cuda/toy devices | tee "$R/devices.txt"
+step "CUDA tests"
+TOY_REFS=build-cuda/refs TOY_BIN=build-cuda/toy timeout 300 ./build-cuda/toy-tests --filter 'cuda/*' --verbose -j1 \
+  > "$R/test-cuda.txt" 2>&1
+echo "exit $?"; grep -E "Synthesis|FAIL|fail|differs|skip|max rel|AdamW|decode" "$R/test-cuda.txt" | head -60
+step "TF32 and BF16 GEMM modes (looser: the bounds are F32's, failures here are expected and informative)"
+for m in tf32 bf16; do
+  TOY_CUDA_MATH=$m timeout 120 ./build-cuda/toy-tests --filter 'cuda/llama_*' -j1 > "$R/test-cuda-$m.txt" 2>&1
+  echo "$m: $(grep Synthesis "$R/test-cuda-$m.txt")"
+done
+step "CLI: toy generate --device cuda on the test-data model"
+M=$(ls ../shared/testdata/model-gguf-llama2-tiny-random/model.gguf shared/testdata/model-gguf-llama2-tiny-random/model.gguf 2>/dev/null | head -1)
+if [ -n "$M" ]; then
+  timeout 60 ./build-cuda/toy generate -m "$M" -p "Hello" -n 16 --temp 0 --device cuda 2>&1 | tail -3 | tee "$R/generate-cuda.txt"
+  timeout 60 ./build-cuda/toy generate -m "$M" -p "Hello" -n 16 --temp 0 2>&1 | tail -3 | tee "$R/generate-cpu.txt"
+fi
+timeout 10 ./build-cuda/toy generate -m x --device cuda:99; echo "missing device exit code: $? (want 1)"
+step "benchmarks (toy vs PyTorch)"
+TOY_BUILD=build-cuda timeout 420 bash bench/bench-cuda.sh "${1:-}" | tee "$R/bench-cuda.jsonl"
+step "done"
