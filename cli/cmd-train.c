@@ -52,7 +52,8 @@ static int usage(void) {
 "model:     --arch llama|gpt2|vit (GPT-2 presets: tiny|small|124m; vit: toy train --arch vit --help)\n"
 "           --preset tiny|small|stories15m|smollm2-135m  --dim D --layers L --heads H --kv-heads K --ff F\n"
 "           --init MODEL.gguf (start from these weights instead of random)\n"
-"           --warm-start DONOR.gguf (token embeddings from a donor, matched by token, PCA when widths differ)\n"
+"           --warm-start DONOR.gguf (token embeddings from a donor, matched by token; a learned projection,\n"
+"           initialised by PCA, when widths differ)\n"
 "training:  --steps 1000 --batch 8 --ctx 128 --accum 1 --lr 3e-3 --lr-min 3e-4 --warmup 50\n"
 "           --schedule cosine|linear|constant --wd 0.1 --beta1 0.9 --beta2 0.95 --clip 1.0 --seed 1337\n"
 "           --bf16 (bf16 matmuls, f32 master weights) --threads N\n"
@@ -380,7 +381,7 @@ int toy_cmd_train(int argc, char **argv) {
         if (c.warm && !c.json)
             fprintf(stderr, "toy train: warm start from %s: %lld of %lld token embeddings (d %lld -> %lld%s)\n", c.warm,
                     (long long)wr.mapped, (long long)(wr.mapped + wr.unmapped), (long long)wr.donor_d,
-                    (long long)wr.model_d, wr.projected ? ", PCA" : "");
+                    (long long)wr.model_d, wr.learned ? ", learned projection from the PCA" : wr.projected ? ", PCA" : "");
     }
 
     /* ---- the run bundle ---- */

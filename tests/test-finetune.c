@@ -834,7 +834,10 @@ Test(finetune, warm_start_copies_or_projects_the_donor_embeddings, .timeout = 12
     double mean[64] = {0};
     for (int64_t i = 0; i < V; i++)
         for (int j = 0; j < 64; j++) mean[j] += de[i * 64 + j] / (double)V;
-    const float *pe = m->tok_embd->data;
+    /* the table the model uses: a learned projection starting at the PCA */
+    cr_assert(rep.learned && m->embd_proj && m->embd_proj->ne[0] == 32 && m->embd_proj->ne[1] == 64);
+    float *pe = malloc((size_t)(V * 32) * sizeof *pe);
+    toy_llama_embd_table(m, pe);
     double s2 = 0, n2 = 0, worst = 0, gmax = 0;
     for (int pass = 0; pass < 2; pass++)
         for (int64_t a = 0; a < V; a += 7)
@@ -846,6 +849,11 @@ Test(finetune, warm_start_copies_or_projects_the_donor_embeddings, .timeout = 12
                 else worst = fmax(worst, fabs(gp - (s2 / n2) * gd));
             }
     cr_assert(worst <= 1e-3 * (s2 / n2) * gmax, "Gram matrix off by %g (max %g)", worst, (s2 / n2) * gmax);
+    /* folded, token_embd is that table */
+    toy_llama_embd_proj_fold(m);
+    cr_assert(!m->embd_proj);
+    for (int64_t i = 0; i < V * 32; i++) cr_assert_float_eq(((float *)m->tok_embd->data)[i], pe[i], 1e-6);
+    free(pe);
     toy_llama_free(m);
     toy_llama_free(donor);
     toy_tokenizer_free(tok);

@@ -208,6 +208,7 @@ struct toy_warm_start_report {
     int64_t mapped, unmapped;   /* model tokens found in the donor / left at their init */
     int64_t donor_d, model_d;
     bool projected;             /* widths differ: went through the donor's PCA */
+    bool learned;               /* ... and that projection is attached as a trainable m->embd_proj */
     double explained;           /* fraction of the donor's variance the kept directions hold */
 };
 
@@ -216,7 +217,13 @@ struct toy_warm_start_report {
  * tokenizer (or by id when the vocabularies have one size and either
  * tokenizer is missing); equal widths copy, different widths project onto
  * the donor's top principal directions, rescaled to the donor's RMS. A tied
- * head follows. rep may be NULL. */
+ * head follows. When widths differ and token_embd is trainable, the
+ * projection stays learnable: the embedding table becomes D P + R (D the
+ * centred donor rows, frozen; P {d_model, d_donor} initialised from the
+ * PCA, trainable: m->embd_proj, listed by toy_llama_tensor; R = token_embd,
+ * the residual), equal to the PCA embedding at the start; writing the model
+ * folds it into a plain token_embd.weight (toy_llama_embd_proj_fold folds
+ * it in memory). Build graphs after this call. rep may be NULL. */
 enum toy_status toy_llama_warm_start(struct toy_llama *m, const struct toy_tokenizer *tok, const char *donor_path,
                                      struct toy_warm_start_report *rep);
 

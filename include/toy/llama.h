@@ -89,6 +89,14 @@ struct toy_llama {
      * the graph each step; gradients flow back to the f32 masters). */
     enum toy_dtype matmul_type;
     float lora_scale;     /* alpha / r of the attached adapters */
+    /* Token embeddings through a learned projection (a warm start from a
+     * donor of another width, toy_llama_warm_start): the embedding table is
+     * embd_donor embd_proj + tok_embd, with embd_donor {d_donor, vocab}
+     * frozen, embd_proj {d_model, d_donor} trainable (the last of
+     * toy_llama_tensor's list) and tok_embd the trainable residual. NULL
+     * when absent. Writing the model folds them into token_embd.weight. */
+    struct toy_tensor *embd_donor, *embd_proj;
+    float *embd_fold;     /* (vocab, d_model) the folded table, for writing */
 };
 
 /* "tiny" (d 64, 2 layers), "small" (d 256, 4 layers), "stories15m" and
@@ -120,6 +128,18 @@ struct toy_tensor *toy_llama_forward(struct toy_ctx *ctx, struct toy_llama *m, s
  * toy_llama_forward. */
 struct toy_tensor *toy_llama_forward_packed(struct toy_ctx *ctx, struct toy_llama *m, struct toy_tensor *tokens,
                                             struct toy_tensor *pos, struct toy_tensor *seg);
+
+/* Attaches a zeroed embedding projection from d_donor dims (see
+ * embd_proj above; the caller fills embd_donor and embd_proj, e.g. the warm
+ * start from the donor's PCA). tok_embd must be trainable f32 in memory.
+ * Graphs built afterwards use it. TOY_ERR_STATE if one is attached. */
+enum toy_status toy_llama_embd_proj_attach(struct toy_llama *m, int64_t d_donor);
+/* The embedding table the model uses, (vocab, d_model) f32, into out. */
+void toy_llama_embd_table(const struct toy_llama *m, float *out);
+/* Folds an attached projection into tok_embd (which becomes the whole
+ * table) and detaches it; graphs built before must be rebuilt. No-op
+ * without one. */
+void toy_llama_embd_proj_fold(struct toy_llama *m);
 
 /* The model behind the generic language-model interface (toy/model.h). */
 struct toy_lm toy_llama_lm(struct toy_llama *m);

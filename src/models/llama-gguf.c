@@ -214,6 +214,14 @@ enum toy_status toy_llama_write_gguf(const struct toy_llama *m, struct toy_gguf_
 #undef SETF
     for (int i = 0; i < toy_llama_n_tensors(m) && !st; i++) {
         const struct toy_tensor *t = toy_llama_tensor(m, i);
+        if (t == m->embd_proj) continue; /* folded into token_embd.weight */
+        if (t == m->tok_embd && m->embd_proj) { /* the table the model uses: donor P + residual */
+            struct toy_tensor *ft = toy_ctx_alloc(m->ctx, sizeof *ft); /* lives until the write, like conv */
+            *ft = *t;
+            ft->data = m->embd_fold;
+            toy_llama_embd_table(m, m->embd_fold);
+            t = ft;
+        }
         int nd = t->ne[1] > 1 ? 2 : 1;
         bool convert = nd == 2 && type != TOY_F32 && t->type == TOY_F32;
         if (!convert) {

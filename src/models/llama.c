@@ -157,7 +157,7 @@ void toy_llama_free(struct toy_llama *m) {
 }
 
 int toy_llama_n_tensors(const struct toy_llama *m) {
-    int n = 2 + (m->cfg.tied ? 0 : 1);
+    int n = 2 + (m->cfg.tied ? 0 : 1) + (m->embd_proj != NULL);
     for (int64_t l = 0; l < m->cfg.n_layers; l++) {
         const struct toy_llama_layer *L = &m->layers[l];
         struct toy_tensor *const all[] = {L->attn_norm, L->wq, L->wk, L->wv, L->wo, L->bq, L->bk, L->bv, L->q_norm,
@@ -182,7 +182,8 @@ struct toy_tensor *toy_llama_tensor(const struct toy_llama *m, int i) {
         }
     }
     if (i-- == 0) return m->out_norm;
-    if (!m->cfg.tied && i == 0) return m->output;
+    if (!m->cfg.tied && i-- == 0) return m->output;
+    if (m->embd_proj && i == 0) return m->embd_proj;
     return NULL;
 }
 
@@ -236,7 +237,12 @@ static struct toy_tensor *forward(struct toy_ctx *ctx, struct toy_llama *m, stru
     int64_t T = tokens->ne[0], B = tokens->ne[1], d = c->d_model;
     int64_t H = c->n_heads, Hkv = c->n_kv_heads, hd = toy_llama_head_dim(c);
     struct toy_rope_params rope = rope_params(c);
-    struct toy_tensor *x = toy_get_rows(ctx, m->tok_embd, tokens); /* {d, T, B} */
+    struct toy_tensor *embd = m->tok_embd, *head = m->output;
+    if (m->embd_proj) { /* warm start through a learned projection: donor P + residual */
+        embd = toy_add(ctx, toy_matmul(ctx, m->embd_donor, m->embd_proj, false, false), m->tok_embd);
+        if (head == m->tok_embd) head = embd;
+    }
+    struct toy_tensor *x = toy_get_rows(ctx, embd, tokens); /* {d, T, B} */
     if (c->embed_scale) x = toy_scale(ctx, x, sqrtf((float)d));
     for (int64_t l = 0; l < c->n_layers; l++) {
         struct toy_llama_layer *L = &m->layers[l];
@@ -272,7 +278,7 @@ static struct toy_tensor *forward(struct toy_ctx *ctx, struct toy_llama *m, stru
         x = toy_add(ctx, x, f);
     }
     x = toy_rms_norm(ctx, x, m->out_norm, c->norm_eps);
-    struct toy_tensor *logits = proj(ctx, m, x, m->output, NULL); /* {vocab, T, B} */
+    struct toy_tensor *logits = proj(ctx, m, x, head, NULL); /* {vocab, T, B} */
     if (c->final_softcap > 0) {
         float s = c->final_softcap; /* s tanh(logits / s) */
         logits = toy_scale(ctx, toy_tanh(ctx, toy_scale(ctx, logits, 1.0f / s)), s);

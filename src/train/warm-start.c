@@ -8,9 +8,15 @@
  * prep/pca_init helper did for its projection lens): E' = (E - mean) V_k,
  * V_k the top-k eigenvectors of the donor embeddings' covariance (LAPACK
  * ssyevd from the OpenBLAS toy links; k = min of the widths, the rest zero),
- * rescaled so E' has the donor's per-element RMS. The projected embeddings
- * then train like any other parameter (a learned projection folded in).
- * Invariant: only m->tok_embd's data changes. */
+ * rescaled so E' has the donor's per-element RMS. That projection is then
+ * learned: E' = D P + R with D the centred donor rows (zero for unmatched
+ * tokens, frozen), P = s V_k (padded with zero columns) trainable, and R =
+ * tok_embd the residual (zero for matched tokens, the random init for the
+ * others), so training starts exactly from the PCA embedding and P keeps
+ * learning with the model; saving folds D P + R into token_embd.weight
+ * (src/models/llama-embd-proj.c). A model whose token_embd is not trainable
+ * gets the fixed PCA embedding in token_embd.
+ * Invariant: only m->tok_embd's data (and the attached projection) change. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -138,10 +144,24 @@ enum toy_status toy_llama_warm_start(struct toy_llama *m, const struct toy_token
         }
         double want = sqrt(ss / ((double)n * (double)dd)), got = pn ? sqrt(ps / (double)pn) : 0;
         float s = got > 0 ? (float)(want / got) : 1.0f;
-        for (int64_t i = 0; i < mv; i++)
-            if (map[i] >= 0)
-                for (int64_t j = 0; j < md; j++) e[i * md + j] *= s;
         r.projected = true;
+        r.learned = (E->flags & TOY_FLAG_PARAM) != 0;
+        if (r.learned) {
+            if ((st = toy_llama_embd_proj_attach(m, dd))) goto done;
+            float *Dm = m->embd_donor->data, *P = m->embd_proj->data; /* (mv, dd), (dd, md) */
+            for (int64_t i = 0; i < mv; i++) {
+                if (map[i] < 0) continue;
+                const float *x = D + (int64_t)map[i] * dd;
+                for (int64_t a = 0; a < dd; a++) Dm[i * dd + a] = x[a] - mean[a];
+                memset(e + i * md, 0, (size_t)md * sizeof *e);
+            }
+            for (int64_t a = 0; a < dd; a++)
+                for (int j = 0; j < k; j++) P[a * md + j] = v[a * k + j] * s;
+        } else {
+            for (int64_t i = 0; i < mv; i++)
+                if (map[i] >= 0)
+                    for (int64_t j = 0; j < md; j++) e[i * md + j] *= s;
+        }
     }
     for (int64_t i = 0; i < mv; i++) {
         if (map[i] >= 0) r.mapped++;
