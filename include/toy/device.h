@@ -15,9 +15,10 @@
  * a mmapped GGUF, or flagged TOY_FLAG_CONST), and OUTPUT / LOSS results,
  * parameter gradients and the rows a run stored into a KV cache are copied
  * back when toy_graph_compute returns. So every caller that reads
- * t->data after a run works unchanged. A KV cache stays resident on the
- * device: a host-side write into a cache must be followed by
- * toy_graph_device_reset(g) for the graphs reading it.
+ * t->data after a run works unchanged. KV caches and constants keep one
+ * device copy per device, shared by every graph that reads them (a
+ * generation's prefill and decode graphs); after writing into one of them
+ * on the host, call toy_device_update on the bytes written.
  */
 #ifndef TOY_DEVICE_H
 #define TOY_DEVICE_H
@@ -66,9 +67,15 @@ const char *toy_default_device(void);
  * whatever the graph held on its previous device. */
 enum toy_status toy_graph_set_device(struct toy_graph *g, const char *name);
 
-/* Drops the graph's device-side copies (the next run uploads everything
- * again, KV caches included). A no-op on the CPU. */
+/* Drops the graph's device-side state (the next run builds it again; shared
+ * copies of constants and KV caches stay while other graphs hold them). A
+ * no-op on the CPU. */
 void toy_graph_device_reset(struct toy_graph *g);
+
+/* After the host wrote into [data, data+size) of a KV cache or a constant
+ * tensor that graphs on a device read: copies those bytes to the device
+ * copies. A no-op without device copies (and in a CPU-only build). */
+void toy_device_update(const void *data, size_t size);
 
 #ifdef __cplusplus
 }

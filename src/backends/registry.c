@@ -131,6 +131,15 @@ enum toy_status toy_graph_set_device(struct toy_graph *g, const char *name) {
     return TOY_OK;
 }
 
+void toy_device_update(const void *data, size_t size) {
+#ifdef TOY_CUDA
+    if (data && size) toy_cu_resident_update(data, size);
+#else
+    (void)data;
+    (void)size;
+#endif
+}
+
 void toy_graph_device_reset(struct toy_graph *g) {
     int d;
     const struct toy_backend_ops *be = toy_backend_for_graph(g, &d);

@@ -282,4 +282,22 @@ void toy_cu_resident_release(int dev, const void *host, size_t size) {
     pthread_mutex_unlock(&lock);
     if (d) toy_cu_free(dev, d);
 }
+
+void toy_cu_resident_update(const void *host, size_t size) {
+    const char *lo = host, *hi = lo + size;
+    pthread_mutex_lock(&lock);
+    for (int dev = 0; dev < MAX_DEVICES; dev++)
+        for (int i = 0; i < n_res[dev]; i++) {
+            const char *a = res[dev][i].host, *b = a + res[dev][i].size;
+            if (b <= lo || a >= hi) continue;
+            const char *from = a > lo ? a : lo, *to = b < hi ? b : hi;
+            int prev = 0;
+            cudaGetDevice(&prev);
+            if (cudaSetDevice(dev) == cudaSuccess)
+                cudaMemcpy((char *)res[dev][i].dptr + (from - a), from, (size_t)(to - from), cudaMemcpyHostToDevice);
+            cudaGetLastError();
+            cudaSetDevice(prev);
+        }
+    pthread_mutex_unlock(&lock);
+}
 #endif

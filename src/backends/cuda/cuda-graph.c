@@ -9,7 +9,8 @@
  *   resident  constant data: uploaded once, shared by graphs (counted):
  *             leaves in read-only memory (a mmapped GGUF) and F16 / BF16 /
  *             quantized leaves that are not parameters (weights);
- *   kv        a KV cache (written by KV_STORE): uploaded once, stays on the
+ *   kv        a KV cache (written by KV_STORE): uploaded once, shared by
+ *             the graphs that use it (prefill and decode), stays on the
  *             device; the rows a run stores are copied back to the host;
  *   grad      a persistent gradient: uploaded before (the host may have
  *             zeroed it) and downloaded after every run;
@@ -29,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backends/backend-impl.h"
 #include "backends/cuda/cuda-impl.h"
@@ -244,7 +246,10 @@ static enum toy_status prepare(struct toy_graph *g, int dev, struct cu_graph **o
         if (l->kind == L_UPLOAD && !(t->flags & (TOY_FLAG_PARAM | TOY_FLAG_INPUT)) &&
             ((t->type != TOY_F32 && t->type != TOY_I32) || in_ranges(ro, n_ro, t->data, l->size)))
             l->kind = L_RESIDENT;
-        if (l->kind == L_RESIDENT) {
+        if (l->kind == L_RESIDENT || l->kind == L_KV) {
+            /* one device copy per host buffer, shared by every graph on the
+             * device: the prefill and the decode graph of a generation write
+             * and read the same KV cache */
             void *d;
             if ((st = toy_cu_resident_acquire(dev, t->data, l->size, &d))) {
                 free(ro);
@@ -259,12 +264,6 @@ static enum toy_status prepare(struct toy_graph *g, int dev, struct cu_graph **o
             }
             l->d = d;
             l->owned = true;
-            if (l->kind == L_KV) { /* uploaded once; from then on the device copy is the truth */
-                if ((st = toy_cu_check(cudaMemcpy(d, t->data, l->size, cudaMemcpyHostToDevice), "KV cache upload"))) {
-                    free(ro);
-                    goto fail;
-                }
-            }
             if ((l->kind == L_UPLOAD || l->kind == L_GRAD) && l->size <= STAGE_MAX)
                 stage_need += (l->kind == L_GRAD ? 2 : 1) * ((l->size + 63) / 64 * 64); /* grads: up and down */
         }
@@ -453,11 +452,30 @@ enum toy_status toy_cuda_graph_compute(struct toy_graph *g, int device) {
     }
     if ((st = toy_cu_check(cudaMemsetAsync(cg->err, 0, sizeof(int32_t), s), "cudaMemsetAsync"))) return st;
     char msg[256];
+    /* per-node synchronisation: with timing on (per-op times, as on the CPU)
+     * or TOY_CUDA_SYNC=1, which names the node whose kernel failed */
+    static int sync_env = -1;
+    if (sync_env < 0) {
+        const char *e = getenv("TOY_CUDA_SYNC");
+        sync_env = e && *e && strcmp(e, "0");
+    }
+    bool per_node = g->timing || sync_env;
     for (int i = 0; i < g->n_nodes; i++) {
         struct toy_tensor *t = g->nodes[i];
         if (toy_is_view_op(t->op)) continue;
         msg[0] = 0;
+        struct timespec t0, t1;
+        if (per_node) clock_gettime(CLOCK_MONOTONIC, &t0);
         int rc = toy_cu_run(&cg->cn[i], msg, sizeof msg);
+        if (!rc && per_node) {
+            cudaError_t e = cudaStreamSynchronize(s);
+            if (e != cudaSuccess) {
+                snprintf(msg, sizeof msg, "%s (%s)", cudaGetErrorString(e), cudaGetErrorName(e));
+                rc = e == cudaErrorMemoryAllocation ? TOY_ERR_NOMEM : TOY_ERR_BACKEND;
+            }
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            if (g->timing) g->op_us[t->op] += (t1.tv_sec - t0.tv_sec) * 1e6 + (t1.tv_nsec - t0.tv_nsec) * 1e-3;
+        }
         if (rc) {
             cudaStreamSynchronize(s);
             return toy_error((enum toy_status)rc, "cuda:%d: node %d (%s '%s'): %s", device, i, toy_op_name(t->op),

@@ -90,6 +90,9 @@ void toy_cu_free(int dev, void *ptr);
  * the first acquire uploads, the last release frees. */
 enum toy_status toy_cu_resident_acquire(int dev, const void *host, size_t size, void **dptr);
 void toy_cu_resident_release(int dev, const void *host, size_t size);
+/* Copies host bytes [host, host+size) again into every resident copy that
+ * overlaps them, on every device (toy_device_update). */
+void toy_cu_resident_update(const void *host, size_t size);
 
 /* Error helpers: a toy_status with the CUDA error string. */
 enum toy_status toy_cu_check(int err, const char *what);

@@ -71,14 +71,19 @@ __device__ __forceinline__ int32_t seg_at(const CT &seg, int64_t t, int64_t b) {
     return *(const int32_t *)(seg.data + t * seg.nb[0] + b * seg.nb[1]);
 }
 
-/* row t of head h, batch b of x into registers (lane's elements) */
+__device__ __forceinline__ float to_f(float v) { return v; }
+__device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
+
+/* row t of head h, batch b of x (rows contiguous, element type T) into
+ * registers: lane l holds elements l, l + 32, ... */
+template <typename T>
 __device__ __forceinline__ void load_row(const CT &x, int64_t h, int64_t t, int64_t b, int64_t D, float *r) {
-    const char *row = x.data + h * x.nb[1] + t * x.nb[2] + b * x.nb[3];
+    const T *row = (const T *)(x.data + h * x.nb[1] + t * x.nb[2] + b * x.nb[3]);
     int lane = threadIdx.x % 32;
 #pragma unroll
     for (int i = 0; i < MAX_DPL; i++) {
         int64_t d = lane + 32 * i;
-        r[i] = d < D ? ld_row(x.type, row, d, x.nb[0]) : 0.0f;
+        r[i] = d < D ? to_f(row[d]) : 0.0f;
     }
 }
 
@@ -99,13 +104,14 @@ __device__ __forceinline__ float score(const at &a, float raw, float *c) {
     return s;
 }
 
+template <typename KT>
 __global__ void k_attn_fwd(CT out, CT q, CT k, CT v, CT seg, at a, float *lse) {
     int64_t row = blockIdx.x * (int64_t)WARPS + threadIdx.x / 32; /* (b, t, h) in out order */
     if (row >= a.B * a.Tq * a.Hq) return;
     int64_t h = row % a.Hq, t = (row / a.Hq) % a.Tq, b = row / (a.Hq * a.Tq), g = h / a.group;
     int lane = threadIdx.x % 32;
     float qr[MAX_DPL], kr[MAX_DPL], o[MAX_DPL];
-    load_row(q, h, t, b, a.D, qr);
+    load_row<float>(q, h, t, b, a.D, qr);
 #pragma unroll
     for (int i = 0; i < MAX_DPL; i++) o[i] = 0.0f;
     int64_t j0, j1;
@@ -114,13 +120,13 @@ __global__ void k_attn_fwd(CT out, CT q, CT k, CT v, CT seg, at a, float *lse) {
     float m = -INFINITY, l = 0.0f;
     for (int64_t j = j0; j < j1; j++) {
         if (a.seg && seg_at(seg, j, b) != my_seg) continue;
-        load_row(k, g, j, b, a.D, kr);
+        load_row<KT>(k, g, j, b, a.D, kr);
         float c;
         float s = score(a, dot_row(qr, kr), &c);
         float mn = fmaxf(m, s);
         float corr = expf(m - mn), p = expf(s - mn);
         l = l * corr + p;
-        load_row(v, g, j, b, a.D, kr);
+        load_row<KT>(v, g, j, b, a.D, kr);
 #pragma unroll
         for (int i = 0; i < MAX_DPL; i++) o[i] = o[i] * corr + p * kr[i];
         m = mn;
@@ -141,8 +147,8 @@ __global__ void k_attn_di(float *Di, CT dO, CT o, at a) {
     if (row >= a.B * a.Tq * a.Hq) return;
     int64_t h = row % a.Hq, t = (row / a.Hq) % a.Tq, b = row / (a.Hq * a.Tq);
     float x[MAX_DPL], y[MAX_DPL];
-    load_row(dO, h, t, b, a.D, x);
-    load_row(o, h, t, b, a.D, y);
+    load_row<float>(dO, h, t, b, a.D, x);
+    load_row<float>(o, h, t, b, a.D, y);
     float d = dot_row(x, y);
     if (threadIdx.x % 32 == 0) Di[(b * a.Tq + t) * a.Hq + h] = d;
 }
@@ -153,14 +159,15 @@ __device__ __forceinline__ float ds_of(const at &a, float p, float dp, float di,
     return ds;
 }
 
+template <typename KT>
 __global__ void k_attn_dq(float *dq, CT dO, CT q, CT k, CT v, CT seg, at a, const float *lse, const float *Di) {
     int64_t row = blockIdx.x * (int64_t)WARPS + threadIdx.x / 32;
     if (row >= a.B * a.Tq * a.Hq) return;
     int64_t h = row % a.Hq, t = (row / a.Hq) % a.Tq, b = row / (a.Hq * a.Tq), g = h / a.group;
     int lane = threadIdx.x % 32;
     float qr[MAX_DPL], dor[MAX_DPL], kr[MAX_DPL], vr[MAX_DPL], acc[MAX_DPL];
-    load_row(q, h, t, b, a.D, qr);
-    load_row(dO, h, t, b, a.D, dor);
+    load_row<float>(q, h, t, b, a.D, qr);
+    load_row<float>(dO, h, t, b, a.D, dor);
 #pragma unroll
     for (int i = 0; i < MAX_DPL; i++) acc[i] = 0.0f;
     int64_t ri = (b * a.Tq + t) * a.Hq + h;
@@ -171,8 +178,8 @@ __global__ void k_attn_dq(float *dq, CT dO, CT q, CT k, CT v, CT seg, at a, cons
     if (L != -INFINITY)
         for (int64_t j = j0; j < j1; j++) {
             if (a.seg && seg_at(seg, j, b) != my_seg) continue;
-            load_row(k, g, j, b, a.D, kr);
-            load_row(v, g, j, b, a.D, vr);
+            load_row<KT>(k, g, j, b, a.D, kr);
+            load_row<KT>(v, g, j, b, a.D, vr);
             float c = 0;
             float s = score(a, dot_row(qr, kr), &c);
             float p = expf(s - L);
@@ -188,6 +195,7 @@ __global__ void k_attn_dq(float *dq, CT dO, CT q, CT k, CT v, CT seg, at a, cons
     }
 }
 
+template <typename KT>
 __global__ void k_attn_dkv(float *dk, float *dv, CT dO, CT q, CT k, CT v, CT seg, at a, const float *lse,
                            const float *Di) {
     int64_t row = blockIdx.x * (int64_t)WARPS + threadIdx.x / 32; /* (b, j, g) */
@@ -195,8 +203,8 @@ __global__ void k_attn_dkv(float *dk, float *dv, CT dO, CT q, CT k, CT v, CT seg
     int64_t g = row % a.Hkv, j = (row / a.Hkv) % a.Tk, b = row / (a.Hkv * a.Tk);
     int lane = threadIdx.x % 32;
     float kr[MAX_DPL], vr[MAX_DPL], qr[MAX_DPL], dor[MAX_DPL], dka[MAX_DPL], dva[MAX_DPL];
-    load_row(k, g, j, b, a.D, kr);
-    load_row(v, g, j, b, a.D, vr);
+    load_row<KT>(k, g, j, b, a.D, kr);
+    load_row<KT>(v, g, j, b, a.D, vr);
 #pragma unroll
     for (int i = 0; i < MAX_DPL; i++) dka[i] = dva[i] = 0.0f;
     /* queries that see key j: t >= j - off, and with a window t < j - off + window */
@@ -212,8 +220,8 @@ __global__ void k_attn_dkv(float *dk, float *dv, CT dO, CT q, CT k, CT v, CT seg
             int64_t ri = (b * a.Tq + t) * a.Hq + h;
             float L = lse[ri];
             if (L == -INFINITY) continue;
-            load_row(q, h, t, b, a.D, qr);
-            load_row(dO, h, t, b, a.D, dor);
+            load_row<float>(q, h, t, b, a.D, qr);
+            load_row<float>(dO, h, t, b, a.D, dor);
             float c = 0;
             float s = score(a, dot_row(qr, kr), &c);
             float p = expf(s - L);
@@ -242,7 +250,16 @@ extern "C" size_t toy_cu_attention_work(const struct toy_cu_node *n) {
     return (size_t)(q.ne[1] * q.ne[2] * q.ne[3]) * sizeof(float) + 256;
 }
 
-static int check_shape(const at &a, char *msg, size_t msg_size) {
+static int check_shape(const at &a, const CT &q, const CT &k, const CT &v, char *msg, size_t msg_size) {
+    if ((k.type != TOY_F32 && k.type != TOY_F16) || k.type != v.type || q.type != TOY_F32) {
+        snprintf(msg, msg_size, "attention reads f32 q and f32 or f16 k, v");
+        return TOY_ERR_UNSUPPORTED;
+    }
+    int64_t ek = k.type == TOY_F16 ? 2 : 4;
+    if (q.nb[0] != 4 || k.nb[0] != ek || v.nb[0] != ek) {
+        snprintf(msg, msg_size, "attention needs rows with contiguous elements");
+        return TOY_ERR_UNSUPPORTED;
+    }
     if (a.D > 32 * MAX_DPL) {
         snprintf(msg, msg_size, "head dim %lld is over the CUDA kernel's %d", (long long)a.D, 32 * MAX_DPL);
         return TOY_ERR_UNSUPPORTED;
@@ -253,20 +270,23 @@ static int check_shape(const at &a, char *msg, size_t msg_size) {
 extern "C" int toy_cu_attention(const struct toy_cu_node *n, char *msg, size_t msg_size) {
     const CT &q = n->src[0], &k = n->src[1], &v = n->src[2];
     at a = at_shape(n, q, k);
-    int rc = check_shape(a, msg, msg_size);
+    int rc = check_shape(a, q, k, v, msg, msg_size);
     if (rc) return rc;
     CT seg = a.seg ? n->src[4] : CT{};
     float *lse = (float *)(n->dst.data + n->dst_nbytes);
     int64_t rows = a.B * a.Tq * a.Hq;
     if (!rows) return 0;
-    k_attn_fwd<<<(unsigned)cdiv(rows, WARPS), 32 * WARPS, 0, CU_STREAM(n)>>>(n->dst, q, k, v, seg, a, lse);
+    if (k.type == TOY_F16)
+        k_attn_fwd<__half><<<(unsigned)cdiv(rows, WARPS), 32 * WARPS, 0, CU_STREAM(n)>>>(n->dst, q, k, v, seg, a, lse);
+    else
+        k_attn_fwd<float><<<(unsigned)cdiv(rows, WARPS), 32 * WARPS, 0, CU_STREAM(n)>>>(n->dst, q, k, v, seg, a, lse);
     return launch_status("attention", msg, msg_size);
 }
 
 extern "C" int toy_cu_attention_back(const struct toy_cu_node *n, char *msg, size_t msg_size) {
     const CT &dO = n->src[0], &q = n->src[1], &k = n->src[2], &v = n->src[3], &o = n->src[4];
     at a = at_shape(n, q, k);
-    int rc = check_shape(a, msg, msg_size);
+    int rc = check_shape(a, q, k, v, msg, msg_size);
     if (rc) return rc;
     CT seg = a.seg ? n->src[5] : CT{};
     /* lse sits after the forward output's bytes (contiguous {D, Hq, Tq, B} f32) */
@@ -277,7 +297,12 @@ extern "C" int toy_cu_attention_back(const struct toy_cu_node *n, char *msg, siz
     cudaStream_t s = CU_STREAM(n);
     if (!rows) return 0;
     k_attn_di<<<(unsigned)cdiv(rows, WARPS), 32 * WARPS, 0, s>>>(Di, dO, o, a);
-    k_attn_dq<<<(unsigned)cdiv(rows, WARPS), 32 * WARPS, 0, s>>>(dq, dO, q, k, v, seg, a, lse, Di);
-    if (krows) k_attn_dkv<<<(unsigned)cdiv(krows, WARPS), 32 * WARPS, 0, s>>>(dk, dv, dO, q, k, v, seg, a, lse, Di);
+    if (k.type != TOY_F32) {
+        snprintf(msg, msg_size, "attention backward needs f32 k and v");
+        return TOY_ERR_UNSUPPORTED;
+    }
+    k_attn_dq<float><<<(unsigned)cdiv(rows, WARPS), 32 * WARPS, 0, s>>>(dq, dO, q, k, v, seg, a, lse, Di);
+    if (krows)
+        k_attn_dkv<float><<<(unsigned)cdiv(krows, WARPS), 32 * WARPS, 0, s>>>(dk, dv, dO, q, k, v, seg, a, lse, Di);
     return launch_status("attention backward", msg, msg_size);
 }

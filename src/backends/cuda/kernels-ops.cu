@@ -542,7 +542,9 @@ static bool type_ok(int t) {
            t == TOY_Q4_K;
 }
 
-static int row_threads(int64_t n) { return n >= 1024 ? 1024 : n >= 256 ? 256 : n > 32 ? 128 : 32; }
+/* threads of a row kernel: at most 256, so a launch never asks for more
+ * registers than an SM has, whatever the compiler gives the kernel */
+static int row_threads(int64_t n) { return n >= 256 ? 256 : n > 32 ? 128 : 32; }
 
 #define NORM_ROWS(n) ((unsigned)ct_nrows((n)->dst))
 
@@ -607,7 +609,7 @@ extern "C" int toy_cu_run(const struct toy_cu_node *n, char *msg, size_t msg_siz
         else k_sum_dim<<<gs, TPB, 0, s>>>(d, src[0], dim, inv);
         break;
     }
-    case TOY_OP_SUM_ALL: k_sum_all<<<1, 1024, 0, s>>>(d, src[0]); break;
+    case TOY_OP_SUM_ALL: k_sum_all<<<1, 256, 0, s>>>(d, src[0]); break;
     case TOY_OP_REPEAT: k_repeat<<<gs, TPB, 0, s>>>(d, src[0]); break;
     case TOY_OP_SUM_TO: k_sum_to<<<gs, TPB, 0, s>>>(d, src[0]); break;
     case TOY_OP_CONCAT: k_concat<<<gs, TPB, 0, s>>>(d, src[0], src[1], n->op_params[P_DIM]); break;
@@ -662,7 +664,7 @@ extern "C" int toy_cu_run(const struct toy_cu_node *n, char *msg, size_t msg_siz
         float *lse = (float *)(d.data + n->dst_nbytes), *part = (float *)n->work;
         k_ce_rows<<<(unsigned)nr, row_threads(lg.ne[0]), 0, s>>>(lg, src[1], lse, part, n->op_params[P_CE_IGNORE],
                                                                  n->err, n->index);
-        k_ce_final<<<1, 1024, 0, s>>>(d, part, lse, nr);
+        k_ce_final<<<1, 256, 0, s>>>(d, part, lse, nr);
         break;
     }
     case TOY_OP_CROSS_ENTROPY_BACK: {
