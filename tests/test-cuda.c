@@ -526,42 +526,51 @@ Test(cuda, llama_training_matches_cpu, .timeout = 300) {
     }
 }
 
-Test(cuda, llama_kv_decode_matches_cpu) {
+/* a prefill graph (5 tokens) then a decode graph (one token a step) over the
+ * same cache, as toy generate runs them: on the device both graphs share
+ * one copy of the cache */
+Test(cuda, llama_prefill_then_decode_matches_cpu) {
     need_cuda();
     struct toy_llama_config c = small_llama();
     struct toy_llama *m = toy_llama_new(&c, 21);
+    const int P = 5, N = 14;
     struct toy_kv_cache kv[2];
-    struct toy_ctx *ctx[2];
-    struct toy_tensor *tok[2], *pos[2], *lg[2];
-    struct toy_graph *g[2];
-    for (int s = 0; s < 2; s++) {
-        cr_assert_eq(toy_kv_cache_init_type(&kv[s], m, 32, 1, TOY_F16), TOY_OK);
-        ctx[s] = toy_ctx_init(true);
-        tok[s] = toy_new_tensor_2d(ctx[s], TOY_I32, 1, 1);
-        pos[s] = toy_new_tensor_1d(ctx[s], TOY_I32, 1);
-        lg[s] = toy_llama_forward_cached(ctx[s], m, &kv[s], tok[s], pos[s]);
-        toy_set_output(lg[s]);
-        g[s] = toy_graph_new(ctx[s]);
-        toy_graph_build(g[s], lg[s]);
-    }
-    cr_assert_eq(toy_graph_set_device(g[1], "cuda:0"), TOY_OK);
     struct toy_threadpool *tp = toy_threadpool_new(2);
+    for (int s = 0; s < 2; s++) cr_assert_eq(toy_kv_cache_init_type(&kv[s], m, 32, 1, TOY_F16), TOY_OK);
     double worst = 0;
-    for (int step = 0; step < 12; step++) {
+    struct toy_ctx *ctx[2][2];
+    struct toy_tensor *tok[2][2], *pos[2][2], *lg[2][2];
+    struct toy_graph *g[2][2];
+    for (int s = 0; s < 2; s++) /* side: cpu, cuda */
+        for (int ph = 0; ph < 2; ph++) { /* prefill, decode */
+            int tn = ph ? 1 : P;
+            ctx[s][ph] = toy_ctx_init(true);
+            tok[s][ph] = toy_new_tensor_2d(ctx[s][ph], TOY_I32, tn, 1);
+            pos[s][ph] = toy_new_tensor_1d(ctx[s][ph], TOY_I32, tn);
+            lg[s][ph] = toy_llama_forward_cached(ctx[s][ph], m, &kv[s], tok[s][ph], pos[s][ph]);
+            toy_set_output(lg[s][ph]);
+            g[s][ph] = toy_graph_new(ctx[s][ph]);
+            toy_graph_build(g[s][ph], lg[s][ph]);
+            if (s) cr_assert_eq(toy_graph_set_device(g[s][ph], "cuda:0"), TOY_OK);
+        }
+    for (int step = 0; step <= N - P; step++) {
+        int ph = step ? 1 : 0, tn = ph ? 1 : P, n0 = ph ? P + step - 1 : 0;
         for (int s = 0; s < 2; s++) {
-            *(int32_t *)kv[s].n_past->data = step;
-            ((int32_t *)tok[s]->data)[0] = (step * 13 + 2) % 61;
-            ((int32_t *)pos[s]->data)[0] = step;
-            cr_assert_eq(toy_graph_compute(g[s], tp), TOY_OK, "%s", toy_last_error());
+            *(int32_t *)kv[s].n_past->data = n0;
+            for (int i = 0; i < tn; i++) {
+                ((int32_t *)tok[s][ph]->data)[i] = ((n0 + i) * 13 + 2) % 61;
+                ((int32_t *)pos[s][ph]->data)[i] = n0 + i;
+            }
+            cr_assert_eq(toy_graph_compute(g[s][ph], tp), TOY_OK, "%s", toy_last_error());
         }
         int64_t at;
-        worst = fmax(worst, rel_err(lg[1]->data, lg[0]->data, c.vocab, &at));
+        worst = fmax(worst, rel_err(lg[1][ph]->data, lg[0][ph]->data, (int64_t)tn * c.vocab, &at));
     }
-    cr_log_info("llama decode, f16 cache: max rel diff %.2e", worst);
+    cr_log_info("llama prefill + decode, f16 cache: max rel diff %.2e", worst);
     cr_expect_leq(worst, 1e-3);
     toy_threadpool_free(tp);
     for (int s = 0; s < 2; s++) {
-        toy_ctx_free(ctx[s]);
+        for (int ph = 0; ph < 2; ph++) toy_ctx_free(ctx[s][ph]);
         toy_kv_cache_free(&kv[s]);
     }
     toy_llama_free(m);

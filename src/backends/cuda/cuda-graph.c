@@ -416,8 +416,8 @@ enum toy_status toy_cuda_graph_compute(struct toy_graph *g, int device) {
     enum toy_status st;
     struct cu_graph *cg = g->dev_state;
     bool moved = false; /* a resident leaf or KV cache now points elsewhere: copy again */
-    for (int i = 0; cg && i < cg->n_leaves && !moved; i++)
-        moved = cg->leaves[i].host != cg->leaves[i].t->data || cg->leaves[i].size != toy_nbytes(cg->leaves[i].t);
+    for (int i = 0; cg && i < cg->n_leaves && !moved; i++) /* (uploaded leaves are read where they are now) */
+        moved = !cg->leaves[i].owned && cg->leaves[i].host != cg->leaves[i].t->data;
     if (cg && (moved || cg->dev != device || cg->plan_gen != g->plan_gen || cg->n_nodes != g->n_nodes)) {
         toy_cuda_graph_free(g);
         cg = NULL;
