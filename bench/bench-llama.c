@@ -7,7 +7,13 @@
  * Shapes: S = stories15M (vocab 32000, d 288, 6 layers, 6 heads, d_ff 768,
  * T 256, B 8); M = SmolLM2-135M (vocab 49152, d 576, 30 layers, 9/3 heads,
  * d_ff 1536, T 256, B 4). Prints JSON lines for bench/report.py.
- * Usage: bench-llama THREADS [S|M] [train|infer] */
+ *   gguf    writes the M shape with random weights (f32) and a tokenizer to a
+ *           GGUF, for the llama.cpp comparison (bench/llama_cpp.sh)
+ *   file    prefill and decode tokens/s of a GGUF file as a user runs it
+ *           (mmapped weights), the same protocol as bench/llama_cpp.mjs
+ * Usage: bench-llama THREADS [S|M] [train|infer]
+ *        bench-llama 0 M gguf OUT.gguf TOKENIZER_DIR
+ *        bench-llama THREADS M file MODEL.gguf */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +22,7 @@
 
 #include "toy/generate.h"
 #include "toy/quant.h"
+#include "toy/tokenizer.h"
 #include "toy/toy.h"
 
 static double now(void) {
@@ -160,11 +167,81 @@ static void bench_infer(struct toy_threadpool *tp, int nth, const char *s, enum 
     for (int i = 0; i < n_keep; i++) free(keep[i]);
 }
 
+static int write_gguf(const char *which, const char *out, const char *tok_dir) {
+    int64_t T, B;
+    struct toy_llama_config c = shape(which, &T, &B);
+    struct toy_tokenizer *tok = NULL;
+    struct toy_gguf_writer *w = NULL;
+    if (toy_tokenizer_load(tok_dir, &tok)) goto fail;
+    if (toy_tokenizer_n_vocab(tok) != c.vocab) {
+        fprintf(stderr, "bench-llama: %s has %lld tokens, the %s shape needs %lld\n", tok_dir,
+                (long long)toy_tokenizer_n_vocab(tok), which, (long long)c.vocab);
+        toy_tokenizer_free(tok);
+        return 1;
+    }
+    struct toy_llama *m = toy_llama_new(&c, 1);
+    enum toy_status st = toy_gguf_writer_init(&w);
+    if (!st) st = toy_llama_write_gguf(m, w, TOY_F32);
+    if (!st) st = toy_tokenizer_write_gguf(tok, w);
+    if (!st) st = toy_gguf_writer_write(w, out);
+    toy_gguf_writer_free(w);
+    toy_llama_free(m);
+    toy_tokenizer_free(tok);
+    if (!st) return 0;
+fail:
+    fprintf(stderr, "bench-llama: %s\n", toy_last_error());
+    return 1;
+}
+
+/* 256-token prompt, then 32 tokens greedily, best of 3: what
+ * bench/llama_cpp.mjs does with llama.cpp on the same file */
+static int bench_file(struct toy_threadpool *tp, int nth, const char *path) {
+    struct toy_llama *m;
+    if (toy_llama_load(path, false, &m)) {
+        fprintf(stderr, "bench-llama: %s\n", toy_last_error());
+        return 1;
+    }
+    int32_t prompt[256];
+    for (int i = 0; i < 256; i++) prompt[i] = (int32_t)((i * 31 + 7) % m->cfg.vocab);
+    struct toy_generator *gen;
+    if (toy_generator_new(m, NULL, 512, tp, &gen)) {
+        fprintf(stderr, "bench-llama: %s\n", toy_last_error());
+        toy_llama_free(m);
+        return 1;
+    }
+    struct toy_generate_params gp = {.n_predict = 32, .ignore_eos = true};
+    double bp = 0, bd = 0;
+    for (int i = 0; i < 3; i++) {
+        struct toy_generate_result r;
+        int n = 0;
+        toy_generate(gen, prompt, 256, &gp, count_tok, &n, &r);
+        if (r.n_prompt / r.prefill_s > bp) bp = r.n_prompt / r.prefill_s;
+        if (r.n_generated / r.decode_s > bd) bd = r.n_generated / r.decode_s;
+    }
+    const char *wt = toy_dtype_name(m->layers[0].wq->type);
+    double gbs = triad_gbs(tp), bytes = 0; /* weights read per decoded token (as in bench_infer) */
+    for (int i = 0; i < toy_llama_n_tensors(m); i++) bytes += (double)toy_nbytes(toy_llama_tensor(m, i));
+    if (!m->cfg.tied) bytes -= (double)toy_nbytes(m->tok_embd);
+    printf("{\"bench\":\"file\",\"dtype\":\"%s\",\"threads\":%d,\"prefill_tok_s\":%.1f,\"decode_tok_s\":%.1f,"
+           "\"triad_gbs\":%.1f,\"weight_mb\":%.1f,\"decode_bound_tok_s\":%.1f}\n",
+           wt, nth, bp, bd, gbs, bytes / 1e6, gbs * 1e9 / bytes);
+    fflush(stdout);
+    toy_generator_free(gen);
+    toy_llama_free(m);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     int nth = argc > 1 ? atoi(argv[1]) : 2;
     const char *which = argc > 2 ? argv[2] : "S";
     const char *mode = argc > 3 ? argv[3] : "train";
+    if (!strcmp(mode, "gguf")) return argc > 5 ? write_gguf(which, argv[4], argv[5]) : 2;
     struct toy_threadpool *tp = toy_threadpool_new(nth);
+    if (!strcmp(mode, "file")) {
+        int rc = argc > 4 ? bench_file(tp, nth, argv[4]) : 2;
+        toy_threadpool_free(tp);
+        return rc;
+    }
     if (!strcmp(mode, "train")) {
         bench_train(tp, nth, which, false);
         bench_train(tp, nth, which, true);

@@ -1,0 +1,25 @@
+"""bench/llama_cpp_report.py: pairs bench-llama `file` lines with
+bench/llama_cpp.mjs lines (same GGUF, same thread count) and prints the
+ratios and each side's share of the decode bound measured in the same run.
+Usage: ... | llama_cpp_report.py OUT.json"""
+import json
+import sys
+
+rows = [json.loads(l) for l in sys.stdin if l.startswith("{")]
+toy = {(r["dtype"], r["threads"]): r for r in rows if r["bench"] == "file"}
+ref = {(r["dtype"], r["threads"]): r for r in rows if r["bench"] == "llama_cpp"}
+order = ["f32", "q8_0", "q4_0"]
+out = []
+for key in sorted(toy, key=lambda k: (order.index(k[0]) if k[0] in order else 9, k[1])):
+    a, b = toy[key], ref.get(key)
+    if not b:
+        print(f"llama.cpp M {key[0]} {key[1]}t: no llama.cpp figure")
+        continue
+    bound = a["decode_bound_tok_s"]
+    ap, bp, ad, bd = a["prefill_tok_s"], b["prefill_tok_s"], a["decode_tok_s"], b["decode_tok_s"]
+    print(f"llama.cpp M {key[0]:5s} {key[1]}t: prefill toy {ap:7.1f} vs {bp:7.1f} tok/s ({ap / bp:.2f}x); "
+          f"decode toy {ad:6.1f} ({100 * ad / bound:3.0f}% of bound {bound:.0f}) vs {bd:6.1f} ({100 * bd / bound:3.0f}%) "
+          f"tok/s ({ad / bd:.2f}x)")
+    out.append({"dtype": key[0], "threads": key[1], "toy": a, "llama_cpp": b})
+with open(sys.argv[1], "w") as f:
+    json.dump(out, f, indent=1)
