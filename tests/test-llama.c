@@ -331,6 +331,42 @@ Test(llama, kv_cache_decode_equals_full_forward) {
     kv_equals_full(c);
 }
 
+/* A prefill that keeps only the last position's logits (what generation
+ * samples from) gives, for each of two sequences, the full forward's last row. */
+Test(llama, prefill_last_logits_equal_full_forward) {
+    struct toy_llama_config c = base_config();
+    struct toy_llama *m = random_model(&c, 23);
+    const int T = 9, B = 2;
+    int32_t tokens[T * B];
+    for (int i = 0; i < T * B; i++) tokens[i] = (i * 17 + 5) % 61;
+    float *full = toy_logits(m, tokens, T, B);
+    struct toy_kv_cache kv;
+    cr_assert_eq(toy_kv_cache_init(&kv, m, 16, B), TOY_OK);
+    struct toy_threadpool *tp = toy_threadpool_new(2);
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, T, B), *pos = toy_new_tensor_1d(ctx, TOY_I32, T);
+    memcpy(tok->data, tokens, sizeof tokens);
+    for (int i = 0; i < T; i++) ((int32_t *)pos->data)[i] = i;
+    struct toy_tensor *lg = toy_llama_forward_cached_last(ctx, m, &kv, tok, pos);
+    cr_assert(lg->ne[0] == c.vocab && lg->ne[1] == 1 && lg->ne[2] == B, "last logits {%lld, %lld, %lld}",
+              (long long)lg->ne[0], (long long)lg->ne[1], (long long)lg->ne[2]);
+    toy_set_output(lg);
+    struct toy_graph *g = toy_graph_new(ctx);
+    toy_graph_build(g, lg);
+    *(int32_t *)kv.n_past->data = 0;
+    cr_assert_eq(toy_graph_compute(g, tp), TOY_OK, "%s", toy_last_error());
+    for (int b = 0; b < B; b++)
+        for (int64_t v = 0; v < c.vocab; v++) {
+            float a = ((float *)lg->data)[b * c.vocab + v], e = full[((int64_t)b * T + T - 1) * c.vocab + v];
+            cr_assert(fabsf(a - e) <= 1e-5f * (1 + fabsf(e)), "seq %d logit %lld: %g vs %g", b, (long long)v, a, e);
+        }
+    toy_ctx_free(ctx);
+    free(full);
+    toy_threadpool_free(tp);
+    toy_kv_cache_free(&kv);
+    toy_llama_free(m);
+}
+
 Test(llama, kv_cache_overflow_is_an_error) {
     struct toy_llama_config c = base_config();
     struct toy_llama *m = random_model(&c, 1);

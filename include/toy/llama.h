@@ -165,6 +165,11 @@ size_t toy_kv_cache_bytes(const struct toy_kv_cache *c);
  * values in the cache. Build once per Tn (prefill length, then 1 for decode). */
 struct toy_tensor *toy_llama_forward_cached(struct toy_ctx *ctx, struct toy_llama *m, struct toy_kv_cache *c,
                                             struct toy_tensor *tokens, struct toy_tensor *pos);
+/* The same, but logits {vocab, 1, n_seq} of the last new token of each
+ * sequence only (a prefill that is followed by sampling needs no more; the
+ * output projection is then one row instead of Tn). */
+struct toy_tensor *toy_llama_forward_cached_last(struct toy_ctx *ctx, struct toy_llama *m, struct toy_kv_cache *c,
+                                                 struct toy_tensor *tokens, struct toy_tensor *pos);
 
 /* ---- GGUF ------------------------------------------------------------------ */
 

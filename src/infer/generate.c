@@ -75,7 +75,7 @@ static enum toy_status prefill(struct toy_generator *g, const int32_t *prompt, i
     struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, n, 1), *pos = toy_new_tensor_1d(ctx, TOY_I32, n);
     memcpy(tok->data, prompt, (size_t)n * sizeof(int32_t));
     for (int64_t i = 0; i < n; i++) ((int32_t *)pos->data)[i] = (int32_t)i;
-    struct toy_tensor *lg = toy_llama_forward_cached(ctx, g->m, &g->kv, tok, pos);
+    struct toy_tensor *lg = toy_llama_forward_cached_last(ctx, g->m, &g->kv, tok, pos);
     toy_set_output(lg);
     struct toy_graph *gr = toy_graph_new(ctx);
     toy_graph_build(gr, lg);
@@ -85,7 +85,7 @@ static enum toy_status prefill(struct toy_generator *g, const int32_t *prompt, i
     enum toy_status st = toy_graph_plan(gr, &g->buf, NULL);
     if (!st) st = toy_graph_compute(gr, g->tp);
     if (g->trace) toy_trace_span(g->trace, "prefill", "phase", t0, toy_trace_now(g->trace), 0);
-    if (!st) memcpy(last, (float *)lg->data + (n - 1) * g->m->cfg.vocab, (size_t)g->m->cfg.vocab * sizeof(float));
+    if (!st) memcpy(last, lg->data, (size_t)g->m->cfg.vocab * sizeof(float));
     toy_ctx_free(ctx);
     return st;
 }

@@ -232,7 +232,8 @@ static struct toy_rope_params rope_params(const struct toy_llama_config *c) {
 
 /* The whole network; with a cache, keys and values go through it. */
 static struct toy_tensor *forward(struct toy_ctx *ctx, struct toy_llama *m, struct toy_kv_cache *cache,
-                                  struct toy_tensor *tokens, struct toy_tensor *pos, struct toy_tensor *seg) {
+                                  struct toy_tensor *tokens, struct toy_tensor *pos, struct toy_tensor *seg,
+                                  bool last_only) {
     const struct toy_llama_config *c = &m->cfg;
     int64_t T = tokens->ne[0], B = tokens->ne[1], d = c->d_model;
     int64_t H = c->n_heads, Hkv = c->n_kv_heads, hd = toy_llama_head_dim(c);
@@ -277,6 +278,9 @@ static struct toy_tensor *forward(struct toy_ctx *ctx, struct toy_llama *m, stru
         if (L->post_ffn_norm) f = toy_rms_norm(ctx, f, L->post_ffn_norm, c->norm_eps);
         x = toy_add(ctx, x, f);
     }
+    if (last_only && T > 1) /* generation needs the next token after the prompt only: skip T-1 head rows */
+        x = toy_cont(ctx, toy_view(ctx, x, 3, (int64_t[]){d, 1, B}, (size_t[]){x->nb[0], x->nb[1], x->nb[2]},
+                                   (size_t)(T - 1) * x->nb[1]));
     x = toy_rms_norm(ctx, x, m->out_norm, c->norm_eps);
     struct toy_tensor *logits = proj(ctx, m, x, head, NULL); /* {vocab, T, B} */
     if (c->final_softcap > 0) {
@@ -288,17 +292,22 @@ static struct toy_tensor *forward(struct toy_ctx *ctx, struct toy_llama *m, stru
 
 struct toy_tensor *toy_llama_forward(struct toy_ctx *ctx, struct toy_llama *m, struct toy_tensor *tokens,
                                      struct toy_tensor *pos) {
-    return forward(ctx, m, NULL, tokens, pos, NULL);
+    return forward(ctx, m, NULL, tokens, pos, NULL, false);
 }
 
 struct toy_tensor *toy_llama_forward_packed(struct toy_ctx *ctx, struct toy_llama *m, struct toy_tensor *tokens,
                                             struct toy_tensor *pos, struct toy_tensor *seg) {
-    return forward(ctx, m, NULL, tokens, pos, seg);
+    return forward(ctx, m, NULL, tokens, pos, seg, false);
 }
 
 struct toy_tensor *toy_llama_forward_cached(struct toy_ctx *ctx, struct toy_llama *m, struct toy_kv_cache *c,
                                             struct toy_tensor *tokens, struct toy_tensor *pos) {
-    return forward(ctx, m, c, tokens, pos, NULL);
+    return forward(ctx, m, c, tokens, pos, NULL, false);
+}
+
+struct toy_tensor *toy_llama_forward_cached_last(struct toy_ctx *ctx, struct toy_llama *m, struct toy_kv_cache *c,
+                                                 struct toy_tensor *tokens, struct toy_tensor *pos) {
+    return forward(ctx, m, c, tokens, pos, NULL, true);
 }
 
 /* ---- KV cache ------------------------------------------------------------------ */
