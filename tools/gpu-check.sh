@@ -24,6 +24,9 @@ step "CUDA tests"
 TOY_REFS=build-cuda/refs TOY_BIN=build-cuda/toy timeout 300 ./build-cuda/toy-tests --filter 'cuda/*' --verbose -j1 \
   > "$R/test-cuda.txt" 2>&1
 echo "exit $?"; grep -E "Synthesis|FAIL|fail|differs|skip|max rel|AdamW|decode" "$R/test-cuda.txt" | head -60
+step "attention: the untiled reference kernels too"
+TOY_CUDA_ATTN=simple timeout 120 ./build-cuda/toy-tests --filter 'cuda/attention*' -j1 > "$R/test-cuda-attn-simple.txt" 2>&1
+echo "simple attention: $(grep Synthesis "$R/test-cuda-attn-simple.txt")"
 step "TF32 and BF16 GEMM modes (looser: the bounds are F32's, failures here are expected and informative)"
 for m in tf32 bf16; do
   TOY_CUDA_MATH=$m timeout 120 ./build-cuda/toy-tests --filter 'cuda/llama_*' -j1 > "$R/test-cuda-$m.txt" 2>&1

@@ -19,9 +19,10 @@
  *   dK = scale sum_t ds q_t, dV = sum_t p dO_t   (a warp per key row, over
  *   every query head of its group) -- every output has one writer, no
  *   atomics, deterministic.
- * Head dims up to 256. These are straightforward SIMT kernels: K/V are read
- * through L2 by every query warp; a tiled tensor-core version is the next
- * step for speed (docs/cuda.md).
+ * Head dims up to 256. The kernels used by default are the tiled versions
+ * further down (blocks of rows share K/V or Q/dO tiles in shared memory);
+ * the one-warp-per-row kernels right below are their reference
+ * (TOY_CUDA_ATTN=simple). All are SIMT FP32; tensor cores are future work.
  */
 #include "backends/cuda/kernels-common.cuh"
 
@@ -244,6 +245,261 @@ __global__ void k_attn_dkv(float *dk, float *dv, CT dO, CT q, CT k, CT v, CT seg
     }
 }
 
+/* ---- tiled kernels ---------------------------------------------------------------------------
+ * The same arithmetic as the kernels above, with the rows that several warps
+ * need staged in shared memory: a block of TW warps takes TW consecutive
+ * query rows of one (batch, head) (forward, dQ) or TW consecutive key rows of
+ * one (batch, kv head) (dK, dV) and walks the other side in tiles of NT rows
+ * that it loads once for all its warps, so K/V (Q/dO) traffic drops by TW.
+ * TOY_CUDA_ATTN=simple selects the one-warp-per-row kernels above (the
+ * reference when a tiled result is in doubt). */
+
+#define TW 8
+
+static int tile_rows(int64_t D) { return D <= 64 ? 64 : D <= 128 ? 32 : 16; }
+
+/* rows [r0, r0 + n) of head h of x (rows contiguous, type T) into smem as f32 (n x D) */
+template <typename T>
+__device__ __forceinline__ void stage_rows(float *dst, const CT &x, int64_t h, int64_t r0, int64_t n, int64_t b,
+                                           int64_t D) {
+    for (int64_t e = threadIdx.x; e < n * D; e += blockDim.x) {
+        int64_t r = e / D, d = e % D;
+        const T *row = (const T *)(x.data + h * x.nb[1] + (r0 + r) * x.nb[2] + b * x.nb[3]);
+        dst[e] = to_f(row[d]);
+    }
+}
+
+/* r (registers) . a staged row of Dp = 32 dpl floats */
+__device__ __forceinline__ float dot_smem(const float *r, const float *srow, int dpl) {
+    int lane = threadIdx.x % 32;
+    float acc = 0.0f;
+#pragma unroll
+    for (int i = 0; i < MAX_DPL; i++)
+        if (i < dpl) acc += r[i] * srow[lane + 32 * i];
+    return warp_sum(acc);
+}
+
+/* keys the block's queries t0..t1-1 see, as one range */
+__device__ __forceinline__ void block_keys(const at &a, int64_t t0, int64_t t1, int64_t *js, int64_t *je) {
+    int64_t s0, e0, s1, e1;
+    key_range(a, t0, &s0, &e0);
+    key_range(a, t1 - 1, &s1, &e1);
+    *js = s0 < s1 ? s0 : s1;
+    *je = e0 > e1 ? e0 : e1;
+}
+
+/* blocks: (query tile, head, batch); smem: K and V tiles, NT x Dp each
+ * (Dp: D rounded up to 32, the padding columns zero) */
+template <typename KT>
+__global__ void k_attn_fwd_tiled(CT out, CT q, CT k, CT v, CT seg, at a, float *lse, int nt) {
+    extern __shared__ float sm[];
+    const int dpl = (int)cdiv(a.D, 32);
+    const int64_t Dp = 32 * dpl;
+    float *Ks = sm, *Vs = sm + nt * Dp;
+    int64_t nqt = cdiv(a.Tq, TW);
+    int64_t qt = blockIdx.x % nqt, h = (blockIdx.x / nqt) % a.Hq, b = blockIdx.x / (nqt * a.Hq), g = h / a.group;
+    int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int64_t t0 = qt * TW, t1 = t0 + TW < a.Tq ? t0 + TW : a.Tq, t = t0 + w;
+    bool live = t < t1;
+    float qr[MAX_DPL], o[MAX_DPL];
+    if (live) load_row<float>(q, h, t, b, a.D, qr);
+#pragma unroll
+    for (int i = 0; i < MAX_DPL; i++) o[i] = 0.0f;
+    int64_t j0 = 0, j1 = 0, js, je;
+    if (live) key_range(a, t, &j0, &j1);
+    block_keys(a, t0, t1, &js, &je);
+    int32_t my_seg = a.seg && live ? seg_at(seg, t, b) : 0;
+    float m = -INFINITY, l = 0.0f;
+    for (int i = threadIdx.x; i < 2 * nt * Dp; i += blockDim.x) sm[i] = 0.0f; /* padding columns stay 0 */
+    for (int64_t jt = js; jt < je; jt += nt) {
+        int64_t n = je - jt < nt ? je - jt : nt;
+        __syncthreads();
+        for (int64_t e = threadIdx.x; e < n * a.D; e += blockDim.x) {
+            int64_t r = e / a.D, d = e % a.D;
+            Ks[r * Dp + d] = to_f(((const KT *)(k.data + g * k.nb[1] + (jt + r) * k.nb[2] + b * k.nb[3]))[d]);
+            Vs[r * Dp + d] = to_f(((const KT *)(v.data + g * v.nb[1] + (jt + r) * v.nb[2] + b * v.nb[3]))[d]);
+        }
+        __syncthreads();
+        if (!live) continue;
+        int64_t lo = j0 > jt ? j0 : jt, hi = j1 < jt + n ? j1 : jt + n;
+        for (int64_t j = lo; j < hi; j++) {
+            if (a.seg && seg_at(seg, j, b) != my_seg) continue;
+            float c;
+            float s = score(a, dot_smem(qr, Ks + (j - jt) * Dp, dpl), &c);
+            float mn = fmaxf(m, s);
+            float corr = expf(m - mn), p = expf(s - mn);
+            l = l * corr + p;
+            const float *vr = Vs + (j - jt) * Dp;
+#pragma unroll
+            for (int i = 0; i < MAX_DPL; i++)
+                if (i < dpl) o[i] = o[i] * corr + p * vr[lane + 32 * i];
+            m = mn;
+        }
+    }
+    if (!live) return;
+    float *orow = (float *)(out.data + h * out.nb[1] + t * out.nb[2] + b * out.nb[3]);
+    float inv = l > 0 ? 1.0f / l : 0.0f;
+#pragma unroll
+    for (int i = 0; i < MAX_DPL; i++) {
+        int64_t d = lane + 32 * i;
+        if (d < a.D) orow[d] = o[i] * inv;
+    }
+    if (lane == 0) lse[(b * a.Tq + t) * a.Hq + h] = l > 0 ? m + logf(l) : -INFINITY;
+}
+
+template <typename KT>
+__global__ void k_attn_dq_tiled(float *dq, CT dO, CT q, CT k, CT v, CT seg, at a, const float *lse, const float *Di,
+                                int nt) {
+    extern __shared__ float sm[];
+    const int dpl = (int)cdiv(a.D, 32);
+    const int64_t Dp = 32 * dpl;
+    float *Ks = sm, *Vs = sm + nt * Dp;
+    int64_t nqt = cdiv(a.Tq, TW);
+    int64_t qt = blockIdx.x % nqt, h = (blockIdx.x / nqt) % a.Hq, b = blockIdx.x / (nqt * a.Hq), g = h / a.group;
+    int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int64_t t0 = qt * TW, t1 = t0 + TW < a.Tq ? t0 + TW : a.Tq, t = t0 + w;
+    bool live = t < t1;
+    float qr[MAX_DPL], dor[MAX_DPL], acc[MAX_DPL];
+#pragma unroll
+    for (int i = 0; i < MAX_DPL; i++) acc[i] = 0.0f;
+    float L = -INFINITY, di = 0.0f;
+    int64_t j0 = 0, j1 = 0, js, je;
+    if (live) {
+        load_row<float>(q, h, t, b, a.D, qr);
+        load_row<float>(dO, h, t, b, a.D, dor);
+        int64_t ri = (b * a.Tq + t) * a.Hq + h;
+        L = lse[ri];
+        di = Di[ri];
+        key_range(a, t, &j0, &j1);
+    }
+    block_keys(a, t0, t1, &js, &je);
+    int32_t my_seg = a.seg && live ? seg_at(seg, t, b) : 0;
+    for (int i = threadIdx.x; i < 2 * nt * Dp; i += blockDim.x) sm[i] = 0.0f;
+    for (int64_t jt = js; jt < je; jt += nt) {
+        int64_t n = je - jt < nt ? je - jt : nt;
+        __syncthreads();
+        for (int64_t e = threadIdx.x; e < n * a.D; e += blockDim.x) {
+            int64_t r = e / a.D, d = e % a.D;
+            Ks[r * Dp + d] = to_f(((const KT *)(k.data + g * k.nb[1] + (jt + r) * k.nb[2] + b * k.nb[3]))[d]);
+            Vs[r * Dp + d] = to_f(((const KT *)(v.data + g * v.nb[1] + (jt + r) * v.nb[2] + b * v.nb[3]))[d]);
+        }
+        __syncthreads();
+        if (!live || L == -INFINITY) continue;
+        int64_t lo = j0 > jt ? j0 : jt, hi = j1 < jt + n ? j1 : jt + n;
+        for (int64_t j = lo; j < hi; j++) {
+            if (a.seg && seg_at(seg, j, b) != my_seg) continue;
+            const float *kr = Ks + (j - jt) * Dp;
+            float c = 0;
+            float s = score(a, dot_smem(qr, kr, dpl), &c);
+            float p = expf(s - L);
+            float ds = ds_of(a, p, dot_smem(dor, Vs + (j - jt) * Dp, dpl), di, c);
+#pragma unroll
+            for (int i = 0; i < MAX_DPL; i++)
+                if (i < dpl) acc[i] += ds * kr[lane + 32 * i];
+        }
+    }
+    if (!live) return;
+    float *outp = dq + ((b * a.Tq + t) * a.Hq + h) * a.D;
+#pragma unroll
+    for (int i = 0; i < MAX_DPL; i++) {
+        int64_t d = lane + 32 * i;
+        if (d < a.D) outp[d] = a.scale * acc[i];
+    }
+}
+
+/* blocks: (key tile, kv head, batch); smem: Q and dO tiles of one query
+ * head, NT x Dp each, and their lse and Di */
+template <typename KT>
+__global__ void k_attn_dkv_tiled(float *dk, float *dv, CT dO, CT q, CT k, CT v, CT seg, at a, const float *lse,
+                                 const float *Di, int nt) {
+    extern __shared__ float sm[];
+    const int dpl = (int)cdiv(a.D, 32);
+    const int64_t Dp = 32 * dpl;
+    float *Qs = sm, *Os = sm + nt * Dp, *Ls = Os + nt * Dp, *Ds = Ls + nt;
+    int64_t nkt = cdiv(a.Tk, TW);
+    int64_t kt = blockIdx.x % nkt, g = (blockIdx.x / nkt) % a.Hkv, b = blockIdx.x / (nkt * a.Hkv);
+    int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int64_t jb0 = kt * TW, jb1 = jb0 + TW < a.Tk ? jb0 + TW : a.Tk, j = jb0 + w;
+    bool live = j < jb1;
+    float kr[MAX_DPL], vr[MAX_DPL], dka[MAX_DPL], dva[MAX_DPL];
+#pragma unroll
+    for (int i = 0; i < MAX_DPL; i++) dka[i] = dva[i] = 0.0f;
+    /* queries that see key j: t >= j - off and, with a window, t < j - off + W */
+    int64_t q0 = 0, q1 = 0;
+    int32_t key_seg = 0;
+    if (live) {
+        load_row<KT>(k, g, j, b, a.D, kr);
+        load_row<KT>(v, g, j, b, a.D, vr);
+        q0 = 0;
+        q1 = a.Tq;
+        if (a.causal) {
+            q0 = j - a.off > 0 ? j - a.off : 0;
+            if (a.window > 0 && j - a.off + a.window < q1) q1 = j - a.off + a.window;
+        }
+        if (a.seg) key_seg = seg_at(seg, j, b);
+    }
+    /* the union over the block's keys */
+    int64_t bs = 0, be = a.Tq;
+    if (a.causal) {
+        bs = jb0 - a.off > 0 ? jb0 - a.off : 0;
+        if (a.window > 0 && (jb1 - 1) - a.off + a.window < be) be = (jb1 - 1) - a.off + a.window;
+    }
+    for (int i = threadIdx.x; i < 2 * nt * Dp; i += blockDim.x) sm[i] = 0.0f;
+    for (int64_t h = g * a.group; h < (g + 1) * a.group; h++)
+        for (int64_t tt = bs; tt < be; tt += nt) {
+            int64_t n = be - tt < nt ? be - tt : nt;
+            __syncthreads();
+            for (int64_t e = threadIdx.x; e < n * a.D; e += blockDim.x) {
+                int64_t r = e / a.D, d = e % a.D;
+                Qs[r * Dp + d] = ((const float *)(q.data + h * q.nb[1] + (tt + r) * q.nb[2] + b * q.nb[3]))[d];
+                Os[r * Dp + d] = ((const float *)(dO.data + h * dO.nb[1] + (tt + r) * dO.nb[2] + b * dO.nb[3]))[d];
+            }
+            for (int64_t r = threadIdx.x; r < n; r += blockDim.x) {
+                int64_t ri = (b * a.Tq + tt + r) * a.Hq + h;
+                Ls[r] = lse[ri];
+                Ds[r] = Di[ri];
+            }
+            __syncthreads();
+            if (!live) continue;
+            int64_t lo = q0 > tt ? q0 : tt, hi = q1 < tt + n ? q1 : tt + n;
+            for (int64_t t = lo; t < hi; t++) {
+                int64_t r = t - tt;
+                if (Ls[r] == -INFINITY) continue;
+                if (a.seg && seg_at(seg, t, b) != key_seg) continue;
+                const float *qrow = Qs + r * Dp, *orow = Os + r * Dp;
+                float c = 0;
+                float s = score(a, dot_smem(kr, qrow, dpl), &c);
+                float p = expf(s - Ls[r]);
+                float ds = ds_of(a, p, dot_smem(vr, orow, dpl), Ds[r], c);
+#pragma unroll
+                for (int i = 0; i < MAX_DPL; i++)
+                    if (i < dpl) {
+                        dva[i] += p * orow[lane + 32 * i];
+                        dka[i] += ds * qrow[lane + 32 * i];
+                    }
+            }
+        }
+    if (!live) return;
+    int64_t base = ((b * a.Tk + j) * a.Hkv + g) * a.D;
+#pragma unroll
+    for (int i = 0; i < MAX_DPL; i++) {
+        int64_t d = lane + 32 * i;
+        if (d < a.D) {
+            dk[base + d] = a.scale * dka[i];
+            dv[base + d] = dva[i];
+        }
+    }
+}
+
+static bool use_simple(void) {
+    static int simple = -1;
+    if (simple < 0) {
+        const char *e = getenv("TOY_CUDA_ATTN");
+        simple = e && !strcmp(e, "simple");
+    }
+    return simple;
+}
+
 extern "C" size_t toy_cu_attention_work(const struct toy_cu_node *n) {
     if (n->op != TOY_OP_ATTENTION_BACK) return 0;
     const CT &q = n->src[1];
@@ -276,10 +532,21 @@ extern "C" int toy_cu_attention(const struct toy_cu_node *n, char *msg, size_t m
     float *lse = (float *)(n->dst.data + n->dst_nbytes);
     int64_t rows = a.B * a.Tq * a.Hq;
     if (!rows) return 0;
+    cudaStream_t s = CU_STREAM(n);
+    if (use_simple()) {
+        if (k.type == TOY_F16)
+            k_attn_fwd<__half><<<(unsigned)cdiv(rows, WARPS), 32 * WARPS, 0, s>>>(n->dst, q, k, v, seg, a, lse);
+        else
+            k_attn_fwd<float><<<(unsigned)cdiv(rows, WARPS), 32 * WARPS, 0, s>>>(n->dst, q, k, v, seg, a, lse);
+        return launch_status("attention", msg, msg_size);
+    }
+    int nt = tile_rows(a.D);
+    unsigned blocks = (unsigned)(cdiv(a.Tq, TW) * a.Hq * a.B);
+    size_t smem = (size_t)2 * nt * 32 * cdiv(a.D, 32) * sizeof(float); /* <= 32 KiB */
     if (k.type == TOY_F16)
-        k_attn_fwd<__half><<<(unsigned)cdiv(rows, WARPS), 32 * WARPS, 0, CU_STREAM(n)>>>(n->dst, q, k, v, seg, a, lse);
+        k_attn_fwd_tiled<__half><<<blocks, 32 * TW, smem, s>>>(n->dst, q, k, v, seg, a, lse, nt);
     else
-        k_attn_fwd<float><<<(unsigned)cdiv(rows, WARPS), 32 * WARPS, 0, CU_STREAM(n)>>>(n->dst, q, k, v, seg, a, lse);
+        k_attn_fwd_tiled<float><<<blocks, 32 * TW, smem, s>>>(n->dst, q, k, v, seg, a, lse, nt);
     return launch_status("attention", msg, msg_size);
 }
 
@@ -301,8 +568,18 @@ extern "C" int toy_cu_attention_back(const struct toy_cu_node *n, char *msg, siz
         snprintf(msg, msg_size, "attention backward needs f32 k and v");
         return TOY_ERR_UNSUPPORTED;
     }
-    k_attn_dq<float><<<(unsigned)cdiv(rows, WARPS), 32 * WARPS, 0, s>>>(dq, dO, q, k, v, seg, a, lse, Di);
+    if (use_simple()) {
+        k_attn_dq<float><<<(unsigned)cdiv(rows, WARPS), 32 * WARPS, 0, s>>>(dq, dO, q, k, v, seg, a, lse, Di);
+        if (krows)
+            k_attn_dkv<float><<<(unsigned)cdiv(krows, WARPS), 32 * WARPS, 0, s>>>(dk, dv, dO, q, k, v, seg, a, lse, Di);
+        return launch_status("attention backward", msg, msg_size);
+    }
+    int nt = tile_rows(a.D);
+    size_t smem = (size_t)2 * nt * 32 * cdiv(a.D, 32) * sizeof(float); /* <= 32 KiB */
+    k_attn_dq_tiled<float><<<(unsigned)(cdiv(a.Tq, TW) * a.Hq * a.B), 32 * TW, smem, s>>>(dq, dO, q, k, v, seg, a, lse,
+                                                                                          Di, nt);
     if (krows)
-        k_attn_dkv<float><<<(unsigned)cdiv(krows, WARPS), 32 * WARPS, 0, s>>>(dk, dv, dO, q, k, v, seg, a, lse, Di);
+        k_attn_dkv_tiled<float><<<(unsigned)(cdiv(a.Tk, TW) * a.Hkv * a.B), 32 * TW, smem + 2 * nt * sizeof(float),
+                                   s>>>(dk, dv, dO, q, k, v, seg, a, lse, Di, nt);
     return launch_status("attention backward", msg, msg_size);
 }
