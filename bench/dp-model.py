@@ -14,9 +14,17 @@ algorithm gives within one node) moves, per GPU,
 plus a latency of about 2 log2(N) hops per bucket. Compute per step is
 6 * P * tokens_per_gpu FLOPs at a model FLOP utilization (MFU) of the peak.
 Efficiency = compute / (compute + exposed communication), where exposed is
-all of it when the all-reduce follows the backward pass (toy today), and
-what the backward pass (2/3 of the compute) cannot hide when buckets are
-reduced while it runs (DDP-style overlap; the next step for toy)."""
+all of it when the all-reduce follows the backward pass (`--dp-overlap 0`),
+and what the backward pass (2/3 of the compute) cannot hide when buckets are
+reduced while it runs (`--dp-overlap 1`, toy's default): at least the last
+bucket, which can only start when the backward pass ends.
+
+ZeRO-1 (`--zero 1`) moves the same bytes (a reduce-scatter and an all-gather
+are the two halves of a ring all-reduce) but the all-gather of the
+parameters follows the optimizer step and is not hidden by the backward
+pass: it adds (g-1)/g * S / BW_NVL (+ the IB half) per step unless the next
+forward pass overlaps it. What it buys is memory per GPU: weights and
+gradients (4P + 4P in f32) plus Adam's moments 8P / N instead of 8P."""
 import math
 import sys
 
@@ -49,6 +57,11 @@ def eff(P, tokens_per_gpu, N):
     return comp, c, comp / (comp + c), comp / (comp + exposed)
 
 
+def memory_gb(P, N, zero):
+    """f32 weights + f32 gradients + Adam moments (sharded over N with ZeRO-1), per GPU, in GB"""
+    return (4 * P + 4 * P + 8 * P / (N if zero else 1)) / 1e9
+
+
 def main():
     if "--calibrate" in sys.argv:  # what this machine's shared memory gives, for the doc's check
         ms = float(sys.argv[sys.argv.index("--calibrate") + 1])
@@ -73,6 +86,12 @@ def main():
         comp = eff(P, 32768, 8)[0]
         cs = " / ".join(f"{eff(P, 32768, N)[1] * 1e3:.0f}" for N in (8, 64, 512))
         print(f"| {name} | {4 * P / 1e9:.2f} GB | {comp * 1e3:.0f} ms | {cs} ms |")
+    print("\nMemory per GPU, f32 weights + gradients + AdamW moments (activations not counted):\n")
+    print("| model | plain DP | ZeRO-1, 8 GPUs | ZeRO-1, 64 GPUs | ZeRO-1, 512 GPUs |")
+    print("|---|---:|---:|---:|---:|")
+    for name, P in (("SmolLM2-135M", 134.5e6), ("TinyLlama-1.1B", 1.1e9), ("Llama-3-8B", 8.0e9)):
+        z = " | ".join(f"{memory_gb(P, N, True):.1f} GB" for N in (8, 64, 512))
+        print(f"| {name} | {memory_gb(P, 8, False):.1f} GB | {z} |")
 
 
 if __name__ == "__main__":

@@ -58,6 +58,8 @@ static int usage(void) {
 "           --schedule cosine|linear|constant --wd 0.1 --beta1 0.9 --beta2 0.95 --clip 1.0 --seed 1337\n"
 "           --bf16 (bf16 matmuls, f32 master weights) --threads N\n"
 "parallel:  mpirun -np N toy train ... (a `make MPI=1` build; --batch is per rank) --dp-timeout 300 (s)\n"
+"           --dp-overlap 1 (all-reduce during the backward pass; 0: after it) --dp-bucket-mb 16\n"
+"           --zero 0|1 (1: ZeRO-1, AdamW moments sharded over the ranks)\n"
 "output:    --eval-every 100 --eval-batches 20 --ckpt-every 0 --runs DIR (runs) --out DIR\n"
 "           --sample TEXT --sample-tokens 64 --log-every 10 --json\n"
 "profiling: --trace out.json (Chrome trace: every op, thread and step; open in Perfetto) --op-timing\n");
@@ -70,6 +72,9 @@ struct cfg {
     double heldout;
     int threads, log_every;
     double dp_timeout; /* data parallelism: seconds a collective may wait */
+    int dp_overlap;    /* 1: all-reduce buckets during the backward pass */
+    double dp_bucket_mb;
+    int zero;          /* 1: ZeRO-1 */
     int64_t world;     /* ranks (train.json: of the run that wrote it) */
     bool json;
     struct toy_train_opts o;
@@ -141,6 +146,7 @@ static int parse(int argc, char **argv, struct cfg *c, bool *given_steps) {
         N("--heads", heads, int64_t) N("--kv-heads", kv_heads, int64_t) N("--ff", ff, int64_t)
         N("--batch", batch, int64_t) N("--ctx", ctx, int64_t) N("--heldout", heldout, double)
         N("--threads", threads, int) N("--log-every", log_every, int) N("--dp-timeout", dp_timeout, double)
+        N("--dp-overlap", dp_overlap, int) N("--dp-bucket-mb", dp_bucket_mb, double) N("--zero", zero, int)
         N("--accum", o.accum, int64_t) N("--lr", o.lr, float) N("--lr-min", o.lr_min, float)
         N("--warmup", o.warmup, int64_t) N("--wd", o.weight_decay, float) N("--beta1", o.beta1, float)
         N("--beta2", o.beta2, float) N("--clip", o.clip, float) N("--seed", o.seed, uint64_t)
@@ -234,17 +240,16 @@ static int dp_threads(const struct toy_collective *coll) {
 }
 
 /* Every rank starts from rank 0's weights; then the trainer all-reduces the
- * gradients and sums its per-step scalars through the collective. */
-static int dp_setup(struct toy_collective *coll, struct toy_trainer *tr) {
+ * gradients (overlapped with the backward pass unless --dp-overlap 0;
+ * ZeRO-1 with --zero 1) and sums its per-step scalars through the
+ * collective. Before the state is loaded: a sharded optimizer reads its part. */
+static int dp_setup(struct toy_collective *coll, struct toy_trainer *tr, const struct cfg *c) {
     int rank = toy_collective_rank(coll), world = toy_collective_world(coll);
     if (world == 1) return 0;
     struct toy_tensor *const *params;
     int n = toy_trainer_params(tr, &params);
     enum toy_status st = toy_collective_broadcast_tensors(coll, params, n, 0);
-    if (!st) {
-        toy_trainer_set_collective(tr, toy_collective_allreduce_grads, coll, rank, world);
-        st = toy_trainer_set_reduce(tr, toy_collective_reduce_sum);
-    }
+    if (!st) st = toy_trainer_use_collective(tr, coll, &(struct toy_dp_opts){.overlap = c->dp_overlap != 0, .zero = c->zero});
     if (st) fprintf(stderr, "toy train: rank %d of %d: %s\n", rank, world, toy_last_error());
     return st ? 1 : 0;
 }
@@ -259,7 +264,7 @@ int toy_cmd_train(int argc, char **argv) {
         return toy_train_vit(argc, argv);
     }
     struct cfg c = {.runs = "runs", .vocab_size = 512, .batch = 8, .ctx = 128, .heldout = 0.1, .log_every = 10,
-                    .preset = "small"};
+                    .preset = "small", .dp_overlap = 1};
     c.o = (struct toy_train_opts){.steps = 1000, .accum = 1, .lr = 3e-3f, .lr_min = 3e-4f, .warmup = 50,
                                   .schedule = TOY_LR_COSINE, .weight_decay = 0.1f, .beta1 = 0.9f, .beta2 = 0.95f,
                                   .eps = 1e-8f, .clip = 1.0f, .seed = 1337, .eval_every = 100, .eval_batches = 20,
@@ -271,7 +276,11 @@ int toy_cmd_train(int argc, char **argv) {
     /* data parallelism: under mpirun (in a `make MPI=1` build) this is one rank of many */
     struct toy_collective *coll = NULL;
     bool dp_consistent = false; /* a failure every rank saw alike (a NaN loss): finalize, no abort */
-    if (toy_collective_open(TOY_COLLECTIVE_AUTO, &(struct toy_collective_opts){.timeout_s = c.dp_timeout}, &coll)) {
+    if (c.zero > 1) { fprintf(stderr, "toy train: --zero is 0 or 1 (ZeRO-1: optimizer state sharded)\n"); return 2; }
+    if (c.dp_bucket_mb > 1024) { fprintf(stderr, "toy train: --dp-bucket-mb is at most 1024\n"); return 2; }
+    struct toy_collective_opts copt = {.timeout_s = c.dp_timeout, .bucket_bytes = (size_t)(c.dp_bucket_mb * 1048576.0)};
+    if (c.dp_bucket_mb > 0 && copt.bucket_bytes < 64) copt.bucket_bytes = 64;
+    if (toy_collective_open(TOY_COLLECTIVE_AUTO, &copt, &coll)) {
         fprintf(stderr, "toy train: %s\n", toy_last_error());
         return 1;
     }
@@ -289,6 +298,9 @@ int toy_cmd_train(int argc, char **argv) {
         json_decref(j);
         if (given_steps) c.o.steps = cli.o.steps;
         c.threads = cli.threads;
+        c.dp_overlap = cli.dp_overlap; /* how the ranks share work: chosen anew by each launch */
+        c.dp_bucket_mb = cli.dp_bucket_mb;
+        c.zero = cli.zero;
         c.json = cli.json;
         c.log_every = cli.log_every;
         if (dp_resize(&c, world)) return 1;
@@ -423,11 +435,11 @@ int toy_cmd_train(int argc, char **argv) {
         fprintf(stderr, "toy train: %s\n", toy_last_error());
         goto out;
     }
+    if (dp_setup(coll, tr, &c)) goto out;
     if (state[0] && toy_trainer_load_state(tr, state)) {
         fprintf(stderr, "toy train: cannot resume from %s: %s\n", state, toy_last_error());
         goto out;
     }
-    if (dp_setup(coll, tr)) goto out;
     {
         struct toy_llama_config shown = {.vocab = lm.vocab}; /* GPT-2's numbers in the same summary */
         if (g2) {
@@ -447,6 +459,11 @@ int toy_cmd_train(int argc, char **argv) {
                                   (json_int_t)n_params);
         json_t *config = cfg_json(&c);
         if (c.resume) json_object_set_new(config, "resumed_from_step", json_integer(toy_trainer_step(tr)));
+        if (world > 1) {
+            json_object_set_new(config, "dp_overlap", json_boolean(c.dp_overlap != 0));
+            json_object_set_new(config, "zero", json_integer(c.zero));
+        }
+        json_object_set_new(config, "optim_state_bytes_per_rank", json_integer((json_int_t)toy_trainer_optim_state_bytes(tr)));
         struct toy_run_start rs = {.run_id = run_id, .phase = "train", .backend = "cpu", .model = model, .config = config};
         if (ev) toy_events_run_start(ev, &rs);
         json_decref(model);
@@ -458,6 +475,10 @@ int toy_cmd_train(int argc, char **argv) {
                     (long long)mc->n_layers, (long long)mc->n_heads, (long long)mc->n_kv_heads, (long long)mc->vocab,
                     (long long)toy_data_train_tokens(data), (long long)toy_data_heldout_tokens(data),
                     (long long)c.batch, (long long)c.ctx, c.resume ? ", resumed" : "");
+        if (!c.json && world > 1)
+            fprintf(stderr, "           %d ranks, all-reduce %s the backward pass; AdamW state %.1f MB per rank%s\n", world,
+                    c.dp_overlap ? "overlapped with" : "after", toy_trainer_optim_state_bytes(tr) / 1e6,
+                    c.zero ? " (ZeRO-1: sharded)" : "");
     }
     struct progress_ud pu = {.log_every = c.log_every > 0 ? c.log_every : 10, .json = c.json};
     toy_progress_start(&pu.pb, "train", c.o.steps, "tok/s");

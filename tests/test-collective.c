@@ -26,6 +26,8 @@
 #include <time.h>
 
 #include "toy/collective.h"
+#include "toy/graph.h"
+#include "toy/model.h"
 #include "toy/rng.h"
 #include "toy/run-dir.h"
 #include "toy/toy.h"
@@ -163,8 +165,16 @@ Test(collective, auto_and_unbuilt_kinds) {
     cr_assert_eq(toy_collective_open(TOY_COLLECTIVE_MPI, NULL, &c), TOY_ERR_UNSUPPORTED);
     cr_assert(strstr(toy_last_error(), "MPI"), "%s", toy_last_error());
 #endif
+#ifndef TOY_CUDA /* a CUDA build has NCCL (collective-nccl.c) */
     cr_assert_eq(toy_collective_open(TOY_COLLECTIVE_NCCL, NULL, &c), TOY_ERR_UNSUPPORTED);
     cr_assert(strstr(toy_last_error(), "NCCL"), "%s", toy_last_error());
+    setenv("TOY_COLLECTIVE", "nccl", 1); /* AUTO chooses what the environment says */
+    cr_assert_eq(toy_collective_open(TOY_COLLECTIVE_AUTO, NULL, &c), TOY_ERR_UNSUPPORTED);
+    unsetenv("TOY_COLLECTIVE");
+#endif
+    setenv("TOY_COLLECTIVE", "carrier-pigeon", 1);
+    cr_assert_eq(toy_collective_open(TOY_COLLECTIVE_AUTO, NULL, &c), TOY_ERR_INVALID_ARG);
+    unsetenv("TOY_COLLECTIVE");
     cr_assert_eq(toy_collective_open(TOY_COLLECTIVE_LOCAL, &(struct toy_collective_opts){.bucket_bytes = 8}, &c),
                  TOY_ERR_INVALID_ARG);
 }
@@ -183,6 +193,9 @@ struct fake {
     int max_in_flight, started, violations, aborted, finalized;
     int64_t max_elems;
     bool hang; /* never complete */
+    bool replica; /* f64 sums of 1 or 4 values (the replica check) get nothing from the others */
+    const float *send[TOY_COLLECTIVE_SLOTS]; /* reduce-scatter */
+    int64_t skip[TOY_COLLECTIVE_SLOTS];
 };
 
 static struct fake *fk(struct toy_collective *c) { return c->impl; }
@@ -214,14 +227,31 @@ static enum toy_status f_barrier(struct toy_collective *c, int slot) {
     begin(c, slot, 4, NULL, 0);
     return TOY_OK;
 }
+/* ZeRO-1: the other rank holds the same gradients (this rank's part of
+ * the sum is twice its own) and the same parameters (an all-gather leaves
+ * the buffer as it is). */
+static enum toy_status f_rs(struct toy_collective *c, int slot, const float *send, float *recv, const int *counts) {
+    int64_t skip = 0;
+    for (int r = 0; r < c->rank; r++) skip += counts[r];
+    begin(c, slot, 5, recv, counts[c->rank]);
+    fk(c)->send[slot] = send;
+    fk(c)->skip[slot] = skip;
+    return TOY_OK;
+}
+static enum toy_status f_ag(struct toy_collective *c, int slot, float *buf, const int *counts, const int *displs) {
+    begin(c, slot, 6, buf, 0);
+    return TOY_OK;
+}
 static int f_test(struct toy_collective *c, int slot) {
     struct fake *f = fk(c);
     if (!f->kind[slot]) { f->violations++; return -1; }
     if (f->hang || ++f->polls[slot] < 2) return 0;
     if (f->kind[slot] == 1)
-        for (int64_t i = 0; i < f->n[slot]; i++) ((float *)f->buf[slot])[i] *= 2;
-    if (f->kind[slot] == 2)
-        for (int64_t i = 0; i < f->n[slot]; i++) ((double *)f->buf[slot])[i] *= 2;
+        for (int64_t i = 0; i < f->n[slot]; i++) ((float *)f->buf[slot])[i] *= (float)c->world;
+    if (f->kind[slot] == 2 && !(f->replica && (f->n[slot] == 1 || f->n[slot] == 4)))
+        for (int64_t i = 0; i < f->n[slot]; i++) ((double *)f->buf[slot])[i] *= c->world;
+    if (f->kind[slot] == 5)
+        for (int64_t i = 0; i < f->n[slot]; i++) ((float *)f->buf[slot])[i] = 2 * f->send[slot][f->skip[slot] + i];
     if (f->kind[slot] == 3 && f->root[slot] != c->rank) memset(f->buf[slot], 0x5a, (size_t)f->n[slot]);
     f->kind[slot] = 0;
     return 1;
@@ -230,7 +260,7 @@ static void f_abort(struct toy_collective *c, int code) { fk(c)->aborted = code;
 static void f_finalize(struct toy_collective *c) { fk(c)->finalized = 1; }
 
 static const struct toy_collective_ops fake_ops = {"fake", f_ar32, f_ar64, f_bcast, f_barrier, f_test,
-                                                   f_abort, f_finalize, NULL, NULL, NULL, NULL};
+                                                   f_abort, f_finalize, NULL, NULL, NULL, NULL, f_rs, f_ag};
 
 static struct toy_collective *fake_open(struct fake *f, size_t bucket_bytes, double timeout_s) {
     struct toy_collective *c;
@@ -437,6 +467,229 @@ Test(collective, trainer_hooks_identity_and_failure_resume, .timeout = 120) {
     cr_assert(strstr(toy_last_error(), "replicas diverged"), "%s", toy_last_error());
     cr_assert_eq(res.final_step, 4);
     cr_assert(res.checkpoint[0], "rank 0's weights are still saved");
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+    if (system(cmd)) {}
+}
+
+/* ---- overlap: the graph's hooks, the gradient sync, the trainer ------------------ */
+
+struct seen {
+    int n, last, bad;
+    int *order;
+};
+
+static void on_node(void *ud, int node) {
+    struct seen *s = ud;
+    if (node <= s->last) s->bad++;
+    s->last = node;
+    s->order[s->n++] = node;
+}
+
+static int param_index(struct toy_tensor *const *ps, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(ps[i]->name, name)) return i;
+    cr_assert_fail("no parameter %s", name);
+    return -1;
+}
+
+/* A tiny Llama's training graph: the callback sees every node that runs,
+ * once, in order; each gradient's last writer writes it and no later node
+ * does; the backward pass finishes the last layer's gradients first. */
+Test(collective, graph_node_callback_and_last_writers) {
+    struct toy_llama *m = small_model();
+    struct toy_lm lm = toy_llama_lm(m);
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, 16, 2), *tgt = toy_new_tensor_2d(ctx, TOY_I32, 16, 2);
+    struct toy_tensor *pos = toy_new_tensor_1d(ctx, TOY_I32, 16);
+    for (int i = 0; i < 32; i++) ((int32_t *)tok->data)[i] = i % 40, ((int32_t *)tgt->data)[i] = (i * 3) % 40;
+    for (int i = 0; i < 16; i++) ((int32_t *)pos->data)[i] = i;
+    struct toy_tensor *loss = toy_cross_entropy(ctx, lm.forward(lm.self, ctx, tok, pos), tgt, -100);
+    struct toy_graph *g = toy_graph_new(ctx);
+    toy_graph_build(g, loss);
+    toy_graph_backward(g, loss);
+    int nn = toy_graph_n_nodes(g), np = 0;
+    struct toy_tensor *ps[256];
+    for (int i = 0; i < lm.n_tensors(lm.self); i++) {
+        struct toy_tensor *p = lm.tensor(lm.self, i);
+        if (p->flags & TOY_FLAG_PARAM) ps[np++] = p;
+    }
+    int lw[256];
+    toy_graph_grad_last_writers(g, ps, np, lw);
+    for (int i = 0; i < np; i++) {
+        cr_assert_geq(lw[i], 0, "%s: no node writes its gradient", ps[i]->name);
+        cr_assert_eq(toy_graph_node(g, lw[i])->src[TOY_MAX_SRC - 1], ps[i]->grad, "%s", ps[i]->name);
+        for (int k = lw[i] + 1; k < nn; k++) {
+            struct toy_tensor *t = toy_graph_node(g, k);
+            bool writer = t->op == TOY_OP_ACCUM || t->op == TOY_OP_MATMUL || t->op == TOY_OP_GET_ROWS_BACK;
+            cr_assert(!(writer && t->src[TOY_MAX_SRC - 1] == ps[i]->grad), "%s written again at node %d", ps[i]->name, k);
+        }
+    }
+    cr_assert_lt(lw[param_index(ps, np, "blk.1.attn_q.weight")], lw[param_index(ps, np, "blk.0.attn_q.weight")]);
+    cr_assert_lt(lw[param_index(ps, np, "output_norm.weight")], lw[param_index(ps, np, "blk.0.ffn_up.weight")]);
+    struct seen s = {.last = -1, .order = calloc((size_t)nn, sizeof(int))};
+    toy_graph_set_node_callback(g, on_node, &s);
+    cr_assert_eq(toy_graph_compute(g, NULL), TOY_OK, "%s", toy_last_error());
+    int runs = 0, last_run = -1;
+    for (int k = 0; k < nn; k++) {
+        enum toy_op op = toy_graph_node(g, k)->op;
+        if (op != TOY_OP_VIEW && op != TOY_OP_RESHAPE && op != TOY_OP_PERMUTE) runs++, last_run = k;
+    }
+    cr_assert_eq(s.bad, 0, "callback out of order");
+    cr_assert_eq(s.n, runs, "%d calls for %d nodes that run", s.n, runs);
+    cr_assert_eq(s.last, last_run);
+    int before = s.n;
+    toy_graph_set_node_callback(g, NULL, NULL); /* off: no more calls */
+    cr_assert_eq(toy_graph_compute(g, NULL), TOY_OK);
+    cr_assert_eq(s.n, before);
+    free(s.order);
+    toy_ctx_free(ctx);
+    toy_llama_free(m);
+}
+
+/* Buckets start as soon as their buffers are reported final (two in
+ * flight at most), and the result is the same bits as sending them all
+ * after the "backward pass"; ZeRO-1 parts cover every element once. */
+Test(collective, grad_sync_starts_buckets_as_they_become_ready) {
+    enum { N = 6 };
+    const int64_t counts[N] = {5, 3, 10, 1, 7, 20};
+    const int ready[N] = {-1, 2, 4, 4, 7, 9};
+    float *a[N], *b[N], *orig[N];
+    for (int i = 0; i < N; i++) {
+        a[i] = malloc((size_t)counts[i] * sizeof(float));
+        b[i] = malloc((size_t)counts[i] * sizeof(float));
+        orig[i] = malloc((size_t)counts[i] * sizeof(float));
+        for (int64_t k = 0; k < counts[i]; k++) orig[i][k] = a[i][k] = b[i][k] = 0.37f * (float)(i * 31 + k) - 3.1f;
+    }
+    struct fake f = {0};
+    struct toy_collective *c = fake_open(&f, 64, 0); /* 16 floats a bucket */
+    struct toy_grad_sync *s;
+    cr_assert_eq(toy_grad_sync_new(c, a, NULL, counts, ready, N, false, &s), TOY_OK, "%s", toy_last_error());
+    int nb = toy_grad_sync_n_buckets(s);
+    cr_assert_eq(nb, 3); /* 46 floats, 16 a bucket */
+    for (int k = 1; k < nb; k++) cr_assert_geq(toy_grad_sync_bucket_ready(s, k), toy_grad_sync_bucket_ready(s, k - 1));
+    cr_assert_eq(toy_grad_sync_begin(s, 0.25f), TOY_OK);
+    int prev = toy_grad_sync_started(s);
+    cr_assert_eq(prev, 0, "bucket 0 holds buffer 2 (ready at 4)");
+    for (int node = 0; node < 12; node++) {
+        toy_grad_sync_ready(s, node);
+        toy_grad_sync_ready(s, node); /* a second report lets the fake complete one */
+        int started = toy_grad_sync_started(s), may = 0;
+        while (may < nb && toy_grad_sync_bucket_ready(s, may) <= node) may++;
+        cr_assert_leq(started, may, "node %d: %d buckets started, %d ready", node, started, may);
+        cr_assert_geq(started, prev);
+        if (may > prev) cr_assert_gt(started, prev, "node %d: a ready bucket did not start", node);
+        prev = started;
+    }
+    cr_assert_leq(f.max_in_flight, TOY_COLLECTIVE_SLOTS);
+    cr_assert_eq(toy_grad_sync_end(s), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(f.violations, 0);
+    toy_grad_sync_free(s);
+    /* the same plan without reports: everything after the "backward pass" */
+    cr_assert_eq(toy_grad_sync_new(c, b, NULL, counts, ready, N, false, &s), TOY_OK);
+    cr_assert_eq(toy_grad_sync_begin(s, 0.25f), TOY_OK);
+    cr_assert_eq(toy_grad_sync_end(s), TOY_OK);
+    toy_grad_sync_free(s);
+    for (int i = 0; i < N; i++)
+        for (int64_t k = 0; k < counts[i]; k++) {
+            cr_assert_eq(a[i][k], orig[i][k] * 0.25f, "buffer %d [%lld]", i, (long long)k);
+            cr_assert_eq(a[i][k], b[i][k]);
+        }
+    /* ZeRO-1: rank 0's and rank 1's parts cover every element once; the reduce-scatter fills rank 0's */
+    char *covered[N];
+    for (int i = 0; i < N; i++) covered[i] = calloc((size_t)counts[i], 1);
+    int64_t total = 0;
+    for (int r = 0; r < 2; r++) {
+        c->rank = r;
+        for (int i = 0; i < N; i++) memcpy(a[i], orig[i], (size_t)counts[i] * sizeof(float));
+        cr_assert_eq(toy_grad_sync_new(c, a, b, counts, ready, N, true, &s), TOY_OK, "%s", toy_last_error());
+        const struct toy_bucket_piece *pc;
+        int64_t elems, sum = 0;
+        int np = toy_grad_sync_shard(s, &pc, &elems);
+        cr_assert_gt(np, 0);
+        cr_assert_eq(toy_grad_sync_begin(s, 0.5f), TOY_OK);
+        for (int node = 0; node < 12; node++) toy_grad_sync_ready(s, node);
+        cr_assert_eq(toy_grad_sync_end(s), TOY_OK, "%s", toy_last_error());
+        for (int k = 0; k < np; k++) {
+            for (int64_t e = pc[k].off; e < pc[k].off + pc[k].count; e++) {
+                cr_assert_eq(covered[pc[k].buf][e]++, 0, "element %lld of buffer %d owned twice", (long long)e, pc[k].buf);
+                cr_assert_eq(a[pc[k].buf][e], orig[pc[k].buf][e] * 0.5f);
+            }
+            sum += pc[k].count;
+        }
+        cr_assert_eq(sum, elems);
+        total += elems;
+        cr_assert_eq(toy_grad_sync_allgather_params(s), TOY_OK, "%s", toy_last_error());
+        toy_grad_sync_free(s);
+    }
+    cr_assert_eq(total, 46);
+    cr_assert_eq(f.violations, 0);
+    c->rank = 0;
+    for (int i = 0; i < N; i++) free(a[i]), free(b[i]), free(orig[i]), free(covered[i]);
+    c->ops = NULL; /* the fake needs no finalize */
+    toy_collective_close(c);
+}
+
+/* The trainer over fake other ranks (replicas: the mean of their gradients
+ * and ours is ours, exactly with 4 ranks): overlap on and off give the
+ * losses and weights of one process, to the bit. */
+static enum toy_status train_dp(const char *dir, bool overlap, size_t bucket_bytes, float *loss, uint64_t *hash) {
+    struct toy_llama *m = small_model();
+    struct toy_data *d = make_data();
+    struct toy_train_opts o = opts(6);
+    struct toy_trainer *t;
+    cr_assert_eq(toy_mkdir_p(dir), TOY_OK);
+    cr_assert_eq(toy_trainer_new(m, NULL, d, &o, dir, NULL, 1, &t), TOY_OK, "%s", toy_last_error());
+    struct fake f = {.replica = true};
+    struct toy_collective *c = NULL;
+    if (bucket_bytes) {
+        c = fake_open(&f, bucket_bytes, 0);
+        c->world = 4; /* not 2: the step's scalars (world + 2 of them) must not look like the replica check's 4 */
+        cr_assert_eq(toy_trainer_use_collective(t, c, &(struct toy_dp_opts){.overlap = overlap}), TOY_OK, "%s",
+                     toy_last_error());
+    }
+    struct hooks rec = {0};
+    toy_trainer_on_step(t, h_step, &rec);
+    struct toy_train_result res;
+    enum toy_status st = toy_trainer_run(t, &res);
+    memcpy(loss, rec.loss, 6 * sizeof(float));
+    struct toy_tensor *const *ps;
+    int n = toy_trainer_params(t, &ps);
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < n; i++) {
+        const uint32_t *w = ps[i]->data;
+        for (int64_t k = 0; k < toy_nelements(ps[i]); k++) h = (h ^ w[k]) * 1099511628211ull;
+    }
+    *hash = h;
+    if (c) cr_assert_eq(f.violations, 0);
+    toy_trainer_free(t);
+    if (c) {
+        c->ops = NULL;
+        toy_collective_close(c);
+    }
+    toy_data_free(d);
+    toy_llama_free(m);
+    return st;
+}
+
+Test(collective, trainer_overlap_on_and_off_match_one_process, .timeout = 120) {
+    char tmp[] = "/tmp/toy-test-overlap-XXXXXX";
+    cr_assert(mkdtemp(tmp));
+    char dir[200];
+    float l0[6], l1[6], l2[6];
+    uint64_t h0, h1, h2;
+    snprintf(dir, sizeof dir, "%s/one", tmp);
+    cr_assert_eq(train_dp(dir, false, 0, l0, &h0), TOY_OK, "%s", toy_last_error());
+    snprintf(dir, sizeof dir, "%s/after", tmp);
+    cr_assert_eq(train_dp(dir, false, 4096, l1, &h1), TOY_OK, "%s", toy_last_error());
+    snprintf(dir, sizeof dir, "%s/overlap", tmp);
+    cr_assert_eq(train_dp(dir, true, 4096, l2, &h2), TOY_OK, "%s", toy_last_error());
+    for (int s = 0; s < 6; s++) {
+        cr_assert_eq(l1[s], l0[s], "step %d: after backward %g, one process %g", s + 1, l1[s], l0[s]);
+        cr_assert_eq(l2[s], l0[s], "step %d: overlapped %g, one process %g", s + 1, l2[s], l0[s]);
+    }
+    cr_assert_eq(h1, h0, "weights differ (after backward)");
+    cr_assert_eq(h2, h0, "weights differ (overlapped)");
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
     if (system(cmd)) {}

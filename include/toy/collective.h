@@ -8,8 +8,8 @@
  * Implementations, chosen at run time by toy_collective_open:
  *   local  one process, world 1: every call is a no-op (always built);
  *   mpi    MPI ranks on CPUs (Open MPI), built with `make MPI=1`;
- *   nccl   one rank per GPU, for the CUDA backend (not built yet: the
- *          interface point is src/train/collective-impl.h).
+ *   nccl   one rank per GPU (src/train/collective-nccl.c), built with
+ *          `make CUDA=1 MPI=1`: MPI bootstraps NCCL's communicator.
  *
  *     struct toy_collective *c;
  *     if (toy_collective_open(TOY_COLLECTIVE_AUTO, NULL, &c)) { fprintf(stderr, "%s\n", toy_last_error()); ... }
@@ -55,7 +55,8 @@ extern "C" {
 #endif
 
 enum toy_collective_kind {
-    TOY_COLLECTIVE_AUTO = 0, /* mpi when launched by mpirun/srun in an MPI build, else local */
+    TOY_COLLECTIVE_AUTO = 0, /* $TOY_COLLECTIVE (mpi, nccl, local) when set; else mpi when launched by
+                                mpirun/srun in an MPI build, else local */
     TOY_COLLECTIVE_LOCAL,
     TOY_COLLECTIVE_MPI,
     TOY_COLLECTIVE_NCCL,
@@ -134,6 +135,73 @@ enum toy_status toy_collective_barrier(struct toy_collective *c);
  * toy_nelements(p) floats), and the sum of a vector of doubles. */
 enum toy_status toy_collective_allreduce_grads(void *c, struct toy_tensor *const *params, int n_params);
 enum toy_status toy_collective_reduce_sum(void *c, double *v, int n);
+
+/* ---- gradients bucket by bucket, overlapped with the backward pass ---- */
+
+/* A plan for one model's gradients, made once: n buffers grads[i] of
+ * counts[i] floats, in the order the backward pass finishes them, where
+ * buffer i is final once the node `ready[i]` of the training graph has run
+ * (toy_graph_grad_last_writers; -1: final from the start; ready NULL: all
+ * -1). The buffers are cut into buckets as toy_collective_allreduce_mean
+ * cuts them, and each bucket is startable once the largest ready of its
+ * buffers has been reported.
+ *
+ * One step:
+ *     toy_grad_sync_begin(s, 1.0f / accum);
+ *     toy_graph_set_node_callback(g, toy_grad_sync_on_node, s);   // overlap
+ *     toy_graph_compute(g, tp);                                   // the last micro-batch
+ *     toy_graph_set_node_callback(g, NULL, NULL);
+ *     toy_grad_sync_end(s);        // starts what is left, waits for all of it
+ * Without the callback (or with ready NULL) the same buckets are sent after
+ * the backward pass: overlap changes when a bucket is sent, never what is
+ * summed, so both give the same bits. Each element is multiplied by
+ * `prescale` before it is sent and the sum by 1/world, so grads end as the
+ * mean over the ranks of prescale x grads. Buckets start in order, at most
+ * TOY_COLLECTIVE_SLOTS in flight (later ready ones wait for a slot, started
+ * by a later report); the one in flight longest is tested at every report,
+ * which is what advances MPI's non-blocking collectives.
+ *
+ * zero (ZeRO-1): instead of an all-reduce, each bucket is reduce-scattered:
+ * rank r receives the mean of its part (elements [E r/W, E (r+1)/W) of a
+ * bucket of E), written into grads at those positions; the other
+ * positions of grads are left unreduced. After updating its part of the
+ * parameters (params[i], laid out like grads[i]), every rank calls
+ * toy_grad_sync_allgather_params. With one rank (or the local
+ * implementation) every call only applies the prescale; a ZeRO-1 plan then
+ * owns everything.
+ * Errors: TOY_ERR_NOMEM, TOY_ERR_UNSUPPORTED (ZeRO-1 over a transport
+ * without reduce-scatter), TOY_ERR_IO from begin/end/all-gather as for the
+ * other collectives (a failure during the backward pass is reported by
+ * end), TOY_ERR_STATE for calls out of order. */
+struct toy_grad_sync;
+struct toy_bucket_piece;
+enum toy_status toy_grad_sync_new(struct toy_collective *c, float *const *grads, float *const *params,
+                                  const int64_t *counts, const int *ready, int n, bool zero,
+                                  struct toy_grad_sync **out);
+void toy_grad_sync_free(struct toy_grad_sync *s);
+enum toy_status toy_grad_sync_begin(struct toy_grad_sync *s, float prescale);
+/* Reports that every node up to `node` has run (cheap: a comparison and
+ * one test of the oldest bucket in flight). */
+void toy_grad_sync_ready(struct toy_grad_sync *s, int node);
+/* toy_grad_sync_ready with toy_graph_node_fn's signature (ud = the plan). */
+void toy_grad_sync_on_node(void *s, int node);
+enum toy_status toy_grad_sync_end(struct toy_grad_sync *s);
+int toy_grad_sync_n_buckets(const struct toy_grad_sync *s);
+/* Bucket k's ready node, and how many buckets this step has started (for
+ * tests and traces). */
+int toy_grad_sync_bucket_ready(const struct toy_grad_sync *s, int k);
+int toy_grad_sync_started(const struct toy_grad_sync *s);
+
+/* ZeRO-1: this rank's part of the gradients, as pieces of the plan's
+ * buffers in the order of its flat shard (*elems floats in all); 0 pieces
+ * without zero. */
+int toy_grad_sync_shard(const struct toy_grad_sync *s, const struct toy_bucket_piece **pieces, int64_t *elems);
+/* After each rank updated its part of params: every rank gets all of it. */
+enum toy_status toy_grad_sync_allgather_params(struct toy_grad_sync *s);
+/* Collects every rank's flat shard (e.g. of an optimizer moment) into
+ * root's full[i] (laid out like grads[i]); full is only used on root.
+ * Every rank must call it. */
+enum toy_status toy_grad_sync_gather_shard(struct toy_grad_sync *s, const float *shard, float *const *full, int root);
 
 /* What went over the wire so far (this rank's view). */
 struct toy_collective_stats {

@@ -70,6 +70,24 @@ enum toy_status toy_graph_compute(struct toy_graph *g, struct toy_threadpool *tp
 /* Sets every parameter gradient in g to zero. */
 void toy_graph_zero_grads(struct toy_graph *g);
 
+/* Called on the calling thread after each node of toy_graph_compute has run
+ * (every worker is done with it), with the node's index; views, which are
+ * resolved rather than run, are skipped. For consumers that act as soon as
+ * a result is final, e.g. the all-reduce of the gradients the backward pass
+ * has finished (toy/collective.h, toy_grad_sync_on_node). The callback must
+ * not touch results that later nodes read or write. NULL turns it off (the
+ * default; then compute pays one untaken branch per node). */
+typedef void (*toy_graph_node_fn)(void *ud, int node);
+void toy_graph_set_node_callback(struct toy_graph *g, toy_graph_node_fn fn, void *ud);
+
+/* For each params[i], the index of the last node that writes its
+ * persistent gradient (an ACCUM, accumulating MATMUL or GET_ROWS_BACK node
+ * whose last source is params[i]->grad), or -1 when no node does: once
+ * that node has run, the gradient is final for this run of the graph.
+ * Nodes run in index order, so sorting parameters by it gives the order in
+ * which the backward pass finishes them (the output layer first). */
+void toy_graph_grad_last_writers(const struct toy_graph *g, struct toy_tensor *const *params, int n, int *out);
+
 /* Optional per-op timing: when on, compute adds each node's wall time to
  * the op's bucket (microseconds). */
 void toy_graph_set_timing(struct toy_graph *g, bool on);

@@ -23,6 +23,7 @@
 #ifndef TOY_OPTIM_H
 #define TOY_OPTIM_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "toy/tensor.h"
@@ -58,8 +59,15 @@ struct toy_tensor *toy_optim_param(const struct toy_optim *opt, int i);
 enum toy_status toy_optim_step(struct toy_optim *opt, float lr, struct toy_threadpool *tp);
 /* Global L2 norm of all gradients (double accumulation); if max_norm > 0 and
  * the norm exceeds it, scales every gradient by max_norm / (norm + 1e-6)
- * (torch.nn.utils.clip_grad_norm_). Returns the norm before clipping. */
+ * (torch.nn.utils.clip_grad_norm_). Returns the norm before clipping.
+ * Sharded, "all" means the owned ranges: use the two halves below with the
+ * sum over the ranks in between. */
 float toy_optim_clip_grad_norm(struct toy_optim *opt, float max_norm, struct toy_threadpool *tp);
+/* The halves of toy_optim_clip_grad_norm: the sum of squares of the
+ * gradients (owned ranges, when sharded), and the clipping given the sum
+ * over everything (returns the norm). */
+double toy_optim_grad_sumsq(struct toy_optim *opt, struct toy_threadpool *tp);
+float toy_optim_clip_to(struct toy_optim *opt, double sumsq, float max_norm, struct toy_threadpool *tp);
 /* Multiplies every gradient by s (e.g. 1/accumulation steps). */
 void toy_optim_scale_grads(struct toy_optim *opt, float s, struct toy_threadpool *tp);
 void toy_optim_zero_grad(struct toy_optim *opt);
@@ -69,7 +77,27 @@ void toy_optim_zero_grad(struct toy_optim *opt);
 int64_t toy_optim_step_count(const struct toy_optim *opt);
 void toy_optim_set_step_count(struct toy_optim *opt, int64_t steps);
 float *toy_optim_state(struct toy_optim *opt, int i, int which /* 0: m or momentum, 1: v */);
+/* Bytes of state this optimizer holds (sharded: its ranges only). */
 size_t toy_optim_state_bytes(const struct toy_optim *opt);
+
+/* ZeRO-1: keep state and update only for these ranges of the parameters
+ * (param = index in add order), e.g. this rank's part of the gradient
+ * buckets (toy_grad_sync_shard, toy/collective.h); the other elements are
+ * updated by other ranks and all-gathered. The state becomes one flat block
+ * per moment, the ranges in the given order (toy_optim_shard_state), reset
+ * to zero: shard before loading a checkpoint (toy_optim_read_gguf then
+ * reads the owned ranges). The per-parameter state is freed
+ * (toy_optim_state returns NULL). Step, clip and scale_grads then touch
+ * only the owned ranges. Errors: TOY_ERR_INVALID_ARG (a range outside its
+ * parameter), TOY_ERR_NOMEM. */
+struct toy_optim_range {
+    int param;
+    int64_t off, count;
+};
+enum toy_status toy_optim_shard(struct toy_optim *opt, const struct toy_optim_range *r, int n);
+bool toy_optim_sharded(const struct toy_optim *opt);
+/* The flat state of a sharded optimizer (*elems floats; NULL unsharded). */
+float *toy_optim_shard_state(struct toy_optim *opt, int which, int64_t *elems);
 
 /* The optimizer's state as GGUF tensors (what checkpoints' .state.gguf
  * files hold): opt.m.<param name> (AdamW first moment / SGD momentum) and,
@@ -79,6 +107,11 @@ size_t toy_optim_state_bytes(const struct toy_optim *opt);
 struct toy_gguf;
 struct toy_gguf_writer;
 enum toy_status toy_optim_write_gguf(struct toy_optim *opt, struct toy_gguf_writer *w);
+/* The same from whole-parameter arrays m[i], v[i] (param i's elements; v
+ * unused by SGD), e.g. a sharded state gathered on one rank. The arrays
+ * must stay valid until the write. */
+enum toy_status toy_optim_write_gguf_state(struct toy_optim *opt, struct toy_gguf_writer *w, float *const *m,
+                                           float *const *v);
 enum toy_status toy_optim_read_gguf(struct toy_optim *opt, const struct toy_gguf *g);
 
 /* ---- learning-rate schedules ---- */

@@ -127,6 +127,38 @@ void toy_trainer_set_collective(struct toy_trainer *t, toy_allreduce_fn fn, void
 typedef enum toy_status (*toy_reduce_sum_fn)(void *ud, double *v, int n);
 enum toy_status toy_trainer_set_reduce(struct toy_trainer *t, toy_reduce_sum_fn fn);
 
+/* Data parallelism driven by the trainer itself over a collective (instead
+ * of the two hooks above, which it sets): the gradients are all-reduced in
+ * buckets in the order the backward pass finishes them (toy_grad_sync,
+ * toy/collective.h).
+ *   overlap: each bucket's all-reduce starts as soon as the last
+ *            micro-batch's backward pass has finished writing it (a node
+ *            callback of the training graph); the optimizer waits only for
+ *            what is still in flight. Off: the same buckets after the
+ *            backward pass. Both give the same bits.
+ *   zero 1:  ZeRO-1: the AdamW moments are sharded over the ranks; the
+ *            gradients are reduce-scattered, each rank updates its part of
+ *            the parameters, the parameters are all-gathered. Checkpoints
+ *            gather the moments to rank 0 and are the same files as without
+ *            it (they resume on any number of ranks, with or without ZeRO).
+ *            The update equals plain data parallelism's but for the order
+ *            of the gradient norm's sum (bit-identical with clip 0).
+ * Call it after toy_trainer_new and before toy_trainer_load_state (a
+ * sharded optimizer reads its part of the state). One rank: does nothing.
+ * The step events' allreduce_us is then the time the step waited for the
+ * gradients after the backward pass (all of the all-reduce without
+ * overlap, what overlap did not hide with it).
+ * Errors: TOY_ERR_NOMEM, TOY_ERR_UNSUPPORTED (a non-f32 gradient; ZeRO-1
+ * over a transport without reduce-scatter), TOY_ERR_STATE (called twice). */
+struct toy_collective;
+struct toy_dp_opts {
+    bool overlap;
+    int zero; /* 0 or 1 */
+};
+enum toy_status toy_trainer_use_collective(struct toy_trainer *t, struct toy_collective *c, const struct toy_dp_opts *o);
+/* The optimizer state this rank holds (sharded by ZeRO-1: its part). */
+size_t toy_trainer_optim_state_bytes(const struct toy_trainer *t);
+
 /* The trainable tensors in the fixed order the all-reduce gets them (to
  * broadcast rank 0's initial weights); *params is valid until free. */
 int toy_trainer_params(const struct toy_trainer *t, struct toy_tensor *const **params);

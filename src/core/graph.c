@@ -226,6 +226,12 @@ static void alloc_give(struct allocator *a, size_t off, size_t size) {
     a->blk[a->n++] = (struct freeblk){off, size};
 }
 
+/* A node that adds into a parameter's persistent gradient (its last source). */
+static bool writes_grad(const struct toy_tensor *t) {
+    return t->op == TOY_OP_ACCUM || (t->op == TOY_OP_MATMUL && t->op_params[P_MM_ACCUM]) ||
+           (t->op == TOY_OP_GET_ROWS_BACK && t->op_params[P_GRB_ACCUM]);
+}
+
 static bool node_owns_memory(const struct toy_tensor *t) {
     if (toy_is_view_op(t->op)) return false;
     if (t->op == TOY_OP_ACCUM || t->op == TOY_OP_KV_STORE) return false;
@@ -413,9 +419,7 @@ enum toy_status toy_graph_compute(struct toy_graph *g, struct toy_threadpool *tp
             t->data = (char *)t->view_src->data + t->view_offs;
             continue;
         }
-        if (t->op == TOY_OP_ACCUM || (t->op == TOY_OP_MATMUL && t->op_params[P_MM_ACCUM]) ||
-            (t->op == TOY_OP_GET_ROWS_BACK && t->op_params[P_GRB_ACCUM]))
-            t->data = t->src[TOY_MAX_SRC - 1]->data; /* the persistent gradient */
+        if (writes_grad(t)) t->data = t->src[TOY_MAX_SRC - 1]->data; /* the persistent gradient */
         if (t->op == TOY_OP_KV_STORE) t->data = t->src[0]->data; /* the cache itself */
         struct task tk = {be, t, g->work, g->work_size, g->trace};
         double t0 = g->timing ? now_us() : 0;
@@ -427,8 +431,28 @@ enum toy_status toy_graph_compute(struct toy_graph *g, struct toy_threadpool *tp
             return toy_error(TOY_ERR_RANGE, "%s '%s': an index is out of range (ids or targets)",
                              toy_op_name(t->op), t->name);
         }
+        if (g->on_node) g->on_node(g->on_node_ud, i);
     }
     return TOY_OK;
+}
+
+void toy_graph_set_node_callback(struct toy_graph *g, toy_graph_node_fn fn, void *ud) {
+    g->on_node = fn;
+    g->on_node_ud = ud;
+}
+
+void toy_graph_grad_last_writers(const struct toy_graph *g, struct toy_tensor *const *params, int n, int *out) {
+    struct toy_ptrmap which = {0}; /* gradient buffer -> params index */
+    for (int i = 0; i < n; i++) {
+        out[i] = -1;
+        if (params[i]->grad) toy_ptrmap_put(&which, params[i]->grad, i);
+    }
+    for (int k = 0; k < g->n_nodes; k++) {
+        const struct toy_tensor *t = g->nodes[k];
+        int i = writes_grad(t) ? toy_ptrmap_get(&which, t->src[TOY_MAX_SRC - 1]) : -1;
+        if (i >= 0) out[i] = k;
+    }
+    toy_ptrmap_free(&which);
 }
 
 void toy_graph_zero_grads(struct toy_graph *g) {

@@ -92,6 +92,8 @@ struct toy_graph {
     bool timing;
     double op_us[TOY_OP_COUNT];
     struct toy_trace *trace;
+    toy_graph_node_fn on_node;     /* after each node that runs (NULL: none) */
+    void *on_node_ud;
 
     /* device selection (backends/registry.c): be NULL = the process default */
     const struct toy_backend_ops *be;

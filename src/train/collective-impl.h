@@ -6,13 +6,16 @@
  *
  *   mpi  (collective-mpi.c, TOY_MPI): MPI_Iallreduce / MPI_Ibcast /
  *        MPI_Ibarrier on a duplicate of MPI_COMM_WORLD, MPI_Test.
- *   nccl (the CUDA issue; TOY_NCCL, not built yet): ncclAllReduce /
- *        ncclBroadcast on a per-slot stream with a cudaEvent recorded after
- *        it; test = cudaEventQuery; abort = ncclCommAbort then exit(code);
- *        copy/scale/alloc/free = cudaMemcpyAsync on the slot's stream, a
- *        scaling kernel, cudaMalloc/cudaFree (the buffers are device memory).
+ *   nccl (collective-nccl.c, TOY_CUDA: `make CUDA=1`, with MPI=1 for the
+ *        bootstrap under mpirun): ncclAllReduce / ncclBroadcast / grouped
+ *        ncclReduce and ncclBroadcast for ZeRO-1, on one stream, a
+ *        cudaEvent per slot; test = cudaEventQuery; abort = ncclCommAbort
+ *        then MPI_Abort / _Exit. For now the buffers are host memory staged
+ *        through pinned and device bounce buffers; once gradients live on
+ *        the device, copy/scale/alloc/free become cudaMemcpyAsync, a
+ *        scaling kernel and cudaMalloc/cudaFree.
  *        toy_collective_nccl_open below is the entry point collective.c
- *        calls for TOY_COLLECTIVE_NCCL when TOY_NCCL is defined.
+ *        calls for TOY_COLLECTIVE_NCCL when TOY_CUDA is defined.
  *
  * Slots: at most TOY_COLLECTIVE_SLOTS operations are in flight; the generic
  * layer never starts an operation on a slot before its previous one has
@@ -49,6 +52,15 @@ struct toy_collective_ops {
     void (*scale)(struct toy_collective *c, int slot, float *buf, int64_t n, float s);
     void *(*alloc)(struct toy_collective *c, size_t bytes);
     void (*free)(struct toy_collective *c, void *p);
+    /* ZeRO-1 (toy_grad_sync with zero; NULL: this transport cannot shard).
+     * Reduce-scatter: the sum over the ranks of send[0 .. sum(counts)),
+     * rank r receiving its part, counts[r] floats from offset
+     * counts[0] + .. + counts[r-1], into recv. All-gather, in place: rank
+     * r's counts[r] floats at buf + displs[r] go to every rank. */
+    enum toy_status (*start_reduce_scatter_f32)(struct toy_collective *c, int slot, const float *send, float *recv,
+                                                const int *counts);
+    enum toy_status (*start_allgather_f32)(struct toy_collective *c, int slot, float *buf, const int *counts,
+                                           const int *displs);
 };
 
 /* A bucket in flight on a slot. */
@@ -76,10 +88,22 @@ struct toy_collective {
     void *impl;                       /* the implementation's state */
 };
 
+/* The generic machinery, shared with grad-sync.c: the current failure as
+ * the error of a broken collective; marking it broken; polling a slot to
+ * completion against the deadline t0 + timeout_s; the staging buffers;
+ * copy and scale in the collective's memory (host when ops is NULL). */
+double toy_coll_now(void);
+enum toy_status toy_coll_broken_error(struct toy_collective *c);
+enum toy_status toy_coll_fail(struct toy_collective *c, enum toy_status st);
+enum toy_status toy_coll_wait(struct toy_collective *c, int slot, const char *what, double t0);
+enum toy_status toy_coll_ensure_stage(struct toy_collective *c);
+void toy_coll_copy(struct toy_collective *c, int slot, void *dst, const void *src, size_t bytes);
+void toy_coll_scale(struct toy_collective *c, int slot, float *x, int64_t n, float s);
+
 #ifdef TOY_MPI
 enum toy_status toy_collective_mpi_open(struct toy_collective *c);
 #endif
-#ifdef TOY_NCCL
+#ifdef TOY_CUDA
 enum toy_status toy_collective_nccl_open(struct toy_collective *c);
 #endif
 

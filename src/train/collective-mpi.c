@@ -2,13 +2,17 @@
  * `make MPI=1`, which defines TOY_MPI; without it this file is empty).
  *
  * Every operation is non-blocking (MPI_Iallreduce, MPI_Ibcast,
- * MPI_Ibarrier; MPI-3, Open MPI >= 1.7) on a duplicate of MPI_COMM_WORLD
+ * MPI_Ibarrier, and for ZeRO-1 MPI_Ireduce_scatter and an in-place
+ * MPI_Iallgatherv; MPI-3, Open MPI >= 1.7) on a duplicate of MPI_COMM_WORLD
  * whose error handler returns codes instead of aborting, so that the
  * generic layer can poll it with MPI_Test against a deadline and report a
  * dead or hung rank itself. Open MPI makes progress on non-blocking
  * collectives inside MPI_Test, which the generic layer calls in its wait
- * loop. MPI is initialized with MPI_THREAD_FUNNELED: only the thread that
- * opened the collective calls MPI (the compute threads never do).
+ * loop, and which toy_grad_sync's node callback calls between the nodes of
+ * the backward pass (that is what lets buckets travel during it, without a
+ * communication thread). MPI is initialized with MPI_THREAD_FUNNELED: only
+ * the thread that opened the collective calls MPI (the compute threads,
+ * and the callback runs on the calling thread, never do).
  */
 #ifdef TOY_MPI
 #include <mpi.h>
@@ -56,6 +60,21 @@ static enum toy_status start_barrier(struct toy_collective *c, int slot) {
     return rc == MPI_SUCCESS ? TOY_OK : mpi_err(rc, "MPI_Ibarrier");
 }
 
+/* ZeRO-1 */
+static enum toy_status start_reduce_scatter_f32(struct toy_collective *c, int slot, const float *send, float *recv,
+                                                const int *counts) {
+    struct mpi_state *m = st_of(c);
+    int rc = MPI_Ireduce_scatter(send, recv, counts, MPI_FLOAT, MPI_SUM, m->comm, &m->req[slot]);
+    return rc == MPI_SUCCESS ? TOY_OK : mpi_err(rc, "MPI_Ireduce_scatter");
+}
+
+static enum toy_status start_allgather_f32(struct toy_collective *c, int slot, float *buf, const int *counts,
+                                           const int *displs) {
+    struct mpi_state *m = st_of(c);
+    int rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, MPI_FLOAT, m->comm, &m->req[slot]);
+    return rc == MPI_SUCCESS ? TOY_OK : mpi_err(rc, "MPI_Iallgatherv");
+}
+
 static int test(struct toy_collective *c, int slot) {
     struct mpi_state *m = st_of(c);
     int done = 0;
@@ -95,6 +114,8 @@ static const struct toy_collective_ops mpi_ops = {
     .test = test,
     .abort = mpi_abort,
     .finalize = finalize,
+    .start_reduce_scatter_f32 = start_reduce_scatter_f32,
+    .start_allgather_f32 = start_allgather_f32,
 };
 
 enum toy_status toy_collective_mpi_open(struct toy_collective *c) {

@@ -20,7 +20,7 @@
 
 #include "train/collective-impl.h"
 
-static double now_s(void) {
+double toy_coll_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
@@ -77,6 +77,13 @@ enum toy_status toy_collective_open(enum toy_collective_kind kind, const struct 
         return toy_error(TOY_ERR_INVALID_ARG, "collective bucket of %zu bytes: must be 64 B .. 1 GiB", o->bucket_bytes);
     int env_world = 0;
     bool launched = launched_by_mpi(&env_world);
+    const char *want = getenv("TOY_COLLECTIVE"); /* nccl for GPU ranks (the CLI has no flag for it yet) */
+    if (kind == TOY_COLLECTIVE_AUTO && want && *want) {
+        if (!strcmp(want, "nccl")) kind = TOY_COLLECTIVE_NCCL;
+        else if (!strcmp(want, "mpi")) kind = TOY_COLLECTIVE_MPI;
+        else if (!strcmp(want, "local")) kind = TOY_COLLECTIVE_LOCAL;
+        else return toy_error(TOY_ERR_INVALID_ARG, "TOY_COLLECTIVE=%s: expected mpi, nccl or local", want);
+    }
     if (kind == TOY_COLLECTIVE_AUTO) {
 #ifdef TOY_MPI
         kind = launched ? TOY_COLLECTIVE_MPI : TOY_COLLECTIVE_LOCAL;
@@ -107,10 +114,10 @@ enum toy_status toy_collective_open(enum toy_collective_kind kind, const struct 
 #endif
         break;
     case TOY_COLLECTIVE_NCCL:
-#ifdef TOY_NCCL
+#ifdef TOY_CUDA
         st = toy_collective_nccl_open(c);
 #else
-        st = toy_error(TOY_ERR_UNSUPPORTED, "this toy was built without NCCL (the CUDA build is not there yet)");
+        st = toy_error(TOY_ERR_UNSUPPORTED, "this toy was built without NCCL (build it with `make CUDA=1 MPI=1`)");
 #endif
         break;
     default:
@@ -178,11 +185,11 @@ void toy_collective_get_stats(const struct toy_collective *c, struct toy_collect
 
 /* ---- the machinery ----------------------------------------------------------------- */
 
-static enum toy_status broken(struct toy_collective *c) {
+enum toy_status toy_coll_broken_error(struct toy_collective *c) {
     return toy_error(TOY_ERR_IO, "the communicator is broken after an earlier failure: %s", c->broken_msg);
 }
 
-static enum toy_status fail(struct toy_collective *c, enum toy_status st) {
+enum toy_status toy_coll_fail(struct toy_collective *c, enum toy_status st) {
     c->broken = true;
     snprintf(c->broken_msg, sizeof c->broken_msg, "%s", toy_last_error());
     return st;
@@ -193,8 +200,8 @@ static enum toy_status fail(struct toy_collective *c, enum toy_status st) {
  * first 50 ms the loop polls continuously (yielding now and then, for
  * oversubscribed machines); a rank still waiting after that is waiting for
  * a slow or dead peer, and naps (10 us doubling to 200 us) between polls. */
-static enum toy_status wait_slot(struct toy_collective *c, int slot, const char *what, double t0) {
-    double deadline = c->timeout_s >= 0 ? t0 + c->timeout_s : INFINITY, t_wait = now_s();
+enum toy_status toy_coll_wait(struct toy_collective *c, int slot, const char *what, double t0) {
+    double deadline = c->timeout_s >= 0 ? t0 + c->timeout_s : INFINITY, t_wait = toy_coll_now();
     long nap_ns = 0;
     for (unsigned i = 0;; i++) {
         int r = c->ops->test(c, slot);
@@ -202,11 +209,11 @@ static enum toy_status wait_slot(struct toy_collective *c, int slot, const char 
         if (r < 0) {
             char msg[400];
             snprintf(msg, sizeof msg, "%s", toy_last_error());
-            return fail(c, toy_error(TOY_ERR_IO, "rank %d of %d: %s failed: %s", c->rank, c->world, what, msg));
+            return toy_coll_fail(c, toy_error(TOY_ERR_IO, "rank %d of %d: %s failed: %s", c->rank, c->world, what, msg));
         }
-        double now = now_s();
+        double now = toy_coll_now();
         if (now > deadline)
-            return fail(c, toy_error(TOY_ERR_IO,
+            return toy_coll_fail(c, toy_error(TOY_ERR_IO,
                                      "rank %d of %d: %s did not complete within %g s: another rank died, "
                                      "hangs or stopped calling it",
                                      c->rank, c->world, what, c->timeout_s));
@@ -219,7 +226,7 @@ static enum toy_status wait_slot(struct toy_collective *c, int slot, const char 
     }
 }
 
-static enum toy_status ensure_stage(struct toy_collective *c) {
+enum toy_status toy_coll_ensure_stage(struct toy_collective *c) {
     for (int s = 0; s < TOY_COLLECTIVE_SLOTS; s++) {
         if (c->stage[s]) continue;
         if (c->ops->alloc) c->stage[s] = c->ops->alloc(c, c->bucket_bytes);
@@ -229,13 +236,13 @@ static enum toy_status ensure_stage(struct toy_collective *c) {
     return TOY_OK;
 }
 
-static void copy(struct toy_collective *c, int slot, void *dst, const void *src, size_t n) {
-    if (c->ops->copy) c->ops->copy(c, slot, dst, src, n);
+void toy_coll_copy(struct toy_collective *c, int slot, void *dst, const void *src, size_t n) {
+    if (c->ops && c->ops->copy) c->ops->copy(c, slot, dst, src, n);
     else memcpy(dst, src, n);
 }
 
-static void scale(struct toy_collective *c, int slot, float *x, int64_t n, float s) {
-    if (c->ops->scale) {
+void toy_coll_scale(struct toy_collective *c, int slot, float *x, int64_t n, float s) {
+    if (c->ops && c->ops->scale) {
         c->ops->scale(c, slot, x, n, s);
         return;
     }
@@ -246,13 +253,13 @@ static void scale(struct toy_collective *c, int slot, float *x, int64_t n, float
 static void finish_mean(struct toy_collective *c, int slot, struct toy_bucket_inflight *f, float *const *bufs) {
     float s = 1.0f / (float)c->world;
     if (!f->staged) {
-        scale(c, slot, bufs[f->pieces[0].buf] + f->pieces[0].off, f->elems, s);
+        toy_coll_scale(c, slot, bufs[f->pieces[0].buf] + f->pieces[0].off, f->elems, s);
     } else {
         float *stage = c->stage[slot];
-        scale(c, slot, stage, f->elems, s);
+        toy_coll_scale(c, slot, stage, f->elems, s);
         int64_t at = 0;
         for (int i = 0; i < f->n; i++) {
-            copy(c, slot, bufs[f->pieces[i].buf] + f->pieces[i].off, stage + at, (size_t)f->pieces[i].count * 4);
+            toy_coll_copy(c, slot, bufs[f->pieces[i].buf] + f->pieces[i].off, stage + at, (size_t)f->pieces[i].count * 4);
             at += f->pieces[i].count;
         }
     }
@@ -262,10 +269,10 @@ static void finish_mean(struct toy_collective *c, int slot, struct toy_bucket_in
 enum toy_status toy_collective_allreduce_mean(struct toy_collective *c, float *const *bufs, const int64_t *counts,
                                               int n) {
     if (!c->ops || c->world == 1) return TOY_OK; /* the mean over one rank */
-    if (c->broken) return broken(c);
-    enum toy_status st = ensure_stage(c);
+    if (c->broken) return toy_coll_broken_error(c);
+    enum toy_status st = toy_coll_ensure_stage(c);
     if (st) return st;
-    double t0 = now_s();
+    double t0 = toy_coll_now();
     int64_t cap = (int64_t)(c->bucket_bytes / sizeof(float)), bytes = 0, buckets = 0;
     struct toy_bucket_cursor cur = {0, 0};
     struct toy_bucket_inflight *fl = c->fl;
@@ -284,17 +291,17 @@ enum toy_status toy_collective_allreduce_mean(struct toy_collective *c, float *c
             buf = c->stage[slot];
             int64_t at = 0;
             for (int i = 0; i < f->n; i++) {
-                copy(c, slot, buf + at, bufs[f->pieces[i].buf] + f->pieces[i].off, (size_t)f->pieces[i].count * 4);
+                toy_coll_copy(c, slot, buf + at, bufs[f->pieces[i].buf] + f->pieces[i].off, (size_t)f->pieces[i].count * 4);
                 at += f->pieces[i].count;
             }
         }
-        if ((st = c->ops->start_allreduce_f32(c, slot, buf, f->elems))) return fail(c, st);
+        if ((st = c->ops->start_allreduce_f32(c, slot, buf, f->elems))) return toy_coll_fail(c, st);
         bytes += f->elems * 4;
         buckets++;
         if (active >= 0) {
             snprintf(what, sizeof what, "all-reduce of bucket %lld (%lld floats)", (long long)buckets - 1,
                      (long long)fl[active].elems);
-            if ((st = wait_slot(c, active, what, t0))) return st;
+            if ((st = toy_coll_wait(c, active, what, t0))) return st;
             finish_mean(c, active, &fl[active], bufs);
         }
         active = slot;
@@ -303,42 +310,42 @@ enum toy_status toy_collective_allreduce_mean(struct toy_collective *c, float *c
     if (active >= 0) {
         snprintf(what, sizeof what, "all-reduce of bucket %lld (%lld floats)", (long long)buckets,
                  (long long)fl[active].elems);
-        if ((st = wait_slot(c, active, what, t0))) return st;
+        if ((st = toy_coll_wait(c, active, what, t0))) return st;
         finish_mean(c, active, &fl[active], bufs);
     }
     c->stats.calls++;
     c->stats.buckets += buckets;
     c->stats.bytes += bytes;
-    c->stats.seconds += now_s() - t0;
+    c->stats.seconds += toy_coll_now() - t0;
     return TOY_OK;
 }
 
 enum toy_status toy_collective_allreduce_sum_f64(struct toy_collective *c, double *v, int n) {
     if (!c->ops || c->world == 1 || n <= 0) return TOY_OK;
-    if (c->broken) return broken(c);
-    double t0 = now_s();
+    if (c->broken) return toy_coll_broken_error(c);
+    double t0 = toy_coll_now();
     enum toy_status st = c->ops->start_allreduce_f64(c, 0, v, n);
-    if (st) return fail(c, st);
-    if ((st = wait_slot(c, 0, "all-reduce of the step's scalars", t0))) return st;
+    if (st) return toy_coll_fail(c, st);
+    if ((st = toy_coll_wait(c, 0, "all-reduce of the step's scalars", t0))) return st;
     c->stats.calls++;
     c->stats.buckets++;
     c->stats.bytes += (int64_t)n * 8;
-    c->stats.seconds += now_s() - t0;
+    c->stats.seconds += toy_coll_now() - t0;
     return TOY_OK;
 }
 
 enum toy_status toy_collective_broadcast(struct toy_collective *c, void *const *bufs, const size_t *bytes, int n,
                                          int root) {
     if (!c->ops || c->world == 1) return TOY_OK;
-    if (c->broken) return broken(c);
+    if (c->broken) return toy_coll_broken_error(c);
     if (root < 0 || root >= c->world)
         return toy_error(TOY_ERR_INVALID_ARG, "broadcast from rank %d of %d", root, c->world);
-    enum toy_status st = ensure_stage(c);
+    enum toy_status st = toy_coll_ensure_stage(c);
     if (st) return st;
     int64_t *counts = malloc((size_t)(n > 0 ? n : 1) * sizeof *counts);
     if (!counts) return toy_error(TOY_ERR_NOMEM, "broadcast");
     for (int i = 0; i < n; i++) counts[i] = (int64_t)bytes[i];
-    double t0 = now_s();
+    double t0 = toy_coll_now();
     struct toy_bucket_cursor cur = {0, 0};
     struct toy_bucket_inflight *f = &c->fl[0];
     int64_t total = 0, buckets = 0;
@@ -350,17 +357,17 @@ enum toy_status toy_collective_broadcast(struct toy_collective *c, void *const *
         char *buf = staged ? stage : (char *)bufs[f->pieces[0].buf] + f->pieces[0].off;
         if (staged && c->rank == root)
             for (int i = 0, at = 0; i < f->n; at += (int)f->pieces[i].count, i++)
-                copy(c, 0, stage + at, (char *)bufs[f->pieces[i].buf] + f->pieces[i].off, (size_t)f->pieces[i].count);
+                toy_coll_copy(c, 0, stage + at, (char *)bufs[f->pieces[i].buf] + f->pieces[i].off, (size_t)f->pieces[i].count);
         if ((st = c->ops->start_bcast(c, 0, buf, (size_t)f->elems, root))) {
-            st = fail(c, st);
+            st = toy_coll_fail(c, st);
             break;
         }
         snprintf(what, sizeof what, "broadcast of bucket %lld (%lld bytes) from rank %d", (long long)buckets + 1,
                  (long long)f->elems, root);
-        if ((st = wait_slot(c, 0, what, t0))) break;
+        if ((st = toy_coll_wait(c, 0, what, t0))) break;
         if (staged && c->rank != root)
             for (int i = 0, at = 0; i < f->n; at += (int)f->pieces[i].count, i++)
-                copy(c, 0, (char *)bufs[f->pieces[i].buf] + f->pieces[i].off, stage + at, (size_t)f->pieces[i].count);
+                toy_coll_copy(c, 0, (char *)bufs[f->pieces[i].buf] + f->pieces[i].off, stage + at, (size_t)f->pieces[i].count);
         total += f->elems;
         buckets++;
     }
@@ -369,19 +376,19 @@ enum toy_status toy_collective_broadcast(struct toy_collective *c, void *const *
     c->stats.calls++;
     c->stats.buckets += buckets;
     c->stats.bytes += total;
-    c->stats.seconds += now_s() - t0;
+    c->stats.seconds += toy_coll_now() - t0;
     return TOY_OK;
 }
 
 enum toy_status toy_collective_barrier(struct toy_collective *c) {
     if (!c->ops || c->world == 1) return TOY_OK;
-    if (c->broken) return broken(c);
-    double t0 = now_s();
+    if (c->broken) return toy_coll_broken_error(c);
+    double t0 = toy_coll_now();
     enum toy_status st = c->ops->start_barrier(c, 0);
-    if (st) return fail(c, st);
-    if ((st = wait_slot(c, 0, "barrier", t0))) return st;
+    if (st) return toy_coll_fail(c, st);
+    if ((st = toy_coll_wait(c, 0, "barrier", t0))) return st;
     c->stats.calls++;
-    c->stats.seconds += now_s() - t0;
+    c->stats.seconds += toy_coll_now() - t0;
     return TOY_OK;
 }
 

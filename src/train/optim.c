@@ -2,7 +2,14 @@
  * clipping by global norm. Semantics: torch.optim.AdamW / torch.optim.SGD
  * (PyTorch 1.13 single-tensor paths), so runs can be checked step by step
  * against PyTorch (tests/test-optim.c). Each step is one pool task; every
- * thread updates its slice of every parameter. */
+ * thread updates its slice of every segment.
+ *
+ * Segments: what the optimizer updates, each a range of one parameter with
+ * its state: the whole of every parameter, or, once sharded (ZeRO-1,
+ * toy_optim_shard), only the ranges this rank owns, whose state lies in
+ * one flat block per moment in the order of the ranges. AdamW is
+ * element-wise, so a sharded update gives each owned element the bits the
+ * whole update gives it. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +25,12 @@ struct oparam {
     float *m, *v; /* AdamW moments / SGD momentum (m) */
 };
 
+struct seg {
+    int param;
+    int64_t off, n;
+    float *m, *v;
+};
+
 struct toy_optim {
     enum toy_optim_kind kind;
     struct toy_optim_group *groups;
@@ -25,7 +38,23 @@ struct toy_optim {
     struct oparam *params;
     int n_params;
     int64_t steps;
+    struct seg *segs; /* NULL until the first step/shard: then rebuilt from params or ranges */
+    int n_segs;
+    bool sharded;
+    float *shard_m, *shard_v; /* sharded: the flat state */
+    int64_t shard_elems;
 };
+
+/* The segments of an unsharded optimizer: every parameter whole. */
+static void build_segs(struct toy_optim *o) {
+    if (o->sharded || (o->segs && o->n_segs == o->n_params)) return;
+    free(o->segs);
+    o->segs = malloc((size_t)(o->n_params ? o->n_params : 1) * sizeof *o->segs);
+    if (!o->segs) TOY_ABORT("out of memory (optimizer segments)");
+    for (int i = 0; i < o->n_params; i++)
+        o->segs[i] = (struct seg){i, 0, toy_nelements(o->params[i].p), o->params[i].m, o->params[i].v};
+    o->n_segs = o->n_params;
+}
 
 struct toy_optim *toy_optim_new(enum toy_optim_kind kind) {
     struct toy_optim *o = calloc(1, sizeof *o);
@@ -39,6 +68,9 @@ void toy_optim_free(struct toy_optim *o) {
         free(o->params[i].m);
         free(o->params[i].v);
     }
+    free(o->segs);
+    free(o->shard_m);
+    free(o->shard_v);
     free(o->params);
     free(o->groups);
     free(o);
@@ -58,6 +90,7 @@ int toy_optim_add_group(struct toy_optim *o, const struct toy_optim_group *g) {
 void toy_optim_add_param(struct toy_optim *o, struct toy_tensor *p, int group) {
     TOY_ASSERT(p->type == TOY_F32 && toy_is_contiguous(p), "optimizer parameter '%s' must be contiguous f32", p->name);
     TOY_ASSERT(group >= 0 && group < o->n_groups, "group %d of '%s' does not exist", group, p->name);
+    TOY_ASSERT(!o->sharded, "optimizer: parameter '%s' added after sharding", p->name);
     o->params = realloc(o->params, (size_t)(o->n_params + 1) * sizeof *o->params);
     if (!o->params) TOY_ABORT("out of memory (optimizer params)");
     size_t n = (size_t)toy_nelements(p);
@@ -73,12 +106,60 @@ int64_t toy_optim_step_count(const struct toy_optim *o) { return o->steps; }
 void toy_optim_set_step_count(struct toy_optim *o, int64_t s) { o->steps = s; }
 float *toy_optim_state(struct toy_optim *o, int i, int which) { return which ? o->params[i].v : o->params[i].m; }
 
+static int n_moments(const struct toy_optim *o) { return o->kind == TOY_OPTIM_ADAMW ? 2 : 1; }
+
 size_t toy_optim_state_bytes(const struct toy_optim *o) {
+    if (o->sharded) return (size_t)o->shard_elems * sizeof(float) * (size_t)n_moments(o);
     size_t b = 0;
-    for (int i = 0; i < o->n_params; i++)
-        b += (size_t)toy_nelements(o->params[i].p) * sizeof(float) * (o->kind == TOY_OPTIM_ADAMW ? 2 : 1);
+    for (int i = 0; i < o->n_params; i++) b += (size_t)toy_nelements(o->params[i].p) * sizeof(float) * (size_t)n_moments(o);
     return b;
 }
+
+enum toy_status toy_optim_shard(struct toy_optim *o, const struct toy_optim_range *r, int n) {
+    int64_t total = 0;
+    for (int k = 0; k < n; k++) {
+        if (r[k].param < 0 || r[k].param >= o->n_params || r[k].off < 0 || r[k].count < 0 ||
+            r[k].off + r[k].count > toy_nelements(o->params[r[k].param].p))
+            return toy_error(TOY_ERR_INVALID_ARG, "optimizer shard: range %d (parameter %d, %lld + %lld) is outside it", k,
+                             r[k].param, (long long)r[k].off, (long long)r[k].count);
+        total += r[k].count;
+    }
+    if (n < 0) return toy_error(TOY_ERR_INVALID_ARG, "optimizer shard: %d ranges", n);
+    struct seg *segs = malloc((size_t)(n > 0 ? n : 1) * sizeof *segs);
+    float *m = calloc((size_t)(total ? total : 1), sizeof *m);
+    float *v = o->kind == TOY_OPTIM_ADAMW ? calloc((size_t)(total ? total : 1), sizeof *v) : NULL;
+    if (!segs || !m || (o->kind == TOY_OPTIM_ADAMW && !v)) {
+        free(segs), free(m), free(v);
+        return toy_error(TOY_ERR_NOMEM, "optimizer shard of %lld elements", (long long)total);
+    }
+    int64_t at = 0;
+    for (int k = 0; k < n; k++) {
+        segs[k] = (struct seg){r[k].param, r[k].off, r[k].count, m + at, v ? v + at : NULL};
+        at += r[k].count;
+    }
+    for (int i = 0; i < o->n_params; i++) { /* the whole-parameter state is what sharding saves */
+        free(o->params[i].m);
+        free(o->params[i].v);
+        o->params[i].m = o->params[i].v = NULL;
+    }
+    free(o->segs);
+    free(o->shard_m);
+    free(o->shard_v);
+    o->segs = segs;
+    o->n_segs = n;
+    o->shard_m = m;
+    o->shard_v = v;
+    o->shard_elems = total;
+    o->sharded = true;
+    return TOY_OK;
+}
+
+float *toy_optim_shard_state(struct toy_optim *o, int which, int64_t *elems) {
+    if (elems) *elems = o->sharded ? o->shard_elems : 0;
+    return o->sharded ? (which ? o->shard_v : o->shard_m) : NULL;
+}
+
+bool toy_optim_sharded(const struct toy_optim *o) { return o->sharded; }
 
 struct step_task {
     struct toy_optim *o;
@@ -90,19 +171,20 @@ struct step_task {
 static void step_fn(void *arg, int ith, int nth) {
     struct step_task *st = arg;
     struct toy_optim *o = st->o;
-    for (int i = 0; i < o->n_params; i++) {
-        struct oparam *op = &o->params[i];
+    for (int i = 0; i < o->n_segs; i++) {
+        const struct seg *sg = &o->segs[i];
+        struct oparam *op = &o->params[sg->param];
         const struct toy_optim_group *g = &o->groups[op->group];
-        int64_t n = toy_nelements(op->p), e0, e1;
-        toy_split(n, ith, nth, &e0, &e1);
+        int64_t e0, e1;
+        toy_split(sg->n, ith, nth, &e0, &e1);
         if (e1 <= e0) continue;
-        float *p = (float *)op->p->data + e0, *gr = (float *)op->p->grad->data + e0, *m = op->m + e0;
+        float *p = (float *)op->p->data + sg->off + e0, *gr = (float *)op->p->grad->data + sg->off + e0, *m = sg->m + e0;
         float lr = st->lr * g->lr_scale;
         if (o->kind == TOY_OPTIM_ADAMW) {
             double t = (double)o->steps;
             float bc1 = (float)(1.0 - pow(g->beta1, t));
             float bc2s = (float)sqrt(1.0 - pow(g->beta2, t));
-            toy_vec.adamw(p, gr, m, op->v + e0, e1 - e0, lr, g->beta1, g->beta2, g->eps, g->weight_decay, bc1, bc2s);
+            toy_vec.adamw(p, gr, m, sg->v + e0, e1 - e0, lr, g->beta1, g->beta2, g->eps, g->weight_decay, bc1, bc2s);
         } else {
             bool first = o->steps == 1;
             for (int64_t k = 0; k < e1 - e0; k++) {
@@ -124,6 +206,7 @@ enum toy_status toy_optim_step(struct toy_optim *o, float lr, struct toy_threadp
             return toy_error(TOY_ERR_STATE, "optimizer: parameter '%s' has no gradient (not in the graph?)",
                              o->params[i].p->name);
     toy_cpu_init();
+    build_segs(o);
     o->steps++;
     struct step_task st = {.o = o, .lr = lr};
     toy_threadpool_run(tp, step_fn, &st);
@@ -133,44 +216,59 @@ enum toy_status toy_optim_step(struct toy_optim *o, float lr, struct toy_threadp
 static void sumsq_fn(void *arg, int ith, int nth) {
     struct step_task *st = arg;
     double s = 0;
-    for (int i = 0; i < st->o->n_params; i++) {
-        struct toy_tensor *p = st->o->params[i].p;
+    for (int i = 0; i < st->o->n_segs; i++) {
+        const struct seg *sg = &st->o->segs[i];
+        struct toy_tensor *p = st->o->params[sg->param].p;
         if (!p->grad) continue;
         int64_t e0, e1;
-        toy_split(toy_nelements(p), ith, nth, &e0, &e1);
-        if (e1 > e0) s += toy_vec.sumsq((float *)p->grad->data + e0, e1 - e0);
+        toy_split(sg->n, ith, nth, &e0, &e1);
+        if (e1 > e0) s += toy_vec.sumsq((float *)p->grad->data + sg->off + e0, e1 - e0);
     }
     st->partial[ith * 8] = s;
 }
 
+/* Scales the gradient of every segment (whole: every parameter). */
 static void scale_fn(void *arg, int ith, int nth) {
     struct step_task *st = arg;
-    for (int i = 0; i < st->o->n_params; i++) {
-        struct toy_tensor *p = st->o->params[i].p;
+    for (int i = 0; i < st->o->n_segs; i++) {
+        const struct seg *sg = &st->o->segs[i];
+        struct toy_tensor *p = st->o->params[sg->param].p;
         if (!p->grad) continue;
         int64_t e0, e1;
-        toy_split(toy_nelements(p), ith, nth, &e0, &e1);
-        float *g = (float *)p->grad->data + e0;
+        toy_split(sg->n, ith, nth, &e0, &e1);
+        float *g = (float *)p->grad->data + sg->off + e0;
         if (e1 > e0) toy_vec.scale(g, g, st->scale, e1 - e0);
     }
 }
 
-float toy_optim_clip_grad_norm(struct toy_optim *o, float max_norm, struct toy_threadpool *tp) {
+double toy_optim_grad_sumsq(struct toy_optim *o, struct toy_threadpool *tp) {
     toy_cpu_init();
+    build_segs(o);
     struct step_task st = {.o = o}; /* on the stack: a step allocates nothing */
     toy_threadpool_run(tp, sumsq_fn, &st);
     double s = 0;
     for (int i = 0; i < toy_threadpool_size(tp); i++) s += st.partial[i * 8];
-    float norm = (float)sqrt(s);
+    return s;
+}
+
+float toy_optim_clip_to(struct toy_optim *o, double sumsq, float max_norm, struct toy_threadpool *tp) {
+    float norm = (float)sqrt(sumsq);
     if (max_norm > 0 && norm > max_norm) {
-        st.scale = (float)(max_norm / ((double)norm + 1e-6));
+        toy_cpu_init();
+        build_segs(o);
+        struct step_task st = {.o = o, .scale = (float)(max_norm / ((double)norm + 1e-6))};
         toy_threadpool_run(tp, scale_fn, &st);
     }
     return norm;
 }
 
+float toy_optim_clip_grad_norm(struct toy_optim *o, float max_norm, struct toy_threadpool *tp) {
+    return toy_optim_clip_to(o, toy_optim_grad_sumsq(o, tp), max_norm, tp);
+}
+
 void toy_optim_scale_grads(struct toy_optim *o, float s, struct toy_threadpool *tp) {
     toy_cpu_init();
+    build_segs(o);
     struct step_task st = {.o = o, .scale = s};
     toy_threadpool_run(tp, scale_fn, &st);
 }
@@ -182,18 +280,28 @@ void toy_optim_zero_grad(struct toy_optim *o) {
 
 /* ---- state in GGUF ------------------------------------------------------------ */
 
-static int n_moments(const struct toy_optim *o) { return o->kind == TOY_OPTIM_ADAMW ? 2 : 1; }
-
-enum toy_status toy_optim_write_gguf(struct toy_optim *o, struct toy_gguf_writer *w) {
+enum toy_status toy_optim_write_gguf_state(struct toy_optim *o, struct toy_gguf_writer *w, float *const *m,
+                                           float *const *v) {
     char name[160];
     enum toy_status st = TOY_OK;
     for (int i = 0; i < o->n_params && !st; i++) {
         const struct toy_tensor *p = o->params[i].p;
         for (int which = 0; which < n_moments(o) && !st; which++) {
             snprintf(name, sizeof name, "opt.%c.%s", which ? 'v' : 'm', p->name);
-            st = toy_gguf_writer_add_tensor(w, name, TOY_F32, 4, p->ne, which ? o->params[i].v : o->params[i].m);
+            st = toy_gguf_writer_add_tensor(w, name, TOY_F32, 4, p->ne, which ? v[i] : m[i]);
         }
     }
+    return st;
+}
+
+enum toy_status toy_optim_write_gguf(struct toy_optim *o, struct toy_gguf_writer *w) {
+    if (o->sharded)
+        return toy_error(TOY_ERR_STATE, "optimizer: the state is sharded; gather it and use toy_optim_write_gguf_state");
+    float **m = malloc((size_t)(o->n_params ? o->n_params : 1) * 2 * sizeof *m);
+    if (!m) return toy_error(TOY_ERR_NOMEM, "optimizer state");
+    for (int i = 0; i < o->n_params; i++) m[i] = o->params[i].m, m[o->n_params + i] = o->params[i].v;
+    enum toy_status st = toy_optim_write_gguf_state(o, w, m, m + o->n_params);
+    free(m);
     return st;
 }
 
@@ -210,7 +318,11 @@ enum toy_status toy_optim_read_gguf(struct toy_optim *o, const struct toy_gguf *
                 return toy_error(TOY_ERR_SHAPE, "%s: %s has %lld %s elements, the model needs %lld f32 (offset %zu)",
                                  toy_gguf_path(g), name, (long long)gt->n_elements, toy_dtype_name(gt->type),
                                  (long long)toy_nelements(p), gt->file_offset);
-            memcpy(which ? o->params[i].v : o->params[i].m, gt->data, gt->nbytes);
+            if (!o->sharded) memcpy(which ? o->params[i].v : o->params[i].m, gt->data, gt->nbytes);
+            for (int k = 0; o->sharded && k < o->n_segs; k++) /* only the owned ranges */
+                if (o->segs[k].param == i)
+                    memcpy(which ? o->segs[k].v : o->segs[k].m, (const float *)gt->data + o->segs[k].off,
+                           (size_t)o->segs[k].n * sizeof(float));
         }
     }
     return TOY_OK;

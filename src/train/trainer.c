@@ -8,6 +8,18 @@
  * Resuming restores weights, moments, the step and the data sampler's RNG,
  * so the continued run draws the same batches and computes the same losses,
  * to the bit, as an uninterrupted one with the same thread count.
+ *
+ * Data parallelism through a toy_collective (toy_trainer_use_collective):
+ * the gradients go to a toy_grad_sync plan in the order the backward pass
+ * finishes them; with overlap its node callback starts each bucket during
+ * the last micro-batch's backward pass, without it the same buckets go
+ * after it (same bits). The 1/accum scaling is the plan's prescale. The
+ * gradient sync ends before the step's scalars are summed, so every rank
+ * issues its collectives in one order. ZeRO-1: the optimizer keeps the
+ * state of this rank's part of the buckets; the clipping norm sums the
+ * parts' squares over the ranks; after the update the parameters are
+ * all-gathered; a checkpoint gathers the moments on rank 0, which writes
+ * them whole (the same file as without ZeRO: any number of ranks resumes).
  */
 #include <math.h>
 #include <stdio.h>
@@ -15,6 +27,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "toy/collective.h"
 #include "toy/generate.h"
 #include "toy/gguf.h"
 #include "toy/graph.h"
@@ -52,6 +65,10 @@ struct toy_trainer {
     int n_params;
     toy_reduce_sum_fn reduce;          /* sums of scalars over ranks (NULL: local values) */
     double *stats;                     /* (2 + world): loss, stop requests, compute s per rank */
+    struct toy_collective *coll;       /* toy_trainer_use_collective (NULL: the hooks above, if any) */
+    struct toy_grad_sync *gs;
+    bool overlap, zero;
+    int *order;                        /* gs buffer b is optimizer parameter order[b] */
 };
 
 void toy_trainer_set_collective(struct toy_trainer *t, toy_allreduce_fn fn, void *ud, int rank, int world) {
@@ -76,6 +93,66 @@ enum toy_status toy_trainer_set_reduce(struct toy_trainer *t, toy_reduce_sum_fn 
     t->reduce = fn;
     return TOY_OK;
 }
+
+enum toy_status toy_trainer_use_collective(struct toy_trainer *t, struct toy_collective *c, const struct toy_dp_opts *o) {
+    int world = toy_collective_world(c), rank = toy_collective_rank(c), n = t->n_params;
+    if (t->gs) return toy_error(TOY_ERR_STATE, "trainer: a collective is in use already");
+    if (world == 1) return TOY_OK; /* one rank: nothing to share */
+    toy_trainer_set_collective(t, NULL, c, rank, world);
+    enum toy_status st = toy_trainer_set_reduce(t, toy_collective_reduce_sum);
+    if (st) return st;
+    int *lw = malloc((size_t)(n ? n : 1) * sizeof *lw), *ready = malloc((size_t)(n ? n : 1) * sizeof *ready);
+    float **grads = malloc((size_t)(n ? n : 1) * sizeof *grads), **data = malloc((size_t)(n ? n : 1) * sizeof *data);
+    int64_t *counts = malloc((size_t)(n ? n : 1) * sizeof *counts);
+    t->order = malloc((size_t)(n ? n : 1) * sizeof *t->order);
+    if (!lw || !ready || !grads || !data || !counts || !t->order) {
+        st = toy_error(TOY_ERR_NOMEM, "trainer");
+        goto out;
+    }
+    /* the order the backward pass finishes the gradients in (stable: ties keep the optimizer's order) */
+    toy_graph_grad_last_writers(t->g, t->params, n, lw);
+    for (int i = 0; i < n; i++) {
+        int j = i;
+        for (; j > 0 && lw[t->order[j - 1]] > lw[i]; j--) t->order[j] = t->order[j - 1];
+        t->order[j] = i;
+    }
+    for (int b = 0; b < n; b++) {
+        struct toy_tensor *p = t->params[t->order[b]];
+        if (!p->grad || p->grad->type != TOY_F32) {
+            st = toy_error(TOY_ERR_UNSUPPORTED, "data parallelism: %s has no f32 gradient", p->name);
+            goto out;
+        }
+        grads[b] = p->grad->data;
+        data[b] = p->data;
+        counts[b] = toy_nelements(p);
+        ready[b] = lw[t->order[b]];
+    }
+    t->coll = c;
+    t->overlap = o && o->overlap;
+    t->zero = o && o->zero > 0;
+    if ((st = toy_grad_sync_new(c, grads, data, counts, ready, n, t->zero, &t->gs))) goto out;
+    if (t->zero) { /* this rank's parts of the buckets are what its optimizer keeps */
+        const struct toy_bucket_piece *pc;
+        int np = toy_grad_sync_shard(t->gs, &pc, NULL);
+        struct toy_optim_range *r = malloc((size_t)(np ? np : 1) * sizeof *r);
+        if (!r) {
+            st = toy_error(TOY_ERR_NOMEM, "trainer");
+            goto out;
+        }
+        for (int k = 0; k < np; k++) r[k] = (struct toy_optim_range){t->order[pc[k].buf], pc[k].off, pc[k].count};
+        st = toy_optim_shard(t->opt, r, np);
+        free(r);
+    }
+out:
+    free(lw);
+    free(ready);
+    free(grads);
+    free(data);
+    free(counts);
+    return st;
+}
+
+size_t toy_trainer_optim_state_bytes(const struct toy_trainer *t) { return toy_optim_state_bytes(t->opt); }
 
 static double now_s(void) {
     struct timespec ts;
@@ -202,6 +279,8 @@ enum toy_status toy_trainer_new_lm(const struct toy_lm *lm, const struct toy_tok
 
 void toy_trainer_free(struct toy_trainer *t) {
     if (!t) return;
+    toy_grad_sync_free(t->gs);
+    free(t->order);
     free(t->params);
     free(t->stats);
     toy_optim_free(t->opt);
@@ -257,7 +336,7 @@ enum toy_status toy_trainer_eval(struct toy_trainer *t, int64_t n_batches, float
 
 /* ---- checkpoints ---------------------------------------------------------------- */
 
-static enum toy_status write_state(struct toy_trainer *t, const char *path) {
+static enum toy_status write_state(struct toy_trainer *t, const char *path, float *const *m, float *const *v) {
     struct toy_gguf_writer *w;
     enum toy_status st = toy_gguf_writer_init(&w);
     if (st) return st;
@@ -280,7 +359,7 @@ static enum toy_status write_state(struct toy_trainer *t, const char *path) {
     if (!st) st = toy_gguf_writer_set_str(w, "toy.train.opts", os);
     free(os);
     json_decref(oj);
-    if (!st) st = toy_optim_write_gguf(t->opt, w);
+    if (!st) st = m ? toy_optim_write_gguf_state(t->opt, w, m, v) : toy_optim_write_gguf(t->opt, w);
     if (!st) st = toy_gguf_writer_write(w, path);
     toy_gguf_writer_free(w);
     return st;
@@ -313,15 +392,53 @@ static enum toy_status check_replicas(struct toy_trainer *t) {
     return TOY_OK;
 }
 
+/* ZeRO-1: the moments of every rank's shard, whole on rank 0 (*full: m of
+ * every parameter, then v; NULL on the other ranks). Every rank calls it. */
+static enum toy_status gather_moments(struct toy_trainer *t, float ***full) {
+    int n = t->n_params;
+    float **f = NULL, **fs = NULL;
+    *full = NULL;
+    enum toy_status st = TOY_OK;
+    if (t->rank == 0) {
+        f = calloc((size_t)(n ? n : 1) * 2, sizeof *f);
+        fs = malloc((size_t)(n ? n : 1) * sizeof *fs);
+        for (int i = 0; f && i < 2 * n; i++)
+            if (!(f[i] = malloc((size_t)toy_nelements(t->params[i % n]) * sizeof(float)))) break;
+        if (!f || !fs || (n && !f[2 * n - 1])) st = toy_error(TOY_ERR_NOMEM, "gathering the optimizer state");
+    }
+    /* every rank takes part even when rank 0 could not allocate (it then ends the run) */
+    for (int which = 0; which < 2; which++) {
+        for (int b = 0; fs && !st && b < n; b++) fs[b] = f[which * n + t->order[b]];
+        enum toy_status gst = toy_grad_sync_gather_shard(t->gs, toy_optim_shard_state(t->opt, which, NULL),
+                                                         t->rank == 0 && !st ? fs : NULL, 0);
+        if (!st) st = gst;
+    }
+    free(fs);
+    if (st || t->rank != 0) {
+        for (int i = 0; f && i < 2 * n; i++) free(f[i]);
+        free(f);
+        return st;
+    }
+    *full = f;
+    return TOY_OK;
+}
+
 enum toy_status toy_trainer_checkpoint(struct toy_trainer *t, char *out, size_t out_size) {
     char dir[1100], path[1200], state[1200];
+    float **full = NULL;
+    enum toy_status st;
+    if (t->zero && (st = gather_moments(t, &full))) return st;
     if (t->rank != 0) return TOY_OK; /* rank 0 writes; every rank holds the same weights */
     snprintf(dir, sizeof dir, "%s/weights", t->run_dir);
-    enum toy_status st = toy_mkdir_p(dir);
+    st = toy_mkdir_p(dir);
+    if (!st) {
+        snprintf(path, sizeof path, "%s/step_%lld.gguf", dir, (long long)t->step);
+        snprintf(state, sizeof state, "%s/step_%lld.state.gguf", dir, (long long)t->step);
+        st = write_state(t, state, full, full ? full + t->n_params : NULL);
+    }
+    for (int i = 0; full && i < 2 * t->n_params; i++) free(full[i]);
+    free(full);
     if (st) return st;
-    snprintf(path, sizeof path, "%s/step_%lld.gguf", dir, (long long)t->step);
-    snprintf(state, sizeof state, "%s/step_%lld.state.gguf", dir, (long long)t->step);
-    if ((st = write_state(t, state))) return st;
     struct toy_gguf_writer *w;
     if ((st = toy_gguf_writer_init(&w))) return st;
     st = t->lm.write_gguf(t->lm.self, w, TOY_F32);
@@ -453,12 +570,37 @@ enum toy_status toy_trainer_run(struct toy_trainer *t, struct toy_train_result *
         double tr0 = t->o.trace ? toy_trace_now(t->o.trace) : 0;
         if (t->o.op_timing) toy_graph_set_timing(t->g, true); /* resets the buckets */
         toy_optim_zero_grad(t->opt);
-        if (t->allreduce) toy_data_get_state(t->data, &ds0); /* a failed collective rewinds to it */
+        if (t->allreduce || t->gs) toy_data_get_state(t->data, &ds0); /* a failed collective rewinds to it */
         double loss = 0;
+        bool sync_err = false;
         for (int64_t a = 0; a < t->o.accum; a++) {
             toy_data_next_batch(t->data, t->tok_t->data, t->tgt_t->data);
-            if ((st = toy_graph_compute(t->g, t->tp))) break;
+            bool last = a == t->o.accum - 1;
+            if (t->gs && last && t->overlap) { /* the buckets start as the backward pass finishes them */
+                if ((st = toy_grad_sync_begin(t->gs, 1.0f / (float)t->o.accum))) {
+                    sync_err = true;
+                    break;
+                }
+                toy_graph_set_node_callback(t->g, toy_grad_sync_on_node, t->gs);
+            }
+            st = toy_graph_compute(t->g, t->tp);
+            if (t->gs && last && t->overlap) toy_graph_set_node_callback(t->g, NULL, NULL);
+            if (st) break;
             loss += *(float *)t->loss->data;
+        }
+        double ar_s = 0, compute_s = now_s() - t0; /* this rank's forward+backward (what overlap hid included) */
+        if (!st && t->gs) { /* what is still in flight (all of it without overlap) */
+            double ar0 = now_s();
+            if (!t->overlap) st = toy_grad_sync_begin(t->gs, 1.0f / (float)t->o.accum);
+            if (!st) st = toy_grad_sync_end(t->gs);
+            ar_s = now_s() - ar0;
+            sync_err = st != TOY_OK;
+        }
+        if (sync_err) {
+            toy_data_set_state(t->data, &ds0);
+            snprintf(err, sizeof err, "gradient all-reduce: %s", toy_last_error());
+            r.reason = TOY_RUN_ERRORED;
+            break;
         }
         if (st) {
             snprintf(err, sizeof err, "%s", toy_last_error());
@@ -470,7 +612,7 @@ enum toy_status toy_trainer_run(struct toy_trainer *t, struct toy_train_result *
             memset(t->stats, 0, (size_t)(t->world + 2) * sizeof *t->stats);
             t->stats[0] = loss;
             t->stats[1] = t->o.stop && *t->o.stop;
-            t->stats[2 + t->rank] = now_s() - t0;
+            t->stats[2 + t->rank] = compute_s;
             if ((st = t->reduce(t->allreduce_ud, t->stats, t->world + 2))) {
                 toy_data_set_state(t->data, &ds0);
                 snprintf(err, sizeof err, "loss all-reduce: %s", toy_last_error());
@@ -494,7 +636,7 @@ enum toy_status toy_trainer_run(struct toy_trainer *t, struct toy_train_result *
             r.reason = TOY_RUN_ABORTED;
             break;
         }
-        if (t->o.accum > 1) toy_optim_scale_grads(t->opt, 1.0f / (float)t->o.accum, t->tp);
+        if (t->o.accum > 1 && !t->gs) toy_optim_scale_grads(t->opt, 1.0f / (float)t->o.accum, t->tp);
         double ar0 = now_s();
         if (t->allreduce && (st = t->allreduce(t->allreduce_ud, t->params, t->n_params))) {
             toy_data_set_state(t->data, &ds0);
@@ -502,11 +644,29 @@ enum toy_status toy_trainer_run(struct toy_trainer *t, struct toy_train_result *
             r.reason = TOY_RUN_ERRORED;
             break;
         }
-        double ar_s = now_s() - ar0;
-        float gn = toy_optim_clip_grad_norm(t->opt, t->o.clip, t->tp);
+        if (t->allreduce) ar_s = now_s() - ar0;
+        float gn;
+        if (t->zero) { /* the norm over every rank's part */
+            double sq = toy_optim_grad_sumsq(t->opt, t->tp);
+            if ((st = t->reduce(t->allreduce_ud, &sq, 1))) {
+                toy_data_set_state(t->data, &ds0);
+                snprintf(err, sizeof err, "gradient norm all-reduce: %s", toy_last_error());
+                r.reason = TOY_RUN_ERRORED;
+                break;
+            }
+            gn = toy_optim_clip_to(t->opt, sq, t->o.clip, t->tp);
+        } else {
+            gn = toy_optim_clip_grad_norm(t->opt, t->o.clip, t->tp);
+        }
         float lr = toy_lr_at(&t->sched, step - 1);
         if ((st = toy_optim_step(t->opt, lr, t->tp))) {
             snprintf(err, sizeof err, "%s", toy_last_error());
+            r.reason = TOY_RUN_ERRORED;
+            break;
+        }
+        if (t->zero && (st = toy_grad_sync_allgather_params(t->gs))) {
+            /* the ranks' parts are updated but not shared: no checkpoint of this state can be written */
+            snprintf(err, sizeof err, "parameter all-gather: %s", toy_last_error());
             r.reason = TOY_RUN_ERRORED;
             break;
         }

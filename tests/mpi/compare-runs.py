@@ -3,11 +3,13 @@
 tests/mpi/test-dp.sh, docs/distributed.md): the step losses of
 events.jsonl, the eval losses, and the weights of the final checkpoints.
 
-    compare-runs.py RUN_A RUN_B [--loss-tol 1e-4] [--weight-tol 1e-4]
+    compare-runs.py RUN_A RUN_B [--loss-tol 1e-4] [--weight-tol 1e-4] [--common-evals]
 
 Prints one JSON line {steps, max_loss_abs, max_loss_rel, max_eval_abs,
 max_weight_abs, max_weight_rel, ...} and exits 1 when a difference passes
 its tolerance (losses: relative; weights: max |a-b| / max |a| per tensor).
+--common-evals compares the evaluations both runs made (a resumed run has
+the "final" evaluation of its first part too).
 Reads GGUF with its own few lines (f32 tensors; llama.cpp's layout)."""
 import json
 import struct
@@ -91,12 +93,18 @@ def main():
         i = args.index("--weight-tol")
         weight_tol = float(args[i + 1])
         del args[i:i + 2]
+    common = "--common-evals" in args
+    if common:
+        args.remove("--common-evals")
     a, b = args
     sa, ea = events(a)
     sb, eb = events(b)
     assert sa.keys() == sb.keys() and sa, f"different steps: {len(sa)} vs {len(sb)}"
     labs = [abs(sa[k] - sb[k]) for k in sa]
     lrel = [abs(sa[k] - sb[k]) / max(abs(sa[k]), 1e-12) for k in sa]
+    if common:
+        keep = ea.keys() & eb.keys()
+        ea, eb = {k: ea[k] for k in keep}, {k: eb[k] for k in keep}
     assert ea.keys() == eb.keys(), f"different evals: {sorted(ea)} vs {sorted(eb)}"
     eabs = [abs(ea[k] - eb[k]) for k in ea] or [0.0]
     wa = gguf_tensors(f"{a}/weights/latest")
