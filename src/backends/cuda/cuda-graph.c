@@ -50,6 +50,7 @@ struct leaf {
 };
 
 struct staged { void *host; size_t off, size; };
+struct range { uintptr_t lo, hi; };
 
 struct cu_graph {
     int dev;
@@ -69,6 +70,8 @@ struct cu_graph {
     size_t stage_size;
     struct staged *down;         /* staged downloads of one run */
     int n_down, cap_down;
+    struct range *pinned;        /* host ranges this graph page-locked */
+    int n_pinned;
 };
 
 static bool writes_grad_node(const struct toy_tensor *t) {
@@ -90,6 +93,8 @@ static void cg_free(struct cu_graph *cg) {
     toy_cu_free(cg->dev, cg->err);
     toy_cu_free(cg->dev, cg->rope);
     if (cg->stage) cudaFreeHost(cg->stage);
+    for (int i = 0; i < cg->n_pinned; i++) cudaHostUnregister((void *)cg->pinned[i].lo);
+    free(cg->pinned);
     cudaGetLastError();
     free(cg->leaves);
     free(cg->cn);
@@ -105,8 +110,6 @@ void toy_cuda_graph_free(struct toy_graph *g) {
 }
 
 /* ---- read-only memory (a mmapped GGUF cannot change under us) -------------------------------- */
-
-struct range { uintptr_t lo, hi; };
 
 static int read_only_ranges(struct range **out) {
     *out = NULL;
@@ -135,6 +138,52 @@ static bool in_ranges(const struct range *r, int n, const void *p, size_t size) 
     for (int i = 0; i < n; i++)
         if (a >= r[i].lo && a + size <= r[i].hi) return true;
     return false;
+}
+
+/* Page-locks the host memory of the large per-run copies (parameters,
+ * gradients, big inputs) so they move by DMA at full bus speed instead of
+ * through the driver's pageable staging. Best effort: a range someone else
+ * registered, or a refusal, leaves it pageable (still correct).
+ * TOY_CUDA_PIN=0 turns it off. */
+static int cmp_range(const void *a, const void *b) {
+    uintptr_t x = ((const struct range *)a)->lo, y = ((const struct range *)b)->lo;
+    return x < y ? -1 : x > y;
+}
+
+static void pin_large(struct cu_graph *cg) {
+    const char *e = getenv("TOY_CUDA_PIN");
+    if (e && !strcmp(e, "0")) return;
+    uintptr_t page = 4096;
+    struct range *r = malloc((size_t)(cg->n_leaves ? cg->n_leaves : 1) * sizeof *r);
+    if (!r) return;
+    int n = 0;
+    for (int i = 0; i < cg->n_leaves; i++) {
+        struct leaf *l = &cg->leaves[i];
+        if ((l->kind != L_UPLOAD && l->kind != L_GRAD) || l->size <= STAGE_MAX) continue;
+        uintptr_t lo = (uintptr_t)l->t->data / page * page, hi = ((uintptr_t)l->t->data + l->size + page - 1) / page * page;
+        r[n++] = (struct range){lo, hi};
+    }
+    qsort(r, (size_t)n, sizeof *r, cmp_range);
+    int m = 0; /* merge overlapping or touching ranges */
+    for (int i = 0; i < n; i++) {
+        if (m && r[i].lo <= r[m - 1].hi) {
+            if (r[i].hi > r[m - 1].hi) r[m - 1].hi = r[i].hi;
+        } else {
+            r[m++] = r[i];
+        }
+    }
+    cg->pinned = malloc((size_t)(m ? m : 1) * sizeof *cg->pinned);
+    if (!cg->pinned) {
+        free(r);
+        return;
+    }
+    for (int i = 0; i < m; i++) {
+        if (cudaHostRegister((void *)r[i].lo, r[i].hi - r[i].lo, cudaHostRegisterDefault) == cudaSuccess)
+            cg->pinned[cg->n_pinned++] = r[i];
+        else
+            cudaGetLastError(); /* already registered by another graph, or refused: stays pageable */
+    }
+    free(r);
 }
 
 /* ---- building the device mirror of a plan ------------------------------------------------------ */
@@ -357,6 +406,7 @@ static enum toy_status prepare(struct toy_graph *g, int dev, struct cu_graph **o
             if (n <= STAGE_MAX) stage_need += (n + 63) / 64 * 64;
         }
     }
+    pin_large(cg);
     if (cudaMallocHost((void **)&cg->stage, stage_need) == cudaSuccess) cg->stage_size = stage_need;
     else {
         cudaGetLastError();
