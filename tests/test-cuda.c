@@ -19,6 +19,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "toy/toy.h"
 
@@ -153,6 +155,37 @@ Test(cuda, device_names_are_checked) {
     cr_assert_geq(n, 1);
     cr_assert_str_eq(d[0].name, "cpu");
     cr_assert_eq(n, 1 + (toy_cuda_device_count() < 7 ? toy_cuda_device_count() : 7));
+}
+
+/* toy devices and --device through the command line (TOY_BIN, set by make check) */
+static int run_cli(const char *args, char *out, size_t cap) {
+    const char *b = getenv("TOY_BIN");
+    if (!b || access(b, X_OK)) cr_skip_test("TOY_BIN not set (run through make check)");
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s %s 2>&1", b, args);
+    FILE *p = popen(cmd, "r");
+    cr_assert(p);
+    size_t n = fread(out, 1, cap - 1, p);
+    out[n] = 0;
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+Test(cuda, cli_devices_and_device_flag) {
+    char out[8192];
+    cr_assert_eq(run_cli("devices", out, sizeof out), 0, "%s", out);
+    cr_assert(strstr(out, "cpu"), "%s", out);
+    if (!toy_cuda_built()) cr_assert(strstr(out, "not built in"), "%s", out);
+    cr_assert_eq(run_cli("devices --json", out, sizeof out), 0, "%s", out);
+    cr_assert(strstr(out, "\"cuda_built\""), "%s", out);
+    /* a device that is not there: a clear error and exit code 1, before the command runs */
+    cr_assert_eq(run_cli("generate --device cuda:63 -m nothing.gguf", out, sizeof out), 1, "%s", out);
+    cr_assert(strstr(out, "cuda:63"), "%s", out);
+    cr_assert_eq(run_cli("train --device=tpu --data nothing.txt", out, sizeof out), 1, "%s", out);
+    cr_assert(strstr(out, "expected cpu, cuda or cuda:N"), "%s", out);
+    cr_assert_eq(run_cli("generate --device", out, sizeof out), 2, "%s", out);
+    /* --device cpu is accepted and taken out before the command parses its flags */
+    cr_assert_eq(run_cli("devices --device cpu", out, sizeof out), 0, "%s", out);
 }
 
 /* ---- ops ------------------------------------------------------------------------------------ */

@@ -572,6 +572,12 @@ enum toy_status toy_cuda_graph_compute(struct toy_graph *g, int device) {
         return toy_error(TOY_ERR_RANGE, "%s '%s': an index is out of range (ids or targets)", toy_op_name(t->op),
                          t->name);
     }
+    /* node callbacks (gradient all-reduce as the backward pass finishes a
+     * gradient): every node has run and its host results are final, so
+     * they are called now, in node order, after the whole graph */
+    if (g->on_node)
+        for (int i = 0; i < g->n_nodes; i++)
+            if (!toy_is_view_op(g->nodes[i]->op)) g->on_node(g->on_node_ud, i);
     return TOY_OK;
 }
 #endif
