@@ -92,13 +92,51 @@ __device__ __forceinline__ float ld_b(const CT &t, int64_t i0, int64_t i1, int64
     return ld(t, t.ne[0] == 1 ? 0 : i0, t.ne[1] == 1 ? 0 : i1, t.ne[2] == 1 ? 0 : i2, t.ne[3] == 1 ? 0 : i3);
 }
 
+/* flat index -> (i0, i1, i2, i3); 32-bit division when it fits (64-bit
+ * division is tens of instructions on a GPU) */
 __device__ __forceinline__ void unravel4(int64_t e, const int64_t *ne, int64_t *i) {
+    if (e < 0xffffffffLL && ne[0] < 0xffffffffLL && ne[1] < 0xffffffffLL && ne[2] < 0xffffffffLL) {
+        uint32_t x = (uint32_t)e, n0 = (uint32_t)ne[0], n1 = (uint32_t)ne[1], n2 = (uint32_t)ne[2];
+        i[0] = x % n0;
+        x /= n0;
+        i[1] = x % n1;
+        x /= n1;
+        i[2] = x % n2;
+        i[3] = x / n2;
+        return;
+    }
     i[0] = e % ne[0];
     e /= ne[0];
     i[1] = e % ne[1];
     e /= ne[1];
     i[2] = e % ne[2];
     i[3] = e / ne[2];
+}
+
+/* element e of a contiguous tensor of a plain dtype */
+__device__ __forceinline__ float ld_flat(const CT &t, int64_t e) {
+    switch (t.type) {
+    case TOY_F32: return ((const float *)t.data)[e];
+    case TOY_F16: return __half2float(((const __half *)t.data)[e]);
+    case TOY_BF16: return __bfloat162float(((const __nv_bfloat16 *)t.data)[e]);
+    default: return (float)((const int32_t *)t.data)[e];
+    }
+}
+
+/* contiguous with a plain (non-block) dtype: element e sits at e * size */
+static inline bool ct_flat(const CT &t) {
+    int64_t es = t.type == TOY_F32 || t.type == TOY_I32 ? 4 : t.type == TOY_F16 || t.type == TOY_BF16 ? 2 : 0;
+    if (!es) return false;
+    int64_t want = es;
+    for (int d = 0; d < 4; d++) {
+        if (t.ne[d] != 1 && t.nb[d] != want) return false;
+        want *= t.ne[d];
+    }
+    return true;
+}
+
+static inline bool same_shape(const CT &a, const CT &b) {
+    return a.ne[0] == b.ne[0] && a.ne[1] == b.ne[1] && a.ne[2] == b.ne[2] && a.ne[3] == b.ne[3];
 }
 
 __device__ __forceinline__ float warp_sum(float v) {

@@ -38,26 +38,38 @@ __global__ void k_cont_cast(CT dst, CT a) {
 
 /* ---- elementwise -------------------------------------------------------------- */
 
-__global__ void k_binary(CT dst, CT a, CT b, int op) {
+__global__ void k_binary(CT dst, CT a, CT b, int op, bool flat) {
     int64_t n = ct_nel(dst);
     float *y = (float *)dst.data;
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
-        int64_t i[4];
-        unravel4(e, dst.ne, i);
-        float x = ld(a, i[0], i[1], i[2], i[3]), z = ld_b(b, i[0], i[1], i[2], i[3]);
+        float x, z;
+        if (flat) {
+            x = ld_flat(a, e);
+            z = ld_flat(b, e);
+        } else {
+            int64_t i[4];
+            unravel4(e, dst.ne, i);
+            x = ld(a, i[0], i[1], i[2], i[3]);
+            z = ld_b(b, i[0], i[1], i[2], i[3]);
+        }
         y[e] = op == TOY_OP_ADD ? x + z : op == TOY_OP_SUB ? x - z : op == TOY_OP_MUL ? x * z : x / z;
     }
 }
 
 #define GELU_C 0.7978845608028654f
 
-__global__ void k_unary(CT dst, CT a, int op, float s) {
+__global__ void k_unary(CT dst, CT a, int op, float s, bool flat) {
     int64_t n = ct_nel(dst);
     float *y = (float *)dst.data;
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
-        int64_t i[4];
-        unravel4(e, dst.ne, i);
-        float x = ld(a, i[0], i[1], i[2], i[3]), r;
+        float x, r;
+        if (flat) {
+            x = ld_flat(a, e);
+        } else {
+            int64_t i[4];
+            unravel4(e, dst.ne, i);
+            x = ld(a, i[0], i[1], i[2], i[3]);
+        }
         switch (op) {
         case TOY_OP_SCALE: r = x * s; break;
         case TOY_OP_SQR: r = x * x; break;
@@ -71,13 +83,20 @@ __global__ void k_unary(CT dst, CT a, int op, float s) {
     }
 }
 
-__global__ void k_act_back(CT dst, CT dy, CT x, int op) {
+__global__ void k_act_back(CT dst, CT dy, CT x, int op, bool flat) {
     int64_t n = ct_nel(dst);
     float *y = (float *)dst.data;
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
-        int64_t i[4];
-        unravel4(e, dst.ne, i);
-        float g = ld(dy, i[0], i[1], i[2], i[3]), v = ld(x, i[0], i[1], i[2], i[3]);
+        float g, v;
+        if (flat) {
+            g = ld_flat(dy, e);
+            v = ld_flat(x, e);
+        } else {
+            int64_t i[4];
+            unravel4(e, dst.ne, i);
+            g = ld(dy, i[0], i[1], i[2], i[3]);
+            v = ld(x, i[0], i[1], i[2], i[3]);
+        }
         if (op == TOY_OP_SILU_BACK) {
             float sg = 1.0f / (1.0f + expf(-v));
             y[e] = g * sg * (1.0f + v * (1.0f - sg));
@@ -88,25 +107,41 @@ __global__ void k_act_back(CT dst, CT dy, CT x, int op) {
     }
 }
 
-__global__ void k_swiglu(CT dst, CT g, CT u) {
+__global__ void k_swiglu(CT dst, CT g, CT u, bool flat) {
     int64_t n = ct_nel(dst);
     float *y = (float *)dst.data;
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
-        int64_t i[4];
-        unravel4(e, dst.ne, i);
-        float gv = ld(g, i[0], i[1], i[2], i[3]), uv = ld(u, i[0], i[1], i[2], i[3]);
+        float gv, uv;
+        if (flat) {
+            gv = ld_flat(g, e);
+            uv = ld_flat(u, e);
+        } else {
+            int64_t i[4];
+            unravel4(e, dst.ne, i);
+            gv = ld(g, i[0], i[1], i[2], i[3]);
+            uv = ld(u, i[0], i[1], i[2], i[3]);
+        }
         y[e] = gv / (1.0f + expf(-gv)) * uv;
     }
 }
 
 /* dst = [dg (like gate) | du (like up)], both contiguous */
-__global__ void k_swiglu_back(CT dst, CT dy, CT g, CT u) {
+__global__ void k_swiglu_back(CT dst, CT dy, CT g, CT u, bool flat) {
     int64_t n = ct_nel(g);
     float *dg = (float *)dst.data, *du = dg + n;
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
-        int64_t i[4];
-        unravel4(e, g.ne, i);
-        float d = ld(dy, i[0], i[1], i[2], i[3]), gv = ld(g, i[0], i[1], i[2], i[3]), uv = ld(u, i[0], i[1], i[2], i[3]);
+        float d, gv, uv;
+        if (flat) {
+            d = ld_flat(dy, e);
+            gv = ld_flat(g, e);
+            uv = ld_flat(u, e);
+        } else {
+            int64_t i[4];
+            unravel4(e, g.ne, i);
+            d = ld(dy, i[0], i[1], i[2], i[3]);
+            gv = ld(g, i[0], i[1], i[2], i[3]);
+            uv = ld(u, i[0], i[1], i[2], i[3]);
+        }
         float s = 1.0f / (1.0f + expf(-gv));
         du[e] = d * gv * s;
         dg[e] = d * uv * s * (1.0f + gv * (1.0f - s));
@@ -476,10 +511,14 @@ __global__ void k_ce_back(CT dst, CT dy, CT lg, CT tg, const float *lse, int32_t
 
 /* ---- gradient plumbing, KV cache ------------------------------------------------------------------------ */
 
-__global__ void k_accum(CT dst, CT c) {
+__global__ void k_accum(CT dst, CT c, bool flat) {
     int64_t n = ct_nel(dst);
     float *y = (float *)dst.data;
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
+        if (flat) {
+            y[e] += ld_flat(c, e);
+            continue;
+        }
         int64_t i[4];
         unravel4(e, dst.ne, i);
         y[e] += ld(c, i[0], i[1], i[2], i[3]);
@@ -583,18 +622,24 @@ extern "C" int toy_cu_run(const struct toy_cu_node *n, char *msg, size_t msg_siz
     case TOY_OP_ADD:
     case TOY_OP_SUB:
     case TOY_OP_MUL:
-    case TOY_OP_DIV: k_binary<<<gs, TPB, 0, s>>>(d, src[0], src[1], n->op); break;
+    case TOY_OP_DIV:
+        k_binary<<<gs, TPB, 0, s>>>(d, src[0], src[1], n->op,
+                                    ct_flat(src[0]) && ct_flat(src[1]) && same_shape(src[0], src[1]));
+        break;
     case TOY_OP_SCALE:
     case TOY_OP_SQR:
     case TOY_OP_SQRT:
     case TOY_OP_NEG:
     case TOY_OP_TANH:
     case TOY_OP_SILU:
-    case TOY_OP_GELU: k_unary<<<gs, TPB, 0, s>>>(d, src[0], n->op, fp0); break;
+    case TOY_OP_GELU: k_unary<<<gs, TPB, 0, s>>>(d, src[0], n->op, fp0, ct_flat(src[0])); break;
     case TOY_OP_SILU_BACK:
-    case TOY_OP_GELU_BACK: k_act_back<<<gs, TPB, 0, s>>>(d, src[0], src[1], n->op); break;
-    case TOY_OP_SWIGLU: k_swiglu<<<gs, TPB, 0, s>>>(d, src[0], src[1]); break;
-    case TOY_OP_SWIGLU_BACK: k_swiglu_back<<<grid_for(ct_nel(src[1]), TPB), TPB, 0, s>>>(d, src[0], src[1], src[2]); break;
+    case TOY_OP_GELU_BACK: k_act_back<<<gs, TPB, 0, s>>>(d, src[0], src[1], n->op, ct_flat(src[0]) && ct_flat(src[1])); break;
+    case TOY_OP_SWIGLU: k_swiglu<<<gs, TPB, 0, s>>>(d, src[0], src[1], ct_flat(src[0]) && ct_flat(src[1])); break;
+    case TOY_OP_SWIGLU_BACK:
+        k_swiglu_back<<<grid_for(ct_nel(src[1]), TPB), TPB, 0, s>>>(d, src[0], src[1], src[2],
+                                                                   ct_flat(src[0]) && ct_flat(src[1]) && ct_flat(src[2]));
+        break;
     case TOY_OP_MATMUL: return toy_cu_matmul(n, msg, msg_size);
     case TOY_OP_GET_ROWS: k_get_rows<<<gs, TPB, 0, s>>>(d, src[0], src[1], n->err, n->index); break;
     case TOY_OP_GET_ROWS_BACK:
@@ -675,7 +720,7 @@ extern "C" int toy_cu_run(const struct toy_cu_node *n, char *msg, size_t msg_siz
                                                                                   n->op_params[P_CE_IGNORE]);
         break;
     }
-    case TOY_OP_ACCUM: k_accum<<<gs, TPB, 0, s>>>(d, src[0]); break;
+    case TOY_OP_ACCUM: k_accum<<<gs, TPB, 0, s>>>(d, src[0], ct_flat(src[0])); break;
     case TOY_OP_VIEW_BACK:
         cudaMemsetAsync(d.data, 0, n->dst_nbytes, s);
         k_view_back<<<grid_for(ct_nel(src[1]), TPB), TPB, 0, s>>>(d, src[0], src[1], n->view_off);
