@@ -11,7 +11,9 @@
  *           GGUF, for the llama.cpp comparison (bench/llama_cpp.sh)
  *   file    prefill and decode tokens/s of a GGUF file as a user runs it
  *           (mmapped weights), the same protocol as bench/llama_cpp.mjs
- * Usage: bench-llama THREADS [S|M] [train|infer]
+ *   scale   how the S training step grows with T (128 -> 1024, B 8) and how
+ *           M decode falls with context (256 -> 2048, q8_0 weights)
+ * Usage: bench-llama THREADS [S|M] [train|infer|scale]
  *        bench-llama 0 M gguf OUT.gguf TOKENIZER_DIR
  *        bench-llama THREADS M file MODEL.gguf */
 #include <math.h>
@@ -62,9 +64,15 @@ static struct toy_llama_config shape(const char *s, int64_t *T, int64_t *B) {
     return c;
 }
 
+static double bench_train_T(struct toy_threadpool *tp, int nth, const char *s, bool bf16, int64_t T_override);
 static void bench_train(struct toy_threadpool *tp, int nth, const char *s, bool bf16) {
+    bench_train_T(tp, nth, s, bf16, 0);
+}
+
+static double bench_train_T(struct toy_threadpool *tp, int nth, const char *s, bool bf16, int64_t T_override) {
     int64_t T, B;
     struct toy_llama_config c = shape(s, &T, &B);
+    if (T_override) T = T_override;
     struct toy_llama *m = toy_llama_new(&c, 1);
     m->matmul_type = bf16 ? TOY_BF16 : TOY_F32;
     struct toy_ctx *ctx = toy_ctx_init(true);
@@ -84,7 +92,7 @@ static void bench_train(struct toy_threadpool *tp, int nth, const char *s, bool 
     struct toy_optim *o = toy_optim_new(TOY_OPTIM_ADAMW);
     int grp = toy_optim_add_group(o, &(struct toy_optim_group){.beta1 = 0.9f, .beta2 = 0.95f, .weight_decay = 0.1f});
     for (int i = 0; i < toy_llama_n_tensors(m); i++) toy_optim_add_param(o, toy_llama_tensor(m, i), grp);
-    int steps = !strcmp(s, "S") ? 5 : 3;
+    int steps = T_override ? 2 : !strcmp(s, "S") ? 5 : 3;
     double best = 1e30;
     for (int i = 0; i < steps + 1; i++) {
         double t0 = now();
@@ -97,13 +105,62 @@ static void bench_train(struct toy_threadpool *tp, int nth, const char *s, bool 
     }
     double n = (double)toy_llama_n_params(m);
     double flops = 6.0 * n * (double)(T * B); /* model FLOPs, attention excluded */
-    printf("{\"bench\":\"train\",\"shape\":\"%s\",\"dtype\":\"%s\",\"threads\":%d,\"toy_s\":%.3f,\"toy_tok_s\":%.0f,"
-           "\"toy_gflops\":%.1f,\"peak_act_mb\":%.1f}\n", s, bf16 ? "bf16" : "f32", nth, best, (double)(T * B) / best,
-           flops / best / 1e9, pi.peak_bytes / 1e6);
-    fflush(stdout);
+    if (!T_override) {
+        printf("{\"bench\":\"train\",\"shape\":\"%s\",\"dtype\":\"%s\",\"threads\":%d,\"toy_s\":%.3f,\"toy_tok_s\":%.0f,"
+               "\"toy_gflops\":%.1f,\"peak_act_mb\":%.1f}\n", s, bf16 ? "bf16" : "f32", nth, best, (double)(T * B) / best,
+               flops / best / 1e9, pi.peak_bytes / 1e6);
+        fflush(stdout);
+    } else {
+        printf("scaling: train %s f32 T %4lld B %lld: %.3f s/step, %.0f tok/s, %.1f GFLOPS (model), activations %.0f MB\n",
+               s, (long long)T, (long long)B, best, (double)(T * B) / best, flops / best / 1e9, pi.peak_bytes / 1e6);
+        fflush(stdout);
+    }
     toy_optim_free(o);
     toy_ctx_free(ctx);
     toy_llama_free(m);
+    return best;
+}
+
+static bool count_tok(void *ud, int32_t id, const char *text, size_t len, float lp);
+static void quantize_model(struct toy_llama *m, enum toy_dtype type, void **keep, int *n_keep);
+
+/* decode tokens/s of M (q8_0 weights) after prompts of 256 .. 2048 tokens */
+static void bench_ctx_scaling(struct toy_threadpool *tp) {
+    int64_t T, B;
+    struct toy_llama_config c = shape("M", &T, &B);
+    c.max_ctx = 8192; /* SmolLM2-135M's trained context */
+    struct toy_llama *m = toy_llama_new(&c, 1);
+    void *keep[512];
+    int n_keep = 0;
+    quantize_model(m, TOY_Q8_0, keep, &n_keep);
+    int32_t *prompt = malloc(2048 * sizeof *prompt);
+    for (int i = 0; i < 2048; i++) prompt[i] = (int32_t)((i * 31 + 7) % c.vocab);
+    struct toy_generator *gen;
+    toy_generator_new(m, NULL, 2048 + 64, tp, &gen);
+    struct toy_generate_params gp = {.n_predict = 16, .ignore_eos = true};
+    double first = 0;
+    for (int64_t n = 256; n <= 2048; n *= 2) {
+        double bd = 0, bp = 0;
+        for (int rep = 0; rep < 2; rep++) {
+            struct toy_generate_result r;
+            int k = 0;
+            if (toy_generate(gen, prompt, n, &gp, count_tok, &k, &r)) {
+                fprintf(stderr, "bench-llama: context %lld: %s\n", (long long)n, toy_last_error());
+                break;
+            }
+            if (r.n_generated / r.decode_s > bd) bd = r.n_generated / r.decode_s;
+            if (r.n_prompt / r.prefill_s > bp) bp = r.n_prompt / r.prefill_s;
+        }
+        if (bd == 0) break;
+        if (!first) first = bd;
+        printf("scaling: decode M q8_0 context %4lld: %.1f tok/s (%.2fx of context 256); prefill %.0f tok/s\n",
+               (long long)n, bd, bd / first, bp);
+        fflush(stdout);
+    }
+    toy_generator_free(gen);
+    free(prompt);
+    toy_llama_free(m);
+    for (int i = 0; i < n_keep; i++) free(keep[i]);
 }
 
 static bool count_tok(void *ud, int32_t id, const char *text, size_t len, float lp) {
@@ -242,7 +299,10 @@ int main(int argc, char **argv) {
         toy_threadpool_free(tp);
         return rc;
     }
-    if (!strcmp(mode, "train")) {
+    if (!strcmp(mode, "scale")) {
+        for (int64_t T = 128; T <= 1024; T *= 2) bench_train_T(tp, nth, "S", false, T);
+        bench_ctx_scaling(tp);
+    } else if (!strcmp(mode, "train")) {
         bench_train(tp, nth, which, false);
         bench_train(tp, nth, which, true);
     } else {

@@ -4,6 +4,7 @@
  * text to stdout. --json prints ids, text and per-token logprobs instead.
  * A GPT-2 GGUF goes to cli/generate-gpt2.c. */
 #include <jansson.h>
+#include <sys/resource.h>
 #include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -173,11 +174,14 @@ int toy_cmd_generate(int argc, char **argv) {
             const char *reasons[] = {"length", "eos", "stop", "caller", "context"};
             json_t *prompt_arr = json_array();
             for (int64_t i = 0; i < ids.n; i++) json_array_append_new(prompt_arr, json_integer(ids.ids[i]));
-            json_t *res = json_pack("{s:s,s:o,s:o,s:s#,s:o,s:s,s:f,s:f}", "format", "toy/generate-v1", "prompt_ids",
+            struct rusage ru;
+            getrusage(RUSAGE_SELF, &ru);
+            json_t *res = json_pack("{s:s,s:o,s:o,s:s#,s:o,s:s,s:f,s:f,s:f}", "format", "toy/generate-v1", "prompt_ids",
                                     prompt_arr, "ids", o.ids, "text", text ? text : "", text ? tl : 0, "logprobs",
                                     o.lps, "finish_reason", reasons[r.reason], "prefill_tokens_per_s",
                                     r.prefill_s > 0 ? r.n_prompt / r.prefill_s : 0.0, "decode_tokens_per_s",
-                                    r.decode_s > 0 ? r.n_generated / r.decode_s : 0.0);
+                                    r.decode_s > 0 ? r.n_generated / r.decode_s : 0.0, "peak_rss_mb",
+                                    ru.ru_maxrss / 1024.0);
             char *s = json_dumps(res, JSON_COMPACT);
             puts(s);
             free(s);
@@ -187,10 +191,14 @@ int toy_cmd_generate(int argc, char **argv) {
             o.ids = o.lps = NULL;
         } else {
             putchar('\n');
-            if (isatty(2))
-                fprintf(stderr, "[%lld prompt tokens at %.1f tok/s, %lld generated at %.1f tok/s]\n",
+            if (isatty(2)) {
+                struct rusage ru;
+                getrusage(RUSAGE_SELF, &ru);
+                fprintf(stderr, "[%lld prompt tokens at %.1f tok/s, %lld generated at %.1f tok/s, peak RSS %.0f MB]\n",
                         (long long)r.n_prompt, r.prefill_s > 0 ? r.n_prompt / r.prefill_s : 0.0,
-                        (long long)r.n_generated, r.decode_s > 0 ? r.n_generated / r.decode_s : 0.0);
+                        (long long)r.n_generated, r.decode_s > 0 ? r.n_generated / r.decode_s : 0.0,
+                        ru.ru_maxrss / 1024.0);
+            }
         }
         json_decref(o.ids);
         json_decref(o.lps);
