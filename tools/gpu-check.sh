@@ -27,6 +27,9 @@ echo "exit $?"; grep -E "Synthesis|FAIL|fail|differs|skip|max rel|AdamW|decode" 
 step "attention: the untiled reference kernels too"
 TOY_CUDA_ATTN=simple timeout 120 ./build-cuda/toy-tests --filter 'cuda/attention*' -j1 > "$R/test-cuda-attn-simple.txt" 2>&1
 echo "simple attention: $(grep Synthesis "$R/test-cuda-attn-simple.txt")"
+step "decode without CUDA graph capture (TOY_CUDA_GRAPH=0) too"
+TOY_CUDA_GRAPH=0 timeout 120 ./build-cuda/toy-tests --filter 'cuda/*decode*' -j1 > "$R/test-cuda-nograph.txt" 2>&1
+echo "uncaptured decode: $(grep Synthesis "$R/test-cuda-nograph.txt")"
 step "TF32 and BF16 GEMM modes (looser: the bounds are F32's, failures here are expected and informative)"
 for m in tf32 bf16; do
   TOY_CUDA_MATH=$m timeout 120 ./build-cuda/toy-tests --filter 'cuda/llama_*' -j1 > "$R/test-cuda-$m.txt" 2>&1

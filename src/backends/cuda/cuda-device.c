@@ -21,6 +21,7 @@
 #include "backends/cuda/cuda-impl.h"
 
 #define MAX_DEVICES 64
+#define CUBLAS_WORKSPACE ((size_t)32 << 20)
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -104,6 +105,16 @@ enum toy_status toy_cu_device_get(int dev, struct toy_cu_device **out) {
             else if ((cs = cublasSetStream(h, s)) != CUBLAS_STATUS_SUCCESS)
                 st = toy_error(TOY_ERR_BACKEND, "cuda:%d: cublasSetStream: %s", dev, cublasGetStatusString(cs));
         }
+        /* a workspace of our own, so cuBLAS never allocates while a decode
+         * graph is being captured (NVIDIA's advice for stream capture) */
+        void *ws = NULL;
+        if (!st) st = toy_cu_check(cudaMalloc(&ws, CUBLAS_WORKSPACE), "cudaMalloc (cuBLAS workspace)");
+        if (!st) {
+            cublasStatus_t cs = cublasSetWorkspace(h, ws, CUBLAS_WORKSPACE);
+            if (cs != CUBLAS_STATUS_SUCCESS)
+                st = toy_error(TOY_ERR_BACKEND, "cuda:%d: cublasSetWorkspace: %s", dev, cublasGetStatusString(cs));
+        }
+        if (st && ws) cudaFree(ws);
         if (st) {
             if (h) cublasDestroy(h);
             if (s) cudaStreamDestroy(s);

@@ -72,6 +72,9 @@ struct cu_graph {
     int n_down, cap_down;
     struct range *pinned;        /* host ranges this graph page-locked */
     int n_pinned;
+    bool capturable;             /* forward only: the kernels replay as a CUDA graph */
+    int runs;                    /* runs so far (the first one runs uncaptured) */
+    cudaGraphExec_t exec;        /* the captured kernels, once captured */
 };
 
 static bool writes_grad_node(const struct toy_tensor *t) {
@@ -93,6 +96,7 @@ static void cg_free(struct cu_graph *cg) {
     toy_cu_free(cg->dev, cg->err);
     toy_cu_free(cg->dev, cg->rope);
     if (cg->stage) cudaFreeHost(cg->stage);
+    if (cg->exec) cudaGraphExecDestroy(cg->exec);
     for (int i = 0; i < cg->n_pinned; i++) cudaHostUnregister((void *)cg->pinned[i].lo);
     free(cg->pinned);
     cudaGetLastError();
@@ -407,6 +411,17 @@ static enum toy_status prepare(struct toy_graph *g, int dev, struct cu_graph **o
         }
     }
     pin_large(cg);
+    /* A graph without a backward pass (inference: prefill, decode) has
+     * kernels whose arguments never change between runs (n_past is read on
+     * the device), so from the second run on they replay as one captured
+     * CUDA graph instead of hundreds of launches. TOY_CUDA_GRAPH=0 turns
+     * it off; any capture failure falls back to plain launches. */
+    const char *ge = getenv("TOY_CUDA_GRAPH");
+    cg->capturable = !(ge && !strcmp(ge, "0"));
+    for (int i = 0; i < g->n_nodes && cg->capturable; i++)
+        if (writes_grad_node(g->nodes[i]) ||
+            (g->nodes[i]->op >= TOY_OP_GET_ROWS_BACK && g->nodes[i]->op != TOY_OP_KV_STORE)) /* a backward pass */
+            cg->capturable = false;
     if (cudaMallocHost((void **)&cg->stage, stage_need) == cudaSuccess) cg->stage_size = stage_need;
     else {
         cudaGetLastError();
@@ -462,6 +477,41 @@ static void host_aliases(struct toy_graph *g) {
     }
 }
 
+/* Records the node kernels into cg->exec. A node that reports an error
+ * while recording is an error of the run (as it would be uncaptured); a
+ * capture the runtime refuses leaves cg->exec NULL and turns capturing off
+ * for this graph. */
+static enum toy_status capture(struct cu_graph *cg, struct toy_graph *g, int device) {
+    cudaStream_t s = (cudaStream_t)cg->cd->stream;
+    if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+        cudaGetLastError();
+        cg->capturable = false;
+        return TOY_OK;
+    }
+    char msg[256];
+    int rc = 0, bad = -1;
+    for (int i = 0; i < g->n_nodes && !rc; i++) {
+        if (toy_is_view_op(g->nodes[i]->op)) continue;
+        msg[0] = 0;
+        rc = toy_cu_run(&cg->cn[i], msg, sizeof msg);
+        if (rc) bad = i;
+    }
+    cudaGraph_t graph = NULL;
+    cudaError_t e = cudaStreamEndCapture(s, &graph);
+    if (!rc && e == cudaSuccess && graph) {
+        if (cudaGraphInstantiate(&cg->exec, graph, 0) != cudaSuccess) cg->exec = NULL;
+    }
+    if (graph) cudaGraphDestroy(graph);
+    cudaGetLastError();
+    if (!cg->exec) cg->capturable = false;
+    if (rc && bad >= 0) {
+        struct toy_tensor *t = g->nodes[bad];
+        return toy_error((enum toy_status)rc, "cuda:%d: node %d (%s '%s'): %s", device, bad, toy_op_name(t->op),
+                         t->name, msg);
+    }
+    return TOY_OK;
+}
+
 enum toy_status toy_cuda_graph_compute(struct toy_graph *g, int device) {
     enum toy_status st;
     struct cu_graph *cg = g->dev_state;
@@ -510,7 +560,16 @@ enum toy_status toy_cuda_graph_compute(struct toy_graph *g, int device) {
         sync_env = e && *e && strcmp(e, "0");
     }
     bool per_node = g->timing || sync_env;
-    for (int i = 0; i < g->n_nodes; i++) {
+    bool launched = false;
+    if (cg->capturable && !per_node && cg->runs > 0) {
+        if (!cg->exec && (st = capture(cg, g, device))) return st;
+        if (cg->exec) {
+            if ((st = toy_cu_check(cudaGraphLaunch(cg->exec, s), "cudaGraphLaunch"))) return st;
+            launched = true;
+        }
+    }
+    cg->runs++;
+    for (int i = 0; i < g->n_nodes && !launched; i++) {
         struct toy_tensor *t = g->nodes[i];
         if (toy_is_view_op(t->op)) continue;
         msg[0] = 0;

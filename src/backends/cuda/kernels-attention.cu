@@ -7,8 +7,8 @@
  * sees keys j <= t + (Tk - Tq); a window W drops keys j <= t + (Tk - Tq) - W;
  * softcap c: s -> c tanh(s / c); packed documents: with segment ids
  * (op_params[AT_SEG], I32 {T, B}) query t of row b sees key j only when
- * seg[b][j] == seg[b][t]. Cached attention: Tk = n_past + Tq (n_past read
- * on the host).
+ * seg[b][j] == seg[b][t]. Cached attention: Tk = n_past + Tq, n_past read
+ * by the kernels from the device (so a captured decode graph replays).
  *
  * Forward: one warp per query row; each lane holds D/32 elements of q and
  * of the output accumulator; keys stream once with an online softmax (the
@@ -36,7 +36,16 @@ struct at {
     bool causal;
     int window;
     bool seg;
+    const int32_t *np; /* cached attention: n_past on the device, else NULL */
 };
+
+/* cached attention: the key count of this run */
+__device__ __forceinline__ void at_dyn(at &a) {
+    if (!a.np) return;
+    int64_t tk = (int64_t)*a.np + a.Tq;
+    a.Tk = tk < a.Tk ? tk : a.Tk; /* a.Tk starts as the cache length */
+    a.off = a.Tk - a.Tq;
+}
 
 static at at_shape(const struct toy_cu_node *n, const CT &q, const CT &k) {
     at a;
@@ -45,8 +54,8 @@ static at at_shape(const struct toy_cu_node *n, const CT &q, const CT &k) {
     a.Tq = q.ne[2];
     a.B = q.ne[3];
     a.Hkv = k.ne[1];
-    a.Tk = n->op_params[P_AT_DYNKV] && n->n_past >= 0 ? n->n_past + q.ne[2] : k.ne[2];
-    if (a.Tk > k.ne[2]) a.Tk = k.ne[2];
+    a.Tk = k.ne[2]; /* cached: the cache length, cut to n_past + Tq in the kernel (at_dyn) */
+    a.np = n->op_params[P_AT_DYNKV] ? (const int32_t *)n->src[3].data : NULL;
     a.group = a.Hq / a.Hkv;
     a.off = a.Tk - a.Tq;
     memcpy(&a.scale, &n->op_params[P_AT_SCALE], 4);
@@ -107,6 +116,7 @@ __device__ __forceinline__ float score(const at &a, float raw, float *c) {
 
 template <typename KT>
 __global__ void k_attn_fwd(CT out, CT q, CT k, CT v, CT seg, at a, float *lse) {
+    at_dyn(a);
     int64_t row = blockIdx.x * (int64_t)WARPS + threadIdx.x / 32; /* (b, t, h) in out order */
     if (row >= a.B * a.Tq * a.Hq) return;
     int64_t h = row % a.Hq, t = (row / a.Hq) % a.Tq, b = row / (a.Hq * a.Tq), g = h / a.group;
@@ -292,6 +302,7 @@ __device__ __forceinline__ void block_keys(const at &a, int64_t t0, int64_t t1, 
  * (Dp: D rounded up to 32, the padding columns zero) */
 template <typename KT>
 __global__ void k_attn_fwd_tiled(CT out, CT q, CT k, CT v, CT seg, at a, float *lse, int nt) {
+    at_dyn(a);
     extern __shared__ float sm[];
     const int dpl = (int)cdiv(a.D, 32);
     const int64_t Dp = 32 * dpl;

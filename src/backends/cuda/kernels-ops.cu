@@ -537,8 +537,10 @@ __global__ void k_view_back(CT dst, CT dy, CT view, int64_t off) {
     }
 }
 
-__global__ void k_kv_store(CT cache, CT x, int64_t n_past) {
-    int64_t n = ct_nel(x);
+/* n_past is read on the device (the I32 leaf uploaded with each run), so a
+ * captured decode graph replays unchanged from step to step */
+__global__ void k_kv_store(CT cache, CT x, const int32_t *np) {
+    int64_t n = ct_nel(x), n_past = *np;
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
         int64_t i[4];
         unravel4(e, x.ne, i);
@@ -725,7 +727,9 @@ extern "C" int toy_cu_run(const struct toy_cu_node *n, char *msg, size_t msg_siz
         cudaMemsetAsync(d.data, 0, n->dst_nbytes, s);
         k_view_back<<<grid_for(ct_nel(src[1]), TPB), TPB, 0, s>>>(d, src[0], src[1], n->view_off);
         break;
-    case TOY_OP_KV_STORE: k_kv_store<<<grid_for(ct_nel(src[1]), TPB), TPB, 0, s>>>(d, src[1], n->n_past); break;
+    case TOY_OP_KV_STORE:
+        k_kv_store<<<grid_for(ct_nel(src[1]), TPB), TPB, 0, s>>>(d, src[1], (const int32_t *)src[2].data);
+        break;
     default:
         snprintf(msg, msg_size, "no CUDA kernel for this op");
         return TOY_ERR_UNSUPPORTED;
