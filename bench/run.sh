@@ -19,6 +19,8 @@ for spec in "S train" "M train" "M infer"; do
   { "$B/bench/bench-llama" "$NTH" "$1" "$2"; OMP_WAIT_POLICY=passive "$PY" bench/torch_llama.py "$NTH" "$1" "$2"; } \
     | "$PY" bench/report.py "$B/bench-llama-$1-$2.json" || status=1
 done
+# BF16 mixed precision against F32: 200 steps on real text, same seed
+bash bench/bf16_curve.sh || status=1
 # scaling: S step time against T, M decode against context length
 "$B/bench/bench-llama" "$NTH" S scale || status=1
 # prefill and decode of the same GGUF files against llama.cpp (npm node-llama-cpp)
