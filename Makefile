@@ -108,6 +108,14 @@ $(BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(CPPFLAGS) $(NVCCFLAGS) -MMD -MP -c $< -o $@
 
+# CUDA=1: the device code's plain arithmetic (dequantizers, indexing) run on
+# the host against the CPU library; needs no GPU (tools/cuda-host-check.cu)
+.PHONY: cuda-host-check
+cuda-host-check: $(BUILD)/cuda-host-check
+	./$(BUILD)/cuda-host-check
+$(BUILD)/cuda-host-check: $(BUILD)/tools/cuda-host-check.o $(BUILD)/libtoy.a
+	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libtoy.a $(LDLIBS)
+
 $(BUILD)/libtoy.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^

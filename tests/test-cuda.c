@@ -8,8 +8,9 @@
  *     F32 elementwise, norms, rope, softmax, reductions    1e-5
  *     F32 GEMM (TOY_CUDA_MATH=f32, the default), attention 1e-4
  *     F16 / BF16 weights (A rounded to the weight's type)   1e-2
- *     Q8_0 / Q4_0 / Q4_K weights (the CPU's small-m path
- *       quantizes activations to Q8_0; CUDA does not)      2e-2
+ *     Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q4_K / Q5_K / Q6_K
+ *       weights (the CPU's Q8_0 / Q4_0 paths quantize the
+ *       activations to Q8_0; CUDA does not)                2e-2
  *     Llama logits (F32)                                    1e-4
  *     20 AdamW steps of a Llama, loss per step (F32)        1e-4 relative
  * Every test skips when toy is built without CUDA or no CUDA device is
@@ -332,8 +333,8 @@ Test(cuda, matmul_half_and_quantized_weights) {
     need_cuda();
     weight_case(TOY_F16, 5, TOL_HALF);
     weight_case(TOY_BF16, 37, TOL_HALF);
-    enum toy_dtype q[] = {TOY_Q8_0, TOY_Q4_0, TOY_Q4_K};
-    for (int i = 0; i < 3; i++) {
+    enum toy_dtype q[] = {TOY_Q8_0, TOY_Q4_0, TOY_Q4_1, TOY_Q5_0, TOY_Q5_1, TOY_Q4_K, TOY_Q5_K, TOY_Q6_K};
+    for (int i = 0; i < 8; i++) {
         weight_case(q[i], 3, TOL_QUANT);  /* GEMV kernel */
         weight_case(q[i], 40, TOL_QUANT); /* dequantize + GEMM */
     }

@@ -66,7 +66,7 @@ static at at_shape(const struct toy_cu_node *n, const CT &q, const CT &k) {
     return a;
 }
 
-__device__ __forceinline__ void key_range(const at &a, int64_t t, int64_t *j0, int64_t *j1) {
+__host__ __device__ __forceinline__ void key_range(const at &a, int64_t t, int64_t *j0, int64_t *j1) {
     *j0 = 0;
     *j1 = a.Tk;
     if (a.causal) {
@@ -75,6 +75,26 @@ __device__ __forceinline__ void key_range(const at &a, int64_t t, int64_t *j0, i
         if (a.window > 0 && *j1 - a.window > 0) *j0 = *j1 - a.window;
         if (*j1 < 0) *j1 = 0;
     }
+}
+
+/* the queries [*t0, *t1) that see key j (the inverse of key_range):
+ * t >= j - off when causal, and t < j - off + window with a window */
+__host__ __device__ __forceinline__ void query_range(const at &a, int64_t j, int64_t *t0, int64_t *t1) {
+    *t0 = 0;
+    *t1 = a.Tq;
+    if (a.causal) {
+        *t0 = j - a.off > 0 ? j - a.off : 0;
+        if (a.window > 0 && j - a.off + a.window < *t1) *t1 = j - a.off + a.window;
+    }
+}
+
+/* the queries that see any key of [j0, j1), as one range */
+__host__ __device__ __forceinline__ void block_queries(const at &a, int64_t j0, int64_t j1, int64_t *ts, int64_t *te) {
+    int64_t s0, e0, s1, e1;
+    query_range(a, j0, &s0, &e0);
+    query_range(a, j1 - 1, &s1, &e1);
+    *ts = s0 < s1 ? s0 : s1;
+    *te = e0 > e1 ? e0 : e1;
 }
 
 __device__ __forceinline__ int32_t seg_at(const CT &seg, int64_t t, int64_t b) {
@@ -218,12 +238,8 @@ __global__ void k_attn_dkv(float *dk, float *dv, CT dO, CT q, CT k, CT v, CT seg
     load_row<KT>(v, g, j, b, a.D, vr);
 #pragma unroll
     for (int i = 0; i < MAX_DPL; i++) dka[i] = dva[i] = 0.0f;
-    /* queries that see key j: t >= j - off, and with a window t < j - off + window */
-    int64_t t0 = 0, t1 = a.Tq;
-    if (a.causal) {
-        t0 = j - a.off > 0 ? j - a.off : 0;
-        if (a.window > 0 && j - a.off + a.window < t1) t1 = j - a.off + a.window;
-    }
+    int64_t t0, t1;
+    query_range(a, j, &t0, &t1);
     int32_t key_seg = a.seg ? seg_at(seg, j, b) : 0;
     for (int64_t t = t0; t < t1; t++) {
         if (a.seg && seg_at(seg, t, b) != key_seg) continue;
@@ -290,7 +306,7 @@ __device__ __forceinline__ float dot_smem(const float *r, const float *srow, int
 }
 
 /* keys the block's queries t0..t1-1 see, as one range */
-__device__ __forceinline__ void block_keys(const at &a, int64_t t0, int64_t t1, int64_t *js, int64_t *je) {
+__host__ __device__ __forceinline__ void block_keys(const at &a, int64_t t0, int64_t t1, int64_t *js, int64_t *je) {
     int64_t s0, e0, s1, e1;
     key_range(a, t0, &s0, &e0);
     key_range(a, t1 - 1, &s1, &e1);
@@ -435,26 +451,15 @@ __global__ void k_attn_dkv_tiled(float *dk, float *dv, CT dO, CT q, CT k, CT v, 
     float kr[MAX_DPL], vr[MAX_DPL], dka[MAX_DPL], dva[MAX_DPL];
 #pragma unroll
     for (int i = 0; i < MAX_DPL; i++) dka[i] = dva[i] = 0.0f;
-    /* queries that see key j: t >= j - off and, with a window, t < j - off + W */
-    int64_t q0 = 0, q1 = 0;
+    int64_t q0 = 0, q1 = 0, bs, be;
     int32_t key_seg = 0;
     if (live) {
         load_row<KT>(k, g, j, b, a.D, kr);
         load_row<KT>(v, g, j, b, a.D, vr);
-        q0 = 0;
-        q1 = a.Tq;
-        if (a.causal) {
-            q0 = j - a.off > 0 ? j - a.off : 0;
-            if (a.window > 0 && j - a.off + a.window < q1) q1 = j - a.off + a.window;
-        }
+        query_range(a, j, &q0, &q1);
         if (a.seg) key_seg = seg_at(seg, j, b);
     }
-    /* the union over the block's keys */
-    int64_t bs = 0, be = a.Tq;
-    if (a.causal) {
-        bs = jb0 - a.off > 0 ? jb0 - a.off : 0;
-        if (a.window > 0 && (jb1 - 1) - a.off + a.window < be) be = (jb1 - 1) - a.off + a.window;
-    }
+    block_queries(a, jb0, jb1, &bs, &be); /* the union over the block's keys */
     for (int i = threadIdx.x; i < 2 * nt * Dp; i += blockDim.x) sm[i] = 0.0f;
     for (int64_t h = g * a.group; h < (g + 1) * a.group; h++)
         for (int64_t tt = bs; tt < be; tt += nt) {

@@ -36,12 +36,12 @@ static inline unsigned grid_for(int64_t n, int threads) {
 __host__ __device__ static inline int64_t ct_nel(const CT &t) { return t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3]; }
 __host__ __device__ static inline int64_t ct_nrows(const CT &t) { return t.ne[1] * t.ne[2] * t.ne[3]; }
 
-__device__ __forceinline__ const char *ct_row(const CT &t, int64_t i1, int64_t i2, int64_t i3) {
+__host__ __device__ __forceinline__ const char *ct_row(const CT &t, int64_t i1, int64_t i2, int64_t i3) {
     return t.data + i1 * t.nb[1] + i2 * t.nb[2] + i3 * t.nb[3];
 }
 
 /* 6-bit scale and min j of a Q4_K super-block (quant.c scale_min_k4) */
-__device__ __forceinline__ void q4k_scale_min(int j, const uint8_t *q, int *d, int *m) {
+__host__ __device__ __forceinline__ void q4k_scale_min(int j, const uint8_t *q, int *d, int *m) {
     if (j < 4) {
         *d = q[j] & 63;
         *m = q[j + 4] & 63;
@@ -51,8 +51,20 @@ __device__ __forceinline__ void q4k_scale_min(int j, const uint8_t *q, int *d, i
     }
 }
 
+__host__ __device__ __forceinline__ float h2f_at(const uint8_t *p) { /* an f16 at a 2-byte aligned address */
+    return __half2float(*(const __half *)p);
+}
+__host__ __device__ __forceinline__ uint32_t u32_at(const uint8_t *p) { /* unaligned little-endian u32 */
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+
+/* the fifth bit of element j (0..31) of a Q5_0 / Q5_1 block, as 0 or 16 */
+__host__ __device__ __forceinline__ int q5_high(uint32_t qh, int j) {
+    return j < 16 ? (int)(((qh >> j) << 4) & 0x10) : (int)((qh >> (j - 16 + 12)) & 0x10);
+}
+
 /* element i0 of a row of any supported dtype, as f32 */
-__device__ __forceinline__ float ld_row(int type, const char *row, int64_t i0, int64_t nb0) {
+__host__ __device__ __forceinline__ float ld_row(int type, const char *row, int64_t i0, int64_t nb0) {
     switch (type) {
     case TOY_F32: return *(const float *)(row + i0 * nb0);
     case TOY_F16: return __half2float(*(const __half *)(row + i0 * nb0));
@@ -79,22 +91,63 @@ __device__ __forceinline__ float ld_row(int type, const char *row, int64_t i0, i
         float d = __half2float(*(const __half *)b), dmin = __half2float(*(const __half *)(b + 2));
         return d * (float)sc * (float)nib - dmin * (float)m;
     }
-    default: return 0.0f; /* rejected on the host (supported_type) */
+    case TOY_Q4_1: {
+        const uint8_t *b = (const uint8_t *)row + (i0 / 32) * 20;
+        int j = (int)(i0 % 32);
+        uint8_t byte = b[4 + j % 16];
+        int nib = j < 16 ? (byte & 0xF) : (byte >> 4);
+        return (float)nib * h2f_at(b) + h2f_at(b + 2);
+    }
+    case TOY_Q5_0: {
+        const uint8_t *b = (const uint8_t *)row + (i0 / 32) * 22;
+        int j = (int)(i0 % 32);
+        uint8_t byte = b[6 + j % 16];
+        int x = (j < 16 ? (byte & 0xF) : (byte >> 4)) | q5_high(u32_at(b + 2), j);
+        return (float)(x - 16) * h2f_at(b);
+    }
+    case TOY_Q5_1: {
+        const uint8_t *b = (const uint8_t *)row + (i0 / 32) * 24;
+        int j = (int)(i0 % 32);
+        uint8_t byte = b[8 + j % 16];
+        int x = (j < 16 ? (byte & 0xF) : (byte >> 4)) | q5_high(u32_at(b + 4), j);
+        return (float)x * h2f_at(b) + h2f_at(b + 2);
+    }
+    case TOY_Q5_K: {
+        const uint8_t *b = (const uint8_t *)row + (i0 / 256) * 176;
+        int j = (int)(i0 % 256), chunk = j / 64, w = j % 64, l = w % 32;
+        int sc, m;
+        q4k_scale_min(2 * chunk + (w >= 32), b + 4, &sc, &m);
+        uint8_t byte = b[48 + chunk * 32 + l], hb = b[16 + l];
+        int low = w < 32 ? (byte & 0xF) : (byte >> 4);
+        int high = (hb >> (2 * chunk + (w >= 32))) & 1;
+        return h2f_at(b) * (float)sc * (float)(low + 16 * high) - h2f_at(b + 2) * (float)m;
+    }
+    case TOY_Q6_K: {
+        const uint8_t *b = (const uint8_t *)row + (i0 / 256) * 210;
+        int j = (int)(i0 % 256), n = j / 128, r = j % 128, quarter = r / 32, l = r % 32;
+        const uint8_t *ql = b + 64 * n, *qh = b + 128 + 32 * n;
+        const int8_t *sc = (const int8_t *)(b + 192) + 8 * n;
+        int lo = quarter & 1 ? ql[l + 32] : ql[l];
+        lo = quarter < 2 ? (lo & 0xF) : (lo >> 4);
+        int q = (lo | (((qh[l] >> (2 * quarter)) & 3) << 4)) - 32;
+        return h2f_at(b + 208) * (float)sc[l / 16 + 2 * quarter] * (float)q;
+    }
+    default: return 0.0f; /* rejected on the host (type_ok) */
     }
 }
 
-__device__ __forceinline__ float ld(const CT &t, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
+__host__ __device__ __forceinline__ float ld(const CT &t, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
     return ld_row(t.type, ct_row(t, i1, i2, i3), i0, t.nb[0]);
 }
 
 /* with broadcasting of size-1 dims */
-__device__ __forceinline__ float ld_b(const CT &t, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
+__host__ __device__ __forceinline__ float ld_b(const CT &t, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
     return ld(t, t.ne[0] == 1 ? 0 : i0, t.ne[1] == 1 ? 0 : i1, t.ne[2] == 1 ? 0 : i2, t.ne[3] == 1 ? 0 : i3);
 }
 
 /* flat index -> (i0, i1, i2, i3); 32-bit division when it fits (64-bit
  * division is tens of instructions on a GPU) */
-__device__ __forceinline__ void unravel4(int64_t e, const int64_t *ne, int64_t *i) {
+__host__ __device__ __forceinline__ void unravel4(int64_t e, const int64_t *ne, int64_t *i) {
     if (e < 0xffffffffLL && ne[0] < 0xffffffffLL && ne[1] < 0xffffffffLL && ne[2] < 0xffffffffLL) {
         uint32_t x = (uint32_t)e, n0 = (uint32_t)ne[0], n1 = (uint32_t)ne[1], n2 = (uint32_t)ne[2];
         i[0] = x % n0;

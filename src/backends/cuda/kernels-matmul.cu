@@ -27,7 +27,10 @@ __host__ __device__ static int64_t bratio(int64_t i, int64_t n_out, int64_t n_sr
     return n_src == n_out ? i : n_src == 1 ? 0 : i / (n_out / n_src);
 }
 
-static bool is_quant(int t) { return t == TOY_Q8_0 || t == TOY_Q4_0 || t == TOY_Q4_K; }
+static bool is_quant(int t) {
+    return t == TOY_Q8_0 || t == TOY_Q4_0 || t == TOY_Q4_1 || t == TOY_Q5_0 || t == TOY_Q5_1 || t == TOY_Q4_K ||
+           t == TOY_Q5_K || t == TOY_Q6_K;
+}
 
 /* contiguous copy of x (logical order) in half / bfloat16 / float */
 template <typename T> __device__ __forceinline__ T from_f(float v);

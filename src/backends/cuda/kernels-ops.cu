@@ -580,7 +580,7 @@ extern "C" int toy_cu_adamw(float *p, const float *g, float *m, float *v, int64_
 
 static bool type_ok(int t) {
     return t == TOY_F32 || t == TOY_F16 || t == TOY_BF16 || t == TOY_I32 || t == TOY_Q8_0 || t == TOY_Q4_0 ||
-           t == TOY_Q4_K;
+           t == TOY_Q4_1 || t == TOY_Q5_0 || t == TOY_Q5_1 || t == TOY_Q4_K || t == TOY_Q5_K || t == TOY_Q6_K;
 }
 
 /* threads of a row kernel: at most 256, so a launch never asks for more
