@@ -14,10 +14,79 @@
 /* the attention kernels' range logic (the file's extern "C" launchers take
  * the place of the library's copies in this program) */
 #include "backends/cuda/kernels-attention.cu"
+#include "backends/cuda/kernels-matmul.cu"
 
 extern "C" {
-#include "toy/quant.h"
-#include "toy/rng.h"
+#include "toy/toy.h"
+}
+
+/* cuBLAS's column-major strided-batched GEMM, on the host, for F32 */
+static void host_gemm(const gemm_call &g) {
+    for (int b = 0; b < g.batch; b++) {
+        const float *X = (const float *)g.B + b * g.sB, *Y = (const float *)g.A + b * g.sA;
+        float *C = (float *)g.C + b * g.sC;
+        for (int i = 0; i < g.n; i++)
+            for (int j = 0; j < g.m; j++) {
+                double acc = 0;
+                for (int l = 0; l < g.k; l++) {
+                    float x = g.opB == CUBLAS_OP_N ? X[i + (int64_t)l * g.ldb] : X[l + (int64_t)i * g.ldb];
+                    float y = g.opA == CUBLAS_OP_N ? Y[l + (int64_t)j * g.lda] : Y[j + (int64_t)l * g.lda];
+                    acc += (double)x * y;
+                }
+                C[i + (int64_t)j * g.ldc] = (float)acc + g.beta * C[i + (int64_t)j * g.ldc];
+            }
+    }
+}
+
+static void describe_host(CT *d, const struct toy_tensor *t) {
+    d->data = (char *)t->data;
+    d->type = t->type;
+    for (int i = 0; i < 4; i++) {
+        d->ne[i] = t->ne[i];
+        d->nb[i] = (int64_t)t->nb[i];
+    }
+}
+
+/* one product through the cuBLAS call plan, run by host_gemm, against the CPU */
+static int matmul_case(struct toy_rng *r, const int64_t *ane, const int64_t *bne, bool ta, bool tb, int pad,
+                       const char *what) {
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    int64_t big[4] = {ane[0] + pad, ane[1], ane[2], ane[3]};
+    struct toy_tensor *abig = toy_new_tensor(ctx, TOY_F32, 4, big);
+    struct toy_tensor *a = pad ? toy_view(ctx, abig, 4, ane, abig->nb, 0) : abig;
+    struct toy_tensor *b = toy_new_tensor(ctx, TOY_F32, 4, bne);
+    for (int64_t i = 0; i < toy_nelements(abig); i++) ((float *)abig->data)[i] = toy_rng_uniform(r) - 0.5f;
+    for (int64_t i = 0; i < toy_nelements(b); i++) ((float *)b->data)[i] = toy_rng_uniform(r) - 0.5f;
+    struct toy_tensor *y = toy_matmul(ctx, a, b, ta, tb);
+    toy_set_output(y);
+    struct toy_graph *gr = toy_graph_new(ctx);
+    toy_graph_build(gr, y);
+    struct toy_threadpool *tp = toy_threadpool_new(1);
+    if (toy_graph_compute(gr, tp)) {
+        printf("%s: cpu: %s\n", what, toy_last_error());
+        return 1;
+    }
+    int64_t n = toy_nelements(y);
+    float *got = (float *)calloc((size_t)n, sizeof(float));
+    struct toy_cu_node nd = {};
+    nd.op = TOY_OP_MATMUL;
+    memcpy(nd.op_params, y->op_params, sizeof nd.op_params);
+    describe_host(&nd.dst, y);
+    nd.dst.data = (char *)got;
+    describe_host(&nd.src[0], a);
+    describe_host(&nd.src[1], b);
+    if (pad) nd.src[0].data = (char *)abig->data;
+    mm s = mm_shape(&nd);
+    operand A = as_is(nd.src[0], CUDA_R_32F, 4), B = as_is(nd.src[1], CUDA_R_32F, 4);
+    for (int64_t c = 0; c < gemm_count(&nd, A, B); c++) host_gemm(gemm_at(&nd, s, A, B, c));
+    double worst = 0;
+    for (int64_t i = 0; i < n; i++) worst = fmax(worst, fabs(got[i] - ((float *)y->data)[i]));
+    printf("matmul plan %-36s %s (max diff %.1e, %lld calls)\n", what, worst < 1e-4 ? "matches the CPU" : "DIFFERS",
+           worst, (long long)gemm_count(&nd, A, B));
+    free(got);
+    toy_threadpool_free(tp);
+    toy_ctx_free(ctx);
+    return worst < 1e-4 ? 0 : 1;
 }
 
 int main(void) {
@@ -116,6 +185,19 @@ int main(void) {
     printf("attention tiling: %d of %d shapes visit every allowed (query, key) pair exactly once\n",
            shapes - bad_shapes, shapes);
     fails += bad_shapes;
+    /* the row-major -> column-major mapping of every matmul form */
+    {
+        const int64_t a[4] = {24, 10, 4, 2}, at_[4] = {10, 24, 4, 2}, bt[4] = {24, 12, 2, 2}, bn[4] = {12, 24, 4, 1},
+                      bn1[4] = {12, 24, 1, 1}, bt1[4] = {24, 12, 1, 1}, btt[4] = {24, 12, 4, 2}, a2[4] = {24, 10, 1, 1},
+                      b2[4] = {24, 7, 1, 1};
+        fails += matmul_case(&r, a, bt, false, true, 0, "A B^T, GQA ratio 2 in dim 2");
+        fails += matmul_case(&r, a, bn, false, false, 0, "A B, B broadcast in dim 3");
+        fails += matmul_case(&r, at_, bn, true, false, 0, "A^T B");
+        fails += matmul_case(&r, at_, btt, true, true, 0, "A^T B^T");
+        fails += matmul_case(&r, a, bn1, false, false, 0, "A B, B broadcast in dims 2, 3");
+        fails += matmul_case(&r, a, bt1, false, true, 5, "A (strided view) B^T");
+        fails += matmul_case(&r, a2, b2, false, true, 0, "2-D A B^T (a linear layer)");
+    }
     printf("%s\n", fails ? "cuda-host-check: FAILED" : "cuda-host-check: ok");
     free(x);
     free(ref);

@@ -138,36 +138,72 @@ struct operand {
     int64_t ne2, ne3;        /* batch sizes */
 };
 
+/* One strided-batched GEMM in cuBLAS's column-major terms:
+ * C[b] (n x m) = op(B[b]) op(A[b]) for b < batch, with A[b] = A + b sA
+ * (elements) and so on. Built on the host (gemm_plan) and run by
+ * gemm_batches; tools/cuda-host-check.cu runs the same plans with a host
+ * GEMM to check the row-major -> column-major mapping without a GPU. */
+struct gemm_call {
+    cublasOperation_t opB, opA;
+    int n, m, k;
+    const char *B, *A;
+    char *C;
+    int ldb, lda, ldc;
+    int64_t sB, sA, sC; /* batch strides, elements */
+    int batch;
+    float beta;
+};
+
+static bool gemm_regular(const struct toy_cu_node *nd, const operand &A, const operand &B) {
+    int64_t ne2 = nd->dst.ne[2];
+    return (A.ne2 == ne2 || A.ne2 == 1) && (B.ne2 == ne2 || B.ne2 == 1);
+}
+
+/* the number of calls of one product: one per dim-3 index when the dim-2
+ * batches are regular (equal or broadcast), else one per (i2, i3) (GQA ratio) */
+static int64_t gemm_count(const struct toy_cu_node *nd, const operand &A, const operand &B) {
+    return nd->dst.ne[3] * (gemm_regular(nd, A, B) ? 1 : nd->dst.ne[2]);
+}
+
+static gemm_call gemm_at(const struct toy_cu_node *nd, const mm &s, const operand &A, const operand &B, int64_t c) {
+    const CT &C = nd->dst;
+    int64_t ne2 = C.ne[2], ne3 = C.ne[3];
+    bool regular = gemm_regular(nd, A, B);
+    int64_t i3 = regular ? c : c / ne2, i2 = regular ? 0 : c % ne2;
+    const char *a3 = A.p + bratio(i3, ne3, A.ne3) * A.s3 * A.es;
+    const char *b3 = B.p + bratio(i3, ne3, B.ne3) * B.s3 * B.es;
+    char *c3 = C.data + i3 * C.nb[3];
+    gemm_call g;
+    g.opB = s.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    g.opA = s.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    g.n = (int)s.n;
+    g.m = (int)s.m;
+    g.k = (int)s.k;
+    g.B = regular ? b3 : b3 + bratio(i2, ne2, B.ne2) * B.s2 * B.es;
+    g.A = regular ? a3 : a3 + bratio(i2, ne2, A.ne2) * A.s2 * A.es;
+    g.C = regular ? c3 : c3 + i2 * C.nb[2];
+    g.ldb = (int)B.ld;
+    g.lda = (int)A.ld;
+    g.ldc = (int)s.n;
+    g.sB = regular && B.ne2 != 1 ? B.s2 : 0;
+    g.sA = regular && A.ne2 != 1 ? A.s2 : 0;
+    g.sC = C.nb[2] / 4;
+    g.batch = regular ? (int)ne2 : 1;
+    g.beta = s.accum ? 1.0f : 0.0f;
+    return g;
+}
+
 static int gemm_batches(const struct toy_cu_node *nd, const mm &s, const operand &A, const operand &B,
                         cublasComputeType_t ct, char *msg, size_t msg_size) {
     cublasHandle_t h = (cublasHandle_t)nd->cublas;
-    const CT &C = nd->dst;
-    float alpha = 1.0f, beta = s.accum ? 1.0f : 0.0f;
-    cublasOperation_t opA = s.ta ? CUBLAS_OP_T : CUBLAS_OP_N, opB = s.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    int64_t ne2 = C.ne[2], ne3 = C.ne[3];
-    bool regular = (A.ne2 == ne2 || A.ne2 == 1) && (B.ne2 == ne2 || B.ne2 == 1);
-    for (int64_t i3 = 0; i3 < ne3; i3++) {
-        const char *a3 = A.p + bratio(i3, ne3, A.ne3) * A.s3 * A.es;
-        const char *b3 = B.p + bratio(i3, ne3, B.ne3) * B.s3 * B.es;
-        char *c3 = C.data + i3 * C.nb[3];
-        if (regular) {
-            cublasStatus_t st = cublasGemmStridedBatchedEx(
-                h, opB, opA, (int)s.n, (int)s.m, (int)s.k, &alpha, b3, B.type, (int)B.ld,
-                B.ne2 == 1 ? 0 : B.s2, a3, A.type, (int)A.ld, A.ne2 == 1 ? 0 : A.s2, &beta, c3, CUDA_R_32F,
-                (int)s.n, C.nb[2] / 4, (int)ne2, ct, CUBLAS_GEMM_DEFAULT);
-            int rc = cublas_status(st, "cublasGemmStridedBatchedEx", msg, msg_size);
-            if (rc) return rc;
-            continue;
-        }
-        for (int64_t i2 = 0; i2 < ne2; i2++) { /* GQA-style ratio broadcast */
-            const char *a = a3 + bratio(i2, ne2, A.ne2) * A.s2 * A.es;
-            const char *b = b3 + bratio(i2, ne2, B.ne2) * B.s2 * B.es;
-            cublasStatus_t st = cublasGemmEx(h, opB, opA, (int)s.n, (int)s.m, (int)s.k, &alpha, b, B.type, (int)B.ld, a,
-                                             A.type, (int)A.ld, &beta, c3 + i2 * C.nb[2], CUDA_R_32F, (int)s.n, ct,
-                                             CUBLAS_GEMM_DEFAULT);
-            int rc = cublas_status(st, "cublasGemmEx", msg, msg_size);
-            if (rc) return rc;
-        }
+    float alpha = 1.0f;
+    for (int64_t c = 0, n = gemm_count(nd, A, B); c < n; c++) {
+        gemm_call g = gemm_at(nd, s, A, B, c);
+        cublasStatus_t st = cublasGemmStridedBatchedEx(h, g.opB, g.opA, g.n, g.m, g.k, &alpha, g.B, B.type, g.ldb, g.sB,
+                                                       g.A, A.type, g.lda, g.sA, &g.beta, g.C, CUDA_R_32F, g.ldc, g.sC,
+                                                       g.batch, ct, CUBLAS_GEMM_DEFAULT);
+        int rc = cublas_status(st, "cublasGemmStridedBatchedEx", msg, msg_size);
+        if (rc) return rc;
     }
     return 0;
 }
