@@ -23,6 +23,12 @@ endif
 ifeq ($(CUDA),1)
 BUILD ?= build-cuda
 endif
+# CUDA_MOCK=1: the CUDA backend's host side over a stand-in runtime whose
+# "kernels" are the CPU's (tools/cuda-mock.c): runs tests/test-cuda.c on a
+# machine without a GPU, checking the executor, not the kernels.
+ifeq ($(CUDA_MOCK),1)
+BUILD ?= build-cuda-mock
+endif
 
 SANITIZE ?=
 ifeq ($(SANITIZE),1)
@@ -64,13 +70,20 @@ LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas
 CU_SRC := $(sort $(wildcard src/backends/cuda/*.cu))
 endif
 
+ifeq ($(CUDA_MOCK),1)
+CUDA_HOME ?= /usr/local/cuda
+CPPFLAGS += -DTOY_CUDA -DTOY_CUDA_MOCK -isystem $(CUDA_HOME)/include
+MOCK_SRC := tools/cuda-mock.c
+LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl
+endif
+
 # Files whose name says which ISA they need get the flags for it; run-time
 # dispatch decides whether their code is called.
 AVX2_FLAGS := -mavx2 -mfma -mf16c
 AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mavx512vnni -mfma -mf16c
 
 LIB_SRC := $(sort $(wildcard src/*/*.c src/*/*/*.c))
-LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_SRC:%.cu=$(BUILD)/%.o)
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_SRC:%.cu=$(BUILD)/%.o) $(MOCK_SRC:%.c=$(BUILD)/%.o)
 CLI_SRC := $(sort $(wildcard cli/*.c))
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_SRC := $(sort $(wildcard tests/*.c))
@@ -107,6 +120,12 @@ $(BUILD)/%.o: %.c
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(CPPFLAGS) $(NVCCFLAGS) -MMD -MP -c $< -o $@
+
+# tests/test-cuda.c alone: on a GPU with CUDA=1, or through the executor
+# with CPU kernels with CUDA_MOCK=1 (no GPU needed)
+.PHONY: check-cuda
+check-cuda: $(BUILD)/toy $(BUILD)/toy-tests
+	LSAN_OPTIONS=suppressions=tests/lsan.supp TOY_BIN=$(BUILD)/toy ./$(BUILD)/toy-tests --filter 'cuda/*' -j2
 
 # CUDA=1: the device code's plain arithmetic (dequantizers, indexing) run on
 # the host against the CPU library; needs no GPU (tools/cuda-host-check.cu)

@@ -533,9 +533,10 @@ Test(cuda, llama_training_matches_cpu, .timeout = 300) {
     double worst = 0;
     float first = 0, last = 0;
     for (int step = 0; step < steps; step++) {
-        for (int i = 0; i < T * B; i++) {
-            ((int32_t *)tok[0]->data)[i] = ((int32_t *)tok[1]->data)[i] = (int32_t)toy_rng_below(&rng, 61);
-            ((int32_t *)tgt[0]->data)[i] = ((int32_t *)tgt[1]->data)[i] = (int32_t)toy_rng_below(&rng, 61);
+        for (int i = 0; i < T * B; i++) { /* a learnable target: a function of the token */
+            int32_t a = (int32_t)toy_rng_below(&rng, 61);
+            ((int32_t *)tok[0]->data)[i] = ((int32_t *)tok[1]->data)[i] = a;
+            ((int32_t *)tgt[0]->data)[i] = ((int32_t *)tgt[1]->data)[i] = (a * 7 + 3) % 61;
         }
         float l[2];
         for (int s = 0; s < 2; s++) {
