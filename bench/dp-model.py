@@ -3,7 +3,7 @@
 docs/distributed.md: bytes all-reduced per step against compute time per
 step, and the efficiency that follows at 8, 64 and 512 GPUs.
 
-    dp-model.py [--calibrate MS_PER_13MB]   (prints the tables of the doc)
+    dp-model.py [--calibrate MS_PER_13MB [COMPUTE_MS BUCKETS]]   (prints the tables of the doc)
 
 Per optimizer step, every rank all-reduces S = 4 * P bytes (f32 gradients;
 2 * P if they were bf16). A hierarchical all-reduce (what NCCL does on
@@ -68,6 +68,13 @@ def main():
         S = 13.1e6
         print(f"measured: {S / 1e6:.1f} MB in {ms:.1f} ms -> bus bandwidth {S / (ms / 1e3) / 1e9:.2f} GB/s "
               "(2 ranks: 2(N-1)/N = 1)")
+        i = sys.argv.index("--calibrate")
+        if len(sys.argv) > i + 3:  # the same model's prediction for overlap on this machine
+            comp, nb = float(sys.argv[i + 2]), int(sys.argv[i + 3])
+            exposed = min(ms, max(ms / nb, ms - 2 / 3 * comp))
+            print(f"overlap, {comp:.0f} ms of compute per rank, {nb} buckets: exposed {ms:.1f} -> {exposed:.1f} ms "
+                  f"(efficiency {comp / (comp + ms) * 100:.0f}% -> {comp / (comp + exposed) * 100:.0f}%), if the "
+                  "all-reduce took no compute time from the ranks")
     P = 134.5e6  # SmolLM2-135M; the efficiencies hardly depend on P (both sides scale with it)
     print("Efficiency by tokens per GPU per step (SmolLM2-135M; after backward / overlapped):\n")
     print("| GPUs | links | 2048 tokens | 8192 tokens | 32768 tokens |")
