@@ -36,12 +36,20 @@ for m in tf32 bf16; do
   echo "$m: $(grep Synthesis "$R/test-cuda-$m.txt")"
 done
 step "CLI: toy generate --device cuda on the test-data model"
-M=$(ls ../shared/testdata/model-gguf-llama2-tiny-random/model.gguf shared/testdata/model-gguf-llama2-tiny-random/model.gguf 2>/dev/null | head -1)
+M=$(ls ../shared/testdata/model-gguf-llama2-tiny-random/*.gguf shared/testdata/model-gguf-llama2-tiny-random/*.gguf 2>/dev/null | head -1)
 if [ -n "$M" ]; then
   timeout 60 ./build-cuda/toy generate -m "$M" -p "Hello" -n 16 --temp 0 --device cuda 2>&1 | tail -3 | tee "$R/generate-cuda.txt"
   timeout 60 ./build-cuda/toy generate -m "$M" -p "Hello" -n 16 --temp 0 2>&1 | tail -3 | tee "$R/generate-cpu.txt"
 fi
 timeout 10 ./build-cuda/toy generate -m x --device cuda:99; echo "missing device exit code: $? (want 1)"
+step "CLI: 30 training steps, cuda vs cpu (same losses expected to ~1e-4)"
+D=$(ls ../shared/testdata/corpus-tinyshakespeare/input.txt shared/testdata/corpus-tinyshakespeare/input.txt 2>/dev/null | head -1)
+if [ -n "$D" ]; then
+  for dev in cuda cpu; do
+    timeout 120 ./build-cuda/toy train --device $dev --data "$D" --steps 30 --batch 4 --ctx 32 --eval-every 15 \
+      --eval-batches 2 --runs "$R/runs" --sample "ROMEO:" --sample-tokens 16 --threads 1 2>&1 | tail -4 | tee "$R/train-$dev.txt"
+  done
+fi
 step "benchmarks (toy vs PyTorch)"
 TOY_BUILD=build-cuda timeout 420 bash bench/bench-cuda.sh "${1:-}" | tee "$R/bench-cuda.jsonl"
 step "done"
