@@ -42,7 +42,7 @@ int main(int argc, char **argv) {
             argv[n++] = argv[i];
             continue;
         }
-        if (toy_set_default_device(dev)) { fprintf(stderr, "toy: %s\n", toy_last_error()); return 1; }
+        if (toy_device_set_default(dev)) { fprintf(stderr, "toy: %s\n", toy_last_error()); return 1; }
     }
     argc = n;
     argv[argc] = NULL;

@@ -145,8 +145,8 @@ Test(cuda, device_names_are_checked) {
     if (!toy_cuda_built()) {
         cr_assert_eq(toy_device_check("cuda"), TOY_ERR_UNSUPPORTED);
         cr_assert(strstr(toy_last_error(), "CUDA=1"), "%s", toy_last_error());
-        cr_assert_eq(toy_set_default_device("cuda:0"), TOY_ERR_UNSUPPORTED);
-        cr_assert_str_eq(toy_default_device(), "cpu");
+        cr_assert_eq(toy_device_set_default("cuda:0"), TOY_ERR_UNSUPPORTED);
+        cr_assert_str_eq(toy_device_default(), "cpu");
     } else {
         cr_assert_eq(toy_device_check("cuda:999"), TOY_ERR_NOT_FOUND, "%s", toy_last_error());
     }

@@ -4,7 +4,7 @@
  * process. Device names: "cpu", "cuda" (= "cuda:0"), "cuda:N". CUDA devices
  * exist only in a build made with `make CUDA=1` (docs/cuda.md).
  *
- *     if (toy_set_default_device("cuda:0")) {          // e.g. from --device
+ *     if (toy_device_set_default("cuda:0")) {          // e.g. from --device
  *         fprintf(stderr, "toy: %s\n", toy_last_error());
  *         return 1;
  *     }
@@ -60,8 +60,8 @@ enum toy_status toy_device_check(const char *name);
 
 /* The device every graph without its own device runs on (default "cpu").
  * Same errors as toy_device_check; on error the default is unchanged. */
-enum toy_status toy_set_default_device(const char *name);
-const char *toy_default_device(void);
+enum toy_status toy_device_set_default(const char *name);
+const char *toy_device_default(void);
 
 /* The device this graph runs on (overrides the process default). Frees
  * whatever the graph held on its previous device. */

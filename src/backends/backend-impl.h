@@ -32,7 +32,7 @@ const struct toy_backend_ops *toy_backend_get(const char *name);
 /* The CPU backend. */
 const struct toy_backend_ops *toy_backend_default(void);
 /* The backend and device index graph g runs on: its own choice
- * (toy_graph_set_device), else the process default (toy_set_default_device). */
+ * (toy_graph_set_device), else the process default (toy_device_set_default). */
 const struct toy_backend_ops *toy_backend_for_graph(const struct toy_graph *g, int *device);
 
 #endif

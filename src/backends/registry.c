@@ -95,7 +95,7 @@ static const struct toy_backend_ops *default_be = &cpu_ops;
 static int default_dev;
 static char default_name[32] = "cpu";
 
-enum toy_status toy_set_default_device(const char *name) {
+enum toy_status toy_device_set_default(const char *name) {
     const struct toy_backend_ops *be;
     int d;
     enum toy_status st = resolve(name, &be, &d);
@@ -107,7 +107,7 @@ enum toy_status toy_set_default_device(const char *name) {
     return TOY_OK;
 }
 
-const char *toy_default_device(void) { return default_name; }
+const char *toy_device_default(void) { return default_name; }
 
 const struct toy_backend_ops *toy_backend_for_graph(const struct toy_graph *g, int *device) {
     if (g->be) {
