@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "toy/collective.h"
 #include "toy/graph.h"
@@ -694,3 +695,160 @@ Test(collective, trainer_overlap_on_and_off_match_one_process, .timeout = 120) {
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
     if (system(cmd)) {}
 }
+
+/* ---- the NCCL transport's bookkeeping, over the stand-in CUDA runtime ------------- */
+
+#if defined(TOY_CUDA_MOCK) && !defined(TOY_MPI)
+/* `make CUDA_MOCK=1` (no GPU): device memory is host memory
+ * (tools/cuda-mock.c), and these stand in for NCCL: one process, rank 0 of
+ * 2, whose peer holds the same gradients (a sum doubles) and sends 0x5a
+ * bytes when it is the root of a broadcast (an all-gather's part). What runs
+ * for real is collective-nccl.c's staging (host -> pinned -> device ->
+ * pinned -> host), its copy back on completion, the reduce-scatter's output
+ * place, the id-file bootstrap and the shutdown. In suite cuda, so the CI's
+ * mock check (check-cuda) runs it. */
+#include <nccl.h>
+
+struct ncclComm {
+    int nranks, rank, destroyed;
+};
+static int mock_groups;
+
+ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
+    memset(id, 7, sizeof *id);
+    return ncclSuccess;
+}
+ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank) {
+    (void)id;
+    *comm = calloc(1, sizeof **comm);
+    (*comm)->nranks = nranks;
+    (*comm)->rank = rank;
+    return ncclSuccess;
+}
+ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+    free(comm);
+    return ncclSuccess;
+}
+ncclResult_t ncclCommAbort(ncclComm_t comm) { return ncclCommDestroy(comm); }
+const char *ncclGetErrorString(ncclResult_t r) { return r == ncclSuccess ? "no error" : "mock NCCL error"; }
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *e) {
+    (void)comm;
+    *e = ncclSuccess;
+    return ncclSuccess;
+}
+static void mock_double(const void *send, void *recv, size_t n, ncclDataType_t t) {
+    if (t == ncclFloat32)
+        for (size_t i = 0; i < n; i++) ((float *)recv)[i] = 2 * ((const float *)send)[i];
+    else if (t == ncclFloat64)
+        for (size_t i = 0; i < n; i++) ((double *)recv)[i] = 2 * ((const double *)send)[i];
+    else
+        cr_assert_fail("mock NCCL: sum of type %d", (int)t);
+}
+ncclResult_t ncclAllReduce(const void *send, void *recv, size_t n, ncclDataType_t t, ncclRedOp_t op, ncclComm_t comm,
+                           cudaStream_t s) {
+    (void)comm, (void)s;
+    cr_assert_eq(op, ncclSum);
+    mock_double(send, recv, n, t);
+    return ncclSuccess;
+}
+ncclResult_t ncclReduce(const void *send, void *recv, size_t n, ncclDataType_t t, ncclRedOp_t op, int root,
+                        ncclComm_t comm, cudaStream_t s) {
+    (void)s;
+    cr_assert_eq(op, ncclSum);
+    cr_assert_gt(mock_groups, 0, "the reduce-scatter's reduces are grouped");
+    if (root == comm->rank) mock_double(send, recv, n, t);
+    return ncclSuccess;
+}
+ncclResult_t ncclBroadcast(const void *send, void *recv, size_t n, ncclDataType_t t, int root, ncclComm_t comm,
+                           cudaStream_t s) {
+    (void)s;
+    size_t bytes = n * (t == ncclFloat32 ? 4 : 1);
+    cr_assert(t == ncclFloat32 || t == ncclUint8);
+    if (root != comm->rank) memset(recv, 0x5a, bytes); /* the peer's bytes */
+    else if (send != recv) memmove(recv, send, bytes);
+    return ncclSuccess;
+}
+ncclResult_t ncclGroupStart(void) {
+    mock_groups++;
+    return ncclSuccess;
+}
+ncclResult_t ncclGroupEnd(void) {
+    mock_groups--;
+    return ncclSuccess;
+}
+
+Test(cuda, nccl_transport_staging_over_the_mock) {
+    char idf[] = "/tmp/toy-test-nccl-id-XXXXXX";
+    int fd = mkstemp(idf);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    remove(idf); /* rank 0 writes it */
+    setenv("TOY_NCCL_ID_FILE", idf, 1);
+    setenv("WORLD_SIZE", "2", 1);
+    setenv("RANK", "0", 1);
+    struct toy_collective *c;
+    cr_assert_eq(toy_collective_open(TOY_COLLECTIVE_NCCL, &(struct toy_collective_opts){.bucket_bytes = 64}, &c),
+                 TOY_OK, "%s", toy_last_error());
+    cr_assert_str_eq(toy_collective_name(c), "nccl");
+    cr_assert_eq(toy_collective_world(c), 2);
+    FILE *f = fopen(idf, "rb");
+    cr_assert(f, "rank 0 wrote the id file");
+    fclose(f);
+    /* the mean of packed and split buckets gives the values back */
+    enum { N = 4 };
+    const int64_t counts[N] = {5, 3, 40, 1};
+    float *a[N], *orig[N];
+    for (int i = 0; i < N; i++) {
+        a[i] = malloc((size_t)counts[i] * sizeof(float));
+        orig[i] = malloc((size_t)counts[i] * sizeof(float));
+        for (int64_t k = 0; k < counts[i]; k++) a[i][k] = orig[i][k] = 0.25f * (float)(i * 50 + k) - 7;
+    }
+    cr_assert_eq(toy_collective_allreduce_mean(c, a, counts, N), TOY_OK, "%s", toy_last_error());
+    for (int i = 0; i < N; i++)
+        for (int64_t k = 0; k < counts[i]; k++) cr_assert_eq(a[i][k], orig[i][k], "buffer %d [%lld]", i, (long long)k);
+    double v[2] = {1.5, -2};
+    cr_assert_eq(toy_collective_allreduce_sum_f64(c, v, 2), TOY_OK);
+    cr_assert(v[0] == 3 && v[1] == -4);
+    void *bp[1] = {a[2]};
+    size_t bb[1] = {40 * sizeof(float)};
+    cr_assert_eq(toy_collective_broadcast(c, bp, bb, 1, 0), TOY_OK); /* from this rank: unchanged */
+    for (int64_t k = 0; k < 40; k++) cr_assert_eq(a[2][k], orig[2][k]);
+    float peer;
+    memset(&peer, 0x5a, sizeof peer);
+    cr_assert_eq(toy_collective_broadcast(c, bp, bb, 1, 1), TOY_OK); /* from the peer: its bytes come back */
+    for (int64_t k = 0; k < 40; k++) cr_assert_eq(a[2][k], peer);
+    memcpy(a[2], orig[2], 40 * sizeof(float));
+    /* ZeRO-1: the reduce-scatter's result lands at this rank's part, scaled */
+    float *p[N];
+    for (int i = 0; i < N; i++) p[i] = malloc((size_t)counts[i] * sizeof(float)), memcpy(p[i], orig[i], (size_t)counts[i] * sizeof(float));
+    struct toy_grad_sync *s;
+    cr_assert_eq(toy_grad_sync_new(c, a, p, counts, NULL, N, true, &s), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(toy_grad_sync_begin(s, 0.5f), TOY_OK);
+    cr_assert_eq(toy_grad_sync_end(s), TOY_OK, "%s", toy_last_error());
+    const struct toy_bucket_piece *pc;
+    int64_t elems;
+    int np = toy_grad_sync_shard(s, &pc, &elems);
+    cr_assert_eq(elems, 24, "rank 0 owns the first half of each bucket (16, 16, 16 and 1 floats: 8 + 8 + 8 + 0)");
+    char *mine[N];
+    for (int i = 0; i < N; i++) mine[i] = calloc((size_t)counts[i], 1);
+    for (int k = 0; k < np; k++)
+        for (int64_t e = pc[k].off; e < pc[k].off + pc[k].count; e++) {
+            cr_assert_eq(a[pc[k].buf][e], orig[pc[k].buf][e] * 0.5f, "buffer %d [%lld]", pc[k].buf, (long long)e);
+            mine[pc[k].buf][e] = 1;
+        }
+    /* the all-gather: this rank's part stays, the peer's part arrives */
+    cr_assert_eq(toy_grad_sync_allgather_params(s), TOY_OK, "%s", toy_last_error());
+    for (int i = 0; i < N; i++)
+        for (int64_t k = 0; k < counts[i]; k++)
+            cr_assert_eq(p[i][k], mine[i][k] ? orig[i][k] : peer, "parameter %d [%lld]", i, (long long)k);
+    for (int i = 0; i < N; i++) free(mine[i]);
+    toy_grad_sync_free(s);
+    cr_assert_eq(mock_groups, 0);
+    toy_collective_close(c); /* barrier, ncclCommDestroy, the bounce buffers */
+    for (int i = 0; i < N; i++) free(a[i]), free(orig[i]), free(p[i]);
+    remove(idf);
+    unsetenv("TOY_NCCL_ID_FILE");
+    unsetenv("WORLD_SIZE");
+    unsetenv("RANK");
+}
+#endif

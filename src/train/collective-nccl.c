@@ -40,8 +40,12 @@
  * MPI_Abort, or without MPI _Exit(code): the documented contract of
  * toy_collective_abort (it ends the process of every live rank).
  *
- * Not run here: no GPU on the machine this was written on; it compiles
- * (gcc and clang, -DTOY_CUDA against CUDA 13 / NCCL 2.28) and is untested.
+ * Not run on a GPU: there was none on the machine this was written on. It
+ * compiles (gcc and clang, -DTOY_CUDA against CUDA 13 / NCCL 2.28), and its
+ * bookkeeping (staging, copy-back, the reduce-scatter's output, the
+ * bootstrap file) runs in `make CUDA_MOCK=1` against the stand-in runtime
+ * and a one-process NCCL stand-in (tests/test-collective.c, suite cuda);
+ * NCCL itself, the GPU and a second rank are untested.
  */
 #ifdef TOY_CUDA
 #include <cuda_runtime_api.h>
@@ -88,6 +92,10 @@ static enum toy_status nccl_err(ncclResult_t r, const char *what) {
 }
 
 static bool is_device_ptr(const void *p) {
+#ifdef TOY_CUDA_MOCK /* the stand-in runtime (tools/cuda-mock.c) calls every pointer device memory */
+    (void)p;
+    return false;
+#endif
     struct cudaPointerAttributes a;
     if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
         cudaGetLastError(); /* plain host memory on old runtimes: clear the sticky error */
