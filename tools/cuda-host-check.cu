@@ -116,6 +116,21 @@ int main(void) {
         }
         printf("%-5s %s (%lld elements)\n", toy_dtype_name((enum toy_dtype)t), bad ? "DIFFERS" : "matches the CPU",
                (long long)n);
+        if (t == TOY_Q8_0 || t == TOY_Q4_0) { /* the GEMV's block dot against the dequantized row */
+            double want = 0, got = 0;
+            for (int64_t i = 0; i < n; i++) want += (double)ref[i] * x[(i * 7) % n];
+            float *xs = (float *)malloc(n * sizeof(float));
+            for (int64_t i = 0; i < n; i++) xs[i] = x[(i * 7) % n];
+            int64_t bsz = t == TOY_Q8_0 ? 34 : 18;
+            for (int64_t b = 0; b < n / 32; b++)
+                got += t == TOY_Q8_0 ? q8_0_block_dot((const uint8_t *)q + b * bsz, xs + b * 32)
+                                     : q4_0_block_dot((const uint8_t *)q + b * bsz, xs + b * 32);
+            free(xs);
+            bool ok = fabs(got - want) <= 1e-4 * (1 + fabs(want));
+            printf("%-5s block dot %s (%g vs %g)\n", toy_dtype_name((enum toy_dtype)t), ok ? "matches" : "DIFFERS", got,
+                   want);
+            bad += !ok;
+        }
         fails += bad != 0;
     }
     int64_t ne[4] = {5, 3, 4, 2}, idx[4];

@@ -136,6 +136,21 @@ __host__ __device__ __forceinline__ float ld_row(int type, const char *row, int6
     }
 }
 
+/* dot products of one 32-element Q8_0 / Q4_0 block with 32 floats (the
+ * decode GEMV: a lane takes whole blocks) */
+__host__ __device__ __forceinline__ float q8_0_block_dot(const uint8_t *b, const float *x) {
+    const int8_t *q = (const int8_t *)(b + 2);
+    float s = 0.0f;
+    for (int e = 0; e < 32; e++) s += (float)q[e] * x[e];
+    return h2f_at(b) * s;
+}
+__host__ __device__ __forceinline__ float q4_0_block_dot(const uint8_t *b, const float *x) {
+    const uint8_t *q = b + 2;
+    float s = 0.0f;
+    for (int e = 0; e < 16; e++) s += (float)((q[e] & 0xF) - 8) * x[e] + (float)((q[e] >> 4) - 8) * x[e + 16];
+    return h2f_at(b) * s;
+}
+
 __host__ __device__ __forceinline__ float ld(const CT &t, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
     return ld_row(t.type, ct_row(t, i1, i2, i3), i0, t.nb[0]);
 }
