@@ -7,6 +7,7 @@
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backends/cpu/qdot.h"
 #include "toy/quant.h"
@@ -182,4 +183,99 @@ Test(qdot, quantize_matches_reference_exactly) {
     }
     unsetenv("TOY_SIMD");
     toy_qdot_init();
+}
+
+/* The packed layout (toy_qpack, what toy_tensor_pack builds for inference)
+ * gives the reference's results bit for bit at every row count, so a
+ * sequence's logits do not depend on how many rows run with it. */
+static void qpacked_case(enum toy_dtype type, int64_t m, int64_t n, int64_t k, bool accum) {
+    struct toy_rng r;
+    toy_rng_seed(&r, (uint64_t)(m * 104729 + n * 13 + k));
+    size_t ldb = toy_row_bytes(type, k);
+    float *a = malloc((size_t)(m * k) * sizeof *a), *w = malloc((size_t)k * sizeof *w);
+    float *c = malloc((size_t)(m * n) * sizeof *c), *cr = malloc((size_t)(m * n) * sizeof *cr);
+    uint8_t *b = malloc(ldb * (size_t)n);
+    for (int64_t i = 0; i < m * k; i++) a[i] = toy_rng_normal(&r);
+    for (int64_t j = 0; j < n; j++) {
+        for (int64_t i = 0; i < k; i++) w[i] = toy_rng_normal(&r) * 0.1f;
+        toy_quantize_row(type, w, b + (size_t)j * ldb, k);
+    }
+    for (int64_t i = 0; i < m * n; i++) c[i] = cr[i] = toy_rng_normal(&r);
+    void *scratch = NULL, *pk = NULL;
+    cr_assert_eq(posix_memalign(&scratch, 64, toy_qgemm_scratch(m, k)), 0);
+    cr_assert_eq(posix_memalign(&pk, 64, toy_qpack_bytes(type, n, k)), 0);
+    toy_qpack(type, n, k, b, ldb, pk);
+    toy_qdot.qgemm_packed(type, m, n, k, a, k, pk, c, n, accum, scratch);
+    toy_qgemm_ref(type, m, n, k, a, k, b, ldb, cr, n, accum);
+    for (int64_t i = 0; i < m * n; i++)
+        cr_assert(c[i] == cr[i], "%s packed m %lld n %lld k %lld: c[%lld] = %.9g, reference %.9g",
+                  toy_dtype_name(type), (long long)m, (long long)n, (long long)k, (long long)i, c[i], cr[i]);
+    free(scratch); free(pk); free(a); free(w); free(c); free(cr); free(b);
+}
+
+Test(qdot, qgemm_packed_matches_reference_exactly) {
+    unsetenv("TOY_SIMD");
+    toy_qdot_init();
+    if (!toy_qdot.qgemm_packed) cr_skip_test("no AVX-512 VNNI on this CPU");
+    const int64_t shapes[][3] = {{1, 1, 32}, {1, 17, 288}, {3, 33, 576}, {8, 64, 1536}, {13, 100, 96}, {40, 48, 64}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int acc = 0; acc < 2; acc++) {
+            qpacked_case(TOY_Q8_0, shapes[s][0], shapes[s][1], shapes[s][2], acc);
+            qpacked_case(TOY_Q4_0, shapes[s][0], shapes[s][1], shapes[s][2], acc);
+        }
+}
+
+/* Through the graph with a packed weight: one row (decode: column groups
+ * split between threads) and 40 rows (rows split) give the same bits for
+ * the same input row; a graph with a backward pass ignores the packed copy. */
+static void packed_graph_case(enum toy_dtype type) {
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    struct toy_rng r;
+    toy_rng_seed(&r, 29);
+    const int64_t k = 576, n = 200, M = 40;
+    float *wf = malloc((size_t)(k * n) * sizeof *wf);
+    for (int64_t i = 0; i < k * n; i++) wf[i] = toy_rng_normal(&r) * 0.05f;
+    struct toy_tensor *w = toy_new_tensor_2d(ctx, type, k, n);
+    for (int64_t j = 0; j < n; j++) toy_quantize_row(type, wf + j * k, (char *)w->data + j * w->nb[1], k);
+    cr_assert_eq(toy_tensor_pack(w), TOY_OK);
+    cr_assert_not_null(w->packed);
+    struct toy_tensor *x1 = toy_new_tensor_2d(ctx, TOY_F32, k, 1), *xm = toy_new_tensor_2d(ctx, TOY_F32, k, M);
+    for (int64_t i = 0; i < k * M; i++) ((float *)xm->data)[i] = toy_rng_normal(&r);
+    struct toy_tensor *y1 = toy_linear(ctx, x1, w, NULL), *ym = toy_linear(ctx, xm, w, NULL);
+    toy_set_output(y1);
+    toy_set_output(ym);
+    struct toy_graph *g1 = toy_graph_new(ctx), *gm = toy_graph_new(ctx);
+    toy_graph_build(g1, y1);
+    toy_graph_build(gm, ym);
+    struct toy_threadpool *tp = toy_threadpool_new(2);
+    cr_assert_eq(toy_graph_compute(gm, tp), TOY_OK);
+    float *ref = malloc((size_t)(n * M) * sizeof *ref);
+    toy_qgemm_ref(type, M, n, k, xm->data, k, w->data, w->nb[1], ref, n, false);
+    for (int64_t row = 0; row < M; row += 13) {
+        memcpy(x1->data, (float *)xm->data + row * k, (size_t)k * sizeof(float));
+        cr_assert_eq(toy_graph_compute(g1, tp), TOY_OK);
+        for (int64_t j = 0; j < n; j++) {
+            float one = ((float *)y1->data)[j], many = ((float *)ym->data)[row * n + j];
+            cr_assert(one == many && many == ref[row * n + j], "%s row %lld col %lld: 1 row %.9g, %lld rows %.9g, ref %.9g",
+                      toy_dtype_name(type), (long long)row, (long long)j, one, (long long)M, many, ref[row * n + j]);
+        }
+    }
+    toy_tensor_unpack(w);
+    cr_assert_null(w->packed);
+    free(ref); free(wf);
+    toy_threadpool_free(tp);
+    toy_ctx_free(ctx);
+}
+
+Test(qdot, packed_weight_is_batch_invariant_q8_0) {
+    unsetenv("TOY_SIMD");
+    toy_qdot_init();
+    if (!toy_qdot.qgemm_packed) cr_skip_test("no AVX-512 VNNI on this CPU");
+    packed_graph_case(TOY_Q8_0);
+}
+Test(qdot, packed_weight_is_batch_invariant_q4_0) {
+    unsetenv("TOY_SIMD");
+    toy_qdot_init();
+    if (!toy_qdot.qgemm_packed) cr_skip_test("no AVX-512 VNNI on this CPU");
+    packed_graph_case(TOY_Q4_0);
 }

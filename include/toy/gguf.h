@@ -107,6 +107,11 @@ enum toy_status toy_gguf_open_memory(const void *data, size_t size, const char *
                                      struct toy_gguf **out);
 /* Unmaps and frees. NULL is a no-op. */
 void toy_gguf_close(struct toy_gguf *g);
+/* Drops from this process's memory the pages of [p, p + n) of a file
+ * mapping (whole pages inside the range; they are read again from the file
+ * if touched later): for tensor data a caller has copied elsewhere. A no-op
+ * for in-memory images and ranges outside the mapping. */
+void toy_gguf_release(struct toy_gguf *g, const void *p, size_t n);
 
 uint32_t toy_gguf_version(const struct toy_gguf *g);
 size_t toy_gguf_alignment(const struct toy_gguf *g);

@@ -178,6 +178,11 @@ struct toy_tensor *toy_llama_forward_cached_last(struct toy_ctx *ctx, struct toy
  * (not copied; frozen). trainable: copies weights to f32 trainable tensors
  * instead (for training or fine-tuning from a checkpoint). */
 enum toy_status toy_llama_load(const char *path, bool trainable, struct toy_llama **out);
+/* Prepares the model's quantized matrices for inference on this CPU
+ * (toy_tensor_pack: the int8 kernels' layout; the file's pages of those
+ * tensors are released, so the weights stay resident once). Generators and
+ * the server call it; idempotent; toy_llama_free frees the copies. */
+enum toy_status toy_llama_pack_weights(struct toy_llama *m);
 /* Adds the model's metadata and tensors to a GGUF writer (tensor data is
  * borrowed until the write). type: TOY_F32, TOY_F16 or TOY_BF16 for the 2-D
  * weights (norms and biases stay f32). */

@@ -99,6 +99,7 @@ struct toy_tensor {
     int32_t id;                   /* index in the graph (internal) */
     int32_t n_uses;               /* internal (planner) */
     char name[TOY_NAME_MAX];
+    void *packed;                 /* a weight re-laid out for inference matmuls (toy_tensor_pack), or NULL */
 };
 
 /* ---- contexts ------------------------------------------------------------ */
@@ -157,6 +158,16 @@ void toy_set_f32(struct toy_tensor *t, int64_t i0, int64_t i1, int64_t i2, int64
 void toy_tensor_to_f32(const struct toy_tensor *t, float *dst);
 /* Fills the tensor (any strides, F32/F16/BF16) from n = nelements floats. */
 void toy_tensor_from_f32(struct toy_tensor *t, const float *src);
+
+/* Prepares a frozen Q8_0/Q4_0 weight (2-D, rows a multiple of 32) for fast
+ * inference on this CPU: a private copy of its values re-laid out for the
+ * int8 matmul kernels, which inference matmuls (graphs without a backward
+ * pass) then read instead of t->data — decode streams it front to back and
+ * results no longer depend on how many rows run together. t->data stays
+ * valid for everything else. TOY_OK without a copy where nothing is gained
+ * (other dtypes, a CPU without AVX-512 VNNI). toy_tensor_unpack frees it. */
+enum toy_status toy_tensor_pack(struct toy_tensor *t);
+void toy_tensor_unpack(struct toy_tensor *t);
 
 /* ---- views (share data; no copy) -------------------------------------------- */
 

@@ -48,7 +48,8 @@ enum toy_status toy_generator_new_kv(struct toy_llama *m, const struct toy_token
     g->tok = tok;
     g->tp = tp;
     if (n_ctx <= 0 || n_ctx > m->cfg.max_ctx) n_ctx = m->cfg.max_ctx;
-    enum toy_status st = toy_kv_cache_init_type(&g->kv, m, n_ctx, 1, kv_type);
+    enum toy_status st = toy_llama_pack_weights(m);
+    if (!st) st = toy_kv_cache_init_type(&g->kv, m, n_ctx, 1, kv_type);
     if (st) { free(g); return st; }
     g->dctx = toy_ctx_init(true);
     g->dtok = toy_new_tensor_2d(g->dctx, TOY_I32, 1, 1);

@@ -796,3 +796,13 @@ enum toy_status toy_gguf_tensor_read_f32(const struct toy_gguf *g, int64_t i, fl
     if (t->n_elements == 0) return TOY_OK;
     return toy_dequantize_row(t->type, t->data, dst, t->n_elements);
 }
+
+void toy_gguf_release(struct toy_gguf *g, const void *p, size_t n) {
+    if (!g || !g->map || !p || !n) return;
+    uintptr_t lo = (uintptr_t)g->map, hi = lo + g->map_size, a = (uintptr_t)p, e = a + n;
+    if (a < lo || e > hi) return;
+    uintptr_t ps = (uintptr_t)sysconf(_SC_PAGESIZE);
+    a = (a + ps - 1) & ~(ps - 1);
+    e &= ~(ps - 1);
+    if (e > a) madvise((void *)a, e - a, MADV_DONTNEED);
+}

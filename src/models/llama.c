@@ -148,8 +148,43 @@ struct toy_llama *toy_llama_new(const struct toy_llama_config *cfg, uint64_t see
     return m;
 }
 
+/* the matrices inference multiplies by (a tied head too: its row lookups
+ * read t->data, a few pages per token) */
+static int inference_weights(struct toy_llama *m, struct toy_tensor **out) {
+    int n = 0;
+    for (int64_t l = 0; l < m->cfg.n_layers; l++) {
+        struct toy_llama_layer *L = &m->layers[l];
+        struct toy_tensor *const w[] = {L->wq, L->wk, L->wv, L->wo, L->w_gate, L->w_up, L->w_down};
+        for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
+            if (w[i]) out[n++] = w[i];
+    }
+    if (m->output) out[n++] = m->output;
+    return n;
+}
+
+enum toy_status toy_llama_pack_weights(struct toy_llama *m) {
+    struct toy_tensor **w = malloc(((size_t)m->cfg.n_layers * 7 + 1) * sizeof *w);
+    if (!w) return toy_error(TOY_ERR_NOMEM, "packing weights");
+    int n = inference_weights(m, w);
+    enum toy_status st = TOY_OK;
+    for (int i = 0; i < n && !st; i++) {
+        if (w[i]->packed) continue;
+        st = toy_tensor_pack(w[i]);
+        /* the packed copy replaces the file's pages for inference */
+        if (!st && w[i]->packed) toy_gguf_release(m->gguf, w[i]->data, toy_nbytes(w[i]));
+    }
+    free(w);
+    return st;
+}
+
 void toy_llama_free(struct toy_llama *m) {
     if (!m) return;
+    struct toy_tensor **w = malloc(((size_t)m->cfg.n_layers * 7 + 1) * sizeof *w);
+    if (w) {
+        int n = inference_weights(m, w);
+        for (int i = 0; i < n; i++) toy_tensor_unpack(w[i]);
+        free(w);
+    }
     toy_ctx_free(m->ctx);
     toy_gguf_close(m->gguf);
     free(m->layers);

@@ -587,6 +587,7 @@ enum toy_status srv_engine_new(struct toy_llama *m, const struct toy_tokenizer *
     e->tp = toy_threadpool_new(o->n_threads);
     enum toy_status st = e->slots && e->bidx && e->q && e->logits && e->tp ? TOY_OK
                                                                             : toy_error(TOY_ERR_NOMEM, "serve engine");
+    if (!st) st = toy_llama_pack_weights(m);
     for (int i = 0; i < e->n_slots && !st; i++) {
         struct slot *s = &e->slots[i];
         st = toy_kv_cache_init(&s->kv, m, e->n_ctx, 1);

@@ -63,6 +63,62 @@ static inline int64_t bidx(int64_t i, int64_t n_out, int64_t n_src) {
     return n_src == n_out ? i : n_src == 1 ? 0 : i / (n_out / n_src);
 }
 
+enum toy_status toy_tensor_pack(struct toy_tensor *t) {
+    toy_cpu_init();
+    if (t->packed || (t->type != TOY_Q8_0 && t->type != TOY_Q4_0) || !toy_qdot.qgemm_packed || !t->data ||
+        t->ne[0] % 32 || t->ne[2] != 1 || t->ne[3] != 1 || (t->flags & TOY_FLAG_PARAM))
+        return TOY_OK;
+    size_t bytes = toy_qpack_bytes(t->type, t->ne[1], t->ne[0]);
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes))
+        return toy_error(TOY_ERR_NOMEM, "packing weight '%s': %zu bytes", t->name, bytes);
+    toy_qpack(t->type, t->ne[1], t->ne[0], t->data, t->nb[1], p);
+    t->packed = p;
+    return TOY_OK;
+}
+
+void toy_tensor_unpack(struct toy_tensor *t) {
+    free(t->packed);
+    t->packed = NULL;
+}
+
+/* A packed weight (toy_tensor_pack) in an inference matmul: the int8 GEMM
+ * over its packed groups, rows split between threads when there are enough
+ * of them, else column groups (decode). */
+static bool use_qpacked(const struct toy_tensor *dst) {
+    const struct toy_tensor *b = dst->src[1], *a = dst->src[0];
+    return b->packed && dst->op_params[P_MM_TRANS_B] && !dst->op_params[P_MM_TRANS_A] &&
+           !dst->op_params[P_MM_EXACT] && a->nb[0] == sizeof(float) && toy_qdot.qgemm_packed && !qgemm_off() &&
+           b->ne[2] == 1 && b->ne[3] == 1 && a->nb[2] == a->nb[1] * (size_t)a->ne[1] &&
+           a->nb[3] == a->nb[2] * (size_t)a->ne[2];
+}
+
+static int64_t qpacked_rows(const struct toy_tensor *dst) { return dst->ne[1] * dst->ne[2] * dst->ne[3]; }
+static bool qpacked_split_rows(int64_t m, int nth) { return m >= 4 * (int64_t)nth; }
+
+static void matmul_qpacked(struct toy_tensor *dst, int ith, int nth, void *work, size_t ws) {
+    const struct toy_tensor *A = dst->src[0], *B = dst->src[1];
+    bool accum = dst->op_params[P_MM_ACCUM];
+    int64_t n = dst->ne[0], k = A->ne[0], m = qpacked_rows(dst);
+    int64_t lda = (int64_t)(A->nb[1] / sizeof(float));
+    void *scratch = toy_work_slice((char *)work + TOY_WORK_HEAD, ws - TOY_WORK_HEAD, ith, nth);
+    const float *a = A->data;
+    float *c = dst->data;
+    if (qpacked_split_rows(m, nth)) {
+        int64_t i0, i1;
+        toy_split(m, ith, nth, &i0, &i1);
+        if (i1 > i0)
+            toy_qdot.qgemm_packed(B->type, i1 - i0, n, k, a + i0 * lda, lda, B->packed, c + i0 * n, n, accum, scratch);
+        return;
+    }
+    int64_t g0, g1; /* groups of 32 columns (two packed groups, the kernel's unit) */
+    toy_split((n + 31) / 32, ith, nth, &g0, &g1);
+    if (g1 <= g0) return;
+    int64_t j0 = g0 * 32, j1 = g1 * 32 < n ? g1 * 32 : n;
+    const char *pk = (const char *)B->packed + (size_t)(j0 / 16) * toy_qpack_group_bytes(B->type, k);
+    toy_qdot.qgemm_packed(B->type, m, j1 - j0, k, a, lda, pk, c + j0, n, accum, scratch);
+}
+
 /* More rows (prefill, batched serving): the int8 GEMM (qgemm-avx512.c) over
  * rows split between threads. Not in graphs with a backward pass
  * (P_MM_EXACT): training differentiates the f32 math, so it must run it. */
@@ -133,6 +189,10 @@ static void matmul_qdot(struct toy_tensor *dst, int ith, int nth, void *work, si
 
 size_t toy_cpu_matmul_work(const struct toy_tensor *dst, int nth) {
     const struct toy_tensor *a = dst->src[0], *b = dst->src[1];
+    if (use_qpacked(dst)) {
+        int64_t m = qpacked_rows(dst), per = qpacked_split_rows(m, nth) ? (m + nth - 1) / nth : m;
+        return TOY_WORK_HEAD + (size_t)nth * (toy_qgemm_scratch(per, a->ne[0]) + 128);
+    }
     if (use_qdot(dst))
         return TOY_WORK_HEAD + (size_t)nth * ((size_t)QDOT_MAX_ROWS * (size_t)(a->ne[0] / 32) * 34 + 512);
     if (use_qgemm(dst)) {
@@ -201,6 +261,10 @@ void toy_cpu_matmul(struct toy_tensor *dst, int ith, int nth, void *work, size_t
     enum CBLAS_TRANSPOSE TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
     if (use_bf16_gemm(dst)) {
         matmul_bf16(dst, ith, nth, work, ws);
+        return;
+    }
+    if (use_qpacked(dst)) {
+        matmul_qpacked(dst, ith, nth, work, ws);
         return;
     }
     if (use_qdot(dst)) {

@@ -96,9 +96,13 @@ static void quantize_q8_0(const float *x, void *yv, int64_t n) {
 void toy_qgemm_avx512(enum toy_dtype bt, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                       const void *b, size_t ldb, float *c, int64_t ldc, bool accum, void *scratch);
 
+void toy_qgemm_packed_avx512(enum toy_dtype bt, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                             const void *packed, float *c, int64_t ldc, bool accum, void *scratch);
+
 void toy_qdot_fill_avx512(struct toy_qdot_ops *ops) {
     ops->q8_0 = q8_0;
     ops->q4_0 = q4_0;
     ops->qgemm = toy_qgemm_avx512;
+    ops->qgemm_packed = toy_qgemm_packed_avx512;
     ops->quantize_q8_0 = quantize_q8_0;
 }

@@ -94,14 +94,46 @@ size_t toy_qgemm_scratch(int64_t m, int64_t k) {
     return (size_t)(m * nb * 40) + (size_t)((nb * 34 + 63) / 64 * 64) + (size_t)(2 * nb * 576) + 64;
 }
 
-struct toy_qdot_ops toy_qdot = {toy_qdot_q8_0_ref, toy_qdot_q4_0_ref, toy_quantize_q8_0_ref, NULL};
+size_t toy_qpack_group_bytes(enum toy_dtype bt, int64_t k) {
+    return (size_t)(k / 32) * (bt == TOY_Q8_0 ? TOY_QPACK_BLOCK_Q8_0 : TOY_QPACK_BLOCK_Q4_0);
+}
+
+size_t toy_qpack_bytes(enum toy_dtype bt, int64_t n, int64_t k) {
+    return (size_t)((n + 15) / 16) * toy_qpack_group_bytes(bt, k);
+}
+
+void toy_qpack(enum toy_dtype bt, int64_t n, int64_t k, const void *bv, size_t ldb, void *outv) {
+    const uint8_t *b = bv;
+    uint8_t *out = outv;
+    int64_t nb = k / 32;
+    bool q8 = bt == TOY_Q8_0;
+    size_t bs = q8 ? 34 : 18, blk_bytes = q8 ? TOY_QPACK_BLOCK_Q8_0 : TOY_QPACK_BLOCK_Q4_0;
+    int nq = q8 ? 8 : 4;
+    memset(out, 0, toy_qpack_bytes(bt, n, k));
+    for (int64_t j = 0; j < n; j++) {
+        uint8_t *grp = out + (size_t)(j / 16) * toy_qpack_group_bytes(bt, k);
+        int c = (int)(j % 16);
+        for (int64_t blk = 0; blk < nb; blk++) {
+            const uint8_t *src = b + (size_t)j * ldb + (size_t)blk * bs;
+            uint8_t *dst = grp + (size_t)blk * blk_bytes;
+            memcpy(dst + 2 * c, src, 2);
+            for (int t = 0; t < nq; t++)
+                for (int e = 0; e < 4; e++) {
+                    uint8_t v = src[2 + 4 * t + e];
+                    dst[32 + 64 * t + 4 * c + e] = q8 ? (uint8_t)(v ^ 0x80) : v;
+                }
+        }
+    }
+}
+
+struct toy_qdot_ops toy_qdot = {toy_qdot_q8_0_ref, toy_qdot_q4_0_ref, toy_quantize_q8_0_ref, NULL, NULL};
 
 void toy_qdot_fill_avx512(struct toy_qdot_ops *ops);
 void toy_qdot_fill_avx2(struct toy_qdot_ops *ops);
 
 void toy_qdot_init(void) {
     const char *force = getenv("TOY_SIMD");
-    toy_qdot = (struct toy_qdot_ops){toy_qdot_q8_0_ref, toy_qdot_q4_0_ref, toy_quantize_q8_0_ref, NULL};
+    toy_qdot = (struct toy_qdot_ops){toy_qdot_q8_0_ref, toy_qdot_q4_0_ref, toy_quantize_q8_0_ref, NULL, NULL};
     if (force && !strcmp(force, "scalar")) return;
     __builtin_cpu_init();
     bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");

@@ -17,6 +17,12 @@ struct toy_qdot_ops {
      * CPU has no AVX-512 VNNI (then dequantize + sgemm is the fast way). */
     void (*qgemm)(enum toy_dtype bt, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const void *b,
                   size_t ldb, float *c, int64_t ldc, bool accum, void *scratch);
+    /* The same over B in the packed layout (toy_qpack), starting at a group
+     * boundary; any m (decode included): B streams front to back once, and
+     * every output is computed exactly as qgemm computes it, so results do
+     * not depend on how many rows run together. */
+    void (*qgemm_packed)(enum toy_dtype bt, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                         const void *packed, float *c, int64_t ldc, bool accum, void *scratch);
 };
 extern struct toy_qdot_ops toy_qdot;
 void toy_qdot_init(void);
@@ -30,5 +36,17 @@ void toy_quantize_q8_0_ref(const float *x, void *y, int64_t n);
 void toy_qgemm_ref(enum toy_dtype bt, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const void *b,
                    size_t ldb, float *c, int64_t ldc, bool accum);
 size_t toy_qgemm_scratch(int64_t m, int64_t k);
+
+/* The packed layout of n Q8_0/Q4_0 weight rows of k: groups of 16 rows
+ * (the last padded with zero rows), each group nb = k/32 blocks in order,
+ * each block the 16 rows' f16 scales (32 bytes) and then their values by
+ * quad (4 consecutive elements): vector t (64 bytes) holds quad t of the 16
+ * rows side by side. Q8_0: 8 vectors of the values + 128 (unsigned); Q4_0:
+ * 4 vectors of the raw bytes (low nibbles: quad t, high: quad t + 4). */
+#define TOY_QPACK_BLOCK_Q8_0 (32 + 512)
+#define TOY_QPACK_BLOCK_Q4_0 (32 + 256)
+size_t toy_qpack_group_bytes(enum toy_dtype bt, int64_t k);
+size_t toy_qpack_bytes(enum toy_dtype bt, int64_t n, int64_t k);
+void toy_qpack(enum toy_dtype bt, int64_t n, int64_t k, const void *b, size_t ldb, void *out);
 
 #endif

@@ -128,17 +128,132 @@ static void rows_times_panels(int64_t m, int P, int64_t nb, const int8_t *qa, in
     }
 }
 
-void toy_qgemm_avx512(enum toy_dtype bt, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
-                      const void *bv, size_t ldb, float *c, int64_t ldc, bool accum, void *scratch) {
+/* A panel (the kernel's layout) from one packed group: the values are
+ * already side by side; Q4_0 nibbles are split, scales widened to f32. */
+static void panel_from_packed(enum toy_dtype bt, const uint8_t *pk, int64_t nb, uint8_t *panel) {
+    bool q8 = bt == TOY_Q8_0;
+    size_t bb = q8 ? TOY_QPACK_BLOCK_Q8_0 : TOY_QPACK_BLOCK_Q4_0;
+    const __m512i lo = _mm512_set1_epi8(15);
+    for (int64_t blk = 0; blk < nb; blk++, pk += bb, panel += PANEL_BLOCK) {
+        _mm512_storeu_ps(panel + 512, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)pk)));
+        if (q8) {
+            for (int t = 0; t < 8; t++) _mm512_storeu_si512(panel + 64 * t, _mm512_loadu_si512(pk + 32 + 64 * t));
+        } else {
+            for (int u = 0; u < 4; u++) {
+                __m512i q = _mm512_loadu_si512(pk + 32 + 64 * u);
+                _mm512_storeu_si512(panel + 64 * u, _mm512_and_si512(q, lo));
+                _mm512_storeu_si512(panel + 64 * (u + 4), _mm512_and_si512(_mm512_srli_epi16(q, 4), lo));
+            }
+        }
+    }
+}
+
+/* R (<= 4) rows of A times one packed group of 16 columns, read straight
+ * from the packed weights (decode: loads and arithmetic interleave, so the
+ * memory stream never pauses), with exactly the panel kernel's arithmetic
+ * per output. The next blocks are prefetched. */
+static inline __attribute__((always_inline)) void kernel_packed(int R, enum toy_dtype bt, int64_t nb,
+                                                                const int8_t *qa, int64_t ldq, const float *da,
+                                                                const int32_t *sa, const uint8_t *pk, float *c,
+                                                                int64_t ldc, int nc, bool accum) {
+    bool q8 = bt == TOY_Q8_0;
+    size_t bb = q8 ? TOY_QPACK_BLOCK_Q8_0 : TOY_QPACK_BLOCK_Q4_0;
+    const __m512i lo = _mm512_set1_epi8(15);
+    __m512 acc[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
+    for (int64_t blk = 0; blk < nb; blk++, pk += bb) {
+        _mm_prefetch((const char *)pk + 4 * bb, _MM_HINT_T0);
+        _mm_prefetch((const char *)pk + 4 * bb + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)pk + 4 * bb + 128, _MM_HINT_T0);
+        _mm_prefetch((const char *)pk + 4 * bb + 192, _MM_HINT_T0);
+        _mm_prefetch((const char *)pk + 4 * bb + 256, _MM_HINT_T0);
+        if (q8) {
+            _mm_prefetch((const char *)pk + 4 * bb + 320, _MM_HINT_T0);
+            _mm_prefetch((const char *)pk + 4 * bb + 384, _MM_HINT_T0);
+            _mm_prefetch((const char *)pk + 4 * bb + 448, _MM_HINT_T0);
+            _mm_prefetch((const char *)pk + 4 * bb + 512, _MM_HINT_T0);
+        }
+        __m512i w[8];
+        if (q8) {
+#pragma GCC unroll 8
+            for (int t = 0; t < 8; t++) w[t] = _mm512_loadu_si512(pk + 32 + 64 * t);
+        } else {
+#pragma GCC unroll 4
+            for (int u = 0; u < 4; u++) {
+                __m512i q = _mm512_loadu_si512(pk + 32 + 64 * u);
+                w[u] = _mm512_and_si512(q, lo);
+                w[u + 4] = _mm512_and_si512(_mm512_srli_epi16(q, 4), lo);
+            }
+        }
+        __m512 sw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)pk));
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            __m512i ia = _mm512_set1_epi32(sa[r * nb + blk]);
+#pragma GCC unroll 8
+            for (int t = 0; t < 8; t++) {
+                int32_t xq;
+                memcpy(&xq, qa + r * ldq + blk * 32 + 4 * t, 4);
+                ia = _mm512_dpbusd_epi32(ia, w[t], _mm512_set1_epi32(xq));
+            }
+            __m512 s = _mm512_mul_ps(sw, _mm512_set1_ps(da[r * nb + blk]));
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia), s, acc[r]);
+        }
+    }
+    __mmask16 m = nc >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nc) - 1);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        float *dst = c + r * ldc;
+        __m512 v = acc[r];
+        if (accum) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, dst));
+        _mm512_mask_storeu_ps(dst, m, v);
+    }
+}
+
+/* scratch layout shared by both entry points: A's int8 rows, scales and
+ * corrections, one Q8_0 row, two panels */
+static uint8_t *quantize_rows(enum toy_dtype bt, int64_t m, int64_t k, const float *a, int64_t lda, void *scratch,
+                              int8_t **qa, float **da, int32_t **sa);
+
+void toy_qgemm_packed_avx512(enum toy_dtype bt, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                             const void *packed, float *c, int64_t ldc, bool accum, void *scratch) {
+    int64_t nb = k / 32;
+    int8_t *qa;
+    float *da;
+    int32_t *sa;
+    uint8_t *panel = quantize_rows(bt, m, k, a, lda, scratch, &qa, &da, &sa);
+    size_t panel_bytes = (size_t)nb * PANEL_BLOCK, group = toy_qpack_group_bytes(bt, k);
+    const uint8_t *pk = packed;
+    if (m <= 8) { /* few rows (decode): straight from the packed groups */
+        for (int64_t j = 0; j < n; j += 16, pk += group) {
+            int nc = n - j < 16 ? (int)(n - j) : 16;
+            int64_t i = 0;
+            for (; i + 4 <= m; i += 4)
+                kernel_packed(4, bt, nb, qa + i * nb * 32, nb * 32, da + i * nb, sa + i * nb, pk, c + i * ldc + j, ldc,
+                              nc, accum);
+            for (; i < m; i++)
+                kernel_packed(1, bt, nb, qa + i * nb * 32, nb * 32, da + i * nb, sa + i * nb, pk, c + i * ldc + j, ldc,
+                              nc, accum);
+        }
+        return;
+    }
+    for (int64_t j = 0; j < n; j += 32, pk += 2 * group) {
+        int nc = n - j < 32 ? (int)(n - j) : 32;
+        panel_from_packed(bt, pk, nb, panel);
+        if (nc > 16) panel_from_packed(bt, pk + group, nb, panel + panel_bytes);
+        rows_times_panels(m, nc > 16 ? 2 : 1, nb, qa, nb * 32, da, sa, panel, panel_bytes, c, ldc, j, nc, accum);
+    }
+}
+
+static uint8_t *quantize_rows(enum toy_dtype bt, int64_t m, int64_t k, const float *a, int64_t lda, void *scratch,
+                              int8_t **qap, float **dap, int32_t **sap) {
     int64_t nb = k / 32;
     int off = bt == TOY_Q8_0 ? 128 : 8;
-    /* scratch: A as int8 rows, scales, corrections; one Q8_0 row; two panels */
     int8_t *qa = scratch;
     float *da = (float *)(qa + m * nb * 32);
     int32_t *sa = (int32_t *)(da + m * nb);
     uint8_t *q8 = (uint8_t *)(sa + m * nb);
     uint8_t *panel = q8 + ((nb * 34 + 63) & ~(int64_t)63);
-    size_t panel_bytes = (size_t)nb * PANEL_BLOCK;
     for (int64_t i = 0; i < m; i++) {
         toy_qdot.quantize_q8_0(a + i * lda, q8, k);
         for (int64_t blk = 0; blk < nb; blk++) {
@@ -156,6 +271,20 @@ void toy_qgemm_avx512(enum toy_dtype bt, int64_t m, int64_t n, int64_t k, const 
             sa[i * nb + blk] = -off * _mm_cvtsi128_si32(s4);
         }
     }
+    *qap = qa;
+    *dap = da;
+    *sap = sa;
+    return panel;
+}
+
+void toy_qgemm_avx512(enum toy_dtype bt, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                      const void *bv, size_t ldb, float *c, int64_t ldc, bool accum, void *scratch) {
+    int64_t nb = k / 32;
+    int8_t *qa;
+    float *da;
+    int32_t *sa;
+    uint8_t *panel = quantize_rows(bt, m, k, a, lda, scratch, &qa, &da, &sa);
+    size_t panel_bytes = (size_t)nb * PANEL_BLOCK;
     const uint8_t *b = bv;
     int64_t ldq = nb * 32;
     for (int64_t j = 0; j < n; j += 32) {
