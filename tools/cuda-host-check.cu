@@ -200,6 +200,19 @@ int main(void) {
     printf("attention tiling: %d of %d shapes visit every allowed (query, key) pair exactly once\n",
            shapes - bad_shapes, shapes);
     fails += bad_shapes;
+    /* split-key decode: the chunks cover [0, Tk) once, for every cache length */
+    for (int64_t Tk = 1; Tk < 3000; Tk += 37) {
+        int64_t next = 0;
+        for (int sidx = 0; sidx < SPLITS; sidx++) {
+            int64_t c0, c1;
+            split_chunk(Tk, sidx, &c0, &c1);
+            if (c0 != next || c1 < c0) fails++;
+            next = c1;
+        }
+        if (next != Tk) fails++;
+    }
+    printf("split-key decode: chunks partition every cache length checked\n");
+
     /* the row-major -> column-major mapping of every matmul form */
     {
         const int64_t a[4] = {24, 10, 4, 2}, at_[4] = {10, 24, 4, 2}, bt[4] = {24, 12, 2, 2}, bn[4] = {12, 24, 4, 1},

@@ -516,7 +516,111 @@ static bool use_simple(void) {
     return simple;
 }
 
+/* ---- split-key decode (flash-decoding) -------------------------------------------------------
+ * Cached attention with few query rows (decode) has too few rows to fill
+ * the GPU, and each row walks the whole cache alone. The keys are cut into
+ * SPLITS chunks (sized on the device from this run's n_past); a warp per
+ * (chunk, query row) keeps a partial (max, sum, output), and a second kernel
+ * merges the chunks: M = max m_s, L = sum l_s e^(m_s - M),
+ * O = sum o_s e^(m_s - M) / L, lse = M + log L. */
+
+#define SPLITS 32
+#define DECODE_ROWS 8 /* cached attention with at most this many query rows per head goes split */
+
+/* keys [*c0, *c1) of chunk s of SPLITS over [0, Tk) */
+__host__ __device__ __forceinline__ void split_chunk(int64_t Tk, int s, int64_t *c0, int64_t *c1) {
+    int64_t per = (Tk + SPLITS - 1) / SPLITS;
+    *c0 = (int64_t)s * per < Tk ? (int64_t)s * per : Tk;
+    *c1 = *c0 + per < Tk ? *c0 + per : Tk;
+}
+
+template <typename KT>
+__global__ void k_attn_split(CT q, CT k, CT v, at a, float *part) {
+    at_dyn(a);
+    int64_t w = blockIdx.x * (int64_t)WARPS + threadIdx.x / 32; /* (s, row) with row = (b, t, h) */
+    int64_t rows = a.B * a.Tq * a.Hq;
+    if (w >= rows * SPLITS) return;
+    int64_t row = w / SPLITS;
+    int sidx = (int)(w % SPLITS);
+    int64_t h = row % a.Hq, t = (row / a.Hq) % a.Tq, b = row / (a.Hq * a.Tq), g = h / a.group;
+    int lane = threadIdx.x % 32;
+    float qr[MAX_DPL], kr[MAX_DPL], o[MAX_DPL];
+    load_row<float>(q, h, t, b, a.D, qr);
+#pragma unroll
+    for (int i = 0; i < MAX_DPL; i++) o[i] = 0.0f;
+    int64_t j0, j1, c0, c1;
+    key_range(a, t, &j0, &j1);
+    split_chunk(a.Tk, sidx, &c0, &c1);
+    if (c0 > j0) j0 = c0;
+    if (c1 < j1) j1 = c1;
+    float m = -INFINITY, l = 0.0f;
+    for (int64_t j = j0; j < j1; j++) {
+        load_row<KT>(k, g, j, b, a.D, kr);
+        float c;
+        float sc = score(a, dot_row(qr, kr), &c);
+        float mn = fmaxf(m, sc);
+        float corr = expf(m - mn), p = expf(sc - mn);
+        l = l * corr + p;
+        load_row<KT>(v, g, j, b, a.D, kr);
+#pragma unroll
+        for (int i = 0; i < MAX_DPL; i++) o[i] = o[i] * corr + p * kr[i];
+        m = mn;
+    }
+    float *pp = part + w * (a.D + 2); /* (m, l, o[D]) */
+#pragma unroll
+    for (int i = 0; i < MAX_DPL; i++) {
+        int64_t d = lane + 32 * i;
+        if (d < a.D) pp[2 + d] = o[i];
+    }
+    if (lane == 0) {
+        pp[0] = m;
+        pp[1] = l;
+    }
+}
+
+__global__ void k_attn_merge(CT out, at a, const float *part, float *lse) {
+    int64_t row = blockIdx.x * (int64_t)WARPS + threadIdx.x / 32;
+    if (row >= a.B * a.Tq * a.Hq) return;
+    int64_t h = row % a.Hq, t = (row / a.Hq) % a.Tq, b = row / (a.Hq * a.Tq);
+    int lane = threadIdx.x % 32;
+    const float *pr = part + row * SPLITS * (a.D + 2);
+    float M = -INFINITY;
+    for (int s = 0; s < SPLITS; s++) M = fmaxf(M, pr[s * (a.D + 2)]);
+    float L = 0.0f, o[MAX_DPL];
+#pragma unroll
+    for (int i = 0; i < MAX_DPL; i++) o[i] = 0.0f;
+    if (M != -INFINITY)
+        for (int s = 0; s < SPLITS; s++) {
+            const float *pp = pr + s * (a.D + 2);
+            if (pp[0] == -INFINITY) continue; /* an empty chunk (its o is 0) */
+            float f = expf(pp[0] - M);
+            L += pp[1] * f;
+#pragma unroll
+            for (int i = 0; i < MAX_DPL; i++) {
+                int64_t d = lane + 32 * i;
+                if (d < a.D) o[i] += pp[2 + d] * f;
+            }
+        }
+    float *orow = (float *)(out.data + h * out.nb[1] + t * out.nb[2] + b * out.nb[3]);
+    float inv = L > 0 ? 1.0f / L : 0.0f;
+#pragma unroll
+    for (int i = 0; i < MAX_DPL; i++) {
+        int64_t d = lane + 32 * i;
+        if (d < a.D) orow[d] = o[i] * inv;
+    }
+    if (lane == 0) lse[(b * a.Tq + t) * a.Hq + h] = L > 0 ? M + logf(L) : -INFINITY;
+}
+
+static bool use_split(const struct toy_cu_node *n) {
+    return n->op == TOY_OP_ATTENTION && n->op_params[P_AT_DYNKV] && !n->op_params[AT_SEG] &&
+           n->src[0].ne[2] <= DECODE_ROWS;
+}
+
 extern "C" size_t toy_cu_attention_work(const struct toy_cu_node *n) {
+    if (use_split(n)) {
+        const CT &q = n->src[0];
+        return (size_t)(q.ne[1] * q.ne[2] * q.ne[3]) * SPLITS * (size_t)(q.ne[0] + 2) * sizeof(float) + 256;
+    }
     if (n->op != TOY_OP_ATTENTION_BACK) return 0;
     const CT &q = n->src[1];
     return (size_t)(q.ne[1] * q.ne[2] * q.ne[3]) * sizeof(float) + 256;
@@ -549,6 +653,14 @@ extern "C" int toy_cu_attention(const struct toy_cu_node *n, char *msg, size_t m
     int64_t rows = a.B * a.Tq * a.Hq;
     if (!rows) return 0;
     cudaStream_t s = CU_STREAM(n);
+    if (use_split(n) && !use_simple()) {
+        float *part = (float *)n->work;
+        unsigned blocks = (unsigned)cdiv(rows * SPLITS, WARPS);
+        if (k.type == TOY_F16) k_attn_split<__half><<<blocks, 32 * WARPS, 0, s>>>(q, k, v, a, part);
+        else k_attn_split<float><<<blocks, 32 * WARPS, 0, s>>>(q, k, v, a, part);
+        k_attn_merge<<<(unsigned)cdiv(rows, WARPS), 32 * WARPS, 0, s>>>(n->dst, a, part, lse);
+        return launch_status("attention (split keys)", msg, msg_size);
+    }
     if (use_simple()) {
         if (k.type == TOY_F16)
             k_attn_fwd<__half><<<(unsigned)cdiv(rows, WARPS), 32 * WARPS, 0, s>>>(n->dst, q, k, v, seg, a, lse);
