@@ -6,7 +6,8 @@
  *   bench-cuda decode smollm2-135m|llama-1b   f32|f16|bf16|q8_0 n_tokens [device]
  *
  * Random weights. One JSON line per run on stdout:
- *   train:  tokens/s of whole steps (forward + backward on the device, the
+ *   train:  (bf16: weights cast to BF16 and TOY_CUDA_MATH=bf16 for the F32 x F32
+ *           gradient products, as PyTorch's autocast) tokens/s of whole steps (forward + backward on the device, the
  *           AdamW step on the host: the optimizer is not device-resident
  *           yet, see docs/cuda.md), the forward+backward time alone, and
  *           MFU = 6 N tokens/s / peak (TOY_PEAK_TFLOPS, default 989: H100/H200
@@ -51,6 +52,9 @@ static int train(const char *model, int B, int T, int steps, const char *device,
         lm = toy_llama_lm(lla);
     }
     if (lm.set_matmul_type) lm.set_matmul_type(lm.self, !strcmp(prec, "bf16") ? TOY_BF16 : TOY_F32);
+    /* --bf16 casts the weights; the gradient products (dy x activations) are
+     * F32 x F32, which PyTorch's autocast also runs in BF16: do the same */
+    if (!strcmp(prec, "bf16")) setenv("TOY_CUDA_MATH", "bf16", 0);
     struct toy_ctx *ctx = toy_ctx_init(true);
     struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, T, B), *tgt = toy_new_tensor_2d(ctx, TOY_I32, T, B);
     struct toy_tensor *pos = toy_new_tensor_1d(ctx, TOY_I32, T);
