@@ -2,52 +2,87 @@
  * accumulation, using AVX-512 BF16 dot products (vdpbf16ps: 32 products of
  * bf16 pairs summed into 16 f32 lanes per instruction).
  *
- * Both operands are packed as rows of kp bf16 (k zero-padded to a multiple
- * of 32), so the inner loop is a plain dot product: a 4x4 block of C keeps 16
- * accumulators and does 16 vdpbf16ps per 8 loads. Rows are padded to a
- * multiple of 4 with zeros; only valid C entries are written.
+ * A is packed as rows of kp bf16 (k zero-padded to an even kp), B as panels
+ * of 16 columns holding, for every pair of k, the 16 columns' two values
+ * side by side (64 bytes). One vdpbf16ps of a broadcast A pair against a
+ * panel vector then adds 2 products to each of 16 outputs, so the
+ * accumulators are C itself: a 6x32 tile keeps 12 of them in registers
+ * and needs 2 loads and 6 broadcasts per 12 vdpbf16ps, with no horizontal
+ * sums. Only valid C entries are written.
  * Only called when the CPU reports avx512_bf16 (see matmul.c).
  */
 #include <immintrin.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "backends/cpu/cpu-impl.h"
 
-void toy_gemm_bf16_packed(int64_t m, int64_t n, int64_t kp, const uint16_t *A, const uint16_t *B, float *C,
+#define TILE_R 6
+
+/* Panels of B for columns [0, nc): colp(c) gives column c's kp values
+ * (contiguous, stride 1) when B rows are C's columns; otherwise B is (k, n)
+ * with rows ldb elements apart and column c is strided. */
+void toy_pack_bf16_panels(const uint16_t *b, int64_t ldb, bool rows_are_cols, int64_t nc, int64_t k, int64_t kp,
+                          uint16_t *panels) {
+    int64_t np = (nc + 15) / 16, pairs = kp / 2;
+    memset(panels, 0, (size_t)(np * pairs * 32) * sizeof(uint16_t));
+    for (int64_t c = 0; c < nc; c++) {
+        uint16_t *out = panels + (c / 16) * pairs * 32 + (c % 16) * 2;
+        if (rows_are_cols) {
+            const uint16_t *col = b + c * ldb;
+            for (int64_t q = 0; q + 1 < k; q += 2) memcpy(out + q / 2 * 32, col + q, 4);
+            if (k % 2) out[(k / 2) * 32] = col[k - 1];
+        } else {
+            for (int64_t q = 0; q < k; q++) out[q / 2 * 32 + q % 2] = b[q * ldb + c];
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) void tile(int R, int P, int64_t pairs, const uint16_t *a, int64_t kp,
+                                                       const uint16_t *panel, int64_t panel_elems, float *c,
+                                                       int64_t ldc, int rows, int nc, float beta) {
+    __m512 acc[TILE_R][2];
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 2
+        for (int p = 0; p < P; p++) acc[r][p] = _mm512_setzero_ps();
+    for (int64_t q = 0; q < pairs; q++) {
+        __m512bh w[2];
+#pragma GCC unroll 2
+        for (int p = 0; p < P; p++) w[p] = (__m512bh)_mm512_loadu_si512(panel + p * panel_elems + q * 32);
+#pragma GCC unroll 6
+        for (int r = 0; r < R; r++) {
+            int32_t pair;
+            memcpy(&pair, a + r * kp + 2 * q, 4);
+            __m512bh x = (__m512bh)_mm512_set1_epi32(pair);
+#pragma GCC unroll 2
+            for (int p = 0; p < P; p++) acc[r][p] = _mm512_dpbf16_ps(acc[r][p], x, w[p]);
+        }
+    }
+    for (int r = 0; r < R && r < rows; r++)
+        for (int p = 0; p < P; p++) {
+            int left = nc - 16 * p;
+            if (left <= 0) break;
+            __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+            float *dst = c + r * ldc + 16 * p;
+            __m512 v = acc[r][p];
+            if (beta != 0) v = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, dst), _mm512_set1_ps(beta), v);
+            _mm512_mask_storeu_ps(dst, m, v);
+        }
+}
+
+/* C (m x nc, ldc) = beta C + A (m rows of kp bf16, zero rows up to a
+ * multiple of 6 present) times the panels of nc columns */
+void toy_gemm_bf16_panels(int64_t m, int64_t nc, int64_t kp, const uint16_t *A, const uint16_t *panels, float *C,
                           int64_t ldc, float beta) {
-    const int64_t nb_chunk = 64; /* B rows kept hot in L1/L2 while all of A streams */
-    for (int64_t j0 = 0; j0 < n; j0 += nb_chunk) {
-        int64_t j1 = j0 + nb_chunk < n ? j0 + nb_chunk : n;
-        for (int64_t i = 0; i < m; i += 4) {
-            const uint16_t *a0 = A + i * kp, *a1 = a0 + kp, *a2 = a1 + kp, *a3 = a2 + kp;
-            for (int64_t j = j0; j < j1; j += 4) {
-                const uint16_t *b0 = B + j * kp, *b1 = b0 + kp, *b2 = b1 + kp, *b3 = b2 + kp;
-                /* 16 named accumulators so they stay in registers */
-                __m512 c00 = _mm512_setzero_ps(), c01 = c00, c02 = c00, c03 = c00, c10 = c00, c11 = c00,
-                       c12 = c00, c13 = c00, c20 = c00, c21 = c00, c22 = c00, c23 = c00, c30 = c00, c31 = c00,
-                       c32 = c00, c33 = c00;
-                for (int64_t k = 0; k < kp; k += 32) {
-                    __m512bh x0 = (__m512bh)_mm512_loadu_si512(a0 + k), x1 = (__m512bh)_mm512_loadu_si512(a1 + k),
-                             x2 = (__m512bh)_mm512_loadu_si512(a2 + k), x3 = (__m512bh)_mm512_loadu_si512(a3 + k);
-                    __m512bh y0 = (__m512bh)_mm512_loadu_si512(b0 + k), y1 = (__m512bh)_mm512_loadu_si512(b1 + k),
-                             y2 = (__m512bh)_mm512_loadu_si512(b2 + k), y3 = (__m512bh)_mm512_loadu_si512(b3 + k);
-                    c00 = _mm512_dpbf16_ps(c00, x0, y0); c01 = _mm512_dpbf16_ps(c01, x0, y1);
-                    c02 = _mm512_dpbf16_ps(c02, x0, y2); c03 = _mm512_dpbf16_ps(c03, x0, y3);
-                    c10 = _mm512_dpbf16_ps(c10, x1, y0); c11 = _mm512_dpbf16_ps(c11, x1, y1);
-                    c12 = _mm512_dpbf16_ps(c12, x1, y2); c13 = _mm512_dpbf16_ps(c13, x1, y3);
-                    c20 = _mm512_dpbf16_ps(c20, x2, y0); c21 = _mm512_dpbf16_ps(c21, x2, y1);
-                    c22 = _mm512_dpbf16_ps(c22, x2, y2); c23 = _mm512_dpbf16_ps(c23, x2, y3);
-                    c30 = _mm512_dpbf16_ps(c30, x3, y0); c31 = _mm512_dpbf16_ps(c31, x3, y1);
-                    c32 = _mm512_dpbf16_ps(c32, x3, y2); c33 = _mm512_dpbf16_ps(c33, x3, y3);
-                }
-                __m512 c[16] = {c00, c01, c02, c03, c10, c11, c12, c13, c20, c21, c22, c23, c30, c31, c32, c33};
-                for (int x = 0; x < 4 && i + x < m; x++)
-                    for (int y = 0; y < 4 && j + y < j1; y++) {
-                        float v = _mm512_reduce_add_ps(c[x * 4 + y]);
-                        float *out = C + (i + x) * ldc + j + y;
-                        *out = beta != 0 ? *out * beta + v : v;
-                    }
-            }
+    int64_t pairs = kp / 2, pe = pairs * 32;
+    for (int64_t i = 0; i < m; i += TILE_R) {
+        int rows = m - i < TILE_R ? (int)(m - i) : TILE_R;
+        for (int64_t j = 0; j < nc; j += 32) {
+            int cols = nc - j < 32 ? (int)(nc - j) : 32;
+            const uint16_t *pn = panels + (j / 16) * pe;
+            if (cols > 16) tile(TILE_R, 2, pairs, A + i * kp, kp, pn, pe, C + i * ldc + j, ldc, rows, cols, beta);
+            else tile(TILE_R, 1, pairs, A + i * kp, kp, pn, pe, C + i * ldc + j, ldc, rows, cols, beta);
         }
     }
 }

@@ -20,8 +20,12 @@
 
 #define CHUNK_ROWS 64
 
-void toy_gemm_bf16_packed(int64_t m, int64_t n, int64_t kp, const uint16_t *A, const uint16_t *B, float *C,
+void toy_gemm_bf16_panels(int64_t m, int64_t nc, int64_t kp, const uint16_t *A, const uint16_t *panels, float *C,
                           int64_t ldc, float beta);
+void toy_pack_bf16_panels(const uint16_t *b, int64_t ldb, bool rows_are_cols, int64_t nc, int64_t k, int64_t kp,
+                          uint16_t *panels);
+#define BF16_CHUNK 128 /* columns of C per packed block of B (kept in L2 while A streams) */
+#define BF16_TILE_R 6
 void toy_pack_f32_bf16(const float *x, int64_t k, uint16_t *y, int64_t kp);
 
 /* AVX-512 BF16 path: B is bf16 and the CPU has vdpbf16ps ($TOY_BF16_GEMM=0
@@ -202,7 +206,7 @@ size_t toy_cpu_matmul_work(const struct toy_tensor *dst, int nth) {
     if (use_bf16_gemm(dst)) {
         int64_t m = dst->ne[1], k = dst->op_params[P_MM_TRANS_B] ? b->ne[0] : b->ne[1];
         int64_t kp = round_up(k, 32);
-        return TOY_WORK_HEAD + (size_t)nth * ((size_t)(round_up(m, 4) + CHUNK_ROWS) * (size_t)kp * 2 + 512);
+        return TOY_WORK_HEAD + (size_t)nth * ((size_t)(round_up(m, BF16_TILE_R) + BF16_CHUNK) * (size_t)kp * 2 + 512);
     }
     if (b->type == TOY_F32) return TOY_WORK_HEAD;
     int64_t kb = b->ne[0]; /* row length of B */
@@ -210,41 +214,38 @@ size_t toy_cpu_matmul_work(const struct toy_tensor *dst, int nth) {
     return TOY_WORK_HEAD + (size_t)nth * ((size_t)CHUNK_ROWS * (size_t)kb * sizeof(float) + 256);
 }
 
-/* C (m x n) = A (m x k, f32 rows) times op(B) with B bf16: both packed to
- * bf16 rows of k; threads own column chunks of C. */
+/* C (m x n) = A (m x k, f32 rows) times op(B) with B bf16: A packed to
+ * bf16 rows of kp, B to column panels (gemm-bf16-avx512.c); threads own
+ * column chunks of C. */
 static void matmul_bf16(struct toy_tensor *dst, int ith, int nth, void *work, size_t ws) {
     const struct toy_tensor *A = dst->src[0], *B = dst->src[1];
     bool tb = dst->op_params[P_MM_TRANS_B];
     float beta = dst->op_params[P_MM_ACCUM] ? 1.0f : 0.0f;
-    int64_t n = dst->ne[0], m = dst->ne[1], k = A->ne[0], kp = round_up(k, 32), mp = round_up(m, 4);
+    int64_t n = dst->ne[0], m = dst->ne[1], k = A->ne[0], kp = round_up(k, 32), mp = round_up(m, BF16_TILE_R);
     uint16_t *pa = toy_work_slice((char *)work + TOY_WORK_HEAD, ws - TOY_WORK_HEAD, ith, nth);
     uint16_t *pb = pa + mp * kp;
     for (int64_t bi = 0; bi < dst->ne[2] * dst->ne[3]; bi++) {
         int64_t i2 = bi % dst->ne[2], i3 = bi / dst->ne[2];
-        const char *a = (const char *)A->data + (A->ne[2] == 1 ? 0 : i2 / (dst->ne[2] / A->ne[2])) * A->nb[2] +
-                        (A->ne[3] == 1 ? 0 : i3 / (dst->ne[3] / A->ne[3])) * A->nb[3];
-        const char *b = (const char *)B->data + (B->ne[2] == 1 ? 0 : i2 / (dst->ne[2] / B->ne[2])) * B->nb[2] +
-                        (B->ne[3] == 1 ? 0 : i3 / (dst->ne[3] / B->ne[3])) * B->nb[3];
+        const char *a = (const char *)A->data + bidx(i2, dst->ne[2], A->ne[2]) * A->nb[2] +
+                        bidx(i3, dst->ne[3], A->ne[3]) * A->nb[3];
+        const char *b = (const char *)B->data + bidx(i2, dst->ne[2], B->ne[2]) * B->nb[2] +
+                        bidx(i3, dst->ne[3], B->ne[3]) * B->nb[3];
         float *c = (float *)((char *)dst->data + i2 * dst->nb[2] + i3 * dst->nb[3]);
-        int64_t j0, j1;
-        toy_split(n, ith, nth, &j0, &j1);
+        int64_t j0, j1; /* in units of 16 columns, so panels never straddle threads */
+        toy_split((n + 15) / 16, ith, nth, &j0, &j1);
+        j0 *= 16;
+        j1 = j1 * 16 < n ? j1 * 16 : n;
         if (j1 <= j0) continue;
         for (int64_t i = 0; i < mp; i++) {
             if (i < m) toy_pack_f32_bf16((const float *)(a + i * A->nb[1]), k, pa + i * kp, kp);
             else memset(pa + i * kp, 0, (size_t)kp * 2);
         }
-        for (int64_t j = j0; j < j1; j += CHUNK_ROWS) {
-            int64_t jn = j + CHUNK_ROWS < j1 ? CHUNK_ROWS : j1 - j, jp = round_up(jn, 4);
-            memset(pb, 0, (size_t)(jp * kp) * 2);
-            if (tb) { /* B rows are C's columns: copy */
-                for (int64_t r = 0; r < jn; r++) memcpy(pb + r * kp, b + (j + r) * B->nb[1], (size_t)k * 2);
-            } else { /* B is (k, n): gather columns j..j+jn of every row */
-                for (int64_t kk = 0; kk < k; kk++) {
-                    const uint16_t *row = (const uint16_t *)(b + kk * B->nb[1]) + j;
-                    for (int64_t r = 0; r < jn; r++) pb[r * kp + kk] = row[r];
-                }
-            }
-            toy_gemm_bf16_packed(m, jn, kp, pa, pb, c + j, n, beta);
+        int64_t ldb = (int64_t)(B->nb[1] / sizeof(uint16_t));
+        for (int64_t j = j0; j < j1; j += BF16_CHUNK) {
+            int64_t jn = j + BF16_CHUNK < j1 ? BF16_CHUNK : j1 - j;
+            const uint16_t *bs = tb ? (const uint16_t *)(b + j * B->nb[1]) : (const uint16_t *)b + j;
+            toy_pack_bf16_panels(bs, ldb, tb, jn, k, kp, pb);
+            toy_gemm_bf16_panels(m, jn, kp, pa, pb, c + j, n, beta);
         }
     }
 }
