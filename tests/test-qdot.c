@@ -223,6 +223,10 @@ Test(qdot, qgemm_packed_matches_reference_exactly) {
             qpacked_case(TOY_Q8_0, shapes[s][0], shapes[s][1], shapes[s][2], acc);
             qpacked_case(TOY_Q4_0, shapes[s][0], shapes[s][1], shapes[s][2], acc);
         }
+    /* Q4_K: 256-element super-blocks, a scale and a min per 32 */
+    const int64_t kshapes[][3] = {{1, 17, 256}, {3, 33, 512}, {8, 64, 1536}, {13, 100, 256}, {40, 48, 768}};
+    for (size_t s = 0; s < sizeof kshapes / sizeof kshapes[0]; s++)
+        for (int acc = 0; acc < 2; acc++) qpacked_case(TOY_Q4_K, kshapes[s][0], kshapes[s][1], kshapes[s][2], acc);
 }
 
 /* Through the graph with a packed weight: one row (decode: column groups
@@ -232,7 +236,7 @@ static void packed_graph_case(enum toy_dtype type) {
     struct toy_ctx *ctx = toy_ctx_init(true);
     struct toy_rng r;
     toy_rng_seed(&r, 29);
-    const int64_t k = 576, n = 200, M = 40;
+    const int64_t k = type == TOY_Q4_K ? 512 : 576, n = 200, M = 40;
     float *wf = malloc((size_t)(k * n) * sizeof *wf);
     for (int64_t i = 0; i < k * n; i++) wf[i] = toy_rng_normal(&r) * 0.05f;
     struct toy_tensor *w = toy_new_tensor_2d(ctx, type, k, n);
@@ -260,6 +264,22 @@ static void packed_graph_case(enum toy_dtype type) {
                       toy_dtype_name(type), (long long)row, (long long)j, one, (long long)M, many, ref[row * n + j]);
         }
     }
+    /* and the reference itself is the dequantized product, up to the Q8
+     * rounding of the activations (1% of the output's RMS) */
+    double err = 0, rms = 0;
+    float *row = malloc((size_t)k * sizeof *row);
+    for (int64_t j = 0; j < n; j++) {
+        toy_dequantize_row(type, (char *)w->data + j * w->nb[1], row, k);
+        for (int64_t i = 0; i < M; i++) {
+            double e = 0;
+            for (int64_t q = 0; q < k; q++) e += (double)row[q] * ((float *)xm->data)[i * k + q];
+            err += pow(ref[i * n + j] - e, 2);
+            rms += e * e;
+        }
+    }
+    cr_assert_leq(sqrt(err / rms), 1e-2, "%s: relative RMS error %g against the dequantized product",
+                  toy_dtype_name(type), sqrt(err / rms));
+    free(row);
     toy_tensor_unpack(w);
     cr_assert_null(w->packed);
     free(ref); free(wf);
@@ -278,4 +298,10 @@ Test(qdot, packed_weight_is_batch_invariant_q4_0) {
     toy_qdot_init();
     if (!toy_qdot.qgemm_packed) cr_skip_test("no AVX-512 VNNI on this CPU");
     packed_graph_case(TOY_Q4_0);
+}
+Test(qdot, packed_weight_is_batch_invariant_q4_k) {
+    unsetenv("TOY_SIMD");
+    toy_qdot_init();
+    if (!toy_qdot.qgemm_packed) cr_skip_test("no AVX-512 VNNI on this CPU");
+    packed_graph_case(TOY_Q4_K);
 }

@@ -159,7 +159,7 @@ void toy_tensor_to_f32(const struct toy_tensor *t, float *dst);
 /* Fills the tensor (any strides, F32/F16/BF16) from n = nelements floats. */
 void toy_tensor_from_f32(struct toy_tensor *t, const float *src);
 
-/* Prepares a frozen Q8_0/Q4_0 weight (2-D, rows a multiple of 32) for fast
+/* Prepares a frozen Q8_0/Q4_0/Q4_K weight (2-D) for fast
  * inference on this CPU: a private copy of its values re-laid out for the
  * int8 matmul kernels, which inference matmuls (graphs without a backward
  * pass) then read instead of t->data — decode streams it front to back and

@@ -69,8 +69,8 @@ static inline int64_t bidx(int64_t i, int64_t n_out, int64_t n_src) {
 
 enum toy_status toy_tensor_pack(struct toy_tensor *t) {
     toy_cpu_init();
-    if (t->packed || (t->type != TOY_Q8_0 && t->type != TOY_Q4_0) || !toy_qdot.qgemm_packed || !t->data ||
-        t->ne[0] % 32 || t->ne[2] != 1 || t->ne[3] != 1 || (t->flags & TOY_FLAG_PARAM))
+    if (t->packed || (t->type != TOY_Q8_0 && t->type != TOY_Q4_0 && t->type != TOY_Q4_K) || !toy_qdot.qgemm_packed ||
+        !t->data || t->ne[0] % 32 || t->ne[2] != 1 || t->ne[3] != 1 || (t->flags & TOY_FLAG_PARAM))
         return TOY_OK;
     size_t bytes = toy_qpack_bytes(t->type, t->ne[1], t->ne[0]);
     void *p = NULL;

@@ -56,6 +56,28 @@ void toy_quantize_q8_0_ref(const float *x, void *y, int64_t n) {
     }
 }
 
+/* Q4_K sub-block sb (32 elements) of a row: value e = s q[e] - mn, with
+ * s = d * scale and mn = dmin * min (both exact in f32) */
+static void q4k_sub(const uint8_t *row, int64_t sb, float *s, float *mn, uint8_t *q) {
+    const uint8_t *b = row + (sb / 8) * 144, *sc = b + 4;
+    int j = (int)(sb % 8);
+    toy_f16 d, dmin;
+    memcpy(&d, b, 2);
+    memcpy(&dmin, b + 2, 2);
+    uint8_t scale, min;
+    if (j < 4) {
+        scale = sc[j] & 63;
+        min = sc[j + 4] & 63;
+    } else {
+        scale = (uint8_t)((sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4));
+        min = (uint8_t)((sc[j + 4] >> 4) | ((sc[j] >> 6) << 4));
+    }
+    *s = toy_f16_to_f32(d) * scale;
+    *mn = toy_f16_to_f32(dmin) * min;
+    const uint8_t *qs = b + 16 + 32 * (j / 2);
+    for (int e = 0; e < 32; e++) q[e] = j % 2 ? qs[e] >> 4 : qs[e] & 15;
+}
+
 void toy_qgemm_ref(enum toy_dtype bt, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const void *b,
                    size_t ldb, float *c, int64_t ldc, bool accum) {
     int64_t nb = k / 32;
@@ -71,6 +93,20 @@ void toy_qgemm_ref(enum toy_dtype bt, int64_t m, int64_t n, int64_t k, const flo
                 toy_f16 dw, dx;
                 memcpy(&dx, x, 2);
                 int32_t s = 0;
+                if (bt == TOY_Q4_K) { /* acc += s_w d_x dot(q, x) - mn_w d_x sum(x) */
+                    float sw, mn;
+                    uint8_t q[32];
+                    q4k_sub(w, blk, &sw, &mn, q);
+                    int32_t xs = 0;
+                    for (int e = 0; e < 32; e++) {
+                        s += q[e] * (int8_t)x[2 + e];
+                        xs += (int8_t)x[2 + e];
+                    }
+                    float dxf = toy_f16_to_f32(dx);
+                    acc = fmaf((float)s, sw * dxf, acc);
+                    acc = fmaf(-mn, dxf * (float)xs, acc);
+                    continue;
+                }
                 if (bt == TOY_Q8_0) {
                     const uint8_t *q = w + blk * 34;
                     memcpy(&dw, q, 2);
@@ -91,11 +127,12 @@ void toy_qgemm_ref(enum toy_dtype bt, int64_t m, int64_t n, int64_t k, const flo
 
 size_t toy_qgemm_scratch(int64_t m, int64_t k) {
     int64_t nb = k / 32;
-    return (size_t)(m * nb * 40) + (size_t)((nb * 34 + 63) / 64 * 64) + (size_t)(2 * nb * 576) + 64;
+    return (size_t)(m * nb * 44) + (size_t)((nb * 34 + 63) / 64 * 64) + (size_t)(2 * nb * 576) + 64;
 }
 
 size_t toy_qpack_group_bytes(enum toy_dtype bt, int64_t k) {
-    return (size_t)(k / 32) * (bt == TOY_Q8_0 ? TOY_QPACK_BLOCK_Q8_0 : TOY_QPACK_BLOCK_Q4_0);
+    return (size_t)(k / 32) * (bt == TOY_Q8_0 ? TOY_QPACK_BLOCK_Q8_0 : bt == TOY_Q4_K ? TOY_QPACK_BLOCK_Q4_K
+                                                                                   : TOY_QPACK_BLOCK_Q4_0);
 }
 
 size_t toy_qpack_bytes(enum toy_dtype bt, int64_t n, int64_t k) {
@@ -110,6 +147,23 @@ void toy_qpack(enum toy_dtype bt, int64_t n, int64_t k, const void *bv, size_t l
     size_t bs = q8 ? 34 : 18, blk_bytes = q8 ? TOY_QPACK_BLOCK_Q8_0 : TOY_QPACK_BLOCK_Q4_0;
     int nq = q8 ? 8 : 4;
     memset(out, 0, toy_qpack_bytes(bt, n, k));
+    if (bt == TOY_Q4_K) {
+        for (int64_t j = 0; j < n; j++) {
+            uint8_t *grp = out + (size_t)(j / 16) * toy_qpack_group_bytes(bt, k);
+            int c = (int)(j % 16);
+            for (int64_t blk = 0; blk < nb; blk++) {
+                uint8_t *dst = grp + (size_t)blk * TOY_QPACK_BLOCK_Q4_K, q[32];
+                float sw, mn;
+                q4k_sub(b + (size_t)j * ldb, blk, &sw, &mn, q);
+                memcpy(dst + 4 * c, &sw, 4);
+                memcpy(dst + 64 + 4 * c, &mn, 4);
+                for (int u = 0; u < 4; u++)
+                    for (int e = 0; e < 4; e++)
+                        dst[128 + 64 * u + 4 * c + e] = (uint8_t)(q[4 * u + e] | q[16 + 4 * u + e] << 4);
+            }
+        }
+        return;
+    }
     for (int64_t j = 0; j < n; j++) {
         uint8_t *grp = out + (size_t)(j / 16) * toy_qpack_group_bytes(bt, k);
         int c = (int)(j % 16);

@@ -32,12 +32,14 @@ float toy_qdot_q4_0_ref(const void *w, const void *x, int64_t n);
 void toy_quantize_q8_0_ref(const float *x, void *y, int64_t n);
 /* What qgemm computes, element by element: A's rows quantized with
  * quantize_q8_0, then c_ij = sum over blocks in order of
- * fmaf((float)dot_int(w_jb, x_ib), d_w * d_x, c) — qgemm matches it exactly. */
+ * fmaf((float)dot_int(w_jb, x_ib), d_w * d_x, c) — qgemm matches it exactly.
+ * Q4_K (packed only): per 32-element sub-block c = fmaf(dot(q, x), s d_x, c)
+ * then c = fmaf(-mn, d_x sum(x), c). */
 void toy_qgemm_ref(enum toy_dtype bt, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const void *b,
                    size_t ldb, float *c, int64_t ldc, bool accum);
 size_t toy_qgemm_scratch(int64_t m, int64_t k);
 
-/* The packed layout of n Q8_0/Q4_0 weight rows of k: groups of 16 rows
+/* The packed layout of n Q8_0/Q4_0/Q4_K weight rows of k: groups of 16 rows
  * (the last padded with zero rows), each group nb = k/32 blocks in order,
  * each block the 16 rows' f16 scales (32 bytes) and then their values by
  * quad (4 consecutive elements): vector t (64 bytes) holds quad t of the 16
@@ -45,6 +47,9 @@ size_t toy_qgemm_scratch(int64_t m, int64_t k);
  * 4 vectors of the raw bytes (low nibbles: quad t, high: quad t + 4). */
 #define TOY_QPACK_BLOCK_Q8_0 (32 + 512)
 #define TOY_QPACK_BLOCK_Q4_0 (32 + 256)
+/* Q4_K: per 32-element sub-block the 16 rows' f32 scales (d x scale) and
+ * mins (dmin x min), then 4 vectors of nibbles as for Q4_0 */
+#define TOY_QPACK_BLOCK_Q4_K (64 + 64 + 256)
 size_t toy_qpack_group_bytes(enum toy_dtype bt, int64_t k);
 size_t toy_qpack_bytes(enum toy_dtype bt, int64_t n, int64_t k);
 void toy_qpack(enum toy_dtype bt, int64_t n, int64_t k, const void *b, size_t ldb, void *out);

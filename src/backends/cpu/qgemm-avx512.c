@@ -154,10 +154,12 @@ static void panel_from_packed(enum toy_dtype bt, const uint8_t *pk, int64_t nb, 
  * per output. The next blocks are prefetched. */
 static inline __attribute__((always_inline)) void kernel_packed(int R, enum toy_dtype bt, int64_t nb,
                                                                 const int8_t *qa, int64_t ldq, const float *da,
-                                                                const int32_t *sa, const uint8_t *pk, float *c,
-                                                                int64_t ldc, int nc, bool accum) {
-    bool q8 = bt == TOY_Q8_0;
-    size_t bb = q8 ? TOY_QPACK_BLOCK_Q8_0 : TOY_QPACK_BLOCK_Q4_0;
+                                                                const int32_t *sa, const float *xs,
+                                                                const uint8_t *pk, float *c, int64_t ldc, int nc,
+                                                                bool accum) {
+    bool q8 = bt == TOY_Q8_0, qk = bt == TOY_Q4_K;
+    size_t bb = q8 ? TOY_QPACK_BLOCK_Q8_0 : qk ? TOY_QPACK_BLOCK_Q4_K : TOY_QPACK_BLOCK_Q4_0;
+    size_t vo = qk ? 128 : 32; /* offset of the value vectors in a block */
     const __m512i lo = _mm512_set1_epi8(15);
     __m512 acc[4];
 #pragma GCC unroll 4
@@ -181,12 +183,13 @@ static inline __attribute__((always_inline)) void kernel_packed(int R, enum toy_
         } else {
 #pragma GCC unroll 4
             for (int u = 0; u < 4; u++) {
-                __m512i q = _mm512_loadu_si512(pk + 32 + 64 * u);
+                __m512i q = _mm512_loadu_si512(pk + vo + 64 * u);
                 w[u] = _mm512_and_si512(q, lo);
                 w[u + 4] = _mm512_and_si512(_mm512_srli_epi16(q, 4), lo);
             }
         }
-        __m512 sw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)pk));
+        __m512 sw = qk ? _mm512_loadu_ps(pk) : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)pk));
+        __m512 mn = qk ? _mm512_loadu_ps(pk + 64) : _mm512_setzero_ps();
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             __m512i ia = _mm512_set1_epi32(sa[r * nb + blk]);
@@ -198,6 +201,7 @@ static inline __attribute__((always_inline)) void kernel_packed(int R, enum toy_
             }
             __m512 s = _mm512_mul_ps(sw, _mm512_set1_ps(da[r * nb + blk]));
             acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia), s, acc[r]);
+            if (qk) acc[r] = _mm512_fnmadd_ps(mn, _mm512_set1_ps(xs[r * nb + blk]), acc[r]);
         }
     }
     __mmask16 m = nc >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nc) - 1);
@@ -213,27 +217,27 @@ static inline __attribute__((always_inline)) void kernel_packed(int R, enum toy_
 /* scratch layout shared by both entry points: A's int8 rows, scales and
  * corrections, one Q8_0 row, two panels */
 static uint8_t *quantize_rows(enum toy_dtype bt, int64_t m, int64_t k, const float *a, int64_t lda, void *scratch,
-                              int8_t **qa, float **da, int32_t **sa);
+                              int8_t **qa, float **da, int32_t **sa, float **xs);
 
 void toy_qgemm_packed_avx512(enum toy_dtype bt, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                              const void *packed, float *c, int64_t ldc, bool accum, void *scratch) {
     int64_t nb = k / 32;
     int8_t *qa;
-    float *da;
+    float *da, *xs;
     int32_t *sa;
-    uint8_t *panel = quantize_rows(bt, m, k, a, lda, scratch, &qa, &da, &sa);
+    uint8_t *panel = quantize_rows(bt, m, k, a, lda, scratch, &qa, &da, &sa, &xs);
     size_t panel_bytes = (size_t)nb * PANEL_BLOCK, group = toy_qpack_group_bytes(bt, k);
     const uint8_t *pk = packed;
-    if (m <= 8) { /* few rows (decode): straight from the packed groups */
+    if (m <= 8 || bt == TOY_Q4_K) { /* few rows (decode), or Q4_K: straight from the packed groups */
         for (int64_t j = 0; j < n; j += 16, pk += group) {
             int nc = n - j < 16 ? (int)(n - j) : 16;
             int64_t i = 0;
             for (; i + 4 <= m; i += 4)
-                kernel_packed(4, bt, nb, qa + i * nb * 32, nb * 32, da + i * nb, sa + i * nb, pk, c + i * ldc + j, ldc,
-                              nc, accum);
+                kernel_packed(4, bt, nb, qa + i * nb * 32, nb * 32, da + i * nb, sa + i * nb, xs + i * nb, pk,
+                              c + i * ldc + j, ldc, nc, accum);
             for (; i < m; i++)
-                kernel_packed(1, bt, nb, qa + i * nb * 32, nb * 32, da + i * nb, sa + i * nb, pk, c + i * ldc + j, ldc,
-                              nc, accum);
+                kernel_packed(1, bt, nb, qa + i * nb * 32, nb * 32, da + i * nb, sa + i * nb, xs + i * nb, pk,
+                              c + i * ldc + j, ldc, nc, accum);
         }
         return;
     }
@@ -246,13 +250,14 @@ void toy_qgemm_packed_avx512(enum toy_dtype bt, int64_t m, int64_t n, int64_t k,
 }
 
 static uint8_t *quantize_rows(enum toy_dtype bt, int64_t m, int64_t k, const float *a, int64_t lda, void *scratch,
-                              int8_t **qap, float **dap, int32_t **sap) {
+                              int8_t **qap, float **dap, int32_t **sap, float **xsp) {
     int64_t nb = k / 32;
-    int off = bt == TOY_Q8_0 ? 128 : 8;
+    int off = bt == TOY_Q8_0 ? 128 : bt == TOY_Q4_0 ? 8 : 0; /* Q4_K: unsigned values, no offset */
     int8_t *qa = scratch;
     float *da = (float *)(qa + m * nb * 32);
     int32_t *sa = (int32_t *)(da + m * nb);
-    uint8_t *q8 = (uint8_t *)(sa + m * nb);
+    float *xs = (float *)(sa + m * nb); /* d_x sum(x), for Q4_K's mins */
+    uint8_t *q8 = (uint8_t *)(xs + m * nb);
     uint8_t *panel = q8 + ((nb * 34 + 63) & ~(int64_t)63);
     for (int64_t i = 0; i < m; i++) {
         toy_qdot.quantize_q8_0(a + i * lda, q8, k);
@@ -268,12 +273,15 @@ static uint8_t *quantize_rows(enum toy_dtype bt, int64_t m, int64_t k, const flo
             __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
             s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
             s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
-            sa[i * nb + blk] = -off * _mm_cvtsi128_si32(s4);
+            int32_t sum = _mm_cvtsi128_si32(s4);
+            sa[i * nb + blk] = -off * sum;
+            xs[i * nb + blk] = da[i * nb + blk] * (float)sum;
         }
     }
     *qap = qa;
     *dap = da;
     *sap = sa;
+    *xsp = xs;
     return panel;
 }
 
@@ -281,9 +289,9 @@ void toy_qgemm_avx512(enum toy_dtype bt, int64_t m, int64_t n, int64_t k, const 
                       const void *bv, size_t ldb, float *c, int64_t ldc, bool accum, void *scratch) {
     int64_t nb = k / 32;
     int8_t *qa;
-    float *da;
+    float *da, *xs;
     int32_t *sa;
-    uint8_t *panel = quantize_rows(bt, m, k, a, lda, scratch, &qa, &da, &sa);
+    uint8_t *panel = quantize_rows(bt, m, k, a, lda, scratch, &qa, &da, &sa, &xs);
     size_t panel_bytes = (size_t)nb * PANEL_BLOCK;
     const uint8_t *b = bv;
     int64_t ldq = nb * 32;
