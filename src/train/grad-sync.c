@@ -60,7 +60,10 @@ static enum toy_status nomem(void) { return toy_error(TOY_ERR_NOMEM, "gradient s
 
 void toy_grad_sync_free(struct toy_grad_sync *s) {
     if (!s) return;
-    for (int k = 0; k < TOY_COLLECTIVE_SLOTS; k++) free(s->recv[k]);
+    for (int k = 0; k < TOY_COLLECTIVE_SLOTS; k++) { /* allocated as plan_shards did */
+        if (s->recv[k] && s->c->ops && s->c->ops->alloc && s->c->ops->free) s->c->ops->free(s->c, s->recv[k]);
+        else free(s->recv[k]);
+    }
     free(s->grads);
     free(s->params);
     free(s->counts);
