@@ -42,6 +42,33 @@ static void on_sigint(int sig) {
     stop_flag = 1;
 }
 
+/* Resuming a warm-started run whose donor had another width: the learned
+ * projection is attached again (its frozen donor rows come from the donor
+ * file), then the state file restores the projection and the residual
+ * embedding exactly. Equal widths need nothing (the run trains plain
+ * embeddings). */
+static int warm_resume(struct toy_llama *m, const struct toy_tokenizer *tok, const char *donor, const char *state) {
+    struct toy_gguf *g;
+    /* states written before projections were saved: continue from the folded table */
+    if (toy_gguf_open(state, &g)) return 0; /* the trainer reports it */
+    bool saved = toy_gguf_find_tensor(g, "toy.param.token_embd_proj.weight") >= 0;
+    toy_gguf_close(g);
+    if (!saved) return 0;
+    if (toy_gguf_open(donor, &g)) {
+        fprintf(stderr, "toy train: cannot resume the warm-started run: %s\n", toy_last_error());
+        return 1;
+    }
+    int64_t ti = toy_gguf_find_tensor(g, "token_embd.weight");
+    int64_t dd = ti >= 0 ? toy_gguf_tensor(g, ti)->ne[0] : 0;
+    toy_gguf_close(g);
+    if (dd == m->cfg.d_model) return 0;
+    if (toy_llama_warm_start(m, tok, donor, NULL)) {
+        fprintf(stderr, "toy train: cannot resume the warm-started run: %s\n", toy_last_error());
+        return 1;
+    }
+    return 0;
+}
+
 static int usage(void) {
     fprintf(stderr,
 "usage: toy train --data FILE [options]          train from scratch\n"
@@ -92,6 +119,7 @@ static json_t *cfg_json(const struct cfg *c) {
     json_object_set_new(j, "world", json_integer(world));
     json_object_set_new(j, "global_batch", json_integer(c->batch * world * (c->o.accum > 0 ? c->o.accum : 1)));
     if (c->arch) json_object_set_new(j, "arch", json_string(c->arch));
+    if (c->warm) json_object_set_new(j, "warm_start", json_string(c->warm)); /* resume re-attaches its projection */
     return j;
 }
 
@@ -105,6 +133,7 @@ static void cfg_from_json(struct cfg *c, json_t *j) {
     STR("tokenizer", tokenizer);
     STR("preset", preset);
     STR("arch", arch);
+    STR("warm_start", warm);
     INT("vocab_size", vocab_size);
     INT("batch", batch);
     INT("ctx", ctx);
@@ -377,6 +406,7 @@ int toy_cmd_train(int argc, char **argv) {
         if (!(g2 = train_gpt2_model(&c, ckpt, data))) goto out;
     } else if (ckpt[0] || c.init) {
         if (toy_llama_load(ckpt[0] ? ckpt : c.init, true, &m)) { fprintf(stderr, "toy train: %s\n", toy_last_error()); goto out; }
+        if (ckpt[0] && c.warm && warm_resume(m, tok, c.warm, state)) goto out;
     } else {
         struct toy_llama_config mc = toy_llama_preset(c.preset);
         if (!mc.d_model) { fprintf(stderr, "toy train: unknown preset '%s'\n", c.preset); goto out; }

@@ -75,6 +75,8 @@ enum toy_tensor_flag {
     TOY_FLAG_OUTPUT = 1 << 2, /* kept after the run (never reused by the planner) */
     TOY_FLAG_LOSS = 1 << 3,
     TOY_FLAG_GRAD = 1 << 4,   /* a persistent gradient buffer of a parameter */
+    TOY_FLAG_STATE = 1 << 5,  /* a parameter whose training value the model file does not hold as it is
+                                 (folded there): the trainer's state file keeps it, for exact resume */
 };
 
 struct toy_tensor {

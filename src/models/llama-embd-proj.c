@@ -31,6 +31,9 @@ enum toy_status toy_llama_embd_proj_attach(struct toy_llama *m, int64_t d_donor)
     toy_set_name(D, "token_embd_donor");
     toy_set_name(P, "token_embd_proj.weight");
     toy_set_param(P);
+    /* the model file holds D P + R: P and R themselves go to the state file */
+    P->flags |= TOY_FLAG_STATE;
+    E->flags |= TOY_FLAG_STATE;
     m->embd_fold = toy_ctx_alloc(m->ctx, (size_t)(V * d) * sizeof(float));
     m->embd_donor = D;
     m->embd_proj = P;
@@ -51,6 +54,7 @@ void toy_llama_embd_proj_fold(struct toy_llama *m) {
     if (!m->embd_proj) return;
     toy_llama_embd_table(m, m->embd_fold);
     memcpy(m->tok_embd->data, m->embd_fold, toy_nbytes(m->tok_embd));
+    m->tok_embd->flags &= ~(uint32_t)TOY_FLAG_STATE;
     m->embd_donor = m->embd_proj = NULL; /* their memory stays in the arena until the model is freed */
     m->embd_fold = NULL;
 }

@@ -360,6 +360,15 @@ static enum toy_status write_state(struct toy_trainer *t, const char *path, floa
     free(os);
     json_decref(oj);
     if (!st) st = m ? toy_optim_write_gguf_state(t->opt, w, m, v) : toy_optim_write_gguf(t->opt, w);
+    /* parameters the model file holds only folded (a warm start's learned
+     * projection and the residual embedding): their exact values */
+    for (int i = 0; i < t->lm.n_tensors(t->lm.self) && !st; i++) {
+        struct toy_tensor *p = t->lm.tensor(t->lm.self, i);
+        if (!(p->flags & TOY_FLAG_STATE)) continue;
+        char name[TOY_NAME_MAX + 16];
+        snprintf(name, sizeof name, "toy.param.%s", p->name);
+        st = toy_gguf_writer_add_tensor(w, name, p->type, p->n_dims, p->ne, p->data);
+    }
     if (!st) st = toy_gguf_writer_write(w, path);
     toy_gguf_writer_free(w);
     return st;
@@ -485,6 +494,15 @@ enum toy_status toy_trainer_load_state(struct toy_trainer *t, const char *path) 
         st = toy_data_set_state(t->data, &ds);
     }
     if (!st) st = toy_optim_read_gguf(t->opt, g);
+    for (int i = 0; i < t->lm.n_tensors(t->lm.self) && !st; i++) {
+        struct toy_tensor *p = t->lm.tensor(t->lm.self, i);
+        if (!(p->flags & TOY_FLAG_STATE)) continue;
+        char name[TOY_NAME_MAX + 16];
+        snprintf(name, sizeof name, "toy.param.%s", p->name);
+        int64_t ti = toy_gguf_find_tensor(g, name);
+        if (ti < 0) st = toy_error(TOY_ERR_FORMAT, "%s: no %s (the run's %s is needed to resume exactly)", path, name, p->name);
+        else st = toy_gguf_tensor_read_f32(g, ti, p->data, toy_nelements(p));
+    }
     double ll;
     if (!st && !toy_gguf_get_f64(g, "toy.last_loss", &ll)) t->last_loss = (float)ll;
     if (!st) {
