@@ -466,6 +466,43 @@ static void kv_case(enum toy_dtype type) {
     toy_ctx_free(ctx);
 }
 
+/* a host write into a cache reaches the device copy through toy_device_update */
+Test(cuda, host_writes_reach_the_device_with_toy_device_update) {
+    need_cuda();
+    toy_rng_seed(&rng, 17);
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    struct toy_tensor *kc = toy_new_tensor_4d(ctx, TOY_F32, 32, 2, 8, 1), *vc = toy_new_tensor_4d(ctx, TOY_F32, 32, 2, 8, 1);
+    struct toy_tensor *np = toy_new_tensor_1d(ctx, TOY_I32, 1), *x, *q;
+    struct toy_tensor *y = decode_graph(ctx, kc, vc, &x, &q, np);
+    toy_set_output(y);
+    struct toy_graph *g = toy_graph_new(ctx);
+    toy_graph_build(g, y);
+    cr_assert_eq(toy_graph_set_device(g, "cuda:0"), TOY_OK);
+    struct toy_threadpool *tp = toy_threadpool_new(1);
+    fill(x, -1, 1);
+    fill(q, -1, 1);
+    *(int32_t *)np->data = 2;
+    cr_assert_eq(toy_graph_compute(g, tp), TOY_OK, "%s", toy_last_error());
+    float *before = copy_f32(y);
+    /* rows 0..1 were never stored by the graph: write them on the host */
+    for (int i = 0; i < 2 * 2 * 32; i++) ((float *)kc->data)[i] = ((float *)vc->data)[i] = 3.0f * (float)(i % 5) - 6.0f;
+    toy_device_update(kc->data, (size_t)2 * kc->nb[2]);
+    toy_device_update(vc->data, (size_t)2 * vc->nb[2]);
+    cr_assert_eq(toy_graph_compute(g, tp), TOY_OK, "%s", toy_last_error());
+    float *dev = copy_f32(y);
+    /* the CPU on the same host cache is the oracle */
+    cr_assert_eq(toy_graph_set_device(g, "cpu"), TOY_OK);
+    cr_assert_eq(toy_graph_compute(g, tp), TOY_OK, "%s", toy_last_error());
+    int64_t at;
+    double e = rel_err(dev, y->data, toy_nelements(y), &at), moved = rel_err(before, y->data, toy_nelements(y), &at);
+    cr_expect_leq(e, TOL_GEMM, "the device did not see the host's rows: %.3e", e);
+    cr_expect_gt(moved, 1e-3, "the host rows changed nothing (test is vacuous)");
+    free(before);
+    free(dev);
+    toy_threadpool_free(tp);
+    toy_ctx_free(ctx);
+}
+
 Test(cuda, kv_cache_decode_matches_cpu) {
     need_cuda();
     kv_case(TOY_F32);
