@@ -33,30 +33,6 @@ static double now(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* STREAM-style triad a = b + s c over 3 x 64 MB, best of 5, on the pool */
-struct triad { float *a, *b, *c; int64_t n; };
-static void triad_fn(void *arg, int ith, int nth) {
-    struct triad *t = arg;
-    int64_t per = (t->n + nth - 1) / nth, s = per * ith, e = s + per < t->n ? s + per : t->n;
-    for (int64_t i = s; i < e; i++) t->a[i] = t->b[i] + 3.0f * t->c[i];
-}
-static double triad_gbs(struct toy_threadpool *tp) {
-    struct triad t = {.n = 16 << 20};
-    t.a = malloc((size_t)t.n * 4);
-    t.b = malloc((size_t)t.n * 4);
-    t.c = malloc((size_t)t.n * 4);
-    for (int64_t i = 0; i < t.n; i++) { t.a[i] = 0; t.b[i] = 1; t.c[i] = 2; }
-    double best = 1e30;
-    for (int r = 0; r < 5; r++) {
-        double t0 = now();
-        toy_threadpool_run(tp, triad_fn, &t);
-        double dt = now() - t0;
-        if (dt < best) best = dt;
-    }
-    free(t.a); free(t.b); free(t.c);
-    return 3.0 * (double)t.n * 4 / best / 1e9;
-}
-
 static struct toy_llama_config shape(const char *s, int64_t *T, int64_t *B) {
     struct toy_llama_config c = toy_llama_preset(!strcmp(s, "S") ? "stories15m" : "smollm2-135m");
     *T = 256;
@@ -210,10 +186,8 @@ static void bench_infer(struct toy_threadpool *tp, int nth, const char *s, enum 
         best = r;
     }
     (void)best;
-    double gbs = triad_gbs(tp);
-    double bytes = 0; /* weights read per decoded token: every matrix once (tied head = embedding) */
-    for (int i = 0; i < toy_llama_n_tensors(m); i++) bytes += (double)toy_nbytes(toy_llama_tensor(m, i));
-    bytes -= (double)toy_nbytes(m->tok_embd) * (c.tied ? 0 : 1); /* the lookup reads one row */
+    double gbs = toy_memory_bandwidth_gbs(tp);
+    double bytes = toy_llama_decode_bytes(m);
     printf("{\"bench\":\"infer\",\"shape\":\"%s\",\"dtype\":\"%s\",\"threads\":%d,\"prefill_tok_s\":%.1f,"
            "\"decode_tok_s\":%.1f,\"triad_gbs\":%.1f,\"weight_mb\":%.1f,\"decode_bound_tok_s\":%.1f}\n",
            s, toy_dtype_name(wtype), nth, bp, bd, gbs, bytes / 1e6, gbs * 1e9 / bytes);
@@ -276,9 +250,7 @@ static int bench_file(struct toy_threadpool *tp, int nth, const char *path) {
         if (r.n_generated / r.decode_s > bd) bd = r.n_generated / r.decode_s;
     }
     const char *wt = toy_dtype_name(m->layers[0].wq->type);
-    double gbs = triad_gbs(tp), bytes = 0; /* weights read per decoded token (as in bench_infer) */
-    for (int i = 0; i < toy_llama_n_tensors(m); i++) bytes += (double)toy_nbytes(toy_llama_tensor(m, i));
-    if (!m->cfg.tied) bytes -= (double)toy_nbytes(m->tok_embd);
+    double gbs = toy_memory_bandwidth_gbs(tp), bytes = toy_llama_decode_bytes(m);
     printf("{\"bench\":\"file\",\"dtype\":\"%s\",\"threads\":%d,\"prefill_tok_s\":%.1f,\"decode_tok_s\":%.1f,"
            "\"triad_gbs\":%.1f,\"weight_mb\":%.1f,\"decode_bound_tok_s\":%.1f}\n",
            wt, nth, bp, bd, gbs, bytes / 1e6, gbs * 1e9 / bytes);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "toy/gguf.h"
@@ -125,4 +126,37 @@ Test(cli_gguf, quantize_and_models) {
     free(out);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     cr_expect_eq(system(cmd), 0);
+}
+
+/* `toy bench` on a user's model: one JSON result with a run per thread
+ * count, positive speeds and bound, the peak RSS; a prompt that does not
+ * fit the context is a usage error naming both numbers. */
+Test(cli_gguf, bench_reports_speed_against_the_bound) {
+    const char *b = bin();
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s bench -m %s --threads 1,2 --prompt 16 --gen 4 --reps 1 --json", b, TINY);
+    int rc;
+    char *out = run(cmd, &rc);
+    cr_assert_eq(rc, 0, "%s", out);
+    json_error_t err;
+    json_t *j = json_loads(out, 0, &err);
+    cr_assert(j, "%s: %s", err.text, out);
+    cr_expect_str_eq(json_string_value(json_object_get(j, "format")), "toy/bench-v1");
+    json_t *runs = json_object_get(j, "runs");
+    cr_assert_eq(json_array_size(runs), 2);
+    for (size_t i = 0; i < 2; i++) {
+        json_t *r = json_array_get(runs, i);
+        cr_expect_eq(json_integer_value(json_object_get(r, "threads")), (json_int_t)i + 1);
+        cr_expect_gt(json_real_value(json_object_get(r, "prefill_tok_s")), 0);
+        cr_expect_gt(json_real_value(json_object_get(r, "decode_tok_s")), 0);
+        cr_expect_gt(json_real_value(json_object_get(r, "decode_bound_tok_s")), 0);
+    }
+    cr_expect_gt(json_real_value(json_object_get(j, "peak_rss_mb")), 0);
+    json_decref(j);
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s bench -m %s --prompt 100000 2>&1", b, TINY);
+    out = run(cmd, &rc);
+    cr_expect_eq(WEXITSTATUS(rc), 2, "%s", out);
+    cr_expect(strstr(out, "100000") && strstr(out, "context"), "%s", out);
+    free(out);
 }

@@ -183,6 +183,9 @@ enum toy_status toy_llama_load(const char *path, bool trainable, struct toy_llam
  * tensors are released, so the weights stay resident once). Generators and
  * the server call it; idempotent; toy_llama_free frees the copies. */
 enum toy_status toy_llama_pack_weights(struct toy_llama *m);
+/* Bytes of weights one decode step reads: every matrix once (a tied head is
+ * the embedding table; an untied table is only looked up, one row). */
+double toy_llama_decode_bytes(const struct toy_llama *m);
 /* Adds the model's metadata and tensors to a GGUF writer (tensor data is
  * borrowed until the write). type: TOY_F32, TOY_F16 or TOY_BF16 for the 2-D
  * weights (norms and biases stay f32). */

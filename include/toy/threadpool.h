@@ -27,6 +27,11 @@ int toy_threadpool_size(const struct toy_threadpool *tp);
 void toy_threadpool_run(struct toy_threadpool *tp, toy_task_fn fn, void *arg);
 /* Number of online cores. */
 int toy_num_cores(void);
+/* Memory bandwidth the pool's threads reach now, in GB/s: a STREAM-style
+ * triad (a = b + s c) over 3 x 64 MB, best of 5 (what decode speed is
+ * bounded by; benchmarks state their decode figures against it). 0 when
+ * the buffers cannot be allocated. */
+double toy_memory_bandwidth_gbs(struct toy_threadpool *tp);
 
 #ifdef __cplusplus
 }

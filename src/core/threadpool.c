@@ -10,6 +10,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "toy/threadpool.h"
@@ -136,4 +137,48 @@ void toy_threadpool_run(struct toy_threadpool *tp, toy_task_fn fn, void *arg) {
         if (++spins < SPIN_ITERS) cpu_relax();
         else sched_yield();
     }
+}
+
+struct triad {
+    float *a, *b, *c;
+    int64_t n;
+};
+
+static void triad_fn(void *arg, int ith, int nth) {
+    struct triad *t = arg;
+    int64_t per = (t->n + nth - 1) / nth, s = per * ith, e = s + per < t->n ? s + per : t->n;
+    for (int64_t i = s; i < e; i++) t->a[i] = t->b[i] + 3.0f * t->c[i];
+}
+
+static void fill_fn(void *arg, int ith, int nth) { /* first touch by the thread that streams it */
+    struct triad *t = arg;
+    int64_t per = (t->n + nth - 1) / nth, s = per * ith, e = s + per < t->n ? s + per : t->n;
+    for (int64_t i = s; i < e; i++) {
+        t->a[i] = 0;
+        t->b[i] = 1;
+        t->c[i] = 2;
+    }
+}
+
+double toy_memory_bandwidth_gbs(struct toy_threadpool *tp) {
+    struct triad t = {.n = 16 << 20};
+    t.a = malloc((size_t)t.n * sizeof(float));
+    t.b = malloc((size_t)t.n * sizeof(float));
+    t.c = malloc((size_t)t.n * sizeof(float));
+    double best = 1e30;
+    if (t.a && t.b && t.c) {
+        toy_threadpool_run(tp, fill_fn, &t);
+        for (int r = 0; r < 5; r++) {
+            struct timespec t0, t1;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            toy_threadpool_run(tp, triad_fn, &t);
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            double dt = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+            if (dt < best) best = dt;
+        }
+    }
+    free(t.a);
+    free(t.b);
+    free(t.c);
+    return best < 1e30 ? 3.0 * (double)t.n * sizeof(float) / best / 1e9 : 0;
 }

@@ -177,6 +177,13 @@ enum toy_status toy_llama_pack_weights(struct toy_llama *m) {
     return st;
 }
 
+double toy_llama_decode_bytes(const struct toy_llama *m) {
+    double bytes = 0;
+    for (int i = 0; i < toy_llama_n_tensors(m); i++) bytes += (double)toy_nbytes(toy_llama_tensor(m, i));
+    if (!m->cfg.tied) bytes -= (double)toy_nbytes(m->tok_embd);
+    return bytes;
+}
+
 void toy_llama_free(struct toy_llama *m) {
     if (!m) return;
     struct toy_tensor **w = malloc(((size_t)m->cfg.n_layers * 7 + 1) * sizeof *w);

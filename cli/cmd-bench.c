@@ -1,0 +1,151 @@
+/* cmd-bench.c: `toy bench -m MODEL.gguf`: how fast toy runs a user's own
+ * Llama-family model on this machine, as `toy generate` runs it (weights
+ * mapped from the file, quantized matrices packed for inference): prefill
+ * tokens/s of a prompt, decode tokens/s after it, at each thread count, with
+ * decode's memory-bandwidth bound measured in the same run (STREAM triad
+ * GB/s / weight bytes read per token) and the process's peak RSS. The
+ * prompt is synthetic token ids, so no tokenizer is needed; `make bench`
+ * compares the same protocol against PyTorch and llama.cpp. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "toy/generate.h"
+#include "toy/models.h"
+#include "toy/toy.h"
+
+static int usage(void) {
+    fprintf(stderr, "usage: toy bench -m MODEL.gguf [--threads 1,2] [--prompt 256] [--gen 32] [--reps 3] [--json]\n"
+                    "Prefill and decode tokens/s of a Llama-family GGUF at each thread count, against the\n"
+                    "memory-bandwidth bound of decode measured now; peak RSS.\n");
+    return 2;
+}
+
+static bool count_token(void *ud, int32_t id, const char *text, size_t len, float lp) {
+    (void)id; (void)text; (void)len; (void)lp;
+    (*(int64_t *)ud)++;
+    return true;
+}
+
+int toy_cmd_bench(int argc, char **argv) {
+    const char *model = NULL, *threads_arg = NULL;
+    int64_t n_prompt = 256, n_gen = 32, reps = 3;
+    bool json = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
+        if (!strcmp(a, "--json")) { json = true; continue; }
+        if (i + 1 >= argc) { fprintf(stderr, "toy bench: %s needs a value\n", a); return 2; }
+        const char *v = argv[++i];
+        char *end;
+        long long x = strtoll(v, &end, 10);
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
+        else if (!strcmp(a, "--threads")) threads_arg = v;
+        else if (*end || x < 1) { fprintf(stderr, "toy bench: bad value '%s' for %s\n", v, a); return 2; }
+        else if (!strcmp(a, "--prompt")) n_prompt = x;
+        else if (!strcmp(a, "--gen")) n_gen = x;
+        else if (!strcmp(a, "--reps")) reps = x;
+        else { fprintf(stderr, "toy bench: unknown flag %s\n", a); return usage(); }
+    }
+    if (!model) return usage();
+    int threads[16], n_threads = 0;
+    if (threads_arg) {
+        const char *p = threads_arg;
+        while (*p && n_threads < 16) {
+            char *end;
+            long t = strtol(p, &end, 10);
+            if (end == p || t < 1 || t > 1024 || (*end && *end != ',')) {
+                fprintf(stderr, "toy bench: --threads takes counts like 1,2,4\n");
+                return 2;
+            }
+            threads[n_threads++] = (int)t;
+            p = *end ? end + 1 : end;
+        }
+    } else {
+        int cores = toy_num_cores();
+        threads[n_threads++] = 1;
+        if (cores > 1) threads[n_threads++] = cores;
+    }
+    char resolved[4096];
+    if (toy_model_resolve(model, resolved, sizeof resolved)) { fprintf(stderr, "toy bench: %s\n", toy_last_error()); return 1; }
+    struct toy_llama *m;
+    if (toy_llama_load(resolved, false, &m)) { fprintf(stderr, "toy bench: %s\n", toy_last_error()); return 1; }
+    if (n_prompt + n_gen + 1 > m->cfg.max_ctx) {
+        fprintf(stderr, "toy bench: --prompt %lld + --gen %lld does not fit the model's context of %lld\n",
+                (long long)n_prompt, (long long)n_gen, (long long)m->cfg.max_ctx);
+        toy_llama_free(m);
+        return 2;
+    }
+    int32_t *prompt = malloc((size_t)n_prompt * sizeof *prompt);
+    if (!prompt) { toy_llama_free(m); return 1; }
+    for (int64_t i = 0; i < n_prompt; i++) prompt[i] = (int32_t)((i * 31 + 7) % m->cfg.vocab);
+    double bytes = toy_llama_decode_bytes(m);
+    if (!json)
+        printf("%s: %s, %.1fM parameters, %.1f MB read per decoded token; prompt %lld, %lld generated, best of %lld\n",
+               resolved, toy_dtype_name(m->layers[0].wq->type), (double)toy_llama_n_params(m) / 1e6, bytes / 1e6,
+               (long long)n_prompt, (long long)n_gen, (long long)reps);
+    /* every run first, then the bandwidth tests (their 192 MB would hide
+     * the model's own peak RSS) */
+    double bp[16] = {0}, bd[16] = {0};
+    int rc = 0;
+    for (int ti = 0; ti < n_threads && !rc; ti++) {
+        struct toy_threadpool *tp = toy_threadpool_new(threads[ti]);
+        struct toy_generator *gen = NULL;
+        if (!tp || toy_generator_new(m, NULL, n_prompt + n_gen + 1, tp, &gen)) {
+            fprintf(stderr, "toy bench: %s\n", toy_last_error());
+            toy_threadpool_free(tp);
+            rc = 1;
+            break;
+        }
+        struct toy_generate_params gp = {.n_predict = n_gen, .ignore_eos = true};
+        for (int64_t r = 0; r < reps && !rc; r++) {
+            struct toy_generate_result res;
+            int64_t n = 0;
+            if (toy_generate(gen, prompt, n_prompt, &gp, count_token, &n, &res)) {
+                fprintf(stderr, "toy bench: %s\n", toy_last_error());
+                rc = 1;
+                break;
+            }
+            if (res.prefill_s > 0 && res.n_prompt / res.prefill_s > bp[ti]) bp[ti] = res.n_prompt / res.prefill_s;
+            if (res.decode_s > 0 && res.n_generated / res.decode_s > bd[ti]) bd[ti] = res.n_generated / res.decode_s;
+        }
+        toy_generator_free(gen);
+        toy_threadpool_free(tp);
+    }
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    json_t *rows = json_array();
+    for (int ti = 0; ti < n_threads && !rc; ti++) {
+        struct toy_threadpool *tp = toy_threadpool_new(threads[ti]);
+        double gbs = tp ? toy_memory_bandwidth_gbs(tp) : 0, bound = gbs * 1e9 / bytes;
+        toy_threadpool_free(tp);
+        if (json)
+            json_array_append_new(rows, json_pack("{s:i,s:f,s:f,s:f,s:f}", "threads", threads[ti], "prefill_tok_s", bp[ti],
+                                                  "decode_tok_s", bd[ti], "bandwidth_gbs", gbs, "decode_bound_tok_s",
+                                                  bound));
+        else
+            printf("  %2d thread%s: prefill %8.1f tok/s   decode %7.1f tok/s = %3.0f%% of the bound %.1f tok/s "
+                   "(%.1f GB/s)\n", threads[ti], threads[ti] > 1 ? "s" : " ", bp[ti], bd[ti],
+                   bound > 0 ? 100 * bd[ti] / bound : 0.0, bound, gbs);
+        fflush(stdout);
+    }
+    if (!rc && json) {
+        json_t *j = json_pack("{s:s,s:s,s:s,s:f,s:I,s:I,s:o,s:f}", "format", "toy/bench-v1", "model", resolved,
+                              "weight_type", toy_dtype_name(m->layers[0].wq->type), "decode_bytes", bytes, "prompt",
+                              (json_int_t)n_prompt, "generated", (json_int_t)n_gen, "runs", rows, "peak_rss_mb",
+                              ru.ru_maxrss / 1024.0);
+        char *s = json_dumps(j, JSON_COMPACT);
+        puts(s);
+        free(s);
+        json_decref(j);
+    } else {
+        json_decref(rows);
+        if (!rc) printf("  peak RSS %.0f MB (weights read per token: %.0f MB)\n", ru.ru_maxrss / 1024.0, bytes / 1e6);
+    }
+    free(prompt);
+    toy_llama_free(m);
+    return rc;
+}
