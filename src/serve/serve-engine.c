@@ -575,6 +575,7 @@ enum toy_status srv_engine_new(struct toy_llama *m, const struct toy_tokenizer *
     e->n_ctx = o->n_ctx > 0 && o->n_ctx <= m->cfg.max_ctx ? o->n_ctx : m->cfg.max_ctx;
     e->vocab = m->cfg.vocab;
     e->prefix_cache = o->prefix_cache;
+    enum toy_status pst = toy_llama_pack_weights(m); /* before row_group: packed weights need no grouping */
     e->row_group = srv_row_group(m);
     e->q_max = o->queue_size > 0 ? o->queue_size : 1; /* at least one waits for a slot */
     pthread_mutex_init(&e->mu, NULL);
@@ -585,9 +586,8 @@ enum toy_status srv_engine_new(struct toy_llama *m, const struct toy_tokenizer *
     e->q = calloc((size_t)e->q_cap, sizeof *e->q);
     e->logits = malloc((size_t)e->vocab * sizeof(float));
     e->tp = toy_threadpool_new(o->n_threads);
-    enum toy_status st = e->slots && e->bidx && e->q && e->logits && e->tp ? TOY_OK
-                                                                            : toy_error(TOY_ERR_NOMEM, "serve engine");
-    if (!st) st = toy_llama_pack_weights(m);
+    enum toy_status st = pst ? pst : e->slots && e->bidx && e->q && e->logits && e->tp ? TOY_OK
+                                                                                    : toy_error(TOY_ERR_NOMEM, "serve engine");
     for (int i = 0; i < e->n_slots && !st; i++) {
         struct slot *s = &e->slots[i];
         st = toy_kv_cache_init(&s->kv, m, e->n_ctx, 1);

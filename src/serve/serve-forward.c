@@ -16,7 +16,9 @@
  *    alone, and a prompt prefilled after a prefix-cache hit (only its last
  *    tokens) would not get the keys and values of a cold prefill. Products
  *    therefore run in groups of at most 8 rows (row_group), which keeps
- *    every row on the same path whatever the batch or the chunk;
+ *    every row on the same path whatever the batch or the chunk. Weights
+ *    packed for inference (toy_llama_pack_weights, on CPUs with AVX-512
+ *    VNNI) give the same bits at every row count, so then no grouping;
  *  - outputs: the logits of the last position only (a prefill of T tokens
  *    never materialises T x vocab logits), or the mean of the final-norm
  *    hidden states over positions (embeddings).
@@ -64,12 +66,14 @@ static struct toy_tensor *projg(struct toy_ctx *ctx, const struct toy_llama *m, 
     return toy_reshape_3d(ctx, y, y->ne[0], T, B);
 }
 
+static bool row_count_dependent(const struct toy_tensor *t) {
+    return t && t->n_dims == 2 && (t->type == TOY_Q8_0 || t->type == TOY_Q4_0) && !t->packed;
+}
+
 int64_t srv_row_group(const struct toy_llama *m) {
-    for (int i = 0; i < toy_llama_n_tensors(m); i++) {
-        const struct toy_tensor *t = toy_llama_tensor(m, i);
-        if (t->n_dims == 2 && (t->type == TOY_Q8_0 || t->type == TOY_Q4_0)) return 8;
-    }
-    return m->output && (m->output->type == TOY_Q8_0 || m->output->type == TOY_Q4_0) ? 8 : 0;
+    for (int i = 0; i < toy_llama_n_tensors(m); i++)
+        if (row_count_dependent(toy_llama_tensor(m, i))) return 8;
+    return row_count_dependent(m->output) ? 8 : 0;
 }
 
 /* sequence b of x {D, H, T, B}: a view {D, H, T, 1} */
