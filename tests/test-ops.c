@@ -336,17 +336,19 @@ Test(ops, finite_differences) {
 /* BF16 weights: the AVX-512 BF16 kernel (or the dequantize path on CPUs
  * without it) against a double-precision product of the same bf16-rounded
  * operands. Tolerance 1e-4 (1 + |ref|): only the f32 accumulation differs. */
-static void bf16_case(int64_t m, int64_t k, int64_t n, bool tb) {
+static void bf16_case_t(int64_t m, int64_t k, int64_t n, bool ta, bool tb);
+static void bf16_case(int64_t m, int64_t k, int64_t n, bool tb) { bf16_case_t(m, k, n, false, tb); }
+static void bf16_case_t(int64_t m, int64_t k, int64_t n, bool ta, bool tb) {
     struct toy_ctx *ctx = toy_ctx_init(true);
     struct toy_rng r;
     toy_rng_seed(&r, (uint64_t)(m * 31 + n));
-    struct toy_tensor *a = toy_new_tensor_2d(ctx, TOY_F32, k, m);
+    struct toy_tensor *a = ta ? toy_new_tensor_2d(ctx, TOY_F32, m, k) : toy_new_tensor_2d(ctx, TOY_F32, k, m);
     struct toy_tensor *b = tb ? toy_new_tensor_2d(ctx, TOY_BF16, k, n) : toy_new_tensor_2d(ctx, TOY_BF16, n, k);
     float *af = a->data;
     for (int64_t i = 0; i < m * k; i++) af[i] = toy_rng_normal(&r);
     toy_bf16 *bb = b->data;
     for (int64_t i = 0; i < n * k; i++) bb[i] = toy_f32_to_bf16(toy_rng_normal(&r));
-    struct toy_tensor *c = toy_matmul(ctx, a, b, false, tb);
+    struct toy_tensor *c = toy_matmul(ctx, a, b, ta, tb);
     toy_set_output(c);
     struct toy_graph *g = toy_graph_new(ctx);
     toy_graph_build(g, c);
@@ -357,15 +359,15 @@ static void bf16_case(int64_t m, int64_t k, int64_t n, bool tb) {
         for (int64_t j = 0; j < n; j++) {
             double ref = 0;
             for (int64_t q = 0; q < k; q++) {
-                double av = toy_bf16_to_f32(toy_f32_to_bf16(af[i * k + q]));
+                double av = toy_bf16_to_f32(toy_f32_to_bf16(ta ? af[q * m + i] : af[i * k + q]));
                 double bv = toy_bf16_to_f32(tb ? bb[j * k + q] : bb[q * n + j]);
                 ref += av * bv;
             }
             double e = fabs(((float *)c->data)[i * n + j] - ref) / (1 + fabs(ref));
             if (e > worst) worst = e;
         }
-    cr_assert_leq(worst, 1e-4, "bf16 matmul %lldx%lldx%lld tb=%d: error %g", (long long)m, (long long)k, (long long)n,
-                  tb, worst);
+    cr_assert_leq(worst, 1e-4, "bf16 matmul %lldx%lldx%lld ta=%d tb=%d: error %g", (long long)m, (long long)k,
+                  (long long)n, ta, tb, worst);
     toy_threadpool_free(tp);
     toy_ctx_free(ctx);
 }
@@ -374,6 +376,8 @@ Test(ops, bf16_matmul) {
     bf16_case(13, 70, 37, true);   /* ragged edges everywhere */
     bf16_case(64, 576, 200, true);
     bf16_case(9, 33, 130, false);  /* B (k, n): the backward dA = dY W shape */
+    bf16_case_t(37, 70, 13, true, false);   /* A transposed: the weight gradient dW = dY^T X */
+    bf16_case_t(200, 512, 96, true, false); /* rows split between threads, 16 x 16 transposes */
 }
 
 /* f32 -> f16 and f32 -> bf16 round to nearest even exactly as PyTorch does

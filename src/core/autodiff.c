@@ -102,7 +102,10 @@ static void matmul_backward(struct bw *b, struct toy_tensor *y, struct toy_tenso
         add_contribution(b, A, reduce_like(ctx, dA, A));
     }
     if (wants_grad(b, B)) {
-        struct toy_tensor *dB = tb ? toy_matmul(ctx, dy, A, true, ta) : toy_matmul(ctx, A, dy, !ta, false);
+        /* mixed precision (bf16 weights, f32 activations): the weight
+         * gradient's product in bf16 too, as the forward's (f32 sums) */
+        struct toy_tensor *Ab = tb && B->type == TOY_BF16 && A->type == TOY_F32 ? toy_cast(ctx, A, TOY_BF16) : A;
+        struct toy_tensor *dB = tb ? toy_matmul(ctx, dy, Ab, true, ta) : toy_matmul(ctx, A, dy, !ta, false);
         add_contribution(b, B, reduce_like(ctx, dB, B));
     }
 }

@@ -97,3 +97,23 @@ void toy_pack_f32_bf16(const float *x, int64_t k, uint16_t *y, int64_t kp) {
     for (; i < k; i++) y[i] = toy_f32_to_bf16(x[i]);
     for (; i < kp; i++) y[i] = 0;
 }
+
+/* Columns c0 .. c0+nc of a (k rows of lda f32) as nc bf16 rows of kp (a
+ * transposed operand, e.g. dY in dW = dY^T X): 16 x 16 blocks transposed
+ * through registers, rounded to nearest even, zero padded to kp. */
+void toy_pack_f32_bf16_cols(const float *a, int64_t lda, int64_t c0, int64_t nc, int64_t k, uint16_t *y, int64_t kp) {
+    for (int64_t r = 0; r < nc; r++)
+        for (int64_t q = k; q < kp; q++) y[r * kp + q] = 0;
+    for (int64_t q0 = 0; q0 < k; q0 += 16) {
+        int64_t qn = k - q0 < 16 ? k - q0 : 16;
+        for (int64_t r0 = 0; r0 < nc; r0 += 16) {
+            int64_t rn = nc - r0 < 16 ? nc - r0 : 16;
+            __mmask16 rm = (__mmask16)((1u << rn) - 1);
+            float tile[16][16];
+            for (int64_t q = 0; q < qn; q++)
+                _mm512_storeu_ps(tile[q], _mm512_maskz_loadu_ps(rm, a + (q0 + q) * lda + c0 + r0));
+            for (int64_t r = 0; r < rn; r++)
+                for (int64_t q = 0; q < qn; q++) y[(r0 + r) * kp + q0 + q] = toy_f32_to_bf16(tile[q][r]);
+        }
+    }
+}

@@ -27,6 +27,7 @@ void toy_pack_bf16_panels(const uint16_t *b, int64_t ldb, bool rows_are_cols, in
 #define BF16_CHUNK 128 /* columns of C per packed block of B (kept in L2 while A streams) */
 #define BF16_TILE_R 6
 void toy_pack_f32_bf16(const float *x, int64_t k, uint16_t *y, int64_t kp);
+void toy_pack_f32_bf16_cols(const float *a, int64_t lda, int64_t c0, int64_t nc, int64_t k, uint16_t *y, int64_t kp);
 
 /* AVX-512 BF16 path: B is bf16 and the CPU has vdpbf16ps ($TOY_BF16_GEMM=0
  * turns it off, to compare with the dequantize + sgemm path). */
@@ -37,7 +38,7 @@ static bool use_bf16_gemm(const struct toy_tensor *dst) {
         __builtin_cpu_init();
         have = __builtin_cpu_supports("avx512f") && !(e && !strcmp(e, "0")) && toy_cpu_has_avx512bf16();
     }
-    return have && dst->src[1]->type == TOY_BF16 && !dst->op_params[P_MM_TRANS_A];
+    return have && dst->src[1]->type == TOY_BF16 && dst->src[0]->type == TOY_F32;
 }
 
 static int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
@@ -206,6 +207,7 @@ size_t toy_cpu_matmul_work(const struct toy_tensor *dst, int nth) {
     if (use_bf16_gemm(dst)) {
         int64_t m = dst->ne[1], k = dst->op_params[P_MM_TRANS_B] ? b->ne[0] : b->ne[1];
         int64_t kp = round_up(k, 32);
+        if (dst->op_params[P_MM_TRANS_A]) m = round_up((m + nth - 1) / nth, BF16_TILE_R) + BF16_TILE_R;
         return TOY_WORK_HEAD + (size_t)nth * ((size_t)(round_up(m, BF16_TILE_R) + BF16_CHUNK) * (size_t)kp * 2 + 512);
     }
     if (b->type == TOY_F32) return TOY_WORK_HEAD;
@@ -219,10 +221,24 @@ size_t toy_cpu_matmul_work(const struct toy_tensor *dst, int nth) {
  * column chunks of C. */
 static void matmul_bf16(struct toy_tensor *dst, int ith, int nth, void *work, size_t ws) {
     const struct toy_tensor *A = dst->src[0], *B = dst->src[1];
-    bool tb = dst->op_params[P_MM_TRANS_B];
+    bool ta = dst->op_params[P_MM_TRANS_A], tb = dst->op_params[P_MM_TRANS_B];
     float beta = dst->op_params[P_MM_ACCUM] ? 1.0f : 0.0f;
-    int64_t n = dst->ne[0], m = dst->ne[1], k = A->ne[0], kp = round_up(k, 32), mp = round_up(m, BF16_TILE_R);
+    int64_t n = dst->ne[0], m = dst->ne[1], k = ta ? A->ne[1] : A->ne[0], kp = round_up(k, 32);
     uint16_t *pa = toy_work_slice((char *)work + TOY_WORK_HEAD, ws - TOY_WORK_HEAD, ith, nth);
+    /* op(A) stored transposed (a weight gradient dY^T X): threads own row
+     * ranges of C and pack only their rows; else column ranges of C */
+    int64_t i0 = 0, i1 = m, j0 = 0, j1 = n;
+    if (ta) {
+        toy_split((m + BF16_TILE_R - 1) / BF16_TILE_R, ith, nth, &i0, &i1);
+        i0 *= BF16_TILE_R;
+        i1 = i1 * BF16_TILE_R < m ? i1 * BF16_TILE_R : m;
+    } else { /* in units of 16 columns, so panels never straddle threads */
+        toy_split((n + 15) / 16, ith, nth, &j0, &j1);
+        j0 *= 16;
+        j1 = j1 * 16 < n ? j1 * 16 : n;
+    }
+    if (i1 <= i0 || j1 <= j0) return;
+    int64_t mr = i1 - i0, mp = round_up(mr, BF16_TILE_R);
     uint16_t *pb = pa + mp * kp;
     for (int64_t bi = 0; bi < dst->ne[2] * dst->ne[3]; bi++) {
         int64_t i2 = bi % dst->ne[2], i3 = bi / dst->ne[2];
@@ -231,21 +247,21 @@ static void matmul_bf16(struct toy_tensor *dst, int ith, int nth, void *work, si
         const char *b = (const char *)B->data + bidx(i2, dst->ne[2], B->ne[2]) * B->nb[2] +
                         bidx(i3, dst->ne[3], B->ne[3]) * B->nb[3];
         float *c = (float *)((char *)dst->data + i2 * dst->nb[2] + i3 * dst->nb[3]);
-        int64_t j0, j1; /* in units of 16 columns, so panels never straddle threads */
-        toy_split((n + 15) / 16, ith, nth, &j0, &j1);
-        j0 *= 16;
-        j1 = j1 * 16 < n ? j1 * 16 : n;
-        if (j1 <= j0) continue;
-        for (int64_t i = 0; i < mp; i++) {
-            if (i < m) toy_pack_f32_bf16((const float *)(a + i * A->nb[1]), k, pa + i * kp, kp);
-            else memset(pa + i * kp, 0, (size_t)kp * 2);
+        if (ta) {
+            toy_pack_f32_bf16_cols((const float *)a, (int64_t)(A->nb[1] / sizeof(float)), i0, mr, k, pa, kp);
+            memset(pa + mr * kp, 0, (size_t)((mp - mr) * kp) * 2);
+        } else {
+            for (int64_t i = 0; i < mp; i++) {
+                if (i < m) toy_pack_f32_bf16((const float *)(a + i * A->nb[1]), k, pa + i * kp, kp);
+                else memset(pa + i * kp, 0, (size_t)kp * 2);
+            }
         }
         int64_t ldb = (int64_t)(B->nb[1] / sizeof(uint16_t));
         for (int64_t j = j0; j < j1; j += BF16_CHUNK) {
             int64_t jn = j + BF16_CHUNK < j1 ? BF16_CHUNK : j1 - j;
             const uint16_t *bs = tb ? (const uint16_t *)(b + j * B->nb[1]) : (const uint16_t *)b + j;
             toy_pack_bf16_panels(bs, ldb, tb, jn, k, kp, pb);
-            toy_gemm_bf16_panels(m, jn, kp, pa, pb, c + j, n, beta);
+            toy_gemm_bf16_panels(mr, jn, kp, pa, pb, c + i0 * n + j, n, beta);
         }
     }
 }
