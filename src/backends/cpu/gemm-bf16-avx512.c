@@ -99,8 +99,8 @@ void toy_pack_f32_bf16(const float *x, int64_t k, uint16_t *y, int64_t kp) {
 }
 
 /* Columns c0 .. c0+nc of a (k rows of lda f32) as nc bf16 rows of kp (a
- * transposed operand, e.g. dY in dW = dY^T X): 16 x 16 blocks transposed
- * through registers, rounded to nearest even, zero padded to kp. */
+ * transposed operand, e.g. dY in dW = dY^T X): 16 x 16 blocks through a
+ * tile on the stack, rounded to nearest even, zero padded to kp. */
 void toy_pack_f32_bf16_cols(const float *a, int64_t lda, int64_t c0, int64_t nc, int64_t k, uint16_t *y, int64_t kp) {
     for (int64_t r = 0; r < nc; r++)
         for (int64_t q = k; q < kp; q++) y[r * kp + q] = 0;
