@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "progress.h"
+#include "toy/collective.h"
 #include "toy/finetune.h"
 #include "toy/run-dir.h"
 #include "toy/toy.h"
@@ -43,7 +44,8 @@ static int usage(void) {
 "training: --epochs 1 | --steps N, --batch 4 --grad-accum 1 --lr 2e-4 (full: 2e-5) --lr-min 0 --warmup 10\n"
 "          --schedule cosine|linear|constant --wd 0 --beta1 0.9 --beta2 0.999 --clip 1.0 --seed 42\n"
 "          --bf16 --threads N\n"
-"output:   --eval-every 50 --eval-batches 0 (all) --ckpt-every 0 --runs DIR (runs) --out DIR --log-every 10 --json\n");
+"output:   --eval-every 50 --eval-batches 0 (all) --ckpt-every 0 --runs DIR (runs) --out DIR --log-every 10 --json\n"
+"parallel: mpirun -np N toy finetune ... (a `make MPI=1` build; --batch is per rank) --dp-timeout 300 (s)\n");
     return 2;
 }
 
@@ -53,6 +55,8 @@ struct cfg {
     double heldout, alpha, dropout;
     int threads, log_every;
     bool json, lr_given;
+    double dp_timeout; /* data parallelism: seconds a collective may wait */
+    int64_t world;     /* ranks (finetune.json: of the run that wrote it) */
     struct toy_finetune_opts o;
 };
 
@@ -65,6 +69,9 @@ static json_t *cfg_json(const struct cfg *c) {
     json_object_set_new(j, "freeze_embeddings", json_boolean(c->o.freeze_embeddings));
     json_object_set_new(j, "pack", json_boolean(!c->o.no_pack));
     json_object_set_new(j, "train", toy_train_opts_to_json(&c->o.train));
+    int64_t world = c->world > 0 ? c->world : 1; /* the global batch: rows per optimizer step over all ranks */
+    json_object_set_new(j, "world", json_integer(world));
+    json_object_set_new(j, "global_batch", json_integer(c->o.batch * world * (c->o.train.accum > 0 ? c->o.train.accum : 1)));
     return j;
 }
 
@@ -82,6 +89,7 @@ static void cfg_from_json(struct cfg *c, json_t *j) {
     INT("rank", rank);
     INT("batch", o.batch);
     INT("epochs", o.epochs);
+    INT("world", world);
     NUM("heldout", heldout);
     NUM("alpha", alpha);
     NUM("dropout", dropout);
@@ -129,6 +137,7 @@ static int parse(int argc, char **argv, struct cfg *c, bool *given_steps) {
         N("--beta1", o.train.beta1, float) N("--beta2", o.train.beta2, float) N("--clip", o.train.clip, float)
         N("--seed", o.train.seed, uint64_t) N("--eval-every", o.train.eval_every, int64_t)
         N("--eval-batches", o.train.eval_batches, int64_t) N("--ckpt-every", o.train.ckpt_every, int64_t)
+        N("--dp-timeout", dp_timeout, double)
 #undef N
         fprintf(stderr, "toy finetune: unknown flag %s\n", a);
         return usage();
@@ -157,6 +166,9 @@ static void on_step(void *ud, const struct toy_step_info *s) {
     }
 }
 
+static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll, int rank, int world);
+static bool dp_consistent; /* a failure every rank saw alike (a NaN loss): finalize, no abort */
+
 int toy_cmd_finetune(int argc, char **argv) {
     struct cfg c = {.runs = "runs", .method = "lora", .targets = "q,v", .ctx = 256, .rank = 8, .alpha = 16,
                     .heldout = 0.1, .log_every = 10};
@@ -167,6 +179,44 @@ int toy_cmd_finetune(int argc, char **argv) {
     bool given_steps = false;
     int rc = parse(argc, argv, &c, &given_steps);
     if (rc) return rc == 1 ? 0 : rc;
+    /* data parallelism: under mpirun (in a `make MPI=1` build) this is one rank of many */
+    struct toy_collective *coll = NULL;
+    struct toy_collective_opts copt = {.timeout_s = c.dp_timeout};
+    if (toy_collective_open(TOY_COLLECTIVE_AUTO, &copt, &coll)) {
+        fprintf(stderr, "toy finetune: %s\n", toy_last_error());
+        return 1;
+    }
+    const int rank = toy_collective_rank(coll), world = toy_collective_world(coll);
+    rc = ft_main(&c, given_steps, coll, rank, world);
+    if (rc == 1 && world > 1 && !dp_consistent && !toy_collective_broken(coll)) {
+        fprintf(stderr, "toy finetune: rank %d of %d failed: ending the job\n", rank, world);
+        toy_collective_abort(coll, 1);
+    }
+    toy_collective_close(coll); /* broken by a dead or hung rank: rank 0 (checkpointed) ends the job */
+    return rc;
+}
+
+/* Resuming on another number of ranks keeps the micro-batches (packing
+ * fills rows per micro-batch, so their size decides which rows there are)
+ * and the micro-batches per step: --grad-accum becomes accum x
+ * ranks-then / ranks-now, which must come out whole. */
+static int dp_resize(struct cfg *c, int world) {
+    int64_t then = c->world > 0 ? c->world : 1, accum = c->o.train.accum > 0 ? c->o.train.accum : 1;
+    int64_t micro = accum * then;
+    if (micro % world) {
+        fprintf(stderr, "toy finetune: cannot resume on %d ranks: the run's steps are %lld micro-batches (--grad-accum "
+                "%lld x %lld ranks), which %d ranks cannot split evenly; resume on a number of ranks that divides %lld\n",
+                world, (long long)micro, (long long)accum, (long long)then, world, (long long)micro);
+        return 1;
+    }
+    c->o.train.accum = micro / world;
+    return 0;
+}
+
+
+static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll, int rank, int world) {
+    struct cfg c = *cp;
+    int rc;
     struct cfg cli = c;
     char run_dir[1024] = "", run_id[1024] = "", ckpt[1600] = "", state[1700] = "";
     json_t *saved = NULL; /* the resumed run's options; c borrows its strings */
@@ -179,6 +229,14 @@ int toy_cmd_finetune(int argc, char **argv) {
         cfg_from_json(&c, j);
         saved = j;
         if (given_steps) c.o.train.steps = cli.o.train.steps;
+        c.threads = cli.threads;
+        c.json = cli.json;
+        c.log_every = cli.log_every;
+        c.dp_timeout = cli.dp_timeout;
+        if (dp_resize(&c, world)) {
+            json_decref(saved);
+            return 1;
+        }
         snprintf(run_dir, sizeof run_dir, "%s", c.resume);
         const char *slash = strrchr(run_dir, '/');
         snprintf(run_id, sizeof run_id, "%s", slash && slash[1] ? slash + 1 : run_dir);
@@ -206,6 +264,14 @@ int toy_cmd_finetune(int argc, char **argv) {
     c.o.method = (enum toy_ft_method)method;
     if (method == TOY_FT_FULL && !c.lr_given && !c.resume) c.o.train.lr = 2e-5f;
     c.o.train.stop = &stop_flag;
+    c.world = world;
+    c.o.rank = rank;
+    c.o.world = world;
+    if (rank != 0) { /* rank 0 alone reports; errors still reach stderr */
+        c.json = true;
+        if (!freopen("/dev/null", "w", stdout)) return 1;
+    }
+    if (!c.threads && world > 1 && !getenv("TOY_THREADS")) c.threads = toy_collective_threads(coll);
 
     struct toy_llama *m = NULL;
     struct toy_tokenizer *tok = NULL;
@@ -234,7 +300,7 @@ int toy_cmd_finetune(int argc, char **argv) {
     struct toy_sft_opts so = {.ctx = c.ctx, .heldout = c.heldout, .seed = c.o.train.seed, .chat_template = c.tmpl};
     if (toy_sft_open(c.data, tok, &so, &data)) { fprintf(stderr, "toy finetune: %s\n", toy_last_error()); goto out; }
 
-    if (!run_dir[0]) {
+    if (!run_dir[0] && rank == 0) { /* rank 0 writes the run bundle */
         if (c.out) {
             snprintf(run_dir, sizeof run_dir, "%s", c.out);
             const char *slash = strrchr(c.out, '/');
@@ -253,13 +319,22 @@ int toy_cmd_finetune(int argc, char **argv) {
     }
     char evpath[1200];
     snprintf(evpath, sizeof evpath, "%s/events.jsonl", run_dir);
-    if (toy_events_open(evpath, c.resume ? TOY_EVENTS_APPEND : TOY_EVENTS_TRUNCATE, &ev)) {
+    if (rank == 0 && toy_events_open(evpath, c.resume ? TOY_EVENTS_APPEND : TOY_EVENTS_TRUNCATE, &ev)) {
         fprintf(stderr, "toy finetune: %s\n", toy_last_error());
         goto out;
     }
     if (toy_finetuner_new(m, lora, tok, data, &c.o, run_dir, ev, c.threads, &ft)) {
         fprintf(stderr, "toy finetune: %s\n", toy_last_error());
         goto out;
+    }
+    if (world > 1) { /* every rank starts from rank 0's trainable weights, then averages gradients */
+        struct toy_tensor *const *params;
+        int n = toy_finetuner_params(ft, &params);
+        if (toy_collective_broadcast_tensors(coll, params, n, 0) ||
+            toy_finetuner_set_collective(ft, toy_collective_allreduce_grads, toy_collective_reduce_sum, coll)) {
+            fprintf(stderr, "toy finetune: rank %d of %d: %s\n", rank, world, toy_last_error());
+            goto out;
+        }
     }
     if (state[0] && toy_finetuner_load_state(ft, state)) {
         fprintf(stderr, "toy finetune: cannot resume from %s: %s\n", state, toy_last_error());
@@ -283,11 +358,12 @@ int toy_cmd_finetune(int argc, char **argv) {
         json_decref(config);
         if (!c.json)
             fprintf(stderr, "toy finetune: run %s -> %s\n              %s on %s (%s), %lld trainable of %lld parameters, "
-                    "%lld train / %lld held-out examples (%lld too long, dropped), batch %lld x %lld, %lld steps%s\n",
+                    "%lld train / %lld held-out examples (%lld too long, dropped), batch %lld x %lld%s, %lld steps%s\n",
                     run_id, run_dir, c.method, c.base, toy_dtype_name(m->layers[0].wq->type), (long long)trainable,
                     (long long)toy_llama_n_params(m), (long long)toy_sft_n_train(data),
                     (long long)toy_sft_n_heldout(data), (long long)toy_sft_dropped(data), (long long)c.o.batch,
-                    (long long)c.ctx, (long long)toy_finetuner_steps(ft), c.resume ? ", resumed" : "");
+                    (long long)c.ctx, world > 1 ? " per rank" : "", (long long)toy_finetuner_steps(ft),
+                    c.resume ? ", resumed" : "");
     }
     struct progress_ud pu = {.log_every = c.log_every > 0 ? c.log_every : 10, .json = c.json};
     toy_progress_start(&pu.pb, "finetune", toy_finetuner_steps(ft), "tok/s");
@@ -325,6 +401,7 @@ int toy_cmd_finetune(int argc, char **argv) {
     }
     if (st && res.reason != TOY_RUN_INTERRUPTED) fprintf(stderr, "toy finetune: %s\n", toy_last_error());
     rc = st ? 1 : res.reason == TOY_RUN_INTERRUPTED ? 130 : 0;
+    dp_consistent = res.reason == TOY_RUN_ABORTED;
 out:
     toy_finetuner_free(ft);
     toy_events_close(ev);

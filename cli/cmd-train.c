@@ -258,16 +258,6 @@ static int dp_resize(struct cfg *c, int world) {
     return 0;
 }
 
-/* Threads of one rank: the cores the launcher bound it to (mpirun binds
- * each of up to 2 ranks to one core by default), else its share of the
- * machine's cores. */
-static int dp_threads(const struct toy_collective *coll) {
-    int cores = toy_num_cores(), share = cores / toy_collective_local_size(coll);
-    cpu_set_t set;
-    if (!sched_getaffinity(0, sizeof set, &set) && CPU_COUNT(&set) < cores) share = CPU_COUNT(&set);
-    return share > 1 ? share : 1;
-}
-
 /* Every rank starts from rank 0's weights; then the trainer all-reduces the
  * gradients (overlapped with the backward pass unless --dp-overlap 0;
  * ZeRO-1 with --zero 1) and sums its per-step scalars through the
@@ -349,7 +339,7 @@ int toy_cmd_train(int argc, char **argv) {
         c.json = true;
         if (!freopen("/dev/null", "w", stdout)) return 1;
     }
-    if (!c.threads && world > 1 && !getenv("TOY_THREADS")) c.threads = dp_threads(coll);
+    if (!c.threads && world > 1 && !getenv("TOY_THREADS")) c.threads = toy_collective_threads(coll);
     if (!c.data) { fprintf(stderr, "toy train: --data FILE is required\n"); return usage(); }
     c.o.sample_prompt = c.sample;
     c.o.stop = &stop_flag;

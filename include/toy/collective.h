@@ -107,6 +107,10 @@ int toy_collective_world(const struct toy_collective *c);
  * the launcher's environment; 0 and 1 when unknown). */
 int toy_collective_local_rank(const struct toy_collective *c);
 int toy_collective_local_size(const struct toy_collective *c);
+/* Threads one rank should compute with: the cores the launcher bound it to
+ * (mpirun binds each of up to 2 ranks to one core by default), else its
+ * share of the machine's cores; at least 1. */
+int toy_collective_threads(const struct toy_collective *c);
 /* "local", "mpi", "nccl". */
 const char *toy_collective_name(const struct toy_collective *c);
 

@@ -240,6 +240,7 @@ struct toy_finetune_opts {
     int64_t epochs;              /* used when train.steps is 0 */
     bool freeze_embeddings;      /* full: token_embd (and a tied head) stay fixed */
     bool no_pack;                /* one example per row instead of packed rows (toy_sft_next_packed) */
+    int rank, world;             /* data parallelism (toy_finetuner_set_collective); 0, 0: one process */
 };
 
 struct toy_finetuner;
@@ -262,6 +263,23 @@ enum toy_status toy_finetuner_run(struct toy_finetuner *f, struct toy_train_resu
 enum toy_status toy_finetuner_eval(struct toy_finetuner *f, int64_t n_batches, float *loss);
 enum toy_status toy_finetuner_checkpoint(struct toy_finetuner *f, char *path, size_t path_size);
 enum toy_status toy_finetuner_load_state(struct toy_finetuner *f, const char *state_path);
+/* Data parallelism (mpirun -np N toy finetune), with opts.rank / opts.world
+ * set: every rank draws the same sequence of micro-batches and computes
+ * every world-th one (rank r the r-th of each group of world), so the ranks
+ * see disjoint rows, the sampler state is the same everywhere and resumes
+ * on any number of ranks, and N ranks with batch B step through the rows a
+ * single process with batch B and accum x N would. After the backward
+ * passes allreduce (toy_collective_allreduce_grads) replaces each gradient
+ * by its mean over the ranks, and reduce (toy_collective_reduce_sum) sums
+ * the step's loss, target tokens and stop requests, so every rank sees the
+ * same loss (a NaN stops all) and a Ctrl-C on any rank stops all after the
+ * same step. An epoch takes N times fewer steps. Rank 0 alone writes
+ * checkpoints (give the others no events). A failed collective ends the run
+ * TOY_RUN_ERRORED. Call before toy_finetuner_run. */
+/* The tensors the optimizer updates, in its order (the same on every rank). */
+int toy_finetuner_params(const struct toy_finetuner *f, struct toy_tensor *const **params);
+enum toy_status toy_finetuner_set_collective(struct toy_finetuner *f, toy_allreduce_fn allreduce,
+                                             toy_reduce_sum_fn reduce, void *ud);
 /* What the fine-tune holds besides the base: the planned activation buffer
  * (shared by the training and evaluation graphs) and the trainable tensors
  * with their gradients and AdamW moments (4 f32 per parameter). */

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "toy/threadpool.h"
 #include "train/collective-impl.h"
 
 double toy_coll_now(void) {
@@ -445,4 +446,11 @@ enum toy_status toy_collective_broadcast_tensors(struct toy_collective *c, struc
     st = toy_collective_broadcast(c, ptrs, c->sizes, n, root);
     free(ptrs);
     return st;
+}
+
+int toy_collective_threads(const struct toy_collective *c) {
+    int cores = toy_num_cores(), local = toy_collective_local_size(c), share = cores / (local > 0 ? local : 1);
+    cpu_set_t set;
+    if (!sched_getaffinity(0, sizeof set, &set) && CPU_COUNT(&set) < cores) share = CPU_COUNT(&set);
+    return share > 1 ? share : 1;
 }

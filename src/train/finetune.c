@@ -71,6 +71,14 @@ struct toy_finetuner {
     int64_t eval_rows, eval_tokens;
     struct toy_tensor **own_grads; /* parameters whose gradient buffers live in ctx */
     int n_own_grads;
+    /* data parallelism (toy_finetuner_set_collective) */
+    int rank, world;
+    toy_allreduce_fn allreduce;
+    toy_reduce_sum_fn reduce;
+    void *coll;
+    int32_t *sx, *sy, *spos, *sseg; /* another rank's micro-batch, drawn to keep the sampler in step */
+    struct toy_tensor **params;     /* the optimizer's, in order */
+    int n_params;
 };
 
 static double now_s(void) {
@@ -141,13 +149,16 @@ enum toy_status toy_finetuner_new(struct toy_llama *m, struct toy_lora *lora, co
     if (f->o.train.accum < 1) f->o.train.accum = 1;
     if (f->o.epochs < 1) f->o.epochs = 1;
     f->pack = !o->no_pack;
+    f->world = o->world > 1 ? o->world : 1;
+    f->rank = f->world > 1 ? o->rank : 0;
     f->steps = f->o.train.steps;
+    int64_t per_step = f->o.train.accum * f->world; /* micro-batches per optimizer step, over all ranks */
     if (f->steps <= 0 && f->pack) { /* the micro-batches the epochs pack into */
         int64_t n = toy_sft_packed_batches(data, B, f->o.epochs, NULL);
         if (n < 0) { free(f); return toy_error(TOY_ERR_NOMEM, "finetuner"); }
-        f->steps = (n + f->o.train.accum - 1) / f->o.train.accum;
+        f->steps = (n + per_step - 1) / per_step;
     } else if (f->steps <= 0) {
-        int64_t per = B * f->o.train.accum;
+        int64_t per = B * per_step;
         f->steps = f->o.epochs * ((toy_sft_n_train(data) + per - 1) / per);
     }
     f->o.train.steps = f->steps;
@@ -222,12 +233,23 @@ enum toy_status toy_finetuner_new(struct toy_llama *m, struct toy_lora *lora, co
     }
     f->sched = (struct toy_lr_schedule){to->schedule, to->lr, to->lr_min, to->warmup, f->steps};
     f->last_loss = NAN;
+    f->n_params = toy_optim_n_params(f->opt);
+    if (!(f->params = malloc((size_t)f->n_params * sizeof *f->params))) {
+        toy_finetuner_free(f);
+        return toy_error(TOY_ERR_NOMEM, "finetuner");
+    }
+    for (int i = 0; i < f->n_params; i++) f->params[i] = toy_optim_param(f->opt, i);
     *out = f;
     return TOY_OK;
 }
 
 void toy_finetuner_free(struct toy_finetuner *f) {
     if (!f) return;
+    free(f->sx);
+    free(f->sy);
+    free(f->spos);
+    free(f->sseg);
+    free(f->params);
     for (int i = 0; i < f->n_own_grads; i++) f->own_grads[i]->grad = NULL;
     free(f->own_grads);
     toy_optim_free(f->opt);
@@ -240,6 +262,26 @@ void toy_finetuner_free(struct toy_finetuner *f) {
     toy_membuf_free(&f->buf);
     toy_threadpool_free(f->tp);
     free(f);
+}
+
+int toy_finetuner_params(const struct toy_finetuner *f, struct toy_tensor *const **params) {
+    *params = f->params;
+    return f->n_params;
+}
+
+enum toy_status toy_finetuner_set_collective(struct toy_finetuner *f, toy_allreduce_fn allreduce,
+                                             toy_reduce_sum_fn reduce, void *ud) {
+    if (f->world < 2) return TOY_OK;
+    size_t n = (size_t)(f->B * f->T);
+    f->sx = malloc(n * sizeof *f->sx);
+    f->sy = malloc(n * sizeof *f->sy);
+    f->spos = malloc(n * sizeof *f->spos);
+    f->sseg = malloc(n * sizeof *f->sseg);
+    if (!f->sx || !f->sy || !f->spos || !f->sseg) return toy_error(TOY_ERR_NOMEM, "finetuner: %zu positions", n);
+    f->allreduce = allreduce;
+    f->reduce = reduce;
+    f->coll = ud;
+    return TOY_OK;
 }
 
 void toy_finetuner_on_step(struct toy_finetuner *f, toy_step_fn fn, void *ud) {
@@ -437,8 +479,9 @@ enum toy_status toy_finetuner_run(struct toy_finetuner *f, struct toy_train_resu
     int64_t tokens = 0;
     enum toy_status st = TOY_OK;
     char err[512] = "";
+    bool dp = f->world > 1 && f->allreduce && f->reduce;
     while (f->step < f->steps) {
-        if (o->stop && *o->stop) {
+        if (!dp && o->stop && *o->stop) { /* ranks agree on stopping after a step (below) */
             r.reason = TOY_RUN_INTERRUPTED;
             break;
         }
@@ -446,17 +489,32 @@ enum toy_status toy_finetuner_run(struct toy_finetuner *f, struct toy_train_resu
         toy_optim_zero_grad(f->opt);
         double loss = 0;
         int64_t step_tokens = 0;
-        for (int64_t a = 0; a < o->accum; a++) {
-            if (!f->pack) toy_sft_next_batch(f->data, f->B, f->x, f->y);
-            else if (toy_sft_next_packed(f->data, f->B, f->x, f->y, f->pos, f->seg) < 0) {
-                st = TOY_ERR_NOMEM;
-                break;
+        for (int64_t a = 0; a < o->accum && !st; a++) {
+            for (int w = 0; w < (dp ? f->world : 1); w++) {
+                bool mine = !dp || w == f->rank;
+                int32_t *x = mine ? f->x : f->sx, *y = mine ? f->y : f->sy;
+                if (!f->pack) toy_sft_next_batch(f->data, f->B, x, y);
+                else if (toy_sft_next_packed(f->data, f->B, x, y, mine ? f->pos : f->spos, mine ? f->seg : f->sseg) < 0) {
+                    st = toy_error(TOY_ERR_NOMEM, "packing a batch");
+                    break;
+                }
+                if (f->lora) toy_lora_dropout_refresh(f->lora); /* every rank's masks, in the same order */
+                if (!mine) continue;
+                struct bucket *k = pick_bucket(f);
+                step_tokens += count_targets(k->tgt);
+                if ((st = toy_graph_compute(k->g, f->tp))) break;
+                loss += *(float *)k->loss->data;
             }
-            struct bucket *k = pick_bucket(f);
-            step_tokens += count_targets(k->tgt);
-            if (f->lora) toy_lora_dropout_refresh(f->lora);
-            if ((st = toy_graph_compute(k->g, f->tp))) break;
-            loss += *(float *)k->loss->data;
+        }
+        if (!st && o->accum > 1) toy_optim_scale_grads(f->opt, 1.0f / (float)o->accum, f->tp);
+        bool stop_all = false;
+        if (!st && dp) { /* the mean gradient; the global loss, tokens and stop requests */
+            st = f->allreduce(f->coll, f->params, f->n_params);
+            double v[3] = {loss, (double)step_tokens, o->stop && *o->stop ? 1.0 : 0.0};
+            if (!st) st = f->reduce(f->coll, v, 3);
+            loss = v[0] / (double)f->world;
+            step_tokens = (int64_t)v[1];
+            stop_all = v[2] > 0;
         }
         if (st) {
             snprintf(err, sizeof err, "%s", toy_last_error());
@@ -471,7 +529,6 @@ enum toy_status toy_finetuner_run(struct toy_finetuner *f, struct toy_train_resu
             r.reason = TOY_RUN_ABORTED;
             break;
         }
-        if (o->accum > 1) toy_optim_scale_grads(f->opt, 1.0f / (float)o->accum, f->tp);
         float gn = toy_optim_clip_grad_norm(f->opt, o->clip, f->tp);
         float lr = toy_lr_at(&f->sched, step - 1);
         if ((st = toy_optim_step(f->opt, lr, f->tp))) {
@@ -496,16 +553,20 @@ enum toy_status toy_finetuner_run(struct toy_finetuner *f, struct toy_train_resu
             emit_eval(f, "validation", info.eval_loss);
         }
         if (f->on_step) f->on_step(f->ud, &info);
-        if (o->ckpt_every > 0 && step % o->ckpt_every == 0 && step < f->steps &&
+        if (o->ckpt_every > 0 && step % o->ckpt_every == 0 && step < f->steps && f->rank == 0 &&
             (st = toy_finetuner_checkpoint(f, NULL, 0))) {
             snprintf(err, sizeof err, "checkpoint: %s", toy_last_error());
             r.reason = TOY_RUN_ERRORED;
             break;
         }
+        if (stop_all && f->step < f->steps) {
+            r.reason = TOY_RUN_INTERRUPTED;
+            break;
+        }
     }
     r.seconds = now_s() - t_start;
     r.tokens_per_s = r.seconds > 0 ? (double)tokens / r.seconds : 0;
-    enum toy_status cst = toy_finetuner_checkpoint(f, r.checkpoint, sizeof r.checkpoint);
+    enum toy_status cst = f->rank == 0 ? toy_finetuner_checkpoint(f, r.checkpoint, sizeof r.checkpoint) : TOY_OK;
     if (cst && r.reason != TOY_RUN_ERRORED) {
         snprintf(err, sizeof err, "checkpoint: %s", toy_last_error());
         r.reason = TOY_RUN_ERRORED;

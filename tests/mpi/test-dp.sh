@@ -31,6 +31,12 @@
 #     per rank is halved; its checkpoint (moments gathered to rank 0)
 #     resumes on 2 ranks with ZeRO-1 bit for bit and on 1 rank (batch 8)
 #     within the 2 x 4 = 1 x 8 tolerance.
+#  7. toy finetune (LoRA) on 2 ranks x batch 2 gives the same loss curve and
+#     adapter as 1 rank x batch 2 with --grad-accum 2 (the same rows in the
+#     same steps), to the same tolerance as 1; rank 0 alone writes the
+#     bundle; finetune.json states world 2 and global batch 4; the 2-rank
+#     checkpoint resumes on 1 rank (--grad-accum 2: the same micro-batches)
+#     within that tolerance.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -249,5 +255,39 @@ grep '"kind":"run_start"' "$T/zpart1/events.jsonl" | tail -1 | grep -q '"batch":
 CMP=$("$PY" tests/mpi/compare-runs.py "$T/zref" "$T/zpart1" --loss-tol 1e-4 --weight-tol 1e-3 --common-evals) ||
   fail "ZeRO-1 resumed on 1 rank differs from the uninterrupted run beyond tolerance: $CMP"
 ok "a ZeRO-1 checkpoint resumes on 2 ranks bit for bit and on 1 rank (batch 8) within tolerance: $CMP"
+
+# ---- 7. toy finetune ----------------------------------------------------------------------------------
+"$TOY" train "${COMMON[@]}" --steps 10 --eval-every 0 --batch 4 --out "$T/base" >"$T/base.log" 2>&1 ||
+  { cat "$T/base.log"; fail "the base model for finetune"; }
+"$PY" - "$T/sft.jsonl" <<'EOF'
+import json, sys
+words = ["king", "queen", "sea", "land", "crown", "storm", "night", "day"]
+with open(sys.argv[1], "w") as f:
+    for i in range(240):
+        a, b = words[i % 8], words[(i * 3 + 1) % 8]
+        f.write(json.dumps({"prompt": f"the {a} and the", "completion": f" {b} of line {i % 13}"}) + "\n")
+EOF
+FT=(--base "$T/base/weights/latest" --data "$T/sft.jsonl" --method lora --rank 4 --ctx 64 --lr 3e-3 --steps 24
+    --eval-every 8 --eval-batches 4 --seed 5 --threads 1 --log-every 1000 --json)
+"$TOY" finetune "${FT[@]}" --batch 2 --grad-accum 2 --out "$T/ft1" >"$T/ft1.log" 2>&1 || { cat "$T/ft1.log"; fail "1-rank finetune"; }
+(cd "$T" && "${MPIRUN[@]}" -np 2 "$TOY" finetune "${FT[@]}" --batch 2 --ckpt-every 12 --out "$T/ft2") >"$T/ft2.log" 2>&1 ||
+  { cat "$T/ft2.log"; fail "2-rank finetune"; }
+CMP=$("$PY" tests/mpi/compare-runs.py "$T/ft1" "$T/ft2" --loss-tol 1e-4 --weight-tol 1e-3) ||
+  fail "finetune 2 x 2 differs from 1 x 2 x accum 2 beyond tolerance: $CMP"
+"$PY" - "$T/ft2" <<'EOF' || fail "2-rank finetune bundle"
+import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1] + "/events.jsonl")]
+assert [e["kind"] for e in ev].count("run_start") == 1, "one run_start (rank 0 alone writes)"
+cfg = json.load(open(sys.argv[1] + "/finetune.json"))
+assert cfg["world"] == 2 and cfg["global_batch"] == 4 and cfg["batch"] == 2, cfg
+assert len([e for e in ev if e["kind"] == "step"]) == 24
+EOF
+[ "$(grep -c '"format":"toy/finetune-v1"' "$T/ft2.log")" -eq 1 ] || fail "finetune: one result line (rank 0)"
+(cd "$T/ft2/weights" && ln -sfn step_12.gguf latest)
+"$TOY" finetune --resume "$T/ft2" --threads 1 --json >"$T/ftres.log" 2>&1 || { cat "$T/ftres.log"; fail "finetune resumed on 1 rank"; }
+grep '"kind":"run_start"' "$T/ft2/events.jsonl" | tail -1 | grep -q '"accum":2,' || fail "the 1-rank finetune resume did not take --grad-accum 2"
+CMP2=$("$PY" tests/mpi/compare-runs.py "$T/ft1" "$T/ft2" --loss-tol 1e-4 --weight-tol 1e-3 --common-evals) ||
+  fail "the 2-rank finetune resumed on 1 rank differs beyond tolerance: $CMP2"
+ok "toy finetune: 2 ranks x batch 2 = 1 rank x batch 2 x accum 2: $CMP; resumed on 1 rank (accum 2): $CMP2"
 
 echo "test-dp: all $pass checks passed"
