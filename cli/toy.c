@@ -1,5 +1,6 @@
 /* toy.c: the `toy` command: dispatches to cmd-*.c. Uses only include/. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "toy/toy.h"
@@ -15,7 +16,7 @@ static void usage(FILE *f) {
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-14s %s\n", commands[i].name, commands[i].help);
     fprintf(f, "\n`toy <command> --help` shows a command's flags. Every command takes\n"
-               "--device cpu|cuda|cuda:N (default cpu; see toy devices).\n");
+               "--device cpu|cuda|cuda:N (default cpu; see toy devices; under mpirun, cuda is each rank's local GPU).\n");
 }
 
 int main(int argc, char **argv) {
@@ -41,6 +42,16 @@ int main(int argc, char **argv) {
         } else {
             argv[n++] = argv[i];
             continue;
+        }
+        /* one process per GPU: a bare "cuda" under a launcher is this rank's local GPU */
+        const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK") ? getenv("OMPI_COMM_WORLD_LOCAL_RANK")
+                         : getenv("MPI_LOCALRANKID")           ? getenv("MPI_LOCALRANKID")
+                         : getenv("SLURM_LOCALID")             ? getenv("SLURM_LOCALID")
+                                                               : getenv("LOCAL_RANK");
+        char local[32];
+        if (!strcmp(dev, "cuda") && lr && *lr && toy_cuda_device_count() > 0) {
+            snprintf(local, sizeof local, "cuda:%d", atoi(lr) % toy_cuda_device_count());
+            dev = local;
         }
         if (toy_device_set_default(dev)) { fprintf(stderr, "toy: %s\n", toy_last_error()); return 1; }
     }
