@@ -153,6 +153,16 @@ static void panel_from_packed(enum toy_dtype bt, const uint8_t *pk, int64_t nb, 
  * memory stream never pauses), with exactly the panel kernel's arithmetic
  * per output. No software prefetch: the hardware follows the one stream,
  * and prefetch instructions cost 15% of the bandwidth (measured). */
+/* 64 bytes as two 32-byte loads: streaming from memory, this machine (Zen 4)
+ * reaches ~20% more bandwidth with narrower loads than with 64-byte ones
+ * (bench: 512-bit 18.9, 256-bit 22.3 GB/s on one thread) */
+static inline __m512i load64(const uint8_t *p) {
+    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)p));
+    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + 16)), 1);
+    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + 32)), 2);
+    return _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + 48)), 3);
+}
+
 static inline __attribute__((always_inline)) void kernel_packed(int R, enum toy_dtype bt, int64_t nb,
                                                                 const int8_t *qa, int64_t ldq, const float *da,
                                                                 const int32_t *sa, const float *xs,
@@ -169,11 +179,11 @@ static inline __attribute__((always_inline)) void kernel_packed(int R, enum toy_
         __m512i w[8];
         if (q8) {
 #pragma GCC unroll 8
-            for (int t = 0; t < 8; t++) w[t] = _mm512_loadu_si512(pk + 32 + 64 * t);
+            for (int t = 0; t < 8; t++) w[t] = load64(pk + 32 + 64 * t);
         } else {
 #pragma GCC unroll 4
             for (int u = 0; u < 4; u++) {
-                __m512i q = _mm512_loadu_si512(pk + vo + 64 * u);
+                __m512i q = load64(pk + vo + 64 * u);
                 w[u] = _mm512_and_si512(q, lo);
                 w[u + 4] = _mm512_and_si512(_mm512_srli_epi16(q, 4), lo);
             }
