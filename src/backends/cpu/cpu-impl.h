@@ -51,6 +51,9 @@ static inline bool toy_last_thread(atomic_int *ctr, int nth) {
 const float *toy_cpu_row_f32(const struct toy_tensor *t, const char *row, float *tmp);
 
 /* kernels in other files */
+/* y (n) = W (n rows of k, ldw apart) x, or += with accum (gemv-avx2.c; the
+ * CPU must have AVX2 + FMA) */
+void toy_gemv_f32_avx2(const float *w, int64_t ldw, const float *x, int64_t k, float *y, int64_t n, bool accum);
 void toy_cpu_matmul(struct toy_tensor *dst, int ith, int nth, void *work, size_t work_size);
 size_t toy_cpu_matmul_work(const struct toy_tensor *dst, int nth);
 void toy_cpu_attention(struct toy_tensor *dst, int ith, int nth, void *work, size_t work_size);

@@ -24,6 +24,18 @@ void toy_gemm_bf16_panels(int64_t m, int64_t nc, int64_t kp, const uint16_t *A, 
                           int64_t ldc, float beta);
 void toy_pack_bf16_panels(const uint16_t *b, int64_t ldb, bool rows_are_cols, int64_t nc, int64_t k, int64_t kp,
                           uint16_t *panels);
+/* f32 decode rows through gemv-avx2.c where the CPU has AVX2 + FMA
+ * ($TOY_SIMD=scalar keeps BLAS's sgemv, the reference) */
+static bool use_gemv_f32(void) {
+    static int have = -1;
+    if (have < 0) {
+        const char *e = getenv("TOY_SIMD");
+        __builtin_cpu_init();
+        have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !(e && !strcmp(e, "scalar"));
+    }
+    return have;
+}
+
 #define BF16_CHUNK 128 /* columns of C per packed block of B (kept in L2 while A streams) */
 #define BF16_TILE_R 6
 void toy_pack_f32_bf16(const float *x, int64_t k, uint16_t *y, int64_t kp);
@@ -314,6 +326,10 @@ void toy_cpu_matmul(struct toy_tensor *dst, int ith, int nth, void *work, size_t
             if (hi <= lo) continue;
             if (m == 1 && !ta) {
                 /* one row (decode): a matrix-vector product; sgemm would pack B */
+                if (tb && use_gemv_f32()) {
+                    toy_gemv_f32_avx2(b + lo * ldb, ldb, a, k, c + lo, hi - lo, beta != 0);
+                    continue;
+                }
                 if (tb)
                     cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)(hi - lo), (int)k, 1.0f, b + lo * ldb, ldb, a, 1,
                                 beta, c + lo, 1);
