@@ -41,7 +41,8 @@ for shape, rs in out.get("infer", {}).items():
                   + (f" ({r['prefill_tok_s'] / t['torch_prefill_tok_s']:.2f}x PyTorch)" if t else "")
                   + f", decode {r['decode_tok_s']:.1f} tok/s"
                   + (f" ({r['decode_tok_s'] / t['torch_decode_tok_s']:.2f}x PyTorch)" if t else "")
-                  + f", bound {r['decode_bound_tok_s']:.1f} tok/s ({r['triad_gbs']:.1f} GB/s / {r['weight_mb']:.0f} MB)"
+                  + f", bound {r['decode_bound_tok_s']:.1f} tok/s (max(read {r['read_gbs']:.1f}, triad {r['triad_gbs']:.1f}) GB/s"
+                  + f" / {r['weight_mb']:.0f} MB)"
                   + f" = {100 * r['decode_tok_s'] / r['decode_bound_tok_s']:.0f}% of bound")
 if len(sys.argv) > 1:
     with open(sys.argv[1], "w") as f:

@@ -32,6 +32,11 @@ int toy_num_cores(void);
  * bounded by; benchmarks state their decode figures against it). 0 when
  * the buffers cannot be allocated. */
 double toy_memory_bandwidth_gbs(struct toy_threadpool *tp);
+/* Read-only memory bandwidth of the pool's threads, in GB/s: a sum over
+ * 256 MB, best of 5. What a decode step does (it only reads the weights);
+ * on 2 threads here it is ~20% below the triad figure, which counts 3 of
+ * the 4 bytes a triad moves (the written line is read first). */
+double toy_memory_read_gbs(struct toy_threadpool *tp);
 
 #ifdef __cplusplus
 }

@@ -182,3 +182,53 @@ double toy_memory_bandwidth_gbs(struct toy_threadpool *tp) {
     free(t.c);
     return best < 1e30 ? 3.0 * (double)t.n * sizeof(float) / best / 1e9 : 0;
 }
+
+struct rd {
+    const float *a;
+    int64_t n;
+    float sink[256];
+};
+
+static void read_fn(void *arg, int ith, int nth) {
+    struct rd *r = arg;
+    int64_t per = (r->n + nth - 1) / nth, s = per * ith, e = s + per < r->n ? s + per : r->n;
+    float a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0;
+    int64_t i = s;
+    for (; i + 8 <= e; i += 8) { /* independent sums: the compiler vectorises, the loads stream */
+        a0 += r->a[i];
+        a1 += r->a[i + 1];
+        a2 += r->a[i + 2];
+        a3 += r->a[i + 3];
+        a4 += r->a[i + 4];
+        a5 += r->a[i + 5];
+        a6 += r->a[i + 6];
+        a7 += r->a[i + 7];
+    }
+    for (; i < e; i++) a0 += r->a[i];
+    r->sink[ith & 255] = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7;
+}
+
+static void zero_fn(void *arg, int ith, int nth) {
+    struct rd *r = arg;
+    int64_t per = (r->n + nth - 1) / nth, s = per * ith, e = s + per < r->n ? s + per : r->n;
+    for (int64_t i = s; i < e; i++) ((float *)r->a)[i] = 1.0f;
+}
+
+double toy_memory_read_gbs(struct toy_threadpool *tp) {
+    struct rd r = {.n = 64 << 20};
+    float *a = malloc((size_t)r.n * sizeof(float));
+    if (!a) return 0;
+    r.a = a;
+    toy_threadpool_run(tp, zero_fn, &r);
+    double best = 1e30;
+    for (int k = 0; k < 5; k++) {
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        toy_threadpool_run(tp, read_fn, &r);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double dt = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+        if (dt < best) best = dt;
+    }
+    free(a);
+    return (double)r.n * sizeof(float) / best / 1e9;
+}
