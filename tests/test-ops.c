@@ -516,3 +516,46 @@ Test(ops, gemv_f32_matches_blas) {
             free(w); free(x); free(y); free(yr);
         }
 }
+
+/* The decode attention products (attn-decode-avx512.c: one query against
+ * the cached keys and values, four keys a step) against plain loops, for
+ * head sizes 16..256, key counts with every tail, padded row strides.
+ * 1e-5 relative: only the summation order differs. */
+void toy_attn_decode_scores_avx512(const float *q, const float *K, int64_t ldk, int64_t nk, int64_t D, float scale,
+                                   float *s);
+void toy_attn_decode_values_avx512(const float *p, const float *V, int64_t ldv, int64_t nk, int64_t D, float *o);
+
+Test(ops, attention_decode_kernels_match_loops) {
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx512f")) cr_skip_test("no AVX-512");
+    struct toy_rng r;
+    toy_rng_seed(&r, 43);
+    const int64_t Ds[] = {16, 64, 128, 256}, nks[] = {1, 3, 5, 130};
+    for (size_t a = 0; a < 4; a++)
+        for (size_t b = 0; b < 4; b++) {
+            int64_t D = Ds[a], nk = nks[b], ld = D + 16;
+            float *q = malloc((size_t)D * sizeof *q), *K = malloc((size_t)(nk * ld) * sizeof *K);
+            float *s = malloc((size_t)nk * sizeof *s), *o = malloc((size_t)D * sizeof *o);
+            for (int64_t i = 0; i < D; i++) q[i] = toy_rng_normal(&r);
+            for (int64_t i = 0; i < nk * ld; i++) K[i] = toy_rng_normal(&r);
+            toy_attn_decode_scores_avx512(q, K, ld, nk, D, 0.125f, s);
+            for (int64_t j = 0; j < nk; j++) {
+                double e = 0;
+                for (int64_t i = 0; i < D; i++) e += (double)q[i] * K[j * ld + i];
+                e *= 0.125;
+                cr_assert(fabs(s[j] - e) <= 1e-5 * (1 + sqrt((double)D)), "D %lld nk %lld: s[%lld] %g vs %g",
+                          (long long)D, (long long)nk, (long long)j, s[j], e);
+            }
+            toy_attn_decode_values_avx512(s, K, ld, nk, D, o); /* the scores as weights, K as values */
+            for (int64_t i = 0; i < D; i++) {
+                double e = 0, mag = 0;
+                for (int64_t j = 0; j < nk; j++) {
+                    e += (double)s[j] * K[j * ld + i];
+                    mag += fabs((double)s[j] * K[j * ld + i]);
+                }
+                cr_assert(fabs(o[i] - e) <= 1e-5 * (1 + mag), "D %lld nk %lld: o[%lld] %g vs %g", (long long)D,
+                          (long long)nk, (long long)i, o[i], e);
+            }
+            free(q); free(K); free(s); free(o);
+        }
+}

@@ -23,10 +23,28 @@
  */
 #include <cblas.h>
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "backends/cpu/cpu-impl.h"
 
 #define QB 64
+
+void toy_attn_decode_scores_avx512(const float *q, const float *K, int64_t ldk, int64_t nk, int64_t D, float scale,
+                                   float *s);
+void toy_attn_decode_values_avx512(const float *p, const float *V, int64_t ldv, int64_t nk, int64_t D, float *o);
+
+/* one-query products without BLAS (attn-decode-avx512.c) where the CPU has
+ * AVX-512 and D fits its registers; $TOY_SIMD other than the best keeps BLAS */
+static bool decode_kernels(int64_t D) {
+    static int have = -1;
+    if (have < 0) {
+        const char *e = getenv("TOY_SIMD");
+        __builtin_cpu_init();
+        have = __builtin_cpu_supports("avx512f") && !e;
+    }
+    return have && D % 16 == 0 && D <= 256;
+}
 
 struct attn {
     int64_t D, Hq, Hkv, Tq, Tk, B, group, off;
@@ -102,8 +120,11 @@ static void block_scores(const struct attn *a, const struct toy_tensor *q, const
     const float *Q = QROW(q, h, t0, b);
     int ldk;
     const float *K = rows_f32(k, g, js, je - js, b, kscratch, &ldk);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nq, (int)(je - js), (int)a->D, a->scale, Q,
-                (int)(q->nb[2] / 4), K, ldk, 0.0f, S, (int)ldS);
+    if (nq == 1 && decode_kernels(a->D))
+        toy_attn_decode_scores_avx512(Q, K, ldk, je - js, a->D, a->scale, S);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nq, (int)(je - js), (int)a->D, a->scale, Q,
+                    (int)(q->nb[2] / 4), K, ldk, 0.0f, S, (int)ldS);
     for (int64_t i = 0; i < nq; i++) {
         float *s = S + i * ldS;
         int64_t j0, j1;
@@ -184,8 +205,11 @@ void toy_cpu_attention(struct toy_tensor *dst, int ith, int nth, void *work, siz
             }
             int ldv;
             const float *V = rows_f32(v, h / a.group, js, nk, b, kvs, &ldv);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nq, (int)a.D, (int)nk, 1.0f, S, (int)nk, V, ldv,
-                        0.0f, O, ldo);
+            if (nq == 1 && decode_kernels(a.D))
+                toy_attn_decode_values_avx512(S, V, ldv, nk, a.D, O);
+            else
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nq, (int)a.D, (int)nk, 1.0f, S, (int)nk, V,
+                            ldv, 0.0f, O, ldo);
         }
     }
 }
