@@ -466,3 +466,38 @@ Test(llama, greedy_matches_llamacpp_on_testdata_model) {
     toy_llama_free(m);
     json_decref(r);
 }
+
+/* Mixed precision: the weight gradients' products run in bf16, and an
+ * activation that feeds several weights (the normed input of q, k and v;
+ * of gate and up) is cast to bf16 once, not once per weight. */
+Test(llama, bf16_backward_casts_each_activation_once) {
+    struct toy_llama_config c = base_config();
+    struct toy_llama *m = random_model(&c, 29);
+    m->matmul_type = TOY_BF16;
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, 8, 2), *tgt = toy_new_tensor_2d(ctx, TOY_I32, 8, 2);
+    struct toy_tensor *pos = toy_new_tensor_1d(ctx, TOY_I32, 8);
+    struct toy_tensor *loss = toy_cross_entropy(ctx, toy_llama_forward(ctx, m, tok, pos), tgt, -100);
+    struct toy_graph *g = toy_graph_new(ctx);
+    toy_graph_build(g, loss);
+    toy_graph_backward(g, loss);
+    int casts = 0;
+    for (int i = 0; i < toy_graph_n_nodes(g); i++) {
+        struct toy_tensor *t = toy_graph_node(g, i);
+        if (t->op != TOY_OP_CAST || t->type != TOY_BF16 || (t->src[0]->flags & TOY_FLAG_PARAM)) continue;
+        casts++;
+        const struct toy_tensor *a = t->src[0];
+        while (a->op == TOY_OP_RESHAPE) a = a->src[0]; /* the same data under another shape */
+        for (int j = i + 1; j < toy_graph_n_nodes(g); j++) {
+            struct toy_tensor *u = toy_graph_node(g, j);
+            if (u->op != TOY_OP_CAST || u->type != TOY_BF16) continue;
+            const struct toy_tensor *v = u->src[0];
+            while (v->op == TOY_OP_RESHAPE) v = v->src[0];
+            cr_assert(v != a, "activation '%s' cast to bf16 twice", a->name);
+        }
+    }
+    cr_log_info("bf16 casts of activations: %d", casts);
+    cr_assert_gt(casts, 0, "no bf16 weight-gradient products");
+    toy_ctx_free(ctx);
+    toy_llama_free(m);
+}
