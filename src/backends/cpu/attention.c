@@ -33,6 +33,10 @@
 void toy_attn_decode_scores_avx512(const float *q, const float *K, int64_t ldk, int64_t nk, int64_t D, float scale,
                                    float *s);
 void toy_attn_decode_values_avx512(const float *p, const float *V, int64_t ldv, int64_t nk, int64_t D, float *o);
+bool toy_attn_decode_qk_avx512(const float *qs, const void *K, bool f16, int64_t ldk, int64_t ldh, int64_t nk,
+                               int64_t D, int64_t Hq, int64_t G, float *S, int64_t lds);
+bool toy_attn_decode_pv_avx512(const float *P, int64_t lds, const void *V, bool f16, int64_t ldv, int64_t ldh,
+                               int64_t nk, int64_t D, int64_t Hq, int64_t G, float *O);
 
 /* one-query products without BLAS (attn-decode-avx512.c) where the CPU has
  * AVX-512 and D fits its registers; $TOY_SIMD other than the best keeps BLAS */
@@ -81,6 +85,11 @@ size_t toy_cpu_attention_work(const struct toy_tensor *dst, int nth) {
     const struct toy_tensor *k = dst->op == TOY_OP_ATTENTION ? dst->src[1] : dst->src[2];
     size_t per = (size_t)(3 * QB * k->ne[2] + 2 * QB + QB * q->ne[0]) * sizeof(float) + 256;
     if (k->type != TOY_F32) per += (size_t)(2 * k->ne[2] * k->ne[0]) * sizeof(float); /* f16 K/V rows as f32 */
+    if (dst->op == TOY_OP_ATTENTION && q->ne[2] == 1) { /* decode_step: partials, scaled queries, scores */
+        size_t dec = (size_t)(q->ne[3] * q->ne[1] * (q->ne[0] + 2) + q->ne[1] * q->ne[0] +
+                              q->ne[1] * (k->ne[2] + 16)) * sizeof(float) + 256;
+        if (dec > per) per = dec;
+    }
     return TOY_WORK_HEAD + per * (size_t)nth;
 }
 
@@ -168,9 +177,81 @@ static int64_t run_end(const struct attn *a, int64_t b, int64_t t0, int64_t tend
     return t;
 }
 
+/* One decode query per sequence (Tq 1), head size 64 or 128, f32 or f16
+ * cache with each head's row contiguous: every head at once (K and V read
+ * once per step, front to back), the visible keys split between the
+ * threads, each thread's (max, sum, unnormalised output) per head merged by
+ * the last thread out -- split-softmax ("flash decoding"). */
+static bool decode_step_ok(const struct attn *a, const struct toy_tensor *k, const struct toy_tensor *v) {
+    size_t es = k->type == TOY_F16 ? 2 : 4;
+    return a->Tq == 1 && !a->seg && decode_kernels(a->D) && (a->D == 64 || a->D == 128) && k->type == v->type &&
+           (k->type == TOY_F32 || k->type == TOY_F16) && k->nb[0] == es && v->nb[0] == es && a->Hq % a->Hkv == 0;
+}
+
+static void decode_step(struct toy_tensor *dst, const struct attn *a, int ith, int nth, void *work, size_t ws) {
+    const struct toy_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2];
+    const int64_t D = a->D, Hq = a->Hq;
+    const bool f16 = k->type == TOY_F16;
+    int64_t j0, j1;
+    key_range(a, 0, &j0, &j1);
+    if (j1 > a->Tk) j1 = a->Tk;
+    int64_t nk = j1 > j0 ? j1 - j0 : 0, per = (nk + nth - 1) / nth;
+    per = (per + 15) / 16 * 16; /* whole blocks of 16 keys per thread */
+    int64_t c0 = j0 + per * ith < j1 ? j0 + per * ith : j1, c1 = c0 + per < j1 ? c0 + per : j1, n = c1 - c0;
+    float *part = toy_work_slice((char *)work + TOY_WORK_HEAD, ws - TOY_WORK_HEAD, ith, nth); /* B x Hq x (D + 2) */
+    float *qs = part + a->B * Hq * (D + 2), *S = qs + Hq * D;
+    int64_t lds = (n + 15) / 16 * 16;
+    for (int64_t b = 0; b < a->B; b++) {
+        float *pm = part + b * Hq * (D + 2), *pl = pm + Hq, *po = pl + Hq;
+        if (n <= 0) {
+            for (int64_t h = 0; h < Hq; h++) pm[h] = -INFINITY, pl[h] = 0;
+            continue;
+        }
+        for (int64_t h = 0; h < Hq; h++) toy_vec.scale(qs + h * D, QROW(q, h, 0, b), a->scale, D);
+        const char *K = (const char *)k->data + b * k->nb[3] + c0 * k->nb[2];
+        const char *V = (const char *)v->data + b * v->nb[3] + c0 * v->nb[2];
+        toy_attn_decode_qk_avx512(qs, K, f16, (int64_t)k->nb[2], (int64_t)k->nb[1], n, D, Hq, a->group, S, lds);
+        for (int64_t h = 0; h < Hq; h++) {
+            float *s = S + h * lds;
+            if (a->cap > 0)
+                for (int64_t j = 0; j < n; j++) s[j] = a->cap * tanhf(s[j] / a->cap);
+            pm[h] = toy_vec.max(s, n);
+            pl[h] = toy_vec.exp_sum(s, s, pm[h], n);
+        }
+        toy_attn_decode_pv_avx512(S, lds, V, f16, (int64_t)v->nb[2], (int64_t)v->nb[1], n, D, Hq, a->group, po);
+    }
+    if (!toy_last_thread((atomic_int *)&dst->op_params[TOY_MAX_OP_PARAMS - 2], nth)) return;
+    float *lse = (float *)((char *)dst->data + toy_nbytes(dst));
+    for (int64_t b = 0; b < a->B; b++)
+        for (int64_t h = 0; h < Hq; h++) {
+            float mx = -INFINITY, sum = 0;
+            for (int t = 0; t < nth; t++) {
+                const float *pm = (const float *)toy_work_slice((char *)work + TOY_WORK_HEAD, ws - TOY_WORK_HEAD, t, nth) +
+                                  b * Hq * (D + 2);
+                if (pm[Hq + h] > 0 && pm[h] > mx) mx = pm[h];
+            }
+            float *O = QROW(dst, h, 0, b);
+            memset(O, 0, (size_t)D * sizeof(float));
+            for (int t = 0; t < nth && mx > -INFINITY; t++) {
+                const float *pm = (const float *)toy_work_slice((char *)work + TOY_WORK_HEAD, ws - TOY_WORK_HEAD, t, nth) +
+                                  b * Hq * (D + 2);
+                if (!(pm[Hq + h] > 0)) continue;
+                float w = expf(pm[h] - mx);
+                sum += w * pm[Hq + h];
+                toy_vec.axpy(O, pm + 2 * Hq + h * D, w, D);
+            }
+            if (sum > 0) toy_vec.scale(O, O, 1.0f / sum, D);
+            lse[b * Hq + h] = sum > 0 ? mx + logf(sum) : -INFINITY;
+        }
+}
+
 void toy_cpu_attention(struct toy_tensor *dst, int ith, int nth, void *work, size_t ws) {
     const struct toy_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2];
     struct attn a = attn_shape(q, k, dst);
+    if (decode_step_ok(&a, k, v)) {
+        decode_step(dst, &a, ith, nth, work, ws);
+        return;
+    }
     float *S = toy_work_slice((char *)work + TOY_WORK_HEAD, ws - TOY_WORK_HEAD, ith, nth);
     float *kvs = S + 3 * QB * k->ne[2] + 2 * QB + QB * q->ne[0]; /* f16 rows converted (see _work) */
     float *lse = (float *)((char *)dst->data + toy_nbytes(dst));
