@@ -25,7 +25,7 @@ static int usage(void) {
             "                    [--temp 0.8] [--top-k 40] [--top-p 0.95] [--min-p 0] [--repeat-penalty 1]\n"
             "                    [--frequency-penalty 0] [--presence-penalty 0] [--seed 42] [--stop STR]...\n"
             "                    [--ctx N] [--threads N] [--no-bos] [--special] [--json] [--trace out.json]\n"
-            "                    [--kv-type f32|f16]\n"
+            "                    [--kv-type f16|f32]   (cache type, default f16)\n"
             "                    [--lora ADAPTER.gguf [--lora-scale 1]]\n"
             "Temperature 0 is greedy. Stops at the model's end-of-generation token, a stop string, or -n.\n");
     return 2;
@@ -58,7 +58,7 @@ int toy_cmd_generate(int argc, char **argv) {
     int n_stop = 0, threads = 0;
     int64_t n_ctx = 0;
     bool json = false, bos = true, special = false;
-    int kv_type = TOY_F32;
+    int kv_type = TOY_F16; /* half the cache memory and decode attention traffic; llama.cpp's default too */
     struct toy_generate_params gp = {.n_predict = 64,
                                      .sampling = {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .seed = 42}};
     for (int i = 1; i < argc; i++) {

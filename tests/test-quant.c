@@ -236,3 +236,41 @@ Test(quant, round_trip_error_bounds) {
     free(y);
     free(q);
 }
+
+/* f16 rows (F16C where the CPU has it, dtype.c) give the scalar
+ * conversions' bits: every one of the 65536 halves to f32, and to f16 from
+ * random f32 bit patterns plus the edges (ties, subnormal and overflow
+ * boundaries, inf, NaN), at every length's 8-wide tail. */
+Test(quant, f16_rows_match_scalar) {
+    enum { N = 65536 };
+    toy_f16 *h = malloc(N * sizeof *h), *h2 = malloc(N * sizeof *h2);
+    float *f = malloc(N * sizeof *f);
+    for (int i = 0; i < N; i++) h[i] = (toy_f16)i;
+    toy_f16_to_f32_row(h, f, N);
+    for (int i = 0; i < N; i++) {
+        float e = toy_f16_to_f32(h[i]);
+        cr_assert(!memcmp(&f[i], &e, 4), "f16 %#06x: row %a, scalar %a", i, f[i], e);
+    }
+    uint32_t s = 12345;
+    const uint32_t edges[] = {0x477fe000u, 0x477ff000u, 0x477fefffu, 0x38800000u, 0x387fffffu, 0x33000000u,
+                              0x33000001u, 0x32ffffffu, 0x7f800000u, 0x7fc00000u, 0x7f800001u, 0xff812345u,
+                              0x3f801000u, 0x3f803000u, 0x3f801001u, 0x00000001u, 0x80000000u, 0x34000000u};
+    for (int i = 0; i < N; i++) {
+        s = s * 1664525u + 1013904223u;
+        uint32_t u = i < (int)(sizeof edges / sizeof edges[0]) ? edges[i] : s;
+        memcpy(&f[i], &u, 4);
+    }
+    for (int n = N - 7; n <= N; n++) {
+        toy_f32_to_f16_row(f, h2, n);
+        for (int i = n - 16; i < n; i++)
+            cr_assert_eq(h2[i], toy_f32_to_f16(f[i]), "n %d: f32 %a -> row %#06x, scalar %#06x", n, f[i], h2[i],
+                         toy_f32_to_f16(f[i]));
+    }
+    toy_f32_to_f16_row(f, h2, N);
+    for (int i = 0; i < N; i++)
+        cr_assert_eq(h2[i], toy_f32_to_f16(f[i]), "f32 %a (%#010x) -> row %#06x, scalar %#06x", f[i],
+                     *(uint32_t *)&f[i], h2[i], toy_f32_to_f16(f[i]));
+    free(h);
+    free(h2);
+    free(f);
+}

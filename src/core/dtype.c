@@ -90,7 +90,7 @@ float toy_f16_to_f32(toy_f16 h) {
             u = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ffu) << 13);
         }
     } else if (exp == 31) {
-        u = sign | 0x7f800000u | (man << 13);
+        u = sign | 0x7f800000u | (man << 13) | (man ? 0x400000u : 0); /* a NaN comes out quiet, as F16C and IEEE 754 conversions make it */
     } else {
         u = sign | ((exp + 127 - 15) << 23) | (man << 13);
     }
@@ -121,11 +121,46 @@ toy_f16 toy_f32_to_f16(float f) {
     return (toy_f16)(sign | (r >> 13));
 }
 
+/* Rows through F16C where the CPU has it (KV caches in f16 convert every
+ * stored and read row): the same bits as the scalar functions above, which
+ * round to nearest even and keep a NaN's upper payload bits the same way. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define TOY_F16C 1
+__attribute__((target("avx,f16c"))) static int64_t f16_to_f32_f16c(const toy_f16 *x, float *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))));
+    return i;
+}
+__attribute__((target("avx,f16c"))) static int64_t f32_to_f16_f16c(const float *x, toy_f16 *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    return i;
+}
+static int have_f16c(void) {
+    static int have = -1;
+    if (have < 0) {
+        __builtin_cpu_init();
+        have = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+    }
+    return have;
+}
+#endif
+
 void toy_f16_to_f32_row(const toy_f16 *x, float *y, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] = toy_f16_to_f32(x[i]);
+    int64_t i = 0;
+#ifdef TOY_F16C
+    if (have_f16c()) i = f16_to_f32_f16c(x, y, n);
+#endif
+    for (; i < n; i++) y[i] = toy_f16_to_f32(x[i]);
 }
 void toy_f32_to_f16_row(const float *x, toy_f16 *y, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] = toy_f32_to_f16(x[i]);
+    int64_t i = 0;
+#ifdef TOY_F16C
+    if (have_f16c()) i = f32_to_f16_f16c(x, y, n);
+#endif
+    for (; i < n; i++) y[i] = toy_f32_to_f16(x[i]);
 }
 void toy_bf16_to_f32_row(const toy_bf16 *x, float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = toy_bf16_to_f32(x[i]);

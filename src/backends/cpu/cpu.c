@@ -589,20 +589,47 @@ static void k_rope(struct toy_tensor *dst, int ith, int nth, float *tmp) {
     int half = n_dims / 2;
     float *cs = tmp + D, *sn = cs + half;
     double *inv_freq = (double *)(sn + half + 16);
-    rope_freqs(dst, n_dims, inv_freq);
     const struct toy_tensor *ff = dst->src[2];
-    if (ff)
-        for (int i = 0; i < half; i++) inv_freq[i] /= ((const float *)ff->data)[i];
+    bool have_freq = false;
+    /* A decode step rotates q and k of every layer at one position with the
+     * same parameters: each thread keeps the last angles it computed. */
+    static _Thread_local struct {
+        int32_t params[TOY_MAX_OP_PARAMS];
+        const void *ff;
+        int64_t p;
+        float cs[256], sn[256];
+    } last = {.p = -1};
+    bool cacheable = half <= 256;
     bool per_batch = toy_nelements(pos) == T * Bn && Bn > 1;
     int64_t p0, p1;
     toy_split(T * Bn, ith, nth, &p0, &p1);
     for (int64_t pi = p0; pi < p1; pi++) {
         int64_t t = pi % T, b = pi / T;
-        double p = ((const int32_t *)pos->data)[per_batch ? b * T + t : t];
-        for (int i = 0; i < half; i++) {
-            double th = p * inv_freq[i];
-            cs[i] = (float)(cos(th) * mscale);
-            sn[i] = (float)(sin(th) * mscale * sign);
+        int64_t pv = ((const int32_t *)pos->data)[per_batch ? b * T + t : t];
+        if (cacheable && last.p == pv && last.ff == (ff ? ff->data : NULL) &&
+            !memcmp(last.params, dst->op_params, sizeof last.params)) {
+            memcpy(cs, last.cs, (size_t)half * sizeof *cs);
+            memcpy(sn, last.sn, (size_t)half * sizeof *sn);
+        } else {
+            if (!have_freq) {
+                rope_freqs(dst, n_dims, inv_freq);
+                if (ff)
+                    for (int i = 0; i < half; i++) inv_freq[i] /= ((const float *)ff->data)[i];
+                have_freq = true;
+            }
+            for (int i = 0; i < half; i++) {
+                double c, sv;
+                sincos((double)pv * inv_freq[i], &sv, &c);
+                cs[i] = (float)(c * mscale);
+                sn[i] = (float)(sv * mscale * sign);
+            }
+            if (cacheable) {
+                memcpy(last.params, dst->op_params, sizeof last.params);
+                last.ff = ff ? ff->data : NULL;
+                last.p = pv;
+                memcpy(last.cs, cs, (size_t)half * sizeof *cs);
+                memcpy(last.sn, sn, (size_t)half * sizeof *sn);
+            }
         }
         for (int64_t h = 0; h < H; h++) {
             const float *xv = toy_cpu_row_f32(x, TOY_ROW(x, h, t, b), tmp);
