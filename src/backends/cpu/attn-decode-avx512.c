@@ -92,24 +92,37 @@ static inline __attribute__((always_inline)) void qk_all(const float *q, const c
                                                          int64_t nk, int64_t Hq, int64_t G, float *S, int64_t lds,
                                                          const int NV, const bool f16) {
     const int64_t es = f16 ? 2 : 4;
+    float kf[16 * 16 * 8] __attribute__((aligned(64))); /* an f16 block as f32: 16 rows of D <= 128 */
     int64_t j = 0;
     for (; j + 16 <= nk; j += 16) {
         /* the next block's lines; the first block's with it */
         for (const char *pf = K + (j ? j + 16 : 0) * ldk, *pe = K + (j + 32 < nk ? j + 32 : nk) * ldk; pf < pe; pf += 64)
             _mm_prefetch(pf, _MM_HINT_T0);
-        for (int64_t h = 0; h < Hq; h++) {
-            const char *kb = K + j * ldk + (h / G) * ldh;
-            const float *qh = q + h * 16 * NV;
-            __m512 acc[16];
-            #pragma GCC unroll 16
-            for (int k = 0; k < 16; k++) acc[k] = _mm512_setzero_ps();
-            #pragma GCC unroll 16
-            for (int c = 0; c < NV; c++) {
-                __m512 qv = _mm512_loadu_ps(qh + 16 * c);
+        for (int64_t g = 0; g < Hq / G; g++) {
+            const char *kb = K + j * ldk + g * ldh;
+            int64_t ldb = ldk; /* bytes between the block's rows */
+            if (f16) { /* the kv head's 16 rows to f32 once, for the G query heads that read them */
                 #pragma GCC unroll 16
-                for (int k = 0; k < 16; k++) acc[k] = _mm512_fmadd_ps(qv, ld_row(kb + k * ldk + c * 16 * es, f16), acc[k]);
+                for (int k = 0; k < 16; k++)
+                    #pragma GCC unroll 16
+                    for (int c = 0; c < NV; c++) _mm512_store_ps(kf + (k * NV + c) * 16, ld_row(kb + k * ldk + c * 32, true));
+                kb = (const char *)kf;
+                ldb = 64 * NV;
             }
-            _mm512_storeu_ps(S + h * lds + j, fold16(acc));
+            for (int64_t h = g * G; h < (g + 1) * G; h++) {
+                const float *qh = q + h * 16 * NV;
+                __m512 acc[16];
+                #pragma GCC unroll 16
+                for (int k = 0; k < 16; k++) acc[k] = _mm512_setzero_ps();
+                #pragma GCC unroll 16
+                for (int c = 0; c < NV; c++) {
+                    __m512 qv = _mm512_loadu_ps(qh + 16 * c);
+                    #pragma GCC unroll 16
+                    for (int k = 0; k < 16; k++)
+                        acc[k] = _mm512_fmadd_ps(qv, _mm512_loadu_ps((const float *)(kb + k * ldb) + 16 * c), acc[k]);
+                }
+                _mm512_storeu_ps(S + h * lds + j, fold16(acc));
+            }
         }
     }
     for (; j < nk; j++)
