@@ -101,7 +101,7 @@ static double bench_train_T(struct toy_threadpool *tp, int nth, const char *s, b
 static bool count_tok(void *ud, int32_t id, const char *text, size_t len, float lp);
 static void quantize_model(struct toy_llama *m, enum toy_dtype type, void **keep, int *n_keep);
 
-/* decode tokens/s of M (q8_0 weights) after prompts of 256 .. 2048 tokens */
+/* decode tokens/s of M (q8_0 weights, f16 cache) after prompts of 256 .. 2048 tokens */
 static void bench_ctx_scaling(struct toy_threadpool *tp) {
     int64_t T, B;
     struct toy_llama_config c = shape("M", &T, &B);
@@ -113,7 +113,7 @@ static void bench_ctx_scaling(struct toy_threadpool *tp) {
     int32_t *prompt = malloc(2048 * sizeof *prompt);
     for (int i = 0; i < 2048; i++) prompt[i] = (int32_t)((i * 31 + 7) % c.vocab);
     struct toy_generator *gen;
-    toy_generator_new(m, NULL, 2048 + 64, tp, &gen);
+    toy_generator_new_kv(m, NULL, 2048 + 64, TOY_F16, tp, &gen); /* the CLI's default cache */
     struct toy_generate_params gp = {.n_predict = 16, .ignore_eos = true};
     double first = 0;
     for (int64_t n = 256; n <= 2048; n *= 2) {
@@ -126,12 +126,12 @@ static void bench_ctx_scaling(struct toy_threadpool *tp) {
                 break;
             }
             double steps = (double)(r.n_generated - 1); /* decode steps: the first token is the prompt's */
-        if (steps / r.decode_s > bd) bd = steps / r.decode_s;
+            if (steps / r.decode_s > bd) bd = steps / r.decode_s;
             if (r.n_prompt / r.prefill_s > bp) bp = r.n_prompt / r.prefill_s;
         }
         if (bd == 0) break;
         if (!first) first = bd;
-        printf("scaling: decode M q8_0 context %4lld: %.1f tok/s (%.2fx of context 256); prefill %.0f tok/s\n",
+        printf("scaling: decode M q8_0 (f16 cache) context %4lld: %.1f tok/s (%.2fx of context 256); prefill %.0f tok/s\n",
                (long long)n, bd, bd / first, bp);
         fflush(stdout);
     }

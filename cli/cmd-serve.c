@@ -22,7 +22,8 @@ static int usage(void) {
             "usage: toy serve -m MODEL.gguf [--host 127.0.0.1] [--port 8080] [--name ID] [--api-key KEY]\n"
             "                 [--chat-template NAME|JINJA] [--ctx N] [--parallel 4] [--queue 64] [--threads N]\n"
             "                 [--max-body BYTES] [--timeout SECONDS] [--max-connections 128] [--drain SECONDS]\n"
-            "                 [--cors-origin '*'] [--runs DIR | --no-events] [--no-prefix-cache] [--quiet]\n"
+            "                 [--cors-origin '*'] [--runs DIR | --no-events] [--no-prefix-cache] [--kv-type f16|f32]\n"
+            "                 [--quiet]\n"
             "Endpoints: GET /health, GET /v1/models, POST /v1/completions, POST /v1/chat/completions,\n"
             "POST /v1/embeddings, GET /metrics. --port 0 picks a free port (printed on stderr).\n");
     return 2;
@@ -49,6 +50,10 @@ int toy_cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--chat-template")) o.chat_template = v;
         else if (!strcmp(a, "--cors-origin")) o.cors_origin = v;
         else if (!strcmp(a, "--runs")) o.runs_dir = v;
+        else if (!strcmp(a, "--kv-type")) {
+            if (strcmp(v, "f16") && strcmp(v, "f32")) { fprintf(stderr, "toy serve: --kv-type f16|f32\n"); return 2; }
+            o.kv_f32 = !strcmp(v, "f32");
+        }
         else if (!num) { fprintf(stderr, "toy serve: bad number '%s' for %s\n", v, a); return 2; }
         else if (!strcmp(a, "--port") || !strcmp(a, "-p")) {
             if (x > 65535) { fprintf(stderr, "toy serve: port %s out of range (0..65535)\n", v); return 2; }

@@ -61,6 +61,7 @@ struct toy_serve_options {
     double drain_s;            /* on stop: how long requests in flight may still run (30) */
     const char *runs_dir;      /* event stream in runs_dir/<id>/events.jsonl ("runs"); NULL: none */
     bool no_prefix_cache;
+    bool kv_f32;               /* KV caches in f32 (twice the memory); default f16, as toy generate */
     bool quiet;                /* no access log on stderr */
     volatile int *stop;        /* toy_serve returns once *stop != 0 (may be NULL: runs until an error) */
     int *bound_port;           /* out (may be NULL): the port actually bound */

@@ -590,7 +590,7 @@ enum toy_status srv_engine_new(struct toy_llama *m, const struct toy_tokenizer *
                                                                                     : toy_error(TOY_ERR_NOMEM, "serve engine");
     for (int i = 0; i < e->n_slots && !st; i++) {
         struct slot *s = &e->slots[i];
-        st = toy_kv_cache_init(&s->kv, m, e->n_ctx, 1);
+        st = toy_kv_cache_init_type(&s->kv, m, e->n_ctx, 1, o->kv_f32 ? TOY_F32 : TOY_F16);
         if (!st && !(s->cache_ids = malloc((size_t)e->n_ctx * sizeof(int32_t))))
             st = toy_error(TOY_ERR_NOMEM, "KV cache of slot %d", i);
     }

@@ -661,7 +661,7 @@ enum toy_status toy_serve(struct toy_llama *m, const struct toy_tokenizer *tok, 
     }
     if (tok) eot_stops(&S->api, toy_chat_template_builtin(src) ? toy_chat_template_builtin(src) : src);
     struct srv_engine_opts eo = {.n_slots = o.n_slots, .queue_size = o.queue_size, .n_ctx = S->api.n_ctx,
-                                 .n_threads = o.n_threads, .prefix_cache = !o.no_prefix_cache};
+                                 .n_threads = o.n_threads, .prefix_cache = !o.no_prefix_cache, .kv_f32 = o.kv_f32};
     if ((st = srv_engine_new(m, tok, &eo, &S->met, &S->eng))) { srv_free(S); return st; }
 
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *ai = NULL;

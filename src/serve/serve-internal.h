@@ -132,6 +132,7 @@ struct srv_engine_opts {
     int64_t n_ctx;       /* positions per slot */
     int n_threads;
     bool prefix_cache;
+    bool kv_f32;         /* KV caches in f32 (else f16) */
 };
 
 enum toy_status srv_engine_new(struct toy_llama *m, const struct toy_tokenizer *tok,
