@@ -517,6 +517,91 @@ Test(ops, gemv_f32_matches_blas) {
         }
 }
 
+/* The f16 and bf16 decode GEMVs against double loops over the same
+ * values: f16 weights convert exactly and meet f32 activations; bf16
+ * weights meet activations rounded to bf16 (as the bf16 GEMM rounds them),
+ * products exact, sums in f32. Row lengths with every tail, a wide row
+ * stride, accumulation. 1e-5 of the terms' magnitude. */
+Test(ops, gemv_f16_bf16_match_loops) {
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") || !__builtin_cpu_supports("f16c"))
+        cr_skip_test("no AVX2 + FMA + F16C");
+    bool bf16 = toy_cpu_has_avx512bf16();
+    struct toy_rng r;
+    toy_rng_seed(&r, 45);
+    const int64_t ks[] = {1, 7, 31, 33, 64, 96, 576, 1537};
+    for (size_t t = 0; t < sizeof ks / sizeof ks[0]; t++)
+        for (int acc = 0; acc < 2; acc++) {
+            int64_t k = ks[t], n = 21, ld = k + 5, kp = (k + 31) / 32 * 32;
+            uint16_t *wh = malloc((size_t)(n * ld) * 2), *wb = malloc((size_t)(n * ld) * 2), *xb = calloc((size_t)kp, 2);
+            float *x = malloc((size_t)k * sizeof *x), *y = malloc((size_t)n * sizeof *y), *y0 = malloc((size_t)n * sizeof *y0);
+            for (int64_t i = 0; i < n * ld; i++) {
+                float v = toy_rng_normal(&r);
+                wh[i] = toy_f32_to_f16(v);
+                wb[i] = toy_f32_to_bf16(v);
+            }
+            for (int64_t i = 0; i < k; i++) {
+                x[i] = toy_rng_normal(&r);
+                xb[i] = toy_f32_to_bf16(x[i]);
+            }
+            for (int64_t i = 0; i < n; i++) y0[i] = toy_rng_normal(&r);
+            for (int pass = 0; pass < (bf16 ? 2 : 1); pass++) {
+                memcpy(y, y0, (size_t)n * sizeof *y);
+                if (pass == 0) toy_gemv_f16_avx2(wh, ld, x, k, y, n, acc);
+                else toy_gemv_bf16_avx512(wb, ld, xb, k, y, n, acc);
+                for (int64_t j = 0; j < n; j++) {
+                    double e = acc ? y0[j] : 0, mag = fabs(e);
+                    for (int64_t i = 0; i < k; i++) {
+                        double p = pass == 0 ? (double)toy_f16_to_f32(wh[j * ld + i]) * x[i]
+                                             : (double)toy_bf16_to_f32(wb[j * ld + i]) * toy_bf16_to_f32(xb[i]);
+                        e += p;
+                        mag += fabs(p);
+                    }
+                    cr_assert(fabs(y[j] - e) <= 1e-5 * (1 + mag), "%s k %lld accum %d: y[%lld] = %.9g, loop %.9g",
+                              pass ? "bf16" : "f16", (long long)k, acc, (long long)j, y[j], e);
+                }
+            }
+            free(wh); free(wb); free(xb); free(x); free(y); free(y0);
+        }
+}
+
+/* A decode matmul (one activation row) over f16 and bf16 weights takes the
+ * GEMVs above; the same row inside a 3-row product takes the f32-copy /
+ * bf16-panel paths: equal within the summation order, at 1 and 2 threads. */
+Test(ops, matmul_half_weights_decode_equals_batch) {
+    struct toy_rng r;
+    toy_rng_seed(&r, 46);
+    const enum toy_dtype types[] = {TOY_F16, TOY_BF16};
+    for (int ti = 0; ti < 2; ti++)
+        for (int nth = 1; nth <= 2; nth++) {
+            const int64_t k = 200, n = 77;
+            struct toy_ctx *ctx = toy_ctx_init(true);
+            struct toy_tensor *w = toy_new_tensor_2d(ctx, types[ti], k, n);
+            struct toy_tensor *x1 = toy_new_tensor_2d(ctx, TOY_F32, k, 1), *x3 = toy_new_tensor_2d(ctx, TOY_F32, k, 3);
+            for (int64_t i = 0; i < k * n; i++) {
+                float v = toy_rng_normal(&r);
+                ((uint16_t *)w->data)[i] = types[ti] == TOY_F16 ? toy_f32_to_f16(v) : toy_f32_to_bf16(v);
+            }
+            for (int64_t i = 0; i < 3 * k; i++) ((float *)x3->data)[i] = toy_rng_normal(&r);
+            memcpy(x1->data, x3->data, (size_t)k * sizeof(float));
+            struct toy_tensor *y1 = toy_matmul(ctx, x1, w, false, true), *y3 = toy_matmul(ctx, x3, w, false, true);
+            toy_set_output(y1);
+            toy_set_output(y3);
+            struct toy_graph *g = toy_graph_new(ctx);
+            toy_graph_build(g, y1);
+            toy_graph_build(g, y3);
+            struct toy_threadpool *tp = toy_threadpool_new(nth);
+            cr_assert_eq(toy_graph_compute(g, tp), TOY_OK, "%s", toy_last_error());
+            for (int64_t j = 0; j < n; j++) {
+                float a = ((float *)y1->data)[j], b = ((float *)y3->data)[j];
+                cr_assert(fabsf(a - b) <= 1e-5f * (1 + sqrtf((float)k)), "%s threads %d: column %lld: decode %.9g, batch %.9g",
+                          toy_dtype_name(types[ti]), nth, (long long)j, a, b);
+            }
+            toy_threadpool_free(tp);
+            toy_ctx_free(ctx);
+        }
+}
+
 /* The decode attention products (attn-decode-avx512.c: one query against
  * the cached keys and values, four keys a step) against plain loops, for
  * head sizes 16..256, key counts with every tail, padded row strides.

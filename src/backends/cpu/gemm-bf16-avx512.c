@@ -117,3 +117,38 @@ void toy_pack_f32_bf16_cols(const float *a, int64_t lda, int64_t c0, int64_t nc,
         }
     }
 }
+
+/* 64 bytes as four 16-byte loads: streaming from memory, narrower loads let
+ * this Zen 4's prefetchers run further ahead (see qgemm-avx512.c) */
+static inline __m512i load64(const uint16_t *p) {
+    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)p));
+    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + 8)), 1);
+    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + 16)), 2);
+    return _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + 24)), 3);
+}
+
+/* Decode (one activation row) against bf16 weight rows: y[j] (+)= w_j . x
+ * for j < n, w_j the k bf16 values at w + j ldw, x the activations already
+ * rounded to bf16 (toy_pack_f32_bf16) and zero-padded to a multiple of 32.
+ * The same products and f32 sums (vdpbf16ps) as toy_gemm_bf16_panels, read
+ * straight from the rows: no panel copy of B. */
+void toy_gemv_bf16_avx512(const uint16_t *w, int64_t ldw, const uint16_t *x, int64_t k, float *y, int64_t n,
+                          bool accum) {
+    int64_t kb = k / 32 * 32;
+    __mmask32 tail = (__mmask32)((1ull << (k - kb)) - 1);
+    for (int64_t j = 0; j < n; j++) {
+        const uint16_t *r = w + j * ldw;
+        __m512 s0 = _mm512_setzero_ps(), s1 = s0;
+        int64_t i = 0;
+        for (; i + 64 <= kb; i += 64) {
+            s0 = _mm512_dpbf16_ps(s0, (__m512bh)load64(r + i), (__m512bh)_mm512_loadu_si512(x + i));
+            s1 = _mm512_dpbf16_ps(s1, (__m512bh)load64(r + i + 32), (__m512bh)_mm512_loadu_si512(x + i + 32));
+        }
+        for (; i < kb; i += 32) s0 = _mm512_dpbf16_ps(s0, (__m512bh)load64(r + i), (__m512bh)_mm512_loadu_si512(x + i));
+        if (tail)
+            s1 = _mm512_dpbf16_ps(s1, (__m512bh)_mm512_maskz_loadu_epi16(tail, r + kb),
+                                  (__m512bh)_mm512_loadu_si512(x + kb));
+        float v = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+        y[j] = accum ? y[j] + v : v;
+    }
+}

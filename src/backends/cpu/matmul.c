@@ -250,6 +250,20 @@ static void matmul_bf16(struct toy_tensor *dst, int ith, int nth, void *work, si
         j1 = j1 * 16 < n ? j1 * 16 : n;
     }
     if (i1 <= i0 || j1 <= j0) return;
+    if (m == 1 && tb && !ta) { /* decode: each weight row once, straight from memory */
+        for (int64_t bi = 0; bi < dst->ne[2] * dst->ne[3]; bi++) {
+            int64_t i2 = bi % dst->ne[2], i3 = bi / dst->ne[2];
+            const float *a = (const float *)((const char *)A->data + bidx(i2, dst->ne[2], A->ne[2]) * A->nb[2] +
+                                             bidx(i3, dst->ne[3], A->ne[3]) * A->nb[3]);
+            const char *b = (const char *)B->data + bidx(i2, dst->ne[2], B->ne[2]) * B->nb[2] +
+                            bidx(i3, dst->ne[3], B->ne[3]) * B->nb[3];
+            float *c = (float *)((char *)dst->data + i2 * dst->nb[2] + i3 * dst->nb[3]);
+            toy_pack_f32_bf16(a, k, pa, kp);
+            toy_gemv_bf16_avx512((const uint16_t *)(b + j0 * B->nb[1]), (int64_t)(B->nb[1] / 2), pa, k, c + j0,
+                                 j1 - j0, beta != 0);
+        }
+        return;
+    }
     int64_t mr = i1 - i0, mp = round_up(mr, BF16_TILE_R);
     uint16_t *pb = pa + mp * kp;
     for (int64_t bi = 0; bi < dst->ne[2] * dst->ne[3]; bi++) {
@@ -365,6 +379,12 @@ void toy_cpu_matmul(struct toy_tensor *dst, int ith, int nth, void *work, size_t
             /* B rows are C's columns: threads own column ranges */
             int64_t j0, j1;
             toy_split(n, ith, nth, &j0, &j1);
+            if (m == 1 && !ta && B->type == TOY_F16 && use_gemv_f32()) { /* decode: no f32 copy of the rows */
+                if (j1 > j0)
+                    toy_gemv_f16_avx2((const uint16_t *)(b + j0 * B->nb[1]), (int64_t)(B->nb[1] / 2), a, k, c + j0,
+                                      j1 - j0, beta != 0);
+                continue;
+            }
             for (int64_t j = j0; j < j1; j += CHUNK_ROWS) {
                 int64_t jn = j + CHUNK_ROWS < j1 ? CHUNK_ROWS : j1 - j;
                 for (int64_t r = 0; r < jn; r++)
