@@ -1,8 +1,9 @@
 #!/bin/bash
 # bench/llama_cpp.sh: toy against llama.cpp's CPU kernels on the same GGUF
 # files: the SmolLM2-135M shape (random weights, SmolLM2's tokenizer) in
-# F32, Q8_0 and Q4_0, prefill of 256 tokens and greedy decode, at 1 and 2
-# threads, with the decode bound (triad GB/s / weight bytes per token)
+# F32, F16, Q8_0 and Q4_0, prefill of 256 tokens and greedy decode, at 1 and 2
+# threads, with the decode bound (the larger of triad and read GB/s, over
+# the weight bytes per token)
 # measured in the same run. llama.cpp comes from the npm package
 # node-llama-cpp (prebuilt CPU builds, incl. Zen 4), installed once into
 # $B/node. Prints one line per file and thread count; JSON to $B/bench-llama-cpp.json.
@@ -25,13 +26,13 @@ if [ ! -f "$B/node/node_modules/node-llama-cpp/package.json" ]; then
 fi
 cp bench/llama_cpp.mjs "$B/node/llama_cpp.mjs"
 [ -f "$dir/m-f32.gguf" ] || "$B/bench/bench-llama" 0 M gguf "$dir/m-f32.gguf" "$TD/tokenizer-smollm2" || exit 1
-for t in q8_0 q4_0; do
+for t in f16 q8_0 q4_0; do
   if [ ! -f "$dir/m-$t.gguf" ]; then
     log=$("$B/toy" quantize "$dir/m-f32.gguf" "$dir/m-$t.gguf" "$t" 2>&1) || { echo "$log"; exit 1; }
   fi
 done
 {
-  for t in f32 q8_0 q4_0; do
+  for t in f32 f16 q8_0 q4_0; do
     for th in 1 2; do
       "$B/bench/bench-llama" "$th" M file "$dir/m-$t.gguf"
       UV_THREADPOOL_SIZE=1 node "$B/node/llama_cpp.mjs" "$(realpath "$dir/m-$t.gguf")" "$th" | sed "s/{/{\"dtype\":\"$t\",/"

@@ -8,7 +8,7 @@ import sys
 rows = [json.loads(l) for l in sys.stdin if l.startswith("{")]
 toy = {(r["dtype"], r["threads"]): r for r in rows if r["bench"] == "file"}
 ref = {(r["dtype"], r["threads"]): r for r in rows if r["bench"] == "llama_cpp"}
-order = ["f32", "q8_0", "q4_0"]
+order = ["f32", "f16", "q8_0", "q4_0"]
 out = []
 for key in sorted(toy, key=lambda k: (order.index(k[0]) if k[0] in order else 9, k[1])):
     a, b = toy[key], ref.get(key)
