@@ -743,3 +743,41 @@ Test(ops, attention_decode_step_matches_loops) {
             free(vf);
         }
 }
+
+/* Each thread keeps the rotary angles of its last positions (cpu.c): runs
+ * of one graph with new position contents, and a second graph with other
+ * parameters in between, give what a fresh computation gives. */
+Test(ops, rope_angle_cache_follows_positions_and_parameters) {
+    const int64_t D = 64, H = 3, T = 40;
+    struct toy_threadpool *tp = toy_threadpool_new(2);
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    struct toy_tensor *x = toy_new_tensor_4d(ctx, TOY_F32, D, H, T, 1), *pos = toy_new_tensor_1d(ctx, TOY_I32, T);
+    for (int64_t i = 0; i < D * H * T; i++) ((float *)x->data)[i] = sinf(0.37f * (float)i);
+    struct toy_rope_params a = {.freq_base = 10000}, b = {.freq_base = 500000, .mode = TOY_ROPE_NEOX};
+    struct toy_tensor *ya = toy_rope(ctx, x, pos, &a), *yb = toy_rope(ctx, x, pos, &b);
+    toy_set_output(ya);
+    toy_set_output(yb);
+    struct toy_graph *ga = toy_graph_new(ctx), *gb = toy_graph_new(ctx);
+    toy_graph_build(ga, ya);
+    toy_graph_build(gb, yb);
+    float *first = malloc((size_t)(D * H * T) * sizeof *first);
+    for (int run = 0; run < 5; run++) { /* positions A, B (then other parameters), A, B, B */
+        for (int64_t t = 0; t < T; t++) ((int32_t *)pos->data)[t] = (int32_t)(run % 2 || run == 4 ? 1000 + 3 * t : t);
+        cr_assert_eq(toy_graph_compute(ga, tp), TOY_OK);
+        if (run == 0) memcpy(first, ya->data, (size_t)(D * H * T) * sizeof *first);
+        if (run == 2) cr_assert(!memcmp(first, ya->data, (size_t)(D * H * T) * sizeof *first), "run 2 differs from run 0");
+        /* a plain evaluation of the rotation at these positions */
+        for (int64_t t = 0; t < T; t += 13)
+            for (int64_t i = 0; i < D / 2; i++) {
+                double th = ((int32_t *)pos->data)[t] * pow(10000.0, -2.0 * (double)i / (double)D);
+                const float *xr = (const float *)x->data + t * H * D, *yr = (const float *)ya->data + t * H * D;
+                double e0 = xr[2 * i] * cos(th) - xr[2 * i + 1] * sin(th);
+                cr_assert(fabs(yr[2 * i] - e0) <= 1e-5 * (1 + fabs(e0)), "run %d t %lld i %lld: %g vs %g", run,
+                          (long long)t, (long long)i, yr[2 * i], e0);
+            }
+        if (run == 1) cr_assert_eq(toy_graph_compute(gb, tp), TOY_OK); /* other parameters in between */
+    }
+    free(first);
+    toy_ctx_free(ctx);
+    toy_threadpool_free(tp);
+}

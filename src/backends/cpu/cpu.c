@@ -579,6 +579,9 @@ static void rope_freqs(const struct toy_tensor *dst, int n_dims, double *inv_fre
 /* Rows sharing a position share their angles: work items are positions
  * (t, b); cos/sin are computed once (in double: float loses ~1e-5 rad at
  * position 300) and applied to every head. */
+#define ROPE_CACHE 16384   /* angles (positions x half) a thread keeps between runs */
+#define ROPE_CACHE_POS 2048
+
 static void k_rope(struct toy_tensor *dst, int ith, int nth, float *tmp) {
     const struct toy_tensor *x = dst->src[0], *pos = dst->src[1];
     int n_dims = dst->op_params[P_RP_NDIMS];
@@ -590,46 +593,45 @@ static void k_rope(struct toy_tensor *dst, int ith, int nth, float *tmp) {
     float *cs = tmp + D, *sn = cs + half;
     double *inv_freq = (double *)(sn + half + 16);
     const struct toy_tensor *ff = dst->src[2];
-    bool have_freq = false;
-    /* A decode step rotates q and k of every layer at one position with the
-     * same parameters: each thread keeps the last angles it computed. */
-    static _Thread_local struct {
-        int32_t params[TOY_MAX_OP_PARAMS];
-        const void *ff;
-        int64_t p;
-        float cs[256], sn[256];
-    } last = {.p = -1};
-    bool cacheable = half <= 256;
     bool per_batch = toy_nelements(pos) == T * Bn && Bn > 1;
     int64_t p0, p1;
     toy_split(T * Bn, ith, nth, &p0, &p1);
+    /* Every layer rotates q and k at the same positions with the same
+     * parameters: each thread keeps the angles of its last run of
+     * positions (a decode step's one, a prompt's slice) and reuses them
+     * while the positions, parameters and frequency factors are the same. */
+    static _Thread_local struct {
+        int32_t params[TOY_MAX_OP_PARAMS];
+        const void *ff;
+        int64_t n; /* positions held; -1: none */
+        int32_t pos[ROPE_CACHE_POS];
+        float cs[ROPE_CACHE], sn[ROPE_CACHE];
+    } rc = {.n = -1};
+    int64_t np = p1 - p0;
+    bool cached = np > 0 && np <= ROPE_CACHE_POS && np * half <= ROPE_CACHE;
+    const int32_t *pd = pos->data;
+#define POS_AT(pi) pd[per_batch ? (pi) : (pi) % T]
+    bool hit = cached && rc.n == np && rc.ff == (ff ? ff->data : NULL) &&
+               !memcmp(rc.params, dst->op_params, sizeof rc.params);
+    for (int64_t pi = p0; pi < p1 && hit; pi++) hit = rc.pos[pi - p0] == POS_AT(pi);
+    if (!hit) {
+        rope_freqs(dst, n_dims, inv_freq);
+        if (ff)
+            for (int i = 0; i < half; i++) inv_freq[i] /= ((const float *)ff->data)[i];
+        if (cached) rc.n = -1; /* refilled below */
+    }
     for (int64_t pi = p0; pi < p1; pi++) {
         int64_t t = pi % T, b = pi / T;
-        int64_t pv = ((const int32_t *)pos->data)[per_batch ? b * T + t : t];
-        if (cacheable && last.p == pv && last.ff == (ff ? ff->data : NULL) &&
-            !memcmp(last.params, dst->op_params, sizeof last.params)) {
-            memcpy(cs, last.cs, (size_t)half * sizeof *cs);
-            memcpy(sn, last.sn, (size_t)half * sizeof *sn);
-        } else {
-            if (!have_freq) {
-                rope_freqs(dst, n_dims, inv_freq);
-                if (ff)
-                    for (int i = 0; i < half; i++) inv_freq[i] /= ((const float *)ff->data)[i];
-                have_freq = true;
-            }
+        float *c_ = cached ? rc.cs + (pi - p0) * half : cs, *s_ = cached ? rc.sn + (pi - p0) * half : sn;
+        if (!hit) {
+            int64_t pv = POS_AT(pi);
             for (int i = 0; i < half; i++) {
                 double c, sv;
                 sincos((double)pv * inv_freq[i], &sv, &c);
-                cs[i] = (float)(c * mscale);
-                sn[i] = (float)(sv * mscale * sign);
+                c_[i] = (float)(c * mscale);
+                s_[i] = (float)(sv * mscale * sign);
             }
-            if (cacheable) {
-                memcpy(last.params, dst->op_params, sizeof last.params);
-                last.ff = ff ? ff->data : NULL;
-                last.p = pv;
-                memcpy(last.cs, cs, (size_t)half * sizeof *cs);
-                memcpy(last.sn, sn, (size_t)half * sizeof *sn);
-            }
+            if (cached) rc.pos[pi - p0] = (int32_t)pv;
         }
         for (int64_t h = 0; h < H; h++) {
             const float *xv = toy_cpu_row_f32(x, TOY_ROW(x, h, t, b), tmp);
@@ -637,11 +639,17 @@ static void k_rope(struct toy_tensor *dst, int ith, int nth, float *tmp) {
             for (int i = 0; i < half; i++) {
                 int64_t i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
                 float a = xv[i0], bb = xv[i1];
-                y[i0] = a * cs[i] - bb * sn[i];
-                y[i1] = a * sn[i] + bb * cs[i];
+                y[i0] = a * c_[i] - bb * s_[i];
+                y[i1] = a * s_[i] + bb * c_[i];
             }
             for (int64_t i = n_dims; i < D; i++) y[i] = xv[i];
         }
+    }
+#undef POS_AT
+    if (cached && !hit) {
+        memcpy(rc.params, dst->op_params, sizeof rc.params);
+        rc.ff = ff ? ff->data : NULL;
+        rc.n = np;
     }
 }
 
