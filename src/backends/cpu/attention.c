@@ -140,8 +140,8 @@ static void block_scores(const struct attn *a, const struct toy_tensor *q, const
         key_range(a, t0 + i, &j0, &j1);
         if (a->cap > 0)
             for (int64_t j = 0; j < je - js; j++) s[j] = a->cap * tanhf(s[j] / a->cap);
-        for (int64_t j = js; j < je; j++)
-            if (j < j0 || j >= j1) s[j - js] = -INFINITY;
+        for (int64_t j = js; j < j0 && j < je; j++) s[j - js] = -INFINITY; /* before the window */
+        for (int64_t j = j1 > js ? j1 : js; j < je; j++) s[j - js] = -INFINITY; /* after the query (causal) */
         if (a->seg) {
             const int32_t *sg = a->seg + b * a->Tk;
             int32_t id = sg[t0 + i];
