@@ -35,19 +35,7 @@
 #include "toy/gguf.h"
 #include "toy/graph.h"
 #include "toy/toy.h"
-
-static char tmpdir[256];
-
-static void make_tmp(void) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/toy-test-ft-XXXXXX");
-    cr_assert(mkdtemp(tmpdir));
-}
-
-static void rm_tmp(void) {
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd)) {}
-}
+#include "harness.h"
 
 static const char *toy_bin(void) { return getenv("TOY_BIN") ? getenv("TOY_BIN") : "build/toy"; }
 
@@ -183,10 +171,10 @@ static bool files_equal(const char *a, const char *b) {
 /* ---- LoRA math -------------------------------------------------------------------- */
 
 Test(finetune, zero_b_leaves_logits_unchanged) {
-    make_tmp();
+    th_mkdir("ft");
     struct toy_llama_config c = small_config();
     char path[400];
-    snprintf(path, sizeof path, "%s/base.gguf", tmpdir);
+    snprintf(path, sizeof path, "%s/base.gguf", th_dir);
     make_base(path, &c, 11);
     struct toy_llama *m;
     cr_assert_eq(toy_llama_load(path, false, &m), TOY_OK, "%s", toy_last_error());
@@ -212,24 +200,7 @@ Test(finetune, zero_b_leaves_logits_unchanged) {
     toy_lora_free(a);
     cr_assert_null(m->layers[0].lora_a[0]);
     toy_llama_free(m);
-    rm_tmp();
-}
-
-static json_t *run_reference(json_t *cases) {
-    char spec[400], out[400], cmd[1200];
-    snprintf(spec, sizeof spec, "%s/spec.json", tmpdir);
-    snprintf(out, sizeof out, "%s/out.json", tmpdir);
-    json_t *root = json_pack("{s:o}", "cases", cases);
-    cr_assert_eq(json_dump_file(root, spec, 0), 0);
-    json_decref(root);
-    const char *py = getenv("TOY_PY") ? getenv("TOY_PY") : "/usr/bin/python3";
-    if (access(py, X_OK)) cr_skip_test("no %s for the PyTorch reference", py);
-    snprintf(cmd, sizeof cmd, "%s tests/torch/ref_lora.py '%s' '%s'", py, spec, out);
-    cr_assert_eq(system(cmd), 0, "the PyTorch reference failed: %s", cmd);
-    json_error_t err;
-    json_t *res = json_load_file(out, 0, &err);
-    cr_assert(res, "%s", err.text);
-    return res;
+    th_rmdir();
 }
 
 static json_t *ids_json(const int32_t *v, int T, int B) {
@@ -252,7 +223,7 @@ static void check_against_torch(const char *model, const char *ref_model, double
     cr_assert_eq(toy_lora_attach(m, &o, &a), TOY_OK, "%s", toy_last_error());
     randomize_b(a, 9, 0.3f);
     char adapter[400];
-    snprintf(adapter, sizeof adapter, "%s/adapter-%s.gguf", tmpdir, what);
+    snprintf(adapter, sizeof adapter, "%s/adapter-%s.gguf", th_dir, what);
     cr_assert_eq(toy_lora_save(a, adapter), TOY_OK, "%s", toy_last_error());
     const int T = 10, B = 2;
     int32_t tok[20], tgt[20];
@@ -265,7 +236,7 @@ static void check_against_torch(const char *model, const char *ref_model, double
     json_t *cases = json_array();
     json_array_append_new(cases, json_pack("{s:s,s:s,s:f,s:o,s:o}", "gguf", ref_model, "adapter", adapter, "scale", 1.0,
                                            "tokens", ids_json(tok, T, B), "targets", ids_json(tgt, T, B)));
-    json_t *res = run_reference(cases);
+    json_t *res = th_torch("ref_lora.py", cases);
     json_t *r0 = json_array_get(json_object_get(res, "cases"), 0);
     json_t *rl = json_object_get(r0, "logits");
     double worst = 0;
@@ -302,34 +273,34 @@ static void check_against_torch(const char *model, const char *ref_model, double
 }
 
 Test(finetune, lora_and_qlora_match_pytorch, .timeout = 300) {
-    make_tmp();
+    th_mkdir("ft");
     struct toy_llama_config c = small_config();
     char f32[400], q8[400], q8f[400];
-    snprintf(f32, sizeof f32, "%s/base.gguf", tmpdir);
-    snprintf(q8, sizeof q8, "%s/base-q8_0.gguf", tmpdir);
-    snprintf(q8f, sizeof q8f, "%s/base-q8_0-as-f32.gguf", tmpdir);
+    snprintf(f32, sizeof f32, "%s/base.gguf", th_dir);
+    snprintf(q8, sizeof q8, "%s/base-q8_0.gguf", th_dir);
+    snprintf(q8f, sizeof q8f, "%s/base-q8_0-as-f32.gguf", th_dir);
     make_base(f32, &c, 21);
     check_against_torch(f32, f32, 1e-4, "LoRA (F32 base)");
     cr_assert_eq(toy_gguf_quantize(f32, q8, TOY_Q8_0, NULL, NULL), TOY_OK, "%s", toy_last_error());
     write_dequantized(q8, q8f);
     check_against_torch(q8, q8f, 1e-4, "QLoRA (Q8_0 base)");
-    snprintf(q8, sizeof q8, "%s/base-q4_0.gguf", tmpdir);
-    snprintf(q8f, sizeof q8f, "%s/base-q4_0-as-f32.gguf", tmpdir);
+    snprintf(q8, sizeof q8, "%s/base-q4_0.gguf", th_dir);
+    snprintf(q8f, sizeof q8f, "%s/base-q4_0-as-f32.gguf", th_dir);
     cr_assert_eq(toy_gguf_quantize(f32, q8, TOY_Q4_0, NULL, NULL), TOY_OK, "%s", toy_last_error());
     write_dequantized(q8, q8f);
     check_against_torch(q8, q8f, 1e-4, "QLoRA (Q4_0 base)");
-    rm_tmp();
+    th_rmdir();
 }
 
 /* ---- adapter files and merging ------------------------------------------------------ */
 
 Test(finetune, adapter_gguf_is_llamacpp_convention_and_round_trips) {
-    make_tmp();
+    th_mkdir("ft");
     struct toy_llama_config c = small_config();
     char base[400], a1[400], a2[400];
-    snprintf(base, sizeof base, "%s/base.gguf", tmpdir);
-    snprintf(a1, sizeof a1, "%s/a1.gguf", tmpdir);
-    snprintf(a2, sizeof a2, "%s/a2.gguf", tmpdir);
+    snprintf(base, sizeof base, "%s/base.gguf", th_dir);
+    snprintf(a1, sizeof a1, "%s/a1.gguf", th_dir);
+    snprintf(a2, sizeof a2, "%s/a2.gguf", th_dir);
     make_base(base, &c, 3);
     struct toy_llama *m;
     cr_assert_eq(toy_llama_load(base, false, &m), TOY_OK);
@@ -376,7 +347,7 @@ Test(finetune, adapter_gguf_is_llamacpp_convention_and_round_trips) {
     struct toy_llama_config c2 = c;
     c2.d_ff = 128;
     char other[400];
-    snprintf(other, sizeof other, "%s/other.gguf", tmpdir);
+    snprintf(other, sizeof other, "%s/other.gguf", th_dir);
     make_base(other, &c2, 3);
     struct toy_llama *m2;
     cr_assert_eq(toy_llama_load(other, false, &m2), TOY_OK);
@@ -385,18 +356,18 @@ Test(finetune, adapter_gguf_is_llamacpp_convention_and_round_trips) {
     cr_assert_neq(toy_lora_load(m2, base, 1.0f, false, &a), TOY_OK); /* not an adapter */
     toy_llama_free(m2);
     toy_llama_free(m);
-    rm_tmp();
+    th_rmdir();
 }
 
 Test(finetune, merged_model_equals_base_plus_adapter, .timeout = 120) {
-    make_tmp();
+    th_mkdir("ft");
     struct toy_llama_config c = small_config();
     char base[400], ad[400], merged[400], q8[400], q8m[400];
-    snprintf(base, sizeof base, "%s/base.gguf", tmpdir);
-    snprintf(ad, sizeof ad, "%s/adapter.gguf", tmpdir);
-    snprintf(merged, sizeof merged, "%s/merged.gguf", tmpdir);
-    snprintf(q8, sizeof q8, "%s/base-q8.gguf", tmpdir);
-    snprintf(q8m, sizeof q8m, "%s/merged-q8.gguf", tmpdir);
+    snprintf(base, sizeof base, "%s/base.gguf", th_dir);
+    snprintf(ad, sizeof ad, "%s/adapter.gguf", th_dir);
+    snprintf(merged, sizeof merged, "%s/merged.gguf", th_dir);
+    snprintf(q8, sizeof q8, "%s/base-q8.gguf", th_dir);
+    snprintf(q8m, sizeof q8m, "%s/merged-q8.gguf", th_dir);
     make_base(base, &c, 8);
     struct toy_llama *m;
     cr_assert_eq(toy_llama_load(base, false, &m), TOY_OK);
@@ -425,7 +396,7 @@ Test(finetune, merged_model_equals_base_plus_adapter, .timeout = 120) {
     cr_assert(worst <= 1e-4, "merged vs adapted: %g", worst);
     /* the same through the CLI, and in memory on a trainable model */
     char cmd[1400];
-    snprintf(cmd, sizeof cmd, "%s merge '%s' '%s' -o '%s/cli.gguf' 2>/dev/null", toy_bin(), base, ad, tmpdir);
+    snprintf(cmd, sizeof cmd, "%s merge '%s' '%s' -o '%s/cli.gguf' 2>/dev/null", toy_bin(), base, ad, th_dir);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
     cr_assert_eq(toy_llama_load(base, true, &m), TOY_OK);
     cr_assert_eq(toy_lora_load(m, ad, 1.0f, false, &a), TOY_OK);
@@ -454,7 +425,7 @@ Test(finetune, merged_model_equals_base_plus_adapter, .timeout = 120) {
     free(with);
     free(plain);
     free(mg);
-    rm_tmp();
+    th_rmdir();
 }
 
 /* ---- SFT data ------------------------------------------------------------------------- */
@@ -537,12 +508,12 @@ Test(finetune, sft_rows_learn_only_the_completion) {
 }
 
 Test(finetune, masked_token_probe_loss_is_on_completion_tokens_only) {
-    make_tmp();
+    th_mkdir("ft");
     struct toy_tokenizer *tok = small_tokenizer();
     struct toy_llama_config c = small_config();
     c.vocab = toy_tokenizer_n_vocab(tok);
     char path[400];
-    snprintf(path, sizeof path, "%s/base.gguf", tmpdir);
+    snprintf(path, sizeof path, "%s/base.gguf", th_dir);
     make_base(path, &c, 12);
     struct toy_llama *m;
     cr_assert_eq(toy_llama_load(path, false, &m), TOY_OK);
@@ -588,7 +559,7 @@ Test(finetune, masked_token_probe_loss_is_on_completion_tokens_only) {
     toy_sft_free(d);
     toy_llama_free(m);
     toy_tokenizer_free(tok);
-    rm_tmp();
+    th_rmdir();
 }
 
 /* ---- end to end ----------------------------------------------------------------------- */
@@ -606,10 +577,10 @@ static void write_text(const char *path, const char *s) {
 static int run_cmd(const char *cmd) { return system(cmd); }
 
 Test(finetune, finetune_teaches_a_from_scratch_model_and_resumes_exactly, .timeout = 300) {
-    make_tmp();
+    th_mkdir("ft");
     char path[600], cmd[3000], text[400], sft[400];
     /* the "pretraining" corpus and a from-scratch checkpoint */
-    snprintf(text, sizeof text, "%s/text.txt", tmpdir);
+    snprintf(text, sizeof text, "%s/text.txt", th_dir);
     FILE *f = fopen(text, "w");
     struct toy_rng r;
     toy_rng_seed(&r, 1);
@@ -618,10 +589,10 @@ Test(finetune, finetune_teaches_a_from_scratch_model_and_resumes_exactly, .timeo
                 (int)toy_rng_below(&r, 10), (int)toy_rng_below(&r, 10));
     fclose(f);
     snprintf(cmd, sizeof cmd, "%s train --data '%s' --preset tiny --steps 100 --ctx 64 --batch 8 --vocab-size 300 "
-             "--eval-every 0 --out '%s/base' --json > /dev/null 2>&1", toy_bin(), text, tmpdir);
+             "--eval-every 0 --out '%s/base' --json > /dev/null 2>&1", toy_bin(), text, th_dir);
     cr_assert_eq(run_cmd(cmd), 0, "%s", cmd);
     /* a synthetic instruction set: "The <color>" -> " <word>" */
-    snprintf(sft, sizeof sft, "%s/sft.jsonl", tmpdir);
+    snprintf(sft, sizeof sft, "%s/sft.jsonl", th_dir);
     f = fopen(sft, "w");
     for (int i = 0; i < 200; i++) {
         int k = (int)toy_rng_below(&r, 8);
@@ -632,9 +603,9 @@ Test(finetune, finetune_teaches_a_from_scratch_model_and_resumes_exactly, .timeo
     const char *common = "--method lora --targets all --rank 8 --alpha 16 --lr 1e-2 --batch 1 --ctx 32 "
                          "--warmup 5 --eval-every 50 --seed 7 --threads 2 --json";
     snprintf(cmd, sizeof cmd, "%s finetune --base '%s/base/weights/latest' --data '%s' %s --epochs 10 --out '%s/ft' "
-             "> '%s/ft.json' 2>/dev/null", toy_bin(), tmpdir, sft, common, tmpdir, tmpdir);
+             "> '%s/ft.json' 2>/dev/null", toy_bin(), th_dir, sft, common, th_dir, th_dir);
     cr_assert_eq(run_cmd(cmd), 0, "%s", cmd);
-    snprintf(path, sizeof path, "%s/ft.json", tmpdir);
+    snprintf(path, sizeof path, "%s/ft.json", th_dir);
     json_error_t err;
     json_t *j = json_load_file(path, 0, &err);
     cr_assert(j, "%s", err.text);
@@ -644,7 +615,7 @@ Test(finetune, finetune_teaches_a_from_scratch_model_and_resumes_exactly, .timeo
     double pack_eff = json_number_value(json_object_get(j, "pack_efficiency"));
     json_decref(j);
     /* the held-out loss at the first evaluation vs the end, from the events */
-    snprintf(path, sizeof path, "%s/ft/events.jsonl", tmpdir);
+    snprintf(path, sizeof path, "%s/ft/events.jsonl", th_dir);
     f = fopen(path, "r");
     char line[4096];
     double first_loss = NAN;
@@ -666,7 +637,7 @@ Test(finetune, finetune_teaches_a_from_scratch_model_and_resumes_exactly, .timeo
     int right = 0;
     for (int k = 0; k < 8; k++) {
         snprintf(cmd, sizeof cmd, "%s generate -m '%s/base/weights/latest' --lora '%s/ft/weights/latest' -p 'The %s' "
-                 "-n 3 --temp 0 2>/dev/null", toy_bin(), tmpdir, tmpdir, colors[k]);
+                 "-n 3 --temp 0 2>/dev/null", toy_bin(), th_dir, th_dir, colors[k]);
         FILE *p = popen(cmd, "r");
         char out[256] = "";
         size_t got = fread(out, 1, sizeof out - 1, p);
@@ -689,13 +660,13 @@ Test(finetune, finetune_teaches_a_from_scratch_model_and_resumes_exactly, .timeo
              "--out '%s/run' > /dev/null 2>&1 && cd '%s/run/weights' && mv step_24.gguf straight.gguf && "
              "rm step_24.state.gguf && ln -sfn step_12.gguf latest && cd - > /dev/null && "
              "%s finetune --resume '%s/run' --json > /dev/null 2>&1",
-             toy_bin(), tmpdir, sft, rs, tmpdir, tmpdir, toy_bin(), tmpdir);
+             toy_bin(), th_dir, sft, rs, th_dir, th_dir, toy_bin(), th_dir);
     cr_assert_eq(run_cmd(cmd), 0, "%s", cmd);
     char a1[700], a2[700];
-    snprintf(a1, sizeof a1, "%s/run/weights/straight.gguf", tmpdir);
-    snprintf(a2, sizeof a2, "%s/run/weights/step_24.gguf", tmpdir);
+    snprintf(a1, sizeof a1, "%s/run/weights/straight.gguf", th_dir);
+    snprintf(a2, sizeof a2, "%s/run/weights/step_24.gguf", th_dir);
     cr_assert(files_equal(a1, a2), "resumed adapter differs from the uninterrupted one");
-    rm_tmp();
+    th_rmdir();
 }
 
 /* ---- QLoRA memory ------------------------------------------------------------------------ */
@@ -724,14 +695,14 @@ static long peak_rss_kb(const char *cmd, char *out, size_t out_size) {
 }
 
 Test(finetune, qlora_q4_0_resident_memory_is_bounded, .timeout = 300) {
-    make_tmp();
+    th_mkdir("ft");
     struct toy_tokenizer *tok = small_tokenizer();
     struct toy_llama_config c = toy_llama_preset("smollm2-135m");
     c.max_ctx = 256;
     char f32[400], q4[400], sft[400];
-    snprintf(f32, sizeof f32, "%s/smollm2-shape.gguf", tmpdir);
-    snprintf(q4, sizeof q4, "%s/smollm2-shape-q4_0.gguf", tmpdir);
-    snprintf(sft, sizeof sft, "%s/sft.jsonl", tmpdir);
+    snprintf(f32, sizeof f32, "%s/smollm2-shape.gguf", th_dir);
+    snprintf(q4, sizeof q4, "%s/smollm2-shape-q4_0.gguf", th_dir);
+    snprintf(sft, sizeof sft, "%s/sft.jsonl", th_dir);
     pid_t pid = fork(); /* the f32 model lives in a child, so this process stays small */
     if (pid == 0) {
         struct toy_llama *m = toy_llama_new(&c, 1);
@@ -751,7 +722,7 @@ Test(finetune, qlora_q4_0_resident_memory_is_bounded, .timeout = 300) {
     char cmd[2000], out[4096];
     snprintf(cmd, sizeof cmd, "exec %s finetune --base '%s' --data '%s' --method qlora --rank 8 --targets q,v --batch 2 "
              "--ctx 64 --steps 2 --heldout 0 --eval-every 0 --threads 2 --out '%s/run' --json 2>/dev/null",
-             toy_bin(), q4, sft, tmpdir);
+             toy_bin(), q4, sft, th_dir);
     long kb = peak_rss_kb(cmd, out, sizeof out);
     json_t *j = json_loads(out, 0, NULL);
     cr_assert(j, "no JSON from: %s", out);
@@ -775,13 +746,13 @@ Test(finetune, qlora_q4_0_resident_memory_is_bounded, .timeout = 300) {
     cr_assert(rss < (double)sf.st_size, "peak RSS %.0f MB is not below the F32 base (%.0f MB)", rss / 1048576,
               (double)sf.st_size / 1048576);
     toy_tokenizer_free(tok);
-    rm_tmp();
+    th_rmdir();
 }
 
 /* ---- warm start ---------------------------------------------------------------------------- */
 
 Test(finetune, warm_start_copies_or_projects_the_donor_embeddings, .timeout = 120) {
-    make_tmp();
+    th_mkdir("ft");
     struct toy_tokenizer *tok = small_tokenizer();
     const int64_t V = toy_tokenizer_n_vocab(tok), R = 12;
     struct toy_llama_config c = small_config();
@@ -802,7 +773,7 @@ Test(finetune, warm_start_copies_or_projects_the_donor_embeddings, .timeout = 12
             de[i * 64 + j] = (float)s;
         }
     char path[400];
-    snprintf(path, sizeof path, "%s/donor.gguf", tmpdir);
+    snprintf(path, sizeof path, "%s/donor.gguf", th_dir);
     struct toy_gguf_writer *w;
     cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
     cr_assert_eq(toy_llama_write_gguf(donor, w, TOY_F32), TOY_OK);
@@ -857,17 +828,17 @@ Test(finetune, warm_start_copies_or_projects_the_donor_embeddings, .timeout = 12
     toy_llama_free(m);
     toy_llama_free(donor);
     toy_tokenizer_free(tok);
-    rm_tmp();
+    th_rmdir();
 }
 
 Test(finetune, full_finetune_checkpoints_the_model_and_qlora_needs_a_quantized_base, .timeout = 120) {
-    make_tmp();
+    th_mkdir("ft");
     struct toy_tokenizer *tok = small_tokenizer();
     struct toy_llama_config c = small_config();
     c.vocab = toy_tokenizer_n_vocab(tok);
     char base[400], sft[400], cmd[2000], path[700];
-    snprintf(base, sizeof base, "%s/base.gguf", tmpdir);
-    snprintf(sft, sizeof sft, "%s/sft.jsonl", tmpdir);
+    snprintf(base, sizeof base, "%s/base.gguf", th_dir);
+    snprintf(sft, sizeof sft, "%s/sft.jsonl", th_dir);
     struct toy_llama *m = toy_llama_new(&c, 4);
     struct toy_gguf_writer *w;
     cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
@@ -880,10 +851,10 @@ Test(finetune, full_finetune_checkpoints_the_model_and_qlora_needs_a_quantized_b
                     "{\"role\": \"assistant\", \"content\": \"red\"}]}\n");
     snprintf(cmd, sizeof cmd, "%s finetune --base '%s' --data '%s' --method full --freeze-embeddings --steps 6 "
              "--batch 2 --ctx 64 --lr 1e-2 --heldout 0 --threads 2 --out '%s/full' --json > /dev/null 2>&1",
-             toy_bin(), base, sft, tmpdir);
+             toy_bin(), base, sft, th_dir);
     cr_assert_eq(run_cmd(cmd), 0, "%s", cmd);
     /* the checkpoint is a whole model with the tokenizer; frozen embeddings did not move, the rest did */
-    snprintf(path, sizeof path, "%s/full/weights/latest", tmpdir);
+    snprintf(path, sizeof path, "%s/full/weights/latest", th_dir);
     struct toy_llama *ft;
     cr_assert_eq(toy_llama_load(path, false, &ft), TOY_OK, "%s", toy_last_error());
     struct toy_tokenizer *t2;
@@ -895,7 +866,7 @@ Test(finetune, full_finetune_checkpoints_the_model_and_qlora_needs_a_quantized_b
     toy_llama_free(m);
     /* qlora over an F32 base is refused with the way out */
     snprintf(cmd, sizeof cmd, "%s finetune --base '%s' --data '%s' --method qlora --steps 1 --batch 2 --ctx 64 "
-             "--heldout 0 --out '%s/q' 2>&1", toy_bin(), base, sft, tmpdir);
+             "--heldout 0 --out '%s/q' 2>&1", toy_bin(), base, sft, th_dir);
     FILE *p = popen(cmd, "r");
     char out[2048] = "";
     size_t got = fread(out, 1, sizeof out - 1, p);
@@ -903,5 +874,5 @@ Test(finetune, full_finetune_checkpoints_the_model_and_qlora_needs_a_quantized_b
     cr_assert_neq(pclose(p), 0);
     cr_assert(strstr(out, "toy quantize"), "%s", out);
     toy_tokenizer_free(tok);
-    rm_tmp();
+    th_rmdir();
 }

@@ -25,20 +25,8 @@
 #include "toy/gguf.h"
 #include "toy/gpt2.h"
 #include "toy/toy.h"
+#include "harness.h"
 #include "toy/trainer.h"
-
-static char tmpdir[256];
-
-static void make_tmp(void) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/toy-test-gpt2-XXXXXX");
-    cr_assert(mkdtemp(tmpdir));
-}
-
-static void rm_tmp(void) {
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd)) {}
-}
 
 static struct toy_gpt2_config base_config(void) {
     struct toy_gpt2_config c = toy_gpt2_preset("tiny");
@@ -84,44 +72,12 @@ static void save(struct toy_gpt2 *m, const char *path) {
     toy_gguf_writer_free(w);
 }
 
-static float *toy_logits(struct toy_gpt2 *m, const int32_t *tokens, int T, int B) {
-    struct toy_ctx *ctx = toy_ctx_init(true);
-    struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, T, B), *pos = toy_new_tensor_1d(ctx, TOY_I32, T);
-    memcpy(tok->data, tokens, sizeof(int32_t) * (size_t)(T * B));
-    for (int t = 0; t < T; t++) ((int32_t *)pos->data)[t] = t;
-    struct toy_tensor *lg = toy_gpt2_forward(ctx, m, tok, pos);
-    toy_set_output(lg);
-    struct toy_graph *g = toy_graph_new(ctx);
-    toy_graph_build(g, lg);
-    struct toy_threadpool *tp = toy_threadpool_new(2);
-    cr_assert_eq(toy_graph_compute(g, tp), TOY_OK, "%s", toy_last_error());
-    size_t n = (size_t)toy_nelements(lg);
-    float *out = malloc(n * sizeof *out);
-    memcpy(out, lg->data, n * sizeof *out);
-    toy_threadpool_free(tp);
-    toy_ctx_free(ctx);
-    return out;
-}
-
-static json_t *run_reference(json_t *cases) {
-    char spec[400], out[400], cmd[1200];
-    snprintf(spec, sizeof spec, "%s/spec.json", tmpdir);
-    snprintf(out, sizeof out, "%s/out.json", tmpdir);
-    json_t *root = json_pack("{s:o}", "cases", cases);
-    cr_assert_eq(json_dump_file(root, spec, 0), 0);
-    json_decref(root);
-    const char *py = getenv("TOY_PY") ? getenv("TOY_PY") : "/usr/bin/python3";
-    if (access(py, X_OK)) cr_skip_test("no %s for the PyTorch reference", py);
-    snprintf(cmd, sizeof cmd, "%s tests/torch/ref_gpt2.py '%s' '%s'", py, spec, out);
-    cr_assert_eq(system(cmd), 0, "the PyTorch reference failed: %s", cmd);
-    json_error_t err;
-    json_t *res = json_load_file(out, 0, &err);
-    cr_assert(res, "%s", err.text);
-    return res;
+static struct toy_tensor *fwd(struct toy_ctx *ctx, void *m, struct toy_tensor *tok, struct toy_tensor *pos) {
+    return toy_gpt2_forward(ctx, m, tok, pos);
 }
 
 Test(gpt2, logits_match_pytorch_tied_and_untied, .timeout = 300) {
-    make_tmp();
+    th_mkdir("gpt2");
     const int T = 11, B = 2;
     int32_t tokens[T * B];
     for (int i = 0; i < T * B; i++) tokens[i] = (i * 37 + 5) % 61;
@@ -131,7 +87,7 @@ Test(gpt2, logits_match_pytorch_tied_and_untied, .timeout = 300) {
         struct toy_gpt2_config c = base_config();
         struct toy_gpt2 *m = random_model(&c, i == 0, 100 + (uint64_t)i);
         char path[400];
-        snprintf(path, sizeof path, "%s/%d.gguf", tmpdir, i);
+        snprintf(path, sizeof path, "%s/%d.gguf", th_dir, i);
         save(m, path);
         toy_gpt2_free(m);
         struct toy_gpt2 *lm;
@@ -139,7 +95,7 @@ Test(gpt2, logits_match_pytorch_tied_and_untied, .timeout = 300) {
         cr_assert_eq(lm->tied, i == 0);
         cr_assert_eq(lm->cfg.d_model, c.d_model);
         cr_assert_eq(lm->cfg.max_ctx, c.max_ctx);
-        ours[i] = toy_logits(lm, tokens, T, B);
+        ours[i] = th_logits(fwd, lm, tokens, T, B);
         toy_gpt2_free(lm);
         json_t *tk = json_array();
         for (int b = 0; b < B; b++) {
@@ -149,7 +105,7 @@ Test(gpt2, logits_match_pytorch_tied_and_untied, .timeout = 300) {
         }
         json_array_append_new(specs, json_pack("{s:s,s:o}", "gguf", path, "tokens", tk));
     }
-    json_t *res = run_reference(specs);
+    json_t *res = th_torch("ref_gpt2.py", specs);
     for (int i = 0; i < 2; i++) {
         json_t *ref = json_object_get(json_array_get(json_object_get(res, "cases"), (size_t)i), "logits");
         cr_assert_eq(json_array_size(ref), (size_t)(T * B * 61));
@@ -164,79 +120,23 @@ Test(gpt2, logits_match_pytorch_tied_and_untied, .timeout = 300) {
         free(ours[i]);
     }
     json_decref(res);
-    rm_tmp();
+    th_rmdir();
 }
 
 Test(gpt2, training_steps_match_pytorch, .timeout = 300) {
-    make_tmp();
+    th_mkdir("gpt2");
     struct toy_gpt2_config c = base_config();
     struct toy_gpt2 *m0 = random_model(&c, true, 7);
     char path[400];
-    snprintf(path, sizeof path, "%s/train.gguf", tmpdir);
+    snprintf(path, sizeof path, "%s/train.gguf", th_dir);
     save(m0, path);
     toy_gpt2_free(m0);
     struct toy_gpt2 *m;
     cr_assert_eq(toy_gpt2_load(path, true, &m), TOY_OK, "%s", toy_last_error());
     cr_assert(m->tied);
-    const int T = 16, B = 3, steps = 20;
-    struct toy_ctx *ctx = toy_ctx_init(true);
-    struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, T, B), *tgt = toy_new_tensor_2d(ctx, TOY_I32, T, B);
-    struct toy_tensor *pos = toy_new_tensor_1d(ctx, TOY_I32, T);
-    for (int t = 0; t < T; t++) ((int32_t *)pos->data)[t] = t;
-    struct toy_lm lm = toy_gpt2_lm(m);
-    struct toy_tensor *loss = toy_cross_entropy(ctx, lm.forward(lm.self, ctx, tok, pos), tgt, -100);
-    struct toy_graph *g = toy_graph_new(ctx);
-    toy_graph_build(g, loss);
-    toy_graph_backward(g, loss);
-    struct toy_optim *o = toy_optim_new(TOY_OPTIM_ADAMW);
-    int grp = toy_optim_add_group(o, &(struct toy_optim_group){.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
-                                                               .weight_decay = 0.1f});
-    for (int i = 0; i < lm.n_tensors(lm.self); i++) toy_optim_add_param(o, lm.tensor(lm.self, i), grp);
-    struct toy_threadpool *tp = toy_threadpool_new(2);
-    struct toy_rng r;
-    toy_rng_seed(&r, 3);
-    json_t *batches = json_array();
-    float losses[20];
-    for (int s = 0; s < steps; s++) {
-        json_t *bt = json_array(), *bg = json_array();
-        for (int b = 0; b < B; b++) {
-            json_t *rt = json_array(), *rg = json_array();
-            for (int t = 0; t < T; t++) {
-                int32_t a = (int32_t)toy_rng_below(&r, 61), y = (int32_t)toy_rng_below(&r, 61);
-                ((int32_t *)tok->data)[b * T + t] = a;
-                ((int32_t *)tgt->data)[b * T + t] = y;
-                json_array_append_new(rt, json_integer(a));
-                json_array_append_new(rg, json_integer(y));
-            }
-            json_array_append_new(bt, rt);
-            json_array_append_new(bg, rg);
-        }
-        json_array_append_new(batches, json_pack("[o,o]", bt, bg));
-        toy_optim_zero_grad(o);
-        cr_assert_eq(toy_graph_compute(g, tp), TOY_OK);
-        losses[s] = *(float *)loss->data;
-        toy_optim_step(o, 1e-3f, tp);
-    }
-    json_t *spec = json_array();
-    json_array_append_new(spec, json_pack("{s:s,s:{s:f,s:f,s:f,s:f,s:f,s:o}}", "gguf", path, "train", "lr", 1e-3,
-                                          "beta1", 0.9, "beta2", 0.95, "eps", 1e-8, "wd", 0.1, "batches", batches));
-    json_t *res = run_reference(spec);
-    json_t *ref = json_object_get(json_array_get(json_object_get(res, "cases"), 0), "losses");
-    double worst = 0;
-    for (int s = 0; s < steps; s++) {
-        double rv = json_number_value(json_array_get(ref, (size_t)s));
-        worst = fmax(worst, fabs(losses[s] - rv) / (1 + fabs(rv)));
-    }
-    cr_log_info("gpt2: 20 AdamW steps: loss %.4f -> %.4f, max |toy - torch| / (1 + |torch|) = %.2e", losses[0],
-                losses[steps - 1], worst);
-    cr_assert_leq(worst, 1e-4);
-    cr_assert_lt(losses[steps - 1], losses[0]);
-    json_decref(res);
-    toy_optim_free(o);
-    toy_threadpool_free(tp);
-    toy_ctx_free(ctx);
+    th_train_vs_torch(toy_gpt2_lm(m), "ref_gpt2.py", path, 16, 3, 20);
     toy_gpt2_free(m);
-    rm_tmp();
+    th_rmdir();
 }
 
 /* Prefill 5 tokens, then decode one at a time: every position's logits
@@ -247,7 +147,7 @@ Test(gpt2, kv_cache_decode_equals_full_forward) {
     const int T = 14, P = 5;
     int32_t tokens[T];
     for (int i = 0; i < T; i++) tokens[i] = (i * 13 + 2) % 61;
-    float *full = toy_logits(m, tokens, T, 1);
+    float *full = th_logits(fwd, m, tokens, T, 1);
     struct toy_kv_cache kv;
     cr_assert_eq(toy_gpt2_cache_init(&kv, m, 32, 1), TOY_OK);
     struct toy_threadpool *tp = toy_threadpool_new(2);
@@ -310,7 +210,7 @@ Test(gpt2, tinyshakespeare_beats_unigram_and_generates, .timeout = 300) {
     size_t len;
     char *text = read_text(SHAKESPEARE, 300000, &len);
     if (!text) cr_skip_test("no %s", SHAKESPEARE);
-    make_tmp();
+    th_mkdir("gpt2");
     struct toy_tokenizer *tok;
     struct toy_bpe_train_opts bo = {.vocab_size = 384};
     cr_assert_eq(toy_tokenizer_train_bpe(text, len, &bo, &tok), TOY_OK, "%s", toy_last_error());
@@ -340,7 +240,7 @@ Test(gpt2, tinyshakespeare_beats_unigram_and_generates, .timeout = 300) {
                                .schedule = TOY_LR_COSINE, .weight_decay = 0.1f, .beta1 = 0.9f, .beta2 = 0.95f,
                                .eps = 1e-8f, .clip = 1.0f, .seed = 1, .eval_every = 0, .eval_batches = 8};
     struct toy_trainer *tr;
-    cr_assert_eq(toy_trainer_new_lm(&lm, tok, data, &o, tmpdir, NULL, 2, &tr), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(toy_trainer_new_lm(&lm, tok, data, &o, th_dir, NULL, 2, &tr), TOY_OK, "%s", toy_last_error());
     struct toy_train_result res;
     cr_assert_eq(toy_trainer_run(tr, &res), TOY_OK, "%s", toy_last_error());
     cr_log_info("gpt2 on TinyShakespeare (%lld-token BPE): held-out loss %.3f vs unigram %.3f after %lld steps "
@@ -383,7 +283,7 @@ Test(gpt2, tinyshakespeare_beats_unigram_and_generates, .timeout = 300) {
     toy_gpt2_free(m);
     toy_data_free(data);
     toy_tokenizer_free(tok);
-    rm_tmp();
+    th_rmdir();
 }
 
 /* A Hugging Face GPT-2 folder (tests/torch/make-hf-models.py: Conv1D
@@ -391,13 +291,13 @@ Test(gpt2, tinyshakespeare_beats_unigram_and_generates, .timeout = 300) {
  * (output.weight = token_embd, as llama.cpp writes it) loads mapped as a
  * tied GPT-2 and its logits match the reference; a q8_0 conversion runs too. */
 Test(gpt2, converted_hf_folder_matches_pytorch, .timeout = 300) {
-    make_tmp();
+    th_mkdir("gpt2");
     char cmd[1024], dir[400], f32[400], q8[400];
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 tests/torch/make-hf-models.py '%s/hf' >/dev/null 2>&1", tmpdir);
-    if (system(cmd)) { rm_tmp(); cr_skip_test("python3 with torch not available"); }
-    snprintf(dir, sizeof dir, "%s/hf/gpt2", tmpdir);
-    snprintf(f32, sizeof f32, "%s/gpt2-f32.gguf", tmpdir);
-    snprintf(q8, sizeof q8, "%s/gpt2-q8.gguf", tmpdir);
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 tests/torch/make-hf-models.py '%s/hf' >/dev/null 2>&1", th_dir);
+    if (system(cmd)) { th_rmdir(); cr_skip_test("python3 with torch not available"); }
+    snprintf(dir, sizeof dir, "%s/hf/gpt2", th_dir);
+    snprintf(f32, sizeof f32, "%s/gpt2-f32.gguf", th_dir);
+    snprintf(q8, sizeof q8, "%s/gpt2-q8.gguf", th_dir);
     struct toy_convert_opts co = {.type = TOY_F32};
     cr_assert_eq(toy_hf_convert(dir, f32, &co, NULL), TOY_OK, "%s", toy_last_error());
     co.type = TOY_Q8_0;
@@ -410,11 +310,11 @@ Test(gpt2, converted_hf_folder_matches_pytorch, .timeout = 300) {
     cr_assert(m->tied, "output.weight equal to token_embd loads as a tied head");
     cr_assert_eq(m->cfg.vocab, V);
     cr_assert_eq(m->cfg.max_ctx, 128);
-    float *ours = toy_logits(m, tokens, T, B);
+    float *ours = th_logits(fwd, m, tokens, T, B);
     toy_gpt2_free(m);
     cr_assert_eq(toy_gpt2_load(q8, false, &m), TOY_OK, "%s", toy_last_error());
     cr_assert_eq(m->layers[0].w_qkv->type, TOY_Q8_0);
-    float *quant = toy_logits(m, tokens, T, B);
+    float *quant = th_logits(fwd, m, tokens, T, B);
     toy_gpt2_free(m);
     json_t *tk = json_array();
     for (int b = 0; b < B; b++) {
@@ -424,7 +324,7 @@ Test(gpt2, converted_hf_folder_matches_pytorch, .timeout = 300) {
     }
     json_t *specs = json_array();
     json_array_append_new(specs, json_pack("{s:s,s:o}", "gguf", f32, "tokens", tk));
-    json_t *res = run_reference(specs);
+    json_t *res = th_torch("ref_gpt2.py", specs);
     json_t *ref = json_object_get(json_array_get(json_object_get(res, "cases"), 0), "logits");
     cr_assert_eq(json_array_size(ref), (size_t)(T * B * V));
     double worst = 0, worst_q = 0;
@@ -439,7 +339,7 @@ Test(gpt2, converted_hf_folder_matches_pytorch, .timeout = 300) {
     json_decref(res);
     free(ours);
     free(quant);
-    rm_tmp();
+    th_rmdir();
 }
 
 /* `toy train --arch gpt2` writes a run bundle whose checkpoint `toy generate`
@@ -448,13 +348,13 @@ Test(gpt2, cli_train_and_generate, .timeout = 300) {
     const char *bin = getenv("TOY_BIN") ? getenv("TOY_BIN") : "build/toy";
     if (access(bin, X_OK)) cr_skip_test("no %s", bin);
     if (access(SHAKESPEARE, R_OK)) cr_skip_test("no %s", SHAKESPEARE);
-    make_tmp();
+    th_mkdir("gpt2");
     char cmd[2048];
     snprintf(cmd, sizeof cmd, "head -c 100000 %s > '%s/text.txt' && %s train --arch gpt2 --preset tiny --data '%s/text.txt' "
              "--vocab-size 300 --steps 30 --batch 4 --ctx 32 --eval-every 15 --out '%s/run' --json > '%s/train.json' 2>&1",
-             SHAKESPEARE, tmpdir, bin, tmpdir, tmpdir, tmpdir);
+             SHAKESPEARE, th_dir, bin, th_dir, th_dir, th_dir);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
-    snprintf(cmd, sizeof cmd, "%s/run/events.jsonl", tmpdir);
+    snprintf(cmd, sizeof cmd, "%s/run/events.jsonl", th_dir);
     FILE *f = fopen(cmd, "r");
     cr_assert(f);
     char line[8192];
@@ -462,9 +362,9 @@ Test(gpt2, cli_train_and_generate, .timeout = 300) {
     fclose(f);
     cr_assert(strstr(line, "\"arch\":\"gpt2\""), "run_start names the architecture: %s", line);
     snprintf(cmd, sizeof cmd, "%s generate -m '%s/run/weights/latest' -p 'ROMEO:' -n 12 --temp 0 --json > '%s/gen.json'",
-             bin, tmpdir, tmpdir);
+             bin, th_dir, th_dir);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
-    snprintf(cmd, sizeof cmd, "%s/gen.json", tmpdir);
+    snprintf(cmd, sizeof cmd, "%s/gen.json", th_dir);
     json_error_t err;
     json_t *g = json_load_file(cmd, 0, &err);
     cr_assert(g, "%s", err.text);
@@ -472,22 +372,22 @@ Test(gpt2, cli_train_and_generate, .timeout = 300) {
     cr_assert_eq(json_array_size(json_object_get(g, "ids")), 12);
     json_decref(g);
     snprintf(cmd, sizeof cmd, "%s eval -m '%s/run/weights/latest' --data '%s/text.txt' --heldout 0.1 --json > '%s/eval.json'",
-             bin, tmpdir, tmpdir, tmpdir);
+             bin, th_dir, th_dir, th_dir);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
-    snprintf(cmd, sizeof cmd, "%s/eval.json", tmpdir);
+    snprintf(cmd, sizeof cmd, "%s/eval.json", th_dir);
     json_t *e = json_load_file(cmd, 0, &err);
     cr_assert(e, "%s", err.text);
     double ce = json_real_value(json_object_get(e, "loss"));
     cr_assert(ce > 0 && ce < log(300.0), "toy eval of the GPT-2 checkpoint: %f", ce);
     json_decref(e);
-    snprintf(cmd, sizeof cmd, "%s train --resume '%s/run' --steps 40 --json > '%s/resume.json' 2>&1", bin, tmpdir, tmpdir);
+    snprintf(cmd, sizeof cmd, "%s train --resume '%s/run' --steps 40 --json > '%s/resume.json' 2>&1", bin, th_dir, th_dir);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
-    snprintf(cmd, sizeof cmd, "%s/resume.json", tmpdir);
+    snprintf(cmd, sizeof cmd, "%s/resume.json", th_dir);
     json_t *r = json_load_file(cmd, 0, &err);
     cr_assert(r, "%s", err.text);
     cr_assert_eq(json_integer_value(json_object_get(r, "steps")), 40);
     json_decref(r);
-    rm_tmp();
+    th_rmdir();
 }
 
 /* With GPT-2's own tokenizer (../shared/testdata/tokenizer-gpt2: encoder.json
@@ -498,16 +398,16 @@ Test(gpt2, cli_with_the_gpt2_tokenizer, .timeout = 300) {
     const char *tokdir = "../shared/testdata/tokenizer-gpt2";
     if (access(bin, X_OK)) cr_skip_test("no %s", bin);
     if (access(SHAKESPEARE, R_OK) || access(tokdir, R_OK)) cr_skip_test("no test data");
-    make_tmp();
+    th_mkdir("gpt2");
     char cmd[2048];
     snprintf(cmd, sizeof cmd, "head -c 20000 %s > '%s/text.txt' && %s train --arch gpt2 --preset tiny --dim 32 --heads 2 "
              "--layers 1 --tokenizer %s --data '%s/text.txt' --steps 3 --batch 2 --ctx 16 --out '%s/run' --json "
-             "> /dev/null 2>&1", SHAKESPEARE, tmpdir, bin, tokdir, tmpdir, tmpdir);
+             "> /dev/null 2>&1", SHAKESPEARE, th_dir, bin, tokdir, th_dir, th_dir);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
     snprintf(cmd, sizeof cmd, "%s generate -m '%s/run/weights/latest' -p 'ROMEO: What' -n 4 --json > '%s/gen.json'", bin,
-             tmpdir, tmpdir);
+             th_dir, th_dir);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
-    snprintf(cmd, sizeof cmd, "%s/gen.json", tmpdir);
+    snprintf(cmd, sizeof cmd, "%s/gen.json", th_dir);
     json_error_t err;
     json_t *g = json_load_file(cmd, 0, &err);
     cr_assert(g, "%s", err.text);
@@ -517,5 +417,5 @@ Test(gpt2, cli_with_the_gpt2_tokenizer, .timeout = 300) {
     for (size_t i = 0; i < 4; i++) cr_assert_eq(json_integer_value(json_array_get(p, i)), want[i]);
     cr_assert_eq(json_array_size(json_object_get(g, "ids")), 4);
     json_decref(g);
-    rm_tmp();
+    th_rmdir();
 }

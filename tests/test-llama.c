@@ -18,19 +18,7 @@
 #include "toy/gguf.h"
 #include "toy/llama.h"
 #include "toy/toy.h"
-
-static char tmpdir[256];
-
-static void make_tmp(void) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/toy-test-llama-XXXXXX");
-    cr_assert(mkdtemp(tmpdir));
-}
-
-static void rm_tmp(void) {
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd)) {}
-}
+#include "harness.h"
 
 /* random init, then every norm weight and bias perturbed so none is trivial */
 static struct toy_llama *random_model(const struct toy_llama_config *c, uint64_t seed) {
@@ -60,40 +48,8 @@ static void save(struct toy_llama *m, const char *path) {
     toy_gguf_writer_free(w);
 }
 
-static float *toy_logits(struct toy_llama *m, const int32_t *tokens, int T, int B) {
-    struct toy_ctx *ctx = toy_ctx_init(true);
-    struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, T, B), *pos = toy_new_tensor_1d(ctx, TOY_I32, T);
-    memcpy(tok->data, tokens, sizeof(int32_t) * (size_t)(T * B));
-    for (int t = 0; t < T; t++) ((int32_t *)pos->data)[t] = t;
-    struct toy_tensor *lg = toy_llama_forward(ctx, m, tok, pos);
-    toy_set_output(lg);
-    struct toy_graph *g = toy_graph_new(ctx);
-    toy_graph_build(g, lg);
-    struct toy_threadpool *tp = toy_threadpool_new(2);
-    cr_assert_eq(toy_graph_compute(g, tp), TOY_OK, "%s", toy_last_error());
-    size_t n = (size_t)toy_nelements(lg);
-    float *out = malloc(n * sizeof *out);
-    memcpy(out, lg->data, n * sizeof *out);
-    toy_threadpool_free(tp);
-    toy_ctx_free(ctx);
-    return out;
-}
-
-static json_t *run_reference(json_t *cases) {
-    char spec[400], out[400], cmd[1200];
-    snprintf(spec, sizeof spec, "%s/spec.json", tmpdir);
-    snprintf(out, sizeof out, "%s/out.json", tmpdir);
-    json_t *root = json_pack("{s:o}", "cases", cases);
-    cr_assert_eq(json_dump_file(root, spec, 0), 0);
-    json_decref(root);
-    const char *py = getenv("TOY_PY") ? getenv("TOY_PY") : "/usr/bin/python3";
-    if (access(py, X_OK)) cr_skip_test("no %s for the PyTorch reference", py);
-    snprintf(cmd, sizeof cmd, "%s tests/torch/ref_llama.py '%s' '%s'", py, spec, out);
-    cr_assert_eq(system(cmd), 0, "the PyTorch reference failed: %s", cmd);
-    json_error_t err;
-    json_t *res = json_load_file(out, 0, &err);
-    cr_assert(res, "%s", err.text);
-    return res;
+static struct toy_tensor *fwd(struct toy_ctx *ctx, void *m, struct toy_tensor *tok, struct toy_tensor *pos) {
+    return toy_llama_forward(ctx, m, tok, pos);
 }
 
 struct flag_case {
@@ -152,7 +108,7 @@ static struct toy_llama_config base_config(void) {
 }
 
 Test(llama, logits_match_pytorch_for_every_family_flag, .timeout = 300) {
-    make_tmp();
+    th_mkdir("llama");
     const struct flag_case cases[] = {{"plain", f_plain}, {"tied", f_tied}, {"qwen2_qkv_bias", f_qwen2},
                                       {"qwen3_qk_norm", f_qwen3}, {"mistral_swa", f_swa},
                                       {"gemma2", f_gemma2}, {"rope_linear", f_linear}, {"rope_yarn", f_yarn}};
@@ -166,7 +122,7 @@ Test(llama, logits_match_pytorch_for_every_family_flag, .timeout = 300) {
         cases[i].set(&c);
         struct toy_llama *m = random_model(&c, 100 + (uint64_t)i);
         char path[400];
-        snprintf(path, sizeof path, "%s/%s.gguf", tmpdir, cases[i].name);
+        snprintf(path, sizeof path, "%s/%s.gguf", th_dir, cases[i].name);
         save(m, path);
         toy_llama_free(m);
         /* load it back (weights mapped from the file) and run */
@@ -175,7 +131,7 @@ Test(llama, logits_match_pytorch_for_every_family_flag, .timeout = 300) {
         cr_assert_eq(lm->cfg.qkv_bias, c.qkv_bias);
         cr_assert_eq(lm->cfg.qk_norm, c.qk_norm);
         cr_assert_eq(lm->cfg.tied, c.tied);
-        ours[i] = toy_logits(lm, tokens, T, B);
+        ours[i] = th_logits(fwd, lm, tokens, T, B);
         toy_llama_free(lm);
         json_t *tk = json_array();
         for (int b = 0; b < B; b++) {
@@ -185,7 +141,7 @@ Test(llama, logits_match_pytorch_for_every_family_flag, .timeout = 300) {
         }
         json_array_append_new(specs, json_pack("{s:s,s:o}", "gguf", path, "tokens", tk));
     }
-    json_t *res = run_reference(specs);
+    json_t *res = th_torch("ref_llama.py", specs);
     int failures = 0;
     for (int i = 0; i < n; i++) {
         json_t *ref = json_object_get(json_array_get(json_object_get(res, "cases"), (size_t)i), "logits");
@@ -200,79 +156,24 @@ Test(llama, logits_match_pytorch_for_every_family_flag, .timeout = 300) {
         free(ours[i]);
     }
     json_decref(res);
-    rm_tmp();
+    th_rmdir();
     cr_assert_eq(failures, 0, "%d family configurations differ from PyTorch", failures);
 }
 
 Test(llama, training_steps_match_pytorch, .timeout = 300) {
-    make_tmp();
+    th_mkdir("llama");
     struct toy_llama_config c = base_config();
     c.tied = false;
     struct toy_llama *m0 = random_model(&c, 7);
     char path[400];
-    snprintf(path, sizeof path, "%s/train.gguf", tmpdir);
+    snprintf(path, sizeof path, "%s/train.gguf", th_dir);
     save(m0, path);
     toy_llama_free(m0);
     struct toy_llama *m;
     cr_assert_eq(toy_llama_load(path, true, &m), TOY_OK, "%s", toy_last_error());
-    const int T = 16, B = 3, steps = 20;
-    struct toy_ctx *ctx = toy_ctx_init(true);
-    struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, T, B), *tgt = toy_new_tensor_2d(ctx, TOY_I32, T, B);
-    struct toy_tensor *pos = toy_new_tensor_1d(ctx, TOY_I32, T);
-    for (int t = 0; t < T; t++) ((int32_t *)pos->data)[t] = t;
-    struct toy_tensor *loss = toy_cross_entropy(ctx, toy_llama_forward(ctx, m, tok, pos), tgt, -100);
-    struct toy_graph *g = toy_graph_new(ctx);
-    toy_graph_build(g, loss);
-    toy_graph_backward(g, loss);
-    struct toy_optim *o = toy_optim_new(TOY_OPTIM_ADAMW);
-    int grp = toy_optim_add_group(o, &(struct toy_optim_group){.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
-                                                               .weight_decay = 0.1f});
-    for (int i = 0; i < toy_llama_n_tensors(m); i++) toy_optim_add_param(o, toy_llama_tensor(m, i), grp);
-    struct toy_threadpool *tp = toy_threadpool_new(2);
-    struct toy_rng r;
-    toy_rng_seed(&r, 3);
-    json_t *batches = json_array();
-    float losses[20];
-    for (int s = 0; s < steps; s++) {
-        json_t *bt = json_array(), *bg = json_array();
-        for (int b = 0; b < B; b++) {
-            json_t *rt = json_array(), *rg = json_array();
-            for (int t = 0; t < T; t++) {
-                int32_t a = (int32_t)toy_rng_below(&r, 61), y = (int32_t)toy_rng_below(&r, 61);
-                ((int32_t *)tok->data)[b * T + t] = a;
-                ((int32_t *)tgt->data)[b * T + t] = y;
-                json_array_append_new(rt, json_integer(a));
-                json_array_append_new(rg, json_integer(y));
-            }
-            json_array_append_new(bt, rt);
-            json_array_append_new(bg, rg);
-        }
-        json_array_append_new(batches, json_pack("[o,o]", bt, bg));
-        toy_optim_zero_grad(o);
-        cr_assert_eq(toy_graph_compute(g, tp), TOY_OK);
-        losses[s] = *(float *)loss->data;
-        toy_optim_step(o, 1e-3f, tp);
-    }
-    json_t *spec = json_array();
-    json_array_append_new(spec, json_pack("{s:s,s:{s:i,s:f,s:f,s:f,s:f,s:f,s:o}}", "gguf", path, "train", "steps",
-                                          steps, "lr", 1e-3, "beta1", 0.9, "beta2", 0.95, "eps", 1e-8, "wd", 0.1,
-                                          "batches", batches));
-    json_t *res = run_reference(spec);
-    json_t *ref = json_object_get(json_array_get(json_object_get(res, "cases"), 0), "losses");
-    double worst = 0;
-    for (int s = 0; s < steps; s++) {
-        double rv = json_number_value(json_array_get(ref, (size_t)s));
-        worst = fmax(worst, fabs(losses[s] - rv) / (1 + fabs(rv)));
-    }
-    cr_log_info("20 AdamW steps: loss %.4f -> %.4f, max |toy - torch| / (1 + |torch|) = %.2e", losses[0],
-                losses[steps - 1], worst);
-    cr_assert_leq(worst, 1e-4);
-    json_decref(res);
-    toy_optim_free(o);
-    toy_threadpool_free(tp);
-    toy_ctx_free(ctx);
+    th_train_vs_torch(toy_llama_lm(m), "ref_llama.py", path, 16, 3, 20);
     toy_llama_free(m);
-    rm_tmp();
+    th_rmdir();
 }
 
 /* Prefill 5 tokens, then decode one at a time: every position's logits
@@ -284,7 +185,7 @@ static void kv_equals_full_t(struct toy_llama_config c, enum toy_dtype kvt, doub
     const int T = 14, P = 5;
     int32_t tokens[T];
     for (int i = 0; i < T; i++) tokens[i] = (i * 13 + 2) % 61;
-    float *full = toy_logits(m, tokens, T, 1);
+    float *full = th_logits(fwd, m, tokens, T, 1);
     struct toy_kv_cache kv;
     cr_assert_eq(toy_kv_cache_init_type(&kv, m, 32, 1, kvt), TOY_OK);
     struct toy_threadpool *tp = toy_threadpool_new(2);
@@ -339,7 +240,7 @@ Test(llama, prefill_last_logits_equal_full_forward) {
     const int T = 9, B = 2;
     int32_t tokens[T * B];
     for (int i = 0; i < T * B; i++) tokens[i] = (i * 17 + 5) % 61;
-    float *full = toy_logits(m, tokens, T, B);
+    float *full = th_logits(fwd, m, tokens, T, B);
     struct toy_kv_cache kv;
     cr_assert_eq(toy_kv_cache_init(&kv, m, 16, B), TOY_OK);
     struct toy_threadpool *tp = toy_threadpool_new(2);
@@ -402,7 +303,7 @@ Test(llama, loads_llamacpp_gguf_from_testdata) {
                 (long long)m->cfg.n_heads, m->cfg.tied, toy_dtype_name(m->layers[0].wq->type));
     int32_t tokens[6] = {1, 15043, 3186, 29889, 13, 450};
     for (int i = 0; i < 6; i++) tokens[i] %= (int32_t)m->cfg.vocab;
-    float *lg = toy_logits(m, tokens, 6, 1);
+    float *lg = th_logits(fwd, m, tokens, 6, 1);
     for (int64_t i = 0; i < 6 * m->cfg.vocab; i++) cr_assert(isfinite(lg[i]), "logit %lld is %f", (long long)i, lg[i]);
     free(lg);
     toy_llama_free(m);

@@ -25,20 +25,8 @@
 #include "toy/images.h"
 #include "toy/optim.h"
 #include "toy/toy.h"
+#include "harness.h"
 #include "toy/vit.h"
-
-static char tmpdir[256];
-
-static void make_tmp(void) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/toy-test-vit-XXXXXX");
-    cr_assert(mkdtemp(tmpdir));
-}
-
-static void rm_tmp(void) {
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd)) {}
-}
 
 static struct toy_vit_config small_config(void) {
     struct toy_vit_config c = {.image_h = 8, .image_w = 12, .channels = 3, .patch = 4, .d_model = 32,
@@ -70,45 +58,12 @@ static void save(struct toy_vit *m, const char *path) {
     toy_gguf_writer_free(w);
 }
 
-static json_t *run_reference(json_t *cases) {
-    char spec[400], out[400], cmd[1200];
-    snprintf(spec, sizeof spec, "%s/spec.json", tmpdir);
-    snprintf(out, sizeof out, "%s/out.json", tmpdir);
-    json_t *root = json_pack("{s:o}", "cases", cases);
-    cr_assert_eq(json_dump_file(root, spec, 0), 0);
-    json_decref(root);
-    const char *py = getenv("TOY_PY") ? getenv("TOY_PY") : "/usr/bin/python3";
-    if (access(py, X_OK)) cr_skip_test("no %s for the PyTorch reference", py);
-    snprintf(cmd, sizeof cmd, "%s tests/torch/ref_vit.py '%s' '%s'", py, spec, out);
-    cr_assert_eq(system(cmd), 0, "the PyTorch reference failed: %s", cmd);
-    json_error_t err;
-    json_t *res = json_load_file(out, 0, &err);
-    cr_assert(res, "%s", err.text);
-    return res;
-}
-
-static json_t *floats(const float *x, int64_t n) {
-    json_t *a = json_array();
-    for (int64_t i = 0; i < n; i++) json_array_append_new(a, json_real(x[i]));
-    return a;
-}
-
-static double worst_rel(const float *ours, json_t *ref) {
-    double worst = 0;
-    for (size_t k = 0; k < json_array_size(ref); k++) {
-        double r = json_number_value(json_array_get(ref, k));
-        double e = fabs(ours[k] - r) / (1 + fabs(r));
-        if (!(e <= worst)) worst = e;
-    }
-    return worst;
-}
-
 Test(vit, logits_match_pytorch_conv_reference, .timeout = 300) {
-    make_tmp();
+    th_mkdir("vit");
     struct toy_vit_config c = small_config();
     struct toy_vit *m0 = random_vit(&c, 11);
     char path[400];
-    snprintf(path, sizeof path, "%s/vit.gguf", tmpdir);
+    snprintf(path, sizeof path, "%s/vit.gguf", th_dir);
     save(m0, path);
     toy_vit_free(m0);
     struct toy_vit *m;
@@ -128,25 +83,25 @@ Test(vit, logits_match_pytorch_conv_reference, .timeout = 300) {
     cr_assert_eq(lg->ne[0], c.n_classes);
     cr_assert_eq(lg->ne[1], B);
     json_t *specs = json_array();
-    json_array_append_new(specs, json_pack("{s:s,s:o,s:i}", "gguf", path, "images", floats(img->data, n), "batch", B));
-    json_t *res = run_reference(specs);
+    json_array_append_new(specs, json_pack("{s:s,s:o,s:i}", "gguf", path, "images", th_floats(img->data, n), "batch", B));
+    json_t *res = th_torch("ref_vit.py", specs);
     json_t *ref = json_object_get(json_array_get(json_object_get(res, "cases"), 0), "logits");
     cr_assert_eq(json_array_size(ref), (size_t)(B * c.n_classes));
-    double worst = worst_rel(lg->data, ref);
+    double worst = th_worst_rel(lg->data, ref);
     cr_log_info("vit logits (8x12x3, patch 4, conv2d reference): max |toy - torch| / (1 + |torch|) = %.2e", worst);
     cr_assert_leq(worst, 1e-4);
     json_decref(res);
     toy_ctx_free(ctx);
     toy_vit_free(m);
-    rm_tmp();
+    th_rmdir();
 }
 
 Test(vit, training_steps_match_pytorch, .timeout = 300) {
-    make_tmp();
+    th_mkdir("vit");
     struct toy_vit_config c = small_config();
     struct toy_vit *m0 = random_vit(&c, 12);
     char path[400];
-    snprintf(path, sizeof path, "%s/vit.gguf", tmpdir);
+    snprintf(path, sizeof path, "%s/vit.gguf", th_dir);
     save(m0, path);
     toy_vit_free(m0);
     struct toy_vit *m;
@@ -180,7 +135,7 @@ Test(vit, training_steps_match_pytorch, .timeout = 300) {
             ((int32_t *)lab->data)[b] = y;
             json_array_append_new(lb, json_integer(y));
         }
-        json_array_append_new(batches, floats(img->data, n));
+        json_array_append_new(batches, th_floats(img->data, n));
         json_array_append_new(labels, lb);
         toy_optim_zero_grad(o);
         cr_assert_eq(toy_graph_compute(g, tp), TOY_OK, "%s", toy_last_error());
@@ -194,7 +149,7 @@ Test(vit, training_steps_match_pytorch, .timeout = 300) {
     json_array_append_new(spec, json_pack("{s:s,s:i,s:{s:f,s:f,s:f,s:f,s:f,s:o,s:o}}", "gguf", path, "batch", B, "train",
                                           "lr", 1e-3, "beta1", 0.9, "beta2", 0.999, "eps", 1e-8, "wd", 0.05,
                                           "batches", batches, "labels", labels));
-    json_t *res = run_reference(spec);
+    json_t *res = th_torch("ref_vit.py", spec);
     json_t *cs = json_array_get(json_object_get(res, "cases"), 0);
     json_t *ref = json_object_get(cs, "losses");
     double worst = 0;
@@ -202,7 +157,7 @@ Test(vit, training_steps_match_pytorch, .timeout = 300) {
         double rv = json_number_value(json_array_get(ref, (size_t)s));
         worst = fmax(worst, fabs(losses[s] - rv) / (1 + fabs(rv)));
     }
-    double wl = worst_rel(logits->data, json_object_get(cs, "logits_after"));
+    double wl = th_worst_rel(logits->data, json_object_get(cs, "logits_after"));
     cr_log_info("vit: %d AdamW steps: loss %.4f -> %.4f, losses max rel. diff %.2e, logits after %.2e", steps,
                 losses[0], losses[steps - 1], worst, wl);
     cr_assert_leq(worst, 1e-4);
@@ -213,7 +168,7 @@ Test(vit, training_steps_match_pytorch, .timeout = 300) {
     toy_threadpool_free(tp);
     toy_ctx_free(ctx);
     toy_vit_free(m);
-    rm_tmp();
+    th_rmdir();
 }
 
 #define MNIST "../shared/testdata/mnist-t10k"
@@ -233,13 +188,13 @@ Test(vit, image_sets_idx_toyi_png) {
     toy_images_stats(s, &mean, &std);
     cr_log_info("MNIST t10k: mean %.4f std %.4f", mean, std);
     cr_assert(fabsf(mean - 0.1325f) < 0.003f && fabsf(std - 0.3105f) < 0.003f, "mean %f std %f", mean, std);
-    make_tmp();
+    th_mkdir("vit");
     /* TOYI round trip of the first 50 images */
     struct toy_image_set *tr, *te;
     cr_assert_eq(toy_images_split(s, 0.995, 3, &tr, &te), TOY_OK);
     cr_assert_eq(tr->n, 50);
     char path[400];
-    snprintf(path, sizeof path, "%s/set.toyi", tmpdir);
+    snprintf(path, sizeof path, "%s/set.toyi", th_dir);
     cr_assert_eq(toy_images_save_toyi(tr, path), TOY_OK, "%s", toy_last_error());
     struct toy_image_set *back;
     cr_assert_eq(toy_images_load(path, NULL, &back), TOY_OK, "%s", toy_last_error());
@@ -268,7 +223,7 @@ Test(vit, image_sets_idx_toyi_png) {
     const char *classes[2] = {"cat", "dog"};
     for (int k = 0; k < 2; k++) {
         char dir[500];
-        snprintf(dir, sizeof dir, "%s/pets/%s", tmpdir, classes[k]);
+        snprintf(dir, sizeof dir, "%s/pets/%s", th_dir, classes[k]);
         char cmd[600];
         snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
         cr_assert_eq(system(cmd), 0);
@@ -281,7 +236,7 @@ Test(vit, image_sets_idx_toyi_png) {
             cr_assert(stbi_write_png(f, side, side, 3, px, side * 3));
         }
     }
-    snprintf(path, sizeof path, "%s/pets", tmpdir);
+    snprintf(path, sizeof path, "%s/pets", th_dir);
     struct toy_image_load_opts lo = {.channels = 3, .height = 4, .width = 4};
     cr_assert_eq(toy_images_load(path, &lo, &s), TOY_OK, "%s", toy_last_error());
     cr_assert_eq(s->n, 4);
@@ -292,7 +247,7 @@ Test(vit, image_sets_idx_toyi_png) {
     cr_assert_eq(s->pixels[3 * 48 + 16], 7);  /* green plane (CHW) */
     cr_assert_eq(s->pixels[3 * 48 + 47], 200);
     toy_images_free(s);
-    rm_tmp();
+    th_rmdir();
 }
 
 /* A small ViT on MNIST t10k: 8000 training images, 2000 held out, 1500
@@ -311,9 +266,9 @@ Test(vit, mnist_small_vit_learns, .timeout = 600) {
     struct toy_classify_opts o = {.steps = 1500, .batch = 128, .lr = 2e-3f, .lr_min = 1e-4f, .warmup = 50,
                                   .schedule = TOY_LR_COSINE, .weight_decay = 0.05f, .beta1 = 0.9f, .beta2 = 0.999f,
                                   .eps = 1e-8f, .clip = 1.0f, .seed = 1, .eval_every = 0, .aug = {.crop_pad = 1}};
-    make_tmp();
+    th_mkdir("vit");
     struct toy_classifier *t;
-    cr_assert_eq(toy_classifier_new(m, train, test, &o, tmpdir, NULL, 2, &t), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(toy_classifier_new(m, train, test, &o, th_dir, NULL, 2, &t), TOY_OK, "%s", toy_last_error());
     struct toy_classify_result r;
     cr_assert_eq(toy_classifier_run(t, &r), TOY_OK, "%s", toy_last_error());
     cr_log_info("ViT 'mnist' (%lld params): test accuracy %.2f%% (loss %.4f) after %lld steps of %lld, %.1f s, %.0f img/s",
@@ -333,8 +288,8 @@ Test(vit, mnist_small_vit_learns, .timeout = 600) {
     const char *bin = getenv("TOY_BIN") ? getenv("TOY_BIN") : "build/toy";
     if (!access(bin, X_OK)) {
         char png[400], cmd[4096], out[400];
-        snprintf(png, sizeof png, "%s/digit.png", tmpdir);
-        snprintf(out, sizeof out, "%s/classify.json", tmpdir);
+        snprintf(png, sizeof png, "%s/digit.png", th_dir);
+        snprintf(out, sizeof out, "%s/classify.json", th_dir);
         cr_assert(stbi_write_png(png, 28, 28, 1, test->pixels, 28));
         snprintf(cmd, sizeof cmd, "%s classify -m '%s' -k 3 --json '%s' > '%s'", bin, r.checkpoint, png, out);
         cr_assert_eq(system(cmd), 0, "%s", cmd);
@@ -371,7 +326,7 @@ Test(vit, mnist_small_vit_learns, .timeout = 600) {
     toy_images_free(all);
     toy_images_free(train);
     toy_images_free(test);
-    rm_tmp();
+    th_rmdir();
 }
 
 static volatile sig_atomic_t stop_at_6;
@@ -397,10 +352,10 @@ Test(vit, classifier_resume_is_exact, .timeout = 300) {
     struct toy_classify_opts o = {.steps = 12, .batch = 16, .lr = 2e-3f, .lr_min = 1e-4f, .warmup = 2,
                                   .schedule = TOY_LR_COSINE, .weight_decay = 0.05f, .beta1 = 0.9f, .beta2 = 0.999f,
                                   .eps = 1e-8f, .clip = 1.0f, .seed = 5, .aug = {.crop_pad = 2, .flip = true}};
-    make_tmp();
+    th_mkdir("vit");
     char d1[400], d2[400];
-    snprintf(d1, sizeof d1, "%s/a", tmpdir);
-    snprintf(d2, sizeof d2, "%s/b", tmpdir);
+    snprintf(d1, sizeof d1, "%s/a", th_dir);
+    snprintf(d2, sizeof d2, "%s/b", th_dir);
     struct toy_vit *a = toy_vit_new(&c, 9), *b = toy_vit_new(&c, 9);
     struct toy_classifier *ta, *tb;
     struct toy_classify_result ra, rb;
@@ -437,5 +392,5 @@ Test(vit, classifier_resume_is_exact, .timeout = 300) {
     toy_vit_free(b2);
     toy_images_free(train);
     toy_images_free(test);
-    rm_tmp();
+    th_rmdir();
 }

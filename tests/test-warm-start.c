@@ -16,21 +16,9 @@
 #include "toy/gguf.h"
 #include "toy/rng.h"
 #include "toy/toy.h"
+#include "harness.h"
 
 enum { V = 64, CLASSES = 8, DD = 48, MD = 32 };
-
-static char tmpdir[256];
-
-static void make_tmp(void) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/toy-test-ws-XXXXXX");
-    cr_assert(mkdtemp(tmpdir));
-}
-
-static void rm_tmp(void) {
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd)) {}
-}
 
 static int class_of(int tok) { return tok % CLASSES; }
 
@@ -113,9 +101,9 @@ static float run_loss(struct run *rn) {
 }
 
 Test(warm_start, projection_gradient_matches_finite_differences, .timeout = 60) {
-    make_tmp();
+    th_mkdir("ws");
     char donor[400];
-    snprintf(donor, sizeof donor, "%s/donor.gguf", tmpdir);
+    snprintf(donor, sizeof donor, "%s/donor.gguf", th_dir);
     write_donor(donor);
     struct toy_llama_config c = model_config(MD);
     struct toy_llama *m = toy_llama_new(&c, 9);
@@ -158,14 +146,14 @@ Test(warm_start, projection_gradient_matches_finite_differences, .timeout = 60) 
     free(g);
     run_free(&rn);
     toy_llama_free(m);
-    rm_tmp();
+    th_rmdir();
 }
 
 Test(warm_start, saved_model_is_a_plain_gguf_with_the_same_logits, .timeout = 60) {
-    make_tmp();
+    th_mkdir("ws");
     char donor[400], out[400];
-    snprintf(donor, sizeof donor, "%s/donor.gguf", tmpdir);
-    snprintf(out, sizeof out, "%s/model.gguf", tmpdir);
+    snprintf(donor, sizeof donor, "%s/donor.gguf", th_dir);
+    snprintf(out, sizeof out, "%s/model.gguf", th_dir);
     write_donor(donor);
     struct toy_llama_config c = model_config(MD);
     struct toy_llama *m = toy_llama_new(&c, 9);
@@ -211,7 +199,7 @@ Test(warm_start, saved_model_is_a_plain_gguf_with_the_same_logits, .timeout = 60
     run_free(&b);
     toy_llama_free(l);
     toy_llama_free(m);
-    rm_tmp();
+    th_rmdir();
 }
 
 /* AdamW (lr 1e-2) over every trainable tensor of m for `steps` steps on the task;
@@ -243,9 +231,9 @@ static double train(struct toy_llama *m, int steps) {
 }
 
 Test(warm_start, learned_projection_trains_faster_than_random_init, .timeout = 120) {
-    make_tmp();
+    th_mkdir("ws");
     char donor[400];
-    snprintf(donor, sizeof donor, "%s/donor.gguf", tmpdir);
+    snprintf(donor, sizeof donor, "%s/donor.gguf", th_dir);
     write_donor(donor);
     struct toy_llama_config c = model_config(MD);
     const int steps = 120;
@@ -273,7 +261,7 @@ Test(warm_start, learned_projection_trains_faster_than_random_init, .timeout = 1
     toy_llama_free(cold);
     toy_llama_free(fixed);
     toy_llama_free(warm);
-    rm_tmp();
+    th_rmdir();
 }
 
 /* `toy train --resume` of a run warm-started across widths continues
@@ -295,10 +283,10 @@ static bool same_file(const char *a, const char *b) {
 }
 
 Test(warm_start, resume_of_a_projected_run_is_bit_identical, .timeout = 300) {
-    make_tmp();
+    th_mkdir("ws");
     const char *bin = getenv("TOY_BIN") ? getenv("TOY_BIN") : "build/toy";
     char text[300], cmd[4000];
-    snprintf(text, sizeof text, "%s/text.txt", tmpdir);
+    snprintf(text, sizeof text, "%s/text.txt", th_dir);
     FILE *f = fopen(text, "w");
     cr_assert(f);
     const char *words[] = {"the", "cat", "sat", "on", "a", "red", "mat", "and", "dog", "ran", "to", "big", "tree"};
@@ -316,18 +304,18 @@ Test(warm_start, resume_of_a_projected_run_is_bit_identical, .timeout = 300) {
              "--dim 32 --steps 16 --ckpt-every 8 --out '%s/run' > /dev/null 2>&1 && cd '%s/run/weights' && "
              "mv step_16.gguf straight.gguf && rm step_16.state.gguf && ln -sfn step_8.gguf latest && cd - > /dev/null && "
              "%s train --resume '%s/run' --json > /dev/null 2>&1",
-             bin, text, common, tmpdir, bin, text, tmpdir, tmpdir, common, tmpdir, tmpdir, bin, tmpdir);
+             bin, text, common, th_dir, bin, text, th_dir, th_dir, common, th_dir, th_dir, bin, th_dir);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
     char a[400], b[400];
-    snprintf(a, sizeof a, "%s/run/weights/straight.gguf", tmpdir);
-    snprintf(b, sizeof b, "%s/run/weights/step_16.gguf", tmpdir);
+    snprintf(a, sizeof a, "%s/run/weights/straight.gguf", th_dir);
+    snprintf(b, sizeof b, "%s/run/weights/step_16.gguf", th_dir);
     cr_assert(same_file(a, b), "the resumed warm-started run differs from the uninterrupted one");
     /* the state file carries the projection */
     struct toy_gguf *g;
-    snprintf(a, sizeof a, "%s/run/weights/step_8.state.gguf", tmpdir);
+    snprintf(a, sizeof a, "%s/run/weights/step_8.state.gguf", th_dir);
     cr_assert_eq(toy_gguf_open(a, &g), TOY_OK, "%s", toy_last_error());
     cr_assert_geq(toy_gguf_find_tensor(g, "toy.param.token_embd_proj.weight"), 0);
     cr_assert_geq(toy_gguf_find_tensor(g, "toy.param.token_embd.weight"), 0);
     toy_gguf_close(g);
-    rm_tmp();
+    th_rmdir();
 }

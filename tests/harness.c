@@ -1,0 +1,135 @@
+/* harness.c: see harness.h. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "toy/rng.h"
+
+char th_dir[256];
+
+void th_mkdir(const char *tag) {
+    snprintf(th_dir, sizeof th_dir, "/tmp/toy-test-%s-XXXXXX", tag);
+    cr_assert(mkdtemp(th_dir), "cannot make %s", th_dir);
+}
+
+void th_rmdir(void) {
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", th_dir);
+    if (system(cmd)) {}
+}
+
+json_t *th_torch(const char *script, json_t *cases) {
+    char spec[400], out[400], cmd[1200];
+    snprintf(spec, sizeof spec, "%s/spec.json", th_dir);
+    snprintf(out, sizeof out, "%s/out.json", th_dir);
+    json_t *root = json_pack("{s:o}", "cases", cases);
+    cr_assert_eq(json_dump_file(root, spec, 0), 0);
+    json_decref(root);
+    const char *py = getenv("TOY_PY") ? getenv("TOY_PY") : "/usr/bin/python3";
+    if (access(py, X_OK)) cr_skip_test("no %s for the PyTorch reference", py);
+    snprintf(cmd, sizeof cmd, "%s tests/torch/%s '%s' '%s'", py, script, spec, out);
+    cr_assert_eq(system(cmd), 0, "the PyTorch reference failed: %s", cmd);
+    json_error_t err;
+    json_t *res = json_load_file(out, 0, &err);
+    cr_assert(res, "%s", err.text);
+    return res;
+}
+
+float *th_logits(th_forward_fn fwd, void *model, const int32_t *tokens, int T, int B) {
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, T, B), *pos = toy_new_tensor_1d(ctx, TOY_I32, T);
+    memcpy(tok->data, tokens, sizeof(int32_t) * (size_t)(T * B));
+    for (int t = 0; t < T; t++) ((int32_t *)pos->data)[t] = t;
+    struct toy_tensor *lg = fwd(ctx, model, tok, pos);
+    toy_set_output(lg);
+    struct toy_graph *g = toy_graph_new(ctx);
+    toy_graph_build(g, lg);
+    struct toy_threadpool *tp = toy_threadpool_new(2);
+    cr_assert_eq(toy_graph_compute(g, tp), TOY_OK, "%s", toy_last_error());
+    size_t n = (size_t)toy_nelements(lg);
+    float *out = malloc(n * sizeof *out);
+    memcpy(out, lg->data, n * sizeof *out);
+    toy_threadpool_free(tp);
+    toy_ctx_free(ctx);
+    return out;
+}
+
+json_t *th_floats(const float *x, int64_t n) {
+    json_t *a = json_array();
+    for (int64_t i = 0; i < n; i++) json_array_append_new(a, json_real(x[i]));
+    return a;
+}
+
+double th_worst_rel(const float *ours, json_t *ref) {
+    double worst = 0;
+    for (size_t k = 0; k < json_array_size(ref); k++) {
+        double r = json_number_value(json_array_get(ref, k));
+        double e = fabs(ours[k] - r) / (1 + fabs(r));
+        if (e > worst || isnan(e)) worst = isnan(e) ? INFINITY : e;
+    }
+    return worst;
+}
+
+void th_train_vs_torch(struct toy_lm lm, const char *script, const char *gguf, int T, int B, int steps) {
+    cr_assert(steps >= 1 && steps <= 64);
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, T, B), *tgt = toy_new_tensor_2d(ctx, TOY_I32, T, B);
+    struct toy_tensor *pos = toy_new_tensor_1d(ctx, TOY_I32, T);
+    for (int t = 0; t < T; t++) ((int32_t *)pos->data)[t] = t;
+    struct toy_tensor *loss = toy_cross_entropy(ctx, lm.forward(lm.self, ctx, tok, pos), tgt, -100);
+    struct toy_graph *g = toy_graph_new(ctx);
+    toy_graph_build(g, loss);
+    toy_graph_backward(g, loss);
+    struct toy_optim *o = toy_optim_new(TOY_OPTIM_ADAMW);
+    int grp = toy_optim_add_group(o, &(struct toy_optim_group){.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                                                               .weight_decay = 0.1f});
+    for (int i = 0; i < lm.n_tensors(lm.self); i++) toy_optim_add_param(o, lm.tensor(lm.self, i), grp);
+    struct toy_threadpool *tp = toy_threadpool_new(2);
+    struct toy_rng r;
+    toy_rng_seed(&r, 3);
+    json_t *batches = json_array();
+    float losses[64] = {0};
+    for (int s = 0; s < steps; s++) {
+        json_t *bt = json_array(), *bg = json_array();
+        for (int b = 0; b < B; b++) {
+            json_t *rt = json_array(), *rg = json_array();
+            for (int t = 0; t < T; t++) {
+                int32_t a = (int32_t)toy_rng_below(&r, 61), y = (int32_t)toy_rng_below(&r, 61);
+                ((int32_t *)tok->data)[b * T + t] = a;
+                ((int32_t *)tgt->data)[b * T + t] = y;
+                json_array_append_new(rt, json_integer(a));
+                json_array_append_new(rg, json_integer(y));
+            }
+            json_array_append_new(bt, rt);
+            json_array_append_new(bg, rg);
+        }
+        json_array_append_new(batches, json_pack("[o,o]", bt, bg));
+        toy_optim_zero_grad(o);
+        cr_assert_eq(toy_graph_compute(g, tp), TOY_OK, "%s", toy_last_error());
+        losses[s] = *(float *)loss->data;
+        toy_optim_step(o, 1e-3f, tp);
+    }
+    json_t *spec = json_array();
+    json_array_append_new(spec, json_pack("{s:s,s:{s:i,s:f,s:f,s:f,s:f,s:f,s:o}}", "gguf", gguf, "train", "steps",
+                                          steps, "lr", 1e-3, "beta1", 0.9, "beta2", 0.95, "eps", 1e-8, "wd", 0.1,
+                                          "batches", batches));
+    json_t *res = th_torch(script, spec);
+    json_t *ref = json_object_get(json_array_get(json_object_get(res, "cases"), 0), "losses");
+    double worst = 0;
+    for (int s = 0; s < steps; s++) {
+        double rv = json_number_value(json_array_get(ref, (size_t)s));
+        worst = fmax(worst, fabs(losses[s] - rv) / (1 + fabs(rv)));
+    }
+    cr_log_info("%s: %d AdamW steps: loss %.4f -> %.4f, max |toy - torch| / (1 + |torch|) = %.2e", script, steps,
+                losses[0], losses[steps - 1], worst);
+    cr_assert_leq(worst, 1e-4);
+    cr_assert_lt(losses[steps - 1], losses[0]);
+    json_decref(res);
+    toy_optim_free(o);
+    toy_threadpool_free(tp);
+    toy_ctx_free(ctx);
+}

@@ -1,0 +1,43 @@
+/* harness.h: what the model tests share: a scratch folder per test, the
+ * PyTorch reference scripts (tests/torch/), running a forward pass and
+ * comparing with a reference. Each Criterion test is a process of its own,
+ * so the scratch folder is one per test. */
+#ifndef TOY_TEST_HARNESS_H
+#define TOY_TEST_HARNESS_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "toy/model.h"
+#include "toy/toy.h"
+
+/* the test's scratch folder, made by th_mkdir */
+extern char th_dir[256];
+/* makes /tmp/toy-test-TAG-XXXXXX into th_dir */
+void th_mkdir(const char *tag);
+/* removes th_dir and everything in it */
+void th_rmdir(void);
+
+/* Writes {"cases": cases} (stolen) to th_dir/spec.json, runs
+ * tests/torch/SCRIPT on it with /usr/bin/python3 (or $TOY_PY) and returns
+ * what it wrote; skips the test when there is no Python. */
+json_t *th_torch(const char *script, json_t *cases);
+
+/* A model's forward pass: tokens {T, B}, positions {T} -> logits */
+typedef struct toy_tensor *(*th_forward_fn)(struct toy_ctx *ctx, void *model, struct toy_tensor *tokens,
+                                            struct toy_tensor *pos);
+/* The logits of tokens (B rows of T, positions 0..T-1) on 2 threads; malloc'd */
+float *th_logits(th_forward_fn fwd, void *model, const int32_t *tokens, int T, int B);
+
+/* `steps` AdamW steps (lr 1e-3, betas 0.9 / 0.95, eps 1e-8, weight decay
+ * 0.1) of lm on random B x T tokens and targets (< 61), then the same run
+ * of the PyTorch reference SCRIPT on the model file GGUF (what lm was
+ * loaded from): the losses agree to 1e-4 relative and fall. */
+void th_train_vs_torch(struct toy_lm lm, const char *script, const char *gguf, int T, int B, int steps);
+
+/* a JSON array of n floats */
+json_t *th_floats(const float *x, int64_t n);
+/* max over k of |ours[k] - ref[k]| / (1 + |ref[k]|) */
+double th_worst_rel(const float *ours, json_t *ref);
+
+#endif
