@@ -145,27 +145,6 @@ static int parse(int argc, char **argv, struct cfg *c, bool *given_steps) {
     return 0;
 }
 
-struct progress_ud {
-    struct toy_progress pb;
-    int log_every;
-    bool json;
-};
-
-static void on_step(void *ud, const struct toy_step_info *s) {
-    struct progress_ud *p = ud;
-    char extra[96];
-    if (isnan(s->eval_loss)) snprintf(extra, sizeof extra, "loss %.4f  lr %.2e", s->loss, s->lr);
-    else snprintf(extra, sizeof extra, "loss %.4f  eval %.4f  lr %.2e", s->loss, s->eval_loss, s->lr);
-    if (p->pb.tty) {
-        toy_progress_update(&p->pb, s->step, (double)s->tokens_done, extra);
-    } else if (!p->json && (s->step % p->log_every == 0 || s->step == s->steps || !isnan(s->eval_loss))) {
-        printf("step %lld: loss=%.6f", (long long)s->step, s->loss);
-        if (!isnan(s->eval_loss)) printf(" eval=%.6f", s->eval_loss);
-        printf("\n");
-        fflush(stdout);
-    }
-}
-
 static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll, int rank, int world);
 static bool dp_consistent; /* a failure every rank saw alike (a NaN loss): finalize, no abort */
 
@@ -365,10 +344,10 @@ static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll
                     (long long)c.ctx, world > 1 ? " per rank" : "", (long long)toy_finetuner_steps(ft),
                     c.resume ? ", resumed" : "");
     }
-    struct progress_ud pu = {.log_every = c.log_every > 0 ? c.log_every : 10, .json = c.json};
+    struct toy_step_progress pu = {.log_every = c.log_every > 0 ? c.log_every : 10, .json = c.json};
     toy_progress_start(&pu.pb, "finetune", toy_finetuner_steps(ft), "tok/s");
     if (c.json) pu.pb.tty = false;
-    toy_finetuner_on_step(ft, on_step, &pu);
+    toy_finetuner_on_step(ft, toy_progress_on_step, &pu);
     signal(SIGINT, on_sigint);
     signal(SIGTERM, on_sigint);
     struct toy_train_result res;

@@ -202,27 +202,6 @@ static char *read_file(const char *path, size_t *len) {
     return buf;
 }
 
-struct progress_ud {
-    struct toy_progress pb;
-    int log_every;
-    bool json;
-};
-
-static void on_step(void *ud, const struct toy_step_info *s) {
-    struct progress_ud *p = ud;
-    char extra[96];
-    if (isnan(s->eval_loss)) snprintf(extra, sizeof extra, "loss %.4f  lr %.2e", s->loss, s->lr);
-    else snprintf(extra, sizeof extra, "loss %.4f  eval %.4f  lr %.2e", s->loss, s->eval_loss, s->lr);
-    if (p->pb.tty) {
-        toy_progress_update(&p->pb, s->step, (double)s->tokens_done, extra);
-    } else if (!p->json && (s->step % p->log_every == 0 || s->step == s->steps || !isnan(s->eval_loss))) {
-        printf("step %lld: loss=%.6f", (long long)s->step, s->loss);
-        if (!isnan(s->eval_loss)) printf(" eval=%.6f", s->eval_loss);
-        printf("\n");
-        fflush(stdout);
-    }
-}
-
 /* A GPT-2 for --arch gpt2: the checkpoint's or --init's weights, else a
  * random one of the preset's shape with the flags' overrides. */
 static struct toy_gpt2 *train_gpt2_model(const struct cfg *c, const char *ckpt, struct toy_data *data) {
@@ -500,11 +479,11 @@ int toy_cmd_train(int argc, char **argv) {
                     c.dp_overlap ? "overlapped with" : "after", toy_trainer_optim_state_bytes(tr) / 1e6,
                     c.zero ? " (ZeRO-1: sharded)" : "");
     }
-    struct progress_ud pu = {.log_every = c.log_every > 0 ? c.log_every : 10, .json = c.json};
+    struct toy_step_progress pu = {.log_every = c.log_every > 0 ? c.log_every : 10, .json = c.json};
     toy_progress_start(&pu.pb, "train", c.o.steps, "tok/s");
     if (c.json) pu.pb.tty = false;
     if (toy_trainer_step(tr) > 0) pu.pb.total = c.o.steps;
-    toy_trainer_on_step(tr, on_step, &pu);
+    toy_trainer_on_step(tr, toy_progress_on_step, &pu);
     signal(SIGINT, on_sigint);
     signal(SIGTERM, on_sigint);
     struct toy_train_result res;

@@ -1,6 +1,8 @@
 /* progress.c: see progress.h. Redraws at most 10 times a second. */
 #include "progress.h"
+#include "toy/trainer.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <time.h>
 #include <unistd.h>
@@ -50,4 +52,19 @@ void toy_progress_update(struct toy_progress *p, int64_t done, double rate_units
 
 void toy_progress_finish(struct toy_progress *p) {
     if (p->tty) fprintf(stderr, "\n");
+}
+
+void toy_progress_on_step(void *ud, const struct toy_step_info *s) {
+    struct toy_step_progress *p = ud;
+    char extra[96];
+    if (isnan(s->eval_loss)) snprintf(extra, sizeof extra, "loss %.4f  lr %.2e", s->loss, s->lr);
+    else snprintf(extra, sizeof extra, "loss %.4f  eval %.4f  lr %.2e", s->loss, s->eval_loss, s->lr);
+    if (p->pb.tty) {
+        toy_progress_update(&p->pb, s->step, (double)s->tokens_done, extra);
+    } else if (!p->json && (s->step % p->log_every == 0 || s->step == s->steps || !isnan(s->eval_loss))) {
+        printf("step %lld: loss=%.6f", (long long)s->step, s->loss);
+        if (!isnan(s->eval_loss)) printf(" eval=%.6f", s->eval_loss);
+        printf("\n");
+        fflush(stdout);
+    }
 }

@@ -23,4 +23,15 @@ void toy_progress_update(struct toy_progress *p, int64_t done, double rate_units
 void toy_progress_finish(struct toy_progress *p);
 double toy_now(void);
 
+/* The step callback of `toy train` and `toy finetune` (toy_step_info): the
+ * bar on a terminal, else a line every log_every steps, at evaluations and
+ * at the last step, unless json (the events say it all). */
+struct toy_step_info;
+struct toy_step_progress {
+    struct toy_progress pb;
+    int log_every;
+    bool json;
+};
+void toy_progress_on_step(void *ud, const struct toy_step_info *s);
+
 #endif
