@@ -133,3 +133,35 @@ void th_train_vs_torch(struct toy_lm lm, const char *script, const char *gguf, i
     toy_threadpool_free(tp);
     toy_ctx_free(ctx);
 }
+
+double th_kv_decode_vs_full(th_cached_fn fwd, void *model, struct toy_kv_cache *kv, const int32_t *tokens, int T,
+                            int P, int64_t V, const float *full) {
+    struct toy_threadpool *tp = toy_threadpool_new(2);
+    double worst = 0;
+    for (int phase = 0; phase < 2; phase++) {
+        int tn = phase == 0 ? P : 1;
+        struct toy_ctx *ctx = toy_ctx_init(true);
+        struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, tn, 1), *pos = toy_new_tensor_1d(ctx, TOY_I32, tn);
+        struct toy_tensor *lg = fwd(ctx, model, kv, tok, pos);
+        toy_set_output(lg);
+        struct toy_graph *g = toy_graph_new(ctx);
+        toy_graph_build(g, lg);
+        for (int start = phase == 0 ? 0 : P; start < (phase == 0 ? 1 : T); start++) {
+            int n0 = phase == 0 ? 0 : start;
+            *(int32_t *)kv->n_past->data = n0;
+            for (int i = 0; i < tn; i++) {
+                ((int32_t *)tok->data)[i] = tokens[n0 + i];
+                ((int32_t *)pos->data)[i] = n0 + i;
+            }
+            cr_assert_eq(toy_graph_compute(g, tp), TOY_OK, "%s", toy_last_error());
+            for (int i = 0; i < tn; i++)
+                for (int64_t v = 0; v < V; v++) {
+                    double a = ((float *)lg->data)[i * V + v], b = full[(n0 + i) * V + v];
+                    worst = fmax(worst, fabs(a - b) / (1 + fabs(b)));
+                }
+        }
+        toy_ctx_free(ctx);
+    }
+    toy_threadpool_free(tp);
+    return worst;
+}

@@ -8,6 +8,7 @@
 #include <jansson.h>
 #include <stdint.h>
 
+#include "toy/llama.h"
 #include "toy/model.h"
 #include "toy/toy.h"
 
@@ -34,6 +35,15 @@ float *th_logits(th_forward_fn fwd, void *model, const int32_t *tokens, int T, i
  * of the PyTorch reference SCRIPT on the model file GGUF (what lm was
  * loaded from): the losses agree to 1e-4 relative and fall. */
 void th_train_vs_torch(struct toy_lm lm, const char *script, const char *gguf, int T, int B, int steps);
+
+/* A model's cached forward pass (the KV cache's n_past is set by the caller) */
+typedef struct toy_tensor *(*th_cached_fn)(struct toy_ctx *ctx, void *model, struct toy_kv_cache *kv,
+                                           struct toy_tensor *tokens, struct toy_tensor *pos);
+/* Prefills tokens[0..P) through kv, then decodes the rest one at a time;
+ * returns the largest |cached - full| / (1 + |full|) over every position's
+ * V logits, full being the whole sequence's forward (T x V). */
+double th_kv_decode_vs_full(th_cached_fn fwd, void *model, struct toy_kv_cache *kv, const int32_t *tokens, int T,
+                            int P, int64_t V, const float *full);
 
 /* a JSON array of n floats */
 json_t *th_floats(const float *x, int64_t n);

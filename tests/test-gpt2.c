@@ -76,6 +76,11 @@ static struct toy_tensor *fwd(struct toy_ctx *ctx, void *m, struct toy_tensor *t
     return toy_gpt2_forward(ctx, m, tok, pos);
 }
 
+static struct toy_tensor *cfwd(struct toy_ctx *ctx, void *m, struct toy_kv_cache *kv, struct toy_tensor *tok,
+                                struct toy_tensor *pos) {
+    return toy_gpt2_forward_cached(ctx, m, kv, tok, pos);
+}
+
 Test(gpt2, logits_match_pytorch_tied_and_untied, .timeout = 300) {
     th_mkdir("gpt2");
     const int T = 11, B = 2;
@@ -150,37 +155,10 @@ Test(gpt2, kv_cache_decode_equals_full_forward) {
     float *full = th_logits(fwd, m, tokens, T, 1);
     struct toy_kv_cache kv;
     cr_assert_eq(toy_gpt2_cache_init(&kv, m, 32, 1), TOY_OK);
-    struct toy_threadpool *tp = toy_threadpool_new(2);
-    int64_t V = c.vocab;
-    double worst = 0;
-    for (int phase = 0; phase < 2; phase++) {
-        int tn = phase == 0 ? P : 1;
-        struct toy_ctx *ctx = toy_ctx_init(true);
-        struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, tn, 1), *pos = toy_new_tensor_1d(ctx, TOY_I32, tn);
-        struct toy_tensor *lg = toy_gpt2_forward_cached(ctx, m, &kv, tok, pos);
-        toy_set_output(lg);
-        struct toy_graph *g = toy_graph_new(ctx);
-        toy_graph_build(g, lg);
-        for (int start = phase == 0 ? 0 : P; start < (phase == 0 ? 1 : T); start++) {
-            int n0 = phase == 0 ? 0 : start;
-            *(int32_t *)kv.n_past->data = n0;
-            for (int i = 0; i < tn; i++) {
-                ((int32_t *)tok->data)[i] = tokens[n0 + i];
-                ((int32_t *)pos->data)[i] = n0 + i;
-            }
-            cr_assert_eq(toy_graph_compute(g, tp), TOY_OK, "%s", toy_last_error());
-            for (int i = 0; i < tn; i++)
-                for (int64_t v = 0; v < V; v++) {
-                    double a = ((float *)lg->data)[i * V + v], b = full[(n0 + i) * V + v];
-                    worst = fmax(worst, fabs(a - b) / (1 + fabs(b)));
-                }
-        }
-        toy_ctx_free(ctx);
-    }
+    double worst = th_kv_decode_vs_full(cfwd, m, &kv, tokens, T, P, c.vocab, full);
     cr_log_info("gpt2: KV decode vs full forward: max relative difference %.2e", worst);
     cr_assert_leq(worst, 1e-5);
     free(full);
-    toy_threadpool_free(tp);
     toy_kv_cache_free(&kv);
     toy_gpt2_free(m);
 }

@@ -52,6 +52,11 @@ static struct toy_tensor *fwd(struct toy_ctx *ctx, void *m, struct toy_tensor *t
     return toy_llama_forward(ctx, m, tok, pos);
 }
 
+static struct toy_tensor *cfwd(struct toy_ctx *ctx, void *m, struct toy_kv_cache *kv, struct toy_tensor *tok,
+                                struct toy_tensor *pos) {
+    return toy_llama_forward_cached(ctx, m, kv, tok, pos);
+}
+
 struct flag_case {
     const char *name;
     void (*set)(struct toy_llama_config *c);
@@ -188,38 +193,11 @@ static void kv_equals_full_t(struct toy_llama_config c, enum toy_dtype kvt, doub
     float *full = th_logits(fwd, m, tokens, T, 1);
     struct toy_kv_cache kv;
     cr_assert_eq(toy_kv_cache_init_type(&kv, m, 32, 1, kvt), TOY_OK);
-    struct toy_threadpool *tp = toy_threadpool_new(2);
-    int64_t V = c.vocab;
-    double worst = 0;
-    for (int phase = 0; phase < 2; phase++) {
-        int tn = phase == 0 ? P : 1;
-        struct toy_ctx *ctx = toy_ctx_init(true);
-        struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, tn, 1), *pos = toy_new_tensor_1d(ctx, TOY_I32, tn);
-        struct toy_tensor *lg = toy_llama_forward_cached(ctx, m, &kv, tok, pos);
-        toy_set_output(lg);
-        struct toy_graph *g = toy_graph_new(ctx);
-        toy_graph_build(g, lg);
-        for (int start = phase == 0 ? 0 : P; start < (phase == 0 ? 1 : T); start++) {
-            int n0 = phase == 0 ? 0 : start;
-            *(int32_t *)kv.n_past->data = n0;
-            for (int i = 0; i < tn; i++) {
-                ((int32_t *)tok->data)[i] = tokens[n0 + i];
-                ((int32_t *)pos->data)[i] = n0 + i;
-            }
-            cr_assert_eq(toy_graph_compute(g, tp), TOY_OK, "%s", toy_last_error());
-            for (int i = 0; i < tn; i++)
-                for (int64_t v = 0; v < V; v++) {
-                    double a = ((float *)lg->data)[i * V + v], b = full[(n0 + i) * V + v];
-                    worst = fmax(worst, fabs(a - b) / (1 + fabs(b)));
-                }
-        }
-        toy_ctx_free(ctx);
-    }
+    double worst = th_kv_decode_vs_full(cfwd, m, &kv, tokens, T, P, c.vocab, full);
     cr_log_info("%s, %s cache: KV decode vs full forward: max relative difference %.2e", c.arch, toy_dtype_name(kvt),
                 worst);
     cr_assert_leq(worst, tol);
     free(full);
-    toy_threadpool_free(tp);
     toy_kv_cache_free(&kv);
     toy_llama_free(m);
 }
