@@ -91,11 +91,14 @@ int toy_cmd_bench(int argc, char **argv) {
     if (!prompt) { toy_llama_free(m); return 1; }
     for (int64_t i = 0; i < n_prompt; i++) prompt[i] = (int32_t)((i * 31 + 7) % m->cfg.vocab);
     double bytes = toy_llama_decode_bytes(m);
+    /* the cache a decode step reads besides the weights, at the middle of the generation (not in the bound) */
+    double kv_bytes = 2.0 * (double)m->cfg.n_layers * (double)m->cfg.n_kv_heads * (double)toy_llama_head_dim(&m->cfg) *
+                      (kv_type == TOY_F16 ? 2 : 4) * (double)(n_prompt + n_gen / 2);
     if (!json)
-        printf("%s: %s (%s cache), %.1fM parameters, %.1f MB read per decoded token; prompt %lld, %lld generated, "
-               "best of %lld\n",
-               resolved, toy_dtype_name(m->layers[0].wq->type), toy_dtype_name(kv_type), (double)toy_llama_n_params(m) / 1e6, bytes / 1e6,
-               (long long)n_prompt, (long long)n_gen, (long long)reps);
+        printf("%s: %s, %.1fM parameters, %.1f MB of weights read per decoded token (+ %.1f MB of %s KV cache);\n"
+               "prompt %lld, %lld generated, best of %lld\n",
+               resolved, toy_dtype_name(m->layers[0].wq->type), (double)toy_llama_n_params(m) / 1e6, bytes / 1e6,
+               kv_bytes / 1e6, toy_dtype_name(kv_type), (long long)n_prompt, (long long)n_gen, (long long)reps);
     /* every run first, then the bandwidth tests (their 192 MB would hide
      * the model's own peak RSS) */
     double bp[16] = {0}, bd[16] = {0};
@@ -145,9 +148,9 @@ int toy_cmd_bench(int argc, char **argv) {
         fflush(stdout);
     }
     if (!rc && json) {
-        json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:f,s:I,s:I,s:o,s:f}", "format", "toy/bench-v1", "model",
+        json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:f,s:f,s:I,s:I,s:o,s:f}", "format", "toy/bench-v1", "model",
                               resolved, "weight_type", toy_dtype_name(m->layers[0].wq->type), "kv_type",
-                              toy_dtype_name(kv_type), "decode_bytes", bytes, "prompt",
+                              toy_dtype_name(kv_type), "decode_bytes", bytes, "kv_bytes", kv_bytes, "prompt",
                               (json_int_t)n_prompt, "generated", (json_int_t)n_gen, "runs", rows, "peak_rss_mb",
                               ru.ru_maxrss / 1024.0);
         char *s = json_dumps(j, JSON_COMPACT);
