@@ -647,3 +647,306 @@ Test(cuda, llama_prefill_then_decode_matches_cpu) {
     }
     toy_llama_free(m);
 }
+
+/* ---- the device-resident optimizer ------------------------------------------------------------------------ */
+
+/* The mock runtime's copy counters (tools/cuda-mock.c): bytes host -> device
+ * and device -> host. NULL in real builds, where the tests that need them
+ * skip. */
+extern size_t toy_cu_mock_copied[2] __attribute__((weak));
+
+static const size_t *mock_copied(void) {
+    const size_t *volatile c = toy_cu_mock_copied; /* (a weak symbol: may be NULL) */
+    return c;
+}
+
+static size_t copied(void) { return mock_copied()[0] + mock_copied()[1]; }
+
+/* one side of a CPU / CUDA pair: a small Llama, its training graph and AdamW
+ * (two groups: decay on matrices, none on norms, as the trainer sets them) */
+struct side {
+    struct toy_llama *m;
+    struct toy_ctx *ctx;
+    struct toy_tensor *tok, *tgt, *loss;
+    struct toy_graph *g;
+    struct toy_optim *o;
+};
+
+enum { SD_T = 16, SD_B = 2 };
+
+static struct toy_optim *side_optim(struct side *s) {
+    struct toy_optim *o = toy_optim_new(TOY_OPTIM_ADAMW);
+    int decay = toy_optim_add_group(o, &(struct toy_optim_group){.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                                                                  .weight_decay = 0.1f});
+    int plain = toy_optim_add_group(o, &(struct toy_optim_group){.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f});
+    for (int i = 0; i < toy_llama_n_tensors(s->m); i++) {
+        struct toy_tensor *p = toy_llama_tensor(s->m, i);
+        toy_optim_add_param(o, p, p->ne[1] > 1 ? decay : plain);
+    }
+    return o;
+}
+
+static void side_init(struct side *s, const char *device) {
+    struct toy_llama_config c = small_llama();
+    s->m = toy_llama_new(&c, 9);
+    cr_assert(s->m);
+    s->ctx = toy_ctx_init(true);
+    s->tok = toy_new_tensor_2d(s->ctx, TOY_I32, SD_T, SD_B);
+    s->tgt = toy_new_tensor_2d(s->ctx, TOY_I32, SD_T, SD_B);
+    struct toy_tensor *pos = toy_new_tensor_1d(s->ctx, TOY_I32, SD_T);
+    for (int t = 0; t < SD_T; t++) ((int32_t *)pos->data)[t] = t;
+    s->loss = toy_cross_entropy(s->ctx, toy_llama_forward(s->ctx, s->m, s->tok, pos), s->tgt, -100);
+    s->g = toy_graph_new(s->ctx);
+    toy_graph_build(s->g, s->loss);
+    toy_graph_backward(s->g, s->loss);
+    cr_assert_eq(toy_graph_set_device(s->g, device), TOY_OK, "%s", toy_last_error());
+    s->o = side_optim(s);
+}
+
+static void side_free(struct side *s) {
+    toy_optim_free(s->o);
+    toy_ctx_free(s->ctx);
+    toy_llama_free(s->m);
+}
+
+/* a learnable batch, the same on both sides */
+static void batches(struct side *s, int n, struct toy_rng *r) {
+    for (int i = 0; i < SD_T * SD_B; i++) {
+        int32_t a = (int32_t)toy_rng_below(r, 61);
+        for (int k = 0; k < n; k++) {
+            ((int32_t *)s[k].tok->data)[i] = a;
+            ((int32_t *)s[k].tgt->data)[i] = (a * 7 + 3) % 61;
+        }
+    }
+}
+
+/* One trainer step: zero, `accum` forward + backward passes, scale, clip,
+ * AdamW. Returns the mean loss; *norm gets the norm before clipping. */
+static float side_step(struct side *s, int accum, float clip, float lr, struct toy_threadpool *tp, struct toy_rng *r,
+                       float *norm) {
+    toy_optim_zero_grad(s->o);
+    float loss = 0;
+    for (int a = 0; a < accum; a++) {
+        batches(s, 1, r);
+        cr_assert_eq(toy_graph_compute(s->g, tp), TOY_OK, "%s", toy_last_error());
+        loss += *(float *)s->loss->data;
+    }
+    if (accum > 1) toy_optim_scale_grads(s->o, 1.0f / (float)accum, tp);
+    *norm = toy_optim_clip_grad_norm(s->o, clip, tp);
+    cr_assert_eq(toy_optim_step(s->o, lr, tp), TOY_OK, "%s", toy_last_error());
+    return loss / (float)accum;
+}
+
+/* max |a - b| / max |b| over every parameter of two models */
+static double params_diff(const struct side *a, const struct side *b) {
+    double md = 0, mx = 0;
+    for (int i = 0; i < toy_llama_n_tensors(a->m); i++) {
+        const float *x = toy_llama_tensor(a->m, i)->data, *y = toy_llama_tensor(b->m, i)->data;
+        for (int64_t k = 0, n = toy_nelements(toy_llama_tensor(a->m, i)); k < n; k++) {
+            md = fmax(md, isnan(x[k]) ? INFINITY : fabs((double)x[k] - y[k]));
+            mx = fmax(mx, fabs(y[k]));
+        }
+    }
+    return md / (mx > 0 ? mx : 1);
+}
+
+/* N AdamW steps with gradient accumulation (scale on the device) and
+ * clipping (the norm and the scale on the device) against the CPU.
+ * Bounds (F32, TOY_CUDA_MATH=f32): loss per step 1e-4 relative to 1 + |loss|
+ * and the norm per step 1e-4 relative (the gradients differ by the GEMMs'
+ * summation order; AdamW itself is the CPU's arithmetic); the parameters
+ * after the last step 2e-3 of their largest magnitude (AdamW divides by
+ * sqrt(v), so an element whose gradient is near zero may take a step of a
+ * different sign: at most 2 lr). Under the mock runtime every difference
+ * is zero but for the threads' summation order. */
+Test(cuda, adamw_on_device_with_clipping_matches_cpu, .timeout = 300) {
+    need_cuda();
+    struct side s[2];
+    side_init(&s[0], "cpu");
+    side_init(&s[1], "cuda:0");
+    struct toy_threadpool *tp = toy_threadpool_new(2);
+    struct toy_rng r;
+    toy_rng_seed(&r, 5);
+    const int steps = 12;
+    double worst_loss = 0, worst_norm = 0;
+    int clipped = 0;
+    for (int step = 0; step < steps; step++) {
+        float l[2], n[2];
+        struct toy_rng keep = r;
+        for (int k = 0; k < 2; k++) {
+            r = keep;
+            l[k] = side_step(&s[k], 2, 0.5f, 3e-3f, tp, &r, &n[k]);
+        }
+        clipped += n[0] > 0.5f;
+        worst_loss = fmax(worst_loss, fabs(l[1] - l[0]) / (1 + fabs(l[0])));
+        worst_norm = fmax(worst_norm, fabs(n[1] - n[0]) / fmax(n[0], 1e-30));
+        cr_assert(!toy_optim_on_device(s[0].o));
+        cr_assert(toy_optim_on_device(s[1].o), "step %d: the optimizer of the cuda graph is not on the device", step);
+    }
+    cr_assert_eq(toy_optim_step_count(s[1].o), steps);
+    cr_assert_eq(toy_optim_sync_host(s[1].o), TOY_OK, "%s", toy_last_error());
+    double pd = params_diff(&s[1], &s[0]);
+    double md = 0;
+    for (int i = 0; i < toy_optim_n_params(s[0].o); i++) {
+        int64_t at, n = toy_nelements(toy_optim_param(s[0].o, i));
+        md = fmax(md, rel_err(toy_optim_state(s[1].o, i, 0), toy_optim_state(s[0].o, i, 0), n, &at));
+    }
+    cr_log_info("%d AdamW steps on the device (%d clipped): loss %.2e, norm %.2e, params %.2e, m %.2e", steps, clipped,
+                worst_loss, worst_norm, pd, md);
+    cr_expect_gt(clipped, 0, "no step was clipped: the test does not check clipping");
+    cr_expect_leq(worst_loss, 1e-4);
+    cr_expect_leq(worst_norm, 1e-4);
+    cr_expect_leq(pd, 2e-3);
+    toy_threadpool_free(tp);
+    side_free(&s[0]);
+    side_free(&s[1]);
+}
+
+/* The bookkeeping, under the mock runtime (its copy counters): once the
+ * optimizer is on the device, a step copies the batch and the loss, not
+ * parameters or gradients; the host copies stay as they were until
+ * toy_optim_sync_host; a forward graph on the device (evaluation) reads
+ * the optimizer's parameters without uploading them. */
+Test(cuda, device_optimizer_copies_no_parameters_per_step) {
+    need_cuda();
+    if (!mock_copied()) cr_skip_test("needs the mock runtime's copy counters (make CUDA_MOCK=1)");
+    struct side s[2];
+    side_init(&s[0], "cpu");
+    side_init(&s[1], "cuda:0");
+    struct toy_threadpool *tp = toy_threadpool_new(2);
+    struct toy_rng r;
+    toy_rng_seed(&r, 6);
+    size_t pbytes = 0;
+    for (int i = 0; i < toy_optim_n_params(s[1].o); i++) pbytes += toy_nbytes(toy_optim_param(s[1].o, i));
+    float n[2];
+    for (int step = 0; step < 2; step++) { /* the first step moves the optimizer; the second rebinds the graph */
+        struct toy_rng keep = r;
+        for (int k = 0; k < 2; k++) {
+            r = keep;
+            side_step(&s[k], 1, 1.0f, 1e-3f, tp, &r, &n[k]);
+        }
+    }
+    cr_assert(toy_optim_on_device(s[1].o));
+    struct toy_tensor *p0 = toy_optim_param(s[1].o, 0);
+    float *before = copy_f32(p0);
+    size_t c0 = copied();
+    for (int step = 0; step < 3; step++) {
+        struct toy_rng keep = r;
+        for (int k = 0; k < 2; k++) {
+            r = keep;
+            side_step(&s[k], 1, 1.0f, 1e-3f, tp, &r, &n[k]);
+        }
+    }
+    size_t per_step = (copied() - c0) / 3;
+    cr_log_info("device optimizer: %zu bytes copied per step, parameters %zu bytes", per_step, pbytes);
+    cr_expect_lt(per_step, pbytes / 20, "a step copied %zu bytes (parameters: %zu)", per_step, pbytes);
+    cr_expect_eq(memcmp(before, p0->data, toy_nbytes(p0)), 0, "the host copy moved without a sync");
+    /* an evaluation graph on the device sees the trained parameters, uploading none */
+    struct toy_ctx *ectx[2];
+    struct toy_tensor *eloss[2];
+    struct toy_graph *eg[2];
+    batches(s, 2, &r);
+    for (int k = 0; k < 2; k++) {
+        ectx[k] = toy_ctx_init(true);
+        struct toy_tensor *pos = toy_new_tensor_1d(ectx[k], TOY_I32, SD_T);
+        for (int t = 0; t < SD_T; t++) ((int32_t *)pos->data)[t] = t;
+        eloss[k] = toy_cross_entropy(ectx[k], toy_llama_forward(ectx[k], s[k].m, s[k].tok, pos), s[k].tgt, -100);
+        eg[k] = toy_graph_new(ectx[k]);
+        toy_graph_build(eg[k], eloss[k]);
+        cr_assert_eq(toy_graph_set_device(eg[k], k ? "cuda:0" : "cpu"), TOY_OK);
+    }
+    c0 = copied();
+    for (int k = 0; k < 2; k++) cr_assert_eq(toy_graph_compute(eg[k], tp), TOY_OK, "%s", toy_last_error());
+    float el0 = *(float *)eloss[0]->data, el1 = *(float *)eloss[1]->data;
+    cr_expect_lt(copied() - c0, pbytes / 20, "the evaluation uploaded %zu bytes", copied() - c0);
+    cr_expect_leq(fabs(el1 - el0) / (1 + fabs(el0)), 1e-5, "eval loss: cuda %g, cpu %g", el1, el0);
+    /* on demand: the host copies become the device's */
+    cr_assert_eq(toy_optim_sync_host(s[1].o), TOY_OK, "%s", toy_last_error());
+    cr_expect_neq(memcmp(before, p0->data, toy_nbytes(p0)), 0, "the sync brought nothing back");
+    cr_expect_leq(params_diff(&s[1], &s[0]), 1e-5);
+    /* released: the host is the truth again and graphs upload from it */
+    cr_assert_eq(toy_optim_set_device_resident(s[1].o, false), TOY_OK);
+    cr_assert(!toy_optim_on_device(s[1].o));
+    for (int k = 0; k < 2; k++) ((float *)toy_optim_param(s[k].o, 0)->data)[0] += 0.25f; /* a host write */
+    for (int step = 0; step < 2; step++) {
+        struct toy_rng keep = r;
+        for (int k = 0; k < 2; k++) {
+            r = keep;
+            side_step(&s[k], 1, 1.0f, 1e-3f, tp, &r, &n[k]);
+        }
+    }
+    cr_assert(!toy_optim_on_device(s[1].o));
+    cr_expect_leq(params_diff(&s[1], &s[0]), 1e-5);
+    free(before);
+    for (int k = 0; k < 2; k++) toy_ctx_free(ectx[k]);
+    toy_threadpool_free(tp);
+    side_free(&s[0]);
+    side_free(&s[1]);
+}
+
+/* A checkpoint of a device-resident optimizer: the write brings the
+ * moments and the parameters to the host; a new optimizer that reads them
+ * (after it moved to the device: the read reaches the device copies)
+ * continues exactly where the CPU, which never stopped, is. */
+Test(cuda, device_optimizer_state_round_trips_through_a_checkpoint, .timeout = 300) {
+    need_cuda();
+    struct side s[2];
+    side_init(&s[0], "cpu");
+    side_init(&s[1], "cuda:0");
+    struct toy_threadpool *tp = toy_threadpool_new(2);
+    struct toy_rng r;
+    toy_rng_seed(&r, 8);
+    float n[2], l[2];
+    for (int step = 0; step < 4; step++) {
+        struct toy_rng keep = r;
+        for (int k = 0; k < 2; k++) {
+            r = keep;
+            side_step(&s[k], 1, 1.0f, 2e-3f, tp, &r, &n[k]);
+        }
+    }
+    cr_assert(toy_optim_on_device(s[1].o));
+    char path[] = "/tmp/toy-cuda-optim-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    struct toy_gguf_writer *w;
+    cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
+    cr_assert_eq(toy_optim_write_gguf(s[1].o, w), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(toy_gguf_writer_write(w, path), TOY_OK, "%s", toy_last_error());
+    toy_gguf_writer_free(w);
+    cr_expect_leq(params_diff(&s[1], &s[0]), 1e-5, "the write did not refresh the host's parameters");
+    int64_t steps = toy_optim_step_count(s[1].o);
+    toy_optim_free(s[1].o); /* leaves the last weights on the host */
+    s[1].o = side_optim(&s[1]);
+    toy_optim_zero_grad(s[1].o); /* the graph still holds the gradients on the device: it moves at once */
+    cr_assert(toy_optim_on_device(s[1].o));
+    struct toy_gguf *g;
+    cr_assert_eq(toy_gguf_open(path, &g), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(toy_optim_read_gguf(s[1].o, g), TOY_OK, "%s", toy_last_error());
+    toy_gguf_close(g);
+    unlink(path);
+    toy_optim_set_step_count(s[1].o, steps);
+    double worst = 0;
+    for (int step = 0; step < 4; step++) {
+        struct toy_rng keep = r;
+        for (int k = 0; k < 2; k++) {
+            r = keep;
+            l[k] = side_step(&s[k], 1, 1.0f, 2e-3f, tp, &r, &n[k]);
+        }
+        worst = fmax(worst, fabs(l[1] - l[0]) / (1 + fabs(l[0])));
+    }
+    cr_assert(toy_optim_on_device(s[1].o));
+    cr_assert_eq(toy_optim_sync_host(s[1].o), TOY_OK, "%s", toy_last_error());
+    double pd = params_diff(&s[1], &s[0]), md = 0;
+    for (int i = 0; i < toy_optim_n_params(s[0].o); i++) {
+        int64_t at, ne = toy_nelements(toy_optim_param(s[0].o, i));
+        md = fmax(md, rel_err(toy_optim_state(s[1].o, i, 1), toy_optim_state(s[0].o, i, 1), ne, &at));
+    }
+    cr_log_info("resumed on the device: loss %.2e, params %.2e, v %.2e", worst, pd, md);
+    cr_expect_leq(worst, 1e-4);
+    cr_expect_leq(pd, 2e-3);
+    cr_expect_leq(md, 1e-3);
+    toy_threadpool_free(tp);
+    side_free(&s[0]);
+    side_free(&s[1]);
+}

@@ -154,3 +154,31 @@ Test(optim, schedules) {
     cr_assert_eq(toy_lr_kind_from_name("cosine"), TOY_LR_COSINE);
     cr_assert_eq(toy_lr_kind_from_name("nope"), -1);
 }
+
+/* Without a graph on a device (always, in a CPU-only build) the optimizer
+ * never leaves the host: the device calls are no-ops and a step updates
+ * p->data in place. */
+Test(optim, stays_on_the_host_without_a_device_graph) {
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    struct toy_tensor *p = toy_new_tensor_1d(ctx, TOY_F32, 5);
+    toy_set_param(p);
+    p->grad = toy_new_tensor_1d(ctx, TOY_F32, 5);
+    for (int i = 0; i < 5; i++) ((float *)p->data)[i] = 1.0f, ((float *)p->grad->data)[i] = (float)i - 2;
+    struct toy_optim *o = toy_optim_new(TOY_OPTIM_ADAMW);
+    toy_optim_add_param(o, p, toy_optim_add_group(o, &(struct toy_optim_group){.weight_decay = 0}));
+    struct toy_threadpool *tp = toy_threadpool_new(1);
+    toy_optim_zero_grad(o);
+    ((float *)p->grad->data)[0] = 3.0f;
+    cr_assert_eq(toy_optim_step(o, 0.1f, tp), TOY_OK);
+    cr_assert(!toy_optim_on_device(o));
+    cr_assert_eq(toy_optim_sync_host(o), TOY_OK);
+    cr_assert_eq(toy_optim_release_device(o), TOY_OK);
+    cr_assert_eq(toy_optim_set_device_resident(o, false), TOY_OK);
+    /* AdamW's first step moves an element by lr against its gradient's sign */
+    cr_assert_float_eq(((float *)p->data)[0], 0.9f, 1e-6f);
+    cr_assert_float_eq(((float *)p->data)[1], 1.0f, 1e-6f);
+    cr_assert_float_eq(toy_optim_state(o, 0, 0)[0], 0.3f, 1e-6f);
+    toy_optim_free(o);
+    toy_threadpool_free(tp);
+    toy_ctx_free(ctx);
+}

@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backends/cuda/kernels-common.cuh"
 /* the attention kernels' range logic (the file's extern "C" launchers take
@@ -225,6 +226,43 @@ int main(void) {
         fails += matmul_case(&r, a, bn1, false, false, 0, "A B, B broadcast in dims 2, 3");
         fails += matmul_case(&r, a, bt1, false, true, 5, "A (strided view) B^T");
         fails += matmul_case(&r, a2, b2, false, true, 0, "2-D A B^T (a linear layer)");
+    }
+    /* the device optimizer's AdamW element (toy_cu_adamw_elem, what k_adamw
+     * runs) against the CPU library's AdamW: 6 steps, bit for bit */
+    {
+        const int64_t n = 1000;
+        struct toy_ctx *ctx = toy_ctx_init(true);
+        struct toy_tensor *p = toy_new_tensor_1d(ctx, TOY_F32, n), *g = toy_new_tensor_1d(ctx, TOY_F32, n);
+        p->grad = g;
+        float *hp = (float *)malloc(n * sizeof(float)), *hm = (float *)calloc(n, sizeof(float)),
+              *hv = (float *)calloc(n, sizeof(float));
+        for (int64_t i = 0; i < n; i++) hp[i] = ((float *)p->data)[i] = toy_rng_uniform(&r) * 2 - 1;
+        struct toy_optim *o = toy_optim_new(TOY_OPTIM_ADAMW);
+        struct toy_optim_group grp = {};
+        grp.beta1 = 0.9f, grp.beta2 = 0.95f, grp.eps = 1e-8f, grp.weight_decay = 0.1f;
+        toy_optim_add_param(o, p, toy_optim_add_group(o, &grp));
+        struct toy_threadpool *tp = toy_threadpool_new(1);
+        int bad = 0;
+        for (int step = 1; step <= 6; step++) {
+            for (int64_t i = 0; i < n; i++) ((float *)g->data)[i] = (toy_rng_uniform(&r) * 2 - 1) * (i % 7 ? 1e-3f : 1.0f);
+            float lr = 1e-3f * (float)step;
+            if (toy_optim_step(o, lr, tp)) bad++;
+            float bc1 = (float)(1.0 - pow(0.9f, (double)step)), bc2s = (float)sqrt(1.0 - pow(0.95f, (double)step));
+            for (int64_t i = 0; i < n; i++)
+                toy_cu_adamw_elem(hp + i, ((float *)g->data)[i], hm + i, hv + i, lr, 0.9f, 0.95f, 1e-8f, 0.1f, bc1, bc2s);
+        }
+        bad += memcmp(hp, p->data, n * sizeof(float)) != 0;
+        bad += memcmp(hm, toy_optim_state(o, 0, 0), n * sizeof(float)) != 0;
+        bad += memcmp(hv, toy_optim_state(o, 0, 1), n * sizeof(float)) != 0;
+        printf("adamw: the device element function %s the CPU's AdamW bit for bit (6 steps)\n",
+               bad ? "DIFFERS from" : "equals");
+        fails += bad;
+        toy_threadpool_free(tp);
+        toy_optim_free(o);
+        free(hp);
+        free(hm);
+        free(hv);
+        toy_ctx_free(ctx);
     }
     printf("%s\n", fails ? "cuda-host-check: FAILED" : "cuda-host-check: ok");
     free(x);

@@ -94,8 +94,14 @@ cudaError_t cudaHostUnregister(void *p) {
     (void)p;
     return cudaSuccess;
 }
+/* bytes copied host -> device and device -> host, for tests that check
+ * what a run or an optimizer step transfers (tests/test-cuda.c reads them
+ * through a weak reference: absent in real builds) */
+size_t toy_cu_mock_copied[2];
+
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind) {
-    (void)kind;
+    if (kind == cudaMemcpyHostToDevice) toy_cu_mock_copied[0] += n;
+    else if (kind == cudaMemcpyDeviceToHost) toy_cu_mock_copied[1] += n;
     memmove(dst, src, n);
     return cudaSuccess;
 }
@@ -269,6 +275,7 @@ size_t toy_cu_work_size(const struct toy_cu_node *n) {
     return 0;
 }
 
+/* the device optimizer's kernels: the arithmetic of kernels-ops.cu, in plain C */
 int toy_cu_adamw(float *p, const float *g, float *m, float *v, int64_t n, float lr, float b1, float b2, float eps,
                  float wd, float bc1, float bc2sqrt, void *stream) {
     (void)stream;
@@ -279,6 +286,29 @@ int toy_cu_adamw(float *p, const float *g, float *m, float *v, int64_t n, float 
         v[i] = v[i] * b2 + (1.0f - b2) * g[i] * g[i];
         p[i] += -step * (m[i] / (sqrtf(v[i]) / bc2sqrt + eps));
     }
+    return 0;
+}
+
+int toy_cu_scale_f32(float *x, int64_t n, float s, void *stream) {
+    (void)stream;
+    for (int64_t i = 0; i < n; i++) x[i] = s * x[i];
+    return 0;
+}
+
+int toy_cu_sumsq_f32(const float *x, int64_t n, double *partial, void *stream) {
+    (void)stream;
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+    partial[0] = s;
+    for (int b = 1; b < TOY_CU_SUMSQ_BLOCKS; b++) partial[b] = 0;
+    return 0;
+}
+
+int toy_cu_sum_f64(const double *x, int64_t n, double *out, void *stream) {
+    (void)stream;
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += x[i];
+    *out = s;
     return 0;
 }
 #endif

@@ -15,7 +15,10 @@
  * a mmapped GGUF, or flagged TOY_FLAG_CONST), and OUTPUT / LOSS results,
  * parameter gradients and the rows a run stored into a KV cache are copied
  * back when toy_graph_compute returns. So every caller that reads
- * t->data after a run works unchanged. KV caches and constants keep one
+ * t->data after a run works unchanged. The exception: the parameters and
+ * gradients of an AdamW optimizer that works on the device (toy/optim.h)
+ * live there between runs, and their host copies are refreshed on demand
+ * (toy_optim_sync_host, a checkpoint write). KV caches and constants keep one
  * device copy per device, shared by every graph that reads them (a
  * generation's prefill and decode graphs); after writing into one of them
  * on the host, call toy_device_update on the bytes written.

@@ -19,6 +19,28 @@
  * AdamW follows torch.optim.AdamW exactly (bias correction, decoupled weight
  * decay, eps added after the bias-corrected sqrt); SGD follows torch.optim.SGD
  * (momentum buffer = gradient at the first step, L2 weight decay).
+ *
+ * On a device. When the graph that computes the gradients runs on a CUDA
+ * device (toy/device.h), an AdamW optimizer that is not sharded moves to
+ * that device at its first call after such a run (one upload of the
+ * parameters, gradients and moments) and stays there: zero_grad,
+ * scale_grads, the norm and clipping, and the step run on the device, and
+ * graphs on it read the parameters and accumulate the gradients in the
+ * optimizer's copies, so a training step copies neither parameters nor
+ * gradients. The device holds the truth; host copies (p->data,
+ * p->grad->data, the moments) are stale until something brings them up to
+ * date: toy_optim_sync_host, a checkpoint write (toy_optim_write_gguf*,
+ * which also refreshes the parameters), toy_optim_state,
+ * toy_optim_release_device or toy_optim_free. Writes on the host do not
+ * reach the device, except the moments read by toy_optim_read_gguf: to
+ * change parameters or gradients on the host (or reduce gradients there,
+ * as data parallelism does), release the device first or turn it off with
+ * toy_optim_set_device_resident(opt, false) (TOY_CUDA_OPTIM=0 in the
+ * environment does that for every optimizer; so does starting under a
+ * launcher of several ranks, unless TOY_CUDA_OPTIM=1). The results are
+ * the CPU's within float rounding: AdamW is the same arithmetic in the
+ * same order, the norm's double sum adds in another order. In a CPU-only
+ * build none of this happens.
  */
 #ifndef TOY_OPTIM_H
 #define TOY_OPTIM_H
@@ -72,8 +94,20 @@ float toy_optim_clip_to(struct toy_optim *opt, double sumsq, float max_norm, str
 void toy_optim_scale_grads(struct toy_optim *opt, float s, struct toy_threadpool *tp);
 void toy_optim_zero_grad(struct toy_optim *opt);
 
+/* On a device (see the top): whether the optimizer works there now; copy
+ * parameters, gradients and moments to the host (the device stays the
+ * truth); or come back to the host (copies first; the next call may move
+ * again). Allowing the device (the default, unless TOY_CUDA_OPTIM=0 or
+ * several ranks) or not; turning it off releases. Errors: TOY_ERR_BACKEND / TOY_ERR_NOMEM
+ * with the CUDA error string. */
+bool toy_optim_on_device(const struct toy_optim *opt);
+enum toy_status toy_optim_sync_host(struct toy_optim *opt);
+enum toy_status toy_optim_release_device(struct toy_optim *opt);
+enum toy_status toy_optim_set_device_resident(struct toy_optim *opt, bool on);
+
 /* Steps taken so far, and the state buffers of parameter i (NULL when the
- * optimizer has none): for checkpoints and resume. */
+ * optimizer has none): for checkpoints and resume. On a device the buffers
+ * are brought up to date first; read them, do not write them. */
 int64_t toy_optim_step_count(const struct toy_optim *opt);
 void toy_optim_set_step_count(struct toy_optim *opt, int64_t steps);
 float *toy_optim_state(struct toy_optim *opt, int i, int which /* 0: m or momentum, 1: v */);

@@ -13,13 +13,13 @@
 #endif
 
 static const struct toy_backend_ops cpu_ops = {
-    "cpu", toy_cpu_init, toy_cpu_work_size, toy_cpu_compute, NULL, NULL,
+    "cpu", toy_cpu_init, toy_cpu_work_size, toy_cpu_compute, NULL, NULL, NULL,
 };
 
 #ifdef TOY_CUDA
 static void cuda_init_noop(void) {}
 static const struct toy_backend_ops cuda_ops = {
-    "cuda", cuda_init_noop, NULL, NULL, toy_cuda_graph_compute, toy_cuda_graph_free,
+    "cuda", cuda_init_noop, NULL, NULL, toy_cuda_graph_compute, toy_cuda_graph_free, &toy_cuda_optim_ops,
 };
 static const struct toy_backend_ops *const backends[] = {&cpu_ops, &cuda_ops};
 #else
@@ -33,6 +33,22 @@ const struct toy_backend_ops *toy_backend_get(const char *name) {
 }
 
 const struct toy_backend_ops *toy_backend_default(void) { return &cpu_ops; }
+
+enum toy_status toy_backend_optim_attach(const struct toy_optim_param_ref *ps, int n,
+                                         const struct toy_optim_dev_ops **ops, struct toy_dev_optim **out) {
+    *ops = NULL;
+    *out = NULL;
+    for (size_t i = 0; i < sizeof backends / sizeof backends[0]; i++) {
+        if (!backends[i]->optim) continue;
+        enum toy_status st = backends[i]->optim->attach(ps, n, out);
+        if (st) return st;
+        if (*out) {
+            *ops = backends[i]->optim;
+            return TOY_OK;
+        }
+    }
+    return TOY_OK;
+}
 
 /* ---- device names ------------------------------------------------------------- */
 

@@ -9,11 +9,24 @@
  * toy_optim_shard), only the ranges this rank owns, whose state lies in
  * one flat block per moment in the order of the ranges. AdamW is
  * element-wise, so a sharded update gives each owned element the bits the
- * whole update gives it. */
+ * whole update gives it.
+ *
+ * On a device: when the graphs that compute the gradients run on a device
+ * (CUDA), an unsharded AdamW moves there at its next call (attach: one
+ * upload of parameters, gradients and moments) and stays: zeroing,
+ * scaling, the global norm and the step run on the device
+ * (toy_optim_dev_ops, src/backends/backend-impl.h), graphs use its copies
+ * in place, and the host copies are refreshed only on demand (a checkpoint
+ * write, toy_optim_state, toy_optim_sync_host, toy_optim_release_device,
+ * toy_optim_free). The device does the CPU's arithmetic in the CPU's order
+ * (AdamW bit for bit; the norm's double sum in another order). A device
+ * error in a call without a status (zero_grad, scale, clip) is kept and
+ * returned by the next toy_optim_step. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/backend-impl.h"
 #include "backends/cpu/cpu-impl.h"
 #include "toy/gguf.h"
 #include "toy/optim.h"
@@ -43,6 +56,13 @@ struct toy_optim {
     bool sharded;
     float *shard_m, *shard_v; /* sharded: the flat state */
     int64_t shard_elems;
+    /* on a device (see the top): the backend's copies, or NULL */
+    const struct toy_optim_dev_ops *dops;
+    struct toy_dev_optim *dev;
+    struct toy_optim_param_ref *refs; /* (n_params), filled when attaching */
+    bool host_only;                   /* toy_optim_set_device_resident(false), TOY_CUDA_OPTIM=0 */
+    enum toy_status dev_err;          /* a device failure not yet returned */
+    char dev_msg[256];
 };
 
 /* The segments of an unsharded optimizer: every parameter whole. */
@@ -56,14 +76,83 @@ static void build_segs(struct toy_optim *o) {
     o->n_segs = o->n_params;
 }
 
+/* One rank of several (data parallelism, toy/collective.h) reduces the
+ * gradients on the host, so its optimizer must see them there: the
+ * launchers' own variables, read as collective.c's AUTO reads them, keep
+ * the optimizer on the host unless TOY_CUDA_OPTIM=1 says otherwise. */
+static bool several_ranks(void) {
+    const char *n[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", "WORLD_SIZE"};
+    for (size_t i = 0; i < sizeof n / sizeof n[0]; i++) {
+        const char *v = getenv(n[i]);
+        if (v && atol(v) > 1) return true;
+    }
+    return getenv("PMIX_RANK") != NULL;
+}
+
 struct toy_optim *toy_optim_new(enum toy_optim_kind kind) {
     struct toy_optim *o = calloc(1, sizeof *o);
-    if (o) o->kind = kind;
+    if (!o) return NULL;
+    o->kind = kind;
+    const char *e = getenv("TOY_CUDA_OPTIM");
+    o->host_only = e ? !strcmp(e, "0") : several_ranks();
     return o;
+}
+
+/* ---- on a device ---------------------------------------------------------------------------------- */
+
+/* Keeps a device failure of a call that returns no status for the next step. */
+static void dev_fail(struct toy_optim *o, enum toy_status st) {
+    if (!st || o->dev_err) return;
+    o->dev_err = st;
+    snprintf(o->dev_msg, sizeof o->dev_msg, "%s", toy_last_error());
+}
+
+/* True when the optimizer works on a device: already there, or every
+ * parameter's gradient now comes from a graph on one (then it moves). */
+static bool on_device(struct toy_optim *o) {
+    if (o->dev) return true;
+    if (o->host_only || o->sharded || o->kind != TOY_OPTIM_ADAMW || o->n_params == 0) return false;
+    for (int i = 0; i < o->n_params; i++) {
+        if (!o->params[i].p->grad) return false;
+        o->refs[i] = (struct toy_optim_param_ref){o->params[i].p, o->params[i].m, o->params[i].v};
+    }
+    enum toy_status st = toy_backend_optim_attach(o->refs, o->n_params, &o->dops, &o->dev);
+    if (st) { /* could not move (e.g. out of device memory): stay on the host, say why at the next step */
+        dev_fail(o, st);
+        o->host_only = true;
+        return false;
+    }
+    return o->dev != NULL;
+}
+
+static enum toy_status dev_to_host(struct toy_optim *o, int what) {
+    return o->dev ? o->dops->to_host(o->dev, what) : TOY_OK;
+}
+
+bool toy_optim_on_device(const struct toy_optim *o) { return o->dev != NULL; }
+
+enum toy_status toy_optim_sync_host(struct toy_optim *o) {
+    return dev_to_host(o, TOY_DEV_PARAMS | TOY_DEV_GRADS | TOY_DEV_STATE);
+}
+
+enum toy_status toy_optim_release_device(struct toy_optim *o) {
+    if (!o->dev) return TOY_OK;
+    enum toy_status st = toy_optim_sync_host(o);
+    o->dops->detach(o->dev);
+    o->dev = NULL;
+    o->dops = NULL;
+    return st;
+}
+
+enum toy_status toy_optim_set_device_resident(struct toy_optim *o, bool on) {
+    o->host_only = !on;
+    return on ? TOY_OK : toy_optim_release_device(o);
 }
 
 void toy_optim_free(struct toy_optim *o) {
     if (!o) return;
+    toy_optim_release_device(o); /* the host holds the last weights */
+    free(o->refs);
     for (int i = 0; i < o->n_params; i++) {
         free(o->params[i].m);
         free(o->params[i].v);
@@ -91,8 +180,11 @@ void toy_optim_add_param(struct toy_optim *o, struct toy_tensor *p, int group) {
     TOY_ASSERT(p->type == TOY_F32 && toy_is_contiguous(p), "optimizer parameter '%s' must be contiguous f32", p->name);
     TOY_ASSERT(group >= 0 && group < o->n_groups, "group %d of '%s' does not exist", group, p->name);
     TOY_ASSERT(!o->sharded, "optimizer: parameter '%s' added after sharding", p->name);
+    /* on a device: attaches again, with p, at its next call (a failed copy back is kept for the next step) */
+    dev_fail(o, toy_optim_release_device(o));
     o->params = realloc(o->params, (size_t)(o->n_params + 1) * sizeof *o->params);
-    if (!o->params) TOY_ABORT("out of memory (optimizer params)");
+    o->refs = realloc(o->refs, (size_t)(o->n_params + 1) * sizeof *o->refs);
+    if (!o->params || !o->refs) TOY_ABORT("out of memory (optimizer params)");
     size_t n = (size_t)toy_nelements(p);
     struct oparam op = {p, group, calloc(n ? n : 1, sizeof(float)), NULL};
     if (o->kind == TOY_OPTIM_ADAMW) op.v = calloc(n ? n : 1, sizeof(float));
@@ -104,7 +196,10 @@ int toy_optim_n_params(const struct toy_optim *o) { return o->n_params; }
 struct toy_tensor *toy_optim_param(const struct toy_optim *o, int i) { return o->params[i].p; }
 int64_t toy_optim_step_count(const struct toy_optim *o) { return o->steps; }
 void toy_optim_set_step_count(struct toy_optim *o, int64_t s) { o->steps = s; }
-float *toy_optim_state(struct toy_optim *o, int i, int which) { return which ? o->params[i].v : o->params[i].m; }
+float *toy_optim_state(struct toy_optim *o, int i, int which) {
+    if (o->dev) dev_fail(o, dev_to_host(o, TOY_DEV_STATE));
+    return which ? o->params[i].v : o->params[i].m;
+}
 
 static int n_moments(const struct toy_optim *o) { return o->kind == TOY_OPTIM_ADAMW ? 2 : 1; }
 
@@ -125,6 +220,8 @@ enum toy_status toy_optim_shard(struct toy_optim *o, const struct toy_optim_rang
         total += r[k].count;
     }
     if (n < 0) return toy_error(TOY_ERR_INVALID_ARG, "optimizer shard: %d ranges", n);
+    enum toy_status rst = toy_optim_release_device(o); /* a sharded optimizer works on the host */
+    if (rst) return rst;
     struct seg *segs = malloc((size_t)(n > 0 ? n : 1) * sizeof *segs);
     float *m = calloc((size_t)(total ? total : 1), sizeof *m);
     float *v = o->kind == TOY_OPTIM_ADAMW ? calloc((size_t)(total ? total : 1), sizeof *v) : NULL;
@@ -200,11 +297,37 @@ static void step_fn(void *arg, int ith, int nth) {
     }
 }
 
+/* AdamW on the device: the same scalars as step_fn, one launch per parameter */
+static enum toy_status dev_step(struct toy_optim *o, float lr) {
+    double t = (double)o->steps;
+    for (int i = 0; i < o->n_params; i++) {
+        const struct toy_optim_group *g = &o->groups[o->params[i].group];
+        float bc1 = (float)(1.0 - pow(g->beta1, t));
+        float bc2s = (float)sqrt(1.0 - pow(g->beta2, t));
+        enum toy_status st =
+            o->dops->adamw(o->dev, i, lr * g->lr_scale, g->beta1, g->beta2, g->eps, g->weight_decay, bc1, bc2s);
+        if (st) return st;
+    }
+    return TOY_OK;
+}
+
 enum toy_status toy_optim_step(struct toy_optim *o, float lr, struct toy_threadpool *tp) {
     for (int i = 0; i < o->n_params; i++)
         if (!o->params[i].p->grad)
             return toy_error(TOY_ERR_STATE, "optimizer: parameter '%s' has no gradient (not in the graph?)",
                              o->params[i].p->name);
+    bool dev = on_device(o);
+    if (o->dev_err) { /* an earlier call failed on the device: this step would use wrong gradients */
+        enum toy_status st = o->dev_err;
+        o->dev_err = TOY_OK;
+        return toy_error(st, "optimizer: %s", o->dev_msg);
+    }
+    if (dev) {
+        o->steps++;
+        enum toy_status st = dev_step(o, lr);
+        if (st) o->steps--;
+        return st;
+    }
     toy_cpu_init();
     build_segs(o);
     o->steps++;
@@ -242,6 +365,12 @@ static void scale_fn(void *arg, int ith, int nth) {
 }
 
 double toy_optim_grad_sumsq(struct toy_optim *o, struct toy_threadpool *tp) {
+    if (on_device(o)) {
+        double s = 0;
+        enum toy_status st = o->dops->grad_sumsq(o->dev, &s);
+        dev_fail(o, st);
+        return st ? NAN : s;
+    }
     toy_cpu_init();
     build_segs(o);
     struct step_task st = {.o = o}; /* on the stack: a step allocates nothing */
@@ -253,7 +382,9 @@ double toy_optim_grad_sumsq(struct toy_optim *o, struct toy_threadpool *tp) {
 
 float toy_optim_clip_to(struct toy_optim *o, double sumsq, float max_norm, struct toy_threadpool *tp) {
     float norm = (float)sqrt(sumsq);
-    if (max_norm > 0 && norm > max_norm) {
+    if (max_norm > 0 && norm > max_norm && on_device(o)) {
+        dev_fail(o, o->dops->scale_grads(o->dev, (float)(max_norm / ((double)norm + 1e-6))));
+    } else if (max_norm > 0 && norm > max_norm) {
         toy_cpu_init();
         build_segs(o);
         struct step_task st = {.o = o, .scale = (float)(max_norm / ((double)norm + 1e-6))};
@@ -267,6 +398,10 @@ float toy_optim_clip_grad_norm(struct toy_optim *o, float max_norm, struct toy_t
 }
 
 void toy_optim_scale_grads(struct toy_optim *o, float s, struct toy_threadpool *tp) {
+    if (on_device(o)) {
+        dev_fail(o, o->dops->scale_grads(o->dev, s));
+        return;
+    }
     toy_cpu_init();
     build_segs(o);
     struct step_task st = {.o = o, .scale = s};
@@ -274,6 +409,10 @@ void toy_optim_scale_grads(struct toy_optim *o, float s, struct toy_threadpool *
 }
 
 void toy_optim_zero_grad(struct toy_optim *o) {
+    if (on_device(o)) {
+        dev_fail(o, o->dops->zero_grad(o->dev));
+        return;
+    }
     for (int i = 0; i < o->n_params; i++)
         if (o->params[i].p->grad) memset(o->params[i].p->grad->data, 0, toy_nbytes(o->params[i].p->grad));
 }
@@ -283,7 +422,8 @@ void toy_optim_zero_grad(struct toy_optim *o) {
 enum toy_status toy_optim_write_gguf_state(struct toy_optim *o, struct toy_gguf_writer *w, float *const *m,
                                            float *const *v) {
     char name[160];
-    enum toy_status st = TOY_OK;
+    enum toy_status st = dev_to_host(o, TOY_DEV_PARAMS); /* what the checkpoint's model file writes next */
+    if (st) return st;
     for (int i = 0; i < o->n_params && !st; i++) {
         const struct toy_tensor *p = o->params[i].p;
         for (int which = 0; which < n_moments(o) && !st; which++) {
@@ -297,6 +437,8 @@ enum toy_status toy_optim_write_gguf_state(struct toy_optim *o, struct toy_gguf_
 enum toy_status toy_optim_write_gguf(struct toy_optim *o, struct toy_gguf_writer *w) {
     if (o->sharded)
         return toy_error(TOY_ERR_STATE, "optimizer: the state is sharded; gather it and use toy_optim_write_gguf_state");
+    enum toy_status dst = dev_to_host(o, TOY_DEV_STATE);
+    if (dst) return dst;
     float **m = malloc((size_t)(o->n_params ? o->n_params : 1) * 2 * sizeof *m);
     if (!m) return toy_error(TOY_ERR_NOMEM, "optimizer state");
     for (int i = 0; i < o->n_params; i++) m[i] = o->params[i].m, m[o->n_params + i] = o->params[i].v;
@@ -325,5 +467,5 @@ enum toy_status toy_optim_read_gguf(struct toy_optim *o, const struct toy_gguf *
                            (size_t)o->segs[k].n * sizeof(float));
         }
     }
-    return TOY_OK;
+    return o->dev ? o->dops->state_to_device(o->dev) : TOY_OK; /* the device's moments follow the host's */
 }

@@ -16,7 +16,12 @@
  *             zeroed it) and downloaded after every run;
  *   upload    everything else (inputs, ids, positions, parameters the
  *             host optimizer updates): uploaded before every run; small
- *             ones through a pinned staging buffer.
+ *             ones through a pinned staging buffer;
+ *   bound     a parameter or gradient a device-resident optimizer keeps
+ *             on this device (cuda-optim.c): the graph reads and writes
+ *             the optimizer's copy in place, never uploads or downloads
+ *             it. A graph notices a change of the bound table (its
+ *             generation) on its next run and builds its state again.
  *
  * After the kernels, OUTPUT / LOSS results and the last node are copied back
  * into their host addresses, so host code reads t->data as on the CPU.
@@ -27,6 +32,7 @@
 #ifdef TOY_CUDA
 #include <cuda_runtime_api.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +52,7 @@ struct leaf {
     size_t size;
     int kind;
     bool owned;        /* allocated here (not a resident copy) */
+    bool bound;        /* a device-resident optimizer's copy (cuda-optim.c) */
     const void *host;  /* t->data when the copy was made */
 };
 
@@ -75,7 +82,30 @@ struct cu_graph {
     bool capturable;             /* forward only: the kernels replay as a CUDA graph */
     int runs;                    /* runs so far (the first one runs uncaptured) */
     cudaGraphExec_t exec;        /* the captured kernels, once captured */
+    uint64_t bound_gen;          /* toy_cu_bound_gen() when prepared */
+    struct cu_graph *prev, *next; /* every live graph (toy_cuda_graph_grad_device) */
 };
+
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct cu_graph *live;
+
+static void live_add(struct cu_graph *cg) {
+    pthread_mutex_lock(&live_lock);
+    cg->prev = NULL;
+    cg->next = live;
+    if (live) live->prev = cg;
+    live = cg;
+    pthread_mutex_unlock(&live_lock);
+}
+
+static void live_remove(struct cu_graph *cg) {
+    pthread_mutex_lock(&live_lock);
+    if (cg->prev) cg->prev->next = cg->next;
+    else if (live == cg) live = cg->next;
+    if (cg->next) cg->next->prev = cg->prev;
+    cg->prev = cg->next = NULL;
+    pthread_mutex_unlock(&live_lock);
+}
 
 static bool writes_grad_node(const struct toy_tensor *t) {
     return t->op == TOY_OP_ACCUM || (t->op == TOY_OP_MATMUL && t->op_params[P_MM_ACCUM]) ||
@@ -84,12 +114,13 @@ static bool writes_grad_node(const struct toy_tensor *t) {
 
 static void cg_free(struct cu_graph *cg) {
     if (!cg) return;
+    live_remove(cg);
     cudaSetDevice(cg->dev);
     if (cg->cd) cudaStreamSynchronize((cudaStream_t)cg->cd->stream);
     for (int i = 0; i < cg->n_leaves; i++) {
         struct leaf *l = &cg->leaves[i];
         if (l->owned) toy_cu_free(cg->dev, l->d);
-        else if (l->d) toy_cu_resident_release(cg->dev, l->host, l->size);
+        else if (l->d && !l->bound) toy_cu_resident_release(cg->dev, l->host, l->size);
     }
     toy_cu_free(cg->dev, cg->dbuf);
     toy_cu_free(cg->dev, cg->work);
@@ -111,6 +142,17 @@ void toy_cuda_graph_free(struct toy_graph *g) {
     cg_free(g->dev_state);
     g->dev_state = NULL;
     g->dev_free = NULL;
+}
+
+int toy_cuda_graph_grad_device(const struct toy_tensor *grad) {
+    int dev = -1;
+    pthread_mutex_lock(&live_lock);
+    for (struct cu_graph *cg = live; cg && dev < 0; cg = cg->next) {
+        int li = toy_ptrmap_get(&cg->lmap, grad);
+        if (li >= 0 && cg->leaves[li].kind == L_GRAD) dev = cg->dev;
+    }
+    pthread_mutex_unlock(&live_lock);
+    return dev;
 }
 
 /* ---- read-only memory (a mmapped GGUF cannot change under us) -------------------------------- */
@@ -163,7 +205,7 @@ static void pin_large(struct cu_graph *cg) {
     int n = 0;
     for (int i = 0; i < cg->n_leaves; i++) {
         struct leaf *l = &cg->leaves[i];
-        if ((l->kind != L_UPLOAD && l->kind != L_GRAD) || l->size <= STAGE_MAX) continue;
+        if ((l->kind != L_UPLOAD && l->kind != L_GRAD) || l->bound || l->size <= STAGE_MAX) continue;
         uintptr_t lo = (uintptr_t)l->t->data / page * page, hi = ((uintptr_t)l->t->data + l->size + page - 1) / page * page;
         r[n++] = (struct range){lo, hi};
     }
@@ -264,7 +306,7 @@ static enum toy_status add_leaf(struct cu_graph *cg, struct toy_tensor *t, int k
         if (!nl) return toy_error(TOY_ERR_NOMEM, "cuda graph: leaf table");
         cg->leaves = nl;
     }
-    cg->leaves[cg->n_leaves] = (struct leaf){t, NULL, toy_nbytes(t), kind, false, t->data};
+    cg->leaves[cg->n_leaves] = (struct leaf){t, NULL, toy_nbytes(t), kind, false, false, t->data};
     toy_ptrmap_put(&cg->lmap, t, cg->n_leaves++);
     return TOY_OK;
 }
@@ -276,6 +318,7 @@ static enum toy_status prepare(struct toy_graph *g, int dev, struct cu_graph **o
     cg->dev = dev;
     cg->plan_gen = g->plan_gen;
     cg->n_nodes = g->n_nodes;
+    cg->bound_gen = toy_cu_bound_gen(); /* before the lookups: a change after them is seen at the next run */
     if ((st = toy_cu_device_get(dev, &cg->cd))) goto fail;
     /* leaves, and which of them the graph writes */
     int cap = 0;
@@ -296,6 +339,12 @@ static enum toy_status prepare(struct toy_graph *g, int dev, struct cu_graph **o
     for (int i = 0; i < cg->n_leaves; i++) {
         struct leaf *l = &cg->leaves[i];
         struct toy_tensor *t = l->t;
+        void *bd;
+        if ((l->kind == L_UPLOAD || l->kind == L_GRAD) && toy_cu_bound_find(dev, t->data, l->size, &bd)) {
+            l->d = bd; /* the device-resident optimizer's copy: the truth */
+            l->bound = true;
+            continue;
+        }
         if (l->kind == L_UPLOAD && !(t->flags & (TOY_FLAG_PARAM | TOY_FLAG_INPUT)) &&
             ((t->type != TOY_F32 && t->type != TOY_I32) || in_ranges(ro, n_ro, t->data, l->size)))
             l->kind = L_RESIDENT;
@@ -427,6 +476,7 @@ static enum toy_status prepare(struct toy_graph *g, int dev, struct cu_graph **o
         cudaGetLastError();
         cg->stage = NULL;
     }
+    live_add(cg);
     *out = cg;
     return TOY_OK;
 fail:
@@ -518,7 +568,8 @@ enum toy_status toy_cuda_graph_compute(struct toy_graph *g, int device) {
     bool moved = false; /* a resident leaf or KV cache now points elsewhere: copy again */
     for (int i = 0; cg && i < cg->n_leaves && !moved; i++) /* (uploaded leaves are read where they are now) */
         moved = !cg->leaves[i].owned && cg->leaves[i].host != cg->leaves[i].t->data;
-    if (cg && (moved || cg->dev != device || cg->plan_gen != g->plan_gen || cg->n_nodes != g->n_nodes)) {
+    if (cg && (moved || cg->dev != device || cg->plan_gen != g->plan_gen || cg->n_nodes != g->n_nodes ||
+               cg->bound_gen != toy_cu_bound_gen())) {
         toy_cuda_graph_free(g);
         cg = NULL;
     }
@@ -547,7 +598,7 @@ enum toy_status toy_cuda_graph_compute(struct toy_graph *g, int device) {
     size_t stage_at = 64;
     for (int i = 0; i < cg->n_leaves; i++) {
         struct leaf *l = &cg->leaves[i];
-        if (l->kind == L_UPLOAD || l->kind == L_GRAD)
+        if ((l->kind == L_UPLOAD || l->kind == L_GRAD) && !l->bound)
             if ((st = h2d(cg, l->d, l->t->data, l->size, &stage_at))) return st;
     }
     if ((st = toy_cu_check(cudaMemsetAsync(cg->err, 0, sizeof(int32_t), s), "cudaMemsetAsync"))) return st;
@@ -602,7 +653,7 @@ enum toy_status toy_cuda_graph_compute(struct toy_graph *g, int device) {
     }
     for (int i = 0; i < cg->n_leaves; i++) {
         struct leaf *l = &cg->leaves[i];
-        if (l->kind == L_GRAD && (st = d2h(cg, l->t->data, l->d, l->size, &stage_at))) return st;
+        if (l->kind == L_GRAD && !l->bound && (st = d2h(cg, l->t->data, l->d, l->size, &stage_at))) return st;
     }
     for (int i = 0; i < g->n_nodes; i++) { /* the rows each KV_STORE wrote, per batch row */
         struct toy_tensor *t = g->nodes[i];

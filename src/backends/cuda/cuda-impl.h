@@ -64,6 +64,14 @@ size_t toy_cu_work_size(const struct toy_cu_node *n);
  * p -= lr (m / bc1 / (sqrt(v) / bc2sqrt + eps) + wd p). */
 int toy_cu_adamw(float *p, const float *g, float *m, float *v, int64_t n, float lr, float b1, float b2, float eps,
                  float wd, float bc1, float bc2sqrt, void *stream);
+/* x *= s over n floats (toy_vec.scale's rounding). */
+int toy_cu_scale_f32(float *x, int64_t n, float s, void *stream);
+/* The sum of squares of n floats in double, as TOY_CU_SUMSQ_BLOCKS
+ * partials (all written); toy_cu_sum_f64 adds n doubles into *out. Both
+ * add in a fixed order: the same bits every run. */
+#define TOY_CU_SUMSQ_BLOCKS 256
+int toy_cu_sumsq_f32(const float *x, int64_t n, double *partial, void *stream);
+int toy_cu_sum_f64(const double *x, int64_t n, double *out, void *stream);
 
 /* ---- devices (cuda-device.c) ---- */
 
@@ -99,8 +107,27 @@ enum toy_status toy_cu_check(int err, const char *what);
 
 /* ---- graphs (cuda-graph.c) ---- */
 
+struct toy_tensor;
 enum toy_status toy_cuda_graph_compute(struct toy_graph *g, int device);
 void toy_cuda_graph_free(struct toy_graph *g);
+/* The device of a graph whose device state holds `grad` as a persistent
+ * gradient (the graph ran there with a backward pass), or -1. */
+int toy_cuda_graph_grad_device(const struct toy_tensor *grad);
+
+/* ---- the device-resident optimizer (cuda-optim.c) ---- */
+
+/* Bound buffers: host ranges whose device copy on `dev` is the truth (a
+ * device-resident optimizer's parameters and gradients). A graph on dev
+ * whose leaf lies inside one uses the copy in place: no upload before a
+ * run, no download after. True and *dptr when [host, host+size) is inside
+ * a bound range of dev. */
+bool toy_cu_bound_find(int dev, const void *host, size_t size, void **dptr);
+/* Changes whenever a range is bound or unbound: graphs prepared under
+ * another generation build their device state again. */
+uint64_t toy_cu_bound_gen(void);
+
+struct toy_optim_dev_ops;
+extern const struct toy_optim_dev_ops toy_cuda_optim_ops;
 
 #ifdef __cplusplus
 }

@@ -249,6 +249,34 @@ __device__ __forceinline__ double block_sum_d(double v) {
     return v;
 }
 
+/* One AdamW element in torch's operation order (simd.c's ref_adamw), every
+ * product, quotient and sum rounded on its own: in device code through the
+ * _rn intrinsics, so nvcc cannot contract a product and a sum into an FMA
+ * (the CPU's bits); on the host (tools/cuda-host-check.cu compares it with
+ * the CPU library) as plain float arithmetic. */
+#ifdef __CUDA_ARCH__
+#define TOY_CU_MUL(a, b) __fmul_rn((a), (b))
+#define TOY_CU_ADD(a, b) __fadd_rn((a), (b))
+#define TOY_CU_DIV(a, b) __fdiv_rn((a), (b))
+#define TOY_CU_SQRT(a) __fsqrt_rn(a)
+#else
+#define TOY_CU_MUL(a, b) ((float)((a) * (b)))
+#define TOY_CU_ADD(a, b) ((float)((a) + (b)))
+#define TOY_CU_DIV(a, b) ((float)((a) / (b)))
+#define TOY_CU_SQRT(a) sqrtf(a)
+#endif
+__host__ __device__ __forceinline__ void toy_cu_adamw_elem(float *p, float g, float *m, float *v, float lr, float b1,
+                                                           float b2, float eps, float wd, float bc1, float bc2sqrt) {
+    float decay = 1.0f - TOY_CU_MUL(lr, wd), step = TOY_CU_DIV(lr, bc1);
+    float pi = TOY_CU_MUL(*p, decay);
+    float mi = TOY_CU_ADD(TOY_CU_MUL(*m, b1), TOY_CU_MUL(g, 1.0f - b1));
+    float vi = TOY_CU_ADD(TOY_CU_MUL(*v, b2), TOY_CU_MUL(TOY_CU_MUL(1.0f - b2, g), g));
+    float denom = TOY_CU_ADD(TOY_CU_DIV(TOY_CU_SQRT(vi), bc2sqrt), eps);
+    *p = TOY_CU_ADD(pi, TOY_CU_MUL(-step, TOY_CU_DIV(mi, denom)));
+    *m = mi;
+    *v = vi;
+}
+
 /* the last launch's error as a toy_status (0 when fine) */
 static inline int launch_status(const char *what, char *msg, size_t msg_size) {
     cudaError_t e = cudaGetLastError();

@@ -551,27 +551,73 @@ __global__ void k_kv_store(CT cache, CT x, const int32_t *np) {
     }
 }
 
-/* torch.optim.AdamW's operation order (single-tensor path), as simd.c */
+/* ---- the device-resident optimizer (src/backends/cuda/cuda-optim.c) ---------------------------------------- */
+
+/* torch.optim.AdamW's operation order (single-tensor path), one element as
+ * simd.c's reference: toy_cu_adamw_elem (kernels-common.cuh) rounds every
+ * product and sum on its own (no FMA contraction), so p, m and v get the
+ * CPU's bits. */
 __global__ void k_adamw(float *p, const float *g, float *m, float *v, int64_t n, float lr, float b1, float b2,
                         float eps, float wd, float bc1, float bc2sqrt) {
-    float decay = 1.0f - lr * wd, step = lr / bc1;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        float gi = g[i];
-        float pi = p[i] * decay;
-        float mi = m[i] * b1 + gi * (1.0f - b1);
-        float vi = v[i] * b2 + (1.0f - b2) * gi * gi;
-        float denom = sqrtf(vi) / bc2sqrt + eps;
-        p[i] = pi + -step * (mi / denom);
-        m[i] = mi;
-        v[i] = vi;
-    }
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        toy_cu_adamw_elem(p + i, g[i], m + i, v + i, lr, b1, b2, eps, wd, bc1, bc2sqrt);
 }
 
 extern "C" int toy_cu_adamw(float *p, const float *g, float *m, float *v, int64_t n, float lr, float b1, float b2,
                             float eps, float wd, float bc1, float bc2sqrt, void *stream) {
+    if (n <= 0) return 0;
     k_adamw<<<grid_for(n, TPB), TPB, 0, (cudaStream_t)stream>>>(p, g, m, v, n, lr, b1, b2, eps, wd, bc1, bc2sqrt);
     char msg[256];
     int rc = launch_status("adamw", msg, sizeof msg);
+    if (rc) toy_error((enum toy_status)rc, "cuda: %s", msg);
+    return rc;
+}
+
+/* x *= s, as toy_vec.scale: one rounded product per element */
+__global__ void k_scale_f32(float *x, int64_t n, float s) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        x[i] = __fmul_rn(s, x[i]);
+}
+
+extern "C" int toy_cu_scale_f32(float *x, int64_t n, float s, void *stream) {
+    if (n <= 0) return 0;
+    k_scale_f32<<<grid_for(n, TPB), TPB, 0, (cudaStream_t)stream>>>(x, n, s);
+    char msg[256];
+    int rc = launch_status("scale", msg, sizeof msg);
+    if (rc) toy_error((enum toy_status)rc, "cuda: %s", msg);
+    return rc;
+}
+
+/* Sum of squares in double (each square of a float is exact in double, as
+ * in simd.c): TOY_CU_SUMSQ_BLOCKS fixed blocks each write one partial, so
+ * the order of the additions, and the result, is the same every run. */
+__global__ void k_sumsq_f32(const float *x, int64_t n, double *partial) {
+    double s = 0;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        s += (double)x[i] * (double)x[i];
+    s = block_sum_d(s);
+    if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+__global__ void k_sum_f64(const double *x, int64_t n, double *out) {
+    double s = 0;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += x[i];
+    s = block_sum_d(s);
+    if (threadIdx.x == 0) *out = s;
+}
+
+extern "C" int toy_cu_sumsq_f32(const float *x, int64_t n, double *partial, void *stream) {
+    k_sumsq_f32<<<TOY_CU_SUMSQ_BLOCKS, TPB, 0, (cudaStream_t)stream>>>(x, n, partial);
+    char msg[256];
+    int rc = launch_status("sumsq", msg, sizeof msg);
+    if (rc) toy_error((enum toy_status)rc, "cuda: %s", msg);
+    return rc;
+}
+
+extern "C" int toy_cu_sum_f64(const double *x, int64_t n, double *out, void *stream) {
+    k_sum_f64<<<1, 1024, 0, (cudaStream_t)stream>>>(x, n, out);
+    char msg[256];
+    int rc = launch_status("sum", msg, sizeof msg);
     if (rc) toy_error((enum toy_status)rc, "cuda: %s", msg);
     return rc;
 }
