@@ -524,7 +524,7 @@ Test(ops, gemv_f32_matches_blas) {
  * stride, accumulation. 1e-5 of the terms' magnitude. */
 Test(ops, gemv_f16_bf16_match_loops) {
     __builtin_cpu_init();
-    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") || !__builtin_cpu_supports("f16c"))
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") || !toy_cpu_has_f16c())
         cr_skip_test("no AVX2 + FMA + F16C");
     bool bf16 = toy_cpu_has_avx512bf16();
     struct toy_rng r;

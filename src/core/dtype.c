@@ -2,6 +2,7 @@
  * ggml's type_traits) and IEEE half / bfloat16 conversions.
  * Block layouts: ../shared/testdata/gguf-spec and ggml-common.h. */
 #include "toy/dtype.h"
+#include "core/internal.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -138,27 +139,35 @@ __attribute__((target("avx,f16c"))) static int64_t f32_to_f16_f16c(const float *
         _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
     return i;
 }
-static int have_f16c(void) {
-    static int have = -1;
+#endif
+
+/* CPUID leaf 1, ECX bit 29 (clang has no __builtin_cpu_supports("f16c")) */
+bool toy_cpu_has_f16c(void) {
+#ifdef TOY_F16C
+    static int have = -1; /* CPUID traps to the hypervisor in a VM: ask once */
     if (have < 0) {
+        unsigned a = 0, b = 0, c = 0, d = 0;
         __builtin_cpu_init();
-        have = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+        if (__builtin_cpu_supports("avx")) __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(1), "c"(0));
+        have = __builtin_cpu_supports("avx") && ((c >> 29) & 1);
     }
     return have;
-}
+#else
+    return false;
 #endif
+}
 
 void toy_f16_to_f32_row(const toy_f16 *x, float *y, int64_t n) {
     int64_t i = 0;
 #ifdef TOY_F16C
-    if (have_f16c()) i = f16_to_f32_f16c(x, y, n);
+    if (toy_cpu_has_f16c()) i = f16_to_f32_f16c(x, y, n);
 #endif
     for (; i < n; i++) y[i] = toy_f16_to_f32(x[i]);
 }
 void toy_f32_to_f16_row(const float *x, toy_f16 *y, int64_t n) {
     int64_t i = 0;
 #ifdef TOY_F16C
-    if (have_f16c()) i = f32_to_f16_f16c(x, y, n);
+    if (toy_cpu_has_f16c()) i = f32_to_f16_f16c(x, y, n);
 #endif
     for (; i < n; i++) y[i] = toy_f32_to_f16(x[i]);
 }

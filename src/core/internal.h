@@ -8,6 +8,9 @@
 #include "toy/graph.h"
 #include "toy/tensor.h"
 
+/* the CPU converts f16 with F16C (and has AVX): CPUID, since clang lacks __builtin_cpu_supports("f16c") */
+bool toy_cpu_has_f16c(void);
+
 /* Tensor metadata in the arena, contiguous strides, no data. */
 struct toy_tensor *toy_tensor_alloc_meta(struct toy_ctx *ctx, enum toy_dtype type, int n_dims,
                                          const int64_t *ne);

@@ -379,7 +379,7 @@ void toy_cpu_matmul(struct toy_tensor *dst, int ith, int nth, void *work, size_t
             /* B rows are C's columns: threads own column ranges */
             int64_t j0, j1;
             toy_split(n, ith, nth, &j0, &j1);
-            if (m == 1 && !ta && B->type == TOY_F16 && use_gemv_f32()) { /* decode: no f32 copy of the rows */
+            if (m == 1 && !ta && B->type == TOY_F16 && use_gemv_f32() && toy_cpu_has_f16c()) { /* decode: no f32 copy */
                 if (j1 > j0)
                     toy_gemv_f16_avx2((const uint16_t *)(b + j0 * B->nb[1]), (int64_t)(B->nb[1] / 2), a, k, c + j0,
                                       j1 - j0, beta != 0);
