@@ -950,3 +950,32 @@ Test(cuda, device_optimizer_state_round_trips_through_a_checkpoint, .timeout = 3
     side_free(&s[0]);
     side_free(&s[1]);
 }
+
+/* TOY_CUDA_OPTIM=0 keeps an optimizer on the host: the graph uploads the
+ * parameters and downloads the gradients every run, as before, and the
+ * result is the same. */
+Test(cuda, toy_cuda_optim_0_keeps_the_optimizer_on_the_host) {
+    need_cuda();
+    if (!mock_copied()) cr_skip_test("needs the mock runtime's copy counters (make CUDA_MOCK=1)");
+    setenv("TOY_CUDA_OPTIM", "0", 1); /* (each test runs in its own process) */
+    struct side s;
+    side_init(&s, "cuda:0");
+    struct toy_threadpool *tp = toy_threadpool_new(1);
+    struct toy_rng r;
+    toy_rng_seed(&r, 9);
+    size_t pbytes = 0;
+    for (int i = 0; i < toy_optim_n_params(s.o); i++) pbytes += toy_nbytes(toy_optim_param(s.o, i));
+    float n;
+    side_step(&s, 1, 1.0f, 1e-3f, tp, &r, &n);
+    struct toy_tensor *p0 = toy_optim_param(s.o, 0);
+    float *before = copy_f32(p0);
+    size_t c0 = copied();
+    side_step(&s, 1, 1.0f, 1e-3f, tp, &r, &n);
+    cr_assert(!toy_optim_on_device(s.o));
+    cr_expect_geq(copied() - c0, 2 * pbytes, "a host-optimizer step copied only %zu bytes", copied() - c0);
+    cr_expect_neq(memcmp(before, p0->data, toy_nbytes(p0)), 0, "the host step did not update p->data");
+    free(before);
+    toy_threadpool_free(tp);
+    side_free(&s);
+    unsetenv("TOY_CUDA_OPTIM");
+}

@@ -30,6 +30,9 @@ echo "simple attention: $(grep Synthesis "$R/test-cuda-attn-simple.txt")"
 step "decode without CUDA graph capture (TOY_CUDA_GRAPH=0) too"
 TOY_CUDA_GRAPH=0 timeout 60 ./build-cuda/toy-tests --filter 'cuda/*decode*' -j1 > "$R/test-cuda-nograph.txt" 2>&1
 echo "uncaptured decode: $(grep Synthesis "$R/test-cuda-nograph.txt")"
+step "training with the optimizer on the host too (TOY_CUDA_OPTIM=0: parameters up, gradients down every step)"
+TOY_CUDA_OPTIM=0 timeout 60 ./build-cuda/toy-tests --filter 'cuda/llama_training*' -j1 > "$R/test-cuda-host-optim.txt" 2>&1
+echo "host optimizer: $(grep Synthesis "$R/test-cuda-host-optim.txt")"
 step "TF32 and BF16 GEMM modes (looser: the bounds are F32's, failures here are expected and informative)"
 for m in tf32 bf16; do
   TOY_CUDA_MATH=$m timeout 60 ./build-cuda/toy-tests --filter 'cuda/llama_*' -j1 > "$R/test-cuda-$m.txt" 2>&1
