@@ -68,6 +68,8 @@ struct toy_optim_group {
 struct toy_optim;
 
 struct toy_optim *toy_optim_new(enum toy_optim_kind kind);
+/* On a device, copies the parameters back to the host first (not the
+ * gradients, which their owner may have released already). */
 void toy_optim_free(struct toy_optim *opt);
 /* Returns the new group's index. */
 int toy_optim_add_group(struct toy_optim *opt, const struct toy_optim_group *g);

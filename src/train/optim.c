@@ -135,13 +135,18 @@ enum toy_status toy_optim_sync_host(struct toy_optim *o) {
     return dev_to_host(o, TOY_DEV_PARAMS | TOY_DEV_GRADS | TOY_DEV_STATE);
 }
 
-enum toy_status toy_optim_release_device(struct toy_optim *o) {
+/* Back to the host, copying `what` first (TOY_DEV_* bits). */
+static enum toy_status leave_device(struct toy_optim *o, int what) {
     if (!o->dev) return TOY_OK;
-    enum toy_status st = toy_optim_sync_host(o);
+    enum toy_status st = dev_to_host(o, what);
     o->dops->detach(o->dev);
     o->dev = NULL;
     o->dops = NULL;
     return st;
+}
+
+enum toy_status toy_optim_release_device(struct toy_optim *o) {
+    return leave_device(o, TOY_DEV_PARAMS | TOY_DEV_GRADS | TOY_DEV_STATE);
 }
 
 enum toy_status toy_optim_set_device_resident(struct toy_optim *o, bool on) {
@@ -151,7 +156,9 @@ enum toy_status toy_optim_set_device_resident(struct toy_optim *o, bool on) {
 
 void toy_optim_free(struct toy_optim *o) {
     if (!o) return;
-    toy_optim_release_device(o); /* the host holds the last weights */
+    /* the host holds the last weights; the state dies here, and the
+     * gradients may already be gone (owners detach them before this) */
+    leave_device(o, TOY_DEV_PARAMS);
     free(o->refs);
     for (int i = 0; i < o->n_params; i++) {
         free(o->params[i].m);

@@ -259,7 +259,7 @@ static enum toy_status to_host(struct toy_dev_optim *d, int what) {
         size_t bytes = (size_t)dp->n * sizeof(float);
         if (what & TOY_DEV_PARAMS)
             st = toy_cu_check(cudaMemcpyAsync(dp->t->data, dp->p, bytes, cudaMemcpyDeviceToHost, s), "download");
-        if (!st && (what & TOY_DEV_GRADS))
+        if (!st && (what & TOY_DEV_GRADS) && dp->t->grad) /* (an owner may have detached it) */
             st = toy_cu_check(cudaMemcpyAsync(dp->t->grad->data, dp->g, bytes, cudaMemcpyDeviceToHost, s), "download");
         if (!st && (what & TOY_DEV_STATE))
             st = toy_cu_check(cudaMemcpyAsync(dp->hm, dp->m, bytes, cudaMemcpyDeviceToHost, s), "download");
