@@ -13,6 +13,12 @@
  *       activations to Q8_0; CUDA does not)                2e-2
  *     Llama logits (F32)                                    1e-4
  *     20 AdamW steps of a Llama, loss per step (F32)        1e-4 relative
+ *     12 device-resident AdamW steps (accumulation 2, clip
+ *       0.5): loss per step 1e-4 relative, norm per step
+ *       1e-4 relative, parameters after the last step       2e-3 of max |p|
+ * The device-resident optimizer's bookkeeping (copies per step, stale host
+ * copies until a sync, release, checkpoint round trip) is checked under
+ * the mock runtime (make CUDA_MOCK=1), whose copy counters it reads.
  * Every test skips when toy is built without CUDA or no CUDA device is
  * usable, except the device-name checks, which hold in every build.
  */
