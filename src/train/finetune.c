@@ -281,7 +281,8 @@ enum toy_status toy_finetuner_set_collective(struct toy_finetuner *f, toy_allred
     f->allreduce = allreduce;
     f->reduce = reduce;
     f->coll = ud;
-    return TOY_OK;
+    /* gradients are reduced in host memory: the optimizer steps there too */
+    return f->opt ? toy_optim_set_device_resident(f->opt, false) : TOY_OK;
 }
 
 void toy_finetuner_on_step(struct toy_finetuner *f, toy_step_fn fn, void *ud) {

@@ -77,6 +77,8 @@ void toy_trainer_set_collective(struct toy_trainer *t, toy_allreduce_fn fn, void
     t->rank = rank;
     t->world = world > 0 ? world : 1;
     if (rank != 0) t->ev = NULL; /* rank 0 alone writes events */
+    /* gradients are reduced in host memory: the optimizer steps there too */
+    if (t->world > 1 && t->opt) toy_optim_set_device_resident(t->opt, false);
 }
 
 int toy_trainer_params(const struct toy_trainer *t, struct toy_tensor *const **params) {
