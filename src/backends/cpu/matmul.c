@@ -80,6 +80,21 @@ static inline int64_t bidx(int64_t i, int64_t n_out, int64_t n_src) {
     return n_src == n_out ? i : n_src == 1 ? 0 : i / (n_out / n_src);
 }
 
+/* batch bi (of dst's ne[2] x ne[3]): A's and B's matrices (a broadcast one
+ * serves several) and C's */
+struct mm_batch {
+    const char *a, *b;
+    float *c;
+};
+static inline struct mm_batch batch_at(const struct toy_tensor *dst, int64_t bi) {
+    const struct toy_tensor *A = dst->src[0], *B = dst->src[1];
+    int64_t i2 = bi % dst->ne[2], i3 = bi / dst->ne[2];
+    return (struct mm_batch){
+        (const char *)A->data + bidx(i2, dst->ne[2], A->ne[2]) * A->nb[2] + bidx(i3, dst->ne[3], A->ne[3]) * A->nb[3],
+        (const char *)B->data + bidx(i2, dst->ne[2], B->ne[2]) * B->nb[2] + bidx(i3, dst->ne[3], B->ne[3]) * B->nb[3],
+        (float *)((char *)dst->data + i2 * dst->nb[2] + i3 * dst->nb[3])};
+}
+
 enum toy_status toy_tensor_pack(struct toy_tensor *t) {
     toy_cpu_init();
     if (t->packed || (t->type != TOY_Q8_0 && t->type != TOY_Q4_0 && t->type != TOY_Q4_K) || !toy_qdot.qgemm_packed ||
@@ -166,12 +181,10 @@ static void matmul_qgemm(struct toy_tensor *dst, int ith, int nth, void *work, s
     toy_split(m, ith, nth, &i0, &i1);
     if (i1 <= i0) return;
     for (int64_t bi = 0; bi < nbatch; bi++) {
-        int64_t i2 = bi % dst->ne[2], i3 = bi / dst->ne[2];
-        const char *a = (const char *)A->data + bidx(i2, dst->ne[2], A->ne[2]) * A->nb[2] +
-                        bidx(i3, dst->ne[3], A->ne[3]) * A->nb[3];
-        const char *b = (const char *)B->data + bidx(i2, dst->ne[2], B->ne[2]) * B->nb[2] +
-                        bidx(i3, dst->ne[3], B->ne[3]) * B->nb[3];
-        float *c = (float *)((char *)dst->data + i2 * dst->nb[2] + i3 * dst->nb[3]);
+        struct mm_batch bt = batch_at(dst, bi);
+        const char *a = bt.a;
+        const char *b = bt.b;
+        float *c = bt.c;
         toy_qdot.qgemm(B->type, i1 - i0, n, k, (const float *)(a + i0 * A->nb[1]), (int64_t)(A->nb[1] / sizeof(float)),
                        b, B->nb[1], c + i0 * n, n, accum, scratch);
     }
@@ -185,12 +198,9 @@ static void matmul_qdot(struct toy_tensor *dst, int ith, int nth, void *work, si
     uint8_t *qa = toy_work_slice((char *)work + TOY_WORK_HEAD, ws - TOY_WORK_HEAD, ith, nth);
     float (*dot)(const void *, const void *, int64_t) = B->type == TOY_Q8_0 ? toy_qdot.q8_0 : toy_qdot.q4_0;
     for (int64_t bi = 0; bi < dst->ne[2] * dst->ne[3]; bi++) {
-        int64_t i2 = bi % dst->ne[2], i3 = bi / dst->ne[2];
-        const char *a = (const char *)A->data + (A->ne[2] == 1 ? 0 : i2 / (dst->ne[2] / A->ne[2])) * A->nb[2] +
-                        (A->ne[3] == 1 ? 0 : i3 / (dst->ne[3] / A->ne[3])) * A->nb[3];
-        const char *b = (const char *)B->data + (B->ne[2] == 1 ? 0 : i2 / (dst->ne[2] / B->ne[2])) * B->nb[2] +
-                        (B->ne[3] == 1 ? 0 : i3 / (dst->ne[3] / B->ne[3])) * B->nb[3];
-        float *c = (float *)((char *)dst->data + i2 * dst->nb[2] + i3 * dst->nb[3]);
+        struct mm_batch bt = batch_at(dst, bi);
+        const char *a = bt.a, *b = bt.b;
+        float *c = bt.c;
         for (int64_t i = 0; i < m; i++) toy_qdot.quantize_q8_0((const float *)(a + i * A->nb[1]), qa + i * qrow, k);
         int64_t j0, j1;
         toy_split(n, ith, nth, &j0, &j1);
@@ -252,12 +262,10 @@ static void matmul_bf16(struct toy_tensor *dst, int ith, int nth, void *work, si
     if (i1 <= i0 || j1 <= j0) return;
     if (m == 1 && tb && !ta) { /* decode: each weight row once, straight from memory */
         for (int64_t bi = 0; bi < dst->ne[2] * dst->ne[3]; bi++) {
-            int64_t i2 = bi % dst->ne[2], i3 = bi / dst->ne[2];
-            const float *a = (const float *)((const char *)A->data + bidx(i2, dst->ne[2], A->ne[2]) * A->nb[2] +
-                                             bidx(i3, dst->ne[3], A->ne[3]) * A->nb[3]);
-            const char *b = (const char *)B->data + bidx(i2, dst->ne[2], B->ne[2]) * B->nb[2] +
-                            bidx(i3, dst->ne[3], B->ne[3]) * B->nb[3];
-            float *c = (float *)((char *)dst->data + i2 * dst->nb[2] + i3 * dst->nb[3]);
+            struct mm_batch bt = batch_at(dst, bi);
+            const float *a = (const float *)bt.a;
+            const char *b = bt.b;
+            float *c = bt.c;
             toy_pack_f32_bf16(a, k, pa, kp);
             toy_gemv_bf16_avx512((const uint16_t *)(b + j0 * B->nb[1]), (int64_t)(B->nb[1] / 2), pa, k, c + j0,
                                  j1 - j0, beta != 0);
@@ -267,12 +275,10 @@ static void matmul_bf16(struct toy_tensor *dst, int ith, int nth, void *work, si
     int64_t mr = i1 - i0, mp = round_up(mr, BF16_TILE_R);
     uint16_t *pb = pa + mp * kp;
     for (int64_t bi = 0; bi < dst->ne[2] * dst->ne[3]; bi++) {
-        int64_t i2 = bi % dst->ne[2], i3 = bi / dst->ne[2];
-        const char *a = (const char *)A->data + bidx(i2, dst->ne[2], A->ne[2]) * A->nb[2] +
-                        bidx(i3, dst->ne[3], A->ne[3]) * A->nb[3];
-        const char *b = (const char *)B->data + bidx(i2, dst->ne[2], B->ne[2]) * B->nb[2] +
-                        bidx(i3, dst->ne[3], B->ne[3]) * B->nb[3];
-        float *c = (float *)((char *)dst->data + i2 * dst->nb[2] + i3 * dst->nb[3]);
+        struct mm_batch bt = batch_at(dst, bi);
+        const char *a = bt.a;
+        const char *b = bt.b;
+        float *c = bt.c;
         if (ta) {
             toy_pack_f32_bf16_cols((const float *)a, (int64_t)(A->nb[1] / sizeof(float)), i0, mr, k, pa, kp);
             memset(pa + mr * kp, 0, (size_t)((mp - mr) * kp) * 2);
@@ -329,12 +335,10 @@ void toy_cpu_matmul(struct toy_tensor *dst, int ith, int nth, void *work, size_t
         toy_split(items, ith, nth, &w0, &w1);
         for (int64_t w = w0; w < w1; w++) {
             int64_t bi = w / nsplit, part = w % nsplit;
-            int64_t i2 = bi % dst->ne[2], i3 = bi / dst->ne[2];
-            const float *a = (const float *)((const char *)A->data + bidx(i2, dst->ne[2], A->ne[2]) * A->nb[2] +
-                                             bidx(i3, dst->ne[3], A->ne[3]) * A->nb[3]);
-            const float *b = (const float *)((const char *)B->data + bidx(i2, dst->ne[2], B->ne[2]) * B->nb[2] +
-                                             bidx(i3, dst->ne[3], B->ne[3]) * B->nb[3]);
-            float *c = (float *)((char *)dst->data + i2 * dst->nb[2] + i3 * dst->nb[3]);
+            struct mm_batch bt = batch_at(dst, bi);
+            const float *a = (const float *)bt.a;
+            const float *b = (const float *)bt.b;
+            float *c = bt.c;
             int64_t lo, hi;
             toy_split(split_m ? m : n, (int)part, (int)nsplit, &lo, &hi);
             if (hi <= lo) continue;
@@ -369,12 +373,10 @@ void toy_cpu_matmul(struct toy_tensor *dst, int ith, int nth, void *work, size_t
     float *scratch = toy_work_slice((char *)work + TOY_WORK_HEAD, ws - TOY_WORK_HEAD, ith, nth);
     int64_t bk = B->ne[0]; /* elements per B row */
     for (int64_t bi = 0; bi < nbatch; bi++) {
-        int64_t i2 = bi % dst->ne[2], i3 = bi / dst->ne[2];
-        const float *a = (const float *)((const char *)A->data + bidx(i2, dst->ne[2], A->ne[2]) * A->nb[2] +
-                                         bidx(i3, dst->ne[3], A->ne[3]) * A->nb[3]);
-        const char *b = (const char *)B->data + bidx(i2, dst->ne[2], B->ne[2]) * B->nb[2] +
-                        bidx(i3, dst->ne[3], B->ne[3]) * B->nb[3];
-        float *c = (float *)((char *)dst->data + i2 * dst->nb[2] + i3 * dst->nb[3]);
+        struct mm_batch bt = batch_at(dst, bi);
+        const float *a = (const float *)bt.a;
+        const char *b = bt.b;
+        float *c = bt.c;
         if (tb) {
             /* B rows are C's columns: threads own column ranges */
             int64_t j0, j1;
