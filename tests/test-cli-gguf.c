@@ -129,8 +129,9 @@ Test(cli_gguf, quantize_and_models) {
 }
 
 /* `toy bench` on a user's model: one JSON result with a run per thread
- * count, positive speeds and bound, the peak RSS; a prompt that does not
- * fit the context is a usage error naming both numbers. */
+ * count, positive speeds and bound, the peak RSS, the cache type and the
+ * cache bytes a step reads (an f32 cache twice an f16 one); a bad cache
+ * type and a prompt that does not fit the context are usage errors. */
 Test(cli_gguf, bench_reports_speed_against_the_bound) {
     const char *b = bin();
     char cmd[2048];
@@ -152,7 +153,25 @@ Test(cli_gguf, bench_reports_speed_against_the_bound) {
         cr_expect_gt(json_real_value(json_object_get(r, "decode_bound_tok_s")), 0);
     }
     cr_expect_gt(json_real_value(json_object_get(j, "peak_rss_mb")), 0);
+    cr_expect_str_eq(json_string_value(json_object_get(j, "kv_type")), "f16"); /* the CLI's default cache */
+    double kv16 = json_real_value(json_object_get(j, "kv_bytes"));
+    cr_expect_gt(kv16, 0);
     json_decref(j);
+    free(out);
+    /* an f32 cache: twice the bytes a step reads from it */
+    snprintf(cmd, sizeof cmd, "%s bench -m %s --threads 1 --prompt 16 --gen 4 --reps 1 --kv-type f32 --json", b, TINY);
+    out = run(cmd, &rc);
+    cr_assert_eq(rc, 0, "%s", out);
+    j = json_loads(out, 0, &err);
+    cr_assert(j, "%s: %s", err.text, out);
+    cr_expect_str_eq(json_string_value(json_object_get(j, "kv_type")), "f32");
+    cr_expect_float_eq(json_real_value(json_object_get(j, "kv_bytes")), 2 * kv16, 1e-6 * kv16);
+    json_decref(j);
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s bench -m %s --kv-type q8_0 2>&1", b, TINY);
+    out = run(cmd, &rc);
+    cr_expect_eq(WEXITSTATUS(rc), 2, "%s", out);
+    cr_expect(strstr(out, "--kv-type"), "%s", out);
     free(out);
     snprintf(cmd, sizeof cmd, "%s bench -m %s --prompt 100000 2>&1", b, TINY);
     out = run(cmd, &rc);
