@@ -7,6 +7,7 @@
  * token) and the process's peak RSS. The
  * prompt is synthetic token ids, so no tokenizer is needed; `make bench`
  * compares the same protocol against PyTorch and llama.cpp. */
+#include <cblas.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +32,45 @@ static bool count_token(void *ud, int32_t id, const char *text, size_t len, floa
     (void)id; (void)text; (void)len; (void)lp;
     (*(int64_t *)ud)++;
     return true;
+}
+
+
+/* what the figures depend on: CPU model, cores, the ISA extensions toy's
+ * kernels use (from /proc/cpuinfo) and the BLAS core type */
+static json_t *machine(char *line, size_t cap) {
+    char model[256] = "unknown CPU", flags_seen[160] = "";
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char buf[8192];
+    bool got_model = false, got_flags = false;
+    while (f && fgets(buf, sizeof buf, f) && !(got_model && got_flags)) {
+        char *colon = strchr(buf, ':');
+        if (!colon) continue;
+        char *v = colon + 1 + (colon[1] == ' ');
+        v[strcspn(v, "\n")] = 0;
+        if (!got_model && !strncmp(buf, "model name", 10)) {
+            snprintf(model, sizeof model, "%s", v);
+            got_model = true;
+        } else if (!got_flags && !strncmp(buf, "flags", 5)) {
+            static const char *const want[] = {"avx2", "f16c", "avx512f", "avx512_bf16", "avx512_vnni"};
+            for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+                char pat[40];
+                snprintf(pat, sizeof pat, " %s ", want[i]);
+                char padded[8200];
+                snprintf(padded, sizeof padded, " %s ", v);
+                if (strstr(padded, pat)) {
+                    size_t n = strlen(flags_seen);
+                    snprintf(flags_seen + n, sizeof flags_seen - n, "%s%s", n ? " " : "", want[i]);
+                }
+            }
+            got_flags = true;
+        }
+    }
+    if (f) fclose(f);
+    const char *blas = openblas_get_corename();
+    snprintf(line, cap, "machine: %s, %d cores, %s, OpenBLAS %s", model, toy_num_cores(),
+             flags_seen[0] ? flags_seen : "no AVX2", blas ? blas : "?");
+    return json_pack("{s:s,s:i,s:s,s:s}", "cpu", model, "cores", toy_num_cores(), "isa", flags_seen, "blas_core",
+                     blas ? blas : "");
 }
 
 int toy_cmd_bench(int argc, char **argv) {
@@ -94,6 +134,9 @@ int toy_cmd_bench(int argc, char **argv) {
     /* the cache a decode step reads besides the weights, at the middle of the generation (not in the bound) */
     double kv_bytes = 2.0 * (double)m->cfg.n_layers * (double)m->cfg.n_kv_heads * (double)toy_llama_head_dim(&m->cfg) *
                       (kv_type == TOY_F16 ? 2 : 4) * (double)(n_prompt + n_gen / 2);
+    char mline[512];
+    json_t *mach = machine(mline, sizeof mline);
+    if (!json) printf("%s\n", mline);
     if (!json)
         printf("%s: %s, %.1fM parameters, %.1f MB of weights read per decoded token (+ %.1f MB of %s KV cache);\n"
                "prompt %lld, %lld generated, best of %lld\n",
@@ -148,8 +191,8 @@ int toy_cmd_bench(int argc, char **argv) {
         fflush(stdout);
     }
     if (!rc && json) {
-        json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:f,s:f,s:I,s:I,s:o,s:f}", "format", "toy/bench-v1", "model",
-                              resolved, "weight_type", toy_dtype_name(m->layers[0].wq->type), "kv_type",
+        json_t *j = json_pack("{s:s,s:o,s:s,s:s,s:s,s:f,s:f,s:I,s:I,s:o,s:f}", "format", "toy/bench-v1", "machine",
+                              mach, "model", resolved, "weight_type", toy_dtype_name(m->layers[0].wq->type), "kv_type",
                               toy_dtype_name(kv_type), "decode_bytes", bytes, "kv_bytes", kv_bytes, "prompt",
                               (json_int_t)n_prompt, "generated", (json_int_t)n_gen, "runs", rows, "peak_rss_mb",
                               ru.ru_maxrss / 1024.0);
@@ -159,6 +202,7 @@ int toy_cmd_bench(int argc, char **argv) {
         json_decref(j);
     } else {
         json_decref(rows);
+        json_decref(mach);
         if (!rc) printf("  peak RSS %.0f MB (weights read per token: %.0f MB)\n", ru.ru_maxrss / 1024.0, bytes / 1e6);
     }
     free(prompt);

@@ -129,7 +129,8 @@ Test(cli_gguf, quantize_and_models) {
 }
 
 /* `toy bench` on a user's model: one JSON result with a run per thread
- * count, positive speeds and bound, the peak RSS, the cache type and the
+ * count, positive speeds and bound, the peak RSS, the machine (CPU, cores,
+ * ISA extensions, BLAS core), the cache type and the
  * cache bytes a step reads (an f32 cache twice an f16 one); a bad cache
  * type and a prompt that does not fit the context are usage errors. */
 Test(cli_gguf, bench_reports_speed_against_the_bound) {
@@ -154,6 +155,10 @@ Test(cli_gguf, bench_reports_speed_against_the_bound) {
     }
     cr_expect_gt(json_real_value(json_object_get(j, "peak_rss_mb")), 0);
     cr_expect_str_eq(json_string_value(json_object_get(j, "kv_type")), "f16"); /* the CLI's default cache */
+    json_t *mach = json_object_get(j, "machine"); /* what the figures depend on */
+    cr_expect(json_string_length(json_object_get(mach, "cpu")) > 0, "%s", out);
+    cr_expect_gt(json_integer_value(json_object_get(mach, "cores")), 0);
+    cr_expect(json_is_string(json_object_get(mach, "isa")) && json_is_string(json_object_get(mach, "blas_core")), "%s", out);
     double kv16 = json_real_value(json_object_get(j, "kv_bytes"));
     cr_expect_gt(kv16, 0);
     json_decref(j);
