@@ -18,6 +18,7 @@
 #include "toy/gguf.h"
 #include "toy/llama.h"
 #include "toy/toy.h"
+#include "alloc-count.h"
 #include "harness.h"
 
 /* random init, then every norm weight and bias perturbed so none is trivial */
@@ -378,5 +379,49 @@ Test(llama, bf16_backward_casts_each_activation_once) {
     cr_log_info("bf16 casts of activations: %d", casts);
     cr_assert_gt(casts, 0, "no bf16 weight-gradient products");
     toy_ctx_free(ctx);
+    toy_llama_free(m);
+}
+
+/* A decode step (the graph, then sampling) makes no heap allocation once the
+ * first has run: f16 cache, head size 64 (the all-heads decode attention),
+ * greedy and top-k/top-p sampling with a repeat penalty. */
+Test(llama, decode_steps_allocate_nothing) {
+    struct toy_llama_config c = base_config();
+    c.d_model = 128;
+    c.n_heads = 2;
+    c.n_kv_heads = 1;
+    struct toy_llama *m = random_model(&c, 5);
+    struct toy_kv_cache kv;
+    cr_assert_eq(toy_kv_cache_init_type(&kv, m, 32, 1, TOY_F16), TOY_OK, "%s", toy_last_error());
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, 1, 1), *pos = toy_new_tensor_1d(ctx, TOY_I32, 1);
+    struct toy_tensor *lg = toy_llama_forward_cached(ctx, m, &kv, tok, pos);
+    toy_set_output(lg);
+    struct toy_graph *g = toy_graph_new(ctx);
+    toy_graph_build(g, lg);
+    struct toy_threadpool *tp = toy_threadpool_new(2);
+    struct toy_sampler *greedy = toy_sampler_new(&(struct toy_sampler_params){0}, c.vocab);
+    struct toy_sampler *topp = toy_sampler_new(
+        &(struct toy_sampler_params){.temperature = 0.8f, .top_k = 20, .top_p = 0.9f, .repeat_penalty = 1.1f, .seed = 3},
+        c.vocab);
+    int32_t next = 1;
+    for (int step = 0; step < 12; step++) {
+        *(int32_t *)kv.n_past->data = step;
+        *(int32_t *)tok->data = next;
+        *(int32_t *)pos->data = step;
+        long before = toy_test_alloc_count();
+        cr_assert_eq(toy_graph_compute(g, tp), TOY_OK, "%s", toy_last_error());
+        float lp;
+        struct toy_sampler *s = step % 2 ? topp : greedy;
+        next = toy_sampler_sample(s, lg->data, &lp);
+        toy_sampler_accept(s, next);
+        long made = toy_test_alloc_count() - before;
+        if (step > 1) cr_assert_eq(made, 0, "decode step %d made %ld heap allocations", step, made);
+    }
+    toy_sampler_free(greedy);
+    toy_sampler_free(topp);
+    toy_threadpool_free(tp);
+    toy_ctx_free(ctx);
+    toy_kv_cache_free(&kv);
     toy_llama_free(m);
 }
