@@ -52,11 +52,11 @@ static json_t *machine(char *line, size_t cap) {
             got_model = true;
         } else if (!got_flags && !strncmp(buf, "flags", 5)) {
             static const char *const want[] = {"avx2", "f16c", "avx512f", "avx512_bf16", "avx512_vnni"};
+            char padded[8200]; /* " flag flag ... ": whole words match */
+            snprintf(padded, sizeof padded, " %s ", v);
             for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
                 char pat[40];
                 snprintf(pat, sizeof pat, " %s ", want[i]);
-                char padded[8200];
-                snprintf(padded, sizeof padded, " %s ", v);
                 if (strstr(padded, pat)) {
                     size_t n = strlen(flags_seen);
                     snprintf(flags_seen + n, sizeof flags_seen - n, "%s%s", n ? " " : "", want[i]);

@@ -165,3 +165,16 @@ double th_kv_decode_vs_full(th_cached_fn fwd, void *model, struct toy_kv_cache *
     toy_threadpool_free(tp);
     return worst;
 }
+
+bool th_files_equal(const char *a, const char *b) {
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    bool eq = fa && fb;
+    while (eq) {
+        int ca = fgetc(fa), cb = fgetc(fb);
+        if (ca != cb) eq = false;
+        if (ca == EOF || cb == EOF) break;
+    }
+    if (fa) fclose(fa);
+    if (fb) fclose(fb);
+    return eq;
+}

@@ -6,6 +6,7 @@
 #define TOY_TEST_HARNESS_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "toy/llama.h"
@@ -44,6 +45,9 @@ typedef struct toy_tensor *(*th_cached_fn)(struct toy_ctx *ctx, void *model, str
  * V logits, full being the whole sequence's forward (T x V). */
 double th_kv_decode_vs_full(th_cached_fn fwd, void *model, struct toy_kv_cache *kv, const int32_t *tokens, int T,
                             int P, int64_t V, const float *full);
+
+/* the two files exist and hold the same bytes */
+bool th_files_equal(const char *a, const char *b);
 
 /* a JSON array of n floats */
 json_t *th_floats(const float *x, int64_t n);

@@ -31,6 +31,18 @@ static char *run(const char *cmd, int *rc) {
     return out;
 }
 
+/* runs cmd, which must succeed and print one JSON document; returns it */
+static json_t *run_json(const char *cmd) {
+    int rc;
+    char *out = run(cmd, &rc);
+    cr_assert_eq(rc, 0, "%s: %s", cmd, out);
+    json_error_t err;
+    json_t *j = json_loads(out, 0, &err);
+    cr_assert(j, "%s: %s", err.text, out);
+    free(out);
+    return j;
+}
+
 static const char *bin(void) {
     const char *b = getenv("TOY_BIN");
     struct stat sb;
@@ -44,12 +56,7 @@ Test(cli_gguf, describe_json) {
     const char *b = bin();
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "%s describe %s --json", b, TINY);
-    int rc;
-    char *out = run(cmd, &rc);
-    cr_assert_eq(rc, 0, "%s", out);
-    json_error_t err;
-    json_t *j = json_loads(out, 0, &err);
-    cr_assert(j, "%s: %s", err.text, out);
+    json_t *j = run_json(cmd);
     cr_expect_str_eq(json_string_value(json_object_get(j, "architecture")), "llama");
     cr_expect_eq(json_integer_value(json_object_get(j, "params")), 513048);
     cr_expect_str_eq(json_string_value(json_object_get(j, "file_type_name")), "F16");
@@ -64,10 +71,10 @@ Test(cli_gguf, describe_json) {
     cr_expect(strstr(card, "W_e ∈ R^(d_e×N_V) = (8×32000)"), "%s", card);
     cr_expect(strstr(card, "SiLU(W_gate X̃) ⊙ W_up X̃"));
     json_decref(j);
-    free(out);
 
+    int rc;
     snprintf(cmd, sizeof cmd, "%s describe %s", b, TINY);
-    out = run(cmd, &rc);
+    char *out = run(cmd, &rc);
     cr_expect_eq(rc, 0);
     cr_expect(strstr(out, "parameters     513.05K (513048)"), "%s", out);
     cr_expect(strstr(out, "bos 1 <s>, eos 2 </s>"), "%s", out);
@@ -137,12 +144,7 @@ Test(cli_gguf, bench_reports_speed_against_the_bound) {
     const char *b = bin();
     char cmd[2048];
     snprintf(cmd, sizeof cmd, "%s bench -m %s --threads 1,2 --prompt 16 --gen 4 --reps 1 --json", b, TINY);
-    int rc;
-    char *out = run(cmd, &rc);
-    cr_assert_eq(rc, 0, "%s", out);
-    json_error_t err;
-    json_t *j = json_loads(out, 0, &err);
-    cr_assert(j, "%s: %s", err.text, out);
+    json_t *j = run_json(cmd);
     cr_expect_str_eq(json_string_value(json_object_get(j, "format")), "toy/bench-v1");
     json_t *runs = json_object_get(j, "runs");
     cr_assert_eq(json_array_size(runs), 2);
@@ -156,25 +158,21 @@ Test(cli_gguf, bench_reports_speed_against_the_bound) {
     cr_expect_gt(json_real_value(json_object_get(j, "peak_rss_mb")), 0);
     cr_expect_str_eq(json_string_value(json_object_get(j, "kv_type")), "f16"); /* the CLI's default cache */
     json_t *mach = json_object_get(j, "machine"); /* what the figures depend on */
-    cr_expect(json_string_length(json_object_get(mach, "cpu")) > 0, "%s", out);
+    cr_expect(json_string_length(json_object_get(mach, "cpu")) > 0);
     cr_expect_gt(json_integer_value(json_object_get(mach, "cores")), 0);
-    cr_expect(json_is_string(json_object_get(mach, "isa")) && json_is_string(json_object_get(mach, "blas_core")), "%s", out);
+    cr_expect(json_is_string(json_object_get(mach, "isa")) && json_is_string(json_object_get(mach, "blas_core")));
     double kv16 = json_real_value(json_object_get(j, "kv_bytes"));
     cr_expect_gt(kv16, 0);
     json_decref(j);
-    free(out);
     /* an f32 cache: twice the bytes a step reads from it */
     snprintf(cmd, sizeof cmd, "%s bench -m %s --threads 1 --prompt 16 --gen 4 --reps 1 --kv-type f32 --json", b, TINY);
-    out = run(cmd, &rc);
-    cr_assert_eq(rc, 0, "%s", out);
-    j = json_loads(out, 0, &err);
-    cr_assert(j, "%s: %s", err.text, out);
+    j = run_json(cmd);
     cr_expect_str_eq(json_string_value(json_object_get(j, "kv_type")), "f32");
     cr_expect_float_eq(json_real_value(json_object_get(j, "kv_bytes")), 2 * kv16, 1e-6 * kv16);
     json_decref(j);
-    free(out);
+    int rc;
     snprintf(cmd, sizeof cmd, "%s bench -m %s --kv-type q8_0 2>&1", b, TINY);
-    out = run(cmd, &rc);
+    char *out = run(cmd, &rc);
     cr_expect_eq(WEXITSTATUS(rc), 2, "%s", out);
     cr_expect(strstr(out, "--kv-type"), "%s", out);
     free(out);

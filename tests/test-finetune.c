@@ -155,19 +155,6 @@ static void randomize_b(struct toy_lora *a, uint64_t seed, float std) {
     }
 }
 
-static bool files_equal(const char *a, const char *b) {
-    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
-    bool eq = fa && fb;
-    while (eq) {
-        int ca = fgetc(fa), cb = fgetc(fb);
-        if (ca != cb) eq = false;
-        if (ca == EOF || cb == EOF) break;
-    }
-    if (fa) fclose(fa);
-    if (fb) fclose(fb);
-    return eq;
-}
-
 /* ---- LoRA math -------------------------------------------------------------------- */
 
 Test(finetune, zero_b_leaves_logits_unchanged) {
@@ -341,7 +328,7 @@ Test(finetune, adapter_gguf_is_llamacpp_convention_and_round_trips) {
     cr_assert_float_eq(m->lora_scale, 5.0f / 3.0f, 1e-7);
     cr_assert_float_eq(toy_lora_get_opts(a)->dropout, 0.1f, 1e-7);
     cr_assert_eq(toy_lora_save(a, a2), TOY_OK);
-    cr_assert(files_equal(a1, a2), "adapter changed on load + save");
+    cr_assert(th_files_equal(a1, a2), "adapter changed on load + save");
     toy_lora_free(a);
     /* a wrong base is refused with llama.cpp's shape check */
     struct toy_llama_config c2 = c;
@@ -665,7 +652,7 @@ Test(finetune, finetune_teaches_a_from_scratch_model_and_resumes_exactly, .timeo
     char a1[700], a2[700];
     snprintf(a1, sizeof a1, "%s/run/weights/straight.gguf", th_dir);
     snprintf(a2, sizeof a2, "%s/run/weights/step_24.gguf", th_dir);
-    cr_assert(files_equal(a1, a2), "resumed adapter differs from the uninterrupted one");
+    cr_assert(th_files_equal(a1, a2), "resumed adapter differs from the uninterrupted one");
     th_rmdir();
 }
 

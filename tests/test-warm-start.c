@@ -269,19 +269,6 @@ Test(warm_start, learned_projection_trains_faster_than_random_init, .timeout = 1
  * projection and the residual, and resuming re-attaches the projection from
  * the donor. A 16-step run checkpointed at 8 and resumed from 8 ends with
  * the same weights file, to the bit. */
-static bool same_file(const char *a, const char *b) {
-    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
-    bool eq = fa && fb;
-    while (eq) {
-        int ca = fgetc(fa), cb = fgetc(fb);
-        if (ca != cb) eq = false;
-        if (ca == EOF || cb == EOF) break;
-    }
-    if (fa) fclose(fa);
-    if (fb) fclose(fb);
-    return eq;
-}
-
 Test(warm_start, resume_of_a_projected_run_is_bit_identical, .timeout = 300) {
     th_mkdir("ws");
     const char *bin = getenv("TOY_BIN") ? getenv("TOY_BIN") : "build/toy";
@@ -309,7 +296,7 @@ Test(warm_start, resume_of_a_projected_run_is_bit_identical, .timeout = 300) {
     char a[400], b[400];
     snprintf(a, sizeof a, "%s/run/weights/straight.gguf", th_dir);
     snprintf(b, sizeof b, "%s/run/weights/step_16.gguf", th_dir);
-    cr_assert(same_file(a, b), "the resumed warm-started run differs from the uninterrupted one");
+    cr_assert(th_files_equal(a, b), "the resumed warm-started run differs from the uninterrupted one");
     /* the state file carries the projection */
     struct toy_gguf *g;
     snprintf(a, sizeof a, "%s/run/weights/step_8.state.gguf", th_dir);
