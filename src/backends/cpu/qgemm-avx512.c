@@ -215,62 +215,6 @@ static inline __attribute__((always_inline)) void kernel_packed(int R, enum toy_
     }
 }
 
-/* One row times two packed groups that lie far apart: two sequential
- * streams in flight per thread instead of one. */
-static inline __attribute__((always_inline)) void kernel_packed_2s(enum toy_dtype bt, int64_t nb, const int8_t *qa,
-                                                                   const float *da, const int32_t *sa, const float *xs,
-                                                                   const uint8_t *pk0, const uint8_t *pk1, float *c0,
-                                                                   float *c1, int nc0, int nc1, bool accum) {
-    bool q8 = bt == TOY_Q8_0, qk = bt == TOY_Q4_K;
-    size_t bb = q8 ? TOY_QPACK_BLOCK_Q8_0 : qk ? TOY_QPACK_BLOCK_Q4_K : TOY_QPACK_BLOCK_Q4_0;
-    size_t vo = qk ? 128 : 32;
-    const __m512i lo = _mm512_set1_epi8(15);
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-    for (int64_t blk = 0; blk < nb; blk++, pk0 += bb, pk1 += bb) {
-        __m512i ia0 = _mm512_set1_epi32(sa[blk]), ia1 = ia0;
-        if (q8) {
-#pragma GCC unroll 8
-            for (int t = 0; t < 8; t++) {
-                int32_t xq;
-                memcpy(&xq, qa + blk * 32 + 4 * t, 4);
-                __m512i x = _mm512_set1_epi32(xq);
-                ia0 = _mm512_dpbusd_epi32(ia0, load64(pk0 + 32 + 64 * t), x);
-                ia1 = _mm512_dpbusd_epi32(ia1, load64(pk1 + 32 + 64 * t), x);
-            }
-        } else {
-#pragma GCC unroll 4
-            for (int u = 0; u < 4; u++) {
-                int32_t xa, xb;
-                memcpy(&xa, qa + blk * 32 + 4 * u, 4);
-                memcpy(&xb, qa + blk * 32 + 4 * (u + 4), 4);
-                __m512i q0 = load64(pk0 + vo + 64 * u), q1 = load64(pk1 + vo + 64 * u);
-                ia0 = _mm512_dpbusd_epi32(ia0, _mm512_and_si512(q0, lo), _mm512_set1_epi32(xa));
-                ia0 = _mm512_dpbusd_epi32(ia0, _mm512_and_si512(_mm512_srli_epi16(q0, 4), lo), _mm512_set1_epi32(xb));
-                ia1 = _mm512_dpbusd_epi32(ia1, _mm512_and_si512(q1, lo), _mm512_set1_epi32(xa));
-                ia1 = _mm512_dpbusd_epi32(ia1, _mm512_and_si512(_mm512_srli_epi16(q1, 4), lo), _mm512_set1_epi32(xb));
-            }
-        }
-        __m512 dx = _mm512_set1_ps(da[blk]);
-        __m512 s0 = _mm512_mul_ps(qk ? _mm512_loadu_ps(pk0) : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)pk0)), dx);
-        __m512 s1 = _mm512_mul_ps(qk ? _mm512_loadu_ps(pk1) : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)pk1)), dx);
-        acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia0), s0, acc0);
-        acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia1), s1, acc1);
-        if (qk) {
-            __m512 x = _mm512_set1_ps(xs[blk]);
-            acc0 = _mm512_fnmadd_ps(_mm512_loadu_ps(pk0 + 64), x, acc0);
-            acc1 = _mm512_fnmadd_ps(_mm512_loadu_ps(pk1 + 64), x, acc1);
-        }
-    }
-    __mmask16 m0 = nc0 >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nc0) - 1);
-    __mmask16 m1 = nc1 >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nc1) - 1);
-    if (accum) {
-        acc0 = _mm512_add_ps(acc0, _mm512_maskz_loadu_ps(m0, c0));
-        acc1 = _mm512_add_ps(acc1, _mm512_maskz_loadu_ps(m1, c1));
-    }
-    _mm512_mask_storeu_ps(c0, m0, acc0);
-    _mm512_mask_storeu_ps(c1, m1, acc1);
-}
-
 /* scratch layout shared by both entry points: A's int8 rows, scales and
  * corrections, one Q8_0 row, two panels */
 static uint8_t *quantize_rows(enum toy_dtype bt, int64_t m, int64_t k, const float *a, int64_t lda, void *scratch,
@@ -285,21 +229,6 @@ void toy_qgemm_packed_avx512(enum toy_dtype bt, int64_t m, int64_t n, int64_t k,
     uint8_t *panel = quantize_rows(bt, m, k, a, lda, scratch, &qa, &da, &sa, &xs);
     size_t panel_bytes = (size_t)nb * PANEL_BLOCK, group = toy_qpack_group_bytes(bt, k);
     const uint8_t *pk = packed;
-    if (m == 1 && getenv("TWO")) { /* decode: two streams, the first and second half of the groups */
-        int64_t ng = (n + 15) / 16, h = (ng + 1) / 2;
-        for (int64_t g = 0; g < h; g++) {
-            int64_t g1 = g + h;
-            if (g1 >= ng) {
-                int nc = n - g * 16 < 16 ? (int)(n - g * 16) : 16;
-                kernel_packed(1, bt, nb, qa, nb * 32, da, sa, xs, pk + g * group, c + g * 16, ldc, nc, accum);
-                continue;
-            }
-            int nc0 = 16, nc1 = n - g1 * 16 < 16 ? (int)(n - g1 * 16) : 16;
-            kernel_packed_2s(bt, nb, qa, da, sa, xs, pk + g * group, pk + g1 * group, c + g * 16, c + g1 * 16, nc0, nc1,
-                             accum);
-        }
-        return;
-    }
     if (m <= 8 || bt == TOY_Q4_K) { /* few rows (decode), or Q4_K: straight from the packed groups */
         for (int64_t j = 0; j < n; j += 16, pk += group) {
             int nc = n - j < 16 ? (int)(n - j) : 16;
