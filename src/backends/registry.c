@@ -139,6 +139,8 @@ enum toy_status toy_graph_set_device(struct toy_graph *g, const char *name) {
     int d;
     enum toy_status st = resolve(name, &be, &d);
     if (st) return st;
+    if (g->fused && be->graph_compute)
+        return toy_error(TOY_ERR_STATE, "graph: fused for the CPU when it was planned; cannot move it to %s", name);
     int cur_dev;
     const struct toy_backend_ops *cur = toy_backend_for_graph(g, &cur_dev);
     if (cur->graph_free && (cur != be || cur_dev != d)) cur->graph_free(g);

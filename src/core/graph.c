@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "backends/backend-impl.h"
@@ -245,9 +246,27 @@ static size_t planned_size(const struct toy_tensor *t) {
     return (n + ALIGN - 1) / ALIGN * ALIGN;
 }
 
+/* $TOY_FUSE=0 keeps graphs unfused (to compare) */
+void toy_graph_set_fusion(struct toy_graph *g, bool on) {
+    const char *e = getenv("TOY_FUSE");
+    g->want_fusion = on && !(e && !strcmp(e, "0"));
+}
+
+/* the tensor whose bytes t uses: its view base, or for an add fused into a
+ * product (graph-fuse.c) the result it accumulates into */
+static struct toy_tensor *storage_of(struct toy_tensor *t) {
+    while (t->view_src) t = t->view_src;
+    return t;
+}
+
 enum toy_status toy_graph_plan(struct toy_graph *g, struct toy_membuf *buf,
                                struct toy_plan_info *info) {
     if (buf) g->buf = buf;
+    int dev;
+    if (g->want_fusion && !g->fused && !toy_backend_for_graph(g, &dev)->graph_compute) {
+        toy_graph_fuse_cpu(g);
+        g->fused = true;
+    }
     int n = g->n_nodes;
     int *last = malloc((size_t)(n ? n : 1) * sizeof *last);
     free(g->offsets);
@@ -267,13 +286,13 @@ enum toy_status toy_graph_plan(struct toy_graph *g, struct toy_membuf *buf,
         for (int s = 0; s < TOY_MAX_SRC + 1; s++) {
             struct toy_tensor *src = s < TOY_MAX_SRC ? t->src[s] : t->view_src;
             if (!src) continue;
-            struct toy_tensor *base = src->view_src ? src->view_src : src;
+            struct toy_tensor *base = storage_of(src);
             int j = toy_ptrmap_get(&g->index, base);
             if (j >= 0 && last[j] < i) last[j] = i;
         }
         /* a view flagged as output keeps its base */
         if ((t->flags & (TOY_FLAG_OUTPUT | TOY_FLAG_LOSS)) && t->view_src) {
-            int j = toy_ptrmap_get(&g->index, t->view_src);
+            int j = toy_ptrmap_get(&g->index, storage_of(t));
             if (j >= 0) last[j] = INT32_MAX;
         }
     }

@@ -38,6 +38,8 @@ enum {
     /* MATMUL (EXACT: in a graph with a backward pass, so no int8 fast path
      * that quantizes the activations) */
     P_MM_TRANS_A = 0, P_MM_TRANS_B = 1, P_MM_ACCUM = 2, P_MM_EXACT = 3,
+    /* fused prologue (graph-fuse.c): kind, and RMS's eps; its second input in src[2] */
+    P_MM_PRE = 4, P_MM_EPS = 5,
     /* SUM, MEAN, CONCAT */ P_DIM = 0,
     /* SCALE */ P_SCALE = 0,
     /* norms */ P_EPS = 0,
@@ -54,6 +56,8 @@ enum {
 };
 
 #endif
+
+enum { TOY_MM_PRE_NONE, TOY_MM_PRE_RMS, TOY_MM_PRE_SWIGLU }; /* MATMUL's P_MM_PRE */
 
 struct toy_tensor *toy_rope_impl(struct toy_ctx *ctx, struct toy_tensor *x, struct toy_tensor *pos,
                                  const int32_t *params, bool inverse);
@@ -102,11 +106,15 @@ struct toy_graph {
     const struct toy_backend_ops *be;
     int device;
     uint32_t plan_gen;             /* bumped by every toy_graph_plan */
+    bool want_fusion, fused;       /* toy_graph_set_fusion; done (CPU only, once) */
     void *dev_state;               /* a device backend's copies of this graph */
     void (*dev_free)(struct toy_graph *g); /* frees dev_state */
 };
 
 void toy_graph_add_node(struct toy_graph *g, struct toy_tensor *t);
+/* graph-fuse.c: folds norms, SwiGLUs and residual adds into the small
+ * products of an inference graph; returns the number of rewrites */
+int toy_graph_fuse_cpu(struct toy_graph *g);
 
 /* CPU backend entry points (src/backends/cpu/), used through
  * backends/registry.c. */

@@ -58,6 +58,7 @@ enum toy_status toy_generator_new_kv(struct toy_llama *m, const struct toy_token
     toy_set_output(g->dlogits);
     g->dg = toy_graph_new(g->dctx);
     toy_graph_build(g->dg, g->dlogits);
+    toy_graph_set_fusion(g->dg, true);
     *out = g;
     return TOY_OK;
 }

@@ -427,6 +427,7 @@ static enum toy_status build_batch(struct srv_engine *e, const int *idx, int n) 
     toy_set_output(e->blogits);
     e->bg = toy_graph_new(ctx);
     toy_graph_build(e->bg, e->blogits);
+    toy_graph_set_fusion(e->bg, true);
     enum toy_status st = toy_graph_plan(e->bg, &e->dbuf, NULL);
     if (st) { toy_ctx_free(ctx); return st; }
     e->bctx = ctx;

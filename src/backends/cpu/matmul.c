@@ -11,6 +11,7 @@
  * Batch dims broadcast by ratio (GQA: query head h uses kv head h / group).
  */
 #include <cblas.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -214,7 +215,7 @@ static void matmul_qdot(struct toy_tensor *dst, int ith, int nth, void *work, si
     }
 }
 
-size_t toy_cpu_matmul_work(const struct toy_tensor *dst, int nth) {
+static size_t matmul_work(const struct toy_tensor *dst, int nth) {
     const struct toy_tensor *a = dst->src[0], *b = dst->src[1];
     if (use_qpacked(dst)) {
         int64_t m = qpacked_rows(dst), per = qpacked_split_rows(m, nth) ? (m + nth - 1) / nth : m;
@@ -298,7 +299,7 @@ static void matmul_bf16(struct toy_tensor *dst, int ith, int nth, void *work, si
     }
 }
 
-void toy_cpu_matmul(struct toy_tensor *dst, int ith, int nth, void *work, size_t ws) {
+static void matmul_run(struct toy_tensor *dst, int ith, int nth, void *work, size_t ws) {
     const struct toy_tensor *A = dst->src[0], *B = dst->src[1];
     bool ta = dst->op_params[P_MM_TRANS_A], tb = dst->op_params[P_MM_TRANS_B];
     float beta = dst->op_params[P_MM_ACCUM] ? 1.0f : 0.0f;
@@ -410,4 +411,67 @@ void toy_cpu_matmul(struct toy_tensor *dst, int ith, int nth, void *work, size_t
             }
         }
     }
+}
+
+/* ---- fused prologue (graph-fuse.c) ----------------------------------------------
+ *
+ * A product whose A is RMSNorm(src[0]) with weight src[2], or
+ * SiLU(src[0]) * src[2]: each thread computes A's rows (at most a few KB:
+ * decode) into its own scratch after the product's own work area, with the
+ * vector functions of the RMS_NORM and SWIGLU ops, then runs the product on
+ * them. */
+
+static size_t pre_bytes(const struct toy_tensor *dst) {
+    return ((size_t)dst->src[0]->ne[0] * (size_t)dst->src[0]->ne[1] * sizeof(float) + 63) & ~(size_t)63;
+}
+
+/* the product as it runs after the prologue: A = contiguous rows at data */
+static void pre_views(const struct toy_tensor *dst, float *data, struct toy_tensor *A, struct toy_tensor *d) {
+    *A = *dst->src[0];
+    A->op = TOY_OP_NONE;
+    A->view_src = NULL;
+    A->data = data;
+    A->nb[0] = sizeof(float);
+    A->nb[1] = (size_t)A->ne[0] * sizeof(float);
+    A->nb[2] = A->nb[1] * (size_t)A->ne[1];
+    A->nb[3] = A->nb[2] * (size_t)A->ne[2];
+    *d = *dst;
+    d->src[0] = A;
+    d->src[2] = NULL;
+    d->op_params[P_MM_PRE] = TOY_MM_PRE_NONE;
+}
+
+static size_t pre_base(const struct toy_tensor *dst, int nth) {
+    struct toy_tensor A, d;
+    pre_views(dst, NULL, &A, &d);
+    return (matmul_work(&d, nth) + 63) & ~(size_t)63;
+}
+
+size_t toy_cpu_matmul_work(const struct toy_tensor *dst, int nth) {
+    if (!dst->op_params[P_MM_PRE]) return matmul_work(dst, nth);
+    return pre_base(dst, nth) + (size_t)nth * pre_bytes(dst);
+}
+
+void toy_cpu_matmul(struct toy_tensor *dst, int ith, int nth, void *work, size_t ws) {
+    int pre = dst->op_params[P_MM_PRE];
+    if (!pre) {
+        matmul_run(dst, ith, nth, work, ws);
+        return;
+    }
+    const struct toy_tensor *x = dst->src[0], *y = dst->src[2];
+    size_t base = pre_base(dst, nth);
+    float *a = (float *)((char *)work + base + (size_t)ith * pre_bytes(dst));
+    int64_t k = x->ne[0];
+    for (int64_t i = 0; i < x->ne[1]; i++) {
+        const float *xr = (const float *)((const char *)x->data + i * x->nb[1]);
+        if (pre == TOY_MM_PRE_RMS) {
+            float rstd = 1.0f / sqrtf(toy_vec.sumsq(xr, k) / (float)k + toy_param_f32(dst, P_MM_EPS));
+            toy_vec.rms_apply(a + i * k, xr, y ? (const float *)y->data : NULL, rstd, k);
+        } else {
+            toy_vec.silu_mul(a + i * k, xr, (const float *)((const char *)y->data + i * y->nb[1]), k);
+        }
+    }
+    struct toy_tensor A, d;
+    pre_views(dst, a, &A, &d);
+    matmul_run(&d, ith, nth, work, base);
 }

@@ -1,0 +1,174 @@
+/* graph-fuse.c: folding small elementwise nodes into the matrix products
+ * of an inference graph run on the CPU (toy_graph_set_fusion).
+ *
+ * A decode step is ~200 matrix products that stream the weights and, around
+ * them, ~150 nodes on vectors of d_model floats (RMSNorm, SwiGLU, residual
+ * adds) that run on one thread while the others wait. Three rewrites remove
+ * most of them, for products of at most FUSE_MAX_ROWS rows:
+ *
+ *   MATMUL(RMS_NORM(x, w), W)  ->  MATMUL with prologue RMS:    src[0] = x, src[2] = w
+ *   MATMUL(SWIGLU(g, u), W)    ->  MATMUL with prologue SWIGLU: src[0] = g, src[2] = u
+ *   ADD(r, MATMUL(..))         ->  the ADD node becomes the MATMUL, accumulating
+ *                                  into r's buffer in place (P_MM_ACCUM, src[5] = r)
+ *
+ * Each thread of a fused product computes the prologue's rows itself (a few
+ * KB, with the same vector functions as the RMS_NORM and SWIGLU ops, so the
+ * products are bit for bit the unfused ones); the residual add is the
+ * kernels' accumulate, one rounding, as ADD's. The in-place add needs r to
+ * be a planned intermediate that nothing reads after the ADD, and not an
+ * input of the product (the threads would read it while others write it).
+ * Norm and SwiGLU nodes whose every reader was fused are dropped. The pass
+ * runs once, when the graph is planned for the CPU; such a graph cannot
+ * move to a device backend afterwards (toy_graph_set_device refuses).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/internal.h"
+
+#define FUSE_MAX_ROWS 8
+
+static bool f32_rows(const struct toy_tensor *t) {
+    return t->type == TOY_F32 && t->nb[0] == sizeof(float) && t->ne[2] == 1 && t->ne[3] == 1;
+}
+
+static bool is_output(const struct toy_tensor *t) { return (t->flags & (TOY_FLAG_OUTPUT | TOY_FLAG_LOSS)) != 0; }
+
+static struct toy_tensor *storage_of(struct toy_tensor *t) {
+    while (t && t->view_src) t = t->view_src;
+    return t;
+}
+
+/* a small inference product, not accumulating (a prologue may be set) */
+static bool small_product(const struct toy_tensor *t) {
+    return t->op == TOY_OP_MATMUL && !t->op_params[P_MM_TRANS_A] && !t->op_params[P_MM_ACCUM] &&
+           t->ne[1] <= FUSE_MAX_ROWS && t->ne[2] == 1 && t->ne[3] == 1 && t->type == TOY_F32 && !t->src[3] &&
+           !t->src[4] && !t->src[5];
+}
+
+/* a planned result that owns its bytes (the root of a residual chain) */
+static bool owns_bytes(const struct toy_tensor *t) {
+    return !t->view_src && !toy_is_view_op(t->op) && t->op != TOY_OP_KV_STORE && t->op != TOY_OP_ACCUM &&
+           !(t->op == TOY_OP_MATMUL && t->op_params[P_MM_ACCUM]) &&
+           !(t->op == TOY_OP_GET_ROWS_BACK && t->op_params[P_GRB_ACCUM]);
+}
+
+static int refs_of(struct toy_tensor *const *nodes, int n, const bool *drop, const struct toy_tensor *x) {
+    int c = 0;
+    for (int i = 0; i < n; i++) {
+        if (drop[i]) continue;
+        for (int s = 0; s < TOY_MAX_SRC; s++) c += nodes[i]->src[s] == x;
+        c += nodes[i]->view_src == x;
+    }
+    return c;
+}
+
+/* prologue: the norm or SwiGLU node feeding product t becomes t's prologue */
+static bool fuse_prologue(struct toy_tensor *t) {
+    struct toy_tensor *a = t->src[0];
+    if (is_output(a) || !f32_rows(a)) return false;
+    if (a->op == TOY_OP_RMS_NORM) {
+        struct toy_tensor *x = a->src[0], *w = a->src[1];
+        if (!f32_rows(x) || !toy_same_shape(x, a) || (w && !toy_is_contiguous(w))) return false;
+        t->src[0] = x;
+        t->src[2] = w;
+        t->op_params[P_MM_PRE] = TOY_MM_PRE_RMS;
+        t->op_params[P_MM_EPS] = a->op_params[P_EPS];
+        return true;
+    }
+    if (a->op == TOY_OP_SWIGLU) {
+        struct toy_tensor *g = a->src[0], *u = a->src[1];
+        if (!f32_rows(g) || !f32_rows(u) || !toy_same_shape(g, a) || !toy_same_shape(u, a)) return false;
+        t->src[0] = g;
+        t->src[2] = u;
+        t->op_params[P_MM_PRE] = TOY_MM_PRE_SWIGLU;
+        return true;
+    }
+    return false;
+}
+
+/* residual: ADD node t = r + mm becomes mm accumulating in place into r's
+ * bytes (r itself, or the root its earlier fused adds accumulated into).
+ * last[i]: the last node reading node i's bytes. Returns the product
+ * fused away, or NULL. */
+static struct toy_tensor *fuse_residual(struct toy_graph *g, int ti, int *last, const int *refs) {
+    struct toy_tensor *t = g->nodes[ti];
+    if (t->op != TOY_OP_ADD || is_output(t) || !f32_rows(t) || !toy_is_contiguous(t)) return NULL;
+    for (int side = 0; side < 2; side++) {
+        struct toy_tensor *mm = t->src[side], *r = t->src[1 - side], *root = storage_of(r);
+        int mi = toy_ptrmap_get(&g->index, mm), ri = toy_ptrmap_get(&g->index, root);
+        if (mi < 0 || ri < 0 || !small_product(mm) || is_output(mm) || refs[mi] != 1 || !toy_same_shape(mm, t))
+            continue;
+        if (!owns_bytes(root) || is_output(root) || is_output(r) || !toy_same_shape(r, t) || !f32_rows(r) ||
+            !toy_is_contiguous(r) || r->view_offs || last[ri] != ti)
+            continue;
+        if (storage_of(mm->src[0]) == root || (mm->src[2] && storage_of(mm->src[2]) == root)) continue;
+        t->op = TOY_OP_MATMUL;
+        memcpy(t->op_params, mm->op_params, sizeof t->op_params);
+        t->op_params[P_MM_ACCUM] = 1;
+        for (int s = 0; s < TOY_MAX_SRC; s++) t->src[s] = s < 3 ? mm->src[s] : NULL;
+        t->src[TOY_MAX_SRC - 1] = r; /* the accumulation target: its data is t's (graph.c) */
+        t->view_src = root;         /* t's bytes are root's: t's readers keep them alive */
+        t->view_offs = 0;
+        if (last[ti] > last[ri]) last[ri] = last[ti];
+        return mm;
+    }
+    return NULL;
+}
+
+int toy_graph_fuse_cpu(struct toy_graph *g) {
+    int n = g->n_nodes, fused = 0;
+    if (g->n_forward != n) return 0; /* a backward pass differentiates the unfused ops */
+    for (int i = 0; i < n; i++)
+        if (small_product(g->nodes[i]) && !g->nodes[i]->op_params[P_MM_PRE] && !g->nodes[i]->src[2] &&
+            fuse_prologue(g->nodes[i]))
+            fused++;
+    /* readers and last reader (through views) of every node */
+    int *refs = calloc((size_t)(n ? n : 1), sizeof *refs), *last = malloc((size_t)(n ? n : 1) * sizeof *last);
+    if (!refs || !last) {
+        free(refs);
+        free(last);
+        return fused; /* the prologues alone are complete rewrites */
+    }
+    for (int i = 0; i < n; i++) last[i] = is_output(g->nodes[i]) ? INT32_MAX : -1;
+    for (int i = 0; i < n; i++)
+        for (int s = 0; s < TOY_MAX_SRC + 1; s++) {
+            struct toy_tensor *x = s < TOY_MAX_SRC ? g->nodes[i]->src[s] : g->nodes[i]->view_src;
+            if (!x) continue;
+            int j = toy_ptrmap_get(&g->index, x);
+            if (j >= 0) refs[j]++;
+            int b = toy_ptrmap_get(&g->index, storage_of(x));
+            if (b >= 0 && last[b] != INT32_MAX && last[b] < i) last[b] = i;
+        }
+    bool *drop = calloc((size_t)(n ? n : 1), sizeof *drop);
+    for (int i = 0; drop && i < n; i++) {
+        struct toy_tensor *gone = fuse_residual(g, i, last, refs);
+        if (!gone) continue;
+        drop[toy_ptrmap_get(&g->index, gone)] = true;
+        fused++;
+    }
+    /* norms and SwiGLUs that no one reads any more */
+    for (int i = 0; drop && i < n; i++) {
+        struct toy_tensor *t = g->nodes[i];
+        if ((t->op == TOY_OP_RMS_NORM || t->op == TOY_OP_SWIGLU) && !is_output(t) && !refs_of(g->nodes, n, drop, t))
+            drop[i] = true;
+    }
+    if (drop) {
+        int k = 0;
+        toy_ptrmap_free(&g->index);
+        for (int i = 0; i < n; i++) {
+            if (drop[i]) continue;
+            g->nodes[k] = g->nodes[i];
+            g->grads[k] = g->grads[i];
+            g->nodes[k]->id = k;
+            toy_ptrmap_put(&g->index, g->nodes[k], k);
+            k++;
+        }
+        g->n_nodes = g->n_forward = k;
+    }
+    free(drop);
+    free(refs);
+    free(last);
+    g->planned = false;
+    return fused;
+}
