@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "toy/convert.h"
 #include "toy/gguf.h"
 #include "toy/llama.h"
 #include "toy/toy.h"
@@ -382,9 +383,9 @@ Test(llama, bf16_backward_casts_each_activation_once) {
     toy_llama_free(m);
 }
 
-/* A decode step (the graph, then sampling) makes no heap allocation once the
- * first has run: f16 cache, head size 64 (the all-heads decode attention),
- * greedy and top-k/top-p sampling with a repeat penalty. */
+/* A decode step (the graph, fused, then sampling) makes no heap allocation
+ * once the first has run: f16 cache, head size 64 (the all-heads decode
+ * attention), greedy and top-k/top-p sampling with a repeat penalty. */
 Test(llama, decode_steps_allocate_nothing) {
     struct toy_llama_config c = base_config();
     c.d_model = 128;
@@ -399,6 +400,7 @@ Test(llama, decode_steps_allocate_nothing) {
     toy_set_output(lg);
     struct toy_graph *g = toy_graph_new(ctx);
     toy_graph_build(g, lg);
+    toy_graph_set_fusion(g, true); /* as generators run it */
     struct toy_threadpool *tp = toy_threadpool_new(2);
     struct toy_sampler *greedy = toy_sampler_new(&(struct toy_sampler_params){0}, c.vocab);
     struct toy_sampler *topp = toy_sampler_new(
@@ -424,4 +426,77 @@ Test(llama, decode_steps_allocate_nothing) {
     toy_ctx_free(ctx);
     toy_kv_cache_free(&kv);
     toy_llama_free(m);
+}
+
+/* Decode graphs fold their norms, SwiGLUs and residual adds into the
+ * products (toy_graph_set_fusion), and with packed Q8_0/Q4_0 weights the
+ * q, k and v products fetch the cache rows of the attention they feed. A
+ * random model written to GGUF, quantized and loaded: the fused decode
+ * gives the unfused logits bit for bit at every step, at 1 and 2 threads. */
+Test(llama, fused_decode_matches_unfused, .timeout = 120) {
+    th_mkdir("fuse");
+    struct toy_llama_config c = base_config();
+    c.d_model = 128;
+    c.n_heads = 2; /* head size 64: the all-heads decode attention */
+    c.n_kv_heads = 1;
+    struct toy_llama *m = random_model(&c, 17);
+    char f32[300], q[300];
+    snprintf(f32, sizeof f32, "%s/m-f32.gguf", th_dir);
+    struct toy_gguf_writer *w;
+    cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
+    cr_assert_eq(toy_llama_write_gguf(m, w, TOY_F32), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(toy_gguf_writer_write(w, f32), TOY_OK, "%s", toy_last_error());
+    toy_gguf_writer_free(w);
+    toy_llama_free(m);
+    const enum toy_dtype types[] = {TOY_F32, TOY_Q8_0, TOY_Q4_0};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        snprintf(q, sizeof q, "%s/m-%s.gguf", th_dir, toy_dtype_name(types[ti]));
+        if (types[ti] != TOY_F32) cr_assert_eq(toy_gguf_quantize(f32, q, types[ti], NULL, NULL), TOY_OK, "%s", toy_last_error());
+        struct toy_llama *mq;
+        cr_assert_eq(toy_llama_load(types[ti] == TOY_F32 ? f32 : q, false, &mq), TOY_OK, "%s", toy_last_error());
+        cr_assert_eq(toy_llama_pack_weights(mq), TOY_OK);
+        struct toy_kv_cache kv[2];
+        struct toy_ctx *ctx = toy_ctx_init(true);
+        struct toy_tensor *tok[2], *pos[2], *lg[2];
+        struct toy_graph *g[2];
+        for (int f = 0; f < 2; f++) {
+            cr_assert_eq(toy_kv_cache_init_type(&kv[f], mq, 32, 1, TOY_F16), TOY_OK, "%s", toy_last_error());
+            tok[f] = toy_new_tensor_2d(ctx, TOY_I32, 1, 1);
+            pos[f] = toy_new_tensor_1d(ctx, TOY_I32, 1);
+            lg[f] = toy_llama_forward_cached(ctx, mq, &kv[f], tok[f], pos[f]);
+            toy_set_output(lg[f]);
+            g[f] = toy_graph_new(ctx);
+            toy_graph_build(g[f], lg[f]);
+            toy_graph_set_fusion(g[f], f == 0);
+        }
+        cr_assert_eq(toy_graph_plan(g[0], NULL, NULL), TOY_OK);
+        int prefetching = 0, norms = 0;
+        for (int i = 0; i < toy_graph_n_nodes(g[0]); i++) {
+            prefetching += toy_graph_node(g[0], i)->prefetch != NULL;
+            norms += toy_graph_node(g[0], i)->op == TOY_OP_RMS_NORM;
+        }
+        cr_assert_eq(norms, 0, "%s: %d norms left", toy_dtype_name(types[ti]), norms);
+        cr_assert_eq(prefetching, types[ti] == TOY_F32 ? 0 : 3 * c.n_layers, "%s: %d products prefetch",
+                     toy_dtype_name(types[ti]), prefetching);
+        cr_assert_lt(toy_graph_n_nodes(g[0]), toy_graph_n_nodes(g[1]));
+        for (int nth = 1; nth <= 2; nth++) {
+            struct toy_threadpool *tp = toy_threadpool_new(nth);
+            for (int step = 0; step < 10; step++) {
+                for (int f = 0; f < 2; f++) {
+                    *(int32_t *)kv[f].n_past->data = step;
+                    *(int32_t *)tok[f]->data = (step * 7 + 3) % c.vocab;
+                    *(int32_t *)pos[f]->data = step;
+                    cr_assert_eq(toy_graph_compute(g[f], tp), TOY_OK, "%s", toy_last_error());
+                }
+                cr_assert(memcmp(lg[0]->data, lg[1]->data, (size_t)c.vocab * sizeof(float)) == 0,
+                          "%s, %d threads, step %d: fused logits differ", toy_dtype_name(types[ti]), nth, step);
+            }
+            toy_threadpool_free(tp);
+        }
+        toy_ctx_free(ctx);
+        toy_kv_cache_free(&kv[0]);
+        toy_kv_cache_free(&kv[1]);
+        toy_llama_free(mq);
+    }
+    th_rmdir();
 }

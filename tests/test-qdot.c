@@ -205,7 +205,7 @@ static void qpacked_case(enum toy_dtype type, int64_t m, int64_t n, int64_t k, b
     cr_assert_eq(posix_memalign(&scratch, 64, toy_qgemm_scratch(m, k)), 0);
     cr_assert_eq(posix_memalign(&pk, 64, toy_qpack_bytes(type, n, k)), 0);
     toy_qpack(type, n, k, b, ldb, pk);
-    toy_qdot.qgemm_packed(type, m, n, k, a, k, pk, c, n, accum, scratch);
+    toy_qdot.qgemm_packed(type, m, n, k, a, k, pk, c, n, accum, scratch, NULL);
     toy_qgemm_ref(type, m, n, k, a, k, b, ldb, cr, n, accum);
     for (int64_t i = 0; i < m * n; i++)
         cr_assert(c[i] == cr[i], "%s packed m %lld n %lld k %lld: c[%lld] = %.9g, reference %.9g",

@@ -68,11 +68,12 @@ enum toy_status toy_graph_plan(struct toy_graph *g, struct toy_membuf *buf,
 /* Inference graphs run on the CPU: fold RMSNorm, SwiGLU and residual adds
  * into the small matrix products next to them (rows <= 8: decode steps),
  * so each thread computes them for its own share instead of one thread
- * running them while the others wait. Same results (bit for bit for the
- * quantized and F16/BF16 decode products). Applied once, when the graph is
- * next planned, if the graph has no backward pass and runs on the CPU; a
- * fused graph cannot move to another device afterwards. Off by default;
- * build the whole graph before the first plan. */
+ * running them while the others wait, and let the products before a decode
+ * attention fetch its cache rows ahead. Same results, bit for bit. Applied
+ * once, when the graph is next planned, if the graph has no backward pass
+ * and runs on the CPU; a fused graph cannot move to another device
+ * afterwards. Off by default ($TOY_FUSE=0 keeps it off); build the whole
+ * graph before the first plan. */
 void toy_graph_set_fusion(struct toy_graph *g, bool on);
 
 /* Runs the graph (planned first). tp NULL: single-threaded. */

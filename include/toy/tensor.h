@@ -102,6 +102,8 @@ struct toy_tensor {
     int32_t n_uses;               /* internal (planner) */
     char name[TOY_NAME_MAX];
     void *packed;                 /* a weight re-laid out for inference matmuls (toy_tensor_pack), or NULL */
+    struct toy_tensor *prefetch;  /* CPU inference: a later node whose inputs this node's threads
+                                     fetch ahead while they stream their own (toy_graph_set_fusion), or NULL */
 };
 
 /* ---- contexts ------------------------------------------------------------ */

@@ -17,9 +17,17 @@
  * kernels' accumulate, one rounding, as ADD's. The in-place add needs r to
  * be a planned intermediate that nothing reads after the ADD, and not an
  * input of the product (the threads would read it while others write it).
- * Norm and SwiGLU nodes whose every reader was fused are dropped. The pass
- * runs once, when the graph is planned for the CPU; such a graph cannot
- * move to a device backend afterwards (toy_graph_set_device refuses).
+ * Norm and SwiGLU nodes whose every reader was fused are dropped.
+ *
+ * Then each decode attention is linked (t->prefetch) to the products just
+ * before it, its q, k and v projections when their weights are packed:
+ * their threads fetch the cache rows they will read in the attention while
+ * they stream the weights (cpu/matmul.c, qgemm-avx512.c), so the attention
+ * runs from cache rather than waiting on memory at a fraction of the
+ * bandwidth. Results do not change.
+ *
+ * The pass runs once, when the graph is planned for the CPU; such a graph
+ * cannot move to a device backend afterwards (toy_graph_set_device refuses).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -116,6 +124,36 @@ static struct toy_tensor *fuse_residual(struct toy_graph *g, int ti, int *last, 
     return NULL;
 }
 
+/* The products right before a decode attention (its q, k and v
+ * projections, when their weights are packed) fetch the cache rows it will
+ * read while they stream their weights, each a share by its weight bytes
+ * (the earliest the keys): the attention then computes from cache instead
+ * of waiting on memory at ~1/3 of the bandwidth. */
+#define PF_PRODUCTS 3
+static void link_prefetch(struct toy_graph *g) {
+    for (int i = 0; i < g->n_nodes; i++) {
+        struct toy_tensor *at = g->nodes[i];
+        if (at->op != TOY_OP_ATTENTION || at->src[0]->ne[2] != 1 || at->src[0]->ne[3] != 1) continue;
+        struct toy_tensor *mm[PF_PRODUCTS];
+        double bytes[PF_PRODUCTS], total = 0;
+        int n = 0;
+        for (int j = i - 1; j >= 0 && n < PF_PRODUCTS && g->nodes[j]->op != TOY_OP_ATTENTION; j--) {
+            struct toy_tensor *t = g->nodes[j];
+            if (t->op != TOY_OP_MATMUL || t->ne[1] > FUSE_MAX_ROWS || !t->src[1]->packed || t->prefetch) continue;
+            mm[n] = t;
+            bytes[n] = (double)toy_nbytes(t->src[1]);
+            total += bytes[n++];
+        }
+        double done = 0;
+        for (int q = n - 1; q >= 0 && total > 0; q--) {
+            toy_param_f32_set(mm[q], P_MM_PF_LO, (float)(done / total));
+            done += bytes[q];
+            toy_param_f32_set(mm[q], P_MM_PF_HI, q ? (float)(done / total) : 1.0f);
+            mm[q]->prefetch = at;
+        }
+    }
+}
+
 int toy_graph_fuse_cpu(struct toy_graph *g) {
     int n = g->n_nodes, fused = 0;
     if (g->n_forward != n) return 0; /* a backward pass differentiates the unfused ops */
@@ -169,6 +207,7 @@ int toy_graph_fuse_cpu(struct toy_graph *g) {
     free(drop);
     free(refs);
     free(last);
+    link_prefetch(g);
     g->planned = false;
     return fused;
 }

@@ -40,6 +40,8 @@ enum {
     P_MM_TRANS_A = 0, P_MM_TRANS_B = 1, P_MM_ACCUM = 2, P_MM_EXACT = 3,
     /* fused prologue (graph-fuse.c): kind, and RMS's eps; its second input in src[2] */
     P_MM_PRE = 4, P_MM_EPS = 5,
+    /* the share [LO, HI) of dst->prefetch's reads this product fetches ahead (floats) */
+    P_MM_PF_LO = 6, P_MM_PF_HI = 7,
     /* SUM, MEAN, CONCAT */ P_DIM = 0,
     /* SCALE */ P_SCALE = 0,
     /* norms */ P_EPS = 0,

@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "backends/cpu/cpu-impl.h"
+#include "backends/cpu/qdot.h"
 
 #define QB 64
 
@@ -188,16 +189,42 @@ static bool decode_step_ok(const struct attn *a, const struct toy_tensor *k, con
            (k->type == TOY_F32 || k->type == TOY_F16) && k->nb[0] == es && v->nb[0] == es && a->Hq % a->Hkv == 0;
 }
 
-static void decode_step(struct toy_tensor *dst, const struct attn *a, int ith, int nth, void *work, size_t ws) {
-    const struct toy_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2];
-    const int64_t D = a->D, Hq = a->Hq;
-    const bool f16 = k->type == TOY_F16;
+/* the keys [*c0, *c1) thread ith of nth reads in a decode step */
+static void decode_keys(const struct attn *a, int ith, int nth, int64_t *c0, int64_t *c1) {
     int64_t j0, j1;
     key_range(a, 0, &j0, &j1);
     if (j1 > a->Tk) j1 = a->Tk;
     int64_t nk = j1 > j0 ? j1 - j0 : 0, per = (nk + nth - 1) / nth;
     per = (per + 15) / 16 * 16; /* whole blocks of 16 keys per thread */
-    int64_t c0 = j0 + per * ith < j1 ? j0 + per * ith : j1, c1 = c0 + per < j1 ? c0 + per : j1, n = c1 - c0;
+    *c0 = j0 + per * ith < j1 ? j0 + per * ith : j1;
+    *c1 = *c0 + per < j1 ? *c0 + per : j1;
+}
+
+int toy_cpu_attention_prefetch(const struct toy_tensor *dst, int ith, int nth, struct toy_prefetch *pf) {
+    if (dst->op != TOY_OP_ATTENTION) return 0;
+    const struct toy_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2];
+    /* the cache itself: the step's KV_STORE has not run yet (it gives its data at run time) */
+    const struct toy_tensor *kc = k->op == TOY_OP_KV_STORE ? k->src[0] : k, *vc = v->op == TOY_OP_KV_STORE ? v->src[0] : v;
+    if (!kc->data || !vc->data || (dst->op_params[P_AT_DYNKV] && !dst->src[3]->data)) return 0;
+    struct attn a = attn_shape(q, k, dst);
+    if (a.B != 1 || !decode_step_ok(&a, k, v)) return 0;
+    int64_t c0, c1;
+    decode_keys(&a, ith, nth, &c0, &c1);
+    if (c1 <= c0) return 0;
+    pf->p[0] = (const char *)kc->data + c0 * k->nb[2];
+    pf->n[0] = (size_t)(c1 - c0) * k->nb[2];
+    pf->p[1] = (const char *)vc->data + c0 * v->nb[2];
+    pf->n[1] = (size_t)(c1 - c0) * v->nb[2];
+    return 2;
+}
+
+static void decode_step(struct toy_tensor *dst, const struct attn *a, int ith, int nth, void *work, size_t ws) {
+    const struct toy_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2];
+    const int64_t D = a->D, Hq = a->Hq;
+    const bool f16 = k->type == TOY_F16;
+    int64_t c0, c1;
+    decode_keys(a, ith, nth, &c0, &c1);
+    int64_t n = c1 - c0;
     float *part = toy_work_slice((char *)work + TOY_WORK_HEAD, ws - TOY_WORK_HEAD, ith, nth); /* B x Hq x (D + 2) */
     float *qs = part + a->B * Hq * (D + 2), *S = qs + Hq * D;
     int64_t lds = (n + 15) / 16 * 16;

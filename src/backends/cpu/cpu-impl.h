@@ -65,6 +65,11 @@ size_t toy_cpu_matmul_work(const struct toy_tensor *dst, int nth);
 void toy_cpu_attention(struct toy_tensor *dst, int ith, int nth, void *work, size_t work_size);
 void toy_cpu_attention_back(struct toy_tensor *dst, int ith, int nth, void *work, size_t work_size);
 size_t toy_cpu_attention_work(const struct toy_tensor *dst, int nth);
+/* The cache bytes (K rows, then V rows) thread ith of nth will read in the
+ * decode step `dst`, for the products before it to fetch ahead; returns 0
+ * when dst is no decode step of the fast path. */
+struct toy_prefetch;
+int toy_cpu_attention_prefetch(const struct toy_tensor *dst, int ith, int nth, struct toy_prefetch *pf);
 
 /* vector primitives with run-time ISA dispatch (simd.c) */
 struct toy_vec_ops {

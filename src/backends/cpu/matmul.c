@@ -129,6 +129,31 @@ static bool use_qpacked(const struct toy_tensor *dst) {
 static int64_t qpacked_rows(const struct toy_tensor *dst) { return dst->ne[1] * dst->ne[2] * dst->ne[3]; }
 static bool qpacked_split_rows(int64_t m, int nth) { return m >= 4 * (int64_t)nth; }
 
+/* This thread's share of what the decode attention dst->prefetch will read
+ * (graph-fuse.c): the fraction [P_MM_PF_LO, P_MM_PF_HI) of its K then V
+ * bytes, so the products before it fetch them in turn while they stream. */
+static bool prefetch_share(const struct toy_tensor *dst, int ith, int nth, struct toy_prefetch *pf) {
+    struct toy_prefetch all;
+    if (!toy_cpu_attention_prefetch(dst->prefetch, ith, nth, &all)) return false;
+    size_t total = all.n[0] + all.n[1];
+    size_t lo = (size_t)((double)total * toy_param_f32(dst, P_MM_PF_LO)) & ~(size_t)63;
+    size_t hi = (size_t)((double)total * toy_param_f32(dst, P_MM_PF_HI));
+    if (hi > total) hi = total;
+    for (int s = 0; s < 2; s++) { /* [lo, hi) of the concatenation, cut at the span boundary */
+        size_t b0 = s ? all.n[0] : 0, b1 = b0 + all.n[s];
+        size_t x0 = lo > b0 ? lo : b0, x1 = hi < b1 ? hi : b1;
+        pf->p[s] = x1 > x0 ? all.p[s] + (x0 - b0) : NULL;
+        pf->n[s] = x1 > x0 ? x1 - x0 : 0;
+    }
+    if (!pf->n[0]) { /* the first span is empty: the cursor starts at the second */
+        pf->p[0] = pf->p[1];
+        pf->n[0] = pf->n[1];
+        pf->p[1] = NULL;
+        pf->n[1] = 0;
+    }
+    return pf->n[0] > 0;
+}
+
 static void matmul_qpacked(struct toy_tensor *dst, int ith, int nth, void *work, size_t ws) {
     const struct toy_tensor *A = dst->src[0], *B = dst->src[1];
     bool accum = dst->op_params[P_MM_ACCUM];
@@ -141,7 +166,8 @@ static void matmul_qpacked(struct toy_tensor *dst, int ith, int nth, void *work,
         int64_t i0, i1;
         toy_split(m, ith, nth, &i0, &i1);
         if (i1 > i0)
-            toy_qdot.qgemm_packed(B->type, i1 - i0, n, k, a + i0 * lda, lda, B->packed, c + i0 * n, n, accum, scratch);
+            toy_qdot.qgemm_packed(B->type, i1 - i0, n, k, a + i0 * lda, lda, B->packed, c + i0 * n, n, accum, scratch,
+                                  NULL);
         return;
     }
     int64_t g0, g1; /* groups of 32 columns (two packed groups, the kernel's unit) */
@@ -149,7 +175,9 @@ static void matmul_qpacked(struct toy_tensor *dst, int ith, int nth, void *work,
     if (g1 <= g0) return;
     int64_t j0 = g0 * 32, j1 = g1 * 32 < n ? g1 * 32 : n;
     const char *pk = (const char *)B->packed + (size_t)(j0 / 16) * toy_qpack_group_bytes(B->type, k);
-    toy_qdot.qgemm_packed(B->type, m, j1 - j0, k, a, lda, pk, c + j0, n, accum, scratch);
+    struct toy_prefetch pf;
+    bool side = dst->prefetch && prefetch_share(dst, ith, nth, &pf);
+    toy_qdot.qgemm_packed(B->type, m, j1 - j0, k, a, lda, pk, c + j0, n, accum, scratch, side ? &pf : NULL);
 }
 
 /* More rows (prefill, batched serving): the int8 GEMM (qgemm-avx512.c) over

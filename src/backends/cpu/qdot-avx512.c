@@ -97,7 +97,8 @@ void toy_qgemm_avx512(enum toy_dtype bt, int64_t m, int64_t n, int64_t k, const 
                       const void *b, size_t ldb, float *c, int64_t ldc, bool accum, void *scratch);
 
 void toy_qgemm_packed_avx512(enum toy_dtype bt, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
-                             const void *packed, float *c, int64_t ldc, bool accum, void *scratch);
+                             const void *packed, float *c, int64_t ldc, bool accum, void *scratch,
+                             const struct toy_prefetch *pf);
 
 void toy_qdot_fill_avx512(struct toy_qdot_ops *ops) {
     ops->q8_0 = q8_0;

@@ -7,6 +7,14 @@
 
 #include "toy/dtype.h"
 
+/* A second stream a decode product fetches ahead for a later node (the
+ * cache rows of the attention it feeds, graph-fuse.c): up to two byte
+ * spans, a few lines per weight block. */
+struct toy_prefetch {
+    const char *p[2];
+    size_t n[2];
+};
+
 struct toy_qdot_ops {
     float (*q8_0)(const void *w, const void *x_q8, int64_t n); /* n: multiple of 32 */
     float (*q4_0)(const void *w, const void *x_q8, int64_t n);
@@ -20,9 +28,11 @@ struct toy_qdot_ops {
     /* The same over B in the packed layout (toy_qpack), starting at a group
      * boundary; any m (decode included): B streams front to back once, and
      * every output is computed exactly as qgemm computes it, so results do
-     * not depend on how many rows run together. */
+     * not depend on how many rows run together. pf: bytes to prefetch along
+     * the way (m <= 8), or NULL. */
     void (*qgemm_packed)(enum toy_dtype bt, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
-                         const void *packed, float *c, int64_t ldc, bool accum, void *scratch);
+                         const void *packed, float *c, int64_t ldc, bool accum, void *scratch,
+                         const struct toy_prefetch *pf);
 };
 extern struct toy_qdot_ops toy_qdot;
 void toy_qdot_init(void);
