@@ -226,9 +226,9 @@ fail:
     return 1;
 }
 
-/* 256-token prompt, then 32 tokens greedily, best of 3, f16 KV cache: what
+/* 256-token prompt, then 64 tokens greedily, best of 5, f16 KV cache: what
  * bench/llama_cpp.mjs does with llama.cpp on the same file (its decode rate
- * counts 32 evaluations, ours the 31 steps after the prompt's token) */
+ * counts 64 evaluations, ours the 63 steps after the prompt's token) */
 static int bench_file(struct toy_threadpool *tp, int nth, const char *path) {
     struct toy_llama *m;
     if (toy_llama_load(path, false, &m)) {
@@ -243,9 +243,9 @@ static int bench_file(struct toy_threadpool *tp, int nth, const char *path) {
         toy_llama_free(m);
         return 1;
     }
-    struct toy_generate_params gp = {.n_predict = 32, .ignore_eos = true};
+    struct toy_generate_params gp = {.n_predict = 64, .ignore_eos = true};
     double bp = 0, bd = 0;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 5; i++) {
         struct toy_generate_result r;
         int n = 0;
         toy_generate(gen, prompt, 256, &gp, count_tok, &n, &r);
