@@ -2,9 +2,9 @@
  * Llama-family model on this machine, as `toy generate` runs it (weights
  * mapped from the file, quantized matrices packed for inference): prefill
  * tokens/s of a prompt, decode tokens/s after it, at each thread count, with
- * decode's memory-bandwidth bound measured in the same run (the larger of
- * the STREAM triad and the read-only bandwidth, GB/s / weight bytes read per
- * token) and the process's peak RSS. The
+ * decode's memory-bandwidth bound measured in the same run, right after
+ * each decode (the larger of the STREAM triad and the read-only bandwidth,
+ * GB/s / weight bytes read per token) and the process's peak RSS. The
  * prompt is synthetic token ids, so no tokenizer is needed; `make bench`
  * compares the same protocol against PyTorch and llama.cpp. */
 #include <cblas.h>
@@ -142,9 +142,14 @@ int toy_cmd_bench(int argc, char **argv) {
                "prompt %lld, %lld generated, best of %lld\n",
                resolved, toy_dtype_name(m->layers[0].wq->type), (double)toy_llama_n_params(m) / 1e6, bytes / 1e6,
                kv_bytes / 1e6, toy_dtype_name(kv_type), (long long)n_prompt, (long long)n_gen, (long long)reps);
-    /* every run first, then the bandwidth tests (their 192 MB would hide
-     * the model's own peak RSS) */
-    double bp[16] = {0}, bd[16] = {0};
+    /* Each decode run is followed by the bandwidth tests, and a run's bound
+     * is the bandwidth measured right after it: this machine's bandwidth
+     * swings by a third over minutes, and a rate means something only
+     * against the bandwidth of its own moment. The reported decode is the
+     * best run's, with its own bound. Peak RSS is read after the first run,
+     * before the tests' buffers (256 MB) could hide the model's own. */
+    double bp[16] = {0}, bd[16] = {0}, bg[16] = {0};
+    long peak_kb = 0;
     int rc = 0;
     for (int ti = 0; ti < n_threads && !rc; ti++) {
         struct toy_threadpool *tp = toy_threadpool_new(threads[ti]);
@@ -164,22 +169,27 @@ int toy_cmd_bench(int argc, char **argv) {
                 rc = 1;
                 break;
             }
+            if (!peak_kb) {
+                struct rusage ru;
+                getrusage(RUSAGE_SELF, &ru);
+                peak_kb = ru.ru_maxrss;
+            }
+            double triad = toy_memory_bandwidth_gbs(tp), rd = toy_memory_read_gbs(tp);
+            double gbs = triad > rd ? triad : rd; /* the best streaming rate measured now */
             if (res.prefill_s > 0 && res.n_prompt / res.prefill_s > bp[ti]) bp[ti] = res.n_prompt / res.prefill_s;
             /* per decode step: the first token comes from the prompt's logits */
             double steps = (double)(res.n_generated - 1);
-            if (res.decode_s > 0 && steps / res.decode_s > bd[ti]) bd[ti] = steps / res.decode_s;
+            if (res.decode_s > 0 && steps / res.decode_s > bd[ti]) {
+                bd[ti] = steps / res.decode_s;
+                bg[ti] = gbs;
+            }
         }
         toy_generator_free(gen);
         toy_threadpool_free(tp);
     }
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
     json_t *rows = json_array();
     for (int ti = 0; ti < n_threads && !rc; ti++) {
-        struct toy_threadpool *tp = toy_threadpool_new(threads[ti]);
-        double triad = tp ? toy_memory_bandwidth_gbs(tp) : 0, rd = tp ? toy_memory_read_gbs(tp) : 0;
-        double gbs = triad > rd ? triad : rd, bound = gbs * 1e9 / bytes; /* the best streaming rate measured now */
-        toy_threadpool_free(tp);
+        double gbs = bg[ti], bound = gbs * 1e9 / bytes;
         if (json)
             json_array_append_new(rows, json_pack("{s:i,s:f,s:f,s:f,s:f}", "threads", threads[ti], "prefill_tok_s", bp[ti],
                                                   "decode_tok_s", bd[ti], "bandwidth_gbs", gbs, "decode_bound_tok_s",
@@ -195,7 +205,7 @@ int toy_cmd_bench(int argc, char **argv) {
                               mach, "model", resolved, "weight_type", toy_dtype_name(m->layers[0].wq->type), "kv_type",
                               toy_dtype_name(kv_type), "decode_bytes", bytes, "kv_bytes", kv_bytes, "prompt",
                               (json_int_t)n_prompt, "generated", (json_int_t)n_gen, "runs", rows, "peak_rss_mb",
-                              ru.ru_maxrss / 1024.0);
+                              peak_kb / 1024.0);
         char *s = json_dumps(j, JSON_COMPACT);
         puts(s);
         free(s);
@@ -203,7 +213,7 @@ int toy_cmd_bench(int argc, char **argv) {
     } else {
         json_decref(rows);
         json_decref(mach);
-        if (!rc) printf("  peak RSS %.0f MB (weights read per token: %.0f MB)\n", ru.ru_maxrss / 1024.0, bytes / 1e6);
+        if (!rc) printf("  peak RSS %.0f MB (weights read per token: %.0f MB)\n", peak_kb / 1024.0, bytes / 1e6);
     }
     free(prompt);
     toy_llama_free(m);
