@@ -4,7 +4,10 @@
  * tokens down. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
+#include "toy/rng.h"
 #include "toy/sampler.h"
 
 static const float L[6] = {1.0f, 3.0f, 2.0f, 3.0f, -1.0f, 0.5f};
@@ -81,4 +84,29 @@ Test(sampler, top_logprobs) {
     toy_top_logprobs(L, 6, 3, ids, lp);
     cr_assert(ids[0] == 1 && ids[1] == 3 && ids[2] == 2);
     cr_assert(lp[0] >= lp[1] && lp[1] >= lp[2]);
+}
+
+/* The chosen token's log-probability and its entry among the top ones are
+ * the same number (one log-sum-exp for both), and both match a double
+ * log-softmax over a 49152-token vocabulary to 1e-5. */
+Test(sampler, logprob_agrees_with_top_logprobs) {
+    const int64_t V = 49152;
+    float *x = malloc((size_t)V * sizeof *x);
+    struct toy_rng r;
+    toy_rng_seed(&r, 9);
+    for (int64_t i = 0; i < V; i++) x[i] = 3.0f * toy_rng_normal(&r);
+    struct toy_sampler *s = toy_sampler_new(&(struct toy_sampler_params){0}, V);
+    float lp;
+    int32_t id = toy_sampler_sample(s, x, &lp), ids[4];
+    float top[4];
+    toy_top_logprobs(x, V, 4, ids, top);
+    cr_assert_eq(ids[0], id);
+    cr_assert(memcmp(&top[0], &lp, sizeof lp) == 0, "sampler %.9g, top %.9g", lp, top[0]);
+    double mx = -INFINITY, sum = 0;
+    for (int64_t i = 0; i < V; i++) mx = x[i] > mx ? x[i] : mx;
+    for (int64_t i = 0; i < V; i++) sum += exp((double)x[i] - mx);
+    for (int j = 0; j < 4; j++)
+        cr_assert(fabs(top[j] - ((double)x[ids[j]] - mx - log(sum))) < 1e-5, "top %d: %.9g", j, top[j]);
+    toy_sampler_free(s);
+    free(x);
 }

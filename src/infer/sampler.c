@@ -99,14 +99,19 @@ static void select_top(struct cand *c, int64_t n, int64_t k) {
     }
 }
 
-/* log softmax(x)[at] with the CPU's vector exp (the vocabulary is ~50k
- * logits a token; libm's exp made this 5% of a decode step). tmp: n floats. */
-static float log_softmax_at(const float *x, int64_t n, int64_t at, float *tmp) {
+/* log sum exp(x) with the CPU's vector exp (the vocabulary is ~50k logits
+ * a token; libm's exp made this 5% of a decode step), in chunks through a
+ * stack buffer; the sampler's log-probability and the top log-probabilities
+ * both use it, so the same token gets the same value from both. */
+static double log_sum_exp(const float *x, int64_t n) {
     toy_cpu_init();
-    float mx = toy_vec.max(x, n);
-    double sum = toy_vec.exp_sum(tmp, x, mx, n);
-    return (float)((double)x[at] - mx - log(sum));
+    float mx = toy_vec.max(x, n), buf[1024];
+    double sum = 0;
+    for (int64_t i = 0; i < n; i += 1024) sum += toy_vec.exp_sum(buf, x + i, mx, n - i < 1024 ? n - i : 1024);
+    return (double)mx + log(sum);
 }
+
+static float log_softmax_at(const float *x, int64_t n, int64_t at) { return (float)((double)x[at] - log_sum_exp(x, n)); }
 
 int32_t toy_sampler_sample(struct toy_sampler *s, const float *logits, float *logprob) {
     const struct toy_sampler_params *p = &s->p;
@@ -116,7 +121,7 @@ int32_t toy_sampler_sample(struct toy_sampler *s, const float *logits, float *lo
         int64_t best = 0;
         for (int64_t i = 1; i < V; i++)
             if (logits[i] > logits[best]) best = i;
-        if (logprob) *logprob = log_softmax_at(logits, V, best, (float *)s->c);
+        if (logprob) *logprob = log_softmax_at(logits, V, best);
         return (int32_t)best;
     }
     for (int64_t i = 0; i < V; i++) s->c[i] = (struct cand){(int32_t)i, logits[i]};
@@ -185,19 +190,15 @@ int32_t toy_sampler_sample(struct toy_sampler *s, const float *logits, float *lo
             }
         }
     }
-    if (logprob) *logprob = log_softmax_at(logits, V, pick, (float *)s->c); /* the candidates are done with */
+    if (logprob) *logprob = log_softmax_at(logits, V, pick);
     return pick;
 }
 
 void toy_top_logprobs(const float *logits, int64_t V, int k, int32_t *ids, float *lps) {
-    float mx = -INFINITY;
-    for (int64_t i = 0; i < V; i++) mx = logits[i] > mx ? logits[i] : mx;
-    double sum = 0;
-    for (int64_t i = 0; i < V; i++) sum += exp((double)logits[i] - mx);
-    float lse = mx + (float)log(sum);
+    double lse = log_sum_exp(logits, V);
     for (int j = 0; j < k; j++) { ids[j] = -1; lps[j] = -INFINITY; }
     for (int64_t i = 0; i < V; i++) {
-        float v = logits[i] - lse;
+        float v = (float)((double)logits[i] - lse);
         if (k <= 0 || v <= lps[k - 1]) continue;
         int j = k - 1;
         while (j > 0 && lps[j - 1] < v) { lps[j] = lps[j - 1]; ids[j] = ids[j - 1]; j--; }
