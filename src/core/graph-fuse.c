@@ -42,11 +42,6 @@ static bool f32_rows(const struct toy_tensor *t) {
 
 static bool is_output(const struct toy_tensor *t) { return (t->flags & (TOY_FLAG_OUTPUT | TOY_FLAG_LOSS)) != 0; }
 
-static struct toy_tensor *storage_of(struct toy_tensor *t) {
-    while (t && t->view_src) t = t->view_src;
-    return t;
-}
-
 /* a small inference product, not accumulating (a prologue may be set) */
 static bool small_product(const struct toy_tensor *t) {
     return t->op == TOY_OP_MATMUL && !t->op_params[P_MM_TRANS_A] && !t->op_params[P_MM_ACCUM] &&
@@ -103,14 +98,14 @@ static struct toy_tensor *fuse_residual(struct toy_graph *g, int ti, int *last, 
     struct toy_tensor *t = g->nodes[ti];
     if (t->op != TOY_OP_ADD || is_output(t) || !f32_rows(t) || !toy_is_contiguous(t)) return NULL;
     for (int side = 0; side < 2; side++) {
-        struct toy_tensor *mm = t->src[side], *r = t->src[1 - side], *root = storage_of(r);
+        struct toy_tensor *mm = t->src[side], *r = t->src[1 - side], *root = toy_storage_of(r);
         int mi = toy_ptrmap_get(&g->index, mm), ri = toy_ptrmap_get(&g->index, root);
         if (mi < 0 || ri < 0 || !small_product(mm) || is_output(mm) || refs[mi] != 1 || !toy_same_shape(mm, t))
             continue;
         if (!owns_bytes(root) || is_output(root) || is_output(r) || !toy_same_shape(r, t) || !f32_rows(r) ||
             !toy_is_contiguous(r) || r->view_offs || last[ri] != ti)
             continue;
-        if (storage_of(mm->src[0]) == root || (mm->src[2] && storage_of(mm->src[2]) == root)) continue;
+        if (toy_storage_of(mm->src[0]) == root || (mm->src[2] && toy_storage_of(mm->src[2]) == root)) continue;
         t->op = TOY_OP_MATMUL;
         memcpy(t->op_params, mm->op_params, sizeof t->op_params);
         t->op_params[P_MM_ACCUM] = 1;
@@ -175,7 +170,7 @@ int toy_graph_fuse_cpu(struct toy_graph *g) {
             if (!x) continue;
             int j = toy_ptrmap_get(&g->index, x);
             if (j >= 0) refs[j]++;
-            int b = toy_ptrmap_get(&g->index, storage_of(x));
+            int b = toy_ptrmap_get(&g->index, toy_storage_of(x));
             if (b >= 0 && last[b] != INT32_MAX && last[b] < i) last[b] = i;
         }
     bool *drop = calloc((size_t)(n ? n : 1), sizeof *drop);

@@ -252,13 +252,6 @@ void toy_graph_set_fusion(struct toy_graph *g, bool on) {
     g->want_fusion = on && !(e && !strcmp(e, "0"));
 }
 
-/* the tensor whose bytes t uses: its view base, or for an add fused into a
- * product (graph-fuse.c) the result it accumulates into */
-static struct toy_tensor *storage_of(struct toy_tensor *t) {
-    while (t->view_src) t = t->view_src;
-    return t;
-}
-
 enum toy_status toy_graph_plan(struct toy_graph *g, struct toy_membuf *buf,
                                struct toy_plan_info *info) {
     if (buf) g->buf = buf;
@@ -286,13 +279,13 @@ enum toy_status toy_graph_plan(struct toy_graph *g, struct toy_membuf *buf,
         for (int s = 0; s < TOY_MAX_SRC + 1; s++) {
             struct toy_tensor *src = s < TOY_MAX_SRC ? t->src[s] : t->view_src;
             if (!src) continue;
-            struct toy_tensor *base = storage_of(src);
+            struct toy_tensor *base = toy_storage_of(src);
             int j = toy_ptrmap_get(&g->index, base);
             if (j >= 0 && last[j] < i) last[j] = i;
         }
         /* a view flagged as output keeps its base */
         if ((t->flags & (TOY_FLAG_OUTPUT | TOY_FLAG_LOSS)) && t->view_src) {
-            int j = toy_ptrmap_get(&g->index, storage_of(t));
+            int j = toy_ptrmap_get(&g->index, toy_storage_of(t));
             if (j >= 0) last[j] = INT32_MAX;
         }
     }

@@ -29,6 +29,13 @@ static inline float toy_param_f32(const struct toy_tensor *t, int i) {
     return v;
 }
 
+/* the tensor whose bytes t uses: its view base, or for an add fused into a
+ * product (graph-fuse.c) the result it accumulates into */
+static inline struct toy_tensor *toy_storage_of(struct toy_tensor *t) {
+    while (t && t->view_src) t = t->view_src;
+    return t;
+}
+
 static inline bool toy_is_view_op(enum toy_op op) {
     return op == TOY_OP_VIEW || op == TOY_OP_RESHAPE || op == TOY_OP_PERMUTE;
 }
