@@ -17,6 +17,7 @@
 #include <cblas.h>
 
 #include "backends/cpu/cpu-impl.h"
+#include "backends/cpu/qdot.h"
 #include "toy/toy.h"
 #include "toy/rng.h"
 
@@ -508,7 +509,10 @@ Test(ops, gemv_f32_matches_blas) {
             for (int64_t i = 0; i < n * ld; i++) w[i] = toy_rng_normal(&r);
             for (int64_t i = 0; i < k; i++) x[i] = toy_rng_normal(&r);
             for (int64_t i = 0; i < n; i++) y[i] = yr[i] = toy_rng_normal(&r);
-            toy_gemv_f32_avx2(w, ld, x, k, y, n, acc);
+            /* with a side stream to fetch ahead (over the weights themselves): same results */
+            struct toy_prefetch pf = {{(const char *)w, (const char *)x}, {(size_t)(n * ld) * sizeof *w, (size_t)k * sizeof *x}};
+            struct toy_pf_cursor pc;
+            toy_gemv_f32_avx2(w, ld, x, k, y, n, acc, toy_pf_start(&pc, acc ? &pf : NULL, n));
             cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)n, (int)k, 1.0f, w, (int)ld, x, 1, acc ? 1.0f : 0.0f, yr, 1);
             for (int64_t i = 0; i < n; i++)
                 cr_assert(fabsf(y[i] - yr[i]) <= 1e-5f * (1 + sqrtf((float)k) + fabsf(yr[i])),
@@ -547,8 +551,10 @@ Test(ops, gemv_f16_bf16_match_loops) {
             for (int64_t i = 0; i < n; i++) y0[i] = toy_rng_normal(&r);
             for (int pass = 0; pass < (bf16 ? 2 : 1); pass++) {
                 memcpy(y, y0, (size_t)n * sizeof *y);
-                if (pass == 0) toy_gemv_f16_avx2(wh, ld, x, k, y, n, acc);
-                else toy_gemv_bf16_avx512(wb, ld, xb, k, y, n, acc);
+                struct toy_prefetch pf = {{(const char *)x, NULL}, {(size_t)k * sizeof *x, 0}};
+                struct toy_pf_cursor pc;
+                if (pass == 0) toy_gemv_f16_avx2(wh, ld, x, k, y, n, acc, toy_pf_start(&pc, acc ? &pf : NULL, n));
+                else toy_gemv_bf16_avx512(wb, ld, xb, k, y, n, acc, toy_pf_start(&pc, acc ? NULL : &pf, n));
                 for (int64_t j = 0; j < n; j++) {
                     double e = acc ? y0[j] : 0, mag = fabs(e);
                     for (int64_t i = 0; i < k; i++) {

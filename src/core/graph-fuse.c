@@ -20,9 +20,10 @@
  * Norm and SwiGLU nodes whose every reader was fused are dropped.
  *
  * Then each decode attention is linked (t->prefetch) to the products just
- * before it, its q, k and v projections when their weights are packed:
- * their threads fetch the cache rows they will read in the attention while
- * they stream the weights (cpu/matmul.c, qgemm-avx512.c), so the attention
+ * before it, its q, k and v projections (packed quantized, F32, F16 or BF16
+ * weights): their threads fetch the cache rows they will read in the
+ * attention while they stream the weights (cpu/matmul.c and the decode
+ * kernels, a few lines per weight block or row), so the attention
  * runs from cache rather than waiting on memory at a fraction of the
  * bandwidth. Results do not change.
  *
@@ -120,7 +121,7 @@ static struct toy_tensor *fuse_residual(struct toy_graph *g, int ti, int *last, 
 }
 
 /* The products right before a decode attention (its q, k and v
- * projections, when their weights are packed) fetch the cache rows it will
+ * projections, over weights a decode kernel can stream) fetch the cache rows it will
  * read while they stream their weights, each a share by its weight bytes
  * (the earliest the keys): the attention then computes from cache instead
  * of waiting on memory at ~1/3 of the bandwidth. */
@@ -134,7 +135,10 @@ static void link_prefetch(struct toy_graph *g) {
         int n = 0;
         for (int j = i - 1; j >= 0 && n < PF_PRODUCTS && g->nodes[j]->op != TOY_OP_ATTENTION; j--) {
             struct toy_tensor *t = g->nodes[j];
-            if (t->op != TOY_OP_MATMUL || t->ne[1] > FUSE_MAX_ROWS || !t->src[1]->packed || t->prefetch) continue;
+            enum toy_dtype wt = t->src[1]->type;
+            if (t->op != TOY_OP_MATMUL || t->ne[1] > FUSE_MAX_ROWS || t->prefetch ||
+                !(t->src[1]->packed || wt == TOY_F32 || wt == TOY_F16 || wt == TOY_BF16))
+                continue;
             mm[n] = t;
             bytes[n] = (double)toy_nbytes(t->src[1]);
             total += bytes[n++];

@@ -52,14 +52,18 @@ const float *toy_cpu_row_f32(const struct toy_tensor *t, const char *row, float 
 
 /* kernels in other files */
 /* y (n) = W (n rows of k, ldw apart) x, or += with accum (gemv-avx2.c; the
- * CPU must have AVX2 + FMA) */
-void toy_gemv_f32_avx2(const float *w, int64_t ldw, const float *x, int64_t k, float *y, int64_t n, bool accum);
+ * CPU must have AVX2 + FMA); pc: a side stream to fetch ahead, a few lines
+ * a row (qdot.h), or NULL */
+struct toy_pf_cursor;
+void toy_gemv_f32_avx2(const float *w, int64_t ldw, const float *x, int64_t k, float *y, int64_t n, bool accum,
+                       struct toy_pf_cursor *pc);
 /* the same over f16 weight rows (AVX2 + F16C) */
-void toy_gemv_f16_avx2(const uint16_t *w, int64_t ldw, const float *x, int64_t k, float *y, int64_t n, bool accum);
+void toy_gemv_f16_avx2(const uint16_t *w, int64_t ldw, const float *x, int64_t k, float *y, int64_t n, bool accum,
+                       struct toy_pf_cursor *pc);
 /* bf16 weight rows against activations rounded to bf16 and zero-padded to
  * a multiple of 32 (gemm-bf16-avx512.c; AVX-512 BF16) */
 void toy_gemv_bf16_avx512(const uint16_t *w, int64_t ldw, const uint16_t *x, int64_t k, float *y, int64_t n,
-                          bool accum);
+                          bool accum, struct toy_pf_cursor *pc);
 void toy_cpu_matmul(struct toy_tensor *dst, int ith, int nth, void *work, size_t work_size);
 size_t toy_cpu_matmul_work(const struct toy_tensor *dst, int nth);
 void toy_cpu_attention(struct toy_tensor *dst, int ith, int nth, void *work, size_t work_size);

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "backends/cpu/cpu-impl.h"
+#include "backends/cpu/qdot.h"
 
 #define TILE_R 6
 
@@ -133,10 +134,11 @@ static inline __m512i load64(const uint16_t *p) {
  * The same products and f32 sums (vdpbf16ps) as toy_gemm_bf16_panels, read
  * straight from the rows: no panel copy of B. */
 void toy_gemv_bf16_avx512(const uint16_t *w, int64_t ldw, const uint16_t *x, int64_t k, float *y, int64_t n,
-                          bool accum) {
+                          bool accum, struct toy_pf_cursor *pc) {
     int64_t kb = k / 32 * 32;
     __mmask32 tail = (__mmask32)((1ull << (k - kb)) - 1);
     for (int64_t j = 0; j < n; j++) {
+        toy_pf_step(pc);
         const uint16_t *r = w + j * ldw;
         __m512 s0 = _mm512_setzero_ps(), s1 = s0;
         int64_t i = 0;

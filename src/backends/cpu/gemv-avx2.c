@@ -9,6 +9,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "backends/cpu/qdot.h"
+
 static inline float dot(const float *w, const float *x, int64_t k) {
     __m128 s0 = _mm_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
     int64_t i = 0;
@@ -27,8 +29,10 @@ static inline float dot(const float *w, const float *x, int64_t k) {
     return r;
 }
 
-void toy_gemv_f32_avx2(const float *w, int64_t ldw, const float *x, int64_t k, float *y, int64_t n, bool accum) {
+void toy_gemv_f32_avx2(const float *w, int64_t ldw, const float *x, int64_t k, float *y, int64_t n, bool accum,
+                       struct toy_pf_cursor *pc) {
     for (int64_t j = 0; j < n; j++) {
+        toy_pf_step(pc);
         float v = dot(w + j * ldw, x, k);
         y[j] = accum ? y[j] + v : v;
     }
@@ -57,8 +61,10 @@ static inline float dot_f16(const uint16_t *w, const float *x, int64_t k) {
     return r;
 }
 
-void toy_gemv_f16_avx2(const uint16_t *w, int64_t ldw, const float *x, int64_t k, float *y, int64_t n, bool accum) {
+void toy_gemv_f16_avx2(const uint16_t *w, int64_t ldw, const float *x, int64_t k, float *y, int64_t n, bool accum,
+                       struct toy_pf_cursor *pc) {
     for (int64_t j = 0; j < n; j++) {
+        toy_pf_step(pc);
         float v = dot_f16(w + j * ldw, x, k);
         y[j] = accum ? y[j] + v : v;
     }

@@ -296,8 +296,11 @@ static void matmul_bf16(struct toy_tensor *dst, int ith, int nth, void *work, si
             const char *b = bt.b;
             float *c = bt.c;
             toy_pack_f32_bf16(a, k, pa, kp);
+            struct toy_prefetch pf;
+            struct toy_pf_cursor pc;
+            bool side = bi == 0 && dst->prefetch && prefetch_share(dst, ith, nth, &pf);
             toy_gemv_bf16_avx512((const uint16_t *)(b + j0 * B->nb[1]), (int64_t)(B->nb[1] / 2), pa, k, c + j0,
-                                 j1 - j0, beta != 0);
+                                 j1 - j0, beta != 0, toy_pf_start(&pc, side ? &pf : NULL, j1 - j0));
         }
         return;
     }
@@ -374,7 +377,11 @@ static void matmul_run(struct toy_tensor *dst, int ith, int nth, void *work, siz
             if (m == 1 && !ta) {
                 /* one row (decode): a matrix-vector product; sgemm would pack B */
                 if (tb && use_gemv_f32()) {
-                    toy_gemv_f32_avx2(b + lo * ldb, ldb, a, k, c + lo, hi - lo, beta != 0);
+                    struct toy_prefetch pf;
+                    struct toy_pf_cursor pc;
+                    bool side = w == w0 && dst->prefetch && prefetch_share(dst, ith, nth, &pf);
+                    toy_gemv_f32_avx2(b + lo * ldb, ldb, a, k, c + lo, hi - lo, beta != 0,
+                                      toy_pf_start(&pc, side ? &pf : NULL, hi - lo));
                     continue;
                 }
                 if (tb)
@@ -411,9 +418,12 @@ static void matmul_run(struct toy_tensor *dst, int ith, int nth, void *work, siz
             int64_t j0, j1;
             toy_split(n, ith, nth, &j0, &j1);
             if (m == 1 && !ta && B->type == TOY_F16 && use_gemv_f32() && toy_cpu_has_f16c()) { /* decode: no f32 copy */
+                struct toy_prefetch pf;
+                struct toy_pf_cursor pc;
+                bool side = bi == 0 && j1 > j0 && dst->prefetch && prefetch_share(dst, ith, nth, &pf);
                 if (j1 > j0)
                     toy_gemv_f16_avx2((const uint16_t *)(b + j0 * B->nb[1]), (int64_t)(B->nb[1] / 2), a, k, c + j0,
-                                      j1 - j0, beta != 0);
+                                      j1 - j0, beta != 0, toy_pf_start(&pc, side ? &pf : NULL, j1 - j0));
                 continue;
             }
             for (int64_t j = j0; j < j1; j += CHUNK_ROWS) {

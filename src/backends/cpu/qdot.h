@@ -4,6 +4,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <xmmintrin.h>
 
 #include "toy/dtype.h"
 
@@ -14,6 +15,40 @@ struct toy_prefetch {
     const char *p[2];
     size_t n[2];
 };
+
+/* A side stream on its way: `per_blk` lines fetched ahead per step of the
+ * kernel that carries it, through the spans in order. */
+struct toy_pf_cursor {
+    const char *cur, *end, *next;
+    size_t next_n;
+    int per_blk;
+};
+
+/* the cursor for pf spread over `steps` kernel steps; NULL when there is none */
+static inline struct toy_pf_cursor *toy_pf_start(struct toy_pf_cursor *pc, const struct toy_prefetch *pf, int64_t steps) {
+    if (!pf || pf->n[0] + pf->n[1] == 0 || steps <= 0) return NULL;
+    int64_t lines = (int64_t)((pf->n[0] + 63) / 64 + (pf->n[1] + 63) / 64);
+    *pc = (struct toy_pf_cursor){pf->p[0], pf->p[0] + pf->n[0], pf->n[1] ? pf->p[1] : NULL, pf->n[1],
+                                 (int)((lines + steps - 1) / steps)};
+    return pc;
+}
+
+static inline __attribute__((always_inline)) void toy_pf_step(struct toy_pf_cursor *pc) {
+    if (!pc) return;
+    for (int i = 0; i < pc->per_blk; i++) {
+        if (pc->cur >= pc->end) {
+            if (!pc->next) {
+                pc->per_blk = 0;
+                return;
+            }
+            pc->cur = pc->next;
+            pc->end = pc->next + pc->next_n;
+            pc->next = NULL;
+        }
+        _mm_prefetch(pc->cur, _MM_HINT_T0);
+        pc->cur += 64;
+    }
+}
 
 struct toy_qdot_ops {
     float (*q8_0)(const void *w, const void *x_q8, int64_t n); /* n: multiple of 32 */

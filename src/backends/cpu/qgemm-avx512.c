@@ -173,35 +173,11 @@ static inline __m512i load64_2(const uint8_t *p) {
                               _mm256_loadu_si256((const __m256i *)(p + 32)), 1);
 }
 
-/* The side stream of a decode product (struct toy_prefetch): `per_blk`
- * lines fetched ahead per weight block, through the spans in order. */
-struct pf_cursor {
-    const char *cur, *end, *next;
-    size_t next_n;
-    int per_blk;
-};
-
-static inline __attribute__((always_inline)) void pf_lines(struct pf_cursor *pc) {
-    for (int i = 0; i < pc->per_blk; i++) {
-        if (pc->cur >= pc->end) {
-            if (!pc->next) {
-                pc->per_blk = 0;
-                return;
-            }
-            pc->cur = pc->next;
-            pc->end = pc->next + pc->next_n;
-            pc->next = NULL;
-        }
-        _mm_prefetch(pc->cur, _MM_HINT_T0);
-        pc->cur += 64;
-    }
-}
-
 static inline __attribute__((always_inline)) void kernel_packed(int R, enum toy_dtype bt, int64_t nb,
                                                                 const int8_t *qa, int64_t ldq, const float *da,
                                                                 const int32_t *sa, const float *xs,
                                                                 const uint8_t *pk, float *c, int64_t ldc, int nc,
-                                                                bool accum, struct pf_cursor *pc) {
+                                                                bool accum, struct toy_pf_cursor *pc) {
     bool q8 = bt == TOY_Q8_0, qk = bt == TOY_Q4_K;
     size_t bb = q8 ? TOY_QPACK_BLOCK_Q8_0 : qk ? TOY_QPACK_BLOCK_Q4_K : TOY_QPACK_BLOCK_Q4_0;
     size_t vo = qk ? 128 : 32; /* offset of the value vectors in a block */
@@ -210,7 +186,7 @@ static inline __attribute__((always_inline)) void kernel_packed(int R, enum toy_
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
     for (int64_t blk = 0; blk < nb; blk++, pk += bb) {
-        if (pc && pc->per_blk) pf_lines(pc);
+        toy_pf_step(pc);
         __m512i w[8];
         if (q8) {
 #pragma GCC unroll 8
@@ -265,13 +241,7 @@ void toy_qgemm_packed_avx512(enum toy_dtype bt, int64_t m, int64_t n, int64_t k,
     size_t panel_bytes = (size_t)nb * PANEL_BLOCK, group = toy_qpack_group_bytes(bt, k);
     const uint8_t *pk = packed;
     if (m <= 8 || bt == TOY_Q4_K) { /* few rows (decode), or Q4_K: straight from the packed groups */
-        struct pf_cursor pc = {0}, *pcp = NULL;
-        if (pf && m <= 8 && pf->n[0] + pf->n[1] > 0) { /* spread over the blocks of the first row pass */
-            int64_t lines = (int64_t)((pf->n[0] + 63) / 64 + (pf->n[1] + 63) / 64), blocks = nb * ((n + 15) / 16);
-            pc = (struct pf_cursor){pf->p[0], pf->p[0] + pf->n[0], pf->n[1] ? pf->p[1] : NULL, pf->n[1],
-                                    (int)((lines + blocks - 1) / blocks)};
-            pcp = &pc;
-        }
+        struct toy_pf_cursor pc, *pcp = toy_pf_start(&pc, m <= 8 ? pf : NULL, nb * ((n + 15) / 16));
         for (int64_t j = 0; j < n; j += 16, pk += group) {
             int nc = n - j < 16 ? (int)(n - j) : 16;
             int64_t i = 0;
