@@ -135,10 +135,9 @@ static void link_prefetch(struct toy_graph *g) {
         int n = 0;
         for (int j = i - 1; j >= 0 && n < PF_PRODUCTS && g->nodes[j]->op != TOY_OP_ATTENTION; j--) {
             struct toy_tensor *t = g->nodes[j];
+            if (t->op != TOY_OP_MATMUL || t->ne[1] > FUSE_MAX_ROWS || t->prefetch) continue;
             enum toy_dtype wt = t->src[1]->type;
-            if (t->op != TOY_OP_MATMUL || t->ne[1] > FUSE_MAX_ROWS || t->prefetch ||
-                !(t->src[1]->packed || wt == TOY_F32 || wt == TOY_F16 || wt == TOY_BF16))
-                continue;
+            if (!t->src[1]->packed && wt != TOY_F32 && wt != TOY_F16 && wt != TOY_BF16) continue;
             mm[n] = t;
             bytes[n] = (double)toy_nbytes(t->src[1]);
             total += bytes[n++];
