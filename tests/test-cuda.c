@@ -756,6 +756,16 @@ static double params_diff(const struct side *a, const struct side *b) {
     return md / (mx > 0 ? mx : 1);
 }
 
+/* the worst relative error of a's AdamW moment `which` (0: m, 1: v) against b's */
+static double moment_diff(const struct side *a, const struct side *b, int which) {
+    double md = 0;
+    for (int i = 0; i < toy_optim_n_params(b->o); i++) {
+        int64_t at, n = toy_nelements(toy_optim_param(b->o, i));
+        md = fmax(md, rel_err(toy_optim_state(a->o, i, which), toy_optim_state(b->o, i, which), n, &at));
+    }
+    return md;
+}
+
 /* N AdamW steps with gradient accumulation (scale on the device) and
  * clipping (the norm and the scale on the device) against the CPU.
  * Bounds (F32, TOY_CUDA_MATH=f32): loss per step 1e-4 relative to 1 + |loss|
@@ -792,11 +802,7 @@ Test(cuda, adamw_on_device_with_clipping_matches_cpu, .timeout = 300) {
     cr_assert_eq(toy_optim_step_count(s[1].o), steps);
     cr_assert_eq(toy_optim_sync_host(s[1].o), TOY_OK, "%s", toy_last_error());
     double pd = params_diff(&s[1], &s[0]);
-    double md = 0;
-    for (int i = 0; i < toy_optim_n_params(s[0].o); i++) {
-        int64_t at, n = toy_nelements(toy_optim_param(s[0].o, i));
-        md = fmax(md, rel_err(toy_optim_state(s[1].o, i, 0), toy_optim_state(s[0].o, i, 0), n, &at));
-    }
+    double md = moment_diff(&s[1], &s[0], 0);
     cr_log_info("%d AdamW steps on the device (%d clipped): loss %.2e, norm %.2e, params %.2e, m %.2e", steps, clipped,
                 worst_loss, worst_norm, pd, md);
     cr_expect_gt(clipped, 0, "no step was clipped: the test does not check clipping");
@@ -943,11 +949,7 @@ Test(cuda, device_optimizer_state_round_trips_through_a_checkpoint, .timeout = 3
     }
     cr_assert(toy_optim_on_device(s[1].o));
     cr_assert_eq(toy_optim_sync_host(s[1].o), TOY_OK, "%s", toy_last_error());
-    double pd = params_diff(&s[1], &s[0]), md = 0;
-    for (int i = 0; i < toy_optim_n_params(s[0].o); i++) {
-        int64_t at, ne = toy_nelements(toy_optim_param(s[0].o, i));
-        md = fmax(md, rel_err(toy_optim_state(s[1].o, i, 1), toy_optim_state(s[0].o, i, 1), ne, &at));
-    }
+    double pd = params_diff(&s[1], &s[0]), md = moment_diff(&s[1], &s[0], 1);
     cr_log_info("resumed on the device: loss %.2e, params %.2e, v %.2e", worst, pd, md);
     cr_expect_leq(worst, 1e-4);
     cr_expect_leq(pd, 2e-3);

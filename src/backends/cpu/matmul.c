@@ -145,13 +145,14 @@ static bool prefetch_share(const struct toy_tensor *dst, int ith, int nth, struc
         pf->p[s] = x1 > x0 ? all.p[s] + (x0 - b0) : NULL;
         pf->n[s] = x1 > x0 ? x1 - x0 : 0;
     }
-    if (!pf->n[0]) { /* the first span is empty: the cursor starts at the second */
-        pf->p[0] = pf->p[1];
-        pf->n[0] = pf->n[1];
-        pf->p[1] = NULL;
-        pf->n[1] = 0;
-    }
-    return pf->n[0] > 0;
+    return pf->n[0] + pf->n[1] > 0;
+}
+
+/* that share as the side stream of a GEMV over `rows` weight rows, or NULL */
+static struct toy_pf_cursor *side_cursor(const struct toy_tensor *dst, int ith, int nth, int64_t rows,
+                                         struct toy_pf_cursor *pc) {
+    struct toy_prefetch pf;
+    return dst->prefetch && prefetch_share(dst, ith, nth, &pf) ? toy_pf_start(pc, &pf, rows) : NULL;
 }
 
 static void matmul_qpacked(struct toy_tensor *dst, int ith, int nth, void *work, size_t ws) {
@@ -296,11 +297,9 @@ static void matmul_bf16(struct toy_tensor *dst, int ith, int nth, void *work, si
             const char *b = bt.b;
             float *c = bt.c;
             toy_pack_f32_bf16(a, k, pa, kp);
-            struct toy_prefetch pf;
             struct toy_pf_cursor pc;
-            bool side = bi == 0 && dst->prefetch && prefetch_share(dst, ith, nth, &pf);
             toy_gemv_bf16_avx512((const uint16_t *)(b + j0 * B->nb[1]), (int64_t)(B->nb[1] / 2), pa, k, c + j0,
-                                 j1 - j0, beta != 0, toy_pf_start(&pc, side ? &pf : NULL, j1 - j0));
+                                 j1 - j0, beta != 0, bi ? NULL : side_cursor(dst, ith, nth, j1 - j0, &pc));
         }
         return;
     }
@@ -377,11 +376,9 @@ static void matmul_run(struct toy_tensor *dst, int ith, int nth, void *work, siz
             if (m == 1 && !ta) {
                 /* one row (decode): a matrix-vector product; sgemm would pack B */
                 if (tb && use_gemv_f32()) {
-                    struct toy_prefetch pf;
                     struct toy_pf_cursor pc;
-                    bool side = w == w0 && dst->prefetch && prefetch_share(dst, ith, nth, &pf);
                     toy_gemv_f32_avx2(b + lo * ldb, ldb, a, k, c + lo, hi - lo, beta != 0,
-                                      toy_pf_start(&pc, side ? &pf : NULL, hi - lo));
+                                      w == w0 ? side_cursor(dst, ith, nth, hi - lo, &pc) : NULL);
                     continue;
                 }
                 if (tb)
@@ -418,12 +415,10 @@ static void matmul_run(struct toy_tensor *dst, int ith, int nth, void *work, siz
             int64_t j0, j1;
             toy_split(n, ith, nth, &j0, &j1);
             if (m == 1 && !ta && B->type == TOY_F16 && use_gemv_f32() && toy_cpu_has_f16c()) { /* decode: no f32 copy */
-                struct toy_prefetch pf;
                 struct toy_pf_cursor pc;
-                bool side = bi == 0 && j1 > j0 && dst->prefetch && prefetch_share(dst, ith, nth, &pf);
                 if (j1 > j0)
                     toy_gemv_f16_avx2((const uint16_t *)(b + j0 * B->nb[1]), (int64_t)(B->nb[1] / 2), a, k, c + j0,
-                                      j1 - j0, beta != 0, toy_pf_start(&pc, side ? &pf : NULL, j1 - j0));
+                                      j1 - j0, beta != 0, bi ? NULL : side_cursor(dst, ith, nth, j1 - j0, &pc));
                 continue;
             }
             for (int64_t j = j0; j < j1; j += CHUNK_ROWS) {
