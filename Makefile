@@ -29,6 +29,13 @@ endif
 ifeq ($(CUDA_MOCK),1)
 BUILD ?= build-cuda-mock
 endif
+# CUDA_EMU=1: the CUDA backend with its real kernels, compiled by g++ and
+# run on the CPU by an emulator (tools/cuda-emu/: GPU threads as fibers,
+# barriers and warp shuffles as switches between them) over the mock's
+# runtime: tests/test-cuda.c then checks the kernels' own logic without a GPU.
+ifeq ($(CUDA_EMU),1)
+BUILD ?= build-cuda-emu
+endif
 
 SANITIZE ?=
 ifeq ($(SANITIZE),1)
@@ -77,13 +84,23 @@ MOCK_SRC := tools/cuda-mock.c
 LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl
 endif
 
+ifeq ($(CUDA_EMU),1)
+CUDA_HOME ?= /usr/local/cuda
+CXX ?= g++
+CPPFLAGS += -DTOY_CUDA -DTOY_CUDA_MOCK -DTOY_CUDA_EMU -isystem $(CUDA_HOME)/include
+MOCK_SRC := tools/cuda-mock.c
+EMU_OBJ := $(patsubst %.cu,$(BUILD)/emu/%.o,$(sort $(wildcard src/backends/cuda/*.cu))) $(BUILD)/tools/cuda-emu/emu.o
+EMU_CXXFLAGS := -std=c++17 $(OPT) -Wall -Wextra -Werror -Wno-unused-parameter -Wno-unknown-pragmas -fPIC -pthread
+LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lstdc++
+endif
+
 # Files whose name says which ISA they need get the flags for it; run-time
 # dispatch decides whether their code is called.
 AVX2_FLAGS := -mavx2 -mfma -mf16c
 AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mavx512vnni -mfma -mf16c
 
 LIB_SRC := $(sort $(wildcard src/*/*.c src/*/*/*.c))
-LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_SRC:%.cu=$(BUILD)/%.o) $(MOCK_SRC:%.c=$(BUILD)/%.o)
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_SRC:%.cu=$(BUILD)/%.o) $(MOCK_SRC:%.c=$(BUILD)/%.o) $(EMU_OBJ)
 CLI_SRC := $(sort $(wildcard cli/*.c))
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_SRC := $(sort $(wildcard tests/*.c))
@@ -121,8 +138,21 @@ $(BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(CPPFLAGS) $(NVCCFLAGS) -MMD -MP -c $< -o $@
 
-# tests/test-cuda.c alone: on a GPU with CUDA=1, or through the executor
-# with CPU kernels with CUDA_MOCK=1 (no GPU needed)
+# CUDA_EMU=1: a .cu file rewritten as C++ (launch syntax, dynamic shared
+# memory), compiled with the emulator's header first
+.PRECIOUS: $(BUILD)/emu/%.cc
+$(BUILD)/emu/%.cc: %.cu tools/cuda-emu/cu2cc.pl
+	@mkdir -p $(dir $@)
+	perl tools/cuda-emu/cu2cc.pl $< > $@.tmp && mv $@.tmp $@
+$(BUILD)/emu/%.o: $(BUILD)/emu/%.cc tools/cuda-emu/emu.h
+	$(CXX) $(CPPFLAGS) $(EMU_CXXFLAGS) -include tools/cuda-emu/emu.h -MMD -MP -c $< -o $@
+$(BUILD)/tools/cuda-emu/emu.o: tools/cuda-emu/emu.cc
+	@mkdir -p $(dir $@)
+	$(CXX) $(CPPFLAGS) $(EMU_CXXFLAGS) -MMD -MP -c $< -o $@
+
+# tests/test-cuda.c alone: on a GPU with CUDA=1, through the executor with
+# CPU kernels with CUDA_MOCK=1, or with the real kernels on the CPU's
+# emulator with CUDA_EMU=1 (neither needs a GPU)
 .PHONY: check-cuda
 check-cuda: $(BUILD)/toy $(BUILD)/toy-tests
 	LSAN_OPTIONS=suppressions=tests/lsan.supp TOY_BIN=$(BUILD)/toy ./$(BUILD)/toy-tests --filter 'cuda/*' -j2

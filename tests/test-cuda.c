@@ -236,6 +236,8 @@ Test(cuda, reductions_broadcasts_copies) {
         toy_repeat(ctx, small, a), toy_concat(ctx, a, c, 2), toy_concat(ctx, a, d, 0),
         toy_cont(ctx, toy_permute(ctx, a, 2, 0, 3, 1)), toy_cast(ctx, toy_cast(ctx, a, TOY_F16), TOY_F32),
         toy_cast(ctx, toy_cast(ctx, a, TOY_BF16), TOY_F32), toy_reshape_2d(ctx, a, 36, 6),
+        /* a strided view (every other row of dims 1-2, from an offset): VIEW_BACK */
+        toy_view(ctx, a, 3, (int64_t[]){5, 2, 3}, (size_t[]){4, 2 * a->nb[1], a->nb[2]}, 4 * 2 + a->nb[1]),
     };
     struct toy_tensor *loss = NULL;
     for (size_t i = 0; i < sizeof ys / sizeof ys[0]; i++) {
@@ -416,6 +418,18 @@ Test(cuda, attention_forward_backward) {
                    "attention softcap, head dim 80");
     attention_case(128, 2, 1, 5, 13, (struct toy_attn_params){.causal = false}, false, "attention full, Tk > Tq");
     attention_case(32, 4, 2, 12, 12, (struct toy_attn_params){.causal = true}, true, "attention packed segments");
+}
+
+/* TOY_CUDA_ATTN=simple: the one-row-per-warp kernels (each test runs in a
+ * process of its own, so the setting holds for this test only) */
+Test(cuda, attention_simple_kernels_forward_backward) {
+    need_cuda();
+    setenv("TOY_CUDA_ATTN", "simple", 1);
+    attention_case(32, 4, 2, 9, 9, (struct toy_attn_params){.causal = true}, false, "simple attention causal gqa");
+    attention_case(80, 6, 2, 7, 7, (struct toy_attn_params){.causal = true, .softcap = 5.0f, .scale = 0.3f, .window = 4},
+                   false, "simple attention softcap + window, head dim 80");
+    attention_case(128, 2, 1, 5, 13, (struct toy_attn_params){.causal = false}, false, "simple attention, Tk > Tq");
+    attention_case(32, 4, 2, 12, 12, (struct toy_attn_params){.causal = true}, true, "simple attention segments");
 }
 
 /* decode steps through toy_kv_store + toy_attention_cached, cache on each side */

@@ -9,7 +9,12 @@
  * real device memory holds garbage), copies are memcpy, and toy_cu_run
  * computes each node descriptor with the CPU kernels. tests/test-cuda.c then
  * runs unchanged against it: what it checks in this build is the executor,
- * not the kernels (those need a GPU). Never linked into a real build.
+ * not the kernels. Never linked into a real build.
+ *
+ * `make CUDA_EMU=1` links this runtime with the real kernels instead, run
+ * by the CPU emulator (tools/cuda-emu/), which then provides the calls
+ * that depend on launches and capture (the parts under #ifndef
+ * TOY_CUDA_EMU here).
  */
 #ifdef TOY_CUDA_MOCK
 #include <cublas_v2.h>
@@ -105,6 +110,7 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind
     memmove(dst, src, n);
     return cudaSuccess;
 }
+#ifndef TOY_CUDA_EMU /* the emulator's versions know about capture and launch errors */
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind, cudaStream_t s) {
     (void)s;
     return cudaMemcpy(dst, src, n, kind);
@@ -117,6 +123,7 @@ cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
 cudaError_t cudaGetLastError(void) { return cudaSuccess; }
 const char *cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : "mock error"; }
 const char *cudaGetErrorName(cudaError_t e) { return e == cudaSuccess ? "cudaSuccess" : "cudaErrorMock"; }
+#endif
 cudaError_t cudaEventCreate(cudaEvent_t *e) {
     *e = (cudaEvent_t)&stream_token;
     return cudaSuccess;
@@ -144,6 +151,7 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void
     return cudaSuccess;
 }
 
+#ifndef TOY_CUDA_EMU
 /* capture: toy_cu_run records node descriptors; a launch replays them */
 struct mock_graph {
     struct toy_cu_node *nodes;
@@ -196,6 +204,8 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t s) {
     return cudaSuccess;
 }
 
+#endif
+
 /* ---- cuBLAS: only the handle calls (matmuls run on the CPU kernels) ---------------- */
 
 static int blas_token;
@@ -217,6 +227,7 @@ cublasStatus_t cublasSetWorkspace_v2(cublasHandle_t h, void *w, size_t n) {
 }
 const char *cublasGetStatusString(cublasStatus_t s) { return s == CUBLAS_STATUS_SUCCESS ? "success" : "mock error"; }
 
+#ifndef TOY_CUDA_EMU /* the emulator runs the real kernels (tools/cuda-emu/) */
 /* ---- the kernels: each node descriptor computed by the CPU backend ------------------- */
 
 static void as_tensor(struct toy_tensor *t, const struct toy_cu_tensor *d) {
@@ -311,4 +322,5 @@ int toy_cu_sum_f64(const double *x, int64_t n, double *out, void *stream) {
     *out = s;
     return 0;
 }
+#endif /* TOY_CUDA_EMU */
 #endif
