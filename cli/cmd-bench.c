@@ -15,6 +15,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "json-out.h"
 #include "toy/generate.h"
 #include "toy/models.h"
 #include "toy/toy.h"
@@ -206,10 +207,7 @@ int toy_cmd_bench(int argc, char **argv) {
                               toy_dtype_name(kv_type), "decode_bytes", bytes, "kv_bytes", kv_bytes, "prompt",
                               (json_int_t)n_prompt, "generated", (json_int_t)n_gen, "runs", rows, "peak_rss_mb",
                               peak_kb / 1024.0);
-        char *s = json_dumps(j, JSON_COMPACT);
-        puts(s);
-        free(s);
-        json_decref(j);
+        if (toy_cli_print_json("bench", j, JSON_COMPACT)) rc = 1;
     } else {
         json_decref(rows);
         json_decref(mach);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "json-out.h"
 #include "toy/classify.h"
 #include "toy/graph.h"
 #include "toy/toy.h"
@@ -104,10 +105,7 @@ int toy_cmd_classify(int argc, char **argv) {
                                                      m->class_names ? m->class_names[order[a]] : NULL, "prob",
                                                      prob[order[a]]));
             json_t *o = json_pack("{s:s,s:s,s:o}", "format", "toy/classify-v1", "image", files[f], "top", top);
-            char *s = json_dumps(o, JSON_COMPACT);
-            puts(s);
-            free(s);
-            json_decref(o);
+            if (toy_cli_print_json("classify", o, JSON_COMPACT)) rc = 1;
         } else {
             printf("%s\n", files[f]);
             for (int a = 0; a < k; a++) {

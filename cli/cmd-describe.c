@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "json-out.h"
 #include "toy/gguf.h"
 #include "toy/models.h"
 
@@ -315,6 +316,7 @@ int toy_cmd_describe(int argc, char **argv) {
     struct text c = {0};
     card(g, &h, &c);
 
+    int rc = 0;
     if (json) {
         json_t *o = json_object();
         json_object_set_new(o, "path", json_string(path));
@@ -352,10 +354,7 @@ int toy_cmd_describe(int argc, char **argv) {
         json_object_set_new(tk, "chat_template", json_boolean(tmpl != NULL));
         json_object_set_new(o, "tokenizer", tk);
         json_object_set_new(o, "algorithm", json_string(c.s ? c.s : ""));
-        char *s = json_dumps(o, JSON_INDENT(2));
-        puts(s);
-        free(s);
-        json_decref(o);
+        rc = toy_cli_print_json("describe", o, JSON_INDENT(2));
     } else {
         char p[32], sz[32];
         human(p, sizeof p, (double)h.n_params);
@@ -397,5 +396,5 @@ int toy_cmd_describe(int argc, char **argv) {
     }
     free(c.s);
     toy_gguf_close(g);
-    return 0;
+    return rc;
 }

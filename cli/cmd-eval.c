@@ -14,6 +14,7 @@
 
 #include "generate-gpt2.h"
 #include "progress.h"
+#include "json-out.h"
 #include "toy/data.h"
 #include "toy/gguf.h"
 #include "toy/tokenizer.h"
@@ -131,10 +132,7 @@ int toy_cmd_eval(int argc, char **argv) {
     if (json) {
         json_t *j = json_pack("{s:s,s:s,s:s,s:f,s:f,s:I,s:I}", "format", "toy/eval-v1", "model", model, "data", path,
                               "loss", ce, "ppl", exp(ce), "tokens", (json_int_t)count, "windows", (json_int_t)windows);
-        char *s = json_dumps(j, JSON_COMPACT);
-        puts(s);
-        free(s);
-        json_decref(j);
+        if (toy_cli_print_json("eval", j, JSON_COMPACT)) rc = 1;
     } else {
         printf("eval_ce: %.6f\nperplexity: %.4f\ntokens: %lld in %lld windows of %lld\n", ce, exp(ce), (long long)count,
                (long long)windows, (long long)T);

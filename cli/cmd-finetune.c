@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "progress.h"
+#include "json-out.h"
 #include "toy/collective.h"
 #include "toy/finetune.h"
 #include "toy/run-dir.h"
@@ -366,10 +367,7 @@ static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll
         json_object_set_new(j, "trainable_bytes", json_integer((json_int_t)toy_finetuner_trainable_bytes(ft)));
         double pe = toy_finetuner_pack_efficiency(ft);
         json_object_set_new(j, "pack_efficiency", isfinite(pe) ? json_real(pe) : json_null());
-        char *s = json_dumps(j, JSON_COMPACT);
-        puts(s);
-        free(s);
-        json_decref(j);
+        if (toy_cli_print_json("finetune", j, JSON_COMPACT)) rc = 1;
     } else {
         fprintf(stderr, "toy finetune: %s at step %lld: loss %.4f, held-out loss %.4f (%.0f target tokens/s, %.1f s, "
                 "%.0f%% of positions are example tokens%s)\n", reason, (long long)res.final_step, res.final_loss,

@@ -12,6 +12,7 @@
 
 #include "generate-gpt2.h"
 #include "progress.h"
+#include "json-out.h"
 #include "toy/finetune.h"
 #include "toy/generate.h"
 #include "toy/gguf.h"
@@ -171,6 +172,11 @@ int toy_cmd_generate(int argc, char **argv) {
             int32_t *gi = malloc(((size_t)n + 1) * sizeof *gi);
             for (int64_t i = 0; i < n; i++) gi[i] = (int32_t)json_integer_value(json_array_get(o.ids, (size_t)i));
             if (tok) toy_tokenizer_decode(tok, gi, n, TOY_DECODE_SKIP_SPECIAL, &text, &tl);
+            if (text && !toy_utf8_valid(text, tl)) { /* a character cut off, or bytes a small model made up */
+                char *clean = toy_utf8_clean(text, tl, &tl);
+                free(text);
+                text = clean;
+            }
             const char *reasons[] = {"length", "eos", "stop", "caller", "context"};
             json_t *prompt_arr = json_array();
             for (int64_t i = 0; i < ids.n; i++) json_array_append_new(prompt_arr, json_integer(ids.ids[i]));
@@ -182,10 +188,7 @@ int toy_cmd_generate(int argc, char **argv) {
                                     r.prefill_s > 0 ? r.n_prompt / r.prefill_s : 0.0, "decode_tokens_per_s",
                                     r.decode_s > 0 ? r.n_generated / r.decode_s : 0.0, "peak_rss_mb",
                                     ru.ru_maxrss / 1024.0);
-            char *s = json_dumps(res, JSON_COMPACT);
-            puts(s);
-            free(s);
-            json_decref(res);
+            if (toy_cli_print_json("generate", res, JSON_COMPACT)) rc = 1;
             free(text);
             free(gi);
             o.ids = o.lps = NULL;

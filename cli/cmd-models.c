@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "json-out.h"
 #include "toy/models.h"
 
 static void human(char *buf, size_t n, double v, const char *unit) {
@@ -34,6 +35,7 @@ int toy_cmd_models(int argc, char **argv) {
         fprintf(stderr, "toy models: %s\n", toy_last_error());
         return 1;
     }
+    int rc = 0;
     if (json) {
         json_t *arr = json_array();
         for (int64_t i = 0; i < n; i++)
@@ -41,10 +43,7 @@ int toy_cmd_models(int argc, char **argv) {
                                                  m[i].path, "source", m[i].source, "architecture", m[i].arch,
                                                  "params", (json_int_t)m[i].n_params, "file_type",
                                                  toy_file_type_name(m[i].file_type), "size", (json_int_t)m[i].size));
-        char *s = json_dumps(arr, JSON_INDENT(2));
-        puts(s);
-        free(s);
-        json_decref(arr);
+        rc = toy_cli_print_json("models", arr, JSON_INDENT(2));
     } else if (n == 0) {
         printf("no GGUF models found (looked in $TOY_MODEL_DIR, ./models, ~/.cache/huggingface/hub,\n"
                "~/.ollama/models, ~/.lmstudio/models); `toy convert` makes one from a Hugging Face folder\n");
@@ -62,5 +61,5 @@ int toy_cmd_models(int argc, char **argv) {
         }
     }
     free(m);
-    return 0;
+    return rc;
 }

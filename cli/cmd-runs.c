@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "json-out.h"
 #include "toy/events.h"
 
 struct run {
@@ -164,6 +165,7 @@ int toy_cmd_runs(int argc, char **argv) {
     if (d) closedir(d);
     if (n > 1) qsort(runs, n, sizeof *runs, by_start);
 
+    int rc = 0;
     if (json) {
         json_t *arr = json_array();
         for (size_t i = 0; i < n; i++) {
@@ -178,10 +180,7 @@ int toy_cmd_runs(int argc, char **argv) {
                                (json_int_t)r->torn));
         }
         json_t *out = json_pack("{s:s, s:s, s:o}", "format", "toy/runs-v1", "dir", root, "runs", arr);
-        char *s = json_dumps(out, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
-        if (s) puts(s);
-        free(s);
-        json_decref(out);
+        if (toy_cli_print_json("runs", out, JSON_INDENT(2) | JSON_REAL_PRECISION(10))) rc = 1;
     } else if (n == 0) {
         printf("no runs in %s\n", root);
     } else {
@@ -215,5 +214,5 @@ int toy_cmd_runs(int argc, char **argv) {
         free(r->id), free(r->run_id), free(r->arch), free(r->name), free(r->started_at), free(r->reason);
     }
     free(runs);
-    return 0;
+    return rc;
 }

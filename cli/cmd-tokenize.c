@@ -47,7 +47,9 @@ static char *read_all(FILE *f, size_t *len) {
 }
 
 static void json_piece(FILE *f, const char *s) {
-    json_t *j = json_string(s);
+    char *clean = toy_utf8_clean(s, strlen(s), NULL); /* a byte-level piece can be part of a character */
+    json_t *j = clean ? json_string(clean) : NULL;
+    free(clean);
     char *d = j ? json_dumps(j, JSON_ENCODE_ANY) : NULL;
     fputs(d ? d : "null", f);
     free(d);

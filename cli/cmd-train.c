@@ -24,6 +24,7 @@
 
 #include "progress.h"
 #include "train-vit.h"
+#include "json-out.h"
 #include "toy/collective.h"
 #include "toy/data.h"
 #include "toy/events.h"
@@ -499,10 +500,7 @@ int toy_cmd_train(int argc, char **argv) {
                               "final_loss", isfinite(res.final_loss) ? json_real(res.final_loss) : json_null(),
                               "eval_loss", isfinite(res.final_eval_loss) ? json_real(res.final_eval_loss) : json_null(),
                               "reason", reason, "checkpoint", res.checkpoint, "tokens_per_s", res.tokens_per_s);
-        char *s = json_dumps(j, JSON_COMPACT);
-        puts(s);
-        free(s);
-        json_decref(j);
+        if (toy_cli_print_json("train", j, JSON_COMPACT)) rc = 1;
     } else {
         struct rusage ru;
         getrusage(RUSAGE_SELF, &ru);

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "generate-gpt2.h"
+#include "json-out.h"
 #include "toy/gguf.h"
 #include "toy/gpt2.h"
 #include "toy/toy.h"
@@ -95,6 +96,11 @@ int toy_cli_generate_gpt2(const char *path, const char *prompt, const char *prom
         char *text = NULL;
         size_t tl = 0;
         if (tok && gi) toy_tokenizer_decode(tok, gi, n, TOY_DECODE_SKIP_SPECIAL, &text, &tl);
+        if (text && !toy_utf8_valid(text, tl)) { /* a character cut off, or bytes a small model made up */
+            char *clean = toy_utf8_clean(text, tl, &tl);
+            free(text);
+            text = clean;
+        }
         const char *reasons[] = {"length", "eos", "stop", "caller", "context"};
         json_t *pa = json_array();
         for (int64_t i = 0; i < ids.n; i++) json_array_append_new(pa, json_integer(ids.ids[i]));
@@ -103,10 +109,7 @@ int toy_cli_generate_gpt2(const char *path, const char *prompt, const char *prom
                                 o.lps, "finish_reason", reasons[r.reason], "prefill_tokens_per_s",
                                 r.prefill_s > 0 ? r.n_prompt / r.prefill_s : 0.0, "decode_tokens_per_s",
                                 r.decode_s > 0 ? r.n_generated / r.decode_s : 0.0);
-        char *s = json_dumps(res, JSON_COMPACT);
-        if (s) puts(s);
-        free(s);
-        json_decref(res);
+        if (toy_cli_print_json("generate", res, JSON_COMPACT)) rc = 1;
         free(text);
         free(gi);
     } else {

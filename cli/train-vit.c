@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "progress.h"
+#include "json-out.h"
 #include "toy/classify.h"
 #include "toy/run-dir.h"
 #include "toy/toy.h"
@@ -304,10 +305,7 @@ int toy_train_vit(int argc, char **argv) {
                               isfinite(res.test_acc) ? json_real(res.test_acc) : json_null(), "reason",
                               toy_run_reason_str(res.reason), "checkpoint", res.checkpoint, "images_per_s",
                               res.images_per_s, "seconds", res.seconds);
-        char *s = json_dumps(j, JSON_COMPACT);
-        puts(s);
-        free(s);
-        json_decref(j);
+        if (toy_cli_print_json("train", j, JSON_COMPACT)) rc = 1;
     } else {
         fprintf(stderr, "toy train: %s at step %lld: loss %.4f, test accuracy %.2f%% (loss %.4f), %.0f images/s, %.1f s\n",
                 toy_run_reason_str(res.reason), (long long)res.final_step, res.final_loss, 100 * res.test_acc,

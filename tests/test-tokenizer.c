@@ -978,3 +978,33 @@ Test(tokenizer, sentencepiece_unigram_model_proto) {
     m[1] = 0x7F;
     cr_expect_eq(toy_tokenizer_load_spm_mem(m, 20, &tok), TOY_ERR_FORMAT);
 }
+
+/* toy_utf8_valid / toy_utf8_clean: what a JSON writer may pass on */
+Test(tokenizer, utf8_check_and_repair) {
+    struct {
+        const char *in;
+        size_t n;
+        bool valid;
+        const char *clean;
+    } c[] = {
+        {"plain", 5, true, "plain"},
+        {"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", 14, true, "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"},
+        {"a\xc3", 2, false, "a\xef\xbf\xbd"},                                 /* cut off */
+        {"\xc0\xaf", 2, false, "\xef\xbf\xbd\xef\xbf\xbd"},                       /* overlong '/' */
+        {"\xed\xa0\x80x", 4, false, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbdx"},         /* a surrogate */
+        {"\xf4\x90\x80\x80", 4, false, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"}, /* past U+10FFFF */
+        {"\x80z", 2, false, "\xef\xbf\xbdz"},                                  /* a lone continuation */
+        {"a\0b", 3, true, "a\0b"},                                          /* NUL is a character */
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        cr_expect_eq(toy_utf8_valid(c[i].in, c[i].n), c[i].valid, "case %zu", i);
+        size_t n = 0;
+        char *o = toy_utf8_clean(c[i].in, c[i].n, &n);
+        cr_assert(o);
+        size_t want = i == 7 ? 3 : strlen(c[i].clean);
+        cr_expect_eq(n, want, "case %zu: length %zu", i, n);
+        cr_expect(!memcmp(o, c[i].clean, want), "case %zu", i);
+        cr_expect(toy_utf8_valid(o, n), "case %zu: the repair is valid", i);
+        free(o);
+    }
+}

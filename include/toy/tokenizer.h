@@ -189,6 +189,14 @@ enum toy_status toy_decoder_push(struct toy_decoder *d, int32_t id, const char *
 /* Returns what is held (an incomplete character: its bytes as they are) and resets. */
 void toy_decoder_flush(struct toy_decoder *d, const char **text, size_t *len);
 
+/* Decoded text need not be valid UTF-8 (a model can emit any bytes); JSON
+ * needs it. toy_utf8_valid: s[0..n) is valid UTF-8 (no overlong forms,
+ * surrogates or code points past U+10FFFF). toy_utf8_clean: a malloc'd,
+ * NUL-terminated copy with each invalid byte replaced by U+FFFD, *out_n
+ * (if given) its length; NULL when out of memory. */
+bool toy_utf8_valid(const char *s, size_t n);
+char *toy_utf8_clean(const char *s, size_t n, size_t *out_n);
+
 /* ---- vocabulary ---- */
 
 int64_t toy_tokenizer_n_vocab(const struct toy_tokenizer *tok);

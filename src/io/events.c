@@ -10,6 +10,7 @@
  * enforced by the producer rather than hoped for. Numbers: non-finite ->
  * null; reals snapped so floats print in their shortest form (see snap()). */
 #include "toy/events.h"
+#include "toy/tokenizer.h"
 #include "toy/run-dir.h"
 
 #include <errno.h>
@@ -132,46 +133,16 @@ static void snap(json_t *j) {
     }
 }
 
-/* Length of the valid UTF-8 sequence at s (n bytes left), 0 if invalid. */
-static size_t utf8_len(const unsigned char *s, size_t n) {
-    unsigned c = s[0];
-    if (c < 0x80) return 1;
-    size_t len;
-    unsigned cp, min;
-    if (c >= 0xc2 && c <= 0xdf) len = 2, cp = c & 0x1f, min = 0x80;
-    else if (c >= 0xe0 && c <= 0xef) len = 3, cp = c & 0x0f, min = 0x800;
-    else if (c >= 0xf0 && c <= 0xf4) len = 4, cp = c & 0x07, min = 0x10000;
-    else return 0;
-    if (n < len) return 0;
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xc0) != 0x80) return 0;
-        cp = cp << 6 | (s[i] & 0x3f);
-    }
-    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
-    return len;
-}
-
 /* A JSON string of C text, invalid UTF-8 bytes replaced by U+FFFD; NULL -> null. */
 static json_t *text(const char *s) {
     if (!s) return json_null();
     size_t n = strlen(s);
     json_t *j = json_stringn(s, n);
     if (j) return j;
-    char *buf = malloc(3 * n + 1);
-    if (!buf) return NULL;
-    size_t o = 0;
-    for (size_t i = 0; i < n;) {
-        size_t k = utf8_len((const unsigned char *)s + i, n - i);
-        if (k) {
-            memcpy(buf + o, s + i, k);
-            o += k, i += k;
-        } else {
-            memcpy(buf + o, "\xef\xbf\xbd", 3);
-            o += 3, i++;
-        }
-    }
-    j = json_stringn(buf, o);
-    free(buf);
+    char *clean = toy_utf8_clean(s, n, &n);
+    if (!clean) return NULL;
+    j = json_stringn(clean, n);
+    free(clean);
     return j;
 }
 

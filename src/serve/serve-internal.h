@@ -154,9 +154,6 @@ size_t srv_engine_kv_bytes(const struct srv_engine *e);
 
 /* ---- helpers ----------------------------------------------------------------------- */
 
-/* A malloc'd copy of s[0..n) with invalid UTF-8 replaced by U+FFFD; *out_n its length. */
-char *srv_utf8_clean(const char *s, size_t n, size_t *out_n);
-bool srv_utf8_valid(const char *s, size_t n);
 
 /* ---- the OpenAI API (serve-openai.c) -------------------------------------------------- */
 

@@ -22,58 +22,11 @@
 
 /* ---- UTF-8 ----------------------------------------------------------------------------- */
 
-/* length of the valid UTF-8 sequence at s (n bytes left), 0 if invalid */
-static size_t utf8_seq(const unsigned char *s, size_t n) {
-    unsigned c = s[0];
-    if (c < 0x80) return 1;
-    size_t len;
-    unsigned min;
-    if ((c & 0xE0) == 0xC0) len = 2, min = 0x80, c &= 0x1F;
-    else if ((c & 0xF0) == 0xE0) len = 3, min = 0x800, c &= 0x0F;
-    else if ((c & 0xF8) == 0xF0) len = 4, min = 0x10000, c &= 0x07;
-    else return 0;
-    if (len > n) return 0;
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80) return 0;
-        c = (c << 6) | (s[i] & 0x3F);
-    }
-    if (c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) return 0;
-    return len;
-}
-
-bool srv_utf8_valid(const char *s, size_t n) {
-    const unsigned char *p = (const unsigned char *)s;
-    for (size_t i = 0; i < n;) {
-        size_t k = utf8_seq(p + i, n - i);
-        if (!k) return false;
-        i += k;
-    }
-    return true;
-}
-
-char *srv_utf8_clean(const char *s, size_t n, size_t *out_n) {
-    char *o = malloc(n * 3 + 1);
-    if (!o) return NULL;
-    const unsigned char *p = (const unsigned char *)s;
-    size_t w = 0;
-    for (size_t i = 0; i < n;) {
-        size_t k = utf8_seq(p + i, n - i);
-        if (k) {
-            memcpy(o + w, p + i, k), w += k, i += k;
-        } else {
-            memcpy(o + w, "\xEF\xBF\xBD", 3), w += 3, i++;
-        }
-    }
-    o[w] = 0;
-    if (out_n) *out_n = w;
-    return o;
-}
-
 /* a JSON string of s[0..n), invalid UTF-8 replaced */
 static json_t *jstr(const char *s, size_t n) {
-    if (srv_utf8_valid(s, n)) return json_stringn(s, n);
+    if (toy_utf8_valid(s, n)) return json_stringn(s, n);
     size_t m;
-    char *c = srv_utf8_clean(s, n, &m);
+    char *c = toy_utf8_clean(s, n, &m);
     json_t *j = c ? json_stringn(c, m) : json_string("");
     free(c);
     return j;
@@ -99,7 +52,7 @@ bool srv_err(struct srv_error *e, int http, const char *type, const char *code, 
 
 json_t *srv_error_json(const struct srv_error *e) {
     size_t n;
-    char *msg = srv_utf8_clean(e->msg, strlen(e->msg), &n);
+    char *msg = toy_utf8_clean(e->msg, strlen(e->msg), &n);
     json_t *o = json_object();
     json_object_set_new(o, "message", msg ? json_stringn(msg, n) : json_string("error"));
     json_object_set_new(o, "type", json_string(e->type ? e->type : "invalid_request_error"));
@@ -450,7 +403,7 @@ bool srv_parse_request(const struct srv_api *api, enum srv_endpoint ep, const ch
                        struct srv_request *r, struct srv_error *err) {
     memset(r, 0, sizeof *r);
     r->ep = ep;
-    if (!srv_utf8_valid(body, len)) return BAD(NULL, "the request body is not valid UTF-8");
+    if (!toy_utf8_valid(body, len)) return BAD(NULL, "the request body is not valid UTF-8");
     json_error_t je;
     json_t *o = json_loadb(body, len, 0, &je);
     if (!o) return BAD(NULL, "malformed JSON at line %d, column %d: %s", je.line, je.column, je.text);

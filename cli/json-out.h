@@ -1,0 +1,13 @@
+/* json-out.h: printing a command's --json result. */
+#ifndef TOY_CLI_JSON_OUT_H
+#define TOY_CLI_JSON_OUT_H
+
+#include <jansson.h>
+
+/* Prints j on one line (or indented, per flags) to stdout and releases it.
+ * A NULL j (json_pack refused a value: text that is not UTF-8, or no
+ * memory) or a failed dump is an error message naming the command, not a
+ * crash or a silent empty result: returns 1 then, else 0. */
+int toy_cli_print_json(const char *cmd, json_t *j, size_t flags);
+
+#endif
