@@ -37,7 +37,11 @@ cudaError_t cudaGetDeviceCount(int *count) {
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device) {
     if (device != 0) return cudaErrorInvalidDevice;
     memset(prop, 0, sizeof *prop);
+#ifdef TOY_CUDA_EMU
+    strcpy(prop->name, "toy CUDA emulator (kernels on CPU fibers)");
+#else
     strcpy(prop->name, "toy CUDA mock (CPU kernels)");
+#endif
     prop->totalGlobalMem = (size_t)1 << 34;
     prop->major = 9;
     prop->multiProcessorCount = 1;

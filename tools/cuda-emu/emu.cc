@@ -5,13 +5,14 @@
  * The rest of the runtime (memory, copies, devices, events) is the mock's
  * (tools/cuda-mock.c). Built only by `make CUDA_EMU=1`.
  *
- * Scheduling: each pass runs every runnable thread of the block until it
- * reaches a barrier or ends, in a shuffled order (fixed seed, TOY_EMU_SEED
- * to change it), so device code that reads shared memory another thread
- * writes without a barrier between reads the wrong value here too, as it
- * may on a GPU. A warp barrier (a shuffle, __syncwarp) opens when every
- * live lane of the warp has reached it, __syncthreads when every live
- * thread of the block has. A barrier that can never open (threads of a
+ * Scheduling: a block runs warp by warp up to its next __syncthreads, the
+ * lanes of a warp up to their next warp barrier (a shuffle, __syncwarp),
+ * which opens when every live lane of the warp is there; __syncthreads
+ * opens when every live thread of the block is. Warps and lanes run in a
+ * random order and direction each time (fixed seed, TOY_EMU_SEED to change
+ * it), so device code that reads shared memory another thread writes
+ * without a barrier between reads the wrong value here too, as it may on a
+ * GPU. A barrier that can never open (threads of a
  * block waiting at different barriers) and a shuffle with an exited or
  * missing lane are launch failures with a message naming the kernel,
  * where a GPU would hang or return garbage.
@@ -151,6 +152,11 @@ void start_context(context *c, char *stack) {
 }
 
 void set_coords(int t) {
+    if (blockDim.x == (unsigned)B.n) { /* a 1-D block */
+        threadIdx.x = (unsigned)t;
+        threadIdx.y = threadIdx.z = 0;
+        return;
+    }
     threadIdx.x = (unsigned)t % blockDim.x;
     threadIdx.y = (unsigned)t / blockDim.x % blockDim.y;
     threadIdx.z = (unsigned)t / (blockDim.x * blockDim.y);
@@ -206,56 +212,67 @@ bool ensure_stacks(int n) {
     return true;
 }
 
-/* runs one block; false when it failed (B.err says why) */
+/* a random start and direction: the order of the next pass over k items */
+void next_order(int k, int *start, int *step) {
+    rng = rng * 1103515245u + 12345u;
+    *start = (int)((rng >> 8) % (unsigned)k);
+    *step = (rng >> 30) & 1 ? 1 : k - 1;
+}
+
+/* runs warp w until each of its live lanes waits at a block barrier or
+ * has ended: a warp barrier opens as soon as all of its live lanes are
+ * there (so the block is not walked for every shuffle). False on an error. */
+bool run_warp(int w, int lanes) {
+    fiber *th = &B.th[(size_t)w * 32];
+    for (;;) {
+        int start, step;
+        next_order(lanes, &start, &step);
+        for (int i = 0, l = start; i < lanes; i++, l = l + step >= lanes ? l + step - lanes : l + step)
+            if (th[l].st == RUNNABLE) {
+                run_thread(w * 32 + l);
+                if (B.err[0]) return false;
+            }
+        int live = 0, at_warp = 0;
+        for (int l = 0; l < lanes; l++) {
+            live += th[l].st != DONE;
+            at_warp += th[l].st == AT_WARP;
+        }
+        if (!at_warp) return true;
+        if (at_warp < live) {
+            snprintf(B.err, sizeof B.err,
+                     "deadlock: in warp %d of block (%u,%u,%u), lanes wait at a warp collective and at __syncthreads", w,
+                     blockIdx.x, blockIdx.y, blockIdx.z);
+            return false;
+        }
+        if (live < 32) {
+            snprintf(B.err, sizeof B.err, "a warp collective in warp %d with %d of 32 lanes present", w, live);
+            return false;
+        }
+        for (int l = 0; l < lanes; l++) th[l].st = RUNNABLE;
+    }
+}
+
+/* runs one block; false when it failed (B.err says why). Each pass runs
+ * the warps, in a random order and direction, up to the next
+ * __syncthreads; then the barrier opens. */
 bool run_block(int n) {
     for (int t = 0; t < n; t++) {
         start_context(&B.th[t].ctx, B.th[t].stack);
         B.th[t].st = RUNNABLE;
     }
-    std::vector<int> order(n);
+    int nw = (n + 31) / 32;
     for (;;) {
-        for (int t = 0; t < n; t++) order[t] = t;
-        for (int t = n - 1; t > 0; t--) { /* a fresh shuffle each pass */
-            rng = rng * 1103515245u + 12345u;
-            int j = (int)((rng >> 8) % (unsigned)(t + 1));
-            int x = order[t];
-            order[t] = order[j];
-            order[j] = x;
-        }
-        for (int i = 0; i < n; i++)
-            if (B.th[order[i]].st == RUNNABLE) {
-                run_thread(order[i]);
-                if (B.err[0]) return false;
-            }
-        bool any_live = false, opened = false;
-        for (int w = 0; w * 32 < n; w++) {
-            int lanes = n - w * 32 < 32 ? n - w * 32 : 32, live = 0, waiting = 0;
-            for (int l = 0; l < lanes; l++) {
-                state s = B.th[w * 32 + l].st;
-                live += s != DONE;
-                waiting += s == AT_WARP;
-            }
-            any_live |= live > 0;
-            if (waiting && waiting == live) {
-                if (live < 32) {
-                    snprintf(B.err, sizeof B.err, "a warp collective in warp %d with %d of 32 lanes present", w, live);
-                    return false;
-                }
-                for (int l = 0; l < lanes; l++) B.th[w * 32 + l].st = RUNNABLE;
-                opened = true;
-            }
-        }
-        if (!any_live) return true;
-        if (opened) continue;
-        bool all_at_barrier = true;
-        for (int t = 0; t < n; t++) all_at_barrier &= B.th[t].st == AT_BARRIER || B.th[t].st == DONE;
-        if (!all_at_barrier) {
-            snprintf(B.err, sizeof B.err, "deadlock: threads of block (%u,%u,%u) wait at different barriers",
-                     blockIdx.x, blockIdx.y, blockIdx.z);
-            return false;
-        }
+        int start, step;
+        next_order(nw, &start, &step);
+        for (int i = 0, w = start; i < nw; i++, w = w + step >= nw ? w + step - nw : w + step)
+            if (!run_warp(w, n - w * 32 < 32 ? n - w * 32 : 32)) return false;
+        bool live = false;
         for (int t = 0; t < n; t++)
-            if (B.th[t].st == AT_BARRIER) B.th[t].st = RUNNABLE;
+            if (B.th[t].st == AT_BARRIER) {
+                B.th[t].st = RUNNABLE;
+                live = true;
+            }
+        if (!live) return true;
     }
 }
 
