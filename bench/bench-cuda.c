@@ -7,9 +7,10 @@
  *
  * Random weights. One JSON line per run on stdout:
  *   train:  (bf16: weights cast to BF16 and TOY_CUDA_MATH=bf16 for the F32 x F32
- *           gradient products, as PyTorch's autocast) tokens/s of whole steps (forward + backward on the device, the
- *           AdamW step on the host: the optimizer is not device-resident
- *           yet, see docs/cuda.md), the forward+backward time alone, and
+ *           gradient products, as PyTorch's autocast) tokens/s of whole steps
+ *           (forward + backward and the AdamW step, all on the device: the
+ *           optimizer moves there at its first call, docs/cuda.md), the
+ *           forward+backward time alone, and
  *           MFU = 6 N tokens/s / peak (TOY_PEAK_TFLOPS, default 989: H100/H200
  *           dense BF16);
  *   decode: tokens/s of one-token steps through the KV cache (weights are

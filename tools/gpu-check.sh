@@ -7,52 +7,65 @@
 # 13 minutes, typically 4-6); `quick` skips torch.compile. Results go to $OUT (the device runner's folder) or
 # build-cuda/gpu-check/.
 #   bash tools/gpu-check.sh [quick]     # quick: no torch.compile runs
+#   bash tools/gpu-check.sh emu         # a rehearsal without a GPU: the same steps on
+#                                       # the CPU emulator (make CUDA_EMU=1), tiny benchmarks
 set -uo pipefail
 cd "$(dirname "$0")/.."
-R=${OUT:-build-cuda/gpu-check}
+# X: the time limits' factor (emulated kernels are slow)
+if [ "${1:-}" = emu ]; then MODE=CUDA_EMU=1; BLD=build-cuda-emu; X=6; else MODE=CUDA=1; BLD=build-cuda; X=1; fi
+R=${OUT:-$BLD/gpu-check}
 mkdir -p "$R"
 step() { echo; echo "== $* ($(date +%T))"; }
 step "GPU"
-nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap --format=csv 2>&1 | tee "$R/gpu.txt"
-step "build (make CUDA=1)"
-{ time make CUDA=1 -j"$(nproc)" all build-cuda/toy-tests build-cuda/bench/bench-cuda; } > "$R/build.txt" 2>&1
+if [ "$BLD" = build-cuda ]; then
+  nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap --format=csv 2>&1 | tee "$R/gpu.txt"
+else
+  echo "none: the CPU emulator (tools/cuda-emu/) stands in for it" | tee "$R/gpu.txt"
+fi
+step "build (make $MODE)"
+{ time make "$MODE" -j"$(nproc)" all $BLD/toy-tests $BLD/bench/bench-cuda; } > "$R/build.txt" 2>&1
 rc=$?; tail -5 "$R/build.txt"
 if [ $rc -ne 0 ]; then echo "build failed (see $R/build.txt)"; exit 1; fi
 step "toy devices"
-./build-cuda/toy devices | tee "$R/devices.txt"
+./$BLD/toy devices | tee "$R/devices.txt"
 step "CUDA tests"
-TOY_REFS=build-cuda/refs TOY_BIN=build-cuda/toy timeout 180 ./build-cuda/toy-tests --filter 'cuda/*' --verbose -j1 \
+TOY_REFS=$BLD/refs TOY_BIN=$BLD/toy timeout $((180 * X)) ./$BLD/toy-tests --filter 'cuda/*' --verbose -j1 \
   > "$R/test-cuda.txt" 2>&1
 echo "exit $?"; grep -E "Synthesis|FAIL|fail|differs|skip|max rel|AdamW|decode" "$R/test-cuda.txt" | head -60
 step "attention: the untiled reference kernels too"
-TOY_CUDA_ATTN=simple timeout 60 ./build-cuda/toy-tests --filter 'cuda/attention*' -j1 > "$R/test-cuda-attn-simple.txt" 2>&1
+TOY_CUDA_ATTN=simple timeout $((60 * X)) ./$BLD/toy-tests --filter 'cuda/attention*' -j1 > "$R/test-cuda-attn-simple.txt" 2>&1
 echo "simple attention: $(grep Synthesis "$R/test-cuda-attn-simple.txt")"
 step "decode without CUDA graph capture (TOY_CUDA_GRAPH=0) too"
-TOY_CUDA_GRAPH=0 timeout 60 ./build-cuda/toy-tests --filter 'cuda/*decode*' -j1 > "$R/test-cuda-nograph.txt" 2>&1
+TOY_CUDA_GRAPH=0 timeout $((60 * X)) ./$BLD/toy-tests --filter 'cuda/*decode*' -j1 > "$R/test-cuda-nograph.txt" 2>&1
 echo "uncaptured decode: $(grep Synthesis "$R/test-cuda-nograph.txt")"
 step "training with the optimizer on the host too (TOY_CUDA_OPTIM=0: parameters up, gradients down every step)"
-TOY_CUDA_OPTIM=0 timeout 60 ./build-cuda/toy-tests --filter 'cuda/llama_training*' -j1 > "$R/test-cuda-host-optim.txt" 2>&1
+TOY_CUDA_OPTIM=0 timeout $((60 * X)) ./$BLD/toy-tests --filter 'cuda/llama_training*' -j1 > "$R/test-cuda-host-optim.txt" 2>&1
 echo "host optimizer: $(grep Synthesis "$R/test-cuda-host-optim.txt")"
 step "TF32 and BF16 GEMM modes (looser: the bounds are F32's, failures here are expected and informative)"
 for m in tf32 bf16; do
-  TOY_CUDA_MATH=$m timeout 60 ./build-cuda/toy-tests --filter 'cuda/llama_*' -j1 > "$R/test-cuda-$m.txt" 2>&1
+  TOY_CUDA_MATH=$m timeout $((60 * X)) ./$BLD/toy-tests --filter 'cuda/llama_*' -j1 > "$R/test-cuda-$m.txt" 2>&1
   echo "$m: $(grep Synthesis "$R/test-cuda-$m.txt")"
 done
 step "CLI: toy generate --device cuda on the test-data model"
 M=$(ls ../shared/testdata/model-gguf-llama2-tiny-random/*.gguf shared/testdata/model-gguf-llama2-tiny-random/*.gguf 2>/dev/null | head -1)
 if [ -n "$M" ]; then
-  timeout 60 ./build-cuda/toy generate -m "$M" -p "Hello" -n 16 --temp 0 --device cuda 2>&1 | tail -3 | tee "$R/generate-cuda.txt"
-  timeout 60 ./build-cuda/toy generate -m "$M" -p "Hello" -n 16 --temp 0 2>&1 | tail -3 | tee "$R/generate-cpu.txt"
+  timeout $((60 * X)) ./$BLD/toy generate -m "$M" -p "Hello" -n 16 --temp 0 --device cuda 2>&1 | tail -3 | tee "$R/generate-cuda.txt"
+  timeout $((60 * X)) ./$BLD/toy generate -m "$M" -p "Hello" -n 16 --temp 0 2>&1 | tail -3 | tee "$R/generate-cpu.txt"
 fi
-timeout 10 ./build-cuda/toy generate -m x --device cuda:99; echo "missing device exit code: $? (want 1)"
+timeout $((10 * X)) ./$BLD/toy generate -m x --device cuda:99; echo "missing device exit code: $? (want 1)"
 step "CLI: 30 training steps, cuda vs cpu (same losses expected to ~1e-4)"
 D=$(ls ../shared/testdata/corpus-tinyshakespeare/input.txt shared/testdata/corpus-tinyshakespeare/input.txt 2>/dev/null | head -1)
 if [ -n "$D" ]; then
   for dev in cuda cpu; do
-    timeout 60 ./build-cuda/toy train --device $dev --data "$D" --steps 30 --batch 4 --ctx 32 --eval-every 15 \
-      --eval-batches 2 --runs "$R/runs" --sample "ROMEO:" --sample-tokens 16 --threads 1 2>&1 | tail -4 | tee "$R/train-$dev.txt"
+    timeout $((60 * X)) ./$BLD/toy train --device $dev --data "$D" --steps 30 --batch 4 --ctx 32 --eval-every 15 \
+      --eval-batches 2 --runs "$R/runs" --sample "ROMEO:" --sample-tokens 16 --threads 1 2>&1 | tee "$R/train-$dev.txt" | grep -E "^step|completed"
   done
 fi
 step "benchmarks (toy vs PyTorch)"
-TOY_BUILD=build-cuda timeout 300 bash bench/bench-cuda.sh "${1:-}" | tee "$R/bench-cuda.jsonl"
+if [ "$BLD" = build-cuda ]; then
+  TOY_BUILD=build-cuda timeout $((300 * X)) bash bench/bench-cuda.sh "${1:-}" | tee "$R/bench-cuda.jsonl"
+else # the harness only: emulated kernels are far too slow for the real shapes
+  { timeout $((120 * X)) ./$BLD/bench/bench-cuda decode smollm2-135m q8_0 3 cuda:0
+    timeout $((300 * X)) ./$BLD/bench/bench-cuda train smollm2-135m 1 8 1 cuda:0 bf16; } | tee "$R/bench-cuda.jsonl"
+fi
 step "done"
