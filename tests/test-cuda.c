@@ -348,6 +348,44 @@ Test(cuda, matmul_half_and_quantized_weights) {
     }
 }
 
+/* rows longer than a block's threads (block-stride loops, several
+ * partial sums per thread), a vocabulary-sized cross-entropy, and products
+ * at the GEMV / GEMM switch and with sizes that are no multiple of
+ * anything */
+Test(cuda, long_rows_and_odd_products, .timeout = 600) {
+    need_cuda();
+    struct toy_ctx *ctx = setup(21);
+    struct toy_tensor *x = param(ctx, 3001, 3, 1, 1), *w = param(ctx, 3001, 1, 1, 1);
+    struct toy_tensor *loss = loss_of(ctx, toy_softmax(ctx, x, NULL, 0.7f));
+    loss = toy_add(ctx, loss, loss_of(ctx, toy_rms_norm(ctx, x, w, 1e-6f)));
+    loss = toy_add(ctx, loss, loss_of(ctx, toy_sum(ctx, x, 0)));
+    check(ctx, loss, true, TOL_F32, "rows of 3001");
+    toy_ctx_free(ctx);
+
+    ctx = setup(22);
+    struct toy_tensor *lg = param(ctx, 5003, 4, 1, 1);
+    struct toy_tensor *tg = toy_new_tensor_2d(ctx, TOY_I32, 4, 1);
+    int32_t t[] = {0, 5002, -100, 2500};
+    memcpy(tg->data, t, sizeof t);
+    check(ctx, toy_cross_entropy(ctx, lg, tg, -100), true, TOL_F32, "cross-entropy over 5003");
+    toy_ctx_free(ctx);
+
+    ctx = setup(23);
+    int64_t sh[][3] = {{1, 1, 1}, {3, 129, 65}, {17, 33, 5}}; /* m, k, n */
+    loss = NULL;
+    for (int i = 0; i < 3; i++) {
+        struct toy_tensor *a = param(ctx, sh[i][1], sh[i][0], 1, 1), *b = param(ctx, sh[i][1], sh[i][2], 1, 1);
+        struct toy_tensor *l = loss_of(ctx, toy_matmul(ctx, a, b, false, true));
+        loss = loss ? toy_add(ctx, loss, l) : l;
+    }
+    check(ctx, loss, true, TOL_GEMM, "odd f32 products");
+    toy_ctx_free(ctx);
+    for (int m = 7; m <= 9; m++) { /* the quantized GEMV takes up to 8 rows */
+        weight_case(TOY_Q8_0, m, TOL_QUANT);
+        weight_case(TOY_Q4_K, m, TOL_QUANT);
+    }
+}
+
 Test(cuda, get_rows_forward_backward) {
     need_cuda();
     struct toy_ctx *ctx = setup(9);
@@ -418,6 +456,33 @@ Test(cuda, attention_forward_backward) {
                    "attention softcap, head dim 80");
     attention_case(128, 2, 1, 5, 13, (struct toy_attn_params){.causal = false}, false, "attention full, Tk > Tq");
     attention_case(32, 4, 2, 12, 12, (struct toy_attn_params){.causal = true}, true, "attention packed segments");
+}
+
+/* shapes the kernels' tiling and lanes must get right at their edges:
+ * head dims that do not fill the lanes (8, 40, 200) or fill every lane
+ * slot (256), sequence lengths across several row tiles, a GQA group of 3,
+ * Tq < Tk with a window, one query row (a single key would make dQ and dK
+ * zero up to rounding: nothing to compare) */
+Test(cuda, attention_shape_sweep, .timeout = 600) {
+    need_cuda();
+    struct {
+        int D, Hq, Hkv, Tq, Tk;
+        struct toy_attn_params p;
+    } c[] = {
+        {8, 3, 1, 37, 37, {.causal = true}},
+        {40, 6, 2, 21, 45, {.causal = true, .window = 9}},
+        {96, 2, 2, 19, 19, {.causal = false, .softcap = 3.0f}},
+        {200, 3, 3, 10, 10, {.causal = true}},
+        {256, 2, 1, 9, 17, {.causal = true, .window = 5, .softcap = 8.0f}},
+        {64, 4, 2, 1, 2, {.causal = true}},
+        {64, 4, 2, 1, 23, {.causal = true}},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        char what[96];
+        snprintf(what, sizeof what, "attention D %d Hq %d Hkv %d Tq %d Tk %d", c[i].D, c[i].Hq, c[i].Hkv, c[i].Tq,
+                 c[i].Tk);
+        attention_case(c[i].D, c[i].Hq, c[i].Hkv, c[i].Tq, c[i].Tk, c[i].p, false, what);
+    }
 }
 
 /* TOY_CUDA_ATTN=simple: the one-row-per-warp kernels (each test runs in a
@@ -527,6 +592,67 @@ Test(cuda, kv_cache_decode_matches_cpu) {
     need_cuda();
     kv_case(TOY_F32);
     kv_case(TOY_F16);
+}
+
+/* Decode with a long cache: the split-key kernels cut the keys into
+ * chunks (some empty, some uneven) and merge them. The caches start full
+ * of the same random rows on both sides; steps jump through n_past. */
+static void long_decode_case(enum toy_dtype type, int D, int Hq, int Hkv, int rows, int n_rows) {
+    toy_rng_seed(&rng, 19);
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    const int L = 333;
+    struct toy_tensor *kc[2], *vc[2], *x[2], *q[2], *np[2], *y[2];
+    struct toy_graph *g[2];
+    for (int s = 0; s < 2; s++) {
+        kc[s] = toy_new_tensor_4d(ctx, type, D, Hkv, L, 1);
+        vc[s] = toy_new_tensor_4d(ctx, type, D, Hkv, L, 1);
+        if (s == 0) {
+            fill(kc[0], -1, 1);
+            fill(vc[0], -2, 2);
+        } else {
+            memcpy(kc[1]->data, kc[0]->data, toy_nbytes(kc[0]));
+            memcpy(vc[1]->data, vc[0]->data, toy_nbytes(vc[0]));
+        }
+        np[s] = toy_new_tensor_1d(ctx, TOY_I32, 1);
+        x[s] = toy_new_tensor_4d(ctx, TOY_F32, D, Hkv, rows, 1);
+        q[s] = toy_new_tensor_4d(ctx, TOY_F32, D, Hq, rows, 1);
+        struct toy_tensor *ks = toy_kv_store(ctx, kc[s], x[s], np[s]), *vs = toy_kv_store(ctx, vc[s], x[s], np[s]);
+        struct toy_attn_params p = {.causal = true};
+        y[s] = toy_attention_cached(ctx, q[s], ks, vs, np[s], &p);
+        toy_set_output(y[s]);
+        g[s] = toy_graph_new(ctx);
+        toy_graph_build(g[s], y[s]);
+    }
+    cr_assert_eq(toy_graph_set_device(g[1], "cuda:0"), TOY_OK);
+    struct toy_threadpool *tp = toy_threadpool_new(2);
+    const int at_past[] = {0, 5, 31, 32, 33, 100, 257, L - 8};
+    double worst = 0;
+    for (int i = 0; i < n_rows && i < 8; i++) {
+        int past = at_past[i] + rows <= L ? at_past[i] : L - rows;
+        fill(x[0], -1, 1);
+        fill(q[0], -1, 1);
+        memcpy(x[1]->data, x[0]->data, toy_nbytes(x[0]));
+        memcpy(q[1]->data, q[0]->data, toy_nbytes(q[0]));
+        for (int s = 0; s < 2; s++) {
+            *(int32_t *)np[s]->data = past;
+            cr_assert_eq(toy_graph_compute(g[s], tp), TOY_OK, "%s", toy_last_error());
+        }
+        int64_t at;
+        double e = rel_err(y[1]->data, y[0]->data, toy_nelements(y[0]), &at);
+        cr_expect_leq(e, TOL_GEMM, "%s cache, D %d, %d rows at n_past %d: %.3e", toy_dtype_name(type), D, rows, past, e);
+        worst = fmax(worst, e);
+    }
+    cr_log_info("%s cache, D %d, %d query rows, cache %d: decode max rel diff %.2e", toy_dtype_name(type), D, rows, L,
+                worst);
+    toy_threadpool_free(tp);
+    toy_ctx_free(ctx);
+}
+
+Test(cuda, kv_cache_decode_long_context, .timeout = 600) {
+    need_cuda();
+    long_decode_case(TOY_F16, 64, 9, 3, 1, 8); /* SmolLM2's heads */
+    long_decode_case(TOY_F32, 40, 4, 2, 3, 8); /* a few rows, a head dim that leaves lanes idle */
+    long_decode_case(TOY_F16, 128, 2, 1, 8, 4); /* the most rows the split kernels take */
 }
 
 /* ---- a model ---------------------------------------------------------------------------------- */
