@@ -5,17 +5,17 @@
  * The rest of the runtime (memory, copies, devices, events) is the mock's
  * (tools/cuda-mock.c). Built only by `make CUDA_EMU=1`.
  *
- * Scheduling: a block runs warp by warp up to its next __syncthreads, the
- * lanes of a warp up to their next warp barrier (a shuffle, __syncwarp),
- * which opens when every live lane of the warp is there; __syncthreads
- * opens when every live thread of the block is. Warps and lanes run in a
- * random order and direction each time (fixed seed, TOY_EMU_SEED to change
- * it), so device code that reads shared memory another thread writes
- * without a barrier between reads the wrong value here too, as it may on a
- * GPU. A barrier that can never open (threads of a
- * block waiting at different barriers) and a shuffle with an exited or
- * missing lane are launch failures with a message naming the kernel,
- * where a GPU would hang or return garbage.
+ * Scheduling: blocks run one at a time, in a scrambled order; a block
+ * runs warp by warp up to its next __syncthreads, the lanes of a warp up
+ * to their next warp barrier (a shuffle, __syncwarp), which opens when
+ * every live lane of the warp is there; __syncthreads opens when every
+ * live thread of the block is. Warps and lanes run in a random order and
+ * direction each time (fixed seed, TOY_EMU_SEED to change it), so device
+ * code that reads shared memory another thread writes without a barrier
+ * between reads the wrong value here too, as it may on a GPU. A barrier
+ * that can never open (threads of a block waiting at different barriers)
+ * and a shuffle with an exited or missing lane are launch failures with a
+ * message naming the kernel, where a GPU would hang or return garbage.
  */
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -313,18 +313,29 @@ void run_grid(const char *name, dim3 grid, dim3 block, size_t smem, std::functio
     }
     memset(sm, 0xff, smem);
     toy_emu_smem = sm;
-    for (unsigned z = 0; z < grid.z; z++)
-        for (unsigned y = 0; y < grid.y; y++)
-            for (unsigned x = 0; x < grid.x; x++) {
-                blockIdx.x = x, blockIdx.y = y, blockIdx.z = z;
-                if (!run_block(n)) {
-                    fail(cudaErrorLaunchFailure, "%s", name, B.err);
-                    free(sm);
-                    toy_emu_smem = nullptr;
-                    B.cur = -1;
-                    return;
-                }
-            }
+    /* blocks in a scrambled order (a GPU promises none): i -> (start + i *
+     * stride) mod count, stride coprime with count */
+    uint64_t count = (uint64_t)grid.x * grid.y * grid.z, stride = 1, start;
+    rng = rng * 1103515245u + 12345u;
+    start = (rng >> 4) % count;
+    static const uint64_t primes[] = {7919, 104729, 15485863, 3, 5};
+    for (uint64_t p : primes)
+        if (count % p) {
+            stride = p % count ? p % count : 1;
+            break;
+        }
+    for (uint64_t i = 0, b = start; i < count; i++, b = (b + stride) % count) {
+        blockIdx.x = (unsigned)(b % grid.x);
+        blockIdx.y = (unsigned)(b / grid.x % grid.y);
+        blockIdx.z = (unsigned)(b / ((uint64_t)grid.x * grid.y));
+        if (!run_block(n)) {
+            fail(cudaErrorLaunchFailure, "%s", name, B.err);
+            free(sm);
+            toy_emu_smem = nullptr;
+            B.cur = -1;
+            return;
+        }
+    }
     free(sm);
     toy_emu_smem = nullptr;
     B.cur = -1;
