@@ -507,6 +507,22 @@ static struct toy_tensor *decode_graph(struct toy_ctx *ctx, struct toy_tensor *k
     return toy_attention_cached(ctx, *q, ks, vs, np, &p);
 }
 
+/* one decode step on both sides ([0] the CPU, [1] the device) with the
+ * same new rows x, queries q and n_past; the output's difference */
+static double decode_step(struct toy_tensor **x, struct toy_tensor **q, struct toy_tensor **np, struct toy_graph **g,
+                          struct toy_tensor **y, int past, struct toy_threadpool *tp) {
+    fill(x[0], -1, 1);
+    fill(q[0], -1, 1);
+    memcpy(x[1]->data, x[0]->data, toy_nbytes(x[0]));
+    memcpy(q[1]->data, q[0]->data, toy_nbytes(q[0]));
+    for (int s = 0; s < 2; s++) {
+        *(int32_t *)np[s]->data = past;
+        cr_assert_eq(toy_graph_compute(g[s], tp), TOY_OK, "%s", toy_last_error());
+    }
+    int64_t at;
+    return rel_err(y[1]->data, y[0]->data, toy_nelements(y[0]), &at);
+}
+
 static void kv_case(enum toy_dtype type) {
     toy_rng_seed(&rng, 13);
     struct toy_ctx *ctx = toy_ctx_init(true);
@@ -524,18 +540,7 @@ static void kv_case(enum toy_dtype type) {
     cr_assert_eq(toy_graph_set_device(g[1], "cuda:0"), TOY_OK);
     struct toy_threadpool *tp = toy_threadpool_new(2);
     double worst = 0;
-    for (int step = 0; step < 7; step++) {
-        fill(x[0], -1, 1);
-        fill(q[0], -1, 1);
-        memcpy(x[1]->data, x[0]->data, toy_nbytes(x[0]));
-        memcpy(q[1]->data, q[0]->data, toy_nbytes(q[0]));
-        for (int s = 0; s < 2; s++) {
-            *(int32_t *)np[s]->data = 2 * step;
-            cr_assert_eq(toy_graph_compute(g[s], tp), TOY_OK, "%s", toy_last_error());
-        }
-        int64_t at;
-        worst = fmax(worst, rel_err(y[1]->data, y[0]->data, toy_nelements(y[0]), &at));
-    }
+    for (int step = 0; step < 7; step++) worst = fmax(worst, decode_step(x, q, np, g, y, 2 * step, tp));
     /* the rows the device stored came back to the host cache */
     int64_t at;
     float *a = copy_f32(kc[0]), *b = copy_f32(kc[1]);
@@ -629,16 +634,7 @@ static void long_decode_case(enum toy_dtype type, int D, int Hq, int Hkv, int ro
     double worst = 0;
     for (int i = 0; i < n_rows && i < 8; i++) {
         int past = at_past[i] + rows <= L ? at_past[i] : L - rows;
-        fill(x[0], -1, 1);
-        fill(q[0], -1, 1);
-        memcpy(x[1]->data, x[0]->data, toy_nbytes(x[0]));
-        memcpy(q[1]->data, q[0]->data, toy_nbytes(q[0]));
-        for (int s = 0; s < 2; s++) {
-            *(int32_t *)np[s]->data = past;
-            cr_assert_eq(toy_graph_compute(g[s], tp), TOY_OK, "%s", toy_last_error());
-        }
-        int64_t at;
-        double e = rel_err(y[1]->data, y[0]->data, toy_nelements(y[0]), &at);
+        double e = decode_step(x, q, np, g, y, past, tp);
         cr_expect_leq(e, TOL_GEMM, "%s cache, D %d, %d rows at n_past %d: %.3e", toy_dtype_name(type), D, rows, past, e);
         worst = fmax(worst, e);
     }

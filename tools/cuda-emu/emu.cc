@@ -42,18 +42,11 @@
 #define EMU_ASAN 0
 #endif
 
+#include "emu.h"
+
 uint3 threadIdx, blockIdx;
 dim3 blockDim, gridDim;
 void *toy_emu_smem;
-
-extern "C" {
-void toy_emu_syncthreads(void);
-void toy_emu_syncwarp(void);
-uint64_t *toy_emu_lane_slot(int lane);
-void toy_emu_submit(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t s,
-                    std::function<void()> *body);
-cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind);
-}
 
 namespace {
 
