@@ -80,7 +80,7 @@ static int parse(int argc, char **argv, struct opts *o) {
         const char *v = argv[++i];
         char *end;
         double x = strtod(v, &end);
-        if (*end || x < 0) { fprintf(stderr, "toy demo: bad value '%s' for %s\n", v, a); return 2; }
+        if (end == v || *end || !isfinite(x) || x < 0) { fprintf(stderr, "toy demo: bad value '%s' for %s\n", v, a); return 2; }
         if (!strcmp(a, "--steps")) o->steps = (int)x;
         else if (!strcmp(a, "--threads")) o->threads = (int)x;
         else if (!strcmp(a, "--seed")) o->seed = (uint64_t)x;

@@ -43,7 +43,7 @@ int toy_cmd_eval(int argc, char **argv) {
         double x = strtod(v, &end);
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
         else if (!strcmp(a, "--data")) path = v;
-        else if (*end || x < 0) { fprintf(stderr, "toy eval: bad value '%s' for %s\n", v, a); return 2; }
+        else if (end == v || *end || !isfinite(x) || x < 0) { fprintf(stderr, "toy eval: bad value '%s' for %s\n", v, a); return 2; }
         else if (!strcmp(a, "--ctx")) T = (int64_t)x;
         else if (!strcmp(a, "--batch")) B = (int64_t)x;
         else if (!strcmp(a, "--heldout")) heldout = x;

@@ -126,7 +126,7 @@ static int parse(int argc, char **argv, struct cfg *c, bool *given_steps) {
             c->o.train.schedule = (enum toy_lr_kind)k;
             continue;
         }
-        if (!num || x < 0) { fprintf(stderr, "toy finetune: bad value '%s' for %s\n", v, a); return 2; }
+        if (!num || !isfinite(x) || x < 0) { fprintf(stderr, "toy finetune: bad value '%s' for %s\n", v, a); return 2; }
         if (!strcmp(a, "--lr")) { c->o.train.lr = (float)x; c->lr_given = true; continue; }
         if (!strcmp(a, "--steps")) { c->o.train.steps = (int64_t)x; *given_steps = true; continue; }
 #define N(flag, field, type) if (!strcmp(a, flag)) { c->field = (type)x; continue; }

@@ -6,6 +6,7 @@
 #include <jansson.h>
 #include <sys/resource.h>
 #include <unistd.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,7 +74,7 @@ int toy_cmd_generate(int argc, char **argv) {
         const char *v = argv[++i];
         char *end = NULL;
         double x = strtod(v, &end);
-        bool num = end && !*end;
+        bool num = end != v && !*end && isfinite(x);
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
         else if (!strcmp(a, "--lora")) lora_path = v;
         else if (!strcmp(a, "--lora-scale") && num) lora_scale = (float)x;
@@ -100,6 +101,7 @@ int toy_cmd_generate(int argc, char **argv) {
         else { fprintf(stderr, "toy generate: unknown flag %s\n", a); return usage(); }
     }
     if (!model) { fprintf(stderr, "toy generate: -m MODEL is required\n"); return usage(); }
+    if (toy_sampler_params_check(&gp.sampling)) { fprintf(stderr, "toy generate: %s\n", toy_last_error()); return 2; }
     char resolved[4096];
     if (toy_model_resolve(model, resolved, sizeof resolved)) { fprintf(stderr, "toy generate: %s\n", toy_last_error()); return 1; }
     model = resolved; /* a path, or a name from `toy models` */

@@ -1,6 +1,7 @@
 /* cmd-merge.c: `toy merge BASE.gguf ADAPTER.gguf -o MERGED.gguf`: folds a
  * LoRA adapter (llama.cpp's adapter GGUF, as `toy finetune` writes) into a
  * base model; toy_lora_merge_file in toy/finetune.h does the work. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +14,15 @@ int toy_cmd_merge(int argc, char **argv) {
     float scale = 1.0f;
     for (int i = 1; i < argc; i++) {
         if ((!strcmp(argv[i], "-o") || !strcmp(argv[i], "--out")) && i + 1 < argc) outp = argv[++i];
-        else if (!strcmp(argv[i], "--lora-scale") && i + 1 < argc) scale = strtof(argv[++i], NULL);
+        else if (!strcmp(argv[i], "--lora-scale") && i + 1 < argc) {
+            char *end;
+            const char *v = argv[++i];
+            scale = strtof(v, &end);
+            if (end == v || *end || !isfinite(scale)) {
+                fprintf(stderr, "toy merge: bad value '%s' for --lora-scale\n", v);
+                return 2;
+            }
+        }
         else if (argv[i][0] == '-') { outp = NULL; base = NULL; break; }
         else if (!base) base = argv[i];
         else if (!adapter) adapter = argv[i];

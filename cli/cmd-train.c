@@ -170,7 +170,7 @@ static int parse(int argc, char **argv, struct cfg *c, bool *given_steps) {
             c->o.schedule = (enum toy_lr_kind)k;
             continue;
         }
-        if (!num || x < 0) { fprintf(stderr, "toy train: bad value '%s' for %s\n", v, a); return 2; }
+        if (!num || !isfinite(x) || x < 0) { fprintf(stderr, "toy train: bad value '%s' for %s\n", v, a); return 2; }
 #define N(flag, field, type) if (!strcmp(a, flag)) { c->field = (type)x; continue; }
         N("--vocab-size", vocab_size, int64_t) N("--dim", dim, int64_t) N("--layers", layers, int64_t)
         N("--heads", heads, int64_t) N("--kv-heads", kv_heads, int64_t) N("--ff", ff, int64_t)

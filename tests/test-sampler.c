@@ -9,6 +9,7 @@
 
 #include "toy/rng.h"
 #include "toy/sampler.h"
+#include "toy/status.h"
 
 static const float L[6] = {1.0f, 3.0f, 2.0f, 3.0f, -1.0f, 0.5f};
 
@@ -109,4 +110,22 @@ Test(sampler, logprob_agrees_with_top_logprobs) {
         cr_assert(fabs(top[j] - ((double)x[ids[j]] - mx - log(sum))) < 1e-5, "top %d: %.9g", j, top[j]);
     toy_sampler_free(s);
     free(x);
+}
+
+/* parameters that would sample garbage are refused by name */
+Test(sampler, params_check) {
+    struct toy_sampler_params ok = {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f,
+                                    .repeat_penalty = 1.1f};
+    cr_expect_eq(toy_sampler_params_check(&ok), TOY_OK);
+    struct toy_sampler_params greedy = {0};
+    cr_expect_eq(toy_sampler_params_check(&greedy), TOY_OK);
+    struct toy_sampler_params bad[] = {
+        {.temperature = NAN}, {.temperature = INFINITY}, {.top_p = -0.1f}, {.min_p = 1.5f},
+        {.repeat_penalty = NAN}, {.presence_penalty = -INFINITY}, {.top_k = -1},
+    };
+    const char *names[] = {"temperature", "temperature", "top_p", "min_p", "repeat_penalty", "presence_penalty", "top_k"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cr_expect_eq(toy_sampler_params_check(&bad[i]), TOY_ERR_INVALID_ARG, "case %zu", i);
+        cr_expect(strstr(toy_last_error(), names[i]), "case %zu: %s", i, toy_last_error());
+    }
 }

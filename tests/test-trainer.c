@@ -258,6 +258,40 @@ Test(trainer, nan_loss_aborts_with_a_checkpoint_of_the_last_good_state) {
 
 static const char *toy_bin(void) { return getenv("TOY_BIN") ? getenv("TOY_BIN") : "build/toy"; }
 
+/* A NaN or out-of-range optimizer setting is refused before anything is
+ * built (it used to train to a NaN loss and then crash writing the
+ * checkpoint, whose options JSON could not hold the NaN); the CLI refuses
+ * non-finite numbers at parsing. */
+Test(trainer, bad_optimizer_settings_are_refused) {
+    make_tmp();
+    struct toy_llama *m = small_model();
+    struct toy_data *d = make_data(1);
+    struct toy_trainer *t = NULL;
+    struct toy_train_opts o = base_opts(2, NULL);
+    o.lr = NAN;
+    cr_expect_eq(toy_trainer_new(m, NULL, d, &o, tmp, NULL, 1, &t), TOY_ERR_INVALID_ARG);
+    cr_expect(strstr(toy_last_error(), "lr"), "%s", toy_last_error());
+    o = base_opts(2, NULL);
+    o.beta2 = 1.0f;
+    cr_expect_eq(toy_trainer_new(m, NULL, d, &o, tmp, NULL, 1, &t), TOY_ERR_INVALID_ARG);
+    o = base_opts(2, NULL);
+    o.clip = INFINITY;
+    cr_expect_eq(toy_trainer_new(m, NULL, d, &o, tmp, NULL, 1, &t), TOY_ERR_INVALID_ARG);
+    cr_expect_null(t);
+    toy_data_free(d);
+    toy_llama_free(m);
+    if (!access(toy_bin(), X_OK)) {
+        char cmd[800];
+        snprintf(cmd, sizeof cmd, "%s train --data /dev/null --lr nan --out %s/cli 2>&1 | grep -q \"bad value 'nan' for --lr\"",
+                 toy_bin(), tmp);
+        cr_expect_eq(system(cmd), 0, "toy train --lr nan was not refused at parsing");
+        snprintf(cmd, sizeof cmd, "%s generate -m /dev/null -p x --temp inf 2>&1 | grep -q \"bad number 'inf' for --temp\"",
+                 toy_bin());
+        cr_expect_eq(system(cmd), 0, "toy generate --temp inf was not refused at parsing");
+    }
+    rm_tmp();
+}
+
 Test(trainer, cli_interrupt_leaves_a_loadable_checkpoint, .timeout = 120) {
     if (access(toy_bin(), X_OK)) cr_skip_test("no %s", toy_bin());
     make_tmp();

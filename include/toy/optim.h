@@ -67,6 +67,13 @@ struct toy_optim_group {
 
 struct toy_optim;
 
+/* Checks a run's optimizer settings before anything is built: TOY_OK, or
+ * TOY_ERR_INVALID_ARG naming the first that is out of range (lr, lr_min,
+ * weight_decay, eps, clip: finite and >= 0; beta1, beta2 in [0, 1)). The
+ * trainer, the finetuner and the classifier call it. */
+enum toy_status toy_optim_check_settings(float lr, float lr_min, float weight_decay, float beta1, float beta2,
+                                         float eps, float clip);
+
 struct toy_optim *toy_optim_new(enum toy_optim_kind kind);
 /* On a device, copies the parameters back to the host first (not the
  * gradients, which their owner may have released already). */

@@ -18,6 +18,8 @@
 
 #include <stdint.h>
 
+#include "toy/status.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -35,6 +37,11 @@ struct toy_sampler_params {
 };
 
 struct toy_sampler;
+
+/* TOY_OK, or TOY_ERR_INVALID_ARG naming the first parameter that is not a
+ * finite number in its range (temperature, the penalties: any finite
+ * value; top_p >= 0; min_p in [0, 1]; top_k >= 0). toy_generate checks. */
+enum toy_status toy_sampler_params_check(const struct toy_sampler_params *p);
 
 /* NULL on OOM or n_vocab <= 0. */
 struct toy_sampler *toy_sampler_new(const struct toy_sampler_params *p, int64_t n_vocab);

@@ -55,6 +55,8 @@ enum toy_status toy_gpt2_generate(struct toy_gpt2 *m, const struct toy_tokenizer
         if (prompt[i] < 0 || prompt[i] >= V)
             return toy_error(TOY_ERR_RANGE, "generate: prompt token %lld is id %d, vocabulary has %lld", (long long)i,
                              prompt[i], (long long)V);
+    enum toy_status pst = toy_sampler_params_check(&p->sampling);
+    if (pst) return pst;
     struct toy_kv_cache kv;
     enum toy_status st = toy_gpt2_cache_init(&kv, m, n_ctx, 1);
     if (st) return st;

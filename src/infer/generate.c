@@ -105,6 +105,8 @@ enum toy_status toy_generate(struct toy_generator *g, const int32_t *prompt, int
         if (prompt[i] < 0 || prompt[i] >= V)
             return toy_error(TOY_ERR_RANGE, "generate: prompt token %lld is id %d, vocabulary has %lld", (long long)i,
                              prompt[i], (long long)V);
+    enum toy_status pst = toy_sampler_params_check(&p->sampling);
+    if (pst) return pst;
     float *logits = malloc((size_t)V * sizeof(float));
     struct toy_sampler *s = toy_sampler_new(&p->sampling, V);
     struct toy_decoder *dec = NULL;

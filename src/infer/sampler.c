@@ -26,6 +26,26 @@ struct toy_sampler {
     int32_t *count;        /* V: occurrences in the window */
 };
 
+enum toy_status toy_sampler_params_check(const struct toy_sampler_params *p) {
+    const struct {
+        const char *name;
+        float v, lo, hi;
+    } f[] = {
+        {"temperature", p->temperature, -INFINITY, INFINITY},
+        {"top_p", p->top_p, 0, INFINITY},
+        {"min_p", p->min_p, 0, 1},
+        {"repeat_penalty", p->repeat_penalty, -INFINITY, INFINITY},
+        {"frequency_penalty", p->frequency_penalty, -INFINITY, INFINITY},
+        {"presence_penalty", p->presence_penalty, -INFINITY, INFINITY},
+    };
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (!isfinite(f[i].v) || f[i].v < f[i].lo || f[i].v > f[i].hi)
+            return toy_error(TOY_ERR_INVALID_ARG, "sampling: %s is %g, not a finite number in [%g, %g]", f[i].name,
+                             (double)f[i].v, (double)f[i].lo, (double)f[i].hi);
+    if (p->top_k < 0) return toy_error(TOY_ERR_INVALID_ARG, "sampling: top_k is %d, not >= 0", (int)p->top_k);
+    return TOY_OK;
+}
+
 struct toy_sampler *toy_sampler_new(const struct toy_sampler_params *p, int64_t V) {
     if (V <= 0) return NULL;
     struct toy_sampler *s = calloc(1, sizeof *s);

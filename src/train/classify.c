@@ -110,6 +110,8 @@ enum toy_status toy_classifier_new(struct toy_vit *m, const struct toy_image_set
                                    const char *run_dir, struct toy_events *ev, int n_threads,
                                    struct toy_classifier **out) {
     *out = NULL;
+    enum toy_status cst = toy_optim_check_settings(o->lr, o->lr_min, o->weight_decay, o->beta1, o->beta2, o->eps, o->clip);
+    if (cst) return cst;
     const struct toy_vit_config *c = &m->cfg;
     if (!same_shape(c, train) || (test && !same_shape(c, test)))
         return toy_error(TOY_ERR_SHAPE, "classifier: images are %lldx%lldx%lld (C x H x W), the model takes "

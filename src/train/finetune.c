@@ -125,6 +125,10 @@ enum toy_status toy_finetuner_new(struct toy_llama *m, struct toy_lora *lora, co
     *out = NULL;
     int64_t T = toy_sft_ctx(data), B = o->batch;
     if (B < 1) return toy_error(TOY_ERR_INVALID_ARG, "batch %lld must be >= 1", (long long)B);
+    const struct toy_train_opts *tr = &o->train;
+    enum toy_status cst =
+        toy_optim_check_settings(tr->lr, tr->lr_min, tr->weight_decay, tr->beta1, tr->beta2, tr->eps, tr->clip);
+    if (cst) return cst;
     if (T > m->cfg.max_ctx)
         return toy_error(TOY_ERR_INVALID_ARG, "context %lld is longer than the model's %lld", (long long)T,
                          (long long)m->cfg.max_ctx);
@@ -361,7 +365,8 @@ static enum toy_status write_state(struct toy_finetuner *f, const char *path) {
     if (!st && f->lora) st = toy_gguf_writer_set_arr(w, "toy.lora.rng", TOY_GGUF_U64, toy_lora_rng(f->lora)->s, 4);
     if (!st) st = toy_gguf_writer_set_f32(w, "toy.last_loss", f->last_loss);
     json_t *oj = opts_json(f);
-    char *os = json_dumps(oj, JSON_COMPACT | JSON_SORT_KEYS);
+    char *os = oj ? json_dumps(oj, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    if (!st && !os) st = toy_error(TOY_ERR_NOMEM, "checkpoint: the fine-tuning options as JSON");
     if (!st) st = toy_gguf_writer_set_str(w, "toy.finetune.opts", os);
     free(os);
     json_decref(oj);

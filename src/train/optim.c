@@ -318,6 +318,21 @@ static enum toy_status dev_step(struct toy_optim *o, float lr) {
     return TOY_OK;
 }
 
+enum toy_status toy_optim_check_settings(float lr, float lr_min, float weight_decay, float beta1, float beta2,
+                                         float eps, float clip) {
+    const struct {
+        const char *name;
+        float v, hi;
+    } f[] = {{"lr", lr, INFINITY},     {"lr_min", lr_min, INFINITY}, {"weight_decay", weight_decay, INFINITY},
+             {"eps", eps, INFINITY},   {"clip", clip, INFINITY},     {"beta1", beta1, 1},
+             {"beta2", beta2, 1}};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (!isfinite(f[i].v) || f[i].v < 0 || f[i].v >= f[i].hi)
+            return toy_error(TOY_ERR_INVALID_ARG, "optimizer: %s is %g, not a finite number in [0, %g)", f[i].name,
+                             (double)f[i].v, (double)f[i].hi);
+    return TOY_OK;
+}
+
 enum toy_status toy_optim_step(struct toy_optim *o, float lr, struct toy_threadpool *tp) {
     for (int i = 0; i < o->n_params; i++)
         if (!o->params[i].p->grad)

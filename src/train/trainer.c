@@ -219,6 +219,8 @@ enum toy_status toy_trainer_new(struct toy_llama *m, const struct toy_tokenizer 
 enum toy_status toy_trainer_new_lm(const struct toy_lm *lm, const struct toy_tokenizer *tok, struct toy_data *data,
                                    const struct toy_train_opts *o, const char *run_dir, struct toy_events *ev,
                                    int n_threads, struct toy_trainer **out) {
+    enum toy_status cst = toy_optim_check_settings(o->lr, o->lr_min, o->weight_decay, o->beta1, o->beta2, o->eps, o->clip);
+    if (cst) return cst;
     *out = NULL;
     struct toy_data_state ds;
     toy_data_get_state(data, &ds);
@@ -357,7 +359,8 @@ static enum toy_status write_state(struct toy_trainer *t, const char *path, floa
     if (!st) st = toy_gguf_writer_set_i64(w, "toy.data.n_train", ds.n_train);
     if (!st) st = toy_gguf_writer_set_f32(w, "toy.last_loss", t->last_loss);
     json_t *oj = toy_train_opts_to_json(&t->o);
-    char *os = json_dumps(oj, JSON_COMPACT | JSON_SORT_KEYS);
+    char *os = oj ? json_dumps(oj, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    if (!st && !os) st = toy_error(TOY_ERR_NOMEM, "checkpoint: the training options as JSON");
     if (!st) st = toy_gguf_writer_set_str(w, "toy.train.opts", os);
     free(os);
     json_decref(oj);
