@@ -128,15 +128,7 @@ int toy_cmd_generate(int argc, char **argv) {
     struct toy_tokens ids = {0};
     int rc = 0;
     if (prompt_ids) {
-        for (char *p = (char *)prompt_ids, *e; *p; p = e) {
-            long v = strtol(p, &e, 10);
-            if (e == p) { if (*e) e++; continue; }
-            if (ids.n == ids.cap) {
-                ids.cap = ids.cap ? ids.cap * 2 : 64;
-                ids.ids = realloc(ids.ids, (size_t)ids.cap * sizeof *ids.ids);
-            }
-            ids.ids[ids.n++] = (int32_t)v;
-        }
+        if ((rc = toy_cli_parse_prompt_ids(prompt_ids, &ids))) goto done;
     } else {
         unsigned flags = (special ? TOY_ENCODE_PARSE_SPECIAL : 0) |
                          (bos && toy_tokenizer_add_bos(tok) ? TOY_ENCODE_ADD_BOS : 0);

@@ -4,6 +4,7 @@
  * generation through toy_gpt2_generate with the KV cache, text streamed to
  * stdout or one toy/generate-v1 JSON object with --json. */
 #include <jansson.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +43,33 @@ static bool on_token(void *ud, int32_t id, const char *text, size_t len, float l
     return true;
 }
 
+int toy_cli_parse_prompt_ids(const char *s, struct toy_tokens *ids) {
+    for (const char *p = s;;) {
+        while (*p == ',' || *p == ' ') p++;
+        if (!*p) return 0;
+        char *e;
+        errno = 0;
+        long long v = strtoll(p, &e, 10);
+        if (e == p || (*e && *e != ',' && *e != ' ') || errno || v < 0 || v > INT32_MAX) {
+            fprintf(stderr, "toy generate: --prompt-ids: '%.*s' is not a token id (ids are 0..%d, separated by "
+                            "commas or spaces)\n", (int)strcspn(p, ", "), p, INT32_MAX);
+            return 2;
+        }
+        if (ids->n == ids->cap) {
+            int64_t nc = ids->cap ? ids->cap * 2 : 64;
+            int32_t *n = realloc(ids->ids, (size_t)nc * sizeof *n);
+            if (!n) {
+                fprintf(stderr, "toy generate: out of memory\n");
+                return 1;
+            }
+            ids->ids = n;
+            ids->cap = nc;
+        }
+        ids->ids[ids->n++] = (int32_t)v;
+        p = e;
+    }
+}
+
 int toy_cli_generate_gpt2(const char *path, const char *prompt, const char *prompt_ids,
                           const struct toy_generate_params *gp, int64_t n_ctx, int threads, bool json) {
     struct toy_gpt2 *m;
@@ -55,19 +83,7 @@ int toy_cli_generate_gpt2(const char *path, const char *prompt, const char *prom
     struct toy_tokens ids = {0};
     int rc = 0;
     if (prompt_ids) {
-        for (const char *p = prompt_ids; *p;) {
-            char *e;
-            long v = strtol(p, &e, 10);
-            if (e == p) { p++; continue; }
-            p = e;
-            if (ids.n == ids.cap) {
-                ids.cap = ids.cap ? ids.cap * 2 : 64;
-                int32_t *n = realloc(ids.ids, (size_t)ids.cap * sizeof *ids.ids);
-                if (!n) { fprintf(stderr, "toy generate: out of memory\n"); rc = 1; goto done; }
-                ids.ids = n;
-            }
-            ids.ids[ids.n++] = (int32_t)v;
-        }
+        if ((rc = toy_cli_parse_prompt_ids(prompt_ids, &ids))) goto done;
     } else {
         const char *text = prompt ? prompt : "";
         if (toy_tokenizer_encode(tok, text, strlen(text), 0, &ids)) {

@@ -8,6 +8,12 @@
 
 #include "toy/generate.h"
 
+struct toy_tokens;
+/* --prompt-ids: token ids separated by commas and/or spaces ("1,2 3") into
+ * ids; anything else, or an id outside 0..2^31-1, is an error printed for
+ * the command. Returns 0, or 2 (a usage error: the exit code). */
+int toy_cli_parse_prompt_ids(const char *s, struct toy_tokens *ids);
+
 /* True when `path` is a GGUF whose general.architecture is "gpt2". */
 bool toy_cli_is_gpt2(const char *path);
 /* Loads the GPT-2 GGUF (mapped), encodes the prompt with its tokenizer (or

@@ -72,6 +72,33 @@ static const char *bin(void) {
     return realpath(b, abs_path) ? abs_path : b;
 }
 
+/* --prompt-ids takes the ids -p would make ("1,15043" is BOS + "Hello"
+ * for this vocabulary) and refuses anything that is not an id */
+Test(cli_gguf, generate_prompt_ids) {
+    const char *b = getenv("TOY_BIN");
+    struct stat sb;
+    if (!b || stat(b, &sb)) cr_skip("TOY_BIN not set (run through make check)");
+    if (stat(TINY, &sb)) cr_skip("testdata absent");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s generate -m %s --prompt-ids '1, 15043' -n 4 --temp 0 --json", b, TINY);
+    json_t *a = run_json(cmd);
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p Hello -n 4 --temp 0 --json", b, TINY);
+    json_t *c = run_json(cmd);
+    cr_expect(json_equal(json_object_get(a, "prompt_ids"), json_object_get(c, "prompt_ids")));
+    cr_expect(json_equal(json_object_get(a, "ids"), json_object_get(c, "ids")));
+    json_decref(a);
+    json_decref(c);
+    const char *bad[] = {"1,x", "1x2", "-1", "99999999999"};
+    for (int i = 0; i < 4; i++) {
+        int rc;
+        snprintf(cmd, sizeof cmd, "%s generate -m %s --prompt-ids '%s' -n 1 2>&1", b, TINY, bad[i]);
+        char *out = run(cmd, &rc);
+        cr_expect(WIFEXITED(rc) && WEXITSTATUS(rc) == 2, "%s: exit %d", bad[i], rc);
+        cr_expect(strstr(out, "is not a token id"), "%s: %s", bad[i], out);
+        free(out);
+    }
+}
+
 Test(cli_gguf, describe_json) {
     const char *b = bin();
     char cmd[1024];

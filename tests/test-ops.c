@@ -787,3 +787,15 @@ Test(ops, rope_angle_cache_follows_positions_and_parameters) {
     toy_ctx_free(ctx);
     toy_threadpool_free(tp);
 }
+
+/* Errors are prefixed with where they happened by passing the last error
+ * back in (toy_error(st, "%s: %s", path, toy_last_error())): the message
+ * must come out whole, not overwritten while it is read. */
+Test(ops, error_messages_can_wrap_the_last_error) {
+    toy_error(TOY_ERR_FORMAT, "line %d: expected an object", 2);
+    cr_assert_eq(toy_error(TOY_ERR_FORMAT, "%s: %s", "data/sft.jsonl", toy_last_error()), TOY_ERR_FORMAT);
+    cr_expect_str_eq(toy_last_error(), "data/sft.jsonl: line 2: expected an object");
+    toy_error(TOY_ERR_IO, "%s and %s", toy_last_error(), toy_last_error());
+    cr_expect_str_eq(toy_last_error(), "data/sft.jsonl: line 2: expected an object and data/sft.jsonl: line 2: "
+                                       "expected an object");
+}

@@ -4,6 +4,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 #include <stdlib.h>
 
 static const char *const status_strings[] = {
@@ -20,10 +21,15 @@ const char *toy_status_str(enum toy_status st) {
 }
 
 enum toy_status toy_error(enum toy_status st, const char *fmt, ...) {
+    /* formatted aside first: callers prefix the last error with
+     * toy_error(st, "%s: %s", path, toy_last_error()), an argument that
+     * points into the buffer being written */
+    char msg[sizeof last_error];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    memcpy(last_error, msg, sizeof msg);
     return st;
 }
 
