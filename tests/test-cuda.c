@@ -386,6 +386,22 @@ Test(cuda, long_rows_and_odd_products, .timeout = 600) {
     }
 }
 
+/* a quantized weight dequantized in several chunks (TOY_CUDA_QCHUNK_KB:
+ * 64-row chunks here; each test runs in a process of its own), forward
+ * (chunks are columns of C) and backward (chunks are rows of the sum) */
+Test(cuda, quantized_products_in_chunks) {
+    need_cuda();
+    setenv("TOY_CUDA_QCHUNK_KB", "1", 1);
+    struct toy_ctx *ctx = setup(24);
+    struct toy_tensor *a = param(ctx, 256, 24, 1, 1);
+    struct toy_tensor *w = toy_new_tensor_2d(ctx, TOY_Q4_0, 256, 160), *w2 = toy_new_tensor_2d(ctx, TOY_Q8_0, 160, 200);
+    fill(w, -1.0f, 1.0f);
+    fill(w2, -1.0f, 1.0f);
+    struct toy_tensor *h = toy_linear(ctx, a, w, NULL); /* (24, 160): 3 chunks of w's rows */
+    check(ctx, loss_of(ctx, toy_linear(ctx, h, w2, NULL)), true, TOL_QUANT, "quantized products in chunks");
+    toy_ctx_free(ctx);
+}
+
 Test(cuda, get_rows_forward_backward) {
     need_cuda();
     struct toy_ctx *ctx = setup(9);

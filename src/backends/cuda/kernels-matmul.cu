@@ -134,8 +134,17 @@ static bool use_gemv(const struct toy_cu_node *nd, const mm &s) {
     return is_quant(nd->src[1].type) && s.tb && !s.ta && s.m <= GEMV_MAX_ROWS;
 }
 
+/* rows of B dequantized at a time: QCHUNK_BYTES of f32, at least 64;
+ * TOY_CUDA_QCHUNK_KB sets the bytes (tests use it to cut small weights
+ * into several chunks) */
 static int64_t qchunk_rows(int64_t k) {
-    int64_t r = (int64_t)(QCHUNK_BYTES / ((size_t)k * 4));
+    static size_t bytes;
+    if (!bytes) {
+        const char *e = getenv("TOY_CUDA_QCHUNK_KB");
+        long kb = e ? atol(e) : 0;
+        bytes = kb > 0 ? (size_t)kb << 10 : QCHUNK_BYTES;
+    }
+    int64_t r = (int64_t)(bytes / ((size_t)k * 4));
     return r < 64 ? 64 : r;
 }
 
