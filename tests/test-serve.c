@@ -565,6 +565,13 @@ Test(serve, bad_input_gets_4xx_error_objects, .timeout = 60) {
                  "top_logprobs", NULL);
     expect_error(&s, E, "{\"input\":[]}", 400, "input", NULL);
     expect_error(&s, E, "{\"input\":3}", 400, "input", NULL);
+    { /* the message names which of several inputs holds the bad id */
+        struct resp r = http(&s, "POST", E, "{\"input\":[[1,2],[45,99999999]]}");
+        cr_expect_eq(r.code, 400);
+        cr_expect(jstr(r.json, "error.message") && strstr(jstr(r.json, "error.message"), "'input[1]'[1]"), "%s",
+                  r.body);
+        resp_free(&r);
+    }
     expect_error(&s, E, "{\"input\":\"x\",\"encoding_format\":\"hex\"}", 400, "encoding_format", NULL);
     /* over-long prompt: 80 token ids in a 64-position context */
     char body[2048] = "{\"prompt\":[1";

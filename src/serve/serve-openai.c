@@ -119,18 +119,20 @@ static bool encode_text(const struct srv_api *api, const char *text, size_t n, b
     return true;
 }
 
+/* a JSON array of token ids into out; what names it in errors ("prompt",
+ * "input[2]"), param is the error's parameter */
 static bool token_array(const struct srv_api *api, json_t *a, struct toy_tokens *out, const char *param,
-                        struct srv_error *err) {
+                        const char *what, struct srv_error *err) {
     size_t n = json_array_size(a);
     out->ids = malloc((n ? n : 1) * sizeof *out->ids);
     if (!out->ids) return srv_err(err, 500, "server_error", NULL, NULL, "out of memory");
     out->cap = (int64_t)(n ? n : 1);
     for (size_t i = 0; i < n; i++) {
         json_t *v = json_array_get(a, i);
-        if (!json_is_integer(v)) return BAD(param, "'%s'[%zu] is not a token id (an integer)", param, i);
+        if (!json_is_integer(v)) return BAD(param, "'%s'[%zu] is not a token id (an integer)", what, i);
         json_int_t id = json_integer_value(v);
         if (id < 0 || id >= api->m->cfg.vocab)
-            return BAD(param, "'%s'[%zu] is token %lld; the vocabulary has %lld tokens", param, i, (long long)id,
+            return BAD(param, "'%s'[%zu] is token %lld; the vocabulary has %lld tokens", what, i, (long long)id,
                        (long long)api->m->cfg.vocab);
         out->ids[out->n++] = (int32_t)id;
     }
@@ -152,7 +154,7 @@ static bool completion_prompt(const struct srv_api *api, json_t *p, struct toy_t
         if (!encode_text(api, json_string_value(p), json_string_length(p), true, true, ids, "prompt", err))
             return false;
     } else if (is_token_array(p)) {
-        if (!token_array(api, p, ids, "prompt", err)) return false;
+        if (!token_array(api, p, ids, "prompt", "prompt", err)) return false;
     } else {
         return BAD("prompt", "'prompt' must be a string or an array of token ids");
     }
@@ -370,7 +372,11 @@ static bool parse_embeddings(const struct srv_api *api, json_t *body, struct srv
         bool ok;
         if (json_is_string(v)) ok = encode_text(api, json_string_value(v), json_string_length(v), false, true, &ids,
                                                 "input", err);
-        else if (is_token_array(v)) ok = token_array(api, v, &ids, "input", err);
+        else if (is_token_array(v)) {
+            char what[32] = "input";
+            if (list) snprintf(what, sizeof what, "input[%zu]", i);
+            ok = token_array(api, v, &ids, "input", what, err);
+        }
         else ok = BAD("input", "'input' must be a string, an array of strings, or token ids");
         j->inputs[i] = ids.ids;
         j->n_input[i] = ids.n;
