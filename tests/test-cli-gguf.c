@@ -32,26 +32,6 @@ static char *run(const char *cmd, int *rc) {
 }
 
 /* runs cmd, which must succeed and print one JSON document; returns it */
-static json_t *run_json(const char *cmd);
-
-/* A random model samples byte tokens that do not form characters: the
- * JSON result must still be valid (U+FFFD in their place), not a crash
- * (jansson refuses invalid UTF-8; the result was NULL and printed). */
-Test(cli_gguf, generate_json_with_broken_characters) {
-    const char *b = getenv("TOY_BIN");
-    struct stat sb;
-    if (!b || stat(b, &sb)) cr_skip("TOY_BIN not set (run through make check)");
-    if (stat(TINY, &sb)) cr_skip("testdata absent");
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "%s generate -m %s -p Hello -n 48 --temp 1.5 --seed 1 --json", b, TINY);
-    json_t *j = run_json(cmd);
-    cr_expect_eq(json_array_size(json_object_get(j, "ids")), 48);
-    const char *text = json_string_value(json_object_get(j, "text"));
-    cr_assert(text);
-    cr_expect(strstr(text, "\xef\xbf\xbd"), "no replacement character in %s", text);
-    json_decref(j);
-}
-
 static json_t *run_json(const char *cmd) {
     int rc;
     char *out = run(cmd, &rc);
@@ -72,13 +52,25 @@ static const char *bin(void) {
     return realpath(b, abs_path) ? abs_path : b;
 }
 
+/* A random model samples byte tokens that do not form characters: the
+ * JSON result must still be valid (U+FFFD in their place), not a crash
+ * (jansson refuses invalid UTF-8; the result was NULL and printed). */
+Test(cli_gguf, generate_json_with_broken_characters) {
+    const char *b = bin();
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p Hello -n 48 --temp 1.5 --seed 1 --json", b, TINY);
+    json_t *j = run_json(cmd);
+    cr_expect_eq(json_array_size(json_object_get(j, "ids")), 48);
+    const char *text = json_string_value(json_object_get(j, "text"));
+    cr_assert(text);
+    cr_expect(strstr(text, "\xef\xbf\xbd"), "no replacement character in %s", text);
+    json_decref(j);
+}
+
 /* --prompt-ids takes the ids -p would make ("1,15043" is BOS + "Hello"
  * for this vocabulary) and refuses anything that is not an id */
 Test(cli_gguf, generate_prompt_ids) {
-    const char *b = getenv("TOY_BIN");
-    struct stat sb;
-    if (!b || stat(b, &sb)) cr_skip("TOY_BIN not set (run through make check)");
-    if (stat(TINY, &sb)) cr_skip("testdata absent");
+    const char *b = bin();
     char cmd[2048];
     snprintf(cmd, sizeof cmd, "%s generate -m %s --prompt-ids '1, 15043' -n 4 --temp 0 --json", b, TINY);
     json_t *a = run_json(cmd);
