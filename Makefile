@@ -91,6 +91,7 @@ CPPFLAGS += -DTOY_CUDA -DTOY_CUDA_MOCK -DTOY_CUDA_EMU -isystem $(CUDA_HOME)/incl
 MOCK_SRC := tools/cuda-mock.c
 EMU_OBJ := $(patsubst %.cu,$(BUILD)/emu/%.o,$(sort $(wildcard src/backends/cuda/*.cu))) $(BUILD)/tools/cuda-emu/emu.o
 EMU_CXXFLAGS := -std=c++17 $(OPT) -Wall -Wextra -Werror -Wno-unused-parameter -Wno-unknown-pragmas -fPIC -pthread
+EMU_SELFTEST := $(BUILD)/cuda-emu-selftest
 LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lstdc++
 endif
 
@@ -149,12 +150,16 @@ $(BUILD)/emu/%.o: $(BUILD)/emu/%.cc tools/cuda-emu/emu.h
 $(BUILD)/tools/cuda-emu/emu.o: tools/cuda-emu/emu.cc
 	@mkdir -p $(dir $@)
 	$(CXX) $(CPPFLAGS) $(EMU_CXXFLAGS) -MMD -MP -c $< -o $@
+# the emulator's own checks (tools/cuda-emu/selftest.cu), run by check-cuda
+$(BUILD)/cuda-emu-selftest: $(BUILD)/emu/tools/cuda-emu/selftest.o $(BUILD)/libtoy.a
+	$(CXX) $(LDFLAGS) -o $@ $< $(BUILD)/libtoy.a $(LDLIBS)
 
 # tests/test-cuda.c alone: on a GPU with CUDA=1, through the executor with
 # CPU kernels with CUDA_MOCK=1, or with the real kernels on the CPU's
 # emulator with CUDA_EMU=1 (neither needs a GPU)
 .PHONY: check-cuda
-check-cuda: $(BUILD)/toy $(BUILD)/toy-tests
+check-cuda: $(BUILD)/toy $(BUILD)/toy-tests $(EMU_SELFTEST)
+	$(if $(EMU_SELFTEST),./$(EMU_SELFTEST))
 	LSAN_OPTIONS=suppressions=tests/lsan.supp TOY_BIN=$(BUILD)/toy ./$(BUILD)/toy-tests --filter 'cuda/*' -j2
 
 # CUDA=1: the device code's plain arithmetic (dequantizers, indexing) run on
