@@ -292,10 +292,7 @@ static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll
         }
         char path[1200];
         snprintf(path, sizeof path, "%s/finetune.json", run_dir);
-        json_t *j = cfg_json(&c);
-        int bad = json_dump_file(j, path, JSON_INDENT(1) | JSON_SORT_KEYS);
-        json_decref(j);
-        if (bad) { fprintf(stderr, "toy finetune: cannot write %s\n", path); goto out; }
+        if (toy_cli_write_json_file("finetune", cfg_json(&c), path)) goto out;
     }
     char evpath[1200];
     snprintf(evpath, sizeof evpath, "%s/events.jsonl", run_dir);

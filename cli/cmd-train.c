@@ -409,13 +409,7 @@ int toy_cmd_train(int argc, char **argv) {
         }
         char path[1200];
         snprintf(path, sizeof path, "%s/train.json", run_dir);
-        json_t *j = cfg_json(&c);
-        if (json_dump_file(j, path, JSON_INDENT(1) | JSON_SORT_KEYS)) {
-            fprintf(stderr, "toy train: cannot write %s\n", path);
-            json_decref(j);
-            goto out;
-        }
-        json_decref(j);
+        if (toy_cli_write_json_file("train", cfg_json(&c), path)) goto out;
     }
     char evpath[1200];
     snprintf(evpath, sizeof evpath, "%s/events.jsonl", run_dir);

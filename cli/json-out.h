@@ -10,4 +10,9 @@
  * crash or a silent empty result: returns 1 then, else 0. */
 int toy_cli_print_json(const char *cmd, json_t *j, size_t flags);
 
+/* Writes j (indented, sorted keys) to path through a temporary file and a
+ * rename, so a full disk leaves no half-written file, and releases j. On
+ * failure prints "toy CMD: cannot write PATH: why" and returns 1. */
+int toy_cli_write_json_file(const char *cmd, json_t *j, const char *path);
+
 #endif

@@ -241,10 +241,7 @@ int toy_train_vit(int argc, char **argv) {
         }
         char path[1200];
         snprintf(path, sizeof path, "%s/train.json", run_dir);
-        json_t *j = vcfg_json(&c);
-        int bad = json_dump_file(j, path, JSON_INDENT(1) | JSON_SORT_KEYS);
-        json_decref(j);
-        if (bad) { fprintf(stderr, "toy train: cannot write %s\n", path); goto out; }
+        if (toy_cli_write_json_file("train", vcfg_json(&c), path)) goto out;
     }
     char evpath[1200];
     snprintf(evpath, sizeof evpath, "%s/events.jsonl", run_dir);

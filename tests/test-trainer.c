@@ -292,6 +292,34 @@ Test(trainer, bad_optimizer_settings_are_refused) {
     rm_tmp();
 }
 
+/* A disk that cannot take the checkpoint (a file-size limit stands in for
+ * a full disk: writes past it fail with EFBIG, as ENOSPC would): a clear
+ * error naming the file, exit 1, a run_end event saying so, and no
+ * half-written file under weights/. The checkpoint writers go through a
+ * temporary file and a rename, so an earlier checkpoint would stay whole. */
+Test(trainer, cli_full_disk_is_a_clear_error_without_partial_files, .timeout = 120) {
+    if (access(toy_bin(), X_OK)) cr_skip_test("no %s", toy_bin());
+    make_tmp();
+    char text[300], cmd[1600];
+    snprintf(text, sizeof text, "%s/text.txt", tmp);
+    FILE *f = fopen(text, "w");
+    for (int i = 0; i < 800; i++) fprintf(f, "the %s fox jumps over the lazy dog. ", i % 3 ? "quick" : "slow");
+    fclose(f);
+    snprintf(cmd, sizeof cmd,
+             "sh -c \"trap '' XFSZ; ulimit -f 8; exec '%s' train --data '%s' --vocab-size 300 --steps 3 --dim 64 "
+             "--layers 2 --heads 2 --ff 128 --ctx 32 --batch 2 --threads 1 --out '%s/run'\" > '%s/out.txt' 2>&1",
+             toy_bin(), text, tmp, tmp);
+    int st = system(cmd);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1, "exit status %d", WEXITSTATUS(st));
+    snprintf(cmd, sizeof cmd, "grep -q 'checkpoint: .*step_3.*File too large' '%s/out.txt'", tmp);
+    cr_expect_eq(system(cmd), 0, "no error naming the checkpoint and the reason");
+    snprintf(cmd, sizeof cmd, "%s/run/events.jsonl", tmp);
+    check_events(cmd, "errored");
+    snprintf(cmd, sizeof cmd, "test -z \"$(ls -A '%s/run/weights')\"", tmp);
+    cr_expect_eq(system(cmd), 0, "a partial file was left in weights/");
+    rm_tmp();
+}
+
 Test(trainer, cli_interrupt_leaves_a_loadable_checkpoint, .timeout = 120) {
     if (access(toy_bin(), X_OK)) cr_skip_test("no %s", toy_bin());
     make_tmp();
