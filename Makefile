@@ -159,8 +159,10 @@ $(BUILD)/cuda-emu-selftest: $(BUILD)/emu/tools/cuda-emu/selftest.o $(BUILD)/libt
 # emulator with CUDA_EMU=1 (neither needs a GPU)
 .PHONY: check-cuda
 check-cuda: $(BUILD)/toy $(BUILD)/toy-tests $(EMU_SELFTEST)
-	$(if $(EMU_SELFTEST),./$(EMU_SELFTEST))
-	LSAN_OPTIONS=suppressions=tests/lsan.supp TOY_BIN=$(BUILD)/toy ./$(BUILD)/toy-tests --filter 'cuda/*' -j2
+	$(if $(EMU_SELFTEST),./$(EMU_SELFTEST) && rm -f $(BUILD)/emu-kernels.txt)
+	$(if $(EMU_SELFTEST),TOY_EMU_KERNELS=$(CURDIR)/$(BUILD)/emu-kernels.txt) LSAN_OPTIONS=suppressions=tests/lsan.supp \
+	  TOY_BIN=$(BUILD)/toy ./$(BUILD)/toy-tests --filter 'cuda/*' -j2
+	$(if $(EMU_SELFTEST),bash tools/cuda-emu/coverage.sh $(BUILD)/emu-kernels.txt)
 
 # CUDA=1: the device code's plain arithmetic (dequantizers, indexing) run on
 # the host against the CPU library; needs no GPU (tools/cuda-host-check.cu)

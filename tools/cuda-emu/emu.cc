@@ -99,9 +99,20 @@ struct block_run {
 };
 block_run B;
 unsigned rng = 1;
-/* TOY_EMU_STATS=1: kernels, blocks and threads run, printed at exit */
+/* TOY_EMU_STATS=1: kernels, blocks and threads run, printed at exit;
+ * TOY_EMU_KERNELS=FILE: the name of every kernel launched, a line each,
+ * appended to FILE at exit (tools/cuda-emu/coverage.sh reads it) */
 unsigned long long n_launch, n_block, n_thread, n_gemm, n_replay;
 std::map<std::string, unsigned long long> *per_kernel;
+const char *kernels_file;
+void write_kernels() {
+    FILE *f = fopen(kernels_file, "a");
+    if (!f) return;
+    std::string all; /* one write: processes of a parallel test run append to the same file */
+    for (auto &k : *per_kernel) all += k.first + "\n";
+    fwrite(all.data(), 1, all.size(), f);
+    fclose(f);
+}
 void print_stats() {
     fprintf(stderr, "cuda-emu: %llu kernel launches, %llu blocks, %llu threads; %llu GEMMs; %llu graph replays\n",
             n_launch, n_block, n_thread, n_gemm, n_replay);
@@ -283,10 +294,12 @@ void run_grid(const char *name, dim3 grid, dim3 block, size_t smem, std::functio
     gridDim = grid;
     blockDim = block;
     static bool stats = [] {
-        const char *e = getenv("TOY_EMU_STATS");
-        if (e && *e && strcmp(e, "0")) {
-            per_kernel = new std::map<std::string, unsigned long long>;
-            atexit(print_stats);
+        const char *e = getenv("TOY_EMU_STATS"), *kf = getenv("TOY_EMU_KERNELS");
+        if ((e && *e && strcmp(e, "0")) || (kf && *kf)) per_kernel = new std::map<std::string, unsigned long long>;
+        if (e && *e && strcmp(e, "0")) atexit(print_stats);
+        if (kf && *kf) {
+            kernels_file = kf;
+            atexit(write_kernels);
         }
         const char *seed = getenv("TOY_EMU_SEED");
         if (seed && *seed) rng = (unsigned)strtoul(seed, nullptr, 10);
