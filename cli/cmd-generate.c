@@ -166,18 +166,13 @@ int toy_cmd_generate(int argc, char **argv) {
             int32_t *gi = malloc(((size_t)n + 1) * sizeof *gi);
             for (int64_t i = 0; i < n; i++) gi[i] = (int32_t)json_integer_value(json_array_get(o.ids, (size_t)i));
             if (tok) toy_tokenizer_decode(tok, gi, n, TOY_DECODE_SKIP_SPECIAL, &text, &tl);
-            if (text && !toy_utf8_valid(text, tl)) { /* a character cut off, or bytes a small model made up */
-                char *clean = toy_utf8_clean(text, tl, &tl);
-                free(text);
-                text = clean;
-            }
             const char *reasons[] = {"length", "eos", "stop", "caller", "context"};
             json_t *prompt_arr = json_array();
             for (int64_t i = 0; i < ids.n; i++) json_array_append_new(prompt_arr, json_integer(ids.ids[i]));
             struct rusage ru;
             getrusage(RUSAGE_SELF, &ru);
-            json_t *res = json_pack("{s:s,s:o,s:o,s:s#,s:o,s:s,s:f,s:f,s:f}", "format", "toy/generate-v1", "prompt_ids",
-                                    prompt_arr, "ids", o.ids, "text", text ? text : "", text ? tl : 0, "logprobs",
+            json_t *res = json_pack("{s:s,s:o,s:o,s:o,s:o,s:s,s:f,s:f,s:f}", "format", "toy/generate-v1", "prompt_ids",
+                                    prompt_arr, "ids", o.ids, "text", toy_cli_json_text(text, tl), "logprobs",
                                     o.lps, "finish_reason", reasons[r.reason], "prefill_tokens_per_s",
                                     r.prefill_s > 0 ? r.n_prompt / r.prefill_s : 0.0, "decode_tokens_per_s",
                                     r.decode_s > 0 ? r.n_generated / r.decode_s : 0.0, "peak_rss_mb",

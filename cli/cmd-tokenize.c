@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "json-out.h"
 #include "toy/tokenizer.h"
 
 static void usage(FILE *f) {
@@ -47,9 +48,7 @@ static char *read_all(FILE *f, size_t *len) {
 }
 
 static void json_piece(FILE *f, const char *s) {
-    char *clean = toy_utf8_clean(s, strlen(s), NULL); /* a byte-level piece can be part of a character */
-    json_t *j = clean ? json_string(clean) : NULL;
-    free(clean);
+    json_t *j = toy_cli_json_text(s, strlen(s)); /* a byte-level piece can be part of a character */
     char *d = j ? json_dumps(j, JSON_ENCODE_ANY) : NULL;
     fputs(d ? d : "null", f);
     free(d);

@@ -112,16 +112,11 @@ int toy_cli_generate_gpt2(const char *path, const char *prompt, const char *prom
         char *text = NULL;
         size_t tl = 0;
         if (tok && gi) toy_tokenizer_decode(tok, gi, n, TOY_DECODE_SKIP_SPECIAL, &text, &tl);
-        if (text && !toy_utf8_valid(text, tl)) { /* a character cut off, or bytes a small model made up */
-            char *clean = toy_utf8_clean(text, tl, &tl);
-            free(text);
-            text = clean;
-        }
         const char *reasons[] = {"length", "eos", "stop", "caller", "context"};
         json_t *pa = json_array();
         for (int64_t i = 0; i < ids.n; i++) json_array_append_new(pa, json_integer(ids.ids[i]));
-        json_t *res = json_pack("{s:s,s:s,s:o,s:O,s:s#,s:O,s:s,s:f,s:f}", "format", "toy/generate-v1", "arch", "gpt2",
-                                "prompt_ids", pa, "ids", o.ids, "text", text ? text : "", text ? tl : 0, "logprobs",
+        json_t *res = json_pack("{s:s,s:s,s:o,s:O,s:o,s:O,s:s,s:f,s:f}", "format", "toy/generate-v1", "arch", "gpt2",
+                                "prompt_ids", pa, "ids", o.ids, "text", toy_cli_json_text(text, tl), "logprobs",
                                 o.lps, "finish_reason", reasons[r.reason], "prefill_tokens_per_s",
                                 r.prefill_s > 0 ? r.n_prompt / r.prefill_s : 0.0, "decode_tokens_per_s",
                                 r.decode_s > 0 ? r.n_generated / r.decode_s : 0.0);

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "json-out.h"
+#include "toy/tokenizer.h"
 
 int toy_cli_print_json(const char *cmd, json_t *j, size_t flags) {
     char *s = j ? json_dumps(j, flags) : NULL;
@@ -18,6 +19,15 @@ int toy_cli_print_json(const char *cmd, json_t *j, size_t flags) {
     puts(s);
     free(s);
     return 0;
+}
+
+json_t *toy_cli_json_text(const char *s, size_t n) {
+    if (!s) return json_string("");
+    if (toy_utf8_valid(s, n)) return json_stringn(s, n);
+    char *clean = toy_utf8_clean(s, n, &n);
+    json_t *j = clean ? json_stringn(clean, n) : NULL;
+    free(clean);
+    return j;
 }
 
 int toy_cli_write_json_file(const char *cmd, json_t *j, const char *path) {

@@ -10,6 +10,11 @@
  * crash or a silent empty result: returns 1 then, else 0. */
 int toy_cli_print_json(const char *cmd, json_t *j, size_t flags);
 
+/* A JSON string of model text s[0..n) (NULL: ""), each byte that is not
+ * valid UTF-8 replaced by U+FFFD (decoded tokens can cut a character, and
+ * JSON refuses such strings); NULL when out of memory. */
+json_t *toy_cli_json_text(const char *s, size_t n);
+
 /* Writes j (indented, sorted keys) to path through a temporary file and a
  * rename, so a full disk leaves no half-written file, and releases j. On
  * failure prints "toy CMD: cannot write PATH: why" and returns 1. */

@@ -443,11 +443,7 @@ Test(llama, fused_decode_matches_unfused, .timeout = 120) {
     struct toy_llama *m = random_model(&c, 17);
     char f32[300], q[300];
     snprintf(f32, sizeof f32, "%s/m-f32.gguf", th_dir);
-    struct toy_gguf_writer *w;
-    cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
-    cr_assert_eq(toy_llama_write_gguf(m, w, TOY_F32), TOY_OK, "%s", toy_last_error());
-    cr_assert_eq(toy_gguf_writer_write(w, f32), TOY_OK, "%s", toy_last_error());
-    toy_gguf_writer_free(w);
+    save(m, f32);
     toy_llama_free(m);
     const enum toy_dtype types[] = {TOY_F32, TOY_Q8_0, TOY_Q4_0};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {

@@ -152,9 +152,6 @@ int64_t srv_engine_n_ctx(const struct srv_engine *e);
 /* Bytes of all the slots' KV caches. */
 size_t srv_engine_kv_bytes(const struct srv_engine *e);
 
-/* ---- helpers ----------------------------------------------------------------------- */
-
-
 /* ---- the OpenAI API (serve-openai.c) -------------------------------------------------- */
 
 #include <jansson.h>

@@ -91,25 +91,11 @@ template <class T> static inline T __shfl_xor_sync(unsigned mask, T v, int lane_
     (void)mask, (void)width;
     return toy_emu_shfl(v, (int)(threadIdx.x % 32) ^ lane_mask);
 }
-template <class T> static inline T __shfl_sync(unsigned mask, T v, int src, int width = 32) {
-    (void)mask, (void)width;
-    return toy_emu_shfl(v, src);
-}
-template <class T> static inline T __shfl_down_sync(unsigned mask, T v, unsigned d, int width = 32) {
-    (void)mask, (void)width;
-    int l = (int)(threadIdx.x % 32) + (int)d;
-    return toy_emu_shfl(v, l < 32 ? l : (int)(threadIdx.x % 32));
-}
 
 /* one fiber runs at a time: atomics are plain read-modify-writes */
 template <class T> static inline T atomicAdd(T *p, T v) {
     T old = *p;
     *p = old + v;
-    return old;
-}
-template <class T> static inline T atomicMax(T *p, T v) {
-    T old = *p;
-    if (v > old) *p = v;
     return old;
 }
 
@@ -119,9 +105,6 @@ static inline float __fadd_rn(float a, float b) { return a + b; }
 static inline float __fdiv_rn(float a, float b) { return a / b; }
 static inline float __fsqrt_rn(float a) { return sqrtf(a); }
 static inline float rsqrtf(float a) { return 1.0f / sqrtf(a); }
-static inline double rsqrt(double a) { return 1.0 / sqrt(a); }
-static inline float __saturatef(float a) { return a < 0 ? 0.0f : a > 1 ? 1.0f : a; }
-template <class T> static inline T __ldg(const T *p) { return *p; }
 
 /* `k<<<g, b, smem, s>>>(args...)` after cu2cc.pl:
  * `toy_emu_launch(toy_emu_config(g, b, smem, s), "k", [](auto... x) { k(x...); }, args...)`
