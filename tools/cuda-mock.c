@@ -78,8 +78,8 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     return cudaSuccess;
 }
 cudaError_t cudaMalloc(void **p, size_t size) {
-    *p = malloc(size ? size : 1);
-    if (!*p) return cudaErrorMemoryAllocation;
+    /* 256-byte aligned, as the runtime's are (kernels may rely on it) */
+    if (posix_memalign(p, 256, size ? size : 1)) return cudaErrorMemoryAllocation;
     memset(*p, 0xff, size); /* NaN floats: a kernel that reads what nobody wrote shows */
     return cudaSuccess;
 }

@@ -310,15 +310,17 @@ void run_grid(const char *name, dim3 grid, dim3 block, size_t smem, std::functio
     if (per_kernel) (*per_kernel)[name]++;
     n_block += (unsigned long long)grid.x * grid.y * grid.z;
     n_thread += (unsigned long long)grid.x * grid.y * grid.z * (unsigned)n;
-    /* dynamic shared memory: a heap block of exactly the launch's size
-     * (ASan reports a kernel that reads past it), filled with NaN bytes */
-    void *sm = malloc(smem ? smem : 1);
-    if (!sm) {
+    /* dynamic shared memory: a heap block that ends where the launch's size
+     * does (ASan reports a kernel that reads past it), filled with NaN
+     * bytes, and only 16-byte aligned (all CUDA promises: a kernel that
+     * needs more, wmma's 32, aligns its own offsets) */
+    void *sm = nullptr;
+    if (posix_memalign(&sm, 64, smem + 16)) {
         fail(cudaErrorMemoryAllocation, "%s", name, "no memory for shared memory");
         return;
     }
-    memset(sm, 0xff, smem);
-    toy_emu_smem = sm;
+    memset(sm, 0xff, smem + 16);
+    toy_emu_smem = (char *)sm + 16;
     /* blocks in a scrambled order (a GPU promises none): i -> (start + i *
      * stride) mod count, stride coprime with count */
     uint64_t count = (uint64_t)grid.x * grid.y * grid.z, stride = 1, start;
@@ -367,6 +369,13 @@ extern "C" void toy_emu_syncwarp(void) {
     if (B.cur < 0) return;
     B.th[B.cur].st = AT_WARP;
     to_scheduler(false);
+}
+
+/* a device-side error the emulator detects (a misaligned wmma pointer):
+ * the launch fails with it once this thread yields */
+extern "C" void toy_emu_fault(const char *what) {
+    if (B.cur >= 0 && !B.err[0]) snprintf(B.err, sizeof B.err, "thread %d of block (%u,%u,%u): %s", B.cur, blockIdx.x,
+                                          blockIdx.y, blockIdx.z, what);
 }
 
 extern "C" uint64_t *toy_emu_lane_slot(int lane) {

@@ -21,6 +21,7 @@
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cstddef>
@@ -105,6 +106,98 @@ static inline float __fadd_rn(float a, float b) { return a + b; }
 static inline float __fdiv_rn(float a, float b) { return a / b; }
 static inline float __fsqrt_rn(float a) { return sqrtf(a); }
 static inline float rsqrtf(float a) { return 1.0f / sqrtf(a); }
+
+/* ---- tensor cores: nvcuda::wmma (16 x 16 x 16 tiles) ----------------------------------
+ * <mma.h> declares nothing for a host compiler; these stand in. A fragment
+ * here holds its whole tile (as floats: a BF16 / F16 value converts
+ * exactly) in every lane, where a GPU spreads it over the warp's registers,
+ * so an mma needs nothing from the other lanes. What the GPU's layout
+ * would make visible is kept: each lane loads a tile at its own time (a
+ * tile written by other lanes must be behind a __syncwarp or
+ * __syncthreads), and stores only its share of a tile (elements e with
+ * e % 32 == lane), so a lane that reads a stored tile before a __syncwarp
+ * reads stale values. load/store_matrix_sync check what the hardware
+ * requires: a 32-byte aligned pointer and ldm a multiple of 16 bytes. */
+extern "C" void toy_emu_fault(const char *what);
+namespace nvcuda {
+namespace wmma {
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+enum layout_t { mem_row_major, mem_col_major };
+
+template <class Use, int M, int N, int K, class T, class Layout = void> struct fragment {
+    static_assert(M == 16 && N == 16 && K == 16, "the emulator has 16 x 16 x 16 tiles only");
+    static_assert(std::is_same<Use, accumulator>::value ? std::is_same<T, float>::value
+                                                        : (std::is_same<T, __nv_bfloat16>::value ||
+                                                           std::is_same<T, __half>::value),
+                  "the emulator has bf16 / f16 operands and f32 accumulators only");
+    enum { num_elements = 256 };
+    float x[256]; /* row-major: the element (r, c) of the 16 x 16 tile is x[16 r + c] */
+};
+
+static inline void toy_emu_wmma_check(const void *p, unsigned ldm, size_t esize, const char *fn) {
+    char m[160];
+    if ((uintptr_t)p % 32) snprintf(m, sizeof m, "wmma::%s: pointer %p is not 32-byte aligned", fn, p);
+    else if ((ldm * esize) % 16) snprintf(m, sizeof m, "wmma::%s: ldm %u is not a multiple of 16 bytes", fn, ldm);
+    else return;
+    toy_emu_fault(m);
+}
+
+template <class T> static inline float toy_emu_wf(T v) { return (float)v; }
+template <> inline float toy_emu_wf<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <> inline float toy_emu_wf<__half>(__half v) { return __half2float(v); }
+
+template <class Use, class T, class L>
+static inline void load_matrix_sync(fragment<Use, 16, 16, 16, T, L> &f, const T *p, unsigned ldm) {
+    static_assert(!std::is_same<Use, accumulator>::value, "an accumulator load takes a layout");
+    toy_emu_wmma_check(p, ldm, sizeof(T), "load_matrix_sync");
+    bool rm = std::is_same<L, row_major>::value;
+    for (int r = 0; r < 16; r++)
+        for (int c = 0; c < 16; c++) f.x[16 * r + c] = toy_emu_wf(rm ? p[(size_t)r * ldm + c] : p[(size_t)c * ldm + r]);
+}
+
+static inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float> &f, const float *p, unsigned ldm,
+                                    layout_t l) {
+    toy_emu_wmma_check(p, ldm, 4, "load_matrix_sync");
+    for (int r = 0; r < 16; r++)
+        for (int c = 0; c < 16; c++) f.x[16 * r + c] = l == mem_row_major ? p[(size_t)r * ldm + c] : p[(size_t)c * ldm + r];
+}
+
+static inline void store_matrix_sync(float *p, const fragment<accumulator, 16, 16, 16, float> &f, unsigned ldm,
+                                     layout_t l) {
+    toy_emu_wmma_check(p, ldm, 4, "store_matrix_sync");
+    for (int e = (int)(threadIdx.x % 32); e < 256; e += 32) {
+        int r = e / 16, c = e % 16;
+        p[l == mem_row_major ? (size_t)r * ldm + c : (size_t)c * ldm + r] = f.x[e];
+    }
+}
+
+template <class Use, class T, class L> static inline void fill_fragment(fragment<Use, 16, 16, 16, T, L> &f, float v) {
+    for (int e = 0; e < 256; e++) f.x[e] = toy_emu_wf((T)v);
+}
+
+/* d = a b + c, f32 accumulation (d may be c) */
+template <class T, class LA, class LB>
+static inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d, const fragment<matrix_a, 16, 16, 16, T, LA> &a,
+                            const fragment<matrix_b, 16, 16, 16, T, LB> &b,
+                            const fragment<accumulator, 16, 16, 16, float> &c) {
+    float out[256];
+    for (int m = 0; m < 16; m++) {
+        float row[16];
+        for (int n = 0; n < 16; n++) row[n] = c.x[16 * m + n];
+        for (int k = 0; k < 16; k++) {
+            float av = a.x[16 * m + k];
+            for (int n = 0; n < 16; n++) row[n] += av * b.x[16 * k + n];
+        }
+        for (int n = 0; n < 16; n++) out[16 * m + n] = row[n];
+    }
+    memcpy(d.x, out, sizeof out);
+}
+} // namespace wmma
+} // namespace nvcuda
 
 /* `k<<<g, b, smem, s>>>(args...)` after cu2cc.pl:
  * `toy_emu_launch(toy_emu_config(g, b, smem, s), "k", [](auto... x) { k(x...); }, args...)`

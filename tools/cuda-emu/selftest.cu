@@ -9,13 +9,22 @@
  *   - __syncthreads inside `if (lane == 0)`, the other lanes at a shuffle,
  *     is a launch failure, not a hang;
  *   - a launch of 2048 threads, or 64 KiB of dynamic shared memory, is
- *     refused; a captured graph replays its launches and memsets.
+ *     refused; a captured graph replays its launches and memsets;
+ *   - wmma tiles (BF16 operands in both layouts, F32 accumulators loaded
+ *     and stored in both) multiply as a plain loop does; a tile the lanes
+ *     write and load_matrix_sync reads with no __syncwarp between is read
+ *     stale by some lane; a misaligned tile pointer fails the launch.
  * Prints one line per check and "N passed, M failed"; exit 1 on a failure. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <mma.h>
+
+using namespace nvcuda;
+typedef __nv_bfloat16 bf16;
 
 static int passed, failed;
 static void check(bool ok, const char *what) {
@@ -65,6 +74,54 @@ __global__ void k_dyn_smem(float *x) {
     extern __shared__ float dyn[];
     dyn[threadIdx.x] = 1.0f;
     x[threadIdx.x] = dyn[threadIdx.x];
+}
+
+/* out = A0 Bc + A1 Br + C0 (16 x 16 tiles): A (16 x 32, row-major), Bc read
+ * column-major from X (X[n][k] = Bc[k][n]), Br row-major from Y, C0 loaded
+ * row-major; the result stored row-major to out and column-major to outT */
+__global__ void k_wmma(const bf16 *A, const bf16 *X, const bf16 *Y, const float *C0, float *out, float *outT) {
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> a0, a1;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> bc;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> br;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;
+    wmma::load_matrix_sync(a0, A, 32);
+    wmma::load_matrix_sync(a1, A + 16, 32);
+    wmma::load_matrix_sync(bc, X, 16);
+    wmma::load_matrix_sync(br, Y, 16);
+    wmma::load_matrix_sync(c, C0, 16, wmma::mem_row_major);
+    wmma::mma_sync(c, a0, bc, c);
+    wmma::mma_sync(c, a1, br, c);
+    wmma::store_matrix_sync(out, c, 16, wmma::mem_row_major);
+    wmma::store_matrix_sync(outT, c, 16, wmma::mem_col_major);
+}
+
+/* each lane writes its share of a tile of v's, then the warp multiplies
+ * it by itself: every element is 16 v^2, unless a lane loaded before the
+ * others had written (no __syncwarp; v changes from launch to launch, as
+ * what a block finds in shared memory is not what the last one left) */
+__global__ void k_wmma_sync(float *out, bool sync, float v) {
+    __shared__ __align__(32) bf16 tile[256];
+    for (int e = threadIdx.x; e < 256; e += 32) tile[e] = __float2bfloat16(v);
+    if (sync) __syncwarp();
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> a;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> b;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;
+    wmma::load_matrix_sync(a, tile, 16);
+    wmma::load_matrix_sync(b, tile, 16);
+    wmma::fill_fragment(c, 0.0f);
+    wmma::mma_sync(c, a, b, c);
+    wmma::store_matrix_sync(out, c, 16, wmma::mem_row_major);
+}
+
+__global__ void k_wmma_misaligned(const bf16 *A, float *out) {
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> a;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> b;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;
+    wmma::load_matrix_sync(a, A + 4, 16); /* 8 bytes past an aligned start */
+    wmma::load_matrix_sync(b, A, 16);
+    wmma::fill_fragment(c, 0.0f);
+    wmma::mma_sync(c, a, b, c);
+    wmma::store_matrix_sync(out, c, 16, wmma::mem_row_major);
 }
 
 int main(void) {
@@ -125,6 +182,50 @@ int main(void) {
     cudaGraphExecDestroy(e);
     cudaGraphDestroy(g);
     cudaStreamDestroy(s);
+
+    bf16 *A, *X, *Y;
+    float *C0, *wo, *woT;
+    cudaMalloc((void **)&A, 512 * sizeof(bf16));
+    cudaMalloc((void **)&X, 256 * sizeof(bf16));
+    cudaMalloc((void **)&Y, 256 * sizeof(bf16));
+    cudaMalloc((void **)&C0, 256 * sizeof(float));
+    cudaMalloc((void **)&wo, 256 * sizeof(float));
+    cudaMalloc((void **)&woT, 256 * sizeof(float));
+    for (int i = 0; i < 512; i++) A[i] = __float2bfloat16((float)(i * 37 % 11) - 5.0f);
+    for (int i = 0; i < 256; i++) {
+        X[i] = __float2bfloat16((float)(i * 13 % 7) - 3.0f);
+        Y[i] = __float2bfloat16((float)(i * 29 % 5) - 2.0f);
+        C0[i] = (float)(i % 9) * 0.5f;
+    }
+    k_wmma<<<1, 32>>>(A, X, Y, C0, wo, woT);
+    ok = cudaGetLastError() == cudaSuccess;
+    for (int m = 0; m < 16; m++)
+        for (int n = 0; n < 16; n++) {
+            double want = C0[16 * m + n];
+            for (int k = 0; k < 16; k++)
+                want += (double)__bfloat162float(A[32 * m + k]) * __bfloat162float(X[16 * n + k]) +
+                        (double)__bfloat162float(A[32 * m + 16 + k]) * __bfloat162float(Y[16 * k + n]);
+            ok &= wo[16 * m + n] == (float)want && woT[16 * n + m] == (float)want;
+        }
+    check(ok, "wmma: a 16 x 32 x 16 product in both operand layouts, accumulators loaded and stored both ways");
+    k_wmma_sync<<<1, 32>>>(wo, true, 1.0f);
+    ok = cudaGetLastError() == cudaSuccess;
+    for (int i = 0; i < 256; i++) ok &= wo[i] == 16.0f;
+    check(ok, "wmma: a tile written by the lanes, __syncwarp, then loaded, multiplies right");
+    raced = false;
+    for (int rep = 0; rep < 8 && !raced; rep++) {
+        k_wmma_sync<<<1, 32>>>(wo, false, 2.0f + rep);
+        for (int i = 0; i < 256; i++) raced |= wo[i] != 16.0f * (2.0f + rep) * (2.0f + rep);
+    }
+    check(raced, "wmma: a tile loaded with no __syncwarp after the lanes wrote it is read stale");
+    k_wmma_misaligned<<<1, 32>>>(A, wo);
+    check(cudaGetLastError() == cudaErrorLaunchFailure, "wmma: a tile pointer that is not 32-byte aligned fails the launch");
+    cudaFree(A);
+    cudaFree(X);
+    cudaFree(Y);
+    cudaFree(C0);
+    cudaFree(wo);
+    cudaFree(woT);
 
     cudaFree(x);
     cudaFree(out);
