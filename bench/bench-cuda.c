@@ -99,10 +99,11 @@ static int train(const char *model, int B, int T, int steps, const char *device,
     double tps = (double)B * T * steps / total, tps_fb = (double)B * T * steps / fb;
     const char *pk = getenv("TOY_PEAK_TFLOPS");
     double peak = (pk ? atof(pk) : 989.0) * 1e12;
-    printf("{\"bench\":\"train\",\"impl\":\"toy\",\"model\":\"%s\",\"device\":\"%s\",\"precision\":\"%s\",\"B\":%d,"
+    const char *attn = getenv("TOY_CUDA_ATTN");
+    printf("{\"bench\":\"train\",\"impl\":\"toy\",\"model\":\"%s\",\"device\":\"%s\",\"precision\":\"%s\",\"attn\":\"%s\",\"B\":%d,"
            "\"T\":%d,\"params\":%lld,\"tokens_per_s\":%.1f,\"tokens_per_s_fwd_bwd\":%.1f,\"step_ms\":%.2f,"
            "\"fwd_bwd_ms\":%.2f,\"mfu\":%.4f,\"mfu_fwd_bwd\":%.4f,\"loss_first\":%.4f,\"loss_last\":%.4f}\n",
-           model, device, prec, B, T, (long long)n_params, tps, tps_fb, 1e3 * total / steps, 1e3 * fb / steps,
+           model, device, prec, attn && *attn ? attn : "auto", B, T, (long long)n_params, tps, tps_fb, 1e3 * total / steps, 1e3 * fb / steps,
            6.0 * (double)n_params * tps / peak, 6.0 * (double)n_params * tps_fb / peak, l0, l1);
     fflush(stdout);
     toy_threadpool_free(tp);

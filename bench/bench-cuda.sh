@@ -16,6 +16,8 @@ have_torch() { "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_availabl
 
 for model in gpt2-124m smollm2-135m; do
   run 120 "$BIN" train "$model" 16 1024 "$STEPS" cuda:0 bf16
+  # the same step with the F32 SIMT attention kernels: what tensor cores gain
+  [ "$model" = gpt2-124m ] && TOY_CUDA_ATTN=simt run 120 "$BIN" train "$model" 16 1024 "$STEPS" cuda:0 bf16
   if have_torch; then
     run 60 "$PY" bench/torch_cuda.py train "$model" 16 1024 10 eager
     [ "${1:-}" = quick ] || run 180 "$PY" bench/torch_cuda.py train "$model" 16 1024 10 compile

@@ -22,87 +22,13 @@
  * Head dims up to 256. The kernels used by default are the tiled versions
  * further down (blocks of rows share K/V or Q/dO tiles in shared memory);
  * the one-warp-per-row kernels right below are their reference
- * (TOY_CUDA_ATTN=simple). All are SIMT FP32; tensor cores are future work.
+ * (TOY_CUDA_ATTN=simple). All are SIMT FP32. With BF16 math the tensor-core
+ * kernels of kernels-attention-tc.cu take head dims 16..128 (multiples of 16).
  */
-#include "backends/cuda/kernels-common.cuh"
+#include "backends/cuda/attention.cuh"
 
-#define AT_SEG P_AT_SEG
 #define MAX_DPL 8      /* elements per lane: head dim <= 256 */
 #define WARPS 4
-
-struct at {
-    int64_t D, Hq, Hkv, Tq, Tk, B, group, off;
-    float scale, cap;
-    bool causal;
-    int window;
-    bool seg;
-    const int32_t *np; /* cached attention: n_past on the device, else NULL */
-};
-
-/* cached attention: the key count of this run */
-__device__ __forceinline__ void at_dyn(at &a) {
-    if (!a.np) return;
-    int64_t tk = (int64_t)*a.np + a.Tq;
-    a.Tk = tk < a.Tk ? tk : a.Tk; /* a.Tk starts as the cache length */
-    a.off = a.Tk - a.Tq;
-}
-
-static at at_shape(const struct toy_cu_node *n, const CT &q, const CT &k) {
-    at a;
-    a.D = q.ne[0];
-    a.Hq = q.ne[1];
-    a.Tq = q.ne[2];
-    a.B = q.ne[3];
-    a.Hkv = k.ne[1];
-    a.Tk = k.ne[2]; /* cached: the cache length, cut to n_past + Tq in the kernel (at_dyn) */
-    a.np = n->op_params[P_AT_DYNKV] ? (const int32_t *)n->src[3].data : NULL;
-    a.group = a.Hq / a.Hkv;
-    a.off = a.Tk - a.Tq;
-    memcpy(&a.scale, &n->op_params[P_AT_SCALE], 4);
-    memcpy(&a.cap, &n->op_params[P_AT_SOFTCAP], 4);
-    a.causal = n->op_params[P_AT_CAUSAL];
-    a.window = n->op_params[P_AT_WINDOW];
-    a.seg = n->op_params[AT_SEG] != 0;
-    return a;
-}
-
-__host__ __device__ __forceinline__ void key_range(const at &a, int64_t t, int64_t *j0, int64_t *j1) {
-    *j0 = 0;
-    *j1 = a.Tk;
-    if (a.causal) {
-        *j1 = t + a.off + 1;
-        if (*j1 > a.Tk) *j1 = a.Tk;
-        if (a.window > 0 && *j1 - a.window > 0) *j0 = *j1 - a.window;
-        if (*j1 < 0) *j1 = 0;
-    }
-}
-
-/* the queries [*t0, *t1) that see key j (the inverse of key_range):
- * t >= j - off when causal, and t < j - off + window with a window */
-__host__ __device__ __forceinline__ void query_range(const at &a, int64_t j, int64_t *t0, int64_t *t1) {
-    *t0 = 0;
-    *t1 = a.Tq;
-    if (a.causal) {
-        *t0 = j - a.off > 0 ? j - a.off : 0;
-        if (a.window > 0 && j - a.off + a.window < *t1) *t1 = j - a.off + a.window;
-    }
-}
-
-/* the queries that see any key of [j0, j1), as one range */
-__host__ __device__ __forceinline__ void block_queries(const at &a, int64_t j0, int64_t j1, int64_t *ts, int64_t *te) {
-    int64_t s0, e0, s1, e1;
-    query_range(a, j0, &s0, &e0);
-    query_range(a, j1 - 1, &s1, &e1);
-    *ts = s0 < s1 ? s0 : s1;
-    *te = e0 > e1 ? e0 : e1;
-}
-
-__device__ __forceinline__ int32_t seg_at(const CT &seg, int64_t t, int64_t b) {
-    return *(const int32_t *)(seg.data + t * seg.nb[0] + b * seg.nb[1]);
-}
-
-__device__ __forceinline__ float to_f(float v) { return v; }
-__device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
 
 /* row t of head h, batch b of x (rows contiguous, element type T) into
  * registers: lane l holds elements l, l + 32, ... */
@@ -122,16 +48,6 @@ __device__ __forceinline__ float dot_row(const float *r, const float *s) {
 #pragma unroll
     for (int i = 0; i < MAX_DPL; i++) acc += r[i] * s[i];
     return warp_sum(acc);
-}
-
-/* the score of a query against key j after scale and softcap; *c = s / cap */
-__device__ __forceinline__ float score(const at &a, float raw, float *c) {
-    float s = raw * a.scale;
-    if (a.cap > 0) {
-        *c = tanhf(s / a.cap);
-        s = a.cap * *c;
-    }
-    return s;
 }
 
 template <typename KT>
@@ -182,12 +98,6 @@ __global__ void k_attn_di(float *Di, CT dO, CT o, at a) {
     load_row<float>(o, h, t, b, a.D, y);
     float d = dot_row(x, y);
     if (threadIdx.x % 32 == 0) Di[(b * a.Tq + t) * a.Hq + h] = d;
-}
-
-__device__ __forceinline__ float ds_of(const at &a, float p, float dp, float di, float c) {
-    float ds = p * (dp - di);
-    if (a.cap > 0) ds *= 1.0f - c * c;
-    return ds;
 }
 
 template <typename KT>
@@ -303,15 +213,6 @@ __device__ __forceinline__ float dot_smem(const float *r, const float *srow, int
     for (int i = 0; i < MAX_DPL; i++)
         if (i < dpl) acc += r[i] * srow[lane + 32 * i];
     return warp_sum(acc);
-}
-
-/* keys the block's queries t0..t1-1 see, as one range */
-__host__ __device__ __forceinline__ void block_keys(const at &a, int64_t t0, int64_t t1, int64_t *js, int64_t *je) {
-    int64_t s0, e0, s1, e1;
-    key_range(a, t0, &s0, &e0);
-    key_range(a, t1 - 1, &s1, &e1);
-    *js = s0 < s1 ? s0 : s1;
-    *je = e0 > e1 ? e0 : e1;
 }
 
 /* blocks: (query tile, head, batch); smem: K and V tiles, NT x Dp each
@@ -507,13 +408,21 @@ __global__ void k_attn_dkv_tiled(float *dk, float *dv, CT dO, CT q, CT k, CT v, 
     }
 }
 
-static bool use_simple(void) {
-    static int simple = -1;
-    if (simple < 0) {
+/* TOY_CUDA_ATTN=simple: the one-warp-per-row kernels; =simt: the tiled F32
+ * kernels even where the tensor-core ones apply; default: tiled, or tensor
+ * cores when the math is BF16 (kernels-attention-tc.cu) */
+enum { ATTN_AUTO, ATTN_SIMPLE, ATTN_SIMT };
+static int attn_mode(void) {
+    static int mode = -1;
+    if (mode < 0) {
         const char *e = getenv("TOY_CUDA_ATTN");
-        simple = e && !strcmp(e, "simple");
+        mode = e && !strcmp(e, "simple") ? ATTN_SIMPLE : e && !strcmp(e, "simt") ? ATTN_SIMT : ATTN_AUTO;
     }
-    return simple;
+    return mode;
+}
+static bool use_simple(void) { return attn_mode() == ATTN_SIMPLE; }
+static bool use_tc(const struct toy_cu_node *n, const at &a, int k_type) {
+    return attn_mode() == ATTN_AUTO && n->math == TOY_CU_MATH_BF16 && toy_cu_attn_tc_ok(a, k_type);
 }
 
 /* ---- split-key decode (flash-decoding) -------------------------------------------------------
@@ -668,6 +577,10 @@ extern "C" int toy_cu_attention(const struct toy_cu_node *n, char *msg, size_t m
             k_attn_fwd<float><<<(unsigned)cdiv(rows, WARPS), 32 * WARPS, 0, s>>>(n->dst, q, k, v, seg, a, lse);
         return launch_status("attention", msg, msg_size);
     }
+    if (use_tc(n, a, k.type)) {
+        toy_cu_attn_tc_fwd(n->dst, q, k, v, seg, a, lse, s);
+        return launch_status("attention (tensor cores)", msg, msg_size);
+    }
     int nt = tile_rows(a.D);
     unsigned blocks = (unsigned)(cdiv(a.Tq, TW) * a.Hq * a.B);
     size_t smem = (size_t)2 * nt * 32 * cdiv(a.D, 32) * sizeof(float); /* <= 32 KiB */
@@ -701,6 +614,10 @@ extern "C" int toy_cu_attention_back(const struct toy_cu_node *n, char *msg, siz
         if (krows)
             k_attn_dkv<float><<<(unsigned)cdiv(krows, WARPS), 32 * WARPS, 0, s>>>(dk, dv, dO, q, k, v, seg, a, lse, Di);
         return launch_status("attention backward", msg, msg_size);
+    }
+    if (use_tc(n, a, k.type)) {
+        toy_cu_attn_tc_back(dq, dk, dv, dO, q, k, v, seg, a, lse, Di, s);
+        return launch_status("attention backward (tensor cores)", msg, msg_size);
     }
     int nt = tile_rows(a.D);
     size_t smem = (size_t)2 * nt * 32 * cdiv(a.D, 32) * sizeof(float); /* <= 32 KiB */

@@ -1,0 +1,420 @@
+/* kernels-attention-tc.cu: attention forward and backward on tensor cores
+ * (wmma, BF16 operands, F32 accumulation), used when the device's math is
+ * BF16 (TOY_CUDA_MATH=bf16, the mixed-precision training of
+ * bench/bench-cuda.sh) and the head dim is a multiple of 16 up to 128. The
+ * semantics are those of the F32 kernels in kernels-attention.cu (causal,
+ * window, softcap, GQA, packed segments, cached keys); only the rounding
+ * differs: q, k, v, dO, P and dS are rounded to BF16 before each product.
+ *
+ * A block owns 64 rows (4 warps of 16): query rows for the forward and dQ,
+ * key rows for dK/dV. Those rows' operands (Q, or Q and dO, or K and V) are
+ * staged once through shared memory into each warp's wmma fragments; the
+ * other side streams through shared memory in tiles of 32 rows, converted
+ * to BF16 on the way in. Per tile a warp computes its 16 x 32 scores with
+ * wmma, stores them to its own shared tile, and the lane pair (2r, 2r+1)
+ * applies scale, softcap and masks to row r (16 columns each); the
+ * probabilities (or dS) go back as a BF16 tile for the next product.
+ *
+ * Forward, in two passes over the keys: the first finds each row's
+ * log-sum-exp (online max and sum per lane, the lane pair merged), the
+ * second accumulates O = sum_j exp(s_j - lse) v_j, so the accumulator never
+ * needs rescaling (wmma does not say which lane holds which element).
+ * Backward as the F32 kernels: dQ = scale dS K by query tiles, dK = scale
+ * dS^T Q and dV = P^T dO by key tiles (over every query head of the
+ * group); each output has one writer, no atomics. Di = rowsum(dO O) comes
+ * from k_attn_di. The row staging, score tiles and BF16 tiles fit in 48
+ * KiB for head dim 128, so no launch needs a shared-memory opt-in. */
+#include <mma.h>
+
+#include "backends/cuda/attention.cuh"
+
+using namespace nvcuda;
+typedef __nv_bfloat16 bf16;
+
+#define TC_WARPS 4
+#define TC_ROWS (16 * TC_WARPS) /* rows a block owns */
+#define TC_COLS 32              /* rows of the other side per step */
+#define S_LD (TC_COLS + 4)      /* a warp's f32 tile, 16 x TC_COLS */
+#define P_LD (TC_COLS + 8)      /* a warp's bf16 tile */
+#define S_BYTES (16 * S_LD * 4)
+#define P_BYTES (16 * P_LD * 2)
+
+typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> frag_a;
+typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> frag_bt; /* X^T of a row-major X */
+typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> frag_b;
+typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> frag_c;
+
+/* Shared memory, byte offsets from a 32-byte aligned base (wmma needs 32;
+ * CUDA promises 16 for dynamic shared memory): the staging area (TC_ROWS
+ * rows of ld BF16: the block's own rows, later two TC_COLS-row tiles), per
+ * warp an f32 tile S (and S2 in the backward) and a BF16 tile P; in dK/dV
+ * the streamed query rows' lse and Di. ld = D + 8 staggers the rows across
+ * banks and keeps every fragment pointer 32-byte aligned. */
+struct tc_smem {
+    int ld;
+    size_t s, s2, p, lse, total;
+};
+
+__host__ __device__ __forceinline__ tc_smem tc_layout(int64_t D, bool back) {
+    tc_smem m;
+    m.ld = (int)D + 8;
+    m.s = (size_t)TC_ROWS * m.ld * 2;
+    m.s2 = m.s + TC_WARPS * S_BYTES;
+    m.p = m.s2 + (back ? TC_WARPS * S_BYTES : 0);
+    m.lse = m.p + TC_WARPS * P_BYTES;
+    m.total = m.lse + (back ? 2 * TC_COLS * sizeof(float) : 0) + 32;
+    return m;
+}
+
+__device__ __forceinline__ unsigned char *tc_base(void *sm) {
+    return (unsigned char *)(((uintptr_t)sm + 31) & ~(uintptr_t)31);
+}
+
+/* rows [r0, r0 + n) of head h, batch b of x (element type T) as BF16 rows
+ * 0..rows-1 of dst (ld apart); rows from n on are zero */
+template <typename T>
+__device__ __forceinline__ void stage_bf16(bf16 *dst, int ld, const CT &x, int64_t h, int64_t r0, int64_t n, int rows,
+                                           int64_t b, int D) {
+    for (int e = threadIdx.x; e < rows * D; e += blockDim.x) {
+        int r = e / D, d = e % D;
+        float v = 0.0f;
+        if (r < n) v = to_f(((const T *)(x.data + h * x.nb[1] + (r0 + r) * x.nb[2] + b * x.nb[3]))[d]);
+        dst[r * ld + d] = __float2bfloat16(v);
+    }
+}
+
+/* the warp's 16 x 32 tile A X^T into S: A as nd fragments, X 32 rows of ld */
+template <int ND>
+__device__ __forceinline__ void tile_abt(float *S, const frag_a *A, const bf16 *X, int ld, int nd) {
+    frag_c c0, c1;
+    wmma::fill_fragment(c0, 0.0f);
+    wmma::fill_fragment(c1, 0.0f);
+#pragma unroll
+    for (int i = 0; i < ND; i++)
+        if (i < nd) {
+            frag_bt x;
+            wmma::load_matrix_sync(x, X + 16 * i, ld);
+            wmma::mma_sync(c0, A[i], x, c0);
+            wmma::load_matrix_sync(x, X + 16 * ld + 16 * i, ld);
+            wmma::mma_sync(c1, A[i], x, c1);
+        }
+    wmma::store_matrix_sync(S, c0, S_LD, wmma::mem_row_major);
+    wmma::store_matrix_sync(S + 16, c1, S_LD, wmma::mem_row_major);
+}
+
+/* acc[i] += P Y[:, 16 i ..]: P the warp's 16 x 32 BF16 tile, Y 32 rows of ld */
+template <int ND>
+__device__ __forceinline__ void tile_pv(frag_c *acc, const bf16 *P, const bf16 *Y, int ld, int nd) {
+    frag_a p0, p1;
+    wmma::load_matrix_sync(p0, P, P_LD);
+    wmma::load_matrix_sync(p1, P + 16, P_LD);
+#pragma unroll
+    for (int i = 0; i < ND; i++)
+        if (i < nd) {
+            frag_b y;
+            wmma::load_matrix_sync(y, Y + 16 * i, ld);
+            wmma::mma_sync(acc[i], p0, y, acc[i]);
+            wmma::load_matrix_sync(y, Y + 16 * ld + 16 * i, ld);
+            wmma::mma_sync(acc[i], p1, y, acc[i]);
+        }
+}
+
+/* the warp's 16 rows of acc (times s) to out: row r at out + r * stride;
+ * rows at or past `live` are not written; S is the staging tile */
+template <int ND>
+__device__ __forceinline__ void store_rows(float *out, int64_t stride, int live, const frag_c *acc, float s, float *S,
+                                           int nd) {
+    int lane = threadIdx.x % 32, r = lane / 2, hf = lane % 2;
+#pragma unroll
+    for (int i = 0; i < ND; i++)
+        if (i < nd) {
+            wmma::store_matrix_sync(S, acc[i], S_LD, wmma::mem_row_major);
+            __syncwarp();
+            if (r < live)
+                for (int c = 0; c < 8; c++) out[r * stride + 16 * i + 8 * hf + c] = s * S[r * S_LD + 8 * hf + c];
+            __syncwarp();
+        }
+}
+
+/* blocks: (query tile, head, batch) */
+template <int ND, typename KT>
+__global__ void k_attn_fwd_tc(CT out, CT q, CT k, CT v, CT seg, at a, float *lse) {
+    at_dyn(a);
+    extern __shared__ float4 tc_sm[];
+    const tc_smem L = tc_layout(a.D, false);
+    unsigned char *base = tc_base(tc_sm);
+    const int ld = L.ld, D = (int)a.D, nd = D / 16;
+    const int w = threadIdx.x / 32, lane = threadIdx.x % 32, r = lane / 2, hf = lane % 2;
+    bf16 *stage = (bf16 *)base, *Ks = stage, *Vs = stage + TC_COLS * ld;
+    float *S = (float *)(base + L.s + w * S_BYTES);
+    bf16 *P = (bf16 *)(base + L.p + w * P_BYTES);
+    int64_t nqt = cdiv(a.Tq, TC_ROWS);
+    int64_t qt = blockIdx.x % nqt, h = (blockIdx.x / nqt) % a.Hq, b = blockIdx.x / (nqt * a.Hq), g = h / a.group;
+    int64_t t0 = qt * TC_ROWS, t1 = t0 + TC_ROWS < a.Tq ? t0 + TC_ROWS : a.Tq;
+    int64_t wt0 = t0 + 16 * w, wt1 = wt0 + 16 < t1 ? wt0 + 16 : t1, t = wt0 + r;
+    bool wlive = wt0 < t1, rlive = t < t1;
+    int64_t j0 = 0, j1 = 0, js, je, wjs = 0, wje = 0;
+    if (rlive) key_range(a, t, &j0, &j1);
+    if (wlive) block_keys(a, wt0, wt1, &wjs, &wje);
+    block_keys(a, t0, t1, &js, &je);
+    int32_t my_seg = a.seg && rlive ? seg_at(seg, t, b) : 0;
+
+    stage_bf16<float>(stage, ld, q, h, t0, t1 - t0, TC_ROWS, b, D);
+    __syncthreads();
+    frag_a qf[ND];
+#pragma unroll
+    for (int i = 0; i < ND; i++)
+        if (i < nd) wmma::load_matrix_sync(qf[i], stage + 16 * w * ld + 16 * i, ld);
+    frag_c of[ND];
+    float m = -INFINITY, l = 0.0f, row_lse = -INFINITY;
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1) { /* the lane pair's partial (max, sum) make the row's lse */
+            float mo = __shfl_xor_sync(0xffffffffu, m, 1), lo = __shfl_xor_sync(0xffffffffu, l, 1);
+            float M = fmaxf(m, mo);
+            float sum = (m > -INFINITY ? l * expf(m - M) : 0.0f) + (mo > -INFINITY ? lo * expf(mo - M) : 0.0f);
+            row_lse = sum > 0.0f ? M + logf(sum) : -INFINITY;
+#pragma unroll
+            for (int i = 0; i < ND; i++) wmma::fill_fragment(of[i], 0.0f);
+        }
+        for (int64_t jt = js; jt < je; jt += TC_COLS) {
+            int64_t n = je - jt < TC_COLS ? je - jt : TC_COLS;
+            __syncthreads(); /* the last tiles (or Q's staging) are read */
+            stage_bf16<KT>(Ks, ld, k, g, jt, n, TC_COLS, b, D);
+            if (pass) stage_bf16<KT>(Vs, ld, v, g, jt, n, TC_COLS, b, D);
+            __syncthreads();
+            if (!wlive || jt >= wje || jt + n <= wjs) continue;
+            tile_abt<ND>(S, qf, Ks, ld, nd);
+            __syncwarp();
+            float sv[16], tmax = -INFINITY;
+            for (int c = 0; c < 16; c++) {
+                int col = 16 * hf + c;
+                int64_t j = jt + col;
+                bool ok = rlive && col < n && j >= j0 && j < j1 && (!a.seg || seg_at(seg, j, b) == my_seg);
+                float cc;
+                sv[c] = ok ? score(a, S[r * S_LD + col], &cc) : -INFINITY;
+                tmax = fmaxf(tmax, sv[c]);
+            }
+            if (pass == 0) {
+                if (tmax > -INFINITY) {
+                    float mn = fmaxf(m, tmax), sum = 0.0f;
+                    for (int c = 0; c < 16; c++) sum += expf(sv[c] - mn);
+                    l = l * expf(m - mn) + sum;
+                    m = mn;
+                }
+                continue;
+            }
+            for (int c = 0; c < 16; c++)
+                P[r * P_LD + 16 * hf + c] = __float2bfloat16(sv[c] > -INFINITY ? expf(sv[c] - row_lse) : 0.0f);
+            __syncwarp();
+            tile_pv<ND>(of, P, Vs, ld, nd);
+        }
+    }
+    if (!wlive) return;
+    /* out is {D, Hq, Tq, B} contiguous: consecutive t are Hq D apart */
+    float *orow = (float *)(out.data + h * out.nb[1] + wt0 * out.nb[2] + b * out.nb[3]);
+    store_rows<ND>(orow, out.nb[2] / 4, (int)(wt1 - wt0), of, 1.0f, S, nd);
+    if (rlive && hf == 0) lse[(b * a.Tq + t) * a.Hq + h] = row_lse;
+}
+
+/* blocks: (query tile, head, batch) */
+template <int ND>
+__global__ void k_attn_dq_tc(float *dq, CT dO, CT q, CT k, CT v, CT seg, at a, const float *lse, const float *Di) {
+    extern __shared__ float4 tc_sm[];
+    const tc_smem L = tc_layout(a.D, true);
+    unsigned char *base = tc_base(tc_sm);
+    const int ld = L.ld, D = (int)a.D, nd = D / 16;
+    const int w = threadIdx.x / 32, lane = threadIdx.x % 32, r = lane / 2, hf = lane % 2;
+    bf16 *stage = (bf16 *)base, *Ks = stage, *Vs = stage + TC_COLS * ld;
+    float *S = (float *)(base + L.s + w * S_BYTES), *S2 = (float *)(base + L.s2 + w * S_BYTES);
+    bf16 *P = (bf16 *)(base + L.p + w * P_BYTES);
+    int64_t nqt = cdiv(a.Tq, TC_ROWS);
+    int64_t qt = blockIdx.x % nqt, h = (blockIdx.x / nqt) % a.Hq, b = blockIdx.x / (nqt * a.Hq), g = h / a.group;
+    int64_t t0 = qt * TC_ROWS, t1 = t0 + TC_ROWS < a.Tq ? t0 + TC_ROWS : a.Tq;
+    int64_t wt0 = t0 + 16 * w, wt1 = wt0 + 16 < t1 ? wt0 + 16 : t1, t = wt0 + r;
+    bool wlive = wt0 < t1, rlive = t < t1;
+    int64_t j0 = 0, j1 = 0, js, je, wjs = 0, wje = 0;
+    float Lr = -INFINITY, di = 0.0f;
+    if (rlive) {
+        key_range(a, t, &j0, &j1);
+        int64_t ri = (b * a.Tq + t) * a.Hq + h;
+        Lr = lse[ri];
+        di = Di[ri];
+    }
+    if (wlive) block_keys(a, wt0, wt1, &wjs, &wje);
+    block_keys(a, t0, t1, &js, &je);
+    int32_t my_seg = a.seg && rlive ? seg_at(seg, t, b) : 0;
+
+    frag_a qf[ND], df[ND];
+    stage_bf16<float>(stage, ld, q, h, t0, t1 - t0, TC_ROWS, b, D);
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < ND; i++)
+        if (i < nd) wmma::load_matrix_sync(qf[i], stage + 16 * w * ld + 16 * i, ld);
+    __syncthreads();
+    stage_bf16<float>(stage, ld, dO, h, t0, t1 - t0, TC_ROWS, b, D);
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < ND; i++)
+        if (i < nd) wmma::load_matrix_sync(df[i], stage + 16 * w * ld + 16 * i, ld);
+    frag_c acc[ND];
+#pragma unroll
+    for (int i = 0; i < ND; i++) wmma::fill_fragment(acc[i], 0.0f);
+    for (int64_t jt = js; jt < je; jt += TC_COLS) {
+        int64_t n = je - jt < TC_COLS ? je - jt : TC_COLS;
+        __syncthreads();
+        stage_bf16<float>(Ks, ld, k, g, jt, n, TC_COLS, b, D);
+        stage_bf16<float>(Vs, ld, v, g, jt, n, TC_COLS, b, D);
+        __syncthreads();
+        if (!wlive || jt >= wje || jt + n <= wjs) continue;
+        tile_abt<ND>(S, qf, Ks, ld, nd);  /* scores */
+        tile_abt<ND>(S2, df, Vs, ld, nd); /* dP = dO V^T */
+        __syncwarp();
+        for (int c = 0; c < 16; c++) {
+            int col = 16 * hf + c;
+            int64_t j = jt + col;
+            bool ok = rlive && Lr > -INFINITY && col < n && j >= j0 && j < j1 &&
+                      (!a.seg || seg_at(seg, j, b) == my_seg);
+            float cc = 0.0f, ds = 0.0f;
+            if (ok) {
+                float s = score(a, S[r * S_LD + col], &cc);
+                ds = ds_of(a, expf(s - Lr), S2[r * S_LD + col], di, cc);
+            }
+            P[r * P_LD + col] = __float2bfloat16(ds);
+        }
+        __syncwarp();
+        tile_pv<ND>(acc, P, Ks, ld, nd); /* dQ += dS K */
+    }
+    if (!wlive) return;
+    store_rows<ND>(dq + ((b * a.Tq + wt0) * a.Hq + h) * a.D, a.Hq * a.D, (int)(wt1 - wt0), acc, a.scale, S, nd);
+}
+
+/* blocks: (key tile, kv head, batch); the queries of every head of the group stream past */
+template <int ND>
+__global__ void k_attn_dkv_tc(float *dk, float *dv, CT dO, CT q, CT k, CT v, CT seg, at a, const float *lse,
+                              const float *Di) {
+    extern __shared__ float4 tc_sm[];
+    const tc_smem L = tc_layout(a.D, true);
+    unsigned char *base = tc_base(tc_sm);
+    const int ld = L.ld, D = (int)a.D, nd = D / 16;
+    const int w = threadIdx.x / 32, lane = threadIdx.x % 32, r = lane / 2, hf = lane % 2;
+    bf16 *stage = (bf16 *)base, *Qs = stage, *Os = stage + TC_COLS * ld;
+    float *S = (float *)(base + L.s + w * S_BYTES), *S2 = (float *)(base + L.s2 + w * S_BYTES);
+    bf16 *P = (bf16 *)(base + L.p + w * P_BYTES);
+    float *Ls = (float *)(base + L.lse), *Ds = Ls + TC_COLS;
+    int64_t nkt = cdiv(a.Tk, TC_ROWS);
+    int64_t kt = blockIdx.x % nkt, g = (blockIdx.x / nkt) % a.Hkv, b = blockIdx.x / (nkt * a.Hkv);
+    int64_t jb0 = kt * TC_ROWS, jb1 = jb0 + TC_ROWS < a.Tk ? jb0 + TC_ROWS : a.Tk;
+    int64_t wj0 = jb0 + 16 * w, wj1 = wj0 + 16 < jb1 ? wj0 + 16 : jb1, j = wj0 + r;
+    bool wlive = wj0 < jb1, rlive = j < jb1;
+    int64_t q0 = 0, q1 = 0, bs, be, ws = 0, we = 0;
+    int32_t key_seg = 0;
+    if (rlive) {
+        query_range(a, j, &q0, &q1);
+        if (a.seg) key_seg = seg_at(seg, j, b);
+    }
+    if (wlive) block_queries(a, wj0, wj1, &ws, &we);
+    block_queries(a, jb0, jb1, &bs, &be);
+
+    frag_a kf[ND], vf[ND];
+    stage_bf16<float>(stage, ld, k, g, jb0, jb1 - jb0, TC_ROWS, b, D);
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < ND; i++)
+        if (i < nd) wmma::load_matrix_sync(kf[i], stage + 16 * w * ld + 16 * i, ld);
+    __syncthreads();
+    stage_bf16<float>(stage, ld, v, g, jb0, jb1 - jb0, TC_ROWS, b, D);
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < ND; i++)
+        if (i < nd) wmma::load_matrix_sync(vf[i], stage + 16 * w * ld + 16 * i, ld);
+    frag_c dka[ND], dva[ND];
+#pragma unroll
+    for (int i = 0; i < ND; i++) {
+        wmma::fill_fragment(dka[i], 0.0f);
+        wmma::fill_fragment(dva[i], 0.0f);
+    }
+    for (int64_t h = g * a.group; h < (g + 1) * a.group; h++)
+        for (int64_t tt = bs; tt < be; tt += TC_COLS) {
+            int64_t n = be - tt < TC_COLS ? be - tt : TC_COLS;
+            __syncthreads();
+            stage_bf16<float>(Qs, ld, q, h, tt, n, TC_COLS, b, D);
+            stage_bf16<float>(Os, ld, dO, h, tt, n, TC_COLS, b, D);
+            for (int i = threadIdx.x; i < TC_COLS; i += blockDim.x) {
+                int64_t ri = (b * a.Tq + tt + i) * a.Hq + h;
+                Ls[i] = i < n ? lse[ri] : -INFINITY;
+                Ds[i] = i < n ? Di[ri] : 0.0f;
+            }
+            __syncthreads();
+            if (!wlive || tt >= we || tt + n <= ws) continue;
+            tile_abt<ND>(S, kf, Qs, ld, nd);  /* S^T = K Q^T */
+            tile_abt<ND>(S2, vf, Os, ld, nd); /* dP^T = V dO^T */
+            __syncwarp();
+            float dsv[16];
+            for (int c = 0; c < 16; c++) {
+                int col = 16 * hf + c;
+                int64_t tq = tt + col;
+                bool ok = rlive && Ls[col] > -INFINITY && tq >= q0 && tq < q1 &&
+                          (!a.seg || seg_at(seg, tq, b) == key_seg); /* Ls is -inf past n */
+                float cc = 0.0f, p = 0.0f;
+                dsv[c] = 0.0f;
+                if (ok) {
+                    float s = score(a, S[r * S_LD + col], &cc);
+                    p = expf(s - Ls[col]);
+                    dsv[c] = ds_of(a, p, S2[r * S_LD + col], Ds[col], cc);
+                }
+                P[r * P_LD + col] = __float2bfloat16(p);
+            }
+            __syncwarp();
+            tile_pv<ND>(dva, P, Os, ld, nd); /* dV += P^T dO */
+            __syncwarp();                    /* every lane has read P */
+            for (int c = 0; c < 16; c++) P[r * P_LD + 16 * hf + c] = __float2bfloat16(dsv[c]);
+            __syncwarp();
+            tile_pv<ND>(dka, P, Qs, ld, nd); /* dK += dS^T Q */
+        }
+    if (!wlive) return;
+    int64_t off = ((b * a.Tk + wj0) * a.Hkv + g) * a.D;
+    store_rows<ND>(dk + off, a.Hkv * a.D, (int)(wj1 - wj0), dka, a.scale, S, nd);
+    store_rows<ND>(dv + off, a.Hkv * a.D, (int)(wj1 - wj0), dva, 1.0f, S, nd);
+}
+
+bool toy_cu_attn_tc_ok(const at &a, int k_type) {
+    return a.D >= 16 && a.D <= 128 && a.D % 16 == 0 && (k_type == TOY_F32 || k_type == TOY_F16);
+}
+
+template <int ND, typename KT>
+static void fwd_launch(unsigned blocks, size_t smem, cudaStream_t s, CT out, CT q, CT k, CT v, CT seg, at a,
+                       float *lse) {
+    k_attn_fwd_tc<ND, KT><<<blocks, 32 * TC_WARPS, smem, s>>>(out, q, k, v, seg, a, lse);
+}
+
+template <typename KT>
+static void fwd_nd(unsigned blocks, size_t smem, cudaStream_t s, CT out, CT q, CT k, CT v, CT seg, at a, float *lse) {
+    if (a.D <= 32) fwd_launch<2, KT>(blocks, smem, s, out, q, k, v, seg, a, lse);
+    else if (a.D <= 64) fwd_launch<4, KT>(blocks, smem, s, out, q, k, v, seg, a, lse);
+    else fwd_launch<8, KT>(blocks, smem, s, out, q, k, v, seg, a, lse);
+}
+
+void toy_cu_attn_tc_fwd(CT out, CT q, CT k, CT v, CT seg, at a, float *lse, cudaStream_t s) {
+    unsigned blocks = (unsigned)(cdiv(a.Tq, TC_ROWS) * a.Hq * a.B);
+    size_t smem = tc_layout(a.D, false).total;
+    if (k.type == TOY_F16) fwd_nd<__half>(blocks, smem, s, out, q, k, v, seg, a, lse);
+    else fwd_nd<float>(blocks, smem, s, out, q, k, v, seg, a, lse);
+}
+
+template <int ND>
+static void back_launch(float *dq, float *dk, float *dv, CT dO, CT q, CT k, CT v, CT seg, at a, const float *lse,
+                        const float *Di, cudaStream_t s) {
+    size_t smem = tc_layout(a.D, true).total;
+    k_attn_dq_tc<ND><<<(unsigned)(cdiv(a.Tq, TC_ROWS) * a.Hq * a.B), 32 * TC_WARPS, smem, s>>>(dq, dO, q, k, v, seg,
+                                                                                              a, lse, Di);
+    if (a.Tk > 0)
+        k_attn_dkv_tc<ND><<<(unsigned)(cdiv(a.Tk, TC_ROWS) * a.Hkv * a.B), 32 * TC_WARPS, smem, s>>>(
+            dk, dv, dO, q, k, v, seg, a, lse, Di);
+}
+
+void toy_cu_attn_tc_back(float *dq, float *dk, float *dv, CT dO, CT q, CT k, CT v, CT seg, at a, const float *lse,
+                         const float *Di, cudaStream_t s) {
+    if (a.D <= 32) back_launch<2>(dq, dk, dv, dO, q, k, v, seg, a, lse, Di, s);
+    else if (a.D <= 64) back_launch<4>(dq, dk, dv, dO, q, k, v, seg, a, lse, Di, s);
+    else back_launch<8>(dq, dk, dv, dO, q, k, v, seg, a, lse, Di, s);
+}
