@@ -455,11 +455,22 @@ Test(cuda, cross_entropy_forward_backward) {
     toy_ctx_free(ctx);
 }
 
-static void attention_case_tol(int D, int Hq, int Hkv, int Tq, int Tk, struct toy_attn_params p, bool seg,
-                               double tol, const char *what) {
+/* a (D, H, T, B) parameter, or (shifted) a view of one starting an element
+ * in, so that no row starts 16-byte aligned */
+static struct toy_tensor *attn_input(struct toy_ctx *ctx, int D, int H, int T, int B, bool shifted) {
+    if (!shifted) return param(ctx, D, H, T, B);
+    struct toy_tensor *all = param(ctx, (int64_t)D * H * T * B + 1, 1, 1, 1);
+    const int64_t ne[4] = {D, H, T, B};
+    const size_t nb[4] = {4, (size_t)D * 4, (size_t)D * H * 4, (size_t)D * H * T * 4};
+    return toy_view(ctx, all, 4, ne, nb, 4);
+}
+
+static void attention_case_at(int D, int Hq, int Hkv, int Tq, int Tk, struct toy_attn_params p, bool seg,
+                              bool shifted, double tol, const char *what) {
     struct toy_ctx *ctx = setup(12);
     const int B = 2;
-    struct toy_tensor *q = param(ctx, D, Hq, Tq, B), *k = param(ctx, D, Hkv, Tk, B), *v = param(ctx, D, Hkv, Tk, B);
+    struct toy_tensor *q = attn_input(ctx, D, Hq, Tq, B, shifted), *k = attn_input(ctx, D, Hkv, Tk, B, shifted),
+                      *v = attn_input(ctx, D, Hkv, Tk, B, shifted);
     struct toy_tensor *y;
     if (seg) {
         struct toy_tensor *s = toy_new_tensor_2d(ctx, TOY_I32, Tq, B);
@@ -477,7 +488,7 @@ static void attention_case_tol(int D, int Hq, int Hkv, int Tq, int Tk, struct to
 
 static void attention_case(int D, int Hq, int Hkv, int Tq, int Tk, struct toy_attn_params p, bool seg,
                            const char *what) {
-    attention_case_tol(D, Hq, Hkv, Tq, Tk, p, seg, TOL_GEMM, what);
+    attention_case_at(D, Hq, Hkv, Tq, Tk, p, seg, false, TOL_GEMM, what);
 }
 
 Test(cuda, attention_forward_backward) {
@@ -536,7 +547,8 @@ Test(cuda, attention_simple_kernels_forward_backward) {
  * smallest and largest head dims, D = 80 (5 of 8 fragments), rows that
  * fill part of a warp's 16 or of a block's 64, two query tiles, Tq < Tk
  * with a window, Tq > Tk, GQA groups of 2 and 3, softcap, packed
- * segments; and D = 40, which the F32 kernels take under BF16 math. */
+ * segments, rows that are not 16-byte aligned; and D = 40, which the F32
+ * kernels take under BF16 math. */
 Test(cuda, attention_bf16_tensor_cores, .timeout = 600) {
     need_cuda();
     setenv("TOY_CUDA_MATH", "bf16", 1);
@@ -558,8 +570,11 @@ Test(cuda, attention_bf16_tensor_cores, .timeout = 600) {
         char what[112];
         snprintf(what, sizeof what, "bf16 attention D %d Hq %d Hkv %d Tq %d Tk %d%s", c[i].D, c[i].Hq, c[i].Hkv,
                  c[i].Tq, c[i].Tk, c[i].seg ? " segments" : "");
-        attention_case_tol(c[i].D, c[i].Hq, c[i].Hkv, c[i].Tq, c[i].Tk, c[i].p, c[i].seg, TOL_ATTN_BF16, what);
+        attention_case_at(c[i].D, c[i].Hq, c[i].Hkv, c[i].Tq, c[i].Tk, c[i].p, c[i].seg, false, TOL_ATTN_BF16, what);
     }
+    /* rows that do not start 16-byte aligned: the element-wise staging */
+    attention_case_at(64, 4, 2, 70, 70, (struct toy_attn_params){.causal = true}, false, true, TOL_ATTN_BF16,
+                      "bf16 attention, unaligned rows");
 }
 
 /* decode steps through toy_kv_store + toy_attention_cached, cache on each side */

@@ -70,17 +70,45 @@ __device__ __forceinline__ unsigned char *tc_base(void *sm) {
     return (unsigned char *)(((uintptr_t)sm + 31) & ~(uintptr_t)31);
 }
 
+/* four consecutive elements of a row as floats (16-byte / 8-byte loads) */
+__device__ __forceinline__ float4 load4(const float *p) { return *(const float4 *)p; }
+__device__ __forceinline__ float4 load4(const __half *p) {
+    const __half2 *h = (const __half2 *)p;
+    float2 a = __half22float2(h[0]), b = __half22float2(h[1]);
+    return make_float4(a.x, a.y, b.x, b.y);
+}
+
 /* rows [r0, r0 + n) of head h, batch b of x (element type T) as BF16 rows
- * 0..rows-1 of dst (ld apart); rows from n on are zero */
+ * 0..rows-1 of dst (ld apart); rows from n on are zero. Four elements a
+ * thread at a time when x's rows allow vector loads (`vec`: every row start
+ * aligned to 4 elements), else one. */
 template <typename T>
 __device__ __forceinline__ void stage_bf16(bf16 *dst, int ld, const CT &x, int64_t h, int64_t r0, int64_t n, int rows,
-                                           int64_t b, int D) {
+                                           int64_t b, int D, bool vec) {
+    const char *base = x.data + h * x.nb[1] + r0 * x.nb[2] + b * x.nb[3];
+    if (vec) {
+        const int q = D / 4;
+        for (int e = threadIdx.x; e < rows * q; e += blockDim.x) {
+            int r = e / q, d = 4 * (e - r * q);
+            float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (r < n) v = load4((const T *)(base + r * x.nb[2]) + d);
+            __nv_bfloat162 *o = (__nv_bfloat162 *)(dst + r * ld + d); /* ld, d even: 4-byte aligned */
+            o[0] = __floats2bfloat162_rn(v.x, v.y);
+            o[1] = __floats2bfloat162_rn(v.z, v.w);
+        }
+        return;
+    }
     for (int e = threadIdx.x; e < rows * D; e += blockDim.x) {
         int r = e / D, d = e % D;
-        float v = 0.0f;
-        if (r < n) v = to_f(((const T *)(x.data + h * x.nb[1] + (r0 + r) * x.nb[2] + b * x.nb[3]))[d]);
+        float v = r < n ? to_f(((const T *)(base + r * x.nb[2]))[d]) : 0.0f;
         dst[r * ld + d] = __float2bfloat16(v);
     }
+}
+
+/* whether x's rows (any head, position, batch) start 4-element aligned */
+static bool rows_vec(const CT &x) {
+    size_t al = 4 * (size_t)x.nb[0];
+    return ((uintptr_t)x.data | (uintptr_t)x.nb[1] | (uintptr_t)x.nb[2] | (uintptr_t)x.nb[3]) % al == 0;
 }
 
 /* the warp's 16 x 32 tile A X^T into S: A as nd fragments, X 32 rows of ld */
@@ -138,7 +166,7 @@ __device__ __forceinline__ void store_rows(float *out, int64_t stride, int live,
 
 /* blocks: (query tile, head, batch) */
 template <int ND, typename KT>
-__global__ void k_attn_fwd_tc(CT out, CT q, CT k, CT v, CT seg, at a, float *lse) {
+__global__ void k_attn_fwd_tc(CT out, CT q, CT k, CT v, CT seg, at a, float *lse, int vec) {
     at_dyn(a);
     extern __shared__ float4 tc_sm[];
     const tc_smem L = tc_layout(a.D, false);
@@ -159,7 +187,7 @@ __global__ void k_attn_fwd_tc(CT out, CT q, CT k, CT v, CT seg, at a, float *lse
     block_keys(a, t0, t1, &js, &je);
     int32_t my_seg = a.seg && rlive ? seg_at(seg, t, b) : 0;
 
-    stage_bf16<float>(stage, ld, q, h, t0, t1 - t0, TC_ROWS, b, D);
+    stage_bf16<float>(stage, ld, q, h, t0, t1 - t0, TC_ROWS, b, D, vec & 1);
     __syncthreads();
     frag_a qf[ND];
 #pragma unroll
@@ -179,8 +207,8 @@ __global__ void k_attn_fwd_tc(CT out, CT q, CT k, CT v, CT seg, at a, float *lse
         for (int64_t jt = js; jt < je; jt += TC_COLS) {
             int64_t n = je - jt < TC_COLS ? je - jt : TC_COLS;
             __syncthreads(); /* the last tiles (or Q's staging) are read */
-            stage_bf16<KT>(Ks, ld, k, g, jt, n, TC_COLS, b, D);
-            if (pass) stage_bf16<KT>(Vs, ld, v, g, jt, n, TC_COLS, b, D);
+            stage_bf16<KT>(Ks, ld, k, g, jt, n, TC_COLS, b, D, vec & 2);
+            if (pass) stage_bf16<KT>(Vs, ld, v, g, jt, n, TC_COLS, b, D, vec & 4);
             __syncthreads();
             if (!wlive || jt >= wje || jt + n <= wjs) continue;
             tile_abt<ND>(S, qf, Ks, ld, nd);
@@ -218,7 +246,8 @@ __global__ void k_attn_fwd_tc(CT out, CT q, CT k, CT v, CT seg, at a, float *lse
 
 /* blocks: (query tile, head, batch) */
 template <int ND>
-__global__ void k_attn_dq_tc(float *dq, CT dO, CT q, CT k, CT v, CT seg, at a, const float *lse, const float *Di) {
+__global__ void k_attn_dq_tc(float *dq, CT dO, CT q, CT k, CT v, CT seg, at a, const float *lse, const float *Di,
+                             int vec) {
     extern __shared__ float4 tc_sm[];
     const tc_smem L = tc_layout(a.D, true);
     unsigned char *base = tc_base(tc_sm);
@@ -245,13 +274,13 @@ __global__ void k_attn_dq_tc(float *dq, CT dO, CT q, CT k, CT v, CT seg, at a, c
     int32_t my_seg = a.seg && rlive ? seg_at(seg, t, b) : 0;
 
     frag_a qf[ND], df[ND];
-    stage_bf16<float>(stage, ld, q, h, t0, t1 - t0, TC_ROWS, b, D);
+    stage_bf16<float>(stage, ld, q, h, t0, t1 - t0, TC_ROWS, b, D, vec & 1);
     __syncthreads();
 #pragma unroll
     for (int i = 0; i < ND; i++)
         if (i < nd) wmma::load_matrix_sync(qf[i], stage + 16 * w * ld + 16 * i, ld);
     __syncthreads();
-    stage_bf16<float>(stage, ld, dO, h, t0, t1 - t0, TC_ROWS, b, D);
+    stage_bf16<float>(stage, ld, dO, h, t0, t1 - t0, TC_ROWS, b, D, vec & 8);
     __syncthreads();
 #pragma unroll
     for (int i = 0; i < ND; i++)
@@ -262,8 +291,8 @@ __global__ void k_attn_dq_tc(float *dq, CT dO, CT q, CT k, CT v, CT seg, at a, c
     for (int64_t jt = js; jt < je; jt += TC_COLS) {
         int64_t n = je - jt < TC_COLS ? je - jt : TC_COLS;
         __syncthreads();
-        stage_bf16<float>(Ks, ld, k, g, jt, n, TC_COLS, b, D);
-        stage_bf16<float>(Vs, ld, v, g, jt, n, TC_COLS, b, D);
+        stage_bf16<float>(Ks, ld, k, g, jt, n, TC_COLS, b, D, vec & 2);
+        stage_bf16<float>(Vs, ld, v, g, jt, n, TC_COLS, b, D, vec & 4);
         __syncthreads();
         if (!wlive || jt >= wje || jt + n <= wjs) continue;
         tile_abt<ND>(S, qf, Ks, ld, nd);  /* scores */
@@ -291,7 +320,7 @@ __global__ void k_attn_dq_tc(float *dq, CT dO, CT q, CT k, CT v, CT seg, at a, c
 /* blocks: (key tile, kv head, batch); the queries of every head of the group stream past */
 template <int ND>
 __global__ void k_attn_dkv_tc(float *dk, float *dv, CT dO, CT q, CT k, CT v, CT seg, at a, const float *lse,
-                              const float *Di) {
+                              const float *Di, int vec) {
     extern __shared__ float4 tc_sm[];
     const tc_smem L = tc_layout(a.D, true);
     unsigned char *base = tc_base(tc_sm);
@@ -316,13 +345,13 @@ __global__ void k_attn_dkv_tc(float *dk, float *dv, CT dO, CT q, CT k, CT v, CT 
     block_queries(a, jb0, jb1, &bs, &be);
 
     frag_a kf[ND], vf[ND];
-    stage_bf16<float>(stage, ld, k, g, jb0, jb1 - jb0, TC_ROWS, b, D);
+    stage_bf16<float>(stage, ld, k, g, jb0, jb1 - jb0, TC_ROWS, b, D, vec & 2);
     __syncthreads();
 #pragma unroll
     for (int i = 0; i < ND; i++)
         if (i < nd) wmma::load_matrix_sync(kf[i], stage + 16 * w * ld + 16 * i, ld);
     __syncthreads();
-    stage_bf16<float>(stage, ld, v, g, jb0, jb1 - jb0, TC_ROWS, b, D);
+    stage_bf16<float>(stage, ld, v, g, jb0, jb1 - jb0, TC_ROWS, b, D, vec & 4);
     __syncthreads();
 #pragma unroll
     for (int i = 0; i < ND; i++)
@@ -337,8 +366,8 @@ __global__ void k_attn_dkv_tc(float *dk, float *dv, CT dO, CT q, CT k, CT v, CT 
         for (int64_t tt = bs; tt < be; tt += TC_COLS) {
             int64_t n = be - tt < TC_COLS ? be - tt : TC_COLS;
             __syncthreads();
-            stage_bf16<float>(Qs, ld, q, h, tt, n, TC_COLS, b, D);
-            stage_bf16<float>(Os, ld, dO, h, tt, n, TC_COLS, b, D);
+            stage_bf16<float>(Qs, ld, q, h, tt, n, TC_COLS, b, D, vec & 1);
+            stage_bf16<float>(Os, ld, dO, h, tt, n, TC_COLS, b, D, vec & 8);
             for (int i = threadIdx.x; i < TC_COLS; i += blockDim.x) {
                 int64_t ri = (b * a.Tq + tt + i) * a.Hq + h;
                 Ls[i] = i < n ? lse[ri] : -INFINITY;
@@ -384,7 +413,8 @@ bool toy_cu_attn_tc_ok(const at &a, int k_type) {
 template <int ND, typename KT>
 static void fwd_launch(unsigned blocks, size_t smem, cudaStream_t s, CT out, CT q, CT k, CT v, CT seg, at a,
                        float *lse) {
-    k_attn_fwd_tc<ND, KT><<<blocks, 32 * TC_WARPS, smem, s>>>(out, q, k, v, seg, a, lse);
+    int vec = rows_vec(q) | rows_vec(k) << 1 | rows_vec(v) << 2;
+    k_attn_fwd_tc<ND, KT><<<blocks, 32 * TC_WARPS, smem, s>>>(out, q, k, v, seg, a, lse, vec);
 }
 
 template <typename KT>
@@ -405,11 +435,12 @@ template <int ND>
 static void back_launch(float *dq, float *dk, float *dv, CT dO, CT q, CT k, CT v, CT seg, at a, const float *lse,
                         const float *Di, cudaStream_t s) {
     size_t smem = tc_layout(a.D, true).total;
+    int vec = rows_vec(q) | rows_vec(k) << 1 | rows_vec(v) << 2 | rows_vec(dO) << 3;
     k_attn_dq_tc<ND><<<(unsigned)(cdiv(a.Tq, TC_ROWS) * a.Hq * a.B), 32 * TC_WARPS, smem, s>>>(dq, dO, q, k, v, seg,
-                                                                                              a, lse, Di);
+                                                                                              a, lse, Di, vec);
     if (a.Tk > 0)
         k_attn_dkv_tc<ND><<<(unsigned)(cdiv(a.Tk, TC_ROWS) * a.Hkv * a.B), 32 * TC_WARPS, smem, s>>>(
-            dk, dv, dO, q, k, v, seg, a, lse, Di);
+            dk, dv, dO, q, k, v, seg, a, lse, Di, vec);
 }
 
 void toy_cu_attn_tc_back(float *dq, float *dk, float *dv, CT dO, CT q, CT k, CT v, CT seg, at a, const float *lse,
