@@ -351,6 +351,16 @@ Test(cuda, matmul_half_and_quantized_weights) {
     need_cuda();
     weight_case(TOY_F16, 5, TOL_HALF);
     weight_case(TOY_BF16, 37, TOL_HALF);
+    { /* A with padded rows (a view): converted to the weight's type element by element */
+        struct toy_ctx *ctx = setup(8);
+        const int64_t ne[2] = {256, 9};
+        const size_t nb[2] = {4, 264 * 4};
+        struct toy_tensor *a = toy_view(ctx, param(ctx, 264, 9, 1, 1), 2, ne, nb, 0);
+        struct toy_tensor *w = toy_new_tensor_2d(ctx, TOY_BF16, 256, 40);
+        fill(w, -1.0f, 1.0f);
+        check(ctx, loss_of(ctx, toy_linear(ctx, a, w, NULL)), true, TOL_HALF, "matmul bf16 weights, padded rows");
+        toy_ctx_free(ctx);
+    }
     enum toy_dtype q[] = {TOY_Q8_0, TOY_Q4_0, TOY_Q4_1, TOY_Q5_0, TOY_Q5_1, TOY_Q4_K, TOY_Q5_K, TOY_Q6_K};
     for (int i = 0; i < 8; i++) {
         weight_case(q[i], 3, TOL_QUANT);  /* GEMV kernel */

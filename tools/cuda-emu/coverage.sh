@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 launched=$1
-all=$(grep -ohE '^__global__ void [A-Za-z_0-9]+' src/backends/cuda/*.cu | awk '{print $3}' | sort -u)
+all=$(grep -ohE '^(template <[^>]*> )?__global__ void [A-Za-z_0-9]+' src/backends/cuda/*.cu | awk '{print $NF}' | sort -u)
 ran=$(sed 's/<.*//' "$launched" | sort -u)
 missing=$(comm -23 <(echo "$all") <(echo "$ran"))
 n_all=$(echo "$all" | wc -l)
