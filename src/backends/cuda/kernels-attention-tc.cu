@@ -47,12 +47,12 @@ typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> frag_c;
 /* Shared memory, byte offsets from a 32-byte aligned base (wmma needs 32;
  * CUDA promises 16 for dynamic shared memory): the staging area (TC_ROWS
  * rows of ld BF16: the block's own rows, later two TC_COLS-row tiles), per
- * warp an f32 tile S (and S2 in the backward) and a BF16 tile P; in dK/dV
- * the streamed query rows' lse and Di. ld = D + 8 staggers the rows across
+ * warp an f32 tile S and a BF16 tile P (and S2, P2 in the backward); in
+ * dK/dV the streamed query rows' lse and Di (46.3 KiB at head dim 128). ld = D + 8 staggers the rows across
  * banks and keeps every fragment pointer 32-byte aligned. */
 struct tc_smem {
     int ld;
-    size_t s, s2, p, lse, total;
+    size_t s, s2, p, p2, lse, total;
 };
 
 __host__ __device__ __forceinline__ tc_smem tc_layout(int64_t D, bool back) {
@@ -61,7 +61,8 @@ __host__ __device__ __forceinline__ tc_smem tc_layout(int64_t D, bool back) {
     m.s = (size_t)TC_ROWS * m.ld * 2;
     m.s2 = m.s + TC_WARPS * S_BYTES;
     m.p = m.s2 + (back ? TC_WARPS * S_BYTES : 0);
-    m.lse = m.p + TC_WARPS * P_BYTES;
+    m.p2 = m.p + TC_WARPS * P_BYTES;
+    m.lse = m.p2 + (back ? TC_WARPS * P_BYTES : 0);
     m.total = m.lse + (back ? 2 * TC_COLS * sizeof(float) : 0) + 32;
     return m;
 }
@@ -328,7 +329,7 @@ __global__ void k_attn_dkv_tc(float *dk, float *dv, CT dO, CT q, CT k, CT v, CT 
     const int w = threadIdx.x / 32, lane = threadIdx.x % 32, r = lane / 2, hf = lane % 2;
     bf16 *stage = (bf16 *)base, *Qs = stage, *Os = stage + TC_COLS * ld;
     float *S = (float *)(base + L.s + w * S_BYTES), *S2 = (float *)(base + L.s2 + w * S_BYTES);
-    bf16 *P = (bf16 *)(base + L.p + w * P_BYTES);
+    bf16 *P = (bf16 *)(base + L.p + w * P_BYTES), *P2 = (bf16 *)(base + L.p2 + w * P_BYTES);
     float *Ls = (float *)(base + L.lse), *Ds = Ls + TC_COLS;
     int64_t nkt = cdiv(a.Tk, TC_ROWS);
     int64_t kt = blockIdx.x % nkt, g = (blockIdx.x / nkt) % a.Hkv, b = blockIdx.x / (nkt * a.Hkv);
@@ -378,27 +379,23 @@ __global__ void k_attn_dkv_tc(float *dk, float *dv, CT dO, CT q, CT k, CT v, CT 
             tile_abt<ND>(S, kf, Qs, ld, nd);  /* S^T = K Q^T */
             tile_abt<ND>(S2, vf, Os, ld, nd); /* dP^T = V dO^T */
             __syncwarp();
-            float dsv[16];
             for (int c = 0; c < 16; c++) {
                 int col = 16 * hf + c;
                 int64_t tq = tt + col;
                 bool ok = rlive && Ls[col] > -INFINITY && tq >= q0 && tq < q1 &&
                           (!a.seg || seg_at(seg, tq, b) == key_seg); /* Ls is -inf past n */
-                float cc = 0.0f, p = 0.0f;
-                dsv[c] = 0.0f;
+                float cc = 0.0f, p = 0.0f, ds = 0.0f;
                 if (ok) {
                     float s = score(a, S[r * S_LD + col], &cc);
                     p = expf(s - Ls[col]);
-                    dsv[c] = ds_of(a, p, S2[r * S_LD + col], Ds[col], cc);
+                    ds = ds_of(a, p, S2[r * S_LD + col], Ds[col], cc);
                 }
                 P[r * P_LD + col] = __float2bfloat16(p);
+                P2[r * P_LD + col] = __float2bfloat16(ds);
             }
             __syncwarp();
-            tile_pv<ND>(dva, P, Os, ld, nd); /* dV += P^T dO */
-            __syncwarp();                    /* every lane has read P */
-            for (int c = 0; c < 16; c++) P[r * P_LD + 16 * hf + c] = __float2bfloat16(dsv[c]);
-            __syncwarp();
-            tile_pv<ND>(dka, P, Qs, ld, nd); /* dK += dS^T Q */
+            tile_pv<ND>(dva, P, Os, ld, nd);  /* dV += P^T dO */
+            tile_pv<ND>(dka, P2, Qs, ld, nd); /* dK += dS^T Q */
         }
     if (!wlive) return;
     int64_t off = ((b * a.Tk + wj0) * a.Hkv + g) * a.D;
