@@ -12,6 +12,7 @@
 
 #include <signal.h>
 
+#include "commands.h"
 #include "progress.h"
 #include "toy/data.h"
 #include "toy/events.h"
@@ -75,7 +76,11 @@ static int parse(int argc, char **argv, struct opts *o) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage(), 1;
-        if (!strcmp(a, "--bf16")) { o->bf16 = true; continue; }
+        if (!strcmp(a, "--bf16")) {
+            o->bf16 = true;
+            toy_cli_bf16_math();
+            continue;
+        }
         if (i + 1 >= argc) { fprintf(stderr, "toy demo: %s needs a value\n", a); return 2; }
         const char *v = argv[++i];
         char *end;

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "commands.h"
 #include "progress.h"
 #include "json-out.h"
 #include "toy/collective.h"
@@ -107,7 +108,11 @@ static int parse(int argc, char **argv, struct cfg *c, bool *given_steps) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 1; }
-        if (!strcmp(a, "--bf16")) { c->o.train.bf16 = true; continue; }
+        if (!strcmp(a, "--bf16")) {
+            c->o.train.bf16 = true;
+            toy_cli_bf16_math();
+            continue;
+        }
         if (!strcmp(a, "--json")) { c->json = true; continue; }
         if (!strcmp(a, "--freeze-embeddings")) { c->o.freeze_embeddings = true; continue; }
         if (!strcmp(a, "--no-pack")) { c->o.no_pack = true; continue; }

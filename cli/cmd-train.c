@@ -22,6 +22,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "commands.h"
 #include "progress.h"
 #include "train-vit.h"
 #include "json-out.h"
@@ -152,7 +153,11 @@ static int parse(int argc, char **argv, struct cfg *c, bool *given_steps) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 1; }
-        if (!strcmp(a, "--bf16")) { c->o.bf16 = true; continue; }
+        if (!strcmp(a, "--bf16")) {
+            c->o.bf16 = true;
+            toy_cli_bf16_math();
+            continue;
+        }
         if (!strcmp(a, "--json")) { c->json = true; continue; }
         if (!strcmp(a, "--op-timing")) { c->o.op_timing = true; continue; }
         if (i + 1 >= argc) { fprintf(stderr, "toy train: %s needs a value\n", a); return 2; }

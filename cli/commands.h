@@ -4,6 +4,8 @@
 #ifndef TOY_CLI_COMMANDS_H
 #define TOY_CLI_COMMANDS_H
 
+#include <stdlib.h>
+
 struct toy_command {
     const char *name;
     int (*fn)(int argc, char **argv);
@@ -28,6 +30,12 @@ int toy_cmd_chat_template(int argc, char **argv);
 int toy_cmd_serve(int argc, char **argv);
 int toy_cmd_classify(int argc, char **argv);
 int toy_cmd_devices(int argc, char **argv);
+
+/* --bf16 (train, finetune, demo): on a CUDA device the F32 x F32 products
+ * (the gradients) and attention run in BF16 as well, as under PyTorch's
+ * autocast, unless TOY_CUDA_MATH says otherwise (docs/cuda.md). Read when
+ * the device is first used; the CPU ignores it. */
+static inline void toy_cli_bf16_math(void) { setenv("TOY_CUDA_MATH", "bf16", 0); }
 int toy_cmd_bench(int argc, char **argv);
 
 #define TOY_COMMANDS \
