@@ -67,8 +67,33 @@ __host__ __device__ __forceinline__ tc_smem tc_layout(int64_t D, bool back) {
     return m;
 }
 
-__device__ __forceinline__ unsigned char *tc_base(void *sm) {
-    return (unsigned char *)(((uintptr_t)sm + 31) & ~(uintptr_t)31);
+/* this thread's view of the block's shared memory: the staging area (or
+ * the two streamed tiles X0, X1 in it), the warp's tiles, the lane pair's
+ * row r of them and its half hf of the columns */
+struct tc_bufs {
+    int ld, nd, w, r, hf;
+    bf16 *stage, *X0, *X1, *P, *P2;
+    float *S, *S2, *Ls, *Ds;
+};
+
+__device__ __forceinline__ tc_bufs tc_carve(void *sm, int64_t D, bool back) {
+    const tc_smem L = tc_layout(D, back);
+    unsigned char *base = (unsigned char *)(((uintptr_t)sm + 31) & ~(uintptr_t)31);
+    tc_bufs t;
+    t.ld = L.ld;
+    t.nd = (int)D / 16;
+    t.w = threadIdx.x / 32;
+    t.r = threadIdx.x % 32 / 2;
+    t.hf = threadIdx.x % 2;
+    t.stage = t.X0 = (bf16 *)base;
+    t.X1 = t.X0 + TC_COLS * t.ld;
+    t.S = (float *)(base + L.s + t.w * S_BYTES);
+    t.S2 = (float *)(base + L.s2 + t.w * S_BYTES);
+    t.P = (bf16 *)(base + L.p + t.w * P_BYTES);
+    t.P2 = (bf16 *)(base + L.p2 + t.w * P_BYTES);
+    t.Ls = (float *)(base + L.lse);
+    t.Ds = t.Ls + TC_COLS;
+    return t;
 }
 
 /* four consecutive elements of a row as floats (16-byte / 8-byte loads) */
@@ -110,6 +135,20 @@ __device__ __forceinline__ void stage_bf16(bf16 *dst, int ld, const CT &x, int64
 static bool rows_vec(const CT &x) {
     size_t al = 4 * (size_t)x.nb[0];
     return ((uintptr_t)x.data | (uintptr_t)x.nb[1] | (uintptr_t)x.nb[2] | (uintptr_t)x.nb[3]) % al == 0;
+}
+
+/* this warp's 16 of the block's rows [r0, r0 + n) of head h of x as
+ * fragments, through the staging area (the barrier first frees it) */
+template <int ND>
+__device__ __forceinline__ void own_rows(frag_a *f, bf16 *stage, int ld, const CT &x, int64_t h, int64_t r0, int64_t n,
+                                         int64_t b, int D, bool vec) {
+    __syncthreads();
+    stage_bf16<float>(stage, ld, x, h, r0, n, TC_ROWS, b, D, vec);
+    __syncthreads();
+    const int w = threadIdx.x / 32, nd = D / 16;
+#pragma unroll
+    for (int i = 0; i < ND; i++)
+        if (i < nd) wmma::load_matrix_sync(f[i], stage + 16 * w * ld + 16 * i, ld);
 }
 
 /* the warp's 16 x 32 tile A X^T into S: A as nd fragments, X 32 rows of ld */
@@ -165,35 +204,50 @@ __device__ __forceinline__ void store_rows(float *out, int64_t stride, int live,
         }
 }
 
+/* A block of query rows (forward, dQ): blocks are (query tile, head,
+ * batch); the block's rows [t0, t1), the warp's [wt0, wt1), the lane
+ * pair's row t (live when inside the block), and the keys [j0, j1) row t
+ * sees, [wjs, wje) any of the warp's rows see, [js, je) the block's. */
+struct qtile {
+    int64_t h, b, g, t0, t1, wt0, wt1, t, j0, j1, wjs, wje, js, je;
+    bool wlive, rlive;
+    int32_t seg; /* row t's segment (packed documents) */
+};
+
+__device__ __forceinline__ qtile query_tile(const at &a, const CT &seg) {
+    qtile q;
+    int64_t nqt = cdiv(a.Tq, TC_ROWS), w = threadIdx.x / 32, r = threadIdx.x % 32 / 2;
+    q.h = (blockIdx.x / nqt) % a.Hq;
+    q.b = blockIdx.x / (nqt * a.Hq);
+    q.g = q.h / a.group;
+    q.t0 = blockIdx.x % nqt * TC_ROWS;
+    q.t1 = q.t0 + TC_ROWS < a.Tq ? q.t0 + TC_ROWS : a.Tq;
+    q.wt0 = q.t0 + 16 * w;
+    q.wt1 = q.wt0 + 16 < q.t1 ? q.wt0 + 16 : q.t1;
+    q.t = q.wt0 + r;
+    q.wlive = q.wt0 < q.t1;
+    q.rlive = q.t < q.t1;
+    q.j0 = q.j1 = q.wjs = q.wje = 0;
+    if (q.rlive) key_range(a, q.t, &q.j0, &q.j1);
+    if (q.wlive) block_keys(a, q.wt0, q.wt1, &q.wjs, &q.wje);
+    block_keys(a, q.t0, q.t1, &q.js, &q.je);
+    q.seg = a.seg && q.rlive ? seg_at(seg, q.t, q.b) : 0;
+    return q;
+}
+
 /* blocks: (query tile, head, batch) */
 template <int ND, typename KT>
 __global__ void k_attn_fwd_tc(CT out, CT q, CT k, CT v, CT seg, at a, float *lse, int vec) {
     at_dyn(a);
     extern __shared__ float4 tc_sm[];
-    const tc_smem L = tc_layout(a.D, false);
-    unsigned char *base = tc_base(tc_sm);
-    const int ld = L.ld, D = (int)a.D, nd = D / 16;
-    const int w = threadIdx.x / 32, lane = threadIdx.x % 32, r = lane / 2, hf = lane % 2;
-    bf16 *stage = (bf16 *)base, *Ks = stage, *Vs = stage + TC_COLS * ld;
-    float *S = (float *)(base + L.s + w * S_BYTES);
-    bf16 *P = (bf16 *)(base + L.p + w * P_BYTES);
-    int64_t nqt = cdiv(a.Tq, TC_ROWS);
-    int64_t qt = blockIdx.x % nqt, h = (blockIdx.x / nqt) % a.Hq, b = blockIdx.x / (nqt * a.Hq), g = h / a.group;
-    int64_t t0 = qt * TC_ROWS, t1 = t0 + TC_ROWS < a.Tq ? t0 + TC_ROWS : a.Tq;
-    int64_t wt0 = t0 + 16 * w, wt1 = wt0 + 16 < t1 ? wt0 + 16 : t1, t = wt0 + r;
-    bool wlive = wt0 < t1, rlive = t < t1;
-    int64_t j0 = 0, j1 = 0, js, je, wjs = 0, wje = 0;
-    if (rlive) key_range(a, t, &j0, &j1);
-    if (wlive) block_keys(a, wt0, wt1, &wjs, &wje);
-    block_keys(a, t0, t1, &js, &je);
-    int32_t my_seg = a.seg && rlive ? seg_at(seg, t, b) : 0;
+    const tc_bufs M = tc_carve(tc_sm, a.D, false);
+    const int ld = M.ld, D = (int)a.D, nd = M.nd, r = M.r, hf = M.hf;
+    bf16 *stage = M.stage, *Ks = M.X0, *Vs = M.X1, *P = M.P;
+    float *S = M.S;
+    const qtile Q = query_tile(a, seg);
 
-    stage_bf16<float>(stage, ld, q, h, t0, t1 - t0, TC_ROWS, b, D, vec & 1);
-    __syncthreads();
     frag_a qf[ND];
-#pragma unroll
-    for (int i = 0; i < ND; i++)
-        if (i < nd) wmma::load_matrix_sync(qf[i], stage + 16 * w * ld + 16 * i, ld);
+    own_rows<ND>(qf, stage, ld, q, Q.h, Q.t0, Q.t1 - Q.t0, Q.b, D, vec & 1);
     frag_c of[ND];
     float m = -INFINITY, l = 0.0f, row_lse = -INFINITY;
     for (int pass = 0; pass < 2; pass++) {
@@ -205,20 +259,20 @@ __global__ void k_attn_fwd_tc(CT out, CT q, CT k, CT v, CT seg, at a, float *lse
 #pragma unroll
             for (int i = 0; i < ND; i++) wmma::fill_fragment(of[i], 0.0f);
         }
-        for (int64_t jt = js; jt < je; jt += TC_COLS) {
-            int64_t n = je - jt < TC_COLS ? je - jt : TC_COLS;
+        for (int64_t jt = Q.js; jt < Q.je; jt += TC_COLS) {
+            int64_t n = Q.je - jt < TC_COLS ? Q.je - jt : TC_COLS;
             __syncthreads(); /* the last tiles (or Q's staging) are read */
-            stage_bf16<KT>(Ks, ld, k, g, jt, n, TC_COLS, b, D, vec & 2);
-            if (pass) stage_bf16<KT>(Vs, ld, v, g, jt, n, TC_COLS, b, D, vec & 4);
+            stage_bf16<KT>(Ks, ld, k, Q.g, jt, n, TC_COLS, Q.b, D, vec & 2);
+            if (pass) stage_bf16<KT>(Vs, ld, v, Q.g, jt, n, TC_COLS, Q.b, D, vec & 4);
             __syncthreads();
-            if (!wlive || jt >= wje || jt + n <= wjs) continue;
+            if (!Q.wlive || jt >= Q.wje || jt + n <= Q.wjs) continue;
             tile_abt<ND>(S, qf, Ks, ld, nd);
             __syncwarp();
             float sv[16], tmax = -INFINITY;
             for (int c = 0; c < 16; c++) {
                 int col = 16 * hf + c;
                 int64_t j = jt + col;
-                bool ok = rlive && col < n && j >= j0 && j < j1 && (!a.seg || seg_at(seg, j, b) == my_seg);
+                bool ok = Q.rlive && col < n && j >= Q.j0 && j < Q.j1 && (!a.seg || seg_at(seg, j, Q.b) == Q.seg);
                 float cc;
                 sv[c] = ok ? score(a, S[r * S_LD + col], &cc) : -INFINITY;
                 tmax = fmaxf(tmax, sv[c]);
@@ -238,11 +292,11 @@ __global__ void k_attn_fwd_tc(CT out, CT q, CT k, CT v, CT seg, at a, float *lse
             tile_pv<ND>(of, P, Vs, ld, nd);
         }
     }
-    if (!wlive) return;
+    if (!Q.wlive) return;
     /* out is {D, Hq, Tq, B} contiguous: consecutive t are Hq D apart */
-    float *orow = (float *)(out.data + h * out.nb[1] + wt0 * out.nb[2] + b * out.nb[3]);
-    store_rows<ND>(orow, out.nb[2] / 4, (int)(wt1 - wt0), of, 1.0f, S, nd);
-    if (rlive && hf == 0) lse[(b * a.Tq + t) * a.Hq + h] = row_lse;
+    float *orow = (float *)(out.data + Q.h * out.nb[1] + Q.wt0 * out.nb[2] + Q.b * out.nb[3]);
+    store_rows<ND>(orow, out.nb[2] / 4, (int)(Q.wt1 - Q.wt0), of, 1.0f, S, nd);
+    if (Q.rlive && hf == 0) lse[(Q.b * a.Tq + Q.t) * a.Hq + Q.h] = row_lse;
 }
 
 /* blocks: (query tile, head, batch) */
@@ -250,60 +304,39 @@ template <int ND>
 __global__ void k_attn_dq_tc(float *dq, CT dO, CT q, CT k, CT v, CT seg, at a, const float *lse, const float *Di,
                              int vec) {
     extern __shared__ float4 tc_sm[];
-    const tc_smem L = tc_layout(a.D, true);
-    unsigned char *base = tc_base(tc_sm);
-    const int ld = L.ld, D = (int)a.D, nd = D / 16;
-    const int w = threadIdx.x / 32, lane = threadIdx.x % 32, r = lane / 2, hf = lane % 2;
-    bf16 *stage = (bf16 *)base, *Ks = stage, *Vs = stage + TC_COLS * ld;
-    float *S = (float *)(base + L.s + w * S_BYTES), *S2 = (float *)(base + L.s2 + w * S_BYTES);
-    bf16 *P = (bf16 *)(base + L.p + w * P_BYTES);
-    int64_t nqt = cdiv(a.Tq, TC_ROWS);
-    int64_t qt = blockIdx.x % nqt, h = (blockIdx.x / nqt) % a.Hq, b = blockIdx.x / (nqt * a.Hq), g = h / a.group;
-    int64_t t0 = qt * TC_ROWS, t1 = t0 + TC_ROWS < a.Tq ? t0 + TC_ROWS : a.Tq;
-    int64_t wt0 = t0 + 16 * w, wt1 = wt0 + 16 < t1 ? wt0 + 16 : t1, t = wt0 + r;
-    bool wlive = wt0 < t1, rlive = t < t1;
-    int64_t j0 = 0, j1 = 0, js, je, wjs = 0, wje = 0;
+    const tc_bufs M = tc_carve(tc_sm, a.D, true);
+    const int ld = M.ld, D = (int)a.D, nd = M.nd, r = M.r, hf = M.hf;
+    bf16 *stage = M.stage, *Ks = M.X0, *Vs = M.X1, *P = M.P;
+    float *S = M.S, *S2 = M.S2;
+    const qtile Q = query_tile(a, seg);
     float Lr = -INFINITY, di = 0.0f;
-    if (rlive) {
-        key_range(a, t, &j0, &j1);
-        int64_t ri = (b * a.Tq + t) * a.Hq + h;
+    if (Q.rlive) {
+        int64_t ri = (Q.b * a.Tq + Q.t) * a.Hq + Q.h;
         Lr = lse[ri];
         di = Di[ri];
     }
-    if (wlive) block_keys(a, wt0, wt1, &wjs, &wje);
-    block_keys(a, t0, t1, &js, &je);
-    int32_t my_seg = a.seg && rlive ? seg_at(seg, t, b) : 0;
 
     frag_a qf[ND], df[ND];
-    stage_bf16<float>(stage, ld, q, h, t0, t1 - t0, TC_ROWS, b, D, vec & 1);
-    __syncthreads();
-#pragma unroll
-    for (int i = 0; i < ND; i++)
-        if (i < nd) wmma::load_matrix_sync(qf[i], stage + 16 * w * ld + 16 * i, ld);
-    __syncthreads();
-    stage_bf16<float>(stage, ld, dO, h, t0, t1 - t0, TC_ROWS, b, D, vec & 8);
-    __syncthreads();
-#pragma unroll
-    for (int i = 0; i < ND; i++)
-        if (i < nd) wmma::load_matrix_sync(df[i], stage + 16 * w * ld + 16 * i, ld);
+    own_rows<ND>(qf, stage, ld, q, Q.h, Q.t0, Q.t1 - Q.t0, Q.b, D, vec & 1);
+    own_rows<ND>(df, stage, ld, dO, Q.h, Q.t0, Q.t1 - Q.t0, Q.b, D, vec & 8);
     frag_c acc[ND];
 #pragma unroll
     for (int i = 0; i < ND; i++) wmma::fill_fragment(acc[i], 0.0f);
-    for (int64_t jt = js; jt < je; jt += TC_COLS) {
-        int64_t n = je - jt < TC_COLS ? je - jt : TC_COLS;
+    for (int64_t jt = Q.js; jt < Q.je; jt += TC_COLS) {
+        int64_t n = Q.je - jt < TC_COLS ? Q.je - jt : TC_COLS;
         __syncthreads();
-        stage_bf16<float>(Ks, ld, k, g, jt, n, TC_COLS, b, D, vec & 2);
-        stage_bf16<float>(Vs, ld, v, g, jt, n, TC_COLS, b, D, vec & 4);
+        stage_bf16<float>(Ks, ld, k, Q.g, jt, n, TC_COLS, Q.b, D, vec & 2);
+        stage_bf16<float>(Vs, ld, v, Q.g, jt, n, TC_COLS, Q.b, D, vec & 4);
         __syncthreads();
-        if (!wlive || jt >= wje || jt + n <= wjs) continue;
+        if (!Q.wlive || jt >= Q.wje || jt + n <= Q.wjs) continue;
         tile_abt<ND>(S, qf, Ks, ld, nd);  /* scores */
         tile_abt<ND>(S2, df, Vs, ld, nd); /* dP = dO V^T */
         __syncwarp();
         for (int c = 0; c < 16; c++) {
             int col = 16 * hf + c;
             int64_t j = jt + col;
-            bool ok = rlive && Lr > -INFINITY && col < n && j >= j0 && j < j1 &&
-                      (!a.seg || seg_at(seg, j, b) == my_seg);
+            bool ok = Q.rlive && Lr > -INFINITY && col < n && j >= Q.j0 && j < Q.j1 &&
+                      (!a.seg || seg_at(seg, j, Q.b) == Q.seg);
             float cc = 0.0f, ds = 0.0f;
             if (ok) {
                 float s = score(a, S[r * S_LD + col], &cc);
@@ -314,8 +347,9 @@ __global__ void k_attn_dq_tc(float *dq, CT dO, CT q, CT k, CT v, CT seg, at a, c
         __syncwarp();
         tile_pv<ND>(acc, P, Ks, ld, nd); /* dQ += dS K */
     }
-    if (!wlive) return;
-    store_rows<ND>(dq + ((b * a.Tq + wt0) * a.Hq + h) * a.D, a.Hq * a.D, (int)(wt1 - wt0), acc, a.scale, S, nd);
+    if (!Q.wlive) return;
+    store_rows<ND>(dq + ((Q.b * a.Tq + Q.wt0) * a.Hq + Q.h) * a.D, a.Hq * a.D, (int)(Q.wt1 - Q.wt0), acc, a.scale, S,
+                   nd);
 }
 
 /* blocks: (key tile, kv head, batch); the queries of every head of the group stream past */
@@ -323,14 +357,10 @@ template <int ND>
 __global__ void k_attn_dkv_tc(float *dk, float *dv, CT dO, CT q, CT k, CT v, CT seg, at a, const float *lse,
                               const float *Di, int vec) {
     extern __shared__ float4 tc_sm[];
-    const tc_smem L = tc_layout(a.D, true);
-    unsigned char *base = tc_base(tc_sm);
-    const int ld = L.ld, D = (int)a.D, nd = D / 16;
-    const int w = threadIdx.x / 32, lane = threadIdx.x % 32, r = lane / 2, hf = lane % 2;
-    bf16 *stage = (bf16 *)base, *Qs = stage, *Os = stage + TC_COLS * ld;
-    float *S = (float *)(base + L.s + w * S_BYTES), *S2 = (float *)(base + L.s2 + w * S_BYTES);
-    bf16 *P = (bf16 *)(base + L.p + w * P_BYTES), *P2 = (bf16 *)(base + L.p2 + w * P_BYTES);
-    float *Ls = (float *)(base + L.lse), *Ds = Ls + TC_COLS;
+    const tc_bufs M = tc_carve(tc_sm, a.D, true);
+    const int ld = M.ld, D = (int)a.D, nd = M.nd, w = M.w, r = M.r, hf = M.hf;
+    bf16 *stage = M.stage, *Qs = M.X0, *Os = M.X1, *P = M.P, *P2 = M.P2;
+    float *S = M.S, *S2 = M.S2, *Ls = M.Ls, *Ds = M.Ds;
     int64_t nkt = cdiv(a.Tk, TC_ROWS);
     int64_t kt = blockIdx.x % nkt, g = (blockIdx.x / nkt) % a.Hkv, b = blockIdx.x / (nkt * a.Hkv);
     int64_t jb0 = kt * TC_ROWS, jb1 = jb0 + TC_ROWS < a.Tk ? jb0 + TC_ROWS : a.Tk;
@@ -346,17 +376,8 @@ __global__ void k_attn_dkv_tc(float *dk, float *dv, CT dO, CT q, CT k, CT v, CT 
     block_queries(a, jb0, jb1, &bs, &be);
 
     frag_a kf[ND], vf[ND];
-    stage_bf16<float>(stage, ld, k, g, jb0, jb1 - jb0, TC_ROWS, b, D, vec & 2);
-    __syncthreads();
-#pragma unroll
-    for (int i = 0; i < ND; i++)
-        if (i < nd) wmma::load_matrix_sync(kf[i], stage + 16 * w * ld + 16 * i, ld);
-    __syncthreads();
-    stage_bf16<float>(stage, ld, v, g, jb0, jb1 - jb0, TC_ROWS, b, D, vec & 4);
-    __syncthreads();
-#pragma unroll
-    for (int i = 0; i < ND; i++)
-        if (i < nd) wmma::load_matrix_sync(vf[i], stage + 16 * w * ld + 16 * i, ld);
+    own_rows<ND>(kf, stage, ld, k, g, jb0, jb1 - jb0, b, D, vec & 2);
+    own_rows<ND>(vf, stage, ld, v, g, jb0, jb1 - jb0, b, D, vec & 4);
     frag_c dka[ND], dva[ND];
 #pragma unroll
     for (int i = 0; i < ND; i++) {
