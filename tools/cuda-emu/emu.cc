@@ -84,6 +84,7 @@ struct fiber {
     char *stack = nullptr; /* mmapped, a guard page below */
     state st = DONE;
     void *fake = nullptr; /* ASan's fake stack while switched away */
+    unsigned long wmma = 0; /* wmma calls made in this block */
 };
 
 struct block_run {
@@ -223,6 +224,20 @@ void next_order(int k, int *start, int *step) {
     *step = (rng >> 30) & 1 ? 1 : k - 1;
 }
 
+/* wmma calls are warp-wide: between two barriers every lane of a warp
+ * must make the same ones (on a GPU, a hang or garbage otherwise) */
+bool wmma_converged(int w, int lanes) {
+    fiber *th = &B.th[(size_t)w * 32];
+    for (int l = 1; l < lanes; l++)
+        if (th[l].wmma != th[0].wmma) {
+            snprintf(B.err, sizeof B.err,
+                     "wmma calls diverge in warp %d of block (%u,%u,%u): lane 0 made %lu, lane %d made %lu", w,
+                     blockIdx.x, blockIdx.y, blockIdx.z, th[0].wmma, l, th[l].wmma);
+            return false;
+        }
+    return true;
+}
+
 /* runs warp w until each of its live lanes waits at a block barrier or
  * has ended: a warp barrier opens as soon as all of its live lanes are
  * there (so the block is not walked for every shuffle). False on an error. */
@@ -241,6 +256,7 @@ bool run_warp(int w, int lanes) {
             live += th[l].st != DONE;
             at_warp += th[l].st == AT_WARP;
         }
+        if (!wmma_converged(w, lanes)) return false;
         if (!at_warp) return true;
         if (at_warp < live) {
             snprintf(B.err, sizeof B.err,
@@ -263,6 +279,7 @@ bool run_block(int n) {
     for (int t = 0; t < n; t++) {
         start_context(&B.th[t].ctx, B.th[t].stack);
         B.th[t].st = RUNNABLE;
+        B.th[t].wmma = 0;
     }
     int nw = (n + 31) / 32;
     for (;;) {
@@ -369,6 +386,10 @@ extern "C" void toy_emu_syncwarp(void) {
     if (B.cur < 0) return;
     B.th[B.cur].st = AT_WARP;
     to_scheduler(false);
+}
+
+extern "C" void toy_emu_wmma_op(void) {
+    if (B.cur >= 0) B.th[B.cur].wmma++;
 }
 
 /* a device-side error the emulator detects (a misaligned wmma pointer):

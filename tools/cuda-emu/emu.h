@@ -117,8 +117,12 @@ static inline float rsqrtf(float a) { return 1.0f / sqrtf(a); }
  * __syncthreads), and stores only its share of a tile (elements e with
  * e % 32 == lane), so a lane that reads a stored tile before a __syncwarp
  * reads stale values. load/store_matrix_sync check what the hardware
- * requires: a 32-byte aligned pointer and ldm a multiple of 16 bytes. */
+ * requires: a 32-byte aligned pointer and ldm a multiple of 16 bytes; and
+ * every lane of a warp must make the same calls between two barriers. */
 extern "C" void toy_emu_fault(const char *what);
+/* counts this thread's wmma calls: at each barrier every lane of a warp
+ * must have made as many (tensor-core calls are warp-wide) */
+extern "C" void toy_emu_wmma_op(void);
 namespace nvcuda {
 namespace wmma {
 struct matrix_a {};
@@ -153,6 +157,7 @@ template <> inline float toy_emu_wf<__half>(__half v) { return __half2float(v); 
 template <class Use, class T, class L>
 static inline void load_matrix_sync(fragment<Use, 16, 16, 16, T, L> &f, const T *p, unsigned ldm) {
     static_assert(!std::is_same<Use, accumulator>::value, "an accumulator load takes a layout");
+    toy_emu_wmma_op();
     toy_emu_wmma_check(p, ldm, sizeof(T), "load_matrix_sync");
     bool rm = std::is_same<L, row_major>::value;
     for (int r = 0; r < 16; r++)
@@ -161,6 +166,7 @@ static inline void load_matrix_sync(fragment<Use, 16, 16, 16, T, L> &f, const T 
 
 static inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float> &f, const float *p, unsigned ldm,
                                     layout_t l) {
+    toy_emu_wmma_op();
     toy_emu_wmma_check(p, ldm, 4, "load_matrix_sync");
     for (int r = 0; r < 16; r++)
         for (int c = 0; c < 16; c++) f.x[16 * r + c] = l == mem_row_major ? p[(size_t)r * ldm + c] : p[(size_t)c * ldm + r];
@@ -168,6 +174,7 @@ static inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float> &f,
 
 static inline void store_matrix_sync(float *p, const fragment<accumulator, 16, 16, 16, float> &f, unsigned ldm,
                                      layout_t l) {
+    toy_emu_wmma_op();
     toy_emu_wmma_check(p, ldm, 4, "store_matrix_sync");
     for (int e = (int)(threadIdx.x % 32); e < 256; e += 32) {
         int r = e / 16, c = e % 16;
@@ -184,6 +191,7 @@ template <class T, class LA, class LB>
 static inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d, const fragment<matrix_a, 16, 16, 16, T, LA> &a,
                             const fragment<matrix_b, 16, 16, 16, T, LB> &b,
                             const fragment<accumulator, 16, 16, 16, float> &c) {
+    toy_emu_wmma_op();
     float out[256];
     for (int m = 0; m < 16; m++) {
         float row[16];

@@ -13,7 +13,8 @@
  *   - wmma tiles (BF16 operands in both layouts, F32 accumulators loaded
  *     and stored in both) multiply as a plain loop does; a tile the lanes
  *     write and load_matrix_sync reads with no __syncwarp between is read
- *     stale by some lane; a misaligned tile pointer fails the launch.
+ *     stale by some lane; a misaligned tile pointer, or wmma calls that only
+ *     some lanes of a warp make, fail the launch.
  * Prints one line per check and "N passed, M failed"; exit 1 on a failure. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -110,6 +111,18 @@ __global__ void k_wmma_sync(float *out, bool sync, float v) {
     wmma::load_matrix_sync(b, tile, 16);
     wmma::fill_fragment(c, 0.0f);
     wmma::mma_sync(c, a, b, c);
+    wmma::store_matrix_sync(out, c, 16, wmma::mem_row_major);
+}
+
+/* only half the lanes of the warp multiply: on a GPU, a hang or garbage */
+__global__ void k_wmma_divergent(const bf16 *A, float *out) {
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> a;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> b;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;
+    wmma::load_matrix_sync(a, A, 16);
+    wmma::load_matrix_sync(b, A, 16);
+    wmma::fill_fragment(c, 0.0f);
+    if (threadIdx.x < 16) wmma::mma_sync(c, a, b, c);
     wmma::store_matrix_sync(out, c, 16, wmma::mem_row_major);
 }
 
@@ -218,6 +231,8 @@ int main(void) {
         for (int i = 0; i < 256; i++) raced |= wo[i] != 16.0f * (2.0f + rep) * (2.0f + rep);
     }
     check(raced, "wmma: a tile loaded with no __syncwarp after the lanes wrote it is read stale");
+    k_wmma_divergent<<<1, 32>>>(A, wo);
+    check(cudaGetLastError() == cudaErrorLaunchFailure, "wmma: an mma_sync that only some lanes of the warp make fails the launch");
     k_wmma_misaligned<<<1, 32>>>(A, wo);
     check(cudaGetLastError() == cudaErrorLaunchFailure, "wmma: a tile pointer that is not 32-byte aligned fails the launch");
     cudaFree(A);
