@@ -368,6 +368,27 @@ Test(cuda, matmul_half_and_quantized_weights) {
     }
 }
 
+/* quantized weights under TF32 and BF16 math: chunks of B dequantized to
+ * f32 (TF32 GEMM) or to bf16 with A converted (BF16 GEMM), forward and the
+ * non-transposed dA product, in several chunks; each test is a process of
+ * its own, so the math holds for that test only */
+static void quantized_under_math(const char *math) {
+    setenv("TOY_CUDA_MATH", math, 1);
+    setenv("TOY_CUDA_QCHUNK_KB", "8", 1);
+    enum toy_dtype q[] = {TOY_Q8_0, TOY_Q4_0, TOY_Q4_K, TOY_Q6_K};
+    for (int i = 0; i < 4; i++) weight_case(q[i], 40, TOL_QUANT);
+}
+
+Test(cuda, matmul_quantized_weights_tf32_math) {
+    need_cuda();
+    quantized_under_math("tf32");
+}
+
+Test(cuda, matmul_quantized_weights_bf16_math) {
+    need_cuda();
+    quantized_under_math("bf16");
+}
+
 /* rows longer than a block's threads (block-stride loops, several
  * partial sums per thread), a vocabulary-sized cross-entropy, and products
  * at the GEMV / GEMM switch and with sizes that are no multiple of

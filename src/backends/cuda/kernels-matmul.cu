@@ -70,12 +70,13 @@ template <typename T> static void convert(T *out, const CT &x, cudaStream_t st) 
         k_convert<T><<<grid_for(n, 256), 256, 0, st>>>(out, x);
 }
 
-/* rows [r0, r0+nr) of a 2-D slice of a quantized B as f32 (nr x k) */
-__global__ void k_dequant_rows(float *out, const char *b, int type, int64_t nb1, int64_t k, int64_t r0, int64_t nr) {
+/* rows [r0, r0+nr) of a 2-D slice of a quantized B as f32 or bf16 (nr x k) */
+template <typename T>
+__global__ void k_dequant_rows(T *out, const char *b, int type, int64_t nb1, int64_t k, int64_t r0, int64_t nr) {
     int64_t n = nr * k;
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
         int64_t r = e / k, c = e % k;
-        out[e] = ld_row(type, b + (r0 + r) * nb1, c, 0);
+        out[e] = from_f<T>(ld_row(type, b + (r0 + r) * nb1, c, 0));
     }
 }
 
@@ -171,6 +172,13 @@ static int64_t qchunk_rows(int64_t k) {
     return r < 64 ? 64 : r;
 }
 
+/* scratch for nr dequantized rows of B: f32, or bf16 under BF16 math;
+ * 256-byte multiples, so what follows stays aligned */
+static size_t qchunk_bytes(const struct toy_cu_node *nd, int64_t nr) {
+    size_t es = nd->math == TOY_CU_MATH_BF16 ? 2 : 4;
+    return ((size_t)nr * (size_t)nd->src[1].ne[0] * es + 255) / 256 * 256;
+}
+
 extern "C" size_t toy_cu_matmul_work(const struct toy_cu_node *nd) {
     mm s = mm_shape(nd);
     const CT &A = nd->src[0], &B = nd->src[1];
@@ -180,7 +188,8 @@ extern "C" size_t toy_cu_matmul_work(const struct toy_cu_node *nd) {
     else if (is_quant(B.type) && !use_gemv(nd, s)) {
         int64_t rows = s.tb ? B.ne[1] : s.k; /* rows of one B slice */
         int64_t cr = qchunk_rows(B.ne[0]);
-        w = (size_t)(rows < cr ? rows : cr) * (size_t)B.ne[0] * 4 + 512;
+        w = qchunk_bytes(nd, rows < cr ? rows : cr) + 512;
+        if (nd->math == TOY_CU_MATH_BF16) w += (size_t)ct_nel(A) * 2; /* A in bf16 */
     }
     return w;
 }
@@ -337,35 +346,49 @@ extern "C" int toy_cu_matmul(const struct toy_cu_node *nd, char *msg, size_t msg
             k_qgemv<<<grid, 256, 0, st>>>(nd->dst, A, B, s.accum);
         return launch_status("qgemv", msg, msg_size);
     }
-    /* quantized B, many rows: dequantize chunks of B's rows to f32, sgemm */
-    float *scratch = (float *)nd->work;
-    int64_t kb = B.ne[0], cr = qchunk_rows(kb);
+    /* quantized B, many rows: chunks of B's rows dequantized (to f32, or to
+     * bf16 with A converted once under BF16 math), a GEMM per chunk in the
+     * device's math */
+    bool bf = nd->math == TOY_CU_MATH_BF16;
+    int64_t kb = B.ne[0], cr = qchunk_rows(kb), rows = s.tb ? B.ne[1] : s.k; /* rows of one B slice */
+    char *scratch = nd->work; /* as toy_cu_matmul_work sized it: a chunk, then A in bf16 */
+    __nv_bfloat16 *a16 = bf ? (__nv_bfloat16 *)(nd->work + qchunk_bytes(nd, rows < cr ? rows : cr)) : NULL;
+    if (bf) convert(a16, A, st);
+    cudaDataType_t et = bf ? CUDA_R_16BF : CUDA_R_32F;
+    cublasComputeType_t ct = nd->math == TOY_CU_MATH_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    int64_t es = bf ? 2 : 4, lda = bf ? A.ne[0] : A.nb[1] / 4;
     cublasHandle_t h = (cublasHandle_t)nd->cublas;
     const CT &C = nd->dst;
     float alpha = 1.0f;
     for (int64_t bi = 0; bi < s.nbatch; bi++) {
-        int64_t i2 = bi % C.ne[2], i3 = bi / C.ne[2];
-        const char *a = A.data + bratio(i2, C.ne[2], A.ne[2]) * A.nb[2] + bratio(i3, C.ne[3], A.ne[3]) * A.nb[3];
+        int64_t i2 = bi % C.ne[2], i3 = bi / C.ne[2], a2 = bratio(i2, C.ne[2], A.ne[2]), a3 = bratio(i3, C.ne[3], A.ne[3]);
+        const char *a = bf ? (const char *)(a16 + (a3 * A.ne[2] + a2) * A.ne[0] * A.ne[1])
+                           : A.data + a2 * A.nb[2] + a3 * A.nb[3];
         const char *b = B.data + bratio(i2, C.ne[2], B.ne[2]) * B.nb[2] + bratio(i3, C.ne[3], B.ne[3]) * B.nb[3];
         float *c = (float *)(C.data + i2 * C.nb[2] + i3 * C.nb[3]);
-        int64_t rows = s.tb ? B.ne[1] : s.k;
         for (int64_t r0 = 0; r0 < rows; r0 += cr) {
             int64_t nr = rows - r0 < cr ? rows - r0 : cr;
-            k_dequant_rows<<<grid_for(nr * kb, 256), 256, 0, st>>>(scratch, b, B.type, B.nb[1], kb, r0, nr);
+            if (bf)
+                k_dequant_rows<<<grid_for(nr * kb, 256), 256, 0, st>>>((__nv_bfloat16 *)scratch, b, B.type, B.nb[1], kb,
+                                                                       r0, nr);
+            else
+                k_dequant_rows<<<grid_for(nr * kb, 256), 256, 0, st>>>((float *)scratch, b, B.type, B.nb[1], kb, r0, nr);
             int rc = launch_status("dequantize", msg, msg_size);
             if (rc) return rc;
             cublasStatus_t cs;
             if (s.tb) { /* scratch rows are C columns r0.. : C[:, r0:r0+nr] = op(A) scratch^T */
                 float beta = s.accum ? 1.0f : 0.0f;
-                cs = cublasSgemm(h, CUBLAS_OP_T, s.ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)nr, (int)s.m, (int)s.k, &alpha,
-                                 scratch, (int)kb, (const float *)a, (int)(A.nb[1] / 4), &beta, c + r0, (int)s.n);
+                cs = cublasGemmStridedBatchedEx(h, CUBLAS_OP_T, s.ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)nr, (int)s.m,
+                                                (int)s.k, &alpha, scratch, et, (int)kb, 0, a, et, (int)lda, 0, &beta,
+                                                c + r0, CUDA_R_32F, (int)s.n, 0, 1, ct, CUBLAS_GEMM_DEFAULT);
             } else { /* scratch rows are k indices r0.. : C += op(A)[:, r0:] scratch */
                 float beta = (r0 == 0 && !s.accum) ? 0.0f : 1.0f;
-                const float *as = s.ta ? (const float *)a + r0 * (A.nb[1] / 4) : (const float *)a + r0;
-                cs = cublasSgemm(h, CUBLAS_OP_N, s.ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)s.n, (int)s.m, (int)nr, &alpha,
-                                 scratch, (int)kb, as, (int)(A.nb[1] / 4), &beta, c, (int)s.n);
+                const char *as = a + (s.ta ? r0 * lda : r0) * es;
+                cs = cublasGemmStridedBatchedEx(h, CUBLAS_OP_N, s.ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)s.n, (int)s.m,
+                                                (int)nr, &alpha, scratch, et, (int)kb, 0, as, et, (int)lda, 0, &beta, c,
+                                                CUDA_R_32F, (int)s.n, 0, 1, ct, CUBLAS_GEMM_DEFAULT);
             }
-            rc = cublas_status(cs, "cublasSgemm", msg, msg_size);
+            rc = cublas_status(cs, "cublasGemmStridedBatchedEx", msg, msg_size);
             if (rc) return rc;
         }
     }
