@@ -47,24 +47,32 @@ template <typename T> __global__ void k_convert(T *out, CT x) {
     }
 }
 
+/* four floats to out[0..3] as one 8-byte store (out 8-byte aligned) */
+__device__ __forceinline__ void store4(__half *out, float4 v) {
+    __half2 *o = (__half2 *)out;
+    o[0] = __floats2half2_rn(v.x, v.y);
+    o[1] = __floats2half2_rn(v.z, v.w);
+}
+__device__ __forceinline__ void store4(__nv_bfloat16 *out, float4 v) {
+    __nv_bfloat162 *o = (__nv_bfloat162 *)out;
+    o[0] = __floats2bfloat162_rn(v.x, v.y);
+    o[1] = __floats2bfloat162_rn(v.z, v.w);
+}
+
 /* the same for a contiguous f32 x at a 16-byte aligned address (most
- * products): four elements a thread, no index arithmetic */
+ * products) into an 8-byte aligned out: four elements a thread, no index
+ * arithmetic */
 template <typename T> __global__ void k_convert_flat(T *out, const float *x, int64_t n) {
     int64_t stride = (int64_t)gridDim.x * blockDim.x, n4 = n / 4;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n4; i += stride) {
-        float4 v = ((const float4 *)x)[i];
-        out[4 * i] = from_f<T>(v.x);
-        out[4 * i + 1] = from_f<T>(v.y);
-        out[4 * i + 2] = from_f<T>(v.z);
-        out[4 * i + 3] = from_f<T>(v.w);
-    }
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n4; i += stride)
+        store4(out + 4 * i, ((const float4 *)x)[i]);
     for (int64_t e = 4 * n4 + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += stride) out[e] = from_f<T>(x[e]);
 }
 
 /* x (f32, any strides) as a contiguous T array */
 template <typename T> static void convert(T *out, const CT &x, cudaStream_t st) {
     int64_t n = ct_nel(x);
-    if (x.type == TOY_F32 && ct_flat(x) && (uintptr_t)x.data % 16 == 0)
+    if (x.type == TOY_F32 && ct_flat(x) && (uintptr_t)x.data % 16 == 0 && (uintptr_t)out % 8 == 0)
         k_convert_flat<T><<<grid_for(cdiv(n, 4), 256), 256, 0, st>>>(out, (const float *)x.data, n);
     else
         k_convert<T><<<grid_for(n, 256), 256, 0, st>>>(out, x);
