@@ -234,6 +234,35 @@ static void pin_large(struct cu_graph *cg) {
 
 /* ---- building the device mirror of a plan ------------------------------------------------------ */
 
+#if defined(TOY_CUDA_EMU) && defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+/* The emulator under ASan: while a node's kernels run, the plan's buffer is
+ * poisoned except the node's result and the tensors its sources live in, so
+ * a kernel that reaches past its tensors into a neighbour's bytes is
+ * reported (a GPU would read or clobber the neighbour silently). */
+static void arena_open(struct cu_graph *cg, struct toy_graph *g, const struct toy_tensor *t) {
+    if (t && toy_is_view_op(t->op)) t = t->view_src;
+    if (!t || t->op == TOY_OP_NONE || t->op == TOY_OP_KV_STORE || writes_grad_node(t)) return;
+    int j = toy_ptrmap_get(&g->index, t);
+    if (j >= 0 && g->offsets[j] != SIZE_MAX)
+        ASAN_UNPOISON_MEMORY_REGION(cg->dbuf + g->offsets[j], toy_nbytes(t) + t->aux_bytes);
+}
+static void arena_guard(struct cu_graph *cg, struct toy_graph *g, const struct toy_tensor *t) {
+    if (!cg->dbuf) return;
+    ASAN_POISON_MEMORY_REGION(cg->dbuf, g->plan.peak_bytes);
+    arena_open(cg, g, t);
+    for (int s = 0; s < TOY_MAX_SRC; s++) arena_open(cg, g, t->src[s]);
+}
+static void arena_unguard(struct cu_graph *cg, struct toy_graph *g) {
+    if (cg->dbuf) ASAN_UNPOISON_MEMORY_REGION(cg->dbuf, g->plan.peak_bytes);
+}
+#else
+static void arena_guard(struct cu_graph *cg, struct toy_graph *g, const struct toy_tensor *t) {
+    (void)cg, (void)g, (void)t;
+}
+static void arena_unguard(struct cu_graph *cg, struct toy_graph *g) { (void)cg, (void)g; }
+#endif
+
 static char *dev_ptr(struct cu_graph *cg, struct toy_graph *g, const struct toy_tensor *t) {
     if (t->op == TOY_OP_NONE) {
         int li = toy_ptrmap_get(&cg->lmap, t);
@@ -626,7 +655,9 @@ enum toy_status toy_cuda_graph_compute(struct toy_graph *g, int device) {
         msg[0] = 0;
         struct timespec t0, t1;
         if (per_node) clock_gettime(CLOCK_MONOTONIC, &t0);
+        arena_guard(cg, g, t);
         int rc = toy_cu_run(&cg->cn[i], msg, sizeof msg);
+        arena_unguard(cg, g);
         if (!rc && per_node) {
             cudaError_t e = cudaStreamSynchronize(s);
             if (e != cudaSuccess) {
