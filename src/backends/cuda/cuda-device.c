@@ -123,6 +123,7 @@ enum toy_status toy_cu_device_get(int dev, struct toy_cu_device **out) {
             d->index = dev;
             d->stream = s;
             d->cublas = h;
+            d->cublas_ws = ws;
             d->math = math_from_env();
             devices[dev] = d;
         }

@@ -84,6 +84,7 @@ struct toy_cu_device {
     int index;
     void *stream;
     void *cublas;
+    void *cublas_ws; /* cuBLAS's workspace: ours, lives as long as the device state */
     int math;
 };
 enum toy_status toy_cu_device_get(int dev, struct toy_cu_device **out);
