@@ -96,6 +96,19 @@ __global__ void k_wmma(const bf16 *A, const bf16 *X, const bf16 *Y, const float 
     wmma::store_matrix_sync(outT, c, 16, wmma::mem_col_major);
 }
 
+/* out = A B for the 16 x 16 tiles at a (row-major) and b (column-major);
+ * with `all` false only lanes 0..15 make the mma_sync */
+__device__ void tile_product(const bf16 *a, const bf16 *b, float *out, bool all) {
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> fb;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;
+    wmma::load_matrix_sync(fa, a, 16);
+    wmma::load_matrix_sync(fb, b, 16);
+    wmma::fill_fragment(c, 0.0f);
+    if (all || threadIdx.x < 16) wmma::mma_sync(c, fa, fb, c);
+    wmma::store_matrix_sync(out, c, 16, wmma::mem_row_major);
+}
+
 /* each lane writes its share of a tile of v's, then the warp multiplies
  * it by itself: every element is 16 v^2, unless a lane loaded before the
  * others had written (no __syncwarp; v changes from launch to launch, as
@@ -104,38 +117,14 @@ __global__ void k_wmma_sync(float *out, bool sync, float v) {
     __shared__ __align__(32) bf16 tile[256];
     for (int e = threadIdx.x; e < 256; e += 32) tile[e] = __float2bfloat16(v);
     if (sync) __syncwarp();
-    wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> a;
-    wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> b;
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;
-    wmma::load_matrix_sync(a, tile, 16);
-    wmma::load_matrix_sync(b, tile, 16);
-    wmma::fill_fragment(c, 0.0f);
-    wmma::mma_sync(c, a, b, c);
-    wmma::store_matrix_sync(out, c, 16, wmma::mem_row_major);
+    tile_product(tile, tile, out, true);
 }
 
 /* only half the lanes of the warp multiply: on a GPU, a hang or garbage */
-__global__ void k_wmma_divergent(const bf16 *A, float *out) {
-    wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> a;
-    wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> b;
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;
-    wmma::load_matrix_sync(a, A, 16);
-    wmma::load_matrix_sync(b, A, 16);
-    wmma::fill_fragment(c, 0.0f);
-    if (threadIdx.x < 16) wmma::mma_sync(c, a, b, c);
-    wmma::store_matrix_sync(out, c, 16, wmma::mem_row_major);
-}
+__global__ void k_wmma_divergent(const bf16 *A, float *out) { tile_product(A, A, out, false); }
 
-__global__ void k_wmma_misaligned(const bf16 *A, float *out) {
-    wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> a;
-    wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> b;
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;
-    wmma::load_matrix_sync(a, A + 4, 16); /* 8 bytes past an aligned start */
-    wmma::load_matrix_sync(b, A, 16);
-    wmma::fill_fragment(c, 0.0f);
-    wmma::mma_sync(c, a, b, c);
-    wmma::store_matrix_sync(out, c, 16, wmma::mem_row_major);
-}
+/* a tile 8 bytes past an aligned start */
+__global__ void k_wmma_misaligned(const bf16 *A, float *out) { tile_product(A + 4, A, out, true); }
 
 int main(void) {
     float *x, *out;
