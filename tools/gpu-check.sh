@@ -3,7 +3,8 @@
 # CUDA backend (docs/cuda.md): build with CUDA=1, list the devices, run the
 # CUDA tests (tests/test-cuda.c: every op, a Llama's logits, KV decode and
 # 20 training steps against the CPU), a CLI check, then the benchmarks
-# against PyTorch. Every step has its own time limit (worst case about
+# against PyTorch and a table of them against the targets
+# (bench/cuda_report.py). Every step has its own time limit (worst case about
 # 13 minutes, typically 4-6); `quick` skips torch.compile. Results go to $OUT (the device runner's folder) or
 # build-cuda/gpu-check/.
 #   bash tools/gpu-check.sh [quick]     # quick: no torch.compile runs
@@ -68,4 +69,6 @@ else # the harness only: emulated kernels are far too slow for the real shapes
   { timeout $((120 * X)) ./$BLD/bench/bench-cuda decode smollm2-135m q8_0 3 cuda:0
     timeout $((300 * X)) ./$BLD/bench/bench-cuda train smollm2-135m 1 8 1 cuda:0 bf16; } | tee "$R/bench-cuda.jsonl"
 fi
+step "report (the issue's targets; bench/cuda_report.py)"
+python3 bench/cuda_report.py "$R/bench-cuda.jsonl" | tee "$R/bench-cuda-report.txt"
 step "done"
