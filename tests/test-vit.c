@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <stb/stb_image_write.h>
@@ -172,6 +173,30 @@ Test(vit, training_steps_match_pytorch, .timeout = 300) {
 }
 
 #define MNIST "../shared/testdata/mnist-t10k"
+
+/* a preset whose patch does not divide the images (tiny: patch 16, MNIST
+ * 28 x 28) is an error that names the patches that would fit */
+Test(vit, cli_patch_that_does_not_divide_the_images_names_the_ones_that_do) {
+    const char *bin = getenv("TOY_BIN") ? getenv("TOY_BIN") : "build/toy";
+    if (access(bin, X_OK)) cr_skip_test("no %s", bin);
+    if (access(MNIST "/t10k-images-idx3-ubyte.gz", R_OK)) cr_skip_test("no %s", MNIST);
+    th_mkdir("vit-patch");
+    char cmd[1024], err[400];
+    snprintf(err, sizeof err, "%s/err.txt", th_dir);
+    snprintf(cmd, sizeof cmd, "%s train --arch vit --preset tiny --data %s --steps 1 --runs '%s/runs' 2> '%s'", bin,
+             MNIST, th_dir, err);
+    int rc = system(cmd);
+    cr_assert(WIFEXITED(rc) && WEXITSTATUS(rc) == 1, "%s: status %d", cmd, rc);
+    FILE *f = fopen(err, "r");
+    cr_assert(f);
+    char msg[512] = "";
+    size_t n = fread(msg, 1, sizeof msg - 1, f);
+    msg[n] = 0;
+    fclose(f);
+    cr_assert(strstr(msg, "28x28") && strstr(msg, "patch 16") && strstr(msg, "--patch N (one of 2, 4, 7, 14, 28)"), "%s",
+              msg);
+    th_rmdir();
+}
 
 Test(vit, image_sets_idx_toyi_png) {
     struct toy_image_set *s;
