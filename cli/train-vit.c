@@ -223,18 +223,6 @@ int toy_train_vit(int argc, char **argv) {
     /* the data decide the input shape and the classes */
     vc.channels = train->channels, vc.image_h = train->height, vc.image_w = train->width;
     if (train->n_classes > vc.n_classes || !c.resume) vc.n_classes = train->n_classes;
-    if (!ckpt[0] && vc.patch > 0 && (vc.image_h % vc.patch || vc.image_w % vc.patch)) {
-        /* a preset made for other images (tiny: 224 x 224, patch 16) on these: say which patches fit */
-        char fit[128] = "";
-        size_t len = 0;
-        for (int64_t p = 2; p <= vc.image_h && p <= vc.image_w && len + 8 < sizeof fit; p++)
-            if (vc.image_h % p == 0 && vc.image_w % p == 0)
-                len += (size_t)snprintf(fit + len, sizeof fit - len, "%s%lld", len ? ", " : "", (long long)p);
-        fprintf(stderr, "toy train: the images are %lldx%lld, which patch %lld does not divide; pass --patch N%s%s%s\n",
-                (long long)vc.image_h, (long long)vc.image_w, (long long)vc.patch, fit[0] ? " (one of " : "", fit,
-                fit[0] ? ")" : " or images of another size");
-        goto out;
-    }
     if (ckpt[0]) {
         if (toy_vit_load(ckpt, true, &m)) { fprintf(stderr, "toy train: %s\n", toy_last_error()); goto out; }
     } else if (!(m = toy_vit_new(&vc, c.o.seed))) {

@@ -175,7 +175,8 @@ Test(vit, training_steps_match_pytorch, .timeout = 300) {
 #define MNIST "../shared/testdata/mnist-t10k"
 
 /* a preset whose patch does not divide the images (tiny: patch 16, MNIST
- * 28 x 28) is an error that names the patches that would fit */
+ * 28 x 28) is an error (vit.c's config check) that names the patches that
+ * would fit; nothing of the run is created */
 Test(vit, cli_patch_that_does_not_divide_the_images_names_the_ones_that_do) {
     const char *bin = getenv("TOY_BIN") ? getenv("TOY_BIN") : "build/toy";
     if (access(bin, X_OK)) cr_skip_test("no %s", bin);
@@ -193,8 +194,10 @@ Test(vit, cli_patch_that_does_not_divide_the_images_names_the_ones_that_do) {
     size_t n = fread(msg, 1, sizeof msg - 1, f);
     msg[n] = 0;
     fclose(f);
-    cr_assert(strstr(msg, "28x28") && strstr(msg, "patch 16") && strstr(msg, "--patch N (one of 2, 4, 7, 14, 28)"), "%s",
+    cr_assert(strstr(msg, "image 28x28 is not a multiple of patch 16 (patches that divide it: 2, 4, 7, 14, 28)"), "%s",
               msg);
+    snprintf(cmd, sizeof cmd, "%s/runs", th_dir);
+    cr_expect(access(cmd, F_OK), "a run directory was created: %s", cmd);
     th_rmdir();
 }
 

@@ -36,9 +36,18 @@ int64_t toy_vit_n_patches(const struct toy_vit_config *c) {
 
 enum toy_status toy_vit_check_config(const struct toy_vit_config *c) {
 #define NEED(cond, ...) if (!(cond)) return toy_error(TOY_ERR_INVALID_ARG, __VA_ARGS__)
-    NEED(c->patch > 0 && c->image_h > 0 && c->image_w > 0 && c->image_h % c->patch == 0 && c->image_w % c->patch == 0,
-         "vit config: image %lldx%lld is not a multiple of patch %lld", (long long)c->image_h, (long long)c->image_w,
-         (long long)c->patch);
+    NEED(c->patch > 0 && c->image_h > 0 && c->image_w > 0, "vit config: image %lldx%lld, patch %lld",
+         (long long)c->image_h, (long long)c->image_w, (long long)c->patch);
+    if (c->image_h % c->patch || c->image_w % c->patch) { /* say which patches would fit */
+        char fit[128] = "";
+        size_t len = 0;
+        for (int64_t p = 2; p <= c->image_h && p <= c->image_w && len + 8 < sizeof fit; p++)
+            if (c->image_h % p == 0 && c->image_w % p == 0)
+                len += (size_t)snprintf(fit + len, sizeof fit - len, "%s%lld", len ? ", " : "", (long long)p);
+        return toy_error(TOY_ERR_INVALID_ARG, "vit config: image %lldx%lld is not a multiple of patch %lld (%s%s)",
+                         (long long)c->image_h, (long long)c->image_w, (long long)c->patch,
+                         fit[0] ? "patches that divide it: " : "no patch from 2 up divides it", fit);
+    }
     NEED(c->image_h <= 65536 && c->image_w <= 65536, "vit config: image %lldx%lld too large", (long long)c->image_h,
          (long long)c->image_w);
     NEED(c->channels >= 1 && c->channels <= 4, "vit config: %lld channels (1..4)", (long long)c->channels);

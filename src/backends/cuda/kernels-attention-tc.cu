@@ -118,9 +118,7 @@ __device__ __forceinline__ void stage_bf16(bf16 *dst, int ld, const CT &x, int64
             int r = e / q, d = 4 * (e - r * q);
             float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             if (r < n) v = load4((const T *)(base + r * x.nb[2]) + d);
-            __nv_bfloat162 *o = (__nv_bfloat162 *)(dst + r * ld + d); /* ld, d even: 4-byte aligned */
-            o[0] = __floats2bfloat162_rn(v.x, v.y);
-            o[1] = __floats2bfloat162_rn(v.z, v.w);
+            store4(dst + r * ld + d, v); /* ld, d even: 4-byte aligned */
         }
         return;
     }

@@ -191,6 +191,19 @@ __device__ __forceinline__ float ld_flat(const CT &t, int64_t e) {
     }
 }
 
+/* four floats to out[0..3] as two half2 / bfloat162 stores (out 4-byte
+ * aligned): the conversions of GEMM operands and of attention tiles */
+__device__ __forceinline__ void store4(__half *out, float4 v) {
+    __half2 *o = (__half2 *)out;
+    o[0] = __floats2half2_rn(v.x, v.y);
+    o[1] = __floats2half2_rn(v.z, v.w);
+}
+__device__ __forceinline__ void store4(__nv_bfloat16 *out, float4 v) {
+    __nv_bfloat162 *o = (__nv_bfloat162 *)out;
+    o[0] = __floats2bfloat162_rn(v.x, v.y);
+    o[1] = __floats2bfloat162_rn(v.z, v.w);
+}
+
 /* contiguous with a plain (non-block) dtype: element e sits at e * size */
 static inline bool ct_flat(const CT &t) {
     int64_t es = t.type == TOY_F32 || t.type == TOY_I32 ? 4 : t.type == TOY_F16 || t.type == TOY_BF16 ? 2 : 0;

@@ -47,21 +47,9 @@ template <typename T> __global__ void k_convert(T *out, CT x) {
     }
 }
 
-/* four floats to out[0..3] as one 8-byte store (out 8-byte aligned) */
-__device__ __forceinline__ void store4(__half *out, float4 v) {
-    __half2 *o = (__half2 *)out;
-    o[0] = __floats2half2_rn(v.x, v.y);
-    o[1] = __floats2half2_rn(v.z, v.w);
-}
-__device__ __forceinline__ void store4(__nv_bfloat16 *out, float4 v) {
-    __nv_bfloat162 *o = (__nv_bfloat162 *)out;
-    o[0] = __floats2bfloat162_rn(v.x, v.y);
-    o[1] = __floats2bfloat162_rn(v.z, v.w);
-}
-
 /* the same for a contiguous f32 x at a 16-byte aligned address (most
- * products) into an 8-byte aligned out: four elements a thread, no index
- * arithmetic */
+ * products) into an 8-byte aligned out: four elements a thread (store4),
+ * no index arithmetic */
 template <typename T> __global__ void k_convert_flat(T *out, const float *x, int64_t n) {
     int64_t stride = (int64_t)gridDim.x * blockDim.x, n4 = n / 4;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n4; i += stride)
