@@ -7,7 +7,6 @@
  * GB/s / weight bytes read per token) and the process's peak RSS. The
  * prompt is synthetic token ids, so no tokenizer is needed; `make bench`
  * compares the same protocol against PyTorch and llama.cpp. */
-#include <cblas.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,11 +66,11 @@ static json_t *machine(char *line, size_t cap) {
         }
     }
     if (f) fclose(f);
-    const char *blas = openblas_get_corename();
-    snprintf(line, cap, "machine: %s, %d cores, %s, OpenBLAS %s", model, toy_num_cores(),
-             flags_seen[0] ? flags_seen : "no AVX2", blas ? blas : "?");
-    return json_pack("{s:s,s:i,s:s,s:s}", "cpu", model, "cores", toy_num_cores(), "isa", flags_seen, "blas_core",
-                     blas ? blas : "");
+    const char *blas = toy_blas_core(), *note = toy_blas_core_note();
+    snprintf(line, cap, "machine: %s, %d cores, %s, OpenBLAS %s%s%s%s", model, toy_num_cores(),
+             flags_seen[0] ? flags_seen : "no AVX2", blas, note ? " (" : "", note ? note : "", note ? ")" : "");
+    return json_pack("{s:s,s:i,s:s,s:s,s:s?}", "cpu", model, "cores", toy_num_cores(), "isa", flags_seen, "blas_core",
+                     blas, "blas_note", note);
 }
 
 int toy_cmd_bench(int argc, char **argv) {

@@ -32,19 +32,22 @@ int toy_cmd_devices(int argc, char **argv) {
                    "\"compute_capability\":\"%d.%d\",\"multiprocessors\":%d}",
                    i ? "," : "", dev[i].name, dev[i].description, dev[i].total_memory, dev[i].free_memory,
                    dev[i].cc_major, dev[i].cc_minor, dev[i].multiprocessors);
-        printf("]}\n");
+        const char *note = toy_blas_core_note();
+        printf("],\"blas_core\":\"%s\",\"blas_note\":%s%s%s}\n", toy_blas_core(), note ? "\"" : "", note ? note : "null",
+               note ? "\"" : "");
         return 0;
     }
-    printf("%-8s %-28s %12s %12s %s\n", "device", "name", "memory", "free", "compute");
+    printf("%-8s %-40s %12s %12s %s\n", "device", "name", "memory", "free", "compute");
     for (int i = 0; i < n; i++) {
         if (!dev[i].total_memory) {
-            printf("%-8s %-28s %12s %12s %s\n", dev[i].name, dev[i].description, "-", "-", "-");
+            printf("%-8s %-40s %12s %12s %s\n", dev[i].name, dev[i].description, "-", "-", "-");
             continue;
         }
-        printf("%-8s %-28s %9.1f GiB %9.1f GiB %d.%d (%d SMs)\n", dev[i].name, dev[i].description,
+        printf("%-8s %-40s %9.1f GiB %9.1f GiB %d.%d (%d SMs)\n", dev[i].name, dev[i].description,
                (double)dev[i].total_memory / 1073741824.0, (double)dev[i].free_memory / 1073741824.0,
                dev[i].cc_major, dev[i].cc_minor, dev[i].multiprocessors);
     }
+    if (toy_blas_core_note()) printf("\nOpenBLAS %s: %s\n", toy_blas_core(), toy_blas_core_note());
     if (!toy_cuda_built())
         printf("\nCUDA: not built in (rebuild with make CUDA=1 to use NVIDIA GPUs)\n");
     else if (n == 1)

@@ -195,6 +195,12 @@ Test(cuda, cli_devices_and_device_flag) {
     if (!toy_cuda_built()) cr_assert(strstr(out, "not built in"), "%s", out);
     cr_assert_eq(run_cli("devices --json", out, sizeof out), 0, "%s", out);
     cr_assert(strstr(out, "\"cuda_built\""), "%s", out);
+    cr_assert(strstr(out, "\"blas_core\""), "%s", out);
+    /* OpenBLAS's own override is the user's: toy leaves it as set */
+    setenv("OPENBLAS_CORETYPE", "Haswell", 1);
+    cr_assert_eq(run_cli("devices --json", out, sizeof out), 0, "%s", out);
+    unsetenv("OPENBLAS_CORETYPE");
+    cr_assert(strstr(out, "\"blas_core\":\"Haswell\",\"blas_note\":null"), "%s", out);
     /* a device that is not there: a clear error and exit code 1, before the command runs */
     cr_assert_eq(run_cli("generate --device cuda:63 -m nothing.gguf", out, sizeof out), 1, "%s", out);
     cr_assert(strstr(out, "cuda:63"), "%s", out);

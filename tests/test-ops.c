@@ -799,3 +799,43 @@ Test(ops, error_messages_can_wrap_the_last_error) {
     cr_expect_str_eq(toy_last_error(), "data/sft.jsonl: line 2: expected an object and data/sft.jsonl: line 2: "
                                        "expected an object");
 }
+
+/* OpenBLAS falls back to its generic SSE3 kernels ("Prescott") on a CPU
+ * newer than its release (blas.c); toy picks the core the CPU's flags
+ * allow, and only repairs that fallback. */
+Test(ops, blas_core_follows_the_cpu_isa) {
+    cr_assert_str_eq(toy_blas_better_core("Prescott", true, true, true), "Cooperlake");
+    cr_assert_str_eq(toy_blas_better_core("Prescott", true, true, false), "SkylakeX");
+    cr_assert_str_eq(toy_blas_better_core("Prescott", true, false, false), "Haswell");
+    cr_assert_str_eq(toy_blas_better_core("Sandybridge", true, false, false), "Haswell");
+    cr_assert_null(toy_blas_better_core("Prescott", false, false, false));
+    /* a core OpenBLAS chose knowingly, or one this table does not know */
+    cr_assert_null(toy_blas_better_core("Haswell", true, true, true));
+    cr_assert_null(toy_blas_better_core("Zen", true, true, true));
+    cr_assert_null(toy_blas_better_core("SkylakeX", true, true, true));
+    cr_assert_null(toy_blas_better_core("SapphireRapids", true, true, true));
+    cr_assert_null(toy_blas_better_core("Zen5", true, true, true));
+    cr_assert_null(toy_blas_better_core(NULL, true, true, true));
+    /* this process: OpenBLAS now runs kernels of this CPU's ISA */
+    if (getenv("OPENBLAS_CORETYPE")) return; /* the user's choice stands */
+    __builtin_cpu_init();
+    bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                  __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    const char *core = toy_blas_core();
+    cr_assert_null(toy_blas_better_core(core, avx2, avx512, avx512 && toy_cpu_has_avx512bf16()),
+                   "OpenBLAS runs %s kernels on a CPU with%s AVX2%s", core, avx2 ? "" : "out",
+                   avx512 ? " and AVX-512" : "");
+    if (toy_blas_core_note()) cr_assert(strstr(toy_blas_core_note(), "fell back to"), "%s", toy_blas_core_note());
+    /* and computes with them: a 7 x 300 x 45 sgemm against plain loops */
+    float a[7 * 300], b[45 * 300], c[7 * 45];
+    for (int i = 0; i < 7 * 300; i++) a[i] = (float)((i * 37) % 11) - 5;
+    for (int i = 0; i < 45 * 300; i++) b[i] = (float)((i * 53) % 7) - 3;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, 7, 45, 300, 1.0f, a, 300, b, 300, 0.0f, c, 45);
+    for (int i = 0; i < 7; i++)
+        for (int j = 0; j < 45; j++) {
+            float s = 0;
+            for (int q = 0; q < 300; q++) s += a[i * 300 + q] * b[j * 300 + q];
+            cr_assert_eq(c[i * 45 + j], s, "c[%d][%d] = %g, loops %g", i, j, c[i * 45 + j], s);
+        }
+}

@@ -47,6 +47,13 @@ struct toy_device_info {
     int multiprocessors;
 };
 
+/* The CPU's GEMM library: OpenBLAS's kernel set ("Cooperlake", "Haswell",
+ * ...), and a note when toy chose it because OpenBLAS had fallen back to its
+ * generic kernels on a CPU it does not know (else NULL). OPENBLAS_CORETYPE,
+ * when set, is OpenBLAS's and is left alone. */
+const char *toy_blas_core(void);
+const char *toy_blas_core_note(void);
+
 /* True when this build includes the CUDA backend. */
 bool toy_cuda_built(void);
 /* Number of CUDA devices usable now (0 without CUDA, a driver or a GPU). */

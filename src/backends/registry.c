@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "backends/backend-impl.h"
+#include "backends/cpu/cpu-impl.h"
 #include "core/internal.h"
 #include "toy/device.h"
 
@@ -169,7 +170,9 @@ enum toy_status toy_device_list(struct toy_device_info *out, int max, int *n) {
     if (max <= 0) return TOY_OK;
     memset(&out[0], 0, sizeof out[0]);
     snprintf(out[0].name, sizeof out[0].name, "cpu");
-    snprintf(out[0].description, sizeof out[0].description, "host CPU");
+    toy_cpu_init();
+    snprintf(out[0].description, sizeof out[0].description, "host CPU (%s, OpenBLAS %s)", toy_simd_name(),
+             toy_blas_core());
     *n = 1;
 #ifdef TOY_CUDA
     int c = toy_cuda_count();

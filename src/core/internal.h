@@ -64,7 +64,6 @@ enum {
     /* GET_ROWS_BACK */ P_GRB_ACCUM = 0,
 };
 
-#endif
 
 enum { TOY_MM_PRE_NONE, TOY_MM_PRE_RMS, TOY_MM_PRE_SWIGLU }; /* MATMUL's P_MM_PRE */
 
@@ -130,3 +129,5 @@ int toy_graph_fuse_cpu(struct toy_graph *g);
 size_t toy_cpu_work_size(const struct toy_tensor *node, int nth);
 void toy_cpu_compute(struct toy_tensor *node, int ith, int nth, void *work, size_t work_size);
 void toy_cpu_init(void);
+
+#endif

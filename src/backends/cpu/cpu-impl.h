@@ -99,5 +99,10 @@ extern struct toy_vec_ops toy_vec;
 void toy_simd_init(void);
 bool toy_cpu_has_avx512bf16(void);
 const char *toy_simd_name(void);
+/* blas.c: repairs OpenBLAS's fallback to generic kernels on a CPU it does
+ * not know (once, from toy_cpu_init); the core to switch to from `picked`
+ * given the CPU's ISA, or NULL to keep it */
+void toy_blas_init(void);
+const char *toy_blas_better_core(const char *picked, bool avx2, bool avx512, bool avx512bf16);
 
 #endif

@@ -21,6 +21,7 @@ static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static void init_impl(void) {
     toy_simd_init();
     toy_qdot_init();
+    toy_blas_init();
     /* the pool splits GEMMs itself: one BLAS thread per call */
     openblas_set_num_threads(1);
 }
