@@ -337,8 +337,8 @@ Test(ops, finite_differences) {
     cr_assert_eq(failures, 0, "%d of %d finite-difference checks failed", failures, checked);
 }
 
-/* BF16 weights: the AVX-512 BF16 kernel (or the dequantize path on CPUs
- * without it) against a double-precision product of the same bf16-rounded
+/* BF16 weights: the AVX-512 BF16 kernel, or sgemm over the bf16 values (or
+ * the dequantize path on CPUs without AVX-512 BF16), against a double-precision product of the same bf16-rounded
  * operands. Tolerance 1e-4 (1 + |ref|): only the f32 accumulation differs. */
 static void bf16_case_t(int64_t m, int64_t k, int64_t n, bool ta, bool tb);
 static void bf16_case(int64_t m, int64_t k, int64_t n, bool tb) { bf16_case_t(m, k, n, false, tb); }
@@ -376,13 +376,23 @@ static void bf16_case_t(int64_t m, int64_t k, int64_t n, bool ta, bool tb) {
     toy_ctx_free(ctx);
 }
 
-Test(ops, bf16_matmul) {
+static void bf16_cases(const char *route) {
+    if (route) setenv("TOY_BF16_GEMM", route, 1); /* read once per process; each test is one */
     bf16_case(13, 70, 37, true);   /* ragged edges everywhere */
     bf16_case(64, 576, 200, true);
     bf16_case(9, 33, 130, false);  /* B (k, n): the backward dA = dY W shape */
+    bf16_case(20, 64, 600, true);  /* several column blocks of the sgemm route */
+    bf16_case(1030, 1100, 40, true);       /* and row blocks, and k blocks summed into C */
+    bf16_case(9, 1500, 530, false);
+    bf16_case_t(40, 2100, 30, true, false);
     bf16_case_t(37, 70, 13, true, false);   /* A transposed: the weight gradient dW = dY^T X */
     bf16_case_t(200, 512, 96, true, false); /* rows split between threads, 16 x 16 transposes */
+    bf16_case_t(1, 40, 29, false, true);    /* one row: the decode kernel on either route */
 }
+/* the CPU's own choice, then each route (matmul.c: bf16_via_sgemm) */
+Test(ops, bf16_matmul) { bf16_cases(NULL); }
+Test(ops, bf16_matmul_dot_kernel) { bf16_cases("dot"); }
+Test(ops, bf16_matmul_via_sgemm) { bf16_cases("sgemm"); }
 
 /* f32 -> f16 and f32 -> bf16 round to nearest even exactly as PyTorch does
  * (overflow to inf, subnormals, ties), bit for bit, and back exactly. */

@@ -39,6 +39,11 @@ static bool use_gemv_f32(void) {
 
 #define BF16_CHUNK 128 /* columns of C per packed block of B (kept in L2 while A streams) */
 #define BF16_TILE_R 6
+#define BF16_SG_M 1024 /* blocks of the BF16 path through sgemm (matmul_bf16_sgemm) */
+#define BF16_SG_K 1024
+#define BF16_SG_N 512
+void toy_round_f32_bf16(const float *x, float *y, int64_t n);
+void toy_widen_bf16_f32(const uint16_t *x, float *y, int64_t n);
 void toy_pack_f32_bf16(const float *x, int64_t k, uint16_t *y, int64_t kp);
 void toy_pack_f32_bf16_cols(const float *a, int64_t lda, int64_t c0, int64_t nc, int64_t k, uint16_t *y, int64_t kp);
 
@@ -52,6 +57,26 @@ static bool use_bf16_gemm(const struct toy_tensor *dst) {
         have = __builtin_cpu_supports("avx512f") && !(e && !strcmp(e, "0")) && toy_cpu_has_avx512bf16();
     }
     return have && dst->src[1]->type == TOY_BF16 && dst->src[0]->type == TOY_F32;
+}
+
+/* How the BF16 path multiplies, once both operands are rounded to bf16.
+ * vdpbf16ps is the fast way on AMD (Zen 4: twice the products of an FMA per
+ * cycle) and the slow one on Intel without AMX: on an Emerald Rapids Xeon it
+ * issues once every two cycles, 15 products a cycle against the FMA units'
+ * 32 (the 6x32 tile kernel: 84 GFLOPS a core, OpenBLAS's sgemm 140). There
+ * the same bf16 values, widened to f32 (exactly), go through sgemm: the
+ * same products, summed in f32 in another order. Chosen by vendor, not by
+ * timing, so one machine always runs the same arithmetic;
+ * $TOY_BF16_GEMM=dot or =sgemm overrides. Decode (one row) keeps the dot
+ * kernel either way: it is bound by memory, not by products. */
+static bool bf16_via_sgemm(void) {
+    static int via = -1;
+    if (via < 0) {
+        const char *e = getenv("TOY_BF16_GEMM");
+        __builtin_cpu_init();
+        via = e && !strcmp(e, "sgemm") ? 1 : e && !strcmp(e, "dot") ? 0 : __builtin_cpu_is("intel");
+    }
+    return via;
 }
 
 static int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
@@ -259,6 +284,10 @@ static size_t matmul_work(const struct toy_tensor *dst, int nth) {
     if (use_bf16_gemm(dst)) {
         int64_t m = dst->ne[1], k = dst->op_params[P_MM_TRANS_B] ? b->ne[0] : b->ne[1];
         int64_t kp = round_up(k, 32);
+        if (bf16_via_sgemm() && !(m == 1 && dst->op_params[P_MM_TRANS_B] && !dst->op_params[P_MM_TRANS_A])) {
+            int64_t kb = k < BF16_SG_K ? k : BF16_SG_K;
+            return TOY_WORK_HEAD + (size_t)nth * ((size_t)(BF16_SG_M + BF16_SG_N) * (size_t)kb * 4 + 512);
+        }
         if (dst->op_params[P_MM_TRANS_A]) m = round_up((m + nth - 1) / nth, BF16_TILE_R) + BF16_TILE_R;
         return TOY_WORK_HEAD + (size_t)nth * ((size_t)(round_up(m, BF16_TILE_R) + BF16_CHUNK) * (size_t)kp * 2 + 512);
     }
@@ -268,6 +297,77 @@ static size_t matmul_work(const struct toy_tensor *dst, int nth) {
     return TOY_WORK_HEAD + (size_t)nth * ((size_t)CHUNK_ROWS * (size_t)kb * sizeof(float) + 256);
 }
 
+/* This thread's part of C in the BF16 path: op(A) stored transposed (a
+ * weight gradient dY^T X): row ranges of C, so each thread converts only
+ * its rows of A; else column ranges, in units of 16 so panels never
+ * straddle threads. False when the thread has nothing to do. */
+static bool bf16_share(const struct toy_tensor *dst, int ith, int nth, int64_t *i0, int64_t *i1, int64_t *j0,
+                       int64_t *j1) {
+    int64_t n = dst->ne[0], m = dst->ne[1];
+    *i0 = 0, *i1 = m, *j0 = 0, *j1 = n;
+    if (dst->op_params[P_MM_TRANS_A]) {
+        toy_split((m + BF16_TILE_R - 1) / BF16_TILE_R, ith, nth, i0, i1);
+        *i0 *= BF16_TILE_R;
+        *i1 = *i1 * BF16_TILE_R < m ? *i1 * BF16_TILE_R : m;
+    } else {
+        toy_split((n + 15) / 16, ith, nth, j0, j1);
+        *j0 *= 16;
+        *j1 = *j1 * 16 < n ? *j1 * 16 : n;
+    }
+    return *i1 > *i0 && *j1 > *j0;
+}
+
+/* The BF16 path through sgemm (bf16_via_sgemm). Threads split the longer
+ * side of C (so the operand each converts in full is the smaller one), or
+ * its rows when op(A) is stored transposed; blocks of op(A) rounded to bf16
+ * and widened back, and of op(B) widened to f32, are multiplied by OpenBLAS
+ * on this thread. Blocks of at most BF16_SG_M x BF16_SG_K of A and
+ * BF16_SG_K x BF16_SG_N of B bound the scratch whatever the shape (the
+ * logits' backward has k = vocabulary); sums over k blocks accumulate in C. */
+static bool bf16_sgemm_split_m(const struct toy_tensor *dst) {
+    return dst->op_params[P_MM_TRANS_A] || dst->ne[1] >= dst->ne[0];
+}
+
+static void matmul_bf16_sgemm(struct toy_tensor *dst, int ith, int nth, void *work, size_t ws) {
+    const struct toy_tensor *A = dst->src[0], *B = dst->src[1];
+    bool ta = dst->op_params[P_MM_TRANS_A], tb = dst->op_params[P_MM_TRANS_B];
+    float beta = dst->op_params[P_MM_ACCUM] ? 1.0f : 0.0f;
+    int64_t n = dst->ne[0], m = dst->ne[1], k = ta ? A->ne[1] : A->ne[0];
+    int64_t i0 = 0, i1 = m, j0 = 0, j1 = n;
+    if (bf16_sgemm_split_m(dst)) toy_split(m, ith, nth, &i0, &i1);
+    else toy_split(n, ith, nth, &j0, &j1);
+    if (i1 <= i0 || j1 <= j0) return;
+    float *pa = toy_work_slice((char *)work + TOY_WORK_HEAD, ws - TOY_WORK_HEAD, ith, nth);
+    float *pb = pa + BF16_SG_M * (k < BF16_SG_K ? k : BF16_SG_K);
+    for (int64_t bi = 0; bi < dst->ne[2] * dst->ne[3]; bi++) {
+        struct mm_batch bt = batch_at(dst, bi);
+        for (int64_t i = i0; i < i1; i += BF16_SG_M) {
+            int64_t mc = i1 - i < BF16_SG_M ? i1 - i : BF16_SG_M;
+            for (int64_t q = 0; q < k; q += BF16_SG_K) {
+                int64_t kc = k - q < BF16_SG_K ? k - q : BF16_SG_K;
+                if (ta) /* A is (k, m): rows q .. q+kc, their columns i .. i+mc */
+                    for (int64_t r = 0; r < kc; r++)
+                        toy_round_f32_bf16((const float *)(bt.a + (q + r) * A->nb[1]) + i, pa + r * mc, mc);
+                else
+                    for (int64_t r = 0; r < mc; r++)
+                        toy_round_f32_bf16((const float *)(bt.a + (i + r) * A->nb[1]) + q, pa + r * kc, kc);
+                for (int64_t j = j0; j < j1; j += BF16_SG_N) {
+                    int64_t jn = j1 - j < BF16_SG_N ? j1 - j : BF16_SG_N;
+                    if (tb) /* B is (n, k): rows j .. j+jn, their columns q .. q+kc */
+                        for (int64_t r = 0; r < jn; r++)
+                            toy_widen_bf16_f32((const uint16_t *)(bt.b + (j + r) * B->nb[1]) + q, pb + r * kc, kc);
+                    else /* B is (k, n): rows q .. q+kc, their columns j .. j+jn */
+                        for (int64_t r = 0; r < kc; r++)
+                            toy_widen_bf16_f32((const uint16_t *)(bt.b + (q + r) * B->nb[1]) + j, pb + r * jn, jn);
+                    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                                (int)mc, (int)jn, (int)kc, 1.0f, pa, ta ? (int)mc : (int)kc, pb,
+                                tb ? (int)kc : (int)jn, q ? 1.0f : beta, bt.c + i * n + j, (int)n);
+                }
+            }
+        }
+    }
+}
+
 /* C (m x n) = A (m x k, f32 rows) times op(B) with B bf16: A packed to
  * bf16 rows of kp, B to column panels (gemm-bf16-avx512.c); threads own
  * column chunks of C. */
@@ -275,21 +375,14 @@ static void matmul_bf16(struct toy_tensor *dst, int ith, int nth, void *work, si
     const struct toy_tensor *A = dst->src[0], *B = dst->src[1];
     bool ta = dst->op_params[P_MM_TRANS_A], tb = dst->op_params[P_MM_TRANS_B];
     float beta = dst->op_params[P_MM_ACCUM] ? 1.0f : 0.0f;
-    int64_t n = dst->ne[0], m = dst->ne[1], k = ta ? A->ne[1] : A->ne[0], kp = round_up(k, 32);
-    uint16_t *pa = toy_work_slice((char *)work + TOY_WORK_HEAD, ws - TOY_WORK_HEAD, ith, nth);
-    /* op(A) stored transposed (a weight gradient dY^T X): threads own row
-     * ranges of C and pack only their rows; else column ranges of C */
-    int64_t i0 = 0, i1 = m, j0 = 0, j1 = n;
-    if (ta) {
-        toy_split((m + BF16_TILE_R - 1) / BF16_TILE_R, ith, nth, &i0, &i1);
-        i0 *= BF16_TILE_R;
-        i1 = i1 * BF16_TILE_R < m ? i1 * BF16_TILE_R : m;
-    } else { /* in units of 16 columns, so panels never straddle threads */
-        toy_split((n + 15) / 16, ith, nth, &j0, &j1);
-        j0 *= 16;
-        j1 = j1 * 16 < n ? j1 * 16 : n;
+    int64_t m = dst->ne[1], k = ta ? A->ne[1] : A->ne[0], kp = round_up(k, 32);
+    if (bf16_via_sgemm() && !(m == 1 && tb && !ta)) {
+        matmul_bf16_sgemm(dst, ith, nth, work, ws);
+        return;
     }
-    if (i1 <= i0 || j1 <= j0) return;
+    int64_t n = dst->ne[0], i0, i1, j0, j1;
+    uint16_t *pa = toy_work_slice((char *)work + TOY_WORK_HEAD, ws - TOY_WORK_HEAD, ith, nth);
+    if (!bf16_share(dst, ith, nth, &i0, &i1, &j0, &j1)) return;
     if (m == 1 && tb && !ta) { /* decode: each weight row once, straight from memory */
         for (int64_t bi = 0; bi < dst->ne[2] * dst->ne[3]; bi++) {
             struct mm_batch bt = batch_at(dst, bi);
