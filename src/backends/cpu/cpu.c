@@ -580,8 +580,18 @@ static void rope_freqs(const struct toy_tensor *dst, int n_dims, double *inv_fre
 /* Rows sharing a position share their angles: work items are positions
  * (t, b); cos/sin are computed once (in double: float loses ~1e-5 rad at
  * position 300) and applied to every head. */
-#define ROPE_CACHE 16384   /* angles (positions x half) a thread keeps between runs */
+#define ROPE_CACHE 32768   /* angles (positions x half) a thread keeps between runs */
 #define ROPE_CACHE_POS 2048
+
+/* the cos and sin of one position's angles (sin signed for the inverse) */
+static void rope_angles(int64_t pv, const double *inv_freq, int half, double mscale, float sign, float *c_, float *s_) {
+    for (int i = 0; i < half; i++) {
+        double c, sv;
+        sincos((double)pv * inv_freq[i], &sv, &c);
+        c_[i] = (float)(c * mscale);
+        s_[i] = (float)(sv * mscale * sign);
+    }
+}
 
 static void k_rope(struct toy_tensor *dst, int ith, int nth, float *tmp) {
     const struct toy_tensor *x = dst->src[0], *pos = dst->src[1];
@@ -608,32 +618,38 @@ static void k_rope(struct toy_tensor *dst, int ith, int nth, float *tmp) {
         int32_t pos[ROPE_CACHE_POS];
         float cs[ROPE_CACHE], sn[ROPE_CACHE];
     } rc = {.n = -1};
+    /* Without per-batch positions, a thread whose rows span a whole
+     * sequence sees T positions again and again (training): its angles are
+     * those T, slot t; else one slot per row of its range. */
     int64_t np = p1 - p0;
-    bool cached = np > 0 && np <= ROPE_CACHE_POS && np * half <= ROPE_CACHE;
+    bool full = !per_batch && np >= T;
+    int64_t ns = full ? T : np;
     const int32_t *pd = pos->data;
 #define POS_AT(pi) pd[per_batch ? (pi) : (pi) % T]
-    bool hit = cached && rc.n == np && rc.ff == (ff ? ff->data : NULL) &&
+#define SLOT_POS(sl) (full ? pd[sl] : POS_AT(p0 + (sl)))
+    bool cached = ns > 0 && ns <= ROPE_CACHE_POS && ns * half <= ROPE_CACHE;
+    bool hit = cached && rc.n == ns && rc.ff == (ff ? ff->data : NULL) &&
                !memcmp(rc.params, dst->op_params, sizeof rc.params);
-    for (int64_t pi = p0; pi < p1 && hit; pi++) hit = rc.pos[pi - p0] == POS_AT(pi);
+    for (int64_t sl = 0; sl < ns && hit; sl++) hit = rc.pos[sl] == SLOT_POS(sl);
     if (!hit) {
         rope_freqs(dst, n_dims, inv_freq);
         if (ff)
             for (int i = 0; i < half; i++) inv_freq[i] /= ((const float *)ff->data)[i];
-        if (cached) rc.n = -1; /* refilled below */
+    }
+    if (cached && !hit) {
+        for (int64_t sl = 0; sl < ns; sl++) {
+            rope_angles(SLOT_POS(sl), inv_freq, half, mscale, sign, rc.cs + sl * half, rc.sn + sl * half);
+            rc.pos[sl] = SLOT_POS(sl);
+        }
+        memcpy(rc.params, dst->op_params, sizeof rc.params);
+        rc.ff = ff ? ff->data : NULL;
+        rc.n = ns;
     }
     for (int64_t pi = p0; pi < p1; pi++) {
-        int64_t t = pi % T, b = pi / T;
-        float *c_ = cached ? rc.cs + (pi - p0) * half : cs, *s_ = cached ? rc.sn + (pi - p0) * half : sn;
-        if (!hit) {
-            int64_t pv = POS_AT(pi);
-            for (int i = 0; i < half; i++) {
-                double c, sv;
-                sincos((double)pv * inv_freq[i], &sv, &c);
-                c_[i] = (float)(c * mscale);
-                s_[i] = (float)(sv * mscale * sign);
-            }
-            if (cached) rc.pos[pi - p0] = (int32_t)pv;
-        }
+        int64_t t = pi % T, b = pi / T, sl = full ? t : pi - p0;
+        const float *c_ = cs, *s_ = sn;
+        if (cached) c_ = rc.cs + sl * half, s_ = rc.sn + sl * half;
+        else rope_angles(POS_AT(pi), inv_freq, half, mscale, sign, cs, sn);
         for (int64_t h = 0; h < H; h++) {
             const float *xv = toy_cpu_row_f32(x, TOY_ROW(x, h, t, b), tmp);
             float *y = out_row(dst, (b * T + t) * H + h);
@@ -647,11 +663,7 @@ static void k_rope(struct toy_tensor *dst, int ith, int nth, float *tmp) {
         }
     }
 #undef POS_AT
-    if (cached && !hit) {
-        memcpy(rc.params, dst->op_params, sizeof rc.params);
-        rc.ff = ff ? ff->data : NULL;
-        rc.n = np;
-    }
+#undef SLOT_POS
 }
 
 /* ---- cross-entropy ------------------------------------------------------------------------------ */
