@@ -501,16 +501,19 @@ Test(ops, segment_attention_packed_row_equals_separate_rows) {
     free(sq); free(sk); free(sv); free(sdy); free(so); free(sdq); free(sdk); free(sdv);
 }
 
-/* The f32 decode GEMV (16-byte loads, four FMA chains) against BLAS's
- * sgemv: row lengths with every tail (k mod 16, k mod 4), a row stride
- * wider than the row, and accumulation. 1e-5 of the row's scale: only the
- * summation order differs. */
+/* The f32 decode GEMVs (16-byte loads, four FMA chains; 64-byte loads
+ * where the CPU has AVX-512) against BLAS's sgemv: row lengths with every
+ * tail (k mod 64, k mod 16, k mod 4), a row stride wider than the row, and
+ * accumulation. 1e-5 of the row's scale: only the summation order differs. */
 Test(ops, gemv_f32_matches_blas) {
     __builtin_cpu_init();
     if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) cr_skip_test("no AVX2 + FMA");
+    bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                  __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
     struct toy_rng r;
     toy_rng_seed(&r, 41);
-    const int64_t ks[] = {1, 5, 17, 64, 576, 1537};
+    const int64_t ks[] = {1, 5, 17, 64, 100, 576, 1537};
+    for (int wide = 0; wide < (avx512 ? 2 : 1); wide++)
     for (size_t t = 0; t < sizeof ks / sizeof ks[0]; t++)
         for (int acc = 0; acc < 2; acc++) {
             int64_t k = ks[t], n = 37, ld = k + 3;
@@ -522,11 +525,13 @@ Test(ops, gemv_f32_matches_blas) {
             /* with a side stream to fetch ahead (over the weights themselves): same results */
             struct toy_prefetch pf = {{(const char *)w, (const char *)x}, {(size_t)(n * ld) * sizeof *w, (size_t)k * sizeof *x}};
             struct toy_pf_cursor pc;
-            toy_gemv_f32_avx2(w, ld, x, k, y, n, acc, toy_pf_start(&pc, acc ? &pf : NULL, n));
+            (wide ? toy_gemv_f32_avx512 : toy_gemv_f32_avx2)(w, ld, x, k, y, n, acc,
+                                                              toy_pf_start(&pc, acc ? &pf : NULL, n));
             cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)n, (int)k, 1.0f, w, (int)ld, x, 1, acc ? 1.0f : 0.0f, yr, 1);
             for (int64_t i = 0; i < n; i++)
                 cr_assert(fabsf(y[i] - yr[i]) <= 1e-5f * (1 + sqrtf((float)k) + fabsf(yr[i])),
-                          "k %lld accum %d: y[%lld] = %.9g, sgemv %.9g", (long long)k, acc, (long long)i, y[i], yr[i]);
+                          "%s k %lld accum %d: y[%lld] = %.9g, sgemv %.9g", wide ? "avx512" : "avx2", (long long)k,
+                          acc, (long long)i, y[i], yr[i]);
             free(w); free(x); free(y); free(yr);
         }
 }
@@ -559,12 +564,13 @@ Test(ops, gemv_f16_bf16_match_loops) {
                 xb[i] = toy_f32_to_bf16(x[i]);
             }
             for (int64_t i = 0; i < n; i++) y0[i] = toy_rng_normal(&r);
-            for (int pass = 0; pass < (bf16 ? 2 : 1); pass++) {
+            for (int pass = 0; pass < (bf16 ? 3 : 1); pass++) { /* f16, bf16, bf16 with 64-byte loads */
                 memcpy(y, y0, (size_t)n * sizeof *y);
                 struct toy_prefetch pf = {{(const char *)x, NULL}, {(size_t)k * sizeof *x, 0}};
                 struct toy_pf_cursor pc;
                 if (pass == 0) toy_gemv_f16_avx2(wh, ld, x, k, y, n, acc, toy_pf_start(&pc, acc ? &pf : NULL, n));
-                else toy_gemv_bf16_avx512(wb, ld, xb, k, y, n, acc, toy_pf_start(&pc, acc ? NULL : &pf, n));
+                else (pass == 1 ? toy_gemv_bf16_avx512 : toy_gemv_bf16_wide_avx512)(
+                    wb, ld, xb, k, y, n, acc, toy_pf_start(&pc, acc ? NULL : &pf, n));
                 for (int64_t j = 0; j < n; j++) {
                     double e = acc ? y0[j] : 0, mag = fabs(e);
                     for (int64_t i = 0; i < k; i++) {
@@ -574,7 +580,7 @@ Test(ops, gemv_f16_bf16_match_loops) {
                         mag += fabs(p);
                     }
                     cr_assert(fabs(y[j] - e) <= 1e-5 * (1 + mag), "%s k %lld accum %d: y[%lld] = %.9g, loop %.9g",
-                              pass ? "bf16" : "f16", (long long)k, acc, (long long)j, y[j], e);
+                              pass == 2 ? "bf16 wide" : pass ? "bf16" : "f16", (long long)k, acc, (long long)j, y[j], e);
                 }
             }
             free(wh); free(wb); free(xb); free(x); free(y); free(y0);

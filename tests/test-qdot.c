@@ -213,8 +213,11 @@ static void qpacked_case(enum toy_dtype type, int64_t m, int64_t n, int64_t k, b
     free(scratch); free(pk); free(a); free(w); free(c); free(cr); free(b);
 }
 
-Test(qdot, qgemm_packed_matches_reference_exactly) {
+/* loads: "narrow" or "wide" (toy_cpu_wide_loads, read once per process;
+ * each test is one), NULL for the CPU's own choice */
+static void qpacked_cases(const char *loads) {
     unsetenv("TOY_SIMD");
+    if (loads) setenv("TOY_LOADS", loads, 1);
     toy_qdot_init();
     if (!toy_qdot.qgemm_packed) cr_skip_test("no AVX-512 VNNI on this CPU");
     const int64_t shapes[][3] = {{1, 1, 32}, {1, 17, 288}, {3, 33, 576}, {8, 64, 1536}, {13, 100, 96}, {40, 48, 64}};
@@ -228,6 +231,9 @@ Test(qdot, qgemm_packed_matches_reference_exactly) {
     for (size_t s = 0; s < sizeof kshapes / sizeof kshapes[0]; s++)
         for (int acc = 0; acc < 2; acc++) qpacked_case(TOY_Q4_K, kshapes[s][0], kshapes[s][1], kshapes[s][2], acc);
 }
+Test(qdot, qgemm_packed_matches_reference_exactly) { qpacked_cases(NULL); }
+Test(qdot, qgemm_packed_narrow_loads_match_reference_exactly) { qpacked_cases("narrow"); }
+Test(qdot, qgemm_packed_wide_loads_match_reference_exactly) { qpacked_cases("wide"); }
 
 /* Through the graph with a packed weight: one row (decode: column groups
  * split between threads) and 40 rows (rows split) give the same bits for

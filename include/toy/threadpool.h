@@ -33,9 +33,10 @@ int toy_num_cores(void);
  * the buffers cannot be allocated. */
 double toy_memory_bandwidth_gbs(struct toy_threadpool *tp);
 /* Read-only memory bandwidth of the pool's threads, in GB/s: a sum over
- * 256 MB, best of 5. What a decode step does (it only reads the weights);
- * on 2 threads here it is ~20% below the triad figure, which counts 3 of
- * the 4 bytes a triad moves (the written line is read first). */
+ * 256 MB with 16-, 32- and 64-byte loads (those the CPU has), the best of
+ * 5 rounds of each. What a decode step does (it only reads the weights);
+ * which load width streams fastest depends on the CPU (Zen 4: the narrow,
+ * Emerald Rapids: the wide ones, by ~40%). */
 double toy_memory_read_gbs(struct toy_threadpool *tp);
 
 #ifdef __cplusplus

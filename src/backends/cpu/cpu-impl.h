@@ -64,6 +64,15 @@ void toy_gemv_f16_avx2(const uint16_t *w, int64_t ldw, const float *x, int64_t k
  * a multiple of 32 (gemm-bf16-avx512.c; AVX-512 BF16) */
 void toy_gemv_bf16_avx512(const uint16_t *w, int64_t ldw, const uint16_t *x, int64_t k, float *y, int64_t n,
                           bool accum, struct toy_pf_cursor *pc);
+/* The f32 and bf16 ones with one 64-byte weight load at a time
+ * (gemv-avx512.c, gemm-bf16-avx512.c), for CPUs whose prefetchers stream
+ * wide loads faster than narrow ones: toy_cpu_wide_loads (simd.c) says
+ * which kind this is. */
+void toy_gemv_f32_avx512(const float *w, int64_t ldw, const float *x, int64_t k, float *y, int64_t n, bool accum,
+                         struct toy_pf_cursor *pc);
+void toy_gemv_bf16_wide_avx512(const uint16_t *w, int64_t ldw, const uint16_t *x, int64_t k, float *y, int64_t n,
+                               bool accum, struct toy_pf_cursor *pc);
+bool toy_cpu_wide_loads(void);
 void toy_cpu_matmul(struct toy_tensor *dst, int ith, int nth, void *work, size_t work_size);
 size_t toy_cpu_matmul_work(const struct toy_tensor *dst, int nth);
 void toy_cpu_attention(struct toy_tensor *dst, int ith, int nth, void *work, size_t work_size);

@@ -150,9 +150,11 @@ static inline __m512i load64(const uint16_t *p) {
  * for j < n, w_j the k bf16 values at w + j ldw, x the activations already
  * rounded to bf16 (toy_pack_f32_bf16) and zero-padded to a multiple of 32.
  * The same products and f32 sums (vdpbf16ps) as toy_gemm_bf16_panels, read
- * straight from the rows: no panel copy of B. */
-void toy_gemv_bf16_avx512(const uint16_t *w, int64_t ldw, const uint16_t *x, int64_t k, float *y, int64_t n,
-                          bool accum, struct toy_pf_cursor *pc) {
+ * straight from the rows: no panel copy of B. `wide`: one 64-byte load per
+ * 32 weights, for CPUs that stream those faster (toy_cpu_wide_loads). */
+static inline __attribute__((always_inline)) void gemv_bf16(bool wide, const uint16_t *w, int64_t ldw,
+                                                            const uint16_t *x, int64_t k, float *y, int64_t n,
+                                                            bool accum, struct toy_pf_cursor *pc) {
     int64_t kb = k / 32 * 32;
     __mmask32 tail = (__mmask32)((1ull << (k - kb)) - 1);
     for (int64_t j = 0; j < n; j++) {
@@ -160,15 +162,27 @@ void toy_gemv_bf16_avx512(const uint16_t *w, int64_t ldw, const uint16_t *x, int
         const uint16_t *r = w + j * ldw;
         __m512 s0 = _mm512_setzero_ps(), s1 = s0;
         int64_t i = 0;
+#define LOADW(p) (wide ? _mm512_loadu_si512(p) : load64(p))
         for (; i + 64 <= kb; i += 64) {
-            s0 = _mm512_dpbf16_ps(s0, (__m512bh)load64(r + i), (__m512bh)_mm512_loadu_si512(x + i));
-            s1 = _mm512_dpbf16_ps(s1, (__m512bh)load64(r + i + 32), (__m512bh)_mm512_loadu_si512(x + i + 32));
+            s0 = _mm512_dpbf16_ps(s0, (__m512bh)LOADW(r + i), (__m512bh)_mm512_loadu_si512(x + i));
+            s1 = _mm512_dpbf16_ps(s1, (__m512bh)LOADW(r + i + 32), (__m512bh)_mm512_loadu_si512(x + i + 32));
         }
-        for (; i < kb; i += 32) s0 = _mm512_dpbf16_ps(s0, (__m512bh)load64(r + i), (__m512bh)_mm512_loadu_si512(x + i));
+        for (; i < kb; i += 32) s0 = _mm512_dpbf16_ps(s0, (__m512bh)LOADW(r + i), (__m512bh)_mm512_loadu_si512(x + i));
+#undef LOADW
         if (tail)
             s1 = _mm512_dpbf16_ps(s1, (__m512bh)_mm512_maskz_loadu_epi16(tail, r + kb),
                                   (__m512bh)_mm512_loadu_si512(x + kb));
         float v = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
         y[j] = accum ? y[j] + v : v;
     }
+}
+
+void toy_gemv_bf16_avx512(const uint16_t *w, int64_t ldw, const uint16_t *x, int64_t k, float *y, int64_t n,
+                          bool accum, struct toy_pf_cursor *pc) {
+    gemv_bf16(false, w, ldw, x, k, y, n, accum, pc);
+}
+
+void toy_gemv_bf16_wide_avx512(const uint16_t *w, int64_t ldw, const uint16_t *x, int64_t k, float *y, int64_t n,
+                               bool accum, struct toy_pf_cursor *pc) {
+    gemv_bf16(true, w, ldw, x, k, y, n, accum, pc);
 }

@@ -391,8 +391,9 @@ static void matmul_bf16(struct toy_tensor *dst, int ith, int nth, void *work, si
             float *c = bt.c;
             toy_pack_f32_bf16(a, k, pa, kp);
             struct toy_pf_cursor pc;
-            toy_gemv_bf16_avx512((const uint16_t *)(b + j0 * B->nb[1]), (int64_t)(B->nb[1] / 2), pa, k, c + j0,
-                                 j1 - j0, beta != 0, bi ? NULL : side_cursor(dst, ith, nth, j1 - j0, &pc));
+            (toy_cpu_wide_loads() ? toy_gemv_bf16_wide_avx512 : toy_gemv_bf16_avx512)(
+                (const uint16_t *)(b + j0 * B->nb[1]), (int64_t)(B->nb[1] / 2), pa, k, c + j0, j1 - j0, beta != 0,
+                bi ? NULL : side_cursor(dst, ith, nth, j1 - j0, &pc));
         }
         return;
     }
@@ -470,8 +471,9 @@ static void matmul_run(struct toy_tensor *dst, int ith, int nth, void *work, siz
                 /* one row (decode): a matrix-vector product; sgemm would pack B */
                 if (tb && use_gemv_f32()) {
                     struct toy_pf_cursor pc;
-                    toy_gemv_f32_avx2(b + lo * ldb, ldb, a, k, c + lo, hi - lo, beta != 0,
-                                      w == w0 ? side_cursor(dst, ith, nth, hi - lo, &pc) : NULL);
+                    (toy_cpu_wide_loads() ? toy_gemv_f32_avx512 : toy_gemv_f32_avx2)(
+                        b + lo * ldb, ldb, a, k, c + lo, hi - lo, beta != 0,
+                        w == w0 ? side_cursor(dst, ith, nth, hi - lo, &pc) : NULL);
                     continue;
                 }
                 if (tb)
