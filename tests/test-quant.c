@@ -274,3 +274,35 @@ Test(quant, f16_rows_match_scalar) {
     free(h2);
     free(f);
 }
+
+/* bf16 rows (the vector path, 16 at a time, and its tail) give the scalar
+ * conversions' bits for every kind of value: ties either way, the largest
+ * finite values (rounding to inf), subnormals, zeros, infinities, NaNs with
+ * payloads of both signs, and random bit patterns. */
+Test(quant, bf16_rows_match_scalar_bit_for_bit) {
+    enum { N = 4096 + 13 };
+    static uint32_t u[N];
+    static const uint32_t special[] = {0x00000000, 0x80000000, 0x00000001, 0x807fffff, 0x00400000, 0x3f808000,
+                                       0x3f818000, 0x3f80ffff, 0x3f817fff, 0x7f7fffff, 0xff7fffff, 0x7f7f8000,
+                                       0x7f800000, 0xff800000, 0x7f800001, 0x7fc00000, 0xffc12345, 0x7fffffff,
+                                       0xff800001, 0x7f80ffff, 0x00008000, 0x3effff80};
+    size_t ns = sizeof special / sizeof special[0];
+    for (int i = 0; i < N; i++) {
+        rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+        u[i] = i < (int)(4 * ns) ? special[i % ns] ^ (i >= (int)ns ? (uint32_t)(i / ns) : 0u) : (uint32_t)(rng_state >> 32);
+    }
+    static float x[N], back[N];
+    static toy_bf16 h[N];
+    memcpy(x, u, sizeof x);
+    for (int n = 1; n <= N; n = n < 40 ? n + 1 : n * 2 + 1) {
+        toy_f32_to_bf16_row(x, h, n);
+        toy_bf16_to_f32_row(h, back, n);
+        for (int i = 0; i < n; i++) {
+            cr_assert_eq(h[i], toy_f32_to_bf16(x[i]), "n %d: 0x%08x -> 0x%04x, scalar 0x%04x", n, u[i], h[i],
+                         toy_f32_to_bf16(x[i]));
+            uint32_t b;
+            memcpy(&b, &back[i], 4);
+            cr_assert_eq(b, (uint32_t)h[i] << 16, "n %d: 0x%04x widened to 0x%08x", n, h[i], b);
+        }
+    }
+}

@@ -10,13 +10,17 @@
  * So when OpenBLAS chose a pre-AVX2 core on a CPU with AVX2 or AVX-512,
  * toy_blas_init re-runs OpenBLAS's own selection with OPENBLAS_CORETYPE (its
  * documented override) naming the best core the CPU's flags allow. It runs
- * in toy_cpu_init, before any GEMM of toy's. A user's own OPENBLAS_CORETYPE
+ * once, as a constructor, before main (so setting the variable races no
+ * other thread's getenv), and toy_cpu_init calls it too (a no-op then; the
+ * call also links this file into every program that uses the CPU
+ * backend). A user's own OPENBLAS_CORETYPE
  * is left alone, and so is a core OpenBLAS chose knowingly (Haswell, Zen,
  * SkylakeX, ...): this only repairs the fallback. The entry points are weak
  * symbols, so a BLAS without them (a non-DYNAMIC_ARCH build) is left as it
  * is. Other libraries of the process that use OpenBLAS (PyTorch, NumPy in a
  * host program) get the same kernels, since OpenBLAS's choice is global.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,7 +60,7 @@ const char *toy_blas_better_core(const char *picked, bool avx2, bool avx512, boo
 
 static char note[160];
 
-void toy_blas_init(void) {
+static void pick_core(void) {
     const char *picked = openblas_get_corename();
     if (getenv("OPENBLAS_CORETYPE") || !gotoblas_dynamic_init || !gotoblas_dynamic_quit) return;
     __builtin_cpu_init();
@@ -74,13 +78,17 @@ void toy_blas_init(void) {
     snprintf(note, sizeof note, "chosen by toy: OpenBLAS fell back to %s on this CPU", was);
 }
 
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+void toy_blas_init(void) { pthread_once(&once, pick_core); }
+__attribute__((constructor)) static void blas_at_start(void) { toy_blas_init(); }
+
 const char *toy_blas_core(void) {
-    toy_cpu_init();
+    toy_blas_init();
     const char *c = openblas_get_corename();
     return c ? c : "?";
 }
 
 const char *toy_blas_core_note(void) {
-    toy_cpu_init();
+    toy_blas_init();
     return note[0] ? note : NULL;
 }
