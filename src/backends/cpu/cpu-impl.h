@@ -103,6 +103,8 @@ struct toy_vec_ops {
     void (*gelu_back)(float *dx, const float *dy, const float *x, int64_t n);
     void (*adamw)(float *p, const float *g, float *m, float *v, int64_t n, float lr, float b1,
                   float b2, float eps, float wd, float bc1, float bc2sqrt);
+    /* acc += s a (b - mu), in double: a norm's weight gradient over rows */
+    void (*acc_scaled_prod)(double *acc, const float *a, const float *b, double mu, double s, int64_t n);
 };
 extern struct toy_vec_ops toy_vec;
 void toy_simd_init(void);

@@ -473,9 +473,12 @@ static void k_norm_back_w(struct toy_tensor *dst, int ith, int nth, float *tmp, 
             for (int64_t i = 0; i < n; i++) mu += xv[i];
             mu /= (double)n;
         }
-        for (int64_t i = 0; i < n; i++) var += ((double)xv[i] - mu) * ((double)xv[i] - mu);
+        if (layer)
+            for (int64_t i = 0; i < n; i++) var += ((double)xv[i] - mu) * ((double)xv[i] - mu);
+        else
+            var = toy_vec.sumsq(xv, n); /* summed in double, as the forward's */
         double rstd = 1.0 / sqrt(var / (double)n + eps);
-        for (int64_t i = 0; i < n; i++) part[i] += (double)d[i] * ((double)xv[i] - mu) * rstd;
+        toy_vec.acc_scaled_prod(part, d, xv, mu, rstd, n);
     }
     if (toy_last_thread((atomic_int *)&dst->op_params[TOY_MAX_OP_PARAMS - 2], nth)) {
         double *base = (double *)((char *)work + TOY_WORK_HEAD);
