@@ -37,13 +37,13 @@ int toy_cmd_devices(int argc, char **argv) {
                note ? "\"" : "");
         return 0;
     }
-    printf("%-8s %-40s %12s %12s %s\n", "device", "name", "memory", "free", "compute");
+    printf("%-8s %-28s %12s %12s %s\n", "device", "name", "memory", "free", "compute");
     for (int i = 0; i < n; i++) {
-        if (!dev[i].total_memory) {
-            printf("%-8s %-40s %12s %12s %s\n", dev[i].name, dev[i].description, "-", "-", "-");
+        if (!dev[i].total_memory) { /* the CPU: its kernels' choices in words, no memory columns */
+            printf("%-8s %s\n", dev[i].name, dev[i].description);
             continue;
         }
-        printf("%-8s %-40s %9.1f GiB %9.1f GiB %d.%d (%d SMs)\n", dev[i].name, dev[i].description,
+        printf("%-8s %-28s %9.1f GiB %9.1f GiB %d.%d (%d SMs)\n", dev[i].name, dev[i].description,
                (double)dev[i].total_memory / 1073741824.0, (double)dev[i].free_memory / 1073741824.0,
                dev[i].cc_major, dev[i].cc_minor, dev[i].multiprocessors);
     }

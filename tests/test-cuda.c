@@ -192,6 +192,11 @@ Test(cuda, cli_devices_and_device_flag) {
     char out[8192];
     cr_assert_eq(run_cli("devices", out, sizeof out), 0, "%s", out);
     cr_assert(strstr(out, "cpu"), "%s", out);
+    cr_assert(strstr(out, "OpenBLAS ") && strstr(out, "decode loads") && strstr(out, "bf16: "), "%s", out);
+    setenv("TOY_LOADS", "narrow", 1); /* the CPU's choices say what runs, overrides included */
+    cr_assert_eq(run_cli("devices", out, sizeof out), 0, "%s", out);
+    unsetenv("TOY_LOADS");
+    cr_assert(strstr(out, "narrow decode loads"), "%s", out);
     if (!toy_cuda_built()) cr_assert(strstr(out, "not built in"), "%s", out);
     cr_assert_eq(run_cli("devices --json", out, sizeof out), 0, "%s", out);
     cr_assert(strstr(out, "\"cuda_built\""), "%s", out);

@@ -73,6 +73,8 @@ void toy_gemv_f32_avx512(const float *w, int64_t ldw, const float *x, int64_t k,
 void toy_gemv_bf16_wide_avx512(const uint16_t *w, int64_t ldw, const uint16_t *x, int64_t k, float *y, int64_t n,
                                bool accum, struct toy_pf_cursor *pc);
 bool toy_cpu_wide_loads(void);
+/* how bf16 GEMMs run on this CPU (matmul.c), in words */
+const char *toy_cpu_bf16_route(void);
 void toy_cpu_matmul(struct toy_tensor *dst, int ith, int nth, void *work, size_t work_size);
 size_t toy_cpu_matmul_work(const struct toy_tensor *dst, int nth);
 void toy_cpu_attention(struct toy_tensor *dst, int ith, int nth, void *work, size_t work_size);

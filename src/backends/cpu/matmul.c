@@ -49,14 +49,17 @@ void toy_pack_f32_bf16_cols(const float *a, int64_t lda, int64_t c0, int64_t nc,
 
 /* AVX-512 BF16 path: B is bf16 and the CPU has vdpbf16ps ($TOY_BF16_GEMM=0
  * turns it off, to compare with the dequantize + sgemm path). */
-static bool use_bf16_gemm(const struct toy_tensor *dst) {
+static bool use_bf16_gemm_cpu(void) {
     static int have = -1;
     if (have < 0) {
         const char *e = getenv("TOY_BF16_GEMM");
         __builtin_cpu_init();
         have = __builtin_cpu_supports("avx512f") && !(e && !strcmp(e, "0")) && toy_cpu_has_avx512bf16();
     }
-    return have && dst->src[1]->type == TOY_BF16 && dst->src[0]->type == TOY_F32;
+    return have;
+}
+static bool use_bf16_gemm(const struct toy_tensor *dst) {
+    return use_bf16_gemm_cpu() && dst->src[1]->type == TOY_BF16 && dst->src[0]->type == TOY_F32;
 }
 
 /* How the BF16 path multiplies, once both operands are rounded to bf16.
@@ -77,6 +80,11 @@ static bool bf16_via_sgemm(void) {
         via = e && !strcmp(e, "sgemm") ? 1 : e && !strcmp(e, "dot") ? 0 : __builtin_cpu_is("intel");
     }
     return via;
+}
+
+const char *toy_cpu_bf16_route(void) {
+    if (!use_bf16_gemm_cpu()) return "dequantize + sgemm";
+    return bf16_via_sgemm() ? "sgemm" : "AVX-512 BF16 dot products";
 }
 
 static int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
