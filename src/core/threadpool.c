@@ -9,7 +9,6 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
-#include <immintrin.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
@@ -194,51 +193,31 @@ struct rd {
 /* Read loops with 16-, 32- and 64-byte loads, four independent sums each:
  * which width streams fastest depends on the CPU's prefetchers (on a Zen 4
  * the narrow loads, on an Emerald Rapids Xeon the wide ones, by 40%), so
- * the bound is the best of the widths the CPU has. */
-static float read16(const float *a, int64_t s, int64_t e) {
-    __m128 a0 = _mm_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    int64_t i = s;
-    for (; i + 16 <= e; i += 16) {
-        a0 = _mm_add_ps(a0, _mm_loadu_ps(a + i));
-        a1 = _mm_add_ps(a1, _mm_loadu_ps(a + i + 4));
-        a2 = _mm_add_ps(a2, _mm_loadu_ps(a + i + 8));
-        a3 = _mm_add_ps(a3, _mm_loadu_ps(a + i + 12));
+ * the bound is the best of the widths the CPU has. One body, compiled for
+ * each width (GCC/clang vector types; the target attribute gives the
+ * registers). */
+#define READ_LOOP(name, attr, bytes)                                                     \
+    attr static float name(const float *a, int64_t s, int64_t e) {                       \
+        typedef float vec __attribute__((vector_size(bytes), aligned(4)));               \
+        enum { L = (bytes) / 4 };                                                        \
+        vec a0 = {0}, a1 = a0, a2 = a0, a3 = a0;                                         \
+        int64_t i = s;                                                                   \
+        for (; i + 4 * L <= e; i += 4 * L) {                                             \
+            a0 += *(const vec *)(a + i);                                                 \
+            a1 += *(const vec *)(a + i + L);                                             \
+            a2 += *(const vec *)(a + i + 2 * L);                                         \
+            a3 += *(const vec *)(a + i + 3 * L);                                         \
+        }                                                                                \
+        vec t = a0 + a1 + a2 + a3;                                                       \
+        float r = 0;                                                                     \
+        for (int j = 0; j < L; j++) r += t[j];                                           \
+        for (; i < e; i++) r += a[i];                                                    \
+        return r;                                                                        \
     }
-    float out[4], r = 0;
-    _mm_storeu_ps(out, _mm_add_ps(_mm_add_ps(a0, a1), _mm_add_ps(a2, a3)));
-    for (; i < e; i++) r += a[i];
-    return r + out[0] + out[1] + out[2] + out[3];
-}
-
-__attribute__((target("avx2"))) static float read32(const float *a, int64_t s, int64_t e) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    int64_t i = s;
-    for (; i + 32 <= e; i += 32) {
-        a0 = _mm256_add_ps(a0, _mm256_loadu_ps(a + i));
-        a1 = _mm256_add_ps(a1, _mm256_loadu_ps(a + i + 8));
-        a2 = _mm256_add_ps(a2, _mm256_loadu_ps(a + i + 16));
-        a3 = _mm256_add_ps(a3, _mm256_loadu_ps(a + i + 24));
-    }
-    float out[8], r = 0;
-    _mm256_storeu_ps(out, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-    for (; i < e; i++) r += a[i];
-    for (int j = 0; j < 8; j++) r += out[j];
-    return r;
-}
-
-__attribute__((target("avx512f"))) static float read64(const float *a, int64_t s, int64_t e) {
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    int64_t i = s;
-    for (; i + 64 <= e; i += 64) {
-        a0 = _mm512_add_ps(a0, _mm512_loadu_ps(a + i));
-        a1 = _mm512_add_ps(a1, _mm512_loadu_ps(a + i + 16));
-        a2 = _mm512_add_ps(a2, _mm512_loadu_ps(a + i + 32));
-        a3 = _mm512_add_ps(a3, _mm512_loadu_ps(a + i + 48));
-    }
-    float r = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-    for (; i < e; i++) r += a[i];
-    return r;
-}
+READ_LOOP(read16, , 16)
+READ_LOOP(read32, __attribute__((target("avx2"))), 32)
+READ_LOOP(read64, __attribute__((target("avx512f"))), 64)
+#undef READ_LOOP
 
 static void read_fn(void *arg, int ith, int nth) {
     struct rd *r = arg;

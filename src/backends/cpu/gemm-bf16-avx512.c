@@ -99,8 +99,8 @@ void toy_pack_f32_bf16(const float *x, int64_t k, uint16_t *y, int64_t kp) {
     for (; i < kp; i++) y[i] = 0;
 }
 
-/* f32 -> f32 rounded to bf16 (the same rounding as toy_pack_f32_bf16),
- * and bf16 -> f32 (exact): the operands of the BF16 path through sgemm */
+/* f32 -> f32 rounded to bf16 (the same rounding as toy_pack_f32_bf16): op(A)
+ * of the BF16 path through sgemm (its B widens with toy_bf16_to_f32_row) */
 void toy_round_f32_bf16(const float *x, float *y, int64_t n) {
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
@@ -108,13 +108,6 @@ void toy_round_f32_bf16(const float *x, float *y, int64_t n) {
         _mm512_storeu_si512(y + i, _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
     }
     for (; i < n; i++) y[i] = toy_bf16_to_f32(toy_f32_to_bf16(x[i]));
-}
-
-void toy_widen_bf16_f32(const uint16_t *x, float *y, int64_t n) {
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16)
-        _mm512_storeu_si512(y + i, _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(x + i))), 16));
-    for (; i < n; i++) y[i] = toy_bf16_to_f32(x[i]);
 }
 
 /* Columns c0 .. c0+nc of a (k rows of lda f32) as nc bf16 rows of kp (a

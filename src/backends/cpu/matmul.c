@@ -43,7 +43,6 @@ static bool use_gemv_f32(void) {
 #define BF16_SG_K 1024
 #define BF16_SG_N 512
 void toy_round_f32_bf16(const float *x, float *y, int64_t n);
-void toy_widen_bf16_f32(const uint16_t *x, float *y, int64_t n);
 void toy_pack_f32_bf16(const float *x, int64_t k, uint16_t *y, int64_t kp);
 void toy_pack_f32_bf16_cols(const float *a, int64_t lda, int64_t c0, int64_t nc, int64_t k, uint16_t *y, int64_t kp);
 
@@ -363,10 +362,10 @@ static void matmul_bf16_sgemm(struct toy_tensor *dst, int ith, int nth, void *wo
                     int64_t jn = j1 - j < BF16_SG_N ? j1 - j : BF16_SG_N;
                     if (tb) /* B is (n, k): rows j .. j+jn, their columns q .. q+kc */
                         for (int64_t r = 0; r < jn; r++)
-                            toy_widen_bf16_f32((const uint16_t *)(bt.b + (j + r) * B->nb[1]) + q, pb + r * kc, kc);
+                            toy_bf16_to_f32_row((const uint16_t *)(bt.b + (j + r) * B->nb[1]) + q, pb + r * kc, kc);
                     else /* B is (k, n): rows q .. q+kc, their columns j .. j+jn */
                         for (int64_t r = 0; r < kc; r++)
-                            toy_widen_bf16_f32((const uint16_t *)(bt.b + (q + r) * B->nb[1]) + j, pb + r * jn, jn);
+                            toy_bf16_to_f32_row((const uint16_t *)(bt.b + (q + r) * B->nb[1]) + j, pb + r * jn, jn);
                     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
                                 (int)mc, (int)jn, (int)kc, 1.0f, pa, ta ? (int)mc : (int)kc, pb,
                                 tb ? (int)kc : (int)jn, q ? 1.0f : beta, bt.c + i * n + j, (int)n);

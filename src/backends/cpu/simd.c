@@ -130,11 +130,11 @@ const char *toy_simd_name(void) { return level; }
 /* Decode streams its weights once a token, and how fast depends on the
  * load width more than on the arithmetic: a Zen 4's prefetchers run ahead
  * of 16-byte loads best (its f32 GEMV: 24-28 GB/s a thread, against ~20
- * with 64-byte loads), an Emerald Rapids Xeon's of 64-byte ones (f32
- * decode 49 against 35 tok/s, Q8_0 216 against 145, BF16 81 against 66 on
- * 2 threads). By
- * vendor, so one machine always runs the same kernels (and sums);
- * $TOY_LOADS=narrow or =wide overrides. Wide needs AVX-512. */
+ * with 64-byte loads), an Emerald Rapids Xeon's of 64-byte ones (f32 decode
+ * 49 against 35 tok/s, Q8_0 216 against 145, BF16 81 against 66 on 2
+ * threads). By vendor, so one machine always runs the same kernels (and
+ * sums); $TOY_LOADS=narrow or =wide overrides. Wide needs AVX-512, and
+ * $TOY_SIMD below avx512 turns it off like the other AVX-512 kernels. */
 bool toy_cpu_wide_loads(void) {
     static int wide = -1;
     if (wide < 0) {
@@ -142,6 +142,8 @@ bool toy_cpu_wide_loads(void) {
         __builtin_cpu_init();
         bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+        const char *lvl = getenv("TOY_SIMD");
+        avx512 = avx512 && !(lvl && strcmp(lvl, "avx512"));
         wide = avx512 && (e && !strcmp(e, "wide") ? 1 : e && !strcmp(e, "narrow") ? 0 : __builtin_cpu_is("intel"));
     }
     return wide;
