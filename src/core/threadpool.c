@@ -160,6 +160,15 @@ static void fill_fn(void *arg, int ith, int nth) { /* first touch by the thread 
     }
 }
 
+/* seconds one run of fn on the pool takes */
+static double timed_run(struct toy_threadpool *tp, toy_task_fn fn, void *arg) {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    toy_threadpool_run(tp, fn, arg);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+}
+
 double toy_memory_bandwidth_gbs(struct toy_threadpool *tp) {
     struct triad t = {.n = 16 << 20};
     t.a = malloc((size_t)t.n * sizeof(float));
@@ -169,11 +178,7 @@ double toy_memory_bandwidth_gbs(struct toy_threadpool *tp) {
     if (t.a && t.b && t.c) {
         toy_threadpool_run(tp, fill_fn, &t);
         for (int r = 0; r < 5; r++) {
-            struct timespec t0, t1;
-            clock_gettime(CLOCK_MONOTONIC, &t0);
-            toy_threadpool_run(tp, triad_fn, &t);
-            clock_gettime(CLOCK_MONOTONIC, &t1);
-            double dt = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+            double dt = timed_run(tp, triad_fn, &t);
             if (dt < best) best = dt;
         }
     }
@@ -249,11 +254,7 @@ double toy_memory_read_gbs(struct toy_threadpool *tp) {
     for (int k = 0; k < 5; k++) /* widths interleaved, so a change of phase hits all alike */
         for (int w = 0; w < nw; w++) {
             r.width = widths[w];
-            struct timespec t0, t1;
-            clock_gettime(CLOCK_MONOTONIC, &t0);
-            toy_threadpool_run(tp, read_fn, &r);
-            clock_gettime(CLOCK_MONOTONIC, &t1);
-            double dt = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+            double dt = timed_run(tp, read_fn, &r);
             if (dt < best) best = dt;
         }
     free(a);
