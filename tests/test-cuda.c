@@ -197,6 +197,16 @@ Test(cuda, cli_devices_and_device_flag) {
     cr_assert_eq(run_cli("devices", out, sizeof out), 0, "%s", out);
     unsetenv("TOY_LOADS");
     cr_assert(strstr(out, "narrow decode loads"), "%s", out);
+    setenv("TOY_PREFETCH", "1024", 1);
+    cr_assert_eq(run_cli("devices", out, sizeof out), 0, "%s", out);
+    cr_assert(strstr(out, "prefetch 1024 B ahead"), "%s", out);
+    setenv("TOY_PREFETCH", "0", 1);
+    cr_assert_eq(run_cli("devices", out, sizeof out), 0, "%s", out);
+    cr_assert(strstr(out, "no prefetch"), "%s", out);
+    setenv("TOY_PREFETCH", "100", 1); /* not a multiple of 64: warned about, the CPU's choice runs */
+    cr_assert_eq(run_cli("devices", out, sizeof out), 0, "%s", out);
+    unsetenv("TOY_PREFETCH");
+    cr_assert(strstr(out, "ignoring TOY_PREFETCH=100"), "%s", out);
     if (!toy_cuda_built()) cr_assert(strstr(out, "not built in"), "%s", out);
     cr_assert_eq(run_cli("devices --json", out, sizeof out), 0, "%s", out);
     cr_assert(strstr(out, "\"cuda_built\""), "%s", out);

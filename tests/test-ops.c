@@ -504,8 +504,11 @@ Test(ops, segment_attention_packed_row_equals_separate_rows) {
 /* The f32 decode GEMVs (16-byte loads, four FMA chains; 64-byte loads
  * where the CPU has AVX-512) against BLAS's sgemv: row lengths with every
  * tail (k mod 64, k mod 16, k mod 4), a row stride wider than the row, and
- * accumulation. 1e-5 of the row's scale: only the summation order differs. */
-Test(ops, gemv_f32_matches_blas) {
+ * accumulation. 1e-5 of the row's scale: only the summation order differs.
+ * ahead: $TOY_PREFETCH for the process (each test is one), NULL for the
+ * CPU's own choice. */
+static void gemv_f32_cases(const char *ahead) {
+    if (ahead) setenv("TOY_PREFETCH", ahead, 1);
     __builtin_cpu_init();
     if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) cr_skip_test("no AVX2 + FMA");
     bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -535,13 +538,17 @@ Test(ops, gemv_f32_matches_blas) {
             free(w); free(x); free(y); free(yr);
         }
 }
+Test(ops, gemv_f32_matches_blas) { gemv_f32_cases(NULL); }
+Test(ops, gemv_f32_prefetching_ahead_matches_blas) { gemv_f32_cases("4096"); }
+Test(ops, gemv_f32_without_prefetch_matches_blas) { gemv_f32_cases("0"); }
 
 /* The f16 and bf16 decode GEMVs against double loops over the same
  * values: f16 weights convert exactly and meet f32 activations; bf16
  * weights meet activations rounded to bf16 (as the bf16 GEMM rounds them),
  * products exact, sums in f32. Row lengths with every tail, a wide row
- * stride, accumulation. 1e-5 of the terms' magnitude. */
-Test(ops, gemv_f16_bf16_match_loops) {
+ * stride, accumulation. 1e-5 of the terms' magnitude. ahead: as above. */
+static void gemv_half_cases(const char *ahead) {
+    if (ahead) setenv("TOY_PREFETCH", ahead, 1);
     __builtin_cpu_init();
     if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") || !toy_cpu_has_f16c())
         cr_skip_test("no AVX2 + FMA + F16C");
@@ -585,6 +592,30 @@ Test(ops, gemv_f16_bf16_match_loops) {
             }
             free(wh); free(wb); free(xb); free(x); free(y); free(y0);
         }
+}
+Test(ops, gemv_f16_bf16_match_loops) { gemv_half_cases(NULL); }
+Test(ops, gemv_f16_bf16_prefetching_ahead_match_loops) { gemv_half_cases("4096"); }
+Test(ops, gemv_f16_bf16_without_prefetch_match_loops) { gemv_half_cases("0"); }
+
+/* How far ahead decode prefetches: by vendor (Intel: 2 KB), or the
+ * user's $TOY_PREFETCH when it is a byte count toy can use. */
+Test(ops, prefetch_distance_follows_vendor_and_override) {
+    bool bad;
+    cr_assert_eq(toy_cpu_prefetch_choice(true, NULL, &bad), 2048);
+    cr_assert(!bad);
+    cr_assert_eq(toy_cpu_prefetch_choice(false, NULL, &bad), 0);
+    cr_assert_eq(toy_cpu_prefetch_choice(false, "", &bad), 0);
+    cr_assert(!bad);
+    cr_assert_eq(toy_cpu_prefetch_choice(true, "0", &bad), 0);
+    cr_assert_eq(toy_cpu_prefetch_choice(false, "4096", &bad), 4096);
+    cr_assert_eq(toy_cpu_prefetch_choice(false, "65536", &bad), 65536);
+    cr_assert(!bad);
+    const char *no[] = {"100", "-64", "65600", "2k", "abc", " 64", "64 "};
+    for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) {
+        cr_assert_eq(toy_cpu_prefetch_choice(true, no[i], &bad), 2048, "%s", no[i]);
+        cr_assert(bad, "%s taken", no[i]);
+        cr_assert_eq(toy_cpu_prefetch_choice(false, no[i], &bad), 0, "%s", no[i]);
+    }
 }
 
 /* A decode matmul (one activation row) over f16 and bf16 weights takes the

@@ -214,10 +214,12 @@ static void qpacked_case(enum toy_dtype type, int64_t m, int64_t n, int64_t k, b
 }
 
 /* loads: "narrow" or "wide" (toy_cpu_wide_loads, read once per process;
- * each test is one), NULL for the CPU's own choice */
-static void qpacked_cases(const char *loads) {
+ * each test is one), ahead: bytes to prefetch ahead ($TOY_PREFETCH, read
+ * the same way); NULL for the CPU's own choice */
+static void qpacked_cases(const char *loads, const char *ahead) {
     unsetenv("TOY_SIMD");
     if (loads) setenv("TOY_LOADS", loads, 1);
+    if (ahead) setenv("TOY_PREFETCH", ahead, 1);
     toy_qdot_init();
     if (!toy_qdot.qgemm_packed) cr_skip_test("no AVX-512 VNNI on this CPU");
     const int64_t shapes[][3] = {{1, 1, 32}, {1, 17, 288}, {3, 33, 576}, {8, 64, 1536}, {13, 100, 96}, {40, 48, 64}};
@@ -231,9 +233,11 @@ static void qpacked_cases(const char *loads) {
     for (size_t s = 0; s < sizeof kshapes / sizeof kshapes[0]; s++)
         for (int acc = 0; acc < 2; acc++) qpacked_case(TOY_Q4_K, kshapes[s][0], kshapes[s][1], kshapes[s][2], acc);
 }
-Test(qdot, qgemm_packed_matches_reference_exactly) { qpacked_cases(NULL); }
-Test(qdot, qgemm_packed_narrow_loads_match_reference_exactly) { qpacked_cases("narrow"); }
-Test(qdot, qgemm_packed_wide_loads_match_reference_exactly) { qpacked_cases("wide"); }
+Test(qdot, qgemm_packed_matches_reference_exactly) { qpacked_cases(NULL, NULL); }
+Test(qdot, qgemm_packed_narrow_loads_match_reference_exactly) { qpacked_cases("narrow", "0"); }
+Test(qdot, qgemm_packed_wide_loads_match_reference_exactly) { qpacked_cases("wide", "0"); }
+Test(qdot, qgemm_packed_prefetching_ahead_matches_reference_exactly) { qpacked_cases("narrow", "4096"); }
+Test(qdot, qgemm_packed_wide_loads_prefetching_ahead_match_reference_exactly) { qpacked_cases("wide", "4096"); }
 
 /* Through the graph with a packed weight: one row (decode: column groups
  * split between threads) and 40 rows (rows split) give the same bits for

@@ -171,8 +171,11 @@ enum toy_status toy_device_list(struct toy_device_info *out, int max, int *n) {
     memset(&out[0], 0, sizeof out[0]);
     snprintf(out[0].name, sizeof out[0].name, "cpu");
     toy_cpu_init();
-    snprintf(out[0].description, sizeof out[0].description, "host CPU (%s, OpenBLAS %s, %s decode loads, bf16: %s)",
-             toy_simd_name(), toy_blas_core(), toy_cpu_wide_loads() ? "64-byte" : "narrow", toy_cpu_bf16_route());
+    char ahead[40] = "no prefetch";
+    if (toy_cpu_prefetch_ahead()) snprintf(ahead, sizeof ahead, "prefetch %d B ahead", toy_cpu_prefetch_ahead());
+    snprintf(out[0].description, sizeof out[0].description,
+             "host CPU (%s, OpenBLAS %s, %s decode loads, %s, bf16: %s)", toy_simd_name(), toy_blas_core(),
+             toy_cpu_wide_loads() ? "64-byte" : "narrow", ahead, toy_cpu_bf16_route());
     *n = 1;
 #ifdef TOY_CUDA
     int c = toy_cuda_count();

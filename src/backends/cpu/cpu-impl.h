@@ -73,6 +73,11 @@ void toy_gemv_f32_avx512(const float *w, int64_t ldw, const float *x, int64_t k,
 void toy_gemv_bf16_wide_avx512(const uint16_t *w, int64_t ldw, const uint16_t *x, int64_t k, float *y, int64_t n,
                                bool accum, struct toy_pf_cursor *pc);
 bool toy_cpu_wide_loads(void);
+/* How far ahead of its loads (bytes; 0: not at all) a decode GEMV
+ * prefetches its weight stream on this CPU (simd.c), and the rule behind it:
+ * by vendor, or $TOY_PREFETCH (env; *bad when it was not a valid value). */
+int toy_cpu_prefetch_ahead(void);
+int toy_cpu_prefetch_choice(bool intel, const char *env, bool *bad);
 /* how bf16 GEMMs run on this CPU (matmul.c), in words */
 const char *toy_cpu_bf16_route(void);
 void toy_cpu_matmul(struct toy_tensor *dst, int ith, int nth, void *work, size_t work_size);

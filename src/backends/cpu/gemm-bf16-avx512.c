@@ -150,6 +150,7 @@ static inline __attribute__((always_inline)) void gemv_bf16(bool wide, const uin
                                                             bool accum, struct toy_pf_cursor *pc) {
     int64_t kb = k / 32 * 32;
     __mmask32 tail = (__mmask32)((1ull << (k - kb)) - 1);
+    int ahead = toy_cpu_prefetch_ahead();
     for (int64_t j = 0; j < n; j++) {
         toy_pf_step(pc);
         const uint16_t *r = w + j * ldw;
@@ -157,6 +158,10 @@ static inline __attribute__((always_inline)) void gemv_bf16(bool wide, const uin
         int64_t i = 0;
 #define LOADW(p) (wide ? _mm512_loadu_si512(p) : load64(p))
         for (; i + 64 <= kb; i += 64) {
+            if (ahead) {
+                _mm_prefetch((const char *)(r + i) + ahead, _MM_HINT_T0);
+                _mm_prefetch((const char *)(r + i) + ahead + 64, _MM_HINT_T0);
+            }
             s0 = _mm512_dpbf16_ps(s0, (__m512bh)LOADW(r + i), (__m512bh)_mm512_loadu_si512(x + i));
             s1 = _mm512_dpbf16_ps(s1, (__m512bh)LOADW(r + i + 32), (__m512bh)_mm512_loadu_si512(x + i + 32));
         }

@@ -9,12 +9,14 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "backends/cpu/cpu-impl.h"
 #include "backends/cpu/qdot.h"
 
-static inline float dot(const float *w, const float *x, int64_t k) {
+static inline float dot(const float *w, const float *x, int64_t k, int ahead) {
     __m128 s0 = _mm_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
     int64_t i = 0;
     for (; i + 16 <= k; i += 16) {
+        if (ahead) _mm_prefetch((const char *)(w + i) + ahead, _MM_HINT_T0);
         s0 = _mm_fmadd_ps(_mm_loadu_ps(w + i), _mm_loadu_ps(x + i), s0);
         s1 = _mm_fmadd_ps(_mm_loadu_ps(w + i + 4), _mm_loadu_ps(x + i + 4), s1);
         s2 = _mm_fmadd_ps(_mm_loadu_ps(w + i + 8), _mm_loadu_ps(x + i + 8), s2);
@@ -31,9 +33,10 @@ static inline float dot(const float *w, const float *x, int64_t k) {
 
 void toy_gemv_f32_avx2(const float *w, int64_t ldw, const float *x, int64_t k, float *y, int64_t n, bool accum,
                        struct toy_pf_cursor *pc) {
+    int ahead = toy_cpu_prefetch_ahead();
     for (int64_t j = 0; j < n; j++) {
         toy_pf_step(pc);
-        float v = dot(w + j * ldw, x, k);
+        float v = dot(w + j * ldw, x, k, ahead);
         y[j] = accum ? y[j] + v : v;
     }
 }
@@ -41,10 +44,11 @@ void toy_gemv_f32_avx2(const float *w, int64_t ldw, const float *x, int64_t k, f
 /* The same over f16 weight rows (F16C converts them exactly to f32): the
  * arithmetic of converting the rows and calling the f32 product, without
  * the f32 copy. */
-static inline float dot_f16(const uint16_t *w, const float *x, int64_t k) {
+static inline float dot_f16(const uint16_t *w, const float *x, int64_t k, int ahead) {
     __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
     int64_t i = 0;
     for (; i + 32 <= k; i += 32) {
+        if (ahead) _mm_prefetch((const char *)(w + i) + ahead, _MM_HINT_T0);
         s0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + i))), _mm256_loadu_ps(x + i), s0);
         s1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + i + 8))), _mm256_loadu_ps(x + i + 8), s1);
         s2 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + i + 16))), _mm256_loadu_ps(x + i + 16), s2);
@@ -63,9 +67,10 @@ static inline float dot_f16(const uint16_t *w, const float *x, int64_t k) {
 
 void toy_gemv_f16_avx2(const uint16_t *w, int64_t ldw, const float *x, int64_t k, float *y, int64_t n, bool accum,
                        struct toy_pf_cursor *pc) {
+    int ahead = toy_cpu_prefetch_ahead();
     for (int64_t j = 0; j < n; j++) {
         toy_pf_step(pc);
-        float v = dot_f16(w + j * ldw, x, k);
+        float v = dot_f16(w + j * ldw, x, k, ahead);
         y[j] = accum ? y[j] + v : v;
     }
 }

@@ -14,10 +14,12 @@
 #include "backends/cpu/cpu-impl.h"
 #include "backends/cpu/qdot.h"
 
-static inline float dot(const float *w, const float *x, int64_t k) {
+static inline float dot(const float *w, const float *x, int64_t k, int ahead) {
     __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
     int64_t i = 0;
     for (; i + 64 <= k; i += 64) {
+        if (ahead)
+            for (int o = 0; o < 256; o += 64) _mm_prefetch((const char *)(w + i) + ahead + o, _MM_HINT_T0);
         s0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i), _mm512_loadu_ps(x + i), s0);
         s1 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 16), _mm512_loadu_ps(x + i + 16), s1);
         s2 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 32), _mm512_loadu_ps(x + i + 32), s2);
@@ -33,9 +35,10 @@ static inline float dot(const float *w, const float *x, int64_t k) {
 
 void toy_gemv_f32_avx512(const float *w, int64_t ldw, const float *x, int64_t k, float *y, int64_t n, bool accum,
                          struct toy_pf_cursor *pc) {
+    int ahead = toy_cpu_prefetch_ahead();
     for (int64_t j = 0; j < n; j++) {
         toy_pf_step(pc);
-        float v = dot(w + j * ldw, x, k);
+        float v = dot(w + j * ldw, x, k, ahead);
         y[j] = accum ? y[j] + v : v;
     }
 }

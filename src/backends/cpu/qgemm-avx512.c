@@ -153,8 +153,9 @@ static void panel_from_packed(enum toy_dtype bt, const uint8_t *pk, int64_t nb, 
 /* R (<= 4) rows of A times one packed group of 16 columns, read straight
  * from the packed weights (decode: loads and arithmetic interleave, so the
  * memory stream never pauses), with exactly the panel kernel's arithmetic
- * per output. No software prefetch: the hardware follows the one stream,
- * and prefetch instructions cost 15% of the bandwidth (measured). */
+ * per output. `ahead`: prefetch the stream that many bytes ahead, on CPUs
+ * where that pays (toy_cpu_prefetch_ahead; on a Zen 4 the hardware follows
+ * the one stream, and prefetch instructions cost 15% of the bandwidth). */
 /* 64 bytes of weights as four 16-byte loads (Q8_0) or two 32-byte ones
  * (Q4_0, Q4_K), except where toy_cpu_wide_loads says the CPU streams one
  * 64-byte load faster: on an Emerald Rapids Xeon Q8_0 decodes at 216 tok/s
@@ -181,7 +182,7 @@ static inline __attribute__((always_inline)) void kernel_packed(int R, bool wide
                                                                 const int8_t *qa, int64_t ldq, const float *da,
                                                                 const int32_t *sa, const float *xs,
                                                                 const uint8_t *pk, float *c, int64_t ldc, int nc,
-                                                                bool accum, struct toy_pf_cursor *pc) {
+                                                                bool accum, struct toy_pf_cursor *pc, int ahead) {
     bool q8 = bt == TOY_Q8_0, qk = bt == TOY_Q4_K;
     size_t bb = q8 ? TOY_QPACK_BLOCK_Q8_0 : qk ? TOY_QPACK_BLOCK_Q4_K : TOY_QPACK_BLOCK_Q4_0;
     size_t vo = qk ? 128 : 32; /* offset of the value vectors in a block */
@@ -191,6 +192,8 @@ static inline __attribute__((always_inline)) void kernel_packed(int R, bool wide
     for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
     for (int64_t blk = 0; blk < nb; blk++, pk += bb) {
         toy_pf_step(pc);
+        if (ahead)
+            for (size_t o = 0; o < bb; o += 64) _mm_prefetch((const char *)pk + ahead + o, _MM_HINT_T0);
         __m512i w[8];
         if (q8) {
 #pragma GCC unroll 8
@@ -247,11 +250,12 @@ void toy_qgemm_packed_avx512(enum toy_dtype bt, int64_t m, int64_t n, int64_t k,
     if (m <= 8 || bt == TOY_Q4_K) { /* few rows (decode), or Q4_K: straight from the packed groups */
         bool wide = bt == TOY_Q8_0 && toy_cpu_wide_loads(); /* Q4_0: even, measured (see load64) */
         struct toy_pf_cursor pc, *pcp = toy_pf_start(&pc, m <= 8 ? pf : NULL, nb * ((n + 15) / 16));
+        int ahead = toy_cpu_prefetch_ahead(); /* the first row group's pass brings the group in */
         for (int64_t j = 0; j < n; j += 16, pk += group) {
             int nc = n - j < 16 ? (int)(n - j) : 16;
             int64_t i = 0;
 #define KP(R, W) kernel_packed(R, W, bt, nb, qa + i * nb * 32, nb * 32, da + i * nb, sa + i * nb, xs + i * nb, pk, \
-                              c + i * ldc + j, ldc, nc, accum, i ? NULL : pcp)
+                              c + i * ldc + j, ldc, nc, accum, i ? NULL : pcp, i ? 0 : ahead)
             for (; i + 4 <= m; i += 4) {
                 if (wide) KP(4, true);
                 else KP(4, false);
