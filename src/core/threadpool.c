@@ -192,22 +192,28 @@ struct rd {
     const float *a;
     int64_t n;
     int width; /* bytes per load */
+    int ahead; /* bytes to prefetch ahead of the loads, or 0 */
     float sink[256];
 };
 
 /* Read loops with 16-, 32- and 64-byte loads, four independent sums each:
  * which width streams fastest depends on the CPU's prefetchers (on a Zen 4
  * the narrow loads, on an Emerald Rapids Xeon the wide ones, by 40%), so
- * the bound is the best of the widths the CPU has. One body, compiled for
- * each width (GCC/clang vector types; the target attribute gives the
- * registers). */
+ * the bound is the best of the widths the CPU has, each also with software
+ * prefetches 2 KB ahead (as decode's kernels issue them where that pays:
+ * toy_cpu_prefetch_ahead), so no kernel can stream faster than its bound
+ * by asking for its bytes early. One body, compiled for each width
+ * (GCC/clang vector types; the target attribute gives the registers). */
 #define READ_LOOP(name, attr, bytes)                                                     \
-    attr static float name(const float *a, int64_t s, int64_t e) {                       \
+    attr static float name(const float *a, int64_t s, int64_t e, int ahead) {            \
         typedef float vec __attribute__((vector_size(bytes), aligned(4)));               \
         enum { L = (bytes) / 4 };                                                        \
         vec a0 = {0}, a1 = a0, a2 = a0, a3 = a0;                                         \
         int64_t i = s;                                                                   \
         for (; i + 4 * L <= e; i += 4 * L) {                                             \
+            if (ahead)                                                                   \
+                for (int o = 0; o < 4 * (bytes); o += 64)                                \
+                    __builtin_prefetch((const char *)(a + i) + ahead + o, 0, 3);         \
             a0 += *(const vec *)(a + i);                                                 \
             a1 += *(const vec *)(a + i + L);                                             \
             a2 += *(const vec *)(a + i + 2 * L);                                         \
@@ -229,7 +235,9 @@ static void read_fn(void *arg, int ith, int nth) {
     int64_t per = (r->n + nth - 1) / nth, s = per * ith, e = s + per < r->n ? s + per : r->n;
     s = s / 64 * 64; /* 256-byte aligned shares (the buffer is) */
     e = ith == nth - 1 ? r->n : e / 64 * 64;
-    float v = r->width == 64 ? read64(r->a, s, e) : r->width == 32 ? read32(r->a, s, e) : read16(r->a, s, e);
+    float v = r->width == 64   ? read64(r->a, s, e, r->ahead)
+              : r->width == 32 ? read32(r->a, s, e, r->ahead)
+                               : read16(r->a, s, e, r->ahead);
     r->sink[ith & 255] = v; /* kept: the sums are the loop's only result */
 }
 
@@ -251,9 +259,10 @@ double toy_memory_read_gbs(struct toy_threadpool *tp) {
     if (__builtin_cpu_supports("avx2")) widths[nw++] = 32;
     if (__builtin_cpu_supports("avx512f")) widths[nw++] = 64;
     double best = 1e30;
-    for (int k = 0; k < 5; k++) /* widths interleaved, so a change of phase hits all alike */
-        for (int w = 0; w < nw; w++) {
-            r.width = widths[w];
+    for (int k = 0; k < 5; k++) /* loops interleaved, so a change of phase hits all alike */
+        for (int w = 0; w < 2 * nw; w++) {
+            r.width = widths[w / 2];
+            r.ahead = w % 2 ? 2048 : 0;
             double dt = timed_run(tp, read_fn, &r);
             if (dt < best) best = dt;
         }
