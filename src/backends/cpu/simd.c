@@ -155,8 +155,9 @@ bool toy_cpu_wide_loads(void) {
  * cache line): on an Emerald Rapids Xeon, SmolLM2-135M decode on 2 threads
  * with 2 KB ahead against none, means of 3 interleaved runs: F16 62 -> 79
  * tok/s, BF16 68 -> 86, Q8_0 153 -> 211, Q4_0 354 -> 421, F32 even (its
- * 64-byte loads already keep the stream busy); 1 KB ahead gained less, and
- * 4 KB cost Q4_0 what it gained. A Zen 4
+ * 64-byte loads already keep the stream busy; its 16-byte-load AVX2 GEMV,
+ * under TOY_SIMD=avx2, 35 -> 43); 1 KB ahead gained less, and 4 KB cost
+ * Q4_0 what it gained. A Zen 4
  * loses ~15% of the bandwidth to the same instructions (its prefetchers
  * already run ahead; see qgemm-avx512.c), so by vendor again: 2048 bytes on
  * Intel, none elsewhere. $TOY_PREFETCH=BYTES (0 to 65536, a multiple of
