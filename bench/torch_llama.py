@@ -55,7 +55,7 @@ class Model(torch.nn.Module):
         a, b = x[..., : hd // 2], x[..., hd // 2:]
         return torch.cat([a * c - b * s, a * s + b * c], -1)
 
-    def forward(self, tok, cache=None, p0=0):
+    def forward(self, tok, cache=None, p0=0, last=False):
         Bn, Tn = tok.shape
         x = self.emb[tok]
         for i, m in enumerate(self.layers):
@@ -78,6 +78,8 @@ class Model(torch.nn.Module):
             x = x + m.wo(a)
             h = self.rms(x, m.n2)
             x = x + m.dn(F.silu(m.g(h)) * m.u(h))
+        if last:  # a generation's prefill needs only the last position's logits (as toy's and llama.cpp's)
+            x = x[:, -1:]
         return self.rms(x, self.nf) @ self.emb.T
 
 
@@ -105,7 +107,7 @@ else:
         for _ in range(2):
             cache = {}
             t0 = time.perf_counter()
-            logits = model(prompt, cache, 0)
+            logits = model(prompt, cache, 0, last=True)
             tp = time.perf_counter() - t0
             nxt = logits[:, -1].argmax(-1, keepdim=True)
             t0 = time.perf_counter()

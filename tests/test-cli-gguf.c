@@ -202,7 +202,19 @@ Test(cli_gguf, bench_reports_speed_against_the_bound) {
     cr_expect(json_is_string(json_object_get(mach, "isa")) && json_is_string(json_object_get(mach, "blas_core")));
     double kv16 = json_real_value(json_object_get(j, "kv_bytes"));
     cr_expect_gt(kv16, 0);
+    /* a model smaller than the last-level cache is said to be (decode can then pass the DRAM bound) */
+    long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    double wbytes = json_real_value(json_object_get(j, "decode_bytes"));
+    if (llc > 0) cr_expect_eq(json_integer_value(json_object_get(j, "llc_bytes")), (json_int_t)llc);
+    else cr_expect_null(json_object_get(j, "llc_bytes"));
     json_decref(j);
+    snprintf(cmd, sizeof cmd, "%s bench -m %s --threads 1 --prompt 16 --gen 4 --reps 1", b, TINY);
+    int rct;
+    char *text = run(cmd, &rct);
+    cr_expect_eq(WEXITSTATUS(rct), 0, "%s", text);
+    cr_expect(!!strstr(text, "last-level cache") == (llc > 0 && wbytes < (double)llc), "llc %ld, weights %.0f: %s", llc,
+              wbytes, text);
+    free(text);
     /* an f32 cache: twice the bytes a step reads from it */
     snprintf(cmd, sizeof cmd, "%s bench -m %s --threads 1 --prompt 16 --gen 4 --reps 1 --kv-type f32 --json", b, TINY);
     j = run_json(cmd);
