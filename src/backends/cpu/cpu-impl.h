@@ -78,6 +78,18 @@ bool toy_cpu_wide_loads(void);
  * by vendor, or $TOY_PREFETCH (env; *bad when it was not a valid value). */
 int toy_cpu_prefetch_ahead(void);
 int toy_cpu_prefetch_choice(bool intel, const char *env, bool *bad);
+/* The row loop the f32 and f16 decode GEMVs share: y[j] (+)= DOT(w_j, x)
+ * for j < n (w_j at w + j ldw), the side stream pc stepped once a row, DOT
+ * given the prefetch distance (qdot.h's toy_pf_step at the use site). */
+#define TOY_GEMV_ROWS(DOT, w, ldw, x, k, y, n, accum, pc)   \
+    do {                                                     \
+        int ahead_ = toy_cpu_prefetch_ahead();               \
+        for (int64_t j_ = 0; j_ < (n); j_++) {               \
+            toy_pf_step(pc);                                 \
+            float v_ = DOT((w) + j_ * (ldw), x, k, ahead_);  \
+            (y)[j_] = (accum) ? (y)[j_] + v_ : v_;           \
+        }                                                    \
+    } while (0)
 /* how bf16 GEMMs run on this CPU (matmul.c), in words */
 const char *toy_cpu_bf16_route(void);
 void toy_cpu_matmul(struct toy_tensor *dst, int ith, int nth, void *work, size_t work_size);

@@ -33,12 +33,7 @@ static inline float dot(const float *w, const float *x, int64_t k, int ahead) {
 
 void toy_gemv_f32_avx2(const float *w, int64_t ldw, const float *x, int64_t k, float *y, int64_t n, bool accum,
                        struct toy_pf_cursor *pc) {
-    int ahead = toy_cpu_prefetch_ahead();
-    for (int64_t j = 0; j < n; j++) {
-        toy_pf_step(pc);
-        float v = dot(w + j * ldw, x, k, ahead);
-        y[j] = accum ? y[j] + v : v;
-    }
+    TOY_GEMV_ROWS(dot, w, ldw, x, k, y, n, accum, pc);
 }
 
 /* The same over f16 weight rows (F16C converts them exactly to f32): the
@@ -67,10 +62,5 @@ static inline float dot_f16(const uint16_t *w, const float *x, int64_t k, int ah
 
 void toy_gemv_f16_avx2(const uint16_t *w, int64_t ldw, const float *x, int64_t k, float *y, int64_t n, bool accum,
                        struct toy_pf_cursor *pc) {
-    int ahead = toy_cpu_prefetch_ahead();
-    for (int64_t j = 0; j < n; j++) {
-        toy_pf_step(pc);
-        float v = dot_f16(w + j * ldw, x, k, ahead);
-        y[j] = accum ? y[j] + v : v;
-    }
+    TOY_GEMV_ROWS(dot_f16, w, ldw, x, k, y, n, accum, pc);
 }

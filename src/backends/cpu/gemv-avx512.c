@@ -35,10 +35,5 @@ static inline float dot(const float *w, const float *x, int64_t k, int ahead) {
 
 void toy_gemv_f32_avx512(const float *w, int64_t ldw, const float *x, int64_t k, float *y, int64_t n, bool accum,
                          struct toy_pf_cursor *pc) {
-    int ahead = toy_cpu_prefetch_ahead();
-    for (int64_t j = 0; j < n; j++) {
-        toy_pf_step(pc);
-        float v = dot(w + j * ldw, x, k, ahead);
-        y[j] = accum ? y[j] + v : v;
-    }
+    TOY_GEMV_ROWS(dot, w, ldw, x, k, y, n, accum, pc);
 }

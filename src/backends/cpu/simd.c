@@ -154,7 +154,8 @@ bool toy_cpu_wide_loads(void) {
  * asks for the bytes a fixed distance ahead of its loads (one prefetcht0 a
  * cache line): on an Emerald Rapids Xeon, SmolLM2-135M decode on 2 threads
  * with 2 KB ahead against none, means of 3 interleaved runs: F16 62 -> 79
- * tok/s, BF16 68 -> 86, Q8_0 153 -> 211, Q4_0 354 -> 421, F32 even (its
+ * tok/s, BF16 68 -> 86, Q8_0 153 -> 211, Q4_0 354 -> 421, Q4_K 126 -> 161
+ * (4 pairs; its prefill even), F32 even (its
  * 64-byte loads already keep the stream busy; its 16-byte-load AVX2 GEMV,
  * under TOY_SIMD=avx2, 35 -> 43); 1 KB ahead gained less, and 4 KB cost
  * Q4_0 what it gained. A Zen 4
