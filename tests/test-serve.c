@@ -809,7 +809,7 @@ Test(serve, sigterm_drains, .timeout = 90) {
     server_start(&s, NULL);
     /* long enough that the server is seen generating it before it ends */
     long long n = server_n_ctx(&s) - 16;
-    n = n > 2000 ? 2000 : n;
+    n = n > 1000 ? 1000 : n;
     char body[128];
     snprintf(body, sizeof body, "{\"prompt\":\"a\",\"max_tokens\":%lld,\"ignore_eos\":true}", n);
     char tag[320];
