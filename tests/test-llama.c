@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/internal.h" /* P_MM_ACCUM */
 #include "toy/convert.h"
 #include "toy/gguf.h"
 #include "toy/llama.h"
@@ -350,7 +351,9 @@ Test(llama, greedy_matches_llamacpp_on_testdata_model) {
 
 /* Mixed precision: the weight gradients' products run in bf16, and an
  * activation that feeds several weights (the normed input of q, k and v;
- * of gate and up) is cast to bf16 once, not once per weight. */
+ * of gate and up) is cast to bf16 once, not once per weight. Each weight
+ * used once (through its bf16 copy) gets its gradient from one product
+ * that accumulates into the parameter's gradient itself: no ACCUM pass. */
 Test(llama, bf16_backward_casts_each_activation_once) {
     struct toy_llama_config c = base_config();
     struct toy_llama *m = random_model(&c, 29);
@@ -379,6 +382,14 @@ Test(llama, bf16_backward_casts_each_activation_once) {
     }
     cr_log_info("bf16 casts of activations: %d", casts);
     cr_assert_gt(casts, 0, "no bf16 weight-gradient products");
+    int into_grad = 0;
+    for (int i = 0; i < toy_graph_n_nodes(g); i++) {
+        struct toy_tensor *t = toy_graph_node(g, i);
+        cr_assert(t->op != TOY_OP_ACCUM || t->src[TOY_MAX_SRC - 1]->ne[1] == 1,
+                  "gradient of a weight matrix through an ACCUM node (%s)", t->src[TOY_MAX_SRC - 1]->name);
+        into_grad += t->op == TOY_OP_MATMUL && t->op_params[P_MM_ACCUM] && t->src[1]->type == TOY_BF16;
+    }
+    cr_assert_geq(into_grad, 7 * c.n_layers, "%d bf16 weight-gradient products accumulate into a parameter", into_grad);
     toy_ctx_free(ctx);
     toy_llama_free(m);
 }

@@ -352,8 +352,13 @@ void toy_graph_backward(struct toy_graph *g, struct toy_tensor *loss) {
     for (int i = li; i >= 0; i--) {
         struct toy_tensor *dy = g->grads[i];
         if (!dy || !b.needs[i]) continue;
-        toy_graph_expand(g, dy);
-        node_backward(&b, g->nodes[i], dy);
+        /* A parameter's low-precision copy (mixed precision) passes its
+         * gradient straight on: dy stays out of the graph until then, so a
+         * lone weight-gradient MATMUL can accumulate into the parameter's
+         * gradient itself rather than into a buffer an ACCUM then adds */
+        struct toy_tensor *y = g->nodes[i];
+        if (!(y->op == TOY_OP_CAST && y->src[0]->op == TOY_OP_NONE)) toy_graph_expand(g, dy);
+        node_backward(&b, y, dy);
     }
     free(b.needs);
     toy_ptrmap_free(&b.bf16_of);
