@@ -381,8 +381,10 @@ static void bf16_cases(const char *route) {
     bf16_case(13, 70, 37, true);   /* ragged edges everywhere */
     bf16_case(64, 576, 200, true);
     bf16_case(9, 33, 130, false);  /* B (k, n): the backward dA = dY W shape */
-    bf16_case(20, 64, 600, true);  /* several column blocks of the sgemm route */
-    bf16_case(1030, 1100, 40, true);       /* and row blocks, and k blocks summed into C */
+    bf16_case(20, 64, 2200, true); /* several column blocks of the sgemm route, cut evenly */
+    bf16_case(1030, 1100, 40, true);       /* k blocks summed into C */
+    bf16_case(2100, 50, 30, true);         /* row blocks against a B widened once */
+    bf16_case_t(2100, 64, 24, true, false); /* the same with A transposed (dW of a large output) */
     bf16_case(9, 1500, 530, false);
     bf16_case_t(40, 2100, 30, true, false);
     bf16_case_t(37, 70, 13, true, false);   /* A transposed: the weight gradient dW = dY^T X */

@@ -41,7 +41,7 @@ static bool use_gemv_f32(void) {
 #define BF16_TILE_R 6
 #define BF16_SG_M 1024 /* blocks of the BF16 path through sgemm (matmul_bf16_sgemm) */
 #define BF16_SG_K 1024
-#define BF16_SG_N 512
+#define BF16_SG_N 1024
 void toy_round_f32_bf16(const float *x, float *y, int64_t n);
 void toy_pack_f32_bf16(const float *x, int64_t k, uint16_t *y, int64_t kp);
 void toy_pack_f32_bf16_cols(const float *a, int64_t lda, int64_t c0, int64_t nc, int64_t k, uint16_t *y, int64_t kp);
@@ -331,14 +331,23 @@ static bool bf16_share(const struct toy_tensor *dst, int ith, int nth, int64_t *
 }
 
 /* The BF16 path through sgemm (bf16_via_sgemm). Threads split the longer
- * side of C (so the operand each converts in full is the smaller one), or
- * its rows when op(A) is stored transposed; blocks of op(A) rounded to bf16
- * and widened back, and of op(B) widened to f32, are multiplied by OpenBLAS
- * on this thread. Blocks of at most BF16_SG_M x BF16_SG_K of A and
- * BF16_SG_K x BF16_SG_N of B bound the scratch whatever the shape (the
- * logits' backward has k = vocabulary); sums over k blocks accumulate in C. */
-static bool bf16_sgemm_split_m(const struct toy_tensor *dst) {
-    return dst->op_params[P_MM_TRANS_A] || dst->ne[1] >= dst->ne[0];
+ * side of C, so the operand each converts in full is the smaller one;
+ * blocks of op(A) rounded to bf16 and widened back, and of op(B) widened to
+ * f32, are multiplied by OpenBLAS on this thread. Blocks of at most
+ * BF16_SG_M x BF16_SG_K of A and BF16_SG_K x BF16_SG_N of B bound the
+ * scratch whatever the shape (the logits' backward has k = vocabulary);
+ * they are cut into equal parts (576 columns are one block, not 512 + 64),
+ * sums over k blocks accumulate in C, and a B that is one block (a weight
+ * gradient's activations, a layer's weight) is widened once, not once per
+ * block of A. */
+static bool bf16_sgemm_split_m(const struct toy_tensor *dst) { return dst->ne[1] >= dst->ne[0]; }
+
+/* the length of each of the fewest equal parts (a multiple of 16) of n that
+ * are at most max long */
+static int64_t even_block(int64_t n, int64_t max) {
+    int64_t parts = (n + max - 1) / max;
+    int64_t b = round_up((n + parts - 1) / parts, 16);
+    return b < max ? b : max;
 }
 
 static void matmul_bf16_sgemm(struct toy_tensor *dst, int ith, int nth, void *work, size_t ws) {
@@ -350,28 +359,32 @@ static void matmul_bf16_sgemm(struct toy_tensor *dst, int ith, int nth, void *wo
     if (bf16_sgemm_split_m(dst)) toy_split(m, ith, nth, &i0, &i1);
     else toy_split(n, ith, nth, &j0, &j1);
     if (i1 <= i0 || j1 <= j0) return;
+    int64_t bm = even_block(i1 - i0, BF16_SG_M), bk = even_block(k, BF16_SG_K), bn = even_block(j1 - j0, BF16_SG_N);
+    bool b_once = bk >= k && bn >= j1 - j0; /* op(B) is one block */
     float *pa = toy_work_slice((char *)work + TOY_WORK_HEAD, ws - TOY_WORK_HEAD, ith, nth);
     float *pb = pa + BF16_SG_M * (k < BF16_SG_K ? k : BF16_SG_K);
     for (int64_t bi = 0; bi < dst->ne[2] * dst->ne[3]; bi++) {
         struct mm_batch bt = batch_at(dst, bi);
-        for (int64_t i = i0; i < i1; i += BF16_SG_M) {
-            int64_t mc = i1 - i < BF16_SG_M ? i1 - i : BF16_SG_M;
-            for (int64_t q = 0; q < k; q += BF16_SG_K) {
-                int64_t kc = k - q < BF16_SG_K ? k - q : BF16_SG_K;
+        for (int64_t i = i0; i < i1; i += bm) {
+            int64_t mc = i1 - i < bm ? i1 - i : bm;
+            for (int64_t q = 0; q < k; q += bk) {
+                int64_t kc = k - q < bk ? k - q : bk;
                 if (ta) /* A is (k, m): rows q .. q+kc, their columns i .. i+mc */
                     for (int64_t r = 0; r < kc; r++)
                         toy_round_f32_bf16((const float *)(bt.a + (q + r) * A->nb[1]) + i, pa + r * mc, mc);
                 else
                     for (int64_t r = 0; r < mc; r++)
                         toy_round_f32_bf16((const float *)(bt.a + (i + r) * A->nb[1]) + q, pa + r * kc, kc);
-                for (int64_t j = j0; j < j1; j += BF16_SG_N) {
-                    int64_t jn = j1 - j < BF16_SG_N ? j1 - j : BF16_SG_N;
-                    if (tb) /* B is (n, k): rows j .. j+jn, their columns q .. q+kc */
-                        for (int64_t r = 0; r < jn; r++)
-                            toy_bf16_to_f32_row((const uint16_t *)(bt.b + (j + r) * B->nb[1]) + q, pb + r * kc, kc);
-                    else /* B is (k, n): rows q .. q+kc, their columns j .. j+jn */
-                        for (int64_t r = 0; r < kc; r++)
-                            toy_bf16_to_f32_row((const uint16_t *)(bt.b + (q + r) * B->nb[1]) + j, pb + r * jn, jn);
+                for (int64_t j = j0; j < j1; j += bn) {
+                    int64_t jn = j1 - j < bn ? j1 - j : bn;
+                    if (!b_once || i == i0) {
+                        if (tb) /* B is (n, k): rows j .. j+jn, their columns q .. q+kc */
+                            for (int64_t r = 0; r < jn; r++)
+                                toy_bf16_to_f32_row((const uint16_t *)(bt.b + (j + r) * B->nb[1]) + q, pb + r * kc, kc);
+                        else /* B is (k, n): rows q .. q+kc, their columns j .. j+jn */
+                            for (int64_t r = 0; r < kc; r++)
+                                toy_bf16_to_f32_row((const uint16_t *)(bt.b + (q + r) * B->nb[1]) + j, pb + r * jn, jn);
+                    }
                     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
                                 (int)mc, (int)jn, (int)kc, 1.0f, pa, ta ? (int)mc : (int)kc, pb,
                                 tb ? (int)kc : (int)jn, q ? 1.0f : beta, bt.c + i * n + j, (int)n);
