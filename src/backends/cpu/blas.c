@@ -31,6 +31,8 @@
 
 void gotoblas_dynamic_init(void) __attribute__((weak));
 void gotoblas_dynamic_quit(void) __attribute__((weak));
+void *blas_memory_alloc(int procpos) __attribute__((weak));
+void blas_memory_free(void *buffer) __attribute__((weak));
 
 /* OpenBLAS's x86-64 core names by the widest vector ISA their kernels use:
  * 2 AVX-512, 1 AVX2 + FMA, 0 older, -1 a name this table does not know */
@@ -62,7 +64,9 @@ static char note[160];
 
 static void pick_core(void) {
     const char *picked = openblas_get_corename();
-    if (getenv("OPENBLAS_CORETYPE") || !gotoblas_dynamic_init || !gotoblas_dynamic_quit) return;
+    if (getenv("OPENBLAS_CORETYPE") || !gotoblas_dynamic_init || !gotoblas_dynamic_quit || !blas_memory_alloc ||
+        !blas_memory_free)
+        return;
     __builtin_cpu_init();
     bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -71,6 +75,16 @@ static void pick_core(void) {
     if (!want) return;
     char was[32];
     snprintf(was, sizeof was, "%s", picked ? picked : "?");
+    /* OpenBLAS's own constructor has started its worker threads, and each
+     * one's first buffer (blas_memory_alloc) runs gotoblas_dynamic_init
+     * too, once, under OpenBLAS's allocation lock, while memory is not yet
+     * initialised. Interleaved with the quit + init below, a worker can
+     * store its NULL first guess of the core (OpenBLAS does not know this
+     * CPU) just as this thread reloads it: a crash at start-up, one run in
+     * some hundreds on a loaded machine. Taking a buffer here waits on that
+     * lock until memory is initialised, after which no worker re-runs the
+     * selection. */
+    blas_memory_free(blas_memory_alloc(0));
     setenv("OPENBLAS_CORETYPE", want, 1);
     gotoblas_dynamic_quit();
     gotoblas_dynamic_init();
