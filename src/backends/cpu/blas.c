@@ -11,7 +11,8 @@
  * toy_blas_init re-runs OpenBLAS's own selection with OPENBLAS_CORETYPE (its
  * documented override) naming the best core the CPU's flags allow. It runs
  * once, as a constructor, before main (so setting the variable races no
- * other thread's getenv), and toy_cpu_init calls it too (a no-op then; the
+ * thread of the program's; OpenBLAS's own workers are kept out, see
+ * pick_core), and toy_cpu_init calls it too (a no-op then; the
  * call also links this file into every program that uses the CPU
  * backend). A user's own OPENBLAS_CORETYPE
  * is left alone, and so is a core OpenBLAS chose knowingly (Haswell, Zen,
