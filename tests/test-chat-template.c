@@ -283,6 +283,10 @@ Test(chat_template, errors) {
     EXPECT_RENDER("{{ 2 ** -1 }}|{{ range(0, 10, 4)|list }}|{{ range(3, 0, -1)|list }}", "0.5|[0, 4, 8]|[3, 2, 1]");
     struct toy_chat_template *t = NULL;
     cr_expect_eq(toy_chat_template_init(NULL, &t), TOY_ERR_INVALID_ARG);
+    /* a mistyped built-in name is not taken for a template that renders as itself and drops the messages */
+    cr_expect_eq(toy_chat_template_init("chatml2", &t), TOY_ERR_NOT_FOUND);
+    cr_expect(strstr(toy_last_error(), "'chatml2'") && strstr(toy_last_error(), "llama3"), "%s", toy_last_error());
+    cr_expect_null(t);
 }
 
 /* Qwen2.5-Instruct's template (tools, tool calls, tool responses, heavy

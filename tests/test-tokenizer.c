@@ -1005,6 +1005,37 @@ Test(tokenizer, utf8_check_and_repair) {
         cr_expect_eq(n, want, "case %zu: length %zu", i, n);
         cr_expect(!memcmp(o, c[i].clean, want), "case %zu", i);
         cr_expect(toy_utf8_valid(o, n), "case %zu: the repair is valid", i);
+        /* characters of the repaired text, counted on the original */
+        size_t chars = 0;
+        for (size_t k = 0; k < n; k++) chars += ((unsigned char)o[k] & 0xC0) != 0x80;
+        cr_expect_eq(toy_utf8_chars(c[i].in, c[i].n), chars, "case %zu", i);
         free(o);
     }
+}
+
+/* A continuation keeps the dummy-prefix space of its first token ("Hello" + " world"); a text of its own, or
+ * one after nothing but control tokens, starts without it */
+Test(tokenizer, streaming_decode_continues_a_prompt) {
+    need(TD "tokenizer-llama2-spm/tokenizer.model");
+    struct toy_tokenizer *tok = NULL;
+    MUST(toy_tokenizer_load_spm(TD "tokenizer-llama2-spm/tokenizer.model", &tok));
+    struct toy_tokens p = {0}, w = {0};
+    MUST(toy_tokenizer_encode(tok, "Hello", 5, TOY_ENCODE_ADD_BOS, &p));
+    MUST(toy_tokenizer_encode(tok, "world", 5, 0, &w)); /* "▁world" */
+    cr_assert_eq(w.n, 1);
+    const char *want[3] = {" world", "world", "world"};
+    for (int c = 0; c < 3; c++) {
+        struct toy_decoder *d;
+        MUST(toy_decoder_init(tok, TOY_DECODE_SKIP_SPECIAL, &d));
+        if (c == 0) toy_decoder_continue(d, p.ids, p.n);
+        if (c == 2) toy_decoder_continue(d, p.ids, 1); /* BOS alone: nothing to continue */
+        const char *s;
+        size_t l;
+        MUST(toy_decoder_push(d, w.ids[0], &s, &l));
+        cr_expect(l == strlen(want[c]) && !memcmp(s, want[c], l), "case %d: '%.*s'", c, (int)l, s);
+        toy_decoder_free(d);
+    }
+    toy_tokens_free(&p);
+    toy_tokens_free(&w);
+    toy_tokenizer_free(tok);
 }

@@ -188,6 +188,11 @@ void toy_decoder_free(struct toy_decoder *d);
 enum toy_status toy_decoder_push(struct toy_decoder *d, int32_t id, const char **text, size_t *len);
 /* Returns what is held (an incomplete character: its bytes as they are) and resets. */
 void toy_decoder_flush(struct toy_decoder *d, const char **text, size_t *len);
+/* The ids to come continue ids[0..n) (a prompt) rather than start a text:
+ * if any of these ids has text, an SPM tokenizer's first pushed token
+ * keeps its leading space ("Hello" + " world", not "Helloworld"). Call
+ * before the first push; nothing is output. */
+void toy_decoder_continue(struct toy_decoder *d, const int32_t *ids, int64_t n);
 
 /* Decoded text need not be valid UTF-8 (a model can emit any bytes); JSON
  * needs it. toy_utf8_valid: s[0..n) is valid UTF-8 (no overlong forms,
@@ -196,6 +201,8 @@ void toy_decoder_flush(struct toy_decoder *d, const char **text, size_t *len);
  * (if given) its length; NULL when out of memory. */
 bool toy_utf8_valid(const char *s, size_t n);
 char *toy_utf8_clean(const char *s, size_t n, size_t *out_n);
+/* Characters (code points) of toy_utf8_clean(s, n): each invalid byte counts as one U+FFFD. */
+size_t toy_utf8_chars(const char *s, size_t n);
 
 /* ---- vocabulary ---- */
 

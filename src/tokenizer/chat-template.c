@@ -9,6 +9,7 @@
  */
 #include "toy/chat-template.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -74,6 +75,14 @@ enum toy_status toy_chat_template_init(const char *source_or_name, struct toy_ch
     *out = NULL;
     if (!source_or_name) return toy_error(TOY_ERR_INVALID_ARG, "chat template: NULL source");
     const char *b = toy_chat_template_builtin(source_or_name);
+    /* text without a single tag renders as itself and drops every message: a mistyped built-in name */
+    if (!b && !strstr(source_or_name, "{{") && !strstr(source_or_name, "{%") && !strstr(source_or_name, "{#")) {
+        char names[256] = "";
+        for (size_t i = 0; i < sizeof builtins / sizeof builtins[0]; i++)
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "", builtins[i].name);
+        return toy_error(TOY_ERR_NOT_FOUND, "chat template '%.64s' is neither a built-in (%s) nor Jinja source",
+                         source_or_name, names);
+    }
     struct toy_chat_template *t = calloc(1, sizeof *t);
     if (!t) return toy_error(TOY_ERR_NOMEM, "chat template: out of memory");
     enum toy_status st = jinja_parse(b ? b : source_or_name, &t->jt);

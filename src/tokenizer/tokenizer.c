@@ -569,6 +569,15 @@ enum toy_status toy_decoder_push(struct toy_decoder *d, int32_t id, const char *
     return TOY_OK;
 }
 
+void toy_decoder_continue(struct toy_decoder *d, const int32_t *ids, int64_t n) {
+    const struct toy_tokenizer *tok = d->tok;
+    for (int64_t i = 0; i < n && !d->started; i++) {
+        if (ids[i] < 0 || ids[i] >= tok->n_vocab || !tok->bytes_len[ids[i]]) continue;
+        int32_t ty = tok->types[ids[i]];
+        if (ty != TOY_TOKEN_CONTROL && ty != TOY_TOKEN_UNKNOWN && ty != TOY_TOKEN_UNUSED) d->started = true;
+    }
+}
+
 void toy_decoder_flush(struct toy_decoder *d, const char **text, size_t *len) {
     if (d->ret) {
         memmove(d->buf, d->buf + d->ret, d->held - d->ret);

@@ -39,3 +39,13 @@ char *toy_utf8_clean(const char *s, size_t n, size_t *out_n) {
     if (out_n) *out_n = w;
     return o;
 }
+
+size_t toy_utf8_chars(const char *s, size_t n) {
+    size_t c = 0;
+    uint32_t cp;
+    for (size_t i = 0; i < n; c++) {
+        int k = tok_utf8_decode(s + i, n - i, &cp);
+        i += k ? (size_t)k : 1;
+    }
+    return c;
+}
