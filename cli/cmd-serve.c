@@ -2,19 +2,48 @@
  * (toy/serve.h; endpoints, flags and examples in docs/serve.md). Loads a
  * Llama-family GGUF (weights mapped) and its tokenizer, then serves until
  * SIGINT or SIGTERM, which drain the requests in flight before exiting 0. */
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "toy/serve.h"
 #include "toy/toy.h"
 
 static volatile int g_stop;
+static volatile sig_atomic_t g_first_s; /* when the first stop signal came (monotonic seconds) */
 
+/* The first SIGINT/SIGTERM drains; another one a second or more later quits at once. One within the second
+ * is the same stop delivered twice (GNU timeout signals the process and then its whole group). */
 static void on_signal(int sig) {
     (void)sig;
-    g_stop = 1;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    if (!g_stop) {
+        g_stop = 1;
+        g_first_s = (sig_atomic_t)ts.tv_sec + 1;
+        return;
+    }
+    if ((sig_atomic_t)ts.tv_sec > g_first_s) {
+        static const char msg[] = "toy serve: stopped at once (second signal); requests in flight are cut off\n";
+        if (write(2, msg, sizeof msg - 1) < 0) _exit(130);
+        _exit(130);
+    }
+}
+
+/* flags that take a value; anything else that starts with '-' is unknown */
+static const char *const value_flags[] = {"-m", "--model", "--host", "--name", "--api-key", "--chat-template",
+                                          "--cors-origin", "--runs", "--kv-type", "--port", "-p", "--ctx", "-c",
+                                          "--parallel", "-np", "--queue", "--threads", "-t", "--max-body",
+                                          "--timeout", "--max-connections", "--drain", NULL};
+
+static bool takes_value(const char *a) {
+    for (int i = 0; value_flags[i]; i++)
+        if (!strcmp(a, value_flags[i])) return true;
+    return false;
 }
 
 static int usage(void) {
@@ -38,11 +67,14 @@ int toy_cmd_serve(int argc, char **argv) {
         if (!strcmp(a, "--no-events")) { o.runs_dir = NULL; continue; }
         if (!strcmp(a, "--no-prefix-cache")) { o.no_prefix_cache = true; continue; }
         if (!strcmp(a, "--quiet")) { o.quiet = true; continue; }
+        if (a[0] != '-') { fprintf(stderr, "toy serve: unexpected argument '%s'\n", a); return usage(); }
+        if (!takes_value(a)) { fprintf(stderr, "toy serve: unknown flag %s\n", a); return usage(); }
         if (i + 1 >= argc) { fprintf(stderr, "toy serve: %s needs a value\n", a); return 2; }
         const char *v = argv[++i];
         char *end = NULL;
         double x = strtod(v, &end);
-        bool num = end && end != v && !*end && x >= 0 && x <= 1e12;
+        /* whole numbers, except the drain's seconds */
+        bool num = end && end != v && !*end && x >= 0 && x <= 1e12 && (x == floor(x) || !strcmp(a, "--drain"));
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
         else if (!strcmp(a, "--host")) o.host = v;
         else if (!strcmp(a, "--name")) o.model_name = v;
@@ -54,7 +86,7 @@ int toy_cmd_serve(int argc, char **argv) {
             if (strcmp(v, "f16") && strcmp(v, "f32")) { fprintf(stderr, "toy serve: --kv-type f16|f32\n"); return 2; }
             o.kv_f32 = !strcmp(v, "f32");
         }
-        else if (!num) { fprintf(stderr, "toy serve: bad number '%s' for %s\n", v, a); return 2; }
+        else if (!num) { fprintf(stderr, "toy serve: %s needs a whole number >= 0, not '%s'\n", a, v); return 2; }
         else if (!strcmp(a, "--port") || !strcmp(a, "-p")) {
             if (x > 65535) { fprintf(stderr, "toy serve: port %s out of range (0..65535)\n", v); return 2; }
             o.port = (int)x;
@@ -63,11 +95,13 @@ int toy_cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--parallel") || !strcmp(a, "-np")) o.n_slots = (int)x;
         else if (!strcmp(a, "--queue")) o.queue_size = (int)x;
         else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) o.n_threads = (int)x;
-        else if (!strcmp(a, "--max-body")) o.max_body = (size_t)x;
+        else if (!strcmp(a, "--max-body")) {
+            if (x < 1) { fprintf(stderr, "toy serve: --max-body must be at least 1 byte\n"); return 2; }
+            o.max_body = (size_t)x;
+        }
         else if (!strcmp(a, "--timeout")) o.timeout_s = (int)x;
         else if (!strcmp(a, "--max-connections")) o.max_connections = (int)x;
         else if (!strcmp(a, "--drain")) o.drain_s = x;
-        else { fprintf(stderr, "toy serve: unknown flag %s\n", a); return usage(); }
     }
     if (!model) { fprintf(stderr, "toy serve: -m MODEL is required\n"); return usage(); }
     if (o.n_slots < 1 || o.n_slots > 256) { fprintf(stderr, "toy serve: --parallel 1..256\n"); return 2; }

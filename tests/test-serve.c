@@ -20,7 +20,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -461,13 +464,18 @@ Test(serve, logit_bias_and_eos, .timeout = 60) {
     }
     for (int chat = 0; chat < 2; chat++) {
         char body[400];
-        snprintf(body, sizeof body, "{%s,\"max_tokens\":8,\"temperature\":0,\"logit_bias\":{\"%lld\":100}}",
-                 chat ? "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]" : "\"prompt\":\"Once\"", eos);
+        snprintf(body, sizeof body,
+                 "{%s,\"max_tokens\":8,\"temperature\":0,\"logit_bias\":{\"%lld\":100},\"logprobs\":%s}",
+                 chat ? "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]" : "\"prompt\":\"Once\"", eos,
+                 chat ? "true" : "1");
         struct resp r = http(&s, "POST", chat ? "/v1/chat/completions" : "/v1/completions", body);
         cr_assert_eq(r.code, 200, "%s", r.body);
         cr_assert_str_eq(jstr(r.json, "choices.0.finish_reason"), "stop", "%s", r.body);
         cr_assert_eq(jint(r.json, "usage.completion_tokens"), 1, "%s", r.body);
         cr_assert_str_eq(chat ? jstr(r.json, "choices.0.message.content") : jstr(r.json, "choices.0.text"), "");
+        /* as OpenAI's: the end-of-sequence token is not among the logprobs */
+        json_t *lp = jget(r.json, chat ? "choices.0.logprobs.content" : "choices.0.logprobs.tokens");
+        cr_assert(json_is_array(lp) && json_array_size(lp) == 0, "%s", r.body);
         resp_free(&r);
     }
     struct resp bad = http(&s, "POST", "/v1/completions", "{\"prompt\":\"x\",\"logit_bias\":{\"abc\":1}}");
@@ -800,6 +808,18 @@ Test(serve, full_queue_503_and_disconnect_cancels, .timeout = 90) {
     resp_free(&a);
     cr_assert(wait_metric(&s, "toy_jobs_cancelled_total", 2, 10), "the abandoned generation was not cancelled");
     cr_assert(wait_metric(&s, "toy_active_sequences", 0, 10));
+    /* both clients that left are counted as 499, neither as a success nor as a server error */
+    bool counted = false;
+    for (double end = now_s() + 10; !counted && now_s() < end; usleep(20000)) {
+        m = http(&s, "GET", "/metrics", NULL);
+        counted = strstr(m.body, "toy_requests_total{endpoint=\"/v1/completions\",code=\"499\"} 2\n") != NULL;
+        if (counted) {
+            cr_assert(strstr(m.body, "code=\"200\"} 1\n"), "only B succeeded: %s", m.body);
+            cr_assert(strstr(m.body, "code=\"503\"} 1\n"), "only C was refused: %s", m.body);
+        }
+        resp_free(&m);
+    }
+    cr_assert(counted, "the two disconnects are not counted as 499");
     cr_assert_eq(server_stop(&s), 0);
 }
 
@@ -946,6 +966,29 @@ Test(serve, timeout_ends_a_generation, .timeout = 60) {
     cr_assert(dt > 0.95 && dt < 10.0, "%.2f s", dt);
     resp_free(&r);
     cr_assert_eq(server_stop(&s), 0);
+
+    /* the limit counts from when a request gets a slot: B, queued behind A for most of A's second, still runs
+     * a second of its own (so about 2 s from its submission, not 1) */
+    const char *extra1[] = {"--timeout", "1", "--parallel", "1", NULL};
+    server_start(&s, extra1);
+    const char *longb = "{\"prompt\":\"a\",\"max_tokens\":100000,\"ignore_eos\":true}";
+    char ta[320], tb[320];
+    pid_t pa = curl_start(&s, "POST", "/v1/completions", longb, strlen(longb), NULL, ta);
+    cr_assert(wait_metric(&s, "toy_active_sequences", 1, 20), "the long request never ran");
+    double tb0 = now_s();
+    pid_t pb = curl_start(&s, "POST", "/v1/completions", longb, strlen(longb), NULL, tb);
+    struct resp a = curl_finish(pa, ta);
+    double ta1 = now_s();
+    struct resp b = curl_finish(pb, tb);
+    double tb1 = now_s();
+    cr_assert_eq(a.code, 200, "%s", a.body);
+    cr_assert_eq(b.code, 200, "%s", b.body);
+    cr_assert_gt(jint(b.json, "usage.completion_tokens"), 0, "%s", b.body);
+    cr_assert(tb1 - ta1 > 0.8, "B ran %.2f s after A ended, not its own second (%.2f s in all)", tb1 - ta1,
+              tb1 - tb0);
+    resp_free(&a);
+    resp_free(&b);
+    cr_assert_eq(server_stop(&s), 0);
 }
 
 /* --chat-template picks the rendering; a template that does not parse stops the server at startup */
@@ -971,9 +1014,179 @@ Test(serve, chat_template_flag, .timeout = 60) {
     char *argv[] = {(char *)toy_bin(), "serve", "-m", (char *)model(dir), "--port", "0", "--no-events",
                     "--chat-template", "{% if %}", NULL};
     cr_assert_eq(wait_for(spawn(argv, NULL, log), 30), 1);
+    argv[8] = "chatml2"; /* a mistyped name is not rendered as a template of plain text */
+    cr_assert_eq(wait_for(spawn(argv, NULL, log), 30), 1);
+    char *l = slurp(log);
+    cr_assert(l && strstr(l, "'chatml2'"), "%s", l ? l : "");
+    free(l);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     cr_assert_eq(system(cmd), 0);
+}
+
+/* The edges of a request: max_tokens 0, a prompt that exactly fills the context, logprobs' text_offset with
+ * and without a stop string, a completion's first space, 405's Allow header, options toy does not implement */
+Test(serve, request_edges, .timeout = 60) {
+    struct server s;
+    const char *extra[] = {"--ctx", "48", NULL};
+    server_start(&s, extra);
+    cr_assert_eq(server_n_ctx(&s), 48);
+    for (int chat = 0; chat < 2; chat++) {
+        struct resp r = http(&s, "POST", chat ? "/v1/chat/completions" : "/v1/completions",
+                             chat ? "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":0}"
+                                  : "{\"prompt\":\"Once\",\"max_tokens\":0}");
+        cr_assert_eq(r.code, 200, "%s", r.body);
+        cr_assert_eq(jint(r.json, "usage.completion_tokens"), 0, "%s", r.body);
+        cr_assert_str_eq(jstr(r.json, "choices.0.finish_reason"), "length");
+        resp_free(&r);
+    }
+    /* prompt + completion fill the 48 positions exactly; a 48-token prompt leaves no room */
+    char ids[512] = "[1";
+    for (int i = 1; i < 47; i++) strcat(ids, ",5");
+    char body[700];
+    snprintf(body, sizeof body, "{\"prompt\":%s],\"max_tokens\":100,\"ignore_eos\":true}", ids);
+    struct resp r = http(&s, "POST", "/v1/completions", body);
+    cr_assert_eq(r.code, 200, "%s", r.body);
+    cr_assert_eq(jint(r.json, "usage.prompt_tokens"), 47, "%s", r.body);
+    cr_assert_eq(jint(r.json, "usage.total_tokens"), 48, "%s", r.body);
+    cr_assert_str_eq(jstr(r.json, "choices.0.finish_reason"), "length");
+    resp_free(&r);
+    snprintf(body, sizeof body, "{\"prompt\":%s,5],\"max_tokens\":1}", ids);
+    r = http(&s, "POST", "/v1/completions", body);
+    cr_assert_eq(r.code, 400, "%s", r.body);
+    cr_assert_str_eq(jstr(r.json, "error.code"), "context_length_exceeded");
+    resp_free(&r);
+    /* text_offset counts characters of the text returned, whether or not text was held back for a stop string;
+     * the text is the tokens' text, the first one's space included */
+    json_t *offs[2] = {NULL, NULL};
+    for (int stop = 0; stop < 2; stop++) {
+        r = http(&s, "POST", "/v1/completions",
+                 stop ? "{\"prompt\":\"Hello\",\"max_tokens\":8,\"temperature\":0,\"ignore_eos\":true,\"logprobs\":0,"
+                        "\"stop\":\"qqqqqq\"}"
+                      : "{\"prompt\":\"Hello\",\"max_tokens\":8,\"temperature\":0,\"ignore_eos\":true,\"logprobs\":0}");
+        cr_assert_eq(r.code, 200, "%s", r.body);
+        offs[stop] = json_incref(jget(r.json, "choices.0.logprobs.text_offset"));
+        json_t *toks = jget(r.json, "choices.0.logprobs.tokens");
+        char cat[4096] = "";
+        bool whole = true; /* every token is whole characters (no U+FFFD stand-in) */
+        long long chars = 0;
+        for (size_t i = 0; i < json_array_size(toks); i++) {
+            const char *t = json_string_value(json_array_get(toks, i));
+            cr_assert_eq(json_integer_value(json_array_get(offs[stop], i)), chars, "token %zu: %s", i, r.body);
+            for (const char *c = t; *c; c++) chars += ((unsigned char)*c & 0xC0) != 0x80;
+            whole &= !strstr(t, "\xef\xbf\xbd");
+            strncat(cat, t, sizeof cat - strlen(cat) - 1);
+        }
+        if (whole && !stop) cr_assert_str_eq(jstr(r.json, "choices.0.text"), cat);
+        resp_free(&r);
+    }
+    cr_assert(json_equal(offs[0], offs[1]), "a stop string moved the offsets");
+    json_decref(offs[0]);
+    json_decref(offs[1]);
+    r = http(&s, "GET", "/v1/completions", NULL);
+    cr_assert_eq(r.code, 405);
+    cr_assert(strstr(r.headers, "Allow: POST"), "%s", r.headers);
+    resp_free(&r);
+    const char *refused[][2] = {{"/v1/completions", "{\"prompt\":\"a\",\"echo\":true}"},
+                                {"/v1/completions", "{\"prompt\":\"a\",\"best_of\":2}"},
+                                {"/v1/completions", "{\"prompt\":\"a\",\"suffix\":\"b\"}"},
+                                {"/v1/chat/completions", "{\"messages\":[{\"role\":\"wizard\",\"content\":\"a\"}]}"},
+                                {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"tools\":\"x\"}"},
+                                {"/v1/completions", "{\"prompt\":\"a\",\"seed\":1180591620717411303424}"}};
+    const char *param[] = {"echo", "best_of", "suffix", "messages", "tools", NULL};
+    for (int i = 0; i < 6; i++) {
+        r = http(&s, "POST", refused[i][0], refused[i][1]);
+        cr_assert_eq(r.code, 400, "%s: %s", refused[i][1], r.body);
+        if (param[i]) cr_assert_str_eq(jstr(r.json, "error.param"), param[i], "%s", r.body);
+        else cr_assert(strstr(jstr(r.json, "error.message"), "out of range"), "%s", r.body);
+        resp_free(&r);
+    }
+    /* with include_usage every chunk but the usage one has "usage": null, the first (role) one too */
+    r = http(&s, "POST", "/v1/chat/completions",
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":2,\"stream\":true,"
+             "\"stream_options\":{\"include_usage\":true}}");
+    cr_assert_eq(r.code, 200);
+    const char *first = strstr(r.body, "data: "), *end = first ? strstr(first, "\n\n") : NULL;
+    cr_assert(end, "%s", r.body);
+    char *c1 = strndup(first, (size_t)(end - first));
+    cr_assert(strstr(c1, "\"role\":\"assistant\"") && strstr(c1, "\"usage\":null"), "%s", c1);
+    free(c1);
+    resp_free(&r);
+    cr_assert_eq(server_stop(&s), 0);
+}
+
+/* connects to the server and sends nothing (an idle client holding a connection) */
+static int idle_connection(struct server *s) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)s->port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert(fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0);
+    return fd;
+}
+
+/* beyond --max-connections a client gets a prompt 503, not a hang in the listen backlog */
+Test(serve, max_connections_refuses, .timeout = 60) {
+    struct server s;
+    const char *extra[] = {"--max-connections", "2", NULL};
+    server_start(&s, extra);
+    int a = idle_connection(&s), b = idle_connection(&s);
+    const char *mt[] = {"--max-time", "5", NULL};
+    struct resp r = {0};
+    for (double end = now_s() + 10; now_s() < end; usleep(20000)) { /* until the server has seen both */
+        resp_free(&r);
+        r = http_x(&s, "GET", "/v1/models", NULL, mt);
+        if (r.code == 503) break;
+    }
+    cr_assert_eq(r.code, 503, "%d %s", r.code, r.body);
+    cr_assert_str_eq(jstr(r.json, "error.code"), "too_many_connections");
+    resp_free(&r);
+    close(a);
+    close(b);
+    for (double end = now_s() + 10; now_s() < end; usleep(20000)) {
+        r = http_x(&s, "GET", "/v1/models", NULL, mt);
+        if (r.code == 200) break;
+        resp_free(&r);
+    }
+    cr_assert_eq(r.code, 200, "served again once the idle clients left");
+    resp_free(&r);
+    cr_assert_eq(server_stop(&s), 0);
+}
+
+/* when --drain runs out, what still runs ends as an error: a stream gets an error event and [DONE], a plain
+ * request a 503; neither is cut off or reported as a finished completion */
+Test(serve, drain_expiry_ends_requests_cleanly, .timeout = 90) {
+    struct server s;
+    const char *extra[] = {"--drain", "1", "--parallel", "2", NULL};
+    server_start(&s, extra);
+    long long n_ctx = server_n_ctx(&s);
+    if (n_ctx < 2048) {
+        server_stop(&s);
+        cr_skip_test("the model's context (%lld) is too short to outlast the drain", n_ctx);
+    }
+    const char *sb = "{\"prompt\":\"a\",\"max_tokens\":100000,\"ignore_eos\":true,\"stream\":true}";
+    const char *pb = "{\"prompt\":\"b\",\"max_tokens\":100000,\"ignore_eos\":true}";
+    char ts[320], tp[320];
+    pid_t ps = curl_start(&s, "POST", "/v1/completions", sb, strlen(sb), NULL, ts);
+    pid_t pp = curl_start(&s, "POST", "/v1/completions", pb, strlen(pb), NULL, tp);
+    cr_assert(wait_metric(&s, "toy_active_sequences", 2, 20), "the requests never ran");
+    double t0 = now_s();
+    kill(s.pid, SIGTERM);
+    struct resp a = curl_finish(ps, ts), b = curl_finish(pp, tp);
+    cr_assert_eq(wait_for(s.pid, 30), 0);
+    if (now_s() - t0 < 1.0) { /* both finished inside the drain: nothing to check */
+        resp_free(&a);
+        resp_free(&b);
+        server_clean(&s);
+        cr_skip_test("the generations ended within the 1 s drain");
+    }
+    cr_assert_eq(a.code, 200);
+    cr_assert(strstr(a.body, "\"error\"") && strstr(a.body, "data: [DONE]\n\n"), "%s",
+              a.body + (strlen(a.body) > 400 ? strlen(a.body) - 400 : 0));
+    cr_assert_eq(b.code, 503, "%d %.300s", b.code, b.body);
+    cr_assert(strstr(jstr(b.json, "error.message"), "stopped"), "%s", b.body);
+    resp_free(&a);
+    resp_free(&b);
+    server_clean(&s);
 }
 
 /* Q8_0 weights: a product of <= 8 rows uses integer dot products, a larger

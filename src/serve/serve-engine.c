@@ -82,6 +82,8 @@ struct slot {
     struct toy_decoder *dec;
     char *gen;                    /* generated text so far (for stop strings) */
     size_t gen_len, gen_cap, emitted, max_stop;
+    size_t gen_chars;             /* characters in gen (for logprobs' text_offset) */
+    double deadline;              /* srv_now() by which the job must end; 0: none */
     int32_t last;                 /* the token to feed next */
     int64_t pos;                  /* its position */
     int64_t n_gen;
@@ -132,9 +134,9 @@ static void job_fail(struct srv_job *j, enum toy_status st, const char *msg) {
     pthread_mutex_unlock(&j->mu);
 }
 
-/* appends a token record with text[0..n) (under j->mu) */
-static bool job_push(struct srv_job *j, int32_t id, float lp, const char *text, size_t n, int n_top,
-                     const int32_t *top_id, const float *top_lp) {
+/* appends a token record with text[0..n) (under j->mu); char_off and eog as in struct srv_token */
+static bool job_push(struct srv_job *j, int32_t id, float lp, const char *text, size_t n, size_t char_off, bool eog,
+                     int n_top, const int32_t *top_id, const float *top_lp) {
     bool ok = true;
     pthread_mutex_lock(&j->mu);
     if (j->n_toks == j->cap_toks) {
@@ -155,6 +157,8 @@ static bool job_push(struct srv_job *j, int32_t id, float lp, const char *text, 
         t->logprob = lp;
         t->text_off = j->text_len;
         t->text_len = n;
+        t->char_off = char_off;
+        t->eog = eog;
         t->n_top = n_top;
         for (int i = 0; i < n_top; i++) t->top_id[i] = top_id[i], t->top_lp[i] = top_lp[i];
         memcpy(j->text + j->text_len, text, n);
@@ -177,12 +181,12 @@ static void hist_add(int64_t *b, double v) {
 static void slot_finish(struct srv_engine *e, struct slot *s, enum toy_stop_reason reason) {
     struct srv_job *j = s->job;
     if (reason != TOY_STOP_STRING && s->emitted < s->gen_len)
-        job_push(j, -1, 0, s->gen + s->emitted, s->gen_len - s->emitted, 0, NULL, NULL);
+        job_push(j, -1, 0, s->gen + s->emitted, s->gen_len - s->emitted, s->gen_chars, false, 0, NULL, NULL);
     if (reason != TOY_STOP_STRING && s->dec) {
         const char *t;
         size_t n;
         toy_decoder_flush(s->dec, &t, &n);
-        if (n) job_push(j, -1, 0, t, n, 0, NULL, NULL);
+        if (n) job_push(j, -1, 0, t, n, s->gen_chars, false, 0, NULL, NULL);
     }
     pthread_mutex_lock(&j->mu);
     j->reason = reason;
@@ -230,7 +234,7 @@ static bool slot_step(struct srv_engine *e, struct slot *s, float *logits) {
         toy_top_logprobs(logits, e->vocab, n_top, top_id, top_lp);
     }
     if (e->tok && !j->ignore_eos && toy_tokenizer_is_eog(e->tok, id)) {
-        job_push(j, id, lp, "", 0, n_top, top_id, top_lp);
+        job_push(j, id, lp, "", 0, s->gen_chars, true, n_top, top_id, top_lp);
         slot_finish(e, s, TOY_STOP_EOS);
         return true;
     }
@@ -247,9 +251,11 @@ static bool slot_step(struct srv_engine *e, struct slot *s, float *logits) {
         }
         s->gen = ng, s->gen_cap = cap;
     }
+    size_t char_off = s->gen_chars;
     memcpy(s->gen + s->gen_len, piece, plen);
     s->gen_len += plen;
     s->gen[s->gen_len] = 0;
+    s->gen_chars += toy_utf8_chars(piece, plen);
     size_t from = s->emitted > s->max_stop ? s->emitted - s->max_stop : 0;
     const char *hit = NULL;
     for (int i = 0; i < j->n_stop; i++) {
@@ -258,7 +264,8 @@ static bool slot_step(struct srv_engine *e, struct slot *s, float *logits) {
     }
     if (hit) {
         size_t upto = (size_t)(hit - s->gen);
-        job_push(j, id, lp, s->gen + s->emitted, upto > s->emitted ? upto - s->emitted : 0, n_top, top_id, top_lp);
+        job_push(j, id, lp, s->gen + s->emitted, upto > s->emitted ? upto - s->emitted : 0, char_off, false, n_top,
+                 top_id, top_lp);
         s->emitted = upto;
         slot_finish(e, s, TOY_STOP_STRING);
         return true;
@@ -267,11 +274,12 @@ static bool slot_step(struct srv_engine *e, struct slot *s, float *logits) {
     size_t safe = s->gen_len > hold ? s->gen_len - hold : 0;
     while (safe > s->emitted && safe < s->gen_len && ((unsigned char)s->gen[safe] & 0xC0) == 0x80) safe--;
     if (safe < s->emitted) safe = s->emitted;
-    job_push(j, id, lp, s->gen + s->emitted, safe - s->emitted, n_top, top_id, top_lp);
+    job_push(j, id, lp, s->gen + s->emitted, safe - s->emitted, char_off, false, n_top, top_id, top_lp);
     s->emitted = safe;
     s->last = id;
-    if (j->max_tokens > 0 && s->n_gen >= j->max_tokens) { slot_finish(e, s, TOY_STOP_LENGTH); return true; }
-    if (s->pos >= e->n_ctx) { slot_finish(e, s, TOY_STOP_CONTEXT); return true; }
+    if (j->max_tokens >= 0 && s->n_gen >= j->max_tokens) { slot_finish(e, s, TOY_STOP_LENGTH); return true; }
+    /* the token just sampled is the sequence's (pos + 1)-th; prompt + completion stay within the context */
+    if (s->pos + 1 >= e->n_ctx) { slot_finish(e, s, TOY_STOP_CONTEXT); return true; }
     return false;
 }
 
@@ -348,13 +356,15 @@ static void slot_start(struct srv_engine *e, struct slot *s, struct srv_job *j) 
     int64_t lcp = e->prefix_cache ? common_prefix(s->cache_ids, s->n_cache, j->prompt, j->n_prompt) : 0;
     int64_t keep = lcp < j->n_prompt ? lcp : j->n_prompt - 1; /* at least one token runs, for its logits */
     s->job = j;
-    s->gen_len = s->emitted = 0;
+    s->gen_len = s->emitted = s->gen_chars = 0;
     s->n_gen = 0;
+    s->deadline = j->timeout_s > 0 ? srv_now() + j->timeout_s : 0;
     s->max_stop = 0;
     for (int i = 0; i < j->n_stop; i++)
         if (strlen(j->stop[i]) > s->max_stop) s->max_stop = strlen(j->stop[i]);
     s->smp = toy_sampler_new(&j->sp, e->vocab);
-    if (e->tok) toy_decoder_init(e->tok, TOY_DECODE_SKIP_SPECIAL, &s->dec);
+    if (e->tok && !toy_decoder_init(e->tok, TOY_DECODE_SKIP_SPECIAL, &s->dec) && j->continues)
+        toy_decoder_continue(s->dec, j->prompt, j->n_prompt);
     pthread_mutex_lock(&j->mu);
     j->t_start = srv_now();
     j->n_cached = keep;
@@ -370,12 +380,13 @@ static void slot_start(struct srv_engine *e, struct slot *s, struct srv_job *j) 
     s->pf = keep;
     s->prefilling = true;
     s->order = ++e->clock;
+    if (j->max_tokens == 0) slot_finish(e, s, TOY_STOP_LENGTH); /* nothing to generate: no prefill either */
 }
 
 /* a job that has been cancelled or ran out of time ends here (true) */
 static bool slot_expired(struct srv_engine *e, struct slot *s, double now) {
     struct srv_job *j = s->job;
-    bool late = j->deadline > 0 && now > j->deadline;
+    bool late = s->deadline > 0 && now > s->deadline;
     if (!late && !atomic_load(&j->cancel)) return false;
     if (late) {
         pthread_mutex_lock(&j->mu);
@@ -540,10 +551,15 @@ static void *engine_main(void *arg) {
         prefill_step(e);
         decode_step(e);
     }
-    /* stopping: whatever still runs or waits ends now */
+    /* stopping: whatever still runs or waits ends now, as an error (not a finished completion) */
     for (int i = 0; i < e->n_slots; i++)
         if (e->slots[i].job) {
-            atomic_store(&e->slots[i].job->cancel, true);
+            struct srv_job *j = e->slots[i].job;
+            pthread_mutex_lock(&j->mu);
+            j->err = TOY_ERR_INTERRUPTED;
+            snprintf(j->errmsg, sizeof j->errmsg, "the server stopped before this generation finished");
+            pthread_mutex_unlock(&j->mu);
+            atomic_store(&j->cancel, true);
             slot_finish(e, &e->slots[i], TOY_STOP_CALLER);
         }
     pthread_mutex_lock(&e->mu);

@@ -54,6 +54,7 @@ struct srv {
     struct toy_events *ev;
     char *model_name;
     atomic_int inflight;
+    atomic_int connections;          /* open TCP connections (MHD's connection notifications) */
     atomic_bool draining;
     atomic_llong n_requests;
     pthread_mutex_t stat_mu;
@@ -169,6 +170,14 @@ static enum MHD_Result fail(struct srv *S, struct MHD_Connection *c, enum route 
     return send_error(S, c, r, &e, NULL, NULL);
 }
 
+/* 405 with the Allow header RFC 9110 requires */
+static enum MHD_Result not_allowed(struct srv *S, struct MHD_Connection *c, enum route r, const char *allow,
+                                   const char *url) {
+    struct srv_error e = {.http = 405, .type = "invalid_request_error"};
+    snprintf(e.msg, sizeof e.msg, "use %s for %s", allow, url);
+    return send_error(S, c, r, &e, "Allow", allow);
+}
+
 /* ---- per-request record: metrics, event, access log --------------------------------------------- */
 
 static void request_done(struct srv *S, const struct srv_request *rq, enum route r, int code, long req_no,
@@ -278,11 +287,13 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
     }
 }
 
+/* 499 (nginx's "client closed request"): the client went away before the end; counted once the stream ends */
 static void stream_free(void *cls) {
     struct stream *s = cls;
     if (!s->finished) atomic_store(&s->req.job->cancel, true);
-    request_done(s->S, &s->req, s->req.ep == SRV_EP_CHAT ? R_CHAT : R_COMPLETIONS, s->finished ? 200 : 499,
-                 s->req_no, s->t0, true);
+    enum route r = s->req.ep == SRV_EP_CHAT ? R_CHAT : R_COMPLETIONS;
+    count(s->S, r, s->finished ? 200 : 499);
+    request_done(s->S, &s->req, r, s->finished ? 200 : 499, s->req_no, s->t0, true);
     srv_request_free(&s->req);
     free(s->buf);
     free(s);
@@ -393,7 +404,7 @@ static enum MHD_Result generate(struct srv *S, struct MHD_Connection *c, struct 
         s->req_no = req_no;
         s->fd = fd;
         s->t0 = k->t0;
-        if (ep == SRV_EP_CHAT) sse_json(s, srv_chunk_role(&S->api, id, created));
+        if (ep == SRV_EP_CHAT) sse_json(s, srv_chunk_role(&S->api, &rq, id, created));
         struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, s, stream_free);
         if (!resp) { stream_free(s); return MHD_NO; }
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
@@ -402,18 +413,23 @@ static enum MHD_Result generate(struct srv *S, struct MHD_Connection *c, struct 
         add_common_headers(S, resp);
         enum MHD_Result res = MHD_queue_response(c, 200, resp);
         MHD_destroy_response(resp);
-        count(S, k->route, 200);
         return res;
     }
     struct srv_job *j = rq.job;
+    bool gone = false;
     pthread_mutex_lock(&j->mu);
     while (!j->done) {
         wait_100ms(j);
-        if (!j->done && peer_gone(fd)) atomic_store(&j->cancel, true);
+        if (!j->done && !gone && peer_gone(fd)) atomic_store(&j->cancel, true), gone = true;
     }
     int code = 200;
     json_t *body;
-    if (j->err) {
+    if (gone) { /* nobody reads the answer: recorded as the client's doing, not as a success or a server error */
+        struct srv_error e = {.http = 499, .type = "invalid_request_error"};
+        snprintf(e.msg, sizeof e.msg, "the client closed the connection");
+        code = e.http;
+        body = srv_error_json(&e);
+    } else if (j->err) {
         struct srv_error e = {.http = j->err == TOY_ERR_INTERRUPTED ? 503 : 500, .type = "server_error"};
         snprintf(e.msg, sizeof e.msg, "%s", j->errmsg);
         code = e.http;
@@ -511,11 +527,17 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         count(S, k->route, 204);
         return res;
     }
+    if (atomic_load(&S->connections) > S->o.max_connections) { /* beyond --max-connections: refused, not queued */
+        struct srv_error e = {.http = 503, .type = "server_error", .code = "too_many_connections"};
+        snprintf(e.msg, sizeof e.msg, "more than %d open connections (--max-connections); retry later",
+                 S->o.max_connections);
+        return send_error(S, c, k->route, &e, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+    }
     bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
     if (k->route == R_OTHER)
         return fail(S, c, k->route, 404, "invalid_request_error", "not_found", "no such endpoint: %s %s", method, url);
     if (k->route == R_HEALTH) {
-        if (!get) return fail(S, c, k->route, 405, "invalid_request_error", NULL, "use GET");
+        if (!get) return not_allowed(S, c, k->route, "GET, HEAD", url);
         bool d = atomic_load(&S->draining);
         return send_json(S, c, k->route, d ? 503 : 200, json_pack("{s:s}", "status", d ? "draining" : "ok"), NULL,
                          NULL);
@@ -524,9 +546,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         return fail(S, c, k->route, 401, "invalid_request_error", "invalid_api_key",
                     "missing or wrong API key (send \"Authorization: Bearer KEY\")");
     bool wants_post = k->route == R_COMPLETIONS || k->route == R_CHAT || k->route == R_EMBEDDINGS;
-    if (wants_post ? !post : !get)
-        return fail(S, c, k->route, 405, "invalid_request_error", NULL, "use %s for %s", wants_post ? "POST" : "GET",
-                    url);
+    if (wants_post ? !post : !get) return not_allowed(S, c, k->route, wants_post ? "POST" : "GET, HEAD", url);
     switch (k->route) {
     case R_MODELS: return send_json(S, c, k->route, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", model_json(S)), NULL, NULL);
     case R_MODEL:
@@ -542,6 +562,12 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         return generate(S, c, k);
     default: return generate(S, c, k);
     }
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_ctx, enum MHD_ConnectionNotificationCode t) {
+    (void)c, (void)socket_ctx;
+    struct srv *S = cls;
+    atomic_fetch_add(&S->connections, t == MHD_CONNECTION_NOTIFY_STARTED ? 1 : -1);
 }
 
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
@@ -646,6 +672,9 @@ enum toy_status toy_serve(struct toy_llama *m, const struct toy_tokenizer *tok, 
     S->api.timeout_s = o.timeout_s;
     int64_t n_ctx = o.n_ctx > 0 ? o.n_ctx : 4096;
     S->api.n_ctx = n_ctx < m->cfg.max_ctx ? n_ctx : m->cfg.max_ctx;
+    if (o.n_ctx > m->cfg.max_ctx)
+        fprintf(stderr, "toy serve: --ctx %lld is more than the model's %lld positions; using %lld\n",
+                (long long)o.n_ctx, (long long)m->cfg.max_ctx, (long long)m->cfg.max_ctx);
     enum toy_status st = TOY_OK;
     /* chat template: --chat-template, else the model's, else chatml */
     const char *src = o.chat_template ? o.chat_template : tok ? toy_tokenizer_chat_template(tok) : NULL;
@@ -673,10 +702,13 @@ enum toy_status toy_serve(struct toy_llama *m, const struct toy_tokenizer *tok, 
     }
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC |
                      (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
+    /* At its own limit libmicrohttpd stops accepting, and new clients hang in the listen backlog. So its limit
+     * leaves room beyond --max-connections, and the handler answers the connections past ours with 503. */
+    unsigned mhd_limit = (unsigned)o.max_connections + (unsigned)(o.max_connections > 16 ? o.max_connections : 16);
     S->d = MHD_start_daemon(flags, (uint16_t)o.port, NULL, NULL, handler, S, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(o.timeout_s > 0 ? o.timeout_s : 0),
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)o.max_connections, MHD_OPTION_NOTIFY_COMPLETED,
-                            completed, S, MHD_OPTION_END);
+                            MHD_OPTION_CONNECTION_LIMIT, mhd_limit, MHD_OPTION_NOTIFY_COMPLETED, completed, S,
+                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, S, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!S->d) {
         srv_free(S);
@@ -705,7 +737,10 @@ enum toy_status toy_serve(struct toy_llama *m, const struct toy_tokenizer *tok, 
     if (!o.quiet) fprintf(stderr, "toy serve: stopping; %d request(s) in flight\n", atomic_load(&S->inflight));
     double t_end = srv_now() + (o.drain_s > 0 ? o.drain_s : 0);
     while ((atomic_load(&S->inflight) > 0 || srv_engine_load(S->eng) > 0) && srv_now() < t_end) usleep(10 * 1000);
+    /* what still runs ends as an error; give its connections a moment to send that and close their streams */
     srv_engine_stop(S->eng);
+    t_end = srv_now() + 2;
+    while (atomic_load(&S->inflight) > 0 && srv_now() < t_end) usleep(10 * 1000);
     MHD_stop_daemon(S->d);
     if (S->ev) {
         json_t *extra = json_pack("{s:I,s:I}", "requests", (json_int_t)atomic_load(&S->n_requests),

@@ -54,11 +54,14 @@ enum srv_job_kind { SRV_JOB_GENERATE, SRV_JOB_EMBED };
 
 /* One generated token as the client sees it. text_off/len: the text emitted
  * with this token (held-back text while a stop string may be forming comes
- * out later; id -1 marks the final flush of held text). */
+ * out later; id -1 marks the final flush of held text). char_off: where the
+ * token's own text starts in the completion, in characters (logprobs'
+ * text_offset); eog: the end-of-generation token, which logprobs leave out. */
 struct srv_token {
     int32_t id;
     float logprob;
-    size_t text_off, text_len;
+    size_t text_off, text_len, char_off;
+    bool eog;
     int n_top;
     int32_t top_id[SRV_MAX_TOP_LOGPROBS];
     float top_lp[SRV_MAX_TOP_LOGPROBS];
@@ -70,7 +73,9 @@ struct srv_job {
     int32_t *prompt;                 /* generate: the prompt ids */
     int64_t n_prompt;
     struct toy_sampler_params sp;
-    int64_t max_tokens;              /* <= 0: until EOS or the context is full */
+    int64_t max_tokens;              /* < 0: until EOS or the context is full; 0: none (prompt only) */
+    bool continues;                  /* the text continues the prompt (completions): an SPM model's
+                                        first token keeps its leading space */
     char *stop[SRV_MAX_STOP];
     int n_stop;
     int top_logprobs;                /* 0..SRV_MAX_TOP_LOGPROBS alternatives per token */
@@ -78,7 +83,7 @@ struct srv_job {
     int32_t *bias_id;                /* logit_bias: added to these logits before sampling */
     float *bias;
     int n_bias;
-    double deadline;                 /* srv_now() seconds; 0: none */
+    int timeout_s;                   /* the longest it may generate, from taking a slot; 0: no limit */
     int32_t **inputs;                /* embed: n_inputs id lists */
     int64_t *n_input;
     int n_inputs;
@@ -208,7 +213,7 @@ json_t *srv_response_json(const struct srv_api *api, const struct srv_request *r
 json_t *srv_chunk_json(const struct srv_api *api, const struct srv_request *r, const struct srv_job *j,
                        int64_t from, int64_t to, const char *id, long created);
 /* The first chunk of a chat stream (role), the last one (finish_reason) and the usage chunk. */
-json_t *srv_chunk_role(const struct srv_api *api, const char *id, long created);
+json_t *srv_chunk_role(const struct srv_api *api, const struct srv_request *r, const char *id, long created);
 json_t *srv_chunk_finish(const struct srv_api *api, const struct srv_request *r, const struct srv_job *j,
                          const char *id, long created);
 json_t *srv_chunk_usage(const struct srv_api *api, const struct srv_request *r, const struct srv_job *j,

@@ -201,6 +201,15 @@ static bool chat_prompt(const struct srv_api *api, json_t *body, struct toy_toke
             json_decref(norm);
             return BAD("messages", "messages[%zu] must be an object with a string 'role'", i);
         }
+        static const char *const roles[] = {"system", "developer", "user", "assistant", "tool"};
+        const char *role = json_string_value(json_object_get(m, "role"));
+        size_t r = 0;
+        while (r < sizeof roles / sizeof roles[0] && strcmp(role, roles[r])) r++;
+        if (r == sizeof roles / sizeof roles[0]) {
+            json_decref(norm);
+            return BAD("messages", "messages[%zu] has role '%s' (system, developer, user, assistant or tool)", i,
+                       role);
+        }
         if (!message_text(json_object_get(m, "content"), i, &content, err)) {
             json_decref(norm);
             return false;
@@ -212,6 +221,11 @@ static bool chat_prompt(const struct srv_api *api, json_t *body, struct toy_toke
     json_t *vars = json_object();
     json_object_set_new(vars, "messages", norm);
     json_t *tools = json_object_get(body, "tools");
+    if (tools && !json_is_null(tools) && !json_is_array(tools)) {
+        json_decref(norm);
+        json_decref(vars);
+        return BAD("tools", "'tools' must be an array");
+    }
     if (json_is_array(tools)) json_object_set(vars, "tools", tools);
     char *js = json_dumps(vars, JSON_COMPACT);
     json_decref(vars);
@@ -303,10 +317,11 @@ static bool parse_generate(const struct srv_api *api, json_t *body, struct srv_r
     j->n_prompt = ids.n;
     if (j->n_prompt >= api->n_ctx)
         return srv_err(err, 400, "invalid_request_error", "context_length_exceeded", chat ? "messages" : "prompt",
-                       "This model's maximum context length is %lld tokens; the prompt has %lld tokens",
-                       (long long)api->n_ctx, (long long)j->n_prompt);
+                       "This model's maximum context length is %lld tokens (prompt and completion); the prompt has "
+                       "%lld tokens, at most %lld leave room for a completion",
+                       (long long)api->n_ctx, (long long)j->n_prompt, (long long)api->n_ctx - 1);
     double temp = 1, top_p = 1, min_p = 0, fp = 0, pp = 0, rp = 1;
-    int64_t max_tokens = chat ? 0 : 16, top_k = 0, n = 1, seed = -1, lp_n = -1, top_lp = 0;
+    int64_t max_tokens = chat ? -1 : 16, top_k = 0, n = 1, seed = -1, lp_n = -1, top_lp = 0, best_of = 1;
     if (!get_int(body, "max_tokens", 0, INT32_MAX, &max_tokens, err)) return false;
     if (chat && !get_int(body, "max_completion_tokens", 0, INT32_MAX, &max_tokens, err)) return false;
     if (!get_num(body, "temperature", 0, 2, &temp, err) || !get_num(body, "top_p", 0, 1, &top_p, err) ||
@@ -316,7 +331,16 @@ static bool parse_generate(const struct srv_api *api, json_t *body, struct srv_r
         !get_int(body, "seed", INT64_MIN, INT64_MAX, &seed, err))
         return false;
     if (n != 1) return BAD("n", "only n=1 is supported");
-    if (max_tokens == 0 && json_is_integer(json_object_get(body, "max_tokens")) && !chat) max_tokens = 16;
+    if (!chat) { /* legacy completion options toy does not implement: refused, not ignored */
+        bool echo = false;
+        if (!get_bool(body, "echo", &echo, err) || !get_int(body, "best_of", 1, 128, &best_of, err)) return false;
+        if (echo) return BAD("echo", "\"echo\": true is not supported");
+        if (best_of != 1) return BAD("best_of", "only best_of=1 is supported");
+        json_t *sfx = json_object_get(body, "suffix");
+        if (sfx && !json_is_null(sfx) && !(json_is_string(sfx) && json_string_length(sfx) == 0))
+            return BAD("suffix", "'suffix' (insertion) is not supported");
+    }
+    j->continues = !chat;
     if (!get_bool(body, "stream", &r->stream, err) || !get_bool(body, "ignore_eos", &j->ignore_eos, err)) return false;
     json_t *so = json_object_get(body, "stream_options");
     if (so && !json_is_null(so)) {
@@ -349,7 +373,7 @@ static bool parse_generate(const struct srv_api *api, json_t *body, struct srv_r
     static atomic_ullong seed_counter;
     j->sp.seed = seed >= 0 ? (uint64_t)seed
                            : (uint64_t)(srv_now() * 1e9) ^ (atomic_fetch_add(&seed_counter, 1) * 0x9E3779B97F4A7C15ull);
-    if (api->timeout_s > 0) j->deadline = srv_now() + api->timeout_s;
+    j->timeout_s = api->timeout_s;
     return true;
 }
 
@@ -412,6 +436,9 @@ bool srv_parse_request(const struct srv_api *api, enum srv_endpoint ep, const ch
     if (!toy_utf8_valid(body, len)) return BAD(NULL, "the request body is not valid UTF-8");
     json_error_t je;
     json_t *o = json_loadb(body, len, 0, &je);
+    if (!o && json_error_code(&je) == json_error_numeric_overflow)
+        return BAD(NULL, "a number at line %d, column %d is out of range (integers are 64-bit): %s", je.line,
+                   je.column, je.text);
     if (!o) return BAD(NULL, "malformed JSON at line %d, column %d: %s", je.line, je.column, je.text);
     bool ok;
     if (!json_is_object(o)) ok = BAD(NULL, "the request body must be a JSON object");
@@ -478,7 +505,7 @@ static json_t *completion_logprobs(const struct srv_api *api, const struct srv_j
     json_t *toks = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
     for (int64_t i = from; i < to; i++) {
         const struct srv_token *t = &j->toks[i];
-        if (t->id < 0) continue;
+        if (t->id < 0 || t->eog) continue;
         json_array_append_new(toks, token_string(api, t->id));
         json_array_append_new(lps, jnum(t->logprob));
         json_t *top = json_object();
@@ -488,7 +515,7 @@ static json_t *completion_logprobs(const struct srv_api *api, const struct srv_j
             json_decref(s);
         }
         json_array_append_new(tops, top);
-        json_array_append_new(offs, json_integer((json_int_t)t->text_off));
+        json_array_append_new(offs, json_integer((json_int_t)t->char_off));
     }
     return json_pack("{s:o,s:o,s:o,s:o}", "tokens", toks, "token_logprobs", lps, "top_logprobs", tops, "text_offset",
                      offs);
@@ -497,7 +524,7 @@ static json_t *completion_logprobs(const struct srv_api *api, const struct srv_j
 static json_t *chat_logprobs(const struct srv_api *api, const struct srv_job *j, int64_t from, int64_t to) {
     json_t *content = json_array();
     for (int64_t i = from; i < to; i++)
-        if (j->toks[i].id >= 0) json_array_append_new(content, chat_logprob(api, &j->toks[i]));
+        if (j->toks[i].id >= 0 && !j->toks[i].eog) json_array_append_new(content, chat_logprob(api, &j->toks[i]));
     return json_pack("{s:o}", "content", content);
 }
 
@@ -577,7 +604,7 @@ json_t *srv_chunk_json(const struct srv_api *api, const struct srv_request *r, c
                        int64_t from, int64_t to, const char *id, long created) {
     size_t off = j->toks[from].text_off, n = 0;
     bool any_token = false;
-    for (int64_t i = from; i < to; i++) n += j->toks[i].text_len, any_token |= j->toks[i].id >= 0;
+    for (int64_t i = from; i < to; i++) n += j->toks[i].text_len, any_token |= j->toks[i].id >= 0 && !j->toks[i].eog;
     if (n == 0 && !(r->logprobs && any_token)) return NULL;
     bool chat = r->ep == SRV_EP_CHAT;
     json_t *choice = json_object();
@@ -593,9 +620,8 @@ json_t *srv_chunk_json(const struct srv_api *api, const struct srv_request *r, c
     return chunk(api, r, id, created, choice);
 }
 
-json_t *srv_chunk_role(const struct srv_api *api, const char *id, long created) {
-    struct srv_request r = {.ep = SRV_EP_CHAT};
-    return chunk(api, &r, id, created,
+json_t *srv_chunk_role(const struct srv_api *api, const struct srv_request *r, const char *id, long created) {
+    return chunk(api, r, id, created,
                  json_pack("{s:i,s:{s:s,s:s},s:n,s:n}", "index", 0, "delta", "role", "assistant", "content", "",
                            "logprobs", "finish_reason"));
 }
