@@ -14,19 +14,21 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "flags.h"
 #include "json-out.h"
 #include "toy/generate.h"
 #include "toy/models.h"
 #include "toy/toy.h"
 
-static int usage(void) {
-    fprintf(stderr, "usage: toy bench -m MODEL.gguf [--threads 1,2] [--prompt 256] [--gen 32] [--reps 3]\n"
+static int usage_to(FILE *out) {
+    fprintf(out, "usage: toy bench -m MODEL.gguf [--threads 1,2] [--prompt 256] [--gen 32] [--reps 3]\n"
                     "                 [--kv-type f16|f32] [--json]\n"
                     "Prefill and decode tokens/s of a Llama-family GGUF at each thread count, against the\n"
                     "memory-bandwidth bound of decode measured now; peak RSS. Decode tokens/s counts\n"
                     "decode steps (the first generated token comes with the prompt).\n");
     return 2;
 }
+static int usage(void) { return usage_to(stderr); }
 
 static bool count_token(void *ud, int32_t id, const char *text, size_t len, float lp) {
     (void)id; (void)text; (void)len; (void)lp;
@@ -80,23 +82,25 @@ int toy_cmd_bench(int argc, char **argv) {
     enum toy_dtype kv_type = TOY_F16;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage_to(stdout); return 0; }
         if (!strcmp(a, "--json")) { json = true; continue; }
+        static const char *const value_flags[] = {"-m", "--model", "--kv-type", "--threads", "--prompt", "--gen",
+                                                  "--reps", NULL};
+        if (!toy_flag_in(a, value_flags)) return toy_flag_unknown("bench", a);
         if (i + 1 >= argc) { fprintf(stderr, "toy bench: %s needs a value\n", a); return 2; }
         const char *v = argv[++i];
-        char *end;
-        long long x = strtoll(v, &end, 10);
+        int64_t x = 0;
+        bool count = strcmp(a, "-m") && strcmp(a, "--model") && strcmp(a, "--kv-type") && strcmp(a, "--threads");
+        if (count && !toy_flag_int("bench", a, v, 1, 1 << 20, &x)) return 2;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
         else if (!strcmp(a, "--kv-type")) {
             kv_type = (enum toy_dtype)toy_dtype_from_name(v);
             if (kv_type != TOY_F32 && kv_type != TOY_F16) { fprintf(stderr, "toy bench: --kv-type f32|f16\n"); return 2; }
         }
         else if (!strcmp(a, "--threads")) threads_arg = v;
-        else if (*end || x < 1) { fprintf(stderr, "toy bench: bad value '%s' for %s\n", v, a); return 2; }
         else if (!strcmp(a, "--prompt")) n_prompt = x;
         else if (!strcmp(a, "--gen")) n_gen = x < 2 ? 2 : x;
         else if (!strcmp(a, "--reps")) reps = x;
-        else { fprintf(stderr, "toy bench: unknown flag %s\n", a); return usage(); }
     }
     if (!model) return usage();
     int threads[16], n_threads = 0;

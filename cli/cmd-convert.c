@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "flags.h"
 #include "progress.h"
 #include "toy/convert.h"
 #include "toy/gguf.h"
@@ -43,11 +44,35 @@ static void summary(const char *path, double t0, int64_t n_tensors) {
     toy_gguf_close(g);
 }
 
+/* The k-quants need rows of a multiple of 256 and the 32-blocks one of 32: a matrix whose rows are not is
+ * written in the nearest type that fits (as llama.cpp does); say so, since the file type names the request */
+static void fallback_note(const char *path, enum toy_dtype want) {
+    struct toy_gguf *g;
+    if (toy_gguf_open(path, &g)) return;
+    int64_t n = 0, other = 0, ne0 = 0;
+    enum toy_dtype got = want;
+    for (int64_t i = 0; i < toy_gguf_n_tensors(g); i++) {
+        const struct toy_gguf_tensor *t = toy_gguf_tensor(g, i);
+        if (t->n_dims < 2) continue;
+        n++;
+        if (t->type != want) other++, got = t->type, ne0 = t->ne[0];
+    }
+    if (other)
+        fprintf(stderr, "toy: note: %lld of %lld matrices are not %s (e.g. %s, rows of %lld: %s needs a multiple of "
+                "%lld)\n", (long long)other, (long long)n, toy_dtype_name(want), toy_dtype_name(got),
+                (long long)ne0, toy_dtype_name(want), (long long)toy_dtype_block_size(want));
+    toy_gguf_close(g);
+}
+
 int toy_cmd_convert(int argc, char **argv) {
     const char *in = NULL, *out = NULL;
     struct toy_convert_opts o = {.type = TOY_F16};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-o") && i + 1 < argc) out = argv[++i];
+        else if ((!strcmp(argv[i], "-o") || !strcmp(argv[i], "--type")) && i + 1 == argc) {
+            fprintf(stderr, "toy convert: %s needs a value\n", argv[i]);
+            return 2;
+        }
         else if (!strcmp(argv[i], "--type") && i + 1 < argc) {
             int rc = parse_type(argv[++i], &o.type);
             if (rc) return rc;
@@ -56,13 +81,14 @@ int toy_cmd_convert(int argc, char **argv) {
         else if (argv[i][0] != '-' && !in) in = argv[i];
         else { fprintf(stderr, "toy convert: unknown argument '%s'\n", argv[i]); return 2; }
     }
-    if (!in || !out) {
-        fprintf(stderr,
+    bool help = toy_flag_help(argc, argv);
+    if (!in || !out || help) {
+        fprintf(help ? stdout : stderr,
                 "usage: toy convert <hf-model-dir> -o out.gguf [--type %s] [--no-tokenizer]\n"
                 "Converts a Hugging Face folder (config.json, *.safetensors, tokenizer.json) of a\n"
                 "Llama, Mistral, Qwen2, Qwen3, Gemma 2 or GPT-2 model to GGUF (default type f16;\n"
                 "norms and biases stay f32).\n", types_help);
-        return 2;
+        return help ? 0 : 2;
     }
     struct toy_progress p;
     toy_progress_start(&p, "convert", 0, "tensors/s");
@@ -83,12 +109,13 @@ int toy_cmd_convert(int argc, char **argv) {
 }
 
 int toy_cmd_quantize(int argc, char **argv) {
-    if (argc != 4 || argv[1][0] == '-') {
-        fprintf(stderr,
+    bool help = toy_flag_help(argc, argv);
+    if (argc != 4 || argv[1][0] == '-' || help) {
+        fprintf(help ? stdout : stderr,
                 "usage: toy quantize <in.gguf|NAME> <out.gguf> <%s>\n"
                 "Re-quantizes every 2-D weight (bit-exact with llama.cpp's reference quantizers);\n"
                 "1-D tensors are copied as they are.\n", types_help);
-        return 2;
+        return help ? 0 : 2;
     }
     enum toy_dtype t;
     int rc = parse_type(argv[3], &t);
@@ -110,5 +137,6 @@ int toy_cmd_quantize(int argc, char **argv) {
     int64_t n = 0;
     if (!toy_gguf_open(argv[2], &g)) { n = toy_gguf_n_tensors(g); toy_gguf_close(g); }
     summary(argv[2], p.t0, n);
+    fallback_note(argv[2], t);
     return 0;
 }

@@ -6,10 +6,12 @@
  * Keys read: llama.cpp's <arch>.* and tokenizer.ggml.* (gguf-spec). */
 #include <jansson.h>
 #include <stdarg.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "flags.h"
 #include "json-out.h"
 #include "toy/gguf.h"
 #include "toy/models.h"
@@ -269,6 +271,9 @@ static const char *tok_piece(const struct toy_gguf *g, int64_t toks, int64_t id,
     return buf;
 }
 
+/* JSON has no NaN or infinity: such a value (a broken file's) becomes null rather than losing its object */
+static json_t *num_or_null(double x) { return isfinite(x) ? json_real(x) : json_null(); }
+
 int toy_cmd_describe(int argc, char **argv) {
     const char *q = NULL;
     bool json = false;
@@ -277,17 +282,34 @@ int toy_cmd_describe(int argc, char **argv) {
         else if (argv[i][0] != '-' && !q) q = argv[i];
         else q = NULL, i = argc;
     }
-    if (!q) {
-        fprintf(stderr, "usage: toy describe <model.gguf|NAME> [--json]\n"
+    bool help = toy_flag_help(argc, argv);
+    if (!q || help) {
+        fprintf(help ? stdout : stderr, "usage: toy describe <model.gguf|NAME> [--json]\n"
                         "Architecture, dimensions, parameters, file type, bytes per tensor type, tokenizer,\n"
                         "and the forward pass as annotated pseudocode.\n");
-        return 2;
+        return help ? 0 : 2;
     }
     char path[4096];
     struct toy_gguf *g;
     if (toy_model_resolve(q, path, sizeof path) || toy_gguf_open(path, &g)) {
         fprintf(stderr, "toy describe: %s\n", toy_last_error());
         return 1;
+    }
+    const char *what;
+    if (!toy_gguf_is_model(g, &what)) { /* not a network to describe */
+        const char *arch = "";
+        size_t al = 0;
+        toy_gguf_get_str(g, "general.architecture", &arch, &al);
+        if (json) {
+            json_t *j = json_pack("{s:s,s:s%,s:s,s:I}", "path", path, "architecture", arch, al, "kind", what,
+                                  "tensors", (json_int_t)toy_gguf_n_tensors(g));
+            toy_gguf_close(g);
+            return toy_cli_print_json("describe", j, JSON_INDENT(2));
+        }
+        printf("%s: %s; architecture %.*s, %lld tensors\n", path, what, (int)al, arch,
+               (long long)toy_gguf_n_tensors(g));
+        toy_gguf_close(g);
+        return 0;
     }
     struct hp h;
     read_hp(g, &h);
@@ -330,11 +352,12 @@ int toy_cmd_describe(int argc, char **argv) {
         json_object_set_new(o, "params", json_integer(h.n_params));
         json_object_set_new(o, "file_type", ft == UINT32_MAX ? json_null() : json_integer(ft));
         json_object_set_new(o, "file_type_name", json_string(toy_file_type_name(ft)));
-        json_object_set_new(o, "hparams", json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:b}",
+        bool rope = strcmp(h.arch, "gpt2") != 0; /* GPT-2 has learned positions, no RoPE */
+        json_object_set_new(o, "hparams", json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o, s:b}",
             "embedding_length", (json_int_t)h.d, "block_count", (json_int_t)h.L, "head_count", (json_int_t)h.H,
             "head_count_kv", (json_int_t)h.Hkv, "head_dim", (json_int_t)h.dh, "feed_forward_length", (json_int_t)h.dff,
-            "context_length", (json_int_t)h.ctx, "vocab_size", (json_int_t)h.vocab, "norm_eps", h.eps,
-            "rope_freq_base", h.rope_base, "tied_embeddings", h.tied));
+            "context_length", (json_int_t)h.ctx, "vocab_size", (json_int_t)h.vocab, "norm_eps", num_or_null(h.eps),
+            "rope_freq_base", rope ? num_or_null(h.rope_base) : json_null(), "tied_embeddings", h.tied));
         json_t *types = json_array();
         for (int t = 0; t < TOY_DTYPE_COUNT; t++) {
             if (!rows[t].tensors) continue;
@@ -366,9 +389,10 @@ int toy_cmd_describe(int argc, char **argv) {
                (long long)toy_gguf_n_kv(g), (long long)toy_gguf_n_tensors(g), toy_gguf_alignment(g));
         printf("  file type      %s\n", toy_file_type_name(ft));
         printf("  dimensions     d_model %lld, layers %lld, heads %lld (kv %lld, head dim %lld), d_ff %lld,\n"
-               "                 context %lld, vocab %lld, %s %g, rope base %g%s\n",
+               "                 context %lld, vocab %lld, %s %g%s%.0f%s\n",
                (long long)h.d, (long long)h.L, (long long)h.H, (long long)h.Hkv, (long long)h.dh, (long long)h.dff,
-               (long long)h.ctx, (long long)h.vocab, strcmp(h.arch, "gpt2") ? "rms eps" : "ln eps", h.eps, h.rope_base,
+               (long long)h.ctx, (long long)h.vocab, strcmp(h.arch, "gpt2") ? "rms eps" : "ln eps", h.eps,
+               strcmp(h.arch, "gpt2") ? ", rope base " : "", strcmp(h.arch, "gpt2") ? h.rope_base : 0.0,
                h.tied ? ", tied embeddings" : "");
         printf("  tensor types   %-6s %8s %14s %12s %8s\n", "type", "tensors", "params", "bytes", "bits/w");
         for (int t = 0; t < TOY_DTYPE_COUNT; t++) {

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "flags.h"
 #include "generate-gpt2.h"
 #include "progress.h"
 #include "json-out.h"
@@ -21,37 +22,28 @@
 #include "toy/trace.h"
 #include "toy/toy.h"
 
-static int usage(void) {
-    fprintf(stderr,
+static int usage_to(FILE *out) {
+    fprintf(out,
             "usage: toy generate -m MODEL.gguf [-p PROMPT | --prompt-ids \"1 2 3\"] [-n 64]\n"
             "                    [--temp 0.8] [--top-k 40] [--top-p 0.95] [--min-p 0] [--repeat-penalty 1]\n"
             "                    [--frequency-penalty 0] [--presence-penalty 0] [--seed 42] [--stop STR]...\n"
-            "                    [--ctx N] [--threads N] [--no-bos] [--special] [--json] [--trace out.json]\n"
-            "                    [--kv-type f16|f32]   (cache type, default f16)\n"
+            "                    [--ctx N] [--threads N] [--no-bos] [--special] [--ignore-eos] [--json]\n"
+            "                    [--trace out.json] [--kv-type f16|f32]   (cache type, default f16)\n"
             "                    [--lora ADAPTER.gguf [--lora-scale 1]]\n"
-            "Temperature 0 is greedy. Stops at the model's end-of-generation token, a stop string, or -n.\n");
+            "Temperature 0 is greedy; --top-k 0 and --top-p 0 or 1 are off. Stops at the model's\n"
+            "end-of-generation token, a stop string (at most 16), -n tokens (0: no limit), or a full context\n"
+            "(--ctx, default the model's). An empty prompt starts from BOS, with or without --no-bos.\n"
+            "GPT-2 models take neither --lora, --kv-type nor --trace.\n");
     return 2;
 }
+static int usage(void) { return usage_to(stderr); }
 
-struct out {
-    bool json;
-    json_t *ids, *lps;
-    struct toy_tokens gen;
-};
-
-static bool on_token(void *ud, int32_t id, const char *text, size_t len, float lp) {
-    struct out *o = ud;
-    if (o->json) {
-        if (id >= 0) {
-            json_array_append_new(o->ids, json_integer(id));
-            json_array_append_new(o->lps, json_real(lp));
-        }
-    } else if (len) {
-        fwrite(text, 1, len, stdout);
-        fflush(stdout);
-    }
-    return true;
-}
+static const char *const value_flags[] = {
+    "-m",    "--model",        "--lora",  "--lora-scale",     "-p",                  "--prompt",
+    "--prompt-ids", "--stop",  "--trace", "--kv-type",        "-n",                  "--n-predict",
+    "--temp", "--temperature", "--top-k", "--top-p",          "--min-p",             "--repeat-penalty",
+    "--frequency-penalty",     "--presence-penalty",          "--seed",              "--ctx",
+    "--threads", NULL};
 
 int toy_cmd_generate(int argc, char **argv) {
     const char *model = NULL, *prompt = NULL, *prompt_ids = NULL, *lora_path = NULL, *trace_path = NULL;
@@ -59,46 +51,53 @@ int toy_cmd_generate(int argc, char **argv) {
     const char *stops[16];
     int n_stop = 0, threads = 0;
     int64_t n_ctx = 0;
-    bool json = false, bos = true, special = false;
+    bool json = false, bos = true, special = false, kv_given = false;
     int kv_type = TOY_F16; /* half the cache memory and decode attention traffic; llama.cpp's default too */
     struct toy_generate_params gp = {.n_predict = 64,
                                      .sampling = {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .seed = 42}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage_to(stdout); return 0; }
         if (!strcmp(a, "--json")) { json = true; continue; }
         if (!strcmp(a, "--no-bos")) { bos = false; continue; }
         if (!strcmp(a, "--special")) { special = true; continue; }
         if (!strcmp(a, "--ignore-eos")) { gp.ignore_eos = true; continue; }
+        if (!toy_flag_in(a, value_flags)) return toy_flag_unknown("generate", a);
         if (i + 1 >= argc) { fprintf(stderr, "toy generate: %s needs a value\n", a); return 2; }
         const char *v = argv[++i];
-        char *end = NULL;
-        double x = strtod(v, &end);
-        bool num = end != v && !*end && isfinite(x);
+        int64_t k = 0;
+        double x = 0;
+#define INT(lo, hi) if (!toy_flag_int("generate", a, v, lo, hi, &k)) return 2
+#define NUM(lo, hi) if (!toy_flag_num("generate", a, v, lo, hi, &x)) return 2
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
         else if (!strcmp(a, "--lora")) lora_path = v;
-        else if (!strcmp(a, "--lora-scale") && num) lora_scale = (float)x;
+        else if (!strcmp(a, "--lora-scale")) { NUM(-1e6, 1e6); lora_scale = (float)x; }
         else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) prompt = v;
         else if (!strcmp(a, "--prompt-ids")) prompt_ids = v;
-        else if (!strcmp(a, "--stop")) { if (n_stop < 16) stops[n_stop++] = v; }
+        else if (!strcmp(a, "--stop")) {
+            if (!*v) continue; /* an empty stop string would end every generation at once */
+            if (n_stop == 16) { fprintf(stderr, "toy generate: at most 16 --stop strings\n"); return 2; }
+            stops[n_stop++] = v;
+        }
         else if (!strcmp(a, "--trace")) trace_path = v;
         else if (!strcmp(a, "--kv-type")) {
             kv_type = toy_dtype_from_name(v);
+            kv_given = true;
             if (kv_type != TOY_F32 && kv_type != TOY_F16) { fprintf(stderr, "toy generate: --kv-type f32|f16\n"); return 2; }
         }
-        else if (!num) { fprintf(stderr, "toy generate: bad number '%s' for %s\n", v, a); return 2; }
-        else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) gp.n_predict = (int32_t)x;
-        else if (!strcmp(a, "--temp") || !strcmp(a, "--temperature")) gp.sampling.temperature = (float)x;
-        else if (!strcmp(a, "--top-k")) gp.sampling.top_k = (int32_t)x;
-        else if (!strcmp(a, "--top-p")) gp.sampling.top_p = (float)x;
-        else if (!strcmp(a, "--min-p")) gp.sampling.min_p = (float)x;
-        else if (!strcmp(a, "--repeat-penalty")) gp.sampling.repeat_penalty = (float)x;
-        else if (!strcmp(a, "--frequency-penalty")) gp.sampling.frequency_penalty = (float)x;
-        else if (!strcmp(a, "--presence-penalty")) gp.sampling.presence_penalty = (float)x;
-        else if (!strcmp(a, "--seed")) gp.sampling.seed = (uint64_t)x;
-        else if (!strcmp(a, "--ctx")) n_ctx = (int64_t)x;
-        else if (!strcmp(a, "--threads")) threads = (int)x;
-        else { fprintf(stderr, "toy generate: unknown flag %s\n", a); return usage(); }
+        else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) { INT(0, INT32_MAX); gp.n_predict = (int32_t)k; }
+        else if (!strcmp(a, "--temp") || !strcmp(a, "--temperature")) { NUM(0, 100); gp.sampling.temperature = (float)x; }
+        else if (!strcmp(a, "--top-k")) { INT(0, INT32_MAX); gp.sampling.top_k = (int32_t)k; }
+        else if (!strcmp(a, "--top-p")) { NUM(0, 1); gp.sampling.top_p = (float)x; }
+        else if (!strcmp(a, "--min-p")) { NUM(0, 1); gp.sampling.min_p = (float)x; }
+        else if (!strcmp(a, "--repeat-penalty")) { NUM(0, 100); gp.sampling.repeat_penalty = (float)x; }
+        else if (!strcmp(a, "--frequency-penalty")) { NUM(-100, 100); gp.sampling.frequency_penalty = (float)x; }
+        else if (!strcmp(a, "--presence-penalty")) { NUM(-100, 100); gp.sampling.presence_penalty = (float)x; }
+        else if (!strcmp(a, "--seed")) { if (!toy_flag_u64("generate", a, v, &gp.sampling.seed)) return 2; }
+        else if (!strcmp(a, "--ctx")) { INT(1, INT32_MAX); n_ctx = k; }
+        else if (!strcmp(a, "--threads")) { INT(0, 1024); threads = (int)k; }
+#undef INT
+#undef NUM
     }
     if (!model) { fprintf(stderr, "toy generate: -m MODEL is required\n"); return usage(); }
     if (toy_sampler_params_check(&gp.sampling)) { fprintf(stderr, "toy generate: %s\n", toy_last_error()); return 2; }
@@ -107,8 +106,11 @@ int toy_cmd_generate(int argc, char **argv) {
     model = resolved; /* a path, or a name from `toy models` */
     gp.stop = stops;
     gp.n_stop = n_stop;
-    if (toy_cli_is_gpt2(model)) /* GPT-2 has its own model and generator */
+    if (toy_cli_is_gpt2(model)) { /* GPT-2 has its own model and generator, without adapters, f16 caches or traces */
+        const char *no = lora_path ? "--lora" : kv_given ? "--kv-type" : trace_path ? "--trace" : NULL;
+        if (no) { fprintf(stderr, "toy generate: %s is for Llama-family models; %s is a GPT-2\n", no, model); return 2; }
         return toy_cli_generate_gpt2(model, prompt, prompt_ids, &gp, n_ctx, threads, json);
+    }
 
     struct toy_llama *m;
     if (toy_llama_load(model, false, &m)) { fprintf(stderr, "toy generate: %s\n", toy_last_error()); return 1; }
@@ -151,37 +153,35 @@ int toy_cmd_generate(int argc, char **argv) {
         rc = 1;
     } else {
         struct toy_trace *tr = NULL;
-        if (trace_path && toy_trace_open(trace_path, 0, &tr)) fprintf(stderr, "toy generate: %s\n", toy_last_error());
+        if (trace_path && toy_trace_open(trace_path, 0, &tr)) { /* asked for: not generating without it */
+            fprintf(stderr, "toy generate: %s\n", toy_last_error());
+            toy_generator_free(gen);
+            toy_threadpool_free(tp);
+            rc = 1;
+            goto done;
+        }
         if (tr) toy_generator_set_trace(gen, tr);
-        struct out o = {.json = json, .ids = json_array(), .lps = json_array()};
-        if (!json && prompt) fputs(prompt, stdout);
+        struct toy_cli_gen_out o = {.json = json, .prompt = prompt, .ids = json_array(), .lps = json_array()};
         struct toy_generate_result r;
-        if (toy_generate(gen, ids.ids, ids.n, &gp, on_token, &o, &r)) {
-            fprintf(stderr, "\ntoy generate: %s\n", toy_last_error());
+        if (toy_generate(gen, ids.ids, ids.n, &gp, toy_cli_gen_on_token, &o, &r)) {
+            fprintf(stderr, "%stoy generate: %s\n", o.echoed ? "\n" : "", toy_last_error());
             rc = 1;
         } else if (json) {
-            char *text = NULL;
-            size_t tl = 0;
-            int64_t n = (int64_t)json_array_size(o.ids);
-            int32_t *gi = malloc(((size_t)n + 1) * sizeof *gi);
-            for (int64_t i = 0; i < n; i++) gi[i] = (int32_t)json_integer_value(json_array_get(o.ids, (size_t)i));
-            if (tok) toy_tokenizer_decode(tok, gi, n, TOY_DECODE_SKIP_SPECIAL, &text, &tl);
             const char *reasons[] = {"length", "eos", "stop", "caller", "context"};
             json_t *prompt_arr = json_array();
             for (int64_t i = 0; i < ids.n; i++) json_array_append_new(prompt_arr, json_integer(ids.ids[i]));
             struct rusage ru;
             getrusage(RUSAGE_SELF, &ru);
             json_t *res = json_pack("{s:s,s:o,s:o,s:o,s:o,s:s,s:f,s:f,s:f}", "format", "toy/generate-v1", "prompt_ids",
-                                    prompt_arr, "ids", o.ids, "text", toy_cli_json_text(text, tl), "logprobs",
+                                    prompt_arr, "ids", o.ids, "text", toy_cli_json_text(o.text, o.len), "logprobs",
                                     o.lps, "finish_reason", reasons[r.reason], "prefill_tokens_per_s",
                                     r.prefill_s > 0 ? r.n_prompt / r.prefill_s : 0.0, "decode_tokens_per_s",
                                     r.decode_s > 0 ? r.n_generated / r.decode_s : 0.0, "peak_rss_mb",
                                     ru.ru_maxrss / 1024.0);
             if (toy_cli_print_json("generate", res, JSON_COMPACT)) rc = 1;
-            free(text);
-            free(gi);
             o.ids = o.lps = NULL;
         } else {
+            toy_cli_gen_echo(&o);
             putchar('\n');
             if (isatty(2)) {
                 struct rusage ru;
@@ -194,6 +194,7 @@ int toy_cmd_generate(int argc, char **argv) {
         }
         json_decref(o.ids);
         json_decref(o.lps);
+        free(o.text);
         toy_generator_free(gen);
         if (tr && toy_trace_close(tr)) fprintf(stderr, "toy generate: %s\n", toy_last_error());
     }

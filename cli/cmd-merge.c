@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "flags.h"
 #include "toy/finetune.h"
 #include "toy/toy.h"
 
@@ -28,11 +29,15 @@ int toy_cmd_merge(int argc, char **argv) {
         else if (!adapter) adapter = argv[i];
         else { base = NULL; break; }
     }
-    if (!base || !adapter || !outp) {
-        fprintf(stderr, "usage: toy merge BASE.gguf ADAPTER.gguf -o MERGED.gguf [--lora-scale 1]\n"
+    bool help = toy_flag_help(argc, argv);
+    if (!base || !adapter || !outp || help) {
+        fprintf(help ? stdout : stderr, "usage: toy merge BASE.gguf ADAPTER.gguf -o MERGED.gguf [--lora-scale 1]\n"
                         "Folds a LoRA adapter into the base weights (quantized weights are re-quantized to their type).\n");
-        return 2;
+        return help ? 0 : 2;
     }
+    char resolved[4096];
+    if (toy_model_resolve(base, resolved, sizeof resolved)) { fprintf(stderr, "toy merge: %s\n", toy_last_error()); return 1; }
+    base = resolved; /* a path, or a name from `toy models` */
     if (toy_lora_merge_file(base, adapter, scale, outp)) { fprintf(stderr, "toy merge: %s\n", toy_last_error()); return 1; }
     fprintf(stderr, "toy merge: %s + %s -> %s\n", base, adapter, outp);
     return 0;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "flags.h"
 #include "json-out.h"
 #include "toy/models.h"
 
@@ -22,11 +23,12 @@ int toy_cmd_models(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json")) json = true;
         else {
-            fprintf(stderr,
+            bool help = toy_flag_help(argc, argv);
+            fprintf(help ? stdout : stderr,
                     "usage: toy models [--json]\n"
                     "Lists GGUF models in $TOY_MODEL_DIR, ./models, the Hugging Face cache, Ollama and\n"
                     "LM Studio, with name, architecture, parameters, file type and size.\n");
-            return 2;
+            return help ? 0 : 2;
         }
     }
     struct toy_model_entry *m;

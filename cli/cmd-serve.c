@@ -46,8 +46,8 @@ static bool takes_value(const char *a) {
     return false;
 }
 
-static int usage(void) {
-    fprintf(stderr,
+static int usage_to(FILE *out) {
+    fprintf(out,
             "usage: toy serve -m MODEL.gguf [--host 127.0.0.1] [--port 8080] [--name ID] [--api-key KEY]\n"
             "                 [--chat-template NAME|JINJA] [--ctx N] [--parallel 4] [--queue 64] [--threads N]\n"
             "                 [--max-body BYTES] [--timeout SECONDS] [--max-connections 128] [--drain SECONDS]\n"
@@ -57,13 +57,14 @@ static int usage(void) {
             "POST /v1/embeddings, GET /metrics. --port 0 picks a free port (printed on stderr).\n");
     return 2;
 }
+static int usage(void) { return usage_to(stderr); }
 
 int toy_cmd_serve(int argc, char **argv) {
     struct toy_serve_options o = toy_serve_defaults();
     const char *model = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage_to(stdout); return 0; }
         if (!strcmp(a, "--no-events")) { o.runs_dir = NULL; continue; }
         if (!strcmp(a, "--no-prefix-cache")) { o.no_prefix_cache = true; continue; }
         if (!strcmp(a, "--quiet")) { o.quiet = true; continue; }

@@ -24,20 +24,28 @@ bool toy_cli_is_gpt2(const char *path) {
     return yes;
 }
 
-struct out {
-    bool json;
-    json_t *ids, *lps;
-};
+void toy_cli_gen_echo(struct toy_cli_gen_out *o) {
+    if (!o->json && !o->echoed && o->prompt) fputs(o->prompt, stdout);
+    o->echoed = true;
+}
 
-static bool on_token(void *ud, int32_t id, const char *text, size_t len, float lp) {
-    struct out *o = ud;
+bool toy_cli_gen_on_token(void *ud, int32_t id, const char *text, size_t len, float lp) {
+    struct toy_cli_gen_out *o = ud;
     if (o->json) {
         if (id >= 0) {
             json_array_append_new(o->ids, json_integer(id));
             json_array_append_new(o->lps, json_real(lp));
         }
-    } else if (len) {
-        fwrite(text, 1, len, stdout);
+        if (len && o->len + len + 1 > o->cap) {
+            size_t cap = (o->len + len + 1) * 2;
+            char *t = realloc(o->text, cap);
+            if (!t) return false;
+            o->text = t, o->cap = cap;
+        }
+        if (len) memcpy(o->text + o->len, text, len), o->len += len;
+    } else {
+        toy_cli_gen_echo(o);
+        if (len) fwrite(text, 1, len, stdout);
         fflush(stdout);
     }
     return true;
@@ -99,31 +107,23 @@ int toy_cli_generate_gpt2(const char *path, const char *prompt, const char *prom
         }
     }
     struct toy_threadpool *tp = toy_threadpool_new(threads);
-    struct out o = {.json = json, .ids = json_array(), .lps = json_array()};
-    if (!json && prompt) fputs(prompt, stdout);
+    struct toy_cli_gen_out o = {.json = json, .prompt = prompt, .ids = json_array(), .lps = json_array()};
     struct toy_generate_result r;
-    if (toy_gpt2_generate(m, tok, n_ctx, tp, ids.ids, ids.n, gp, on_token, &o, &r)) {
-        fprintf(stderr, "\ntoy generate: %s\n", toy_last_error());
+    if (toy_gpt2_generate(m, tok, n_ctx, tp, ids.ids, ids.n, gp, toy_cli_gen_on_token, &o, &r)) {
+        fprintf(stderr, "%stoy generate: %s\n", o.echoed ? "\n" : "", toy_last_error());
         rc = 1;
     } else if (json) {
-        int64_t n = (int64_t)json_array_size(o.ids);
-        int32_t *gi = malloc(((size_t)n + 1) * sizeof *gi);
-        for (int64_t i = 0; gi && i < n; i++) gi[i] = (int32_t)json_integer_value(json_array_get(o.ids, (size_t)i));
-        char *text = NULL;
-        size_t tl = 0;
-        if (tok && gi) toy_tokenizer_decode(tok, gi, n, TOY_DECODE_SKIP_SPECIAL, &text, &tl);
         const char *reasons[] = {"length", "eos", "stop", "caller", "context"};
         json_t *pa = json_array();
         for (int64_t i = 0; i < ids.n; i++) json_array_append_new(pa, json_integer(ids.ids[i]));
         json_t *res = json_pack("{s:s,s:s,s:o,s:O,s:o,s:O,s:s,s:f,s:f}", "format", "toy/generate-v1", "arch", "gpt2",
-                                "prompt_ids", pa, "ids", o.ids, "text", toy_cli_json_text(text, tl), "logprobs",
+                                "prompt_ids", pa, "ids", o.ids, "text", toy_cli_json_text(o.text, o.len), "logprobs",
                                 o.lps, "finish_reason", reasons[r.reason], "prefill_tokens_per_s",
                                 r.prefill_s > 0 ? r.n_prompt / r.prefill_s : 0.0, "decode_tokens_per_s",
                                 r.decode_s > 0 ? r.n_generated / r.decode_s : 0.0);
         if (toy_cli_print_json("generate", res, JSON_COMPACT)) rc = 1;
-        free(text);
-        free(gi);
     } else {
+        toy_cli_gen_echo(&o);
         putchar('\n');
         if (isatty(2))
             fprintf(stderr, "[%lld prompt tokens at %.1f tok/s, %lld generated at %.1f tok/s]\n", (long long)r.n_prompt,
@@ -132,6 +132,7 @@ int toy_cli_generate_gpt2(const char *path, const char *prompt, const char *prom
     }
     json_decref(o.ids);
     json_decref(o.lps);
+    free(o.text);
     toy_threadpool_free(tp);
 done:
     toy_tokens_free(&ids);

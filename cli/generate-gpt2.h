@@ -6,6 +6,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "toy/generate.h"
 
 struct toy_tokens;
@@ -13,6 +15,21 @@ struct toy_tokens;
  * ids; anything else, or an id outside 0..2^31-1, is an error printed for
  * the command. Returns 0, or 2 (a usage error: the exit code). */
 int toy_cli_parse_prompt_ids(const char *s, struct toy_tokens *ids);
+
+/* What a generation prints, for both model families: text mode echoes the
+ * prompt with the first piece (so a prompt that is refused prints nothing)
+ * and streams the text; JSON mode keeps the ids, logprobs and the text as
+ * it was emitted (the same text, stop strings cut, as text mode prints). */
+struct toy_cli_gen_out {
+    bool json, echoed;
+    const char *prompt;  /* text mode: echoed before the first piece; NULL: none */
+    json_t *ids, *lps;
+    char *text;
+    size_t len, cap;
+};
+bool toy_cli_gen_on_token(void *ud, int32_t id, const char *text, size_t len, float lp);
+/* text mode, after a generation that succeeded: the prompt if nothing was printed yet */
+void toy_cli_gen_echo(struct toy_cli_gen_out *o);
 
 /* True when `path` is a GGUF whose general.architecture is "gpt2". */
 bool toy_cli_is_gpt2(const char *path);

@@ -3,6 +3,7 @@
  * would, on llama.cpp's llama-2-tiny-random. Needs TOY_BIN (set by
  * `make check`); skips without it. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <limits.h>
@@ -232,4 +233,134 @@ Test(cli_gguf, bench_reports_speed_against_the_bound) {
     cr_expect_eq(WEXITSTATUS(rc), 2, "%s", out);
     cr_expect(strstr(out, "100000") && strstr(out, "context"), "%s", out);
     free(out);
+}
+
+/* a copy of the tiny model at `out` with the u32 / f32 value of `key` replaced */
+static void patched_copy(const char *out, const char *key, const void *val4) {
+    FILE *f = fopen(TINY, "rb");
+    cr_assert(f);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *d = malloc((size_t)n);
+    cr_assert_eq(fread(d, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    size_t kl = strlen(key);
+    char *p = memmem(d, (size_t)n, key, kl);
+    cr_assert(p, "%s not in the model", key);
+    memcpy(p + kl + 4, val4, 4); /* after the key: its u32 type, then the value */
+    f = fopen(out, "wb");
+    cr_assert(f);
+    fwrite(d, 1, (size_t)n, f);
+    fclose(f);
+    free(d);
+}
+
+static void expect_exit(const char *cmd, int code, const char *needle) {
+    int rc;
+    char *out = run(cmd, &rc);
+    cr_expect(WIFEXITED(rc) && WEXITSTATUS(rc) == code, "%s: exit %d, not %d: %s", cmd, rc, code, out);
+    if (needle) cr_expect(strstr(out, needle), "%s: no '%s' in: %s", cmd, needle, out);
+    free(out);
+}
+
+/* Bad input is an error naming what is wrong, never a crash: a base that is not there for merge, a context too
+ * big to cache, broken hyperparameters, an adapter where a model belongs, flags that do not exist */
+Test(cli_gguf, bad_inputs_are_errors_not_crashes) {
+    const char *b = bin();
+    char dir[] = "/tmp/toy-cli-gguf-XXXXXX", cmd[4096], f[256];
+    cr_assert(mkdtemp(dir));
+    snprintf(cmd, sizeof cmd, "%s merge %s/none.gguf %s -o %s/m.gguf 2>&1", b, dir, TINY, dir);
+    expect_exit(cmd, 1, "none.gguf");
+    uint32_t huge = 2000000000u;
+    snprintf(f, sizeof f, "%s/ctx.gguf", dir);
+    patched_copy(f, "llama.context_length", &huge);
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi -n 2 2>&1", b, f);
+    expect_exit(cmd, 1, "kv cache");
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi -n 2 --ctx 64 2>&1", b, f);
+    expect_exit(cmd, 0, NULL);
+    float nan = NAN;
+    snprintf(f, sizeof f, "%s/eps.gguf", dir);
+    patched_copy(f, "llama.attention.layer_norm_rms_epsilon", &nan);
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi -n 2 2>&1", b, f);
+    expect_exit(cmd, 1, "norm epsilon");
+    snprintf(cmd, sizeof cmd, "%s describe %s --json", b, f);
+    json_t *j = run_json(cmd);
+    json_t *hp = json_object_get(j, "hparams");
+    cr_expect(json_is_object(hp) && json_is_null(json_object_get(hp, "norm_eps")), "NaN is null, the rest stays");
+    cr_expect_eq(json_integer_value(json_object_get(hp, "embedding_length")), 8);
+    json_decref(j);
+    /* a LoRA adapter is described as one, and refused as a model */
+    struct toy_gguf_writer *w;
+    cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
+    toy_gguf_writer_set_str(w, "general.type", "adapter");
+    toy_gguf_writer_set_str(w, "general.architecture", "llama");
+    float a[8] = {0};
+    int64_t ne[2] = {8, 1};
+    cr_assert_eq(toy_gguf_writer_add_tensor(w, "blk.0.attn_q.weight.lora_a", TOY_F32, 2, ne, a), TOY_OK);
+    snprintf(f, sizeof f, "%s/adapter.gguf", dir);
+    cr_assert_eq(toy_gguf_writer_write(w, f), TOY_OK);
+    toy_gguf_writer_free(w);
+    snprintf(cmd, sizeof cmd, "%s describe %s 2>&1", b, f);
+    expect_exit(cmd, 0, "LoRA adapter");
+    snprintf(cmd, sizeof cmd, "%s quantize %s %s/q.gguf q8_0 2>&1", b, f, dir);
+    expect_exit(cmd, 1, "LoRA adapter");
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi 2>&1", b, f);
+    expect_exit(cmd, 1, "LoRA adapter");
+    /* flags: unknown ones named as such, values whole and in range, --help is not an error */
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p x --bogus 2>&1", b, TINY);
+    expect_exit(cmd, 2, "unknown flag --bogus");
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p x -n 1e30 2>&1", b, TINY);
+    expect_exit(cmd, 2, "whole number");
+    snprintf(cmd, sizeof cmd, "%s bench -m %s --thread 2 2>&1", b, TINY);
+    expect_exit(cmd, 2, "unknown flag --thread");
+    const char *cmds[] = {"describe", "quantize", "merge", "models", "convert", "generate", "bench"};
+    for (int i = 0; i < 7; i++) {
+        snprintf(cmd, sizeof cmd, "%s %s --help 2>/dev/null", b, cmds[i]);
+        expect_exit(cmd, 0, "usage");
+    }
+    /* a refused prompt prints nothing on stdout; nor does a trace that cannot be written */
+    snprintf(cmd, sizeof cmd, "%s generate -m %s --ctx 4 -p 'a prompt longer than four positions' 2>/dev/null", b,
+             TINY);
+    expect_exit(cmd, 1, NULL);
+    int rc;
+    char *out = run(cmd, &rc);
+    cr_expect_str_eq(out, "");
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi --trace %s/no/such/t.json 2>&1", b, TINY, dir);
+    expect_exit(cmd, 1, "t.json");
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+/* --json's text is what text mode prints after the prompt, stop strings cut the same way, and a continuation
+ * keeps its first space */
+Test(cli_gguf, generate_json_text_is_the_printed_text) {
+    const char *b = bin();
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p Hello -n 12 --temp 0 --json", b, TINY);
+    json_t *j = run_json(cmd);
+    char *full = strdup(json_string_value(json_object_get(j, "text")));
+    json_decref(j);
+    cr_assert(strlen(full) > 8, "%s", full);
+    cr_expect_eq(full[0], ' ', "'%s': Hello's continuation starts with its token's space", full);
+    char stop[8];
+    snprintf(stop, sizeof stop, "%.2s", full + 5);
+    if (strchr(stop, '\'') || strchr(stop, '\\') || (unsigned char)stop[0] >= 0x80 || (unsigned char)stop[1] >= 0x80)
+        snprintf(stop, sizeof stop, "%.1s", full + 5);
+    size_t cut = (size_t)(strstr(full, stop) - full);
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p Hello -n 12 --temp 0 --stop '%s' --json", b, TINY, stop);
+    j = run_json(cmd);
+    const char *t = json_string_value(json_object_get(j, "text"));
+    cr_expect(strlen(t) == cut && !strncmp(t, full, cut), "json '%s' vs '%.*s' (stop '%s')", t, (int)cut, full, stop);
+    json_decref(j);
+    int rc;
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p Hello -n 12 --temp 0 --stop '%s'", b, TINY, stop);
+    char *out = run(cmd, &rc);
+    cr_expect_eq(rc, 0);
+    char want[256];
+    snprintf(want, sizeof want, "Hello%.*s\n", (int)cut, full);
+    cr_expect_str_eq(out, want);
+    free(out);
+    free(full);
 }

@@ -153,6 +153,11 @@ enum toy_status toy_gguf_get_bool(const struct toy_gguf *g, const char *key, boo
 enum toy_status toy_gguf_get_str(const struct toy_gguf *g, const char *key, const char **s,
                                  size_t *len);
 
+/* Whether the file is a model, by general.type (absent or "model": yes). A
+ * LoRA adapter ("adapter") or one of toy's resume states ("toy-*-state")
+ * is not: *what (if given) then says which, for an error message. */
+bool toy_gguf_is_model(const struct toy_gguf *g, const char **what);
+
 /* Arrays. toy_gguf_get_arr finds an ARRAY key and gives its index, element
  * type and length (elem may be NULL). */
 enum toy_status toy_gguf_get_arr(const struct toy_gguf *g, const char *key, int64_t *kv_index,

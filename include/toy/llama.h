@@ -159,6 +159,10 @@ enum toy_status toy_kv_cache_init_type(struct toy_kv_cache *c, const struct toy_
                                        enum toy_dtype type);
 void toy_kv_cache_free(struct toy_kv_cache *c);
 size_t toy_kv_cache_bytes(const struct toy_kv_cache *c);
+/* TOY_ERR_NOMEM, naming the size, when a cache of n_layers x 2 x (row elements of `type`) x n_ctx x n_seq is
+ * more than the machine's memory or cannot be had; TOY_OK otherwise (the init functions check first). */
+enum toy_status toy_kv_cache_check_size(int64_t n_layers, int64_t row, int64_t n_ctx, int64_t n_seq,
+                                        enum toy_dtype type);
 
 /* Logits {vocab, Tn, n_seq} of Tn new tokens {Tn, n_seq} at positions
  * n_past .. n_past+Tn-1 (pos is filled by the caller), storing their keys and

@@ -766,6 +766,19 @@ enum toy_status toy_gguf_arr_float(const struct toy_gguf *g, int64_t i, uint64_t
 
 int64_t toy_gguf_n_tensors(const struct toy_gguf *g) { return g->n_tensors; }
 
+bool toy_gguf_is_model(const struct toy_gguf *g, const char **what) {
+    const char *s;
+    size_t n;
+    const char *w = NULL;
+    if (!toy_gguf_get_str(g, "general.type", &s, &n)) {
+        if (n == 7 && !memcmp(s, "adapter", 7)) w = "a LoRA adapter (use it with --lora, or toy merge it into its base)";
+        else if (n > 10 && !memcmp(s, "toy-", 4) && !memcmp(s + n - 6, "-state", 6))
+            w = "a toy training state (optimizer and data position, for --resume), not weights";
+    }
+    if (what) *what = w;
+    return !w;
+}
+
 const struct toy_gguf_tensor *toy_gguf_tensor(const struct toy_gguf *g, int64_t i) {
     TOY_ASSERT(i >= 0 && i < g->n_tensors, "tensor index %lld of %lld", (long long)i,
                (long long)g->n_tensors);

@@ -543,6 +543,11 @@ enum toy_status toy_gguf_quantize(const char *in_path, const char *out_path, enu
     struct toy_gguf *g;
     enum toy_status e = toy_gguf_open(in_path, &g);
     if (e) return e;
+    const char *what;
+    if (!toy_gguf_is_model(g, &what)) {
+        toy_gguf_close(g);
+        return toy_error(TOY_ERR_INVALID_ARG, "quantize: %s is %s", in_path, what);
+    }
     struct toy_gguf_writer *w = NULL;
     struct rq *rqs = calloc((size_t)toy_gguf_n_tensors(g) + 1, sizeof *rqs);
     if (!rqs) { toy_gguf_close(g); return toy_error(TOY_ERR_NOMEM, "quantize: out of memory"); }

@@ -270,6 +270,9 @@ enum toy_status toy_model_resolve(const char *q, char *path, size_t path_size) {
         used += (size_t)snprintf(msg + used, sizeof msg - used, "%s%s", used ? ", " : "", m[i].name);
     free(m);
     if (n_hits > 1) return toy_error(TOY_ERR_INVALID_ARG, "model '%s' is ambiguous; known: %s", q, msg);
+    if (stat(q, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return toy_error(TOY_ERR_INVALID_ARG, "%s is a directory, not a GGUF file (a Hugging Face folder: toy convert "
+                         "it first)", q);
     return toy_error(TOY_ERR_NOT_FOUND, "model '%s': no such file and no such name (known: %s)", q,
                      *msg ? msg : "none; see `toy models`");
 }

@@ -229,6 +229,8 @@ enum toy_status toy_gpt2_cache_init(struct toy_kv_cache *c, const struct toy_gpt
     if (n_ctx <= 0 || n_seq <= 0 || n_ctx > m->cfg.max_ctx)
         return toy_error(TOY_ERR_INVALID_ARG, "gpt2 kv cache: context %lld (model: %lld), sequences %lld",
                          (long long)n_ctx, (long long)m->cfg.max_ctx, (long long)n_seq);
+    enum toy_status fit = toy_kv_cache_check_size(L, hd * H, n_ctx, n_seq, TOY_F32);
+    if (fit) return fit;
     c->ctx = toy_ctx_init(true);
     c->k = calloc((size_t)L, sizeof *c->k);
     c->v = calloc((size_t)L, sizeof *c->v);

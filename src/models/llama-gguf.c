@@ -37,8 +37,9 @@ static double key_float(const struct toy_gguf *g, const char *arch, const char *
 
 static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_llama_config *c) {
     memset(c, 0, sizeof *c);
-    const char *arch;
+    const char *arch, *what;
     size_t alen;
+    if (!toy_gguf_is_model(g, &what)) return toy_error(TOY_ERR_INVALID_ARG, "%s is %s", toy_gguf_path(g), what);
     if (toy_gguf_get_str(g, "general.architecture", &arch, &alen))
         return toy_error(TOY_ERR_FORMAT, "%s: no general.architecture", toy_gguf_path(g));
     snprintf(c->arch, sizeof c->arch, "%.*s", (int)alen, arch);

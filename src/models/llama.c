@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "toy/gguf.h"
 #include "toy/llama.h"
@@ -53,6 +54,14 @@ enum toy_status toy_llama_check_config(const struct toy_llama_config *c) {
          (long long)toy_llama_head_dim(c));
     NEED(c->d_ff > 0, "model config: d_ff %lld must be > 0", (long long)c->d_ff);
     NEED(c->max_ctx > 0, "model config: context %lld must be > 0", (long long)c->max_ctx);
+    /* a NaN or negative number here turns every output into NaN without a word */
+    NEED(isfinite(c->norm_eps) && c->norm_eps > 0 && c->norm_eps < 1, "model config: norm epsilon %g is not in (0, 1)",
+         (double)c->norm_eps);
+    NEED(isfinite(c->rope_base) && c->rope_base > 0, "model config: rope base %g must be > 0", (double)c->rope_base);
+    NEED(isfinite(c->rope_factor) && c->rope_factor >= 0, "model config: rope scaling factor %g must be >= 0",
+         (double)c->rope_factor);
+    NEED(isfinite(c->attn_softcap) && c->attn_softcap >= 0 && isfinite(c->final_softcap) && c->final_softcap >= 0,
+         "model config: logit softcaps %g, %g must be >= 0", (double)c->attn_softcap, (double)c->final_softcap);
 #undef NEED
     return TOY_OK;
 }
@@ -358,6 +367,23 @@ enum toy_status toy_kv_cache_init(struct toy_kv_cache *c, const struct toy_llama
     return toy_kv_cache_init_type(c, m, n_ctx, n_seq, TOY_F32);
 }
 
+/* A model's full context can be far more than the machine holds (128k positions): an error naming the size,
+ * not an abort inside the arena. The probe allocation is returned at once (with overcommit it costs nothing). */
+enum toy_status toy_kv_cache_check_size(int64_t n_layers, int64_t row, int64_t n_ctx, int64_t n_seq,
+                                        enum toy_dtype type) {
+    double bytes = 2.0 * (double)n_layers * (double)row * (double)n_ctx * (double)n_seq *
+                   (double)toy_dtype_type_size(type);
+    double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    void *probe = bytes < 9e18 && (ram <= 0 || bytes <= ram) ? malloc((size_t)bytes + 1) : NULL;
+    if (!probe)
+        return toy_error(TOY_ERR_NOMEM,
+                         "kv cache: %lld positions x %lld sequences x %lld layers need %.1f GiB, more than this "
+                         "machine has (%.1f GiB); ask for a shorter context (--ctx)",
+                         (long long)n_ctx, (long long)n_seq, (long long)n_layers, bytes / (1 << 30), ram / (1 << 30));
+    free(probe);
+    return TOY_OK;
+}
+
 enum toy_status toy_kv_cache_init_type(struct toy_kv_cache *c, const struct toy_llama *m, int64_t n_ctx, int64_t n_seq,
                                        enum toy_dtype type) {
     memset(c, 0, sizeof *c);
@@ -366,6 +392,8 @@ enum toy_status toy_kv_cache_init_type(struct toy_kv_cache *c, const struct toy_
     int64_t L = m->cfg.n_layers, hd = toy_llama_head_dim(&m->cfg), Hkv = m->cfg.n_kv_heads;
     if (n_ctx <= 0 || n_seq <= 0) return toy_error(TOY_ERR_INVALID_ARG, "kv cache: context %lld, sequences %lld",
                                                    (long long)n_ctx, (long long)n_seq);
+    enum toy_status fit = toy_kv_cache_check_size(L, hd * Hkv, n_ctx, n_seq, type);
+    if (fit) return fit;
     c->ctx = toy_ctx_init(true);
     c->k = calloc((size_t)L, sizeof *c->k);
     c->v = calloc((size_t)L, sizeof *c->v);

@@ -429,7 +429,7 @@ enum toy_status toy_lora_merge_file(const char *base_path, const char *adapter_p
     if (!st) st = toy_gguf_writer_init(&w);
     int64_t nt = st ? 0 : toy_gguf_n_tensors(g);
     if (!st && !(jobs = calloc((size_t)nt + 1, sizeof *jobs))) st = toy_error(TOY_ERR_NOMEM, "merge");
-    for (int64_t i = 0; i < toy_gguf_n_kv(g) && !st; i++) st = toy_gguf_writer_copy_kv(w, g, i);
+    for (int64_t i = 0; !st && i < toy_gguf_n_kv(g); i++) st = toy_gguf_writer_copy_kv(w, g, i);
     int64_t used = 0;
     char name[TOY_GGUF_NAME_MAX + 16];
     for (int64_t i = 0; i < nt && !st; i++) {
