@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "flags.h"
 #include "toy/serve.h"
 #include "toy/toy.h"
 
@@ -40,11 +41,6 @@ static const char *const value_flags[] = {"-m", "--model", "--host", "--name", "
                                           "--parallel", "-np", "--queue", "--threads", "-t", "--max-body",
                                           "--timeout", "--max-connections", "--drain", NULL};
 
-static bool takes_value(const char *a) {
-    for (int i = 0; value_flags[i]; i++)
-        if (!strcmp(a, value_flags[i])) return true;
-    return false;
-}
 
 static int usage_to(FILE *out) {
     fprintf(out,
@@ -68,8 +64,7 @@ int toy_cmd_serve(int argc, char **argv) {
         if (!strcmp(a, "--no-events")) { o.runs_dir = NULL; continue; }
         if (!strcmp(a, "--no-prefix-cache")) { o.no_prefix_cache = true; continue; }
         if (!strcmp(a, "--quiet")) { o.quiet = true; continue; }
-        if (a[0] != '-') { fprintf(stderr, "toy serve: unexpected argument '%s'\n", a); return usage(); }
-        if (!takes_value(a)) { fprintf(stderr, "toy serve: unknown flag %s\n", a); return usage(); }
+        if (!toy_flag_in(a, value_flags)) return toy_flag_unknown("serve", a);
         if (i + 1 >= argc) { fprintf(stderr, "toy serve: %s needs a value\n", a); return 2; }
         const char *v = argv[++i];
         char *end = NULL;
