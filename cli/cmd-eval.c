@@ -68,8 +68,8 @@ int toy_cmd_eval(int argc, char **argv) {
     }
     struct toy_lm lm = g2 ? toy_gpt2_lm(g2) : toy_llama_lm(m);
     if (T <= 0 || T > lm.max_ctx) T = lm.max_ctx < 256 ? lm.max_ctx : 256;
-    /* the whole file is "held out" unless --heldout says which tail to use */
-    struct toy_data_opts o = {.batch = B, .ctx = T, .heldout = heldout > 0 ? heldout : 0.999999, .seed = 0};
+    /* the whole file is evaluated unless --heldout says which tail to use */
+    struct toy_data_opts o = {.batch = B, .ctx = T, .heldout = heldout, .seed = 0, .eval_only = !(heldout > 0)};
     FILE *f = fopen(path, "rb");
     char magic[4] = {0};
     if (!f) { fprintf(stderr, "toy eval: %s: %s\n", path, strerror(errno)); goto out; }

@@ -1,0 +1,89 @@
+/* test-cli-train.c: `toy train`, `toy finetune`, `toy eval`, `toy tokenize`
+ * and `toy tokenizer train` end to end, through the command line ($TOY_BIN,
+ * set by make check; default build/toy), for what only the command shows:
+ * exit statuses, messages, the files of a run bundle. Each test works in its
+ * own mkdtemp folder (the commands run there, so relative paths are
+ * relative to it) holding text.txt, a small corpus with structure. */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char tmp[256];
+static char bin[PATH_MAX];
+static char out[1 << 16]; /* the last command's stdout and stderr */
+
+static void setup(void) {
+    const char *b = getenv("TOY_BIN") ? getenv("TOY_BIN") : "build/toy";
+    if (!realpath(b, bin) || access(bin, X_OK)) cr_skip_test("no %s (run through make check)", b);
+    snprintf(tmp, sizeof tmp, "/tmp/toy-test-cli-train-XXXXXX");
+    cr_assert(mkdtemp(tmp));
+    char path[400];
+    snprintf(path, sizeof path, "%s/text.txt", tmp);
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    for (int i = 0; i < 1500; i++)
+        fprintf(f, "the %s fox jumps over the %s dog. ", i % 3 ? "quick" : "slow", i % 5 ? "lazy" : "sleepy");
+    fclose(f);
+}
+
+static void teardown(void) {
+    if (!tmp[0]) return;
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+    if (system(cmd)) {}
+}
+
+TestSuite(cli_train, .init = setup, .fini = teardown);
+
+/* Runs a shell command in tmp with $W the toy binary; its output lands in
+ * `out`. Returns the exit status (128 + N for a signal). */
+static int sh(const char *fmt, ...) {
+    char cmd[4096], full[8800];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    snprintf(full, sizeof full, "cd '%s' && W='%s' && (%s) > .out.txt 2>&1", tmp, bin, cmd);
+    int st = system(full);
+    char path[400];
+    snprintf(path, sizeof path, "%s/.out.txt", tmp);
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(out, 1, sizeof out - 1, f) : 0;
+    out[n] = 0;
+    if (f) fclose(f);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+#define TRAIN "$W train --preset tiny --ctx 32 --batch 2 --threads 2 --vocab-size 300 --eval-every 0"
+
+/* a small trained model at tmp/m/weights/latest */
+static void train_model(void) {
+    cr_assert_eq(sh(TRAIN " --data text.txt --steps 2 --out m"), 0, "%s", out);
+}
+
+/* toy eval without --heldout evaluates the whole file (it used to ask the
+ * loader for a 0.999999 held-out fraction, which every file failed) */
+Test(cli_train, eval_without_heldout_reads_the_whole_file) {
+    train_model();
+    cr_assert_eq(sh("$W eval -m m/weights/latest --data text.txt --ctx 32 --json"), 0, "%s", out);
+    json_t *j = json_loads(out, 0, NULL);
+    cr_assert(j, "not JSON: %s", out);
+    json_int_t windows = json_integer_value(json_object_get(j, "windows"));
+    json_decref(j);
+    cr_assert_eq(sh("$W eval -m m/weights/latest --data text.txt --ctx 32 --heldout 0.1 --json"), 0, "%s", out);
+    j = json_loads(out, 0, NULL);
+    cr_assert(j, "not JSON: %s", out);
+    json_int_t tail = json_integer_value(json_object_get(j, "windows"));
+    json_decref(j);
+    cr_expect_gt(windows, 5 * tail, "the whole file gave %lld windows, its last tenth %lld", (long long)windows,
+                 (long long)tail);
+    cr_expect_eq(sh("$W eval -m m/weights/latest --data text.txt --ctx 32 --heldout 0"), 0, "%s", out);
+}
