@@ -7,6 +7,7 @@
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <limits.h>
+#include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -15,6 +16,8 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include "toy/toy.h"
 
 static char tmp[256];
 static char bin[PATH_MAX];
@@ -86,4 +89,33 @@ Test(cli_train, eval_without_heldout_reads_the_whole_file) {
     cr_expect_gt(windows, 5 * tail, "the whole file gave %lld windows, its last tenth %lld", (long long)windows,
                  (long long)tail);
     cr_expect_eq(sh("$W eval -m m/weights/latest --data text.txt --ctx 32 --heldout 0"), 0, "%s", out);
+}
+
+/* Every weight of the GGUF at tmp/path is finite. */
+static bool weights_finite(const char *path) {
+    char p[600];
+    snprintf(p, sizeof p, "%s/%s", tmp, path);
+    struct toy_llama *m;
+    cr_assert_eq(toy_llama_load(p, false, &m), TOY_OK, "%s", toy_last_error());
+    bool ok = true;
+    for (int i = 0; i < toy_llama_n_tensors(m) && ok; i++) {
+        struct toy_tensor *t = toy_llama_tensor(m, i);
+        if (t->type != TOY_F32) continue;
+        for (int64_t k = 0, n = toy_nelements(t); k < n && ok; k++) ok = isfinite(((const float *)t->data)[k]);
+    }
+    toy_llama_free(m);
+    return ok;
+}
+
+/* lr 1e4 makes a step whose loss is finite but whose gradient norm is not;
+ * its update used to be applied, so the "last good" checkpoint written when
+ * the next loss came out NaN held non-finite weights. */
+Test(cli_train, a_non_finite_gradient_norm_stops_before_the_update) {
+    cr_assert_eq(sh(TRAIN " --data text.txt --steps 30 --warmup 0 --lr 1e4 --schedule constant --ckpt-every 1 --out n"),
+                 1, "%s", out);
+    cr_expect(strstr(out, "gradient norm is NaN") || strstr(out, "gradient norm is infinite"), "%s", out);
+    cr_expect(weights_finite("n/weights/latest"), "the last checkpoint holds non-finite weights");
+    /* the stopped step has its event (grad_norm null), and run_end says aborted */
+    cr_expect_eq(sh("tail -2 n/events.jsonl | head -1 | grep -q '\"grad_norm\":null'"), 0, "%s", out);
+    cr_expect_eq(sh("tail -1 n/events.jsonl | grep -q '\"reason\":\"aborted\"'"), 0, "%s", out);
 }

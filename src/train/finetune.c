@@ -536,6 +536,12 @@ enum toy_status toy_finetuner_run(struct toy_finetuner *f, struct toy_train_resu
             break;
         }
         float gn = toy_optim_clip_grad_norm(f->opt, o->clip, f->tp);
+        if (!isfinite(gn)) { /* the update would make the weights non-finite: stop before it (as toy train does) */
+            snprintf(err, sizeof err, "gradient norm is %s at step %lld (loss %g): stopped before the update; the "
+                     "last good weights are checkpointed", isnan(gn) ? "NaN" : "infinite", (long long)step, loss);
+            r.reason = TOY_RUN_ABORTED;
+            break;
+        }
         float lr = toy_lr_at(&f->sched, step - 1);
         if ((st = toy_optim_step(f->opt, lr, f->tp))) {
             snprintf(err, sizeof err, "%s", toy_last_error());
