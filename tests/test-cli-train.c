@@ -119,3 +119,12 @@ Test(cli_train, a_non_finite_gradient_norm_stops_before_the_update) {
     cr_expect_eq(sh("tail -2 n/events.jsonl | head -1 | grep -q '\"grad_norm\":null'"), 0, "%s", out);
     cr_expect_eq(sh("tail -1 n/events.jsonl | grep -q '\"reason\":\"aborted\"'"), 0, "%s", out);
 }
+
+/* A run's weights/latest is a GGUF without the .gguf suffix: the tokenizer
+ * loader knows it by its magic (it used to parse it as tokenizer.json). */
+Test(cli_train, weights_latest_serves_as_a_tokenizer) {
+    train_model();
+    cr_expect_eq(sh("$W tokenize -m m/weights/latest hello"), 0, "%s", out);
+    cr_expect_eq(sh(TRAIN " --data text.txt --steps 1 --init m/weights/latest --out i"), 0, "%s", out);
+    cr_expect_eq(sh(TRAIN " --data text.txt --steps 1 --tokenizer m/weights/latest --out t"), 0, "%s", out);
+}
