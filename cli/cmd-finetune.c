@@ -20,18 +20,13 @@
 
 #include "commands.h"
 #include "progress.h"
+#include "stop-signals.h"
 #include "json-out.h"
 #include "toy/collective.h"
 #include "toy/finetune.h"
 #include "toy/run-dir.h"
 #include "toy/toy.h"
 
-static volatile sig_atomic_t stop_flag;
-static void on_sigint(int sig) {
-    (void)sig;
-    if (stop_flag) _exit(130);
-    stop_flag = 1;
-}
 
 static int usage(void) {
     fprintf(stderr,
@@ -248,7 +243,7 @@ static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll
     }
     c.o.method = (enum toy_ft_method)method;
     if (method == TOY_FT_FULL && !c.lr_given && !c.resume) c.o.train.lr = 2e-5f;
-    c.o.train.stop = &stop_flag;
+    c.o.train.stop = &toy_cli_stop;
     c.world = world;
     c.o.rank = rank;
     c.o.world = world;
@@ -285,6 +280,7 @@ static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll
     struct toy_sft_opts so = {.ctx = c.ctx, .heldout = c.heldout, .seed = c.o.train.seed, .chat_template = c.tmpl};
     if (toy_sft_open(c.data, tok, &so, &data)) { fprintf(stderr, "toy finetune: %s\n", toy_last_error()); goto out; }
 
+    toy_cli_stop_signals_install(); /* from here on a stop request ends the run with a checkpoint and run_end */
     if (!run_dir[0] && rank == 0) { /* rank 0 writes the run bundle */
         if (c.out) {
             snprintf(run_dir, sizeof run_dir, "%s", c.out);
@@ -351,12 +347,9 @@ static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll
     toy_progress_start(&pu.pb, "finetune", toy_finetuner_steps(ft), "tok/s");
     if (c.json) pu.pb.tty = false;
     toy_finetuner_on_step(ft, toy_progress_on_step, &pu);
-    signal(SIGINT, on_sigint);
-    signal(SIGTERM, on_sigint);
     struct toy_train_result res;
     enum toy_status st = toy_finetuner_run(ft, &res);
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
+    toy_cli_stop_signals_restore();
     toy_progress_finish(&pu.pb);
     const char *reason = toy_run_reason_str(res.reason);
     if (c.json) {

@@ -24,6 +24,7 @@
 
 #include "commands.h"
 #include "progress.h"
+#include "stop-signals.h"
 #include "train-vit.h"
 #include "json-out.h"
 #include "toy/collective.h"
@@ -37,12 +38,6 @@
 #include "toy/trace.h"
 #include "toy/trainer.h"
 
-static volatile sig_atomic_t stop_flag;
-static void on_sigint(int sig) {
-    (void)sig;
-    if (stop_flag) _exit(130); /* a second Ctrl-C: now */
-    stop_flag = 1;
-}
 
 /* Resuming a warm-started run whose donor had another width: the learned
  * projection is attached again (its frozen donor rows come from the donor
@@ -327,7 +322,7 @@ int toy_cmd_train(int argc, char **argv) {
     if (!c.threads && world > 1 && !getenv("TOY_THREADS")) c.threads = toy_collective_threads(coll);
     if (!c.data) { fprintf(stderr, "toy train: --data FILE is required\n"); return usage(); }
     c.o.sample_prompt = c.sample;
-    c.o.stop = &stop_flag;
+    c.o.stop = &toy_cli_stop;
 
     /* ---- tokenizer and data ---- */
     struct toy_tokenizer *tok = NULL;
@@ -402,6 +397,8 @@ int toy_cmd_train(int argc, char **argv) {
     }
 
     /* ---- the run bundle ---- */
+    /* from here on a stop request ends the run with a checkpoint and run_end */
+    toy_cli_stop_signals_install();
     if (!run_dir[0] && rank == 0) { /* rank 0 writes the run bundle */
         if (c.out) {
             snprintf(run_dir, sizeof run_dir, "%s", c.out);
@@ -484,13 +481,10 @@ int toy_cmd_train(int argc, char **argv) {
     if (c.json) pu.pb.tty = false;
     if (toy_trainer_step(tr) > 0) pu.pb.total = c.o.steps;
     toy_trainer_on_step(tr, toy_progress_on_step, &pu);
-    signal(SIGINT, on_sigint);
-    signal(SIGTERM, on_sigint);
     struct toy_train_result res;
     enum toy_status st = toy_trainer_run(tr, &res);
     dp_consistent = res.reason == TOY_RUN_ABORTED;
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
+    toy_cli_stop_signals_restore();
     toy_progress_finish(&pu.pb);
     const char *reason = toy_run_reason_str(res.reason);
     if (c.json) {

@@ -15,18 +15,13 @@
 #include <unistd.h>
 
 #include "progress.h"
+#include "stop-signals.h"
 #include "json-out.h"
 #include "toy/classify.h"
 #include "toy/run-dir.h"
 #include "toy/toy.h"
 #include "train-vit.h"
 
-static volatile sig_atomic_t stop_flag;
-static void on_sigint(int sig) {
-    (void)sig;
-    if (stop_flag) _exit(130);
-    stop_flag = 1;
-}
 
 static int usage(void) {
     fprintf(stderr,
@@ -194,7 +189,7 @@ int toy_train_vit(int argc, char **argv) {
         snprintf(ckpt, sizeof ckpt, "%s/weights/%s", run_dir, target);
         snprintf(state, sizeof state, "%.*s.state.gguf", (int)(strlen(ckpt) - 5), ckpt); /* step_N.state.gguf */
     }
-    c.o.stop = &stop_flag;
+    c.o.stop = &toy_cli_stop;
     if (!c.data) { fprintf(stderr, "toy train: --data IMAGES is required\n"); return usage(); }
 
     struct toy_vit *m = NULL;
@@ -229,6 +224,7 @@ int toy_train_vit(int argc, char **argv) {
         fprintf(stderr, "toy train: %s\n", toy_last_error());
         goto out;
     }
+    toy_cli_stop_signals_install(); /* from here on a stop request ends the run with a checkpoint and run_end */
     if (!run_dir[0]) {
         if (c.out) {
             snprintf(run_dir, sizeof run_dir, "%s", c.out);
@@ -284,16 +280,13 @@ int toy_train_vit(int argc, char **argv) {
     toy_progress_start(&pu.pb, "train", c.o.steps, "img/s");
     if (cli.json) pu.pb.tty = false;
     toy_classifier_on_step(tr, on_step, &pu);
-    signal(SIGINT, on_sigint);
-    signal(SIGTERM, on_sigint);
     struct toy_classify_result res;
     enum toy_status st = toy_classifier_run(tr, &res);
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
+    toy_cli_stop_signals_restore();
     toy_progress_finish(&pu.pb);
     toy_events_run_end(ev, &(struct toy_run_end){.reason = res.reason, .error = st ? toy_last_error() : NULL,
                                                  .final_step = res.final_step, .final_loss = res.final_loss,
-                                                 .exit_code = st ? 1 : 0});
+                                                 .exit_code = st ? 1 : toy_run_reason_exit_code(res.reason)});
     if (cli.json) {
         json_t *j = json_pack("{s:s,s:s,s:s,s:I,s:o,s:o,s:o,s:s,s:s,s:f,s:f}", "format", "toy/train-v1", "run_id",
                               run_id, "run_dir", run_dir, "steps", (json_int_t)res.final_step, "final_loss",

@@ -5,6 +5,7 @@
  * own mkdtemp folder (the commands run there, so relative paths are
  * relative to it) holding text.txt, a small corpus with structure. */
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
 #include <math.h>
@@ -127,4 +128,58 @@ Test(cli_train, weights_latest_serves_as_a_tokenizer) {
     cr_expect_eq(sh("$W tokenize -m m/weights/latest hello"), 0, "%s", out);
     cr_expect_eq(sh(TRAIN " --data text.txt --steps 1 --init m/weights/latest --out i"), 0, "%s", out);
     cr_expect_eq(sh(TRAIN " --data text.txt --steps 1 --tokenizer m/weights/latest --out t"), 0, "%s", out);
+}
+
+/* Starts `toy train` on text.txt into tmp/<run> for many steps, a model
+ * big enough that its checkpoint takes a while (51 MB), and returns its pid
+ * once step 3 is in its events. */
+static pid_t start_long_run(const char *run) {
+    char runp[400], textp[400], ev[500];
+    snprintf(runp, sizeof runp, "%s/%s", tmp, run);
+    snprintf(textp, sizeof textp, "%s/text.txt", tmp);
+    snprintf(ev, sizeof ev, "%s/events.jsonl", runp);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        dup2(null, 1);
+        dup2(null, 2);
+        execl(bin, "toy", "train", "--data", textp, "--preset", "tiny", "--dim", "256", "--layers", "4", "--ff",
+              "1024", "--vocab-size", "300", "--steps", "1000000", "--batch", "2", "--ctx", "32", "--eval-every", "0",
+              "--threads", "1", "--out", runp, (char *)NULL);
+        _exit(127);
+    }
+    for (int i = 0; i < 1200; i++) {
+        char cmd[700];
+        snprintf(cmd, sizeof cmd, "grep -q '\"step\":3,' '%s' 2>/dev/null", ev);
+        if (!system(cmd)) break;
+        usleep(20000);
+    }
+    return pid;
+}
+
+/* Two signals 10 ms apart, as GNU timeout sends them (to the child, then
+ * to its process group), or a nervous double Ctrl-C: the second used to
+ * _exit(130) from the handler while the first's checkpoint was being
+ * written, leaving no weights and no run_end. Now the run ends as for one
+ * signal, and run_end's exit_code is the process's 130 (it said 0). */
+static void double_signal(const char *run, int sig) {
+    pid_t pid = start_long_run(run);
+    cr_assert_eq(kill(pid, sig), 0);
+    usleep(10000);
+    kill(pid, sig);
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 130, "%s: status %#x", strsignal(sig), status);
+    cr_assert_eq(sh("tail -1 %s/events.jsonl | grep '\"kind\":\"run_end\"' | grep '\"reason\":\"interrupted\"' "
+                    "| grep -q '\"exit_code\":130'", run), 0, "%s: the last event is not run_end interrupted with exit "
+                 "code 130", strsignal(sig));
+    char latest[400];
+    snprintf(latest, sizeof latest, "%s/weights/latest", run);
+    cr_expect(weights_finite(latest));
+}
+
+Test(cli_train, a_second_signal_does_not_kill_the_checkpoint, .timeout = 120) {
+    double_signal("term", SIGTERM);
+    double_signal("int", SIGINT);
 }

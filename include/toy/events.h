@@ -161,12 +161,17 @@ enum toy_run_reason {
 /* "completed", "interrupted", "aborted", "errored". */
 const char *toy_run_reason_str(enum toy_run_reason r);
 
+/* The exit status of a command whose run ended so, and what run_end's
+ * exit_code says: 0 completed, 130 interrupted (what a shell reports for
+ * Ctrl-C), 1 aborted or errored. */
+int toy_run_reason_exit_code(enum toy_run_reason r);
+
 struct toy_run_end {
     enum toy_run_reason reason;
     const char *error;   /* what went wrong (aborted/errored); NULL: null */
     int64_t final_step;  /* the last optimizer step completed */
     double final_loss;   /* its loss; non-finite: null */
-    int exit_code;       /* the process exit code: 0 ok, 1 failure, 2+ usage */
+    int exit_code;       /* the process exit code: 0 ok, 1 failure, 2 usage, 130 interrupted */
     json_t *extra;       /* more keys (quality_gate{...}); NULL: none */
 };
 

@@ -463,6 +463,10 @@ const char *toy_run_reason_str(enum toy_run_reason r) {
     return "errored";
 }
 
+int toy_run_reason_exit_code(enum toy_run_reason r) {
+    return r == TOY_RUN_COMPLETED ? 0 : r == TOY_RUN_INTERRUPTED ? 130 : 1;
+}
+
 enum toy_status toy_events_run_end(struct toy_events *ev, const struct toy_run_end *e) {
     if (e->extra && !json_is_object(e->extra)) return toy_error(TOY_ERR_INVALID_ARG, "run_end: extra must be an object");
     bool ok = true;

@@ -594,7 +594,7 @@ enum toy_status toy_finetuner_run(struct toy_finetuner *f, struct toy_train_resu
     r.final_step = f->step;
     r.final_loss = f->last_loss;
     if (res) *res = r;
-    emit_end(f, r.reason, err[0] ? err : NULL, r.reason == TOY_RUN_COMPLETED || r.reason == TOY_RUN_INTERRUPTED ? 0 : 1);
+    emit_end(f, r.reason, err[0] ? err : NULL, toy_run_reason_exit_code(r.reason));
     if (r.reason == TOY_RUN_ABORTED) return toy_error(TOY_ERR_NUMERIC, "%s", err);
     if (r.reason == TOY_RUN_ERRORED) return toy_error(st ? st : TOY_ERR_IO, "%s", err);
     return TOY_OK;
