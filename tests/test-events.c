@@ -481,6 +481,47 @@ Test(events, reader_skips_torn_lines_and_unknown_kinds) {
     free(d);
 }
 
+struct times {
+    int n;
+    double t[16];
+};
+
+static int collect_t(const char *kind, json_t *e, void *user) {
+    struct times *s = user;
+    if (s->n < 16) s->t[s->n++] = json_number_value(json_object_get(e, "t"));
+    return 0;
+}
+
+/* A resumed run appends a segment whose clock continues from the file's
+ * last t (it restarted at 0, so t went back down the file, against
+ * docs/events.md); a torn tail after the last event is not read as one. */
+Test(events, appended_segment_continues_the_clock) {
+    char *d = tmpdir(), path[PATH_MAX];
+    pf(path, sizeof path, "%s/events.jsonl", d);
+    write_file(path, "{\"kind\":\"run_start\",\"t\":0.0,\"schema\":\"toy/v1\"}\n"
+                     "{\"kind\":\"step\",\"t\":40.0,\"step\":1}\n"
+                     "{\"kind\":\"run_end\",\"t\":41.25,\"reason\":\"interrupted\"}\n"
+                     "{\"kind\":\"step\",\"t\":99.0,\"st");
+    struct toy_events *ev;
+    cr_assert_eq(toy_events_open(path, TOY_EVENTS_APPEND, &ev), TOY_OK);
+    cr_expect(toy_events_now(ev) >= 41.25 && toy_events_now(ev) < 46, "now %g", toy_events_now(ev));
+    cr_assert_eq(toy_events_run_start(ev, &(struct toy_run_start){.no_git = true}), TOY_OK);
+    cr_assert_eq(toy_events_step(ev, &(struct toy_step_event){.step = 2, .loss = 1}), TOY_OK);
+    cr_assert_eq(toy_events_run_end(ev, &(struct toy_run_end){.final_step = 2}), TOY_OK);
+    toy_events_close(ev);
+    struct times s = {0};
+    cr_assert_eq(toy_events_read(path, collect_t, &s, NULL), TOY_OK);
+    cr_assert_eq(s.n, 6);
+    for (int i = 1; i < s.n; i++) cr_expect_geq(s.t[i], s.t[i - 1], "event %d: t %g after %g", i, s.t[i], s.t[i - 1]);
+    cr_expect_lt(s.t[5], 46);
+    /* a fresh (truncated) stream starts at 0 */
+    cr_assert_eq(toy_events_open(path, TOY_EVENTS_TRUNCATE, &ev), TOY_OK);
+    cr_expect_lt(toy_events_now(ev), 5);
+    toy_events_close(ev);
+    rm_rf(d);
+    free(d);
+}
+
 /* ---- git provenance ------------------------------------------------------------------- */
 
 #define SHA1 "0123456789abcdef0123456789abcdef01234567"

@@ -28,7 +28,7 @@
  * write() of the whole line including its '\n' (O_APPEND), so a reader or a
  * crash never sees half of a line followed by another event, and `tail -f`
  * sees every event as soon as it is emitted (no stdio buffer). `t` never
- * decreases within a stream. The handle enforces the order: nothing before
+ * decreases down the file, appended segments included. The handle enforces the order: nothing before
  * run_start (TOY_ERR_STATE), nothing after run_end. Non-finite numbers (a NaN
  * loss) are written as `null`. Reals are written with at most 15 significant
  * digits; a value that is exactly a float (loss, lr from a float) is written
@@ -69,7 +69,8 @@ enum toy_events_mode {
 /* Opens (creating the parent directories, mode 0755) the stream at `path`.
  * In append mode a last line without its newline (a torn tail) is closed
  * with one, so the next event starts on a line of its own. The clock `t`
- * starts now. Errors: TOY_ERR_INVALID_ARG (NULL path), TOY_ERR_IO. */
+ * starts now, at 0 for a fresh stream and, in append mode, at the t of the
+ * file's last event (so t never decreases down the file). Errors: TOY_ERR_INVALID_ARG (NULL path), TOY_ERR_IO. */
 enum toy_status toy_events_open(const char *path, enum toy_events_mode mode, struct toy_events **out);
 
 /* Closes the file (fdatasync first). Does not write run_end: a stream closed

@@ -46,6 +46,33 @@ static double mono_seconds(void) {
 
 /* ---- open / close ------------------------------------------------------------ */
 
+/* The t of the last event in the file (0 if none): the last line, among
+ * those in the final 64 KiB, that parses as an object with a number t. */
+static double last_t_in(int fd) {
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || sb.st_size <= 0) return 0;
+    size_t n = sb.st_size < 65536 ? (size_t)sb.st_size : 65536;
+    char *buf = malloc(n);
+    double t = 0;
+    ssize_t got = buf ? pread(fd, buf, n, sb.st_size - (off_t)n) : -1;
+    for (ssize_t end = got; end > 0;) {
+        while (end > 0 && buf[end - 1] == '\n') end--;
+        ssize_t start = end;
+        while (start > 0 && buf[start - 1] != '\n') start--;
+        if (start == 0 && got == (ssize_t)n && (off_t)n < sb.st_size) break; /* a line cut by the window */
+        json_t *o = json_loadb(buf + start, (size_t)(end - start), 0, NULL);
+        json_t *jt = json_object_get(o, "t");
+        bool ok = json_is_object(o) && json_is_string(json_object_get(o, "kind")) && json_is_number(jt) &&
+                  isfinite(json_number_value(jt)) && json_number_value(jt) >= 0;
+        if (ok) t = json_number_value(jt);
+        json_decref(o);
+        if (ok) break;
+        end = start;
+    }
+    free(buf);
+    return t;
+}
+
 enum toy_status toy_events_open(const char *path, enum toy_events_mode mode, struct toy_events **out) {
     *out = NULL;
     if (!path || !*path) return toy_error(TOY_ERR_INVALID_ARG, "events: no path");
@@ -81,7 +108,10 @@ enum toy_status toy_events_open(const char *path, enum toy_events_mode mode, str
         return toy_error(TOY_ERR_NOMEM, "events: out of memory");
     }
     ev->fd = fd;
-    ev->t0 = mono_seconds();
+    /* an appended segment's clock continues from the file's last t, so that
+     * t never decreases down the file (the time between segments is not counted) */
+    ev->last_t = mode == TOY_EVENTS_APPEND ? last_t_in(fd) : 0;
+    ev->t0 = mono_seconds() - ev->last_t;
     ev->state = ST_FRESH;
     pthread_mutex_init(&ev->mu, NULL);
     *out = ev;
