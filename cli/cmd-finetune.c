@@ -11,6 +11,7 @@
  * The library side is toy/finetune.h. Ctrl-C stops after the current step
  * with a checkpoint; --resume continues bit-identically. */
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -22,6 +23,7 @@
 #include "progress.h"
 #include "stop-signals.h"
 #include "json-out.h"
+#include "paths.h"
 #include "toy/collective.h"
 #include "toy/finetune.h"
 #include "toy/run-dir.h"
@@ -231,6 +233,11 @@ static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll
         target[n] = 0;
         snprintf(ckpt, sizeof ckpt, "%s/weights/%s", run_dir, target);
         snprintf(state, sizeof state, "%.*s.state.gguf", (int)(strlen(ckpt) - 5), ckpt);
+    }
+    char abs_base[PATH_MAX], abs_data[PATH_MAX];
+    if (!c.resume) { /* finetune.json keeps them, and --resume may run from another folder */
+        c.base = toy_cli_abspath(c.base, abs_base, sizeof abs_base);
+        c.data = toy_cli_abspath(c.data, abs_data, sizeof abs_data);
     }
     int method = toy_ft_method_from_name(c.method);
     unsigned targets = 0;

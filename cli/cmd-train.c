@@ -27,6 +27,7 @@
 #include "stop-signals.h"
 #include "train-vit.h"
 #include "json-out.h"
+#include "paths.h"
 #include "toy/collective.h"
 #include "toy/data.h"
 #include "toy/events.h"
@@ -313,6 +314,13 @@ int toy_cmd_train(int argc, char **argv) {
         target[n] = 0;
         snprintf(ckpt, sizeof ckpt, "%s/weights/%s", run_dir, target);
         snprintf(state, sizeof state, "%.*s.state.gguf", (int)(strlen(ckpt) - 5), ckpt);
+    }
+    char abs_data[PATH_MAX], abs_tok[PATH_MAX], abs_init[PATH_MAX], abs_warm[PATH_MAX];
+    if (!c.resume) { /* train.json keeps them, and --resume may run from another folder */
+        c.data = toy_cli_abspath(c.data, abs_data, sizeof abs_data);
+        c.tokenizer = toy_cli_abspath(c.tokenizer, abs_tok, sizeof abs_tok);
+        c.init = toy_cli_abspath(c.init, abs_init, sizeof abs_init);
+        c.warm = toy_cli_abspath(c.warm, abs_warm, sizeof abs_warm);
     }
     c.world = world;
     if (rank != 0) { /* rank 0 alone reports; errors still reach stderr */

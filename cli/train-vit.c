@@ -7,6 +7,7 @@
  * a seeded --heldout fraction is split off for evaluation. */
 #include <errno.h>
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -17,6 +18,7 @@
 #include "progress.h"
 #include "stop-signals.h"
 #include "json-out.h"
+#include "paths.h"
 #include "toy/classify.h"
 #include "toy/run-dir.h"
 #include "toy/toy.h"
@@ -188,6 +190,11 @@ int toy_train_vit(int argc, char **argv) {
         target[n] = 0;
         snprintf(ckpt, sizeof ckpt, "%s/weights/%s", run_dir, target);
         snprintf(state, sizeof state, "%.*s.state.gguf", (int)(strlen(ckpt) - 5), ckpt); /* step_N.state.gguf */
+    }
+    char abs_data[PATH_MAX], abs_test[PATH_MAX];
+    if (!c.resume) { /* train.json keeps them, and --resume may run from another folder */
+        c.data = toy_cli_abspath(c.data, abs_data, sizeof abs_data);
+        c.test = toy_cli_abspath(c.test, abs_test, sizeof abs_test);
     }
     c.o.stop = &toy_cli_stop;
     if (!c.data) { fprintf(stderr, "toy train: --data IMAGES is required\n"); return usage(); }

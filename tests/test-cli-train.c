@@ -183,3 +183,23 @@ Test(cli_train, a_second_signal_does_not_kill_the_checkpoint, .timeout = 120) {
     double_signal("term", SIGTERM);
     double_signal("int", SIGINT);
 }
+
+/* train.json and finetune.json keep absolute paths: --resume from another
+ * folder used to look for the relative --data there */
+Test(cli_train, saved_options_hold_absolute_paths) {
+    cr_assert_eq(sh(TRAIN " --data text.txt --steps 2 --out m"), 0, "%s", out);
+    cr_assert_eq(sh("cd / && $W train --resume '%s/m' --steps 3 --threads 2", tmp), 0, "%s", out);
+    cr_expect_eq(sh("grep -q '\"step\":3,' m/events.jsonl"), 0, "the resumed run did not reach step 3");
+    cr_assert_eq(sh("for i in $(seq 40); do echo '{\"prompt\":\"the quick fox\",\"completion\":\" jumps over\"}'; done "
+                    "> sft.jsonl && $W finetune --base m/weights/latest --data sft.jsonl --ctx 32 --batch 2 --steps 1 "
+                    "--threads 2 --out f"), 0, "%s", out);
+    char path[400];
+    snprintf(path, sizeof path, "%s/f/finetune.json", tmp);
+    json_t *j = json_load_file(path, 0, NULL);
+    cr_assert(j, "no %s", path);
+    const char *base = json_string_value(json_object_get(j, "base")), *data = json_string_value(json_object_get(j, "data"));
+    cr_expect(base && base[0] == '/', "base %s", base ? base : "(none)");
+    cr_expect(data && data[0] == '/', "data %s", data ? data : "(none)");
+    json_decref(j);
+    cr_expect_eq(sh("cd / && $W finetune --resume '%s/f' --steps 2 --threads 2", tmp), 0, "%s", out);
+}
