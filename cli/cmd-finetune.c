@@ -202,6 +202,7 @@ static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll
     struct cfg cli = c;
     char run_dir[1024] = "", run_id[1024] = "", ckpt[1600] = "", state[1700] = "";
     json_t *saved = NULL; /* the resumed run's options; c borrows its strings */
+    int run_lock = -1;    /* toy_run_claim's: one process writes a run */
     if (c.resume) {
         char path[1200];
         snprintf(path, sizeof path, "%s/finetune.json", c.resume);
@@ -210,6 +211,11 @@ static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll
         if (!j) { fprintf(stderr, "toy finetune: cannot resume: %s: %s\n", path, err.text); return 1; }
         cfg_from_json(&c, j);
         saved = j;
+        if (rank == 0 && toy_run_claim(c.resume, false, &run_lock)) { /* rank 0 writes the run */
+            fprintf(stderr, "toy finetune: cannot resume: %s\n", toy_last_error());
+            json_decref(saved);
+            return 1;
+        }
         if (given_steps) c.o.train.steps = cli.o.train.steps;
         c.threads = cli.threads;
         c.json = cli.json;
@@ -233,6 +239,11 @@ static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll
         target[n] = 0;
         snprintf(ckpt, sizeof ckpt, "%s/weights/%s", run_dir, target);
         snprintf(state, sizeof state, "%.*s.state.gguf", (int)(strlen(ckpt) - 5), ckpt);
+    }
+    /* a new run's folder: claimed now, before any slow work, so that an old run there is refused at once */
+    if (!c.resume && c.out && rank == 0 && toy_run_claim(c.out, true, &run_lock)) {
+        fprintf(stderr, "toy finetune: --out %s\n", toy_last_error());
+        return 1;
     }
     char abs_base[PATH_MAX], abs_data[PATH_MAX];
     if (!c.resume) { /* finetune.json keeps them, and --resume may run from another folder */
@@ -292,9 +303,9 @@ static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll
         if (c.out) {
             snprintf(run_dir, sizeof run_dir, "%s", c.out);
             const char *slash = strrchr(c.out, '/');
-            snprintf(run_id, sizeof run_id, "%s", slash && slash[1] ? slash + 1 : c.out);
-            if (toy_mkdir_p(run_dir)) { fprintf(stderr, "toy finetune: %s\n", toy_last_error()); goto out; }
-        } else if (toy_run_create(c.runs, NULL, c.method, run_id, sizeof run_id, run_dir, sizeof run_dir)) {
+            snprintf(run_id, sizeof run_id, "%s", slash && slash[1] ? slash + 1 : c.out); /* claimed above */
+        } else if (toy_run_create(c.runs, NULL, c.method, run_id, sizeof run_id, run_dir, sizeof run_dir) ||
+                   toy_run_claim(run_dir, false, &run_lock)) {
             fprintf(stderr, "toy finetune: %s\n", toy_last_error());
             goto out;
         }
@@ -389,5 +400,6 @@ out:
     toy_tokenizer_free(tok);
     toy_llama_free(m);
     json_decref(saved);
+    toy_run_release(run_lock);
     return rc;
 }

@@ -287,6 +287,7 @@ int toy_cmd_train(int argc, char **argv) {
     const int rank = toy_collective_rank(coll), world = toy_collective_world(coll);
     char run_dir[1024] = "", run_id[1024] = "", ckpt[1600] = "", state[1700] = "";
     struct cfg cli = c;
+    int run_lock = -1; /* toy_run_claim's: one process writes a run */
     if (c.resume) {
         /* the run's own options, then the flags given now (e.g. more --steps) */
         char path[1200];
@@ -296,6 +297,10 @@ int toy_cmd_train(int argc, char **argv) {
         if (!j) { fprintf(stderr, "toy train: cannot resume: %s: %s\n", path, err.text); return 1; }
         cfg_from_json(&c, j);
         json_decref(j);
+        if (rank == 0 && toy_run_claim(c.resume, false, &run_lock)) { /* rank 0 writes the run */
+            fprintf(stderr, "toy train: cannot resume: %s\n", toy_last_error());
+            return 1;
+        }
         if (given_steps) c.o.steps = cli.o.steps;
         c.threads = cli.threads;
         c.dp_overlap = cli.dp_overlap; /* how the ranks share work: chosen anew by each launch */
@@ -314,6 +319,11 @@ int toy_cmd_train(int argc, char **argv) {
         target[n] = 0;
         snprintf(ckpt, sizeof ckpt, "%s/weights/%s", run_dir, target);
         snprintf(state, sizeof state, "%.*s.state.gguf", (int)(strlen(ckpt) - 5), ckpt);
+    }
+    /* a new run's folder: claimed now, before any slow work, so that an old run there is refused at once */
+    if (!c.resume && c.out && rank == 0 && toy_run_claim(c.out, true, &run_lock)) {
+        fprintf(stderr, "toy train: --out %s\n", toy_last_error());
+        return 1;
     }
     char abs_data[PATH_MAX], abs_tok[PATH_MAX], abs_init[PATH_MAX], abs_warm[PATH_MAX];
     if (!c.resume) { /* train.json keeps them, and --resume may run from another folder */
@@ -411,9 +421,9 @@ int toy_cmd_train(int argc, char **argv) {
         if (c.out) {
             snprintf(run_dir, sizeof run_dir, "%s", c.out);
             const char *slash = strrchr(c.out, '/');
-            snprintf(run_id, sizeof run_id, "%s", slash && slash[1] ? slash + 1 : c.out);
-            if (toy_mkdir_p(run_dir)) { fprintf(stderr, "toy train: %s\n", toy_last_error()); goto out; }
-        } else if (toy_run_create(c.runs, NULL, is_gpt2 ? "gpt2" : "llama", run_id, sizeof run_id, run_dir, sizeof run_dir)) {
+            snprintf(run_id, sizeof run_id, "%s", slash && slash[1] ? slash + 1 : c.out); /* claimed above */
+        } else if (toy_run_create(c.runs, NULL, is_gpt2 ? "gpt2" : "llama", run_id, sizeof run_id, run_dir, sizeof run_dir) ||
+                   toy_run_claim(run_dir, false, &run_lock)) {
             fprintf(stderr, "toy train: %s\n", toy_last_error());
             goto out;
         }
@@ -523,6 +533,7 @@ out:
     toy_data_free(data);
     json_decref(c.keep);
     toy_tokenizer_free(tok);
+    toy_run_release(run_lock);
     if (rc == 1 && world > 1 && !dp_consistent && !toy_collective_broken(coll)) {
         /* a failure of this rank alone: the others would wait for it, so end the job now */
         fprintf(stderr, "toy train: rank %d of %d failed: ending the job\n", rank, world);

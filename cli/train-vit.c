@@ -171,6 +171,7 @@ int toy_train_vit(int argc, char **argv) {
     if (rc) return rc == 1 ? 0 : rc;
     char run_dir[1024] = "", run_id[1024] = "", ckpt[1600] = "", state[1700] = "";
     struct vcfg cli = c;
+    int run_lock = -1; /* toy_run_claim's: one process writes a run */
     if (c.resume) {
         char path[1200];
         snprintf(path, sizeof path, "%s/train.json", c.resume);
@@ -179,6 +180,11 @@ int toy_train_vit(int argc, char **argv) {
         if (!j) { fprintf(stderr, "toy train: cannot resume: %s: %s\n", path, err.text); return 1; }
         vcfg_from_json(&c, j);
         json_decref(j);
+        if (toy_run_claim(c.resume, false, &run_lock)) {
+            fprintf(stderr, "toy train: cannot resume: %s\n", toy_last_error());
+            json_decref(c.keep);
+            return 1;
+        }
         if (given_steps) c.o.steps = cli.o.steps;
         snprintf(run_dir, sizeof run_dir, "%s", c.resume);
         const char *slash = strrchr(run_dir, '/');
@@ -190,6 +196,11 @@ int toy_train_vit(int argc, char **argv) {
         target[n] = 0;
         snprintf(ckpt, sizeof ckpt, "%s/weights/%s", run_dir, target);
         snprintf(state, sizeof state, "%.*s.state.gguf", (int)(strlen(ckpt) - 5), ckpt); /* step_N.state.gguf */
+    }
+    /* a new run's folder: claimed now, before any slow work, so that an old run there is refused at once */
+    if (!c.resume && c.out && toy_run_claim(c.out, true, &run_lock)) {
+        fprintf(stderr, "toy train: --out %s\n", toy_last_error());
+        return 1;
     }
     char abs_data[PATH_MAX], abs_test[PATH_MAX];
     if (!c.resume) { /* train.json keeps them, and --resume may run from another folder */
@@ -236,9 +247,9 @@ int toy_train_vit(int argc, char **argv) {
         if (c.out) {
             snprintf(run_dir, sizeof run_dir, "%s", c.out);
             const char *slash = strrchr(c.out, '/');
-            snprintf(run_id, sizeof run_id, "%s", slash && slash[1] ? slash + 1 : c.out);
-            if (toy_mkdir_p(run_dir)) { fprintf(stderr, "toy train: %s\n", toy_last_error()); goto out; }
-        } else if (toy_run_create(c.runs, NULL, "vit", run_id, sizeof run_id, run_dir, sizeof run_dir)) {
+            snprintf(run_id, sizeof run_id, "%s", slash && slash[1] ? slash + 1 : c.out); /* claimed above */
+        } else if (toy_run_create(c.runs, NULL, "vit", run_id, sizeof run_id, run_dir, sizeof run_dir) ||
+                   toy_run_claim(run_dir, false, &run_lock)) {
             fprintf(stderr, "toy train: %s\n", toy_last_error());
             goto out;
         }
@@ -319,5 +330,6 @@ out:
     toy_images_free(train);
     toy_images_free(test);
     json_decref(c.keep);
+    toy_run_release(run_lock);
     return rc;
 }

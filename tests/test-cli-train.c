@@ -203,3 +203,33 @@ Test(cli_train, saved_options_hold_absolute_paths) {
     json_decref(j);
     cr_expect_eq(sh("cd / && $W finetune --resume '%s/f' --steps 2 --threads 2", tmp), 0, "%s", out);
 }
+
+/* --out naming a folder that holds a run is refused, before any work, and
+ * the run is left as it was (its events were replaced, old step files
+ * mixed with new); an empty folder is fine */
+Test(cli_train, out_refuses_a_folder_that_holds_a_run) {
+    train_model();
+    cr_assert_eq(sh("cp m/events.jsonl before.jsonl"), 0);
+    cr_expect_eq(sh(TRAIN " --data text.txt --steps 1 --out m"), 1, "%s", out);
+    cr_expect(strstr(out, "not empty") && strstr(out, "--resume"), "%s", out);
+    cr_expect_eq(sh("cmp -s before.jsonl m/events.jsonl"), 0, "the run's events changed");
+    cr_expect_eq(sh("test -e m/weights/step_2.gguf && ! test -e m/weights/step_1.gguf"), 0, "the run's weights changed");
+    cr_expect_eq(sh("mkdir empty && " TRAIN " --data text.txt --steps 1 --out empty"), 0, "%s", out);
+}
+
+/* Two processes on one run (a second --resume while the first trains):
+ * the second is refused, naming the first's pid. */
+Test(cli_train, a_run_is_written_by_one_process_at_a_time, .timeout = 120) {
+    pid_t pid = start_long_run("l");
+    cr_expect_eq(sh("$W train --resume l --steps 2000000"), 1, "%s", out);
+    cr_expect(strstr(out, "another process"), "%s", out);
+    char pids[32];
+    snprintf(pids, sizeof pids, "pid %d", (int)pid);
+    cr_expect(strstr(out, pids), "'%s' does not name %s", out, pids);
+    kill(pid, SIGINT);
+    int status;
+    waitpid(pid, &status, 0);
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 130, "status %#x", status);
+    /* the lock went with the process: the run resumes now */
+    cr_expect_eq(sh("$W train --resume l --steps 1 --threads 2"), 0, "%s", out);
+}
