@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "flags.h"
 #include "generate-gpt2.h"
 #include "progress.h"
 #include "json-out.h"
@@ -33,24 +34,16 @@ int toy_cmd_eval(int argc, char **argv) {
     double heldout = 0;
     int threads = 0;
     bool json = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
-        if (!strcmp(a, "--json")) { json = true; continue; }
-        if (i + 1 >= argc) { fprintf(stderr, "toy eval: %s needs a value\n", a); return 2; }
-        const char *v = argv[++i];
-        char *end;
-        double x = strtod(v, &end);
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
-        else if (!strcmp(a, "--data")) path = v;
-        else if (end == v || *end || !isfinite(x) || x < 0) { fprintf(stderr, "toy eval: bad value '%s' for %s\n", v, a); return 2; }
-        else if (!strcmp(a, "--ctx")) T = (int64_t)x;
-        else if (!strcmp(a, "--batch")) B = (int64_t)x;
-        else if (!strcmp(a, "--heldout")) heldout = x;
-        else if (!strcmp(a, "--max-windows")) max_windows = (int64_t)x;
-        else if (!strcmp(a, "--threads")) threads = (int)x;
-        else { fprintf(stderr, "toy eval: unknown flag %s\n", a); return usage(); }
-    }
+    const struct toy_cli_flag flags[] = {
+        TOY_FLAG_S("-m", &model), TOY_FLAG_S("--model", &model), TOY_FLAG_S("--data", &path),
+        TOY_FLAG_B("--json", &json), TOY_FLAG_N("--ctx", TOY_CLI_I64, &T, 0, 16777216),
+        TOY_FLAG_N("--batch", TOY_CLI_I64, &B, 1, 1048576), TOY_FLAG_OPEN("--heldout", TOY_CLI_F64, &heldout, 0, 1),
+        TOY_FLAG_N("--max-windows", TOY_CLI_I64, &max_windows, 0, 1e15),
+        TOY_FLAG_N("--threads", TOY_CLI_INT, &threads, 0, 4096), TOY_FLAG_END,
+    };
+    int prc = toy_cli_parse("eval", argc, argv, flags, NULL, 0, NULL);
+    if (prc == 1) { usage(); return 0; }
+    if (prc) return prc;
     if (!model || !path) return usage();
     char resolved[4096];
     if (toy_model_resolve(model, resolved, sizeof resolved)) { fprintf(stderr, "toy eval: %s\n", toy_last_error()); return 1; }

@@ -22,6 +22,7 @@
 #include "commands.h"
 #include "progress.h"
 #include "stop-signals.h"
+#include "flags.h"
 #include "json-out.h"
 #include "paths.h"
 #include "toy/collective.h"
@@ -102,48 +103,44 @@ static void cfg_from_json(struct cfg *c, json_t *j) {
 }
 
 static int parse(int argc, char **argv, struct cfg *c, bool *given_steps) {
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 1; }
-        if (!strcmp(a, "--bf16")) {
-            c->o.train.bf16 = true;
-            toy_cli_bf16_math();
-            continue;
-        }
-        if (!strcmp(a, "--json")) { c->json = true; continue; }
-        if (!strcmp(a, "--freeze-embeddings")) { c->o.freeze_embeddings = true; continue; }
-        if (!strcmp(a, "--no-pack")) { c->o.no_pack = true; continue; }
-        if (i + 1 >= argc) { fprintf(stderr, "toy finetune: %s needs a value\n", a); return 2; }
-        const char *v = argv[++i];
-        char *end;
-        double x = strtod(v, &end);
-        bool num = *v && !*end;
-#define S(flag, field) if (!strcmp(a, flag)) { c->field = v; continue; }
-        S("--base", base) S("-m", base) S("--data", data) S("--method", method) S("--targets", targets)
-        S("--template", tmpl) S("--runs", runs) S("--out", out) S("--resume", resume)
-#undef S
-        if (!strcmp(a, "--schedule")) {
-            int k = toy_lr_kind_from_name(v);
-            if (k < 0) { fprintf(stderr, "toy finetune: --schedule is cosine, linear or constant\n"); return 2; }
-            c->o.train.schedule = (enum toy_lr_kind)k;
-            continue;
-        }
-        if (!num || !isfinite(x) || x < 0) { fprintf(stderr, "toy finetune: bad value '%s' for %s\n", v, a); return 2; }
-        if (!strcmp(a, "--lr")) { c->o.train.lr = (float)x; c->lr_given = true; continue; }
-        if (!strcmp(a, "--steps")) { c->o.train.steps = (int64_t)x; *given_steps = true; continue; }
-#define N(flag, field, type) if (!strcmp(a, flag)) { c->field = (type)x; continue; }
-        N("--rank", rank, int64_t) N("--alpha", alpha, double) N("--dropout", dropout, double)
-        N("--ctx", ctx, int64_t) N("--heldout", heldout, double) N("--threads", threads, int)
-        N("--log-every", log_every, int) N("--batch", o.batch, int64_t) N("--epochs", o.epochs, int64_t)
-        N("--grad-accum", o.train.accum, int64_t) N("--accum", o.train.accum, int64_t)
-        N("--lr-min", o.train.lr_min, float) N("--warmup", o.train.warmup, int64_t) N("--wd", o.train.weight_decay, float)
-        N("--beta1", o.train.beta1, float) N("--beta2", o.train.beta2, float) N("--clip", o.train.clip, float)
-        N("--seed", o.train.seed, uint64_t) N("--eval-every", o.train.eval_every, int64_t)
-        N("--eval-batches", o.train.eval_batches, int64_t) N("--ckpt-every", o.train.ckpt_every, int64_t)
-        N("--dp-timeout", dp_timeout, double)
-#undef N
-        fprintf(stderr, "toy finetune: unknown flag %s\n", a);
-        return usage();
+    const char *schedule = NULL;
+    const double big = 1e12, dim = 1048576;
+    const struct toy_cli_flag flags[] = {
+        TOY_FLAG_S("--base", &c->base), TOY_FLAG_S("-m", &c->base), TOY_FLAG_S("--data", &c->data),
+        TOY_FLAG_S("--method", &c->method), TOY_FLAG_S("--targets", &c->targets), TOY_FLAG_S("--template", &c->tmpl),
+        TOY_FLAG_S("--runs", &c->runs), TOY_FLAG_S("--out", &c->out), TOY_FLAG_S("--resume", &c->resume),
+        TOY_FLAG_S("--schedule", &schedule), TOY_FLAG_B("--bf16", &c->o.train.bf16), TOY_FLAG_B("--json", &c->json),
+        TOY_FLAG_B("--freeze-embeddings", &c->o.freeze_embeddings), TOY_FLAG_B("--no-pack", &c->o.no_pack),
+        TOY_FLAG_NG("--lr", TOY_CLI_F32, &c->o.train.lr, 0, 1e30, &c->lr_given),
+        TOY_FLAG_NG("--steps", TOY_CLI_I64, &c->o.train.steps, 1, big, given_steps),
+        TOY_FLAG_N("--rank", TOY_CLI_I64, &c->rank, 1, 65536), TOY_FLAG_N("--alpha", TOY_CLI_F64, &c->alpha, 0, 1e30),
+        TOY_FLAG_OPEN("--dropout", TOY_CLI_F64, &c->dropout, 0, 1), TOY_FLAG_N("--ctx", TOY_CLI_I64, &c->ctx, 1, 16 * dim),
+        TOY_FLAG_OPEN("--heldout", TOY_CLI_F64, &c->heldout, 0, 1),
+        TOY_FLAG_N("--threads", TOY_CLI_INT, &c->threads, 0, 4096),
+        TOY_FLAG_N("--log-every", TOY_CLI_INT, &c->log_every, 0, INT32_MAX),
+        TOY_FLAG_N("--batch", TOY_CLI_I64, &c->o.batch, 1, dim), TOY_FLAG_N("--epochs", TOY_CLI_I64, &c->o.epochs, 1, big),
+        TOY_FLAG_N("--grad-accum", TOY_CLI_I64, &c->o.train.accum, 1, dim),
+        TOY_FLAG_N("--accum", TOY_CLI_I64, &c->o.train.accum, 1, dim),
+        TOY_FLAG_N("--lr-min", TOY_CLI_F32, &c->o.train.lr_min, 0, 1e30),
+        TOY_FLAG_N("--warmup", TOY_CLI_I64, &c->o.train.warmup, 0, big),
+        TOY_FLAG_N("--wd", TOY_CLI_F32, &c->o.train.weight_decay, 0, 1e30),
+        TOY_FLAG_OPEN("--beta1", TOY_CLI_F32, &c->o.train.beta1, 0, 1),
+        TOY_FLAG_OPEN("--beta2", TOY_CLI_F32, &c->o.train.beta2, 0, 1),
+        TOY_FLAG_N("--clip", TOY_CLI_F32, &c->o.train.clip, 0, 1e30), TOY_FLAG_U("--seed", &c->o.train.seed),
+        TOY_FLAG_N("--eval-every", TOY_CLI_I64, &c->o.train.eval_every, 0, big),
+        TOY_FLAG_N("--eval-batches", TOY_CLI_I64, &c->o.train.eval_batches, 0, big),
+        TOY_FLAG_N("--ckpt-every", TOY_CLI_I64, &c->o.train.ckpt_every, 0, big),
+        TOY_FLAG_N("--dp-timeout", TOY_CLI_F64, &c->dp_timeout, 0, 1e9),
+        TOY_FLAG_END,
+    };
+    int rc = toy_cli_parse("finetune", argc, argv, flags, NULL, 0, NULL);
+    if (rc == 1) usage();
+    if (rc) return rc;
+    if (c->o.train.bf16) toy_cli_bf16_math();
+    if (schedule) {
+        int k = toy_lr_kind_from_name(schedule);
+        if (k < 0) { fprintf(stderr, "toy finetune: --schedule is cosine, linear or constant, not '%s'\n", schedule); return 2; }
+        c->o.train.schedule = (enum toy_lr_kind)k;
     }
     return 0;
 }
@@ -240,11 +237,6 @@ static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll
         snprintf(ckpt, sizeof ckpt, "%s/weights/%s", run_dir, target);
         snprintf(state, sizeof state, "%.*s.state.gguf", (int)(strlen(ckpt) - 5), ckpt);
     }
-    /* a new run's folder: claimed now, before any slow work, so that an old run there is refused at once */
-    if (!c.resume && c.out && rank == 0 && toy_run_claim(c.out, true, &run_lock)) {
-        fprintf(stderr, "toy finetune: --out %s\n", toy_last_error());
-        return 1;
-    }
     char abs_base[PATH_MAX], abs_data[PATH_MAX];
     if (!c.resume) { /* finetune.json keeps them, and --resume may run from another folder */
         c.base = toy_cli_abspath(c.base, abs_base, sizeof abs_base);
@@ -258,6 +250,12 @@ static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll
         else fprintf(stderr, "toy finetune: %s\n", toy_last_error());
         json_decref(saved);
         return 2;
+    }
+    /* a new run's folder: claimed once the flags are known good, before any slow work, so that an old run there is refused at once */
+    if (!c.resume && c.out && rank == 0 && toy_run_claim(c.out, true, &run_lock)) {
+        fprintf(stderr, "toy finetune: --out %s\n", toy_last_error());
+        json_decref(saved);
+        return 1;
     }
     c.o.method = (enum toy_ft_method)method;
     if (method == TOY_FT_FULL && !c.lr_given && !c.resume) c.o.train.lr = 2e-5f;

@@ -26,6 +26,7 @@
 #include "progress.h"
 #include "stop-signals.h"
 #include "train-vit.h"
+#include "flags.h"
 #include "json-out.h"
 #include "paths.h"
 #include "toy/collective.h"
@@ -145,48 +146,51 @@ static void cfg_from_json(struct cfg *c, json_t *j) {
         c->sample = json_string_value(v);
 }
 
+/* Largest counts a flag takes: sizes far past any machine, still exact in a double. */
+#define BIG 1e12
+#define DIM 1048576.0
+
 static int parse(int argc, char **argv, struct cfg *c, bool *given_steps) {
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 1; }
-        if (!strcmp(a, "--bf16")) {
-            c->o.bf16 = true;
-            toy_cli_bf16_math();
-            continue;
-        }
-        if (!strcmp(a, "--json")) { c->json = true; continue; }
-        if (!strcmp(a, "--op-timing")) { c->o.op_timing = true; continue; }
-        if (i + 1 >= argc) { fprintf(stderr, "toy train: %s needs a value\n", a); return 2; }
-        const char *v = argv[++i];
-        char *end;
-        double x = strtod(v, &end);
-        bool num = *v && !*end;
-#define S(flag, field) if (!strcmp(a, flag)) { c->field = v; continue; }
-        S("--data", data) S("--tokenizer", tokenizer) S("--preset", preset) S("--init", init) S("--warm-start", warm) S("--runs", runs)
-        S("--out", out) S("--resume", resume) S("--sample", sample) S("--trace", trace) S("--arch", arch)
-#undef S
-        if (!strcmp(a, "--schedule")) {
-            int k = toy_lr_kind_from_name(v);
-            if (k < 0) { fprintf(stderr, "toy train: --schedule is cosine, linear or constant\n"); return 2; }
-            c->o.schedule = (enum toy_lr_kind)k;
-            continue;
-        }
-        if (!num || !isfinite(x) || x < 0) { fprintf(stderr, "toy train: bad value '%s' for %s\n", v, a); return 2; }
-#define N(flag, field, type) if (!strcmp(a, flag)) { c->field = (type)x; continue; }
-        N("--vocab-size", vocab_size, int64_t) N("--dim", dim, int64_t) N("--layers", layers, int64_t)
-        N("--heads", heads, int64_t) N("--kv-heads", kv_heads, int64_t) N("--ff", ff, int64_t)
-        N("--batch", batch, int64_t) N("--ctx", ctx, int64_t) N("--heldout", heldout, double)
-        N("--threads", threads, int) N("--log-every", log_every, int) N("--dp-timeout", dp_timeout, double)
-        N("--dp-overlap", dp_overlap, int) N("--dp-bucket-mb", dp_bucket_mb, double) N("--zero", zero, int)
-        N("--accum", o.accum, int64_t) N("--lr", o.lr, float) N("--lr-min", o.lr_min, float)
-        N("--warmup", o.warmup, int64_t) N("--wd", o.weight_decay, float) N("--beta1", o.beta1, float)
-        N("--beta2", o.beta2, float) N("--clip", o.clip, float) N("--seed", o.seed, uint64_t)
-        N("--eval-every", o.eval_every, int64_t) N("--eval-batches", o.eval_batches, int64_t)
-        N("--ckpt-every", o.ckpt_every, int64_t) N("--sample-tokens", o.sample_tokens, int32_t)
-#undef N
-        if (!strcmp(a, "--steps")) { c->o.steps = (int64_t)x; *given_steps = true; continue; }
-        fprintf(stderr, "toy train: unknown flag %s\n", a);
-        return usage();
+    const char *schedule = NULL;
+    const struct toy_cli_flag flags[] = {
+        TOY_FLAG_S("--data", &c->data), TOY_FLAG_S("--tokenizer", &c->tokenizer), TOY_FLAG_S("--preset", &c->preset),
+        TOY_FLAG_S("--init", &c->init), TOY_FLAG_S("--warm-start", &c->warm), TOY_FLAG_S("--runs", &c->runs),
+        TOY_FLAG_S("--out", &c->out), TOY_FLAG_S("--resume", &c->resume), TOY_FLAG_S("--sample", &c->sample),
+        TOY_FLAG_S("--trace", &c->trace), TOY_FLAG_S("--arch", &c->arch), TOY_FLAG_S("--schedule", &schedule),
+        TOY_FLAG_B("--bf16", &c->o.bf16), TOY_FLAG_B("--json", &c->json), TOY_FLAG_B("--op-timing", &c->o.op_timing),
+        TOY_FLAG_N("--vocab-size", TOY_CLI_I64, &c->vocab_size, 1, INT32_MAX),
+        TOY_FLAG_N("--dim", TOY_CLI_I64, &c->dim, 0, DIM), TOY_FLAG_N("--layers", TOY_CLI_I64, &c->layers, 0, 65536),
+        TOY_FLAG_N("--heads", TOY_CLI_I64, &c->heads, 0, 65536),
+        TOY_FLAG_N("--kv-heads", TOY_CLI_I64, &c->kv_heads, 0, 65536),
+        TOY_FLAG_N("--ff", TOY_CLI_I64, &c->ff, 0, 16 * DIM), TOY_FLAG_N("--batch", TOY_CLI_I64, &c->batch, 1, DIM),
+        TOY_FLAG_N("--ctx", TOY_CLI_I64, &c->ctx, 1, 16 * DIM),
+        TOY_FLAG_OPEN("--heldout", TOY_CLI_F64, &c->heldout, 0, 1),
+        TOY_FLAG_N("--threads", TOY_CLI_INT, &c->threads, 0, 4096),
+        TOY_FLAG_N("--log-every", TOY_CLI_INT, &c->log_every, 0, INT32_MAX),
+        TOY_FLAG_N("--dp-timeout", TOY_CLI_F64, &c->dp_timeout, 0, 1e9),
+        TOY_FLAG_N("--dp-overlap", TOY_CLI_INT, &c->dp_overlap, 0, 1),
+        TOY_FLAG_N("--dp-bucket-mb", TOY_CLI_F64, &c->dp_bucket_mb, 0, 1024),
+        TOY_FLAG_N("--zero", TOY_CLI_INT, &c->zero, 0, 1), TOY_FLAG_N("--accum", TOY_CLI_I64, &c->o.accum, 1, DIM),
+        TOY_FLAG_N("--lr", TOY_CLI_F32, &c->o.lr, 0, 1e30), TOY_FLAG_N("--lr-min", TOY_CLI_F32, &c->o.lr_min, 0, 1e30),
+        TOY_FLAG_N("--warmup", TOY_CLI_I64, &c->o.warmup, 0, BIG),
+        TOY_FLAG_N("--wd", TOY_CLI_F32, &c->o.weight_decay, 0, 1e30),
+        TOY_FLAG_OPEN("--beta1", TOY_CLI_F32, &c->o.beta1, 0, 1), TOY_FLAG_OPEN("--beta2", TOY_CLI_F32, &c->o.beta2, 0, 1),
+        TOY_FLAG_N("--clip", TOY_CLI_F32, &c->o.clip, 0, 1e30), TOY_FLAG_U("--seed", &c->o.seed),
+        TOY_FLAG_N("--eval-every", TOY_CLI_I64, &c->o.eval_every, 0, BIG),
+        TOY_FLAG_N("--eval-batches", TOY_CLI_I64, &c->o.eval_batches, 0, BIG),
+        TOY_FLAG_N("--ckpt-every", TOY_CLI_I64, &c->o.ckpt_every, 0, BIG),
+        TOY_FLAG_N("--sample-tokens", TOY_CLI_I32, &c->o.sample_tokens, 0, INT32_MAX),
+        TOY_FLAG_NG("--steps", TOY_CLI_I64, &c->o.steps, 0, BIG, given_steps),
+        TOY_FLAG_END,
+    };
+    int rc = toy_cli_parse("train", argc, argv, flags, NULL, 0, NULL);
+    if (rc == 1) usage();
+    if (rc) return rc;
+    if (c->o.bf16) toy_cli_bf16_math();
+    if (schedule) {
+        int k = toy_lr_kind_from_name(schedule);
+        if (k < 0) { fprintf(stderr, "toy train: --schedule is cosine, linear or constant, not '%s'\n", schedule); return 2; }
+        c->o.schedule = (enum toy_lr_kind)k;
     }
     return 0;
 }
@@ -204,6 +208,33 @@ static char *read_file(const char *path, size_t *len) {
     return buf;
 }
 
+/* The shape of a new model: the preset's with the flags' overrides
+ * (d_model 0: an unknown preset). */
+static struct toy_gpt2_config gpt2_config(const struct cfg *c, int64_t vocab) {
+    struct toy_gpt2_config gc = toy_gpt2_preset(c->preset);
+    if (!gc.d_model) return gc;
+    if (c->dim) gc.d_model = c->dim;
+    if (c->layers) gc.n_layers = c->layers;
+    if (c->heads) gc.n_heads = c->heads;
+    if (c->ff) gc.d_ff = c->ff;
+    gc.vocab = vocab;
+    if (gc.max_ctx < c->ctx) gc.max_ctx = c->ctx;
+    return gc;
+}
+
+static struct toy_llama_config llama_config(const struct cfg *c, int64_t vocab) {
+    struct toy_llama_config mc = toy_llama_preset(c->preset);
+    if (!mc.d_model) return mc;
+    if (c->dim) mc.d_model = c->dim;
+    if (c->layers) mc.n_layers = c->layers;
+    if (c->heads) mc.n_heads = c->heads;
+    mc.n_kv_heads = c->kv_heads ? c->kv_heads : c->heads ? c->heads : mc.n_kv_heads;
+    if (c->ff) mc.d_ff = c->ff;
+    mc.vocab = vocab;
+    if (mc.max_ctx < c->ctx) mc.max_ctx = c->ctx;
+    return mc;
+}
+
 /* A GPT-2 for --arch gpt2: the checkpoint's or --init's weights, else a
  * random one of the preset's shape with the flags' overrides. */
 static struct toy_gpt2 *train_gpt2_model(const struct cfg *c, const char *ckpt, struct toy_data *data) {
@@ -212,14 +243,8 @@ static struct toy_gpt2 *train_gpt2_model(const struct cfg *c, const char *ckpt, 
         if (toy_gpt2_load(ckpt[0] ? ckpt : c->init, true, &g)) fprintf(stderr, "toy train: %s\n", toy_last_error());
         return g;
     }
-    struct toy_gpt2_config gc = toy_gpt2_preset(c->preset);
+    struct toy_gpt2_config gc = gpt2_config(c, toy_data_vocab(data));
     if (!gc.d_model) { fprintf(stderr, "toy train: unknown GPT-2 preset '%s' (tiny, small, 124m)\n", c->preset); return NULL; }
-    if (c->dim) gc.d_model = c->dim;
-    if (c->layers) gc.n_layers = c->layers;
-    if (c->heads) gc.n_heads = c->heads;
-    if (c->ff) gc.d_ff = c->ff;
-    gc.vocab = toy_data_vocab(data);
-    if (gc.max_ctx < c->ctx) gc.max_ctx = c->ctx;
     if (!(g = toy_gpt2_new(&gc, c->o.seed))) fprintf(stderr, "toy train: %s\n", toy_last_error());
     return g;
 }
@@ -276,8 +301,6 @@ int toy_cmd_train(int argc, char **argv) {
     /* data parallelism: under mpirun (in a `make MPI=1` build) this is one rank of many */
     struct toy_collective *coll = NULL;
     bool dp_consistent = false; /* a failure every rank saw alike (a NaN loss): finalize, no abort */
-    if (c.zero > 1) { fprintf(stderr, "toy train: --zero is 0 or 1 (ZeRO-1: optimizer state sharded)\n"); return 2; }
-    if (c.dp_bucket_mb > 1024) { fprintf(stderr, "toy train: --dp-bucket-mb is at most 1024\n"); return 2; }
     struct toy_collective_opts copt = {.timeout_s = c.dp_timeout, .bucket_bytes = (size_t)(c.dp_bucket_mb * 1048576.0)};
     if (c.dp_bucket_mb > 0 && copt.bucket_bytes < 64) copt.bucket_bytes = 64;
     if (toy_collective_open(TOY_COLLECTIVE_AUTO, &copt, &coll)) {
@@ -320,11 +343,6 @@ int toy_cmd_train(int argc, char **argv) {
         snprintf(ckpt, sizeof ckpt, "%s/weights/%s", run_dir, target);
         snprintf(state, sizeof state, "%.*s.state.gguf", (int)(strlen(ckpt) - 5), ckpt);
     }
-    /* a new run's folder: claimed now, before any slow work, so that an old run there is refused at once */
-    if (!c.resume && c.out && rank == 0 && toy_run_claim(c.out, true, &run_lock)) {
-        fprintf(stderr, "toy train: --out %s\n", toy_last_error());
-        return 1;
-    }
     char abs_data[PATH_MAX], abs_tok[PATH_MAX], abs_init[PATH_MAX], abs_warm[PATH_MAX];
     if (!c.resume) { /* train.json keeps them, and --resume may run from another folder */
         c.data = toy_cli_abspath(c.data, abs_data, sizeof abs_data);
@@ -339,6 +357,31 @@ int toy_cmd_train(int argc, char **argv) {
     }
     if (!c.threads && world > 1 && !getenv("TOY_THREADS")) c.threads = toy_collective_threads(coll);
     if (!c.data) { fprintf(stderr, "toy train: --data FILE is required\n"); return usage(); }
+    /* the model's shape, checked now: the data (a BPE vocabulary to learn) may take a while */
+    bool is_gpt2 = c.arch && !strcmp(c.arch, "gpt2");
+    if (c.arch && !is_gpt2 && strcmp(c.arch, "llama")) {
+        fprintf(stderr, "toy train: unknown --arch '%s' (llama, gpt2, vit)\n", c.arch);
+        return 2;
+    }
+    if (!ckpt[0] && !c.init) {
+        int64_t v = c.vocab_size > 0 ? c.vocab_size : 512; /* the data's, known later; its range is checked then */
+        struct toy_gpt2_config gc = is_gpt2 ? gpt2_config(&c, v) : (struct toy_gpt2_config){0};
+        struct toy_llama_config mc = is_gpt2 ? (struct toy_llama_config){0} : llama_config(&c, v);
+        if (is_gpt2 ? !gc.d_model : !mc.d_model) {
+            fprintf(stderr, "toy train: unknown %spreset '%s' (%s)\n", is_gpt2 ? "GPT-2 " : "", c.preset,
+                    is_gpt2 ? "tiny, small, 124m" : "tiny, small, stories15m, smollm2-135m");
+            return 2;
+        }
+        if (is_gpt2 ? toy_gpt2_check_config(&gc) : toy_llama_check_config(&mc)) {
+            fprintf(stderr, "toy train: %s\n", toy_last_error());
+            return 2;
+        }
+    }
+    /* a new run's folder: claimed once the flags are known good, before any slow work, so that an old run there is refused at once */
+    if (!c.resume && c.out && rank == 0 && toy_run_claim(c.out, true, &run_lock)) {
+        fprintf(stderr, "toy train: --out %s\n", toy_last_error());
+        return 1;
+    }
     c.o.sample_prompt = c.sample;
     c.o.stop = &toy_cli_stop;
 
@@ -388,23 +431,14 @@ int toy_cmd_train(int argc, char **argv) {
     }
 
     /* ---- model ---- */
-    bool is_gpt2 = c.arch && !strcmp(c.arch, "gpt2");
-    if (c.arch && !is_gpt2 && strcmp(c.arch, "llama")) { fprintf(stderr, "toy train: unknown --arch '%s'\n", c.arch); goto out; }
     if (is_gpt2) {
         if (!(g2 = train_gpt2_model(&c, ckpt, data))) goto out;
     } else if (ckpt[0] || c.init) {
         if (toy_llama_load(ckpt[0] ? ckpt : c.init, true, &m)) { fprintf(stderr, "toy train: %s\n", toy_last_error()); goto out; }
         if (ckpt[0] && c.warm && warm_resume(m, tok, c.warm, state)) goto out;
     } else {
-        struct toy_llama_config mc = toy_llama_preset(c.preset);
+        struct toy_llama_config mc = llama_config(&c, toy_data_vocab(data));
         if (!mc.d_model) { fprintf(stderr, "toy train: unknown preset '%s'\n", c.preset); goto out; }
-        if (c.dim) mc.d_model = c.dim;
-        if (c.layers) mc.n_layers = c.layers;
-        if (c.heads) mc.n_heads = c.heads;
-        mc.n_kv_heads = c.kv_heads ? c.kv_heads : c.heads ? c.heads : mc.n_kv_heads;
-        if (c.ff) mc.d_ff = c.ff;
-        mc.vocab = toy_data_vocab(data);
-        if (mc.max_ctx < c.ctx) mc.max_ctx = c.ctx;
         if (!(m = toy_llama_new(&mc, c.o.seed))) { fprintf(stderr, "toy train: %s\n", toy_last_error()); goto out; }
         struct toy_warm_start_report wr;
         if (c.warm && toy_llama_warm_start(m, tok, c.warm, &wr)) { fprintf(stderr, "toy train: %s\n", toy_last_error()); goto out; }

@@ -17,6 +17,7 @@
 
 #include "progress.h"
 #include "stop-signals.h"
+#include "flags.h"
 #include "json-out.h"
 #include "paths.h"
 #include "toy/classify.h"
@@ -84,41 +85,39 @@ static void vcfg_from_json(struct vcfg *c, json_t *j) {
 }
 
 static int parse(int argc, char **argv, struct vcfg *c, bool *given_steps) {
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 1; }
-        if (!strcmp(a, "--json")) { c->json = true; continue; }
-        if (!strcmp(a, "--flip")) { c->o.aug.flip = true; continue; }
-        if (i + 1 >= argc) { fprintf(stderr, "toy train: %s needs a value\n", a); return 2; }
-        const char *v = argv[++i];
-        char *end;
-        double x = strtod(v, &end);
-        bool num = *v && !*end;
-#define S(flag, field) if (!strcmp(a, flag)) { c->field = v; continue; }
-        S("--data", data) S("--test", test) S("--preset", preset) S("--runs", runs) S("--out", out)
-        S("--resume", resume)
-#undef S
-        if (!strcmp(a, "--arch")) continue;
-        if (!strcmp(a, "--schedule")) {
-            int k = toy_lr_kind_from_name(v);
-            if (k < 0) { fprintf(stderr, "toy train: --schedule is cosine, linear or constant\n"); return 2; }
-            c->o.schedule = (enum toy_lr_kind)k;
-            continue;
-        }
-        if (!num || !isfinite(x) || x < 0) { fprintf(stderr, "toy train: bad value '%s' for %s\n", v, a); return 2; }
-#define N(flag, field, type) if (!strcmp(a, flag)) { c->field = (type)x; continue; }
-        N("--image-size", image_size, int64_t) N("--patch", patch, int64_t) N("--dim", dim, int64_t)
-        N("--layers", layers, int64_t) N("--heads", heads, int64_t) N("--ff", ff, int64_t)
-        N("--heldout", heldout, double) N("--threads", threads, int) N("--log-every", log_every, int)
-        N("--batch", o.batch, int64_t) N("--lr", o.lr, float) N("--lr-min", o.lr_min, float)
-        N("--warmup", o.warmup, int64_t) N("--wd", o.weight_decay, float) N("--beta1", o.beta1, float)
-        N("--beta2", o.beta2, float) N("--clip", o.clip, float) N("--seed", o.seed, uint64_t)
-        N("--eval-every", o.eval_every, int64_t) N("--ckpt-every", o.ckpt_every, int64_t)
-        N("--crop-pad", o.aug.crop_pad, int32_t)
-#undef N
-        if (!strcmp(a, "--steps")) { c->o.steps = (int64_t)x; *given_steps = true; continue; }
-        fprintf(stderr, "toy train: unknown flag %s for --arch vit\n", a);
-        return usage();
+    const char *schedule = NULL, *arch = NULL;
+    const double big = 1e12, dim = 1048576;
+    const struct toy_cli_flag flags[] = {
+        TOY_FLAG_S("--data", &c->data), TOY_FLAG_S("--test", &c->test), TOY_FLAG_S("--preset", &c->preset),
+        TOY_FLAG_S("--runs", &c->runs), TOY_FLAG_S("--out", &c->out), TOY_FLAG_S("--resume", &c->resume),
+        TOY_FLAG_S("--arch", &arch), TOY_FLAG_S("--schedule", &schedule), TOY_FLAG_B("--json", &c->json),
+        TOY_FLAG_B("--flip", &c->o.aug.flip),
+        TOY_FLAG_N("--image-size", TOY_CLI_I64, &c->image_size, 0, 65536),
+        TOY_FLAG_N("--patch", TOY_CLI_I64, &c->patch, 0, 65536), TOY_FLAG_N("--dim", TOY_CLI_I64, &c->dim, 0, dim),
+        TOY_FLAG_N("--layers", TOY_CLI_I64, &c->layers, 0, 65536),
+        TOY_FLAG_N("--heads", TOY_CLI_I64, &c->heads, 0, 65536), TOY_FLAG_N("--ff", TOY_CLI_I64, &c->ff, 0, 16 * dim),
+        TOY_FLAG_OPEN("--heldout", TOY_CLI_F64, &c->heldout, 0, 1),
+        TOY_FLAG_N("--threads", TOY_CLI_INT, &c->threads, 0, 4096),
+        TOY_FLAG_N("--log-every", TOY_CLI_INT, &c->log_every, 0, INT32_MAX),
+        TOY_FLAG_N("--batch", TOY_CLI_I64, &c->o.batch, 1, dim), TOY_FLAG_N("--lr", TOY_CLI_F32, &c->o.lr, 0, 1e30),
+        TOY_FLAG_N("--lr-min", TOY_CLI_F32, &c->o.lr_min, 0, 1e30),
+        TOY_FLAG_N("--warmup", TOY_CLI_I64, &c->o.warmup, 0, big),
+        TOY_FLAG_N("--wd", TOY_CLI_F32, &c->o.weight_decay, 0, 1e30),
+        TOY_FLAG_OPEN("--beta1", TOY_CLI_F32, &c->o.beta1, 0, 1), TOY_FLAG_OPEN("--beta2", TOY_CLI_F32, &c->o.beta2, 0, 1),
+        TOY_FLAG_N("--clip", TOY_CLI_F32, &c->o.clip, 0, 1e30), TOY_FLAG_U("--seed", &c->o.seed),
+        TOY_FLAG_N("--eval-every", TOY_CLI_I64, &c->o.eval_every, 0, big),
+        TOY_FLAG_N("--ckpt-every", TOY_CLI_I64, &c->o.ckpt_every, 0, big),
+        TOY_FLAG_N("--crop-pad", TOY_CLI_I32, &c->o.aug.crop_pad, 0, 65536),
+        TOY_FLAG_NG("--steps", TOY_CLI_I64, &c->o.steps, 0, big, given_steps),
+        TOY_FLAG_END,
+    };
+    int rc = toy_cli_parse("train --arch vit", argc, argv, flags, NULL, 0, NULL);
+    if (rc == 1) usage();
+    if (rc) return rc;
+    if (schedule) {
+        int k = toy_lr_kind_from_name(schedule);
+        if (k < 0) { fprintf(stderr, "toy train: --schedule is cosine, linear or constant, not '%s'\n", schedule); return 2; }
+        c->o.schedule = (enum toy_lr_kind)k;
     }
     return 0;
 }
@@ -197,11 +196,6 @@ int toy_train_vit(int argc, char **argv) {
         snprintf(ckpt, sizeof ckpt, "%s/weights/%s", run_dir, target);
         snprintf(state, sizeof state, "%.*s.state.gguf", (int)(strlen(ckpt) - 5), ckpt); /* step_N.state.gguf */
     }
-    /* a new run's folder: claimed now, before any slow work, so that an old run there is refused at once */
-    if (!c.resume && c.out && toy_run_claim(c.out, true, &run_lock)) {
-        fprintf(stderr, "toy train: --out %s\n", toy_last_error());
-        return 1;
-    }
     char abs_data[PATH_MAX], abs_test[PATH_MAX];
     if (!c.resume) { /* train.json keeps them, and --resume may run from another folder */
         c.data = toy_cli_abspath(c.data, abs_data, sizeof abs_data);
@@ -216,7 +210,12 @@ int toy_train_vit(int argc, char **argv) {
     struct toy_classifier *tr = NULL;
     rc = 1;
     struct toy_vit_config vc = toy_vit_preset(c.preset);
-    if (!vc.d_model) { fprintf(stderr, "toy train: unknown ViT preset '%s' (mnist, small-cpu, tiny)\n", c.preset); return 1; }
+    if (!vc.d_model) { fprintf(stderr, "toy train: unknown ViT preset '%s' (mnist, small-cpu, tiny)\n", c.preset); return 2; }
+    /* a new run's folder: claimed once the flags are known good, before any slow work, so that an old run there is refused at once */
+    if (!c.resume && c.out && toy_run_claim(c.out, true, &run_lock)) {
+        fprintf(stderr, "toy train: --out %s\n", toy_last_error());
+        return 1;
+    }
     if (c.image_size) vc.image_h = vc.image_w = c.image_size;
     if (c.patch) vc.patch = c.patch;
     if (c.dim) vc.d_model = c.dim;

@@ -233,3 +233,77 @@ Test(cli_train, a_run_is_written_by_one_process_at_a_time, .timeout = 120) {
     /* the lock went with the process: the run resumes now */
     cr_expect_eq(sh("$W train --resume l --steps 1 --threads 2"), 0, "%s", out);
 }
+
+/* Integer flags take whole numbers in range: 1e30 and 99999999999999999999
+ * used to wrap to a run that "completed" at step 0 with loss nan, 2.5 was
+ * cut to 2. Exit 2 (bad usage). */
+Test(cli_train, integer_flags_take_whole_numbers_in_range) {
+    const char *bad[] = {
+        TRAIN " --data text.txt --steps 1e30 --out a",
+        TRAIN " --data text.txt --steps 99999999999999999999 --out a",
+        TRAIN " --data text.txt --steps 2.5 --out a",
+        TRAIN " --data text.txt --steps -1 --out a",
+        TRAIN " --data text.txt --seed 1.5 --out a",
+        "$W finetune --base x.gguf --data y.jsonl --steps 2.5",
+        "$W finetune --base x.gguf --data y.jsonl --rank 1e30",
+        "$W eval -m x.gguf --data text.txt --ctx 99999999999999999999",
+        "$W eval -m x.gguf --data text.txt --batch 2.5",
+        "$W tokenizer train --vocab-size 1e30 text.txt -o t.gguf",
+        "$W tokenizer train --vocab-size 300.5 text.txt -o t.gguf",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cr_expect_eq(sh("%s", bad[i]), 2, "%s: %s", bad[i], out);
+        cr_expect(strstr(out, "bad value"), "%s: %s", bad[i], out);
+    }
+    cr_expect_eq(sh("test -e a || test -e t.gguf"), 1, "a refused command left files");
+    /* 1e1 is a whole number */
+    cr_expect_eq(sh(TRAIN " --data text.txt --steps 1e1 --out b --json"), 0, "%s", out);
+    cr_expect(strstr(out, "\"steps\":10,"), "%s", out);
+}
+
+/* An unknown flag is named as one, and so is a stray argument; it used to
+ * take the next argument as its value ("--frobnicate needs a value", "bad
+ * value '--steps' for --frobnicate", "bad value '--preset' for extra.txt"). */
+Test(cli_train, unknown_flags_and_stray_arguments_are_named) {
+    train_model();
+    const struct {
+        const char *cmd, *msg;
+    } cases[] = {
+        {TRAIN " --data text.txt --frobnicate", "unknown flag --frobnicate"},
+        {TRAIN " --data text.txt --frobnicate --steps 3", "unknown flag --frobnicate"},
+        {"$W train --data text.txt extra.txt --preset tiny", "unexpected argument 'extra.txt'"},
+        {"$W finetune --base m/weights/latest --data x.jsonl --frobnicate", "unknown flag --frobnicate"},
+        {"$W finetune --base m/weights/latest extra.txt --data x.jsonl", "unexpected argument 'extra.txt'"},
+        {"$W eval -m m/weights/latest --data text.txt --frobnicate", "unknown flag --frobnicate"},
+        {"$W eval -m m/weights/latest --data text.txt extra.txt", "unexpected argument 'extra.txt'"},
+        {"$W tokenize -m m/weights/latest --frobnicate hello", "unknown flag --frobnicate"},
+        {"$W tokenize -m m/weights/latest hello extra.txt", "unexpected argument 'extra.txt'"},
+        {"$W tokenizer train --vocab-size 300 text.txt -o t.gguf --frobnicate", "unknown flag --frobnicate"},
+        {"$W train --data text.txt --steps", "--steps needs a value"},
+        {"$W train --data --steps 3", "--data needs a value"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cr_expect_eq(sh("%s", cases[i].cmd), 2, "%s: %s", cases[i].cmd, out);
+        cr_expect(strstr(out, cases[i].msg), "%s: '%s' lacks '%s'", cases[i].cmd, out, cases[i].msg);
+    }
+}
+
+/* Bad usage is refused before any slow work (learning a BPE vocabulary,
+ * loading a model, making a run folder), with exit status 2. */
+Test(cli_train, bad_usage_is_refused_up_front) {
+    train_model();
+    const char *train[] = {"--batch 0", "--ctx 0", "--preset huge", "--arch foo", "--heldout 2", "--beta1 1.5",
+                           "--accum 0", "--heads 3", "--arch gpt2 --preset huge"};
+    for (size_t i = 0; i < sizeof train / sizeof train[0]; i++) {
+        cr_expect_eq(sh("$W train --data text.txt --vocab-size 300 --out r %s", train[i]), 2, "%s: %s", train[i], out);
+        cr_expect(!strstr(out, "learning"), "%s: a BPE vocabulary was learnt first: %s", train[i], out);
+        cr_expect_eq(sh("test -e r"), 1, "%s: made the run folder", train[i]);
+    }
+    const char *ft[] = {"--rank 0", "--batch 0", "--accum 0", "--grad-accum 0", "--epochs 0", "--steps 0",
+                        "--method foo", "--heldout 1"};
+    for (size_t i = 0; i < sizeof ft / sizeof ft[0]; i++) {
+        cr_expect_eq(sh("$W finetune --base m/weights/latest --data x.jsonl --out r %s", ft[i]), 2, "%s: %s", ft[i],
+                     out);
+        cr_expect_eq(sh("test -e r"), 1, "%s: made the run folder", ft[i]);
+    }
+}
