@@ -16,6 +16,7 @@
 #include "generate-gpt2.h"
 #include "progress.h"
 #include "json-out.h"
+#include "paths.h"
 #include "toy/data.h"
 #include "toy/gguf.h"
 #include "toy/tokenizer.h"
@@ -45,6 +46,7 @@ int toy_cmd_eval(int argc, char **argv) {
     if (prc == 1) { usage(); return 0; }
     if (prc) return prc;
     if (!model || !path) return usage();
+    if (toy_cli_check_input("eval", path)) return 1; /* a folder read as unreadable data */
     char resolved[4096];
     if (toy_model_resolve(model, resolved, sizeof resolved)) { fprintf(stderr, "toy eval: %s\n", toy_last_error()); return 1; }
     model = resolved; /* a path, or a name from `toy models` */

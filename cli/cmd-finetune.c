@@ -237,6 +237,10 @@ static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll
         snprintf(ckpt, sizeof ckpt, "%s/weights/%s", run_dir, target);
         snprintf(state, sizeof state, "%.*s.state.gguf", (int)(strlen(ckpt) - 5), ckpt);
     }
+    if (c.data && toy_cli_check_input("finetune", c.data)) { /* a folder read as a failed read */
+        json_decref(saved);
+        return 1;
+    }
     char abs_base[PATH_MAX], abs_data[PATH_MAX];
     if (!c.resume) { /* finetune.json keeps them, and --resume may run from another folder */
         c.base = toy_cli_abspath(c.base, abs_base, sizeof abs_base);

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "flags.h"
+#include "paths.h"
 #include "toy/gguf.h"
 #include "toy/tokenizer.h"
 
@@ -52,6 +53,8 @@ int toy_cmd_tokenizer(int argc, char **argv) {
     if (rc) return rc;
     ns = specials.n;
     if (!o.vocab_size || !nf || !out) { fprintf(stderr, "toy tokenizer train: --vocab-size, a corpus and -o are required\n"); usage(stderr); return 2; }
+    for (int k = 0; k < nf; k++) /* a folder read as an empty corpus */
+        if (toy_cli_check_input("tokenizer train", files[k])) return 1;
     if (ns) { o.special_tokens = special; o.n_special = ns; }
     /* the corpus files, one after another (a newline between files) */
     char *text = NULL;
@@ -72,6 +75,11 @@ int toy_cmd_tokenizer(int argc, char **argv) {
         }
         fclose(f);
         if (k + 1 < nf && len && text[len - 1] != '\n') text[len++] = '\n';
+    }
+    if (!len) { /* no merges can be learnt: the tokenizer would be the 256 bytes alone */
+        fprintf(stderr, "toy tokenizer train: the corpus is empty (%d file%s, 0 bytes)\n", nf, nf > 1 ? "s" : "");
+        free(text);
+        return 1;
     }
     double t0 = now();
     struct toy_tokenizer *tok;

@@ -343,6 +343,7 @@ int toy_cmd_train(int argc, char **argv) {
         snprintf(ckpt, sizeof ckpt, "%s/weights/%s", run_dir, target);
         snprintf(state, sizeof state, "%.*s.state.gguf", (int)(strlen(ckpt) - 5), ckpt);
     }
+    if (c.data && toy_cli_check_input("train", c.data)) return 1; /* a folder read as empty text */
     char abs_data[PATH_MAX], abs_tok[PATH_MAX], abs_init[PATH_MAX], abs_warm[PATH_MAX];
     if (!c.resume) { /* train.json keeps them, and --resume may run from another folder */
         c.data = toy_cli_abspath(c.data, abs_data, sizeof abs_data);

@@ -307,3 +307,26 @@ Test(cli_train, bad_usage_is_refused_up_front) {
         cr_expect_eq(sh("test -e r"), 1, "%s: made the run folder", ft[i]);
     }
 }
+
+/* A folder given as an input file is named as one; it read as empty data
+ * ("Cannot allocate memory", "read error", "cannot read data") or gave
+ * empty output files. An empty corpus learns no tokenizer. */
+Test(cli_train, a_folder_as_input_is_named) {
+    train_model();
+    const char *cmds[] = {
+        "$W train --data dir/ --preset tiny --out r",
+        "$W finetune --base m/weights/latest --data dir/ --out r",
+        "$W eval -m m/weights/latest --data dir",
+        "$W tokenize -m m/weights/latest --corpus dir -o d.bin",
+        "$W tokenizer train --vocab-size 300 dir -o t.gguf",
+    };
+    cr_assert_eq(sh("mkdir dir"), 0);
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        cr_expect_eq(sh("%s", cmds[i]), 1, "%s: %s", cmds[i], out);
+        cr_expect(strstr(out, "dir: is a directory") || strstr(out, "dir/: is a directory"), "%s: %s", cmds[i], out);
+    }
+    cr_expect_eq(sh("test -e r || test -e d.bin || test -e t.gguf"), 1, "a refused command left files");
+    cr_expect_eq(sh(": > empty.txt && $W tokenizer train --vocab-size 300 empty.txt -o t.gguf"), 1, "%s", out);
+    cr_expect(strstr(out, "empty"), "%s", out);
+    cr_expect_eq(sh("test -e t.gguf"), 1, "a tokenizer was written from an empty corpus");
+}

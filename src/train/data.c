@@ -100,6 +100,10 @@ enum toy_status toy_data_open(const char *path, const struct toy_data_opts *o, s
         close(fd);
         return st;
     }
+    if (S_ISDIR(sb.st_mode)) {
+        close(fd);
+        return toy_error(TOY_ERR_IO, "%s: is a directory", path);
+    }
     if (!S_ISREG(sb.st_mode) || sb.st_size < TOY_TOKEN_FILE_HEADER) {
         close(fd);
         return toy_error(TOY_ERR_FORMAT, "%s: %lld bytes, shorter than the %d-byte TOYT header (offset 0)", path,
