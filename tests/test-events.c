@@ -18,6 +18,9 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <sys/wait.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include "toy/events.h"
@@ -518,6 +521,59 @@ Test(events, appended_segment_continues_the_clock) {
     cr_assert_eq(toy_events_open(path, TOY_EVENTS_TRUNCATE, &ev), TOY_OK);
     cr_expect_lt(toy_events_now(ev), 5);
     toy_events_close(ev);
+    rm_rf(d);
+    free(d);
+}
+
+/* A disk that fills up (a file-size limit stands in: writes past it fail
+ * with EFBIG, as ENOSPC would): the failed event is an error for its
+ * caller, leaves no torn line, and is reported on stderr once; writing
+ * goes on when there is room again. */
+Test(events, a_failed_write_warns_once_and_leaves_no_torn_line) {
+    char *d = tmpdir(), path[PATH_MAX], errp[PATH_MAX];
+    pf(path, sizeof path, "%s/events.jsonl", d);
+    pf(errp, sizeof errp, "%s/stderr.txt", d);
+    struct toy_events *ev;
+    cr_assert_eq(toy_events_open(path, TOY_EVENTS_TRUNCATE, &ev), TOY_OK);
+    cr_assert_eq(toy_events_run_start(ev, &(struct toy_run_start){.no_git = true}), TOY_OK);
+    struct stat sb;
+    cr_assert_eq(stat(path, &sb), 0);
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit old, lim;
+    getrlimit(RLIMIT_FSIZE, &old);
+    lim = old;
+    lim.rlim_cur = (rlim_t)sb.st_size + 10; /* room for part of the next line */
+    cr_assert_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    fflush(stderr);
+    int saved = dup(2), fd = open(errp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 2);
+    enum toy_status st1 = toy_events_step(ev, &(struct toy_step_event){.step = 1, .loss = 2.5f});
+    enum toy_status st2 = toy_events_step(ev, &(struct toy_step_event){.step = 2, .loss = 2.5f});
+    fflush(stderr);
+    dup2(saved, 2);
+    close(fd);
+    close(saved);
+    setrlimit(RLIMIT_FSIZE, &old);
+    cr_expect_eq(st1, TOY_ERR_IO);
+    cr_expect_eq(st2, TOY_ERR_IO);
+    struct stat after;
+    cr_assert_eq(stat(path, &after), 0);
+    cr_expect_eq(after.st_size, sb.st_size, "a torn line was left: %lld bytes, was %lld", (long long)after.st_size,
+                 (long long)sb.st_size);
+    char *err = slurp(errp);
+    cr_expect(strstr(err, "cannot write events") && strstr(err, "events.jsonl"), "stderr: %s", err);
+    char *second = strstr(err, "cannot write events");
+    cr_expect(second && !strstr(second + 1, "cannot write events"), "warned more than once: %s", err);
+    free(err);
+    /* room again: the stream goes on */
+    cr_expect_eq(toy_events_step(ev, &(struct toy_step_event){.step = 3, .loss = 2.5f}), TOY_OK);
+    cr_expect_eq(toy_events_run_end(ev, &(struct toy_run_end){.final_step = 3}), TOY_OK);
+    toy_events_close(ev);
+    struct toy_events_stats es;
+    struct times seen = {0};
+    cr_expect_eq(toy_events_read(path, collect_t, &seen, &es), TOY_OK);
+    cr_expect_eq(es.torn, 0);
+    cr_expect_eq(es.events, 3);
     rm_rf(d);
     free(d);
 }

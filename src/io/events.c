@@ -35,6 +35,7 @@ struct toy_events {
     double t0;      /* CLOCK_MONOTONIC seconds at open */
     double last_t;  /* t of the last event written */
     int state;
+    bool warned;    /* a failed write was reported on stderr (once a stream) */
     pthread_mutex_t mu;
 };
 
@@ -242,11 +243,23 @@ static enum toy_status write_event(struct toy_events *ev, json_t *o, bool ok, in
         json_dumpb(o, buf, n, flags);
     }
     buf[n++] = '\n';
+    off_t before = lseek(ev->fd, 0, SEEK_END); /* where the line starts (O_APPEND: the end) */
     for (size_t off = 0; off < n;) {
         ssize_t w = write(ev->fd, buf + off, n - off);
         if (w < 0 && errno == EINTR) continue;
         if (w <= 0) {
-            st = toy_error(TOY_ERR_IO, "%s: %s", ev->path, w < 0 ? strerror(errno) : "write returned 0");
+            const char *why = w < 0 ? strerror(errno) : "write returned 0";
+            st = toy_error(TOY_ERR_IO, "%s: %s", ev->path, why);
+            /* a full disk takes part of a line: cut it off, so the file ends on a whole event */
+            if (off > 0 && before >= 0 && ftruncate(ev->fd, before) != 0) {}
+            /* The producers go on without their events (a run keeps training;
+             * its checkpoints report their own errors), so say it once here
+             * rather than fail silently. */
+            if (!ev->warned) {
+                ev->warned = true;
+                fprintf(stderr, "toy: warning: cannot write events to %s (%s); going on without them, later "
+                        "failures are not reported\n", ev->path, why);
+            }
             goto out;
         }
         off += (size_t)w;
