@@ -92,6 +92,17 @@ int toy_cmd_eval(int argc, char **argv) {
                 (long long)toy_data_vocab(d), (long long)lm.vocab);
         goto out;
     }
+    /* Token ids of another vocabulary give a loss that means nothing. The
+     * model's tokenizer says what its ids are (its embedding may have more
+     * rows, padding); without one, its vocabulary must be the data's. */
+    if (!tok && toy_tokenizer_load_gguf(g2 ? g2->gguf : m->gguf, &tok)) tok = NULL;
+    int64_t want = tok ? toy_tokenizer_n_vocab(tok) : lm.vocab;
+    if (toy_data_vocab(d) != want) {
+        fprintf(stderr, "toy eval: %s holds ids of a %lld-token vocabulary, the model's %s has %lld: tokenize the text "
+                "with the model's tokenizer (toy tokenize -m MODEL --corpus ...)\n", path,
+                (long long)toy_data_vocab(d), tok ? "tokenizer" : "vocabulary", (long long)want);
+        goto out;
+    }
     int64_t windows = toy_data_eval_windows(d);
     if (max_windows > 0 && windows > max_windows) windows = max_windows;
     if (windows <= 0) { fprintf(stderr, "toy eval: %s is shorter than one window of %lld tokens\n", path, (long long)T); goto out; }

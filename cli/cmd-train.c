@@ -409,6 +409,18 @@ int toy_cmd_train(int argc, char **argv) {
     }
     if (packed) {
         if (toy_data_open(c.data, &dopt, &data)) { fprintf(stderr, "toy train: %s\n", toy_last_error()); goto out; }
+        /* ids of another vocabulary would be trained as this tokenizer's tokens, and saved with it */
+        if (tok && toy_data_vocab(data) != toy_tokenizer_n_vocab(tok)) {
+            fprintf(stderr, "toy train: %s holds ids of a %lld-token vocabulary, the tokenizer of %s has %lld tokens: "
+                    "tokenize the text with that tokenizer (toy tokenize -m %s --corpus ...), or train with the one that "
+                    "made the file\n", c.data, (long long)toy_data_vocab(data), tok_src,
+                    (long long)toy_tokenizer_n_vocab(tok), tok_src);
+            goto out;
+        }
+        if (!tok && !c.resume)
+            fprintf(stderr, "toy train: warning: %s holds token ids without their tokenizer, so the checkpoints will "
+                    "have none (generating or evaluating text needs one): give the one that made it with --tokenizer\n",
+                    c.data);
     } else {
         size_t len;
         char *text = read_file(c.data, &len);
@@ -447,6 +459,17 @@ int toy_cmd_train(int argc, char **argv) {
             fprintf(stderr, "toy train: warm start from %s: %lld of %lld token embeddings (d %lld -> %lld%s)\n", c.warm,
                     (long long)wr.mapped, (long long)(wr.mapped + wr.unmapped), (long long)wr.donor_d,
                     (long long)wr.model_d, wr.learned ? ", learned projection from the PCA" : wr.projected ? ", PCA" : "");
+    }
+
+    {
+        /* without a tokenizer to match the ids against, the model's own vocabulary must be the data's */
+        int64_t mv = g2 ? g2->cfg.vocab : m->cfg.vocab;
+        if (!tok && toy_data_vocab(data) != mv) {
+            fprintf(stderr, "toy train: %s holds ids of a %lld-token vocabulary, the model (%s) has %lld: its rows "
+                    "would be trained as other tokens\n", c.data, (long long)toy_data_vocab(data),
+                    ckpt[0] ? ckpt : c.init ? c.init : "new", (long long)mv);
+            goto out;
+        }
     }
 
     /* ---- the run bundle ---- */

@@ -330,3 +330,32 @@ Test(cli_train, a_folder_as_input_is_named) {
     cr_expect(strstr(out, "empty"), "%s", out);
     cr_expect_eq(sh("test -e t.gguf"), 1, "a tokenizer was written from an empty corpus");
 }
+
+/* Token ids of one vocabulary trained or evaluated with another's tokenizer
+ * or model: a TOYT file of a 280-token tokenizer trained with --tokenizer
+ * of m's (292 tokens) wrote a GGUF whose token_embd had 280 rows and a
+ * 292-token vocabulary; --init and eval took such pairs silently. */
+Test(cli_train, token_data_must_match_the_tokenizer_and_model_vocabulary) {
+    train_model();
+    cr_assert_eq(sh("$W tokenizer train --vocab-size 280 text.txt -o t280.gguf && "
+                    "$W tokenize -m t280.gguf --corpus text.txt -o d280.bin"), 0, "%s", out);
+    cr_expect_eq(sh(TRAIN " --data d280.bin --tokenizer m/weights/latest --steps 1 --out a"), 1, "%s", out);
+    cr_expect(strstr(out, "280-token vocabulary"), "%s", out);
+    cr_expect_eq(sh(TRAIN " --data d280.bin --init m/weights/latest --steps 1 --out b"), 1, "%s", out);
+    cr_expect(strstr(out, "280-token vocabulary"), "%s", out);
+    cr_expect_eq(sh("$W eval -m m/weights/latest --data d280.bin --ctx 32"), 1, "%s", out);
+    cr_expect(strstr(out, "280-token vocabulary"), "%s", out);
+    /* the matching pairs work; without --tokenizer a warning says the checkpoint will have none */
+    cr_expect_eq(sh(TRAIN " --data d280.bin --tokenizer t280.gguf --steps 1 --out c"), 0, "%s", out);
+    cr_expect(!strstr(out, "warning"), "%s", out);
+    cr_expect_eq(sh("$W eval -m c/weights/latest --data d280.bin --ctx 32"), 0, "%s", out);
+    cr_expect_eq(sh(TRAIN " --data d280.bin --steps 1 --out d"), 0, "%s", out);
+    cr_expect(strstr(out, "warning") && strstr(out, "--tokenizer"), "%s", out);
+    /* a model without a tokenizer: its vocabulary must be the data's */
+    cr_expect_eq(sh(TRAIN " --data d280.bin --init d/weights/latest --steps 1 --out e"), 0, "%s", out);
+    cr_assert_eq(sh("$W tokenizer train --vocab-size 270 text.txt -o t270.gguf && "
+                    "$W tokenize -m t270.gguf --corpus text.txt -o d270.bin"), 0, "%s", out);
+    cr_expect_eq(sh(TRAIN " --data d270.bin --init d/weights/latest --steps 1 --out f"), 1, "%s", out);
+    cr_expect(strstr(out, "270-token vocabulary"), "%s", out);
+    cr_expect_eq(sh("$W eval -m d/weights/latest --data d270.bin --ctx 32"), 1, "%s", out);
+}
