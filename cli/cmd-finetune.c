@@ -25,6 +25,7 @@
 #include "flags.h"
 #include "json-out.h"
 #include "paths.h"
+#include "toy/chat-template.h"
 #include "toy/collective.h"
 #include "toy/finetune.h"
 #include "toy/run-dir.h"
@@ -255,7 +256,22 @@ static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll
         json_decref(saved);
         return 2;
     }
-    /* a new run's folder: claimed once the flags are known good, before any slow work, so that an old run there is refused at once */
+    /* a --template that is neither a built-in's name nor Jinja (a misspelt name) rendered as its own text */
+    if (c.tmpl && !toy_chat_template_builtin(c.tmpl) && !strstr(c.tmpl, "{{") && !strstr(c.tmpl, "{%")) {
+        fprintf(stderr, "toy finetune: --template '%s' is neither a built-in template (chatml, smollm2, llama3, llama2, "
+                "mistral, gemma, phi3) nor Jinja text (with {{ or {%%)\n", c.tmpl);
+        json_decref(saved);
+        return 2;
+    }
+    struct toy_chat_template *tp = NULL;
+    if (c.tmpl && toy_chat_template_init(c.tmpl, &tp)) { /* parsed now, before the model is loaded */
+        fprintf(stderr, "toy finetune: --template: %s\n", toy_last_error());
+        json_decref(saved);
+        return 2;
+    }
+    toy_chat_template_free(tp);
+    /* a new run's folder: claimed once the flags are known good, before any slow work, so that an old run
+     * there is refused at once */
     if (!c.resume && c.out && rank == 0 && toy_run_claim(c.out, true, &run_lock)) {
         fprintf(stderr, "toy finetune: --out %s\n", toy_last_error());
         json_decref(saved);

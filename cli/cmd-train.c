@@ -378,7 +378,8 @@ int toy_cmd_train(int argc, char **argv) {
             return 2;
         }
     }
-    /* a new run's folder: claimed once the flags are known good, before any slow work, so that an old run there is refused at once */
+    /* a new run's folder: claimed once the flags are known good, before any slow work, so that an old run
+     * there is refused at once */
     if (!c.resume && c.out && rank == 0 && toy_run_claim(c.out, true, &run_lock)) {
         fprintf(stderr, "toy train: --out %s\n", toy_last_error());
         return 1;

@@ -211,7 +211,8 @@ int toy_train_vit(int argc, char **argv) {
     rc = 1;
     struct toy_vit_config vc = toy_vit_preset(c.preset);
     if (!vc.d_model) { fprintf(stderr, "toy train: unknown ViT preset '%s' (mnist, small-cpu, tiny)\n", c.preset); return 2; }
-    /* a new run's folder: claimed once the flags are known good, before any slow work, so that an old run there is refused at once */
+    /* a new run's folder: claimed once the flags are known good, before any slow work, so that an old run
+     * there is refused at once */
     if (!c.resume && c.out && toy_run_claim(c.out, true, &run_lock)) {
         fprintf(stderr, "toy train: --out %s\n", toy_last_error());
         return 1;

@@ -359,3 +359,19 @@ Test(cli_train, token_data_must_match_the_tokenizer_and_model_vocabulary) {
     cr_expect(strstr(out, "270-token vocabulary"), "%s", out);
     cr_expect_eq(sh("$W eval -m d/weights/latest --data d270.bin --ctx 32"), 1, "%s", out);
 }
+
+/* finetune --template takes a built-in's name or Jinja text; a misspelt
+ * name used to be rendered as a template of its own text, so every
+ * example became that string. */
+Test(cli_train, finetune_template_is_a_builtin_or_jinja) {
+    train_model();
+    cr_assert_eq(sh("for i in $(seq 40); do echo '{\"messages\":[{\"role\":\"user\",\"content\":\"the quick fox\"},"
+                    "{\"role\":\"assistant\",\"content\":\"jumps over\"}]}'; done > chat.jsonl"), 0);
+    const char *ft = "$W finetune --base m/weights/latest --data chat.jsonl --ctx 128 --batch 2 --steps 1 --threads 2";
+    cr_expect_eq(sh("%s --template nonexist_tpl --out a", ft), 2, "%s", out);
+    cr_expect(strstr(out, "nonexist_tpl") && strstr(out, "built-in"), "%s", out);
+    cr_expect_eq(sh("%s --template '{{ unclosed' --out a", ft), 2, "%s", out);
+    cr_expect_eq(sh("test -e a"), 1, "a refused command made its run folder");
+    cr_expect_eq(sh("%s --template chatml --out b", ft), 0, "%s", out);
+    cr_expect_eq(sh("%s --template \"{%% for m in messages %%}{{ m.content }}{%% endfor %%}\" --out c", ft), 0, "%s", out);
+}
