@@ -774,6 +774,34 @@ static char *run_cmd(const char *cmd, int *rc) {
     return out;
 }
 
+/* toy_run_claim: one claim at a time on a run folder (flock: two open
+ * descriptions conflict even within one process), a fresh run only in a
+ * new or empty folder, and the lock goes with its descriptor. */
+Test(events, run_claim_is_exclusive_and_fresh_needs_an_empty_folder) {
+    char *d = tmpdir(), run[PATH_MAX], file[PATH_MAX];
+    pf(run, sizeof run, "%s/runs/r1", d);
+    int a = -1, b = -1;
+    cr_assert_eq(toy_run_claim(run, true, &a), TOY_OK, "%s", toy_last_error()); /* made, with its parents */
+    cr_expect_geq(a, 0);
+    cr_expect_eq(toy_run_claim(run, false, &b), TOY_ERR_STATE);
+    cr_expect_eq(b, -1);
+    char pid[32];
+    pf(pid, sizeof pid, "pid %ld", (long)getpid());
+    cr_expect(strstr(toy_last_error(), pid), "%s", toy_last_error());
+    toy_run_release(a);
+    cr_assert_eq(toy_run_claim(run, true, &a), TOY_OK, "the lock file alone does not make it a run: %s", toy_last_error());
+    toy_run_release(a);
+    pf(file, sizeof file, "%s/events.jsonl", run);
+    write_file(file, "");
+    cr_expect_eq(toy_run_claim(run, true, &a), TOY_ERR_STATE);
+    cr_expect(strstr(toy_last_error(), "events.jsonl") && strstr(toy_last_error(), "--resume"), "%s", toy_last_error());
+    cr_assert_eq(toy_run_claim(run, false, &a), TOY_OK, "%s", toy_last_error()); /* what --resume does */
+    toy_run_release(a);
+    toy_run_release(-1);
+    rm_rf(d);
+    free(d);
+}
+
 Test(events, toy_runs_lists_runs) {
     const char *b = getenv("TOY_BIN");
     struct stat sb;
