@@ -238,15 +238,6 @@ static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll
         snprintf(ckpt, sizeof ckpt, "%s/weights/%s", run_dir, target);
         snprintf(state, sizeof state, "%.*s.state.gguf", (int)(strlen(ckpt) - 5), ckpt);
     }
-    if (c.data && toy_cli_check_input("finetune", c.data)) { /* a folder read as a failed read */
-        json_decref(saved);
-        return 1;
-    }
-    char abs_base[PATH_MAX], abs_data[PATH_MAX];
-    if (!c.resume) { /* finetune.json keeps them, and --resume may run from another folder */
-        c.base = toy_cli_abspath(c.base, abs_base, sizeof abs_base);
-        c.data = toy_cli_abspath(c.data, abs_data, sizeof abs_data);
-    }
     int method = toy_ft_method_from_name(c.method);
     unsigned targets = 0;
     if (!c.base || !c.data || method < 0 || toy_lora_parse_targets(c.targets, &targets)) {
@@ -270,6 +261,15 @@ static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll
         return 2;
     }
     toy_chat_template_free(tp);
+    if (c.data && toy_cli_check_input("finetune", c.data)) { /* a folder read as a failed read */
+        json_decref(saved);
+        return 1;
+    }
+    char abs_base[PATH_MAX], abs_data[PATH_MAX];
+    if (!c.resume) { /* finetune.json keeps them, and --resume may run from another folder */
+        c.base = toy_cli_abspath(c.base, abs_base, sizeof abs_base);
+        c.data = toy_cli_abspath(c.data, abs_data, sizeof abs_data);
+    }
     /* a new run's folder: claimed once the flags are known good, before any slow work, so that an old run
      * there is refused at once */
     if (!c.resume && c.out && rank == 0 && toy_run_claim(c.out, true, &run_lock)) {

@@ -343,14 +343,6 @@ int toy_cmd_train(int argc, char **argv) {
         snprintf(ckpt, sizeof ckpt, "%s/weights/%s", run_dir, target);
         snprintf(state, sizeof state, "%.*s.state.gguf", (int)(strlen(ckpt) - 5), ckpt);
     }
-    if (c.data && toy_cli_check_input("train", c.data)) return 1; /* a folder read as empty text */
-    char abs_data[PATH_MAX], abs_tok[PATH_MAX], abs_init[PATH_MAX], abs_warm[PATH_MAX];
-    if (!c.resume) { /* train.json keeps them, and --resume may run from another folder */
-        c.data = toy_cli_abspath(c.data, abs_data, sizeof abs_data);
-        c.tokenizer = toy_cli_abspath(c.tokenizer, abs_tok, sizeof abs_tok);
-        c.init = toy_cli_abspath(c.init, abs_init, sizeof abs_init);
-        c.warm = toy_cli_abspath(c.warm, abs_warm, sizeof abs_warm);
-    }
     c.world = world;
     if (rank != 0) { /* rank 0 alone reports; errors still reach stderr */
         c.json = true;
@@ -377,6 +369,14 @@ int toy_cmd_train(int argc, char **argv) {
             fprintf(stderr, "toy train: %s\n", toy_last_error());
             return 2;
         }
+    }
+    if (toy_cli_check_input("train", c.data)) return 1; /* a folder read as empty text */
+    char abs_data[PATH_MAX], abs_tok[PATH_MAX], abs_init[PATH_MAX], abs_warm[PATH_MAX];
+    if (!c.resume) { /* train.json keeps them, and --resume may run from another folder */
+        c.data = toy_cli_abspath(c.data, abs_data, sizeof abs_data);
+        c.tokenizer = toy_cli_abspath(c.tokenizer, abs_tok, sizeof abs_tok);
+        c.init = toy_cli_abspath(c.init, abs_init, sizeof abs_init);
+        c.warm = toy_cli_abspath(c.warm, abs_warm, sizeof abs_warm);
     }
     /* a new run's folder: claimed once the flags are known good, before any slow work, so that an old run
      * there is refused at once */

@@ -117,7 +117,7 @@ Test(data, corrupt_files_give_clear_errors) {
     expect_fail(tmp("missing.bin"), TOY_ERR_IO, "missing.bin", NULL);
     expect_fail(write_bytes("empty.bin", b, 0), TOY_ERR_FORMAT, "0 bytes", "header");
     expect_fail(write_bytes("short.bin", b, 19), TOY_ERR_FORMAT, "19 bytes", "header");
-    expect_fail(dir, TOY_ERR_FORMAT, "header", NULL); /* a directory */
+    expect_fail(dir, TOY_ERR_FORMAT, "is a directory", NULL); /* it was "4096 bytes, shorter than the header" */
     /* truncated: the header promises 1000 ids, 999.5 are there */
     expect_fail(write_bytes("trunc.bin", b, n - 2), TOY_ERR_FORMAT, "count 1000 at offset 12", "truncated");
     /* trailing bytes */

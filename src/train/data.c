@@ -102,7 +102,7 @@ enum toy_status toy_data_open(const char *path, const struct toy_data_opts *o, s
     }
     if (S_ISDIR(sb.st_mode)) {
         close(fd);
-        return toy_error(TOY_ERR_IO, "%s: is a directory", path);
+        return toy_error(TOY_ERR_FORMAT, "%s: is a directory, not a TOYT token file", path);
     }
     if (!S_ISREG(sb.st_mode) || sb.st_size < TOY_TOKEN_FILE_HEADER) {
         close(fd);
