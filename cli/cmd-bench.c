@@ -80,27 +80,19 @@ int toy_cmd_bench(int argc, char **argv) {
     int64_t n_prompt = 256, n_gen = 32, reps = 3;
     bool json = false;
     enum toy_dtype kv_type = TOY_F16;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage_to(stdout); return 0; }
-        if (!strcmp(a, "--json")) { json = true; continue; }
-        static const char *const value_flags[] = {"-m", "--model", "--kv-type", "--threads", "--prompt", "--gen",
-                                                  "--reps", NULL};
-        if (!toy_flag_in(a, value_flags)) return toy_flag_unknown("bench", a);
-        if (i + 1 >= argc) { fprintf(stderr, "toy bench: %s needs a value\n", a); return 2; }
-        const char *v = argv[++i];
-        int64_t x = 0;
-        bool count = strcmp(a, "-m") && strcmp(a, "--model") && strcmp(a, "--kv-type") && strcmp(a, "--threads");
-        if (count && !toy_flag_int("bench", a, v, 1, 1 << 20, &x)) return 2;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
-        else if (!strcmp(a, "--kv-type")) {
-            kv_type = (enum toy_dtype)toy_dtype_from_name(v);
-            if (kv_type != TOY_F32 && kv_type != TOY_F16) { fprintf(stderr, "toy bench: --kv-type f32|f16\n"); return 2; }
-        }
-        else if (!strcmp(a, "--threads")) threads_arg = v;
-        else if (!strcmp(a, "--prompt")) n_prompt = x;
-        else if (!strcmp(a, "--gen")) n_gen = x < 2 ? 2 : x;
-        else if (!strcmp(a, "--reps")) reps = x;
+    const char *kv = NULL;
+    const struct toy_cli_flag flags[] = {
+        TOY_FLAG_S("-m", &model), TOY_FLAG_S("--model", &model), TOY_FLAG_S("--kv-type", &kv),
+        TOY_FLAG_S("--threads", &threads_arg), TOY_FLAG_N("--prompt", TOY_CLI_I64, &n_prompt, 1, 1 << 20),
+        TOY_FLAG_N("--gen", TOY_CLI_I64, &n_gen, 1, 1 << 20), TOY_FLAG_N("--reps", TOY_CLI_I64, &reps, 1, 1000),
+        TOY_FLAG_B("--json", &json), TOY_FLAG_END};
+    int prc = toy_cli_parse("bench", argc, argv, flags, NULL, 0, NULL);
+    if (prc == 1) return usage_to(stdout), 0;
+    if (prc) return prc;
+    if (n_gen < 2) n_gen = 2; /* the first token comes from the prefill: decode needs one more */
+    if (kv) {
+        kv_type = (enum toy_dtype)toy_dtype_from_name(kv);
+        if (kv_type != TOY_F32 && kv_type != TOY_F16) { fprintf(stderr, "toy bench: --kv-type f32|f16\n"); return 2; }
     }
     if (!model) return usage();
     int threads[16], n_threads = 0;

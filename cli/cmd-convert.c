@@ -81,7 +81,7 @@ int toy_cmd_convert(int argc, char **argv) {
         else if (argv[i][0] != '-' && !in) in = argv[i];
         else { fprintf(stderr, "toy convert: unknown argument '%s'\n", argv[i]); return 2; }
     }
-    bool help = toy_flag_help(argc, argv);
+    bool help = toy_cli_wants_help(argc, argv);
     if (!in || !out || help) {
         fprintf(help ? stdout : stderr,
                 "usage: toy convert <hf-model-dir> -o out.gguf [--type %s] [--no-tokenizer]\n"
@@ -109,7 +109,7 @@ int toy_cmd_convert(int argc, char **argv) {
 }
 
 int toy_cmd_quantize(int argc, char **argv) {
-    bool help = toy_flag_help(argc, argv);
+    bool help = toy_cli_wants_help(argc, argv);
     if (argc != 4 || argv[1][0] == '-' || help) {
         fprintf(help ? stdout : stderr,
                 "usage: toy quantize <in.gguf|NAME> <out.gguf> <%s>\n"

@@ -282,7 +282,7 @@ int toy_cmd_describe(int argc, char **argv) {
         else if (argv[i][0] != '-' && !q) q = argv[i];
         else q = NULL, i = argc;
     }
-    bool help = toy_flag_help(argc, argv);
+    bool help = toy_cli_wants_help(argc, argv);
     if (!q || help) {
         fprintf(help ? stdout : stderr, "usage: toy describe <model.gguf|NAME> [--json]\n"
                         "Architecture, dimensions, parameters, file type, bytes per tensor type, tokenizer,\n"

@@ -12,9 +12,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "flags.h"
 #include "generate-gpt2.h"
 #include "progress.h"
 #include "json-out.h"
+#include "paths.h"
 #include "toy/data.h"
 #include "toy/gguf.h"
 #include "toy/tokenizer.h"
@@ -33,25 +35,18 @@ int toy_cmd_eval(int argc, char **argv) {
     double heldout = 0;
     int threads = 0;
     bool json = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
-        if (!strcmp(a, "--json")) { json = true; continue; }
-        if (i + 1 >= argc) { fprintf(stderr, "toy eval: %s needs a value\n", a); return 2; }
-        const char *v = argv[++i];
-        char *end;
-        double x = strtod(v, &end);
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
-        else if (!strcmp(a, "--data")) path = v;
-        else if (end == v || *end || !isfinite(x) || x < 0) { fprintf(stderr, "toy eval: bad value '%s' for %s\n", v, a); return 2; }
-        else if (!strcmp(a, "--ctx")) T = (int64_t)x;
-        else if (!strcmp(a, "--batch")) B = (int64_t)x;
-        else if (!strcmp(a, "--heldout")) heldout = x;
-        else if (!strcmp(a, "--max-windows")) max_windows = (int64_t)x;
-        else if (!strcmp(a, "--threads")) threads = (int)x;
-        else { fprintf(stderr, "toy eval: unknown flag %s\n", a); return usage(); }
-    }
+    const struct toy_cli_flag flags[] = {
+        TOY_FLAG_S("-m", &model), TOY_FLAG_S("--model", &model), TOY_FLAG_S("--data", &path),
+        TOY_FLAG_B("--json", &json), TOY_FLAG_N("--ctx", TOY_CLI_I64, &T, 0, 16777216),
+        TOY_FLAG_N("--batch", TOY_CLI_I64, &B, 1, 1048576), TOY_FLAG_OPEN("--heldout", TOY_CLI_F64, &heldout, 0, 1),
+        TOY_FLAG_N("--max-windows", TOY_CLI_I64, &max_windows, 0, 1e15),
+        TOY_FLAG_N("--threads", TOY_CLI_INT, &threads, 0, 4096), TOY_FLAG_END,
+    };
+    int prc = toy_cli_parse("eval", argc, argv, flags, NULL, 0, NULL);
+    if (prc == 1) { usage(); return 0; }
+    if (prc) return prc;
     if (!model || !path) return usage();
+    if (toy_cli_check_input("eval", path)) return 1; /* a folder read as unreadable data */
     char resolved[4096];
     if (toy_model_resolve(model, resolved, sizeof resolved)) { fprintf(stderr, "toy eval: %s\n", toy_last_error()); return 1; }
     model = resolved; /* a path, or a name from `toy models` */
@@ -68,8 +63,8 @@ int toy_cmd_eval(int argc, char **argv) {
     }
     struct toy_lm lm = g2 ? toy_gpt2_lm(g2) : toy_llama_lm(m);
     if (T <= 0 || T > lm.max_ctx) T = lm.max_ctx < 256 ? lm.max_ctx : 256;
-    /* the whole file is "held out" unless --heldout says which tail to use */
-    struct toy_data_opts o = {.batch = B, .ctx = T, .heldout = heldout > 0 ? heldout : 0.999999, .seed = 0};
+    /* the whole file is evaluated unless --heldout says which tail to use */
+    struct toy_data_opts o = {.batch = B, .ctx = T, .heldout = heldout, .seed = 0, .eval_only = !(heldout > 0)};
     FILE *f = fopen(path, "rb");
     char magic[4] = {0};
     if (!f) { fprintf(stderr, "toy eval: %s: %s\n", path, strerror(errno)); goto out; }
@@ -95,6 +90,17 @@ int toy_cmd_eval(int argc, char **argv) {
     if (toy_data_vocab(d) > lm.vocab) {
         fprintf(stderr, "toy eval: the data's vocabulary (%lld) is larger than the model's (%lld)\n",
                 (long long)toy_data_vocab(d), (long long)lm.vocab);
+        goto out;
+    }
+    /* Token ids of another vocabulary give a loss that means nothing. The
+     * model's tokenizer says what its ids are (its embedding may have more
+     * rows, padding); without one, its vocabulary must be the data's. */
+    if (!tok && toy_tokenizer_load_gguf(g2 ? g2->gguf : m->gguf, &tok)) tok = NULL;
+    int64_t want = tok ? toy_tokenizer_n_vocab(tok) : lm.vocab;
+    if (toy_data_vocab(d) != want) {
+        fprintf(stderr, "toy eval: %s holds ids of a %lld-token vocabulary, the model's %s has %lld: tokenize the text "
+                "with the model's tokenizer (toy tokenize -m MODEL --corpus ...)\n", path,
+                (long long)toy_data_vocab(d), tok ? "tokenizer" : "vocabulary", (long long)want);
         goto out;
     }
     int64_t windows = toy_data_eval_windows(d);

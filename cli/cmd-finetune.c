@@ -11,6 +11,7 @@
  * The library side is toy/finetune.h. Ctrl-C stops after the current step
  * with a checkpoint; --resume continues bit-identically. */
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -20,18 +21,16 @@
 
 #include "commands.h"
 #include "progress.h"
+#include "stop-signals.h"
+#include "flags.h"
 #include "json-out.h"
+#include "paths.h"
+#include "toy/chat-template.h"
 #include "toy/collective.h"
 #include "toy/finetune.h"
 #include "toy/run-dir.h"
 #include "toy/toy.h"
 
-static volatile sig_atomic_t stop_flag;
-static void on_sigint(int sig) {
-    (void)sig;
-    if (stop_flag) _exit(130);
-    stop_flag = 1;
-}
 
 static int usage(void) {
     fprintf(stderr,
@@ -105,48 +104,44 @@ static void cfg_from_json(struct cfg *c, json_t *j) {
 }
 
 static int parse(int argc, char **argv, struct cfg *c, bool *given_steps) {
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 1; }
-        if (!strcmp(a, "--bf16")) {
-            c->o.train.bf16 = true;
-            toy_cli_bf16_math();
-            continue;
-        }
-        if (!strcmp(a, "--json")) { c->json = true; continue; }
-        if (!strcmp(a, "--freeze-embeddings")) { c->o.freeze_embeddings = true; continue; }
-        if (!strcmp(a, "--no-pack")) { c->o.no_pack = true; continue; }
-        if (i + 1 >= argc) { fprintf(stderr, "toy finetune: %s needs a value\n", a); return 2; }
-        const char *v = argv[++i];
-        char *end;
-        double x = strtod(v, &end);
-        bool num = *v && !*end;
-#define S(flag, field) if (!strcmp(a, flag)) { c->field = v; continue; }
-        S("--base", base) S("-m", base) S("--data", data) S("--method", method) S("--targets", targets)
-        S("--template", tmpl) S("--runs", runs) S("--out", out) S("--resume", resume)
-#undef S
-        if (!strcmp(a, "--schedule")) {
-            int k = toy_lr_kind_from_name(v);
-            if (k < 0) { fprintf(stderr, "toy finetune: --schedule is cosine, linear or constant\n"); return 2; }
-            c->o.train.schedule = (enum toy_lr_kind)k;
-            continue;
-        }
-        if (!num || !isfinite(x) || x < 0) { fprintf(stderr, "toy finetune: bad value '%s' for %s\n", v, a); return 2; }
-        if (!strcmp(a, "--lr")) { c->o.train.lr = (float)x; c->lr_given = true; continue; }
-        if (!strcmp(a, "--steps")) { c->o.train.steps = (int64_t)x; *given_steps = true; continue; }
-#define N(flag, field, type) if (!strcmp(a, flag)) { c->field = (type)x; continue; }
-        N("--rank", rank, int64_t) N("--alpha", alpha, double) N("--dropout", dropout, double)
-        N("--ctx", ctx, int64_t) N("--heldout", heldout, double) N("--threads", threads, int)
-        N("--log-every", log_every, int) N("--batch", o.batch, int64_t) N("--epochs", o.epochs, int64_t)
-        N("--grad-accum", o.train.accum, int64_t) N("--accum", o.train.accum, int64_t)
-        N("--lr-min", o.train.lr_min, float) N("--warmup", o.train.warmup, int64_t) N("--wd", o.train.weight_decay, float)
-        N("--beta1", o.train.beta1, float) N("--beta2", o.train.beta2, float) N("--clip", o.train.clip, float)
-        N("--seed", o.train.seed, uint64_t) N("--eval-every", o.train.eval_every, int64_t)
-        N("--eval-batches", o.train.eval_batches, int64_t) N("--ckpt-every", o.train.ckpt_every, int64_t)
-        N("--dp-timeout", dp_timeout, double)
-#undef N
-        fprintf(stderr, "toy finetune: unknown flag %s\n", a);
-        return usage();
+    const char *schedule = NULL;
+    const double big = 1e12, dim = 1048576;
+    const struct toy_cli_flag flags[] = {
+        TOY_FLAG_S("--base", &c->base), TOY_FLAG_S("-m", &c->base), TOY_FLAG_S("--data", &c->data),
+        TOY_FLAG_S("--method", &c->method), TOY_FLAG_S("--targets", &c->targets), TOY_FLAG_S("--template", &c->tmpl),
+        TOY_FLAG_S("--runs", &c->runs), TOY_FLAG_S("--out", &c->out), TOY_FLAG_S("--resume", &c->resume),
+        TOY_FLAG_S("--schedule", &schedule), TOY_FLAG_B("--bf16", &c->o.train.bf16), TOY_FLAG_B("--json", &c->json),
+        TOY_FLAG_B("--freeze-embeddings", &c->o.freeze_embeddings), TOY_FLAG_B("--no-pack", &c->o.no_pack),
+        TOY_FLAG_NG("--lr", TOY_CLI_F32, &c->o.train.lr, 0, 1e30, &c->lr_given),
+        TOY_FLAG_NG("--steps", TOY_CLI_I64, &c->o.train.steps, 1, big, given_steps),
+        TOY_FLAG_N("--rank", TOY_CLI_I64, &c->rank, 1, 65536), TOY_FLAG_N("--alpha", TOY_CLI_F64, &c->alpha, 0, 1e30),
+        TOY_FLAG_OPEN("--dropout", TOY_CLI_F64, &c->dropout, 0, 1), TOY_FLAG_N("--ctx", TOY_CLI_I64, &c->ctx, 1, 16 * dim),
+        TOY_FLAG_OPEN("--heldout", TOY_CLI_F64, &c->heldout, 0, 1),
+        TOY_FLAG_N("--threads", TOY_CLI_INT, &c->threads, 0, 4096),
+        TOY_FLAG_N("--log-every", TOY_CLI_INT, &c->log_every, 0, INT32_MAX),
+        TOY_FLAG_N("--batch", TOY_CLI_I64, &c->o.batch, 1, dim), TOY_FLAG_N("--epochs", TOY_CLI_I64, &c->o.epochs, 1, big),
+        TOY_FLAG_N("--grad-accum", TOY_CLI_I64, &c->o.train.accum, 1, dim),
+        TOY_FLAG_N("--accum", TOY_CLI_I64, &c->o.train.accum, 1, dim),
+        TOY_FLAG_N("--lr-min", TOY_CLI_F32, &c->o.train.lr_min, 0, 1e30),
+        TOY_FLAG_N("--warmup", TOY_CLI_I64, &c->o.train.warmup, 0, big),
+        TOY_FLAG_N("--wd", TOY_CLI_F32, &c->o.train.weight_decay, 0, 1e30),
+        TOY_FLAG_OPEN("--beta1", TOY_CLI_F32, &c->o.train.beta1, 0, 1),
+        TOY_FLAG_OPEN("--beta2", TOY_CLI_F32, &c->o.train.beta2, 0, 1),
+        TOY_FLAG_N("--clip", TOY_CLI_F32, &c->o.train.clip, 0, 1e30), TOY_FLAG_U("--seed", &c->o.train.seed),
+        TOY_FLAG_N("--eval-every", TOY_CLI_I64, &c->o.train.eval_every, 0, big),
+        TOY_FLAG_N("--eval-batches", TOY_CLI_I64, &c->o.train.eval_batches, 0, big),
+        TOY_FLAG_N("--ckpt-every", TOY_CLI_I64, &c->o.train.ckpt_every, 0, big),
+        TOY_FLAG_N("--dp-timeout", TOY_CLI_F64, &c->dp_timeout, 0, 1e9),
+        TOY_FLAG_END,
+    };
+    int rc = toy_cli_parse("finetune", argc, argv, flags, NULL, 0, NULL);
+    if (rc == 1) usage();
+    if (rc) return rc;
+    if (c->o.train.bf16) toy_cli_bf16_math();
+    if (schedule) {
+        int k = toy_lr_kind_from_name(schedule);
+        if (k < 0) { fprintf(stderr, "toy finetune: --schedule is cosine, linear or constant, not '%s'\n", schedule); return 2; }
+        c->o.train.schedule = (enum toy_lr_kind)k;
     }
     return 0;
 }
@@ -205,6 +200,7 @@ static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll
     struct cfg cli = c;
     char run_dir[1024] = "", run_id[1024] = "", ckpt[1600] = "", state[1700] = "";
     json_t *saved = NULL; /* the resumed run's options; c borrows its strings */
+    int run_lock = -1;    /* toy_run_claim's: one process writes a run */
     if (c.resume) {
         char path[1200];
         snprintf(path, sizeof path, "%s/finetune.json", c.resume);
@@ -213,6 +209,11 @@ static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll
         if (!j) { fprintf(stderr, "toy finetune: cannot resume: %s: %s\n", path, err.text); return 1; }
         cfg_from_json(&c, j);
         saved = j;
+        if (rank == 0 && toy_run_claim(c.resume, false, &run_lock)) { /* rank 0 writes the run */
+            fprintf(stderr, "toy finetune: cannot resume: %s\n", toy_last_error());
+            json_decref(saved);
+            return 1;
+        }
         if (given_steps) c.o.train.steps = cli.o.train.steps;
         c.threads = cli.threads;
         c.json = cli.json;
@@ -246,9 +247,39 @@ static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll
         json_decref(saved);
         return 2;
     }
+    /* a --template that is neither a built-in's name nor Jinja (a misspelt name) rendered as its own text */
+    if (c.tmpl && !toy_chat_template_builtin(c.tmpl) && !strstr(c.tmpl, "{{") && !strstr(c.tmpl, "{%")) {
+        fprintf(stderr, "toy finetune: --template '%s' is neither a built-in template (chatml, smollm2, llama3, llama2, "
+                "mistral, gemma, phi3) nor Jinja text (with {{ or {%%)\n", c.tmpl);
+        json_decref(saved);
+        return 2;
+    }
+    struct toy_chat_template *tp = NULL;
+    if (c.tmpl && toy_chat_template_init(c.tmpl, &tp)) { /* parsed now, before the model is loaded */
+        fprintf(stderr, "toy finetune: --template: %s\n", toy_last_error());
+        json_decref(saved);
+        return 2;
+    }
+    toy_chat_template_free(tp);
+    if (c.data && toy_cli_check_input("finetune", c.data)) { /* a folder read as a failed read */
+        json_decref(saved);
+        return 1;
+    }
+    char abs_base[PATH_MAX], abs_data[PATH_MAX];
+    if (!c.resume) { /* finetune.json keeps them, and --resume may run from another folder */
+        c.base = toy_cli_abspath(c.base, abs_base, sizeof abs_base);
+        c.data = toy_cli_abspath(c.data, abs_data, sizeof abs_data);
+    }
+    /* a new run's folder: claimed once the flags are known good, before any slow work, so that an old run
+     * there is refused at once */
+    if (!c.resume && c.out && rank == 0 && toy_run_claim(c.out, true, &run_lock)) {
+        fprintf(stderr, "toy finetune: --out %s\n", toy_last_error());
+        json_decref(saved);
+        return 1;
+    }
     c.o.method = (enum toy_ft_method)method;
     if (method == TOY_FT_FULL && !c.lr_given && !c.resume) c.o.train.lr = 2e-5f;
-    c.o.train.stop = &stop_flag;
+    c.o.train.stop = &toy_cli_stop;
     c.world = world;
     c.o.rank = rank;
     c.o.world = world;
@@ -285,13 +316,14 @@ static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll
     struct toy_sft_opts so = {.ctx = c.ctx, .heldout = c.heldout, .seed = c.o.train.seed, .chat_template = c.tmpl};
     if (toy_sft_open(c.data, tok, &so, &data)) { fprintf(stderr, "toy finetune: %s\n", toy_last_error()); goto out; }
 
+    toy_cli_stop_signals_install(); /* from here on a stop request ends the run with a checkpoint and run_end */
     if (!run_dir[0] && rank == 0) { /* rank 0 writes the run bundle */
         if (c.out) {
             snprintf(run_dir, sizeof run_dir, "%s", c.out);
             const char *slash = strrchr(c.out, '/');
-            snprintf(run_id, sizeof run_id, "%s", slash && slash[1] ? slash + 1 : c.out);
-            if (toy_mkdir_p(run_dir)) { fprintf(stderr, "toy finetune: %s\n", toy_last_error()); goto out; }
-        } else if (toy_run_create(c.runs, NULL, c.method, run_id, sizeof run_id, run_dir, sizeof run_dir)) {
+            snprintf(run_id, sizeof run_id, "%s", slash && slash[1] ? slash + 1 : c.out); /* claimed above */
+        } else if (toy_run_create(c.runs, NULL, c.method, run_id, sizeof run_id, run_dir, sizeof run_dir) ||
+                   toy_run_claim(run_dir, false, &run_lock)) {
             fprintf(stderr, "toy finetune: %s\n", toy_last_error());
             goto out;
         }
@@ -351,12 +383,9 @@ static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll
     toy_progress_start(&pu.pb, "finetune", toy_finetuner_steps(ft), "tok/s");
     if (c.json) pu.pb.tty = false;
     toy_finetuner_on_step(ft, toy_progress_on_step, &pu);
-    signal(SIGINT, on_sigint);
-    signal(SIGTERM, on_sigint);
     struct toy_train_result res;
     enum toy_status st = toy_finetuner_run(ft, &res);
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
+    toy_cli_stop_signals_restore();
     toy_progress_finish(&pu.pb);
     const char *reason = toy_run_reason_str(res.reason);
     if (c.json) {
@@ -389,5 +418,6 @@ out:
     toy_tokenizer_free(tok);
     toy_llama_free(m);
     json_decref(saved);
+    toy_run_release(run_lock);
     return rc;
 }

@@ -38,67 +38,48 @@ static int usage_to(FILE *out) {
 }
 static int usage(void) { return usage_to(stderr); }
 
-static const char *const value_flags[] = {
-    "-m",    "--model",        "--lora",  "--lora-scale",     "-p",                  "--prompt",
-    "--prompt-ids", "--stop",  "--trace", "--kv-type",        "-n",                  "--n-predict",
-    "--temp", "--temperature", "--top-k", "--top-p",          "--min-p",             "--repeat-penalty",
-    "--frequency-penalty",     "--presence-penalty",          "--seed",              "--ctx",
-    "--threads", NULL};
 
 int toy_cmd_generate(int argc, char **argv) {
     const char *model = NULL, *prompt = NULL, *prompt_ids = NULL, *lora_path = NULL, *trace_path = NULL;
     float lora_scale = 1.0f;
-    const char *stops[16];
+    const char *stop_items[16], *stops[16], *kv_name = NULL;
+    struct toy_cli_list stop_list = {stop_items, 0, 16};
     int n_stop = 0, threads = 0;
     int64_t n_ctx = 0;
-    bool json = false, bos = true, special = false, kv_given = false;
+    bool json = false, no_bos = false, special = false;
     int kv_type = TOY_F16; /* half the cache memory and decode attention traffic; llama.cpp's default too */
     struct toy_generate_params gp = {.n_predict = 64,
                                      .sampling = {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .seed = 42}};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage_to(stdout); return 0; }
-        if (!strcmp(a, "--json")) { json = true; continue; }
-        if (!strcmp(a, "--no-bos")) { bos = false; continue; }
-        if (!strcmp(a, "--special")) { special = true; continue; }
-        if (!strcmp(a, "--ignore-eos")) { gp.ignore_eos = true; continue; }
-        if (!toy_flag_in(a, value_flags)) return toy_flag_unknown("generate", a);
-        if (i + 1 >= argc) { fprintf(stderr, "toy generate: %s needs a value\n", a); return 2; }
-        const char *v = argv[++i];
-        int64_t k = 0;
-        double x = 0;
-#define INT(lo, hi) if (!toy_flag_int("generate", a, v, lo, hi, &k)) return 2
-#define NUM(lo, hi) if (!toy_flag_num("generate", a, v, lo, hi, &x)) return 2
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
-        else if (!strcmp(a, "--lora")) lora_path = v;
-        else if (!strcmp(a, "--lora-scale")) { NUM(-1e6, 1e6); lora_scale = (float)x; }
-        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) prompt = v;
-        else if (!strcmp(a, "--prompt-ids")) prompt_ids = v;
-        else if (!strcmp(a, "--stop")) {
-            if (!*v) continue; /* an empty stop string would end every generation at once */
-            if (n_stop == 16) { fprintf(stderr, "toy generate: at most 16 --stop strings\n"); return 2; }
-            stops[n_stop++] = v;
-        }
-        else if (!strcmp(a, "--trace")) trace_path = v;
-        else if (!strcmp(a, "--kv-type")) {
-            kv_type = toy_dtype_from_name(v);
-            kv_given = true;
-            if (kv_type != TOY_F32 && kv_type != TOY_F16) { fprintf(stderr, "toy generate: --kv-type f32|f16\n"); return 2; }
-        }
-        else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) { INT(0, INT32_MAX); gp.n_predict = (int32_t)k; }
-        else if (!strcmp(a, "--temp") || !strcmp(a, "--temperature")) { NUM(0, 100); gp.sampling.temperature = (float)x; }
-        else if (!strcmp(a, "--top-k")) { INT(0, INT32_MAX); gp.sampling.top_k = (int32_t)k; }
-        else if (!strcmp(a, "--top-p")) { NUM(0, 1); gp.sampling.top_p = (float)x; }
-        else if (!strcmp(a, "--min-p")) { NUM(0, 1); gp.sampling.min_p = (float)x; }
-        else if (!strcmp(a, "--repeat-penalty")) { NUM(0, 100); gp.sampling.repeat_penalty = (float)x; }
-        else if (!strcmp(a, "--frequency-penalty")) { NUM(-100, 100); gp.sampling.frequency_penalty = (float)x; }
-        else if (!strcmp(a, "--presence-penalty")) { NUM(-100, 100); gp.sampling.presence_penalty = (float)x; }
-        else if (!strcmp(a, "--seed")) { if (!toy_flag_u64("generate", a, v, &gp.sampling.seed)) return 2; }
-        else if (!strcmp(a, "--ctx")) { INT(1, INT32_MAX); n_ctx = k; }
-        else if (!strcmp(a, "--threads")) { INT(0, 1024); threads = (int)k; }
-#undef INT
-#undef NUM
+    struct toy_sampler_params *sp = &gp.sampling;
+    const struct toy_cli_flag flags[] = {
+        TOY_FLAG_S("-m", &model), TOY_FLAG_S("--model", &model), TOY_FLAG_S("-p", &prompt),
+        TOY_FLAG_S("--prompt", &prompt), TOY_FLAG_S("--prompt-ids", &prompt_ids), TOY_FLAG_L("--stop", &stop_list),
+        TOY_FLAG_S("--lora", &lora_path), TOY_FLAG_N("--lora-scale", TOY_CLI_F32, &lora_scale, -1e6, 1e6),
+        TOY_FLAG_S("--trace", &trace_path), TOY_FLAG_S("--kv-type", &kv_name),
+        TOY_FLAG_N("-n", TOY_CLI_I32, &gp.n_predict, 0, INT32_MAX),
+        TOY_FLAG_N("--n-predict", TOY_CLI_I32, &gp.n_predict, 0, INT32_MAX),
+        TOY_FLAG_N("--temp", TOY_CLI_F32, &sp->temperature, 0, 100),
+        TOY_FLAG_N("--temperature", TOY_CLI_F32, &sp->temperature, 0, 100),
+        TOY_FLAG_N("--top-k", TOY_CLI_I32, &sp->top_k, 0, INT32_MAX), TOY_FLAG_N("--top-p", TOY_CLI_F32, &sp->top_p, 0, 1),
+        TOY_FLAG_N("--min-p", TOY_CLI_F32, &sp->min_p, 0, 1),
+        TOY_FLAG_N("--repeat-penalty", TOY_CLI_F32, &sp->repeat_penalty, 0, 100),
+        TOY_FLAG_N("--frequency-penalty", TOY_CLI_F32, &sp->frequency_penalty, -100, 100),
+        TOY_FLAG_N("--presence-penalty", TOY_CLI_F32, &sp->presence_penalty, -100, 100),
+        TOY_FLAG_U("--seed", &sp->seed), TOY_FLAG_N("--ctx", TOY_CLI_I64, &n_ctx, 1, INT32_MAX),
+        TOY_FLAG_N("--threads", TOY_CLI_INT, &threads, 0, 1024), TOY_FLAG_B("--json", &json),
+        TOY_FLAG_B("--no-bos", &no_bos), TOY_FLAG_B("--special", &special), TOY_FLAG_B("--ignore-eos", &gp.ignore_eos),
+        TOY_FLAG_END};
+    int prc = toy_cli_parse("generate", argc, argv, flags, NULL, 0, NULL);
+    if (prc == 1) return usage_to(stdout), 0;
+    if (prc) return prc;
+    bool bos = !no_bos;
+    for (int i = 0; i < stop_list.n; i++) /* an empty stop string would end every generation at once */
+        if (*stop_items[i]) stops[n_stop++] = stop_items[i];
+    if (kv_name) {
+        kv_type = toy_dtype_from_name(kv_name);
+        if (kv_type != TOY_F32 && kv_type != TOY_F16) { fprintf(stderr, "toy generate: --kv-type f32|f16\n"); return 2; }
     }
+    bool kv_given = kv_name != NULL;
     if (!model) { fprintf(stderr, "toy generate: -m MODEL is required\n"); return usage(); }
     if (toy_sampler_params_check(&gp.sampling)) { fprintf(stderr, "toy generate: %s\n", toy_last_error()); return 2; }
     char resolved[4096];

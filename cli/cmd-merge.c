@@ -29,7 +29,7 @@ int toy_cmd_merge(int argc, char **argv) {
         else if (!adapter) adapter = argv[i];
         else { base = NULL; break; }
     }
-    bool help = toy_flag_help(argc, argv);
+    bool help = toy_cli_wants_help(argc, argv);
     if (!base || !adapter || !outp || help) {
         fprintf(help ? stdout : stderr, "usage: toy merge BASE.gguf ADAPTER.gguf -o MERGED.gguf [--lora-scale 1]\n"
                         "Folds a LoRA adapter into the base weights (quantized weights are re-quantized to their type).\n");

@@ -23,7 +23,7 @@ int toy_cmd_models(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json")) json = true;
         else {
-            bool help = toy_flag_help(argc, argv);
+            bool help = toy_cli_wants_help(argc, argv);
             fprintf(help ? stdout : stderr,
                     "usage: toy models [--json]\n"
                     "Lists GGUF models in $TOY_MODEL_DIR, ./models, the Hugging Face cache, Ollama and\n"

@@ -9,7 +9,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "flags.h"
 #include "json-out.h"
+#include "paths.h"
 #include "toy/tokenizer.h"
 
 static void usage(FILE *f) {
@@ -60,27 +62,22 @@ int toy_cmd_tokenize(int argc, char **argv) {
     const char *corpus[64];
     int n_corpus = 0;
     bool pieces = false, json = false, special = false, bos = false, eos = false, no_bos = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && i + 1 < argc) model = argv[++i];
-        else if (!strcmp(a, "--pieces")) pieces = true;
-        else if (!strcmp(a, "--json")) json = true;
-        else if (!strcmp(a, "--special")) special = true;
-        else if (!strcmp(a, "--bos")) bos = true;
-        else if (!strcmp(a, "--no-bos")) no_bos = true;
-        else if (!strcmp(a, "--eos")) eos = true;
-        else if (!strcmp(a, "--corpus") && i + 1 < argc) {
-            if (n_corpus == 64) { fprintf(stderr, "toy tokenize: at most 64 --corpus files\n"); return 2; }
-            corpus[n_corpus++] = argv[++i];
-        } else if (!strcmp(a, "-o") && i + 1 < argc) out = argv[++i];
-        else if (!strcmp(a, "--decode") && i + 1 < argc) decode = argv[++i];
-        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
-        else if (a[0] == '-' && a[1]) { fprintf(stderr, "toy tokenize: unknown option %s\n", a); usage(stderr); return 2; }
-        else if (!text) text = a;
-        else { fprintf(stderr, "toy tokenize: one TEXT argument (quote it)\n"); return 2; }
-    }
+    struct toy_cli_list corpora = {corpus, 0, 64};
+    const struct toy_cli_flag table[] = {
+        TOY_FLAG_S("-m", &model), TOY_FLAG_S("--model", &model), TOY_FLAG_B("--pieces", &pieces),
+        TOY_FLAG_B("--json", &json), TOY_FLAG_B("--special", &special), TOY_FLAG_B("--bos", &bos),
+        TOY_FLAG_B("--no-bos", &no_bos), TOY_FLAG_B("--eos", &eos), TOY_FLAG_L("--corpus", &corpora),
+        TOY_FLAG_S("-o", &out), TOY_FLAG_S("--decode", &decode), TOY_FLAG_END,
+    };
+    int n_text = 0;
+    int prc = toy_cli_parse("tokenize", argc, argv, table, &text, 1, &n_text);
+    if (prc == 1) { usage(stdout); return 0; }
+    if (prc) return prc;
+    n_corpus = corpora.n;
     if (!model) { fprintf(stderr, "toy tokenize: -m MODEL is required\n"); usage(stderr); return 2; }
     if (n_corpus && !out) { fprintf(stderr, "toy tokenize: --corpus needs -o TOKENS.bin\n"); return 2; }
+    for (int c = 0; c < n_corpus; c++) /* a folder read as an empty corpus, and wrote an empty token file */
+        if (toy_cli_check_input("tokenize", corpus[c])) return 1;
     struct toy_tokenizer *tok;
     if (toy_tokenizer_load(model, &tok)) { fprintf(stderr, "toy tokenize: %s\n", toy_last_error()); return 1; }
     unsigned flags = (special ? TOY_ENCODE_PARSE_SPECIAL : 0) | (bos ? TOY_ENCODE_ADD_BOS : 0) |

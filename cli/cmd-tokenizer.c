@@ -8,6 +8,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "flags.h"
+#include "paths.h"
 #include "toy/gguf.h"
 #include "toy/tokenizer.h"
 
@@ -39,20 +41,20 @@ int toy_cmd_tokenizer(int argc, char **argv) {
     const char *out = NULL, *files[64], *special[64];
     int nf = 0, ns = 0;
     bool json = false;
-    for (int i = 2; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--vocab-size") && i + 1 < argc) o.vocab_size = atoll(argv[++i]);
-        else if (!strcmp(a, "--min-frequency") && i + 1 < argc) o.min_frequency = atoll(argv[++i]);
-        else if (!strcmp(a, "--pre") && i + 1 < argc) o.pre = argv[++i];
-        else if (!strcmp(a, "--special") && i + 1 < argc && ns < 64) special[ns++] = argv[++i];
-        else if (!strcmp(a, "-o") && i + 1 < argc) out = argv[++i];
-        else if (!strcmp(a, "--json")) json = true;
-        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
-        else if (a[0] == '-' && a[1]) { fprintf(stderr, "toy tokenizer train: unknown option %s\n", a); return 2; }
-        else if (nf < 64) files[nf++] = a;
-        else { fprintf(stderr, "toy tokenizer train: at most 64 corpus files\n"); return 2; }
-    }
+    struct toy_cli_list specials = {special, 0, 64};
+    const struct toy_cli_flag flags[] = {
+        TOY_FLAG_N("--vocab-size", TOY_CLI_I64, &o.vocab_size, 1, INT32_MAX),
+        TOY_FLAG_N("--min-frequency", TOY_CLI_I64, &o.min_frequency, 0, 1e15), TOY_FLAG_S("--pre", &o.pre),
+        TOY_FLAG_L("--special", &specials), TOY_FLAG_S("-o", &out), TOY_FLAG_B("--json", &json), TOY_FLAG_END,
+    };
+    /* argv[1] is "train": the flags follow it */
+    int rc = toy_cli_parse("tokenizer train", argc - 1, argv + 1, flags, files, 64, &nf);
+    if (rc == 1) { usage(stdout); return 0; }
+    if (rc) return rc;
+    ns = specials.n;
     if (!o.vocab_size || !nf || !out) { fprintf(stderr, "toy tokenizer train: --vocab-size, a corpus and -o are required\n"); usage(stderr); return 2; }
+    for (int k = 0; k < nf; k++) /* a folder read as an empty corpus */
+        if (toy_cli_check_input("tokenizer train", files[k])) return 1;
     if (ns) { o.special_tokens = special; o.n_special = ns; }
     /* the corpus files, one after another (a newline between files) */
     char *text = NULL;
@@ -73,6 +75,11 @@ int toy_cmd_tokenizer(int argc, char **argv) {
         }
         fclose(f);
         if (k + 1 < nf && len && text[len - 1] != '\n') text[len++] = '\n';
+    }
+    if (!len) { /* no merges can be learnt: the tokenizer would be the 256 bytes alone */
+        fprintf(stderr, "toy tokenizer train: the corpus is empty (%d file%s, 0 bytes)\n", nf, nf > 1 ? "s" : "");
+        free(text);
+        return 1;
     }
     double t0 = now();
     struct toy_tokenizer *tok;

@@ -24,8 +24,11 @@
 
 #include "commands.h"
 #include "progress.h"
+#include "stop-signals.h"
 #include "train-vit.h"
+#include "flags.h"
 #include "json-out.h"
+#include "paths.h"
 #include "toy/collective.h"
 #include "toy/data.h"
 #include "toy/events.h"
@@ -37,12 +40,6 @@
 #include "toy/trace.h"
 #include "toy/trainer.h"
 
-static volatile sig_atomic_t stop_flag;
-static void on_sigint(int sig) {
-    (void)sig;
-    if (stop_flag) _exit(130); /* a second Ctrl-C: now */
-    stop_flag = 1;
-}
 
 /* Resuming a warm-started run whose donor had another width: the learned
  * projection is attached again (its frozen donor rows come from the donor
@@ -149,48 +146,51 @@ static void cfg_from_json(struct cfg *c, json_t *j) {
         c->sample = json_string_value(v);
 }
 
+/* Largest counts a flag takes: sizes far past any machine, still exact in a double. */
+#define BIG 1e12
+#define DIM 1048576.0
+
 static int parse(int argc, char **argv, struct cfg *c, bool *given_steps) {
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 1; }
-        if (!strcmp(a, "--bf16")) {
-            c->o.bf16 = true;
-            toy_cli_bf16_math();
-            continue;
-        }
-        if (!strcmp(a, "--json")) { c->json = true; continue; }
-        if (!strcmp(a, "--op-timing")) { c->o.op_timing = true; continue; }
-        if (i + 1 >= argc) { fprintf(stderr, "toy train: %s needs a value\n", a); return 2; }
-        const char *v = argv[++i];
-        char *end;
-        double x = strtod(v, &end);
-        bool num = *v && !*end;
-#define S(flag, field) if (!strcmp(a, flag)) { c->field = v; continue; }
-        S("--data", data) S("--tokenizer", tokenizer) S("--preset", preset) S("--init", init) S("--warm-start", warm) S("--runs", runs)
-        S("--out", out) S("--resume", resume) S("--sample", sample) S("--trace", trace) S("--arch", arch)
-#undef S
-        if (!strcmp(a, "--schedule")) {
-            int k = toy_lr_kind_from_name(v);
-            if (k < 0) { fprintf(stderr, "toy train: --schedule is cosine, linear or constant\n"); return 2; }
-            c->o.schedule = (enum toy_lr_kind)k;
-            continue;
-        }
-        if (!num || !isfinite(x) || x < 0) { fprintf(stderr, "toy train: bad value '%s' for %s\n", v, a); return 2; }
-#define N(flag, field, type) if (!strcmp(a, flag)) { c->field = (type)x; continue; }
-        N("--vocab-size", vocab_size, int64_t) N("--dim", dim, int64_t) N("--layers", layers, int64_t)
-        N("--heads", heads, int64_t) N("--kv-heads", kv_heads, int64_t) N("--ff", ff, int64_t)
-        N("--batch", batch, int64_t) N("--ctx", ctx, int64_t) N("--heldout", heldout, double)
-        N("--threads", threads, int) N("--log-every", log_every, int) N("--dp-timeout", dp_timeout, double)
-        N("--dp-overlap", dp_overlap, int) N("--dp-bucket-mb", dp_bucket_mb, double) N("--zero", zero, int)
-        N("--accum", o.accum, int64_t) N("--lr", o.lr, float) N("--lr-min", o.lr_min, float)
-        N("--warmup", o.warmup, int64_t) N("--wd", o.weight_decay, float) N("--beta1", o.beta1, float)
-        N("--beta2", o.beta2, float) N("--clip", o.clip, float) N("--seed", o.seed, uint64_t)
-        N("--eval-every", o.eval_every, int64_t) N("--eval-batches", o.eval_batches, int64_t)
-        N("--ckpt-every", o.ckpt_every, int64_t) N("--sample-tokens", o.sample_tokens, int32_t)
-#undef N
-        if (!strcmp(a, "--steps")) { c->o.steps = (int64_t)x; *given_steps = true; continue; }
-        fprintf(stderr, "toy train: unknown flag %s\n", a);
-        return usage();
+    const char *schedule = NULL;
+    const struct toy_cli_flag flags[] = {
+        TOY_FLAG_S("--data", &c->data), TOY_FLAG_S("--tokenizer", &c->tokenizer), TOY_FLAG_S("--preset", &c->preset),
+        TOY_FLAG_S("--init", &c->init), TOY_FLAG_S("--warm-start", &c->warm), TOY_FLAG_S("--runs", &c->runs),
+        TOY_FLAG_S("--out", &c->out), TOY_FLAG_S("--resume", &c->resume), TOY_FLAG_S("--sample", &c->sample),
+        TOY_FLAG_S("--trace", &c->trace), TOY_FLAG_S("--arch", &c->arch), TOY_FLAG_S("--schedule", &schedule),
+        TOY_FLAG_B("--bf16", &c->o.bf16), TOY_FLAG_B("--json", &c->json), TOY_FLAG_B("--op-timing", &c->o.op_timing),
+        TOY_FLAG_N("--vocab-size", TOY_CLI_I64, &c->vocab_size, 1, INT32_MAX),
+        TOY_FLAG_N("--dim", TOY_CLI_I64, &c->dim, 0, DIM), TOY_FLAG_N("--layers", TOY_CLI_I64, &c->layers, 0, 65536),
+        TOY_FLAG_N("--heads", TOY_CLI_I64, &c->heads, 0, 65536),
+        TOY_FLAG_N("--kv-heads", TOY_CLI_I64, &c->kv_heads, 0, 65536),
+        TOY_FLAG_N("--ff", TOY_CLI_I64, &c->ff, 0, 16 * DIM), TOY_FLAG_N("--batch", TOY_CLI_I64, &c->batch, 1, DIM),
+        TOY_FLAG_N("--ctx", TOY_CLI_I64, &c->ctx, 1, 16 * DIM),
+        TOY_FLAG_OPEN("--heldout", TOY_CLI_F64, &c->heldout, 0, 1),
+        TOY_FLAG_N("--threads", TOY_CLI_INT, &c->threads, 0, 4096),
+        TOY_FLAG_N("--log-every", TOY_CLI_INT, &c->log_every, 0, INT32_MAX),
+        TOY_FLAG_N("--dp-timeout", TOY_CLI_F64, &c->dp_timeout, 0, 1e9),
+        TOY_FLAG_N("--dp-overlap", TOY_CLI_INT, &c->dp_overlap, 0, 1),
+        TOY_FLAG_N("--dp-bucket-mb", TOY_CLI_F64, &c->dp_bucket_mb, 0, 1024),
+        TOY_FLAG_N("--zero", TOY_CLI_INT, &c->zero, 0, 1), TOY_FLAG_N("--accum", TOY_CLI_I64, &c->o.accum, 1, DIM),
+        TOY_FLAG_N("--lr", TOY_CLI_F32, &c->o.lr, 0, 1e30), TOY_FLAG_N("--lr-min", TOY_CLI_F32, &c->o.lr_min, 0, 1e30),
+        TOY_FLAG_N("--warmup", TOY_CLI_I64, &c->o.warmup, 0, BIG),
+        TOY_FLAG_N("--wd", TOY_CLI_F32, &c->o.weight_decay, 0, 1e30),
+        TOY_FLAG_OPEN("--beta1", TOY_CLI_F32, &c->o.beta1, 0, 1), TOY_FLAG_OPEN("--beta2", TOY_CLI_F32, &c->o.beta2, 0, 1),
+        TOY_FLAG_N("--clip", TOY_CLI_F32, &c->o.clip, 0, 1e30), TOY_FLAG_U("--seed", &c->o.seed),
+        TOY_FLAG_N("--eval-every", TOY_CLI_I64, &c->o.eval_every, 0, BIG),
+        TOY_FLAG_N("--eval-batches", TOY_CLI_I64, &c->o.eval_batches, 0, BIG),
+        TOY_FLAG_N("--ckpt-every", TOY_CLI_I64, &c->o.ckpt_every, 0, BIG),
+        TOY_FLAG_N("--sample-tokens", TOY_CLI_I32, &c->o.sample_tokens, 0, INT32_MAX),
+        TOY_FLAG_NG("--steps", TOY_CLI_I64, &c->o.steps, 0, BIG, given_steps),
+        TOY_FLAG_END,
+    };
+    int rc = toy_cli_parse("train", argc, argv, flags, NULL, 0, NULL);
+    if (rc == 1) usage();
+    if (rc) return rc;
+    if (c->o.bf16) toy_cli_bf16_math();
+    if (schedule) {
+        int k = toy_lr_kind_from_name(schedule);
+        if (k < 0) { fprintf(stderr, "toy train: --schedule is cosine, linear or constant, not '%s'\n", schedule); return 2; }
+        c->o.schedule = (enum toy_lr_kind)k;
     }
     return 0;
 }
@@ -208,6 +208,33 @@ static char *read_file(const char *path, size_t *len) {
     return buf;
 }
 
+/* The shape of a new model: the preset's with the flags' overrides
+ * (d_model 0: an unknown preset). */
+static struct toy_gpt2_config gpt2_config(const struct cfg *c, int64_t vocab) {
+    struct toy_gpt2_config gc = toy_gpt2_preset(c->preset);
+    if (!gc.d_model) return gc;
+    if (c->dim) gc.d_model = c->dim;
+    if (c->layers) gc.n_layers = c->layers;
+    if (c->heads) gc.n_heads = c->heads;
+    if (c->ff) gc.d_ff = c->ff;
+    gc.vocab = vocab;
+    if (gc.max_ctx < c->ctx) gc.max_ctx = c->ctx;
+    return gc;
+}
+
+static struct toy_llama_config llama_config(const struct cfg *c, int64_t vocab) {
+    struct toy_llama_config mc = toy_llama_preset(c->preset);
+    if (!mc.d_model) return mc;
+    if (c->dim) mc.d_model = c->dim;
+    if (c->layers) mc.n_layers = c->layers;
+    if (c->heads) mc.n_heads = c->heads;
+    mc.n_kv_heads = c->kv_heads ? c->kv_heads : c->heads ? c->heads : mc.n_kv_heads;
+    if (c->ff) mc.d_ff = c->ff;
+    mc.vocab = vocab;
+    if (mc.max_ctx < c->ctx) mc.max_ctx = c->ctx;
+    return mc;
+}
+
 /* A GPT-2 for --arch gpt2: the checkpoint's or --init's weights, else a
  * random one of the preset's shape with the flags' overrides. */
 static struct toy_gpt2 *train_gpt2_model(const struct cfg *c, const char *ckpt, struct toy_data *data) {
@@ -216,14 +243,8 @@ static struct toy_gpt2 *train_gpt2_model(const struct cfg *c, const char *ckpt, 
         if (toy_gpt2_load(ckpt[0] ? ckpt : c->init, true, &g)) fprintf(stderr, "toy train: %s\n", toy_last_error());
         return g;
     }
-    struct toy_gpt2_config gc = toy_gpt2_preset(c->preset);
+    struct toy_gpt2_config gc = gpt2_config(c, toy_data_vocab(data));
     if (!gc.d_model) { fprintf(stderr, "toy train: unknown GPT-2 preset '%s' (tiny, small, 124m)\n", c->preset); return NULL; }
-    if (c->dim) gc.d_model = c->dim;
-    if (c->layers) gc.n_layers = c->layers;
-    if (c->heads) gc.n_heads = c->heads;
-    if (c->ff) gc.d_ff = c->ff;
-    gc.vocab = toy_data_vocab(data);
-    if (gc.max_ctx < c->ctx) gc.max_ctx = c->ctx;
     if (!(g = toy_gpt2_new(&gc, c->o.seed))) fprintf(stderr, "toy train: %s\n", toy_last_error());
     return g;
 }
@@ -280,8 +301,6 @@ int toy_cmd_train(int argc, char **argv) {
     /* data parallelism: under mpirun (in a `make MPI=1` build) this is one rank of many */
     struct toy_collective *coll = NULL;
     bool dp_consistent = false; /* a failure every rank saw alike (a NaN loss): finalize, no abort */
-    if (c.zero > 1) { fprintf(stderr, "toy train: --zero is 0 or 1 (ZeRO-1: optimizer state sharded)\n"); return 2; }
-    if (c.dp_bucket_mb > 1024) { fprintf(stderr, "toy train: --dp-bucket-mb is at most 1024\n"); return 2; }
     struct toy_collective_opts copt = {.timeout_s = c.dp_timeout, .bucket_bytes = (size_t)(c.dp_bucket_mb * 1048576.0)};
     if (c.dp_bucket_mb > 0 && copt.bucket_bytes < 64) copt.bucket_bytes = 64;
     if (toy_collective_open(TOY_COLLECTIVE_AUTO, &copt, &coll)) {
@@ -291,6 +310,7 @@ int toy_cmd_train(int argc, char **argv) {
     const int rank = toy_collective_rank(coll), world = toy_collective_world(coll);
     char run_dir[1024] = "", run_id[1024] = "", ckpt[1600] = "", state[1700] = "";
     struct cfg cli = c;
+    int run_lock = -1; /* toy_run_claim's: one process writes a run */
     if (c.resume) {
         /* the run's own options, then the flags given now (e.g. more --steps) */
         char path[1200];
@@ -300,6 +320,10 @@ int toy_cmd_train(int argc, char **argv) {
         if (!j) { fprintf(stderr, "toy train: cannot resume: %s: %s\n", path, err.text); return 1; }
         cfg_from_json(&c, j);
         json_decref(j);
+        if (rank == 0 && toy_run_claim(c.resume, false, &run_lock)) { /* rank 0 writes the run */
+            fprintf(stderr, "toy train: cannot resume: %s\n", toy_last_error());
+            return 1;
+        }
         if (given_steps) c.o.steps = cli.o.steps;
         c.threads = cli.threads;
         c.dp_overlap = cli.dp_overlap; /* how the ranks share work: chosen anew by each launch */
@@ -326,8 +350,42 @@ int toy_cmd_train(int argc, char **argv) {
     }
     if (!c.threads && world > 1 && !getenv("TOY_THREADS")) c.threads = toy_collective_threads(coll);
     if (!c.data) { fprintf(stderr, "toy train: --data FILE is required\n"); return usage(); }
+    /* the model's shape, checked now: the data (a BPE vocabulary to learn) may take a while */
+    bool is_gpt2 = c.arch && !strcmp(c.arch, "gpt2");
+    if (c.arch && !is_gpt2 && strcmp(c.arch, "llama")) {
+        fprintf(stderr, "toy train: unknown --arch '%s' (llama, gpt2, vit)\n", c.arch);
+        return 2;
+    }
+    if (!ckpt[0] && !c.init) {
+        int64_t v = c.vocab_size > 0 ? c.vocab_size : 512; /* the data's, known later; its range is checked then */
+        struct toy_gpt2_config gc = is_gpt2 ? gpt2_config(&c, v) : (struct toy_gpt2_config){0};
+        struct toy_llama_config mc = is_gpt2 ? (struct toy_llama_config){0} : llama_config(&c, v);
+        if (is_gpt2 ? !gc.d_model : !mc.d_model) {
+            fprintf(stderr, "toy train: unknown %spreset '%s' (%s)\n", is_gpt2 ? "GPT-2 " : "", c.preset,
+                    is_gpt2 ? "tiny, small, 124m" : "tiny, small, stories15m, smollm2-135m");
+            return 2;
+        }
+        if (is_gpt2 ? toy_gpt2_check_config(&gc) : toy_llama_check_config(&mc)) {
+            fprintf(stderr, "toy train: %s\n", toy_last_error());
+            return 2;
+        }
+    }
+    if (toy_cli_check_input("train", c.data)) return 1; /* a folder read as empty text */
+    char abs_data[PATH_MAX], abs_tok[PATH_MAX], abs_init[PATH_MAX], abs_warm[PATH_MAX];
+    if (!c.resume) { /* train.json keeps them, and --resume may run from another folder */
+        c.data = toy_cli_abspath(c.data, abs_data, sizeof abs_data);
+        c.tokenizer = toy_cli_abspath(c.tokenizer, abs_tok, sizeof abs_tok);
+        c.init = toy_cli_abspath(c.init, abs_init, sizeof abs_init);
+        c.warm = toy_cli_abspath(c.warm, abs_warm, sizeof abs_warm);
+    }
+    /* a new run's folder: claimed once the flags are known good, before any slow work, so that an old run
+     * there is refused at once */
+    if (!c.resume && c.out && rank == 0 && toy_run_claim(c.out, true, &run_lock)) {
+        fprintf(stderr, "toy train: --out %s\n", toy_last_error());
+        return 1;
+    }
     c.o.sample_prompt = c.sample;
-    c.o.stop = &stop_flag;
+    c.o.stop = &toy_cli_stop;
 
     /* ---- tokenizer and data ---- */
     struct toy_tokenizer *tok = NULL;
@@ -352,6 +410,18 @@ int toy_cmd_train(int argc, char **argv) {
     }
     if (packed) {
         if (toy_data_open(c.data, &dopt, &data)) { fprintf(stderr, "toy train: %s\n", toy_last_error()); goto out; }
+        /* ids of another vocabulary would be trained as this tokenizer's tokens, and saved with it */
+        if (tok && toy_data_vocab(data) != toy_tokenizer_n_vocab(tok)) {
+            fprintf(stderr, "toy train: %s holds ids of a %lld-token vocabulary, the tokenizer of %s has %lld tokens: "
+                    "tokenize the text with that tokenizer (toy tokenize -m %s --corpus ...), or train with the one that "
+                    "made the file\n", c.data, (long long)toy_data_vocab(data), tok_src,
+                    (long long)toy_tokenizer_n_vocab(tok), tok_src);
+            goto out;
+        }
+        if (!tok && !c.resume)
+            fprintf(stderr, "toy train: warning: %s holds token ids without their tokenizer, so the checkpoints will "
+                    "have none (generating or evaluating text needs one): give the one that made it with --tokenizer\n",
+                    c.data);
     } else {
         size_t len;
         char *text = read_file(c.data, &len);
@@ -375,23 +445,14 @@ int toy_cmd_train(int argc, char **argv) {
     }
 
     /* ---- model ---- */
-    bool is_gpt2 = c.arch && !strcmp(c.arch, "gpt2");
-    if (c.arch && !is_gpt2 && strcmp(c.arch, "llama")) { fprintf(stderr, "toy train: unknown --arch '%s'\n", c.arch); goto out; }
     if (is_gpt2) {
         if (!(g2 = train_gpt2_model(&c, ckpt, data))) goto out;
     } else if (ckpt[0] || c.init) {
         if (toy_llama_load(ckpt[0] ? ckpt : c.init, true, &m)) { fprintf(stderr, "toy train: %s\n", toy_last_error()); goto out; }
         if (ckpt[0] && c.warm && warm_resume(m, tok, c.warm, state)) goto out;
     } else {
-        struct toy_llama_config mc = toy_llama_preset(c.preset);
+        struct toy_llama_config mc = llama_config(&c, toy_data_vocab(data));
         if (!mc.d_model) { fprintf(stderr, "toy train: unknown preset '%s'\n", c.preset); goto out; }
-        if (c.dim) mc.d_model = c.dim;
-        if (c.layers) mc.n_layers = c.layers;
-        if (c.heads) mc.n_heads = c.heads;
-        mc.n_kv_heads = c.kv_heads ? c.kv_heads : c.heads ? c.heads : mc.n_kv_heads;
-        if (c.ff) mc.d_ff = c.ff;
-        mc.vocab = toy_data_vocab(data);
-        if (mc.max_ctx < c.ctx) mc.max_ctx = c.ctx;
         if (!(m = toy_llama_new(&mc, c.o.seed))) { fprintf(stderr, "toy train: %s\n", toy_last_error()); goto out; }
         struct toy_warm_start_report wr;
         if (c.warm && toy_llama_warm_start(m, tok, c.warm, &wr)) { fprintf(stderr, "toy train: %s\n", toy_last_error()); goto out; }
@@ -401,14 +462,27 @@ int toy_cmd_train(int argc, char **argv) {
                     (long long)wr.model_d, wr.learned ? ", learned projection from the PCA" : wr.projected ? ", PCA" : "");
     }
 
+    {
+        /* without a tokenizer to match the ids against, the model's own vocabulary must be the data's */
+        int64_t mv = g2 ? g2->cfg.vocab : m->cfg.vocab;
+        if (!tok && toy_data_vocab(data) != mv) {
+            fprintf(stderr, "toy train: %s holds ids of a %lld-token vocabulary, the model (%s) has %lld: its rows "
+                    "would be trained as other tokens\n", c.data, (long long)toy_data_vocab(data),
+                    ckpt[0] ? ckpt : c.init ? c.init : "new", (long long)mv);
+            goto out;
+        }
+    }
+
     /* ---- the run bundle ---- */
+    /* from here on a stop request ends the run with a checkpoint and run_end */
+    toy_cli_stop_signals_install();
     if (!run_dir[0] && rank == 0) { /* rank 0 writes the run bundle */
         if (c.out) {
             snprintf(run_dir, sizeof run_dir, "%s", c.out);
             const char *slash = strrchr(c.out, '/');
-            snprintf(run_id, sizeof run_id, "%s", slash && slash[1] ? slash + 1 : c.out);
-            if (toy_mkdir_p(run_dir)) { fprintf(stderr, "toy train: %s\n", toy_last_error()); goto out; }
-        } else if (toy_run_create(c.runs, NULL, is_gpt2 ? "gpt2" : "llama", run_id, sizeof run_id, run_dir, sizeof run_dir)) {
+            snprintf(run_id, sizeof run_id, "%s", slash && slash[1] ? slash + 1 : c.out); /* claimed above */
+        } else if (toy_run_create(c.runs, NULL, is_gpt2 ? "gpt2" : "llama", run_id, sizeof run_id, run_dir, sizeof run_dir) ||
+                   toy_run_claim(run_dir, false, &run_lock)) {
             fprintf(stderr, "toy train: %s\n", toy_last_error());
             goto out;
         }
@@ -484,13 +558,10 @@ int toy_cmd_train(int argc, char **argv) {
     if (c.json) pu.pb.tty = false;
     if (toy_trainer_step(tr) > 0) pu.pb.total = c.o.steps;
     toy_trainer_on_step(tr, toy_progress_on_step, &pu);
-    signal(SIGINT, on_sigint);
-    signal(SIGTERM, on_sigint);
     struct toy_train_result res;
     enum toy_status st = toy_trainer_run(tr, &res);
     dp_consistent = res.reason == TOY_RUN_ABORTED;
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
+    toy_cli_stop_signals_restore();
     toy_progress_finish(&pu.pb);
     const char *reason = toy_run_reason_str(res.reason);
     if (c.json) {
@@ -521,6 +592,7 @@ out:
     toy_data_free(data);
     json_decref(c.keep);
     toy_tokenizer_free(tok);
+    toy_run_release(run_lock);
     if (rc == 1 && world > 1 && !dp_consistent && !toy_collective_broken(coll)) {
         /* a failure of this rank alone: the others would wait for it, so end the job now */
         fprintf(stderr, "toy train: rank %d of %d failed: ending the job\n", rank, world);

@@ -7,6 +7,7 @@
  * a seeded --heldout fraction is split off for evaluation. */
 #include <errno.h>
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -15,18 +16,15 @@
 #include <unistd.h>
 
 #include "progress.h"
+#include "stop-signals.h"
+#include "flags.h"
 #include "json-out.h"
+#include "paths.h"
 #include "toy/classify.h"
 #include "toy/run-dir.h"
 #include "toy/toy.h"
 #include "train-vit.h"
 
-static volatile sig_atomic_t stop_flag;
-static void on_sigint(int sig) {
-    (void)sig;
-    if (stop_flag) _exit(130);
-    stop_flag = 1;
-}
 
 static int usage(void) {
     fprintf(stderr,
@@ -87,41 +85,39 @@ static void vcfg_from_json(struct vcfg *c, json_t *j) {
 }
 
 static int parse(int argc, char **argv, struct vcfg *c, bool *given_steps) {
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 1; }
-        if (!strcmp(a, "--json")) { c->json = true; continue; }
-        if (!strcmp(a, "--flip")) { c->o.aug.flip = true; continue; }
-        if (i + 1 >= argc) { fprintf(stderr, "toy train: %s needs a value\n", a); return 2; }
-        const char *v = argv[++i];
-        char *end;
-        double x = strtod(v, &end);
-        bool num = *v && !*end;
-#define S(flag, field) if (!strcmp(a, flag)) { c->field = v; continue; }
-        S("--data", data) S("--test", test) S("--preset", preset) S("--runs", runs) S("--out", out)
-        S("--resume", resume)
-#undef S
-        if (!strcmp(a, "--arch")) continue;
-        if (!strcmp(a, "--schedule")) {
-            int k = toy_lr_kind_from_name(v);
-            if (k < 0) { fprintf(stderr, "toy train: --schedule is cosine, linear or constant\n"); return 2; }
-            c->o.schedule = (enum toy_lr_kind)k;
-            continue;
-        }
-        if (!num || !isfinite(x) || x < 0) { fprintf(stderr, "toy train: bad value '%s' for %s\n", v, a); return 2; }
-#define N(flag, field, type) if (!strcmp(a, flag)) { c->field = (type)x; continue; }
-        N("--image-size", image_size, int64_t) N("--patch", patch, int64_t) N("--dim", dim, int64_t)
-        N("--layers", layers, int64_t) N("--heads", heads, int64_t) N("--ff", ff, int64_t)
-        N("--heldout", heldout, double) N("--threads", threads, int) N("--log-every", log_every, int)
-        N("--batch", o.batch, int64_t) N("--lr", o.lr, float) N("--lr-min", o.lr_min, float)
-        N("--warmup", o.warmup, int64_t) N("--wd", o.weight_decay, float) N("--beta1", o.beta1, float)
-        N("--beta2", o.beta2, float) N("--clip", o.clip, float) N("--seed", o.seed, uint64_t)
-        N("--eval-every", o.eval_every, int64_t) N("--ckpt-every", o.ckpt_every, int64_t)
-        N("--crop-pad", o.aug.crop_pad, int32_t)
-#undef N
-        if (!strcmp(a, "--steps")) { c->o.steps = (int64_t)x; *given_steps = true; continue; }
-        fprintf(stderr, "toy train: unknown flag %s for --arch vit\n", a);
-        return usage();
+    const char *schedule = NULL, *arch = NULL;
+    const double big = 1e12, dim = 1048576;
+    const struct toy_cli_flag flags[] = {
+        TOY_FLAG_S("--data", &c->data), TOY_FLAG_S("--test", &c->test), TOY_FLAG_S("--preset", &c->preset),
+        TOY_FLAG_S("--runs", &c->runs), TOY_FLAG_S("--out", &c->out), TOY_FLAG_S("--resume", &c->resume),
+        TOY_FLAG_S("--arch", &arch), TOY_FLAG_S("--schedule", &schedule), TOY_FLAG_B("--json", &c->json),
+        TOY_FLAG_B("--flip", &c->o.aug.flip),
+        TOY_FLAG_N("--image-size", TOY_CLI_I64, &c->image_size, 0, 65536),
+        TOY_FLAG_N("--patch", TOY_CLI_I64, &c->patch, 0, 65536), TOY_FLAG_N("--dim", TOY_CLI_I64, &c->dim, 0, dim),
+        TOY_FLAG_N("--layers", TOY_CLI_I64, &c->layers, 0, 65536),
+        TOY_FLAG_N("--heads", TOY_CLI_I64, &c->heads, 0, 65536), TOY_FLAG_N("--ff", TOY_CLI_I64, &c->ff, 0, 16 * dim),
+        TOY_FLAG_OPEN("--heldout", TOY_CLI_F64, &c->heldout, 0, 1),
+        TOY_FLAG_N("--threads", TOY_CLI_INT, &c->threads, 0, 4096),
+        TOY_FLAG_N("--log-every", TOY_CLI_INT, &c->log_every, 0, INT32_MAX),
+        TOY_FLAG_N("--batch", TOY_CLI_I64, &c->o.batch, 1, dim), TOY_FLAG_N("--lr", TOY_CLI_F32, &c->o.lr, 0, 1e30),
+        TOY_FLAG_N("--lr-min", TOY_CLI_F32, &c->o.lr_min, 0, 1e30),
+        TOY_FLAG_N("--warmup", TOY_CLI_I64, &c->o.warmup, 0, big),
+        TOY_FLAG_N("--wd", TOY_CLI_F32, &c->o.weight_decay, 0, 1e30),
+        TOY_FLAG_OPEN("--beta1", TOY_CLI_F32, &c->o.beta1, 0, 1), TOY_FLAG_OPEN("--beta2", TOY_CLI_F32, &c->o.beta2, 0, 1),
+        TOY_FLAG_N("--clip", TOY_CLI_F32, &c->o.clip, 0, 1e30), TOY_FLAG_U("--seed", &c->o.seed),
+        TOY_FLAG_N("--eval-every", TOY_CLI_I64, &c->o.eval_every, 0, big),
+        TOY_FLAG_N("--ckpt-every", TOY_CLI_I64, &c->o.ckpt_every, 0, big),
+        TOY_FLAG_N("--crop-pad", TOY_CLI_I32, &c->o.aug.crop_pad, 0, 65536),
+        TOY_FLAG_NG("--steps", TOY_CLI_I64, &c->o.steps, 0, big, given_steps),
+        TOY_FLAG_END,
+    };
+    int rc = toy_cli_parse("train --arch vit", argc, argv, flags, NULL, 0, NULL);
+    if (rc == 1) usage();
+    if (rc) return rc;
+    if (schedule) {
+        int k = toy_lr_kind_from_name(schedule);
+        if (k < 0) { fprintf(stderr, "toy train: --schedule is cosine, linear or constant, not '%s'\n", schedule); return 2; }
+        c->o.schedule = (enum toy_lr_kind)k;
     }
     return 0;
 }
@@ -174,6 +170,7 @@ int toy_train_vit(int argc, char **argv) {
     if (rc) return rc == 1 ? 0 : rc;
     char run_dir[1024] = "", run_id[1024] = "", ckpt[1600] = "", state[1700] = "";
     struct vcfg cli = c;
+    int run_lock = -1; /* toy_run_claim's: one process writes a run */
     if (c.resume) {
         char path[1200];
         snprintf(path, sizeof path, "%s/train.json", c.resume);
@@ -182,6 +179,11 @@ int toy_train_vit(int argc, char **argv) {
         if (!j) { fprintf(stderr, "toy train: cannot resume: %s: %s\n", path, err.text); return 1; }
         vcfg_from_json(&c, j);
         json_decref(j);
+        if (toy_run_claim(c.resume, false, &run_lock)) {
+            fprintf(stderr, "toy train: cannot resume: %s\n", toy_last_error());
+            json_decref(c.keep);
+            return 1;
+        }
         if (given_steps) c.o.steps = cli.o.steps;
         snprintf(run_dir, sizeof run_dir, "%s", c.resume);
         const char *slash = strrchr(run_dir, '/');
@@ -194,7 +196,12 @@ int toy_train_vit(int argc, char **argv) {
         snprintf(ckpt, sizeof ckpt, "%s/weights/%s", run_dir, target);
         snprintf(state, sizeof state, "%.*s.state.gguf", (int)(strlen(ckpt) - 5), ckpt); /* step_N.state.gguf */
     }
-    c.o.stop = &stop_flag;
+    char abs_data[PATH_MAX], abs_test[PATH_MAX];
+    if (!c.resume) { /* train.json keeps them, and --resume may run from another folder */
+        c.data = toy_cli_abspath(c.data, abs_data, sizeof abs_data);
+        c.test = toy_cli_abspath(c.test, abs_test, sizeof abs_test);
+    }
+    c.o.stop = &toy_cli_stop;
     if (!c.data) { fprintf(stderr, "toy train: --data IMAGES is required\n"); return usage(); }
 
     struct toy_vit *m = NULL;
@@ -203,7 +210,13 @@ int toy_train_vit(int argc, char **argv) {
     struct toy_classifier *tr = NULL;
     rc = 1;
     struct toy_vit_config vc = toy_vit_preset(c.preset);
-    if (!vc.d_model) { fprintf(stderr, "toy train: unknown ViT preset '%s' (mnist, small-cpu, tiny)\n", c.preset); return 1; }
+    if (!vc.d_model) { fprintf(stderr, "toy train: unknown ViT preset '%s' (mnist, small-cpu, tiny)\n", c.preset); return 2; }
+    /* a new run's folder: claimed once the flags are known good, before any slow work, so that an old run
+     * there is refused at once */
+    if (!c.resume && c.out && toy_run_claim(c.out, true, &run_lock)) {
+        fprintf(stderr, "toy train: --out %s\n", toy_last_error());
+        return 1;
+    }
     if (c.image_size) vc.image_h = vc.image_w = c.image_size;
     if (c.patch) vc.patch = c.patch;
     if (c.dim) vc.d_model = c.dim;
@@ -229,13 +242,14 @@ int toy_train_vit(int argc, char **argv) {
         fprintf(stderr, "toy train: %s\n", toy_last_error());
         goto out;
     }
+    toy_cli_stop_signals_install(); /* from here on a stop request ends the run with a checkpoint and run_end */
     if (!run_dir[0]) {
         if (c.out) {
             snprintf(run_dir, sizeof run_dir, "%s", c.out);
             const char *slash = strrchr(c.out, '/');
-            snprintf(run_id, sizeof run_id, "%s", slash && slash[1] ? slash + 1 : c.out);
-            if (toy_mkdir_p(run_dir)) { fprintf(stderr, "toy train: %s\n", toy_last_error()); goto out; }
-        } else if (toy_run_create(c.runs, NULL, "vit", run_id, sizeof run_id, run_dir, sizeof run_dir)) {
+            snprintf(run_id, sizeof run_id, "%s", slash && slash[1] ? slash + 1 : c.out); /* claimed above */
+        } else if (toy_run_create(c.runs, NULL, "vit", run_id, sizeof run_id, run_dir, sizeof run_dir) ||
+                   toy_run_claim(run_dir, false, &run_lock)) {
             fprintf(stderr, "toy train: %s\n", toy_last_error());
             goto out;
         }
@@ -284,16 +298,13 @@ int toy_train_vit(int argc, char **argv) {
     toy_progress_start(&pu.pb, "train", c.o.steps, "img/s");
     if (cli.json) pu.pb.tty = false;
     toy_classifier_on_step(tr, on_step, &pu);
-    signal(SIGINT, on_sigint);
-    signal(SIGTERM, on_sigint);
     struct toy_classify_result res;
     enum toy_status st = toy_classifier_run(tr, &res);
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
+    toy_cli_stop_signals_restore();
     toy_progress_finish(&pu.pb);
     toy_events_run_end(ev, &(struct toy_run_end){.reason = res.reason, .error = st ? toy_last_error() : NULL,
                                                  .final_step = res.final_step, .final_loss = res.final_loss,
-                                                 .exit_code = st ? 1 : 0});
+                                                 .exit_code = st ? 1 : toy_run_reason_exit_code(res.reason)});
     if (cli.json) {
         json_t *j = json_pack("{s:s,s:s,s:s,s:I,s:o,s:o,s:o,s:s,s:s,s:f,s:f}", "format", "toy/train-v1", "run_id",
                               run_id, "run_dir", run_dir, "steps", (json_int_t)res.final_step, "final_loss",
@@ -319,5 +330,6 @@ out:
     toy_images_free(train);
     toy_images_free(test);
     json_decref(c.keep);
+    toy_run_release(run_lock);
     return rc;
 }

@@ -117,7 +117,7 @@ Test(data, corrupt_files_give_clear_errors) {
     expect_fail(tmp("missing.bin"), TOY_ERR_IO, "missing.bin", NULL);
     expect_fail(write_bytes("empty.bin", b, 0), TOY_ERR_FORMAT, "0 bytes", "header");
     expect_fail(write_bytes("short.bin", b, 19), TOY_ERR_FORMAT, "19 bytes", "header");
-    expect_fail(dir, TOY_ERR_FORMAT, "header", NULL); /* a directory */
+    expect_fail(dir, TOY_ERR_FORMAT, "is a directory", NULL); /* it was "4096 bytes, shorter than the header" */
     /* truncated: the header promises 1000 ids, 999.5 are there */
     expect_fail(write_bytes("trunc.bin", b, n - 2), TOY_ERR_FORMAT, "count 1000 at offset 12", "truncated");
     /* trailing bytes */
@@ -347,6 +347,36 @@ Test(data, heldout_windows_cover_the_tail_once) {
     cr_expect_eq(toy_data_eval_windows(e), 0);
     cr_expect_eq(toy_data_train_tokens(e), n);
     toy_data_free(d), toy_data_free(e);
+    free(ids);
+}
+
+/* eval_only (toy eval without --heldout): the whole stream is the held-out
+ * part, however short, down to one window; it used to be asked for as a
+ * held-out fraction of 0.999999, which left a one-token training part that
+ * the loader refuses. */
+Test(data, eval_only_makes_the_whole_stream_the_heldout_part) {
+    const int64_t n = 1000, B = 4, T = 10;
+    int32_t *ids = iota(n);
+    struct toy_data_opts o = {.batch = B, .ctx = T, .eval_only = true};
+    struct toy_data *d;
+    cr_assert_eq(toy_data_from_ids(ids, n, n, &o, &d), TOY_OK, "%s", toy_last_error());
+    cr_expect_eq(toy_data_train_tokens(d), 0);
+    cr_expect_eq(toy_data_heldout_tokens(d), n);
+    cr_expect_eq(toy_data_eval_windows(d), 99); /* (1000 - 1) / 10 */
+    int32_t x[40], y[40];
+    cr_expect_eq(toy_data_eval_batch(d, 0, x, y, -100), B);
+    cr_expect_eq(x[0], 0, "the first window starts at the first token");
+    cr_expect_eq(y[0], 1);
+    toy_data_free(d);
+    /* a file of exactly one window, and one token short of it */
+    const char *p = tmp("eval-only.bin");
+    cr_assert_eq(toy_token_file_write(p, 100, ids, T + 1), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(toy_data_open(p, &o, &d), TOY_OK, "%s", toy_last_error());
+    cr_expect_eq(toy_data_eval_windows(d), 1);
+    toy_data_free(d);
+    cr_assert_eq(toy_token_file_write(p, 100, ids, T), TOY_OK);
+    cr_expect_eq(toy_data_open(p, &o, &d), TOY_ERR_RANGE);
+    cr_expect(strstr(toy_last_error(), "shorter than one window"), "%s", toy_last_error());
     free(ids);
 }
 

@@ -18,6 +18,9 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <sys/wait.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include "toy/events.h"
@@ -481,6 +484,100 @@ Test(events, reader_skips_torn_lines_and_unknown_kinds) {
     free(d);
 }
 
+struct times {
+    int n;
+    double t[16];
+};
+
+static int collect_t(const char *kind, json_t *e, void *user) {
+    struct times *s = user;
+    if (s->n < 16) s->t[s->n++] = json_number_value(json_object_get(e, "t"));
+    return 0;
+}
+
+/* A resumed run appends a segment whose clock continues from the file's
+ * last t (it restarted at 0, so t went back down the file, against
+ * docs/events.md); a torn tail after the last event is not read as one. */
+Test(events, appended_segment_continues_the_clock) {
+    char *d = tmpdir(), path[PATH_MAX];
+    pf(path, sizeof path, "%s/events.jsonl", d);
+    write_file(path, "{\"kind\":\"run_start\",\"t\":0.0,\"schema\":\"toy/v1\"}\n"
+                     "{\"kind\":\"step\",\"t\":40.0,\"step\":1}\n"
+                     "{\"kind\":\"run_end\",\"t\":41.25,\"reason\":\"interrupted\"}\n"
+                     "{\"kind\":\"step\",\"t\":99.0,\"st");
+    struct toy_events *ev;
+    cr_assert_eq(toy_events_open(path, TOY_EVENTS_APPEND, &ev), TOY_OK);
+    cr_expect(toy_events_now(ev) >= 41.25 && toy_events_now(ev) < 46, "now %g", toy_events_now(ev));
+    cr_assert_eq(toy_events_run_start(ev, &(struct toy_run_start){.no_git = true}), TOY_OK);
+    cr_assert_eq(toy_events_step(ev, &(struct toy_step_event){.step = 2, .loss = 1}), TOY_OK);
+    cr_assert_eq(toy_events_run_end(ev, &(struct toy_run_end){.final_step = 2}), TOY_OK);
+    toy_events_close(ev);
+    struct times s = {0};
+    cr_assert_eq(toy_events_read(path, collect_t, &s, NULL), TOY_OK);
+    cr_assert_eq(s.n, 6);
+    for (int i = 1; i < s.n; i++) cr_expect_geq(s.t[i], s.t[i - 1], "event %d: t %g after %g", i, s.t[i], s.t[i - 1]);
+    cr_expect_lt(s.t[5], 46);
+    /* a fresh (truncated) stream starts at 0 */
+    cr_assert_eq(toy_events_open(path, TOY_EVENTS_TRUNCATE, &ev), TOY_OK);
+    cr_expect_lt(toy_events_now(ev), 5);
+    toy_events_close(ev);
+    rm_rf(d);
+    free(d);
+}
+
+/* A disk that fills up (a file-size limit stands in: writes past it fail
+ * with EFBIG, as ENOSPC would): the failed event is an error for its
+ * caller, leaves no torn line, and is reported on stderr once; writing
+ * goes on when there is room again. */
+Test(events, a_failed_write_warns_once_and_leaves_no_torn_line) {
+    char *d = tmpdir(), path[PATH_MAX], errp[PATH_MAX];
+    pf(path, sizeof path, "%s/events.jsonl", d);
+    pf(errp, sizeof errp, "%s/stderr.txt", d);
+    struct toy_events *ev;
+    cr_assert_eq(toy_events_open(path, TOY_EVENTS_TRUNCATE, &ev), TOY_OK);
+    cr_assert_eq(toy_events_run_start(ev, &(struct toy_run_start){.no_git = true}), TOY_OK);
+    struct stat sb;
+    cr_assert_eq(stat(path, &sb), 0);
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit old, lim;
+    getrlimit(RLIMIT_FSIZE, &old);
+    lim = old;
+    lim.rlim_cur = (rlim_t)sb.st_size + 10; /* room for part of the next line */
+    cr_assert_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    fflush(stderr);
+    int saved = dup(2), fd = open(errp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 2);
+    enum toy_status st1 = toy_events_step(ev, &(struct toy_step_event){.step = 1, .loss = 2.5f});
+    enum toy_status st2 = toy_events_step(ev, &(struct toy_step_event){.step = 2, .loss = 2.5f});
+    fflush(stderr);
+    dup2(saved, 2);
+    close(fd);
+    close(saved);
+    setrlimit(RLIMIT_FSIZE, &old);
+    cr_expect_eq(st1, TOY_ERR_IO);
+    cr_expect_eq(st2, TOY_ERR_IO);
+    struct stat after;
+    cr_assert_eq(stat(path, &after), 0);
+    cr_expect_eq(after.st_size, sb.st_size, "a torn line was left: %lld bytes, was %lld", (long long)after.st_size,
+                 (long long)sb.st_size);
+    char *err = slurp(errp);
+    cr_expect(strstr(err, "cannot write events") && strstr(err, "events.jsonl"), "stderr: %s", err);
+    char *second = strstr(err, "cannot write events");
+    cr_expect(second && !strstr(second + 1, "cannot write events"), "warned more than once: %s", err);
+    free(err);
+    /* room again: the stream goes on */
+    cr_expect_eq(toy_events_step(ev, &(struct toy_step_event){.step = 3, .loss = 2.5f}), TOY_OK);
+    cr_expect_eq(toy_events_run_end(ev, &(struct toy_run_end){.final_step = 3}), TOY_OK);
+    toy_events_close(ev);
+    struct toy_events_stats es;
+    struct times seen = {0};
+    cr_expect_eq(toy_events_read(path, collect_t, &seen, &es), TOY_OK);
+    cr_expect_eq(es.torn, 0);
+    cr_expect_eq(es.events, 3);
+    rm_rf(d);
+    free(d);
+}
+
 /* ---- git provenance ------------------------------------------------------------------- */
 
 #define SHA1 "0123456789abcdef0123456789abcdef01234567"
@@ -675,6 +772,34 @@ static char *run_cmd(const char *cmd, int *rc) {
     out[len] = 0;
     *rc = pclose(p);
     return out;
+}
+
+/* toy_run_claim: one claim at a time on a run folder (flock: two open
+ * descriptions conflict even within one process), a fresh run only in a
+ * new or empty folder, and the lock goes with its descriptor. */
+Test(events, run_claim_is_exclusive_and_fresh_needs_an_empty_folder) {
+    char *d = tmpdir(), run[PATH_MAX], file[PATH_MAX];
+    pf(run, sizeof run, "%s/runs/r1", d);
+    int a = -1, b = -1;
+    cr_assert_eq(toy_run_claim(run, true, &a), TOY_OK, "%s", toy_last_error()); /* made, with its parents */
+    cr_expect_geq(a, 0);
+    cr_expect_eq(toy_run_claim(run, false, &b), TOY_ERR_STATE);
+    cr_expect_eq(b, -1);
+    char pid[32];
+    pf(pid, sizeof pid, "pid %ld", (long)getpid());
+    cr_expect(strstr(toy_last_error(), pid), "%s", toy_last_error());
+    toy_run_release(a);
+    cr_assert_eq(toy_run_claim(run, true, &a), TOY_OK, "the lock file alone does not make it a run: %s", toy_last_error());
+    toy_run_release(a);
+    pf(file, sizeof file, "%s/events.jsonl", run);
+    write_file(file, "");
+    cr_expect_eq(toy_run_claim(run, true, &a), TOY_ERR_STATE);
+    cr_expect(strstr(toy_last_error(), "events.jsonl") && strstr(toy_last_error(), "--resume"), "%s", toy_last_error());
+    cr_assert_eq(toy_run_claim(run, false, &a), TOY_OK, "%s", toy_last_error()); /* what --resume does */
+    toy_run_release(a);
+    toy_run_release(-1);
+    rm_rf(d);
+    free(d);
 }
 
 Test(events, toy_runs_lists_runs) {

@@ -24,7 +24,10 @@
  * message naming the file, the field or token index, and the byte offset.
  *
  * Split: the last floor(count * heldout) tokens are held out; training rows
- * never read them, evaluation reads nothing else.
+ * never read them, evaluation reads nothing else. With opts.eval_only the
+ * whole stream is the held-out part (what `toy eval` reads without
+ * --heldout): there are no training rows, heldout is ignored, and
+ * toy_data_next_batch must not be called.
  *
  * Training batches: a row is T+1 consecutive tokens starting at a uniformly
  * random offset in the training part (inputs x = the first T, targets y =
@@ -51,6 +54,7 @@
 #ifndef TOY_DATA_H
 #define TOY_DATA_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "toy/rng.h"
@@ -70,6 +74,7 @@ struct toy_data_opts {
     double heldout; /* fraction of the stream held out at the end, in [0, 1) */
     uint64_t seed;
     int rank, world; /* this process among `world` (world 0 means 1) */
+    bool eval_only;  /* every token is held out, for evaluation alone (no training part) */
 };
 
 /* Everything that decides the batches still to come: save it with a
@@ -90,7 +95,8 @@ struct toy_data;
 
 /* Opens a TOYT token file by mmap and validates it (see above). Also checks
  * that the training part holds at least T+1 tokens and the held-out part,
- * if heldout > 0, at least one window (T+1 tokens). Errors: TOY_ERR_IO,
+ * if heldout > 0, at least one window (T+1 tokens); with eval_only, that
+ * the whole stream holds one window. Errors: TOY_ERR_IO,
  * TOY_ERR_FORMAT, TOY_ERR_UNSUPPORTED (version), TOY_ERR_RANGE (an id >=
  * vocab, a split too small), TOY_ERR_INVALID_ARG (opts). */
 enum toy_status toy_data_open(const char *path, const struct toy_data_opts *o, struct toy_data **out);
@@ -110,7 +116,7 @@ int64_t toy_data_heldout_tokens(const struct toy_data *d); /* the held-out part:
 /* All ids (host order; each < vocab), count of them. Valid until free. */
 const uint32_t *toy_data_ids(const struct toy_data *d);
 
-/* Draws the next training batch: x and y are (B, T) row-major (row b at
+/* Draws the next training batch (never with eval_only): x and y are (B, T) row-major (row b at
  * x + b*T: the layout of an I32 tensor {T, B}); y[b*T + t] is the token that
  * follows x[b*T + t]. */
 void toy_data_next_batch(struct toy_data *d, int32_t *x, int32_t *y);

@@ -28,7 +28,7 @@
  * write() of the whole line including its '\n' (O_APPEND), so a reader or a
  * crash never sees half of a line followed by another event, and `tail -f`
  * sees every event as soon as it is emitted (no stdio buffer). `t` never
- * decreases within a stream. The handle enforces the order: nothing before
+ * decreases down the file, appended segments included. The handle enforces the order: nothing before
  * run_start (TOY_ERR_STATE), nothing after run_end. Non-finite numbers (a NaN
  * loss) are written as `null`. Reals are written with at most 15 significant
  * digits; a value that is exactly a float (loss, lr from a float) is written
@@ -69,7 +69,8 @@ enum toy_events_mode {
 /* Opens (creating the parent directories, mode 0755) the stream at `path`.
  * In append mode a last line without its newline (a torn tail) is closed
  * with one, so the next event starts on a line of its own. The clock `t`
- * starts now. Errors: TOY_ERR_INVALID_ARG (NULL path), TOY_ERR_IO. */
+ * starts now, at 0 for a fresh stream and, in append mode, at the t of the
+ * file's last event (so t never decreases down the file). Errors: TOY_ERR_INVALID_ARG (NULL path), TOY_ERR_IO. */
 enum toy_status toy_events_open(const char *path, enum toy_events_mode mode, struct toy_events **out);
 
 /* Closes the file (fdatasync first). Does not write run_end: a stream closed
@@ -161,12 +162,17 @@ enum toy_run_reason {
 /* "completed", "interrupted", "aborted", "errored". */
 const char *toy_run_reason_str(enum toy_run_reason r);
 
+/* The exit status of a command whose run ended so, and what run_end's
+ * exit_code says: 0 completed, 130 interrupted (what a shell reports for
+ * Ctrl-C), 1 aborted or errored. */
+int toy_run_reason_exit_code(enum toy_run_reason r);
+
 struct toy_run_end {
     enum toy_run_reason reason;
     const char *error;   /* what went wrong (aborted/errored); NULL: null */
     int64_t final_step;  /* the last optimizer step completed */
     double final_loss;   /* its loss; non-finite: null */
-    int exit_code;       /* the process exit code: 0 ok, 1 failure, 2+ usage */
+    int exit_code;       /* the process exit code: 0 ok, 1 failure, 2 usage, 130 interrupted */
     json_t *extra;       /* more keys (quality_gate{...}); NULL: none */
 };
 

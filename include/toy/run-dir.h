@@ -24,6 +24,7 @@
 #ifndef TOY_RUN_DIR_H
 #define TOY_RUN_DIR_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <time.h>
 
@@ -61,6 +62,24 @@ enum toy_status toy_run_create(const char *runs_dir, const char *tmpl, const cha
  * over the old link, so a reader sees the old or the new link, never none.
  * Errors: TOY_ERR_INVALID_ARG (no file name), TOY_ERR_IO. */
 enum toy_status toy_run_link_latest(const char *checkpoint_path);
+
+/* The lock file toy_run_claim keeps in a run folder. */
+#define TOY_RUN_LOCK_FILE ".lock"
+
+/* Claims the run folder dir for this process, so that two processes never
+ * write one run (two `--resume` at once): creates dir if missing (mkdir
+ * -p) and takes an exclusive lock on dir/.lock (flock; it holds this
+ * process's pid), held until toy_run_release or until the process ends.
+ * fresh: the folder is for a new run and must be new or empty (the lock
+ * file aside), since a new run's files would replace or mix with an old
+ * run's. Writes the lock's descriptor to *lock_fd (-1 on failure).
+ * Errors: TOY_ERR_STATE (another process holds the lock: the message
+ * names its pid; fresh and not empty: the message names an entry and
+ * suggests --resume), TOY_ERR_IO. */
+enum toy_status toy_run_claim(const char *dir, bool fresh, int *lock_fd);
+
+/* Releases a claim (closes the descriptor); -1 is a no-op. */
+void toy_run_release(int lock_fd);
 
 #ifdef __cplusplus
 }

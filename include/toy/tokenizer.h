@@ -111,7 +111,8 @@ struct toy_tokenizer_spec {
 enum toy_status toy_tokenizer_init(const struct toy_tokenizer_spec *spec, struct toy_tokenizer **out);
 void toy_tokenizer_free(struct toy_tokenizer *tok);
 
-/* Loads from `path`: a .gguf, a tokenizer.json (tokenizer_config.json beside
+/* Loads from `path`: a GGUF (known by its magic bytes, whatever its name: a
+ * run's weights/latest has no suffix), a tokenizer.json (tokenizer_config.json beside
  * it is read too), a directory holding tokenizer.json / tokenizer.model /
  * encoder.json+vocab.bpe / vocab.json+merges.txt, a SentencePiece .model, or a
  * llama2.c .bin. A directory with both tokenizer.model (SentencePiece) and a

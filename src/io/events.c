@@ -35,6 +35,7 @@ struct toy_events {
     double t0;      /* CLOCK_MONOTONIC seconds at open */
     double last_t;  /* t of the last event written */
     int state;
+    bool warned;    /* a failed write was reported on stderr (once a stream) */
     pthread_mutex_t mu;
 };
 
@@ -45,6 +46,33 @@ static double mono_seconds(void) {
 }
 
 /* ---- open / close ------------------------------------------------------------ */
+
+/* The t of the last event in the file (0 if none): the last line, among
+ * those in the final 64 KiB, that parses as an object with a number t. */
+static double last_t_in(int fd) {
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || sb.st_size <= 0) return 0;
+    size_t n = sb.st_size < 65536 ? (size_t)sb.st_size : 65536;
+    char *buf = malloc(n);
+    double t = 0;
+    ssize_t got = buf ? pread(fd, buf, n, sb.st_size - (off_t)n) : -1;
+    for (ssize_t end = got; end > 0;) {
+        while (end > 0 && buf[end - 1] == '\n') end--;
+        ssize_t start = end;
+        while (start > 0 && buf[start - 1] != '\n') start--;
+        if (start == 0 && got == (ssize_t)n && (off_t)n < sb.st_size) break; /* a line cut by the window */
+        json_t *o = json_loadb(buf + start, (size_t)(end - start), 0, NULL);
+        json_t *jt = json_object_get(o, "t");
+        bool ok = json_is_object(o) && json_is_string(json_object_get(o, "kind")) && json_is_number(jt) &&
+                  isfinite(json_number_value(jt)) && json_number_value(jt) >= 0;
+        if (ok) t = json_number_value(jt);
+        json_decref(o);
+        if (ok) break;
+        end = start;
+    }
+    free(buf);
+    return t;
+}
 
 enum toy_status toy_events_open(const char *path, enum toy_events_mode mode, struct toy_events **out) {
     *out = NULL;
@@ -81,7 +109,10 @@ enum toy_status toy_events_open(const char *path, enum toy_events_mode mode, str
         return toy_error(TOY_ERR_NOMEM, "events: out of memory");
     }
     ev->fd = fd;
-    ev->t0 = mono_seconds();
+    /* an appended segment's clock continues from the file's last t, so that
+     * t never decreases down the file (the time between segments is not counted) */
+    ev->last_t = mode == TOY_EVENTS_APPEND ? last_t_in(fd) : 0;
+    ev->t0 = mono_seconds() - ev->last_t;
     ev->state = ST_FRESH;
     pthread_mutex_init(&ev->mu, NULL);
     *out = ev;
@@ -212,11 +243,23 @@ static enum toy_status write_event(struct toy_events *ev, json_t *o, bool ok, in
         json_dumpb(o, buf, n, flags);
     }
     buf[n++] = '\n';
+    off_t before = lseek(ev->fd, 0, SEEK_END); /* where the line starts (O_APPEND: the end) */
     for (size_t off = 0; off < n;) {
         ssize_t w = write(ev->fd, buf + off, n - off);
         if (w < 0 && errno == EINTR) continue;
         if (w <= 0) {
-            st = toy_error(TOY_ERR_IO, "%s: %s", ev->path, w < 0 ? strerror(errno) : "write returned 0");
+            const char *why = w < 0 ? strerror(errno) : "write returned 0";
+            st = toy_error(TOY_ERR_IO, "%s: %s", ev->path, why);
+            /* a full disk takes part of a line: cut it off, so the file ends on a whole event */
+            if (off > 0 && before >= 0 && ftruncate(ev->fd, before) != 0) {}
+            /* The producers go on without their events (a run keeps training;
+             * its checkpoints report their own errors), so say it once here
+             * rather than fail silently. */
+            if (!ev->warned) {
+                ev->warned = true;
+                fprintf(stderr, "toy: warning: cannot write events to %s (%s); going on without them, later "
+                        "failures are not reported\n", ev->path, why);
+            }
             goto out;
         }
         off += (size_t)w;
@@ -461,6 +504,10 @@ const char *toy_run_reason_str(enum toy_run_reason r) {
     case TOY_RUN_ERRORED: return "errored";
     }
     return "errored";
+}
+
+int toy_run_reason_exit_code(enum toy_run_reason r) {
+    return r == TOY_RUN_COMPLETED ? 0 : r == TOY_RUN_INTERRUPTED ? 130 : 1;
 }
 
 enum toy_status toy_events_run_end(struct toy_events *ev, const struct toy_run_end *e) {

@@ -6,7 +6,9 @@
  * Invariants: two processes creating runs at once never get the same folder
  * (mkdir is the lock; a lost race moves to the next {seq}); `latest` is
  * always either the old or the new link (symlink to a temporary name, then
- * rename(2), which replaces atomically). */
+ * rename(2), which replaces atomically); a claimed run folder is written by
+ * one process at a time (flock on its .lock, which the kernel drops when the
+ * process ends, however it ends). */
 #include "toy/run-dir.h"
 
 #include <ctype.h>
@@ -17,6 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -174,4 +178,58 @@ enum toy_status toy_run_link_latest(const char *checkpoint_path) {
         return st;
     }
     return TOY_OK;
+}
+
+/* The first entry of dir other than ., .. and the lock file, into name;
+ * false if there is none. */
+static bool first_entry(const char *dir, char *name, size_t n) {
+    DIR *d = opendir(dir);
+    if (!d) return false;
+    bool found = false;
+    for (struct dirent *e; !found && (e = readdir(d));) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || !strcmp(e->d_name, TOY_RUN_LOCK_FILE)) continue;
+        snprintf(name, n, "%s", e->d_name);
+        found = true;
+    }
+    closedir(d);
+    return found;
+}
+
+enum toy_status toy_run_claim(const char *dir, bool fresh, int *lock_fd) {
+    *lock_fd = -1;
+    enum toy_status st = toy_mkdir_p(dir);
+    if (st) return st;
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof path, "%s/%s", dir, TOY_RUN_LOCK_FILE) >= (int)sizeof path)
+        return toy_error(TOY_ERR_RANGE, "%s: path too long", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return toy_error(TOY_ERR_IO, "%s: %s", path, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int err = errno;
+        char pid[32] = "";
+        ssize_t n = pread(fd, pid, sizeof pid - 1, 0);
+        pid[n > 0 ? n : 0] = 0;
+        pid[strcspn(pid, "\n")] = 0;
+        close(fd);
+        if (err == EWOULDBLOCK)
+            return toy_error(TOY_ERR_STATE, "%s: another process%s%s%s is writing this run (it holds %s); wait for it "
+                             "to end, or stop it first", dir, pid[0] ? " (pid " : "", pid, pid[0] ? ")" : "", path);
+        return toy_error(TOY_ERR_IO, "%s: flock: %s", path, strerror(err));
+    }
+    /* the folder is ours now: a fresh run must not mix with another run's files */
+    char name[256];
+    if (fresh && first_entry(dir, name, sizeof name)) {
+        close(fd);
+        return toy_error(TOY_ERR_STATE, "%s is not empty (it holds %s): a new run would overwrite or mix with what is "
+                         "there; continue that run with --resume %s, or choose a new or empty folder", dir, name, dir);
+    }
+    char pid[32];
+    int len = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)len, 0) != len) {} /* the pid only helps the message */
+    *lock_fd = fd;
+    return TOY_OK;
+}
+
+void toy_run_release(int lock_fd) {
+    if (lock_fd >= 0) close(lock_fd); /* drops the flock */
 }

@@ -734,6 +734,16 @@ static bool ends_with(const char *s, const char *suf) {
     return a >= b && !strcmp(s + a - b, suf);
 }
 
+/* The file starts with these 4 bytes. A GGUF is known by its magic rather
+ * than its name: a run's weights/latest link has no .gguf suffix. */
+static bool has_magic(const char *p, const char magic[4]) {
+    char m[4];
+    FILE *f = fopen(p, "rb");
+    bool yes = f && fread(m, 1, 4, f) == 4 && !memcmp(m, magic, 4);
+    if (f) fclose(f);
+    return yes;
+}
+
 /* A SentencePiece .model, with the added tokens of a byte-fallback
  * tokenizer.json beside it and tokenizer_config.json's specials and chat
  * template. TOY_ERR_UNSUPPORTED when the pair is not of that kind (a
@@ -863,7 +873,7 @@ enum toy_status toy_tokenizer_load(const char *path, struct toy_tokenizer **out)
                          "vocab.json+merges.txt", path);
     }
     if (!exists(path)) return toy_error(TOY_ERR_NOT_FOUND, "%s: no such file", path);
-    if (ends_with(path, ".gguf")) return toy_tokenizer_load_gguf_file(path, out);
+    if (ends_with(path, ".gguf") || has_magic(path, "GGUF")) return toy_tokenizer_load_gguf_file(path, out);
     if (ends_with(path, ".model")) return toy_tokenizer_load_spm(path, out);
     if (ends_with(path, ".bin")) return toy_tokenizer_load_llama2c(path, out);
     if (ends_with(path, "encoder.json")) {

@@ -286,6 +286,12 @@ enum toy_status toy_classifier_run(struct toy_classifier *t, struct toy_classify
             break;
         }
         float gn = toy_optim_clip_grad_norm(t->opt, o->clip, t->tp);
+        if (!isfinite(gn)) { /* the update would make the weights non-finite: stop before it */
+            r.reason = TOY_RUN_ABORTED;
+            st = toy_error(TOY_ERR_NUMERIC, "step %lld: gradient norm is %f (loss %f): stopped before the update",
+                           (long long)t->step + 1, gn, loss);
+            break;
+        }
         float lr = toy_lr_at(&sched, t->step);
         if ((st = toy_optim_step(t->opt, lr, t->tp))) break;
         t->step++;

@@ -46,7 +46,7 @@ static enum toy_status check_opts(const struct toy_data_opts *o, const char *wha
     if (o->batch < 1 || o->ctx < 1 || o->ctx > INT64_MAX / 4 / o->batch)
         return toy_error(TOY_ERR_INVALID_ARG, "%s: batch %" PRId64 " x context %" PRId64 " (each must be >= 1)", what,
                          o->batch, o->ctx);
-    if (!(o->heldout >= 0 && o->heldout < 1))
+    if (!o->eval_only && !(o->heldout >= 0 && o->heldout < 1))
         return toy_error(TOY_ERR_INVALID_ARG, "%s: held-out fraction %g (must be in [0, 1))", what, o->heldout);
     if (world < 1 || o->rank < 0 || o->rank >= world || o->batch > INT64_MAX / world)
         return toy_error(TOY_ERR_INVALID_ARG, "%s: rank %d of world %d", what, o->rank, o->world);
@@ -58,17 +58,23 @@ static enum toy_status finish(struct toy_data *d, const struct toy_data_opts *o,
     d->o = *o;
     if (!d->o.world) d->o.world = 1;
     int64_t T = o->ctx;
-    d->n_eval = (int64_t)((double)d->n * o->heldout);
+    d->n_eval = o->eval_only ? d->n : (int64_t)((double)d->n * o->heldout);
     if (d->n_eval > d->n) d->n_eval = d->n;
     d->n_train = d->n - d->n_eval;
-    if (d->n_train < T + 1) {
+    if (o->eval_only && d->n_eval < T + 1) {
+        enum toy_status st = toy_error(TOY_ERR_RANGE, "%s: %" PRId64 " tokens, shorter than one window of T+1 = %" PRId64
+                                                      " tokens", what, d->n, T + 1);
+        toy_data_free(d);
+        return st;
+    }
+    if (!o->eval_only && d->n_train < T + 1) {
         enum toy_status st = toy_error(TOY_ERR_RANGE,
                                        "%s: the training part has %" PRId64 " tokens, a row needs T+1 = %" PRId64, what,
                                        d->n_train, T + 1);
         toy_data_free(d);
         return st;
     }
-    if (o->heldout > 0 && d->n_eval < T + 1) {
+    if (!o->eval_only && o->heldout > 0 && d->n_eval < T + 1) {
         enum toy_status st = toy_error(TOY_ERR_RANGE,
                                        "%s: the held-out %g of %" PRId64 " tokens is %" PRId64
                                        ", shorter than one window of T+1 = %" PRId64 " tokens",
@@ -93,6 +99,10 @@ enum toy_status toy_data_open(const char *path, const struct toy_data_opts *o, s
         st = toy_error(TOY_ERR_IO, "%s: %s", path, strerror(errno));
         close(fd);
         return st;
+    }
+    if (S_ISDIR(sb.st_mode)) {
+        close(fd);
+        return toy_error(TOY_ERR_FORMAT, "%s: is a directory, not a TOYT token file", path);
     }
     if (!S_ISREG(sb.st_mode) || sb.st_size < TOY_TOKEN_FILE_HEADER) {
         close(fd);
@@ -223,6 +233,8 @@ static void fill_row(const struct toy_data *d, int64_t off, int32_t *x, int32_t 
 
 void toy_data_next_batch(struct toy_data *d, int32_t *x, int32_t *y) {
     const int64_t B = d->o.batch, T = d->o.ctx, first = (int64_t)d->o.rank * B, G = B * d->o.world;
+    /* an eval_only loader has no training part: drawing from it would read past the ids */
+    TOY_ASSERT(!d->o.eval_only, "toy_data_next_batch on an eval_only loader (it has no training part)");
     const uint64_t starts = (uint64_t)(d->n_train - T); /* offsets 0 .. n_train-(T+1) */
     for (int64_t g = 0; g < G; g++) {
         int64_t off = (int64_t)toy_rng_below(&d->rng, starts);

@@ -536,6 +536,12 @@ enum toy_status toy_finetuner_run(struct toy_finetuner *f, struct toy_train_resu
             break;
         }
         float gn = toy_optim_clip_grad_norm(f->opt, o->clip, f->tp);
+        if (!isfinite(gn)) { /* the update would make the weights non-finite: stop before it (as toy train does) */
+            snprintf(err, sizeof err, "gradient norm is %s at step %lld (loss %g): stopped before the update; the "
+                     "last good weights are checkpointed", isnan(gn) ? "NaN" : "infinite", (long long)step, loss);
+            r.reason = TOY_RUN_ABORTED;
+            break;
+        }
         float lr = toy_lr_at(&f->sched, step - 1);
         if ((st = toy_optim_step(f->opt, lr, f->tp))) {
             snprintf(err, sizeof err, "%s", toy_last_error());
@@ -588,7 +594,7 @@ enum toy_status toy_finetuner_run(struct toy_finetuner *f, struct toy_train_resu
     r.final_step = f->step;
     r.final_loss = f->last_loss;
     if (res) *res = r;
-    emit_end(f, r.reason, err[0] ? err : NULL, r.reason == TOY_RUN_COMPLETED || r.reason == TOY_RUN_INTERRUPTED ? 0 : 1);
+    emit_end(f, r.reason, err[0] ? err : NULL, toy_run_reason_exit_code(r.reason));
     if (r.reason == TOY_RUN_ABORTED) return toy_error(TOY_ERR_NUMERIC, "%s", err);
     if (r.reason == TOY_RUN_ERRORED) return toy_error(st ? st : TOY_ERR_IO, "%s", err);
     return TOY_OK;

@@ -575,6 +575,15 @@ static void emit_end(struct toy_trainer *t, enum toy_run_reason reason, const ch
     toy_events_run_end(t->ev, &e);
 }
 
+/* The step event of a step stopped before its update (non-finite loss or
+ * gradient norm): steps stay dense, and the event says why (null). */
+static void emit_stopped_step(struct toy_trainer *t, int64_t step, double loss, double t0) {
+    if (!t->ev) return;
+    struct toy_step_event se = {step, loss, toy_lr_at(&t->sched, step - 1), t->B * t->T * t->o.accum * t->world,
+                                (int64_t)((now_s() - t0) * 1e6), NAN, NULL, NULL};
+    toy_events_step(t->ev, &se);
+}
+
 enum toy_status toy_trainer_run(struct toy_trainer *t, struct toy_train_result *res) {
     struct toy_train_result r = {.reason = TOY_RUN_COMPLETED, .final_eval_loss = NAN};
     double t_start = now_s();
@@ -650,12 +659,7 @@ enum toy_status toy_trainer_run(struct toy_trainer *t, struct toy_train_result *
             /* the weights are still those of the last good step */
             snprintf(err, sizeof err, "loss is %s at step %lld: stopped; the last good weights are checkpointed",
                      isnan(loss) ? "NaN" : "infinite", (long long)step);
-            if (t->ev) {
-                struct toy_step_event se = {step, NAN, toy_lr_at(&t->sched, step - 1),
-                                            t->B * t->T * t->o.accum * t->world, (int64_t)((now_s() - t0) * 1e6), NAN,
-                                            NULL, NULL};
-                toy_events_step(t->ev, &se);
-            }
+            emit_stopped_step(t, step, NAN, t0);
             r.reason = TOY_RUN_ABORTED;
             break;
         }
@@ -680,6 +684,17 @@ enum toy_status toy_trainer_run(struct toy_trainer *t, struct toy_train_result *
             gn = toy_optim_clip_to(t->opt, sq, t->o.clip, t->tp);
         } else {
             gn = toy_optim_clip_grad_norm(t->opt, t->o.clip, t->tp);
+        }
+        if (!isfinite(gn)) {
+            /* A finite loss can still have non-finite gradients (an overflow in
+             * the backward pass); the update would carry them into every
+             * weight, so the run stops before it, as for a non-finite loss.
+             * Every rank computed the same norm: they all stop here. */
+            snprintf(err, sizeof err, "gradient norm is %s at step %lld (loss %g): stopped before the update; the "
+                     "last good weights are checkpointed", isnan(gn) ? "NaN" : "infinite", (long long)step, loss);
+            emit_stopped_step(t, step, loss, t0);
+            r.reason = TOY_RUN_ABORTED;
+            break;
         }
         float lr = toy_lr_at(&t->sched, step - 1);
         if ((st = toy_optim_step(t->opt, lr, t->tp))) {
@@ -778,7 +793,7 @@ enum toy_status toy_trainer_run(struct toy_trainer *t, struct toy_train_result *
     r.final_step = t->step;
     r.final_loss = t->last_loss;
     if (res) *res = r;
-    emit_end(t, r.reason, err[0] ? err : NULL, r.reason == TOY_RUN_COMPLETED || r.reason == TOY_RUN_INTERRUPTED ? 0 : 1);
+    emit_end(t, r.reason, err[0] ? err : NULL, toy_run_reason_exit_code(r.reason));
     if (r.reason == TOY_RUN_ABORTED) return toy_error(TOY_ERR_NUMERIC, "%s", err);
     if (r.reason == TOY_RUN_ERRORED) return toy_error(st ? st : TOY_ERR_IO, "%s", err);
     return TOY_OK;

@@ -1,0 +1,27 @@
+/* paths.c: absolute paths for saved options, and input checks (paths.h). */
+#include "paths.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+const char *toy_cli_abspath(const char *p, char *buf, size_t n) {
+    char full[PATH_MAX];
+    if (!p || !realpath(p, full) || strlen(full) >= n) return p;
+    memcpy(buf, full, strlen(full) + 1);
+    return buf;
+}
+
+int toy_cli_check_input(const char *cmd, const char *path) {
+    if (!strcmp(path, "-")) return 0;
+    struct stat sb;
+    const char *why = stat(path, &sb) ? strerror(errno) : S_ISDIR(sb.st_mode) ? "is a directory"
+                      : access(path, R_OK) ? strerror(errno) : NULL;
+    if (!why) return 0;
+    fprintf(stderr, "toy %s: %s: %s\n", cmd, path, why);
+    return 1;
+}

@@ -1,0 +1,20 @@
+/* paths.h: the paths a command is given: made absolute for the options a
+ * run saves (train.json, finetune.json), so that --resume works from any
+ * folder, and input files checked before they are read. */
+#ifndef TOY_CLI_PATHS_H
+#define TOY_CLI_PATHS_H
+
+#include <stddef.h>
+
+/* The absolute, resolved form of an existing path p (realpath) in buf (n
+ * bytes), returning buf; p itself when it is NULL, does not exist (the
+ * command's own open then names it) or does not fit. */
+const char *toy_cli_abspath(const char *p, char *buf, size_t n);
+
+/* 0 when path is a file the command can read ("-" is standard input);
+ * otherwise prints "toy CMD: PATH: why" ("is a directory", "No such file
+ * or directory", ...) and returns 1. A directory opens and reads as an
+ * empty or unreadable file, which gave misleading errors or empty output. */
+int toy_cli_check_input(const char *cmd, const char *path);
+
+#endif

@@ -1,0 +1,377 @@
+/* test-cli-train.c: `toy train`, `toy finetune`, `toy eval`, `toy tokenize`
+ * and `toy tokenizer train` end to end, through the command line ($TOY_BIN,
+ * set by make check; default build/toy), for what only the command shows:
+ * exit statuses, messages, the files of a run bundle. Each test works in its
+ * own mkdtemp folder (the commands run there, so relative paths are
+ * relative to it) holding text.txt, a small corpus with structure. */
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "toy/toy.h"
+
+static char tmp[256];
+static char bin[PATH_MAX];
+static char out[1 << 16]; /* the last command's stdout and stderr */
+
+static void setup(void) {
+    const char *b = getenv("TOY_BIN") ? getenv("TOY_BIN") : "build/toy";
+    if (!realpath(b, bin) || access(bin, X_OK)) cr_skip_test("no %s (run through make check)", b);
+    snprintf(tmp, sizeof tmp, "/tmp/toy-test-cli-train-XXXXXX");
+    cr_assert(mkdtemp(tmp));
+    char path[400];
+    snprintf(path, sizeof path, "%s/text.txt", tmp);
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    for (int i = 0; i < 1500; i++)
+        fprintf(f, "the %s fox jumps over the %s dog. ", i % 3 ? "quick" : "slow", i % 5 ? "lazy" : "sleepy");
+    fclose(f);
+}
+
+static void teardown(void) {
+    if (!tmp[0]) return;
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+    if (system(cmd)) {}
+}
+
+TestSuite(cli_train, .init = setup, .fini = teardown);
+
+/* Runs a shell command in tmp with $W the toy binary; its output lands in
+ * `out`. Returns the exit status (128 + N for a signal). */
+static int sh(const char *fmt, ...) {
+    char cmd[4096], full[8800];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    snprintf(full, sizeof full, "cd '%s' && W='%s' && (%s) > .out.txt 2>&1", tmp, bin, cmd);
+    int st = system(full);
+    char path[400];
+    snprintf(path, sizeof path, "%s/.out.txt", tmp);
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(out, 1, sizeof out - 1, f) : 0;
+    out[n] = 0;
+    if (f) fclose(f);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+#define TRAIN "$W train --preset tiny --ctx 32 --batch 2 --threads 2 --vocab-size 300 --eval-every 0"
+
+/* a small trained model at tmp/m/weights/latest */
+static void train_model(void) {
+    cr_assert_eq(sh(TRAIN " --data text.txt --steps 2 --out m"), 0, "%s", out);
+}
+
+/* toy eval without --heldout evaluates the whole file (it used to ask the
+ * loader for a 0.999999 held-out fraction, which every file failed) */
+Test(cli_train, eval_without_heldout_reads_the_whole_file) {
+    train_model();
+    cr_assert_eq(sh("$W eval -m m/weights/latest --data text.txt --ctx 32 --json"), 0, "%s", out);
+    json_t *j = json_loads(out, 0, NULL);
+    cr_assert(j, "not JSON: %s", out);
+    json_int_t windows = json_integer_value(json_object_get(j, "windows"));
+    json_decref(j);
+    cr_assert_eq(sh("$W eval -m m/weights/latest --data text.txt --ctx 32 --heldout 0.1 --json"), 0, "%s", out);
+    j = json_loads(out, 0, NULL);
+    cr_assert(j, "not JSON: %s", out);
+    json_int_t tail = json_integer_value(json_object_get(j, "windows"));
+    json_decref(j);
+    cr_expect_gt(windows, 5 * tail, "the whole file gave %lld windows, its last tenth %lld", (long long)windows,
+                 (long long)tail);
+    cr_expect_eq(sh("$W eval -m m/weights/latest --data text.txt --ctx 32 --heldout 0"), 0, "%s", out);
+}
+
+/* Every weight of the GGUF at tmp/path is finite. */
+static bool weights_finite(const char *path) {
+    char p[600];
+    snprintf(p, sizeof p, "%s/%s", tmp, path);
+    struct toy_llama *m;
+    cr_assert_eq(toy_llama_load(p, false, &m), TOY_OK, "%s", toy_last_error());
+    bool ok = true;
+    for (int i = 0; i < toy_llama_n_tensors(m) && ok; i++) {
+        struct toy_tensor *t = toy_llama_tensor(m, i);
+        if (t->type != TOY_F32) continue;
+        for (int64_t k = 0, n = toy_nelements(t); k < n && ok; k++) ok = isfinite(((const float *)t->data)[k]);
+    }
+    toy_llama_free(m);
+    return ok;
+}
+
+/* lr 1e4 makes a step whose loss is finite but whose gradient norm is not;
+ * its update used to be applied, so the "last good" checkpoint written when
+ * the next loss came out NaN held non-finite weights. */
+Test(cli_train, a_non_finite_gradient_norm_stops_before_the_update) {
+    cr_assert_eq(sh(TRAIN " --data text.txt --steps 30 --warmup 0 --lr 1e4 --schedule constant --ckpt-every 1 --out n"),
+                 1, "%s", out);
+    cr_expect(strstr(out, "gradient norm is NaN") || strstr(out, "gradient norm is infinite"), "%s", out);
+    cr_expect(weights_finite("n/weights/latest"), "the last checkpoint holds non-finite weights");
+    /* the stopped step has its event (grad_norm null), and run_end says aborted */
+    cr_expect_eq(sh("tail -2 n/events.jsonl | head -1 | grep -q '\"grad_norm\":null'"), 0, "%s", out);
+    cr_expect_eq(sh("tail -1 n/events.jsonl | grep -q '\"reason\":\"aborted\"'"), 0, "%s", out);
+}
+
+/* A run's weights/latest is a GGUF without the .gguf suffix: the tokenizer
+ * loader knows it by its magic (it used to parse it as tokenizer.json). */
+Test(cli_train, weights_latest_serves_as_a_tokenizer) {
+    train_model();
+    cr_expect_eq(sh("$W tokenize -m m/weights/latest hello"), 0, "%s", out);
+    cr_expect_eq(sh(TRAIN " --data text.txt --steps 1 --init m/weights/latest --out i"), 0, "%s", out);
+    cr_expect_eq(sh(TRAIN " --data text.txt --steps 1 --tokenizer m/weights/latest --out t"), 0, "%s", out);
+}
+
+/* Starts `toy train` on text.txt into tmp/<run> for many steps, a model
+ * big enough that its checkpoint takes a while (51 MB), and returns its pid
+ * once step 3 is in its events. */
+static pid_t start_long_run(const char *run) {
+    char runp[400], textp[400], ev[500];
+    snprintf(runp, sizeof runp, "%s/%s", tmp, run);
+    snprintf(textp, sizeof textp, "%s/text.txt", tmp);
+    snprintf(ev, sizeof ev, "%s/events.jsonl", runp);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        dup2(null, 1);
+        dup2(null, 2);
+        execl(bin, "toy", "train", "--data", textp, "--preset", "tiny", "--dim", "256", "--layers", "4", "--ff",
+              "1024", "--vocab-size", "300", "--steps", "1000000", "--batch", "2", "--ctx", "32", "--eval-every", "0",
+              "--threads", "1", "--out", runp, (char *)NULL);
+        _exit(127);
+    }
+    for (int i = 0; i < 1200; i++) {
+        char cmd[700];
+        snprintf(cmd, sizeof cmd, "grep -q '\"step\":3,' '%s' 2>/dev/null", ev);
+        if (!system(cmd)) break;
+        usleep(20000);
+    }
+    return pid;
+}
+
+/* Two signals 10 ms apart, as GNU timeout sends them (to the child, then
+ * to its process group), or a nervous double Ctrl-C: the second used to
+ * _exit(130) from the handler while the first's checkpoint was being
+ * written, leaving no weights and no run_end. Now the run ends as for one
+ * signal, and run_end's exit_code is the process's 130 (it said 0). */
+static void double_signal(const char *run, int sig) {
+    pid_t pid = start_long_run(run);
+    cr_assert_eq(kill(pid, sig), 0);
+    usleep(10000);
+    kill(pid, sig);
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 130, "%s: status %#x", strsignal(sig), status);
+    cr_assert_eq(sh("tail -1 %s/events.jsonl | grep '\"kind\":\"run_end\"' | grep '\"reason\":\"interrupted\"' "
+                    "| grep -q '\"exit_code\":130'", run), 0, "%s: the last event is not run_end interrupted with exit "
+                 "code 130", strsignal(sig));
+    char latest[400];
+    snprintf(latest, sizeof latest, "%s/weights/latest", run);
+    cr_expect(weights_finite(latest));
+}
+
+Test(cli_train, a_second_signal_does_not_kill_the_checkpoint, .timeout = 120) {
+    double_signal("term", SIGTERM);
+    double_signal("int", SIGINT);
+}
+
+/* train.json and finetune.json keep absolute paths: --resume from another
+ * folder used to look for the relative --data there */
+Test(cli_train, saved_options_hold_absolute_paths) {
+    cr_assert_eq(sh(TRAIN " --data text.txt --steps 2 --out m"), 0, "%s", out);
+    cr_assert_eq(sh("cd / && $W train --resume '%s/m' --steps 3 --threads 2", tmp), 0, "%s", out);
+    cr_expect_eq(sh("grep -q '\"step\":3,' m/events.jsonl"), 0, "the resumed run did not reach step 3");
+    cr_assert_eq(sh("for i in $(seq 40); do echo '{\"prompt\":\"the quick fox\",\"completion\":\" jumps over\"}'; done "
+                    "> sft.jsonl && $W finetune --base m/weights/latest --data sft.jsonl --ctx 32 --batch 2 --steps 1 "
+                    "--threads 2 --out f"), 0, "%s", out);
+    char path[400];
+    snprintf(path, sizeof path, "%s/f/finetune.json", tmp);
+    json_t *j = json_load_file(path, 0, NULL);
+    cr_assert(j, "no %s", path);
+    const char *base = json_string_value(json_object_get(j, "base")), *data = json_string_value(json_object_get(j, "data"));
+    cr_expect(base && base[0] == '/', "base %s", base ? base : "(none)");
+    cr_expect(data && data[0] == '/', "data %s", data ? data : "(none)");
+    json_decref(j);
+    cr_expect_eq(sh("cd / && $W finetune --resume '%s/f' --steps 2 --threads 2", tmp), 0, "%s", out);
+}
+
+/* --out naming a folder that holds a run is refused, before any work, and
+ * the run is left as it was (its events were replaced, old step files
+ * mixed with new); an empty folder is fine */
+Test(cli_train, out_refuses_a_folder_that_holds_a_run) {
+    train_model();
+    cr_assert_eq(sh("cp m/events.jsonl before.jsonl"), 0);
+    cr_expect_eq(sh(TRAIN " --data text.txt --steps 1 --out m"), 1, "%s", out);
+    cr_expect(strstr(out, "not empty") && strstr(out, "--resume"), "%s", out);
+    cr_expect_eq(sh("cmp -s before.jsonl m/events.jsonl"), 0, "the run's events changed");
+    cr_expect_eq(sh("test -e m/weights/step_2.gguf && ! test -e m/weights/step_1.gguf"), 0, "the run's weights changed");
+    cr_expect_eq(sh("mkdir empty && " TRAIN " --data text.txt --steps 1 --out empty"), 0, "%s", out);
+}
+
+/* Two processes on one run (a second --resume while the first trains):
+ * the second is refused, naming the first's pid. */
+Test(cli_train, a_run_is_written_by_one_process_at_a_time, .timeout = 120) {
+    pid_t pid = start_long_run("l");
+    cr_expect_eq(sh("$W train --resume l --steps 2000000"), 1, "%s", out);
+    cr_expect(strstr(out, "another process"), "%s", out);
+    char pids[32];
+    snprintf(pids, sizeof pids, "pid %d", (int)pid);
+    cr_expect(strstr(out, pids), "'%s' does not name %s", out, pids);
+    kill(pid, SIGINT);
+    int status;
+    waitpid(pid, &status, 0);
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 130, "status %#x", status);
+    /* the lock went with the process: the run resumes now */
+    cr_expect_eq(sh("$W train --resume l --steps 1 --threads 2"), 0, "%s", out);
+}
+
+/* Integer flags take whole numbers in range: 1e30 and 99999999999999999999
+ * used to wrap to a run that "completed" at step 0 with loss nan, 2.5 was
+ * cut to 2. Exit 2 (bad usage). */
+Test(cli_train, integer_flags_take_whole_numbers_in_range) {
+    const char *bad[] = {
+        TRAIN " --data text.txt --steps 1e30 --out a",
+        TRAIN " --data text.txt --steps 99999999999999999999 --out a",
+        TRAIN " --data text.txt --steps 2.5 --out a",
+        TRAIN " --data text.txt --steps -1 --out a",
+        TRAIN " --data text.txt --seed 1.5 --out a",
+        "$W finetune --base x.gguf --data y.jsonl --steps 2.5",
+        "$W finetune --base x.gguf --data y.jsonl --rank 1e30",
+        "$W eval -m x.gguf --data text.txt --ctx 99999999999999999999",
+        "$W eval -m x.gguf --data text.txt --batch 2.5",
+        "$W tokenizer train --vocab-size 1e30 text.txt -o t.gguf",
+        "$W tokenizer train --vocab-size 300.5 text.txt -o t.gguf",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cr_expect_eq(sh("%s", bad[i]), 2, "%s: %s", bad[i], out);
+        cr_expect(strstr(out, "bad value"), "%s: %s", bad[i], out);
+    }
+    cr_expect_eq(sh("test -e a || test -e t.gguf"), 1, "a refused command left files");
+    /* 1e1 is a whole number */
+    cr_expect_eq(sh(TRAIN " --data text.txt --steps 1e1 --out b --json"), 0, "%s", out);
+    cr_expect(strstr(out, "\"steps\":10,"), "%s", out);
+}
+
+/* An unknown flag is named as one, and so is a stray argument; it used to
+ * take the next argument as its value ("--frobnicate needs a value", "bad
+ * value '--steps' for --frobnicate", "bad value '--preset' for extra.txt"). */
+Test(cli_train, unknown_flags_and_stray_arguments_are_named) {
+    train_model();
+    const struct {
+        const char *cmd, *msg;
+    } cases[] = {
+        {TRAIN " --data text.txt --frobnicate", "unknown flag --frobnicate"},
+        {TRAIN " --data text.txt --frobnicate --steps 3", "unknown flag --frobnicate"},
+        {"$W train --data text.txt extra.txt --preset tiny", "unexpected argument 'extra.txt'"},
+        {"$W finetune --base m/weights/latest --data x.jsonl --frobnicate", "unknown flag --frobnicate"},
+        {"$W finetune --base m/weights/latest extra.txt --data x.jsonl", "unexpected argument 'extra.txt'"},
+        {"$W eval -m m/weights/latest --data text.txt --frobnicate", "unknown flag --frobnicate"},
+        {"$W eval -m m/weights/latest --data text.txt extra.txt", "unexpected argument 'extra.txt'"},
+        {"$W tokenize -m m/weights/latest --frobnicate hello", "unknown flag --frobnicate"},
+        {"$W tokenize -m m/weights/latest hello extra.txt", "unexpected argument 'extra.txt'"},
+        {"$W tokenizer train --vocab-size 300 text.txt -o t.gguf --frobnicate", "unknown flag --frobnicate"},
+        {"$W train --data text.txt --steps", "--steps needs a value"},
+        {"$W train --data --steps 3", "--data needs a value"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cr_expect_eq(sh("%s", cases[i].cmd), 2, "%s: %s", cases[i].cmd, out);
+        cr_expect(strstr(out, cases[i].msg), "%s: '%s' lacks '%s'", cases[i].cmd, out, cases[i].msg);
+    }
+}
+
+/* Bad usage is refused before any slow work (learning a BPE vocabulary,
+ * loading a model, making a run folder), with exit status 2. */
+Test(cli_train, bad_usage_is_refused_up_front) {
+    train_model();
+    const char *train[] = {"--batch 0", "--ctx 0", "--preset huge", "--arch foo", "--heldout 2", "--beta1 1.5",
+                           "--accum 0", "--heads 3", "--arch gpt2 --preset huge"};
+    for (size_t i = 0; i < sizeof train / sizeof train[0]; i++) {
+        cr_expect_eq(sh("$W train --data text.txt --vocab-size 300 --out r %s", train[i]), 2, "%s: %s", train[i], out);
+        cr_expect(!strstr(out, "learning"), "%s: a BPE vocabulary was learnt first: %s", train[i], out);
+        cr_expect_eq(sh("test -e r"), 1, "%s: made the run folder", train[i]);
+    }
+    const char *ft[] = {"--rank 0", "--batch 0", "--accum 0", "--grad-accum 0", "--epochs 0", "--steps 0",
+                        "--method foo", "--heldout 1"};
+    for (size_t i = 0; i < sizeof ft / sizeof ft[0]; i++) {
+        cr_expect_eq(sh("$W finetune --base m/weights/latest --data x.jsonl --out r %s", ft[i]), 2, "%s: %s", ft[i],
+                     out);
+        cr_expect_eq(sh("test -e r"), 1, "%s: made the run folder", ft[i]);
+    }
+}
+
+/* A folder given as an input file is named as one; it read as empty data
+ * ("Cannot allocate memory", "read error", "cannot read data") or gave
+ * empty output files. An empty corpus learns no tokenizer. */
+Test(cli_train, a_folder_as_input_is_named) {
+    train_model();
+    const char *cmds[] = {
+        "$W train --data dir/ --preset tiny --out r",
+        "$W finetune --base m/weights/latest --data dir/ --out r",
+        "$W eval -m m/weights/latest --data dir",
+        "$W tokenize -m m/weights/latest --corpus dir -o d.bin",
+        "$W tokenizer train --vocab-size 300 dir -o t.gguf",
+    };
+    cr_assert_eq(sh("mkdir dir"), 0);
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        cr_expect_eq(sh("%s", cmds[i]), 1, "%s: %s", cmds[i], out);
+        cr_expect(strstr(out, "dir: is a directory") || strstr(out, "dir/: is a directory"), "%s: %s", cmds[i], out);
+    }
+    cr_expect_eq(sh("test -e r || test -e d.bin || test -e t.gguf"), 1, "a refused command left files");
+    cr_expect_eq(sh(": > empty.txt && $W tokenizer train --vocab-size 300 empty.txt -o t.gguf"), 1, "%s", out);
+    cr_expect(strstr(out, "empty"), "%s", out);
+    cr_expect_eq(sh("test -e t.gguf"), 1, "a tokenizer was written from an empty corpus");
+}
+
+/* Token ids of one vocabulary trained or evaluated with another's tokenizer
+ * or model: a TOYT file of a 280-token tokenizer trained with --tokenizer
+ * of m's (292 tokens) wrote a GGUF whose token_embd had 280 rows and a
+ * 292-token vocabulary; --init and eval took such pairs silently. */
+Test(cli_train, token_data_must_match_the_tokenizer_and_model_vocabulary) {
+    train_model();
+    cr_assert_eq(sh("$W tokenizer train --vocab-size 280 text.txt -o t280.gguf && "
+                    "$W tokenize -m t280.gguf --corpus text.txt -o d280.bin"), 0, "%s", out);
+    cr_expect_eq(sh(TRAIN " --data d280.bin --tokenizer m/weights/latest --steps 1 --out a"), 1, "%s", out);
+    cr_expect(strstr(out, "280-token vocabulary"), "%s", out);
+    cr_expect_eq(sh(TRAIN " --data d280.bin --init m/weights/latest --steps 1 --out b"), 1, "%s", out);
+    cr_expect(strstr(out, "280-token vocabulary"), "%s", out);
+    cr_expect_eq(sh("$W eval -m m/weights/latest --data d280.bin --ctx 32"), 1, "%s", out);
+    cr_expect(strstr(out, "280-token vocabulary"), "%s", out);
+    /* the matching pairs work; without --tokenizer a warning says the checkpoint will have none */
+    cr_expect_eq(sh(TRAIN " --data d280.bin --tokenizer t280.gguf --steps 1 --out c"), 0, "%s", out);
+    cr_expect(!strstr(out, "warning"), "%s", out);
+    cr_expect_eq(sh("$W eval -m c/weights/latest --data d280.bin --ctx 32"), 0, "%s", out);
+    cr_expect_eq(sh(TRAIN " --data d280.bin --steps 1 --out d"), 0, "%s", out);
+    cr_expect(strstr(out, "warning") && strstr(out, "--tokenizer"), "%s", out);
+    /* a model without a tokenizer: its vocabulary must be the data's */
+    cr_expect_eq(sh(TRAIN " --data d280.bin --init d/weights/latest --steps 1 --out e"), 0, "%s", out);
+    cr_assert_eq(sh("$W tokenizer train --vocab-size 270 text.txt -o t270.gguf && "
+                    "$W tokenize -m t270.gguf --corpus text.txt -o d270.bin"), 0, "%s", out);
+    cr_expect_eq(sh(TRAIN " --data d270.bin --init d/weights/latest --steps 1 --out f"), 1, "%s", out);
+    cr_expect(strstr(out, "270-token vocabulary"), "%s", out);
+    cr_expect_eq(sh("$W eval -m d/weights/latest --data d270.bin --ctx 32"), 1, "%s", out);
+}
+
+/* finetune --template takes a built-in's name or Jinja text; a misspelt
+ * name used to be rendered as a template of its own text, so every
+ * example became that string. */
+Test(cli_train, finetune_template_is_a_builtin_or_jinja) {
+    train_model();
+    cr_assert_eq(sh("for i in $(seq 40); do echo '{\"messages\":[{\"role\":\"user\",\"content\":\"the quick fox\"},"
+                    "{\"role\":\"assistant\",\"content\":\"jumps over\"}]}'; done > chat.jsonl"), 0);
+    const char *ft = "$W finetune --base m/weights/latest --data chat.jsonl --ctx 128 --batch 2 --steps 1 --threads 2";
+    cr_expect_eq(sh("%s --template nonexist_tpl --out a", ft), 2, "%s", out);
+    cr_expect(strstr(out, "nonexist_tpl") && strstr(out, "built-in"), "%s", out);
+    cr_expect_eq(sh("%s --template '{{ unclosed' --out a", ft), 2, "%s", out);
+    cr_expect_eq(sh("test -e a"), 1, "a refused command made its run folder");
+    cr_expect_eq(sh("%s --template chatml --out b", ft), 0, "%s", out);
+    cr_expect_eq(sh("%s --template \"{%% for m in messages %%}{{ m.content }}{%% endfor %%}\" --out c", ft), 0, "%s", out);
+}
