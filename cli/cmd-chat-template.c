@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "paths.h"
 #include "toy/chat-template.h"
 #include "toy/tokenizer.h"
 
@@ -61,6 +62,8 @@ int toy_cmd_chat_template(int argc, char **argv) {
     if (!model && !tmpl) { fprintf(stderr, "toy chat-template: give -m MODEL or --template\n"); usage(stderr); return 2; }
     if (!messages && !print) { fprintf(stderr, "toy chat-template: --messages is required\n"); return 2; }
     struct toy_tokenizer *tok = NULL;
+    char resolved[4096];
+    if (model && !(model = toy_cli_tokenizer_source("chat-template", model, resolved, sizeof resolved))) return 1;
     if (model && toy_tokenizer_load(model, &tok)) { fprintf(stderr, "toy chat-template: %s\n", toy_last_error()); return 1; }
     char *file_src = NULL;
     const char *src = NULL;

@@ -78,6 +78,8 @@ int toy_cmd_tokenize(int argc, char **argv) {
     if (n_corpus && !out) { fprintf(stderr, "toy tokenize: --corpus needs -o TOKENS.bin\n"); return 2; }
     for (int c = 0; c < n_corpus; c++) /* a folder read as an empty corpus, and wrote an empty token file */
         if (toy_cli_check_input("tokenize", corpus[c])) return 1;
+    char resolved[4096];
+    if (!(model = toy_cli_tokenizer_source("tokenize", model, resolved, sizeof resolved))) return 1;
     struct toy_tokenizer *tok;
     if (toy_tokenizer_load(model, &tok)) { fprintf(stderr, "toy tokenize: %s\n", toy_last_error()); return 1; }
     unsigned flags = (special ? TOY_ENCODE_PARSE_SPECIAL : 0) | (bos ? TOY_ENCODE_ADD_BOS : 0) |

@@ -9,6 +9,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "toy/models.h"
+#include "toy/status.h"
+
 const char *toy_cli_abspath(const char *p, char *buf, size_t n) {
     char full[PATH_MAX];
     if (!p || !realpath(p, full) || strlen(full) >= n) return p;
@@ -24,4 +27,14 @@ int toy_cli_check_input(const char *cmd, const char *path) {
     if (!why) return 0;
     fprintf(stderr, "toy %s: %s: %s\n", cmd, path, why);
     return 1;
+}
+
+const char *toy_cli_tokenizer_source(const char *cmd, const char *q, char *buf, size_t n) {
+    struct stat sb;
+    if (stat(q, &sb) == 0) return q;
+    if (toy_model_resolve(q, buf, n)) {
+        fprintf(stderr, "toy %s: %s\n", cmd, toy_last_error());
+        return NULL;
+    }
+    return buf;
 }

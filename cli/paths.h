@@ -17,4 +17,10 @@ const char *toy_cli_abspath(const char *p, char *buf, size_t n);
  * empty or unreadable file, which gave misleading errors or empty output. */
 int toy_cli_check_input(const char *cmd, const char *path);
 
+/* A tokenizer source as `toy tokenize -m` takes it: a path that exists (a
+ * file or a folder) as it is, else a model name from `toy models` resolved
+ * to its GGUF in buf (n bytes). NULL after printing "toy CMD: why" when it
+ * is neither. */
+const char *toy_cli_tokenizer_source(const char *cmd, const char *q, char *buf, size_t n);
+
 #endif

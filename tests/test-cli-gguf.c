@@ -167,6 +167,14 @@ Test(cli_gguf, quantize_and_models) {
     cr_expect_eq(rc, 0, "%s", out);
     cr_expect(strstr(out, "\"Q8_0\""), "%s", out);
     free(out);
+    const char *by_name[] = {"tokenize -m tiny-q8 Hello", "chat-template -m tiny-q8 --template chatml --print-template",
+                             "generate -m tiny-q8 -p Hello -n 1"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(cmd, sizeof cmd, "cd %s && HOME=%s TOY_MODEL_DIR=%s %s %s 2>&1", dir, dir, dir, b, by_name[i]);
+        out = run(cmd, &rc);
+        cr_expect_eq(rc, 0, "%s: %s", by_name[i], out);
+        free(out);
+    }
     snprintf(cmd, sizeof cmd, "%s quantize %s %s/x.gguf q9_9 2>&1", b, TINY, dir);
     out = run(cmd, &rc);
     cr_expect_eq(WEXITSTATUS(rc), 2);
