@@ -509,9 +509,9 @@ static json_t *completion_logprobs(const struct srv_api *api, const struct srv_j
         json_array_append_new(toks, token_string(api, t->id));
         json_array_append_new(lps, jnum(t->logprob));
         json_t *top = json_object();
-        for (int k = 0; k < t->n_top; k++) {
+        for (int k = 0; k < t->n_top; k++) { /* best first: tokens that print alike (U+FFFD) keep the best's value */
             json_t *s = token_string(api, t->top_id[k]);
-            json_object_set_new(top, json_string_value(s), jnum(t->top_lp[k]));
+            if (!json_object_get(top, json_string_value(s))) json_object_set_new(top, json_string_value(s), jnum(t->top_lp[k]));
             json_decref(s);
         }
         json_array_append_new(tops, top);
