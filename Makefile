@@ -160,7 +160,7 @@ $(BUILD)/cuda-emu-selftest: $(BUILD)/emu/tools/cuda-emu/selftest.o $(BUILD)/libt
 .PHONY: check-cuda
 check-cuda: $(BUILD)/toy $(BUILD)/toy-tests $(EMU_SELFTEST)
 	$(if $(EMU_SELFTEST),./$(EMU_SELFTEST) && rm -f $(BUILD)/emu-kernels.txt)
-	$(if $(EMU_SELFTEST),TOY_EMU_KERNELS=$(CURDIR)/$(BUILD)/emu-kernels.txt) LSAN_OPTIONS=suppressions=tests/lsan.supp \
+	$(if $(EMU_SELFTEST),TOY_EMU_KERNELS=$(CURDIR)/$(BUILD)/emu-kernels.txt) LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp \
 	  TOY_BIN=$(BUILD)/toy ./$(BUILD)/toy-tests --filter 'cuda/*' -j2
 	$(if $(EMU_SELFTEST),bash tools/cuda-emu/coverage.sh $(BUILD)/emu-kernels.txt)
 
@@ -208,7 +208,7 @@ check: deps-quiet
 
 # The unit tests alone (what `make asan` runs under the sanitizers).
 check-unit: all $(BUILD)/toy-tests $(TORCH_REFS)
-	LSAN_OPTIONS=suppressions=tests/lsan.supp TOY_REFS=$(BUILD)/refs TOY_BIN=$(BUILD)/toy \
+	LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp TOY_REFS=$(BUILD)/refs TOY_BIN=$(BUILD)/toy \
 	    ./$(BUILD)/toy-tests -j2 --timeout 900
 
 asan:

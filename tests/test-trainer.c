@@ -262,6 +262,70 @@ static const char *toy_bin(void) { return getenv("TOY_BIN") ? getenv("TOY_BIN") 
  * built (it used to train to a NaN loss and then crash writing the
  * checkpoint, whose options JSON could not hold the NaN); the CLI refuses
  * non-finite numbers at parsing. */
+/* Two trainers, one after the other, on the same model: the first one's gradient buffers went with its graph's
+ * context, and the second one's backward reused them after they were freed (ASan: use after free) */
+Test(trainer, a_second_trainer_on_the_same_model) {
+    make_tmp();
+    struct toy_llama *m = small_model();
+    for (int round = 0; round < 2; round++) {
+        struct toy_data *d = make_data(1);
+        struct toy_train_opts o = base_opts(2, NULL);
+        o.eval_every = 0;
+        char dir[300];
+        snprintf(dir, sizeof dir, "%s/r%d", tmp, round);
+        struct toy_trainer *t;
+        cr_assert_eq(toy_trainer_new(m, NULL, d, &o, dir, NULL, 1, &t), TOY_OK, "%s", toy_last_error());
+        struct toy_train_result r;
+        cr_assert_eq(toy_trainer_run(t, &r), TOY_OK, "%s", toy_last_error());
+        cr_expect(isfinite(r.final_loss));
+        toy_trainer_free(t);
+        toy_data_free(d);
+        for (int i = 0; i < toy_llama_n_tensors(m); i++)
+            cr_expect_null(toy_llama_tensor(m, i)->grad, "round %d: a gradient outlived its trainer", round);
+    }
+    toy_llama_free(m);
+    rm_tmp();
+}
+
+/* Graphs sharing one membuf: planning a bigger one moves the block, and the one planned before follows it (it
+ * wrote into the freed block); and a second backward of the same loss is refused, not appended */
+Test(trainer, graphs_share_a_membuf) {
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    struct toy_tensor *w = toy_new_tensor_1d(ctx, TOY_F32, 4);
+    for (int i = 0; i < 4; i++) ((float *)w->data)[i] = (float)i;
+    struct toy_tensor *small = toy_sum_all(ctx, toy_sqr(ctx, w));
+    struct toy_tensor *big_in = toy_new_tensor_1d(ctx, TOY_F32, 1 << 16);
+    struct toy_tensor *big = toy_sum_all(ctx, toy_sqr(ctx, toy_scale(ctx, big_in, 2.0f)));
+    struct toy_graph *g1 = toy_graph_new(ctx), *g2 = toy_graph_new(ctx);
+    toy_graph_build(g1, small);
+    toy_graph_build(g2, big);
+    struct toy_membuf mb = {0};
+    struct toy_threadpool *tp = toy_threadpool_new(1);
+    cr_assert_eq(toy_graph_plan(g1, &mb, NULL), TOY_OK);
+    void *before = mb.data;
+    cr_assert_eq(toy_graph_plan(g2, &mb, NULL), TOY_OK);
+    cr_assert_neq(mb.data, before, "the bigger plan moved the block");
+    cr_assert_eq(toy_graph_compute(g1, tp), TOY_OK);
+    cr_expect_float_eq(*(float *)small->data, 14.0f, 1e-6);
+    cr_assert_eq(toy_graph_compute(g2, tp), TOY_OK);
+    toy_threadpool_free(tp);
+    toy_membuf_free(&mb);
+    toy_ctx_free(ctx);
+}
+
+static void backward_twice(void) {
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    struct toy_tensor *w = toy_new_tensor_1d(ctx, TOY_F32, 4);
+    toy_set_param(w);
+    struct toy_tensor *l = toy_sum_all(ctx, toy_sqr(ctx, w));
+    struct toy_graph *g = toy_graph_new(ctx);
+    toy_graph_build(g, l);
+    toy_graph_backward(g, l);
+    toy_graph_backward(g, l);
+}
+
+Test(trainer, a_second_backward_is_refused, .signal = SIGABRT) { backward_twice(); }
+
 Test(trainer, bad_optimizer_settings_are_refused) {
     make_tmp();
     struct toy_llama *m = small_model();

@@ -31,9 +31,11 @@ struct toy_graph;
 struct toy_graph *toy_graph_new(struct toy_ctx *ctx);
 /* Appends the ops needed for `out` that are not already in g. */
 void toy_graph_build(struct toy_graph *g, struct toy_tensor *out);
-/* Appends gradient ops of `loss` (1 element) with d loss = 1. Allocates the
- * persistent grad buffers of the parameters in the graph's context (which
- * must have alloc_data) unless they already exist. */
+/* Appends gradient ops of `loss` (1 element) with d loss = 1, once per
+ * graph (a second call is a checked error). Allocates the persistent grad
+ * buffers of the parameters in the graph's context (which must have
+ * alloc_data) unless they already exist; freeing that context sets those
+ * p->grad back to NULL, so free it before the parameters' own context. */
 void toy_graph_backward(struct toy_graph *g, struct toy_tensor *loss);
 /* The gradient node of t after toy_graph_backward (NULL if none). For
  * parameters this is p->grad. */
@@ -46,7 +48,10 @@ int toy_graph_n_params(const struct toy_graph *g);
 struct toy_tensor *toy_graph_param(const struct toy_graph *g, int i);
 
 /* A reusable memory block for planned graphs: grows to the largest plan it
- * has seen, never shrinks; graphs of several shapes can share one. */
+ * has seen, never shrinks; graphs of several shapes can share one (a graph
+ * planned earlier follows the block when a later plan moves it; their
+ * results share the bytes, so read one graph's outputs before running
+ * another). */
 struct toy_membuf {
     void *data;
     size_t size;

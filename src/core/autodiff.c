@@ -89,6 +89,12 @@ static void add_contribution(struct bw *b, struct toy_tensor *s, struct toy_tens
             s->grad = toy_new_tensor(b->ctx, TOY_F32, 4, s->ne);
             s->grad->flags |= TOY_FLAG_GRAD;
             toy_set_name(s->grad, "%s.grad", s->name);
+            if (g->n_own_grads == g->cap_own_grads) {
+                g->cap_own_grads = g->cap_own_grads ? 2 * g->cap_own_grads : 64;
+                g->own_grads = realloc(g->own_grads, (size_t)g->cap_own_grads * sizeof *g->own_grads);
+                if (!g->own_grads) TOY_ABORT("out of memory (backward)");
+            }
+            g->own_grads[g->n_own_grads++] = s;
         }
         bool fresh = toy_ptrmap_get(&g->visited, c) < 0;
         if (fresh && c->op == TOY_OP_MATMUL) {
@@ -335,6 +341,9 @@ void toy_graph_backward(struct toy_graph *g, struct toy_tensor *loss) {
     TOY_ASSERT(toy_nelements(loss) == 1, "loss '%s' must have one element", loss->name);
     int li = toy_ptrmap_get(&g->index, loss);
     TOY_ASSERT(li >= 0, "loss is not in the graph (call toy_graph_build first)");
+    /* a second call would append a second set of gradient ops, and every gradient would count twice */
+    TOY_ASSERT(!g->grads[li], "the graph already has the gradient ops of '%s' (toy_graph_backward runs once)",
+               loss->name);
     loss->flags |= TOY_FLAG_LOSS;
     int nf = g->n_forward = g->n_nodes;
     struct bw b = {g, ctx, calloc((size_t)(nf ? nf : 1), sizeof(bool)), {0}, NULL, 0, 0};

@@ -80,6 +80,10 @@ struct toy_graph *toy_graph_new(struct toy_ctx *ctx) {
 }
 
 void toy_graph_release(struct toy_graph *g) {
+    /* the gradient buffers its backward made go with its context: their parameters must not keep pointing there
+     * (a second trainer on the same model reused them after they were freed) */
+    for (int i = 0; i < g->n_own_grads; i++) g->own_grads[i]->grad = NULL;
+    free(g->own_grads);
     free(g->nodes);
     free(g->grads);
     free(g->params);
@@ -333,6 +337,7 @@ enum toy_status toy_graph_plan(struct toy_graph *g, struct toy_membuf *buf,
     }
     for (int i = 0; i < n; i++)
         if (g->offsets[i] != SIZE_MAX) g->nodes[i]->data = (char *)g->buf->data + g->offsets[i];
+    g->planned_data = g->buf->data;
     g->plan = (struct toy_plan_info){peak, naive, n_planned};
     g->plan_gen++;
     if (info) *info = g->plan;
@@ -401,6 +406,14 @@ enum toy_status toy_graph_compute(struct toy_graph *g, struct toy_threadpool *tp
     const struct toy_backend_ops *be = toy_backend_for_graph(g, &device);
     be->init();
     if (!g->planned && (st = toy_graph_plan(g, NULL, NULL))) return st;
+    if (g->buf->data != g->planned_data) {
+        /* a graph sharing this buffer was planned since and moved it to a bigger block: the offsets still hold
+         * (a buffer only grows), the addresses do not */
+        for (int i = 0; i < g->n_nodes; i++)
+            if (g->offsets[i] != SIZE_MAX) g->nodes[i]->data = (char *)g->buf->data + g->offsets[i];
+        g->planned_data = g->buf->data;
+        g->plan_gen++;
+    }
     if (be->graph_compute) { /* a device runs the whole graph */
         for (int i = 0; i < g->n_nodes; i++)
             for (int s = 0; s < TOY_MAX_SRC; s++)

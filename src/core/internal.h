@@ -93,11 +93,14 @@ struct toy_graph {
     int n_leaf_grads, cap_leaf_grads;
     struct toy_tensor **params;
     int n_params, cap_params;
+    struct toy_tensor **own_grads; /* parameters whose p->grad this graph's backward made (in its context) */
+    int n_own_grads, cap_own_grads;
     int n_forward;                 /* nodes before toy_graph_backward */
 
     struct toy_membuf own_buf;
     struct toy_membuf *buf;
     size_t *offsets;               /* planned offset of node i, or SIZE_MAX */
+    void *planned_data;            /* buf->data when the offsets were bound (another graph's plan may move it) */
     bool planned;
     struct toy_plan_info plan;
 
