@@ -388,11 +388,12 @@ int toy_cmd_describe(int argc, char **argv) {
         printf("  file           %sB, GGUF v%u, %lld KV, %lld tensors, alignment %zu\n", sz, toy_gguf_version(g),
                (long long)toy_gguf_n_kv(g), (long long)toy_gguf_n_tensors(g), toy_gguf_alignment(g));
         printf("  file type      %s\n", toy_file_type_name(ft));
+        char rope_text[48] = ""; /* GPT-2 has learned positions, no RoPE */
+        if (strcmp(h.arch, "gpt2")) snprintf(rope_text, sizeof rope_text, ", rope base %g", h.rope_base);
         printf("  dimensions     d_model %lld, layers %lld, heads %lld (kv %lld, head dim %lld), d_ff %lld,\n"
-               "                 context %lld, vocab %lld, %s %g%s%.0f%s\n",
+               "                 context %lld, vocab %lld, %s %g%s%s\n",
                (long long)h.d, (long long)h.L, (long long)h.H, (long long)h.Hkv, (long long)h.dh, (long long)h.dff,
-               (long long)h.ctx, (long long)h.vocab, strcmp(h.arch, "gpt2") ? "rms eps" : "ln eps", h.eps,
-               strcmp(h.arch, "gpt2") ? ", rope base " : "", strcmp(h.arch, "gpt2") ? h.rope_base : 0.0,
+               (long long)h.ctx, (long long)h.vocab, strcmp(h.arch, "gpt2") ? "rms eps" : "ln eps", h.eps, rope_text,
                h.tied ? ", tied embeddings" : "");
         printf("  tensor types   %-6s %8s %14s %12s %8s\n", "type", "tensors", "params", "bytes", "bits/w");
         for (int t = 0; t < TOY_DTYPE_COUNT; t++) {

@@ -356,7 +356,9 @@ static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll
     }
     {
         const struct toy_llama_config *mc = &m->cfg;
-        int64_t trainable = lora ? toy_lora_n_params(lora) : toy_llama_n_params(m);
+        int64_t trainable = lora                    ? toy_lora_n_params(lora)
+                            : c.o.freeze_embeddings ? toy_llama_n_params(m) - toy_nelements(m->tok_embd)
+                                                    : toy_llama_n_params(m);
         const char *slash = strrchr(c.base, '/');
         json_t *model = json_pack("{s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:s,s:I,s:I}", "arch", mc->arch, "name",
                                   slash ? slash + 1 : c.base, "vocab", (json_int_t)mc->vocab, "d_model", (json_int_t)mc->d_model,
@@ -402,7 +404,8 @@ static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll
     } else {
         fprintf(stderr, "toy finetune: %s at step %lld: loss %.4f, held-out loss %.4f (%.0f target tokens/s, %.1f s, "
                 "%.0f%% of positions are example tokens%s)\n", reason, (long long)res.final_step, res.final_loss,
-                res.final_eval_loss, res.tokens_per_s, res.seconds, 100 * toy_finetuner_pack_efficiency(ft),
+                res.final_eval_loss, res.tokens_per_s, res.seconds,
+                isfinite(toy_finetuner_pack_efficiency(ft)) ? 100 * toy_finetuner_pack_efficiency(ft) : 0.0,
                 c.o.no_pack ? ", unpacked" : ", packed");
         if (res.checkpoint[0])
             fprintf(stderr, "toy finetune: %s %s\n", lora ? "adapter" : "checkpoint", res.checkpoint);

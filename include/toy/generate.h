@@ -26,7 +26,7 @@ extern "C" {
 struct toy_generate_params {
     int32_t n_predict;              /* tokens to generate at most (<= 0: until EOS or the context is full) */
     struct toy_sampler_params sampling;
-    const char *const *stop;        /* stop strings (the text ends before them) */
+    const char *const *stop;        /* stop strings (the text ends before them; none may be empty) */
     int n_stop;
     bool ignore_eos;
 };
@@ -46,7 +46,8 @@ struct toy_generate_result {
 
 struct toy_generator;
 
-/* tok may be NULL (then text is empty and stop strings are ignored). */
+/* tok may be NULL (then text is empty and stop strings are ignored).
+ * n_ctx <= 0 or above the model's context is the model's context. */
 enum toy_status toy_generator_new(struct toy_llama *m, const struct toy_tokenizer *tok, int64_t n_ctx,
                                   struct toy_threadpool *tp, struct toy_generator **out);
 /* The same with the KV cache's element type (TOY_F32 or TOY_F16). */

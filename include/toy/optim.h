@@ -164,7 +164,8 @@ enum toy_lr_kind { TOY_LR_CONSTANT = 0, TOY_LR_COSINE = 1, TOY_LR_LINEAR = 2 };
 struct toy_lr_schedule {
     enum toy_lr_kind kind;
     float lr;            /* peak */
-    float lr_min;        /* floor reached at the last step (cosine, linear) */
+    float lr_min;        /* floor: the value at step total (cosine, linear); the last step,
+                            total - 1, is just above it, as in PyTorch */
     int64_t warmup;      /* linear warmup steps from lr/warmup to lr */
     int64_t total;       /* total steps */
 };

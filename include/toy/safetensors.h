@@ -10,7 +10,8 @@
  *     struct toy_safetensors *st;
  *     if (toy_safetensors_open("hf-model/", &st)) die(toy_last_error());
  *     int64_t i = toy_safetensors_find(st, "model.norm.weight");
- *     float *x = malloc(toy_safetensors_tensor(st, i)->n_elements * 4);
+ *     int64_t n = toy_safetensors_tensor(st, i)->n_elements;
+ *     float *x = malloc(n * 4);
  *     toy_safetensors_read_f32(st, i, x, n);   // F32, F16, BF16, F64
  *     toy_safetensors_close(st);
  *

@@ -60,11 +60,18 @@ const char *toy_last_error(void);
 /* Clears the calling thread's message. */
 void toy_clear_error(void);
 
+/* C11's _Noreturn is not C++'s spelling */
+#ifdef __cplusplus
+#define TOY_NORETURN [[noreturn]]
+#else
+#define TOY_NORETURN _Noreturn
+#endif
+
 /* Abort with file:line and a message: for broken invariants only. */
-_Noreturn void toy_abort(const char *file, int line, const char *fmt, ...)
+TOY_NORETURN void toy_abort(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-_Noreturn void toy_assert_fail(const char *file, int line, const char *cond, const char *fmt, ...)
+TOY_NORETURN void toy_assert_fail(const char *file, int line, const char *cond, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
 #define TOY_ABORT(...) toy_abort(__FILE__, __LINE__, __VA_ARGS__)

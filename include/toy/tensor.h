@@ -22,7 +22,7 @@
  *     struct toy_graph *g = toy_graph_new(ctx);
  *     toy_graph_build(g, loss);
  *     toy_graph_backward(g, loss);                   // appends gradient ops
- *     toy_graph_plan(g, NULL);                       // memory by liveness
+ *     toy_graph_plan(g, NULL, NULL);                 // memory by liveness
  *     toy_graph_compute(g, pool);                    // forward + backward
  *     // w->grad->data now holds d loss / d w (accumulated across runs)
  *
@@ -218,7 +218,7 @@ struct toy_tensor *toy_swiglu(struct toy_ctx *ctx, struct toy_tensor *gate, stru
  * (or {m, k} with trans_a), B is (.., k, n) i.e. ne = {n, k, ..} (or {k, n}
  * with trans_b). Result ne = {n, m, batch...}. B's batch dims broadcast to A's
  * (each 1 or a multiple: GQA). A must be F32; B may be F32, F16, BF16 or a
- * quantized type (then trans_b must be true: weights are rows). */
+ * quantized type (fast with trans_b, as weights are stored: rows of k). */
 struct toy_tensor *toy_matmul(struct toy_ctx *ctx, struct toy_tensor *a, struct toy_tensor *b,
                               bool trans_a, bool trans_b);
 /* y = x W^T (+ bias): x (.., in), W (out, in) i.e. ne = {in, out}, bias (out). */

@@ -1,4 +1,6 @@
-/* toy/toy.h: the whole public API of libtoy. */
+/* toy/toy.h: the whole public API of libtoy, every header in include/toy/
+ * (collective.h declares the data-parallel calls of MPI and NCCL builds;
+ * it needs neither to compile). */
 #ifndef TOY_TOY_H
 #define TOY_TOY_H
 #include "toy/status.h"
@@ -19,5 +21,18 @@
 #include "toy/vit.h"
 #include "toy/images.h"
 #include "toy/classify.h"
+#include "toy/tokenizer.h"
+#include "toy/chat-template.h"
+#include "toy/sampler.h"
+#include "toy/generate.h"
+#include "toy/data.h"
+#include "toy/events.h"
+#include "toy/run-dir.h"
+#include "toy/trace.h"
+#include "toy/trainer.h"
+#include "toy/finetune.h"
+#include "toy/collective.h"
+#include "toy/serve.h"
+#include "toy/model.h"
 #define TOY_VERSION "0.1.0"
 #endif

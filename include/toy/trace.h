@@ -3,7 +3,7 @@
  * thread, plus caller-defined spans (training steps, prefill, decode).
  *
  *     struct toy_trace *tr;
- *     toy_trace_open("trace.json", &tr);
+ *     toy_trace_open("trace.json", 0, &tr);   // 0: keeps up to 1M events
  *     toy_graph_set_trace(graph, tr);      // every node, on every thread
  *     toy_trace_span(tr, "step 1", "step", t0_us, t1_us, 0);
  *     toy_trace_close(tr);                 // writes the file

@@ -16,7 +16,7 @@
  * temporary name and renamed, the state first.
  *
  *     struct toy_trainer *t;
- *     toy_trainer_new(model, tok, data, &opts, "runs/llama-20261129-001", events, &t);
+ *     toy_trainer_new(model, tok, data, &opts, "runs/llama-20261129-001", events, 0, &t); // 0: all cores
  *     toy_trainer_run(t, &result);   // until opts.steps or *opts.stop
  *     toy_trainer_free(t);
  */
@@ -39,7 +39,7 @@ extern "C" {
 
 struct toy_train_opts {
     int64_t steps;           /* optimizer steps in total (a resumed run continues to it) */
-    int64_t accum;           /* micro-batches per optimizer step (>= 1) */
+    int64_t accum;           /* micro-batches per optimizer step (0 counts as 1) */
     float lr, lr_min;        /* peak and floor */
     int64_t warmup;
     enum toy_lr_kind schedule;
@@ -79,7 +79,7 @@ struct toy_train_result {
 struct toy_trainer;
 
 /* The trainer borrows the model, tok (may be NULL), data and events (may be
- * NULL) and builds the training graph once. run_dir must exist. */
+ * NULL) and builds the training graph once. run_dir is made if missing. */
 enum toy_status toy_trainer_new(struct toy_llama *m, const struct toy_tokenizer *tok, struct toy_data *data,
                                 const struct toy_train_opts *o, const char *run_dir, struct toy_events *ev,
                                 int n_threads, struct toy_trainer **out);

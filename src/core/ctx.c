@@ -114,10 +114,15 @@ struct toy_tensor *toy_tensor_alloc_meta(struct toy_ctx *ctx, enum toy_dtype typ
     struct toy_tensor *t = toy_ctx_alloc(ctx, sizeof *t);
     t->type = type;
     t->n_dims = n_dims;
+    double elems = 1;
     for (int i = 0; i < TOY_MAX_DIMS; i++) {
         t->ne[i] = i < n_dims ? ne[i] : 1;
         TOY_ASSERT(t->ne[i] >= 0, "negative dim %d: %lld", i, (long long)t->ne[i]);
+        elems *= (double)t->ne[i];
     }
+    /* the element count and byte size are int64 / size_t products: they must not wrap */
+    TOY_ASSERT(elems * (double)toy_dtype_type_size(type) < 9.2e18, "tensor of %lld x %lld x %lld x %lld elements is too large",
+               (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3]);
     TOY_ASSERT(t->ne[0] % toy_dtype_block_size(type) == 0,
                "ne0 %lld is not a multiple of %s's block size", (long long)t->ne[0],
                toy_dtype_name(type));

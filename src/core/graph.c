@@ -164,9 +164,15 @@ void toy_graph_expand(struct toy_graph *g, struct toy_tensor *out) {
 }
 
 int toy_graph_n_nodes(const struct toy_graph *g) { return g->n_nodes; }
-struct toy_tensor *toy_graph_node(const struct toy_graph *g, int i) { return g->nodes[i]; }
+struct toy_tensor *toy_graph_node(const struct toy_graph *g, int i) {
+    TOY_ASSERT(i >= 0 && i < g->n_nodes, "node %d of a graph of %d", i, g->n_nodes);
+    return g->nodes[i];
+}
 int toy_graph_n_params(const struct toy_graph *g) { return g->n_params; }
-struct toy_tensor *toy_graph_param(const struct toy_graph *g, int i) { return g->params[i]; }
+struct toy_tensor *toy_graph_param(const struct toy_graph *g, int i) {
+    TOY_ASSERT(i >= 0 && i < g->n_params, "parameter %d of a graph of %d", i, g->n_params);
+    return g->params[i];
+}
 
 /* ---- planning ------------------------------------------------------------------- */
 

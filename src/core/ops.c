@@ -6,6 +6,7 @@
 #include <stdio.h>
 
 #include "core/internal.h"
+#include "toy/quant.h"
 
 static const char *const op_names[] = {
 #define TOY_X_NAME(n) #n,
@@ -143,6 +144,8 @@ struct toy_tensor *toy_matmul(struct toy_ctx *ctx, struct toy_tensor *a, struct 
                               bool trans_a, bool trans_b) {
     CHECK(a->type == TOY_F32, "matmul", a, b, "A must be f32");
     CHECK(toy_dtype_valid(b->type), "matmul", a, b, "bad B type");
+    CHECK(b->type == TOY_F32 || b->type == TOY_F16 || b->type == TOY_BF16 || toy_can_dequantize(b->type), "matmul",
+          a, b, "B of type %s cannot be read (no kernel dequantizes it)", toy_dtype_name(b->type));
     a = need_rows(ctx, a);
     if (toy_dtype_block_size(b->type) == 1) b = need_rows(ctx, b);
     CHECK(rows_contiguous(b), "matmul", a, b, "quantized B must have contiguous rows");
@@ -187,6 +190,10 @@ struct toy_tensor *toy_linear(struct toy_ctx *ctx, struct toy_tensor *x, struct 
 struct toy_tensor *toy_get_rows(struct toy_ctx *ctx, struct toy_tensor *table,
                                 struct toy_tensor *ids) {
     CHECK(ids->type == TOY_I32, "get_rows", table, ids, "ids must be i32");
+    CHECK(table->type == TOY_F32 || table->type == TOY_F16 || table->type == TOY_BF16 ||
+              toy_can_dequantize(table->type),
+          "get_rows", table, ids, "a table of type %s cannot be read (no kernel dequantizes it)",
+          toy_dtype_name(table->type));
     CHECK(table->ne[2] == 1 && table->ne[3] == 1, "get_rows", table, ids, "table must be 2-D");
     CHECK(ids->ne[3] == 1, "get_rows", table, ids, "ids up to 3-D");
     int64_t ne[4] = {table->ne[0], ids->ne[0], ids->ne[1], ids->ne[2]};

@@ -43,6 +43,9 @@ enum toy_status toy_sampler_params_check(const struct toy_sampler_params *p) {
             return toy_error(TOY_ERR_INVALID_ARG, "sampling: %s is %g, not a finite number in [%g, %g]", f[i].name,
                              (double)f[i].v, (double)f[i].lo, (double)f[i].hi);
     if (p->top_k < 0) return toy_error(TOY_ERR_INVALID_ARG, "sampling: top_k is %d, not >= 0", (int)p->top_k);
+    if (p->penalty_last_n < -1)
+        return toy_error(TOY_ERR_INVALID_ARG, "sampling: penalty_last_n is %d (a count, 0: 64, -1: all)",
+                         (int)p->penalty_last_n);
     return TOY_OK;
 }
 

@@ -239,7 +239,8 @@ enum toy_status toy_models_list(struct toy_model_entry **out, int64_t *n) {
 enum toy_status toy_model_resolve(const char *q, char *path, size_t path_size) {
     struct stat sb;
     if (stat(q, &sb) == 0 && S_ISREG(sb.st_mode)) {
-        snprintf(path, path_size, "%s", q);
+        if ((size_t)snprintf(path, path_size, "%s", q) >= path_size)
+            return toy_error(TOY_ERR_RANGE, "model path '%s' does not fit %zu bytes", q, path_size);
         return TOY_OK;
     }
     struct toy_model_entry *m;
@@ -260,9 +261,9 @@ enum toy_status toy_model_resolve(const char *q, char *path, size_t path_size) {
         }
     }
     if (n_hits == 1) {
-        snprintf(path, path_size, "%s", m[hit].path);
+        bool fits = (size_t)snprintf(path, path_size, "%s", m[hit].path) < path_size;
         free(m);
-        return TOY_OK;
+        return fits ? TOY_OK : toy_error(TOY_ERR_RANGE, "the path of model '%s' does not fit %zu bytes", q, path_size);
     }
     char msg[768] = "";
     size_t used = 0;

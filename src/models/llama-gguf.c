@@ -88,6 +88,12 @@ static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_lla
     }
     enum toy_status st2 = toy_llama_check_config(c);
     if (st2) return toy_error(st2, "%s: %s", toy_gguf_path(g), toy_last_error());
+    /* every rope here turns the whole head: a file that rotates fewer dims would load and run wrong */
+    int64_t rot = key_int(g, a, "rope.dimension_count", toy_llama_head_dim(c));
+    if (rot != toy_llama_head_dim(c))
+        return toy_error(TOY_ERR_UNSUPPORTED, "%s: %s.rope.dimension_count is %lld, the head dim %lld: partial rotary "
+                         "embeddings are not supported", toy_gguf_path(g), a, (long long)rot,
+                         (long long)toy_llama_head_dim(c));
     return TOY_OK;
 }
 
