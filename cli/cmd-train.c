@@ -325,6 +325,18 @@ int toy_cmd_train(int argc, char **argv) {
             return 1;
         }
         if (given_steps) c.o.steps = cli.o.steps;
+        /* the run keeps its own settings: a flag that would change them is said to be ignored, not silently */
+        static const char *const applies[] = {"--resume", "--steps", "--threads", "--dp-overlap", "--dp-bucket-mb",
+                                              "--zero", "--json", "--log-every", "--dp-timeout", "--trace",
+                                              "--op-timing", NULL};
+        for (int i = 1; i < argc && rank == 0; i++) {
+            bool known = false;
+            for (int k = 0; applies[k] && !known; k++) known = !strcmp(argv[i], applies[k]);
+            if (argv[i][0] == '-' && argv[i][1] == '-' && !known)
+                fprintf(stderr, "toy train: %s is ignored with --resume: the run keeps the settings in its train.json "
+                        "(only --steps, --threads, --log-every, --json, --trace, --op-timing and the --dp-* flags "
+                        "apply)\n", argv[i]);
+        }
         c.threads = cli.threads;
         c.dp_overlap = cli.dp_overlap; /* how the ranks share work: chosen anew by each launch */
         c.dp_bucket_mb = cli.dp_bucket_mb;

@@ -190,6 +190,9 @@ Test(cli_train, saved_options_hold_absolute_paths) {
     cr_assert_eq(sh(TRAIN " --data text.txt --steps 2 --out m"), 0, "%s", out);
     cr_assert_eq(sh("cd / && $W train --resume '%s/m' --steps 3 --threads 2", tmp), 0, "%s", out);
     cr_expect_eq(sh("grep -q '\"step\":3,' m/events.jsonl"), 0, "the resumed run did not reach step 3");
+    /* a setting the run keeps is said to be ignored */
+    cr_assert_eq(sh("$W train --resume m --steps 4 --threads 2 --lr 0.5"), 0, "%s", out);
+    cr_expect(strstr(out, "--lr is ignored with --resume"), "%s", out);
     cr_assert_eq(sh("for i in $(seq 40); do echo '{\"prompt\":\"the quick fox\",\"completion\":\" jumps over\"}'; done "
                     "> sft.jsonl && $W finetune --base m/weights/latest --data sft.jsonl --ctx 32 --batch 2 --steps 1 "
                     "--threads 2 --out f"), 0, "%s", out);

@@ -54,7 +54,9 @@ enum toy_status toy_error(enum toy_status st, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 /* The calling thread's last message ("" if none). Valid until the next
- * toy_error on the same thread. */
+ * toy_error on the same thread. It means something only after a call
+ * returned an error: a call that succeeds may leave the text of a failure
+ * it recovered from (an optional GGUF key that was absent). */
 const char *toy_last_error(void);
 
 /* Clears the calling thread's message. */

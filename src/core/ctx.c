@@ -269,7 +269,7 @@ struct toy_tensor *toy_view(struct toy_ctx *ctx, struct toy_tensor *a, int n_dim
     for (int i = 0; i < n_dims; i++) t->nb[i] = nb[i];
     for (int i = n_dims; i < TOY_MAX_DIMS; i++) t->nb[i] = t->nb[i - 1] * (size_t)t->ne[i - 1];
     TOY_ASSERT(offset + toy_nbytes(t) <= toy_nbytes(a) || toy_nelements(t) == 0,
-               "view of %s out of bounds (offset %zu + %zu > %zu)", a->name, offset,
+               "view of %s out of bounds (offset %zu + %zu > %zu)", a->name[0] ? a->name : "(unnamed)", offset,
                toy_nbytes(t), toy_nbytes(a));
     t->op = TOY_OP_VIEW;
     t->src[0] = a;
@@ -283,10 +283,10 @@ struct toy_tensor *toy_view(struct toy_ctx *ctx, struct toy_tensor *a, int n_dim
 
 struct toy_tensor *toy_reshape(struct toy_ctx *ctx, struct toy_tensor *a, int n_dims,
                                const int64_t *ne) {
-    TOY_ASSERT(toy_is_contiguous(a), "reshape of non-contiguous tensor %s", a->name);
+    TOY_ASSERT(toy_is_contiguous(a), "reshape of non-contiguous tensor %s", a->name[0] ? a->name : "(unnamed)");
     struct toy_tensor *t = toy_tensor_alloc_meta(ctx, a->type, n_dims, ne);
     TOY_ASSERT(toy_nelements(t) == toy_nelements(a), "reshape %s: %lld elements to %lld",
-               a->name, (long long)toy_nelements(a), (long long)toy_nelements(t));
+               a->name[0] ? a->name : "(unnamed)", (long long)toy_nelements(a), (long long)toy_nelements(t));
     t->op = TOY_OP_RESHAPE;
     t->src[0] = a;
     t->view_src = base_of(a);
