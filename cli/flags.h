@@ -55,6 +55,19 @@ struct toy_cli_flag {
 #define TOY_FLAG_U(n, d) {.name = (n), .kind = TOY_CLI_U64, .dst = (d)}
 #define TOY_FLAG_END {.name = NULL}
 
+/* The optimizer's flags, shared by the commands whose options struct `o`
+ * has the trainer's fields (lr, lr_min, warmup, weight_decay, beta1/2,
+ * clip, seed, eval_every, ckpt_every); big bounds the step counts. */
+#define TOY_FLAGS_OPTIM(o, big)                                                                               \
+    TOY_FLAG_N("--lr", TOY_CLI_F32, &(o).lr, 0, 1e30), TOY_FLAG_N("--lr-min", TOY_CLI_F32, &(o).lr_min, 0, 1e30), \
+        TOY_FLAG_N("--warmup", TOY_CLI_I64, &(o).warmup, 0, big),                                             \
+        TOY_FLAG_N("--wd", TOY_CLI_F32, &(o).weight_decay, 0, 1e30),                                          \
+        TOY_FLAG_OPEN("--beta1", TOY_CLI_F32, &(o).beta1, 0, 1),                                              \
+        TOY_FLAG_OPEN("--beta2", TOY_CLI_F32, &(o).beta2, 0, 1),                                              \
+        TOY_FLAG_N("--clip", TOY_CLI_F32, &(o).clip, 0, 1e30), TOY_FLAG_U("--seed", &(o).seed),               \
+        TOY_FLAG_N("--eval-every", TOY_CLI_I64, &(o).eval_every, 0, big),                                     \
+        TOY_FLAG_N("--ckpt-every", TOY_CLI_I64, &(o).ckpt_every, 0, big)
+
 /* Parses argv[1..argc) against the table. Arguments that are not flags
  * ("-" included) go to pos (up to max_pos of them; *n_pos counts them);
  * -h/--help makes it return 1 with nothing printed (the caller shows its
