@@ -304,18 +304,26 @@ int toy_cmd_train(int argc, char **argv) {
     char run_dir[1024] = "", run_id[1024] = "", ckpt[1600] = "", state[1700] = "";
     struct cfg cli = c;
     int run_lock = -1; /* toy_run_claim's: one process writes a run */
+    /* from here on every way out goes through `out`, which releases what exists (the collective included) */
+    struct toy_tokenizer *tok = NULL;
+    struct toy_data *data = NULL;
+    struct toy_llama *m = NULL;
+    struct toy_gpt2 *g2 = NULL;
+    struct toy_events *ev = NULL;
+    struct toy_trainer *tr = NULL;
     if (c.resume) {
         /* the run's own options, then the flags given now (e.g. more --steps) */
         char path[1200];
         snprintf(path, sizeof path, "%s/train.json", c.resume);
         json_error_t err;
         json_t *j = json_load_file(path, 0, &err);
-        if (!j) { fprintf(stderr, "toy train: cannot resume: %s: %s\n", path, err.text); return 1; }
+        if (!j) { fprintf(stderr, "toy train: cannot resume: %s: %s\n", path, err.text); rc = 1; goto out; }
         cfg_from_json(&c, j);
         json_decref(j);
         if (rank == 0 && toy_run_claim(c.resume, false, &run_lock)) { /* rank 0 writes the run */
             fprintf(stderr, "toy train: cannot resume: %s\n", toy_last_error());
-            return 1;
+            rc = 1;
+            goto out;
         }
         if (given_steps) c.o.steps = cli.o.steps;
         /* the run keeps its own settings: a flag that would change them is said to be ignored, not silently */
@@ -336,14 +344,14 @@ int toy_cmd_train(int argc, char **argv) {
         c.zero = cli.zero;
         c.json = cli.json;
         c.log_every = cli.log_every;
-        if (dp_resize(&c, world)) return 1;
+        if (dp_resize(&c, world)) { rc = 1; goto out; }
         snprintf(run_dir, sizeof run_dir, "%s", c.resume);
         const char *slash = strrchr(run_dir, '/');
         snprintf(run_id, sizeof run_id, "%s", slash && slash[1] ? slash + 1 : run_dir);
         snprintf(path, sizeof path, "%s/weights/latest", run_dir);
         char target[512];
         ssize_t n = readlink(path, target, sizeof target - 1);
-        if (n <= 0) { fprintf(stderr, "toy train: cannot resume: %s has no weights/latest checkpoint\n", run_dir); return 1; }
+        if (n <= 0) { fprintf(stderr, "toy train: cannot resume: %s has no weights/latest checkpoint\n", run_dir); rc = 1; goto out; }
         target[n] = 0;
         snprintf(ckpt, sizeof ckpt, "%s/weights/%s", run_dir, target);
         snprintf(state, sizeof state, "%.*s.state.gguf", (int)(strlen(ckpt) - 5), ckpt);
@@ -351,7 +359,7 @@ int toy_cmd_train(int argc, char **argv) {
     c.world = world;
     if (rank != 0) { /* rank 0 alone reports; errors still reach stderr */
         c.json = true;
-        if (!freopen("/dev/null", "w", stdout)) return 1;
+        if (!freopen("/dev/null", "w", stdout)) { rc = 1; goto out; }
     }
     if (!c.threads && world > 1 && !getenv("TOY_THREADS")) c.threads = toy_collective_threads(coll);
     if (!c.data) { fprintf(stderr, "toy train: --data FILE is required\n"); return usage(); }
@@ -359,7 +367,8 @@ int toy_cmd_train(int argc, char **argv) {
     bool is_gpt2 = c.arch && !strcmp(c.arch, "gpt2");
     if (c.arch && !is_gpt2 && strcmp(c.arch, "llama")) {
         fprintf(stderr, "toy train: unknown --arch '%s' (llama, gpt2, vit)\n", c.arch);
-        return 2;
+        rc = 2;
+        goto out;
     }
     if (!ckpt[0] && !c.init) {
         int64_t v = c.vocab_size > 0 ? c.vocab_size : 512; /* the data's, known later; its range is checked then */
@@ -368,14 +377,16 @@ int toy_cmd_train(int argc, char **argv) {
         if (is_gpt2 ? !gc.d_model : !mc.d_model) {
             fprintf(stderr, "toy train: unknown %spreset '%s' (%s)\n", is_gpt2 ? "GPT-2 " : "", c.preset,
                     is_gpt2 ? "tiny, small, 124m" : "tiny, small, stories15m, smollm2-135m");
-            return 2;
+            rc = 2;
+            goto out;
         }
         if (is_gpt2 ? toy_gpt2_check_config(&gc) : toy_llama_check_config(&mc)) {
             fprintf(stderr, "toy train: %s\n", toy_last_error());
-            return 2;
+            rc = 2;
+            goto out;
         }
     }
-    if (toy_cli_check_input("train", c.data)) return 1; /* a folder read as empty text */
+    if (toy_cli_check_input("train", c.data)) { rc = 1; goto out; } /* a folder read as empty text */
     char abs_data[PATH_MAX], abs_tok[PATH_MAX], abs_init[PATH_MAX], abs_warm[PATH_MAX];
     if (!c.resume) { /* train.json keeps them, and --resume may run from another folder */
         c.data = toy_cli_abspath(c.data, abs_data, sizeof abs_data);
@@ -387,30 +398,25 @@ int toy_cmd_train(int argc, char **argv) {
      * there is refused at once */
     if (!c.resume && c.out && rank == 0 && toy_run_claim(c.out, true, &run_lock)) {
         fprintf(stderr, "toy train: --out %s\n", toy_last_error());
-        return 1;
+        rc = 1;
+        goto out;
     }
     c.o.sample_prompt = c.sample;
     c.o.stop = &toy_cli_stop;
 
     /* ---- tokenizer and data ---- */
-    struct toy_tokenizer *tok = NULL;
-    struct toy_data *data = NULL;
-    struct toy_llama *m = NULL;
-    struct toy_gpt2 *g2 = NULL;
-    struct toy_events *ev = NULL;
-    struct toy_trainer *tr = NULL;
     rc = 1;
     struct toy_data_opts dopt = {.batch = c.batch, .ctx = c.ctx, .heldout = c.heldout, .seed = c.o.seed,
                                  .rank = rank, .world = world};
     char magic[4] = {0};
     FILE *f = fopen(c.data, "rb");
-    if (!f) { fprintf(stderr, "toy train: %s: %s\n", c.data, strerror(errno)); return 1; }
+    if (!f) { fprintf(stderr, "toy train: %s: %s\n", c.data, strerror(errno)); rc = 1; goto out; }
     size_t got = fread(magic, 1, 4, f);
     fclose(f);
     bool packed = got == 4 && !memcmp(magic, "TOYT", 4);
     const char *tok_src = ckpt[0] ? ckpt : c.init ? c.init : c.tokenizer;
     if (tok_src && toy_tokenizer_load(tok_src, &tok)) {
-        if (!packed || c.tokenizer) { fprintf(stderr, "toy train: tokenizer: %s\n", toy_last_error()); return 1; }
+        if (!packed || c.tokenizer) { fprintf(stderr, "toy train: tokenizer: %s\n", toy_last_error()); rc = 1; goto out; }
         tok = NULL; /* a token file needs none; samples are then skipped */
     }
     if (packed) {
