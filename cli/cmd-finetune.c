@@ -55,7 +55,7 @@ struct cfg {
     int64_t ctx, rank;
     double heldout, alpha, dropout;
     int threads, log_every;
-    bool json, lr_given;
+    bool json, lr_given, ctx_given;
     double dp_timeout; /* data parallelism: seconds a collective may wait */
     int64_t world;     /* ranks (finetune.json: of the run that wrote it) */
     struct toy_finetune_opts o;
@@ -115,7 +115,7 @@ static int parse(int argc, char **argv, struct cfg *c, bool *given_steps) {
         TOY_FLAG_NG("--lr", TOY_CLI_F32, &c->o.train.lr, 0, 1e30, &c->lr_given),
         TOY_FLAG_NG("--steps", TOY_CLI_I64, &c->o.train.steps, 1, big, given_steps),
         TOY_FLAG_N("--rank", TOY_CLI_I64, &c->rank, 1, 65536), TOY_FLAG_N("--alpha", TOY_CLI_F64, &c->alpha, 0, 1e30),
-        TOY_FLAG_OPEN("--dropout", TOY_CLI_F64, &c->dropout, 0, 1), TOY_FLAG_N("--ctx", TOY_CLI_I64, &c->ctx, 1, 16 * dim),
+        TOY_FLAG_OPEN("--dropout", TOY_CLI_F64, &c->dropout, 0, 1), TOY_FLAG_NG("--ctx", TOY_CLI_I64, &c->ctx, 1, 16 * dim, &c->ctx_given),
         TOY_FLAG_OPEN("--heldout", TOY_CLI_F64, &c->heldout, 0, 1),
         TOY_FLAG_N("--threads", TOY_CLI_INT, &c->threads, 0, 4096),
         TOY_FLAG_N("--log-every", TOY_CLI_INT, &c->log_every, 0, INT32_MAX),
@@ -201,6 +201,7 @@ static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll
     char run_dir[1024] = "", run_id[1024] = "", ckpt[1600] = "", state[1700] = "";
     json_t *saved = NULL; /* the resumed run's options; c borrows its strings */
     int run_lock = -1;    /* toy_run_claim's: one process writes a run */
+    bool made_run = false, started = false; /* a new run folder; its first step began */
     if (c.resume) {
         char path[1200];
         snprintf(path, sizeof path, "%s/finetune.json", c.resume);
@@ -277,6 +278,7 @@ static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll
         json_decref(saved);
         return 1;
     }
+    if (!c.resume && c.out && rank == 0) made_run = true;
     c.o.method = (enum toy_ft_method)method;
     if (method == TOY_FT_FULL && !c.lr_given && !c.resume) c.o.train.lr = 2e-5f;
     c.o.train.stop = &toy_cli_stop;
@@ -313,6 +315,7 @@ static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll
         }
         if (st) { fprintf(stderr, "toy finetune: %s\n", toy_last_error()); goto out; }
     }
+    if (!c.ctx_given && !c.resume && c.ctx > m->cfg.max_ctx) c.ctx = m->cfg.max_ctx; /* the default fits the model */
     struct toy_sft_opts so = {.ctx = c.ctx, .heldout = c.heldout, .seed = c.o.train.seed, .chat_template = c.tmpl};
     if (toy_sft_open(c.data, tok, &so, &data)) { fprintf(stderr, "toy finetune: %s\n", toy_last_error()); goto out; }
 
@@ -326,6 +329,8 @@ static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll
                    toy_run_claim(run_dir, false, &run_lock)) {
             fprintf(stderr, "toy finetune: %s\n", toy_last_error());
             goto out;
+        } else {
+            made_run = true;
         }
         char path[1200];
         snprintf(path, sizeof path, "%s/finetune.json", run_dir);
@@ -386,6 +391,7 @@ static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll
     if (c.json) pu.pb.tty = false;
     toy_finetuner_on_step(ft, toy_progress_on_step, &pu);
     struct toy_train_result res;
+    started = true;
     enum toy_status st = toy_finetuner_run(ft, &res);
     toy_cli_stop_signals_restore();
     toy_progress_finish(&pu.pb);
@@ -422,5 +428,7 @@ out:
     toy_llama_free(m);
     json_decref(saved);
     toy_run_release(run_lock);
+    if (rc && made_run && !started) /* refused: no run to resume; the folder goes if this run made it */
+        toy_run_discard(c.out ? c.out : run_dir, !c.out);
     return rc;
 }

@@ -304,6 +304,7 @@ int toy_cmd_train(int argc, char **argv) {
     char run_dir[1024] = "", run_id[1024] = "", ckpt[1600] = "", state[1700] = "";
     struct cfg cli = c;
     int run_lock = -1; /* toy_run_claim's: one process writes a run */
+    bool made_run = false, started = false; /* a new run folder; its first step began */
     /* from here on every way out goes through `out`, which releases what exists (the collective included) */
     struct toy_tokenizer *tok = NULL;
     struct toy_data *data = NULL;
@@ -401,6 +402,7 @@ int toy_cmd_train(int argc, char **argv) {
         rc = 1;
         goto out;
     }
+    if (!c.resume && c.out && rank == 0) made_run = true;
     c.o.sample_prompt = c.sample;
     c.o.stop = &toy_cli_stop;
 
@@ -496,6 +498,8 @@ int toy_cmd_train(int argc, char **argv) {
                    toy_run_claim(run_dir, false, &run_lock)) {
             fprintf(stderr, "toy train: %s\n", toy_last_error());
             goto out;
+        } else {
+            made_run = true;
         }
         char path[1200];
         snprintf(path, sizeof path, "%s/train.json", run_dir);
@@ -570,6 +574,7 @@ int toy_cmd_train(int argc, char **argv) {
     if (toy_trainer_step(tr) > 0) pu.pb.total = c.o.steps;
     toy_trainer_on_step(tr, toy_progress_on_step, &pu);
     struct toy_train_result res;
+    started = true;
     enum toy_status st = toy_trainer_run(tr, &res);
     dp_consistent = res.reason == TOY_RUN_ABORTED;
     toy_cli_stop_signals_restore();
@@ -604,6 +609,8 @@ out:
     json_decref(c.keep);
     toy_tokenizer_free(tok);
     toy_run_release(run_lock);
+    if (rc && made_run && !started) /* refused: no run to resume; the folder goes if this run made it */
+        toy_run_discard(c.out ? c.out : run_dir, !c.out);
     if (rc == 1 && world > 1 && !dp_consistent && !toy_collective_broken(coll)) {
         /* a failure of this rank alone: the others would wait for it, so end the job now */
         fprintf(stderr, "toy train: rank %d of %d failed: ending the job\n", rank, world);

@@ -378,3 +378,19 @@ Test(cli_train, finetune_template_is_a_builtin_or_jinja) {
     cr_expect_eq(sh("%s --template chatml --out b", ft), 0, "%s", out);
     cr_expect_eq(sh("%s --template \"{%% for m in messages %%}{{ m.content }}{%% endfor %%}\" --out c", ft), 0, "%s", out);
 }
+
+/* A new run refused before its first step leaves no run behind: the next --out of the folder starts afresh and
+ * `toy runs` lists no empty run (qlora on an f32 base is refused after the folder is made). The default
+ * finetune context fits a model shorter than it (tiny: 128 positions, the default 256). */
+Test(cli_train, a_refused_run_leaves_no_run_folder) {
+    train_model();
+    cr_assert_eq(sh("for i in $(seq 40); do echo '{\"prompt\":\"the quick fox\",\"completion\":\" jumps over\"}'; done "
+                    "> sft.jsonl"), 0);
+    cr_expect_eq(sh("$W finetune --base m/weights/latest --data sft.jsonl --method qlora --steps 1 --threads 2 "
+                    "--runs rr"), 1, "%s", out);
+    cr_expect_eq(sh("test -z \"$(ls -A rr)\""), 0, "rr holds: %s", out);
+    cr_expect_eq(sh("$W finetune --base m/weights/latest --data sft.jsonl --method qlora --steps 1 --threads 2 "
+                    "--out f1"), 1, "%s", out);
+    cr_expect_eq(sh("$W finetune --base m/weights/latest --data sft.jsonl --steps 1 --threads 2 --out f1"), 0, "%s",
+                 out);
+}

@@ -81,6 +81,13 @@ enum toy_status toy_run_claim(const char *dir, bool fresh, int *lock_fd);
 /* Releases a claim (closes the descriptor); -1 is a no-op. */
 void toy_run_release(int lock_fd);
 
+/* Removes what a new run that was refused before its first step left in
+ * dir (events.jsonl, train.json, finetune.json, the lock file), and with
+ * remove_dir dir itself when nothing else is left in it (a folder the run
+ * made); a later --out of the same folder then starts afresh instead of
+ * finding a run that never ran, and `toy runs` lists no empty run. */
+void toy_run_discard(const char *dir, bool remove_dir);
+
 #ifdef __cplusplus
 }
 #endif

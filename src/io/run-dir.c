@@ -233,3 +233,11 @@ enum toy_status toy_run_claim(const char *dir, bool fresh, int *lock_fd) {
 void toy_run_release(int lock_fd) {
     if (lock_fd >= 0) close(lock_fd); /* drops the flock */
 }
+
+void toy_run_discard(const char *dir, bool remove_dir) {
+    static const char *const files[] = {"events.jsonl", "train.json", "finetune.json", TOY_RUN_LOCK_FILE};
+    char path[PATH_MAX];
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
+        if (snprintf(path, sizeof path, "%s/%s", dir, files[i]) < (int)sizeof path) unlink(path);
+    if (remove_dir) rmdir(dir); /* fails, and keeps it, when it holds more */
+}

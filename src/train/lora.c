@@ -352,7 +352,7 @@ enum toy_status toy_lora_load(struct toy_llama *m, const char *path, float scale
         int64_t j = toy_gguf_find_tensor(g, a->t[i]->name);
         if (j >= 0) memcpy(a->t[i]->data, toy_gguf_tensor(g, j)->data, toy_gguf_tensor(g, j)->nbytes);
     }
-    m->lora_scale = scale * o.alpha / (float)o.rank;
+    m->lora_scale = scale * (o.alpha != 0 ? o.alpha / (float)o.rank : 1.0f); /* alpha 0: alpha = rank, as llama.cpp */
     *out = a;
 done:
     toy_gguf_close(g);
@@ -454,7 +454,7 @@ enum toy_status toy_lora_merge_file(const char *base_path, const char *adapter_p
             st = toy_error(TOY_ERR_UNSUPPORTED, "merge: cannot re-encode %s (%s)", ti->name, toy_dtype_name(ti->type));
             break;
         }
-        jobs[i] = (struct merge_job){g, i, A, B, scale * alpha / (float)A->ne[1]};
+        jobs[i] = (struct merge_job){g, i, A, B, scale * (alpha != 0 ? alpha / (float)A->ne[1] : 1.0f)};
         used += 2;
         st = toy_gguf_writer_add_tensor_fn(w, ti->name, ti->type, 2, ti->ne, merge_fill, &jobs[i]);
     }
