@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "flags.h"
 #include "json-out.h"
 #include "toy/classify.h"
 #include "toy/graph.h"
@@ -24,28 +25,23 @@ static int usage(void) {
 
 int toy_cmd_classify(int argc, char **argv) {
     const char *model = NULL, *data = NULL;
-    const char *files[256];
     int n_files = 0, k = 5, threads = 0;
     bool json = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
-        if (!strcmp(a, "--json")) { json = true; continue; }
-        if (a[0] == '-' && a[1]) {
-            if (i + 1 >= argc) { fprintf(stderr, "toy classify: %s needs a value\n", a); return 2; }
-            const char *v = argv[++i];
-            if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
-            else if (!strcmp(a, "--data")) data = v;
-            else if (!strcmp(a, "-k") || !strcmp(a, "--top-k")) k = atoi(v);
-            else if (!strcmp(a, "--threads")) threads = atoi(v);
-            else { fprintf(stderr, "toy classify: unknown flag %s\n", a); return usage(); }
-            continue;
-        }
-        if (n_files < 256) files[n_files++] = a;
+    const char **files = malloc((size_t)argc * sizeof *files); /* every image named (there is no limit) */
+    if (!files) return 1;
+    const struct toy_cli_flag flags[] = {
+        TOY_FLAG_S("-m", &model), TOY_FLAG_S("--model", &model), TOY_FLAG_S("--data", &data),
+        TOY_FLAG_N("-k", TOY_CLI_INT, &k, 1, 1 << 20), TOY_FLAG_N("--top-k", TOY_CLI_INT, &k, 1, 1 << 20),
+        TOY_FLAG_N("--threads", TOY_CLI_INT, &threads, 0, 1024), TOY_FLAG_B("--json", &json), TOY_FLAG_END};
+    int prc = toy_cli_parse("classify", argc, argv, flags, files, argc, &n_files);
+    if (prc) {
+        free(files);
+        if (prc == 1) return usage(), 0;
+        return prc;
     }
-    if (!model || (!data && n_files == 0)) return usage();
+    if (!model || (!data && n_files == 0)) { free(files); return usage(); }
     struct toy_vit *m;
-    if (toy_vit_load(model, false, &m)) { fprintf(stderr, "toy classify: %s\n", toy_last_error()); return 1; }
+    if (toy_vit_load(model, false, &m)) { fprintf(stderr, "toy classify: %s\n", toy_last_error()); free(files); return 1; }
     const struct toy_vit_config *c = &m->cfg;
     struct toy_threadpool *tp = toy_threadpool_new(threads);
     int rc = 0;
@@ -104,7 +100,8 @@ int toy_cmd_classify(int argc, char **argv) {
                 json_array_append_new(top, json_pack("{s:i,s:s?,s:f}", "class", order[a], "label",
                                                      m->class_names ? m->class_names[order[a]] : NULL, "prob",
                                                      prob[order[a]]));
-            json_t *o = json_pack("{s:s,s:s,s:o}", "format", "toy/classify-v1", "image", files[f], "top", top);
+            json_t *o = json_pack("{s:s,s:o,s:o}", "format", "toy/classify-v1", "image",
+                                  toy_cli_json_text(files[f], strlen(files[f])), "top", top); /* names need not be UTF-8 */
             if (toy_cli_print_json("classify", o, JSON_COMPACT)) rc = 1;
         } else {
             printf("%s\n", files[f]);
@@ -121,5 +118,6 @@ int toy_cmd_classify(int argc, char **argv) {
 done:
     toy_threadpool_free(tp);
     toy_vit_free(m);
+    free(files);
     return rc;
 }

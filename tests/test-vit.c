@@ -422,3 +422,51 @@ Test(vit, classifier_resume_is_exact, .timeout = 300) {
     toy_images_free(test);
     th_rmdir();
 }
+
+/* images, all-zero, with the given labels and (optionally) class names; freed by toy_images_free */
+static struct toy_image_set *tiny_set(const int32_t *labels, int64_t n, int64_t n_classes, const char *const *names) {
+    struct toy_image_set *s = calloc(1, sizeof *s);
+    s->n = n, s->channels = 1, s->height = 28, s->width = 28, s->n_classes = n_classes;
+    s->pixels = calloc((size_t)(n * 28 * 28), 1);
+    for (int64_t i = 0; i < n * 28 * 28; i++) s->pixels[i] = (uint8_t)(i * 37 + i / 784 * 101);
+    s->labels = malloc((size_t)n * sizeof *s->labels);
+    memcpy(s->labels, labels, (size_t)n * sizeof *labels);
+    if (names) {
+        s->class_names = calloc((size_t)n_classes, sizeof *s->class_names);
+        for (int64_t i = 0; i < n_classes; i++) s->class_names[i] = strdup(names[i]);
+    }
+    return s;
+}
+
+/* Classes are matched by name, not by position (a test set without one of the training folders shifted every
+ * label); labels past the model's classes are an error, not a read past the logits */
+Test(vit, evaluate_matches_classes_by_name) {
+    struct toy_vit_config c = toy_vit_preset("mnist");
+    struct toy_vit *m = toy_vit_new(&c, 3);
+    m->class_names = calloc(10, sizeof *m->class_names);
+    for (int i = 0; i < 10; i++) {
+        char nm[8];
+        snprintf(nm, sizeof nm, "c%d", i);
+        m->class_names[i] = strdup(nm);
+    }
+    const int32_t by_name[4] = {0, 1, 0, 1}, by_index[4] = {3, 7, 3, 7};
+    const char *names[2] = {"c3", "c7"};
+    struct toy_image_set *a = tiny_set(by_name, 4, 2, names), *b = tiny_set(by_index, 4, 10, NULL);
+    float la, aa, lb, ab;
+    cr_assert_eq(toy_vit_evaluate(m, a, 4, NULL, &la, &aa), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(toy_vit_evaluate(m, b, 4, NULL, &lb, &ab), TOY_OK, "%s", toy_last_error());
+    cr_expect_float_eq(la, lb, 1e-6f, "named classes c3, c7 are the model's classes 3 and 7");
+    cr_expect_float_eq(aa, ab, 1e-6f);
+    const char *unknown[2] = {"c3", "zebra"};
+    struct toy_image_set *u = tiny_set(by_name, 4, 2, unknown);
+    cr_expect_eq(toy_vit_evaluate(m, u, 4, NULL, &la, &aa), TOY_ERR_INVALID_ARG);
+    cr_expect(strstr(toy_last_error(), "'zebra'"), "%s", toy_last_error());
+    const int32_t many[2] = {0, 11};
+    struct toy_image_set *w = tiny_set(many, 2, 12, NULL);
+    cr_expect_eq(toy_vit_evaluate(m, w, 2, NULL, &la, &aa), TOY_ERR_INVALID_ARG);
+    toy_images_free(a);
+    toy_images_free(b);
+    toy_images_free(u);
+    toy_images_free(w);
+    toy_vit_free(m);
+}

@@ -222,8 +222,13 @@ enum toy_status toy_image_read_file(const char *path, int64_t channels, int64_t 
     if (channels != 1 && channels != 3) return toy_error(TOY_ERR_INVALID_ARG, "%s: %lld channels (1 or 3)", path,
                                                          (long long)channels);
     int w, h, n;
+    struct stat sb;
+    if (stat(path, &sb) != 0) return toy_error(TOY_ERR_IO, "%s: %s", path, strerror(errno));
+    if (S_ISDIR(sb.st_mode)) return toy_error(TOY_ERR_INVALID_ARG, "%s: is a directory, not an image", path);
     uint8_t *px = stbi_load(path, &w, &h, &n, (int)channels);
-    if (!px) return toy_error(TOY_ERR_FORMAT, "%s: %s", path, stbi_failure_reason());
+    if (!px) /* stb's reasons are terse ("outofdata"): say what was being read */
+        return toy_error(TOY_ERR_FORMAT, "%s: not a readable PNG, JPEG, BMP or GIF image (%s%s)", path,
+                         stbi_failure_reason(), sb.st_size == 0 ? ", the file is empty" : "");
     resize_to_chw(px, w, h, (int)channels, out, width, height);
     stbi_image_free(px);
     return TOY_OK;

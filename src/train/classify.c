@@ -50,18 +50,48 @@ static bool same_shape(const struct toy_vit_config *c, const struct toy_image_se
 /* Mean loss and correct predictions over images [first, first + n) of s,
  * through the forward-only graph of batch B (a short last batch repeats its
  * first image and counts only the real ones). */
+/* The model's class of each of the set's classes: by name when both have names (class folders: the set's folder
+ * order need not be the model's), else the same index, which must be one of the model's. */
+static enum toy_status class_map(const struct toy_vit *m, const struct toy_image_set *s, int32_t *map) {
+    const int64_t K = m->cfg.n_classes;
+    for (int64_t i = 0; i < s->n_classes; i++) {
+        if (s->class_names && m->class_names) {
+            int64_t j = 0;
+            while (j < K && strcmp(s->class_names[i], m->class_names[j])) j++;
+            if (j == K)
+                return toy_error(TOY_ERR_INVALID_ARG, "evaluate: class '%s' of the images is not one of the model's %lld",
+                                 s->class_names[i], (long long)K);
+            map[i] = (int32_t)j;
+        } else if (i >= K) {
+            return toy_error(TOY_ERR_INVALID_ARG, "evaluate: the images have %lld classes, the model %lld",
+                             (long long)s->n_classes, (long long)K);
+        } else {
+            map[i] = (int32_t)i;
+        }
+    }
+    return TOY_OK;
+}
+
 static enum toy_status eval_graph(struct toy_vit *m, const struct toy_image_set *s, struct toy_graph *g,
                                   struct toy_tensor *img, struct toy_tensor *logits, struct toy_threadpool *tp,
                                   int64_t *idx, double *loss_sum, int64_t *correct) {
     const int64_t B = img->ne[3], K = m->cfg.n_classes;
-    int32_t *lab = malloc((size_t)B * sizeof *lab);
-    if (!lab) return toy_error(TOY_ERR_NOMEM, "evaluation");
-    enum toy_status st = TOY_OK;
+    int32_t *lab = malloc((size_t)B * sizeof *lab), *map = malloc((size_t)(s->n_classes + 1) * sizeof *map);
+    if (!lab || !map) { free(lab); free(map); return toy_error(TOY_ERR_NOMEM, "evaluation"); }
+    enum toy_status st = class_map(m, s, map);
     for (int64_t first = 0; first < s->n && !st; first += B) {
         int64_t n = s->n - first < B ? s->n - first : B;
         for (int64_t b = 0; b < B; b++) idx[b] = first + (b < n ? b : 0);
         toy_images_batch(s, idx, B, m->mean, m->std, NULL, NULL, img->data, lab);
-        if ((st = toy_graph_compute(g, tp))) break;
+        for (int64_t b = 0; b < n; b++) {
+            if (lab[b] < 0 || lab[b] >= s->n_classes) {
+                st = toy_error(TOY_ERR_FORMAT, "evaluate: image %lld has label %d of %lld classes",
+                               (long long)idx[b], (int)lab[b], (long long)s->n_classes);
+                break;
+            }
+            lab[b] = map[lab[b]];
+        }
+        if (st || (st = toy_graph_compute(g, tp))) break;
         const float *lg = logits->data; /* (B, K) */
         for (int64_t b = 0; b < n; b++) {
             const float *row = lg + b * K;
@@ -76,6 +106,7 @@ static enum toy_status eval_graph(struct toy_vit *m, const struct toy_image_set 
         }
     }
     free(lab);
+    free(map);
     return st;
 }
 
