@@ -135,15 +135,21 @@ int toy_cmd_eval(int argc, char **argv) {
     }
     toy_progress_finish(&pb);
     double ce = sum / (double)count;
-    if (json) {
-        json_t *j = json_pack("{s:s,s:s,s:s,s:f,s:f,s:I,s:I}", "format", "toy/eval-v1", "model", model, "data", path,
-                              "loss", ce, "ppl", exp(ce), "tokens", (json_int_t)count, "windows", (json_int_t)windows);
+    rc = 0;
+    if (json) { /* JSON has no NaN: a loss that is not a number is null */
+        json_t *j = json_pack("{s:s,s:s,s:s,s:o,s:o,s:I,s:I}", "format", "toy/eval-v1", "model", model, "data", path,
+                              "loss", isfinite(ce) ? json_real(ce) : json_null(), "ppl",
+                              isfinite(exp(ce)) ? json_real(exp(ce)) : json_null(), "tokens", (json_int_t)count,
+                              "windows", (json_int_t)windows);
         if (toy_cli_print_json("eval", j, JSON_COMPACT)) rc = 1;
     } else {
         printf("eval_ce: %.6f\nperplexity: %.4f\ntokens: %lld in %lld windows of %lld\n", ce, exp(ce), (long long)count,
                (long long)windows, (long long)T);
     }
-    rc = 0;
+    if (!isfinite(ce)) {
+        fprintf(stderr, "toy eval: the loss is not finite: %s has weights that are NaN or infinite, or overflow\n", model);
+        rc = 1;
+    }
 out:
     toy_threadpool_free(tp);
     toy_ctx_free(ctx);

@@ -5,6 +5,7 @@
  * stdout or one toy/generate-v1 JSON object with --json. */
 #include <jansson.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +35,7 @@ bool toy_cli_gen_on_token(void *ud, int32_t id, const char *text, size_t len, fl
     if (o->json) {
         if (id >= 0) {
             json_array_append_new(o->ids, json_integer(id));
-            json_array_append_new(o->lps, json_real(lp));
+            json_array_append_new(o->lps, isfinite(lp) ? json_real(lp) : json_null()); /* JSON has no NaN */
         }
         if (len && o->len + len + 1 > o->cap) {
             size_t cap = (o->len + len + 1) * 2;
