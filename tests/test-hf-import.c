@@ -4,6 +4,7 @@
  * for every supported architecture plus, for each, the tensors llama.cpp's
  * converter would store; the converted GGUFs must hold exactly those. */
 #include <criterion/criterion.h>
+#include <jansson.h>
 #include <dirent.h>
 #include <math.h>
 #include <stdio.h>
@@ -278,5 +279,19 @@ Test(hf_import, every_architecture_converts_exactly, .timeout = 300) {
     snprintf(dir, sizeof dir, "%s/none", model_root);
     cr_expect_eq(toy_hf_convert(dir, rq, NULL, NULL), TOY_ERR_NOT_FOUND);
     cr_expect(strstr(toy_last_error(), "config.json"));
+    /* the output is never one of the model's own files (it replaced the weights) */
+    snprintf(dir, sizeof dir, "%s/qwen2", model_root);
+    char own[600];
+    snprintf(own, sizeof own, "%s/config.json", dir);
+    cr_expect_eq(toy_hf_convert(dir, own, NULL, NULL), TOY_ERR_INVALID_ARG);
+    cr_expect(strstr(toy_last_error(), "own files"), "%s", toy_last_error());
+    /* a RoPE scaling the graph does not run is refused, not dropped */
+    json_t *cfg = json_load_file(own, 0, NULL);
+    cr_assert(cfg);
+    json_object_set_new(cfg, "rope_scaling", json_pack("{s:s,s:f}", "rope_type", "longrope", "factor", 4.0));
+    cr_assert_eq(json_dump_file(cfg, own, 0), 0);
+    json_decref(cfg);
+    cr_expect_eq(toy_hf_convert(dir, rq, NULL, NULL), TOY_ERR_UNSUPPORTED);
+    cr_expect(strstr(toy_last_error(), "longrope"), "%s", toy_last_error());
     cleanup_models();
 }

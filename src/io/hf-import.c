@@ -12,6 +12,7 @@
 #include "toy/tokenizer.h"
 
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <unistd.h>
@@ -131,7 +132,8 @@ static enum toy_status fill_job(void *ctx, void *dst, size_t nbytes) {
     if (!e && (j->permute_heads || j->transpose)) {
         float *b = malloc((size_t)(n ? n : 1) * sizeof(float));
         if (!b) { free(a); return toy_error(TOY_ERR_NOMEM, "convert: out of memory"); }
-        const int64_t cols = j->ne[0], rows = n / (cols ? cols : 1);
+        /* a q/k bias (1-D) is one value per row: its rows move as the weight's do */
+        const int64_t cols = j->n_dims == 1 ? 1 : j->ne[0], rows = n / (cols ? cols : 1);
         if (j->transpose) {
             /* source is (rows_src = cols, cols_src = rows) row-major */
             for (int64_t r = 0; r < cols; r++)
@@ -220,6 +222,25 @@ static enum toy_status read_config(const char *dir, json_t *c, struct hp *h) {
     if (h->head_dim <= 0 || h->n_head % h->n_head_kv)
         return toy_error(TOY_ERR_FORMAT, "%s/config.json: %lld heads, %lld kv heads, head_dim %lld do not fit",
                          dir, (long long)h->n_head, (long long)h->n_head_kv, (long long)h->head_dim);
+    /* GGUF keeps these as u32: a larger value would wrap to another model */
+    const int64_t dims[] = {h->n_vocab, h->n_embd, h->n_layer, h->n_head, h->n_head_kv, h->n_ff, h->n_ctx, h->head_dim};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
+        if (dims[i] > UINT32_MAX)
+            return toy_error(TOY_ERR_FORMAT, "%s/config.json: a dimension of %lld is past GGUF's 32 bits", dir,
+                             (long long)dims[i]);
+    if (h->arch != ARCH_GPT2) { /* scalings the graph does not know would run as plain RoPE, wrong past its context */
+        json_t *rs = json_object_get(c, "rope_scaling");
+        const char *rt = json_string_value(json_object_get(rs, "rope_type"));
+        if (!rt) rt = json_string_value(json_object_get(rs, "type"));
+        if (rs && !json_is_null(rs) &&
+            (!rt || (strcmp(rt, "linear") && strcmp(rt, "yarn") && strcmp(rt, "llama3") && strcmp(rt, "default"))))
+            return toy_error(TOY_ERR_UNSUPPORTED, "%s/config.json: rope_scaling type '%s' (toy knows linear, yarn, "
+                             "llama3)", dir, rt ? rt : "(none)");
+        double prf = cfg_num(c, "partial_rotary_factor", 1.0);
+        if (prf != 1.0)
+            return toy_error(TOY_ERR_UNSUPPORTED, "%s/config.json: partial_rotary_factor %g: toy rotates whole heads",
+                             dir, prf);
+    }
     return TOY_OK;
 }
 
@@ -261,9 +282,13 @@ static enum toy_status write_hparams(struct toy_gguf_writer *w, const struct hp 
     if (rt && (!strcmp(rt, "linear") || !strcmp(rt, "yarn"))) {
         e |= toy_gguf_writer_set_str(w, KEY("rope.scaling.type"), rt);
         e |= toy_gguf_writer_set_f32(w, KEY("rope.scaling.factor"), (float)cfg_num(rs, "factor", 1.0));
-        if (!strcmp(rt, "yarn"))
+        if (!strcmp(rt, "yarn")) {
             e |= toy_gguf_writer_set_u32(w, KEY("rope.scaling.original_context_length"),
                                          (uint32_t)cfg_int(rs, "original_max_position_embeddings", h->n_ctx));
+            if (json_is_number(json_object_get(rs, "attention_factor")))
+                e |= toy_gguf_writer_set_f32(w, KEY("rope.scaling.attn_factor"),
+                                             (float)cfg_num(rs, "attention_factor", 0.0));
+        }
     }
 #undef KEY
     return e ? toy_error(TOY_ERR_NOMEM, "convert: metadata") : TOY_OK;
@@ -353,7 +378,7 @@ static int map_name(const struct hp *h, const char *hf, char *out, size_t outn, 
             gg = h->arch == ARCH_GEMMA2 ? "post_attention_norm" : "ffn_norm";
         for (size_t i = 0; !gg && i < sizeof blk_llama / sizeof blk_llama[0]; i++)
             if (!strcmp(rest, blk_llama[i].hf)) gg = blk_llama[i].gg;
-        if (gg && h->arch == ARCH_LLAMA && !strcmp(suffix, ".weight")) {
+        if (gg && h->arch == ARCH_LLAMA) { /* weights and biases alike (llama.cpp permutes both) */
             if (!strcmp(gg, "attn_q")) j->permute_heads = (int)h->n_head;
             if (!strcmp(gg, "attn_k")) j->permute_heads = (int)h->n_head_kv;
         }
@@ -388,6 +413,18 @@ enum toy_status toy_hf_convert(const char *dir, const char *out_path, const stru
     memset(rep, 0, sizeof *rep);
     if (!toy_can_quantize(o.type))
         return toy_error(TOY_ERR_UNSUPPORTED, "convert: cannot write tensors of type %s", toy_dtype_name(o.type));
+    /* the GGUF replaces what is at out_path: never one of the files it is made from */
+    char rin[PATH_MAX], rout[PATH_MAX];
+    if (realpath(dir, rin) && realpath(out_path, rout)) {
+        size_t n = strlen(rin);
+        const char *leaf = strrchr(rout, '/');
+        leaf = leaf ? leaf + 1 : rout;
+        size_t ll = strlen(leaf);
+        bool input = !strncmp(rout, rin, n) && rout[n] == '/' && !strchr(rout + n + 1, '/') &&
+                     ((ll > 12 && !strcmp(leaf + ll - 12, ".safetensors")) || (ll > 5 && !strcmp(leaf + ll - 5, ".json")) ||
+                      !strcmp(leaf, "tokenizer.model") || !strcmp(leaf, "merges.txt"));
+        if (input) return toy_error(TOY_ERR_INVALID_ARG, "convert: -o %s is one of the model's own files", out_path);
+    }
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
     json_error_t jerr;
@@ -456,9 +493,17 @@ enum toy_status toy_hf_convert(const char *dir, const char *out_path, const stru
             if (t->n_dims != 2) { e = toy_error(TOY_ERR_FORMAT, "convert: '%s' should be 2-D", t->name); goto done; }
             int64_t x = j->ne[0]; j->ne[0] = j->ne[1]; j->ne[1] = x;
         }
-        if (j->permute_heads && (j->ne[1] % (2 * j->permute_heads))) {
+        int64_t rows = j->n_dims == 1 ? j->ne[0] : j->ne[1];
+        if (j->permute_heads && (rows % (2 * j->permute_heads))) {
             e = toy_error(TOY_ERR_FORMAT, "convert: '%s': %lld rows do not split into %d heads", t->name,
-                          (long long)j->ne[1], j->permute_heads);
+                          (long long)rows, j->permute_heads);
+            goto done;
+        }
+        /* the Llama graph adds q/k/v biases (Qwen2's) and no others: an output or MLP bias would be dropped */
+        if (h.arch != ARCH_GPT2 && (strstr(gname, "attn_output.bias") || strstr(gname, "ffn_gate.bias") ||
+                               strstr(gname, "ffn_up.bias") || strstr(gname, "ffn_down.bias"))) {
+            e = toy_error(TOY_ERR_UNSUPPORTED, "convert: '%s' (%s): toy's Llama-family graph has no attention-output "
+                          "or MLP biases, and would run the model without it", t->name, gname);
             goto done;
         }
         j->out = out_type(o.type, j->n_dims, j->ne[0]);

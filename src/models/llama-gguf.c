@@ -78,6 +78,12 @@ static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_lla
     c->vocab = key_int(g, a, "vocab_size", toy_gguf_tensor(g, te)->ne[1]);
     c->tied = !has_tensor(g, "output.weight");
     c->qkv_bias = has_tensor(g, "blk.0.attn_q.bias");
+    static const char *const unused_bias[] = {"blk.0.attn_output.bias", "blk.0.ffn_gate.bias", "blk.0.ffn_up.bias",
+                                              "blk.0.ffn_down.bias"};
+    for (size_t i = 0; i < sizeof unused_bias / sizeof unused_bias[0]; i++) /* the graph would leave it out */
+        if (has_tensor(g, unused_bias[i]))
+            return toy_error(TOY_ERR_UNSUPPORTED, "%s: has %s: toy's Llama-family graph has no attention-output or "
+                             "MLP biases", toy_gguf_path(g), unused_bias[i]);
     c->qk_norm = has_tensor(g, "blk.0.attn_q_norm.weight");
     c->sandwich_norm = has_tensor(g, "blk.0.post_attention_norm.weight");
     if (!strcmp(a, "gemma2")) {

@@ -172,9 +172,9 @@ def llama_like(out, name, arch, cfg, dtype, shards, tokenizer=None, rope_scaling
         add(p + "self_attn.k_proj.weight", g + "attn_k.weight", rnd(KV * hd, E), kt)
         add(p + "self_attn.v_proj.weight", g + "attn_v.weight", rnd(KV * hd, E))
         add(p + "self_attn.o_proj.weight", g + "attn_output.weight", rnd(E, H * hd))
-        if arch == "qwen2":
-            add(p + "self_attn.q_proj.bias", g + "attn_q.bias", rnd(H * hd))
-            add(p + "self_attn.k_proj.bias", g + "attn_k.bias", rnd(KV * hd))
+        if arch == "qwen2" or cfg.get("attention_bias"):  # a Llama's q/k biases move with their rows
+            add(p + "self_attn.q_proj.bias", g + "attn_q.bias", rnd(H * hd), qt)
+            add(p + "self_attn.k_proj.bias", g + "attn_k.bias", rnd(KV * hd), kt)
             add(p + "self_attn.v_proj.bias", g + "attn_v.bias", rnd(KV * hd))
         if arch == "qwen3":
             add(p + "self_attn.q_norm.weight", g + "attn_q_norm.weight", 1 + rnd(hd))
@@ -288,7 +288,9 @@ def main():
     llama_like(out, "llama", "llama", c, torch.bfloat16, 2, tok,
                {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                 "original_max_position_embeddings": 64})
-    llama_like(out, "mistral", "llama", dict(base, vocab_size=320, tie_word_embeddings=False), torch.float16, 1)
+    # with attention_bias (q/k/v only, as the Llama graph runs them): the biases are permuted like their rows
+    llama_like(out, "mistral", "llama", dict(base, vocab_size=320, tie_word_embeddings=False, attention_bias=True),
+               torch.float16, 1)
     llama_like(out, "qwen2", "qwen2", dict(base, vocab_size=320, tie_word_embeddings=False), torch.float32, 1)
     # hidden 256 so that every 2-D weight takes Q4_K
     llama_like(out, "qwen3", "qwen3", dict(base, vocab_size=320, hidden_size=256, intermediate_size=512,
