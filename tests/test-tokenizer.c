@@ -1039,3 +1039,28 @@ Test(tokenizer, streaming_decode_continues_a_prompt) {
     toy_tokens_free(&w);
     toy_tokenizer_free(tok);
 }
+
+/* Llama 3's tokenizer.json puts its BOS in a TemplateProcessing inside a Sequence of post-processors, with no
+ * add_bos_token in tokenizer_config.json: the BOS is added, as Hugging Face adds it */
+Test(tokenizer, bos_from_a_template_processing_in_a_sequence) {
+    need(TD "tokenizer-llama3/tokenizer.json");
+    json_t *t = json_load_file(TD "tokenizer-llama3/tokenizer.json", 0, NULL);
+    cr_assert(t);
+    json_t *bos = json_pack("{s:{s:s,s:i}}", "SpecialToken", "id", "<|begin_of_text|>", "type_id", 0);
+    json_t *seq = json_pack("{s:{s:s,s:i}}", "Sequence", "id", "A", "type_id", 0);
+    json_t *tp = json_pack("{s:s,s:[o,o]}", "type", "TemplateProcessing", "single", bos, seq);
+    json_object_set_new(t, "post_processor",
+                        json_pack("{s:s,s:[{s:s},o]}", "type", "Sequence", "processors", "type", "ByteLevel", tp));
+    char dir[] = "/tmp/toy-tok-tp-XXXXXX", path[64];
+    cr_assert(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    cr_assert_eq(json_dump_file(t, path, 0), 0);
+    json_decref(t);
+    struct toy_tokenizer *tok;
+    MUST(toy_tokenizer_load(dir, &tok));
+    cr_expect(toy_tokenizer_add_bos(tok));
+    cr_expect_eq(toy_tokenizer_bos(tok), 128000);
+    toy_tokenizer_free(tok);
+    unlink(path);
+    rmdir(dir);
+}

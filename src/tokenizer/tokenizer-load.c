@@ -360,10 +360,23 @@ enum toy_status toy_tokenizer_load_hf_mem(const char *json, size_t len, const ch
     spec.eot = find_first(tokens, n, eot_names);
     json_t *ab = cfg ? json_object_get(cfg, "add_bos_token") : NULL;
     json_t *ae = cfg ? json_object_get(cfg, "add_eos_token") : NULL;
-    json_t *post = json_object_get(root, "post_processor");
+    /* the BOS a TemplateProcessing post-processor puts first, alone or inside a Sequence of processors (Llama 3's
+     * tokenizer.json: ByteLevel, then TemplateProcessing) */
+    json_t *post = json_object_get(root, "post_processor"), *tp = NULL;
     const char *ptype = json_string_value(json_object_get(post, "type"));
+    if (ptype && !strcmp(ptype, "TemplateProcessing")) tp = post;
+    else if (ptype && !strcmp(ptype, "Sequence")) {
+        json_array_foreach(json_object_get(post, "processors"), i, v) {
+            const char *t = json_string_value(json_object_get(v, "type"));
+            if (t && !strcmp(t, "TemplateProcessing")) tp = v;
+        }
+    }
+    const char *first = json_string_value(
+        json_object_get(json_object_get(json_array_get(json_object_get(tp, "single"), 0), "SpecialToken"), "id"));
+    if (first && !bos && find_text(tokens, n, first) >= 0) spec.bos = find_text(tokens, n, first);
     if (ab) spec.add_bos = json_is_true(ab);
-    else spec.add_bos = spec.kind != TOY_TOKENIZER_BPE || (ptype && !strcmp(ptype, "TemplateProcessing"));
+    else if (tp) spec.add_bos = first != NULL;
+    else spec.add_bos = spec.kind != TOY_TOKENIZER_BPE;
     spec.add_eos = ae && json_is_true(ae);
     json_t *tmpl = cfg ? json_object_get(cfg, "chat_template") : NULL;
     if (json_is_string(tmpl)) spec.chat_template = json_string_value(tmpl);
