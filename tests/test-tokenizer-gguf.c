@@ -306,3 +306,40 @@ Test(tokenizer_gguf, malformed_metadata) {
     cr_expect_eq(load_built(w, &tok), TOY_ERR_UNSUPPORTED);
     toy_gguf_writer_free(w);
 }
+
+/* A padded vocabulary (embedding rows past the tokenizer's) is written as llama.cpp's converter writes it:
+ * [PAD<id>] tokens of type UNUSED up to the row count; the file reads back with the same encoding */
+Test(tokenizer_gguf, padded_to_the_embedding_rows) {
+    need(VG "ggml-vocab-llama-spm.gguf");
+    struct toy_gguf *g;
+    struct toy_tokenizer *tok, *back;
+    cr_assert_eq(toy_gguf_open(VG "ggml-vocab-llama-spm.gguf", &g), TOY_OK);
+    cr_assert_eq(toy_tokenizer_load_gguf(g, &tok), TOY_OK, "%s", toy_last_error());
+    toy_gguf_close(g);
+    int64_t n = toy_tokenizer_n_vocab(tok), rows = n + 64;
+    struct toy_gguf_writer *w;
+    cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
+    cr_assert_eq(toy_tokenizer_write_gguf_rows(tok, w, rows), TOY_OK, "%s", toy_last_error());
+    char path[] = "/tmp/toy-pad-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    close(fd);
+    cr_assert_eq(toy_gguf_writer_write(w, path), TOY_OK, "%s", toy_last_error());
+    toy_gguf_writer_free(w);
+    cr_assert_eq(toy_gguf_open(path, &g), TOY_OK);
+    cr_assert_eq(toy_tokenizer_load_gguf(g, &back), TOY_OK, "%s", toy_last_error());
+    cr_expect_eq(toy_tokenizer_n_vocab(back), rows);
+    char last[32];
+    snprintf(last, sizeof last, "[PAD%lld]", (long long)rows - 1);
+    cr_expect_str_eq(toy_tokenizer_piece(back, (int32_t)rows - 1), last);
+    struct toy_tokens a = {0}, b = {0};
+    cr_assert_eq(toy_tokenizer_encode(tok, "Hello world", 11, 0, &a), TOY_OK);
+    cr_assert_eq(toy_tokenizer_encode(back, "Hello world", 11, 0, &b), TOY_OK);
+    cr_expect(a.n == b.n && !memcmp(a.ids, b.ids, (size_t)a.n * sizeof *a.ids));
+    toy_tokens_free(&a);
+    toy_tokens_free(&b);
+    toy_tokenizer_free(back);
+    toy_tokenizer_free(tok);
+    toy_gguf_close(g);
+    unlink(path);
+}

@@ -143,6 +143,11 @@ enum toy_status toy_tokenizer_load_gguf(const struct toy_gguf *g, struct toy_tok
 enum toy_status toy_tokenizer_load_gguf_file(const char *gguf_path, struct toy_tokenizer **out);
 /* Writes those keys (for `toy convert` and `toy tokenizer train`). */
 enum toy_status toy_tokenizer_write_gguf(const struct toy_tokenizer *tok, struct toy_gguf_writer *w);
+/* The same for a model whose embedding has rows beyond the vocabulary (a
+ * padded vocab_size): the token list is padded to `rows` with "[PAD<id>]"
+ * tokens of type UNUSED, as llama.cpp's converter writes them, so that the
+ * file's token count matches its embedding. */
+enum toy_status toy_tokenizer_write_gguf_rows(const struct toy_tokenizer *tok, struct toy_gguf_writer *w, int64_t rows);
 /* llama2.c tokenizer.bin (SentencePiece BPE vocabulary, BOS 1 / EOS 2). */
 enum toy_status toy_tokenizer_load_llama2c(const char *bin_path, struct toy_tokenizer **out);
 

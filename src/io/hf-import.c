@@ -451,7 +451,17 @@ enum toy_status toy_hf_convert(const char *dir, const char *out_path, const stru
         if (file_exists(dir, "tokenizer.json") || file_exists(dir, "tokenizer.model") ||
             (file_exists(dir, "vocab.json") && file_exists(dir, "merges.txt"))) {
             if ((e = toy_tokenizer_load(dir, &tok))) goto done;
-            if ((e = toy_tokenizer_write_gguf(tok, w))) goto done;
+            int64_t nt = toy_tokenizer_n_vocab(tok);
+            if (nt > h.n_vocab) { /* ids past the embedding: the file would load and fail on the first such token */
+                e = toy_error(TOY_ERR_FORMAT, "convert: %s: the tokenizer has %lld tokens, the embedding %lld rows "
+                              "(vocab_size)", dir, (long long)nt, (long long)h.n_vocab);
+                goto done;
+            }
+            if (nt < h.n_vocab)
+                snprintf(rep->note, sizeof rep->note, "the tokenizer has %lld tokens for %lld embedding rows: the "
+                         "token list is padded with [PAD<id>] tokens, as llama.cpp's converter does",
+                         (long long)nt, (long long)h.n_vocab);
+            if ((e = toy_tokenizer_write_gguf_rows(tok, w, h.n_vocab))) goto done;
             rep->tokenizer = true;
         } else {
             snprintf(rep->note, sizeof rep->note, "no tokenizer.json or tokenizer.model in %s: GGUF has no tokenizer", dir);

@@ -247,3 +247,29 @@ enum toy_status toy_tokenizer_write_gguf(const struct toy_tokenizer *tok, struct
 #undef TRY
     return TOY_OK;
 }
+
+enum toy_status toy_tokenizer_write_gguf_rows(const struct toy_tokenizer *tok, struct toy_gguf_writer *w, int64_t rows) {
+    enum toy_status st = toy_tokenizer_write_gguf(tok, w);
+    if (st || rows <= tok->n_vocab) return st;
+    const char **text = malloc((size_t)rows * sizeof *text);
+    char *pads = malloc((size_t)(rows - tok->n_vocab) * 32);
+    float *scores = malloc((size_t)rows * sizeof *scores);
+    int32_t *types = malloc((size_t)rows * sizeof *types);
+    if (!text || !pads || !scores || !types) st = toy_error(TOY_ERR_NOMEM, "tokenizer: padding the vocabulary");
+    for (int64_t i = 0; !st && i < rows; i++) {
+        bool pad = i >= tok->n_vocab;
+        if (pad) snprintf(pads + (i - tok->n_vocab) * 32, 32, "[PAD%lld]", (long long)i);
+        text[i] = pad ? pads + (i - tok->n_vocab) * 32 : tok->text[i];
+        scores[i] = pad ? -1000.0f : tok->scores ? tok->scores[i] : 0.0f;
+        types[i] = pad ? TOY_TOKEN_UNUSED : tok->types[i];
+    }
+    if (!st) st = toy_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", text, NULL, (uint64_t)rows);
+    if (!st && tok->kind != TOY_TOKENIZER_BPE)
+        st = toy_gguf_writer_set_arr(w, "tokenizer.ggml.scores", TOY_GGUF_F32, scores, (uint64_t)rows);
+    if (!st) st = toy_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", TOY_GGUF_I32, types, (uint64_t)rows);
+    free(text);
+    free(pads);
+    free(scores);
+    free(types);
+    return st;
+}
