@@ -293,5 +293,17 @@ Test(hf_import, every_architecture_converts_exactly, .timeout = 300) {
     json_decref(cfg);
     cr_expect_eq(toy_hf_convert(dir, rq, NULL, NULL), TOY_ERR_UNSUPPORTED);
     cr_expect(strstr(toy_last_error(), "longrope"), "%s", toy_last_error());
+    /* a config the tensors do not match (3 layers of 2) is refused before the file replaces what was there */
+    cfg = json_load_file(own, 0, NULL);
+    json_object_del(cfg, "rope_scaling");
+    json_object_set_new(cfg, "num_hidden_layers", json_integer(3));
+    cr_assert_eq(json_dump_file(cfg, own, 0), 0);
+    json_decref(cfg);
+    struct stat before, after;
+    cr_assert_eq(stat(rq, &before), 0);
+    cr_expect_neq(toy_hf_convert(dir, rq, NULL, NULL), TOY_OK);
+    cr_expect(strstr(toy_last_error(), "does not load"), "%s", toy_last_error());
+    cr_assert_eq(stat(rq, &after), 0);
+    cr_expect(before.st_ino == after.st_ino && before.st_size == after.st_size, "the file at -o was replaced");
     cleanup_models();
 }

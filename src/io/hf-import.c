@@ -7,10 +7,13 @@
  * writer's fill callbacks), so peak memory is about two copies of the
  * largest tensor in f32, not the model. */
 #include "toy/convert.h"
+#include "toy/gpt2.h"
+#include "toy/llama.h"
 #include "toy/quant.h"
 #include "toy/safetensors.h"
 #include "toy/tokenizer.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <limits.h>
 #include <math.h>
@@ -560,7 +563,31 @@ enum toy_status toy_hf_convert(const char *dir, const char *out_path, const stru
             goto done;
     rep->n_tensors = toy_gguf_writer_n_tensors(w);
     toy_gguf_writer_set_progress(w, o.progress, o.progress_ctx);
-    e = toy_gguf_writer_write(w, out_path);
+    /* written beside out_path and loaded before it takes its place: what the loader refuses (a missing tensor, a
+     * shape that is not the config's) is refused here, not at the first generate, and a file already at out_path
+     * stays as it was */
+    char staged[PATH_MAX];
+    if (snprintf(staged, sizeof staged, "%s.converting", out_path) >= (int)sizeof staged) {
+        e = toy_error(TOY_ERR_RANGE, "convert: path too long: %s", out_path);
+        goto done;
+    }
+    e = toy_gguf_writer_write(w, staged);
+    if (!e) {
+        enum toy_status le;
+        if (h.arch == ARCH_GPT2) {
+            struct toy_gpt2 *gm = NULL;
+            le = toy_gpt2_load(staged, false, &gm);
+            toy_gpt2_free(gm);
+        } else {
+            struct toy_llama *lm = NULL;
+            le = toy_llama_load(staged, false, &lm);
+            toy_llama_free(lm);
+        }
+        if (le) e = toy_error(le, "convert: the converted %s does not load: %s", dir, toy_last_error());
+        else if (rename(staged, out_path) != 0)
+            e = toy_error(TOY_ERR_IO, "convert: %s: %s", out_path, strerror(errno));
+    }
+    if (e) unlink(staged);
 done:
     toy_tokenizer_free(tok);
     toy_gguf_writer_free(w);
