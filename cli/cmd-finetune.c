@@ -408,9 +408,11 @@ static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll
         json_object_set_new(j, "pack_efficiency", isfinite(pe) ? json_real(pe) : json_null());
         if (toy_cli_print_json("finetune", j, JSON_COMPACT)) rc = 1;
     } else {
-        fprintf(stderr, "toy finetune: %s at step %lld: loss %.4f, held-out loss %.4f (%.0f target tokens/s, %.1f s, "
+        char held[48] = "no held-out examples";
+        if (isfinite(res.final_eval_loss)) snprintf(held, sizeof held, "held-out loss %.4f", res.final_eval_loss);
+        fprintf(stderr, "toy finetune: %s at step %lld: loss %.4f, %s (%.0f target tokens/s, %.1f s, "
                 "%.0f%% of positions are example tokens%s)\n", reason, (long long)res.final_step, res.final_loss,
-                res.final_eval_loss, res.tokens_per_s, res.seconds,
+                held, res.tokens_per_s, res.seconds,
                 isfinite(toy_finetuner_pack_efficiency(ft)) ? 100 * toy_finetuner_pack_efficiency(ft) : 0.0,
                 c.o.no_pack ? ", unpacked" : ", packed");
         if (res.checkpoint[0])

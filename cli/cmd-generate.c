@@ -80,6 +80,7 @@ int toy_cmd_generate(int argc, char **argv) {
         if (kv_type != TOY_F32 && kv_type != TOY_F16) { fprintf(stderr, "toy generate: --kv-type f32|f16\n"); return 2; }
     }
     bool kv_given = kv_name != NULL;
+    if (lora_scale != 1.0f && !lora_path) fprintf(stderr, "toy generate: --lora-scale is ignored without --lora\n");
     if (!model) { fprintf(stderr, "toy generate: -m MODEL is required\n"); return usage(); }
     if (toy_sampler_params_check(&gp.sampling)) { fprintf(stderr, "toy generate: %s\n", toy_last_error()); return 2; }
     char resolved[4096];

@@ -226,6 +226,11 @@ int toy_train_vit(int argc, char **argv) {
         fprintf(stderr, "toy train: %s\n", toy_last_error());
         goto out;
     }
+    if (train->n_classes < 2) { /* one class is learnt at loss 0 and 100% "accuracy": nothing to classify */
+        fprintf(stderr, "toy train: %s has %lld class%s: a classifier needs at least 2\n", c.data,
+                (long long)train->n_classes, train->n_classes == 1 ? "" : "es");
+        goto out;
+    }
     /* the data decide the input shape and the classes */
     vc.channels = train->channels, vc.image_h = train->height, vc.image_w = train->width;
     if (train->n_classes > vc.n_classes || !c.resume) vc.n_classes = train->n_classes;
