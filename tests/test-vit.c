@@ -445,7 +445,7 @@ Test(vit, evaluate_matches_classes_by_name) {
     struct toy_vit *m = toy_vit_new(&c, 3);
     m->class_names = calloc(10, sizeof *m->class_names);
     for (int i = 0; i < 10; i++) {
-        char nm[8];
+        char nm[16];
         snprintf(nm, sizeof nm, "c%d", i);
         m->class_names[i] = strdup(nm);
     }
