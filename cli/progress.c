@@ -3,6 +3,7 @@
 #include "toy/trainer.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <time.h>
 #include <unistd.h>
@@ -59,12 +60,21 @@ void toy_progress_on_step(void *ud, const struct toy_step_info *s) {
     char extra[96];
     if (isnan(s->eval_loss)) snprintf(extra, sizeof extra, "loss %.4f  lr %.2e", s->loss, s->lr);
     else snprintf(extra, sizeof extra, "loss %.4f  eval %.4f  lr %.2e", s->loss, s->eval_loss, s->lr);
-    if (p->pb.tty) {
-        toy_progress_update(&p->pb, s->step, (double)s->tokens_done, extra);
-    } else if (!p->json && (s->step % p->log_every == 0 || s->step == s->steps || !isnan(s->eval_loss))) {
+    bool due = s->step % p->log_every == 0 || s->step == s->steps || !isnan(s->eval_loss);
+    /* a log line goes to stdout unless stdout is the terminal the bar is drawn on: `toy train > log.txt` keeps
+     * its log with the bar on screen */
+    bool same_terminal = p->pb.tty && isatty(1);
+    if (!p->json && due && !same_terminal) {
         printf("step %lld: loss=%.6f", (long long)s->step, s->loss);
         if (!isnan(s->eval_loss)) printf(" eval=%.6f", s->eval_loss);
         printf("\n");
         fflush(stdout);
+    }
+    if (p->pb.tty) {
+        if (!p->json && same_terminal && !isnan(s->eval_loss)) { /* an evaluation stays on screen, above the bar */
+            fprintf(stderr, "\r\033[Kstep %lld: loss=%.6f eval=%.6f\n", (long long)s->step, s->loss, s->eval_loss);
+            p->pb.last_draw = 0;
+        }
+        toy_progress_update(&p->pb, s->step, (double)s->tokens_done, extra);
     }
 }

@@ -394,3 +394,12 @@ Test(cli_train, a_refused_run_leaves_no_run_folder) {
     cr_expect_eq(sh("$W finetune --base m/weights/latest --data sft.jsonl --steps 1 --threads 2 --out f1"), 0, "%s",
                  out);
 }
+
+/* On a terminal the bar is redrawn in place, and each evaluation stays on screen as a line above it (it showed
+ * for one redraw only); `script` gives the command a terminal */
+Test(cli_train, evaluations_stay_on_a_terminal) {
+    if (sh("command -v script")) cr_skip_test("no script(1)");
+    cr_assert_eq(sh("script -qec \"$W train --preset tiny --ctx 32 --batch 2 --threads 2 --vocab-size 300 "
+                    "--data text.txt --steps 20 --eval-every 10 --eval-batches 1 --out t\" /dev/null"), 0, "%s", out);
+    cr_expect(strstr(out, "step 10: loss=") && strstr(out, " eval="), "%s", out);
+}
