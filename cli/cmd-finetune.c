@@ -248,15 +248,9 @@ static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll
         json_decref(saved);
         return 2;
     }
-    /* a --template that is neither a built-in's name nor Jinja (a misspelt name) rendered as its own text */
-    if (c.tmpl && !toy_chat_template_builtin(c.tmpl) && !strstr(c.tmpl, "{{") && !strstr(c.tmpl, "{%")) {
-        fprintf(stderr, "toy finetune: --template '%s' is neither a built-in template (chatml, smollm2, llama3, llama2, "
-                "mistral, gemma, phi3) nor Jinja text (with {{ or {%%)\n", c.tmpl);
-        json_decref(saved);
-        return 2;
-    }
     struct toy_chat_template *tp = NULL;
-    if (c.tmpl && toy_chat_template_init(c.tmpl, &tp)) { /* parsed now, before the model is loaded */
+    /* parsed now, before the model is loaded; a misspelt built-in name (text without a Jinja tag) is refused there */
+    if (c.tmpl && toy_chat_template_init(c.tmpl, &tp)) {
         fprintf(stderr, "toy finetune: --template: %s\n", toy_last_error());
         json_decref(saved);
         return 2;

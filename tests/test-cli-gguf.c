@@ -298,6 +298,27 @@ Test(cli_gguf, bad_inputs_are_errors_not_crashes) {
     cr_expect(json_is_object(hp) && json_is_null(json_object_get(hp, "norm_eps")), "NaN is null, the rest stays");
     cr_expect_eq(json_integer_value(json_object_get(hp, "embedding_length")), 8);
     json_decref(j);
+    /* an attention-output bias the Llama graph would leave out is refused, not dropped */
+    {
+        struct toy_gguf *src;
+        struct toy_gguf_writer *bw;
+        cr_assert_eq(toy_gguf_open(TINY, &src), TOY_OK);
+        cr_assert_eq(toy_gguf_writer_init(&bw), TOY_OK);
+        for (int64_t i = 0; i < toy_gguf_n_kv(src); i++) cr_assert_eq(toy_gguf_writer_copy_kv(bw, src, i), TOY_OK);
+        for (int64_t i = 0; i < toy_gguf_n_tensors(src); i++) {
+            const struct toy_gguf_tensor *t = toy_gguf_tensor(src, i);
+            cr_assert_eq(toy_gguf_writer_add_tensor(bw, t->name, t->type, t->n_dims, t->ne, t->data), TOY_OK);
+        }
+        float bias[8] = {0};
+        int64_t bne[1] = {8};
+        cr_assert_eq(toy_gguf_writer_add_tensor(bw, "blk.0.attn_output.bias", TOY_F32, 1, bne, bias), TOY_OK);
+        snprintf(f, sizeof f, "%s/obias.gguf", dir);
+        cr_assert_eq(toy_gguf_writer_write(bw, f), TOY_OK, "%s", toy_last_error());
+        toy_gguf_writer_free(bw);
+        toy_gguf_close(src);
+        snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi -n 1 2>&1", b, f);
+        expect_exit(cmd, 1, "attn_output.bias");
+    }
     /* a LoRA adapter is described as one, and refused as a model */
     struct toy_gguf_writer *w;
     cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);

@@ -512,13 +512,6 @@ enum toy_status toy_hf_convert(const char *dir, const char *out_path, const stru
                           (long long)rows, j->permute_heads);
             goto done;
         }
-        /* the Llama graph adds q/k/v biases (Qwen2's) and no others: an output or MLP bias would be dropped */
-        if (h.arch != ARCH_GPT2 && (strstr(gname, "attn_output.bias") || strstr(gname, "ffn_gate.bias") ||
-                               strstr(gname, "ffn_up.bias") || strstr(gname, "ffn_down.bias"))) {
-            e = toy_error(TOY_ERR_UNSUPPORTED, "convert: '%s' (%s): toy's Llama-family graph has no attention-output "
-                          "or MLP biases, and would run the model without it", t->name, gname);
-            goto done;
-        }
         j->out = out_type(o.type, j->n_dims, j->ne[0]);
         if (strlen(gname) >= TOY_GGUF_NAME_MAX) {
             e = toy_error(TOY_ERR_FORMAT, "convert: tensor name '%s' is too long", gname);
