@@ -59,6 +59,8 @@ struct cfg {
     double dp_timeout; /* data parallelism: seconds a collective may wait */
     int64_t world;     /* ranks (finetune.json: of the run that wrote it) */
     struct toy_finetune_opts o;
+    const char *data_fingerprint; /* toy_sft_fingerprint in hex: finetune.json's, or this run's */
+    int64_t data_examples;
 };
 
 static json_t *cfg_json(const struct cfg *c) {
@@ -73,6 +75,10 @@ static json_t *cfg_json(const struct cfg *c) {
     int64_t world = c->world > 0 ? c->world : 1; /* the global batch: rows per optimizer step over all ranks */
     json_object_set_new(j, "world", json_integer(world));
     json_object_set_new(j, "global_batch", json_integer(c->o.batch * world * (c->o.train.accum > 0 ? c->o.train.accum : 1)));
+    if (c->data_fingerprint) { /* --resume refuses other data */
+        json_object_set_new(j, "data_examples", json_integer(c->data_examples));
+        json_object_set_new(j, "data_fingerprint", json_string(c->data_fingerprint));
+    }
     return j;
 }
 
@@ -86,6 +92,8 @@ static void cfg_from_json(struct cfg *c, json_t *j) {
     STR("method", method);
     STR("targets", targets);
     STR("template", tmpl);
+    STR("data_fingerprint", data_fingerprint);
+    INT("data_examples", data_examples);
     INT("ctx", ctx);
     INT("rank", rank);
     INT("batch", o.batch);
@@ -312,6 +320,15 @@ static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll
     if (!c.ctx_given && !c.resume && c.ctx > m->cfg.max_ctx) c.ctx = m->cfg.max_ctx; /* the default fits the model */
     struct toy_sft_opts so = {.ctx = c.ctx, .heldout = c.heldout, .seed = c.o.train.seed, .chat_template = c.tmpl};
     if (toy_sft_open(c.data, tok, &so, &data)) { fprintf(stderr, "toy finetune: %s\n", toy_last_error()); goto out; }
+    /* a resumed run continues on the examples it trained on, in the same split */
+    char fingerprint[17], saved_at[1100];
+    snprintf(saved_at, sizeof saved_at, "%s/finetune.json", c.resume ? c.resume : "");
+    int64_t n_examples = toy_sft_n_train(data) + toy_sft_n_heldout(data);
+    if (toy_cli_resume_data("finetune", c.data, toy_sft_fingerprint(data), n_examples, "examples",
+                            c.resume ? c.data_fingerprint : NULL, c.data_examples, saved_at, fingerprint))
+        goto out;
+    c.data_fingerprint = fingerprint;
+    c.data_examples = n_examples;
 
     toy_cli_stop_signals_install(); /* from here on a stop request ends the run with a checkpoint and run_end */
     if (!run_dir[0] && rank == 0) { /* rank 0 writes the run bundle */

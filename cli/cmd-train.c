@@ -105,6 +105,8 @@ struct cfg {
     bool json;
     struct toy_train_opts o;
     json_t *keep;      /* --resume: the run's train.json, which the strings above point into */
+    const char *data_fingerprint; /* toy_data_fingerprint in hex: train.json's, or this run's */
+    int64_t data_tokens;
 };
 
 static json_t *cfg_json(const struct cfg *c) {
@@ -119,6 +121,10 @@ static json_t *cfg_json(const struct cfg *c) {
     json_object_set_new(j, "global_batch", json_integer(c->batch * world * (c->o.accum > 0 ? c->o.accum : 1)));
     if (c->arch) json_object_set_new(j, "arch", json_string(c->arch));
     if (c->warm) json_object_set_new(j, "warm_start", json_string(c->warm)); /* resume re-attaches its projection */
+    if (c->data_fingerprint) { /* --resume refuses other data */
+        json_object_set_new(j, "data_tokens", json_integer(c->data_tokens));
+        json_object_set_new(j, "data_fingerprint", json_string(c->data_fingerprint));
+    }
     return j;
 }
 
@@ -133,6 +139,8 @@ static void cfg_from_json(struct cfg *c, json_t *j) {
     STR("preset", preset);
     STR("arch", arch);
     STR("warm_start", warm);
+    STR("data_fingerprint", data_fingerprint);
+    INT("data_tokens", data_tokens);
     INT("vocab_size", vocab_size);
     INT("batch", batch);
     INT("ctx", ctx);
@@ -456,6 +464,16 @@ int toy_cmd_train(int argc, char **argv) {
         toy_tokens_free(&ids);
         if (st) { fprintf(stderr, "toy train: %s: %s\n", c.data, toy_last_error()); goto out; }
     }
+
+    /* a resumed run continues on the tokens it trained on: another file's would be drawn at the saved
+     * positions, and its held-out split would be another one */
+    char fingerprint[17], saved[1100];
+    snprintf(saved, sizeof saved, "%s/train.json", c.resume ? c.resume : "");
+    if (toy_cli_resume_data("train", c.data, toy_data_fingerprint(data), toy_data_count(data), "tokens",
+                            c.resume ? c.data_fingerprint : NULL, c.data_tokens, saved, fingerprint))
+        goto out;
+    c.data_fingerprint = fingerprint;
+    c.data_tokens = toy_data_count(data);
 
     /* ---- model ---- */
     if (is_gpt2) {

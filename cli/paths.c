@@ -38,3 +38,13 @@ const char *toy_cli_tokenizer_source(const char *cmd, const char *q, char *buf, 
     }
     return buf;
 }
+
+int toy_cli_resume_data(const char *cmd, const char *data, uint64_t fp, int64_t n, const char *unit,
+                        const char *recorded, int64_t recorded_n, const char *saved, char hex[17]) {
+    snprintf(hex, 17, "%016llx", (unsigned long long)fp);
+    if (!recorded || !strcmp(recorded, hex)) return 0;
+    fprintf(stderr, "toy %s: cannot resume: %s is not the data this run trained on (%lld %s, fingerprint %s; %s "
+            "records %lld %s, fingerprint %s): restore that file, or start a new run\n", cmd, data, (long long)n, unit,
+            hex, saved, (long long)recorded_n, unit, recorded);
+    return 1;
+}

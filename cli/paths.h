@@ -5,6 +5,7 @@
 #define TOY_CLI_PATHS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* The absolute, resolved form of an existing path p (realpath) in buf (n
  * bytes), returning buf; p itself when it is NULL, does not exist (the
@@ -16,6 +17,16 @@ const char *toy_cli_abspath(const char *p, char *buf, size_t n);
  * or directory", ...) and returns 1. A directory opens and reads as an
  * empty or unreadable file, which gave misleading errors or empty output. */
 int toy_cli_check_input(const char *cmd, const char *path);
+
+/* The data a run trains on, as train.json / finetune.json record it: the
+ * fingerprint (toy_data_fingerprint, toy_sft_fingerprint) fp of n `unit`
+ * ("tokens", "examples") in hex (hex, 17 bytes). With --resume, `recorded`
+ * is the run's (NULL for a run from before fingerprints: accepted): another
+ * value prints "toy CMD: cannot resume: DATA is not the data this run
+ * trained on ..." naming both counts and the file `saved` that records them,
+ * and returns 1. */
+int toy_cli_resume_data(const char *cmd, const char *data, uint64_t fp, int64_t n, const char *unit,
+                        const char *recorded, int64_t recorded_n, const char *saved, char hex[17]);
 
 /* A tokenizer source as `toy tokenize -m` takes it: a path that exists (a
  * file or a folder) as it is, else a model name from `toy models` resolved

@@ -220,6 +220,25 @@ Test(cli_train, out_refuses_a_folder_that_holds_a_run) {
     cr_expect_eq(sh("mkdir empty && " TRAIN " --data text.txt --steps 1 --out empty"), 0, "%s", out);
 }
 
+/* A run resumes only on the tokens it trained on: a changed file is named,
+ * with both token counts, and the original one resumes as before */
+Test(cli_train, resume_refuses_other_data) {
+    cr_assert_eq(sh("cp text.txt mine.txt && " TRAIN " --data mine.txt --steps 2 --out d"), 0, "%s", out);
+    cr_assert_eq(sh("cp mine.txt kept.txt && echo 'one more line' >> mine.txt && $W train --resume d --steps 3"), 1,
+                 "%s", out);
+    cr_expect(strstr(out, "is not the data this run trained on") && strstr(out, "d/train.json records"), "%s", out);
+    cr_expect_eq(sh("grep -q '\"step\":3,' d/events.jsonl"), 1, "the refused resume trained");
+    cr_assert_eq(sh("cp kept.txt mine.txt && $W train --resume d --steps 3 --threads 2"), 0, "%s", out);
+    cr_expect_eq(sh("grep -q '\"step\":3,' d/events.jsonl"), 0, "the resumed run did not reach step 3");
+    /* and a fine-tune on the examples it trained on */
+    cr_assert_eq(sh("for i in $(seq 20); do echo '{\"prompt\":\"a\",\"completion\":\" b\"}'; done > s.jsonl && "
+                    "$W finetune --base d/weights/latest --data s.jsonl --ctx 16 --batch 2 --steps 1 --threads 2 "
+                    "--out f"), 0, "%s", out);
+    cr_assert_eq(sh("sed -i 's/ b/ c/' s.jsonl && $W finetune --resume f --steps 2 --threads 2"), 1, "%s", out);
+    cr_expect(strstr(out, "is not the data this run trained on (20 examples") && strstr(out, "f/finetune.json"),
+              "%s", out);
+}
+
 /* Two processes on one run (a second --resume while the first trains):
  * the second is refused, naming the first's pid. */
 Test(cli_train, a_run_is_written_by_one_process_at_a_time, .timeout = 120) {

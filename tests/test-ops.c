@@ -11,6 +11,7 @@
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -888,3 +889,14 @@ Test(ops, blas_core_follows_the_cpu_isa) {
             cr_assert_eq(c[i * 45 + j], s, "c[%d][%d] = %g, loops %g", i, j, c[i * 45 + j], s);
         }
 }
+
+/* toy_get_f32 / toy_set_f32 check their indexes against the shape: a write
+ * one past the end is a named abort, not a silent overwrite of the arena */
+static void set_past_the_end(void) {
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    struct toy_tensor *t = toy_new_tensor_2d(ctx, TOY_F32, 4, 3);
+    toy_set_f32(t, 3, 2, 0, 0, 1.0f); /* the last element: fine */
+    cr_assert_eq(toy_get_f32(t, 3, 2, 0, 0), 1.0f);
+    toy_set_f32(t, 4, 0, 0, 0, 1.0f);
+}
+Test(ops, element_access_outside_the_shape_aborts, .signal = SIGABRT) { set_past_the_end(); }

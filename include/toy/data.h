@@ -115,6 +115,10 @@ int64_t toy_data_train_tokens(const struct toy_data *d); /* the training part: t
 int64_t toy_data_heldout_tokens(const struct toy_data *d); /* the held-out part: [n_train, count) */
 /* All ids (host order; each < vocab), count of them. Valid until free. */
 const uint32_t *toy_data_ids(const struct toy_data *d);
+/* A 64-bit hash of the ids, their count and the vocabulary size: what a run
+ * records so that resuming it on other data is refused, whatever the file's
+ * name, date or format (text or token file) on the way in. */
+uint64_t toy_data_fingerprint(const struct toy_data *d);
 
 /* Draws the next training batch (never with eval_only): x and y are (B, T) row-major (row b at
  * x + b*T: the layout of an I32 tensor {T, B}); y[b*T + t] is the token that

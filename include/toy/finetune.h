@@ -174,6 +174,10 @@ int64_t toy_sft_ctx(const struct toy_sft *d);
  * mask (1: learned). */
 void toy_sft_example(const struct toy_sft *d, int64_t i, const int32_t **ids, const unsigned char **mask,
                      int64_t *n);
+/* A 64-bit hash of every example's ids and target mask and of the
+ * train/held-out split: what a run records so that resuming it on other
+ * data is refused (toy_data_fingerprint's counterpart). */
+uint64_t toy_sft_fingerprint(const struct toy_sft *d);
 
 /* Fills x, y (B, T) with the next B training examples (the order reshuffles
  * each epoch): x the ids, y[t] = ids[t+1] where that id is learned, else

@@ -217,7 +217,17 @@ const char *toy_shape_str(const struct toy_tensor *t, char *buf, size_t n) {
     return buf;
 }
 
+/* The element at (i0, i1, i2, i3); an index outside the shape or a tensor
+ * without data is a programming error, named with the shape. */
 static char *elem_ptr(const struct toy_tensor *t, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
+    const int64_t ix[4] = {i0, i1, i2, i3};
+    for (int d = 0; d < 4; d++)
+        if (ix[d] < 0 || ix[d] >= t->ne[d]) {
+            char shape[96];
+            TOY_ABORT("tensor '%s' %s: element index i%d = %lld is outside [0, ne%d = %lld)", t->name,
+                      toy_shape_str(t, shape, sizeof shape), d, (long long)ix[d], d, (long long)t->ne[d]);
+        }
+    TOY_ASSERT(t->data, "tensor '%s' has no data (not allocated or computed yet)", t->name);
     return (char *)t->data + i0 * t->nb[0] + i1 * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3];
 }
 

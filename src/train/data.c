@@ -222,6 +222,20 @@ int64_t toy_data_train_tokens(const struct toy_data *d) { return d->n_train; }
 int64_t toy_data_heldout_tokens(const struct toy_data *d) { return d->n_eval; }
 const uint32_t *toy_data_ids(const struct toy_data *d) { return d->ids; }
 
+/* Four independent multiply-xor lanes over pairs of ids (about 0.2 ns a
+ * token), folded with the count and vocabulary at the end. */
+uint64_t toy_data_fingerprint(const struct toy_data *d) {
+    const uint64_t k = 0x9e3779b97f4a7c15ull;
+    uint64_t h[4] = {1, 2, 3, 4};
+    int64_t i = 0;
+    for (; i + 8 <= d->n; i += 8)
+        for (int l = 0; l < 4; l++) h[l] = (h[l] ^ ((uint64_t)d->ids[i + 2 * l] << 32 | d->ids[i + 2 * l + 1])) * k;
+    uint64_t r = (uint64_t)d->n * k ^ (uint64_t)d->vocab;
+    for (; i < d->n; i++) r = (r ^ d->ids[i]) * k;
+    for (int l = 0; l < 4; l++) r = (r ^ (h[l] >> 29) ^ h[l]) * k;
+    return r ^ r >> 32;
+}
+
 /* Row b of x, y (B, T) from the T+1 tokens at off. */
 static void fill_row(const struct toy_data *d, int64_t off, int32_t *x, int32_t *y) {
     const uint32_t *s = d->ids + off;

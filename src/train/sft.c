@@ -240,6 +240,17 @@ void toy_sft_example(const struct toy_sft *d, int64_t i, const int32_t **ids, co
     *n = d->ex[i].n;
 }
 
+uint64_t toy_sft_fingerprint(const struct toy_sft *d) {
+    const uint64_t k = 0x9e3779b97f4a7c15ull;
+    uint64_t r = ((uint64_t)d->n * k ^ (uint64_t)d->n_train) * k;
+    for (int64_t i = 0; i < d->n; i++) {
+        const struct example *e = &d->ex[i];
+        r = (r ^ (uint64_t)e->n) * k;
+        for (int64_t t = 0; t < e->n; t++) r = (r ^ ((uint64_t)(uint32_t)e->ids[t] << 1 | e->mask[t])) * k;
+    }
+    return r ^ r >> 29;
+}
+
 /* one row: x (T), y (T); returns the number of targets */
 static int64_t fill_row(const struct toy_sft *d, const struct example *e, int32_t *x, int32_t *y) {
     int64_t cnt = 0;
