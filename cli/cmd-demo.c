@@ -10,10 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <signal.h>
-
 #include "commands.h"
+#include "flags.h"
 #include "progress.h"
+#include "stop-signals.h"
 #include "toy/data.h"
 #include "toy/events.h"
 #include "toy/run-dir.h"
@@ -57,7 +57,8 @@ static char *make_corpus(size_t n, uint64_t seed) {
 /* ---- flags -------------------------------------------------------------------- */
 
 struct opts {
-    int steps, threads, T, B, d, layers;
+    int64_t steps, T, B, d, layers;
+    int threads;
     uint64_t seed;
     float lr;
     bool bf16;
@@ -68,38 +69,22 @@ static int usage(void) {
             "usage: toy demo [--steps N] [--threads N] [--seed S] [--lr LR] [--ctx T] [--batch B]\n"
             "                [--dim D] [--layers L] [--bf16]\n"
             "Trains a small Llama on text from a built-in grammar with the toy train machinery\n"
-            "(run bundle in ./runs), then samples from it.\n");
+            "(run bundle in ./runs), then samples from it. Ctrl-C ends it with a checkpoint.\n");
     return 2;
 }
 
 static int parse(int argc, char **argv, struct opts *o) {
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage(), 1;
-        if (!strcmp(a, "--bf16")) {
-            o->bf16 = true;
-            toy_cli_bf16_math();
-            continue;
-        }
-        if (i + 1 >= argc) { fprintf(stderr, "toy demo: %s needs a value\n", a); return 2; }
-        const char *v = argv[++i];
-        char *end;
-        double x = strtod(v, &end);
-        if (end == v || *end || !isfinite(x) || x < 0) { fprintf(stderr, "toy demo: bad value '%s' for %s\n", v, a); return 2; }
-        if (!strcmp(a, "--steps")) o->steps = (int)x;
-        else if (!strcmp(a, "--threads")) o->threads = (int)x;
-        else if (!strcmp(a, "--seed")) o->seed = (uint64_t)x;
-        else if (!strcmp(a, "--lr")) o->lr = (float)x;
-        else if (!strcmp(a, "--ctx")) o->T = (int)x;
-        else if (!strcmp(a, "--batch")) o->B = (int)x;
-        else if (!strcmp(a, "--dim")) o->d = (int)x;
-        else if (!strcmp(a, "--layers")) o->layers = (int)x;
-        else { fprintf(stderr, "toy demo: unknown flag %s\n", a); return usage(); }
-    }
-    if (o->T < 8 || o->B < 1 || o->d < 16 || o->d % 32 || o->layers < 1 || o->steps < 1) {
-        fprintf(stderr, "toy demo: need --ctx >= 8, --batch >= 1, --dim a multiple of 32, --layers >= 1, --steps >= 1\n");
-        return 2;
-    }
+    const struct toy_cli_flag flags[] = {
+        TOY_FLAG_N("--steps", TOY_CLI_I64, &o->steps, 1, 1e9), TOY_FLAG_N("--threads", TOY_CLI_INT, &o->threads, 0, 1024),
+        TOY_FLAG_U("--seed", &o->seed), TOY_FLAG_N("--lr", TOY_CLI_F32, &o->lr, 0, 1e30),
+        TOY_FLAG_N("--ctx", TOY_CLI_I64, &o->T, 8, 1 << 20), TOY_FLAG_N("--batch", TOY_CLI_I64, &o->B, 1, 1 << 20),
+        TOY_FLAG_N("--dim", TOY_CLI_I64, &o->d, 32, 1 << 16), TOY_FLAG_N("--layers", TOY_CLI_I64, &o->layers, 1, 1024),
+        TOY_FLAG_B("--bf16", &o->bf16), TOY_FLAG_END};
+    int rc = toy_cli_parse("demo", argc, argv, flags, NULL, 0, NULL);
+    if (rc == 1) return usage(), 1;
+    if (rc) return rc;
+    if (o->d % 32) { fprintf(stderr, "toy demo: --dim must be a multiple of 32 (heads of 32), not %lld\n", (long long)o->d); return 2; }
+    if (o->bf16) toy_cli_bf16_math();
     return 0;
 }
 
@@ -122,9 +107,6 @@ static void on_step(void *ud, const struct toy_step_info *s) {
         fflush(stdout);
     }
 }
-
-static volatile sig_atomic_t stop_flag;
-static void on_sigint(int sig) { (void)sig; stop_flag = 1; }
 
 int toy_cmd_demo(int argc, char **argv) {
     struct opts o = {.steps = 800, .threads = 0, .T = 64, .B = 16, .d = 128, .layers = 4, .seed = 1234, .lr = 3e-3f};
@@ -172,7 +154,7 @@ int toy_cmd_demo(int argc, char **argv) {
     struct toy_train_opts to = {.steps = o.steps, .accum = 1, .lr = o.lr, .lr_min = o.lr / 10, .warmup = o.steps / 20,
                                 .schedule = TOY_LR_COSINE, .weight_decay = 0.1f, .beta1 = 0.9f, .beta2 = 0.95f,
                                 .eps = 1e-8f, .clip = 1.0f, .seed = o.seed, .eval_every = 200, .eval_batches = 8,
-                                .bf16 = o.bf16, .sample_prompt = "the ", .sample_tokens = 60, .stop = &stop_flag};
+                                .bf16 = o.bf16, .sample_prompt = "the ", .sample_tokens = 60, .stop = &toy_cli_stop};
     if (toy_trainer_new(m, tok, data, &to, run_dir, ev, o.threads, &tr)) {
         fprintf(stderr, "toy demo: %s\n", toy_last_error());
         goto out;
@@ -185,28 +167,30 @@ int toy_cmd_demo(int argc, char **argv) {
     json_decref(model);
     json_decref(config);
 
-    printf("toy demo: a %lld-parameter Llama (d %d, %d layers, %lld heads / %lld kv heads, vocab %lld BPE tokens)\n"
-           "          learns %zu KB of sentences from a built-in grammar: %d steps of %d x %d tokens%s\n"
+    printf("toy demo: a %lld-parameter Llama (d %lld, %lld layers, %lld heads / %lld kv heads, vocab %lld BPE tokens)\n"
+           "          learns %zu KB of sentences from a built-in grammar: %lld steps of %lld x %lld tokens%s\n"
            "          run %s (events, checkpoints); a uniform guess scores ln(%lld) = %.2f\n",
-           (long long)toy_llama_n_params(m), o.d, o.layers, (long long)cfg.n_heads, (long long)cfg.n_kv_heads,
-           (long long)cfg.vocab, n_text / 1000, o.steps, o.B, o.T, o.bf16 ? ", bf16 matmuls" : "", run_dir,
+           (long long)toy_llama_n_params(m), (long long)o.d, (long long)o.layers, (long long)cfg.n_heads, (long long)cfg.n_kv_heads,
+           (long long)cfg.vocab, n_text / 1000, (long long)o.steps, (long long)o.B, (long long)o.T, o.bf16 ? ", bf16 matmuls" : "", run_dir,
            (long long)cfg.vocab, log((double)cfg.vocab));
     fflush(stdout);
     struct demo_ud ud;
     toy_progress_start(&ud.pb, "train", o.steps, "tok/s");
     toy_trainer_on_step(tr, on_step, &ud);
-    signal(SIGINT, on_sigint);
+    toy_cli_stop_signals_install(); /* a stop request ends the run with a checkpoint and run_end */
     struct toy_train_result res;
     enum toy_status st = toy_trainer_run(tr, &res);
-    signal(SIGINT, SIG_DFL);
+    toy_cli_stop_signals_restore();
     toy_progress_finish(&ud.pb);
     if (st && res.reason != TOY_RUN_INTERRUPTED) { fprintf(stderr, "toy demo: %s\n", toy_last_error()); goto out; }
     printf("trained %lld steps in %.1f s (%.0f tokens/s): loss %.3f, held-out loss %.3f\n", (long long)res.final_step,
            res.seconds, res.tokens_per_s, res.final_loss, res.final_eval_loss);
-    printf("checkpoint: %s\n\nsample (temperature 0.8):\n%s\n\n", res.checkpoint, toy_trainer_sample_text(tr));
+    const char *sample = toy_trainer_sample_text(tr);
+    printf("checkpoint: %s\n\n", res.checkpoint);
+    if (sample && *sample) printf("sample (temperature 0.8):\n%s\n\n", sample); /* none when interrupted */
     printf("next: build/toy generate -m %s -p \"the child\"\n"
            "      build/toy train --data your.txt      (your own text; see README)\n", res.checkpoint);
-    rc = 0;
+    rc = res.reason == TOY_RUN_INTERRUPTED ? 130 : 0; /* as toy train */
 out:
     toy_trainer_free(tr);
     toy_events_close(ev);

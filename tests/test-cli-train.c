@@ -220,6 +220,18 @@ Test(cli_train, out_refuses_a_folder_that_holds_a_run) {
     cr_expect_eq(sh("mkdir empty && " TRAIN " --data text.txt --steps 1 --out empty"), 0, "%s", out);
 }
 
+/* toy demo (what make demo runs), small: a run bundle with a checkpoint
+ * that generates, a sample, and flags read like every command's */
+Test(cli_train, demo_trains_a_run_that_generates) {
+    cr_assert_eq(sh("$W demo --steps 20 --dim 32 --layers 1 --ctx 16 --batch 2 --threads 2"), 0, "%s", out);
+    cr_expect(strstr(out, "trained 20 steps") && strstr(out, "sample (temperature 0.8):"), "%s", out);
+    cr_expect_eq(sh("tail -1 runs/demo-*/events.jsonl | grep -q '\"reason\":\"completed\"'"), 0, "no run_end");
+    cr_expect_eq(sh("$W generate -m runs/demo-*/weights/latest -p 'the child' -n 5 --seed 1"), 0, "%s", out);
+    cr_expect_eq(sh("$W demo --steps 2.5"), 2, "%s", out);
+    cr_expect(strstr(out, "bad value '2.5' for --steps"), "%s", out);
+    cr_expect_eq(sh("$W demo --dim 48"), 2, "%s", out);
+}
+
 /* A run resumes only on the tokens it trained on: a changed file is named,
  * with both token counts, and the original one resumes as before */
 Test(cli_train, resume_refuses_other_data) {
