@@ -900,3 +900,11 @@ static void set_past_the_end(void) {
     toy_set_f32(t, 4, 0, 0, 0, 1.0f);
 }
 Test(ops, element_access_outside_the_shape_aborts, .signal = SIGABRT) { set_past_the_end(); }
+
+/* a NULL operand (an earlier call's failure) is named, not a segfault */
+static void matmul_of_null(void) {
+    struct toy_ctx *ctx = toy_ctx_init(false);
+    struct toy_tensor *a = toy_new_tensor_2d(ctx, TOY_F32, 4, 3);
+    toy_matmul(ctx, a, NULL, false, true);
+}
+Test(ops, a_null_operand_aborts_with_its_name, .signal = SIGABRT) { matmul_of_null(); }

@@ -275,6 +275,7 @@ static struct toy_tensor *base_of(struct toy_tensor *a) { return a->view_src ? a
 
 struct toy_tensor *toy_view(struct toy_ctx *ctx, struct toy_tensor *a, int n_dims,
                             const int64_t *ne, const size_t *nb, size_t offset) {
+    TOY_ASSERT(a, "toy_view: argument 'a' is NULL (did the call that made it fail?)");
     struct toy_tensor *t = toy_tensor_alloc_meta(ctx, a->type, n_dims, ne);
     for (int i = 0; i < n_dims; i++) t->nb[i] = nb[i];
     for (int i = n_dims; i < TOY_MAX_DIMS; i++) t->nb[i] = t->nb[i - 1] * (size_t)t->ne[i - 1];
@@ -293,6 +294,7 @@ struct toy_tensor *toy_view(struct toy_ctx *ctx, struct toy_tensor *a, int n_dim
 
 struct toy_tensor *toy_reshape(struct toy_ctx *ctx, struct toy_tensor *a, int n_dims,
                                const int64_t *ne) {
+    TOY_ASSERT(a, "toy_reshape: argument 'a' is NULL (did the call that made it fail?)");
     TOY_ASSERT(toy_is_contiguous(a), "reshape of non-contiguous tensor %s", a->name[0] ? a->name : "(unnamed)");
     struct toy_tensor *t = toy_tensor_alloc_meta(ctx, a->type, n_dims, ne);
     TOY_ASSERT(toy_nelements(t) == toy_nelements(a), "reshape %s: %lld elements to %lld",
@@ -320,6 +322,7 @@ struct toy_tensor *toy_reshape_4d(struct toy_ctx *ctx, struct toy_tensor *a, int
 
 struct toy_tensor *toy_permute(struct toy_ctx *ctx, struct toy_tensor *a, int ax0, int ax1,
                                int ax2, int ax3) {
+    TOY_ASSERT(a, "toy_permute: argument 'a' is NULL (did the call that made it fail?)");
     int ax[4] = {ax0, ax1, ax2, ax3};
     int seen = 0;
     for (int i = 0; i < 4; i++) {

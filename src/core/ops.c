@@ -40,6 +40,14 @@ check_fail(const char *file, int line, const char *op, const struct toy_tensor *
         if (!(cond)) check_fail(__FILE__, __LINE__, op, a, b, __VA_ARGS__);        \
     } while (0)
 
+/* A NULL operand is a caller's error (often an earlier call that failed and
+ * returned NULL): named, rather than a segfault inside the op. */
+#define NEED(op, x)                                                                                     \
+    do {                                                                                                \
+        if (!(x)) toy_abort(__FILE__, __LINE__, "%s: argument '%s' is NULL (did the call that made it fail?)", \
+                            op, #x);                                                                    \
+    } while (0)
+
 static struct toy_tensor *new_result(struct toy_ctx *ctx, enum toy_op op, enum toy_dtype type,
                                      const int64_t *ne) {
     struct toy_tensor *t = toy_tensor_alloc_meta(ctx, type, 4, ne);
@@ -66,6 +74,7 @@ static struct toy_tensor *need_rows(struct toy_ctx *ctx, struct toy_tensor *a) {
 }
 
 struct toy_tensor *toy_cont(struct toy_ctx *ctx, struct toy_tensor *a) {
+    NEED("cont", a);
     struct toy_tensor *t = new_result(ctx, TOY_OP_CONT, a->type, a->ne);
     CHECK(toy_dtype_block_size(a->type) == 1, "cont", a, NULL, "block types cannot be copied");
     t->src[0] = a;
@@ -73,6 +82,7 @@ struct toy_tensor *toy_cont(struct toy_ctx *ctx, struct toy_tensor *a) {
 }
 
 struct toy_tensor *toy_cast(struct toy_ctx *ctx, struct toy_tensor *a, enum toy_dtype type) {
+    NEED("cast", a);
     CHECK(type == TOY_F32 || type == TOY_F16 || type == TOY_BF16, "cast", a, NULL,
           "to %s unsupported", toy_dtype_name(type));
     CHECK(a->type == TOY_F32 || a->type == TOY_F16 || a->type == TOY_BF16 ||
@@ -87,6 +97,8 @@ struct toy_tensor *toy_cast(struct toy_ctx *ctx, struct toy_tensor *a, enum toy_
 
 static struct toy_tensor *binary(struct toy_ctx *ctx, enum toy_op op, struct toy_tensor *a,
                                  struct toy_tensor *b) {
+    NEED(toy_op_name(op), a);
+    NEED(toy_op_name(op), b);
     CHECK(is_float(a) && is_float(b), toy_op_name(op), a, b, "f32 only");
     for (int i = 0; i < 4; i++)
         CHECK(b->ne[i] == 1 || b->ne[i] == a->ne[i], toy_op_name(op), a, b,
@@ -111,6 +123,7 @@ struct toy_tensor *toy_div(struct toy_ctx *ctx, struct toy_tensor *a, struct toy
 }
 
 static struct toy_tensor *unary(struct toy_ctx *ctx, enum toy_op op, struct toy_tensor *a) {
+    NEED(toy_op_name(op), a);
     CHECK(is_float(a), toy_op_name(op), a, NULL, "f32 only");
     struct toy_tensor *t = like(ctx, op, a);
     t->src[0] = a;
@@ -130,6 +143,8 @@ struct toy_tensor *toy_silu(struct toy_ctx *ctx, struct toy_tensor *a) { return 
 struct toy_tensor *toy_gelu(struct toy_ctx *ctx, struct toy_tensor *a) { return unary(ctx, TOY_OP_GELU, a); }
 
 struct toy_tensor *toy_swiglu(struct toy_ctx *ctx, struct toy_tensor *gate, struct toy_tensor *up) {
+    NEED("swiglu", gate);
+    NEED("swiglu", up);
     CHECK(is_float(gate) && is_float(up) && toy_same_shape(gate, up), "swiglu", gate, up,
           "gate and up must be f32 of one shape");
     struct toy_tensor *t = like(ctx, TOY_OP_SWIGLU, gate);
@@ -142,6 +157,8 @@ struct toy_tensor *toy_swiglu(struct toy_ctx *ctx, struct toy_tensor *gate, stru
 
 struct toy_tensor *toy_matmul(struct toy_ctx *ctx, struct toy_tensor *a, struct toy_tensor *b,
                               bool trans_a, bool trans_b) {
+    NEED("matmul", a);
+    NEED("matmul", b);
     CHECK(a->type == TOY_F32, "matmul", a, b, "A must be f32");
     CHECK(toy_dtype_valid(b->type), "matmul", a, b, "bad B type");
     CHECK(b->type == TOY_F32 || b->type == TOY_F16 || b->type == TOY_BF16 || toy_can_dequantize(b->type), "matmul",
@@ -170,6 +187,8 @@ struct toy_tensor *toy_matmul(struct toy_ctx *ctx, struct toy_tensor *a, struct 
 
 struct toy_tensor *toy_linear(struct toy_ctx *ctx, struct toy_tensor *x, struct toy_tensor *w,
                               struct toy_tensor *bias) {
+    NEED("linear", x);
+    NEED("linear", w);
     CHECK(x->ne[0] == w->ne[0], "linear", x, w, "in features differ");
     CHECK(w->ne[2] == 1 && w->ne[3] == 1, "linear", x, w, "weight must be 2-D");
     struct toy_tensor *x2 = x;
@@ -189,6 +208,8 @@ struct toy_tensor *toy_linear(struct toy_ctx *ctx, struct toy_tensor *x, struct 
 
 struct toy_tensor *toy_get_rows(struct toy_ctx *ctx, struct toy_tensor *table,
                                 struct toy_tensor *ids) {
+    NEED("get_rows", table);
+    NEED("get_rows", ids);
     CHECK(ids->type == TOY_I32, "get_rows", table, ids, "ids must be i32");
     CHECK(table->type == TOY_F32 || table->type == TOY_F16 || table->type == TOY_BF16 ||
               toy_can_dequantize(table->type),
@@ -204,6 +225,7 @@ struct toy_tensor *toy_get_rows(struct toy_ctx *ctx, struct toy_tensor *table,
 }
 
 static struct toy_tensor *reduce_dim(struct toy_ctx *ctx, enum toy_op op, struct toy_tensor *a, int dim) {
+    NEED(toy_op_name(op), a);
     CHECK(is_float(a) && dim >= 0 && dim < 4, toy_op_name(op), a, NULL, "dim %d", dim);
     int64_t ne[4] = {a->ne[0], a->ne[1], a->ne[2], a->ne[3]};
     ne[dim] = 1;
@@ -221,6 +243,7 @@ struct toy_tensor *toy_mean(struct toy_ctx *ctx, struct toy_tensor *a, int dim) 
 }
 
 struct toy_tensor *toy_sum_all(struct toy_ctx *ctx, struct toy_tensor *a) {
+    NEED("sum_all", a);
     CHECK(is_float(a), "sum_all", a, NULL, "f32 only");
     struct toy_tensor *t = new_result(ctx, TOY_OP_SUM_ALL, TOY_F32, (int64_t[]){1, 1, 1, 1});
     t->src[0] = a;
@@ -228,6 +251,8 @@ struct toy_tensor *toy_sum_all(struct toy_ctx *ctx, struct toy_tensor *a) {
 }
 
 struct toy_tensor *toy_repeat(struct toy_ctx *ctx, struct toy_tensor *a, struct toy_tensor *shape) {
+    NEED("repeat", a);
+    NEED("repeat", shape);
     for (int i = 0; i < 4; i++)
         CHECK(a->ne[i] == 1 || a->ne[i] == shape->ne[i], "repeat", a, shape, "dim %d", i);
     struct toy_tensor *t = new_result(ctx, TOY_OP_REPEAT, TOY_F32, shape->ne);
@@ -236,6 +261,8 @@ struct toy_tensor *toy_repeat(struct toy_ctx *ctx, struct toy_tensor *a, struct 
 }
 
 struct toy_tensor *toy_sum_to(struct toy_ctx *ctx, struct toy_tensor *a, struct toy_tensor *shape) {
+    NEED("sum_to", a);
+    NEED("sum_to", shape);
     for (int i = 0; i < 4; i++)
         CHECK(shape->ne[i] == 1 || a->ne[i] == shape->ne[i], "sum_to", a, shape, "dim %d", i);
     struct toy_tensor *t = new_result(ctx, TOY_OP_SUM_TO, TOY_F32, shape->ne);
@@ -245,6 +272,8 @@ struct toy_tensor *toy_sum_to(struct toy_ctx *ctx, struct toy_tensor *a, struct 
 
 struct toy_tensor *toy_concat(struct toy_ctx *ctx, struct toy_tensor *a, struct toy_tensor *b,
                               int dim) {
+    NEED("concat", a);
+    NEED("concat", b);
     CHECK(is_float(a) && is_float(b) && dim >= 0 && dim < 4, "concat", a, b, "dim %d", dim);
     int64_t ne[4];
     for (int i = 0; i < 4; i++) {
@@ -262,6 +291,7 @@ struct toy_tensor *toy_concat(struct toy_ctx *ctx, struct toy_tensor *a, struct 
 
 struct toy_tensor *toy_rms_norm(struct toy_ctx *ctx, struct toy_tensor *x, struct toy_tensor *w,
                                 float eps) {
+    NEED("rms_norm", x);
     CHECK(is_float(x), "rms_norm", x, w, "f32 only");
     if (w) CHECK(is_float(w) && toy_nelements(w) == x->ne[0], "rms_norm", x, w, "weight must be (ne0)");
     struct toy_tensor *t = like(ctx, TOY_OP_RMS_NORM, x);
@@ -273,6 +303,7 @@ struct toy_tensor *toy_rms_norm(struct toy_ctx *ctx, struct toy_tensor *x, struc
 
 struct toy_tensor *toy_layer_norm(struct toy_ctx *ctx, struct toy_tensor *x, struct toy_tensor *w,
                                   struct toy_tensor *b, float eps) {
+    NEED("layer_norm", x);
     CHECK(is_float(x), "layer_norm", x, w, "f32 only");
     if (w) CHECK(is_float(w) && toy_nelements(w) == x->ne[0], "layer_norm", x, w, "weight must be (ne0)");
     if (b) CHECK(is_float(b) && toy_nelements(b) == x->ne[0], "layer_norm", x, b, "bias must be (ne0)");
@@ -286,6 +317,7 @@ struct toy_tensor *toy_layer_norm(struct toy_ctx *ctx, struct toy_tensor *x, str
 
 struct toy_tensor *toy_softmax(struct toy_ctx *ctx, struct toy_tensor *x, struct toy_tensor *mask,
                                float scale) {
+    NEED("softmax", x);
     CHECK(is_float(x), "softmax", x, mask, "f32 only");
     if (mask)
         for (int i = 0; i < 4; i++)
@@ -307,6 +339,10 @@ struct toy_tensor *toy_attention(struct toy_ctx *ctx, struct toy_tensor *q, stru
 
 struct toy_tensor *toy_attention_seg(struct toy_ctx *ctx, struct toy_tensor *q, struct toy_tensor *k,
                                      struct toy_tensor *v, struct toy_tensor *seg, const struct toy_attn_params *p) {
+    NEED("attention", q);
+    NEED("attention", k);
+    NEED("attention", v);
+    NEED("attention", p);
     bool cached16 = k->op == TOY_OP_KV_STORE && k->type == TOY_F16 && v->type == TOY_F16;
     CHECK(is_float(q) && ((is_float(k) && is_float(v)) || cached16), "attention", q, k,
           "f32 (or an f16 KV cache) only");
@@ -341,6 +377,9 @@ struct toy_tensor *toy_attention_seg(struct toy_ctx *ctx, struct toy_tensor *q, 
 
 struct toy_tensor *toy_kv_store(struct toy_ctx *ctx, struct toy_tensor *cache, struct toy_tensor *x,
                                 struct toy_tensor *n_past) {
+    NEED("kv_store", cache);
+    NEED("kv_store", x);
+    NEED("kv_store", n_past);
     CHECK((cache->type == TOY_F32 || cache->type == TOY_F16) && toy_is_contiguous(cache), "kv_store", cache, x,
           "cache must be contiguous f32 or f16");
     CHECK(cache->op == TOY_OP_NONE && cache->data, "kv_store", cache, x, "cache must be a leaf with data");
@@ -357,6 +396,11 @@ struct toy_tensor *toy_kv_store(struct toy_ctx *ctx, struct toy_tensor *cache, s
 struct toy_tensor *toy_attention_cached(struct toy_ctx *ctx, struct toy_tensor *q, struct toy_tensor *k_store,
                                         struct toy_tensor *v_store, struct toy_tensor *n_past,
                                         const struct toy_attn_params *p) {
+    NEED("attention_cached", q);
+    NEED("attention_cached", k_store);
+    NEED("attention_cached", v_store);
+    NEED("attention_cached", n_past);
+    NEED("attention_cached", p);
     struct toy_attn_params pc = *p;
     pc.causal = true;
     CHECK(k_store->op == TOY_OP_KV_STORE && v_store->op == TOY_OP_KV_STORE, "attention_cached", k_store, v_store,
@@ -384,6 +428,9 @@ struct toy_tensor *toy_rope(struct toy_ctx *ctx, struct toy_tensor *x, struct to
 
 struct toy_tensor *toy_rope_ff(struct toy_ctx *ctx, struct toy_tensor *x, struct toy_tensor *pos,
                                const struct toy_rope_params *p, struct toy_tensor *ff) {
+    NEED("rope", x);
+    NEED("rope", pos);
+    NEED("rope", p);
     CHECK(is_float(x), "rope", x, pos, "f32 only");
     CHECK(pos->type == TOY_I32, "rope", x, pos, "positions must be i32");
     CHECK(toy_nelements(pos) == x->ne[2] || toy_nelements(pos) == x->ne[2] * x->ne[3], "rope",
@@ -418,6 +465,8 @@ struct toy_tensor *toy_rope_ff(struct toy_ctx *ctx, struct toy_tensor *x, struct
 
 struct toy_tensor *toy_cross_entropy(struct toy_ctx *ctx, struct toy_tensor *logits,
                                      struct toy_tensor *targets, int32_t ignore_index) {
+    NEED("cross_entropy", logits);
+    NEED("cross_entropy", targets);
     CHECK(is_float(logits), "cross_entropy", logits, targets, "logits f32");
     CHECK(targets->type == TOY_I32 && toy_nelements(targets) == toy_nrows(logits),
           "cross_entropy", logits, targets, "need one i32 target per row");
