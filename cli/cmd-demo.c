@@ -120,6 +120,7 @@ int toy_cmd_demo(int argc, char **argv) {
     struct toy_llama *m = NULL;
     struct toy_events *ev = NULL;
     struct toy_trainer *tr = NULL;
+    int run_lock = -1;
     rc = 1;
     if (!text) { fprintf(stderr, "toy demo: out of memory\n"); return 1; }
     /* a small byte-level BPE vocabulary learned from the text, kept in every checkpoint */
@@ -145,7 +146,8 @@ int toy_cmd_demo(int argc, char **argv) {
     if (!(m = toy_llama_new(&cfg, o.seed))) { fprintf(stderr, "toy demo: %s\n", toy_last_error()); goto out; }
 
     char run_id[128], run_dir[512], evpath[700];
-    if (toy_run_create("runs", "demo-{date}-{seq}", "llama", run_id, sizeof run_id, run_dir, sizeof run_dir)) {
+    if (toy_run_create("runs", "demo-{date}-{seq}", "llama", run_id, sizeof run_id, run_dir, sizeof run_dir) ||
+        toy_run_claim(run_dir, true, &run_lock)) { /* fresh: $TOY_RUN_ID may name a used folder */
         fprintf(stderr, "toy demo: %s\n", toy_last_error());
         goto out;
     }
@@ -193,6 +195,7 @@ int toy_cmd_demo(int argc, char **argv) {
     rc = res.reason == TOY_RUN_INTERRUPTED ? 130 : 0; /* as toy train */
 out:
     toy_trainer_free(tr);
+    toy_run_release(run_lock);
     toy_events_close(ev);
     toy_llama_free(m);
     toy_data_free(data);

@@ -513,7 +513,7 @@ int toy_cmd_train(int argc, char **argv) {
             const char *slash = strrchr(c.out, '/');
             snprintf(run_id, sizeof run_id, "%s", slash && slash[1] ? slash + 1 : c.out); /* claimed above */
         } else if (toy_run_create(c.runs, NULL, is_gpt2 ? "gpt2" : "llama", run_id, sizeof run_id, run_dir, sizeof run_dir) ||
-                   toy_run_claim(run_dir, false, &run_lock)) {
+                   toy_run_claim(run_dir, true, &run_lock)) { /* fresh: $TOY_RUN_ID may name a used folder */
             fprintf(stderr, "toy train: %s\n", toy_last_error());
             goto out;
         } else {

@@ -232,6 +232,20 @@ Test(cli_train, demo_trains_a_run_that_generates) {
     cr_expect_eq(sh("$W demo --dim 48"), 2, "%s", out);
 }
 
+/* $TOY_RUN_ID naming a run that exists is refused, and that run is left
+ * as it was (its events were cut to the new run's, or deleted when the new
+ * run failed early) */
+Test(cli_train, a_fixed_run_id_never_reuses_a_run) {
+    cr_assert_eq(sh(TRAIN " --data text.txt --steps 2 --runs rr"), 0, "%s", out);
+    cr_assert_eq(sh("ls rr | head -1 > id.txt && cp rr/$(cat id.txt)/events.jsonl before.jsonl"), 0);
+    cr_expect_eq(sh("TOY_RUN_ID=$(cat id.txt) " TRAIN " --data text.txt --steps 3 --runs rr"), 1, "%s", out);
+    cr_expect(strstr(out, "is not empty") && strstr(out, "--resume"), "%s", out);
+    cr_expect_eq(sh("cmp before.jsonl rr/$(cat id.txt)/events.jsonl && test -f rr/$(cat id.txt)/train.json"), 0,
+                 "the existing run changed");
+    cr_expect_eq(sh("TOY_RUN_ID=fresh " TRAIN " --data text.txt --steps 1 --runs rr && test -f rr/fresh/train.json"),
+                 0, "%s", out);
+}
+
 /* A run resumes only on the tokens it trained on: a changed file is named,
  * with both token counts, and the original one resumes as before */
 Test(cli_train, resume_refuses_other_data) {

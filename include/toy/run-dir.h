@@ -51,7 +51,9 @@ enum toy_status toy_run_id_make(const char *runs_dir, const char *tmpl, const ch
 
 /* Names and creates a fresh run folder runs_dir/<id> (runs_dir is created
  * if missing): the id as toy_run_id_make, and if another process took that
- * name first, the next {seq}. With $TOY_RUN_ID an existing folder is reused.
+ * name first, the next {seq}. With $TOY_RUN_ID an existing folder is
+ * taken as it is: claim it with toy_run_claim(dir, true, ...), which refuses
+ * one that holds a run.
  * Writes the id and the folder path. Errors: as toy_run_id_make, TOY_ERR_IO,
  * TOY_ERR_STATE (the template has no {seq} and its name is taken). */
 enum toy_status toy_run_create(const char *runs_dir, const char *tmpl, const char *arch, char *id, size_t id_size,
