@@ -3,18 +3,25 @@
  * from each runs/<id>/events.jsonl through toy_events_read (torn lines and
  * unknown kinds skipped, as docs/events.md asks of every consumer). A run
  * resumed into the same stream has several run_start ... run_end segments:
- * the start is the first one's, the wall time their sum, the rest the last
- * segment's. Sorted by start time. Uses only include/. */
+ * the start is the first one's, the wall time the last t (a resumed
+ * segment's t continues; in older streams it restarts and the segments'
+ * times are summed), the rest the last segment's. Sorted by start time. Uses only include/. */
 #include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "json-out.h"
 #include "toy/events.h"
+#include "toy/run-dir.h"
+#include "toy/tokenizer.h"
 
 struct run {
     char *id;          /* the folder name */
@@ -22,10 +29,11 @@ struct run {
     char *arch, *name; /* run_start.model */
     char *started_at;
     char *reason;      /* run_end.reason; NULL: no run_end (still running, or died) */
+    bool running;      /* a process holds the run's lock (toy_run_claim) */
     int64_t steps;
     double loss, eval_loss; /* NAN: none */
-    double wall_s;          /* finished segments + the current one */
-    double seg_t;           /* last t seen in the current segment */
+    double wall_s;          /* earlier segments whose t started again at 0 */
+    double seg_t;           /* last t seen since */
     int64_t exit_code;
     bool has_exit;
     int64_t torn;
@@ -47,8 +55,12 @@ static int on_event(const char *kind, json_t *ev, void *user) {
     struct run *r = user;
     double t = num(json_object_get(ev, "t"));
     if (!strcmp(kind, "run_start")) {
-        r->wall_s += r->seg_t; /* an earlier segment ends here */
-        r->seg_t = 0;
+        /* a resumed segment's t continues from the one before (so the last t is the run's time); in streams
+         * written before that, each segment's t starts again at 0, and the segments' times add up */
+        if (isfinite(t) && t < r->seg_t) {
+            r->wall_s += r->seg_t;
+            r->seg_t = 0;
+        }
         if (!r->started_at) r->started_at = dup_str(json_object_get(ev, "started_at"));
         set_str(&r->run_id, json_object_get(ev, "run_id"));
         json_t *m = json_object_get(ev, "model");
@@ -78,6 +90,27 @@ static int on_event(const char *kind, json_t *ev, void *user) {
     }
     if (isfinite(t) && t > r->seg_t) r->seg_t = t;
     return 0;
+}
+
+/* Whether a process holds runs/<id>/.lock (what toy_run_claim takes while it writes the run): a run with no
+ * run_end is then still running, else it died. */
+static bool run_is_locked(const char *root, const char *id) {
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/%s/" TOY_RUN_LOCK_FILE, root, id) >= (int)sizeof path) return false;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    bool held = flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+    close(fd);
+    return held;
+}
+
+/* a folder name as JSON can hold it (jansson takes UTF-8 only): invalid bytes as U+FFFD */
+static json_t *json_name(const char *s) {
+    size_t n;
+    char *clean = toy_utf8_clean(s, strlen(s), &n);
+    json_t *j = clean ? json_stringn(clean, n) : NULL;
+    free(clean);
+    return j ? j : json_null();
 }
 
 static int by_start(const void *a, const void *b) {
@@ -110,7 +143,8 @@ static json_t *str_or_null(const char *s) { return s ? json_string(s) : json_nul
 static int usage(FILE *f) {
     fprintf(f, "usage: toy runs [--dir DIR] [--json]\n"
                "Lists the runs in DIR (default ./runs): model, steps, final loss, eval loss,\n"
-               "wall time and how each ended, read from DIR/<id>/events.jsonl.\n"
+               "wall time and how each ended (running: a process still writes it; unfinished: it\n"
+               "died), read from DIR/<id>/events.jsonl.\n"
                "  --dir DIR   the runs folder (default runs)\n"
                "  --json      one JSON object {format: \"toy/runs-v1\", dir, runs: [...]}\n");
     return f == stdout ? 0 : 2;
@@ -160,6 +194,7 @@ int toy_cmd_runs(int argc, char **argv) {
         }
         r->wall_s += r->seg_t;
         r->torn = st.torn;
+        r->running = !r->reason && run_is_locked(root, e->d_name);
         n++;
     }
     if (d) closedir(d);
@@ -171,11 +206,11 @@ int toy_cmd_runs(int argc, char **argv) {
         for (size_t i = 0; i < n; i++) {
             struct run *r = &runs[i];
             json_array_append_new(
-                arr, json_pack("{s:s, s:o, s:o, s:o, s:o, s:I, s:o, s:o, s:f, s:o, s:o, s:I}", "id", r->id, "run_id",
+                arr, json_pack("{s:o, s:o, s:o, s:o, s:o, s:I, s:o, s:o, s:f, s:o, s:b, s:o, s:I}", "id", json_name(r->id), "run_id",
                                str_or_null(r->run_id), "arch", str_or_null(r->arch), "name", str_or_null(r->name),
                                "started_at", str_or_null(r->started_at), "steps", (json_int_t)r->steps, "final_loss",
                                num_or_null(r->loss), "eval_loss", num_or_null(r->eval_loss), "wall_s", r->wall_s,
-                               "reason", str_or_null(r->reason),
+                               "reason", str_or_null(r->reason), "running", r->running,
                                "exit_code", r->has_exit ? json_integer(r->exit_code) : json_null(), "torn_lines",
                                (json_int_t)r->torn));
         }
@@ -206,7 +241,7 @@ int toy_cmd_runs(int argc, char **argv) {
             fmt_loss(ev, sizeof ev, r->eval_loss);
             fmt_time(tm, sizeof tm, r->wall_s);
             printf("%-*s  %-16s  %-*s  %8lld  %8s  %8s  %8s  %s\n", wid, r->id, start, wmod, buf, (long long)r->steps,
-                   loss, ev, tm, r->reason ? r->reason : "unfinished");
+                   loss, ev, tm, r->reason ? r->reason : r->running ? "running" : "unfinished");
         }
     }
     for (size_t i = 0; i < n; i++) {

@@ -824,6 +824,19 @@ Test(events, toy_runs_lists_runs) {
                      "{\"kind\":\"step\",\"t\":70,\"pha");
     pf(path, sizeof path, "%s/runs/not-a-run", d);
     cr_assert_eq(toy_mkdir_p(path), TOY_OK);
+    /* a live run (this process holds its lock) under a name that is not UTF-8, resumed once: its second
+     * segment's t continues from the first's 10 s, so its time is 12 s (it was counted as 22) */
+    char live[PATH_MAX];
+    pf(live, sizeof live, "%s/runs/live-\xff", d);
+    int lock = -1;
+    cr_assert_eq(toy_run_claim(live, false, &lock), TOY_OK, "%s", toy_last_error());
+    pf(path, sizeof path, "%s/events.jsonl", live);
+    write_file(path, "{\"kind\":\"run_start\",\"t\":0,\"schema\":\"toy/v1\",\"started_at\":\"2099-01-02T00:00:00Z\","
+                     "\"run_id\":\"live\",\"model\":{\"arch\":\"llama\"}}\n"
+                     "{\"kind\":\"step\",\"t\":10,\"phase\":\"train\",\"step\":1,\"loss\":3}\n"
+                     "{\"kind\":\"run_start\",\"t\":10,\"schema\":\"toy/v1\",\"started_at\":\"2099-01-02T00:01:00Z\","
+                     "\"run_id\":\"live\",\"model\":{\"arch\":\"llama\"}}\n"
+                     "{\"kind\":\"step\",\"t\":12,\"phase\":\"train\",\"step\":2,\"loss\":2}\n");
 
     char cmd[2 * PATH_MAX];
     pf(cmd, sizeof cmd, "cd '%s' && '%s' runs --json", d, bin);
@@ -835,8 +848,13 @@ Test(events, toy_runs_lists_runs) {
     cr_assert(j, "%s: %s", err.text, out);
     cr_expect_str_eq(json_string_value(json_object_get(j, "format")), "toy/runs-v1");
     json_t *runs = json_object_get(j, "runs");
-    cr_assert_eq(json_array_size(runs), 3, "%s", out);
+    cr_assert_eq(json_array_size(runs), 4, "%s", out);
     json_t *a = json_array_get(runs, 0), *bb = json_array_get(runs, 1), *dead = json_array_get(runs, 2);
+    json_t *lv = json_array_get(runs, 3);
+    cr_expect_str_eq(json_string_value(json_object_get(lv, "id")), "live-\xef\xbf\xbd"); /* U+FFFD */
+    cr_expect(json_is_true(json_object_get(lv, "running")), "%s", out);
+    cr_expect(json_is_false(json_object_get(dead, "running")), "%s", out);
+    cr_expect_float_eq(json_number_value(json_object_get(lv, "wall_s")), 12, 1e-9);
     cr_expect_str_eq(json_string_value(json_object_get(a, "id")), "llama-a");
     cr_expect_str_eq(json_string_value(json_object_get(a, "arch")), "llama");
     cr_expect_str_eq(json_string_value(json_object_get(a, "name")), "tiny");
@@ -860,8 +878,10 @@ Test(events, toy_runs_lists_runs) {
     out = run_cmd(cmd, &rc);
     cr_expect_eq(rc, 0);
     cr_expect(strstr(out, "llama-a") && strstr(out, "llama/tiny") && strstr(out, "completed") &&
-                  strstr(out, "unfinished") && strstr(out, "1m05s") && strstr(out, "2.5000"),
+                  strstr(out, "unfinished") && strstr(out, "1m05s") && strstr(out, "2.5000") &&
+                  strstr(out, "running") && strstr(out, "12.0s"),
               "%s", out);
+    toy_run_release(lock);
     cr_expect(strstr(out, "llama-a") < strstr(out, "llama-b"), "%s", out);
     free(out);
     pf(cmd, sizeof cmd, "'%s' runs --dir '%s/none' 2>&1", bin, d);
