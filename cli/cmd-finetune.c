@@ -370,6 +370,14 @@ static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll
         fprintf(stderr, "toy finetune: cannot resume from %s: %s\n", state, toy_last_error());
         goto out;
     }
+    if (c.resume && toy_finetuner_step(ft) >= toy_finetuner_steps(ft)) { /* nothing to train: the run stays */
+        if (rank == 0)
+            fprintf(stderr, "toy finetune: %s is complete at step %lld of %lld: give --steps N (N > %lld) to train "
+                    "it further\n", c.resume, (long long)toy_finetuner_step(ft), (long long)toy_finetuner_steps(ft),
+                    (long long)toy_finetuner_step(ft));
+        rc = 0;
+        goto out;
+    }
     {
         const struct toy_llama_config *mc = &m->cfg;
         int64_t trainable = lora                    ? toy_lora_n_params(lora)

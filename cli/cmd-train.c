@@ -119,6 +119,7 @@ static json_t *cfg_json(const struct cfg *c) {
     int64_t world = c->world > 0 ? c->world : 1; /* the global batch: rows per optimizer step over all ranks */
     json_object_set_new(j, "world", json_integer(world));
     json_object_set_new(j, "global_batch", json_integer(c->batch * world * (c->o.accum > 0 ? c->o.accum : 1)));
+    json_object_set_new(j, "threads", json_integer(toy_threads_resolve(c->threads))); /* float sums depend on it */
     if (c->arch) json_object_set_new(j, "arch", json_string(c->arch));
     if (c->warm) json_object_set_new(j, "warm_start", json_string(c->warm)); /* resume re-attaches its projection */
     if (c->data_fingerprint) { /* --resume refuses other data */
@@ -145,6 +146,7 @@ static void cfg_from_json(struct cfg *c, json_t *j) {
     INT("batch", batch);
     INT("ctx", ctx);
     INT("world", world);
+    INT("threads", threads);
 #undef STR
 #undef INT
     if ((v = json_object_get(j, "heldout"))) c->heldout = json_number_value(v);
@@ -334,6 +336,7 @@ int toy_cmd_train(int argc, char **argv) {
             rc = 1;
             goto out;
         }
+        int64_t run_steps = c.o.steps;
         if (given_steps) c.o.steps = cli.o.steps;
         /* the run keeps its own settings: a flag that would change them is said to be ignored, not silently */
         static const char *const applies[] = {"--resume", "--steps", "--threads", "--dp-overlap", "--dp-bucket-mb",
@@ -347,7 +350,23 @@ int toy_cmd_train(int argc, char **argv) {
                         "(only --steps, --threads, --log-every, --json, --trace, --op-timing and the --dp-* flags "
                         "apply)\n", argv[i]);
         }
-        c.threads = cli.threads;
+        /* the run's thread count unless --threads says otherwise: the gradient norm's float sum depends on
+         * how the work is split, so another count changes the losses in their last bits */
+        int run_threads = c.threads;
+        if (cli.threads > 0 || c.threads <= 0) c.threads = cli.threads;
+        bool new_threads = run_threads > 0 && toy_threads_resolve(c.threads) != run_threads;
+        if (new_threads && rank == 0)
+            fprintf(stderr, "toy train: note: the run trained on %d threads and continues on %d: its losses will "
+                    "differ in the last bits from a run never interrupted\n", run_threads, toy_threads_resolve(c.threads));
+        bool new_steps = c.o.steps != run_steps;
+        if (new_steps && rank == 0 && c.o.schedule != TOY_LR_CONSTANT)
+            fprintf(stderr, "toy train: note: the run now ends at step %lld, not %lld: its learning-rate schedule "
+                    "spans the new length from here on\n", (long long)c.o.steps, (long long)run_steps);
+        if ((new_steps || new_threads) && rank == 0) { /* what the next --resume continues with */
+            char saved[1200];
+            snprintf(saved, sizeof saved, "%s/train.json", c.resume);
+            if (toy_cli_write_json_file("train", cfg_json(&c), saved)) { rc = 1; goto out; }
+        }
         c.dp_overlap = cli.dp_overlap; /* how the ranks share work: chosen anew by each launch */
         c.dp_bucket_mb = cli.dp_bucket_mb;
         c.zero = cli.zero;
@@ -544,6 +563,14 @@ int toy_cmd_train(int argc, char **argv) {
     if (dp_setup(coll, tr, &c)) goto out;
     if (state[0] && toy_trainer_load_state(tr, state)) {
         fprintf(stderr, "toy train: cannot resume from %s: %s\n", state, toy_last_error());
+        goto out;
+    }
+    if (c.resume && toy_trainer_step(tr) >= c.o.steps) { /* nothing to train: the run stays as it is */
+        if (rank == 0)
+            fprintf(stderr, "toy train: %s is complete at step %lld of %lld: give --steps N (N > %lld) to train it "
+                    "further\n", c.resume, (long long)toy_trainer_step(tr), (long long)c.o.steps,
+                    (long long)toy_trainer_step(tr));
+        rc = 0;
         goto out;
     }
     {

@@ -232,6 +232,28 @@ Test(cli_train, demo_trains_a_run_that_generates) {
     cr_expect_eq(sh("$W demo --dim 48"), 2, "%s", out);
 }
 
+/* --resume keeps the run's thread count (the gradient norm's float sum
+ * depends on it, so another one is a note), and a new --steps is saved, so
+ * that the next plain --resume continues to it (it went back to the old
+ * end and reported the run completed there) */
+Test(cli_train, resume_keeps_threads_and_saves_new_steps) {
+    cr_assert_eq(sh("$W train --preset tiny --ctx 32 --batch 2 --threads 1 --vocab-size 300 --eval-every 0 "
+                    "--data text.txt --steps 2 --out t"), 0, "%s", out);
+    cr_assert_eq(sh("$W train --resume t --steps 3"), 0, "%s", out);
+    cr_expect(!strstr(out, "threads"), "%s", out);
+    cr_expect(strstr(out, "now ends at step 3, not 2"), "%s", out);
+    cr_expect_eq(sh("tail -1 t/events.jsonl | grep -q '\"final_step\":3'"), 0, "did not reach step 3");
+    cr_expect_eq(sh("grep -c '\"threads\":1' t/events.jsonl | grep -qx 2"), 0, "a segment ran on another count");
+    cr_assert_eq(sh("$W train --resume t --steps 4 --threads 2"), 0, "%s", out);
+    cr_expect(strstr(out, "trained on 1 threads and continues on 2"), "%s", out);
+    cr_expect_eq(sh("grep -q '\"steps\": 4,' t/train.json && grep -q '\"threads\": 2' t/train.json"), 0,
+                 "train.json keeps the old steps or threads");
+    /* a complete run is left as it is (it gained an empty segment and a rewritten checkpoint) */
+    cr_assert_eq(sh("wc -l < t/events.jsonl > n.txt && $W train --resume t"), 0, "%s", out);
+    cr_expect(strstr(out, "is complete at step 4 of 4") && !strstr(out, "note:"), "%s", out);
+    cr_expect_eq(sh("wc -l < t/events.jsonl | cmp -s - n.txt"), 0, "the complete run's events changed");
+}
+
 /* $TOY_RUN_ID naming a run that exists is refused, and that run is left
  * as it was (its events were cut to the new run's, or deleted when the new
  * run failed early) */

@@ -20,6 +20,8 @@ typedef void (*toy_task_fn)(void *arg, int ith, int nth);
 /* n_threads <= 0: the number of online cores ($TOY_THREADS overrides).
  * NULL on failure. */
 struct toy_threadpool *toy_threadpool_new(int n_threads);
+/* The number of threads toy_threadpool_new(n_threads) starts. */
+int toy_threads_resolve(int n_threads);
 void toy_threadpool_free(struct toy_threadpool *tp);
 int toy_threadpool_size(const struct toy_threadpool *tp);
 /* Runs fn on every thread of the pool and returns when all are done.

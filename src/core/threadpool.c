@@ -74,11 +74,14 @@ int toy_num_cores(void) {
     return n > 0 ? (int)n : 1;
 }
 
+int toy_threads_resolve(int n_threads) {
+    if (n_threads > 0) return n_threads;
+    const char *env = getenv("TOY_THREADS");
+    return env && atoi(env) > 0 ? atoi(env) : toy_num_cores();
+}
+
 struct toy_threadpool *toy_threadpool_new(int n_threads) {
-    if (n_threads <= 0) {
-        const char *env = getenv("TOY_THREADS");
-        n_threads = env && atoi(env) > 0 ? atoi(env) : toy_num_cores();
-    }
+    n_threads = toy_threads_resolve(n_threads);
     struct toy_threadpool *tp = calloc(1, sizeof *tp);
     if (!tp) return NULL;
     tp->n = n_threads;
