@@ -25,6 +25,7 @@
 #include "flags.h"
 #include "json-out.h"
 #include "paths.h"
+#include "toy/threadpool.h"
 #include "toy/chat-template.h"
 #include "toy/collective.h"
 #include "toy/finetune.h"
@@ -75,6 +76,7 @@ static json_t *cfg_json(const struct cfg *c) {
     int64_t world = c->world > 0 ? c->world : 1; /* the global batch: rows per optimizer step over all ranks */
     json_object_set_new(j, "world", json_integer(world));
     json_object_set_new(j, "global_batch", json_integer(c->o.batch * world * (c->o.train.accum > 0 ? c->o.train.accum : 1)));
+    json_object_set_new(j, "threads", json_integer(toy_threads_resolve(c->threads))); /* float sums depend on it */
     if (c->data_fingerprint) { /* --resume refuses other data */
         json_object_set_new(j, "data_examples", json_integer(c->data_examples));
         json_object_set_new(j, "data_fingerprint", json_string(c->data_fingerprint));
@@ -99,6 +101,7 @@ static void cfg_from_json(struct cfg *c, json_t *j) {
     INT("batch", o.batch);
     INT("epochs", o.epochs);
     INT("world", world);
+    INT("threads", threads);
     NUM("heldout", heldout);
     NUM("alpha", alpha);
     NUM("dropout", dropout);
@@ -223,8 +226,17 @@ static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll
             json_decref(saved);
             return 1;
         }
+        int64_t run_steps = c.o.train.steps;
         if (given_steps) c.o.train.steps = cli.o.train.steps;
-        c.threads = cli.threads;
+        int run_threads = c.threads; /* the run's count unless --threads says otherwise (as toy train) */
+        if (cli.threads > 0 || c.threads <= 0) c.threads = cli.threads;
+        if (rank == 0 && toy_cli_resume_changes("finetune", run_threads, c.threads, run_steps, c.o.train.steps,
+                                                c.o.train.schedule == TOY_LR_CONSTANT)) {
+            if (toy_cli_write_json_file("finetune", cfg_json(&c), path)) { /* what the next --resume reads */
+                json_decref(saved);
+                return 1;
+            }
+        }
         c.json = cli.json;
         c.log_every = cli.log_every;
         c.dp_timeout = cli.dp_timeout;

@@ -354,15 +354,9 @@ int toy_cmd_train(int argc, char **argv) {
          * how the work is split, so another count changes the losses in their last bits */
         int run_threads = c.threads;
         if (cli.threads > 0 || c.threads <= 0) c.threads = cli.threads;
-        bool new_threads = run_threads > 0 && toy_threads_resolve(c.threads) != run_threads;
-        if (new_threads && rank == 0)
-            fprintf(stderr, "toy train: note: the run trained on %d threads and continues on %d: its losses will "
-                    "differ in the last bits from a run never interrupted\n", run_threads, toy_threads_resolve(c.threads));
-        bool new_steps = c.o.steps != run_steps;
-        if (new_steps && rank == 0 && c.o.schedule != TOY_LR_CONSTANT)
-            fprintf(stderr, "toy train: note: the run now ends at step %lld, not %lld: its learning-rate schedule "
-                    "spans the new length from here on\n", (long long)c.o.steps, (long long)run_steps);
-        if ((new_steps || new_threads) && rank == 0) { /* what the next --resume continues with */
+        bool changed = rank == 0 && toy_cli_resume_changes("train", run_threads, c.threads, run_steps, c.o.steps,
+                                                           c.o.schedule == TOY_LR_CONSTANT);
+        if (changed) { /* what the next --resume continues with */
             char saved[1200];
             snprintf(saved, sizeof saved, "%s/train.json", c.resume);
             if (toy_cli_write_json_file("train", cfg_json(&c), saved)) { rc = 1; goto out; }

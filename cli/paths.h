@@ -4,6 +4,7 @@
 #ifndef TOY_CLI_PATHS_H
 #define TOY_CLI_PATHS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -27,6 +28,15 @@ int toy_cli_check_input(const char *cmd, const char *path);
  * and returns 1. */
 int toy_cli_resume_data(const char *cmd, const char *data, uint64_t fp, int64_t n, const char *unit,
                         const char *recorded, int64_t recorded_n, const char *saved, char hex[17]);
+
+/* --resume with the flags that may change how a run goes on: `threads`
+ * (0: all cores) against the run's recorded `run_threads` (0: none
+ * recorded), `steps` against `run_steps`. Prints a note for each change
+ * (another thread count changes the losses' last bits; a schedule that is
+ * not constant then spans the new length) and returns whether the run's
+ * saved options need rewriting. */
+bool toy_cli_resume_changes(const char *cmd, int run_threads, int threads, int64_t run_steps, int64_t steps,
+                            bool constant_lr);
 
 /* A tokenizer source as `toy tokenize -m` takes it: a path that exists (a
  * file or a folder) as it is, else a model name from `toy models` resolved
