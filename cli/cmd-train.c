@@ -629,8 +629,10 @@ int toy_cmd_train(int argc, char **argv) {
     } else {
         struct rusage ru;
         getrusage(RUSAGE_SELF, &ru);
-        fprintf(stderr, "toy train: %s at step %lld: loss %.4f, held-out loss %.4f (%.0f tokens/s, %.1f s, peak RSS %.0f MB)\n",
-                reason, (long long)res.final_step, res.final_loss, res.final_eval_loss, res.tokens_per_s, res.seconds,
+        char held[48] = "no held-out evaluation"; /* none made: --heldout 0, or the run ended before it */
+        if (isfinite(res.final_eval_loss)) snprintf(held, sizeof held, "held-out loss %.4f", res.final_eval_loss);
+        fprintf(stderr, "toy train: %s at step %lld: loss %.4f, %s (%.0f tokens/s, %.1f s, peak RSS %.0f MB)\n",
+                reason, (long long)res.final_step, res.final_loss, held, res.tokens_per_s, res.seconds,
                 ru.ru_maxrss / 1024.0);
         if (res.checkpoint[0]) fprintf(stderr, "toy train: checkpoint %s\n", res.checkpoint);
         const char *sample = toy_trainer_sample_text(tr);

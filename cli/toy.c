@@ -1,4 +1,5 @@
 /* toy.c: the `toy` command: dispatches to cmd-*.c. Uses only include/. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,9 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+    /* past a file-size limit (ulimit -f) a write fails with EFBIG, reported like a full disk, instead of the
+     * default SIGXFSZ killing the process mid-checkpoint without a word */
+    signal(SIGXFSZ, SIG_IGN);
     if (argc < 2) { usage(stderr); return 2; }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(stdout);

@@ -254,6 +254,15 @@ Test(cli_train, resume_keeps_threads_and_saves_new_steps) {
     cr_expect_eq(sh("wc -l < t/events.jsonl | cmp -s - n.txt"), 0, "the complete run's events changed");
 }
 
+/* Past a file-size limit the checkpoint's write fails like a full disk:
+ * an error naming the file, exit 1, no temporary file left (SIGXFSZ
+ * killed the process without a word, leaving one) */
+Test(cli_train, a_file_size_limit_is_an_error_not_a_kill) {
+    cr_expect_eq(sh("ulimit -f 100; " TRAIN " --data text.txt --steps 3 --out big"), 1, "%s", out);
+    cr_expect(strstr(out, "File too large") && strstr(out, "big/weights/"), "%s", out);
+    cr_expect_eq(sh("ls big/weights | grep -c tmp"), 1, "a temporary file was left: %s", out);
+}
+
 /* $TOY_RUN_ID naming a run that exists is refused, and that run is left
  * as it was (its events were cut to the new run's, or deleted when the new
  * run failed early) */
