@@ -261,6 +261,11 @@ Test(cli_train, a_file_size_limit_is_an_error_not_a_kill) {
     cr_expect_eq(sh("ulimit -f 100; " TRAIN " --data text.txt --steps 3 --out big"), 1, "%s", out);
     cr_expect(strstr(out, "File too large") && strstr(out, "big/weights/"), "%s", out);
     cr_expect_eq(sh("ls big/weights | grep -c tmp"), 1, "a temporary file was left: %s", out);
+    /* the events file reaching the limit first stops the run there, not 5000 steps later */
+    cr_expect_eq(sh("ulimit -f 20; " TRAIN " --data text.txt --steps 5000 --out ev"), 1, "%s", out);
+    cr_expect(strstr(out, "File too large: stopping at step") && !strstr(out, "going on without them"), "%s", out);
+    cr_expect_eq(sh("tail -1 ev/events.jsonl | grep -q '\"step\":[0-9]*,' && ! grep -q '\"step\":4999' "
+                    "ev/events.jsonl"), 0, "%s", out);
 }
 
 /* $TOY_RUN_ID naming a run that exists is refused, and that run is left

@@ -527,9 +527,10 @@ Test(events, appended_segment_continues_the_clock) {
 
 /* A disk that fills up (a file-size limit stands in: writes past it fail
  * with EFBIG, as ENOSPC would): the failed event is an error for its
- * caller, leaves no torn line, and is reported on stderr once; writing
+ * caller, leaves no torn line, and says it is out of space (the trainers
+ * stop on it and say why, so the stream prints nothing itself); writing
  * goes on when there is room again. */
-Test(events, a_failed_write_warns_once_and_leaves_no_torn_line) {
+Test(events, a_full_disk_is_an_error_and_leaves_no_torn_line) {
     char *d = tmpdir(), path[PATH_MAX], errp[PATH_MAX];
     pf(path, sizeof path, "%s/events.jsonl", d);
     pf(errp, sizeof errp, "%s/stderr.txt", d);
@@ -561,12 +562,14 @@ Test(events, a_failed_write_warns_once_and_leaves_no_torn_line) {
     cr_expect_eq(after.st_size, sb.st_size, "a torn line was left: %lld bytes, was %lld", (long long)after.st_size,
                  (long long)sb.st_size);
     char *err = slurp(errp);
-    cr_expect(strstr(err, "cannot write events") && strstr(err, "events.jsonl"), "stderr: %s", err);
-    char *second = strstr(err, "cannot write events");
-    cr_expect(second && !strstr(second + 1, "cannot write events"), "warned more than once: %s", err);
+    cr_expect(!strstr(err, "cannot write events"), "stderr: %s", err);
     free(err);
+    cr_expect(strstr(toy_last_error(), "events.jsonl") && strstr(toy_last_error(), "too large"), "%s",
+              toy_last_error());
+    cr_expect(toy_events_out_of_space(ev));
     /* room again: the stream goes on */
     cr_expect_eq(toy_events_step(ev, &(struct toy_step_event){.step = 3, .loss = 2.5f}), TOY_OK);
+    cr_expect(!toy_events_out_of_space(ev));
     cr_expect_eq(toy_events_run_end(ev, &(struct toy_run_end){.final_step = 3}), TOY_OK);
     toy_events_close(ev);
     struct toy_events_stats es;

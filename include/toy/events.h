@@ -73,6 +73,13 @@ enum toy_events_mode {
  * file's last event (so t never decreases down the file). Errors: TOY_ERR_INVALID_ARG (NULL path), TOY_ERR_IO. */
 enum toy_status toy_events_open(const char *path, enum toy_events_mode mode, struct toy_events **out);
 
+/* Whether the last write failed for want of space (a full disk or quota,
+ * a file-size limit). A run that keeps training then loses its steps:
+ * its checkpoints need space too, so the trainers stop at once, with a
+ * checkpoint attempted, rather than at the end. Other write failures are
+ * reported once on stderr and the producer goes on without its events. */
+bool toy_events_out_of_space(const struct toy_events *ev);
+
 /* Closes the file (fdatasync first). Does not write run_end: a stream closed
  * without one reads as a run that died. NULL is a no-op. */
 void toy_events_close(struct toy_events *ev);

@@ -36,6 +36,7 @@ struct toy_events {
     double last_t;  /* t of the last event written */
     int state;
     bool warned;    /* a failed write was reported on stderr (once a stream) */
+    bool no_space;  /* the last write failed with ENOSPC, EDQUOT or EFBIG */
     pthread_mutex_t mu;
 };
 
@@ -248,14 +249,15 @@ static enum toy_status write_event(struct toy_events *ev, json_t *o, bool ok, in
         ssize_t w = write(ev->fd, buf + off, n - off);
         if (w < 0 && errno == EINTR) continue;
         if (w <= 0) {
+            ev->no_space = w < 0 && (errno == ENOSPC || errno == EDQUOT || errno == EFBIG);
             const char *why = w < 0 ? strerror(errno) : "write returned 0";
             st = toy_error(TOY_ERR_IO, "%s: %s", ev->path, why);
             /* a full disk takes part of a line: cut it off, so the file ends on a whole event */
             if (off > 0 && before >= 0 && ftruncate(ev->fd, before) != 0) {}
-            /* The producers go on without their events (a run keeps training;
-             * its checkpoints report their own errors), so say it once here
-             * rather than fail silently. */
-            if (!ev->warned) {
+            /* Out of space, the trainers stop and say why (toy_events_out_of_space).
+             * Otherwise the producers go on without their events, so say it once
+             * here rather than fail silently. */
+            if (!ev->warned && !ev->no_space) {
                 ev->warned = true;
                 fprintf(stderr, "toy: warning: cannot write events to %s (%s); going on without them, later "
                         "failures are not reported\n", ev->path, why);
@@ -265,6 +267,7 @@ static enum toy_status write_event(struct toy_events *ev, json_t *o, bool ok, in
         off += (size_t)w;
     }
     ev->last_t = t;
+    ev->no_space = false;
     if (mode == MODE_START) ev->state = ST_RUNNING;
     if (mode == MODE_END) {
         ev->state = ST_ENDED;
@@ -275,6 +278,14 @@ out:
     free(heap);
     json_decref(o);
     return st;
+}
+
+bool toy_events_out_of_space(const struct toy_events *ev) {
+    if (!ev) return false;
+    pthread_mutex_lock((pthread_mutex_t *)&ev->mu);
+    bool r = ev->no_space;
+    pthread_mutex_unlock((pthread_mutex_t *)&ev->mu);
+    return r;
 }
 
 /* ---- provenance ------------------------------------------------------------------ */

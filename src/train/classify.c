@@ -327,10 +327,15 @@ enum toy_status toy_classifier_run(struct toy_classifier *t, struct toy_classify
         if ((st = toy_optim_step(t->opt, lr, t->tp))) break;
         t->step++;
         t->last_loss = loss;
-        if (t->ev)
+        if (t->ev &&
             toy_events_step(t->ev, &(struct toy_step_event){.step = t->step, .loss = loss, .lr = lr, .tokens = B,
                                                             .wall_us = (int64_t)((now_s() - ts) * 1e6),
-                                                            .grad_norm = gn});
+                                                            .grad_norm = gn}) &&
+            toy_events_out_of_space(t->ev)) { /* the checkpoints would fail too: stop before more is lost */
+            st = toy_error(TOY_ERR_IO, "%s: stopping at step %lld, since checkpoints need space too: free some, then "
+                           "--resume", toy_last_error(), (long long)t->step);
+            break;
+        }
         struct toy_classify_step info = {.step = t->step, .steps = o->steps, .loss = loss, .lr = lr, .grad_norm = gn,
                                          .elapsed_s = now_s() - t0, .test_loss = NAN, .test_acc = NAN};
         bool last = t->step == o->steps || (o->stop && *o->stop);

@@ -557,6 +557,13 @@ enum toy_status toy_finetuner_run(struct toy_finetuner *f, struct toy_train_resu
             struct toy_step_event se = {step, loss, lr, f->B * f->T * o->accum, (int64_t)(wall * 1e6), gn, NULL, extra};
             toy_events_step(f->ev, &se);
             json_decref(extra);
+            if (toy_events_out_of_space(f->ev)) { /* the checkpoints would fail too: stop before more is lost */
+                snprintf(err, sizeof err, "%s: stopping at step %lld, since checkpoints need space too: free some, "
+                         "then --resume", toy_last_error(), (long long)step);
+                st = TOY_ERR_IO;
+                r.reason = TOY_RUN_ERRORED;
+                break;
+            }
         }
         struct toy_step_info info = {step, f->steps, (float)loss, lr, gn, tokens, now_s() - t_start, NAN};
         if (o->eval_every > 0 && step % o->eval_every == 0 && step < f->steps && toy_sft_n_heldout(f->data) > 0 &&

@@ -725,6 +725,13 @@ enum toy_status toy_trainer_run(struct toy_trainer *t, struct toy_train_result *
             }
             toy_events_step(t->ev, &se);
             json_decref(se.extra);
+            if (toy_events_out_of_space(t->ev)) { /* the checkpoints would fail too: stop before more is lost */
+                snprintf(err, sizeof err, "%s: stopping at step %lld, since checkpoints need space too: free some, "
+                         "then --resume", toy_last_error(), (long long)step);
+                st = TOY_ERR_IO;
+                r.reason = TOY_RUN_ERRORED;
+                break;
+            }
         }
         if (t->o.trace) {
             char name[48];
