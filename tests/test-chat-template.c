@@ -463,3 +463,17 @@ Test(chat_template, concurrent_render) {
     }
     toy_chat_template_free(t);
 }
+
+/* The expected strings below are what Jinja2 renders (HF's settings:
+ * ImmutableSandboxedEnvironment, trim_blocks, lstrip_blocks, loopcontrols). */
+
+/* Floats print as Python's repr(): the shortest round-tripping digits,
+ * positional for exponents in [-4, 16). Tool-call arguments and JSON-schema
+ * bounds (10.0, 1500.0) go through this in tojson. */
+Test(chat_template, float_repr) {
+    EXPECT_RENDER("{{ 10.0 }} {{ 1500.0 }} {{ 1e5 }} {{ 1e16 }} {{ 0.1 }} {{ 1/3 }} {{ 1.5e-7 }} {{ 0.0001 }} {{ -0.0 }} "
+                  "{{ 20 / 2 }} {{ [2.0, 250.0] }}|{{ 3600.0 ~ 's' }}",
+                  "10.0 1500.0 100000.0 1e+16 0.1 0.3333333333333333 1.5e-07 0.0001 -0.0 10.0 [2.0, 250.0]|3600.0s");
+    EXPECT_RENDER("{{ {'minimum': 0.0, 'maximum': 100.0, 'default': 10.0, 'big': 1500.0, 'e': 1e16, 's': 1e-5}|tojson }}",
+                  "{\"minimum\": 0.0, \"maximum\": 100.0, \"default\": 10.0, \"big\": 1500.0, \"e\": 1e+16, \"s\": 1e-05}");
+}

@@ -116,14 +116,47 @@ static bool truthy(json_t *v) {
     return false;
 }
 
+/* Python's repr(float), which str() and json.dumps also use: the fewest
+ * significant digits that read back as the same double, written positionally
+ * when the decimal exponent is in [-4, 16) (10.0, 1500.0, 0.0001) and as
+ * d.ddde+XX otherwise (1e+16, 1.5e-07). C's %g differs: it switches to the
+ * exponent form from 6 significant digits on and drops the ".0". */
 static void fmt_float(double d, char *buf, size_t cap) {
     if (isnan(d)) { snprintf(buf, cap, "nan"); return; }
     if (isinf(d)) { snprintf(buf, cap, d < 0 ? "-inf" : "inf"); return; }
-    for (int p = 1; p <= 17; p++) {
-        snprintf(buf, cap, "%.*g", p, d);
-        if (strtod(buf, NULL) == d) break;
+    char e[48];
+    for (int p = 0; p <= 16; p++) {
+        snprintf(e, sizeof e, "%.*e", p, d);
+        if (strtod(e, NULL) == d) break;
     }
-    if (!strpbrk(buf, ".eni")) strncat(buf, ".0", cap - strlen(buf) - 1);
+    /* e is [-]D[.DDD]e(+|-)XX: gather the digits and the exponent */
+    char dig[24];
+    int nd = 0;
+    const char *q = e + (e[0] == '-');
+    for (; *q && *q != 'e' && nd < (int)sizeof dig - 1; q++)
+        if (isdigit((unsigned char)*q)) dig[nd++] = *q;
+    int exp = *q == 'e' ? atoi(q + 1) : 0;
+    while (nd > 1 && dig[nd - 1] == '0') nd--;
+    struct sbuf b = {0};
+    if (signbit(d)) sb_str(&b, "-");
+    if (exp < -4 || exp >= 16) {
+        sb_add(&b, dig, 1);
+        if (nd > 1) { sb_str(&b, "."); sb_add(&b, dig + 1, (size_t)nd - 1); }
+        char x[16];
+        snprintf(x, sizeof x, "e%c%02d", exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
+        sb_str(&b, x);
+    } else if (exp < 0) {
+        sb_str(&b, "0.");
+        for (int i = 0; i < -exp - 1; i++) sb_str(&b, "0");
+        sb_add(&b, dig, (size_t)nd);
+    } else {
+        for (int i = 0; i <= exp; i++) sb_add(&b, i < nd ? dig + i : "0", 1);
+        sb_str(&b, ".");
+        if (nd > exp + 1) sb_add(&b, dig + exp + 1, (size_t)(nd - exp - 1));
+        else sb_str(&b, "0");
+    }
+    snprintf(buf, cap, "%s", b.p ? b.p : "0.0");
+    free(b.p);
 }
 
 static void repr(json_t *v, struct sbuf *b, bool top);
@@ -196,7 +229,14 @@ static void to_json(json_t *v, struct sbuf *b, int indent, int level) {
     case JSON_TRUE: sb_str(b, "true"); break;
     case JSON_FALSE: sb_str(b, "false"); break;
     case JSON_INTEGER: snprintf(num, sizeof num, "%lld", (long long)json_integer_value(v)); sb_str(b, num); break;
-    case JSON_REAL: fmt_float(json_real_value(v), num, sizeof num); sb_str(b, num); break;
+    case JSON_REAL: {
+        /* json.dumps uses repr() for finite floats and JavaScript's names otherwise */
+        double d = json_real_value(v);
+        if (isnan(d)) sb_str(b, "NaN");
+        else if (isinf(d)) sb_str(b, d < 0 ? "-Infinity" : "Infinity");
+        else { fmt_float(d, num, sizeof num); sb_str(b, num); }
+        break;
+    }
     case JSON_STRING: {
         const unsigned char *s = (const unsigned char *)json_string_value(v);
         size_t n = json_string_length(v);
