@@ -477,3 +477,21 @@ Test(chat_template, float_repr) {
     EXPECT_RENDER("{{ {'minimum': 0.0, 'maximum': 100.0, 'default': 10.0, 'big': 1500.0, 'e': 1e16, 's': 1e-5}|tojson }}",
                   "{\"minimum\": 0.0, \"maximum\": 100.0, \"default\": 10.0, \"big\": 1500.0, \"e\": 1e+16, \"s\": 1e-05}");
 }
+
+/* Each loop iteration has a scope of its own; {% if %} has none. */
+Test(chat_template, loop_scopes) {
+    EXPECT_RENDER("{% set x = 'outer' %}{% for i in [1, 2] %}{% if loop.first %}{% set x = 'in' ~ i %}{% set y = 'Y' %}{% endif %}"
+                  "[{{ x }}{{ y }}]{% endfor %}{{ x }}[{{ y }}]|{% set c = 0 %}{% for m in [1, 2, 3] %}{% set c = c + 1 %}{{ c }}"
+                  "{% endfor %}{{ c }}|{% if true %}{% set z = 5 %}{% endif %}{{ z }}",
+                  "[in1Y][outer]outer[]|1110|5");
+}
+
+/* for-else: the else branch runs unless an iteration finished its body
+ * (one left by break or continue does not count). */
+Test(chat_template, for_else) {
+    EXPECT_RENDER("{% for x in [1, 2] %}{% break %}{% else %}E1{% endfor %}|"
+                  "{% for x in [1, 2] %}{% if x == 2 %}{% break %}{% endif %}{% else %}E2{% endfor %}|"
+                  "{% for x in [1, 2] %}{% continue %}{% else %}E3{% endfor %}|{% for x in [] %}{% else %}E4{% endfor %}|"
+                  "{% for x in [1, 2] if x > 5 %}{% else %}E5{% endfor %}",
+                  "E1||E3|E4|E5");
+}

@@ -1292,45 +1292,60 @@ static void exec(struct ctx *C, const struct node *x, struct sbuf *out) {
         }
         json_t *items = to_list(it);
         json_decref(it);
-        if (!push_scope(C)) { json_decref(items); return; }
-        /* the `if` filter applies before loop.* counts */
+        /* the `if` filter applies before loop.* counts; it sees the loop
+         * variables in a scope of its own */
         if (x->b) {
             json_t *kept = json_array();
             size_t i;
             json_t *e;
             json_array_foreach(items, i, e) {
+                if (!push_scope(C)) break;
                 if (x->nnames == 1) assign(C, x->names[0], json_incref(e));
                 else if (json_is_array(e) && (int)json_array_size(e) == x->nnames)
                     for (int k = 0; k < x->nnames; k++) assign(C, x->names[k], json_incref(json_array_get(e, (size_t)k)));
                 json_t *c = eval(C, x->b);
                 if (truthy(c)) json_array_append(kept, e);
                 json_decref(c);
+                pop_scope(C);
             }
             json_decref(items);
             items = kept;
         }
+        /* Jinja2 gives every iteration a scope of its own: a {% set %} in the
+         * body is gone at the next iteration and after the loop (state that
+         * must carry goes through namespace()). The else branch runs unless
+         * some iteration ran its body to the end: an iteration left by break
+         * or continue does not count, as in Jinja2's generated code. */
         size_t n = json_array_size(items);
+        bool completed = false;
         for (size_t i = 0; i < n && !C->st; i++) {
             json_t *e = json_array_get(items, i);
-            json_t *loop = json_pack("{sIsIsIsIsbsbsI}", "index", (json_int_t)i + 1, "index0", (json_int_t)i, "revindex",
+            /* loop.depth counts recursive loops only, which toy does not have */
+            json_t *loop = json_pack("{sIsIsIsIsbsbsIsIsI}", "index", (json_int_t)i + 1, "index0", (json_int_t)i, "revindex",
                                      (json_int_t)(n - i), "revindex0", (json_int_t)(n - i - 1), "first", i == 0, "last",
-                                     i + 1 == n, "length", (json_int_t)n);
+                                     i + 1 == n, "length", (json_int_t)n, "depth", (json_int_t)1, "depth0", (json_int_t)0);
             if (loop) {
                 if (i > 0) json_object_set(loop, "previtem", json_array_get(items, i - 1));
                 if (i + 1 < n) json_object_set(loop, "nextitem", json_array_get(items, i + 1));
             }
+            if (!push_scope(C)) { json_decref(loop); break; }
             assign(C, "loop", loop);
             if (x->nnames == 1) assign(C, x->names[0], json_incref(e));
             else {
-                if (!json_is_array(e) || (int)json_array_size(e) != x->nnames) { rerr(C, x, "cannot unpack loop item into %d names", x->nnames); break; }
+                if (!json_is_array(e) || (int)json_array_size(e) != x->nnames) {
+                    rerr(C, x, "cannot unpack loop item into %d names", x->nnames);
+                    pop_scope(C);
+                    break;
+                }
                 for (int k = 0; k < x->nnames; k++) assign(C, x->names[k], json_incref(json_array_get(e, (size_t)k)));
             }
             exec_body(C, x->list, x->n, out);
+            pop_scope(C);
+            if (!C->brk) completed = true;
             if (C->brk == 1) { C->brk = 0; break; }
             C->brk = 0;
         }
-        pop_scope(C);
-        if (n == 0 && !C->st) exec_body(C, x->els, x->nels, out);
+        if (!completed && !C->st) exec_body(C, x->els, x->nels, out);
         json_decref(items);
         break;
     }
