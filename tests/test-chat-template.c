@@ -484,6 +484,9 @@ Test(chat_template, loop_scopes) {
                   "[{{ x }}{{ y }}]{% endfor %}{{ x }}[{{ y }}]|{% set c = 0 %}{% for m in [1, 2, 3] %}{% set c = c + 1 %}{{ c }}"
                   "{% endfor %}{{ c }}|{% if true %}{% set z = 5 %}{% endif %}{{ z }}",
                   "[in1Y][outer]outer[]|1110|5");
+    EXPECT_RENDER("{% macro m(a, b) %}{% set a = 'A' %}{{ a }}[{{ b }}{{ b is defined }}]{% endmacro %}{% set a = 'top' %}"
+                  "{{ m(1) }}{{ a }}|{% macro d(p, q=p ~ '!') %}{{ q }}{% endmacro %}{{ d('x') }}",
+                  "A[False]top|x!");
 }
 
 /* for-else: the else branch runs unless an iteration finished its body
@@ -494,4 +497,14 @@ Test(chat_template, for_else) {
                   "{% for x in [1, 2] %}{% continue %}{% else %}E3{% endfor %}|{% for x in [] %}{% else %}E4{% endfor %}|"
                   "{% for x in [1, 2] if x > 5 %}{% else %}E5{% endfor %}",
                   "E1||E3|E4|E5");
+}
+
+/* caller() renders the call block in the call site's scope. */
+Test(chat_template, caller_scope) {
+    EXPECT_RENDER("{% macro wrap() %}<{{ caller() }}>{% endmacro %}{% for x in [1, 2] %}{% set y = 'y' ~ x %}"
+                  "{% call wrap() %}{{ x }}{{ y }}{% endcall %}{% endfor %}|{% macro inner() %}[{{ caller() }}]{% endmacro %}"
+                  "{% macro outer(a) %}{% call inner() %}{{ a }}{% endcall %}{% endmacro %}{{ outer('A') }}|"
+                  "{% macro two() %}{{ caller(1, 2) }}{% endmacro %}{% call(a, b) two() %}{{ a + b }}{% endcall %}|"
+                  "{% macro nest() %}({{ caller() }}){% endmacro %}{% call wrap() %}{% call nest() %}n{% endcall %}{% endcall %}",
+                  "<1y1><2y2>|[A]|3|<(n)>");
 }

@@ -720,6 +720,26 @@ static struct node *parse_if(struct parser *P) {
     return expect_k(P, TK_BLOCK_END) ? x : NULL;
 }
 
+/* A parameter list after its '(': names with optional defaults, into
+ * x->kwn / x->kwv (a NULL default: none given). */
+static bool parse_params(struct parser *P, struct node *x) {
+    while (!is_op(peek(P), ")")) {
+        if (peek(P)->k != TK_NAME) { perr(P, "expected a parameter name"); return false; }
+        if (!append_str(P, &x->kwn, &x->nkw, peek(P)->s)) return false;
+        P->i++;
+        struct node *dflt = NULL;
+        if (is_op(peek(P), "=")) { P->i++; dflt = parse_expr(P); if (!dflt) return false; }
+        struct node **p = realloc(x->kwv, (size_t)x->nkw * sizeof *p);
+        if (!p) { perr(P, "out of memory"); return false; }
+        x->kwv = p;
+        p[x->nkw - 1] = dflt;
+        if (is_op(peek(P), ",")) P->i++;
+        else if (!is_op(peek(P), ")")) { perr(P, "expected ',' or ')'"); return false; }
+    }
+    P->i++;
+    return true;
+}
+
 static bool end_block(struct parser *P, const char *name) {
     const char *const e[] = {name, NULL};
     if (!at_block(P, e)) { perr(P, "expected {%% %s %%}", name); return false; }
@@ -801,21 +821,7 @@ static struct node *parse_stmt(struct parser *P) {
         if (peek(P)->k != TK_NAME) { perr(P, "expected a macro name"); return NULL; }
         x->str = strdup(peek(P)->s);
         P->i++;
-        if (!expect_op(P, "(")) return NULL;
-        while (!is_op(peek(P), ")")) {
-            if (peek(P)->k != TK_NAME) { perr(P, "expected a parameter name"); return NULL; }
-            if (!append_str(P, &x->kwn, &x->nkw, peek(P)->s)) return NULL;
-            P->i++;
-            struct node *dflt = NULL;
-            if (is_op(peek(P), "=")) { P->i++; dflt = parse_expr(P); if (!dflt) return NULL; }
-            struct node **p = realloc(x->kwv, (size_t)x->nkw * sizeof *p);
-            if (!p) { perr(P, "out of memory"); return NULL; }
-            x->kwv = p;
-            p[x->nkw - 1] = dflt;
-            if (is_op(peek(P), ",")) P->i++;
-            else if (!is_op(peek(P), ")")) { perr(P, "expected ',' or ')'"); return NULL; }
-        }
-        P->i++;
+        if (!expect_op(P, "(") || !parse_params(P, x)) return NULL;
         if (!expect_k(P, TK_BLOCK_END)) return NULL;
         static const char *const ends[] = {"endmacro", NULL};
         if (!parse_body(P, &x->list, &x->n, ends)) return NULL;
@@ -825,6 +831,8 @@ static struct node *parse_stmt(struct parser *P) {
         /* {% call macro(args) %}body{% endcall %}: caller() renders body */
         struct node *x = mk(P, N_CALLBLOCK);
         if (!x) return NULL;
+        /* {% call(a, b) m() %}: the parameters caller(...) passes to the block */
+        if (is_op(peek(P), "(")) { P->i++; if (!parse_params(P, x)) return NULL; }
         x->a = parse_expr(P);
         if (!x->a || x->a->k != E_CALL) { perr(P, "{%% call %%} needs a macro call"); return NULL; }
         if (!expect_k(P, TK_BLOCK_END)) return NULL;

@@ -47,7 +47,15 @@ static void sb_add(struct sbuf *b, const char *s, size_t n) {
 }
 static void sb_str(struct sbuf *b, const char *s) { sb_add(b, s, strlen(s)); }
 
-struct macro_frame;
+/* A {% call %} in progress: caller() renders `body` in the scopes of the
+ * call site (so the loop variables and sets around the call are visible),
+ * with `outer` as the caller() of the code around it. */
+struct call_site {
+    const struct node *body;
+    json_t **scopes;
+    int nscopes;
+    const struct call_site *outer;
+};
 
 struct ctx {
     const struct jinja_template *tpl;
@@ -57,7 +65,7 @@ struct ctx {
     char err[512];
     int brk; /* 1 break, 2 continue */
     int depth;
-    const struct node *caller; /* body of the enclosing {% call %} */
+    const struct call_site *caller; /* the enclosing {% call %}, for caller() */
 };
 
 static void rerr(struct ctx *C, const struct node *x, const char *fmt, ...) {
@@ -608,53 +616,133 @@ static json_t *call_method(struct ctx *C, const struct node *call, json_t *obj, 
 static json_t *do_filter(struct ctx *C, const struct node *f, json_t *v /* borrowed */);
 static bool do_test(struct ctx *C, const struct node *t, json_t *v);
 
-/* A macro invocation: binds parameters in a fresh scope and renders. */
-static json_t *call_macro(struct ctx *C, const struct node *mac, const struct node *call, const struct node *caller) {
-    if (C->depth > 64) { rerr(C, call, "macro recursion too deep"); return NULL; }
-    json_t **vals = calloc((size_t)mac->nkw + 1, sizeof *vals);
-    if (!vals) { C->st = TOY_ERR_NOMEM; return NULL; }
-    for (int i = 0; i < mac->nkw; i++) {
-        json_t *v = NULL;
-        if (i < call->n) v = eval(C, call->list[i]);
-        else {
-            for (int k = 0; k < call->nkw; k++)
-                if (!strcmp(call->kwn[k], mac->kwn[i])) v = eval(C, call->kwv[k]);
-            if (!v && mac->kwv[i]) v = eval(C, mac->kwv[i]);
+/* Renders `body` with the scope stack base[0..nbase) (borrowed) plus
+ * `local` (borrowed) as the innermost scope, then restores the current stack.
+ * The base array is copied, so scopes pushed by the body cannot move it. */
+static void exec_in_scopes(struct ctx *C, json_t **base, int nbase, json_t *local, struct node *const *body, int n,
+                           struct sbuf *out) {
+    int cap = nbase + 8;
+    json_t **fresh = malloc((size_t)cap * sizeof *fresh);
+    if (!fresh) { C->st = TOY_ERR_NOMEM; snprintf(C->err, sizeof C->err, "out of memory"); return; }
+    memcpy(fresh, base, (size_t)nbase * sizeof *fresh);
+    fresh[nbase] = local;
+    json_t **saved = C->scopes;
+    int saved_n = C->nscopes, saved_cap = C->capscopes, saved_brk = C->brk;
+    C->scopes = fresh;
+    C->nscopes = nbase + 1;
+    C->capscopes = cap;
+    C->brk = 0;
+    C->depth++;
+    exec_body(C, body, n, out);
+    C->depth--;
+    C->brk = saved_brk;
+    while (C->nscopes > nbase + 1) pop_scope(C);
+    free(C->scopes);
+    C->scopes = saved;
+    C->nscopes = saved_n;
+    C->capscopes = saved_cap;
+}
+
+/* Binds a macro's (or call block's) parameters in `local`: positional values
+ * first, then keyword arguments by name, then defaults, which are evaluated
+ * with the earlier parameters visible (`m(a, b=a)`). A parameter with no
+ * value stays undefined, as in Jinja2. Extra arguments land in varargs and
+ * kwargs. `args` are already evaluated in the caller's scope. */
+static void bind_params(struct ctx *C, const struct node *params, json_t *local, json_t **pos, int npos, char **kwn,
+                        json_t **kwv, int nkw, json_t **scopes, int nscopes) {
+    json_t *varargs = json_array(), *kwargs = json_object();
+    for (int i = npos > params->nkw ? params->nkw : npos; i < npos; i++) json_array_append(varargs, pos[i] ? pos[i] : json_null());
+    for (int k = 0; k < nkw; k++) {
+        bool named = false;
+        for (int i = 0; i < params->nkw && !named; i++) named = !strcmp(kwn[k], params->kwn[i]);
+        if (!named) json_object_set(kwargs, kwn[k], kwv[k] ? kwv[k] : json_null());
+    }
+    for (int i = 0; i < params->nkw; i++) {
+        json_t *v = i < npos ? json_incref(pos[i]) : NULL;
+        for (int k = 0; !v && k < nkw; k++)
+            if (!strcmp(kwn[k], params->kwn[i])) v = json_incref(kwv[k]);
+        if (!v && params->kwv[i]) {
+            /* the default sees the parameters bound so far */
+            int cap = nscopes + 8;
+            json_t **fresh = malloc((size_t)cap * sizeof *fresh);
+            if (!fresh) { C->st = TOY_ERR_NOMEM; break; }
+            memcpy(fresh, scopes, (size_t)nscopes * sizeof *fresh);
+            fresh[nscopes] = local;
+            json_t **saved = C->scopes;
+            int saved_n = C->nscopes, saved_cap = C->capscopes;
+            C->scopes = fresh;
+            C->nscopes = nscopes + 1;
+            C->capscopes = cap;
+            v = eval(C, params->kwv[i]);
+            free(fresh);
+            C->scopes = saved;
+            C->nscopes = saved_n;
+            C->capscopes = saved_cap;
         }
-        vals[i] = v;
+        if (v) json_object_set_new(local, params->kwn[i], v);
     }
-    /* macros see the globals and their parameters, not the caller's locals */
+    json_object_set_new(local, "varargs", varargs ? varargs : json_array());
+    json_object_set_new(local, "kwargs", kwargs ? kwargs : json_object());
+}
+
+/* Evaluates a call's arguments in the current scope. */
+static bool eval_args(struct ctx *C, const struct node *call, json_t ***pos, json_t ***kwv) {
+    *pos = calloc((size_t)call->n + 1, sizeof **pos);
+    *kwv = calloc((size_t)call->nkw + 1, sizeof **kwv);
+    if (!*pos || !*kwv) { C->st = TOY_ERR_NOMEM; return false; }
+    for (int i = 0; i < call->n; i++) (*pos)[i] = eval(C, call->list[i]);
+    for (int k = 0; k < call->nkw; k++) (*kwv)[k] = eval(C, call->kwv[k]);
+    return !C->st;
+}
+
+static void free_args(const struct node *call, json_t **pos, json_t **kwv) {
+    for (int i = 0; pos && i < call->n; i++) json_decref(pos[i]);
+    for (int k = 0; kwv && k < call->nkw; k++) json_decref(kwv[k]);
+    free(pos);
+    free(kwv);
+}
+
+/* A macro invocation: binds parameters in a fresh scope and renders. Macros
+ * see the template's top-level names and their parameters, not the locals
+ * of the code that calls them. */
+static json_t *call_macro(struct ctx *C, const struct node *mac, const struct node *call, const struct call_site *cs) {
+    if (C->depth > 64) { rerr(C, call, "macro recursion too deep"); return NULL; }
+    json_t **pos = NULL, **kwv = NULL;
     struct sbuf out = {0};
-    json_t **saved = C->scopes, *local = json_object();
-    int saved_n = C->nscopes, saved_cap = C->capscopes;
-    json_t **fresh = malloc(8 * sizeof *fresh);
-    if (!fresh || !local) {
-        free(fresh);
-        json_decref(local);
-        C->st = TOY_ERR_NOMEM;
-    } else {
-        for (int i = 0; i < mac->nkw; i++) json_object_set(local, mac->kwn[i], vals[i] ? vals[i] : json_null());
-        fresh[0] = saved[0];
-        fresh[1] = local;
-        C->scopes = fresh;
-        C->nscopes = 2;
-        C->capscopes = 8;
-        const struct node *saved_caller = C->caller;
-        C->caller = caller;
-        C->depth++;
-        exec_body(C, mac->list, mac->n, &out);
-        C->depth--;
+    json_t *local = json_object();
+    if (!local) C->st = TOY_ERR_NOMEM;
+    else if (eval_args(C, call, &pos, &kwv)) {
+        bind_params(C, mac, local, pos, call->n, call->kwn, kwv, call->nkw, C->scopes, 1);
+        const struct call_site *saved_caller = C->caller;
+        C->caller = cs;
+        if (!C->st) exec_in_scopes(C, C->scopes, 1, local, mac->list, mac->n, &out);
         C->caller = saved_caller;
-        while (C->nscopes > 2) pop_scope(C);
-        json_decref(local);
-        free(C->scopes);
-        C->scopes = saved;
-        C->nscopes = saved_n;
-        C->capscopes = saved_cap;
     }
-    for (int i = 0; i < mac->nkw; i++) json_decref(vals[i]);
-    free(vals);
-    json_t *r = json_stringn_nocheck(out.p ? out.p : "", out.n);
+    free_args(call, pos, kwv);
+    json_decref(local);
+    json_t *r = C->st ? NULL : json_stringn_nocheck(out.p ? out.p : "", out.n);
+    free(out.p);
+    return r;
+}
+
+/* caller(args) inside a macro run by {% call(params) m() %}: the call block
+ * renders in the call site's scopes, its own parameters bound on top. */
+static json_t *call_caller(struct ctx *C, const struct node *call) {
+    const struct call_site *cs = C->caller;
+    if (C->depth > 64) { rerr(C, call, "macro recursion too deep"); return NULL; }
+    json_t **pos = NULL, **kwv = NULL;
+    struct sbuf out = {0};
+    json_t *local = json_object();
+    if (!local) C->st = TOY_ERR_NOMEM;
+    else if (eval_args(C, call, &pos, &kwv)) {
+        bind_params(C, cs->body, local, pos, call->n, call->kwn, kwv, call->nkw, cs->scopes, cs->nscopes);
+        C->caller = cs->outer;
+        if (!C->st) exec_in_scopes(C, cs->scopes, cs->nscopes, local, cs->body->list, cs->body->n, &out);
+        C->caller = cs;
+    }
+    free_args(call, pos, kwv);
+    json_decref(local);
+    json_t *r = C->st ? NULL : json_stringn_nocheck(out.p ? out.p : "", out.n);
     free(out.p);
     return r;
 }
@@ -720,16 +808,7 @@ static json_t *call_global(struct ctx *C, const struct node *call, const char *n
         json_decref(f);
         return json_string(buf);
     }
-    if (!strcmp(name, "caller") && C->caller) {
-        struct sbuf out = {0};
-        const struct node *cb = C->caller;
-        C->caller = NULL;
-        exec_body(C, cb->list, cb->n, &out);
-        C->caller = cb;
-        json_t *r = json_stringn_nocheck(out.p ? out.p : "", out.n);
-        free(out.p);
-        return r;
-    }
+    if (!strcmp(name, "caller") && C->caller) return call_caller(C, call);
     const struct node *mac = find_macro(C, name);
     if (mac) return call_macro(C, mac, call, NULL);
     rerr(C, call, "'%s' is not callable", name);
@@ -1369,7 +1448,8 @@ static void exec(struct ctx *C, const struct node *x, struct sbuf *out) {
         if (call->a->k != E_NAME) { rerr(C, x, "{%% call %%} needs a macro name"); return; }
         const struct node *mac = find_macro(C, call->a->str);
         if (!mac) { rerr(C, x, "'%s' is not a macro", call->a->str); return; }
-        json_t *r = call_macro(C, mac, call, x);
+        struct call_site cs = {.body = x, .scopes = C->scopes, .nscopes = C->nscopes, .outer = C->caller};
+        json_t *r = call_macro(C, mac, call, &cs);
         py_str(r, out);
         json_decref(r);
         break;
