@@ -65,6 +65,85 @@ Test(sampler, top_k_top_p_min_p) {
     cr_assert(h[2] > 0 && h[0] == 0 && h[4] == 0, "min-p 0.3 keeps tokens >= 0.3 * best (1, 3, 2)");
 }
 
+/* top-p, then min-p, as documented (Hugging Face's order): top-p 0.8 of
+ * the whole mass keeps 1, 3 and 2 (.768 < .8), and min-p 0.3 (floor .115)
+ * keeps all three. The other order kept only 1 and 3: min-p first left
+ * .909 of the mass, of which top-p 0.8 is .727, reached by 1 and 3. */
+Test(sampler, top_p_then_min_p) {
+    int h[6];
+    histogram((struct toy_sampler_params){.temperature = 1, .top_p = 0.8f, .min_p = 0.3f, .seed = 1}, 5000, h);
+    cr_assert(h[1] > 0 && h[2] > 0 && h[3] > 0 && h[0] + h[4] + h[5] == 0, "%d %d %d %d %d %d", h[0], h[1], h[2],
+              h[3], h[4], h[5]);
+}
+
+/* A tiny temperature tends to greedy: 1e-38 sent the best logits to +inf,
+ * exp(inf - inf) is NaN, and the draw fell through to an arbitrary token. */
+Test(sampler, a_tiny_temperature_is_greedy) {
+    int h[6];
+    histogram((struct toy_sampler_params){.temperature = 1e-38f, .seed = 1}, 1000, h);
+    cr_assert(h[0] + h[2] + h[4] + h[5] == 0 && h[1] + h[3] == 1000, "%d %d %d %d %d %d", h[0], h[1], h[2], h[3],
+              h[4], h[5]);
+    histogram((struct toy_sampler_params){.temperature = 1e-38f, .top_p = 0.9f, .seed = 1}, 1000, h);
+    cr_assert(h[1] + h[3] == 1000);
+}
+
+/* top-p and min-p over a 50k vocabulary sort only the prefix they keep
+ * (the best 128, then 8 times more, ...): the draws are those of a plain
+ * full sort, token for token, for cut-offs inside and past the first
+ * prefix. */
+static int by_weight_desc(const void *a, const void *b) {
+    const float *x = a, *y = b; /* (weight, id) pairs */
+    if (x[0] != y[0]) return x[0] > y[0] ? -1 : 1;
+    return x[1] < y[1] ? -1 : 1;
+}
+
+Test(sampler, partial_sort_draws_as_a_full_sort) {
+    const int V = 50000;
+    float *logits = malloc(V * sizeof *logits), *w = malloc(2 * V * sizeof *w);
+    struct toy_rng g;
+    toy_rng_seed(&g, 5);
+    for (int i = 0; i < V; i++) logits[i] = 6 * toy_rng_uniform(&g) * toy_rng_uniform(&g); /* a long tail */
+    const struct { float top_p, min_p, temp; } cases[] = {{0.95f, 0, 0.8f}, {0.3f, 0, 1}, {0.999f, 0, 1.5f},
+                                                          {0, 0.05f, 1}, {0, 0.9f, 0.7f}, {0.9f, 0.2f, 1}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        struct toy_sampler_params p = {.temperature = cases[c].temp, .top_p = cases[c].top_p,
+                                       .min_p = cases[c].min_p, .seed = 11};
+        struct toy_sampler *s = toy_sampler_new(&p, V);
+        struct toy_rng r;
+        toy_rng_seed(&r, 11);
+        float top = -INFINITY;
+        for (int i = 0; i < V; i++) top = logits[i] > top ? logits[i] : top;
+        double sum = 0;
+        for (int i = 0; i < V; i++) {
+            w[2 * i] = expf(logits[i] == top ? 0 : (logits[i] - top) / p.temperature);
+            w[2 * i + 1] = (float)i;
+            sum += w[2 * i];
+        }
+        qsort(w, V, 2 * sizeof *w, by_weight_desc);
+        int keep = 0;
+        double acc = 0;
+        if (p.top_p > 0) while (keep < V && acc < p.top_p * sum) acc += w[2 * keep++];
+        else keep = V;
+        int k = 1;
+        while (k < keep && w[2 * k] >= p.min_p * w[0]) k++;
+        if (k < keep) keep = k;
+        double kept = 0;
+        for (int i = 0; i < keep; i++) kept += w[2 * i];
+        for (int d = 0; d < 200; d++) {
+            double u = (double)toy_rng_uniform(&r) * kept, a = 0;
+            int want = (int)w[2 * (keep - 1) + 1];
+            for (int i = 0; i < keep; i++)
+                if ((a += w[2 * i]) > u) { want = (int)w[2 * i + 1]; break; }
+            int got = toy_sampler_sample(s, logits, NULL);
+            cr_assert_eq(got, want, "case %zu (top-p %g, min-p %g, %d kept), draw %d: %d, full sort %d", c,
+                         (double)p.top_p, (double)p.min_p, keep, d, got, want);
+        }
+        toy_sampler_free(s);
+    }
+    free(logits);
+    free(w);
+}
+
 Test(sampler, penalties_push_repeats_down) {
     struct toy_sampler *s = toy_sampler_new(&(struct toy_sampler_params){.repeat_penalty = 2.0f}, 6);
     toy_sampler_accept(s, 1);

@@ -1,7 +1,9 @@
 /* toy/sampler.h: choosing the next token from logits.
  *
- * The pipeline, in order: repetition penalty (Hugging Face style: positive
- * logits of recent tokens divided by it, negative ones multiplied),
+ * The pipeline, in order (Hugging Face's; llama.cpp's default applies the
+ * temperature last): repetition penalty (positive logits of the last
+ * penalty_last_n tokens, prompt included, divided by it, negative ones
+ * multiplied),
  * frequency and presence penalties (OpenAI style: logit -= f * count +
  * p * [count > 0]), temperature (0 = greedy: the first maximum), top-k,
  * top-p (smallest set with cumulative probability >= p), min-p (drop tokens

@@ -122,6 +122,31 @@ static void select_top(struct cand *c, int64_t n, int64_t k) {
     }
 }
 
+/* Top-p, then min-p (Hugging Face's order), on candidates whose weights
+ * (exp of the scaled logits; the best is 1) sum to *sum: sorts the smallest
+ * prefix that holds both cut-offs, the `mass` (top_p times the sum) and the
+ * min_p floor, and returns its length, with *sum its weight. The prefix is
+ * found by sorting the best 128, then 8 times more, ..., so that a top-p of
+ * a few hundred tokens does not sort a 50k vocabulary every token. */
+static int64_t nucleus(struct cand *c, int64_t n, double mass, float min_p, double *sum) {
+    for (int64_t m = n < 128 ? n : 128;; m = m * 8 < n ? m * 8 : n) {
+        select_top(c, n, m);
+        qsort(c, (size_t)m, sizeof *c, by_value_desc);
+        int64_t kp = 0, kmin = 1; /* the top-p set: the smallest whose weight reaches the mass (at least one) */
+        double acc = 0;
+        while (kp < m && acc < mass) acc += c[kp++].v;
+        bool p_found = acc >= mass;
+        while (kmin < m && c[kmin].v >= min_p * c[0].v) kmin++; /* then the tokens of min_p times the best's weight */
+        bool min_found = kmin < m;
+        if (!p_found && !min_found && m < n) continue;
+        int64_t keep = kp < kmin ? kp : kmin;
+        acc = 0;
+        for (int64_t i = 0; i < keep; i++) acc += c[i].v;
+        *sum = acc;
+        return keep;
+    }
+}
+
 /* log sum exp(x) with the CPU's vector exp (the vocabulary is ~50k logits
  * a token; libm's exp made this 5% of a decode step), in chunks through a
  * stack buffer; the sampler's log-probability and the top log-probabilities
@@ -168,41 +193,25 @@ int32_t toy_sampler_sample(struct toy_sampler *s, const float *logits, float *lo
             if (s->c[i].v > s->c[best].v) best = i;
         pick = s->c[best].id;
     } else {
-        for (int64_t i = 0; i < n; i++) s->c[i].v /= p->temperature;
-        bool sorted = false;
+        /* logits relative to the best, then scaled: a tiny temperature sends the others towards -inf (it sent
+         * the best to +inf, whose exp is NaN, and the draw to an arbitrary token), so it tends to greedy */
+        float top = -INFINITY;
+        for (int64_t i = 0; i < n; i++) {
+            if (isnan(s->c[i].v)) s->c[i].v = -INFINITY;
+            if (s->c[i].v > top) top = s->c[i].v;
+        }
+        for (int64_t i = 0; i < n; i++) s->c[i].v = s->c[i].v == top ? 0 : (s->c[i].v - top) / p->temperature;
         if (p->top_k > 0 && p->top_k < n) {
             select_top(s->c, n, p->top_k);
             n = p->top_k;
         }
-        if ((p->top_p > 0 && p->top_p < 1) || p->min_p > 0) {
-            qsort(s->c, (size_t)n, sizeof *s->c, by_value_desc);
-            sorted = true;
-        }
-        float mx = -INFINITY;
-        for (int64_t i = 0; i < n; i++) mx = s->c[i].v > mx ? s->c[i].v : mx;
         double sum = 0;
         for (int64_t i = 0; i < n; i++) {
-            s->c[i].v = expf(s->c[i].v - mx);
+            s->c[i].v = expf(s->c[i].v); /* the best is 1 */
             sum += s->c[i].v;
         }
-        if (sorted && p->min_p > 0) { /* c[0] holds the best probability */
-            float cut = p->min_p * s->c[0].v;
-            int64_t keep = 1;
-            while (keep < n && s->c[keep].v >= cut) keep++;
-            for (int64_t i = keep; i < n; i++) sum -= s->c[i].v;
-            n = keep;
-        }
-        if (sorted && p->top_p > 0 && p->top_p < 1) {
-            double acc = 0;
-            int64_t keep = 0;
-            while (keep < n) {
-                acc += s->c[keep].v;
-                keep++;
-                if (acc >= p->top_p * sum) break;
-            }
-            sum = acc;
-            n = keep;
-        }
+        bool top_p = p->top_p > 0 && p->top_p < 1, min_p = p->min_p > 0;
+        if (top_p || min_p) n = nucleus(s->c, n, top_p ? p->top_p * sum : INFINITY, p->min_p, &sum);
         double u = (double)toy_rng_uniform(&s->rng) * sum, acc = 0;
         pick = s->c[n - 1].id;
         for (int64_t i = 0; i < n; i++) {
