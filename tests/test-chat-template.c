@@ -508,3 +508,13 @@ Test(chat_template, caller_scope) {
                   "{% macro nest() %}({{ caller() }}){% endmacro %}{% call wrap() %}{% call nest() %}n{% endcall %}{% endcall %}",
                   "<1y1><2y2>|[A]|3|<(n)>");
 }
+
+/* String literals decode Python's escapes; unknown ones (\d) stay as
+ * written. CRLF and lone CR in the source read as LF, as in Jinja2. */
+Test(chat_template, string_escapes_and_newlines) {
+    EXPECT_RENDER("{{ 'a\\nb\\tc\\\\d\\'e\\\"f' }}|{{ '\\u00e9\\x41\\U0001F389' }}|{{ '\\d\\s\\w' }}|{{ '\\101\\7' == 'A\\x07' }}|"
+                  "{{ \"\\a\\b\\f\\v\"|length }}|{{ 'a\\\nb' }}",
+                  "a\nb\tc\\d'e\"f|éA🎉|\\d\\s\\w|True|4|ab");
+    EXPECT_RENDER("{% if true %}\r\nA\r\n{% endif %}\r\nB\rC{{ \"x\r\ny\" }}{% raw %}\r\n{{ r }}{% endraw %}\r\nz",
+                  "A\nB\nCx\ny\n{{ r }}z");
+}

@@ -66,6 +66,49 @@ static bool lex_text(struct lexer *L, const char *s, size_t n, int line) {
     return lex_push(L, (struct token){.k = TK_TEXT, .s = c, .len = n, .line = line});
 }
 
+/* Python's string-literal escapes (Jinja2 decodes literals with
+ * "unicode-escape"): \n \t \r \a \b \f \v \\ \' \", up to three octal
+ * digits, \xHH, \uXXXX, \UXXXXXXXX (written out as UTF-8), a backslash-newline
+ * that joins lines; any other escape, \d say, stays as written, backslash
+ * included. `s` is the text after the backslash; appends to b[*o] and
+ * returns how many characters of `s` it used. */
+static size_t unescape(const char *s, size_t n, char *b, size_t *o) {
+    static const char from[] = "ntrabfv\\'\"\n", to[] = "\n\t\r\a\b\f\v\\'\"";
+    const char *f = strchr(from, s[0]);
+    if (f && s[0]) {
+        if (s[0] != '\n') b[(*o)++] = to[f - from];
+        return 1;
+    }
+    unsigned long cp = 0;
+    size_t used = 0;
+    if (s[0] >= '0' && s[0] <= '7') {
+        while (used < 3 && used < n && s[used] >= '0' && s[used] <= '7') cp = cp * 8 + (unsigned long)(s[used++] - '0');
+    } else if (s[0] == 'x' || s[0] == 'u' || s[0] == 'U') {
+        size_t want = s[0] == 'x' ? 2 : s[0] == 'u' ? 4 : 8;
+        for (size_t i = 1; i <= want; i++)
+            if (i >= n || !isxdigit((unsigned char)s[i])) { b[(*o)++] = '\\'; return 0; } /* malformed: kept as text */
+        for (size_t i = 1; i <= want; i++) cp = cp * 16 + (unsigned long)(isdigit((unsigned char)s[i]) ? s[i] - '0' : (tolower((unsigned char)s[i]) - 'a' + 10));
+        used = want + 1;
+        if (cp > 0x10FFFF) { b[(*o)++] = '\\'; return 0; }
+    } else {
+        b[(*o)++] = '\\';
+        return 0;
+    }
+    if (cp < 0x80) b[(*o)++] = (char)cp;
+    else if (cp < 0x800) { b[(*o)++] = (char)(0xC0 | cp >> 6); b[(*o)++] = (char)(0x80 | (cp & 0x3F)); }
+    else if (cp < 0x10000) {
+        b[(*o)++] = (char)(0xE0 | cp >> 12);
+        b[(*o)++] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        b[(*o)++] = (char)(0x80 | (cp & 0x3F));
+    } else {
+        b[(*o)++] = (char)(0xF0 | cp >> 18);
+        b[(*o)++] = (char)(0x80 | ((cp >> 12) & 0x3F));
+        b[(*o)++] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        b[(*o)++] = (char)(0x80 | (cp & 0x3F));
+    }
+    return used;
+}
+
 /* Lexes expression tokens until "}}" (var) or "%}" (block); sets *strip_after
  * when the closing delimiter has a '-'. */
 static bool lex_expr(struct lexer *L, bool block, bool *strip_after) {
@@ -128,26 +171,16 @@ static bool lex_expr(struct lexer *L, bool block, bool *strip_after) {
             char *b = malloc(cap);
             if (!b) { snprintf(L->err, sizeof L->err, "out of memory"); return false; }
             while (e < L->n && s[e] != c) {
-                char ch = s[e];
-                if (ch == '\\' && e + 1 < L->n) {
-                    e++;
-                    switch (s[e]) {
-                    case 'n': ch = '\n'; break;
-                    case 't': ch = '\t'; break;
-                    case 'r': ch = '\r'; break;
-                    case '0': ch = '\0'; break;
-                    default: ch = s[e];
-                    }
-                }
-                if (ch == '\n') L->line++;
-                if (o + 2 > cap) {
+                /* room for one escape's UTF-8 (at most 4 bytes) and the NUL */
+                if (o + 6 > cap) {
                     cap *= 2;
                     char *nb = realloc(b, cap);
                     if (!nb) { free(b); snprintf(L->err, sizeof L->err, "out of memory"); return false; }
                     b = nb;
                 }
-                b[o++] = ch;
-                e++;
+                if (s[e] == '\n') L->line++;
+                if (s[e] != '\\' || e + 1 >= L->n) { b[o++] = s[e++]; continue; }
+                e += 1 + unescape(s + e + 1, L->n - e - 1, b, &o);
             }
             if (e >= L->n) { free(b); snprintf(L->err, sizeof L->err, "line %d: unterminated string", t.line); return false; }
             b[o] = 0;
@@ -185,10 +218,7 @@ static bool lex(struct lexer *L) {
         const char *t = s + start;
         size_t tn = q - start;
         int tline = L->line;
-        if (trim_nl) {
-            if (tn && t[0] == '\n') { t++; tn--; }
-            else if (tn >= 2 && t[0] == '\r' && t[1] == '\n') { t += 2; tn -= 2; }
-        }
+        if (trim_nl && tn && t[0] == '\n') { t++; tn--; }
         if (lstrip_next) while (tn && isspace((unsigned char)*t)) { t++; tn--; }
         L->line += count_lines(s + start, q - start);
         if (q >= L->n) return lex_text(L, t, tn, tline) && lex_push(L, (struct token){.k = TK_EOF, .line = L->line});
@@ -236,7 +266,7 @@ static bool lex(struct lexer *L) {
             if (!close) { snprintf(L->err, sizeof L->err, "line %d: unclosed endraw", L->line); return false; }
             size_t rn = (size_t)(end - e);
             const char *r = e;
-            if (trim_nl && rn && r[0] == '\n') { r++; rn--; }
+            /* trim_blocks leaves the newline after {% raw %} alone (Jinja2) */
             if (end[2] == '-') while (rn && isspace((unsigned char)r[rn - 1])) rn--;
             if (!lex_text(L, r, rn, L->line)) return false;
             L->line += count_lines(e, (size_t)(close - e));
@@ -912,9 +942,19 @@ static bool parse_body(struct parser *P, struct node ***body, int *n, const char
 
 enum toy_status jinja_parse(const char *src, struct jinja_template **out) {
     *out = NULL;
-    struct lexer L = {.src = src, .n = strlen(src)};
+    /* Jinja2 reads "\r\n" and a lone "\r" in the source as "\n" (its
+     * newline_sequence), in text and string literals alike */
+    size_t sn = strlen(src), dn = 0;
+    char *norm = malloc(sn + 1);
+    if (!norm) return toy_error(TOY_ERR_NOMEM, "chat template: out of memory");
+    for (size_t i = 0; i < sn; i++) {
+        if (src[i] == '\r') { norm[dn++] = '\n'; if (i + 1 < sn && src[i + 1] == '\n') i++; }
+        else norm[dn++] = src[i];
+    }
+    norm[dn] = 0;
+    struct lexer L = {.src = norm, .n = dn};
     struct jinja_template *T = calloc(1, sizeof *T);
-    if (!T) return toy_error(TOY_ERR_NOMEM, "chat template: out of memory");
+    if (!T) { free(norm); return toy_error(TOY_ERR_NOMEM, "chat template: out of memory"); }
     enum toy_status st = TOY_OK;
     if (!lex(&L)) {
         st = toy_error(TOY_ERR_FORMAT, "chat template: %s", L.err);
@@ -930,6 +970,7 @@ enum toy_status jinja_parse(const char *src, struct jinja_template **out) {
     }
     for (size_t i = 0; i < L.ntok; i++) free(L.toks[i].s);
     free(L.toks);
+    free(norm);
     if (st) { jinja_free(T); return st; }
     *out = T;
     return TOY_OK;
