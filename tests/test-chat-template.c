@@ -518,3 +518,14 @@ Test(chat_template, string_escapes_and_newlines) {
     EXPECT_RENDER("{% if true %}\r\nA\r\n{% endif %}\r\nB\rC{{ \"x\r\ny\" }}{% raw %}\r\n{{ r }}{% endraw %}\r\nz",
                   "A\nB\nCx\ny\n{{ r }}z");
 }
+
+/* trim, strip() and split() take whitespace as Python's str.isspace() does:
+ * NBSP, em space, ideographic space, NEL... (U+200B is not whitespace). */
+Test(chat_template, unicode_whitespace) {
+    EXPECT_RENDER("[{{ '\\u00a0\\u2003hi\\u3000\\u0085'|trim }}][{{ '\\u00a0x\\u00a0'.strip() }}][{{ '\\x1fx'|trim }}]"
+                  "[{{ '\\u200bx'|trim }}][{{ ' \\u00a0x'.lstrip() }}][{{ 'x\\u2028 '.rstrip() }}]",
+                  "[hi][x][x][\u200bx][x][x]");
+    EXPECT_RENDER("{{ 'a\\u00a0b\\u3000c  d'.split()|join('|') }}[{{ 'éaé'.strip('é') }}][{{ 'èé'.strip('é') }}]"
+                  "{{ '\\u3000 '.isspace() }}",
+                  "a|b|c|d[a][è]True");
+}

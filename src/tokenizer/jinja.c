@@ -409,14 +409,77 @@ static json_t *arg(struct ctx *C, const struct node *call, int i, const char *kw
 
 static const char *strv(json_t *v) { return v && json_is_string(v) ? json_string_value(v) : NULL; }
 
+/* The code point starting at s[0] (n > 0 bytes left) and its length in
+ * bytes; malformed UTF-8 reads as one byte. */
+static unsigned cp_at(const char *s, size_t n, size_t *len) {
+    const unsigned char *u = (const unsigned char *)s;
+    size_t l = u[0] < 0x80 ? 1 : u[0] >= 0xF0 ? 4 : u[0] >= 0xE0 ? 3 : u[0] >= 0xC0 ? 2 : 1;
+    if (l > n) l = 1;
+    for (size_t i = 1; i < l; i++)
+        if ((u[i] & 0xC0) != 0x80) l = 1;
+    *len = l;
+    if (l == 1) return u[0];
+    unsigned c = u[0] & (0x7F >> l);
+    for (size_t i = 1; i < l; i++) c = (c << 6) | (u[i] & 0x3F);
+    return c;
+}
+
+/* Python's str.isspace(), which strip(), split() and Jinja's trim use: the
+ * ASCII controls \t..\r and \x1c..\x1f, space, and Unicode's spaces and
+ * line/paragraph separators (NEL, NBSP, U+2000-200A, ideographic space...). */
+static bool py_space(unsigned c) {
+    return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+/* Length of the whitespace code point at s (0 if none), and of the one ending at s[n-1]. */
+static size_t space_at(const char *s, size_t n) {
+    size_t l;
+    return n && py_space(cp_at(s, n, &l)) ? l : 0;
+}
+static size_t space_before(const char *s, size_t n) {
+    size_t b = n;
+    while (b > 0 && n - b < 4 && ((unsigned char)s[b - 1] & 0xC0) == 0x80) b--;
+    if (b == 0) return 0;
+    b--;
+    size_t l;
+    return py_space(cp_at(s + b, n - b, &l)) && l == n - b ? l : 0;
+}
+
+/* Does the code point s[0..l) occur in `set` (whole code points, so 'é'
+ * never strips half of 'è')? */
+static bool in_set(const char *set, size_t setn, const char *s, size_t l) {
+    for (size_t i = 0, k; i < setn; i += k) {
+        cp_at(set + i, setn - i, &k);
+        if (k == l && !memcmp(set + i, s, l)) return true;
+    }
+    return false;
+}
+
 static json_t *strip_chars(json_t *s, json_t *chars, bool left, bool right) {
     const char *p = json_string_value(s);
-    size_t n = json_string_length(s), a = 0, e = n;
+    size_t n = json_string_length(s), a = 0, e = n, l;
     const char *set = chars && json_is_string(chars) ? json_string_value(chars) : NULL;
-#define STRIPPABLE(c) (set ? (strchr(set, (c)) != NULL && (c) != 0) : isspace((unsigned char)(c)))
-    if (left) while (a < e && STRIPPABLE(p[a])) a++;
-    if (right) while (e > a && STRIPPABLE(p[e - 1])) e--;
-#undef STRIPPABLE
+    size_t setn = set ? json_string_length(chars) : 0;
+    if (left) {
+        while (a < e) {
+            if (set) { cp_at(p + a, e - a, &l); if (!in_set(set, setn, p + a, l)) break; }
+            else if (!(l = space_at(p + a, e - a))) break;
+            a += l;
+        }
+    }
+    if (right) {
+        while (e > a) {
+            if (set) {
+                size_t b = e - 1;
+                while (b > a && e - b < 4 && ((unsigned char)p[b] & 0xC0) == 0x80) b--;
+                cp_at(p + b, e - b, &l);
+                if (l != e - b) { b = e - 1; l = 1; }
+                if (!in_set(set, setn, p + b, l)) break;
+            } else if (!(l = space_before(p + a, e - a))) break;
+            e -= l;
+        }
+    }
     return json_stringn_nocheck(p + a, e - a);
 }
 
@@ -494,11 +557,11 @@ static json_t *call_method(struct ctx *C, const struct node *call, json_t *obj, 
             if (!sep) { /* whitespace split */
                 long long cnt = 0;
                 while (i < n) {
-                    while (i < n && isspace((unsigned char)s[i])) i++;
+                    for (size_t l; i < n && (l = space_at(s + i, n - i));) i += l;
                     if (i >= n) break;
                     size_t e = i;
-                    if (maxs >= 0 && cnt >= maxs) e = n;
-                    else while (e < n && !isspace((unsigned char)s[e])) e++;
+                    if (maxs >= 0 && cnt >= maxs) e = n; /* the rest as it is, as Python */
+                    else while (e < n && !space_at(s + e, n - e)) { size_t l; cp_at(s + e, n - e, &l); e += l; }
                     json_array_append_new(r, json_stringn_nocheck(s + i, e - i));
                     cnt++;
                     i = e;
@@ -551,8 +614,8 @@ static json_t *call_method(struct ctx *C, const struct node *call, json_t *obj, 
             const char *s = json_string_value(obj);
             size_t n = json_string_length(obj);
             bool ok = n > 0;
-            for (size_t i = 0; i < n && ok; i++)
-                ok = m[2] == 'd' ? isdigit((unsigned char)s[i]) : m[2] == 'a' ? isalpha((unsigned char)s[i]) : isspace((unsigned char)s[i]);
+            for (size_t i = 0, l = 1; i < n && ok; i += l)
+                ok = m[2] == 'd' ? isdigit((unsigned char)s[i]) : m[2] == 'a' ? isalpha((unsigned char)s[i]) : (l = space_at(s + i, n - i)) != 0;
             r = json_boolean(ok);
         } else {
             rerr(C, call, "unknown string method '%s'", m);
@@ -1316,8 +1379,13 @@ static json_t *do_filter(struct ctx *C, const struct node *f, json_t *v) {
         json_t *s = str_of(v);
         long long c = 0;
         const char *p = json_string_value(s);
-        for (size_t i = 0, len = json_string_length(s); i < len; i++)
-            if (!isspace((unsigned char)p[i]) && (i == 0 || isspace((unsigned char)p[i - 1]))) c++;
+        bool in_word = false;
+        for (size_t i = 0, len = json_string_length(s), l; i < len; i += l) {
+            bool sp = (l = space_at(p + i, len - i)) != 0;
+            if (!sp) cp_at(p + i, len - i, &l);
+            if (!sp && !in_word) c++;
+            in_word = !sp;
+        }
         json_decref(s);
         return json_integer(c);
     }
