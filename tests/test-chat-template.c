@@ -529,3 +529,15 @@ Test(chat_template, unicode_whitespace) {
                   "{{ '\\u3000 '.isspace() }}",
                   "a|b|c|d[a][è]True");
 }
+
+/* "\u0000" in messages is valid JSON and accepted; it can be measured and
+ * compared, but rendered text is a C string, so output holding it is an
+ * error that says why rather than text cut short. */
+Test(chat_template, nul_in_messages) {
+    const char *msgs = "[{\"role\": \"user\", \"content\": \"a\\u0000b\"}]";
+    char *got = render("{{ messages[0].content|length }}|{{ messages[0].content == 'a\\0b' }}", msgs, false, "", "");
+    cr_expect_str_eq(got, "3|True");
+    free(got);
+    cr_expect_eq(jinja_err("{{ messages[0].content }}", msgs), TOY_ERR_UNSUPPORTED);
+    cr_expect(strstr(toy_last_error(), "NUL") != NULL, "%s", toy_last_error());
+}

@@ -111,7 +111,7 @@ static enum toy_status render(const struct toy_chat_template *t, json_t *message
     enum toy_status st = TOY_OK;
     if (vars && vars->extra_json) {
         json_error_t err;
-        json_t *x = json_loads(vars->extra_json, 0, &err);
+        json_t *x = json_loads(vars->extra_json, JSON_ALLOW_NUL, &err);
         if (!x || !json_is_object(x)) st = toy_error(TOY_ERR_FORMAT, "chat template: extra variables: %s", x ? "not a JSON object" : err.text);
         else json_object_update(v, x);
         json_decref(x);
@@ -141,7 +141,8 @@ enum toy_status toy_chat_template_render_json(const struct toy_chat_template *t,
                                               const struct toy_chat_vars *vars, char **out) {
     *out = NULL;
     json_error_t err;
-    json_t *root = json_loads(json, 0, &err);
+    /* "\u0000" is valid JSON (HF accepts it); the renderer reports it if it reaches the output */
+    json_t *root = json_loads(json, JSON_ALLOW_NUL, &err);
     if (!root) return toy_error(TOY_ERR_FORMAT, "messages JSON: line %d: %s", err.line, err.text);
     json_t *msgs = NULL, *extra = NULL;
     if (json_is_array(root)) {

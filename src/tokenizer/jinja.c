@@ -1562,6 +1562,13 @@ enum toy_status jinja_render(const struct jinja_template *t, json_t *vars, char 
     while (C.nscopes) pop_scope(&C);
     free(C.scopes);
     if (b.oom && !C.st) { C.st = TOY_ERR_NOMEM; snprintf(C.err, sizeof C.err, "out of memory"); }
+    /* strings hold U+0000 (JSON "\u0000", "\0" in a literal), but the result
+     * is a C string: say so rather than return the text cut at the NUL */
+    if (!C.st && b.p && memchr(b.p, 0, b.n)) {
+        C.st = TOY_ERR_UNSUPPORTED;
+        snprintf(C.err, sizeof C.err, "the rendered text contains a NUL character (U+0000), which toy's C-string "
+                 "result cannot hold");
+    }
     if (C.st) {
         free(b.p);
         return toy_error(C.st, "chat template: %s", C.err);
