@@ -541,3 +541,12 @@ Test(chat_template, nul_in_messages) {
     cr_expect_eq(jinja_err("{{ messages[0].content }}", msgs), TOY_ERR_UNSUPPORTED);
     cr_expect(strstr(toy_last_error(), "NUL") != NULL, "%s", toy_last_error());
 }
+
+/* transformers passes tools=None and documents=None when there are none. */
+Test(chat_template, tools_and_documents_default_to_none) {
+    EXPECT_RENDER("{{ tools is defined }}|{{ tools is none }}|{{ documents is defined }}|{{ documents is none }}",
+                  "True|True|True|True");
+    char *got = render("{{ tools|length }}", "{\"messages\": [], \"tools\": [{\"type\": \"function\"}]}", false, "", "");
+    cr_expect_str_eq(got, "1");
+    free(got);
+}

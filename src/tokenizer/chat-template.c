@@ -108,6 +108,10 @@ static enum toy_status render(const struct toy_chat_template *t, json_t *message
     json_object_set_new(v, "bos_token", json_string(vars && vars->bos_token ? vars->bos_token : ""));
     json_object_set_new(v, "eos_token", json_string(vars && vars->eos_token ? vars->eos_token : ""));
     json_object_set_new(v, "add_generation_prompt", json_boolean(vars && vars->add_generation_prompt));
+    /* transformers' apply_chat_template always passes tools and documents,
+     * None when absent: templates test `tools is not none` and `tools is defined` */
+    json_object_set_new(v, "tools", json_null());
+    json_object_set_new(v, "documents", json_null());
     enum toy_status st = TOY_OK;
     if (vars && vars->extra_json) {
         json_error_t err;
