@@ -550,3 +550,12 @@ Test(chat_template, tools_and_documents_default_to_none) {
     cr_expect_str_eq(got, "1");
     free(got);
 }
+
+/* Comparisons chain as in Python; `is` binds like a filter, tighter than + and ~. */
+Test(chat_template, compare_chain_and_test_precedence) {
+    EXPECT_RENDER("{{ 1 < 2 < 3 }} {{ 3 > 2 > 1 }} {{ 2 == 2 == 2 }} {{ 1 < 3 > 2 }} {{ 1 < 2 in [True] }} {{ 3 > 2 > 2 }}",
+                  "True True True True False False");
+    EXPECT_RENDER("{{ 1 + 1 is number }} {{ 'a' ~ 'b' is string }} {{ not 1 is string }} {{ -1 is number }} "
+                  "{{ x is not defined and true }} {{ 'y' if none is none else 'n' }} {{ 'x'|upper is string }}",
+                  "2 aTrue True True True y True");
+}

@@ -2,9 +2,11 @@
  * tags {{ }}, {% %}, {# #} with Hugging Face's trim_blocks and lstrip_blocks
  * and the -/+ whitespace modifiers, {% raw %}, and a recursive-descent
  * parser to the AST in jinja.h. Operator precedence is Jinja2's
- * (jinja2/parser.py): ternary < or < and < not < comparisons/in/is < + - <
- * ~ < * / // % < ** < unary sign < postfix (. [] ()) < filters, where a sign
- * binds to its operand before the filters (`-3|abs` is 3). "}}" inside an
+ * (jinja2/parser.py): ternary < or < and < not < comparisons/in (chained,
+ * as in Python) < + - < ~ < * / // % < ** < unary sign < postfix (. [] ())
+ * < filters and `is` tests, where a sign binds to its operand before the
+ * filters (`-3|abs` is 3) and tests bind like filters (`1 + 1 is number`
+ * is 1 + True). "}}" inside an
  * open bracket does not close a tag, as in Jinja's lexer.
  */
 #include "jinja.h"
@@ -536,8 +538,34 @@ static struct node *parse_postfix(struct parser *P, struct node *x) {
     return x;
 }
 
+/* `x is [not] name [arg]` or `x is name(args)`, after the 'is' */
+static struct node *parse_test(struct parser *P, struct node *a) {
+    struct node *x = mk(P, E_TEST);
+    if (!x) return NULL;
+    if (is_name(peek(P), "not")) { x->negate = true; P->i++; }
+    struct token *nm = peek(P);
+    if (nm->k != TK_NAME) { perr(P, "expected a test name after 'is'"); return NULL; }
+    x->str = strdup(nm->s);
+    P->i++;
+    x->a = a;
+    if (is_op(peek(P), "(")) {
+        P->i++;
+        if (!parse_args(P, x)) return NULL;
+    } else if (peek(P)->k == TK_STRING || peek(P)->k == TK_INT || peek(P)->k == TK_FLOAT ||
+               is_op(peek(P), "[") || is_op(peek(P), "{") ||
+               (peek(P)->k == TK_NAME && !is_name(peek(P), "and") && !is_name(peek(P), "or") &&
+                !is_name(peek(P), "else") && !is_name(peek(P), "if") && !is_name(peek(P), "is") &&
+                !is_name(peek(P), "in") && !is_name(peek(P), "not"))) {
+        if (!append(P, &x->list, &x->n, parse_postfix(P, parse_primary(P)))) return NULL;
+    }
+    return x;
+}
+
+/* Filters and tests bind to the operand, as Jinja2's parser has them:
+ * `1 + 1 is number` is 1 + (1 is number), `'a' ~ x|upper` upper-cases x. */
 static struct node *parse_filters(struct parser *P, struct node *x) {
-    while (x && is_op(peek(P), "|")) {
+    while (x && (is_op(peek(P), "|") || is_name(peek(P), "is"))) {
+        if (is_name(peek(P), "is")) { P->i++; x = parse_test(P, x); continue; }
         P->i++;
         if (peek(P)->k != TK_NAME) { perr(P, "expected a filter name after '|'"); return NULL; }
         struct node *y = mk(P, E_FILTER);
@@ -609,53 +637,25 @@ static struct node *parse_math1(struct parser *P) {
     return a;
 }
 
+/* Comparisons chain as in Python: `a < b < c` is `a < b and b < c`, with b
+ * evaluated once (E_CMP holds the operands in list, the operators in names). */
 static struct node *parse_compare(struct parser *P) {
-    struct node *a = parse_math1(P);
+    struct node *a = parse_math1(P), *chain = NULL;
     while (a && !P->err[0]) {
         struct token *t = peek(P);
+        const char *op = NULL;
         if (t->k == TK_OP && (!strcmp(t->s, "==") || !strcmp(t->s, "!=") || !strcmp(t->s, "<") || !strcmp(t->s, ">") ||
-                              !strcmp(t->s, "<=") || !strcmp(t->s, ">="))) {
-            P->i++;
-            a = bin(P, t->s, a, parse_math1(P));
-        } else if (is_name(t, "in")) {
-            P->i++;
-            struct node *x = mk(P, E_IN);
-            if (!x) return NULL;
-            x->a = a;
-            x->b = parse_math1(P);
-            a = x;
-        } else if (is_name(t, "not") && is_name(peek2(P), "in")) {
-            P->i += 2;
-            struct node *x = mk(P, E_NOTIN);
-            if (!x) return NULL;
-            x->a = a;
-            x->b = parse_math1(P);
-            a = x;
-        } else if (is_name(t, "is")) {
-            P->i++;
-            struct node *x = mk(P, E_TEST);
-            if (!x) return NULL;
-            if (is_name(peek(P), "not")) { x->negate = true; P->i++; }
-            struct token *nm = peek(P);
-            if (nm->k != TK_NAME) { perr(P, "expected a test name after 'is'"); return NULL; }
-            x->str = strdup(nm->s);
-            P->i++;
-            x->a = a;
-            if (is_op(peek(P), "(")) {
-                P->i++;
-                if (!parse_args(P, x)) return NULL;
-            } else if (peek(P)->k == TK_STRING || peek(P)->k == TK_INT || peek(P)->k == TK_FLOAT ||
-                       (peek(P)->k == TK_NAME && !is_name(peek(P), "and") && !is_name(peek(P), "or") &&
-                        !is_name(peek(P), "else") && !is_name(peek(P), "if") && !is_name(peek(P), "is") &&
-                        !is_name(peek(P), "in") && !is_name(peek(P), "not"))) {
-                if (!append(P, &x->list, &x->n, parse_primary(P))) return NULL;
-            }
-            a = x;
-        } else {
-            break;
+                              !strcmp(t->s, "<=") || !strcmp(t->s, ">=")))
+            op = t->s, P->i++;
+        else if (is_name(t, "in")) op = "in", P->i++;
+        else if (is_name(t, "not") && is_name(peek2(P), "in")) op = "notin", P->i += 2;
+        else break;
+        if (!chain) {
+            if (!(chain = mk(P, E_CMP)) || !append(P, &chain->list, &chain->n, a)) return NULL;
         }
+        if (!append_str(P, &chain->names, &chain->nnames, op) || !append(P, &chain->list, &chain->n, parse_math1(P))) return NULL;
     }
-    return a;
+    return chain ? chain : a;
 }
 
 static struct node *parse_not(struct parser *P) {

@@ -878,6 +878,16 @@ static json_t *call_global(struct ctx *C, const struct node *call, const char *n
     return NULL;
 }
 
+/* One comparison of a chain: == != < > <= >= in notin. */
+static bool compare_op(struct ctx *C, const struct node *x, const char *op, json_t *a, json_t *b) {
+    if (!strcmp(op, "==")) return equal(a, b);
+    if (!strcmp(op, "!=")) return !equal(a, b);
+    if (!strcmp(op, "in")) return contains(b, a);
+    if (!strcmp(op, "notin")) return !contains(b, a);
+    int c = compare(C, x, a, b);
+    return op[0] == '<' ? (op[1] ? c <= 0 : c < 0) : (op[1] ? c >= 0 : c > 0);
+}
+
 static json_t *eval(struct ctx *C, const struct node *x) {
     if (C->st || !x) return NULL;
     json_t *a, *b, *r = NULL;
@@ -1011,6 +1021,19 @@ static json_t *eval(struct ctx *C, const struct node *x) {
         json_decref(a);
         json_decref(b);
         return r;
+    case E_CMP: {
+        /* a < b < c: each operand evaluated once, stopping at the first false */
+        bool ok = true;
+        a = eval(C, x->list[0]);
+        for (int i = 0; i < x->nnames && ok && !C->st; i++) {
+            b = eval(C, x->list[i + 1]);
+            ok = !C->st && compare_op(C, x, x->names[i], a, b);
+            json_decref(a);
+            a = b;
+        }
+        json_decref(a);
+        return C->st ? NULL : json_boolean(ok);
+    }
     case E_LIST:
     case E_TUPLE:
         r = json_array();
