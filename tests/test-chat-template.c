@@ -559,3 +559,20 @@ Test(chat_template, compare_chain_and_test_precedence) {
                   "{{ x is not defined and true }} {{ 'y' if none is none else 'n' }} {{ 'x'|upper is string }}",
                   "2 aTrue True True True y True");
 }
+
+/* sort/unique/dictsort/max/min ignore case by default and sort stably;
+ * round is Python's; sum; comparison tests; Undefined is iterable. */
+Test(chat_template, jinja2_filters_and_tests) {
+    EXPECT_RENDER("{% set names = ['b', 'A', 'a', 'B'] %}{{ names|sort }} {{ names|sort(reverse=true) }} "
+                  "{{ names|sort(case_sensitive=true) }} {{ names|unique|list }} "
+                  "{{ [[2, 'a'], [1, 'b'], [2, 'c'], [1, 'd']]|sort(attribute='0')|map('last')|join }} "
+                  "{% for k, v in {'b': 2, 'a': 1, 'C': 3}|dictsort %}{{ k }}={{ v }};{% endfor %} {{ names|max }} {{ 'aB'|max }}",
+                  "['A', 'a', 'b', 'B'] ['b', 'B', 'A', 'a'] ['A', 'B', 'a', 'b'] ['b', 'A'] bdac a=1;b=2;C=3; b B");
+    EXPECT_RENDER("{{ [3, 1, 2]|max }} {{ [3, 1, 2]|min }} {{ [1, 2, 3]|sum }} {{ [1.5, 2]|sum(start=1) }} "
+                  "{{ [{'a': 30}, {'a': 25}]|sum(attribute='a') }} {{ 2.5|round }} {{ 3.5|round }} {{ 2.675|round(2) }} "
+                  "{{ 3|round }} {{ 2.4|round(0, 'ceil') }} {{ 2.6|round(method='floor') }} {{ 1234.5678|round(-2) }}",
+                  "3 1 6 4.5 55 2.0 4.0 2.67 3 3.0 2.0 1200.0");
+    EXPECT_RENDER("{{ 1 is gt 0 }} {{ [1, 2, 3, 4]|select('>=', 3)|list }} {{ none is sameas none }} {{ true is number }} "
+                  "{{ missing is iterable }}",
+                  "True [3, 4] True True True");
+}

@@ -1128,14 +1128,15 @@ static bool do_test(struct ctx *C, const struct node *t, json_t *v) {
     if (!strcmp(n, "undefined")) return v == NULL;
     if (!strcmp(n, "none")) return v && json_is_null(v);
     if (!strcmp(n, "string")) return v && json_is_string(v);
-    if (!strcmp(n, "number")) return v && (json_is_integer(v) || json_is_real(v));
+    if (!strcmp(n, "number")) return is_num(v); /* Python's bool is a number */
     if (!strcmp(n, "integer")) return v && json_is_integer(v);
     if (!strcmp(n, "float")) return v && json_is_real(v);
     if (!strcmp(n, "boolean")) return v && json_is_boolean(v);
     if (!strcmp(n, "true")) return v && json_is_true(v);
     if (!strcmp(n, "false")) return v && json_is_false(v);
     if (!strcmp(n, "mapping")) return v && json_is_object(v);
-    if (!strcmp(n, "iterable")) return v && (json_is_array(v) || json_is_object(v) || json_is_string(v));
+    /* Jinja2's Undefined iterates as empty, so it is iterable */
+    if (!strcmp(n, "iterable")) return !v || json_is_array(v) || json_is_object(v) || json_is_string(v);
     if (!strcmp(n, "sequence")) return v && (json_is_array(v) || json_is_string(v) || json_is_object(v));
     if (!strcmp(n, "callable")) return false;
     if (!strcmp(n, "even") || !strcmp(n, "odd")) return v && is_intlike(v) && (ival(v) % 2 == 0) == (n[0] == 'e');
@@ -1143,6 +1144,19 @@ static bool do_test(struct ctx *C, const struct node *t, json_t *v) {
         json_t *d = arg(C, t, 0, NULL);
         bool ok = v && is_intlike(v) && d && is_intlike(d) && ival(d) != 0 && ival(v) % ival(d) == 0;
         json_decref(d);
+        return ok;
+    }
+    if (!strcmp(n, "gt") || !strcmp(n, ">") || !strcmp(n, "lt") || !strcmp(n, "<") || !strcmp(n, "ge") ||
+        !strcmp(n, ">=") || !strcmp(n, "le") || !strcmp(n, "<=") || !strcmp(n, "sameas")) {
+        static const char *const alias[][2] = {{"gt", ">"}, {"lt", "<"}, {"ge", ">="}, {"le", "<="}};
+        const char *op = n;
+        for (size_t i = 0; i < 4; i++)
+            if (!strcmp(n, alias[i][0])) op = alias[i][1];
+        json_t *o = arg(C, t, 0, NULL);
+        /* sameas is Python's `is`: for none/true/false (what a template can name), the same kind */
+        bool ok = !strcmp(op, "sameas") ? (v && o && json_typeof(v) == json_typeof(o) && (json_is_null(v) || json_is_boolean(v)))
+                                        : compare_op(C, t, op, v, o);
+        json_decref(o);
         return ok;
     }
     if (!strcmp(n, "eq") || !strcmp(n, "equalto") || !strcmp(n, "==") || !strcmp(n, "ne") || !strcmp(n, "in")) {
@@ -1168,11 +1182,46 @@ static json_t *attr_path(json_t *v, const char *path) {
     return cur;
 }
 
-static int cmp_values(const void *x, const void *y) {
-    json_t *a = *(json_t *const *)x, *b = *(json_t *const *)y;
+/* Order of two values for sort/unique/dictsort/max/min: numbers by value,
+ * strings by bytes with ASCII letters folded unless case_sensitive (Jinja2
+ * ignores case by default), lists item by item. */
+static int cmp_values(json_t *a, json_t *b, bool case_sensitive) {
     if (is_num(a) && is_num(b)) return num(a) < num(b) ? -1 : num(a) > num(b);
-    if (json_is_string(a) && json_is_string(b)) return strcmp(json_string_value(a), json_string_value(b));
+    if (a && b && json_is_string(a) && json_is_string(b)) {
+        const unsigned char *p = (const unsigned char *)json_string_value(a), *q = (const unsigned char *)json_string_value(b);
+        size_t n = json_string_length(a), m = json_string_length(b);
+        for (size_t i = 0; i < n && i < m; i++) {
+            int x = case_sensitive ? p[i] : tolower(p[i]), y = case_sensitive ? q[i] : tolower(q[i]);
+            if (x != y) return x < y ? -1 : 1;
+        }
+        return n < m ? -1 : n > m;
+    }
+    if (a && b && json_is_array(a) && json_is_array(b)) {
+        for (size_t i = 0; i < json_array_size(a) && i < json_array_size(b); i++) {
+            int c = cmp_values(json_array_get(a, i), json_array_get(b, i), case_sensitive);
+            if (c) return c;
+        }
+        return json_array_size(a) < json_array_size(b) ? -1 : json_array_size(a) > json_array_size(b);
+    }
     return 0;
+}
+
+/* Stable sort of items[] by keys[] (insertion sort: template lists are
+ * short); reverse keeps equal items in their order, as Python's sorted. */
+static void stable_sort(json_t **items, json_t **keys, size_t n, bool reverse, bool case_sensitive) {
+    for (size_t i = 1; i < n; i++) {
+        json_t *it = items[i], *k = keys[i];
+        size_t j = i;
+        while (j > 0) {
+            int c = cmp_values(keys[j - 1], k, case_sensitive);
+            if (!(reverse ? c < 0 : c > 0)) break;
+            items[j] = items[j - 1];
+            keys[j] = keys[j - 1];
+            j--;
+        }
+        items[j] = it;
+        keys[j] = k;
+    }
 }
 
 static json_t *do_filter(struct ctx *C, const struct node *f, json_t *v) {
@@ -1225,10 +1274,26 @@ static json_t *do_filter(struct ctx *C, const struct node *f, json_t *v) {
         return is_intlike(v) ? json_integer(llabs(ival(v))) : json_real(fabs(is_num(v) ? num(v) : 0));
     }
     if (!strcmp(n, "round")) {
-        json_t *p = arg(C, f, 0, "precision");
-        double m = pow(10, p && is_intlike(p) ? (double)ival(p) : 0);
+        /* Python's round(): to the nearest, ties to even on the exact binary
+         * value (2.675 is just below the tie, so 2.67), which printf's %.*f
+         * also does; an int stays an int. ceil and floor give floats. */
+        json_t *p = arg(C, f, 0, "precision"), *m = arg(C, f, 1, "method");
+        long long prec = p && is_intlike(p) ? ival(p) : 0;
+        const char *meth = strv(m) ? strv(m) : "common";
+        double d = is_num(v) ? num(v) : 0, sc = pow(10, (double)prec);
+        json_t *r = NULL;
+        if (!strcmp(meth, "ceil")) r = json_real(ceil(d * sc) / sc);
+        else if (!strcmp(meth, "floor")) r = json_real(floor(d * sc) / sc);
+        else if (strcmp(meth, "common")) rerr(C, f, "round: method must be common, ceil or floor");
+        else if (is_intlike(v) && prec >= 0) r = json_integer(ival(v));
+        else if (prec >= 0 && prec < 300) {
+            char buf[400];
+            snprintf(buf, sizeof buf, "%.*f", (int)prec, d);
+            r = json_real(strtod(buf, NULL));
+        } else r = json_real(nearbyint(d * sc) / sc);
         json_decref(p);
-        return json_real(round((is_num(v) ? num(v) : 0) * m) / m);
+        json_decref(m);
+        return r;
     }
     if (!strcmp(n, "default") || !strcmp(n, "d")) {
         json_t *bo = arg(C, f, 1, "boolean");
@@ -1261,29 +1326,78 @@ static json_t *do_filter(struct ctx *C, const struct node *f, json_t *v) {
         }
         return r;
     }
-    if (!strcmp(n, "sort")) {
-        json_t *l = to_list(v);
+    if (!strcmp(n, "sort") || !strcmp(n, "dictsort") || !strcmp(n, "unique") || !strcmp(n, "max") || !strcmp(n, "min")) {
+        /* positional parameters: sort(reverse, case_sensitive, attribute),
+         * dictsort(case_sensitive, by, reverse), unique/max/min(case_sensitive, attribute) */
+        bool dict = n[0] == 'd', srt = n[0] == 's';
+        json_t *rv = arg(C, f, srt ? 0 : dict ? 2 : -1, "reverse");
+        json_t *cs = arg(C, f, srt ? 1 : 0, "case_sensitive");
+        json_t *attr = dict ? NULL : arg(C, f, srt ? 2 : 1, "attribute");
+        json_t *by = dict ? arg(C, f, 1, "by") : NULL;
+        bool rev = truthy(rv), sens = truthy(cs), by_value = strv(by) && !strcmp(strv(by), "value");
+        json_t *l, *r = NULL;
+        if (dict) {
+            l = json_array();
+            const char *k;
+            json_t *e;
+            if (v && json_is_object(v)) json_object_foreach(v, k, e) json_array_append_new(l, json_pack("[sO]", k, e));
+        } else {
+            l = to_list(v);
+        }
         size_t sz = json_array_size(l);
-        json_t **items = malloc((sz ? sz : 1) * sizeof *items);
-        if (!items) { json_decref(l); C->st = TOY_ERR_NOMEM; return NULL; }
-        for (size_t i = 0; i < sz; i++) items[i] = json_array_get(l, i);
-        qsort(items, sz, sizeof *items, cmp_values);
-        json_t *rv = arg(C, f, 0, "reverse");
-        bool rev = truthy(rv);
-        json_decref(rv);
-        json_t *r = json_array();
-        for (size_t i = 0; i < sz; i++) json_array_append(r, items[rev ? sz - 1 - i : i]);
+        json_t **items = malloc((sz ? sz : 1) * sizeof *items), **keys = malloc((sz ? sz : 1) * sizeof *keys);
+        if (!items || !keys) { C->st = TOY_ERR_NOMEM; goto sort_out; }
+        for (size_t i = 0; i < sz; i++) {
+            items[i] = json_array_get(l, i);
+            keys[i] = dict ? json_array_get(items[i], by_value ? 1 : 0)
+                    : strv(attr) ? attr_path(items[i], strv(attr))
+                    : attr && is_intlike(attr) && json_is_array(items[i]) ? json_array_get(items[i], (size_t)ival(attr))
+                    : items[i];
+        }
+        if (n[0] == 'u') { /* the first of each run of equal keys, in order */
+            r = json_array();
+            for (size_t i = 0; i < sz; i++) {
+                bool seen = false;
+                for (size_t j = 0; j < i && !seen; j++)
+                    seen = json_is_string(keys[i]) && json_is_string(keys[j]) ? !cmp_values(keys[i], keys[j], sens)
+                                                                             : equal(keys[i], keys[j]);
+                if (!seen) json_array_append(r, items[i]);
+            }
+        } else if (n[0] == 'm') { /* max / min: the first extreme item */
+            size_t best = 0;
+            for (size_t i = 1; i < sz; i++) {
+                int c = cmp_values(keys[i], keys[best], sens);
+                if (n[1] == 'a' ? c > 0 : c < 0) best = i;
+            }
+            r = sz ? json_incref(items[best]) : NULL;
+        } else {
+            stable_sort(items, keys, sz, rev, sens);
+            r = json_array();
+            for (size_t i = 0; i < sz; i++) json_array_append(r, items[i]);
+        }
+    sort_out:
         free(items);
-        json_decref(l);
+        free(keys);
+        json_decref(l); json_decref(rv); json_decref(cs); json_decref(attr); json_decref(by);
         return r;
     }
-    if (!strcmp(n, "unique")) {
-        json_t *l = to_list(v), *r = json_array();
+    if (!strcmp(n, "sum")) {
+        json_t *attr = arg(C, f, 0, "attribute"), *start = arg(C, f, 1, "start");
+        json_t *l = to_list(v);
+        bool ints = !start || is_intlike(start);
+        long long is = start && is_intlike(start) ? ival(start) : 0;
+        double ds = start && is_num(start) ? num(start) : 0;
         size_t i;
         json_t *e;
-        json_array_foreach(l, i, e) if (!contains(r, e)) json_array_append(r, e);
-        json_decref(l);
-        return r;
+        json_array_foreach(l, i, e) {
+            json_t *x = strv(attr) ? attr_path(e, strv(attr)) : e;
+            if (!is_num(x)) { rerr(C, f, "sum: not a number"); break; }
+            if (!is_intlike(x)) ints = false;
+            else if (__builtin_add_overflow(is, ival(x), &is)) { rerr(C, f, "integer overflow in sum"); break; }
+            ds += num(x);
+        }
+        json_decref(l); json_decref(attr); json_decref(start);
+        return C->st ? NULL : ints ? json_integer(is) : json_real(ds);
     }
     if (!strcmp(n, "join")) {
         json_t *sep = arg(C, f, 0, "d"), *attr = arg(C, f, 1, "attribute");
@@ -1312,22 +1426,6 @@ static json_t *do_filter(struct ctx *C, const struct node *f, json_t *v) {
         const char *k;
         json_t *e;
         if (v && json_is_object(v)) json_object_foreach(v, k, e) json_array_append_new(r, json_pack("[sO]", k, e));
-        return r;
-    }
-    if (!strcmp(n, "dictsort")) {
-        json_t *r = json_array();
-        if (v && json_is_object(v)) {
-            size_t sz = json_object_size(v), i = 0;
-            const char **keys = malloc((sz ? sz : 1) * sizeof *keys);
-            const char *k;
-            json_t *e;
-            if (!keys) { C->st = TOY_ERR_NOMEM; return r; }
-            json_object_foreach(v, k, e) keys[i++] = k;
-            for (size_t a = 1; a < sz; a++)
-                for (size_t b = a; b > 0 && strcmp(keys[b - 1], keys[b]) > 0; b--) { const char *t = keys[b]; keys[b] = keys[b - 1]; keys[b - 1] = t; }
-            for (i = 0; i < sz; i++) json_array_append_new(r, json_pack("[sO]", keys[i], json_object_get(v, keys[i])));
-            free(keys);
-        }
         return r;
     }
     if (!strcmp(n, "map")) {
