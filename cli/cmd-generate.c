@@ -15,6 +15,7 @@
 #include "generate-gpt2.h"
 #include "progress.h"
 #include "json-out.h"
+#include "stop-signals.h"
 #include "toy/finetune.h"
 #include "toy/generate.h"
 #include "toy/gguf.h"
@@ -82,6 +83,7 @@ int toy_cmd_generate(int argc, char **argv) {
     bool kv_given = kv_name != NULL;
     if (lora_scale != 1.0f && !lora_path) fprintf(stderr, "toy generate: --lora-scale is ignored without --lora\n");
     if (!model) { fprintf(stderr, "toy generate: -m MODEL is required\n"); return usage(); }
+    if (prompt && prompt_ids) { fprintf(stderr, "toy generate: give -p or --prompt-ids, not both\n"); return 2; }
     if (toy_sampler_params_check(&gp.sampling)) { fprintf(stderr, "toy generate: %s\n", toy_last_error()); return 2; }
     char resolved[4096];
     if (toy_model_resolve(model, resolved, sizeof resolved)) { fprintf(stderr, "toy generate: %s\n", toy_last_error()); return 1; }
@@ -128,6 +130,9 @@ int toy_cmd_generate(int argc, char **argv) {
             ids.n = ids.cap = 1;
         }
     }
+    if (n_ctx > m->cfg.max_ctx) /* the generator takes the model's context then */
+        fprintf(stderr, "toy generate: note: --ctx %lld is past the model's context of %lld tokens: using %lld\n",
+                (long long)n_ctx, (long long)m->cfg.max_ctx, (long long)m->cfg.max_ctx);
     struct toy_threadpool *tp = toy_threadpool_new(threads);
     struct toy_generator *gen;
     if (toy_generator_new_kv(m, tok, n_ctx, (enum toy_dtype)kv_type, tp, &gen)) {
@@ -145,35 +150,14 @@ int toy_cmd_generate(int argc, char **argv) {
         if (tr) toy_generator_set_trace(gen, tr);
         struct toy_cli_gen_out o = {.json = json, .prompt = prompt, .ids = json_array(), .lps = json_array()};
         struct toy_generate_result r;
+        toy_cli_stop_signals_install();
         if (toy_generate(gen, ids.ids, ids.n, &gp, toy_cli_gen_on_token, &o, &r)) {
             fprintf(stderr, "%stoy generate: %s\n", o.echoed ? "\n" : "", toy_last_error());
             rc = 1;
-        } else if (json) {
-            const char *reasons[] = {"length", "eos", "stop", "caller", "context"};
-            json_t *prompt_arr = json_array();
-            for (int64_t i = 0; i < ids.n; i++) json_array_append_new(prompt_arr, json_integer(ids.ids[i]));
-            struct rusage ru;
-            getrusage(RUSAGE_SELF, &ru);
-            json_t *res = json_pack("{s:s,s:o,s:o,s:o,s:o,s:s,s:f,s:f,s:f}", "format", "toy/generate-v1", "prompt_ids",
-                                    prompt_arr, "ids", o.ids, "text", toy_cli_json_text(o.text, o.len), "logprobs",
-                                    o.lps, "finish_reason", reasons[r.reason], "prefill_tokens_per_s",
-                                    r.prefill_s > 0 ? r.n_prompt / r.prefill_s : 0.0, "decode_tokens_per_s",
-                                    r.decode_s > 0 ? r.n_generated / r.decode_s : 0.0, "peak_rss_mb",
-                                    ru.ru_maxrss / 1024.0);
-            if (toy_cli_print_json("generate", res, JSON_COMPACT)) rc = 1;
-            o.ids = o.lps = NULL;
         } else {
-            toy_cli_gen_echo(&o);
-            putchar('\n');
-            if (isatty(2)) {
-                struct rusage ru;
-                getrusage(RUSAGE_SELF, &ru);
-                fprintf(stderr, "[%lld prompt tokens at %.1f tok/s, %lld generated at %.1f tok/s, peak RSS %.0f MB]\n",
-                        (long long)r.n_prompt, r.prefill_s > 0 ? r.n_prompt / r.prefill_s : 0.0,
-                        (long long)r.n_generated, r.decode_s > 0 ? r.n_generated / r.decode_s : 0.0,
-                        ru.ru_maxrss / 1024.0);
-            }
+            rc = toy_cli_gen_finish(&o, &ids, &r, NULL);
         }
+        toy_cli_stop_signals_restore();
         json_decref(o.ids);
         json_decref(o.lps);
         free(o.text);

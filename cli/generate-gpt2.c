@@ -4,15 +4,18 @@
  * generation through toy_gpt2_generate with the KV cache, text streamed to
  * stdout or one toy/generate-v1 JSON object with --json. */
 #include <jansson.h>
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "generate-gpt2.h"
 #include "json-out.h"
+#include "stop-signals.h"
 #include "toy/gguf.h"
 #include "toy/gpt2.h"
 #include "toy/toy.h"
@@ -28,6 +31,37 @@ bool toy_cli_is_gpt2(const char *path) {
 void toy_cli_gen_echo(struct toy_cli_gen_out *o) {
     if (!o->json && !o->echoed && o->prompt) fputs(o->prompt, stdout);
     o->echoed = true;
+}
+
+int toy_cli_gen_finish(struct toy_cli_gen_out *o, const struct toy_tokens *prompt, const struct toy_generate_result *r,
+                       const char *arch) {
+    bool interrupted = r->reason == TOY_STOP_CALLER && toy_cli_stop;
+    const char *reasons[] = {"length", "eos", "stop", "caller", "context"};
+    /* decode steps: the first token comes from the prefill's logits */
+    int64_t steps = r->n_generated > 0 ? r->n_generated - 1 : 0;
+    double prefill = r->prefill_s > 0 ? r->n_prompt / r->prefill_s : 0.0, decode = r->decode_s > 0 ? steps / r->decode_s : 0.0;
+    int rc = interrupted ? 130 : 0;
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    if (o->json) {
+        json_t *pa = json_array();
+        for (int64_t i = 0; i < prompt->n; i++) json_array_append_new(pa, json_integer(prompt->ids[i]));
+        json_t *res = json_pack("{s:s,s:o,s:O,s:o,s:O,s:s,s:f,s:f,s:f}", "format", "toy/generate-v1", "prompt_ids", pa,
+                                "ids", o->ids, "text", toy_cli_json_text(o->text, o->len), "logprobs", o->lps,
+                                "finish_reason", interrupted ? "interrupted" : reasons[r->reason],
+                                "prefill_tokens_per_s", prefill, "decode_tokens_per_s", decode, "peak_rss_mb",
+                                ru.ru_maxrss / 1024.0);
+        if (res && arch) json_object_set_new(res, "arch", json_string(arch));
+        if (toy_cli_print_json("generate", res, JSON_COMPACT)) rc = 1;
+    } else {
+        toy_cli_gen_echo(o);
+        putchar('\n');
+        if (isatty(2))
+            fprintf(stderr, "[%lld prompt tokens at %.1f tok/s, %lld generated at %.1f tok/s, peak RSS %.0f MB%s]\n",
+                    (long long)r->n_prompt, prefill, (long long)r->n_generated, decode, ru.ru_maxrss / 1024.0,
+                    interrupted ? ", interrupted" : "");
+    }
+    return rc;
 }
 
 bool toy_cli_gen_on_token(void *ud, int32_t id, const char *text, size_t len, float lp) {
@@ -49,19 +83,19 @@ bool toy_cli_gen_on_token(void *ud, int32_t id, const char *text, size_t len, fl
         if (len) fwrite(text, 1, len, stdout);
         fflush(stdout);
     }
-    return true;
+    return !toy_cli_stop; /* Ctrl-C: the text so far is printed (or put in the JSON), and the exit code is 130 */
 }
 
 int toy_cli_parse_prompt_ids(const char *s, struct toy_tokens *ids) {
     for (const char *p = s;;) {
-        while (*p == ',' || *p == ' ') p++;
+        while (*p == ',' || isspace((unsigned char)*p)) p++; /* "1, 2 3", tabs and newlines alike */
         if (!*p) return 0;
         char *e;
         errno = 0;
         long long v = strtoll(p, &e, 10);
-        if (e == p || (*e && *e != ',' && *e != ' ') || errno || v < 0 || v > INT32_MAX) {
-            fprintf(stderr, "toy generate: --prompt-ids: '%.*s' is not a token id (ids are 0..%d, separated by "
-                            "commas or spaces)\n", (int)strcspn(p, ", "), p, INT32_MAX);
+        if (e == p || (*e && *e != ',' && !isspace((unsigned char)*e)) || errno || v < 0 || v > INT32_MAX) {
+            fprintf(stderr, "toy generate: --prompt-ids: '%.*s' is not a token id (a whole number from 0, the ids "
+                            "separated by commas or spaces)\n", (int)strcspn(p, ", \t\n"), p);
             return 2;
         }
         if (ids->n == ids->cap) {
@@ -110,27 +144,14 @@ int toy_cli_generate_gpt2(const char *path, const char *prompt, const char *prom
     struct toy_threadpool *tp = toy_threadpool_new(threads);
     struct toy_cli_gen_out o = {.json = json, .prompt = prompt, .ids = json_array(), .lps = json_array()};
     struct toy_generate_result r;
+    toy_cli_stop_signals_install();
     if (toy_gpt2_generate(m, tok, n_ctx, tp, ids.ids, ids.n, gp, toy_cli_gen_on_token, &o, &r)) {
         fprintf(stderr, "%stoy generate: %s\n", o.echoed ? "\n" : "", toy_last_error());
         rc = 1;
-    } else if (json) {
-        const char *reasons[] = {"length", "eos", "stop", "caller", "context"};
-        json_t *pa = json_array();
-        for (int64_t i = 0; i < ids.n; i++) json_array_append_new(pa, json_integer(ids.ids[i]));
-        json_t *res = json_pack("{s:s,s:s,s:o,s:O,s:o,s:O,s:s,s:f,s:f}", "format", "toy/generate-v1", "arch", "gpt2",
-                                "prompt_ids", pa, "ids", o.ids, "text", toy_cli_json_text(o.text, o.len), "logprobs",
-                                o.lps, "finish_reason", reasons[r.reason], "prefill_tokens_per_s",
-                                r.prefill_s > 0 ? r.n_prompt / r.prefill_s : 0.0, "decode_tokens_per_s",
-                                r.decode_s > 0 ? r.n_generated / r.decode_s : 0.0);
-        if (toy_cli_print_json("generate", res, JSON_COMPACT)) rc = 1;
     } else {
-        toy_cli_gen_echo(&o);
-        putchar('\n');
-        if (isatty(2))
-            fprintf(stderr, "[%lld prompt tokens at %.1f tok/s, %lld generated at %.1f tok/s]\n", (long long)r.n_prompt,
-                    r.prefill_s > 0 ? r.n_prompt / r.prefill_s : 0.0, (long long)r.n_generated,
-                    r.decode_s > 0 ? r.n_generated / r.decode_s : 0.0);
+        rc = toy_cli_gen_finish(&o, &ids, &r, "gpt2");
     }
+    toy_cli_stop_signals_restore();
     json_decref(o.ids);
     json_decref(o.lps);
     free(o.text);

@@ -30,6 +30,12 @@ struct toy_cli_gen_out {
 bool toy_cli_gen_on_token(void *ud, int32_t id, const char *text, size_t len, float lp);
 /* text mode, after a generation that succeeded: the prompt if nothing was printed yet */
 void toy_cli_gen_echo(struct toy_cli_gen_out *o);
+/* After a generation that succeeded: the toy/generate-v1 object (json; arch
+ * added when not NULL), or the text's end and, on a terminal, the speeds.
+ * Returns the exit code: 130 when a stop signal ended it (finish_reason
+ * "interrupted"), 1 when the output cannot be written, else 0. */
+int toy_cli_gen_finish(struct toy_cli_gen_out *o, const struct toy_tokens *prompt, const struct toy_generate_result *r,
+                       const char *arch);
 
 /* True when `path` is a GGUF whose general.architecture is "gpt2". */
 bool toy_cli_is_gpt2(const char *path);

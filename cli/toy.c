@@ -1,4 +1,5 @@
 /* toy.c: the `toy` command: dispatches to cmd-*.c. Uses only include/. */
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,7 +63,17 @@ int main(int argc, char **argv) {
     argc = n;
     argv[argc] = NULL;
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+        if (!strcmp(argv[1], commands[i].name)) {
+            int rc = commands[i].fn(argc - 1, argv + 1);
+            /* output that did not reach its file (a full disk, /dev/full) is a failure, not exit 0 */
+            errno = 0;
+            if (fflush(stdout) != 0 || ferror(stdout)) {
+                fprintf(stderr, "toy %s: cannot write the output: %s\n", argv[1],
+                        errno ? strerror(errno) : "write error");
+                if (!rc) rc = 1;
+            }
+            return rc;
+        }
     fprintf(stderr, "toy: unknown command '%s' (see toy --help)\n", argv[1]);
     return 2;
 }

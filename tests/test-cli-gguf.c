@@ -92,6 +92,67 @@ Test(cli_gguf, generate_prompt_ids) {
     }
 }
 
+/* Output that cannot be written is exit 1, not 0; -p with --prompt-ids is
+ * refused (the ids were used and the -p text printed as their prompt); and
+ * Ctrl-C ends a generation with what it made so far and exit 130 (it
+ * killed the process, losing a --json result whole). */
+Test(cli_gguf, generate_write_errors_interrupts_and_prompt_flags, .timeout = 60) {
+    const char *b = bin();
+    char cmd[3 * PATH_MAX];
+    int rc;
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p Hi -n 8 > /dev/full 2>&1", b, TINY);
+    char *out = run(cmd, &rc);
+    cr_expect(WIFEXITED(rc) && WEXITSTATUS(rc) == 1, "exit %#x: %s", rc, out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p Hi -n 8 --json 2>&1 > /dev/full", b, TINY);
+    out = run(cmd, &rc);
+    cr_expect(WIFEXITED(rc) && WEXITSTATUS(rc) == 1 && strstr(out, "cannot write the output"), "%#x: %s", rc, out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p Hi --prompt-ids '1 2' -n 1 2>&1", b, TINY);
+    out = run(cmd, &rc);
+    cr_expect(WIFEXITED(rc) && WEXITSTATUS(rc) == 2 && strstr(out, "not both"), "%#x: %s", rc, out);
+    free(out);
+    /* the whole 4096-token context takes seconds: the signal comes once the first text is out */
+    char tiny[PATH_MAX];
+    cr_assert(realpath(TINY, tiny));
+    snprintf(cmd, sizeof cmd, "d=$(mktemp -d) && cd $d && { %s generate -m %s -p Hi -n 0 --ignore-eos --threads 1 "
+             "> out.txt & p=$!; i=0; while [ ! -s out.txt ] && [ $i -lt 1500 ]; do sleep 0.02; i=$((i+1)); done; "
+             "kill -INT $p; wait $p; echo \"rc=$?\"; wc -c < out.txt; cd /; rm -rf $d; }", b, tiny);
+    out = run(cmd, &rc);
+    cr_expect(strstr(out, "rc=130"), "%s", out);
+    free(out);
+}
+
+/* Of several stop strings the one that starts first ends the text, though
+ * another is listed first (" randomly" is one token holding both: the text
+ * went on to "et ran"); and an incomplete last character (byte token
+ * <0xA7>, seed 82) is printed as its bytes, as decoding the ids gives, not
+ * dropped. */
+Test(cli_gguf, generate_earliest_stop_and_last_bytes) {
+    const char *b = bin();
+    char cmd[2048];
+    int rc;
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p Hello -n 40 --temp 0 --stop dom --stop ran", b, TINY);
+    char *out = run(cmd, &rc);
+    size_t n = strlen(out);
+    cr_expect(rc == 0 && n > 11 && !strcmp(out + n - 11, "player et \n"), "%s", out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p Hi -n 4 --temp 2 --top-k 0 --seed 82 --threads 1 --json", b, TINY);
+    json_t *j = run_json(cmd);
+    json_t *ids = json_object_get(j, "ids");
+    cr_assert_eq(json_array_size(ids), 4);
+    if (json_integer_value(json_array_get(ids, 3)) == 170) { /* <0xA7> on this CPU's logits */
+        const char *text = json_string_value(json_object_get(j, "text"));
+        cr_expect(strlen(text) >= 3 && !strcmp(text + strlen(text) - 3, "\xef\xbf\xbd"), "%s", text); /* U+FFFD */
+        snprintf(cmd, sizeof cmd, "%s generate -m %s -p Hi -n 4 --temp 2 --top-k 0 --seed 82 --threads 1", b, TINY);
+        out = run(cmd, &rc);
+        n = strlen(out);
+        cr_expect(n >= 2 && (unsigned char)out[n - 2] == 0xA7, "%s", out);
+        free(out);
+    }
+    json_decref(j);
+}
+
 Test(cli_gguf, describe_json) {
     const char *b = bin();
     char cmd[1024];

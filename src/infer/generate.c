@@ -153,17 +153,19 @@ enum toy_status toy_generate(struct toy_generator *g, const int32_t *prompt, int
         memcpy(text + text_len, piece, plen);
         text_len += plen;
         text[text_len] = 0;
-        bool stopped = false;
-        for (int i = 0; i < p->n_stop && !stopped; i++) {
+        /* the stop string that starts first ends the text there, whichever the list names first */
+        const char *first = NULL;
+        for (int i = 0; i < p->n_stop; i++) {
             const char *hit = strstr(text + (emitted > max_stop ? emitted - max_stop : 0), p->stop[i]);
-            if (hit) {
-                size_t upto = (size_t)(hit - text);
-                if (fn && upto > emitted) fn(ud, id, text + emitted, upto - emitted, lp);
-                emitted = upto;
-                stopped = true;
-            }
+            if (hit && (!first || hit < first)) first = hit;
         }
-        if (stopped) { r.reason = TOY_STOP_STRING; break; }
+        if (first) {
+            size_t upto = (size_t)(first - text);
+            if (fn && upto > emitted) fn(ud, id, text + emitted, upto - emitted, lp);
+            emitted = upto;
+            r.reason = TOY_STOP_STRING;
+            break;
+        }
         /* hold back what could still become a stop string, on a UTF-8 boundary */
         size_t hold = max_stop ? max_stop - 1 : 0;
         size_t safe = text_len > hold ? text_len - hold : 0;
@@ -183,6 +185,22 @@ enum toy_status toy_generate(struct toy_generator *g, const int32_t *prompt, int
         if (g->trace) toy_trace_span(g->trace, "decode", "phase", td, toy_trace_now(g->trace), 0);
         memcpy(logits, g->dlogits->data, (size_t)V * sizeof(float));
         pos++;
+    }
+    if (dec && r.reason != TOY_STOP_STRING) { /* an incomplete last character: its bytes, as decoding all ids gives */
+        const char *tail;
+        size_t tl;
+        toy_decoder_flush(dec, &tail, &tl);
+        if (tl && text_len + tl + 1 > text_cap) {
+            char *nt = realloc(text, text_len + tl + 1);
+            if (!nt) { st = toy_error(TOY_ERR_NOMEM, "generate"); goto done; }
+            text = nt;
+            text_cap = text_len + tl + 1;
+        }
+        if (tl) {
+            memcpy(text + text_len, tail, tl);
+            text_len += tl;
+            text[text_len] = 0;
+        }
     }
     if (fn && r.reason != TOY_STOP_STRING && emitted < text_len) fn(ud, -1, text + emitted, text_len - emitted, 0);
     r.decode_s = now_s() - t0;
