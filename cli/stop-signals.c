@@ -10,6 +10,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "toy/gguf.h"
+
 volatile sig_atomic_t toy_cli_stop;
 
 static atomic_int n_signals;          /* signals seen since install */
@@ -37,7 +39,27 @@ static void on_signal(int sig) {
     static const char msg[] = "\ntoy: second Ctrl-C: exiting now, without finishing (no checkpoint, no drain)\n";
     ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
     (void)w;
+    toy_gguf_remove_temp_files(); /* a checkpoint half written */
     _exit(130);
+}
+
+/* the default: a signal ends the process as it would, without the partial
+ * GGUF a write in progress leaves */
+static void on_fatal_signal(int sig) {
+    toy_gguf_remove_temp_files();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+void toy_cli_cleanup_signals_install(void) {
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_fatal_signal;
+        sigemptyset(&sa.sa_mask);
+        sigaction(sigs[i], &sa, NULL);
+    }
 }
 
 void toy_cli_stop_signals_install(void) {
@@ -59,6 +81,5 @@ void toy_cli_stop_signals_restore(void) {
      * process group's SIGTERM) may still be on its way, and would otherwise
      * kill the process between its run_end and its exit status 130 */
     if (toy_cli_stop) return;
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
+    toy_cli_cleanup_signals_install();
 }

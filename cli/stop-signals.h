@@ -23,4 +23,10 @@ void toy_cli_stop_signals_install(void);
  * (then the handler stays, to absorb the rest of the request). */
 void toy_cli_stop_signals_restore(void);
 
+/* Every command's default (main installs it): SIGINT, SIGTERM and SIGHUP end
+ * the process as they would, after removing the temp file of a GGUF being
+ * written (toy_gguf_remove_temp_files), which convert, quantize and merge
+ * left behind half written. */
+void toy_cli_cleanup_signals_install(void);
+
 #endif

@@ -7,6 +7,7 @@
 
 #include "toy/toy.h"
 #include "commands.h"
+#include "stop-signals.h"
 
 static const struct toy_command commands[] = {
     TOY_COMMANDS
@@ -25,6 +26,7 @@ int main(int argc, char **argv) {
     /* past a file-size limit (ulimit -f) a write fails with EFBIG, reported like a full disk, instead of the
      * default SIGXFSZ killing the process mid-checkpoint without a word */
     signal(SIGXFSZ, SIG_IGN);
+    toy_cli_cleanup_signals_install();
     if (argc < 2) { usage(stderr); return 2; }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(stdout);

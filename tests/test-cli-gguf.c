@@ -153,6 +153,43 @@ Test(cli_gguf, generate_earliest_stop_and_last_bytes) {
     json_decref(j);
 }
 
+/* A signal while quantize writes removes its temp file (a partial
+ * "out.gguf.tmp.PID" of up to the whole size was left), and the output
+ * that was there stays as it was. */
+Test(cli_gguf, a_signal_mid_quantize_leaves_no_temp_file, .timeout = 60) {
+    const char *b = bin();
+    char dir[] = "/tmp/toy-quant-XXXXXX", path[PATH_MAX], cmd[3 * PATH_MAX];
+    cr_assert(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/big.gguf", dir);
+    struct toy_gguf_writer *w;
+    cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
+    toy_gguf_writer_set_str(w, "general.architecture", "llama");
+    const int64_t ne[2] = {4096, 2048};
+    float *data = malloc(4096 * 2048 * sizeof *data);
+    for (int64_t i = 0; i < 4096 * 2048; i++) data[i] = (float)((i * 7919) % 1000) / 1000.0f - 0.5f;
+    char name[32];
+    for (int t = 0; t < 6; t++) { /* 6 x 32 MB of f32 */
+        snprintf(name, sizeof name, "blk.%d.ffn_up.weight", t);
+        cr_assert_eq(toy_gguf_writer_add_tensor(w, name, TOY_F32, 2, ne, data), TOY_OK, "%s", toy_last_error());
+    }
+    cr_assert_eq(toy_gguf_writer_write(w, path), TOY_OK, "%s", toy_last_error());
+    toy_gguf_writer_free(w);
+    free(data);
+    for (int k = 0; k < 2; k++) {
+        const char *sig = k ? "INT" : "TERM";
+        snprintf(cmd, sizeof cmd, "cd %s && echo old > out.gguf && { %s quantize big.gguf out.gguf q4_k > log.txt 2>&1 "
+                 "& p=$!; i=0; while ! ls out.gguf.tmp.* > /dev/null 2>&1 && [ $i -lt 3000 ]; do sleep 0.005; "
+                 "i=$((i+1)); done; kill -%s $p; wait $p; echo \"rc=$?\"; ls; cat out.gguf; }", dir, b, sig);
+        int rc;
+        char *out = run(cmd, &rc);
+        cr_expect(strstr(out, k ? "rc=130" : "rc=143") && !strstr(out, ".tmp.") && strstr(out, "old"), "SIG%s: %s",
+                  sig, out);
+        free(out);
+    }
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_expect_eq(system(cmd), 0);
+}
+
 Test(cli_gguf, describe_json) {
     const char *b = bin();
     char cmd[1024];

@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -451,6 +452,37 @@ static void fsync_dir(const char *path) {
     }
 }
 
+/* The temp files being written, for toy_gguf_remove_temp_files: slots
+ * claimed and released with atomics, so a signal handler may read them at
+ * any moment (a slot's path is complete before it is marked in use). */
+#define TEMP_SLOTS 8
+static struct {
+    atomic_int used;
+    char path[4096];
+} temp_slots[TEMP_SLOTS];
+
+static int temp_track(const char *path) {
+    if (strlen(path) >= sizeof temp_slots[0].path) return -1;
+    for (int i = 0; i < TEMP_SLOTS; i++) {
+        int expect = 0;
+        if (atomic_compare_exchange_strong(&temp_slots[i].used, &expect, 2)) { /* 2: being filled */
+            strcpy(temp_slots[i].path, path);
+            atomic_store(&temp_slots[i].used, 1);
+            return i;
+        }
+    }
+    return -1; /* untracked: still written and renamed, only not removed on a signal */
+}
+
+static void temp_untrack(int slot) {
+    if (slot >= 0) atomic_store(&temp_slots[slot].used, 0);
+}
+
+void toy_gguf_remove_temp_files(void) {
+    for (int i = 0; i < TEMP_SLOTS; i++)
+        if (atomic_load(&temp_slots[i].used) == 1) unlink(temp_slots[i].path);
+}
+
 enum toy_status toy_gguf_writer_write(struct toy_gguf_writer *w, const char *path) {
     if (!path || !*path || !strcmp(path, "-"))
         return toy_error(TOY_ERR_INVALID_ARG, "gguf writer: needs a file path");
@@ -458,9 +490,11 @@ enum toy_status toy_gguf_writer_write(struct toy_gguf_writer *w, const char *pat
     char *tmp = malloc(n);
     if (!tmp) return toy_error(TOY_ERR_NOMEM, "gguf writer: out of memory");
     snprintf(tmp, n, "%s.tmp.%ld", path, (long)getpid());
+    int slot = temp_track(tmp);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        enum toy_status st = toy_error(TOY_ERR_IO, "%s: %s", tmp, strerror(errno));
+    if (fd < 0) { /* named by the file asked for: the temp name beside it is ours */
+        enum toy_status st = toy_error(TOY_ERR_IO, "%s: cannot create it: %s", path, strerror(errno));
+        temp_untrack(slot);
         free(tmp);
         return st;
     }
@@ -468,6 +502,7 @@ enum toy_status toy_gguf_writer_write(struct toy_gguf_writer *w, const char *pat
     if (!f) {
         close(fd);
         unlink(tmp);
+        temp_untrack(slot);
         free(tmp);
         return toy_error(TOY_ERR_IO, "%s: fdopen failed", path);
     }
@@ -482,6 +517,7 @@ enum toy_status toy_gguf_writer_write(struct toy_gguf_writer *w, const char *pat
     if (!st && rename(tmp, path)) st = toy_error(TOY_ERR_IO, "%s: rename: %s", path, strerror(errno));
     if (st) unlink(tmp);
     else fsync_dir(path);
+    temp_untrack(slot);
     free(tmp);
     return st;
 }
