@@ -25,6 +25,7 @@
 #include "flags.h"
 #include "json-out.h"
 #include "paths.h"
+#include "toy/gguf.h"
 #include "toy/threadpool.h"
 #include "toy/chat-template.h"
 #include "toy/collective.h"
@@ -230,17 +231,15 @@ static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll
         if (given_steps) c.o.train.steps = cli.o.train.steps;
         int run_threads = c.threads; /* the run's count unless --threads says otherwise (as toy train) */
         if (cli.threads > 0 || c.threads <= 0) c.threads = cli.threads;
-        if (rank == 0 && toy_cli_resume_changes("finetune", run_threads, c.threads, run_steps, c.o.train.steps,
-                                                c.o.train.schedule == TOY_LR_CONSTANT)) {
-            if (toy_cli_write_json_file("finetune", cfg_json(&c), path)) { /* what the next --resume reads */
-                json_decref(saved);
-                return 1;
-            }
-        }
+        json_t *resaved = rank == 0 && toy_cli_resume_changes("finetune", run_threads, c.threads, run_steps,
+                                                              c.o.train.steps, c.o.train.schedule == TOY_LR_CONSTANT)
+                              ? cfg_json(&c) /* written back once the run is known to resume */
+                              : NULL;
         c.json = cli.json;
         c.log_every = cli.log_every;
         c.dp_timeout = cli.dp_timeout;
         if (dp_resize(&c, world)) {
+            json_decref(resaved);
             json_decref(saved);
             return 1;
         }
@@ -252,12 +251,27 @@ static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll
         ssize_t n = readlink(path, target, sizeof target - 1);
         if (n <= 0) {
             fprintf(stderr, "toy finetune: cannot resume: %s has no weights/latest\n", run_dir);
+            json_decref(resaved);
             json_decref(saved);
             return 1;
         }
         target[n] = 0;
         snprintf(ckpt, sizeof ckpt, "%s/weights/%s", run_dir, target);
         snprintf(state, sizeof state, "%.*s.state.gguf", (int)(strlen(ckpt) - 5), ckpt);
+        struct toy_gguf *probe; /* named as the checkpoint, before anything is read from it */
+        if (toy_gguf_open(ckpt, &probe)) {
+            fprintf(stderr, "toy finetune: cannot resume: the checkpoint weights/latest points to: %s\n",
+                    toy_last_error());
+            json_decref(resaved);
+            json_decref(saved);
+            return 1;
+        }
+        toy_gguf_close(probe);
+        snprintf(path, sizeof path, "%s/finetune.json", c.resume);
+        if (resaved && toy_cli_write_json_file("finetune", resaved, path)) { /* what the next --resume reads */
+            json_decref(saved);
+            return 1;
+        }
     }
     int method = toy_ft_method_from_name(c.method);
     unsigned targets = 0;

@@ -322,6 +322,7 @@ int toy_cmd_train(int argc, char **argv) {
     struct toy_gpt2 *g2 = NULL;
     struct toy_events *ev = NULL;
     struct toy_trainer *tr = NULL;
+    json_t *resaved = NULL; /* --resume: train.json to write back (new --steps or thread count) */
     if (c.resume) {
         /* the run's own options, then the flags given now (e.g. more --steps) */
         char path[1200];
@@ -356,11 +357,7 @@ int toy_cmd_train(int argc, char **argv) {
         if (cli.threads > 0 || c.threads <= 0) c.threads = cli.threads;
         bool changed = rank == 0 && toy_cli_resume_changes("train", run_threads, c.threads, run_steps, c.o.steps,
                                                            c.o.schedule == TOY_LR_CONSTANT);
-        if (changed) { /* what the next --resume continues with */
-            char saved[1200];
-            snprintf(saved, sizeof saved, "%s/train.json", c.resume);
-            if (toy_cli_write_json_file("train", cfg_json(&c), saved)) { rc = 1; goto out; }
-        }
+        resaved = changed ? cfg_json(&c) : NULL; /* as the run records it: before dp_resize's per-rank view */
         c.dp_overlap = cli.dp_overlap; /* how the ranks share work: chosen anew by each launch */
         c.dp_bucket_mb = cli.dp_bucket_mb;
         c.zero = cli.zero;
@@ -377,6 +374,20 @@ int toy_cmd_train(int argc, char **argv) {
         target[n] = 0;
         snprintf(ckpt, sizeof ckpt, "%s/weights/%s", run_dir, target);
         snprintf(state, sizeof state, "%.*s.state.gguf", (int)(strlen(ckpt) - 5), ckpt);
+        struct toy_gguf *probe; /* named as the checkpoint, before its tokenizer or weights are read from it */
+        if (toy_gguf_open(ckpt, &probe)) {
+            fprintf(stderr, "toy train: cannot resume: the checkpoint weights/latest points to: %s\n", toy_last_error());
+            rc = 1;
+            goto out;
+        }
+        toy_gguf_close(probe);
+        if (resaved) { /* what the next --resume continues with, once the run is known to resume */
+            char saved[1200];
+            snprintf(saved, sizeof saved, "%s/train.json", c.resume);
+            int wrc = toy_cli_write_json_file("train", resaved, saved); /* takes it */
+            resaved = NULL;
+            if (wrc) { rc = 1; goto out; }
+        }
     }
     c.world = world;
     if (rank != 0) { /* rank 0 alone reports; errors still reach stderr */
@@ -641,6 +652,7 @@ int toy_cmd_train(int argc, char **argv) {
     if (st && res.reason != TOY_RUN_INTERRUPTED) fprintf(stderr, "toy train: %s\n", toy_last_error());
     rc = st ? 1 : res.reason == TOY_RUN_INTERRUPTED ? 130 : 0;
 out:
+    json_decref(resaved);
     toy_trainer_free(tr);
     if (c.o.trace && toy_trace_close(c.o.trace)) fprintf(stderr, "toy train: trace: %s\n", toy_last_error());
     toy_events_close(ev);

@@ -65,7 +65,7 @@ struct toy_finetuner {
     struct toy_optim *opt;
     struct toy_lr_schedule sched;
     int64_t step;
-    float last_loss;
+    double last_loss; /* the last step's loss as its event has it (run_end repeats it) */
     toy_step_fn on_step;
     void *ud;
     int64_t eval_rows, eval_tokens;
@@ -363,7 +363,7 @@ static enum toy_status write_state(struct toy_finetuner *f, const char *path) {
     if (!st) st = toy_gguf_writer_set_i64(w, "toy.sft.rows", ds.rows);
     if (!st) st = toy_gguf_writer_set_i64(w, "toy.sft.tokens", ds.tokens);
     if (!st && f->lora) st = toy_gguf_writer_set_arr(w, "toy.lora.rng", TOY_GGUF_U64, toy_lora_rng(f->lora)->s, 4);
-    if (!st) st = toy_gguf_writer_set_f32(w, "toy.last_loss", f->last_loss);
+    if (!st) st = toy_gguf_writer_set_f64(w, "toy.last_loss", f->last_loss);
     json_t *oj = opts_json(f);
     char *os = oj ? json_dumps(oj, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     if (!st && !os) st = toy_error(TOY_ERR_NOMEM, "checkpoint: the fine-tuning options as JSON");
@@ -428,7 +428,7 @@ enum toy_status toy_finetuner_load_state(struct toy_finetuner *f, const char *pa
     }
     if (!st) st = toy_optim_read_gguf(f->opt, g);
     double ll;
-    if (!st && !toy_gguf_get_f64(g, "toy.last_loss", &ll)) f->last_loss = (float)ll;
+    if (!st && !toy_gguf_get_f64(g, "toy.last_loss", &ll)) f->last_loss = ll;
     if (!st) {
         f->step = step;
         toy_optim_set_step_count(f->opt, osteps);
@@ -549,7 +549,7 @@ enum toy_status toy_finetuner_run(struct toy_finetuner *f, struct toy_train_resu
             break;
         }
         f->step = step;
-        f->last_loss = (float)loss;
+        f->last_loss = loss;
         tokens += step_tokens;
         double wall = now_s() - t0;
         if (f->ev) {

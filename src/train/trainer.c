@@ -52,7 +52,7 @@ struct toy_trainer {
     struct toy_optim *opt;
     struct toy_lr_schedule sched;
     int64_t step;
-    float last_loss;
+    double last_loss; /* the last step's loss as its event has it (run_end repeats it) */
     toy_step_fn on_step;
     void *ud;
     char last_ckpt[1200];
@@ -357,7 +357,7 @@ static enum toy_status write_state(struct toy_trainer *t, const char *path, floa
     if (!st) st = toy_gguf_writer_set_i64(w, "toy.data.ctx", ds.ctx);
     if (!st) st = toy_gguf_writer_set_i64(w, "toy.data.world", ds.world);
     if (!st) st = toy_gguf_writer_set_i64(w, "toy.data.n_train", ds.n_train);
-    if (!st) st = toy_gguf_writer_set_f32(w, "toy.last_loss", t->last_loss);
+    if (!st) st = toy_gguf_writer_set_f64(w, "toy.last_loss", t->last_loss);
     json_t *oj = toy_train_opts_to_json(&t->o);
     char *os = oj ? json_dumps(oj, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     if (!st && !os) st = toy_error(TOY_ERR_NOMEM, "checkpoint: the training options as JSON");
@@ -509,7 +509,7 @@ enum toy_status toy_trainer_load_state(struct toy_trainer *t, const char *path) 
         else st = toy_gguf_tensor_read_f32(g, ti, p->data, toy_nelements(p));
     }
     double ll;
-    if (!st && !toy_gguf_get_f64(g, "toy.last_loss", &ll)) t->last_loss = (float)ll;
+    if (!st && !toy_gguf_get_f64(g, "toy.last_loss", &ll)) t->last_loss = ll;
     if (!st) {
         t->step = step;
         toy_optim_set_step_count(t->opt, osteps);
@@ -709,7 +709,7 @@ enum toy_status toy_trainer_run(struct toy_trainer *t, struct toy_train_result *
             break;
         }
         t->step = step;
-        t->last_loss = (float)loss;
+        t->last_loss = loss;
         tokens += t->B * t->T * t->o.accum * t->world; /* the global batch */
         double wall = now_s() - t0;
         if (t->ev) {
