@@ -27,7 +27,11 @@ int toy_cmd_models(int argc, char **argv) {
             fprintf(help ? stdout : stderr,
                     "usage: toy models [--json]\n"
                     "Lists GGUF models in $TOY_MODEL_DIR, ./models, the Hugging Face cache, Ollama and\n"
-                    "LM Studio, with name, architecture, parameters, file type and size.\n");
+                    "LM Studio, with name, architecture, parameters, file type and size. Any listed\n"
+                    "name works with -m. Left out: LoRA adapters, toy training states and\n"
+                    "vocabulary-only GGUFs (named on stderr with a count), and files that cannot be\n"
+                    "read or are not GGUF (each named on stderr, with why). Two files of one name are\n"
+                    "listed as SOURCE:NAME (dir:tiny, models:tiny); the bare name is then ambiguous.\n");
             return help ? 0 : 2;
         }
     }
@@ -36,6 +40,22 @@ int toy_cmd_models(int argc, char **argv) {
     if (toy_models_list(&m, &n)) {
         fprintf(stderr, "toy models: %s\n", toy_last_error());
         return 1;
+    }
+    /* what is not listed, on stderr so that stdout (and --json) stays the list: an unreadable file by
+     * name and why (it would otherwise just vanish), the GGUFs that are not models as a count */
+    struct toy_model_entry *s;
+    int64_t ns;
+    if (!toy_models_skipped(&s, &ns)) {
+        int64_t other = 0;
+        for (int64_t i = 0; i < ns; i++) {
+            if (s[i].unreadable) fprintf(stderr, "toy models: cannot read %s: %s\n", s[i].path, s[i].why);
+            else other++;
+        }
+        if (other)
+            fprintf(stderr, "toy models: left out %lld GGUF file%s that %s (LoRA adapters, training states, "
+                    "vocabulary-only files)\n", (long long)other, other > 1 ? "s" : "",
+                    other > 1 ? "are not models" : "is not a model");
+        free(s);
     }
     int rc = 0;
     if (json) {

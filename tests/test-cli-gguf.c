@@ -491,3 +491,61 @@ Test(cli_gguf, generate_json_text_is_the_printed_text) {
     free(out);
     free(full);
 }
+
+/* `toy models` as a user meets it: two tiny.gguf in two places are
+ * dir:tiny and models:tiny and `-m tiny` is refused naming both (it took
+ * one silently); an adapter is left out with a count on stderr; a file
+ * that cannot be read is named with why; an Ollama model from hf.co keeps
+ * its host and `generate -m` takes that name. */
+Test(cli_gguf, models_names_are_unique_and_only_models) {
+    const char *b = bin();
+    char dir[] = "/tmp/toy-cli-gguf-XXXXXX", cmd[32768];
+    cr_assert(mkdtemp(dir));
+    char tiny[PATH_MAX];
+    cr_assert(realpath(TINY, tiny));
+    snprintf(cmd, sizeof cmd,
+             "cd %s && mkdir -p mine models home/.ollama/models/blobs home/.ollama/models/manifests/hf.co/bartowski/T-GGUF"
+             " && cp %s mine/tiny.gguf && %s quantize %s models/tiny.gguf q8_0 2>/dev/null"
+             " && echo junk > mine/junk.gguf && cp %s home/.ollama/models/blobs/sha256-1234"
+             " && echo '{\"layers\":[{\"mediaType\":\"application/vnd.ollama.image.model\",\"digest\":\"sha256:1234\"}]}'"
+             " > home/.ollama/models/manifests/hf.co/bartowski/T-GGUF/Q8_0",
+             dir, tiny, b, tiny, tiny);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    /* an adapter beside them */
+    struct toy_gguf_writer *w;
+    cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
+    toy_gguf_writer_set_str(w, "general.type", "adapter");
+    toy_gguf_writer_set_str(w, "general.architecture", "llama");
+    float a[8] = {0};
+    int64_t ne[2] = {8, 1};
+    cr_assert_eq(toy_gguf_writer_add_tensor(w, "blk.0.attn_q.weight.lora_a", TOY_F32, 2, ne, a), TOY_OK);
+    char f[PATH_MAX];
+    snprintf(f, sizeof f, "%s/mine/adapter.gguf", dir);
+    cr_assert_eq(toy_gguf_writer_write(w, f), TOY_OK);
+    toy_gguf_writer_free(w);
+
+    char env[1024];
+    snprintf(env, sizeof env, "cd %s && HOME=%s/home TOY_MODEL_DIR=%s/mine HF_HOME= OLLAMA_MODELS=", dir, dir, dir);
+    snprintf(cmd, sizeof cmd, "%s %s models 2>&1", env, b);
+    int rc;
+    char *out = run(cmd, &rc);
+    cr_expect_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "dir:tiny ") && strstr(out, "models:tiny "), "%s", out);
+    cr_expect(strstr(out, "hf.co/bartowski/T-GGUF:Q8_0"), "%s", out);
+    cr_expect(!strstr(out, "adapter "), "an adapter listed as a model: %s", out);
+    cr_expect(strstr(out, "left out 1 GGUF file that is not a model"), "%s", out);
+    cr_expect(strstr(out, "cannot read") && strstr(out, "junk.gguf"), "%s", out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s %s generate -m tiny -p hi -n 1 2>&1", env, b);
+    expect_exit(cmd, 1, "ambiguous");
+    snprintf(cmd, sizeof cmd, "%s %s generate -m models:tiny -p hi -n 1 2>&1", env, b);
+    expect_exit(cmd, 0, NULL);
+    snprintf(cmd, sizeof cmd, "%s %s generate -m hf.co/bartowski/T-GGUF:Q8_0 -p hi -n 1 2>&1", env, b);
+    expect_exit(cmd, 0, NULL);
+    snprintf(cmd, sizeof cmd, "%s %s generate -m junk -p hi -n 1 2>&1", env, b);
+    expect_exit(cmd, 1, "GGUF header");
+    snprintf(cmd, sizeof cmd, "%s %s generate -m adapter -p hi -n 1 2>&1", env, b);
+    expect_exit(cmd, 1, "LoRA adapter");
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+}
