@@ -64,20 +64,27 @@ __attribute__((format(printf, 4, 5))) static void row(struct text *t, int col, c
     else tprintf(t, "%s%*s%s\n", left, pad > 1 ? pad : 1, "", right);
 }
 
+/* What the file says. A key it lacks is marked (has_*), never filled in
+ * with a default that reads as a fact: "rms eps 1e-05" on a LayerNorm
+ * model, "rope base 10000" on an ALiBi one, "tied" on a file without
+ * tensors. Hkv defaults to H and d_h to d/H, as the GGUF spec says. */
 struct hp {
     const char *arch, *name;
-    int64_t d, L, H, Hkv, dff, ctx, vocab, dh, n_params;
+    int64_t d, L, H, Hkv, dff, ctx, vocab, dh, n_params, n_tensors;
     double eps, rope_base;
-    bool has_eps, tied, qkv_bias, qk_norm, has_rope_freqs;
+    bool has_d, has_L, has_H, has_dff, has_ctx, has_vocab;
+    bool has_eps, eps_rms, has_rope_base, tied, qkv_bias, qk_norm, has_rope_freqs;
     double attn_cap, final_cap;
     int64_t swa;
 };
 
-static int64_t geti(const struct toy_gguf *g, const char *arch, const char *suffix, int64_t def) {
+static int64_t geti(const struct toy_gguf *g, const char *arch, const char *suffix, int64_t def, bool *found) {
     char k[256];
     snprintf(k, sizeof k, "%s.%s", arch, suffix);
     int64_t v;
-    return toy_gguf_get_i64(g, k, &v) ? def : v;
+    if (toy_gguf_get_i64(g, k, &v)) return def;
+    if (found) *found = true;
+    return v;
 }
 
 static double getf(const struct toy_gguf *g, const char *arch, const char *suffix, double def, bool *found) {
@@ -96,26 +103,29 @@ static void read_hp(const struct toy_gguf *g, struct hp *h) {
     h->name = "";
     toy_gguf_get_str(g, "general.name", &h->name, NULL);
     const char *A = h->arch;
-    h->d = geti(g, A, "embedding_length", 0);
-    h->L = geti(g, A, "block_count", 0);
-    h->H = geti(g, A, "attention.head_count", 0);
-    h->Hkv = geti(g, A, "attention.head_count_kv", h->H);
-    h->dff = geti(g, A, "feed_forward_length", 0);
-    h->ctx = geti(g, A, "context_length", 0);
-    h->dh = geti(g, A, "attention.key_length", h->H ? h->d / h->H : 0);
-    h->eps = getf(g, A, "attention.layer_norm_rms_epsilon", 0, &h->has_eps);
-    if (!h->has_eps) h->eps = getf(g, A, "attention.layer_norm_epsilon", 1e-5, &h->has_eps);
-    h->rope_base = getf(g, A, "rope.freq_base", 10000.0, NULL);
+    h->d = geti(g, A, "embedding_length", 0, &h->has_d);
+    h->L = geti(g, A, "block_count", 0, &h->has_L);
+    h->H = geti(g, A, "attention.head_count", 0, &h->has_H);
+    h->Hkv = geti(g, A, "attention.head_count_kv", h->H, NULL);
+    h->dff = geti(g, A, "feed_forward_length", 0, &h->has_dff);
+    h->ctx = geti(g, A, "context_length", 0, &h->has_ctx);
+    h->dh = geti(g, A, "attention.key_length", h->H ? h->d / h->H : 0, NULL);
+    h->eps = getf(g, A, "attention.layer_norm_rms_epsilon", 0, &h->eps_rms);
+    h->has_eps = h->eps_rms;
+    if (!h->has_eps) h->eps = getf(g, A, "attention.layer_norm_epsilon", 0, &h->has_eps);
+    h->rope_base = getf(g, A, "rope.freq_base", 10000.0, &h->has_rope_base);
     h->attn_cap = getf(g, A, "attn_logit_softcapping", 0, NULL);
     h->final_cap = getf(g, A, "final_logit_softcapping", 0, NULL);
-    h->swa = geti(g, A, "attention.sliding_window", 0);
+    h->swa = geti(g, A, "attention.sliding_window", 0, NULL);
     uint64_t n;
     int64_t k;
-    if (!toy_gguf_get_arr(g, "tokenizer.ggml.tokens", &k, NULL, &n)) h->vocab = (int64_t)n;
-    else h->vocab = geti(g, A, "vocab_size", 0);
+    if (!toy_gguf_get_arr(g, "tokenizer.ggml.tokens", &k, NULL, &n)) h->vocab = (int64_t)n, h->has_vocab = true;
+    else h->vocab = geti(g, A, "vocab_size", 0, &h->has_vocab);
     int64_t te = toy_gguf_find_tensor(g, "token_embd.weight");
-    if (te >= 0 && !h->vocab) h->vocab = toy_gguf_tensor(g, te)->ne[1];
-    h->tied = toy_gguf_find_tensor(g, "output.weight") < 0;
+    if (te >= 0 && !h->vocab) h->vocab = toy_gguf_tensor(g, te)->ne[1], h->has_vocab = true;
+    h->n_tensors = toy_gguf_n_tensors(g);
+    /* tied: the embedding is there and no output matrix; a file without tensors says nothing either way */
+    h->tied = te >= 0 && toy_gguf_find_tensor(g, "output.weight") < 0;
     h->qkv_bias = toy_gguf_find_tensor(g, "blk.0.attn_q.bias") >= 0;
     h->qk_norm = toy_gguf_find_tensor(g, "blk.0.attn_q_norm.weight") >= 0;
     h->has_rope_freqs = toy_gguf_find_tensor(g, "rope_freqs.weight") >= 0;
@@ -144,8 +154,17 @@ static void card(const struct toy_gguf *g, const struct hp *h, struct text *t) {
     const bool gemma = !strcmp(h->arch, "gemma2");
     const bool llama_family = !strcmp(h->arch, "llama") || !strcmp(h->arch, "qwen2") ||
                               !strcmp(h->arch, "qwen3") || gemma || !strcmp(h->arch, "mistral");
+    if (!h->n_tensors) {
+        tprintf(t, "(no tensors: a vocabulary-only file (a tokenizer), no network to describe)\n");
+        return;
+    }
     if (!gpt2 && !llama_family) {
         tprintf(t, "(no algorithm card for architecture '%s': toy knows the Llama family and GPT-2)\n", h->arch);
+        return;
+    }
+    if (h->d < 1 || h->L < 1 || h->H < 1) { /* a card "for l = 1..0" over shapes of 0 describes nothing */
+        tprintf(t, "(no algorithm card: %s.embedding_length, .block_count and .attention.head_count must be "
+                "positive; the file has %lld, %lld, %lld)\n", h->arch, (long long)h->d, (long long)h->L, (long long)h->H);
         return;
     }
     const long long d = h->d, L = h->L, H = h->H, K = h->Hkv, dh = h->dh, F = h->dff, V = h->vocab, C = h->ctx;
@@ -154,10 +173,15 @@ static void card(const struct toy_gguf *g, const struct hp *h, struct text *t) {
             gpt2 ? "pre-LayerNorm, learned positions" : "pre-RMSNorm, rotary positions");
     tprintf(t, "Input:  x ∈ [N_V]^T, token ids, T ≤ l_max = %lld\n", C);
     tprintf(t, "Output: P ∈ (0,1)^(N_V×T), P[:, t] = p(x[t+1] | x[1:t])\n");
-    tprintf(t, "Hyperparameters: L = %lld, H = %lld, d_e = %lld, d_h = %lld, d_mlp = %lld, N_V = %lld, ε = %g", L, H,
-            d, dh, F, V, h->eps);
-    if (!gpt2) tprintf(t, ",\n                 H_kv = %lld (%lld query heads share each K/V head), RoPE base θ = %g", K,
-                       K ? H / K : 0, h->rope_base);
+    char eps[64], theta[80];
+    if (h->has_eps) snprintf(eps, sizeof eps, "%g", h->eps);
+    else snprintf(eps, sizeof eps, "? (not in the file)");
+    /* toy, like llama.cpp, runs a missing base as 10000: say that it is the default */
+    snprintf(theta, sizeof theta, h->has_rope_base ? "%g" : "%g (not in the file: the default)", h->rope_base);
+    tprintf(t, "Hyperparameters: L = %lld, H = %lld, d_e = %lld, d_h = %lld, d_mlp = %lld, N_V = %lld, ε = %s", L, H,
+            d, dh, F, V, eps);
+    if (!gpt2) tprintf(t, ",\n                 H_kv = %lld (%lld query heads share each K/V head), RoPE base θ = %s", K,
+                       K ? H / K : 0, theta);
     tprintf(t, "\nParameters (GGUF name, stored type):\n");
     row(t, PCOL, pname(g, r, sizeof r, "token_embd.weight", "token_embd.weight"), "  W_e ∈ R^(d_e×N_V) = (%lld×%lld)", d, V);
     if (gpt2) row(t, PCOL, pname(g, r, sizeof r, "position_embd.weight", "position_embd.weight"), "  W_p ∈ R^(d_e×l_max) = (%lld×%lld)", d, C);
@@ -222,11 +246,14 @@ static void card(const struct toy_gguf *g, const struct hp *h, struct text *t) {
         STEP("position t turns pairs", "  Q ← RoPE(Q, θ%s); K ← RoPE(K, θ%s)", n++, h->has_rope_freqs ? ", ρ" : "",
              h->has_rope_freqs ? ", ρ" : "");
         STEP("S: (T×T)", "  for h ∈ [%lld], g = ⌊h·H_kv/H⌋: S ← K_gᵀ Q_h / √d_h", n++, H);
-        if (gemma) {
-            snprintf(sh, sizeof sh, "window %lld on even l", (long long)h->swa);
-            STEP(sh, "    S ← %g·tanh(S/%g)", n++, h->attn_cap, h->attn_cap);
-        }
-        snprintf(sh, sizeof sh, "Y_h: (%lld×T), M causal", dh);
+        if (h->attn_cap > 0) STEP("", "    S ← %g·tanh(S/%g)", n++, h->attn_cap, h->attn_cap);
+        /* the window is part of the mask M. Gemma 2 alternates: blk.0, blk.2, ... slide (0-based even, as
+         * src/models/llama.c and llama.cpp's set_swa_pattern(2) have it), i.e. l = 1, 3, ... here */
+        if (h->swa > 0 && gemma)
+            snprintf(sh, sizeof sh, "Y_h: (%lld×T), M causal; window %lld for odd l (blk.0, 2, …)", dh,
+                     (long long)h->swa);
+        else if (h->swa > 0) snprintf(sh, sizeof sh, "Y_h: (%lld×T), M causal, window %lld", dh, (long long)h->swa);
+        else snprintf(sh, sizeof sh, "Y_h: (%lld×T), M causal", dh);
         STEP(sh, "    Y_h ← V_g softmax(S + M)", n++);
         snprintf(sh, sizeof sh, "(%lld×T)", d);
         if (gemma) {
@@ -273,6 +300,18 @@ static const char *tok_piece(const struct toy_gguf *g, int64_t toks, int64_t id,
 
 /* JSON has no NaN or infinity: such a value (a broken file's) becomes null rather than losing its object */
 static json_t *num_or_null(double x) { return isfinite(x) ? json_real(x) : json_null(); }
+static json_t *int_or_null(bool has, int64_t v) { return has ? json_integer((json_int_t)v) : json_null(); }
+
+/* "name 42, " or "name ?, " (the key is not in the file: its name goes to *missing) */
+static void dim(char *buf, size_t n, const char *label, bool has, long long v, char *missing, size_t mn) {
+    size_t k = strlen(buf);
+    if (has) snprintf(buf + k, n - k, "%s %lld, ", label, v);
+    else {
+        snprintf(buf + k, n - k, "%s ?, ", label);
+        k = strlen(missing);
+        snprintf(missing + k, mn - k, "%s%s", k ? ", " : "", label);
+    }
+}
 
 int toy_cmd_describe(int argc, char **argv) {
     const char *q = NULL;
@@ -353,11 +392,15 @@ int toy_cmd_describe(int argc, char **argv) {
         json_object_set_new(o, "file_type", ft == UINT32_MAX ? json_null() : json_integer(ft));
         json_object_set_new(o, "file_type_name", json_string(toy_file_type_name(ft)));
         bool rope = strcmp(h.arch, "gpt2") != 0; /* GPT-2 has learned positions, no RoPE */
-        json_object_set_new(o, "hparams", json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o, s:b}",
-            "embedding_length", (json_int_t)h.d, "block_count", (json_int_t)h.L, "head_count", (json_int_t)h.H,
-            "head_count_kv", (json_int_t)h.Hkv, "head_dim", (json_int_t)h.dh, "feed_forward_length", (json_int_t)h.dff,
-            "context_length", (json_int_t)h.ctx, "vocab_size", (json_int_t)h.vocab, "norm_eps", num_or_null(h.eps),
-            "rope_freq_base", rope ? num_or_null(h.rope_base) : json_null(), "tied_embeddings", h.tied));
+        /* null: not in the file */
+        json_object_set_new(o, "hparams", json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
+            "embedding_length", int_or_null(h.has_d, h.d), "block_count", int_or_null(h.has_L, h.L),
+            "head_count", int_or_null(h.has_H, h.H), "head_count_kv", int_or_null(h.has_H, h.Hkv),
+            "head_dim", int_or_null(h.has_H && h.dh, h.dh), "feed_forward_length", int_or_null(h.has_dff, h.dff),
+            "context_length", int_or_null(h.has_ctx, h.ctx), "vocab_size", int_or_null(h.has_vocab, h.vocab),
+            "norm_eps", h.has_eps ? num_or_null(h.eps) : json_null(),
+            "rope_freq_base", rope && h.has_rope_base ? num_or_null(h.rope_base) : json_null(),
+            "tied_embeddings", h.n_tensors ? json_boolean(h.tied) : json_null()));
         json_t *types = json_array();
         for (int t = 0; t < TOY_DTYPE_COUNT; t++) {
             if (!rows[t].tensors) continue;
@@ -388,14 +431,36 @@ int toy_cmd_describe(int argc, char **argv) {
         printf("  file           %sB, GGUF v%u, %lld KV, %lld tensors, alignment %zu\n", sz, toy_gguf_version(g),
                (long long)toy_gguf_n_kv(g), (long long)toy_gguf_n_tensors(g), toy_gguf_alignment(g));
         printf("  file type      %s\n", toy_file_type_name(ft));
-        char rope_text[48] = ""; /* GPT-2 has learned positions, no RoPE */
-        if (strcmp(h.arch, "gpt2")) snprintf(rope_text, sizeof rope_text, ", rope base %g", h.rope_base);
-        printf("  dimensions     d_model %lld, layers %lld, heads %lld (kv %lld, head dim %lld), d_ff %lld,\n"
-               "                 context %lld, vocab %lld, %s %g%s%s\n",
-               (long long)h.d, (long long)h.L, (long long)h.H, (long long)h.Hkv, (long long)h.dh, (long long)h.dff,
-               (long long)h.ctx, (long long)h.vocab, strcmp(h.arch, "gpt2") ? "rms eps" : "ln eps", h.eps, rope_text,
-               h.tied ? ", tied embeddings" : "");
-        printf("  tensor types   %-6s %8s %14s %12s %8s\n", "type", "tensors", "params", "bytes", "bits/w");
+        /* only what the file says; "?" and a "not in the file" line for the keys it lacks */
+        char l1[256] = "", l2[256] = "", missing[256] = "";
+        dim(l1, sizeof l1, "d_model", h.has_d, h.d, missing, sizeof missing);
+        dim(l1, sizeof l1, "layers", h.has_L, h.L, missing, sizeof missing);
+        if (h.has_H) {
+            size_t k = strlen(l1);
+            snprintf(l1 + k, sizeof l1 - k, "heads %lld (kv %lld, head dim %lld), ", (long long)h.H, (long long)h.Hkv,
+                     (long long)h.dh);
+        } else dim(l1, sizeof l1, "heads", false, 0, missing, sizeof missing);
+        dim(l1, sizeof l1, "d_ff", h.has_dff, h.dff, missing, sizeof missing);
+        dim(l2, sizeof l2, "context", h.has_ctx, h.ctx, missing, sizeof missing);
+        dim(l2, sizeof l2, "vocab", h.has_vocab, h.vocab, missing, sizeof missing);
+        size_t k = strlen(l2);
+        /* the key found names the norm: RMSNorm's or LayerNorm's epsilon */
+        if (h.has_eps) snprintf(l2 + k, sizeof l2 - k, "%s %g, ", h.eps_rms ? "rms eps" : "ln eps", h.eps);
+        else dim(l2, sizeof l2, "norm eps", false, 0, missing, sizeof missing);
+        k = strlen(l2);
+        if (h.has_rope_base) snprintf(l2 + k, sizeof l2 - k, "rope base %g, ", h.rope_base);
+        else if (strcmp(h.arch, "gpt2")) { /* GPT-2 has learned positions, no RoPE: nothing is missing */
+            k = strlen(missing);
+            snprintf(missing + k, sizeof missing - k, "%srope base", k ? ", " : "");
+        }
+        k = strlen(l2);
+        if (h.n_tensors && h.tied) snprintf(l2 + k, sizeof l2 - k, "tied embeddings, ");
+        l1[strlen(l1) - 2] = 0;
+        if (strlen(l2) > 2) l2[strlen(l2) - 2] = 0;
+        printf("  dimensions     %s,\n                 %s\n", l1, l2);
+        if (*missing) printf("                 not in the file: %s\n", missing);
+        if (!h.n_tensors) printf("  tensor types   none: the file holds no tensors (vocabulary only)\n");
+        else printf("  tensor types   %-6s %8s %14s %12s %8s\n", "type", "tensors", "params", "bytes", "bits/w");
         for (int t = 0; t < TOY_DTYPE_COUNT; t++) {
             if (!rows[t].tensors) continue;
             char e[32], b[32];

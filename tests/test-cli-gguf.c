@@ -549,3 +549,108 @@ Test(cli_gguf, models_names_are_unique_and_only_models) {
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     cr_assert_eq(system(cmd), 0);
 }
+
+/* writes a metadata-only GGUF of arch with the given u32 keys (NULL-ended
+ * pairs) and, if with_embd, one f32 token_embd.weight (64 x 10) */
+static void meta_gguf(const char *path, const char *arch, bool with_embd, const char *const *keys, const uint32_t *vals,
+                      int n) {
+    struct toy_gguf_writer *w;
+    cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
+    toy_gguf_writer_set_str(w, "general.architecture", arch);
+    char k[128];
+    for (int i = 0; i < n; i++) {
+        snprintf(k, sizeof k, "%s.%s", arch, keys[i]);
+        toy_gguf_writer_set_u32(w, k, vals[i]);
+    }
+    static float zeros[640];
+    int64_t ne[2] = {64, 10};
+    if (with_embd) cr_assert_eq(toy_gguf_writer_add_tensor(w, "token_embd.weight", TOY_F32, 2, ne, zeros), TOY_OK);
+    cr_assert_eq(toy_gguf_writer_write(w, path), TOY_OK, "%s", toy_last_error());
+    toy_gguf_writer_free(w);
+}
+
+/* describe printed defaults as facts: "rms eps 1e-05" for a LayerNorm
+ * (MPT) file, "rope base 10000" where the key is absent, "tied embeddings"
+ * and a forward pass for a file without tensors, "for l = 1..0" for a file
+ * without block_count. It shows what the file says, marks what it lacks. */
+Test(cli_gguf, describe_shows_only_what_the_file_says) {
+    const char *b = bin();
+    char cmd[8192];
+    int rc;
+    const char *mpt = "../shared/testdata/llamacpp-vocab-gguf/ggml-vocab-mpt.gguf";
+    struct stat sb;
+    if (!stat(mpt, &sb)) {
+        snprintf(cmd, sizeof cmd, "%s describe %s", b, mpt);
+        char *out = run(cmd, &rc);
+        cr_expect_eq(rc, 0, "%s", out);
+        cr_expect(strstr(out, "ln eps 1e-05") && !strstr(out, "rms eps"), "%s", out);
+        cr_expect(!strstr(out, "rope base 10000") && strstr(out, "not in the file: rope base"), "%s", out);
+        cr_expect(!strstr(out, "tied") && !strstr(out, "for l ="), "%s", out);
+        cr_expect(strstr(out, "no tensors: a vocabulary-only file"), "%s", out);
+        free(out);
+        snprintf(cmd, sizeof cmd, "%s describe %s --json", b, mpt);
+        json_t *j = run_json(cmd);
+        json_t *hp = json_object_get(j, "hparams");
+        cr_expect(json_is_null(json_object_get(hp, "rope_freq_base")));
+        cr_expect(json_is_null(json_object_get(hp, "tied_embeddings")));
+        cr_expect(json_real_value(json_object_get(hp, "norm_eps")) > 0);
+        json_decref(j);
+    }
+    char dir[] = "/tmp/toy-cli-gguf-XXXXXX", f[256];
+    cr_assert(mkdtemp(dir));
+    /* tensors but no block_count: no card over zeros */
+    snprintf(f, sizeof f, "%s/nolayers.gguf", dir);
+    const char *k1[] = {"embedding_length"};
+    const uint32_t v1[] = {64};
+    meta_gguf(f, "llama", true, k1, v1, 1);
+    snprintf(cmd, sizeof cmd, "%s describe %s", b, f);
+    char *out = run(cmd, &rc);
+    cr_expect_eq(rc, 0, "%s", out);
+    cr_expect(!strstr(out, "for l = 1..0") && strstr(out, "no algorithm card"), "%s", out);
+    cr_expect(strstr(out, "layers ?") && strstr(out, "not in the file: layers"), "%s", out);
+    cr_expect(!strstr(out, "rms eps") && !strstr(out, "rope base 10000"), "%s", out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+/* Gemma 2 slides its window on blk.0, blk.2, ... (0-based even, as
+ * src/models/llama.c and llama.cpp's set_swa_pattern(2) do), which the
+ * card's 1-based l = 1..L calls odd; the card said "even l", and on the
+ * soft-capping line rather than the mask's. */
+Test(cli_gguf, describe_gemma2_window_is_on_odd_one_based_layers) {
+    const char *b = bin();
+    char dir[] = "/tmp/toy-cli-gguf-XXXXXX", f[256], cmd[8192];
+    cr_assert(mkdtemp(dir));
+    snprintf(f, sizeof f, "%s/g2.gguf", dir);
+    struct toy_gguf_writer *w;
+    cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
+    toy_gguf_writer_set_str(w, "general.architecture", "gemma2");
+    const char *keys[] = {"gemma2.embedding_length", "gemma2.block_count", "gemma2.attention.head_count",
+                          "gemma2.attention.head_count_kv", "gemma2.feed_forward_length", "gemma2.context_length",
+                          "gemma2.attention.sliding_window"};
+    const uint32_t vals[] = {64, 4, 2, 1, 128, 64, 16};
+    for (int i = 0; i < 7; i++) toy_gguf_writer_set_u32(w, keys[i], vals[i]);
+    toy_gguf_writer_set_f32(w, "gemma2.attn_logit_softcapping", 50);
+    toy_gguf_writer_set_f32(w, "gemma2.attention.layer_norm_rms_epsilon", 1e-6f);
+    static float zeros[640];
+    int64_t ne[2] = {64, 10};
+    cr_assert_eq(toy_gguf_writer_add_tensor(w, "token_embd.weight", TOY_F32, 2, ne, zeros), TOY_OK);
+    cr_assert_eq(toy_gguf_writer_write(w, f), TOY_OK);
+    toy_gguf_writer_free(w);
+    snprintf(cmd, sizeof cmd, "%s describe %s", b, f);
+    int rc;
+    char *out = run(cmd, &rc);
+    cr_expect_eq(rc, 0, "%s", out);
+    cr_expect(!strstr(out, "even l"), "%s", out);
+    const char *mask = strstr(out, "softmax(S + M)");
+    cr_assert(mask, "%s", out);
+    const char *eol = strchr(mask, '\n');
+    const char *win = strstr(mask, "window 16 for odd l (blk.0, 2");
+    cr_expect(win && eol && win < eol, "the window is not on the mask's line: %s", out);
+    const char *cap = strstr(out, "50·tanh(S/50)");
+    cr_expect(cap && strchr(cap, '\n') && !memchr(cap, 'w', (size_t)(strchr(cap, '\n') - cap)), "%s", out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+}
