@@ -27,13 +27,16 @@ static int usage_to(FILE *out) {
     fprintf(out,
             "usage: toy generate -m MODEL.gguf [-p PROMPT | --prompt-ids \"1 2 3\"] [-n 64]\n"
             "                    [--temp 0.8] [--top-k 40] [--top-p 0.95] [--min-p 0] [--repeat-penalty 1]\n"
-            "                    [--frequency-penalty 0] [--presence-penalty 0] [--seed 42] [--stop STR]...\n"
+            "                    [--frequency-penalty 0] [--presence-penalty 0] [--repeat-last-n 64] [--seed 42]\n"
+            "                    [--stop STR]...\n"
             "                    [--ctx N] [--threads N] [--no-bos] [--special] [--ignore-eos] [--json]\n"
             "                    [--trace out.json] [--kv-type f16|f32]   (cache type, default f16)\n"
             "                    [--lora ADAPTER.gguf [--lora-scale 1]]\n"
-            "Temperature 0 is greedy; --top-k 0 and --top-p 0 or 1 are off. Stops at the model's\n"
-            "end-of-generation token, a stop string (at most 16), -n tokens (0: no limit), or a full context\n"
-            "(--ctx, default the model's). An empty prompt starts from BOS, with or without --no-bos.\n"
+            "Temperature 0 is greedy; --top-k 0 and --top-p 0 or 1 are off; the penalties look at the last\n"
+            "--repeat-last-n tokens, prompt included (-1: all); applied in that order (docs/generate.md).\n"
+            "Stops at the model's end-of-generation token, a stop string (at most 16), -n tokens (0: no\n"
+            "limit), or a full context (--ctx, default the model's). An empty prompt starts from BOS, with\n"
+            "or without --no-bos. Ctrl-C ends it with the text so far (exit 130).\n"
             "GPT-2 models take neither --lora, --kv-type nor --trace.\n");
     return 2;
 }
@@ -64,6 +67,7 @@ int toy_cmd_generate(int argc, char **argv) {
         TOY_FLAG_N("--top-k", TOY_CLI_I32, &sp->top_k, 0, INT32_MAX), TOY_FLAG_N("--top-p", TOY_CLI_F32, &sp->top_p, 0, 1),
         TOY_FLAG_N("--min-p", TOY_CLI_F32, &sp->min_p, 0, 1),
         TOY_FLAG_N("--repeat-penalty", TOY_CLI_F32, &sp->repeat_penalty, 0, 100),
+        TOY_FLAG_N("--repeat-last-n", TOY_CLI_I32, &sp->penalty_last_n, -1, INT32_MAX),
         TOY_FLAG_N("--frequency-penalty", TOY_CLI_F32, &sp->frequency_penalty, -100, 100),
         TOY_FLAG_N("--presence-penalty", TOY_CLI_F32, &sp->presence_penalty, -100, 100),
         TOY_FLAG_U("--seed", &sp->seed), TOY_FLAG_N("--ctx", TOY_CLI_I64, &n_ctx, 1, INT32_MAX),

@@ -358,7 +358,7 @@ Test(gpt2, cli_train_and_generate, .timeout = 300) {
     double ce = json_real_value(json_object_get(e, "loss"));
     cr_assert(ce > 0 && ce < log(300.0), "toy eval of the GPT-2 checkpoint: %f", ce);
     json_decref(e);
-    snprintf(cmd, sizeof cmd, "%s train --resume '%s/run' --steps 40 --json > '%s/resume.json' 2>&1", bin, th_dir, th_dir);
+    snprintf(cmd, sizeof cmd, "%s train --resume '%s/run' --steps 40 --json > '%s/resume.json' 2> '%s/resume.err'", bin, th_dir, th_dir, th_dir);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
     snprintf(cmd, sizeof cmd, "%s/resume.json", th_dir);
     json_t *r = json_load_file(cmd, 0, &err);
