@@ -863,3 +863,126 @@ Test(finetune, full_finetune_checkpoints_the_model_and_qlora_needs_a_quantized_b
     toy_tokenizer_free(tok);
     th_rmdir();
 }
+
+/* ---- merge: adapters as llama.cpp writes them, and what is wrong with broken ones ---------------- */
+
+enum { AD_F16 = 1, AD_NO_ALPHA = 2, AD_TRANSPOSE_A = 4, AD_DROP_B = 8 };
+
+/* a copy of the toy-written adapter src, changed as flags say */
+static void rewrite_adapter(const char *src, const char *dst, int flags) {
+    struct toy_gguf *g;
+    struct toy_gguf_writer *w;
+    cr_assert_eq(toy_gguf_open(src, &g), TOY_OK);
+    cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
+    for (int64_t i = 0; i < toy_gguf_n_kv(g); i++)
+        if (!(flags & AD_NO_ALPHA) || strcmp(toy_gguf_kv_key(g, i), "adapter.lora.alpha"))
+            cr_assert_eq(toy_gguf_writer_copy_kv(w, g, i), TOY_OK);
+    void *bufs[64];
+    int nb = 0;
+    for (int64_t i = 0; i < toy_gguf_n_tensors(g); i++) {
+        const struct toy_gguf_tensor *t = toy_gguf_tensor(g, i);
+        bool is_a = strstr(t->name, ".lora_a") != NULL;
+        if ((flags & AD_DROP_B) && !is_a) continue;
+        int64_t ne[2] = {t->ne[0], t->ne[1]};
+        float *f = malloc((size_t)t->n_elements * sizeof *f);
+        memcpy(f, t->data, (size_t)t->n_elements * sizeof *f);
+        if ((flags & AD_TRANSPOSE_A) && is_a) { /* {in, r} -> {r, in} */
+            for (int64_t r = 0; r < ne[1]; r++)
+                for (int64_t c = 0; c < ne[0]; c++) f[c * ne[1] + r] = ((const float *)t->data)[r * ne[0] + c];
+            ne[0] = t->ne[1], ne[1] = t->ne[0];
+        }
+        void *d = f;
+        enum toy_dtype ty = TOY_F32;
+        if (flags & AD_F16) {
+            d = malloc((size_t)t->n_elements * 2);
+            cr_assert_eq(toy_quantize_row(TOY_F16, f, d, t->n_elements), TOY_OK);
+            free(f);
+            ty = TOY_F16;
+        }
+        cr_assert(nb < 64);
+        bufs[nb++] = d;
+        cr_assert_eq(toy_gguf_writer_add_tensor(w, t->name, ty, 2, ne, d), TOY_OK);
+    }
+    cr_assert_eq(toy_gguf_writer_write(w, dst), TOY_OK, "%s", toy_last_error());
+    toy_gguf_writer_free(w);
+    for (int i = 0; i < nb; i++) free(bufs[i]);
+    toy_gguf_close(g);
+}
+
+static float *read_weight(const char *path, const char *name, int64_t *n) {
+    struct toy_gguf *g;
+    cr_assert_eq(toy_gguf_open(path, &g), TOY_OK, "%s", toy_last_error());
+    int64_t i = toy_gguf_find_tensor(g, name);
+    cr_assert(i >= 0);
+    *n = toy_gguf_tensor(g, i)->n_elements;
+    float *f = malloc((size_t)*n * sizeof *f);
+    cr_assert_eq(toy_gguf_tensor_read_f32(g, i, f, *n), TOY_OK);
+    toy_gguf_close(g);
+    return f;
+}
+
+/* An f16 pair (llama.cpp's converter's usual type) got "does not fit {64, 64} (wrong base model?)"; it
+ * merges (and loads) now, widened to f32. A transposed lora_a is called transposed, a lora_a without its
+ * lora_b says so, and a missing adapter.lora.alpha means alpha = rank (scale 1), as llama.cpp reads it. */
+Test(finetune, merge_reads_f16_pairs_and_names_what_is_wrong, .timeout = 120) {
+    th_mkdir("ftm");
+    struct toy_llama_config c = small_config();
+    char base[400], ad[400], f16[400], bad[400], out[400], ref[400];
+    snprintf(base, sizeof base, "%s/base.gguf", th_dir);
+    snprintf(ad, sizeof ad, "%s/adapter.gguf", th_dir);
+    snprintf(f16, sizeof f16, "%s/adapter-f16.gguf", th_dir);
+    snprintf(bad, sizeof bad, "%s/bad.gguf", th_dir);
+    snprintf(out, sizeof out, "%s/out.gguf", th_dir);
+    snprintf(ref, sizeof ref, "%s/ref.gguf", th_dir);
+    make_base(base, &c, 8);
+    struct toy_llama *m;
+    cr_assert_eq(toy_llama_load(base, false, &m), TOY_OK);
+    struct toy_lora *a;
+    /* alpha = rank: scale 1, the same as an absent alpha */
+    struct toy_lora_opts o = {.rank = 4, .alpha = 4, .targets = 1u << TOY_LORA_Q, .seed = 5};
+    cr_assert_eq(toy_lora_attach(m, &o, &a), TOY_OK);
+    randomize_b(a, 3, 0.3f);
+    cr_assert_eq(toy_lora_save(a, ad), TOY_OK);
+    toy_lora_free(a);
+    toy_llama_free(m);
+    cr_assert_eq(toy_lora_merge_file(base, ad, 1.0f, ref), TOY_OK, "%s", toy_last_error());
+    int64_t n;
+    float *w0 = read_weight(base, "blk.0.attn_q.weight", &n), *w32 = read_weight(ref, "blk.0.attn_q.weight", &n);
+    double moved = 0;
+    for (int64_t i = 0; i < n; i++) moved = fmax(moved, fabs(w32[i] - w0[i]));
+    cr_assert(moved > 1e-3, "the adapter does not move the weight (%g)", moved);
+
+    rewrite_adapter(ad, f16, AD_F16);
+    cr_assert_eq(toy_lora_merge_file(base, f16, 1.0f, out), TOY_OK, "%s", toy_last_error());
+    float *w16 = read_weight(out, "blk.0.attn_q.weight", &n);
+    double worst = 0;
+    for (int64_t i = 0; i < n; i++) worst = fmax(worst, fabs(w16[i] - w32[i]));
+    cr_expect(worst <= 5e-3 * moved, "f16 pair merged %g off (the adapter moves %g)", worst, moved);
+    free(w16);
+    cr_assert_eq(toy_llama_load(base, true, &m), TOY_OK);
+    cr_expect_eq(toy_lora_load(m, f16, 1.0f, false, &a), TOY_OK, "%s", toy_last_error());
+    toy_lora_free(a);
+
+    rewrite_adapter(ad, bad, AD_NO_ALPHA);
+    cr_assert_eq(toy_lora_merge_file(base, bad, 1.0f, out), TOY_OK, "%s", toy_last_error());
+    float *wn = read_weight(out, "blk.0.attn_q.weight", &n);
+    for (int64_t i = 0; i < n; i++) cr_assert(fabs(wn[i] - w32[i]) <= 1e-6f * (1 + fabsf(w32[i])), "no alpha: not scale 1");
+    free(wn);
+    cr_expect_eq(toy_lora_load(m, bad, 1.0f, false, &a), TOY_OK, "%s", toy_last_error());
+    toy_lora_free(a);
+
+    rewrite_adapter(ad, bad, AD_TRANSPOSE_A);
+    cr_expect_neq(toy_lora_merge_file(base, bad, 1.0f, out), TOY_OK);
+    cr_expect(strstr(toy_last_error(), "lora_a is {4, 64}: transposed"), "%s", toy_last_error());
+    cr_expect_neq(toy_lora_load(m, bad, 1.0f, false, &a), TOY_OK);
+    cr_expect(strstr(toy_last_error(), "transposed"), "%s", toy_last_error());
+
+    rewrite_adapter(ad, bad, AD_DROP_B);
+    cr_expect_neq(toy_lora_merge_file(base, bad, 1.0f, out), TOY_OK);
+    cr_expect(strstr(toy_last_error(), "blk.0.attn_q.weight.lora_a has no blk.0.attn_q.weight.lora_b"), "%s",
+              toy_last_error());
+    toy_llama_free(m);
+    free(w0);
+    free(w32);
+    th_rmdir();
+}

@@ -279,8 +279,40 @@ static enum toy_status check_header(const struct toy_gguf *g, const char *path, 
         return toy_error(TOY_ERR_UNSUPPORTED, "%s: adapter.type is not \"lora\"", path);
     if (arch && !toy_gguf_get_str(g, "general.architecture", &s, &n) && (strlen(arch) != n || memcmp(s, arch, n)))
         return toy_error(TOY_ERR_FORMAT, "%s: adapter for architecture %.*s, the model is %s", path, (int)n, s, arch);
-    if (toy_gguf_get_f32(g, "adapter.lora.alpha", alpha))
-        return toy_error(TOY_ERR_FORMAT, "%s: missing adapter.lora.alpha (f32)", path);
+    /* absent: 0, which means alpha = rank (scale 1), as llama.cpp reads it (llama-adapter.cpp's get_kv_f32
+     * gives 0 for a missing key, and get_scale then uses the adapter scale alone) */
+    if (toy_gguf_get_f32(g, "adapter.lora.alpha", alpha)) *alpha = 0;
+    return TOY_OK;
+}
+
+/* The types a LoRA pair may have: llama.cpp's converter writes f16 (or bf16, f32); toy widens to f32. */
+static bool pair_type_ok(enum toy_dtype t) { return t == TOY_F32 || t == TOY_F16 || t == TOY_BF16; }
+
+/* Whether A ({in, r}) and B ({r, out}) can be applied to the weight `wname` of ne {in, out} (w_dims dims),
+ * with a message that says what is wrong with them: the type, a transposed matrix, the other base model. */
+static enum toy_status check_pair(const char *path, const char *wname, int64_t in, int64_t out, int w_dims,
+                                  const struct toy_gguf_tensor *A, const struct toy_gguf_tensor *B) {
+    if (!pair_type_ok(A->type) || !pair_type_ok(B->type))
+        return toy_error(TOY_ERR_UNSUPPORTED, "%s: %s is %s and its lora_b %s: toy reads f32, f16 and bf16 LoRA "
+                         "pairs", path, A->name, toy_dtype_name(A->type), toy_dtype_name(B->type));
+    if (A->n_dims != 2 || B->n_dims != 2)
+        return toy_error(TOY_ERR_FORMAT, "%s: %s is %d-D and its lora_b %d-D: a LoRA pair is two matrices", path,
+                         A->name, A->n_dims, B->n_dims);
+    if (w_dims != 2)
+        return toy_error(TOY_ERR_SHAPE, "%s: %s adapts %s, which is %d-D, not a matrix", path, A->name, wname, w_dims);
+    long long a0 = A->ne[0], a1 = A->ne[1], b0 = B->ne[0], b1 = B->ne[1];
+    if (a0 != in && a1 == in && a0 == b0 && b1 == out)
+        return toy_error(TOY_ERR_SHAPE, "%s: %s is {%lld, %lld}: transposed (llama.cpp's lora_a is {in, rank} = "
+                         "{%lld, %lld} for %s)", path, A->name, a0, a1, (long long)in, a0, wname);
+    if (b1 != out && b0 == out && a0 == in && b1 == a1)
+        return toy_error(TOY_ERR_SHAPE, "%s: %s's lora_b is {%lld, %lld}: transposed (llama.cpp's lora_b is {rank, "
+                         "out} = {%lld, %lld} for %s)", path, A->name, b0, b1, b1, (long long)out, wname);
+    if (a0 != in || b1 != out)
+        return toy_error(TOY_ERR_SHAPE, "%s: %s is {%lld, %lld} x {%lld, %lld}, %s is {%lld, %lld} (wrong base "
+                         "model?)", path, A->name, a0, a1, b0, b1, wname, (long long)in, (long long)out);
+    if (a1 != b0)
+        return toy_error(TOY_ERR_SHAPE, "%s: %s rank %lld but lora_b rank %lld", path, A->name, a1, b0);
+    if (a1 < 1 || a1 > 65536) return toy_error(TOY_ERR_FORMAT, "%s: %s has rank %lld", path, A->name, a1);
     return TOY_OK;
 }
 
@@ -316,28 +348,12 @@ enum toy_status toy_lora_load(struct toy_llama *m, const char *path, float scale
         if (!is_a) continue;
         const struct toy_gguf_tensor *tb = toy_gguf_tensor(g, j);
         const struct toy_tensor *w = target_weight(&m->layers[l], t);
-        if (ti->type != TOY_F32 || tb->type != TOY_F32 || ti->n_dims != 2 || tb->n_dims != 2) {
-            st = toy_error(TOY_ERR_UNSUPPORTED, "%s: %s: toy reads F32 2-D LoRA pairs (%s)", path, ti->name,
-                           toy_dtype_name(ti->type));
-            goto done;
-        }
-        if (ti->ne[0] != w->ne[0] || tb->ne[1] != w->ne[1]) {
-            st = toy_error(TOY_ERR_SHAPE, "%s: %s is {%lld, %lld} x {%lld, %lld}, %s is {%lld, %lld} (wrong base model?)",
-                           path, ti->name, (long long)ti->ne[0], (long long)ti->ne[1], (long long)tb->ne[0],
-                           (long long)tb->ne[1], w->name, (long long)w->ne[0], (long long)w->ne[1]);
-            goto done;
-        }
-        if (ti->ne[1] != tb->ne[0]) {
-            st = toy_error(TOY_ERR_SHAPE, "%s: %s rank %lld but lora_b rank %lld (lora_a not transposed?)", path,
-                           ti->name, (long long)ti->ne[1], (long long)tb->ne[0]);
-            goto done;
-        }
+        if ((st = check_pair(path, w->name, w->ne[0], w->ne[1], 2, ti, tb))) goto done;
         if (o.rank && o.rank != ti->ne[1]) {
             st = toy_error(TOY_ERR_UNSUPPORTED, "%s: ranks differ between pairs (%d, %lld)", path, o.rank,
                            (long long)ti->ne[1]);
             goto done;
         }
-        if (ti->ne[1] < 1 || ti->ne[1] > 65536) { st = toy_error(TOY_ERR_FORMAT, "%s: rank %lld", path, (long long)ti->ne[1]); goto done; }
         o.rank = (int32_t)ti->ne[1];
         o.targets |= 1u << t;
     }
@@ -350,7 +366,11 @@ enum toy_status toy_lora_load(struct toy_llama *m, const char *path, float scale
     if ((st = make_pairs(m, &o, trainable, &a))) goto done;
     for (int i = 0; i < a->n; i++) {
         int64_t j = toy_gguf_find_tensor(g, a->t[i]->name);
-        if (j >= 0) memcpy(a->t[i]->data, toy_gguf_tensor(g, j)->data, toy_gguf_tensor(g, j)->nbytes);
+        /* f16/bf16 pairs widen to toy's f32 (an f32 file is copied as it is) */
+        if (j >= 0 && (st = toy_gguf_tensor_read_f32(g, j, a->t[i]->data, toy_nelements(a->t[i])))) {
+            toy_lora_free(a);
+            goto done;
+        }
     }
     m->lora_scale = scale * (o.alpha != 0 ? o.alpha / (float)o.rank : 1.0f); /* alpha 0: alpha = rank, as llama.cpp */
     *out = a;
@@ -389,26 +409,32 @@ enum toy_status toy_lora_merge_into(struct toy_llama *m, const struct toy_lora *
 }
 
 struct merge_job {
-    const struct toy_gguf *base;
-    int64_t index;
-    const struct toy_gguf_tensor *A, *B;
+    const struct toy_gguf *base, *ad;
+    int64_t index, ia, ib; /* the weight in base, its A and B in ad */
     float scale;
 };
 
 static enum toy_status merge_fill(void *ctx, void *dst, size_t nbytes) {
     const struct merge_job *j = ctx;
     const struct toy_gguf_tensor *w = toy_gguf_tensor(j->base, j->index);
+    const struct toy_gguf_tensor *A = toy_gguf_tensor(j->ad, j->ia), *B = toy_gguf_tensor(j->ad, j->ib);
     int64_t in = w->ne[0], out = w->ne[1];
+    /* the weight and the pair (f32, or f16/bf16 as llama.cpp's converter writes them) as f32 */
     float *f = malloc((size_t)(in * out) * sizeof *f);
-    if (!f) return toy_error(TOY_ERR_NOMEM, "merge %s", w->name);
-    enum toy_status st = toy_gguf_tensor_read_f32(j->base, j->index, f, in * out);
+    float *fa = malloc((size_t)A->n_elements * sizeof *fa), *fb = malloc((size_t)B->n_elements * sizeof *fb);
+    enum toy_status st = f && fa && fb ? TOY_OK : toy_error(TOY_ERR_NOMEM, "merge %s", w->name);
+    if (!st) st = toy_gguf_tensor_read_f32(j->base, j->index, f, in * out);
+    if (!st) st = toy_gguf_tensor_read_f32(j->ad, j->ia, fa, A->n_elements);
+    if (!st) st = toy_gguf_tensor_read_f32(j->ad, j->ib, fb, B->n_elements);
     if (!st) {
-        add_ba(f, j->A->data, j->B->data, in, out, j->A->ne[1], j->scale);
+        add_ba(f, fa, fb, in, out, A->ne[1], j->scale);
         size_t rb = toy_row_bytes(w->type, in);
         for (int64_t o = 0; o < out && !st; o++) st = toy_quantize_row(w->type, f + o * in, (char *)dst + o * rb, in);
         if (!st && rb * (size_t)out != nbytes) st = toy_error(TOY_ERR_SHAPE, "merge %s: size", w->name);
     }
     free(f);
+    free(fa);
+    free(fb);
     return st;
 }
 
@@ -439,22 +465,23 @@ enum toy_status toy_lora_merge_file(const char *base_path, const char *adapter_p
         snprintf(name, sizeof name, "%s.lora_b", ti->name);
         int64_t jb = toy_gguf_find_tensor(ad, name);
         int n_dims = ti->n_dims < 1 ? 1 : ti->n_dims;
-        if (ja < 0 || jb < 0) {
+        if (ja < 0 && jb < 0) {
             st = toy_gguf_writer_add_tensor(w, ti->name, ti->type, n_dims, ti->ne, ti->data);
             continue;
         }
-        const struct toy_gguf_tensor *A = toy_gguf_tensor(ad, ja), *B = toy_gguf_tensor(ad, jb);
-        if (A->type != TOY_F32 || B->type != TOY_F32 || A->ne[0] != ti->ne[0] || B->ne[1] != ti->ne[1] ||
-            A->ne[1] != B->ne[0] || A->ne[1] < 1 || ti->n_dims != 2) {
-            st = toy_error(TOY_ERR_SHAPE, "%s: LoRA pair for %s does not fit {%lld, %lld} (wrong base model?)",
-                           adapter_path, ti->name, (long long)ti->ne[0], (long long)ti->ne[1]);
+        if (ja < 0 || jb < 0) { /* half a pair: name the missing half, not "N tensors match no weight" */
+            st = toy_error(TOY_ERR_FORMAT, "%s: %s.lora_%c has no %s.lora_%c", adapter_path, ti->name, ja < 0 ? 'b' : 'a',
+                           ti->name, ja < 0 ? 'a' : 'b');
             break;
         }
+        const struct toy_gguf_tensor *A = toy_gguf_tensor(ad, ja), *B = toy_gguf_tensor(ad, jb);
+        if ((st = check_pair(adapter_path, ti->name, ti->ne[0], ti->ne[1], ti->n_dims, A, B))) break;
         if (!toy_can_dequantize(ti->type) || !toy_can_quantize(ti->type)) {
             st = toy_error(TOY_ERR_UNSUPPORTED, "merge: cannot re-encode %s (%s)", ti->name, toy_dtype_name(ti->type));
             break;
         }
-        jobs[i] = (struct merge_job){g, i, A, B, scale * (alpha != 0 ? alpha / (float)A->ne[1] : 1.0f)};
+        /* alpha 0 (or absent): alpha = rank, scale 1, as llama.cpp */
+        jobs[i] = (struct merge_job){g, ad, i, ja, jb, scale * (alpha != 0 ? alpha / (float)A->ne[1] : 1.0f)};
         used += 2;
         st = toy_gguf_writer_add_tensor_fn(w, ti->name, ti->type, 2, ti->ne, merge_fill, &jobs[i]);
     }
