@@ -576,3 +576,15 @@ Test(chat_template, jinja2_filters_and_tests) {
                   "{{ missing is iterable }}",
                   "True [3, 4] True True True");
 }
+
+/* Case filters and methods map every letter, not only ASCII ('été'|upper
+ * gave 'éTé'), 'ß' as Python does, and the title filter (words after white
+ * space or -({[<) differs from str.title() (words after any uncased
+ * character), as in Jinja2: expected strings are Jinja2 3.1's. */
+Test(chat_template, case_mapping_is_unicode) {
+    EXPECT_RENDER("{{ 'été ßx'|upper }} {{ 'ÉTÉ Ω'|lower }} {{ 'élan VITAL'|capitalize }}", "ÉTÉ SSX été ω Élan vital");
+    EXPECT_RENDER("{{ \"they're hello_world 1st\"|title }}|{{ \"they're hello_world 1st\".title() }}",
+                  "They're Hello_world 1st|They'Re Hello_World 1St");
+    EXPECT_RENDER("{{ 'ßa'|capitalize }} {{ 'aß'|title }} {{ 'x ßy'.title() }} {{ 'straße'.upper() }}",
+                  "Ssa Aß X Ssy STRASSE");
+}

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <utf8proc.h>
 
 /* ---- evaluation ---- */
 
@@ -506,20 +507,59 @@ static json_t *str_replace(json_t *s, json_t *from, json_t *to, long long count)
     return r;
 }
 
-static json_t *case_map(json_t *s, int mode /* 0 lower 1 upper 2 title 3 capitalize */) {
-    char *c = strndup(json_string_value(s), json_string_length(s));
-    if (!c) return NULL;
-    size_t n = json_string_length(s);
-    bool start = true;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char ch = (unsigned char)c[i];
-        if (mode == 0) c[i] = (char)tolower(ch);
-        else if (mode == 1) c[i] = (char)toupper(ch);
-        else if (mode == 2) { c[i] = (char)(start ? toupper(ch) : tolower(ch)); start = !isalnum(ch) && ch < 0x80; }
-        else c[i] = (char)(i == 0 ? toupper(ch) : tolower(ch));
+/* Case mapping of UTF-8 text by code point (utf8proc's simple mappings,
+ * 'é' -> 'É', and Python's 'ß' -> "SS"; its other full mappings, rare
+ * ligatures, are left). Modes: lower, upper, capitalize (the first character upper, the
+ * rest lower), Python's str.title() (a cased letter after an uncased
+ * character starts a word: "they're" -> "They'Re"), and Jinja's title
+ * filter (words start after white space or one of -({[< : "They're"). */
+enum { CASE_LOWER, CASE_UPPER, CASE_CAPITALIZE, CASE_TITLE_METHOD, CASE_TITLE_FILTER };
+
+static bool is_cased(utf8proc_int32_t c) {
+    return utf8proc_tolower(c) != c || utf8proc_toupper(c) != c || utf8proc_category(c) == UTF8PROC_CATEGORY_LT;
+}
+
+static json_t *case_map(json_t *s, int mode) {
+    const utf8proc_uint8_t *p = (const utf8proc_uint8_t *)json_string_value(s);
+    utf8proc_ssize_t n = (utf8proc_ssize_t)json_string_length(s), i = 0;
+    struct sbuf b = {0};
+    bool start = true, first = true;
+    while (i < n) {
+        utf8proc_int32_t c;
+        utf8proc_ssize_t k = utf8proc_iterate(p + i, n - i, &c);
+        if (k <= 0) { /* not UTF-8 here: the byte as it is */
+            sb_add(&b, (const char *)p + i, 1);
+            i++;
+            continue;
+        }
+        bool word_start = mode == CASE_CAPITALIZE ? first : mode >= CASE_TITLE_METHOD && start;
+        if (c == 0xDF && (mode == CASE_UPPER || word_start)) {
+            sb_str(&b, mode == CASE_UPPER ? "SS" : "Ss"); /* Python's full mapping of 'ß' (utf8proc's is U+1E9E) */
+            start = first = false;
+            i += k;
+            continue;
+        }
+        utf8proc_int32_t out;
+        switch (mode) {
+        case CASE_LOWER: out = utf8proc_tolower(c); break;
+        case CASE_UPPER: out = utf8proc_toupper(c); break;
+        case CASE_CAPITALIZE: out = first ? utf8proc_totitle(c) : utf8proc_tolower(c); break;
+        case CASE_TITLE_METHOD:
+            out = start ? utf8proc_totitle(c) : utf8proc_tolower(c);
+            start = !is_cased(c);
+            break;
+        default:
+            out = start ? utf8proc_totitle(c) : utf8proc_tolower(c);
+            start = c < 0x80 ? (isspace(c) || strchr("-({[<", c) != NULL) && c != 0
+                             : utf8proc_category(c) == UTF8PROC_CATEGORY_ZS || c == 0x85 || c == 0x2028 || c == 0x2029;
+        }
+        first = false;
+        utf8proc_uint8_t enc[4];
+        sb_add(&b, (const char *)enc, (size_t)utf8proc_encode_char(out, enc));
+        i += k;
     }
-    json_t *r = json_stringn_nocheck(c, n);
-    free(c);
+    json_t *r = json_stringn_nocheck(b.p ? b.p : "", b.n);
+    free(b.p);
     return r;
 }
 
@@ -529,10 +569,10 @@ static json_t *call_method(struct ctx *C, const struct node *call, json_t *obj, 
         if (!strcmp(m, "strip")) r = strip_chars(obj, a0, true, true);
         else if (!strcmp(m, "lstrip")) r = strip_chars(obj, a0, true, false);
         else if (!strcmp(m, "rstrip")) r = strip_chars(obj, a0, false, true);
-        else if (!strcmp(m, "upper")) r = case_map(obj, 1);
-        else if (!strcmp(m, "lower")) r = case_map(obj, 0);
-        else if (!strcmp(m, "title")) r = case_map(obj, 2);
-        else if (!strcmp(m, "capitalize")) r = case_map(obj, 3);
+        else if (!strcmp(m, "upper")) r = case_map(obj, CASE_UPPER);
+        else if (!strcmp(m, "lower")) r = case_map(obj, CASE_LOWER);
+        else if (!strcmp(m, "title")) r = case_map(obj, CASE_TITLE_METHOD);
+        else if (!strcmp(m, "capitalize")) r = case_map(obj, CASE_CAPITALIZE);
         else if (!strcmp(m, "startswith") || !strcmp(m, "endswith")) {
             bool ok = false;
             json_t *cands = a0 && json_is_array(a0) ? a0 : NULL;
@@ -1253,7 +1293,10 @@ static json_t *do_filter(struct ctx *C, const struct node *f, json_t *v) {
     }
     if (!strcmp(n, "upper") || !strcmp(n, "lower") || !strcmp(n, "title") || !strcmp(n, "capitalize")) {
         json_t *s = str_of(v);
-        json_t *r = case_map(s, n[0] == 'l' ? 0 : n[0] == 'u' ? 1 : n[0] == 't' ? 2 : 3);
+        json_t *r = case_map(s, n[0] == 'l'   ? CASE_LOWER
+                                : n[0] == 'u' ? CASE_UPPER
+                                : n[0] == 't' ? CASE_TITLE_FILTER
+                                              : CASE_CAPITALIZE);
         json_decref(s);
         return r;
     }
