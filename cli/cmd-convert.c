@@ -44,23 +44,35 @@ static void summary(const char *path, double t0, int64_t n_tensors) {
     toy_gguf_close(g);
 }
 
-/* The k-quants need rows of a multiple of 256 and the 32-blocks one of 32: a matrix whose rows are not is
- * written in the nearest type that fits (as llama.cpp does); say so, since the file type names the request */
+/* The matrices not written as asked, and why, since the file type names the request: the k-quants need
+ * rows of a multiple of 256 and the 32-blocks one of 32, so such a matrix is written in the nearest type
+ * that fits (as llama.cpp does); a tensor toy cannot convert at all (integers: i8, i32, ...) is copied as
+ * it is, and its rows have nothing to do with it. */
 static void fallback_note(const char *path, enum toy_dtype want) {
     struct toy_gguf *g;
     if (toy_gguf_open(path, &g)) return;
-    int64_t n = 0, other = 0, ne0 = 0;
-    enum toy_dtype got = want;
+    int64_t n = 0, rows = 0, copied = 0, other = 0, ne0 = 0;
+    enum toy_dtype got = want, kept = want, elsewise = want;
+    int64_t block = toy_dtype_block_size(want);
     for (int64_t i = 0; i < toy_gguf_n_tensors(g); i++) {
         const struct toy_gguf_tensor *t = toy_gguf_tensor(g, i);
         if (t->n_dims < 2) continue;
         n++;
-        if (t->type != want) other++, got = t->type, ne0 = t->ne[0];
+        if (t->type == want) continue;
+        if (!toy_can_dequantize(t->type)) copied++, kept = t->type;
+        else if (block > 1 && t->ne[0] % block) rows++, got = t->type, ne0 = t->ne[0];
+        else other++, elsewise = t->type;
     }
+    if (rows)
+        fprintf(stderr, "toy: note: %lld of %lld matrices are %s, not %s (rows of %lld%s: %s needs a multiple of "
+                "%lld)\n", (long long)rows, (long long)n, toy_dtype_name(got), toy_dtype_name(want), (long long)ne0,
+                rows > 1 ? ", e.g." : "", toy_dtype_name(want), (long long)block);
+    if (copied)
+        fprintf(stderr, "toy: note: %lld of %lld matrices are copied as they are (e.g. %s): toy converts only "
+                "float and quantized tensors\n", (long long)copied, (long long)n, toy_dtype_name(kept));
     if (other)
-        fprintf(stderr, "toy: note: %lld of %lld matrices are not %s (e.g. %s, rows of %lld: %s needs a multiple of "
-                "%lld)\n", (long long)other, (long long)n, toy_dtype_name(want), toy_dtype_name(got),
-                (long long)ne0, toy_dtype_name(want), (long long)toy_dtype_block_size(want));
+        fprintf(stderr, "toy: note: %lld of %lld matrices are not %s (e.g. %s)\n", (long long)other, (long long)n,
+                toy_dtype_name(want), toy_dtype_name(elsewise));
     toy_gguf_close(g);
 }
 
@@ -124,6 +136,16 @@ int toy_cmd_quantize(int argc, char **argv) {
     if (toy_model_resolve(argv[1], in, sizeof in)) {
         fprintf(stderr, "toy quantize: %s\n", toy_last_error());
         return 1;
+    }
+    /* a vocabulary-only file would come out "Q4_0" with nothing quantized in it */
+    struct toy_gguf *src;
+    if (!toy_gguf_open(in, &src)) {
+        int64_t nt = toy_gguf_n_tensors(src);
+        toy_gguf_close(src);
+        if (!nt) {
+            fprintf(stderr, "toy quantize: %s: no tensors to quantize (a vocabulary-only file?)\n", in);
+            return 1;
+        }
     }
     struct toy_progress p;
     toy_progress_start(&p, "quantize", 0, "tensors/s");

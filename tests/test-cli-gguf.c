@@ -654,3 +654,52 @@ Test(cli_gguf, describe_gemma2_window_is_on_odd_one_based_layers) {
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     cr_assert_eq(system(cmd), 0);
 }
+
+/* quantize's note blamed row length for an i32 matrix it cannot convert at
+ * all ("i32, rows of 64: f32 needs a multiple of 1"): it says the tensor is
+ * copied as it is; a row-length fallback is still explained by its rows.
+ * A file without tensors "quantized" into a file labelled Q4_0: refused. */
+Test(cli_gguf, quantize_notes_say_what_happened_and_refuse_no_tensors) {
+    const char *b = bin();
+    char dir[] = "/tmp/toy-cli-gguf-XXXXXX", f[256], cmd[8192];
+    cr_assert(mkdtemp(dir));
+    snprintf(f, sizeof f, "%s/mixed.gguf", dir);
+    struct toy_gguf_writer *w;
+    cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
+    toy_gguf_writer_set_str(w, "general.architecture", "llama");
+    static float fz[64 * 64];
+    static int32_t iz[64 * 4];
+    int64_t sq[2] = {64, 64}, ids[2] = {64, 4}, odd[2] = {48, 5};
+    cr_assert_eq(toy_gguf_writer_add_tensor(w, "blk.0.attn_q.weight", TOY_F32, 2, sq, fz), TOY_OK);
+    cr_assert_eq(toy_gguf_writer_add_tensor(w, "blk.0.ids", TOY_I32, 2, ids, iz), TOY_OK);
+    cr_assert_eq(toy_gguf_writer_add_tensor(w, "blk.0.odd.weight", TOY_F32, 2, odd, fz), TOY_OK);
+    cr_assert_eq(toy_gguf_writer_write(w, f), TOY_OK, "%s", toy_last_error());
+    toy_gguf_writer_free(w);
+    int rc;
+    snprintf(cmd, sizeof cmd, "%s quantize %s %s/f32.gguf f32 2>&1", b, f, dir);
+    char *out = run(cmd, &rc);
+    cr_expect_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "1 of 3 matrices are copied as they are (e.g. i32)"), "%s", out);
+    cr_expect(!strstr(out, "needs a multiple of 1"), "%s", out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s quantize %s %s/q4.gguf q4_0 2>&1", b, f, dir);
+    out = run(cmd, &rc);
+    cr_expect_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "copied as they are (e.g. i32)"), "%s", out);
+    cr_expect(strstr(out, "rows of 48: q4_0 needs a multiple of 32"), "%s", out);
+    free(out);
+    /* no tensors */
+    snprintf(f, sizeof f, "%s/vocab.gguf", dir);
+    cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
+    toy_gguf_writer_set_str(w, "general.architecture", "llama");
+    toy_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
+    cr_assert_eq(toy_gguf_writer_write(w, f), TOY_OK, "%s", toy_last_error());
+    toy_gguf_writer_free(w);
+    snprintf(cmd, sizeof cmd, "%s quantize %s %s/vq.gguf q4_0 2>&1", b, f, dir);
+    expect_exit(cmd, 1, "no tensors to quantize");
+    snprintf(f, sizeof f, "%s/vq.gguf", dir);
+    struct stat sb;
+    cr_expect(stat(f, &sb) != 0, "a file was written");
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+}
