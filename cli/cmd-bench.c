@@ -23,6 +23,7 @@
 static int usage_to(FILE *out) {
     fprintf(out, "usage: toy bench -m MODEL.gguf [--threads 1,2] [--prompt 256] [--gen 32] [--reps 3]\n"
                     "                 [--kv-type f16|f32] [--json]\n"
+                    "--threads: up to 16 counts; --gen: at least 2.\n"
                     "Prefill and decode tokens/s of a Llama-family GGUF at each thread count, against the\n"
                     "memory-bandwidth bound of decode measured now; peak RSS. Decode tokens/s counts\n"
                     "decode steps (the first generated token comes with the prompt).\n");
@@ -89,16 +90,25 @@ int toy_cmd_bench(int argc, char **argv) {
     int prc = toy_cli_parse("bench", argc, argv, flags, NULL, 0, NULL);
     if (prc == 1) return usage_to(stdout), 0;
     if (prc) return prc;
-    if (n_gen < 2) n_gen = 2; /* the first token comes from the prefill: decode needs one more */
+    if (n_gen < 2) { /* it was raised to 2 without a word */
+        fprintf(stderr, "toy bench: --gen %lld: at least 2 (the first token comes with the prefill; decode tok/s "
+                "needs a decode step after it)\n", (long long)n_gen);
+        return 2;
+    }
     if (kv) {
         kv_type = (enum toy_dtype)toy_dtype_from_name(kv);
         if (kv_type != TOY_F32 && kv_type != TOY_F16) { fprintf(stderr, "toy bench: --kv-type f32|f16\n"); return 2; }
     }
     if (!model) return usage();
-    int threads[16], n_threads = 0;
+    enum { MAX_COUNTS = 16 };
+    int threads[MAX_COUNTS], n_threads = 0;
     if (threads_arg) {
         const char *p = threads_arg;
-        while (*p && n_threads < 16) {
+        while (*p) {
+            if (n_threads == MAX_COUNTS) { /* the counts past 16 were dropped without a word */
+                fprintf(stderr, "toy bench: --threads takes at most %d counts\n", MAX_COUNTS);
+                return 2;
+            }
             char *end;
             long t = strtol(p, &end, 10);
             if (end == p || t < 1 || t > 1024 || (*end && *end != ',')) {
@@ -144,7 +154,7 @@ int toy_cmd_bench(int argc, char **argv) {
      * against the bandwidth of its own moment. The reported decode is the
      * best run's, with its own bound. Peak RSS is read after the first run,
      * before the tests' buffers (256 MB) could hide the model's own. */
-    double bp[16] = {0}, bd[16] = {0}, bg[16] = {0};
+    double bp[MAX_COUNTS] = {0}, bd[MAX_COUNTS] = {0}, bg[MAX_COUNTS] = {0};
     long peak_kb = 0;
     int rc = 0;
     for (int ti = 0; ti < n_threads && !rc; ti++) {

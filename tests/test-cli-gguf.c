@@ -703,3 +703,17 @@ Test(cli_gguf, quantize_notes_say_what_happened_and_refuse_no_tensors) {
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     cr_assert_eq(system(cmd), 0);
 }
+
+/* bench kept the first 16 of 17 thread counts and ran --gen 1 as 2, both
+ * without a word: both are usage errors now (exit 2, saying why). */
+Test(cli_gguf, bench_refuses_what_it_would_change_silently) {
+    const char *b = bin();
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "%s bench -m %s --threads 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17 --prompt 4 --gen 2 "
+             "--reps 1 2>&1", b, TINY);
+    expect_exit(cmd, 2, "at most 16 counts");
+    snprintf(cmd, sizeof cmd, "%s bench -m %s --threads 1 --prompt 4 --gen 1 --reps 1 2>&1", b, TINY);
+    expect_exit(cmd, 2, "--gen 1: at least 2");
+    snprintf(cmd, sizeof cmd, "%s bench -m %s --threads 1 --prompt 4 --gen 2 --reps 1 2>&1", b, TINY);
+    expect_exit(cmd, 0, "1 thread");
+}
