@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "json-out.h"
+#include "toy/file.h"
 #include "toy/tokenizer.h"
 
 int toy_cli_print_json(const char *cmd, json_t *j, size_t flags) {
@@ -31,22 +32,18 @@ json_t *toy_cli_json_text(const char *s, size_t n) {
 }
 
 int toy_cli_write_json_file(const char *cmd, json_t *j, const char *path) {
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-    const char *why = NULL;
-    FILE *f = j ? fopen(tmp, "w") : NULL;
-    if (!j) why = "a value JSON cannot hold, or out of memory";
-    else if (!f) why = strerror(errno);
-    else {
-        int bad = json_dumpf(j, f, JSON_INDENT(1) | JSON_SORT_KEYS) || fputc('\n', f) == EOF;
-        bad |= fflush(f) != 0; /* a full disk shows here at the latest */
-        if (bad) why = strerror(errno ? errno : EIO);
-        if (fclose(f) && !why) why = strerror(errno);
-        if (!why && rename(tmp, path)) why = strerror(errno);
-        if (why) unlink(tmp);
+    struct toy_file_replace r;
+    enum toy_status st = j ? toy_file_replace_begin(path, &r) : TOY_OK;
+    if (!j) {
+        fprintf(stderr, "toy %s: cannot write %s: a value JSON cannot hold, or out of memory\n", cmd, path);
+        return 1;
+    }
+    if (!st) {
+        bool ok = !json_dumpf(j, r.f, JSON_INDENT(1) | JSON_SORT_KEYS) && fputc('\n', r.f) != EOF;
+        st = toy_file_replace_end(&r, ok);
     }
     json_decref(j);
-    if (!why) return 0;
-    fprintf(stderr, "toy %s: cannot write %s: %s\n", cmd, path, why);
+    if (!st) return 0;
+    fprintf(stderr, "toy %s: cannot write %s\n", cmd, toy_last_error());
     return 1;
 }

@@ -10,7 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "toy/gguf.h"
+#include "toy/file.h"
 
 volatile sig_atomic_t toy_cli_stop;
 
@@ -39,14 +39,14 @@ static void on_signal(int sig) {
     static const char msg[] = "\ntoy: second Ctrl-C: exiting now, without finishing (no checkpoint, no drain)\n";
     ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
     (void)w;
-    toy_gguf_remove_temp_files(); /* a checkpoint half written */
+    toy_file_remove_temps(); /* a checkpoint half written */
     _exit(130);
 }
 
 /* the default: a signal ends the process as it would, without the partial
  * GGUF a write in progress leaves */
 static void on_fatal_signal(int sig) {
-    toy_gguf_remove_temp_files();
+    toy_file_remove_temps();
     signal(sig, SIG_DFL);
     raise(sig);
 }

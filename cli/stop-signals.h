@@ -25,7 +25,7 @@ void toy_cli_stop_signals_restore(void);
 
 /* Every command's default (main installs it): SIGINT, SIGTERM and SIGHUP end
  * the process as they would, after removing the temp file of a GGUF being
- * written (toy_gguf_remove_temp_files), which convert, quantize and merge
+ * written (toy_file_remove_temps), which convert, quantize and merge
  * left behind half written. */
 void toy_cli_cleanup_signals_install(void);
 

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "toy/file.h"
 #include "toy/gguf.h"
 #include "toy/quant.h"
 
@@ -768,4 +769,63 @@ Test(gguf, open_errors) {
     cr_expect_eq(toy_gguf_open("/tmp", &g), TOY_ERR_IO);
     toy_gguf_close(NULL);
     toy_gguf_writer_free(NULL);
+}
+
+/* toy_file_replace (every writer's last step): a symbolic link is written
+ * through and stays a link, an existing file keeps its mode, a device or a
+ * pipe is refused and left as it is (as root, /dev/full became a plain
+ * file), and a failed write leaves the old file and no temp file. */
+Test(gguf, file_replace_keeps_links_modes_and_devices) {
+    char dir[] = "/tmp/toy-replace-XXXXXX", path[600], link[600], fifo[600];
+    cr_assert(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/real.bin", dir);
+    snprintf(link, sizeof link, "%s/link.bin", dir);
+    snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+    FILE *f = fopen(path, "w");
+    fputs("old", f);
+    fclose(f);
+    cr_assert_eq(chmod(path, 0600), 0);
+    cr_assert_eq(symlink("real.bin", link), 0);
+    struct toy_file_replace r;
+    cr_assert_eq(toy_file_replace_begin(link, &r), TOY_OK, "%s", toy_last_error());
+    fputs("new", r.f);
+    cr_assert_eq(toy_file_replace_end(&r, true), TOY_OK, "%s", toy_last_error());
+    struct stat sb;
+    cr_assert_eq(lstat(link, &sb), 0);
+    cr_expect(S_ISLNK(sb.st_mode), "the link was replaced by a file");
+    cr_assert_eq(stat(path, &sb), 0);
+    cr_expect_eq(sb.st_mode & 0777, 0600, "mode %o", sb.st_mode & 0777);
+    char buf[8] = {0};
+    f = fopen(path, "r");
+    cr_assert(fread(buf, 1, 7, f) == 3);
+    fclose(f);
+    cr_expect_str_eq(buf, "new");
+    /* a failed write: the old content stays, no temp file */
+    cr_assert_eq(toy_file_replace_begin(path, &r), TOY_OK);
+    fputs("partial", r.f);
+    cr_expect_eq(toy_file_replace_end(&r, false), TOY_ERR_IO);
+    f = fopen(path, "r");
+    memset(buf, 0, sizeof buf);
+    cr_assert(fread(buf, 1, 7, f) == 3);
+    fclose(f);
+    cr_expect_str_eq(buf, "new");
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int n = 0;
+    while ((e = readdir(d))) n += e->d_name[0] != '.';
+    closedir(d);
+    cr_expect_eq(n, 2, "a temp file was left");
+    /* not regular files: refused, untouched */
+    cr_assert_eq(mkfifo(fifo, 0644), 0);
+    cr_expect_eq(toy_file_replace_begin(fifo, &r), TOY_ERR_IO);
+    cr_expect(strstr(toy_last_error(), "a pipe"), "%s", toy_last_error());
+    cr_assert_eq(stat(fifo, &sb), 0);
+    cr_expect(S_ISFIFO(sb.st_mode));
+    cr_expect_eq(toy_file_replace_begin("/dev/null", &r), TOY_ERR_IO);
+    cr_expect(strstr(toy_last_error(), "not a regular file"), "%s", toy_last_error());
+    cr_expect_eq(toy_file_replace_begin(dir, &r), TOY_ERR_IO);
+    cr_expect_eq(toy_file_replace_begin("-", &r), TOY_ERR_INVALID_ARG);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_expect_eq(system(cmd), 0);
 }

@@ -247,14 +247,11 @@ enum toy_status toy_gguf_writer_add_tensor_fn(struct toy_gguf_writer *w, const c
 int64_t toy_gguf_writer_n_tensors(const struct toy_gguf_writer *w);
 void toy_gguf_writer_set_progress(struct toy_gguf_writer *w, toy_gguf_progress_fn fn, void *ctx);
 
-/* Writes the file: to "<path>.tmp.<pid>", fsync, rename over `path`, fsync
- * the directory. On any error the temp file is removed and `path` is left
- * as it was. "-" is not accepted. */
+/* Writes the file whole or not at all (toy/file.h: a temp file beside it,
+ * fsync, rename; a symbolic link is written through, a device or pipe
+ * refused). On any error the temp file is removed and `path` is left as it
+ * was. "-" is not accepted. */
 enum toy_status toy_gguf_writer_write(struct toy_gguf_writer *w, const char *path);
-/* Removes the temp files of the writes in progress (at most 8 at once are
- * tracked), for a signal handler that ends the process: async-signal-safe
- * (unlink only). A signal mid-write left a partial "<path>.tmp.<pid>". */
-void toy_gguf_remove_temp_files(void);
 /* Serializes into a malloc'd buffer (*out, *size; caller frees). */
 enum toy_status toy_gguf_writer_write_memory(struct toy_gguf_writer *w, void **out, size_t *size);
 

@@ -10,6 +10,7 @@
 #include "toy/graph.h"
 #include "toy/device.h"
 #include "toy/quant.h"
+#include "toy/file.h"
 #include "toy/gguf.h"
 #include "toy/safetensors.h"
 #include "toy/convert.h"

@@ -11,6 +11,7 @@
  * replacing and copying simple. Writing to a path is atomic: a temp file in
  * the same directory, fsync, rename, fsync of the directory. */
 #include "toy/gguf.h"
+#include "toy/file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -439,85 +440,15 @@ enum toy_status toy_gguf_writer_write_memory(struct toy_gguf_writer *w, void **o
     return TOY_OK;
 }
 
-static void fsync_dir(const char *path) {
-    char dir[4096];
-    const char *slash = strrchr(path, '/');
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else if (slash == path) snprintf(dir, sizeof dir, "/");
-    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0) {
-        fsync(fd); /* best effort: some filesystems refuse */
-        close(fd);
-    }
-}
-
-/* The temp files being written, for toy_gguf_remove_temp_files: slots
- * claimed and released with atomics, so a signal handler may read them at
- * any moment (a slot's path is complete before it is marked in use). */
-#define TEMP_SLOTS 8
-static struct {
-    atomic_int used;
-    char path[4096];
-} temp_slots[TEMP_SLOTS];
-
-static int temp_track(const char *path) {
-    if (strlen(path) >= sizeof temp_slots[0].path) return -1;
-    for (int i = 0; i < TEMP_SLOTS; i++) {
-        int expect = 0;
-        if (atomic_compare_exchange_strong(&temp_slots[i].used, &expect, 2)) { /* 2: being filled */
-            strcpy(temp_slots[i].path, path);
-            atomic_store(&temp_slots[i].used, 1);
-            return i;
-        }
-    }
-    return -1; /* untracked: still written and renamed, only not removed on a signal */
-}
-
-static void temp_untrack(int slot) {
-    if (slot >= 0) atomic_store(&temp_slots[slot].used, 0);
-}
-
-void toy_gguf_remove_temp_files(void) {
-    for (int i = 0; i < TEMP_SLOTS; i++)
-        if (atomic_load(&temp_slots[i].used) == 1) unlink(temp_slots[i].path);
-}
-
 enum toy_status toy_gguf_writer_write(struct toy_gguf_writer *w, const char *path) {
-    if (!path || !*path || !strcmp(path, "-"))
-        return toy_error(TOY_ERR_INVALID_ARG, "gguf writer: needs a file path");
-    size_t n = strlen(path) + 32;
-    char *tmp = malloc(n);
-    if (!tmp) return toy_error(TOY_ERR_NOMEM, "gguf writer: out of memory");
-    snprintf(tmp, n, "%s.tmp.%ld", path, (long)getpid());
-    int slot = temp_track(tmp);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) { /* named by the file asked for: the temp name beside it is ours */
-        enum toy_status st = toy_error(TOY_ERR_IO, "%s: cannot create it: %s", path, strerror(errno));
-        temp_untrack(slot);
-        free(tmp);
-        return st;
-    }
-    FILE *f = fdopen(fd, "wb");
-    if (!f) {
-        close(fd);
-        unlink(tmp);
-        temp_untrack(slot);
-        free(tmp);
-        return toy_error(TOY_ERR_IO, "%s: fdopen failed", path);
-    }
+    struct toy_file_replace r;
+    enum toy_status st = toy_file_replace_begin(path, &r);
+    if (st) return st;
     char *iobuf = malloc(1 << 20);
-    if (iobuf) setvbuf(f, iobuf, _IOFBF, 1 << 20);
-    struct sink s = {f, NULL, path};
-    enum toy_status st = write_all(w, &s);
-    if (!st && fflush(f)) st = toy_error(TOY_ERR_IO, "%s: write: %s", path, strerror(errno));
-    if (!st && fsync(fileno(f))) st = toy_error(TOY_ERR_IO, "%s: fsync: %s", path, strerror(errno));
-    if (fclose(f) && !st) st = toy_error(TOY_ERR_IO, "%s: close: %s", path, strerror(errno));
+    if (iobuf) setvbuf(r.f, iobuf, _IOFBF, 1 << 20);
+    struct sink s = {r.f, NULL, path};
+    st = write_all(w, &s);
+    enum toy_status est = toy_file_replace_end(&r, st == TOY_OK); /* renamed, or removed */
     free(iobuf);
-    if (!st && rename(tmp, path)) st = toy_error(TOY_ERR_IO, "%s: rename: %s", path, strerror(errno));
-    if (st) unlink(tmp);
-    else fsync_dir(path);
-    temp_untrack(slot);
-    free(tmp);
-    return st;
+    return st ? st : est; /* write_all's own error names the tensor */
 }

@@ -18,6 +18,7 @@
 
 #include <stb/stb_image.h>
 
+#include "toy/file.h"
 #include "toy/images.h"
 
 #define MAX_SIDE 65536
@@ -172,26 +173,20 @@ enum toy_status toy_images_load_toyi(const char *path, struct toy_image_set **ou
 }
 
 enum toy_status toy_images_save_toyi(const struct toy_image_set *s, const char *path) {
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f) return toy_error(TOY_ERR_IO, "%s: %s", tmp, strerror(errno));
+    struct toy_file_replace r;
+    enum toy_status st = toy_file_replace_begin(path, &r);
+    if (st) return st;
     uint32_t h[7] = {0, 1, (uint32_t)s->n, (uint32_t)s->channels, (uint32_t)s->height, (uint32_t)s->width,
                      (uint32_t)s->n_classes};
     memcpy(h, "TOYI", 4);
     size_t np = (size_t)(s->n * s->channels * s->height * s->width);
-    bool ok = fwrite(h, 4, 7, f) == 7; /* little-endian hosts only (x86-64, arm64) */
+    bool ok = fwrite(h, 4, 7, r.f) == 7; /* little-endian hosts only (x86-64, arm64) */
     for (int64_t i = 0; ok && i < s->n; i++) {
         uint32_t y = (uint32_t)s->labels[i];
-        ok = fwrite(&y, 4, 1, f) == 1;
+        ok = fwrite(&y, 4, 1, r.f) == 1;
     }
-    ok = ok && fwrite(s->pixels, 1, np, f) == np;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path)) {
-        unlink(tmp);
-        return toy_error(TOY_ERR_IO, "%s: cannot write", path);
-    }
-    return TOY_OK;
+    ok = ok && fwrite(s->pixels, 1, np, r.f) == np;
+    return toy_file_replace_end(&r, ok);
 }
 
 /* ---- PNG / JPEG -------------------------------------------------------------------- */

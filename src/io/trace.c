@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "toy/file.h"
 #include "toy/trace.h"
 
 struct ev {
@@ -100,13 +101,12 @@ static void json_str(FILE *f, const char *s) {
 
 enum toy_status toy_trace_close(struct toy_trace *tr) {
     if (!tr) return TOY_OK;
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", tr->path, (int)getpid());
-    FILE *f = fopen(tmp, "w");
-    enum toy_status st = TOY_OK;
-    if (!f) {
-        st = toy_error(TOY_ERR_IO, "trace: cannot write %s", tmp);
+    struct toy_file_replace r;
+    enum toy_status st = toy_file_replace_begin(tr->path, &r);
+    if (st) {
+        st = toy_error(st, "trace: %s", toy_last_error());
     } else {
+        FILE *f = r.f;
         long long n = atomic_load(&tr->n);
         if (n > tr->cap) n = tr->cap;
         fprintf(f, "{\"traceEvents\":[\n");
@@ -121,10 +121,7 @@ enum toy_status toy_trace_close(struct toy_trace *tr) {
         }
         fprintf(f, "],\"displayTimeUnit\":\"ms\",\"otherData\":{\"producer\":\"toy\",\"dropped_events\":%lld}}\n",
                 (long long)atomic_load(&tr->dropped));
-        if (fflush(f) || ferror(f)) st = toy_error(TOY_ERR_IO, "trace: writing %s failed (disk full?)", tmp);
-        fclose(f);
-        if (!st && rename(tmp, tr->path)) st = toy_error(TOY_ERR_IO, "trace: cannot rename %s", tmp);
-        if (st) unlink(tmp);
+        if ((st = toy_file_replace_end(&r, true))) st = toy_error(st, "trace: %s", toy_last_error());
     }
     free(tr->path);
     free(tr->ev);

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "toy/file.h"
 #include "toy/tokenizer.h"
 
 #define TOYT_VERSION 1
@@ -27,29 +28,22 @@ enum toy_status toy_token_file_write(const char *path, int64_t n_vocab, const in
     for (int64_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= n_vocab)
             return toy_error(TOY_ERR_RANGE, "%s: token %lld is id %d, vocabulary has %lld", path, (long long)i, ids[i], (long long)n_vocab);
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f) return toy_error(TOY_ERR_IO, "%s: %s", tmp, strerror(errno));
+    struct toy_file_replace r;
+    enum toy_status st = toy_file_replace_begin(path, &r);
+    if (st) return st;
     unsigned char h[TOYT_HEADER];
     memcpy(h, "TOYT", 4);
     put_u32(h + 4, TOYT_VERSION);
     put_u32(h + 8, (uint32_t)n_vocab);
     put_u64(h + 12, (uint64_t)n);
-    bool ok = fwrite(h, 1, sizeof h, f) == sizeof h;
+    bool ok = fwrite(h, 1, sizeof h, r.f) == sizeof h;
     unsigned char buf[4 * 4096];
     for (int64_t i = 0; ok && i < n;) {
         size_t k = 0;
         for (; k < 4096 && i < n; k++, i++) put_u32(buf + 4 * k, (uint32_t)ids[i]);
-        ok = fwrite(buf, 4, k, f) == k;
+        ok = fwrite(buf, 4, k, r.f) == k;
     }
-    if (fclose(f) != 0) ok = false;
-    if (!ok || rename(tmp, path) != 0) {
-        enum toy_status st = toy_error(TOY_ERR_IO, "%s: write failed: %s", path, strerror(errno));
-        unlink(tmp);
-        return st;
-    }
-    return TOY_OK;
+    return toy_file_replace_end(&r, ok);
 }
 
 enum toy_status toy_token_file_read(const char *path, int64_t *n_vocab, int32_t **ids, int64_t *n) {

@@ -6,6 +6,7 @@
  * temporary name and renamed, so a failed save leaves no partial file.
  */
 #include "tokenizer-impl.h"
+#include "toy/file.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -86,16 +87,9 @@ enum toy_status toy_tokenizer_save_hf(const struct toy_tokenizer *tok, const cha
     }
     json_object_set_new(root, "model", model);
 
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-    enum toy_status st = TOY_OK;
-    if (json_dump_file(root, tmp, JSON_INDENT(1)) != 0) {
-        st = toy_error(TOY_ERR_IO, "%s: cannot write", tmp);
-        unlink(tmp);
-    } else if (rename(tmp, path) != 0) {
-        st = toy_error(TOY_ERR_IO, "%s: %s", path, strerror(errno));
-        unlink(tmp);
-    }
+    struct toy_file_replace r;
+    enum toy_status st = toy_file_replace_begin(path, &r);
+    if (!st) st = toy_file_replace_end(&r, json_dumpf(root, r.f, JSON_INDENT(1)) == 0);
     json_decref(root);
     return st;
 }

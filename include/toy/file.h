@@ -1,0 +1,59 @@
+/* toy/file.h: writing a file whole or not at all. Every file toy writes
+ * (GGUF models and checkpoints, token files, tokenizers, traces, run
+ * options) goes through this: the bytes go to a temp file beside the
+ * target, which is synced and renamed over it, so a reader (or a crash, a
+ * full disk, a signal) sees the old file or the new one, never a part.
+ *
+ *     struct toy_file_replace r;
+ *     if (toy_file_replace_begin("out.bin", &r)) return ...;  // names why
+ *     bool ok = fwrite(buf, 1, n, r.f) == n;
+ *     if (toy_file_replace_end(&r, ok)) return ...;            // renamed, or removed
+ *
+ * What is there already: a symbolic link is written through (its target
+ * is replaced, the link stays), an existing file keeps its permissions,
+ * and anything that is not a regular file (a device such as /dev/null, a
+ * pipe, a folder) is refused: replacing /dev/full as root turned it into
+ * a plain file. */
+#ifndef TOY_FILE_H
+#define TOY_FILE_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "toy/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct toy_file_replace {
+    FILE *f;          /* write the content here */
+    char path[4096];  /* the file that will be replaced: the target, symbolic links resolved */
+    char tmp[4160];   /* "<path>.tmp.<pid>" */
+    const char *name; /* the path as given, for messages */
+    int slot;         /* toy_file_remove_temps' record of tmp (-1: none) */
+};
+
+/* Opens the temp file for `path`. Errors: TOY_ERR_INVALID_ARG (empty or
+ * "-"), TOY_ERR_IO (not a regular file, a dangling link, the folder
+ * cannot take the file: each named with `path`). */
+enum toy_status toy_file_replace_begin(const char *path, struct toy_file_replace *r);
+
+/* ok: flushes, syncs and renames the temp file over the target (then syncs
+ * the folder); a write error found there is TOY_ERR_IO naming the file.
+ * !ok (the caller's writes failed) or any error: removes the temp file,
+ * leaving the target as it was, and returns TOY_ERR_IO naming the file and
+ * errno's reason (a caller with its own error may return that instead).
+ * Either way r->f is closed. */
+enum toy_status toy_file_replace_end(struct toy_file_replace *r, bool ok);
+
+/* Removes the temp files of the replacements in progress (up to 8 are
+ * tracked at once), for a signal handler that ends the process:
+ * async-signal-safe (unlink only). */
+void toy_file_remove_temps(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,120 @@
+/* file.c: whole-file replacement (toy/file.h): temp file beside the target,
+ * fsync, rename, fsync of the folder; and the record of the temp files in
+ * progress that a signal handler removes. */
+#include "toy/file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* The temp files being written: slots claimed and released with atomics,
+ * so that a signal handler may read them at any moment (a slot's path is
+ * complete before the slot reads as in use). */
+#define TEMP_SLOTS 8
+static struct {
+    atomic_int used; /* 0 free, 2 being filled, 1 in use */
+    char path[4160];
+} temps[TEMP_SLOTS];
+
+static int temp_track(const char *path) {
+    if (strlen(path) >= sizeof temps[0].path) return -1;
+    for (int i = 0; i < TEMP_SLOTS; i++) {
+        int expect = 0;
+        if (atomic_compare_exchange_strong(&temps[i].used, &expect, 2)) {
+            strcpy(temps[i].path, path);
+            atomic_store(&temps[i].used, 1);
+            return i;
+        }
+    }
+    return -1; /* untracked: still written and renamed, only not removed on a signal */
+}
+
+static void temp_untrack(int slot) {
+    if (slot >= 0) atomic_store(&temps[slot].used, 0);
+}
+
+void toy_file_remove_temps(void) {
+    for (int i = 0; i < TEMP_SLOTS; i++)
+        if (atomic_load(&temps[i].used) == 1) unlink(temps[i].path);
+}
+
+enum toy_status toy_file_replace_begin(const char *path, struct toy_file_replace *r) {
+    memset(r, 0, sizeof *r);
+    r->slot = -1;
+    r->name = path;
+    if (!path || !*path || !strcmp(path, "-"))
+        return toy_error(TOY_ERR_INVALID_ARG, "'%s': needs a file path", path ? path : "");
+    mode_t mode = 0;
+    struct stat sb, lb;
+    const char *target = path;
+    char real[PATH_MAX];
+    if (lstat(path, &lb) == 0) {
+        if (S_ISLNK(lb.st_mode)) { /* written through: the link stays, its file is replaced */
+            if (stat(path, &sb) != 0 || !realpath(path, real))
+                return toy_error(TOY_ERR_IO, "%s: a symbolic link to a file that does not exist", path);
+            target = real;
+        } else {
+            sb = lb;
+        }
+        if (!S_ISREG(sb.st_mode))
+            return toy_error(TOY_ERR_IO, "%s: not a regular file (%s): give the path of a file to write", path,
+                             S_ISDIR(sb.st_mode) ? "a folder" : S_ISFIFO(sb.st_mode) ? "a pipe" : "a device or socket");
+        mode = sb.st_mode & 07777;
+    }
+    if (snprintf(r->path, sizeof r->path, "%s", target) >= (int)sizeof r->path ||
+        snprintf(r->tmp, sizeof r->tmp, "%s.tmp.%ld", r->path, (long)getpid()) >= (int)sizeof r->tmp)
+        return toy_error(TOY_ERR_RANGE, "%s: path too long", path);
+    r->slot = temp_track(r->tmp);
+    int fd = open(r->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666); /* a new file: as the umask says */
+    if (fd < 0) {
+        enum toy_status st = toy_error(TOY_ERR_IO, "%s: cannot create it: %s", path, strerror(errno));
+        temp_untrack(r->slot);
+        r->slot = -1;
+        return st;
+    }
+    if (mode && fchmod(fd, mode) != 0) {} /* best effort: the new file as the old one was */
+    if (!(r->f = fdopen(fd, "wb"))) {
+        close(fd);
+        unlink(r->tmp);
+        temp_untrack(r->slot);
+        r->slot = -1;
+        return toy_error(TOY_ERR_NOMEM, "%s: fdopen", path);
+    }
+    return TOY_OK;
+}
+
+static void fsync_dir(const char *path) {
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == path) snprintf(dir, sizeof dir, "/");
+    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        if (fsync(fd) != 0) {} /* best effort: some filesystems refuse */
+        close(fd);
+    }
+}
+
+enum toy_status toy_file_replace_end(struct toy_file_replace *r, bool ok) {
+    if (!r->f) return toy_error(TOY_ERR_STATE, "%s: not being written", r->name ? r->name : "file");
+    int err = errno; /* !ok: what the caller's failed write left */
+    enum toy_status st = TOY_OK;
+    const char *why = ok ? NULL : strerror(err ? err : EIO);
+    if (ok && (fflush(r->f) != 0 || ferror(r->f))) why = strerror(errno ? errno : EIO);
+    if (ok && !why && fsync(fileno(r->f)) != 0) why = strerror(errno);
+    if (fclose(r->f) != 0 && ok && !why) why = strerror(errno);
+    r->f = NULL;
+    if (ok && !why && rename(r->tmp, r->path) != 0) why = strerror(errno);
+    if (why) st = toy_error(TOY_ERR_IO, "%s: write: %s", r->name, why);
+    if (!ok || why) unlink(r->tmp);
+    else fsync_dir(r->path);
+    temp_untrack(r->slot);
+    r->slot = -1;
+    return st;
+}
