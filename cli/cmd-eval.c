@@ -23,11 +23,16 @@
 #include "toy/models.h"
 #include "toy/toy.h"
 
-static int usage(void) {
-    fprintf(stderr, "usage: toy eval -m MODEL.gguf --data FILE [--ctx 256] [--batch 4] [--heldout 0] "
-                    "[--max-windows N] [--threads N] [--json]\n");
+static int usage_to(FILE *out) {
+    fprintf(out, "usage: toy eval -m MODEL.gguf --data FILE [--ctx 256] [--batch 4] [--heldout 0] "
+                 "[--max-windows N] [--threads N] [--json]\n"
+                 "Mean next-token cross-entropy over the file's windows of --ctx tokens (default 256, at most\n"
+                 "the model's), or over the last --heldout fraction, split as toy train splits it: with the\n"
+                 "run's --ctx and --max-windows of its evaluation, the same windows and the same loss.\n"
+                 "--json: {format: \"toy/eval-v1\", model, data, loss, ppl, tokens, windows, ctx}.\n");
     return 2;
 }
+static int usage(void) { return usage_to(stderr); }
 
 int toy_cmd_eval(int argc, char **argv) {
     const char *model = NULL, *path = NULL;
@@ -43,7 +48,7 @@ int toy_cmd_eval(int argc, char **argv) {
         TOY_FLAG_N("--threads", TOY_CLI_INT, &threads, 0, 4096), TOY_FLAG_END,
     };
     int prc = toy_cli_parse("eval", argc, argv, flags, NULL, 0, NULL);
-    if (prc == 1) { usage(); return 0; }
+    if (prc == 1) { usage_to(stdout); return 0; }
     if (prc) return prc;
     if (!model || !path) return usage();
     if (toy_cli_check_input("eval", path)) return 1; /* a folder read as unreadable data */
@@ -62,7 +67,12 @@ int toy_cmd_eval(int argc, char **argv) {
         return 1;
     }
     struct toy_lm lm = g2 ? toy_gpt2_lm(g2) : toy_llama_lm(m);
-    if (T <= 0 || T > lm.max_ctx) T = lm.max_ctx < 256 ? lm.max_ctx : 256;
+    if (T > lm.max_ctx) { /* it became 256 without a word */
+        fprintf(stderr, "toy eval: note: --ctx %lld is past the model's context of %lld tokens: using %lld\n",
+                (long long)T, (long long)lm.max_ctx, (long long)lm.max_ctx);
+        T = lm.max_ctx;
+    }
+    if (T <= 0) T = lm.max_ctx < 256 ? lm.max_ctx : 256;
     /* the whole file is evaluated unless --heldout says which tail to use */
     struct toy_data_opts o = {.batch = B, .ctx = T, .heldout = heldout, .seed = 0, .eval_only = !(heldout > 0)};
     FILE *f = fopen(path, "rb");
@@ -137,10 +147,10 @@ int toy_cmd_eval(int argc, char **argv) {
     double ce = sum / (double)count;
     rc = 0;
     if (json) { /* JSON has no NaN: a loss that is not a number is null */
-        json_t *j = json_pack("{s:s,s:s,s:s,s:o,s:o,s:I,s:I}", "format", "toy/eval-v1", "model", model, "data", path,
-                              "loss", isfinite(ce) ? json_real(ce) : json_null(), "ppl",
+        json_t *j = json_pack("{s:s,s:s,s:s,s:o,s:o,s:I,s:I,s:I}", "format", "toy/eval-v1", "model", model, "data",
+                              path, "loss", isfinite(ce) ? json_real(ce) : json_null(), "ppl",
                               isfinite(exp(ce)) ? json_real(exp(ce)) : json_null(), "tokens", (json_int_t)count,
-                              "windows", (json_int_t)windows);
+                              "windows", (json_int_t)windows, "ctx", (json_int_t)T);
         if (toy_cli_print_json("eval", j, JSON_COMPACT)) rc = 1;
     } else {
         printf("eval_ce: %.6f\nperplexity: %.4f\ntokens: %lld in %lld windows of %lld\n", ce, exp(ce), (long long)count,

@@ -76,6 +76,16 @@ int toy_cmd_tokenize(int argc, char **argv) {
     n_corpus = corpora.n;
     if (!model) { fprintf(stderr, "toy tokenize: -m MODEL is required\n"); usage(stderr); return 2; }
     if (n_corpus && !out) { fprintf(stderr, "toy tokenize: --corpus needs -o TOKENS.bin\n"); return 2; }
+    /* one thing at a time: the others were silently ignored (-o without --corpus encoded a file's name) */
+    if (out && !n_corpus) {
+        fprintf(stderr, "toy tokenize: -o writes the token file of --corpus FILE%s\n",
+                n_text ? ": to encode a file, give it as --corpus FILE" : "");
+        return 2;
+    }
+    if ((decode != NULL) + (n_corpus > 0) + (n_text > 0) > 1) {
+        fprintf(stderr, "toy tokenize: give one of TEXT, --corpus FILE... or --decode IDS\n");
+        return 2;
+    }
     for (int c = 0; c < n_corpus; c++) /* a folder read as an empty corpus, and wrote an empty token file */
         if (toy_cli_check_input("tokenize", corpus[c])) return 1;
     char resolved[4096];

@@ -19,7 +19,8 @@ static void usage(FILE *f) {
             "  --vocab-size N       total tokens: special tokens + 256 bytes + merges\n"
             "  --min-frequency F    stop when no pair occurs F times (default 2)\n"
             "  --pre NAME           pre-tokenizer: gpt-2 (default), llama-bpe, qwen2, smollm, ...\n"
-            "  --special TEXT       a special token (repeatable; default <|endoftext|>, also BOS/EOS)\n"
+            "  --special TEXT       a special token (repeatable; default <|endoftext|>); the first is BOS,\n"
+            "                       the second EOS (one alone is both)\n"
             "  --json               print a JSON summary\n");
 }
 
@@ -55,6 +56,14 @@ int toy_cmd_tokenizer(int argc, char **argv) {
     if (!o.vocab_size || !nf || !out) { fprintf(stderr, "toy tokenizer train: --vocab-size, a corpus and -o are required\n"); usage(stderr); return 2; }
     for (int k = 0; k < nf; k++) /* a folder read as an empty corpus */
         if (toy_cli_check_input("tokenizer train", files[k])) return 1;
+    for (int k = 0; k < ns; k++) { /* an empty or repeated one would be a token no text can reach, or two ids */
+        if (!*special[k]) { fprintf(stderr, "toy tokenizer train: --special needs a non-empty text\n"); return 2; }
+        for (int q = 0; q < k; q++)
+            if (!strcmp(special[q], special[k])) {
+                fprintf(stderr, "toy tokenizer train: --special %s is given twice\n", special[k]);
+                return 2;
+            }
+    }
     if (ns) { o.special_tokens = special; o.n_special = ns; }
     /* the corpus files, one after another (a newline between files) */
     char *text = NULL;
@@ -108,6 +117,11 @@ int toy_cmd_tokenizer(int argc, char **argv) {
         fprintf(stderr, "toy tokenizer train: %lld tokens (%lld merges) from %zu bytes in %.2f s; the corpus is %lld tokens "
                 "(%.2f bytes/token) -> %s\n", (long long)toy_tokenizer_n_vocab(tok), (long long)toy_tokenizer_n_merges(tok),
                 len, secs, (long long)ids.n, ids.n ? (double)len / (double)ids.n : 0.0, out);
+    if (toy_tokenizer_n_vocab(tok) < o.vocab_size) /* the corpus ran out of pairs seen --min-frequency times */
+        fprintf(stderr, "toy tokenizer train: note: %lld tokens, not the %lld asked for: the corpus has no more pairs "
+                "that occur %lld times or more (a bigger corpus, or a lower --min-frequency, gives more)\n",
+                (long long)toy_tokenizer_n_vocab(tok), (long long)o.vocab_size,
+                (long long)(o.min_frequency > 0 ? o.min_frequency : 2));
     toy_tokens_free(&ids);
     toy_tokenizer_free(tok);
     return 0;

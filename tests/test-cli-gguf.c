@@ -717,3 +717,16 @@ Test(cli_gguf, bench_refuses_what_it_would_change_silently) {
     snprintf(cmd, sizeof cmd, "%s bench -m %s --threads 1 --prompt 4 --gen 2 --reps 1 2>&1", b, TINY);
     expect_exit(cmd, 0, "1 thread");
 }
+
+/* eval --ctx past the model's context uses the model's (it became 256
+ * without a word), and the JSON says which */
+Test(cli_gguf, eval_ctx_is_capped_at_the_models_and_reported) {
+    const char *b = bin();
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s eval -m %s --data ../shared/testdata/corpus-tinyshakespeare/input.txt --ctx 5000 "
+             "--max-windows 2 --json", b, TINY);
+    json_t *j = run_json(cmd);
+    cr_expect_eq(json_integer_value(json_object_get(j, "ctx")), 4096);
+    cr_expect_eq(json_integer_value(json_object_get(j, "windows")), 2);
+    json_decref(j);
+}

@@ -105,3 +105,47 @@ Test(cli_tokenizer, chat_template) {
     free(o);
     unlink(path);
 }
+
+/* One thing at a time: -o without --corpus encoded the file's name and
+ * wrote nothing, a TEXT beside --corpus or --decode was ignored. Special
+ * tokens: the first is BOS and the second EOS (both were the first), and an
+ * empty or repeated one is refused. */
+Test(cli_tokenizer, flags_that_were_ignored_are_refused) {
+    if (access(TD "corpus-tinystories-sample/tiny_stories.txt", R_OK)) cr_skip_test("no test data");
+    char dir[] = "/tmp/toy-cli-tok-XXXXXX", args[1024];
+    cr_assert(mkdtemp(dir));
+    int st;
+    snprintf(args, sizeof args, "tokenizer train --vocab-size 300 --special '<s>' --special '</s>' " TD
+             "corpus-tinystories-sample/tiny_stories.txt -o %s/t.gguf", dir);
+    free(run(args, &st));
+    cr_assert_eq(st, 0);
+    const char *bad[] = {"tokenize -m %s/t.gguf " TD "corpus-tinystories-sample/tiny_stories.txt -o %s/x.bin",
+                         "tokenize -m %s/t.gguf --decode '1 2' 'text' %s",
+                         "tokenize -m %s/t.gguf 'text' --corpus " TD "corpus-tinystories-sample/tiny_stories.txt -o %s/x.bin",
+                         "tokenizer train --vocab-size 300 --special '<s>' --special '<s>' " TD
+                         "corpus-tinystories-sample/tiny_stories.txt -o %s/u.gguf %s",
+                         "tokenizer train --vocab-size 300 --special '' " TD
+                         "corpus-tinystories-sample/tiny_stories.txt -o %s/u.gguf %s"};
+    for (int i = 0; i < 5; i++) {
+        snprintf(args, sizeof args, bad[i], dir, i == 1 || i >= 3 ? "" : dir);
+        free(run(args, &st));
+        cr_expect_eq(st, 2, "%s: exit %d", args, st);
+    }
+    snprintf(args, sizeof args, "%s/x.bin", dir);
+    cr_expect(access(args, F_OK) != 0, "a token file was written");
+    /* --eos ends the file with </s>, id 1 */
+    snprintf(args, sizeof args, "tokenize -m %s/t.gguf --corpus " TD "corpus-tinystories-sample/tiny_stories.txt "
+             "--eos -o %s/c.bin", dir, dir);
+    free(run(args, &st));
+    cr_assert_eq(st, 0);
+    snprintf(args, sizeof args, "%s/c.bin", dir);
+    FILE *f = fopen(args, "rb");
+    cr_assert(f);
+    unsigned char last[4];
+    cr_assert_eq(fseek(f, -4, SEEK_END), 0);
+    cr_assert_eq(fread(last, 1, 4, f), 4);
+    fclose(f);
+    cr_expect_eq(last[0] | last[1] << 8 | last[2] << 16 | last[3] << 24, 1, "EOS is not </s>");
+    snprintf(args, sizeof args, "rm -rf %s", dir);
+    cr_expect_eq(system(args), 0);
+}

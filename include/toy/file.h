@@ -43,9 +43,13 @@ enum toy_status toy_file_replace_begin(const char *path, struct toy_file_replace
  * the folder); a write error found there is TOY_ERR_IO naming the file.
  * !ok (the caller's writes failed) or any error: removes the temp file,
  * leaving the target as it was, and returns TOY_ERR_IO naming the file and
- * errno's reason (a caller with its own error may return that instead).
+ * errno's reason (toy_file_replace_abort keeps the caller's own error).
  * Either way r->f is closed. */
 enum toy_status toy_file_replace_end(struct toy_file_replace *r, bool ok);
+
+/* Removes the temp file and closes r->f, leaving the target as it was and
+ * the last error as it is: for a caller that has its own error to return. */
+void toy_file_replace_abort(struct toy_file_replace *r);
 
 /* Removes the temp files of the replacements in progress (up to 8 are
  * tracked at once), for a signal handler that ends the process:

@@ -259,7 +259,8 @@ struct toy_bpe_train_opts {
     int64_t vocab_size;    /* total: special tokens + 256 bytes + merges */
     int64_t min_frequency; /* stop when the best pair occurs fewer times (0: 2) */
     const char *pre;       /* pre-tokenizer name (NULL: "gpt-2") */
-    const char *const *special_tokens; /* ids 0..n_special-1; NULL: {"<|endoftext|>"} (also BOS/EOS) */
+    const char *const *special_tokens; /* ids 0..n_special-1, the first BOS, the second EOS (one alone is
+                                          both); NULL: {"<|endoftext|>"} */
     int n_special;
 };
 

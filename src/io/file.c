@@ -118,3 +118,11 @@ enum toy_status toy_file_replace_end(struct toy_file_replace *r, bool ok) {
     r->slot = -1;
     return st;
 }
+
+void toy_file_replace_abort(struct toy_file_replace *r) {
+    if (r->f) fclose(r->f);
+    r->f = NULL;
+    unlink(r->tmp);
+    temp_untrack(r->slot);
+    r->slot = -1;
+}

@@ -448,7 +448,8 @@ enum toy_status toy_gguf_writer_write(struct toy_gguf_writer *w, const char *pat
     if (iobuf) setvbuf(r.f, iobuf, _IOFBF, 1 << 20);
     struct sink s = {r.f, NULL, path};
     st = write_all(w, &s);
-    enum toy_status est = toy_file_replace_end(&r, st == TOY_OK); /* renamed, or removed */
+    if (st) toy_file_replace_abort(&r); /* write_all's own error names the tensor */
+    else st = toy_file_replace_end(&r, true);
     free(iobuf);
-    return st ? st : est; /* write_all's own error names the tensor */
+    return st;
 }

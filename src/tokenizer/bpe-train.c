@@ -381,8 +381,8 @@ enum toy_status toy_tokenizer_train_bpe(const char *text, size_t len, const stru
         .n_merges = nm,
         .merges = (const char *const *)merges,
         .pre = pre,
-        .bos = n_special > 0 ? 0 : -1,
-        .eos = n_special > 0 ? 0 : -1,
+        .bos = n_special > 0 ? 0 : -1, /* the first special token; the second is EOS (<s>, </s>), one is both */
+        .eos = n_special > 1 ? 1 : n_special > 0 ? 0 : -1,
         .unk = -1,
         .pad = -1,
         .eot = -1,
