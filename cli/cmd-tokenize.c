@@ -2,6 +2,7 @@
  * tokenizer (GGUF, tokenizer.json, tokenizer.model, or a folder holding
  * one), ids back to text, and whole corpora to packed TOYT token files
  * (docs/formats.md). Uses only include/. */
+#include <ctype.h>
 #include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -100,14 +101,21 @@ int toy_cmd_tokenize(int argc, char **argv) {
     if (decode) {
         for (const char *p = decode; *p;) {
             char *end;
+            errno = 0;
             long v = strtol(p, &end, 10);
             if (end == p) {
                 if (!strchr(", \t\n[]", *p)) { fprintf(stderr, "toy tokenize: --decode: not an id at '%s'\n", p); rc = 2; goto done; }
                 p++;
                 continue;
             }
+            if (errno || v < 0 || v >= toy_tokenizer_n_vocab(tok)) { /* as written, not as strtol clamped it */
+                while (p < end && isspace((unsigned char)*p)) p++; /* strtol's leading space */
+                fprintf(stderr, "toy tokenize: --decode: '%.*s' is not an id of this vocabulary (0 to %lld)\n",
+                        (int)(end - p), p, (long long)toy_tokenizer_n_vocab(tok) - 1);
+                rc = 2;
+                goto done;
+            }
             p = end;
-            if (v < 0 || v > INT32_MAX) { fprintf(stderr, "toy tokenize: bad id %ld\n", v); rc = 1; goto done; }
             if (t.n == t.cap) {
                 int64_t c = t.cap ? t.cap * 2 : 64;
                 int32_t *q = realloc(t.ids, (size_t)c * sizeof *q);

@@ -44,6 +44,15 @@ Test(cli_tokenizer, tokenize) {
     o = run("tokenize -m " TD "llamacpp-vocab-gguf/ggml-vocab-llama-spm.gguf --decode '1 15043 3186'", &st);
     cr_expect_str_eq(o, "Hello world\n");
     free(o);
+    /* an id past the vocabulary, negative, or past 64 bits is named as written (it said "bad id
+     * 9223372036854775807", and a negative one exited 1 where a word exited 2) */
+    const char *bad_ids[] = {"'1 32000'", "'1, -3'", "'1 99999999999999999999'", "'1 x'"};
+    for (int i = 0; i < 4; i++) {
+        char a[256];
+        snprintf(a, sizeof a, "tokenize -m " TD "llamacpp-vocab-gguf/ggml-vocab-llama-spm.gguf --decode %s", bad_ids[i]);
+        free(run(a, &st));
+        cr_expect_eq(st, 2, "%s", a);
+    }
     o = run("tokenize -m /nonexistent 'x'", &st);
     cr_expect_eq(st, 1);
     free(o);
