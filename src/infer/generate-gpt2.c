@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "infer/gen-text.h"
 #include "toy/gpt2.h"
 #include "toy/graph.h"
 
@@ -65,8 +66,7 @@ enum toy_status toy_gpt2_generate(struct toy_gpt2 *m, const struct toy_tokenizer
     float *logits = malloc((size_t)V * sizeof(float));
     struct toy_sampler *s = toy_sampler_new(&p->sampling, V);
     struct toy_decoder *dec = NULL;
-    char *text = NULL;
-    size_t text_len = 0, text_cap = 0, emitted = 0;
+    struct gen_text text = {0};
     if (!dctx || !logits || !s) { st = toy_error(TOY_ERR_NOMEM, "generate"); goto done; }
     if (tok && (st = toy_decoder_init(tok, TOY_DECODE_SKIP_SPECIAL, &dec))) goto done;
     /* the one-token decode graph */
@@ -98,32 +98,21 @@ enum toy_status toy_gpt2_generate(struct toy_gpt2 *m, const struct toy_tokenizer
         size_t plen = 0;
         if (dec) toy_decoder_push(dec, id, &piece, &plen);
         /* the text so far, to find stop strings; all but a stop-sized tail is emitted */
-        if (text_len + plen + 1 > text_cap) {
-            size_t cap = (text_len + plen + 1) * 2;
-            char *nt = realloc(text, cap);
-            if (!nt) { st = toy_error(TOY_ERR_NOMEM, "generate"); goto done; }
-            text = nt, text_cap = cap;
-        }
-        memcpy(text + text_len, piece, plen);
-        text_len += plen;
-        text[text_len] = 0;
-        const char *hit = NULL;
-        for (int i = 0; i < p->n_stop; i++) {
-            const char *h = strstr(text + (emitted > max_stop ? emitted - max_stop : 0), p->stop[i]);
-            if (h && (!hit || h < hit)) hit = h;
-        }
+        if ((st = gen_text_add(&text, piece, plen))) goto done;
+        const char *hit = gen_text_stop(&text, p->stop, p->n_stop, max_stop);
         if (hit) {
-            size_t upto = (size_t)(hit - text);
-            if (fn && upto > emitted) fn(ud, id, text + emitted, upto - emitted, lp);
-            emitted = text_len;
+            size_t upto = (size_t)(hit - text.s);
+            if (fn && upto > text.emitted) fn(ud, id, text.s + text.emitted, upto - text.emitted, lp);
+            text.emitted = text.len;
             r.reason = TOY_STOP_STRING;
             break;
         }
-        size_t safe = text_len > (max_stop ? max_stop - 1 : 0) ? text_len - (max_stop ? max_stop - 1 : 0) : 0;
-        while (safe > emitted && safe < text_len && ((unsigned char)text[safe] & 0xC0) == 0x80) safe--;
+        size_t hold = max_stop ? max_stop - 1 : 0;
+        size_t safe = text.len > hold ? text.len - hold : 0;
+        while (safe > text.emitted && safe < text.len && ((unsigned char)text.s[safe] & 0xC0) == 0x80) safe--;
         if (fn) {
-            bool go = fn(ud, id, text + emitted, safe > emitted ? safe - emitted : 0, lp);
-            if (safe > emitted) emitted = safe;
+            bool go = fn(ud, id, text.s + text.emitted, safe > text.emitted ? safe - text.emitted : 0, lp);
+            if (safe > text.emitted) text.emitted = safe;
             if (!go) { r.reason = TOY_STOP_CALLER; break; }
         }
         if (p->n_predict > 0 && r.n_generated >= p->n_predict) break;
@@ -134,11 +123,12 @@ enum toy_status toy_gpt2_generate(struct toy_gpt2 *m, const struct toy_tokenizer
         if ((st = toy_graph_compute(dg, tp))) goto done;
         memcpy(logits, dlogits->data, (size_t)V * sizeof(float));
     }
-    if (fn && emitted < text_len) fn(ud, -1, text + emitted, text_len - emitted, 0); /* the held-back tail */
+    if (r.reason != TOY_STOP_STRING && (st = gen_text_flush(&text, dec))) goto done;
+    if (fn && text.emitted < text.len) fn(ud, -1, text.s + text.emitted, text.len - text.emitted, 0); /* held back */
     r.decode_s = now_s() - t0;
 done:
     if (res) *res = r;
-    free(text);
+    free(text.s);
     toy_decoder_free(dec);
     toy_sampler_free(s);
     free(logits);

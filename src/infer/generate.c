@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "infer/gen-text.h"
 #include "toy/generate.h"
 #include "toy/graph.h"
 #include "toy/trace.h"
@@ -117,8 +118,7 @@ enum toy_status toy_generate(struct toy_generator *g, const int32_t *prompt, int
     float *logits = malloc((size_t)V * sizeof(float));
     struct toy_sampler *s = toy_sampler_new(&p->sampling, V);
     struct toy_decoder *dec = NULL;
-    char *text = NULL;
-    size_t text_len = 0, text_cap = 0, emitted = 0;
+    struct gen_text text = {0};
     enum toy_status st = TOY_OK;
     if (!logits || !s) { st = toy_error(TOY_ERR_NOMEM, "generate"); goto done; }
     if (g->tok && (st = toy_decoder_init(g->tok, TOY_DECODE_SKIP_SPECIAL, &dec))) goto done;
@@ -144,35 +144,22 @@ enum toy_status toy_generate(struct toy_generator *g, const int32_t *prompt, int
         size_t plen = 0;
         if (dec) toy_decoder_push(dec, id, &piece, &plen);
         /* text so far, to find stop strings; emit all but a stop-sized tail */
-        if (text_len + plen + 1 > text_cap) {
-            text_cap = (text_len + plen + 1) * 2;
-            char *nt = realloc(text, text_cap);
-            if (!nt) { st = toy_error(TOY_ERR_NOMEM, "generate"); goto done; }
-            text = nt;
-        }
-        memcpy(text + text_len, piece, plen);
-        text_len += plen;
-        text[text_len] = 0;
-        /* the stop string that starts first ends the text there, whichever the list names first */
-        const char *first = NULL;
-        for (int i = 0; i < p->n_stop; i++) {
-            const char *hit = strstr(text + (emitted > max_stop ? emitted - max_stop : 0), p->stop[i]);
-            if (hit && (!first || hit < first)) first = hit;
-        }
+        if ((st = gen_text_add(&text, piece, plen))) goto done;
+        const char *first = gen_text_stop(&text, p->stop, p->n_stop, max_stop);
         if (first) {
-            size_t upto = (size_t)(first - text);
-            if (fn && upto > emitted) fn(ud, id, text + emitted, upto - emitted, lp);
-            emitted = upto;
+            size_t upto = (size_t)(first - text.s);
+            if (fn && upto > text.emitted) fn(ud, id, text.s + text.emitted, upto - text.emitted, lp);
+            text.emitted = upto;
             r.reason = TOY_STOP_STRING;
             break;
         }
         /* hold back what could still become a stop string, on a UTF-8 boundary */
         size_t hold = max_stop ? max_stop - 1 : 0;
-        size_t safe = text_len > hold ? text_len - hold : 0;
-        while (safe > emitted && safe < text_len && ((unsigned char)text[safe] & 0xC0) == 0x80) safe--;
+        size_t safe = text.len > hold ? text.len - hold : 0;
+        while (safe > text.emitted && safe < text.len && ((unsigned char)text.s[safe] & 0xC0) == 0x80) safe--;
         if (fn) {
-            bool go = fn(ud, id, text + emitted, safe > emitted ? safe - emitted : 0, lp);
-            if (safe > emitted) emitted = safe;
+            bool go = fn(ud, id, text.s + text.emitted, safe > text.emitted ? safe - text.emitted : 0, lp);
+            if (safe > text.emitted) text.emitted = safe;
             if (!go) { r.reason = TOY_STOP_CALLER; break; }
         }
         if (p->n_predict > 0 && r.n_generated >= p->n_predict) break;
@@ -186,27 +173,13 @@ enum toy_status toy_generate(struct toy_generator *g, const int32_t *prompt, int
         memcpy(logits, g->dlogits->data, (size_t)V * sizeof(float));
         pos++;
     }
-    if (dec && r.reason != TOY_STOP_STRING) { /* an incomplete last character: its bytes, as decoding all ids gives */
-        const char *tail;
-        size_t tl;
-        toy_decoder_flush(dec, &tail, &tl);
-        if (tl && text_len + tl + 1 > text_cap) {
-            char *nt = realloc(text, text_len + tl + 1);
-            if (!nt) { st = toy_error(TOY_ERR_NOMEM, "generate"); goto done; }
-            text = nt;
-            text_cap = text_len + tl + 1;
-        }
-        if (tl) {
-            memcpy(text + text_len, tail, tl);
-            text_len += tl;
-            text[text_len] = 0;
-        }
-    }
-    if (fn && r.reason != TOY_STOP_STRING && emitted < text_len) fn(ud, -1, text + emitted, text_len - emitted, 0);
+    if (r.reason != TOY_STOP_STRING && (st = gen_text_flush(&text, dec))) goto done;
+    if (fn && r.reason != TOY_STOP_STRING && text.emitted < text.len)
+        fn(ud, -1, text.s + text.emitted, text.len - text.emitted, 0);
     r.decode_s = now_s() - t0;
 done:
     if (res) *res = r;
-    free(text);
+    free(text.s);
     toy_decoder_free(dec);
     toy_sampler_free(s);
     free(logits);
