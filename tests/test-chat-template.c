@@ -588,3 +588,19 @@ Test(chat_template, case_mapping_is_unicode) {
     EXPECT_RENDER("{{ 'ßa'|capitalize }} {{ 'aß'|title }} {{ 'x ßy'.title() }} {{ 'straße'.upper() }}",
                   "Ssa Aß X Ssy STRASSE");
 }
+
+/* Undefined inside containers stays undefined (Jinja2 3.1's output): an item
+ * of map(attribute=) that lacks it joins as '' and prints as Undefined in a
+ * list (Command-R's content|map(attribute='text')|join gave 'None'), a set
+ * to undefined is not defined, and tojson refuses it as json.dumps does. */
+Test(chat_template, undefined_in_containers) {
+    EXPECT_RENDER("{{ [{'a': 'x'}, {}]|map(attribute='a')|join(',') }}|{{ [{'a': 'x'}, {}]|map(attribute='a')|list }}|"
+                  "{{ [[1, 2], [3]]|map(attribute=1)|list }}|{{ [{}]|map(attribute='a', default='d')|first }}|"
+                  "{{ ([{}]|map(attribute='a')|first) is defined }}|{{ [{}]|map(attribute='a')|map('default', 'z')|join }}",
+                  "x,|['x', Undefined]|[2, Undefined]|d|False|z");
+    EXPECT_RENDER("{% set x = missing %}[{{ x }}]{{ x is defined }}|{{ [missing, 1] }}|{{ {'k': missing} }}|"
+                  "{{ [missing]|select|list }}|{{ [missing] == [missing] }}",
+                  "[]False|[Undefined, 1]|{'k': Undefined}|[]|True");
+    cr_expect_eq(jinja_err("{{ [missing]|tojson }}", NULL), TOY_ERR_FORMAT);
+    cr_expect_eq(jinja_err("{{ missing|tojson }}", NULL), TOY_ERR_FORMAT);
+}

@@ -48,6 +48,33 @@ static void sb_add(struct sbuf *b, const char *s, size_t n) {
 }
 static void sb_str(struct sbuf *b, const char *s) { sb_add(b, s, strlen(s)); }
 
+/* Jinja2's Undefined inside a container or a variable ([missing], an item
+ * of map(attribute=) that lacks it, {% set x = missing %}). A bare undefined
+ * value is NULL, which a json array cannot hold, so containers and scopes
+ * hold this marker instead: an object whose one key is not UTF-8, which no
+ * JSON input nor template can build (jansson checks the keys it is given).
+ * Every read out of a container or scope turns it back into NULL (see
+ * unmark), so evaluation only ever sees it where a filter returns an
+ * element as it is (first, max); printing, tests and filters treat it as
+ * undefined there too. */
+#define UNDEF_KEY "\xff" "undefined"
+
+static json_t *undef_marker(void) {
+    json_t *o = json_object();
+    if (o) json_object_set_new_nocheck(o, UNDEF_KEY, json_true());
+    return o;
+}
+
+static bool is_undef(json_t *v) {
+    return v && json_is_object(v) && json_object_size(v) == 1 && json_object_get(v, UNDEF_KEY);
+}
+
+/* a value read out of a container or scope (borrowed): the marker as NULL */
+static json_t *unmark(json_t *v) { return is_undef(v) ? NULL : v; }
+
+/* a value to store in a container or scope (stolen): undefined as the marker */
+static json_t *mark(json_t *v) { return v ? v : undef_marker(); }
+
 /* A {% call %} in progress: caller() renders `body` in the scopes of the
  * call site (so the loop variables and sets around the call are visible),
  * with `outer` as the caller() of the code around it. */
@@ -102,17 +129,17 @@ static void pop_scope(struct ctx *C) { json_decref(C->scopes[--C->nscopes]); }
 static json_t *lookup(struct ctx *C, const char *name) {
     for (int i = C->nscopes - 1; i >= 0; i--) {
         json_t *v = json_object_get(C->scopes[i], name);
-        if (v) return v;
+        if (v) return unmark(v);
     }
     return NULL;
 }
 
 static void assign(struct ctx *C, const char *name, json_t *v /* stolen */) {
-    json_object_set_new(C->scopes[C->nscopes - 1], name, v ? v : json_null());
+    json_object_set_new(C->scopes[C->nscopes - 1], name, mark(v));
 }
 
 static bool truthy(json_t *v) {
-    if (!v) return false;
+    if (!v || is_undef(v)) return false;
     switch (json_typeof(v)) {
     case JSON_NULL: case JSON_FALSE: return false;
     case JSON_TRUE: return true;
@@ -171,7 +198,7 @@ static void fmt_float(double d, char *buf, size_t cap) {
 static void repr(json_t *v, struct sbuf *b, bool top);
 
 static void py_str(json_t *v, struct sbuf *b) {
-    if (!v) return; /* undefined prints nothing */
+    if (!v || is_undef(v)) return; /* undefined prints nothing */
     switch (json_typeof(v)) {
     case JSON_STRING: sb_add(b, json_string_value(v), json_string_length(v)); return;
     default: repr(v, b, true);
@@ -184,6 +211,7 @@ static void repr(json_t *v, struct sbuf *b, bool top) {
     size_t i;
     json_t *e;
     const char *k;
+    if (is_undef(v)) { sb_str(b, "Undefined"); return; } /* repr(Undefined), as in [missing] */
     switch (json_typeof(v)) {
     case JSON_NULL: sb_str(b, "None"); break;
     case JSON_TRUE: sb_str(b, "True"); break;
@@ -227,12 +255,13 @@ static void repr(json_t *v, struct sbuf *b, bool top) {
     }
 }
 
-/* json.dumps(v, ensure_ascii=False, indent=indent) with Python's separators */
-static void to_json(json_t *v, struct sbuf *b, int indent, int level) {
+/* json.dumps(v, ensure_ascii=False, indent=indent) with Python's
+ * separators. Undefined, which json.dumps cannot serialize, sets *undef. */
+static void to_json(json_t *v, struct sbuf *b, int indent, int level, bool *undef) {
     char num[64];
     json_t *e;
     const char *k;
-    if (!v) { sb_str(b, "null"); return; }
+    if (!v || is_undef(v)) { *undef = true; return; }
     switch (json_typeof(v)) {
     case JSON_NULL: sb_str(b, "null"); break;
     case JSON_TRUE: sb_str(b, "true"); break;
@@ -282,11 +311,11 @@ static void to_json(json_t *v, struct sbuf *b, int indent, int level) {
                 e = json_object_iter_value(it);
                 it = json_object_iter_next(v, it);
                 json_t *ks = json_string(k);
-                to_json(ks, b, indent, level + 1);
+                to_json(ks, b, indent, level + 1, undef);
                 json_decref(ks);
                 sb_str(b, ": ");
             }
-            to_json(e, b, indent, level + 1);
+            to_json(e, b, indent, level + 1, undef);
         }
         if (indent >= 0) { sb_str(b, "\n"); for (int s = 0; s < indent * level; s++) sb_str(b, " "); }
         sb_str(b, arr ? "]" : "}");
@@ -313,6 +342,8 @@ static bool is_intlike(json_t *v) { return v && (json_is_integer(v) || json_is_b
 static long long ival(json_t *v) { return json_is_integer(v) ? (long long)json_integer_value(v) : json_is_true(v) ? 1 : 0; }
 
 static bool equal(json_t *a, json_t *b) {
+    a = unmark(a);
+    b = unmark(b);
     if (!a || !b) return !a && !b;
     if (is_num(a) && is_num(b)) return num(a) == num(b);
     return json_equal(a, b);
@@ -343,6 +374,7 @@ static size_t utf8_offset(const char *s, size_t n, size_t cp) {
 }
 
 static bool contains(json_t *hay, json_t *needle) {
+    hay = unmark(hay);
     if (!hay) return false;
     if (json_is_string(hay)) {
         if (!needle || !json_is_string(needle)) return false;
@@ -382,12 +414,13 @@ static json_t *to_list(json_t *v) {
 
 static json_t *py_index(json_t *a, json_t *k) {
     if (!a || !k) return NULL;
-    if (json_is_object(a) && json_is_string(k)) { json_t *v = json_object_get(a, json_string_value(k)); return v ? json_incref(v) : NULL; }
+    if (json_is_object(a) && json_is_string(k)) { json_t *v = unmark(json_object_get(a, json_string_value(k))); return v ? json_incref(v) : NULL; }
     if (json_is_array(a) && is_intlike(k)) {
         long long i = ival(k), n = (long long)json_array_size(a);
         if (i < 0) i += n;
         if (i < 0 || i >= n) return NULL;
-        return json_incref(json_array_get(a, (size_t)i));
+        json_t *v = unmark(json_array_get(a, (size_t)i));
+        return v ? json_incref(v) : NULL;
     }
     if (json_is_string(a) && is_intlike(k)) {
         const char *s = json_string_value(a);
@@ -402,10 +435,12 @@ static json_t *py_index(json_t *a, json_t *k) {
 }
 
 static json_t *arg(struct ctx *C, const struct node *call, int i, const char *kw) {
-    if (i >= 0 && i < call->n) return eval(C, call->list[i]);
-    for (int k = 0; kw && k < call->nkw; k++)
-        if (!strcmp(call->kwn[k], kw)) return eval(C, call->kwv[k]);
-    return NULL;
+    json_t *v = NULL;
+    if (i >= 0 && i < call->n) v = eval(C, call->list[i]);
+    for (int k = 0; !v && kw && k < call->nkw; k++)
+        if (!strcmp(call->kwn[k], kw)) v = eval(C, call->kwv[k]);
+    if (is_undef(v)) { json_decref(v); v = NULL; }
+    return v;
 }
 
 static const char *strv(json_t *v) { return v && json_is_string(v) ? json_string_value(v) : NULL; }
@@ -679,6 +714,7 @@ static json_t *call_method(struct ctx *C, const struct node *call, json_t *obj, 
             json_t *k = arg(C, call, 0, NULL), *d = arg(C, call, 1, "default");
             json_t *v = k && json_is_string(k) ? json_object_get(obj, json_string_value(k)) : NULL;
             json_decref(k);
+            if (is_undef(v)) { json_decref(d); return NULL; } /* a key set to undefined */
             if (v) { json_decref(d); return json_incref(v); }
             return d ? d : json_null();
         }
@@ -687,7 +723,7 @@ static json_t *call_method(struct ctx *C, const struct node *call, json_t *obj, 
     if (obj && json_is_array(obj)) {
         if (!strcmp(m, "append")) {
             json_t *v = arg(C, call, 0, NULL);
-            json_array_append_new(obj, v ? v : json_null());
+            json_array_append_new(obj, mark(v));
             return json_null();
         }
         if (!strcmp(m, "pop")) {
@@ -754,11 +790,11 @@ static void exec_in_scopes(struct ctx *C, json_t **base, int nbase, json_t *loca
 static void bind_params(struct ctx *C, const struct node *params, json_t *local, json_t **pos, int npos, char **kwn,
                         json_t **kwv, int nkw, json_t **scopes, int nscopes) {
     json_t *varargs = json_array(), *kwargs = json_object();
-    for (int i = npos > params->nkw ? params->nkw : npos; i < npos; i++) json_array_append(varargs, pos[i] ? pos[i] : json_null());
+    for (int i = npos > params->nkw ? params->nkw : npos; i < npos; i++) json_array_append_new(varargs, pos[i] ? json_incref(pos[i]) : undef_marker());
     for (int k = 0; k < nkw; k++) {
         bool named = false;
         for (int i = 0; i < params->nkw && !named; i++) named = !strcmp(kwn[k], params->kwn[i]);
-        if (!named) json_object_set(kwargs, kwn[k], kwv[k] ? kwv[k] : json_null());
+        if (!named) json_object_set_new(kwargs, kwn[k], kwv[k] ? json_incref(kwv[k]) : undef_marker());
     }
     for (int i = 0; i < params->nkw; i++) {
         json_t *v = i < npos ? json_incref(pos[i]) : NULL;
@@ -892,7 +928,7 @@ static json_t *call_global(struct ctx *C, const struct node *call, const char *n
         json_t *o = json_object();
         for (int k = 0; k < call->nkw; k++) {
             json_t *v = eval(C, call->kwv[k]);
-            json_object_set_new(o, call->kwn[k], v ? v : json_null());
+            json_object_set_new(o, call->kwn[k], mark(v));
         }
         if (call->n > 0) {
             json_t *d = eval(C, call->list[0]);
@@ -941,7 +977,7 @@ static json_t *eval(struct ctx *C, const struct node *x) {
     }
     case E_ATTR: {
         a = eval(C, x->a);
-        if (a && json_is_object(a)) { json_t *v = json_object_get(a, x->str); r = v ? json_incref(v) : NULL; }
+        if (a && json_is_object(a)) { json_t *v = unmark(json_object_get(a, x->str)); r = v ? json_incref(v) : NULL; }
         else if (a && json_is_array(a) && isdigit((unsigned char)x->str[0])) { json_t *k = json_integer(atoll(x->str)); r = py_index(a, k); json_decref(k); }
         json_decref(a);
         return r;
@@ -1005,6 +1041,7 @@ static json_t *eval(struct ctx *C, const struct node *x) {
         if (callee->k == E_NAME) return call_global(C, x, callee->str);
         if (callee->k == E_ATTR) {
             a = eval(C, callee->a);
+            if (is_undef(a)) { json_decref(a); a = NULL; }
             if (!a && !C->st) { rerr(C, x, "method '%s' called on an undefined value", callee->str); return NULL; }
             r = call_method(C, x, a, callee->str);
             json_decref(a);
@@ -1079,7 +1116,7 @@ static json_t *eval(struct ctx *C, const struct node *x) {
         r = json_array();
         for (int i = 0; i < x->n; i++) {
             json_t *v = eval(C, x->list[i]);
-            json_array_append_new(r, v ? v : json_null());
+            json_array_append_new(r, mark(v));
         }
         return r;
     case E_DICT:
@@ -1087,7 +1124,7 @@ static json_t *eval(struct ctx *C, const struct node *x) {
         for (int i = 0; i < x->n; i++) {
             json_t *k = eval(C, x->list[i]), *v = eval(C, x->els[i]);
             json_t *ks = k && json_is_string(k) ? json_incref(k) : str_of(k);
-            json_object_set_new(r, json_string_value(ks), v ? v : json_null());
+            json_object_set_new(r, json_string_value(ks), mark(v));
             json_decref(k);
             json_decref(ks);
         }
@@ -1164,6 +1201,7 @@ static json_t *eval(struct ctx *C, const struct node *x) {
 
 static bool do_test(struct ctx *C, const struct node *t, json_t *v) {
     const char *n = t->str;
+    v = unmark(v);
     if (!strcmp(n, "defined")) return v != NULL;
     if (!strcmp(n, "undefined")) return v == NULL;
     if (!strcmp(n, "none")) return v && json_is_null(v);
@@ -1218,6 +1256,7 @@ static json_t *attr_path(json_t *v, const char *path) {
         if (json_is_object(cur)) cur = json_object_get(cur, p);
         else if (json_is_array(cur) && isdigit((unsigned char)p[0])) cur = json_array_get(cur, (size_t)atoll(p));
         else cur = NULL;
+        cur = unmark(cur);
     }
     return cur;
 }
@@ -1266,6 +1305,7 @@ static void stable_sort(json_t **items, json_t **keys, size_t n, bool reverse, b
 
 static json_t *do_filter(struct ctx *C, const struct node *f, json_t *v) {
     const char *n = f->str;
+    v = unmark(v);
     if (C->st) return NULL;
     if (!strcmp(n, "trim") || !strcmp(n, "strip")) {
         if (!v || !json_is_string(v)) { json_t *s = str_of(v); json_t *r = strip_chars(s, NULL, true, true); json_decref(s); return r; }
@@ -1285,8 +1325,10 @@ static json_t *do_filter(struct ctx *C, const struct node *f, json_t *v) {
     if (!strcmp(n, "tojson")) {
         json_t *ind = arg(C, f, 0, "indent");
         struct sbuf b = {0};
-        to_json(v, &b, ind && is_intlike(ind) ? (int)ival(ind) : -1, 0);
+        bool undef = false;
+        to_json(v, &b, ind && is_intlike(ind) ? (int)ival(ind) : -1, 0, &undef);
         json_decref(ind);
+        if (undef) { free(b.p); rerr(C, f, "tojson: Undefined is not JSON serializable"); return NULL; }
         json_t *r = json_stringn_nocheck(b.p ? b.p : "", b.n);
         free(b.p);
         return r;
@@ -1479,15 +1521,20 @@ static json_t *do_filter(struct ctx *C, const struct node *f, json_t *v) {
         json_t *e;
         json_array_foreach(l, i, e) {
             json_t *m = NULL;
-            if (strv(attr)) { m = attr_path(e, strv(attr)); m = m ? json_incref(m) : (dflt ? json_incref(dflt) : json_null()); }
+            if (strv(attr) || is_intlike(attr)) {
+                /* attribute=1 indexes lists; an item without it maps to undefined (or the default) */
+                if (strv(attr)) { m = attr_path(e, strv(attr)); if (m) json_incref(m); }
+                else m = py_index(e, attr);
+                if (!m && dflt) m = json_incref(dflt);
+            }
             else if (strv(fname)) {
                 struct node tmp = *f;
                 tmp.str = (char *)strv(fname);
-                tmp.n = 0;
-                tmp.nkw = 0;
+                tmp.list = f->list + 1; /* map('default', 'z'): the rest are the filter's arguments */
+                tmp.n = f->n - 1;
                 m = do_filter(C, &tmp, e);
             }
-            json_array_append_new(r, m ? m : json_null());
+            json_array_append_new(r, mark(m));
         }
         json_decref(l); json_decref(attr); json_decref(dflt); json_decref(fname);
         return r;
@@ -1561,7 +1608,7 @@ static void set_target(struct ctx *C, const struct node *x, json_t *v /* stolen 
     if (x->str) { /* ns.attr = v */
         json_t *ns = lookup(C, x->names[0]);
         if (!ns || !json_is_object(ns)) { rerr(C, x, "'%s' is not a namespace", x->names[0]); json_decref(v); return; }
-        json_object_set_new(ns, x->str, v ? v : json_null());
+        json_object_set_new(ns, x->str, mark(v));
         return;
     }
     if (x->nnames == 1) { assign(C, x->names[0], v); return; }
@@ -1595,6 +1642,7 @@ static void exec(struct ctx *C, const struct node *x, struct sbuf *out) {
     }
     case N_FOR: {
         json_t *it = eval(C, x->a);
+        if (is_undef(it)) { json_decref(it); it = NULL; }
         if (C->st) { json_decref(it); return; }
         if (it && !json_is_array(it) && !json_is_object(it) && !json_is_string(it)) {
             json_decref(it);
