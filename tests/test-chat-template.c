@@ -604,3 +604,23 @@ Test(chat_template, undefined_in_containers) {
     cr_expect_eq(jinja_err("{{ [missing]|tojson }}", NULL), TOY_ERR_FORMAT);
     cr_expect_eq(jinja_err("{{ missing|tojson }}", NULL), TOY_ERR_FORMAT);
 }
+
+/* Python's printf-style formatting, behind the % operator on strings and the
+ * format filter (Jinja2's format is printf-style too); expected strings are
+ * Python's. */
+Test(chat_template, percent_formatting) {
+    EXPECT_RENDER("{{ '%s|%5s|%-5s|%.2s|%r|%d|%i|%05d|%+d|%x|%X|%#x|%o|%#o|%.2f|%e|%g|%%|%c|%c|%5.1f|%-6d|%.3d' % "
+                  "('é', 'ab', 'ab', 'abc', 'q', 3.7, True, -42, 5, -255, 255, 255, 8, 8, 3.14159, 12345.678, 0.00001, "
+                  "65, 'z', 2.25, 7, 5) }}",
+                  "é|   ab|ab   |ab|'q'|3|1|-0042|+5|-ff|FF|0xff|10|0o10|3.14|1.234568e+04|1e-05|%|A|z|  2.2|7     |005");
+    EXPECT_RENDER("{{ '%s' % [1, 2] }}|{{ '%s and %s' % ('a', 'b') }}|{{ '%d items' % 3 }}|{{ '%s' % none }}|"
+                  "{{ '%(a)s-%(b)d' % {'a': 'x', 'b': 2} }}|{{ '%s' % {'a': 1} }}|{{ 'ab' % () }}|{{ '%s'|format([1]) }}|"
+                  "{{ '%s-%s'|format('a', 2) }}|{{ '%s' % missing }}|{{ '%.1f%%' % 12.345 }}|{{ '%(a)s'|format(a=1) }}|"
+                  "{{ '%05.1f|%010.3f|%08.3s|%-+5d|%d' % (-2.5, 3.14159, 'abcdef', 4, 1e20) }}",
+                  "[1, 2]|a and b|3 items|None|x-2|{'a': 1}|ab|[1]|a-2||12.3%|1|-02.5|000003.142|     abc|+4   |"
+                  "100000000000000000000");
+    cr_expect_eq(jinja_err("{{ '%d' % 'x' }}", NULL), TOY_ERR_FORMAT);
+    cr_expect_eq(jinja_err("{{ '%s %s' % ('a',) }}", NULL), TOY_ERR_FORMAT);
+    cr_expect_eq(jinja_err("{{ 'x' % 5 }}", NULL), TOY_ERR_FORMAT);
+    cr_expect_eq(jinja_err("{{ '%x' % 3.0 }}", NULL), TOY_ERR_FORMAT);
+}

@@ -954,6 +954,134 @@ static json_t *call_global(struct ctx *C, const struct node *call, const char *n
     return NULL;
 }
 
+/* Python's printf-style `fmt % args`, behind the % operator on a string and
+ * the format filter: conversions s r d i u f F e E g G x X o c and %%, flags
+ * - + space 0 #, a width, a .precision, and %(key)s when `map` (the single
+ * argument, a dict) is given. Widths count code points, as Python's do.
+ * Python's errors (too few or too many arguments, %d of a string) are
+ * errors here too. */
+static json_t *py_percent(struct ctx *C, const struct node *x, json_t *fmtv, json_t **args, size_t nargs, json_t *map) {
+    const char *f = json_string_value(fmtv);
+    size_t n = json_string_length(fmtv), next = 0;
+    struct sbuf out = {0};
+    for (size_t i = 0; i < n && !C->st;) {
+        if (f[i] != '%') { sb_add(&out, f + i, 1); i++; continue; }
+        i++;
+        json_t *v = NULL;
+        bool from_map = false;
+        if (i < n && f[i] == '(') { /* %(key)s */
+            size_t e = i + 1;
+            while (e < n && f[e] != ')') e++;
+            if (e >= n) { rerr(C, x, "incomplete format key"); break; }
+            if (!map) { rerr(C, x, "format requires a mapping"); break; }
+            char key[256];
+            snprintf(key, sizeof key, "%.*s", (int)(e - i - 1), f + i + 1);
+            v = unmark(json_object_get(map, key));
+            if (!v) { rerr(C, x, "format key '%s' not found", key); break; }
+            from_map = true;
+            i = e + 1;
+        }
+        char flags[8] = "";
+        size_t nf = 0;
+        while (i < n && strchr("-+ 0#", f[i]) && nf < sizeof flags - 1) flags[nf++] = f[i++];
+        flags[nf] = 0;
+        long width = 0, prec = -1;
+        while (i < n && isdigit((unsigned char)f[i]) && width < 100000) width = width * 10 + (f[i++] - '0');
+        if (i < n && f[i] == '.') {
+            prec = 0;
+            for (i++; i < n && isdigit((unsigned char)f[i]) && prec < 100000;) prec = prec * 10 + (f[i++] - '0');
+        }
+        if (i >= n) { rerr(C, x, "incomplete format"); break; }
+        char conv = f[i++];
+        if (conv == '%') { sb_str(&out, "%"); continue; }
+        if (!strchr("srdiufFeEgGxXoc", conv) || width >= 100000 || prec >= 100000) {
+            rerr(C, x, "unsupported format character '%c'", conv);
+            break;
+        }
+        if (!from_map) {
+            if (next >= nargs) { rerr(C, x, "not enough arguments for format string"); break; }
+            v = args[next++];
+        }
+        v = unmark(v);
+        bool left = strchr(flags, '-') != NULL, zero = strchr(flags, '0') != NULL && !left;
+        struct sbuf t = {0}; /* the converted text before padding */
+        if (conv == 's' || conv == 'r' || conv == 'c') {
+            if (conv == 's') py_str(v, &t);
+            else if (conv == 'r') { if (v) repr(v, &t, false); else sb_str(&t, "Undefined"); }
+            else if (v && json_is_string(v) && utf8_count(json_string_value(v), json_string_length(v)) == 1)
+                sb_add(&t, json_string_value(v), json_string_length(v));
+            else if (is_intlike(v) && ival(v) >= 0 && ival(v) <= 0x10FFFF) {
+                utf8proc_uint8_t enc[4];
+                sb_add(&t, (const char *)enc, (size_t)utf8proc_encode_char((utf8proc_int32_t)ival(v), enc));
+            } else rerr(C, x, "%%c requires an int or a single character");
+            if (prec >= 0 && conv != 'c' && t.p) t.n = utf8_offset(t.p, t.n, (size_t)prec);
+            zero = false;
+        } else if (!is_num(v) || (strchr("xXo", conv) && !is_intlike(v))) {
+            rerr(C, x, "%%%c format: %s is required", conv, strchr("xXo", conv) ? "an integer" : "a number");
+        } else if (strchr("fFeEgG", conv)) {
+            char spec[32], buf[512];
+            snprintf(spec, sizeof spec, "%%%s.%ld%c", flags, prec < 0 ? 6 : prec, conv);
+            double d = num(v);
+            int len = snprintf(NULL, 0, spec, d);
+            char *big = len >= (int)sizeof buf ? malloc((size_t)len + 1) : buf;
+            if (!big) { C->st = TOY_ERR_NOMEM; }
+            else { snprintf(big, (size_t)len + 1, spec, d); sb_add(&t, big, (size_t)len); if (big != buf) free(big); }
+            zero = false; /* printf applied the flags; width is added below */
+            if (strchr(flags, '0') && !left && (long)t.n < width) { /* zeros go after the sign */
+                struct sbuf z = {0};
+                size_t s = t.p && (t.p[0] == '-' || t.p[0] == '+' || t.p[0] == ' ');
+                sb_add(&z, t.p, s);
+                for (long k = (long)t.n; k < width; k++) sb_str(&z, "0");
+                sb_add(&z, t.p + s, t.n - s);
+                free(t.p);
+                t = z;
+            }
+        } else { /* d i u x X o: an integer, floats truncated toward zero */
+            bool neg;
+            char digits[400];
+            if (is_intlike(v)) {
+                long long iv = ival(v);
+                neg = iv < 0;
+                unsigned long long u = neg ? 0ULL - (unsigned long long)iv : (unsigned long long)iv;
+                snprintf(digits, sizeof digits, conv == 'x' ? "%llx" : conv == 'X' ? "%llX" : conv == 'o' ? "%llo" : "%llu", u);
+            } else {
+                double d = trunc(num(v));
+                if (!isfinite(d)) { rerr(C, x, "cannot convert float %s to integer", isnan(d) ? "NaN" : "infinity"); d = 0; }
+                neg = d < 0;
+                if (fabs(d) < 1.8e19) {
+                    unsigned long long u = (unsigned long long)fabs(d);
+                    snprintf(digits, sizeof digits, conv == 'x' ? "%llx" : conv == 'X' ? "%llX" : conv == 'o' ? "%llo" : "%llu", u);
+                } else if (strchr("diu", conv)) {
+                    snprintf(digits, sizeof digits, "%.0f", fabs(d)); /* the double's exact value, as Python's int() */
+                } else {
+                    rerr(C, x, "%%%c of a float this large is not supported", conv);
+                    digits[0] = 0;
+                }
+            }
+            const char *sign = neg ? "-" : strchr(flags, '+') ? "+" : strchr(flags, ' ') ? " " : "";
+            const char *pre = !strchr(flags, '#') ? "" : conv == 'x' ? "0x" : conv == 'X' ? "0X" : conv == 'o' ? "0o" : "";
+            sb_str(&t, sign);
+            sb_str(&t, pre);
+            long nd = (long)strlen(digits), len = (long)(strlen(sign) + strlen(pre)) + (prec > nd ? prec : nd);
+            for (long k = nd; k < prec; k++) sb_str(&t, "0");
+            if (zero) for (long k = len; k < width; k++) sb_str(&t, "0");
+            sb_str(&t, digits);
+            zero = false; /* the 0 flag's zeros are in, after the sign and prefix */
+        }
+        if (t.oom) C->st = TOY_ERR_NOMEM;
+        long cps = t.p ? (long)utf8_count(t.p, t.n) : 0;
+        if (!left) for (long k = cps; k < width; k++) sb_str(&out, zero ? "0" : " ");
+        sb_add(&out, t.p ? t.p : "", t.n);
+        if (left) for (long k = cps; k < width; k++) sb_str(&out, " ");
+        free(t.p);
+    }
+    if (!C->st && !map && next < nargs) rerr(C, x, "not all arguments converted during string formatting");
+    if (out.oom && !C->st) C->st = TOY_ERR_NOMEM;
+    json_t *r = C->st ? NULL : json_stringn_nocheck(out.p ? out.p : "", out.n);
+    free(out.p);
+    return r;
+}
+
 /* One comparison of a chain: == != < > <= >= in notin. */
 static bool compare_op(struct ctx *C, const struct node *x, const char *op, json_t *a, json_t *b) {
     if (!strcmp(op, "==")) return equal(a, b);
@@ -1160,6 +1288,16 @@ static json_t *eval(struct ctx *C, const struct node *x) {
             for (long long i = 0; i < ival(b) && i < 100000; i++) sb_add(&sb, json_string_value(a), json_string_length(a));
             r = json_stringn_nocheck(sb.p ? sb.p : "", sb.n);
             free(sb.p);
+        } else if (!strcmp(op, "%") && a && json_is_string(a)) {
+            /* a tuple literal gives the arguments ('%s and %s' % (a, b)); any
+             * other value is the one argument, a dict one to take %(key)s from */
+            bool tuple = x->b->k == E_TUPLE && b && json_is_array(b);
+            size_t na = tuple ? json_array_size(b) : 1;
+            json_t **args = malloc((na ? na : 1) * sizeof *args);
+            if (!args) { C->st = TOY_ERR_NOMEM; goto bin_out; }
+            for (size_t i = 0; i < na; i++) args[i] = tuple ? json_array_get(b, i) : b;
+            r = py_percent(C, x, a, args, na, !tuple && b && json_is_object(b) && !is_undef(b) ? b : NULL);
+            free(args);
         } else if (is_num(a) && is_num(b)) {
             bool ints = is_intlike(a) && is_intlike(b);
             double p = num(a), q = num(b);
@@ -1339,6 +1477,24 @@ static json_t *do_filter(struct ctx *C, const struct node *f, json_t *v) {
                                 : n[0] == 'u' ? CASE_UPPER
                                 : n[0] == 't' ? CASE_TITLE_FILTER
                                               : CASE_CAPITALIZE);
+        json_decref(s);
+        return r;
+    }
+    if (!strcmp(n, "format")) {
+        /* Jinja2's format is printf-style: fmt % args, or fmt % kwargs */
+        if (f->n && f->nkw) { rerr(C, f, "format: positional and keyword arguments cannot be mixed"); return NULL; }
+        json_t *s = v && json_is_string(v) ? json_incref(v) : str_of(v), *map = NULL, *r = NULL;
+        json_t **pos = NULL, **kwv = NULL;
+        if (eval_args(C, f, &pos, &kwv)) {
+            if (f->nkw) {
+                map = json_object();
+                for (int k = 0; map && k < f->nkw; k++) json_object_set_new(map, f->kwn[k], mark(json_incref(kwv[k])));
+                if (!map) C->st = TOY_ERR_NOMEM;
+            }
+            if (!C->st) r = py_percent(C, f, s, pos, (size_t)f->n, map);
+        }
+        free_args(f, pos, kwv);
+        json_decref(map);
         json_decref(s);
         return r;
     }
