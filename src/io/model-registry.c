@@ -297,8 +297,14 @@ static void unique_names(struct item *v, int64_t n) {
                 bool same_source = false;
                 for (int64_t o = i; o < j; o++)
                     if (o != k && !strcmp(v[o].e.source, v[k].e.source)) same_source = true;
-                if (!same_source) snprintf(v[k].e.name, sizeof v[k].e.name, "%s:%s", v[k].e.source, v[k].base);
-                else snprintf(v[k].e.name, sizeof v[k].e.name, "%s", v[k].e.path);
+                /* a name past the field (a path of 4 kB) is cut: still unique in practice, and listed in full */
+                char *d = v[k].e.name;
+                size_t cap = sizeof v[k].e.name, at = 0;
+                const char *parts[3] = {same_source ? v[k].e.path : v[k].e.source, same_source ? "" : ":",
+                                        same_source ? "" : v[k].base};
+                for (int q = 0; q < 3; q++)
+                    for (const char *c = parts[q]; *c && at + 1 < cap; c++) d[at++] = *c;
+                d[at] = 0;
             }
         }
         i = j;
