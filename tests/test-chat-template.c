@@ -624,3 +624,28 @@ Test(chat_template, percent_formatting) {
     cr_expect_eq(jinja_err("{{ 'x' % 5 }}", NULL), TOY_ERR_FORMAT);
     cr_expect_eq(jinja_err("{{ '%x' % 3.0 }}", NULL), TOY_ERR_FORMAT);
 }
+
+/* More of Jinja2's filters and tests (expected strings are Jinja2 3.1's):
+ * truncate with its leeway of 5, center as str.center, batch and slice,
+ * attr (JSON values have no data attributes), escape/e/forceescape as
+ * markupsafe, striptags, urlencode; the lower/upper/callable tests. */
+Test(chat_template, more_jinja2_filters) {
+    EXPECT_RENDER("{{ 'hello world foo'|truncate(9) }}|{{ 'hello world foo'|truncate(9, true) }}|"
+                  "{{ 'hello world foo bar baz'|truncate(12, false, '..', 0) }}|{{ 'abcdefghijkl'|truncate(5, leeway=0) }}|"
+                  "{{ 'short'|truncate(3) }}|{{ 'héllo wörld'|truncate(7, leeway=0) }}|{{ 'ab cd'|truncate(3, leeway=0) }}",
+                  "hello...|hello ...|hello..|ab...|short|héll...|...");
+    EXPECT_RENDER("[{{ 'ab'|center(5) }}][{{ 'abc'|center(6) }}][{{ 'é'|center(4) }}]", "[  ab ][ abc  ][ é  ]");
+    EXPECT_RENDER("{{ [1,2,3,4,5]|batch(2)|list }}{{ [1,2,3]|batch(2, 'x')|list }}{{ [1,2,3,4,5]|slice(3)|list }}"
+                  "{{ [1,2,3,4]|slice(3, 0)|list }}{{ 'abc'|batch(2)|list }}",
+                  "[[1, 2], [3, 4], [5]][[1, 2], [3, 'x']][[1, 2], [3, 4], [5]][[1, 2], [3, 0], [4, 0]][['a', 'b'], ['c']]");
+    EXPECT_RENDER("{{ {'a':1}|attr('a') }}|{{ ({'a':1}|attr('a')) is defined }}", "|False");
+    EXPECT_RENDER("{{ '<p>a  <b>b</b>\\n<!-- c --> &amp; &lt;x&gt; &#65;&#x42; &quot;</p>'|striptags }}", "a b & <x> AB \"");
+    EXPECT_RENDER("{{ '<&>\"\\''|e }}|{{ 5|escape }}|{{ none|forceescape }}|{{ [1, '<']|e }}|{{ 'a b&c/é'|urlencode }}|"
+                  "{{ {'a b': 'c&d', 'e': 1}|urlencode }}",
+                  "&lt;&amp;&gt;&#34;&#39;|5|None|[1, &#39;&lt;&#39;]|a%20b%26c/%C3%A9|a+b=c%26d&e=1");
+    EXPECT_RENDER("{{ 'abc' is lower }}{{ 'aBC' is upper }}{{ 5 is lower }}{{ '1A' is upper }}{{ '12' is lower }}"
+                  "{% macro m() %}{% endmacro %}{{ m is callable }}{{ {} is callable }}{{ 'x' is escaped }}",
+                  "TrueFalseFalseTrueFalseTrueFalseFalse");
+    cr_expect_eq(jinja_err("{{ 'abcdef'|truncate(2) }}", NULL), TOY_ERR_FORMAT);
+    cr_expect_eq(jinja_err("{{ 5|truncate(3) }}", NULL), TOY_ERR_FORMAT);
+}

@@ -1354,7 +1354,24 @@ static bool do_test(struct ctx *C, const struct node *t, json_t *v) {
     /* Jinja2's Undefined iterates as empty, so it is iterable */
     if (!strcmp(n, "iterable")) return !v || json_is_array(v) || json_is_object(v) || json_is_string(v);
     if (!strcmp(n, "sequence")) return v && (json_is_array(v) || json_is_string(v) || json_is_object(v));
-    if (!strcmp(n, "callable")) return false;
+    /* macros are the only callables a template can hold (see N_MACRO) */
+    if (!strcmp(n, "callable")) return v && json_is_object(v) && json_is_integer(json_object_get(v, "__macro__"));
+    if (!strcmp(n, "escaped")) return false; /* toy has no Markup strings */
+    if (!strcmp(n, "lower") || !strcmp(n, "upper")) {
+        /* str.islower()/isupper(): some cased letter, and none of the other case */
+        if (!v || !json_is_string(v)) return false;
+        const utf8proc_uint8_t *p = (const utf8proc_uint8_t *)json_string_value(v);
+        utf8proc_ssize_t len = (utf8proc_ssize_t)json_string_length(v), k;
+        bool cased = false;
+        for (utf8proc_ssize_t i = 0; i < len; i += k > 0 ? k : 1) {
+            utf8proc_int32_t c;
+            if ((k = utf8proc_iterate(p + i, len - i, &c)) <= 0) continue;
+            bool lo = utf8proc_toupper(c) != c, up = utf8proc_tolower(c) != c || utf8proc_category(c) == UTF8PROC_CATEGORY_LT;
+            if (n[0] == 'l' ? up : lo) return false;
+            cased |= n[0] == 'l' ? lo : up;
+        }
+        return cased;
+    }
     if (!strcmp(n, "even") || !strcmp(n, "odd")) return v && is_intlike(v) && (ival(v) % 2 == 0) == (n[0] == 'e');
     if (!strcmp(n, "divisibleby")) {
         json_t *d = arg(C, t, 0, NULL);
@@ -1499,7 +1516,7 @@ static json_t *do_filter(struct ctx *C, const struct node *f, json_t *v) {
         return r;
     }
     if (!strcmp(n, "string")) return str_of(v);
-    if (!strcmp(n, "safe") || !strcmp(n, "e") || !strcmp(n, "escape")) return v ? json_incref(v) : json_string("");
+    if (!strcmp(n, "safe")) return v ? json_incref(v) : json_string("");
     if (!strcmp(n, "int")) {
         if (v && json_is_string(v)) return json_integer(strtoll(json_string_value(v), NULL, 10));
         double d = is_num(v) ? num(v) : 0;
@@ -1755,6 +1772,213 @@ static json_t *do_filter(struct ctx *C, const struct node *f, json_t *v) {
         }
         json_decref(s);
         return json_integer(c);
+    }
+    if (!strcmp(n, "truncate")) {
+        /* Jinja2's: text within length + leeway stays; else cut to leave room
+         * for `end`, at the last space unless killwords */
+        json_t *ln = arg(C, f, 0, "length"), *kw = arg(C, f, 1, "killwords"), *end = arg(C, f, 2, "end");
+        json_t *lw = arg(C, f, 3, "leeway");
+        long long length = ln && is_intlike(ln) ? ival(ln) : 255, leeway = lw && is_intlike(lw) ? ival(lw) : 5;
+        const char *e = strv(end) ? strv(end) : "...";
+        size_t el = strv(end) ? json_string_length(end) : 3;
+        long long ecp = (long long)utf8_count(e, el);
+        json_t *r = NULL;
+        if (!v || !json_is_string(v)) rerr(C, f, "truncate: not a string");
+        else if (length < ecp) rerr(C, f, "truncate: expected length >= %lld, got %lld", ecp, length);
+        else {
+            const char *s = json_string_value(v);
+            size_t sn = json_string_length(v);
+            if ((long long)utf8_count(s, sn) <= length + leeway) r = json_incref(v);
+            else {
+                size_t cut = utf8_offset(s, sn, (size_t)(length - ecp));
+                if (!truthy(kw)) { /* rsplit(' ', 1)[0] */
+                    const char *sp = NULL;
+                    for (size_t i = 0; i < cut; i++) if (s[i] == ' ') sp = s + i;
+                    if (sp) cut = (size_t)(sp - s);
+                }
+                struct sbuf b = {0};
+                sb_add(&b, s, cut);
+                sb_add(&b, e, el);
+                r = json_stringn_nocheck(b.p ? b.p : "", b.n);
+                free(b.p);
+            }
+        }
+        json_decref(ln); json_decref(kw); json_decref(end); json_decref(lw);
+        return r;
+    }
+    if (!strcmp(n, "center")) {
+        /* str.center(width): Python puts the odd space on the left when width is odd */
+        json_t *w = arg(C, f, 0, "width");
+        long long width = w && is_intlike(w) ? ival(w) : 80;
+        json_decref(w);
+        json_t *s = str_of(v);
+        long long len = (long long)utf8_count(json_string_value(s), json_string_length(s));
+        if (width <= len || width > 1000000) return s;
+        long long marg = width - len, left = marg / 2 + (marg & width & 1);
+        struct sbuf b = {0};
+        for (long long i = 0; i < left; i++) sb_str(&b, " ");
+        sb_add(&b, json_string_value(s), json_string_length(s));
+        for (long long i = left + len; i < width; i++) sb_str(&b, " ");
+        json_decref(s);
+        json_t *r = json_stringn_nocheck(b.p ? b.p : "", b.n);
+        free(b.p);
+        return r;
+    }
+    if (!strcmp(n, "batch") || !strcmp(n, "slice")) {
+        /* batch(n): chunks of n, the last filled up with fill_with if given;
+         * slice(n): n columns, the first len % n one longer (the others get
+         * fill_with, if given) */
+        json_t *cnt = arg(C, f, 0, n[0] == 'b' ? "linecount" : "slices"), *fill = arg(C, f, 1, "fill_with");
+        long long k = cnt && is_intlike(cnt) ? ival(cnt) : 0;
+        json_t *l = to_list(v), *r = NULL;
+        long long len = (long long)json_array_size(l);
+        if (k <= 0) rerr(C, f, "%s: the count must be positive", n);
+        else if (n[0] == 'b') {
+            r = json_array();
+            for (long long i = 0; i < len; i += k) {
+                json_t *row = json_array();
+                for (long long j = i; j < i + k; j++) {
+                    if (j < len) json_array_append(row, json_array_get(l, (size_t)j));
+                    else if (fill && !json_is_null(fill)) json_array_append(row, fill);
+                }
+                json_array_append_new(r, row);
+            }
+        } else {
+            r = json_array();
+            long long per = len / k, extra = len % k, offset = 0;
+            for (long long s = 0; s < k && s <= 1000000; s++) {
+                long long start = offset + s * per;
+                if (s < extra) offset++;
+                long long stop = offset + (s + 1) * per;
+                json_t *col = json_array();
+                for (long long j = start; j < stop; j++) json_array_append(col, json_array_get(l, (size_t)j));
+                if (fill && !json_is_null(fill) && s >= extra) json_array_append(col, fill);
+                json_array_append_new(r, col);
+            }
+        }
+        json_decref(l); json_decref(cnt); json_decref(fill);
+        return r;
+    }
+    if (!strcmp(n, "attr")) {
+        /* Python's getattr: JSON values have methods but no data attributes
+         * (a dict's keys are items), so this is always undefined */
+        return NULL;
+    }
+    if (!strcmp(n, "escape") || !strcmp(n, "e") || !strcmp(n, "forceescape")) {
+        /* markupsafe's escape of str(value). toy keeps no "safe" marking,
+         * so escaping twice escapes twice, where Jinja2 would not */
+        json_t *s = str_of(v);
+        const char *p = json_string_value(s);
+        struct sbuf b = {0};
+        for (size_t i = 0, len = json_string_length(s); i < len; i++) {
+            switch (p[i]) {
+            case '&': sb_str(&b, "&amp;"); break;
+            case '<': sb_str(&b, "&lt;"); break;
+            case '>': sb_str(&b, "&gt;"); break;
+            case '"': sb_str(&b, "&#34;"); break;
+            case '\'': sb_str(&b, "&#39;"); break;
+            default: sb_add(&b, p + i, 1);
+            }
+        }
+        json_decref(s);
+        json_t *r = json_stringn_nocheck(b.p ? b.p : "", b.n);
+        free(b.p);
+        return r;
+    }
+    if (!strcmp(n, "striptags")) {
+        /* markupsafe's: drop <!-- comments --> and <tags>, collapse white
+         * space to single spaces, then unescape the common entities (Python's
+         * html.unescape knows every HTML5 name; toy knows the XML five, &nbsp;
+         * and numeric references) */
+        json_t *s = str_of(v);
+        const char *p = json_string_value(s);
+        size_t len = json_string_length(s);
+        struct sbuf t = {0}, w = {0}, b = {0};
+        for (size_t i = 0; i < len;) {
+            const char *close = NULL;
+            if (!strncmp(p + i, "<!--", 4)) close = memmem(p + i + 4, len - i - 4, "-->", 3);
+            if (close) { i = (size_t)(close - p) + 3; continue; }
+            sb_add(&t, p + i, 1);
+            i++;
+        }
+        for (size_t i = 0; i < t.n;) { /* tags, after comments are gone */
+            const char *close = t.p[i] == '<' ? memchr(t.p + i + 1, '>', t.n - i - 1) : NULL;
+            if (close) { i = (size_t)(close - t.p) + 1; continue; }
+            sb_add(&w, t.p + i, 1);
+            i++;
+        }
+        json_t *ws = json_stringn_nocheck(w.p ? w.p : "", w.n);
+        { /* " ".join(value.split()) */
+            const char *q = json_string_value(ws);
+            size_t qn = json_string_length(ws), i = 0;
+            bool any = false;
+            while (i < qn) {
+                for (size_t l; i < qn && (l = space_at(q + i, qn - i));) i += l;
+                if (i >= qn) break;
+                size_t e = i;
+                while (e < qn && !space_at(q + e, qn - e)) { size_t l; cp_at(q + e, qn - e, &l); e += l; }
+                if (any) sb_str(&b, " ");
+                any = true;
+                for (size_t j = i; j < e;) { /* unescape while copying */
+                    static const char *const ent[][2] = {{"&amp;", "&"}, {"&lt;", "<"}, {"&gt;", ">"}, {"&quot;", "\""},
+                                                         {"&apos;", "'"}, {"&nbsp;", "\xc2\xa0"}};
+                    bool done = false;
+                    for (size_t k = 0; k < sizeof ent / sizeof ent[0] && !done; k++) {
+                        size_t el = strlen(ent[k][0]);
+                        if (e - j >= el && !memcmp(q + j, ent[k][0], el)) { sb_str(&b, ent[k][1]); j += el; done = true; }
+                    }
+                    if (!done && q[j] == '&' && j + 2 < e && q[j + 1] == '#') {
+                        bool hex = q[j + 2] == 'x' || q[j + 2] == 'X';
+                        char *endp;
+                        long c = strtol(q + j + 2 + hex, &endp, hex ? 16 : 10);
+                        if (endp > q + j + 2 + hex && endp < q + e && *endp == ';' && c > 0 && c <= 0x10FFFF) {
+                            utf8proc_uint8_t enc[4];
+                            sb_add(&b, (const char *)enc, (size_t)utf8proc_encode_char((utf8proc_int32_t)c, enc));
+                            j = (size_t)(endp - q) + 1;
+                            done = true;
+                        }
+                    }
+                    if (!done) { sb_add(&b, q + j, 1); j++; }
+                }
+                i = e;
+            }
+        }
+        json_t *r = json_stringn_nocheck(b.p ? b.p : "", b.n);
+        free(t.p); free(w.p); free(b.p);
+        json_decref(ws); json_decref(s);
+        return r;
+    }
+    if (!strcmp(n, "urlencode")) {
+        /* percent-encoding of UTF-8 bytes, '/' kept; a dict (or list of
+         * pairs) becomes a query string, with '+' for spaces and '/' encoded */
+        json_t *pairs = NULL;
+        if (v && json_is_object(v)) {
+            pairs = json_array();
+            const char *k;
+            json_t *e;
+            json_object_foreach(v, k, e) json_array_append_new(pairs, json_pack("[sO]", k, e));
+        }
+        struct sbuf b = {0};
+        size_t np = pairs ? json_array_size(pairs) : 1;
+        for (size_t i = 0; i < np; i++) {
+            if (i) sb_str(&b, "&");
+            for (int half = 0; half < (pairs ? 2 : 1); half++) {
+                if (half) sb_str(&b, "=");
+                json_t *s = str_of(pairs ? json_array_get(json_array_get(pairs, i), (size_t)half) : v);
+                const unsigned char *p = (const unsigned char *)json_string_value(s);
+                for (size_t j = 0, len = json_string_length(s); j < len; j++) {
+                    char hx[4];
+                    if (isalnum(p[j]) || strchr("_.-~", p[j]) || (p[j] == '/' && !pairs)) sb_add(&b, (const char *)p + j, 1);
+                    else if (p[j] == ' ' && pairs) sb_str(&b, "+");
+                    else { snprintf(hx, sizeof hx, "%%%02X", p[j]); sb_str(&b, hx); }
+                }
+                json_decref(s);
+            }
+        }
+        json_decref(pairs);
+        json_t *r = json_stringn_nocheck(b.p ? b.p : "", b.n);
+        free(b.p);
+        return r;
     }
     rerr(C, f, "unknown filter '%s'", n);
     return NULL;
