@@ -649,3 +649,18 @@ Test(chat_template, more_jinja2_filters) {
     cr_expect_eq(jinja_err("{{ 'abcdef'|truncate(2) }}", NULL), TOY_ERR_FORMAT);
     cr_expect_eq(jinja_err("{{ 5|truncate(3) }}", NULL), TOY_ERR_FORMAT);
 }
+
+/* More of Python's str and list methods (expected strings are Python's). */
+Test(chat_template, more_string_methods) {
+    EXPECT_RENDER("{{ 'a,b,c'.rsplit(',', 1) }}{{ '  a b c  '.rsplit(none, 1) }}{{ ' a b '.rsplit() }}{{ 'a b c'.rsplit(' ', 0) }}",
+                  "['a,b', 'c']['  a b', 'c']['a', 'b']['a b c']");
+    EXPECT_RENDER("{{ 'a\\nb\\r\\nc\\rd\\x0be\\x85f\\n'.splitlines() }}{{ 'a\\nb'.splitlines(true) }}{{ ''.splitlines() }}",
+                  "['a', 'b', 'c', 'd', 'e', 'f']['a\\n', 'b'][]");
+    EXPECT_RENDER("{{ '7'.zfill(3) }}{{ '-7'.zfill(4) }}{{ '+ab'.zfill(5) }}{{ 'abc'.zfill(2) }}|{{ 'héllo'.rfind('l') }}"
+                  "{{ 'x'.rfind('y') }}{{ 'ab'.rfind('') }}|{{ 'Ab1'.isalnum() }}{{ 'A B'.isupper() }}{{ 'ab'.islower() }}"
+                  "{{ ''.isalnum() }}|{{ [1, 2, 2].count(2) }}|{{ 'ab'.ljust(4, '*') }}{{ 'ab'.rjust(4) }}{{ 'ab'.center(5, '-') }}",
+                  "007-007+00ababc|3-12|TrueTrueTrueFalse|2|ab**  ab--ab-");
+    EXPECT_RENDER("{{ '{} is {}'.format('x', 1) }}|{{ '{0}{1}{0}'.format('a', 'b') }}|{{ '{name}!'.format(name='n') }}|"
+                  "{{ '{{x}}'.format() }}",
+                  "x is 1|aba|n!|{x}");
+}

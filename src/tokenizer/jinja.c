@@ -598,6 +598,99 @@ static json_t *case_map(json_t *s, int mode) {
     return r;
 }
 
+/* str.islower() / str.isupper(): some cased letter, and none of the other case */
+static bool py_is_case(json_t *v, bool lower) {
+    if (!v || !json_is_string(v)) return false;
+    const utf8proc_uint8_t *p = (const utf8proc_uint8_t *)json_string_value(v);
+    utf8proc_ssize_t len = (utf8proc_ssize_t)json_string_length(v), k;
+    bool cased = false;
+    for (utf8proc_ssize_t i = 0; i < len; i += k > 0 ? k : 1) {
+        utf8proc_int32_t c;
+        if ((k = utf8proc_iterate(p + i, len - i, &c)) <= 0) continue;
+        bool lo = utf8proc_toupper(c) != c, up = utf8proc_tolower(c) != c || utf8proc_category(c) == UTF8PROC_CATEGORY_LT;
+        if (lower ? up : lo) return false;
+        cased |= lower ? lo : up;
+    }
+    return cased;
+}
+
+/* s padded to `width` code points with `fill` (one character): on the
+ * right (ljust), the left (rjust) or both (center, the odd one on the left
+ * when width is odd, as CPython) */
+enum { PAD_LJUST, PAD_RJUST, PAD_CENTER };
+static json_t *pad_str(json_t *s, long long width, int mode, const char *fill, size_t filln) {
+    long long len = (long long)utf8_count(json_string_value(s), json_string_length(s));
+    if (width <= len || width > 1000000) return json_incref(s);
+    long long marg = width - len;
+    long long left = mode == PAD_LJUST ? 0 : mode == PAD_RJUST ? marg : marg / 2 + (marg & width & 1);
+    struct sbuf b = {0};
+    for (long long i = 0; i < left; i++) sb_add(&b, fill, filln);
+    sb_add(&b, json_string_value(s), json_string_length(s));
+    for (long long i = left + len; i < width; i++) sb_add(&b, fill, filln);
+    json_t *r = json_stringn_nocheck(b.p ? b.p : "", b.n);
+    free(b.p);
+    return r;
+}
+
+/* Python's str.splitlines(keepends): \n, \r, \r\n, \v, \f, \x1c-\x1e, NEL, U+2028/9 end lines */
+static json_t *split_lines(json_t *obj, bool keep) {
+    const char *s = json_string_value(obj);
+    size_t n = json_string_length(obj), start = 0;
+    json_t *r = json_array();
+    for (size_t i = 0, l; i < n; i += l) {
+        unsigned c = cp_at(s + i, n - i, &l);
+        if (!(c == '\n' || c == '\r' || c == '\v' || c == '\f' || (c >= 0x1C && c <= 0x1E) || c == 0x85 || c == 0x2028 || c == 0x2029))
+            continue;
+        size_t end = i + l;
+        if (c == '\r' && end < n && s[end] == '\n') end++;
+        json_array_append_new(r, json_stringn_nocheck(s + start, (keep ? end : i) - start));
+        start = end;
+        l = end - i;
+    }
+    if (start < n) json_array_append_new(r, json_stringn_nocheck(s + start, n - start));
+    return r;
+}
+
+static bool eval_args(struct ctx *C, const struct node *call, json_t ***pos, json_t ***kwv);
+static void free_args(const struct node *call, json_t **pos, json_t **kwv);
+
+/* Python's str.format for the plain fields: {} {0} {name} and {{ }};
+ * conversions and format specs ({:>5}, {!r}) are not supported */
+static json_t *py_str_format(struct ctx *C, const struct node *call, json_t *fmtv) {
+    json_t **pos = NULL, **kwv = NULL, *r = NULL;
+    if (!eval_args(C, call, &pos, &kwv)) { free_args(call, pos, kwv); return NULL; }
+    const char *f = json_string_value(fmtv);
+    size_t n = json_string_length(fmtv);
+    int auto_next = 0;
+    struct sbuf b = {0};
+    for (size_t i = 0; i < n && !C->st;) {
+        if ((f[i] == '{' || f[i] == '}') && i + 1 < n && f[i + 1] == f[i]) { sb_add(&b, f + i, 1); i += 2; continue; }
+        if (f[i] == '}') { rerr(C, call, "format: single '}' in the format string"); break; }
+        if (f[i] != '{') { sb_add(&b, f + i, 1); i++; continue; }
+        const char *close = memchr(f + i, '}', n - i);
+        if (!close) { rerr(C, call, "format: unclosed '{'"); break; }
+        char field[128];
+        snprintf(field, sizeof field, "%.*s", (int)(close - f - i - 1), f + i + 1);
+        json_t *v = NULL;
+        bool found = false;
+        if (strpbrk(field, ":![.{")) { rerr(C, call, "format: field '{%s}' is not supported", field); break; }
+        if (!field[0] || isdigit((unsigned char)field[0])) {
+            int idx = field[0] ? atoi(field) : auto_next++;
+            if (idx < call->n) { v = pos[idx]; found = true; }
+        } else {
+            for (int k = 0; k < call->nkw && !found; k++)
+                if (!strcmp(call->kwn[k], field)) { v = kwv[k]; found = true; }
+        }
+        if (!found) { rerr(C, call, "format: no argument for '{%s}'", field); break; }
+        py_str(v, &b);
+        i = (size_t)(close - f) + 1;
+    }
+    if (!C->st) r = json_stringn_nocheck(b.p ? b.p : "", b.n);
+    free(b.p);
+    free_args(call, pos, kwv);
+    return r;
+}
+
 static json_t *call_method(struct ctx *C, const struct node *call, json_t *obj, const char *m) {
     if (obj && json_is_string(obj)) {
         json_t *a0 = arg(C, call, 0, NULL), *r = NULL;
@@ -653,6 +746,73 @@ static json_t *call_method(struct ctx *C, const struct node *call, json_t *obj, 
                     cnt++;
                 }
             }
+        } else if (!strcmp(m, "rsplit")) {
+            /* split from the right: only maxsplit makes it differ from split */
+            json_t *a1 = arg(C, call, 1, "maxsplit");
+            long long maxs = a1 && is_intlike(a1) ? ival(a1) : -1;
+            json_decref(a1);
+            const char *s = json_string_value(obj), *sep = strv(a0);
+            size_t sl = sep ? json_string_length(a0) : 0, e = json_string_length(obj);
+            if (sep && !sl) { rerr(C, call, "rsplit: empty separator"); json_decref(a0); return NULL; }
+            json_t *rev = json_array(); /* the pieces, last first */
+            long long cnt = 0;
+            if (!sep) {
+                for (;;) {
+                    for (size_t l; e > 0 && (l = space_before(s, e));) e -= l;
+                    if (!e) break;
+                    size_t b = e;
+                    if (maxs >= 0 && cnt >= maxs) b = 0;
+                    else for (size_t l; b > 0 && !space_before(s, b);) { l = 1; while (b - l > 0 && ((unsigned char)s[b - l] & 0xC0) == 0x80) l++; b -= l; }
+                    json_array_append_new(rev, json_stringn_nocheck(s + b, e - b));
+                    cnt++;
+                    e = b;
+                }
+            } else {
+                for (;;) {
+                    const char *hit = NULL;
+                    if (maxs < 0 || cnt < maxs)
+                        for (size_t i = e >= sl ? e - sl + 1 : 0; i-- > 0;)
+                            if (!memcmp(s + i, sep, sl)) { hit = s + i; break; }
+                    if (!hit) { json_array_append_new(rev, json_stringn_nocheck(s, e)); break; }
+                    json_array_append_new(rev, json_stringn_nocheck(hit + sl, e - (size_t)(hit - s) - sl));
+                    e = (size_t)(hit - s);
+                    cnt++;
+                }
+            }
+            r = json_array();
+            for (size_t i = json_array_size(rev); i > 0; i--) json_array_append(r, json_array_get(rev, i - 1));
+            json_decref(rev);
+        } else if (!strcmp(m, "splitlines")) {
+            r = split_lines(obj, truthy(a0));
+        } else if (!strcmp(m, "zfill")) {
+            /* zeros on the left up to the width, after a leading sign */
+            long long w = a0 && is_intlike(a0) ? ival(a0) : 0;
+            const char *s = json_string_value(obj);
+            size_t sn = json_string_length(obj), sign = sn && (s[0] == '-' || s[0] == '+');
+            long long len = (long long)utf8_count(s, sn);
+            struct sbuf b = {0};
+            sb_add(&b, s, sign);
+            for (long long i = len; i < w && i < 1000000; i++) sb_str(&b, "0");
+            sb_add(&b, s + sign, sn - sign);
+            r = json_stringn_nocheck(b.p ? b.p : "", b.n);
+            free(b.p);
+        } else if (!strcmp(m, "ljust") || !strcmp(m, "rjust") || !strcmp(m, "center")) {
+            json_t *a1 = arg(C, call, 1, NULL);
+            const char *fill = strv(a1) ? strv(a1) : " ";
+            size_t fl = strv(a1) ? json_string_length(a1) : 1;
+            if (utf8_count(fill, fl) != 1) rerr(C, call, "%s: the fill character must be exactly one character long", m);
+            else r = pad_str(obj, a0 && is_intlike(a0) ? ival(a0) : 0, m[0] == 'l' ? PAD_LJUST : m[0] == 'r' ? PAD_RJUST : PAD_CENTER, fill, fl);
+            json_decref(a1);
+        } else if (!strcmp(m, "rfind")) {
+            const char *p = strv(a0), *s = json_string_value(obj), *hit = NULL;
+            size_t n = json_string_length(obj), pl = p ? json_string_length(a0) : 0;
+            for (size_t i = n >= pl ? n - pl + 1 : 0; p && i-- > 0;)
+                if (!memcmp(s + i, p, pl)) { hit = s + i; break; }
+            r = json_integer(hit ? (json_int_t)utf8_count(s, (size_t)(hit - s)) : -1);
+        } else if (!strcmp(m, "isupper") || !strcmp(m, "islower")) {
+            r = json_boolean(py_is_case(obj, m[2] == 'l'));
+        } else if (!strcmp(m, "format")) {
+            r = py_str_format(C, call, obj);
         } else if (!strcmp(m, "replace")) {
             json_t *a1 = arg(C, call, 1, NULL), *a2 = arg(C, call, 2, NULL);
             r = str_replace(obj, a0, a1, a2 && is_intlike(a2) ? ival(a2) : -1);
@@ -685,12 +845,13 @@ static json_t *call_method(struct ctx *C, const struct node *call, json_t *obj, 
             r = json_stringn_nocheck(b.p ? b.p : "", b.n);
             free(b.p);
             json_decref(l);
-        } else if (!strcmp(m, "isdigit") || !strcmp(m, "isalpha") || !strcmp(m, "isspace")) {
+        } else if (!strcmp(m, "isdigit") || !strcmp(m, "isalpha") || !strcmp(m, "isspace") || !strcmp(m, "isalnum")) {
             const char *s = json_string_value(obj);
             size_t n = json_string_length(obj);
             bool ok = n > 0;
             for (size_t i = 0, l = 1; i < n && ok; i += l)
-                ok = m[2] == 'd' ? isdigit((unsigned char)s[i]) : m[2] == 'a' ? isalpha((unsigned char)s[i]) : (l = space_at(s + i, n - i)) != 0;
+                ok = m[2] == 'd' ? isdigit((unsigned char)s[i]) : !strcmp(m, "isalpha") ? isalpha((unsigned char)s[i])
+                   : m[2] == 'a' ? isalnum((unsigned char)s[i]) : (l = space_at(s + i, n - i)) != 0;
             r = json_boolean(ok);
         } else {
             rerr(C, call, "unknown string method '%s'", m);
@@ -737,6 +898,15 @@ static json_t *call_method(struct ctx *C, const struct node *call, json_t *obj, 
             json_t *v = json_incref(json_array_get(obj, (size_t)i));
             json_array_remove(obj, (size_t)i);
             return v;
+        }
+        if (!strcmp(m, "count")) {
+            json_t *a0 = arg(C, call, 0, NULL);
+            size_t i;
+            json_t *e;
+            long long c = 0;
+            json_array_foreach(obj, i, e) c += equal(e, a0);
+            json_decref(a0);
+            return json_integer(c);
         }
         if (!strcmp(m, "index")) {
             json_t *a0 = arg(C, call, 0, NULL);
@@ -1357,21 +1527,7 @@ static bool do_test(struct ctx *C, const struct node *t, json_t *v) {
     /* macros are the only callables a template can hold (see N_MACRO) */
     if (!strcmp(n, "callable")) return v && json_is_object(v) && json_is_integer(json_object_get(v, "__macro__"));
     if (!strcmp(n, "escaped")) return false; /* toy has no Markup strings */
-    if (!strcmp(n, "lower") || !strcmp(n, "upper")) {
-        /* str.islower()/isupper(): some cased letter, and none of the other case */
-        if (!v || !json_is_string(v)) return false;
-        const utf8proc_uint8_t *p = (const utf8proc_uint8_t *)json_string_value(v);
-        utf8proc_ssize_t len = (utf8proc_ssize_t)json_string_length(v), k;
-        bool cased = false;
-        for (utf8proc_ssize_t i = 0; i < len; i += k > 0 ? k : 1) {
-            utf8proc_int32_t c;
-            if ((k = utf8proc_iterate(p + i, len - i, &c)) <= 0) continue;
-            bool lo = utf8proc_toupper(c) != c, up = utf8proc_tolower(c) != c || utf8proc_category(c) == UTF8PROC_CATEGORY_LT;
-            if (n[0] == 'l' ? up : lo) return false;
-            cased |= n[0] == 'l' ? lo : up;
-        }
-        return cased;
-    }
+    if (!strcmp(n, "lower") || !strcmp(n, "upper")) return py_is_case(v, n[0] == 'l');
     if (!strcmp(n, "even") || !strcmp(n, "odd")) return v && is_intlike(v) && (ival(v) % 2 == 0) == (n[0] == 'e');
     if (!strcmp(n, "divisibleby")) {
         json_t *d = arg(C, t, 0, NULL);
@@ -1807,21 +1963,11 @@ static json_t *do_filter(struct ctx *C, const struct node *f, json_t *v) {
         return r;
     }
     if (!strcmp(n, "center")) {
-        /* str.center(width): Python puts the odd space on the left when width is odd */
         json_t *w = arg(C, f, 0, "width");
         long long width = w && is_intlike(w) ? ival(w) : 80;
         json_decref(w);
-        json_t *s = str_of(v);
-        long long len = (long long)utf8_count(json_string_value(s), json_string_length(s));
-        if (width <= len || width > 1000000) return s;
-        long long marg = width - len, left = marg / 2 + (marg & width & 1);
-        struct sbuf b = {0};
-        for (long long i = 0; i < left; i++) sb_str(&b, " ");
-        sb_add(&b, json_string_value(s), json_string_length(s));
-        for (long long i = left + len; i < width; i++) sb_str(&b, " ");
+        json_t *s = str_of(v), *r = pad_str(s, width, PAD_CENTER, " ", 1);
         json_decref(s);
-        json_t *r = json_stringn_nocheck(b.p ? b.p : "", b.n);
-        free(b.p);
         return r;
     }
     if (!strcmp(n, "batch") || !strcmp(n, "slice")) {
