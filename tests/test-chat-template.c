@@ -664,3 +664,22 @@ Test(chat_template, more_string_methods) {
                   "{{ '{{x}}'.format() }}",
                   "x is 1|aba|n!|{x}");
 }
+
+/* {% with %} scopes its names (the values see the outer ones), {% set x | f %}
+ * filters a block set, loop.cycle/loop.changed, and the cycler and joiner
+ * globals (expected strings are Jinja2 3.1's). */
+Test(chat_template, with_block_set_filters_cycler_joiner) {
+    EXPECT_RENDER("{% set a = 5 %}{% with a = 1, b = a %}{{ a }}{{ b }}{% set c = 3 %}{% endwith %}{{ a }}[{{ c }}]|"
+                  "{% with %}{% set q = 1 %}{{ q }}{% endwith %}[{{ q }}]|"
+                  "{% set ns = namespace(x=0) %}{% with %}{% set ns.x = 5 %}{% endwith %}{{ ns.x }}",
+                  "155[]|1[]|5");
+    EXPECT_RENDER("{% set blk | upper %}abc{{ 1 }}{% endset %}{{ blk }}|{% set b2 | replace('a', 'x') | upper %}aba{% endset %}{{ b2 }}",
+                  "ABC1|XBX");
+    EXPECT_RENDER("{% for x in [1,2,3] %}{{ loop.cycle('a', 'b') }}{% endfor %}|"
+                  "{% for x in [1,1,2,2,1] %}{{ loop.changed(x) }}{% endfor %}|{% for x in [1,1] %}{{ loop.changed(x, 2) }}{% endfor %}",
+                  "aba|TrueFalseTrueFalseTrue|TrueFalse");
+    EXPECT_RENDER("{% set c = cycler('a','b') %}{{ c.current }}{{ c.next() }}{{ c.next() }}{{ c.next() }}{{ c.current }}"
+                  "{% set _ = c.reset() %}{{ c.next() }}|{% set j = joiner() %}{% for x in [1,2] %}{{ j() }}{{ x }}{% endfor %}|"
+                  "{% set j = joiner('|') %}{{ j() }}{{ j() }}{{ j() }}",
+                  "aababa|1, 2|||");
+}

@@ -840,6 +840,14 @@ static struct node *parse_stmt(struct parser *P) {
             return expect_k(P, TK_BLOCK_END) ? x : NULL;
         }
         x->k = N_SETBLOCK;
+        if (is_op(peek(P), "|")) { /* {% set x | upper %}: the filters apply to the block's text */
+            struct node *ph = mk(P, E_LIT);
+            if (!ph) return NULL;
+            ph->lit = json_string("");
+            x->a = parse_filters(P, ph);
+            x->b = ph;
+            if (!x->a) return NULL;
+        }
         if (!expect_k(P, TK_BLOCK_END)) return NULL;
         static const char *const ends[] = {"endset", NULL};
         if (!parse_body(P, &x->list, &x->n, ends)) return NULL;
@@ -891,6 +899,27 @@ static struct node *parse_stmt(struct parser *P) {
         static const char *const ends[] = {"endfilter", NULL};
         if (!parse_body(P, &x->list, &x->n, ends)) return NULL;
         return end_block(P, "endfilter") ? x : NULL;
+    }
+    if (!strcmp(w, "with")) {
+        /* {% with a = 1, b = 2 %}body{% endwith %}: names scoped to the body */
+        struct node *x = mk(P, N_WITH);
+        if (!x) return NULL;
+        while (peek(P)->k == TK_NAME) {
+            if (!append_str(P, &x->kwn, &x->nkw, peek(P)->s)) return NULL;
+            P->i++;
+            if (!expect_op(P, "=")) return NULL;
+            struct node *v = parse_expr(P);
+            struct node **p = v ? realloc(x->kwv, (size_t)x->nkw * sizeof *p) : NULL;
+            if (!p) { if (v) perr(P, "out of memory"); return NULL; }
+            x->kwv = p;
+            p[x->nkw - 1] = v;
+            if (!is_op(peek(P), ",")) break;
+            P->i++;
+        }
+        if (!expect_k(P, TK_BLOCK_END)) return NULL;
+        static const char *const ends[] = {"endwith", NULL};
+        if (!parse_body(P, &x->list, &x->n, ends)) return NULL;
+        return end_block(P, "endwith") ? x : NULL;
     }
     if (!strcmp(w, "break") || !strcmp(w, "continue")) {
         struct node *x = mk(P, w[0] == 'b' ? N_BREAK : N_CONTINUE);

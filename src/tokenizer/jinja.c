@@ -59,6 +59,14 @@ static void sb_str(struct sbuf *b, const char *s) { sb_add(b, s, strlen(s)); }
  * undefined there too. */
 #define UNDEF_KEY "\xff" "undefined"
 
+/* Other private keys, unforgeable for the same reason: the state of
+ * loop.changed(), cycler() and joiner() objects */
+#define LOOP_CHANGED_KEY "\xff" "changed"
+#define CYCLER_ITEMS_KEY "\xff" "cycler"
+#define CYCLER_POS_KEY "\xff" "cycler-pos"
+#define JOINER_KEY "\xff" "joiner"
+#define JOINER_USED_KEY "\xff" "joiner-used"
+
 static json_t *undef_marker(void) {
     json_t *o = json_object();
     if (o) json_object_set_new_nocheck(o, UNDEF_KEY, json_true());
@@ -879,6 +887,28 @@ static json_t *call_method(struct ctx *C, const struct node *call, json_t *obj, 
             if (v) { json_decref(d); return json_incref(v); }
             return d ? d : json_null();
         }
+        json_t *chg = json_object_get(obj, LOOP_CHANGED_KEY), *cyc = json_object_get(obj, CYCLER_ITEMS_KEY);
+        if (json_object_get(obj, "index0") && !strcmp(m, "cycle")) { /* loop.cycle(a, b, ...) */
+            if (!call->n) { rerr(C, call, "no items for cycling given"); return NULL; }
+            return arg(C, call, (int)(json_integer_value(json_object_get(obj, "index0")) % call->n), NULL);
+        }
+        if (chg && json_is_array(chg) && !strcmp(m, "changed")) { /* loop.changed(values...): differs from the last call */
+            json_t *now = json_array();
+            for (int i = 0; i < call->n; i++) json_array_append_new(now, mark(eval(C, call->list[i])));
+            bool differs = json_array_size(chg) != 1 || !equal(json_array_get(chg, 0), now);
+            json_array_clear(chg);
+            json_array_append_new(chg, now);
+            return json_boolean(differs);
+        }
+        if (cyc && json_is_array(cyc) && (!strcmp(m, "next") || !strcmp(m, "reset"))) {
+            /* cycler: next() gives `current` and moves on; reset() goes back to the first */
+            size_t cn = json_array_size(cyc), pos = (size_t)json_integer_value(json_object_get(obj, CYCLER_POS_KEY));
+            json_t *r = m[0] == 'n' && cn ? json_incref(json_array_get(cyc, pos % cn)) : json_null();
+            pos = m[0] == 'n' && cn ? (pos + 1) % cn : 0;
+            json_object_set_new_nocheck(obj, CYCLER_POS_KEY, json_integer((json_int_t)pos));
+            if (cn) json_object_set(obj, "current", json_array_get(cyc, pos));
+            return r;
+        }
         /* a namespace or dict holding a macro-like value is not callable */
     }
     if (obj && json_is_array(obj)) {
@@ -1116,6 +1146,27 @@ static json_t *call_global(struct ctx *C, const struct node *call, const char *n
         if (strv(f)) strftime(buf, sizeof buf, strv(f), &tm);
         json_decref(f);
         return json_string(buf);
+    }
+    if (!strcmp(name, "cycler") && !lookup(C, name)) {
+        json_t *items = json_array(), *o = json_object();
+        for (int i = 0; i < call->n; i++) json_array_append_new(items, mark(eval(C, call->list[i])));
+        if (json_array_size(items)) json_object_set(o, "current", json_array_get(items, 0));
+        json_object_set_new_nocheck(o, CYCLER_ITEMS_KEY, items);
+        json_object_set_new_nocheck(o, CYCLER_POS_KEY, json_integer(0));
+        return o;
+    }
+    if (!strcmp(name, "joiner") && !lookup(C, name)) {
+        json_t *sep = arg(C, call, 0, "sep"), *o = json_object();
+        json_object_set_new_nocheck(o, JOINER_KEY, sep && json_is_string(sep) ? sep : json_string(", "));
+        if (sep && !json_is_string(sep)) json_decref(sep);
+        return o;
+    }
+    json_t *j = lookup(C, name);
+    if (j && json_is_object(j) && json_is_string(json_object_get(j, JOINER_KEY))) {
+        /* a joiner: '' the first time, its separator after */
+        bool used = json_object_get(j, JOINER_USED_KEY) != NULL;
+        json_object_set_new_nocheck(j, JOINER_USED_KEY, json_true());
+        return used ? json_incref(json_object_get(j, JOINER_KEY)) : json_string("");
     }
     if (!strcmp(name, "caller") && C->caller) return call_caller(C, call);
     const struct node *mac = find_macro(C, name);
@@ -2130,6 +2181,21 @@ static json_t *do_filter(struct ctx *C, const struct node *f, json_t *v) {
     return NULL;
 }
 
+/* Applies the filter chain `top` = f_k(...f_1(placeholder)) to v (stolen),
+ * innermost first, for {% filter %} and {% set x | f %}: the AST stays
+ * untouched, so templates render from many threads at once. */
+static json_t *apply_chain(struct ctx *C, const struct node *top, const struct node *placeholder, json_t *v) {
+    const struct node *chain[32];
+    int nc = 0;
+    for (const struct node *f = top; f && f != placeholder && nc < 32; f = f->a) chain[nc++] = f;
+    for (int i = nc - 1; i >= 0 && !C->st; i--) {
+        json_t *r = do_filter(C, chain[i], v);
+        json_decref(v);
+        v = r;
+    }
+    return v;
+}
+
 static void set_target(struct ctx *C, const struct node *x, json_t *v /* stolen */) {
     if (x->str) { /* ns.attr = v */
         json_t *ns = lookup(C, x->names[0]);
@@ -2203,6 +2269,7 @@ static void exec(struct ctx *C, const struct node *x, struct sbuf *out) {
          * or continue does not count, as in Jinja2's generated code. */
         size_t n = json_array_size(items);
         bool completed = false;
+        json_t *changed = json_array(); /* loop.changed()'s last arguments, shared by the iterations */
         for (size_t i = 0; i < n && !C->st; i++) {
             json_t *e = json_array_get(items, i);
             /* loop.depth counts recursive loops only, which toy does not have */
@@ -2210,6 +2277,7 @@ static void exec(struct ctx *C, const struct node *x, struct sbuf *out) {
                                      (json_int_t)(n - i), "revindex0", (json_int_t)(n - i - 1), "first", i == 0, "last",
                                      i + 1 == n, "length", (json_int_t)n, "depth", (json_int_t)1, "depth0", (json_int_t)0);
             if (loop) {
+                if (changed) json_object_set_nocheck(loop, LOOP_CHANGED_KEY, changed);
                 if (i > 0) json_object_set(loop, "previtem", json_array_get(items, i - 1));
                 if (i + 1 < n) json_object_set(loop, "nextitem", json_array_get(items, i + 1));
             }
@@ -2232,14 +2300,18 @@ static void exec(struct ctx *C, const struct node *x, struct sbuf *out) {
         }
         if (!completed && !C->st) exec_body(C, x->els, x->nels, out);
         json_decref(items);
+        json_decref(changed);
         break;
     }
     case N_SET: set_target(C, x, eval(C, x->a)); break;
     case N_SETBLOCK: {
         struct sbuf b = {0};
         exec_body(C, x->list, x->n, &b);
-        set_target(C, x, json_stringn_nocheck(b.p ? b.p : "", b.n));
+        json_t *v = json_stringn_nocheck(b.p ? b.p : "", b.n);
         free(b.p);
+        if (x->a) v = apply_chain(C, x->a, x->b, v);
+        if (C->st) { json_decref(v); break; }
+        set_target(C, x, v);
         break;
     }
     case N_MACRO: {
@@ -2261,23 +2333,29 @@ static void exec(struct ctx *C, const struct node *x, struct sbuf *out) {
         break;
     }
     case N_FILTERBLOCK: {
-        /* x->a is the filter chain f_k(...f_1(placeholder)); apply it to the
-         * block's output innermost first (the AST stays untouched, so
-         * templates render from many threads at once) */
+        /* x->a is the filter chain f_k(...f_1(placeholder)) */
         struct sbuf b = {0};
         exec_body(C, x->list, x->n, &b);
         json_t *v = json_stringn_nocheck(b.p ? b.p : "", b.n);
         free(b.p);
-        const struct node *chain[32];
-        int nc = 0;
-        for (const struct node *f = x->a; f && f != x->b && nc < 32; f = f->a) chain[nc++] = f;
-        for (int i = nc - 1; i >= 0 && !C->st; i--) {
-            json_t *r = do_filter(C, chain[i], v);
-            json_decref(v);
-            v = r;
-        }
+        v = apply_chain(C, x->a, x->b, v);
         py_str(v, out);
         json_decref(v);
+        break;
+    }
+    case N_WITH: {
+        /* the values see the enclosing scope ({% with a = 1, b = a %} takes
+         * the outer a), the body a scope of its own */
+        json_t **vals = calloc((size_t)x->nkw + 1, sizeof *vals);
+        if (!vals) { C->st = TOY_ERR_NOMEM; snprintf(C->err, sizeof C->err, "out of memory"); return; }
+        for (int i = 0; i < x->nkw; i++) vals[i] = eval(C, x->kwv[i]);
+        if (!C->st && push_scope(C)) {
+            for (int i = 0; i < x->nkw; i++) { assign(C, x->kwn[i], vals[i]); vals[i] = NULL; }
+            exec_body(C, x->list, x->n, out);
+            pop_scope(C);
+        }
+        for (int i = 0; i < x->nkw; i++) json_decref(vals[i]);
+        free(vals);
         break;
     }
     case N_BREAK: C->brk = 1; break;
