@@ -683,3 +683,17 @@ Test(chat_template, with_block_set_filters_cycler_joiner) {
                   "{% set j = joiner('|') %}{{ j() }}{{ j() }}{{ j() }}",
                   "aababa|1, 2|||");
 }
+
+/* Jinja2 looks up a Python attribute before a key: d.items is dict.items
+ * even when d has a key 'items' (Hermes' json_spec.items.type is undefined
+ * there), d['items'] is the key, the sandbox hides mutating methods, and
+ * only a namespace takes {% set ns.x %} (expected strings are Jinja2 3.1's). */
+Test(chat_template, dict_attribute_is_method_first) {
+    EXPECT_RENDER("{% set x = {'items': [1], 'keys': 'k', 'update': 'u', 'type': 't'} %}{{ x.items is defined }}|"
+                  "{{ x.items.type is defined }}|{{ x.update is defined }}|{{ x.type }}|{{ x.items is mapping }}|"
+                  "{{ x.items is callable }}|{{ x['items'] }}|{{ x.keys()|list }}|{{ 'y' if x.values else 'n' }}",
+                  "True|False|False|t|False|True|[1]|['items', 'keys', 'update', 'type']|y");
+    EXPECT_RENDER("{% set ns = namespace(items=1, keys=2) %}{{ ns.items }}{{ ns.keys }} {{ ns }}", "12 <Namespace {'items': 1, 'keys': 2}>");
+    cr_expect_eq(jinja_err("{% set dd = {'a': 1} %}{% set dd.a = 2 %}{{ dd.a }}", NULL), TOY_ERR_FORMAT);
+    cr_expect_eq(jinja_err("{% set x = {'items': 1} %}{{ x.items|tojson }}", NULL), TOY_ERR_FORMAT);
+}

@@ -66,6 +66,10 @@ static void sb_str(struct sbuf *b, const char *s) { sb_add(b, s, strlen(s)); }
 #define CYCLER_POS_KEY "\xff" "cycler-pos"
 #define JOINER_KEY "\xff" "joiner"
 #define JOINER_USED_KEY "\xff" "joiner-used"
+/* d.items without the call: the bound method (see E_ATTR); and the mark of
+ * a namespace(), the one object whose attributes {% set ns.x %} may set */
+#define METHOD_KEY "\xff" "method"
+#define NAMESPACE_KEY "\xff" "namespace"
 
 static json_t *undef_marker(void) {
     json_t *o = json_object();
@@ -76,6 +80,9 @@ static json_t *undef_marker(void) {
 static bool is_undef(json_t *v) {
     return v && json_is_object(v) && json_object_size(v) == 1 && json_object_get(v, UNDEF_KEY);
 }
+
+static bool is_method(json_t *v) { return v && json_is_object(v) && json_is_string(json_object_get(v, METHOD_KEY)); }
+static bool is_namespace(json_t *v) { return v && json_is_object(v) && json_object_get(v, NAMESPACE_KEY); }
 
 /* a value read out of a container or scope (borrowed): the marker as NULL */
 static json_t *unmark(json_t *v) { return is_undef(v) ? NULL : v; }
@@ -220,6 +227,14 @@ static void repr(json_t *v, struct sbuf *b, bool top) {
     json_t *e;
     const char *k;
     if (is_undef(v)) { sb_str(b, "Undefined"); return; } /* repr(Undefined), as in [missing] */
+    if (is_method(v)) { /* Python adds the dict's address, which toy has not */
+        sb_str(b, "<built-in method ");
+        sb_str(b, json_string_value(json_object_get(v, METHOD_KEY)));
+        sb_str(b, " of dict object>");
+        return;
+    }
+    bool ns = is_namespace(v);
+    if (ns) sb_str(b, "<Namespace ");
     switch (json_typeof(v)) {
     case JSON_NULL: sb_str(b, "None"); break;
     case JSON_TRUE: sb_str(b, "True"); break;
@@ -251,6 +266,7 @@ static void repr(json_t *v, struct sbuf *b, bool top) {
         sb_str(b, "{");
         i = 0;
         json_object_foreach(v, k, e) {
+            if (ns && !strcmp(k, NAMESPACE_KEY)) continue;
             if (i++) sb_str(b, ", ");
             json_t *ks = json_string(k);
             if (ks) repr(ks, b, false);
@@ -258,18 +274,19 @@ static void repr(json_t *v, struct sbuf *b, bool top) {
             sb_str(b, ": ");
             repr(e, b, false);
         }
-        sb_str(b, "}");
+        sb_str(b, ns ? "}>" : "}");
         break;
     }
 }
 
 /* json.dumps(v, ensure_ascii=False, indent=indent) with Python's
- * separators. Undefined, which json.dumps cannot serialize, sets *undef. */
+ * separators. What json.dumps cannot serialize (undefined, a method, a
+ * namespace) sets *undef. */
 static void to_json(json_t *v, struct sbuf *b, int indent, int level, bool *undef) {
     char num[64];
     json_t *e;
     const char *k;
-    if (!v || is_undef(v)) { *undef = true; return; }
+    if (!v || is_undef(v) || is_method(v) || is_namespace(v)) { *undef = true; return; }
     switch (json_typeof(v)) {
     case JSON_NULL: sb_str(b, "null"); break;
     case JSON_TRUE: sb_str(b, "true"); break;
@@ -1126,6 +1143,7 @@ static json_t *call_global(struct ctx *C, const struct node *call, const char *n
     }
     if (!strcmp(name, "namespace") || !strcmp(name, "dict")) {
         json_t *o = json_object();
+        if (name[0] == 'n') json_object_set_new_nocheck(o, NAMESPACE_KEY, json_true());
         for (int k = 0; k < call->nkw; k++) {
             json_t *v = eval(C, call->kwv[k]);
             json_object_set_new(o, call->kwn[k], mark(v));
@@ -1313,6 +1331,18 @@ static bool compare_op(struct ctx *C, const struct node *x, const char *op, json
     return op[0] == '<' ? (op[1] ? c <= 0 : c < 0) : (op[1] ? c >= 0 : c > 0);
 }
 
+/* Is `name` a method of Python's dict: 1 for those the immutable sandbox
+ * lets through, 2 for the mutating ones it hides, 0 for a plain key */
+static int dict_method(const char *name) {
+    static const char *const safe[] = {"items", "keys", "values", "get", "copy", "fromkeys"};
+    static const char *const mutating[] = {"update", "pop", "popitem", "setdefault", "clear"};
+    for (size_t i = 0; i < sizeof safe / sizeof *safe; i++)
+        if (!strcmp(name, safe[i])) return 1;
+    for (size_t i = 0; i < sizeof mutating / sizeof *mutating; i++)
+        if (!strcmp(name, mutating[i])) return 2;
+    return 0;
+}
+
 static json_t *eval(struct ctx *C, const struct node *x) {
     if (C->st || !x) return NULL;
     json_t *a, *b, *r = NULL;
@@ -1326,7 +1356,12 @@ static json_t *eval(struct ctx *C, const struct node *x) {
     }
     case E_ATTR: {
         a = eval(C, x->a);
-        if (a && json_is_object(a)) { json_t *v = unmark(json_object_get(a, x->str)); r = v ? json_incref(v) : NULL; }
+        if (a && json_is_object(a) && !is_namespace(a) && dict_method(x->str)) {
+            /* Jinja2 looks for a Python attribute before a key: d.items is
+             * dict.items even when d has a key 'items' (d['items'] is the
+             * key), and the immutable sandbox hides the mutating methods */
+            if (dict_method(x->str) == 1 && (r = json_object())) json_object_set_new_nocheck(r, METHOD_KEY, json_string(x->str));
+        } else if (a && json_is_object(a)) { json_t *v = unmark(json_object_get(a, x->str)); r = v ? json_incref(v) : NULL; }
         else if (a && json_is_array(a) && isdigit((unsigned char)x->str[0])) { json_t *k = json_integer(atoll(x->str)); r = py_index(a, k); json_decref(k); }
         json_decref(a);
         return r;
@@ -1571,12 +1606,12 @@ static bool do_test(struct ctx *C, const struct node *t, json_t *v) {
     if (!strcmp(n, "boolean")) return v && json_is_boolean(v);
     if (!strcmp(n, "true")) return v && json_is_true(v);
     if (!strcmp(n, "false")) return v && json_is_false(v);
-    if (!strcmp(n, "mapping")) return v && json_is_object(v);
+    if (!strcmp(n, "mapping")) return v && json_is_object(v) && !is_method(v) && !is_namespace(v);
     /* Jinja2's Undefined iterates as empty, so it is iterable */
-    if (!strcmp(n, "iterable")) return !v || json_is_array(v) || json_is_object(v) || json_is_string(v);
-    if (!strcmp(n, "sequence")) return v && (json_is_array(v) || json_is_string(v) || json_is_object(v));
+    if (!strcmp(n, "iterable")) return !v || json_is_array(v) || (json_is_object(v) && !is_method(v) && !is_namespace(v)) || json_is_string(v);
+    if (!strcmp(n, "sequence")) return v && (json_is_array(v) || json_is_string(v) || (json_is_object(v) && !is_method(v) && !is_namespace(v)));
     /* macros are the only callables a template can hold (see N_MACRO) */
-    if (!strcmp(n, "callable")) return v && json_is_object(v) && json_is_integer(json_object_get(v, "__macro__"));
+    if (!strcmp(n, "callable")) return is_method(v) || (v && json_is_object(v) && json_is_integer(json_object_get(v, "__macro__")));
     if (!strcmp(n, "escaped")) return false; /* toy has no Markup strings */
     if (!strcmp(n, "lower") || !strcmp(n, "upper")) return py_is_case(v, n[0] == 'l');
     if (!strcmp(n, "even") || !strcmp(n, "odd")) return v && is_intlike(v) && (ival(v) % 2 == 0) == (n[0] == 'e');
@@ -1680,7 +1715,7 @@ static json_t *do_filter(struct ctx *C, const struct node *f, json_t *v) {
         if (!v) return json_integer(0);
         if (json_is_string(v)) return json_integer((json_int_t)utf8_count(json_string_value(v), json_string_length(v)));
         if (json_is_array(v)) return json_integer((json_int_t)json_array_size(v));
-        if (json_is_object(v)) return json_integer((json_int_t)json_object_size(v));
+        if (json_is_object(v) && !is_method(v)) return json_integer((json_int_t)json_object_size(v));
         rerr(C, f, "length of a value that has none");
         return NULL;
     }
@@ -1690,7 +1725,7 @@ static json_t *do_filter(struct ctx *C, const struct node *f, json_t *v) {
         bool undef = false;
         to_json(v, &b, ind && is_intlike(ind) ? (int)ival(ind) : -1, 0, &undef);
         json_decref(ind);
-        if (undef) { free(b.p); rerr(C, f, "tojson: Undefined is not JSON serializable"); return NULL; }
+        if (undef) { free(b.p); rerr(C, f, "tojson: the value holds something JSON cannot (undefined, a method, a namespace)"); return NULL; }
         json_t *r = json_stringn_nocheck(b.p ? b.p : "", b.n);
         free(b.p);
         return r;
@@ -2199,7 +2234,7 @@ static json_t *apply_chain(struct ctx *C, const struct node *top, const struct n
 static void set_target(struct ctx *C, const struct node *x, json_t *v /* stolen */) {
     if (x->str) { /* ns.attr = v */
         json_t *ns = lookup(C, x->names[0]);
-        if (!ns || !json_is_object(ns)) { rerr(C, x, "'%s' is not a namespace", x->names[0]); json_decref(v); return; }
+        if (!is_namespace(ns)) { rerr(C, x, "cannot assign attribute on '%s', which is not a namespace", x->names[0]); json_decref(v); return; }
         json_object_set_new(ns, x->str, mark(v));
         return;
     }
