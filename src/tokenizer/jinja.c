@@ -1058,21 +1058,22 @@ static void free_args(const struct node *call, json_t **pos, json_t **kwv) {
     free(kwv);
 }
 
-/* A macro invocation: binds parameters in a fresh scope and renders. Macros
- * see the template's top-level names and their parameters, not the locals
- * of the code that calls them. */
-static json_t *call_macro(struct ctx *C, const struct node *mac, const struct node *call, const struct call_site *cs) {
+/* Renders `def`'s body (a macro, or a {% call %} block) for `call`: its
+ * parameters bound in a fresh scope over `scopes`, with `caller` as what
+ * caller() renders meanwhile. */
+static json_t *invoke(struct ctx *C, const struct node *def, const struct node *call, json_t **scopes, int nscopes,
+                      const struct call_site *caller) {
     if (C->depth > 64) { rerr(C, call, "macro recursion too deep"); return NULL; }
     json_t **pos = NULL, **kwv = NULL;
     struct sbuf out = {0};
     json_t *local = json_object();
     if (!local) C->st = TOY_ERR_NOMEM;
     else if (eval_args(C, call, &pos, &kwv)) {
-        bind_params(C, mac, local, pos, call->n, call->kwn, kwv, call->nkw, C->scopes, 1);
-        const struct call_site *saved_caller = C->caller;
-        C->caller = cs;
-        if (!C->st) exec_in_scopes(C, C->scopes, 1, local, mac->list, mac->n, &out);
-        C->caller = saved_caller;
+        bind_params(C, def, local, pos, call->n, call->kwn, kwv, call->nkw, scopes, nscopes);
+        const struct call_site *saved = C->caller;
+        C->caller = caller;
+        if (!C->st) exec_in_scopes(C, scopes, nscopes, local, def->list, def->n, &out);
+        C->caller = saved;
     }
     free_args(call, pos, kwv);
     json_decref(local);
@@ -1081,26 +1082,17 @@ static json_t *call_macro(struct ctx *C, const struct node *mac, const struct no
     return r;
 }
 
+/* A macro invocation. Macros see the template's top-level names and their
+ * parameters, not the locals of the code that calls them. */
+static json_t *call_macro(struct ctx *C, const struct node *mac, const struct node *call, const struct call_site *cs) {
+    return invoke(C, mac, call, C->scopes, 1, cs);
+}
+
 /* caller(args) inside a macro run by {% call(params) m() %}: the call block
  * renders in the call site's scopes, its own parameters bound on top. */
 static json_t *call_caller(struct ctx *C, const struct node *call) {
     const struct call_site *cs = C->caller;
-    if (C->depth > 64) { rerr(C, call, "macro recursion too deep"); return NULL; }
-    json_t **pos = NULL, **kwv = NULL;
-    struct sbuf out = {0};
-    json_t *local = json_object();
-    if (!local) C->st = TOY_ERR_NOMEM;
-    else if (eval_args(C, call, &pos, &kwv)) {
-        bind_params(C, cs->body, local, pos, call->n, call->kwn, kwv, call->nkw, cs->scopes, cs->nscopes);
-        C->caller = cs->outer;
-        if (!C->st) exec_in_scopes(C, cs->scopes, cs->nscopes, local, cs->body->list, cs->body->n, &out);
-        C->caller = cs;
-    }
-    free_args(call, pos, kwv);
-    json_decref(local);
-    json_t *r = C->st ? NULL : json_stringn_nocheck(out.p ? out.p : "", out.n);
-    free(out.p);
-    return r;
+    return invoke(C, cs->body, call, cs->scopes, cs->nscopes, cs->outer);
 }
 
 static const struct node *find_macro(struct ctx *C, const char *name) {
