@@ -76,7 +76,8 @@ enum toy_status toy_events_open(const char *path, enum toy_events_mode mode, str
 /* Whether the last write failed for want of space (a full disk or quota,
  * a file-size limit). A run that keeps training then loses its steps:
  * its checkpoints need space too, so the trainers stop at once, with a
- * checkpoint attempted, rather than at the end. Other write failures are
+ * checkpoint attempted, rather than at the end (toy_events_step's error
+ * then says so, with the step). Other write failures are
  * reported once on stderr and the producer goes on without its events. */
 bool toy_events_out_of_space(const struct toy_events *ev);
 

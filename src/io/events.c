@@ -448,7 +448,11 @@ enum toy_status toy_events_step(struct toy_events *ev, const struct toy_step_eve
     put(o, "wall_us", json_integer(s->wall_us), &ok);
     put(o, "grad_norm", num_or_null(s->grad_norm), &ok);
     merge(o, s->extra, &ok);
-    return write_event(ev, o, ok, MODE_ANY);
+    enum toy_status st = write_event(ev, o, ok, MODE_ANY);
+    if (st && toy_events_out_of_space(ev)) /* what the trainers, which stop on it, report */
+        return toy_error(st, "%s: stopping at step %lld, since checkpoints need space too: free some, then --resume",
+                         toy_last_error(), (long long)s->step);
+    return st;
 }
 
 enum toy_status toy_events_eval(struct toy_events *ev, const struct toy_eval_event *e) {

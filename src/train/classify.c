@@ -332,8 +332,7 @@ enum toy_status toy_classifier_run(struct toy_classifier *t, struct toy_classify
                                                             .wall_us = (int64_t)((now_s() - ts) * 1e6),
                                                             .grad_norm = gn}) &&
             toy_events_out_of_space(t->ev)) { /* the checkpoints would fail too: stop before more is lost */
-            st = toy_error(TOY_ERR_IO, "%s: stopping at step %lld, since checkpoints need space too: free some, then "
-                           "--resume", toy_last_error(), (long long)t->step);
+            st = TOY_ERR_IO; /* toy_events_step's error says so */
             break;
         }
         struct toy_classify_step info = {.step = t->step, .steps = o->steps, .loss = loss, .lr = lr, .grad_norm = gn,

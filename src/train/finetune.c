@@ -555,12 +555,11 @@ enum toy_status toy_finetuner_run(struct toy_finetuner *f, struct toy_train_resu
         if (f->ev) {
             json_t *extra = json_pack("{s:I}", "target_tokens", (json_int_t)step_tokens);
             struct toy_step_event se = {step, loss, lr, f->B * f->T * o->accum, (int64_t)(wall * 1e6), gn, NULL, extra};
-            toy_events_step(f->ev, &se);
+            enum toy_status est = toy_events_step(f->ev, &se);
             json_decref(extra);
-            if (toy_events_out_of_space(f->ev)) { /* the checkpoints would fail too: stop before more is lost */
-                snprintf(err, sizeof err, "%s: stopping at step %lld, since checkpoints need space too: free some, "
-                         "then --resume", toy_last_error(), (long long)step);
-                st = TOY_ERR_IO;
+            if (est && toy_events_out_of_space(f->ev)) { /* the checkpoints would fail too: stop before more is lost */
+                snprintf(err, sizeof err, "%s", toy_last_error());
+                st = est;
                 r.reason = TOY_RUN_ERRORED;
                 break;
             }

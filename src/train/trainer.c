@@ -723,12 +723,11 @@ enum toy_status toy_trainer_run(struct toy_trainer *t, struct toy_train_result *
                                           json_real(t->stats[2 + k] > 0 ? (double)(t->B * t->T * t->o.accum) /
                                                                               t->stats[2 + k] : 0));
             }
-            toy_events_step(t->ev, &se);
+            enum toy_status est = toy_events_step(t->ev, &se);
             json_decref(se.extra);
-            if (toy_events_out_of_space(t->ev)) { /* the checkpoints would fail too: stop before more is lost */
-                snprintf(err, sizeof err, "%s: stopping at step %lld, since checkpoints need space too: free some, "
-                         "then --resume", toy_last_error(), (long long)step);
-                st = TOY_ERR_IO;
+            if (est && toy_events_out_of_space(t->ev)) { /* the checkpoints would fail too: stop before more is lost */
+                snprintf(err, sizeof err, "%s", toy_last_error());
+                st = est;
                 r.reason = TOY_RUN_ERRORED;
                 break;
             }
