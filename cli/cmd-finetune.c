@@ -25,6 +25,7 @@
 #include "flags.h"
 #include "json-out.h"
 #include "paths.h"
+#include "resume.h"
 #include "toy/gguf.h"
 #include "toy/threadpool.h"
 #include "toy/chat-template.h"

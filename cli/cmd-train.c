@@ -29,6 +29,7 @@
 #include "flags.h"
 #include "json-out.h"
 #include "paths.h"
+#include "resume.h"
 #include "toy/collective.h"
 #include "toy/data.h"
 #include "toy/events.h"

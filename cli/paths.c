@@ -10,7 +10,6 @@
 #include <unistd.h>
 
 #include "toy/models.h"
-#include "toy/threadpool.h"
 #include "toy/status.h"
 
 const char *toy_cli_abspath(const char *p, char *buf, size_t n) {
@@ -38,27 +37,4 @@ const char *toy_cli_tokenizer_source(const char *cmd, const char *q, char *buf, 
         return NULL;
     }
     return buf;
-}
-
-int toy_cli_resume_data(const char *cmd, const char *data, uint64_t fp, int64_t n, const char *unit,
-                        const char *recorded, int64_t recorded_n, const char *saved, char hex[17]) {
-    snprintf(hex, 17, "%016llx", (unsigned long long)fp);
-    if (!recorded || !strcmp(recorded, hex)) return 0;
-    fprintf(stderr, "toy %s: cannot resume: %s is not the data this run trained on (%lld %s, fingerprint %s; %s "
-            "records %lld %s, fingerprint %s): restore that file, or start a new run\n", cmd, data, (long long)n, unit,
-            hex, saved, (long long)recorded_n, unit, recorded);
-    return 1;
-}
-
-bool toy_cli_resume_changes(const char *cmd, int run_threads, int threads, int64_t run_steps, int64_t steps,
-                            bool constant_lr) {
-    bool new_threads = run_threads > 0 && toy_threads_resolve(threads) != run_threads;
-    if (new_threads)
-        fprintf(stderr, "toy %s: note: the run trained on %d threads and continues on %d: its losses will differ in "
-                "the last bits from a run never interrupted\n", cmd, run_threads, toy_threads_resolve(threads));
-    bool new_steps = steps != run_steps;
-    if (new_steps && !constant_lr)
-        fprintf(stderr, "toy %s: note: the run now ends at step %lld, not %lld: its learning-rate schedule spans the "
-                "new length from here on\n", cmd, (long long)steps, (long long)run_steps);
-    return new_threads || new_steps;
 }

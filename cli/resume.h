@@ -1,0 +1,29 @@
+/* resume.h: what `--resume` of train and finetune checks and says before a
+ * run goes on: that the data is the data it trained on, and what changes
+ * with a new --steps or thread count. */
+#ifndef TOY_CLI_RESUME_H
+#define TOY_CLI_RESUME_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* The data a run trains on, as train.json / finetune.json record it: the
+ * fingerprint (toy_data_fingerprint, toy_sft_fingerprint) fp of n `unit`
+ * ("tokens", "examples") in hex (hex, 17 bytes). With --resume, `recorded`
+ * is the run's (NULL for a run from before fingerprints: accepted): another
+ * value prints "toy CMD: cannot resume: DATA is not the data this run
+ * trained on ..." naming both counts and the file `saved` that records them,
+ * and returns 1. */
+int toy_cli_resume_data(const char *cmd, const char *data, uint64_t fp, int64_t n, const char *unit,
+                        const char *recorded, int64_t recorded_n, const char *saved, char hex[17]);
+
+/* --resume with the flags that may change how a run goes on: `threads`
+ * (0: all cores) against the run's recorded `run_threads` (0: none
+ * recorded), `steps` against `run_steps`. Prints a note for each change
+ * (another thread count changes the losses' last bits; a schedule that is
+ * not constant then spans the new length) and returns whether the run's
+ * saved options need rewriting. */
+bool toy_cli_resume_changes(const char *cmd, int run_threads, int threads, int64_t run_steps, int64_t steps,
+                            bool constant_lr);
+
+#endif
