@@ -10,6 +10,7 @@
  * open bracket does not close a tag, as in Jinja's lexer.
  */
 #include "jinja.h"
+#include "tokenizer-impl.h"
 
 #include <ctype.h>
 #include <stdarg.h>
@@ -96,18 +97,7 @@ static size_t unescape(const char *s, size_t n, char *b, size_t *o) {
         b[(*o)++] = '\\';
         return 0;
     }
-    if (cp < 0x80) b[(*o)++] = (char)cp;
-    else if (cp < 0x800) { b[(*o)++] = (char)(0xC0 | cp >> 6); b[(*o)++] = (char)(0x80 | (cp & 0x3F)); }
-    else if (cp < 0x10000) {
-        b[(*o)++] = (char)(0xE0 | cp >> 12);
-        b[(*o)++] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        b[(*o)++] = (char)(0x80 | (cp & 0x3F));
-    } else {
-        b[(*o)++] = (char)(0xF0 | cp >> 18);
-        b[(*o)++] = (char)(0x80 | ((cp >> 12) & 0x3F));
-        b[(*o)++] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        b[(*o)++] = (char)(0x80 | (cp & 0x3F));
-    }
+    *o += (size_t)tok_utf8_encode((uint32_t)cp, b + *o);
     return used;
 }
 

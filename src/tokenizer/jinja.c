@@ -11,6 +11,7 @@
  * (lenient, never an error). Errors carry the template line.
  */
 #include "jinja.h"
+#include "tokenizer-impl.h"
 
 #include <ctype.h>
 #include <limits.h>
@@ -473,16 +474,10 @@ static const char *strv(json_t *v) { return v && json_is_string(v) ? json_string
 /* The code point starting at s[0] (n > 0 bytes left) and its length in
  * bytes; malformed UTF-8 reads as one byte. */
 static unsigned cp_at(const char *s, size_t n, size_t *len) {
-    const unsigned char *u = (const unsigned char *)s;
-    size_t l = u[0] < 0x80 ? 1 : u[0] >= 0xF0 ? 4 : u[0] >= 0xE0 ? 3 : u[0] >= 0xC0 ? 2 : 1;
-    if (l > n) l = 1;
-    for (size_t i = 1; i < l; i++)
-        if ((u[i] & 0xC0) != 0x80) l = 1;
-    *len = l;
-    if (l == 1) return u[0];
-    unsigned c = u[0] & (0x7F >> l);
-    for (size_t i = 1; i < l; i++) c = (c << 6) | (u[i] & 0x3F);
-    return c;
+    uint32_t c;
+    int l = tok_utf8_decode(s, n, &c);
+    *len = l > 0 ? (size_t)l : 1;
+    return l > 0 ? c : (unsigned char)s[0];
 }
 
 /* Python's str.isspace(), which strip(), split() and Jinja's trim use: the
