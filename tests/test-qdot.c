@@ -315,3 +315,65 @@ Test(qdot, packed_weight_is_batch_invariant_q4_k) {
     if (!toy_qdot.qgemm_packed) cr_skip_test("no AVX-512 VNNI on this CPU");
     packed_graph_case(TOY_Q4_K);
 }
+
+/* toy_tensor_pack_into writes the very bytes toy_tensor_pack does, into the
+ * caller's block (a model's one streamed block), and unpacking leaves that
+ * block to its owner */
+Test(qdot, pack_into_a_stream_block_matches_pack) {
+    unsetenv("TOY_SIMD");
+    toy_qdot_init();
+    if (!toy_qdot.qgemm_packed) cr_skip_test("no AVX-512 VNNI on this CPU");
+    enum toy_dtype types[] = {TOY_Q8_0, TOY_Q4_0, TOY_Q4_K};
+    for (size_t t = 0; t < 3; t++) {
+        struct toy_ctx *ctx = toy_ctx_init(true);
+        struct toy_rng r;
+        toy_rng_seed(&r, 31);
+        const int64_t k = 512, n = 37; /* a last group of 5 columns */
+        float *wf = malloc((size_t)(k * n) * sizeof *wf);
+        for (int64_t i = 0; i < k * n; i++) wf[i] = toy_rng_normal(&r);
+        struct toy_tensor *a = toy_new_tensor_2d(ctx, types[t], k, n), *b = toy_new_tensor_2d(ctx, types[t], k, n);
+        for (int64_t j = 0; j < n; j++) toy_quantize_row(types[t], wf + j * k, (char *)a->data + j * a->nb[1], k);
+        memcpy(b->data, a->data, toy_nbytes(a));
+        size_t bytes = toy_tensor_pack_bytes(a);
+        cr_assert_eq(bytes, (toy_qpack_bytes(types[t], n, k) + 63) / 64 * 64);
+        cr_assert_eq(toy_tensor_pack(a), TOY_OK);
+        /* a block twice that size, packed into its second half */
+        unsigned char *block = toy_stream_alloc(2 * bytes);
+        cr_assert_not_null(block);
+        cr_assert_eq((uintptr_t)block % 4096, 0);
+        for (size_t i = 0; i < 2 * bytes; i++) cr_assert_eq(block[i], 0, "stream memory is zeroed");
+        toy_tensor_pack_into(b, block + bytes);
+        cr_assert_eq(b->packed, block + bytes);
+        cr_assert_eq(memcmp(a->packed, b->packed, toy_qpack_bytes(types[t], n, k)), 0, "%s", toy_dtype_name(types[t]));
+        toy_tensor_unpack(b);
+        cr_assert_null(b->packed);
+        cr_assert_eq(b->flags & TOY_FLAG_PACK_BORROWED, 0);
+        block[bytes] ^= 1; /* still the caller's memory */
+        toy_tensor_unpack(a);
+        toy_stream_free(block, 2 * bytes);
+        free(wf);
+        toy_ctx_free(ctx);
+    }
+    /* not packable: F32, or a trainable weight */
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    cr_assert_eq(toy_tensor_pack_bytes(toy_new_tensor_2d(ctx, TOY_F32, 64, 4)), 0);
+    struct toy_tensor *p = toy_new_tensor_2d(ctx, TOY_Q8_0, 64, 4);
+    p->flags |= TOY_FLAG_PARAM;
+    cr_assert_eq(toy_tensor_pack_bytes(p), 0);
+    toy_ctx_free(ctx);
+}
+
+/* a streamed block of 2 MiB or more starts on a 2 MiB boundary (so the
+ * kernel can back it with huge pages) and is all there */
+Test(qdot, stream_alloc_large_blocks_are_huge_page_aligned) {
+    size_t sizes[] = {1, 4096, (2u << 20) - 1, 2u << 20, (5u << 20) + 123};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        unsigned char *p = toy_stream_alloc(sizes[i]);
+        cr_assert_not_null(p, "%zu bytes", sizes[i]);
+        if (sizes[i] >= (2u << 20)) cr_assert_eq((uintptr_t)p % (2u << 20), 0, "%zu bytes at %p", sizes[i], (void *)p);
+        memset(p, 0xab, sizes[i]);
+        cr_assert_eq(p[sizes[i] - 1], 0xab);
+        toy_stream_free(p, sizes[i]);
+    }
+    toy_stream_free(NULL, 100); /* a no-op */
+}

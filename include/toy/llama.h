@@ -97,6 +97,8 @@ struct toy_llama {
      * when absent. Writing the model folds them into token_embd.weight. */
     struct toy_tensor *embd_donor, *embd_proj;
     float *embd_fold;     /* (vocab, d_model) the folded table, for writing */
+    void *pack_block;     /* the packed matrices (toy_llama_pack_weights), one toy_stream_alloc block */
+    size_t pack_bytes;
 };
 
 /* "tiny" (d 64, 2 layers), "small" (d 256, 4 layers), "stories15m" and
@@ -151,6 +153,8 @@ struct toy_kv_cache {
     int64_t n_ctx, n_seq;
     struct toy_tensor **k, **v;   /* per layer {head_dim, n_kv_heads, n_ctx, n_seq} */
     struct toy_tensor *n_past;    /* I32 (1): positions already in the cache */
+    void *block;                  /* every layer's k and v, one toy_stream_alloc block */
+    size_t block_bytes;
 };
 
 enum toy_status toy_kv_cache_init(struct toy_kv_cache *c, const struct toy_llama *m, int64_t n_ctx, int64_t n_seq);

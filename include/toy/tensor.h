@@ -77,6 +77,7 @@ enum toy_tensor_flag {
     TOY_FLAG_GRAD = 1 << 4,   /* a persistent gradient buffer of a parameter */
     TOY_FLAG_STATE = 1 << 5,  /* a parameter whose training value the model file does not hold as it is
                                  (folded there): the trainer's state file keeps it, for exact resume */
+    TOY_FLAG_PACK_BORROWED = 1 << 6, /* t->packed lies in memory the caller owns (toy_tensor_pack_into) */
 };
 
 struct toy_tensor {
@@ -172,6 +173,23 @@ void toy_tensor_from_f32(struct toy_tensor *t, const float *src);
  * (other dtypes, a CPU without AVX-512 VNNI). toy_tensor_unpack frees it. */
 enum toy_status toy_tensor_pack(struct toy_tensor *t);
 void toy_tensor_unpack(struct toy_tensor *t);
+/* The bytes toy_tensor_pack would allocate for t (a multiple of 64), or 0
+ * where it packs nothing. */
+size_t toy_tensor_pack_bytes(const struct toy_tensor *t);
+/* toy_tensor_pack into the caller's memory (64-byte aligned, at least
+ * toy_tensor_pack_bytes long), which must outlive the packing: a model packs
+ * all its matrices into one toy_stream_alloc block. toy_tensor_unpack then
+ * only forgets the pointer. */
+void toy_tensor_pack_into(struct toy_tensor *t, void *dst);
+
+/* Memory for large buffers that kernels stream front to back (packed
+ * weights): whole pages, 2 MiB aligned once the size reaches 2 MiB, with
+ * the kernel asked for transparent huge pages there (madvise), since a
+ * 4 KiB page walk and prefetcher restart every 4 KiB cost a single thread
+ * ~20% of its read bandwidth. Zeroed. NULL when the memory is not there.
+ * toy_stream_free takes the size given to toy_stream_alloc. */
+void *toy_stream_alloc(size_t bytes);
+void toy_stream_free(void *p, size_t bytes);
 
 /* ---- views (share data; no copy) -------------------------------------------- */
 

@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "core/internal.h"
 
@@ -96,6 +98,36 @@ void *toy_ctx_alloc(struct toy_ctx *ctx, size_t bytes) {
     void *p = c->mem + c->used;
     c->used += bytes;
     return p;
+}
+
+/* ---- streamed buffers ------------------------------------------------------------ */
+
+#define HUGE_PAGE ((size_t)2 << 20)
+
+static size_t stream_span(size_t bytes) {
+    size_t unit = bytes >= HUGE_PAGE ? HUGE_PAGE : (size_t)sysconf(_SC_PAGESIZE);
+    return bytes ? (bytes + unit - 1) / unit * unit : unit;
+}
+
+void *toy_stream_alloc(size_t bytes) {
+    size_t span = stream_span(bytes), lead = span >= HUGE_PAGE ? HUGE_PAGE : 0;
+    if (span < bytes || span + lead < span) return NULL;
+    char *m = mmap(NULL, span + lead, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return NULL;
+    char *p = m;
+    if (lead) { /* keep the 2 MiB-aligned span, give back the rest */
+        p = (char *)(((uintptr_t)m + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
+        if (p > m) munmap(m, (size_t)(p - m));
+        if (m + span + lead > p + span) munmap(p + span, (size_t)(m + span + lead - (p + span)));
+#ifdef MADV_HUGEPAGE
+        madvise(p, span, MADV_HUGEPAGE); /* a hint: without THP the pages are ordinary */
+#endif
+    }
+    return p;
+}
+
+void toy_stream_free(void *p, size_t bytes) {
+    if (p) munmap(p, stream_span(bytes));
 }
 
 /* ---- tensors ------------------------------------------------------------------ */

@@ -128,12 +128,27 @@ static inline struct mm_batch batch_at(const struct toy_tensor *dst, int64_t bi)
         (float *)((char *)dst->data + i2 * dst->nb[2] + i3 * dst->nb[3])};
 }
 
-enum toy_status toy_tensor_pack(struct toy_tensor *t) {
+static bool packable(const struct toy_tensor *t) {
     toy_cpu_init();
-    if (t->packed || (t->type != TOY_Q8_0 && t->type != TOY_Q4_0 && t->type != TOY_Q4_K) || !toy_qdot.qgemm_packed ||
-        !t->data || t->ne[0] % 32 || t->ne[2] != 1 || t->ne[3] != 1 || (t->flags & TOY_FLAG_PARAM))
-        return TOY_OK;
-    size_t bytes = toy_qpack_bytes(t->type, t->ne[1], t->ne[0]);
+    return !t->packed && (t->type == TOY_Q8_0 || t->type == TOY_Q4_0 || t->type == TOY_Q4_K) &&
+           toy_qdot.qgemm_packed && t->data && t->ne[0] % 32 == 0 && t->ne[2] == 1 && t->ne[3] == 1 &&
+           !(t->flags & TOY_FLAG_PARAM);
+}
+
+size_t toy_tensor_pack_bytes(const struct toy_tensor *t) {
+    return packable(t) ? (toy_qpack_bytes(t->type, t->ne[1], t->ne[0]) + 63) / 64 * 64 : 0;
+}
+
+void toy_tensor_pack_into(struct toy_tensor *t, void *dst) {
+    if (!packable(t)) return;
+    toy_qpack(t->type, t->ne[1], t->ne[0], t->data, t->nb[1], dst);
+    t->packed = dst;
+    t->flags |= TOY_FLAG_PACK_BORROWED;
+}
+
+enum toy_status toy_tensor_pack(struct toy_tensor *t) {
+    size_t bytes = toy_tensor_pack_bytes(t);
+    if (!bytes) return TOY_OK;
     void *p = NULL;
     if (posix_memalign(&p, 64, bytes))
         return toy_error(TOY_ERR_NOMEM, "packing weight '%s': %zu bytes", t->name, bytes);
@@ -143,7 +158,8 @@ enum toy_status toy_tensor_pack(struct toy_tensor *t) {
 }
 
 void toy_tensor_unpack(struct toy_tensor *t) {
-    free(t->packed);
+    if (!(t->flags & TOY_FLAG_PACK_BORROWED)) free(t->packed);
+    t->flags &= ~(uint32_t)TOY_FLAG_PACK_BORROWED;
     t->packed = NULL;
 }
 
