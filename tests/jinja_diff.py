@@ -1,0 +1,1135 @@
+#!/usr/bin/python3
+"""Differential harness: toy's Jinja chat-template engine vs real Jinja2 (configured like HF transformers).
+
+Run with the Python that has jinja2 (Debian's python3-jinja2 is for /usr/bin/python3), after building toy:
+  make BUILD=build-jinja build-jinja/toy && /usr/bin/python3 tests/jinja_diff.py --toy build-jinja/toy
+It reads the templates in ../shared/testdata (the Llama-3 tokenizer_config.json, GGUF-carried ones), the
+model-family templates below, toy's built-ins, and small feature probes.
+
+usage: /usr/bin/python3 diff.py [-v] [-k SUBSTR] [--toy PATH] [--list]
+Prints each mismatch (name, template, jinja2 repr, toy repr) and a final summary line
+"N cases, M mismatches".  Both sides raising an error counts as agreement.
+"""
+import json, os, sys, struct, subprocess, tempfile, datetime, argparse, concurrent.futures as cf
+import jinja2, jinja2.sandbox, jinja2.ext
+from jinja2.ext import Extension
+
+# ---------------------------------------------------------------- GGUF metadata (for the templates GGUFs carry)
+def read_kv(path):
+    f = open(path, 'rb'); d = f.read(); f.close()
+    o = 0
+    def u(fmt):
+        nonlocal o
+        v = struct.unpack_from('<' + fmt, d, o); o += struct.calcsize('<' + fmt); return v[0]
+    def s():
+        nonlocal o
+        n = u('Q'); v = d[o:o+n]; o += n; return v.decode('utf-8', 'replace')
+    if d[:4] != b'GGUF': raise ValueError('not gguf')
+    o = 4; ver = u('I'); nt = u('Q'); nkv = u('Q')
+    F = {0:'B',1:'b',2:'H',3:'h',4:'I',5:'i',6:'f',7:'?',10:'Q',11:'q',12:'d'}
+    def val(t):
+        if t in F: return u(F[t])
+        if t == 8: return s()
+        if t == 9:
+            et = u('I'); n = u('Q'); return [val(et) for _ in range(n)]
+        raise ValueError('type %d' % t)
+    kv = {}
+    for _ in range(nkv):
+        k = s(); t = u('I'); kv[k] = val(t)
+    return kv
+
+# ---------------------------------------------------------------- model-family templates
+# Chat templates of popular model families, written from memory as faithfully as possible.
+# Raw strings: the Jinja source contains backslash escapes exactly as in tokenizer_config.json.
+T = {}
+
+T['qwen25'] = r'''{%- if tools %}
+    {{- '<|im_start|>system\n' }}
+    {%- if messages[0]['role'] == 'system' %}
+        {{- messages[0]['content'] }}
+    {%- else %}
+        {{- 'You are Qwen, created by Alibaba Cloud. You are a helpful assistant.' }}
+    {%- endif %}
+    {{- "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>" }}
+    {%- for tool in tools %}
+        {{- "\n" }}
+        {{- tool | tojson }}
+    {%- endfor %}
+    {{- "\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n" }}
+{%- else %}
+    {%- if messages[0]['role'] == 'system' %}
+        {{- '<|im_start|>system\n' + messages[0]['content'] + '<|im_end|>\n' }}
+    {%- else %}
+        {{- '<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n' }}
+    {%- endif %}
+{%- endif %}
+{%- for message in messages %}
+    {%- if (message.role == "user") or (message.role == "system" and not loop.first) or (message.role == "assistant" and not message.tool_calls) %}
+        {{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>' + '\n' }}
+    {%- elif message.role == "assistant" %}
+        {{- '<|im_start|>' + message.role }}
+        {%- if message.content %}
+            {{- '\n' + message.content }}
+        {%- endif %}
+        {%- for tool_call in message.tool_calls %}
+            {%- if tool_call.function is defined %}
+                {%- set tool_call = tool_call.function %}
+            {%- endif %}
+            {{- '\n<tool_call>\n{"name": "' }}
+            {{- tool_call.name }}
+            {{- '", "arguments": ' }}
+            {{- tool_call.arguments | tojson }}
+            {{- '}\n</tool_call>' }}
+        {%- endfor %}
+        {{- '<|im_end|>\n' }}
+    {%- elif message.role == "tool" %}
+        {%- if (loop.index0 == 0) or (messages[loop.index0 - 1].role != "tool") %}
+            {{- '<|im_start|>user' }}
+        {%- endif %}
+        {{- '\n<tool_response>\n' }}
+        {{- message.content }}
+        {{- '\n</tool_response>' }}
+        {%- if loop.last or (messages[loop.index0 + 1].role != "tool") %}
+            {{- '<|im_end|>\n' }}
+        {%- endif %}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\n' }}
+{%- endif %}
+'''
+
+T['qwen3'] = r'''{%- if tools %}
+    {{- '<|im_start|>system\n' }}
+    {%- if messages[0].role == 'system' %}
+        {{- messages[0].content + '\n\n' }}
+    {%- endif %}
+    {{- "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>" }}
+    {%- for tool in tools %}
+        {{- "\n" }}
+        {{- tool | tojson }}
+    {%- endfor %}
+    {{- "\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n" }}
+{%- else %}
+    {%- if messages[0].role == 'system' %}
+        {{- '<|im_start|>system\n' + messages[0].content + '<|im_end|>\n' }}
+    {%- endif %}
+{%- endif %}
+{%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %}
+{%- for message in messages[::-1] %}
+    {%- set index = (messages|length - 1) - loop.index0 %}
+    {%- if ns.multi_step_tool and message.role == "user" and message.content is string and not(message.content.startswith('<tool_response>') and message.content.endswith('</tool_response>')) %}
+        {%- set ns.multi_step_tool = false %}
+        {%- set ns.last_query_index = index %}
+    {%- endif %}
+{%- endfor %}
+{%- for message in messages %}
+    {%- if message.content is string %}
+        {%- set content = message.content %}
+    {%- else %}
+        {%- set content = '' %}
+    {%- endif %}
+    {%- if (message.role == "user") or (message.role == "system" and not loop.first) %}
+        {{- '<|im_start|>' + message.role + '\n' + content + '<|im_end|>' + '\n' }}
+    {%- elif message.role == "assistant" %}
+        {%- set reasoning_content = '' %}
+        {%- if message.reasoning_content is string %}
+            {%- set reasoning_content = message.reasoning_content %}
+        {%- else %}
+            {%- if '</think>' in content %}
+                {%- set reasoning_content = content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') %}
+                {%- set content = content.split('</think>')[-1].lstrip('\n') %}
+            {%- endif %}
+        {%- endif %}
+        {%- if loop.index0 > ns.last_query_index %}
+            {%- if loop.last or (not loop.last and reasoning_content) %}
+                {{- '<|im_start|>' + message.role + '\n<think>\n' + reasoning_content.strip('\n') + '\n</think>\n\n' + content.lstrip('\n') }}
+            {%- else %}
+                {{- '<|im_start|>' + message.role + '\n' + content }}
+            {%- endif %}
+        {%- else %}
+            {{- '<|im_start|>' + message.role + '\n' + content }}
+        {%- endif %}
+        {%- if message.tool_calls %}
+            {%- for tool_call in message.tool_calls %}
+                {%- if (loop.first and content) or (not loop.first) %}
+                    {{- '\n' }}
+                {%- endif %}
+                {%- if tool_call.function %}
+                    {%- set tool_call = tool_call.function %}
+                {%- endif %}
+                {{- '<tool_call>\n{"name": "' }}
+                {{- tool_call.name }}
+                {{- '", "arguments": ' }}
+                {%- if tool_call.arguments is string %}
+                    {{- tool_call.arguments }}
+                {%- else %}
+                    {{- tool_call.arguments | tojson }}
+                {%- endif %}
+                {{- '}\n</tool_call>' }}
+            {%- endfor %}
+        {%- endif %}
+        {{- '<|im_end|>\n' }}
+    {%- elif message.role == "tool" %}
+        {%- if loop.first or (messages[loop.index0 - 1].role != "tool") %}
+            {{- '<|im_start|>user' }}
+        {%- endif %}
+        {{- '\n<tool_response>\n' }}
+        {{- content }}
+        {{- '\n</tool_response>' }}
+        {%- if loop.last or (messages[loop.index0 + 1].role != "tool") %}
+            {{- '<|im_end|>\n' }}
+        {%- endif %}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\n' }}
+    {%- if enable_thinking is defined and enable_thinking is false %}
+        {{- '<think>\n\n</think>\n\n' }}
+    {%- endif %}
+{%- endif %}'''
+
+T['smollm2_hf'] = r"""{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system
+You are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>
+' }}{% endif %}{{'<|im_start|>' + message['role'] + '
+' + message['content'] + '<|im_end|>' + '
+'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant
+' }}{% endif %}"""
+
+T['llama2_hf'] = r"""{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set system_message = messages[0]['content'] %}{% else %}{% set loop_messages = messages %}{% set system_message = false %}{% endif %}{% for message in loop_messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if loop.index0 == 0 and system_message != false %}{% set content = '<<SYS>>\n' + system_message + '\n<</SYS>>\n\n' + message['content'] %}{% else %}{% set content = message['content'] %}{% endif %}{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}"""
+
+T['llama31'] = r'''{{- bos_token }}
+{%- if custom_tools is defined %}
+    {%- set tools = custom_tools %}
+{%- endif %}
+{%- if not tools_in_user_message is defined %}
+    {%- set tools_in_user_message = true %}
+{%- endif %}
+{%- if not date_string is defined %}
+    {%- set date_string = "26 Jul 2024" %}
+{%- endif %}
+{%- if not tools is defined %}
+    {%- set tools = none %}
+{%- endif %}
+
+{#- This block extracts the system message, so we can slot it into the right place. #}
+{%- if messages[0]['role'] == 'system' %}
+    {%- set system_message = messages[0]['content']|trim %}
+    {%- set messages = messages[1:] %}
+{%- else %}
+    {%- set system_message = "" %}
+{%- endif %}
+
+{#- System message + builtin tools #}
+{{- "<|start_header_id|>system<|end_header_id|>\n\n" }}
+{%- if builtin_tools is defined or tools is not none %}
+    {{- "Environment: ipython\n" }}
+{%- endif %}
+{%- if builtin_tools is defined %}
+    {{- "Tools: " + builtin_tools | reject('equalto', 'code_interpreter') | join(", ") + "\n\n"}}
+{%- endif %}
+{{- "Cutting Knowledge Date: December 2023\n" }}
+{{- "Today Date: " + date_string + "\n\n" }}
+{%- if tools is not none and not tools_in_user_message %}
+    {{- "You have access to the following functions. To call a function, please respond with JSON for a function call." }}
+    {{- 'Respond in the format {"name": function name, "parameters": dictionary of argument name and its value}.' }}
+    {{- "Do not use variables.\n\n" }}
+    {%- for t in tools %}
+        {{- t | tojson(indent=4) }}
+        {{- "\n\n" }}
+    {%- endfor %}
+{%- endif %}
+{{- system_message }}
+{{- "<|eot_id|>" }}
+
+{#- Custom tools are passed in a user message with some extra guidance #}
+{%- if tools_in_user_message and not tools is none %}
+    {#- Extract the first user message so we can plug it in here #}
+    {%- if messages | length != 0 %}
+        {%- set first_user_message = messages[0]['content']|trim %}
+        {%- set messages = messages[1:] %}
+    {%- else %}
+        {{- raise_exception("Cannot put tools in the first user message when there's no first user message!") }}
+{%- endif %}
+    {{- '<|start_header_id|>user<|end_header_id|>\n\n' -}}
+    {{- "Given the following functions, please respond with a JSON for a function call " }}
+    {{- "with its proper arguments that best answers the given prompt.\n\n" }}
+    {{- 'Respond in the format {"name": function name, "parameters": dictionary of argument name and its value}.' }}
+    {{- "Do not use variables.\n\n" }}
+    {%- for t in tools %}
+        {{- t | tojson(indent=4) }}
+        {{- "\n\n" }}
+    {%- endfor %}
+    {{- first_user_message + "<|eot_id|>"}}
+{%- endif %}
+
+{%- for message in messages %}
+    {%- if not (message.role == 'ipython' or message.role == 'tool' or 'tool_calls' in message) %}
+        {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' }}
+    {%- elif 'tool_calls' in message %}
+        {%- if not message.tool_calls|length == 1 %}
+            {{- raise_exception("This model only supports single tool-calls at once!") }}
+        {%- endif %}
+        {%- set tool_call = message.tool_calls[0].function %}
+        {%- if builtin_tools is defined and tool_call.name in builtin_tools %}
+            {{- '<|start_header_id|>assistant<|end_header_id|>\n\n' -}}
+            {{- "<|python_tag|>" + tool_call.name + ".call(" }}
+            {%- for arg_name, arg_val in tool_call.arguments | items %}
+                {{- arg_name + '="' + arg_val + '"' }}
+                {%- if not loop.last %}
+                    {{- ", " }}
+                {%- endif %}
+                {%- endfor %}
+            {{- ")" }}
+        {%- else  %}
+            {{- '<|start_header_id|>assistant<|end_header_id|>\n\n' -}}
+            {{- '{"name": "' + tool_call.name + '", ' }}
+            {{- '"parameters": ' }}
+            {{- tool_call.arguments | tojson }}
+            {{- "}" }}
+        {%- endif %}
+        {%- if builtin_tools is defined %}
+            {#- This means we're in ipython mode #}
+            {{- "<|eom_id|>" }}
+        {%- else %}
+            {{- "<|eot_id|>" }}
+        {%- endif %}
+    {%- elif message.role == "tool" or message.role == "ipython" %}
+        {{- "<|start_header_id|>ipython<|end_header_id|>\n\n" }}
+        {%- if message.content is mapping or message.content is iterable %}
+            {{- message.content | tojson }}
+        {%- else %}
+            {{- message.content }}
+        {%- endif %}
+        {{- "<|eot_id|>" }}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|start_header_id|>assistant<|end_header_id|>\n\n' }}
+{%- endif %}
+'''
+
+T['mistral_v03'] = r'''{%- if messages[0]["role"] == "system" %}
+    {%- set system_message = messages[0]["content"] %}
+    {%- set loop_messages = messages[1:] %}
+{%- else %}
+    {%- set loop_messages = messages %}
+{%- endif %}
+{%- if not tools is defined %}
+    {%- set tools = none %}
+{%- endif %}
+{%- set user_messages = loop_messages | selectattr("role", "equalto", "user") | list %}
+
+{#- This block checks for alternating user/assistant messages, skipping tool calling messages #}
+{%- set ns = namespace() %}
+{%- set ns.index = 0 %}
+{%- for message in loop_messages %}
+    {%- if not (message.role == "tool" or message.role == "tool_results" or (message.tool_calls is defined and message.tool_calls is not none)) %}
+        {%- if (message["role"] == "user") != (ns.index % 2 == 0) %}
+            {{- raise_exception("After the optional system message, conversation roles must alternate user/assistant/user/assistant/...") }}
+        {%- endif %}
+        {%- set ns.index = ns.index + 1 %}
+    {%- endif %}
+{%- endfor %}
+
+{{- bos_token }}
+{%- for message in loop_messages %}
+    {%- if message["role"] == "user" %}
+        {%- if tools is not none and (message == user_messages[-1]) %}
+            {{- "[AVAILABLE_TOOLS] [" }}
+            {%- for tool in tools %}
+                {%- set tool = tool.function %}
+                {{- '{"type": "function", "function": {' }}
+                {%- for key, val in tool.items() if key != "return" %}
+                    {%- if val is string %}
+                        {{- '"' + key + '": "' + val + '"' }}
+                    {%- else %}
+                        {{- '"' + key + '": ' + val|tojson }}
+                    {%- endif %}
+                    {%- if not loop.last %}
+                        {{- ", " }}
+                    {%- endif %}
+                {%- endfor %}
+                {{- "}}" }}
+                {%- if not loop.last %}
+                    {{- ", " }}
+                {%- else %}
+                    {{- "]" }}
+                {%- endif %}
+            {%- endfor %}
+            {{- "[/AVAILABLE_TOOLS]" }}
+            {%- endif %}
+        {%- if loop.last and system_message is defined %}
+            {{- "[INST] " + system_message + "\n\n" + message["content"] + "[/INST]" }}
+        {%- else %}
+            {{- "[INST] " + message["content"] + "[/INST]" }}
+        {%- endif %}
+    {%- elif message.tool_calls is defined and message.tool_calls is not none %}
+        {{- "[TOOL_CALLS] [" }}
+        {%- for tool_call in message.tool_calls %}
+            {%- set out = tool_call.function|tojson %}
+            {{- out[:-1] }}
+            {%- if not tool_call.id is defined or tool_call.id|length != 9 %}
+                {{- raise_exception("Tool call IDs should be alphanumeric strings with length 9!") }}
+            {%- endif %}
+            {{- ', "id": "' + tool_call.id + '"}' }}
+            {%- if not loop.last %}
+                {{- ", " }}
+            {%- else %}
+                {{- "]" + eos_token }}
+            {%- endif %}
+        {%- endfor %}
+    {%- elif message["role"] == "assistant" %}
+        {{- " " + message["content"]|trim + eos_token}}
+    {%- elif message["role"] == "tool_results" or message["role"] == "tool" %}
+        {%- if message.content is defined and message.content.content is defined %}
+            {%- set content = message.content.content %}
+        {%- else %}
+            {%- set content = message.content %}
+        {%- endif %}
+        {{- '[TOOL_RESULTS] {"content": ' + content|string + ", " }}
+        {%- if not message.tool_call_id is defined or message.tool_call_id|length != 9 %}
+            {{- raise_exception("Tool call IDs should be alphanumeric strings with length 9!") }}
+        {%- endif %}
+        {{- '"call_id": "' + message.tool_call_id + '"}[/TOOL_RESULTS]' }}
+    {%- else %}
+        {{- raise_exception("Only user and assistant roles are supported, with the exception of an initial optional system message!") }}
+    {%- endif %}
+{%- endfor %}
+'''
+
+T['gemma2'] = r"""{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if (message['role'] == 'assistant') %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}{% endif %}{{ '<start_of_turn>' + role + '\n' + message['content'] | trim + '<end_of_turn>\n' }}{% endfor %}{% if add_generation_prompt %}{{'<start_of_turn>model\n'}}{% endif %}"""
+
+T['gemma3'] = r'''{{ bos_token }}
+{%- if messages[0]['role'] == 'system' -%}
+    {%- if messages[0]['content'] is string -%}
+        {%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}
+    {%- else -%}
+        {%- set first_user_prefix = messages[0]['content'][0]['text'] + '\n\n' -%}
+    {%- endif -%}
+    {%- set loop_messages = messages[1:] -%}
+{%- else -%}
+    {%- set first_user_prefix = "" -%}
+    {%- set loop_messages = messages -%}
+{%- endif -%}
+{%- for message in loop_messages -%}
+    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}
+        {{ raise_exception("Conversation roles must alternate user/assistant/user/assistant/...") }}
+    {%- endif -%}
+    {%- if (message['role'] == 'assistant') -%}
+        {%- set role = "model" -%}
+    {%- else -%}
+        {%- set role = message['role'] -%}
+    {%- endif -%}
+    {{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else "") }}
+    {%- if message['content'] is string -%}
+        {{ message['content'] | trim }}
+    {%- elif message['content'] is iterable -%}
+        {%- for item in message['content'] -%}
+            {%- if item['type'] == 'image' -%}
+                {{ '<start_of_image>' }}
+            {%- elif item['type'] == 'text' -%}
+                {{ item['text'] | trim }}
+            {%- endif -%}
+        {%- endfor -%}
+    {%- else -%}
+        {{ raise_exception("Invalid content type") }}
+    {%- endif -%}
+    {{ '<end_of_turn>\n' }}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+    {{'<start_of_turn>model\n'}}
+{%- endif -%}
+'''
+
+T['phi3_mini'] = r"""{% for message in messages %}{% if message['role'] == 'system' %}{{'<|system|>\n' + message['content'] + '<|end|>\n'}}{% elif message['role'] == 'user' %}{{'<|user|>\n' + message['content'] + '<|end|>\n'}}{% elif message['role'] == 'assistant' %}{{'<|assistant|>\n' + message['content'] + '<|end|>\n'}}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% else %}{{ eos_token }}{% endif %}"""
+
+T['phi4'] = r"""{% for message in messages %}{% if (message['role'] == 'system') %}{{'<|im_start|>system<|im_sep|>' + message['content'] + '<|im_end|>'}}{% elif (message['role'] == 'user') %}{{'<|im_start|>user<|im_sep|>' + message['content'] + '<|im_end|>'}}{% elif (message['role'] == 'assistant') %}{{'<|im_start|>assistant<|im_sep|>' + message['content'] + '<|im_end|>'}}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant<|im_sep|>' }}{% endif %}"""
+
+T['deepseek_v2'] = r"""{% if not add_generation_prompt is defined %}{% set add_generation_prompt = false %}{% endif %}{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}{{ 'User: ' + message['content'] + '\n\n' }}{% elif message['role'] == 'assistant' %}{{ 'Assistant: ' + message['content'] + eos_token }}{% elif message['role'] == 'system' %}{{ message['content'] + '\n\n' }}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ 'Assistant:' }}{% endif %}"""
+
+T['deepseek_r1'] = r"""{% if not add_generation_prompt is defined %}{% set add_generation_prompt = false %}{% endif %}{% set ns = namespace(is_first=false, is_tool=false, is_output_first=true, system_prompt='', is_first_sp=true) %}{%- for message in messages %}{%- if message['role'] == 'system' %}{%- if ns.is_first_sp %}{% set ns.system_prompt = ns.system_prompt + message['content'] %}{% set ns.is_first_sp = false %}{%- else %}{% set ns.system_prompt = ns.system_prompt + '\n\n' + message['content'] %}{%- endif %}{%- endif %}{%- endfor %}{{ bos_token }}{{ ns.system_prompt }}{%- for message in messages %}{%- if message['role'] == 'user' %}{%- set ns.is_tool = false -%}{{'<｜User｜>' + message['content']}}{%- endif %}{%- if message['role'] == 'assistant' and 'tool_calls' in message %}{%- set ns.is_tool = false -%}{%- for tool in message['tool_calls'] %}{%- if not ns.is_first %}{%- if message['content'] is none %}{{'<｜Assistant｜><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>' + tool['type'] + '<｜tool▁sep｜>' + tool['function']['name'] + '\n' + '```json' + '\n' + tool['function']['arguments'] + '\n' + '```' + '<｜tool▁call▁end｜>'}}{%- else %}{{'<｜Assistant｜>' + message['content'] + '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>' + tool['type'] + '<｜tool▁sep｜>' + tool['function']['name'] + '\n' + '```json' + '\n' + tool['function']['arguments'] + '\n' + '```' + '<｜tool▁call▁end｜>'}}{%- endif %}{%- set ns.is_first = true -%}{%- else %}{{'\n' + '<｜tool▁call▁begin｜>' + tool['type'] + '<｜tool▁sep｜>' + tool['function']['name'] + '\n' + '```json' + '\n' + tool['function']['arguments'] + '\n' + '```' + '<｜tool▁call▁end｜>'}}{%- endif %}{%- endfor %}{{'<｜tool▁calls▁end｜><｜end▁of▁sentence｜>'}}{%- endif %}{%- if message['role'] == 'assistant' and 'tool_calls' not in message %}{%- if ns.is_tool %}{{'<｜tool▁outputs▁end｜>' + message['content'] + '<｜end▁of▁sentence｜>'}}{%- set ns.is_tool = false -%}{%- else %}{% set content = message['content'] %}{% if '</think>' in content %}{% set content = content.split('</think>')[-1] %}{% endif %}{{'<｜Assistant｜>' + content + '<｜end▁of▁sentence｜>'}}{%- endif %}{%- endif %}{%- if message['role'] == 'tool' %}{%- set ns.is_tool = true -%}{%- if ns.is_output_first %}{{'<｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>' + message['content'] + '<｜tool▁output▁end｜>'}}{%- set ns.is_output_first = false %}{%- else %}{{'<｜tool▁output▁begin｜>' + message['content'] + '<｜tool▁output▁end｜>'}}{%- endif %}{%- endif %}{%- endfor -%}{% if ns.is_tool %}{{'<｜tool▁outputs▁end｜>'}}{% endif %}{% if add_generation_prompt and not ns.is_tool %}{{'<｜Assistant｜><think>\n'}}{% endif %}"""
+
+T['zephyr'] = r"""{% for message in messages %}
+{% if message['role'] == 'user' %}
+{{ '<|user|>\n' + message['content'] + eos_token }}
+{% elif message['role'] == 'system' %}
+{{ '<|system|>\n' + message['content'] + eos_token }}
+{% elif message['role'] == 'assistant' %}
+{{ '<|assistant|>\n'  + message['content'] + eos_token }}
+{% endif %}
+{% if loop.last and add_generation_prompt %}
+{{ '<|assistant|>' }}
+{% endif %}
+{% endfor %}"""
+
+T['command_r'] = r"""{{ bos_token }}{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set system_message = messages[0]['content'] %}{% elif false == true %}{% set loop_messages = messages %}{% set system_message = 'You are Command-R, a brilliant, sophisticated, AI-assistant trained to assist human users by providing thorough responses. You are trained by Cohere.' %}{% else %}{% set loop_messages = messages %}{% set system_message = false %}{% endif %}{% if system_message != false %}{{ '<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>' + system_message + '<|END_OF_TURN_TOKEN|>' }}{% endif %}{% for message in loop_messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% set content = message['content'] %}{% if message['role'] == 'user' %}{{ '<|START_OF_TURN_TOKEN|><|USER_TOKEN|>' + content.strip() + '<|END_OF_TURN_TOKEN|>' }}{% elif message['role'] == 'assistant' %}{{ '<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>'  + content.strip() + '<|END_OF_TURN_TOKEN|>' }}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>' }}{% endif %}"""
+
+# Command-R / Hermes-2-Pro style tool-use template with macros (json_to_python_type recursion, caller-free)
+T['hermes_tool_macros'] = r'''{%- macro json_to_python_type(json_spec) %}
+{%- set basic_type_map = {
+    "string": "str",
+    "number": "float",
+    "integer": "int",
+    "boolean": "bool"
+} %}
+
+{%- if basic_type_map[json_spec.type] is defined %}
+    {{- basic_type_map[json_spec.type] }}
+{%- elif json_spec.type == "array" %}
+    {{- "list[" +  json_to_python_type(json_spec|items) + "]"}}
+{%- elif json_spec.type == "object" %}
+    {%- if json_spec.additionalProperties is defined %}
+        {{- "dict[str, " + json_to_python_type(json_spec.additionalProperties) + ']'}}
+    {%- else %}
+        {{- "dict" }}
+    {%- endif %}
+{%- elif json_spec.type is iterable %}
+    {{- "Union[" }}
+    {%- for t in json_spec.type %}
+      {{- json_to_python_type({"type": t}) }}
+      {%- if not loop.last %}
+        {{- "," }}
+    {%- endif %}
+    {%- endfor %}
+    {{- "]" }}
+{%- else %}
+    {{- "Any" }}
+{%- endif %}
+{%- endmacro %}
+
+{{- bos_token }}
+{{- '<|im_start|>system\n' }}
+{{- "You are a function calling AI model. Here are the available tools: <tools> " }}
+{%- for tool in tools %}
+    {%- if tool.function is defined %}
+        {%- set tool = tool.function %}
+    {%- endif %}
+    {{- '{"type": "function", "function": ' }}
+    {{- '{"name": "' + tool.name + '", ' }}
+    {{- '"description": "' + tool.name + '(' }}
+    {%- for param_name, param_fields in tool.parameters.properties|items %}
+        {{- param_name + ": " + json_to_python_type(param_fields) }}
+        {%- if not loop.last %}
+            {{- ", " }}
+        {%- endif %}
+    {%- endfor %}
+    {{- ")" }}
+    {%- if tool.return is defined %}
+        {{- " -> " + json_to_python_type(tool.return) }}
+    {%- endif %}
+    {{- " - " + tool.description + "\n\n" }}
+    {%- for param_name, param_fields in tool.parameters.properties|items %}
+        {%- if loop.first %}
+            {{- "    Args:\n" }}
+        {%- endif %}
+        {{- "        " + param_name + "(" + json_to_python_type(param_fields) + "): " + param_fields.description|default('')|trim }}
+    {%- endfor %}
+    {{- '", ' }}
+    {{- '"parameters": ' }}
+    {%- if tool.parameters.properties | length == 0 %}
+        {{- "{}" }}
+    {%- else %}
+        {{- tool.parameters|tojson }}
+    {%- endif %}
+    {{- "}" }}
+    {%- if not loop.last %}
+        {{- "\n" }}
+    {%- endif %}
+{%- endfor %}
+{{- " </tools><|im_end|>\n" }}
+{%- for message in messages %}
+    {%- if message.role == "user" or message.role == "system" or (message.role == "assistant" and message.tool_calls is not defined) %}
+        {{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>' + '\n' }}
+    {%- elif message.role == "assistant" %}
+        {{- '<|im_start|>' + message.role }}
+    {%- for tool_call in message.tool_calls %}
+       {{- '\n<tool_call>\n' }}
+           {%- if tool_call.function is defined %}
+                {%- set tool_call = tool_call.function %}
+            {%- endif %}
+            {{- '{' }}
+            {{- '"name": "' }}
+            {{- tool_call.name }}
+            {{- '"' }}
+            {{- ', '}}
+            {%- if tool_call.arguments is defined %}
+                {{- '"arguments": ' }}
+                {%- if tool_call.arguments is string %}
+                    {{- tool_call.arguments }}
+                {%- else %}
+                    {{- tool_call.arguments|tojson }}
+                {%- endif %}
+            {%- endif %}
+             {{- '}' }}
+            {{- '\n</tool_call>' }}
+    {%- endfor %}
+        {{- '<|im_end|>\n' }}
+    {%- elif message.role == "tool" %}
+        {%- if loop.previtem and loop.previtem.role != "tool" %}
+            {{- '<|im_start|>tool\n' }}
+        {%- endif %}
+        {{- '<tool_response>\n' }}
+        {{- message.content }}
+        {%- if not loop.last %}
+            {{- '\n</tool_response>\n' }}
+        {%- else %}
+            {{- '\n</tool_response>' }}
+        {%- endif %}
+        {%- if not loop.last and loop.nextitem.role != "tool" %}
+            {{- '<|im_end|>' }}
+        {%- elif loop.last %}
+            {{- '<|im_end|>' }}
+        {%- endif %}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\n' }}
+{%- endif %}
+'''
+# The original Hermes/Command-R macro spells the array branch json_spec.items (attribute),
+# which in real Jinja2 resolves to dict.items (the method), not the "items" key.
+T['hermes_tool_macros_items_attr'] = T['hermes_tool_macros'].replace('json_to_python_type(json_spec|items)', 'json_to_python_type(json_spec.items)')
+T['hermes_tool_macros'] = T['hermes_tool_macros'].replace('json_to_python_type(json_spec|items)', "json_to_python_type(json_spec['items'])")
+
+# Command-R style macro with caller() and defaults
+T['command_r_macros'] = r'''{%- macro turn(role, tag='USER', strip=true) -%}
+<|START_OF_TURN_TOKEN|><|{{ tag }}_TOKEN|>{{ caller()|trim if strip else caller() }}<|END_OF_TURN_TOKEN|>
+{%- endmacro -%}
+{%- macro sys(text) -%}{{ '<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>' ~ text ~ '<|END_OF_TURN_TOKEN|>' }}{%- endmacro -%}
+{{ bos_token }}
+{%- if messages[0].role == 'system' %}{{ sys(messages[0].content) }}{% set loop_messages = messages[1:] %}{% else %}{% set loop_messages = messages %}{% endif %}
+{%- for m in loop_messages %}
+{%- call turn(m.role, tag=('USER' if m.role == 'user' else 'CHATBOT')) %}
+  {{ m.content if m.content is string else m.content|map(attribute='text')|join('') }}
+{% endcall %}
+{%- endfor %}
+{%- if add_generation_prompt %}<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>{% endif %}'''
+
+# Hermes-2-Pro style: the array branch passes json_spec|items (the filter), as in the published template
+T['hermes_tool_macros_items_filter'] = T['hermes_tool_macros'].replace("json_to_python_type(json_spec['items'])", 'json_to_python_type(json_spec|items)')
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOY = os.path.join(REPO, 'build', 'toy')
+SHARED = os.path.join(os.path.dirname(REPO), 'shared', 'testdata')
+BOS, EOS = '<s>', '</s>'
+
+# ---------------------------------------------------------------- oracle (HF's _compile_jinja_template)
+class AssistantTracker(Extension):
+    tags = {"generation"}
+    def parse(self, parser):
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(["name:endgeneration"], drop_needle=True)
+        return jinja2.nodes.CallBlock(self.call_method("_render", []), [], [], body).set_lineno(lineno)
+    def _render(self, caller):
+        return caller()
+
+def _raise(msg):
+    raise jinja2.exceptions.TemplateError(msg)
+
+def _tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+def _strftime_now(fmt):
+    return datetime.datetime.now().strftime(fmt)
+
+ENV = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                                   extensions=[AssistantTracker, jinja2.ext.loopcontrols])
+ENV.filters['tojson'] = _tojson
+ENV.globals['raise_exception'] = _raise
+ENV.globals['strftime_now'] = _strftime_now
+
+def render_jinja(src, messages, gen, bos, eos, extra):
+    try:
+        t = ENV.from_string(src)
+        kw = dict(tools=None, documents=None)  # as transformers' apply_chat_template
+        kw.update(extra)
+        kw.update(messages=messages, add_generation_prompt=gen, bos_token=bos, eos_token=eos)
+        return ('OK', t.render(**kw))
+    except Exception as e:
+        return ('ERR', '%s: %s' % (type(e).__name__, e))
+
+TMP = tempfile.mkdtemp(prefix='toyjinja.')
+import atexit, shutil
+atexit.register(shutil.rmtree, TMP, True)
+def render_toy(idx, src, builtin, messages, gen, bos, eos, extra, model=None):
+    tf = os.path.join(TMP, 'c%d.j' % idx)
+    mf = os.path.join(TMP, 'c%d.json' % idx)
+    if builtin is None:
+        with open(tf, 'w', encoding='utf-8') as f: f.write(src)
+    doc = dict(extra); doc['messages'] = messages
+    with open(mf, 'w', encoding='utf-8') as f: json.dump(doc, f, ensure_ascii=False)
+    cmd = [TOY, 'chat-template', '--template', builtin or tf, '--messages', mf, '--bos', bos, '--eos', eos]
+    if model: cmd = [TOY, 'chat-template', '-m', model, '--messages', mf]
+    if not gen: cmd.append('--no-generation-prompt')
+    p = subprocess.run(cmd, capture_output=True, timeout=30)
+    if p.returncode != 0:
+        return ('ERR', p.stderr.decode('utf-8', 'replace').strip())
+    return ('OK', p.stdout.decode('utf-8', 'surrogateescape'))
+
+# ---------------------------------------------------------------- message fixtures
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "Get the current weather in a city",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "description": "City name, e.g. Paris"},
+        "days": {"type": "integer", "description": "Forecast days"},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+        "tags": {"type": "array", "items": {"type": "string"}, "description": "Labels"},
+        "opts": {"type": "object", "additionalProperties": {"type": "number"}},
+        "either": {"type": ["string", "integer"]}},
+        "required": ["city"]}}},
+    {"type": "function", "function": {"name": "noop", "description": "Does nothing \u00e9\u00e8 \"quoted\"",
+                                      "parameters": {"type": "object", "properties": {}}}}]
+TC_ARGS = {"city": "Paris", "days": 3, "unit": "celsius", "ratio": 0.5, "temp": 10.0, "flag": True, "none": None,
+           "nested": {"a": [1, 2, {"b": "é\"\\"}]}}
+TC = [{"type": "function", "id": "abc123XYZ", "function": {"name": "get_weather", "arguments": TC_ARGS}}]
+TC_STR = [{"type": "function", "id": "abc123XYZ", "function": {"name": "get_weather", "arguments": json.dumps(TC_ARGS)}}]
+
+MSGS = {
+    'user': [{"role": "user", "content": "Hello"}],
+    'sys_user': [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hi there"}],
+    'multi': [{"role": "system", "content": "Be nice."}, {"role": "user", "content": "What is 2+2?"},
+              {"role": "assistant", "content": "4"}, {"role": "user", "content": "And 3+3?"}],
+    'multi_noprompt': [{"role": "user", "content": "Q1"}, {"role": "assistant", "content": "A1"},
+                       {"role": "user", "content": "Q2"}, {"role": "assistant", "content": "A2"}],
+    'empty': [{"role": "user", "content": ""}, {"role": "assistant", "content": ""}, {"role": "user", "content": " "}],
+    'unicode': [{"role": "user", "content": "h\u00e9llo \u4e16\u754c \U0001F389 \u2014 na\u00efve \u00dfstra\u00dfe \u0130"},
+                {"role": "assistant", "content": "\U0001F44D\U0001F3FD ok \u00c9t\u00e9"}, {"role": "user", "content": "\u00e9"}],
+    'quotes': [{"role": "system", "content": "He said \"hi\" and it's C:\\path\\n {{ not_a_tag }} {% raw %}"},
+               {"role": "user", "content": "'single' \"double\" \\ back \\\\ two"}],
+    'newlines': [{"role": "user", "content": "  line1\nline2\n\n  "}, {"role": "assistant", "content": "\n\nanswer\t\n"},
+                 {"role": "user", "content": "\r\nwin\r\n"}],
+    'parts': [{"role": "system", "content": [{"type": "text", "text": "Sys part"}]},
+              {"role": "user", "content": [{"type": "text", "text": "Look: "}, {"type": "image"}, {"type": "text", "text": " what?"}]}],
+    'tool_calls': [{"role": "system", "content": "Use tools."}, {"role": "user", "content": "Weather in Paris?"},
+                   {"role": "assistant", "content": None, "tool_calls": TC},
+                   {"role": "tool", "tool_call_id": "abc123XYZ", "name": "get_weather", "content": "{\"temp\": 21}"},
+                   {"role": "assistant", "content": "It is 21C."}, {"role": "user", "content": "Thanks"}],
+    'tool_calls_str': [{"role": "user", "content": "Weather?"},
+                       {"role": "assistant", "content": "", "tool_calls": TC_STR},
+                       {"role": "tool", "tool_call_id": "abc123XYZ", "content": "sunny"},
+                       {"role": "tool", "tool_call_id": "abc123XYZ", "content": "warm"}],
+    'ipython': [{"role": "user", "content": "Run it"},
+                {"role": "assistant", "tool_calls": [{"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}]},
+                {"role": "ipython", "content": {"temp": -3.5, "ok": True}},
+                {"role": "tool", "content": [1, 2]}],
+    'think': [{"role": "user", "content": "Why?"},
+              {"role": "assistant", "content": "<think>\nbecause\n</think>\n\nBecause."},
+              {"role": "user", "content": "Sure?"},
+              {"role": "assistant", "content": "Yes", "reasoning_content": "checked"}],
+    'unicode_ws': [{"role": "system", "content": "\u00a0Sys\u2003"}, {"role": "user", "content": "\u3000Hello\u00a0\n"}],
+    'alternation_bad': [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}],
+    'system_only': [{"role": "system", "content": "only sys"}],
+}
+MSG_EXTRA = {'tool_calls': {'tools': TOOLS}, 'tool_calls_str': {'tools': TOOLS}, 'ipython': {'tools': TOOLS}}
+
+# ---------------------------------------------------------------- feature probes: (name, template, extra vars)
+V = {'s': '  Hello World  ', 'n': 7, 'f': 2.5, 'l': [3, 1, 2], 'names': ['b', 'A', 'a', 'B'],
+     'd': {'b': 2, 'a': 1, 'C': 3}, 'u': 'h\u00e9llo \u00e9t\u00e9 \u00df', 'e': '',
+     'people': [{'name': 'Ann', 'age': 30, 'tags': ['x']}, {'name': 'bob', 'age': 25}, {'name': 'Cy', 'age': None}],
+     'nested': {'a': {'b': [1, {'c': 'deep'}]}}, 'html': '<a href="x">&</a>', 'multi': 'a\nb\n\nc\n',
+     'big': 10 ** 12, 'neg': -7, 'tf': True, 'nul': None, 'fl': [1.0, 10.0, 100.0, 0.1, 1e16, 1e-5, 123456.789]}
+
+P = []
+def probe(name, tpl, **extra):
+    ev = dict(V); ev.update(extra)
+    P.append((name, tpl, ev))
+
+# filters
+for nm, t in [
+    ('trim', '[{{ s|trim }}]'), ('trim_chars', "[{{ 'xxhixx'|trim('x') }}]"), ('upper', '{{ s|upper }}'), ('lower', '{{ s|lower }}'),
+    ('upper_unicode', '{{ u|upper }}'), ('lower_unicode', "{{ '\u00c9T\u00c9 \u0130'|lower }}"),
+    ('title', "{{ \"they're 1st-class o'neil hello_world\"|title }}"), ('title_method', "{{ \"they're 1st-class o'neil\".title() }}"),
+    ('capitalize', "{{ 'hELLO wORLD'|capitalize }}"), ('length_str', '{{ u|length }}'), ('length_list', '{{ l|length }}'),
+    ('length_dict', '{{ d|length }}'), ('count', '{{ l|count }}'), ('join', "{{ l|join(', ') }}"), ('join_nosep', '{{ l|join }}'),
+    ('join_attr', "{{ people|join(', ', attribute='name') }}"), ('replace', "{{ s|replace('l', 'L') }}"),
+    ('replace_count', "{{ 'aaaa'|replace('a', 'b', 2) }}"), ('replace_empty', "{{ 'abc'|replace('', '-') }}"),
+    ('default_undef', "{{ missing|default('dflt') }}"), ('default_none', "{{ nul|default('dflt') }}"),
+    ('default_empty_true', "{{ e|default('dflt', true) }}"), ('default_empty', "[{{ e|default('dflt') }}]"),
+    ('default_kw', "{{ e|default('x', boolean=true) }}"), ('d_alias', "{{ missing|d('y') }}"),
+    ('first_last', '{{ l|first }} {{ l|last }} {{ s|first }}|{{ s|last }}|'), ('first_empty', '[{{ []|first }}]'),
+    ('map_attr', "{{ people|map(attribute='name')|join(',') }}"), ('map_attr_missing', "{{ people|map(attribute='tags')|list }}"),
+    ('map_attr_missing_join', "{{ people|map(attribute='zzz')|join(',') }}"), ('map_attr_default', "{{ people|map(attribute='zzz', default='?')|join(',') }}"),
+    ('map_filter', "{{ names|map('upper')|join(',') }}"), ('map_nested_attr', "{{ [nested]|map(attribute='a.b.1.c')|first }}"),
+    ('selectattr_eq', "{{ people|selectattr('name', 'equalto', 'bob')|map(attribute='age')|first }}"),
+    ('selectattr_truthy', "{{ people|selectattr('age')|map(attribute='name')|join(',') }}"),
+    ('rejectattr_none', "{{ people|rejectattr('age', 'none')|map(attribute='name')|join(',') }}"),
+    ('selectattr_defined', "{{ people|selectattr('tags', 'defined')|map(attribute='name')|join(',') }}"),
+    ('selectattr_undefined', "{{ people|selectattr('tags', 'undefined')|list|length }}"),
+    ('selectattr_eqop', "{{ people|selectattr('age', '==', 25)|map(attribute='name')|join(',') }}"),
+    ('selectattr_gt', "{{ people|selectattr('name', 'ne', 'bob')|map(attribute='name')|join(',') }}"),
+    ('selectattr_in', "{{ people|selectattr('name', 'in', ['Ann', 'Cy'])|map(attribute='name')|join(',') }}"),
+    ('select_test', "{{ [1, 2, 3, 4]|select('odd')|join(',') }}"), ('reject_test', "{{ [1, 'a', 2]|reject('string')|join(',') }}"),
+    ('select_gt', "{{ [1, 2, 3, 4]|select('gt', 2)|join(',') }}"), ('select_ge_op', "{{ [1, 2, 3, 4]|select('>=', 3)|join(',') }}"),
+    ('list_str', '{{ "abc"|list }}'), ('list_dict', '{{ d|list }}'), ('string', '{{ l|string }}|{{ nul|string }}|{{ tf|string }}'),
+    ('int', "{{ '42'|int }} {{ '3.7'|int }} {{ 3.9|int }} {{ 'x'|int }} {{ 'x'|int(5) }} {{ -3.9|int }}"),
+    ('int_base', "{{ '0x1A'|int(0, 16) }} {{ '1_000'|int }}"), ('float', "{{ '2.5'|float }} {{ 3|float }} {{ 'x'|float }}"),
+    ('round', '{{ 2.5|round }} {{ 3.5|round }} {{ 2.675|round(2) }} {{ 3|round }} {{ 2.4|round(0, "ceil") }} {{ 2.6|round(method="floor") }}'),
+    ('round_int_result', '{{ (7/2)|round|int }}'), ('abs', '{{ neg|abs }} {{ -2.5|abs }}'),
+    ('indent', "{{ multi|indent }}|"), ('indent_first', "{{ multi|indent(2, true) }}|"),
+    ('indent_blank', "{{ multi|indent(2, blank=true) }}|"), ('indent_str', "{{ multi|indent('> ') }}|"),
+    ('indent_first_blank_line', "{{ '\\nx'|indent(2, true) }}|"), ('indent_empty_first', "[{{ ''|indent(2, true) }}]"),
+    ('items', "{% for k, v in d|items %}{{ k }}={{ v }};{% endfor %}"), ('dictsort', "{% for k, v in d|dictsort %}{{ k }}={{ v }};{% endfor %}"),
+    ('dictsort_cs', "{% for k, v in d|dictsort(true) %}{{ k }};{% endfor %}"), ('dictsort_value', "{% for k, v in d|dictsort(by='value') %}{{ k }};{% endfor %}"),
+    ('unique', "{{ [1, 2, 1, 3, 2]|unique|list }}"), ('unique_case', "{{ names|unique|list }}"),
+    ('reverse_list', '{{ l|reverse|list }}'), ('reverse_str', '{{ u|reverse }}'), ('sort', '{{ l|sort }}'),
+    ('sort_reverse', '{{ l|sort(reverse=true) }}'), ('sort_case', '{{ names|sort }}'), ('sort_attr', "{{ people|sort(attribute='name')|map(attribute='name')|join(',') }}"),
+    ('sort_stable', "{{ [[2,'a'],[1,'b'],[2,'c'],[1,'d']]|sort(attribute='0')|map('last')|join }}"),
+    ('tojson_str', '{{ u|tojson }}'), ('tojson_list', '{{ l|tojson }}'), ('tojson_dict', '{{ d|tojson }}'),
+    ('tojson_indent', '{{ nested|tojson(indent=2) }}'), ('tojson_indent_pos', '{{ people|tojson(2) }}'),
+    ('tojson_nonascii', "{{ {'k': 'é\u4e16\U0001F389\\u2028', 'q': 'a\"b\\\\c\\n\\t\\u0001\\u007f'}|tojson }}"),
+    ('tojson_scalars', '{{ nul|tojson }} {{ tf|tojson }} {{ n|tojson }} {{ f|tojson }} {{ 1.0|tojson }} {{ 1e20|tojson }}'),
+    ('tojson_floats', '{{ fl|tojson }}'), ('tojson_empty', '{{ [[], {}]|tojson(indent=2) }}'),
+    ('tojson_sort_keys', '{{ d|tojson(sort_keys=true) }}'), ('tojson_separators', "{{ d|tojson(separators=(',', ':')) }}"),
+    ('tojson_undefined', '{{ missing|tojson }}'),
+    ('safe', '{{ html|safe }}'), ('escape', '{{ html|escape }}'), ('e_alias', '{{ html|e }}'), ('forceescape', '{{ html|forceescape }}'),
+    ('wordcount', "{{ 'a  b\\nc'|wordcount }}"), ('center', "[{{ 'ab'|center(6) }}]"), ('truncate', "{{ 'hello world foo'|truncate(9) }}"),
+    ('sum', '{{ l|sum }}'), ('sum_attr', "{{ people|selectattr('age')|sum(attribute='age') }}"), ('max_min', '{{ l|max }} {{ l|min }}'),
+    ('batch', '{{ [1,2,3,4,5]|batch(2)|list }}'), ('slice_filter', '{{ [1,2,3,4,5]|slice(2)|list }}'),
+    ('format_filter', "{{ '%s-%d'|format('a', 3) }}"), ('attr_filter', "{{ nested|attr('a') }}"),
+    ('groupby', "{% for g in people|groupby('age') %}{{ g.grouper }}:{{ g.list|length }};{% endfor %}"),
+    ('striptags', "{{ html|striptags }}"), ('wordwrap', "{{ 'aaa bbb ccc'|wordwrap(5) }}"),
+    ('filter_chain_precedence', "{{ 'a' ~ 'b'|upper }}"), ('neg_filter', '{{ -3|abs }}'),
+    ('filter_block', "{% filter upper %}hi {{ 'x' }}{% endfilter %}"),
+    ('pprint', '{{ d|pprint }}'), ('urlencode', "{{ 'a b&c'|urlencode }}"),
+    ]:
+    probe('f_' + nm, t)
+
+# tests
+for nm, t in [
+    ('defined', '{{ n is defined }} {{ missing is defined }} {{ missing is undefined }} {{ nul is defined }}'),
+    ('none', '{{ nul is none }} {{ missing is none }} {{ 0 is none }}'),
+    ('string', "{{ 'a' is string }} {{ 1 is string }} {{ l is string }}"),
+    ('mapping', '{{ d is mapping }} {{ l is mapping }} {{ people[0] is mapping }}'),
+    ('iterable', "{{ l is iterable }} {{ 'a' is iterable }} {{ d is iterable }} {{ 1 is iterable }} {{ missing is iterable }}"),
+    ('sequence', "{{ l is sequence }} {{ 'a' is sequence }} {{ d is sequence }} {{ 1 is sequence }}"),
+    ('number', '{{ 1 is number }} {{ 1.5 is number }} {{ "1" is number }} {{ true is number }}'),
+    ('integer_float', '{{ 1 is integer }} {{ 1.0 is integer }} {{ 1.0 is float }} {{ true is integer }}'),
+    ('boolean', '{{ true is boolean }} {{ 1 is boolean }} {{ tf is true }} {{ 0 is false }}'),
+    ('equalto', "{{ 2 is equalto 2 }} {{ 2 is equalto(3) }} {{ 'a' is eq 'a' }} {{ 1 == 1.0 }} {{ 1 == true }}"),
+    ('in_test', "{{ 2 is in l }} {{ 'a' is in 'cat' }}"),
+    ('even_odd', '{{ 4 is even }} {{ 3 is odd }} {{ 9 is divisibleby 3 }} {{ 9 is divisibleby(4) }}'),
+    ('is_not', "{{ nul is not none }} {{ n is not string }} {{ not n is string }}"),
+    ('lower_upper_test', "{{ 'abc' is lower }} {{ 'ABC' is upper }}"),
+    ('gt_lt_test', "{{ 3 is gt 2 }} {{ 3 is lt 2 }} {{ 3 is ge 3 }} {{ 3 is le 2 }}"),
+    ('sameas', "{{ nul is sameas none }} {{ tf is sameas true }}"),
+    ('callable', "{% macro m() %}{% endmacro %}{{ m is callable }} {{ 1 is callable }}"),
+    ('is_test_precedence', "{{ 1 + 1 is number }}"),
+    ('is_test_precedence2', "{{ 'a' ~ 'b' is string }}"),
+    ('test_filter_test', "{{ 'x'|upper is string }}"),
+    ('escaped', "{{ 'x' is escaped }}"), ('filter_test', "{{ 'upper' is filter }}"),
+    ]:
+    probe('t_' + nm, t)
+
+# loops
+for nm, t in [
+    ('loop_vars', "{% for x in l %}{{ loop.index }}{{ loop.index0 }}{{ loop.first }}{{ loop.last }}{{ loop.length }}{{ loop.revindex }}{{ loop.revindex0 }};{% endfor %}"),
+    ('prev_next', "{% for x in l %}[{{ loop.previtem }}|{{ loop.nextitem }}]{% endfor %}"),
+    ('prev_defined', "{% for x in l %}{{ loop.previtem is defined }}{% endfor %}"),
+    ('cycle', "{% for x in l %}{{ loop.cycle('a', 'b') }}{% endfor %}"),
+    ('changed', "{% for x in [1,1,2] %}{{ loop.changed(x) }}{% endfor %}"),
+    ('depth', "{% for x in l %}{{ loop.depth }}{{ loop.depth0 }}{% endfor %}"),
+    ('loop_else', "{% for x in [] %}x{% else %}empty{% endfor %}"), ('loop_else_nonempty', "{% for x in [1] %}x{% else %}empty{% endfor %}"),
+    ('loop_else_filtered', "{% for x in l if x > 5 %}x{% else %}none-kept{% endfor %}"),
+    ('loop_if_filter', "{% for x in l if x != 1 %}{{ loop.index }}:{{ x }}{{ loop.last }};{% endfor %}"),
+    ('break', "{% for x in l %}{% if x == 1 %}{% break %}{% endif %}{{ x }}{% endfor %}"),
+    ('continue', "{% for x in l %}{% if x == 1 %}{% continue %}{% endif %}{{ x }}{% endfor %}"),
+    ('break_else', "{% for x in l %}{% break %}{% else %}E{% endfor %}done"),
+    ('nested_loop', "{% for a in [1,2] %}{% for b in 'xy' %}{{ loop.index }}{{ a }}{{ b }}{% endfor %}{{ loop.index }}|{% endfor %}"),
+    ('loop_unpack', "{% for a, b in [[1, 2], [3, 4]] %}{{ a }}{{ b }}{% endfor %}"),
+    ('loop_dict', "{% for k in d %}{{ k }}{% endfor %}"), ('loop_dict_items', "{% for k, v in d.items() %}{{ k }}{{ v }}{% endfor %}"),
+    ('loop_string', "{% for c in 'h\u00e9\U0001F389' %}[{{ c }}]{% endfor %}"),
+    ('loop_undefined', "{% for x in missing %}x{% else %}E{% endfor %}"),
+    ('loop_none', "{% for x in nul %}x{% endfor %}"),
+    ('loop_int', "{% for x in 3 %}x{% endfor %}"),
+    ('range', "{% for i in range(3) %}{{ i }}{% endfor %}{% for i in range(1, 10, 3) %}{{ i }}{% endfor %}{{ range(5, 0, -2)|list }}"),
+    ('loop_scope_leak', "{% set x = 'outer' %}{% for i in l %}{% set x = i %}{% endfor %}{{ x }}"),
+    ('loop_scope_persist', "{% for i in l %}{% if loop.first %}{% set y = 'set' %}{% endif %}[{{ y }}]{% endfor %}"),
+    ('loop_scope_outer_read', "{% set x = 1 %}{% for i in l %}{{ x }}{% set x = x + 10 %}{{ x }};{% endfor %}{{ x }}"),
+    ('loop_var_after', "{% for i in l %}{% endfor %}[{{ i }}]"),
+    ('loop_reassign_var', "{% for i in l %}{% set i = i * 2 %}{{ i }}{% endfor %}"),
+    ('if_scope', "{% if true %}{% set z = 5 %}{% endif %}{{ z }}"),
+    ('loop_recursive', "{% for x in [[1, [2]], 3] recursive %}{% if x is iterable %}{{ loop(x) }}{% else %}{{ x }}{% endif %}{% endfor %}"),
+    ('loop_tuple_iter', "{% for x in 1, 2 %}{{ x }}{% endfor %}"),
+    ]:
+    probe('l_' + nm, t)
+
+# assignment, namespace, macros
+for nm, t in [
+    ('namespace', "{% set ns = namespace(a=1, b='x') %}{% for i in l %}{% set ns.a = ns.a + i %}{% endfor %}{{ ns.a }}{{ ns.b }}"),
+    ('namespace_print', "{% set ns = namespace(a=1) %}{{ ns }}"),
+    ('namespace_dict_arg', "{% set ns = namespace({'k': 2}, j=3) %}{{ ns.k }}{{ ns.j }}"),
+    ('set_attr_non_ns', "{% set dd = {'a': 1} %}{% set dd.a = 2 %}{{ dd.a }}"),
+    ('set_block', "{% set blk %}  x {{ n }} {% endset %}[{{ blk }}]"),
+    ('set_block_filter', "{% set blk | upper %}abc{% endset %}{{ blk }}"),
+    ('set_multi', "{% set a, b = 1, 2 %}{{ a }}{{ b }}"), ('set_tuple_print', "{% set t = (1, 2) %}{{ t }}"),
+    ('macro_defaults', "{% macro m(a, b='B', c=none) %}{{ a }}-{{ b }}-{{ c }}{% endmacro %}{{ m(1) }}|{{ m(1, 2) }}|{{ m(1, c=3) }}|{{ m(a=4) }}"),
+    ('macro_missing_arg', "{% macro m(a, b) %}[{{ a }}][{{ b }}][{{ b is defined }}]{% endmacro %}{{ m(1) }}"),
+    ('macro_default_refs_param', "{% macro m(a, b=a) %}{{ a }}{{ b }}{% endmacro %}{{ m(5) }}"),
+    ('macro_extra_args', "{% macro m(a) %}{{ a }}{{ varargs }}{% endmacro %}{{ m(1, 2, 3) }}"),
+    ('macro_kwargs', "{% macro m(a) %}{{ a }}{{ kwargs }}{% endmacro %}{{ m(1, z=2) }}"),
+    ('macro_caller', "{% macro wrap(t) %}<{{ t }}>{{ caller() }}</{{ t }}>{% endmacro %}{% call wrap('b') %}inner {{ n }}{% endcall %}"),
+    ('macro_caller_args', "{% macro m() %}{{ caller(1, 2) }}{% endmacro %}{% call(a, b) m() %}{{ a + b }}{% endcall %}"),
+    ('macro_globals', "{% set top = 'T' %}{% macro m() %}{{ top }}{{ n }}{% endmacro %}{{ m() }}"),
+    ('macro_sees_later_set', "{% macro m() %}[{{ late }}]{% endmacro %}{% set late = 'L' %}{{ m() }}"),
+    ('macro_no_caller_locals', "{% macro m() %}[{{ i }}]{% endmacro %}{% for i in [1] %}{{ m() }}{% endfor %}"),
+    ('macro_recursion', "{% macro f(x) %}{% if x > 0 %}{{ x }}{{ f(x - 1) }}{% endif %}{% endmacro %}{{ f(3) }}"),
+    ('macro_whitespace', "{% macro m(x) %}\n  {{ x }}\n{% endmacro %}[{{ m(1) }}]"),
+    ('macro_as_value', "{% macro m() %}M{% endmacro %}{% set f = m %}{{ f() }}"),
+    ('macro_in_filter', "{% macro m() %} m {% endmacro %}[{{ m()|trim }}]"),
+    ]:
+    probe('a_' + nm, t)
+
+# whitespace control / lexer
+for nm, t in [
+    ('trim_blocks', "{% if true %}\nyes\n{% endif %}\nend"),
+    ('lstrip_blocks', "  {% if true %}\n  x\n  {% endif %}\n"),
+    ('lstrip_not_var', "  {{ 'v' }}\n  {% if true %}y{% endif %}"),
+    ('lstrip_midline', "a  {% if true %}b{% endif %}"),
+    ('strip_minus', "a  \n  {%- if true -%}  \n  b  \n  {%- endif -%}  \n  c"),
+    ('var_minus', "a \n {{- 'x' -}} \n b"),
+    ('plus_modifier', "  {%+ if true %}x{% endif %}"),
+    ('plus_end', "{% if true +%}\nx{% endif %}"),
+    ('comment', "a{# comment #}b\n{# c2 #}\nc"), ('comment_strip', "a  {#- c -#}  b"),
+    ('comment_lstrip', "x\n    {# indented comment #}\ny"),
+    ('raw', "{% raw %}{{ not evaluated }}{% endraw %}"), ('raw_ws', "{% raw %}\n  {{ x }}\n{% endraw %}\nz"),
+    ('crlf', "{% if true %}\r\nA\r\n{% endif %}\r\nB"),
+    ('tab_lstrip', "\t{% if true %}T{% endif %}"),
+    ('lstrip_after_var', "{{ 'a' }}   {% if true %}b{% endif %}"),
+    ('endif_trailing_space', "{% if true %}x{% endif %}   \nnext"),
+    ('dict_in_tag', "{{ {'a': {'b': 1}}['a']['b'] }}"),
+    ('string_with_close', "{{ '}}' }}{{ '%}' }}"),
+    ('escapes', r"{{ 'a\nb\tc\\d\'e\"f' }}"), ('escape_unicode', r"{{ '\u00e9\x41\U0001F389' }}"),
+    ('escape_unknown', r"{{ '\d\s\w' }}"), ('escape_octal', r"{{ '\101\0' ~ 'x' }}"),
+    ('adjacent_strings', "{{ 'a' 'b' \"c\" }}"), ('literal_newline_in_str', "{{ 'a\nb' }}"),
+    ('unicode_text', "h\u00e9 \U0001F389 {{ '\u4e16' }}"),
+    ]:
+    probe('w_' + nm, t)
+
+# expressions
+for nm, t in [
+    ('str_methods', "{{ s.strip() }}|{{ s.lstrip() }}|{{ s.rstrip() }}|{{ 'xxaxx'.strip('x') }}|{{ 'xyaxy'.lstrip('xy') }}|{{ 'ayx'.rstrip('xy') }}"),
+    ('split', "{{ 'a,b,,c'.split(',') }} {{ ' a  b '.split() }} {{ 'a b c'.split(' ', 1) }} {{ 'a b c'.split(None, 1) }}"),
+    ('rsplit', "{{ 'a,b,c'.rsplit(',', 1) }}"), ('splitlines', "{{ 'a\\nb\\r\\nc'.splitlines() }}"),
+    ('startswith', "{{ s.startswith('  H') }} {{ 'abc'.endswith('bc') }} {{ 'abc'.startswith(('x', 'a')) }}"),
+    ('case_methods', "{{ 'aB'.upper() }}{{ 'aB'.lower() }}{{ 'hello world'.title() }}{{ 'hELLO'.capitalize() }}"),
+    ('replace_method', "{{ 'a-b-c'.replace('-', '+') }} {{ 'a-b-c'.replace('-', '', 1) }}"),
+    ('format_method', "{{ '{} is {}'.format('x', 1) }}"), ('percent_format', "{{ '%s=%d' % ('a', 3) }}"),
+    ('find_count', "{{ 'h\u00e9llo'.find('l') }} {{ 'banana'.count('a') }} {{ 'banana'.rfind('a') }}"),
+    ('join_method', "{{ '-'.join(['a', 'b']) }} {{ ', '.join(l|map('string')) }}"),
+    ('isdigit', "{{ '123'.isdigit() }} {{ 'ab'.isalpha() }} {{ ''.isdigit() }} {{ 'Ab'.isupper() }}"),
+    ('zfill_center', "{{ '7'.zfill(3) }}"),
+    ('slicing', "{{ 'abcdef'[::-1] }} {{ 'abcdef'[1:] }} {{ 'abcdef'[:-2] }} {{ l[::2] }} {{ l[-1] }} {{ 'abc'[-1] }} {{ l[5:] }} {{ 'h\u00e9\U0001F389'[1:] }}"),
+    ('slice_step_neg', "{{ [1,2,3,4,5][3:0:-1] }} {{ [1,2,3][-10:10] }}"),
+    ('index_oob', "[{{ l[10] }}][{{ 'ab'[5] }}]"),
+    ('dict_access', "{{ d.a }} {{ d['b'] }} {{ d.get('a') }} {{ d.get('zz') }} {{ d.get('zz', 'dflt') }} {{ nested.a.b[1].c }} {{ people[0]['tags'][0] }}"),
+    ('dict_methods', "{{ d.keys()|list }} {{ d.values()|list }} {{ d.items()|list }}"),
+    ('dict_items_print', "{{ d.items() }}"), ('dict_keys_print', "{{ d.keys() }}"),
+    ('attr_shadow_method', "{% set x = {'items': [1], 'keys': 'k', 'get': 'g'} %}{{ x.items }}|{{ x['items'] }}|{{ x.keys }}"),
+    ('in_ops', "{{ 'ell' in 'hello' }} {{ 2 in l }} {{ 'a' in d }} {{ 'z' not in d }} {{ 1 in d }}"),
+    ('concat', "{{ 'a' ~ 1 ~ none ~ true ~ 2.5 ~ l }}"), ('concat_undef', "[{{ 'a' ~ missing ~ 'b' }}]"),
+    ('plus_str', "{{ 'a' + 'b' }}"), ('plus_str_int', "{{ 'a' + 1 }}"), ('plus_list', "{{ [1] + [2] }}"),
+    ('arith', "{{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % 3 }} {{ -7 % 3 }} {{ 2 ** 10 }} {{ 2 ** -1 }} {{ 7 / 2 }} {{ 6 / 2 }} {{ 7.5 // 2 }} {{ 1 + 2 * 3 - 4 }}"),
+    ('arith_float_print', "{{ 20 / 2 }} {{ 10.0 }} {{ 100.0 }} {{ 1e5 }} {{ 0.1 + 0.2 }} {{ 1/3 }} {{ 1e16 }} {{ 1.5e-7 }} {{ 123456789.0 }}"),
+    ('float_list_print', "{{ fl }}"),
+    ('pow_assoc', "{{ 2 ** 3 ** 2 }}"), ('unary_minus_pow', "{{ -2 ** 2 }}"),
+    ('str_mul', "{{ 'ab' * 3 }} {{ 3 * 'ab' }} {{ '=' * 0 }}"), ('list_mul', "{{ [0] * 3 }}"),
+    ('compare_chain', "{{ 1 < 2 < 3 }} {{ 3 > 2 > 1 }} {{ 2 == 2 == 2 }} {{ 1 < 3 > 2 }}"),
+    ('compare_str', "{{ 'a' < 'b' }} {{ 'B' < 'a' }} {{ [1, 2] == [1, 2] }} {{ {'a': 1} == {'a': 1} }} {{ [1] == [1.0] }}"),
+    ('compare_mixed_err', "{{ 1 < 'a' }}"), ('compare_none_err', "{{ none < 1 }}"),
+    ('inline_if', "[{{ 'y' if true }}][{{ 'y' if false }}][{{ 'a' if n > 5 else 'b' }}]"),
+    ('inline_if_undef_attr', "[{{ ('y' if false).x }}]"),
+    ('and_or_values', "{{ 0 or 'x' }} {{ 'a' and 'b' }} {{ '' and 'b' }}|{{ none or none }} {{ not 0 }} {{ not 'a' }}"),
+    ('literals', "{{ none }} {{ None }} {{ true }} {{ True }} {{ false }} {{ False }} {{ 1_000 }} {{ [1, 'a', none, true] }} {{ {'a': none} }}"),
+    ('repr_quotes', "{{ [\"it's\", 'say \"hi\"', 'both \\'\"', 'back\\\\slash', 'nl\\n', '\u00e9', '\\u00a0', '\\u200b', '\\x7f'] }}"),
+    ('dict_literal', "{{ {'a': 1, 'b': [2]} }} {{ {1: 'x'} }}"),
+    ('dict_int_key_lookup', "{% set m = {1: 'one'} %}{{ m[1] }}"),
+    ('tuple_print', "{{ (1, 2) }} {{ (1,) }} {{ () }}"),
+    ('undefined_print', "[{{ missing }}]"), ('undefined_attr', "[{{ missing.attr }}]"), ('undefined_item', "[{{ missing['k'] }}]"),
+    ('defined_attr_missing', "[{{ d.zz }}][{{ d.zz.yy }}]"), ('undefined_attr_of_missing_key', "[{{ people[0].zz.yy }}]"),
+    ('undefined_call', "{{ missing() }}"), ('undefined_method', "{{ missing.strip() }}"),
+    ('undefined_arith', "{{ missing + 1 }}"), ('undefined_compare', "{{ missing == none }} {{ missing == missing2 }}"),
+    ('undefined_length', "{{ missing|length }}"), ('undefined_in', "{{ 'a' in missing }}"),
+    ('undefined_upper', "[{{ missing|upper }}]"), ('undefined_trim', "[{{ missing|trim }}]"),
+    ('none_attr', "[{{ nul.x }}]"), ('none_in', "{{ 'a' in nul }}"),
+    ('list_append', "{% set xs = [] %}{% set _ = xs.append(1) %}{{ xs }}"), ('dict_update', "{% set dd = {} %}{% set _ = dd.update({'a': 1}) %}{{ dd }}"),
+    ('list_pop', "{% set xs = [1, 2] %}{{ xs.pop() }}{{ xs }}"),
+    ('list_index_method', "{{ [1, 2, 3].index(2) }} {{ [1, 2, 2].count(2) }}"),
+    ('raise', "{{ raise_exception('boom') }}"), ('raise_in_if_false', "{% if false %}{{ raise_exception('boom') }}{% endif %}ok"),
+    ('strftime', "{{ strftime_now('%Y') }}"),
+    ('big_int', "{{ big * big }}"), ('int_overflow', "{{ 9223372036854775807 + 1 }}"),
+    ('neg_index_str', "{{ 'hello'[-2:] }}"),
+    ('ternary_nested', "{{ 'a' if false else 'b' if false else 'c' }}"),
+    ('not_precedence', "{{ not 1 == 2 }} {{ not true and false }}"),
+    ('tilde_vs_plus', "{{ 1 + 2 ~ 3 }}"), ('minus_tilde', "{{ 'a' ~ 5 - 3 }}"),
+    ('div_zero', "{{ 1 / 0 }}"), ('mod_str_err', "{{ 'a' % 2 }}"),
+    ('unknown_filter', "{{ 1|nonexistent }}"), ('unknown_tag', "{% foo %}"), ('unclosed', "{% if true %}x"),
+    ('bad_syntax', "{{ 1 + }}"), ('endfor_mismatch', "{% for x in l %}{% endif %}"),
+    ('set_global_shadow', "{% set messages = messages[:0] %}{{ messages|length }}"),
+    ('messages_attr', "{{ messages[0].role }}:{{ messages[0]['content'] }}:{{ messages|length }}"),
+    ('gen_block', "{% generation %}gen{% endgeneration %}!"),
+    ('do_tag', "{% do l.append(1) %}"), ('with_tag', "{% with a = 1 %}{{ a }}{% endwith %}"),
+    ('include_tag', "{% include 'x' %}"), ('lipsum_cycler', "{{ cycler('a','b').next() }}"),
+    ('joiner', "{% set j = joiner(',') %}{% for x in l %}{{ j() }}{{ x }}{% endfor %}"),
+    ('dict_global', "{{ dict(a=1, b=2) }}"), ('dict_get_none_default', "[{{ d.get('zz', none) }}]"),
+    ('string_iter_unicode_len', "{{ 'h\u00e9\U0001F389'|length }} {{ '\U0001F44D\U0001F3FD'|list|length }}"),
+    ('bool_arith', "{{ true + 1 }} {{ true + true }}"),
+    ('content_list_print', "{{ messages[0].content }}"),
+    ('float_str_roundtrip', "{{ 0.1 }} {{ 2.50 }} {{ -0.0 }} {{ 1.0e2 }}"),
+    ('int_div_float', "{{ (10 / 4)|int }} {{ 10 // 4.0 }}"),
+    ('string_compare_unicode', "{{ '\u00e9' > 'z' }}"),
+    ('nested_data_mutation', "{% set ns = namespace(l=[]) %}{% set ns.l = ns.l + [1] %}{% set ns.l = ns.l + [2] %}{{ ns.l }}"),
+    ('list_in_list', "{{ [1, 2] in [[1, 2]] }}"),
+    ('attr_on_string', "[{{ 'abc'.foo }}]"),
+    ('getattr_index_list', "{{ l.0 }} {{ l.1 }}"),
+    ]:
+    probe('e_' + nm, t)
+
+# realistic patterns behind the mismatches above
+for nm, t in [
+    ('loop_set_carry_sys', "{% for m in messages %}{% if m.role == 'system' %}{% set sys_msg = m.content %}{% endif %}{% if loop.last %}[{{ sys_msg }}]{% endif %}{% endfor %}"),
+    ('loop_counter_set', "{% set count = 0 %}{% for m in messages %}{% set count = count + 1 %}{{ count }}{% endfor %}|{{ count }}"),
+    ('loop_set_nested', "{% for a in [1, 2] %}{% set v = a %}{% for b in [1] %}{{ v }}{% set v = 'inner' %}{% endfor %}{{ v }};{% endfor %}"),
+    ('caller_in_loop', "{% macro m() %}<{{ caller() }}>{% endmacro %}{% for x in [1, 2] %}{% call m() %}{{ x }}{% endcall %}{% endfor %}"),
+    ('caller_sees_set_in_loop', "{% macro m() %}<{{ caller() }}>{% endmacro %}{% for x in [1] %}{% set y = 'Y' %}{% call m() %}{{ y }}{% endcall %}{% endfor %}"),
+    ('caller_inside_macro', "{% macro inner() %}[{{ caller() }}]{% endmacro %}{% macro outer(a) %}{% call inner() %}{{ a }}{% endcall %}{% endmacro %}{{ outer('A') }}"),
+    ('continue_else', "{% for x in [1, 2] %}{% continue %}{% else %}E{% endfor %}done"),
+    ('macro_before_def', "{{ m() }}{% macro m() %}M{% endmacro %}"),
+    ('trim_unicode_ws', "[{{ '\u00a0\u2003hi\u3000\u0085'|trim }}][{{ '\u00a0x\u00a0'.strip() }}][{{ '\x1fx'|trim }}][{{ '\u200bx'|trim }}]"),
+    ('split_unicode_ws', "{{ 'a\u00a0b\u3000c'.split() }}"),
+    ('tojson_ensure_ascii', "{{ 'é'|tojson(ensure_ascii=true) }}"),
+    ('tojson_float_schema', "{{ {'minimum': 0.0, 'maximum': 100.0, 'default': 10.0, 'step': 0.5, 'big': 1500.0}|tojson }}"),
+    ('string_float', "{{ 250.0|string }} {{ 3600.0 ~ 's' }} {{ [2.0, 20.0] }}"),
+    ('items_filter_generator', "{% set x = {'a': 1}|items %}{{ x is iterable }} {{ x.type is defined }}"),
+    ('undefined_iterable_chain', "{% set x = {'a': 1} %}{{ x.type is iterable }} {% for c in x.type %}c{% endfor %}"),
+    ('message_attr_items', "{% set spec = {'type': 'array', 'items': {'type': 'string'}} %}{{ spec.items.type is defined }}|{{ spec['items'].type }}"),
+    ('none_str_concat', "{{ 'x' ~ none }}"),
+    ('content_none_trim', "[{{ none|trim }}][{{ none|string }}]"),
+    ('bool_str_filters', "{{ true|lower }} {{ none|upper }}"),
+    ('selectattr_nested_path', "{{ [{'f': {'n': 'a'}}, {'f': {'n': 'b'}}]|selectattr('f.n', 'equalto', 'b')|list|length }}"),
+    ('map_attr_index', "{{ [[1, 2], [3, 4]]|map(attribute=1)|list }}"),
+    ('map_first_positional_attr', "{{ [{'a': 1}]|map(attribute='a')|list }}"),
+    ('join_none_items', "{{ [1, none, 'x']|join('-') }}"),
+    ('strip_chars_multibyte', "[{{ 'éaé'.strip('é') }}][{{ 'xé'.rstrip('é') }}]"),
+    ('upper_method_unicode', "{{ 'é'.upper() }} {{ 'ÉA'.lower() }}"),
+    ]:
+    probe('r_' + nm, t)
+
+# HF driver behaviour: transformers passes tools=None / documents=None when absent (template sees them defined)
+HF_DRIVER = [('drv_tools_defined_default', "{{ tools is defined }}|{{ tools is none }}|{{ documents is defined }}")]
+
+# ---------------------------------------------------------------- case list
+def case_list():
+    cases = []
+    def add(name, src, msgs, gen=True, extra=None, builtin=None, bos=BOS, eos=EOS, jextra=None, model=None):
+        extra = extra or {}
+        cases.append(dict(name=name, src=src, msgs=msgs, gen=gen, extra=extra, builtin=builtin, bos=bos, eos=eos, model=model,
+                          jextra=jextra if jextra is not None else extra))
+    # (1) llama3 tokenizer_config.json
+    cfg = json.load(open(os.path.join(SHARED, 'tokenizer-llama3/tokenizer_config.json')))
+    tmpls = {'cfg_llama3': cfg['chat_template']}
+    # (2) GGUF-carried templates
+    import glob
+    for p in sorted(glob.glob(SHARED + '/gguf-testvectors/valid/*.gguf') + glob.glob(SHARED + '/llamacpp-vocab-gguf/*.gguf')
+                    + glob.glob(SHARED + '/*/*.gguf')):
+        try:
+            kv = read_kv(p)
+        except Exception:
+            continue
+        ct = kv.get('tokenizer.chat_template')
+        if isinstance(ct, str) and ct:
+            tmpls['gguf_' + os.path.basename(p).replace('.gguf', '')] = ct
+    # (3) model families written from memory
+    for k, v in T.items():
+        tmpls['model_' + k] = v
+    for tname, src in tmpls.items():
+        for mname, msgs in MSGS.items():
+            for gen in (True, False):
+                add('%s/%s/gen=%d' % (tname, mname, gen), src, msgs, gen, MSG_EXTRA.get(mname))
+    # extra variables some templates read
+    add('model_qwen3/think_off', T['qwen3'], MSGS['multi'], True, {'enable_thinking': False})
+    add('model_llama31/builtin_tools', T['llama31'], MSGS['ipython'], True,
+        {'builtin_tools': ['get_weather', 'code_interpreter'], 'tools': TOOLS})
+    add('model_llama31/tools_in_system', T['llama31'], MSGS['tool_calls'], True,
+        {'tools_in_user_message': False, 'tools': TOOLS, 'date_string': '01 Jan 2025'})
+    add('model_llama31/no_tools', T['llama31'], MSGS['multi'], True)
+    # the same templates loaded through -m (template + BOS/EOS text from the model files)
+    for mname in ['multi', 'unicode', 'newlines']:
+        add('model_load/llama3_dir/%s' % mname, cfg['chat_template'], MSGS[mname], True,
+            bos=cfg.get('bos_token') if isinstance(cfg.get('bos_token'), str) else cfg['bos_token']['content'],
+            eos=cfg.get('eos_token') if isinstance(cfg.get('eos_token'), str) else cfg['eos_token']['content'],
+            model=os.path.join(SHARED, 'tokenizer-llama3'))
+        if 'gguf_ggml-vocab-phi-3' in tmpls:
+            add('model_load/phi3_gguf/%s' % mname, tmpls['gguf_ggml-vocab-phi-3'], MSGS[mname], True, bos='<s>', eos='<|endoftext|>',
+                model=os.path.join(SHARED, 'llamacpp-vocab-gguf/ggml-vocab-phi-3.gguf'))
+    # one-offs: a NUL character in content (valid JSON, fine for HF)
+    add('model_qwen25/nul_char', T['qwen25'], [{"role": "user", "content": "a\u0000b"}], True)
+    # toy's built-ins, rendered by name, against their printed source in jinja2
+    for b in ['chatml', 'smollm2', 'llama3', 'llama2', 'mistral', 'gemma', 'phi3']:
+        src = subprocess.run([TOY, 'chat-template', '--template', b, '--print-template'], capture_output=True).stdout.decode()
+        src = src[:-1] if src.endswith('\n') else src
+        for mname in ['user', 'sys_user', 'multi', 'multi_noprompt', 'unicode', 'newlines', 'quotes', 'empty', 'alternation_bad']:
+            for gen in (True, False):
+                add('builtin_%s/%s/gen=%d' % (b, mname, gen), src, MSGS[mname], gen, builtin=b)
+    # feature probes
+    for name, tpl, ev in P:
+        add('probe/' + name, tpl, MSGS['parts'] if name == 'e_content_list_print' else MSGS['multi'] if name.startswith('r_loop') else MSGS['user'], True, ev)
+    for name, tpl in HF_DRIVER:
+        add('probe/' + name, tpl, MSGS['user'], True, {}, jextra={'tools': None, 'documents': None})
+    return cases
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument('-v', action='store_true', help='print every case')
+    ap.add_argument('-k', default=None, help='only cases whose name contains this')
+    ap.add_argument('--toy', default=TOY)
+    ap.add_argument('--list', action='store_true')
+    ap.add_argument('--json', default=None, help='write results to this JSON file')
+    a = ap.parse_args()
+    globals()['TOY'] = a.toy
+    cases = case_list()
+    if a.k: cases = [c for c in cases if a.k in c['name']]
+    if a.list:
+        for c in cases: print(c['name'])
+        return
+    def run(ic):
+        i, c = ic
+        j = render_jinja(c['src'], c['msgs'], c['gen'], c['bos'], c['eos'], c['jextra'])
+        t = render_toy(i, c['src'], c['builtin'], c['msgs'], c['gen'], c['bos'], c['eos'], c['extra'], c.get('model'))
+        return i, j, t
+    with cf.ThreadPoolExecutor(max_workers=os.cpu_count() or 4) as ex:
+        res = sorted(ex.map(run, enumerate(cases)))
+    mism = 0; both_err = 0; out = []
+    for i, j, t in res:
+        c = cases[i]
+        if j[0] == 'ERR' and t[0] == 'ERR':
+            kind = 'both-error'; both_err += 1
+        elif j == t:
+            kind = 'match'
+        elif j[0] == 'ERR':
+            kind = 'TOY-ACCEPTS-JINJA-ERRORS'
+        elif t[0] == 'ERR':
+            kind = 'TOY-ERRORS'
+        else:
+            kind = 'OUTPUT-DIFFERS'
+        bad = kind not in ('match', 'both-error')
+        mism += bad
+        out.append(dict(name=c['name'], kind=kind, jinja=j, toy=t, template=c['src'] if c['name'].startswith('probe/') else None))
+        if bad or a.v:
+            print('=== %s [%s]' % (c['name'], kind))
+            if c['name'].startswith('probe/'): print('  template: %r' % c['src'])
+            if j[0] == 'OK' and t[0] == 'OK' and j != t and len(j[1]) + len(t[1]) > 400:
+                # show first difference only
+                k = next((x for x in range(min(len(j[1]), len(t[1]))) if j[1][x] != t[1][x]), min(len(j[1]), len(t[1])))
+                print('  first diff at %d' % k)
+                print('  jinja2: ...%r' % j[1][max(0, k - 80):k + 120])
+                print('  toy   : ...%r' % t[1][max(0, k - 80):k + 120])
+            else:
+                print('  jinja2: %s %r' % j)
+                print('  toy   : %s %r' % t)
+    if a.json:
+        json.dump(out, open(a.json, 'w'), indent=1, ensure_ascii=False)
+    print('%d cases, %d mismatches (%d both-error agreements)' % (len(cases), mism, both_err))
+
+if __name__ == '__main__':
+    main()
