@@ -697,3 +697,19 @@ Test(chat_template, dict_attribute_is_method_first) {
     cr_expect_eq(jinja_err("{% set dd = {'a': 1} %}{% set dd.a = 2 %}{{ dd.a }}", NULL), TOY_ERR_FORMAT);
     cr_expect_eq(jinja_err("{% set x = {'items': 1} %}{{ x.items|tojson }}", NULL), TOY_ERR_FORMAT);
 }
+
+/* Tuples print as Python's, (1, 2) and (1,), and never equal a list; the
+ * pairs of .items() and dictsort and a macro's varargs are tuples; list()
+ * of a tuple is a list; == compares numbers by value at any depth
+ * (expected strings are Jinja2 3.1's). */
+Test(chat_template, tuples) {
+    EXPECT_RENDER("{{ (1, 2) }}{{ (1,) }}{{ () }}|{% set t = 1, 'a' %}{{ t }}|{{ {'b': 1, 'a': [2]}.items()|list }}|"
+                  "{{ {'b': 1}|dictsort }}|{% macro m(a) %}{{ varargs }}{% endmacro %}{{ m(1, 2, 3) }}{{ m(1, 2) }}|"
+                  "{{ (1, 2) == [1, 2] }}{{ (1, 2) == (1, 2) }}{{ [1, [2]] == [1.0, [2.0]] }}{{ {'a': [1]} == {'a': [1.0]} }}|"
+                  "{{ (1, 2)|list }}|{% set t = ('x', 2) %}{{ '%s=%d' % t }}|{{ [(1, 2)]|tojson }}",
+                  "(1, 2)(1,)()|(1, 'a')|[('b', 1), ('a', [2])]|[('b', 1)]|(2, 3)(2,)|FalseTrueTrueTrue|[1, 2]|x=2|[[1, 2]]");
+    /* many short-lived tuples: the set of them is swept as it grows */
+    EXPECT_RENDER("{% set ns = namespace(n=0) %}{% for i in range(3000) %}{% set t = (i, i) %}{% set ns.n = ns.n + t[1] %}"
+                  "{% endfor %}{{ ns.n }}{{ (ns.n,) }}",
+                  "4498500(4498500,)");
+}

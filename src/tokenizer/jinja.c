@@ -91,6 +91,83 @@ static json_t *unmark(json_t *v) { return is_undef(v) ? NULL : v; }
 /* a value to store in a container or scope (stolen): undefined as the marker */
 static json_t *mark(json_t *v) { return v ? v : undef_marker(); }
 
+/* Python tuples: (1, 2), the pairs of d.items() and dictsort, varargs. A
+ * tuple is a json array like a list (it indexes, iterates and serializes the
+ * same way); what differs is how it prints, (1, 2) and (1,), and that it
+ * never equals a list. The arrays that are tuples are kept in a set of
+ * pointers per render, each holding a reference, so that no list can take
+ * the address of a tuple while the set names it; entries that nothing else
+ * holds any more are dropped as the set grows. The set belongs to the
+ * rendering thread (renders run concurrently), which lets repr() and
+ * equal() ask it without a context. Copies (|list, slices, +) are lists, as
+ * list(t) is. */
+struct tuple_set {
+    json_t **slot;
+    size_t cap, n;
+};
+static _Thread_local struct tuple_set *tuples;
+
+static size_t tuple_hash(const json_t *p, size_t cap) {
+    return (size_t)(((uint64_t)(uintptr_t)p * 0x9E3779B97F4A7C15ull) >> 32) & (cap - 1);
+}
+
+static bool is_tuple(const json_t *v) {
+    const struct tuple_set *T = tuples;
+    if (!v || !T || !T->cap || !json_is_array(v)) return false;
+    for (size_t i = tuple_hash(v, T->cap); T->slot[i]; i = (i + 1) & (T->cap - 1))
+        if (T->slot[i] == v) return true;
+    return false;
+}
+
+/* Marks the array `a` (returned as it is) as a tuple; without memory it
+ * stays a list. */
+static json_t *as_tuple(json_t *a) {
+    struct tuple_set *T = tuples;
+    if (!a || !T || !json_is_array(a) || is_tuple(a)) return a;
+    if ((T->n + 1) * 2 > T->cap) {
+        /* drop the tuples only the set holds, then size it for four times
+         * the live ones, so that sweeps stay rare */
+        size_t live = 0;
+        for (size_t i = 0; i < T->cap; i++) {
+            if (!T->slot[i]) continue;
+            if (T->slot[i]->refcount == 1) { json_decref(T->slot[i]); T->slot[i] = NULL; }
+            else live++;
+        }
+        size_t cap = 64;
+        while (cap < (live + 1) * 4) cap *= 2;
+        json_t **slot = calloc(cap, sizeof *slot);
+        if (!slot) return a;
+        for (size_t i = 0; i < T->cap; i++) {
+            if (!T->slot[i]) continue;
+            size_t j = tuple_hash(T->slot[i], cap);
+            while (slot[j]) j = (j + 1) & (cap - 1);
+            slot[j] = T->slot[i];
+        }
+        free(T->slot);
+        T->slot = slot;
+        T->cap = cap;
+        T->n = live;
+    }
+    size_t j = tuple_hash(a, T->cap);
+    while (T->slot[j]) j = (j + 1) & (T->cap - 1);
+    T->slot[j] = json_incref(a);
+    T->n++;
+    return a;
+}
+
+static void tuples_free(struct tuple_set *T) {
+    for (size_t i = 0; i < T->cap; i++) json_decref(T->slot[i]);
+    free(T->slot);
+}
+
+/* (k, v) */
+static json_t *pair(json_t *k /* stolen */, json_t *v /* borrowed */) {
+    json_t *p = json_array();
+    json_array_append_new(p, k);
+    json_array_append(p, v);
+    return as_tuple(p);
+}
+
 /* A {% call %} in progress: caller() renders `body` in the scopes of the
  * call site (so the loop variables and sets around the call are visible),
  * with `outer` as the caller() of the code around it. */
@@ -258,11 +335,13 @@ static void repr(json_t *v, struct sbuf *b, bool top) {
         sb_add(b, &q, 1);
         break;
     }
-    case JSON_ARRAY:
-        sb_str(b, "[");
+    case JSON_ARRAY: {
+        bool tu = is_tuple(v);
+        sb_str(b, tu ? "(" : "[");
         json_array_foreach(v, i, e) { if (i) sb_str(b, ", "); repr(e, b, false); }
-        sb_str(b, "]");
+        sb_str(b, !tu ? "]" : json_array_size(v) == 1 ? ",)" : ")");
         break;
+    }
     case JSON_OBJECT:
         sb_str(b, "{");
         i = 0;
@@ -367,11 +446,30 @@ static double num(json_t *v) {
 static bool is_intlike(json_t *v) { return v && (json_is_integer(v) || json_is_boolean(v)); }
 static long long ival(json_t *v) { return json_is_integer(v) ? (long long)json_integer_value(v) : json_is_true(v) ? 1 : 0; }
 
+/* Python's ==: numbers by value at any depth ([1] == [1.0], True == 1), a
+ * tuple never equals a list */
 static bool equal(json_t *a, json_t *b) {
     a = unmark(a);
     b = unmark(b);
     if (!a || !b) return !a && !b;
     if (is_num(a) && is_num(b)) return num(a) == num(b);
+    if (json_is_array(a) && json_is_array(b)) {
+        size_t n = json_array_size(a);
+        if (n != json_array_size(b) || is_tuple(a) != is_tuple(b)) return false;
+        for (size_t i = 0; i < n; i++)
+            if (!equal(json_array_get(a, i), json_array_get(b, i))) return false;
+        return true;
+    }
+    if (json_is_object(a) && json_is_object(b)) {
+        if (json_object_size(a) != json_object_size(b)) return false;
+        const char *k;
+        json_t *e;
+        json_object_foreach(a, k, e) {
+            json_t *o = json_object_get(b, k);
+            if (!o || !equal(e, o)) return false;
+        }
+        return true;
+    }
     return json_equal(a, b);
 }
 
@@ -887,7 +985,7 @@ static json_t *call_method(struct ctx *C, const struct node *call, json_t *obj, 
             json_object_foreach(obj, k, v) {
                 if (m[0] == 'k') json_array_append_new(r, json_string(k));
                 else if (m[0] == 'v') json_array_append(r, v);
-                else json_array_append_new(r, json_pack("[sO]", k, v));
+                else json_array_append_new(r, pair(json_string(k), v));
             }
             return r;
         }
@@ -1032,7 +1130,7 @@ static void bind_params(struct ctx *C, const struct node *params, json_t *local,
         }
         if (v) json_object_set_new(local, params->kwn[i], v);
     }
-    json_object_set_new(local, "varargs", varargs ? varargs : json_array());
+    json_object_set_new(local, "varargs", varargs ? as_tuple(varargs) : json_array());
     json_object_set_new(local, "kwargs", kwargs ? kwargs : json_object());
 }
 
@@ -1489,7 +1587,7 @@ static json_t *eval(struct ctx *C, const struct node *x) {
             json_t *v = eval(C, x->list[i]);
             json_array_append_new(r, mark(v));
         }
-        return r;
+        return x->k == E_TUPLE ? as_tuple(r) : r;
     case E_DICT:
         r = json_object();
         for (int i = 0; i < x->n; i++) {
@@ -1532,9 +1630,9 @@ static json_t *eval(struct ctx *C, const struct node *x) {
             r = json_stringn_nocheck(sb.p ? sb.p : "", sb.n);
             free(sb.p);
         } else if (!strcmp(op, "%") && a && json_is_string(a)) {
-            /* a tuple literal gives the arguments ('%s and %s' % (a, b)); any
-             * other value is the one argument, a dict one to take %(key)s from */
-            bool tuple = x->b->k == E_TUPLE && b && json_is_array(b);
+            /* a tuple gives the arguments ('%s and %s' % (a, b)); any other
+             * value is the one argument, a dict one to take %(key)s from */
+            bool tuple = (x->b->k == E_TUPLE && b && json_is_array(b)) || is_tuple(b);
             size_t na = tuple ? json_array_size(b) : 1;
             json_t **args = malloc((na ? na : 1) * sizeof *args);
             if (!args) { C->st = TOY_ERR_NOMEM; goto bin_out; }
@@ -1827,7 +1925,7 @@ static json_t *do_filter(struct ctx *C, const struct node *f, json_t *v) {
             l = json_array();
             const char *k;
             json_t *e;
-            if (v && json_is_object(v)) json_object_foreach(v, k, e) json_array_append_new(l, json_pack("[sO]", k, e));
+            if (v && json_is_object(v)) json_object_foreach(v, k, e) json_array_append_new(l, pair(json_string(k), e));
         } else {
             l = to_list(v);
         }
@@ -1912,7 +2010,7 @@ static json_t *do_filter(struct ctx *C, const struct node *f, json_t *v) {
         json_t *r = json_array();
         const char *k;
         json_t *e;
-        if (v && json_is_object(v)) json_object_foreach(v, k, e) json_array_append_new(r, json_pack("[sO]", k, e));
+        if (v && json_is_object(v)) json_object_foreach(v, k, e) json_array_append_new(r, pair(json_string(k), e));
         return r;
     }
     if (!strcmp(n, "map")) {
@@ -2175,7 +2273,7 @@ static json_t *do_filter(struct ctx *C, const struct node *f, json_t *v) {
             pairs = json_array();
             const char *k;
             json_t *e;
-            json_object_foreach(v, k, e) json_array_append_new(pairs, json_pack("[sO]", k, e));
+            json_object_foreach(v, k, e) json_array_append_new(pairs, pair(json_string(k), e));
         }
         struct sbuf b = {0};
         size_t np = pairs ? json_array_size(pairs) : 1;
@@ -2396,9 +2494,13 @@ enum toy_status jinja_render(const struct jinja_template *t, json_t *vars, char 
     if (!push_scope(&C)) return toy_error(TOY_ERR_NOMEM, "chat template: out of memory");
     if (vars) json_object_update(C.scopes[0], vars);
     struct sbuf b = {0};
+    struct tuple_set ts = {0}, *saved_tuples = tuples;
+    tuples = &ts;
     exec_body(&C, t->body, t->n, &b);
     while (C.nscopes) pop_scope(&C);
     free(C.scopes);
+    tuples = saved_tuples;
+    tuples_free(&ts);
     if (b.oom && !C.st) { C.st = TOY_ERR_NOMEM; snprintf(C.err, sizeof C.err, "out of memory"); }
     /* strings hold U+0000 (JSON "\u0000", "\0" in a literal), but the result
      * is a C string: say so rather than return the text cut at the NUL */
