@@ -713,3 +713,21 @@ Test(chat_template, tuples) {
                   "{% endfor %}{{ ns.n }}{{ (ns.n,) }}",
                   "4498500(4498500,)");
 }
+
+/* tojson is Hugging Face's json.dumps(x, ensure_ascii=False, indent=None,
+ * separators=None, sort_keys=False): the first positional argument is
+ * ensure_ascii, an indent is spaces or a string (0: newlines only), with an
+ * indent the item separator is ",", sort_keys orders keys by code point
+ * (expected strings are Jinja2 3.1's with HF's filter). */
+Test(chat_template, tojson_options) {
+    EXPECT_RENDER("{% set d = {'b': [1, {'z': 'é', 'a': none}], 'a': {}, 'c': []} %}{{ d|tojson(indent=2) }}|"
+                  "{{ d|tojson(sort_keys=true) }}|{{ d|tojson(separators=(',', ':')) }}|{{ d|tojson(indent='\\t', sort_keys=true) }}|"
+                  "{{ d|tojson(indent=0) }}|{{ 'é\\u4e16\\U0001F389\\x7f'|tojson(ensure_ascii=true) }}{{ 'é'|tojson(2) }}|"
+                  "{{ [1, 2]|tojson(false, 1, (';', '=')) }}",
+                  "{\n  \"b\": [\n    1,\n    {\n      \"z\": \"é\",\n      \"a\": null\n    }\n  ],\n  \"a\": {},\n  \"c\": []\n}|"
+                  "{\"a\": {}, \"b\": [1, {\"a\": null, \"z\": \"é\"}], \"c\": []}|{\"b\":[1,{\"z\":\"é\",\"a\":null}],\"a\":{},\"c\":[]}|"
+                  "{\n\t\"a\": {},\n\t\"b\": [\n\t\t1,\n\t\t{\n\t\t\t\"a\": null,\n\t\t\t\"z\": \"é\"\n\t\t}\n\t],\n\t\"c\": []\n}|"
+                  "{\n\"b\": [\n1,\n{\n\"z\": \"é\",\n\"a\": null\n}\n],\n\"a\": {},\n\"c\": []\n}|"
+                  "\"\\u00e9\\u4e16\\ud83c\\udf89\\u007f\"\"\\u00e9\"|[\n 1;\n 2\n]");
+    cr_expect_eq(jinja_err("{{ [1]|tojson(separators=',') }}", NULL), TOY_ERR_FORMAT);
+}

@@ -6,7 +6,8 @@
  * (assignments inside do not leak out; namespace() objects carry state
  * out); macros see the globals and their parameters; output of
  * none/bools/lists uses Python's str() (None, True, ['a', 'b']); tojson is
- * json.dumps with ", " / ": " separators and no ASCII escaping. Undefined
+ * Hugging Face's: json.dumps(x, ensure_ascii=False, indent=None,
+ * separators=None, sort_keys=False). Undefined
  * values print as "" and are falsy; attributes of undefined are undefined
  * (lenient, never an error). Errors carry the template line.
  */
@@ -359,13 +360,28 @@ static void repr(json_t *v, struct sbuf *b, bool top) {
     }
 }
 
-/* json.dumps(v, ensure_ascii=False, indent=indent) with Python's
- * separators. What json.dumps cannot serialize (undefined, a method, a
- * namespace) sets *undef. */
-static void to_json(json_t *v, struct sbuf *b, int indent, int level, bool *undef) {
+/* How json.dumps writes: Hugging Face's tojson is json.dumps(x,
+ * ensure_ascii=False, indent=None, separators=None, sort_keys=False), in
+ * that order of parameters. */
+struct json_opts {
+    const char *indent;           /* NULL: one line; else newlines, this per level */
+    const char *item_sep, *key_sep; /* ", " / ": " (",", ": " with an indent) */
+    bool sort_keys, ascii;
+};
+
+static unsigned cp_at(const char *s, size_t n, size_t *len);
+
+static int cmp_key(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+static void json_newline(struct sbuf *b, const struct json_opts *o, int level) {
+    sb_str(b, "\n");
+    for (int i = 0; i < level; i++) sb_str(b, o->indent);
+}
+
+/* json.dumps(v) as `o` says. What json.dumps cannot serialize (undefined, a
+ * method, a namespace) sets *undef. */
+static void to_json(json_t *v, struct sbuf *b, const struct json_opts *o, int level, bool *undef) {
     char num[64];
-    json_t *e;
-    const char *k;
     if (!v || is_undef(v) || is_method(v) || is_namespace(v)) { *undef = true; return; }
     switch (json_typeof(v)) {
     case JSON_NULL: sb_str(b, "null"); break;
@@ -393,37 +409,60 @@ static void to_json(json_t *v, struct sbuf *b, int indent, int level, bool *unde
             else if (c == '\t') sb_str(b, "\\t");
             else if (c == '\b') sb_str(b, "\\b");
             else if (c == '\f') sb_str(b, "\\f");
-            else if (c < 0x20) { snprintf(num, sizeof num, "\\u%04x", c); sb_str(b, num); }
+            else if (c < 0x20 || (o->ascii && c == 0x7f)) { snprintf(num, sizeof num, "\\u%04x", c); sb_str(b, num); }
+            else if (o->ascii && c >= 0x80) {
+                /* ensure_ascii: \uXXXX, as a surrogate pair above U+FFFF */
+                size_t l;
+                unsigned cp = cp_at((const char *)s + j, n - j, &l);
+                if (cp >= 0x10000) {
+                    cp -= 0x10000;
+                    snprintf(num, sizeof num, "\\u%04x\\u%04x", 0xD800 + (cp >> 10), 0xDC00 + (cp & 0x3FF));
+                } else {
+                    snprintf(num, sizeof num, "\\u%04x", cp);
+                }
+                sb_str(b, num);
+                j += l - 1;
+            }
             else sb_add(b, (const char *)s + j, 1);
         }
         sb_str(b, "\"");
         break;
     }
-    case JSON_ARRAY:
-    case JSON_OBJECT: {
-        bool arr = json_is_array(v);
-        size_t cnt = arr ? json_array_size(v) : json_object_size(v);
-        sb_str(b, arr ? "[" : "{");
-        if (!cnt) { sb_str(b, arr ? "]" : "}"); break; }
-        void *it = arr ? NULL : json_object_iter(v);
+    case JSON_ARRAY: {
+        size_t cnt = json_array_size(v);
+        if (!cnt) { sb_str(b, "[]"); break; }
+        sb_str(b, "[");
         for (size_t j = 0; j < cnt; j++) {
-            if (j) sb_str(b, indent >= 0 ? "," : ", ");
-            if (indent >= 0) { sb_str(b, "\n"); for (int s = 0; s < indent * (level + 1); s++) sb_str(b, " "); }
-            if (arr) {
-                e = json_array_get(v, j);
-            } else {
-                k = json_object_iter_key(it);
-                e = json_object_iter_value(it);
-                it = json_object_iter_next(v, it);
-                json_t *ks = json_string(k);
-                to_json(ks, b, indent, level + 1, undef);
-                json_decref(ks);
-                sb_str(b, ": ");
-            }
-            to_json(e, b, indent, level + 1, undef);
+            if (j) sb_str(b, o->item_sep);
+            if (o->indent) json_newline(b, o, level + 1);
+            to_json(json_array_get(v, j), b, o, level + 1, undef);
         }
-        if (indent >= 0) { sb_str(b, "\n"); for (int s = 0; s < indent * level; s++) sb_str(b, " "); }
-        sb_str(b, arr ? "]" : "}");
+        if (o->indent) json_newline(b, o, level);
+        sb_str(b, "]");
+        break;
+    }
+    case JSON_OBJECT: {
+        size_t cnt = json_object_size(v), j = 0;
+        if (!cnt) { sb_str(b, "{}"); break; }
+        const char **keys = malloc(cnt * sizeof *keys);
+        if (!keys) { b->oom = true; break; }
+        const char *k;
+        json_t *e;
+        json_object_foreach(v, k, e) keys[j++] = k;
+        if (o->sort_keys) qsort(keys, cnt, sizeof *keys, cmp_key);
+        sb_str(b, "{");
+        for (j = 0; j < cnt; j++) {
+            if (j) sb_str(b, o->item_sep);
+            if (o->indent) json_newline(b, o, level + 1);
+            json_t *ks = json_string(keys[j]);
+            to_json(ks, b, o, level + 1, undef);
+            json_decref(ks);
+            sb_str(b, o->key_sep);
+            to_json(json_object_get(v, keys[j]), b, o, level + 1, undef);
+        }
+        free(keys);
+        if (o->indent) json_newline(b, o, level);
+        sb_str(b, "}");
         break;
     }
     }
@@ -1805,11 +1844,33 @@ static json_t *do_filter(struct ctx *C, const struct node *f, json_t *v) {
         return NULL;
     }
     if (!strcmp(n, "tojson")) {
-        json_t *ind = arg(C, f, 0, "indent");
+        json_t *asc = arg(C, f, 0, "ensure_ascii"), *ind = arg(C, f, 1, "indent");
+        json_t *sep = arg(C, f, 2, "separators"), *sk = arg(C, f, 3, "sort_keys");
+        /* json.dumps: an int indent is that many spaces (none when <= 0, but
+         * still the newlines), a string is itself */
+        char spaces[257] = "";
+        if (is_intlike(ind)) {
+            long long w = ival(ind) < 0 ? 0 : ival(ind) > 256 ? 256 : ival(ind);
+            memset(spaces, ' ', (size_t)w);
+            spaces[w] = 0;
+        }
+        struct json_opts o = {.indent = strv(ind) ? strv(ind) : is_intlike(ind) ? spaces : NULL,
+                              .sort_keys = truthy(sk), .ascii = truthy(asc)};
+        o.item_sep = o.indent ? "," : ", ";
+        o.key_sep = ": ";
+        if (sep) {
+            if (!json_is_array(sep) || json_array_size(sep) != 2 || !strv(json_array_get(sep, 0)) || !strv(json_array_get(sep, 1))) {
+                rerr(C, f, "tojson: separators must be two strings");
+            } else {
+                o.item_sep = strv(json_array_get(sep, 0));
+                o.key_sep = strv(json_array_get(sep, 1));
+            }
+        }
         struct sbuf b = {0};
         bool undef = false;
-        to_json(v, &b, ind && is_intlike(ind) ? (int)ival(ind) : -1, 0, &undef);
-        json_decref(ind);
+        if (!C->st) to_json(v, &b, &o, 0, &undef);
+        json_decref(asc); json_decref(ind); json_decref(sep); json_decref(sk);
+        if (C->st) { free(b.p); return NULL; }
         if (undef) { free(b.p); rerr(C, f, "tojson: the value holds something JSON cannot (undefined, a method, a namespace)"); return NULL; }
         json_t *r = json_stringn_nocheck(b.p ? b.p : "", b.n);
         free(b.p);
