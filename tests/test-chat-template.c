@@ -731,3 +731,19 @@ Test(chat_template, tojson_options) {
                   "\"\\u00e9\\u4e16\\ud83c\\udf89\\u007f\"\"\\u00e9\"|[\n 1;\n 2\n]");
     cr_expect_eq(jinja_err("{{ [1]|tojson(separators=',') }}", NULL), TOY_ERR_FORMAT);
 }
+
+/* {% for ... recursive %}: loop(items) renders the loop again one level
+ * deeper (loop.depth), in the scopes the loop sees, with its filter and its
+ * else (expected strings are Jinja2 3.1's). */
+Test(chat_template, recursive_loops) {
+    EXPECT_RENDER("{%- set tree = [{'n': 'a', 'kids': [{'n': 'b', 'kids': [{'n': 'c'}]}, {'n': 'd'}]}, {'n': 'e', 'kids': []}] -%}"
+                  "{% set top = 'T' %}{% for x in tree recursive %}{% set inner = x.n %}[{{ loop.depth }}{{ loop.depth0 }}"
+                  "{{ loop.index }}/{{ loop.length }} {{ x.n }}{{ top }}{% if x.kids %}<{{ loop(x.kids) }}>{% endif %}{{ inner }}]"
+                  "{% else %}E{% endfor %}|"
+                  "{% for x in [[1, [2, [3]]], 4] if x != 2 recursive %}{% if x is iterable %}({{ loop(x) }}){% else %}{{ x }}"
+                  "{% endif %}{% endfor %}|{% for k, v in {'a': {'b': {}}}.items() recursive %}{{ k }}{{ loop(v.items()) }}{% endfor %}|"
+                  "{% for x in [[]] recursive %}{{ loop(x) }}{% else %}empty{% endfor %}",
+                  "[101/2 aT<[211/2 bT<[321/1 cTc]>b][212/2 dTd]>a][102/2 eTe]|(1((3)))4|ab|empty");
+    cr_expect_eq(jinja_err("{% for x in [1] %}{{ loop([]) }}{% endfor %}", NULL), TOY_ERR_FORMAT);
+    cr_expect_eq(jinja_err("{% set t = [1] %}{% for x in [t] recursive %}{{ loop([t]) }}{% endfor %}", NULL), TOY_ERR_FORMAT);
+}

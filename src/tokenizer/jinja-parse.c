@@ -788,7 +788,7 @@ static struct node *parse_stmt(struct parser *P) {
         if (!expect_name(P, "in")) return NULL;
         x->a = parse_or(P); /* no conditional: `if` here filters the loop */
         if (is_name(peek(P), "if")) { P->i++; x->b = parse_or(P); }
-        if (is_name(peek(P), "recursive")) { perr(P, "recursive loops are not supported"); return NULL; }
+        if (is_name(peek(P), "recursive")) { P->i++; x->recursive = true; }
         if (!expect_k(P, TK_BLOCK_END)) return NULL;
         static const char *const ends[] = {"else", "endfor", NULL};
         if (!parse_body(P, &x->list, &x->n, ends)) return NULL;

@@ -64,6 +64,9 @@ static void sb_str(struct sbuf *b, const char *s) { sb_add(b, s, strlen(s)); }
 /* Other private keys, unforgeable for the same reason: the state of
  * loop.changed(), cycler() and joiner() objects */
 #define LOOP_CHANGED_KEY "\xff" "changed"
+/* the loop object of a recursive loop: its node and the scopes it sees */
+#define LOOP_NODE_KEY "\xff" "loop-node"
+#define LOOP_BASE_KEY "\xff" "loop-base"
 #define CYCLER_ITEMS_KEY "\xff" "cycler"
 #define CYCLER_POS_KEY "\xff" "cycler-pos"
 #define JOINER_KEY "\xff" "joiner"
@@ -1237,6 +1240,54 @@ static const struct node *find_macro(struct ctx *C, const char *name) {
     return C->tpl->all[idx];
 }
 
+static size_t node_index(struct ctx *C, const struct node *x) {
+    size_t idx = 0;
+    while (idx < C->tpl->nall && C->tpl->all[idx] != x) idx++;
+    return idx;
+}
+
+static void exec_for(struct ctx *C, const struct node *x, json_t *it, int depth, struct sbuf *out);
+
+/* loop(items) in a recursive loop: the loop once more over `items`, one
+ * level deeper, in the scopes the loop itself sees (not the iteration's);
+ * its output is the value */
+static json_t *call_loop(struct ctx *C, const struct node *call, json_t *loop) {
+    json_int_t idx = json_integer_value(json_object_get(loop, LOOP_NODE_KEY));
+    json_int_t base = json_integer_value(json_object_get(loop, LOOP_BASE_KEY));
+    json_int_t depth = json_integer_value(json_object_get(loop, "depth"));
+    if (call->n != 1 || call->nkw) { rerr(C, call, "loop() takes one argument, the items"); return NULL; }
+    if (idx < 0 || (size_t)idx >= C->tpl->nall || base < 1 || base > C->nscopes) { rerr(C, call, "loop() called outside its loop"); return NULL; }
+    if (C->depth > 64) { rerr(C, call, "loop recursion too deep"); return NULL; }
+    json_t *it = eval(C, call->list[0]);
+    int cap = (int)base + 8;
+    json_t **fresh = C->st ? NULL : malloc((size_t)cap * sizeof *fresh);
+    if (!fresh) {
+        json_decref(it);
+        if (!C->st) { C->st = TOY_ERR_NOMEM; snprintf(C->err, sizeof C->err, "out of memory"); }
+        return NULL;
+    }
+    memcpy(fresh, C->scopes, (size_t)base * sizeof *fresh);
+    json_t **saved = C->scopes;
+    int saved_n = C->nscopes, saved_cap = C->capscopes;
+    C->scopes = fresh;
+    C->nscopes = (int)base;
+    C->capscopes = cap;
+    C->depth++;
+    struct sbuf b = {0};
+    exec_for(C, C->tpl->all[idx], it, (int)depth, &b);
+    C->depth--;
+    while (C->nscopes > base) pop_scope(C);
+    free(C->scopes);
+    C->scopes = saved;
+    C->nscopes = saved_n;
+    C->capscopes = saved_cap;
+    json_decref(it);
+    json_t *r = C->st || b.oom ? NULL : json_stringn_nocheck(b.p ? b.p : "", b.n);
+    if (b.oom && !C->st) { C->st = TOY_ERR_NOMEM; snprintf(C->err, sizeof C->err, "out of memory"); }
+    free(b.p);
+    return r;
+}
+
 static json_t *call_global(struct ctx *C, const struct node *call, const char *name) {
     if (!strcmp(name, "raise_exception")) {
         json_t *m = arg(C, call, 0, NULL);
@@ -1311,6 +1362,7 @@ static json_t *call_global(struct ctx *C, const struct node *call, const char *n
         return used ? json_incref(json_object_get(j, JOINER_KEY)) : json_string("");
     }
     if (!strcmp(name, "caller") && C->caller) return call_caller(C, call);
+    if (j && json_is_object(j) && json_is_integer(json_object_get(j, LOOP_NODE_KEY))) return call_loop(C, call, j);
     const struct node *mac = find_macro(C, name);
     if (mac) return call_macro(C, mac, call, NULL);
     rerr(C, call, "'%s' is not callable", name);
@@ -2394,6 +2446,81 @@ static void set_target(struct ctx *C, const struct node *x, json_t *v /* stolen 
     json_decref(v);
 }
 
+/* Runs the for loop `x` over `it` (borrowed) at recursion depth `depth` (0
+ * for the loop itself, one more for each loop(...) of a recursive loop). */
+static void exec_for(struct ctx *C, const struct node *x, json_t *it, int depth, struct sbuf *out) {
+    it = unmark(it);
+    if (C->st) return;
+    if (it && !json_is_array(it) && !json_is_object(it) && !json_is_string(it)) {
+        rerr(C, x, "cannot iterate over this value");
+        return;
+    }
+    json_t *items = to_list(it);
+    /* the `if` filter applies before loop.* counts; it sees the loop
+     * variables in a scope of its own */
+    if (x->b) {
+        json_t *kept = json_array();
+        size_t i;
+        json_t *e;
+        json_array_foreach(items, i, e) {
+            if (!push_scope(C)) break;
+            if (x->nnames == 1) assign(C, x->names[0], json_incref(e));
+            else if (json_is_array(e) && (int)json_array_size(e) == x->nnames)
+                for (int k = 0; k < x->nnames; k++) assign(C, x->names[k], json_incref(json_array_get(e, (size_t)k)));
+            json_t *c = eval(C, x->b);
+            if (truthy(c)) json_array_append(kept, e);
+            json_decref(c);
+            pop_scope(C);
+        }
+        json_decref(items);
+        items = kept;
+    }
+    /* Jinja2 gives every iteration a scope of its own: a {% set %} in the
+     * body is gone at the next iteration and after the loop (state that
+     * must carry goes through namespace()). The else branch runs unless
+     * some iteration ran its body to the end: an iteration left by break
+     * or continue does not count, as in Jinja2's generated code. */
+    size_t n = json_array_size(items);
+    int base = C->nscopes;
+    bool completed = false;
+    json_t *changed = json_array(); /* loop.changed()'s last arguments, shared by the iterations */
+    for (size_t i = 0; i < n && !C->st; i++) {
+        json_t *e = json_array_get(items, i);
+        json_t *loop = json_pack("{sIsIsIsIsbsbsIsIsI}", "index", (json_int_t)i + 1, "index0", (json_int_t)i, "revindex",
+                                 (json_int_t)(n - i), "revindex0", (json_int_t)(n - i - 1), "first", i == 0, "last",
+                                 i + 1 == n, "length", (json_int_t)n, "depth", (json_int_t)depth + 1, "depth0", (json_int_t)depth);
+        if (loop && x->recursive) {
+            /* loop(items) renders this loop again, in the scopes the loop itself sees */
+            json_object_set_new_nocheck(loop, LOOP_NODE_KEY, json_integer((json_int_t)node_index(C, x)));
+            json_object_set_new_nocheck(loop, LOOP_BASE_KEY, json_integer(base));
+        }
+        if (loop) {
+            if (changed) json_object_set_nocheck(loop, LOOP_CHANGED_KEY, changed);
+            if (i > 0) json_object_set(loop, "previtem", json_array_get(items, i - 1));
+            if (i + 1 < n) json_object_set(loop, "nextitem", json_array_get(items, i + 1));
+        }
+        if (!push_scope(C)) { json_decref(loop); break; }
+        assign(C, "loop", loop);
+        if (x->nnames == 1) assign(C, x->names[0], json_incref(e));
+        else {
+            if (!json_is_array(e) || (int)json_array_size(e) != x->nnames) {
+                rerr(C, x, "cannot unpack loop item into %d names", x->nnames);
+                pop_scope(C);
+                break;
+            }
+            for (int k = 0; k < x->nnames; k++) assign(C, x->names[k], json_incref(json_array_get(e, (size_t)k)));
+        }
+        exec_body(C, x->list, x->n, out);
+        pop_scope(C);
+        if (!C->brk) completed = true;
+        if (C->brk == 1) { C->brk = 0; break; }
+        C->brk = 0;
+    }
+    if (!completed && !C->st) exec_body(C, x->els, x->nels, out);
+    json_decref(items);
+    json_decref(changed);
+}
+
 static void exec(struct ctx *C, const struct node *x, struct sbuf *out) {
     if (C->st || C->brk) return;
     switch (x->k) {
@@ -2415,73 +2542,8 @@ static void exec(struct ctx *C, const struct node *x, struct sbuf *out) {
     }
     case N_FOR: {
         json_t *it = eval(C, x->a);
-        if (is_undef(it)) { json_decref(it); it = NULL; }
-        if (C->st) { json_decref(it); return; }
-        if (it && !json_is_array(it) && !json_is_object(it) && !json_is_string(it)) {
-            json_decref(it);
-            rerr(C, x, "cannot iterate over this value");
-            return;
-        }
-        json_t *items = to_list(it);
+        exec_for(C, x, it, 0, out);
         json_decref(it);
-        /* the `if` filter applies before loop.* counts; it sees the loop
-         * variables in a scope of its own */
-        if (x->b) {
-            json_t *kept = json_array();
-            size_t i;
-            json_t *e;
-            json_array_foreach(items, i, e) {
-                if (!push_scope(C)) break;
-                if (x->nnames == 1) assign(C, x->names[0], json_incref(e));
-                else if (json_is_array(e) && (int)json_array_size(e) == x->nnames)
-                    for (int k = 0; k < x->nnames; k++) assign(C, x->names[k], json_incref(json_array_get(e, (size_t)k)));
-                json_t *c = eval(C, x->b);
-                if (truthy(c)) json_array_append(kept, e);
-                json_decref(c);
-                pop_scope(C);
-            }
-            json_decref(items);
-            items = kept;
-        }
-        /* Jinja2 gives every iteration a scope of its own: a {% set %} in the
-         * body is gone at the next iteration and after the loop (state that
-         * must carry goes through namespace()). The else branch runs unless
-         * some iteration ran its body to the end: an iteration left by break
-         * or continue does not count, as in Jinja2's generated code. */
-        size_t n = json_array_size(items);
-        bool completed = false;
-        json_t *changed = json_array(); /* loop.changed()'s last arguments, shared by the iterations */
-        for (size_t i = 0; i < n && !C->st; i++) {
-            json_t *e = json_array_get(items, i);
-            /* loop.depth counts recursive loops only, which toy does not have */
-            json_t *loop = json_pack("{sIsIsIsIsbsbsIsIsI}", "index", (json_int_t)i + 1, "index0", (json_int_t)i, "revindex",
-                                     (json_int_t)(n - i), "revindex0", (json_int_t)(n - i - 1), "first", i == 0, "last",
-                                     i + 1 == n, "length", (json_int_t)n, "depth", (json_int_t)1, "depth0", (json_int_t)0);
-            if (loop) {
-                if (changed) json_object_set_nocheck(loop, LOOP_CHANGED_KEY, changed);
-                if (i > 0) json_object_set(loop, "previtem", json_array_get(items, i - 1));
-                if (i + 1 < n) json_object_set(loop, "nextitem", json_array_get(items, i + 1));
-            }
-            if (!push_scope(C)) { json_decref(loop); break; }
-            assign(C, "loop", loop);
-            if (x->nnames == 1) assign(C, x->names[0], json_incref(e));
-            else {
-                if (!json_is_array(e) || (int)json_array_size(e) != x->nnames) {
-                    rerr(C, x, "cannot unpack loop item into %d names", x->nnames);
-                    pop_scope(C);
-                    break;
-                }
-                for (int k = 0; k < x->nnames; k++) assign(C, x->names[k], json_incref(json_array_get(e, (size_t)k)));
-            }
-            exec_body(C, x->list, x->n, out);
-            pop_scope(C);
-            if (!C->brk) completed = true;
-            if (C->brk == 1) { C->brk = 0; break; }
-            C->brk = 0;
-        }
-        if (!completed && !C->st) exec_body(C, x->els, x->nels, out);
-        json_decref(items);
-        json_decref(changed);
         break;
     }
     case N_SET: set_target(C, x, eval(C, x->a)); break;
@@ -2497,9 +2559,7 @@ static void exec(struct ctx *C, const struct node *x, struct sbuf *out) {
     }
     case N_MACRO: {
         /* a macro is a dict naming its node, so it can be looked up like a variable */
-        size_t idx = 0;
-        while (idx < C->tpl->nall && C->tpl->all[idx] != x) idx++;
-        assign(C, x->str, json_pack("{sI}", "__macro__", (json_int_t)idx));
+        assign(C, x->str, json_pack("{sI}", "__macro__", (json_int_t)node_index(C, x)));
         break;
     }
     case N_CALLBLOCK: {

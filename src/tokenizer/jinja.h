@@ -36,6 +36,7 @@ struct node {
     char **names;       /* for/set targets */
     int nnames;
     bool negate;        /* is not */
+    bool recursive;     /* {% for ... recursive %} */
 };
 
 struct jinja_template {
