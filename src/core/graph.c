@@ -443,6 +443,7 @@ enum toy_status toy_graph_compute(struct toy_graph *g, struct toy_threadpool *tp
             return toy_error(TOY_ERR_NOMEM, "graph work buffer: %zu bytes", ws);
         }
         g->work_size = ws;
+        memset(g->work, 0, ws); /* the kernels' shared counters start at zero (cpu-impl.h) */
     }
     for (int i = 0; i < g->n_nodes; i++) {
         struct toy_tensor *t = g->nodes[i];

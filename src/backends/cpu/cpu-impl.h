@@ -25,8 +25,11 @@ static inline void toy_unravel(int64_t r, const struct toy_tensor *t, int64_t *i
 }
 
 /* The work buffer starts with one cache line of reduction slots per thread
- * (up to 256 threads); kernels' scratch slices follow. */
-#define TOY_WORK_HEAD (64 * 256)
+ * (up to 256 threads), then one line of counters all threads share
+ * (toy_share: zero when the buffer is made, zero again after each node);
+ * kernels' scratch slices follow. */
+#define TOY_WORK_SHARED (64 * 256)
+#define TOY_WORK_HEAD (64 * 257)
 
 /* Per-thread slice of the work buffer. */
 static inline void *toy_work_slice(void *work, size_t work_size, int ith, int nth) {
@@ -43,6 +46,41 @@ static inline bool toy_last_thread(atomic_int *ctr, int nth) {
         atomic_store_explicit(ctr, 0, memory_order_relaxed);
         return true;
     }
+    return false;
+}
+
+/* Units [0, n) dealt out `per` at a time as threads get to them (decode's
+ * matrix-vector products): thread ith first takes chunk ith, so threads of
+ * equal speed split the work as a static split would, then the next chunk
+ * nobody has, so a thread that runs slow (a VM's busy core, a neighbour on
+ * the memory bus) takes fewer and the others do not wait for it at the end
+ * of the node. Every thread calls toy_share_next until it returns false,
+ * and a node uses at most one toy_share (the last thread to see the end
+ * resets the counters, which a second deal could see before the reset). */
+struct toy_share {
+    atomic_int *next, *done;
+    int64_t n, per;
+    int ith, nth;
+    bool first;
+};
+
+static inline void toy_share_init(struct toy_share *s, void *work, int64_t n, int64_t per, int ith, int nth) {
+    atomic_int *ctr = (atomic_int *)((char *)work + TOY_WORK_SHARED);
+    *s = (struct toy_share){ctr, ctr + 1, n, per > 0 ? per : 1, ith, nth, true};
+}
+
+/* chunks of about a quarter of a thread's even share */
+static inline int64_t toy_share_chunk(int64_t n, int nth) { return (n + 4 * (int64_t)nth - 1) / (4 * (int64_t)nth); }
+
+static inline bool toy_share_next(struct toy_share *s, int64_t *u0, int64_t *u1) {
+    int64_t c = s->first ? s->ith : s->nth + atomic_fetch_add_explicit(s->next, 1, memory_order_relaxed);
+    s->first = false;
+    if (c < (s->n + s->per - 1) / s->per) {
+        *u0 = c * s->per;
+        *u1 = *u0 + s->per < s->n ? *u0 + s->per : s->n;
+        return true;
+    }
+    if (toy_last_thread(s->done, s->nth)) atomic_store_explicit(s->next, 0, memory_order_relaxed);
     return false;
 }
 

@@ -219,14 +219,24 @@ static void matmul_qpacked(struct toy_tensor *dst, int ith, int nth, void *work,
                                   NULL);
         return;
     }
-    int64_t g0, g1; /* groups of 32 columns (two packed groups, the kernel's unit) */
-    toy_split((n + 31) / 32, ith, nth, &g0, &g1);
-    if (g1 <= g0) return;
-    int64_t j0 = g0 * 32, j1 = g1 * 32 < n ? g1 * 32 : n;
-    const char *pk = (const char *)B->packed + (size_t)(j0 / 16) * toy_qpack_group_bytes(B->type, k);
+    /* groups of 32 columns (two packed groups, the kernel's unit), dealt
+     * out as threads get to them; A's rows quantized once per thread */
+    int64_t units = (n + 31) / 32, u0, u1;
+    size_t group = toy_qpack_group_bytes(B->type, k);
+    struct toy_share sh;
+    toy_share_init(&sh, work, units, toy_share_chunk(units, nth), ith, nth);
     struct toy_prefetch pf;
-    bool side = dst->prefetch && prefetch_share(dst, ith, nth, &pf);
-    toy_qdot.qgemm_packed(B->type, m, j1 - j0, k, a, lda, pk, c + j0, n, accum, scratch, side ? &pf : NULL);
+    struct toy_pf_cursor pc, *pcp = NULL;
+    if (dst->prefetch && m <= 8 && prefetch_share(dst, ith, nth, &pf))
+        pcp = toy_pf_start(&pc, &pf, (k / 32) * 2 * ((units + nth - 1) / nth));
+    bool prepared = false;
+    while (toy_share_next(&sh, &u0, &u1)) {
+        if (!prepared) toy_qdot.qgemm_packed_prep(B->type, m, k, a, lda, scratch);
+        prepared = true;
+        int64_t j0 = u0 * 32, j1 = u1 * 32 < n ? u1 * 32 : n;
+        toy_qdot.qgemm_packed_cols(B->type, m, j1 - j0, k, (const char *)B->packed + (size_t)(j0 / 16) * group,
+                                   c + j0, n, accum, scratch, pcp);
+    }
 }
 
 /* More rows (prefill, batched serving): the int8 GEMM (qgemm-avx512.c) over
@@ -424,8 +434,24 @@ static void matmul_bf16(struct toy_tensor *dst, int ith, int nth, void *work, si
     }
     int64_t n = dst->ne[0], i0, i1, j0, j1;
     uint16_t *pa = toy_work_slice((char *)work + TOY_WORK_HEAD, ws - TOY_WORK_HEAD, ith, nth);
+    if (m == 1 && tb && !ta && dst->ne[2] * dst->ne[3] == 1) {
+        /* decode: each weight row once, straight from memory, rows dealt out
+         * as threads get to them */
+        int64_t ldb = (int64_t)(B->nb[1] / 2), r0, r1;
+        struct toy_share sh;
+        toy_share_init(&sh, work, n, round_up(toy_share_chunk(n, nth), 16), ith, nth);
+        struct toy_pf_cursor pc, *pcp = side_cursor(dst, ith, nth, (n + nth - 1) / nth, &pc);
+        bool packed = false;
+        while (toy_share_next(&sh, &r0, &r1)) {
+            if (!packed) toy_pack_f32_bf16(A->data, k, pa, kp);
+            packed = true;
+            (toy_cpu_wide_loads() ? toy_gemv_bf16_wide_avx512 : toy_gemv_bf16_avx512)(
+                (const uint16_t *)B->data + r0 * ldb, ldb, pa, k, (float *)dst->data + r0, r1 - r0, beta != 0, pcp);
+        }
+        return;
+    }
     if (!bf16_share(dst, ith, nth, &i0, &i1, &j0, &j1)) return;
-    if (m == 1 && tb && !ta) { /* decode: each weight row once, straight from memory */
+    if (m == 1 && tb && !ta) { /* batches of one row: each weight row once, straight from memory */
         for (int64_t bi = 0; bi < dst->ne[2] * dst->ne[3]; bi++) {
             struct mm_batch bt = batch_at(dst, bi);
             const float *a = (const float *)bt.a;
@@ -492,6 +518,18 @@ static void matmul_run(struct toy_tensor *dst, int ith, int nth, void *work, siz
         return;
     }
 
+    if (B->type == TOY_F32 && m == 1 && !ta && tb && nbatch == 1 && use_gemv_f32()) {
+        /* one row (decode): a matrix-vector product (sgemm would pack B),
+         * rows dealt out as threads get to them */
+        int64_t ldb = (int64_t)(B->nb[1] / sizeof(float)), r0, r1;
+        struct toy_share sh;
+        toy_share_init(&sh, work, n, toy_share_chunk(n, nth), ith, nth);
+        struct toy_pf_cursor pc, *pcp = side_cursor(dst, ith, nth, (n + nth - 1) / nth, &pc);
+        while (toy_share_next(&sh, &r0, &r1))
+            (toy_cpu_wide_loads() ? toy_gemv_f32_avx512 : toy_gemv_f32_avx2)(
+                (const float *)B->data + r0 * ldb, ldb, A->data, k, (float *)dst->data + r0, r1 - r0, beta != 0, pcp);
+        return;
+    }
     if (B->type == TOY_F32) {
         int ldb = (int)(B->nb[1] / sizeof(float));
         /* work items: whole batches when there are enough, else slices of m or n */
@@ -510,12 +548,10 @@ static void matmul_run(struct toy_tensor *dst, int ith, int nth, void *work, siz
             toy_split(split_m ? m : n, (int)part, (int)nsplit, &lo, &hi);
             if (hi <= lo) continue;
             if (m == 1 && !ta) {
-                /* one row (decode): a matrix-vector product; sgemm would pack B */
+                /* one row of several batches: a matrix-vector product each */
                 if (tb && use_gemv_f32()) {
-                    struct toy_pf_cursor pc;
-                    (toy_cpu_wide_loads() ? toy_gemv_f32_avx512 : toy_gemv_f32_avx2)(
-                        b + lo * ldb, ldb, a, k, c + lo, hi - lo, beta != 0,
-                        w == w0 ? side_cursor(dst, ith, nth, hi - lo, &pc) : NULL);
+                    (toy_cpu_wide_loads() ? toy_gemv_f32_avx512 : toy_gemv_f32_avx2)(b + lo * ldb, ldb, a, k, c + lo,
+                                                                                      hi - lo, beta != 0, NULL);
                     continue;
                 }
                 if (tb)
@@ -539,6 +575,17 @@ static void matmul_run(struct toy_tensor *dst, int ith, int nth, void *work, siz
         return;
     }
 
+    if (B->type == TOY_F16 && m == 1 && !ta && tb && nbatch == 1 && use_gemv_f32() && toy_cpu_has_f16c()) {
+        /* decode: no f32 copy, rows dealt out as threads get to them */
+        int64_t ldb = (int64_t)(B->nb[1] / 2), r0, r1;
+        struct toy_share sh;
+        toy_share_init(&sh, work, n, toy_share_chunk(n, nth), ith, nth);
+        struct toy_pf_cursor pc, *pcp = side_cursor(dst, ith, nth, (n + nth - 1) / nth, &pc);
+        while (toy_share_next(&sh, &r0, &r1))
+            toy_gemv_f16_avx2((const uint16_t *)B->data + r0 * ldb, ldb, A->data, k, (float *)dst->data + r0,
+                              r1 - r0, beta != 0, pcp);
+        return;
+    }
     /* B of another type: dequantize CHUNK_ROWS rows of B at a time */
     float *scratch = toy_work_slice((char *)work + TOY_WORK_HEAD, ws - TOY_WORK_HEAD, ith, nth);
     int64_t bk = B->ne[0]; /* elements per B row */
@@ -551,11 +598,10 @@ static void matmul_run(struct toy_tensor *dst, int ith, int nth, void *work, siz
             /* B rows are C's columns: threads own column ranges */
             int64_t j0, j1;
             toy_split(n, ith, nth, &j0, &j1);
-            if (m == 1 && !ta && B->type == TOY_F16 && use_gemv_f32() && toy_cpu_has_f16c()) { /* decode: no f32 copy */
-                struct toy_pf_cursor pc;
+            if (m == 1 && !ta && B->type == TOY_F16 && use_gemv_f32() && toy_cpu_has_f16c()) { /* batches of one row */
                 if (j1 > j0)
                     toy_gemv_f16_avx2((const uint16_t *)(b + j0 * B->nb[1]), (int64_t)(B->nb[1] / 2), a, k, c + j0,
-                                      j1 - j0, beta != 0, bi ? NULL : side_cursor(dst, ith, nth, j1 - j0, &pc));
+                                      j1 - j0, beta != 0, NULL);
                 continue;
             }
             for (int64_t j = j0; j < j1; j += CHUNK_ROWS) {

@@ -100,10 +100,17 @@ void toy_qgemm_packed_avx512(enum toy_dtype bt, int64_t m, int64_t n, int64_t k,
                              const void *packed, float *c, int64_t ldc, bool accum, void *scratch,
                              const struct toy_prefetch *pf);
 
+void toy_qgemm_packed_prep_avx512(enum toy_dtype bt, int64_t m, int64_t k, const float *a, int64_t lda,
+                                  void *scratch);
+void toy_qgemm_packed_cols_avx512(enum toy_dtype bt, int64_t m, int64_t n, int64_t k, const void *packed, float *c,
+                                  int64_t ldc, bool accum, void *scratch, struct toy_pf_cursor *pc);
+
 void toy_qdot_fill_avx512(struct toy_qdot_ops *ops) {
     ops->q8_0 = q8_0;
     ops->q4_0 = q4_0;
     ops->qgemm = toy_qgemm_avx512;
     ops->qgemm_packed = toy_qgemm_packed_avx512;
+    ops->qgemm_packed_prep = toy_qgemm_packed_prep_avx512;
+    ops->qgemm_packed_cols = toy_qgemm_packed_cols_avx512;
     ops->quantize_q8_0 = quantize_q8_0;
 }

@@ -180,14 +180,14 @@ void toy_qpack(enum toy_dtype bt, int64_t n, int64_t k, const void *bv, size_t l
     }
 }
 
-struct toy_qdot_ops toy_qdot = {toy_qdot_q8_0_ref, toy_qdot_q4_0_ref, toy_quantize_q8_0_ref, NULL, NULL};
+struct toy_qdot_ops toy_qdot = {toy_qdot_q8_0_ref, toy_qdot_q4_0_ref, toy_quantize_q8_0_ref, NULL, NULL, NULL, NULL};
 
 void toy_qdot_fill_avx512(struct toy_qdot_ops *ops);
 void toy_qdot_fill_avx2(struct toy_qdot_ops *ops);
 
 void toy_qdot_init(void) {
     const char *force = getenv("TOY_SIMD");
-    toy_qdot = (struct toy_qdot_ops){toy_qdot_q8_0_ref, toy_qdot_q4_0_ref, toy_quantize_q8_0_ref, NULL, NULL};
+    toy_qdot = (struct toy_qdot_ops){toy_qdot_q8_0_ref, toy_qdot_q4_0_ref, toy_quantize_q8_0_ref, NULL, NULL, NULL, NULL};
     if (force && !strcmp(force, "scalar")) return;
     __builtin_cpu_init();
     bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");

@@ -68,6 +68,13 @@ struct toy_qdot_ops {
     void (*qgemm_packed)(enum toy_dtype bt, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                          const void *packed, float *c, int64_t ldc, bool accum, void *scratch,
                          const struct toy_prefetch *pf);
+    /* qgemm_packed in two steps, for threads that take column groups as
+     * they go (decode): A's rows prepared in scratch once, then columns
+     * [0, n) of C from the groups at `packed` (n a multiple of 32 unless it
+     * ends the matrix) as often as needed; pc: the side stream, or NULL. */
+    void (*qgemm_packed_prep)(enum toy_dtype bt, int64_t m, int64_t k, const float *a, int64_t lda, void *scratch);
+    void (*qgemm_packed_cols)(enum toy_dtype bt, int64_t m, int64_t n, int64_t k, const void *packed, float *c,
+                              int64_t ldc, bool accum, void *scratch, struct toy_pf_cursor *pc);
 };
 extern struct toy_qdot_ops toy_qdot;
 void toy_qdot_init(void);

@@ -232,24 +232,82 @@ static inline __attribute__((always_inline)) void kernel_packed(int R, bool wide
     }
 }
 
-/* scratch layout shared by both entry points: A's int8 rows, scales and
+/* scratch layout shared by the entry points: A's int8 rows, scales and
  * corrections, one Q8_0 row, two panels */
-static uint8_t *quantize_rows(enum toy_dtype bt, int64_t m, int64_t k, const float *a, int64_t lda, void *scratch,
-                              int8_t **qa, float **da, int32_t **sa, float **xs);
+static uint8_t *scratch_layout(int64_t m, int64_t k, void *scratch, int8_t **qa, float **da, int32_t **sa,
+                               float **xs) {
+    int64_t nb = k / 32;
+    *qa = scratch;
+    *da = (float *)(*qa + m * nb * 32);
+    *sa = (int32_t *)(*da + m * nb);
+    *xs = (float *)(*sa + m * nb); /* d_x sum(x), for Q4_K's mins */
+    uint8_t *q8 = (uint8_t *)(*xs + m * nb);
+    return q8; /* the Q8_0 row; the panels follow it */
+}
 
-void toy_qgemm_packed_avx512(enum toy_dtype bt, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
-                             const void *packed, float *c, int64_t ldc, bool accum, void *scratch,
-                             const struct toy_prefetch *pf) {
+static uint8_t *panels_of(int64_t k, uint8_t *q8) { return q8 + (((k / 32) * 34 + 63) & ~(int64_t)63); }
+
+static uint8_t *quantize_rows(enum toy_dtype bt, int64_t m, int64_t k, const float *a, int64_t lda, void *scratch,
+                              int8_t **qap, float **dap, int32_t **sap, float **xsp) {
+    int64_t nb = k / 32;
+    int off = bt == TOY_Q8_0 ? 128 : bt == TOY_Q4_0 ? 8 : 0; /* Q4_K: unsigned values, no offset */
+    int8_t *qa;
+    float *da, *xs;
+    int32_t *sa;
+    uint8_t *q8 = scratch_layout(m, k, scratch, &qa, &da, &sa, &xs);
+    uint8_t *panel = panels_of(k, q8);
+    for (int64_t i = 0; i < m; i++) {
+        toy_qdot.quantize_q8_0(a + i * lda, q8, k);
+        for (int64_t blk = 0; blk < nb; blk++) {
+            const uint8_t *q = q8 + blk * 34;
+            toy_f16 h;
+            memcpy(&h, q, 2);
+            da[i * nb + blk] = _cvtsh_ss(h);
+            __m256i x = _mm256_loadu_si256((const __m256i *)(q + 2));
+            _mm256_storeu_si256((__m256i *)(qa + (i * nb + blk) * 32), x);
+            /* sum of the 32 signed bytes: vpdpbusd of ones (unsigned) with x */
+            __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1), x);
+            __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+            s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+            s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+            int32_t sum = _mm_cvtsi128_si32(s4);
+            sa[i * nb + blk] = -off * sum;
+            xs[i * nb + blk] = da[i * nb + blk] * (float)sum;
+        }
+    }
+    *qap = qa;
+    *dap = da;
+    *sap = sa;
+    *xsp = xs;
+    return panel;
+}
+
+/* A's rows quantized into scratch, once per thread, for any number of
+ * toy_qgemm_packed_cols_avx512 calls over column groups */
+void toy_qgemm_packed_prep_avx512(enum toy_dtype bt, int64_t m, int64_t k, const float *a, int64_t lda,
+                                  void *scratch) {
+    int8_t *qa;
+    float *da, *xs;
+    int32_t *sa;
+    quantize_rows(bt, m, k, a, lda, scratch, &qa, &da, &sa, &xs);
+}
+
+/* Columns [0, n) of C from the packed groups at `packed` (group-aligned:
+ * n is a multiple of 32 unless it ends the matrix), A prepared in scratch
+ * by toy_qgemm_packed_prep_avx512. pc: the side stream the first row group
+ * carries, or NULL. */
+void toy_qgemm_packed_cols_avx512(enum toy_dtype bt, int64_t m, int64_t n, int64_t k, const void *packed, float *c,
+                                  int64_t ldc, bool accum, void *scratch, struct toy_pf_cursor *pcp) {
     int64_t nb = k / 32;
     int8_t *qa;
     float *da, *xs;
     int32_t *sa;
-    uint8_t *panel = quantize_rows(bt, m, k, a, lda, scratch, &qa, &da, &sa, &xs);
+    uint8_t *panel = panels_of(k, scratch_layout(m, k, scratch, &qa, &da, &sa, &xs));
     size_t panel_bytes = (size_t)nb * PANEL_BLOCK, group = toy_qpack_group_bytes(bt, k);
     const uint8_t *pk = packed;
     if (m <= 8 || bt == TOY_Q4_K) { /* few rows (decode), or Q4_K: straight from the packed groups */
         bool wide = bt == TOY_Q8_0 && toy_cpu_wide_loads(); /* Q4_0: even, measured (see load64) */
-        struct toy_pf_cursor pc, *pcp = toy_pf_start(&pc, m <= 8 ? pf : NULL, nb * ((n + 15) / 16));
+        if (m > 8) pcp = NULL;
         int ahead = toy_cpu_prefetch_ahead(); /* the first row group's pass brings the group in */
         for (int64_t j = 0; j < n; j += 16, pk += group) {
             int nc = n - j < 16 ? (int)(n - j) : 16;
@@ -276,41 +334,14 @@ void toy_qgemm_packed_avx512(enum toy_dtype bt, int64_t m, int64_t n, int64_t k,
     }
 }
 
-static uint8_t *quantize_rows(enum toy_dtype bt, int64_t m, int64_t k, const float *a, int64_t lda, void *scratch,
-                              int8_t **qap, float **dap, int32_t **sap, float **xsp) {
-    int64_t nb = k / 32;
-    int off = bt == TOY_Q8_0 ? 128 : bt == TOY_Q4_0 ? 8 : 0; /* Q4_K: unsigned values, no offset */
-    int8_t *qa = scratch;
-    float *da = (float *)(qa + m * nb * 32);
-    int32_t *sa = (int32_t *)(da + m * nb);
-    float *xs = (float *)(sa + m * nb); /* d_x sum(x), for Q4_K's mins */
-    uint8_t *q8 = (uint8_t *)(xs + m * nb);
-    uint8_t *panel = q8 + ((nb * 34 + 63) & ~(int64_t)63);
-    for (int64_t i = 0; i < m; i++) {
-        toy_qdot.quantize_q8_0(a + i * lda, q8, k);
-        for (int64_t blk = 0; blk < nb; blk++) {
-            const uint8_t *q = q8 + blk * 34;
-            toy_f16 h;
-            memcpy(&h, q, 2);
-            da[i * nb + blk] = _cvtsh_ss(h);
-            __m256i x = _mm256_loadu_si256((const __m256i *)(q + 2));
-            _mm256_storeu_si256((__m256i *)(qa + (i * nb + blk) * 32), x);
-            /* sum of the 32 signed bytes: vpdpbusd of ones (unsigned) with x */
-            __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1), x);
-            __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-            s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
-            s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
-            int32_t sum = _mm_cvtsi128_si32(s4);
-            sa[i * nb + blk] = -off * sum;
-            xs[i * nb + blk] = da[i * nb + blk] * (float)sum;
-        }
-    }
-    *qap = qa;
-    *dap = da;
-    *sap = sa;
-    *xsp = xs;
-    return panel;
+void toy_qgemm_packed_avx512(enum toy_dtype bt, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                             const void *packed, float *c, int64_t ldc, bool accum, void *scratch,
+                             const struct toy_prefetch *pf) {
+    toy_qgemm_packed_prep_avx512(bt, m, k, a, lda, scratch);
+    struct toy_pf_cursor pc, *pcp = toy_pf_start(&pc, m <= 8 ? pf : NULL, (k / 32) * ((n + 15) / 16));
+    toy_qgemm_packed_cols_avx512(bt, m, n, k, packed, c, ldc, accum, scratch, pcp);
 }
+
 
 void toy_qgemm_avx512(enum toy_dtype bt, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                       const void *bv, size_t ldb, float *c, int64_t ldc, bool accum, void *scratch) {

@@ -1,0 +1,88 @@
+/* test-share.c: decode's matrix-vector products deal their rows (column
+ * groups of packed weights) out to threads as they get to them
+ * (cpu-impl.h's toy_share). A chain of one-row products of every weight
+ * type, run many times on 1 to 8 threads (more threads than cores, so
+ * some are descheduled mid-node and the others take their chunks), must
+ * give the bits of the single-threaded run every time: each output is one
+ * thread's whole dot product, and the shared counters must be back at zero
+ * for the next node, including after a product small enough to run on one
+ * thread alone. */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "toy/dtype.h"
+#include "toy/quant.h"
+#include "toy/rng.h"
+#include "toy/toy.h"
+
+static struct toy_tensor *weight(struct toy_ctx *ctx, enum toy_dtype type, int64_t k, int64_t n, struct toy_rng *r) {
+    float *f = malloc((size_t)(k * n) * sizeof *f);
+    for (int64_t i = 0; i < k * n; i++) f[i] = toy_rng_normal(r) * 0.05f;
+    struct toy_tensor *w = toy_new_tensor_2d(ctx, type, k, n);
+    for (int64_t j = 0; j < n; j++) {
+        char *row = (char *)w->data + j * w->nb[1];
+        switch (type) {
+        case TOY_F32: memcpy(row, f + j * k, (size_t)k * sizeof(float)); break;
+        case TOY_F16: toy_f32_to_f16_row(f + j * k, (toy_f16 *)row, k); break;
+        case TOY_BF16: toy_f32_to_bf16_row(f + j * k, (toy_bf16 *)row, k); break;
+        default: cr_assert_eq(toy_quantize_row(type, f + j * k, row, k), TOY_OK);
+        }
+    }
+    cr_assert_eq(toy_tensor_pack(w), TOY_OK);
+    free(f);
+    return w;
+}
+
+/* x (1 x 256) -> 1024 -> 256 -> 32 (one thread alone: small) -> 256 -> 2050 (a ragged last group) */
+static void chain_case(enum toy_dtype type) {
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    struct toy_rng r;
+    toy_rng_seed(&r, 5);
+    const int64_t dims[] = {256, 1024, 256, 32, 256, 2050};
+    const int nw = 5;
+    struct toy_tensor *x = toy_new_tensor_2d(ctx, TOY_F32, dims[0], 1), *h = x;
+    for (int64_t i = 0; i < dims[0]; i++) ((float *)x->data)[i] = toy_rng_normal(&r);
+    struct toy_tensor *outs[5];
+    for (int l = 0; l < nw; l++) {
+        /* Q4_K wants k a multiple of 256: the 32-wide step stays f32 */
+        enum toy_dtype t = type == TOY_Q4_K && dims[l] % 256 ? TOY_F32 : type;
+        h = toy_linear(ctx, h, weight(ctx, t, dims[l], dims[l + 1], &r), NULL);
+        toy_set_output(h);
+        outs[l] = h;
+    }
+    struct toy_graph *g = toy_graph_new(ctx);
+    toy_graph_build(g, h);
+    size_t total = 0;
+    for (int l = 0; l < nw; l++) total += (size_t)dims[l + 1];
+    float *want = malloc(total * sizeof *want), *got = malloc(total * sizeof *got);
+    cr_assert_eq(toy_graph_compute(g, NULL), TOY_OK); /* plans the outputs' memory */
+    for (int nth = 1; nth <= 8; nth++) {
+        struct toy_threadpool *tp = toy_threadpool_new(nth);
+        for (int run = 0; run < 30; run++) {
+            for (int l = 0; l < nw; l++) memset(outs[l]->data, 0xff, toy_nbytes(outs[l])); /* NaN if unwritten */
+            cr_assert_eq(toy_graph_compute(g, tp), TOY_OK);
+            size_t at = 0;
+            for (int l = 0; l < nw; l++) {
+                memcpy((nth == 1 && run == 0 ? want : got) + at, outs[l]->data, toy_nbytes(outs[l]));
+                at += (size_t)dims[l + 1];
+            }
+            if (nth == 1 && run == 0) continue;
+            for (size_t i = 0; i < total; i++)
+                cr_assert(memcmp(&got[i], &want[i], sizeof(float)) == 0,
+                          "%s, %d threads, run %d, output %zu: %.9g, one thread %.9g", toy_dtype_name(type), nth, run,
+                          i, got[i], want[i]);
+        }
+        toy_threadpool_free(tp);
+    }
+    free(want);
+    free(got);
+    toy_ctx_free(ctx);
+}
+
+Test(share, decode_products_f32) { chain_case(TOY_F32); }
+Test(share, decode_products_f16) { chain_case(TOY_F16); }
+Test(share, decode_products_bf16) { chain_case(TOY_BF16); }
+Test(share, decode_products_q8_0) { chain_case(TOY_Q8_0); }
+Test(share, decode_products_q4_0) { chain_case(TOY_Q4_0); }
+Test(share, decode_products_q4_k) { chain_case(TOY_Q4_K); }
