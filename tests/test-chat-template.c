@@ -747,3 +747,15 @@ Test(chat_template, recursive_loops) {
     cr_expect_eq(jinja_err("{% for x in [1] %}{{ loop([]) }}{% endfor %}", NULL), TOY_ERR_FORMAT);
     cr_expect_eq(jinja_err("{% set t = [1] %}{% for x in [t] recursive %}{{ loop([t]) }}{% endfor %}", NULL), TOY_ERR_FORMAT);
 }
+
+/* Int dict keys stay ints, apart from their strings: {1: 'one', '1': 'str'}
+ * prints, looks up (by 1, 1.0 and True), iterates, tests with `in` and
+ * serializes as Python's does (expected strings are Jinja2 3.1's). */
+Test(chat_template, int_dict_keys) {
+    EXPECT_RENDER("{% set m = {1: 'one', '1': 'str', 2: [true]} %}{{ m }}|{{ m[1] }}{{ m['1'] }}{{ m[1.0] }}{{ m[true] }}|"
+                  "{{ m.get(2) }}{{ m.get(3, 'd') }}|{{ 1 in m }}{{ 3 in m }}{{ '2' in m }}|{{ m|list }}{{ m.keys()|list }}|"
+                  "{% for k, v in m.items() %}{{ k + 1 if k is number else k }};{% endfor %}|{{ m|tojson }}|"
+                  "{{ {2: 'b', 1: 'a'}|dictsort }}|{{ m.2 }}|{{ {true: 'a'}[1] }}",
+                  "{1: 'one', '1': 'str', 2: [True]}|onestroneone|[True]d|TrueFalseFalse|[1, '1', 2][1, '1', 2]|2;1;3;|"
+                  "{\"1\": \"one\", \"1\": \"str\", \"2\": [true]}|[(1, 'a'), (2, 'b')]|[True]|a");
+}

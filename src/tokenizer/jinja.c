@@ -95,6 +95,18 @@ static json_t *unmark(json_t *v) { return is_undef(v) ? NULL : v; }
 /* a value to store in a container or scope (stolen): undefined as the marker */
 static json_t *mark(json_t *v) { return v ? v : undef_marker(); }
 
+/* Dict keys. JSON's are strings; a template's dict may have int keys too
+ * ({1: 'x'}), which Python keeps apart from '1'. An int key is stored as
+ * INT_KEY and its digits, a key no input can build (as above); a bool or
+ * an integral float is the same key as its int, as Python hashes them
+ * alike. Other keys (none, other floats) are their str(). */
+#define INT_KEY "\xff" "#"
+
+static bool is_int_key(const char *k) { return !strncmp(k, INT_KEY, 2); }
+
+/* the key the template sees for the stored key `k`, as a new value */
+static json_t *key_value(const char *k) { return is_int_key(k) ? json_integer(strtoll(k + 2, NULL, 10)) : json_string(k); }
+
 /* Python tuples: (1, 2), the pairs of d.items() and dictsort, varargs. A
  * tuple is a json array like a list (it indexes, iterates and serializes the
  * same way); what differs is how it prints, (1, 2) and (1,), and that it
@@ -352,7 +364,7 @@ static void repr(json_t *v, struct sbuf *b, bool top) {
         json_object_foreach(v, k, e) {
             if (ns && !strcmp(k, NAMESPACE_KEY)) continue;
             if (i++) sb_str(b, ", ");
-            json_t *ks = json_string(k);
+            json_t *ks = key_value(k);
             if (ks) repr(ks, b, false);
             json_decref(ks);
             sb_str(b, ": ");
@@ -457,7 +469,7 @@ static void to_json(json_t *v, struct sbuf *b, const struct json_opts *o, int le
         for (j = 0; j < cnt; j++) {
             if (j) sb_str(b, o->item_sep);
             if (o->indent) json_newline(b, o, level + 1);
-            json_t *ks = json_string(keys[j]);
+            json_t *ks = json_string(is_int_key(keys[j]) ? keys[j] + 2 : keys[j]); /* json.dumps writes {1: x} as {"1": x} */
             to_json(ks, b, o, level + 1, undef);
             json_decref(ks);
             sb_str(b, o->key_sep);
@@ -487,6 +499,28 @@ static double num(json_t *v) {
 }
 static bool is_intlike(json_t *v) { return v && (json_is_integer(v) || json_is_boolean(v)); }
 static long long ival(json_t *v) { return json_is_integer(v) ? (long long)json_integer_value(v) : json_is_true(v) ? 1 : 0; }
+
+/* the stored form of the key `k` (borrowed), as a new string */
+static json_t *dict_key(json_t *k) {
+    char buf[32];
+    k = unmark(k);
+    if (k && json_is_string(k)) return json_incref(k);
+    if (k && (json_is_integer(k) || json_is_boolean(k) ||
+              (json_is_real(k) && fabs(json_real_value(k)) < 9e18 && json_real_value(k) == floor(json_real_value(k))))) {
+        long long i = json_is_real(k) ? (long long)json_real_value(k) : ival(k);
+        snprintf(buf, sizeof buf, INT_KEY "%lld", i);
+        return json_string_nocheck(buf);
+    }
+    return str_of(k);
+}
+
+/* d[k] (a new reference, or NULL) */
+static json_t *dict_get(json_t *d, json_t *k) {
+    json_t *ks = k ? dict_key(k) : NULL;
+    json_t *v = ks ? unmark(json_object_get(d, json_string_value(ks))) : NULL;
+    json_decref(ks);
+    return v ? json_incref(v) : NULL;
+}
 
 /* Python's ==: numbers by value at any depth ([1] == [1.0], True == 1), a
  * tuple never equals a list */
@@ -552,7 +586,11 @@ static bool contains(json_t *hay, json_t *needle) {
         json_array_foreach(hay, i, e) if (equal(e, needle)) return true;
         return false;
     }
-    if (json_is_object(hay)) return needle && json_is_string(needle) && json_object_get(hay, json_string_value(needle));
+    if (json_is_object(hay)) {
+        json_t *v = needle ? dict_get(hay, needle) : NULL;
+        json_decref(v);
+        return v != NULL;
+    }
     return false;
 }
 
@@ -564,7 +602,7 @@ static json_t *to_list(json_t *v) {
     if (json_is_object(v)) {
         const char *k;
         json_t *e;
-        json_object_foreach(v, k, e) json_array_append_new(r, json_string(k));
+        json_object_foreach(v, k, e) json_array_append_new(r, key_value(k));
     } else if (json_is_string(v)) {
         const char *s = json_string_value(v);
         size_t n = json_string_length(v);
@@ -580,7 +618,7 @@ static json_t *to_list(json_t *v) {
 
 static json_t *py_index(json_t *a, json_t *k) {
     if (!a || !k) return NULL;
-    if (json_is_object(a) && json_is_string(k)) { json_t *v = unmark(json_object_get(a, json_string_value(k))); return v ? json_incref(v) : NULL; }
+    if (json_is_object(a)) return dict_get(a, k);
     if (json_is_array(a) && is_intlike(k)) {
         long long i = ival(k), n = (long long)json_array_size(a);
         if (i < 0) i += n;
@@ -1025,15 +1063,17 @@ static json_t *call_method(struct ctx *C, const struct node *call, json_t *obj, 
             const char *k;
             json_t *v;
             json_object_foreach(obj, k, v) {
-                if (m[0] == 'k') json_array_append_new(r, json_string(k));
+                if (m[0] == 'k') json_array_append_new(r, key_value(k));
                 else if (m[0] == 'v') json_array_append(r, v);
-                else json_array_append_new(r, pair(json_string(k), v));
+                else json_array_append_new(r, pair(key_value(k), v));
             }
             return r;
         }
         if (!strcmp(m, "get")) {
             json_t *k = arg(C, call, 0, NULL), *d = arg(C, call, 1, "default");
-            json_t *v = k && json_is_string(k) ? json_object_get(obj, json_string_value(k)) : NULL;
+            json_t *ks = k ? dict_key(k) : NULL;
+            json_t *v = ks ? json_object_get(obj, json_string_value(ks)) : NULL;
+            json_decref(ks);
             json_decref(k);
             if (is_undef(v)) { json_decref(d); return NULL; } /* a key set to undefined */
             if (v) { json_decref(d); return json_incref(v); }
@@ -1537,8 +1577,12 @@ static json_t *eval(struct ctx *C, const struct node *x) {
              * dict.items even when d has a key 'items' (d['items'] is the
              * key), and the immutable sandbox hides the mutating methods */
             if (dict_method(x->str) == 1 && (r = json_object())) json_object_set_new_nocheck(r, METHOD_KEY, json_string(x->str));
+        } else if (a && isdigit((unsigned char)x->str[0]) && (json_is_array(a) || json_is_object(a))) {
+            /* x.1 is x[1], an int, as Jinja2's parser has it */
+            json_t *k = json_integer(atoll(x->str));
+            r = py_index(a, k);
+            json_decref(k);
         } else if (a && json_is_object(a)) { json_t *v = unmark(json_object_get(a, x->str)); r = v ? json_incref(v) : NULL; }
-        else if (a && json_is_array(a) && isdigit((unsigned char)x->str[0])) { json_t *k = json_integer(atoll(x->str)); r = py_index(a, k); json_decref(k); }
         json_decref(a);
         return r;
     }
@@ -1683,8 +1727,8 @@ static json_t *eval(struct ctx *C, const struct node *x) {
         r = json_object();
         for (int i = 0; i < x->n; i++) {
             json_t *k = eval(C, x->list[i]), *v = eval(C, x->els[i]);
-            json_t *ks = k && json_is_string(k) ? json_incref(k) : str_of(k);
-            json_object_set_new(r, json_string_value(ks), mark(v));
+            json_t *ks = dict_key(k);
+            json_object_set_new_nocheck(r, json_string_value(ks), mark(v));
             json_decref(k);
             json_decref(ks);
         }
@@ -2038,7 +2082,7 @@ static json_t *do_filter(struct ctx *C, const struct node *f, json_t *v) {
             l = json_array();
             const char *k;
             json_t *e;
-            if (v && json_is_object(v)) json_object_foreach(v, k, e) json_array_append_new(l, pair(json_string(k), e));
+            if (v && json_is_object(v)) json_object_foreach(v, k, e) json_array_append_new(l, pair(key_value(k), e));
         } else {
             l = to_list(v);
         }
@@ -2123,7 +2167,7 @@ static json_t *do_filter(struct ctx *C, const struct node *f, json_t *v) {
         json_t *r = json_array();
         const char *k;
         json_t *e;
-        if (v && json_is_object(v)) json_object_foreach(v, k, e) json_array_append_new(r, pair(json_string(k), e));
+        if (v && json_is_object(v)) json_object_foreach(v, k, e) json_array_append_new(r, pair(key_value(k), e));
         return r;
     }
     if (!strcmp(n, "map")) {
@@ -2386,7 +2430,7 @@ static json_t *do_filter(struct ctx *C, const struct node *f, json_t *v) {
             pairs = json_array();
             const char *k;
             json_t *e;
-            json_object_foreach(v, k, e) json_array_append_new(pairs, pair(json_string(k), e));
+            json_object_foreach(v, k, e) json_array_append_new(pairs, pair(key_value(k), e));
         }
         struct sbuf b = {0};
         size_t np = pairs ? json_array_size(pairs) : 1;
