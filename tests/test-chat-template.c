@@ -759,3 +759,41 @@ Test(chat_template, int_dict_keys) {
                   "{1: 'one', '1': 'str', 2: [True]}|onestroneone|[True]d|TrueFalseFalse|[1, '1', 2][1, '1', 2]|2;1;3;|"
                   "{\"1\": \"one\", \"1\": \"str\", \"2\": [true]}|[(1, 'a'), (2, 'b')]|[True]|a");
 }
+
+/* Sequence repetition ('ab' * 3, 3 * 'ab', [0] * 3) and replace('', x),
+ * which puts x around every character, as Python has them (expected
+ * strings are Jinja2 3.1's). */
+Test(chat_template, repetition_and_empty_replace) {
+    EXPECT_RENDER("{{ 'ab' * 3 }} {{ 3 * 'ab' }} [{{ '=' * 0 }}] [{{ 'x' * -2 }}] {{ [0] * 3 }} {{ 2 * [1, 'a'] }} {{ [1] * 0 }} "
+                  "{{ 'é' * 2 }}|{{ 'abc'|replace('', '-') }} {{ 'abc'.replace('', '-', 2) }} {{ ''|replace('', 'x') }} "
+                  "{{ 'héé'|replace('', '.') }}",
+                  "ababab ababab [] [] [0, 0, 0] [1, 'a', 1, 'a'] [] éé|-a-b-c- -a-bc x .h.é.é.");
+    cr_expect_eq(jinja_err("{{ 'ab' * 100000000 }}", NULL), TOY_ERR_FORMAT);
+}
+
+/* int(default, base) and float(default) as Jinja2's: Python's int(s, base)
+ * (prefixes, underscores, white space), then int(float(s)), then the
+ * default (expected strings are Jinja2 3.1's). */
+Test(chat_template, int_and_float_filters) {
+    EXPECT_RENDER("{{ '42'|int }} {{ '3.7'|int }} {{ 3.9|int }} {{ 'x'|int }} {{ 'x'|int(5) }} {{ -3.9|int }} {{ '0x1A'|int(0, 16) }} "
+                  "{{ '1_000'|int }} {{ ' -7 '|int }} {{ '0b101'|int(base=0) }} {{ 'ff'|int(base=16) }} {{ '0o17'|int(0, 0) }} "
+                  "{{ '010'|int(-1, 0) }} {{ '1__0'|int(-1) }} {{ '_1'|int(-1) }} {{ '1_'|int(-1) }} {{ none|int(9) }} "
+                  "{{ true|int }} {{ '1e3'|int }} {{ 'nan'|int(4) }} {{ 'z'|int(1, 36) }}|{{ '2.5'|float }} {{ 3|float }} "
+                  "{{ 'x'|float }} {{ 'x'|float(1.5) }} {{ ' 1_0.5 '|float }} {{ '0x10'|float(-1) }} {{ none|float(2) }} "
+                  "{{ '1e3'|float }}",
+                  "42 3 3 0 5 -3 26 1000 -7 5 255 15 10 -1 -1 -1 9 1 1000 4 35|2.5 3.0 0.0 1.5 10.5 -1 2 1000.0");
+    /* Python's ints have no bound; toy's 64-bit ones refuse what does not fit */
+    cr_expect_eq(jinja_err("{{ '99999999999999999999'|int }}", NULL), TOY_ERR_FORMAT);
+}
+
+/* indent as Jinja2's: lines as str.splitlines() gives them (joined with
+ * "\n"), empty ones left unless blank=true, first=true indents even an
+ * empty start; a non-string is an error (expected strings are Jinja2 3.1's). */
+Test(chat_template, indent_filter_lines) {
+    EXPECT_RENDER("{% set multi = 'a\\nb\\n\\nc\\n' %}[{{ multi|indent }}][{{ multi|indent(2, true) }}][{{ multi|indent(2, blank=true) }}]"
+                  "[{{ multi|indent('> ') }}][{{ '\\nx'|indent(2, true) }}][{{ ''|indent(2, true) }}][{{ ''|indent }}]"
+                  "[{{ 'a\\r\\nb\\rc\\u2028d'|indent(1) }}][{{ 'x\\n'|indent(3, true, true) }}]",
+                  "[a\n    b\n\n    c\n][  a\n  b\n\n  c\n][a\n  b\n  \n  c\n  ][a\n> b\n\n> c\n][  \n  x][  ][][a\n b\n c\n d][   x\n   ]");
+    cr_expect_eq(jinja_err("{{ 5|indent }}", NULL), TOY_ERR_FORMAT);
+    cr_expect_eq(jinja_err("{{ none|indent }}", NULL), TOY_ERR_FORMAT);
+}

@@ -680,6 +680,72 @@ static size_t space_before(const char *s, size_t n) {
     return py_space(cp_at(s + b, n - b, &l)) && l == n - b ? l : 0;
 }
 
+/* Python's int(s, base) for base 0 or 2..36: white space around, a sign,
+ * the base's prefix (0x, 0o, 0b; base 0 reads it, and then a plain number
+ * has no leading zero), single underscores between digits. False where
+ * Python raises ValueError; *ovf where the value needs more than 64 bits. */
+static bool py_parse_int(const char *s, size_t n, int base, long long *out, bool *ovf) {
+    size_t i = 0, l;
+    *ovf = false;
+    while (i < n && (l = space_at(s + i, n - i))) i += l;
+    while (n > i && (l = space_before(s + i, n - i))) n -= l;
+    bool neg = i < n && s[i] == '-';
+    if (i < n && (s[i] == '-' || s[i] == '+')) i++;
+    char p = i + 1 < n && s[i] == '0' ? (char)tolower((unsigned char)s[i + 1]) : 0;
+    int pb = p == 'x' ? 16 : p == 'o' ? 8 : p == 'b' ? 2 : 0;
+    bool prefixed = pb && (base == 0 || base == pb);
+    if (prefixed) { base = pb; i += 2; if (i < n && s[i] == '_') i++; }
+    bool plain0 = base == 0;
+    if (base == 0) base = 10;
+    if (base < 2 || base > 36 || i >= n) return false;
+    unsigned long long v = 0;
+    bool nonzero = false;
+    for (size_t j = i; j < n; j++) {
+        int c = (unsigned char)s[j], d;
+        if (c == '_') {
+            if (j == i || s[j - 1] == '_' || j + 1 >= n) return false;
+            continue;
+        }
+        if (isdigit(c)) d = c - '0';
+        else if (isalpha(c)) d = tolower(c) - 'a' + 10;
+        else return false;
+        if (d >= base) return false;
+        nonzero |= d != 0;
+        if (v > (ULLONG_MAX - (unsigned)d) / (unsigned)base) *ovf = true;
+        else v = v * (unsigned)base + (unsigned)d;
+    }
+    if (plain0 && nonzero && s[i] == '0') return false; /* int('010', 0) */
+    if (v > (neg ? (unsigned long long)LLONG_MAX + 1 : (unsigned long long)LLONG_MAX)) *ovf = true;
+    *out = neg ? (long long)(0 - v) : (long long)v;
+    return true;
+}
+
+/* Python's float(s): white space around, underscores between digits,
+ * inf/nan; false where Python raises ValueError */
+static bool py_parse_float(const char *s, size_t n, double *out) {
+    size_t i = 0, l;
+    while (i < n && (l = space_at(s + i, n - i))) i += l;
+    while (n > i && (l = space_before(s + i, n - i))) n -= l;
+    if (i >= n || n - i > 400) return false;
+    char buf[402];
+    size_t k = 0;
+    for (size_t j = i; j < n; j++) {
+        if (s[j] == '_') {
+            if (j == i || j + 1 >= n || !isdigit((unsigned char)s[j - 1]) || !isdigit((unsigned char)s[j + 1])) return false;
+            continue;
+        }
+        if (!isalnum((unsigned char)s[j]) && !strchr("+-.", s[j])) return false;
+        buf[k++] = s[j];
+    }
+    buf[k] = 0;
+    /* strtod also reads hex floats and "infinity"/"nan(...)", which float() does not, bar "infinity" */
+    const char *q = buf + (buf[0] == '+' || buf[0] == '-');
+    if (q[0] == '0' && (q[1] == 'x' || q[1] == 'X')) return false;
+    char *end;
+    *out = strtod(buf, &end);
+    return end == buf + k && k > 0;
+}
+
 /* Does the code point s[0..l) occur in `set` (whole code points, so 'é'
  * never strips half of 'è')? */
 static bool in_set(const char *set, size_t setn, const char *s, size_t l) {
@@ -724,8 +790,15 @@ static json_t *str_replace(json_t *s, json_t *from, json_t *to, long long count)
     struct sbuf b = {0};
     size_t i = 0;
     long long done = 0;
-    if (fl == 0) { sb_add(&b, p, n); }
-    else {
+    if (fl == 0) { /* Python puts `to` before each character and at the end */
+        for (size_t l; i <= n; i += l) {
+            l = 1;
+            if (count < 0 || done < count) { sb_add(&b, t, tl); done++; }
+            if (i == n) break;
+            cp_at(p + i, n - i, &l);
+            sb_add(&b, p + i, l);
+        }
+    } else {
         while (i < n) {
             const char *m = (count < 0 || done < count) ? memmem(p + i, n - i, f, fl) : NULL;
             if (!m) { sb_add(&b, p + i, n - i); break; }
@@ -1759,11 +1832,23 @@ static json_t *eval(struct ctx *C, const struct node *x) {
         } else if (!strcmp(op, "+") && a && b && json_is_array(a) && json_is_array(b)) {
             r = json_copy(a);
             json_array_extend(r, b);
-        } else if (!strcmp(op, "*") && a && b && json_is_string(a) && is_intlike(b)) {
-            struct sbuf sb = {0};
-            for (long long i = 0; i < ival(b) && i < 100000; i++) sb_add(&sb, json_string_value(a), json_string_length(a));
-            r = json_stringn_nocheck(sb.p ? sb.p : "", sb.n);
-            free(sb.p);
+        } else if (!strcmp(op, "*") && a && b && (((json_is_string(a) || json_is_array(a)) && is_intlike(b)) ||
+                                                 ((json_is_string(b) || json_is_array(b)) && is_intlike(a)))) {
+            /* 'ab' * 3, 3 * 'ab', [0] * 3: repetition (none for n <= 0) */
+            json_t *seq = is_intlike(a) ? b : a;
+            long long times = ival(is_intlike(a) ? a : b);
+            size_t unit = json_is_string(seq) ? json_string_length(seq) : json_array_size(seq);
+            if (times > 0 && unit && (unsigned long long)times > (64u << 20) / unit) { rerr(C, x, "'*' result too large"); goto bin_out; }
+            if (json_is_string(seq)) {
+                struct sbuf sb = {0};
+                for (long long i = 0; i < times; i++) sb_add(&sb, json_string_value(seq), json_string_length(seq));
+                if (sb.oom) { C->st = TOY_ERR_NOMEM; free(sb.p); goto bin_out; }
+                r = json_stringn_nocheck(sb.p ? sb.p : "", sb.n);
+                free(sb.p);
+            } else {
+                r = json_array();
+                for (long long i = 0; i < times; i++) json_array_extend(r, seq);
+            }
         } else if (!strcmp(op, "%") && a && json_is_string(a)) {
             /* a tuple gives the arguments ('%s and %s' % (a, b)); any other
              * value is the one argument, a dict one to take %(key)s from */
@@ -2002,14 +2087,40 @@ static json_t *do_filter(struct ctx *C, const struct node *f, json_t *v) {
     if (!strcmp(n, "string")) return str_of(v);
     if (!strcmp(n, "safe")) return v ? json_incref(v) : json_string("");
     if (!strcmp(n, "int")) {
-        if (v && json_is_string(v)) return json_integer(strtoll(json_string_value(v), NULL, 10));
-        double d = is_num(v) ? num(v) : 0;
-        if (!(fabs(d) < 9.2e18)) { rerr(C, f, "int: %g does not fit", d); return NULL; }
-        return json_integer((long long)d);
+        /* Jinja2: int(value, base), else int(float(value)), else the default */
+        json_t *dflt = arg(C, f, 0, "default"), *base = arg(C, f, 1, "base");
+        long long bv = base && is_intlike(base) ? ival(base) : 10, i = 0;
+        json_t *r = NULL;
+        double d = 0;
+        bool ovf = false, use_default = false;
+        if (v && json_is_string(v)) {
+            const char *sv = json_string_value(v);
+            size_t sl = json_string_length(v);
+            if (bv >= 0 && bv <= 36 && bv != 1 && py_parse_int(sv, sl, (int)bv, &i, &ovf)) {
+                if (ovf) rerr(C, f, "int: the value needs more than 64 bits");
+                else r = json_integer(i);
+            } else if (!py_parse_float(sv, sl, &d)) {
+                use_default = true;
+            }
+        } else if (is_num(v)) {
+            d = num(v);
+        } else {
+            use_default = true;
+        }
+        if (isnan(d)) use_default = true; /* int(nan) is a ValueError, which Jinja2 turns into the default */
+        if (use_default) r = dflt ? json_incref(dflt) : json_integer(0);
+        else if (!r && !C->st && !(fabs(d) < 9.2e18)) rerr(C, f, "int: the value needs more than 64 bits");
+        else if (!r && !C->st) r = json_integer((long long)d);
+        json_decref(dflt);
+        json_decref(base);
+        return r;
     }
     if (!strcmp(n, "float")) {
-        if (v && json_is_string(v)) return json_real(strtod(json_string_value(v), NULL));
-        return json_real(is_num(v) ? num(v) : 0.0);
+        double d;
+        if (is_num(v)) return json_real(num(v));
+        if (v && json_is_string(v) && py_parse_float(json_string_value(v), json_string_length(v), &d)) return json_real(d);
+        json_t *dflt = arg(C, f, 0, "default");
+        return dflt ? dflt : json_real(0.0);
     }
     if (!strcmp(n, "abs")) {
         if (is_intlike(v) && ival(v) == LLONG_MIN) { rerr(C, f, "integer overflow in abs"); return NULL; }
@@ -2221,25 +2332,39 @@ static json_t *do_filter(struct ctx *C, const struct node *f, json_t *v) {
         return r;
     }
     if (!strcmp(n, "indent")) {
+        /* Jinja2's: the text plus a newline is split into lines as
+         * str.splitlines() does and joined with "\n"; each line after the
+         * first is indented unless empty (blank=true: all of them), and
+         * first=true indents the result's start too */
+        if (!v || !json_is_string(v)) { rerr(C, f, "indent: the value is not a string"); return NULL; }
         json_t *w = arg(C, f, 0, "width"), *first = arg(C, f, 1, "first"), *blank = arg(C, f, 2, "blank");
         long long width = w && is_intlike(w) ? ival(w) : 4;
         if (width < 0 || width > 4096) width = width < 0 ? 0 : 4096;
-        const char *pad = strv(w);
+        struct sbuf pad = {0};
+        if (strv(w)) sb_str(&pad, strv(w));
+        else for (long long k = 0; k < width; k++) sb_add(&pad, " ", 1);
+        const char *ind = pad.p ? pad.p : "";
         json_t *s = str_of(v);
         struct sbuf b = {0};
-        const char *p = json_string_value(s);
-        size_t len = json_string_length(s);
-        bool at_line_start = truthy(first);
-        for (size_t i = 0; i <= len; i++) {
-            if (at_line_start && i < len && (p[i] != '\n' || truthy(blank))) {
-                if (pad) sb_str(&b, pad);
-                else for (long long k = 0; k < width; k++) sb_add(&b, " ", 1);
-            }
-            at_line_start = false;
-            if (i < len) { sb_add(&b, p + i, 1); if (p[i] == '\n') at_line_start = true; }
-        }
-        json_t *r = json_stringn_nocheck(b.p ? b.p : "", b.n);
+        sb_add(&b, json_string_value(s), json_string_length(s));
+        sb_str(&b, "\n");
+        json_t *whole = json_stringn_nocheck(b.p, b.n);
         free(b.p);
+        b = (struct sbuf){0};
+        json_t *lines = whole ? split_lines(whole, false) : NULL;
+        size_t i;
+        json_t *ln;
+        if (truthy(first)) sb_str(&b, ind);
+        json_array_foreach(lines, i, ln) {
+            if (i) sb_str(&b, "\n");
+            if (i && (json_string_length(ln) || truthy(blank))) sb_str(&b, ind);
+            sb_add(&b, json_string_value(ln), json_string_length(ln));
+        }
+        json_t *r = b.oom ? NULL : json_stringn_nocheck(b.p ? b.p : "", b.n);
+        if (b.oom || pad.oom) C->st = TOY_ERR_NOMEM;
+        free(b.p);
+        free(pad.p);
+        json_decref(lines); json_decref(whole);
         json_decref(s); json_decref(w); json_decref(first); json_decref(blank);
         return r;
     }
