@@ -177,7 +177,7 @@ Test(chat_template, expressions) {
     EXPECT_RENDER("{{ 'hello'[1] }}|{{ 'hello'[-1] }}|{{ 'hello'[1:3] }}|{{ 'hello'[::-1] }}|{{ [1,2,3,4][1:] }}|"
                   "{{ [1,2,3,4][:-1] }}|{{ [1,2,3,4][::2] }}",
                   "e|o|el|olleh|[2, 3, 4]|[1, 2, 3]|[1, 3]");
-    EXPECT_RENDER("{{ undefined_var }}|{{ undefined_var.attr }}|{{ none }}|{{ true }}|{{ 1.5 }}|{{ 2.0 }}",
+    EXPECT_RENDER("{{ undefined_var }}|{{ none.attr }}|{{ none }}|{{ true }}|{{ 1.5 }}|{{ 2.0 }}",
                   "||None|True|1.5|2.0");
     EXPECT_RENDER("{{ 'a' 'b' }}|{{ \"q'uote\" }}|{{ 'esc\\n'|length }}", "ab|q'uote|4");
 }
@@ -796,4 +796,29 @@ Test(chat_template, indent_filter_lines) {
                   "[a\n    b\n\n    c\n][  a\n  b\n\n  c\n][a\n  b\n  \n  c\n  ][a\n> b\n\n> c\n][  \n  x][  ][][a\n b\n c\n d][   x\n   ]");
     cr_expect_eq(jinja_err("{{ 5|indent }}", NULL), TOY_ERR_FORMAT);
     cr_expect_eq(jinja_err("{{ none|indent }}", NULL), TOY_ERR_FORMAT);
+}
+
+/* An attribute, item or slice of undefined is an error, as Jinja2's
+ * Undefined raises (a template rendered by Hugging Face stops there); an
+ * undefined value itself prints, tests, iterates and defaults, and an
+ * attribute of none, a string or a number is undefined (expected strings
+ * are Jinja2 3.1's). */
+Test(chat_template, attribute_of_undefined_is_an_error) {
+    cr_expect_eq(jinja_err("[{{ missing.attr }}]", NULL), TOY_ERR_FORMAT);
+    cr_expect_eq(jinja_err("[{{ missing['k'] }}]", NULL), TOY_ERR_FORMAT);
+    cr_expect_eq(jinja_err("[{{ missing[1:] }}]", NULL), TOY_ERR_FORMAT);
+    cr_expect_eq(jinja_err("{% set d = {} %}[{{ d.zz.yy }}]", NULL), TOY_ERR_FORMAT);
+    cr_expect_eq(jinja_err("[{{ ('y' if false).x }}]", NULL), TOY_ERR_FORMAT);
+    cr_expect_eq(jinja_err("{{ messages[0].tool_calls[0] }}", "[{\"role\":\"user\",\"content\":\"x\"}]"), TOY_ERR_FORMAT);
+    EXPECT_RENDER("[{{ missing }}][{{ missing is defined }}][{{ missing|default('d') }}][{{ missing|length }}]"
+                  "{% for x in missing %}x{% endfor %}[{{ none.x }}][{{ 'ab'.x }}]{% set n = 1 %}[{{ n.x is defined }}]"
+                  "{% set d = {} %}[{{ d.zz is defined }}][{{ (d.zz.yy is defined) if d.zz is defined }}]"
+                  "[{{ missing.x if missing is defined else 'guarded' }}]",
+                  "[][False][d][0][][][False][False][][guarded]");
+    /* `in` needs a container on its right, and a string on its left when that is a string */
+    EXPECT_RENDER("{{ 'a' in missing }}{{ 1 in [1] }}{{ 1 in {1: 2} }}", "FalseTrueTrue");
+    cr_expect_eq(jinja_err("{{ 'a' in none }}", NULL), TOY_ERR_FORMAT);
+    cr_expect_eq(jinja_err("{{ 1 in 'abc' }}", NULL), TOY_ERR_FORMAT);
+    cr_expect_eq(jinja_err("{{ 'a' in 5 }}", NULL), TOY_ERR_FORMAT);
+    cr_expect_eq(jinja_err("{{ missing in 'abc' }}", NULL), TOY_ERR_FORMAT);
 }

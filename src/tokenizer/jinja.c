@@ -8,8 +8,8 @@
  * none/bools/lists uses Python's str() (None, True, ['a', 'b']); tojson is
  * Hugging Face's: json.dumps(x, ensure_ascii=False, indent=None,
  * separators=None, sort_keys=False). Undefined
- * values print as "" and are falsy; attributes of undefined are undefined
- * (lenient, never an error). Errors carry the template line.
+ * values print as "" and are falsy; an attribute or item of undefined is an
+ * error, as in Jinja2. Errors carry the template line.
  */
 #include "jinja.h"
 #include "tokenizer-impl.h"
@@ -1610,12 +1610,23 @@ static json_t *py_percent(struct ctx *C, const struct node *x, json_t *fmtv, jso
     return r;
 }
 
+/* Python's TypeErrors of `a in b`: `x in none`, `x in 5`, `1 in 'abc'`
+ * (undefined is an empty iterable) */
+static bool in_operands(struct ctx *C, const struct node *x, json_t *a, json_t *b) {
+    b = unmark(b);
+    a = unmark(a);
+    if (C->st || !b) return !C->st;
+    if (!(json_is_string(b) || json_is_array(b) || json_is_object(b))) { rerr(C, x, "the right of 'in' is not a container"); return false; }
+    if (json_is_string(b) && !(a && json_is_string(a))) { rerr(C, x, "'in <string>' needs a string on the left"); return false; }
+    return true;
+}
+
 /* One comparison of a chain: == != < > <= >= in notin. */
 static bool compare_op(struct ctx *C, const struct node *x, const char *op, json_t *a, json_t *b) {
     if (!strcmp(op, "==")) return equal(a, b);
     if (!strcmp(op, "!=")) return !equal(a, b);
-    if (!strcmp(op, "in")) return contains(b, a);
-    if (!strcmp(op, "notin")) return !contains(b, a);
+    if (!strcmp(op, "in")) return in_operands(C, x, a, b) && contains(b, a);
+    if (!strcmp(op, "notin")) return in_operands(C, x, a, b) && !contains(b, a);
     int c = compare(C, x, a, b);
     return op[0] == '<' ? (op[1] ? c <= 0 : c < 0) : (op[1] ? c >= 0 : c > 0);
 }
@@ -1632,8 +1643,25 @@ static int dict_method(const char *name) {
     return 0;
 }
 
+/* Jinja2's Undefined can be printed, tested, iterated and compared, but an
+ * attribute or item of it is an error, as a template rendered by Hugging
+ * Face finds: `missing.x`, `d.no_key.x`, `missing[0]`. Evaluates x->a and
+ * says whether it is defined; an error when not. */
+static json_t *eval_defined(struct ctx *C, const struct node *x, bool *ok) {
+    json_t *a = eval(C, x->a);
+    if (is_undef(a)) { json_decref(a); a = NULL; }
+    *ok = a != NULL;
+    if (!a && !C->st) {
+        const struct node *o = x->a;
+        if (o->k == E_NAME || o->k == E_ATTR) rerr(C, x, "'%s' is undefined", o->str);
+        else rerr(C, x, "an attribute or item of an undefined value");
+    }
+    return a;
+}
+
 static json_t *eval(struct ctx *C, const struct node *x) {
     if (C->st || !x) return NULL;
+    bool ok;
     json_t *a, *b, *r = NULL;
     switch (x->k) {
     /* a fresh copy: the literal belongs to the parsed template, which other
@@ -1644,7 +1672,8 @@ static json_t *eval(struct ctx *C, const struct node *x) {
         return v ? json_incref(v) : NULL;
     }
     case E_ATTR: {
-        a = eval(C, x->a);
+        a = eval_defined(C, x, &ok);
+        if (!ok) return NULL;
         if (a && json_is_object(a) && !is_namespace(a) && dict_method(x->str)) {
             /* Jinja2 looks for a Python attribute before a key: d.items is
              * dict.items even when d has a key 'items' (d['items'] is the
@@ -1660,14 +1689,16 @@ static json_t *eval(struct ctx *C, const struct node *x) {
         return r;
     }
     case E_INDEX:
-        a = eval(C, x->a);
+        a = eval_defined(C, x, &ok);
+        if (!ok) return NULL;
         b = eval(C, x->b);
         r = py_index(a, b);
         json_decref(a);
         json_decref(b);
         return r;
     case E_SLICE: {
-        a = eval(C, x->a);
+        a = eval_defined(C, x, &ok);
+        if (!ok) return NULL;
         json_t *s = eval(C, x->b), *e = eval(C, x->c), *st = x->n ? eval(C, x->list[0]) : NULL;
         long long step = st && is_intlike(st) ? ival(st) : 1;
         if (step == 0) { rerr(C, x, "slice step cannot be zero"); goto slice_out; }
@@ -1771,6 +1802,7 @@ static json_t *eval(struct ctx *C, const struct node *x) {
     case E_NOTIN:
         a = eval(C, x->a);
         b = eval(C, x->b);
+        if (!in_operands(C, x, a, b)) { json_decref(a); json_decref(b); return NULL; }
         r = json_boolean(contains(b, a) == (x->k == E_IN));
         json_decref(a);
         json_decref(b);
