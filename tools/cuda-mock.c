@@ -263,6 +263,7 @@ static int run_node(const struct toy_cu_node *n) {
     size_t ws = toy_cpu_work_size(&dst, 1);
     void *work = NULL;
     if (posix_memalign(&work, 64, ws ? ws : 64)) return 1;
+    memset(work, 0, ws ? ws : 64); /* as the graph's: the kernels' shared counters start at zero */
     toy_cpu_compute(&dst, 0, 1, work, ws);
     free(work);
     if (dst.op_params[TOY_MAX_OP_PARAMS - 1]) *n->err = n->index + 1;

@@ -49,35 +49,44 @@ static inline bool toy_last_thread(atomic_int *ctr, int nth) {
     return false;
 }
 
-/* Units [0, n) dealt out `per` at a time as threads get to them (decode's
- * matrix-vector products): thread ith first takes chunk ith, so threads of
- * equal speed split the work as a static split would, then the next chunk
- * nobody has, so a thread that runs slow (a VM's busy core, a neighbour on
- * the memory bus) takes fewer and the others do not wait for it at the end
- * of the node. Every thread calls toy_share_next until it returns false,
- * and a node uses at most one toy_share (the last thread to see the end
- * resets the counters, which a second deal could see before the reset). */
+/* Units [0, n) (in multiples of `unit`) dealt out to threads as they get
+ * to them (decode's matrix-vector products): thread ith first takes the
+ * ith of nth equal runs covering three quarters of the units, one long
+ * stream each, then small chunks of the rest, whichever nobody has, so a
+ * thread that runs slow (a VM's busy core, a neighbour on the memory bus)
+ * takes fewer and the others do not wait for it at the end of the node.
+ * Every thread calls toy_share_next until it returns false, and a node
+ * uses at most one toy_share (one thread alone uses no counters; else the
+ * last thread to see the end resets them, which a second deal could see
+ * before the reset). */
 struct toy_share {
     atomic_int *next, *done;
-    int64_t n, per;
+    int64_t n, first, per; /* the long runs' length; the small chunks' */
     int ith, nth;
-    bool first;
+    bool started;
 };
 
-static inline void toy_share_init(struct toy_share *s, void *work, int64_t n, int64_t per, int ith, int nth) {
+static inline void toy_share_init(struct toy_share *s, void *work, int64_t n, int64_t unit, int ith, int nth) {
     atomic_int *ctr = (atomic_int *)((char *)work + TOY_WORK_SHARED);
-    *s = (struct toy_share){ctr, ctr + 1, n, per > 0 ? per : 1, ith, nth, true};
+    int64_t units = (n + unit - 1) / unit, first = units * 3 / 4 / nth, rest = units - first * nth;
+    int64_t per = (rest + 4 * (int64_t)nth - 1) / (4 * (int64_t)nth);
+    *s = (struct toy_share){ctr, ctr + 1, n, first * unit, (per > 0 ? per : 1) * unit, ith, nth, false};
+    if (nth == 1) s->first = n; /* all of it, no counters */
 }
 
-/* chunks of about a quarter of a thread's even share */
-static inline int64_t toy_share_chunk(int64_t n, int nth) { return (n + 4 * (int64_t)nth - 1) / (4 * (int64_t)nth); }
-
 static inline bool toy_share_next(struct toy_share *s, int64_t *u0, int64_t *u1) {
-    int64_t c = s->first ? s->ith : s->nth + atomic_fetch_add_explicit(s->next, 1, memory_order_relaxed);
-    s->first = false;
-    if (c < (s->n + s->per - 1) / s->per) {
-        *u0 = c * s->per;
-        *u1 = *u0 + s->per < s->n ? *u0 + s->per : s->n;
+    if (!s->started && s->first) {
+        s->started = true;
+        *u0 = s->ith * s->first;
+        *u1 = *u0 + s->first;
+        return true;
+    }
+    s->started = true;
+    if (s->nth == 1) return false;
+    int64_t at = s->first * s->nth + s->per * atomic_fetch_add_explicit(s->next, 1, memory_order_relaxed);
+    if (at < s->n) {
+        *u0 = at;
+        *u1 = at + s->per < s->n ? at + s->per : s->n;
         return true;
     }
     if (toy_last_thread(s->done, s->nth)) atomic_store_explicit(s->next, 0, memory_order_relaxed);
