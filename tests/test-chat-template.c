@@ -822,3 +822,12 @@ Test(chat_template, attribute_of_undefined_is_an_error) {
     cr_expect_eq(jinja_err("{{ 'a' in 5 }}", NULL), TOY_ERR_FORMAT);
     cr_expect_eq(jinja_err("{{ missing in 'abc' }}", NULL), TOY_ERR_FORMAT);
 }
+
+/* "+%}" keeps the newline after a block tag (trim_blocks off for it), and
+ * `for x in 1, 2` loops over a tuple (expected strings are Jinja2 3.1's). */
+Test(chat_template, plus_block_end_and_bare_tuple_loop) {
+    EXPECT_RENDER("{% if true +%}\nx{% endif +%}\ny\n{% for i in [1] +%}\n  {{ i }}\n{%+ endfor +%}\nz", "\nx\ny\n\n  1\n\nz");
+    EXPECT_RENDER("{% for x in 1, 2 %}{{ x }}{% endfor %}|{% for x in 'a', %}{{ x }}{% endfor %}|"
+                  "{% for x in 1, 2, 3 if x > 1 %}{{ x }}{% endfor %}",
+                  "12|a|23");
+}

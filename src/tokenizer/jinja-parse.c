@@ -102,8 +102,8 @@ static size_t unescape(const char *s, size_t n, char *b, size_t *o) {
 }
 
 /* Lexes expression tokens until "}}" (var) or "%}" (block); sets *strip_after
- * when the closing delimiter has a '-'. */
-static bool lex_expr(struct lexer *L, bool block, bool *strip_after) {
+ * when the closing delimiter has a '-', *keep_nl when a block's has a '+'. */
+static bool lex_expr(struct lexer *L, bool block, bool *strip_after, bool *keep_nl) {
     const char *s = L->src;
     int depth = 0; /* open ( [ { : "}}" inside a dict literal does not close the tag */
     for (;;) {
@@ -119,6 +119,13 @@ static bool lex_expr(struct lexer *L, bool block, bool *strip_after) {
             *strip_after = true;
             L->pos = p + 3;
             return lex_push(L, (struct token){.k = block ? TK_BLOCK_END : TK_VAR_END, .line = L->line});
+        }
+        if (depth == 0 && block && c == '+' && !strncmp(s + p + 1, close, 2)) {
+            /* "+%}": this tag keeps the newline after it (no trim_blocks) */
+            *strip_after = false;
+            *keep_nl = true;
+            L->pos = p + 3;
+            return lex_push(L, (struct token){.k = TK_BLOCK_END, .line = L->line});
         }
         if (depth == 0 && !strncmp(s + p, close, 2)) {
             *strip_after = false;
@@ -238,10 +245,10 @@ static bool lex(struct lexer *L) {
         bool block = kind == '%';
         if (!lex_push(L, (struct token){.k = block ? TK_BLOCK_BEGIN : TK_VAR_BEGIN, .line = L->line})) return false;
         size_t first = L->ntok;
-        bool strip_after = false;
-        if (!lex_expr(L, block, &strip_after)) return false;
+        bool strip_after = false, keep_nl = false;
+        if (!lex_expr(L, block, &strip_after, &keep_nl)) return false;
         lstrip_next = strip_after;
-        trim_nl = block && !strip_after;
+        trim_nl = block && !strip_after && !keep_nl;
         /* {% raw %} ... {% endraw %}: the text in between, verbatim */
         if (block && L->ntok == first + 2 && L->toks[first].k == TK_NAME && !strcmp(L->toks[first].s, "raw")) {
             L->ntok -= 3;
@@ -787,6 +794,16 @@ static struct node *parse_stmt(struct parser *P) {
         } while (1);
         if (!expect_name(P, "in")) return NULL;
         x->a = parse_or(P); /* no conditional: `if` here filters the loop */
+        if (x->a && is_op(peek(P), ",")) { /* for x in 1, 2: a tuple */
+            struct node *tu = mk(P, E_TUPLE);
+            if (!tu || !append(P, &tu->list, &tu->n, x->a)) return NULL;
+            while (is_op(peek(P), ",")) {
+                P->i++;
+                if (peek(P)->k == TK_BLOCK_END || is_name(peek(P), "if") || is_name(peek(P), "recursive")) break;
+                if (!append(P, &tu->list, &tu->n, parse_or(P))) return NULL;
+            }
+            x->a = tu;
+        }
         if (is_name(peek(P), "if")) { P->i++; x->b = parse_or(P); }
         if (is_name(peek(P), "recursive")) { P->i++; x->recursive = true; }
         if (!expect_k(P, TK_BLOCK_END)) return NULL;
