@@ -289,71 +289,78 @@ Test(chat_template, errors) {
     cr_expect_null(t);
 }
 
-/* Qwen2.5-Instruct's template (tools, tool calls, tool responses, heavy
- * whitespace control), written out from the model's tokenizer_config.json;
- * the renderings below follow its Jinja by hand. */
-static const char *qwen25 =
+/* A tool-calling template of our own in the shape the popular ones take
+ * (tools listed with tojson, calls whose arguments are a mapping, runs of
+ * tool results grouped by looking at the neighbours, heavy whitespace
+ * control); the expected renderings are Jinja2 3.1's, configured as Hugging
+ * Face renders chat templates. */
+static const char *tool_template =
     "{%- if tools %}\n"
-    "    {{- '<|im_start|>system\\n' }}\n"
+    "    {{- '<|turn|>system\\n' }}\n"
     "    {%- if messages[0]['role'] == 'system' %}\n"
     "        {{- messages[0]['content'] }}\n"
     "    {%- else %}\n"
-    "        {{- 'You are Qwen, created by Alibaba Cloud. You are a helpful assistant.' }}\n"
+    "        {{- 'A helper that may call functions.' }}\n"
     "    {%- endif %}\n"
-    "    {{- \"\\n\\n# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\nYou are provided with function signatures within <tools></tools> XML tags:\\n<tools>\" }}\n"
+    "    {{- \"\\n\\nFunctions you can call, one JSON object per line:\\n<functions>\" }}\n"
     "    {%- for tool in tools %}\n"
     "        {{- \"\\n\" }}\n"
     "        {{- tool | tojson }}\n"
     "    {%- endfor %}\n"
-    "    {{- \"\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\\"name\\\": <function-name>, \\\"arguments\\\": <args-json-object>}\\n</tool_call><|im_end|>\\n\" }}\n"
+    "    {{- \"\\n</functions>\\nTo call one, answer with <call>{\\\"name\\\": ..., \\\"arguments\\\": {...}}</call>.<|end|>\\n\" }}\n"
     "{%- else %}\n"
     "    {%- if messages[0]['role'] == 'system' %}\n"
-    "        {{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}\n"
+    "        {{- '<|turn|>system\\n' + messages[0]['content'] + '<|end|>\\n' }}\n"
     "    {%- else %}\n"
-    "        {{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}\n"
+    "        {{- '<|turn|>system\\nA helper.<|end|>\\n' }}\n"
     "    {%- endif %}\n"
     "{%- endif %}\n"
     "{%- for message in messages %}\n"
     "    {%- if (message.role == \"user\") or (message.role == \"system\" and not loop.first) or (message.role == \"assistant\" and not message.tool_calls) %}\n"
-    "        {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}\n"
+    "        {{- '<|turn|>' + message.role + '\\n' + message.content + '<|end|>' + '\\n' }}\n"
     "    {%- elif message.role == \"assistant\" %}\n"
-    "        {{- '<|im_start|>' + message.role }}\n"
+    "        {{- '<|turn|>' + message.role }}\n"
     "        {%- if message.content %}\n"
     "            {{- '\\n' + message.content }}\n"
     "        {%- endif %}\n"
-    "        {%- for tool_call in message.tool_calls %}\n"
-    "            {%- if tool_call.function is defined %}\n"
-    "                {%- set tool_call = tool_call.function %}\n"
+    "        {%- for call in message.tool_calls %}\n"
+    "            {%- if call.function is defined %}\n"
+    "                {%- set call = call.function %}\n"
     "            {%- endif %}\n"
-    "            {{- '\\n<tool_call>\\n{\"name\": \"' }}\n"
-    "            {{- tool_call.name }}\n"
+    "            {{- '\\n<call>{\"name\": \"' }}\n"
+    "            {{- call.name }}\n"
     "            {{- '\", \"arguments\": ' }}\n"
-    "            {{- tool_call.arguments | tojson }}\n"
-    "            {{- '}\\n</tool_call>' }}\n"
+    "            {{- call.arguments | tojson }}\n"
+    "            {{- '}</call>' }}\n"
     "        {%- endfor %}\n"
-    "        {{- '<|im_end|>\\n' }}\n"
+    "        {{- '<|end|>\\n' }}\n"
     "    {%- elif message.role == \"tool\" %}\n"
     "        {%- if (loop.index0 == 0) or (messages[loop.index0 - 1].role != \"tool\") %}\n"
-    "            {{- '<|im_start|>user' }}\n"
+    "            {{- '<|turn|>results' }}\n"
     "        {%- endif %}\n"
-    "        {{- '\\n<tool_response>\\n' }}\n"
+    "        {{- '\\n<result>' }}\n"
     "        {{- message.content }}\n"
-    "        {{- '\\n</tool_response>' }}\n"
+    "        {{- '</result>' }}\n"
     "        {%- if loop.last or (messages[loop.index0 + 1].role != \"tool\") %}\n"
-    "            {{- '<|im_end|>\\n' }}\n"
+    "            {{- '<|end|>\\n' }}\n"
     "        {%- endif %}\n"
     "    {%- endif %}\n"
     "{%- endfor %}\n"
     "{%- if add_generation_prompt %}\n"
-    "    {{- '<|im_start|>assistant\\n' }}\n"
+    "    {{- '<|turn|>assistant\\n' }}\n"
     "{%- endif %}\n";
 
-Test(chat_template, qwen25_tools) {
+Test(chat_template, tool_calling_template) {
     const char *plain = "[{\"role\": \"system\", \"content\": \"S\"}, {\"role\": \"user\", \"content\": \"Hi\"},"
                         " {\"role\": \"assistant\", \"content\": \"Hello\"}]";
-    char *got = render(qwen25, plain, true, "", "");
-    cr_expect_str_eq(got, "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
-                          "<|im_start|>assistant\nHello<|im_end|>\n<|im_start|>assistant\n");
+    char *got = render(tool_template, plain, true, "", "");
+    cr_expect_str_eq(got, "<|turn|>system\n"
+                          "S<|end|>\n"
+                          "<|turn|>user\n"
+                          "Hi<|end|>\n"
+                          "<|turn|>assistant\n"
+                          "Hello<|end|>\n"
+                          "<|turn|>assistant\n");
     free(got);
     const char *tools =
         "{\"messages\": [{\"role\": \"user\", \"content\": \"What's the weather in Paris?\"},"
@@ -361,18 +368,24 @@ Test(chat_template, qwen25_tools) {
         "   \"function\": {\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}}]},"
         " {\"role\": \"tool\", \"content\": \"22C\"}, {\"role\": \"tool\", \"content\": \"sunny\"}],"
         " \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"get_weather\"}}]}";
-    got = render(qwen25, tools, true, "", "");
+    got = render(tool_template, tools, true, "", "");
     cr_expect_str_eq(got,
-        "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.\n\n# Tools\n\n"
-        "You may call one or more functions to assist with the user query.\n\n"
-        "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
-        "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\"}}\n</tools>\n\n"
-        "For each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n"
-        "<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n"
-        "<|im_start|>user\nWhat's the weather in Paris?<|im_end|>\n"
-        "<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call><|im_end|>\n"
-        "<|im_start|>user\n<tool_response>\n22C\n</tool_response>\n<tool_response>\nsunny\n</tool_response><|im_end|>\n"
-        "<|im_start|>assistant\n");
+        "<|turn|>system\n"
+        "A helper that may call functions.\n"
+        "\n"
+        "Functions you can call, one JSON object per line:\n"
+        "<functions>\n"
+        "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\"}}\n"
+        "</functions>\n"
+        "To call one, answer with <call>{\"name\": ..., \"arguments\": {...}}</call>.<|end|>\n"
+        "<|turn|>user\n"
+        "What's the weather in Paris?<|end|>\n"
+        "<|turn|>assistant\n"
+        "<call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}</call><|end|>\n"
+        "<|turn|>results\n"
+        "<result>22C</result>\n"
+        "<result>sunny</result><|end|>\n"
+        "<|turn|>assistant\n");
     free(got);
 }
 
