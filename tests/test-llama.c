@@ -508,3 +508,69 @@ Test(llama, fused_decode_matches_unfused, .timeout = 120) {
     }
     th_rmdir();
 }
+
+/* toy_llama_pack_weights copies a file's float matrices (F32, F16, BF16)
+ * into its huge-page block, releases their file pages, and decodes the
+ * same bits as from the mapping; $TOY_MAP_WEIGHTS keeps them mapped. */
+static void decode_logits(struct toy_llama *m, float *out, int steps) {
+    struct toy_kv_cache kv;
+    cr_assert_eq(toy_kv_cache_init(&kv, m, 16, 1), TOY_OK, "%s", toy_last_error());
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, 1, 1), *pos = toy_new_tensor_1d(ctx, TOY_I32, 1);
+    struct toy_tensor *lg = toy_llama_forward_cached(ctx, m, &kv, tok, pos);
+    toy_set_output(lg);
+    struct toy_graph *g = toy_graph_new(ctx);
+    toy_graph_build(g, lg);
+    toy_graph_set_fusion(g, true);
+    struct toy_threadpool *tp = toy_threadpool_new(2);
+    for (int s = 0; s < steps; s++) {
+        *(int32_t *)kv.n_past->data = s;
+        *(int32_t *)tok->data = (s * 5 + 1) % (int32_t)m->cfg.vocab;
+        *(int32_t *)pos->data = s;
+        cr_assert_eq(toy_graph_compute(g, tp), TOY_OK, "%s", toy_last_error());
+        memcpy(out + s * m->cfg.vocab, lg->data, (size_t)m->cfg.vocab * sizeof(float));
+    }
+    toy_threadpool_free(tp);
+    toy_ctx_free(ctx);
+    toy_kv_cache_free(&kv);
+}
+
+Test(llama, pack_weights_copies_float_matrices_off_the_mapping) {
+    th_mkdir("pack");
+    struct toy_llama_config c = base_config();
+    struct toy_llama *m = random_model(&c, 23);
+    const enum toy_dtype types[] = {TOY_F32, TOY_F16, TOY_BF16};
+    for (size_t ti = 0; ti < 3; ti++) {
+        char path[300];
+        snprintf(path, sizeof path, "%s/m-%s.gguf", th_dir, toy_dtype_name(types[ti]));
+        struct toy_gguf_writer *w;
+        cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
+        cr_assert_eq(toy_llama_write_gguf(m, w, types[ti]), TOY_OK, "%s", toy_last_error());
+        cr_assert_eq(toy_gguf_writer_write(w, path), TOY_OK, "%s", toy_last_error());
+        toy_gguf_writer_free(w);
+        const int steps = 4;
+        float *want = malloc((size_t)(steps * c.vocab) * sizeof *want), *got = malloc((size_t)(steps * c.vocab) * sizeof *got);
+        for (int keep = 1; keep >= 0; keep--) {
+            if (keep) setenv("TOY_MAP_WEIGHTS", "1", 1);
+            else unsetenv("TOY_MAP_WEIGHTS");
+            struct toy_llama *ml;
+            cr_assert_eq(toy_llama_load(path, false, &ml), TOY_OK, "%s", toy_last_error());
+            struct toy_tensor *wq = ml->layers[0].wq;
+            cr_assert(toy_gguf_maps(ml->gguf, wq->data, toy_nbytes(wq)));
+            cr_assert_eq(toy_llama_pack_weights(ml), TOY_OK);
+            cr_assert_eq(toy_gguf_maps(ml->gguf, wq->data, toy_nbytes(wq)), keep, "%s, TOY_MAP_WEIGHTS %s",
+                         toy_dtype_name(types[ti]), keep ? "set" : "unset");
+            cr_assert_eq(wq->type, types[ti]);
+            if (!keep) cr_assert_eq((uintptr_t)wq->data % 64, 0);
+            cr_assert_eq(toy_llama_pack_weights(ml), TOY_OK); /* idempotent */
+            decode_logits(ml, keep ? want : got, steps);
+            toy_llama_free(ml);
+        }
+        cr_assert(memcmp(want, got, (size_t)(steps * c.vocab) * sizeof(float)) == 0, "%s: copied weights decode differently",
+                  toy_dtype_name(types[ti]));
+        free(want);
+        free(got);
+    }
+    toy_llama_free(m);
+    th_rmdir();
+}

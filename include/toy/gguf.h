@@ -112,6 +112,8 @@ void toy_gguf_close(struct toy_gguf *g);
  * if touched later): for tensor data a caller has copied elsewhere. A no-op
  * for in-memory images and ranges outside the mapping. */
 void toy_gguf_release(struct toy_gguf *g, const void *p, size_t n);
+/* Whether [p, p + n) lies in g's file mapping (false for in-memory images). */
+bool toy_gguf_maps(const struct toy_gguf *g, const void *p, size_t n);
 
 uint32_t toy_gguf_version(const struct toy_gguf *g);
 size_t toy_gguf_alignment(const struct toy_gguf *g);

@@ -810,6 +810,12 @@ enum toy_status toy_gguf_tensor_read_f32(const struct toy_gguf *g, int64_t i, fl
     return toy_dequantize_row(t->type, t->data, dst, t->n_elements);
 }
 
+bool toy_gguf_maps(const struct toy_gguf *g, const void *p, size_t n) {
+    if (!g || !g->map || !p) return false;
+    uintptr_t lo = (uintptr_t)g->map, a = (uintptr_t)p;
+    return a >= lo && n <= g->map_size && a - lo <= g->map_size - n;
+}
+
 void toy_gguf_release(struct toy_gguf *g, const void *p, size_t n) {
     if (!g || !g->map || !p || !n) return;
     uintptr_t lo = (uintptr_t)g->map, hi = lo + g->map_size, a = (uintptr_t)p, e = a + n;
