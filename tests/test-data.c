@@ -13,9 +13,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "toy/data.h"
+#include "toy/file.h"
 #include "toy/tokenizer.h"
 
 static char dir[] = "/tmp/toy-test-data-XXXXXX";
@@ -498,4 +501,60 @@ Test(data, resume_on_another_number_of_ranks) {
     cr_expect_eq(toy_data_set_state(r3, &s), TOY_ERR_STATE);
     toy_data_free(r3), toy_data_free(r4), toy_data_free(one);
     free(ids);
+}
+
+/* A token file in memory (as read from a pipe) and one through a FIFO, which cannot be mapped, open as the
+ * mapped file does, with the same checks and messages; toy_file_read_all reads both without seeking. */
+Test(data, token_bytes_and_pipes_read_as_the_file) {
+    int64_t n = 3000;
+    size_t size;
+    uint8_t *b = image("TOYT", 1, 500, (uint64_t)n, n, &size);
+    char p[PATH_MAX]; /* tmp() reuses its buffer */
+    snprintf(p, sizeof p, "%s", write_bytes("file.bin", b, size));
+    struct toy_data *d, *m, *f;
+    cr_assert_eq(toy_data_open(p, &small, &d), TOY_OK, "%s", toy_last_error());
+    uint8_t *odd = malloc(size + 1); /* at an odd address: the bytes need no alignment */
+    memcpy(odd + 1, b, size);
+    cr_assert_eq(toy_data_from_token_bytes(odd + 1, size, "piped", &small, &m), TOY_OK, "%s", toy_last_error());
+    cr_expect_eq(toy_data_fingerprint(m), toy_data_fingerprint(d));
+    cr_expect_eq(toy_data_vocab(m), 500);
+    /* the same checks, naming what it was given */
+    put32(odd + 1 + 20 + 4 * 7, 900);
+    cr_expect_eq(toy_data_from_token_bytes(odd + 1, size, "piped", &small, &f), TOY_ERR_RANGE);
+    cr_expect(strstr(toy_last_error(), "piped: token 7 (offset 48) is id 900"), "%s", toy_last_error());
+    cr_expect_eq(toy_data_from_token_bytes(odd + 1, 10, NULL, &small, &f), TOY_ERR_FORMAT);
+    cr_expect(strstr(toy_last_error(), "token data: 10 bytes"), "%s", toy_last_error());
+    free(odd);
+    /* through a FIFO: toy_data_open reads it whole */
+    const char *fifo = tmp("fifo");
+    cr_assert_eq(mkfifo(fifo, 0600), 0);
+    pid_t w = fork();
+    cr_assert(w >= 0);
+    if (w == 0) {
+        FILE *o = fopen(fifo, "wb");
+        _exit(o && fwrite(b, 1, size, o) == size && fclose(o) == 0 ? 0 : 1);
+    }
+    cr_assert_eq(toy_data_open(fifo, &small, &f), TOY_OK, "%s", toy_last_error());
+    int ws;
+    cr_expect_eq(waitpid(w, &ws, 0), w);
+    cr_expect_eq(toy_data_fingerprint(f), toy_data_fingerprint(d));
+    toy_data_free(f);
+    toy_data_free(m);
+    toy_data_free(d);
+    /* toy_file_read_all: the bytes and a NUL after them; a folder or a failing read named */
+    char *all;
+    size_t len;
+    cr_assert_eq(toy_file_read_all(p, &all, &len), TOY_OK, "%s", toy_last_error());
+    cr_expect_eq(len, size);
+    cr_expect_arr_eq(all, b, size);
+    cr_expect_eq(all[len], 0);
+    free(all);
+    cr_expect_eq(toy_file_read_all(dir, &all, &len), TOY_ERR_IO);
+    cr_expect(strstr(toy_last_error(), "is a directory") && strstr(toy_last_error(), dir), "%s", toy_last_error());
+    cr_expect_null(all);
+    if (access("/proc/self/mem", R_OK) == 0) { /* reading it at offset 0 fails with EIO */
+        cr_expect_eq(toy_file_read_all("/proc/self/mem", &all, &len), TOY_ERR_IO);
+        cr_expect(strstr(toy_last_error(), "/proc/self/mem: read error"), "%s", toy_last_error());
+    }
+    free(b);
 }

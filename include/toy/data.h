@@ -55,6 +55,7 @@
 #define TOY_DATA_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "toy/rng.h"
@@ -98,8 +99,16 @@ struct toy_data;
  * if heldout > 0, at least one window (T+1 tokens); with eval_only, that
  * the whole stream holds one window. Errors: TOY_ERR_IO,
  * TOY_ERR_FORMAT, TOY_ERR_UNSUPPORTED (version), TOY_ERR_RANGE (an id >=
- * vocab, a split too small), TOY_ERR_INVALID_ARG (opts). */
+ * vocab, a split too small), TOY_ERR_INVALID_ARG (opts). A path that is
+ * not a regular file (a pipe, /dev/stdin, a FIFO) cannot be mapped: it is
+ * read whole into memory and checked the same way. */
 enum toy_status toy_data_open(const char *path, const struct toy_data_opts *o, struct toy_data **out);
+
+/* The same over the bytes of a TOYT file already in memory (size bytes at
+ * `bytes`, which need no alignment; the ids are copied), e.g. one read
+ * from a pipe. `name` (NULL: "token data") names them in messages. */
+enum toy_status toy_data_from_token_bytes(const void *bytes, size_t size, const char *name,
+                                          const struct toy_data_opts *o, struct toy_data **out);
 
 /* The same over ids in memory (text tokenized on the fly); the ids are
  * copied. Every id must be in [0, vocab) (TOY_ERR_RANGE naming the index). */

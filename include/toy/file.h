@@ -13,7 +13,11 @@
  * is replaced, the link stays), an existing file keeps its permissions,
  * and anything that is not a regular file (a device such as /dev/null, a
  * pipe, a folder) is refused: replacing /dev/full as root turned it into
- * a plain file. */
+ * a plain file.
+ *
+ * Reading a file whole: toy_file_read_all reads regular files and streams
+ * alike (a pipe, /dev/stdin, a FIFO, a character device), so a command
+ * given `--data /dev/stdin` needs no seek. */
 #ifndef TOY_FILE_H
 #define TOY_FILE_H
 
@@ -55,6 +59,19 @@ void toy_file_replace_abort(struct toy_file_replace *r);
  * tracked at once), for a signal handler that ends the process:
  * async-signal-safe (unlink only). */
 void toy_file_remove_temps(void);
+
+/* Reads all of path ("-" is standard input) into *buf (malloc'd, with a NUL
+ * after the last byte, which *len does not count), by reading until end of
+ * file: regular files and non-seekable inputs (pipes, FIFOs, /dev/stdin)
+ * the same way. Errors, each naming path: TOY_ERR_IO (cannot open, "is a
+ * directory", a read error with errno's reason), TOY_ERR_NOMEM. On error
+ * *buf is NULL and *len 0. */
+enum toy_status toy_file_read_all(const char *path, char **buf, size_t *len);
+
+/* The same from an open descriptor (left open), read from where it is;
+ * `name` names it in messages. For an input opened once that must not be
+ * opened again: a FIFO's writer may be gone by then. */
+enum toy_status toy_file_read_fd(int fd, const char *name, char **buf, size_t *len);
 
 #ifdef __cplusplus
 }

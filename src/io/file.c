@@ -1,12 +1,15 @@
 /* file.c: whole-file replacement (toy/file.h): temp file beside the target,
- * fsync, rename, fsync of the folder; and the record of the temp files in
- * progress that a signal handler removes. */
+ * fsync, rename, fsync of the folder; the record of the temp files in
+ * progress that a signal handler removes; and reading a file whole, which
+ * never seeks (pipes and /dev/stdin read like files). */
 #include "toy/file.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -125,4 +128,59 @@ void toy_file_replace_abort(struct toy_file_replace *r) {
     unlink(r->tmp);
     temp_untrack(r->slot);
     r->slot = -1;
+}
+
+enum toy_status toy_file_read_all(const char *path, char **buf, size_t *len) {
+    *buf = NULL;
+    *len = 0;
+    if (!path) return toy_error(TOY_ERR_INVALID_ARG, "toy_file_read_all: NULL path");
+    bool std_in = !strcmp(path, "-");
+    int fd = std_in ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return toy_error(TOY_ERR_IO, "%s: %s", path, strerror(errno));
+    enum toy_status st = toy_file_read_fd(fd, path, buf, len);
+    if (!std_in) close(fd);
+    return st;
+}
+
+enum toy_status toy_file_read_fd(int fd, const char *name, char **buf, size_t *len) {
+    *buf = NULL;
+    *len = 0;
+    struct stat sb;
+    /* a regular file's size is a hint for the first buffer only: it is read to its end like a pipe */
+    size_t cap = 1 << 16;
+    if (fstat(fd, &sb) == 0) {
+        if (S_ISDIR(sb.st_mode)) return toy_error(TOY_ERR_IO, "%s: is a directory", name);
+        if (S_ISREG(sb.st_mode) && sb.st_size > 0 && (uint64_t)sb.st_size < SIZE_MAX - 1)
+            cap = (size_t)sb.st_size + 1;
+    }
+    char *b = malloc(cap);
+    if (!b) return toy_error(TOY_ERR_NOMEM, "%s: out of memory (%zu bytes)", name, cap);
+    size_t n = 0;
+    for (;;) {
+        if (n == cap) { /* grow by half, checked: a stream has no size to trust */
+            size_t more = cap / 2 > 1 << 16 ? cap / 2 : 1 << 16;
+            char *p = cap <= SIZE_MAX - more ? realloc(b, cap + more) : NULL;
+            if (!p) { free(b); return toy_error(TOY_ERR_NOMEM, "%s: out of memory after %zu bytes", name, n); }
+            b = p;
+            cap += more;
+        }
+        ssize_t r = read(fd, b + n, cap - n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            enum toy_status st = toy_error(TOY_ERR_IO, "%s: read error after %zu bytes: %s", name, n, strerror(errno));
+            free(b);
+            return st;
+        }
+        if (r == 0) break;
+        n += (size_t)r;
+    }
+    if (n == cap) { /* room for the NUL */
+        char *p = realloc(b, cap + 1);
+        if (!p) { free(b); return toy_error(TOY_ERR_NOMEM, "%s: out of memory after %zu bytes", name, n); }
+        b = p;
+    }
+    b[n] = 0;
+    *buf = b;
+    *len = n;
+    return TOY_OK;
 }

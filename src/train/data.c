@@ -11,6 +11,8 @@
  * drawn: all ranks advance one shared generator by B*world draws a batch. */
 #include "toy/data.h"
 
+#include "toy/file.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -88,6 +90,101 @@ static enum toy_status finish(struct toy_data *d, const struct toy_data_opts *o,
     return TOY_OK;
 }
 
+/* The header of a TOYT image of `size` bytes at p, and every id: the checks
+ * that toy_data_open makes of a mapped file and toy_data_from_token_bytes
+ * of bytes in memory. */
+static enum toy_status check_token_image(const uint8_t *p, size_t size, const char *name, uint32_t *vocab_out,
+                                         uint64_t *count_out) {
+    if (size < TOY_TOKEN_FILE_HEADER)
+        return toy_error(TOY_ERR_FORMAT, "%s: %zu bytes, shorter than the %d-byte TOYT header (offset 0)", name, size,
+                         TOY_TOKEN_FILE_HEADER);
+    uint32_t version = get_u32(p + 4), vocab = get_u32(p + 8);
+    uint64_t count = get_u64(p + 12), body = size - TOY_TOKEN_FILE_HEADER;
+    if (memcmp(p, TOY_TOKEN_FILE_MAGIC, 4))
+        return toy_error(TOY_ERR_FORMAT, "%s: bad magic %02x %02x %02x %02x at offset 0 (not a TOYT token file)", name,
+                         p[0], p[1], p[2], p[3]);
+    if (version != TOY_TOKEN_FILE_VERSION)
+        return toy_error(TOY_ERR_UNSUPPORTED, "%s: version %" PRIu32 " at offset 4 (this reader knows %d)", name,
+                         version, TOY_TOKEN_FILE_VERSION);
+    if (vocab == 0 || vocab > INT32_MAX)
+        return toy_error(TOY_ERR_FORMAT, "%s: vocabulary size %" PRIu32 " at offset 8 (must be 1..%d)", name, vocab,
+                         INT32_MAX);
+    if (count > body / 4 || body != count * 4)
+        return toy_error(TOY_ERR_FORMAT,
+                         "%s: count %" PRIu64 " at offset 12 needs %s bytes of ids, the file holds %" PRIu64
+                         " (truncated or trailing bytes)",
+                         name, count, count > body / 4 ? "more" : "fewer", body);
+    if (count > INT64_MAX) return toy_error(TOY_ERR_FORMAT, "%s: count %" PRIu64 " at offset 12", name, count);
+    /* Every id up front, a block at a time: a branch-free max, and only a
+     * block that fails is searched for the first bad id. */
+    const uint8_t *ids = p + TOY_TOKEN_FILE_HEADER;
+    for (uint64_t b = 0; b < count; b += 4096) {
+        uint64_t e = count - b < 4096 ? count : b + 4096;
+        uint32_t mx = 0;
+        for (uint64_t i = b; i < e; i++) {
+            uint32_t v = get_u32(ids + 4 * i);
+            mx = v > mx ? v : mx;
+        }
+        if (mx < vocab) continue;
+        uint64_t i = b;
+        while (get_u32(ids + 4 * i) < vocab) i++;
+        return toy_error(TOY_ERR_RANGE, "%s: token %" PRIu64 " (offset %" PRIu64 ") is id %" PRIu32
+                                        ", the vocabulary has %" PRIu32,
+                         name, i, (uint64_t)TOY_TOKEN_FILE_HEADER + 4 * i, get_u32(ids + 4 * i), vocab);
+    }
+    *vocab_out = vocab;
+    *count_out = count;
+    return TOY_OK;
+}
+
+/* A loader over the ids of a checked image: pointing into `map` (a file
+ * mapping, little-endian hosts) or copied. Frees the mapping on failure. */
+static enum toy_status data_from_image(const uint8_t *p, uint32_t vocab, uint64_t count, void *map, size_t map_size,
+                                       const struct toy_data_opts *o, const char *name, struct toy_data **out) {
+    const uint32_t *ids = (const uint32_t *)(p + TOY_TOKEN_FILE_HEADER); /* offset 20: 4-byte aligned */
+    uint32_t *owned = NULL;
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_BIG_ENDIAN__
+    if (!map) /* bytes the caller keeps: copied (their alignment is theirs too) */
+#endif
+    {
+        owned = malloc(count ? count * 4 : 4);
+        if (!owned) {
+            if (map) munmap(map, map_size);
+            return toy_error(TOY_ERR_NOMEM, "%s: out of memory for %" PRIu64 " tokens", name, count);
+        }
+        for (uint64_t i = 0; i < count; i++) owned[i] = get_u32(p + TOY_TOKEN_FILE_HEADER + 4 * i);
+        ids = owned;
+        if (map) munmap(map, map_size);
+        map = NULL;
+    }
+    struct toy_data *d = calloc(1, sizeof *d);
+    if (!d) {
+        if (map) munmap(map, map_size);
+        free(owned);
+        return toy_error(TOY_ERR_NOMEM, "%s: out of memory", name);
+    }
+    d->ids = ids;
+    d->n = (int64_t)count;
+    d->vocab = vocab;
+    d->map = map;
+    d->map_size = map_size;
+    d->owned = owned;
+    return finish(d, o, name, out);
+}
+
+enum toy_status toy_data_from_token_bytes(const void *bytes, size_t size, const char *name,
+                                          const struct toy_data_opts *o, struct toy_data **out) {
+    *out = NULL;
+    if (!name) name = "token data";
+    enum toy_status st = check_opts(o, name);
+    if (st) return st;
+    if (!bytes && size) return toy_error(TOY_ERR_INVALID_ARG, "%s: NULL bytes", name);
+    uint32_t vocab;
+    uint64_t count;
+    if ((st = check_token_image(bytes, size, name, &vocab, &count))) return st;
+    return data_from_image(bytes, vocab, count, NULL, 0, o, name, out);
+}
+
 enum toy_status toy_data_open(const char *path, const struct toy_data_opts *o, struct toy_data **out) {
     *out = NULL;
     enum toy_status st = check_opts(o, path);
@@ -104,7 +201,17 @@ enum toy_status toy_data_open(const char *path, const struct toy_data_opts *o, s
         close(fd);
         return toy_error(TOY_ERR_FORMAT, "%s: is a directory, not a TOYT token file", path);
     }
-    if (!S_ISREG(sb.st_mode) || sb.st_size < TOY_TOKEN_FILE_HEADER) {
+    if (!S_ISREG(sb.st_mode)) { /* a pipe, FIFO or device cannot be mapped: read it whole, from this open */
+        char *buf;
+        size_t len;
+        st = toy_file_read_fd(fd, path, &buf, &len);
+        close(fd);
+        if (st) return st;
+        st = toy_data_from_token_bytes(buf, len, path, o, out);
+        free(buf);
+        return st;
+    }
+    if (sb.st_size < TOY_TOKEN_FILE_HEADER) {
         close(fd);
         return toy_error(TOY_ERR_FORMAT, "%s: %lld bytes, shorter than the %d-byte TOYT header (offset 0)", path,
                          (long long)sb.st_size, TOY_TOKEN_FILE_HEADER);
@@ -117,71 +224,13 @@ enum toy_status toy_data_open(const char *path, const struct toy_data_opts *o, s
     void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
     if (map == MAP_FAILED) return toy_error(TOY_ERR_IO, "%s: mmap: %s", path, strerror(errno));
-    const uint8_t *p = map;
-    uint32_t version = get_u32(p + 4), vocab = get_u32(p + 8);
-    uint64_t count = get_u64(p + 12), body = size - TOY_TOKEN_FILE_HEADER;
-    if (memcmp(p, TOY_TOKEN_FILE_MAGIC, 4))
-        st = toy_error(TOY_ERR_FORMAT, "%s: bad magic %02x %02x %02x %02x at offset 0 (not a TOYT token file)", path, p[0],
-                       p[1], p[2], p[3]);
-    else if (version != TOY_TOKEN_FILE_VERSION)
-        st = toy_error(TOY_ERR_UNSUPPORTED, "%s: version %" PRIu32 " at offset 4 (this reader knows %d)", path, version,
-                       TOY_TOKEN_FILE_VERSION);
-    else if (vocab == 0 || vocab > INT32_MAX)
-        st = toy_error(TOY_ERR_FORMAT, "%s: vocabulary size %" PRIu32 " at offset 8 (must be 1..%d)", path, vocab,
-                       INT32_MAX);
-    else if (count > body / 4 || body != count * 4)
-        st = toy_error(TOY_ERR_FORMAT,
-                       "%s: count %" PRIu64 " at offset 12 needs %s bytes of ids, the file holds %" PRIu64
-                       " (truncated or trailing bytes)",
-                       path, count, count > body / 4 ? "more" : "fewer", body);
-    else if (count > INT64_MAX)
-        st = toy_error(TOY_ERR_FORMAT, "%s: count %" PRIu64 " at offset 12", path, count);
-    if (st) {
+    uint32_t vocab;
+    uint64_t count;
+    if ((st = check_token_image(map, size, path, &vocab, &count))) {
         munmap(map, size);
         return st;
     }
-    const uint32_t *ids = (const uint32_t *)(p + TOY_TOKEN_FILE_HEADER); /* offset 20: 4-byte aligned */
-    uint32_t *owned = NULL;
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    owned = malloc(count ? count * 4 : 4);
-    if (!owned) {
-        munmap(map, size);
-        return toy_error(TOY_ERR_NOMEM, "%s: out of memory for %" PRIu64 " tokens", path, count);
-    }
-    for (uint64_t i = 0; i < count; i++) owned[i] = get_u32(p + TOY_TOKEN_FILE_HEADER + 4 * i);
-    ids = owned;
-    munmap(map, size);
-    map = NULL;
-#endif
-    /* Every id up front, a block at a time: a branch-free max, and only a
-     * block that fails is searched for the first bad id. */
-    for (uint64_t b = 0; b < count; b += 4096) {
-        uint64_t e = count - b < 4096 ? count : b + 4096;
-        uint32_t mx = 0;
-        for (uint64_t i = b; i < e; i++) mx = ids[i] > mx ? ids[i] : mx;
-        if (mx < vocab) continue;
-        uint64_t i = b;
-        while (ids[i] < vocab) i++;
-        st = toy_error(TOY_ERR_RANGE, "%s: token %" PRIu64 " (offset %" PRIu64 ") is id %" PRIu32
-                                      ", the vocabulary has %" PRIu32,
-                       path, i, (uint64_t)TOY_TOKEN_FILE_HEADER + 4 * i, ids[i], vocab);
-        if (map) munmap(map, size);
-        free(owned);
-        return st;
-    }
-    struct toy_data *d = calloc(1, sizeof *d);
-    if (!d) {
-        if (map) munmap(map, size);
-        free(owned);
-        return toy_error(TOY_ERR_NOMEM, "%s: out of memory", path);
-    }
-    d->ids = ids;
-    d->n = (int64_t)count;
-    d->vocab = vocab;
-    d->map = map;
-    d->map_size = size;
-    d->owned = owned;
-    return finish(d, o, path, out);
+    return data_from_image(map, vocab, count, map, size, o, path, out);
 }
 
 enum toy_status toy_data_from_ids(const int32_t *ids, int64_t n, int64_t vocab, const struct toy_data_opts *o,
