@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli-error.h"
 #include "paths.h"
 #include "toy/chat-template.h"
 #include "toy/tokenizer.h"
@@ -64,7 +65,7 @@ int toy_cmd_chat_template(int argc, char **argv) {
     struct toy_tokenizer *tok = NULL;
     char resolved[4096];
     if (model && !(model = toy_cli_tokenizer_source("chat-template", model, resolved, sizeof resolved))) return 1;
-    if (model && toy_tokenizer_load(model, &tok)) { fprintf(stderr, "toy chat-template: %s\n", toy_last_error()); return 1; }
+    if (model && toy_tokenizer_load(model, &tok)) { fprintf(stderr, "toy chat-template: %s\n", toy_cli_error("chat-template")); return 1; }
     char *file_src = NULL;
     const char *src = NULL;
     if (tmpl) {
@@ -88,13 +89,13 @@ int toy_cmd_chat_template(int argc, char **argv) {
     char *msgs = slurp(messages);
     if (!msgs) { fprintf(stderr, "toy chat-template: %s: %s\n", messages, strerror(errno)); rc = 1; goto out; }
     struct toy_chat_template *t;
-    if (toy_chat_template_init(src, &t)) { fprintf(stderr, "toy chat-template: %s\n", toy_last_error()); free(msgs); rc = 1; goto out; }
+    if (toy_chat_template_init(src, &t)) { fprintf(stderr, "toy chat-template: %s\n", toy_cli_error("chat-template")); free(msgs); rc = 1; goto out; }
     struct toy_chat_vars v = {.bos_token = bos, .eos_token = eos, .add_generation_prompt = gen};
     if (tok && !bos && toy_tokenizer_bos(tok) >= 0) v.bos_token = toy_tokenizer_piece(tok, toy_tokenizer_bos(tok));
     if (tok && !eos && toy_tokenizer_eos(tok) >= 0) v.eos_token = toy_tokenizer_piece(tok, toy_tokenizer_eos(tok));
     char *prompt;
     if (toy_chat_template_render_json(t, msgs, &v, &prompt)) {
-        fprintf(stderr, "toy chat-template: %s\n", toy_last_error());
+        fprintf(stderr, "toy chat-template: %s\n", toy_cli_error("chat-template"));
         rc = 1;
     } else {
         fputs(prompt, stdout);

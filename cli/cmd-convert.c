@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli-error.h"
 #include "flags.h"
 #include "progress.h"
 #include "toy/convert.h"
@@ -134,7 +135,7 @@ int toy_cmd_quantize(int argc, char **argv) {
     if (rc) return rc;
     char in[4096];
     if (toy_model_resolve(argv[1], in, sizeof in)) {
-        fprintf(stderr, "toy quantize: %s\n", toy_last_error());
+        fprintf(stderr, "toy quantize: %s\n", toy_cli_error("quantize"));
         return 1;
     }
     /* a vocabulary-only file would come out "Q4_0" with nothing quantized in it */
@@ -152,7 +153,7 @@ int toy_cmd_quantize(int argc, char **argv) {
     enum toy_status st = toy_gguf_quantize(in, argv[2], t, on_progress, &p);
     toy_progress_finish(&p);
     if (st) {
-        fprintf(stderr, "toy quantize: %s\n", toy_last_error());
+        fprintf(stderr, "toy quantize: %s\n", toy_cli_error("quantize"));
         return 1;
     }
     struct toy_gguf *g;

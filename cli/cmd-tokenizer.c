@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cli-error.h"
 #include "flags.h"
 #include "paths.h"
 #include "toy/gguf.h"
@@ -94,7 +95,7 @@ int toy_cmd_tokenizer(int argc, char **argv) {
     struct toy_tokenizer *tok;
     enum toy_status st = toy_tokenizer_train_bpe(text ? text : "", len, &o, &tok);
     double secs = now() - t0;
-    if (st) { fprintf(stderr, "toy tokenizer train: %s\n", toy_last_error()); free(text); return 1; }
+    if (st) { fprintf(stderr, "toy tokenizer train: %s\n", toy_cli_error("tokenizer train")); free(text); return 1; }
     struct toy_tokens ids = {0};
     if (toy_tokenizer_encode(tok, text ? text : "", len, 0, &ids)) ids.n = 0;
     free(text);
@@ -108,7 +109,7 @@ int toy_cmd_tokenizer(int argc, char **argv) {
         if (!st) st = toy_gguf_writer_write(w, out);
         toy_gguf_writer_free(w);
     }
-    if (st) { fprintf(stderr, "toy tokenizer train: %s\n", toy_last_error()); toy_tokenizer_free(tok); toy_tokens_free(&ids); return 1; }
+    if (st) { fprintf(stderr, "toy tokenizer train: %s\n", toy_cli_error("tokenizer train")); toy_tokenizer_free(tok); toy_tokens_free(&ids); return 1; }
     if (json)
         printf("{\"output\": \"%s\", \"vocab_size\": %lld, \"merges\": %lld, \"corpus_bytes\": %zu, \"corpus_tokens\": %lld, "
                "\"seconds\": %.3f}\n", out, (long long)toy_tokenizer_n_vocab(tok), (long long)toy_tokenizer_n_merges(tok), len,

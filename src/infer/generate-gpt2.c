@@ -48,13 +48,13 @@ enum toy_status toy_gpt2_generate(struct toy_gpt2 *m, const struct toy_tokenizer
     struct toy_generate_result r = {.n_prompt = n_prompt};
     const int64_t V = m->cfg.vocab;
     if (n_ctx <= 0 || n_ctx > m->cfg.max_ctx) n_ctx = m->cfg.max_ctx;
-    if (n_prompt <= 0) return toy_error(TOY_ERR_INVALID_ARG, "generate: empty prompt");
+    if (n_prompt <= 0) return toy_error(TOY_ERR_INVALID_ARG, "empty prompt");
     if (n_prompt >= n_ctx)
-        return toy_error(TOY_ERR_RANGE, "generate: prompt of %lld tokens does not fit the context of %lld",
+        return toy_error(TOY_ERR_RANGE, "prompt of %lld tokens does not fit the context of %lld",
                          (long long)n_prompt, (long long)n_ctx);
     for (int64_t i = 0; i < n_prompt; i++)
         if (prompt[i] < 0 || prompt[i] >= V)
-            return toy_error(TOY_ERR_RANGE, "generate: prompt token %lld is id %d, vocabulary has %lld", (long long)i,
+            return toy_error(TOY_ERR_RANGE, "prompt token %lld is id %d, vocabulary has %lld", (long long)i,
                              prompt[i], (long long)V);
     enum toy_status pst = toy_sampler_params_check(&p->sampling);
     if (pst) return pst;

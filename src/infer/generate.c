@@ -99,19 +99,19 @@ enum toy_status toy_generate(struct toy_generator *g, const int32_t *prompt, int
     struct toy_generate_result r = {.n_prompt = n_prompt};
     if (res) *res = r; /* a failure still leaves a defined result */
     int64_t V = g->m->cfg.vocab;
-    if (n_prompt <= 0) return toy_error(TOY_ERR_INVALID_ARG, "generate: empty prompt (add a BOS token)");
+    if (n_prompt <= 0) return toy_error(TOY_ERR_INVALID_ARG, "empty prompt (add a BOS token)");
     if (p->n_stop < 0 || (p->n_stop > 0 && !p->stop))
-        return toy_error(TOY_ERR_INVALID_ARG, "generate: %d stop strings and stop %s", p->n_stop,
+        return toy_error(TOY_ERR_INVALID_ARG, "%d stop strings and stop %s", p->n_stop,
                          p->stop ? "given" : "NULL");
     for (int i = 0; i < p->n_stop; i++)
         if (!p->stop[i] || !p->stop[i][0]) /* "" is found at once: every generation would end on its first token */
-            return toy_error(TOY_ERR_INVALID_ARG, "generate: stop string %d is %s", i, p->stop[i] ? "empty" : "NULL");
+            return toy_error(TOY_ERR_INVALID_ARG, "stop string %d is %s", i, p->stop[i] ? "empty" : "NULL");
     if (n_prompt >= g->kv.n_ctx)
-        return toy_error(TOY_ERR_RANGE, "generate: prompt of %lld tokens does not fit the context of %lld",
+        return toy_error(TOY_ERR_RANGE, "prompt of %lld tokens does not fit the context of %lld",
                          (long long)n_prompt, (long long)g->kv.n_ctx);
     for (int64_t i = 0; i < n_prompt; i++)
         if (prompt[i] < 0 || prompt[i] >= V)
-            return toy_error(TOY_ERR_RANGE, "generate: prompt token %lld is id %d, vocabulary has %lld", (long long)i,
+            return toy_error(TOY_ERR_RANGE, "prompt token %lld is id %d, vocabulary has %lld", (long long)i,
                              prompt[i], (long long)V);
     enum toy_status pst = toy_sampler_params_check(&p->sampling);
     if (pst) return pst;

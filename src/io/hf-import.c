@@ -128,13 +128,13 @@ static enum toy_status fill_job(void *ctx, void *dst, size_t nbytes) {
     struct job *j = ctx;
     int64_t n = j->ne[0] * j->ne[1] * j->ne[2] * j->ne[3];
     float *a = malloc((size_t)(n ? n : 1) * sizeof(float));
-    if (!a) return toy_error(TOY_ERR_NOMEM, "convert: out of memory");
+    if (!a) return toy_error(TOY_ERR_NOMEM, "out of memory");
     enum toy_status e = TOY_OK;
     if (j->values) memcpy(a, j->values, (size_t)n * sizeof(float));
     else e = toy_safetensors_read_f32(j->st, j->src, a, n);
     if (!e && (j->permute_heads || j->transpose)) {
         float *b = malloc((size_t)(n ? n : 1) * sizeof(float));
-        if (!b) { free(a); return toy_error(TOY_ERR_NOMEM, "convert: out of memory"); }
+        if (!b) { free(a); return toy_error(TOY_ERR_NOMEM, "out of memory"); }
         /* a q/k bias (1-D) is one value per row: its rows move as the weight's do */
         const int64_t cols = j->n_dims == 1 ? 1 : j->ne[0], rows = n / (cols ? cols : 1);
         if (j->transpose) {
@@ -151,7 +151,7 @@ static enum toy_status fill_job(void *ctx, void *dst, size_t nbytes) {
         for (int64_t i = 0; i < n; i++) a[i] += 1.0f;
     if (!e) {
         if (nbytes != toy_row_bytes(j->out, j->ne[0]) * (size_t)(n / (j->ne[0] ? j->ne[0] : 1)))
-            e = toy_error(TOY_ERR_STATE, "convert: size mismatch");
+            e = toy_error(TOY_ERR_STATE, "%s: size mismatch", j->name);
         else if (n)
             e = quantize_rows(j->out, a, dst, n, j->ne[0]);
     }
@@ -261,7 +261,7 @@ static enum toy_status write_hparams(struct toy_gguf_writer *w, const struct hp 
     e |= toy_gguf_writer_set_u32(w, KEY("attention.head_count"), (uint32_t)h->n_head);
     if (h->arch == ARCH_GPT2) {
         e |= toy_gguf_writer_set_f32(w, KEY("attention.layer_norm_epsilon"), (float)h->eps);
-        return e ? toy_error(TOY_ERR_NOMEM, "convert: metadata") : TOY_OK;
+        return e ? toy_error(TOY_ERR_NOMEM, "out of memory (metadata)") : TOY_OK;
     }
     e |= toy_gguf_writer_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)h->n_head_kv);
     e |= toy_gguf_writer_set_f32(w, KEY("rope.freq_base"), (float)h->rope_base);
@@ -294,7 +294,7 @@ static enum toy_status write_hparams(struct toy_gguf_writer *w, const struct hp 
         }
     }
 #undef KEY
-    return e ? toy_error(TOY_ERR_NOMEM, "convert: metadata") : TOY_OK;
+    return e ? toy_error(TOY_ERR_NOMEM, "out of memory (metadata)") : TOY_OK;
 }
 
 /* Llama 3 "rope_scaling": per-frequency factors (llama.cpp's
@@ -415,7 +415,7 @@ enum toy_status toy_hf_convert(const char *dir, const char *out_path, const stru
     struct toy_convert_report *rep = report ? report : &rep_local;
     memset(rep, 0, sizeof *rep);
     if (!toy_can_quantize(o.type))
-        return toy_error(TOY_ERR_UNSUPPORTED, "convert: cannot write tensors of type %s", toy_dtype_name(o.type));
+        return toy_error(TOY_ERR_UNSUPPORTED, "cannot write tensors of type %s", toy_dtype_name(o.type));
     /* the GGUF replaces what is at out_path: never one of the files it is made from */
     char rin[PATH_MAX], rout[PATH_MAX];
     if (realpath(dir, rin) && realpath(out_path, rout)) {
@@ -456,7 +456,7 @@ enum toy_status toy_hf_convert(const char *dir, const char *out_path, const stru
             if ((e = toy_tokenizer_load(dir, &tok))) goto done;
             int64_t nt = toy_tokenizer_n_vocab(tok);
             if (nt > h.n_vocab) { /* ids past the embedding: the file would load and fail on the first such token */
-                e = toy_error(TOY_ERR_FORMAT, "convert: %s: the tokenizer has %lld tokens, the embedding %lld rows "
+                e = toy_error(TOY_ERR_FORMAT, "%s: the tokenizer has %lld tokens, the embedding %lld rows "
                               "(vocab_size)", dir, (long long)nt, (long long)h.n_vocab);
                 goto done;
             }
@@ -475,7 +475,7 @@ enum toy_status toy_hf_convert(const char *dir, const char *out_path, const stru
 
     int64_t n_src = toy_safetensors_n_tensors(st);
     jobs = calloc((size_t)n_src + 2, sizeof *jobs);
-    if (!jobs) { e = toy_error(TOY_ERR_NOMEM, "convert: out of memory"); goto done; }
+    if (!jobs) { e = toy_error(TOY_ERR_NOMEM, "out of memory"); goto done; }
     int64_t nj = 0;
     bool have_output = false;
     int64_t tok_embd_job = -1;
@@ -487,15 +487,15 @@ enum toy_status toy_hf_convert(const char *dir, const char *out_path, const stru
         int m = map_name(&h, t->name, gname, sizeof gname, j);
         if (m == 0) continue;
         if (m < 0) {
-            e = toy_error(TOY_ERR_UNSUPPORTED, "convert: %s: cannot map tensor '%s' to a llama.cpp name", dir, t->name);
+            e = toy_error(TOY_ERR_UNSUPPORTED, "%s: cannot map tensor '%s' to a llama.cpp name", dir, t->name);
             goto done;
         }
         if (t->type != TOY_F32 && t->type != TOY_F16 && t->type != TOY_BF16 && t->type != TOY_F64) {
-            e = toy_error(TOY_ERR_UNSUPPORTED, "convert: tensor '%s' is %s, not a float type", t->name, toy_dtype_name(t->type));
+            e = toy_error(TOY_ERR_UNSUPPORTED, "tensor '%s' is %s, not a float type", t->name, toy_dtype_name(t->type));
             goto done;
         }
         if (t->n_dims < 1 || t->n_dims > 4) {
-            e = toy_error(TOY_ERR_UNSUPPORTED, "convert: tensor '%s' has %d dims", t->name, t->n_dims);
+            e = toy_error(TOY_ERR_UNSUPPORTED, "tensor '%s' has %d dims", t->name, t->n_dims);
             goto done;
         }
         j->st = st;
@@ -503,18 +503,18 @@ enum toy_status toy_hf_convert(const char *dir, const char *out_path, const stru
         j->n_dims = t->n_dims;
         for (int d = 0; d < 4; d++) j->ne[d] = d < t->n_dims ? t->shape[t->n_dims - 1 - d] : 1;
         if (j->transpose) {
-            if (t->n_dims != 2) { e = toy_error(TOY_ERR_FORMAT, "convert: '%s' should be 2-D", t->name); goto done; }
+            if (t->n_dims != 2) { e = toy_error(TOY_ERR_FORMAT, "'%s' should be 2-D", t->name); goto done; }
             int64_t x = j->ne[0]; j->ne[0] = j->ne[1]; j->ne[1] = x;
         }
         int64_t rows = j->n_dims == 1 ? j->ne[0] : j->ne[1];
         if (j->permute_heads && (rows % (2 * j->permute_heads))) {
-            e = toy_error(TOY_ERR_FORMAT, "convert: '%s': %lld rows do not split into %d heads", t->name,
+            e = toy_error(TOY_ERR_FORMAT, "'%s': %lld rows do not split into %d heads", t->name,
                           (long long)rows, j->permute_heads);
             goto done;
         }
         j->out = out_type(o.type, j->n_dims, j->ne[0]);
         if (strlen(gname) >= TOY_GGUF_NAME_MAX) {
-            e = toy_error(TOY_ERR_FORMAT, "convert: tensor name '%s' is too long", gname);
+            e = toy_error(TOY_ERR_FORMAT, "tensor name '%s' is too long", gname);
             goto done;
         }
         memcpy(j->name, gname, strlen(gname) + 1); /* length checked above */
@@ -523,21 +523,21 @@ enum toy_status toy_hf_convert(const char *dir, const char *out_path, const stru
         rep->n_params += t->n_elements;
         nj++;
     }
-    if (tok_embd_job < 0) { e = toy_error(TOY_ERR_FORMAT, "convert: %s has no token embedding", dir); goto done; }
+    if (tok_embd_job < 0) { e = toy_error(TOY_ERR_FORMAT, "%s has no token embedding", dir); goto done; }
     if (h.arch == ARCH_GPT2 && !have_output) {
         /* llama.cpp's GPT-2 files carry output.weight = token_embd */
         jobs[nj] = jobs[tok_embd_job];
         snprintf(jobs[nj].name, sizeof jobs[nj].name, "output.weight");
         nj++;
     } else if (!have_output && !h.tied) {
-        e = toy_error(TOY_ERR_FORMAT, "convert: %s: no lm_head.weight and tie_word_embeddings is false", dir);
+        e = toy_error(TOY_ERR_FORMAT, "%s: no lm_head.weight and tie_word_embeddings is false", dir);
         goto done;
     }
     json_t *rs = json_object_get(cfg, "rope_scaling");
     const char *rt = json_string_value(json_object_get(rs, "rope_type"));
     if (h.arch == ARCH_LLAMA && rt && !strcmp(rt, "llama3")) {
         rope_freqs = llama3_rope_factors(rs, &h);
-        if (!rope_freqs) { e = toy_error(TOY_ERR_NOMEM, "convert: out of memory"); goto done; }
+        if (!rope_freqs) { e = toy_error(TOY_ERR_NOMEM, "out of memory"); goto done; }
         struct job *j = &jobs[nj++];
         memset(j, 0, sizeof *j);
         j->src = -1;
@@ -561,7 +561,7 @@ enum toy_status toy_hf_convert(const char *dir, const char *out_path, const stru
      * stays as it was */
     char staged[PATH_MAX];
     if (snprintf(staged, sizeof staged, "%s.converting", out_path) >= (int)sizeof staged) {
-        e = toy_error(TOY_ERR_RANGE, "convert: path too long: %s", out_path);
+        e = toy_error(TOY_ERR_RANGE, "path too long: %s", out_path);
         goto done;
     }
     e = toy_gguf_writer_write(w, staged);
@@ -578,7 +578,7 @@ enum toy_status toy_hf_convert(const char *dir, const char *out_path, const stru
         }
         if (le) e = toy_error(le, "convert: the converted %s does not load: %s", dir, toy_last_error());
         else if (rename(staged, out_path) != 0)
-            e = toy_error(TOY_ERR_IO, "convert: %s: %s", out_path, strerror(errno));
+            e = toy_error(TOY_ERR_IO, "%s: %s", out_path, strerror(errno));
     }
     if (e) unlink(staged);
 done:

@@ -346,7 +346,7 @@ static void scan_all(struct list *l, int64_t *n_models) {
 
 static enum toy_status entries(struct item *v, int64_t n, struct toy_model_entry **out, int64_t *n_out) {
     *out = calloc((size_t)n + 1, sizeof **out);
-    if (!*out) return toy_error(TOY_ERR_NOMEM, "models: out of memory");
+    if (!*out) return toy_error(TOY_ERR_NOMEM, "out of memory (model registry)");
     for (int64_t i = 0; i < n; i++) (*out)[i] = v[i].e;
     *n_out = n;
     return TOY_OK;

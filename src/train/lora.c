@@ -400,7 +400,7 @@ enum toy_status toy_lora_merge_into(struct toy_llama *m, const struct toy_lora *
             if (!L->lora_a[t]) continue;
             struct toy_tensor *w = target_weight(L, t);
             if (w->type != TOY_F32 || !w->data)
-                return toy_error(TOY_ERR_UNSUPPORTED, "merge into %s: needs f32 weights in memory (load trainable)", w->name);
+                return toy_error(TOY_ERR_UNSUPPORTED, "%s: merging needs f32 weights in memory (load trainable)", w->name);
             add_ba(w->data, L->lora_a[t]->data, L->lora_b[t]->data, w->ne[0], w->ne[1], L->lora_a[t]->ne[1],
                    m->lora_scale);
         }
@@ -422,7 +422,7 @@ static enum toy_status merge_fill(void *ctx, void *dst, size_t nbytes) {
     /* the weight and the pair (f32, or f16/bf16 as llama.cpp's converter writes them) as f32 */
     float *f = malloc((size_t)(in * out) * sizeof *f);
     float *fa = malloc((size_t)A->n_elements * sizeof *fa), *fb = malloc((size_t)B->n_elements * sizeof *fb);
-    enum toy_status st = f && fa && fb ? TOY_OK : toy_error(TOY_ERR_NOMEM, "merge %s", w->name);
+    enum toy_status st = f && fa && fb ? TOY_OK : toy_error(TOY_ERR_NOMEM, "%s: out of memory for the merged weights", w->name);
     if (!st) st = toy_gguf_tensor_read_f32(j->base, j->index, f, in * out);
     if (!st) st = toy_gguf_tensor_read_f32(j->ad, j->ia, fa, A->n_elements);
     if (!st) st = toy_gguf_tensor_read_f32(j->ad, j->ib, fb, B->n_elements);
@@ -430,7 +430,7 @@ static enum toy_status merge_fill(void *ctx, void *dst, size_t nbytes) {
         add_ba(f, fa, fb, in, out, A->ne[1], j->scale);
         size_t rb = toy_row_bytes(w->type, in);
         for (int64_t o = 0; o < out && !st; o++) st = toy_quantize_row(w->type, f + o * in, (char *)dst + o * rb, in);
-        if (!st && rb * (size_t)out != nbytes) st = toy_error(TOY_ERR_SHAPE, "merge %s: size", w->name);
+        if (!st && rb * (size_t)out != nbytes) st = toy_error(TOY_ERR_SHAPE, "%s: the merged weights have another size", w->name);
     }
     free(f);
     free(fa);
@@ -454,7 +454,7 @@ enum toy_status toy_lora_merge_file(const char *base_path, const char *adapter_p
     if (!st) st = check_header(ad, adapter_path, archbuf[0] ? archbuf : NULL, &alpha);
     if (!st) st = toy_gguf_writer_init(&w);
     int64_t nt = st ? 0 : toy_gguf_n_tensors(g);
-    if (!st && !(jobs = calloc((size_t)nt + 1, sizeof *jobs))) st = toy_error(TOY_ERR_NOMEM, "merge");
+    if (!st && !(jobs = calloc((size_t)nt + 1, sizeof *jobs))) st = toy_error(TOY_ERR_NOMEM, "out of memory for the merge");
     for (int64_t i = 0; !st && i < toy_gguf_n_kv(g); i++) st = toy_gguf_writer_copy_kv(w, g, i);
     int64_t used = 0;
     char name[TOY_GGUF_NAME_MAX + 16];
@@ -477,7 +477,7 @@ enum toy_status toy_lora_merge_file(const char *base_path, const char *adapter_p
         const struct toy_gguf_tensor *A = toy_gguf_tensor(ad, ja), *B = toy_gguf_tensor(ad, jb);
         if ((st = check_pair(adapter_path, ti->name, ti->ne[0], ti->ne[1], ti->n_dims, A, B))) break;
         if (!toy_can_dequantize(ti->type) || !toy_can_quantize(ti->type)) {
-            st = toy_error(TOY_ERR_UNSUPPORTED, "merge: cannot re-encode %s (%s)", ti->name, toy_dtype_name(ti->type));
+            st = toy_error(TOY_ERR_UNSUPPORTED, "cannot re-encode %s after merging (%s)", ti->name, toy_dtype_name(ti->type));
             break;
         }
         /* alpha 0 (or absent): alpha = rank, scale 1, as llama.cpp */
