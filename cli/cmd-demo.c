@@ -126,7 +126,8 @@ int toy_cmd_demo(int argc, char **argv) {
     /* a small byte-level BPE vocabulary learned from the text, kept in every checkpoint */
     struct toy_bpe_train_opts bo = {.vocab_size = 320};
     struct toy_tokens ids = {0};
-    if (toy_tokenizer_train_bpe(text, n_text, &bo, &tok) || toy_tokenizer_encode(tok, text, n_text, 0, &ids)) {
+    /* the text as toy train reads one (a learned vocabulary asks for no BOS: the same ids as plain encoding) */
+    if (toy_tokenizer_train_bpe(text, n_text, &bo, &tok) || toy_tokenizer_encode_corpus(tok, text, n_text, 0, &ids)) {
         fprintf(stderr, "toy demo: %s\n", toy_last_error());
         goto out;
     }

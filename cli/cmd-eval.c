@@ -1,6 +1,7 @@
 /* cmd-eval.c: `toy eval -m model.gguf --data FILE`: mean next-token
  * cross-entropy and perplexity of a model over consecutive windows of a text
- * (tokenized with the model's tokenizer) or TOYT token file. With
+ * (tokenized with the model's tokenizer as `toy tokenize --corpus` does,
+ * lm-data.h) or TOYT token file, either of them possibly a pipe. With
  * --heldout F only the last fraction F of the file is read (what `toy train`
  * held out with the same F). A progress bar on a terminal. Llama-family and
  * GPT-2 GGUFs (both through toy_lm). */
@@ -16,6 +17,7 @@
 #include "generate-gpt2.h"
 #include "progress.h"
 #include "json-out.h"
+#include "lm-data.h"
 #include "paths.h"
 #include "toy/data.h"
 #include "toy/gguf.h"
@@ -25,10 +27,12 @@
 
 static int usage_to(FILE *out) {
     fprintf(out, "usage: toy eval -m MODEL.gguf --data FILE [--ctx 256] [--batch 4] [--heldout 0] "
-                 "[--max-windows N] [--threads N] [--json]\n"
+                 "[--max-windows N] [--no-bos] [--threads N] [--json]\n"
                  "Mean next-token cross-entropy over the file's windows of --ctx tokens (default 256, at most\n"
                  "the model's), or over the last --heldout fraction, split as toy train splits it: with the\n"
                  "run's --ctx and --max-windows of its evaluation, the same windows and the same loss.\n"
+                 "A text is one document, tokenized as `toy tokenize --corpus` does: BOS first when the\n"
+                 "model's tokenizer asks for one (--no-bos: never). FILE may be a pipe (/dev/stdin).\n"
                  "--json: {format: \"toy/eval-v1\", model, data, loss, ppl, tokens, windows, ctx}.\n");
     return 2;
 }
@@ -39,10 +43,10 @@ int toy_cmd_eval(int argc, char **argv) {
     int64_t T = 0, B = 4, max_windows = 0;
     double heldout = 0;
     int threads = 0;
-    bool json = false;
+    bool json = false, no_bos = false;
     const struct toy_cli_flag flags[] = {
         TOY_FLAG_S("-m", &model), TOY_FLAG_S("--model", &model), TOY_FLAG_S("--data", &path),
-        TOY_FLAG_B("--json", &json), TOY_FLAG_N("--ctx", TOY_CLI_I64, &T, 0, 16777216),
+        TOY_FLAG_B("--json", &json), TOY_FLAG_B("--no-bos", &no_bos), TOY_FLAG_N("--ctx", TOY_CLI_I64, &T, 0, 16777216),
         TOY_FLAG_N("--batch", TOY_CLI_I64, &B, 1, 1048576), TOY_FLAG_OPEN("--heldout", TOY_CLI_F64, &heldout, 0, 1),
         TOY_FLAG_N("--max-windows", TOY_CLI_I64, &max_windows, 0, 1e15),
         TOY_FLAG_N("--threads", TOY_CLI_INT, &threads, 0, 4096), TOY_FLAG_END,
@@ -60,6 +64,7 @@ int toy_cmd_eval(int argc, char **argv) {
     struct toy_data *d = NULL;
     struct toy_ctx *ctx = NULL;
     struct toy_threadpool *tp = NULL;
+    struct toy_cli_data in = {0};
     int rc = 1;
     struct toy_gpt2 *g2 = NULL; /* a GPT-2 GGUF runs through the same toy_lm interface */
     if (toy_cli_is_gpt2(model) ? toy_gpt2_load(model, false, &g2) : toy_llama_load(model, false, &m)) {
@@ -75,28 +80,17 @@ int toy_cmd_eval(int argc, char **argv) {
     if (T <= 0) T = lm.max_ctx < 256 ? lm.max_ctx : 256;
     /* the whole file is evaluated unless --heldout says which tail to use */
     struct toy_data_opts o = {.batch = B, .ctx = T, .heldout = heldout, .seed = 0, .eval_only = !(heldout > 0)};
-    FILE *f = fopen(path, "rb");
-    char magic[4] = {0};
-    if (!f) { fprintf(stderr, "toy eval: %s: %s\n", path, strerror(errno)); goto out; }
-    size_t got = fread(magic, 1, 4, f);
-    if (got == 4 && !memcmp(magic, "TOYT", 4)) {
-        fclose(f);
-        if (toy_data_open(path, &o, &d)) { fprintf(stderr, "toy eval: %s\n", toy_last_error()); goto out; }
-    } else {
-        fseek(f, 0, SEEK_END);
-        long n = ftell(f);
-        fseek(f, 0, SEEK_SET);
-        char *text = malloc((size_t)n + 1);
-        if (!text || fread(text, 1, (size_t)n, f) != (size_t)n) { fclose(f); free(text); fprintf(stderr, "toy eval: cannot read %s\n", path); goto out; }
-        fclose(f);
-        if (toy_tokenizer_load_gguf(g2 ? g2->gguf : m->gguf, &tok)) { free(text); fprintf(stderr, "toy eval: %s\n", toy_last_error()); goto out; }
-        struct toy_tokens ids = {0};
-        enum toy_status st = toy_tokenizer_encode(tok, text, (size_t)n, 0, &ids);
-        free(text);
-        if (!st) st = toy_data_from_ids(ids.ids, ids.n, toy_tokenizer_n_vocab(tok), &o, &d);
-        toy_tokens_free(&ids);
-        if (st) { fprintf(stderr, "toy eval: %s\n", toy_last_error()); goto out; }
+    /* read once: --data may be a pipe (/dev/stdin) */
+    if (toy_cli_data_read("eval", path, &in)) goto out;
+    if (!in.packed && toy_tokenizer_load_gguf(g2 ? g2->gguf : m->gguf, &tok)) {
+        fprintf(stderr, "toy eval: %s\n", toy_last_error());
+        goto out;
     }
+    if (toy_cli_data_load(&in, tok, no_bos ? TOY_ENCODE_NO_BOS : 0, &o, &d)) {
+        fprintf(stderr, "toy eval: %s\n", toy_last_error());
+        goto out;
+    }
+    toy_cli_data_free(&in); /* the ids are the loader's */
     if (toy_data_vocab(d) > lm.vocab) {
         fprintf(stderr, "toy eval: the data's vocabulary (%lld) is larger than the model's (%lld)\n",
                 (long long)toy_data_vocab(d), (long long)lm.vocab);
@@ -161,6 +155,7 @@ int toy_cmd_eval(int argc, char **argv) {
         rc = 1;
     }
 out:
+    toy_cli_data_free(&in);
     toy_threadpool_free(tp);
     toy_ctx_free(ctx);
     toy_data_free(d);

@@ -13,6 +13,7 @@
 #include "flags.h"
 #include "json-out.h"
 #include "paths.h"
+#include "toy/file.h"
 #include "toy/tokenizer.h"
 
 static void usage(FILE *f) {
@@ -27,27 +28,11 @@ static void usage(FILE *f) {
             "  --special       parse special-token text (<|im_start|>) as those tokens\n"
             "  --bos, --eos    add BOS / EOS; --no-bos: never add BOS (default: as the model says)\n"
             "  --json          print JSON {\"ids\": [...], \"pieces\": [...], \"n_tokens\": N}\n"
-            "  --corpus FILE   encode a whole file (repeatable; with --eos each file ends with EOS)\n"
+            "  --corpus FILE   encode a whole file as one document: BOS first as the model says (--bos,\n"
+            "                  --no-bos), EOS last with --eos; repeatable, '-' or a pipe too. toy train and\n"
+            "                  toy eval read a text file the same way\n"
             "  -o FILE         where --corpus writes the packed TOYT token file\n"
             "  --decode IDS    print the text of space- or comma-separated ids\n");
-}
-
-static char *read_all(FILE *f, size_t *len) {
-    size_t cap = 1 << 16, n = 0;
-    char *b = malloc(cap);
-    if (!b) return NULL;
-    for (;;) {
-        if (n == cap) {
-            char *p = realloc(b, cap *= 2);
-            if (!p) { free(b); return NULL; }
-            b = p;
-        }
-        size_t r = fread(b + n, 1, cap - n, f);
-        n += r;
-        if (r == 0) break;
-    }
-    *len = n;
-    return b;
 }
 
 static void json_piece(FILE *f, const char *s) {
@@ -143,15 +128,18 @@ int toy_cmd_tokenize(int argc, char **argv) {
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
         for (int c = 0; c < n_corpus; c++) {
-            FILE *f = !strcmp(corpus[c], "-") ? stdin : fopen(corpus[c], "rb");
-            if (!f) { fprintf(stderr, "toy tokenize: %s: %s\n", corpus[c], strerror(errno)); rc = 1; goto done; }
             size_t len;
-            char *buf = read_all(f, &len);
-            if (f != stdin) fclose(f);
-            if (!buf) { fprintf(stderr, "toy tokenize: %s: out of memory\n", corpus[c]); rc = 1; goto done; }
+            char *buf;
+            if (toy_file_read_all(corpus[c], &buf, &len)) { /* "-", a pipe or a file, read whole */
+                fprintf(stderr, "toy tokenize: %s\n", toy_last_error());
+                rc = 1;
+                goto done;
+            }
             bytes += len;
-            unsigned fl = flags | (eos ? TOY_ENCODE_ADD_EOS : 0);
-            if (toy_tokenizer_encode(tok, buf, len, fl, &t)) {
+            /* each file a document, as toy train and toy eval read a text (docs/training.md) */
+            unsigned fl = (special ? TOY_ENCODE_PARSE_SPECIAL : 0) | (eos ? TOY_ENCODE_ADD_EOS : 0) |
+                          (no_bos ? TOY_ENCODE_NO_BOS : bos ? TOY_ENCODE_ADD_BOS : 0);
+            if (toy_tokenizer_encode_corpus(tok, buf, len, fl, &t)) {
                 fprintf(stderr, "toy tokenize: %s: %s\n", corpus[c], toy_last_error());
                 free(buf);
                 rc = 1;
@@ -178,8 +166,7 @@ int toy_cmd_tokenize(int argc, char **argv) {
     char *owned = NULL;
     size_t len;
     if (!text || !strcmp(text, "-")) {
-        owned = read_all(stdin, &len);
-        if (!owned) { fprintf(stderr, "toy tokenize: out of memory\n"); rc = 1; goto done; }
+        if (toy_file_read_all("-", &owned, &len)) { fprintf(stderr, "toy tokenize: %s\n", toy_last_error()); rc = 1; goto done; }
         text = owned;
     } else {
         len = strlen(text);

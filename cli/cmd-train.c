@@ -22,12 +22,14 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli-error.h"
 #include "commands.h"
 #include "progress.h"
 #include "stop-signals.h"
 #include "train-vit.h"
 #include "flags.h"
 #include "json-out.h"
+#include "lm-data.h"
 #include "paths.h"
 #include "resume.h"
 #include "toy/collective.h"
@@ -73,7 +75,8 @@ static int usage(void) {
     fprintf(stderr,
 "usage: toy train --data FILE [options]          train from scratch\n"
 "       toy train --resume runs/<id> [--steps N]  continue a run, bit-identically\n"
-"data:      --data FILE (text, or a TOYT token file from `toy tokenize --corpus`)\n"
+"data:      --data FILE (text, or a TOYT token file from `toy tokenize --corpus`; a pipe too)\n"
+"           --no-bos (text: no BOS first, where the tokenizer asks for one; toy tokenize --corpus --no-bos)\n"
 "           --tokenizer PATH (GGUF, tokenizer.json or folder) | --vocab-size N (BPE trained on the fly; 512)\n"
 "           --heldout 0.1 (fraction held out for eval)\n"
 "model:     --arch llama|gpt2|vit (GPT-2 presets: tiny|small|124m; vit: toy train --arch vit --help)\n"
@@ -104,6 +107,8 @@ struct cfg {
     int zero;          /* 1: ZeRO-1 */
     int64_t world;     /* ranks (train.json: of the run that wrote it) */
     bool json;
+    bool no_bos;       /* text: no BOS first (--no-bos; a run from before train.json's data_bos) */
+    int text_bos;      /* text data: whether its stream starts with BOS (train.json's data_bos); -1: a token file */
     struct toy_train_opts o;
     json_t *keep;      /* --resume: the run's train.json, which the strings above point into */
     const char *data_fingerprint; /* toy_data_fingerprint in hex: train.json's, or this run's */
@@ -123,6 +128,7 @@ static json_t *cfg_json(const struct cfg *c) {
     json_object_set_new(j, "threads", json_integer(toy_threads_resolve(c->threads))); /* float sums depend on it */
     if (c->arch) json_object_set_new(j, "arch", json_string(c->arch));
     if (c->warm) json_object_set_new(j, "warm_start", json_string(c->warm)); /* resume re-attaches its projection */
+    if (c->text_bos >= 0) json_object_set_new(j, "data_bos", json_boolean(c->text_bos)); /* how --resume encodes it */
     if (c->data_fingerprint) { /* --resume refuses other data */
         json_object_set_new(j, "data_tokens", json_integer(c->data_tokens));
         json_object_set_new(j, "data_fingerprint", json_string(c->data_fingerprint));
@@ -151,6 +157,10 @@ static void cfg_from_json(struct cfg *c, json_t *j) {
 #undef STR
 #undef INT
     if ((v = json_object_get(j, "heldout"))) c->heldout = json_number_value(v);
+    /* a text trains on the stream it trained on: a run from before data_bos was recorded had no BOS first */
+    v = json_object_get(j, "data_bos");
+    c->no_bos = !json_is_true(v);
+    c->text_bos = json_is_boolean(v) ? json_is_true(v) : -1; /* kept when train.json is written again */
     if ((v = json_object_get(j, "train"))) toy_train_opts_from_json(&c->o, v);
     if ((v = json_object_get(json_object_get(j, "train"), "sample_prompt")) && json_is_string(v) &&
         json_string_length(v))
@@ -169,6 +179,7 @@ static int parse(int argc, char **argv, struct cfg *c, bool *given_steps) {
         TOY_FLAG_S("--out", &c->out), TOY_FLAG_S("--resume", &c->resume), TOY_FLAG_S("--sample", &c->sample),
         TOY_FLAG_S("--trace", &c->trace), TOY_FLAG_S("--arch", &c->arch), TOY_FLAG_S("--schedule", &schedule),
         TOY_FLAG_B("--bf16", &c->o.bf16), TOY_FLAG_B("--json", &c->json), TOY_FLAG_B("--op-timing", &c->o.op_timing),
+        TOY_FLAG_B("--no-bos", &c->no_bos),
         TOY_FLAG_N("--vocab-size", TOY_CLI_I64, &c->vocab_size, 1, INT32_MAX),
         TOY_FLAG_N("--dim", TOY_CLI_I64, &c->dim, 0, DIM), TOY_FLAG_N("--layers", TOY_CLI_I64, &c->layers, 0, 65536),
         TOY_FLAG_N("--heads", TOY_CLI_I64, &c->heads, 0, 65536),
@@ -197,19 +208,6 @@ static int parse(int argc, char **argv, struct cfg *c, bool *given_steps) {
         c->o.schedule = (enum toy_lr_kind)k;
     }
     return 0;
-}
-
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) { free(buf); buf = NULL; }
-    fclose(f);
-    if (buf) { buf[n] = 0; *len = (size_t)n; }
-    return buf;
 }
 
 /* The shape of a new model: the preset's with the flags' overrides
@@ -293,7 +291,7 @@ int toy_cmd_train(int argc, char **argv) {
         return toy_train_vit(argc, argv);
     }
     struct cfg c = {.runs = "runs", .vocab_size = 512, .batch = 8, .ctx = 128, .heldout = 0.1, .log_every = 10,
-                    .preset = "small", .dp_overlap = 1};
+                    .preset = "small", .dp_overlap = 1, .text_bos = -1};
     c.o = (struct toy_train_opts){.steps = 1000, .accum = 1, .lr = 3e-3f, .lr_min = 3e-4f, .warmup = 50,
                                   .schedule = TOY_LR_COSINE, .weight_decay = 0.1f, .beta1 = 0.9f, .beta2 = 0.95f,
                                   .eps = 1e-8f, .clip = 1.0f, .seed = 1337, .eval_every = 100, .eval_batches = 20,
@@ -319,6 +317,7 @@ int toy_cmd_train(int argc, char **argv) {
     /* from here on every way out goes through `out`, which releases what exists (the collective included) */
     struct toy_tokenizer *tok = NULL;
     struct toy_data *data = NULL;
+    struct toy_cli_data in = {0}; /* --data, read once */
     struct toy_llama *m = NULL;
     struct toy_gpt2 *g2 = NULL;
     struct toy_events *ev = NULL;
@@ -443,19 +442,16 @@ int toy_cmd_train(int argc, char **argv) {
     rc = 1;
     struct toy_data_opts dopt = {.batch = c.batch, .ctx = c.ctx, .heldout = c.heldout, .seed = c.o.seed,
                                  .rank = rank, .world = world};
-    char magic[4] = {0};
-    FILE *f = fopen(c.data, "rb");
-    if (!f) { fprintf(stderr, "toy train: %s: %s\n", c.data, strerror(errno)); rc = 1; goto out; }
-    size_t got = fread(magic, 1, 4, f);
-    fclose(f);
-    bool packed = got == 4 && !memcmp(magic, "TOYT", 4);
+    /* read once: --data may be a pipe (/dev/stdin) */
+    if (toy_cli_data_read("train", c.data, &in)) goto out;
+    bool packed = in.packed;
     const char *tok_src = ckpt[0] ? ckpt : c.init ? c.init : c.tokenizer;
     if (tok_src && toy_tokenizer_load(tok_src, &tok)) {
-        if (!packed || c.tokenizer) { fprintf(stderr, "toy train: tokenizer: %s\n", toy_last_error()); rc = 1; goto out; }
+        if (!packed || c.tokenizer) { fprintf(stderr, "toy train: tokenizer: %s\n", toy_cli_error("train: tokenizer")); rc = 1; goto out; }
         tok = NULL; /* a token file needs none; samples are then skipped */
     }
     if (packed) {
-        if (toy_data_open(c.data, &dopt, &data)) { fprintf(stderr, "toy train: %s\n", toy_last_error()); goto out; }
+        if (toy_cli_data_load(&in, NULL, 0, &dopt, &data)) { fprintf(stderr, "toy train: %s\n", toy_last_error()); goto out; }
         /* ids of another vocabulary would be trained as this tokenizer's tokens, and saved with it */
         if (tok && toy_data_vocab(data) != toy_tokenizer_n_vocab(tok)) {
             fprintf(stderr, "toy train: %s holds ids of a %lld-token vocabulary, the tokenizer of %s has %lld tokens: "
@@ -469,26 +465,22 @@ int toy_cmd_train(int argc, char **argv) {
                     "have none (generating or evaluating text needs one): give the one that made it with --tokenizer\n",
                     c.data);
     } else {
-        size_t len;
-        char *text = read_file(c.data, &len);
-        if (!text) { fprintf(stderr, "toy train: %s: %s\n", c.data, strerror(errno)); goto out; }
         if (!tok) {
             struct toy_bpe_train_opts bo = {.vocab_size = c.vocab_size};
             if (!c.json && !c.resume) fprintf(stderr, "toy train: learning a %lld-token byte-level BPE vocabulary from %s\n",
                                                (long long)c.vocab_size, c.data);
-            if (toy_tokenizer_train_bpe(text, len, &bo, &tok)) {
+            if (toy_tokenizer_train_bpe(in.bytes, in.len, &bo, &tok)) {
                 fprintf(stderr, "toy train: tokenizer training: %s\n", toy_last_error());
-                free(text);
                 goto out;
             }
         }
-        struct toy_tokens ids = {0};
-        enum toy_status st = toy_tokenizer_encode(tok, text, len, 0, &ids);
-        free(text);
-        if (!st) st = toy_data_from_ids(ids.ids, ids.n, toy_tokenizer_n_vocab(tok), &dopt, &data);
-        toy_tokens_free(&ids);
-        if (st) { fprintf(stderr, "toy train: %s: %s\n", c.data, toy_last_error()); goto out; }
+        /* BOS as the tokenizer says, as toy tokenize --corpus puts it, unless --no-bos; a run resumed from
+         * before train.json recorded data_bos trained on text without it, and goes on so (cfg_from_json) */
+        unsigned fl = c.no_bos ? TOY_ENCODE_NO_BOS : 0;
+        if (toy_cli_data_load(&in, tok, fl, &dopt, &data)) { fprintf(stderr, "toy train: %s\n", toy_last_error()); goto out; }
+        c.text_bos = toy_cli_data_bos(tok, fl) ? 1 : 0;
     }
+    toy_cli_data_free(&in); /* the ids are the loader's */
 
     /* a resumed run continues on the tokens it trained on: another file's would be drawn at the saved
      * positions, and its held-out split would be another one */
@@ -659,6 +651,7 @@ out:
     toy_events_close(ev);
     toy_llama_free(m);
     toy_gpt2_free(g2);
+    toy_cli_data_free(&in);
     toy_data_free(data);
     json_decref(c.keep);
     toy_tokenizer_free(tok);

@@ -484,3 +484,143 @@ Test(cli_train, evaluations_stay_on_a_terminal) {
                     "--data text.txt --steps 20 --eval-every 10 --eval-batches 1 --out t\" /dev/null"), 0, "%s", out);
     cr_expect(strstr(out, "step 10: loss=") && strstr(out, " eval="), "%s", out);
 }
+
+/* The JSON object `toy eval --json` (or any command) printed last, as "loss tokens windows" */
+static void eval_summary(char *buf, size_t n) {
+    json_t *j = json_loads(out, 0, NULL);
+    cr_assert(j, "not JSON: %s", out);
+    snprintf(buf, n, "%.17g %lld %lld", json_real_value(json_object_get(j, "loss")),
+             (long long)json_integer_value(json_object_get(j, "tokens")),
+             (long long)json_integer_value(json_object_get(j, "windows")));
+    json_decref(j);
+}
+
+/* A byte-level BPE tokenizer.json that asks for BOS (add_bos_token), at tmp/tok, and a model trained with it
+ * on text.txt at tmp/m */
+static void train_with_bos_tokenizer(void) {
+    cr_assert_eq(sh("mkdir tok && $W tokenizer train --vocab-size 300 --special '<s>' --special '</s>' text.txt "
+                    "-o tok/tokenizer.json && echo '{\"add_bos_token\": true}' > tok/tokenizer_config.json"),
+                 0, "%s", out);
+    cr_assert_eq(sh(TRAIN " --tokenizer tok --data text.txt --steps 2 --out m"), 0, "%s", out);
+}
+
+/* train.json's value of key in run/, as its JSON text ("true", "\"96e3...\"") */
+static void train_json_value(const char *run, const char *key, char *buf, size_t n) {
+    char p[600];
+    snprintf(p, sizeof p, "%s/%s/train.json", tmp, run);
+    json_t *j = json_load_file(p, 0, NULL);
+    cr_assert(j, "%s", p);
+    json_t *v = json_object_get(j, key);
+    char *s = v ? json_dumps(v, JSON_ENCODE_ANY) : NULL;
+    snprintf(buf, n, "%s", s ? s : "(none)");
+    free(s);
+    json_decref(j);
+}
+
+/* A text and the token file `toy tokenize --corpus` makes of it are the same tokens: toy eval scores them
+ * alike and toy train trains on the same stream (its fingerprint). Text used to be encoded without the BOS
+ * that tokenize --corpus puts first for a tokenizer that asks for one. */
+Test(cli_train, a_text_and_its_token_file_are_the_same_tokens) {
+    train_with_bos_tokenizer();
+    cr_assert_eq(sh("$W tokenize -m m/weights/latest --corpus text.txt -o t.bin --json"), 0, "%s", out);
+    json_t *j = json_loads(out, 0, NULL);
+    cr_assert(j, "%s", out);
+    json_int_t n_tokens = json_integer_value(json_object_get(j, "n_tokens"));
+    json_decref(j);
+    char text[128], toyt[128], v[128];
+    cr_assert_eq(sh("$W eval -m m/weights/latest --data text.txt --ctx 32 --json"), 0, "%s", out);
+    eval_summary(text, sizeof text);
+    cr_assert_eq(sh("$W eval -m m/weights/latest --data t.bin --ctx 32 --json"), 0, "%s", out);
+    eval_summary(toyt, sizeof toyt);
+    cr_expect_str_eq(text, toyt, "text: %s, token file: %s", text, toyt);
+    /* the stream starts with BOS: the run recorded it, and holds one token more than the plain encoding */
+    train_json_value("m", "data_bos", v, sizeof v);
+    cr_expect_str_eq(v, "true");
+    train_json_value("m", "data_tokens", v, sizeof v);
+    cr_expect_eq(atoll(v), (long long)n_tokens, "train read %s tokens, tokenize wrote %lld", v, (long long)n_tokens);
+    cr_assert_eq(sh("$W tokenize -m m/weights/latest --corpus text.txt -o plain.bin --no-bos --json"), 0, "%s", out);
+    j = json_loads(out, 0, NULL);
+    cr_expect_eq(json_integer_value(json_object_get(j, "n_tokens")), n_tokens - 1, "%s", out);
+    json_decref(j);
+    /* training on either is training on the same tokens */
+    char fp_text[64], fp_toyt[64];
+    cr_assert_eq(sh(TRAIN " --tokenizer tok --data t.bin --steps 1 --out k"), 0, "%s", out);
+    train_json_value("m", "data_fingerprint", fp_text, sizeof fp_text);
+    train_json_value("k", "data_fingerprint", fp_toyt, sizeof fp_toyt);
+    cr_expect_str_eq(fp_text, fp_toyt);
+    /* --no-bos reads the text as tokenize --corpus --no-bos does */
+    cr_assert_eq(sh("$W eval -m m/weights/latest --data text.txt --ctx 32 --json --no-bos"), 0, "%s", out);
+    eval_summary(text, sizeof text);
+    cr_assert_eq(sh("$W eval -m m/weights/latest --data plain.bin --ctx 32 --json"), 0, "%s", out);
+    eval_summary(toyt, sizeof toyt);
+    cr_expect_str_eq(text, toyt);
+}
+
+/* A run trained on text before train.json recorded data_bos had no BOS first: --resume encodes the text as it
+ * did then, so the run goes on (its fingerprint matches) instead of being refused as other data. */
+Test(cli_train, a_text_run_from_before_data_bos_resumes) {
+    train_with_bos_tokenizer();
+    /* such a run, as it was written: its text without BOS, and no data_bos key */
+    cr_assert_eq(sh(TRAIN " --tokenizer tok --data text.txt --no-bos --steps 2 --out old"), 0, "%s", out);
+    char p[600];
+    snprintf(p, sizeof p, "%s/old/train.json", tmp);
+    json_t *j = json_load_file(p, 0, NULL);
+    cr_assert(j);
+    cr_assert(json_is_false(json_object_get(j, "data_bos")));
+    json_object_del(j, "data_bos");
+    cr_assert_eq(json_dump_file(j, p, JSON_INDENT(2)), 0);
+    json_decref(j);
+    cr_assert_eq(sh("$W train --resume old --steps 3"), 0, "%s", out);
+    cr_expect(!strstr(out, "cannot resume"), "%s", out);
+    cr_expect_eq(sh("grep -q '\"step\":3,' old/events.jsonl"), 0, "the resumed run did not reach step 3");
+    /* and a run of today resumes on the stream it recorded (BOS first) */
+    cr_assert_eq(sh("$W train --resume m --steps 3"), 0, "%s", out);
+}
+
+/* --data from a pipe: toy eval and toy train read it to its end (they seeked to its end to learn its size,
+ * which a pipe cannot do), as text or as a token file, and the same as the file */
+Test(cli_train, data_from_a_pipe) {
+    train_model();
+    char file[128], piped[128];
+    cr_assert_eq(sh("$W eval -m m/weights/latest --data text.txt --ctx 32 --json"), 0, "%s", out);
+    eval_summary(file, sizeof file);
+    cr_assert_eq(sh("cat text.txt | $W eval -m m/weights/latest --data /dev/stdin --ctx 32 --json"), 0, "%s", out);
+    eval_summary(piped, sizeof piped);
+    cr_expect_str_eq(file, piped);
+    cr_assert_eq(sh("$W tokenize -m m/weights/latest --corpus text.txt -o t.bin"), 0, "%s", out);
+    cr_assert_eq(sh("cat t.bin | $W eval -m m/weights/latest --data /dev/stdin --ctx 32 --json"), 0, "%s", out);
+    eval_summary(piped, sizeof piped);
+    cr_expect_str_eq(file, piped);
+    cr_assert_eq(sh("cat t.bin | $W eval -m m/weights/latest --data - --ctx 32 --json"), 0, "%s", out);
+    eval_summary(piped, sizeof piped);
+    cr_expect_str_eq(file, piped);
+    /* training: the same tokens as from the file (the BPE vocabulary learned from the same text) */
+    char fp_file[64], fp_pipe[64];
+    cr_assert_eq(sh("cat text.txt | " TRAIN " --data /dev/stdin --steps 2 --out p"), 0, "%s", out);
+    train_json_value("m", "data_fingerprint", fp_file, sizeof fp_file);
+    train_json_value("p", "data_fingerprint", fp_pipe, sizeof fp_pipe);
+    cr_expect_str_eq(fp_file, fp_pipe);
+    cr_assert_eq(sh("cat t.bin | " TRAIN " --tokenizer m/weights/latest --data /dev/stdin --steps 1 --out q"), 0, "%s",
+                 out);
+    /* a read that fails is an error naming the file (reading /proc/self/mem at offset 0 is EIO) */
+    if (access("/proc/self/mem", R_OK) == 0) {
+        cr_expect_eq(sh("$W eval -m m/weights/latest --data /proc/self/mem --ctx 32"), 1, "%s", out);
+        cr_expect(strstr(out, "toy eval: /proc/self/mem: read error"), "%s", out);
+        cr_expect_eq(sh(TRAIN " --data /proc/self/mem --steps 1 --out r"), 1, "%s", out);
+        cr_expect(strstr(out, "/mem: read error"), "%s", out);
+    }
+}
+
+/* A message names its command once: the library's "generate: ..." and "chat template: ..." printed after
+ * "toy generate: " and "toy chat-template: " said it twice. */
+Test(cli_train, a_message_names_its_command_once) {
+    train_model();
+    cr_expect_eq(sh("$W generate -m m/weights/latest --prompt-ids \"$(seq -s ' ' 1 200)\" -n 2"), 1, "%s", out);
+    cr_expect(strstr(out, "toy generate: prompt of 200 tokens does not fit the context"), "%s", out);
+    cr_expect(!strstr(out, "generate: generate:"), "%s", out);
+    cr_assert_eq(sh("echo '[{\"role\":\"user\",\"content\":\"hi\"}]' > msgs.json && "
+                    "printf '{%%%% if %%%%}x{%%%% endif %%%%}' > bad.jinja && "
+                    "$W chat-template --template bad.jinja --messages msgs.json"), 1, "%s", out);
+    cr_expect(strstr(out, "toy chat-template: line 1:"), "%s", out);
+    cr_expect(!strstr(out, "chat template: line"), "%s", out);
+}

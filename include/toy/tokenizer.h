@@ -158,6 +158,7 @@ enum {
     TOY_ENCODE_ADD_BOS = 1 << 1,       /* prepend BOS (if the vocabulary has one) */
     TOY_ENCODE_ADD_EOS = 1 << 2,
     TOY_ENCODE_MODEL_DEFAULTS = 1 << 3, /* add BOS/EOS as the model's add_bos/add_eos say */
+    TOY_ENCODE_NO_BOS = 1 << 4,         /* never BOS, whatever the other flags or the model say */
 };
 
 /* Appends the ids of text[0..len) to `out`. USER_DEFINED tokens are always
@@ -249,9 +250,24 @@ enum toy_status toy_tokenizer_save_hf(const struct toy_tokenizer *tok, const cha
  * u64 token count, then count u32 ids. Written to a temporary name and
  * renamed. Every id must be < n_vocab. */
 enum toy_status toy_token_file_write(const char *path, int64_t n_vocab, const int32_t *ids, int64_t n);
-/* Reads a whole file: checks magic, version, that the size matches the
- * count and every id < vocab size. *ids is malloc'd. */
+/* Reads a whole file (a pipe or /dev/stdin too): checks magic, version,
+ * that the size matches the count and every id < vocab size. *ids is
+ * malloc'd. */
 enum toy_status toy_token_file_read(const char *path, int64_t *n_vocab, int32_t **ids, int64_t *n);
+
+/* The token stream of a text corpus, the one rule that `toy tokenize
+ * --corpus`, `toy train --data TEXT` and `toy eval --data TEXT` share, so
+ * that a text and the token file made from it are the same tokens
+ * (docs/training.md, "Data"). Each document (one file's text, whole: no
+ * splitting at blank lines) is appended to `out` as
+ *     [BOS] text [EOS]
+ * BOS when the tokenizer asks for one (toy_tokenizer_add_bos) and it has
+ * one, unless flags has TOY_ENCODE_NO_BOS (TOY_ENCODE_ADD_BOS: always);
+ * EOS only with TOY_ENCODE_ADD_EOS (the tokenizer's add_eos is not
+ * applied: a corpus is documents, not prompts); control-token text in the
+ * document is plain text unless TOY_ENCODE_PARSE_SPECIAL. */
+enum toy_status toy_tokenizer_encode_corpus(const struct toy_tokenizer *tok, const char *text, size_t len,
+                                            unsigned flags, struct toy_tokens *out);
 
 /* ---- training ---- */
 

@@ -1,5 +1,7 @@
 /* token-file.c: packed token files ("TOYT"), the pre-tokenized corpora that
- * `toy tokenize --corpus` writes and training reads. Format (docs/formats.md,
+ * `toy tokenize --corpus` writes and training reads, and the rule that turns
+ * a text corpus into that token stream (toy_tokenizer_encode_corpus), which
+ * text read by `toy train` / `toy eval` goes through too. Format (docs/formats.md,
  * all little-endian): magic "TOYT", u32 version = 1, u32 vocab size,
  * u64 token count, then count u32 token ids. The reader checks the size
  * against the count before allocating and every id against the vocabulary.
@@ -9,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "toy/file.h"
 #include "toy/tokenizer.h"
@@ -49,47 +50,48 @@ enum toy_status toy_token_file_write(const char *path, int64_t n_vocab, const in
 enum toy_status toy_token_file_read(const char *path, int64_t *n_vocab, int32_t **ids, int64_t *n) {
     *ids = NULL;
     *n = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return toy_error(TOY_ERR_IO, "%s: %s", path, strerror(errno));
-    unsigned char h[TOYT_HEADER];
-    enum toy_status st = TOY_OK;
-    long size = -1;
-    if (fseek(f, 0, SEEK_END) == 0) size = ftell(f);
-    rewind(f);
-    if (size < TOYT_HEADER || fread(h, 1, sizeof h, f) != sizeof h) {
-        st = toy_error(TOY_ERR_FORMAT, "%s: %ld bytes, shorter than the %d-byte header", path, size, TOYT_HEADER);
+    char *file;
+    size_t size;
+    enum toy_status st = toy_file_read_all(path, &file, &size); /* no seek: a pipe reads like a file */
+    if (st) return st;
+    const unsigned char *h = (const unsigned char *)file;
+    if (size < TOYT_HEADER) {
+        st = toy_error(TOY_ERR_FORMAT, "%s: %zu bytes, shorter than the %d-byte header", path, size, TOYT_HEADER);
         goto out;
     }
     if (memcmp(h, "TOYT", 4)) { st = toy_error(TOY_ERR_FORMAT, "%s: bad magic (not a TOYT token file)", path); goto out; }
     if (get_u32(h + 4) != TOYT_VERSION) { st = toy_error(TOY_ERR_UNSUPPORTED, "%s: version %u (this reader knows 1)", path, get_u32(h + 4)); goto out; }
     uint32_t vocab = get_u32(h + 8);
-    uint64_t count = get_u64(h + 12);
+    uint64_t count = get_u64(h + 12), body = size - TOYT_HEADER;
     if (vocab == 0) { st = toy_error(TOY_ERR_FORMAT, "%s: vocabulary size 0", path); goto out; }
-    if (count > (uint64_t)(size - TOYT_HEADER) / 4 || (uint64_t)(size - TOYT_HEADER) != count * 4) {
-        st = toy_error(TOY_ERR_FORMAT, "%s: header says %llu tokens, the file holds %ld bytes of ids", path,
-                       (unsigned long long)count, size - TOYT_HEADER);
+    if (count > body / 4 || body != count * 4) {
+        st = toy_error(TOY_ERR_FORMAT, "%s: header says %llu tokens, the file holds %llu bytes of ids", path,
+                       (unsigned long long)count, (unsigned long long)body);
         goto out;
     }
-    int32_t *out = malloc(count ? count * 4 : 4);
-    if (!out) { st = toy_error(TOY_ERR_NOMEM, "%s: out of memory (%llu tokens)", path, (unsigned long long)count); goto out; }
-    unsigned char buf[4 * 4096];
-    for (uint64_t i = 0; i < count;) {
-        size_t k = count - i < 4096 ? (size_t)(count - i) : 4096;
-        if (fread(buf, 4, k, f) != k) { free(out); st = toy_error(TOY_ERR_IO, "%s: short read", path); goto out; }
-        for (size_t j = 0; j < k; j++, i++) {
-            uint32_t v = get_u32(buf + 4 * j);
-            if (v >= vocab) {
-                free(out);
-                st = toy_error(TOY_ERR_RANGE, "%s: token %llu is id %u, vocabulary has %u", path, (unsigned long long)i, v, vocab);
-                goto out;
-            }
-            out[i] = (int32_t)v;
+    int32_t *res = malloc(count ? count * 4 : 4);
+    if (!res) { st = toy_error(TOY_ERR_NOMEM, "%s: out of memory (%llu tokens)", path, (unsigned long long)count); goto out; }
+    for (uint64_t i = 0; i < count; i++) {
+        uint32_t v = get_u32(h + TOYT_HEADER + 4 * i);
+        if (v >= vocab) {
+            free(res);
+            st = toy_error(TOY_ERR_RANGE, "%s: token %llu is id %u, vocabulary has %u", path, (unsigned long long)i, v, vocab);
+            goto out;
         }
+        res[i] = (int32_t)v;
     }
-    *ids = out;
+    *ids = res;
     *n = (int64_t)count;
     *n_vocab = vocab;
 out:
-    fclose(f);
+    free(file);
     return st;
+}
+
+enum toy_status toy_tokenizer_encode_corpus(const struct toy_tokenizer *tok, const char *text, size_t len,
+                                            unsigned flags, struct toy_tokens *out) {
+    if (!tok || !out || (!text && len)) return toy_error(TOY_ERR_INVALID_ARG, "tokenizer_encode_corpus: NULL argument");
+    unsigned fl = flags & (TOY_ENCODE_PARSE_SPECIAL | TOY_ENCODE_ADD_EOS | TOY_ENCODE_NO_BOS | TOY_ENCODE_ADD_BOS);
+    if (!(fl & TOY_ENCODE_NO_BOS) && toy_tokenizer_add_bos(tok)) fl |= TOY_ENCODE_ADD_BOS;
+    return toy_tokenizer_encode(tok, text, len, fl, out);
 }

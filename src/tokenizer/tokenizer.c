@@ -418,7 +418,8 @@ enum toy_status toy_tokenizer_encode(const struct toy_tokenizer *tok, const char
     enum toy_status st = TOY_OK;
     struct tok_scratch s = {0};
     char *norm = NULL;
-    bool add_bos = (flags & TOY_ENCODE_ADD_BOS) || ((flags & TOY_ENCODE_MODEL_DEFAULTS) && tok->add_bos);
+    bool add_bos = !(flags & TOY_ENCODE_NO_BOS) &&
+                   ((flags & TOY_ENCODE_ADD_BOS) || ((flags & TOY_ENCODE_MODEL_DEFAULTS) && tok->add_bos));
     bool add_eos = (flags & TOY_ENCODE_ADD_EOS) || ((flags & TOY_ENCODE_MODEL_DEFAULTS) && tok->add_eos);
     bool parse_special = flags & TOY_ENCODE_PARSE_SPECIAL;
     if (add_bos && tok->bos >= 0 && (st = tok_push(out, tok->bos))) return st;
