@@ -68,6 +68,10 @@ int toy_cmd_tokenize(int argc, char **argv) {
                 n_text ? ": to encode a file, give it as --corpus FILE" : "");
         return 2;
     }
+    if (bos && no_bos) { /* one of them was ignored */
+        fprintf(stderr, "toy tokenize: give --bos or --no-bos, not both\n");
+        return 2;
+    }
     if ((decode != NULL) + (n_corpus > 0) + (n_text > 0) > 1) {
         fprintf(stderr, "toy tokenize: give one of TEXT, --corpus FILE... or --decode IDS\n");
         return 2;

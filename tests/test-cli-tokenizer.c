@@ -118,7 +118,7 @@ Test(cli_tokenizer, chat_template) {
 /* One thing at a time: -o without --corpus encoded the file's name and
  * wrote nothing, a TEXT beside --corpus or --decode was ignored. Special
  * tokens: the first is BOS and the second EOS (both were the first), and an
- * empty or repeated one is refused. */
+ * empty or repeated one is refused. --bos with --no-bos is refused too. */
 Test(cli_tokenizer, flags_that_were_ignored_are_refused) {
     if (access(TD "corpus-tinystories-sample/tiny_stories.txt", R_OK)) cr_skip_test("no test data");
     char dir[] = "/tmp/toy-cli-tok-XXXXXX", args[1024];
@@ -134,8 +134,9 @@ Test(cli_tokenizer, flags_that_were_ignored_are_refused) {
                          "tokenizer train --vocab-size 300 --special '<s>' --special '<s>' " TD
                          "corpus-tinystories-sample/tiny_stories.txt -o %s/u.gguf %s",
                          "tokenizer train --vocab-size 300 --special '' " TD
-                         "corpus-tinystories-sample/tiny_stories.txt -o %s/u.gguf %s"};
-    for (int i = 0; i < 5; i++) {
+                         "corpus-tinystories-sample/tiny_stories.txt -o %s/u.gguf %s",
+                         "tokenize -m %s/t.gguf --bos --no-bos 'text' %s"};
+    for (int i = 0; i < 6; i++) {
         snprintf(args, sizeof args, bad[i], dir, i == 1 || i >= 3 ? "" : dir);
         free(run(args, &st));
         cr_expect_eq(st, 2, "%s: exit %d", args, st);
