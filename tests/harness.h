@@ -20,6 +20,12 @@ void th_mkdir(const char *tag);
 /* removes th_dir and everything in it */
 void th_rmdir(void);
 
+/* A {k, n} weight of `type` (F32, F16, BF16 or a quantized type) from
+ * normal values times `scale` drawn from r, row by row. */
+struct toy_rng;
+struct toy_tensor *th_weight(struct toy_ctx *ctx, enum toy_dtype type, int64_t k, int64_t n, float scale,
+                             struct toy_rng *r);
+
 /* Writes {"cases": cases} (stolen) to th_dir/spec.json, runs
  * tests/torch/SCRIPT on it with /usr/bin/python3 (or $TOY_PY) and returns
  * what it wrote; skips the test when there is no Python. */

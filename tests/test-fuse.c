@@ -14,6 +14,7 @@
 #include "toy/quant.h"
 #include "toy/rng.h"
 #include "toy/toy.h"
+#include "harness.h"
 
 #define D 64
 #define F 160
@@ -24,20 +25,8 @@ struct weights {
 };
 
 static struct toy_tensor *weight(struct toy_ctx *ctx, enum toy_dtype type, int64_t k, int64_t n, struct toy_rng *r) {
-    float *f = malloc((size_t)(k * n) * sizeof *f);
-    for (int64_t i = 0; i < k * n; i++) f[i] = toy_rng_normal(r) * 0.1f;
-    struct toy_tensor *w = toy_new_tensor_2d(ctx, type, k, n);
-    for (int64_t j = 0; j < n; j++) {
-        char *row = (char *)w->data + j * w->nb[1];
-        switch (type) {
-        case TOY_F32: memcpy(row, f + j * k, (size_t)k * sizeof(float)); break;
-        case TOY_F16: toy_f32_to_f16_row(f + j * k, (toy_f16 *)row, k); break;
-        case TOY_BF16: toy_f32_to_bf16_row(f + j * k, (toy_bf16 *)row, k); break;
-        default: cr_assert_eq(toy_quantize_row(type, f + j * k, row, k), TOY_OK);
-        }
-    }
+    struct toy_tensor *w = th_weight(ctx, type, k, n, 0.1f, r);
     if (type == TOY_Q8_0 || type == TOY_Q4_0) cr_assert_eq(toy_tensor_pack(w), TOY_OK);
-    free(f);
     return w;
 }
 

@@ -397,6 +397,20 @@ Test(llama, bf16_backward_casts_each_activation_once) {
 /* A decode step (the graph, fused, then sampling) makes no heap allocation
  * once the first has run: f16 cache, head size 64 (the all-heads decode
  * attention), greedy and top-k/top-p sampling with a repeat penalty. */
+/* A one-token decode step over kv, fused as generators run it: set *tok,
+ * *pos and kv's n_past, compute, read *lg. */
+static struct toy_graph *decode_graph(struct toy_ctx *ctx, struct toy_llama *m, struct toy_kv_cache *kv,
+                                      struct toy_tensor **tok, struct toy_tensor **pos, struct toy_tensor **lg) {
+    *tok = toy_new_tensor_2d(ctx, TOY_I32, 1, 1);
+    *pos = toy_new_tensor_1d(ctx, TOY_I32, 1);
+    *lg = toy_llama_forward_cached(ctx, m, kv, *tok, *pos);
+    toy_set_output(*lg);
+    struct toy_graph *g = toy_graph_new(ctx);
+    toy_graph_build(g, *lg);
+    toy_graph_set_fusion(g, true);
+    return g;
+}
+
 Test(llama, decode_steps_allocate_nothing) {
     struct toy_llama_config c = base_config();
     c.d_model = 128;
@@ -406,12 +420,8 @@ Test(llama, decode_steps_allocate_nothing) {
     struct toy_kv_cache kv;
     cr_assert_eq(toy_kv_cache_init_type(&kv, m, 32, 1, TOY_F16), TOY_OK, "%s", toy_last_error());
     struct toy_ctx *ctx = toy_ctx_init(true);
-    struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, 1, 1), *pos = toy_new_tensor_1d(ctx, TOY_I32, 1);
-    struct toy_tensor *lg = toy_llama_forward_cached(ctx, m, &kv, tok, pos);
-    toy_set_output(lg);
-    struct toy_graph *g = toy_graph_new(ctx);
-    toy_graph_build(g, lg);
-    toy_graph_set_fusion(g, true); /* as generators run it */
+    struct toy_tensor *tok, *pos, *lg;
+    struct toy_graph *g = decode_graph(ctx, m, &kv, &tok, &pos, &lg);
     struct toy_threadpool *tp = toy_threadpool_new(2);
     struct toy_sampler *greedy = toy_sampler_new(&(struct toy_sampler_params){0}, c.vocab);
     struct toy_sampler *topp = toy_sampler_new(
@@ -516,12 +526,8 @@ static void decode_logits(struct toy_llama *m, float *out, int steps) {
     struct toy_kv_cache kv;
     cr_assert_eq(toy_kv_cache_init(&kv, m, 16, 1), TOY_OK, "%s", toy_last_error());
     struct toy_ctx *ctx = toy_ctx_init(true);
-    struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, 1, 1), *pos = toy_new_tensor_1d(ctx, TOY_I32, 1);
-    struct toy_tensor *lg = toy_llama_forward_cached(ctx, m, &kv, tok, pos);
-    toy_set_output(lg);
-    struct toy_graph *g = toy_graph_new(ctx);
-    toy_graph_build(g, lg);
-    toy_graph_set_fusion(g, true);
+    struct toy_tensor *tok, *pos, *lg;
+    struct toy_graph *g = decode_graph(ctx, m, &kv, &tok, &pos, &lg);
     struct toy_threadpool *tp = toy_threadpool_new(2);
     for (int s = 0; s < steps; s++) {
         *(int32_t *)kv.n_past->data = s;

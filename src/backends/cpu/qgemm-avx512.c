@@ -342,7 +342,6 @@ void toy_qgemm_packed_avx512(enum toy_dtype bt, int64_t m, int64_t n, int64_t k,
     toy_qgemm_packed_cols_avx512(bt, m, n, k, packed, c, ldc, accum, scratch, pcp);
 }
 
-
 void toy_qgemm_avx512(enum toy_dtype bt, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                       const void *bv, size_t ldb, float *c, int64_t ldc, bool accum, void *scratch) {
     int64_t nb = k / 32;
