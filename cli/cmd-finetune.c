@@ -39,7 +39,7 @@ static int usage(void) {
     fprintf(stderr,
 "usage: toy finetune --base MODEL.gguf --data SFT.jsonl [--method lora|qlora|full] [options]\n"
 "       toy finetune --resume runs/<id> [--steps N]\n"
-"data:     --data FILE (JSONL: {\"prompt\",\"completion\"} or {\"messages\":[{\"role\",\"content\"},...]})\n"
+"data:     --data FILE (JSONL: {\"prompt\",\"completion\"} or {\"messages\":[{\"role\",\"content\"},...]}; a pipe too)\n"
 "          --template NAME|JINJA (for messages; default the model's, else chatml) --ctx 256 --heldout 0.1\n"
 "          --no-pack (one example per row; default: examples packed into rows, attention kept within each)\n"
 "method:   --method lora (default) | qlora (quantized base, e.g. from `toy quantize`) | full\n"

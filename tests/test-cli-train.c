@@ -624,3 +624,27 @@ Test(cli_train, a_message_names_its_command_once) {
     cr_expect(strstr(out, "toy chat-template: line 1:"), "%s", out);
     cr_expect(!strstr(out, "chat template: line"), "%s", out);
 }
+
+/* toy finetune --data from a pipe, as train and eval take it: "-" was opened as a file named "-" */
+Test(cli_train, finetune_data_from_a_pipe) {
+    train_model();
+    const char *ft = "$W finetune --base m/weights/latest --ctx 32 --batch 2 --steps 1 --threads 2";
+    cr_assert_eq(sh("for i in $(seq 20); do echo '{\"prompt\":\"the quick fox\",\"completion\":\" jumps over\"}'; "
+                    "done > sft.jsonl && %s --data sft.jsonl --out f", ft), 0, "%s", out);
+    char want[64], got[64], p[400];
+    snprintf(p, sizeof p, "%s/f/finetune.json", tmp);
+    json_t *j = json_load_file(p, 0, NULL);
+    cr_assert(j, "%s", p);
+    snprintf(want, sizeof want, "%s", json_string_value(json_object_get(j, "data_fingerprint")));
+    json_decref(j);
+    const char *runs[] = {"p1", "p2"}, *paths[] = {"/dev/stdin", "-"};
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(sh("cat sft.jsonl | %s --data %s --out %s", ft, paths[i], runs[i]), 0, "%s: %s", paths[i], out);
+        snprintf(p, sizeof p, "%s/%s/finetune.json", tmp, runs[i]);
+        j = json_load_file(p, 0, NULL);
+        cr_assert(j, "%s", p);
+        snprintf(got, sizeof got, "%s", json_string_value(json_object_get(j, "data_fingerprint")));
+        json_decref(j);
+        cr_expect_str_eq(want, got, "%s", paths[i]);
+    }
+}

@@ -155,11 +155,12 @@ struct toy_sft_state {
 
 struct toy_sft;
 
-/* Reads and tokenizes a JSONL file (or the text in memory). Lines that are
- * blank are skipped; a line that is not one of the two shapes is
- * TOY_ERR_FORMAT naming the line. Examples with no target token within T+1
- * tokens are dropped (counted in toy_sft_dropped). TOY_ERR_RANGE when no
- * training example is left. */
+/* Reads and tokenizes a JSONL file (read to its end by toy_file_read_all,
+ * so "-" is standard input and a pipe or FIFO reads as a file does), or
+ * the text in memory. Lines that are blank are skipped; a line that is not
+ * one of the two shapes is TOY_ERR_FORMAT naming the line. Examples with no
+ * target token within T+1 tokens are dropped (counted in toy_sft_dropped).
+ * TOY_ERR_RANGE when no training example is left. */
 enum toy_status toy_sft_open(const char *path, const struct toy_tokenizer *tok, const struct toy_sft_opts *o,
                              struct toy_sft **out);
 enum toy_status toy_sft_from_text(const char *text, size_t len, const struct toy_tokenizer *tok,

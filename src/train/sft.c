@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "toy/chat-template.h"
+#include "toy/file.h"
 #include "toy/finetune.h"
 
 struct example {
@@ -206,24 +207,12 @@ enum toy_status toy_sft_from_text(const char *text, size_t len, const struct toy
 enum toy_status toy_sft_open(const char *path, const struct toy_tokenizer *tok, const struct toy_sft_opts *o,
                              struct toy_sft **out) {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return toy_error(TOY_ERR_IO, "%s: cannot open", path);
-    char *buf = NULL;
-    size_t len = 0, cap = 0, got;
-    do {
-        if (len + 65536 > cap) {
-            cap = (len + 65536) * 2;
-            char *nb = realloc(buf, cap);
-            if (!nb) { free(buf); fclose(f); return toy_error(TOY_ERR_NOMEM, "%s", path); }
-            buf = nb;
-        }
-        got = fread(buf + len, 1, cap - len, f);
-        len += got;
-    } while (got > 0);
-    bool bad = ferror(f);
-    fclose(f);
-    if (bad) { free(buf); return toy_error(TOY_ERR_IO, "%s: read error", path); }
-    enum toy_status st = toy_sft_from_text(buf ? buf : "", len, tok, o, out);
+    char *buf;
+    size_t len;
+    /* read to its end, once: "-", /dev/stdin and FIFOs read as a file does */
+    enum toy_status st = toy_file_read_all(path, &buf, &len);
+    if (st) return st;
+    st = toy_sft_from_text(buf, len, tok, o, out);
     free(buf);
     if (st) return toy_error(st, "%s: %s", path, toy_last_error());
     return TOY_OK;
