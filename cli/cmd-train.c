@@ -77,7 +77,7 @@ static int usage(void) {
 "       toy train --resume runs/<id> [--steps N]  continue a run, bit-identically\n"
 "data:      --data FILE (text, or a TOYT token file from `toy tokenize --corpus`; a pipe too)\n"
 "           --no-bos (text: no BOS first, where the tokenizer asks for one; toy tokenize --corpus --no-bos)\n"
-"           --tokenizer PATH (GGUF, tokenizer.json or folder) | --vocab-size N (BPE trained on the fly; 512)\n"
+"           --tokenizer PATH (GGUF, tokenizer.json or folder; a pipe too) | --vocab-size N (BPE trained on the fly; 512)\n"
 "           --heldout 0.1 (fraction held out for eval)\n"
 "model:     --arch llama|gpt2|vit (GPT-2 presets: tiny|small|124m; vit: toy train --arch vit --help)\n"
 "           --preset tiny|small|stories15m|smollm2-135m  --dim D --layers L --heads H --kv-heads K --ff F\n"

@@ -625,6 +625,44 @@ Test(cli_train, a_message_names_its_command_once) {
     cr_expect(!strstr(out, "chat template: line"), "%s", out);
 }
 
+/* --tokenizer from a pipe: a GGUF (it was mapped, and a pipe cannot be) or a tokenizer.json (sized by seeking
+ * to its end) read from /dev/stdin, "-" or a FIFO gives the tokens the file gives (the data's fingerprint) */
+Test(cli_train, tokenizer_from_a_pipe) {
+    train_model();
+    char want[64], got[64];
+    cr_assert_eq(sh(TRAIN " --tokenizer m/weights/latest --data text.txt --steps 1 --out f"), 0, "%s", out);
+    train_json_value("f", "data_fingerprint", want, sizeof want);
+    cr_assert_eq(sh("cat m/weights/latest | " TRAIN " --tokenizer /dev/stdin --data text.txt --steps 1 --out p1"), 0,
+                 "%s", out);
+    train_json_value("p1", "data_fingerprint", got, sizeof got);
+    cr_expect_str_eq(want, got);
+    cr_assert_eq(sh("cat m/weights/latest | " TRAIN " --tokenizer - --data text.txt --steps 1 --out p2"), 0, "%s", out);
+    train_json_value("p2", "data_fingerprint", got, sizeof got);
+    cr_expect_str_eq(want, got);
+    /* tokenizer.json: alone from a pipe; from a FIFO with the tokenizer_config.json beside it (add_bos) */
+    cr_assert_eq(sh("$W tokenizer train --vocab-size 300 --special '<s>' text.txt -o tok.json && "
+                    "mkdir tok fifo && cp tok.json tok/tokenizer.json && "
+                    "echo '{\"bos_token\": \"<s>\", \"add_bos_token\": true}' > tok/tokenizer_config.json && "
+                    "cp tok/tokenizer_config.json fifo/ && mkfifo fifo/tokenizer.json"), 0, "%s", out);
+    cr_assert_eq(sh(TRAIN " --tokenizer tok.json --data text.txt --steps 1 --out j"), 0, "%s", out);
+    train_json_value("j", "data_fingerprint", want, sizeof want);
+    cr_assert_eq(sh("cat tok.json | " TRAIN " --tokenizer /dev/stdin --data text.txt --steps 1 --out p3"), 0, "%s", out);
+    train_json_value("p3", "data_fingerprint", got, sizeof got);
+    cr_expect_str_eq(want, got);
+    cr_assert_eq(sh(TRAIN " --tokenizer tok/tokenizer.json --data text.txt --steps 1 --out jb"), 0, "%s", out);
+    train_json_value("jb", "data_fingerprint", want, sizeof want);
+    cr_assert_eq(sh("(cat tok.json > fifo/tokenizer.json &) && "
+                    "timeout 60 " TRAIN " --tokenizer fifo/tokenizer.json --data text.txt --steps 1 --out p4"), 0, "%s",
+                 out);
+    train_json_value("p4", "data_fingerprint", got, sizeof got);
+    cr_expect_str_eq(want, got);
+    train_json_value("p4", "data_bos", got, sizeof got);
+    cr_expect_str_eq(got, "true");
+    /* an empty pipe is named as such */
+    cr_expect_eq(sh(": | " TRAIN " --tokenizer - --data text.txt --steps 1 --out p5"), 1, "%s", out);
+    cr_expect(strstr(out, "-: empty (0 bytes), not a tokenizer"), "%s", out);
+}
+
 /* toy finetune --data from a pipe, as train and eval take it: "-" was opened as a file named "-" */
 Test(cli_train, finetune_data_from_a_pipe) {
     train_model();

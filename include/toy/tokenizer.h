@@ -117,7 +117,10 @@ void toy_tokenizer_free(struct toy_tokenizer *tok);
  * encoder.json+vocab.bpe / vocab.json+merges.txt, a SentencePiece .model, or a
  * llama2.c .bin. A directory with both tokenizer.model (SentencePiece) and a
  * non-byte-level tokenizer.json segments with the .model and takes added
- * tokens, specials and the chat template from the JSON files. */
+ * tokens, specials and the chat template from the JSON files. "-" (standard
+ * input), a pipe such as /dev/stdin, or a FIFO is read once, whole: a GGUF
+ * by its magic, else by its name as a file is (a tokenizer.json when the
+ * name says nothing). */
 enum toy_status toy_tokenizer_load(const char *path, struct toy_tokenizer **out);
 /* Hugging Face tokenizer.json; config_path (tokenizer_config.json) may be NULL:
  * it supplies bos/eos/add_bos and the chat template. */

@@ -1,7 +1,10 @@
 /* tokenizer-load.c: reading vocabularies from the files models ship with:
  * Hugging Face tokenizer.json (+ tokenizer_config.json), OpenAI GPT-2
  * encoder.json + vocab.bpe, SentencePiece ModelProto (.model) and llama2.c
- * tokenizer.bin; and toy_tokenizer_load() which picks one by path.
+ * tokenizer.bin; and toy_tokenizer_load() which picks one by path (a pipe
+ * or "-", read once, by its first bytes or its name). Files are read to
+ * their end (toy_file_read_all), never sized by seeking, so any of them may
+ * be a pipe.
  *
  * Formats: tokenizer.json is the `tokenizers` library's serialization
  * (model.vocab piece->id, model.merges as "a b" strings or ["a","b"] pairs,
@@ -19,25 +22,9 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 
+#include "toy/file.h"
+#include "toy/gguf.h"
 
-static enum toy_status read_file(const char *path, char **data, size_t *len) {
-    *data = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return toy_error(TOY_ERR_IO, "%s: %s", path, strerror(errno));
-    if (fseek(f, 0, SEEK_END) != 0) { fclose(f); return toy_error(TOY_ERR_IO, "%s: cannot seek", path); }
-    long sz = ftell(f);
-    if (sz < 0) { fclose(f); return toy_error(TOY_ERR_IO, "%s: cannot tell size", path); }
-    rewind(f);
-    char *buf = malloc((size_t)sz + 1);
-    if (!buf) { fclose(f); return toy_error(TOY_ERR_NOMEM, "%s: out of memory (%ld bytes)", path, sz); }
-    size_t got = fread(buf, 1, (size_t)sz, f);
-    fclose(f);
-    if (got != (size_t)sz) { free(buf); return toy_error(TOY_ERR_IO, "%s: short read", path); }
-    buf[sz] = 0;
-    *data = buf;
-    *len = (size_t)sz;
-    return TOY_OK;
-}
 
 static void spec_defaults(struct toy_tokenizer_spec *s) {
     memset(s, 0, sizeof *s);
@@ -405,8 +392,8 @@ enum toy_status toy_tokenizer_load_hf(const char *json_path, const char *config_
     *out = NULL;
     char *j = NULL, *c = NULL;
     size_t jl = 0, cl = 0;
-    enum toy_status st = read_file(json_path, &j, &jl);
-    if (!st && config_path) st = read_file(config_path, &c, &cl);
+    enum toy_status st = toy_file_read_all(json_path, &j, &jl);
+    if (!st && config_path) st = toy_file_read_all(config_path, &c, &cl);
     if (!st) st = toy_tokenizer_load_hf_mem(j, jl, c, cl, out);
     free(j);
     free(c);
@@ -450,7 +437,7 @@ enum toy_status toy_tokenizer_load_gpt2(const char *encoder_json, const char *vo
         if (!tokens[k]) { st = toy_error(TOY_ERR_FORMAT, "%s: no token has id %lld", encoder_json, (long long)k); goto done; }
         types[k] = TOY_TOKEN_NORMAL;
     }
-    if ((st = read_file(vocab_bpe, &bpe, &blen))) goto done;
+    if ((st = toy_file_read_all(vocab_bpe, &bpe, &blen))) goto done;
     size_t lines = 1;
     for (size_t k = 0; k < blen; k++) lines += bpe[k] == '\n';
     merges = calloc(lines, sizeof *merges);
@@ -650,7 +637,7 @@ done:
 enum toy_status toy_tokenizer_load_spm(const char *path, struct toy_tokenizer **out) {
     char *d;
     size_t l;
-    enum toy_status st = read_file(path, &d, &l);
+    enum toy_status st = toy_file_read_all(path, &d, &l);
     if (st) return st;
     st = toy_tokenizer_load_spm_mem(d, l, out);
     free(d);
@@ -664,12 +651,10 @@ enum toy_status toy_tokenizer_load_spm(const char *path, struct toy_tokenizer **
 
 /* ---- llama2.c tokenizer.bin ---- */
 
-enum toy_status toy_tokenizer_load_llama2c(const char *path, struct toy_tokenizer **out) {
+/* The vocabulary in d (l bytes, the file `path`). */
+static enum toy_status llama2c_from_bytes(const char *d, size_t l, const char *path, struct toy_tokenizer **out) {
     *out = NULL;
-    char *d;
-    size_t l;
-    enum toy_status st = read_file(path, &d, &l);
-    if (st) return st;
+    enum toy_status st = TOY_OK;
     int64_t n = 0, cap = 0;
     char **tokens = NULL;
     float *scores = NULL;
@@ -728,6 +713,16 @@ done:
     for (int64_t k = 0; k < n; k++) free(tokens[k]);
     free(tokens);
     free(scores);
+    return st;
+}
+
+enum toy_status toy_tokenizer_load_llama2c(const char *path, struct toy_tokenizer **out) {
+    *out = NULL;
+    char *d;
+    size_t l;
+    enum toy_status st = toy_file_read_all(path, &d, &l);
+    if (st) return st;
+    st = llama2c_from_bytes(d, l, path, out);
     free(d);
     return st;
 }
@@ -858,9 +853,61 @@ done:
     return st;
 }
 
+/* `path`'s error message, prefixed with path (as the loaders by path put it) */
+static enum toy_status named(enum toy_status st, const char *path) {
+    if (st) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", toy_last_error());
+        toy_error(st, "%s: %s", path, msg);
+    }
+    return st;
+}
+
+/* A tokenizer from what is not a regular file: "-" (standard input), a
+ * pipe (/dev/stdin), a FIFO, a device. It can be read only once, so it is
+ * read whole first and told by its bytes (a GGUF's magic) or else by its
+ * name, as a file is; a GGUF is parsed in memory, since a pipe cannot be
+ * mapped. */
+static enum toy_status load_stream(const char *path, struct toy_tokenizer **out) {
+    char a[4096];
+    if (ends_with(path, "encoder.json")) { /* with vocab.bpe beside it: each read once by the GPT-2 loader */
+        snprintf(a, sizeof a, "%.*svocab.bpe", (int)(strlen(path) - strlen("encoder.json")), path);
+        return toy_tokenizer_load_gpt2(path, a, NULL, out);
+    }
+    char *d;
+    size_t l;
+    enum toy_status st = toy_file_read_all(path, &d, &l);
+    if (st) return st;
+    if (l == 0) st = toy_error(TOY_ERR_FORMAT, "%s: empty (0 bytes), not a tokenizer", path);
+    else if (ends_with(path, ".gguf") || (l >= 4 && !memcmp(d, "GGUF", 4))) {
+        struct toy_gguf *g;
+        if (!(st = toy_gguf_open_memory(d, l, path, &g))) {
+            st = named(toy_tokenizer_load_gguf(g, out), path);
+            toy_gguf_close(g);
+        }
+    } else if (ends_with(path, ".model")) {
+        st = named(toy_tokenizer_load_spm_mem(d, l, out), path);
+    } else if (ends_with(path, ".bin")) {
+        st = llama2c_from_bytes(d, l, path, out);
+    } else { /* tokenizer.json, with tokenizer_config.json beside it if present (standard input has no "beside") */
+        const char *slash = strrchr(path, '/');
+        char *c = NULL;
+        size_t cl = 0;
+        snprintf(a, sizeof a, "%.*stokenizer_config.json", slash ? (int)(slash - path + 1) : 0, path);
+        if (strcmp(path, "-") && exists(a)) st = toy_file_read_all(a, &c, &cl);
+        if (!st) st = named(toy_tokenizer_load_hf_mem(d, l, c, cl, out), path);
+        free(c);
+    }
+    free(d);
+    return st;
+}
+
 enum toy_status toy_tokenizer_load(const char *path, struct toy_tokenizer **out) {
     *out = NULL;
     char a[4096], b[4096];
+    struct stat sb;
+    if (!strcmp(path, "-") || (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode) && !S_ISDIR(sb.st_mode)))
+        return load_stream(path, out);
     if (is_dir(path)) {
         snprintf(a, sizeof a, "%s/tokenizer.json", path);
         snprintf(b, sizeof b, "%s/tokenizer.model", path);
