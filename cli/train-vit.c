@@ -30,7 +30,8 @@ static int usage(void) {
     fprintf(stderr,
 "usage: toy train --arch vit --data IMAGES [options]    train a ViT image classifier\n"
 "       toy train --arch vit --resume runs/<id> [--steps N]\n"
-"data:      --data PATH (MNIST IDX file or folder, TOYI file, or a folder of class folders of PNG/JPEG)\n"
+"data:      --data PATH (MNIST IDX file or folder, TOYI file, or a folder of class folders of PNG/JPEG; a TOYI\n"
+"           or IDX file may be a pipe: /dev/stdin, -, a FIFO)\n"
 "           --test PATH (held-out set; default: split --heldout 0.2 off --data)\n"
 "model:     --preset mnist|small-cpu|tiny  --image-size N --patch P --dim D --layers L --heads H --ff F\n"
 "training:  --steps 1000 --batch 64 --lr 2e-3 --lr-min 1e-4 --warmup 50 --schedule cosine|linear|constant\n"

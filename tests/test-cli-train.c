@@ -625,6 +625,56 @@ Test(cli_train, a_message_names_its_command_once) {
     cr_expect(!strstr(out, "chat template: line"), "%s", out);
 }
 
+/* Files a and b (relative to tmp) hold the same bytes */
+static bool same_file(const char *a, const char *b) {
+    return sh("cmp '%s' '%s'", a, b) == 0;
+}
+
+#define VIT "$W train --arch vit --preset tiny --patch 4 --dim 16 --layers 1 --heads 2 --ff 32 --steps 2 --batch 4 " \
+            "--threads 2 --eval-every 0"
+
+/* --arch vit --data from a pipe: the image set is read once (its first bytes were read to tell TOYI from IDX,
+ * then the file was opened again, which finds a pipe drained), so /dev/stdin, "-" and a FIFO named as an IDX
+ * images file train as the file does: the same weights */
+Test(cli_train, image_data_from_a_pipe) {
+    /* 24 8x8 images of 2 classes, as TOYI and as an IDX pair (plain, gzip); fifo/ has the labels under both
+     * names, plain (under .gz too: plain bytes read as they are, as zlib's gzread read them) */
+    int32_t labels[24];
+    struct toy_image_set s = {.n = 24, .channels = 1, .height = 8, .width = 8, .n_classes = 2, .labels = labels};
+    uint8_t px[24 * 64];
+    s.pixels = px;
+    for (int i = 0; i < 24; i++) {
+        labels[i] = i % 2;
+        for (int k = 0; k < 64; k++) px[i * 64 + k] = (uint8_t)((labels[i] && k % 8 < 4 ? 200 : 30) + (i * 7 + k) % 20);
+    }
+    char p[400];
+    snprintf(p, sizeof p, "%s/set.toyi", tmp);
+    cr_assert_eq(toy_images_save_toyi(&s, p), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(sh("mkdir idx fifo && tail -c %d set.toyi > px.bin && "
+                    "{ printf '\\0\\0\\10\\3\\0\\0\\0\\30\\0\\0\\0\\10\\0\\0\\0\\10'; cat px.bin; } > idx/s-images-idx3-ubyte && "
+                    "{ printf '\\0\\0\\10\\1\\0\\0\\0\\30'; for i in $(seq 12); do printf '\\0\\1'; done; } "
+                    "> idx/s-labels-idx1-ubyte && gzip -k idx/s-images-idx3-ubyte && "
+                    "cp idx/s-labels-idx1-ubyte fifo/ && cp idx/s-labels-idx1-ubyte fifo/s-labels-idx1-ubyte.gz && "
+                    "mkfifo fifo/s-images-idx3-ubyte fifo/s-images-idx3-ubyte.gz", 24 * 64), 0, "%s", out);
+    cr_assert_eq(sh(VIT " --data set.toyi --out f"), 0, "%s", out);
+    cr_assert_eq(sh(VIT " --data idx/s-images-idx3-ubyte --out i"), 0, "%s", out);
+    cr_expect(same_file("f/weights/step_2.gguf", "i/weights/step_2.gguf"), "IDX and TOYI of the same images differ");
+    cr_assert_eq(sh("cat set.toyi | " VIT " --data /dev/stdin --out p1"), 0, "%s", out);
+    cr_expect(same_file("f/weights/step_2.gguf", "p1/weights/step_2.gguf"));
+    cr_assert_eq(sh("cat set.toyi | " VIT " --data - --out p2"), 0, "%s", out);
+    cr_expect(same_file("f/weights/step_2.gguf", "p2/weights/step_2.gguf"));
+    /* FIFOs, the labels beside them; timeout: a second open of a drained FIFO waits for a writer forever */
+    cr_assert_eq(sh("(cat idx/s-images-idx3-ubyte > fifo/s-images-idx3-ubyte &) && "
+                    "timeout 60 " VIT " --data fifo/s-images-idx3-ubyte --out p3"), 0, "%s", out);
+    cr_expect(same_file("f/weights/step_2.gguf", "p3/weights/step_2.gguf"));
+    cr_assert_eq(sh("(cat idx/s-images-idx3-ubyte.gz > fifo/s-images-idx3-ubyte.gz &) && "
+                    "timeout 60 " VIT " --data fifo/s-images-idx3-ubyte.gz --out p4"), 0, "%s", out);
+    cr_expect(same_file("f/weights/step_2.gguf", "p4/weights/step_2.gguf"));
+    /* what is not an image set is still named so, from a pipe too */
+    cr_expect_eq(sh("cat text.txt | " VIT " --data - --out p5"), 1, "%s", out);
+    cr_expect(strstr(out, "toy train: -: not an image set"), "%s", out);
+}
+
 /* --tokenizer from a pipe: a GGUF (it was mapped, and a pipe cannot be) or a tokenizer.json (sized by seeking
  * to its end) read from /dev/stdin, "-" or a FIFO gives the tokens the file gives (the data's fingerprint) */
 Test(cli_train, tokenizer_from_a_pipe) {

@@ -49,7 +49,10 @@ struct toy_image_load_opts {
  * labels from the matching …-labels-idx1-ubyte[.gz]); a folder holding such
  * an IDX pair (the first images file with its labels present); or a folder
  * of class sub-folders of .png/.jpg/.jpeg/.bmp images (classes sorted by
- * name). opts may be NULL. */
+ * name). opts may be NULL. A file is opened once (a regular file mapped,
+ * anything else read to its end), so "-" (standard input), /dev/stdin or a
+ * FIFO holding a TOYI set, or a FIFO named as an IDX images file, loads as
+ * the file does. */
 enum toy_status toy_images_load(const char *path, const struct toy_image_load_opts *opts, struct toy_image_set **out);
 enum toy_status toy_images_load_idx(const char *images_path, const char *labels_path, struct toy_image_set **out);
 enum toy_status toy_images_load_toyi(const char *path, struct toy_image_set **out);

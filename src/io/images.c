@@ -1,17 +1,21 @@
-/* images.c: labelled image sets (toy/images.h): IDX (MNIST; gzip through
- * zlib's gzread, which also reads plain files), TOYI (docs/formats.md,
- * "Image sets"), folders of class sub-folders decoded by stb_image (Debian
- * libstb), a seeded split, channel statistics and augmented float batches.
- * Invariants: pixels are u8 CHW per image; every label is < n_classes;
- * sizes read from files are bounded by the bytes present before any
- * allocation they drive. */
+/* images.c: labelled image sets (toy/images.h): IDX (MNIST; gzip inflated
+ * by zlib in memory, as gzread would read it, or plain), TOYI
+ * (docs/formats.md, "Image sets"), folders of class sub-folders decoded by
+ * stb_image (Debian libstb), a seeded split, channel statistics and
+ * augmented float batches. A TOYI or IDX file is opened once and parsed
+ * from its bytes (mapped, or read to its end when it is a pipe), so a
+ * pipe's data is not lost to a first look at its magic. Invariants: pixels
+ * are u8 CHW per image; every label is < n_classes; sizes read from files
+ * are bounded by the bytes present before any allocation they drive. */
 #include <dirent.h>
+#include <fcntl.h>
 #include <math.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -44,36 +48,114 @@ void toy_images_free(struct toy_image_set *s) {
     free(s);
 }
 
+/* ---- the bytes of an input ------------------------------------------------------ */
+
+/* A file's bytes, from one open: a regular file is mapped, anything else
+ * ("-" for standard input, a pipe such as /dev/stdin, a FIFO) read to its
+ * end, since it can be read only once and has no size to check against. */
+struct input {
+    const uint8_t *p; /* (n) */
+    size_t n;
+    void *map;        /* the mapping (n bytes), or NULL */
+    char *buf;        /* the bytes read, or NULL */
+};
+
+static enum toy_status input_open(const char *path, struct input *in) {
+    memset(in, 0, sizeof *in);
+    bool std_in = !strcmp(path, "-");
+    int fd = std_in ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return toy_error(TOY_ERR_IO, "%s: %s", path, strerror(errno));
+    enum toy_status st = TOY_OK;
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        st = toy_error(TOY_ERR_IO, "%s: %s", path, strerror(errno));
+    } else if (!std_in && S_ISREG(sb.st_mode)) {
+        if ((uint64_t)sb.st_size > SIZE_MAX) {
+            st = toy_error(TOY_ERR_RANGE, "%s: %lld bytes do not fit in memory", path, (long long)sb.st_size);
+        } else if (sb.st_size > 0) {
+            void *m = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+            if (m == MAP_FAILED) st = toy_error(TOY_ERR_IO, "%s: mmap: %s", path, strerror(errno));
+            else in->map = m, in->p = m, in->n = (size_t)sb.st_size;
+        } else {
+            in->p = (const uint8_t *)"";
+        }
+    } else if (!(st = toy_file_read_fd(fd, path, &in->buf, &in->n))) {
+        in->p = (const uint8_t *)in->buf;
+    }
+    if (!std_in) close(fd);
+    return st;
+}
+
+static void input_close(struct input *in) {
+    if (in->map) munmap(in->map, in->n);
+    free(in->buf);
+    memset(in, 0, sizeof *in);
+}
+
 /* ---- IDX --------------------------------------------------------------------- */
 
-/* The whole (decompressed) file in memory: IDX files are small. */
-static enum toy_status gz_slurp(const char *path, uint8_t **out, size_t *len) {
-    gzFile f = gzopen(path, "rb");
-    if (!f) return toy_error(TOY_ERR_IO, "%s: %s", path, strerror(errno ? errno : ENOENT));
-    size_t cap = 1 << 20, n = 0;
+/* The gzip members at src (n bytes) inflated into *out (malloc'd), as
+ * gzread reads them: member after member, anything after the last one that
+ * is not another member ignored. */
+static enum toy_status gunzip(const uint8_t *src, size_t n, const char *path, uint8_t **out, size_t *len) {
+    *out = NULL;
+    *len = 0;
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) return toy_error(TOY_ERR_NOMEM, "%s: gzip: %s", path, "inflateInit");
+    size_t cap = n < ((size_t)1 << 28) ? 4 * n : n, have = 0, at = 0; /* at: input handed to zlib */
+    if (cap < ((size_t)1 << 20)) cap = (size_t)1 << 20;
     uint8_t *buf = malloc(cap);
-    for (;;) {
-        if (!buf) { gzclose(f); return toy_error(TOY_ERR_NOMEM, "%s", path); }
-        if (n == cap) {
+    enum toy_status st = buf ? TOY_OK : toy_error(TOY_ERR_NOMEM, "%s", path);
+    while (!st) {
+        if (have == cap) {
             uint8_t *nb = cap < ((size_t)1 << 34) ? realloc(buf, cap * 2) : NULL;
-            if (!nb) { free(buf); gzclose(f); return toy_error(TOY_ERR_NOMEM, "%s: larger than 16 GiB", path); }
+            if (!nb) { st = toy_error(TOY_ERR_NOMEM, "%s: larger than 16 GiB", path); break; }
             buf = nb;
             cap *= 2;
         }
-        int got = gzread(f, buf + n, (unsigned)(cap - n > (1u << 30) ? (1u << 30) : cap - n));
-        if (got < 0) {
-            int e;
-            const char *msg = gzerror(f, &e);
-            free(buf);
-            gzclose(f);
-            return toy_error(TOY_ERR_FORMAT, "%s: gzip: %s", path, msg);
+        if (z.avail_in == 0 && at < n) { /* zlib counts in 32 bits: at most 1 GiB at a time */
+            z.next_in = (Bytef *)(src + at);
+            z.avail_in = (uInt)(n - at > (1u << 30) ? (1u << 30) : n - at);
+            at += z.avail_in;
         }
-        if (got == 0) break;
-        n += (size_t)got;
+        z.next_out = buf + have;
+        z.avail_out = (uInt)(cap - have > (1u << 30) ? (1u << 30) : cap - have);
+        uInt room = z.avail_out;
+        int r = inflate(&z, Z_NO_FLUSH);
+        have += room - z.avail_out;
+        size_t left = z.avail_in + (n - at); /* input not yet inflated */
+        if (r == Z_STREAM_END) {
+            const uint8_t *next = src + (n - left);
+            if (left < 2 || next[0] != 0x1f || next[1] != 0x8b) break; /* the last member */
+            if (inflateReset(&z) != Z_OK) st = toy_error(TOY_ERR_FORMAT, "%s: gzip: %s", path, "inflateReset");
+        } else if (r == Z_BUF_ERROR && left == 0) {
+            st = toy_error(TOY_ERR_FORMAT, "%s: gzip: unexpected end of file", path);
+        } else if (r == Z_MEM_ERROR) {
+            st = toy_error(TOY_ERR_NOMEM, "%s: gzip: out of memory", path);
+        } else if (r != Z_OK && r != Z_BUF_ERROR) {
+            st = toy_error(TOY_ERR_FORMAT, "%s: gzip: %s", path, z.msg ? z.msg : "invalid data");
+        }
     }
-    gzclose(f);
+    inflateEnd(&z);
+    if (st) { free(buf); return st; }
     *out = buf;
-    *len = n;
+    *len = have;
+    return TOY_OK;
+}
+
+/* An IDX file's content: its bytes, or the bytes they inflate to when they
+ * are gzip (then *owned holds them); zlib's gzread read both ways too. */
+static enum toy_status idx_content(const struct input *in, const char *path, const uint8_t **p, size_t *n,
+                                   uint8_t **owned) {
+    *owned = NULL;
+    if (in->n >= 2 && in->p[0] == 0x1f && in->p[1] == 0x8b) {
+        enum toy_status st = gunzip(in->p, in->n, path, owned, n);
+        *p = *owned;
+        return st;
+    }
+    *p = in->p;
+    *n = in->n;
     return TOY_OK;
 }
 
@@ -82,45 +164,56 @@ static uint64_t mul_sat(uint64_t a, uint64_t b) { return b && a > UINT64_MAX / b
 
 static uint32_t be32(const uint8_t *p) { return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]; }
 
-enum toy_status toy_images_load_idx(const char *images_path, const char *labels_path, struct toy_image_set **out) {
-    *out = NULL;
-    uint8_t *im = NULL, *lb = NULL;
-    size_t ni = 0, nl = 0;
-    enum toy_status st = gz_slurp(images_path, &im, &ni);
-    if (!st) st = gz_slurp(labels_path, &lb, &nl);
-    if (st) { free(im); free(lb); return st; }
-    if (ni < 16 || be32(im) != 0x803) {
-        st = toy_error(TOY_ERR_FORMAT, "%s: not an IDX3 u8 images file (magic at offset 0: %08x, expected 00000803)",
-                       images_path, ni >= 4 ? be32(im) : 0);
-        goto done;
-    }
-    if (nl < 8 || be32(lb) != 0x801) {
-        st = toy_error(TOY_ERR_FORMAT, "%s: not an IDX1 u8 labels file (magic at offset 0: %08x, expected 00000801)",
-                       labels_path, nl >= 4 ? be32(lb) : 0);
-        goto done;
-    }
+/* The set of an IDX images file (im, ni bytes, uncompressed) and its labels file (lb, nl bytes). */
+static enum toy_status idx_parse(const uint8_t *im, size_t ni, const char *images_path, const uint8_t *lb, size_t nl,
+                                 const char *labels_path, struct toy_image_set **out) {
+    if (ni < 16 || be32(im) != 0x803)
+        return toy_error(TOY_ERR_FORMAT, "%s: not an IDX3 u8 images file (magic at offset 0: %08x, expected 00000803)",
+                         images_path, ni >= 4 ? be32(im) : 0);
+    if (nl < 8 || be32(lb) != 0x801)
+        return toy_error(TOY_ERR_FORMAT, "%s: not an IDX1 u8 labels file (magic at offset 0: %08x, expected 00000801)",
+                         labels_path, nl >= 4 ? be32(lb) : 0);
     uint64_t n = be32(im + 4), h = be32(im + 8), w = be32(im + 12), nlab = be32(lb + 4);
-    if (h == 0 || w == 0 || h > MAX_SIDE || w > MAX_SIDE || mul_sat(n, h * w) != ni - 16) {
-        st = toy_error(TOY_ERR_FORMAT, "%s: header says %llu images of %llux%llu (%llu bytes), the file holds %zu "
-                       "bytes after the 16-byte header", images_path, (unsigned long long)n, (unsigned long long)h,
-                       (unsigned long long)w, (unsigned long long)mul_sat(n, h * w), ni - 16);
-        goto done;
-    }
-    if (nlab != n || nl - 8 != n) {
-        st = toy_error(TOY_ERR_FORMAT, "%s: %llu labels (%zu bytes present) for %llu images", labels_path,
-                       (unsigned long long)nlab, nl - 8, (unsigned long long)n);
-        goto done;
-    }
+    if (h == 0 || w == 0 || h > MAX_SIDE || w > MAX_SIDE || mul_sat(n, h * w) != ni - 16)
+        return toy_error(TOY_ERR_FORMAT, "%s: header says %llu images of %llux%llu (%llu bytes), the file holds %zu "
+                         "bytes after the 16-byte header", images_path, (unsigned long long)n, (unsigned long long)h,
+                         (unsigned long long)w, (unsigned long long)mul_sat(n, h * w), ni - 16);
+    if (nlab != n || nl - 8 != n)
+        return toy_error(TOY_ERR_FORMAT, "%s: %llu labels (%zu bytes present) for %llu images", labels_path,
+                         (unsigned long long)nlab, nl - 8, (unsigned long long)n);
     int64_t k = 0;
     for (uint64_t i = 0; i < n; i++) k = lb[8 + i] + 1 > k ? lb[8 + i] + 1 : k;
     struct toy_image_set *s = set_new((int64_t)n, 1, (int64_t)h, (int64_t)w, k);
-    if (!s) { st = toy_error(TOY_ERR_NOMEM, "%s: %llu images", images_path, (unsigned long long)n); goto done; }
+    if (!s) return toy_error(TOY_ERR_NOMEM, "%s: %llu images", images_path, (unsigned long long)n);
     memcpy(s->pixels, im + 16, n * h * w);
     for (uint64_t i = 0; i < n; i++) s->labels[i] = lb[8 + i];
     *out = s;
-done:
-    free(im);
-    free(lb);
+    return TOY_OK;
+}
+
+/* The images file already open (images: its bytes), the labels file by path. */
+static enum toy_status idx_load(const struct input *images, const char *images_path, const char *labels_path,
+                                struct toy_image_set **out) {
+    const uint8_t *im = NULL, *lb = NULL;
+    uint8_t *im_owned = NULL, *lb_owned = NULL;
+    size_t ni = 0, nl = 0;
+    struct input labels = {0};
+    enum toy_status st = idx_content(images, images_path, &im, &ni, &im_owned);
+    if (!st) st = input_open(labels_path, &labels);
+    if (!st) st = idx_content(&labels, labels_path, &lb, &nl, &lb_owned);
+    if (!st) st = idx_parse(im, ni, images_path, lb, nl, labels_path, out);
+    free(im_owned);
+    free(lb_owned);
+    input_close(&labels);
+    return st;
+}
+
+enum toy_status toy_images_load_idx(const char *images_path, const char *labels_path, struct toy_image_set **out) {
+    *out = NULL;
+    struct input in;
+    enum toy_status st = input_open(images_path, &in);
+    if (!st) st = idx_load(&in, images_path, labels_path, out);
+    input_close(&in);
     return st;
 }
 
@@ -128,48 +221,45 @@ done:
 
 static uint32_t le32(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
 
-enum toy_status toy_images_load_toyi(const char *path, struct toy_image_set **out) {
-    *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return toy_error(TOY_ERR_IO, "%s: %s", path, strerror(errno));
-    uint8_t h[28];
-    struct stat sb;
-    if (fstat(fileno(f), &sb) || fread(h, 1, 28, f) != 28) {
-        fclose(f);
-        return toy_error(TOY_ERR_FORMAT, "%s: shorter than the 28-byte TOYI header", path);
-    }
-    enum toy_status st = TOY_OK;
+/* The set in a TOYI file's bytes (b, size of them). */
+static enum toy_status toyi_parse(const uint8_t *b, size_t size, const char *path, struct toy_image_set **out) {
+    if (size < 28) return toy_error(TOY_ERR_FORMAT, "%s: shorter than the 28-byte TOYI header", path);
+    const uint8_t *h = b;
     uint64_t n = le32(h + 8), c = le32(h + 12), hh = le32(h + 16), w = le32(h + 20), k = le32(h + 24);
-    if (memcmp(h, "TOYI", 4)) st = toy_error(TOY_ERR_FORMAT, "%s: bad magic (offset 0), expected TOYI", path);
-    else if (le32(h + 4) != 1)
-        st = toy_error(TOY_ERR_UNSUPPORTED, "%s: TOYI version %u (offset 4), toy reads 1", path, le32(h + 4));
-    else if (c < 1 || c > 4 || hh < 1 || w < 1 || hh > MAX_SIDE || w > MAX_SIDE || k < 1 || k > MAX_CLASSES)
-        st = toy_error(TOY_ERR_FORMAT, "%s: bad shape: %llu channels, %llux%llu, %llu classes (offset 12)", path,
-                       (unsigned long long)c, (unsigned long long)hh, (unsigned long long)w, (unsigned long long)k);
-    else if (mul_sat(n, c * hh * w) > (uint64_t)sb.st_size || /* then the sum below cannot wrap */
-             (uint64_t)sb.st_size != 28 + 4 * n + mul_sat(n, c * hh * w))
-        st = toy_error(TOY_ERR_FORMAT, "%s: %llu images of %llux%llux%llu need %llu bytes, the file has %lld", path,
-                       (unsigned long long)n, (unsigned long long)c, (unsigned long long)hh, (unsigned long long)w,
-                       (unsigned long long)(28 + 4 * n + mul_sat(n, c * hh * w)), (long long)sb.st_size);
-    struct toy_image_set *s = st ? NULL : set_new((int64_t)n, (int64_t)c, (int64_t)hh, (int64_t)w, (int64_t)k);
-    if (!st && !s) st = toy_error(TOY_ERR_NOMEM, "%s: %llu images", path, (unsigned long long)n);
-    if (!st) {
-        uint8_t *lb = malloc(4 * n + 1);
-        if (!lb || fread(lb, 4, n, f) != n || fread(s->pixels, 1, n * c * hh * w, f) != n * c * hh * w)
-            st = toy_error(TOY_ERR_IO, "%s: short read", path);
-        for (uint64_t i = 0; !st && i < n; i++) {
-            uint32_t y = le32(lb + 4 * i);
-            if (y >= k) st = toy_error(TOY_ERR_RANGE, "%s: image %llu has label %u, there are %llu classes (offset %llu)",
-                                       path, (unsigned long long)i, y, (unsigned long long)k,
-                                       (unsigned long long)(28 + 4 * i));
-            else s->labels[i] = (int32_t)y;
+    if (memcmp(h, "TOYI", 4)) return toy_error(TOY_ERR_FORMAT, "%s: bad magic (offset 0), expected TOYI", path);
+    if (le32(h + 4) != 1)
+        return toy_error(TOY_ERR_UNSUPPORTED, "%s: TOYI version %u (offset 4), toy reads 1", path, le32(h + 4));
+    if (c < 1 || c > 4 || hh < 1 || w < 1 || hh > MAX_SIDE || w > MAX_SIDE || k < 1 || k > MAX_CLASSES)
+        return toy_error(TOY_ERR_FORMAT, "%s: bad shape: %llu channels, %llux%llu, %llu classes (offset 12)", path,
+                         (unsigned long long)c, (unsigned long long)hh, (unsigned long long)w, (unsigned long long)k);
+    if (mul_sat(n, c * hh * w) > (uint64_t)size || /* then the sum below cannot wrap */
+        (uint64_t)size != 28 + 4 * n + mul_sat(n, c * hh * w))
+        return toy_error(TOY_ERR_FORMAT, "%s: %llu images of %llux%llux%llu need %llu bytes, the file has %zu", path,
+                         (unsigned long long)n, (unsigned long long)c, (unsigned long long)hh, (unsigned long long)w,
+                         (unsigned long long)(28 + 4 * n + mul_sat(n, c * hh * w)), size);
+    struct toy_image_set *s = set_new((int64_t)n, (int64_t)c, (int64_t)hh, (int64_t)w, (int64_t)k);
+    if (!s) return toy_error(TOY_ERR_NOMEM, "%s: %llu images", path, (unsigned long long)n);
+    for (uint64_t i = 0; i < n; i++) {
+        uint32_t y = le32(b + 28 + 4 * i);
+        if (y >= k) {
+            toy_images_free(s);
+            return toy_error(TOY_ERR_RANGE, "%s: image %llu has label %u, there are %llu classes (offset %llu)", path,
+                             (unsigned long long)i, y, (unsigned long long)k, (unsigned long long)(28 + 4 * i));
         }
-        free(lb);
+        s->labels[i] = (int32_t)y;
     }
-    fclose(f);
-    if (st) { toy_images_free(s); return st; }
+    memcpy(s->pixels, b + 28 + 4 * n, n * c * hh * w);
     *out = s;
     return TOY_OK;
+}
+
+enum toy_status toy_images_load_toyi(const char *path, struct toy_image_set **out) {
+    *out = NULL;
+    struct input in;
+    enum toy_status st = input_open(path, &in);
+    if (!st) st = toyi_parse(in.p, in.n, path, out);
+    input_close(&in);
+    return st;
 }
 
 enum toy_status toy_images_save_toyi(const struct toy_image_set *s, const char *path) {
@@ -324,9 +414,9 @@ static bool idx_labels_path(const char *images, char *out, size_t n) {
 enum toy_status toy_images_load(const char *path, const struct toy_image_load_opts *opts, struct toy_image_set **out) {
     *out = NULL;
     struct stat sb;
-    if (stat(path, &sb)) return toy_error(TOY_ERR_IO, "%s: %s", path, strerror(errno));
+    if (strcmp(path, "-") && stat(path, &sb)) return toy_error(TOY_ERR_IO, "%s: %s", path, strerror(errno));
     char lab[4200];
-    if (S_ISDIR(sb.st_mode)) {
+    if (strcmp(path, "-") && S_ISDIR(sb.st_mode)) {
         int64_t n;
         char **v = list_dir(path, false, &n); /* image files: none for IDX folders */
         free_list(v, n);
@@ -347,19 +437,18 @@ enum toy_status toy_images_load(const char *path, const struct toy_image_load_op
         }
         return load_folder(path, opts, out);
     }
-    FILE *f = fopen(path, "rb");
-    char magic[4] = {0};
-    if (f) {
-        if (fread(magic, 1, 4, f) != 4) memset(magic, 0, 4);
-        fclose(f);
-    }
-    if (!memcmp(magic, "TOYI", 4)) return toy_images_load_toyi(path, out);
-    if (strstr(path, "images-idx3")) {
-        if (!idx_labels_path(path, lab, sizeof lab))
-            return toy_error(TOY_ERR_NOT_FOUND, "%s: no matching labels-idx1 file next to it", path);
-        return toy_images_load_idx(path, lab, out);
-    }
-    return toy_error(TOY_ERR_UNSUPPORTED, "%s: not an image set (a TOYI file, an IDX images file, or a folder)", path);
+    /* opened once, whatever it is: a pipe's bytes are gone once read */
+    struct input in;
+    enum toy_status st = input_open(path, &in);
+    if (st) return st;
+    if (in.n >= 4 && !memcmp(in.p, "TOYI", 4)) st = toyi_parse(in.p, in.n, path, out);
+    else if (!strstr(path, "images-idx3"))
+        st = toy_error(TOY_ERR_UNSUPPORTED, "%s: not an image set (a TOYI file, an IDX images file, or a folder)", path);
+    else if (!idx_labels_path(path, lab, sizeof lab))
+        st = toy_error(TOY_ERR_NOT_FOUND, "%s: no matching labels-idx1 file next to it", path);
+    else st = idx_load(&in, path, lab, out);
+    input_close(&in);
+    return st;
 }
 
 /* ---- split, statistics, batches ----------------------------------------------------- */
