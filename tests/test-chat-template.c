@@ -532,6 +532,19 @@ Test(chat_template, string_escapes_and_newlines) {
                   "A\nB\nCx\ny\n{{ r }}z");
 }
 
+/* A string inside a container prints as Python's repr(): what
+ * str.isprintable() rejects (controls, format characters, separators and
+ * spaces other than ' ', private use, unassigned) is \xNN, \uNNNN or
+ * \UNNNNNNNN in lowercase hex, an emoji stays itself, and a bare string
+ * prints as it is (expected strings are Jinja2 3.1's). */
+Test(chat_template, repr_escapes_unprintable) {
+    EXPECT_RENDER("{{ ['\\xa0', '\\u200b', '\\x7f', '\\u2028', '\\u0378', '\\ue000', '\\U0001F600', '\\x1b', '\\xad', "
+                  "'\\U000F0000', 'a b', '\\u3000', '\u00e9', 'it\\'s\\x0b'] }}|{{ {'k\\x85': ('\\t\\u2029',)} }}|"
+                  "{{ ['\\x00'] }}|{{ '\\u200b' }}",
+                  "['\\xa0', '\\u200b', '\\x7f', '\\u2028', '\\u0378', '\\ue000', '\U0001F600', '\\x1b', '\\xad', "
+                  "'\\U000f0000', 'a b', '\\u3000', '\u00e9', \"it's\\x0b\"]|{'k\\x85': ('\\t\\u2029',)}|['\\x00']|\u200b");
+}
+
 /* trim, strip() and split() take whitespace as Python's str.isspace() does:
  * NBSP, em space, ideographic space, NEL... (U+200B is not whitespace). */
 Test(chat_template, unicode_whitespace) {

@@ -314,7 +314,28 @@ static void py_str(json_t *v, struct sbuf *b) {
     }
 }
 
-/* Python repr(): strings quoted inside containers. */
+static unsigned cp_at(const char *s, size_t n, size_t *len);
+
+/* Python's str.isprintable() of one code point, which repr() asks of each:
+ * false for the categories Cc, Cf, Cs, Co, Cn and Zl, Zp, Zs, except the
+ * ASCII space. utf8proc's tables may name a newer Unicode than the Python
+ * compared against; a code point assigned in between reads as printable
+ * here and as \U... there. */
+static bool py_printable(unsigned c) {
+    if (c == ' ') return true;
+    if (c > 0x10FFFF) return false;
+    switch (utf8proc_category((utf8proc_int32_t)c)) {
+    case UTF8PROC_CATEGORY_CC: case UTF8PROC_CATEGORY_CF: case UTF8PROC_CATEGORY_CS: case UTF8PROC_CATEGORY_CO:
+    case UTF8PROC_CATEGORY_CN: case UTF8PROC_CATEGORY_ZL: case UTF8PROC_CATEGORY_ZP: case UTF8PROC_CATEGORY_ZS:
+        return false;
+    default:
+        return true;
+    }
+}
+
+/* Python repr(): strings quoted inside containers, with \n \r \t, the
+ * backslash and the quote escaped and what is not printable as \xNN,
+ * \uNNNN or \UNNNNNNNN. */
 static void repr(json_t *v, struct sbuf *b, bool top) {
     char num[64];
     size_t i;
@@ -341,12 +362,17 @@ static void repr(json_t *v, struct sbuf *b, bool top) {
         size_t n = json_string_length(v);
         char q = memchr(s, '\'', n) && !memchr(s, '"', n) ? '"' : '\'';
         sb_add(b, &q, 1);
-        for (size_t j = 0; j < n; j++) {
-            if (s[j] == q || s[j] == '\\') { sb_add(b, "\\", 1); sb_add(b, s + j, 1); }
-            else if (s[j] == '\n') sb_str(b, "\\n");
-            else if (s[j] == '\t') sb_str(b, "\\t");
-            else if (s[j] == '\r') sb_str(b, "\\r");
-            else sb_add(b, s + j, 1);
+        for (size_t j = 0, l; j < n; j += l) {
+            unsigned c = cp_at(s + j, n - j, &l);
+            if (c == (unsigned char)q || c == '\\') { sb_add(b, "\\", 1); sb_add(b, s + j, 1); }
+            else if (c == '\n') sb_str(b, "\\n");
+            else if (c == '\t') sb_str(b, "\\t");
+            else if (c == '\r') sb_str(b, "\\r");
+            else if (!py_printable(c)) {
+                snprintf(num, sizeof num, c < 0x100 ? "\\x%02x" : c < 0x10000 ? "\\u%04x" : "\\U%08x", c);
+                sb_str(b, num);
+            }
+            else sb_add(b, s + j, l);
         }
         sb_add(b, &q, 1);
         break;
@@ -384,7 +410,6 @@ struct json_opts {
     bool sort_keys, ascii;
 };
 
-static unsigned cp_at(const char *s, size_t n, size_t *len);
 
 static int cmp_key(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
 
