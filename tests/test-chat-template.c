@@ -586,6 +586,23 @@ Test(chat_template, compare_chain_and_test_precedence) {
                   "2 aTrue True True True y True");
 }
 
+/* `is filter` / `is test` (Jinja2 3.x): whether a string names a filter or
+ * a test toy has; false for other values, an error for a list or dict
+ * (unhashable in Python) or with arguments (expected strings are Jinja2
+ * 3.1's). */
+Test(chat_template, filter_and_test_tests) {
+    EXPECT_RENDER("{{ 'upper' is filter }}|{{ 'nope' is filter }}|{{ 'defined' is test }}|{{ 'upper' is test }}|"
+                  "{{ 'filter' is test }}|{{ 'map' is test }}|{{ 'tojson' is filter }}|{{ 'upper' is not filter }}|"
+                  "{{ 5 is filter }}|{{ none is test }}|{{ missing is filter }}|"
+                  "{{ ['upper', 'x', 'lower']|select('filter')|list }}|{{ ['odd', 'join']|reject('test')|list }}",
+                  "True|False|True|True|True|False|True|False|False|False|False|['upper', 'lower']|['join']");
+    cr_expect_eq(jinja_err("{{ [1] is filter }}", NULL), TOY_ERR_FORMAT);
+    cr_expect_eq(jinja_err("{{ {} is test }}", NULL), TOY_ERR_FORMAT);
+    cr_expect_eq(jinja_err("{{ 'upper' is filter('x') }}", NULL), TOY_ERR_FORMAT);
+    cr_expect_eq(jinja_err("{{ 'x' is nosuch }}", NULL), TOY_ERR_FORMAT);
+    cr_expect_eq(jinja_err("{{ 'x'|nosuch }}", NULL), TOY_ERR_FORMAT);
+}
+
 /* sort/unique/dictsort/max/min ignore case by default and sort stably;
  * round is Python's; sum; comparison tests; Undefined is iterable. */
 Test(chat_template, jinja2_filters_and_tests) {

@@ -1955,9 +1955,44 @@ static json_t *eval(struct ctx *C, const struct node *x) {
     }
 }
 
+/* The filters and tests toy has, for `is filter` / `is test`; do_filter and
+ * do_test refuse a name missing here before they look at it, so a filter
+ * added to one but not the other fails its first use. */
+static const char *const filter_names[] = {
+    "abs", "attr", "batch", "capitalize", "center", "count", "d", "default", "dictsort", "e", "escape", "first",
+    "float", "forceescape", "format", "indent", "int", "items", "join", "last", "length", "list", "lower", "map",
+    "max", "min", "reject", "rejectattr", "replace", "reverse", "round", "safe", "select", "selectattr", "slice",
+    "sort", "string", "strip", "striptags", "sum", "title", "tojson", "trim", "truncate", "unique", "upper",
+    "urlencode", "wordcount",
+};
+static const char *const test_names[] = {
+    "<", "<=", "==", ">", ">=", "boolean", "callable", "defined", "divisibleby", "eq", "equalto", "escaped", "even",
+    "false", "filter", "float", "ge", "gt", "in", "integer", "iterable", "le", "lower", "lt", "mapping", "ne", "none",
+    "number", "odd", "sameas", "sequence", "string", "test", "true", "undefined", "upper",
+};
+
+static bool known_name(const char *const *names, size_t n, const char *name) {
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(names[i], name)) return true;
+    return false;
+}
+
 static bool do_test(struct ctx *C, const struct node *t, json_t *v) {
     const char *n = t->str;
     v = unmark(v);
+    if (!known_name(test_names, sizeof test_names / sizeof *test_names, n)) { rerr(C, t, "unknown test '%s'", n); return false; }
+    /* Jinja2's `value in env.filters` (or env.tests): false for what is
+     * not a string, an error for what Python cannot hash */
+    if (!strcmp(n, "filter") || !strcmp(n, "test")) {
+        if (t->n || t->nkw) { rerr(C, t, "the test '%s' takes no arguments", n); return false; }
+        if (v && (json_is_array(v) || (json_is_object(v) && !is_method(v) && !is_namespace(v)))) {
+            rerr(C, t, "is %s: a %s is not hashable", n, json_is_array(v) ? "list" : "dict");
+            return false;
+        }
+        if (!strv(v)) return false;
+        return n[0] == 'f' ? known_name(filter_names, sizeof filter_names / sizeof *filter_names, strv(v))
+                           : known_name(test_names, sizeof test_names / sizeof *test_names, strv(v));
+    }
     if (!strcmp(n, "defined")) return v != NULL;
     if (!strcmp(n, "undefined")) return v == NULL;
     if (!strcmp(n, "none")) return v && json_is_null(v);
@@ -2066,6 +2101,7 @@ static json_t *do_filter(struct ctx *C, const struct node *f, json_t *v) {
     const char *n = f->str;
     v = unmark(v);
     if (C->st) return NULL;
+    if (!known_name(filter_names, sizeof filter_names / sizeof *filter_names, n)) { rerr(C, f, "unknown filter '%s'", n); return NULL; }
     if (!strcmp(n, "trim") || !strcmp(n, "strip")) {
         if (!v || !json_is_string(v)) { json_t *s = str_of(v); json_t *r = strip_chars(s, NULL, true, true); json_decref(s); return r; }
         json_t *chars = arg(C, f, 0, "chars");
