@@ -632,6 +632,26 @@ Test(chat_template, case_mapping_is_unicode) {
                   "Ssa Aß X Ssy STRASSE");
 }
 
+/* Python's full case mappings where they are more than one code point
+ * ('İ' lowers to "i\u0307", 'ß' uppers to "SS" and titles to "Ss", ligatures
+ * split, Greek ypogegrammeni becomes a capital iota), the final sigma of
+ * lower() (in capitalize and title too; Jinja's title filter lowers each
+ * word after its first character, so a two-letter word keeps 'σ'), Jinja's
+ * title filter taking upper case, not title case, for a word's first
+ * character, 'ª' counting as cased for str.title(), and any str.isspace()
+ * character starting a word for the title filter (expected strings are
+ * Jinja2 3.1's). */
+Test(chat_template, full_case_mappings_and_final_sigma) {
+    EXPECT_RENDER("{{ 'ÉTÉ İ'|lower }}|{{ 'ß ŉ ǰ ﬁx ﬀ ﬆ և'|upper }}|{{ 'ﬁx ßa ǆemal'.title() }}|{{ 'ﬁx ßa ǆemal'|title }}|"
+                  "{{ 'ﬁx'|capitalize }} {{ 'ǆemal'|capitalize }}|{{ 'ᾳ ᾀ ΐ'|upper }}|{{ 'ᾳ'|capitalize }}",
+                  "été i\u0307|SS \u02BCN J\u030C FIX FF ST \u0535\u0552|Fix Ssa ǅemal|FIx SSa Ǆemal|Fix ǅemal|"
+                  "\u0391\u0399 \u1F08\u0399 \u0399\u0308\u0301|\u1FBC");
+    EXPECT_RENDER("{{ 'ΟΔΟΣ ΟΔΟΣ.'|lower }}|{{ 'Σ'|lower }} {{ 'ΑΣΑ'|lower }}|{{ 'ΑΣ ΒΣ'.title() }}|{{ 'ΑΣ ΒΣ ΑΒΣ'|title }}|"
+                  "{{ 'ΑΣ'|capitalize }}|{{ \"Α'Σ\"|lower }}",
+                  "οδος οδος.|σ ασα|Ας Βς|Ασ Βσ Αβς|Ας|α'ς");
+    EXPECT_RENDER("{{ 'ªb ºc 1st'.title() }}|{{ 'a\\x1cb c\\u3000d'|title }}", "ªb ºc 1St|A\x1c" "B C\u3000D");
+}
+
 /* Undefined inside containers stays undefined (Jinja2 3.1's output): an item
  * of map(attribute=) that lacks it joins as '' and prints as Undefined in a
  * list (Command-R's content|map(attribute='text')|join gave 'None'), a set

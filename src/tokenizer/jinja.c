@@ -838,55 +838,200 @@ static json_t *str_replace(json_t *s, json_t *from, json_t *to, long long count)
     return r;
 }
 
-/* Case mapping of UTF-8 text by code point (utf8proc's simple mappings,
- * 'é' -> 'É', and Python's 'ß' -> "SS"; its other full mappings, rare
- * ligatures, are left). Modes: lower, upper, capitalize (the first character upper, the
- * rest lower), Python's str.title() (a cased letter after an uncased
- * character starts a word: "they're" -> "They'Re"), and Jinja's title
- * filter (words start after white space or one of -({[< : "They're"). */
+/* Case mapping of UTF-8 text by code point, as Python's str methods do it:
+ * utf8proc's simple mappings ('é' -> 'É'), the full ones of the table below
+ * where they differ, and the final sigma. Modes: lower, upper, capitalize
+ * (the first character title case, the rest lower), Python's str.title() (a
+ * cased letter after an uncased character starts a word, title case:
+ * "they're" -> "They'Re"), and Jinja's title filter (a word starts after
+ * white space or one of -({[< and its first character is upper case, not
+ * title case: item[0].upper() + item[1:].lower(), so "They're"). */
 enum { CASE_LOWER, CASE_UPPER, CASE_CAPITALIZE, CASE_TITLE_METHOD, CASE_TITLE_FILTER };
 
+/* The code points whose full case mapping (SpecialCasing.txt's
+ * unconditional entries, as Python applies them) is more than one code
+ * point: 'ß' -> "SS" / "Ss", 'İ' -> 'i' U+0307, 'ŉ' -> "ʼN", 'ﬁ' -> "FI" / "Fi",
+ * the Greek letters with ypogegrammeni. {0} is the simple mapping. Generated
+ * from Python 3.11 (Unicode 14): every c whose chr(c).lower(), .upper() or
+ * .title() is longer than one. */
+struct full_case {
+    uint16_t cp, lower[2], upper[3], title[3];
+};
+static const struct full_case full_cases[] = {
+    {0x00DF, {0}, {0x0053, 0x0053}, {0x0053, 0x0073}}, {0x0130, {0x0069, 0x0307}, {0}, {0}},
+    {0x0149, {0}, {0x02BC, 0x004E}, {0x02BC, 0x004E}}, {0x01F0, {0}, {0x004A, 0x030C}, {0x004A, 0x030C}},
+    {0x0390, {0}, {0x0399, 0x0308, 0x0301}, {0x0399, 0x0308, 0x0301}}, {0x03B0, {0}, {0x03A5, 0x0308, 0x0301}, {0x03A5, 0x0308, 0x0301}},
+    {0x0587, {0}, {0x0535, 0x0552}, {0x0535, 0x0582}}, {0x1E96, {0}, {0x0048, 0x0331}, {0x0048, 0x0331}},
+    {0x1E97, {0}, {0x0054, 0x0308}, {0x0054, 0x0308}}, {0x1E98, {0}, {0x0057, 0x030A}, {0x0057, 0x030A}},
+    {0x1E99, {0}, {0x0059, 0x030A}, {0x0059, 0x030A}}, {0x1E9A, {0}, {0x0041, 0x02BE}, {0x0041, 0x02BE}},
+    {0x1F50, {0}, {0x03A5, 0x0313}, {0x03A5, 0x0313}}, {0x1F52, {0}, {0x03A5, 0x0313, 0x0300}, {0x03A5, 0x0313, 0x0300}},
+    {0x1F54, {0}, {0x03A5, 0x0313, 0x0301}, {0x03A5, 0x0313, 0x0301}}, {0x1F56, {0}, {0x03A5, 0x0313, 0x0342}, {0x03A5, 0x0313, 0x0342}},
+    {0x1F80, {0}, {0x1F08, 0x0399}, {0}}, {0x1F81, {0}, {0x1F09, 0x0399}, {0}},
+    {0x1F82, {0}, {0x1F0A, 0x0399}, {0}}, {0x1F83, {0}, {0x1F0B, 0x0399}, {0}},
+    {0x1F84, {0}, {0x1F0C, 0x0399}, {0}}, {0x1F85, {0}, {0x1F0D, 0x0399}, {0}},
+    {0x1F86, {0}, {0x1F0E, 0x0399}, {0}}, {0x1F87, {0}, {0x1F0F, 0x0399}, {0}},
+    {0x1F88, {0}, {0x1F08, 0x0399}, {0}}, {0x1F89, {0}, {0x1F09, 0x0399}, {0}},
+    {0x1F8A, {0}, {0x1F0A, 0x0399}, {0}}, {0x1F8B, {0}, {0x1F0B, 0x0399}, {0}},
+    {0x1F8C, {0}, {0x1F0C, 0x0399}, {0}}, {0x1F8D, {0}, {0x1F0D, 0x0399}, {0}},
+    {0x1F8E, {0}, {0x1F0E, 0x0399}, {0}}, {0x1F8F, {0}, {0x1F0F, 0x0399}, {0}},
+    {0x1F90, {0}, {0x1F28, 0x0399}, {0}}, {0x1F91, {0}, {0x1F29, 0x0399}, {0}},
+    {0x1F92, {0}, {0x1F2A, 0x0399}, {0}}, {0x1F93, {0}, {0x1F2B, 0x0399}, {0}},
+    {0x1F94, {0}, {0x1F2C, 0x0399}, {0}}, {0x1F95, {0}, {0x1F2D, 0x0399}, {0}},
+    {0x1F96, {0}, {0x1F2E, 0x0399}, {0}}, {0x1F97, {0}, {0x1F2F, 0x0399}, {0}},
+    {0x1F98, {0}, {0x1F28, 0x0399}, {0}}, {0x1F99, {0}, {0x1F29, 0x0399}, {0}},
+    {0x1F9A, {0}, {0x1F2A, 0x0399}, {0}}, {0x1F9B, {0}, {0x1F2B, 0x0399}, {0}},
+    {0x1F9C, {0}, {0x1F2C, 0x0399}, {0}}, {0x1F9D, {0}, {0x1F2D, 0x0399}, {0}},
+    {0x1F9E, {0}, {0x1F2E, 0x0399}, {0}}, {0x1F9F, {0}, {0x1F2F, 0x0399}, {0}},
+    {0x1FA0, {0}, {0x1F68, 0x0399}, {0}}, {0x1FA1, {0}, {0x1F69, 0x0399}, {0}},
+    {0x1FA2, {0}, {0x1F6A, 0x0399}, {0}}, {0x1FA3, {0}, {0x1F6B, 0x0399}, {0}},
+    {0x1FA4, {0}, {0x1F6C, 0x0399}, {0}}, {0x1FA5, {0}, {0x1F6D, 0x0399}, {0}},
+    {0x1FA6, {0}, {0x1F6E, 0x0399}, {0}}, {0x1FA7, {0}, {0x1F6F, 0x0399}, {0}},
+    {0x1FA8, {0}, {0x1F68, 0x0399}, {0}}, {0x1FA9, {0}, {0x1F69, 0x0399}, {0}},
+    {0x1FAA, {0}, {0x1F6A, 0x0399}, {0}}, {0x1FAB, {0}, {0x1F6B, 0x0399}, {0}},
+    {0x1FAC, {0}, {0x1F6C, 0x0399}, {0}}, {0x1FAD, {0}, {0x1F6D, 0x0399}, {0}},
+    {0x1FAE, {0}, {0x1F6E, 0x0399}, {0}}, {0x1FAF, {0}, {0x1F6F, 0x0399}, {0}},
+    {0x1FB2, {0}, {0x1FBA, 0x0399}, {0x1FBA, 0x0345}}, {0x1FB3, {0}, {0x0391, 0x0399}, {0}},
+    {0x1FB4, {0}, {0x0386, 0x0399}, {0x0386, 0x0345}}, {0x1FB6, {0}, {0x0391, 0x0342}, {0x0391, 0x0342}},
+    {0x1FB7, {0}, {0x0391, 0x0342, 0x0399}, {0x0391, 0x0342, 0x0345}}, {0x1FBC, {0}, {0x0391, 0x0399}, {0}},
+    {0x1FC2, {0}, {0x1FCA, 0x0399}, {0x1FCA, 0x0345}}, {0x1FC3, {0}, {0x0397, 0x0399}, {0}},
+    {0x1FC4, {0}, {0x0389, 0x0399}, {0x0389, 0x0345}}, {0x1FC6, {0}, {0x0397, 0x0342}, {0x0397, 0x0342}},
+    {0x1FC7, {0}, {0x0397, 0x0342, 0x0399}, {0x0397, 0x0342, 0x0345}}, {0x1FCC, {0}, {0x0397, 0x0399}, {0}},
+    {0x1FD2, {0}, {0x0399, 0x0308, 0x0300}, {0x0399, 0x0308, 0x0300}}, {0x1FD3, {0}, {0x0399, 0x0308, 0x0301}, {0x0399, 0x0308, 0x0301}},
+    {0x1FD6, {0}, {0x0399, 0x0342}, {0x0399, 0x0342}}, {0x1FD7, {0}, {0x0399, 0x0308, 0x0342}, {0x0399, 0x0308, 0x0342}},
+    {0x1FE2, {0}, {0x03A5, 0x0308, 0x0300}, {0x03A5, 0x0308, 0x0300}}, {0x1FE3, {0}, {0x03A5, 0x0308, 0x0301}, {0x03A5, 0x0308, 0x0301}},
+    {0x1FE4, {0}, {0x03A1, 0x0313}, {0x03A1, 0x0313}}, {0x1FE6, {0}, {0x03A5, 0x0342}, {0x03A5, 0x0342}},
+    {0x1FE7, {0}, {0x03A5, 0x0308, 0x0342}, {0x03A5, 0x0308, 0x0342}}, {0x1FF2, {0}, {0x1FFA, 0x0399}, {0x1FFA, 0x0345}},
+    {0x1FF3, {0}, {0x03A9, 0x0399}, {0}}, {0x1FF4, {0}, {0x038F, 0x0399}, {0x038F, 0x0345}},
+    {0x1FF6, {0}, {0x03A9, 0x0342}, {0x03A9, 0x0342}}, {0x1FF7, {0}, {0x03A9, 0x0342, 0x0399}, {0x03A9, 0x0342, 0x0345}},
+    {0x1FFC, {0}, {0x03A9, 0x0399}, {0}}, {0xFB00, {0}, {0x0046, 0x0046}, {0x0046, 0x0066}},
+    {0xFB01, {0}, {0x0046, 0x0049}, {0x0046, 0x0069}}, {0xFB02, {0}, {0x0046, 0x004C}, {0x0046, 0x006C}},
+    {0xFB03, {0}, {0x0046, 0x0046, 0x0049}, {0x0046, 0x0066, 0x0069}}, {0xFB04, {0}, {0x0046, 0x0046, 0x004C}, {0x0046, 0x0066, 0x006C}},
+    {0xFB05, {0}, {0x0053, 0x0054}, {0x0053, 0x0074}}, {0xFB06, {0}, {0x0053, 0x0054}, {0x0053, 0x0074}},
+    {0xFB13, {0}, {0x0544, 0x0546}, {0x0544, 0x0576}}, {0xFB14, {0}, {0x0544, 0x0535}, {0x0544, 0x0565}},
+    {0xFB15, {0}, {0x0544, 0x053B}, {0x0544, 0x056B}}, {0xFB16, {0}, {0x054E, 0x0546}, {0x054E, 0x0576}},
+    {0xFB17, {0}, {0x0544, 0x053D}, {0x0544, 0x056D}},
+};
+
+static int cmp_full_case(const void *k, const void *e) {
+    unsigned c = *(const unsigned *)k, d = ((const struct full_case *)e)->cp;
+    return c < d ? -1 : c > d;
+}
+
+static void put_cp(struct sbuf *b, utf8proc_int32_t c) {
+    utf8proc_uint8_t enc[4];
+    sb_add(b, (const char *)enc, (size_t)utf8proc_encode_char(c, enc));
+}
+
+/* Appends the full lower (0), upper (1) or title (2) case of c. */
+static void put_case(struct sbuf *b, utf8proc_int32_t c, int which) {
+    const unsigned key = (unsigned)c;
+    const struct full_case *f = c >= 0xDF && c <= 0xFFFF ? bsearch(&key, full_cases, sizeof full_cases / sizeof *full_cases,
+                                                                   sizeof *full_cases, cmp_full_case)
+                                                         : NULL;
+    const uint16_t *m = !f ? NULL : which == 0 ? f->lower : which == 1 ? f->upper : f->title;
+    size_t len = which == 0 ? 2 : 3;
+    if (m && m[0]) {
+        for (size_t i = 0; i < len && m[i]; i++) put_cp(b, m[i]);
+        return;
+    }
+    put_cp(b, which == 0 ? utf8proc_tolower(c) : which == 1 ? utf8proc_toupper(c) : utf8proc_totitle(c));
+}
+
+static bool has_case(utf8proc_int32_t c) {
+    utf8proc_category_t k = utf8proc_category(c);
+    return k == UTF8PROC_CATEGORY_LU || k == UTF8PROC_CATEGORY_LL || k == UTF8PROC_CATEGORY_LT ||
+           utf8proc_tolower(c) != c || utf8proc_toupper(c) != c;
+}
+
+/* Python's "cased" (Lowercase, Uppercase or Lt): the cased categories and
+ * what has a mapping, and, for Unicode's Other_Lowercase/Other_Uppercase,
+ * a modifier letter or symbol whose compatibility form is one cased letter
+ * ('ª' is 'a', 'ʰ' is 'h', '🄰' is 'A'). That rule misses or adds some 70 rare
+ * code points (ˀ, ͺ, negative circled letters...) against Python 3.11. */
 static bool is_cased(utf8proc_int32_t c) {
-    return utf8proc_tolower(c) != c || utf8proc_toupper(c) != c || utf8proc_category(c) == UTF8PROC_CATEGORY_LT;
+    if (has_case(c)) return true;
+    utf8proc_category_t k = utf8proc_category(c);
+    if (k != UTF8PROC_CATEGORY_LM && k != UTF8PROC_CATEGORY_LO && k != UTF8PROC_CATEGORY_SO) return false;
+    utf8proc_int32_t d[4];
+    int boundclass = 0;
+    utf8proc_ssize_t n = utf8proc_decompose_char(c, d, 4, UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT, &boundclass);
+    return n == 1 && d[0] != c && has_case(d[0]);
+}
+
+/* Unicode's Case_Ignorable: the categories Mn, Me, Cf, Lm, Sk and the
+ * apostrophes and word-inner stops (Word_Break MidLetter, MidNumLet,
+ * Single_Quote) */
+static bool is_case_ignorable(utf8proc_int32_t c) {
+    static const utf8proc_int32_t mid[] = {0x27,   0x2E,   0x3A,   0xB7,   0x387,  0x55F,  0x5F4,  0x2018, 0x2019,
+                                           0x2024, 0x2027, 0xFE13, 0xFE52, 0xFE55, 0xFF07, 0xFF0E, 0xFF1A};
+    switch (utf8proc_category(c)) {
+    case UTF8PROC_CATEGORY_MN: case UTF8PROC_CATEGORY_ME: case UTF8PROC_CATEGORY_CF: case UTF8PROC_CATEGORY_LM:
+    case UTF8PROC_CATEGORY_SK:
+        return true;
+    default:
+        for (size_t i = 0; i < sizeof mid / sizeof *mid; i++)
+            if (c == mid[i]) return true;
+        return false;
+    }
+}
+
+/* Whether the 'Σ' at p[i] ends a word, so lowers to 'ς' (CPython's
+ * handle_capital_sigma, Unicode's Final_Sigma): a cased letter before it
+ * and none after, skipping case-ignorable ones, looking back no further
+ * than p[from]. Bytes that are not UTF-8 count as uncased. */
+static bool final_sigma(const utf8proc_uint8_t *p, utf8proc_ssize_t n, utf8proc_ssize_t from, utf8proc_ssize_t i) {
+    utf8proc_int32_t c = -1;
+    utf8proc_ssize_t j = i;
+    for (;;) {
+        if (j <= from) return false;
+        utf8proc_ssize_t b = j - 1;
+        while (b > from && (p[b] & 0xC0) == 0x80 && j - b < 4) b--;
+        if (utf8proc_iterate(p + b, j - b, &c) != j - b) return false;
+        if (!is_case_ignorable(c)) break;
+        j = b;
+    }
+    if (!is_cased(c)) return false;
+    for (j = i + 2; j < n;) { /* 'Σ' is two bytes */
+        utf8proc_ssize_t k = utf8proc_iterate(p + j, n - j, &c);
+        if (k <= 0) return true;
+        if (!is_case_ignorable(c)) return !is_cased(c);
+        j += k;
+    }
+    return true;
 }
 
 static json_t *case_map(json_t *s, int mode) {
     const utf8proc_uint8_t *p = (const utf8proc_uint8_t *)json_string_value(s);
     utf8proc_ssize_t n = (utf8proc_ssize_t)json_string_length(s), i = 0;
+    utf8proc_ssize_t from = 0; /* where the text that lower() sees starts, for the final sigma */
     struct sbuf b = {0};
-    bool start = true, first = true;
+    bool start = true;
     while (i < n) {
         utf8proc_int32_t c;
         utf8proc_ssize_t k = utf8proc_iterate(p + i, n - i, &c);
-        if (k <= 0) { /* not UTF-8 here: the byte as it is */
+        if (k <= 0) { /* not UTF-8 here: the byte as it is, an uncased letter */
             sb_add(&b, (const char *)p + i, 1);
             i++;
+            if (mode == CASE_TITLE_FILTER && start) from = i;
+            start = mode == CASE_TITLE_METHOD;
             continue;
         }
-        bool word_start = mode == CASE_CAPITALIZE ? first : mode >= CASE_TITLE_METHOD && start;
-        if (c == 0xDF && (mode == CASE_UPPER || word_start)) {
-            sb_str(&b, mode == CASE_UPPER ? "SS" : "Ss"); /* Python's full mapping of 'ß' (utf8proc's is U+1E9E) */
-            start = first = false;
-            i += k;
-            continue;
-        }
-        utf8proc_int32_t out;
+        int which; /* 0 lower, 1 upper, 2 title */
         switch (mode) {
-        case CASE_LOWER: out = utf8proc_tolower(c); break;
-        case CASE_UPPER: out = utf8proc_toupper(c); break;
-        case CASE_CAPITALIZE: out = first ? utf8proc_totitle(c) : utf8proc_tolower(c); break;
+        case CASE_LOWER: which = 0; break;
+        case CASE_UPPER: which = 1; break;
+        case CASE_CAPITALIZE: which = i == 0 ? 2 : 0; break;
         case CASE_TITLE_METHOD:
-            out = start ? utf8proc_totitle(c) : utf8proc_tolower(c);
+            which = start ? 2 : 0;
             start = !is_cased(c);
             break;
         default:
-            out = start ? utf8proc_totitle(c) : utf8proc_tolower(c);
-            start = c < 0x80 ? (isspace(c) || strchr("-({[<", c) != NULL) && c != 0
-                             : utf8proc_category(c) == UTF8PROC_CATEGORY_ZS || c == 0x85 || c == 0x2028 || c == 0x2029;
+            which = start ? 1 : 0;
+            if (start) from = i + k; /* item[1:].lower() sees the word from its second character */
+            start = py_space((unsigned)c) || (c && c < 0x80 && strchr("-({[<", c));
         }
-        first = false;
-        utf8proc_uint8_t enc[4];
-        sb_add(&b, (const char *)enc, (size_t)utf8proc_encode_char(out, enc));
+        if (which == 0 && c == 0x3A3) put_cp(&b, final_sigma(p, n, from, i) ? 0x3C2 : 0x3C3);
+        else put_case(&b, c, which);
         i += k;
     }
     json_t *r = json_stringn_nocheck(b.p ? b.p : "", b.n);
