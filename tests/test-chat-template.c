@@ -777,6 +777,25 @@ Test(chat_template, tuples) {
                   "4498500(4498500,)");
 }
 
+/* d.keys(), d.values() and d.items() are views: they print as Python's
+ * dict_keys([...]) and so on, also inside a container, through |string, ~,
+ * %s, a variable or |default; whatever makes a new value of one (|list,
+ * |sort, |map...) is a list. A view kept across many others keeps its kind
+ * as the set of them is swept (expected strings are Jinja2 3.1's). */
+Test(chat_template, dict_views_print_as_views) {
+    EXPECT_RENDER("{% set d = {'b': 2, 'a': 1} %}{{ d.items() }}|{{ d.keys() }}|{{ d.values() }}|{{ {}.keys() }}|{{ [d.keys()] }}|"
+                  "{{ d.keys()|string }}|{{ d.values() ~ '' }}|{{ '%s' % d.keys() }}|{% set ks = d.keys() %}{{ ks }}|"
+                  "{{ d.keys()|default('x') }}|{{ (d.values(),) }}|{{ {'x': d.values()} }}|{{ d.keys()|list }}|{{ d.items()|sort }}|"
+                  "{{ d.keys()|map('upper')|list }}|{{ d.items()|first }}|{{ d.keys()|join(',') }}",
+                  "dict_items([('b', 2), ('a', 1)])|dict_keys(['b', 'a'])|dict_values([2, 1])|dict_keys([])|[dict_keys(['b', 'a'])]|"
+                  "dict_keys(['b', 'a'])|dict_values([2, 1])|dict_keys(['b', 'a'])|dict_keys(['b', 'a'])|"
+                  "dict_keys(['b', 'a'])|(dict_values([2, 1]),)|{'x': dict_values([2, 1])}|['b', 'a']|[('a', 1), ('b', 2)]|"
+                  "['B', 'A']|('b', 2)|b,a");
+    EXPECT_RENDER("{% set keep = {'q': 1}.items() %}{% set t = (1,) %}{% set ns = namespace(n=0) %}{% for i in range(3000) %}"
+                  "{% set k = {'a': i}.values() %}{% set ns.n = ns.n + k|first %}{% endfor %}{{ ns.n }}{{ keep }}{{ t }}{{ {'z': 1}.keys() }}",
+                  "4498500dict_items([('q', 1)])(1,)dict_keys(['z'])");
+}
+
 /* tojson is Hugging Face's json.dumps(x, ensure_ascii=False, indent=None,
  * separators=None, sort_keys=False): the first positional argument is
  * ensure_ascii, an indent is spaces or a string (0: newlines only), with an

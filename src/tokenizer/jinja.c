@@ -110,15 +110,20 @@ static json_t *key_value(const char *k) { return is_int_key(k) ? json_integer(st
 /* Python tuples: (1, 2), the pairs of d.items() and dictsort, varargs. A
  * tuple is a json array like a list (it indexes, iterates and serializes the
  * same way); what differs is how it prints, (1, 2) and (1,), and that it
- * never equals a list. The arrays that are tuples are kept in a set of
- * pointers per render, each holding a reference, so that no list can take
- * the address of a tuple while the set names it; entries that nothing else
- * holds any more are dropped as the set grows. The set belongs to the
- * rendering thread (renders run concurrently), which lets repr() and
- * equal() ask it without a context. Copies (|list, slices, +) are lists, as
- * list(t) is. */
+ * never equals a list. Dict views, what d.keys(), d.values() and d.items()
+ * return, are arrays that print as dict_keys([...]), dict_values([...]),
+ * dict_items([...]). The arrays that are tuples or views are kept, with
+ * their kind, in a set of pointers per render, each holding a reference, so
+ * that no list can take the address of one while the set names it; entries
+ * that nothing else holds any more are dropped as the set grows. The set
+ * belongs to the rendering thread (renders run concurrently), which lets
+ * repr() and equal() ask it without a context. Copies (|list, slices, +)
+ * are lists, as list(t) is. */
+enum seq_kind { SEQ_LIST, SEQ_TUPLE, SEQ_DICT_KEYS, SEQ_DICT_VALUES, SEQ_DICT_ITEMS };
+
 struct tuple_set {
     json_t **slot;
+    unsigned char *kind; /* enum seq_kind of slot[i] */
     size_t cap, n;
 };
 static _Thread_local struct tuple_set *tuples;
@@ -127,21 +132,23 @@ static size_t tuple_hash(const json_t *p, size_t cap) {
     return (size_t)(((uint64_t)(uintptr_t)p * 0x9E3779B97F4A7C15ull) >> 32) & (cap - 1);
 }
 
-static bool is_tuple(const json_t *v) {
+static enum seq_kind seq_kind(const json_t *v) {
     const struct tuple_set *T = tuples;
-    if (!v || !T || !T->cap || !json_is_array(v)) return false;
+    if (!v || !T || !T->cap || !json_is_array(v)) return SEQ_LIST;
     for (size_t i = tuple_hash(v, T->cap); T->slot[i]; i = (i + 1) & (T->cap - 1))
-        if (T->slot[i] == v) return true;
-    return false;
+        if (T->slot[i] == v) return (enum seq_kind)T->kind[i];
+    return SEQ_LIST;
 }
 
-/* Marks the array `a` (returned as it is) as a tuple; without memory it
- * stays a list. */
-static json_t *as_tuple(json_t *a) {
+static bool is_tuple(const json_t *v) { return seq_kind(v) == SEQ_TUPLE; }
+
+/* Marks the array `a` (returned as it is) as a tuple or view; one already
+ * marked keeps its kind, and without memory it stays a list. */
+static json_t *mark_seq(json_t *a, enum seq_kind kind) {
     struct tuple_set *T = tuples;
-    if (!a || !T || !json_is_array(a) || is_tuple(a)) return a;
+    if (!a || !T || !json_is_array(a) || seq_kind(a) != SEQ_LIST) return a;
     if ((T->n + 1) * 2 > T->cap) {
-        /* drop the tuples only the set holds, then size it for four times
+        /* drop the entries only the set holds, then size it for four times
          * the live ones, so that sweeps stay rare */
         size_t live = 0;
         for (size_t i = 0; i < T->cap; i++) {
@@ -152,28 +159,36 @@ static json_t *as_tuple(json_t *a) {
         size_t cap = 64;
         while (cap < (live + 1) * 4) cap *= 2;
         json_t **slot = calloc(cap, sizeof *slot);
-        if (!slot) return a;
+        unsigned char *kinds = malloc(cap);
+        if (!slot || !kinds) { free(slot); free(kinds); return a; }
         for (size_t i = 0; i < T->cap; i++) {
             if (!T->slot[i]) continue;
             size_t j = tuple_hash(T->slot[i], cap);
             while (slot[j]) j = (j + 1) & (cap - 1);
             slot[j] = T->slot[i];
+            kinds[j] = T->kind[i];
         }
         free(T->slot);
+        free(T->kind);
         T->slot = slot;
+        T->kind = kinds;
         T->cap = cap;
         T->n = live;
     }
     size_t j = tuple_hash(a, T->cap);
     while (T->slot[j]) j = (j + 1) & (T->cap - 1);
     T->slot[j] = json_incref(a);
+    T->kind[j] = (unsigned char)kind;
     T->n++;
     return a;
 }
 
+static json_t *as_tuple(json_t *a) { return mark_seq(a, SEQ_TUPLE); }
+
 static void tuples_free(struct tuple_set *T) {
     for (size_t i = 0; i < T->cap; i++) json_decref(T->slot[i]);
     free(T->slot);
+    free(T->kind);
 }
 
 /* (k, v) */
@@ -378,10 +393,13 @@ static void repr(json_t *v, struct sbuf *b, bool top) {
         break;
     }
     case JSON_ARRAY: {
-        bool tu = is_tuple(v);
+        enum seq_kind sk = seq_kind(v);
+        bool tu = sk == SEQ_TUPLE;
+        if (sk >= SEQ_DICT_KEYS) sb_str(b, sk == SEQ_DICT_KEYS ? "dict_keys(" : sk == SEQ_DICT_VALUES ? "dict_values(" : "dict_items(");
         sb_str(b, tu ? "(" : "[");
         json_array_foreach(v, i, e) { if (i) sb_str(b, ", "); repr(e, b, false); }
         sb_str(b, !tu ? "]" : json_array_size(v) == 1 ? ",)" : ")");
+        if (sk >= SEQ_DICT_KEYS) sb_str(b, ")");
         break;
     }
     case JSON_OBJECT:
@@ -1310,7 +1328,8 @@ static json_t *call_method(struct ctx *C, const struct node *call, json_t *obj, 
                 else if (m[0] == 'v') json_array_append(r, v);
                 else json_array_append_new(r, pair(key_value(k), v));
             }
-            return r;
+            /* a view: it prints as one; what makes a new value of it (|list, +, slices) gives a list */
+            return mark_seq(r, m[0] == 'k' ? SEQ_DICT_KEYS : m[0] == 'v' ? SEQ_DICT_VALUES : SEQ_DICT_ITEMS);
         }
         if (!strcmp(m, "get")) {
             json_t *k = arg(C, call, 0, NULL), *d = arg(C, call, 1, "default");
