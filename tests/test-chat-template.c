@@ -543,6 +543,8 @@ Test(chat_template, repr_escapes_unprintable) {
                   "{{ ['\\x00'] }}|{{ '\\u200b' }}",
                   "['\\xa0', '\\u200b', '\\x7f', '\\u2028', '\\u0378', '\\ue000', '\U0001F600', '\\x1b', '\\xad', "
                   "'\\U000f0000', 'a b', '\\u3000', '\u00e9', \"it's\\x0b\"]|{'k\\x85': ('\\t\\u2029',)}|['\\x00']|\u200b");
+    /* bytes that are not UTF-8 (no Python string holds them) stay as they are */
+    EXPECT_RENDER("{{ ['\xff\x85'] }}", "['\xff\x85']");
 }
 
 /* trim, strip() and split() take whitespace as Python's str.isspace() does:

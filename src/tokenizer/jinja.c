@@ -383,6 +383,7 @@ static void repr(json_t *v, struct sbuf *b, bool top) {
             else if (c == '\n') sb_str(b, "\\n");
             else if (c == '\t') sb_str(b, "\\t");
             else if (c == '\r') sb_str(b, "\\r");
+            else if (c >= 0x80 && l == 1) sb_add(b, s + j, 1); /* not UTF-8: the byte as it is */
             else if (!py_printable(c)) {
                 snprintf(num, sizeof num, c < 0x100 ? "\\x%02x" : c < 0x10000 ? "\\u%04x" : "\\U%08x", c);
                 sb_str(b, num);
