@@ -420,6 +420,7 @@ int toy_cmd_train(int argc, char **argv) {
         }
     }
     if (toy_cli_check_input("train", c.data)) { rc = 1; goto out; } /* a folder read as empty text */
+    if (toy_cli_one_stream("train", "--data", c.data, "--tokenizer", c.tokenizer)) { rc = 2; goto out; }
     char abs_data[PATH_MAX], abs_tok[PATH_MAX], abs_init[PATH_MAX], abs_warm[PATH_MAX];
     if (!c.resume) { /* train.json keeps them, and --resume may run from another folder */
         c.data = toy_cli_abspath(c.data, abs_data, sizeof abs_data);

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,23 @@ int toy_cli_check_input(const char *cmd, const char *path) {
                       : access(path, R_OK) ? strerror(errno) : NULL;
     if (!why) return 0;
     fprintf(stderr, "toy %s: %s: %s\n", cmd, path, why);
+    return 1;
+}
+
+/* the stream path names, when it is one (not a regular file or a folder) */
+static bool stream_of(const char *path, struct stat *sb) {
+    if (!strcmp(path, "-")) return fstat(STDIN_FILENO, sb) == 0 && !S_ISREG(sb->st_mode) && !S_ISDIR(sb->st_mode);
+    return stat(path, sb) == 0 && !S_ISREG(sb->st_mode) && !S_ISDIR(sb->st_mode);
+}
+
+int toy_cli_one_stream(const char *cmd, const char *flag_a, const char *a, const char *flag_b, const char *b) {
+    if (!a || !b) return 0;
+    struct stat sa, sb;
+    bool same = (!strcmp(a, "-") && !strcmp(b, "-")) ||
+                (stream_of(a, &sa) && stream_of(b, &sb) && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino);
+    if (!same) return 0;
+    fprintf(stderr, "toy %s: %s %s and %s %s both read one stream, which can be read only once; give one of them as a "
+            "file\n", cmd, flag_a, a, flag_b, b);
     return 1;
 }
 

@@ -17,6 +17,13 @@ const char *toy_cli_abspath(const char *p, char *buf, size_t n);
  * empty or unreadable file, which gave misleading errors or empty output. */
 int toy_cli_check_input(const char *cmd, const char *path);
 
+/* 0 unless inputs a and b (either may be NULL) are one stream that can be
+ * read only once: both "-", or a pipe, FIFO or device named twice
+ * (/dev/stdin and "-" too). Then prints "toy CMD: FLAG_A and FLAG_B both
+ * read ..." and returns 1: the second reader would find the stream
+ * drained, and say only that its input is empty. */
+int toy_cli_one_stream(const char *cmd, const char *flag_a, const char *a, const char *flag_b, const char *b);
+
 /* A tokenizer source as `toy tokenize -m` takes it: a path that exists (a
  * file or a folder) as it is, else a model name from `toy models` resolved
  * to its GGUF in buf (n bytes). NULL after printing "toy CMD: why" when it

@@ -197,6 +197,7 @@ int toy_train_vit(int argc, char **argv) {
     }
     c.o.stop = &toy_cli_stop;
     if (!c.data) { fprintf(stderr, "toy train: --data IMAGES is required\n"); return usage(); }
+    if (toy_cli_one_stream("train", "--data", c.data, "--test", c.test)) return 2;
 
     struct toy_vit *m = NULL;
     struct toy_image_set *all = NULL, *train = NULL, *test = NULL;

@@ -711,6 +711,16 @@ Test(cli_train, tokenizer_from_a_pipe) {
     /* an empty pipe is named as such */
     cr_expect_eq(sh(": | " TRAIN " --tokenizer - --data text.txt --steps 1 --out p5"), 1, "%s", out);
     cr_expect(strstr(out, "-: empty (0 bytes), not a tokenizer"), "%s", out);
+    /* --data and --tokenizer from one stream: refused, naming both, rather than the second finding it drained */
+    const char *both[] = {"--data - --tokenizer -", "--data /dev/stdin --tokenizer -",
+                          "--data - --tokenizer /dev/stdin"};
+    for (int i = 0; i < 3; i++) {
+        char cmd[300];
+        snprintf(cmd, sizeof cmd, "cat text.txt | " TRAIN " %s --steps 1 --out p6", both[i]);
+        cr_expect_eq(sh(cmd), 2, "%s: %s", both[i], out);
+        cr_expect(strstr(out, "both read one stream"), "%s: %s", both[i], out);
+    }
+    cr_expect_eq(sh("test -e p6"), 1, "a refused run made its folder");
 }
 
 /* toy finetune --data from a pipe, as train and eval take it: "-" was opened as a file named "-" */
