@@ -73,20 +73,23 @@ static void train_model(void) {
     cr_assert_eq(sh(TRAIN " --data text.txt --steps 2 --out m"), 0, "%s", out);
 }
 
+/* the integer field key of the JSON object the last command printed */
+static json_int_t out_int(const char *key) {
+    json_t *j = json_loads(out, 0, NULL);
+    cr_assert(j, "not JSON: %s", out);
+    json_int_t v = json_integer_value(json_object_get(j, key));
+    json_decref(j);
+    return v;
+}
+
 /* toy eval without --heldout evaluates the whole file (it used to ask the
  * loader for a 0.999999 held-out fraction, which every file failed) */
 Test(cli_train, eval_without_heldout_reads_the_whole_file) {
     train_model();
     cr_assert_eq(sh("$W eval -m m/weights/latest --data text.txt --ctx 32 --json"), 0, "%s", out);
-    json_t *j = json_loads(out, 0, NULL);
-    cr_assert(j, "not JSON: %s", out);
-    json_int_t windows = json_integer_value(json_object_get(j, "windows"));
-    json_decref(j);
+    json_int_t windows = out_int("windows");
     cr_assert_eq(sh("$W eval -m m/weights/latest --data text.txt --ctx 32 --heldout 0.1 --json"), 0, "%s", out);
-    j = json_loads(out, 0, NULL);
-    cr_assert(j, "not JSON: %s", out);
-    json_int_t tail = json_integer_value(json_object_get(j, "windows"));
-    json_decref(j);
+    json_int_t tail = out_int("windows");
     cr_expect_gt(windows, 5 * tail, "the whole file gave %lld windows, its last tenth %lld", (long long)windows,
                  (long long)tail);
     cr_expect_eq(sh("$W eval -m m/weights/latest --data text.txt --ctx 32 --heldout 0"), 0, "%s", out);
@@ -523,10 +526,7 @@ static void train_json_value(const char *run, const char *key, char *buf, size_t
 Test(cli_train, a_text_and_its_token_file_are_the_same_tokens) {
     train_with_bos_tokenizer();
     cr_assert_eq(sh("$W tokenize -m m/weights/latest --corpus text.txt -o t.bin --json"), 0, "%s", out);
-    json_t *j = json_loads(out, 0, NULL);
-    cr_assert(j, "%s", out);
-    json_int_t n_tokens = json_integer_value(json_object_get(j, "n_tokens"));
-    json_decref(j);
+    json_int_t n_tokens = out_int("n_tokens");
     char text[128], toyt[128], v[128];
     cr_assert_eq(sh("$W eval -m m/weights/latest --data text.txt --ctx 32 --json"), 0, "%s", out);
     eval_summary(text, sizeof text);
@@ -539,9 +539,7 @@ Test(cli_train, a_text_and_its_token_file_are_the_same_tokens) {
     train_json_value("m", "data_tokens", v, sizeof v);
     cr_expect_eq(atoll(v), (long long)n_tokens, "train read %s tokens, tokenize wrote %lld", v, (long long)n_tokens);
     cr_assert_eq(sh("$W tokenize -m m/weights/latest --corpus text.txt -o plain.bin --no-bos --json"), 0, "%s", out);
-    j = json_loads(out, 0, NULL);
-    cr_expect_eq(json_integer_value(json_object_get(j, "n_tokens")), n_tokens - 1, "%s", out);
-    json_decref(j);
+    cr_expect_eq(out_int("n_tokens"), n_tokens - 1, "%s", out);
     /* training on either is training on the same tokens */
     char fp_text[64], fp_toyt[64];
     cr_assert_eq(sh(TRAIN " --tokenizer tok --data t.bin --steps 1 --out k"), 0, "%s", out);

@@ -26,6 +26,16 @@
 #include "toy/gguf.h"
 
 
+/* st, with the error message prefixed by path (the loaders by path name their file) */
+static enum toy_status named(enum toy_status st, const char *path) {
+    if (st) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", toy_last_error());
+        toy_error(st, "%s: %s", path, msg);
+    }
+    return st;
+}
+
 static void spec_defaults(struct toy_tokenizer_spec *s) {
     memset(s, 0, sizeof *s);
     s->bos = s->eos = s->unk = s->pad = s->eot = -1;
@@ -397,12 +407,7 @@ enum toy_status toy_tokenizer_load_hf(const char *json_path, const char *config_
     if (!st) st = toy_tokenizer_load_hf_mem(j, jl, c, cl, out);
     free(j);
     free(c);
-    if (st) {
-        char msg[1024];
-        snprintf(msg, sizeof msg, "%s", toy_last_error());
-        toy_error(st, "%s: %s", json_path, msg);
-    }
-    return st;
+    return named(st, json_path);
 }
 
 /* ---- GPT-2 encoder.json + vocab.bpe ---- */
@@ -464,12 +469,7 @@ enum toy_status toy_tokenizer_load_gpt2(const char *encoder_json, const char *vo
     /* llama.cpp: the Llama-3 pre-tokenizer comes with ignore_merges */
     spec.ignore_merges = !strcmp(spec.pre, "llama-bpe") || !strcmp(spec.pre, "llama3");
     spec.bos = spec.eos = eot;
-    st = toy_tokenizer_init(&spec, out);
-    if (st) {
-        char msg[1024];
-        snprintf(msg, sizeof msg, "%s", toy_last_error());
-        toy_error(st, "%s: %s", vocab_bpe, msg);
-    }
+    st = named(toy_tokenizer_init(&spec, out), vocab_bpe);
 done:
     json_decref(enc);
     free(bpe);
@@ -641,12 +641,7 @@ enum toy_status toy_tokenizer_load_spm(const char *path, struct toy_tokenizer **
     if (st) return st;
     st = toy_tokenizer_load_spm_mem(d, l, out);
     free(d);
-    if (st) {
-        char msg[1024];
-        snprintf(msg, sizeof msg, "%s", toy_last_error());
-        toy_error(st, "%s: %s", path, msg);
-    }
-    return st;
+    return named(st, path);
 }
 
 /* ---- llama2.c tokenizer.bin ---- */
@@ -850,16 +845,6 @@ done:
     json_decref(root);
     json_decref(cfg);
     toy_tokenizer_free(sp);
-    return st;
-}
-
-/* `path`'s error message, prefixed with path (as the loaders by path put it) */
-static enum toy_status named(enum toy_status st, const char *path) {
-    if (st) {
-        char msg[1024];
-        snprintf(msg, sizeof msg, "%s", toy_last_error());
-        toy_error(st, "%s: %s", path, msg);
-    }
     return st;
 }
 
