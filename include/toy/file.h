@@ -73,6 +73,22 @@ enum toy_status toy_file_read_all(const char *path, char **buf, size_t *len);
  * opened again: a FIFO's writer may be gone by then. */
 enum toy_status toy_file_read_fd(int fd, const char *name, char **buf, size_t *len);
 
+/* A file's bytes from one open: a regular file mapped read-only, anything
+ * else ("-" for standard input, a pipe, a FIFO, a device) read to its end,
+ * since it can be read only once and has no size to trust. An empty file
+ * is n 0 with p pointing at "". Errors, each naming path: TOY_ERR_IO
+ * (cannot open, "is a directory", mmap or read errors), TOY_ERR_RANGE (too
+ * big to map), TOY_ERR_NOMEM. toy_file_bytes_close unmaps or frees; a
+ * caller that keeps the mapping takes map (then sets it NULL). */
+struct toy_file_bytes {
+    const unsigned char *p; /* (n) */
+    size_t n;
+    void *map; /* the mapping (n bytes) of a regular file, or NULL */
+    char *buf; /* the bytes read from a stream, or NULL */
+};
+enum toy_status toy_file_bytes_open(const char *path, struct toy_file_bytes *b);
+void toy_file_bytes_close(struct toy_file_bytes *b);
+
 #ifdef __cplusplus
 }
 #endif

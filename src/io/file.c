@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -183,4 +184,34 @@ enum toy_status toy_file_read_fd(int fd, const char *name, char **buf, size_t *l
     *buf = b;
     *len = n;
     return TOY_OK;
+}
+
+enum toy_status toy_file_bytes_open(const char *path, struct toy_file_bytes *b) {
+    memset(b, 0, sizeof *b);
+    bool std_in = !strcmp(path, "-");
+    int fd = std_in ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return toy_error(TOY_ERR_IO, "%s: %s", path, strerror(errno));
+    enum toy_status st = TOY_OK;
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        st = toy_error(TOY_ERR_IO, "%s: %s", path, strerror(errno));
+    } else if (!S_ISREG(sb.st_mode)) { /* a pipe, FIFO or device cannot be mapped (a folder: read_fd says so) */
+        if (!(st = toy_file_read_fd(fd, path, &b->buf, &b->n))) b->p = (const unsigned char *)b->buf;
+    } else if ((uint64_t)sb.st_size > SIZE_MAX) {
+        st = toy_error(TOY_ERR_RANGE, "%s: %lld bytes do not fit in memory", path, (long long)sb.st_size);
+    } else if (sb.st_size == 0) {
+        b->p = (const unsigned char *)"";
+    } else {
+        void *m = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (m == MAP_FAILED) st = toy_error(TOY_ERR_IO, "%s: mmap: %s", path, strerror(errno));
+        else b->map = m, b->p = m, b->n = (size_t)sb.st_size;
+    }
+    if (!std_in) close(fd);
+    return st;
+}
+
+void toy_file_bytes_close(struct toy_file_bytes *b) {
+    if (b->map) munmap(b->map, b->n);
+    free(b->buf);
+    memset(b, 0, sizeof *b);
 }

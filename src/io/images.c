@@ -8,14 +8,12 @@
  * are u8 CHW per image; every label is < n_classes; sizes read from files
  * are bounded by the bytes present before any allocation they drive. */
 #include <dirent.h>
-#include <fcntl.h>
 #include <math.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -46,50 +44,6 @@ void toy_images_free(struct toy_image_set *s) {
     free(s->pixels);
     free(s->labels);
     free(s);
-}
-
-/* ---- the bytes of an input ------------------------------------------------------ */
-
-/* A file's bytes, from one open: a regular file is mapped, anything else
- * ("-" for standard input, a pipe such as /dev/stdin, a FIFO) read to its
- * end, since it can be read only once and has no size to check against. */
-struct input {
-    const uint8_t *p; /* (n) */
-    size_t n;
-    void *map;        /* the mapping (n bytes), or NULL */
-    char *buf;        /* the bytes read, or NULL */
-};
-
-static enum toy_status input_open(const char *path, struct input *in) {
-    memset(in, 0, sizeof *in);
-    bool std_in = !strcmp(path, "-");
-    int fd = std_in ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return toy_error(TOY_ERR_IO, "%s: %s", path, strerror(errno));
-    enum toy_status st = TOY_OK;
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        st = toy_error(TOY_ERR_IO, "%s: %s", path, strerror(errno));
-    } else if (!std_in && S_ISREG(sb.st_mode)) {
-        if ((uint64_t)sb.st_size > SIZE_MAX) {
-            st = toy_error(TOY_ERR_RANGE, "%s: %lld bytes do not fit in memory", path, (long long)sb.st_size);
-        } else if (sb.st_size > 0) {
-            void *m = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-            if (m == MAP_FAILED) st = toy_error(TOY_ERR_IO, "%s: mmap: %s", path, strerror(errno));
-            else in->map = m, in->p = m, in->n = (size_t)sb.st_size;
-        } else {
-            in->p = (const uint8_t *)"";
-        }
-    } else if (!(st = toy_file_read_fd(fd, path, &in->buf, &in->n))) {
-        in->p = (const uint8_t *)in->buf;
-    }
-    if (!std_in) close(fd);
-    return st;
-}
-
-static void input_close(struct input *in) {
-    if (in->map) munmap(in->map, in->n);
-    free(in->buf);
-    memset(in, 0, sizeof *in);
 }
 
 /* ---- IDX --------------------------------------------------------------------- */
@@ -146,7 +100,7 @@ static enum toy_status gunzip(const uint8_t *src, size_t n, const char *path, ui
 
 /* An IDX file's content: its bytes, or the bytes they inflate to when they
  * are gzip (then *owned holds them); zlib's gzread read both ways too. */
-static enum toy_status idx_content(const struct input *in, const char *path, const uint8_t **p, size_t *n,
+static enum toy_status idx_content(const struct toy_file_bytes *in, const char *path, const uint8_t **p, size_t *n,
                                    uint8_t **owned) {
     *owned = NULL;
     if (in->n >= 2 && in->p[0] == 0x1f && in->p[1] == 0x8b) {
@@ -192,28 +146,28 @@ static enum toy_status idx_parse(const uint8_t *im, size_t ni, const char *image
 }
 
 /* The images file already open (images: its bytes), the labels file by path. */
-static enum toy_status idx_load(const struct input *images, const char *images_path, const char *labels_path,
+static enum toy_status idx_load(const struct toy_file_bytes *images, const char *images_path, const char *labels_path,
                                 struct toy_image_set **out) {
     const uint8_t *im = NULL, *lb = NULL;
     uint8_t *im_owned = NULL, *lb_owned = NULL;
     size_t ni = 0, nl = 0;
-    struct input labels = {0};
+    struct toy_file_bytes labels = {0};
     enum toy_status st = idx_content(images, images_path, &im, &ni, &im_owned);
-    if (!st) st = input_open(labels_path, &labels);
+    if (!st) st = toy_file_bytes_open(labels_path, &labels);
     if (!st) st = idx_content(&labels, labels_path, &lb, &nl, &lb_owned);
     if (!st) st = idx_parse(im, ni, images_path, lb, nl, labels_path, out);
     free(im_owned);
     free(lb_owned);
-    input_close(&labels);
+    toy_file_bytes_close(&labels);
     return st;
 }
 
 enum toy_status toy_images_load_idx(const char *images_path, const char *labels_path, struct toy_image_set **out) {
     *out = NULL;
-    struct input in;
-    enum toy_status st = input_open(images_path, &in);
+    struct toy_file_bytes in;
+    enum toy_status st = toy_file_bytes_open(images_path, &in);
     if (!st) st = idx_load(&in, images_path, labels_path, out);
-    input_close(&in);
+    toy_file_bytes_close(&in);
     return st;
 }
 
@@ -255,10 +209,10 @@ static enum toy_status toyi_parse(const uint8_t *b, size_t size, const char *pat
 
 enum toy_status toy_images_load_toyi(const char *path, struct toy_image_set **out) {
     *out = NULL;
-    struct input in;
-    enum toy_status st = input_open(path, &in);
+    struct toy_file_bytes in;
+    enum toy_status st = toy_file_bytes_open(path, &in);
     if (!st) st = toyi_parse(in.p, in.n, path, out);
-    input_close(&in);
+    toy_file_bytes_close(&in);
     return st;
 }
 
@@ -438,8 +392,8 @@ enum toy_status toy_images_load(const char *path, const struct toy_image_load_op
         return load_folder(path, opts, out);
     }
     /* opened once, whatever it is: a pipe's bytes are gone once read */
-    struct input in;
-    enum toy_status st = input_open(path, &in);
+    struct toy_file_bytes in;
+    enum toy_status st = toy_file_bytes_open(path, &in);
     if (st) return st;
     if (in.n >= 4 && !memcmp(in.p, "TOYI", 4)) st = toyi_parse(in.p, in.n, path, out);
     else if (!strstr(path, "images-idx3"))
@@ -447,7 +401,7 @@ enum toy_status toy_images_load(const char *path, const struct toy_image_load_op
     else if (!idx_labels_path(path, lab, sizeof lab))
         st = toy_error(TOY_ERR_NOT_FOUND, "%s: no matching labels-idx1 file next to it", path);
     else st = idx_load(&in, path, lab, out);
-    input_close(&in);
+    toy_file_bytes_close(&in);
     return st;
 }
 

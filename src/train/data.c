@@ -14,7 +14,6 @@
 #include "toy/file.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -189,48 +188,24 @@ enum toy_status toy_data_open(const char *path, const struct toy_data_opts *o, s
     *out = NULL;
     enum toy_status st = check_opts(o, path);
     if (st) return st;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return toy_error(TOY_ERR_IO, "%s: %s", path, strerror(errno));
     struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        st = toy_error(TOY_ERR_IO, "%s: %s", path, strerror(errno));
-        close(fd);
-        return st;
-    }
-    if (S_ISDIR(sb.st_mode)) {
-        close(fd);
+    if (strcmp(path, "-") && stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
         return toy_error(TOY_ERR_FORMAT, "%s: is a directory, not a TOYT token file", path);
-    }
-    if (!S_ISREG(sb.st_mode)) { /* a pipe, FIFO or device cannot be mapped: read it whole, from this open */
-        char *buf;
-        size_t len;
-        st = toy_file_read_fd(fd, path, &buf, &len);
-        close(fd);
-        if (st) return st;
-        st = toy_data_from_token_bytes(buf, len, path, o, out);
-        free(buf);
+    /* a regular file mapped (the data keeps the mapping); a pipe, FIFO or device read whole, from one open */
+    struct toy_file_bytes fb;
+    if ((st = toy_file_bytes_open(path, &fb))) return st;
+    if (!fb.map) {
+        st = toy_data_from_token_bytes(fb.p, fb.n, path, o, out);
+        toy_file_bytes_close(&fb);
         return st;
     }
-    if (sb.st_size < TOY_TOKEN_FILE_HEADER) {
-        close(fd);
-        return toy_error(TOY_ERR_FORMAT, "%s: %lld bytes, shorter than the %d-byte TOYT header (offset 0)", path,
-                         (long long)sb.st_size, TOY_TOKEN_FILE_HEADER);
-    }
-    if ((uint64_t)sb.st_size > SIZE_MAX) {
-        close(fd);
-        return toy_error(TOY_ERR_RANGE, "%s: %lld bytes do not fit in memory", path, (long long)sb.st_size);
-    }
-    size_t size = (size_t)sb.st_size;
-    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (map == MAP_FAILED) return toy_error(TOY_ERR_IO, "%s: mmap: %s", path, strerror(errno));
     uint32_t vocab;
     uint64_t count;
-    if ((st = check_token_image(map, size, path, &vocab, &count))) {
-        munmap(map, size);
+    if ((st = check_token_image(fb.p, fb.n, path, &vocab, &count))) {
+        toy_file_bytes_close(&fb);
         return st;
     }
-    return data_from_image(map, vocab, count, map, size, o, path, out);
+    return data_from_image(fb.map, vocab, count, fb.map, fb.n, o, path, out);
 }
 
 enum toy_status toy_data_from_ids(const int32_t *ids, int64_t n, int64_t vocab, const struct toy_data_opts *o,
