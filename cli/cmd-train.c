@@ -479,7 +479,7 @@ int toy_cmd_train(int argc, char **argv) {
          * before train.json recorded data_bos trained on text without it, and goes on so (cfg_from_json) */
         unsigned fl = c.no_bos ? TOY_ENCODE_NO_BOS : 0;
         if (toy_cli_data_load(&in, tok, fl, &dopt, &data)) { fprintf(stderr, "toy train: %s\n", toy_last_error()); goto out; }
-        c.text_bos = toy_cli_data_bos(tok, fl) ? 1 : 0;
+        c.text_bos = toy_tokenizer_corpus_bos(tok, fl) ? 1 : 0;
     }
     toy_cli_data_free(&in); /* the ids are the loader's */
 

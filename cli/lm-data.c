@@ -54,11 +54,6 @@ enum toy_status toy_cli_data_load(const struct toy_cli_data *in, const struct to
     return TOY_OK;
 }
 
-bool toy_cli_data_bos(const struct toy_tokenizer *tok, unsigned flags) {
-    return !(flags & TOY_ENCODE_NO_BOS) && toy_tokenizer_bos(tok) >= 0 &&
-           ((flags & TOY_ENCODE_ADD_BOS) || toy_tokenizer_add_bos(tok));
-}
-
 void toy_cli_data_free(struct toy_cli_data *in) {
     free(in->bytes);
     in->bytes = NULL;

@@ -34,10 +34,6 @@ int toy_cli_data_read(const char *cmd, const char *path, struct toy_cli_data *in
 enum toy_status toy_cli_data_load(const struct toy_cli_data *in, const struct toy_tokenizer *tok, unsigned flags,
                                   const struct toy_data_opts *o, struct toy_data **out);
 
-/* Whether the text's stream starts with BOS under `flags` (what train.json
- * records, so that --resume encodes the text the same way). */
-bool toy_cli_data_bos(const struct toy_tokenizer *tok, unsigned flags);
-
 void toy_cli_data_free(struct toy_cli_data *in);
 
 #endif

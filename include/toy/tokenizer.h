@@ -271,6 +271,9 @@ enum toy_status toy_token_file_read(const char *path, int64_t *n_vocab, int32_t 
  * document is plain text unless TOY_ENCODE_PARSE_SPECIAL. */
 enum toy_status toy_tokenizer_encode_corpus(const struct toy_tokenizer *tok, const char *text, size_t len,
                                             unsigned flags, struct toy_tokens *out);
+/* Whether toy_tokenizer_encode_corpus puts BOS first under `flags` (what
+ * a run records, so that it encodes its text the same way on resume). */
+bool toy_tokenizer_corpus_bos(const struct toy_tokenizer *tok, unsigned flags);
 
 /* ---- training ---- */
 

@@ -91,7 +91,12 @@ out:
 enum toy_status toy_tokenizer_encode_corpus(const struct toy_tokenizer *tok, const char *text, size_t len,
                                             unsigned flags, struct toy_tokens *out) {
     if (!tok || !out || (!text && len)) return toy_error(TOY_ERR_INVALID_ARG, "tokenizer_encode_corpus: NULL argument");
-    unsigned fl = flags & (TOY_ENCODE_PARSE_SPECIAL | TOY_ENCODE_ADD_EOS | TOY_ENCODE_NO_BOS | TOY_ENCODE_ADD_BOS);
-    if (!(fl & TOY_ENCODE_NO_BOS) && toy_tokenizer_add_bos(tok)) fl |= TOY_ENCODE_ADD_BOS;
+    unsigned fl = flags & (TOY_ENCODE_PARSE_SPECIAL | TOY_ENCODE_ADD_EOS);
+    if (toy_tokenizer_corpus_bos(tok, flags)) fl |= TOY_ENCODE_ADD_BOS;
     return toy_tokenizer_encode(tok, text, len, fl, out);
+}
+
+bool toy_tokenizer_corpus_bos(const struct toy_tokenizer *tok, unsigned flags) {
+    return tok && !(flags & TOY_ENCODE_NO_BOS) && toy_tokenizer_bos(tok) >= 0 &&
+           ((flags & TOY_ENCODE_ADD_BOS) || toy_tokenizer_add_bos(tok));
 }
