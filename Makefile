@@ -99,6 +99,7 @@ endif
 # dispatch decides whether their code is called.
 AVX2_FLAGS := -mavx2 -mfma -mf16c
 AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mavx512vnni -mfma -mf16c
+AMX_FLAGS := $(AVX512_FLAGS) -mamx-tile -mamx-bf16
 
 LIB_SRC := $(sort $(wildcard src/*/*.c src/*/*/*.c))
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_SRC:%.cu=$(BUILD)/%.o) $(MOCK_SRC:%.c=$(BUILD)/%.o) $(EMU_OBJ)
@@ -130,6 +131,10 @@ $(BUILD)/%-avx2.o: %-avx2.c
 $(BUILD)/%-avx512.o: %-avx512.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(AVX512_FLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/%-amx.o: %-amx.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(AMX_FLAGS) -MMD -MP -c $< -o $@
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)

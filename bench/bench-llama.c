@@ -1,6 +1,6 @@
 /* bench-llama.c: Llama training and inference speed on the issue's shapes.
  *   train   step time (forward + cross-entropy + backward + AdamW), f32 and
- *           bf16 mixed precision, tokens/s
+ *           bf16 mixed precision, tokens/s (train-f32, train-bf16: one of them)
  *   infer   prefill tokens/s (T 256, one graph) and KV-cache decode tokens/s
  *           (256-token context) in f32, with the memory-bandwidth bound:
  *           the larger of the triad and the read-only bandwidth measured
@@ -290,6 +290,8 @@ int main(int argc, char **argv) {
     } else if (!strcmp(mode, "train")) {
         bench_train(tp, nth, which, false);
         bench_train(tp, nth, which, true);
+    } else if (!strcmp(mode, "train-f32") || !strcmp(mode, "train-bf16")) { /* one of the two, for profiling */
+        bench_train(tp, nth, which, !strcmp(mode, "train-bf16"));
     } else {
         bench_infer(tp, nth, which, TOY_F32);
         bench_infer(tp, nth, which, TOY_Q8_0);

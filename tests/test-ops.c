@@ -338,7 +338,7 @@ Test(ops, finite_differences) {
     cr_assert_eq(failures, 0, "%d of %d finite-difference checks failed", failures, checked);
 }
 
-/* BF16 weights: the AVX-512 BF16 kernel, or sgemm over the bf16 values (or
+/* BF16 weights: AMX tiles, the AVX-512 BF16 kernel, or sgemm over the bf16 values (or
  * the dequantize path on CPUs without AVX-512 BF16), against a double-precision product of the same bf16-rounded
  * operands. Tolerance 1e-4 (1 + |ref|): only the f32 accumulation differs. */
 static void bf16_case_t(int64_t m, int64_t k, int64_t n, bool ta, bool tb);
@@ -396,6 +396,88 @@ static void bf16_cases(const char *route) {
 Test(ops, bf16_matmul) { bf16_cases(NULL); }
 Test(ops, bf16_matmul_dot_kernel) { bf16_cases("dot"); }
 Test(ops, bf16_matmul_via_sgemm) { bf16_cases("sgemm"); }
+/* The AVX-512 packing of the BF16 operands writes the bytes its
+ * one-value-at-a-time reference writes, on ragged shapes */
+Test(ops, bf16_packing_matches_reference) {
+    if (!toy_cpu_has_avx512bf16()) cr_skip_test("no AVX-512 BF16");
+    struct toy_rng r;
+    toy_rng_seed(&r, 5);
+    const int64_t shapes[][3] = {{1, 1, 32}, {13, 70, 96}, {16, 64, 64}, {37, 33, 64}, {130, 576, 576}, {5, 1, 32}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int64_t nc = shapes[s][0], k = shapes[s][1], kp = shapes[s][2], ld = nc > k ? nc + 3 : k + 3;
+        int64_t np = (nc + 15) / 16, rows = nc > k ? nc : k, pn = np * kp * 16;
+        uint16_t *b = malloc((size_t)(rows * ld) * 2), *p0 = malloc((size_t)pn * 2), *p1 = malloc((size_t)pn * 2);
+        float *a = malloc((size_t)(rows * ld) * 4);
+        for (int64_t i = 0; i < rows * ld; i++) {
+            a[i] = toy_rng_normal(&r);
+            b[i] = toy_f32_to_bf16(a[i]);
+        }
+        for (int rc = 0; rc < 2; rc++) {
+            memset(p0, 0xee, (size_t)pn * 2), memset(p1, 0x77, (size_t)pn * 2);
+            toy_pack_bf16_panels_ref(b, ld, rc, nc, k, kp, p0);
+            toy_pack_bf16_panels(b, ld, rc, nc, k, kp, p1);
+            cr_assert(!memcmp(p0, p1, (size_t)pn * 2), "panels nc %lld k %lld rows_are_cols %d", (long long)nc,
+                      (long long)k, rc);
+        }
+        /* columns 2 .. 2+nc of a k x ld matrix */
+        int64_t cn = nc + 2 < ld ? nc : ld - 2;
+        memset(p0, 0xee, (size_t)(cn * kp) * 2), memset(p1, 0x77, (size_t)(cn * kp) * 2);
+        toy_pack_f32_bf16_cols_ref(a, ld, 2, cn, k, p0, kp);
+        toy_pack_f32_bf16_cols(a, ld, 2, cn, k, p1, kp);
+        cr_assert(!memcmp(p0, p1, (size_t)(cn * kp) * 2), "columns nc %lld k %lld", (long long)cn, (long long)k);
+        free(a), free(b), free(p0), free(p1);
+    }
+}
+
+/* A product that adds into C (a leaf's gradient, accumulated over two
+ * runs): dA = dY B through the BF16 route, whole tiles and edges */
+static void bf16_accumulate_case(int64_t m, int64_t k, int64_t n) {
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    struct toy_rng r;
+    toy_rng_seed(&r, (uint64_t)(m + 7 * n));
+    struct toy_tensor *a = toy_new_tensor_2d(ctx, TOY_F32, k, m), *b = toy_new_tensor_2d(ctx, TOY_BF16, k, n);
+    struct toy_tensor *dy = toy_new_tensor_2d(ctx, TOY_F32, n, m);
+    float *af = a->data, *dyf = dy->data;
+    toy_bf16 *bb = b->data;
+    for (int64_t i = 0; i < m * k; i++) af[i] = toy_rng_normal(&r);
+    for (int64_t i = 0; i < n * k; i++) bb[i] = toy_f32_to_bf16(toy_rng_normal(&r));
+    for (int64_t i = 0; i < n * m; i++) dyf[i] = toy_rng_normal(&r);
+    toy_set_param(a);
+    struct toy_tensor *loss = toy_sum_all(ctx, toy_mul(ctx, toy_matmul(ctx, a, b, false, true), dy));
+    struct toy_graph *g = toy_graph_new(ctx);
+    toy_graph_build(g, loss);
+    toy_graph_backward(g, loss);
+    struct toy_threadpool *tp = toy_threadpool_new(2);
+    for (int run = 0; run < 2; run++) cr_assert_eq(toy_graph_compute(g, tp), TOY_OK, "%s", toy_last_error());
+    double worst = 0;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t q = 0; q < k; q++) {
+            double ref = 0;
+            for (int64_t j = 0; j < n; j++)
+                ref += (double)toy_bf16_to_f32(toy_f32_to_bf16(dyf[i * n + j])) * toy_bf16_to_f32(bb[j * k + q]);
+            double e = fabs(((float *)a->grad->data)[i * k + q] - 2 * ref) / (1 + fabs(2 * ref));
+            if (e > worst) worst = e;
+        }
+    cr_assert_leq(worst, 1e-4, "accumulated bf16 product %lldx%lldx%lld: error %g", (long long)m, (long long)n,
+                  (long long)k, worst);
+    toy_threadpool_free(tp);
+    toy_ctx_free(ctx);
+}
+
+Test(ops, bf16_matmul_accumulates) {
+    bf16_accumulate_case(40, 70, 50);
+    bf16_accumulate_case(64, 64, 96);
+}
+
+Test(ops, bf16_matmul_amx_tiles) {
+    if (!toy_cpu_amx_bf16()) cr_skip_test("no AMX-BF16 tiles on this CPU or OS");
+    bf16_cases("amx");
+    bf16_case(100, 96, 100, true);   /* every edge of the 2 x 2 tile blocks: 16 + 4 rows and columns left */
+    bf16_case(48, 2048, 80, true);   /* 64 k steps of one block */
+    bf16_case_t(33, 1024, 70, true, false);
+    bf16_accumulate_case(40, 70, 50);
+    bf16_accumulate_case(64, 64, 96);
+}
 
 /* f32 -> f16 and f32 -> bf16 round to nearest even exactly as PyTorch does
  * (overflow to inf, subnormals, ties), bit for bit, and back exactly. */

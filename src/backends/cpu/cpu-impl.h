@@ -175,6 +175,21 @@ struct toy_vec_ops {
 extern struct toy_vec_ops toy_vec;
 void toy_simd_init(void);
 bool toy_cpu_has_avx512bf16(void);
+/* AMX-BF16 tiles usable by this process: the CPU has them, the OS saves
+ * them and has granted this process their state (once; simd.c) */
+bool toy_cpu_amx_bf16(void);
+bool toy_amx_request(void);
+/* BF16 packing (gemm-bf16-avx512.c): the AVX-512 versions and their
+ * one-value-at-a-time references */
+void toy_pack_bf16_panels(const uint16_t *b, int64_t ldb, bool rows_are_cols, int64_t nc, int64_t k, int64_t kp,
+                          uint16_t *panels);
+void toy_pack_bf16_panels_ref(const uint16_t *b, int64_t ldb, bool rows_are_cols, int64_t nc, int64_t k, int64_t kp,
+                              uint16_t *panels);
+void toy_pack_f32_bf16_cols(const float *a, int64_t lda, int64_t c0, int64_t nc, int64_t k, uint16_t *y, int64_t kp);
+void toy_pack_f32_bf16_cols_ref(const float *a, int64_t lda, int64_t c0, int64_t nc, int64_t k, uint16_t *y,
+                                int64_t kp);
+void toy_gemm_bf16_amx(int64_t m, int64_t nc, int64_t kp, const uint16_t *A, const uint16_t *panels, float *C,
+                       int64_t ldc, float beta);
 const char *toy_simd_name(void);
 /* blas.c: repairs OpenBLAS's fallback to generic kernels on a CPU it does
  * not know (once, from toy_cpu_init); the core to switch to from `picked`

@@ -22,9 +22,10 @@
 
 /* Panels of B for columns [0, nc): colp(c) gives column c's kp values
  * (contiguous, stride 1) when B rows are C's columns; otherwise B is (k, n)
- * with rows ldb elements apart and column c is strided. */
-void toy_pack_bf16_panels(const uint16_t *b, int64_t ldb, bool rows_are_cols, int64_t nc, int64_t k, int64_t kp,
-                          uint16_t *panels) {
+ * with rows ldb elements apart and column c is strided. The reference: one
+ * value or pair at a time. */
+void toy_pack_bf16_panels_ref(const uint16_t *b, int64_t ldb, bool rows_are_cols, int64_t nc, int64_t k, int64_t kp,
+                              uint16_t *panels) {
     int64_t np = (nc + 15) / 16, pairs = kp / 2;
     memset(panels, 0, (size_t)(np * pairs * 32) * sizeof(uint16_t));
     for (int64_t c = 0; c < nc; c++) {
@@ -35,6 +36,70 @@ void toy_pack_bf16_panels(const uint16_t *b, int64_t ldb, bool rows_are_cols, in
             if (k % 2) out[(k / 2) * 32] = col[k - 1];
         } else {
             for (int64_t q = 0; q < k; q++) out[q / 2 * 32 + q % 2] = b[q * ldb + c];
+        }
+    }
+}
+
+/* 16 x 16 transpose of 32-bit elements, in registers */
+static inline void transpose16(__m512i r[16]) {
+    __m512i t[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+        r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+        r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+        r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    /* each 128-bit lane of r[i] now holds 4 elements of one output row:
+     * rows 0..3 of lane l of r[4g + j] belong to output row 4l + j's
+     * group g; two rounds of 128-bit shuffles gather them */
+    for (int i = 0; i < 4; i++) {
+        t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0x88);
+        t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0xdd);
+        t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0x88);
+        t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0xdd);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
+        r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
+        r[i + 4] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0x88);
+        r[i + 12] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0xdd);
+    }
+}
+
+/* The same panels, 16 x 16 blocks at a time: B's rows (pairs of k as one
+ * 32-bit element) transposed in registers, or two rows of a (k, n) B
+ * interleaved by one permute. Bytes identical to the reference. */
+void toy_pack_bf16_panels(const uint16_t *b, int64_t ldb, bool rows_are_cols, int64_t nc, int64_t k, int64_t kp,
+                          uint16_t *panels) {
+    int64_t np = (nc + 15) / 16, pairs = kp / 2;
+    for (int64_t p = 0; p < np; p++) {
+        uint16_t *out = panels + p * pairs * 32;
+        int64_t c0 = p * 16, cn = nc - c0 < 16 ? nc - c0 : 16;
+        if (rows_are_cols) {
+            for (int64_t q0 = 0; q0 < kp; q0 += 32) { /* 16 pairs */
+                int64_t left = k - q0;
+                __mmask32 km = left >= 32 ? (__mmask32)~0u : left > 0 ? (__mmask32)((1u << left) - 1) : 0;
+                __m512i r[16];
+                for (int c = 0; c < 16; c++)
+                    r[c] = c < cn ? _mm512_maskz_loadu_epi16(km, b + (c0 + c) * ldb + q0) : _mm512_setzero_si512();
+                transpose16(r);
+                for (int q = 0; q < 16; q++) _mm512_storeu_si512(out + (q0 / 2 + q) * 32, r[q]);
+            }
+        } else {
+            __mmask16 cm = (__mmask16)((1u << cn) - 1);
+            const __m512i idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7,
+                                                 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+            for (int64_t q = 0; q < pairs; q++) {
+                __m256i lo = 2 * q < k ? _mm256_maskz_loadu_epi16(cm, b + 2 * q * ldb + c0) : _mm256_setzero_si256();
+                __m256i hi =
+                    2 * q + 1 < k ? _mm256_maskz_loadu_epi16(cm, b + (2 * q + 1) * ldb + c0) : _mm256_setzero_si256();
+                __m512i v = _mm512_permutex2var_epi16(_mm512_castsi256_si512(lo), idx, _mm512_castsi256_si512(hi));
+                _mm512_storeu_si512(out + q * 32, v);
+            }
         }
     }
 }
@@ -111,21 +176,30 @@ void toy_round_f32_bf16(const float *x, float *y, int64_t n) {
 }
 
 /* Columns c0 .. c0+nc of a (k rows of lda f32) as nc bf16 rows of kp (a
- * transposed operand, e.g. dY in dW = dY^T X): 16 x 16 blocks through a
- * tile on the stack, rounded to nearest even, zero padded to kp. */
-void toy_pack_f32_bf16_cols(const float *a, int64_t lda, int64_t c0, int64_t nc, int64_t k, uint16_t *y, int64_t kp) {
+ * transposed operand, e.g. dY in dW = dY^T X), rounded to nearest even,
+ * zero padded to kp. The reference: one value at a time. */
+void toy_pack_f32_bf16_cols_ref(const float *a, int64_t lda, int64_t c0, int64_t nc, int64_t k, uint16_t *y,
+                                int64_t kp) {
     for (int64_t r = 0; r < nc; r++)
-        for (int64_t q = k; q < kp; q++) y[r * kp + q] = 0;
-    for (int64_t q0 = 0; q0 < k; q0 += 16) {
-        int64_t qn = k - q0 < 16 ? k - q0 : 16;
-        for (int64_t r0 = 0; r0 < nc; r0 += 16) {
-            int64_t rn = nc - r0 < 16 ? nc - r0 : 16;
-            __mmask16 rm = (__mmask16)((1u << rn) - 1);
-            float tile[16][16];
-            for (int64_t q = 0; q < qn; q++)
-                _mm512_storeu_ps(tile[q], _mm512_maskz_loadu_ps(rm, a + (q0 + q) * lda + c0 + r0));
-            for (int64_t r = 0; r < rn; r++)
-                for (int64_t q = 0; q < qn; q++) y[(r0 + r) * kp + q0 + q] = toy_f32_to_bf16(tile[q][r]);
+        for (int64_t q = 0; q < kp; q++) y[r * kp + q] = q < k ? toy_f32_to_bf16(a[q * lda + c0 + r]) : 0;
+}
+
+/* The same, 16 x 16 blocks transposed in registers, each row then rounded
+ * as toy_pack_f32_bf16 rounds */
+void toy_pack_f32_bf16_cols(const float *a, int64_t lda, int64_t c0, int64_t nc, int64_t k, uint16_t *y, int64_t kp) {
+    for (int64_t r0 = 0; r0 < nc; r0 += 16) {
+        int64_t rn = nc - r0 < 16 ? nc - r0 : 16;
+        __mmask16 rm = (__mmask16)((1u << rn) - 1);
+        for (int64_t q0 = 0; q0 < kp; q0 += 16) {
+            int64_t qn = k - q0 < 16 ? (k - q0 > 0 ? k - q0 : 0) : 16;
+            __m512i t[16];
+            for (int q = 0; q < 16; q++)
+                t[q] = q < qn ? _mm512_castps_si512(_mm512_maskz_loadu_ps(rm, a + (q0 + q) * lda + c0 + r0))
+                              : _mm512_setzero_si512();
+            transpose16(t);
+            for (int r = 0; r < rn; r++)
+                _mm256_storeu_si256((__m256i *)(y + (r0 + r) * kp + q0),
+                                    (__m256i)_mm512_cvtneps_pbh(_mm512_castsi512_ps(t[r])));
         }
     }
 }

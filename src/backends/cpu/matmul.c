@@ -12,6 +12,7 @@
  */
 #include <cblas.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,8 +24,6 @@
 
 void toy_gemm_bf16_panels(int64_t m, int64_t nc, int64_t kp, const uint16_t *A, const uint16_t *panels, float *C,
                           int64_t ldc, float beta);
-void toy_pack_bf16_panels(const uint16_t *b, int64_t ldb, bool rows_are_cols, int64_t nc, int64_t k, int64_t kp,
-                          uint16_t *panels);
 /* f32 decode rows through gemv-avx2.c where the CPU has AVX2 + FMA
  * ($TOY_SIMD=scalar keeps BLAS's sgemv, the reference) */
 static bool use_gemv_f32(void) {
@@ -39,12 +38,13 @@ static bool use_gemv_f32(void) {
 
 #define BF16_CHUNK 128 /* columns of C per packed block of B (kept in L2 while A streams) */
 #define BF16_TILE_R 6
+#define BF16_MC 480  /* rows per packed block of A: a multiple of both kernels' tile rows (6, 16) */
+#define BF16_KC 1024 /* k per packed block: A's block (at most 480 x 1024 bf16) stays in L2 */
 #define BF16_SG_M 1024 /* blocks of the BF16 path through sgemm (matmul_bf16_sgemm) */
 #define BF16_SG_K 1024
 #define BF16_SG_N 1024
 void toy_round_f32_bf16(const float *x, float *y, int64_t n);
 void toy_pack_f32_bf16(const float *x, int64_t k, uint16_t *y, int64_t kp);
-void toy_pack_f32_bf16_cols(const float *a, int64_t lda, int64_t c0, int64_t nc, int64_t k, uint16_t *y, int64_t kp);
 
 /* AVX-512 BF16 path: B is bf16 and the CPU has vdpbf16ps ($TOY_BF16_GEMM=0
  * turns it off, to compare with the dequantize + sgemm path). */
@@ -62,31 +62,58 @@ static bool use_bf16_gemm(const struct toy_tensor *dst) {
 }
 
 /* How the BF16 path multiplies, once both operands are rounded to bf16.
- * vdpbf16ps is the fast way on AMD (Zen 4: twice the products of an FMA per
- * cycle) and the slow one on Intel without AMX: on an Emerald Rapids Xeon it
- * issues once every two cycles, 15 products a cycle against the FMA units'
- * 32 (the 6x32 tile kernel: 84 GFLOPS a core, OpenBLAS's sgemm 140). There
- * the same bf16 values, widened to f32 (exactly), go through sgemm: the
- * same products, summed in f32 in another order. Chosen by vendor, not by
- * timing, so one machine always runs the same arithmetic;
- * $TOY_BF16_GEMM=dot or =sgemm overrides. Decode (one row) keeps the dot
- * kernel either way: it is bound by memory, not by products. */
-static bool bf16_via_sgemm(void) {
-    static int via = -1;
-    if (via < 0) {
+ * - AMX tiles (gemm-bf16-amx.c) where the CPU has AMX-BF16 (Xeons since
+ *   Sapphire Rapids): tdpbf16ps runs at about ten times the f32 FMA rate.
+ * - vdpbf16ps, the AVX-512 BF16 dot products, on AMD (Zen 4: twice the
+ *   products of an FMA per cycle).
+ * - sgemm over the same bf16 values widened to f32 (exactly) on Intel
+ *   without AMX, where vdpbf16ps issues once every two cycles (an Emerald
+ *   Rapids Xeon's 6x32 tile kernel: 84 GFLOPS a core, OpenBLAS's sgemm
+ *   140): the same products, summed in f32 in another order.
+ * Chosen by vendor and flags, not by timing, so one machine always runs
+ * the same arithmetic; $TOY_BF16_GEMM=amx, =dot or =sgemm overrides (amx
+ * only where the CPU and OS allow it). Decode (one row) keeps the dot
+ * kernel on every route: it is bound by memory, not by products. */
+enum bf16_route { BF16_DOT, BF16_SGEMM, BF16_AMX };
+static enum bf16_route bf16_route(void) {
+    static int route = -1;
+    if (route < 0) {
         const char *e = getenv("TOY_BF16_GEMM");
         __builtin_cpu_init();
-        via = e && !strcmp(e, "sgemm") ? 1 : e && !strcmp(e, "dot") ? 0 : __builtin_cpu_is("intel");
+        bool amx = toy_cpu_amx_bf16();
+        if (e && !strcmp(e, "amx") && !amx)
+            fprintf(stderr, "toy: TOY_BF16_GEMM=amx, but this CPU or OS has no AMX-BF16 tiles: using the default\n");
+        else if (e && *e && strcmp(e, "amx") && strcmp(e, "dot") && strcmp(e, "sgemm") && strcmp(e, "0"))
+            fprintf(stderr, "toy: ignoring TOY_BF16_GEMM=%s (want amx, dot or sgemm)\n", e);
+        route = e && !strcmp(e, "sgemm") ? BF16_SGEMM
+                : e && !strcmp(e, "dot") ? BF16_DOT
+                : amx                    ? BF16_AMX
+                : __builtin_cpu_is("intel") ? BF16_SGEMM
+                                            : BF16_DOT;
     }
-    return via;
+    return (enum bf16_route)route;
 }
+static bool bf16_via_sgemm(void) { return bf16_route() == BF16_SGEMM; }
+/* rows of packed A per kernel tile: AMX tiles are 16 rows */
+static int64_t bf16_tile_rows(void) { return bf16_route() == BF16_AMX ? 16 : BF16_TILE_R; }
 
 const char *toy_cpu_bf16_route(void) {
     if (!use_bf16_gemm_cpu()) return "dequantize + sgemm";
-    return bf16_via_sgemm() ? "sgemm" : "AVX-512 BF16 dot products";
+    switch (bf16_route()) {
+    case BF16_AMX: return "AMX tiles";
+    case BF16_SGEMM: return "sgemm";
+    default: return "AVX-512 BF16 dot products";
+    }
 }
 
 static int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
+/* the length of each of the fewest equal parts (a multiple of r) of n that
+ * are at most max long (max a multiple of r) */
+static int64_t even_block_of(int64_t n, int64_t max, int64_t r) {
+    int64_t parts = (n + max - 1) / max;
+    int64_t b = round_up((n + parts - 1) / parts, r);
+    return b < max ? b : max;
+}
 
 /* Few rows times Q8_0/Q4_0 weight rows (decode, short prompts): quantize the
  * activations to Q8_0 and use integer block dot products; the weights
@@ -327,8 +354,9 @@ static size_t matmul_work(const struct toy_tensor *dst, int nth) {
             int64_t kb = k < BF16_SG_K ? k : BF16_SG_K;
             return TOY_WORK_HEAD + (size_t)nth * ((size_t)(BF16_SG_M + BF16_SG_N) * (size_t)kb * 4 + 512);
         }
-        if (dst->op_params[P_MM_TRANS_A]) m = round_up((m + nth - 1) / nth, BF16_TILE_R) + BF16_TILE_R;
-        return TOY_WORK_HEAD + (size_t)nth * ((size_t)(round_up(m, BF16_TILE_R) + BF16_CHUNK) * (size_t)kp * 2 + 512);
+        int64_t tr = bf16_tile_rows(), rows = round_up(m, tr) < BF16_MC ? round_up(m, tr) : BF16_MC;
+        int64_t kc = even_block_of(k, BF16_KC, 32), elems = (rows + BF16_CHUNK) * kc;
+        return TOY_WORK_HEAD + (size_t)nth * ((size_t)(elems > kp ? elems : kp) * 2 + 512);
     }
     if (b->type == TOY_F32) return TOY_WORK_HEAD;
     int64_t kb = b->ne[0]; /* row length of B */
@@ -345,9 +373,10 @@ static bool bf16_share(const struct toy_tensor *dst, int ith, int nth, int64_t *
     int64_t n = dst->ne[0], m = dst->ne[1];
     *i0 = 0, *i1 = m, *j0 = 0, *j1 = n;
     if (dst->op_params[P_MM_TRANS_A]) {
-        toy_split((m + BF16_TILE_R - 1) / BF16_TILE_R, ith, nth, i0, i1);
-        *i0 *= BF16_TILE_R;
-        *i1 = *i1 * BF16_TILE_R < m ? *i1 * BF16_TILE_R : m;
+        int64_t tr = bf16_tile_rows();
+        toy_split((m + tr - 1) / tr, ith, nth, i0, i1);
+        *i0 *= tr;
+        *i1 = *i1 * tr < m ? *i1 * tr : m;
     } else {
         toy_split((n + 15) / 16, ith, nth, j0, j1);
         *j0 *= 16;
@@ -368,13 +397,7 @@ static bool bf16_share(const struct toy_tensor *dst, int ith, int nth, int64_t *
  * block of A. */
 static bool bf16_sgemm_split_m(const struct toy_tensor *dst) { return dst->ne[1] >= dst->ne[0]; }
 
-/* the length of each of the fewest equal parts (a multiple of 16) of n that
- * are at most max long */
-static int64_t even_block(int64_t n, int64_t max) {
-    int64_t parts = (n + max - 1) / max;
-    int64_t b = round_up((n + parts - 1) / parts, 16);
-    return b < max ? b : max;
-}
+static int64_t even_block(int64_t n, int64_t max) { return even_block_of(n, max, 16); }
 
 static void matmul_bf16_sgemm(struct toy_tensor *dst, int ith, int nth, void *work, size_t ws) {
     const struct toy_tensor *A = dst->src[0], *B = dst->src[1];
@@ -465,28 +488,33 @@ static void matmul_bf16(struct toy_tensor *dst, int ith, int nth, void *work, si
         }
         return;
     }
-    int64_t mr = i1 - i0, mp = round_up(mr, BF16_TILE_R);
-    uint16_t *pb = pa + mp * kp;
+    /* blocks of k (A's block and B's chunk stay in L2 whatever k is: the
+     * logits' backward has k = vocabulary) and of this thread's rows; the
+     * sums over k blocks accumulate in C */
+    int64_t tr = bf16_tile_rows();
+    int64_t mc_max = even_block_of(i1 - i0, BF16_MC, tr), kc_max = even_block_of(k, BF16_KC, 32);
+    uint16_t *pb = pa + mc_max * kc_max;
+    int64_t lda = (int64_t)(A->nb[1] / sizeof(float)), ldb = (int64_t)(B->nb[1] / sizeof(uint16_t));
+    void (*kernel)(int64_t, int64_t, int64_t, const uint16_t *, const uint16_t *, float *, int64_t, float) =
+        bf16_route() == BF16_AMX ? toy_gemm_bf16_amx : toy_gemm_bf16_panels;
     for (int64_t bi = 0; bi < dst->ne[2] * dst->ne[3]; bi++) {
         struct mm_batch bt = batch_at(dst, bi);
-        const char *a = bt.a;
-        const char *b = bt.b;
-        float *c = bt.c;
-        if (ta) {
-            toy_pack_f32_bf16_cols((const float *)a, (int64_t)(A->nb[1] / sizeof(float)), i0, mr, k, pa, kp);
-            memset(pa + mr * kp, 0, (size_t)((mp - mr) * kp) * 2);
-        } else {
-            for (int64_t i = 0; i < mp; i++) {
-                if (i < m) toy_pack_f32_bf16((const float *)(a + i * A->nb[1]), k, pa + i * kp, kp);
-                else memset(pa + i * kp, 0, (size_t)kp * 2);
+        const float *a = (const float *)bt.a;
+        const uint16_t *b = (const uint16_t *)bt.b;
+        for (int64_t q = 0; q < k; q += kc_max) {
+            int64_t kc = k - q < kc_max ? k - q : kc_max, kcp = round_up(kc, 32);
+            for (int64_t i = i0; i < i1; i += mc_max) {
+                int64_t mc = i1 - i < mc_max ? i1 - i : mc_max, mcp = round_up(mc, tr);
+                if (ta) toy_pack_f32_bf16_cols(a + q * lda, lda, i, mc, kc, pa, kcp);
+                else
+                    for (int64_t r = 0; r < mc; r++) toy_pack_f32_bf16(a + (i + r) * lda + q, kc, pa + r * kcp, kcp);
+                memset(pa + mc * kcp, 0, (size_t)((mcp - mc) * kcp) * 2);
+                for (int64_t j = j0; j < j1; j += BF16_CHUNK) {
+                    int64_t jn = j + BF16_CHUNK < j1 ? BF16_CHUNK : j1 - j;
+                    toy_pack_bf16_panels(tb ? b + j * ldb + q : b + q * ldb + j, ldb, tb, jn, kc, kcp, pb);
+                    kernel(mc, jn, kcp, pa, pb, bt.c + i * n + j, n, q ? 1.0f : beta);
+                }
             }
-        }
-        int64_t ldb = (int64_t)(B->nb[1] / sizeof(uint16_t));
-        for (int64_t j = j0; j < j1; j += BF16_CHUNK) {
-            int64_t jn = j + BF16_CHUNK < j1 ? BF16_CHUNK : j1 - j;
-            const uint16_t *bs = tb ? (const uint16_t *)(b + j * B->nb[1]) : (const uint16_t *)b + j;
-            toy_pack_bf16_panels(bs, ldb, tb, jn, k, kp, pb);
-            toy_gemm_bf16_panels(mr, jn, kp, pa, pb, c + i0 * n + j, n, beta);
         }
     }
 }

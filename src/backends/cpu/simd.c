@@ -196,3 +196,23 @@ bool toy_cpu_has_avx512bf16(void) {
     __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(1));
     return (a >> 5) & 1;
 }
+
+bool toy_cpu_amx_bf16(void) {
+    static int have = -1;
+    if (have < 0) {
+        __builtin_cpu_init();
+        unsigned a = 0, b = 0, c = 0, d = 0;
+        __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(1), "c"(0));
+        bool osxsave = (c >> 27) & 1;
+        __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
+        bool cpu = ((d >> 22) & 1) && ((d >> 24) & 1) && __builtin_cpu_supports("avx512f"); /* AMX-BF16, AMX-TILE */
+        bool os = false;
+        if (cpu && osxsave) { /* XCR0 bits 17 and 18: the OS saves tile config and data */
+            unsigned lo, hi;
+            __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+            os = ((lo >> 17) & 3) == 3;
+        }
+        have = cpu && os && toy_amx_request();
+    }
+    return have;
+}
