@@ -12,12 +12,13 @@ NTH=${TOY_THREADS:-2}
 # CPU's (src/backends/cpu/blas.c) and so must the peer, else the ratios
 # would measure that fallback (4.5x in SGEMM on an Emerald Rapids Xeon).
 blas=$("$B/toy" devices --json | "$PY" -c 'import json, sys
-d = json.load(sys.stdin); print(d["blas_core"], d["blas_note"] or "OpenBLAS'"'"'s own choice", sep="|")')
+d = json.load(sys.stdin); print(d["bf16_gemm"], d["blas_core"], d["blas_note"] or "OpenBLAS'"'"'s own choice", sep="|")')
+bf16=${blas%%|*} blas=${blas#*|}
 export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-${blas%%|*}}
 # CPU and BLAS line, so figures can be compared across machines
 echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores," \
-     "$(grep -o -w -E 'avx512f|avx512_bf16|avx512_vnni|avx2' /proc/cpuinfo | sort -u | tr '\n' ' ')," \
-     "OpenBLAS $OPENBLAS_CORETYPE for toy and PyTorch (${blas#*|})"
+     "$(grep -o -w -E 'avx512f|avx512_bf16|avx512_vnni|avx2|amx_bf16' /proc/cpuinfo | sort -u | tr '\n' ' ')," \
+     "OpenBLAS $OPENBLAS_CORETYPE for toy and PyTorch (${blas#*|}), toy's bf16 products: $bf16"
 # engine vs BLAS and vs PyTorch (same shapes, same threads, same script)
 { "$B/bench/bench-engine" "$NTH"; OMP_WAIT_POLICY=passive "$PY" bench/torch_ops.py "$NTH"; } \
   | "$PY" bench/report.py "$B/bench-results.json" || status=1

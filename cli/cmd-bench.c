@@ -54,7 +54,7 @@ static json_t *machine(char *line, size_t cap) {
             snprintf(model, sizeof model, "%s", v);
             got_model = true;
         } else if (!got_flags && !strncmp(buf, "flags", 5)) {
-            static const char *const want[] = {"avx2", "f16c", "avx512f", "avx512_bf16", "avx512_vnni"};
+            static const char *const want[] = {"avx2", "f16c", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16"};
             char padded[8200]; /* " flag flag ... ": whole words match */
             snprintf(padded, sizeof padded, " %s ", v);
             for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
@@ -70,10 +70,11 @@ static json_t *machine(char *line, size_t cap) {
     }
     if (f) fclose(f);
     const char *blas = toy_blas_core(), *note = toy_blas_core_note();
-    snprintf(line, cap, "machine: %s, %d cores, %s, OpenBLAS %s%s%s%s", model, toy_num_cores(),
-             flags_seen[0] ? flags_seen : "no AVX2", blas, note ? " (" : "", note ? note : "", note ? ")" : "");
-    return json_pack("{s:s,s:i,s:s,s:s,s:s?}", "cpu", model, "cores", toy_num_cores(), "isa", flags_seen, "blas_core",
-                     blas, "blas_note", note);
+    snprintf(line, cap, "machine: %s, %d cores, %s, OpenBLAS %s%s%s%s, bf16 products: %s", model, toy_num_cores(),
+             flags_seen[0] ? flags_seen : "no AVX2", blas, note ? " (" : "", note ? note : "", note ? ")" : "",
+             toy_cpu_bf16_gemm());
+    return json_pack("{s:s,s:i,s:s,s:s,s:s?,s:s}", "cpu", model, "cores", toy_num_cores(), "isa", flags_seen,
+                     "blas_core", blas, "blas_note", note, "bf16_gemm", toy_cpu_bf16_gemm());
 }
 
 int toy_cmd_bench(int argc, char **argv) {

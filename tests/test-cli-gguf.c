@@ -307,6 +307,7 @@ Test(cli_gguf, bench_reports_speed_against_the_bound) {
     cr_expect(json_string_length(json_object_get(mach, "cpu")) > 0);
     cr_expect_gt(json_integer_value(json_object_get(mach, "cores")), 0);
     cr_expect(json_is_string(json_object_get(mach, "isa")) && json_is_string(json_object_get(mach, "blas_core")));
+    cr_expect(json_is_string(json_object_get(mach, "bf16_gemm")));
     double kv16 = json_real_value(json_object_get(j, "kv_bytes"));
     cr_expect_gt(kv16, 0);
     /* a model smaller than the last-level cache is said to be (decode can then pass the DRAM bound) */

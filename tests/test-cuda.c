@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "toy/toy.h"
+#include "backends/cpu/cpu-impl.h"
 
 #define TOL_F32 1e-5
 #define TOL_GEMM 1e-4
@@ -216,6 +217,19 @@ Test(cuda, cli_devices_and_device_flag) {
     cr_assert_eq(run_cli("devices --json", out, sizeof out), 0, "%s", out);
     unsetenv("OPENBLAS_CORETYPE");
     cr_assert(strstr(out, "\"blas_core\":\"Haswell\",\"blas_note\":null"), "%s", out);
+    /* how BF16 products run: the CPU's choice, or $TOY_BF16_GEMM's */
+    cr_assert(strstr(out, "\"bf16_gemm\":\""), "%s", out);
+    if (toy_cpu_has_avx512bf16()) {
+        setenv("TOY_BF16_GEMM", "sgemm", 1);
+        cr_assert_eq(run_cli("devices --json", out, sizeof out), 0, "%s", out);
+        cr_assert(strstr(out, "\"bf16_gemm\":\"sgemm\""), "%s", out);
+        setenv("TOY_BF16_GEMM", "amx", 1); /* where there are no tiles: said so, the CPU's choice runs */
+        cr_assert_eq(run_cli("devices --json", out, sizeof out), 0, "%s", out);
+        cr_assert(toy_cpu_amx_bf16() ? strstr(out, "\"bf16_gemm\":\"AMX tiles\"") != NULL
+                                     : strstr(out, "no AMX-BF16 tiles") != NULL,
+                  "%s", out);
+        unsetenv("TOY_BF16_GEMM");
+    }
     /* a device that is not there: a clear error and exit code 1, before the command runs */
     cr_assert_eq(run_cli("generate --device cuda:63 -m nothing.gguf", out, sizeof out), 1, "%s", out);
     cr_assert(strstr(out, "cuda:63"), "%s", out);

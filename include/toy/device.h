@@ -53,6 +53,10 @@ struct toy_device_info {
  * when set, is OpenBLAS's and is left alone. */
 const char *toy_blas_core(void);
 const char *toy_blas_core_note(void);
+/* How BF16 products run on this CPU: "AMX tiles", "AVX-512 BF16 dot
+ * products", "sgemm" (the bf16 values widened) or "dequantize + sgemm"
+ * (no AVX-512 BF16); $TOY_BF16_GEMM overrides the choice. */
+const char *toy_cpu_bf16_gemm(void);
 
 /* True when this build includes the CUDA backend. */
 bool toy_cuda_built(void);

@@ -165,6 +165,11 @@ void toy_graph_device_reset(struct toy_graph *g) {
     if (be->graph_free) be->graph_free(g);
 }
 
+const char *toy_cpu_bf16_gemm(void) {
+    toy_cpu_init();
+    return toy_cpu_bf16_route();
+}
+
 enum toy_status toy_device_list(struct toy_device_info *out, int max, int *n) {
     *n = 0;
     if (max <= 0) return TOY_OK;
