@@ -391,6 +391,7 @@ static void bf16_cases(const char *route) {
     bf16_case_t(37, 70, 13, true, false);   /* A transposed: the weight gradient dW = dY^T X */
     bf16_case_t(200, 512, 96, true, false); /* rows split between threads, 16 x 16 transposes */
     bf16_case_t(1, 40, 29, false, true);    /* one row: the decode kernel on either route */
+    bf16_case(200, 96, 40, false);          /* more rows than columns: threads split the rows */
 }
 /* the CPU's own choice, then each route (matmul.c: bf16_via_sgemm) */
 Test(ops, bf16_matmul) { bf16_cases(NULL); }
@@ -467,6 +468,7 @@ static void bf16_accumulate_case(int64_t m, int64_t k, int64_t n) {
 Test(ops, bf16_matmul_accumulates) {
     bf16_accumulate_case(40, 70, 50);
     bf16_accumulate_case(64, 64, 96);
+    bf16_accumulate_case(100, 40, 30); /* rows split between threads */
 }
 
 Test(ops, bf16_matmul_amx_tiles) {

@@ -364,15 +364,17 @@ static size_t matmul_work(const struct toy_tensor *dst, int nth) {
     return TOY_WORK_HEAD + (size_t)nth * ((size_t)CHUNK_ROWS * (size_t)kb * sizeof(float) + 256);
 }
 
-/* This thread's part of C in the BF16 path: op(A) stored transposed (a
- * weight gradient dY^T X): row ranges of C, so each thread converts only
- * its rows of A; else column ranges, in units of 16 so panels never
- * straddle threads. False when the thread has nothing to do. */
+/* This thread's part of C in the BF16 path: row ranges of C when op(A)
+ * is stored transposed (a weight gradient dY^T X: each thread converts
+ * only its rows of A) or has more rows than B has columns (each thread then
+ * packs its own rows of the larger operand and all of the smaller one);
+ * else column ranges, in units of 16 so panels never straddle threads.
+ * False when the thread has nothing to do. */
 static bool bf16_share(const struct toy_tensor *dst, int ith, int nth, int64_t *i0, int64_t *i1, int64_t *j0,
                        int64_t *j1) {
     int64_t n = dst->ne[0], m = dst->ne[1];
     *i0 = 0, *i1 = m, *j0 = 0, *j1 = n;
-    if (dst->op_params[P_MM_TRANS_A]) {
+    if (dst->op_params[P_MM_TRANS_A] || m > n) {
         int64_t tr = bf16_tile_rows();
         toy_split((m + tr - 1) / tr, ith, nth, i0, i1);
         *i0 *= tr;
