@@ -256,6 +256,8 @@ Test(events, full_run_matches_schema) {
     cr_expect_eq(json_integer_value(json_object_get(json_object_get(rs, "config"), "steps")), 3);
     cr_expect_str_eq(json_string_value(json_object_get(rs, "compare_to")), "llama-y");
     cr_expect_str_eq(json_string_value(json_object_get(json_object_get(rs, "backend"), "kind")), "cpu");
+    cr_expect(json_is_string(json_object_get(json_object_get(rs, "backend"), "bf16_gemm")));
+    cr_expect(json_is_string(json_object_get(json_object_get(rs, "backend"), "blas_core")));
     json_t *st = nth(all, 1);
     cr_expect_eq(json_integer_value(json_object_get(st, "step")), 1);
     cr_expect_eq(json_real_value(json_object_get(st, "loss")), 2.25);

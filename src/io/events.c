@@ -9,6 +9,7 @@
  * (before run_start -> running -> ended) so the stream's ordering rules are
  * enforced by the producer rather than hoped for. Numbers: non-finite ->
  * null; reals snapped so floats print in their shortest form (see snap()). */
+#include "toy/device.h"
 #include "toy/events.h"
 #include "toy/tokenizer.h"
 #include "toy/run-dir.h"
@@ -425,7 +426,13 @@ enum toy_status toy_events_run_start(struct toy_events *ev, const struct toy_run
     put(o, "run_id", text(rs->run_id ? rs->run_id : "anonymous"), &ok);
     put(o, "phase", text(rs->phase ? rs->phase : "train"), &ok);
     put(o, "host", host_object(), &ok);
-    put(o, "backend", json_pack("{s:o}", "kind", text(rs->backend ? rs->backend : "cpu")), &ok);
+    const char *kind = rs->backend ? rs->backend : "cpu";
+    json_t *be = json_pack("{s:o}", "kind", text(kind));
+    if (be && !strcmp(kind, "cpu")) { /* what CPU speeds depend on (toy devices says the same) */
+        json_object_set_new(be, "blas_core", text(toy_blas_core()));
+        json_object_set_new(be, "bf16_gemm", text(toy_cpu_bf16_gemm()));
+    }
+    put(o, "backend", be, &ok);
     struct toy_git_info g;
     if (!rs->no_git && toy_git_info(rs->git_dir, &g) == TOY_OK)
         put(o, "git", json_pack("{s:s, s:o}", "sha", g.sha, "branch", g.branch[0] ? text(g.branch) : json_null()),
