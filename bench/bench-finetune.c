@@ -3,7 +3,8 @@
  * 1536), T 256, B 4, rank 8 on q and v (alpha 16): forward + cross-entropy +
  * backward (adapter gradients only; the base is frozen) + AdamW on the
  * adapter. Bases: F32, BF16 and Q4_0 weights (stored in that type, as a
- * mapped GGUF would be; QLoRA = the Q4_0 row). Prints JSON lines that
+ * mapped GGUF would be; QLoRA = the Q4_0 rows, in f32 and in bf16 products
+ * as `toy finetune --bf16` runs them). Prints JSON lines that
  * bench/torch_lora.py reads and compares with PyTorch's same-math step.
  * Usage: bench-finetune THREADS [STEPS] */
 #include <stdio.h>
@@ -45,13 +46,14 @@ static size_t store_as(struct toy_llama *m, enum toy_dtype type, void **keep, in
     return bytes;
 }
 
-static void bench(struct toy_threadpool *tp, int nth, enum toy_dtype type, int steps) {
+static void bench(struct toy_threadpool *tp, int nth, enum toy_dtype type, bool bf16, int steps) {
     const int64_t T = 256, B = 4;
     struct toy_llama_config c = toy_llama_preset("smollm2-135m");
     struct toy_llama *m = toy_llama_new(&c, 1);
     void *keep[512];
     int n_keep = 0;
     size_t base_bytes = store_as(m, type, keep, &n_keep);
+    m->matmul_type = bf16 ? TOY_BF16 : TOY_F32; /* toy finetune --bf16 */
     struct toy_lora *a;
     struct toy_lora_opts lo = {.rank = 8, .alpha = 16, .targets = TOY_LORA_DEFAULT_TARGETS, .seed = 1};
     if (toy_lora_attach(m, &lo, &a)) { fprintf(stderr, "%s\n", toy_last_error()); exit(1); }
@@ -82,9 +84,9 @@ static void bench(struct toy_threadpool *tp, int nth, enum toy_dtype type, int s
         double dt = now() - t0;
         if (i > 0 && dt < best) best = dt; /* the first step warms up */
     }
-    printf("{\"bench\":\"lora\",\"base\":\"%s\",\"threads\":%d,\"rank\":8,\"targets\":\"q,v\",\"T\":%lld,\"B\":%lld,"
+    printf("{\"bench\":\"lora\",\"base\":\"%s\",\"products\":\"%s\",\"threads\":%d,\"rank\":8,\"targets\":\"q,v\",\"T\":%lld,\"B\":%lld,"
            "\"toy_s\":%.3f,\"base_mb\":%.1f,\"adapter_params\":%lld,\"peak_act_mb\":%.1f,\"loss\":%.4f}\n",
-           toy_dtype_name(type), nth, (long long)T, (long long)B, best, base_bytes / 1e6,
+           toy_dtype_name(type), bf16 ? "bf16" : "f32", nth, (long long)T, (long long)B, best, base_bytes / 1e6,
            (long long)toy_lora_n_params(a), pi.peak_bytes / 1e6, *(float *)loss->data);
     fflush(stdout);
     toy_optim_free(o);
@@ -98,9 +100,10 @@ int main(int argc, char **argv) {
     int nth = argc > 1 ? atoi(argv[1]) : 2;
     int steps = argc > 2 ? atoi(argv[2]) : 2;
     struct toy_threadpool *tp = toy_threadpool_new(nth);
-    bench(tp, nth, TOY_F32, steps);
-    bench(tp, nth, TOY_BF16, steps);
-    bench(tp, nth, TOY_Q4_0, steps);
+    bench(tp, nth, TOY_F32, false, steps);
+    bench(tp, nth, TOY_BF16, false, steps);
+    bench(tp, nth, TOY_Q4_0, false, steps);
+    bench(tp, nth, TOY_Q4_0, true, steps); /* QLoRA with --bf16: the base dequantized to bf16 in the products */
     toy_threadpool_free(tp);
     return 0;
 }

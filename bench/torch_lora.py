@@ -95,9 +95,10 @@ for i in range(steps + 1):
     if i > 0:
         best = min(best, dt)
 print(json.dumps({"bench": "lora", "base": "torch-f32", "threads": nth, "torch_s": round(best, 3)}))
-by = {t["base"]: t for t in toy}
+by = {t["base"]: t for t in toy if t.get("products", "f32") == "f32"}
 for t in toy:
-    print(f"lora SmolLM2-135M T {T} B {B} r 8 q,v, {t['base']:>4} base ({t['base_mb']:.0f} MB): toy {t['toy_s']:.3f} s/step, "
+    prod = ", bf16 products" if t.get("products") == "bf16" else ""
+    print(f"lora SmolLM2-135M T {T} B {B} r 8 q,v, {t['base']:>4} base ({t['base_mb']:.0f} MB{prod}): toy {t['toy_s']:.3f} s/step, "
           f"toy/PyTorch(f32) time {t['toy_s'] / best:.2f}x")
 print(f"lora torch f32: {best:.3f} s/step (OMP_WAIT_POLICY=passive, {nth} threads)")
 if "q4_0" in by and "f32" in by:

@@ -397,6 +397,77 @@ static void bf16_cases(const char *route) {
 Test(ops, bf16_matmul) { bf16_cases(NULL); }
 Test(ops, bf16_matmul_dot_kernel) { bf16_cases("dot"); }
 Test(ops, bf16_matmul_via_sgemm) { bf16_cases("sgemm"); }
+/* toy_linear_bf16 over a Q8_0/Q4_0 weight (mixed precision over a quantized
+ * base): the forward x W^T and the backward dX = dY W, against double sums
+ * of the bf16-rounded activations and the bf16-rounded dequantized weight */
+static void bf16_quant_case(enum toy_dtype wt, int64_t m, int64_t k, int64_t n) {
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    struct toy_rng r;
+    toy_rng_seed(&r, (uint64_t)(m * 131 + k + n));
+    struct toy_tensor *x = toy_new_tensor_2d(ctx, TOY_F32, k, m), *w = toy_new_tensor_2d(ctx, wt, k, n);
+    struct toy_tensor *dy = toy_new_tensor_2d(ctx, TOY_F32, n, m);
+    float *xf = x->data, *dyf = dy->data, *wf = malloc((size_t)(n * k) * 4), *wd = malloc((size_t)(n * k) * 4);
+    for (int64_t i = 0; i < m * k; i++) xf[i] = toy_rng_normal(&r);
+    for (int64_t i = 0; i < n * m; i++) dyf[i] = toy_rng_normal(&r);
+    for (int64_t i = 0; i < n * k; i++) wf[i] = toy_rng_normal(&r);
+    for (int64_t j = 0; j < n; j++) {
+        cr_assert_eq(toy_quantize_row(wt, wf + j * k, (char *)w->data + j * w->nb[1], k), TOY_OK);
+        cr_assert_eq(toy_dequantize_row(wt, (char *)w->data + j * w->nb[1], wd + j * k, k), TOY_OK);
+    }
+    toy_set_param(x);
+    struct toy_tensor *y = toy_linear_bf16(ctx, x, w, NULL, true);
+    toy_set_output(y);
+    struct toy_tensor *loss = toy_sum_all(ctx, toy_mul(ctx, y, dy));
+    struct toy_graph *g = toy_graph_new(ctx);
+    toy_graph_build(g, loss);
+    toy_graph_backward(g, loss);
+    struct toy_threadpool *tp = toy_threadpool_new(2);
+    cr_assert_eq(toy_graph_compute(g, tp), TOY_OK, "%s", toy_last_error());
+#define R(v) ((double)toy_bf16_to_f32(toy_f32_to_bf16(v)))
+    double wy = 0, wx = 0;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            double ref = 0;
+            for (int64_t q = 0; q < k; q++) ref += R(xf[i * k + q]) * R(wd[j * k + q]);
+            double e = fabs(((float *)y->data)[i * n + j] - ref) / (1 + fabs(ref));
+            if (e > wy) wy = e;
+        }
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t q = 0; q < k; q++) {
+            double ref = 0;
+            for (int64_t j = 0; j < n; j++) ref += R(dyf[i * n + j]) * R(wd[j * k + q]);
+            double e = fabs(((float *)x->grad->data)[i * k + q] - ref) / (1 + fabs(ref));
+            if (e > wx) wx = e;
+        }
+#undef R
+    cr_assert_leq(wy, 1e-4, "%s bf16 forward %lldx%lldx%lld: error %g", toy_dtype_name(wt), (long long)m,
+                  (long long)k, (long long)n, wy);
+    cr_assert_leq(wx, 1e-4, "%s bf16 backward %lldx%lldx%lld: error %g", toy_dtype_name(wt), (long long)m,
+                  (long long)k, (long long)n, wx);
+    free(wf), free(wd);
+    toy_threadpool_free(tp);
+    toy_ctx_free(ctx);
+}
+
+static void bf16_quant_cases(const char *route) {
+    setenv("TOY_BF16_GEMM", route, 1);
+    for (int t = 0; t < 2; t++) {
+        enum toy_dtype wt = t ? TOY_Q4_0 : TOY_Q8_0;
+        bf16_quant_case(wt, 100, 96, 64);  /* more rows than columns: threads split rows */
+        bf16_quant_case(wt, 20, 64, 200);  /* columns split, in blocks of 32 for the backward */
+        bf16_quant_case(wt, 7, 1088, 40);  /* k blocks of 544 (17 quant blocks each) */
+        bf16_quant_case(wt, 1, 64, 48);    /* one row: not the decode kernel, which reads bf16 */
+    }
+}
+Test(ops, bf16_quantized_base_dot_kernel) {
+    if (!toy_cpu_has_avx512bf16()) cr_skip_test("no AVX-512 BF16");
+    bf16_quant_cases("dot");
+}
+Test(ops, bf16_quantized_base_amx_tiles) {
+    if (!toy_cpu_amx_bf16()) cr_skip_test("no AMX-BF16 tiles on this CPU or OS");
+    bf16_quant_cases("amx");
+}
+
 /* The AVX-512 packing of the BF16 operands writes the bytes its
  * one-value-at-a-time reference writes, on ragged shapes */
 Test(ops, bf16_packing_matches_reference) {

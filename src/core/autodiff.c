@@ -127,6 +127,7 @@ static void matmul_backward(struct bw *b, struct toy_tensor *y, struct toy_tenso
     if (wants_grad(b, A)) {
         struct toy_tensor *dA = ta ? toy_matmul(ctx, B->type == TOY_F32 ? B : toy_cast(ctx, B, TOY_F32), dy, tb, true)
                                    : toy_matmul(ctx, dy, B, false, !tb);
+        if (!ta && y->op_params[P_MM_BF16]) dA->op_params[P_MM_BF16] = 1; /* in bf16 as the forward */
         add_contribution(b, A, reduce_like(ctx, dA, A));
     }
     if (wants_grad(b, B)) {

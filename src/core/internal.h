@@ -49,6 +49,10 @@ enum {
     P_MM_PRE = 4, P_MM_EPS = 5,
     /* the share [LO, HI) of dst->prefetch's reads this product fetches ahead (floats) */
     P_MM_PF_LO = 6, P_MM_PF_HI = 7,
+    /* products in bf16 over a quantized B (mixed precision over a quantized
+     * base: B dequantized to bf16 as it is packed, A rounded); the CPU's
+     * BF16 kernels take it where they are not the sgemm route */
+    P_MM_BF16 = 8,
     /* SUM, MEAN, CONCAT */ P_DIM = 0,
     /* SCALE */ P_SCALE = 0,
     /* norms */ P_EPS = 0,

@@ -187,6 +187,11 @@ struct toy_tensor *toy_matmul(struct toy_ctx *ctx, struct toy_tensor *a, struct 
 
 struct toy_tensor *toy_linear(struct toy_ctx *ctx, struct toy_tensor *x, struct toy_tensor *w,
                               struct toy_tensor *bias) {
+    return toy_linear_bf16(ctx, x, w, bias, false);
+}
+
+struct toy_tensor *toy_linear_bf16(struct toy_ctx *ctx, struct toy_tensor *x, struct toy_tensor *w,
+                                   struct toy_tensor *bias, bool bf16) {
     NEED("linear", x);
     NEED("linear", w);
     CHECK(x->ne[0] == w->ne[0], "linear", x, w, "in features differ");
@@ -195,6 +200,7 @@ struct toy_tensor *toy_linear(struct toy_ctx *ctx, struct toy_tensor *x, struct 
     bool flat = toy_is_contiguous(x) && (x->ne[2] > 1 || x->ne[3] > 1);
     if (flat) x2 = toy_reshape_2d(ctx, x, x->ne[0], toy_nrows(x));
     struct toy_tensor *y = toy_matmul(ctx, x2, w, false, true);
+    if (bf16 && y) y->op_params[P_MM_BF16] = 1;
     if (flat) y = toy_reshape_4d(ctx, y, w->ne[1], x->ne[1], x->ne[2], x->ne[3]);
     if (bias) {
         CHECK(bias->ne[0] == w->ne[1] && toy_nelements(bias) == bias->ne[0], "linear", bias, w,

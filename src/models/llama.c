@@ -303,11 +303,12 @@ int64_t toy_llama_n_params(const struct toy_llama *m) {
 
 /* ---- the graph ---------------------------------------------------------------- */
 
-/* x W^T (+ b) with W cast to the model's matmul type (mixed precision) */
+/* x W^T (+ b) with W cast to the model's matmul type (mixed precision); a
+ * quantized W (a QLoRA base) is dequantized to bf16 inside the product */
 static struct toy_tensor *proj(struct toy_ctx *ctx, const struct toy_llama *m, struct toy_tensor *x,
                                struct toy_tensor *w, struct toy_tensor *b) {
     if (m->matmul_type == TOY_BF16 && w->type == TOY_F32) w = toy_cast(ctx, w, TOY_BF16);
-    return toy_linear(ctx, x, w, b);
+    return toy_linear_bf16(ctx, x, w, b, m->matmul_type == TOY_BF16);
 }
 
 /* proj plus the layer's LoRA branch for target t, if attached:

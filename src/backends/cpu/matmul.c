@@ -57,8 +57,18 @@ static bool use_bf16_gemm_cpu(void) {
     }
     return have;
 }
+static bool bf16_via_sgemm(void);
+/* a Q8_0/Q4_0 B in a product marked bf16 (toy_linear_bf16: mixed precision
+ * over a quantized base), dequantized to bf16 as it is packed; not on the
+ * sgemm route, which would widen it straight back */
+static bool bf16_quant_b(const struct toy_tensor *dst) {
+    const struct toy_tensor *b = dst->src[1];
+    return dst->op_params[P_MM_BF16] && (b->type == TOY_Q8_0 || b->type == TOY_Q4_0) && b->data &&
+           !dst->op_params[P_MM_TRANS_A] && !bf16_via_sgemm();
+}
 static bool use_bf16_gemm(const struct toy_tensor *dst) {
-    return use_bf16_gemm_cpu() && dst->src[1]->type == TOY_BF16 && dst->src[0]->type == TOY_F32;
+    return use_bf16_gemm_cpu() && dst->src[0]->type == TOY_F32 &&
+           (dst->src[1]->type == TOY_BF16 || bf16_quant_b(dst));
 }
 
 /* How the BF16 path multiplies, once both operands are rounded to bf16.
@@ -337,16 +347,6 @@ static void matmul_qdot(struct toy_tensor *dst, int ith, int nth, void *work, si
 
 static size_t matmul_work(const struct toy_tensor *dst, int nth) {
     const struct toy_tensor *a = dst->src[0], *b = dst->src[1];
-    if (use_qpacked(dst)) {
-        int64_t m = qpacked_rows(dst), per = qpacked_split_rows(m, nth) ? (m + nth - 1) / nth : m;
-        return TOY_WORK_HEAD + (size_t)nth * (toy_qgemm_scratch(per, a->ne[0]) + 128);
-    }
-    if (use_qdot(dst))
-        return TOY_WORK_HEAD + (size_t)nth * ((size_t)QDOT_MAX_ROWS * (size_t)(a->ne[0] / 32) * 34 + 512);
-    if (use_qgemm(dst)) {
-        int64_t m = qgemm_flat(dst) ? dst->ne[1] * dst->ne[2] * dst->ne[3] : dst->ne[1];
-        return TOY_WORK_HEAD + (size_t)nth * (toy_qgemm_scratch((m + nth - 1) / nth, a->ne[0]) + 128);
-    }
     if (use_bf16_gemm(dst)) {
         int64_t m = dst->ne[1], k = dst->op_params[P_MM_TRANS_B] ? b->ne[0] : b->ne[1];
         int64_t kp = round_up(k, 32);
@@ -356,7 +356,18 @@ static size_t matmul_work(const struct toy_tensor *dst, int nth) {
         }
         int64_t tr = bf16_tile_rows(), rows = round_up(m, tr) < BF16_MC ? round_up(m, tr) : BF16_MC;
         int64_t kc = even_block_of(k, BF16_KC, 32), elems = (rows + BF16_CHUNK) * kc;
+        if (bf16_quant_b(dst)) elems += BF16_CHUNK * kc + 2 * (kc > BF16_CHUNK ? kc : BF16_CHUNK); /* dequantized rows */
         return TOY_WORK_HEAD + (size_t)nth * ((size_t)(elems > kp ? elems : kp) * 2 + 512);
+    }
+    if (use_qpacked(dst)) {
+        int64_t m = qpacked_rows(dst), per = qpacked_split_rows(m, nth) ? (m + nth - 1) / nth : m;
+        return TOY_WORK_HEAD + (size_t)nth * (toy_qgemm_scratch(per, a->ne[0]) + 128);
+    }
+    if (use_qdot(dst))
+        return TOY_WORK_HEAD + (size_t)nth * ((size_t)QDOT_MAX_ROWS * (size_t)(a->ne[0] / 32) * 34 + 512);
+    if (use_qgemm(dst)) {
+        int64_t m = qgemm_flat(dst) ? dst->ne[1] * dst->ne[2] * dst->ne[3] : dst->ne[1];
+        return TOY_WORK_HEAD + (size_t)nth * (toy_qgemm_scratch((m + nth - 1) / nth, a->ne[0]) + 128);
     }
     if (b->type == TOY_F32) return TOY_WORK_HEAD;
     int64_t kb = b->ne[0]; /* row length of B */
@@ -379,10 +390,11 @@ static bool bf16_share(const struct toy_tensor *dst, int ith, int nth, int64_t *
         toy_split((m + tr - 1) / tr, ith, nth, i0, i1);
         *i0 *= tr;
         *i1 = *i1 * tr < m ? *i1 * tr : m;
-    } else {
-        toy_split((n + 15) / 16, ith, nth, j0, j1);
-        *j0 *= 16;
-        *j1 = *j1 * 16 < n ? *j1 * 16 : n;
+    } else { /* a quantized (k, n) B is dequantized in whole blocks of 32 columns */
+        int64_t u = bf16_quant_b(dst) && !dst->op_params[P_MM_TRANS_B] ? 32 : 16;
+        toy_split((n + u - 1) / u, ith, nth, j0, j1);
+        *j0 *= u;
+        *j1 = *j1 * u < n ? *j1 * u : n;
     }
     return *i1 > *i0 && *j1 > *j0;
 }
@@ -459,7 +471,8 @@ static void matmul_bf16(struct toy_tensor *dst, int ith, int nth, void *work, si
     }
     int64_t n = dst->ne[0], i0, i1, j0, j1;
     uint16_t *pa = toy_work_slice((char *)work + TOY_WORK_HEAD, ws - TOY_WORK_HEAD, ith, nth);
-    if (m == 1 && tb && !ta && dst->ne[2] * dst->ne[3] == 1) {
+    bool quant = B->type != TOY_BF16; /* bf16_quant_b: dequantized as it is packed */
+    if (m == 1 && tb && !ta && !quant && dst->ne[2] * dst->ne[3] == 1) {
         /* decode: each weight row once, straight from memory, rows dealt out
          * as threads get to them */
         int64_t ldb = (int64_t)(B->nb[1] / 2), r0, r1;
@@ -476,7 +489,7 @@ static void matmul_bf16(struct toy_tensor *dst, int ith, int nth, void *work, si
         return;
     }
     if (!bf16_share(dst, ith, nth, &i0, &i1, &j0, &j1)) return;
-    if (m == 1 && tb && !ta) { /* batches of one row: each weight row once, straight from memory */
+    if (m == 1 && tb && !ta && !quant) { /* batches of one row: each weight row once, straight from memory */
         for (int64_t bi = 0; bi < dst->ne[2] * dst->ne[3]; bi++) {
             struct mm_batch bt = batch_at(dst, bi);
             const float *a = (const float *)bt.a;
@@ -495,7 +508,9 @@ static void matmul_bf16(struct toy_tensor *dst, int ith, int nth, void *work, si
      * sums over k blocks accumulate in C */
     int64_t tr = bf16_tile_rows();
     int64_t mc_max = even_block_of(i1 - i0, BF16_MC, tr), kc_max = even_block_of(k, BF16_KC, 32);
-    uint16_t *pb = pa + mc_max * kc_max;
+    uint16_t *pb = pa + mc_max * kc_max, *pq = pb + BF16_CHUNK * kc_max; /* pq: dequantized B rows */
+    float *frow = (float *)(pq + BF16_CHUNK * kc_max);
+    size_t bq = quant ? toy_dtype_type_size(B->type) : 0; /* bytes per block of 32 */
     int64_t lda = (int64_t)(A->nb[1] / sizeof(float)), ldb = (int64_t)(B->nb[1] / sizeof(uint16_t));
     void (*kernel)(int64_t, int64_t, int64_t, const uint16_t *, const uint16_t *, float *, int64_t, float) =
         bf16_route() == BF16_AMX ? toy_gemm_bf16_amx : toy_gemm_bf16_panels;
@@ -513,7 +528,20 @@ static void matmul_bf16(struct toy_tensor *dst, int ith, int nth, void *work, si
                 memset(pa + mc * kcp, 0, (size_t)((mcp - mc) * kcp) * 2);
                 for (int64_t j = j0; j < j1; j += BF16_CHUNK) {
                     int64_t jn = j + BF16_CHUNK < j1 ? BF16_CHUNK : j1 - j;
-                    toy_pack_bf16_panels(tb ? b + j * ldb + q : b + q * ldb + j, ldb, tb, jn, kc, kcp, pb);
+                    if (!quant) toy_pack_bf16_panels(tb ? b + j * ldb + q : b + q * ldb + j, ldb, tb, jn, kc, kcp, pb);
+                    else if (tb) { /* rows j.. of B, their values q .. q+kc (whole blocks: q is a multiple of 32) */
+                        for (int64_t r = 0; r < jn; r++) {
+                            toy_dequantize_row(B->type, bt.b + (j + r) * B->nb[1] + q / 32 * bq, frow, kc);
+                            toy_pack_f32_bf16(frow, kc, pq + r * kcp, kcp);
+                        }
+                        toy_pack_bf16_panels(pq, kcp, true, jn, kc, kcp, pb);
+                    } else { /* rows q .. q+kc of a (k, n) B, their columns j .. j+jn (j a multiple of 32) */
+                        for (int64_t r = 0; r < kc; r++) {
+                            toy_dequantize_row(B->type, bt.b + (q + r) * B->nb[1] + j / 32 * bq, frow, jn);
+                            toy_pack_f32_bf16(frow, jn, pq + r * jn, jn);
+                        }
+                        toy_pack_bf16_panels(pq, jn, false, jn, kc, kcp, pb);
+                    }
                     kernel(mc, jn, kcp, pa, pb, bt.c + i * n + j, n, q ? 1.0f : beta);
                 }
             }
