@@ -455,8 +455,8 @@ static void bf16_quant_cases(const char *route) {
         enum toy_dtype wt = t ? TOY_Q4_0 : TOY_Q8_0;
         bf16_quant_case(wt, 100, 96, 64);  /* more rows than columns: threads split rows */
         bf16_quant_case(wt, 20, 64, 200);  /* columns split, in blocks of 32 for the backward */
-        bf16_quant_case(wt, 7, 1088, 40);  /* k blocks of 544 (17 quant blocks each) */
-        bf16_quant_case(wt, 1, 64, 48);    /* one row: not the decode kernel, which reads bf16 */
+        bf16_quant_case(wt, 12, 1088, 40); /* k blocks of 544 (17 quant blocks each) */
+        bf16_quant_case(wt, 9, 64, 48);    /* the fewest rows that take it (fewer: the row kernels) */
     }
 }
 Test(ops, bf16_quantized_base_dot_kernel) {
