@@ -397,7 +397,7 @@ static void bf16_cases(const char *route) {
 Test(ops, bf16_matmul) { bf16_cases(NULL); }
 Test(ops, bf16_matmul_dot_kernel) { bf16_cases("dot"); }
 Test(ops, bf16_matmul_via_sgemm) { bf16_cases("sgemm"); }
-/* toy_linear_bf16 over a Q8_0/Q4_0 weight (mixed precision over a quantized
+/* toy_linear_bf16 over a Q8_0/Q4_0/Q4_K weight (mixed precision over a quantized
  * base): the forward x W^T and the backward dX = dY W, against double sums
  * of the bf16-rounded activations and the bf16-rounded dequantized weight */
 static void bf16_quant_case(enum toy_dtype wt, int64_t m, int64_t k, int64_t n) {
@@ -458,6 +458,10 @@ static void bf16_quant_cases(const char *route) {
         bf16_quant_case(wt, 12, 1088, 40); /* k blocks of 544 (17 quant blocks each) */
         bf16_quant_case(wt, 9, 64, 48);    /* the fewest rows that take it (fewer: the row kernels) */
     }
+    /* Q4_K: blocks of 256 values, so k blocks and column chunks of 256 */
+    bf16_quant_case(TOY_Q4_K, 20, 512, 256);
+    bf16_quant_case(TOY_Q4_K, 40, 1280, 64);  /* k blocks of 768 + 512 */
+    bf16_quant_case(TOY_Q4_K, 300, 256, 512); /* rows split; the backward's columns in one chunk of 256 */
 }
 Test(ops, bf16_quantized_base_dot_kernel) {
     if (!toy_cpu_has_avx512bf16()) cr_skip_test("no AVX-512 BF16");

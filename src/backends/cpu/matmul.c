@@ -66,7 +66,7 @@ static bool bf16_via_sgemm(void);
  * would cost far more than the products */
 static bool bf16_quant_b(const struct toy_tensor *dst) {
     const struct toy_tensor *b = dst->src[1];
-    return dst->op_params[P_MM_BF16] && (b->type == TOY_Q8_0 || b->type == TOY_Q4_0) && b->data &&
+    return dst->op_params[P_MM_BF16] && (b->type == TOY_Q8_0 || b->type == TOY_Q4_0 || b->type == TOY_Q4_K) && b->data &&
            !dst->op_params[P_MM_TRANS_A] && !bf16_via_sgemm() &&
            dst->ne[1] * dst->ne[2] * dst->ne[3] > QDOT_MAX_ROWS;
 }
@@ -348,6 +348,18 @@ static void matmul_qdot(struct toy_tensor *dst, int ith, int nth, void *work, si
     }
 }
 
+/* How the BF16 path cuts op(B): k blocks of at most *kc (the thread's
+ * column split and chunks of *cw columns), for a quantized B at whole
+ * blocks of its type (32 values, 256 for Q4_K): along k where its rows are
+ * C's columns, along the columns where they are k. */
+static void bf16_blocks(const struct toy_tensor *dst, int64_t k, int64_t *kc, int64_t *cw, int64_t *unit) {
+    bool tb = dst->op_params[P_MM_TRANS_B], quant = dst->src[1]->type != TOY_BF16;
+    int64_t qb = quant ? toy_dtype_block_size(dst->src[1]->type) : 1;
+    *kc = even_block_of(k, BF16_KC, quant && tb && qb > 32 ? qb : 32);
+    *cw = quant && !tb && qb > BF16_CHUNK ? qb : BF16_CHUNK;
+    *unit = quant && !tb ? (qb > 32 ? qb : 32) : 16;
+}
+
 static size_t matmul_work(const struct toy_tensor *dst, int nth) {
     const struct toy_tensor *a = dst->src[0], *b = dst->src[1];
     if (use_bf16_gemm(dst)) {
@@ -358,8 +370,10 @@ static size_t matmul_work(const struct toy_tensor *dst, int nth) {
             return TOY_WORK_HEAD + (size_t)nth * ((size_t)(BF16_SG_M + BF16_SG_N) * (size_t)kb * 4 + 512);
         }
         int64_t tr = bf16_tile_rows(), rows = round_up(m, tr) < BF16_MC ? round_up(m, tr) : BF16_MC;
-        int64_t kc = even_block_of(k, BF16_KC, 32), elems = (rows + BF16_CHUNK) * kc;
-        if (bf16_quant_b(dst)) elems += BF16_CHUNK * kc + 2 * (kc > BF16_CHUNK ? kc : BF16_CHUNK); /* dequantized rows */
+        int64_t kc, cw, unit;
+        bf16_blocks(dst, k, &kc, &cw, &unit);
+        int64_t elems = (rows + cw) * kc;
+        if (bf16_quant_b(dst)) elems += cw * kc + 2 * (kc > cw ? kc : cw); /* dequantized rows */
         return TOY_WORK_HEAD + (size_t)nth * ((size_t)(elems > kp ? elems : kp) * 2 + 512);
     }
     if (use_qpacked(dst)) {
@@ -393,8 +407,9 @@ static bool bf16_share(const struct toy_tensor *dst, int ith, int nth, int64_t *
         toy_split((m + tr - 1) / tr, ith, nth, i0, i1);
         *i0 *= tr;
         *i1 = *i1 * tr < m ? *i1 * tr : m;
-    } else { /* a quantized (k, n) B is dequantized in whole blocks of 32 columns */
-        int64_t u = bf16_quant_b(dst) && !dst->op_params[P_MM_TRANS_B] ? 32 : 16;
+    } else { /* a quantized (k, n) B is dequantized in whole blocks of columns */
+        int64_t kc, cw, u;
+        bf16_blocks(dst, dst->op_params[P_MM_TRANS_B] ? dst->src[1]->ne[0] : dst->src[1]->ne[1], &kc, &cw, &u);
         toy_split((n + u - 1) / u, ith, nth, j0, j1);
         *j0 *= u;
         *j1 = *j1 * u < n ? *j1 * u : n;
@@ -510,10 +525,12 @@ static void matmul_bf16(struct toy_tensor *dst, int ith, int nth, void *work, si
      * logits' backward has k = vocabulary) and of this thread's rows; the
      * sums over k blocks accumulate in C */
     int64_t tr = bf16_tile_rows();
-    int64_t mc_max = even_block_of(i1 - i0, BF16_MC, tr), kc_max = even_block_of(k, BF16_KC, 32);
-    uint16_t *pb = pa + mc_max * kc_max, *pq = pb + BF16_CHUNK * kc_max; /* pq: dequantized B rows */
-    float *frow = (float *)(pq + BF16_CHUNK * kc_max);
-    size_t bq = quant ? toy_dtype_type_size(B->type) : 0; /* bytes per block of 32 */
+    int64_t mc_max = even_block_of(i1 - i0, BF16_MC, tr), kc_max, cw, unit;
+    bf16_blocks(dst, k, &kc_max, &cw, &unit);
+    uint16_t *pb = pa + mc_max * kc_max, *pq = pb + cw * kc_max; /* pq: dequantized B rows */
+    float *frow = (float *)(pq + cw * kc_max);
+    int64_t qb = quant ? toy_dtype_block_size(B->type) : 1;
+    size_t bq = quant ? toy_dtype_type_size(B->type) : 0; /* bytes per block of qb values */
     int64_t lda = (int64_t)(A->nb[1] / sizeof(float)), ldb = (int64_t)(B->nb[1] / sizeof(uint16_t));
     void (*kernel)(int64_t, int64_t, int64_t, const uint16_t *, const uint16_t *, float *, int64_t, float) =
         bf16_route() == BF16_AMX ? toy_gemm_bf16_amx : toy_gemm_bf16_panels;
@@ -529,18 +546,18 @@ static void matmul_bf16(struct toy_tensor *dst, int ith, int nth, void *work, si
                 else
                     for (int64_t r = 0; r < mc; r++) toy_pack_f32_bf16(a + (i + r) * lda + q, kc, pa + r * kcp, kcp);
                 memset(pa + mc * kcp, 0, (size_t)((mcp - mc) * kcp) * 2);
-                for (int64_t j = j0; j < j1; j += BF16_CHUNK) {
-                    int64_t jn = j + BF16_CHUNK < j1 ? BF16_CHUNK : j1 - j;
+                for (int64_t j = j0; j < j1; j += cw) {
+                    int64_t jn = j + cw < j1 ? cw : j1 - j;
                     if (!quant) toy_pack_bf16_panels(tb ? b + j * ldb + q : b + q * ldb + j, ldb, tb, jn, kc, kcp, pb);
-                    else if (tb) { /* rows j.. of B, their values q .. q+kc (whole blocks: q is a multiple of 32) */
+                    else if (tb) { /* rows j.. of B, their values q .. q+kc (whole blocks: bf16_blocks) */
                         for (int64_t r = 0; r < jn; r++) {
-                            toy_dequantize_row(B->type, bt.b + (j + r) * B->nb[1] + q / 32 * bq, frow, kc);
+                            toy_dequantize_row(B->type, bt.b + (j + r) * B->nb[1] + q / qb * bq, frow, kc);
                             toy_pack_f32_bf16(frow, kc, pq + r * kcp, kcp);
                         }
                         toy_pack_bf16_panels(pq, kcp, true, jn, kc, kcp, pb);
-                    } else { /* rows q .. q+kc of a (k, n) B, their columns j .. j+jn (j a multiple of 32) */
+                    } else { /* rows q .. q+kc of a (k, n) B, their columns j .. j+jn (whole blocks) */
                         for (int64_t r = 0; r < kc; r++) {
-                            toy_dequantize_row(B->type, bt.b + (q + r) * B->nb[1] + j / 32 * bq, frow, jn);
+                            toy_dequantize_row(B->type, bt.b + (q + r) * B->nb[1] + j / qb * bq, frow, jn);
                             toy_pack_f32_bf16(frow, jn, pq + r * jn, jn);
                         }
                         toy_pack_bf16_panels(pq, jn, false, jn, kc, kcp, pb);
