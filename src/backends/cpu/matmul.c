@@ -59,15 +59,15 @@ static bool use_bf16_gemm_cpu(void) {
 }
 #define QDOT_MAX_ROWS 8 /* at most this many rows: the integer row kernels (use_qdot) */
 static bool bf16_via_sgemm(void);
-/* a Q8_0/Q4_0 B in a product marked bf16 (toy_linear_bf16: mixed precision
- * over a quantized base), dequantized to bf16 as it is packed; not on the
+/* a Q8_0/Q4_0/Q4_K B in a product marked bf16 (toy_linear_bf16: mixed
+ * precision over a quantized base), dequantized to bf16 as it is packed; not on the
  * sgemm route, which would widen it straight back, nor for a few rows (a
  * decode step sampled during fine-tuning), where dequantizing every weight
  * would cost far more than the products */
 static bool bf16_quant_b(const struct toy_tensor *dst) {
     const struct toy_tensor *b = dst->src[1];
-    return dst->op_params[P_MM_BF16] && (b->type == TOY_Q8_0 || b->type == TOY_Q4_0 || b->type == TOY_Q4_K) && b->data &&
-           !dst->op_params[P_MM_TRANS_A] && !bf16_via_sgemm() &&
+    bool type = b->type == TOY_Q8_0 || b->type == TOY_Q4_0 || b->type == TOY_Q4_K;
+    return dst->op_params[P_MM_BF16] && type && b->data && !dst->op_params[P_MM_TRANS_A] && !bf16_via_sgemm() &&
            dst->ne[1] * dst->ne[2] * dst->ne[3] > QDOT_MAX_ROWS;
 }
 static bool use_bf16_gemm(const struct toy_tensor *dst) {
