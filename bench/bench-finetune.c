@@ -84,8 +84,8 @@ static void bench(struct toy_threadpool *tp, int nth, enum toy_dtype type, bool 
         double dt = now() - t0;
         if (i > 0 && dt < best) best = dt; /* the first step warms up */
     }
-    printf("{\"bench\":\"lora\",\"base\":\"%s\",\"products\":\"%s\",\"threads\":%d,\"rank\":8,\"targets\":\"q,v\",\"T\":%lld,\"B\":%lld,"
-           "\"toy_s\":%.3f,\"base_mb\":%.1f,\"adapter_params\":%lld,\"peak_act_mb\":%.1f,\"loss\":%.4f}\n",
+    printf("{\"bench\":\"lora\",\"base\":\"%s\",\"products\":\"%s\",\"threads\":%d,\"rank\":8,\"targets\":\"q,v\","
+           "\"T\":%lld,\"B\":%lld,\"toy_s\":%.3f,\"base_mb\":%.1f,\"adapter_params\":%lld,\"peak_act_mb\":%.1f,\"loss\":%.4f}\n",
            toy_dtype_name(type), bf16 ? "bf16" : "f32", nth, (long long)T, (long long)B, best, base_bytes / 1e6,
            (long long)toy_lora_n_params(a), pi.peak_bytes / 1e6, *(float *)loss->data);
     fflush(stdout);

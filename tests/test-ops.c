@@ -397,6 +397,20 @@ static void bf16_cases(const char *route) {
 Test(ops, bf16_matmul) { bf16_cases(NULL); }
 Test(ops, bf16_matmul_dot_kernel) { bf16_cases("dot"); }
 Test(ops, bf16_matmul_via_sgemm) { bf16_cases("sgemm"); }
+/* Runs the graph of sum(y * dy) and its backward `runs` times on a pool of
+ * 2 threads (gradients accumulate across runs); the pool is the caller's
+ * to free */
+static struct toy_threadpool *run_backward(struct toy_ctx *ctx, struct toy_tensor *y, struct toy_tensor *dy,
+                                           int runs) {
+    struct toy_tensor *loss = toy_sum_all(ctx, toy_mul(ctx, y, dy));
+    struct toy_graph *g = toy_graph_new(ctx);
+    toy_graph_build(g, loss);
+    toy_graph_backward(g, loss);
+    struct toy_threadpool *tp = toy_threadpool_new(2);
+    for (int run = 0; run < runs; run++) cr_assert_eq(toy_graph_compute(g, tp), TOY_OK, "%s", toy_last_error());
+    return tp;
+}
+
 /* toy_linear_bf16 over a Q8_0/Q4_0/Q4_K weight (mixed precision over a quantized
  * base): the forward x W^T and the backward dX = dY W, against double sums
  * of the bf16-rounded activations and the bf16-rounded dequantized weight */
@@ -417,12 +431,7 @@ static void bf16_quant_case(enum toy_dtype wt, int64_t m, int64_t k, int64_t n) 
     toy_set_param(x);
     struct toy_tensor *y = toy_linear_bf16(ctx, x, w, NULL, true);
     toy_set_output(y);
-    struct toy_tensor *loss = toy_sum_all(ctx, toy_mul(ctx, y, dy));
-    struct toy_graph *g = toy_graph_new(ctx);
-    toy_graph_build(g, loss);
-    toy_graph_backward(g, loss);
-    struct toy_threadpool *tp = toy_threadpool_new(2);
-    cr_assert_eq(toy_graph_compute(g, tp), TOY_OK, "%s", toy_last_error());
+    struct toy_threadpool *tp = run_backward(ctx, y, dy, 1);
 #define R(v) ((double)toy_bf16_to_f32(toy_f32_to_bf16(v)))
     double wy = 0, wx = 0;
     for (int64_t i = 0; i < m; i++)
@@ -519,12 +528,7 @@ static void bf16_accumulate_case(int64_t m, int64_t k, int64_t n) {
     for (int64_t i = 0; i < n * k; i++) bb[i] = toy_f32_to_bf16(toy_rng_normal(&r));
     for (int64_t i = 0; i < n * m; i++) dyf[i] = toy_rng_normal(&r);
     toy_set_param(a);
-    struct toy_tensor *loss = toy_sum_all(ctx, toy_mul(ctx, toy_matmul(ctx, a, b, false, true), dy));
-    struct toy_graph *g = toy_graph_new(ctx);
-    toy_graph_build(g, loss);
-    toy_graph_backward(g, loss);
-    struct toy_threadpool *tp = toy_threadpool_new(2);
-    for (int run = 0; run < 2; run++) cr_assert_eq(toy_graph_compute(g, tp), TOY_OK, "%s", toy_last_error());
+    struct toy_threadpool *tp = run_backward(ctx, toy_matmul(ctx, a, b, false, true), dy, 2);
     double worst = 0;
     for (int64_t i = 0; i < m; i++)
         for (int64_t q = 0; q < k; q++) {
@@ -607,12 +611,7 @@ static void attn_rows(int64_t T, int64_t B, const int32_t *seg, const float *qv,
     struct toy_attn_params ap = {.causal = true};
     struct toy_tensor *y = toy_attention_seg(ctx, q, k, v, s, &ap);
     toy_set_output(y);
-    struct toy_tensor *loss = toy_sum_all(ctx, toy_mul(ctx, y, dy));
-    struct toy_graph *g = toy_graph_new(ctx);
-    toy_graph_build(g, loss);
-    toy_graph_backward(g, loss);
-    struct toy_threadpool *tp = toy_threadpool_new(2);
-    cr_assert_eq(toy_graph_compute(g, tp), TOY_OK, "%s", toy_last_error());
+    struct toy_threadpool *tp = run_backward(ctx, y, dy, 1);
     memcpy(out, y->data, toy_nbytes(y));
     memcpy(dq, q->grad->data, toy_nbytes(q));
     memcpy(dk, k->grad->data, toy_nbytes(k));
