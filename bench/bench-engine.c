@@ -4,9 +4,10 @@
  *             sgemm) versus one cblas_sgemm call with OpenBLAS's own threads,
  *             same shapes, same thread count: the engine's overhead.
  *  attention  fused attention forward + backward (T 256, 9 heads / 3 kv
- *             heads, head dim 64, batch 4), rms_norm and swiglu forward +
- *             backward: times written as JSON lines for bench/report.py to
- *             put beside PyTorch's (bench/torch_ops.py).
+ *             heads, head dim 64, batch 4), also with its products in bf16
+ *             (attention_bf16), rms_norm and swiglu forward + backward:
+ *             times written as JSON lines for bench/report.py to put beside
+ *             PyTorch's f32 ones (bench/torch_ops.py).
  * Usage: bench-engine THREADS   (prints JSON lines on stdout)
  */
 #include <cblas.h>
@@ -101,12 +102,13 @@ static void bench_op(struct toy_threadpool *tp, int nth, const char *name) {
     struct toy_tensor *y = NULL, *ins[3] = {0};
     int n_in = 0;
     const int64_t B = 4, T = 256, D = 64, H = 9, Hkv = 3, C = 576, F = 1536;
-    if (!strcmp(name, "attention")) {
+    if (!strncmp(name, "attention", 9)) {
         ins[0] = toy_new_tensor_4d(ctx, TOY_F32, D, H, T, B);
         ins[1] = toy_new_tensor_4d(ctx, TOY_F32, D, Hkv, T, B);
         ins[2] = toy_new_tensor_4d(ctx, TOY_F32, D, Hkv, T, B);
         n_in = 3;
-        y = toy_attention(ctx, ins[0], ins[1], ins[2], &(struct toy_attn_params){.causal = true});
+        y = toy_attention(ctx, ins[0], ins[1], ins[2],
+                          &(struct toy_attn_params){.causal = true, .bf16 = !strcmp(name, "attention_bf16")});
     } else if (!strcmp(name, "rms_norm")) {
         ins[0] = toy_new_tensor_2d(ctx, TOY_F32, C, T * B);
         ins[1] = toy_new_tensor_1d(ctx, TOY_F32, C);
@@ -156,6 +158,7 @@ int main(int argc, char **argv) {
     bench_gemm_bf16(tp, nth, 256, 576, 1536, g1);
     bench_gemm_bf16(tp, nth, 256, 576, 49152, g2);
     bench_op(tp, nth, "attention");
+    bench_op(tp, nth, "attention_bf16");
     bench_op(tp, nth, "rms_norm");
     bench_op(tp, nth, "swiglu");
     toy_threadpool_free(tp);

@@ -20,9 +20,15 @@ for r in rows:
     else:
         out["ops"].setdefault(r["bench"], {}).update(r)
 for name, r in out["ops"].items():
-    if "toy_ms" in r and "torch_ms" in r:
+    base = out["ops"].get(name.removesuffix("_bf16"), {})  # bf16 products: against PyTorch's f32 op
+    if "toy_ms" in r and "torch_ms" not in r and "torch_ms" in base:
+        r["torch_f32_ms"] = base["torch_ms"]
+        r["ratio"] = r["toy_ms"] / base["torch_ms"]
+        print(f"{name:>14} fwd+bwd: toy {r['toy_ms']:8.3f} ms, PyTorch f32 {base['torch_ms']:8.3f} ms, "
+              f"toy/PyTorch time {r['ratio']:.2f}x")
+    elif "toy_ms" in r and "torch_ms" in r:
         r["ratio"] = r["toy_ms"] / r["torch_ms"]
-        print(f"{name:>10} fwd+bwd: toy {r['toy_ms']:8.3f} ms, PyTorch {r['torch_ms']:8.3f} ms, "
+        print(f"{name:>14} fwd+bwd: toy {r['toy_ms']:8.3f} ms, PyTorch {r['torch_ms']:8.3f} ms, "
               f"toy/PyTorch time {r['ratio']:.2f}x")
 
 def spread(xs, fmt):

@@ -22,6 +22,8 @@
 #include "toy/toy.h"
 #include "toy/rng.h"
 
+static bool attn_bf16; /* build_case's attention: products in bf16 */
+
 static json_t *load_refs(void) {
     const char *dir = getenv("TOY_REFS");
     char path[1024];
@@ -156,7 +158,7 @@ static void build_case(struct built *b, json_t *c) {
         }
         y = toy_softmax(ctx, x[0], mask, (float)pnum(p, "scale", 1));
     } else if (!strcmp(op, "attention")) {
-        struct toy_attn_params ap = {0};
+        struct toy_attn_params ap = {.bf16 = attn_bf16};
         ap.causal = pnum(p, "causal", 0) != 0;
         ap.window = (int)pnum(p, "window", 0);
         ap.softcap = (float)pnum(p, "softcap", 0);
@@ -214,17 +216,20 @@ static void logical_grad(struct built *b, int i, float *dst) {
     }
 }
 
-static void torch_parity(const char *simd) {
+/* only_op: just that op's cases, at tolerance at least tol (bf16 products) */
+static void torch_parity_of(const char *simd, const char *only_op, double tol_at_least) {
     if (simd) setenv("TOY_SIMD", simd, 1); /* each Criterion test is its own process */
     json_t *root = load_refs();
     json_t *cases = json_object_get(root, "cases");
-    int failures = 0;
+    int failures = 0, ran = 0;
     for (int nth = 1; nth <= 2; nth++) {
         struct toy_threadpool *tp = toy_threadpool_new(nth);
         for (size_t ci = 0; ci < json_array_size(cases); ci++) {
             json_t *c = json_array_get(cases, ci);
             const char *name = json_string_value(json_object_get(c, "name"));
-            double tol = pnum(c, "tol", 1e-5);
+            if (only_op && strcmp(json_string_value(json_object_get(c, "op")), only_op)) continue;
+            ran++;
+            double tol = fmax(pnum(c, "tol", 1e-5), tol_at_least);
             struct built b;
             build_case(&b, c);
             cr_assert_eq(toy_graph_compute(b.g, tp), TOY_OK, "%s: %s", name, toy_last_error());
@@ -260,11 +265,20 @@ static void torch_parity(const char *simd) {
         toy_threadpool_free(tp);
     }
     json_decref(root);
+    cr_assert_gt(ran, 0, "no cases of %s", only_op ? only_op : "any op");
     cr_assert_eq(failures, 0, "%d op/gradient comparisons with PyTorch failed", failures);
 }
+static void torch_parity(const char *simd) { torch_parity_of(simd, NULL, 0); }
 
 /* the fastest kernels this CPU has, then the AVX2 and the plain C ones */
 Test(ops, torch_parity) { torch_parity(NULL); }
+/* attention with its products in bf16 (where the CPU has them) against
+ * PyTorch's float64 attention: q, k, v, the probabilities and the score
+ * gradients each rounded once to 8 bits, at 2e-2 */
+Test(ops, torch_parity_attention_bf16) {
+    attn_bf16 = true;
+    torch_parity_of(NULL, "attention", 2e-2);
+}
 Test(ops, torch_parity_avx2) { torch_parity("avx2"); }
 Test(ops, torch_parity_scalar) { torch_parity("scalar"); }
 
@@ -582,6 +596,164 @@ Test(ops, f16_bf16_conversions_match_torch) {
     cr_log_info("%zu values converted", json_array_size(f));
     cr_assert_eq(bad, 0, "%d conversions differ from PyTorch", bad);
     json_decref(root);
+}
+
+/* Attention with products in bf16 (toy_attn_params.bf16): the forward and
+ * the three gradients against float64 sums whose operands are rounded to
+ * bf16 where the kernels round them -- q, k, v, dO, the probabilities and
+ * the scaled score gradients -- everything else float64. Rounding differs
+ * from it only where a float32 value and its float64 counterpart straddle
+ * a bf16 rounding boundary, so the bound is 1e-3 of each result's largest
+ * value; the same products in float32 miss it by about 4e-3. */
+struct attn_bf16_case {
+    int64_t D, Hq, Hkv, Tq, Tk, B;
+    bool causal, seg;
+    int window;
+    float softcap;
+};
+
+#define RB(x) ((double)toy_bf16_to_f32(toy_f32_to_bf16((float)(x))))
+
+static void attn_bf16_reference(const struct attn_bf16_case *c, const float *q, const float *k, const float *v,
+                                const float *dy, const int32_t *seg, double *o, double *dq, double *dk, double *dv) {
+    int64_t D = c->D, G = c->Hq / c->Hkv, off = c->Tk - c->Tq, lq = D * c->Hq, lk = D * c->Hkv;
+    double scale = 1.0 / sqrt((double)D), *s = malloc((size_t)c->Tk * 8), *p = malloc((size_t)c->Tk * 8);
+    memset(dq, 0, (size_t)(c->B * c->Tq * lq) * 8);
+    memset(dk, 0, (size_t)(c->B * c->Tk * lk) * 8);
+    memset(dv, 0, (size_t)(c->B * c->Tk * lk) * 8);
+    for (int64_t b = 0; b < c->B; b++)
+        for (int64_t h = 0; h < c->Hq; h++)
+            for (int64_t i = 0; i < c->Tq; i++) {
+                const float *qi = q + (b * c->Tq + i) * lq + h * D, *di = dy + (b * c->Tq + i) * lq + h * D;
+                double mx = -INFINITY, sum = 0;
+                for (int64_t j = 0; j < c->Tk; j++) {
+                    bool see = (!c->causal || j <= i + off) && (!c->window || j > i + off - c->window) &&
+                               (!seg || seg[b * c->Tk + j] == seg[b * c->Tq + i]);
+                    s[j] = -INFINITY;
+                    if (!see) continue;
+                    double d = 0;
+                    for (int64_t e = 0; e < D; e++) d += RB(qi[e]) * RB(k[(b * c->Tk + j) * lk + h / G * D + e]);
+                    s[j] = d * scale;
+                    if (c->softcap > 0) s[j] = c->softcap * tanh(s[j] / c->softcap);
+                    mx = fmax(mx, s[j]);
+                }
+                for (int64_t j = 0; j < c->Tk; j++) sum += p[j] = s[j] == -INFINITY ? 0 : exp(s[j] - mx);
+                double *oi = o + (b * c->Tq + i) * lq + h * D, Di = 0;
+                for (int64_t e = 0; e < D; e++) {
+                    oi[e] = 0;
+                    for (int64_t j = 0; j < c->Tk; j++) oi[e] += RB(p[j] / sum) * RB(v[(b * c->Tk + j) * lk + h / G * D + e]);
+                    Di += di[e] * oi[e];
+                }
+                for (int64_t j = 0; j < c->Tk; j++) {
+                    if (p[j] == 0) continue;
+                    double pj = p[j] / sum, dp = 0;
+                    const float *kj = k + (b * c->Tk + j) * lk + h / G * D, *vj = v + (b * c->Tk + j) * lk + h / G * D;
+                    for (int64_t e = 0; e < D; e++) dp += RB(di[e]) * RB(vj[e]);
+                    double ds = scale * pj * (dp - Di);
+                    if (c->softcap > 0) ds *= 1 - (s[j] / c->softcap) * (s[j] / c->softcap);
+                    double dsr = RB(ds);
+                    for (int64_t e = 0; e < D; e++) {
+                        dq[(b * c->Tq + i) * lq + h * D + e] += dsr * RB(kj[e]);
+                        dk[(b * c->Tk + j) * lk + h / G * D + e] += dsr * RB(qi[e]);
+                        dv[(b * c->Tk + j) * lk + h / G * D + e] += RB(pj) * RB(di[e]);
+                    }
+                }
+            }
+    free(s), free(p);
+}
+
+/* |toy - ref| over the largest |ref| */
+static double err_of_largest(const float *x, const double *ref, int64_t n) {
+    double e = 0, big = 0;
+    for (int64_t i = 0; i < n; i++) {
+        e = fmax(e, fabs(x[i] - ref[i]));
+        if (isnan(x[i])) e = INFINITY;
+        big = fmax(big, fabs(ref[i]));
+    }
+    return e / big;
+}
+
+/* runs the case with bf16 products (or not) and returns the worst of the
+ * four errors against the reference */
+static double attn_bf16_run(const struct attn_bf16_case *c, bool bf16, float *out_copy) {
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    struct toy_rng r;
+    toy_rng_seed(&r, (uint64_t)(c->D * 1000 + c->Tq));
+    struct toy_tensor *q = toy_new_tensor_4d(ctx, TOY_F32, c->D, c->Hq, c->Tq, c->B);
+    struct toy_tensor *k = toy_new_tensor_4d(ctx, TOY_F32, c->D, c->Hkv, c->Tk, c->B);
+    struct toy_tensor *v = toy_new_tensor_4d(ctx, TOY_F32, c->D, c->Hkv, c->Tk, c->B);
+    struct toy_tensor *dy = toy_new_tensor_4d(ctx, TOY_F32, c->D, c->Hq, c->Tq, c->B), *sg = NULL;
+    struct toy_tensor *all[4] = {q, k, v, dy};
+    for (int t = 0; t < 4; t++)
+        for (int64_t i = 0; i < toy_nelements(all[t]); i++) ((float *)all[t]->data)[i] = 1.5f * toy_rng_normal(&r);
+    if (c->seg) { /* documents of 37 positions, then one to the end of the row */
+        sg = toy_new_tensor_2d(ctx, TOY_I32, c->Tq, c->B);
+        for (int64_t i = 0; i < c->Tq * c->B; i++) ((int32_t *)sg->data)[i] = (int32_t)(i / 37 < 3 ? i / 37 : 3);
+    }
+    toy_set_param(q), toy_set_param(k), toy_set_param(v);
+    struct toy_attn_params ap = {.causal = c->causal, .window = c->window, .softcap = c->softcap, .bf16 = bf16};
+    struct toy_tensor *y = toy_attention_seg(ctx, q, k, v, sg, &ap);
+    toy_set_output(y);
+    struct toy_threadpool *tp = run_backward(ctx, y, dy, 1);
+    int64_t nq = toy_nelements(q), nk = toy_nelements(k);
+    double *ref = malloc((size_t)(2 * nq + 2 * nk) * 8);
+    attn_bf16_reference(c, q->data, k->data, v->data, dy->data, sg ? sg->data : NULL, ref, ref + nq, ref + 2 * nq,
+                        ref + 2 * nq + nk);
+    double e = fmax(fmax(err_of_largest(y->data, ref, nq), err_of_largest(q->grad->data, ref + nq, nq)),
+                    fmax(err_of_largest(k->grad->data, ref + 2 * nq, nk), err_of_largest(v->grad->data, ref + 2 * nq + nk, nk)));
+    if (out_copy) {
+        memcpy(out_copy, y->data, (size_t)nq * 4);
+        memcpy(out_copy + nq, q->grad->data, (size_t)nq * 4);
+        memcpy(out_copy + 2 * nq, k->grad->data, (size_t)nk * 4);
+        memcpy(out_copy + 2 * nq + nk, v->grad->data, (size_t)nk * 4);
+    }
+    free(ref);
+    toy_threadpool_free(tp);
+    toy_ctx_free(ctx);
+    return e;
+}
+
+static const struct attn_bf16_case attn_bf16_cases[] = {
+    {64, 9, 3, 150, 150, 2, true, false, 0, 0},  /* SmolLM2's heads; three query blocks, the last ragged */
+    {48, 6, 6, 100, 100, 1, true, false, 0, 0},  /* stories15M's head size: k padded to 64 */
+    {64, 4, 2, 130, 130, 1, true, false, 40, 0}, /* a sliding window: key ranges from inside a block */
+    {32, 4, 1, 120, 120, 2, true, true, 0, 0},   /* packed documents: a run's keys start anywhere */
+    {64, 2, 1, 70, 70, 1, true, false, 0, 5.0f}, /* softcap */
+    {16, 2, 2, 40, 90, 1, false, false, 0, 0},   /* not causal, more keys than queries */
+    {64, 2, 1, 33, 100, 1, true, false, 0, 0},   /* causal with keys ahead of the queries (offset 67) */
+};
+
+static void attn_bf16_cases_run(const char *route) {
+    setenv("TOY_BF16_GEMM", route, 1); /* read once per process; each test is one */
+    for (size_t i = 0; i < sizeof attn_bf16_cases / sizeof attn_bf16_cases[0]; i++) {
+        const struct attn_bf16_case *c = &attn_bf16_cases[i];
+        double e = attn_bf16_run(c, true, NULL), e32 = attn_bf16_run(c, false, NULL);
+        cr_log_info("case %zu: bf16 %.2g, f32 products %.2g of the largest", i, e, e32);
+        cr_assert_leq(e, 1e-3, "bf16 attention case %zu (D %lld, Tq %lld, Tk %lld): error %g of the largest", i,
+                      (long long)c->D, (long long)c->Tq, (long long)c->Tk, e);
+    }
+}
+#undef RB
+
+Test(ops, attention_bf16_dot_kernel) {
+    if (!toy_cpu_has_avx512bf16()) cr_skip_test("no AVX-512 BF16");
+    attn_bf16_cases_run("dot");
+}
+Test(ops, attention_bf16_amx_tiles) {
+    if (!toy_cpu_amx_bf16()) cr_skip_test("no AMX-BF16 tiles on this CPU or OS");
+    attn_bf16_cases_run("amx");
+}
+/* where bf16 products would be sgemm over widened values (or are not
+ * available), the mark changes nothing: the same bits as f32 */
+Test(ops, attention_bf16_elsewhere_is_f32) {
+    setenv("TOY_BF16_GEMM", "sgemm", 1);
+    const struct attn_bf16_case *c = &attn_bf16_cases[2];
+    int64_t n = 2 * (c->D * c->Hq * c->Tq * c->B) + 2 * (c->D * c->Hkv * c->Tk * c->B);
+    float *a = malloc((size_t)n * 4), *b = malloc((size_t)n * 4);
+    attn_bf16_run(c, true, a);
+    attn_bf16_run(c, false, b);
+    cr_assert(!memcmp(a, b, (size_t)n * 4), "bf16-marked attention differs from f32 on the sgemm route");
+    free(a), free(b);
 }
 
 /* Packed rows: documents of 70 and 80 positions (the second starts inside a

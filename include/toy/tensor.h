@@ -289,6 +289,9 @@ struct toy_attn_params {
     bool causal;        /* query t attends keys <= t (keys offset by kv_len - q_len) */
     int32_t window;     /* >0: sliding window, key within the last `window` positions */
     float softcap;      /* >0: scores -> softcap * tanh(scores / softcap) */
+    bool bf16;          /* products over bf16-rounded operands with f32 sums (mixed-precision
+                         * training), where the CPU multiplies bf16 natively (AMX, AVX-512 BF16);
+                         * elsewhere, and over an f16 KV cache, f32 as without it */
 };
 
 /* Fused scaled-dot-product attention with grouped-query heads.

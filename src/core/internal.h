@@ -58,8 +58,10 @@ enum {
     /* norms */ P_EPS = 0,
     /* SOFTMAX */ P_SM_SCALE = 0,
     /* ATTENTION: scale, causal, window, softcap, cached (n_past in src[3]),
-     * segmented (seg ids in src[4]; ATTENTION_BACK: src[5]) */
+     * segmented (seg ids in src[4]; ATTENTION_BACK: src[5]), products in
+     * bf16 (toy_attn_params.bf16) */
     P_AT_SCALE = 0, P_AT_CAUSAL = 1, P_AT_WINDOW = 2, P_AT_SOFTCAP = 3, P_AT_DYNKV = 4, P_AT_SEG = 5,
+    P_AT_BF16 = 6,
     /* ROPE: n_dims, mode, base, scaling, factor, orig_ctx, low, high, beta_fast,
      * beta_slow, attn_factor, inverse */
     P_RP_NDIMS = 0, P_RP_MODE, P_RP_BASE, P_RP_SCALING, P_RP_FACTOR, P_RP_ORIG,

@@ -367,6 +367,7 @@ struct toy_tensor *toy_attention_seg(struct toy_ctx *ctx, struct toy_tensor *q, 
     t->op_params[P_AT_CAUSAL] = p->causal;
     t->op_params[P_AT_WINDOW] = p->window;
     toy_param_f32_set(t, P_AT_SOFTCAP, p->softcap);
+    t->op_params[P_AT_BF16] = p->bf16;
     /* log-sum-exp of every query row: (B, Tq, Hq) */
     t->aux_bytes = (size_t)(q->ne[1] * q->ne[2] * q->ne[3]) * sizeof(float);
     if (seg) {

@@ -199,7 +199,9 @@ static struct toy_tensor *forward(struct toy_ctx *ctx, struct toy_gpt2 *m, struc
             struct toy_tensor *vs = toy_kv_store(ctx, cache->v[l], v, cache->n_past);
             a = toy_attention_cached(ctx, q, ks, vs, cache->n_past, &attn);
         } else {
-            a = toy_attention(ctx, q, k, v, &attn); /* {hd, H, T, B} */
+            /* under mixed precision its products too are bf16 */
+            struct toy_attn_params ap = {.causal = true, .bf16 = m->matmul_type == TOY_BF16};
+            a = toy_attention(ctx, q, k, v, &ap); /* {hd, H, T, B} */
         }
         a = proj(ctx, m, toy_reshape_3d(ctx, a, d, T, B), L->w_o, L->b_o);
         x = toy_add(ctx, x, a);

@@ -374,6 +374,7 @@ static struct toy_tensor *forward(struct toy_ctx *ctx, struct toy_llama *m, stru
             struct toy_tensor *vs = toy_kv_store(ctx, cache->v[l], v, cache->n_past);
             a = toy_attention_cached(ctx, q, ks, vs, cache->n_past, &attn);
         } else {
+            attn.bf16 = m->matmul_type == TOY_BF16; /* under mixed precision its products too */
             a = toy_attention_seg(ctx, q, k, v, seg, &attn); /* {hd, H, T, B}; seg: packed documents */
         }
         a = proj_lora(ctx, m, L, TOY_LORA_O, toy_reshape_3d(ctx, a, hd * H, T, B), L->wo, NULL);

@@ -31,6 +31,8 @@
 
 #define QB 64
 
+#define QROW(x, h, t, b) ((float *)((char *)(x)->data + (h) * (x)->nb[1] + (t) * (x)->nb[2] + (b) * (x)->nb[3]))
+
 void toy_attn_decode_scores_avx512(const float *q, const float *K, int64_t ldk, int64_t nk, int64_t D, float scale,
                                    float *s);
 void toy_attn_decode_values_avx512(const float *p, const float *V, int64_t ldv, int64_t nk, int64_t D, float *o);
@@ -81,11 +83,120 @@ static struct attn attn_shape(const struct toy_tensor *q, const struct toy_tenso
     return a;
 }
 
+/* a thread's f32 scratch: scores, probabilities and their gradients, row
+ * statistics, one output block */
+static size_t f32_bytes(int64_t D, int64_t Tk) {
+    return (size_t)(3 * QB * Tk + 2 * QB + QB * D) * sizeof(float) + 256;
+}
+
+static int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
+
+/* ---- products in bf16 (P_AT_BF16: mixed-precision training) ----
+ * Where the op is marked bf16 (toy_attn_params.bf16), K and V are f32 and
+ * this CPU multiplies bf16 as bf16 (AMX tiles or AVX-512 BF16 dot products,
+ * toy_cpu_bf16_kernel; not the sgemm route), the six products take their
+ * operands rounded to bf16 -- Q, K, V, dO, the probabilities P and the
+ * scaled score gradients dS -- and sum in f32, as autocast attention does.
+ * The mask, softmax, its statistics and dS itself stay f32.
+ *
+ * A thread packs one (batch, kv head)'s K and V once for all the blocks
+ * and heads that read them: as panels whose columns are keys (for Q K^T
+ * and dO V^T) and as panels whose k is keys (for P V and dS K). A block's
+ * key range then starts at a multiple of 32, so that its k runs over whole
+ * tiles of those panels; the keys added in front lie before the window or
+ * in another segment, so the mask gives them probability 0 and gradient 0. */
+struct bf {
+    toy_bf16_kernel kern;
+    int64_t tr, kpD, Tp, pe_n, pe_k; /* tile rows; D, Tk padded to 32; panel strides */
+    uint16_t *Kn, *Vn, *Kk, *Vk;     /* panels: keys as columns (n), keys as k (k) */
+    uint16_t *stage, *A, *Ab, *At, *Bq; /* bf16 rows, A operands (rows, long rows, transposed), a block's B */
+    int64_t b, g;                    /* the (batch, kv head) packed, or -1 */
+};
+
+static size_t bf_bytes(int64_t D, int64_t Tk) {
+    int64_t kpD = round_up(D, 32), Tp = round_up(Tk, 32), D16 = round_up(D, 16), Q32 = round_up(QB, 32);
+    int64_t el = 2 * round_up(Tk, 16) * kpD + 2 * D16 * Tp + Tk * kpD + (QB + 16) * kpD + (QB + 16) * Tp +
+                 (Tk + 16) * Q32 + D16 * Q32 + QB * D; /* as bf_init takes them */
+    return (size_t)el * sizeof(uint16_t) + 12 * 64; /* each piece, the f32 part and the slice 64-aligned */
+}
+
+static uint16_t *bf_take(char **p, int64_t elems) {
+    uint16_t *r = (uint16_t *)*p;
+    *p += ((size_t)elems * sizeof(uint16_t) + 63) / 64 * 64;
+    return r;
+}
+
+/* the bf16 state over a thread's scratch after its f32 part, or false where
+ * the products stay f32 */
+static bool bf_init(struct bf *f, const struct toy_tensor *dst, const struct toy_tensor *k,
+                    const struct toy_tensor *v, int64_t D, int64_t Tk, void *scratch) {
+    if (!dst->op_params[P_AT_BF16] || k->type != TOY_F32 || v->type != TOY_F32) return false;
+    f->kern = toy_cpu_bf16_kernel(&f->tr);
+    if (!f->kern) return false;
+    f->kpD = round_up(D, 32);
+    f->Tp = round_up(Tk, 32);
+    f->pe_n = 16 * f->kpD;
+    f->pe_k = 16 * f->Tp;
+    int64_t D16 = round_up(D, 16), T16 = round_up(Tk, 16), Q32 = round_up(QB, 32);
+    char *p = (char *)scratch + (f32_bytes(D, Tk) + 63) / 64 * 64;
+    f->Kn = bf_take(&p, T16 * f->kpD);
+    f->Vn = bf_take(&p, T16 * f->kpD);
+    f->Kk = bf_take(&p, D16 * f->Tp);
+    f->Vk = bf_take(&p, D16 * f->Tp);
+    f->stage = bf_take(&p, Tk * f->kpD);
+    f->A = bf_take(&p, (QB + 16) * f->kpD);
+    f->Ab = bf_take(&p, (QB + 16) * f->Tp);
+    f->At = bf_take(&p, (Tk + 16) * Q32);
+    f->Bq = bf_take(&p, D16 * Q32 + QB * D);
+    f->b = f->g = -1;
+    return true;
+}
+
+/* rows of an f32 matrix (ld floats apart) as a B operand: their values
+ * are C's columns (panels of kp) or its k (panels over kp rows) */
+static void bf_b_cols(struct bf *f, const float *x, int64_t ld, int64_t rows, int64_t D, uint16_t *out) {
+    for (int64_t r = 0; r < rows; r++) toy_pack_f32_bf16(x + r * ld, D, f->stage + r * f->kpD, f->kpD);
+    toy_pack_bf16_panels(f->stage, f->kpD, true, rows, D, f->kpD, out);
+}
+static void bf_b_k(uint16_t *stage, const float *x, int64_t ld, int64_t rows, int64_t D, int64_t kp, uint16_t *out) {
+    for (int64_t r = 0; r < rows; r++) toy_pack_f32_bf16(x + r * ld, D, stage + r * D, D);
+    toy_pack_bf16_panels(stage, D, false, D, rows, kp, out);
+}
+/* m rows (or, transposed, m columns of k rows) of f32 as an A operand of kp,
+ * zero rows up to the kernel's tile */
+static void bf_a(const struct bf *f, const float *x, int64_t ld, bool trans, int64_t m, int64_t k, int64_t kp,
+                 uint16_t *out) {
+    if (trans) toy_pack_f32_bf16_cols(x, ld, 0, m, k, out, kp);
+    else
+        for (int64_t r = 0; r < m; r++) toy_pack_f32_bf16(x + r * ld, k, out + r * kp, kp);
+    memset(out + m * kp, 0, (size_t)((round_up(m, f->tr) - m) * kp) * sizeof(uint16_t));
+}
+
+/* kv head g of batch b packed (its keys as columns of K for the scores,
+ * as k of V for the outputs; the backward also wants V as columns and K
+ * as k) */
+static void bf_pack_kv(struct bf *f, const struct toy_tensor *k, const struct toy_tensor *v, int64_t g, int64_t b,
+                       int64_t Tk, bool backward) {
+    if (f->b == b && f->g == g) return;
+    int64_t D = k->ne[0], ldk = (int64_t)(k->nb[2] / 4), ldv = (int64_t)(v->nb[2] / 4);
+    const float *K = QROW(k, g, 0, b), *V = QROW(v, g, 0, b);
+    bf_b_cols(f, K, ldk, Tk, D, f->Kn);
+    if (backward) {
+        bf_b_cols(f, V, ldv, Tk, D, f->Vn);
+        bf_b_k(f->stage, K, ldk, Tk, D, f->Tp, f->Kk);
+    } else {
+        bf_b_k(f->stage, V, ldv, Tk, D, f->Tp, f->Vk);
+    }
+    f->b = b;
+    f->g = g;
+}
+
 size_t toy_cpu_attention_work(const struct toy_tensor *dst, int nth) {
     const struct toy_tensor *q = dst->op == TOY_OP_ATTENTION ? dst->src[0] : dst->src[1];
     const struct toy_tensor *k = dst->op == TOY_OP_ATTENTION ? dst->src[1] : dst->src[2];
-    size_t per = (size_t)(3 * QB * k->ne[2] + 2 * QB + QB * q->ne[0]) * sizeof(float) + 256;
+    size_t per = f32_bytes(q->ne[0], k->ne[2]);
     if (k->type != TOY_F32) per += (size_t)(2 * k->ne[2] * k->ne[0]) * sizeof(float); /* f16 K/V rows as f32 */
+    else if (dst->op_params[P_AT_BF16]) per += bf_bytes(q->ne[0], k->ne[2]);
     if (dst->op == TOY_OP_ATTENTION && q->ne[2] == 1) { /* decode_step: partials, scaled queries, scores */
         size_t dec = (size_t)(q->ne[3] * q->ne[1] * (q->ne[0] + 2) + q->ne[1] * q->ne[0] +
                               q->ne[1] * (k->ne[2] + 16)) * sizeof(float) + 256;
@@ -104,8 +215,6 @@ static inline void key_range(const struct attn *a, int64_t t, int64_t *j0, int64
     }
 }
 
-#define QROW(x, h, t, b) ((float *)((char *)(x)->data + (h) * (x)->nb[1] + (t) * (x)->nb[2] + (b) * (x)->nb[3]))
-
 /* Rows t0..t0+n-1 of head h as f32: the tensor itself when it is f32, else
  * converted into scratch (an f16 KV cache). *ld: the row stride in floats. */
 static const float *rows_f32(const struct toy_tensor *x, int64_t h, int64_t t0, int64_t n, int64_t b, float *scratch,
@@ -122,19 +231,26 @@ static const float *rows_f32(const struct toy_tensor *x, int64_t h, int64_t t0, 
 }
 
 /* S (nq x [js, je)) = scale * Q_blk K^T with the mask and softcap applied.
- * ld of S is ldS. Returns nothing; masked entries are -inf. */
+ * ld of S is ldS. Returns nothing; masked entries are -inf. With f, the
+ * product is in bf16 from the packed keys (js a multiple of 32). */
 static void block_scores(const struct attn *a, const struct toy_tensor *q, const struct toy_tensor *k,
                          int64_t h, int64_t b, int64_t t0, int64_t nq, int64_t js, int64_t je, float *S,
-                         int64_t ldS, float *kscratch) {
+                         int64_t ldS, float *kscratch, struct bf *f) {
     int64_t g = h / a->group;
     const float *Q = QROW(q, h, t0, b);
-    int ldk;
-    const float *K = rows_f32(k, g, js, je - js, b, kscratch, &ldk);
-    if (nq == 1 && decode_kernels(a->D))
-        toy_attn_decode_scores_avx512(Q, K, ldk, je - js, a->D, a->scale, S);
-    else
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nq, (int)(je - js), (int)a->D, a->scale, Q,
-                    (int)(q->nb[2] / 4), K, ldk, 0.0f, S, (int)ldS);
+    if (f) {
+        bf_a(f, Q, (int64_t)(q->nb[2] / 4), false, nq, a->D, f->kpD, f->A);
+        f->kern(nq, je - js, f->kpD, f->A, f->Kn + js * f->kpD, f->pe_n, S, ldS, 0.0f);
+        for (int64_t i = 0; i < nq; i++) toy_vec.scale(S + i * ldS, S + i * ldS, a->scale, je - js);
+    } else {
+        int ldk;
+        const float *K = rows_f32(k, g, js, je - js, b, kscratch, &ldk);
+        if (nq == 1 && decode_kernels(a->D))
+            toy_attn_decode_scores_avx512(Q, K, ldk, je - js, a->D, a->scale, S);
+        else
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nq, (int)(je - js), (int)a->D, a->scale, Q,
+                        (int)(q->nb[2] / 4), K, ldk, 0.0f, S, (int)ldS);
+    }
     for (int64_t i = 0; i < nq; i++) {
         float *s = S + i * ldS;
         int64_t j0, j1;
@@ -282,6 +398,7 @@ void toy_cpu_attention(struct toy_tensor *dst, int ith, int nth, void *work, siz
     float *S = toy_work_slice((char *)work + TOY_WORK_HEAD, ws - TOY_WORK_HEAD, ith, nth);
     float *kvs = S + 3 * QB * k->ne[2] + 2 * QB + QB * q->ne[0]; /* f16 rows converted (see _work) */
     float *lse = (float *)((char *)dst->data + toy_nbytes(dst));
+    struct bf bfs, *f = bf_init(&bfs, dst, k, v, a.D, a.Tk, S) ? &bfs : NULL;
     int64_t nblk = (a.Tq + QB - 1) / QB;
     int64_t items = a.B * a.Hq * nblk, w0, w1;
     toy_split(items, ith, nth, &w0, &w1);
@@ -292,17 +409,21 @@ void toy_cpu_attention(struct toy_tensor *dst, int ith, int nth, void *work, siz
             t1 = run_end(&a, b, t0, tend);
             int64_t nq = t1 - t0, js, je;
             block_keys(&a, b, t0, nq, &js, &je);
-            int64_t nk = je - js;
             float *O = QROW(dst, h, t0, b);
             int ldo = (int)(dst->nb[2] / 4);
-            if (nk <= 0) {
+            if (je - js <= 0) {
                 for (int64_t i = 0; i < nq; i++) {
                     memset(O + i * ldo, 0, (size_t)a.D * 4);
                     lse[(b * a.Tq + t0 + i) * a.Hq + h] = -INFINITY;
                 }
                 continue;
             }
-            block_scores(&a, q, k, h, b, t0, nq, js, je, S, nk, kvs);
+            if (f) {
+                js = js / 32 * 32; /* the keys in front are masked (see struct bf) */
+                bf_pack_kv(f, k, v, h / a.group, b, a.Tk, false);
+            }
+            int64_t nk = je - js;
+            block_scores(&a, q, k, h, b, t0, nq, js, je, S, nk, kvs, f);
             for (int64_t i = 0; i < nq; i++) {
                 float *s = S + i * nk;
                 float mx = toy_vec.max(s, nk);
@@ -310,6 +431,12 @@ void toy_cpu_attention(struct toy_tensor *dst, int ith, int nth, void *work, siz
                 if (sum > 0) toy_vec.scale(s, s, 1.0f / sum, nk);
                 else memset(s, 0, (size_t)nk * 4);
                 lse[(b * a.Tq + t0 + i) * a.Hq + h] = sum > 0 ? mx + logf(sum) : -INFINITY;
+            }
+            if (f) {
+                int64_t kp = round_up(nk, 32);
+                bf_a(f, S, nk, false, nq, nk, kp, f->Ab);
+                f->kern(nq, a.D, kp, f->Ab, f->Vk + js * 16, f->pe_k, O, ldo, 0.0f);
+                continue;
             }
             int ldv;
             const float *V = rows_f32(v, h / a.group, js, nk, b, kvs, &ldv);
@@ -322,6 +449,39 @@ void toy_cpu_attention(struct toy_tensor *dst, int ith, int nth, void *work, siz
     }
 }
 
+/* The backward's products of one block in bf16 (struct bf): P (nq x nk,
+ * probabilities), dP (nq x nk scratch), Di = rowsum(dO * O), C = s / cap
+ * of capped scores; dK and dV at the block's first key js; the block's
+ * dQ rows are written, dK and dV rows added to */
+static void bf_back(struct bf *f, const struct attn *a, const float *P, float *dP, const float *Di, const float *C,
+                    int64_t nq, int64_t nk, const float *dO, int64_t lddO, const float *Q, int64_t ldQ, float *dQ,
+                    int64_t ldq, float *dK, float *dV, int64_t ldk, int64_t js) {
+    int64_t D = a->D, kq = round_up(nq, 32), kp = round_up(nk, 32);
+    uint16_t *stage = f->Bq + round_up(D, 16) * round_up(QB, 32);
+    /* dV += P^T dO */
+    bf_a(f, P, nk, true, nk, nq, kq, f->At);
+    bf_b_k(stage, dO, lddO, nq, D, kq, f->Bq);
+    f->kern(nk, D, kq, f->At, f->Bq, 16 * kq, dV, ldk, 1.0f);
+    /* dP = dO V^T */
+    bf_a(f, dO, lddO, false, nq, D, f->kpD, f->A);
+    f->kern(nq, nk, f->kpD, f->A, f->Vn + js * f->kpD, f->pe_n, dP, nk, 0.0f);
+    /* dS = scale P (dP - Di), through the softcap; rounded once for both products below */
+    for (int64_t i = 0; i < nq; i++) {
+        const float *p = P + i * nk;
+        float *d = dP + i * nk;
+        toy_vec.softmax_back(d, p, Di[i], a->scale, nk);
+        if (a->cap > 0)
+            for (int64_t j = 0; j < nk; j++)
+                if (isfinite(C[i * nk + j])) d[j] *= 1.0f - C[i * nk + j] * C[i * nk + j];
+    }
+    /* dQ = dS K;  dK += dS^T Q */
+    bf_a(f, dP, nk, false, nq, nk, kp, f->Ab);
+    f->kern(nq, D, kp, f->Ab, f->Kk + js * 16, f->pe_k, dQ, ldq, 0.0f);
+    bf_a(f, dP, nk, true, nk, nq, kq, f->At);
+    bf_b_k(stage, Q, ldQ, nq, D, kq, f->Bq);
+    f->kern(nk, D, kq, f->At, f->Bq, 16 * kq, dK, ldk, 1.0f);
+}
+
 void toy_cpu_attention_back(struct toy_tensor *dst, int ith, int nth, void *work, size_t ws) {
     const struct toy_tensor *dO = dst->src[0], *q = dst->src[1], *k = dst->src[2], *v = dst->src[3],
                             *o = dst->src[4];
@@ -331,6 +491,7 @@ void toy_cpu_attention_back(struct toy_tensor *dst, int ith, int nth, void *work
     float *dP = P + QB * a.Tk;
     float *Di = dP + QB * a.Tk;
     float *C = Di + 2 * QB;                      /* s / cap of the capped scores */
+    struct bf bfs, *f = bf_init(&bfs, dst, k, v, a.D, a.Tk, P) ? &bfs : NULL;
     float *dq = dst->data;                       /* {D, Hq, Tq, B} contiguous */
     float *dk = dq + toy_nelements(q);           /* {D, Hkv, Tk, B} contiguous */
     float *dv = dk + toy_nelements(k);
@@ -355,12 +516,16 @@ void toy_cpu_attention_back(struct toy_tensor *dst, int ith, int nth, void *work
                     int64_t nq = t1 - t0, js, je;
                     float *dQ = dq + (b * a.Tq + t0) * ldq + h * a.D;
                     block_keys(&a, b, t0, nq, &js, &je);
-                    int64_t nk = je - js;
-                    if (nk <= 0) {
+                    if (je - js <= 0) {
                         for (int64_t i = 0; i < nq; i++) memset(dQ + i * ldq, 0, (size_t)a.D * 4);
                         continue;
                     }
-                    block_scores(&a, q, k, h, b, t0, nq, js, je, P, nk, NULL);
+                    if (f) {
+                        js = js / 32 * 32; /* the keys in front are masked (see struct bf) */
+                        bf_pack_kv(f, k, v, g, b, a.Tk, true);
+                    }
+                    int64_t nk = je - js;
+                    block_scores(&a, q, k, h, b, t0, nq, js, je, P, nk, NULL, f);
                     if (a.cap > 0)
                         for (int64_t i = 0; i < nq * nk; i++) C[i] = P[i] / a.cap;
                     const float *dOb = QROW(dO, h, t0, b);
@@ -374,6 +539,11 @@ void toy_cpu_attention_back(struct toy_tensor *dst, int ith, int nth, void *work
                         else toy_vec.exp_sum(p, p, l, nk);
                         Di[i] = toy_vec.dot(dOb + i * lddO, Ob + i * ldO, a.D);
                     }
+                    if (f) {
+                        bf_back(f, &a, P, dP, Di, C, nq, nk, dOb, lddO, QROW(q, h, t0, b), (int64_t)(q->nb[2] / 4),
+                                dQ, ldq, dK + js * ldk, dV + js * ldk, ldk, js);
+                        continue;
+                    }
                     /* dV[js:je] += P^T dO */
                     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nk, (int)a.D, (int)nq, 1.0f, P, (int)nk,
                                 dOb, lddO, 1.0f, dV + js * ldk, (int)ldk);
@@ -383,7 +553,7 @@ void toy_cpu_attention_back(struct toy_tensor *dst, int ith, int nth, void *work
                     /* dS = P (dP - Di), through the softcap: d raw = dS (1 - (s/c)^2) */
                     for (int64_t i = 0; i < nq; i++) {
                         float *p = P + i * nk, *d = dP + i * nk;
-                        for (int64_t j = 0; j < nk; j++) d[j] = p[j] * (d[j] - Di[i]);
+                        toy_vec.softmax_back(d, p, Di[i], 1.0f, nk);
                         if (a.cap > 0)
                             for (int64_t j = 0; j < nk; j++)
                                 if (isfinite(C[i * nk + j])) d[j] *= 1.0f - C[i * nk + j] * C[i * nk + j];

@@ -171,6 +171,8 @@ struct toy_vec_ops {
                   float b2, float eps, float wd, float bc1, float bc2sqrt);
     /* acc += s a (b - mu), in double: a norm's weight gradient over rows */
     void (*acc_scaled_prod)(double *acc, const float *a, const float *b, double mu, double s, int64_t n);
+    /* d = (s p) (d - di): a softmax row's backward from its probabilities p */
+    void (*softmax_back)(float *d, const float *p, float di, float s, int64_t n);
 };
 extern struct toy_vec_ops toy_vec;
 void toy_simd_init(void);
@@ -188,8 +190,21 @@ void toy_pack_bf16_panels_ref(const uint16_t *b, int64_t ldb, bool rows_are_cols
 void toy_pack_f32_bf16_cols(const float *a, int64_t lda, int64_t c0, int64_t nc, int64_t k, uint16_t *y, int64_t kp);
 void toy_pack_f32_bf16_cols_ref(const float *a, int64_t lda, int64_t c0, int64_t nc, int64_t k, uint16_t *y,
                                 int64_t kp);
-void toy_gemm_bf16_amx(int64_t m, int64_t nc, int64_t kp, const uint16_t *A, const uint16_t *panels, float *C,
-                       int64_t ldc, float beta);
+/* C = beta C + A B over bf16 operands (A: m rows of kp, zero rows up to the
+ * kernel's tile rows; B: panels of 16 columns, pe elements apart), summed
+ * in f32: AMX tiles (gemm-bf16-amx.c) or AVX-512 BF16 dot products
+ * (gemm-bf16-avx512.c) */
+typedef void (*toy_bf16_kernel)(int64_t m, int64_t nc, int64_t kp, const uint16_t *A, const uint16_t *panels,
+                                int64_t pe, float *C, int64_t ldc, float beta);
+void toy_gemm_bf16_amx(int64_t m, int64_t nc, int64_t kp, const uint16_t *A, const uint16_t *panels, int64_t pe,
+                       float *C, int64_t ldc, float beta);
+void toy_gemm_bf16_panels(int64_t m, int64_t nc, int64_t kp, const uint16_t *A, const uint16_t *panels, int64_t pe,
+                          float *C, int64_t ldc, float beta);
+/* The kernel bf16 products run on here and its rows per tile (*rows: 16
+ * for AMX, 6 for dot products), or NULL where they run as sgemm over
+ * widened values or not at all (matmul.c: the BF16 route) */
+toy_bf16_kernel toy_cpu_bf16_kernel(int64_t *rows);
+void toy_pack_f32_bf16(const float *x, int64_t k, uint16_t *y, int64_t kp);
 const char *toy_simd_name(void);
 /* blas.c: repairs OpenBLAS's fallback to generic kernels on a CPU it does
  * not know (once, from toy_cpu_init); the core to switch to from `picked`

@@ -121,11 +121,12 @@ static inline __attribute__((always_inline)) void block(int R, int P, const uint
     }
 }
 
-/* C (m x nc, ldc) = beta C + A (m rows of kp bf16, zero rows up to a
- * multiple of 16 present) times the panels of nc columns */
-void toy_gemm_bf16_amx(int64_t m, int64_t nc, int64_t kp, const uint16_t *A, const uint16_t *panels, float *C,
-                       int64_t ldc, float beta) {
-    int64_t pe = kp / 2 * 32;
+/* C (m x nc, ldc) = beta C + A (m rows of kp bf16, kp a multiple of 32,
+ * zero rows up to a multiple of 16 present) times the panels of nc
+ * columns, pe elements apart (kp / 2 * 32 when they hold just these kp
+ * values) */
+void toy_gemm_bf16_amx(int64_t m, int64_t nc, int64_t kp, const uint16_t *A, const uint16_t *panels, int64_t pe,
+                       float *C, int64_t ldc, float beta) {
     configure();
     for (int64_t i = 0; i < m; i += 32) {
         int rows = m - i < 32 ? (int)(m - i) : 32;

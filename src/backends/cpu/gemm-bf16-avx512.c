@@ -138,10 +138,11 @@ static inline __attribute__((always_inline)) void tile(int R, int P, int64_t pai
 }
 
 /* C (m x nc, ldc) = beta C + A (m rows of kp bf16, zero rows up to a
- * multiple of 6 present) times the panels of nc columns */
-void toy_gemm_bf16_panels(int64_t m, int64_t nc, int64_t kp, const uint16_t *A, const uint16_t *panels, float *C,
-                          int64_t ldc, float beta) {
-    int64_t pairs = kp / 2, pe = pairs * 32;
+ * multiple of 6 present) times the panels of nc columns, pe elements apart
+ * (kp / 2 * 32 when they hold just these kp values) */
+void toy_gemm_bf16_panels(int64_t m, int64_t nc, int64_t kp, const uint16_t *A, const uint16_t *panels, int64_t pe,
+                          float *C, int64_t ldc, float beta) {
+    int64_t pairs = kp / 2;
     for (int64_t i = 0; i < m; i += TILE_R) {
         int rows = m - i < TILE_R ? (int)(m - i) : TILE_R;
         for (int64_t j = 0; j < nc; j += 32) {
@@ -160,8 +161,13 @@ void toy_pack_f32_bf16(const float *x, int64_t k, uint16_t *y, int64_t kp) {
         __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(x + i));
         _mm512_storeu_si512(y + i, (__m512i)v);
     }
-    for (; i < k; i++) y[i] = toy_f32_to_bf16(x[i]);
-    for (; i < kp; i++) y[i] = 0;
+    for (; i < kp; i += 32) { /* the last values and the zeros after them, masked */
+        int64_t left = k - i > 0 ? k - i : 0, room = kp - i < 32 ? kp - i : 32;
+        __mmask16 lo = (__mmask16)(left >= 16 ? 0xffff : (1u << left) - 1);
+        __mmask16 hi = (__mmask16)(left >= 32 ? 0xffff : left > 16 ? (1u << (left - 16)) - 1 : 0);
+        __m512bh v = _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, x + i + 16), _mm512_maskz_loadu_ps(lo, x + i));
+        _mm512_mask_storeu_epi16(y + i, (__mmask32)(room >= 32 ? ~0u : (1u << room) - 1), (__m512i)v);
+    }
 }
 
 /* f32 -> f32 rounded to bf16 (the same rounding as toy_pack_f32_bf16): op(A)

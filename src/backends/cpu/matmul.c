@@ -22,8 +22,6 @@
 
 #define CHUNK_ROWS 64
 
-void toy_gemm_bf16_panels(int64_t m, int64_t nc, int64_t kp, const uint16_t *A, const uint16_t *panels, float *C,
-                          int64_t ldc, float beta);
 /* f32 decode rows through gemv-avx2.c where the CPU has AVX2 + FMA
  * ($TOY_SIMD=scalar keeps BLAS's sgemv, the reference) */
 static bool use_gemv_f32(void) {
@@ -44,7 +42,6 @@ static bool use_gemv_f32(void) {
 #define BF16_SG_K 1024
 #define BF16_SG_N 1024
 void toy_round_f32_bf16(const float *x, float *y, int64_t n);
-void toy_pack_f32_bf16(const float *x, int64_t k, uint16_t *y, int64_t kp);
 
 /* AVX-512 BF16 path: B is bf16 and the CPU has vdpbf16ps ($TOY_BF16_GEMM=0
  * turns it off, to compare with the dequantize + sgemm path). */
@@ -110,6 +107,12 @@ static enum bf16_route bf16_route(void) {
 static bool bf16_via_sgemm(void) { return bf16_route() == BF16_SGEMM; }
 /* rows of packed A per kernel tile: AMX tiles are 16 rows */
 static int64_t bf16_tile_rows(void) { return bf16_route() == BF16_AMX ? 16 : BF16_TILE_R; }
+
+toy_bf16_kernel toy_cpu_bf16_kernel(int64_t *rows) {
+    if (!use_bf16_gemm_cpu() || bf16_via_sgemm()) return NULL;
+    *rows = bf16_tile_rows();
+    return bf16_route() == BF16_AMX ? toy_gemm_bf16_amx : toy_gemm_bf16_panels;
+}
 
 const char *toy_cpu_bf16_route(void) {
     if (!use_bf16_gemm_cpu()) return "dequantize + sgemm";
@@ -532,8 +535,7 @@ static void matmul_bf16(struct toy_tensor *dst, int ith, int nth, void *work, si
     int64_t qb = quant ? toy_dtype_block_size(B->type) : 1;
     size_t bq = quant ? toy_dtype_type_size(B->type) : 0; /* bytes per block of qb values */
     int64_t lda = (int64_t)(A->nb[1] / sizeof(float)), ldb = (int64_t)(B->nb[1] / sizeof(uint16_t));
-    void (*kernel)(int64_t, int64_t, int64_t, const uint16_t *, const uint16_t *, float *, int64_t, float) =
-        bf16_route() == BF16_AMX ? toy_gemm_bf16_amx : toy_gemm_bf16_panels;
+    toy_bf16_kernel kernel = bf16_route() == BF16_AMX ? toy_gemm_bf16_amx : toy_gemm_bf16_panels;
     for (int64_t bi = 0; bi < dst->ne[2] * dst->ne[3]; bi++) {
         struct mm_batch bt = batch_at(dst, bi);
         const float *a = (const float *)bt.a;
@@ -562,7 +564,7 @@ static void matmul_bf16(struct toy_tensor *dst, int ith, int nth, void *work, si
                         }
                         toy_pack_bf16_panels(pq, jn, false, jn, kc, kcp, pb);
                     }
-                    kernel(mc, jn, kcp, pa, pb, bt.c + i * n + j, n, q ? 1.0f : beta);
+                    kernel(mc, jn, kcp, pa, pb, kcp / 2 * 32, bt.c + i * n + j, n, q ? 1.0f : beta);
                 }
             }
         }

@@ -195,6 +195,14 @@ static void gelu_back(float *dx, const float *dy, const float *x, int64_t n) {
     }
 }
 
+static void softmax_back(float *d, const float *p, float di, float s, int64_t n) {
+    const __m256 vdi = _mm256_set1_ps(di), vs = _mm256_set1_ps(s);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(d + i, _mm256_mul_ps(_mm256_mul_ps(vs, _mm256_loadu_ps(p + i)), _mm256_sub_ps(_mm256_loadu_ps(d + i), vdi)));
+    for (; i < n; i++) d[i] = s * p[i] * (d[i] - di);
+}
+
 void toy_simd_fill_avx2(struct toy_vec_ops *ops) {
     ops->dot = dot;
     ops->axpy = axpy;
@@ -209,5 +217,6 @@ void toy_simd_fill_avx2(struct toy_vec_ops *ops) {
     ops->swiglu_back = swiglu_back;
     ops->gelu = gelu;
     ops->gelu_back = gelu_back;
+    ops->softmax_back = softmax_back;
     /* adamw: the reference loop vectorises well enough at -O2 */
 }

@@ -241,6 +241,14 @@ static void acc_scaled_prod(double *acc, const float *a, const float *b, double 
     for (; i < n; i++) acc[i] += (double)a[i] * ((double)b[i] - mu) * s;
 }
 
+static void softmax_back(float *d, const float *p, float di, float s, int64_t n) {
+    const __m512 vdi = _mm512_set1_ps(di), vs = _mm512_set1_ps(s);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(d + i, _mm512_mul_ps(_mm512_mul_ps(vs, _mm512_loadu_ps(p + i)), _mm512_sub_ps(_mm512_loadu_ps(d + i), vdi)));
+    for (; i < n; i++) d[i] = s * p[i] * (d[i] - di);
+}
+
 void toy_simd_fill_avx512(struct toy_vec_ops *ops) {
     ops->dot = dot;
     ops->axpy = axpy;
@@ -257,4 +265,5 @@ void toy_simd_fill_avx512(struct toy_vec_ops *ops) {
     ops->gelu_back = gelu_back;
     ops->adamw = adamw;
     ops->acc_scaled_prod = acc_scaled_prod;
+    ops->softmax_back = softmax_back;
 }

@@ -91,16 +91,20 @@ static void ref_acc_scaled_prod(double *acc, const float *a, const float *b, dou
     for (int64_t i = 0; i < n; i++) acc[i] += (double)a[i] * ((double)b[i] - mu) * s;
 }
 
+static void ref_softmax_back(float *d, const float *p, float di, float s, int64_t n) {
+    for (int64_t i = 0; i < n; i++) d[i] = s * p[i] * (d[i] - di);
+}
+
 static const struct toy_vec_ops ref_ops = {
     ref_dot, ref_axpy, ref_scale, ref_sumsq, ref_max, ref_exp_sum,
     ref_silu_mul, ref_rms_apply, ref_add, ref_mul, ref_swiglu_back, ref_gelu, ref_gelu_back, ref_adamw,
-    ref_acc_scaled_prod,
+    ref_acc_scaled_prod, ref_softmax_back,
 };
 
 struct toy_vec_ops toy_vec = {
     ref_dot, ref_axpy, ref_scale, ref_sumsq, ref_max, ref_exp_sum,
     ref_silu_mul, ref_rms_apply, ref_add, ref_mul, ref_swiglu_back, ref_gelu, ref_gelu_back, ref_adamw,
-    ref_acc_scaled_prod,
+    ref_acc_scaled_prod, ref_softmax_back,
 };
 
 void toy_simd_fill_avx512(struct toy_vec_ops *ops);
