@@ -641,7 +641,8 @@ static void attn_bf16_reference(const struct attn_bf16_case *c, const float *q, 
                 double *oi = o + (b * c->Tq + i) * lq + h * D, Di = 0;
                 for (int64_t e = 0; e < D; e++) {
                     oi[e] = 0;
-                    for (int64_t j = 0; j < c->Tk; j++) oi[e] += RB(p[j] / sum) * RB(v[(b * c->Tk + j) * lk + h / G * D + e]);
+                    for (int64_t j = 0; j < c->Tk; j++)
+                        oi[e] += RB(p[j] / sum) * RB(v[(b * c->Tk + j) * lk + h / G * D + e]);
                     Di += di[e] * oi[e];
                 }
                 for (int64_t j = 0; j < c->Tk; j++) {
@@ -700,7 +701,8 @@ static double attn_bf16_run(const struct attn_bf16_case *c, bool bf16, float *ou
     attn_bf16_reference(c, q->data, k->data, v->data, dy->data, sg ? sg->data : NULL, ref, ref + nq, ref + 2 * nq,
                         ref + 2 * nq + nk);
     double e = fmax(fmax(err_of_largest(y->data, ref, nq), err_of_largest(q->grad->data, ref + nq, nq)),
-                    fmax(err_of_largest(k->grad->data, ref + 2 * nq, nk), err_of_largest(v->grad->data, ref + 2 * nq + nk, nk)));
+                    fmax(err_of_largest(k->grad->data, ref + 2 * nq, nk),
+                         err_of_largest(v->grad->data, ref + 2 * nq + nk, nk)));
     if (out_copy) {
         memcpy(out_copy, y->data, (size_t)nq * 4);
         memcpy(out_copy + nq, q->grad->data, (size_t)nq * 4);

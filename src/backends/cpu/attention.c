@@ -129,7 +129,7 @@ static uint16_t *bf_take(char **p, int64_t elems) {
 /* the bf16 state over a thread's scratch after its f32 part, or false where
  * the products stay f32 */
 static bool bf_init(struct bf *f, const struct toy_tensor *dst, const struct toy_tensor *k,
-                    const struct toy_tensor *v, int64_t D, int64_t Tk, void *scratch) {
+                    const struct toy_tensor *v, int64_t D, int64_t Tk, void *scratch, size_t room) {
     if (!dst->op_params[P_AT_BF16] || k->type != TOY_F32 || v->type != TOY_F32) return false;
     f->kern = toy_cpu_bf16_kernel(&f->tr);
     if (!f->kern) return false;
@@ -148,6 +148,8 @@ static bool bf_init(struct bf *f, const struct toy_tensor *dst, const struct toy
     f->Ab = bf_take(&p, (QB + 16) * f->Tp);
     f->At = bf_take(&p, (Tk + 16) * Q32);
     f->Bq = bf_take(&p, D16 * Q32 + QB * D);
+    TOY_ASSERT((size_t)(p - (char *)scratch) <= room, "attention: bf16 scratch %zu bytes, room %zu",
+               (size_t)(p - (char *)scratch), room);
     f->b = f->g = -1;
     return true;
 }
@@ -398,7 +400,8 @@ void toy_cpu_attention(struct toy_tensor *dst, int ith, int nth, void *work, siz
     float *S = toy_work_slice((char *)work + TOY_WORK_HEAD, ws - TOY_WORK_HEAD, ith, nth);
     float *kvs = S + 3 * QB * k->ne[2] + 2 * QB + QB * q->ne[0]; /* f16 rows converted (see _work) */
     float *lse = (float *)((char *)dst->data + toy_nbytes(dst));
-    struct bf bfs, *f = bf_init(&bfs, dst, k, v, a.D, a.Tk, S) ? &bfs : NULL;
+    size_t room = (ws - TOY_WORK_HEAD) / (size_t)nth / 64 * 64; /* toy_work_slice's */
+    struct bf bfs, *f = bf_init(&bfs, dst, k, v, a.D, a.Tk, S, room) ? &bfs : NULL;
     int64_t nblk = (a.Tq + QB - 1) / QB;
     int64_t items = a.B * a.Hq * nblk, w0, w1;
     toy_split(items, ith, nth, &w0, &w1);
@@ -491,7 +494,8 @@ void toy_cpu_attention_back(struct toy_tensor *dst, int ith, int nth, void *work
     float *dP = P + QB * a.Tk;
     float *Di = dP + QB * a.Tk;
     float *C = Di + 2 * QB;                      /* s / cap of the capped scores */
-    struct bf bfs, *f = bf_init(&bfs, dst, k, v, a.D, a.Tk, P) ? &bfs : NULL;
+    size_t room = (ws - TOY_WORK_HEAD) / (size_t)nth / 64 * 64; /* toy_work_slice's */
+    struct bf bfs, *f = bf_init(&bfs, dst, k, v, a.D, a.Tk, P, room) ? &bfs : NULL;
     float *dq = dst->data;                       /* {D, Hq, Tq, B} contiguous */
     float *dk = dq + toy_nelements(q);           /* {D, Hkv, Tk, B} contiguous */
     float *dv = dk + toy_nelements(k);
