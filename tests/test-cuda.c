@@ -643,6 +643,21 @@ Test(cuda, attention_bf16_tensor_cores, .timeout = 600) {
                       "bf16 attention, unaligned rows");
 }
 
+/* Mixed precision marks products, not the device: toy_linear_bf16 over f32
+ * weights (forward, dX, dW) and attention with toy_attn_params.bf16 run in
+ * BF16 math under the default F32 math, against the CPU's own bf16 (or,
+ * without AVX-512 BF16, f32) products */
+Test(cuda, marked_products_run_in_bf16_math) {
+    need_cuda();
+    struct toy_ctx *ctx = setup(31);
+    struct toy_tensor *x = param(ctx, 96, 40, 1, 1), *w = param(ctx, 96, 50, 1, 1);
+    struct toy_tensor *y = toy_linear_bf16(ctx, x, w, NULL, true);
+    check_with(ctx, loss_of(ctx, y), y, true, TOL_HALF, "bf16-marked linear over f32 weights");
+    toy_ctx_free(ctx);
+    attention_case_at(64, 4, 2, 70, 70, (struct toy_attn_params){.causal = true, .bf16 = true}, false, false,
+                      TOL_ATTN_BF16, "bf16-marked attention");
+}
+
 /* decode steps through toy_kv_store + toy_attention_cached, cache on each side */
 static struct toy_tensor *decode_graph(struct toy_ctx *ctx, struct toy_tensor *kc, struct toy_tensor *vc,
                                        struct toy_tensor **x, struct toy_tensor **q, struct toy_tensor *np) {

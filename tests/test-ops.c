@@ -426,8 +426,9 @@ static struct toy_threadpool *run_backward(struct toy_ctx *ctx, struct toy_tenso
 }
 
 /* toy_linear_bf16 over a Q8_0/Q4_0/Q4_K weight (mixed precision over a quantized
- * base): the forward x W^T and the backward dX = dY W, against double sums
- * of the bf16-rounded activations and the bf16-rounded dequantized weight */
+ * base) or an F32 one (over f32 master weights): the forward x W^T and the
+ * backward dX = dY W (and, for F32, dW = dY^T X), against double sums of the
+ * bf16-rounded activations and the bf16-rounded (dequantized) weight */
 static void bf16_quant_case(enum toy_dtype wt, int64_t m, int64_t k, int64_t n) {
     struct toy_ctx *ctx = toy_ctx_init(true);
     struct toy_rng r;
@@ -443,6 +444,7 @@ static void bf16_quant_case(enum toy_dtype wt, int64_t m, int64_t k, int64_t n) 
         cr_assert_eq(toy_dequantize_row(wt, (char *)w->data + j * w->nb[1], wd + j * k, k), TOY_OK);
     }
     toy_set_param(x);
+    if (wt == TOY_F32) toy_set_param(w);
     struct toy_tensor *y = toy_linear_bf16(ctx, x, w, NULL, true);
     toy_set_output(y);
     struct toy_threadpool *tp = run_backward(ctx, y, dy, 1);
@@ -462,7 +464,17 @@ static void bf16_quant_case(enum toy_dtype wt, int64_t m, int64_t k, int64_t n) 
             double e = fabs(((float *)x->grad->data)[i * k + q] - ref) / (1 + fabs(ref));
             if (e > wx) wx = e;
         }
+    double ww = 0;
+    for (int64_t j = 0; wt == TOY_F32 && j < n; j++)
+        for (int64_t q = 0; q < k; q++) {
+            double ref = 0;
+            for (int64_t i = 0; i < m; i++) ref += R(dyf[i * n + j]) * R(xf[i * k + q]);
+            double e = fabs(((float *)w->grad->data)[j * k + q] - ref) / (1 + fabs(ref));
+            if (e > ww) ww = e;
+        }
 #undef R
+    cr_assert_leq(ww, 1e-4, "f32 weights, bf16 weight gradient %lldx%lldx%lld: error %g", (long long)m,
+                  (long long)k, (long long)n, ww);
     cr_assert_leq(wy, 1e-4, "%s bf16 forward %lldx%lldx%lld: error %g", toy_dtype_name(wt), (long long)m,
                   (long long)k, (long long)n, wy);
     cr_assert_leq(wx, 1e-4, "%s bf16 backward %lldx%lldx%lld: error %g", toy_dtype_name(wt), (long long)m,
@@ -481,6 +493,11 @@ static void bf16_quant_cases(const char *route) {
         bf16_quant_case(wt, 12, 1088, 40); /* k blocks of 544 (17 quant blocks each) */
         bf16_quant_case(wt, 9, 64, 48);    /* the fewest rows that take it (fewer: the row kernels) */
     }
+    /* F32 master weights, rounded as they are packed */
+    bf16_quant_case(TOY_F32, 100, 96, 64);
+    bf16_quant_case(TOY_F32, 20, 70, 200);   /* ragged k; columns split */
+    bf16_quant_case(TOY_F32, 12, 1100, 40);  /* k blocks */
+    bf16_quant_case(TOY_F32, 300, 256, 130); /* rows split; the weight gradient's A transposed */
     /* Q4_K: blocks of 256 values, so k blocks and column chunks of 256 */
     bf16_quant_case(TOY_Q4_K, 20, 512, 256);
     bf16_quant_case(TOY_Q4_K, 40, 1280, 64);  /* k blocks of 768 + 512 */
@@ -516,6 +533,11 @@ Test(ops, bf16_packing_matches_reference) {
             toy_pack_bf16_panels_ref(b, ld, rc, nc, k, kp, p0);
             toy_pack_bf16_panels(b, ld, rc, nc, k, kp, p1);
             cr_assert(!memcmp(p0, p1, (size_t)pn * 2), "panels nc %lld k %lld rows_are_cols %d", (long long)nc,
+                      (long long)k, rc);
+            memset(p0, 0xee, (size_t)pn * 2), memset(p1, 0x77, (size_t)pn * 2);
+            toy_pack_f32_bf16_panels_ref(a, ld, rc, nc, k, kp, p0);
+            toy_pack_f32_bf16_panels(a, ld, rc, nc, k, kp, p1);
+            cr_assert(!memcmp(p0, p1, (size_t)pn * 2), "f32 panels nc %lld k %lld rows_are_cols %d", (long long)nc,
                       (long long)k, rc);
         }
         /* columns 2 .. 2+nc of a k x ld matrix */

@@ -242,12 +242,13 @@ struct toy_tensor *toy_matmul(struct toy_ctx *ctx, struct toy_tensor *a, struct 
 /* y = x W^T (+ bias): x (.., in), W (out, in) i.e. ne = {in, out}, bias (out). */
 struct toy_tensor *toy_linear(struct toy_ctx *ctx, struct toy_tensor *x, struct toy_tensor *w,
                               struct toy_tensor *bias);
-/* The same with the product (and its backward) in bf16 when bf16: x
- * rounded to bf16, a Q8_0, Q4_0 or Q4_K W dequantized to bf16 as the kernel
- * packs it, sums in f32 -- mixed precision over a quantized base (QLoRA),
- * where a cast would hold a bf16 copy of every weight from the forward to
- * the backward. Other weight types, products of at most 8 rows, and CPUs
- * whose BF16 route is sgemm run as toy_linear. */
+/* The same with the product and its gradients in bf16 when bf16 (mixed
+ * precision): x rounded to bf16, an F32 W rounded (f32 master weights) or
+ * a Q8_0, Q4_0 or Q4_K W dequantized (a QLoRA base) to bf16 as the kernel
+ * packs it, sums in f32 -- where a cast would hold a bf16 copy of every
+ * weight from the forward to the backward. A BF16 W is bf16 anyway.
+ * Products of at most 8 rows, and CPUs without bf16 products or whose
+ * BF16 route is sgemm, run as toy_linear. */
 struct toy_tensor *toy_linear_bf16(struct toy_ctx *ctx, struct toy_tensor *x, struct toy_tensor *w,
                                    struct toy_tensor *bias, bool bf16);
 

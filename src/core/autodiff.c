@@ -131,10 +131,13 @@ static void matmul_backward(struct bw *b, struct toy_tensor *y, struct toy_tenso
         add_contribution(b, A, reduce_like(ctx, dA, A));
     }
     if (wants_grad(b, B)) {
-        /* mixed precision (bf16 weights, f32 activations): the weight
-         * gradient's product in bf16 too, as the forward's (f32 sums) */
+        /* mixed precision, the weight gradient's product in bf16 too, as
+         * the forward's (f32 sums): marked, over f32 master weights (the
+         * backend rounds both operands as it packs them); over bf16
+         * weights, with the activations cast */
         struct toy_tensor *Ab = tb && B->type == TOY_BF16 && A->type == TOY_F32 ? as_bf16(b, A) : A;
         struct toy_tensor *dB = tb ? toy_matmul(ctx, dy, Ab, true, ta) : toy_matmul(ctx, A, dy, !ta, false);
+        if (y->op_params[P_MM_BF16] && B->type == TOY_F32) dB->op_params[P_MM_BF16] = 1;
         add_contribution(b, B, reduce_like(ctx, dB, B));
     }
 }

@@ -162,11 +162,10 @@ int64_t toy_gpt2_n_params(const struct toy_gpt2 *m) {
 
 /* ---- the graph ---------------------------------------------------------------- */
 
-/* x W^T + b with W cast to the model's matmul type (mixed precision) */
+/* x W^T + b, in bf16 under mixed precision (as the Llama proj) */
 static struct toy_tensor *proj(struct toy_ctx *ctx, const struct toy_gpt2 *m, struct toy_tensor *x,
                                struct toy_tensor *w, struct toy_tensor *b) {
-    if (m->matmul_type == TOY_BF16 && w->type == TOY_F32) w = toy_cast(ctx, w, TOY_BF16);
-    return toy_linear(ctx, x, w, b);
+    return toy_linear_bf16(ctx, x, w, b, m->matmul_type == TOY_BF16);
 }
 
 /* One of q, k, v (which = 0, 1, 2) as a {hd, H, T, B} view of qkv {3d, T, B}:

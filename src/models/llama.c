@@ -303,11 +303,11 @@ int64_t toy_llama_n_params(const struct toy_llama *m) {
 
 /* ---- the graph ---------------------------------------------------------------- */
 
-/* x W^T (+ b) with W cast to the model's matmul type (mixed precision); a
- * quantized W (a QLoRA base) is dequantized to bf16 inside the product */
+/* x W^T (+ b), in bf16 under mixed precision: the product and its
+ * gradients marked, so the backend rounds the f32 master weights (or
+ * dequantizes a QLoRA base) to bf16 as it packs them, with no bf16 copy */
 static struct toy_tensor *proj(struct toy_ctx *ctx, const struct toy_llama *m, struct toy_tensor *x,
                                struct toy_tensor *w, struct toy_tensor *b) {
-    if (m->matmul_type == TOY_BF16 && w->type == TOY_F32) w = toy_cast(ctx, w, TOY_BF16);
     return toy_linear_bf16(ctx, x, w, b, m->matmul_type == TOY_BF16);
 }
 

@@ -187,6 +187,10 @@ void toy_pack_bf16_panels(const uint16_t *b, int64_t ldb, bool rows_are_cols, in
                           uint16_t *panels);
 void toy_pack_bf16_panels_ref(const uint16_t *b, int64_t ldb, bool rows_are_cols, int64_t nc, int64_t k, int64_t kp,
                               uint16_t *panels);
+void toy_pack_f32_bf16_panels(const float *b, int64_t ldb, bool rows_are_cols, int64_t nc, int64_t k, int64_t kp,
+                              uint16_t *panels);
+void toy_pack_f32_bf16_panels_ref(const float *b, int64_t ldb, bool rows_are_cols, int64_t nc, int64_t k, int64_t kp,
+                                  uint16_t *panels);
 void toy_pack_f32_bf16_cols(const float *a, int64_t lda, int64_t c0, int64_t nc, int64_t k, uint16_t *y, int64_t kp);
 void toy_pack_f32_bf16_cols_ref(const float *a, int64_t lda, int64_t c0, int64_t nc, int64_t k, uint16_t *y,
                                 int64_t kp);

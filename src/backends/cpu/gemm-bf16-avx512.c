@@ -104,6 +104,56 @@ void toy_pack_bf16_panels(const uint16_t *b, int64_t ldb, bool rows_are_cols, in
     }
 }
 
+/* The same panels from f32 values, each rounded to nearest even as
+ * toy_pack_f32_bf16 rounds (mixed precision over f32 master weights: no
+ * bf16 copy of them is made). The reference: one value at a time. */
+void toy_pack_f32_bf16_panels_ref(const float *b, int64_t ldb, bool rows_are_cols, int64_t nc, int64_t k, int64_t kp,
+                                  uint16_t *panels) {
+    int64_t np = (nc + 15) / 16, pairs = kp / 2;
+    memset(panels, 0, (size_t)(np * pairs * 32) * sizeof(uint16_t));
+    for (int64_t c = 0; c < nc; c++) {
+        uint16_t *out = panels + (c / 16) * pairs * 32 + (c % 16) * 2;
+        for (int64_t q = 0; q < k; q++)
+            out[q / 2 * 32 + q % 2] = toy_f32_to_bf16(rows_are_cols ? b[c * ldb + q] : b[q * ldb + c]);
+    }
+}
+
+void toy_pack_f32_bf16_panels(const float *b, int64_t ldb, bool rows_are_cols, int64_t nc, int64_t k, int64_t kp,
+                              uint16_t *panels) {
+    int64_t np = (nc + 15) / 16, pairs = kp / 2;
+    for (int64_t p = 0; p < np; p++) {
+        uint16_t *out = panels + p * pairs * 32;
+        int64_t c0 = p * 16, cn = nc - c0 < 16 ? nc - c0 : 16;
+        if (rows_are_cols) {
+            for (int64_t q0 = 0; q0 < kp; q0 += 32) { /* 16 pairs: 32 values of 16 rows, transposed */
+                int64_t left = k - q0;
+                __mmask16 lo = (__mmask16)(left >= 16 ? 0xffff : left > 0 ? (1u << left) - 1 : 0);
+                __mmask16 hi = (__mmask16)(left >= 32 ? 0xffff : left > 16 ? (1u << (left - 16)) - 1 : 0);
+                __m512i r[16];
+                for (int c = 0; c < 16; c++) {
+                    const float *row = b + (c0 + c) * ldb + q0;
+                    r[c] = c < cn ? (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, row + 16),
+                                                                 _mm512_maskz_loadu_ps(lo, row))
+                                  : _mm512_setzero_si512();
+                }
+                transpose16(r);
+                for (int q = 0; q < 16; q++) _mm512_storeu_si512(out + (q0 / 2 + q) * 32, r[q]);
+            }
+        } else {
+            __mmask16 cm = (__mmask16)((1u << cn) - 1);
+            /* rows 2q and 2q+1 as the halves of one vector, then interleaved */
+            const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7,
+                                                 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+            for (int64_t q = 0; q < pairs; q++) {
+                __m512 r0 = 2 * q < k ? _mm512_maskz_loadu_ps(cm, b + 2 * q * ldb + c0) : _mm512_setzero_ps();
+                __m512 r1 = 2 * q + 1 < k ? _mm512_maskz_loadu_ps(cm, b + (2 * q + 1) * ldb + c0) : _mm512_setzero_ps();
+                __m512i v = (__m512i)_mm512_cvtne2ps_pbh(r1, r0);
+                _mm512_storeu_si512(out + q * 32, _mm512_permutexvar_epi16(idx, v));
+            }
+        }
+    }
+}
+
 static inline __attribute__((always_inline)) void tile(int R, int P, int64_t pairs, const uint16_t *a, int64_t kp,
                                                        const uint16_t *panel, int64_t panel_elems, float *c,
                                                        int64_t ldc, int rows, int nc, float beta) {

@@ -56,20 +56,23 @@ static bool use_bf16_gemm_cpu(void) {
 }
 #define QDOT_MAX_ROWS 8 /* at most this many rows: the integer row kernels (use_qdot) */
 static bool bf16_via_sgemm(void);
-/* a Q8_0/Q4_0/Q4_K B in a product marked bf16 (toy_linear_bf16: mixed
- * precision over a quantized base), dequantized to bf16 as it is packed; not on the
- * sgemm route, which would widen it straight back, nor for a few rows (a
- * decode step sampled during fine-tuning), where dequantizing every weight
- * would cost far more than the products */
-static bool bf16_quant_b(const struct toy_tensor *dst) {
+/* An F32, Q8_0, Q4_0 or Q4_K B in a product marked bf16 (toy_linear_bf16
+ * and its gradients: mixed precision over f32 master weights or a
+ * quantized base), rounded or dequantized to bf16 as it is packed, so no
+ * bf16 copy of it is ever made. Not on the sgemm route, which would widen
+ * it straight back (there the product stays f32), nor for a few rows (a
+ * decode step sampled during fine-tuning), where converting every weight
+ * would cost far more than the products. */
+static bool bf16_convert_b(const struct toy_tensor *dst) {
     const struct toy_tensor *b = dst->src[1];
-    bool type = b->type == TOY_Q8_0 || b->type == TOY_Q4_0 || b->type == TOY_Q4_K;
-    return dst->op_params[P_MM_BF16] && type && b->data && !dst->op_params[P_MM_TRANS_A] && !bf16_via_sgemm() &&
-           dst->ne[1] * dst->ne[2] * dst->ne[3] > QDOT_MAX_ROWS;
+    bool quant = b->type == TOY_Q8_0 || b->type == TOY_Q4_0 || b->type == TOY_Q4_K;
+    return dst->op_params[P_MM_BF16] && b->data && !bf16_via_sgemm() &&
+           dst->ne[1] * dst->ne[2] * dst->ne[3] > QDOT_MAX_ROWS &&
+           (b->type == TOY_F32 || (quant && !dst->op_params[P_MM_TRANS_A]));
 }
 static bool use_bf16_gemm(const struct toy_tensor *dst) {
     return use_bf16_gemm_cpu() && dst->src[0]->type == TOY_F32 &&
-           (dst->src[1]->type == TOY_BF16 || bf16_quant_b(dst));
+           (dst->src[1]->type == TOY_BF16 || bf16_convert_b(dst));
 }
 
 /* How the BF16 path multiplies, once both operands are rounded to bf16.
@@ -376,7 +379,8 @@ static size_t matmul_work(const struct toy_tensor *dst, int nth) {
         int64_t kc, cw, unit;
         bf16_blocks(dst, k, &kc, &cw, &unit);
         int64_t elems = (rows + cw) * kc;
-        if (bf16_quant_b(dst)) elems += cw * kc + 2 * (kc > cw ? kc : cw); /* dequantized rows */
+        if (bf16_convert_b(dst) && b->type != TOY_F32) /* dequantized rows */
+            elems += cw * kc + 2 * (kc > cw ? kc : cw);
         return TOY_WORK_HEAD + (size_t)nth * ((size_t)(elems > kp ? elems : kp) * 2 + 512);
     }
     if (use_qpacked(dst)) {
@@ -492,7 +496,7 @@ static void matmul_bf16(struct toy_tensor *dst, int ith, int nth, void *work, si
     }
     int64_t n = dst->ne[0], i0, i1, j0, j1;
     uint16_t *pa = toy_work_slice((char *)work + TOY_WORK_HEAD, ws - TOY_WORK_HEAD, ith, nth);
-    bool quant = B->type != TOY_BF16; /* bf16_quant_b: dequantized as it is packed */
+    bool quant = B->type != TOY_BF16; /* bf16_convert_b: rounded or dequantized as it is packed */
     if (m == 1 && tb && !ta && !quant && dst->ne[2] * dst->ne[3] == 1) {
         /* decode: each weight row once, straight from memory, rows dealt out
          * as threads get to them */
@@ -551,7 +555,11 @@ static void matmul_bf16(struct toy_tensor *dst, int ith, int nth, void *work, si
                 for (int64_t j = j0; j < j1; j += cw) {
                     int64_t jn = j + cw < j1 ? cw : j1 - j;
                     if (!quant) toy_pack_bf16_panels(tb ? b + j * ldb + q : b + q * ldb + j, ldb, tb, jn, kc, kcp, pb);
-                    else if (tb) { /* rows j.. of B, their values q .. q+kc (whole blocks: bf16_blocks) */
+                    else if (B->type == TOY_F32) { /* f32 master weights or activations, rounded */
+                        const float *f = (const float *)bt.b;
+                        int64_t ldf = (int64_t)(B->nb[1] / sizeof(float));
+                        toy_pack_f32_bf16_panels(tb ? f + j * ldf + q : f + q * ldf + j, ldf, tb, jn, kc, kcp, pb);
+                    } else if (tb) { /* rows j.. of B, their values q .. q+kc (whole blocks: bf16_blocks) */
                         for (int64_t r = 0; r < jn; r++) {
                             toy_dequantize_row(B->type, bt.b + (j + r) * B->nb[1] + q / qb * bq, frow, kc);
                             toy_pack_f32_bf16(frow, kc, pq + r * kcp, kcp);

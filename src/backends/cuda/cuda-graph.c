@@ -452,6 +452,12 @@ static enum toy_status prepare(struct toy_graph *g, int dev, struct cu_graph **o
         c->err = cg->err;
         c->n_past = -1;
         c->math = cg->cd->math;
+        /* products marked bf16 (mixed precision: toy_linear_bf16 and its
+         * gradients, attention under toy_attn_params.bf16) run in BF16 math
+         * whatever the device's, as on the CPU */
+        if ((t->op == TOY_OP_MATMUL && t->op_params[P_MM_BF16]) ||
+            ((t->op == TOY_OP_ATTENTION || t->op == TOY_OP_ATTENTION_BACK) && t->op_params[P_AT_BF16]))
+            c->math = TOY_CU_MATH_BF16;
         if (t->op == TOY_OP_VIEW_BACK) {
             const struct toy_tensor *v = t->src[1];
             c->view_off = (int64_t)((size_t)(uint32_t)v->op_params[0] | ((size_t)(uint32_t)v->op_params[1] << 31));
