@@ -484,6 +484,38 @@ static void bf16_quant_case(enum toy_dtype wt, int64_t m, int64_t k, int64_t n) 
     toy_ctx_free(ctx);
 }
 
+/* The weight gradient of a marked linear over a 3-D activation: its B is
+ * the input reshaped (a view, whose data is set only as the graph runs), and it
+ * needs the largest scratch of the graph -- which must be sized for the
+ * bf16 path on the first run too. Against double sums, as above. */
+static void bf16_reshaped_input_case(void) {
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    struct toy_rng r;
+    toy_rng_seed(&r, 17);
+    const int64_t k = 64, T = 520, B = 2, n = 48;
+    struct toy_tensor *x = toy_new_tensor_3d(ctx, TOY_F32, k, T, B), *w = toy_new_tensor_2d(ctx, TOY_F32, k, n);
+    struct toy_tensor *dy = toy_new_tensor_3d(ctx, TOY_F32, n, T, B);
+    float *xf = x->data, *wf = w->data, *dyf = dy->data;
+    for (int64_t i = 0; i < k * T * B; i++) xf[i] = toy_rng_normal(&r);
+    for (int64_t i = 0; i < k * n; i++) wf[i] = toy_rng_normal(&r);
+    for (int64_t i = 0; i < n * T * B; i++) dyf[i] = toy_rng_normal(&r);
+    toy_set_param(x), toy_set_param(w);
+    struct toy_tensor *h = toy_scale(ctx, x, 1.0f); /* an activation: planned, not a leaf */
+    struct toy_threadpool *tp = run_backward(ctx, toy_linear_bf16(ctx, h, w, NULL, true), dy, 1);
+    double worst = 0;
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t q = 0; q < k; q++) {
+            double ref = 0;
+            for (int64_t i = 0; i < T * B; i++)
+                ref += (double)toy_bf16_to_f32(toy_f32_to_bf16(dyf[i * n + j])) *
+                       toy_bf16_to_f32(toy_f32_to_bf16(xf[i * k + q]));
+            worst = fmax(worst, fabs(((float *)w->grad->data)[j * k + q] - ref) / (1 + fabs(ref)));
+        }
+    cr_assert_leq(worst, 1e-4, "bf16 weight gradient over a reshaped input: error %g", worst);
+    toy_threadpool_free(tp);
+    toy_ctx_free(ctx);
+}
+
 static void bf16_quant_cases(const char *route) {
     setenv("TOY_BF16_GEMM", route, 1);
     for (int t = 0; t < 2; t++) {
@@ -494,6 +526,7 @@ static void bf16_quant_cases(const char *route) {
         bf16_quant_case(wt, 9, 64, 48);    /* the fewest rows that take it (fewer: the row kernels) */
     }
     /* F32 master weights, rounded as they are packed */
+    bf16_reshaped_input_case();
     bf16_quant_case(TOY_F32, 100, 96, 64);
     bf16_quant_case(TOY_F32, 20, 70, 200);   /* ragged k; columns split */
     bf16_quant_case(TOY_F32, 12, 1100, 40);  /* k blocks */
