@@ -109,21 +109,34 @@ struct bf {
     toy_bf16_kernel kern;
     int64_t tr, kpD, Tp, pe_n, pe_k; /* tile rows; D, Tk padded to 32; panel strides */
     uint16_t *Kn, *Vn, *Kk, *Vk;     /* panels: keys as columns (n), keys as k (k) */
-    uint16_t *stage, *A, *Ab, *At, *Bq; /* bf16 rows, A operands (rows, long rows, transposed), a block's B */
+    uint16_t *A, *Ab, *At, *Bq;      /* A operands (rows, long rows, transposed), a block's B */
     int64_t b, g;                    /* the (batch, kv head) packed, or -1 */
 };
 
-static size_t bf_bytes(int64_t D, int64_t Tk) {
-    int64_t kpD = round_up(D, 32), Tp = round_up(Tk, 32), D16 = round_up(D, 16), Q32 = round_up(QB, 32);
-    int64_t el = 2 * round_up(Tk, 16) * kpD + 2 * D16 * Tp + Tk * kpD + (QB + 16) * kpD + (QB + 16) * Tp +
-                 (Tk + 16) * Q32 + D16 * Q32 + QB * D; /* as bf_init takes them */
-    return (size_t)el * sizeof(uint16_t) + 12 * 64; /* each piece, the f32 part and the slice 64-aligned */
+/* The bf16 part of a thread's scratch from base on, in 64-byte aligned
+ * pieces: sets f's pointers where base is given and returns the bytes
+ * either way, so that the work size and the layout are one definition */
+static size_t bf_layout(struct bf *f, int64_t D, int64_t Tk, char *base) {
+    int64_t kpD = round_up(D, 32), Tp = round_up(Tk, 32), D16 = round_up(D, 16), T16 = round_up(Tk, 16),
+            Q32 = round_up(QB, 32);
+    struct {
+        uint16_t **at;
+        int64_t elems;
+    } piece[] = {{&f->Kn, T16 * kpD},        {&f->Vn, T16 * kpD},       {&f->Kk, D16 * Tp},
+                 {&f->Vk, D16 * Tp},         {&f->A, (QB + 16) * kpD},  {&f->Ab, (QB + 16) * Tp},
+                 {&f->At, (Tk + 16) * Q32}, {&f->Bq, D16 * Q32}};
+    size_t off = 0;
+    for (size_t i = 0; i < sizeof piece / sizeof *piece; i++) {
+        if (base) *piece[i].at = (uint16_t *)(base + off);
+        off += ((size_t)piece[i].elems * sizeof(uint16_t) + 63) / 64 * 64;
+    }
+    return off;
 }
 
-static uint16_t *bf_take(char **p, int64_t elems) {
-    uint16_t *r = (uint16_t *)*p;
-    *p += ((size_t)elems * sizeof(uint16_t) + 63) / 64 * 64;
-    return r;
+/* the f32 part ends 64-aligned, and toy_work_slice rounds a slice down to 64 */
+static size_t bf_bytes(int64_t D, int64_t Tk) {
+    struct bf unused;
+    return bf_layout(&unused, D, Tk, NULL) + 2 * 64;
 }
 
 /* the bf16 state over a thread's scratch after its f32 part, or false where
@@ -137,32 +150,20 @@ static bool bf_init(struct bf *f, const struct toy_tensor *dst, const struct toy
     f->Tp = round_up(Tk, 32);
     f->pe_n = 16 * f->kpD;
     f->pe_k = 16 * f->Tp;
-    int64_t D16 = round_up(D, 16), T16 = round_up(Tk, 16), Q32 = round_up(QB, 32);
-    char *p = (char *)scratch + (f32_bytes(D, Tk) + 63) / 64 * 64;
-    f->Kn = bf_take(&p, T16 * f->kpD);
-    f->Vn = bf_take(&p, T16 * f->kpD);
-    f->Kk = bf_take(&p, D16 * f->Tp);
-    f->Vk = bf_take(&p, D16 * f->Tp);
-    f->stage = bf_take(&p, Tk * f->kpD);
-    f->A = bf_take(&p, (QB + 16) * f->kpD);
-    f->Ab = bf_take(&p, (QB + 16) * f->Tp);
-    f->At = bf_take(&p, (Tk + 16) * Q32);
-    f->Bq = bf_take(&p, D16 * Q32 + QB * D);
-    TOY_ASSERT((size_t)(p - (char *)scratch) <= room, "attention: bf16 scratch %zu bytes, room %zu",
-               (size_t)(p - (char *)scratch), room);
+    size_t f32 = (f32_bytes(D, Tk) + 63) / 64 * 64, used = f32 + bf_layout(f, D, Tk, (char *)scratch + f32);
+    TOY_ASSERT(used <= room, "attention: bf16 scratch %zu bytes, room %zu", used, room);
     f->b = f->g = -1;
     return true;
 }
 
-/* rows of an f32 matrix (ld floats apart) as a B operand: their values
- * are C's columns (panels of kp) or its k (panels over kp rows) */
-static void bf_b_cols(struct bf *f, const float *x, int64_t ld, int64_t rows, int64_t D, uint16_t *out) {
-    for (int64_t r = 0; r < rows; r++) toy_pack_f32_bf16(x + r * ld, D, f->stage + r * f->kpD, f->kpD);
-    toy_pack_bf16_panels(f->stage, f->kpD, true, rows, D, f->kpD, out);
+/* rows of an f32 matrix (ld floats apart) as a B operand, rounded as they
+ * are packed: their values are C's columns (panels of kp) or its k (panels
+ * over kp rows) */
+static void bf_b_cols(const struct bf *f, const float *x, int64_t ld, int64_t rows, int64_t D, uint16_t *out) {
+    toy_pack_f32_bf16_panels(x, ld, true, rows, D, f->kpD, out);
 }
-static void bf_b_k(uint16_t *stage, const float *x, int64_t ld, int64_t rows, int64_t D, int64_t kp, uint16_t *out) {
-    for (int64_t r = 0; r < rows; r++) toy_pack_f32_bf16(x + r * ld, D, stage + r * D, D);
-    toy_pack_bf16_panels(stage, D, false, D, rows, kp, out);
+static void bf_b_k(const float *x, int64_t ld, int64_t rows, int64_t D, int64_t kp, uint16_t *out) {
+    toy_pack_f32_bf16_panels(x, ld, false, D, rows, kp, out);
 }
 /* m rows (or, transposed, m columns of k rows) of f32 as an A operand of kp,
  * zero rows up to the kernel's tile */
@@ -185,9 +186,9 @@ static void bf_pack_kv(struct bf *f, const struct toy_tensor *k, const struct to
     bf_b_cols(f, K, ldk, Tk, D, f->Kn);
     if (backward) {
         bf_b_cols(f, V, ldv, Tk, D, f->Vn);
-        bf_b_k(f->stage, K, ldk, Tk, D, f->Tp, f->Kk);
+        bf_b_k(K, ldk, Tk, D, f->Tp, f->Kk);
     } else {
-        bf_b_k(f->stage, V, ldv, Tk, D, f->Tp, f->Vk);
+        bf_b_k(V, ldv, Tk, D, f->Tp, f->Vk);
     }
     f->b = b;
     f->g = g;
@@ -460,10 +461,9 @@ static void bf_back(struct bf *f, const struct attn *a, const float *P, float *d
                     int64_t nq, int64_t nk, const float *dO, int64_t lddO, const float *Q, int64_t ldQ, float *dQ,
                     int64_t ldq, float *dK, float *dV, int64_t ldk, int64_t js) {
     int64_t D = a->D, kq = round_up(nq, 32), kp = round_up(nk, 32);
-    uint16_t *stage = f->Bq + round_up(D, 16) * round_up(QB, 32);
     /* dV += P^T dO */
     bf_a(f, P, nk, true, nk, nq, kq, f->At);
-    bf_b_k(stage, dO, lddO, nq, D, kq, f->Bq);
+    bf_b_k(dO, lddO, nq, D, kq, f->Bq);
     f->kern(nk, D, kq, f->At, f->Bq, 16 * kq, dV, ldk, 1.0f);
     /* dP = dO V^T */
     bf_a(f, dO, lddO, false, nq, D, f->kpD, f->A);
@@ -481,7 +481,7 @@ static void bf_back(struct bf *f, const struct attn *a, const float *P, float *d
     bf_a(f, dP, nk, false, nq, nk, kp, f->Ab);
     f->kern(nq, D, kp, f->Ab, f->Kk + js * 16, f->pe_k, dQ, ldq, 0.0f);
     bf_a(f, dP, nk, true, nk, nq, kq, f->At);
-    bf_b_k(stage, Q, ldQ, nq, D, kq, f->Bq);
+    bf_b_k(Q, ldQ, nq, D, kq, f->Bq);
     f->kern(nk, D, kq, f->At, f->Bq, 16 * kq, dK, ldk, 1.0f);
 }
 

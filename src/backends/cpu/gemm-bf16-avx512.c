@@ -22,22 +22,31 @@
 
 /* Panels of B for columns [0, nc): colp(c) gives column c's kp values
  * (contiguous, stride 1) when B rows are C's columns; otherwise B is (k, n)
- * with rows ldb elements apart and column c is strided. The reference: one
- * value or pair at a time. */
-void toy_pack_bf16_panels_ref(const uint16_t *b, int64_t ldb, bool rows_are_cols, int64_t nc, int64_t k, int64_t kp,
-                              uint16_t *panels) {
+ * with rows ldb elements apart and column c is strided. B is bf16, or f32
+ * rounded to nearest even as toy_pack_f32_bf16 rounds (mixed precision over
+ * f32 master weights: no bf16 copy of them is made). The reference: one
+ * value at a time. */
+static void pack_ref(const void *b, bool f32, int64_t ldb, bool rows_are_cols, int64_t nc, int64_t k, int64_t kp,
+                     uint16_t *panels) {
     int64_t np = (nc + 15) / 16, pairs = kp / 2;
     memset(panels, 0, (size_t)(np * pairs * 32) * sizeof(uint16_t));
     for (int64_t c = 0; c < nc; c++) {
         uint16_t *out = panels + (c / 16) * pairs * 32 + (c % 16) * 2;
-        if (rows_are_cols) {
-            const uint16_t *col = b + c * ldb;
-            for (int64_t q = 0; q + 1 < k; q += 2) memcpy(out + q / 2 * 32, col + q, 4);
-            if (k % 2) out[(k / 2) * 32] = col[k - 1];
-        } else {
-            for (int64_t q = 0; q < k; q++) out[q / 2 * 32 + q % 2] = b[q * ldb + c];
+        for (int64_t q = 0; q < k; q++) {
+            int64_t i = rows_are_cols ? c * ldb + q : q * ldb + c;
+            out[q / 2 * 32 + q % 2] = f32 ? toy_f32_to_bf16(((const float *)b)[i]) : ((const uint16_t *)b)[i];
         }
     }
+}
+
+void toy_pack_bf16_panels_ref(const uint16_t *b, int64_t ldb, bool rows_are_cols, int64_t nc, int64_t k, int64_t kp,
+                              uint16_t *panels) {
+    pack_ref(b, false, ldb, rows_are_cols, nc, k, kp, panels);
+}
+
+void toy_pack_f32_bf16_panels_ref(const float *b, int64_t ldb, bool rows_are_cols, int64_t nc, int64_t k, int64_t kp,
+                                  uint16_t *panels) {
+    pack_ref(b, true, ldb, rows_are_cols, nc, k, kp, panels);
 }
 
 /* 16 x 16 transpose of 32-bit elements, in registers */
@@ -70,22 +79,39 @@ static inline void transpose16(__m512i r[16]) {
     }
 }
 
+/* Loaders of the fast packer: 32 consecutive values from element i on, of
+ * which the first `left` are real (the rest read as zero), and 16 values
+ * under a mask, as bf16 whichever type B holds */
+static inline __attribute__((always_inline)) __m512i load32(const void *b, bool f32, int64_t i, int64_t left) {
+    if (f32) {
+        const float *row = (const float *)b + i;
+        __mmask16 lo = (__mmask16)(left >= 16 ? 0xffff : left > 0 ? (1u << left) - 1 : 0);
+        __mmask16 hi = (__mmask16)(left >= 32 ? 0xffff : left > 16 ? (1u << (left - 16)) - 1 : 0);
+        return (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, row + 16), _mm512_maskz_loadu_ps(lo, row));
+    }
+    __mmask32 km = left >= 32 ? (__mmask32)~0u : left > 0 ? (__mmask32)((1u << left) - 1) : 0;
+    return _mm512_maskz_loadu_epi16(km, (const uint16_t *)b + i);
+}
+
+static inline __attribute__((always_inline)) __m256i load16(const void *b, bool f32, int64_t i, __mmask16 m) {
+    if (f32) return (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, (const float *)b + i));
+    return _mm256_maskz_loadu_epi16(m, (const uint16_t *)b + i);
+}
+
 /* The same panels, 16 x 16 blocks at a time: B's rows (pairs of k as one
  * 32-bit element) transposed in registers, or two rows of a (k, n) B
  * interleaved by one permute. Bytes identical to the reference. */
-void toy_pack_bf16_panels(const uint16_t *b, int64_t ldb, bool rows_are_cols, int64_t nc, int64_t k, int64_t kp,
-                          uint16_t *panels) {
+static inline __attribute__((always_inline)) void pack(const void *b, bool f32, int64_t ldb, bool rows_are_cols,
+                                                       int64_t nc, int64_t k, int64_t kp, uint16_t *panels) {
     int64_t np = (nc + 15) / 16, pairs = kp / 2;
     for (int64_t p = 0; p < np; p++) {
         uint16_t *out = panels + p * pairs * 32;
         int64_t c0 = p * 16, cn = nc - c0 < 16 ? nc - c0 : 16;
         if (rows_are_cols) {
             for (int64_t q0 = 0; q0 < kp; q0 += 32) { /* 16 pairs */
-                int64_t left = k - q0;
-                __mmask32 km = left >= 32 ? (__mmask32)~0u : left > 0 ? (__mmask32)((1u << left) - 1) : 0;
                 __m512i r[16];
                 for (int c = 0; c < 16; c++)
-                    r[c] = c < cn ? _mm512_maskz_loadu_epi16(km, b + (c0 + c) * ldb + q0) : _mm512_setzero_si512();
+                    r[c] = c < cn ? load32(b, f32, (c0 + c) * ldb + q0, k - q0) : _mm512_setzero_si512();
                 transpose16(r);
                 for (int q = 0; q < 16; q++) _mm512_storeu_si512(out + (q0 / 2 + q) * 32, r[q]);
             }
@@ -94,9 +120,8 @@ void toy_pack_bf16_panels(const uint16_t *b, int64_t ldb, bool rows_are_cols, in
             const __m512i idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7,
                                                  38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
             for (int64_t q = 0; q < pairs; q++) {
-                __m256i lo = 2 * q < k ? _mm256_maskz_loadu_epi16(cm, b + 2 * q * ldb + c0) : _mm256_setzero_si256();
-                __m256i hi =
-                    2 * q + 1 < k ? _mm256_maskz_loadu_epi16(cm, b + (2 * q + 1) * ldb + c0) : _mm256_setzero_si256();
+                __m256i lo = 2 * q < k ? load16(b, f32, 2 * q * ldb + c0, cm) : _mm256_setzero_si256();
+                __m256i hi = 2 * q + 1 < k ? load16(b, f32, (2 * q + 1) * ldb + c0, cm) : _mm256_setzero_si256();
                 __m512i v = _mm512_permutex2var_epi16(_mm512_castsi256_si512(lo), idx, _mm512_castsi256_si512(hi));
                 _mm512_storeu_si512(out + q * 32, v);
             }
@@ -104,54 +129,14 @@ void toy_pack_bf16_panels(const uint16_t *b, int64_t ldb, bool rows_are_cols, in
     }
 }
 
-/* The same panels from f32 values, each rounded to nearest even as
- * toy_pack_f32_bf16 rounds (mixed precision over f32 master weights: no
- * bf16 copy of them is made). The reference: one value at a time. */
-void toy_pack_f32_bf16_panels_ref(const float *b, int64_t ldb, bool rows_are_cols, int64_t nc, int64_t k, int64_t kp,
-                                  uint16_t *panels) {
-    int64_t np = (nc + 15) / 16, pairs = kp / 2;
-    memset(panels, 0, (size_t)(np * pairs * 32) * sizeof(uint16_t));
-    for (int64_t c = 0; c < nc; c++) {
-        uint16_t *out = panels + (c / 16) * pairs * 32 + (c % 16) * 2;
-        for (int64_t q = 0; q < k; q++)
-            out[q / 2 * 32 + q % 2] = toy_f32_to_bf16(rows_are_cols ? b[c * ldb + q] : b[q * ldb + c]);
-    }
+void toy_pack_bf16_panels(const uint16_t *b, int64_t ldb, bool rows_are_cols, int64_t nc, int64_t k, int64_t kp,
+                          uint16_t *panels) {
+    pack(b, false, ldb, rows_are_cols, nc, k, kp, panels);
 }
 
 void toy_pack_f32_bf16_panels(const float *b, int64_t ldb, bool rows_are_cols, int64_t nc, int64_t k, int64_t kp,
                               uint16_t *panels) {
-    int64_t np = (nc + 15) / 16, pairs = kp / 2;
-    for (int64_t p = 0; p < np; p++) {
-        uint16_t *out = panels + p * pairs * 32;
-        int64_t c0 = p * 16, cn = nc - c0 < 16 ? nc - c0 : 16;
-        if (rows_are_cols) {
-            for (int64_t q0 = 0; q0 < kp; q0 += 32) { /* 16 pairs: 32 values of 16 rows, transposed */
-                int64_t left = k - q0;
-                __mmask16 lo = (__mmask16)(left >= 16 ? 0xffff : left > 0 ? (1u << left) - 1 : 0);
-                __mmask16 hi = (__mmask16)(left >= 32 ? 0xffff : left > 16 ? (1u << (left - 16)) - 1 : 0);
-                __m512i r[16];
-                for (int c = 0; c < 16; c++) {
-                    const float *row = b + (c0 + c) * ldb + q0;
-                    r[c] = c < cn ? (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, row + 16),
-                                                                 _mm512_maskz_loadu_ps(lo, row))
-                                  : _mm512_setzero_si512();
-                }
-                transpose16(r);
-                for (int q = 0; q < 16; q++) _mm512_storeu_si512(out + (q0 / 2 + q) * 32, r[q]);
-            }
-        } else {
-            __mmask16 cm = (__mmask16)((1u << cn) - 1);
-            /* rows 2q and 2q+1 as the halves of one vector, then interleaved */
-            const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7,
-                                                 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-            for (int64_t q = 0; q < pairs; q++) {
-                __m512 r0 = 2 * q < k ? _mm512_maskz_loadu_ps(cm, b + 2 * q * ldb + c0) : _mm512_setzero_ps();
-                __m512 r1 = 2 * q + 1 < k ? _mm512_maskz_loadu_ps(cm, b + (2 * q + 1) * ldb + c0) : _mm512_setzero_ps();
-                __m512i v = (__m512i)_mm512_cvtne2ps_pbh(r1, r0);
-                _mm512_storeu_si512(out + q * 32, _mm512_permutexvar_epi16(idx, v));
-            }
-        }
-    }
+    pack(b, true, ldb, rows_are_cols, nc, k, kp, panels);
 }
 
 static inline __attribute__((always_inline)) void tile(int R, int P, int64_t pairs, const uint16_t *a, int64_t kp,
