@@ -516,6 +516,51 @@ static void bf16_reshaped_input_case(void) {
     toy_ctx_free(ctx);
 }
 
+/* A product over a weight explicitly cast to BF16 (toy_linear(x, cast(W))):
+ * its weight gradient is marked bf16 like the forward, so the activation is
+ * rounded as it is packed rather than cast -- the graph's only cast is W's
+ * -- and dW matches double sums of the bf16-rounded dY and X */
+static void bf16_cast_weight_case(void) {
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    struct toy_rng r;
+    toy_rng_seed(&r, 23);
+    const int64_t k = 96, m = 70, n = 40;
+    struct toy_tensor *x = toy_new_tensor_2d(ctx, TOY_F32, k, m), *w = toy_new_tensor_2d(ctx, TOY_F32, k, n);
+    struct toy_tensor *dy = toy_new_tensor_2d(ctx, TOY_F32, n, m);
+    float *xf = x->data, *wf = w->data, *dyf = dy->data;
+    for (int64_t i = 0; i < k * m; i++) xf[i] = toy_rng_normal(&r);
+    for (int64_t i = 0; i < k * n; i++) wf[i] = toy_rng_normal(&r);
+    for (int64_t i = 0; i < n * m; i++) dyf[i] = toy_rng_normal(&r);
+    toy_set_param(w);
+    struct toy_tensor *h = toy_scale(ctx, x, 1.0f);
+    struct toy_tensor *loss = toy_sum_all(ctx, toy_mul(ctx, toy_linear(ctx, h, toy_cast(ctx, w, TOY_BF16), NULL), dy));
+    struct toy_graph *g = toy_graph_new(ctx);
+    toy_graph_build(g, loss);
+    toy_graph_backward(g, loss);
+    int casts = 0, marked = 0;
+    for (int i = 0; i < toy_graph_n_nodes(g); i++) {
+        struct toy_tensor *t = toy_graph_node(g, i);
+        casts += t->op == TOY_OP_CAST;
+        marked += t->op == TOY_OP_MATMUL && t->op_params[P_MM_BF16];
+    }
+    cr_assert_eq(casts, 1, "%d casts: only the weight's is wanted", casts);
+    cr_assert_eq(marked, 1, "the weight gradient's product is marked bf16");
+    struct toy_threadpool *tp = toy_threadpool_new(2);
+    cr_assert_eq(toy_graph_compute(g, tp), TOY_OK, "%s", toy_last_error());
+    double worst = 0;
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t q = 0; q < k; q++) {
+            double ref = 0;
+            for (int64_t i = 0; i < m; i++)
+                ref += (double)toy_bf16_to_f32(toy_f32_to_bf16(dyf[i * n + j])) *
+                       toy_bf16_to_f32(toy_f32_to_bf16(xf[i * k + q]));
+            worst = fmax(worst, fabs(((float *)w->grad->data)[j * k + q] - ref) / (1 + fabs(ref)));
+        }
+    cr_assert_leq(worst, 1e-4, "bf16 weight gradient over a cast weight: error %g", worst);
+    toy_threadpool_free(tp);
+    toy_ctx_free(ctx);
+}
+
 static void bf16_quant_cases(const char *route) {
     setenv("TOY_BF16_GEMM", route, 1);
     for (int t = 0; t < 2; t++) {
@@ -527,6 +572,7 @@ static void bf16_quant_cases(const char *route) {
     }
     /* F32 master weights, rounded as they are packed */
     bf16_reshaped_input_case();
+    bf16_cast_weight_case();
     bf16_quant_case(TOY_F32, 100, 96, 64);
     bf16_quant_case(TOY_F32, 20, 70, 200);   /* ragged k; columns split */
     bf16_quant_case(TOY_F32, 12, 1100, 40);  /* k blocks */

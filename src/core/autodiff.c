@@ -48,29 +48,7 @@ struct bw {
     struct toy_graph *g;
     struct toy_ctx *ctx;
     bool *needs;   /* needs[i]: node i depends on a parameter */
-    /* bf16 copies of activations for mixed-precision weight gradients, one
-     * per activation however many weights it feeds (q, k and v share one) */
-    struct toy_ptrmap bf16_of;
-    struct toy_tensor **bf16;
-    int n_bf16, cap_bf16;
 };
-
-static struct toy_tensor *as_bf16(struct bw *b, struct toy_tensor *a) {
-    struct toy_tensor *base = a; /* toy_linear reshapes its input per call: key by the data */
-    while (base->op == TOY_OP_RESHAPE) base = base->src[0];
-    int i = toy_ptrmap_get(&b->bf16_of, base);
-    if (i < 0) {
-        if (b->n_bf16 == b->cap_bf16) {
-            b->cap_bf16 = b->cap_bf16 ? 2 * b->cap_bf16 : 64;
-            b->bf16 = realloc(b->bf16, (size_t)b->cap_bf16 * sizeof *b->bf16);
-            if (!b->bf16) TOY_ABORT("out of memory (backward)");
-        }
-        b->bf16[b->n_bf16] = toy_cast(b->ctx, base, TOY_BF16);
-        toy_ptrmap_put(&b->bf16_of, base, i = b->n_bf16++);
-    }
-    struct toy_tensor *c = b->bf16[i];
-    return base == a ? c : toy_reshape(b->ctx, c, 4, a->ne);
-}
 
 static bool wants_grad(struct bw *b, struct toy_tensor *s) {
     if (!s) return false;
@@ -131,13 +109,13 @@ static void matmul_backward(struct bw *b, struct toy_tensor *y, struct toy_tenso
         add_contribution(b, A, reduce_like(ctx, dA, A));
     }
     if (wants_grad(b, B)) {
-        /* mixed precision, the weight gradient's product in bf16 too, as
-         * the forward's (f32 sums): marked, over f32 master weights (the
-         * backend rounds both operands as it packs them); over bf16
-         * weights, with the activations cast */
-        struct toy_tensor *Ab = tb && B->type == TOY_BF16 && A->type == TOY_F32 ? as_bf16(b, A) : A;
-        struct toy_tensor *dB = tb ? toy_matmul(ctx, dy, Ab, true, ta) : toy_matmul(ctx, A, dy, !ta, false);
-        if (y->op_params[P_MM_BF16] && B->type == TOY_F32) dB->op_params[P_MM_BF16] = 1;
+        /* mixed precision: the weight gradient's product is marked bf16 as
+         * the forward's (f32 sums), over f32 master weights or over a
+         * weight cast to bf16; the backend rounds both f32 operands as it
+         * packs them, so no bf16 copy of an activation is made */
+        struct toy_tensor *dB = tb ? toy_matmul(ctx, dy, A, true, ta) : toy_matmul(ctx, A, dy, !ta, false);
+        if ((y->op_params[P_MM_BF16] && B->type == TOY_F32) || (tb && B->type == TOY_BF16 && A->type == TOY_F32))
+            dB->op_params[P_MM_BF16] = 1;
         add_contribution(b, B, reduce_like(ctx, dB, B));
     }
 }
@@ -350,7 +328,7 @@ void toy_graph_backward(struct toy_graph *g, struct toy_tensor *loss) {
                loss->name);
     loss->flags |= TOY_FLAG_LOSS;
     int nf = g->n_forward = g->n_nodes;
-    struct bw b = {g, ctx, calloc((size_t)(nf ? nf : 1), sizeof(bool)), {0}, NULL, 0, 0};
+    struct bw b = {g, ctx, calloc((size_t)(nf ? nf : 1), sizeof(bool))};
     if (!b.needs) TOY_ABORT("out of memory (backward)");
     for (int i = 0; i < nf; i++) {
         struct toy_tensor *t = g->nodes[i];
@@ -374,8 +352,6 @@ void toy_graph_backward(struct toy_graph *g, struct toy_tensor *loss) {
         node_backward(&b, y, dy);
     }
     free(b.needs);
-    toy_ptrmap_free(&b.bf16_of);
-    free(b.bf16);
     /* what is differentiated must be what runs: no activation quantization */
     for (int i = 0; i < g->n_nodes; i++)
         if (g->nodes[i]->op == TOY_OP_MATMUL) g->nodes[i]->op_params[P_MM_EXACT] = 1;
