@@ -271,7 +271,7 @@ static void matmul_qpacked(struct toy_tensor *dst, int ith, int nth, void *work,
     int64_t units = (n + 31) / 32, u0, u1;
     size_t group = toy_qpack_group_bytes(B->type, k);
     struct toy_share sh;
-    toy_share_init(&sh, work, units, 1, ith, nth);
+    toy_share_init(&sh, work, units, 1, 2 * group, ith, nth);
     struct toy_prefetch pf;
     struct toy_pf_cursor pc, *pcp = NULL;
     if (dst->prefetch && m <= 8 && prefetch_share(dst, ith, nth, &pf))
@@ -503,7 +503,7 @@ static void matmul_bf16(struct toy_tensor *dst, int ith, int nth, void *work, si
          * as threads get to them */
         int64_t ldb = (int64_t)(B->nb[1] / 2), r0, r1;
         struct toy_share sh;
-        toy_share_init(&sh, work, n, 16, ith, nth);
+        toy_share_init(&sh, work, n, 16, (size_t)(16 * k) * 2, ith, nth);
         struct toy_pf_cursor pc, *pcp = side_cursor(dst, ith, nth, (n + nth - 1) / nth, &pc);
         bool packed = false;
         while (toy_share_next(&sh, &r0, &r1)) {
@@ -612,7 +612,7 @@ static void matmul_run(struct toy_tensor *dst, int ith, int nth, void *work, siz
          * rows dealt out as threads get to them */
         int64_t ldb = (int64_t)(B->nb[1] / sizeof(float)), r0, r1;
         struct toy_share sh;
-        toy_share_init(&sh, work, n, 4, ith, nth);
+        toy_share_init(&sh, work, n, 4, (size_t)(4 * k) * sizeof(float), ith, nth);
         struct toy_pf_cursor pc, *pcp = side_cursor(dst, ith, nth, (n + nth - 1) / nth, &pc);
         while (toy_share_next(&sh, &r0, &r1))
             (toy_cpu_wide_loads() ? toy_gemv_f32_avx512 : toy_gemv_f32_avx2)(
@@ -668,7 +668,7 @@ static void matmul_run(struct toy_tensor *dst, int ith, int nth, void *work, siz
         /* decode: no f32 copy, rows dealt out as threads get to them */
         int64_t ldb = (int64_t)(B->nb[1] / 2), r0, r1;
         struct toy_share sh;
-        toy_share_init(&sh, work, n, 4, ith, nth);
+        toy_share_init(&sh, work, n, 4, (size_t)(4 * k) * 2, ith, nth);
         struct toy_pf_cursor pc, *pcp = side_cursor(dst, ith, nth, (n + nth - 1) / nth, &pc);
         while (toy_share_next(&sh, &r0, &r1))
             toy_gemv_f16_avx2((const uint16_t *)B->data + r0 * ldb, ldb, A->data, k, (float *)dst->data + r0,
