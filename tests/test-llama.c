@@ -446,7 +446,8 @@ Test(llama, decode_steps_allocate_nothing) {
 /* Decode graphs fold their norms, SwiGLUs and residual adds into the
  * products (toy_graph_set_fusion), and the q, k and v products fetch the
  * cache rows of the attention they feed (F32 weights through the f32 GEMV,
- * Q8_0/Q4_0 through the packed kernel). A
+ * Q8_0/Q4_0 through the packed kernel, where q computes k and v as its
+ * siblings, and gate computes up). A
  * random model written to GGUF, quantized and loaded: the fused decode
  * gives the unfused logits bit for bit at every step, at 1 and 2 threads. */
 Test(llama, fused_decode_matches_unfused, .timeout = 120) {
@@ -482,14 +483,19 @@ Test(llama, fused_decode_matches_unfused, .timeout = 120) {
             toy_graph_set_fusion(g[f], f == 0);
         }
         cr_assert_eq(toy_graph_plan(g[0], NULL, NULL), TOY_OK);
-        int prefetching = 0, norms = 0;
+        int prefetching = 0, norms = 0, siblings = 0;
         for (int i = 0; i < toy_graph_n_nodes(g[0]); i++) {
-            prefetching += toy_graph_node(g[0], i)->prefetch != NULL;
-            norms += toy_graph_node(g[0], i)->op == TOY_OP_RMS_NORM;
+            struct toy_tensor *t = toy_graph_node(g[0], i);
+            prefetching += t->prefetch != NULL;
+            norms += t->op == TOY_OP_RMS_NORM;
+            siblings += (t->siblings[0] != NULL) + (t->siblings[1] != NULL);
         }
+        bool packed = types[ti] != TOY_F32;
         cr_assert_eq(norms, 0, "%s: %d norms left", toy_dtype_name(types[ti]), norms);
-        cr_assert_eq(prefetching, 3 * c.n_layers, "%s: %d products prefetch",
+        cr_assert_eq(prefetching, (packed ? 1 : 3) * c.n_layers, "%s: %d products prefetch",
                      toy_dtype_name(types[ti]), prefetching);
+        cr_assert_eq(siblings, packed ? 3 * c.n_layers : 0, "%s: %d products run as siblings",
+                     toy_dtype_name(types[ti]), siblings);
         cr_assert_lt(toy_graph_n_nodes(g[0]), toy_graph_n_nodes(g[1]));
         for (int nth = 1; nth <= 2; nth++) {
             struct toy_threadpool *tp = toy_threadpool_new(nth);

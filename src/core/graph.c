@@ -455,8 +455,10 @@ enum toy_status toy_graph_compute(struct toy_graph *g, struct toy_threadpool *tp
         if (t->op == TOY_OP_KV_STORE) t->data = t->src[0]->data; /* the cache itself */
         struct task tk = {be, t, g->work, g->work_size, g->trace};
         double t0 = g->timing ? now_us() : 0;
-        if (is_small(t)) run_node(&tk, 0, 1); /* waking the pool costs more than the work */
-        else toy_threadpool_run(tp, run_node, &tk);
+        if (!(t->op == TOY_OP_MATMUL && t->op_params[P_MM_LED])) { /* else an earlier sibling computed it */
+            if (is_small(t)) run_node(&tk, 0, 1); /* waking the pool costs more than the work */
+            else toy_threadpool_run(tp, run_node, &tk);
+        }
         if (g->timing) g->op_us[t->op] += now_us() - t0;
         if (t->op_params[TOY_MAX_OP_PARAMS - 1]) {
             t->op_params[TOY_MAX_OP_PARAMS - 1] = 0;

@@ -53,6 +53,9 @@ enum {
      * base: B dequantized to bf16 as it is packed, A rounded); the CPU's
      * BF16 kernels take it where they are not the sgemm route */
     P_MM_BF16 = 8,
+    /* computed by an earlier product of the same input, one of whose
+     * siblings it is (graph-fuse.c): the graph skips it */
+    P_MM_LED = 9,
     /* SUM, MEAN, CONCAT */ P_DIM = 0,
     /* SCALE */ P_SCALE = 0,
     /* norms */ P_EPS = 0,
@@ -138,5 +141,8 @@ int toy_graph_fuse_cpu(struct toy_graph *g);
 size_t toy_cpu_work_size(const struct toy_tensor *node, int nth);
 void toy_cpu_compute(struct toy_tensor *node, int ith, int nth, void *work, size_t work_size);
 void toy_cpu_init(void);
+/* whether the CPU runs this product with its packed decode kernel (the one
+ * that computes a product's siblings too: graph-fuse.c) */
+bool toy_cpu_matmul_packed(const struct toy_tensor *node);
 
 #endif

@@ -221,6 +221,11 @@ static bool use_qpacked(const struct toy_tensor *dst) {
            a->nb[3] == a->nb[2] * (size_t)a->ne[2];
 }
 
+bool toy_cpu_matmul_packed(const struct toy_tensor *dst) {
+    toy_cpu_init();
+    return dst->op == TOY_OP_MATMUL && use_qpacked(dst);
+}
+
 static int64_t qpacked_rows(const struct toy_tensor *dst) { return dst->ne[1] * dst->ne[2] * dst->ne[3]; }
 static bool qpacked_split_rows(int64_t m, int nth) { return m >= 4 * (int64_t)nth; }
 
@@ -266,9 +271,15 @@ static void matmul_qpacked(struct toy_tensor *dst, int ith, int nth, void *work,
                                   NULL);
         return;
     }
-    /* groups of 32 columns (two packed groups, the kernel's unit), dealt
-     * out as threads get to them; A's rows quantized once per thread */
-    int64_t units = (n + 31) / 32, u0, u1;
+    /* groups of 32 columns (two packed groups, the kernel's unit) of this
+     * product and its siblings (graph-fuse.c: the same A, so quantized
+     * once), dealt out as threads get to them; A's rows quantized once
+     * per thread */
+    const struct toy_tensor *seg[3] = {dst, dst->siblings[0], dst->siblings[1]};
+    int64_t first_unit[4] = {0};
+    int nseg = 0;
+    for (; nseg < 3 && seg[nseg]; nseg++) first_unit[nseg + 1] = first_unit[nseg] + (seg[nseg]->ne[0] + 31) / 32;
+    int64_t units = first_unit[nseg], u0, u1;
     size_t group = toy_qpack_group_bytes(B->type, k);
     struct toy_share sh;
     toy_share_init(&sh, work, units, 1, 2 * group, ith, nth);
@@ -280,9 +291,15 @@ static void matmul_qpacked(struct toy_tensor *dst, int ith, int nth, void *work,
     while (toy_share_next(&sh, &u0, &u1)) {
         if (!prepared) toy_qdot.qgemm_packed_prep(B->type, m, k, a, lda, scratch);
         prepared = true;
-        int64_t j0 = u0 * 32, j1 = u1 * 32 < n ? u1 * 32 : n;
-        toy_qdot.qgemm_packed_cols(B->type, m, j1 - j0, k, (const char *)B->packed + (size_t)(j0 / 16) * group,
-                                   c + j0, n, accum, scratch, pcp);
+        for (int s = 0; s < nseg && u0 < u1; s++) { /* the run cut where one product ends */
+            if (u0 >= first_unit[s + 1]) continue;
+            const struct toy_tensor *p = seg[s];
+            int64_t e = u1 < first_unit[s + 1] ? u1 : first_unit[s + 1], ns = p->ne[0];
+            int64_t j0 = (u0 - first_unit[s]) * 32, j1 = (e - first_unit[s]) * 32 < ns ? (e - first_unit[s]) * 32 : ns;
+            toy_qdot.qgemm_packed_cols(B->type, m, j1 - j0, k, (const char *)p->src[1]->packed + (size_t)(j0 / 16) * group,
+                                       (float *)p->data + j0, ns, accum, scratch, pcp);
+            u0 = e;
+        }
     }
 }
 
