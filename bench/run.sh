@@ -11,14 +11,19 @@ NTH=${TOY_THREADS:-2}
 # falls back to its generic ones on a CPU it does not know, toy picks the
 # CPU's (src/backends/cpu/blas.c) and so must the peer, else the ratios
 # would measure that fallback (4.5x in SGEMM on an Emerald Rapids Xeon).
+# An OPENBLAS_CORETYPE of the environment holds for both. Where it names
+# older kernels than the CPU has, toy's f32 products run on its own AVX-512
+# SGEMM (the machine line says so) and PyTorch's on those kernels.
 blas=$("$B/toy" devices --json | "$PY" -c 'import json, sys
-d = json.load(sys.stdin); print(d["bf16_gemm"], d["blas_core"], d["blas_note"] or "OpenBLAS'"'"'s own choice", sep="|")')
+d = json.load(sys.stdin); print(d["f32_gemm"], d["bf16_gemm"], d["blas_core"], d["blas_note"] or "OpenBLAS'"'"'s own choice", sep="|")')
+f32=${blas%%|*} blas=${blas#*|}
 bf16=${blas%%|*} blas=${blas#*|}
+[ -n "${OPENBLAS_CORETYPE:-}" ] && blas="${blas%%|*}|OPENBLAS_CORETYPE set by the environment"
 export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-${blas%%|*}}
 # CPU and BLAS line, so figures can be compared across machines
 echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores," \
      "$(grep -o -w -E 'avx512f|avx512_bf16|avx512_vnni|avx2|amx_bf16' /proc/cpuinfo | sort -u | tr '\n' ' ')," \
-     "OpenBLAS $OPENBLAS_CORETYPE for toy and PyTorch (${blas#*|}), toy's bf16 products: $bf16"
+     "OpenBLAS $OPENBLAS_CORETYPE for toy and PyTorch (${blas#*|}), toy's f32 products: $f32, bf16: $bf16"
 # engine vs BLAS and vs PyTorch (same shapes, same threads, same script)
 { "$B/bench/bench-engine" "$NTH"; OMP_WAIT_POLICY=passive "$PY" bench/torch_ops.py "$NTH"; } \
   | "$PY" bench/report.py "$B/bench-results.json" || status=1

@@ -33,8 +33,8 @@ int toy_cmd_devices(int argc, char **argv) {
                    i ? "," : "", dev[i].name, dev[i].description, dev[i].total_memory, dev[i].free_memory,
                    dev[i].cc_major, dev[i].cc_minor, dev[i].multiprocessors);
         const char *note = toy_blas_core_note();
-        printf("],\"blas_core\":\"%s\",\"blas_note\":%s%s%s,\"bf16_gemm\":\"%s\"}\n", toy_blas_core(), note ? "\"" : "",
-               note ? note : "null", note ? "\"" : "", toy_cpu_bf16_gemm());
+        printf("],\"blas_core\":\"%s\",\"blas_note\":%s%s%s,\"bf16_gemm\":\"%s\",\"f32_gemm\":\"%s\"}\n", toy_blas_core(),
+               note ? "\"" : "", note ? note : "null", note ? "\"" : "", toy_cpu_bf16_gemm(), toy_cpu_f32_gemm());
         return 0;
     }
     printf("%-8s %-28s %12s %12s %s\n", "device", "name", "memory", "free", "compute");

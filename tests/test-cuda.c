@@ -193,7 +193,9 @@ Test(cuda, cli_devices_and_device_flag) {
     char out[8192];
     cr_assert_eq(run_cli("devices", out, sizeof out), 0, "%s", out);
     cr_assert(strstr(out, "cpu"), "%s", out);
-    cr_assert(strstr(out, "OpenBLAS ") && strstr(out, "decode loads") && strstr(out, "bf16: "), "%s", out);
+    cr_assert((strstr(out, "OpenBLAS ") || strstr(out, "f32: toy AVX-512 GEMM")) && strstr(out, "decode loads") &&
+                  strstr(out, "bf16: "),
+              "%s", out);
     setenv("TOY_LOADS", "narrow", 1); /* the CPU's choices say what runs, overrides included */
     cr_assert_eq(run_cli("devices", out, sizeof out), 0, "%s", out);
     unsetenv("TOY_LOADS");
@@ -217,6 +219,18 @@ Test(cuda, cli_devices_and_device_flag) {
     cr_assert_eq(run_cli("devices --json", out, sizeof out), 0, "%s", out);
     unsetenv("OPENBLAS_CORETYPE");
     cr_assert(strstr(out, "\"blas_core\":\"Haswell\",\"blas_note\":null"), "%s", out);
+    /* and F32 products run on toy's own kernel where the CPU has AVX-512 (no
+     * longer OpenBLAS's Haswell ones), unless $TOY_SGEMM says BLAS */
+    __builtin_cpu_init();
+    bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                  __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    cr_assert(strstr(out, avx512 ? "\"f32_gemm\":\"toy AVX-512\"" : "\"f32_gemm\":\"OpenBLAS\""), "%s", out);
+    setenv("OPENBLAS_CORETYPE", "Haswell", 1);
+    setenv("TOY_SGEMM", "blas", 1);
+    cr_assert_eq(run_cli("devices --json", out, sizeof out), 0, "%s", out);
+    unsetenv("TOY_SGEMM");
+    unsetenv("OPENBLAS_CORETYPE");
+    cr_assert(strstr(out, "OpenBLAS Haswell") && strstr(out, "\"f32_gemm\":\"OpenBLAS\""), "%s", out);
     /* how BF16 products run: the CPU's choice, or $TOY_BF16_GEMM's */
     cr_assert(strstr(out, "\"bf16_gemm\":\""), "%s", out);
     if (toy_cpu_has_avx512bf16()) {

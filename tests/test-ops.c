@@ -978,6 +978,121 @@ Test(ops, gemv_f32_matches_blas) { gemv_f32_cases(NULL); }
 Test(ops, gemv_f32_prefetching_ahead_matches_blas) { gemv_f32_cases("4096"); }
 Test(ops, gemv_f32_without_prefetch_matches_blas) { gemv_f32_cases("0"); }
 
+/* toy's own SGEMM (gemm-f32-avx512.c) against double loops: every
+ * transpose, beta 0 (C not read: it starts as NaN), 1 and 0.5, strides
+ * wider than the rows, and shapes that cut blocks of k, of n and of m
+ * (TOY_SGEMM_KC / NC / MC) and every tile edge. Columns past n of C keep
+ * their sentinel. 1e-5 of the terms' magnitude. */
+static bool have_avx512(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+}
+Test(ops, sgemm_avx512_matches_loops) {
+    if (!have_avx512()) cr_skip_test("no AVX-512");
+    struct toy_rng r;
+    toy_rng_seed(&r, 77);
+    const int64_t shapes[][3] = {{1, 1, 1},    {1, 37, 5},    {13, 70, 37},   {12, 32, 256}, {25, 1100, 33},
+                                 {200, 40, 800}, {7, 70, 1100}, {300, 17, 64}, {30, 530, 290}};
+    float *pack = malloc(toy_sgemm_avx512_pack_floats() * sizeof(float));
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int t = 0; t < 4; t++)
+            for (int bi = 0; bi < 3; bi++) {
+                bool ta = t & 1, tb = t & 2;
+                int64_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+                int64_t lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 5, ldc = n + 2;
+                float beta = bi == 0 ? 0.0f : bi == 1 ? 1.0f : 0.5f;
+                float *a = malloc((size_t)((ta ? k : m) * lda) * sizeof(float));
+                float *b = malloc((size_t)((tb ? n : k) * ldb) * sizeof(float));
+                float *c = malloc((size_t)(m * ldc) * sizeof(float)), *c0 = malloc((size_t)(m * ldc) * sizeof(float));
+                for (int64_t i = 0; i < (ta ? k : m) * lda; i++) a[i] = toy_rng_normal(&r);
+                for (int64_t i = 0; i < (tb ? n : k) * ldb; i++) b[i] = toy_rng_normal(&r);
+                for (int64_t i = 0; i < m * ldc; i++) c0[i] = c[i] = i % ldc >= n ? 7.0f : beta == 0 ? NAN : toy_rng_normal(&r);
+                toy_sgemm_avx512(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, pack);
+                for (int64_t i = 0; i < m; i++) {
+                    for (int64_t j = 0; j < n; j++) {
+                        double ref = beta != 0 ? (double)beta * c0[i * ldc + j] : 0, mag = fabs(ref);
+                        for (int64_t q = 0; q < k; q++) {
+                            double p = (double)(ta ? a[q * lda + i] : a[i * lda + q]) * (tb ? b[j * ldb + q] : b[q * ldb + j]);
+                            ref += p, mag += fabs(p);
+                        }
+                        float v = c[i * ldc + j];
+                        cr_assert(fabs(v - ref) <= 1e-5 * (1 + mag), "%lldx%lldx%lld ta %d tb %d beta %g: c[%lld][%lld] = %.9g, loops %.9g",
+                                  (long long)m, (long long)n, (long long)k, ta, tb, beta, (long long)i, (long long)j, v, ref);
+                    }
+                    for (int64_t j = n; j < ldc; j++) cr_assert_eq(c[i * ldc + j], 7.0f, "C written past column n");
+                }
+                free(a), free(b), free(c), free(c0);
+            }
+    free(pack);
+}
+
+/* F32 products through the engine on either route (TOY_SGEMM=own, =blas;
+ * read once per process, each test is one), forward and backward, 2
+ * threads, against double loops at 1e-5 */
+static void f32_matmul_case(int64_t m, int64_t k, int64_t n, bool ta, bool tb) {
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    struct toy_rng r;
+    toy_rng_seed(&r, (uint64_t)(m * 13 + n * 7 + k));
+    struct toy_tensor *a = ta ? toy_new_tensor_2d(ctx, TOY_F32, m, k) : toy_new_tensor_2d(ctx, TOY_F32, k, m);
+    struct toy_tensor *b = tb ? toy_new_tensor_2d(ctx, TOY_F32, k, n) : toy_new_tensor_2d(ctx, TOY_F32, n, k);
+    struct toy_tensor *dy = toy_new_tensor_2d(ctx, TOY_F32, n, m);
+    float *af = a->data, *bf = b->data, *dyf = dy->data;
+    for (int64_t i = 0; i < m * k; i++) af[i] = toy_rng_normal(&r);
+    for (int64_t i = 0; i < n * k; i++) bf[i] = toy_rng_normal(&r);
+    for (int64_t i = 0; i < n * m; i++) dyf[i] = toy_rng_normal(&r);
+    toy_set_param(a);
+    toy_set_param(b);
+    struct toy_tensor *c = toy_matmul(ctx, a, b, ta, tb);
+    toy_set_output(c);
+    struct toy_threadpool *tp = run_backward(ctx, c, dy, 1);
+#define AV(i, q) ((double)(ta ? af[(q) * m + (i)] : af[(i) * k + (q)]))
+#define BV(q, j) ((double)(tb ? bf[(j) * k + (q)] : bf[(q) * n + (j)]))
+    double worst = 0;
+    for (int64_t i = 0; i < m; i++) /* C and dA = dY op(B)^T */
+        for (int64_t j = 0; j < n; j++) {
+            double ref = 0, mag = 0;
+            for (int64_t q = 0; q < k; q++) ref += AV(i, q) * BV(q, j), mag += fabs(AV(i, q) * BV(q, j));
+            double e = fabs(((float *)c->data)[i * n + j] - ref) / (1 + mag);
+            if (e > worst) worst = e;
+        }
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t q = 0; q < k; q++) {
+            double ref = 0, mag = 0;
+            for (int64_t j = 0; j < n; j++) ref += dyf[i * n + j] * BV(q, j), mag += fabs(dyf[i * n + j] * BV(q, j));
+            float g = ((float *)a->grad->data)[ta ? q * m + i : i * k + q];
+            double e = fabs(g - ref) / (1 + mag);
+            if (e > worst) worst = e;
+        }
+    for (int64_t q = 0; q < k; q++) /* dB = op(A)^T dY */
+        for (int64_t j = 0; j < n; j++) {
+            double ref = 0, mag = 0;
+            for (int64_t i = 0; i < m; i++) ref += AV(i, q) * dyf[i * n + j], mag += fabs(AV(i, q) * dyf[i * n + j]);
+            float g = ((float *)b->grad->data)[tb ? j * k + q : q * n + j];
+            double e = fabs(g - ref) / (1 + mag);
+            if (e > worst) worst = e;
+        }
+#undef AV
+#undef BV
+    cr_assert_leq(worst, 1e-5, "f32 matmul %lldx%lldx%lld ta=%d tb=%d (%s): error %g", (long long)m, (long long)k,
+                  (long long)n, ta, tb, toy_cpu_f32_gemm(), worst);
+    toy_threadpool_free(tp);
+    toy_ctx_free(ctx);
+}
+
+static void f32_matmul_cases(const char *route) {
+    setenv("TOY_SGEMM", route, 1);
+    cr_assert_str_eq(toy_cpu_f32_gemm(), !strcmp(route, "blas") || !have_avx512() ? "OpenBLAS" : "toy AVX-512");
+    f32_matmul_case(13, 70, 37, false, true);
+    f32_matmul_case(64, 576, 200, false, true);
+    f32_matmul_case(9, 33, 130, false, false);
+    f32_matmul_case(37, 70, 13, true, false);
+    f32_matmul_case(300, 40, 20, false, true); /* more rows than columns: threads split the rows */
+    f32_matmul_case(20, 600, 1100, false, true); /* blocks of k and of n */
+}
+Test(ops, f32_matmul_own_sgemm) { f32_matmul_cases("own"); }
+Test(ops, f32_matmul_blas_sgemm) { f32_matmul_cases("blas"); }
+
 /* The f16 and bf16 decode GEMVs against double loops over the same
  * values: f16 weights convert exactly and meet f32 activations; bf16
  * weights meet activations rounded to bf16 (as the bf16 GEMM rounds them),

@@ -57,6 +57,10 @@ const char *toy_blas_core_note(void);
  * products", "sgemm" (the bf16 values widened) or "dequantize + sgemm"
  * (no AVX-512 BF16); $TOY_BF16_GEMM overrides the choice. */
 const char *toy_cpu_bf16_gemm(void);
+/* Who runs F32 x F32 products: "OpenBLAS", or "toy AVX-512" (toy's own
+ * kernel, where the CPU has AVX-512 and OpenBLAS runs older kernels, e.g.
+ * OPENBLAS_CORETYPE=Haswell on a Zen 5); $TOY_SGEMM=own or =blas overrides. */
+const char *toy_cpu_f32_gemm(void);
 
 /* True when this build includes the CUDA backend. */
 bool toy_cuda_built(void);

@@ -170,6 +170,11 @@ const char *toy_cpu_bf16_gemm(void) {
     return toy_cpu_bf16_route();
 }
 
+const char *toy_cpu_f32_gemm(void) {
+    toy_cpu_init();
+    return toy_cpu_sgemm_own() ? "toy AVX-512" : "OpenBLAS";
+}
+
 enum toy_status toy_device_list(struct toy_device_info *out, int max, int *n) {
     *n = 0;
     if (max <= 0) return TOY_OK;
@@ -178,8 +183,9 @@ enum toy_status toy_device_list(struct toy_device_info *out, int max, int *n) {
     toy_cpu_init();
     char ahead[40] = "no prefetch";
     if (toy_cpu_prefetch_ahead()) snprintf(ahead, sizeof ahead, "prefetch %d B ahead", toy_cpu_prefetch_ahead());
-    snprintf(out[0].description, sizeof out[0].description,
-             "host CPU (%s, OpenBLAS %s, %s decode loads, %s, bf16: %s)", toy_simd_name(), toy_blas_core(),
+    bool own = toy_cpu_sgemm_own(); /* F32 products: toy's kernel, else OpenBLAS's named kernels */
+    snprintf(out[0].description, sizeof out[0].description, "host CPU (%s, %s%s, %s decode loads, %s, bf16: %s)",
+             toy_simd_name(), own ? "f32: toy AVX-512 GEMM" : "OpenBLAS ", own ? "" : toy_blas_core(),
              toy_cpu_wide_loads() ? "64-byte" : "narrow", ahead, toy_cpu_bf16_route());
     *n = 1;
 #ifdef TOY_CUDA

@@ -103,6 +103,11 @@ const char *toy_blas_core(void) {
     return c ? c : "?";
 }
 
+int toy_blas_core_isa(void) {
+    toy_blas_init();
+    return core_isa(openblas_get_corename());
+}
+
 const char *toy_blas_core_note(void) {
     toy_blas_init();
     return note[0] ? note : NULL;

@@ -194,6 +194,25 @@ bool toy_cpu_has_avx512bf16(void);
  * them and has granted this process their state (once; simd.c) */
 bool toy_cpu_amx_bf16(void);
 bool toy_amx_request(void);
+/* toy's own single-threaded SGEMM (gemm-f32-avx512.c), row-major with
+ * alpha 1, for CPUs where OpenBLAS runs kernels of an older ISA than the
+ * CPU has; pack: toy_sgemm_avx512_pack_floats() floats of scratch. Blocks:
+ * KC values of k by NC columns of op(B) packed (NC_TA where op(A) is
+ * transposed: its strided columns are then read fewer times), MC rows of
+ * op(A) a pass. Measured on a Zen 5 (2 threads, SmolLM2's and stories15M's
+ * product shapes, interleaved): 64 columns rather than 512 gain 2-7% on
+ * A B^T, and lose up to 11% on A^T B, hence the two widths.
+ * toy_cpu_sgemm_own (matmul.c) says whether to use it. */
+#ifndef TOY_SGEMM_KC
+#define TOY_SGEMM_KC 384
+#define TOY_SGEMM_NC 64
+#define TOY_SGEMM_NC_TA 512
+#define TOY_SGEMM_MC 256
+#endif
+void toy_sgemm_avx512(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *A, int64_t lda, const float *B,
+                      int64_t ldb, float beta, float *C, int64_t ldc, float *pack);
+size_t toy_sgemm_avx512_pack_floats(void);
+bool toy_cpu_sgemm_own(void);
 /* BF16 packing (gemm-bf16-avx512.c): the AVX-512 versions and their
  * one-value-at-a-time references */
 void toy_pack_bf16_panels(const uint16_t *b, int64_t ldb, bool rows_are_cols, int64_t nc, int64_t k, int64_t kp,
@@ -227,6 +246,9 @@ const char *toy_simd_name(void);
  * not know (once, from toy_cpu_init); the core to switch to from `picked`
  * given the CPU's ISA, or NULL to keep it */
 void toy_blas_init(void);
+/* the widest vector ISA of the OpenBLAS kernels running: 2 AVX-512, 1 AVX2,
+ * 0 older, -1 a core name blas.c does not know */
+int toy_blas_core_isa(void);
 const char *toy_blas_better_core(const char *picked, bool avx2, bool avx512, bool avx512bf16);
 
 #endif

@@ -17,6 +17,7 @@
 
 #include "backends/cpu/cpu-impl.h"
 #include "backends/cpu/qdot.h"
+#include "backends/cpu/transpose-avx512.h"
 
 #define TILE_R 6
 
@@ -47,36 +48,6 @@ void toy_pack_bf16_panels_ref(const uint16_t *b, int64_t ldb, bool rows_are_cols
 void toy_pack_f32_bf16_panels_ref(const float *b, int64_t ldb, bool rows_are_cols, int64_t nc, int64_t k, int64_t kp,
                                   uint16_t *panels) {
     pack_ref(b, true, ldb, rows_are_cols, nc, k, kp, panels);
-}
-
-/* 16 x 16 transpose of 32-bit elements, in registers */
-static inline void transpose16(__m512i r[16]) {
-    __m512i t[16];
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-    }
-    for (int i = 0; i < 16; i += 4) {
-        r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
-        r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
-        r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
-        r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-    }
-    /* each 128-bit lane of r[i] now holds 4 elements of one output row:
-     * rows 0..3 of lane l of r[4g + j] belong to output row 4l + j's
-     * group g; two rounds of 128-bit shuffles gather them */
-    for (int i = 0; i < 4; i++) {
-        t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0x88);
-        t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0xdd);
-        t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0x88);
-        t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0xdd);
-    }
-    for (int i = 0; i < 4; i++) {
-        r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
-        r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
-        r[i + 4] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0x88);
-        r[i + 12] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0xdd);
-    }
 }
 
 /* Loaders of the fast packer: 32 consecutive values from element i on, of
