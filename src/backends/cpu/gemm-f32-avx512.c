@@ -120,6 +120,20 @@ static int64_t even_block(int64_t n, int64_t max, int64_t to) {
     return b < max ? b : max;
 }
 
+/* A walk over nseg segments of `bytes`, `stride` apart, `per` lines of 64
+ * bytes a step, prefetched into L2 */
+struct fetch {
+    const char *base;
+    int64_t stride, bytes, nseg, per, seg, off;
+};
+
+static inline void fetch_step(struct fetch *f) {
+    for (int64_t l = 0; l < f->per && f->seg < f->nseg; l++) {
+        _mm_prefetch(f->base + f->seg * f->stride + f->off, _MM_HINT_T1);
+        if ((f->off += 64) >= f->bytes) f->off = 0, f->seg++;
+    }
+}
+
 size_t toy_sgemm_avx512_pack_floats(void) {
     return (size_t)TOY_SGEMM_KC * (TOY_SGEMM_NC > TOY_SGEMM_NC_TA ? TOY_SGEMM_NC : TOY_SGEMM_NC_TA);
 }
@@ -141,11 +155,26 @@ void toy_sgemm_avx512(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const f
     /* blocks of equal size (576 = 3 x 192, not 256 + 256 + 64): a short
      * last block of k would pay a whole pass over C for little work */
     int64_t ncb = even_block(n, ta ? TOY_SGEMM_NC_TA : TOY_SGEMM_NC, 32), kcb = even_block(k, TOY_SGEMM_KC, 16);
+    int64_t row_tiles = (m + MR - 1) / MR;
     for (int64_t jc = 0; jc < n; jc += ncb) {
         int64_t nc = n - jc < ncb ? n - jc : ncb;
         for (int64_t pc = 0; pc < k; pc += kcb) {
             int64_t kc = k - pc < kcb ? k - pc : kcb;
             pack_b(tb, B, ldb, pc, kc, jc, nc, pack);
+            /* the next block's op(B), fetched into L2 while this one computes:
+             * weights come from memory, and the packer's 16 strided rows
+             * would otherwise wait on it (Zen 5, 2 threads, weights out of
+             * cache: 326-333 GFLOPS with, 300-311 without; F32 prefill of
+             * SmolLM2-135M +5%, 25 interleaved rounds) */
+            struct fetch f = {0};
+            int64_t nj = pc + kcb < k ? jc : jc + ncb, nq = pc + kcb < k ? pc + kcb : 0;
+            if (nj < n) {
+                int64_t nn = n - nj < ncb ? n - nj : ncb, nk = k - nq < kcb ? k - nq : kcb;
+                f.base = (const char *)(tb ? B + nj * ldb + nq : B + nq * ldb + nj);
+                f.stride = ldb * 4, f.bytes = (tb ? nk : nn) * 4, f.nseg = tb ? nn : nk;
+                int64_t lines = f.nseg * ((f.bytes + 63) / 64), steps = row_tiles * ((nc + 31) / 32);
+                f.per = (lines + steps - 1) / steps + 1; /* spread over this block's tiles */
+            }
             int mode = pc ? 1 : beta == 0 ? 0 : beta == 1 ? 1 : 2;
             for (int64_t ic = 0; ic < m; ic += TOY_SGEMM_MC) {
                 int64_t mc = m - ic < TOY_SGEMM_MC ? m - ic : TOY_SGEMM_MC;
@@ -155,6 +184,7 @@ void toy_sgemm_avx512(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const f
                     for (int64_t i = ic; i < ic + mc; i += MR) {
                         int rows = ic + mc - i < MR ? (int)(ic + mc - i) : MR;
                         const float *a = ta ? A + pc * lda + i : A + i * lda + pc;
+                        fetch_step(&f);
                         run(kc, a, lda, rows, panel, C + i * ldc + jc + j, ldc, cols, mode, beta);
                     }
                 }
