@@ -979,7 +979,8 @@ Test(ops, gemv_f32_prefetching_ahead_matches_blas) { gemv_f32_cases("4096"); }
 Test(ops, gemv_f32_without_prefetch_matches_blas) { gemv_f32_cases("0"); }
 
 /* toy's own SGEMM (gemm-f32-avx512.c) against double loops: every
- * transpose, beta 0 (C not read: it starts as NaN), 1 and 0.5, strides
+ * transpose, alpha 1 and 0.75, beta 0 (C not read: it starts as NaN), 1
+ * and 0.5, strides
  * wider than the rows, and shapes that cut blocks of k, of n and of m
  * (TOY_SGEMM_KC / NC / MC) and every tile edge. Columns past n of C keep
  * their sentinel. 1e-5 of the terms' magnitude. */
@@ -992,7 +993,7 @@ Test(ops, sgemm_avx512_matches_loops) {
     if (!have_avx512()) cr_skip_test("no AVX-512");
     struct toy_rng r;
     toy_rng_seed(&r, 77);
-    const int64_t shapes[][3] = {{1, 1, 1},    {1, 37, 5},    {13, 70, 37},   {12, 32, 256}, {25, 1100, 33},
+    const int64_t shapes[][3] = {{1, 1, 1},      {1, 37, 5},    {13, 70, 37},  {12, 32, 256}, {25, 1100, 33},
                                  {200, 40, 800}, {7, 70, 1100}, {300, 17, 64}, {30, 530, 290}};
     float *pack = malloc(toy_sgemm_avx512_pack_floats() * sizeof(float));
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
@@ -1007,18 +1008,23 @@ Test(ops, sgemm_avx512_matches_loops) {
                 float *c = malloc((size_t)(m * ldc) * sizeof(float)), *c0 = malloc((size_t)(m * ldc) * sizeof(float));
                 for (int64_t i = 0; i < (ta ? k : m) * lda; i++) a[i] = toy_rng_normal(&r);
                 for (int64_t i = 0; i < (tb ? n : k) * ldb; i++) b[i] = toy_rng_normal(&r);
-                for (int64_t i = 0; i < m * ldc; i++) c0[i] = c[i] = i % ldc >= n ? 7.0f : beta == 0 ? NAN : toy_rng_normal(&r);
-                toy_sgemm_avx512(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, pack);
+                for (int64_t i = 0; i < m * ldc; i++)
+                    c0[i] = c[i] = i % ldc >= n ? 7.0f : beta == 0 ? NAN : toy_rng_normal(&r);
+                float alpha = s % 2 ? 0.75f : 1.0f;
+                toy_sgemm_avx512(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, pack);
                 for (int64_t i = 0; i < m; i++) {
                     for (int64_t j = 0; j < n; j++) {
                         double ref = beta != 0 ? (double)beta * c0[i * ldc + j] : 0, mag = fabs(ref);
                         for (int64_t q = 0; q < k; q++) {
-                            double p = (double)(ta ? a[q * lda + i] : a[i * lda + q]) * (tb ? b[j * ldb + q] : b[q * ldb + j]);
+                            double p = alpha * (double)(ta ? a[q * lda + i] : a[i * lda + q]) *
+                                       (tb ? b[j * ldb + q] : b[q * ldb + j]);
                             ref += p, mag += fabs(p);
                         }
                         float v = c[i * ldc + j];
-                        cr_assert(fabs(v - ref) <= 1e-5 * (1 + mag), "%lldx%lldx%lld ta %d tb %d beta %g: c[%lld][%lld] = %.9g, loops %.9g",
-                                  (long long)m, (long long)n, (long long)k, ta, tb, beta, (long long)i, (long long)j, v, ref);
+                        cr_assert(fabs(v - ref) <= 1e-5 * (1 + mag),
+                                  "%lldx%lldx%lld ta %d tb %d alpha %g beta %g: c[%lld][%lld] = %.9g, loops %.9g",
+                                  (long long)m, (long long)n, (long long)k, ta, tb, alpha, beta, (long long)i,
+                                  (long long)j, v, ref);
                     }
                     for (int64_t j = n; j < ldc; j++) cr_assert_eq(c[i * ldc + j], 7.0f, "C written past column n");
                 }

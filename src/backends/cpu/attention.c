@@ -21,7 +21,6 @@
  * blocks of other documents are never computed); keys of other ids inside
  * the range (ids that recur non-contiguously) are masked to -inf.
  */
-#include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +58,7 @@ struct attn {
     bool causal;
     int window;
     const int32_t *seg; /* (B, T) segment ids, or NULL */
+    float *pack;        /* this thread's scratch for toy's sgemm (the slice's end), or NULL: BLAS */
 };
 
 static struct attn attn_shape(const struct toy_tensor *q, const struct toy_tensor *k, const struct toy_tensor *p) {
@@ -79,6 +79,7 @@ static struct attn attn_shape(const struct toy_tensor *q, const struct toy_tenso
     a.causal = p->op_params[P_AT_CAUSAL];
     a.window = p->op_params[P_AT_WINDOW];
     a.seg = NULL;
+    a.pack = NULL;
     if (p->op_params[P_AT_SEG]) a.seg = p->src[p->op == TOY_OP_ATTENTION ? 4 : 5]->data;
     return a;
 }
@@ -205,7 +206,17 @@ size_t toy_cpu_attention_work(const struct toy_tensor *dst, int nth) {
                               q->ne[1] * (k->ne[2] + 16)) * sizeof(float) + 256;
         if (dec > per) per = dec;
     }
+    per += toy_cpu_sgemm_pack_bytes() + 64; /* at the slice's end (sgemm_pack) */
     return TOY_WORK_HEAD + per * (size_t)nth;
+}
+
+/* toy's sgemm's scratch at the end of this thread's slice, or NULL where
+ * BLAS runs the blocks' products */
+static float *sgemm_pack(void *work, size_t ws, int ith, int nth) {
+    size_t bytes = toy_cpu_sgemm_pack_bytes();
+    if (!bytes) return NULL;
+    size_t room = (ws - TOY_WORK_HEAD) / (size_t)nth / 64 * 64; /* toy_work_slice's */
+    return (float *)((char *)toy_work_slice((char *)work + TOY_WORK_HEAD, ws - TOY_WORK_HEAD, ith, nth) + room - bytes);
 }
 
 /* visible key range [j0, j1) of query t */
@@ -251,8 +262,8 @@ static void block_scores(const struct attn *a, const struct toy_tensor *q, const
         if (nq == 1 && decode_kernels(a->D))
             toy_attn_decode_scores_avx512(Q, K, ldk, je - js, a->D, a->scale, S);
         else
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nq, (int)(je - js), (int)a->D, a->scale, Q,
-                        (int)(q->nb[2] / 4), K, ldk, 0.0f, S, (int)ldS);
+            toy_cpu_sgemm(false, true, nq, je - js, a->D, a->scale, Q, (int64_t)(q->nb[2] / 4), K, ldk, 0.0f, S, ldS,
+                          a->pack);
     }
     for (int64_t i = 0; i < nq; i++) {
         float *s = S + i * ldS;
@@ -398,6 +409,7 @@ void toy_cpu_attention(struct toy_tensor *dst, int ith, int nth, void *work, siz
         decode_step(dst, &a, ith, nth, work, ws);
         return;
     }
+    a.pack = sgemm_pack(work, ws, ith, nth);
     float *S = toy_work_slice((char *)work + TOY_WORK_HEAD, ws - TOY_WORK_HEAD, ith, nth);
     float *kvs = S + 3 * QB * k->ne[2] + 2 * QB + QB * q->ne[0]; /* f16 rows converted (see _work) */
     float *lse = (float *)((char *)dst->data + toy_nbytes(dst));
@@ -447,8 +459,7 @@ void toy_cpu_attention(struct toy_tensor *dst, int ith, int nth, void *work, siz
             if (nq == 1 && decode_kernels(a.D))
                 toy_attn_decode_values_avx512(S, V, ldv, nk, a.D, O);
             else
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nq, (int)a.D, (int)nk, 1.0f, S, (int)nk, V,
-                            ldv, 0.0f, O, ldo);
+                toy_cpu_sgemm(false, false, nq, a.D, nk, 1.0f, S, nk, V, ldv, 0.0f, O, ldo, a.pack);
         }
     }
 }
@@ -489,6 +500,7 @@ void toy_cpu_attention_back(struct toy_tensor *dst, int ith, int nth, void *work
     const struct toy_tensor *dO = dst->src[0], *q = dst->src[1], *k = dst->src[2], *v = dst->src[3],
                             *o = dst->src[4];
     struct attn a = attn_shape(q, k, dst);
+    a.pack = sgemm_pack(work, ws, ith, nth);
     const float *lse = (const float *)((const char *)o->data + toy_nbytes(o));
     float *P = toy_work_slice((char *)work + TOY_WORK_HEAD, ws - TOY_WORK_HEAD, ith, nth);
     float *dP = P + QB * a.Tk;
@@ -549,11 +561,9 @@ void toy_cpu_attention_back(struct toy_tensor *dst, int ith, int nth, void *work
                         continue;
                     }
                     /* dV[js:je] += P^T dO */
-                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nk, (int)a.D, (int)nq, 1.0f, P, (int)nk,
-                                dOb, lddO, 1.0f, dV + js * ldk, (int)ldk);
+                    toy_cpu_sgemm(true, false, nk, a.D, nq, 1.0f, P, nk, dOb, lddO, 1.0f, dV + js * ldk, ldk, a.pack);
                     /* dP = dO V^T */
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nq, (int)nk, (int)a.D, 1.0f, dOb, lddO,
-                                V + js * ldV, ldV, 0.0f, dP, (int)nk);
+                    toy_cpu_sgemm(false, true, nq, nk, a.D, 1.0f, dOb, lddO, V + js * ldV, ldV, 0.0f, dP, nk, a.pack);
                     /* dS = P (dP - Di), through the softcap: d raw = dS (1 - (s/c)^2) */
                     for (int64_t i = 0; i < nq; i++) {
                         float *p = P + i * nk, *d = dP + i * nk;
@@ -563,10 +573,9 @@ void toy_cpu_attention_back(struct toy_tensor *dst, int ith, int nth, void *work
                                 if (isfinite(C[i * nk + j])) d[j] *= 1.0f - C[i * nk + j] * C[i * nk + j];
                     }
                     /* dQ = scale dS K;  dK += scale dS^T Q */
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nq, (int)a.D, (int)nk, a.scale, dP,
-                                (int)nk, K + js * ldK, ldK, 0.0f, dQ, (int)ldq);
-                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nk, (int)a.D, (int)nq, a.scale, dP,
-                                (int)nk, QROW(q, h, t0, b), (int)(q->nb[2] / 4), 1.0f, dK + js * ldk, (int)ldk);
+                    toy_cpu_sgemm(false, false, nq, a.D, nk, a.scale, dP, nk, K + js * ldK, ldK, 0.0f, dQ, ldq, a.pack);
+                    toy_cpu_sgemm(true, false, nk, a.D, nq, a.scale, dP, nk, QROW(q, h, t0, b), (int64_t)(q->nb[2] / 4),
+                                  1.0f, dK + js * ldk, ldk, a.pack);
                 }
             }
         }

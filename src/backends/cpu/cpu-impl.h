@@ -209,10 +209,15 @@ bool toy_amx_request(void);
 #define TOY_SGEMM_NC_TA 512
 #define TOY_SGEMM_MC 256
 #endif
-void toy_sgemm_avx512(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *A, int64_t lda, const float *B,
-                      int64_t ldb, float beta, float *C, int64_t ldc, float *pack);
+void toy_sgemm_avx512(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *A, int64_t lda,
+                      const float *B, int64_t ldb, float beta, float *C, int64_t ldc, float *pack);
 size_t toy_sgemm_avx512_pack_floats(void);
 bool toy_cpu_sgemm_own(void);
+/* One thread's row-major sgemm: toy's kernel when `pack` (its scratch, of
+ * toy_cpu_sgemm_pack_bytes(), 0 where BLAS runs) is given, else BLAS */
+void toy_cpu_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                   const float *b, int64_t ldb, float beta, float *c, int64_t ldc, float *pack);
+size_t toy_cpu_sgemm_pack_bytes(void);
 /* BF16 packing (gemm-bf16-avx512.c): the AVX-512 versions and their
  * one-value-at-a-time references */
 void toy_pack_bf16_panels(const uint16_t *b, int64_t ldb, bool rows_are_cols, int64_t nc, int64_t k, int64_t kp,

@@ -67,7 +67,7 @@ static void pack_b(bool tb, const float *b, int64_t ldb, int64_t q0, int64_t kc,
  * C = sum; 1: C += sum; 2: C = beta C + sum. */
 static inline __attribute__((always_inline)) void tile(bool ta, int64_t kc, const float *a, int64_t lda, int rows,
                                                        const float *panel, float *c, int64_t ldc, int nc, int mode,
-                                                       float beta) {
+                                                       float alpha, float beta) {
     __m512 acc[MR][2];
     const float *ar[MR];
 #pragma GCC unroll 12
@@ -90,6 +90,7 @@ static inline __attribute__((always_inline)) void tile(bool ta, int64_t kc, cons
     for (int r = 0; r < rows; r++) {
         float *d = c + r * ldc;
         __m512 v0 = acc[r][0], v1 = acc[r][1];
+        if (alpha != 1.0f) v0 = _mm512_mul_ps(v0, _mm512_set1_ps(alpha)), v1 = _mm512_mul_ps(v1, _mm512_set1_ps(alpha));
         if (mode == 1) {
             v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, d));
             v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, d + 16));
@@ -103,13 +104,13 @@ static inline __attribute__((always_inline)) void tile(bool ta, int64_t kc, cons
 }
 
 static void tile_n(int64_t kc, const float *a, int64_t lda, int rows, const float *panel, float *c, int64_t ldc,
-                   int nc, int mode, float beta) {
-    tile(false, kc, a, lda, rows, panel, c, ldc, nc, mode, beta);
+                   int nc, int mode, float alpha, float beta) {
+    tile(false, kc, a, lda, rows, panel, c, ldc, nc, mode, alpha, beta);
 }
 
 static void tile_t(int64_t kc, const float *a, int64_t lda, int rows, const float *panel, float *c, int64_t ldc,
-                   int nc, int mode, float beta) {
-    tile(true, kc, a, lda, rows, panel, c, ldc, nc, mode, beta);
+                   int nc, int mode, float alpha, float beta) {
+    tile(true, kc, a, lda, rows, panel, c, ldc, nc, mode, alpha, beta);
 }
 
 /* the size of ceil(n / max) equal blocks of n, rounded up to a multiple of
@@ -138,19 +139,19 @@ size_t toy_sgemm_avx512_pack_floats(void) {
     return (size_t)TOY_SGEMM_KC * (TOY_SGEMM_NC > TOY_SGEMM_NC_TA ? TOY_SGEMM_NC : TOY_SGEMM_NC_TA);
 }
 
-/* C (m x n, ldc) = beta C + op(A) (m x k) op(B) (k x n), row-major as
- * cblas_sgemm's CblasRowMajor with alpha 1: A is (m, k) or, ta, (k, m); B
- * is (k, n) or, tb, (n, k). pack: toy_sgemm_avx512_pack_floats() floats.
- * With beta 0, C is not read. */
-void toy_sgemm_avx512(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *A, int64_t lda, const float *B,
-                      int64_t ldb, float beta, float *C, int64_t ldc, float *pack) {
+/* C (m x n, ldc) = beta C + alpha op(A) (m x k) op(B) (k x n), row-major
+ * as cblas_sgemm's CblasRowMajor: A is (m, k) or, ta, (k, m); B is (k, n)
+ * or, tb, (n, k). pack: toy_sgemm_avx512_pack_floats() floats. With beta 0,
+ * C is not read. */
+void toy_sgemm_avx512(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *A, int64_t lda,
+                      const float *B, int64_t ldb, float beta, float *C, int64_t ldc, float *pack) {
     if (m <= 0 || n <= 0) return;
     if (k <= 0) { /* no products: C = beta C */
         for (int64_t i = 0; i < m; i++)
             for (int64_t j = 0; j < n; j++) C[i * ldc + j] = beta != 0 ? beta * C[i * ldc + j] : 0.0f;
         return;
     }
-    void (*run)(int64_t, const float *, int64_t, int, const float *, float *, int64_t, int, int, float) =
+    void (*run)(int64_t, const float *, int64_t, int, const float *, float *, int64_t, int, int, float, float) =
         ta ? tile_t : tile_n;
     /* blocks of equal size (576 = 3 x 192, not 256 + 256 + 64): a short
      * last block of k would pay a whole pass over C for little work */
@@ -185,7 +186,7 @@ void toy_sgemm_avx512(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const f
                         int rows = ic + mc - i < MR ? (int)(ic + mc - i) : MR;
                         const float *a = ta ? A + pc * lda + i : A + i * lda + pc;
                         fetch_step(&f);
-                        run(kc, a, lda, rows, panel, C + i * ldc + jc + j, ldc, cols, mode, beta);
+                        run(kc, a, lda, rows, panel, C + i * ldc + jc + j, ldc, cols, mode, alpha, beta);
                     }
                 }
             }

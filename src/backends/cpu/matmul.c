@@ -44,14 +44,21 @@ bool toy_cpu_sgemm_own(void) {
     return own;
 }
 
-/* One thread's sgemm (row-major, alpha 1): toy's kernel when `pack` (its
- * scratch) is given, else BLAS */
-static void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
-                  int64_t ldb, float beta, float *c, int64_t ldc, float *pack) {
-    if (pack) toy_sgemm_avx512(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, pack);
+void toy_cpu_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                   const float *b, int64_t ldb, float beta, float *c, int64_t ldc, float *pack) {
+    if (pack) toy_sgemm_avx512(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, pack);
     else
         cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m, (int)n,
-                    (int)k, 1.0f, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
+                    (int)k, alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
+}
+
+size_t toy_cpu_sgemm_pack_bytes(void) {
+    return toy_cpu_sgemm_own() ? (toy_sgemm_avx512_pack_floats() * sizeof(float) + 63) / 64 * 64 : 0;
+}
+
+static void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
+                  int64_t ldb, float beta, float *c, int64_t ldc, float *pack) {
+    toy_cpu_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc, pack);
 }
 
 /* f32 decode rows through gemv-avx2.c where the CPU has AVX2 + FMA
