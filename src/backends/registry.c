@@ -184,9 +184,11 @@ enum toy_status toy_device_list(struct toy_device_info *out, int max, int *n) {
     char ahead[40] = "no prefetch";
     if (toy_cpu_prefetch_ahead()) snprintf(ahead, sizeof ahead, "prefetch %d B ahead", toy_cpu_prefetch_ahead());
     bool own = toy_cpu_sgemm_own(); /* F32 products: toy's kernel, else OpenBLAS's named kernels */
-    snprintf(out[0].description, sizeof out[0].description, "host CPU (%s, %s%s, %s decode loads, %s, bf16: %s)",
+    bool f32_wide = toy_cpu_wide_loads_f32() && !toy_cpu_wide_loads();
+    snprintf(out[0].description, sizeof out[0].description, "host CPU (%s, %s%s, %s decode loads%s, %s, bf16: %s)",
              toy_simd_name(), own ? "f32: toy AVX-512 GEMM" : "OpenBLAS ", own ? "" : toy_blas_core(),
-             toy_cpu_wide_loads() ? "64-byte" : "narrow", ahead, toy_cpu_bf16_route());
+             toy_cpu_wide_loads() ? "64-byte" : "narrow", f32_wide ? " (f32 64-byte)" : "", ahead,
+             toy_cpu_bf16_route());
     *n = 1;
 #ifdef TOY_CUDA
     int c = toy_cuda_count();

@@ -133,6 +133,8 @@ void toy_gemv_f32_avx512(const float *w, int64_t ldw, const float *x, int64_t k,
 void toy_gemv_bf16_wide_avx512(const uint16_t *w, int64_t ldw, const uint16_t *x, int64_t k, float *y, int64_t n,
                                bool accum, struct toy_pf_cursor *pc);
 bool toy_cpu_wide_loads(void);
+/* the same for the f32 GEMV, which also runs wide on AMD's Zen 5 (simd.c) */
+bool toy_cpu_wide_loads_f32(void);
 /* How far ahead of its loads (bytes; 0: not at all) a decode GEMV
  * prefetches its weight stream on this CPU (simd.c), and the rule behind it:
  * by vendor, or $TOY_PREFETCH (env; *bad when it was not a valid value). */

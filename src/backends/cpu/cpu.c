@@ -23,10 +23,12 @@ static void init_impl(void) {
     toy_qdot_init();
     toy_blas_init();
     /* the per-CPU kernel choices (each read lazily from $TOY_LOADS,
-     * $TOY_PREFETCH, $TOY_BF16_GEMM) settle here, once, on one thread:
-     * the pool's workers then only read them, and a bad value is warned
-     * about once */
+     * $TOY_PREFETCH, $TOY_BF16_GEMM, $TOY_SGEMM) settle here, once, on one
+     * thread: the pool's workers then only read them, and a bad value is
+     * warned about once */
     (void)toy_cpu_wide_loads();
+    (void)toy_cpu_wide_loads_f32();
+    (void)toy_cpu_sgemm_own();
     (void)toy_cpu_prefetch_ahead();
     (void)toy_cpu_bf16_route();
     /* the pool splits GEMMs itself: one BLAS thread per call */

@@ -672,7 +672,7 @@ static void matmul_run(struct toy_tensor *dst, int ith, int nth, void *work, siz
         toy_share_init(&sh, work, n, 4, (size_t)(4 * k) * sizeof(float), ith, nth);
         struct toy_pf_cursor pc, *pcp = side_cursor(dst, ith, nth, (n + nth - 1) / nth, &pc);
         while (toy_share_next(&sh, &r0, &r1))
-            (toy_cpu_wide_loads() ? toy_gemv_f32_avx512 : toy_gemv_f32_avx2)(
+            (toy_cpu_wide_loads_f32() ? toy_gemv_f32_avx512 : toy_gemv_f32_avx2)(
                 (const float *)B->data + r0 * ldb, ldb, A->data, k, (float *)dst->data + r0, r1 - r0, beta != 0, pcp);
         return;
     }
@@ -698,7 +698,7 @@ static void matmul_run(struct toy_tensor *dst, int ith, int nth, void *work, siz
             if (m == 1 && !ta) {
                 /* one row of several batches: a matrix-vector product each */
                 if (tb && use_gemv_f32()) {
-                    (toy_cpu_wide_loads() ? toy_gemv_f32_avx512 : toy_gemv_f32_avx2)(b + lo * ldb, ldb, a, k, c + lo,
+                    (toy_cpu_wide_loads_f32() ? toy_gemv_f32_avx512 : toy_gemv_f32_avx2)(b + lo * ldb, ldb, a, k, c + lo,
                                                                                       hi - lo, beta != 0, NULL);
                     continue;
                 }

@@ -2,6 +2,7 @@
  * versions, and run-time selection of the AVX-512 / AVX2 versions
  * (simd-avx512.c, simd-avx2.c) when the CPU has them. $TOY_SIMD=scalar|avx2
  * forces a lower level (tests compare every level against the reference). */
+#include <cpuid.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -140,16 +141,39 @@ const char *toy_simd_name(void) { return level; }
  * threads). By vendor, so one machine always runs the same kernels (and
  * sums); $TOY_LOADS=narrow or =wide overrides. Wide needs AVX-512, and
  * $TOY_SIMD below avx512 turns it off like the other AVX-512 kernels. */
+static bool wide_capable(void) { /* AVX-512, and $TOY_SIMD not below it */
+    __builtin_cpu_init();
+    bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                  __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    const char *lvl = getenv("TOY_SIMD");
+    return avx512 && !(lvl && strcmp(lvl, "avx512"));
+}
+
 bool toy_cpu_wide_loads(void) {
     static int wide = -1;
     if (wide < 0) {
         const char *e = getenv("TOY_LOADS");
-        __builtin_cpu_init();
-        bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-        const char *lvl = getenv("TOY_SIMD");
-        avx512 = avx512 && !(lvl && strcmp(lvl, "avx512"));
-        wide = avx512 && (e && !strcmp(e, "wide") ? 1 : e && !strcmp(e, "narrow") ? 0 : __builtin_cpu_is("intel"));
+        wide = wide_capable() &&
+               (e && !strcmp(e, "wide") ? 1 : e && !strcmp(e, "narrow") ? 0 : __builtin_cpu_is("intel"));
+    }
+    return wide;
+}
+
+/* The f32 GEMV's loads: as above, except on AMD's Zen 5 (family 0x1a) and
+ * later, whose load path is a full 512 bits wide: there one 64-byte load
+ * streams f32 weights faster, while Q8_0 and BF16 keep their narrow ones.
+ * SmolLM2-135M decode on a 2-core Zen 5 EPYC, medians of 15 interleaved
+ * rounds of 64 tokens: F32 75.2 against 68.6 tok/s and 75.4 against 72.9;
+ * Q8_0 207 against 251, BF16 130 against 135 with wide loads. */
+bool toy_cpu_wide_loads_f32(void) {
+    static int wide = -1;
+    if (wide < 0) {
+        unsigned eax, ebx, ecx, edx, family = 0;
+        if (__get_cpuid(1, &eax, &ebx, &ecx, &edx))
+            family = ((eax >> 8) & 0xf) == 0xf ? 0xf + ((eax >> 20) & 0xff) : (eax >> 8) & 0xf;
+        const char *e = getenv("TOY_LOADS"); /* set, it decides for every kernel */
+        bool zen5 = __builtin_cpu_is("amd") && family >= 0x1a && !(e && (!strcmp(e, "wide") || !strcmp(e, "narrow")));
+        wide = toy_cpu_wide_loads() || (zen5 && wide_capable());
     }
     return wide;
 }
