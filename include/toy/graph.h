@@ -51,10 +51,13 @@ struct toy_tensor *toy_graph_param(const struct toy_graph *g, int i);
  * has seen, never shrinks; graphs of several shapes can share one (a graph
  * planned earlier follows the block when a later plan moves it; their
  * results share the bytes, so read one graph's outputs before running
- * another). */
+ * another). The kernels' scratch is kept with it the same way, so a graph
+ * built per request (a prompt's prefill) finds it ready. */
 struct toy_membuf {
     void *data;
     size_t size;
+    void *work; /* the kernels' per-thread scratch (graph.c) */
+    size_t work_size;
 };
 void toy_membuf_free(struct toy_membuf *m);
 

@@ -89,7 +89,6 @@ void toy_graph_release(struct toy_graph *g) {
     free(g->params);
     free(g->offsets);
     free(g->leaf_grad_list);
-    free(g->work);
     toy_ptrmap_free(&g->index);
     toy_ptrmap_free(&g->visited);
     toy_ptrmap_free(&g->leaf_grads);
@@ -179,8 +178,8 @@ struct toy_tensor *toy_graph_param(const struct toy_graph *g, int i) {
 void toy_membuf_free(struct toy_membuf *m) {
     if (!m) return;
     free(m->data);
-    m->data = NULL;
-    m->size = 0;
+    free(m->work);
+    *m = (struct toy_membuf){0};
 }
 
 struct freeblk { size_t off, size; };
@@ -434,16 +433,17 @@ enum toy_status toy_graph_compute(struct toy_graph *g, struct toy_threadpool *tp
         for (int s = 0; s < TOY_MAX_SRC; s++)
             if ((st = check_leaf(g->nodes[i]->src[s]))) return st;
     }
-    if (ws > g->work_size) {
-        free(g->work);
-        g->work = NULL;
-        if (posix_memalign(&g->work, ALIGN, ws)) {
-            g->work = NULL;
-            g->work_size = 0;
+    struct toy_membuf *mb = g->buf; /* its scratch outlives this graph (a prefill's, built per prompt) */
+    if (ws > mb->work_size) {
+        free(mb->work);
+        mb->work = NULL;
+        if (posix_memalign(&mb->work, ALIGN, ws)) {
+            mb->work = NULL;
+            mb->work_size = 0;
             return toy_error(TOY_ERR_NOMEM, "graph work buffer: %zu bytes", ws);
         }
-        g->work_size = ws;
-        memset(g->work, 0, ws); /* the kernels' shared counters start at zero (cpu-impl.h) */
+        mb->work_size = ws;
+        memset(mb->work, 0, ws); /* the kernels' shared counters start at zero (cpu-impl.h) */
     }
     for (int i = 0; i < g->n_nodes; i++) {
         struct toy_tensor *t = g->nodes[i];
@@ -453,7 +453,7 @@ enum toy_status toy_graph_compute(struct toy_graph *g, struct toy_threadpool *tp
         }
         if (writes_grad(t)) t->data = t->src[TOY_MAX_SRC - 1]->data; /* the persistent gradient */
         if (t->op == TOY_OP_KV_STORE) t->data = t->src[0]->data; /* the cache itself */
-        struct task tk = {be, t, g->work, g->work_size, g->trace};
+        struct task tk = {be, t, mb->work, mb->work_size, g->trace};
         double t0 = g->timing ? now_us() : 0;
         if (!(t->op == TOY_OP_MATMUL && t->op_params[P_MM_LED])) { /* else an earlier sibling computed it */
             if (is_small(t)) run_node(&tk, 0, 1); /* waking the pool costs more than the work */

@@ -113,9 +113,6 @@ struct toy_graph {
     bool planned;
     struct toy_plan_info plan;
 
-    void *work;                    /* per-thread scratch of the kernels */
-    size_t work_size;
-
     bool timing;
     double op_us[TOY_OP_COUNT];
     struct toy_trace *trace;

@@ -1,9 +1,10 @@
 /* gemm-f32-avx512.c: C = beta C + op(A) op(B) in f32 with AVX-512 FMAs, one
  * thread: toy's own SGEMM, for CPUs whose OpenBLAS runs kernels of an older
  * ISA than the CPU has (matmul.c: toy_cpu_sgemm_own says when). The case it
- * was written for: this workplace pins OpenBLAS 0.3.21 to its Haswell (AVX2)
- * kernels on a Zen 5 EPYC (OPENBLAS_CORETYPE, set for that release's sake),
- * where they reach 197 GFLOPS on 2 cores of a 455 GFLOPS FP32 peak.
+ * was written for: a Zen 5 EPYC whose environment pins OpenBLAS 0.3.21 to
+ * its Haswell (AVX2) kernels (OPENBLAS_CORETYPE, set for that release's
+ * sake), where they reach 197 GFLOPS on 2 cores of a 455 GFLOPS FP32 peak
+ * and this kernel 380-400 (in cache; 350-360 with the weights streaming).
  *
  * Blocks in the usual way: a block of op(B) (KC x NC) packed into panels of
  * 32 columns that hold, for every k, the 32 values side by side (128 bytes);
