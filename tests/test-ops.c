@@ -484,6 +484,22 @@ static void bf16_quant_case(enum toy_dtype wt, int64_t m, int64_t k, int64_t n) 
     toy_ctx_free(ctx);
 }
 
+/* The worst relative error of a weight gradient dW (n x k) against double
+ * sums of dY^T X over `rows` rows, both rounded to bf16 as the products
+ * marked bf16 round them */
+static double bf16_dw_error(const float *dw, const float *dy, const float *x, int64_t rows, int64_t k, int64_t n) {
+    double worst = 0;
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t q = 0; q < k; q++) {
+            double ref = 0;
+            for (int64_t i = 0; i < rows; i++)
+                ref += (double)toy_bf16_to_f32(toy_f32_to_bf16(dy[i * n + j])) *
+                       toy_bf16_to_f32(toy_f32_to_bf16(x[i * k + q]));
+            worst = fmax(worst, fabs(dw[j * k + q] - ref) / (1 + fabs(ref)));
+        }
+    return worst;
+}
+
 /* The weight gradient of a marked linear over a 3-D activation: its B is
  * the input reshaped (a view, whose data is set only as the graph runs), and it
  * needs the largest scratch of the graph -- which must be sized for the
@@ -502,15 +518,7 @@ static void bf16_reshaped_input_case(void) {
     toy_set_param(x), toy_set_param(w);
     struct toy_tensor *h = toy_scale(ctx, x, 1.0f); /* an activation: planned, not a leaf */
     struct toy_threadpool *tp = run_backward(ctx, toy_linear_bf16(ctx, h, w, NULL, true), dy, 1);
-    double worst = 0;
-    for (int64_t j = 0; j < n; j++)
-        for (int64_t q = 0; q < k; q++) {
-            double ref = 0;
-            for (int64_t i = 0; i < T * B; i++)
-                ref += (double)toy_bf16_to_f32(toy_f32_to_bf16(dyf[i * n + j])) *
-                       toy_bf16_to_f32(toy_f32_to_bf16(xf[i * k + q]));
-            worst = fmax(worst, fabs(((float *)w->grad->data)[j * k + q] - ref) / (1 + fabs(ref)));
-        }
+    double worst = bf16_dw_error(w->grad->data, dyf, xf, T * B, k, n);
     cr_assert_leq(worst, 1e-4, "bf16 weight gradient over a reshaped input: error %g", worst);
     toy_threadpool_free(tp);
     toy_ctx_free(ctx);
@@ -547,15 +555,7 @@ static void bf16_cast_weight_case(void) {
     cr_assert_eq(marked, 1, "the weight gradient's product is marked bf16");
     struct toy_threadpool *tp = toy_threadpool_new(2);
     cr_assert_eq(toy_graph_compute(g, tp), TOY_OK, "%s", toy_last_error());
-    double worst = 0;
-    for (int64_t j = 0; j < n; j++)
-        for (int64_t q = 0; q < k; q++) {
-            double ref = 0;
-            for (int64_t i = 0; i < m; i++)
-                ref += (double)toy_bf16_to_f32(toy_f32_to_bf16(dyf[i * n + j])) *
-                       toy_bf16_to_f32(toy_f32_to_bf16(xf[i * k + q]));
-            worst = fmax(worst, fabs(((float *)w->grad->data)[j * k + q] - ref) / (1 + fabs(ref)));
-        }
+    double worst = bf16_dw_error(w->grad->data, dyf, xf, m, k, n);
     cr_assert_leq(worst, 1e-4, "bf16 weight gradient over a cast weight: error %g", worst);
     toy_threadpool_free(tp);
     toy_ctx_free(ctx);
@@ -984,13 +984,8 @@ Test(ops, gemv_f32_without_prefetch_matches_blas) { gemv_f32_cases("0"); }
  * wider than the rows, and shapes that cut blocks of k, of n and of m
  * (TOY_SGEMM_KC / NC / MC) and every tile edge. Columns past n of C keep
  * their sentinel. 1e-5 of the terms' magnitude. */
-static bool have_avx512(void) {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-}
 Test(ops, sgemm_avx512_matches_loops) {
-    if (!have_avx512()) cr_skip_test("no AVX-512");
+    if (!toy_cpu_has_avx512()) cr_skip_test("no AVX-512");
     struct toy_rng r;
     toy_rng_seed(&r, 77);
     const int64_t shapes[][3] = {{1, 1, 1},      {1, 37, 5},    {13, 70, 37},  {12, 32, 256}, {25, 1100, 33},
@@ -1088,7 +1083,7 @@ static void f32_matmul_case(int64_t m, int64_t k, int64_t n, bool ta, bool tb) {
 
 static void f32_matmul_cases(const char *route) {
     setenv("TOY_SGEMM", route, 1);
-    cr_assert_str_eq(toy_cpu_f32_gemm(), !strcmp(route, "blas") || !have_avx512() ? "OpenBLAS" : "toy AVX-512");
+    cr_assert_str_eq(toy_cpu_f32_gemm(), !strcmp(route, "blas") || !toy_cpu_has_avx512() ? "OpenBLAS" : "toy AVX-512");
     f32_matmul_case(13, 70, 37, false, true);
     f32_matmul_case(64, 576, 200, false, true);
     f32_matmul_case(9, 33, 130, false, false);

@@ -70,8 +70,7 @@ static void pick_core(void) {
         return;
     __builtin_cpu_init();
     bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                  __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    bool avx512 = toy_cpu_has_avx512();
     const char *want = toy_blas_better_core(picked, avx2, avx512, avx512 && toy_cpu_has_avx512bf16());
     if (!want) return;
     char was[32];

@@ -192,6 +192,7 @@ struct toy_vec_ops {
 extern struct toy_vec_ops toy_vec;
 void toy_simd_init(void);
 bool toy_cpu_has_avx512bf16(void);
+bool toy_cpu_has_avx512(void); /* F, BW, VL and DQ: what the *-avx512.c files need */
 /* AMX-BF16 tiles usable by this process: the CPU has them, the OS saves
  * them and has granted this process their state (once; simd.c) */
 bool toy_cpu_amx_bf16(void);

@@ -34,9 +34,7 @@ bool toy_cpu_sgemm_own(void) {
     static int own = -1;
     if (own < 0) {
         const char *e = getenv("TOY_SGEMM");
-        __builtin_cpu_init();
-        bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+        bool avx512 = toy_cpu_has_avx512();
         if (e && *e && strcmp(e, "own") && strcmp(e, "blas"))
             fprintf(stderr, "toy: ignoring TOY_SGEMM=%s (want own or blas)\n", e);
         own = avx512 && (e && !strcmp(e, "own") ? 1 : e && !strcmp(e, "blas") ? 0 : toy_blas_core_isa() == 1);
@@ -54,11 +52,6 @@ void toy_cpu_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alph
 
 size_t toy_cpu_sgemm_pack_bytes(void) {
     return toy_cpu_sgemm_own() ? (toy_sgemm_avx512_pack_floats() * sizeof(float) + 63) / 64 * 64 : 0;
-}
-
-static void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
-                  int64_t ldb, float beta, float *c, int64_t ldc, float *pack) {
-    toy_cpu_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc, pack);
 }
 
 /* f32 decode rows through gemv-avx2.c where the CPU has AVX2 + FMA
@@ -451,11 +444,11 @@ static size_t matmul_work(const struct toy_tensor *dst, int nth) {
         return TOY_WORK_HEAD + (size_t)nth * (toy_qgemm_scratch((m + nth - 1) / nth, a->ne[0]) + 128);
     }
     if (b->type == TOY_F32)
-        return TOY_WORK_HEAD + (toy_cpu_sgemm_own() ? (size_t)nth * (toy_sgemm_avx512_pack_floats() * 4 + 64) : 0);
+        return TOY_WORK_HEAD + (size_t)nth * toy_cpu_sgemm_pack_bytes();
     int64_t kb = b->ne[0]; /* row length of B */
     (void)a;
-    size_t own = toy_cpu_sgemm_own() ? toy_sgemm_avx512_pack_floats() * sizeof(float) + 64 : 0;
-    return TOY_WORK_HEAD + (size_t)nth * ((size_t)CHUNK_ROWS * (size_t)kb * sizeof(float) + 256 + own);
+    return TOY_WORK_HEAD + (size_t)nth * ((size_t)CHUNK_ROWS * (size_t)kb * sizeof(float) + 256 +
+                                          toy_cpu_sgemm_pack_bytes() + 64);
 }
 
 /* This thread's part of C in the BF16 path: row ranges of C when op(A)
@@ -712,10 +705,10 @@ static void matmul_run(struct toy_tensor *dst, int ith, int nth, void *work, siz
             }
             if (split_m) {
                 const float *as = ta ? a + lo : a + lo * lda;
-                sgemm(ta, tb, hi - lo, n, k, as, lda, b, ldb, beta, c + lo * ldc, ldc, pack);
+                toy_cpu_sgemm(ta, tb, hi - lo, n, k, 1.0f, as, lda, b, ldb, beta, c + lo * ldc, ldc, pack);
             } else {
                 const float *bs = tb ? b + lo * ldb : b + lo;
-                sgemm(ta, tb, m, hi - lo, k, a, lda, bs, ldb, beta, c + lo, ldc, pack);
+                toy_cpu_sgemm(ta, tb, m, hi - lo, k, 1.0f, a, lda, bs, ldb, beta, c + lo, ldc, pack);
             }
         }
         return;
@@ -759,7 +752,7 @@ static void matmul_run(struct toy_tensor *dst, int ith, int nth, void *work, siz
                 for (int64_t r = 0; r < jn; r++)
                     toy_cpu_row_f32(B, b + (j + r) * B->nb[1], scratch + r * bk);
                 /* row pointers returned may alias B when F32; here B is not F32 */
-                sgemm(ta, true, m, jn, k, a, lda, scratch, bk, beta, c + j, ldc, pack);
+                toy_cpu_sgemm(ta, true, m, jn, k, 1.0f, a, lda, scratch, bk, beta, c + j, ldc, pack);
             }
         } else {
             /* B rows are the k index: threads own row ranges of C, and walk k */
@@ -771,8 +764,8 @@ static void matmul_run(struct toy_tensor *dst, int ith, int nth, void *work, siz
                 for (int64_t r = 0; r < kn; r++)
                     toy_cpu_row_f32(B, b + (kk + r) * B->nb[1], scratch + r * bk);
                 const float *as = ta ? a + kk * lda + i0 : a + i0 * lda + kk;
-                sgemm(ta, false, i1 - i0, n, kn, as, lda, scratch, bk, kk == 0 ? beta : 1.0f, c + i0 * ldc, ldc,
-                      pack);
+                toy_cpu_sgemm(ta, false, i1 - i0, n, kn, 1.0f, as, lda, scratch, bk, kk == 0 ? beta : 1.0f,
+                              c + i0 * ldc, ldc, pack);
             }
         }
     }

@@ -113,6 +113,13 @@ void toy_simd_fill_avx2(struct toy_vec_ops *ops);
 
 static const char *level = "scalar";
 
+/* the AVX-512 subsets toy's *-avx512.c files are built for (F, BW, VL, DQ) */
+bool toy_cpu_has_avx512(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+}
+
 void toy_simd_init(void) {
     const char *force = getenv("TOY_SIMD");
     toy_vec = ref_ops;
@@ -120,8 +127,7 @@ void toy_simd_init(void) {
     if (force && !strcmp(force, "scalar")) return;
     __builtin_cpu_init();
     bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                  __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    bool avx512 = toy_cpu_has_avx512();
     if (avx512 && !(force && !strcmp(force, "avx2"))) {
         toy_simd_fill_avx512(&toy_vec);
         level = "avx512";
@@ -142,11 +148,8 @@ const char *toy_simd_name(void) { return level; }
  * sums); $TOY_LOADS=narrow or =wide overrides. Wide needs AVX-512, and
  * $TOY_SIMD below avx512 turns it off like the other AVX-512 kernels. */
 static bool wide_capable(void) { /* AVX-512, and $TOY_SIMD not below it */
-    __builtin_cpu_init();
-    bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                  __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
     const char *lvl = getenv("TOY_SIMD");
-    return avx512 && !(lvl && strcmp(lvl, "avx512"));
+    return toy_cpu_has_avx512() && !(lvl && strcmp(lvl, "avx512"));
 }
 
 bool toy_cpu_wide_loads(void) {
