@@ -9,10 +9,13 @@
  * thread alone. The chain's products are split into equal runs (their
  * chunks would be under TOY_SHARE_CHUNK_MIN); a last, wide one deals
  * chunks (at every thread count in F32, at 2 and 3 threads in the
- * quantized types). */
+ * quantized types). The pool itself must notice when its threads share
+ * the cores with others, and spin less (threadpool.c). */
 #include <criterion/criterion.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "toy/dtype.h"
 #include "toy/quant.h"
@@ -83,3 +86,39 @@ Test(share, decode_products_bf16) { chain_case(TOY_BF16); }
 Test(share, decode_products_q8_0) { chain_case(TOY_Q8_0); }
 Test(share, decode_products_q4_0) { chain_case(TOY_Q4_0); }
 Test(share, decode_products_q4_k) { chain_case(TOY_Q4_K); }
+
+/* More pool threads than cores: the caller is preempted all the time, and
+ * the pool must notice it and spin less (threadpool.c), while every task
+ * still runs on every thread exactly once. */
+struct tally {
+    atomic_long hits;
+    int n;
+};
+
+static void count_task(void *arg, int ith, int nth) {
+    struct tally *t = arg;
+    volatile double x = 1;
+    for (int i = 0; i < 2000; i++) x = x * 1.0000001 + 1e-9; /* a few microseconds of work */
+    if (nth == t->n && ith >= 0 && ith < nth) atomic_fetch_add(&t->hits, 1);
+}
+
+Test(share, pool_spins_less_on_shared_cores) {
+    int cores = toy_num_cores();
+    if (cores > 16) cr_skip_test("%d cores: too many to oversubscribe here", cores);
+    struct tally t = {.n = 4 * cores};
+    struct toy_threadpool *tp = toy_threadpool_new(t.n);
+    cr_assert(tp);
+    int quiet = toy_threadpool_spin(tp), least = quiet;
+    long runs = 0;
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (now = t0; runs < 200000 && least == quiet && now.tv_sec - t0.tv_sec < 10; runs++) { /* a bound, not a timing */
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        toy_threadpool_run(tp, count_task, &t);
+        if (toy_threadpool_spin(tp) < least) least = toy_threadpool_spin(tp);
+    }
+    cr_expect_lt(least, quiet, "%d threads on %d cores, %ld tasks: the pool still spins %d times", t.n, cores, runs,
+                 least);
+    cr_expect_eq(atomic_load(&t.hits), runs * t.n, "every task on every thread once");
+    toy_threadpool_free(tp);
+}

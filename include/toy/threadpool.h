@@ -1,6 +1,8 @@
 /* toy/threadpool.h: a fixed pool of pthreads that run one parallel task at a
  * time. The caller's thread takes part as thread 0, so a pool of n threads
- * starts n-1 workers. Between tasks workers spin briefly, then sleep.
+ * starts n-1 workers. Between tasks workers spin briefly, then sleep; they
+ * spin far less while the caller is being preempted often (other work
+ * wants the cores), where spinning would keep the caller off a core.
  *
  *     struct toy_threadpool *tp = toy_threadpool_new(0);  // all cores
  *     toy_threadpool_run(tp, fn, arg);  // fn(arg, ith, nth) on each thread
@@ -27,6 +29,9 @@ int toy_threadpool_size(const struct toy_threadpool *tp);
 /* Runs fn on every thread of the pool and returns when all are done.
  * tp NULL runs fn(arg, 0, 1). Not reentrant. */
 void toy_threadpool_run(struct toy_threadpool *tp, toy_task_fn fn, void *arg);
+/* How many times the pool's threads now spin for the next task before they
+ * sleep (or yield): long on a quiet machine, short while it is shared. */
+int toy_threadpool_spin(const struct toy_threadpool *tp);
 /* Number of online cores. */
 int toy_num_cores(void);
 /* Memory bandwidth the pool's threads reach now, in GB/s: a STREAM-style
