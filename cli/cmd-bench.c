@@ -156,6 +156,7 @@ int toy_cmd_bench(int argc, char **argv) {
      * best run's, with its own bound. Peak RSS is read after the first run,
      * before the tests' buffers (256 MB) could hide the model's own. */
     double bp[MAX_COUNTS] = {0}, bd[MAX_COUNTS] = {0}, bg[MAX_COUNTS] = {0};
+    long shared[MAX_COUNTS] = {0}; /* the pool's looks that found the cores shared */
     long peak_kb = 0;
     int rc = 0;
     for (int ti = 0; ti < n_threads && !rc; ti++) {
@@ -191,6 +192,7 @@ int toy_cmd_bench(int argc, char **argv) {
                 bg[ti] = gbs;
             }
         }
+        shared[ti] = toy_threadpool_shared(tp);
         toy_generator_free(gen);
         toy_threadpool_free(tp);
     }
@@ -199,13 +201,14 @@ int toy_cmd_bench(int argc, char **argv) {
     for (int ti = 0; ti < n_threads && !rc; ti++) {
         double gbs = bg[ti], bound = gbs * 1e9 / bytes;
         if (json)
-            json_array_append_new(rows, json_pack("{s:i,s:f,s:f,s:f,s:f}", "threads", threads[ti], "prefill_tok_s", bp[ti],
-                                                  "decode_tok_s", bd[ti], "bandwidth_gbs", gbs, "decode_bound_tok_s",
-                                                  bound));
+            json_array_append_new(rows, json_pack("{s:i,s:f,s:f,s:f,s:f,s:b}", "threads", threads[ti], "prefill_tok_s",
+                                                  bp[ti], "decode_tok_s", bd[ti], "bandwidth_gbs", gbs,
+                                                  "decode_bound_tok_s", bound, "cores_shared", shared[ti] > 0));
         else
             printf("  %2d thread%s: prefill %8.1f tok/s   decode %7.1f tok/s = %3.0f%% of the bound %.1f tok/s "
-                   "(%.1f GB/s)\n", threads[ti], threads[ti] > 1 ? "s" : " ", bp[ti], bd[ti],
-                   bound > 0 ? 100 * bd[ti] / bound : 0.0, bound, gbs);
+                   "(%.1f GB/s)%s\n", threads[ti], threads[ti] > 1 ? "s" : " ", bp[ti], bd[ti],
+                   bound > 0 ? 100 * bd[ti] / bound : 0.0, bound, gbs,
+                   shared[ti] ? "; other work shared the cores" : "");
         fflush(stdout);
     }
     if (!rc && json) {

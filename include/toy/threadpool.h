@@ -29,9 +29,11 @@ int toy_threadpool_size(const struct toy_threadpool *tp);
 /* Runs fn on every thread of the pool and returns when all are done.
  * tp NULL runs fn(arg, 0, 1). Not reentrant. */
 void toy_threadpool_run(struct toy_threadpool *tp, toy_task_fn fn, void *arg);
-/* How many times the pool's threads now spin for the next task before they
- * sleep (or yield): long on a quiet machine, short while it is shared. */
-int toy_threadpool_spin(const struct toy_threadpool *tp);
+/* How many times so far the pool found its cores shared with other work
+ * (its caller preempted hundreds of times a second, over a 50 ms or
+ * longer look): 0 on a quiet machine. Speeds measured while it grows are
+ * the machine's load as much as toy's. */
+long toy_threadpool_shared(const struct toy_threadpool *tp);
 /* Number of online cores. */
 int toy_num_cores(void);
 /* Memory bandwidth the pool's threads reach now, in GB/s: a STREAM-style

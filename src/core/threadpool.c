@@ -13,8 +13,9 @@
  * alone: 259), and to 32 tok/s at 3 threads. The kernel then preempts the
  * caller hundreds of times a second (1800/s there, against ~10/s on the
  * quiet machine), so the caller watches its own involuntary context
- * switches (getrusage), and above BUSY_HZ the pool spins SPIN_BUSY times
- * instead of SPIN_ITERS, until a second has passed below it.
+ * switches (getrusage), and above BUSY_HZ in two looks in a row the pool
+ * spins SPIN_BUSY times instead of SPIN_ITERS, until a second has passed
+ * below it.
  */
 #include <pthread.h>
 #include <sched.h>
@@ -44,6 +45,7 @@ struct toy_threadpool {
     atomic_int pending;
     atomic_bool stop;
     atomic_int spin; /* SPIN_ITERS, or SPIN_BUSY while the cores are shared */
+    atomic_long shared; /* looks that found them shared */
     toy_task_fn fn;
     void *arg;
     /* the caller's watch (only the caller touches it) */
@@ -51,6 +53,7 @@ struct toy_threadpool {
     unsigned runs;
     long long looked, busy_until; /* CLOCK_MONOTONIC ns */
     long nivcsw;
+    int hot; /* looks in a row above BUSY_HZ */
 };
 
 struct worker_arg {
@@ -87,9 +90,13 @@ static void watch_cores(struct toy_threadpool *tp) {
     if (t - tp->looked < CHECK_NS) return;
     long n = involuntary_switches();
     bool same = pthread_equal(tp->caller, pthread_self()) && tp->looked;
-    if (n >= 0 && same && (double)(n - tp->nivcsw) * 1e9 / (double)(t - tp->looked) > BUSY_HZ) {
+    /* two looks in a row: a burst of kernel work (page reclaim, a huge page
+     * compacted) can preempt the caller ten times in one 50 ms look */
+    tp->hot = n >= 0 && same && (double)(n - tp->nivcsw) * 1e9 / (double)(t - tp->looked) > BUSY_HZ ? tp->hot + 1 : 0;
+    if (tp->hot >= 2) {
         tp->busy_until = t + QUIET_NS;
         atomic_store_explicit(&tp->spin, SPIN_BUSY, memory_order_relaxed);
+        atomic_fetch_add_explicit(&tp->shared, 1, memory_order_relaxed);
     } else if (t > tp->busy_until) {
         atomic_store_explicit(&tp->spin, SPIN_ITERS, memory_order_relaxed);
     }
@@ -148,6 +155,7 @@ struct toy_threadpool *toy_threadpool_new(int n_threads) {
     atomic_init(&tp->pending, 0);
     atomic_init(&tp->stop, false);
     atomic_init(&tp->spin, SPIN_ITERS);
+    atomic_init(&tp->shared, 0);
     tp->threads = calloc((size_t)n_threads, sizeof(pthread_t));
     if (!tp->threads) { free(tp); return NULL; }
     for (int i = 1; i < n_threads; i++) {
@@ -180,8 +188,8 @@ void toy_threadpool_free(struct toy_threadpool *tp) {
 
 int toy_threadpool_size(const struct toy_threadpool *tp) { return tp ? tp->n : 1; }
 
-int toy_threadpool_spin(const struct toy_threadpool *tp) {
-    return tp ? atomic_load_explicit(&tp->spin, memory_order_relaxed) : 0;
+long toy_threadpool_shared(const struct toy_threadpool *tp) {
+    return tp ? atomic_load_explicit(&tp->shared, memory_order_relaxed) : 0;
 }
 
 void toy_threadpool_run(struct toy_threadpool *tp, toy_task_fn fn, void *arg) {
