@@ -30,9 +30,9 @@ int toy_threadpool_size(const struct toy_threadpool *tp);
  * tp NULL runs fn(arg, 0, 1). Not reentrant. */
 void toy_threadpool_run(struct toy_threadpool *tp, toy_task_fn fn, void *arg);
 /* How many times so far the pool found its cores shared with other work
- * (its caller preempted hundreds of times a second, over a 50 ms or
- * longer look): 0 on a quiet machine. Speeds measured while it grows are
- * the machine's load as much as toy's. */
+ * (its caller preempted hundreds of times a second, over two looks of
+ * 50 ms or more in a row): 0 on a quiet machine. Speeds measured while it
+ * grows are the machine's load as much as toy's. */
 long toy_threadpool_shared(const struct toy_threadpool *tp);
 /* Number of online cores. */
 int toy_num_cores(void);
