@@ -273,6 +273,13 @@ static int bench_file(struct toy_threadpool *tp, int nth, const char *path) {
     return 0;
 }
 
+/* figures measured beside other work are the machine's load as much as toy's */
+static void shared_cores_warning(const struct toy_threadpool *tp, const char *mode) {
+    if (toy_threadpool_shared(tp))
+        fprintf(stderr, "bench-llama %s: other work shared the cores during this run (%ld looks of the pool found "
+                "them shared): its figures are low\n", mode, toy_threadpool_shared(tp));
+}
+
 int main(int argc, char **argv) {
     int nth = argc > 1 ? atoi(argv[1]) : 2;
     const char *which = argc > 2 ? argv[2] : "S";
@@ -281,6 +288,7 @@ int main(int argc, char **argv) {
     struct toy_threadpool *tp = toy_threadpool_new(nth);
     if (!strcmp(mode, "file")) {
         int rc = argc > 4 ? bench_file(tp, nth, argv[4]) : 2;
+        shared_cores_warning(tp, mode);
         toy_threadpool_free(tp);
         return rc;
     }
@@ -297,6 +305,7 @@ int main(int argc, char **argv) {
         bench_infer(tp, nth, which, TOY_Q8_0);
         bench_infer(tp, nth, which, TOY_Q4_0);
     }
+    shared_cores_warning(tp, mode);
     toy_threadpool_free(tp);
     return 0;
 }
