@@ -210,13 +210,16 @@ size_t toy_cpu_attention_work(const struct toy_tensor *dst, int nth) {
     return TOY_WORK_HEAD + per * (size_t)nth;
 }
 
-/* toy's sgemm's scratch at the end of this thread's slice, or NULL where
- * BLAS runs the blocks' products */
+/* the bytes of a thread's slice before toy's sgemm's scratch, which ends it */
+static size_t slice_room(size_t ws, int nth) {
+    return toy_work_slice_bytes(ws - TOY_WORK_HEAD, nth) - toy_cpu_sgemm_pack_bytes();
+}
+
+/* that scratch, or NULL where BLAS runs the blocks' products */
 static float *sgemm_pack(void *work, size_t ws, int ith, int nth) {
-    size_t bytes = toy_cpu_sgemm_pack_bytes();
-    if (!bytes) return NULL;
-    size_t room = (ws - TOY_WORK_HEAD) / (size_t)nth / 64 * 64; /* toy_work_slice's */
-    return (float *)((char *)toy_work_slice((char *)work + TOY_WORK_HEAD, ws - TOY_WORK_HEAD, ith, nth) + room - bytes);
+    if (!toy_cpu_sgemm_pack_bytes()) return NULL;
+    return (float *)((char *)toy_work_slice((char *)work + TOY_WORK_HEAD, ws - TOY_WORK_HEAD, ith, nth) +
+                     slice_room(ws, nth));
 }
 
 /* visible key range [j0, j1) of query t */
@@ -413,7 +416,7 @@ void toy_cpu_attention(struct toy_tensor *dst, int ith, int nth, void *work, siz
     float *S = toy_work_slice((char *)work + TOY_WORK_HEAD, ws - TOY_WORK_HEAD, ith, nth);
     float *kvs = S + 3 * QB * k->ne[2] + 2 * QB + QB * q->ne[0]; /* f16 rows converted (see _work) */
     float *lse = (float *)((char *)dst->data + toy_nbytes(dst));
-    size_t room = (ws - TOY_WORK_HEAD) / (size_t)nth / 64 * 64; /* toy_work_slice's */
+    size_t room = slice_room(ws, nth);
     struct bf bfs, *f = bf_init(&bfs, dst, k, v, a.D, a.Tk, S, room) ? &bfs : NULL;
     int64_t nblk = (a.Tq + QB - 1) / QB;
     int64_t items = a.B * a.Hq * nblk, w0, w1;
@@ -506,7 +509,7 @@ void toy_cpu_attention_back(struct toy_tensor *dst, int ith, int nth, void *work
     float *dP = P + QB * a.Tk;
     float *Di = dP + QB * a.Tk;
     float *C = Di + 2 * QB;                      /* s / cap of the capped scores */
-    size_t room = (ws - TOY_WORK_HEAD) / (size_t)nth / 64 * 64; /* toy_work_slice's */
+    size_t room = slice_room(ws, nth);
     struct bf bfs, *f = bf_init(&bfs, dst, k, v, a.D, a.Tk, P, room) ? &bfs : NULL;
     float *dq = dst->data;                       /* {D, Hq, Tq, B} contiguous */
     float *dk = dq + toy_nelements(q);           /* {D, Hkv, Tk, B} contiguous */

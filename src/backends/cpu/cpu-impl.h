@@ -31,10 +31,10 @@ static inline void toy_unravel(int64_t r, const struct toy_tensor *t, int64_t *i
 #define TOY_WORK_SHARED (64 * 256)
 #define TOY_WORK_HEAD (64 * 257)
 
-/* Per-thread slice of the work buffer. */
+/* Bytes of each thread's slice of the work buffer, and the slice. */
+static inline size_t toy_work_slice_bytes(size_t work_size, int nth) { return work_size / (size_t)nth / 64 * 64; }
 static inline void *toy_work_slice(void *work, size_t work_size, int ith, int nth) {
-    size_t per = work_size / (size_t)nth / 64 * 64;
-    return (char *)work + per * (size_t)ith;
+    return (char *)work + toy_work_slice_bytes(work_size, nth) * (size_t)ith;
 }
 
 /* The "last thread out" of a kernel: returns true in exactly one thread,
