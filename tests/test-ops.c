@@ -1253,7 +1253,7 @@ Test(ops, attention_decode_kernels_match_loops) {
 /* A decode step (one query per sequence against the cache) through the
  * attention op: every head at once, the keys split between the threads and
  * the softmax pieces merged (attention.c decode_step) -- against a plain
- * double-precision loop, for f32 and f16 caches, GQA groups of 1..4, head
+ * double-precision loop, for f32 and f16 caches, GQA groups of 1..4 and 8, head
  * sizes 64 and 128, windows, softcap, 1..3 threads and key counts from 1 to
  * ~1000 (every 16-key tail). 2e-5 relative: the summation order differs. */
 Test(ops, attention_decode_step_matches_loops) {
@@ -1265,7 +1265,7 @@ Test(ops, attention_decode_step_matches_loops) {
     } cs[] = {
         {64, 9, 3, 277, 2, 0, 0, TOY_F32}, {64, 9, 3, 277, 1, 0, 0, TOY_F16}, {128, 4, 4, 40, 1, 16, 0, TOY_F32},
         {64, 8, 2, 5, 1, 0, 30, TOY_F32},  {64, 9, 3, 1, 1, 0, 0, TOY_F16},   {128, 6, 2, 1003, 1, 0, 0, TOY_F32},
-        {64, 4, 1, 33, 3, 7, 20, TOY_F16},
+        {64, 4, 1, 33, 3, 7, 20, TOY_F16},   {128, 16, 2, 300, 1, 0, 0, TOY_F16}, {64, 8, 1, 50, 1, 0, 0, TOY_F32},
     };
     struct toy_rng r;
     toy_rng_seed(&r, 7);

@@ -348,6 +348,9 @@ int toy_cpu_attention_prefetch(const struct toy_tensor *dst, int ith, int nth, s
     pf->n[0] = (size_t)(c1 - c0) * k->nb[2];
     pf->p[1] = (const char *)vc->data + c0 * v->nb[2];
     pf->n[1] = (size_t)(c1 - c0) * v->nb[2];
+    /* the attention fetches the rest itself, as it goes */
+    if (pf->n[0] > TOY_ATTN_K_AHEAD) pf->n[0] = TOY_ATTN_K_AHEAD;
+    if (pf->n[1] > TOY_ATTN_V_AHEAD) pf->n[1] = TOY_ATTN_V_AHEAD;
     return 2;
 }
 

@@ -160,8 +160,12 @@ void toy_cpu_attention(struct toy_tensor *dst, int ith, int nth, void *work, siz
 void toy_cpu_attention_back(struct toy_tensor *dst, int ith, int nth, void *work, size_t work_size);
 size_t toy_cpu_attention_work(const struct toy_tensor *dst, int nth);
 /* The cache bytes (K rows, then V rows) thread ith of nth will read in the
- * decode step `dst`, for the products before it to fetch ahead; returns 0
- * when dst is no decode step of the fast path. */
+ * decode step `dst` before its own fetches ahead take over (at most the
+ * first TOY_ATTN_K_AHEAD and TOY_ATTN_V_AHEAD bytes), for the products
+ * before it to fetch; returns 0 when dst is no decode step of the fast path.
+ * The distances are those of the decode kernels (attn-decode-avx512.c). */
+#define TOY_ATTN_K_AHEAD 8192
+#define TOY_ATTN_V_AHEAD 16384
 struct toy_prefetch;
 int toy_cpu_attention_prefetch(const struct toy_tensor *dst, int ith, int nth, struct toy_prefetch *pf);
 
