@@ -196,7 +196,7 @@ int toy_cmd_bench(int argc, char **argv) {
         toy_generator_free(gen);
         toy_threadpool_free(tp);
     }
-    long llc = sysconf(_SC_LEVEL3_CACHE_SIZE); /* glibc: 0 or -1 where it cannot tell */
+    long llc = toy_llc_bytes();
     json_t *rows = json_array();
     for (int ti = 0; ti < n_threads && !rc; ti++) {
         double gbs = bg[ti], bound = gbs * 1e9 / bytes;
@@ -224,7 +224,7 @@ int toy_cmd_bench(int argc, char **argv) {
         json_decref(mach);
         if (!rc) printf("  peak RSS %.0f MB (weights read per token: %.0f MB)\n", peak_kb / 1024.0, bytes / 1e6);
         if (!rc && llc > 0 && bytes < (double)llc)
-            printf("  note: the weights fit in this CPU's %.0f MB last-level cache, so part of each token's reads\n"
+            printf("  note: the weights fit in this CPU's %.0f MB of last-level cache, so part of each token's reads\n"
                    "  can come from cache and decode can pass the memory bound\n", (double)llc / 1e6);
     }
     free(prompt);

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "toy/gguf.h"
+#include "toy/threadpool.h"
 
 #define TINY "../shared/testdata/model-gguf-llama2-tiny-random/llama-2-tiny-random.gguf"
 
@@ -314,7 +315,7 @@ Test(cli_gguf, bench_reports_speed_against_the_bound) {
     double kv16 = json_real_value(json_object_get(j, "kv_bytes"));
     cr_expect_gt(kv16, 0);
     /* a model smaller than the last-level cache is said to be (decode can then pass the DRAM bound) */
-    long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    long llc = toy_llc_bytes();
     double wbytes = json_real_value(json_object_get(j, "decode_bytes"));
     if (llc > 0) cr_expect_eq(json_integer_value(json_object_get(j, "llc_bytes")), (json_int_t)llc);
     else cr_expect_null(json_object_get(j, "llc_bytes"));

@@ -120,3 +120,52 @@ Test(share, pool_spins_less_on_shared_cores) {
     cr_expect_eq(atomic_load(&t.hits), runs * t.n, "every task on every thread once");
     toy_threadpool_free(tp);
 }
+
+/* a file of the fake cpu tree, its directories made on the way */
+static void put(const char *root, const char *rel, const char *text) {
+    char path[512], cmd[600];
+    snprintf(path, sizeof path, "%s/%s", root, rel);
+    snprintf(cmd, sizeof cmd, "mkdir -p \"$(dirname '%s')\"", path);
+    cr_assert_eq(system(cmd), 0);
+    FILE *f = fopen(path, "w");
+    cr_assert(f, "%s", path);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* The last-level cache is read from the kernel's cpu tree: the highest
+ * level, each cache once however many cpus share it, instruction caches
+ * and unreadable sizes left out; no tree at all is 0 (toy_llc_bytes then
+ * asks glibc). Four cpus, two L3s of 16 MiB, an L2 each. */
+Test(share, last_level_cache_counts_each_cache_once) {
+    char root[] = "/tmp/toy-llc-XXXXXX";
+    cr_assert(mkdtemp(root));
+    for (int cpu = 0; cpu < 4; cpu++) {
+        char rel[128];
+        const char *idx[][4] = {{"1", "Data", "32K", NULL},
+                                {"1", "Instruction", "32K", NULL},
+                                {"2", "Unified", "1024K", NULL},
+                                {"3", "Unified", "16M", cpu < 2 ? "0-1" : "2-3"}};
+        for (int i = 0; i < 4; i++) {
+            char own[8];
+            snprintf(own, sizeof own, "%d", cpu);
+            const char *files[4][2] = {{"level", idx[i][0]}, {"type", idx[i][1]}, {"size", idx[i][2]},
+                                       {"shared_cpu_list", idx[i][3] ? idx[i][3] : own}};
+            for (int f = 0; f < 4; f++) {
+                snprintf(rel, sizeof rel, "cpu%d/cache/index%d/%s", cpu, i, files[f][0]);
+                put(root, rel, files[f][1]);
+            }
+        }
+    }
+    cr_expect_eq(toy_llc_bytes_at(root), 32L << 20);
+    put(root, "cpu2/cache/index3/size", "garbage"); /* that cache is then unknown, not guessed */
+    put(root, "cpu3/cache/index3/size", "16Q");
+    cr_expect_eq(toy_llc_bytes_at(root), 16L << 20);
+    char missing[600];
+    snprintf(missing, sizeof missing, "%s/none", root);
+    cr_expect_eq(toy_llc_bytes_at(missing), 0);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    cr_expect_eq(system(cmd), 0);
+    cr_expect_geq(toy_llc_bytes(), 0);
+}

@@ -36,6 +36,14 @@ void toy_threadpool_run(struct toy_threadpool *tp, toy_task_fn fn, void *arg);
 long toy_threadpool_shared(const struct toy_threadpool *tp);
 /* Number of online cores. */
 int toy_num_cores(void);
+/* The bytes of last-level cache all online cores have together: the
+ * distinct caches of the highest level the kernel lists for them
+ * (/sys/devices/system/cpu), or glibc's figure where it lists none; 0
+ * when neither can tell. (glibc alone can be far off: on a 2-vCPU VM of
+ * an EPYC host it said 320 MiB, the kernel 32 MiB.) toy_llc_bytes_at reads
+ * a tree laid out like that directory, with no fallback. */
+long toy_llc_bytes(void);
+long toy_llc_bytes_at(const char *cpu_dir);
 /* Memory bandwidth the pool's threads reach now, in GB/s: a STREAM-style
  * triad (a = b + s c) over 3 x 64 MB, best of 5 (what decode speed is
  * bounded by; benchmarks state their decode figures against it). 0 when

@@ -21,7 +21,9 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
@@ -136,6 +138,72 @@ static void *worker_main(void *p) {
 int toy_num_cores(void) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (int)n : 1;
+}
+
+/* the first line of dir/name, without its newline; false when unreadable */
+static bool read_line(const char *dir, const char *name, char *out, size_t n) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    bool ok = fgets(out, (int)n, f) != NULL;
+    fclose(f);
+    if (ok) out[strcspn(out, "\n")] = 0;
+    return ok;
+}
+
+/* "32768K", "1M", "512": bytes, or -1 */
+static long parse_cache_size(const char *s) {
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (end == s || v < 0) return -1;
+    long mul = *end == 'K' ? 1L << 10 : *end == 'M' ? 1L << 20 : *end == 'G' ? 1L << 30 : 1;
+    if (mul > 1) end++;
+    return *end ? -1 : v * mul;
+}
+
+long toy_llc_bytes_at(const char *cpu_dir) {
+    /* per cpu, its caches' indices: the highest level seen wins, and each
+     * cache of it counts once (by the cpus that share it) */
+    enum { MAX_CACHES = 256 };
+    char seen[MAX_CACHES][128];
+    int nseen = 0, best_level = 0;
+    long total = 0;
+    for (int cpu = 0; cpu < 65536; cpu++) {
+        char dir[512], buf[128];
+        snprintf(dir, sizeof dir, "%s/cpu%d/cache", cpu_dir, cpu);
+        if (!read_line(dir, "index0/level", buf, sizeof buf)) {
+            if (cpu == 0) return 0;
+            break; /* cpus are numbered densely where the kernel lists caches */
+        }
+        for (int i = 0; i < 16; i++) {
+            char idx[600], shared[128];
+            snprintf(idx, sizeof idx, "%s/index%d", dir, i);
+            if (!read_line(idx, "level", buf, sizeof buf)) break;
+            int level = atoi(buf);
+            if (read_line(idx, "type", buf, sizeof buf) && !strcmp(buf, "Instruction")) continue;
+            if (level < best_level || !read_line(idx, "size", buf, sizeof buf)) continue;
+            long bytes = parse_cache_size(buf);
+            if (bytes <= 0) continue;
+            if (!read_line(idx, "shared_cpu_list", shared, sizeof shared)) snprintf(shared, sizeof shared, "cpu%d", cpu);
+            if (level > best_level) best_level = level, total = 0, nseen = 0;
+            bool dup = false;
+            for (int k = 0; k < nseen && !dup; k++) dup = !strcmp(seen[k], shared);
+            if (dup) continue;
+            if (nseen < MAX_CACHES) snprintf(seen[nseen++], sizeof seen[0], "%s", shared);
+            total += bytes;
+        }
+    }
+    return total;
+}
+
+long toy_llc_bytes(void) {
+    long n = toy_llc_bytes_at("/sys/devices/system/cpu");
+    if (n > 0) return n;
+#ifdef _SC_LEVEL3_CACHE_SIZE
+    n = sysconf(_SC_LEVEL3_CACHE_SIZE); /* glibc: 0 or -1 where it cannot tell */
+#endif
+    return n > 0 ? n : 0;
 }
 
 int toy_threads_resolve(int n_threads) {
