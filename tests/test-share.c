@@ -136,18 +136,19 @@ static void put(const char *root, const char *rel, const char *text) {
 /* The last-level cache is read from the kernel's cpu tree: the highest
  * level, each cache once however many cpus share it, instruction caches
  * and unreadable sizes left out; no tree at all is 0 (toy_llc_bytes then
- * asks glibc). Four cpus, two L3s of 16 MiB, an L2 each. */
+ * asks glibc). Five cpus, one offline, two L3s of 16 MiB, an L2 each. */
 Test(share, last_level_cache_counts_each_cache_once) {
     char root[] = "/tmp/toy-llc-XXXXXX";
     cr_assert(mkdtemp(root));
-    for (int cpu = 0; cpu < 4; cpu++) {
+    for (int cpu = 0; cpu < 5; cpu++) {
+        if (cpu == 3) continue; /* offline: the kernel lists no caches for it */
         char rel[128];
         const char *idx[][4] = {{"1", "Data", "32K", NULL},
                                 {"1", "Instruction", "32K", NULL},
                                 {"2", "Unified", "1024K", NULL},
-                                {"3", "Unified", "16M", cpu < 2 ? "0-1" : "2-3"}};
+                                {"3", "Unified", "16M", cpu < 2 ? "0-1" : "2-4"}};
         for (int i = 0; i < 4; i++) {
-            char own[8];
+            char own[16];
             snprintf(own, sizeof own, "%d", cpu);
             const char *files[4][2] = {{"level", idx[i][0]}, {"type", idx[i][1]}, {"size", idx[i][2]},
                                        {"shared_cpu_list", idx[i][3] ? idx[i][3] : own}};
@@ -159,7 +160,7 @@ Test(share, last_level_cache_counts_each_cache_once) {
     }
     cr_expect_eq(toy_llc_bytes_at(root), 32L << 20);
     put(root, "cpu2/cache/index3/size", "garbage"); /* that cache is then unknown, not guessed */
-    put(root, "cpu3/cache/index3/size", "16Q");
+    put(root, "cpu4/cache/index3/size", "16Q");
     cr_expect_eq(toy_llc_bytes_at(root), 16L << 20);
     char missing[600];
     snprintf(missing, sizeof missing, "%s/none", root);

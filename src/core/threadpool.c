@@ -142,8 +142,9 @@ int toy_num_cores(void) {
 
 /* the first line of dir/name, without its newline; false when unreadable */
 static bool read_line(const char *dir, const char *name, char *out, size_t n) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
+    char path[1024];
+    int w = snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (w < 0 || (size_t)w >= sizeof path) return false;
     FILE *f = fopen(path, "r");
     if (!f) return false;
     bool ok = fgets(out, (int)n, f) != NULL;
@@ -169,17 +170,18 @@ long toy_llc_bytes_at(const char *cpu_dir) {
     char seen[MAX_CACHES][128];
     int nseen = 0, best_level = 0;
     long total = 0;
-    for (int cpu = 0; cpu < 65536; cpu++) {
-        char dir[512], buf[128];
-        snprintf(dir, sizeof dir, "%s/cpu%d/cache", cpu_dir, cpu);
-        if (!read_line(dir, "index0/level", buf, sizeof buf)) {
-            if (cpu == 0) return 0;
-            break; /* cpus are numbered densely where the kernel lists caches */
+    for (int cpu = 0, gap = 0; cpu < 65536 && gap < 64; cpu++) { /* past offline cpus, to 64 missing in a row */
+        char dir[768], buf[128];
+        int w = snprintf(dir, sizeof dir, "%s/cpu%d/cache", cpu_dir, cpu);
+        if (w < 0 || (size_t)w >= sizeof dir || !read_line(dir, "index0/level", buf, sizeof buf)) {
+            gap++;
+            continue;
         }
+        gap = 0;
         for (int i = 0; i < 16; i++) {
-            char idx[600], shared[128];
-            snprintf(idx, sizeof idx, "%s/index%d", dir, i);
-            if (!read_line(idx, "level", buf, sizeof buf)) break;
+            char idx[800], shared[128];
+            w = snprintf(idx, sizeof idx, "%s/index%d", dir, i);
+            if (w < 0 || (size_t)w >= sizeof idx || !read_line(idx, "level", buf, sizeof buf)) break;
             int level = atoi(buf);
             if (read_line(idx, "type", buf, sizeof buf) && !strcmp(buf, "Instruction")) continue;
             if (level < best_level || !read_line(idx, "size", buf, sizeof buf)) continue;
