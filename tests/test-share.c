@@ -138,8 +138,8 @@ static void put(const char *root, const char *rel, const char *text) {
  * and unreadable sizes left out; no tree at all is 0 (toy_llc_bytes then
  * asks glibc). Five cpus, one offline, two L3s of 16 MiB, an L2 each. */
 Test(share, last_level_cache_counts_each_cache_once) {
-    char root[] = "/tmp/toy-llc-XXXXXX";
-    cr_assert(mkdtemp(root));
+    th_mkdir("llc");
+    const char *root = th_dir;
     for (int cpu = 0; cpu < 5; cpu++) {
         if (cpu == 3) continue; /* offline: the kernel lists no caches for it */
         char rel[128];
@@ -165,8 +165,6 @@ Test(share, last_level_cache_counts_each_cache_once) {
     char missing[600];
     snprintf(missing, sizeof missing, "%s/none", root);
     cr_expect_eq(toy_llc_bytes_at(missing), 0);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
-    cr_expect_eq(system(cmd), 0);
+    th_rmdir();
     cr_expect_geq(toy_llc_bytes(), 0);
 }
