@@ -2,7 +2,9 @@
  *   train   step time (forward + cross-entropy + backward + AdamW), f32 and
  *           bf16 mixed precision, tokens/s (train-f32, train-bf16: one of them)
  *   infer   prefill tokens/s (T 256, one graph) and KV-cache decode tokens/s
- *           (256-token context) in f32, with the memory-bandwidth bound:
+ *           (256-token context) over f32, q8_0 and q4_0 weights, and over
+ *           f32 weights with bf16 products (f32+bf16: toy generate --bf16),
+ *           with the memory-bandwidth bound:
  *           the larger of the triad and the read-only bandwidth measured
  *           now (toy/threadpool.h) / weight bytes read per token
  * Shapes: S = stories15M (vocab 32000, d 288, 6 layers, 6 heads, d_ff 768,
@@ -165,13 +167,17 @@ static void quantize_model(struct toy_llama *m, enum toy_dtype type, void **keep
     }
 }
 
-static void bench_infer(struct toy_threadpool *tp, int nth, const char *s, enum toy_dtype wtype) {
+static void bench_infer(struct toy_threadpool *tp, int nth, const char *s, enum toy_dtype wtype, bool bf16) {
     int64_t T, B;
     struct toy_llama_config c = shape(s, &T, &B);
     struct toy_llama *m = toy_llama_new(&c, 1);
     void *keep[512];
     int n_keep = 0;
     if (wtype != TOY_F32) quantize_model(m, wtype, keep, &n_keep);
+    if (bf16 && !toy_llama_infer_bf16(m)) { /* no faster bf16 products here: the f32 row says it all */
+        toy_llama_free(m);
+        return;
+    }
     int32_t *prompt = malloc(256 * sizeof *prompt);
     for (int i = 0; i < 256; i++) prompt[i] = (int32_t)((i * 31 + 7) % c.vocab);
     struct toy_generator *gen;
@@ -195,7 +201,7 @@ static void bench_infer(struct toy_threadpool *tp, int nth, const char *s, enum 
     double bytes = toy_llama_decode_bytes(m);
     printf("{\"bench\":\"infer\",\"shape\":\"%s\",\"dtype\":\"%s\",\"threads\":%d,\"prefill_tok_s\":%.1f,"
            "\"decode_tok_s\":%.1f,\"triad_gbs\":%.1f,\"read_gbs\":%.1f,\"weight_mb\":%.1f,\"decode_bound_tok_s\":%.1f}\n",
-           s, toy_dtype_name(wtype), nth, bp, bd, triad, rd, bytes / 1e6, gbs * 1e9 / bytes);
+           s, bf16 ? "f32+bf16" : toy_dtype_name(wtype), nth, bp, bd, triad, rd, bytes / 1e6, gbs * 1e9 / bytes);
     fflush(stdout);
     toy_generator_free(gen);
     free(prompt);
@@ -301,9 +307,10 @@ int main(int argc, char **argv) {
     } else if (!strcmp(mode, "train-f32") || !strcmp(mode, "train-bf16")) { /* one of the two, for profiling */
         bench_train(tp, nth, which, !strcmp(mode, "train-bf16"));
     } else {
-        bench_infer(tp, nth, which, TOY_F32);
-        bench_infer(tp, nth, which, TOY_Q8_0);
-        bench_infer(tp, nth, which, TOY_Q4_0);
+        bench_infer(tp, nth, which, TOY_F32, false);
+        bench_infer(tp, nth, which, TOY_F32, true);
+        bench_infer(tp, nth, which, TOY_Q8_0, false);
+        bench_infer(tp, nth, which, TOY_Q4_0, false);
     }
     shared_cores_warning(tp, mode);
     toy_threadpool_free(tp);

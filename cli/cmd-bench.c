@@ -16,17 +16,19 @@
 
 #include "flags.h"
 #include "json-out.h"
+#include "precision.h"
 #include "toy/generate.h"
 #include "toy/models.h"
 #include "toy/toy.h"
 
 static int usage_to(FILE *out) {
     fprintf(out, "usage: toy bench -m MODEL.gguf [--threads 1,2] [--prompt 256] [--gen 32] [--reps 3]\n"
-                    "                 [--kv-type f16|f32] [--json]\n"
+                    "                 [--kv-type f16|f32] [--bf16] [--json]\n"
                     "--threads: up to 16 counts; --gen: at least 2.\n"
                     "Prefill and decode tokens/s of a Llama-family GGUF at each thread count, against the\n"
                     "memory-bandwidth bound of decode measured now; peak RSS. Decode tokens/s counts\n"
-                    "decode steps (the first generated token comes with the prompt).\n");
+                    "decode steps (the first generated token comes with the prompt). --bf16: the prompt's\n"
+                    "products over f32 weights in bf16, as toy generate --bf16.\n");
     return 2;
 }
 static int usage(void) { return usage_to(stderr); }
@@ -80,14 +82,14 @@ static json_t *machine(char *line, size_t cap) {
 int toy_cmd_bench(int argc, char **argv) {
     const char *model = NULL, *threads_arg = NULL;
     int64_t n_prompt = 256, n_gen = 32, reps = 3;
-    bool json = false;
+    bool json = false, bf16 = false;
     enum toy_dtype kv_type = TOY_F16;
     const char *kv = NULL;
     const struct toy_cli_flag flags[] = {
         TOY_FLAG_S("-m", &model), TOY_FLAG_S("--model", &model), TOY_FLAG_S("--kv-type", &kv),
         TOY_FLAG_S("--threads", &threads_arg), TOY_FLAG_N("--prompt", TOY_CLI_I64, &n_prompt, 1, 1 << 20),
         TOY_FLAG_N("--gen", TOY_CLI_I64, &n_gen, 1, 1 << 20), TOY_FLAG_N("--reps", TOY_CLI_I64, &reps, 1, 1000),
-        TOY_FLAG_B("--json", &json), TOY_FLAG_END};
+        TOY_FLAG_B("--json", &json), TOY_FLAG_B("--bf16", &bf16), TOY_FLAG_END};
     int prc = toy_cli_parse("bench", argc, argv, flags, NULL, 0, NULL);
     if (prc == 1) return usage_to(stdout), 0;
     if (prc) return prc;
@@ -128,6 +130,7 @@ int toy_cmd_bench(int argc, char **argv) {
     if (toy_model_resolve(model, resolved, sizeof resolved)) { fprintf(stderr, "toy bench: %s\n", toy_last_error()); return 1; }
     struct toy_llama *m;
     if (toy_llama_load(resolved, false, &m)) { fprintf(stderr, "toy bench: %s\n", toy_last_error()); return 1; }
+    bool bf16_on = bf16 && toy_cli_infer_bf16("bench", m);
     if (n_prompt + n_gen + 1 > m->cfg.max_ctx) {
         fprintf(stderr, "toy bench: --prompt %lld + --gen %lld does not fit the model's context of %lld\n",
                 (long long)n_prompt, (long long)n_gen, (long long)m->cfg.max_ctx);
@@ -145,9 +148,10 @@ int toy_cmd_bench(int argc, char **argv) {
     json_t *mach = machine(mline, sizeof mline);
     if (!json) printf("%s\n", mline);
     if (!json)
-        printf("%s: %s, %.1fM parameters, %.1f MB of weights read per decoded token (+ %.1f MB of %s KV cache);\n"
+        printf("%s: %s%s, %.1fM parameters, %.1f MB of weights read per decoded token (+ %.1f MB of %s KV cache);\n"
                "prompt %lld, %lld generated, best of %lld\n",
-               resolved, toy_dtype_name(m->layers[0].wq->type), (double)toy_llama_n_params(m) / 1e6, bytes / 1e6,
+               resolved, toy_dtype_name(m->layers[0].wq->type), bf16_on ? " (bf16 products)" : "",
+               (double)toy_llama_n_params(m) / 1e6, bytes / 1e6,
                kv_bytes / 1e6, toy_dtype_name(kv_type), (long long)n_prompt, (long long)n_gen, (long long)reps);
     /* Each decode run is followed by the bandwidth tests, and a run's bound
      * is the bandwidth measured right after it: this machine's bandwidth
@@ -218,6 +222,7 @@ int toy_cmd_bench(int argc, char **argv) {
                               (json_int_t)n_prompt, "generated", (json_int_t)n_gen, "runs", rows, "peak_rss_mb",
                               peak_kb / 1024.0);
         if (j && llc > 0) json_object_set_new(j, "llc_bytes", json_integer((json_int_t)llc));
+        if (j) json_object_set_new(j, "bf16_products", json_boolean(bf16_on));
         if (toy_cli_print_json("bench", j, JSON_COMPACT)) rc = 1;
     } else {
         json_decref(rows);

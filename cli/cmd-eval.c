@@ -19,6 +19,7 @@
 #include "json-out.h"
 #include "lm-data.h"
 #include "paths.h"
+#include "precision.h"
 #include "toy/data.h"
 #include "toy/gguf.h"
 #include "toy/tokenizer.h"
@@ -27,13 +28,14 @@
 
 static int usage_to(FILE *out) {
     fprintf(out, "usage: toy eval -m MODEL.gguf --data FILE [--ctx 256] [--batch 4] [--heldout 0] "
-                 "[--max-windows N] [--no-bos] [--threads N] [--json]\n"
+                 "[--max-windows N] [--no-bos] [--bf16] [--threads N] [--json]\n"
                  "Mean next-token cross-entropy over the file's windows of --ctx tokens (default 256, at most\n"
                  "the model's), or over the last --heldout fraction, split as toy train splits it: with the\n"
                  "run's --ctx and --max-windows of its evaluation, the same windows and the same loss.\n"
                  "A text is one document, tokenized as `toy tokenize --corpus` does: BOS first when the\n"
                  "model's tokenizer asks for one (--no-bos: never). FILE may be a pipe (/dev/stdin).\n"
-                 "--json: {format: \"toy/eval-v1\", model, data, loss, ppl, tokens, windows, ctx}.\n");
+                 "--bf16 (Llama family): products over f32 weights in bf16 (AVX-512 BF16 or AMX), f32 sums.\n"
+                 "--json: {format: \"toy/eval-v1\", model, data, loss, ppl, tokens, windows, ctx, bf16}.\n");
     return 2;
 }
 static int usage(void) { return usage_to(stderr); }
@@ -43,10 +45,10 @@ int toy_cmd_eval(int argc, char **argv) {
     int64_t T = 0, B = 4, max_windows = 0;
     double heldout = 0;
     int threads = 0;
-    bool json = false, no_bos = false;
+    bool json = false, no_bos = false, bf16 = false;
     const struct toy_cli_flag flags[] = {
         TOY_FLAG_S("-m", &model), TOY_FLAG_S("--model", &model), TOY_FLAG_S("--data", &path),
-        TOY_FLAG_B("--json", &json), TOY_FLAG_B("--no-bos", &no_bos), TOY_FLAG_N("--ctx", TOY_CLI_I64, &T, 0, 16777216),
+        TOY_FLAG_B("--json", &json), TOY_FLAG_B("--no-bos", &no_bos), TOY_FLAG_B("--bf16", &bf16), TOY_FLAG_N("--ctx", TOY_CLI_I64, &T, 0, 16777216),
         TOY_FLAG_N("--batch", TOY_CLI_I64, &B, 1, 1048576), TOY_FLAG_OPEN("--heldout", TOY_CLI_F64, &heldout, 0, 1),
         TOY_FLAG_N("--max-windows", TOY_CLI_I64, &max_windows, 0, 1e15),
         TOY_FLAG_N("--threads", TOY_CLI_INT, &threads, 0, 4096), TOY_FLAG_END,
@@ -67,10 +69,15 @@ int toy_cmd_eval(int argc, char **argv) {
     struct toy_cli_data in = {0};
     int rc = 1;
     struct toy_gpt2 *g2 = NULL; /* a GPT-2 GGUF runs through the same toy_lm interface */
+    if (bf16 && toy_cli_is_gpt2(model)) {
+        fprintf(stderr, "toy eval: --bf16 is for Llama-family models; %s is a GPT-2\n", model);
+        return 2;
+    }
     if (toy_cli_is_gpt2(model) ? toy_gpt2_load(model, false, &g2) : toy_llama_load(model, false, &m)) {
         fprintf(stderr, "toy eval: %s\n", toy_last_error());
         return 1;
     }
+    bool bf16_on = bf16 && toy_cli_infer_bf16("eval", m);
     struct toy_lm lm = g2 ? toy_gpt2_lm(g2) : toy_llama_lm(m);
     if (T > lm.max_ctx) { /* it became 256 without a word */
         fprintf(stderr, "toy eval: note: --ctx %lld is past the model's context of %lld tokens: using %lld\n",
@@ -141,10 +148,10 @@ int toy_cmd_eval(int argc, char **argv) {
     double ce = sum / (double)count;
     rc = 0;
     if (json) { /* JSON has no NaN: a loss that is not a number is null */
-        json_t *j = json_pack("{s:s,s:s,s:s,s:o,s:o,s:I,s:I,s:I}", "format", "toy/eval-v1", "model", model, "data",
+        json_t *j = json_pack("{s:s,s:s,s:s,s:o,s:o,s:I,s:I,s:I,s:b}", "format", "toy/eval-v1", "model", model, "data",
                               path, "loss", isfinite(ce) ? json_real(ce) : json_null(), "ppl",
                               isfinite(exp(ce)) ? json_real(exp(ce)) : json_null(), "tokens", (json_int_t)count,
-                              "windows", (json_int_t)windows, "ctx", (json_int_t)T);
+                              "windows", (json_int_t)windows, "ctx", (json_int_t)T, "bf16", bf16_on);
         if (toy_cli_print_json("eval", j, JSON_COMPACT)) rc = 1;
     } else {
         printf("eval_ce: %.6f\nperplexity: %.4f\ntokens: %lld in %lld windows of %lld\n", ce, exp(ce), (long long)count,

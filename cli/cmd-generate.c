@@ -15,6 +15,7 @@
 #include "generate-gpt2.h"
 #include "progress.h"
 #include "json-out.h"
+#include "precision.h"
 #include "stop-signals.h"
 #include "toy/finetune.h"
 #include "toy/generate.h"
@@ -31,13 +32,14 @@ static int usage_to(FILE *out) {
             "                    [--stop STR]...\n"
             "                    [--ctx N] [--threads N] [--no-bos] [--special] [--ignore-eos] [--json]\n"
             "                    [--trace out.json] [--kv-type f16|f32]   (cache type, default f16)\n"
-            "                    [--lora ADAPTER.gguf [--lora-scale 1]]\n"
+            "                    [--lora ADAPTER.gguf [--lora-scale 1]] [--bf16]\n"
             "Temperature 0 is greedy; --top-k 0 and --top-p 0 or 1 are off; the penalties look at the last\n"
             "--repeat-last-n tokens, prompt included (-1: all); applied in that order (docs/generate.md).\n"
             "Stops at the model's end-of-generation token, a stop string (at most 16), -n tokens (0: no\n"
             "limit), or a full context (--ctx, default the model's). An empty prompt starts from BOS, with\n"
             "or without --no-bos. Ctrl-C ends it with the text so far (exit 130).\n"
-            "GPT-2 models take neither --lora, --kv-type nor --trace.\n");
+            "--bf16: the prompt's products over f32 weights in bf16 (AVX-512 BF16 or AMX), decode in f32.\n"
+            "GPT-2 models take neither --lora, --kv-type, --trace nor --bf16.\n");
     return 2;
 }
 static int usage(void) { return usage_to(stderr); }
@@ -50,7 +52,7 @@ int toy_cmd_generate(int argc, char **argv) {
     struct toy_cli_list stop_list = {stop_items, 0, 16};
     int n_stop = 0, threads = 0;
     int64_t n_ctx = 0;
-    bool json = false, no_bos = false, special = false;
+    bool json = false, no_bos = false, special = false, bf16 = false;
     int kv_type = TOY_F16; /* half the cache memory and decode attention traffic; llama.cpp's default too */
     struct toy_generate_params gp = {.n_predict = 64,
                                      .sampling = {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .seed = 42}};
@@ -73,6 +75,7 @@ int toy_cmd_generate(int argc, char **argv) {
         TOY_FLAG_U("--seed", &sp->seed), TOY_FLAG_N("--ctx", TOY_CLI_I64, &n_ctx, 1, INT32_MAX),
         TOY_FLAG_N("--threads", TOY_CLI_INT, &threads, 0, 1024), TOY_FLAG_B("--json", &json),
         TOY_FLAG_B("--no-bos", &no_bos), TOY_FLAG_B("--special", &special), TOY_FLAG_B("--ignore-eos", &gp.ignore_eos),
+        TOY_FLAG_B("--bf16", &bf16),
         TOY_FLAG_END};
     int prc = toy_cli_parse("generate", argc, argv, flags, NULL, 0, NULL);
     if (prc == 1) return usage_to(stdout), 0;
@@ -95,13 +98,14 @@ int toy_cmd_generate(int argc, char **argv) {
     gp.stop = stops;
     gp.n_stop = n_stop;
     if (toy_cli_is_gpt2(model)) { /* GPT-2 has its own model and generator, without adapters, f16 caches or traces */
-        const char *no = lora_path ? "--lora" : kv_given ? "--kv-type" : trace_path ? "--trace" : NULL;
+        const char *no = lora_path ? "--lora" : kv_given ? "--kv-type" : trace_path ? "--trace" : bf16 ? "--bf16" : NULL;
         if (no) { fprintf(stderr, "toy generate: %s is for Llama-family models; %s is a GPT-2\n", no, model); return 2; }
         return toy_cli_generate_gpt2(model, prompt, prompt_ids, &gp, n_ctx, threads, json);
     }
 
     struct toy_llama *m;
     if (toy_llama_load(model, false, &m)) { fprintf(stderr, "toy generate: %s\n", toy_last_error()); return 1; }
+    if (bf16) toy_cli_infer_bf16("generate", m);
     struct toy_lora *lora = NULL;
     if (lora_path && toy_lora_load(m, lora_path, lora_scale, false, &lora)) {
         fprintf(stderr, "toy generate: %s\n", toy_last_error());

@@ -15,6 +15,7 @@
 
 #include "toy/gguf.h"
 #include "toy/threadpool.h"
+#include "harness.h"
 
 #define TINY "../shared/testdata/model-gguf-llama2-tiny-random/llama-2-tiny-random.gguf"
 
@@ -734,4 +735,42 @@ Test(cli_gguf, eval_ctx_is_capped_at_the_models_and_reported) {
     cr_expect_eq(json_integer_value(json_object_get(j, "ctx")), 4096);
     cr_expect_eq(json_integer_value(json_object_get(j, "windows")), 2);
     json_decref(j);
+}
+
+/* --bf16 on eval, generate and bench: an f32 copy of the tiny model evaluates
+ * with bf16 products (the JSON says so) to nearly the f32 loss; its f16
+ * original has no f32 matrix, so it says --bf16 changes nothing there and
+ * gives the same loss to the bit */
+Test(cli_gguf, bf16_inference_rounds_f32_weights_and_says_where_it_does_not) {
+    const char *b = bin();
+    th_mkdir("cli-bf16");
+    char cmd[2048], f32[400];
+    snprintf(f32, sizeof f32, "%s/tiny-f32.gguf", th_dir);
+    snprintf(cmd, sizeof cmd, "%s quantize %s %s f32 2>&1", b, TINY, f32);
+    expect_exit(cmd, 0, "F32");
+    double loss[2][2];
+    for (int model = 0; model < 2; model++)
+        for (int bf16 = 0; bf16 < 2; bf16++) {
+            snprintf(cmd, sizeof cmd, "%s eval -m %s --data ../shared/testdata/corpus-tinyshakespeare/input.txt "
+                     "--ctx 64 --max-windows 8 --json%s 2>/dev/null", b, model ? f32 : TINY, bf16 ? " --bf16" : "");
+            json_t *j = run_json(cmd);
+            loss[model][bf16] = json_real_value(json_object_get(j, "loss"));
+            bool on = json_is_true(json_object_get(j, "bf16"));
+            if (!toy_cpu_bf16_native()) cr_expect(!on, "bf16 products on a CPU without them");
+            else cr_expect_eq(on, bf16 && model == 1, "%s%s: bf16 %d", model ? "f32" : "f16", bf16 ? " --bf16" : "", on);
+            json_decref(j);
+        }
+    cr_expect_eq(loss[0][0], loss[0][1], "f16 model: %.9g, with --bf16 %.9g", loss[0][0], loss[0][1]);
+    cr_expect(fabs(loss[1][1] - loss[1][0]) <= 1e-3 * loss[1][0], "f32 loss %.9g, bf16 %.9g", loss[1][0], loss[1][1]);
+    if (toy_cpu_bf16_native()) cr_expect_neq(loss[1][0], loss[1][1], "--bf16 changed no bit of the f32 model's loss");
+    snprintf(cmd, sizeof cmd, "%s eval -m %s --data ../shared/testdata/corpus-tinyshakespeare/input.txt --ctx 64 "
+             "--max-windows 1 --bf16 2>&1", b, TINY);
+    expect_exit(cmd, 0, "f32 weights only; this model's are f16");
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p 'Once upon a time there was' -n 4 --temp 0 --bf16 2>&1", b, f32);
+    expect_exit(cmd, 0, NULL);
+    snprintf(cmd, sizeof cmd, "%s bench -m %s --threads 1 --prompt 16 --gen 2 --reps 1 --bf16 --json", b, f32);
+    json_t *j = run_json(cmd);
+    cr_expect_eq(json_is_true(json_object_get(j, "bf16_products")), toy_cpu_bf16_native());
+    json_decref(j);
+    th_rmdir();
 }

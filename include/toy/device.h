@@ -57,6 +57,9 @@ const char *toy_blas_core_note(void);
  * products", "sgemm" (the bf16 values widened) or "dequantize + sgemm"
  * (no AVX-512 BF16); $TOY_BF16_GEMM overrides the choice. */
 const char *toy_cpu_bf16_gemm(void);
+/* True where products marked bf16 run as bf16 (AMX tiles or AVX-512 BF16
+ * dot products), faster than f32; elsewhere they keep f32 arithmetic. */
+bool toy_cpu_bf16_native(void);
 /* Who runs F32 x F32 products: "OpenBLAS", or "toy AVX-512" (toy's own
  * kernel, where the CPU has AVX-512 and OpenBLAS runs older kernels, e.g.
  * OPENBLAS_CORETYPE=Haswell on a Zen 5); $TOY_SGEMM=own or =blas overrides. */

@@ -170,6 +170,12 @@ const char *toy_cpu_bf16_gemm(void) {
     return toy_cpu_bf16_route();
 }
 
+bool toy_cpu_bf16_native(void) {
+    toy_cpu_init();
+    int64_t rows;
+    return toy_cpu_bf16_kernel(&rows) != NULL;
+}
+
 const char *toy_cpu_f32_gemm(void) {
     toy_cpu_init();
     return toy_cpu_sgemm_own() ? "toy AVX-512" : "OpenBLAS";
