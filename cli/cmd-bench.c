@@ -28,7 +28,7 @@ static int usage_to(FILE *out) {
                     "Prefill and decode tokens/s of a Llama-family GGUF at each thread count, against the\n"
                     "memory-bandwidth bound of decode measured now; peak RSS. Decode tokens/s counts\n"
                     "decode steps (the first generated token comes with the prompt). --bf16: the prompt's\n"
-                    "products over f32 weights in bf16, as toy generate --bf16.\n");
+                    "products over f32 or f16 weights in bf16, as toy generate --bf16.\n");
     return 2;
 }
 static int usage(void) { return usage_to(stderr); }

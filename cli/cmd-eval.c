@@ -34,7 +34,7 @@ static int usage_to(FILE *out) {
                  "run's --ctx and --max-windows of its evaluation, the same windows and the same loss.\n"
                  "A text is one document, tokenized as `toy tokenize --corpus` does: BOS first when the\n"
                  "model's tokenizer asks for one (--no-bos: never). FILE may be a pipe (/dev/stdin).\n"
-                 "--bf16 (Llama family): products over f32 weights in bf16 (AVX-512 BF16 or AMX), f32 sums.\n"
+                 "--bf16 (Llama family): products over f32 or f16 weights in bf16 (AVX-512 BF16 or AMX), f32 sums.\n"
                  "--json: {format: \"toy/eval-v1\", model, data, loss, ppl, tokens, windows, ctx, bf16}.\n");
     return 2;
 }

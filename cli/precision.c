@@ -12,7 +12,7 @@ bool toy_cli_infer_bf16(const char *cmd, struct toy_llama *m) {
         fprintf(stderr, "toy %s: note: --bf16: this CPU multiplies bf16 no faster than f32 (bf16 products: %s); "
                 "the products stay f32\n", cmd, toy_cpu_bf16_gemm());
     else
-        fprintf(stderr, "toy %s: note: --bf16 changes the products of f32 weights only; this model's are %s, "
+        fprintf(stderr, "toy %s: note: --bf16 changes the products of f32 and f16 weights only; this model's are %s, "
                 "which keep their own kernels\n", cmd, toy_dtype_name(m->layers[0].wq->type));
     return false;
 }

@@ -737,40 +737,46 @@ Test(cli_gguf, eval_ctx_is_capped_at_the_models_and_reported) {
     json_decref(j);
 }
 
-/* --bf16 on eval, generate and bench: an f32 copy of the tiny model evaluates
- * with bf16 products (the JSON says so) to nearly the f32 loss; its f16
- * original has no f32 matrix, so it says --bf16 changes nothing there and
- * gives the same loss to the bit */
-Test(cli_gguf, bf16_inference_rounds_f32_weights_and_says_where_it_does_not) {
+/* --bf16 on eval, generate and bench: the tiny model (f16) and an f32 copy
+ * evaluate with bf16 products (the JSON says so) to nearly their loss; a
+ * bf16 copy has no f32 or f16 matrix, so there --bf16 says it changes
+ * nothing and gives the same loss to the bit */
+Test(cli_gguf, bf16_inference_rounds_float_weights_and_says_where_it_does_not) {
     const char *b = bin();
     th_mkdir("cli-bf16");
-    char cmd[2048], f32[400];
-    snprintf(f32, sizeof f32, "%s/tiny-f32.gguf", th_dir);
-    snprintf(cmd, sizeof cmd, "%s quantize %s %s f32 2>&1", b, TINY, f32);
-    expect_exit(cmd, 0, "F32");
-    double loss[2][2];
-    for (int model = 0; model < 2; model++)
+    const char *types[] = {"f16", "f32", "bf16"};
+    char cmd[2048], path[3][400];
+    snprintf(path[0], sizeof path[0], "%s", TINY);
+    for (int t = 1; t < 3; t++) {
+        snprintf(path[t], sizeof path[t], "%s/tiny-%s.gguf", th_dir, types[t]);
+        snprintf(cmd, sizeof cmd, "%s quantize %s %s %s 2>&1", b, TINY, path[t], types[t]);
+        expect_exit(cmd, 0, NULL);
+    }
+    bool native = toy_cpu_bf16_native();
+    for (int t = 0; t < 3; t++) {
+        double loss[2];
         for (int bf16 = 0; bf16 < 2; bf16++) {
             snprintf(cmd, sizeof cmd, "%s eval -m %s --data ../shared/testdata/corpus-tinyshakespeare/input.txt "
-                     "--ctx 64 --max-windows 8 --json%s 2>/dev/null", b, model ? f32 : TINY, bf16 ? " --bf16" : "");
+                     "--ctx 64 --max-windows 8 --json%s 2>/dev/null", b, path[t], bf16 ? " --bf16" : "");
             json_t *j = run_json(cmd);
-            loss[model][bf16] = json_real_value(json_object_get(j, "loss"));
+            loss[bf16] = json_real_value(json_object_get(j, "loss"));
             bool on = json_is_true(json_object_get(j, "bf16"));
-            if (!toy_cpu_bf16_native()) cr_expect(!on, "bf16 products on a CPU without them");
-            else cr_expect_eq(on, bf16 && model == 1, "%s%s: bf16 %d", model ? "f32" : "f16", bf16 ? " --bf16" : "", on);
+            cr_expect_eq(on, bf16 && native && t < 2, "%s%s: bf16 %d", types[t], bf16 ? " --bf16" : "", on);
             json_decref(j);
         }
-    cr_expect_eq(loss[0][0], loss[0][1], "f16 model: %.9g, with --bf16 %.9g", loss[0][0], loss[0][1]);
-    cr_expect(fabs(loss[1][1] - loss[1][0]) <= 1e-3 * loss[1][0], "f32 loss %.9g, bf16 %.9g", loss[1][0], loss[1][1]);
-    if (toy_cpu_bf16_native()) cr_expect_neq(loss[1][0], loss[1][1], "--bf16 changed no bit of the f32 model's loss");
+        cr_expect(fabs(loss[1] - loss[0]) <= 1e-3 * loss[0], "%s: loss %.9g, with --bf16 %.9g", types[t], loss[0],
+                  loss[1]);
+        if (native && t < 2) cr_expect_neq(loss[0], loss[1], "%s: --bf16 changed no bit of the loss", types[t]);
+        else cr_expect_eq(loss[0], loss[1], "%s: --bf16 changed the loss: %.9g, %.9g", types[t], loss[0], loss[1]);
+    }
     snprintf(cmd, sizeof cmd, "%s eval -m %s --data ../shared/testdata/corpus-tinyshakespeare/input.txt --ctx 64 "
-             "--max-windows 1 --bf16 2>&1", b, TINY);
-    expect_exit(cmd, 0, "f32 weights only; this model's are f16");
-    snprintf(cmd, sizeof cmd, "%s generate -m %s -p 'Once upon a time there was' -n 4 --temp 0 --bf16 2>&1", b, f32);
+             "--max-windows 1 --bf16 2>&1", b, path[2]);
+    expect_exit(cmd, 0, native ? "f32 and f16 weights only; this model's are bf16" : "no faster than f32");
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p 'Once upon a time there was' -n 4 --temp 0 --bf16 2>&1", b, path[1]);
     expect_exit(cmd, 0, NULL);
-    snprintf(cmd, sizeof cmd, "%s bench -m %s --threads 1 --prompt 16 --gen 2 --reps 1 --bf16 --json", b, f32);
+    snprintf(cmd, sizeof cmd, "%s bench -m %s --threads 1 --prompt 16 --gen 2 --reps 1 --bf16 --json", b, path[1]);
     json_t *j = run_json(cmd);
-    cr_expect_eq(json_is_true(json_object_get(j, "bf16_products")), toy_cpu_bf16_native());
+    cr_expect_eq(json_is_true(json_object_get(j, "bf16_products")), native);
     json_decref(j);
     th_rmdir();
 }

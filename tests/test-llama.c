@@ -584,7 +584,8 @@ Test(llama, pack_weights_copies_float_matrices_off_the_mapping) {
 /* ---- mixed-precision inference (toy_llama_infer_bf16, `--bf16`) ---- */
 
 /* The last position's logits of a prefill of tokens[0..T) from an empty
- * cache, as toy_generate runs it; *marked: its products marked bf16 */
+ * cache, as toy_generate runs it; *marked: its products marked bf16, each
+ * over f32 or f16 weights */
 static void prefill_logits(struct toy_llama *m, const int32_t *tokens, int T, float *out, int *marked) {
     struct toy_kv_cache kv;
     cr_assert_eq(toy_kv_cache_init(&kv, m, 32, 1), TOY_OK, "%s", toy_last_error());
@@ -600,8 +601,9 @@ static void prefill_logits(struct toy_llama *m, const int32_t *tokens, int T, fl
     for (int i = 0; i < toy_graph_n_nodes(g); i++) {
         struct toy_tensor *t = toy_graph_node(g, i);
         if (t->op == TOY_OP_MATMUL && t->op_params[P_MM_BF16]) {
-            cr_assert_eq(t->src[1]->type, TOY_F32, "a product over %s weights '%s' marked bf16",
-                         toy_dtype_name(t->src[1]->type), t->src[1]->name);
+            enum toy_dtype wt = t->src[1]->type;
+            cr_assert(wt == TOY_F32 || wt == TOY_F16, "a product over %s weights '%s' marked bf16",
+                      toy_dtype_name(wt), t->src[1]->name);
             (*marked)++;
         }
     }
@@ -614,63 +616,76 @@ static void prefill_logits(struct toy_llama *m, const int32_t *tokens, int T, fl
     toy_kv_cache_free(&kv);
 }
 
-/* With toy_llama_infer_bf16 a prompt's products over a file's f32 weights
- * take bf16 operands: the logits move by about bf16's rounding and no more,
- * and the bits differ (the bf16 kernels ran). A decode step (one row) keeps
- * f32 arithmetic: the same bits as without. Quantized weights keep their
- * int8 kernels: nothing marked, the same bits. */
-Test(llama, infer_bf16_rounds_a_prompts_f32_products_only, .timeout = 120) {
+/* With toy_llama_infer_bf16 a prompt's products over a file's f32 or f16
+ * weights take bf16 operands: the logits move by about bf16's rounding and
+ * no more, and the bits differ (the bf16 kernels ran). A decode step (one
+ * row) keeps its arithmetic: the same bits as without. Quantized weights
+ * keep their int8 kernels: nothing marked, the same bits. */
+Test(llama, infer_bf16_rounds_a_prompts_float_products_only, .timeout = 120) {
     th_mkdir("infer-bf16");
     struct toy_llama_config c = base_config();
     struct toy_llama *m0 = random_model(&c, 31);
-    char f32[400], q8[400];
-    snprintf(f32, sizeof f32, "%s/m.gguf", th_dir);
-    snprintf(q8, sizeof q8, "%s/m-q8_0.gguf", th_dir);
-    save(m0, f32);
+    const enum toy_dtype types[] = {TOY_F32, TOY_F16, TOY_Q8_0};
+    char path[3][400];
+    for (int t = 0; t < 3; t++) {
+        snprintf(path[t], sizeof path[t], "%s/m-%s.gguf", th_dir, toy_dtype_name(types[t]));
+        if (t == 2) {
+            cr_assert_eq(toy_gguf_quantize(path[0], path[t], TOY_Q8_0, NULL, NULL), TOY_OK, "%s", toy_last_error());
+            continue;
+        }
+        struct toy_gguf_writer *w;
+        cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
+        cr_assert_eq(toy_llama_write_gguf(m0, w, types[t]), TOY_OK, "%s", toy_last_error());
+        cr_assert_eq(toy_gguf_writer_write(w, path[t]), TOY_OK, "%s", toy_last_error());
+        toy_gguf_writer_free(w);
+    }
     toy_llama_free(m0);
-    cr_assert_eq(toy_gguf_quantize(f32, q8, TOY_Q8_0, NULL, NULL), TOY_OK, "%s", toy_last_error());
+    if (!toy_cpu_bf16_native()) cr_skip_test("this CPU has no faster bf16 products (%s)", toy_cpu_bf16_gemm());
     const int T = 20, steps = 3;
     int32_t tokens[20];
     for (int i = 0; i < T; i++) tokens[i] = (i * 13 + 3) % (int32_t)c.vocab;
     size_t V = (size_t)c.vocab;
     float *want = malloc(V * sizeof *want), *got = malloc(V * sizeof *got);
     float *dwant = malloc(steps * V * sizeof *dwant), *dgot = malloc(steps * V * sizeof *dgot);
-
-    struct toy_llama *m;
-    cr_assert_eq(toy_llama_load(f32, false, &m), TOY_OK, "%s", toy_last_error());
-    cr_assert_eq(toy_llama_pack_weights(m), TOY_OK, "%s", toy_last_error());
-    int marked;
-    prefill_logits(m, tokens, T, want, &marked);
-    cr_assert_eq(marked, 0);
-    decode_logits(m, dwant, steps);
-    if (!toy_llama_infer_bf16(m)) {
+    for (int t = 0; t < 3; t++) {
+        const char *tn = toy_dtype_name(types[t]);
+        struct toy_llama *m;
+        cr_assert_eq(toy_llama_load(path[t], false, &m), TOY_OK, "%s", toy_last_error());
+        cr_assert_eq(m->layers[0].wq->type, types[t]);
+        cr_assert_eq(toy_llama_pack_weights(m), TOY_OK, "%s", toy_last_error());
+        int marked;
+        prefill_logits(m, tokens, T, want, &marked);
+        cr_assert_eq(marked, 0);
+        decode_logits(m, dwant, steps);
+        bool on = toy_llama_infer_bf16(m);
+        if (types[t] == TOY_Q8_0) { /* nothing to round: unchanged, and so even when set by hand */
+            cr_assert_not(on, "bf16 inference over q8_0 matrices only");
+            cr_assert_eq(m->matmul_type, TOY_F32);
+            m->matmul_type = TOY_BF16;
+            m->bf16_float_only = true;
+        } else {
+            cr_assert(on, "%s", tn);
+        }
+        prefill_logits(m, tokens, T, got, &marked);
+        if (types[t] == TOY_Q8_0) {
+            cr_assert_eq(marked, 0, "%d q8_0 products marked bf16", marked);
+            cr_assert(memcmp(want, got, V * sizeof(float)) == 0, "q8_0 prefill changed under bf16 inference");
+        } else {
+            cr_assert_geq(marked, 7 * (int)c.n_layers, "%s: %d products marked bf16 for %lld layers", tn, marked,
+                          (long long)c.n_layers);
+            double scale = 0, diff = 0;
+            for (size_t v = 0; v < V; v++) {
+                scale = fmax(scale, fabsf(want[v]));
+                diff = fmax(diff, fabsf(got[v] - want[v]));
+            }
+            cr_log_info("%s, bf16 prefill: max |logit - %s's| %.3g of max |logit| %.3g", tn, tn, diff, scale);
+            cr_assert(diff > 0, "%s: a bf16 prefill gave the same bits: its products did not run in bf16", tn);
+            cr_assert(diff <= 2e-2 * scale, "%s: bf16 prefill logits off by %g (max |logit| %g)", tn, diff, scale);
+        }
+        decode_logits(m, dgot, steps);
+        cr_assert(memcmp(dwant, dgot, steps * V * sizeof(float)) == 0, "%s: decode steps changed under bf16", tn);
         toy_llama_free(m);
-        cr_skip_test("this CPU has no faster bf16 products (%s)", toy_cpu_bf16_gemm());
     }
-    prefill_logits(m, tokens, T, got, &marked);
-    cr_assert_geq(marked, 7 * (int)c.n_layers, "%d products marked bf16 for %lld layers", marked, (long long)c.n_layers);
-    double scale = 0, diff = 0;
-    for (size_t v = 0; v < V; v++) {
-        scale = fmax(scale, fabsf(want[v]));
-        diff = fmax(diff, fabsf(got[v] - want[v]));
-    }
-    cr_log_info("bf16 prefill: max |logit - f32| %.3g of max |logit| %.3g", diff, scale);
-    cr_assert(diff > 0, "a bf16 prefill gave the f32 bits: its products did not run in bf16");
-    cr_assert(diff <= 2e-2 * scale, "bf16 prefill logits off by %g (max |logit| %g)", diff, scale);
-    decode_logits(m, dgot, steps);
-    cr_assert(memcmp(dwant, dgot, steps * V * sizeof(float)) == 0, "decode steps changed under bf16 inference");
-    toy_llama_free(m);
-
-    cr_assert_eq(toy_llama_load(q8, false, &m), TOY_OK, "%s", toy_last_error());
-    cr_assert_eq(toy_llama_pack_weights(m), TOY_OK, "%s", toy_last_error());
-    prefill_logits(m, tokens, T, want, &marked);
-    cr_assert_not(toy_llama_infer_bf16(m), "bf16 inference over q8_0 matrices only");
-    cr_assert_eq(m->matmul_type, TOY_F32);
-    m->matmul_type = TOY_BF16; /* even so, set by hand: */
-    m->bf16_f32_only = true;
-    prefill_logits(m, tokens, T, got, &marked); /* asserts that no q8_0 product is marked */
-    cr_assert(memcmp(want, got, V * sizeof(float)) == 0, "q8_0 prefill changed under bf16 inference");
-    toy_llama_free(m);
     free(want);
     free(got);
     free(dwant);

@@ -426,7 +426,7 @@ static struct toy_threadpool *run_backward(struct toy_ctx *ctx, struct toy_tenso
 }
 
 /* toy_linear_bf16 over a Q8_0/Q4_0/Q4_K weight (mixed precision over a quantized
- * base) or an F32 one (over f32 master weights): the forward x W^T and the
+ * base), an F16 one (a model's, in inference) or an F32 one (over f32 master weights): the forward x W^T and the
  * backward dX = dY W (and, for F32, dW = dY^T X), against double sums of the
  * bf16-rounded activations and the bf16-rounded (dequantized) weight */
 static void bf16_quant_case(enum toy_dtype wt, int64_t m, int64_t k, int64_t n) {
@@ -577,6 +577,11 @@ static void bf16_quant_cases(const char *route) {
     bf16_quant_case(TOY_F32, 20, 70, 200);   /* ragged k; columns split */
     bf16_quant_case(TOY_F32, 12, 1100, 40);  /* k blocks */
     bf16_quant_case(TOY_F32, 300, 256, 130); /* rows split; the weight gradient's A transposed */
+    /* F16 weights (toy generate --bf16 over an f16 model), widened then rounded as they are packed */
+    bf16_quant_case(TOY_F16, 100, 96, 64);
+    bf16_quant_case(TOY_F16, 20, 70, 200); /* ragged k; columns split */
+    bf16_quant_case(TOY_F16, 12, 1100, 40);
+    bf16_quant_case(TOY_F16, 9, 64, 48);
     /* Q4_K: blocks of 256 values, so k blocks and column chunks of 256 */
     bf16_quant_case(TOY_Q4_K, 20, 512, 256);
     bf16_quant_case(TOY_Q4_K, 40, 1280, 64);  /* k blocks of 768 + 512 */

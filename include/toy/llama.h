@@ -88,11 +88,12 @@ struct toy_llama {
      * projections run on bf16 copies of the f32 master weights (cast inside
      * the graph each step; gradients flow back to the f32 masters). */
     enum toy_dtype matmul_type;
-    /* With matmul_type TOY_BF16: only f32 weights' products are marked
-     * bf16, quantized ones keep their int8 kernels (inference, where those
-     * are faster: toy_llama_infer_bf16). false (default): a quantized base
-     * is dequantized to bf16 too (QLoRA, whose gradient products need it). */
-    bool bf16_f32_only;
+    /* With matmul_type TOY_BF16: only f32 and f16 weights' products are
+     * marked bf16, quantized ones keep their int8 kernels (inference, where
+     * those are faster: toy_llama_infer_bf16). false (default): a quantized
+     * base is dequantized to bf16 too (QLoRA, whose gradient products need
+     * it). */
+    bool bf16_float_only;
     float lora_scale;     /* alpha / r of the attached adapters */
     /* Token embeddings through a learned projection (a warm start from a
      * donor of another width, toy_llama_warm_start): the embedding table is
@@ -196,14 +197,14 @@ enum toy_status toy_llama_load(const char *path, bool trainable, struct toy_llam
  * tensors are released, so the weights stay resident once). Generators and
  * the server call it; idempotent; toy_llama_free frees the copies. */
 enum toy_status toy_llama_pack_weights(struct toy_llama *m);
-/* Inference in mixed precision (`toy generate --bf16`): products of f32
- * weights over more than a few rows -- a prompt's prefill, eval's windows --
- * take their operands rounded to bf16 as they pack them (AVX-512 BF16 or
- * AMX; on a Zen 4 about 1.8x the f32 rate), with f32 sums, as training's
- * --bf16 does. Decode steps (a row at a time, bound by memory) keep f32
- * arithmetic, and quantized, f16 and bf16 weights keep their own kernels.
+/* Inference in mixed precision (`toy generate --bf16`): products of f32 or
+ * f16 weights over more than a few rows -- a prompt's prefill, eval's
+ * windows -- take their operands rounded to bf16 as they pack them (AVX-512
+ * BF16 or AMX; on a Zen 4 about 1.8x the f32 rate), with f32 sums, as
+ * training's --bf16 does. Decode steps (a row at a time, bound by memory)
+ * keep their arithmetic, and quantized and bf16 weights their own kernels.
  * On a CUDA device (the process default) the marked products run in BF16
- * math. Returns false, changing nothing, where the model has no f32
+ * math. Returns false, changing nothing, where the model has no f32 or f16
  * matrix, or graphs run on a CPU that multiplies bf16 no faster than f32
  * (no AVX-512 BF16, or an Intel CPU without AMX). */
 bool toy_llama_infer_bf16(struct toy_llama *m);

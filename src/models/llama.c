@@ -247,12 +247,12 @@ bool toy_llama_infer_bf16(struct toy_llama *m) {
     if (!strcmp(toy_device_default(), "cpu") && !toy_cpu_bf16_native()) return false;
     struct toy_tensor **w = malloc(((size_t)m->cfg.n_layers * 7 + 1) * sizeof *w);
     if (!w) return false;
-    int n = inference_weights(m, w), f32 = 0;
-    for (int i = 0; i < n; i++) f32 += w[i]->type == TOY_F32;
+    int n = inference_weights(m, w), floats = 0;
+    for (int i = 0; i < n; i++) floats += w[i]->type == TOY_F32 || w[i]->type == TOY_F16;
     free(w);
-    if (!f32) return false; /* nothing to round; attention too stays as it was */
+    if (!floats) return false; /* nothing to round; attention too stays as it was */
     m->matmul_type = TOY_BF16;
-    m->bf16_f32_only = true; /* quantized weights: the int8 kernels are the faster (1.6x in a prefill) */
+    m->bf16_float_only = true; /* quantized weights: the int8 kernels are the faster (1.6x in a prefill) */
     return true;
 }
 
@@ -322,7 +322,7 @@ int64_t toy_llama_n_params(const struct toy_llama *m) {
  * dequantizes a QLoRA base) to bf16 as it packs them, with no bf16 copy */
 static struct toy_tensor *proj(struct toy_ctx *ctx, const struct toy_llama *m, struct toy_tensor *x,
                                struct toy_tensor *w, struct toy_tensor *b) {
-    bool bf16 = m->matmul_type == TOY_BF16 && (!m->bf16_f32_only || w->type == TOY_F32);
+    bool bf16 = m->matmul_type == TOY_BF16 && (!m->bf16_float_only || w->type == TOY_F32 || w->type == TOY_F16);
     return toy_linear_bf16(ctx, x, w, b, bf16);
 }
 

@@ -88,16 +88,17 @@ static bool use_bf16_gemm_cpu(void) {
 }
 #define QDOT_MAX_ROWS 8 /* at most this many rows: the integer row kernels (use_qdot) */
 static bool bf16_via_sgemm(void);
-/* An F32, Q8_0, Q4_0 or Q4_K B in a product marked bf16 (toy_linear_bf16
- * and its gradients: mixed precision over f32 master weights or a
- * quantized base), rounded or dequantized to bf16 as it is packed, so no
- * bf16 copy of it is ever made. Not on the sgemm route, which would widen
+/* An F32, F16, Q8_0, Q4_0 or Q4_K B in a product marked bf16
+ * (toy_linear_bf16 and its gradients: mixed precision over f32 master
+ * weights, a quantized base, or a model's f32 or f16 weights in inference),
+ * rounded or dequantized to bf16 as it is packed, so no bf16 copy of it is
+ * ever made. Not on the sgemm route, which would widen
  * it straight back (there the product stays f32), nor for a few rows (a
  * decode step sampled during fine-tuning), where converting every weight
  * would cost far more than the products. */
 static bool bf16_convert_b(const struct toy_tensor *dst) {
     const struct toy_tensor *b = dst->src[1];
-    bool quant = b->type == TOY_Q8_0 || b->type == TOY_Q4_0 || b->type == TOY_Q4_K;
+    bool quant = b->type == TOY_Q8_0 || b->type == TOY_Q4_0 || b->type == TOY_Q4_K || b->type == TOY_F16;
     /* an f32 B not on b->data: a view (an activation reshaped) gets its data
      * only as the graph runs, after the work sizes are taken */
     return dst->op_params[P_MM_BF16] && !bf16_via_sgemm() && dst->ne[1] * dst->ne[2] * dst->ne[3] > QDOT_MAX_ROWS &&
