@@ -48,7 +48,8 @@ int toy_cmd_eval(int argc, char **argv) {
     bool json = false, no_bos = false, bf16 = false;
     const struct toy_cli_flag flags[] = {
         TOY_FLAG_S("-m", &model), TOY_FLAG_S("--model", &model), TOY_FLAG_S("--data", &path),
-        TOY_FLAG_B("--json", &json), TOY_FLAG_B("--no-bos", &no_bos), TOY_FLAG_B("--bf16", &bf16), TOY_FLAG_N("--ctx", TOY_CLI_I64, &T, 0, 16777216),
+        TOY_FLAG_B("--json", &json), TOY_FLAG_B("--no-bos", &no_bos), TOY_FLAG_B("--bf16", &bf16),
+        TOY_FLAG_N("--ctx", TOY_CLI_I64, &T, 0, 16777216),
         TOY_FLAG_N("--batch", TOY_CLI_I64, &B, 1, 1048576), TOY_FLAG_OPEN("--heldout", TOY_CLI_F64, &heldout, 0, 1),
         TOY_FLAG_N("--max-windows", TOY_CLI_I64, &max_windows, 0, 1e15),
         TOY_FLAG_N("--threads", TOY_CLI_INT, &threads, 0, 4096), TOY_FLAG_END,

@@ -38,7 +38,7 @@ static int usage_to(FILE *out) {
             "Stops at the model's end-of-generation token, a stop string (at most 16), -n tokens (0: no\n"
             "limit), or a full context (--ctx, default the model's). An empty prompt starts from BOS, with\n"
             "or without --no-bos. Ctrl-C ends it with the text so far (exit 130).\n"
-            "--bf16: the prompt's products over f32 or f16 weights in bf16 (AVX-512 BF16 or AMX); decode as without.\n"
+            "--bf16: the prompt's products over f32 or f16 weights in bf16 (AVX-512 BF16 or AMX).\n"
             "GPT-2 models take neither --lora, --kv-type, --trace nor --bf16.\n");
     return 2;
 }

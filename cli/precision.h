@@ -7,10 +7,10 @@
 
 struct toy_llama;
 
-/* Turns bf16 products on for m's f32 weights (toy_llama_infer_bf16), or
- * says on stderr, as "toy CMD: note: ...", why that changes nothing: a CPU
- * without faster bf16 products, or a model with no f32 or f16 matrix. Returns
- * whether any product of m now runs in bf16. */
+/* Turns bf16 products on for m's f32 and f16 weights (toy_llama_infer_bf16),
+ * or says on stderr, as "toy CMD: note: ...", why that changes nothing: a
+ * CPU without faster bf16 products, or a model with no f32 or f16 matrix.
+ * Returns whether any product of m now runs in bf16. */
 bool toy_cli_infer_bf16(const char *cmd, struct toy_llama *m);
 
 #endif
