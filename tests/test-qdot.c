@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/cpu/cpu-impl.h" /* toy_cpu_work_size, struct toy_graph */
 #include "backends/cpu/qdot.h"
 #include "toy/quant.h"
 #include "toy/rng.h"
@@ -376,4 +377,58 @@ Test(qdot, stream_alloc_large_blocks_are_huge_page_aligned) {
         toy_stream_free(p, sizes[i]);
     }
     toy_stream_free(NULL, 100); /* a no-op */
+}
+
+/* toy_graph_compute keeps its nodes' scratch size once two runs have asked
+ * for it; packing the weight of a product (another kernel, another
+ * scratch) or unpacking it asks again, and every run gives the bits of a
+ * graph that never kept anything. */
+static size_t fresh_work_size(const struct toy_graph *g, int nth) {
+    size_t ws = 0;
+    for (int i = 0; i < toy_graph_n_nodes(g); i++) {
+        size_t w = toy_cpu_work_size(toy_graph_node(g, i), nth);
+        if (w > ws) ws = w;
+    }
+    return ws;
+}
+
+Test(qdot, graph_scratch_is_asked_again_after_packing) {
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    struct toy_rng r;
+    toy_rng_seed(&r, 41);
+    const int64_t k = 576, n = 96, M = 3;
+    struct toy_tensor *w = toy_new_tensor_2d(ctx, TOY_Q8_0, k, n), *x = toy_new_tensor_2d(ctx, TOY_F32, k, M);
+    float *wf = malloc((size_t)k * sizeof *wf);
+    for (int64_t j = 0; j < n; j++) {
+        for (int64_t i = 0; i < k; i++) wf[i] = toy_rng_normal(&r) * 0.05f;
+        toy_quantize_row(TOY_Q8_0, wf, (char *)w->data + j * w->nb[1], k);
+    }
+    for (int64_t i = 0; i < k * M; i++) ((float *)x->data)[i] = toy_rng_normal(&r);
+    struct toy_tensor *y = toy_linear(ctx, x, w, NULL);
+    toy_set_output(y);
+    struct toy_graph *g = toy_graph_new(ctx);
+    toy_graph_build(g, y);
+    struct toy_threadpool *tp = toy_threadpool_new(2);
+    float *want = malloc((size_t)(n * M) * sizeof *want), *ref = malloc((size_t)(n * M) * sizeof *ref);
+    size_t need[3];
+    for (int round = 0; round < 3; round++) { /* unpacked, packed, unpacked again */
+        if (round == 1) cr_assert_eq(toy_tensor_pack(w), TOY_OK);
+        if (round == 2) toy_tensor_unpack(w);
+        for (int run = 0; run < 4; run++) {
+            cr_assert_eq(toy_graph_compute(g, tp), TOY_OK, "%s", toy_last_error());
+            cr_assert_eq(g->ws, fresh_work_size(g, 2), "round %d run %d: scratch %zu kept, the nodes need %zu", round,
+                         run, g->ws, fresh_work_size(g, 2));
+            cr_assert_eq(g->ws_runs, run < 2 ? run + 1 : 2, "round %d run %d: %d runs asked", round, run, g->ws_runs);
+            if (run == 0) memcpy(want, y->data, (size_t)(n * M) * sizeof *want);
+            else cr_assert(memcmp(want, y->data, (size_t)(n * M) * sizeof *want) == 0, "round %d run %d", round, run);
+        }
+        need[round] = fresh_work_size(g, 2);
+        if (round == 0) memcpy(ref, want, (size_t)(n * M) * sizeof *ref);
+        if (round == 2) cr_assert(memcmp(ref, want, (size_t)(n * M) * sizeof *ref) == 0, "unpacked twice, other bits");
+    }
+    cr_assert_neq(need[0], need[1], "packing left the scratch as it was: this test would not see a stale one");
+    cr_assert_eq(need[0], need[2]);
+    free(wf), free(want), free(ref);
+    toy_threadpool_free(tp);
+    toy_ctx_free(ctx);
 }

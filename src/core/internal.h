@@ -123,12 +123,21 @@ struct toy_graph {
     const struct toy_backend_ops *be;
     int device;
     uint32_t plan_gen;             /* bumped by every toy_graph_plan */
+    /* the scratch the last run's nodes needed, and what it depends on
+     * (toy_graph_compute): the plan, the thread count, the packed weights */
+    size_t ws;
+    uint32_t ws_plan_gen, ws_pack_gen;
+    int ws_nth, ws_runs;
     bool want_fusion, fused;       /* toy_graph_set_fusion; done (CPU only, once) */
     void *dev_state;               /* a device backend's copies of this graph */
     void (*dev_free)(struct toy_graph *g); /* frees dev_state */
 };
 
 void toy_graph_add_node(struct toy_graph *g, struct toy_tensor *t);
+/* Bumped whenever a weight is packed or unpacked (toy_tensor_pack), which
+ * changes the kernels, and so the scratch, of the products over it. */
+uint32_t toy_pack_gen(void);
+void toy_pack_gen_bump(void);
 /* graph-fuse.c: folds norms, SwiGLUs and residual adds into the small
  * products of an inference graph; returns the number of rewrites */
 int toy_graph_fuse_cpu(struct toy_graph *g);

@@ -224,6 +224,7 @@ void toy_tensor_pack_into(struct toy_tensor *t, void *dst) {
     toy_qpack(t->type, t->ne[1], t->ne[0], t->data, t->nb[1], dst);
     t->packed = dst;
     t->flags |= TOY_FLAG_PACK_BORROWED;
+    toy_pack_gen_bump();
 }
 
 enum toy_status toy_tensor_pack(struct toy_tensor *t) {
@@ -234,12 +235,14 @@ enum toy_status toy_tensor_pack(struct toy_tensor *t) {
         return toy_error(TOY_ERR_NOMEM, "packing weight '%s': %zu bytes", t->name, bytes);
     toy_qpack(t->type, t->ne[1], t->ne[0], t->data, t->nb[1], p);
     t->packed = p;
+    toy_pack_gen_bump();
     return TOY_OK;
 }
 
 void toy_tensor_unpack(struct toy_tensor *t) {
     if (!(t->flags & TOY_FLAG_PACK_BORROWED)) free(t->packed);
     t->flags &= ~(uint32_t)TOY_FLAG_PACK_BORROWED;
+    if (t->packed) toy_pack_gen_bump();
     t->packed = NULL;
 }
 
