@@ -98,11 +98,11 @@ static bool bf16_via_sgemm(void);
  * would cost far more than the products. */
 static bool bf16_convert_b(const struct toy_tensor *dst) {
     const struct toy_tensor *b = dst->src[1];
-    bool quant = b->type == TOY_Q8_0 || b->type == TOY_Q4_0 || b->type == TOY_Q4_K || b->type == TOY_F16;
+    bool dequant = b->type == TOY_Q8_0 || b->type == TOY_Q4_0 || b->type == TOY_Q4_K || b->type == TOY_F16;
     /* an f32 B not on b->data: a view (an activation reshaped) gets its data
      * only as the graph runs, after the work sizes are taken */
     return dst->op_params[P_MM_BF16] && !bf16_via_sgemm() && dst->ne[1] * dst->ne[2] * dst->ne[3] > QDOT_MAX_ROWS &&
-           (b->type == TOY_F32 || (quant && b->data && !dst->op_params[P_MM_TRANS_A]));
+           (b->type == TOY_F32 || (dequant && b->data && !dst->op_params[P_MM_TRANS_A]));
 }
 static bool use_bf16_gemm(const struct toy_tensor *dst) {
     return use_bf16_gemm_cpu() && dst->src[0]->type == TOY_F32 &&
