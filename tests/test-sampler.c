@@ -1,7 +1,7 @@
 /* test-sampler.c: the sampling pipeline: greedy is the first maximum, a seed
  * reproduces a stream, draws follow softmax(logits / T) (chi-square), top-k,
- * top-p and min-p cut where they should, and the penalties push repeated
- * tokens down. */
+ * top-p and min-p cut where they should (top-k's one-pass selection draws
+ * as a full sort), and the penalties push repeated tokens down. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -142,6 +142,99 @@ Test(sampler, partial_sort_draws_as_a_full_sort) {
     }
     free(logits);
     free(w);
+}
+
+/* Top-k over a 50k vocabulary takes the best k in one pass over the logits
+ * (sampler.c's top_k_scan) rather than a selection over all V candidates:
+ * its draws are those of a plain full sort of the penalized logits (of
+ * equal values the lower id first, NaN as -inf), token for token, with
+ * ties at the k-th place, NaN and -inf logits, repeats in the history, and
+ * top-p after it or not. Greedy with penalties is the first maximum of the
+ * penalized logits. */
+static float pen_ref(const struct toy_sampler_params *p, float v, int count) {
+    if (!count) return v;
+    if (p->repeat_penalty > 0 && p->repeat_penalty != 1) v = v > 0 ? v / p->repeat_penalty : v * p->repeat_penalty;
+    return v - (p->frequency_penalty * (float)count + p->presence_penalty);
+}
+
+static int by_value_id(const void *a, const void *b) {
+    const float *x = a, *y = b; /* (value, id) pairs */
+    if (x[0] != y[0]) return x[0] > y[0] ? -1 : 1;
+    return x[1] < y[1] ? -1 : 1;
+}
+
+Test(sampler, top_k_draws_as_a_full_sort) {
+    const int V = 50000;
+    float *logits = malloc(V * sizeof *logits), *w = malloc(2 * V * sizeof *w);
+    int *count = calloc(V, sizeof *count);
+    struct toy_rng g;
+    toy_rng_seed(&g, 7);
+    /* a coarse grid, so values tie at the k-th place */
+    for (int i = 0; i < V; i++) logits[i] = roundf(40 * toy_rng_uniform(&g) * toy_rng_uniform(&g)) / 4;
+    logits[3] = NAN, logits[77] = -INFINITY, logits[49999] = 10; /* the last block, and one of the best */
+    logits[49990] = 9.75f; /* ties the 40th best, after it: out of the best 40 */
+    logits[12] = 10.25f;   /* in the history: 10 less a presence penalty of 0.25 ties the best, with a lower id */
+    int hist[] = {49999, 12, 12, 40000, 3, 77, 500, 12};
+    const struct {
+        int k;
+        float top_p, temp, rep, freq, pres;
+    } cases[] = {{40, 0, 0.8f, 1, 0, 0},       {40, 0.95f, 0.8f, 1, 0, 0}, {40, 0.9f, 1, 1.3f, 0, 0},
+                 {5, 0, 1.2f, 1, 0.5f, 0.25f}, {1000, 0.5f, 1, 2, 0, 0},   {1, 0, 1, 1, 0, 0},
+                 {40, 0, 1, 1, 0, 0.25f},      {40, 0, 0, 1.5f, 0.2f, 0.1f}, {40, 0, 0, 1, 0, 0.25f},
+                 {40, 0, 0, 1, 0, 0}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        struct toy_sampler_params p = {.temperature = cases[c].temp, .top_k = cases[c].k, .top_p = cases[c].top_p,
+                                       .repeat_penalty = cases[c].rep, .frequency_penalty = cases[c].freq,
+                                       .presence_penalty = cases[c].pres, .seed = 3};
+        struct toy_sampler *s = toy_sampler_new(&p, V);
+        memset(count, 0, V * sizeof *count);
+        bool penal = cases[c].rep != 1 || cases[c].freq || cases[c].pres;
+        for (size_t h = 0; h < sizeof hist / sizeof hist[0]; h++) {
+            toy_sampler_accept(s, hist[h]);
+            count[hist[h]] += penal;
+        }
+        for (int i = 0; i < V; i++) {
+            float v = pen_ref(&p, logits[i], count[i]);
+            w[2 * i] = isnan(v) ? -INFINITY : v;
+            w[2 * i + 1] = (float)i;
+        }
+        qsort(w, V, 2 * sizeof *w, by_value_id);
+        struct toy_rng r;
+        toy_rng_seed(&r, 3);
+        if (p.temperature <= 0) {
+            cr_assert_eq(toy_sampler_sample(s, logits, NULL), (int)w[1], "case %zu: greedy", c);
+            toy_sampler_free(s);
+            continue;
+        }
+        int keep = p.top_k;
+        double sum = 0;
+        float top = w[0];
+        for (int i = 0; i < keep; i++) {
+            w[2 * i] = expf(w[2 * i] == top ? 0 : (w[2 * i] - top) / p.temperature);
+            sum += w[2 * i];
+        }
+        if (p.top_p > 0) {
+            double mass = p.top_p * sum, acc = 0;
+            int kp = 0;
+            while (kp < keep && acc < mass) acc += w[2 * kp++];
+            keep = kp;
+            sum = 0;
+            for (int i = 0; i < keep; i++) sum += w[2 * i];
+        }
+        for (int d = 0; d < 200; d++) {
+            double u = (double)toy_rng_uniform(&r) * sum, a = 0;
+            int want = (int)w[2 * (keep - 1) + 1];
+            for (int i = 0; i < keep; i++)
+                if ((a += w[2 * i]) > u) { want = (int)w[2 * i + 1]; break; }
+            int got = toy_sampler_sample(s, logits, NULL);
+            cr_assert_eq(got, want, "case %zu (top-k %d, top-p %g, %d kept), draw %d: %d, full sort %d", c, p.top_k,
+                         (double)p.top_p, keep, d, got, want);
+        }
+        toy_sampler_free(s);
+    }
+    free(logits);
+    free(w);
+    free(count);
 }
 
 Test(sampler, penalties_push_repeats_down) {

@@ -161,38 +161,128 @@ static double log_sum_exp(const float *x, int64_t n) {
 
 static float log_softmax_at(const float *x, int64_t n, int64_t at) { return (float)((double)x[at] - log_sum_exp(x, n)); }
 
+/* The logit a token has after the penalties (it is in the history). */
+static float penalized(const struct toy_sampler *s, const float *logits, int32_t t) {
+    const struct toy_sampler_params *p = &s->p;
+    float v = logits[t];
+    if (p->repeat_penalty > 0 && p->repeat_penalty != 1) v = v > 0 ? v / p->repeat_penalty : v * p->repeat_penalty;
+    return v - (p->frequency_penalty * (float)s->count[t] + p->presence_penalty);
+}
+
+/* Blocks of SCAN floats are first only compared against the best so far,
+ * all at once (the compiler's vector compares), and looked at one by one
+ * only where one beats it: after the first few blocks of a vocabulary that
+ * is rare. A plain loop over 49152 logits took 46 us on a Zen 4, 1.3% of a
+ * SmolLM2-135M Q4_0 decode step, before the pool's worker had to be woken. */
+#define SCAN 64
+static bool any_above(const float *x, float th) {
+    int any = 0;
+    for (int j = 0; j < SCAN; j++) any |= x[j] > th;
+    return any;
+}
+
+/* The first index of the largest logit, skipping those `skip` marks (may be
+ * NULL); NaN never wins. -1 when every logit looked at is NaN or skipped. */
+static int64_t argmax_from(const float *x, int64_t n, const int32_t *skip) {
+    int64_t best = -1;
+    float bv = -INFINITY;
+    for (int64_t i = 0; i < n; i += SCAN) {
+        int64_t e = n - i < SCAN ? n : i + SCAN;
+        if (e - i == SCAN && !any_above(x + i, bv) && best >= 0) continue;
+        for (int64_t j = i; j < e; j++)
+            if ((x[j] > bv || (best < 0 && x[j] == bv)) && !(skip && skip[j])) bv = x[j], best = j;
+    }
+    return best;
+}
+
+/* a min-heap of candidates, the worst at the root: the lower value, or of
+ * equal values the higher id (the lower ids are kept, as a full sort does) */
+static bool worse(struct cand a, struct cand b) { return a.v < b.v || (a.v == b.v && a.id > b.id); }
+static void sift_down(struct cand *h, int64_t k, int64_t i) {
+    for (;;) {
+        int64_t l = 2 * i + 1, m = i;
+        if (l < k && worse(h[l], h[m])) m = l;
+        if (l + 1 < k && worse(h[l + 1], h[m])) m = l + 1;
+        if (m == i) return;
+        struct cand t = h[i];
+        h[i] = h[m];
+        h[m] = t;
+        i = m;
+    }
+}
+static void heap_offer(struct cand *h, int64_t k, struct cand c) {
+    if (!worse(h[0], c)) return;
+    h[0] = c;
+    sift_down(h, k, 0);
+}
+
+/* The k (< V) best candidates, penalties applied, NaN as -inf, into c[0, k)
+ * sorted best first (of equal values the lower id first): one pass over the
+ * logits (the tokens in the history are skipped there and offered with
+ * their penalized values after), instead of V candidates and a selection. */
+static void top_k_scan(const struct toy_sampler *s, const float *logits, bool penal, int64_t k, struct cand *c) {
+    int64_t V = s->V, n = 0, i = 0;
+    const int32_t *skip = penal ? s->count : NULL;
+    for (; n < k; i++) /* the first k tokens not in the history (the history holds fewer than V - k: k < V - hist) */
+        if (!(skip && skip[i])) c[n++] = (struct cand){(int32_t)i, isnan(logits[i]) ? -INFINITY : logits[i]};
+    for (int64_t j = k / 2 - 1; j >= 0; j--) sift_down(c, k, j);
+    for (; i < V; i += SCAN) {
+        int64_t e = V - i < SCAN ? V : i + SCAN;
+        if (e - i == SCAN && !any_above(logits + i, c[0].v)) continue;
+        for (int64_t j = i; j < e; j++)
+            if (logits[j] > c[0].v && !(skip && skip[j])) heap_offer(c, k, (struct cand){(int32_t)j, logits[j]});
+    }
+    if (penal)
+        for (int64_t h = 0; h < s->hist_n; h++) {
+            int32_t t = s->hist[h];
+            if (s->count[t] < 0) continue; /* offered already (a token may repeat in the history) */
+            float v = penalized(s, logits, t);
+            heap_offer(c, k, (struct cand){t, isnan(v) ? -INFINITY : v});
+            s->count[t] = -s->count[t];
+        }
+    if (penal)
+        for (int64_t h = 0; h < s->hist_n; h++)
+            if (s->count[s->hist[h]] < 0) s->count[s->hist[h]] = -s->count[s->hist[h]];
+    qsort(c, (size_t)k, sizeof *c, by_value_desc);
+}
+
 int32_t toy_sampler_sample(struct toy_sampler *s, const float *logits, float *logprob) {
     const struct toy_sampler_params *p = &s->p;
     int64_t V = s->V, n = V;
-    bool penal = (p->repeat_penalty > 0 && p->repeat_penalty != 1) || p->frequency_penalty || p->presence_penalty;
-    if (p->temperature <= 0 && !(penal && s->hist_n)) { /* greedy on the logits as they are */
-        int64_t best = 0;
-        for (int64_t i = 1; i < V; i++)
-            if (logits[i] > logits[best]) best = i;
-        if (logprob) *logprob = log_softmax_at(logits, V, best);
-        return (int32_t)best;
-    }
-    for (int64_t i = 0; i < V; i++) s->c[i] = (struct cand){(int32_t)i, logits[i]};
-    if (penal && s->hist_n) {
-        for (int64_t h = 0; h < s->hist_n; h++) {
-            int32_t t = s->hist[h];
-            if (s->count[t] < 0) continue;
-            float v = logits[t];
-            if (p->repeat_penalty > 0 && p->repeat_penalty != 1) v = v > 0 ? v / p->repeat_penalty : v * p->repeat_penalty;
-            v -= p->frequency_penalty * (float)s->count[t] + p->presence_penalty;
-            s->c[t].v = v;
-            s->count[t] = -s->count[t]; /* mark done (a token may repeat in the history) */
-        }
-        for (int64_t h = 0; h < s->hist_n; h++)
-            if (s->count[s->hist[h]] < 0) s->count[s->hist[h]] = -s->count[s->hist[h]];
-    }
+    bool penal = ((p->repeat_penalty > 0 && p->repeat_penalty != 1) || p->frequency_penalty || p->presence_penalty) &&
+                 s->hist_n;
     int32_t pick;
-    if (p->temperature <= 0) {
-        int64_t best = 0;
-        for (int64_t i = 1; i < V; i++)
-            if (s->c[i].v > s->c[best].v) best = i;
-        pick = s->c[best].id;
-    } else {
+    if (p->temperature <= 0) { /* greedy: the first of the best, penalties applied to the tokens in the history */
+        int64_t best = argmax_from(logits, V, penal ? s->count : NULL);
+        float bv = best >= 0 ? logits[best] : -INFINITY;
+        for (int64_t h = 0; penal && h < s->hist_n; h++) {
+            int32_t t = s->hist[h];
+            float v = penalized(s, logits, t);
+            if (v > bv || (v == bv && (best < 0 || t < best))) bv = v, best = t;
+        }
+        pick = (int32_t)(best >= 0 ? best : 0);
+        if (logprob) *logprob = log_softmax_at(logits, V, pick);
+        return pick;
+    }
+    /* the best k straight from the logits when top-k keeps few of them (the
+     * history is small beside the vocabulary, so k tokens outside it exist) */
+    bool scanned = p->top_k > 0 && p->top_k <= 1024 && p->top_k < V - (penal ? s->hist_n : 0);
+    if (scanned) {
+        top_k_scan(s, logits, penal, p->top_k, s->c);
+        n = p->top_k;
+        scanned = s->c[0].v > -INFINITY; /* else every logit is -inf or NaN: the full path's uniform draw */
+    }
+    if (!scanned) {
+        n = V;
+        for (int64_t i = 0; i < V; i++) s->c[i] = (struct cand){(int32_t)i, logits[i]};
+        if (penal) {
+            for (int64_t h = 0; h < s->hist_n; h++) {
+                int32_t t = s->hist[h];
+                s->c[t].v = penalized(s, logits, t);
+            }
+        }
+    }
+    {
         /* logits relative to the best, then scaled: a tiny temperature sends the others towards -inf (it sent
          * the best to +inf, whose exp is NaN, and the draw to an arbitrary token), so it tends to greedy */
         float top = -INFINITY;
@@ -201,7 +291,7 @@ int32_t toy_sampler_sample(struct toy_sampler *s, const float *logits, float *lo
             if (s->c[i].v > top) top = s->c[i].v;
         }
         for (int64_t i = 0; i < n; i++) s->c[i].v = s->c[i].v == top ? 0 : (s->c[i].v - top) / p->temperature;
-        if (p->top_k > 0 && p->top_k < n) {
+        if (!scanned && p->top_k > 0 && p->top_k < n) {
             select_top(s->c, n, p->top_k);
             n = p->top_k;
         }
