@@ -432,3 +432,35 @@ Test(qdot, graph_scratch_is_asked_again_after_packing) {
     toy_threadpool_free(tp);
     toy_ctx_free(ctx);
 }
+
+/* A leaf without data is an error naming it, never a crash: before any
+ * node runs while the graph's scratch is still being asked for, and then,
+ * with the scratch kept (graph.c checks each node's leaves as it runs
+ * them), at the node that reads it. */
+Test(qdot, graph_refuses_a_leaf_without_data_before_and_after_keeping_its_scratch) {
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    const int64_t k = 64, n = 32;
+    struct toy_tensor *w = toy_new_tensor_2d(ctx, TOY_F32, k, n), *x = toy_new_tensor_2d(ctx, TOY_F32, k, 1);
+    toy_set_name(x, "the_input");
+    memset(w->data, 0, toy_nbytes(w));
+    memset(x->data, 0, toy_nbytes(x));
+    struct toy_tensor *y = toy_silu(ctx, toy_linear(ctx, x, w, NULL));
+    toy_set_output(y);
+    struct toy_graph *g = toy_graph_new(ctx);
+    toy_graph_build(g, y);
+    struct toy_threadpool *tp = toy_threadpool_new(2);
+    void *data = x->data;
+    x->data = NULL;
+    cr_assert_eq(toy_graph_compute(g, tp), TOY_ERR_STATE);
+    cr_assert(strstr(toy_last_error(), "the_input"), "%s", toy_last_error());
+    x->data = data;
+    for (int run = 0; run < 3; run++) cr_assert_eq(toy_graph_compute(g, tp), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(g->ws_runs, 2, "the scratch is kept: the check is now the one made per node");
+    x->data = NULL;
+    cr_assert_eq(toy_graph_compute(g, tp), TOY_ERR_STATE);
+    cr_assert(strstr(toy_last_error(), "the_input"), "%s", toy_last_error());
+    x->data = data;
+    cr_assert_eq(toy_graph_compute(g, tp), TOY_OK, "%s", toy_last_error());
+    toy_threadpool_free(tp);
+    toy_ctx_free(ctx);
+}

@@ -435,11 +435,15 @@ enum toy_status toy_graph_compute(struct toy_graph *g, struct toy_threadpool *tp
     if (g->ws_plan_gen != g->plan_gen || g->ws_nth != nth || g->ws_pack_gen != pack_gen) g->ws_runs = 0;
     bool known = g->ws_runs >= 2; /* asked in two whole runs, the last with every view's data set */
     size_t ws = known ? g->ws : 0;
-    for (int i = 0; i < g->n_nodes; i++) {
-        if (!known) {
-            size_t w = be->work_size(g->nodes[i], nth);
-            if (w > ws) ws = w;
-        }
+    /* Every leaf must have data. Until the scratch size is known that is
+     * checked before any node runs, so a graph that has never run whole
+     * (a leaf left unset) writes nothing; after, each node's leaves are
+     * checked as it runs: the kernel reads those tensors there anyway, and
+     * the whole graph's ~1600 sources, cold after a decode step has
+     * streamed the weights, took 20-30 us of that step's start. */
+    for (int i = 0; !known && i < g->n_nodes; i++) {
+        size_t w = be->work_size(g->nodes[i], nth);
+        if (w > ws) ws = w;
         for (int s = 0; s < TOY_MAX_SRC; s++)
             if ((st = check_leaf(g->nodes[i]->src[s]))) return st;
     }
@@ -464,6 +468,8 @@ enum toy_status toy_graph_compute(struct toy_graph *g, struct toy_threadpool *tp
         }
         if (writes_grad(t)) t->data = t->src[TOY_MAX_SRC - 1]->data; /* the persistent gradient */
         if (t->op == TOY_OP_KV_STORE) t->data = t->src[0]->data; /* the cache itself */
+        for (int s = 0; known && s < TOY_MAX_SRC; s++)
+            if ((st = check_leaf(t->src[s]))) return st;
         struct task tk = {be, t, mb->work, mb->work_size, g->trace};
         double t0 = g->timing ? now_us() : 0;
         if (!(t->op == TOY_OP_MATMUL && t->op_params[P_MM_LED])) { /* else an earlier sibling computed it */
