@@ -133,9 +133,10 @@ enum toy_status toy_generate(struct toy_generator *g, const int32_t *prompt, int
     size_t max_stop = 0;
     for (int i = 0; i < p->n_stop; i++) max_stop = strlen(p->stop[i]) > max_stop ? strlen(p->stop[i]) : max_stop;
     r.reason = TOY_STOP_LENGTH;
+    const float *cur = logits; /* the prompt's, then each step's output */
     for (;;) {
         float lp;
-        int32_t id = toy_sampler_sample(s, logits, &lp);
+        int32_t id = toy_sampler_sample(s, cur, &lp);
         toy_sampler_accept(s, id);
         r.n_generated++;
         bool eog = g->tok && toy_tokenizer_is_eog(g->tok, id) && !p->ignore_eos;
@@ -170,7 +171,7 @@ enum toy_status toy_generate(struct toy_generator *g, const int32_t *prompt, int
         double td = g->trace ? toy_trace_now(g->trace) : 0;
         if ((st = toy_graph_compute(g->dg, g->tp))) goto done;
         if (g->trace) toy_trace_span(g->trace, "decode", "phase", td, toy_trace_now(g->trace), 0);
-        memcpy(logits, g->dlogits->data, (size_t)V * sizeof(float));
+        cur = g->dlogits->data; /* read before the next step writes it */
         pos++;
     }
     if (r.reason != TOY_STOP_STRING && (st = gen_text_flush(&text, dec))) goto done;
