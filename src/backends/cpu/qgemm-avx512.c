@@ -186,7 +186,7 @@ static inline __attribute__((always_inline)) void kernel_packed(int R, bool wide
     bool q8 = bt == TOY_Q8_0, qk = bt == TOY_Q4_K;
     size_t bb = q8 ? TOY_QPACK_BLOCK_Q8_0 : qk ? TOY_QPACK_BLOCK_Q4_K : TOY_QPACK_BLOCK_Q4_0;
     size_t vo = qk ? 128 : 32; /* offset of the value vectors in a block */
-    const __m512i lo = _mm512_set1_epi8(15);
+    const __m512i lo = _mm512_set1_epi8(15), hi = _mm512_set1_epi8((char)0xF0);
     __m512 acc[4];
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
@@ -194,6 +194,15 @@ static inline __attribute__((always_inline)) void kernel_packed(int R, bool wide
         toy_pf_step(pc);
         if (ahead)
             for (size_t o = 0; o < bb; o += 64) _mm_prefetch((const char *)pk + ahead + o, _MM_HINT_T0);
+        /* Q8_0: w[t] the values of quad t. Nibbles: w[u] the low ones
+         * (quad u), w[u + 4] the high ones left in place, 16 times their
+         * value (quad u + 4): their products sum apart, exact in int32 and
+         * a multiple of 16, and are shifted down once a block. That spares
+         * a shift per vector: a one-row Q4_0 product from L2 went from 55 to
+         * 63 GB/s on a Zen 4 core (Q8_0, two chains instead of one: 68 to
+         * 70). Decode from memory did not change measurably (-0.2 +- 0.7%,
+         * steps alternated in one run); a model whose weights stay in
+         * cache gains the compute. */
         __m512i w[8];
         if (q8) {
 #pragma GCC unroll 8
@@ -203,20 +212,23 @@ static inline __attribute__((always_inline)) void kernel_packed(int R, bool wide
             for (int u = 0; u < 4; u++) {
                 __m512i q = load64_2(pk + vo + 64 * u);
                 w[u] = _mm512_and_si512(q, lo);
-                w[u + 4] = _mm512_and_si512(_mm512_srli_epi16(q, 4), lo);
+                w[u + 4] = _mm512_and_si512(q, hi);
             }
         }
         __m512 sw = qk ? _mm512_loadu_ps(pk) : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)pk));
         __m512 mn = qk ? _mm512_loadu_ps(pk + 64) : _mm512_setzero_ps();
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
-            __m512i ia = _mm512_set1_epi32(sa[r * nb + blk]);
-#pragma GCC unroll 8
-            for (int t = 0; t < 8; t++) {
-                int32_t xq;
-                memcpy(&xq, qa + r * ldq + blk * 32 + 4 * t, 4);
-                ia = _mm512_dpbusd_epi32(ia, w[t], _mm512_set1_epi32(xq));
+            __m512i ia = _mm512_set1_epi32(sa[r * nb + blk]), ib = _mm512_setzero_si512();
+#pragma GCC unroll 4
+            for (int t = 0; t < 4; t++) {
+                int32_t x0, x1;
+                memcpy(&x0, qa + r * ldq + blk * 32 + 4 * t, 4);
+                memcpy(&x1, qa + r * ldq + blk * 32 + 16 + 4 * t, 4);
+                ia = _mm512_dpbusd_epi32(ia, w[t], _mm512_set1_epi32(x0));
+                ib = _mm512_dpbusd_epi32(ib, w[t + 4], _mm512_set1_epi32(x1));
             }
+            ia = _mm512_add_epi32(ia, q8 ? ib : _mm512_srai_epi32(ib, 4));
             __m512 s = _mm512_mul_ps(sw, _mm512_set1_ps(da[r * nb + blk]));
             acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia), s, acc[r]);
             if (qk) acc[r] = _mm512_fnmadd_ps(mn, _mm512_set1_ps(xs[r * nb + blk]), acc[r]);
