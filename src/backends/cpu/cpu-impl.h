@@ -164,8 +164,8 @@ size_t toy_cpu_attention_work(const struct toy_tensor *dst, int nth);
  * first TOY_ATTN_K_AHEAD and TOY_ATTN_V_AHEAD bytes), for the products
  * before it to fetch; returns 0 when dst is no decode step of the fast path.
  * The distances are those of the decode kernels (attn-decode-avx512.c). */
-#define TOY_ATTN_K_AHEAD 8192
-#define TOY_ATTN_V_AHEAD 16384
+#define TOY_ATTN_K_AHEAD 4096
+#define TOY_ATTN_V_AHEAD 8192
 struct toy_prefetch;
 int toy_cpu_attention_prefetch(const struct toy_tensor *dst, int ith, int nth, struct toy_prefetch *pf);
 
