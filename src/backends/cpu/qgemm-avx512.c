@@ -156,17 +156,19 @@ static void panel_from_packed(enum toy_dtype bt, const uint8_t *pk, int64_t nb, 
  * per output. `ahead`: prefetch the stream that many bytes ahead, on CPUs
  * where that pays (toy_cpu_prefetch_ahead; on a Zen 4 the hardware follows
  * the one stream, and prefetch instructions cost 15% of the bandwidth). */
-/* 64 bytes of weights as two 32-byte loads, except where
+/* Q8_0's 64 bytes of weights as two 32-byte loads, except where
  * toy_cpu_wide_loads says the CPU streams one 64-byte load faster: on an
  * Emerald Rapids Xeon Q8_0 decodes at 216 tok/s with it against 145 with
- * 16-byte loads (6 interleaved pairs), Q4_0 at 350 against 357 with 32-byte
- * ones (so it keeps those). On a Zen 4, SmolLM2-135M Q8_0 decode steps took
- * 6.6-9.9% less time with 32-byte loads than with four 16-byte ones (five
- * runs, contexts 256 and 1024, the two alternated step by step in each
- * run), and 6.2% less with one 64-byte load. (Q8_0 used 16-byte loads on
- * AMD until this kernel's products ran in two chains; a Zen 5 measured
- * them best then, and is not measured with 32.) Q4_0: 356.7 / 367.8 /
- * 352.1 tok/s with 16 / 32 / 64-byte loads on the Zen 4. */
+ * 16-byte loads (6 interleaved pairs). On a Zen 4, SmolLM2-135M Q8_0 decode
+ * steps took 6.6-9.9% less time with 32-byte loads than with four 16-byte
+ * ones (five runs, contexts 256 and 1024, the two alternated step by step
+ * in each run), and 6.2% less with one 64-byte load. (Q8_0 used 16-byte
+ * loads on AMD until this kernel's products ran in two chains; a Zen 5
+ * measured them best then, and is not measured with 32.)
+ * Nibbles (Q4_0, Q4_K) are read with one 64-byte load on every CPU: on the
+ * Zen 4, Q4_0 steps took 0.3-2.5% less time than with two 32-byte loads
+ * (five runs, contexts 256 and 1024); the Emerald Rapids Xeon decoded Q4_0
+ * at 350 tok/s with them against 357 with 32-byte ones, within its noise. */
 static inline __m512i load64_2(const uint8_t *p) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)p)),
                               _mm256_loadu_si256((const __m256i *)(p + 32)), 1);
@@ -204,7 +206,7 @@ static inline __attribute__((always_inline)) void kernel_packed(int R, bool wide
         } else {
 #pragma GCC unroll 4
             for (int u = 0; u < 4; u++) {
-                __m512i q = load64_2(pk + vo + 64 * u);
+                __m512i q = _mm512_loadu_si512(pk + vo + 64 * u);
                 w[u] = _mm512_and_si512(q, lo);
                 w[u + 4] = _mm512_and_si512(q, hi);
             }
@@ -312,7 +314,7 @@ void toy_qgemm_packed_cols_avx512(enum toy_dtype bt, int64_t m, int64_t n, int64
     size_t panel_bytes = (size_t)nb * PANEL_BLOCK, group = toy_qpack_group_bytes(bt, k);
     const uint8_t *pk = packed;
     if (m <= 8 || bt == TOY_Q4_K) { /* few rows (decode), or Q4_K: straight from the packed groups */
-        bool wide = bt == TOY_Q8_0 && toy_cpu_wide_loads(); /* Q4_0: even, measured (see load64_2) */
+        bool wide = bt == TOY_Q8_0 && toy_cpu_wide_loads(); /* nibbles: 64-byte loads everywhere (see load64_2) */
         if (m > 8) pcp = NULL;
         int ahead = toy_cpu_prefetch_ahead(); /* the first row group's pass brings the group in */
         for (int64_t j = 0; j < n; j += 16, pk += group) {
