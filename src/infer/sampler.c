@@ -220,7 +220,7 @@ static void heap_offer(struct cand *h, int64_t k, struct cand c) {
  * sorted best first (of equal values the lower id first): one pass over the
  * logits (the tokens in the history are skipped there and offered with
  * their penalized values after), instead of V candidates and a selection. */
-static void top_k_scan(const struct toy_sampler *s, const float *logits, bool penal, int64_t k, struct cand *c) {
+static void top_k_scan(struct toy_sampler *s, const float *logits, bool penal, int64_t k, struct cand *c) {
     int64_t V = s->V, n = 0, i = 0;
     const int32_t *skip = penal ? s->count : NULL;
     for (; n < k; i++) /* the first k tokens not in the history (the history holds fewer than V - k: k < V - hist) */
