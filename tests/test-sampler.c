@@ -157,12 +157,6 @@ static float pen_ref(const struct toy_sampler_params *p, float v, int count) {
     return v - (p->frequency_penalty * (float)count + p->presence_penalty);
 }
 
-static int by_value_id(const void *a, const void *b) {
-    const float *x = a, *y = b; /* (value, id) pairs */
-    if (x[0] != y[0]) return x[0] > y[0] ? -1 : 1;
-    return x[1] < y[1] ? -1 : 1;
-}
-
 Test(sampler, top_k_draws_as_a_full_sort) {
     const int V = 50000;
     float *logits = malloc(V * sizeof *logits), *w = malloc(2 * V * sizeof *w);
@@ -198,7 +192,7 @@ Test(sampler, top_k_draws_as_a_full_sort) {
             w[2 * i] = isnan(v) ? -INFINITY : v;
             w[2 * i + 1] = (float)i;
         }
-        qsort(w, V, 2 * sizeof *w, by_value_id);
+        qsort(w, V, 2 * sizeof *w, by_weight_desc); /* (value, id) pairs: the same order */
         struct toy_rng r;
         toy_rng_seed(&r, 3);
         if (p.temperature <= 0) {
