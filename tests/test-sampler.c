@@ -97,6 +97,15 @@ static int by_weight_desc(const void *a, const void *b) {
     return x[1] < y[1] ? -1 : 1;
 }
 
+/* the reference draw: the first of the `keep` best (weight, id) pairs
+ * whose running weight passes a uniform draw times their total */
+static int draw_ref(const float *w, int keep, double total, struct toy_rng *r) {
+    double u = (double)toy_rng_uniform(r) * total, a = 0;
+    for (int i = 0; i < keep; i++)
+        if ((a += w[2 * i]) > u) return (int)w[2 * i + 1];
+    return (int)w[2 * (keep - 1) + 1];
+}
+
 Test(sampler, partial_sort_draws_as_a_full_sort) {
     const int V = 50000;
     float *logits = malloc(V * sizeof *logits), *w = malloc(2 * V * sizeof *w);
@@ -130,11 +139,7 @@ Test(sampler, partial_sort_draws_as_a_full_sort) {
         double kept = 0;
         for (int i = 0; i < keep; i++) kept += w[2 * i];
         for (int d = 0; d < 200; d++) {
-            double u = (double)toy_rng_uniform(&r) * kept, a = 0;
-            int want = (int)w[2 * (keep - 1) + 1];
-            for (int i = 0; i < keep; i++)
-                if ((a += w[2 * i]) > u) { want = (int)w[2 * i + 1]; break; }
-            int got = toy_sampler_sample(s, logits, NULL);
+            int want = draw_ref(w, keep, kept, &r), got = toy_sampler_sample(s, logits, NULL);
             cr_assert_eq(got, want, "case %zu (top-p %g, min-p %g, %d kept), draw %d: %d, full sort %d", c,
                          (double)p.top_p, (double)p.min_p, keep, d, got, want);
         }
@@ -216,11 +221,7 @@ Test(sampler, top_k_draws_as_a_full_sort) {
             for (int i = 0; i < keep; i++) sum += w[2 * i];
         }
         for (int d = 0; d < 200; d++) {
-            double u = (double)toy_rng_uniform(&r) * sum, a = 0;
-            int want = (int)w[2 * (keep - 1) + 1];
-            for (int i = 0; i < keep; i++)
-                if ((a += w[2 * i]) > u) { want = (int)w[2 * i + 1]; break; }
-            int got = toy_sampler_sample(s, logits, NULL);
+            int want = draw_ref(w, keep, sum, &r), got = toy_sampler_sample(s, logits, NULL);
             cr_assert_eq(got, want, "case %zu (top-k %d, top-p %g, %d kept), draw %d: %d, full sort %d", c, p.top_k,
                          (double)p.top_p, keep, d, got, want);
         }
