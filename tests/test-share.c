@@ -1,16 +1,17 @@
-/* test-share.c: decode's matrix-vector products deal their rows (column
- * groups of packed weights) out to threads as they get to them
- * (cpu-impl.h's toy_share). A chain of one-row products of every weight
- * type, run many times on 1 to 8 threads (more threads than cores, so
- * some are descheduled mid-node and the others take their chunks), must
- * give the bits of the single-threaded run every time: each output is one
- * thread's whole dot product, and the shared counters must be back at zero
- * for the next node, including after a product small enough to run on one
- * thread alone. The chain's products are split into equal runs (their
- * chunks would be under TOY_SHARE_CHUNK_MIN); a last, wide one deals
- * chunks (at every thread count in F32, at 2 and 3 threads in the
- * quantized types). The pool itself must notice when its threads share
- * the cores with others, and spin less (threadpool.c). */
+/* test-share.c: decode's matrix-vector products share their rows (column
+ * groups of packed weights) out to threads (cpu-impl.h's toy_share): each
+ * thread owns a run and claims it front to back, and a thread done with its
+ * own takes the back of the others'. A chain of one-row products of every
+ * weight type, run many times on 1 to 8 threads (more threads than cores,
+ * so some are descheduled mid-node and the others take from their runs),
+ * must give the bits of the single-threaded run every time: each output is
+ * one thread's whole dot product, and the runs a node leaves must read as
+ * empty to the next, including after a product small enough to run on one
+ * thread alone. toy_share itself, driven directly: every unit exactly once,
+ * each thread's own run in one front-to-back stream, a slow thread helped,
+ * and no help with less than TOY_SHARE_STEAL_MIN bytes left. The pool
+ * itself must notice when its threads share the cores with others, and spin
+ * less (threadpool.c). */
 #include <criterion/criterion.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -21,6 +22,7 @@
 #include "toy/quant.h"
 #include "toy/rng.h"
 #include "toy/toy.h"
+#include "backends/cpu/cpu-impl.h"
 #include "harness.h"
 
 static struct toy_tensor *weight(struct toy_ctx *ctx, enum toy_dtype type, int64_t k, int64_t n, struct toy_rng *r) {
@@ -86,6 +88,100 @@ Test(share, decode_products_bf16) { chain_case(TOY_BF16); }
 Test(share, decode_products_q8_0) { chain_case(TOY_Q8_0); }
 Test(share, decode_products_q4_0) { chain_case(TOY_Q4_0); }
 Test(share, decode_products_q4_k) { chain_case(TOY_Q4_K); }
+
+/* toy_share on its own: n elements in units of `unit` over the pool's
+ * threads, thread 0 slowed by `slow_us` per unit it takes; who took each
+ * element, and in what pieces */
+#define SH_MAX_PIECES 4096
+struct share_run {
+    void *work;
+    int64_t n, unit;
+    size_t unit_bytes;
+    int slow_us;
+    _Atomic int owner[4000]; /* thread + 1 that took each element; 0: none */
+    atomic_int twice;
+    int64_t piece[8][SH_MAX_PIECES][2];
+    int n_piece[8];
+};
+
+static void share_task(void *arg, int ith, int nth) {
+    struct share_run *r = arg;
+    struct toy_share sh;
+    toy_share_init(&sh, r->work, r->n, r->unit, r->unit_bytes, ith, nth);
+    int64_t u0, u1;
+    while (toy_share_next(&sh, &u0, &u1)) {
+        if (r->n_piece[ith] < SH_MAX_PIECES) {
+            r->piece[ith][r->n_piece[ith]][0] = u0;
+            r->piece[ith][r->n_piece[ith]][1] = u1;
+            r->n_piece[ith]++;
+        }
+        for (int64_t e = u0; e < u1; e++) {
+            int none = 0;
+            if (!atomic_compare_exchange_strong(&r->owner[e], &none, ith + 1)) atomic_fetch_add(&r->twice, 1);
+        }
+        if (ith == 0 && r->slow_us) {
+            struct timespec ts = {0, (long)r->slow_us * 1000L * ((u1 - u0 + r->unit - 1) / r->unit)};
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
+/* runs the share; returns how many of thread 0's own run's elements others took */
+static int64_t share_once(struct share_run *r, struct toy_threadpool *tp) {
+    int nth = toy_threadpool_size(tp);
+    for (int64_t e = 0; e < r->n; e++) atomic_store(&r->owner[e], 0);
+    atomic_store(&r->twice, 0);
+    memset(r->n_piece, 0, sizeof r->n_piece);
+    toy_threadpool_run(tp, share_task, r);
+    cr_assert_eq(atomic_load(&r->twice), 0, "%d threads, n %lld: elements taken twice", nth, (long long)r->n);
+    for (int64_t e = 0; e < r->n; e++)
+        cr_assert_neq(atomic_load(&r->owner[e]), 0, "%d threads, n %lld: element %lld never taken", nth,
+                      (long long)r->n, (long long)e);
+    int64_t units = (r->n + r->unit - 1) / r->unit, helped = 0;
+    for (int t = 0; t < nth; t++) {
+        /* its own run's pieces come first, adjacent, front to back from the run's start */
+        int64_t at = units * t / nth * r->unit, end = units * (t + 1) / nth * r->unit;
+        if (end > r->n) end = r->n;
+        for (int i = 0; i < r->n_piece[t] && at < end; i++) {
+            if (r->piece[t][i][0] != at) break; /* someone took the rest of its run */
+            cr_assert(r->piece[t][i][1] > at && r->piece[t][i][1] <= end, "thread %d piece %d: [%lld, %lld)", t, i,
+                      (long long)r->piece[t][i][0], (long long)r->piece[t][i][1]);
+            at = r->piece[t][i][1];
+        }
+        for (int64_t e = at; e < end; e++)
+            cr_assert_neq(atomic_load(&r->owner[e]), t + 1, "thread %d took element %lld of its own run out of order",
+                          t, (long long)e);
+        if (t == 0) helped = end - at;
+    }
+    return helped;
+}
+
+Test(share, every_unit_once_and_a_slow_thread_helped) {
+    struct share_run *r = calloc(1, sizeof *r);
+    r->work = aligned_alloc(64, TOY_WORK_HEAD);
+    memset(r->work, 0, TOY_WORK_HEAD);
+    for (int nth = 1; nth <= 4; nth++) {
+        struct toy_threadpool *tp = toy_threadpool_new(nth);
+        const int64_t ns[] = {0, 1, 7, 100, 999, 4000};
+        for (int i = 0; i < 6; i++)
+            for (int64_t unit = 1; unit <= 5; unit += 2) {
+                r->n = ns[i], r->unit = unit, r->unit_bytes = 4096, r->slow_us = 0;
+                for (int rep = 0; rep < 3; rep++) share_once(r, tp); /* each run leaves the next empty runs */
+            }
+        if (nth > 1) {
+            /* thread 0 slow: the others, done with their own runs, take from its */
+            r->n = 4000, r->unit = 4, r->unit_bytes = 8192, r->slow_us = 50;
+            int64_t helped = share_once(r, tp);
+            cr_expect_gt(helped, 0, "%d threads: thread 0, 50 us a unit, was not helped", nth);
+            /* units of 64 bytes: nothing left is worth TOY_SHARE_STEAL_MIN (8 KB), so no help */
+            r->n = 200, r->unit = 1, r->unit_bytes = 64, r->slow_us = 20;
+            cr_expect_eq(share_once(r, tp), 0, "%d threads: help with less than TOY_SHARE_STEAL_MIN left", nth);
+        }
+        toy_threadpool_free(tp);
+    }
+    free(r->work);
+    free(r);
+}
 
 /* More pool threads than cores: the caller is preempted all the time, and
  * the pool must notice it and spin less (threadpool.c), while every task

@@ -25,11 +25,10 @@ static inline void toy_unravel(int64_t r, const struct toy_tensor *t, int64_t *i
 }
 
 /* The work buffer starts with one cache line of reduction slots per thread
- * (up to 256 threads), then one line of counters all threads share
- * (toy_share: zero when the buffer is made, zero again after each node);
- * kernels' scratch slices follow. */
+ * (up to 256 threads), then one line per thread for toy_share (zero when
+ * the buffer is made); kernels' scratch slices follow. */
 #define TOY_WORK_SHARED (64 * 256)
-#define TOY_WORK_HEAD (64 * 257)
+#define TOY_WORK_HEAD (64 * 512)
 
 /* Bytes of each thread's slice of the work buffer, and the slice. */
 static inline size_t toy_work_slice_bytes(size_t work_size, int nth) { return work_size / (size_t)nth / 64 * 64; }
@@ -50,60 +49,95 @@ static inline bool toy_last_thread(atomic_int *ctr, int nth) {
 }
 
 /* Units [0, n) (in multiples of `unit`, each streaming about unit_bytes of
- * memory) dealt out to threads as they get to them (decode's matrix-vector
- * products): thread ith first takes the ith of nth equal runs covering
- * three quarters of the units, one long stream each, then small chunks of
- * the rest, whichever nobody has, so a thread that runs slow (a VM's busy
- * core, a neighbour on the memory bus) takes fewer and the others do not
- * wait for it at the end of the node. Each chunk starts a new stream whose
- * first lines wait on memory with no prefetcher ahead of them, so chunks
- * are dealt only where they are at least TOY_SHARE_CHUNK_MIN bytes long;
- * a smaller product is split into equal runs (the few units left over one
- * at a time). On a Zen 4, 2 threads, that took SmolLM2-135M's decode from
- * 281 to 311 tok/s in Q4_0, 187 to 200 in Q8_0 and 106 to 112 in F16: its
- * 576-wide products had chunks of 10 KB.
- * Every thread calls toy_share_next until it returns false, and a node
- * uses at most one toy_share (one thread alone uses no counters; else the
- * last thread to see the end resets them, which a second deal could see
- * before the reset). */
-#define TOY_SHARE_CHUNK_MIN ((size_t)64 << 10)
+ * memory) shared out among the threads (decode's matrix-vector products).
+ * Thread ith owns the ith of nth equal runs and claims it front to back, a
+ * piece at a time (half of what is left of it), so it reads one unbroken
+ * stream. A thread whose run is done takes the back half of what is left
+ * unclaimed of the run with most left, as long as that is at least
+ * TOY_SHARE_STEAL_MIN bytes, and again until none is: so a thread that runs
+ * slow (a VM's busy core, a neighbour on the memory bus) is helped at the
+ * end of the node instead of being waited for, and the helper starts a new
+ * stream (whose first lines wait on memory with no prefetcher ahead of
+ * them) only where it would otherwise wait.
+ * Why: on a Zen 4, 2 threads, SmolLM2-135M Q4_0 decode, the two threads'
+ * times for the same product differed by 11% (standard deviation; a third
+ * of it lasting over many products), and the faster one waited 3-6 us at
+ * the end of a 15-30 us product, ~0.45 ms of a 3 ms step. (Before, three
+ * quarters were split in equal runs and the rest dealt in chunks, only
+ * where those were at least 64 KB: 10 KB chunks, one stream each, had
+ * cost 10% of that decode.)
+ * A run's unclaimed units are one word, front | back << 32 (its thread's
+ * line at TOY_WORK_SHARED), changed only by compare-and-swap: the owner
+ * moves the front, helpers the back. Every thread empties its own run
+ * before it leaves the node, so a run left from an earlier node (or the
+ * zeroed buffer) reads as empty, and a helper that looks at a run before
+ * its owner has set it takes nothing from it. So every thread calls
+ * toy_share_next until it returns false, and a node uses at most one
+ * toy_share (a second would reset runs a helper may still be taking from).
+ * Units are counted in 32 bits. */
+#define TOY_SHARE_STEAL_MIN ((size_t)8 << 10)
 struct toy_share {
-    atomic_int *next, *done;
-    int64_t n, first, per; /* the long runs' length; the small chunks' */
+    _Atomic uint64_t *words; /* thread t's run: words[8 t] */
+    int64_t n, unit, steal_min; /* elements; elements per unit; the fewest units worth taking */
     int ith, nth;
-    bool started;
+    bool own_done;
 };
+
+static inline uint64_t toy_share_word(uint64_t front, uint64_t back) { return front | back << 32; }
 
 static inline void toy_share_init(struct toy_share *s, void *work, int64_t n, int64_t unit, size_t unit_bytes,
                                   int ith, int nth) {
-    atomic_int *ctr = (atomic_int *)((char *)work + TOY_WORK_SHARED);
-    int64_t units = (n + unit - 1) / unit, first = units * 3 / 4 / nth, rest = units - first * nth;
-    int64_t per = (rest + 4 * (int64_t)nth - 1) / (4 * (int64_t)nth);
-    if ((size_t)per * unit_bytes < TOY_SHARE_CHUNK_MIN) {
-        first = units / nth;
-        per = 1;
-    }
-    *s = (struct toy_share){ctr, ctr + 1, n, first * unit, (per > 0 ? per : 1) * unit, ith, nth, false};
-    if (nth == 1) s->first = n; /* all of it, no counters */
+    int64_t units = (n + unit - 1) / unit;
+    *s = (struct toy_share){(_Atomic uint64_t *)((char *)work + TOY_WORK_SHARED), n, unit,
+                            (int64_t)((TOY_SHARE_STEAL_MIN + unit_bytes - 1) / (unit_bytes ? unit_bytes : 1)), ith,
+                            nth, false};
+    if (nth > 1)
+        atomic_store_explicit(&s->words[8 * ith],
+                              toy_share_word((uint64_t)(units * ith / nth), (uint64_t)(units * (ith + 1) / nth)),
+                              memory_order_relaxed);
 }
 
 static inline bool toy_share_next(struct toy_share *s, int64_t *u0, int64_t *u1) {
-    if (!s->started && s->first) {
-        s->started = true;
-        *u0 = s->ith * s->first;
-        *u1 = *u0 + s->first < s->n ? *u0 + s->first : s->n; /* equal runs of whole units can pass n */
-        return true;
+    uint64_t f = 0, b = 0, take = 0;
+    if (s->nth == 1) {
+        if (s->own_done) return false;
+        s->own_done = true;
+        *u0 = 0;
+        *u1 = s->n;
+        return s->n > 0;
     }
-    s->started = true;
-    if (s->nth == 1) return false;
-    int64_t at = s->first * s->nth + s->per * atomic_fetch_add_explicit(s->next, 1, memory_order_relaxed);
-    if (at < s->n) {
-        *u0 = at;
-        *u1 = at + s->per < s->n ? at + s->per : s->n;
-        return true;
+    if (!s->own_done) { /* the front of this thread's run */
+        _Atomic uint64_t *w = &s->words[8 * s->ith];
+        uint64_t v = atomic_load_explicit(w, memory_order_relaxed);
+        for (;;) {
+            f = (uint32_t)v, b = v >> 32;
+            if (f >= b) break;
+            take = (b - f + 1) / 2;
+            if (atomic_compare_exchange_weak_explicit(w, &v, toy_share_word(f + take, b), memory_order_relaxed,
+                                                      memory_order_relaxed))
+                goto got; /* [f, f + take) */
+        }
+        s->own_done = true;
     }
-    if (toy_last_thread(s->done, s->nth)) atomic_store_explicit(s->next, 0, memory_order_relaxed);
-    return false;
+    for (;;) { /* the back half of the run with most left */
+        _Atomic uint64_t *w = NULL;
+        uint64_t v = 0, most = 0;
+        for (int t = 0; t < s->nth; t++) {
+            uint64_t x = atomic_load_explicit(&s->words[8 * t], memory_order_relaxed), xf = (uint32_t)x, xb = x >> 32;
+            if (xb > xf && xb - xf > most) most = xb - xf, w = &s->words[8 * t], v = x;
+        }
+        if (!w || most < (uint64_t)s->steal_min) return false;
+        f = (uint32_t)v, b = v >> 32, take = (most + 1) / 2;
+        if (atomic_compare_exchange_strong_explicit(w, &v, toy_share_word(f, b - take), memory_order_relaxed,
+                                                    memory_order_relaxed)) {
+            f = b - take;
+            goto got;
+        }
+    }
+got:
+    *u0 = (int64_t)f * s->unit;
+    *u1 = (int64_t)(f + take) * s->unit < s->n ? (int64_t)(f + take) * s->unit : s->n;
+    return true;
 }
 
 /* Loads a row of any plain or block dtype as f32 (tmp: ne0 floats scratch
