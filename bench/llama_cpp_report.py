@@ -19,7 +19,9 @@ for key in sorted(toy, key=lambda k: (order.index(k[0]) if k[0] in order else 9,
     ap, bp, ad, bd = a["prefill_tok_s"], b["prefill_tok_s"], a["decode_tok_s"], b["decode_tok_s"]
     print(f"llama.cpp M {key[0]:5s} {key[1]}t: prefill toy {ap:7.1f} vs {bp:7.1f} tok/s ({ap / bp:.2f}x); "
           f"decode toy {ad:6.1f} ({100 * ad / bound:3.0f}% of bound {bound:.0f}) vs {bd:6.1f} ({100 * bd / bound:3.0f}%) "
-          f"tok/s ({ad / bd:.2f}x)")
+          f"tok/s ({ad / bd:.2f}x)"
+          + (f"; toy {100 * ad / a['decode_bound_sustained_tok_s']:.0f}% of the sustained read bound"
+             if a.get("decode_bound_sustained_tok_s") else ""))
     out.append({"dtype": key[0], "threads": key[1], "toy": a, "llama_cpp": b})
 with open(sys.argv[1], "w") as f:
     json.dump(out, f, indent=1)

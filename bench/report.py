@@ -64,6 +64,8 @@ for shape, rs in out.get("infer", {}).items():
               + f", best share of its bound: {r['decode_tok_s']:.1f} tok/s of {r['decode_bound_tok_s']:.1f}"
               + f" (max(read {r['read_gbs']:.1f}, triad {r['triad_gbs']:.1f}) GB/s / {r['weight_mb']:.0f} MB)"
               + f" = {100 * r['decode_tok_s'] / r['decode_bound_tok_s']:.0f}%"
+              + (f"; {100 * r['decode_tok_s'] / r['decode_bound_sustained_tok_s']:.0f}% of the read rate sustained"
+                 f" as long as the run ({r['sustained_read_gbs']:.1f} GB/s)" if r.get("decode_bound_sustained_tok_s") else "")
               + spread([x["prefill_tok_s"] for x in mine], "{:.0f}"))
 if len(sys.argv) > 1:
     with open(sys.argv[1], "w") as f:

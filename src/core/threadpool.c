@@ -391,35 +391,83 @@ static void zero_fn(void *arg, int ith, int nth) {
     for (int64_t i = s; i < e; i++) ((float *)r->a)[i] = 1.0f;
 }
 
-double toy_memory_read_gbs(struct toy_threadpool *tp) {
-    /* on ordinary pages and on the huge pages decode's packed weights get
-     * (toy_stream_alloc), the best of both: the bound is what the machine
-     * can stream, whichever way */
-    int64_t n = 64 << 20;
-    size_t bytes = (size_t)n * sizeof(float);
-    float *bufs[2] = {NULL, toy_stream_alloc(bytes)};
-    if (posix_memalign((void **)&bufs[0], 256, bytes)) bufs[0] = NULL;
-    struct rd r = {.n = n};
+/* The probe's buffers (ordinary pages, and the huge pages decode's packed
+ * weights get: toy_stream_alloc), filled by the threads that read them,
+ * and the loops it runs: every width the CPU has, each with and without
+ * software prefetch. */
+struct read_probe {
+    struct rd r;
+    float *bufs[2];
+    size_t bytes;
+    int widths[3], nw;
+};
+
+static bool read_probe_init(struct toy_threadpool *tp, struct read_probe *p) {
+    memset(p, 0, sizeof *p);
+    p->r.n = 64 << 20;
+    p->bytes = (size_t)p->r.n * sizeof(float);
+    p->bufs[1] = toy_stream_alloc(p->bytes);
+    if (posix_memalign((void **)&p->bufs[0], 256, p->bytes)) p->bufs[0] = NULL;
     for (int b = 0; b < 2; b++)
-        if (bufs[b]) {
-            r.a = bufs[b];
-            toy_threadpool_run(tp, zero_fn, &r);
+        if (p->bufs[b]) {
+            p->r.a = p->bufs[b];
+            toy_threadpool_run(tp, zero_fn, &p->r);
         }
     __builtin_cpu_init();
-    int widths[3], nw = 0;
-    widths[nw++] = 16;
-    if (__builtin_cpu_supports("avx2")) widths[nw++] = 32;
-    if (__builtin_cpu_supports("avx512f")) widths[nw++] = 64;
+    p->widths[p->nw++] = 16;
+    if (__builtin_cpu_supports("avx2")) p->widths[p->nw++] = 32;
+    if (__builtin_cpu_supports("avx512f")) p->widths[p->nw++] = 64;
+    return p->bufs[0] || p->bufs[1];
+}
+
+static void read_probe_free(struct read_probe *p) {
+    free(p->bufs[0]);
+    toy_stream_free(p->bufs[1], p->bytes);
+}
+
+/* loop w of the 4 x nw: buffer w % 2, prefetch w / 2 % 2, width w / 4;
+ * false where its buffer could not be had */
+static bool read_probe_loop(struct read_probe *p, int w) {
+    if (!(p->r.a = p->bufs[w % 2])) return false;
+    p->r.width = p->widths[w / 4];
+    p->r.ahead = w / 2 % 2 ? 2048 : 0;
+    return true;
+}
+
+double toy_memory_read_gbs(struct toy_threadpool *tp) {
+    struct read_probe p;
     double best = 1e30;
-    for (int k = 0; k < 5; k++) /* loops interleaved, so a change of phase hits all alike */
-        for (int w = 0; w < 4 * nw; w++) {
-            if (!(r.a = bufs[w % 2])) continue;
-            r.width = widths[w / 4];
-            r.ahead = w / 2 % 2 ? 2048 : 0;
-            double dt = timed_run(tp, read_fn, &r);
-            if (dt < best) best = dt;
-        }
-    free(bufs[0]);
-    toy_stream_free(bufs[1], bytes);
-    return best < 1e30 ? (double)bytes / best / 1e9 : 0;
+    if (read_probe_init(tp, &p))
+        for (int k = 0; k < 5; k++) /* loops interleaved, so a change of phase hits all alike */
+            for (int w = 0; w < 4 * p.nw; w++) {
+                if (!read_probe_loop(&p, w)) continue;
+                double dt = timed_run(tp, read_fn, &p.r);
+                if (dt < best) best = dt;
+            }
+    read_probe_free(&p);
+    return best < 1e30 ? (double)p.bytes / best / 1e9 : 0;
+}
+
+double toy_memory_read_sustained_gbs(struct toy_threadpool *tp, double seconds) {
+    struct read_probe p;
+    double rate = 0;
+    if (read_probe_init(tp, &p)) {
+        int fastest = -1;
+        double best = 1e30;
+        for (int w = 0; w < 4 * p.nw; w++) /* one round of each loop: the fastest is the one to sustain */
+            if (read_probe_loop(&p, w)) {
+                double dt = timed_run(tp, read_fn, &p.r);
+                if (dt < best) best = dt, fastest = w;
+            }
+        read_probe_loop(&p, fastest);
+        double spent = 0;
+        int64_t rounds = 0;
+        do { /* at least one round; then as long as asked */
+            spent += timed_run(tp, read_fn, &p.r);
+            rounds++;
+        } while (spent < seconds);
+        rate = (double)p.bytes * (double)rounds / spent / 1e9;
+    }
+    read_probe_free(&p);
+    return rate;
 }
