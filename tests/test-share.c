@@ -11,7 +11,7 @@
  * each thread's own run in one front-to-back stream, a slow thread helped,
  * and no help with less than TOY_SHARE_STEAL_MIN bytes left. The pool
  * itself must notice when its threads share the cores with others, and spin
- * less (threadpool.c). */
+ * less, and its bandwidth probes give rates (threadpool.c). */
 #include <criterion/criterion.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -263,4 +263,20 @@ Test(share, last_level_cache_counts_each_cache_once) {
     cr_expect_eq(toy_llc_bytes_at(missing), 0);
     th_rmdir();
     cr_expect_geq(toy_llc_bytes(), 0);
+}
+
+/* The bandwidth probes the benchmarks' bounds come from: a rate for any
+ * thread count, and the sustained one runs at least one round however
+ * short the time asked (and no fewer for a longer one). */
+Test(share, memory_probes_give_rates) {
+    for (int nth = 1; nth <= 2; nth++) {
+        struct toy_threadpool *tp = toy_threadpool_new(nth);
+        double peak = toy_memory_read_gbs(tp), none = toy_memory_read_sustained_gbs(tp, 0),
+               some = toy_memory_read_sustained_gbs(tp, 0.05), triad = toy_memory_bandwidth_gbs(tp);
+        cr_expect(peak > 0 && peak < 1e5, "%d threads: read %g GB/s", nth, peak);
+        cr_expect(none > 0 && none < 1e5, "%d threads: sustained for 0 s %g GB/s", nth, none);
+        cr_expect(some > 0 && some < 1e5, "%d threads: sustained for 50 ms %g GB/s", nth, some);
+        cr_expect(triad > 0 && triad < 1e5, "%d threads: triad %g GB/s", nth, triad);
+        toy_threadpool_free(tp);
+    }
 }
