@@ -13,6 +13,7 @@
  * itself must notice when its threads share the cores with others, and spin
  * less, and its bandwidth probes give rates (threadpool.c). */
 #include <criterion/criterion.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,6 +100,7 @@ struct share_run {
     size_t unit_bytes;
     int slow_us;
     _Atomic int owner[4000]; /* thread + 1 that took each element; 0: none */
+    atomic_int set; /* thread 0 has set its run (a helper looking before takes nothing from it) */
     atomic_int twice;
     int64_t piece[8][SH_MAX_PIECES][2];
     int n_piece[8];
@@ -108,6 +110,10 @@ static void share_task(void *arg, int ith, int nth) {
     struct share_run *r = arg;
     struct toy_share sh;
     toy_share_init(&sh, r->work, r->n, r->unit, r->unit_bytes, ith, nth);
+    if (ith == 0) atomic_store(&r->set, 1);
+    /* the others start once it has (as in a node, where all start together;
+     * a sanitized build's thread 1 can otherwise be done before thread 0 runs) */
+    while (r->slow_us && !atomic_load(&r->set)) sched_yield();
     int64_t u0, u1;
     while (toy_share_next(&sh, &u0, &u1)) {
         if (r->n_piece[ith] < SH_MAX_PIECES) {
@@ -131,6 +137,7 @@ static int64_t share_once(struct share_run *r, struct toy_threadpool *tp) {
     int nth = toy_threadpool_size(tp);
     for (int64_t e = 0; e < r->n; e++) atomic_store(&r->owner[e], 0);
     atomic_store(&r->twice, 0);
+    atomic_store(&r->set, 0);
     memset(r->n_piece, 0, sizeof r->n_piece);
     toy_threadpool_run(tp, share_task, r);
     cr_assert_eq(atomic_load(&r->twice), 0, "%d threads, n %lld: elements taken twice", nth, (long long)r->n);
@@ -170,9 +177,9 @@ Test(share, every_unit_once_and_a_slow_thread_helped) {
             }
         if (nth > 1) {
             /* thread 0 slow: the others, done with their own runs, take from its */
-            r->n = 4000, r->unit = 4, r->unit_bytes = 8192, r->slow_us = 50;
+            r->n = 4000, r->unit = 4, r->unit_bytes = 8192, r->slow_us = 200;
             int64_t helped = share_once(r, tp);
-            cr_expect_gt(helped, 0, "%d threads: thread 0, 50 us a unit, was not helped", nth);
+            cr_expect_gt(helped, 0, "%d threads: thread 0, 200 us a unit, was not helped", nth);
             /* units of 64 bytes: nothing left is worth TOY_SHARE_STEAL_MIN (8 KB), so no help */
             r->n = 200, r->unit = 1, r->unit_bytes = 64, r->slow_us = 20;
             cr_expect_eq(share_once(r, tp), 0, "%d threads: help with less than TOY_SHARE_STEAL_MIN left", nth);
