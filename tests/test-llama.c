@@ -447,9 +447,12 @@ Test(llama, decode_steps_allocate_nothing) {
  * products (toy_graph_set_fusion), and the q, k and v products fetch the
  * cache rows of the attention they feed (F32 weights through the f32 GEMV,
  * Q8_0/Q4_0 through the packed kernel, where q computes k and v as its
- * siblings, and gate computes up). A
+ * siblings, and gate computes up), and each attention rotates its query
+ * and new key and stores the new key and value itself (P_AT_FUSED). A
  * random model written to GGUF, quantized and loaded: the fused decode
- * gives the unfused logits bit for bit at every step, at 1 and 2 threads. */
+ * gives the unfused logits and caches bit for bit at every step, at 1 to 3
+ * threads, with f16 and f32 caches; a position past the cache is the same
+ * error either way. */
 Test(llama, fused_decode_matches_unfused, .timeout = 120) {
     th_mkdir("fuse");
     struct toy_llama_config c = base_config();
@@ -468,12 +471,13 @@ Test(llama, fused_decode_matches_unfused, .timeout = 120) {
         struct toy_llama *mq;
         cr_assert_eq(toy_llama_load(types[ti] == TOY_F32 ? f32 : q, false, &mq), TOY_OK, "%s", toy_last_error());
         cr_assert_eq(toy_llama_pack_weights(mq), TOY_OK);
+        enum toy_dtype kvt = ti % 2 ? TOY_F32 : TOY_F16;
         struct toy_kv_cache kv[2];
         struct toy_ctx *ctx = toy_ctx_init(true);
         struct toy_tensor *tok[2], *pos[2], *lg[2];
         struct toy_graph *g[2];
         for (int f = 0; f < 2; f++) {
-            cr_assert_eq(toy_kv_cache_init_type(&kv[f], mq, 32, 1, TOY_F16), TOY_OK, "%s", toy_last_error());
+            cr_assert_eq(toy_kv_cache_init_type(&kv[f], mq, 32, 1, kvt), TOY_OK, "%s", toy_last_error());
             tok[f] = toy_new_tensor_2d(ctx, TOY_I32, 1, 1);
             pos[f] = toy_new_tensor_1d(ctx, TOY_I32, 1);
             lg[f] = toy_llama_forward_cached(ctx, mq, &kv[f], tok[f], pos[f]);
@@ -483,13 +487,17 @@ Test(llama, fused_decode_matches_unfused, .timeout = 120) {
             toy_graph_set_fusion(g[f], f == 0);
         }
         cr_assert_eq(toy_graph_plan(g[0], NULL, NULL), TOY_OK);
-        int prefetching = 0, norms = 0, siblings = 0;
+        int prefetching = 0, norms = 0, siblings = 0, fused = 0, led = 0;
         for (int i = 0; i < toy_graph_n_nodes(g[0]); i++) {
             struct toy_tensor *t = toy_graph_node(g[0], i);
             prefetching += t->prefetch != NULL;
             norms += t->op == TOY_OP_RMS_NORM;
             siblings += (t->siblings[0] != NULL) + (t->siblings[1] != NULL);
+            fused += t->op == TOY_OP_ATTENTION && t->op_params[P_AT_FUSED];
+            led += (t->op == TOY_OP_ROPE || t->op == TOY_OP_KV_STORE) && t->led_by;
         }
+        cr_assert_eq(fused, c.n_layers, "%s: %d attentions do their ropes and stores", toy_dtype_name(types[ti]), fused);
+        cr_assert_eq(led, 4 * c.n_layers, "%s: %d ropes and stores led", toy_dtype_name(types[ti]), led);
         bool packed = types[ti] != TOY_F32;
         cr_assert_eq(norms, 0, "%s: %d norms left", toy_dtype_name(types[ti]), norms);
         cr_assert_eq(prefetching, (packed ? 1 : 3) * c.n_layers, "%s: %d products prefetch",
@@ -497,7 +505,7 @@ Test(llama, fused_decode_matches_unfused, .timeout = 120) {
         cr_assert_eq(siblings, packed ? 3 * c.n_layers : 0, "%s: %d products run as siblings",
                      toy_dtype_name(types[ti]), siblings);
         cr_assert_lt(toy_graph_n_nodes(g[0]), toy_graph_n_nodes(g[1]));
-        for (int nth = 1; nth <= 2; nth++) {
+        for (int nth = 1; nth <= 3; nth++) {
             struct toy_threadpool *tp = toy_threadpool_new(nth);
             for (int step = 0; step < 10; step++) {
                 for (int f = 0; f < 2; f++) {
@@ -508,6 +516,17 @@ Test(llama, fused_decode_matches_unfused, .timeout = 120) {
                 }
                 cr_assert(memcmp(lg[0]->data, lg[1]->data, (size_t)c.vocab * sizeof(float)) == 0,
                           "%s, %d threads, step %d: fused logits differ", toy_dtype_name(types[ti]), nth, step);
+                for (int64_t l = 0; l < c.n_layers; l++)
+                    cr_assert(memcmp(kv[0].k[l]->data, kv[1].k[l]->data, toy_nbytes(kv[0].k[l])) == 0 &&
+                                  memcmp(kv[0].v[l]->data, kv[1].v[l]->data, toy_nbytes(kv[0].v[l])) == 0,
+                              "%s, %s cache, %d threads, step %d, layer %lld: fused caches differ",
+                              toy_dtype_name(types[ti]), toy_dtype_name(kvt), nth, step, (long long)l);
+            }
+            for (int f = 0; f < 2; f++) { /* the cache is full: both refuse, naming the range */
+                *(int32_t *)kv[f].n_past->data = 32;
+                *(int32_t *)pos[f]->data = 32;
+                cr_assert_eq(toy_graph_compute(g[f], tp), TOY_ERR_RANGE, "%s graph, %d threads",
+                             f ? "unfused" : "fused", nth);
             }
             toy_threadpool_free(tp);
         }

@@ -107,6 +107,8 @@ struct toy_tensor {
                                      fetch ahead while they stream their own (toy_graph_set_fusion), or NULL */
     struct toy_tensor *siblings[2]; /* CPU inference: products of the same input that this product
                                        computes in its own pass (toy_graph_set_fusion), or NULL */
+    struct toy_tensor *led_by;    /* CPU inference: the later node that does this one's work (the graph
+                                     skips it, and its inputs live until then: toy_graph_set_fusion), or NULL */
 };
 
 /* ---- contexts ------------------------------------------------------------ */

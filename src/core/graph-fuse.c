@@ -32,6 +32,16 @@
  * waiting on memory; it fetches the rest ahead of itself as it goes
  * (cpu/attn-decode-avx512.c). Results do not change.
  *
+ * A decode attention whose query and new key come straight from their
+ * ROPEs and whose caches from their KV_STOREs, which nothing else reads,
+ * does their work itself (P_AT_FUSED; the four are led_by it and skipped):
+ * each thread rotates the query heads into the scaled copy it makes anyway,
+ * and the thread whose keys hold the new position rotates and stores its
+ * key and value before it reads them. Those ran on one thread while the
+ * others waited, ~2 us a layer: SmolLM2-135M's decode steps took 1.4-2.6%
+ * less time in Q4_0 and 0.7% in Q8_0 (Zen 4, 2 threads, steps alternated
+ * in one run). Same bits.
+ *
  * The pass runs once, when the graph is planned for the CPU; such a graph
  * cannot move to a device backend afterwards (toy_graph_set_device refuses).
  */
@@ -209,6 +219,29 @@ static void link_prefetch(struct toy_graph *g) {
     }
 }
 
+/* node x feeds only its reader (refs: readers by node index) and is not an output */
+static bool only_read_once(struct toy_graph *g, const int *refs, const struct toy_tensor *x, enum toy_op op) {
+    int j = toy_ptrmap_get(&g->index, x);
+    return x->op == op && j >= 0 && refs[j] == 1 && !is_output(x) && !x->led_by;
+}
+
+static int fuse_attention_prologues(struct toy_graph *g, const int *refs) {
+    int fused = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        struct toy_tensor *at = g->nodes[i];
+        if (at->op != TOY_OP_ATTENTION || at->op_params[P_AT_FUSED]) continue;
+        struct toy_tensor *rq = at->src[0], *ks = at->src[1], *vs = at->src[2];
+        if (!only_read_once(g, refs, rq, TOY_OP_ROPE) || !only_read_once(g, refs, ks, TOY_OP_KV_STORE) ||
+            !only_read_once(g, refs, vs, TOY_OP_KV_STORE) || !only_read_once(g, refs, ks->src[1], TOY_OP_ROPE) ||
+            ks->src[2] != vs->src[2] || !toy_cpu_attention_fusable(at))
+            continue;
+        at->op_params[P_AT_FUSED] = 1;
+        rq->led_by = ks->src[1]->led_by = ks->led_by = vs->led_by = at;
+        fused += 4;
+    }
+    return fused;
+}
+
 int toy_graph_fuse_cpu(struct toy_graph *g) {
     int n = g->n_nodes, fused = 0;
     if (g->n_forward != n) return 0; /* a backward pass differentiates the unfused ops */
@@ -246,6 +279,7 @@ int toy_graph_fuse_cpu(struct toy_graph *g) {
         if ((t->op == TOY_OP_RMS_NORM || t->op == TOY_OP_SWIGLU) && !is_output(t) && !refs_of(g->nodes, n, drop, t))
             drop[i] = true;
     }
+    fused += fuse_attention_prologues(g, refs); /* refs and the index still by the nodes' first positions */
     if (drop) {
         int k = 0;
         toy_ptrmap_free(&g->index);

@@ -283,15 +283,18 @@ enum toy_status toy_graph_plan(struct toy_graph *g, struct toy_membuf *buf,
         last[i] = (t->flags & (TOY_FLAG_OUTPUT | TOY_FLAG_LOSS)) ? INT32_MAX : i;
         g->offsets[i] = SIZE_MAX;
     }
-    /* a reader of t (or of a view of t) keeps t's base alive */
+    /* a reader of t (or of a view of t) keeps t's base alive; a node a later
+     * one does the work of (led_by) reads when that one runs */
     for (int i = 0; i < n; i++) {
         struct toy_tensor *t = g->nodes[i];
+        int at = i, lead = t->led_by ? toy_ptrmap_get(&g->index, t->led_by) : -1;
+        if (lead > at) at = lead;
         for (int s = 0; s < TOY_MAX_SRC + 1; s++) {
             struct toy_tensor *src = s < TOY_MAX_SRC ? t->src[s] : t->view_src;
             if (!src) continue;
             struct toy_tensor *base = toy_storage_of(src);
             int j = toy_ptrmap_get(&g->index, base);
-            if (j >= 0 && last[j] < i) last[j] = i;
+            if (j >= 0 && last[j] < at) last[j] = at;
         }
         /* a view flagged as output keeps its base */
         if ((t->flags & (TOY_FLAG_OUTPUT | TOY_FLAG_LOSS)) && t->view_src) {
@@ -470,6 +473,7 @@ enum toy_status toy_graph_compute(struct toy_graph *g, struct toy_threadpool *tp
         if (t->op == TOY_OP_KV_STORE) t->data = t->src[0]->data; /* the cache itself */
         for (int s = 0; known && s < TOY_MAX_SRC; s++)
             if ((st = check_leaf(t->src[s]))) return st;
+        if (t->led_by) continue; /* a later node does its work (reading these leaves) */
         struct task tk = {be, t, mb->work, mb->work_size, g->trace};
         double t0 = g->timing ? now_us() : 0;
         if (!(t->op == TOY_OP_MATMUL && t->op_params[P_MM_LED])) { /* else an earlier sibling computed it */

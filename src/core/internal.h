@@ -65,6 +65,10 @@ enum {
      * bf16 (toy_attn_params.bf16) */
     P_AT_SCALE = 0, P_AT_CAUSAL = 1, P_AT_WINDOW = 2, P_AT_SOFTCAP = 3, P_AT_DYNKV = 4, P_AT_SEG = 5,
     P_AT_BF16 = 6,
+    /* a decode attention that rotates its query and its new key itself and
+     * stores the new key and value in the caches (graph-fuse.c): src[0] is
+     * the query's ROPE, src[1] and src[2] the KV_STOREs, all led_by it */
+    P_AT_FUSED = 7,
     /* ROPE: n_dims, mode, base, scaling, factor, orig_ctx, low, high, beta_fast,
      * beta_slow, attn_factor, inverse */
     P_RP_NDIMS = 0, P_RP_MODE, P_RP_BASE, P_RP_SCALING, P_RP_FACTOR, P_RP_ORIG,
@@ -150,5 +154,8 @@ void toy_cpu_init(void);
 /* whether the CPU runs this product with its packed decode kernel (the one
  * that computes a product's siblings too: graph-fuse.c) */
 bool toy_cpu_matmul_packed(const struct toy_tensor *node);
+/* whether this decode attention can do its ROPEs and KV_STOREs itself
+ * (attention.c; graph-fuse.c checks the graph's side) */
+bool toy_cpu_attention_fusable(const struct toy_tensor *node);
 
 #endif

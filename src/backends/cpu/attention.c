@@ -195,15 +195,19 @@ static void bf_pack_kv(struct bf *f, const struct toy_tensor *k, const struct to
     f->g = g;
 }
 
+/* the fused prologue's scratch (P_AT_FUSED), 64-byte aligned: a key row,
+ * and toy_cpu_rope_decode_row's 2 D + 16 floats and D doubles */
+#define DECODE_ROPE_FLOATS(D) (5 * (D) + 32)
+
 size_t toy_cpu_attention_work(const struct toy_tensor *dst, int nth) {
     const struct toy_tensor *q = dst->op == TOY_OP_ATTENTION ? dst->src[0] : dst->src[1];
     const struct toy_tensor *k = dst->op == TOY_OP_ATTENTION ? dst->src[1] : dst->src[2];
     size_t per = f32_bytes(q->ne[0], k->ne[2]);
     if (k->type != TOY_F32) per += (size_t)(2 * k->ne[2] * k->ne[0]) * sizeof(float); /* f16 K/V rows as f32 */
     else if (dst->op_params[P_AT_BF16]) per += bf_bytes(q->ne[0], k->ne[2]);
-    if (dst->op == TOY_OP_ATTENTION && q->ne[2] == 1) { /* decode_step: partials, scaled queries, scores */
+    if (dst->op == TOY_OP_ATTENTION && q->ne[2] == 1) { /* decode_step: partials, scaled queries, scores, prologue */
         size_t dec = (size_t)(q->ne[3] * q->ne[1] * (q->ne[0] + 2) + q->ne[1] * q->ne[0] +
-                              q->ne[1] * (k->ne[2] + 16)) * sizeof(float) + 256;
+                              q->ne[1] * (k->ne[2] + 16) + DECODE_ROPE_FLOATS(q->ne[0]) + 16) * sizeof(float) + 256;
         if (dec > per) per = dec;
     }
     per += toy_cpu_sgemm_pack_bytes() + 64; /* at the slice's end (sgemm_pack) */
@@ -354,23 +358,52 @@ int toy_cpu_attention_prefetch(const struct toy_tensor *dst, int ith, int nth, s
     return 2;
 }
 
+/* The fused prologue (P_AT_FUSED, B = 1): the new key (rotated) and value
+ * into the caches at n_past, by the thread whose keys hold that position,
+ * before it reads them; false (flagged) when n_past is outside the cache. */
+static bool decode_store_new(struct toy_tensor *dst, const struct attn *a, int64_t c0, int64_t c1, float *tmp) {
+    const struct toy_tensor *ks = dst->src[1], *vs = dst->src[2];
+    int64_t p = *(const int32_t *)ks->src[2]->data;
+    if (p < 0 || p >= ks->src[0]->ne[2]) {
+        dst->op_params[TOY_MAX_OP_PARAMS - 1] = 1; /* as KV_STORE flags it */
+        return false;
+    }
+    if (p < c0 || p >= c1) return true;
+    float *row = tmp + DECODE_ROPE_FLOATS(a->D) - a->D;
+    for (int64_t h = 0; h < a->Hkv; h++) {
+        toy_cpu_rope_decode_row(ks->src[1], h, row, tmp);
+        toy_cpu_kv_put(ks->src[0], h, p, 0, row, a->D);
+        toy_cpu_kv_put(vs->src[0], h, p, 0, (const float *)TOY_ROW(vs->src[1], h, 0, 0), a->D);
+    }
+    return true;
+}
+
 static void decode_step(struct toy_tensor *dst, const struct attn *a, int ith, int nth, void *work, size_t ws) {
     const struct toy_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2];
     const int64_t D = a->D, Hq = a->Hq;
-    const bool f16 = k->type == TOY_F16;
+    const bool f16 = k->type == TOY_F16, fused = dst->op_params[P_AT_FUSED];
     int64_t c0, c1;
     decode_keys(a, ith, nth, &c0, &c1);
     int64_t n = c1 - c0;
     float *part = toy_work_slice((char *)work + TOY_WORK_HEAD, ws - TOY_WORK_HEAD, ith, nth); /* B x Hq x (D + 2) */
     float *qs = part + a->B * Hq * (D + 2), *S = qs + Hq * D;
+    float *tmp = (float *)(((uintptr_t)(S + Hq * (k->ne[2] + 16)) + 63) & ~(uintptr_t)63); /* the fused prologue's */
     int64_t lds = (n + 15) / 16 * 16;
+    if (fused && !decode_store_new(dst, a, c0, c1, tmp)) return; /* every thread alike */
     for (int64_t b = 0; b < a->B; b++) {
         float *pm = part + b * Hq * (D + 2), *pl = pm + Hq, *po = pl + Hq;
         if (n <= 0) {
             for (int64_t h = 0; h < Hq; h++) pm[h] = -INFINITY, pl[h] = 0;
             continue;
         }
-        for (int64_t h = 0; h < Hq; h++) toy_vec.scale(qs + h * D, QROW(q, h, 0, b), a->scale, D);
+        for (int64_t h = 0; h < Hq; h++) {
+            if (fused) { /* the query's ROPE, done here: the same bits as the node's */
+                toy_cpu_rope_decode_row(q, h, qs + h * D, tmp);
+                toy_vec.scale(qs + h * D, qs + h * D, a->scale, D);
+            } else {
+                toy_vec.scale(qs + h * D, QROW(q, h, 0, b), a->scale, D);
+            }
+        }
         const char *K = (const char *)k->data + b * k->nb[3] + c0 * k->nb[2];
         const char *V = (const char *)v->data + b * v->nb[3] + c0 * v->nb[2];
         toy_attn_decode_qk_avx512(qs, K, f16, (int64_t)k->nb[2], (int64_t)k->nb[1], n, D, Hq, a->group, S, lds);
@@ -408,6 +441,18 @@ static void decode_step(struct toy_tensor *dst, const struct attn *a, int ith, i
         }
 }
 
+bool toy_cpu_attention_fusable(const struct toy_tensor *dst) {
+    toy_cpu_init();
+    const struct toy_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2];
+    if (dst->op != TOY_OP_ATTENTION || !dst->op_params[P_AT_DYNKV] || dst->op_params[P_AT_SEG] || q->ne[2] != 1 ||
+        q->ne[3] != 1 || q->src[0]->ne[2] != 1 || k->src[1]->ne[2] != 1 || dst->src[3] != k->src[2] ||
+        k->src[1]->ne[0] != q->ne[0] || v->src[1]->ne[0] != q->ne[0] || k->src[1]->ne[1] != k->ne[1] ||
+        v->src[1]->ne[1] != v->ne[1] || v->src[1]->type != TOY_F32 || v->src[1]->nb[0] != sizeof(float))
+        return false;
+    struct attn a = {.D = q->ne[0], .Hq = q->ne[1], .Tq = 1, .B = 1, .Hkv = k->ne[1]};
+    return decode_step_ok(&a, k, v);
+}
+
 void toy_cpu_attention(struct toy_tensor *dst, int ith, int nth, void *work, size_t ws) {
     const struct toy_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2];
     struct attn a = attn_shape(q, k, dst);
@@ -415,6 +460,7 @@ void toy_cpu_attention(struct toy_tensor *dst, int ith, int nth, void *work, siz
         decode_step(dst, &a, ith, nth, work, ws);
         return;
     }
+    TOY_ASSERT(!dst->op_params[P_AT_FUSED], "attention '%s': fused, but not a decode step", dst->name);
     a.pack = sgemm_pack(work, ws, ith, nth);
     float *S = toy_work_slice((char *)work + TOY_WORK_HEAD, ws - TOY_WORK_HEAD, ith, nth);
     float *kvs = S + 3 * QB * k->ne[2] + 2 * QB + QB * q->ne[0]; /* f16 rows converted (see _work) */

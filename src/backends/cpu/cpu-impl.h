@@ -193,6 +193,12 @@ size_t toy_cpu_matmul_work(const struct toy_tensor *dst, int nth);
 void toy_cpu_attention(struct toy_tensor *dst, int ith, int nth, void *work, size_t work_size);
 void toy_cpu_attention_back(struct toy_tensor *dst, int ith, int nth, void *work, size_t work_size);
 size_t toy_cpu_attention_work(const struct toy_tensor *dst, int nth);
+/* Row h of ROPE node dst (one position: T = B = 1) into y, exactly as the
+ * node computes it (tmp: 2 ne0 + 16 floats and ne0 doubles of scratch), and
+ * one new row (head h, position p, batch b; n values) into a KV cache as
+ * KV_STORE writes it: the decode attention's fused prologue (attention.c) */
+void toy_cpu_rope_decode_row(const struct toy_tensor *dst, int64_t h, float *y, float *tmp);
+void toy_cpu_kv_put(const struct toy_tensor *cache, int64_t h, int64_t p, int64_t b, const float *row, int64_t n);
 /* The cache bytes (K rows, then V rows) thread ith of nth will read in the
  * decode step `dst` before its own fetches ahead take over (at most the
  * first TOY_ATTN_K_AHEAD and TOY_ATTN_V_AHEAD bytes), for the products

@@ -605,77 +605,100 @@ static void rope_angles(int64_t pv, const double *inv_freq, int half, double msc
     }
 }
 
+/* Every layer rotates q and k at the same positions with the same
+ * parameters: each thread keeps the angles of its last run of positions (a
+ * decode step's one, a prompt's slice) and reuses them while the
+ * positions, parameters and frequency factors are the same. */
+static _Thread_local struct {
+    int32_t params[TOY_MAX_OP_PARAMS];
+    const void *ff;
+    int64_t n; /* positions held; -1: none */
+    int32_t pos[ROPE_CACHE_POS];
+    float cs[ROPE_CACHE], sn[ROPE_CACHE];
+} rope_cache = {.n = -1};
+
+/* dst's inverse frequencies, with its frequency factors (src[2]) */
+static void rope_inv_freq(const struct toy_tensor *dst, int n_dims, double *inv_freq) {
+    rope_freqs(dst, n_dims, inv_freq);
+    const struct toy_tensor *ff = dst->src[2];
+    if (ff)
+        for (int i = 0; i < n_dims / 2; i++) inv_freq[i] /= ((const float *)ff->data)[i];
+}
+
+/* Makes rope_cache hold dst's angles for ns slots: slot sl is position
+ * pd[sl] (full) or that of row p0 + sl (pd per batch row, else per t of T).
+ * False when ns slots do not fit it. inv_freq: n_dims / 2 doubles of scratch. */
+static bool rope_cached(const struct toy_tensor *dst, int64_t ns, const int32_t *pd, bool per_batch, bool full,
+                        int64_t T, int64_t p0, double *inv_freq) {
+    int n_dims = dst->op_params[P_RP_NDIMS], half = n_dims / 2;
+    float sign = dst->op_params[P_RP_INVERSE] ? -1.0f : 1.0f;
+    double mscale = dst->op_params[P_RP_SCALING] == TOY_ROPE_SCALING_YARN ? toy_param_f32(dst, P_RP_ATTN) : 1.0;
+    const struct toy_tensor *ff = dst->src[2];
+#define SLOT_POS(sl) (full ? pd[sl] : pd[per_batch ? p0 + (sl) : (p0 + (sl)) % T])
+    if (!(ns > 0 && ns <= ROPE_CACHE_POS && ns * half <= ROPE_CACHE)) return false;
+    bool hit = rope_cache.n == ns && rope_cache.ff == (ff ? ff->data : NULL) &&
+               !memcmp(rope_cache.params, dst->op_params, sizeof rope_cache.params);
+    for (int64_t sl = 0; sl < ns && hit; sl++) hit = rope_cache.pos[sl] == SLOT_POS(sl);
+    if (hit) return true;
+    rope_inv_freq(dst, n_dims, inv_freq);
+    for (int64_t sl = 0; sl < ns; sl++) {
+        rope_angles(SLOT_POS(sl), inv_freq, half, mscale, sign, rope_cache.cs + sl * half, rope_cache.sn + sl * half);
+        rope_cache.pos[sl] = SLOT_POS(sl);
+    }
+#undef SLOT_POS
+    memcpy(rope_cache.params, dst->op_params, sizeof rope_cache.params);
+    rope_cache.ff = ff ? ff->data : NULL;
+    rope_cache.n = ns;
+    return true;
+}
+
+/* y = row xv of dst rotated by the angles c_, s_ (dims past n_dims as they are) */
+static void rope_row(const struct toy_tensor *dst, const float *xv, float *y, const float *c_, const float *s_) {
+    int n_dims = dst->op_params[P_RP_NDIMS], half = n_dims / 2;
+    bool neox = dst->op_params[P_RP_MODE] == TOY_ROPE_NEOX;
+    for (int i = 0; i < half; i++) {
+        int64_t i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
+        float a = xv[i0], bb = xv[i1];
+        y[i0] = a * c_[i] - bb * s_[i];
+        y[i1] = a * s_[i] + bb * c_[i];
+    }
+    for (int64_t i = n_dims; i < dst->ne[0]; i++) y[i] = xv[i];
+}
+
 static void k_rope(struct toy_tensor *dst, int ith, int nth, float *tmp) {
     const struct toy_tensor *x = dst->src[0], *pos = dst->src[1];
     int n_dims = dst->op_params[P_RP_NDIMS];
-    bool neox = dst->op_params[P_RP_MODE] == TOY_ROPE_NEOX;
     float sign = dst->op_params[P_RP_INVERSE] ? -1.0f : 1.0f;
     double mscale = dst->op_params[P_RP_SCALING] == TOY_ROPE_SCALING_YARN ? toy_param_f32(dst, P_RP_ATTN) : 1.0;
     int64_t D = dst->ne[0], H = dst->ne[1], T = dst->ne[2], Bn = dst->ne[3];
     int half = n_dims / 2;
     float *cs = tmp + D, *sn = cs + half;
     double *inv_freq = (double *)(sn + half + 16);
-    const struct toy_tensor *ff = dst->src[2];
     bool per_batch = toy_nelements(pos) == T * Bn && Bn > 1;
     int64_t p0, p1;
     toy_split(T * Bn, ith, nth, &p0, &p1);
-    /* Every layer rotates q and k at the same positions with the same
-     * parameters: each thread keeps the angles of its last run of
-     * positions (a decode step's one, a prompt's slice) and reuses them
-     * while the positions, parameters and frequency factors are the same. */
-    static _Thread_local struct {
-        int32_t params[TOY_MAX_OP_PARAMS];
-        const void *ff;
-        int64_t n; /* positions held; -1: none */
-        int32_t pos[ROPE_CACHE_POS];
-        float cs[ROPE_CACHE], sn[ROPE_CACHE];
-    } rc = {.n = -1};
     /* Without per-batch positions, a thread whose rows span a whole
      * sequence sees T positions again and again (training): its angles are
      * those T, slot t; else one slot per row of its range. */
     int64_t np = p1 - p0;
     bool full = !per_batch && np >= T;
-    int64_t ns = full ? T : np;
     const int32_t *pd = pos->data;
-#define POS_AT(pi) pd[per_batch ? (pi) : (pi) % T]
-#define SLOT_POS(sl) (full ? pd[sl] : POS_AT(p0 + (sl)))
-    bool cached = ns > 0 && ns <= ROPE_CACHE_POS && ns * half <= ROPE_CACHE;
-    bool hit = cached && rc.n == ns && rc.ff == (ff ? ff->data : NULL) &&
-               !memcmp(rc.params, dst->op_params, sizeof rc.params);
-    for (int64_t sl = 0; sl < ns && hit; sl++) hit = rc.pos[sl] == SLOT_POS(sl);
-    if (!hit) {
-        rope_freqs(dst, n_dims, inv_freq);
-        if (ff)
-            for (int i = 0; i < half; i++) inv_freq[i] /= ((const float *)ff->data)[i];
-    }
-    if (cached && !hit) {
-        for (int64_t sl = 0; sl < ns; sl++) {
-            rope_angles(SLOT_POS(sl), inv_freq, half, mscale, sign, rc.cs + sl * half, rc.sn + sl * half);
-            rc.pos[sl] = SLOT_POS(sl);
-        }
-        memcpy(rc.params, dst->op_params, sizeof rc.params);
-        rc.ff = ff ? ff->data : NULL;
-        rc.n = ns;
-    }
+    bool cached = rope_cached(dst, full ? T : np, pd, per_batch, full, T, p0, inv_freq);
+    if (!cached) rope_inv_freq(dst, n_dims, inv_freq);
     for (int64_t pi = p0; pi < p1; pi++) {
         int64_t t = pi % T, b = pi / T, sl = full ? t : pi - p0;
         const float *c_ = cs, *s_ = sn;
-        if (cached) c_ = rc.cs + sl * half, s_ = rc.sn + sl * half;
-        else rope_angles(POS_AT(pi), inv_freq, half, mscale, sign, cs, sn);
-        for (int64_t h = 0; h < H; h++) {
-            const float *xv = toy_cpu_row_f32(x, TOY_ROW(x, h, t, b), tmp);
-            float *y = out_row(dst, (b * T + t) * H + h);
-            for (int i = 0; i < half; i++) {
-                int64_t i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
-                float a = xv[i0], bb = xv[i1];
-                y[i0] = a * c_[i] - bb * s_[i];
-                y[i1] = a * s_[i] + bb * c_[i];
-            }
-            for (int64_t i = n_dims; i < D; i++) y[i] = xv[i];
-        }
+        if (cached) c_ = rope_cache.cs + sl * half, s_ = rope_cache.sn + sl * half;
+        else rope_angles(pd[per_batch ? pi : pi % T], inv_freq, half, mscale, sign, cs, sn);
+        for (int64_t h = 0; h < H; h++)
+            rope_row(dst, toy_cpu_row_f32(x, TOY_ROW(x, h, t, b), tmp), out_row(dst, (b * T + t) * H + h), c_, s_);
     }
-#undef POS_AT
-#undef SLOT_POS
+}
+
+void toy_cpu_rope_decode_row(const struct toy_tensor *dst, int64_t h, float *y, float *tmp) {
+    const struct toy_tensor *x = dst->src[0];
+    rope_cached(dst, 1, dst->src[1]->data, false, false, 1, 0, (double *)(tmp + dst->ne[0] + 16));
+    rope_row(dst, toy_cpu_row_f32(x, TOY_ROW(x, h, 0, 0), tmp), y, rope_cache.cs, rope_cache.sn);
 }
 
 /* ---- cross-entropy ------------------------------------------------------------------------------ */
@@ -777,6 +800,11 @@ static void k_view_back(struct toy_tensor *dst, int ith, int nth, float *tmp) {
 
 /* ---- KV cache ------------------------------------------------------------------------------------------- */
 
+void toy_cpu_kv_put(const struct toy_tensor *cache, int64_t h, int64_t p, int64_t b, const float *row, int64_t n) {
+    if (cache->type == TOY_F16) toy_f32_to_f16_row(row, (toy_f16 *)TOY_ROW(cache, h, p, b), n);
+    else memcpy(TOY_ROW(cache, h, p, b), row, (size_t)n * 4);
+}
+
 static void k_kv_store(struct toy_tensor *dst, int ith, int nth) {
     const struct toy_tensor *cache = dst->src[0], *x = dst->src[1];
     int64_t n_past = *(const int32_t *)dst->src[2]->data, Tn = x->ne[2];
@@ -789,10 +817,7 @@ static void k_kv_store(struct toy_tensor *dst, int ith, int nth) {
     for (int64_t r = r0; r < r1; r++) {
         int64_t h, t, b;
         toy_unravel(r, x, &h, &t, &b);
-        if (cache->type == TOY_F16)
-            toy_f32_to_f16_row((const float *)TOY_ROW(x, h, t, b), (toy_f16 *)TOY_ROW(cache, h, n_past + t, b), x->ne[0]);
-        else
-            memcpy(TOY_ROW(cache, h, n_past + t, b), TOY_ROW(x, h, t, b), (size_t)x->ne[0] * 4);
+        toy_cpu_kv_put(cache, h, n_past + t, b, (const float *)TOY_ROW(x, h, t, b), x->ne[0]);
     }
 }
 
