@@ -303,6 +303,8 @@ Test(cli_gguf, bench_reports_speed_against_the_bound) {
         cr_expect_gt(json_real_value(json_object_get(r, "prefill_tok_s")), 0);
         cr_expect_gt(json_real_value(json_object_get(r, "decode_tok_s")), 0);
         cr_expect_gt(json_real_value(json_object_get(r, "decode_bound_tok_s")), 0);
+        cr_expect_gt(json_real_value(json_object_get(r, "decode_bound_sustained_tok_s")), 0);
+        cr_expect_gt(json_real_value(json_object_get(r, "sustained_read_gbs")), 0);
         /* whether other work shared the cores (the pool saw it), which CI's parallel tests may well do */
         cr_expect(json_is_boolean(json_object_get(r, "cores_shared")));
     }
