@@ -448,11 +448,79 @@ Test(llama, decode_steps_allocate_nothing) {
  * cache rows of the attention they feed (F32 weights through the f32 GEMV,
  * Q8_0/Q4_0 through the packed kernel, where q computes k and v as its
  * siblings, and gate computes up), and each attention rotates its query
- * and new key and stores the new key and value itself (P_AT_FUSED). A
- * random model written to GGUF, quantized and loaded: the fused decode
- * gives the unfused logits and caches bit for bit at every step, at 1 to 3
- * threads, with f16 and f32 caches; a position past the cache is the same
- * error either way. */
+ * and new key and stores the new key and value itself (P_AT_FUSED). The
+ * fused decode must give the unfused logits and caches bit for bit at
+ * every step, at 1 to 3 threads; a position past the cache is the same
+ * error either way. mq's weights as they are; `what` names the case;
+ * products: 0 f32, 1 packed (the products' counts checked), -1 neither
+ * (a family whose biases, norms or GELU change what the products fold). */
+static void fused_vs_unfused(struct toy_llama *mq, enum toy_dtype kvt, int products, const char *what) {
+    const struct toy_llama_config c = mq->cfg;
+    const int64_t ctx_len = 32;
+    struct toy_kv_cache kv[2];
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    struct toy_tensor *tok[2], *pos[2], *lg[2];
+    struct toy_graph *g[2];
+    for (int f = 0; f < 2; f++) {
+        cr_assert_eq(toy_kv_cache_init_type(&kv[f], mq, ctx_len, 1, kvt), TOY_OK, "%s", toy_last_error());
+        tok[f] = toy_new_tensor_2d(ctx, TOY_I32, 1, 1);
+        pos[f] = toy_new_tensor_1d(ctx, TOY_I32, 1);
+        lg[f] = toy_llama_forward_cached(ctx, mq, &kv[f], tok[f], pos[f]);
+        toy_set_output(lg[f]);
+        g[f] = toy_graph_new(ctx);
+        toy_graph_build(g[f], lg[f]);
+        toy_graph_set_fusion(g[f], f == 0);
+    }
+    cr_assert_eq(toy_graph_plan(g[0], NULL, NULL), TOY_OK);
+    int prefetching = 0, norms = 0, siblings = 0, fused = 0, led = 0;
+    for (int i = 0; i < toy_graph_n_nodes(g[0]); i++) {
+        struct toy_tensor *t = toy_graph_node(g[0], i);
+        prefetching += t->prefetch != NULL;
+        norms += t->op == TOY_OP_RMS_NORM;
+        siblings += (t->siblings[0] != NULL) + (t->siblings[1] != NULL);
+        fused += t->op == TOY_OP_ATTENTION && t->op_params[P_AT_FUSED];
+        led += (t->op == TOY_OP_ROPE || t->op == TOY_OP_KV_STORE) && t->led_by;
+    }
+    cr_assert_eq(fused, c.n_layers, "%s: %d attentions do their ropes and stores", what, fused);
+    cr_assert_eq(led, 4 * c.n_layers, "%s: %d ropes and stores led", what, led);
+    if (products >= 0) {
+        bool packed = products == 1;
+        cr_assert_eq(norms, 0, "%s: %d norms left", what, norms);
+        cr_assert_eq(prefetching, (packed ? 1 : 3) * c.n_layers, "%s: %d products prefetch", what, prefetching);
+        cr_assert_eq(siblings, packed ? 3 * c.n_layers : 0, "%s: %d products run as siblings", what, siblings);
+    }
+    cr_assert_lt(toy_graph_n_nodes(g[0]), toy_graph_n_nodes(g[1]));
+    for (int nth = 1; nth <= 3; nth++) {
+        struct toy_threadpool *tp = toy_threadpool_new(nth);
+        for (int step = 0; step < 12; step++) {
+            for (int f = 0; f < 2; f++) {
+                *(int32_t *)kv[f].n_past->data = step;
+                *(int32_t *)tok[f]->data = (step * 7 + 3) % c.vocab;
+                *(int32_t *)pos[f]->data = step;
+                cr_assert_eq(toy_graph_compute(g[f], tp), TOY_OK, "%s", toy_last_error());
+            }
+            cr_assert(memcmp(lg[0]->data, lg[1]->data, (size_t)c.vocab * sizeof(float)) == 0,
+                      "%s, %s cache, %d threads, step %d: fused logits differ", what, toy_dtype_name(kvt), nth, step);
+            for (int64_t l = 0; l < c.n_layers; l++)
+                cr_assert(memcmp(kv[0].k[l]->data, kv[1].k[l]->data, toy_nbytes(kv[0].k[l])) == 0 &&
+                              memcmp(kv[0].v[l]->data, kv[1].v[l]->data, toy_nbytes(kv[0].v[l])) == 0,
+                          "%s, %s cache, %d threads, step %d, layer %lld: fused caches differ", what,
+                          toy_dtype_name(kvt), nth, step, (long long)l);
+        }
+        for (int f = 0; f < 2; f++) { /* the cache is full: both refuse, naming the range */
+            *(int32_t *)kv[f].n_past->data = (int32_t)ctx_len;
+            *(int32_t *)pos[f]->data = (int32_t)ctx_len;
+            cr_assert_eq(toy_graph_compute(g[f], tp), TOY_ERR_RANGE, "%s: %s graph, %d threads", what,
+                         f ? "unfused" : "fused", nth);
+        }
+        toy_threadpool_free(tp);
+    }
+    toy_ctx_free(ctx);
+    toy_kv_cache_free(&kv[0]);
+    toy_kv_cache_free(&kv[1]);
+}
+
+/* a random model written to GGUF, quantized and loaded, f16 and f32 caches */
 Test(llama, fused_decode_matches_unfused, .timeout = 120) {
     th_mkdir("fuse");
     struct toy_llama_config c = base_config();
@@ -471,71 +539,30 @@ Test(llama, fused_decode_matches_unfused, .timeout = 120) {
         struct toy_llama *mq;
         cr_assert_eq(toy_llama_load(types[ti] == TOY_F32 ? f32 : q, false, &mq), TOY_OK, "%s", toy_last_error());
         cr_assert_eq(toy_llama_pack_weights(mq), TOY_OK);
-        enum toy_dtype kvt = ti % 2 ? TOY_F32 : TOY_F16;
-        struct toy_kv_cache kv[2];
-        struct toy_ctx *ctx = toy_ctx_init(true);
-        struct toy_tensor *tok[2], *pos[2], *lg[2];
-        struct toy_graph *g[2];
-        for (int f = 0; f < 2; f++) {
-            cr_assert_eq(toy_kv_cache_init_type(&kv[f], mq, 32, 1, kvt), TOY_OK, "%s", toy_last_error());
-            tok[f] = toy_new_tensor_2d(ctx, TOY_I32, 1, 1);
-            pos[f] = toy_new_tensor_1d(ctx, TOY_I32, 1);
-            lg[f] = toy_llama_forward_cached(ctx, mq, &kv[f], tok[f], pos[f]);
-            toy_set_output(lg[f]);
-            g[f] = toy_graph_new(ctx);
-            toy_graph_build(g[f], lg[f]);
-            toy_graph_set_fusion(g[f], f == 0);
-        }
-        cr_assert_eq(toy_graph_plan(g[0], NULL, NULL), TOY_OK);
-        int prefetching = 0, norms = 0, siblings = 0, fused = 0, led = 0;
-        for (int i = 0; i < toy_graph_n_nodes(g[0]); i++) {
-            struct toy_tensor *t = toy_graph_node(g[0], i);
-            prefetching += t->prefetch != NULL;
-            norms += t->op == TOY_OP_RMS_NORM;
-            siblings += (t->siblings[0] != NULL) + (t->siblings[1] != NULL);
-            fused += t->op == TOY_OP_ATTENTION && t->op_params[P_AT_FUSED];
-            led += (t->op == TOY_OP_ROPE || t->op == TOY_OP_KV_STORE) && t->led_by;
-        }
-        cr_assert_eq(fused, c.n_layers, "%s: %d attentions do their ropes and stores", toy_dtype_name(types[ti]), fused);
-        cr_assert_eq(led, 4 * c.n_layers, "%s: %d ropes and stores led", toy_dtype_name(types[ti]), led);
-        bool packed = types[ti] != TOY_F32;
-        cr_assert_eq(norms, 0, "%s: %d norms left", toy_dtype_name(types[ti]), norms);
-        cr_assert_eq(prefetching, (packed ? 1 : 3) * c.n_layers, "%s: %d products prefetch",
-                     toy_dtype_name(types[ti]), prefetching);
-        cr_assert_eq(siblings, packed ? 3 * c.n_layers : 0, "%s: %d products run as siblings",
-                     toy_dtype_name(types[ti]), siblings);
-        cr_assert_lt(toy_graph_n_nodes(g[0]), toy_graph_n_nodes(g[1]));
-        for (int nth = 1; nth <= 3; nth++) {
-            struct toy_threadpool *tp = toy_threadpool_new(nth);
-            for (int step = 0; step < 10; step++) {
-                for (int f = 0; f < 2; f++) {
-                    *(int32_t *)kv[f].n_past->data = step;
-                    *(int32_t *)tok[f]->data = (step * 7 + 3) % c.vocab;
-                    *(int32_t *)pos[f]->data = step;
-                    cr_assert_eq(toy_graph_compute(g[f], tp), TOY_OK, "%s", toy_last_error());
-                }
-                cr_assert(memcmp(lg[0]->data, lg[1]->data, (size_t)c.vocab * sizeof(float)) == 0,
-                          "%s, %d threads, step %d: fused logits differ", toy_dtype_name(types[ti]), nth, step);
-                for (int64_t l = 0; l < c.n_layers; l++)
-                    cr_assert(memcmp(kv[0].k[l]->data, kv[1].k[l]->data, toy_nbytes(kv[0].k[l])) == 0 &&
-                                  memcmp(kv[0].v[l]->data, kv[1].v[l]->data, toy_nbytes(kv[0].v[l])) == 0,
-                              "%s, %s cache, %d threads, step %d, layer %lld: fused caches differ",
-                              toy_dtype_name(types[ti]), toy_dtype_name(kvt), nth, step, (long long)l);
-            }
-            for (int f = 0; f < 2; f++) { /* the cache is full: both refuse, naming the range */
-                *(int32_t *)kv[f].n_past->data = 32;
-                *(int32_t *)pos[f]->data = 32;
-                cr_assert_eq(toy_graph_compute(g[f], tp), TOY_ERR_RANGE, "%s graph, %d threads",
-                             f ? "unfused" : "fused", nth);
-            }
-            toy_threadpool_free(tp);
-        }
-        toy_ctx_free(ctx);
-        toy_kv_cache_free(&kv[0]);
-        toy_kv_cache_free(&kv[1]);
+        fused_vs_unfused(mq, ti % 2 ? TOY_F32 : TOY_F16, types[ti] != TOY_F32, toy_dtype_name(types[ti]));
         toy_llama_free(mq);
     }
     th_rmdir();
+}
+
+/* the same over the families' rotations and windows: NeoX with biases,
+ * Gemma 2 (alternating window, softcaps), YaRN and linear scaling, a
+ * sliding window (12 steps pass the windows of 4 and 5), Qwen3's q and k
+ * norms with head size 64; f32 weights */
+Test(llama, fused_decode_matches_unfused_every_family, .timeout = 120) {
+    const struct flag_case cases[] = {{"qwen2_qkv_bias", f_qwen2}, {"gemma2", f_gemma2}, {"rope_yarn", f_yarn},
+                                      {"rope_linear", f_linear},   {"mistral_swa", f_swa},  {"qwen3_qk_norm", f_qwen3}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct toy_llama_config c = base_config();
+        cases[i].set(&c);
+        c.d_model = 128;
+        c.n_heads = 2;
+        c.n_kv_heads = 1;
+        c.head_dim = 0;
+        struct toy_llama *m = random_model(&c, 40 + (uint64_t)i);
+        fused_vs_unfused(m, i % 2 ? TOY_F32 : TOY_F16, -1, cases[i].name);
+        toy_llama_free(m);
+    }
 }
 
 /* toy_llama_pack_weights copies a file's float matrices (F32, F16, BF16)
