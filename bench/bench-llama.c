@@ -191,8 +191,8 @@ static void bench_infer(struct toy_threadpool *tp, int nth, const char *s, enum 
     for (int i = 0; i < 3; i++) { /* each run's bound: the bandwidth measured right after it (as toy bench) */
         int n = 0;
         toy_generate(gen, prompt, 256, &gp, count_tok, &n, &r);
-        double sus = toy_memory_read_sustained_gbs(tp, r.decode_s); /* first, right after the run, as long */
-        double t = toy_memory_bandwidth_gbs(tp), rb = toy_memory_read_gbs(tp);
+        double sus, rb = toy_memory_read_rates(tp, r.decode_s, &sus); /* first: sustained right after the run */
+        double t = toy_memory_bandwidth_gbs(tp);
         double p = r.n_prompt / r.prefill_s, d = (double)(r.n_generated - 1) / r.decode_s; /* decode steps */
         if (p > bp) bp = p;
         if (d > bd) {
@@ -265,8 +265,8 @@ static int bench_file(struct toy_threadpool *tp, int nth, const char *path) {
         struct toy_generate_result r;
         int n = 0;
         toy_generate(gen, prompt, 256, &gp, count_tok, &n, &r);
-        double sus = toy_memory_read_sustained_gbs(tp, r.decode_s); /* first, right after the run, as long */
-        double t = toy_memory_bandwidth_gbs(tp), d = toy_memory_read_gbs(tp);
+        double sus, d = toy_memory_read_rates(tp, r.decode_s, &sus); /* first: sustained right after the run */
+        double t = toy_memory_bandwidth_gbs(tp);
         if (r.n_prompt / r.prefill_s > bp) bp = r.n_prompt / r.prefill_s;
         double steps = (double)(r.n_generated - 1); /* decode steps: the first token is the prompt's */
         if (steps / r.decode_s > bd) {

@@ -158,9 +158,10 @@ int toy_cmd_bench(int argc, char **argv) {
      * swings by a third over minutes, and a rate means something only
      * against the bandwidth of its own moment. Two bounds: the best of the
      * probes' few-ms rounds (a peak), and the read rate sustained for as
-     * long as the run took (what it could have streamed on average). The reported decode is the
-     * best run's, with its own bound. Peak RSS is read after the first run,
-     * before the tests' buffers (256 MB) could hide the model's own. */
+     * long as the run took (what it could have streamed on average). The
+     * reported decode is the best run's, with its own bounds. Peak RSS is
+     * read after the first run, before the tests' buffers (256 MB) could
+     * hide the model's own. */
     double bp[MAX_COUNTS] = {0}, bd[MAX_COUNTS] = {0}, bg[MAX_COUNTS] = {0}, bs[MAX_COUNTS] = {0};
     long shared[MAX_COUNTS] = {0}; /* the pool's looks that found the cores shared */
     long peak_kb = 0;
@@ -188,9 +189,9 @@ int toy_cmd_bench(int argc, char **argv) {
                 getrusage(RUSAGE_SELF, &ru);
                 peak_kb = ru.ru_maxrss;
             }
-            /* first, as long as the run took: what it could have streamed on average */
-            double sus = toy_memory_read_sustained_gbs(tp, res.decode_s);
-            double triad = toy_memory_bandwidth_gbs(tp), rd = toy_memory_read_gbs(tp);
+            /* first: the rate sustained as long as the run took, right after it */
+            double sus, rd = toy_memory_read_rates(tp, res.decode_s, &sus);
+            double triad = toy_memory_bandwidth_gbs(tp);
             double gbs = triad > rd ? triad : rd; /* the best streaming rate measured now */
             if (res.prefill_s > 0 && res.n_prompt / res.prefill_s > bp[ti]) bp[ti] = res.n_prompt / res.prefill_s;
             /* per decode step: the first token comes from the prompt's logits */

@@ -55,14 +55,14 @@ double toy_memory_bandwidth_gbs(struct toy_threadpool *tp);
  * which load width streams fastest depends on the CPU (Zen 4: the narrow,
  * Emerald Rapids: the wide ones, by ~40%). */
 double toy_memory_read_gbs(struct toy_threadpool *tp);
-/* The read rate the pool's threads sustain for `seconds` (at least one
- * round of 256 MB), in GB/s: the fastest of toy_memory_read_gbs's loops
- * (one round of each picks it), run back to back, total bytes over total
- * time. toy_memory_read_gbs's best round is a peak of a few milliseconds;
- * a decode run's rate is an average over its whole length, and is fairly
- * compared with this, taken over as long. 0 when the buffers cannot be
- * allocated. */
-double toy_memory_read_sustained_gbs(struct toy_threadpool *tp, double seconds);
+/* The same, and (sustained not NULL) in the same pass over the same
+ * buffers, the rate they sustain for `seconds` (at least one round of
+ * 256 MB): after one round of each loop, the fastest run back to back,
+ * total bytes over total time. The best round is a peak of a few ms; a
+ * decode run's rate is an average over its whole length, and is fairly
+ * compared with this, taken over as long right after it. 0s when the
+ * buffers cannot be allocated. */
+double toy_memory_read_rates(struct toy_threadpool *tp, double seconds, double *sustained);
 
 #ifdef __cplusplus
 }

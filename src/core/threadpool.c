@@ -434,40 +434,32 @@ static bool read_probe_loop(struct read_probe *p, int w) {
     return true;
 }
 
-double toy_memory_read_gbs(struct toy_threadpool *tp) {
+double toy_memory_read_rates(struct toy_threadpool *tp, double seconds, double *sustained) {
     struct read_probe p;
     double best = 1e30;
+    if (sustained) *sustained = 0;
     if (read_probe_init(tp, &p))
-        for (int k = 0; k < 5; k++) /* loops interleaved, so a change of phase hits all alike */
+        for (int k = 0, fastest = -1; k < 5; k++) { /* loops interleaved, so a change of phase hits all alike */
             for (int w = 0; w < 4 * p.nw; w++) {
                 if (!read_probe_loop(&p, w)) continue;
                 double dt = timed_run(tp, read_fn, &p.r);
-                if (dt < best) best = dt;
+                if (dt < best) best = dt, fastest = w;
             }
+            if (k || !sustained) continue;
+            /* after one round of each, the fastest back to back for as long as asked (at least once) */
+            read_probe_loop(&p, fastest);
+            double spent = 0;
+            int64_t rounds = 0;
+            do {
+                double dt = timed_run(tp, read_fn, &p.r);
+                if (dt < best) best = dt;
+                spent += dt;
+                rounds++;
+            } while (spent < seconds);
+            *sustained = (double)p.bytes * (double)rounds / spent / 1e9;
+        }
     read_probe_free(&p);
     return best < 1e30 ? (double)p.bytes / best / 1e9 : 0;
 }
 
-double toy_memory_read_sustained_gbs(struct toy_threadpool *tp, double seconds) {
-    struct read_probe p;
-    double rate = 0;
-    if (read_probe_init(tp, &p)) {
-        int fastest = -1;
-        double best = 1e30;
-        for (int w = 0; w < 4 * p.nw; w++) /* one round of each loop: the fastest is the one to sustain */
-            if (read_probe_loop(&p, w)) {
-                double dt = timed_run(tp, read_fn, &p.r);
-                if (dt < best) best = dt, fastest = w;
-            }
-        read_probe_loop(&p, fastest);
-        double spent = 0;
-        int64_t rounds = 0;
-        do { /* at least one round; then as long as asked */
-            spent += timed_run(tp, read_fn, &p.r);
-            rounds++;
-        } while (spent < seconds);
-        rate = (double)p.bytes * (double)rounds / spent / 1e9;
-    }
-    read_probe_free(&p);
-    return rate;
-}
+double toy_memory_read_gbs(struct toy_threadpool *tp) { return toy_memory_read_rates(tp, 0, NULL); }
