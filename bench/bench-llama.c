@@ -2,8 +2,9 @@
  *   train   step time (forward + cross-entropy + backward + AdamW), f32 and
  *           bf16 mixed precision, tokens/s (train-f32, train-bf16: one of them)
  *   infer   prefill tokens/s (T 256, one graph) and KV-cache decode tokens/s
- *           (256-token context) over f32, q8_0 and q4_0 weights, and over
- *           f32 weights with bf16 products (f32+bf16: toy generate --bf16),
+ *           (256-token context, f16 cache) over f32, q8_0 and q4_0 weights,
+ *           and over f32 weights with bf16 products (f32+bf16: toy generate
+ *           --bf16),
  *           with the memory-bandwidth bound:
  *           the larger of the triad and the read-only bandwidth measured
  *           now (toy/threadpool.h) / weight bytes read per token; and
@@ -184,7 +185,7 @@ static void bench_infer(struct toy_threadpool *tp, int nth, const char *s, enum 
     int32_t *prompt = malloc(256 * sizeof *prompt);
     for (int i = 0; i < 256; i++) prompt[i] = (int32_t)((i * 31 + 7) % c.vocab);
     struct toy_generator *gen;
-    toy_generator_new(m, NULL, 512, tp, &gen);
+    toy_generator_new_kv(m, NULL, 512, TOY_F16, tp, &gen); /* the cache toy generate keeps by default */
     struct toy_generate_params gp = {.n_predict = 32, .ignore_eos = true};
     struct toy_generate_result r;
     double bp = 0, bd = 0, triad = 0, rd = 0, sr = 0;
