@@ -20,10 +20,13 @@
  *           (mmapped weights), the same protocol as bench/llama_cpp.mjs
  *   scale   how the S training step grows with T (128 -> 1024, B 8) and how
  *           M decode falls with context (256 -> 2048, q8_0 weights)
- * Usage: bench-llama THREADS [S|M] [train|infer|scale]
+ *   stream  decode's products alone against loads alone over the same
+ *           weights and nodes (bench_stream), f32, q8_0 and q4_0
+ * Usage: bench-llama THREADS [S|M] [train|infer|scale|stream]
  *        bench-llama 0 M gguf OUT.gguf TOKENIZER_DIR
  *        bench-llama THREADS M file MODEL.gguf */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -290,6 +293,128 @@ static int bench_file(struct toy_threadpool *tp, int nth, const char *path) {
     return 0;
 }
 
+/* stream: the decode step's products alone -- every weight of the shape,
+ * one row, in decode's order and with its fusions (q, k and v in one pass,
+ * gate and up in one) -- against a loads-only pass over the same bytes, in
+ * the same nodes, on the same pool, the two alternated pass by pass. The
+ * products' share of the loads' rate is how near the kernels come to what
+ * the memory gives this access pattern, whatever phase the machine is in;
+ * the loads' share of the read probe is what the pattern itself (the
+ * nodes and the pool's syncs between them) costs. */
+struct replay {
+    const char *p[3];
+    size_t n[3];
+};
+static const struct replay *replay_node;
+static int replay_count; /* nodes replay_all reads */
+static volatile uint64_t replay_sink;
+static uint64_t replay_read(const struct replay *r, int ith, int nth) {
+    uint64_t acc = 0;
+    for (int s = 0; s < 3 && r->p[s]; s++) {
+        size_t lines = r->n[s] / 64, l0 = lines * ith / nth, l1 = lines * (ith + 1) / nth;
+        const uint64_t *w = (const uint64_t *)r->p[s];
+        for (size_t l = l0; l < l1; l++) acc ^= w[8 * l] ^ w[8 * l + 4]; /* a load in each half of the line */
+    }
+    return acc;
+}
+static void replay_part(void *arg, int ith, int nth) { (void)arg; replay_sink += replay_read(replay_node, ith, nth); }
+/* every node's share in one run: the same bytes, no syncs between them */
+static void replay_all(void *arg, int ith, int nth) {
+    (void)arg;
+    uint64_t acc = 0;
+    for (int r = 0; r < replay_count; r++) acc ^= replay_read(&replay_node[r], ith, nth);
+    replay_sink += acc;
+}
+
+static void bench_stream(struct toy_threadpool *tp, int nth, const char *s, enum toy_dtype wtype) {
+    int64_t T, B;
+    struct toy_llama_config c = shape(s, &T, &B);
+    struct toy_llama *m = toy_llama_new(&c, 1);
+    void *keep[512];
+    int n_keep = 0;
+    if (wtype != TOY_F32) quantize_model(m, wtype, keep, &n_keep);
+    if (toy_llama_pack_weights(m)) {
+        fprintf(stderr, "bench-llama stream: %s\n", toy_last_error());
+        toy_llama_free(m);
+        return;
+    }
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    struct toy_graph *g = toy_graph_new(ctx);
+    double bytes = 0;
+    for (int64_t l = 0; l <= c.n_layers; l++) {
+        struct toy_llama_layer *L = l < c.n_layers ? &m->layers[l] : NULL;
+        struct toy_tensor *w[7] = {0}, *x[4];
+        int role[7] = {0, 0, 0, 1, 2, 2, 3};
+        if (L) memcpy(w, (struct toy_tensor *[7]){L->wq, L->wk, L->wv, L->wo, L->w_gate, L->w_up, L->w_down}, sizeof w);
+        else w[0] = m->output; /* the head, after the last layer */
+        for (int r = 0; r < 4; r++) { /* an input per layer and role: the fusions are decode's */
+            x[r] = toy_new_tensor_2d(ctx, TOY_F32, r == 3 ? c.d_ff : c.d_model, 1);
+            for (int64_t i = 0; i < x[r]->ne[0]; i++) ((float *)x[r]->data)[i] = 0.01f * (float)((i * 7 + r) % 13) - 0.06f;
+        }
+        for (int i = 0; i < 7 && w[i]; i++) {
+            toy_graph_build(g, toy_matmul(ctx, x[role[i]], w[i], false, true));
+            bytes += (double)toy_nbytes(w[i]);
+        }
+    }
+    toy_graph_set_fusion(g, true);
+    if (toy_graph_compute(g, tp)) { /* plans it, and fuses */
+        fprintf(stderr, "bench-llama stream: %s\n", toy_last_error());
+        toy_llama_free(m);
+        return;
+    }
+    /* the replay: each node the pool runs, with the bytes its product (and
+     * the siblings it computes) reads */
+    int n = toy_graph_n_nodes(g), nr = 0;
+    struct replay *rp = calloc((size_t)n, sizeof *rp);
+    for (int i = 0; i < n; i++) {
+        struct toy_tensor *t = toy_graph_node(g, i);
+        bool led = false;
+        for (int j = 0; j < n && !led; j++)
+            for (int k = 0; k < 2; k++) led |= toy_graph_node(g, j)->siblings[k] == t;
+        if (t->op != TOY_OP_MATMUL || led) continue;
+        for (int k = 0; k < 3; k++) {
+            struct toy_tensor *wt = (k ? t->siblings[k - 1] : t);
+            if (!wt) break;
+            wt = wt->src[1];
+            rp[nr].p[k] = wt->packed ? wt->packed : wt->data;
+            rp[nr].n[k] = toy_nbytes(wt); /* (packed: the same bytes, laid out for the kernel) */
+        }
+        nr++;
+    }
+    double tprod = 0, tload = 0, twhole = 0, t0, t1, t2, t3;
+    int reps = wtype == TOY_F32 ? 20 : 80;
+    for (int i = 0; i < 3; i++) toy_graph_compute(g, tp);
+    for (int i = 0; i < reps; i++) { /* the three alternated, so that they meet the same phases */
+        t0 = now();
+        toy_graph_compute(g, tp);
+        t1 = now();
+        for (int r = 0; r < nr; r++) {
+            replay_node = &rp[r];
+            toy_threadpool_run(tp, replay_part, NULL);
+        }
+        t2 = now();
+        replay_node = rp;
+        replay_count = nr;
+        toy_threadpool_run(tp, replay_all, NULL);
+        t3 = now();
+        tprod += t1 - t0;
+        tload += t2 - t1;
+        twhole += t3 - t2;
+    }
+    double pg = bytes * reps / tprod / 1e9, lg = bytes * reps / tload / 1e9, wg = bytes * reps / twhole / 1e9;
+    printf("stream: M %s, %d threads, %d nodes of %.1f MB: products %.1f GB/s = %.0f%% of loads over the same nodes "
+           "(%.1f GB/s = %.0f%% of the same loads in one run, %.1f GB/s)\n",
+           toy_dtype_name(wtype), nth, nr, bytes / 1e6, pg, 100 * pg / lg, lg, 100 * lg / wg, wg);
+    printf("{\"bench\":\"stream\",\"shape\":\"%s\",\"dtype\":\"%s\",\"threads\":%d,\"nodes\":%d,\"weight_mb\":%.1f,"
+           "\"products_gbs\":%.1f,\"node_loads_gbs\":%.1f,\"loads_gbs\":%.1f}\n",
+           s, toy_dtype_name(wtype), nth, nr, bytes / 1e6, pg, lg, wg);
+    fflush(stdout);
+    free(rp);
+    toy_ctx_free(ctx);
+    toy_llama_free(m);
+    for (int i = 0; i < n_keep; i++) free(keep[i]);
+}
+
 /* figures measured beside other work are the machine's load as much as toy's */
 static void shared_cores_warning(const struct toy_threadpool *tp, const char *mode) {
     if (toy_threadpool_shared(tp))
@@ -315,6 +440,10 @@ int main(int argc, char **argv) {
     } else if (!strcmp(mode, "train")) {
         bench_train(tp, nth, which, false);
         bench_train(tp, nth, which, true);
+    } else if (!strcmp(mode, "stream")) {
+        bench_stream(tp, nth, which, TOY_F32);
+        bench_stream(tp, nth, which, TOY_Q8_0);
+        bench_stream(tp, nth, which, TOY_Q4_0);
     } else if (!strcmp(mode, "train-f32") || !strcmp(mode, "train-bf16")) { /* one of the two, for profiling */
         bench_train(tp, nth, which, !strcmp(mode, "train-bf16"));
     } else {

@@ -43,6 +43,12 @@ done
 bash bench/bf16_curve.sh || status=1
 # scaling: S step time against T, M decode against context length
 "$B/bench/bench-llama" "$NTH" S scale || status=1
+# decode's products against loads alone over the same weights and nodes, and
+# those loads against the same loads in one run (the phases of the machine
+# cancel: the three alternate pass by pass)
+out=$("$B/bench/bench-llama" "$NTH" M stream) || status=1
+grep '^{' <<<"$out" > "$B/bench-llama-M-stream.json"
+grep -v '^{' <<<"$out"
 # prefill and decode of the same GGUF files against llama.cpp (npm node-llama-cpp)
 bash bench/llama_cpp.sh || status=1
 # GPT-2 124M training step (B 4, T 64) and ViT-Tiny/16 training images/s against PyTorch
