@@ -112,7 +112,7 @@ BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
 PY ?= /usr/bin/python3
 
-.PHONY: all check check-unit asan bench bench-run deps deps-quiet clean demo fuzz help
+.PHONY: all check check-unit asan bench bench-run bench-build deps deps-quiet clean demo fuzz help
 
 all: $(BUILD)/libtoy.a $(BUILD)/libtoy.so $(BUILD)/toy
 
@@ -224,6 +224,9 @@ bench: deps-quiet
 
 bench-run: all $(BENCH_BIN)
 	TOY_BUILD=$(BUILD) PY=$(PY) bash bench/run.sh
+
+# the benchmark programs without running them (CI: they must not rot)
+bench-build: $(BENCH_BIN)
 
 demo: deps-quiet
 	@$(MAKE) --no-print-directory all
