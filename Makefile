@@ -193,7 +193,7 @@ WRAP := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=posix_memalign,--w
 $(BUILD)/toy-tests: $(TEST_OBJ) $(BUILD)/libtoy.a
 	$(CC) $(LDFLAGS) $(WRAP) -o $@ $(TEST_OBJ) $(BUILD)/libtoy.a -lcriterion $(LDLIBS)
 
-$(BUILD)/bench/%: bench/%.c $(BUILD)/libtoy.a
+$(BUILD)/bench/%: bench/%.c $(wildcard bench/*.h) $(BUILD)/libtoy.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libtoy.a $(LDFLAGS) $(LDLIBS)
 

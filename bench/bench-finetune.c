@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench-quant.h"
 #include "toy/finetune.h"
 #include "toy/quant.h"
 #include "toy/toy.h"
@@ -32,16 +33,8 @@ static size_t store_as(struct toy_llama *m, enum toy_dtype type, void **keep, in
             bytes += toy_row_bytes(TOY_F32, t->ne[0]) * (size_t)t->ne[1];
             continue;
         }
-        size_t row = toy_row_bytes(type, t->ne[0]);
-        char *q = malloc(row * (size_t)t->ne[1]);
-        for (int64_t r = 0; r < t->ne[1]; r++) toy_quantize_row(type, (float *)t->data + r * t->ne[0], q + r * row, t->ne[0]);
-        t->type = type;
-        t->nb[0] = toy_dtype_type_size(type);
-        t->nb[1] = row;
-        t->nb[2] = t->nb[3] = row * (size_t)t->ne[1];
-        t->data = q;
-        keep[(*n_keep)++] = q;
-        bytes += row * (size_t)t->ne[1];
+        keep[(*n_keep)++] = bench_requantize(t, type);
+        bytes += toy_row_bytes(type, t->ne[0]) * (size_t)t->ne[1];
     }
     return bytes;
 }

@@ -32,6 +32,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench-quant.h"
 #include "toy/generate.h"
 #include "toy/quant.h"
 #include "toy/tokenizer.h"
@@ -108,17 +109,40 @@ static double bench_train_T(struct toy_threadpool *tp, int nth, const char *s, b
 }
 
 static bool count_tok(void *ud, int32_t id, const char *text, size_t len, float lp);
-static void quantize_model(struct toy_llama *m, enum toy_dtype type, void **keep, int *n_keep);
+
+/* A model of shape s with random weights, its 2-D weights re-stored in
+ * `type` (as a quantized GGUF's would be; TOY_F32: left as they are), and
+ * the buffers that hold them. */
+struct qmodel {
+    struct toy_llama_config c;
+    struct toy_llama *m;
+    void *keep[512];
+    int n_keep;
+};
+static void qmodel_new(struct qmodel *q, const char *s, enum toy_dtype type, int64_t max_ctx) {
+    int64_t T, B;
+    q->c = shape(s, &T, &B);
+    if (max_ctx) q->c.max_ctx = max_ctx;
+    q->m = toy_llama_new(&q->c, 1);
+    q->n_keep = 0;
+    for (int i = 0; type != TOY_F32 && i < toy_llama_n_tensors(q->m); i++) {
+        struct toy_tensor *t = toy_llama_tensor(q->m, i);
+        if (t->ne[1] <= 1) continue;
+        q->keep[q->n_keep++] = bench_requantize(t, type);
+        toy_set_frozen(t);
+    }
+}
+static void qmodel_free(struct qmodel *q) {
+    toy_llama_free(q->m);
+    for (int i = 0; i < q->n_keep; i++) free(q->keep[i]);
+}
 
 /* decode tokens/s of M (q8_0 weights, f16 cache) after prompts of 256 .. 2048 tokens */
 static void bench_ctx_scaling(struct toy_threadpool *tp) {
-    int64_t T, B;
-    struct toy_llama_config c = shape("M", &T, &B);
-    c.max_ctx = 8192; /* SmolLM2-135M's trained context */
-    struct toy_llama *m = toy_llama_new(&c, 1);
-    void *keep[512];
-    int n_keep = 0;
-    quantize_model(m, TOY_Q8_0, keep, &n_keep);
+    struct qmodel q;
+    qmodel_new(&q, "M", TOY_Q8_0, 8192); /* SmolLM2-135M's trained context */
+    struct toy_llama *m = q.m;
+    struct toy_llama_config c = q.c;
     int32_t *prompt = malloc(2048 * sizeof *prompt);
     for (int i = 0; i < 2048; i++) prompt[i] = (int32_t)((i * 31 + 7) % c.vocab);
     struct toy_generator *gen;
@@ -146,8 +170,7 @@ static void bench_ctx_scaling(struct toy_threadpool *tp) {
     }
     toy_generator_free(gen);
     free(prompt);
-    toy_llama_free(m);
-    for (int i = 0; i < n_keep; i++) free(keep[i]);
+    qmodel_free(&q);
 }
 
 static bool count_tok(void *ud, int32_t id, const char *text, size_t len, float lp) {
@@ -156,33 +179,13 @@ static bool count_tok(void *ud, int32_t id, const char *text, size_t len, float 
     return true;
 }
 
-/* re-stores every 2-D weight of m in `type` (as a quantized GGUF would) */
-static void quantize_model(struct toy_llama *m, enum toy_dtype type, void **keep, int *n_keep) {
-    for (int i = 0; i < toy_llama_n_tensors(m); i++) {
-        struct toy_tensor *t = toy_llama_tensor(m, i);
-        if (t->ne[1] <= 1) continue;
-        size_t row = toy_row_bytes(type, t->ne[0]);
-        char *q = malloc(row * (size_t)t->ne[1]);
-        for (int64_t r = 0; r < t->ne[1]; r++) toy_quantize_row(type, (float *)t->data + r * t->ne[0], q + r * row, t->ne[0]);
-        t->type = type;
-        t->nb[0] = toy_dtype_type_size(type);
-        t->nb[1] = row;
-        t->nb[2] = t->nb[3] = row * (size_t)t->ne[1];
-        t->data = q;
-        toy_set_frozen(t);
-        keep[(*n_keep)++] = q;
-    }
-}
-
 static void bench_infer(struct toy_threadpool *tp, int nth, const char *s, enum toy_dtype wtype, bool bf16) {
-    int64_t T, B;
-    struct toy_llama_config c = shape(s, &T, &B);
-    struct toy_llama *m = toy_llama_new(&c, 1);
-    void *keep[512];
-    int n_keep = 0;
-    if (wtype != TOY_F32) quantize_model(m, wtype, keep, &n_keep);
+    struct qmodel q;
+    qmodel_new(&q, s, wtype, 0);
+    struct toy_llama *m = q.m;
+    struct toy_llama_config c = q.c;
     if (bf16 && !toy_llama_infer_bf16(m)) { /* no faster bf16 products here: the f32 row says it all */
-        toy_llama_free(m);
+        qmodel_free(&q);
         return;
     }
     int32_t *prompt = malloc(256 * sizeof *prompt);
@@ -216,8 +219,7 @@ static void bench_infer(struct toy_threadpool *tp, int nth, const char *s, enum 
     fflush(stdout);
     toy_generator_free(gen);
     free(prompt);
-    toy_llama_free(m);
-    for (int i = 0; i < n_keep; i++) free(keep[i]);
+    qmodel_free(&q);
 }
 
 static int write_gguf(const char *which, const char *out, const char *tok_dir) {
@@ -327,15 +329,13 @@ static void replay_all(void *arg, int ith, int nth) {
 }
 
 static void bench_stream(struct toy_threadpool *tp, int nth, const char *s, enum toy_dtype wtype) {
-    int64_t T, B;
-    struct toy_llama_config c = shape(s, &T, &B);
-    struct toy_llama *m = toy_llama_new(&c, 1);
-    void *keep[512];
-    int n_keep = 0;
-    if (wtype != TOY_F32) quantize_model(m, wtype, keep, &n_keep);
+    struct qmodel q;
+    qmodel_new(&q, s, wtype, 0);
+    struct toy_llama *m = q.m;
+    struct toy_llama_config c = q.c;
     if (toy_llama_pack_weights(m)) {
         fprintf(stderr, "bench-llama stream: %s\n", toy_last_error());
-        toy_llama_free(m);
+        qmodel_free(&q);
         return;
     }
     struct toy_ctx *ctx = toy_ctx_init(true);
@@ -359,7 +359,8 @@ static void bench_stream(struct toy_threadpool *tp, int nth, const char *s, enum
     toy_graph_set_fusion(g, true);
     if (toy_graph_compute(g, tp)) { /* plans it, and fuses */
         fprintf(stderr, "bench-llama stream: %s\n", toy_last_error());
-        toy_llama_free(m);
+        toy_ctx_free(ctx);
+        qmodel_free(&q);
         return;
     }
     /* the replay: each node the pool runs, with the bytes its product (and
@@ -411,8 +412,7 @@ static void bench_stream(struct toy_threadpool *tp, int nth, const char *s, enum
     fflush(stdout);
     free(rp);
     toy_ctx_free(ctx);
-    toy_llama_free(m);
-    for (int i = 0; i < n_keep; i++) free(keep[i]);
+    qmodel_free(&q);
 }
 
 /* figures measured beside other work are the machine's load as much as toy's */
