@@ -298,11 +298,12 @@ static int bench_file(struct toy_threadpool *tp, int nth, const char *path) {
 /* stream: the decode step's products alone -- every weight of the shape,
  * one row, in decode's order and with its fusions (q, k and v in one pass,
  * gate and up in one) -- against a loads-only pass over the same bytes, in
- * the same nodes, on the same pool, the two alternated pass by pass. The
- * products' share of the loads' rate is how near the kernels come to what
- * the memory gives this access pattern, whatever phase the machine is in;
- * the loads' share of the read probe is what the pattern itself (the
- * nodes and the pool's syncs between them) costs. */
+ * the same nodes, on the same pool, and against the same loads in one pool
+ * run, the three alternated pass by pass. The products' share of the node
+ * loads' rate is how near the kernels come to what the memory gives this
+ * access pattern, whatever phase the machine is in; the node loads' share
+ * of the one-run loads is what the pattern itself (the nodes and the
+ * pool's syncs between them) costs. */
 struct replay {
     const char *p[3];
     size_t n[3];
@@ -403,9 +404,9 @@ static void bench_stream(struct toy_threadpool *tp, int nth, const char *s, enum
         twhole += t3 - t2;
     }
     double pg = bytes * reps / tprod / 1e9, lg = bytes * reps / tload / 1e9, wg = bytes * reps / twhole / 1e9;
-    printf("stream: M %s, %d threads, %d nodes of %.1f MB: products %.1f GB/s = %.0f%% of loads over the same nodes "
+    printf("stream: %s %s, %d threads, %d nodes of %.1f MB: products %.1f GB/s = %.0f%% of loads over the same nodes "
            "(%.1f GB/s = %.0f%% of the same loads in one run, %.1f GB/s)\n",
-           toy_dtype_name(wtype), nth, nr, bytes / 1e6, pg, 100 * pg / lg, lg, 100 * lg / wg, wg);
+           s, toy_dtype_name(wtype), nth, nr, bytes / 1e6, pg, 100 * pg / lg, lg, 100 * lg / wg, wg);
     printf("{\"bench\":\"stream\",\"shape\":\"%s\",\"dtype\":\"%s\",\"threads\":%d,\"nodes\":%d,\"weight_mb\":%.1f,"
            "\"products_gbs\":%.1f,\"node_loads_gbs\":%.1f,\"loads_gbs\":%.1f}\n",
            s, toy_dtype_name(wtype), nth, nr, bytes / 1e6, pg, lg, wg);
