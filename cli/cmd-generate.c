@@ -170,7 +170,10 @@ int toy_cmd_generate(int argc, char **argv) {
         json_decref(o.lps);
         free(o.text);
         toy_generator_free(gen);
-        if (tr && toy_trace_close(tr)) fprintf(stderr, "toy generate: %s\n", toy_last_error());
+        if (tr && toy_trace_close(tr)) { /* asked for and not written: the command failed */
+            fprintf(stderr, "toy generate: %s\n", toy_last_error());
+            if (!rc) rc = 1;
+        }
     }
     toy_threadpool_free(tp);
 done:

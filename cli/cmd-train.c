@@ -648,7 +648,8 @@ int toy_cmd_train(int argc, char **argv) {
 out:
     json_decref(resaved);
     toy_trainer_free(tr);
-    if (c.o.trace && toy_trace_close(c.o.trace)) fprintf(stderr, "toy train: trace: %s\n", toy_last_error());
+    bool trace_lost = c.o.trace && toy_trace_close(c.o.trace); /* after the run: fails the command, not the job */
+    if (trace_lost) fprintf(stderr, "toy train: %s\n", toy_last_error());
     toy_events_close(ev);
     toy_llama_free(m);
     toy_gpt2_free(g2);
@@ -665,5 +666,5 @@ out:
         toy_collective_abort(coll, 1);
     }
     toy_collective_close(coll); /* broken by a dead or hung rank: rank 0 (checkpointed) ends the job */
-    return rc;
+    return rc ? rc : trace_lost ? 1 : 0;
 }

@@ -464,6 +464,8 @@ Test(cli_gguf, bad_inputs_are_errors_not_crashes) {
     free(out);
     snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi --trace %s/no/such/t.json 2>&1", b, TINY, dir);
     expect_exit(cmd, 1, "t.json");
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi --trace /dev/null 2>&1", b, TINY);
+    expect_exit(cmd, 1, "/dev/null: not a regular file");
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     cr_assert_eq(system(cmd), 0);
 }

@@ -187,6 +187,16 @@ Test(cli_train, a_second_signal_does_not_kill_the_checkpoint, .timeout = 120) {
     double_signal("int", SIGINT);
 }
 
+/* --trace writes a Chrome trace of the run; a path that could not take it is
+ * refused before the run starts, and leaves no run behind to resume */
+Test(cli_train, trace_is_written_or_refused_before_the_run) {
+    cr_assert_eq(sh(TRAIN " --data text.txt --steps 2 --out tr --trace /dev/null"), 1, "%s", out);
+    cr_expect(strstr(out, "/dev/null: not a regular file"), "%s", out);
+    cr_expect_neq(sh("test -e tr/train.json"), 0, "the refused run left its bundle");
+    cr_assert_eq(sh(TRAIN " --data text.txt --steps 2 --out tr --trace t.json"), 0, "%s", out);
+    cr_expect_eq(sh("grep -q '\"name\":\"MATMUL\"' t.json"), 0, "no ops in the trace");
+}
+
 /* train.json and finetune.json keep absolute paths: --resume from another
  * folder used to look for the relative --data there */
 Test(cli_train, saved_options_hold_absolute_paths) {

@@ -3,9 +3,11 @@
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "toy/file.h"
 #include "toy/toy.h"
 #include "toy/trace.h"
 
@@ -50,4 +52,41 @@ Test(trace, graph_ops_land_in_a_chrome_trace) {
 Test(trace, unwritable_path_is_an_error) {
     struct toy_trace *tr;
     cr_assert_eq(toy_trace_open("/nonexistent-dir/trace.json", 0, &tr), TOY_ERR_IO);
+}
+
+/* refused at open, before a run, where the write at close would fail; and a
+ * trace already at the path is not cut short by opening a new one */
+Test(trace, open_checks_the_path_and_keeps_an_old_trace) {
+    struct toy_trace *tr;
+    cr_assert_eq(toy_trace_open("/dev/null", 0, &tr), TOY_ERR_IO);
+    cr_assert(strstr(toy_last_error(), "not a regular file"), "%s", toy_last_error());
+    cr_assert_eq(toy_trace_open("/tmp", 0, &tr), TOY_ERR_IO);
+    cr_assert(strstr(toy_last_error(), "a folder"), "%s", toy_last_error());
+    char dir[] = "/tmp/toy-trace-dir-XXXXXX", path[64];
+    cr_assert(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/t.json", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    fputs("{\"old\":1}\n", f);
+    fclose(f);
+    cr_assert_eq(toy_trace_open(path, 0, &tr), TOY_OK);
+    char *text = NULL;
+    size_t n = 0;
+    cr_assert_eq(toy_file_read_all(path, &text, &n), TOY_OK);
+    cr_assert_str_eq(text, "{\"old\":1}\n", "opening left the old trace whole");
+    free(text);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "ls -A '%s' | wc -l", dir);
+    FILE *p = popen(cmd, "r");
+    int files = 0;
+    cr_assert(p && fscanf(p, "%d", &files) == 1);
+    pclose(p);
+    cr_assert_eq(files, 1, "no temp file left beside it");
+    cr_assert_eq(toy_trace_close(tr), TOY_OK);
+    json_error_t err;
+    json_t *root = json_load_file(path, 0, &err);
+    cr_assert(root && json_object_get(root, "traceEvents"), "replaced at close");
+    json_decref(root);
+    unlink(path);
+    rmdir(dir);
 }

@@ -25,7 +25,9 @@ extern "C" {
 
 struct toy_trace;
 
-/* capacity: events kept (0: 1M). The file is written at close. */
+/* capacity: events kept (0: 1M). The file is written at close; a path
+ * that could not be written then (a folder, a device, a missing folder) is
+ * an error now, and a file already there is left as it is until close. */
 enum toy_status toy_trace_open(const char *path, int64_t capacity, struct toy_trace **out);
 /* Writes the JSON file (atomically: temp + rename) and frees the trace. */
 enum toy_status toy_trace_close(struct toy_trace *tr);

@@ -41,15 +41,19 @@ enum toy_status toy_trace_open(const char *path, int64_t cap, struct toy_trace *
         free(tr);
         return toy_error(TOY_ERR_NOMEM, "trace of %lld events", (long long)cap);
     }
-    /* fail now, not after a long run, if the file cannot be written */
-    FILE *f = fopen(path, "w");
-    if (!f) {
+    /* fail now, not after a long run, where the file could not be written
+     * (a folder, a device, no such folder, no right to write there): the
+     * temp file of the real write is made and removed, and a trace already
+     * at the path stays whole until the new one replaces it */
+    struct toy_file_replace r;
+    if (toy_file_replace_begin(path, &r)) {
+        enum toy_status st = toy_error(TOY_ERR_IO, "trace: %s", toy_last_error());
         free(tr->path);
         free(tr->ev);
         free(tr);
-        return toy_error(TOY_ERR_IO, "trace: cannot write %s", path);
+        return st;
     }
-    fclose(f);
+    toy_file_replace_abort(&r);
     tr->cap = cap;
     atomic_init(&tr->n, 0);
     atomic_init(&tr->dropped, 0);
