@@ -1354,6 +1354,82 @@ Test(ops, attention_decode_step_matches_loops) {
         }
 }
 
+/* A prefill over an f16 cache (several query blocks of 64 after earlier
+ * positions, GQA, windows, softcap, 1..3 threads) equals the same over an
+ * f32 cache that holds the same values, bit for bit: the f16 rows are
+ * converted once per kv head and kept for the blocks and query heads that
+ * read them next (attention.c struct rows32), and must be the rows each
+ * block asks for. */
+Test(ops, attention_prefill_over_an_f16_cache_equals_f32) {
+    struct pcase {
+        int64_t D, Hq, Hkv, past, Tq, B;
+        int window;
+        float cap;
+    } cs[] = {
+        {64, 9, 3, 40, 150, 1, 0, 0}, {64, 9, 3, 0, 200, 1, 50, 0}, {128, 4, 2, 7, 70, 2, 0, 20}, {64, 2, 1, 65, 64, 1, 30, 0},
+    };
+    struct toy_rng r;
+    toy_rng_seed(&r, 11);
+    for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++)
+        for (int nth = 1; nth <= 3; nth++) {
+            struct pcase c = cs[ci];
+            const int64_t Tmax = c.past + c.Tq + 3, row = c.D * c.Hkv;
+            float *out[2];
+            struct toy_rng r0 = r; /* both caches get the same values */
+            for (int f16 = 0; f16 < 2; f16++) {
+                r = r0;
+                enum toy_dtype type = f16 ? TOY_F16 : TOY_F32;
+                struct toy_ctx *ctx = toy_ctx_init(true);
+                struct toy_tensor *q = toy_new_tensor_4d(ctx, TOY_F32, c.D, c.Hq, c.Tq, c.B);
+                struct toy_tensor *kc = toy_new_tensor_4d(ctx, type, c.D, c.Hkv, Tmax, c.B);
+                struct toy_tensor *vc = toy_new_tensor_4d(ctx, type, c.D, c.Hkv, Tmax, c.B);
+                struct toy_tensor *kn = toy_new_tensor_4d(ctx, TOY_F32, c.D, c.Hkv, c.Tq, c.B);
+                struct toy_tensor *vn = toy_new_tensor_4d(ctx, TOY_F32, c.D, c.Hkv, c.Tq, c.B);
+                struct toy_tensor *np = toy_new_tensor_1d(ctx, TOY_I32, 1);
+                *(int32_t *)np->data = (int32_t)c.past;
+                for (int64_t i = 0; i < toy_nelements(q); i++) ((float *)q->data)[i] = toy_rng_normal(&r);
+                for (int64_t b = 0; b < c.B; b++)
+                    for (int64_t j = 0; j < c.past + c.Tq; j++)
+                        for (int64_t i = 0; i < row; i++) {
+                            /* values an f16 holds exactly */
+                            float kv[2] = {toy_f16_to_f32(toy_f32_to_f16(toy_rng_normal(&r))),
+                                           toy_f16_to_f32(toy_f32_to_f16(toy_rng_normal(&r)))};
+                            int64_t in = (b * Tmax + j) * row + i;
+                            if (j >= c.past) {
+                                ((float *)kn->data)[(b * c.Tq + j - c.past) * row + i] = kv[0];
+                                ((float *)vn->data)[(b * c.Tq + j - c.past) * row + i] = kv[1];
+                            } else if (f16) {
+                                ((toy_f16 *)kc->data)[in] = toy_f32_to_f16(kv[0]);
+                                ((toy_f16 *)vc->data)[in] = toy_f32_to_f16(kv[1]);
+                            } else {
+                                ((float *)kc->data)[in] = kv[0];
+                                ((float *)vc->data)[in] = kv[1];
+                            }
+                        }
+                struct toy_attn_params ap = {.causal = true, .window = c.window, .softcap = c.cap};
+                struct toy_tensor *y = toy_attention_cached(ctx, q, toy_kv_store(ctx, kc, kn, np),
+                                                            toy_kv_store(ctx, vc, vn, np), np, &ap);
+                toy_set_output(y);
+                struct toy_graph *g = toy_graph_new(ctx);
+                toy_graph_build(g, y);
+                struct toy_threadpool *tp = toy_threadpool_new(nth);
+                cr_assert_eq(toy_graph_compute(g, tp), TOY_OK, "%s", toy_last_error());
+                out[f16] = malloc(toy_nbytes(y));
+                memcpy(out[f16], y->data, toy_nbytes(y));
+                int64_t n = toy_nelements(y);
+                toy_threadpool_free(tp);
+                toy_ctx_free(ctx);
+                if (f16)
+                    for (int64_t i = 0; i < n; i++)
+                        cr_assert(out[0][i] == out[1][i] && isfinite(out[0][i]),
+                                  "case %zu threads %d: out[%lld] f16 cache %.9g, f32 cache %.9g", ci, nth,
+                                  (long long)i, out[1][i], out[0][i]);
+            }
+            free(out[0]);
+            free(out[1]);
+        }
+}
+
 /* Each thread keeps the rotary angles of its last positions (cpu.c): runs
  * of one graph with new position contents, and a second graph with other
  * parameters in between, give what a fresh computation gives. */

@@ -236,19 +236,37 @@ static inline void key_range(const struct attn *a, int64_t t, int64_t *j0, int64
     }
 }
 
-/* Rows t0..t0+n-1 of head h as f32: the tensor itself when it is f32, else
- * converted into scratch (an f16 KV cache). *ld: the row stride in floats. */
-static const float *rows_f32(const struct toy_tensor *x, int64_t h, int64_t t0, int64_t n, int64_t b, float *scratch,
-                             int *ld) {
+/* The rows of one (batch, kv head) of K or V as f32: the tensor itself
+ * when it is f32; from an f16 KV cache, converted into this thread's
+ * scratch (indexed by position) and kept there for the blocks and query
+ * heads that read them next -- a thread takes a head's blocks in turn, and
+ * the heads of one kv head one after another, so each row is converted
+ * once a head group rather than once per block and query head. Holds the
+ * converted positions [lo, hi). */
+struct rows32 {
+    const struct toy_tensor *x;
+    float *buf; /* x->ne[2] rows of x->ne[0] */
+    int64_t b, g, lo, hi;
+};
+
+static void rows32_init(struct rows32 *r, const struct toy_tensor *x, float *buf) {
+    *r = (struct rows32){.x = x, .buf = buf, .b = -1, .g = -1};
+}
+
+/* rows [js, je) of kv head g, batch b; *ld: their stride in floats */
+static const float *rows32_get(struct rows32 *r, int64_t g, int64_t js, int64_t je, int64_t b, int *ld) {
+    const struct toy_tensor *x = r->x;
     if (x->type == TOY_F32) {
         *ld = (int)(x->nb[2] / 4);
-        return QROW(x, h, t0, b);
+        return QROW(x, g, js, b);
     }
-    for (int64_t r = 0; r < n; r++)
-        toy_f16_to_f32_row((const toy_f16 *)((const char *)x->data + h * x->nb[1] + (t0 + r) * x->nb[2] + b * x->nb[3]),
-                           scratch + r * x->ne[0], x->ne[0]);
-    *ld = (int)x->ne[0];
-    return scratch;
+    int64_t D = x->ne[0];
+    if (r->b != b || r->g != g || js < r->lo || js > r->hi) r->b = b, r->g = g, r->lo = r->hi = js;
+    for (; r->hi < je; r->hi++)
+        toy_f16_to_f32_row((const toy_f16 *)((const char *)x->data + g * x->nb[1] + r->hi * x->nb[2] + b * x->nb[3]),
+                           r->buf + r->hi * D, D);
+    *ld = (int)D;
+    return r->buf + js * D;
 }
 
 /* S (nq x [js, je)) = scale * Q_blk K^T with the mask and softcap applied.
@@ -256,7 +274,7 @@ static const float *rows_f32(const struct toy_tensor *x, int64_t h, int64_t t0, 
  * product is in bf16 from the packed keys (js a multiple of 32). */
 static void block_scores(const struct attn *a, const struct toy_tensor *q, const struct toy_tensor *k,
                          int64_t h, int64_t b, int64_t t0, int64_t nq, int64_t js, int64_t je, float *S,
-                         int64_t ldS, float *kscratch, struct bf *f) {
+                         int64_t ldS, struct rows32 *kr, struct bf *f) {
     int64_t g = h / a->group;
     const float *Q = QROW(q, h, t0, b);
     if (f) {
@@ -265,7 +283,7 @@ static void block_scores(const struct attn *a, const struct toy_tensor *q, const
         for (int64_t i = 0; i < nq; i++) toy_vec.scale(S + i * ldS, S + i * ldS, a->scale, je - js);
     } else {
         int ldk;
-        const float *K = rows_f32(k, g, js, je - js, b, kscratch, &ldk);
+        const float *K = rows32_get(kr, g, js, je, b, &ldk);
         if (nq == 1 && decode_kernels(a->D))
             toy_attn_decode_scores_avx512(Q, K, ldk, je - js, a->D, a->scale, S);
         else
@@ -464,14 +482,22 @@ void toy_cpu_attention(struct toy_tensor *dst, int ith, int nth, void *work, siz
     a.pack = sgemm_pack(work, ws, ith, nth);
     float *S = toy_work_slice((char *)work + TOY_WORK_HEAD, ws - TOY_WORK_HEAD, ith, nth);
     float *kvs = S + 3 * QB * k->ne[2] + 2 * QB + QB * q->ne[0]; /* f16 rows converted (see _work) */
+    struct rows32 kr, vr;
+    rows32_init(&kr, k, kvs);
+    rows32_init(&vr, v, kvs + k->ne[2] * k->ne[0]);
     float *lse = (float *)((char *)dst->data + toy_nbytes(dst));
     size_t room = slice_room(ws, nth);
     struct bf bfs, *f = bf_init(&bfs, dst, k, v, a.D, a.Tk, S, room) ? &bfs : NULL;
-    int64_t nblk = (a.Tq + QB - 1) / QB;
-    int64_t items = a.B * a.Hq * nblk, w0, w1;
+    /* A causal block sees more keys the later it is, so an item is a block
+     * from the front with its mirror from the back (the middle one alone):
+     * items cost alike, and the threads' runs of them are balanced. */
+    int64_t nblk = (a.Tq + QB - 1) / QB, npair = (nblk + 1) / 2;
+    int64_t items = a.B * a.Hq * npair, w0, w1;
     toy_split(items, ith, nth, &w0, &w1);
-    for (int64_t w = w0; w < w1; w++) {
-        int64_t blk = w % nblk, h = (w / nblk) % a.Hq, b = w / (nblk * a.Hq);
+    for (int64_t w = w0, side = 0; w < w1; side = !side, w += !side) {
+        int64_t pr = w % npair, h = (w / npair) % a.Hq, b = w / (npair * a.Hq);
+        if (side && 2 * pr + 1 == nblk) continue; /* the middle block: one side */
+        int64_t blk = side ? nblk - 1 - pr : pr;
         int64_t tb = blk * QB, tend = a.Tq - tb < QB ? a.Tq : tb + QB;
         for (int64_t t0 = tb, t1; t0 < tend; t0 = t1) { /* runs of one segment (the block when unsegmented) */
             t1 = run_end(&a, b, t0, tend);
@@ -491,7 +517,7 @@ void toy_cpu_attention(struct toy_tensor *dst, int ith, int nth, void *work, siz
                 bf_pack_kv(f, k, v, h / a.group, b, a.Tk, false);
             }
             int64_t nk = je - js;
-            block_scores(&a, q, k, h, b, t0, nq, js, je, S, nk, kvs, f);
+            block_scores(&a, q, k, h, b, t0, nq, js, je, S, nk, &kr, f);
             for (int64_t i = 0; i < nq; i++) {
                 float *s = S + i * nk;
                 float mx = toy_vec.max(s, nk);
@@ -507,7 +533,7 @@ void toy_cpu_attention(struct toy_tensor *dst, int ith, int nth, void *work, siz
                 continue;
             }
             int ldv;
-            const float *V = rows_f32(v, h / a.group, js, nk, b, kvs, &ldv);
+            const float *V = rows32_get(&vr, h / a.group, js, je, b, &ldv);
             if (nq == 1 && decode_kernels(a.D))
                 toy_attn_decode_values_avx512(S, V, ldv, nk, a.D, O);
             else
@@ -552,6 +578,7 @@ void toy_cpu_attention_back(struct toy_tensor *dst, int ith, int nth, void *work
     const struct toy_tensor *dO = dst->src[0], *q = dst->src[1], *k = dst->src[2], *v = dst->src[3],
                             *o = dst->src[4];
     struct attn a = attn_shape(q, k, dst);
+    TOY_ASSERT(k->type == TOY_F32 && v->type == TOY_F32, "attention backward '%s': K and V must be f32", dst->name);
     a.pack = sgemm_pack(work, ws, ith, nth);
     const float *lse = (const float *)((const char *)o->data + toy_nbytes(o));
     float *P = toy_work_slice((char *)work + TOY_WORK_HEAD, ws - TOY_WORK_HEAD, ith, nth);
@@ -567,6 +594,8 @@ void toy_cpu_attention_back(struct toy_tensor *dst, int ith, int nth, void *work
     int64_t nblk = (a.Tq + QB - 1) / QB;
     int64_t items = a.B * a.Hkv, w0, w1;
     toy_split(items, ith, nth, &w0, &w1);
+    struct rows32 kr; /* the backward's K is f32: read in place */
+    rows32_init(&kr, k, NULL);
     for (int64_t w = w0; w < w1; w++) {
         int64_t g = w % a.Hkv, b = w / a.Hkv;
         float *dK = dk + b * a.Tk * ldk + g * a.D, *dV = dv + b * a.Tk * ldk + g * a.D;
@@ -593,7 +622,7 @@ void toy_cpu_attention_back(struct toy_tensor *dst, int ith, int nth, void *work
                         bf_pack_kv(f, k, v, g, b, a.Tk, true);
                     }
                     int64_t nk = je - js;
-                    block_scores(&a, q, k, h, b, t0, nq, js, je, P, nk, NULL, f);
+                    block_scores(&a, q, k, h, b, t0, nq, js, je, P, nk, &kr, f);
                     if (a.cap > 0)
                         for (int64_t i = 0; i < nq * nk; i++) C[i] = P[i] / a.cap;
                     const float *dOb = QROW(dO, h, t0, b);
