@@ -1255,6 +1255,28 @@ Test(ops, attention_decode_kernels_match_loops) {
         }
 }
 
+/* element i of a KV cache (f32 or f16) set to x */
+static void cache_set(struct toy_tensor *c, int64_t i, float x) {
+    if (c->type == TOY_F16) ((toy_f16 *)c->data)[i] = toy_f32_to_f16(x);
+    else ((float *)c->data)[i] = x;
+}
+
+/* the cached attention of q over the caches, which first store kn and vn at
+ * position *np, computed on nth threads; the result stays in ctx */
+static struct toy_tensor *cached_attention_on(struct toy_ctx *ctx, struct toy_tensor *q, struct toy_tensor *kc,
+                                              struct toy_tensor *vc, struct toy_tensor *kn, struct toy_tensor *vn,
+                                              struct toy_tensor *np, const struct toy_attn_params *ap, int nth) {
+    struct toy_tensor *y =
+        toy_attention_cached(ctx, q, toy_kv_store(ctx, kc, kn, np), toy_kv_store(ctx, vc, vn, np), np, ap);
+    toy_set_output(y);
+    struct toy_graph *g = toy_graph_new(ctx);
+    toy_graph_build(g, y);
+    struct toy_threadpool *tp = toy_threadpool_new(nth);
+    cr_assert_eq(toy_graph_compute(g, tp), TOY_OK, "%s", toy_last_error());
+    toy_threadpool_free(tp);
+    return y;
+}
+
 /* A decode step (one query per sequence against the cache) through the
  * attention op: every head at once, the keys split between the threads and
  * the softmax pieces merged (attention.c decode_step) -- against a plain
@@ -1303,23 +1325,13 @@ Test(ops, attention_decode_step_matches_loops) {
                         if (j == c.Tk - 1) {
                             ((float *)kn->data)[b * row + i] = kf[at];
                             ((float *)vn->data)[b * row + i] = vf[at];
-                        } else if (c.type == TOY_F16) {
-                            ((toy_f16 *)kc->data)[in] = toy_f32_to_f16(kf[at]);
-                            ((toy_f16 *)vc->data)[in] = toy_f32_to_f16(vf[at]);
                         } else {
-                            ((float *)kc->data)[in] = kf[at];
-                            ((float *)vc->data)[in] = vf[at];
+                            cache_set(kc, in, kf[at]);
+                            cache_set(vc, in, vf[at]);
                         }
                     }
             struct toy_attn_params ap = {.causal = true, .window = c.window, .softcap = c.cap};
-            struct toy_tensor *y = toy_attention_cached(ctx, q, toy_kv_store(ctx, kc, kn, np),
-                                                        toy_kv_store(ctx, vc, vn, np), np, &ap);
-            toy_set_output(y);
-            struct toy_graph *g = toy_graph_new(ctx);
-            toy_graph_build(g, y);
-            struct toy_threadpool *tp = toy_threadpool_new(nth);
-            cr_assert_eq(toy_graph_compute(g, tp), TOY_OK, "%s", toy_last_error());
-            const float *out = y->data;
+            const float *out = cached_attention_on(ctx, q, kc, vc, kn, vn, np, &ap, nth)->data;
             double scale = 1 / sqrt((double)c.D);
             int64_t j0 = c.window > 0 && c.Tk > c.window ? c.Tk - c.window : 0;
             for (int64_t b = 0; b < c.B; b++)
@@ -1347,7 +1359,6 @@ Test(ops, attention_decode_step_matches_loops) {
                     }
                     free(p);
                 }
-            toy_threadpool_free(tp);
             toy_ctx_free(ctx);
             free(kf);
             free(vf);
@@ -1398,26 +1409,16 @@ Test(ops, attention_prefill_over_an_f16_cache_equals_f32) {
                             if (j >= c.past) {
                                 ((float *)kn->data)[(b * c.Tq + j - c.past) * row + i] = kv[0];
                                 ((float *)vn->data)[(b * c.Tq + j - c.past) * row + i] = kv[1];
-                            } else if (f16) {
-                                ((toy_f16 *)kc->data)[in] = toy_f32_to_f16(kv[0]);
-                                ((toy_f16 *)vc->data)[in] = toy_f32_to_f16(kv[1]);
                             } else {
-                                ((float *)kc->data)[in] = kv[0];
-                                ((float *)vc->data)[in] = kv[1];
+                                cache_set(kc, in, kv[0]);
+                                cache_set(vc, in, kv[1]);
                             }
                         }
                 struct toy_attn_params ap = {.causal = true, .window = c.window, .softcap = c.cap};
-                struct toy_tensor *y = toy_attention_cached(ctx, q, toy_kv_store(ctx, kc, kn, np),
-                                                            toy_kv_store(ctx, vc, vn, np), np, &ap);
-                toy_set_output(y);
-                struct toy_graph *g = toy_graph_new(ctx);
-                toy_graph_build(g, y);
-                struct toy_threadpool *tp = toy_threadpool_new(nth);
-                cr_assert_eq(toy_graph_compute(g, tp), TOY_OK, "%s", toy_last_error());
+                struct toy_tensor *y = cached_attention_on(ctx, q, kc, vc, kn, vn, np, &ap, nth);
                 out[f16] = malloc(toy_nbytes(y));
                 memcpy(out[f16], y->data, toy_nbytes(y));
                 int64_t n = toy_nelements(y);
-                toy_threadpool_free(tp);
                 toy_ctx_free(ctx);
                 if (f16)
                     for (int64_t i = 0; i < n; i++)
