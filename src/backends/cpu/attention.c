@@ -494,7 +494,8 @@ void toy_cpu_attention(struct toy_tensor *dst, int ith, int nth, void *work, siz
     int64_t nblk = (a.Tq + QB - 1) / QB, npair = (nblk + 1) / 2;
     int64_t items = a.B * a.Hq * npair, w0, w1;
     toy_split(items, ith, nth, &w0, &w1);
-    for (int64_t w = w0, side = 0; w < w1; side = !side, w += !side) {
+    for (int64_t s = 2 * w0; s < 2 * w1; s++) { /* item s / 2, its front block then its back one */
+        int64_t w = s / 2, side = s % 2;
         int64_t pr = w % npair, h = (w / npair) % a.Hq, b = w / (npair * a.Hq);
         if (side && 2 * pr + 1 == nblk) continue; /* the middle block: one side */
         int64_t blk = side ? nblk - 1 - pr : pr;
