@@ -695,7 +695,7 @@ Test(serve, concurrent_requests_match_alone, .timeout = 120) {
     for (int i = 0; i < N; i++) {
         snprintf(bodies[i], sizeof bodies[i],
                  "{\"prompt\":\"%s\",\"max_tokens\":%d,\"temperature\":%s,\"seed\":%d,\"ignore_eos\":true}", prompts[i],
-                 20 + 3 * i, i % 2 ? "0.8" : "0", 100 + i);
+                 20 + 3 * i, i % 2 ? "0.8" : "0", i % 4 == 1 ? -(100 + i) : 100 + i); /* a negative seed is a seed too */
         struct resp r = http(&s, "POST", "/v1/completions", bodies[i]);
         cr_assert_eq(r.code, 200);
         alone[i] = strdup(jstr(r.json, "choices.0.text"));
@@ -769,7 +769,7 @@ Test(serve, prefix_cache_reuses_the_prompt, .timeout = 60) {
  * generation runs) is cancelled and frees the slot for the one waiting */
 Test(serve, full_queue_503_and_disconnect_cancels, .timeout = 90) {
     struct server s;
-    const char *extra[] = {"--parallel", "1", "--queue", "1", NULL};
+    const char *extra[] = {"--parallel", "1", "--queue", "2", NULL};
     server_start(&s, extra);
     long long n_ctx = server_n_ctx(&s);
     if (n_ctx < 2048) {
@@ -778,25 +778,38 @@ Test(serve, full_queue_503_and_disconnect_cancels, .timeout = 90) {
     }
     const char *longb = "{\"prompt\":\"a\",\"max_tokens\":100000,\"ignore_eos\":true,\"stream\":true}";
     const char *quick = "{\"prompt\":\"b\",\"max_tokens\":2}";
-    char ta[320], tb[320];
+    char ta[320], tb[320], tb2[320];
     pid_t pa = curl_start(&s, "POST", "/v1/completions", longb, strlen(longb), NULL, ta); /* A runs */
     cr_assert(wait_metric(&s, "toy_active_sequences", 1, 20), "A never ran");
     pid_t pb = curl_start(&s, "POST", "/v1/completions", quick, strlen(quick), NULL, tb); /* B waits */
     cr_assert(wait_metric(&s, "toy_queue_depth", 1, 20), "B never waited");
+    pid_t pb2 = curl_start(&s, "POST", "/v1/completions", quick, strlen(quick), NULL, tb2); /* B2 waits behind B */
+    cr_assert(wait_metric(&s, "toy_queue_depth", 2, 20), "B2 never waited");
     struct resp c = http(&s, "POST", "/v1/completions", quick); /* C: no room */
     cr_assert_eq(c.code, 503, "%d %s", c.code, c.body);
     cr_assert(strstr(c.headers, "Retry-After: 1"), "%s", c.headers);
     cr_assert_str_eq(jstr(c.json, "error.code"), "queue_full");
     resp_free(&c);
-    cr_assert_eq(metric(&s, "toy_queue_depth"), 1, "A ran to the end of its context before its client went away");
+    cr_assert_eq(metric(&s, "toy_queue_depth"), 2, "A ran to the end of its context before its client went away");
+    /* B2's client goes away while B2 waits behind B: its place is free at once, not once B gets a slot */
+    kill(pb2, SIGKILL);
+    struct resp b2 = curl_finish(pb2, tb2);
+    resp_free(&b2);
+    cr_assert(wait_metric(&s, "toy_queue_depth", 1, 20), "an abandoned request kept its place in the queue");
+    cr_assert_eq(metric(&s, "toy_active_sequences"), 1, "A still runs");
+    pb2 = curl_start(&s, "POST", "/v1/completions", quick, strlen(quick), NULL, tb2); /* B2 again: there is room */
+    cr_assert(wait_metric(&s, "toy_queue_depth", 2, 20), "B2 never waited again");
     kill(pa, SIGKILL); /* A's client goes away */
     struct resp a = curl_finish(pa, ta);
-    struct resp b = curl_finish(pb, tb); /* runs once A is cancelled */
+    struct resp b = curl_finish(pb, tb); /* B and B2 run once A is cancelled */
     cr_assert_eq(b.code, 200, "%s", b.body);
+    b2 = curl_finish(pb2, tb2);
+    cr_assert_eq(b2.code, 200, "%s", b2.body);
     resp_free(&a);
     resp_free(&b);
+    resp_free(&b2);
     struct resp m = http(&s, "GET", "/metrics", NULL);
-    cr_assert(strstr(m.body, "toy_jobs_cancelled_total 1"), "%s", m.body);
+    cr_assert(strstr(m.body, "toy_jobs_cancelled_total 2"), "%s", m.body);
     cr_assert(strstr(m.body, "toy_active_sequences 0"), "%s", m.body);
     resp_free(&m);
     /* a plain (not streamed) request whose client goes away is cancelled too */
@@ -807,20 +820,20 @@ Test(serve, full_queue_503_and_disconnect_cancels, .timeout = 90) {
     a = curl_finish(pa, ta);
     cr_assert_eq(a.code, 0, "curl was killed");
     resp_free(&a);
-    cr_assert(wait_metric(&s, "toy_jobs_cancelled_total", 2, 10), "the abandoned generation was not cancelled");
+    cr_assert(wait_metric(&s, "toy_jobs_cancelled_total", 3, 10), "the abandoned generation was not cancelled");
     cr_assert(wait_metric(&s, "toy_active_sequences", 0, 10));
-    /* both clients that left are counted as 499, neither as a success nor as a server error */
+    /* the clients that left are counted as 499, none as a success nor as a server error */
     bool counted = false;
     for (double end = now_s() + 10; !counted && now_s() < end; usleep(20000)) {
         m = http(&s, "GET", "/metrics", NULL);
-        counted = strstr(m.body, "toy_requests_total{endpoint=\"/v1/completions\",code=\"499\"} 2\n") != NULL;
+        counted = strstr(m.body, "toy_requests_total{endpoint=\"/v1/completions\",code=\"499\"} 3\n") != NULL;
         if (counted) {
-            cr_assert(strstr(m.body, "code=\"200\"} 1\n"), "only B succeeded: %s", m.body);
+            cr_assert(strstr(m.body, "code=\"200\"} 2\n"), "only B and B2 succeeded: %s", m.body);
             cr_assert(strstr(m.body, "code=\"503\"} 1\n"), "only C was refused: %s", m.body);
         }
         resp_free(&m);
     }
-    cr_assert(counted, "the two disconnects are not counted as 499");
+    cr_assert(counted, "the three disconnects are not counted as 499");
     cr_assert_eq(server_stop(&s), 0);
 }
 

@@ -324,6 +324,12 @@ static void run_embed(struct srv_engine *e, struct srv_job *j) {
     if (!out) { job_fail(j, TOY_ERR_NOMEM, "out of memory"); return; }
     enum toy_status st = TOY_OK;
     for (int i = 0; i < j->n_inputs && !st; i++) {
+        if (atomic_load(&j->cancel)) { /* the client went away: the rest would be computed for nobody */
+            free(out);
+            job_fail(j, TOY_ERR_INTERRUPTED, "cancelled");
+            atomic_fetch_add(&e->met->jobs_cancelled, 1);
+            return;
+        }
         int64_t n = j->n_input[i];
         struct toy_ctx *ctx = toy_ctx_init(true);
         if (!ctx) { st = toy_error(TOY_ERR_NOMEM, "embedding"); break; }
@@ -511,6 +517,24 @@ static struct slot *pick_slot(struct srv_engine *e, const struct srv_job *j) {
     return best;
 }
 
+/* drops the queued jobs whose client went away, wherever they wait (under e->mu): they would otherwise hold a
+ * place in the queue, and their connection, until every job ahead of them got a slot */
+static void purge_cancelled(struct srv_engine *e) {
+    int kept = 0;
+    for (int i = 0; i < e->q_len; i++) {
+        struct srv_job *j = e->q[(e->q_head + i) % e->q_cap];
+        if (!atomic_load(&j->cancel)) {
+            e->q[(e->q_head + kept++) % e->q_cap] = j;
+            continue;
+        }
+        job_fail(j, TOY_ERR_INTERRUPTED, "cancelled");
+        atomic_fetch_add(&e->met->jobs_cancelled, 1);
+        srv_job_unref(j);
+    }
+    e->q_len = kept;
+    atomic_store(&e->met->queue_depth, e->q_len);
+}
+
 static void *engine_main(void *arg) {
     struct srv_engine *e = arg;
     for (;;) {
@@ -520,6 +544,7 @@ static void *engine_main(void *arg) {
             pthread_mutex_unlock(&e->mu);
             break;
         }
+        purge_cancelled(e);
         /* admit: embeddings at once, generations while a slot is free */
         while (e->q_len > 0) {
             struct srv_job *j = e->q[e->q_head];

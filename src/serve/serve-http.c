@@ -701,7 +701,7 @@ enum toy_status toy_serve(struct toy_llama *m, const struct toy_tokenizer *tok, 
         return toy_error(TOY_ERR_INVALID_ARG, "cannot resolve host '%s'", o.host);
     }
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC |
-                     (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
+                     (ai->ai_family == AF_INET6 ? MHD_USE_DUAL_STACK : 0); /* "::" takes IPv4 clients too */
     /* At its own limit libmicrohttpd stops accepting, and new clients hang in the listen backlog. So its limit
      * leaves room beyond --max-connections, and the handler answers the connections past ours with 503. */
     unsigned mhd_limit = (unsigned)o.max_connections + (unsigned)(o.max_connections > 16 ? o.max_connections : 16);

@@ -222,8 +222,7 @@ static bool chat_prompt(const struct srv_api *api, json_t *body, struct toy_toke
     json_object_set_new(vars, "messages", norm);
     json_t *tools = json_object_get(body, "tools");
     if (tools && !json_is_null(tools) && !json_is_array(tools)) {
-        json_decref(norm);
-        json_decref(vars);
+        json_decref(vars); /* it owns norm */
         return BAD("tools", "'tools' must be an array");
     }
     if (json_is_array(tools)) json_object_set(vars, "tools", tools);
@@ -371,7 +370,7 @@ static bool parse_generate(const struct srv_api *api, json_t *body, struct srv_r
     j->sp.presence_penalty = (float)pp;
     j->sp.repeat_penalty = (float)rp;
     static atomic_ullong seed_counter;
-    j->sp.seed = seed >= 0 ? (uint64_t)seed
+    j->sp.seed = seed != -1 ? (uint64_t)seed /* any seed but -1 (llama.cpp's "random") is reproducible */
                            : (uint64_t)(srv_now() * 1e9) ^ (atomic_fetch_add(&seed_counter, 1) * 0x9E3779B97F4A7C15ull);
     j->timeout_s = api->timeout_s;
     return true;
