@@ -224,8 +224,8 @@ int toy_cmd_bench(int argc, char **argv) {
         fflush(stdout);
     }
     if (!rc && json) {
-        json_t *j = json_pack("{s:s,s:o,s:s,s:s,s:s,s:f,s:f,s:I,s:I,s:o,s:f}", "format", "toy/bench-v1", "machine",
-                              mach, "model", resolved, "weight_type", toy_dtype_name(m->layers[0].wq->type), "kv_type",
+        json_t *j = json_pack("{s:s,s:o,s:o,s:s,s:s,s:f,s:f,s:I,s:I,s:o,s:f}", "format", "toy/bench-v1", "machine",
+                              mach, "model", toy_cli_json_text(resolved, strlen(resolved)), "weight_type", toy_dtype_name(m->layers[0].wq->type), "kv_type",
                               toy_dtype_name(kv_type), "decode_bytes", bytes, "kv_bytes", kv_bytes, "prompt",
                               (json_int_t)n_prompt, "generated", (json_int_t)n_gen, "runs", rows, "peak_rss_mb",
                               peak_kb / 1024.0);

@@ -340,7 +340,8 @@ int toy_cmd_describe(int argc, char **argv) {
         size_t al = 0;
         toy_gguf_get_str(g, "general.architecture", &arch, &al);
         if (json) {
-            json_t *j = json_pack("{s:s,s:s%,s:s,s:I}", "path", path, "architecture", arch, al, "kind", what,
+            json_t *j = json_pack("{s:o,s:o,s:s,s:I}", "path", toy_cli_json_text(path, strlen(path)), "architecture",
+                                  toy_cli_json_text(arch, al), "kind", what,
                                   "tensors", (json_int_t)toy_gguf_n_tensors(g));
             toy_gguf_close(g);
             return toy_cli_print_json("describe", j, JSON_INDENT(2));
@@ -380,9 +381,10 @@ int toy_cmd_describe(int argc, char **argv) {
     int rc = 0;
     if (json) {
         json_t *o = json_object();
-        json_object_set_new(o, "path", json_string(path));
-        json_object_set_new(o, "architecture", json_string(h.arch));
-        json_object_set_new(o, "name", json_string(h.name));
+        /* paths and the file's strings need not be UTF-8: json_string() would be NULL and the key dropped */
+        json_object_set_new(o, "path", toy_cli_json_text(path, strlen(path)));
+        json_object_set_new(o, "architecture", toy_cli_json_text(h.arch, strlen(h.arch)));
+        json_object_set_new(o, "name", toy_cli_json_text(h.name, strlen(h.name)));
         json_object_set_new(o, "file_size", json_integer((json_int_t)toy_gguf_file_size(g)));
         json_object_set_new(o, "gguf_version", json_integer(toy_gguf_version(g)));
         json_object_set_new(o, "alignment", json_integer((json_int_t)toy_gguf_alignment(g)));
@@ -411,15 +413,15 @@ int toy_cmd_describe(int argc, char **argv) {
         }
         json_object_set_new(o, "tensor_types", types);
         json_t *tk = json_object();
-        json_object_set_new(tk, "model", tmodel ? json_string(tmodel) : json_null());
-        json_object_set_new(tk, "pre", tpre ? json_string(tpre) : json_null());
+        json_object_set_new(tk, "model", tmodel ? toy_cli_json_text(tmodel, strlen(tmodel)) : json_null());
+        json_object_set_new(tk, "pre", tpre ? toy_cli_json_text(tpre, strlen(tpre)) : json_null());
         json_object_set_new(tk, "tokens", json_integer((json_int_t)n_toks));
         json_object_set_new(tk, "merges", json_integer((json_int_t)n_merges));
         json_object_set_new(tk, "bos_token_id", bos >= 0 ? json_integer(bos) : json_null());
         json_object_set_new(tk, "eos_token_id", eos >= 0 ? json_integer(eos) : json_null());
         json_object_set_new(tk, "chat_template", json_boolean(tmpl != NULL));
         json_object_set_new(o, "tokenizer", tk);
-        json_object_set_new(o, "algorithm", json_string(c.s ? c.s : ""));
+        json_object_set_new(o, "algorithm", toy_cli_json_text(c.s, c.s ? strlen(c.s) : 0));
         rc = toy_cli_print_json("describe", o, JSON_INDENT(2));
     } else {
         char p[32], sz[32];

@@ -149,8 +149,8 @@ int toy_cmd_eval(int argc, char **argv) {
     double ce = sum / (double)count;
     rc = 0;
     if (json) { /* JSON has no NaN: a loss that is not a number is null */
-        json_t *j = json_pack("{s:s,s:s,s:s,s:o,s:o,s:I,s:I,s:I,s:b}", "format", "toy/eval-v1", "model", model, "data",
-                              path, "loss", isfinite(ce) ? json_real(ce) : json_null(), "ppl",
+        json_t *j = json_pack("{s:s,s:o,s:o,s:o,s:o,s:I,s:I,s:I,s:b}", "format", "toy/eval-v1", "model",
+                              toy_cli_json_text(model, strlen(model)), "data", toy_cli_json_text(path, strlen(path)), "loss", isfinite(ce) ? json_real(ce) : json_null(), "ppl",
                               isfinite(exp(ce)) ? json_real(exp(ce)) : json_null(), "tokens", (json_int_t)count,
                               "windows", (json_int_t)windows, "ctx", (json_int_t)T, "bf16", bf16_on);
         if (toy_cli_print_json("eval", j, JSON_COMPACT)) rc = 1;

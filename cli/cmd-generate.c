@@ -100,7 +100,7 @@ int toy_cmd_generate(int argc, char **argv) {
     if (toy_cli_is_gpt2(model)) { /* GPT-2 has its own model and generator, without adapters, f16 caches or traces */
         const char *no = lora_path ? "--lora" : kv_given ? "--kv-type" : trace_path ? "--trace" : bf16 ? "--bf16" : NULL;
         if (no) { fprintf(stderr, "toy generate: %s is for Llama-family models; %s is a GPT-2\n", no, model); return 2; }
-        return toy_cli_generate_gpt2(model, prompt, prompt_ids, &gp, n_ctx, threads, json);
+        return toy_cli_generate_gpt2(model, prompt, prompt_ids, &gp, n_ctx, threads, json, special);
     }
 
     struct toy_llama *m;

@@ -61,8 +61,11 @@ int toy_cmd_models(int argc, char **argv) {
     if (json) {
         json_t *arr = json_array();
         for (int64_t i = 0; i < n; i++)
-            json_array_append_new(arr, json_pack("{s:s, s:s, s:s, s:s, s:I, s:s, s:I}", "name", m[i].name, "path",
-                                                 m[i].path, "source", m[i].source, "architecture", m[i].arch,
+            /* names and paths need not be UTF-8: a NULL from json_pack was appended as nothing, the model dropped */
+            json_array_append_new(arr, json_pack("{s:o, s:o, s:s, s:o, s:I, s:s, s:I}", "name",
+                                                 toy_cli_json_text(m[i].name, strlen(m[i].name)), "path",
+                                                 toy_cli_json_text(m[i].path, strlen(m[i].path)), "source", m[i].source,
+                                                 "architecture", toy_cli_json_text(m[i].arch, strlen(m[i].arch)),
                                                  "params", (json_int_t)m[i].n_params, "file_type",
                                                  toy_file_type_name(m[i].file_type), "size", (json_int_t)m[i].size));
         rc = toy_cli_print_json("models", arr, JSON_INDENT(2));

@@ -158,9 +158,12 @@ int toy_cmd_tokenize(int argc, char **argv) {
             rc = 1;
             goto done;
         }
-        if (json)
-            printf("{\"output\": \"%s\", \"bytes\": %zu, \"n_tokens\": %lld, \"vocab_size\": %lld, \"seconds\": %.3f}\n", out,
-                   bytes, (long long)t.n, (long long)toy_tokenizer_n_vocab(tok), secs);
+        if (json) /* the path through jansson: a '"' or '\\' in it, or bytes that are not UTF-8, stay valid JSON */
+            rc = toy_cli_print_json("tokenize",
+                                    json_pack("{s:o,s:I,s:I,s:I,s:f}", "output", toy_cli_json_text(out, strlen(out)),
+                                              "bytes", (json_int_t)bytes, "n_tokens", (json_int_t)t.n, "vocab_size",
+                                              (json_int_t)toy_tokenizer_n_vocab(tok), "seconds", secs),
+                                    0); /* one line, ", " and ": " as before */
         else
             fprintf(stderr, "toy tokenize: %zu bytes -> %lld tokens (%.2f bytes/token, %.1f MB/s) -> %s\n", bytes,
                     (long long)t.n, t.n ? (double)bytes / (double)t.n : 0.0, secs > 0 ? (double)bytes / secs / 1e6 : 0.0, out);

@@ -10,6 +10,7 @@
 
 #include "cli-error.h"
 #include "flags.h"
+#include "json-out.h"
 #include "paths.h"
 #include "toy/gguf.h"
 #include "toy/tokenizer.h"
@@ -110,10 +111,14 @@ int toy_cmd_tokenizer(int argc, char **argv) {
         toy_gguf_writer_free(w);
     }
     if (st) { fprintf(stderr, "toy tokenizer train: %s\n", toy_cli_error("tokenizer train")); toy_tokenizer_free(tok); toy_tokens_free(&ids); return 1; }
-    if (json)
-        printf("{\"output\": \"%s\", \"vocab_size\": %lld, \"merges\": %lld, \"corpus_bytes\": %zu, \"corpus_tokens\": %lld, "
-               "\"seconds\": %.3f}\n", out, (long long)toy_tokenizer_n_vocab(tok), (long long)toy_tokenizer_n_merges(tok), len,
-               (long long)ids.n, secs);
+    rc = 0;
+    if (json) /* through jansson: a '"' or '\\' in the path, or bytes that are not UTF-8, stay valid JSON */
+        rc = toy_cli_print_json("tokenizer train",
+                                json_pack("{s:o,s:I,s:I,s:I,s:I,s:f}", "output", toy_cli_json_text(out, strlen(out)),
+                                          "vocab_size", (json_int_t)toy_tokenizer_n_vocab(tok), "merges",
+                                          (json_int_t)toy_tokenizer_n_merges(tok), "corpus_bytes", (json_int_t)len,
+                                          "corpus_tokens", (json_int_t)ids.n, "seconds", secs),
+                                0); /* one line, ", " and ": " as before */
     else
         fprintf(stderr, "toy tokenizer train: %lld tokens (%lld merges) from %zu bytes in %.2f s; the corpus is %lld tokens "
                 "(%.2f bytes/token) -> %s\n", (long long)toy_tokenizer_n_vocab(tok), (long long)toy_tokenizer_n_merges(tok),
@@ -125,5 +130,5 @@ int toy_cmd_tokenizer(int argc, char **argv) {
                 (long long)(o.min_frequency > 0 ? o.min_frequency : 2));
     toy_tokens_free(&ids);
     toy_tokenizer_free(tok);
-    return 0;
+    return rc;
 }

@@ -114,7 +114,8 @@ int toy_cli_parse_prompt_ids(const char *s, struct toy_tokens *ids) {
 }
 
 int toy_cli_generate_gpt2(const char *path, const char *prompt, const char *prompt_ids,
-                          const struct toy_generate_params *gp, int64_t n_ctx, int threads, bool json) {
+                          const struct toy_generate_params *gp, int64_t n_ctx, int threads, bool json,
+                          bool special) {
     struct toy_gpt2 *m;
     if (toy_gpt2_load(path, false, &m)) { fprintf(stderr, "toy generate: %s\n", toy_last_error()); return 1; }
     struct toy_tokenizer *tok = NULL;
@@ -129,7 +130,7 @@ int toy_cli_generate_gpt2(const char *path, const char *prompt, const char *prom
         if ((rc = toy_cli_parse_prompt_ids(prompt_ids, &ids))) goto done;
     } else {
         const char *text = prompt ? prompt : "";
-        if (toy_tokenizer_encode(tok, text, strlen(text), 0, &ids)) {
+        if (toy_tokenizer_encode(tok, text, strlen(text), special ? TOY_ENCODE_PARSE_SPECIAL : 0, &ids)) {
             fprintf(stderr, "toy generate: %s\n", toy_last_error());
             rc = 1;
             goto done;

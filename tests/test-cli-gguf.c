@@ -425,6 +425,27 @@ Test(cli_gguf, bad_inputs_are_errors_not_crashes) {
         snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi -n 1 2>&1", b, f);
         expect_exit(cmd, 1, "attn_output.bias");
     }
+    /* a hyperparameter of the wrong type is an error naming it, not its default read in silence */
+    {
+        struct toy_gguf *src;
+        struct toy_gguf_writer *bw;
+        cr_assert_eq(toy_gguf_open(TINY, &src), TOY_OK);
+        cr_assert_eq(toy_gguf_writer_init(&bw), TOY_OK);
+        for (int64_t i = 0; i < toy_gguf_n_kv(src); i++)
+            if (strcmp(toy_gguf_kv_key(src, i), "llama.rope.freq_base"))
+                cr_assert_eq(toy_gguf_writer_copy_kv(bw, src, i), TOY_OK);
+        toy_gguf_writer_set_str(bw, "llama.rope.freq_base", "500000");
+        for (int64_t i = 0; i < toy_gguf_n_tensors(src); i++) {
+            const struct toy_gguf_tensor *t = toy_gguf_tensor(src, i);
+            cr_assert_eq(toy_gguf_writer_add_tensor(bw, t->name, t->type, t->n_dims, t->ne, t->data), TOY_OK);
+        }
+        snprintf(f, sizeof f, "%s/strbase.gguf", dir);
+        cr_assert_eq(toy_gguf_writer_write(bw, f), TOY_OK, "%s", toy_last_error());
+        toy_gguf_writer_free(bw);
+        toy_gguf_close(src);
+        snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi -n 1 2>&1", b, f);
+        expect_exit(cmd, 1, "key 'llama.rope.freq_base' is str, expected a number");
+    }
     /* a LoRA adapter is described as one, and refused as a model */
     struct toy_gguf_writer *w;
     cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);

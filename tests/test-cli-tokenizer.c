@@ -2,6 +2,7 @@
  * `toy chat-template` commands end to end (needs TOY_BIN, set by make
  * check; skipped otherwise). */
 #include <criterion/criterion.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,12 +73,16 @@ Test(cli_tokenizer, train_then_tokenize_corpus) {
     cr_expect_eq(st, 0, "%s", o);
     cr_expect(strstr(o, "\"vocab_size\": 600"), "%s", o);
     free(o);
-    snprintf(args, sizeof args, "tokenize -m %s/t.gguf --corpus " TD "corpus-tinystories-sample/tiny_stories.txt -o %s/c.bin --eos --json", dir, dir);
+    /* an output path with a '"' in it: the --json line stays JSON (it was printed into the string as it is) */
+    snprintf(args, sizeof args, "tokenize -m %s/t.gguf --corpus " TD "corpus-tinystories-sample/tiny_stories.txt -o '%s/c\"q.bin' --eos --json", dir, dir);
     o = run(args, &st);
     cr_expect_eq(st, 0, "%s", o);
     cr_expect(strstr(o, "\"vocab_size\": 600"), "%s", o);
+    json_t *jo = json_loads(o, 0, NULL);
+    cr_expect(jo && strstr(json_string_value(json_object_get(jo, "output")), "/c\"q.bin"), "%s", o);
+    json_decref(jo);
     free(o);
-    snprintf(args, sizeof args, "%s/c.bin", dir);
+    snprintf(args, sizeof args, "%s/c\"q.bin", dir);
     FILE *f = fopen(args, "rb");
     cr_assert(f);
     char h[4];

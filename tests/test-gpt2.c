@@ -395,5 +395,16 @@ Test(gpt2, cli_with_the_gpt2_tokenizer, .timeout = 300) {
     for (size_t i = 0; i < 4; i++) cr_assert_eq(json_integer_value(json_array_get(p, i)), want[i]);
     cr_assert_eq(json_array_size(json_object_get(g, "ids")), 4);
     json_decref(g);
+    /* --special reads <|endoftext|> as that token, as for Llama models (it was spelled out in 13 pieces) */
+    snprintf(cmd, sizeof cmd, "%s generate -m '%s/run/weights/latest' -p '<|endoftext|>What' --special -n 1 --json > '%s/gen.json'",
+             bin, th_dir, th_dir);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    snprintf(cmd, sizeof cmd, "%s/gen.json", th_dir);
+    g = json_load_file(cmd, 0, &err);
+    cr_assert(g, "%s", err.text);
+    p = json_object_get(g, "prompt_ids");
+    cr_assert_eq(json_array_size(p), 2);
+    cr_assert_eq(json_integer_value(json_array_get(p, 0)), 50256);
+    json_decref(g);
     th_rmdir();
 }

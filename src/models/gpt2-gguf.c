@@ -34,6 +34,16 @@ static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_gpt
     memset(c, 0, sizeof *c);
     if (!toy_gguf_is_gpt2(g))
         return toy_error(TOY_ERR_UNSUPPORTED, "%s: general.architecture is not 'gpt2'", toy_gguf_path(g));
+    /* a key present with another type is an error naming it, not its default (as in llama-gguf.c) */
+    static const char *const ints[] = {"gpt2.embedding_length", "gpt2.block_count", "gpt2.feed_forward_length",
+                                       "gpt2.attention.head_count", "gpt2.context_length"};
+    for (size_t k = 0; k <= sizeof ints / sizeof ints[0]; k++) {
+        bool is_int = k < sizeof ints / sizeof ints[0];
+        int64_t i = toy_gguf_find_key(g, is_int ? ints[k] : "gpt2.attention.layer_norm_epsilon"), iv;
+        double fv;
+        enum toy_status kst = i < 0 ? TOY_OK : is_int ? toy_gguf_kv_int(g, i, &iv) : toy_gguf_kv_float(g, i, &fv);
+        if (kst) return kst;
+    }
     c->d_model = key_int(g, "embedding_length", 0);
     c->n_layers = key_int(g, "block_count", 0);
     c->d_ff = key_int(g, "feed_forward_length", 4 * c->d_model);

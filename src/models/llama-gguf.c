@@ -35,6 +35,33 @@ static double key_float(const struct toy_gguf *g, const char *arch, const char *
     return v;
 }
 
+/* key_int and key_float read an absent key as its default; a key that is
+ * present with another type (a string, an array, a float where a count
+ * belongs) must not read as that default too, a run with the default's
+ * rope base or context and no word about it: it is an error naming the key
+ * and its type, as llama.cpp's loader makes it. */
+static enum toy_status check_key_types(const struct toy_gguf *g, const char *arch) {
+    static const char *const ints[] = {"embedding_length", "block_count", "feed_forward_length",
+                                       "attention.head_count", "attention.head_count_kv", "context_length",
+                                       "attention.key_length", "vocab_size", "rope.dimension_count",
+                                       "rope.scaling.original_context_length", "attention.sliding_window"};
+    static const char *const floats[] = {"attention.layer_norm_rms_epsilon", "rope.freq_base", "rope.scaling.factor",
+                                         "rope.scaling.attn_factor", "attn_logit_softcapping",
+                                         "final_logit_softcapping"};
+    char key[128];
+    int64_t iv;
+    double fv;
+    for (size_t k = 0; k < sizeof ints / sizeof ints[0] + sizeof floats / sizeof floats[0]; k++) {
+        bool is_int = k < sizeof ints / sizeof ints[0];
+        snprintf(key, sizeof key, "%s.%s", arch, is_int ? ints[k] : floats[k - sizeof ints / sizeof ints[0]]);
+        int64_t i = toy_gguf_find_key(g, key);
+        if (i < 0) continue;
+        enum toy_status st = is_int ? toy_gguf_kv_int(g, i, &iv) : toy_gguf_kv_float(g, i, &fv);
+        if (st) return st; /* "PATH: key 'llama.rope.freq_base' is string, expected a number" */
+    }
+    return TOY_OK;
+}
+
 static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_llama_config *c) {
     memset(c, 0, sizeof *c);
     const char *arch, *what;
@@ -47,6 +74,8 @@ static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_lla
     if (strcmp(a, "llama") && strcmp(a, "qwen2") && strcmp(a, "qwen3") && strcmp(a, "gemma2") && strcmp(a, "mistral"))
         return toy_error(TOY_ERR_UNSUPPORTED, "%s: architecture '%s' is not a Llama-family model toy runs "
                          "(llama, mistral, qwen2, qwen3, gemma2)", toy_gguf_path(g), a);
+    enum toy_status kst = check_key_types(g, a);
+    if (kst) return kst;
     c->d_model = key_int(g, a, "embedding_length", 0);
     c->n_layers = key_int(g, a, "block_count", 0);
     c->d_ff = key_int(g, a, "feed_forward_length", 0);
