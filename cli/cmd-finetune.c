@@ -180,6 +180,17 @@ int toy_cmd_finetune(int argc, char **argv) {
         return 1;
     }
     const int rank = toy_collective_rank(coll), world = toy_collective_world(coll);
+    /* the run keeps its own settings: a flag that would change them is said to be ignored, not silently
+     * (as toy train does) */
+    static const char *const applies[] = {"--resume", "--steps", "--threads", "--json", "--log-every", "--dp-timeout",
+                                          NULL};
+    for (int i = 1; c.resume && rank == 0 && i < argc; i++) {
+        bool known = false;
+        for (int k = 0; applies[k] && !known; k++) known = !strcmp(argv[i], applies[k]);
+        if (argv[i][0] == '-' && argv[i][1] == '-' && !known)
+            fprintf(stderr, "toy finetune: %s is ignored with --resume: the run keeps the settings in its "
+                    "finetune.json (only --steps, --threads, --log-every, --json and --dp-timeout apply)\n", argv[i]);
+    }
     rc = ft_main(&c, given_steps, coll, rank, world);
     if (rc == 1 && world > 1 && !dp_consistent && !toy_collective_broken(coll)) {
         fprintf(stderr, "toy finetune: rank %d of %d failed: ending the job\n", rank, world);
@@ -213,6 +224,7 @@ static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll
     struct cfg cli = c;
     char run_dir[1024] = "", run_id[1024] = "", ckpt[1600] = "", state[1700] = "";
     json_t *saved = NULL; /* the resumed run's options; c borrows its strings */
+    json_t *resaved = NULL; /* --resume: finetune.json to write back (new --steps or thread count) */
     int run_lock = -1;    /* toy_run_claim's: one process writes a run */
     bool made_run = false, started = false; /* a new run folder; its first step began */
     if (c.resume) {
@@ -221,18 +233,20 @@ static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll
         json_error_t err;
         json_t *j = json_load_file(path, 0, &err);
         if (!j) { fprintf(stderr, "toy finetune: cannot resume: %s: %s\n", path, err.text); return 1; }
+        c.tmpl = NULL; /* finetune.json's null is the run's: the model's template (or chatml), not a --template now */
         cfg_from_json(&c, j);
         saved = j;
         if (rank == 0 && toy_run_claim(c.resume, false, &run_lock)) { /* rank 0 writes the run */
             fprintf(stderr, "toy finetune: cannot resume: %s\n", toy_last_error());
             json_decref(saved);
+            json_decref(resaved);
             return 1;
         }
         int64_t run_steps = c.o.train.steps;
         if (given_steps) c.o.train.steps = cli.o.train.steps;
         int run_threads = c.threads; /* the run's count unless --threads says otherwise (as toy train) */
         if (cli.threads > 0 || c.threads <= 0) c.threads = cli.threads;
-        json_t *resaved = rank == 0 && toy_cli_resume_changes("finetune", run_threads, c.threads, run_steps,
+        resaved = rank == 0 && toy_cli_resume_changes("finetune", run_threads, c.threads, run_steps,
                                                               c.o.train.steps, c.o.train.schedule == TOY_LR_CONSTANT)
                               ? cfg_json(&c) /* written back once the run is known to resume */
                               : NULL;
@@ -240,8 +254,8 @@ static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll
         c.log_every = cli.log_every;
         c.dp_timeout = cli.dp_timeout;
         if (dp_resize(&c, world)) {
-            json_decref(resaved);
             json_decref(saved);
+            json_decref(resaved);
             return 1;
         }
         snprintf(run_dir, sizeof run_dir, "%s", c.resume);
@@ -252,8 +266,8 @@ static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll
         ssize_t n = readlink(path, target, sizeof target - 1);
         if (n <= 0) {
             fprintf(stderr, "toy finetune: cannot resume: %s has no weights/latest\n", run_dir);
-            json_decref(resaved);
             json_decref(saved);
+            json_decref(resaved);
             return 1;
         }
         target[n] = 0;
@@ -263,16 +277,11 @@ static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll
         if (toy_gguf_open(ckpt, &probe)) {
             fprintf(stderr, "toy finetune: cannot resume: the checkpoint weights/latest points to: %s\n",
                     toy_last_error());
-            json_decref(resaved);
             json_decref(saved);
+            json_decref(resaved);
             return 1;
         }
         toy_gguf_close(probe);
-        snprintf(path, sizeof path, "%s/finetune.json", c.resume);
-        if (resaved && toy_cli_write_json_file("finetune", resaved, path)) { /* what the next --resume reads */
-            json_decref(saved);
-            return 1;
-        }
     }
     int method = toy_ft_method_from_name(c.method);
     unsigned targets = 0;
@@ -281,6 +290,7 @@ static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll
         else if (method < 0) fprintf(stderr, "toy finetune: --method is lora, qlora or full\n");
         else fprintf(stderr, "toy finetune: %s\n", toy_last_error());
         json_decref(saved);
+        json_decref(resaved);
         return 2;
     }
     struct toy_chat_template *tp = NULL;
@@ -288,11 +298,13 @@ static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll
     if (c.tmpl && toy_chat_template_init(c.tmpl, &tp)) {
         fprintf(stderr, "toy finetune: --template: %s\n", toy_last_error());
         json_decref(saved);
+        json_decref(resaved);
         return 2;
     }
     toy_chat_template_free(tp);
     if (c.data && toy_cli_check_input("finetune", c.data)) { /* a folder read as a failed read */
         json_decref(saved);
+        json_decref(resaved);
         return 1;
     }
     char abs_base[PATH_MAX], abs_data[PATH_MAX];
@@ -305,6 +317,7 @@ static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll
     if (!c.resume && c.out && rank == 0 && toy_run_claim(c.out, true, &run_lock)) {
         fprintf(stderr, "toy finetune: --out %s\n", toy_last_error());
         json_decref(saved);
+        json_decref(resaved);
         return 1;
     }
     if (!c.resume && c.out && rank == 0) made_run = true;
@@ -405,6 +418,13 @@ static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll
         rc = 0;
         goto out;
     }
+    if (resaved) { /* what the next --resume reads, once the run is known to resume */
+        char path[1200];
+        snprintf(path, sizeof path, "%s/finetune.json", c.resume);
+        int wrc = toy_cli_write_json_file("finetune", resaved, path); /* takes it */
+        resaved = NULL;
+        if (wrc) { rc = 1; goto out; }
+    }
     {
         const struct toy_llama_config *mc = &m->cfg;
         int64_t trainable = lora                    ? toy_lora_n_params(lora)
@@ -475,6 +495,7 @@ out:
     toy_tokenizer_free(tok);
     toy_llama_free(m);
     json_decref(saved);
+    json_decref(resaved);
     toy_run_release(run_lock);
     if (rc && made_run && !started) /* refused: no run to resume; the folder goes if this run made it */
         toy_run_discard(c.out ? c.out : run_dir, !c.out);

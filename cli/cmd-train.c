@@ -145,11 +145,17 @@ static void cfg_from_json(struct cfg *c, json_t *j) {
     STR("data", data);
     STR("tokenizer", tokenizer);
     STR("preset", preset);
+    STR("init", init);
     STR("arch", arch);
     STR("warm_start", warm);
     STR("data_fingerprint", data_fingerprint);
     INT("data_tokens", data_tokens);
     INT("vocab_size", vocab_size);
+    INT("dim", dim);
+    INT("layers", layers);
+    INT("heads", heads);
+    INT("kv_heads", kv_heads);
+    INT("ff", ff);
     INT("batch", batch);
     INT("ctx", ctx);
     INT("world", world);
@@ -330,6 +336,9 @@ int toy_cmd_train(int argc, char **argv) {
         json_error_t err;
         json_t *j = json_load_file(path, 0, &err);
         if (!j) { fprintf(stderr, "toy train: cannot resume: %s: %s\n", path, err.text); rc = 1; goto out; }
+        /* what train.json leaves out is the run's default, not a flag given now (those are ignored, below) */
+        c.arch = c.warm = c.init = c.tokenizer = c.sample = NULL;
+        c.dim = c.layers = c.heads = c.kv_heads = c.ff = 0;
         cfg_from_json(&c, j);
         json_decref(j);
         if (rank == 0 && toy_run_claim(c.resume, false, &run_lock)) { /* rank 0 writes the run */
@@ -381,13 +390,6 @@ int toy_cmd_train(int argc, char **argv) {
             goto out;
         }
         toy_gguf_close(probe);
-        if (resaved) { /* what the next --resume continues with, once the run is known to resume */
-            char saved[1200];
-            snprintf(saved, sizeof saved, "%s/train.json", c.resume);
-            int wrc = toy_cli_write_json_file("train", resaved, saved); /* takes it */
-            resaved = NULL;
-            if (wrc) { rc = 1; goto out; }
-        }
     }
     c.world = world;
     if (rank != 0) { /* rank 0 alone reports; errors still reach stderr */
@@ -571,6 +573,13 @@ int toy_cmd_train(int argc, char **argv) {
                     (long long)toy_trainer_step(tr));
         rc = 0;
         goto out;
+    }
+    if (resaved) { /* what the next --resume continues with, once the run is known to resume */
+        char saved[1200];
+        snprintf(saved, sizeof saved, "%s/train.json", c.resume);
+        int wrc = toy_cli_write_json_file("train", resaved, saved); /* takes it */
+        resaved = NULL;
+        if (wrc) { rc = 1; goto out; }
     }
     {
         struct toy_llama_config shown = {.vocab = lm.vocab}; /* GPT-2's numbers in the same summary */

@@ -23,7 +23,10 @@ bool toy_cli_resume_changes(const char *cmd, int run_threads, int threads, int64
         fprintf(stderr, "toy %s: note: the run trained on %d threads and continues on %d: its losses will differ in "
                 "the last bits from a run never interrupted\n", cmd, run_threads, toy_threads_resolve(threads));
     bool new_steps = steps != run_steps;
-    if (new_steps && !constant_lr)
+    if (new_steps && !constant_lr && run_steps <= 0) /* toy finetune --epochs: the step count was the epochs' */
+        fprintf(stderr, "toy %s: note: the run now ends at step %lld, not at the end of its epochs: its learning-rate "
+                "schedule spans the new length from here on\n", cmd, (long long)steps);
+    else if (new_steps && !constant_lr)
         fprintf(stderr, "toy %s: note: the run now ends at step %lld, not %lld: its learning-rate schedule spans the "
                 "new length from here on\n", cmd, (long long)steps, (long long)run_steps);
     return new_threads || new_steps;

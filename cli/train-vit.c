@@ -139,8 +139,8 @@ static void on_step(void *ud, const struct toy_classify_step *s) {
 }
 
 bool toy_train_is_vit(int argc, char **argv) {
-    for (int i = 1; i + 1 < argc; i++) {
-        if (!strcmp(argv[i], "--arch")) return !strcmp(argv[i + 1], "vit");
+    /* a resumed run is what its train.json says, whatever --arch is given (it is ignored then) */
+    for (int i = 1; i + 1 < argc; i++)
         if (!strcmp(argv[i], "--resume")) {
             char path[1200];
             snprintf(path, sizeof path, "%s/train.json", argv[i + 1]);
@@ -148,9 +148,10 @@ bool toy_train_is_vit(int argc, char **argv) {
             const char *a = json_string_value(json_object_get(j, "arch"));
             bool vit = a && !strcmp(a, "vit");
             json_decref(j);
-            if (vit) return true;
+            return vit;
         }
-    }
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--arch")) return !strcmp(argv[i + 1], "vit");
     return false;
 }
 
@@ -171,6 +172,7 @@ int toy_train_vit(int argc, char **argv) {
         json_error_t err;
         json_t *j = json_load_file(path, 0, &err);
         if (!j) { fprintf(stderr, "toy train: cannot resume: %s: %s\n", path, err.text); return 1; }
+        c.test = NULL; /* train.json's null is the run's: no --test, a split of --data */
         vcfg_from_json(&c, j);
         json_decref(j);
         if (toy_run_claim(c.resume, false, &run_lock)) {
@@ -315,9 +317,12 @@ int toy_train_vit(int argc, char **argv) {
                               res.images_per_s, "seconds", res.seconds);
         if (toy_cli_print_json("train", j, JSON_COMPACT)) rc = 1;
     } else {
-        fprintf(stderr, "toy train: %s at step %lld: loss %.4f, test accuracy %.2f%% (loss %.4f), %.0f images/s, %.1f s\n",
-                toy_run_reason_str(res.reason), (long long)res.final_step, res.final_loss, 100 * res.test_acc,
-                res.test_loss, res.images_per_s, res.seconds);
+        char acc[96] = "no test evaluation"; /* none yet: a run that stopped before its first */
+        if (!isnan(res.test_acc))
+            snprintf(acc, sizeof acc, "test accuracy %.2f%% (loss %.4f)", 100 * res.test_acc, res.test_loss);
+        fprintf(stderr, "toy train: %s at step %lld: loss %.4f, %s, %.0f images/s, %.1f s\n",
+                toy_run_reason_str(res.reason), (long long)res.final_step, res.final_loss, acc, res.images_per_s,
+                res.seconds);
         if (res.checkpoint[0]) fprintf(stderr, "toy train: checkpoint %s\n", res.checkpoint);
     }
     if (st && res.reason != TOY_RUN_INTERRUPTED) fprintf(stderr, "toy train: %s\n", toy_last_error());

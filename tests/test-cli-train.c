@@ -206,6 +206,12 @@ Test(cli_train, saved_options_hold_absolute_paths) {
     /* a setting the run keeps is said to be ignored */
     cr_assert_eq(sh("$W train --resume m --steps 4 --threads 2 --lr 0.5"), 0, "%s", out);
     cr_expect(strstr(out, "--lr is ignored with --resume"), "%s", out);
+    /* ... and really is: an --arch given now neither runs nor lands in train.json (it was read, failed, and saved,
+     * so no later --resume could run) */
+    cr_assert_eq(sh("$W train --resume m --steps 5 --threads 2 --arch gpt2 --sample x"), 0, "%s", out);
+    cr_expect(strstr(out, "--arch is ignored with --resume") && strstr(out, "--sample is ignored"), "%s", out);
+    cr_expect_eq(sh("grep -q gpt2 m/train.json"), 1, "--arch gpt2 was saved");
+    cr_assert_eq(sh("$W train --resume m --steps 6 --threads 2"), 0, "%s", out);
     cr_assert_eq(sh("for i in $(seq 40); do echo '{\"prompt\":\"the quick fox\",\"completion\":\" jumps over\"}'; done "
                     "> sft.jsonl && $W finetune --base m/weights/latest --data sft.jsonl --ctx 32 --batch 2 --steps 1 "
                     "--threads 2 --out f"), 0, "%s", out);
@@ -218,6 +224,10 @@ Test(cli_train, saved_options_hold_absolute_paths) {
     cr_expect(data && data[0] == '/', "data %s", data ? data : "(none)");
     json_decref(j);
     cr_expect_eq(sh("cd / && $W finetune --resume '%s/f' --steps 2 --threads 2", tmp), 0, "%s", out);
+    /* a --template given now is said to be ignored, and is (it made the run's examples differ, refused ever after) */
+    cr_expect_eq(sh("$W finetune --resume f --steps 3 --threads 2 --template llama3"), 0, "%s", out);
+    cr_expect(strstr(out, "--template is ignored with --resume"), "%s", out);
+    cr_expect_eq(sh("$W finetune --resume f --steps 4 --threads 2"), 0, "%s", out);
 }
 
 /* --out naming a folder that holds a run is refused, before any work, and
@@ -303,6 +313,7 @@ Test(cli_train, resume_refuses_other_data) {
                  "%s", out);
     cr_expect(strstr(out, "is not the data this run trained on") && strstr(out, "d/train.json records"), "%s", out);
     cr_expect_eq(sh("grep -q '\"step\":3,' d/events.jsonl"), 1, "the refused resume trained");
+    cr_expect_eq(sh("grep -q '\"steps\": 2,' d/train.json"), 0, "the refused resume rewrote train.json");
     cr_assert_eq(sh("cp kept.txt mine.txt && $W train --resume d --steps 3 --threads 2"), 0, "%s", out);
     cr_expect_eq(sh("grep -q '\"step\":3,' d/events.jsonl"), 0, "the resumed run did not reach step 3");
     /* and a fine-tune on the examples it trained on */

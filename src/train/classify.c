@@ -311,16 +311,24 @@ enum toy_status toy_classifier_run(struct toy_classifier *t, struct toy_classify
         toy_optim_zero_grad(t->opt);
         if ((st = toy_graph_compute(t->g, t->tp))) break;
         float loss = *(float *)t->loss->data;
-        if (!isfinite(loss)) {
+        float gn = isfinite(loss) ? toy_optim_clip_grad_norm(t->opt, o->clip, t->tp) : NAN;
+        if (!isfinite(loss) || !isfinite(gn)) { /* the update would make the weights non-finite: stop before it */
             r.reason = TOY_RUN_ABORTED;
-            st = toy_error(TOY_ERR_NUMERIC, "step %lld: loss is %f", (long long)t->step + 1, loss);
-            break;
-        }
-        float gn = toy_optim_clip_grad_norm(t->opt, o->clip, t->tp);
-        if (!isfinite(gn)) { /* the update would make the weights non-finite: stop before it */
-            r.reason = TOY_RUN_ABORTED;
-            st = toy_error(TOY_ERR_NUMERIC, "step %lld: gradient norm is %f (loss %f): stopped before the update",
-                           (long long)t->step + 1, gn, loss);
+            /* the step's event says so ("loss": null or "grad_norm": null, docs/events.md), as toy train's does */
+            if (t->ev)
+                toy_events_step(t->ev, &(struct toy_step_event){.step = t->step + 1, .loss = loss,
+                                                                .lr = toy_lr_at(&sched, t->step), .tokens = B,
+                                                                .wall_us = (int64_t)((now_s() - ts) * 1e6),
+                                                                .grad_norm = gn});
+            char err[256];
+            if (!isfinite(loss)) snprintf(err, sizeof err, "step %lld: loss is %f", (long long)t->step + 1, loss);
+            else snprintf(err, sizeof err, "step %lld: gradient norm is %f (loss %f): stopped before the update",
+                          (long long)t->step + 1, gn, loss);
+            /* the last good weights are kept, so that the run can be resumed (with other settings, from a copy) */
+            if (toy_classifier_checkpoint(t, NULL, 0))
+                st = toy_error(TOY_ERR_NUMERIC, "%s; the last good weights could not be checkpointed: %s", err,
+                               toy_last_error());
+            else st = toy_error(TOY_ERR_NUMERIC, "%s: the last good weights are checkpointed", err);
             break;
         }
         float lr = toy_lr_at(&sched, t->step);

@@ -784,6 +784,10 @@ enum toy_status toy_trainer_run(struct toy_trainer *t, struct toy_train_result *
         snprintf(err, sizeof err, "checkpoint: %s", toy_last_error());
         r.reason = TOY_RUN_ERRORED;
         st = cst;
+    } else if (cst) { /* say so: the error above may have asked for a --resume that has no checkpoint to start from */
+        size_t n = strlen(err);
+        snprintf(err + n, sizeof err - n, "; the last checkpoint could not be written either (%s): --resume starts "
+                 "from the one before, if there is one", toy_last_error());
     }
     if (r.reason == TOY_RUN_COMPLETED || r.reason == TOY_RUN_INTERRUPTED) {
         float el;
