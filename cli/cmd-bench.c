@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "flags.h"
+#include "generate-gpt2.h"
 #include "json-out.h"
 #include "precision.h"
 #include "toy/generate.h"
@@ -128,6 +129,10 @@ int toy_cmd_bench(int argc, char **argv) {
     }
     char resolved[4096];
     if (toy_model_resolve(model, resolved, sizeof resolved)) { fprintf(stderr, "toy bench: %s\n", toy_last_error()); return 1; }
+    if (toy_cli_is_gpt2(resolved)) { /* the loader's "not a Llama-family model toy runs" would mislead: toy runs it */
+        fprintf(stderr, "toy bench: %s is a GPT-2; toy bench measures Llama-family models only\n", resolved);
+        return 1;
+    }
     struct toy_llama *m;
     if (toy_llama_load(resolved, false, &m)) { fprintf(stderr, "toy bench: %s\n", toy_last_error()); return 1; }
     bool bf16_on = bf16 && toy_cli_infer_bf16("bench", m);
@@ -235,7 +240,7 @@ int toy_cmd_bench(int argc, char **argv) {
     } else {
         json_decref(rows);
         json_decref(mach);
-        if (!rc) printf("  peak RSS %.0f MB (weights read per token: %.0f MB)\n", peak_kb / 1024.0, bytes / 1e6);
+        if (!rc) printf("  peak RSS %.0f MB (weights read per token: %.1f MB)\n", peak_kb / 1024.0, bytes / 1e6);
         if (!rc && llc > 0 && bytes < (double)llc)
             printf("  note: the weights fit in this CPU's %.0f MB of last-level cache, so part of each token's reads\n"
                    "  can come from cache and decode can pass the memory bound\n", (double)llc / 1e6);

@@ -346,8 +346,9 @@ int toy_cmd_describe(int argc, char **argv) {
             toy_gguf_close(g);
             return toy_cli_print_json("describe", j, JSON_INDENT(2));
         }
-        printf("%s: %s; architecture %.*s, %lld tensors\n", path, what, (int)al, arch,
-               (long long)toy_gguf_n_tensors(g));
+        if (al) printf("%s: %s; architecture %.*s, %lld tensors\n", path, what, (int)al, arch,
+                       (long long)toy_gguf_n_tensors(g));
+        else printf("%s: %s; %lld tensors\n", path, what, (long long)toy_gguf_n_tensors(g));
         toy_gguf_close(g);
         return 0;
     }

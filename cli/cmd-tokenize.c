@@ -32,7 +32,7 @@ static void usage(FILE *f) {
             "                  --no-bos), EOS last with --eos; repeatable, '-' or a pipe too. toy train and\n"
             "                  toy eval read a text file the same way\n"
             "  -o FILE         where --corpus writes the packed TOYT token file\n"
-            "  --decode IDS    print the text of space- or comma-separated ids\n");
+            "  --decode IDS    print the text of space- or comma-separated ids (--json: {\"n_tokens\": N, \"text\": ...})\n");
 }
 
 static void json_piece(FILE *f, const char *s) {
@@ -121,8 +121,13 @@ int toy_cmd_tokenize(int argc, char **argv) {
             rc = 1;
             goto done;
         }
-        fwrite(s, 1, l, stdout);
-        fputc('\n', stdout);
+        if (json) { /* the text as a JSON string: control bytes escaped, bytes that are not UTF-8 as U+FFFD */
+            rc = toy_cli_print_json("tokenize", json_pack("{s:I,s:o}", "n_tokens", (json_int_t)t.n, "text",
+                                                          toy_cli_json_text(s, l)), 0);
+        } else {
+            fwrite(s, 1, l, stdout);
+            fputc('\n', stdout);
+        }
         free(s);
         goto done;
     }

@@ -142,6 +142,9 @@ int toy_cli_generate_gpt2(const char *path, const char *prompt, const char *prom
             ids.n = ids.cap = 1;
         }
     }
+    if (n_ctx > m->cfg.max_ctx) /* the generator takes the model's context then, as for Llama models */
+        fprintf(stderr, "toy generate: note: --ctx %lld is past the model's context of %lld tokens: using %lld\n",
+                (long long)n_ctx, (long long)m->cfg.max_ctx, (long long)m->cfg.max_ctx);
     struct toy_threadpool *tp = toy_threadpool_new(threads);
     struct toy_cli_gen_out o = {.json = json, .prompt = prompt, .ids = json_array(), .lps = json_array()};
     struct toy_generate_result r;

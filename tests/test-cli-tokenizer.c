@@ -45,6 +45,10 @@ Test(cli_tokenizer, tokenize) {
     o = run("tokenize -m " TD "llamacpp-vocab-gguf/ggml-vocab-llama-spm.gguf --decode '1 15043 3186'", &st);
     cr_expect_str_eq(o, "Hello world\n");
     free(o);
+    /* --json with --decode: a JSON string, its control bytes escaped (it printed the raw text, a NUL included) */
+    o = run("tokenize -m " TD "llamacpp-vocab-gguf/ggml-vocab-llama-spm.gguf --decode '1 15043 3 3186' --json", &st);
+    cr_expect_str_eq(o, "{\"n_tokens\": 4, \"text\": \"Hello\\u0000 world\"}\n");
+    free(o);
     /* an id past the vocabulary, negative, or past 64 bits is named as written (it said "bad id
      * 9223372036854775807", and a negative one exited 1 where a word exited 2) */
     const char *bad_ids[] = {"'1 32000'", "'1, -3'", "'1 99999999999999999999'", "'1 x'"};

@@ -771,7 +771,7 @@ bool toy_gguf_is_model(const struct toy_gguf *g, const char **what) {
     size_t n;
     const char *w = NULL;
     if (!toy_gguf_get_str(g, "general.type", &s, &n)) {
-        if (n == 7 && !memcmp(s, "adapter", 7)) w = "a LoRA adapter (use it with --lora, or toy merge it into its base)";
+        if (n == 7 && !memcmp(s, "adapter", 7)) w = "a LoRA adapter (toy generate --lora runs it over its base; toy merge folds it in)";
         else if (n > 10 && !memcmp(s, "toy-", 4) && !memcmp(s + n - 6, "-state", 6))
             w = "a toy training state (optimizer and data position, for --resume), not weights";
     }
