@@ -846,6 +846,9 @@ Test(serve, sigterm_drains, .timeout = 90) {
     n = n > 1000 ? 1000 : n;
     char body[128];
     snprintf(body, sizeof body, "{\"prompt\":\"a\",\"max_tokens\":%lld,\"ignore_eos\":true}", n);
+    struct resp bad = http(&s, "POST", "/v1/chat/completions", "{\"messages\":\"x\",\"temperature\":0.5}");
+    cr_assert_eq(bad.code, 400, "%s", bad.body);
+    resp_free(&bad);
     char tag[320];
     pid_t p = curl_start(&s, "POST", "/v1/completions", body, strlen(body), NULL, tag);
     cr_assert(wait_metric(&s, "toy_active_sequences", 1, 20), "the request never ran");
@@ -867,6 +870,11 @@ Test(serve, sigterm_drains, .timeout = 90) {
     char want[64];
     snprintf(want, sizeof want, "\"completion_tokens\":%lld", n);
     cr_assert(strstr(ev, "\"name\":\"request\"") && strstr(ev, want), "%s", ev);
+    /* the refused request's event has no sampling block (it had one of zeros); the served one has its own */
+    const char *b400 = strstr(ev, "\"status\":400"), *e400 = b400 ? strchr(b400, '\n') : NULL;
+    cr_assert(b400 && e400, "%s", ev);
+    const char *samp = strstr(ev, "\"sampling\":");
+    cr_assert(samp && (samp < b400 || samp > e400) && !strstr(e400, "\"temperature\":0.5"), "%s", ev);
     cr_assert(strstr(ev, "\"kind\":\"run_end\""), "%s", ev);
     free(ev);
     server_clean(&s);

@@ -206,7 +206,7 @@ static void request_done(struct srv *S, const struct srv_request *rq, enum route
         json_object_set_new(extra, "request_id", json_string(rid));
         if (ttft >= 0) json_object_set_new(extra, "ttft_us", json_integer((json_int_t)(ttft * 1e6)));
         if (finish) json_object_set_new(extra, "finish_reason", json_string(finish));
-        if (j && j->kind == SRV_JOB_GENERATE)
+        if (j && j->kind == SRV_JOB_GENERATE && (code < 400 || code >= 499)) /* a 400-413 was never parsed whole */
             json_object_set_new(extra, "sampling",
                                 json_pack("{s:I,s:f,s:f,s:I}", "max_tokens", (json_int_t)j->max_tokens,
                                           "temperature", (double)j->sp.temperature, "top_p", (double)j->sp.top_p,
