@@ -445,7 +445,7 @@ static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll
         json_decref(config);
         if (!c.json)
             fprintf(stderr, "toy finetune: run %s -> %s\n              %s on %s (%s), %lld trainable of %lld parameters, "
-                    "%lld train / %lld held-out examples (%lld too long, dropped), batch %lld x %lld%s, %lld steps%s\n",
+                    "%lld train / %lld held-out examples (%lld dropped: no completion token within the context), batch %lld x %lld%s, %lld steps%s\n",
                     run_id, run_dir, c.method, c.base, toy_dtype_name(m->layers[0].wq->type), (long long)trainable,
                     (long long)toy_llama_n_params(m), (long long)toy_sft_n_train(data),
                     (long long)toy_sft_n_heldout(data), (long long)toy_sft_dropped(data), (long long)c.o.batch,

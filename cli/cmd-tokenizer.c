@@ -47,7 +47,7 @@ int toy_cmd_tokenizer(int argc, char **argv) {
     struct toy_cli_list specials = {special, 0, 64};
     const struct toy_cli_flag flags[] = {
         TOY_FLAG_N("--vocab-size", TOY_CLI_I64, &o.vocab_size, 1, INT32_MAX),
-        TOY_FLAG_N("--min-frequency", TOY_CLI_I64, &o.min_frequency, 0, 1e15), TOY_FLAG_S("--pre", &o.pre),
+        TOY_FLAG_N("--min-frequency", TOY_CLI_I64, &o.min_frequency, 1, 1e15), TOY_FLAG_S("--pre", &o.pre),
         TOY_FLAG_L("--special", &specials), TOY_FLAG_S("-o", &out), TOY_FLAG_B("--json", &json), TOY_FLAG_END,
     };
     /* argv[1] is "train": the flags follow it */

@@ -195,7 +195,7 @@ enum toy_status toy_sft_from_text(const char *text, size_t len, const struct toy
         int64_t held = (int64_t)((double)d->n * o->heldout);
         d->n_train = d->n - held;
         if (d->n_train < 1)
-            st = toy_error(TOY_ERR_RANGE, "SFT: no training examples (%lld read, %lld dropped as too long)",
+            st = toy_error(TOY_ERR_RANGE, "SFT: no training examples (%lld read, %lld dropped: no completion token within the context)",
                            (long long)d->n, (long long)d->dropped);
     }
     if (!st && !(d->order = malloc((size_t)d->n_train * sizeof *d->order))) st = toy_error(TOY_ERR_NOMEM, "SFT data");
