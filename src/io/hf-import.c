@@ -425,7 +425,7 @@ enum toy_status toy_hf_convert(const char *dir, const char *out_path, const stru
         size_t ll = strlen(leaf);
         bool input = !strncmp(rout, rin, n) && rout[n] == '/' && !strchr(rout + n + 1, '/') &&
                      ((ll > 12 && !strcmp(leaf + ll - 12, ".safetensors")) || (ll > 5 && !strcmp(leaf + ll - 5, ".json")) ||
-                      !strcmp(leaf, "tokenizer.model") || !strcmp(leaf, "merges.txt"));
+                      !strcmp(leaf, "tokenizer.model") || !strcmp(leaf, "merges.txt") || !strcmp(leaf, "vocab.bpe"));
         if (input) return toy_error(TOY_ERR_INVALID_ARG, "convert: -o %s is one of the model's own files", out_path);
     }
     char path[4096];
@@ -452,7 +452,8 @@ enum toy_status toy_hf_convert(const char *dir, const char *out_path, const stru
     /* tokenizer */
     if (!o.skip_tokenizer) {
         if (file_exists(dir, "tokenizer.json") || file_exists(dir, "tokenizer.model") ||
-            (file_exists(dir, "vocab.json") && file_exists(dir, "merges.txt"))) {
+            (file_exists(dir, "vocab.json") && file_exists(dir, "merges.txt")) ||
+            (file_exists(dir, "encoder.json") && file_exists(dir, "vocab.bpe"))) { /* what toy_tokenizer_load reads */
             if ((e = toy_tokenizer_load(dir, &tok))) goto done;
             int64_t nt = toy_tokenizer_n_vocab(tok);
             if (nt > h.n_vocab) { /* ids past the embedding: the file would load and fail on the first such token */
@@ -467,7 +468,7 @@ enum toy_status toy_hf_convert(const char *dir, const char *out_path, const stru
             if ((e = toy_tokenizer_write_gguf_rows(tok, w, h.n_vocab))) goto done;
             rep->tokenizer = true;
         } else {
-            snprintf(rep->note, sizeof rep->note, "no tokenizer.json or tokenizer.model in %s: GGUF has no tokenizer", dir);
+            snprintf(rep->note, sizeof rep->note, "no tokenizer.json, tokenizer.model, vocab.json + merges.txt or encoder.json + vocab.bpe in %s: GGUF has no tokenizer", dir);
         }
     }
     if (toy_dtype_info(o.type)->quantized) toy_gguf_writer_set_u32(w, "general.quantization_version", 2);
