@@ -378,6 +378,26 @@ static void expect_exit(const char *cmd, int code, const char *needle) {
     free(out);
 }
 
+/* TINY copied to path, with key (if given) replaced by the string value and one more 1-D f32 tensor (if given) */
+static void tiny_variant(const char *path, const char *key, const char *value, const char *tname, const float *tdata,
+                         const int64_t *tne) {
+    struct toy_gguf *src;
+    struct toy_gguf_writer *w;
+    cr_assert_eq(toy_gguf_open(TINY, &src), TOY_OK);
+    cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
+    for (int64_t i = 0; i < toy_gguf_n_kv(src); i++)
+        if (!key || strcmp(toy_gguf_kv_key(src, i), key)) cr_assert_eq(toy_gguf_writer_copy_kv(w, src, i), TOY_OK);
+    if (key) cr_assert_eq(toy_gguf_writer_set_str(w, key, value), TOY_OK);
+    for (int64_t i = 0; i < toy_gguf_n_tensors(src); i++) {
+        const struct toy_gguf_tensor *t = toy_gguf_tensor(src, i);
+        cr_assert_eq(toy_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data), TOY_OK);
+    }
+    if (tname) cr_assert_eq(toy_gguf_writer_add_tensor(w, tname, TOY_F32, 1, tne, tdata), TOY_OK);
+    cr_assert_eq(toy_gguf_writer_write(w, path), TOY_OK, "%s", toy_last_error());
+    toy_gguf_writer_free(w);
+    toy_gguf_close(src);
+}
+
 /* Bad input is an error naming what is wrong, never a crash: a base that is not there for merge, a context too
  * big to cache, broken hyperparameters, an adapter where a model belongs, flags that do not exist */
 Test(cli_gguf, bad_inputs_are_errors_not_crashes) {
@@ -405,47 +425,17 @@ Test(cli_gguf, bad_inputs_are_errors_not_crashes) {
     cr_expect_eq(json_integer_value(json_object_get(hp, "embedding_length")), 8);
     json_decref(j);
     /* an attention-output bias the Llama graph would leave out is refused, not dropped */
-    {
-        struct toy_gguf *src;
-        struct toy_gguf_writer *bw;
-        cr_assert_eq(toy_gguf_open(TINY, &src), TOY_OK);
-        cr_assert_eq(toy_gguf_writer_init(&bw), TOY_OK);
-        for (int64_t i = 0; i < toy_gguf_n_kv(src); i++) cr_assert_eq(toy_gguf_writer_copy_kv(bw, src, i), TOY_OK);
-        for (int64_t i = 0; i < toy_gguf_n_tensors(src); i++) {
-            const struct toy_gguf_tensor *t = toy_gguf_tensor(src, i);
-            cr_assert_eq(toy_gguf_writer_add_tensor(bw, t->name, t->type, t->n_dims, t->ne, t->data), TOY_OK);
-        }
-        float bias[8] = {0};
-        int64_t bne[1] = {8};
-        cr_assert_eq(toy_gguf_writer_add_tensor(bw, "blk.0.attn_output.bias", TOY_F32, 1, bne, bias), TOY_OK);
-        snprintf(f, sizeof f, "%s/obias.gguf", dir);
-        cr_assert_eq(toy_gguf_writer_write(bw, f), TOY_OK, "%s", toy_last_error());
-        toy_gguf_writer_free(bw);
-        toy_gguf_close(src);
-        snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi -n 1 2>&1", b, f);
-        expect_exit(cmd, 1, "attn_output.bias");
-    }
+    float bias[8] = {0};
+    int64_t bne[1] = {8};
+    snprintf(f, sizeof f, "%s/obias.gguf", dir);
+    tiny_variant(f, NULL, NULL, "blk.0.attn_output.bias", bias, bne);
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi -n 1 2>&1", b, f);
+    expect_exit(cmd, 1, "attn_output.bias");
     /* a hyperparameter of the wrong type is an error naming it, not its default read in silence */
-    {
-        struct toy_gguf *src;
-        struct toy_gguf_writer *bw;
-        cr_assert_eq(toy_gguf_open(TINY, &src), TOY_OK);
-        cr_assert_eq(toy_gguf_writer_init(&bw), TOY_OK);
-        for (int64_t i = 0; i < toy_gguf_n_kv(src); i++)
-            if (strcmp(toy_gguf_kv_key(src, i), "llama.rope.freq_base"))
-                cr_assert_eq(toy_gguf_writer_copy_kv(bw, src, i), TOY_OK);
-        toy_gguf_writer_set_str(bw, "llama.rope.freq_base", "500000");
-        for (int64_t i = 0; i < toy_gguf_n_tensors(src); i++) {
-            const struct toy_gguf_tensor *t = toy_gguf_tensor(src, i);
-            cr_assert_eq(toy_gguf_writer_add_tensor(bw, t->name, t->type, t->n_dims, t->ne, t->data), TOY_OK);
-        }
-        snprintf(f, sizeof f, "%s/strbase.gguf", dir);
-        cr_assert_eq(toy_gguf_writer_write(bw, f), TOY_OK, "%s", toy_last_error());
-        toy_gguf_writer_free(bw);
-        toy_gguf_close(src);
-        snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi -n 1 2>&1", b, f);
-        expect_exit(cmd, 1, "key 'llama.rope.freq_base' is str, expected a number");
-    }
+    snprintf(f, sizeof f, "%s/strbase.gguf", dir);
+    tiny_variant(f, "llama.rope.freq_base", "500000", NULL, NULL, NULL);
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi -n 1 2>&1", b, f);
+    expect_exit(cmd, 1, "key 'llama.rope.freq_base' is str, expected a number");
     /* a LoRA adapter is described as one, and refused as a model */
     struct toy_gguf_writer *w;
     cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
