@@ -416,6 +416,12 @@ static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll
                     "it further\n", c.resume, (long long)toy_finetuner_step(ft), (long long)toy_finetuner_steps(ft),
                     (long long)toy_finetuner_step(ft));
         rc = 0;
+        if (c.json && rank == 0) /* a script still gets its line: the run, where it ends, no step trained now */
+            rc = toy_cli_print_json("finetune", json_pack("{s:s,s:s,s:s,s:s,s:I,s:s,s:I}", "format",
+                                                          "toy/finetune-v1", "run_id", run_id, "run_dir", run_dir,
+                                                          "method", c.method, "steps", (json_int_t)toy_finetuner_step(ft),
+                                                          "reason", "completed", "trained_steps", (json_int_t)0),
+                                    JSON_COMPACT);
         goto out;
     }
     if (resaved) { /* what the next --resume reads, once the run is known to resume */

@@ -572,6 +572,12 @@ int toy_cmd_train(int argc, char **argv) {
                     "further\n", c.resume, (long long)toy_trainer_step(tr), (long long)c.o.steps,
                     (long long)toy_trainer_step(tr));
         rc = 0;
+        if (c.json && rank == 0) /* a script still gets its line: the run, where it ends, no step trained now */
+            rc = toy_cli_print_json("train", json_pack("{s:s,s:s,s:s,s:I,s:s,s:I}", "format", "toy/train-v1", "run_id",
+                                                       run_id, "run_dir", run_dir, "steps",
+                                                       (json_int_t)toy_trainer_step(tr), "reason", "completed",
+                                                       "trained_steps", (json_int_t)0),
+                                    JSON_COMPACT);
         goto out;
     }
     if (resaved) { /* what the next --resume continues with, once the run is known to resume */

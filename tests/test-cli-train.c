@@ -275,6 +275,10 @@ Test(cli_train, resume_keeps_threads_and_saves_new_steps) {
     cr_assert_eq(sh("wc -l < t/events.jsonl > n.txt && $W train --resume t"), 0, "%s", out);
     cr_expect(strstr(out, "is complete at step 4 of 4") && !strstr(out, "note:"), "%s", out);
     cr_expect_eq(sh("wc -l < t/events.jsonl | cmp -s - n.txt"), 0, "the complete run's events changed");
+    /* under --json it still prints its line (it printed nothing) */
+    cr_assert_eq(sh("$W train --resume t --json 2>/dev/null"), 0, "%s", out);
+    cr_expect_eq(out_int("steps"), 4, "%s", out);
+    cr_expect_eq(out_int("trained_steps"), 0, "%s", out);
 }
 
 /* Past a file-size limit the checkpoint's write fails like a full disk:
