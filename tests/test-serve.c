@@ -435,8 +435,8 @@ Test(serve, completions_text_tokens_logprobs_stop, .timeout = 60) {
     if (strlen(text) > 6 && !strstr(text, "\xef\xbf\xbd")) {
         char body[512], stop[8];
         snprintf(stop, sizeof stop, "%.3s", text + 3);
-        json_t *b = json_pack("{s:s,s:i,s:i,s:b,s:s}", "prompt", "Once upon a time", "max_tokens", 8, "temperature",
-                              0, "ignore_eos", 1, "stop", stop);
+        json_t *b = json_pack("{s:s,s:i,s:i,s:b,s:s,s:i}", "prompt", "Once upon a time", "max_tokens", 8, "temperature",
+                              0, "ignore_eos", 1, "stop", stop, "logprobs", 1);
         char *bs = json_dumps(b, 0);
         snprintf(body, sizeof body, "%s", bs);
         free(bs);
@@ -446,6 +446,17 @@ Test(serve, completions_text_tokens_logprobs_stop, .timeout = 60) {
         const char *t = jstr(r.json, "choices.0.text");
         cr_assert(strlen(t) <= 3 && !strncmp(t, text, strlen(t)), "'%s' vs '%s' stop '%s'", t, text, stop);
         cr_assert_str_eq(jstr(r.json, "choices.0.finish_reason"), "stop");
+        /* the tokens listed are those whose text starts before the cut (the stop string's were listed too, their
+         * text_offset past the end of the text) */
+        json_t *offs = jget(r.json, "choices.0.logprobs.text_offset");
+        size_t n_chars = 0;
+        for (const char *c = t; *c; c++) n_chars += ((unsigned char)*c & 0xC0) != 0x80;
+        cr_assert(json_array_size(offs) >= (n_chars > 0) && json_array_size(offs) <= n_chars, "%s", r.body);
+        for (size_t i = 0; i < json_array_size(offs); i++)
+            cr_assert_lt(json_integer_value(json_array_get(offs, i)), (json_int_t)n_chars, "%s", r.body);
+        /* ... while usage counts every token generated, those cut off too */
+        cr_assert_geq(jint(r.json, "usage.completion_tokens"), (long long)json_array_size(offs), "%s", r.body);
+        cr_assert_gt(jint(r.json, "usage.completion_tokens"), 0, "%s", r.body);
         resp_free(&r);
     }
     free(text);

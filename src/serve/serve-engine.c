@@ -83,6 +83,8 @@ struct slot {
     char *gen;                    /* generated text so far (for stop strings) */
     size_t gen_len, gen_cap, emitted, max_stop;
     size_t gen_chars;             /* characters in gen (for logprobs' text_offset) */
+    struct srv_token *pend;       /* tokens whose text is still held back (text_off: their first byte in gen) */
+    int n_pend, cap_pend;
     double deadline;              /* srv_now() by which the job must end; 0: none */
     int32_t last;                 /* the token to feed next */
     int64_t pos;                  /* its position */
@@ -172,6 +174,50 @@ static bool job_push(struct srv_job *j, int32_t id, float lp, const char *text, 
     return ok;
 }
 
+/* Tokens wait in the slot while their text is held back (it may yet be a stop string's start): a token's record,
+ * with its logprob, goes out with its text, so a stop string that cuts the text also drops the tokens that start at
+ * or after the cut (as llama.cpp does), in a stream as in a whole answer. */
+static bool pend_add(struct slot *s, int32_t id, float lp, size_t byte_off, size_t char_off, int n_top,
+                     const int32_t *top_id, const float *top_lp) {
+    if (s->n_pend == s->cap_pend) {
+        int cap = s->cap_pend ? 2 * s->cap_pend : 16;
+        struct srv_token *np = realloc(s->pend, (size_t)cap * sizeof *np);
+        if (!np) return false;
+        s->pend = np, s->cap_pend = cap;
+    }
+    struct srv_token *t = &s->pend[s->n_pend++];
+    *t = (struct srv_token){.id = id, .logprob = lp, .text_off = byte_off, .char_off = char_off, .n_top = n_top};
+    for (int i = 0; i < n_top; i++) t->top_id[i] = top_id[i], t->top_lp[i] = top_lp[i];
+    return true;
+}
+
+/* releases the text up to byte upto of gen, with the waiting tokens that start before it (all: every one), each
+ * with its own bytes; then, with drop, forgets the tokens still waiting (a stop string cut them off) */
+static void pend_release(struct slot *s, struct srv_job *j, size_t upto, bool all, bool drop) {
+    int k = 0;
+    while (k < s->n_pend && (all || s->pend[k].text_off < upto)) k++;
+    for (int i = 0; i < k; i++) {
+        const struct srv_token *t = &s->pend[i];
+        size_t end = i + 1 < k && s->pend[i + 1].text_off < upto ? s->pend[i + 1].text_off : upto;
+        if (end < s->emitted) end = s->emitted;
+        job_push(j, t->id, t->logprob, s->gen + s->emitted, end - s->emitted, t->char_off, false, t->n_top, t->top_id,
+                 t->top_lp);
+        s->emitted = end;
+    }
+    if (upto > s->emitted) { /* the rest of a token already out */
+        job_push(j, -1, 0, s->gen + s->emitted, upto - s->emitted, s->gen_chars, false, 0, NULL, NULL);
+        s->emitted = upto;
+    }
+    if (drop && s->n_pend > k) { /* not listed, but generated: usage counts them */
+        pthread_mutex_lock(&j->mu);
+        j->n_generated += s->n_pend - k;
+        if (j->t_first == 0) j->t_first = srv_now();
+        pthread_mutex_unlock(&j->mu);
+    }
+    s->n_pend = drop ? 0 : s->n_pend - k;
+    if (!drop && k) memmove(s->pend, s->pend + k, (size_t)s->n_pend * sizeof *s->pend);
+}
+
 static void hist_add(int64_t *b, double v) {
     for (int i = 0; i < 12; i++)
         if (v <= srv_buckets[i]) b[i]++;
@@ -180,8 +226,8 @@ static void hist_add(int64_t *b, double v) {
 /* ends the slot's job: flushes held text (not after a stop string), wakes the reader, frees the slot */
 static void slot_finish(struct srv_engine *e, struct slot *s, enum toy_stop_reason reason) {
     struct srv_job *j = s->job;
-    if (reason != TOY_STOP_STRING && s->emitted < s->gen_len)
-        job_push(j, -1, 0, s->gen + s->emitted, s->gen_len - s->emitted, s->gen_chars, false, 0, NULL, NULL);
+    if (reason != TOY_STOP_STRING) pend_release(s, j, s->gen_len, true, true);
+    s->n_pend = 0;
     if (reason != TOY_STOP_STRING && s->dec) {
         const char *t;
         size_t n;
@@ -234,6 +280,7 @@ static bool slot_step(struct srv_engine *e, struct slot *s, float *logits) {
         toy_top_logprobs(logits, e->vocab, n_top, top_id, top_lp);
     }
     if (e->tok && !j->ignore_eos && toy_tokenizer_is_eog(e->tok, id)) {
+        pend_release(s, j, s->gen_len, true, true); /* the text so far, then the end */
         job_push(j, id, lp, "", 0, s->gen_chars, true, n_top, top_id, top_lp);
         slot_finish(e, s, TOY_STOP_EOS);
         return true;
@@ -252,6 +299,11 @@ static bool slot_step(struct srv_engine *e, struct slot *s, float *logits) {
         s->gen = ng, s->gen_cap = cap;
     }
     size_t char_off = s->gen_chars;
+    if (!pend_add(s, id, lp, s->gen_len, char_off, n_top, top_id, top_lp)) {
+        job_fail(j, TOY_ERR_NOMEM, "out of memory");
+        slot_finish(e, s, TOY_STOP_CALLER);
+        return true;
+    }
     memcpy(s->gen + s->gen_len, piece, plen);
     s->gen_len += plen;
     s->gen[s->gen_len] = 0;
@@ -264,9 +316,7 @@ static bool slot_step(struct srv_engine *e, struct slot *s, float *logits) {
     }
     if (hit) {
         size_t upto = (size_t)(hit - s->gen);
-        job_push(j, id, lp, s->gen + s->emitted, upto > s->emitted ? upto - s->emitted : 0, char_off, false, n_top,
-                 top_id, top_lp);
-        s->emitted = upto;
+        pend_release(s, j, upto > s->emitted ? upto : s->emitted, false, true);
         slot_finish(e, s, TOY_STOP_STRING);
         return true;
     }
@@ -274,8 +324,7 @@ static bool slot_step(struct srv_engine *e, struct slot *s, float *logits) {
     size_t safe = s->gen_len > hold ? s->gen_len - hold : 0;
     while (safe > s->emitted && safe < s->gen_len && ((unsigned char)s->gen[safe] & 0xC0) == 0x80) safe--;
     if (safe < s->emitted) safe = s->emitted;
-    job_push(j, id, lp, s->gen + s->emitted, safe - s->emitted, char_off, false, n_top, top_id, top_lp);
-    s->emitted = safe;
+    pend_release(s, j, safe, false, false);
     s->last = id;
     if (j->max_tokens >= 0 && s->n_gen >= j->max_tokens) { slot_finish(e, s, TOY_STOP_LENGTH); return true; }
     /* the token just sampled is the sequence's (pos + 1)-th; prompt + completion stay within the context */
@@ -363,6 +412,7 @@ static void slot_start(struct srv_engine *e, struct slot *s, struct srv_job *j) 
     int64_t keep = lcp < j->n_prompt ? lcp : j->n_prompt - 1; /* at least one token runs, for its logits */
     s->job = j;
     s->gen_len = s->emitted = s->gen_chars = 0;
+    s->n_pend = 0;
     s->n_gen = 0;
     s->deadline = j->timeout_s > 0 ? srv_now() + j->timeout_s : 0;
     s->max_stop = 0;
@@ -660,6 +710,7 @@ void srv_engine_free(struct srv_engine *e) {
         toy_kv_cache_free(&e->slots[i].kv);
         free(e->slots[i].cache_ids);
         free(e->slots[i].gen);
+        free(e->slots[i].pend);
         toy_sampler_free(e->slots[i].smp);
         toy_decoder_free(e->slots[i].dec);
     }
