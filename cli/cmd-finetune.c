@@ -180,17 +180,11 @@ int toy_cmd_finetune(int argc, char **argv) {
         return 1;
     }
     const int rank = toy_collective_rank(coll), world = toy_collective_world(coll);
-    /* the run keeps its own settings: a flag that would change them is said to be ignored, not silently
-     * (as toy train does) */
     static const char *const applies[] = {"--resume", "--steps", "--threads", "--json", "--log-every", "--dp-timeout",
                                           NULL};
-    for (int i = 1; c.resume && rank == 0 && i < argc; i++) {
-        bool known = false;
-        for (int k = 0; applies[k] && !known; k++) known = !strcmp(argv[i], applies[k]);
-        if (argv[i][0] == '-' && argv[i][1] == '-' && !known)
-            fprintf(stderr, "toy finetune: %s is ignored with --resume: the run keeps the settings in its "
-                    "finetune.json (only --steps, --threads, --log-every, --json and --dp-timeout apply)\n", argv[i]);
-    }
+    if (c.resume && rank == 0)
+        toy_cli_resume_ignored("finetune", argc, argv, applies, "finetune.json",
+                               "--steps, --threads, --log-every, --json and --dp-timeout");
     rc = ft_main(&c, given_steps, coll, rank, world);
     if (rc == 1 && world > 1 && !dp_consistent && !toy_collective_broken(coll)) {
         fprintf(stderr, "toy finetune: rank %d of %d failed: ending the job\n", rank, world);

@@ -348,18 +348,12 @@ int toy_cmd_train(int argc, char **argv) {
         }
         int64_t run_steps = c.o.steps;
         if (given_steps) c.o.steps = cli.o.steps;
-        /* the run keeps its own settings: a flag that would change them is said to be ignored, not silently */
         static const char *const applies[] = {"--resume", "--steps", "--threads", "--dp-overlap", "--dp-bucket-mb",
                                               "--zero", "--json", "--log-every", "--dp-timeout", "--trace",
                                               "--op-timing", NULL};
-        for (int i = 1; i < argc && rank == 0; i++) {
-            bool known = false;
-            for (int k = 0; applies[k] && !known; k++) known = !strcmp(argv[i], applies[k]);
-            if (argv[i][0] == '-' && argv[i][1] == '-' && !known)
-                fprintf(stderr, "toy train: %s is ignored with --resume: the run keeps the settings in its train.json "
-                        "(only --steps, --threads, --log-every, --json, --trace, --op-timing and the --dp-* flags "
-                        "apply)\n", argv[i]);
-        }
+        if (rank == 0)
+            toy_cli_resume_ignored("train", argc, argv, applies, "train.json",
+                                   "--steps, --threads, --log-every, --json, --trace, --op-timing and the --dp-* flags");
         /* the run's thread count unless --threads says otherwise: the gradient norm's float sum depends on
          * how the work is split, so another count changes the losses in their last bits */
         int run_threads = c.threads;

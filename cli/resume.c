@@ -31,3 +31,14 @@ bool toy_cli_resume_changes(const char *cmd, int run_threads, int threads, int64
                 "new length from here on\n", cmd, (long long)steps, (long long)run_steps);
     return new_threads || new_steps;
 }
+
+void toy_cli_resume_ignored(const char *cmd, int argc, char **argv, const char *const *applies, const char *saved,
+                            const char *which) {
+    for (int i = 1; i < argc; i++) {
+        bool known = false;
+        for (int k = 0; applies[k] && !known; k++) known = !strcmp(argv[i], applies[k]);
+        if (argv[i][0] == '-' && argv[i][1] == '-' && !known)
+            fprintf(stderr, "toy %s: %s is ignored with --resume: the run keeps the settings in its %s (only %s "
+                    "apply)\n", cmd, argv[i], saved, which);
+    }
+}

@@ -26,4 +26,11 @@ int toy_cli_resume_data(const char *cmd, const char *data, uint64_t fp, int64_t 
 bool toy_cli_resume_changes(const char *cmd, int run_threads, int threads, int64_t run_steps, int64_t steps,
                             bool constant_lr);
 
+/* --resume: each --flag in argv[1..argc) not in `applies` (NULL-ended) is
+ * said to be ignored, "toy CMD: FLAG is ignored with --resume: the run keeps
+ * the settings in its SAVED (only WHICH apply)": the run goes on with its
+ * own settings, not silently with others. */
+void toy_cli_resume_ignored(const char *cmd, int argc, char **argv, const char *const *applies, const char *saved,
+                            const char *which);
+
 #endif

@@ -22,11 +22,14 @@ bool toy_gguf_is_gpt2(const struct toy_gguf *g) {
     return !toy_gguf_get_str(g, "general.architecture", &a, &n) && n == 4 && !memcmp(a, "gpt2", 4);
 }
 
-static int64_t key_int(const struct toy_gguf *g, const char *suffix, int64_t def) {
+/* gpt2.suffix, an absent key as def; a key of another type as def too, but
+ * it sets *st (the first such error, naming the key), as in llama-gguf.c */
+static int64_t key_int(const struct toy_gguf *g, enum toy_status *st, const char *suffix, int64_t def) {
     char key[128];
     snprintf(key, sizeof key, "gpt2.%s", suffix);
     int64_t i = toy_gguf_find_key(g, key), v;
-    if (i < 0 || toy_gguf_kv_int(g, i, &v)) return def;
+    if (i < 0 || *st) return def;
+    if ((*st = toy_gguf_kv_int(g, i, &v))) return def;
     return v;
 }
 
@@ -34,24 +37,16 @@ static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_gpt
     memset(c, 0, sizeof *c);
     if (!toy_gguf_is_gpt2(g))
         return toy_error(TOY_ERR_UNSUPPORTED, "%s: general.architecture is not 'gpt2'", toy_gguf_path(g));
-    /* a key present with another type is an error naming it, not its default (as in llama-gguf.c) */
-    static const char *const ints[] = {"gpt2.embedding_length", "gpt2.block_count", "gpt2.feed_forward_length",
-                                       "gpt2.attention.head_count", "gpt2.context_length"};
-    for (size_t k = 0; k <= sizeof ints / sizeof ints[0]; k++) {
-        bool is_int = k < sizeof ints / sizeof ints[0];
-        int64_t i = toy_gguf_find_key(g, is_int ? ints[k] : "gpt2.attention.layer_norm_epsilon"), iv;
-        double fv;
-        enum toy_status kst = i < 0 ? TOY_OK : is_int ? toy_gguf_kv_int(g, i, &iv) : toy_gguf_kv_float(g, i, &fv);
-        if (kst) return kst;
-    }
-    c->d_model = key_int(g, "embedding_length", 0);
-    c->n_layers = key_int(g, "block_count", 0);
-    c->d_ff = key_int(g, "feed_forward_length", 4 * c->d_model);
-    c->n_heads = key_int(g, "attention.head_count", 0);
-    c->max_ctx = key_int(g, "context_length", 1024);
+    enum toy_status kst = TOY_OK; /* a key of the wrong type (key_int) */
+    c->d_model = key_int(g, &kst, "embedding_length", 0);
+    c->n_layers = key_int(g, &kst, "block_count", 0);
+    c->d_ff = key_int(g, &kst, "feed_forward_length", 4 * c->d_model);
+    c->n_heads = key_int(g, &kst, "attention.head_count", 0);
+    c->max_ctx = key_int(g, &kst, "context_length", 1024);
     double eps = 1e-5;
     int64_t ki = toy_gguf_find_key(g, "gpt2.attention.layer_norm_epsilon");
-    if (ki >= 0 && toy_gguf_kv_float(g, ki, &eps)) eps = 1e-5;
+    if (ki >= 0 && !kst) kst = toy_gguf_kv_float(g, ki, &eps);
+    if (kst) return kst;
     c->norm_eps = (float)eps;
     int64_t te = toy_gguf_find_tensor(g, "token_embd.weight");
     if (te < 0) return toy_error(TOY_ERR_FORMAT, "%s: no token_embd.weight tensor", toy_gguf_path(g));

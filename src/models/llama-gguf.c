@@ -18,48 +18,45 @@ struct toy_llama *toy_llama_alloc(const struct toy_llama_config *cfg, bool alloc
 
 static bool has_tensor(const struct toy_gguf *g, const char *name) { return toy_gguf_find_tensor(g, name) >= 0; }
 
-static int64_t key_int(const struct toy_gguf *g, const char *arch, const char *suffix, int64_t def) {
+/* The architecture's keys (arch.suffix): key_int and key_float read an
+ * absent key as its default. A key present with another type (a string, an
+ * array, a float where a count belongs) reads as its default too, but the
+ * first such error is kept, with its message naming the key and its type,
+ * and the load fails with it (as llama.cpp's loader does) rather than run
+ * with the default's rope base or context. */
+struct keys {
+    const struct toy_gguf *g;
+    const char *arch;
+    enum toy_status st;
+    char err[320];
+};
+
+static int64_t key_find(struct keys *k, const char *suffix) {
     char key[128];
-    snprintf(key, sizeof key, "%s.%s", arch, suffix);
-    int64_t i = toy_gguf_find_key(g, key), v;
-    if (i < 0 || toy_gguf_kv_int(g, i, &v)) return def;
-    return v;
+    snprintf(key, sizeof key, "%s.%s", k->arch, suffix);
+    return k->st ? -1 : toy_gguf_find_key(k->g, key);
 }
 
-static double key_float(const struct toy_gguf *g, const char *arch, const char *suffix, double def) {
-    char key[128];
-    snprintf(key, sizeof key, "%s.%s", arch, suffix);
-    int64_t i = toy_gguf_find_key(g, key);
+static void key_failed(struct keys *k, enum toy_status st) {
+    k->st = st;
+    snprintf(k->err, sizeof k->err, "%s", toy_last_error());
+}
+
+static int64_t key_int(struct keys *k, const char *suffix, int64_t def) {
+    int64_t i = key_find(k, suffix), v;
+    if (i < 0) return def;
+    enum toy_status st = toy_gguf_kv_int(k->g, i, &v);
+    if (st) key_failed(k, st);
+    return st ? def : v;
+}
+
+static double key_float(struct keys *k, const char *suffix, double def) {
+    int64_t i = key_find(k, suffix);
     double v;
-    if (i < 0 || toy_gguf_kv_float(g, i, &v)) return def;
-    return v;
-}
-
-/* key_int and key_float read an absent key as its default; a key that is
- * present with another type (a string, an array, a float where a count
- * belongs) must not read as that default too, a run with the default's
- * rope base or context and no word about it: it is an error naming the key
- * and its type, as llama.cpp's loader makes it. */
-static enum toy_status check_key_types(const struct toy_gguf *g, const char *arch) {
-    static const char *const ints[] = {"embedding_length", "block_count", "feed_forward_length",
-                                       "attention.head_count", "attention.head_count_kv", "context_length",
-                                       "attention.key_length", "vocab_size", "rope.dimension_count",
-                                       "rope.scaling.original_context_length", "attention.sliding_window"};
-    static const char *const floats[] = {"attention.layer_norm_rms_epsilon", "rope.freq_base", "rope.scaling.factor",
-                                         "rope.scaling.attn_factor", "attn_logit_softcapping",
-                                         "final_logit_softcapping"};
-    char key[128];
-    int64_t iv;
-    double fv;
-    for (size_t k = 0; k < sizeof ints / sizeof ints[0] + sizeof floats / sizeof floats[0]; k++) {
-        bool is_int = k < sizeof ints / sizeof ints[0];
-        snprintf(key, sizeof key, "%s.%s", arch, is_int ? ints[k] : floats[k - sizeof ints / sizeof ints[0]]);
-        int64_t i = toy_gguf_find_key(g, key);
-        if (i < 0) continue;
-        enum toy_status st = is_int ? toy_gguf_kv_int(g, i, &iv) : toy_gguf_kv_float(g, i, &fv);
-        if (st) return st; /* "PATH: key 'llama.rope.freq_base' is string, expected a number" */
-    }
-    return TOY_OK;
+    if (i < 0) return def;
+    enum toy_status st = toy_gguf_kv_float(k->g, i, &v);
+    if (st) key_failed(k, st);
+    return st ? def : v;
 }
 
 static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_llama_config *c) {
@@ -74,18 +71,17 @@ static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_lla
     if (strcmp(a, "llama") && strcmp(a, "qwen2") && strcmp(a, "qwen3") && strcmp(a, "gemma2") && strcmp(a, "mistral"))
         return toy_error(TOY_ERR_UNSUPPORTED, "%s: architecture '%s' is not a Llama-family model toy runs "
                          "(llama, mistral, qwen2, qwen3, gemma2)", toy_gguf_path(g), a);
-    enum toy_status kst = check_key_types(g, a);
-    if (kst) return kst;
-    c->d_model = key_int(g, a, "embedding_length", 0);
-    c->n_layers = key_int(g, a, "block_count", 0);
-    c->d_ff = key_int(g, a, "feed_forward_length", 0);
-    c->n_heads = key_int(g, a, "attention.head_count", 0);
-    c->n_kv_heads = key_int(g, a, "attention.head_count_kv", c->n_heads);
-    c->max_ctx = key_int(g, a, "context_length", 2048);
-    c->head_dim = key_int(g, a, "attention.key_length", 0);
+    struct keys k = {.g = g, .arch = a};
+    c->d_model = key_int(&k, "embedding_length", 0);
+    c->n_layers = key_int(&k, "block_count", 0);
+    c->d_ff = key_int(&k, "feed_forward_length", 0);
+    c->n_heads = key_int(&k, "attention.head_count", 0);
+    c->n_kv_heads = key_int(&k, "attention.head_count_kv", c->n_heads);
+    c->max_ctx = key_int(&k, "context_length", 2048);
+    c->head_dim = key_int(&k, "attention.key_length", 0);
     if (c->head_dim > 0 && c->n_heads > 0 && c->head_dim * c->n_heads == c->d_model) c->head_dim = 0;
-    c->norm_eps = (float)key_float(g, a, "attention.layer_norm_rms_epsilon", 1e-5);
-    c->rope_base = (float)key_float(g, a, "rope.freq_base", 10000.0);
+    c->norm_eps = (float)key_float(&k, "attention.layer_norm_rms_epsilon", 1e-5);
+    c->rope_base = (float)key_float(&k, "rope.freq_base", 10000.0);
     c->rope_mode = !strcmp(a, "llama") || !strcmp(a, "mistral") ? TOY_ROPE_NORMAL : TOY_ROPE_NEOX;
     const char *st;
     size_t stl;
@@ -96,15 +92,16 @@ static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_lla
         else if (stl == 4 && !memcmp(st, "yarn", 4)) c->rope_scaling = TOY_ROPE_SCALING_YARN;
         else if (stl == 6 && !memcmp(st, "llama3", 6)) c->rope_scaling = TOY_ROPE_SCALING_LLAMA3;
     }
-    c->rope_factor = (float)key_float(g, a, "rope.scaling.factor", 1.0);
-    c->rope_orig_ctx = (int32_t)key_int(g, a, "rope.scaling.original_context_length", c->max_ctx);
-    c->rope_attn_factor = (float)key_float(g, a, "rope.scaling.attn_factor", 0.0);
-    c->sliding_window = (int32_t)key_int(g, a, "attention.sliding_window", 0);
-    c->attn_softcap = (float)key_float(g, a, "attn_logit_softcapping", 0.0);
-    c->final_softcap = (float)key_float(g, a, "final_logit_softcapping", 0.0);
+    c->rope_factor = (float)key_float(&k, "rope.scaling.factor", 1.0);
+    c->rope_orig_ctx = (int32_t)key_int(&k, "rope.scaling.original_context_length", c->max_ctx);
+    c->rope_attn_factor = (float)key_float(&k, "rope.scaling.attn_factor", 0.0);
+    c->sliding_window = (int32_t)key_int(&k, "attention.sliding_window", 0);
+    c->attn_softcap = (float)key_float(&k, "attn_logit_softcapping", 0.0);
+    c->final_softcap = (float)key_float(&k, "final_logit_softcapping", 0.0);
     int64_t te = toy_gguf_find_tensor(g, "token_embd.weight");
     if (te < 0) return toy_error(TOY_ERR_FORMAT, "%s: no token_embd.weight tensor", toy_gguf_path(g));
-    c->vocab = key_int(g, a, "vocab_size", toy_gguf_tensor(g, te)->ne[1]);
+    c->vocab = key_int(&k, "vocab_size", toy_gguf_tensor(g, te)->ne[1]);
+    if (k.st) return toy_error(k.st, "%s", k.err);
     c->tied = !has_tensor(g, "output.weight");
     c->qkv_bias = has_tensor(g, "blk.0.attn_q.bias");
     static const char *const unused_bias[] = {"blk.0.attn_output.bias", "blk.0.ffn_gate.bias", "blk.0.ffn_up.bias",
@@ -124,7 +121,8 @@ static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_lla
     enum toy_status st2 = toy_llama_check_config(c);
     if (st2) return toy_error(st2, "%s: %s", toy_gguf_path(g), toy_last_error());
     /* every rope here turns the whole head: a file that rotates fewer dims would load and run wrong */
-    int64_t rot = key_int(g, a, "rope.dimension_count", toy_llama_head_dim(c));
+    int64_t rot = key_int(&k, "rope.dimension_count", toy_llama_head_dim(c));
+    if (k.st) return toy_error(k.st, "%s", k.err);
     if (rot != toy_llama_head_dim(c))
         return toy_error(TOY_ERR_UNSUPPORTED, "%s: %s.rope.dimension_count is %lld, the head dim %lld: partial rotary "
                          "embeddings are not supported", toy_gguf_path(g), a, (long long)rot,
