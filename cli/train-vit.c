@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "progress.h"
+#include "resume.h"
 #include "stop-signals.h"
 #include "flags.h"
 #include "json-out.h"
@@ -166,6 +167,7 @@ int toy_train_vit(int argc, char **argv) {
     char run_dir[1024] = "", run_id[1024] = "", ckpt[1600] = "", state[1700] = "";
     struct vcfg cli = c;
     int run_lock = -1; /* toy_run_claim's: one process writes a run */
+    int64_t run_steps = 0;
     if (c.resume) {
         char path[1200];
         snprintf(path, sizeof path, "%s/train.json", c.resume);
@@ -180,7 +182,10 @@ int toy_train_vit(int argc, char **argv) {
             json_decref(c.keep);
             return 1;
         }
+        run_steps = c.o.steps;
         if (given_steps) c.o.steps = cli.o.steps;
+        static const char *const applies[] = {"--resume", "--steps", "--threads", "--json", "--log-every", NULL};
+        toy_cli_resume_ignored("train", argc, argv, applies, "train.json", "--steps, --threads, --log-every and --json");
         snprintf(run_dir, sizeof run_dir, "%s", c.resume);
         const char *slash = strrchr(run_dir, '/');
         snprintf(run_id, sizeof run_id, "%s", slash && slash[1] ? slash + 1 : run_dir);
@@ -272,6 +277,13 @@ int toy_train_vit(int argc, char **argv) {
     if (state[0] && toy_classifier_load_state(tr, state)) {
         fprintf(stderr, "toy train: cannot resume from %s: %s\n", state, toy_last_error());
         goto out;
+    }
+    /* a new --steps is the run's from now on, so that a later --resume keeps it: saved only once the run
+     * is known to continue */
+    if (c.resume && toy_cli_resume_changes("train", 0, 0, run_steps, c.o.steps, c.o.schedule == TOY_LR_CONSTANT)) {
+        char path[1200];
+        snprintf(path, sizeof path, "%s/train.json", run_dir);
+        if (toy_cli_write_json_file("train", vcfg_json(&c), path)) goto out;
     }
     {
         const struct toy_vit_config *mc = &m->cfg;

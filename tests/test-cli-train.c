@@ -659,9 +659,8 @@ static bool same_file(const char *a, const char *b) {
 /* --arch vit --data from a pipe: the image set is read once (its first bytes were read to tell TOYI from IDX,
  * then the file was opened again, which finds a pipe drained), so /dev/stdin, "-" and a FIFO named as an IDX
  * images file train as the file does: the same weights */
-Test(cli_train, image_data_from_a_pipe) {
-    /* 24 8x8 images of 2 classes, as TOYI and as an IDX pair (plain, gzip); fifo/ has the labels under both
-     * names, plain (under .gz too: plain bytes read as they are, as zlib's gzread read them) */
+/* set.toyi in tmp: 24 8x8 images of 2 classes */
+static void write_image_set(void) {
     int32_t labels[24];
     struct toy_image_set s = {.n = 24, .channels = 1, .height = 8, .width = 8, .n_classes = 2, .labels = labels};
     uint8_t px[24 * 64];
@@ -673,6 +672,12 @@ Test(cli_train, image_data_from_a_pipe) {
     char p[400];
     snprintf(p, sizeof p, "%s/set.toyi", tmp);
     cr_assert_eq(toy_images_save_toyi(&s, p), TOY_OK, "%s", toy_last_error());
+}
+
+Test(cli_train, image_data_from_a_pipe) {
+    /* the images as TOYI and as an IDX pair (plain, gzip); fifo/ has the labels under both names, plain (under
+     * .gz too: plain bytes read as they are, as zlib's gzread read them) */
+    write_image_set();
     cr_assert_eq(sh("mkdir idx fifo && tail -c %d set.toyi > px.bin && "
                     "{ printf '\\0\\0\\10\\3\\0\\0\\0\\30\\0\\0\\0\\10\\0\\0\\0\\10'; cat px.bin; } > idx/s-images-idx3-ubyte && "
                     "{ printf '\\0\\0\\10\\1\\0\\0\\0\\30'; for i in $(seq 12); do printf '\\0\\1'; done; } "
@@ -696,6 +701,25 @@ Test(cli_train, image_data_from_a_pipe) {
     /* what is not an image set is still named so, from a pipe too */
     cr_expect_eq(sh("cat text.txt | " VIT " --data - --out p5"), 1, "%s", out);
     cr_expect(strstr(out, "toy train: -: not an image set"), "%s", out);
+}
+
+/* a ViT --resume names the flags it ignores, and a new --steps is saved in train.json once the run goes on,
+ * so that the next --resume ends there too */
+Test(cli_train, vit_resume_saves_new_steps_and_names_ignored_flags) {
+    write_image_set();
+    char v[64];
+    cr_assert_eq(sh(VIT " --data set.toyi --out v"), 0, "%s", out);
+    cr_assert_eq(sh("$W train --resume v --steps 4 --lr 5 --threads 2 --json"), 0, "%s", out);
+    cr_expect(strstr(out, "toy train: --lr is ignored with --resume"), "%s", out);
+    cr_expect(!strstr(out, "--steps is ignored") && !strstr(out, "--threads is ignored"), "%s", out);
+    cr_expect(strstr(out, "the run now ends at step 4, not 2"), "%s", out);
+    train_json_value("v", "steps", v, sizeof v);
+    cr_expect_str_eq(v, "4");
+    train_json_value("v", "lr", v, sizeof v);
+    cr_expect_neq(atof(v), 5.0);
+    cr_assert_eq(sh("$W train --resume v"), 0, "%s", out);
+    cr_expect(strstr(out, "completed at step 4"), "%s", out);
+    cr_expect_eq(sh("test -f v/weights/step_4.gguf"), 0);
 }
 
 /* --tokenizer from a pipe: a GGUF (it was mapped, and a pipe cannot be) or a tokenizer.json (sized by seeking
