@@ -76,22 +76,45 @@ struct hp {
     bool has_eps, eps_rms, has_rope_base, tied, qkv_bias, qk_norm, has_rope_freqs;
     double attn_cap, final_cap;
     int64_t swa;
+    struct { char key[128]; const char *type; } bad[16]; /* hyperparameters stored as something not a number */
+    int n_bad;
 };
 
-static int64_t geti(const struct toy_gguf *g, const char *arch, const char *suffix, int64_t def, bool *found) {
+/* The key arch.suffix is in the file with a type that is not a number: noted in h->bad, since a loader
+ * refuses the file for it, and it is not "missing" */
+static void note_bad(const struct toy_gguf *g, struct hp *h, const char *key) {
+    int64_t i = toy_gguf_find_key(g, key);
+    if (i < 0 || h->n_bad == (int)(sizeof h->bad / sizeof h->bad[0])) return;
+    snprintf(h->bad[h->n_bad].key, sizeof h->bad[0].key, "%s", key);
+    h->bad[h->n_bad++].type = toy_gguf_type_name(toy_gguf_kv_type(g, i));
+}
+
+static bool is_bad(const struct hp *h, const char *suffix) {
     char k[256];
-    snprintf(k, sizeof k, "%s.%s", arch, suffix);
+    snprintf(k, sizeof k, "%s.%s", h->arch, suffix);
+    for (int i = 0; i < h->n_bad; i++)
+        if (!strcmp(h->bad[i].key, k)) return true;
+    return false;
+}
+
+static int64_t geti(const struct toy_gguf *g, struct hp *h, const char *suffix, int64_t def, bool *found) {
+    char k[256];
+    snprintf(k, sizeof k, "%s.%s", h->arch, suffix);
     int64_t v;
-    if (toy_gguf_get_i64(g, k, &v)) return def;
+    enum toy_status st = toy_gguf_get_i64(g, k, &v);
+    if (st == TOY_ERR_FORMAT) note_bad(g, h, k);
+    if (st) return def;
     if (found) *found = true;
     return v;
 }
 
-static double getf(const struct toy_gguf *g, const char *arch, const char *suffix, double def, bool *found) {
+static double getf(const struct toy_gguf *g, struct hp *h, const char *suffix, double def, bool *found) {
     char k[256];
-    snprintf(k, sizeof k, "%s.%s", arch, suffix);
+    snprintf(k, sizeof k, "%s.%s", h->arch, suffix);
     double v;
-    if (toy_gguf_get_f64(g, k, &v)) return def;
+    enum toy_status st = toy_gguf_get_f64(g, k, &v);
+    if (st == TOY_ERR_FORMAT) note_bad(g, h, k);
+    if (st) return def;
     if (found) *found = true;
     return v;
 }
@@ -102,25 +125,24 @@ static void read_hp(const struct toy_gguf *g, struct hp *h) {
     toy_gguf_get_str(g, "general.architecture", &h->arch, NULL);
     h->name = "";
     toy_gguf_get_str(g, "general.name", &h->name, NULL);
-    const char *A = h->arch;
-    h->d = geti(g, A, "embedding_length", 0, &h->has_d);
-    h->L = geti(g, A, "block_count", 0, &h->has_L);
-    h->H = geti(g, A, "attention.head_count", 0, &h->has_H);
-    h->Hkv = geti(g, A, "attention.head_count_kv", h->H, NULL);
-    h->dff = geti(g, A, "feed_forward_length", 0, &h->has_dff);
-    h->ctx = geti(g, A, "context_length", 0, &h->has_ctx);
-    h->dh = geti(g, A, "attention.key_length", h->H ? h->d / h->H : 0, NULL);
-    h->eps = getf(g, A, "attention.layer_norm_rms_epsilon", 0, &h->eps_rms);
+    h->d = geti(g, h, "embedding_length", 0, &h->has_d);
+    h->L = geti(g, h, "block_count", 0, &h->has_L);
+    h->H = geti(g, h, "attention.head_count", 0, &h->has_H);
+    h->Hkv = geti(g, h, "attention.head_count_kv", h->H, NULL);
+    h->dff = geti(g, h, "feed_forward_length", 0, &h->has_dff);
+    h->ctx = geti(g, h, "context_length", 0, &h->has_ctx);
+    h->dh = geti(g, h, "attention.key_length", h->H ? h->d / h->H : 0, NULL);
+    h->eps = getf(g, h, "attention.layer_norm_rms_epsilon", 0, &h->eps_rms);
     h->has_eps = h->eps_rms;
-    if (!h->has_eps) h->eps = getf(g, A, "attention.layer_norm_epsilon", 0, &h->has_eps);
-    h->rope_base = getf(g, A, "rope.freq_base", 10000.0, &h->has_rope_base);
-    h->attn_cap = getf(g, A, "attn_logit_softcapping", 0, NULL);
-    h->final_cap = getf(g, A, "final_logit_softcapping", 0, NULL);
-    h->swa = geti(g, A, "attention.sliding_window", 0, NULL);
+    if (!h->has_eps) h->eps = getf(g, h, "attention.layer_norm_epsilon", 0, &h->has_eps);
+    h->rope_base = getf(g, h, "rope.freq_base", 10000.0, &h->has_rope_base);
+    h->attn_cap = getf(g, h, "attn_logit_softcapping", 0, NULL);
+    h->final_cap = getf(g, h, "final_logit_softcapping", 0, NULL);
+    h->swa = geti(g, h, "attention.sliding_window", 0, NULL);
     uint64_t n;
     int64_t k;
     if (!toy_gguf_get_arr(g, "tokenizer.ggml.tokens", &k, NULL, &n)) h->vocab = (int64_t)n, h->has_vocab = true;
-    else h->vocab = geti(g, A, "vocab_size", 0, &h->has_vocab);
+    else h->vocab = geti(g, h, "vocab_size", 0, &h->has_vocab);
     int64_t te = toy_gguf_find_tensor(g, "token_embd.weight");
     if (te >= 0 && !h->vocab) h->vocab = toy_gguf_tensor(g, te)->ne[1], h->has_vocab = true;
     h->n_tensors = toy_gguf_n_tensors(g);
@@ -175,9 +197,12 @@ static void card(const struct toy_gguf *g, const struct hp *h, struct text *t) {
     tprintf(t, "Output: P ∈ (0,1)^(N_V×T), P[:, t] = p(x[t+1] | x[1:t])\n");
     char eps[64], theta[80];
     if (h->has_eps) snprintf(eps, sizeof eps, "%g", h->eps);
+    else if (is_bad(h, "attention.layer_norm_rms_epsilon") || is_bad(h, "attention.layer_norm_epsilon"))
+        snprintf(eps, sizeof eps, "? (not a number in the file)");
     else snprintf(eps, sizeof eps, "? (not in the file)");
     /* toy, like llama.cpp, runs a missing base as 10000: say that it is the default */
-    snprintf(theta, sizeof theta, h->has_rope_base ? "%g" : "%g (not in the file: the default)", h->rope_base);
+    if (is_bad(h, "rope.freq_base")) snprintf(theta, sizeof theta, "? (not a number in the file)");
+    else snprintf(theta, sizeof theta, h->has_rope_base ? "%g" : "%g (not in the file: the default)", h->rope_base);
     tprintf(t, "Hyperparameters: L = %lld, H = %lld, d_e = %lld, d_h = %lld, d_mlp = %lld, N_V = %lld, ε = %s", L, H,
             d, dh, F, V, eps);
     if (!gpt2) tprintf(t, ",\n                 H_kv = %lld (%lld query heads share each K/V head), RoPE base θ = %s", K,
@@ -302,12 +327,14 @@ static const char *tok_piece(const struct toy_gguf *g, int64_t toks, int64_t id,
 static json_t *num_or_null(double x) { return isfinite(x) ? json_real(x) : json_null(); }
 static json_t *int_or_null(bool has, int64_t v) { return has ? json_integer((json_int_t)v) : json_null(); }
 
-/* "name 42, " or "name ?, " (the key is not in the file: its name goes to *missing) */
-static void dim(char *buf, size_t n, const char *label, bool has, long long v, char *missing, size_t mn) {
+/* "name 42, " or "name ?, " (the key is not in the file, or not a number there (bad): its name goes to
+ * *missing unless bad, which has its own line) */
+static void dim(char *buf, size_t n, const char *label, bool has, bool bad, long long v, char *missing, size_t mn) {
     size_t k = strlen(buf);
     if (has) snprintf(buf + k, n - k, "%s %lld, ", label, v);
     else {
         snprintf(buf + k, n - k, "%s ?, ", label);
+        if (bad) return;
         k = strlen(missing);
         snprintf(missing + k, mn - k, "%s%s", k ? ", " : "", label);
     }
@@ -413,6 +440,10 @@ int toy_cmd_describe(int argc, char **argv) {
                 "bits_per_weight", rows[t].elements ? 8.0 * (double)rows[t].bytes / (double)rows[t].elements : 0.0));
         }
         json_object_set_new(o, "tensor_types", types);
+        json_t *bad = json_object(); /* key: its stored type, for hyperparameters that are not numbers */
+        for (int i = 0; i < h.n_bad; i++)
+            json_object_set_new(bad, h.bad[i].key, json_string(h.bad[i].type));
+        json_object_set_new(o, "hparams_wrong_type", bad);
         json_t *tk = json_object();
         json_object_set_new(tk, "model", tmodel ? toy_cli_json_text(tmodel, strlen(tmodel)) : json_null());
         json_object_set_new(tk, "pre", tpre ? toy_cli_json_text(tpre, strlen(tpre)) : json_null());
@@ -436,22 +467,25 @@ int toy_cmd_describe(int argc, char **argv) {
         printf("  file type      %s\n", toy_file_type_name(ft));
         /* only what the file says; "?" and a "not in the file" line for the keys it lacks */
         char l1[256] = "", l2[256] = "", missing[256] = "";
-        dim(l1, sizeof l1, "d_model", h.has_d, h.d, missing, sizeof missing);
-        dim(l1, sizeof l1, "layers", h.has_L, h.L, missing, sizeof missing);
+        dim(l1, sizeof l1, "d_model", h.has_d, is_bad(&h, "embedding_length"), h.d, missing, sizeof missing);
+        dim(l1, sizeof l1, "layers", h.has_L, is_bad(&h, "block_count"), h.L, missing, sizeof missing);
         if (h.has_H) {
             size_t k = strlen(l1);
             snprintf(l1 + k, sizeof l1 - k, "heads %lld (kv %lld, head dim %lld), ", (long long)h.H, (long long)h.Hkv,
                      (long long)h.dh);
-        } else dim(l1, sizeof l1, "heads", false, 0, missing, sizeof missing);
-        dim(l1, sizeof l1, "d_ff", h.has_dff, h.dff, missing, sizeof missing);
-        dim(l2, sizeof l2, "context", h.has_ctx, h.ctx, missing, sizeof missing);
-        dim(l2, sizeof l2, "vocab", h.has_vocab, h.vocab, missing, sizeof missing);
+        } else dim(l1, sizeof l1, "heads", false, is_bad(&h, "attention.head_count"), 0, missing, sizeof missing);
+        dim(l1, sizeof l1, "d_ff", h.has_dff, is_bad(&h, "feed_forward_length"), h.dff, missing, sizeof missing);
+        dim(l2, sizeof l2, "context", h.has_ctx, is_bad(&h, "context_length"), h.ctx, missing, sizeof missing);
+        dim(l2, sizeof l2, "vocab", h.has_vocab, is_bad(&h, "vocab_size"), h.vocab, missing, sizeof missing);
         size_t k = strlen(l2);
         /* the key found names the norm: RMSNorm's or LayerNorm's epsilon */
         if (h.has_eps) snprintf(l2 + k, sizeof l2 - k, "%s %g, ", h.eps_rms ? "rms eps" : "ln eps", h.eps);
-        else dim(l2, sizeof l2, "norm eps", false, 0, missing, sizeof missing);
+        else dim(l2, sizeof l2, "norm eps", false,
+                 is_bad(&h, "attention.layer_norm_rms_epsilon") || is_bad(&h, "attention.layer_norm_epsilon"), 0,
+                 missing, sizeof missing);
         k = strlen(l2);
         if (h.has_rope_base) snprintf(l2 + k, sizeof l2 - k, "rope base %g, ", h.rope_base);
+        else if (is_bad(&h, "rope.freq_base")) snprintf(l2 + k, sizeof l2 - k, "rope base ?, ");
         else if (strcmp(h.arch, "gpt2")) { /* GPT-2 has learned positions, no RoPE: nothing is missing */
             k = strlen(missing);
             snprintf(missing + k, sizeof missing - k, "%srope base", k ? ", " : "");
@@ -462,6 +496,9 @@ int toy_cmd_describe(int argc, char **argv) {
         if (strlen(l2) > 2) l2[strlen(l2) - 2] = 0;
         printf("  dimensions     %s,\n                 %s\n", l1, l2);
         if (*missing) printf("                 not in the file: %s\n", missing);
+        for (int i = 0; i < h.n_bad; i++)
+            printf("  wrong type     %s: %s, not a number (toy, as llama.cpp, refuses to run the file)\n",
+                   h.bad[i].key, h.bad[i].type);
         if (!h.n_tensors) printf("  tensor types   none: the file holds no tensors (vocabulary only)\n");
         else printf("  tensor types   %-6s %8s %14s %12s %8s\n", "type", "tensors", "params", "bytes", "bits/w");
         for (int t = 0; t < TOY_DTYPE_COUNT; t++) {

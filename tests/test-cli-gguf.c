@@ -436,6 +436,19 @@ Test(cli_gguf, bad_inputs_are_errors_not_crashes) {
     tiny_variant(f, "llama.rope.freq_base", "500000", NULL, NULL, NULL);
     snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi -n 1 2>&1", b, f);
     expect_exit(cmd, 1, "key 'llama.rope.freq_base' is str, expected a number");
+    /* describe names it as a key of the wrong type, not as one missing from the file */
+    snprintf(cmd, sizeof cmd, "%s describe %s 2>&1", b, f);
+    int drc;
+    char *dout = run(cmd, &drc);
+    cr_expect(strstr(dout, "wrong type     llama.rope.freq_base: str, not a number"), "%s", dout);
+    cr_expect(!strstr(dout, "not in the file"), "%s", dout);
+    free(dout);
+    snprintf(cmd, sizeof cmd, "%s describe %s --json", b, f);
+    j = run_json(cmd);
+    cr_expect_str_eq(json_string_value(json_object_get(json_object_get(j, "hparams_wrong_type"),
+                                                       "llama.rope.freq_base")) ?: "", "str");
+    cr_expect(json_is_null(json_object_get(json_object_get(j, "hparams"), "rope_freq_base")));
+    json_decref(j);
     /* a LoRA adapter is described as one, and refused as a model */
     struct toy_gguf_writer *w;
     cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
