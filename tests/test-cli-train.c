@@ -281,6 +281,17 @@ Test(cli_train, resume_keeps_threads_and_saves_new_steps) {
     cr_expect_eq(out_int("trained_steps"), 0, "%s", out);
 }
 
+/* --resume removes the temporary files a killed writer (kill -9, the OOM killer) left in the run: those of
+ * processes that are gone; a live process's are left alone */
+Test(cli_train, resume_removes_a_dead_writers_temporary_files) {
+    train_model();
+    cr_assert_eq(sh("dead=$(sh -c 'echo $$') && touch m/weights/step_9.gguf.tmp.$dead m/weights/.latest.tmp.$dead "
+                    "m/events.jsonl.tmp.$dead m/weights/step_8.gguf.tmp.1 m/weights/notes.txt"), 0, "%s", out);
+    cr_assert_eq(sh("$W train --resume m --steps 3"), 0, "%s", out);
+    cr_expect_eq(sh("ls -A m m/weights | grep tmp | grep -v 'tmp\\.1$'"), 1, "left: %s", out);
+    cr_expect_eq(sh("test -f m/weights/step_8.gguf.tmp.1 && test -f m/weights/notes.txt"), 0, "removed too much");
+}
+
 /* Past a file-size limit the checkpoint's write fails like a full disk:
  * an error naming the file, exit 1, no temporary file left (SIGXFSZ
  * killed the process without a word, leaving one) */

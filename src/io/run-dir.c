@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -195,6 +196,25 @@ static bool first_entry(const char *dir, char *name, size_t n) {
     return found;
 }
 
+/* Removes from dir the temporary files (NAME.tmp.PID, as toy_file_replace_begin and the latest link
+ * name them) of processes that no longer exist: what a writer killed with SIGKILL, or by the OOM killer,
+ * left behind. Only under the run's lock, where no other toy writes, and only for dead PIDs. */
+static void sweep_stale_temps(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    for (struct dirent *e; (e = readdir(d));) {
+        const char *t = strstr(e->d_name, ".tmp.");
+        while (t && strstr(t + 1, ".tmp.")) t = strstr(t + 1, ".tmp."); /* the last one */
+        if (!t || !t[5]) continue;
+        char *end;
+        long pid = strtol(t + 5, &end, 10);
+        if (*end || pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        char path[PATH_MAX];
+        if (snprintf(path, sizeof path, "%s/%s", dir, e->d_name) < (int)sizeof path) unlink(path);
+    }
+    closedir(d);
+}
+
 enum toy_status toy_run_claim(const char *dir, bool fresh, int *lock_fd) {
     *lock_fd = -1;
     enum toy_status st = toy_mkdir_p(dir);
@@ -222,6 +242,11 @@ enum toy_status toy_run_claim(const char *dir, bool fresh, int *lock_fd) {
         close(fd);
         return toy_error(TOY_ERR_STATE, "%s is not empty (it holds %s): a new run would overwrite or mix with what is "
                          "there; continue that run with --resume %s, or choose a new or empty folder", dir, name, dir);
+    }
+    if (!fresh) {
+        sweep_stale_temps(dir);
+        char weights[PATH_MAX];
+        if (snprintf(weights, sizeof weights, "%s/weights", dir) < (int)sizeof weights) sweep_stale_temps(weights);
     }
     char pid[32];
     int len = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
