@@ -216,6 +216,56 @@ Test(train, planner_no_allocation_after_first_step) {
     lm_free(&r);
 }
 
+/* A graph whose intermediate values need more than the machine has is an error saying how much, from the plan,
+ * not an allocation that overcommit grants and the OOM killer ends mid-run */
+Test(train, plan_bigger_than_memory_is_an_error) {
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    const int64_t n = 1 << 20;
+    struct toy_tensor *a = toy_new_tensor_2d(ctx, TOY_F32, 1, n), *b = toy_new_tensor_2d(ctx, TOY_F32, 1, n);
+    struct toy_tensor *y = toy_sum(ctx, toy_matmul(ctx, a, b, false, true), 0); /* 2^20 x 2^20 products: 4 TiB */
+    toy_set_output(y);
+    struct toy_graph *g = toy_graph_new(ctx);
+    toy_graph_build(g, y);
+    struct toy_membuf buf = {0};
+    cr_assert_eq(toy_graph_plan(g, &buf, NULL), TOY_ERR_NOMEM);
+    cr_expect(strstr(toy_last_error(), "needs 4096.0 GiB") && strstr(toy_last_error(), "smaller batch"), "%s",
+              toy_last_error());
+    cr_expect_null(buf.data);
+    toy_membuf_free(&buf);
+    toy_ctx_free(ctx);
+}
+
+/* The kernels' scratch of an attention backward is the attention's, not ~20 bytes per gradient value for each
+ * thread: the views of its flat dQ|dK|dV output were sized as row ops (and the scratch is zeroed: 2.4 GiB
+ * of RSS for a ViT batch of 20000 images) */
+Test(train, attention_backward_scratch_does_not_grow_with_the_batch) {
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    const int64_t D = 16, H = 4, T = 17, B = 1024;
+    struct toy_tensor *qkv[3];
+    struct toy_rng r;
+    toy_rng_seed(&r, 5);
+    for (int i = 0; i < 3; i++) {
+        qkv[i] = toy_new_tensor_4d(ctx, TOY_F32, D, H, T, B);
+        for (int64_t j = 0; j < toy_nelements(qkv[i]); j++) ((float *)qkv[i]->data)[j] = toy_rng_normal(&r);
+        toy_set_param(qkv[i]);
+    }
+    struct toy_tensor *q = qkv[0], *k = qkv[1], *v = qkv[2];
+    struct toy_tensor *loss = toy_sum_all(ctx, toy_sqr(ctx, toy_attention(ctx, q, k, v, &(struct toy_attn_params){0})));
+    struct toy_graph *g = toy_graph_new(ctx);
+    toy_graph_build(g, loss);
+    toy_graph_backward(g, loss);
+    struct toy_membuf buf = {0};
+    cr_assert_eq(toy_graph_plan(g, &buf, NULL), TOY_OK);
+    struct toy_threadpool *tp = toy_threadpool_new(2);
+    cr_assert_eq(toy_graph_compute(g, tp), TOY_OK, "%s", toy_last_error());
+    size_t grads = 3 * (size_t)toy_nelements(q) * sizeof(float);
+    cr_log_info("attention backward: scratch %zu bytes for %zu bytes of gradients", buf.work_size, grads);
+    cr_expect_lt(buf.work_size, grads / 2, "scratch %zu bytes", buf.work_size);
+    toy_threadpool_free(tp);
+    toy_membuf_free(&buf);
+    toy_ctx_free(ctx);
+}
+
 Test(train, bad_index_is_an_error_not_a_crash) {
     struct toy_ctx *ctx = toy_ctx_init(true);
     struct toy_tensor *tab = toy_new_tensor_2d(ctx, TOY_F32, 4, 3), *ids = toy_new_tensor_1d(ctx, TOY_I32, 2);

@@ -825,6 +825,9 @@ static void k_kv_store(struct toy_tensor *dst, int ith, int nth) {
 
 
 size_t toy_cpu_work_size(const struct toy_tensor *node, int nth) {
+    /* attention's kernels slice the scratch their own way; ATTENTION_BACK's dst is the flat dQ|dK|dV, not a
+     * row, and the per-row scratch below sized from it took ~20 bytes a gradient value per thread */
+    if (node->op == TOY_OP_ATTENTION || node->op == TOY_OP_ATTENTION_BACK) return toy_cpu_attention_work(node, nth);
     size_t row = 0;
     for (int s = 0; s < TOY_MAX_SRC; s++)
         if (node->src[s] && node->src[s]->ne[0] > (int64_t)row) row = (size_t)node->src[s]->ne[0];
@@ -836,10 +839,6 @@ size_t toy_cpu_work_size(const struct toy_tensor *node, int nth) {
     if (node->op == TOY_OP_MATMUL) {
         size_t m = toy_cpu_matmul_work(node, nth);
         if (m > w) w = m;
-    }
-    if (node->op == TOY_OP_ATTENTION || node->op == TOY_OP_ATTENTION_BACK) {
-        size_t a = toy_cpu_attention_work(node, nth);
-        if (a > w) w = a;
     }
     return w;
 }
