@@ -176,7 +176,9 @@ enum toy_status toy_classifier_new(struct toy_vit *m, const struct toy_image_set
     t->g = toy_graph_new(t->ctx);
     toy_graph_build(t->g, t->loss);
     toy_graph_backward(t->g, t->loss);
-    t->eimg = toy_set_name(toy_new_tensor_4d(t->ctx, TOY_F32, c->image_w, c->image_h, c->channels, B), "eval_images");
+    /* evaluation in batches of at most the test set: a batch bigger than it would compute padding */
+    int64_t eB = test && test->n > 0 && test->n < B ? test->n : B;
+    t->eimg = toy_set_name(toy_new_tensor_4d(t->ctx, TOY_F32, c->image_w, c->image_h, c->channels, eB), "eval_images");
     t->elogits = toy_vit_forward(t->ctx, m, t->eimg);
     toy_set_output(t->elogits);
     t->eg = toy_graph_new(t->ctx);
