@@ -36,8 +36,9 @@ static int usage_to(FILE *out) {
             "Temperature 0 is greedy; --top-k 0 and --top-p 0 or 1 are off; the penalties look at the last\n"
             "--repeat-last-n tokens, prompt included (-1: all); applied in that order (docs/generate.md).\n"
             "Stops at the model's end-of-generation token, a stop string (at most 16), -n tokens (0: no\n"
-            "limit), or a full context (--ctx, default the model's). An empty prompt starts from BOS, with\n"
-            "or without --no-bos. Ctrl-C ends it with the text so far (exit 130).\n"
+            "limit), or a full context (--ctx, default the model's). An empty -p starts from BOS, with or\n"
+            "without --no-bos; --prompt-ids are the tokens as given (BOS too). Ctrl-C ends it with the text\n"
+            "so far (exit 130).\n"
             "--bf16: the prompt's products over f32 or f16 weights in bf16 (AVX-512 BF16 or AMX).\n"
             "GPT-2 models take neither --lora, --kv-type, --trace nor --bf16.\n");
     return 2;
