@@ -3,19 +3,23 @@
  * continuous batching.
  *
  * Each loop of the engine thread:
- *   1. admits queued jobs while a slot is free: an embedding job runs at
- *      once; a generation job takes the free slot whose cached tokens share
- *      the longest prefix with its prompt (prefix cache; ties and misses go
- *      to the least recently used slot) and will prefill only the rest;
- *   2. prefills one chunk (at most SRV_PREFILL_CHUNK tokens) of the oldest
+ *   1. admits queued jobs in order: a generation job while a slot is free
+ *      (the free slot whose cached tokens share the longest prefix with its
+ *      prompt: prefix cache; ties and misses go to the least recently used
+ *      slot), which will prefill only the rest; an embedding job when none
+ *      is running;
+ *   2. computes one input of the embedding job, or one chunk (at most
+ *      SRV_PREFILL_CHUNK tokens, through a KV cache of its own) of a longer
+ *      one, so that the streams move on between chunks;
+ *   3. prefills one chunk (at most SRV_PREFILL_CHUNK tokens) of the oldest
  *      prompt still prefilling; when a prompt is complete, its first token
  *      is sampled. Chunks interleave with decode steps, so a long prompt
  *      delays the running streams by one chunk per step, not by its whole
  *      prefill;
- *   3. runs one decode step for every decoding slot together: one graph over
+ *   4. runs one decode step for every decoding slot together: one graph over
  *      the B sequences (serve-forward.c), rebuilt only when the set of
  *      decoding slots changes;
- *   4. samples each sequence's next token with its own sampler, emits text,
+ *   5. samples each sequence's next token with its own sampler, emits text,
  *      and retires finished, cancelled or timed-out jobs, freeing their slot.
  *
  * Invariants: a slot's cache_ids[0..n_cache) are the tokens whose keys and
@@ -114,6 +118,18 @@ struct srv_engine {
     struct toy_tensor *btok, *bpos, *blogits; /* {1, B}, {B}, {vocab, 1, B} */
     int *bidx, bn;
     struct toy_membuf dbuf, pbuf; /* decode graph; prefill and embedding graphs */
+
+    /* the embedding job running (one at a time): an input longer than a chunk goes through its own KV cache
+     * one chunk per loop, as a prompt's prefill does, so the streams move on between chunks */
+    struct {
+        struct srv_job *job;
+        int input;                /* the input being computed */
+        int64_t off;              /* its tokens done */
+        double *sum;              /* (d) final-norm hidden states summed over those */
+        float *out;               /* (n_inputs x d) */
+        struct toy_kv_cache kv;   /* 1 sequence; held for the job's longest input when one is over a chunk */
+        bool has_kv;
+    } emb;
 
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -367,43 +383,96 @@ static enum toy_status prefill(struct srv_engine *e, struct slot *s, const int32
     return st;
 }
 
-static void run_embed(struct srv_engine *e, struct srv_job *j) {
-    int64_t d = e->m->cfg.d_model;
-    float *out = malloc((size_t)(j->n_inputs > 0 ? j->n_inputs : 1) * (size_t)d * sizeof(float));
-    if (!out) { job_fail(j, TOY_ERR_NOMEM, "out of memory"); return; }
-    enum toy_status st = TOY_OK;
-    for (int i = 0; i < j->n_inputs && !st; i++) {
-        if (atomic_load(&j->cancel)) { /* the client went away: the rest would be computed for nobody */
-            free(out);
-            job_fail(j, TOY_ERR_INTERRUPTED, "cancelled");
-            atomic_fetch_add(&e->met->jobs_cancelled, 1);
-            return;
-        }
-        int64_t n = j->n_input[i];
-        struct toy_ctx *ctx = toy_ctx_init(true);
-        if (!ctx) { st = toy_error(TOY_ERR_NOMEM, "embedding"); break; }
-        struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, n, 1), *pos = toy_new_tensor_1d(ctx, TOY_I32, n);
-        memcpy(tok->data, j->inputs[i], (size_t)n * sizeof(int32_t));
-        for (int64_t k = 0; k < n; k++) ((int32_t *)pos->data)[k] = (int32_t)k;
-        struct toy_tensor *h = srv_forward(ctx, e->m, tok, pos, NULL, SRV_OUT_MEAN_HIDDEN, 0);
-        toy_set_output(h);
-        struct toy_graph *g = toy_graph_new(ctx);
-        toy_graph_build(g, h);
-        st = toy_graph_plan(g, &e->pbuf, NULL);
-        if (!st) st = toy_graph_compute(g, e->tp);
-        if (!st) memcpy(out + (size_t)i * (size_t)d, h->data, (size_t)d * sizeof(float));
-        toy_ctx_free(ctx);
-        atomic_fetch_add(&e->met->embed_tokens, n);
+/* final-norm hidden states of tokens[0..n) at positions off.. averaged, into out (d): through the job's KV
+ * cache when kv (which then holds positions 0..off), else in one graph over the whole input (off 0) */
+static enum toy_status embed_chunk(struct srv_engine *e, const int32_t *tokens, int64_t n, int64_t off,
+                                   struct toy_kv_cache *kv, float *out) {
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    if (!ctx) return toy_error(TOY_ERR_NOMEM, "embedding");
+    struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, n, 1), *pos = toy_new_tensor_1d(ctx, TOY_I32, n);
+    memcpy(tok->data, tokens, (size_t)n * sizeof(int32_t));
+    for (int64_t k = 0; k < n; k++) ((int32_t *)pos->data)[k] = (int32_t)(off + k);
+    struct toy_tensor *h = srv_forward(ctx, e->m, tok, pos, kv ? &kv : NULL, SRV_OUT_MEAN_HIDDEN, 0);
+    toy_set_output(h);
+    struct toy_graph *g = toy_graph_new(ctx);
+    toy_graph_build(g, h);
+    if (kv) *(int32_t *)kv->n_past->data = (int32_t)off;
+    enum toy_status st = toy_graph_plan(g, &e->pbuf, NULL);
+    if (!st) st = toy_graph_compute(g, e->tp);
+    if (!st) memcpy(out, h->data, (size_t)e->m->cfg.d_model * sizeof(float));
+    toy_ctx_free(ctx);
+    return st;
+}
+
+static void embed_end(struct srv_engine *e) {
+    free(e->emb.sum);
+    free(e->emb.out);
+    if (e->emb.has_kv) toy_kv_cache_free(&e->emb.kv);
+    srv_job_unref(e->emb.job);
+    memset(&e->emb, 0, sizeof e->emb);
+}
+
+static void embed_fail(struct srv_engine *e, enum toy_status st, const char *msg) {
+    job_fail(e->emb.job, st, msg);
+    embed_end(e);
+}
+
+/* takes embedding job j (the engine's one) */
+static void embed_start(struct srv_engine *e, struct srv_job *j) {
+    int64_t d = e->m->cfg.d_model, longest = 0;
+    e->emb.job = j;
+    for (int i = 0; i < j->n_inputs; i++)
+        if (j->n_input[i] > longest) longest = j->n_input[i];
+    e->emb.out = malloc((size_t)(j->n_inputs > 0 ? j->n_inputs : 1) * (size_t)d * sizeof(float));
+    e->emb.sum = calloc((size_t)d, sizeof(double));
+    if (!e->emb.out || !e->emb.sum) { embed_fail(e, TOY_ERR_NOMEM, "out of memory"); return; }
+    if (longest > SRV_PREFILL_CHUNK) {
+        enum toy_status st = toy_kv_cache_init_type(&e->emb.kv, e->m, longest, 1, TOY_F32);
+        if (st) { embed_fail(e, st, toy_last_error()); return; }
+        e->emb.has_kv = true;
     }
-    if (st) { free(out); job_fail(j, st, toy_last_error()); return; }
+}
+
+/* one step of the running embedding job: a whole input of at most a chunk, or the next chunk of a longer one */
+static void embed_step(struct srv_engine *e) {
+    struct srv_job *j = e->emb.job;
+    if (!j) return;
+    if (atomic_load(&j->cancel)) { /* the client went away: the rest would be computed for nobody */
+        atomic_fetch_add(&e->met->jobs_cancelled, 1);
+        embed_fail(e, TOY_ERR_INTERRUPTED, "cancelled");
+        return;
+    }
+    int64_t d = e->m->cfg.d_model;
+    if (e->emb.input < j->n_inputs) {
+        int i = e->emb.input;
+        int64_t n = j->n_input[i], off = e->emb.off;
+        float *row = e->emb.out + (size_t)i * (size_t)d;
+        bool whole = n <= SRV_PREFILL_CHUNK; /* in one graph, without a cache */
+        int64_t end = whole || n - off <= SRV_PREFILL_CHUNK ? n : off + SRV_PREFILL_CHUNK;
+        enum toy_status st = embed_chunk(e, j->inputs[i] + off, end - off, off, whole ? NULL : &e->emb.kv, row);
+        if (st) { embed_fail(e, st, toy_last_error()); return; }
+        atomic_fetch_add(&e->met->embed_tokens, end - off);
+        if (!whole) { /* the chunk's mean, weighted by its length; the input's mean once it is all done */
+            for (int64_t k = 0; k < d; k++) e->emb.sum[k] += (double)row[k] * (double)(end - off);
+            if (end == n)
+                for (int64_t k = 0; k < d; k++) row[k] = (float)(e->emb.sum[k] / (double)n), e->emb.sum[k] = 0;
+        }
+        e->emb.off = end;
+        if (end < n) return;
+        e->emb.input++;
+        e->emb.off = 0;
+        if (e->emb.input < j->n_inputs) return;
+    }
     pthread_mutex_lock(&j->mu);
-    j->embeddings = out;
+    j->embeddings = e->emb.out;
+    e->emb.out = NULL;
     j->dim = d;
     j->done = true;
     j->t_end = srv_now();
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
     atomic_fetch_add(&e->met->jobs_done, 1);
+    embed_end(e);
 }
 
 /* takes slot s for job j; prefill_step then fills in what the cache lacks */
@@ -589,18 +658,19 @@ static void *engine_main(void *arg) {
     struct srv_engine *e = arg;
     for (;;) {
         pthread_mutex_lock(&e->mu);
-        while (!e->stopping && e->q_len == 0 && e->n_running == 0) pthread_cond_wait(&e->cv, &e->mu);
+        while (!e->stopping && e->q_len == 0 && e->n_running == 0 && !e->emb.job) pthread_cond_wait(&e->cv, &e->mu);
         if (e->stopping) {
             pthread_mutex_unlock(&e->mu);
             break;
         }
         purge_cancelled(e);
-        /* admit: embeddings at once, generations while a slot is free */
+        /* admit, in order: generations while a slot is free, an embedding job when none runs */
         while (e->q_len > 0) {
             struct srv_job *j = e->q[e->q_head];
             bool cancelled = atomic_load(&j->cancel);
             struct slot *s = NULL;
             if (!cancelled && j->kind == SRV_JOB_GENERATE && !(s = pick_slot(e, j))) break;
+            if (!cancelled && j->kind != SRV_JOB_GENERATE && e->emb.job) break;
             e->q_head = (e->q_head + 1) % e->q_cap;
             e->q_len--;
             atomic_store(&e->met->queue_depth, e->q_len);
@@ -617,16 +687,17 @@ static void *engine_main(void *arg) {
             } else if (s) {
                 slot_start(e, s, j);
             } else {
-                run_embed(e, j);
-                srv_job_unref(j);
+                embed_start(e, j); /* the engine's reference now: embed_end drops it */
             }
             pthread_mutex_lock(&e->mu);
         }
         pthread_mutex_unlock(&e->mu);
+        embed_step(e);
         prefill_step(e);
         decode_step(e);
     }
     /* stopping: whatever still runs or waits ends now, as an error (not a finished completion) */
+    if (e->emb.job) embed_fail(e, TOY_ERR_INTERRUPTED, "the server is shutting down");
     for (int i = 0; i < e->n_slots; i++)
         if (e->slots[i].job) {
             struct srv_job *j = e->slots[i].job;
