@@ -168,6 +168,7 @@ int toy_train_vit(int argc, char **argv) {
     struct vcfg cli = c;
     int run_lock = -1; /* toy_run_claim's: one process writes a run */
     int64_t run_steps = 0;
+    bool started = false; /* the run's first step began: its folder is kept whatever happens */
     if (c.resume) {
         char path[1200];
         snprintf(path, sizeof path, "%s/train.json", c.resume);
@@ -313,6 +314,7 @@ int toy_train_vit(int argc, char **argv) {
     if (cli.json) pu.pb.tty = false;
     toy_classifier_on_step(tr, on_step, &pu);
     struct toy_classify_result res;
+    started = true;
     enum toy_status st = toy_classifier_run(tr, &res);
     toy_cli_stop_signals_restore();
     toy_progress_finish(&pu.pb);
@@ -348,5 +350,7 @@ out:
     toy_images_free(test);
     json_decref(c.keep);
     toy_run_release(run_lock);
+    if (rc && !c.resume && run_dir[0] && !started) /* refused: no run to resume; the folder goes if this run made it */
+        toy_run_discard(c.out ? c.out : run_dir, !c.out);
     return rc;
 }
