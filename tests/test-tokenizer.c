@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "toy/tokenizer.h"
+#include "tokenizer/tokenizer-impl.h" /* tok_pre_regexes */
 
 #define TD "../shared/testdata/"
 
@@ -269,6 +270,53 @@ Test(tokenizer, llama2c_bin_matches_model) {
     fprintf(stderr, "llama2.c tokenizer.bin expected.jsonl: %d/%d\n", pass, n);
     cr_expect_eq(pass, n);
     toy_tokenizer_free(tok);
+}
+
+/* Tokens llama.cpp ends generation at by their text, whatever ids the file names (Phi-3's </s> beside its eos
+ * <|endoftext|> and eot <|end|>; Qwen's <|endoftext|> beside an <|im_end|> EOS; Llama-3.1's <|eom_id|>) end it
+ * in toy too: toy generated past them */
+Test(tokenizer, eog_by_text_as_llama_cpp) {
+    need(TD "llamacpp-vocab-gguf/ggml-vocab-phi-3.gguf");
+    struct toy_tokenizer *tok = NULL;
+    MUST(toy_tokenizer_load(TD "llamacpp-vocab-gguf/ggml-vocab-phi-3.gguf", &tok));
+    int32_t eos_text = toy_tokenizer_find(tok, "</s>", 4);
+    cr_assert_geq(eos_text, 0, "no </s>");
+    cr_expect(eos_text != toy_tokenizer_eos(tok) && eos_text != toy_tokenizer_eot(tok));
+    cr_expect(toy_tokenizer_is_eog(tok, eos_text), "</s> (%d) does not end generation", (int)eos_text);
+    cr_expect(toy_tokenizer_is_eog(tok, toy_tokenizer_eos(tok)));
+    cr_expect(!toy_tokenizer_is_eog(tok, toy_tokenizer_find(tok, "▁the", strlen("▁the"))), "an ordinary token");
+    cr_expect(!toy_tokenizer_is_eog(tok, toy_tokenizer_n_vocab(tok)) && !toy_tokenizer_is_eog(tok, -1));
+    toy_tokenizer_free(tok);
+}
+
+/* A tokenizer.json whose Split regex is one of the named sets as it is (GPT-4o's o200k) gets that name as its
+ * tokenizer.ggml.pre, which llama.cpp splits by: it was guessed "llama-bpe" (from its \p{N}{1,3}), so llama.cpp
+ * tokenized "iPhone 15Pro" otherwise than toy */
+Test(tokenizer, hf_regex_of_a_named_set_keeps_its_name) {
+    need(TD "tokenizer-llama3/tokenizer.json");
+    int n;
+    const char *const *re;
+    cr_assert(tok_pre_regexes("gpt-4o", &n, &re));
+    json_t *j = json_load_file(TD "tokenizer-llama3/tokenizer.json", 0, NULL);
+    cr_assert(j);
+    json_t *pre = json_object_get(j, "pre_tokenizer"), *list = json_array();
+    for (int i = 0; i < n; i++)
+        json_array_append_new(list, json_pack("{s:s, s:{s:s}, s:s, s:b}", "type", "Split", "pattern", "Regex", re[i],
+                                              "behavior", "Isolated", "invert", 0));
+    json_array_append_new(list, json_pack("{s:s, s:b, s:b, s:b}", "type", "ByteLevel", "add_prefix_space", 0,
+                                          "trim_offsets", 1, "use_regex", 0));
+    json_object_set_new(pre, "pretokenizers", list);
+    char dir[] = "/tmp/toy-tok-o200k-XXXXXX", path[64];
+    cr_assert(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    cr_assert_eq(json_dump_file(j, path, 0), 0);
+    json_decref(j);
+    struct toy_tokenizer *tok = NULL;
+    MUST(toy_tokenizer_load(path, &tok));
+    cr_expect_str_eq(toy_tokenizer_pre(tok), "gpt-4o");
+    toy_tokenizer_free(tok);
+    unlink(path);
+    rmdir(dir);
 }
 
 /* ---- Llama-3 ---- */

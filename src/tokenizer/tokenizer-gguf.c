@@ -140,12 +140,9 @@ enum toy_status toy_tokenizer_load_gguf(const struct toy_gguf *g, struct toy_tok
     bool spm = spec.kind != TOY_TOKENIZER_BPE;
     /* llama.cpp (llama_vocab::load) makes end-of-generation-looking tokens
      * CONTROL whatever the file says, so they are text unless parse_special */
-    static const char *const eog_text[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
-                                           "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>", NULL};
     if (has)
         for (int64_t i = 0; i < n; i++)
-            for (const char *const *e = eog_text; *e; e++)
-                if (!strcmp(tokens[i], *e)) types[i] = TOY_TOKEN_CONTROL;
+            if (tok_is_eog_text(tokens[i])) types[i] = TOY_TOKEN_CONTROL;
     spec.n_tokens = n;
     spec.tokens = (const char *const *)tokens;
     spec.scores = scores;

@@ -188,6 +188,9 @@ enum toy_status tok_pre_split(pcre2_code *const *re, int n_re, struct tok_scratc
 enum toy_status tok_compile_re(struct toy_tokenizer *tok, const char *re);
 /* The regexes of a tokenizer.ggml.pre name; false if unknown. */
 bool tok_pre_regexes(const char *name, int *n, const char *const **re);
+/* Whether a token's text is one llama.cpp ends generation at whatever ids the file names (its special_eog_ids
+ * text list: Qwen's <|endoftext|> beside an <|im_end|> EOS, Phi-3's </s>, Llama-3.1's <|eom_id|>, ...) */
+bool tok_is_eog_text(const char *text);
 /* GPT-2's byte <-> unicode code point table. */
 extern const uint16_t tok_byte_to_cp[256];
 int tok_cp_to_byte(uint32_t cp); /* -1 when cp is not one of the 256 */

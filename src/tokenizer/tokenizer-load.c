@@ -136,6 +136,15 @@ static const char *hf_pre_name(const struct hf_pre *p) {
     if (p->n == 0) return "none";
     if (p->n == 1 && !strcmp(p->re[0], RE_GPT2_HF)) return "gpt-2";
     if (p->n == 2 && p->digits_individual && !strcmp(p->re[1], RE_GPT2_HF)) return "smollm";
+    /* a regex set that is one of the table's as is (o200k): its own name, before the guesses below */
+    static const char *const exact[] = {"gpt-4o", "qwen35"};
+    for (size_t k = 0; k < sizeof exact / sizeof exact[0]; k++) {
+        int n;
+        const char *const *re;
+        bool same = tok_pre_regexes(exact[k], &n, &re) && n == p->n;
+        for (int i = 0; same && i < n; i++) same = !strcmp(re[i], p->re[i]);
+        if (same) return exact[k];
+    }
     for (int i = 0; i < p->n; i++) {
         if (strstr(p->re[i], "\\p{N}{1,3}")) return "llama-bpe";
         if (strstr(p->re[i], "|\\p{N}|") || strstr(p->re[i], "|\\p{N}| ")) return "qwen2";

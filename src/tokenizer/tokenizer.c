@@ -638,8 +638,18 @@ int32_t toy_tokenizer_pad(const struct toy_tokenizer *tok) { return tok->pad; }
 int32_t toy_tokenizer_eot(const struct toy_tokenizer *tok) { return tok->eot; }
 bool toy_tokenizer_add_bos(const struct toy_tokenizer *tok) { return tok->add_bos; }
 bool toy_tokenizer_add_eos(const struct toy_tokenizer *tok) { return tok->add_eos; }
+bool tok_is_eog_text(const char *text) {
+    static const char *const eog_text[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
+                                           "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>"};
+    for (size_t i = 0; text && i < sizeof eog_text / sizeof eog_text[0]; i++)
+        if (!strcmp(text, eog_text[i])) return true;
+    return false;
+}
+
 bool toy_tokenizer_is_eog(const struct toy_tokenizer *tok, int32_t id) {
-    return id >= 0 && (id == tok->eos || id == tok->eot);
+    if (id < 0) return false;
+    if (id == tok->eos || id == tok->eot) return true;
+    return id < tok->n_vocab && tok->text && tok_is_eog_text(tok->text[id]); /* as llama.cpp does */
 }
 const char *toy_tokenizer_chat_template(const struct toy_tokenizer *tok) { return tok->chat_template; }
 int64_t toy_tokenizer_n_merges(const struct toy_tokenizer *tok) { return tok->n_merges; }
