@@ -105,6 +105,7 @@ int toy_cmd_tokenizer(int argc, char **argv) {
     } else {
         struct toy_gguf_writer *w;
         st = toy_gguf_writer_init(&w);
+        if (!st) st = toy_gguf_writer_set_str(w, "general.architecture", "llama"); /* the one key GGUF requires */
         if (!st) st = toy_gguf_writer_set_str(w, "general.name", "toy-bpe");
         if (!st) st = toy_tokenizer_write_gguf(tok, w);
         if (!st) st = toy_gguf_writer_write(w, out);

@@ -2,6 +2,7 @@
  * `toy chat-template` commands end to end (needs TOY_BIN, set by make
  * check; skipped otherwise). */
 #include <criterion/criterion.h>
+#include "toy/gguf.h"
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,6 +78,14 @@ Test(cli_tokenizer, train_then_tokenize_corpus) {
     cr_expect_eq(st, 0, "%s", o);
     cr_expect(strstr(o, "\"vocab_size\": 600"), "%s", o);
     free(o);
+    /* general.architecture, the one key the GGUF spec requires: without it llama.cpp refused the file */
+    snprintf(args, sizeof args, "%s/t.gguf", dir);
+    struct toy_gguf *g;
+    cr_assert_eq(toy_gguf_open(args, &g), TOY_OK, "%s", toy_last_error());
+    const char *arch = NULL;
+    cr_expect_eq(toy_gguf_get_str(g, "general.architecture", &arch, NULL), TOY_OK);
+    cr_expect_str_eq(arch ? arch : "", "llama");
+    toy_gguf_close(g);
     /* an output path with a '"' in it: the --json line stays JSON (it was printed into the string as it is) */
     snprintf(args, sizeof args, "tokenize -m %s/t.gguf --corpus " TD "corpus-tinystories-sample/tiny_stories.txt -o '%s/c\"q.bin' --eos --json", dir, dir);
     o = run(args, &st);
