@@ -307,3 +307,26 @@ Test(hf_import, every_architecture_converts_exactly, .timeout = 300) {
     cr_expect(before.st_ino == after.st_ino && before.st_size == after.st_size, "the file at -o was replaced");
     cleanup_models();
 }
+
+/* Gemma 2's query_pre_attn_scalar has no GGUF key: every reader scales attention by 1/sqrt(head_dim) (by
+ * 1/sqrt(d_model / n_heads) for the 46-layer 27B). A config with another value is refused, naming it, before
+ * any weight is read; it was dropped, and the model then ran with a scale it was not trained with */
+Test(hf_import, gemma2_attention_scalar_a_gguf_cannot_hold_is_refused) {
+    char dir[] = "/tmp/toy-hf-g2q-XXXXXX", path[128];
+    cr_assert(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    fputs("{\"architectures\":[\"Gemma2ForCausalLM\"],\"model_type\":\"gemma2\",\"hidden_size\":64,"
+          "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":16,"
+          "\"intermediate_size\":128,\"vocab_size\":100,\"max_position_embeddings\":64,\"rms_norm_eps\":1e-6,"
+          "\"query_pre_attn_scalar\":64,\"sliding_window\":16}", f);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/out.gguf", dir);
+    struct toy_convert_opts o = {.type = TOY_F32};
+    cr_expect_eq(toy_hf_convert(dir, path, &o, NULL), TOY_ERR_UNSUPPORTED, "%s", toy_last_error());
+    cr_expect(strstr(toy_last_error(), "query_pre_attn_scalar 64, not 16"), "%s", toy_last_error());
+    cr_expect(access(path, F_OK) != 0, "an output was written");
+    snprintf(path, sizeof path, "rm -rf %s", dir);
+    if (system(path)) {}
+}

@@ -115,6 +115,32 @@ static struct toy_llama_config base_config(void) {
     return c;
 }
 
+/* GGUF has no key for Gemma 2's query_pre_attn_scalar: a reader takes 1/sqrt(head_dim), except for the 46-layer
+ * 27B, where it is 1/sqrt(d_model / n_heads) (144 for 4608 / 32, not its head dim 128), as llama.cpp's loader
+ * does; toy ran every Gemma-2-27B GGUF with the wrong attention scale */
+Test(llama, gemma2_27b_attention_scale_is_llama_cpps) {
+    th_mkdir("gemma2-scale");
+    const int layers[] = {44, 46};
+    const float want[] = {1.0f / sqrtf(32.0f), 1.0f / sqrtf(16.0f)}; /* head_dim 32; d_model / n_heads = 16 */
+    for (int i = 0; i < 2; i++) {
+        struct toy_llama_config c = base_config();
+        f_gemma2(&c);
+        c.d_model = 64, c.n_heads = 4, c.n_kv_heads = 2, c.head_dim = 32, c.n_layers = layers[i], c.d_ff = 32;
+        c.vocab = 16, c.max_ctx = 8;
+        struct toy_llama *m = toy_llama_new(&c, 1);
+        cr_assert(m, "%s", toy_last_error());
+        char path[600];
+        snprintf(path, sizeof path, "%s/g%d.gguf", th_dir, layers[i]);
+        save(m, path);
+        toy_llama_free(m);
+        cr_assert_eq(toy_llama_load(path, false, &m), TOY_OK, "%s", toy_last_error());
+        cr_expect_float_eq(m->cfg.attn_scale, want[i], 1e-7f, "%d layers: scale %g, not %g", layers[i],
+                           (double)m->cfg.attn_scale, (double)want[i]);
+        toy_llama_free(m);
+    }
+    th_rmdir();
+}
+
 Test(llama, logits_match_pytorch_for_every_family_flag, .timeout = 300) {
     th_mkdir("llama");
     const struct flag_case cases[] = {{"plain", f_plain}, {"tied", f_tied}, {"qwen2_qkv_bias", f_qwen2},

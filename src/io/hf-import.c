@@ -225,6 +225,14 @@ static enum toy_status read_config(const char *dir, json_t *c, struct hp *h) {
     if (h->head_dim <= 0 || h->n_head % h->n_head_kv)
         return toy_error(TOY_ERR_FORMAT, "%s/config.json: %lld heads, %lld kv heads, head_dim %lld do not fit",
                          dir, (long long)h->n_head, (long long)h->n_head_kv, (long long)h->head_dim);
+    if (h->arch == ARCH_GEMMA2) { /* GGUF has no key for it: readers (llama.cpp, toy) take 1/sqrt(head_dim), or
+                                   * 1/sqrt(n_embd/n_head) for the 46-layer 27B */
+        double want = h->n_layer == 46 ? (double)(h->n_embd / h->n_head) : (double)h->head_dim;
+        double q = cfg_num(c, "query_pre_attn_scalar", want);
+        if (q != want)
+            return toy_error(TOY_ERR_UNSUPPORTED, "%s/config.json: query_pre_attn_scalar %g, not %g: a GGUF reader "
+                             "would scale attention by 1/sqrt(%g)", dir, q, want, want);
+    }
     /* GGUF keeps these as u32: a larger value would wrap to another model */
     const int64_t dims[] = {h->n_vocab, h->n_embd, h->n_layer, h->n_head, h->n_head_kv, h->n_ff, h->n_ctx, h->head_dim};
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)

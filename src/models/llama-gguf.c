@@ -117,6 +117,9 @@ static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_lla
         c->gelu_mlp = true;
         c->swa_alternate = true;
         c->attn_scale = 1.0f / sqrtf((float)(c->head_dim ? c->head_dim : c->d_model / (c->n_heads ? c->n_heads : 1)));
+        /* llama.cpp (load_hparams, LLM_ARCH_GEMMA2): the 46-layer 27B scales by 1/sqrt(n_embd/n_head)
+         * (its query_pre_attn_scalar, 144, is not its head dim, 128) */
+        if (c->n_layers == 46 && c->n_heads) c->attn_scale = 1.0f / sqrtf((float)(c->d_model / c->n_heads));
     }
     enum toy_status st2 = toy_llama_check_config(c);
     if (st2) return toy_error(st2, "%s: %s", toy_gguf_path(g), toy_last_error());
