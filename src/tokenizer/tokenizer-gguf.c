@@ -230,7 +230,11 @@ enum toy_status toy_tokenizer_write_gguf(const struct toy_tokenizer *tok, struct
     TRY(toy_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", TOY_GGUF_I32, tok->types, (uint64_t)tok->n_vocab));
     if (tok->kind == TOY_TOKENIZER_BPE)
         TRY(toy_gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", (const char *const *)tok->merges, NULL, (uint64_t)tok->n_merges));
-    const int32_t ids[] = {tok->bos, tok->eos, tok->unk, tok->pad, tok->eot};
+    /* a BPE file without a BOS id gets llama.cpp's default, token 11 (SmolLM2's <jupyter_start>): a known EOS
+     * stands in, GPT-2's convention (bos = eos = <|endoftext|>), harmless as add_bos_token says whether it is
+     * put first */
+    int32_t bos = tok->bos < 0 && tok->kind == TOY_TOKENIZER_BPE ? tok->eos : tok->bos;
+    const int32_t ids[] = {bos, tok->eos, tok->unk, tok->pad, tok->eot};
     static const char *const keys[] = {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id",
                                        "tokenizer.ggml.unknown_token_id", "tokenizer.ggml.padding_token_id",
                                        "tokenizer.ggml.eot_token_id"};
