@@ -369,7 +369,7 @@ Test(events, text_is_made_valid_utf8) {
     json_t *all = validate(path);
     cr_expect_str_eq(json_string_value(json_object_get(nth(all, 1), "text")),
                      "ok \xc3\xa9 bad \xef\xbf\xbd\xef\xbf\xbd \xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd end \"q\"\n");
-    cr_expect_str_eq(json_string_value(json_object_get(nth(all, 2), "text")), "\xef\xbf\xbd\xef\xbf\xbd");
+    cr_expect_str_eq(json_string_value(json_object_get(nth(all, 2), "text")), "\xef\xbf\xbd"); /* one cut character */
     cr_expect_str_eq(json_string_value(json_object_get(nth(all, 2), "prompt")), "");
     json_decref(all);
     rm_rf(d);

@@ -1043,6 +1043,10 @@ Test(tokenizer, utf8_check_and_repair) {
         {"\xf4\x90\x80\x80", 4, false, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"}, /* past U+10FFFF */
         {"\x80z", 2, false, "\xef\xbf\xbdz"},                                  /* a lone continuation */
         {"a\0b", 3, true, "a\0b"},                                          /* NUL is a character */
+        /* one U+FFFD for a character cut off, however much of it is there (Python's errors="replace") */
+        {"\xe2\x82", 2, false, "\xef\xbf\xbd"},
+        {"\xf0\x9f\x98x", 4, false, "\xef\xbf\xbdx"},
+        {"\xe0\x80\xaf", 3, false, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"}, /* overlong: no start of a character */
     };
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
         cr_expect_eq(toy_utf8_valid(c[i].in, c[i].n), c[i].valid, "case %zu", i);

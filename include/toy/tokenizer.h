@@ -207,11 +207,13 @@ void toy_decoder_continue(struct toy_decoder *d, const int32_t *ids, int64_t n);
 /* Decoded text need not be valid UTF-8 (a model can emit any bytes); JSON
  * needs it. toy_utf8_valid: s[0..n) is valid UTF-8 (no overlong forms,
  * surrogates or code points past U+10FFFF). toy_utf8_clean: a malloc'd,
- * NUL-terminated copy with each invalid byte replaced by U+FFFD, *out_n
- * (if given) its length; NULL when out of memory. */
+ * NUL-terminated copy with one U+FFFD for each maximal ill-formed part (a
+ * byte that starts no character, or the start of one cut off: "\xe2\x82"
+ * is one U+FFFD, as Python's errors="replace" has it), *out_n (if given)
+ * its length; NULL when out of memory. */
 bool toy_utf8_valid(const char *s, size_t n);
 char *toy_utf8_clean(const char *s, size_t n, size_t *out_n);
-/* Characters (code points) of toy_utf8_clean(s, n): each invalid byte counts as one U+FFFD. */
+/* Characters (code points) of toy_utf8_clean(s, n), each U+FFFD one. */
 size_t toy_utf8_chars(const char *s, size_t n);
 
 /* ---- vocabulary ---- */
