@@ -1,31 +1,42 @@
 #!/usr/bin/env bash
 # fuzz/run.sh SECONDS: a bounded libFuzzer run for CI: the GGUF parser/writer
-# (half the time), the safetensors parser and the tokenizer (a quarter each).
-# Seeds: the third-party GGUF test vectors (if ../shared/testdata is there),
-# small files written by toy itself, and earlier crash inputs. A crashing
-# input is copied to tests/data/{gguf,safetensors,tokenizer}-crashes/ (the
-# first two replayed by test-gguf.c / test-hf-import.c) and the script exits
-# 1. Run from the repository root.
+# (two shares of the time), then one share each for the safetensors parser,
+# the tokenizer, chat templates (fuzz-jinja), image sets (fuzz-images) and
+# training data (fuzz-data: TOYT, loader state, SFT JSONL). Seeds: the
+# third-party GGUF test vectors and chat templates (if ../shared/testdata is
+# there), small files written by toy itself (make-seeds, jinja-seeds.py,
+# data-seeds.py), and earlier crash inputs. A crashing input is copied to
+# tests/data/<kind>-crashes/ (replayed by test-gguf.c, test-hf-import.c,
+# test-chat-template.c and test-vit.c) and the script exits 1. Run from the
+# repository root. Renders and loads must also stay within -timeout and
+# -malloc_limit_mb: a hang or a huge allocation counts as a crash.
 set -euo pipefail
 secs=${1:-60}
 cd "$(dirname "$0")/.."
 make -s -f fuzz/Makefile
 work=fuzz/corpus-work
-mkdir -p "$work/gguf" "$work/safetensors" "$work/tokenizer" "$work/artifacts"
+kinds="gguf safetensors tokenizer jinja images data"
+for kind in $kinds; do mkdir -p "$work/$kind"; done
+mkdir -p "$work/artifacts"
 build-fuzz/make-seeds "$work/gguf" "$work/safetensors"
+if command -v python3 >/dev/null; then
+    python3 fuzz/jinja-seeds.py "$work/jinja" ../shared/testdata/tokenizer-llama3/tokenizer_config.json \
+        ../shared/testdata/llamacpp-vocab-gguf/expected_metadata.json >/dev/null
+    python3 fuzz/data-seeds.py "$work/images" "$work/data" >/dev/null
+fi
 for f in ../shared/testdata/gguf-testvectors/valid/*.gguf; do
     [ -f "$f" ] || continue
     [ "$(stat -c %s "$f")" -le 65536 ] && cp -f "$f" "$work/gguf/"
 done
-for kind in gguf safetensors tokenizer; do
+for kind in $kinds; do
     if [ -d "tests/data/$kind-crashes" ]; then cp -f "tests/data/$kind-crashes"/* "$work/$kind/" 2>/dev/null || true; fi
 done
 status=0
-run() { # kind seconds
+run() { # kind seconds [libFuzzer flags]
     rm -f "$work"/artifacts/*
     local st=0
     "build-fuzz/fuzz-$1" "$work/$1" -max_total_time="$2" -max_len=65536 -timeout=10 \
-        -rss_limit_mb=2048 -malloc_limit_mb=256 -artifact_prefix="$work/artifacts/" -print_final_stats=1 || st=$?
+        -rss_limit_mb=2048 -malloc_limit_mb=256 -artifact_prefix="$work/artifacts/" -print_final_stats=1 "${@:3}" || st=$?
     local found=0
     for a in "$work"/artifacts/*; do
         [ -f "$a" ] || continue
@@ -41,8 +52,11 @@ run() { # kind seconds
         echo "fuzz-$1: ok, no crash in ${2}s"
     fi
 }
-quarter=$(( secs / 4 > 0 ? secs / 4 : 1 ))
-run gguf $(( secs - 2 * quarter > 0 ? secs - 2 * quarter : 1 ))
-run safetensors "$quarter"
-run tokenizer "$quarter"
+share=$(( secs / 7 > 0 ? secs / 7 : 1 ))
+run gguf $(( secs - 5 * share > 0 ? secs - 5 * share : 1 ))
+run safetensors "$share"
+run tokenizer "$share"
+run jinja "$share" -dict=fuzz/jinja.dict -max_len=16384
+run images "$share"
+run data "$share"
 exit $status
