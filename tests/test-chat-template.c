@@ -5,6 +5,7 @@
  * the language features one by one, and errors.
  */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -914,4 +915,82 @@ Test(chat_template, plus_block_end_and_bare_tuple_loop) {
     EXPECT_RENDER("{% for x in 1, 2 %}{{ x }}{% endfor %}|{% for x in 'a', %}{{ x }}{% endfor %}|"
                   "{% for x in 1, 2, 3 if x > 1 %}{{ x }}{% endfor %}",
                   "12|a|23");
+}
+
+/* ---- limits: templates are untrusted (GGUF files, `toy serve` clients) ---- */
+
+static char *repeat(const char *head, const char *unit, int n, const char *mid, const char *unit2, int n2, const char *tail) {
+    size_t len = strlen(head) + strlen(unit) * (size_t)n + strlen(mid) + strlen(unit2) * (size_t)n2 + strlen(tail) + 1;
+    char *s = malloc(len), *p = s;
+    p = stpcpy(p, head);
+    for (int i = 0; i < n; i++) p = stpcpy(p, unit);
+    p = stpcpy(p, mid);
+    for (int i = 0; i < n2; i++) p = stpcpy(p, unit2);
+    stpcpy(p, tail);
+    return s;
+}
+
+static void expect_parse_error(char *src, const char *what) {
+    struct toy_chat_template *t = NULL;
+    cr_expect_eq(toy_chat_template_init(src, &t), TOY_ERR_FORMAT, "%s parsed", what);
+    cr_expect(strstr(toy_last_error(), "nested too deeply"), "%s: %s", what, toy_last_error());
+    toy_chat_template_free(t);
+    free(src);
+}
+
+/* The parser is recursive: deep nesting was a stack overflow (found by fuzz/fuzz-jinja.c). */
+Test(chat_template, deep_nesting_is_a_syntax_error) {
+    expect_parse_error(repeat("{{ ", "(", 100000, "1", ")", 100000, " }}"), "parentheses");
+    expect_parse_error(repeat("{{ ", "[", 100000, "1", "]", 100000, " }}"), "lists");
+    expect_parse_error(repeat("{{ ", "-", 100000, "1", "", 0, " }}"), "unary minus");
+    expect_parse_error(repeat("{{ ", "not ", 100000, "1", "", 0, " }}"), "not");
+    expect_parse_error(repeat("", "{% if 1 %}", 100000, "x", "{% endif %}", 100000, ""), "if blocks");
+    expect_parse_error(repeat("{% if 0 %}", "{% elif 0 %}", 100000, "x", "", 0, "{% endif %}"), "elif chain");
+    /* what real templates do still parses */
+    char *ok = repeat("{{ ", "(", 50, "1", ")", 50, " }}");
+    EXPECT_RENDER(ok, "1");
+    free(ok);
+    ok = repeat("", "{% if 1 %}", 50, "x", "{% endif %}", 50, "");
+    EXPECT_RENDER(ok, "x");
+    free(ok);
+    ok = repeat("{% if 0 %}", "{% elif 0 %}", 100, "{% else %}e", "", 0, "{% endif %}");
+    EXPECT_RENDER(ok, "e");
+    free(ok);
+}
+
+/* Inputs found by fuzz/fuzz-jinja.c: the first byte picks the mode, as there
+ * (even: the rest is a template; odd: the rest is messages JSON for the
+ * built-in chatml). Each must render or fail with a message, not crash. */
+Test(chat_template, fuzz_regressions) {
+    DIR *d = opendir("tests/data/jinja-crashes");
+    if (!d) cr_skip_test("no tests/data/jinja-crashes");
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char path[512];
+        snprintf(path, sizeof path, "tests/data/jinja-crashes/%s", e->d_name);
+        FILE *f = fopen(path, "rb");
+        if (!f) continue;
+        char *buf = malloc(1 << 20);
+        size_t n = fread(buf, 1, (1 << 20) - 1, f);
+        fclose(f);
+        buf[n] = 0;
+        if (n < 1) { free(buf); continue; }
+        struct toy_chat_template *t = NULL;
+        struct toy_chat_vars v = {.bos_token = "<s>", .eos_token = "</s>", .add_generation_prompt = true};
+        char *out = NULL;
+        enum toy_status st;
+        if (buf[0] % 2 == 0) {
+            st = toy_chat_template_init(buf + 1, &t);
+            if (!st) st = toy_chat_template_render_json(t, conv, &v, &out);
+        } else {
+            MUST(toy_chat_template_init("chatml", &t));
+            st = toy_chat_template_render_json(t, buf + 1, &v, &out);
+        }
+        if (st) cr_expect(strlen(toy_last_error()) > 0, "%s", path);
+        free(out);
+        toy_chat_template_free(t);
+        free(buf);
+    }
+    closedir(d);
 }

@@ -282,7 +282,15 @@ struct parser {
     size_t i, n;
     struct jinja_template *tpl;
     char err[256];
+    int depth; /* nesting of expressions and blocks being parsed */
 };
+
+/* The parser is recursive descent: every nested (, [, {, unary -/not,
+ * conditional and block costs stack, and a template is untrusted input
+ * (GGUF metadata, `toy serve` clients), so nesting is capped. Real chat
+ * templates nest a handful of levels; Jinja2 itself stops near Python's
+ * recursion limit. */
+#define MAX_NEST 200
 
 static struct node *mk(struct parser *P, enum nk k) {
     if (P->err[0]) return NULL;
@@ -386,6 +394,12 @@ static bool expect_k(struct parser *P, enum tk k) {
 
 static struct node *parse_expr(struct parser *P);
 static struct node *parse_or(struct parser *P);
+
+static bool enter(struct parser *P) {
+    if (++P->depth <= MAX_NEST) return true;
+    perr(P, "nested too deeply (more than %d levels)", MAX_NEST);
+    return false;
+}
 static struct node *parse_unary(struct parser *P);
 
 /* (args) after the '(' : positional and key=value */
@@ -581,14 +595,18 @@ static struct node *parse_filters(struct parser *P, struct node *x) {
 
 /* Jinja: `-x|f` is f(-x): the sign binds to the operand, filters to the result. */
 static struct node *parse_unary_nofilter(struct parser *P) {
+    if (!enter(P)) return NULL;
+    struct node *x;
     if (is_op(peek(P), "-") || is_op(peek(P), "+")) {
         bool neg = is_op(peek(P), "-");
         P->i++;
-        struct node *x = mk(P, neg ? E_NEG : E_POS);
+        x = mk(P, neg ? E_NEG : E_POS);
         if (x) x->a = parse_unary_nofilter(P);
-        return x;
+    } else {
+        x = parse_postfix(P, parse_primary(P));
     }
-    return parse_postfix(P, parse_primary(P));
+    P->depth--;
+    return x;
 }
 
 static struct node *parse_unary(struct parser *P) { return parse_filters(P, parse_unary_nofilter(P)); }
@@ -656,13 +674,17 @@ static struct node *parse_compare(struct parser *P) {
 }
 
 static struct node *parse_not(struct parser *P) {
+    if (!enter(P)) return NULL;
+    struct node *x;
     if (is_name(peek(P), "not")) {
         P->i++;
-        struct node *x = mk(P, E_NOT);
+        x = mk(P, E_NOT);
         if (x) x->a = parse_not(P);
-        return x;
+    } else {
+        x = parse_compare(P);
     }
-    return parse_compare(P);
+    P->depth--;
+    return x;
 }
 
 static struct node *parse_and(struct parser *P) {
@@ -691,7 +713,16 @@ static struct node *parse_or(struct parser *P) {
     return a;
 }
 
+static struct node *parse_cond(struct parser *P);
+
 static struct node *parse_expr(struct parser *P) {
+    if (!enter(P)) return NULL;
+    struct node *x = parse_cond(P);
+    P->depth--;
+    return x;
+}
+
+static struct node *parse_cond(struct parser *P) {
     struct node *a = parse_or(P);
     if (a && is_name(peek(P), "if")) {
         P->i++;
@@ -721,7 +752,17 @@ static bool at_block(struct parser *P, const char *const *names) {
     return false;
 }
 
+static struct node *parse_if_in(struct parser *P);
+
+/* an elif is an if nested in the else branch: it counts as a level */
 static struct node *parse_if(struct parser *P) {
+    if (!enter(P)) return NULL;
+    struct node *x = parse_if_in(P);
+    P->depth--;
+    return x;
+}
+
+static struct node *parse_if_in(struct parser *P) {
     /* at: cond %} (after 'if' or 'elif') */
     struct node *x = mk(P, N_IF);
     if (!x) return NULL;
@@ -943,7 +984,16 @@ static struct node *parse_stmt(struct parser *P) {
     return NULL;
 }
 
+static bool parse_body_in(struct parser *P, struct node ***body, int *n, const char *const *ends);
+
 static bool parse_body(struct parser *P, struct node ***body, int *n, const char *const *ends) {
+    if (!enter(P)) return false;
+    bool ok = parse_body_in(P, body, n, ends);
+    P->depth--;
+    return ok;
+}
+
+static bool parse_body_in(struct parser *P, struct node ***body, int *n, const char *const *ends) {
     for (;;) {
         if (P->err[0]) return false;
         struct token *t = peek(P);
