@@ -958,6 +958,52 @@ Test(chat_template, deep_nesting_is_a_syntax_error) {
     free(ok);
 }
 
+/* A long operator chain parses flat but evaluates recursively: a stack overflow at render. */
+Test(chat_template, long_operator_chain_is_an_error) {
+    char *src = repeat("{{ 1", "+1", 100000, "", "", 0, " }}");
+    cr_expect_eq(jinja_err(src, NULL), TOY_ERR_FORMAT);
+    cr_expect(strstr(toy_last_error(), "nests more than"), "%s", toy_last_error());
+    free(src);
+    src = repeat("{{ 1", "+1", 299, "", "", 0, " }}");
+    EXPECT_RENDER(src, "300");
+    free(src);
+}
+
+/* Renders that would run for hours or eat all memory fail instead. */
+Test(chat_template, render_budget) {
+    cr_expect_eq(jinja_err("{% for i in range(1000000) %}{% for j in range(1000000) %}x{% endfor %}{% endfor %}", NULL),
+                 TOY_ERR_FORMAT);
+    cr_expect(strstr(toy_last_error(), "MiB") || strstr(toy_last_error(), "steps"), "%s", toy_last_error());
+    cr_expect_eq(jinja_err("{% for i in range(1000) %}{% for j in range(1000) %}{% endfor %}{% endfor %}", NULL),
+                 TOY_ERR_FORMAT);
+    cr_expect(strstr(toy_last_error(), "steps"), "%s", toy_last_error());
+    cr_expect_eq(jinja_err("{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}"
+                           "{% endfor %}{{ ns.s|length }}", NULL), TOY_ERR_FORMAT);
+    cr_expect(strstr(toy_last_error(), "MiB"), "%s", toy_last_error());
+    cr_expect_eq(jinja_err("{% set ns = namespace(s=[1]) %}{% for i in range(64) %}{% set ns.s = ns.s + ns.s %}"
+                           "{% endfor %}{{ ns.s|length }}", NULL), TOY_ERR_FORMAT);
+    cr_expect(strstr(toy_last_error(), "MiB"), "%s", toy_last_error());
+    /* batch(n) walked all n slots of a row, filled or not (LLONG_MAX: a hang) */
+    EXPECT_RENDER("{{ [1, 2, 3] | batch(9223372036854775807) | list | length }}", "1");
+    EXPECT_RENDER("{{ [1, 2, 3] | batch(2, 0) | list }}", "[[1, 2], [3, 0]]");
+    cr_expect_eq(jinja_err("{{ [1, 2, 3] | batch(100000000000, 0) | list | length }}", NULL), TOY_ERR_FORMAT);
+    cr_expect(strstr(toy_last_error(), "MiB"), "%s", toy_last_error());
+    /* a big but reasonable render still works: 1000 messages, 20000 loop iterations */
+    size_t cap = 1000 * 48 + 16;
+    char *msgs = malloc(cap), *p = msgs;
+    p += sprintf(p, "[");
+    for (int i = 0; i < 1000; i++) p += sprintf(p, "%s{\"role\":\"user\",\"content\":\"message %d\"}", i ? "," : "", i);
+    sprintf(p, "]");
+    char *out = render("chatml", msgs, true, NULL, NULL);
+    cr_expect(strstr(out, "message 999<|im_end|>"));
+    free(out);
+    free(msgs);
+    out = jinja("{% set ns = namespace(n=0) %}{% for i in range(200) %}{% for j in range(100) %}{% set ns.n = ns.n + 1 %}"
+                "{% endfor %}{% endfor %}{{ ns.n }}");
+    cr_expect_str_eq(out, "20000");
+    free(out);
+}
+
 /* Inputs found by fuzz/fuzz-jinja.c: the first byte picks the mode, as there
  * (even: the rest is a template; odd: the rest is messages JSON for the
  * built-in chatml). Each must render or fail with a message, not crash. */

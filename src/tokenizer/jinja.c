@@ -34,8 +34,40 @@ struct sbuf {
     bool oom;
 };
 
+/* Limits of one render. Templates are untrusted (GGUF metadata, `toy
+ * serve` clients) and Jinja is Turing-complete enough to loop for ever
+ * (nested range loops) or double a string each iteration, so a render gets
+ * a budget: MAX_STEPS evaluated nodes and loop iterations (a few seconds;
+ * real chat templates take ~100 per message, tools included), MAX_WORK
+ * bytes of text and list elements built (8 bytes each, 64 for a range()
+ * element, a string iterated by character 64 each) and MAX_RENDER_NEST nested evaluations (stack). */
+#define MAX_STEPS 1000000ull
+#define ITER_STEPS 8 /* a loop iteration (its scope and loop object) weighs as much as 8 nodes */
+#define MAX_WORK ((size_t)128 << 20)
+#define MAX_RENDER_NEST 1000
+
+struct budget {
+    unsigned long long steps;
+    size_t work;
+    bool over; /* MAX_WORK reached: the render fails */
+};
+static _Thread_local struct budget *budget; /* the render in progress on this thread, or NULL */
+
+/* Charges `units` of work to the render in progress; false once it is over budget. */
+static bool take(size_t units) {
+    if (!budget) return true;
+    if (budget->over || units > MAX_WORK - budget->work) { budget->over = true; return false; }
+    budget->work += units;
+    return true;
+}
+
+static void over_budget(void) {
+    if (budget) budget->over = true;
+}
+
 static void sb_add(struct sbuf *b, const char *s, size_t n) {
     if (b->oom) return;
+    if (!take(n)) { b->oom = true; return; }
     if (b->n + n + 1 > b->cap) {
         size_t c = b->cap ? b->cap : 256;
         while (c < b->n + n + 1) c *= 2;
@@ -217,6 +249,7 @@ struct ctx {
     char err[512];
     int brk; /* 1 break, 2 continue */
     int depth;
+    int nest; /* eval/exec calls in progress (MAX_RENDER_NEST) */
     const struct call_site *caller; /* the enclosing {% call %}, for caller() */
 };
 
@@ -641,6 +674,8 @@ static bool contains(json_t *hay, json_t *needle) {
 /* items of an iterable as a new array (dict -> keys, string -> characters) */
 static json_t *to_list(json_t *v) {
     if (!v) return json_array();
+    if (!take(8 * (json_is_string(v) ? 8 * json_string_length(v) : json_is_array(v) ? json_array_size(v) : json_object_size(v))))
+        return json_array();
     if (json_is_array(v)) return json_copy(v);
     json_t *r = json_array();
     if (json_is_object(v)) {
@@ -1614,6 +1649,7 @@ static json_t *call_global(struct ctx *C, const struct node *call, const char *n
         json_t *r = json_array();
         for (long long i = start; step > 0 ? i < stop : i > stop;) {
             if (json_array_size(r) > 1000000) { rerr(C, call, "range() too long"); break; }
+            if (!take(64)) break; /* a jansson integer, its malloc header and its slot in the list */
             json_array_append_new(r, json_integer(i));
             if (__builtin_add_overflow(i, step, &i)) break;
         }
@@ -1849,8 +1885,35 @@ static json_t *eval_defined(struct ctx *C, const struct node *x, bool *ok) {
     return a;
 }
 
+/* Counts a step of the render and enters one level of nesting: false
+ * (and the render fails) when that is over a limit. */
+static bool enter(struct ctx *C, const struct node *x) {
+    if (budget && ++budget->steps > MAX_STEPS) {
+        rerr(C, x, "the template takes more than %llu steps to render", MAX_STEPS);
+        return false;
+    }
+    if (budget && budget->over) {
+        rerr(C, x, "the template builds more than %zu MiB of text and lists", MAX_WORK >> 20);
+        return false;
+    }
+    if (C->nest >= MAX_RENDER_NEST) {
+        rerr(C, x, "the template nests more than %d levels deep", MAX_RENDER_NEST);
+        return false;
+    }
+    C->nest++;
+    return true;
+}
+
+static json_t *eval_node(struct ctx *C, const struct node *x);
+
 static json_t *eval(struct ctx *C, const struct node *x) {
-    if (C->st || !x) return NULL;
+    if (C->st || !x || !enter(C, x)) return NULL;
+    json_t *r = eval_node(C, x);
+    C->nest--;
+    return r;
+}
+
+static json_t *eval_node(struct ctx *C, const struct node *x) {
     bool ok;
     json_t *a, *b, *r = NULL;
     switch (x->k) {
@@ -2052,6 +2115,7 @@ static json_t *eval(struct ctx *C, const struct node *x) {
             r = json_stringn_nocheck(sb.p ? sb.p : "", sb.n);
             free(sb.p);
         } else if (!strcmp(op, "+") && a && b && json_is_array(a) && json_is_array(b)) {
+            if (!take(8 * (json_array_size(a) + json_array_size(b)))) goto bin_out;
             r = json_copy(a);
             json_array_extend(r, b);
         } else if (!strcmp(op, "*") && a && b && (((json_is_string(a) || json_is_array(a)) && is_intlike(b)) ||
@@ -2068,6 +2132,7 @@ static json_t *eval(struct ctx *C, const struct node *x) {
                 r = json_stringn_nocheck(sb.p ? sb.p : "", sb.n);
                 free(sb.p);
             } else {
+                if (times > 0 && !take(8 * (size_t)times * unit)) goto bin_out;
                 r = json_array();
                 for (long long i = 0; i < times; i++) json_array_extend(r, seq);
             }
@@ -2691,18 +2756,24 @@ static json_t *do_filter(struct ctx *C, const struct node *f, json_t *v) {
         long long len = (long long)json_array_size(l);
         if (k <= 0) rerr(C, f, "%s: the count must be positive", n);
         else if (n[0] == 'b') {
+            /* k can be anything up to LLONG_MAX: walk the items, not the
+             * row (i + k could overflow), and charge the fill to the budget */
             r = json_array();
-            for (long long i = 0; i < len; i += k) {
+            for (long long i = 0; i < len; i = k > len - i ? len : i + k) {
                 json_t *row = json_array();
-                for (long long j = i; j < i + k; j++) {
-                    if (j < len) json_array_append(row, json_array_get(l, (size_t)j));
-                    else if (fill && !json_is_null(fill)) json_array_append(row, fill);
+                long long end = k > len - i ? len : i + k;
+                for (long long j = i; j < end; j++) json_array_append(row, json_array_get(l, (size_t)j));
+                if (k > len - i && fill && !json_is_null(fill)) {
+                    long long pad = k - (len - i);
+                    if ((unsigned long long)pad > MAX_WORK / 8 || !take(8 * (size_t)pad)) over_budget();
+                    else for (long long j = 0; j < pad; j++) json_array_append(row, fill);
                 }
                 json_array_append_new(r, row);
             }
         } else {
             r = json_array();
             long long per = len / k, extra = len % k, offset = 0;
+            if (!take(64 * (size_t)(k < 1000001 ? k : 1000001))) k = 0; /* a list per column */
             for (long long s = 0; s < k && s <= 1000000; s++) {
                 long long start = offset + s * per;
                 if (s < extra) offset++;
@@ -2912,6 +2983,10 @@ static void exec_for(struct ctx *C, const struct node *x, json_t *it, int depth,
     bool completed = false;
     json_t *changed = json_array(); /* loop.changed()'s last arguments, shared by the iterations */
     for (size_t i = 0; i < n && !C->st; i++) {
+        if (budget && (budget->steps += ITER_STEPS) > MAX_STEPS) {
+            rerr(C, x, "the template takes more than %llu steps to render", MAX_STEPS);
+            break;
+        }
         json_t *e = json_array_get(items, i);
         json_t *loop = json_pack("{sIsIsIsIsbsbsIsIsI}", "index", (json_int_t)i + 1, "index0", (json_int_t)i, "revindex",
                                  (json_int_t)(n - i), "revindex0", (json_int_t)(n - i - 1), "first", i == 0, "last",
@@ -2948,8 +3023,15 @@ static void exec_for(struct ctx *C, const struct node *x, json_t *it, int depth,
     json_decref(changed);
 }
 
+static void exec_node(struct ctx *C, const struct node *x, struct sbuf *out);
+
 static void exec(struct ctx *C, const struct node *x, struct sbuf *out) {
-    if (C->st || C->brk) return;
+    if (C->st || C->brk || !enter(C, x)) return;
+    exec_node(C, x, out);
+    C->nest--;
+}
+
+static void exec_node(struct ctx *C, const struct node *x, struct sbuf *out) {
     switch (x->k) {
     case N_TEXT: sb_str(out, x->str); break;
     case N_OUT: {
@@ -3043,12 +3125,19 @@ enum toy_status jinja_render(const struct jinja_template *t, json_t *vars, char 
     if (vars) json_object_update(C.scopes[0], vars);
     struct sbuf b = {0};
     struct tuple_set ts = {0}, *saved_tuples = tuples;
+    struct budget bud = {0}, *saved_budget = budget;
     tuples = &ts;
+    budget = &bud;
     exec_body(&C, t->body, t->n, &b);
     while (C.nscopes) pop_scope(&C);
     free(C.scopes);
     tuples = saved_tuples;
+    budget = saved_budget;
     tuples_free(&ts);
+    if (bud.over && (!C.st || C.st == TOY_ERR_NOMEM)) { /* sb_add reports the limit as its out-of-memory flag */
+        C.st = TOY_ERR_FORMAT;
+        snprintf(C.err, sizeof C.err, "the template builds more than %zu MiB of text and lists", MAX_WORK >> 20);
+    }
     if (b.oom && !C.st) { C.st = TOY_ERR_NOMEM; snprintf(C.err, sizeof C.err, "out of memory"); }
     /* strings hold U+0000 (JSON "\u0000", "\0" in a literal), but the result
      * is a C string: say so rather than return the text cut at the NUL */
