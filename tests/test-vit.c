@@ -10,6 +10,7 @@
  *  - a classifier run stopped at step 6 and resumed from its checkpoint ends
  *    with the same weights as an uninterrupted run. */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -469,4 +470,100 @@ Test(vit, evaluate_matches_classes_by_name) {
     toy_images_free(u);
     toy_images_free(w);
     toy_vit_free(m);
+}
+
+/* PNG bytes: the signature, IHDR (w x h, 8-bit RGB), one IDAT of `idat`
+ * declaring `idat_len` bytes, IEND. stb checks no CRC: they are zero. */
+static size_t bad_png(uint8_t *b, uint32_t w, uint32_t h, uint32_t idat_len, const uint8_t *idat, size_t n) {
+    static const uint8_t sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+    size_t o = 0;
+    memcpy(b, sig, 8), o = 8;
+    uint8_t ihdr[25] = {0, 0, 0, 13, 'I', 'H', 'D', 'R', w >> 24, w >> 16, w >> 8, w, h >> 24, h >> 16, h >> 8, h, 8, 2};
+    memcpy(b + o, ihdr, 25), o += 25;
+    uint8_t hd[8] = {idat_len >> 24, idat_len >> 16, idat_len >> 8, idat_len, 'I', 'D', 'A', 'T'};
+    memcpy(b + o, hd, 8), o += 8;
+    memcpy(b + o, idat, n), o += n;
+    memset(b + o, 0, 4), o += 4;
+    uint8_t iend[12] = {0, 0, 0, 0, 'I', 'E', 'N', 'D'};
+    memcpy(b + o, iend, 12), o += 12;
+    return o;
+}
+
+/* stb_image allocates what a PNG header declares before reading the data:
+ * a few bytes could make it ask for gigabytes (found by fuzz/fuzz-images.c). */
+Test(vit, image_files_that_declare_huge_sizes_are_refused) {
+    th_mkdir("bigpng");
+    uint8_t png[256], z[16] = {0x78, 0x9c, 0x63, 0x60, 0x00, 0x00, 0x00, 0x02, 0x00, 0x01};
+    char path[600], dir[400];
+    uint8_t out[3 * 4 * 4];
+    /* an IDAT chunk declaring 1.2 GiB in a 60-byte file */
+    snprintf(path, sizeof path, "%s/chunk.png", th_dir);
+    size_t n = bad_png(png, 2, 2, 0x48000000u, z, 10);
+    FILE *f = fopen(path, "wb");
+    fwrite(png, 1, n, f);
+    fclose(f);
+    cr_expect_eq(toy_image_read_file(path, 3, 4, 4, out), TOY_ERR_FORMAT);
+    cr_expect(strstr(toy_last_error(), "chunk longer than the rest of the file"), "%s", toy_last_error());
+    /* 16000 x 16000 pixels declared (768 MB decoded; stb itself stops at 1 GiB) */
+    snprintf(dir, sizeof dir, "%s/set/cls", th_dir);
+    char cmd[500];
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+    snprintf(path, sizeof path, "%s/big.png", dir);
+    n = bad_png(png, 16000, 16000, 10, z, 10);
+    f = fopen(path, "wb");
+    fwrite(png, 1, n, f);
+    fclose(f);
+    cr_expect_eq(toy_image_read_file(path, 1, 4, 4, out), TOY_ERR_FORMAT);
+    cr_expect(strstr(toy_last_error(), "more than toy reads"), "%s", toy_last_error());
+    /* a class folder at the first image's size would allocate the set from it */
+    struct toy_image_set *s = NULL;
+    snprintf(path, sizeof path, "%s/set", th_dir);
+    cr_expect_eq(toy_images_load(path, &(struct toy_image_load_opts){.channels = 3}, &s), TOY_ERR_FORMAT);
+    cr_expect(strstr(toy_last_error(), "more than toy reads"), "%s", toy_last_error());
+    cr_expect_null(s);
+    /* a 104-byte BMP declaring 29698 x 2050 pixels: stb decodes it (zeros) */
+    FILE *bf = fopen("tests/data/images-crashes/timeout-bmp-60M-pixels-83ccbab0", "rb");
+    cr_assert(bf);
+    uint8_t bmp[256];
+    size_t bn = fread(bmp, 1, sizeof bmp, bf);
+    fclose(bf);
+    snprintf(path, sizeof path, "%s/big.bmp", dir);
+    unlink(strcat(strcpy(cmd, dir), "/big.png"));
+    f = fopen(path, "wb");
+    fwrite(bmp + 1, 1, bn - 1, f);
+    fclose(f);
+    cr_expect_eq(toy_image_read_file(path, 3, 4, 4, out), TOY_ERR_FORMAT);
+    cr_expect(strstr(toy_last_error(), "more than toy reads"), "%s", toy_last_error());
+    th_rmdir();
+}
+
+/* Inputs found by fuzz/fuzz-images.c (first byte: the target, as there;
+ * only the single-file and class-folder targets keep crash files so far):
+ * each must load or fail with a message. */
+Test(vit, image_fuzz_regressions) {
+    DIR *d = opendir("tests/data/images-crashes");
+    if (!d) cr_skip_test("no tests/data/images-crashes");
+    th_mkdir("imgfuzz");
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char path[600], img[600];
+        snprintf(path, sizeof path, "tests/data/images-crashes/%s", e->d_name);
+        FILE *f = fopen(path, "rb");
+        if (!f) continue;
+        static uint8_t buf[1 << 16];
+        size_t n = fread(buf, 1, sizeof buf, f);
+        fclose(f);
+        if (n < 1) continue;
+        snprintf(img, sizeof img, "%s/x.png", th_dir);
+        f = fopen(img, "wb");
+        fwrite(buf + 1, 1, n - 1, f);
+        fclose(f);
+        uint8_t out[3 * 8 * 8];
+        if (toy_image_read_file(img, buf[0] & 4 ? 3 : 1, 8, 8, out)) cr_expect(strlen(toy_last_error()) > 0, "%s", path);
+        unlink(img);
+    }
+    closedir(d);
+    th_rmdir();
 }

@@ -8,6 +8,7 @@
  * are u8 CHW per image; every label is < n_classes; sizes read from files
  * are bounded by the bytes present before any allocation they drive. */
 #include <dirent.h>
+#include <limits.h>
 #include <math.h>
 #include <errno.h>
 #include <stdio.h>
@@ -24,6 +25,12 @@
 #include "toy/images.h"
 
 #define MAX_SIDE 65536
+/* PNG/JPEG: stb_image allocates the decoded image from the size the header
+ * declares before it reads any pixel data, so a file of a few bytes can make
+ * it ask for gigabytes (or fail half-way through); toy reads the header
+ * first (stbi_info) and refuses images over this many pixels (4096 x 4096:
+ * 48 MiB decoded as RGB, far more than image classification needs). */
+#define MAX_PIXELS ((int64_t)1 << 24)
 #define MAX_CLASSES 100000
 
 static struct toy_image_set *set_new(int64_t n, int64_t c, int64_t h, int64_t w, int64_t k) {
@@ -257,6 +264,23 @@ static void resize_to_chw(const uint8_t *src, int sw, int sh, int c, uint8_t *ds
     }
 }
 
+/* stb_image (Debian's 2022 libstb) grows its PNG data buffer to each IDAT
+ * chunk's declared length before reading it, so a tiny file declaring a
+ * 1 GiB chunk makes it allocate 1 GiB: check that every chunk up to IEND
+ * lies inside the file before handing a PNG to stb. NULL: fine (or not a PNG). */
+static const char *png_chunks_bad(const uint8_t *p, size_t n) {
+    static const uint8_t sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+    if (n < 8 || memcmp(p, sig, 8)) return NULL;
+    for (size_t at = 8; at < n;) {
+        if (n - at < 12) return "a chunk header past the end of the file";
+        uint64_t len = be32(p + at);
+        if (len > n - at - 12) return "a chunk longer than the rest of the file";
+        if (!memcmp(p + at + 4, "IEND", 4)) break;
+        at += 12 + len;
+    }
+    return NULL;
+}
+
 enum toy_status toy_image_read_file(const char *path, int64_t channels, int64_t height, int64_t width, uint8_t *out) {
     if (channels != 1 && channels != 3) return toy_error(TOY_ERR_INVALID_ARG, "%s: %lld channels (1 or 3)", path,
                                                          (long long)channels);
@@ -264,10 +288,25 @@ enum toy_status toy_image_read_file(const char *path, int64_t channels, int64_t 
     struct stat sb;
     if (stat(path, &sb) != 0) return toy_error(TOY_ERR_IO, "%s: %s", path, strerror(errno));
     if (S_ISDIR(sb.st_mode)) return toy_error(TOY_ERR_INVALID_ARG, "%s: is a directory, not an image", path);
-    uint8_t *px = stbi_load(path, &w, &h, &n, (int)channels);
-    if (!px) /* stb's reasons are terse ("outofdata"): say what was being read */
-        return toy_error(TOY_ERR_FORMAT, "%s: not a readable PNG, JPEG, BMP or GIF image (%s%s)", path,
-                         stbi_failure_reason(), sb.st_size == 0 ? ", the file is empty" : "");
+    if (height < 1 || width < 1 || height > MAX_SIDE || width > MAX_SIDE)
+        return toy_error(TOY_ERR_INVALID_ARG, "%s: cannot resize to %lldx%lld", path, (long long)width, (long long)height);
+    /* the bytes once, checked, then decoded from memory */
+    struct toy_file_bytes in;
+    enum toy_status st = toy_file_bytes_open(path, &in);
+    if (st) return st;
+    const char *bad = png_chunks_bad(in.p, in.n);
+    uint8_t *px = NULL;
+    if (bad) st = toy_error(TOY_ERR_FORMAT, "%s: corrupt PNG: %s", path, bad);
+    else if (in.n > INT_MAX) st = toy_error(TOY_ERR_FORMAT, "%s: %zu bytes, too large an image file", path, in.n);
+    else if (stbi_info_from_memory(in.p, (int)in.n, &w, &h, &n) && (w < 1 || h < 1 || (int64_t)w * h > MAX_PIXELS))
+        st = toy_error(TOY_ERR_FORMAT, "%s: the header says %dx%d pixels, more than toy reads (%lld)", path, w, h,
+                       (long long)MAX_PIXELS);
+    else if (!(px = stbi_load_from_memory(in.p, (int)in.n, &w, &h, &n, (int)channels)))
+        /* stb's reasons are terse ("outofdata"): say what was being read */
+        st = toy_error(TOY_ERR_FORMAT, "%s: not a readable PNG, JPEG, BMP or GIF image (%s%s)", path,
+                       stbi_failure_reason(), in.n == 0 ? ", the file is empty" : "");
+    toy_file_bytes_close(&in);
+    if (st) return st;
     resize_to_chw(px, w, h, (int)channels, out, width, height);
     stbi_image_free(px);
     return TOY_OK;
@@ -333,11 +372,19 @@ static enum toy_status load_folder(const char *dir, const struct toy_image_load_
             if (nf[i]) {
                 char p[8400];
                 snprintf(p, sizeof p, "%s/%s/%s", dir, classes[i], files[i][0]);
-                int iw, ih, in;
+                int iw = 0, ih = 0, in = 0;
                 if (!stbi_info(p, &iw, &ih, &in)) st = toy_error(TOY_ERR_FORMAT, "%s: %s", p, stbi_failure_reason());
+                else if (iw < 1 || ih < 1 || (int64_t)iw * ih > MAX_PIXELS)
+                    st = toy_error(TOY_ERR_FORMAT, "%s: the header says %dx%d pixels, more than toy reads (%lld)", p,
+                                   iw, ih, (long long)MAX_PIXELS);
                 h = ih, w = iw;
+                break;
             }
     }
+    /* the whole set is allocated at once: total * c * h * w must fit */
+    if (!st && (h > MAX_SIDE || w > MAX_SIDE || mul_sat(mul_sat((uint64_t)total, (uint64_t)c), mul_sat((uint64_t)h, (uint64_t)w)) > (uint64_t)INT64_MAX / 2))
+        st = toy_error(TOY_ERR_INVALID_ARG, "%s: %lld images of %lldx%lldx%lld are too many bytes", dir, (long long)total,
+                       (long long)c, (long long)h, (long long)w);
     struct toy_image_set *s = st ? NULL : set_new(total, c, h, w, k);
     if (!st && !s) st = toy_error(TOY_ERR_NOMEM, "%s: %lld images", dir, (long long)total);
     int64_t at = 0;
