@@ -440,6 +440,14 @@ Test(chat_template, sft_mask_marks_assistant_turns) {
     free(m);
     free(mask);
     toy_tokens_free(&ids);
+    /* no messages: chatml renders nothing, no ids and an empty mask (the
+     * offsets were taken from NULL + 0, undefined behaviour that UBSan in
+     * fuzz/fuzz-data.c flagged: run under `make asan`) */
+    ids = (struct toy_tokens){0};
+    MUST(toy_chat_encode(tok, "chatml", conv3, 0, &ids, &mask));
+    cr_expect_eq(ids.n, 0);
+    free(mask);
+    toy_tokens_free(&ids);
     toy_tokenizer_free(tok);
 }
 

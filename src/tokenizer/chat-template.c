@@ -258,7 +258,7 @@ enum toy_status toy_chat_encode(const struct toy_tokenizer *tok, const char *nam
     off = malloc((size_t)(n ? n : 1) * sizeof *off);
     *mask = calloc((size_t)(n ? n : 1), 1);
     if (!off || !*mask) { st = toy_error(TOY_ERR_NOMEM, "chat: out of memory"); goto done; }
-    struct toy_tokens view = {ids->ids + first, n, n};
+    struct toy_tokens view = {n ? ids->ids + first : NULL, n, n}; /* ids->ids is NULL when nothing was ever encoded */
     token_offsets(tok, &view, off);
     for (int64_t k = 0; k < n; k++)
         for (size_t r = 0; r < nreg; r++)
