@@ -978,6 +978,19 @@ Test(chat_template, long_operator_chain_is_an_error) {
 }
 
 /* Renders that would run for hours or eat all memory fail instead. */
+/* A container put inside itself is a reference cycle jansson's counts never free: every render of such a
+ * template (a GGUF's, a serve client's) leaked it (found by fuzz/fuzz-jinja.c; make asan reports the leak).
+ * It is an error naming the cycle; a list appended into another, and a namespace holding lists, still work. */
+Test(chat_template, a_container_inside_itself_is_refused) {
+    cr_expect_eq(jinja_err("{% set ns = namespace() %}{% set ns.l = ns, 1 %}", NULL), TOY_ERR_FORMAT);
+    cr_expect(strstr(toy_last_error(), "reference cycle"), "%s", toy_last_error());
+    cr_expect_eq(jinja_err("{% set ns = namespace(l=[]) %}{{ ns.l.append(ns) }}", NULL), TOY_ERR_FORMAT);
+    cr_expect_eq(jinja_err("{% set l = [] %}{{ l.append([1, l]) }}", NULL), TOY_ERR_FORMAT);
+    cr_expect(strstr(toy_last_error(), "reference cycle"), "%s", toy_last_error());
+    EXPECT_RENDER("{% set a = [1] %}{% set b = [] %}{{ b.append(a) }}{{ b.append(a) }}{{ b }}", "NoneNone[[1], [1]]");
+    EXPECT_RENDER("{% set ns = namespace(l=[]) %}{{ ns.l.append(2) }}{% set ns.m = ns.l + [3] %}{{ ns.m }}", "None[2, 3]");
+}
+
 Test(chat_template, render_budget) {
     cr_expect_eq(jinja_err("{% for i in range(1000000) %}{% for j in range(1000000) %}x{% endfor %}{% endfor %}", NULL),
                  TOY_ERR_FORMAT);

@@ -127,6 +127,24 @@ static json_t *unmark(json_t *v) { return is_undef(v) ? NULL : v; }
 /* a value to store in a container or scope (stolen): undefined as the marker */
 static json_t *mark(json_t *v) { return v ? v : undef_marker(); }
 
+/* Whether v is c or holds it, at any depth. A namespace attribute or a list.append() that would put a
+ * container inside itself is refused: jansson counts references, so the cycle would never be freed, and
+ * every render of such a template (from a GGUF, or a toy serve client) would leak it. Python allows it;
+ * no chat template needs it. */
+static bool reaches(json_t *v, json_t *c, int depth) {
+    if (v == c) return true;
+    if (depth > 2000 || !v || !(json_is_array(v) || json_is_object(v))) return false;
+    if (json_is_array(v)) {
+        for (size_t i = 0; i < json_array_size(v); i++)
+            if (reaches(json_array_get(v, i), c, depth + 1)) return true;
+        return false;
+    }
+    const char *k;
+    json_t *e;
+    json_object_foreach(v, k, e) if (reaches(e, c, depth + 1)) return true;
+    return false;
+}
+
 /* Dict keys. JSON's are strings; a template's dict may have int keys too
  * ({1: 'x'}), which Python keeps apart from '1'. An int key is stored as
  * INT_KEY and its digits, a key no input can build (as above); a bool or
@@ -1404,6 +1422,11 @@ static json_t *call_method(struct ctx *C, const struct node *call, json_t *obj, 
     if (obj && json_is_array(obj)) {
         if (!strcmp(m, "append")) {
             json_t *v = arg(C, call, 0, NULL);
+            if (reaches(v, obj, 0)) {
+                json_decref(v);
+                rerr(C, call, "append: the list would hold itself (a reference cycle)");
+                return NULL;
+            }
             json_array_append_new(obj, mark(v));
             return json_null();
         }
@@ -2931,6 +2954,12 @@ static void set_target(struct ctx *C, const struct node *x, json_t *v /* stolen 
     if (x->str) { /* ns.attr = v */
         json_t *ns = lookup(C, x->names[0]);
         if (!is_namespace(ns)) { rerr(C, x, "cannot assign attribute on '%s', which is not a namespace", x->names[0]); json_decref(v); return; }
+        if (reaches(v, ns, 0)) {
+            rerr(C, x, "cannot set %s.%s to a value that holds %s itself (a reference cycle)", x->names[0], x->str,
+                 x->names[0]);
+            json_decref(v);
+            return;
+        }
         json_object_set_new(ns, x->str, mark(v));
         return;
     }
