@@ -18,19 +18,14 @@
 #include "toy/data.h"
 #include "toy/finetune.h"
 #include "toy/tokenizer.h"
+#include "tokenizer/tokenizer-impl.h" /* tok_byte_to_cp, tok_utf8_encode */
 
 static struct toy_tokenizer *tok;
 static char tmp[64];
 
-static const char *byte_piece(int b, char *o) { /* GPT-2's byte-to-unicode */
-    int cp = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174 ? b : -1;
-    if (cp < 0) {
-        int k = 0;
-        for (int c = 0; c < b; c++) k += !((c >= 33 && c <= 126) || (c >= 161 && c <= 172) || c >= 174);
-        cp = 256 + k;
-    }
-    if (cp < 0x80) { o[0] = (char)cp; o[1] = 0; }
-    else { o[0] = (char)(0xC0 | (cp >> 6)); o[1] = (char)(0x80 | (cp & 0x3F)); o[2] = 0; }
+/* GPT-2's piece for byte b (its byte-to-unicode table), NUL-terminated in o[4] */
+static const char *byte_piece(int b, char *o) {
+    o[tok_utf8_encode(tok_byte_to_cp[b], o)] = 0;
     return o;
 }
 
