@@ -28,9 +28,13 @@
 /* PNG/JPEG: stb_image allocates the decoded image from the size the header
  * declares before it reads any pixel data, so a file of a few bytes can make
  * it ask for gigabytes (or fail half-way through); toy reads the header
- * first (stbi_info) and refuses images over this many pixels (4096 x 4096:
- * 48 MiB decoded as RGB, far more than image classification needs). */
-#define MAX_PIXELS ((int64_t)1 << 24)
+ * first (stbi_info) and refuses images over this many pixels (8192 x 8192:
+ * a 64-megapixel photo, 192 MiB decoded as RGB). The fuzz build lowers it to
+ * stay inside libFuzzer's malloc limit. */
+#ifndef TOY_MAX_IMAGE_PIXELS
+#define TOY_MAX_IMAGE_PIXELS ((int64_t)1 << 26)
+#endif
+#define MAX_PIXELS ((int64_t)(TOY_MAX_IMAGE_PIXELS))
 #define MAX_CLASSES 100000
 
 static struct toy_image_set *set_new(int64_t n, int64_t c, int64_t h, int64_t w, int64_t k) {
