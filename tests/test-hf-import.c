@@ -13,6 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "harness.h"
+
 #include "toy/convert.h"
 #include "toy/gguf.h"
 #include "toy/quant.h"
@@ -312,9 +314,9 @@ Test(hf_import, every_architecture_converts_exactly, .timeout = 300) {
  * 1/sqrt(d_model / n_heads) for the 46-layer 27B). A config with another value is refused, naming it, before
  * any weight is read; it was dropped, and the model then ran with a scale it was not trained with */
 Test(hf_import, gemma2_attention_scalar_a_gguf_cannot_hold_is_refused) {
-    char dir[] = "/tmp/toy-hf-g2q-XXXXXX", path[128];
-    cr_assert(mkdtemp(dir));
-    snprintf(path, sizeof path, "%s/config.json", dir);
+    th_mkdir("g2q");
+    char path[300];
+    snprintf(path, sizeof path, "%s/config.json", th_dir);
     FILE *f = fopen(path, "w");
     cr_assert(f);
     fputs("{\"architectures\":[\"Gemma2ForCausalLM\"],\"model_type\":\"gemma2\",\"hidden_size\":64,"
@@ -322,11 +324,10 @@ Test(hf_import, gemma2_attention_scalar_a_gguf_cannot_hold_is_refused) {
           "\"intermediate_size\":128,\"vocab_size\":100,\"max_position_embeddings\":64,\"rms_norm_eps\":1e-6,"
           "\"query_pre_attn_scalar\":64,\"sliding_window\":16}", f);
     fclose(f);
-    snprintf(path, sizeof path, "%s/out.gguf", dir);
+    snprintf(path, sizeof path, "%s/out.gguf", th_dir);
     struct toy_convert_opts o = {.type = TOY_F32};
-    cr_expect_eq(toy_hf_convert(dir, path, &o, NULL), TOY_ERR_UNSUPPORTED, "%s", toy_last_error());
+    cr_expect_eq(toy_hf_convert(th_dir, path, &o, NULL), TOY_ERR_UNSUPPORTED, "%s", toy_last_error());
     cr_expect(strstr(toy_last_error(), "query_pre_attn_scalar 64, not 16"), "%s", toy_last_error());
     cr_expect(access(path, F_OK) != 0, "an output was written");
-    snprintf(path, sizeof path, "rm -rf %s", dir);
-    if (system(path)) {}
+    th_rmdir();
 }

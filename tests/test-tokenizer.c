@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "harness.h"
 #include "toy/tokenizer.h"
 #include "tokenizer/tokenizer-impl.h" /* tok_pre_regexes */
 
@@ -306,17 +307,16 @@ Test(tokenizer, hf_regex_of_a_named_set_keeps_its_name) {
     json_array_append_new(list, json_pack("{s:s, s:b, s:b, s:b}", "type", "ByteLevel", "add_prefix_space", 0,
                                           "trim_offsets", 1, "use_regex", 0));
     json_object_set_new(pre, "pretokenizers", list);
-    char dir[] = "/tmp/toy-tok-o200k-XXXXXX", path[64];
-    cr_assert(mkdtemp(dir));
-    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    th_mkdir("o200k");
+    char path[300];
+    snprintf(path, sizeof path, "%s/tokenizer.json", th_dir);
     cr_assert_eq(json_dump_file(j, path, 0), 0);
     json_decref(j);
     struct toy_tokenizer *tok = NULL;
     MUST(toy_tokenizer_load(path, &tok));
     cr_expect_str_eq(toy_tokenizer_pre(tok), "gpt-4o");
     toy_tokenizer_free(tok);
-    unlink(path);
-    rmdir(dir);
+    th_rmdir();
 }
 
 /* ---- Llama-3 ---- */

@@ -60,8 +60,8 @@ enum toy_status toy_images_load_toyi(const char *path, struct toy_image_set **ou
 enum toy_status toy_images_save_toyi(const struct toy_image_set *s, const char *path);
 /* One image file (PNG, JPEG, BMP, ...) as u8 CHW of the requested channels
  * and size (resized bilinearly); out holds channels*height*width bytes.
- * Files are untrusted: a header declaring more than 2^24 pixels (4096 x
- * 4096) or a PNG chunk running past the end of the file is TOY_ERR_FORMAT,
+ * Files are untrusted: a header declaring more than 2^26 pixels (8192 x
+ * 8192) or a PNG chunk running past the end of the file is TOY_ERR_FORMAT,
  * refused before stb_image allocates what the header says. */
 enum toy_status toy_image_read_file(const char *path, int64_t channels, int64_t height, int64_t width, uint8_t *out);
 void toy_images_free(struct toy_image_set *s);

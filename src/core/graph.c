@@ -340,12 +340,12 @@ enum toy_status toy_graph_plan(struct toy_graph *g, struct toy_membuf *buf,
     size_t peak = al.top;
     /* more than the machine holds is refused here with its size, not left to the OOM killer mid-run (with
      * overcommit the allocation itself succeeds and the kill comes as the pages are touched) */
-    double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
-    if (g->buf->size < peak && ram > 0 && (double)peak > ram)
-        return toy_error(TOY_ERR_NOMEM, "the computation needs %.1f GiB for its intermediate values, more than this "
-                         "machine's %.1f GiB of memory: make it smaller (a smaller batch or context)",
-                         (double)peak / (1 << 30), ram / (1 << 30));
     if (g->buf->size < peak) {
+        double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+        if (ram > 0 && (double)peak > ram)
+            return toy_error(TOY_ERR_NOMEM, "the computation needs %.1f GiB for its intermediate values, more than "
+                             "this machine's %.1f GiB of memory: make it smaller (a smaller batch or context)",
+                             (double)peak / (1 << 30), ram / (1 << 30));
         void *p = NULL;
         if (posix_memalign(&p, ALIGN, peak)) return toy_error(TOY_ERR_NOMEM, "graph plan: %zu bytes", peak);
         free(g->buf->data);

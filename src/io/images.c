@@ -293,7 +293,8 @@ enum toy_status toy_image_read_file(const char *path, int64_t channels, int64_t 
     if (stat(path, &sb) != 0) return toy_error(TOY_ERR_IO, "%s: %s", path, strerror(errno));
     if (S_ISDIR(sb.st_mode)) return toy_error(TOY_ERR_INVALID_ARG, "%s: is a directory, not an image", path);
     if (height < 1 || width < 1 || height > MAX_SIDE || width > MAX_SIDE)
-        return toy_error(TOY_ERR_INVALID_ARG, "%s: cannot resize to %lldx%lld", path, (long long)width, (long long)height);
+        return toy_error(TOY_ERR_INVALID_ARG, "%s: cannot resize to %lldx%lld", path, (long long)width,
+                         (long long)height);
     /* the bytes once, checked, then decoded from memory */
     struct toy_file_bytes in;
     enum toy_status st = toy_file_bytes_open(path, &in);
@@ -386,9 +387,10 @@ static enum toy_status load_folder(const char *dir, const struct toy_image_load_
             }
     }
     /* the whole set is allocated at once: total * c * h * w must fit */
-    if (!st && (h > MAX_SIDE || w > MAX_SIDE || mul_sat(mul_sat((uint64_t)total, (uint64_t)c), mul_sat((uint64_t)h, (uint64_t)w)) > (uint64_t)INT64_MAX / 2))
-        st = toy_error(TOY_ERR_INVALID_ARG, "%s: %lld images of %lldx%lldx%lld are too many bytes", dir, (long long)total,
-                       (long long)c, (long long)h, (long long)w);
+    uint64_t bytes = mul_sat(mul_sat((uint64_t)total, (uint64_t)c), mul_sat((uint64_t)h, (uint64_t)w));
+    if (!st && (h > MAX_SIDE || w > MAX_SIDE || bytes > (uint64_t)INT64_MAX / 2))
+        st = toy_error(TOY_ERR_INVALID_ARG, "%s: %lld images of %lldx%lldx%lld are too many bytes", dir,
+                       (long long)total, (long long)c, (long long)h, (long long)w);
     struct toy_image_set *s = st ? NULL : set_new(total, c, h, w, k);
     if (!st && !s) st = toy_error(TOY_ERR_NOMEM, "%s: %lld images", dir, (long long)total);
     int64_t at = 0;

@@ -356,51 +356,39 @@ static int64_t common_prefix(const int32_t *a, int64_t na, const int32_t *b, int
     return n;
 }
 
-/* prefills prompt[keep..n) into slot s at positions keep.. (its cache already holds prompt[0..keep)), logits
- * of the last into e->logits */
-static enum toy_status prefill(struct srv_engine *e, struct slot *s, const int32_t *prompt, int64_t n, int64_t keep) {
-    int64_t Tn = n - keep;
+/* One forward pass of tokens[0..n) at positions off.., its output (out: a {vocab} or {d} vector) into dst: through
+ * cache kv (which then holds positions 0..off) when given, else in one graph over the tokens (off 0). The prompt
+ * prefill's and the embeddings' graph, planned in e->pbuf. */
+static enum toy_status forward_into(struct srv_engine *e, const int32_t *tokens, int64_t n, int64_t off,
+                                    struct toy_kv_cache *kv, enum srv_out out, float *dst, int64_t n_dst) {
     struct toy_ctx *ctx = toy_ctx_init(true);
-    if (!ctx) return toy_error(TOY_ERR_NOMEM, "prefill");
-    struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, Tn, 1), *pos = toy_new_tensor_1d(ctx, TOY_I32, Tn);
-    memcpy(tok->data, prompt + keep, (size_t)Tn * sizeof(int32_t));
-    for (int64_t i = 0; i < Tn; i++) ((int32_t *)pos->data)[i] = (int32_t)(keep + i);
-    struct toy_kv_cache *kc = &s->kv;
-    struct toy_tensor *lg = srv_forward(ctx, e->m, tok, pos, &kc, SRV_OUT_LOGITS_LAST, e->row_group);
-    toy_set_output(lg);
+    if (!ctx) return toy_error(TOY_ERR_NOMEM, "forward pass");
+    struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, n, 1), *pos = toy_new_tensor_1d(ctx, TOY_I32, n);
+    memcpy(tok->data, tokens, (size_t)n * sizeof(int32_t));
+    for (int64_t i = 0; i < n; i++) ((int32_t *)pos->data)[i] = (int32_t)(off + i);
+    int64_t rg = out == SRV_OUT_LOGITS_LAST ? e->row_group : 0;
+    struct toy_tensor *y = srv_forward(ctx, e->m, tok, pos, kv ? &kv : NULL, out, rg);
+    toy_set_output(y);
     struct toy_graph *g = toy_graph_new(ctx);
-    toy_graph_build(g, lg);
-    *(int32_t *)s->kv.n_past->data = (int32_t)keep;
-    s->n_cache = 0; /* until the compute succeeds */
+    toy_graph_build(g, y);
+    if (kv) *(int32_t *)kv->n_past->data = (int32_t)off;
     enum toy_status st = toy_graph_plan(g, &e->pbuf, NULL);
     if (!st) st = toy_graph_compute(g, e->tp);
-    if (!st) {
-        memcpy(e->logits, lg->data, (size_t)e->vocab * sizeof(float));
-        memcpy(s->cache_ids + keep, prompt + keep, (size_t)Tn * sizeof(int32_t));
-        s->n_cache = n;
-    }
+    if (!st) memcpy(dst, y->data, (size_t)n_dst * sizeof(float));
     toy_ctx_free(ctx);
     return st;
 }
 
-/* final-norm hidden states of tokens[0..n) at positions off.. averaged, into out (d): through the job's KV
- * cache when kv (which then holds positions 0..off), else in one graph over the whole input (off 0) */
-static enum toy_status embed_chunk(struct srv_engine *e, const int32_t *tokens, int64_t n, int64_t off,
-                                   struct toy_kv_cache *kv, float *out) {
-    struct toy_ctx *ctx = toy_ctx_init(true);
-    if (!ctx) return toy_error(TOY_ERR_NOMEM, "embedding");
-    struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, n, 1), *pos = toy_new_tensor_1d(ctx, TOY_I32, n);
-    memcpy(tok->data, tokens, (size_t)n * sizeof(int32_t));
-    for (int64_t k = 0; k < n; k++) ((int32_t *)pos->data)[k] = (int32_t)(off + k);
-    struct toy_tensor *h = srv_forward(ctx, e->m, tok, pos, kv ? &kv : NULL, SRV_OUT_MEAN_HIDDEN, 0);
-    toy_set_output(h);
-    struct toy_graph *g = toy_graph_new(ctx);
-    toy_graph_build(g, h);
-    if (kv) *(int32_t *)kv->n_past->data = (int32_t)off;
-    enum toy_status st = toy_graph_plan(g, &e->pbuf, NULL);
-    if (!st) st = toy_graph_compute(g, e->tp);
-    if (!st) memcpy(out, h->data, (size_t)e->m->cfg.d_model * sizeof(float));
-    toy_ctx_free(ctx);
+/* prefills prompt[keep..n) into slot s at positions keep.. (its cache already holds prompt[0..keep)), logits
+ * of the last into e->logits */
+static enum toy_status prefill(struct srv_engine *e, struct slot *s, const int32_t *prompt, int64_t n, int64_t keep) {
+    s->n_cache = 0; /* until the compute succeeds */
+    enum toy_status st =
+        forward_into(e, prompt + keep, n - keep, keep, &s->kv, SRV_OUT_LOGITS_LAST, e->logits, e->vocab);
+    if (!st) {
+        memcpy(s->cache_ids + keep, prompt + keep, (size_t)(n - keep) * sizeof(int32_t));
+        s->n_cache = n;
+    }
     return st;
 }
 
@@ -449,7 +437,9 @@ static void embed_step(struct srv_engine *e) {
         float *row = e->emb.out + (size_t)i * (size_t)d;
         bool whole = n <= SRV_PREFILL_CHUNK; /* in one graph, without a cache */
         int64_t end = whole || n - off <= SRV_PREFILL_CHUNK ? n : off + SRV_PREFILL_CHUNK;
-        enum toy_status st = embed_chunk(e, j->inputs[i] + off, end - off, off, whole ? NULL : &e->emb.kv, row);
+        /* the final-norm hidden states of the chunk, averaged */
+        enum toy_status st = forward_into(e, j->inputs[i] + off, end - off, off, whole ? NULL : &e->emb.kv,
+                                          SRV_OUT_MEAN_HIDDEN, row, d);
         if (st) { embed_fail(e, st, toy_last_error()); return; }
         atomic_fetch_add(&e->met->embed_tokens, end - off);
         if (!whole) { /* the chunk's mean, weighted by its length; the input's mean once it is all done */
