@@ -166,6 +166,14 @@ Test(token_file, roundtrip_and_corruption) {
     fwrite(h, 1, 20, f);
     fflush(f);
     cr_expect_eq(toy_token_file_read(path, &nv, &back, &n), TOY_ERR_RANGE);
+    /* a vocabulary past INT32_MAX: its ids would read back negative (found by fuzz/fuzz-data.c); the data
+     * loader's reader of the same format refused it already */
+    h[8] = 0x00, h[11] = 0xa2;
+    fseek(f, 0, SEEK_SET);
+    fwrite(h, 1, 20, f);
+    fflush(f);
+    cr_expect_eq(toy_token_file_read(path, &nv, &back, &n), TOY_ERR_FORMAT);
+    cr_expect(strstr(toy_last_error(), "vocabulary size 2717908992"), "%s", toy_last_error());
     fseek(f, 0, SEEK_SET);
     fwrite("XXXX", 1, 4, f);
     fclose(f);

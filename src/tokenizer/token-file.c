@@ -63,7 +63,10 @@ enum toy_status toy_token_file_read(const char *path, int64_t *n_vocab, int32_t 
     if (get_u32(h + 4) != TOYT_VERSION) { st = toy_error(TOY_ERR_UNSUPPORTED, "%s: version %u (this reader knows 1)", path, get_u32(h + 4)); goto out; }
     uint32_t vocab = get_u32(h + 8);
     uint64_t count = get_u64(h + 12), body = size - TOYT_HEADER;
-    if (vocab == 0) { st = toy_error(TOY_ERR_FORMAT, "%s: vocabulary size 0", path); goto out; }
+    if (vocab == 0 || vocab > INT32_MAX) { /* ids are int32: a larger vocabulary would read back negative ids */
+        st = toy_error(TOY_ERR_FORMAT, "%s: vocabulary size %u (1 .. 2^31-1)", path, vocab);
+        goto out;
+    }
     if (count > body / 4 || body != count * 4) {
         st = toy_error(TOY_ERR_FORMAT, "%s: header says %llu tokens, the file holds %llu bytes of ids", path,
                        (unsigned long long)count, (unsigned long long)body);
