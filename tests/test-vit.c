@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <stb/stb_image_write.h>
 
@@ -569,5 +570,82 @@ Test(vit, image_fuzz_regressions) {
         unlink(img);
     }
     closedir(d);
+    th_rmdir();
+}
+
+static void write_gz(const char *path, const uint8_t *head, size_t nh, size_t zeros) {
+    gzFile g = gzopen(path, "wb9");
+    cr_assert(g, "%s", path);
+    cr_assert_eq(gzwrite(g, head, (unsigned)nh), (int)nh);
+    static uint8_t z[1 << 16];
+    for (size_t left = zeros; left > 0;) {
+        unsigned k = (unsigned)(left < sizeof z ? left : sizeof z);
+        cr_assert_eq(gzwrite(g, z, k), (int)k);
+        left -= k;
+    }
+    cr_assert_eq(gzclose(g), Z_OK);
+}
+
+/* A gzip IDX file is inflated only as far as its header says: a few KB
+ * that inflate to 64 MB past a 10-label header, or a header that gives more
+ * than the machine's memory, are refused without holding it all. */
+Test(vit, gzip_idx_is_bounded_by_its_header) {
+    th_mkdir("idxgz");
+    char im[600], lb[600];
+    snprintf(im, sizeof im, "%s/b-images-idx3-ubyte.gz", th_dir);
+    snprintf(lb, sizeof lb, "%s/b-labels-idx1-ubyte.gz", th_dir);
+    uint8_t ih[16] = {0, 0, 8, 3, 0, 0, 0, 10, 0, 0, 0, 2, 0, 0, 0, 2}, lh[8] = {0, 0, 8, 1, 0, 0, 0, 10};
+    write_gz(im, ih, 16, 40);
+    write_gz(lb, lh, 8, (size_t)64 << 20);
+    struct toy_image_set *s = NULL;
+    cr_expect_eq(toy_images_load_idx(im, lb, &s), TOY_ERR_FORMAT);
+    cr_expect(strstr(toy_last_error(), "inflates past the 18 bytes its IDX header gives"), "%s", toy_last_error());
+    cr_expect_null(s);
+    /* the right sizes load */
+    write_gz(lb, lh, 8, 10);
+    cr_assert_eq(toy_images_load_idx(im, lb, &s), TOY_OK, "%s", toy_last_error());
+    cr_expect_eq(s->n, 10);
+    cr_expect_eq(s->height, 2);
+    toy_images_free(s);
+    s = NULL;
+    /* 4G images of 65536 x 65536 */
+    uint8_t huge[16] = {0, 0, 8, 3, 0xff, 0xff, 0xff, 0xff, 0, 1, 0, 0, 0, 1, 0, 0};
+    write_gz(im, huge, 16, 1 << 20);
+    cr_expect_eq(toy_images_load_idx(im, lb, &s), TOY_ERR_NOMEM);
+    cr_expect(strstr(toy_last_error(), "more than this machine's"), "%s", toy_last_error());
+    /* not IDX at all: the magic is named, as for a plain file */
+    uint8_t junk[16] = "not an idx file";
+    write_gz(im, junk, 16, 1 << 20);
+    cr_expect_eq(toy_images_load_idx(im, lb, &s), TOY_ERR_FORMAT);
+    cr_expect(strstr(toy_last_error(), "not an IDX3 u8 images file"), "%s", toy_last_error());
+    th_rmdir();
+}
+
+/* A class folder of images whose native size makes the set larger than the
+ * machine's memory is refused with the sizes named, before allocating. */
+Test(vit, class_folder_larger_than_memory_is_refused) {
+    th_mkdir("bigset");
+    char dir[600], path[700];
+    snprintf(dir, sizeof dir, "%s/set/cls", th_dir);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+    uint8_t png[256], z[16] = {0x78, 0x9c, 0x63, 0x60, 0x00, 0x00, 0x00, 0x02, 0x00, 0x01};
+    size_t n = bad_png(png, 8000, 8000, 10, z, 10); /* 64M pixels: each 192 MB as RGB */
+    double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    int files = (int)(ram / (3.0 * 8000 * 8000)) + 2;
+    for (int i = 0; i < files; i++) {
+        snprintf(path, sizeof path, "%s/%05d.png", dir, i);
+        FILE *f = fopen(path, "wb");
+        cr_assert(f);
+        fwrite(png, 1, n, f);
+        fclose(f);
+    }
+    struct toy_image_set *s = NULL;
+    snprintf(path, sizeof path, "%s/set", th_dir);
+    cr_expect_eq(toy_images_load(path, &(struct toy_image_load_opts){.channels = 3}, &s), TOY_ERR_NOMEM);
+    cr_expect(strstr(toy_last_error(), "more than this machine's"), "%s", toy_last_error());
+    cr_expect(strstr(toy_last_error(), "x8000x8000"), "%s", toy_last_error());
+    cr_expect_null(s);
     th_rmdir();
 }

@@ -59,25 +59,54 @@ void toy_images_free(struct toy_image_set *s) {
 
 /* ---- IDX --------------------------------------------------------------------- */
 
+/* a * b, or UINT64_MAX when it overflows (never equal to a real file size) */
+static uint64_t mul_sat(uint64_t a, uint64_t b) { return b && a > UINT64_MAX / b ? UINT64_MAX : a * b; }
+
+static uint32_t be32(const uint8_t *p) { return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]; }
+
+/* The size an IDX file's header (its first `have` bytes) gives the whole
+ * file; 0 while too few bytes are here to tell, UINT64_MAX for a header toy
+ * does not read (idx_parse says why from the bytes so far). */
+static uint64_t idx_size(const uint8_t *b, size_t have) {
+    if (have < 4) return 0;
+    if (be32(b) != 0x801 && be32(b) != 0x803) return UINT64_MAX;
+    if (have < 8) return 0;
+    if (be32(b) == 0x801) return 8 + (uint64_t)be32(b + 4);
+    if (have < 16) return 0;
+    uint64_t s = mul_sat(be32(b + 4), (uint64_t)be32(b + 8) * be32(b + 12));
+    return s > UINT64_MAX - 17 ? UINT64_MAX - 1 : 16 + s;
+}
+
 /* The gzip members at src (n bytes) inflated into *out (malloc'd), as
  * gzread reads them: member after member, anything after the last one that
- * is not another member ignored. */
+ * is not another member ignored. As soon as the header is out, it bounds the
+ * output: a file that inflates past what its header gives, or a header that
+ * gives more than this machine's memory, is refused before it is held. */
 static enum toy_status gunzip(const uint8_t *src, size_t n, const char *path, uint8_t **out, size_t *len) {
     *out = NULL;
     *len = 0;
     z_stream z;
     memset(&z, 0, sizeof z);
     if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) return toy_error(TOY_ERR_NOMEM, "%s: gzip: %s", path, "inflateInit");
-    size_t cap = n < ((size_t)1 << 28) ? 4 * n : n, have = 0, at = 0; /* at: input handed to zlib */
-    if (cap < ((size_t)1 << 20)) cap = (size_t)1 << 20;
+    double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    size_t cap = (size_t)1 << 16, have = 0, at = 0; /* at: input handed to zlib */
+    uint64_t want = 0;                                /* the size the header gives; 0 until it is out */
     uint8_t *buf = malloc(cap);
     enum toy_status st = buf ? TOY_OK : toy_error(TOY_ERR_NOMEM, "%s", path);
     while (!st) {
-        if (have == cap) {
-            uint8_t *nb = cap < ((size_t)1 << 34) ? realloc(buf, cap * 2) : NULL;
-            if (!nb) { st = toy_error(TOY_ERR_NOMEM, "%s: larger than 16 GiB", path); break; }
+        if (!want && (want = idx_size(buf, have)) == UINT64_MAX) break; /* not IDX: idx_parse says so */
+        if (want && (double)want > ram) {
+            st = toy_error(TOY_ERR_NOMEM, "%s: the IDX header gives %llu bytes, more than this machine's %.1f GiB of "
+                           "memory", path, (unsigned long long)want, ram / (1 << 30));
+            break;
+        }
+        if (want && have > want) break; /* refused below */
+        if (have == cap) { /* grow: to what the header gives (and a byte to see any more), or by doubling */
+            size_t nc = want ? (size_t)want + 1 : cap * 2;
+            uint8_t *nb = realloc(buf, nc);
+            if (!nb) { st = toy_error(TOY_ERR_NOMEM, "%s: %zu bytes inflated", path, nc); break; }
             buf = nb;
-            cap *= 2;
+            cap = nc;
         }
         if (z.avail_in == 0 && at < n) { /* zlib counts in 32 bits: at most 1 GiB at a time */
             z.next_in = (Bytef *)(src + at);
@@ -102,6 +131,9 @@ static enum toy_status gunzip(const uint8_t *src, size_t n, const char *path, ui
             st = toy_error(TOY_ERR_FORMAT, "%s: gzip: %s", path, z.msg ? z.msg : "invalid data");
         }
     }
+    if (!st && want && want != UINT64_MAX && have > want)
+        st = toy_error(TOY_ERR_FORMAT, "%s: gzip data inflates past the %llu bytes its IDX header gives", path,
+                       (unsigned long long)want);
     inflateEnd(&z);
     if (st) { free(buf); return st; }
     *out = buf;
@@ -123,11 +155,6 @@ static enum toy_status idx_content(const struct toy_file_bytes *in, const char *
     *n = in->n;
     return TOY_OK;
 }
-
-/* a * b, or UINT64_MAX when it overflows (never equal to a real file size) */
-static uint64_t mul_sat(uint64_t a, uint64_t b) { return b && a > UINT64_MAX / b ? UINT64_MAX : a * b; }
-
-static uint32_t be32(const uint8_t *p) { return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]; }
 
 /* The set of an IDX images file (im, ni bytes, uncompressed) and its labels file (lb, nl bytes). */
 static enum toy_status idx_parse(const uint8_t *im, size_t ni, const char *images_path, const uint8_t *lb, size_t nl,
@@ -391,6 +418,11 @@ static enum toy_status load_folder(const char *dir, const struct toy_image_load_
     if (!st && (h > MAX_SIDE || w > MAX_SIDE || bytes > (uint64_t)INT64_MAX / 2))
         st = toy_error(TOY_ERR_INVALID_ARG, "%s: %lld images of %lldx%lldx%lld are too many bytes", dir,
                        (long long)total, (long long)c, (long long)h, (long long)w);
+    double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    if (!st && (double)bytes > ram)
+        st = toy_error(TOY_ERR_NOMEM, "%s: %lld images of %lldx%lldx%lld need %.1f GiB, more than this machine's %.1f "
+                       "GiB of memory; give a smaller image size (--image-size)", dir, (long long)total, (long long)c,
+                       (long long)h, (long long)w, (double)bytes / (1 << 30), ram / (1 << 30));
     struct toy_image_set *s = st ? NULL : set_new(total, c, h, w, k);
     if (!st && !s) st = toy_error(TOY_ERR_NOMEM, "%s: %lld images", dir, (long long)total);
     int64_t at = 0;
