@@ -619,6 +619,41 @@ Test(tokenizer, added_token_lstrip_rstrip) {
     toy_tokenizer_free(tok);
 }
 
+/* llama.cpp also ends generation at the fill-in-the-middle pad, repo and
+ * file-separator tokens, and makes every FIM token CONTROL: StarCoder's
+ * <fim_pad> and SmolLM2's <reponame> ended nothing in toy. With
+ * o200k harmony's <|return|> and <|call|>, <|end|> does not end it. */
+Test(tokenizer, eog_fim_and_harmony_as_llama_cpp) {
+    need(TD "llamacpp-vocab-gguf/ggml-vocab-starcoder.gguf");
+    struct toy_tokenizer *tok = NULL;
+    MUST(toy_tokenizer_load(TD "llamacpp-vocab-gguf/ggml-vocab-starcoder.gguf", &tok));
+    int32_t pad = toy_tokenizer_find(tok, "<fim_pad>", 9), pre = toy_tokenizer_find(tok, "<fim_prefix>", 12);
+    cr_assert(pad >= 0 && pre >= 0, "%d %d", (int)pad, (int)pre);
+    cr_expect(toy_tokenizer_is_eog(tok, pad), "<fim_pad> (%d)", (int)pad);
+    cr_expect(!toy_tokenizer_is_eog(tok, pre), "<fim_prefix> (%d) starts a prompt", (int)pre);
+    cr_expect_eq(toy_tokenizer_token_type(tok, pre), TOY_TOKEN_CONTROL);
+    toy_tokenizer_free(tok);
+    need(TD "tokenizer-smollm2/tokenizer.json");
+    MUST(toy_tokenizer_load(TD "tokenizer-smollm2/tokenizer.json", &tok));
+    int32_t rep = toy_tokenizer_find(tok, "<reponame>", 10), fname = toy_tokenizer_find(tok, "<filename>", 10);
+    cr_assert(rep >= 0 && fname >= 0);
+    cr_expect(toy_tokenizer_is_eog(tok, rep), "<reponame> (%d)", (int)rep);
+    cr_expect(!toy_tokenizer_is_eog(tok, fname));
+    cr_expect(toy_tokenizer_is_eog(tok, toy_tokenizer_find(tok, "<|im_end|>", 10)));
+    toy_tokenizer_free(tok);
+    const char *toks[] = {"a", "<|end|>", "<|return|>", "<|call|>"};
+    struct toy_tokenizer_spec spec = {.kind = TOY_TOKENIZER_BPE, .n_tokens = 4, .tokens = toks, .bos = -1,
+                                      .eos = 2, .unk = -1, .pad = -1, .eot = -1};
+    MUST(toy_tokenizer_init(&spec, &tok));
+    cr_expect(!toy_tokenizer_is_eog(tok, 1), "<|end|> beside <|return|> and <|call|>");
+    cr_expect(toy_tokenizer_is_eog(tok, 2) && toy_tokenizer_is_eog(tok, 3) && !toy_tokenizer_is_eog(tok, 0));
+    toy_tokenizer_free(tok);
+    spec.n_tokens = 3; /* no <|call|>: <|end|> ends generation */
+    MUST(toy_tokenizer_init(&spec, &tok));
+    cr_expect(toy_tokenizer_is_eog(tok, 1));
+    toy_tokenizer_free(tok);
+}
+
 /* ---- malformed vocabularies ---- */
 
 Test(tokenizer, malformed_vocabularies) {

@@ -138,11 +138,12 @@ enum toy_status toy_tokenizer_load_gguf(const struct toy_gguf *g, struct toy_tok
     }
     if ((st = get_numarr(g, "tokenizer.ggml.token_type", n, NULL, types, &has))) goto done;
     bool spm = spec.kind != TOY_TOKENIZER_BPE;
-    /* llama.cpp (llama_vocab::load) makes end-of-generation-looking tokens
-     * CONTROL whatever the file says, so they are text unless parse_special */
+    /* llama.cpp (llama_vocab::load) makes end-of-generation- and
+     * fill-in-the-middle-looking tokens CONTROL whatever the file says, so
+     * they are text unless parse_special */
     if (has)
         for (int64_t i = 0; i < n; i++)
-            if (tok_is_eog_text(tokens[i])) types[i] = TOY_TOKEN_CONTROL;
+            if (tok_is_control_text(tokens[i])) types[i] = TOY_TOKEN_CONTROL;
     spec.n_tokens = n;
     spec.tokens = (const char *const *)tokens;
     spec.scores = scores;

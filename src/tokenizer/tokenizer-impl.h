@@ -85,6 +85,7 @@ static inline const struct tok_pair *tok_pairmap_get(const struct tok_pairmap *m
 }
 
 #define TOK_MAX_REGEX 4
+#define TOK_MAX_EOG 32
 
 struct toy_tokenizer {
     enum toy_tokenizer_kind kind;
@@ -124,6 +125,8 @@ struct toy_tokenizer {
     uint8_t special_first[256]; /* byte can start a special token */
 
     int32_t bos, eos, unk, pad, eot;
+    int32_t eog[TOK_MAX_EOG]; /* the tokens that end generation (tok_eog_setup) */
+    int n_eog;
     bool add_bos, add_eos;
     char *chat_template;
 };
@@ -191,6 +194,8 @@ bool tok_pre_regexes(const char *name, int *n, const char *const **re);
 /* Whether a token's text is one llama.cpp ends generation at whatever ids the file names (its special_eog_ids
  * text list: Qwen's <|endoftext|> beside an <|im_end|> EOS, Phi-3's </s>, Llama-3.1's <|eom_id|>, ...) */
 bool tok_is_eog_text(const char *text);
+bool tok_is_control_text(const char *text); /* end of generation or fill-in-the-middle: llama.cpp makes it CONTROL */
+void tok_eog_setup(struct toy_tokenizer *tok);
 /* GPT-2's byte <-> unicode code point table. */
 extern const uint16_t tok_byte_to_cp[256];
 int tok_cp_to_byte(uint32_t cp); /* -1 when cp is not one of the 256 */

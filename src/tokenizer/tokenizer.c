@@ -347,6 +347,7 @@ enum toy_status toy_tokenizer_init(const struct toy_tokenizer_spec *spec, struct
     }
 
     if ((st = strmap_build(&tok->text_map, n, tok->text, tok->text_len, NULL))) goto fail;
+    tok_eog_setup(tok);
     if (tok->kind == TOY_TOKENIZER_BPE) {
         for (int32_t i = 0; i < n; i++)
             if (tok->bytes[i] == tok->text[i] && tok->types[i] != TOY_TOKEN_NORMAL) normal[i] = false;
@@ -638,18 +639,81 @@ int32_t toy_tokenizer_pad(const struct toy_tokenizer *tok) { return tok->pad; }
 int32_t toy_tokenizer_eot(const struct toy_tokenizer *tok) { return tok->eot; }
 bool toy_tokenizer_add_bos(const struct toy_tokenizer *tok) { return tok->add_bos; }
 bool toy_tokenizer_add_eos(const struct toy_tokenizer *tok) { return tok->add_eos; }
-bool tok_is_eog_text(const char *text) {
-    static const char *const eog_text[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
-                                           "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>"};
-    for (size_t i = 0; text && i < sizeof eog_text / sizeof eog_text[0]; i++)
-        if (!strcmp(text, eog_text[i])) return true;
+/* Texts llama.cpp (llama_vocab::impl::load) takes for end of generation,
+ * and for the fill-in-the-middle roles: prefix, suffix, middle, pad, repo
+ * and file separator. */
+static const char *const eog_text[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
+                                       "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>", "<|return|>",
+                                       "<|call|>", "<end_of_utterance>", NULL};
+enum { FIM_PRE, FIM_SUF, FIM_MID, FIM_PAD, FIM_REP, FIM_SEP, N_FIM };
+static const char *const fim_text[N_FIM][8] = {
+    {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<\xef\xbd\x9c" "fim\xe2\x96\x81" "begin\xef\xbd\x9c>", "<PRE>",
+     "\xe2\x96\x81<PRE>", "<|code_prefix|>", NULL},
+    {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<\xef\xbd\x9c" "fim\xe2\x96\x81" "hole\xef\xbd\x9c>", "<SUF>",
+     "\xe2\x96\x81<SUF>", "<|code_suffix|>", NULL},
+    {"<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<\xef\xbd\x9c" "fim\xe2\x96\x81" "end\xef\xbd\x9c>", "<MID>",
+     "\xe2\x96\x81<MID>", "<|code_middle|>", NULL},
+    {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", NULL},
+    {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>", NULL},
+    {"<|file_sep|>", NULL},
+};
+
+static bool in_list(const char *text, const char *const *list) {
+    for (; text && *list; list++)
+        if (!strcmp(text, *list)) return true;
     return false;
+}
+
+bool tok_is_eog_text(const char *text) { return in_list(text, eog_text); }
+
+bool tok_is_control_text(const char *text) {
+    if (in_list(text, eog_text)) return true;
+    for (int k = 0; k < N_FIM; k++)
+        if (in_list(text, fim_text[k])) return true;
+    return false;
+}
+
+static int32_t find_text(const struct toy_tokenizer *tok, const char *s) {
+    return tok_strmap_get(&tok->text_map, s, strlen(s));
+}
+
+static void eog_add(struct toy_tokenizer *tok, int32_t id) {
+    if (id < 0 || tok->n_eog == TOK_MAX_EOG) return;
+    for (int i = 0; i < tok->n_eog; i++)
+        if (tok->eog[i] == id) return;
+    tok->eog[tok->n_eog++] = id;
+}
+
+/* The tokens that end generation, as llama.cpp chooses them: EOS and EOT,
+ * every token whose text is in eog_text, and the fill-in-the-middle pad,
+ * repo and file-separator tokens (the lowest id of each role's texts).
+ * With <|return|> and <|call|> (o200k harmony) <|end|> ends a message,
+ * not the generation. */
+void tok_eog_setup(struct toy_tokenizer *tok) {
+    tok->n_eog = 0;
+    eog_add(tok, tok->eos);
+    eog_add(tok, tok->eot);
+    for (const char *const *t = eog_text; *t; t++) eog_add(tok, find_text(tok, *t));
+    for (int k = FIM_PAD; k <= FIM_SEP; k++) {
+        int32_t best = -1;
+        for (const char *const *t = fim_text[k]; *t; t++) {
+            int32_t id = find_text(tok, *t);
+            if (id >= 0 && (best < 0 || id < best)) best = id;
+        }
+        eog_add(tok, best);
+    }
+    int32_t end = find_text(tok, "<|end|>");
+    if (end >= 0 && end != tok->eos && end != tok->eot && find_text(tok, "<|return|>") >= 0 &&
+        find_text(tok, "<|call|>") >= 0)
+        for (int i = 0; i < tok->n_eog; i++)
+            if (tok->eog[i] == end) tok->eog[i] = tok->eog[--tok->n_eog];
 }
 
 bool toy_tokenizer_is_eog(const struct toy_tokenizer *tok, int32_t id) {
     if (id < 0) return false;
-    if (id == tok->eos || id == tok->eot) return true;
-    return id < tok->n_vocab && tok->text && tok_is_eog_text(tok->text[id]); /* as llama.cpp does */
+    for (int i = 0; i < tok->n_eog; i++)
+        if (tok->eog[i] == id) return true;
+    return false;
 }
 const char *toy_tokenizer_chat_template(const struct toy_tokenizer *tok) { return tok->chat_template; }
 int64_t toy_tokenizer_n_merges(const struct toy_tokenizer *tok) { return tok->n_merges; }
