@@ -1025,6 +1025,32 @@ Test(chat_template, render_budget) {
     free(out);
 }
 
+/* sort and unique were insertion sorts and pairwise scans: 100000 items
+ * took 44 s, and a loop re-sorting a list was bounded by nothing; now they
+ * are O(n log n) and their comparisons count against the render's steps. */
+Test(chat_template, sort_and_unique_of_long_lists) {
+    EXPECT_RENDER("{% set l = range(60000)|reverse|sort %}{{ l|first }} {{ l|last }} {{ l|length }}", "0 59999 60000");
+    EXPECT_RENDER("{% set l = (range(30000)|list + range(30000)|reverse|list)|unique|list %}{{ l|length }} {{ l[:3] }} "
+                  "{{ l|last }}", "30000 [0, 1, 2] 29999");
+    EXPECT_RENDER("{{ (range(30000)|map('string')|list * 2)|unique|list|length }}", "30000");
+    /* stability, case folding, numbers beside strings and bools, reverse, dicts */
+    EXPECT_RENDER("{{ ['b', 'A', 'a', 2, 1.0, true, 'B', 1]|unique|list }}", "['b', 'A', 2, 1.0]");
+    EXPECT_RENDER("{{ ['b', 'A', 'a', 'B']|sort }} {{ ['b', 'A', 'a', 'B']|sort(reverse=true) }}",
+                  "['A', 'a', 'b', 'B'] ['b', 'B', 'A', 'a']");
+    EXPECT_RENDER("{{ ['b', 'A', 'a', 'B']|sort(case_sensitive=true) }} {{ [{'a': 1}, {'a': 1}, {'a': 2}]|unique|list }}",
+                  "['A', 'B', 'a', 'b'] [{'a': 1}, {'a': 2}]");
+    EXPECT_RENDER("{{ [{'n': 'b', 'k': 2}, {'n': 'a', 'k': 1}, {'n': 'c', 'k': 1}]|sort(attribute='k')|map(attribute='n')|list }}",
+                  "['a', 'c', 'b']");
+    EXPECT_RENDER("{{ {'b': 1, 'a': 2, 'c': 0}|dictsort(by='value', reverse=true) }}", "[('a', 2), ('b', 1), ('c', 0)]");
+    /* re-sorting a long list in a loop runs out of steps */
+    cr_expect_eq(jinja_err("{% set l = range(1000)|list %}{% for i in range(8000) %}{{ (l|sort)|length }}{% endfor %}",
+                           NULL), TOY_ERR_FORMAT);
+    cr_expect(strstr(toy_last_error(), "steps"), "%s", toy_last_error());
+    EXPECT_RENDER("{{ range(3000)|batch(1)|unique|list|length }}", "3000"); /* lists: compared pairwise */
+    cr_expect_eq(jinja_err("{{ range(12000)|batch(1)|unique|list|length }}", NULL), TOY_ERR_FORMAT);
+    cr_expect(strstr(toy_last_error(), "steps"), "%s", toy_last_error());
+}
+
 /* Inputs found by fuzz/fuzz-jinja.c: the first byte picks the mode, as there
  * (even: the rest is a template; odd: the rest is messages JSON for the
  * built-in chatml). Each must render or fail with a message, not crash. */

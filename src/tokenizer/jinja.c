@@ -2332,22 +2332,55 @@ static int cmp_values(json_t *a, json_t *b, bool case_sensitive) {
     return 0;
 }
 
-/* Stable sort of items[] by keys[] (insertion sort: template lists are
- * short); reverse keeps equal items in their order, as Python's sorted. */
-static void stable_sort(json_t **items, json_t **keys, size_t n, bool reverse, bool case_sensitive) {
-    for (size_t i = 1; i < n; i++) {
-        json_t *it = items[i], *k = keys[i];
-        size_t j = i;
-        while (j > 0) {
-            int c = cmp_values(keys[j - 1], k, case_sensitive);
-            if (!(reverse ? c < 0 : c > 0)) break;
-            items[j] = items[j - 1];
-            keys[j] = keys[j - 1];
-            j--;
-        }
-        items[j] = it;
-        keys[j] = k;
+/* How sort and unique order keys: by cmp_values, reversed on request;
+ * `typed` puts numbers before strings (unique's fast path, where a number
+ * and a string are never equal). */
+struct key_order {
+    json_t **keys;
+    bool reverse, case_sensitive, typed;
+};
+
+static int key_cmp(const struct key_order *o, size_t a, size_t b) {
+    if (o->typed) {
+        bool sa = json_is_string(o->keys[a]), sb = json_is_string(o->keys[b]);
+        if (sa != sb) return sa ? 1 : -1;
     }
+    int c = cmp_values(o->keys[a], o->keys[b], o->case_sensitive);
+    return o->reverse ? -c : c;
+}
+
+/* Stable merge sort of the indices ix[0..n) (tmp: n more); equal keys keep
+ * their order, reversed or not, as Python's sorted. */
+static void merge_sort(size_t *ix, size_t *tmp, size_t n, const struct key_order *o) {
+    size_t *src = ix, *dst = tmp;
+    for (size_t w = 1; w < n; w *= 2) {
+        for (size_t lo = 0; lo < n; lo += 2 * w) {
+            size_t mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n, i = lo, j = mid, k = lo;
+            while (i < mid && j < hi) dst[k++] = key_cmp(o, src[j], src[i]) < 0 ? src[j++] : src[i++];
+            while (i < mid) dst[k++] = src[i++];
+            while (j < hi) dst[k++] = src[j++];
+        }
+        size_t *t = src;
+        src = dst, dst = t;
+    }
+    if (src != ix) memcpy(ix, src, n * sizeof *ix);
+}
+
+/* Charges `units` comparisons to the render's steps (64 to a step: an
+ * evaluated node costs about that); false, and the render fails, past
+ * MAX_STEPS. Sorting a long list over and over in a loop is bounded so. */
+static bool charge_compares(struct ctx *C, const struct node *x, unsigned long long units) {
+    if (!budget) return true;
+    budget->steps += units / 64;
+    if (budget->steps <= MAX_STEPS) return true;
+    rerr(C, x, "the template takes more than %llu steps to render", MAX_STEPS);
+    return false;
+}
+
+static unsigned long long log2_ceil(size_t n) {
+    unsigned long long l = 0;
+    while (l < 63 && ((size_t)1 << l) < n) l++;
+    return l;
 }
 
 static json_t *do_filter(struct ctx *C, const struct node *f, json_t *v) {
@@ -2553,7 +2586,10 @@ static json_t *do_filter(struct ctx *C, const struct node *f, json_t *v) {
                     : attr && is_intlike(attr) && json_is_array(items[i]) ? json_array_get(items[i], (size_t)ival(attr))
                     : items[i];
         }
-        if (n[0] == 'u') { /* the first of each run of equal keys, in order */
+        bool simple = true; /* every key a number or a string: unique can sort */
+        for (size_t i = 0; i < sz && simple; i++) simple = is_num(keys[i]) || json_is_string(keys[i]);
+        if (n[0] == 'u' && !simple) { /* the first of each set of equal keys, in order: pairwise */
+            if (!charge_compares(C, f, (unsigned long long)sz * (sz ? sz - 1 : 0) / 2)) goto sort_out;
             r = json_array();
             for (size_t i = 0; i < sz; i++) {
                 bool seen = false;
@@ -2562,6 +2598,27 @@ static json_t *do_filter(struct ctx *C, const struct node *f, json_t *v) {
                                                                              : equal(keys[i], keys[j]);
                 if (!seen) json_array_append(r, items[i]);
             }
+        } else if (n[0] == 'u' || n[0] == 's' || n[0] == 'd') { /* sort, dictsort; unique by sorting */
+            if (!charge_compares(C, f, (unsigned long long)sz * log2_ceil(sz))) goto sort_out;
+            size_t *ix = malloc((sz ? sz : 1) * 2 * sizeof *ix);
+            if (!ix) { C->st = TOY_ERR_NOMEM; goto sort_out; }
+            for (size_t i = 0; i < sz; i++) ix[i] = i;
+            struct key_order o = {.keys = keys, .reverse = n[0] != 'u' && rev, .case_sensitive = sens,
+                                  .typed = n[0] == 'u'};
+            merge_sort(ix, ix + sz, sz, &o);
+            r = json_array();
+            if (n[0] == 'u') { /* the first (lowest index) of each run of equal keys, in the list's order */
+                bool *keep = calloc(sz ? sz : 1, 1);
+                if (!keep) { free(ix); C->st = TOY_ERR_NOMEM; goto sort_out; }
+                for (size_t i = 0; i < sz; i++)
+                    if (i == 0 || key_cmp(&o, ix[i - 1], ix[i])) keep[ix[i]] = true;
+                for (size_t i = 0; i < sz; i++)
+                    if (keep[i]) json_array_append(r, items[i]);
+                free(keep);
+            } else {
+                for (size_t i = 0; i < sz; i++) json_array_append(r, items[ix[i]]);
+            }
+            free(ix);
         } else if (n[0] == 'm') { /* max / min: the first extreme item */
             size_t best = 0;
             for (size_t i = 1; i < sz; i++) {
@@ -2569,10 +2626,6 @@ static json_t *do_filter(struct ctx *C, const struct node *f, json_t *v) {
                 if (n[1] == 'a' ? c > 0 : c < 0) best = i;
             }
             r = sz ? json_incref(items[best]) : NULL;
-        } else {
-            stable_sort(items, keys, sz, rev, sens);
-            r = json_array();
-            for (size_t i = 0; i < sz; i++) json_array_append(r, items[i]);
         }
     sort_out:
         free(items);
