@@ -1049,6 +1049,23 @@ Test(chat_template, sort_and_unique_of_long_lists) {
     EXPECT_RENDER("{{ range(3000)|batch(1)|unique|list|length }}", "3000"); /* lists: compared pairwise */
     cr_expect_eq(jinja_err("{{ range(12000)|batch(1)|unique|list|length }}", NULL), TOY_ERR_FORMAT);
     cr_expect(strstr(toy_last_error(), "steps"), "%s", toy_last_error());
+    /* scans that build nothing count too: x in list, list == list, a substring in a long string */
+    const char *scans[] = {"999999 in l", "l == l", "'b' in s"};
+    for (int i = 0; i < 3; i++) {
+        char src[200];
+        snprintf(src, sizeof src, "{%% set l = range(1000000)|list %%}{%% set s = 'a' * 10000000 %%}"
+                 "{%% for i in range(3000) %%}{{ %s }}{%% endfor %%}", scans[i]);
+        cr_expect_eq(jinja_err(src, NULL), TOY_ERR_FORMAT, "%s", scans[i]);
+        cr_expect(strstr(toy_last_error(), "steps"), "%s: %s", scans[i], toy_last_error());
+    }
+}
+
+/* What the counts miss (here: str.count over 10 MB, 100000 times) stops at
+ * the render's CPU-time limit (10 s) instead of running for minutes. */
+Test(chat_template, render_cpu_time_limit, .timeout = 120) {
+    cr_expect_eq(jinja_err("{% set s = 'a' * 10000000 %}{% for i in range(100000) %}{{ s.count('b') }}{% endfor %}",
+                           NULL), TOY_ERR_FORMAT);
+    cr_expect(strstr(toy_last_error(), "s of CPU time"), "%s", toy_last_error());
 }
 
 /* Inputs found by fuzz/fuzz-jinja.c: the first byte picks the mode, as there

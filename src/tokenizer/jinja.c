@@ -40,16 +40,23 @@ struct sbuf {
  * a budget: MAX_STEPS evaluated nodes and loop iterations (a few seconds;
  * real chat templates take ~100 per message, tools included), MAX_WORK
  * bytes of text and list elements built (8 bytes each, 64 for a range()
- * element, a string iterated by character 64 each) and MAX_RENDER_NEST nested evaluations (stack). */
+ * element, a string iterated by character 64 each) and MAX_RENDER_NEST nested evaluations (stack).
+ * Scans that build nothing (x in list, list == list, sort's comparisons)
+ * count 64 elements to a step. Behind the counts, a render that uses more
+ * than MAX_CPU_SECONDS of its thread's CPU time stops: an operation whose
+ * cost the counts miss (a substring search in a long string, repeated) is
+ * bounded so too. */
 #define MAX_STEPS 1000000ull
+#define MAX_CPU_SECONDS 10
 #define ITER_STEPS 8 /* a loop iteration (its scope and loop object) weighs as much as 8 nodes */
 #define MAX_WORK ((size_t)128 << 20)
 #define MAX_RENDER_NEST 1000
 
 struct budget {
-    unsigned long long steps;
+    unsigned long long steps, scanned; /* scanned: elements compared, not yet counted as steps */
     size_t work;
-    bool over; /* MAX_WORK reached: the render fails */
+    bool over;     /* MAX_WORK reached: the render fails */
+    double cpu0;   /* the thread's CPU time when the render began */
 };
 static _Thread_local struct budget *budget; /* the render in progress on this thread, or NULL */
 
@@ -63,6 +70,21 @@ static bool take(size_t units) {
 
 static void over_budget(void) {
     if (budget) budget->over = true;
+}
+
+/* Counts `units` elements scanned toward the render's steps (64 to a step);
+ * the next evaluated node fails once they are over MAX_STEPS. */
+static void scanned(unsigned long long units) {
+    if (!budget) return;
+    budget->scanned += units;
+    budget->steps += budget->scanned / 64;
+    budget->scanned %= 64;
+}
+
+static double thread_cpu_seconds(void) {
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts)) return 0;
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static void sb_add(struct sbuf *b, const char *s, size_t n) {
@@ -627,12 +649,14 @@ static bool equal(json_t *a, json_t *b) {
     if (json_is_array(a) && json_is_array(b)) {
         size_t n = json_array_size(a);
         if (n != json_array_size(b) || is_tuple(a) != is_tuple(b)) return false;
+        scanned(n);
         for (size_t i = 0; i < n; i++)
             if (!equal(json_array_get(a, i), json_array_get(b, i))) return false;
         return true;
     }
     if (json_is_object(a) && json_is_object(b)) {
         if (json_object_size(a) != json_object_size(b)) return false;
+        scanned(json_object_size(a));
         const char *k;
         json_t *e;
         json_object_foreach(a, k, e) {
@@ -673,12 +697,16 @@ static bool contains(json_t *hay, json_t *needle) {
     if (!hay) return false;
     if (json_is_string(hay)) {
         if (!needle || !json_is_string(needle)) return false;
+        scanned(json_string_length(hay) / 16); /* memmem reads about 16 bytes in the time of an element */
         return memmem(json_string_value(hay), json_string_length(hay), json_string_value(needle), json_string_length(needle)) != NULL;
     }
     if (json_is_array(hay)) {
         size_t i;
         json_t *e;
-        json_array_foreach(hay, i, e) if (equal(e, needle)) return true;
+        json_array_foreach(hay, i, e) {
+            if (equal(e, needle)) { scanned(i + 1); return true; }
+        }
+        scanned(json_array_size(hay));
         return false;
     }
     if (json_is_object(hay)) {
@@ -1915,6 +1943,10 @@ static bool enter(struct ctx *C, const struct node *x) {
         rerr(C, x, "the template takes more than %llu steps to render", MAX_STEPS);
         return false;
     }
+    if (budget && (budget->steps & 255) == 0 && thread_cpu_seconds() - budget->cpu0 > MAX_CPU_SECONDS) {
+        rerr(C, x, "the template takes more than %d s of CPU time to render", MAX_CPU_SECONDS);
+        return false;
+    }
     if (budget && budget->over) {
         rerr(C, x, "the template builds more than %zu MiB of text and lists", MAX_WORK >> 20);
         return false;
@@ -2371,7 +2403,7 @@ static void merge_sort(size_t *ix, size_t *tmp, size_t n, const struct key_order
  * MAX_STEPS. Sorting a long list over and over in a loop is bounded so. */
 static bool charge_compares(struct ctx *C, const struct node *x, unsigned long long units) {
     if (!budget) return true;
-    budget->steps += units / 64;
+    scanned(units);
     if (budget->steps <= MAX_STEPS) return true;
     rerr(C, x, "the template takes more than %llu steps to render", MAX_STEPS);
     return false;
@@ -3207,7 +3239,7 @@ enum toy_status jinja_render(const struct jinja_template *t, json_t *vars, char 
     if (vars) json_object_update(C.scopes[0], vars);
     struct sbuf b = {0};
     struct tuple_set ts = {0}, *saved_tuples = tuples;
-    struct budget bud = {0}, *saved_budget = budget;
+    struct budget bud = {.cpu0 = thread_cpu_seconds()}, *saved_budget = budget;
     tuples = &ts;
     budget = &bud;
     exec_body(&C, t->body, t->n, &b);
