@@ -47,7 +47,10 @@ struct sbuf {
  * cost the counts miss (a substring search in a long string, repeated) is
  * bounded so too. */
 #define MAX_STEPS 1000000ull
-#define MAX_CPU_SECONDS 10
+#ifndef TOY_JINJA_MAX_CPU_SECONDS
+#define TOY_JINJA_MAX_CPU_SECONDS 10 /* the fuzz build stops at 2, inside libFuzzer's -timeout */
+#endif
+#define MAX_CPU_SECONDS TOY_JINJA_MAX_CPU_SECONDS
 #define ITER_STEPS 8 /* a loop iteration (its scope and loop object) weighs as much as 8 nodes */
 #define MAX_WORK ((size_t)128 << 20)
 #define MAX_RENDER_NEST 1000
