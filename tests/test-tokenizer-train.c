@@ -158,6 +158,7 @@ Test(token_file, roundtrip_and_corruption) {
     fwrite(h, 1, 20, f);
     fflush(f);
     cr_expect_eq(toy_token_file_read(path, &nv, &back, &n), TOY_ERR_FORMAT);
+    cr_expect(strstr(toy_last_error(), "at offset 12"), "%s", toy_last_error()); /* one validator with the loader's */
     /* an id beyond the vocabulary */
     h[13] = 0x03;
     h[8] = 0x10;
@@ -166,6 +167,7 @@ Test(token_file, roundtrip_and_corruption) {
     fwrite(h, 1, 20, f);
     fflush(f);
     cr_expect_eq(toy_token_file_read(path, &nv, &back, &n), TOY_ERR_RANGE);
+    cr_expect(strstr(toy_last_error(), "token 1 (offset 24) is id 7919"), "%s", toy_last_error());
     /* a vocabulary past INT32_MAX: its ids would read back negative (found by fuzz/fuzz-data.c); the data
      * loader's reader of the same format refused it already */
     h[8] = 0x00, h[11] = 0xa2;

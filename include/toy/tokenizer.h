@@ -259,6 +259,12 @@ enum toy_status toy_token_file_write(const char *path, int64_t n_vocab, const in
  * that the size matches the count and every id < vocab size. *ids is
  * malloc'd. */
 enum toy_status toy_token_file_read(const char *path, int64_t *n_vocab, int32_t **ids, int64_t *n);
+/* The checks of a TOYT image of `size` bytes at p (a mapped file or bytes in
+ * memory; `name` for messages): header, size against the count, every id
+ * against the vocabulary, each failure named with its offset. The one
+ * validator of the format: toy_token_file_read and the data loader use it. */
+enum toy_status toy_token_file_check(const uint8_t *p, size_t size, const char *name, uint32_t *vocab,
+                                     uint64_t *count);
 
 /* The token stream of a text corpus, the one rule that `toy tokenize
  * --corpus`, `toy train --data TEXT` and `toy eval --data TEXT` share, so

@@ -7,16 +7,15 @@
  * against the count before allocating and every id against the vocabulary.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "toy/data.h" /* TOY_TOKEN_FILE_MAGIC, _VERSION, _HEADER */
 #include "toy/file.h"
 #include "toy/tokenizer.h"
-
-#define TOYT_VERSION 1
-#define TOYT_HEADER 20
 
 static void put_u32(unsigned char *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i)); }
 static void put_u64(unsigned char *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i)); }
@@ -24,7 +23,7 @@ static uint32_t get_u32(const unsigned char *p) { return (uint32_t)p[0] | (uint3
 static uint64_t get_u64(const unsigned char *p) { return (uint64_t)get_u32(p) | (uint64_t)get_u32(p + 4) << 32; }
 
 enum toy_status toy_token_file_write(const char *path, int64_t n_vocab, const int32_t *ids, int64_t n) {
-    if (n_vocab <= 0 || n_vocab > UINT32_MAX || n < 0 || (n && !ids))
+    if (n_vocab <= 0 || n_vocab > INT32_MAX || n < 0 || (n && !ids))
         return toy_error(TOY_ERR_INVALID_ARG, "%s: vocab size %lld, %lld tokens", path, (long long)n_vocab, (long long)n);
     for (int64_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= n_vocab)
@@ -32,9 +31,9 @@ enum toy_status toy_token_file_write(const char *path, int64_t n_vocab, const in
     struct toy_file_replace r;
     enum toy_status st = toy_file_replace_begin(path, &r);
     if (st) return st;
-    unsigned char h[TOYT_HEADER];
-    memcpy(h, "TOYT", 4);
-    put_u32(h + 4, TOYT_VERSION);
+    unsigned char h[TOY_TOKEN_FILE_HEADER];
+    memcpy(h, TOY_TOKEN_FILE_MAGIC, 4);
+    put_u32(h + 4, TOY_TOKEN_FILE_VERSION);
     put_u32(h + 8, (uint32_t)n_vocab);
     put_u64(h + 12, (uint64_t)n);
     bool ok = fwrite(h, 1, sizeof h, r.f) == sizeof h;
@@ -47,6 +46,50 @@ enum toy_status toy_token_file_write(const char *path, int64_t n_vocab, const in
     return toy_file_replace_end(&r, ok);
 }
 
+enum toy_status toy_token_file_check(const uint8_t *p, size_t size, const char *name, uint32_t *vocab_out,
+                                     uint64_t *count_out) {
+    if (size < TOY_TOKEN_FILE_HEADER)
+        return toy_error(TOY_ERR_FORMAT, "%s: %zu bytes, shorter than the %d-byte TOYT header (offset 0)", name, size,
+                         TOY_TOKEN_FILE_HEADER);
+    uint32_t version = get_u32(p + 4), vocab = get_u32(p + 8);
+    uint64_t count = get_u64(p + 12), body = size - TOY_TOKEN_FILE_HEADER;
+    if (memcmp(p, TOY_TOKEN_FILE_MAGIC, 4))
+        return toy_error(TOY_ERR_FORMAT, "%s: bad magic %02x %02x %02x %02x at offset 0 (not a TOYT token file)", name,
+                         p[0], p[1], p[2], p[3]);
+    if (version != TOY_TOKEN_FILE_VERSION)
+        return toy_error(TOY_ERR_UNSUPPORTED, "%s: version %" PRIu32 " at offset 4 (this reader knows %d)", name,
+                         version, TOY_TOKEN_FILE_VERSION);
+    if (vocab == 0 || vocab > INT32_MAX)
+        return toy_error(TOY_ERR_FORMAT, "%s: vocabulary size %" PRIu32 " at offset 8 (must be 1..%d)", name, vocab,
+                         INT32_MAX);
+    if (count > body / 4 || body != count * 4)
+        return toy_error(TOY_ERR_FORMAT,
+                         "%s: count %" PRIu64 " at offset 12 needs %s bytes of ids, the file holds %" PRIu64
+                         " (truncated or trailing bytes)",
+                         name, count, count > body / 4 ? "more" : "fewer", body);
+    if (count > INT64_MAX) return toy_error(TOY_ERR_FORMAT, "%s: count %" PRIu64 " at offset 12", name, count);
+    /* Every id up front, a block at a time: a branch-free max, and only a
+     * block that fails is searched for the first bad id. */
+    const uint8_t *ids = p + TOY_TOKEN_FILE_HEADER;
+    for (uint64_t b = 0; b < count; b += 4096) {
+        uint64_t e = count - b < 4096 ? count : b + 4096;
+        uint32_t mx = 0;
+        for (uint64_t i = b; i < e; i++) {
+            uint32_t v = get_u32(ids + 4 * i);
+            mx = v > mx ? v : mx;
+        }
+        if (mx < vocab) continue;
+        uint64_t i = b;
+        while (get_u32(ids + 4 * i) < vocab) i++;
+        return toy_error(TOY_ERR_RANGE, "%s: token %" PRIu64 " (offset %" PRIu64 ") is id %" PRIu32
+                                        ", the vocabulary has %" PRIu32,
+                         name, i, (uint64_t)TOY_TOKEN_FILE_HEADER + 4 * i, get_u32(ids + 4 * i), vocab);
+    }
+    *vocab_out = vocab;
+    *count_out = count;
+    return TOY_OK;
+}
+
 enum toy_status toy_token_file_read(const char *path, int64_t *n_vocab, int32_t **ids, int64_t *n) {
     *ids = NULL;
     *n = 0;
@@ -54,39 +97,17 @@ enum toy_status toy_token_file_read(const char *path, int64_t *n_vocab, int32_t 
     size_t size;
     enum toy_status st = toy_file_read_all(path, &file, &size); /* no seek: a pipe reads like a file */
     if (st) return st;
-    const unsigned char *h = (const unsigned char *)file;
-    if (size < TOYT_HEADER) {
-        st = toy_error(TOY_ERR_FORMAT, "%s: %zu bytes, shorter than the %d-byte header", path, size, TOYT_HEADER);
-        goto out;
+    uint32_t vocab = 0;
+    uint64_t count = 0;
+    st = toy_token_file_check((const uint8_t *)file, size, path, &vocab, &count);
+    int32_t *res = st ? NULL : malloc(count ? count * 4 : 4);
+    if (!st && !res) st = toy_error(TOY_ERR_NOMEM, "%s: out of memory (%llu tokens)", path, (unsigned long long)count);
+    if (!st) {
+        for (uint64_t i = 0; i < count; i++) res[i] = (int32_t)get_u32((const unsigned char *)file + TOY_TOKEN_FILE_HEADER + 4 * i);
+        *ids = res;
+        *n = (int64_t)count;
+        *n_vocab = vocab;
     }
-    if (memcmp(h, "TOYT", 4)) { st = toy_error(TOY_ERR_FORMAT, "%s: bad magic (not a TOYT token file)", path); goto out; }
-    if (get_u32(h + 4) != TOYT_VERSION) { st = toy_error(TOY_ERR_UNSUPPORTED, "%s: version %u (this reader knows 1)", path, get_u32(h + 4)); goto out; }
-    uint32_t vocab = get_u32(h + 8);
-    uint64_t count = get_u64(h + 12), body = size - TOYT_HEADER;
-    if (vocab == 0 || vocab > INT32_MAX) { /* ids are int32: a larger vocabulary would read back negative ids */
-        st = toy_error(TOY_ERR_FORMAT, "%s: vocabulary size %u (1 .. 2^31-1)", path, vocab);
-        goto out;
-    }
-    if (count > body / 4 || body != count * 4) {
-        st = toy_error(TOY_ERR_FORMAT, "%s: header says %llu tokens, the file holds %llu bytes of ids", path,
-                       (unsigned long long)count, (unsigned long long)body);
-        goto out;
-    }
-    int32_t *res = malloc(count ? count * 4 : 4);
-    if (!res) { st = toy_error(TOY_ERR_NOMEM, "%s: out of memory (%llu tokens)", path, (unsigned long long)count); goto out; }
-    for (uint64_t i = 0; i < count; i++) {
-        uint32_t v = get_u32(h + TOYT_HEADER + 4 * i);
-        if (v >= vocab) {
-            free(res);
-            st = toy_error(TOY_ERR_RANGE, "%s: token %llu is id %u, vocabulary has %u", path, (unsigned long long)i, v, vocab);
-            goto out;
-        }
-        res[i] = (int32_t)v;
-    }
-    *ids = res;
-    *n = (int64_t)count;
-    *n_vocab = vocab;
-out:
     free(file);
     return st;
 }

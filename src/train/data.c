@@ -12,6 +12,7 @@
 #include "toy/data.h"
 
 #include "toy/file.h"
+#include "toy/tokenizer.h" /* toy_token_file_check */
 
 #include <errno.h>
 #include <inttypes.h>
@@ -39,7 +40,6 @@ struct toy_data {
 static uint32_t get_u32(const uint8_t *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
-static uint64_t get_u64(const uint8_t *p) { return (uint64_t)get_u32(p) | (uint64_t)get_u32(p + 4) << 32; }
 
 static enum toy_status check_opts(const struct toy_data_opts *o, const char *what) {
     if (!o) return toy_error(TOY_ERR_INVALID_ARG, "%s: no options", what);
@@ -89,53 +89,6 @@ static enum toy_status finish(struct toy_data *d, const struct toy_data_opts *o,
     return TOY_OK;
 }
 
-/* The header of a TOYT image of `size` bytes at p, and every id: the checks
- * that toy_data_open makes of a mapped file and toy_data_from_token_bytes
- * of bytes in memory. */
-static enum toy_status check_token_image(const uint8_t *p, size_t size, const char *name, uint32_t *vocab_out,
-                                         uint64_t *count_out) {
-    if (size < TOY_TOKEN_FILE_HEADER)
-        return toy_error(TOY_ERR_FORMAT, "%s: %zu bytes, shorter than the %d-byte TOYT header (offset 0)", name, size,
-                         TOY_TOKEN_FILE_HEADER);
-    uint32_t version = get_u32(p + 4), vocab = get_u32(p + 8);
-    uint64_t count = get_u64(p + 12), body = size - TOY_TOKEN_FILE_HEADER;
-    if (memcmp(p, TOY_TOKEN_FILE_MAGIC, 4))
-        return toy_error(TOY_ERR_FORMAT, "%s: bad magic %02x %02x %02x %02x at offset 0 (not a TOYT token file)", name,
-                         p[0], p[1], p[2], p[3]);
-    if (version != TOY_TOKEN_FILE_VERSION)
-        return toy_error(TOY_ERR_UNSUPPORTED, "%s: version %" PRIu32 " at offset 4 (this reader knows %d)", name,
-                         version, TOY_TOKEN_FILE_VERSION);
-    if (vocab == 0 || vocab > INT32_MAX)
-        return toy_error(TOY_ERR_FORMAT, "%s: vocabulary size %" PRIu32 " at offset 8 (must be 1..%d)", name, vocab,
-                         INT32_MAX);
-    if (count > body / 4 || body != count * 4)
-        return toy_error(TOY_ERR_FORMAT,
-                         "%s: count %" PRIu64 " at offset 12 needs %s bytes of ids, the file holds %" PRIu64
-                         " (truncated or trailing bytes)",
-                         name, count, count > body / 4 ? "more" : "fewer", body);
-    if (count > INT64_MAX) return toy_error(TOY_ERR_FORMAT, "%s: count %" PRIu64 " at offset 12", name, count);
-    /* Every id up front, a block at a time: a branch-free max, and only a
-     * block that fails is searched for the first bad id. */
-    const uint8_t *ids = p + TOY_TOKEN_FILE_HEADER;
-    for (uint64_t b = 0; b < count; b += 4096) {
-        uint64_t e = count - b < 4096 ? count : b + 4096;
-        uint32_t mx = 0;
-        for (uint64_t i = b; i < e; i++) {
-            uint32_t v = get_u32(ids + 4 * i);
-            mx = v > mx ? v : mx;
-        }
-        if (mx < vocab) continue;
-        uint64_t i = b;
-        while (get_u32(ids + 4 * i) < vocab) i++;
-        return toy_error(TOY_ERR_RANGE, "%s: token %" PRIu64 " (offset %" PRIu64 ") is id %" PRIu32
-                                        ", the vocabulary has %" PRIu32,
-                         name, i, (uint64_t)TOY_TOKEN_FILE_HEADER + 4 * i, get_u32(ids + 4 * i), vocab);
-    }
-    *vocab_out = vocab;
-    *count_out = count;
-    return TOY_OK;
-}
-
 /* A loader over the ids of a checked image: pointing into `map` (a file
  * mapping, little-endian hosts) or copied. Frees the mapping on failure. */
 static enum toy_status data_from_image(const uint8_t *p, uint32_t vocab, uint64_t count, void *map, size_t map_size,
@@ -180,7 +133,7 @@ enum toy_status toy_data_from_token_bytes(const void *bytes, size_t size, const 
     if (!bytes && size) return toy_error(TOY_ERR_INVALID_ARG, "%s: NULL bytes", name);
     uint32_t vocab;
     uint64_t count;
-    if ((st = check_token_image(bytes, size, name, &vocab, &count))) return st;
+    if ((st = toy_token_file_check(bytes, size, name, &vocab, &count))) return st;
     return data_from_image(bytes, vocab, count, NULL, 0, o, name, out);
 }
 
@@ -201,7 +154,7 @@ enum toy_status toy_data_open(const char *path, const struct toy_data_opts *o, s
     }
     uint32_t vocab;
     uint64_t count;
-    if ((st = check_token_image(fb.p, fb.n, path, &vocab, &count))) {
+    if ((st = toy_token_file_check(fb.p, fb.n, path, &vocab, &count))) {
         toy_file_bytes_close(&fb);
         return st;
     }
