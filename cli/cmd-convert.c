@@ -37,11 +37,17 @@ static void summary(const char *path, double t0, int64_t n_tensors) {
     if (toy_gguf_open(path, &g)) return;
     uint64_t params = 0;
     for (int64_t i = 0; i < toy_gguf_n_tensors(g); i++) params += (uint64_t)toy_gguf_tensor(g, i)->n_elements;
+    /* GPT-2 files carry the tied output matrix twice (llama.cpp reads output.weight): a copy is not a parameter */
+    int64_t ie = toy_gguf_find_tensor(g, "token_embd.weight"), io = toy_gguf_find_tensor(g, "output.weight");
+    const struct toy_gguf_tensor *te = ie >= 0 ? toy_gguf_tensor(g, ie) : NULL, *to = io >= 0 ? toy_gguf_tensor(g, io) : NULL;
+    bool copy = te && to && te->type == to->type && te->nbytes == to->nbytes && te->ne[0] == to->ne[0] &&
+                te->ne[1] == to->ne[1] && !memcmp(te->data, to->data, te->nbytes);
+    if (copy) params -= (uint64_t)to->n_elements;
     uint32_t ft = UINT32_MAX;
     toy_gguf_get_u32(g, "general.file_type", &ft);
-    fprintf(stderr, "toy: wrote %s: %lld tensors, %.2fM params, %s, %.1f MB in %.2f s\n", path,
-            (long long)n_tensors, (double)params / 1e6, toy_file_type_name(ft),
-            (double)toy_gguf_file_size(g) / 1e6, toy_now() - t0);
+    fprintf(stderr, "toy: wrote %s: %lld tensors, %.2fM params%s, %s, %.1f MB in %.2f s\n", path,
+            (long long)n_tensors, (double)params / 1e6, copy ? " (output.weight a copy of token_embd)" : "",
+            toy_file_type_name(ft), (double)toy_gguf_file_size(g) / 1e6, toy_now() - t0);
     toy_gguf_close(g);
 }
 

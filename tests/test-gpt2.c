@@ -317,6 +317,20 @@ Test(gpt2, converted_hf_folder_matches_pytorch, .timeout = 300) {
     json_decref(res);
     free(ours);
     free(quant);
+    /* `toy convert` reports the model's parameters once: the output copy of the tied matrix is not counted */
+    const char *bin = getenv("TOY_BIN") ? getenv("TOY_BIN") : "build/toy";
+    snprintf(cmd, sizeof cmd, "%s convert '%s' -o '%s/cli.gguf' --type q8_0 2>&1", bin, dir, th_dir);
+    FILE *p = popen(cmd, "r");
+    cr_assert(p);
+    char line[512], model_params[32] = "", file_params[32] = "";
+    while (fgets(line, sizeof line, p)) {
+        const char *m = strstr(line, "gpt2 model, "), *w = strstr(line, " tensors, ");
+        if (m) sscanf(m + strlen("gpt2 model, "), "%31s", model_params);
+        if (w) sscanf(w + strlen(" tensors, "), "%31s", file_params);
+    }
+    cr_assert_eq(pclose(p), 0);
+    cr_expect(model_params[0] && !strcmp(model_params, file_params), "convert says '%s' then '%s'", model_params,
+              file_params);
     th_rmdir();
 }
 
