@@ -58,8 +58,9 @@ struct sbuf {
 struct budget {
     unsigned long long steps, scanned; /* scanned: elements compared, not yet counted as steps */
     size_t work;
-    bool over;     /* MAX_WORK reached: the render fails */
-    double cpu0;   /* the thread's CPU time when the render began */
+    unsigned entered; /* nodes entered: the CPU time is read every 256th */
+    bool over;        /* MAX_WORK reached: the render fails */
+    double cpu0;      /* the thread's CPU time when the render began */
 };
 static _Thread_local struct budget *budget; /* the render in progress on this thread, or NULL */
 
@@ -1946,7 +1947,7 @@ static bool enter(struct ctx *C, const struct node *x) {
         rerr(C, x, "the template takes more than %llu steps to render", MAX_STEPS);
         return false;
     }
-    if (budget && (budget->steps & 255) == 0 && thread_cpu_seconds() - budget->cpu0 > MAX_CPU_SECONDS) {
+    if (budget && (++budget->entered & 255) == 0 && thread_cpu_seconds() - budget->cpu0 > MAX_CPU_SECONDS) {
         rerr(C, x, "the template takes more than %d s of CPU time to render", MAX_CPU_SECONDS);
         return false;
     }
