@@ -311,6 +311,34 @@ Test(tokenizer_gguf, malformed_metadata) {
     toy_gguf_writer_free(w);
 }
 
+/* The end-of-message and fill-in-the-middle ids a file names end generation and are CONTROL, as in
+ * llama.cpp, whatever their text; an id past the vocabulary is ignored, as there */
+Test(tokenizer_gguf, eom_and_fim_ids_end_generation) {
+    struct toy_gguf_writer *w;
+    struct toy_tokenizer *tok = NULL;
+    const char *toks[] = {"<unk>", "<s>", "</s>", "a", "b", "ab"};
+    const float scores[] = {0, 0, 0, -1, -1, -0.5f};
+    const int32_t types[] = {2, 3, 3, 1, 1, 1};
+    MUST(toy_gguf_writer_init(&w));
+    MUST(toy_gguf_writer_set_str(w, "tokenizer.ggml.model", "llama"));
+    MUST(toy_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, NULL, 6));
+    MUST(toy_gguf_writer_set_arr(w, "tokenizer.ggml.scores", TOY_GGUF_F32, scores, 6));
+    MUST(toy_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", TOY_GGUF_I32, types, 6));
+    MUST(load_built(w, &tok));
+    cr_expect(!toy_tokenizer_is_eog(tok, 3) && !toy_tokenizer_is_eog(tok, 4) && toy_tokenizer_is_eog(tok, 2));
+    toy_tokenizer_free(tok);
+    MUST(toy_gguf_writer_set_u32(w, "tokenizer.ggml.eom_token_id", 3));
+    MUST(toy_gguf_writer_set_u32(w, "tokenizer.ggml.fim_sep_token_id", 4));
+    MUST(toy_gguf_writer_set_u32(w, "tokenizer.ggml.fim_pad_token_id", 99));
+    MUST(load_built(w, &tok));
+    cr_expect(toy_tokenizer_is_eog(tok, 3), "eom_token_id");
+    cr_expect(toy_tokenizer_is_eog(tok, 4), "fim_sep_token_id");
+    cr_expect(!toy_tokenizer_is_eog(tok, 5) && toy_tokenizer_is_eog(tok, 2));
+    cr_expect_eq(toy_tokenizer_token_type(tok, 4), TOY_TOKEN_CONTROL);
+    toy_tokenizer_free(tok);
+    toy_gguf_writer_free(w);
+}
+
 /* A padded vocabulary (embedding rows past the tokenizer's) is written as llama.cpp's converter writes it:
  * [PAD<id>] tokens of type UNUSED up to the row count; the file reads back with the same encoding */
 Test(tokenizer_gguf, padded_to_the_embedding_rows) {

@@ -183,7 +183,18 @@ enum toy_status toy_tokenizer_load_gguf(const struct toy_gguf *g, struct toy_tok
     spec.add_space_prefix = get_flag(g, "tokenizer.ggml.add_space_prefix", spm);
     spec.ignore_merges = llama3;
     spec.chat_template = tmpl;
+    /* end-of-message and fill-in-the-middle ids the file names: llama.cpp
+     * ends generation at them too (ids outside the vocabulary: ignored) */
+    static const char *const eog_keys[] = {"tokenizer.ggml.eom_token_id", "tokenizer.ggml.fim_pad_token_id",
+                                           "tokenizer.ggml.fim_rep_token_id", "tokenizer.ggml.fim_sep_token_id"};
+    int32_t eog_ids[4];
+    for (int k = 0; k < 4; k++) eog_ids[k] = get_id(g, eog_keys[k], -1, &st);
+    if (st) goto done;
+    for (int k = 0; k < 4; k++)
+        if (eog_ids[k] >= 0 && eog_ids[k] < n) types[eog_ids[k]] = TOY_TOKEN_CONTROL;
     st = toy_tokenizer_init(&spec, out);
+    for (int k = 0; !st && k < 4; k++)
+        if (eog_ids[k] >= 0 && eog_ids[k] < n) tok_eog_add(*out, eog_ids[k]);
 done:
     free_strarr(pre_re, n_pre_re);
     free_strarr(tokens, n);

@@ -196,6 +196,7 @@ bool tok_pre_regexes(const char *name, int *n, const char *const **re);
 bool tok_is_eog_text(const char *text);
 bool tok_is_control_text(const char *text); /* end of generation or fill-in-the-middle: llama.cpp makes it CONTROL */
 void tok_eog_setup(struct toy_tokenizer *tok);
+void tok_eog_add(struct toy_tokenizer *tok, int32_t id); /* one more token that ends generation */
 /* GPT-2's byte <-> unicode code point table. */
 extern const uint16_t tok_byte_to_cp[256];
 int tok_cp_to_byte(uint32_t cp); /* -1 when cp is not one of the 256 */

@@ -677,7 +677,7 @@ static int32_t find_text(const struct toy_tokenizer *tok, const char *s) {
     return tok_strmap_get(&tok->text_map, s, strlen(s));
 }
 
-static void eog_add(struct toy_tokenizer *tok, int32_t id) {
+void tok_eog_add(struct toy_tokenizer *tok, int32_t id) {
     if (id < 0 || tok->n_eog == TOK_MAX_EOG) return;
     for (int i = 0; i < tok->n_eog; i++)
         if (tok->eog[i] == id) return;
@@ -691,16 +691,16 @@ static void eog_add(struct toy_tokenizer *tok, int32_t id) {
  * not the generation. */
 void tok_eog_setup(struct toy_tokenizer *tok) {
     tok->n_eog = 0;
-    eog_add(tok, tok->eos);
-    eog_add(tok, tok->eot);
-    for (const char *const *t = eog_text; *t; t++) eog_add(tok, find_text(tok, *t));
+    tok_eog_add(tok, tok->eos);
+    tok_eog_add(tok, tok->eot);
+    for (const char *const *t = eog_text; *t; t++) tok_eog_add(tok, find_text(tok, *t));
     for (int k = FIM_PAD; k <= FIM_SEP; k++) {
         int32_t best = -1;
         for (const char *const *t = fim_text[k]; *t; t++) {
             int32_t id = find_text(tok, *t);
             if (id >= 0 && (best < 0 || id < best)) best = id;
         }
-        eog_add(tok, best);
+        tok_eog_add(tok, best);
     }
     int32_t end = find_text(tok, "<|end|>");
     if (end >= 0 && end != tok->eos && end != tok->eot && find_text(tok, "<|return|>") >= 0 &&
