@@ -266,12 +266,14 @@ static enum toy_status load_built(struct toy_gguf_writer *w, struct toy_tokenize
     return st;
 }
 
+/* a six-token SPM vocabulary for metadata tests */
+static const char *toks[] = {"<unk>", "<s>", "</s>", "a", "b", "ab"};
+static const float scores[] = {0, 0, 0, -1, -1, -0.5f};
+static const int32_t types[] = {2, 3, 3, 1, 1, 1};
+
 Test(tokenizer_gguf, malformed_metadata) {
     struct toy_gguf_writer *w;
     struct toy_tokenizer *tok = NULL;
-    const char *toks[] = {"<unk>", "<s>", "</s>", "a", "b", "ab"};
-    const float scores[] = {0, 0, 0, -1, -1, -0.5f};
-    const int32_t types[] = {2, 3, 3, 1, 1, 1};
 
     MUST(toy_gguf_writer_init(&w));
     cr_expect_eq(load_built(w, &tok), TOY_ERR_NOT_FOUND); /* no tokenizer at all */
@@ -316,9 +318,6 @@ Test(tokenizer_gguf, malformed_metadata) {
 Test(tokenizer_gguf, eom_and_fim_ids_end_generation) {
     struct toy_gguf_writer *w;
     struct toy_tokenizer *tok = NULL;
-    const char *toks[] = {"<unk>", "<s>", "</s>", "a", "b", "ab"};
-    const float scores[] = {0, 0, 0, -1, -1, -0.5f};
-    const int32_t types[] = {2, 3, 3, 1, 1, 1};
     MUST(toy_gguf_writer_init(&w));
     MUST(toy_gguf_writer_set_str(w, "tokenizer.ggml.model", "llama"));
     MUST(toy_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, NULL, 6));
