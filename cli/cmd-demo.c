@@ -69,7 +69,8 @@ static int usage(void) {
             "usage: toy demo [--steps N] [--threads N] [--seed S] [--lr LR] [--ctx T] [--batch B]\n"
             "                [--dim D] [--layers L] [--bf16]\n"
             "Trains a small Llama on text from a built-in grammar with the toy train machinery\n"
-            "(run bundle in ./runs), then samples from it. Ctrl-C ends it with a checkpoint.\n");
+            "(run bundle in ./runs), then samples from it. Ctrl-C ends it with a checkpoint\n"
+            "(a demo run is not resumed: run toy demo again, or toy train --data FILE for your own text).\n");
     return 2;
 }
 
@@ -186,8 +187,9 @@ int toy_cmd_demo(int argc, char **argv) {
     toy_cli_stop_signals_restore();
     toy_progress_finish(&ud.pb);
     if (st && res.reason != TOY_RUN_INTERRUPTED) { fprintf(stderr, "toy demo: %s\n", toy_last_error()); goto out; }
-    printf("trained %lld steps in %.1f s (%.0f tokens/s): loss %.3f, held-out loss %.3f\n", (long long)res.final_step,
-           res.seconds, res.tokens_per_s, res.final_loss, res.final_eval_loss);
+    printf("%s %lld steps in %.1f s (%.0f tokens/s): loss %.3f, held-out loss %.3f\n",
+           res.reason == TOY_RUN_INTERRUPTED ? "interrupted after" : "trained", (long long)res.final_step, res.seconds,
+           res.tokens_per_s, res.final_loss, res.final_eval_loss);
     const char *sample = toy_trainer_sample_text(tr);
     printf("checkpoint: %s\n\n", res.checkpoint);
     if (sample && *sample) printf("sample (temperature 0.8):\n%s\n\n", sample); /* none when interrupted */

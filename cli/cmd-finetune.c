@@ -222,11 +222,8 @@ static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll
     int run_lock = -1;    /* toy_run_claim's: one process writes a run */
     bool made_run = false, started = false; /* a new run folder; its first step began */
     if (c.resume) {
-        char path[1200];
-        snprintf(path, sizeof path, "%s/finetune.json", c.resume);
-        json_error_t err;
-        json_t *j = json_load_file(path, 0, &err);
-        if (!j) { fprintf(stderr, "toy finetune: cannot resume: %s: %s\n", path, err.text); return 1; }
+        json_t *j = toy_cli_resume_load("finetune", c.resume, "finetune.json");
+        if (!j) return 1;
         c.tmpl = NULL; /* finetune.json's null is the run's: the model's template (or chatml), not a --template now */
         cfg_from_json(&c, j);
         saved = j;
@@ -255,8 +252,8 @@ static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll
         snprintf(run_dir, sizeof run_dir, "%s", c.resume);
         const char *slash = strrchr(run_dir, '/');
         snprintf(run_id, sizeof run_id, "%s", slash && slash[1] ? slash + 1 : run_dir);
+        char path[1200], target[512];
         snprintf(path, sizeof path, "%s/weights/latest", run_dir);
-        char target[512];
         ssize_t n = readlink(path, target, sizeof target - 1);
         if (n <= 0) {
             fprintf(stderr, "toy finetune: cannot resume: %s has no weights/latest\n", run_dir);
@@ -418,6 +415,7 @@ static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll
                                     JSON_COMPACT);
         goto out;
     }
+    if (c.resume) toy_cli_resume_notes(); /* the run goes on: what changed */
     if (resaved) { /* what the next --resume reads, once the run is known to resume */
         char path[1200];
         snprintf(path, sizeof path, "%s/finetune.json", c.resume);

@@ -331,11 +331,8 @@ int toy_cmd_train(int argc, char **argv) {
     json_t *resaved = NULL; /* --resume: train.json to write back (new --steps or thread count) */
     if (c.resume) {
         /* the run's own options, then the flags given now (e.g. more --steps) */
-        char path[1200];
-        snprintf(path, sizeof path, "%s/train.json", c.resume);
-        json_error_t err;
-        json_t *j = json_load_file(path, 0, &err);
-        if (!j) { fprintf(stderr, "toy train: cannot resume: %s: %s\n", path, err.text); rc = 1; goto out; }
+        json_t *j = toy_cli_resume_load("train", c.resume, "train.json");
+        if (!j) { rc = 1; goto out; }
         /* what train.json leaves out is the run's default, not a flag given now (those are ignored, below) */
         c.arch = c.warm = c.init = c.tokenizer = c.sample = NULL;
         c.dim = c.layers = c.heads = c.kv_heads = c.ff = 0;
@@ -370,8 +367,8 @@ int toy_cmd_train(int argc, char **argv) {
         snprintf(run_dir, sizeof run_dir, "%s", c.resume);
         const char *slash = strrchr(run_dir, '/');
         snprintf(run_id, sizeof run_id, "%s", slash && slash[1] ? slash + 1 : run_dir);
+        char path[1200], target[512];
         snprintf(path, sizeof path, "%s/weights/latest", run_dir);
-        char target[512];
         ssize_t n = readlink(path, target, sizeof target - 1);
         if (n <= 0) { fprintf(stderr, "toy train: cannot resume: %s has no weights/latest checkpoint\n", run_dir); rc = 1; goto out; }
         target[n] = 0;
@@ -574,6 +571,7 @@ int toy_cmd_train(int argc, char **argv) {
                                     JSON_COMPACT);
         goto out;
     }
+    if (c.resume) toy_cli_resume_notes(); /* the run goes on: what changed */
     if (resaved) { /* what the next --resume continues with, once the run is known to resume */
         char saved[1200];
         snprintf(saved, sizeof saved, "%s/train.json", c.resume);

@@ -4,8 +4,17 @@
 #ifndef TOY_CLI_RESUME_H
 #define TOY_CLI_RESUME_H
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
+
+/* --resume DIR: the run's saved options, DIR/`file` ("train.json",
+ * "finetune.json"), or NULL after printing "toy CMD: cannot resume: ..."
+ * with why: no such folder, a folder that is not a run, a run of the other
+ * command (named, with the command that continues it), a `toy demo` run
+ * (which cannot be resumed: its text is made in memory), or a file that
+ * does not parse (JSON error and where). */
+json_t *toy_cli_resume_load(const char *cmd, const char *dir, const char *file);
 
 /* The data a run trains on, as train.json / finetune.json record it: the
  * fingerprint (toy_data_fingerprint, toy_sft_fingerprint) fp of n `unit`
@@ -19,12 +28,14 @@ int toy_cli_resume_data(const char *cmd, const char *data, uint64_t fp, int64_t 
 
 /* --resume with the flags that may change how a run goes on: `threads`
  * (0: all cores) against the run's recorded `run_threads` (0: none
- * recorded), `steps` against `run_steps`. Prints a note for each change
+ * recorded), `steps` against `run_steps`. Keeps a note for each change
  * (another thread count changes the losses' last bits; a schedule that is
- * not constant then spans the new length) and returns whether the run's
- * saved options need rewriting. */
+ * not constant then spans the new length), which toy_cli_resume_notes
+ * prints once every check has passed and the run goes on, and returns
+ * whether the run's saved options need rewriting. */
 bool toy_cli_resume_changes(const char *cmd, int run_threads, int threads, int64_t run_steps, int64_t steps,
                             bool constant_lr);
+void toy_cli_resume_notes(void);
 
 /* --resume: each --flag in argv[1..argc) not in `applies` (NULL-ended) is
  * said to be ignored, "toy CMD: FLAG is ignored with --resume: the run keeps

@@ -170,11 +170,8 @@ int toy_train_vit(int argc, char **argv) {
     int64_t run_steps = 0;
     bool started = false; /* the run's first step began: its folder is kept whatever happens */
     if (c.resume) {
-        char path[1200];
-        snprintf(path, sizeof path, "%s/train.json", c.resume);
-        json_error_t err;
-        json_t *j = json_load_file(path, 0, &err);
-        if (!j) { fprintf(stderr, "toy train: cannot resume: %s: %s\n", path, err.text); return 1; }
+        json_t *j = toy_cli_resume_load("train", c.resume, "train.json");
+        if (!j) return 1;
         c.test = NULL; /* train.json's null is the run's: no --test, a split of --data */
         vcfg_from_json(&c, j);
         json_decref(j);
@@ -190,8 +187,8 @@ int toy_train_vit(int argc, char **argv) {
         snprintf(run_dir, sizeof run_dir, "%s", c.resume);
         const char *slash = strrchr(run_dir, '/');
         snprintf(run_id, sizeof run_id, "%s", slash && slash[1] ? slash + 1 : run_dir);
+        char path[1200], target[512];
         snprintf(path, sizeof path, "%s/weights/latest", run_dir);
-        char target[512];
         ssize_t n = readlink(path, target, sizeof target - 1);
         if (n <= 0) { fprintf(stderr, "toy train: cannot resume: %s has no weights/latest\n", run_dir); return 1; }
         target[n] = 0;
@@ -282,6 +279,7 @@ int toy_train_vit(int argc, char **argv) {
     /* a new --steps is the run's from now on, so that a later --resume keeps it: saved only once the run
      * is known to continue */
     if (c.resume && toy_cli_resume_changes("train", 0, 0, run_steps, c.o.steps, c.o.schedule == TOY_LR_CONSTANT)) {
+        toy_cli_resume_notes();
         char path[1200];
         snprintf(path, sizeof path, "%s/train.json", run_dir);
         if (toy_cli_write_json_file("train", vcfg_json(&c), path)) goto out;

@@ -243,6 +243,29 @@ Test(cli_train, out_refuses_a_folder_that_holds_a_run) {
     cr_expect_eq(sh("mkdir empty && " TRAIN " --data text.txt --steps 1 --out empty"), 0, "%s", out);
 }
 
+/* --resume says what the folder is when it is not a run of this command:
+ * missing, not a run, the other command's run (naming the command that
+ * continues it), a demo run (not resumable); a refused resume prints no
+ * "the run now ends at step N" note first; --out on a folder with no run
+ * does not suggest --resume */
+Test(cli_train, resume_names_what_the_folder_is) {
+    train_model();
+    cr_expect_eq(sh("$W train --resume nope --steps 3"), 1, "%s", out);
+    cr_expect(strstr(out, "cannot resume: nope: No such file or directory"), "%s", out);
+    cr_expect_eq(sh("$W train --resume m/weights --steps 3"), 1, "%s", out);
+    cr_expect(strstr(out, "m/weights is not a run folder (it has no train.json)"), "%s", out);
+    cr_expect_eq(sh("$W finetune --resume m --steps 3"), 1, "%s", out);
+    cr_expect(strstr(out, "m is a `toy train` run: continue it with toy train --resume m"), "%s", out);
+    cr_expect_eq(sh("mkdir -p runs/demo-1 && touch runs/demo-1/events.jsonl && $W train --resume runs/demo-1"), 1,
+                 "%s", out);
+    cr_expect(strstr(out, "is a `toy demo` run, which cannot be resumed"), "%s", out);
+    cr_expect_eq(sh("cp text.txt copy.txt && " TRAIN " --data copy.txt --steps 2 --out c && echo more >> copy.txt && "
+                    "$W train --resume c --steps 4"), 1, "%s", out);
+    cr_expect(strstr(out, "is not the data this run trained on") && !strstr(out, "now ends at step"), "%s", out);
+    cr_expect_eq(sh("mkdir junk && touch junk/x && " TRAIN " --data text.txt --steps 1 --out junk"), 1, "%s", out);
+    cr_expect(strstr(out, "it holds x, and no run") && !strstr(out, "--resume"), "%s", out);
+}
+
 /* toy demo (what make demo runs), small: a run bundle with a checkpoint
  * that generates, a sample, and flags read like every command's */
 Test(cli_train, demo_trains_a_run_that_generates) {

@@ -240,8 +240,17 @@ enum toy_status toy_run_claim(const char *dir, bool fresh, int *lock_fd) {
     char name[256];
     if (fresh && first_entry(dir, name, sizeof name)) {
         close(fd);
-        return toy_error(TOY_ERR_STATE, "%s is not empty (it holds %s): a new run would overwrite or mix with what is "
-                         "there; continue that run with --resume %s, or choose a new or empty folder", dir, name, dir);
+        char saved[PATH_MAX];
+        bool run = false; /* a train or finetune run: --resume continues it */
+        static const char *const options[] = {"train.json", "finetune.json"};
+        for (int k = 0; k < 2 && !run; k++)
+            run = snprintf(saved, sizeof saved, "%s/%s", dir, options[k]) < (int)sizeof saved && !access(saved, F_OK);
+        if (run)
+            return toy_error(TOY_ERR_STATE, "%s is not empty (it holds %s): a new run would overwrite or mix with what "
+                             "is there; continue that run with --resume %s, or choose a new or empty folder", dir, name,
+                             dir);
+        return toy_error(TOY_ERR_STATE, "%s is not empty (it holds %s, and no run): a new run would mix with what is "
+                         "there; choose a new or empty folder", dir, name);
     }
     if (!fresh) {
         sweep_stale_temps(dir);

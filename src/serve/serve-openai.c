@@ -239,7 +239,7 @@ static bool chat_prompt(const struct srv_api *api, json_t *body, struct toy_toke
     free(js);
     if (st) {
         free(text);
-        return srv_err(err, 400, "invalid_request_error", NULL, "messages", "chat template: %s", toy_last_error());
+        return srv_err(err, 400, "invalid_request_error", NULL, "messages", "%s", toy_last_error());
     }
     bool ok = encode_text(api, text, strlen(text), true, true, ids, "messages", err);
     free(text);
