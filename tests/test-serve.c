@@ -1299,6 +1299,11 @@ Test(serve, q8_batch_of_16_matches_alone, .timeout = 180) {
     struct server s;
     const char *extra[] = {"--parallel", "16", NULL};
     server_start_model(&s, q8, extra);
+    /* a toy-trained BPE model has a BOS it does not add: "" starts from it, as toy generate -p "" does */
+    struct resp e = http(&s, "POST", "/v1/completions", "{\"prompt\":\"\",\"max_tokens\":2}");
+    cr_expect_eq(e.code, 200, "%s", e.body);
+    cr_expect_eq(jint(e.json, "usage.prompt_tokens"), 1, "%s", e.body);
+    resp_free(&e);
     enum { N = 16 };
     char bodies[N][256];
     char *alone[N];

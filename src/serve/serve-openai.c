@@ -153,6 +153,10 @@ static bool completion_prompt(const struct srv_api *api, json_t *p, struct toy_t
     if (json_is_string(p)) {
         if (!encode_text(api, json_string_value(p), json_string_length(p), true, true, ids, "prompt", err))
             return false;
+        /* text of no tokens starts from BOS, added or not, as toy generate -p "" does */
+        if (ids->n == 0 && toy_tokenizer_bos(api->tok) >= 0 &&
+            toy_tokenizer_encode(api->tok, "", 0, TOY_ENCODE_ADD_BOS, ids))
+            return srv_err(err, 500, "server_error", NULL, NULL, "%s", toy_last_error());
     } else if (is_token_array(p)) {
         if (!token_array(api, p, ids, "prompt", "prompt", err)) return false;
     } else {
