@@ -14,10 +14,11 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: toy chat-template [-m MODEL] [--template NAME|FILE] --messages FILE.json\n"
+            "usage: toy chat-template [-m MODEL] [--template NAME|FILE|JINJA] --messages FILE.json\n"
             "  -m MODEL              a .gguf, tokenizer.json (with tokenizer_config.json) or folder; gives the\n"
             "                        template and the BOS/EOS text\n"
-            "  --template NAME|FILE  a built-in (chatml, smollm2, llama3, llama2, mistral, gemma, phi3) or a Jinja file\n"
+            "  --template NAME|FILE  a built-in (chatml, smollm2, llama3, llama2, mistral, gemma, phi3), a Jinja file\n"
+            "                        or Jinja source; a model without a template gets chatml\n"
             "  --messages FILE       JSON: [{\"role\": ..., \"content\": ...}, ...] or {\"messages\": [...], \"tools\": ...};\n"
             "                        '-' reads standard input\n"
             "  --no-generation-prompt  do not open an assistant turn at the end\n"
@@ -69,14 +70,20 @@ int toy_cmd_chat_template(int argc, char **argv) {
     char *file_src = NULL;
     const char *src = NULL;
     if (tmpl) {
-        src = toy_chat_template_builtin(tmpl) ? tmpl : (file_src = slurp(tmpl));
-        if (!src) { fprintf(stderr, "toy chat-template: %s: not a built-in template and not readable (%s)\n", tmpl, strerror(errno)); toy_tokenizer_free(tok); return 1; }
-    } else {
-        src = toy_tokenizer_chat_template(tok);
+        bool inline_src = toy_chat_template_builtin(tmpl) || strstr(tmpl, "{%") || strstr(tmpl, "{{");
+        src = inline_src ? tmpl : (file_src = slurp(tmpl)); /* a name, Jinja source, or a file ("-": stdin) */
         if (!src) {
-            fprintf(stderr, "toy chat-template: %s has no chat template; choose one with --template (chatml, llama3, ...)\n", model);
+            fprintf(stderr, "toy chat-template: %s: not a built-in template, Jinja source or a readable file (%s)\n",
+                    tmpl, strerror(errno));
             toy_tokenizer_free(tok);
             return 1;
+        }
+    } else {
+        src = toy_tokenizer_chat_template(tok);
+        if (!src) { /* as serve and finetune do */
+            fprintf(stderr, "toy chat-template: note: %s has no chat template: using chatml (--template picks "
+                    "another)\n", model);
+            src = "chatml";
         }
     }
     int rc = 0;

@@ -40,7 +40,7 @@ static int usage(void) {
 "usage: toy finetune --base MODEL.gguf --data SFT.jsonl [--method lora|qlora|full] [options]\n"
 "       toy finetune --resume runs/<id> [--steps N]\n"
 "data:     --data FILE (JSONL: {\"prompt\",\"completion\"} or {\"messages\":[{\"role\",\"content\"},...]}; a pipe too)\n"
-"          --template NAME|JINJA (for messages; default the model's, else chatml) --ctx 256 --heldout 0.1\n"
+"          --template NAME|JINJA|FILE (for messages; default the model's, else chatml) --ctx 256 --heldout 0.1\n"
 "          --no-pack (one example per row; default: examples packed into rows, attention kept within each)\n"
 "method:   --method lora (default) | qlora (quantized base, e.g. from `toy quantize`) | full\n"
 "lora:     --rank 8 --alpha 16 --targets q,v (q,k,v,o,gate,up,down, all) --dropout 0\n"
@@ -185,7 +185,11 @@ int toy_cmd_finetune(int argc, char **argv) {
     if (c.resume && rank == 0)
         toy_cli_resume_ignored("finetune", argc, argv, applies, "finetune.json",
                                "--steps, --threads, --log-every, --json and --dp-timeout");
+    /* --template FILE: its text is what the run keeps (finetune.json), so that --resume reads no file again */
+    char *tmpl_text = NULL;
+    c.tmpl = toy_cli_template_source(c.tmpl, &tmpl_text);
     rc = ft_main(&c, given_steps, coll, rank, world);
+    free(tmpl_text);
     if (rc == 1 && world > 1 && !dp_consistent && !toy_collective_broken(coll)) {
         fprintf(stderr, "toy finetune: rank %d of %d failed: ending the job\n", rank, world);
         toy_collective_abort(coll, 1);

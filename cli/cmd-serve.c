@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "flags.h"
+#include "paths.h"
 #include "stop-signals.h"
 #include "toy/serve.h"
 #include "toy/toy.h"
@@ -18,7 +19,7 @@
 static int usage_to(FILE *out) {
     fprintf(out,
             "usage: toy serve -m MODEL.gguf [--host 127.0.0.1] [--port 8080] [--name ID] [--api-key KEY]\n"
-            "                 [--chat-template NAME|JINJA] [--ctx N] [--parallel 4] [--queue 64] [--threads N]\n"
+            "                 [--chat-template NAME|JINJA|FILE] [--ctx N] [--parallel 4] [--queue 64] [--threads N]\n"
             "                 [--max-body BYTES] [--timeout SECONDS] [--max-connections 128] [--drain SECONDS]\n"
             "                 [--cors-origin '*'] [--runs DIR | --no-events] [--no-prefix-cache] [--kv-type f16|f32]\n"
             "                 [--quiet]\n"
@@ -58,8 +59,14 @@ int toy_cmd_serve(int argc, char **argv) {
     o.kv_f32 = kv && !strcmp(kv, "f32");
     if (!model) { fprintf(stderr, "toy serve: -m MODEL is required\n"); return usage(); }
 
+    char *tmpl_text = NULL; /* --chat-template FILE: its text */
+    o.chat_template = toy_cli_template_source(o.chat_template, &tmpl_text);
     struct toy_llama *m;
-    if (toy_llama_load(model, false, &m)) { fprintf(stderr, "toy serve: %s\n", toy_last_error()); return 1; }
+    if (toy_llama_load(model, false, &m)) {
+        fprintf(stderr, "toy serve: %s\n", toy_last_error());
+        free(tmpl_text);
+        return 1;
+    }
     struct toy_tokenizer *tok = NULL;
     if (toy_tokenizer_load_gguf(m->gguf, &tok)) {
         fprintf(stderr, "toy serve: %s has no usable tokenizer (%s); only token-id prompts will work\n", model,
@@ -76,5 +83,6 @@ int toy_cmd_serve(int argc, char **argv) {
     }
     toy_tokenizer_free(tok);
     toy_llama_free(m);
+    free(tmpl_text);
     return rc;
 }

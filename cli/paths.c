@@ -10,8 +10,22 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "toy/chat-template.h"
+#include "toy/file.h"
 #include "toy/models.h"
 #include "toy/status.h"
+
+const char *toy_cli_template_source(const char *arg, char **owned) {
+    *owned = NULL;
+    if (!arg || toy_chat_template_builtin(arg) || strstr(arg, "{%") || strstr(arg, "{{")) return arg;
+    struct stat sb;
+    size_t n;
+    if (stat(arg, &sb) || !S_ISREG(sb.st_mode) || toy_file_read_all(arg, owned, &n)) {
+        *owned = NULL;
+        return arg;
+    }
+    return *owned;
+}
 
 const char *toy_cli_abspath(const char *p, char *buf, size_t n) {
     char full[PATH_MAX];

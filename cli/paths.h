@@ -24,6 +24,13 @@ int toy_cli_check_input(const char *cmd, const char *path);
  * drained, and say only that its input is empty. */
 int toy_cli_one_stream(const char *cmd, const char *flag_a, const char *a, const char *flag_b, const char *b);
 
+/* A chat template as --template (finetune, chat-template) and serve's
+ * --chat-template take it: a built-in name or Jinja source as given, else
+ * the text of a readable file of that name (malloc'd in *owned, which the
+ * caller frees; NULL otherwise). A name that is none of these comes back as
+ * given, for toy_chat_template_init to refuse with its message. */
+const char *toy_cli_template_source(const char *arg, char **owned);
+
 /* A tokenizer source as `toy tokenize -m` takes it: a path that exists (a
  * file or a folder) as it is, else a model name from `toy models` resolved
  * to its GGUF in buf (n bytes). NULL after printing "toy CMD: why" when it

@@ -520,6 +520,17 @@ Test(cli_train, finetune_template_is_a_builtin_or_jinja) {
     cr_expect_eq(sh("test -e a"), 1, "a refused command made its run folder");
     cr_expect_eq(sh("%s --template chatml --out b", ft), 0, "%s", out);
     cr_expect_eq(sh("%s --template \"{%% for m in messages %%}{{ m.content }}{%% endfor %%}\" --out c", ft), 0, "%s", out);
+    /* a file of Jinja, as chat-template takes one: the run keeps its text, so --resume reads no file */
+    cr_expect_eq(sh("printf '{%%%% for m in messages %%%%}<{{ m.role }}>{{ m.content }}{%%%% endfor %%%%}' > t.jinja && "
+                    "%s --template t.jinja --out d && rm t.jinja", ft), 0, "%s", out);
+    cr_expect_eq(sh("grep -q '<{{ m.role }}>' d/finetune.json"), 0, "the template's text is not in finetune.json");
+    cr_expect_eq(sh("$W finetune --resume d --steps 2"), 0, "%s", out);
+    /* chat-template takes the same three, and a model without a template gets chatml as serve and finetune */
+    cr_expect_eq(sh("echo '[{\"role\":\"user\",\"content\":\"hi\"}]' > c.json && $W chat-template -m m/weights/latest "
+                    "--messages c.json"), 0, "%s", out);
+    cr_expect(strstr(out, "using chatml") && strstr(out, "<|im_start|>user\nhi<|im_end|>"), "%s", out);
+    cr_expect_eq(sh("$W chat-template --template '{{ messages[0].content }}!' --messages c.json"), 0, "%s", out);
+    cr_expect(strstr(out, "hi!"), "%s", out);
 }
 
 /* A new run refused before its first step leaves no run behind: the next --out of the folder starts afresh and

@@ -80,8 +80,8 @@ enum toy_status toy_chat_template_init(const char *source_or_name, struct toy_ch
         char names[256] = "";
         for (size_t i = 0; i < sizeof builtins / sizeof builtins[0]; i++)
             snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "", builtins[i].name);
-        return toy_error(TOY_ERR_NOT_FOUND, "chat template '%.64s' is neither a built-in (%s) nor Jinja source",
-                         source_or_name, names);
+        return toy_error(TOY_ERR_NOT_FOUND, "chat template '%.64s' is neither a built-in (%s) nor Jinja source (the "
+                         "commands also take a file of it)", source_or_name, names);
     }
     struct toy_chat_template *t = calloc(1, sizeof *t);
     if (!t) return toy_error(TOY_ERR_NOMEM, "chat template: out of memory");
