@@ -16,12 +16,13 @@
 #include "toy/toy.h"
 #include "toy/vit.h"
 
-static int usage(void) {
-    fprintf(stderr,
+static int usage_to(FILE *f) {
+    fprintf(f,
             "usage: toy classify -m VIT.gguf [-k 5] [--json] [--threads N] IMAGE...\n"
             "       toy classify -m VIT.gguf --data IMAGES   (accuracy over a labelled set: IDX, TOYI, class folders)\n");
     return 2;
 }
+static int usage(void) { return usage_to(stderr); }
 
 int toy_cmd_classify(int argc, char **argv) {
     const char *model = NULL, *data = NULL;
@@ -36,7 +37,7 @@ int toy_cmd_classify(int argc, char **argv) {
     int prc = toy_cli_parse("classify", argc, argv, flags, files, argc, &n_files);
     if (prc) {
         free(files);
-        if (prc == 1) return usage(), 0;
+        if (prc == 1) return usage_to(stdout), 0;
         return prc;
     }
     if (!model || (!data && n_files == 0)) { free(files); return usage(); }

@@ -64,8 +64,8 @@ struct opts {
     bool bf16;
 };
 
-static int usage(void) {
-    fprintf(stderr,
+static int usage_to(FILE *f) {
+    fprintf(f,
             "usage: toy demo [--steps N] [--threads N] [--seed S] [--lr LR] [--ctx T] [--batch B]\n"
             "                [--dim D] [--layers L] [--bf16]\n"
             "Trains a small Llama on text from a built-in grammar with the toy train machinery\n"
@@ -82,7 +82,7 @@ static int parse(int argc, char **argv, struct opts *o) {
         TOY_FLAG_N("--dim", TOY_CLI_I64, &o->d, 32, 1 << 16), TOY_FLAG_N("--layers", TOY_CLI_I64, &o->layers, 1, 1024),
         TOY_FLAG_B("--bf16", &o->bf16), TOY_FLAG_END};
     int rc = toy_cli_parse("demo", argc, argv, flags, NULL, 0, NULL);
-    if (rc == 1) return usage(), 1;
+    if (rc == 1) return usage_to(stdout), 1;
     if (rc) return rc;
     if (o->d % 32) { fprintf(stderr, "toy demo: --dim must be a multiple of 32 (heads of 32), not %lld\n", (long long)o->d); return 2; }
     if (o->bf16) toy_cli_bf16_math();

@@ -35,8 +35,8 @@
 #include "toy/toy.h"
 
 
-static int usage(void) {
-    fprintf(stderr,
+static int usage_to(FILE *f) {
+    fprintf(f,
 "usage: toy finetune --base MODEL.gguf --data SFT.jsonl [--method lora|qlora|full] [options]\n"
 "       toy finetune --resume runs/<id> [--steps N]\n"
 "data:     --data FILE (JSONL: {\"prompt\",\"completion\"} or {\"messages\":[{\"role\",\"content\"},...]}; a pipe too)\n"
@@ -148,7 +148,7 @@ static int parse(int argc, char **argv, struct cfg *c, bool *given_steps) {
         TOY_FLAG_END,
     };
     int rc = toy_cli_parse("finetune", argc, argv, flags, NULL, 0, NULL);
-    if (rc == 1) usage();
+    if (rc == 1) usage_to(stdout); /* asked for: the help goes to standard output */
     if (rc) return rc;
     if (c->o.train.bf16) toy_cli_bf16_math();
     if (schedule) {

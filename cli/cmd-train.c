@@ -71,8 +71,8 @@ static int warm_resume(struct toy_llama *m, const struct toy_tokenizer *tok, con
     return 0;
 }
 
-static int usage(void) {
-    fprintf(stderr,
+static int usage_to(FILE *f) {
+    fprintf(f,
 "usage: toy train --data FILE [options]          train from scratch\n"
 "       toy train --resume runs/<id> [--steps N]  continue a run, bit-identically\n"
 "data:      --data FILE (text, or a TOYT token file from `toy tokenize --corpus`; a pipe too)\n"
@@ -95,6 +95,7 @@ static int usage(void) {
 "profiling: --trace out.json (Chrome trace: every op, thread and step; open in Perfetto) --op-timing\n");
     return 2;
 }
+static int usage(void) { return usage_to(stderr); }
 
 struct cfg {
     const char *data, *tokenizer, *preset, *init, *runs, *out, *resume, *sample, *trace, *arch, *warm;
@@ -205,7 +206,7 @@ static int parse(int argc, char **argv, struct cfg *c, bool *given_steps) {
         TOY_FLAG_END,
     };
     int rc = toy_cli_parse("train", argc, argv, flags, NULL, 0, NULL);
-    if (rc == 1) usage();
+    if (rc == 1) usage_to(stdout); /* asked for: the help goes to standard output */
     if (rc) return rc;
     if (c->o.bf16) toy_cli_bf16_math();
     if (schedule) {

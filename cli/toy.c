@@ -28,6 +28,12 @@ int main(int argc, char **argv) {
     signal(SIGXFSZ, SIG_IGN);
     toy_cli_cleanup_signals_install();
     if (argc < 2) { usage(stderr); return 2; }
+    if (!strcmp(argv[1], "help") && argc >= 3) /* toy help COMMAND: that command's --help */
+        for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+            if (!strcmp(argv[2], commands[i].name)) {
+                char *args[] = {argv[2], "--help", NULL};
+                return commands[i].fn(2, args);
+            }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(stdout);
         return 0;

@@ -27,8 +27,8 @@
 #include "train-vit.h"
 
 
-static int usage(void) {
-    fprintf(stderr,
+static int usage_to(FILE *f) {
+    fprintf(f,
 "usage: toy train --arch vit --data IMAGES [options]    train a ViT image classifier\n"
 "       toy train --arch vit --resume runs/<id> [--steps N]\n"
 "data:      --data PATH (MNIST IDX file or folder, TOYI file, or a folder of class folders of PNG/JPEG; a TOYI\n"
@@ -40,6 +40,7 @@ static int usage(void) {
 "output:    --eval-every 200 --ckpt-every 0 --runs DIR (runs) --out DIR --log-every 50 --json\n");
     return 2;
 }
+static int usage(void) { return usage_to(stderr); }
 
 struct vcfg {
     const char *data, *test, *preset, *runs, *out, *resume;
@@ -107,7 +108,7 @@ static int parse(int argc, char **argv, struct vcfg *c, bool *given_steps) {
         TOY_FLAG_END,
     };
     int rc = toy_cli_parse("train --arch vit", argc, argv, flags, NULL, 0, NULL);
-    if (rc == 1) usage();
+    if (rc == 1) usage_to(stdout); /* asked for: the help goes to standard output */
     if (rc) return rc;
     if (schedule) {
         int k = toy_lr_kind_from_name(schedule);

@@ -266,6 +266,21 @@ Test(cli_train, resume_names_what_the_folder_is) {
     cr_expect(strstr(out, "it holds x, and no run") && !strstr(out, "--resume"), "%s", out);
 }
 
+/* Every command's --help goes to standard output with exit 0 (toy train --help | less), and toy help
+ * COMMAND is that help; train, finetune, demo and classify wrote theirs to standard error */
+Test(cli_train, help_goes_to_stdout) {
+    const char *cmds[] = {"demo", "train", "finetune", "merge", "eval", "classify", "generate", "bench", "describe",
+                          "models", "convert", "quantize", "runs", "tokenize", "tokenizer", "chat-template",
+                          "devices", "serve", "train --arch vit"};
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        cr_expect_eq(sh("$W %s --help 2>err.txt | grep -q usage && ! test -s err.txt", cmds[i]), 0, "%s: %s", cmds[i],
+                     out);
+    }
+    cr_expect_eq(sh("$W help train | grep -q 'toy train --resume'"), 0, "%s", out);
+    cr_expect_eq(sh("$W train"), 2, "%s", out); /* a usage error still goes to standard error, exit 2 */
+    cr_expect(strstr(out, "--data FILE is required"), "%s", out);
+}
+
 /* toy demo (what make demo runs), small: a run bundle with a checkpoint
  * that generates, a sample, and flags read like every command's */
 Test(cli_train, demo_trains_a_run_that_generates) {
