@@ -76,6 +76,8 @@ struct hp {
     bool has_eps, eps_rms, has_rope_base, tied, qkv_bias, qk_norm, has_rope_freqs;
     double attn_cap, final_cap;
     int64_t swa;
+    bool vit; /* a ViT classifier (toy train --arch vit): images in, classes out */
+    int64_t img_h, img_w, channels, patch, classes;
     struct { char key[128]; const char *type; } bad[16]; /* hyperparameters stored as something not a number */
     int n_bad;
 };
@@ -139,6 +141,13 @@ static void read_hp(const struct toy_gguf *g, struct hp *h) {
     h->attn_cap = getf(g, h, "attn_logit_softcapping", 0, NULL);
     h->final_cap = getf(g, h, "final_logit_softcapping", 0, NULL);
     h->swa = geti(g, h, "attention.sliding_window", 0, NULL);
+    if ((h->vit = !strcmp(h->arch, "vit"))) { /* the keys src/models/vit.c writes */
+        h->img_w = geti(g, h, "image_size", 0, NULL);
+        h->img_h = geti(g, h, "image_height", h->img_w, NULL);
+        h->channels = geti(g, h, "channels", 3, NULL);
+        h->patch = geti(g, h, "patch_size", 0, NULL);
+        h->classes = geti(g, h, "class_count", 0, NULL);
+    }
     uint64_t n;
     int64_t k;
     if (!toy_gguf_get_arr(g, "tokenizer.ggml.tokens", &k, NULL, &n)) h->vocab = (int64_t)n, h->has_vocab = true;
@@ -180,8 +189,22 @@ static void card(const struct toy_gguf *g, const struct hp *h, struct text *t) {
         tprintf(t, "(no tensors: a vocabulary-only file (a tokenizer), no network to describe)\n");
         return;
     }
+    if (h->vit && h->d > 0 && h->L > 0 && h->H > 0 && h->patch > 0) {
+        const long long P = h->patch, N = (h->img_h / P) * (h->img_w / P);
+        tprintf(t, "Algorithm: vit forward pass (Vision Transformer classifier, pre-LayerNorm, class token)\n");
+        tprintf(t, "Input:  an image of %lld x %lld pixels, %lld channel%s, normalised by the file's mean and std\n",
+                (long long)h->img_h, (long long)h->img_w, (long long)h->channels, h->channels == 1 ? "" : "s");
+        tprintf(t, "Output: p ∈ (0,1)^%lld, a distribution over the classes\n", (long long)h->classes);
+        tprintf(t, "1. patches: %lld of %lld x %lld; e = W_p patch + b_p (a stride-%lld convolution) -> %lld x %lld\n", N, P,
+                P, P, (long long)h->d, N);
+        tprintf(t, "2. x = [cls, e] + pos (%lld positions)\n", N + 1);
+        tprintf(t, "3. for l = 1..%lld: x += attention(LN(x)) (%lld heads, bidirectional); x += W_down GELU(W_up LN(x))"
+                " (d_ff %lld)\n", (long long)h->L, (long long)h->H, (long long)h->dff);
+        tprintf(t, "4. p = softmax(W_head LN(x[cls]) + b_head)\n");
+        return;
+    }
     if (!gpt2 && !llama_family) {
-        tprintf(t, "(no algorithm card for architecture '%s': toy knows the Llama family and GPT-2)\n", h->arch);
+        tprintf(t, "(no algorithm card for architecture '%s': toy knows the Llama family, GPT-2 and ViT)\n", h->arch);
         return;
     }
     if (h->d < 1 || h->L < 1 || h->H < 1) { /* a card "for l = 1..0" over shapes of 0 describes nothing */
@@ -421,7 +444,7 @@ int toy_cmd_describe(int argc, char **argv) {
         json_object_set_new(o, "params", json_integer(h.n_params));
         json_object_set_new(o, "file_type", ft == UINT32_MAX ? json_null() : json_integer(ft));
         json_object_set_new(o, "file_type_name", json_string(toy_file_type_name(ft)));
-        bool rope = strcmp(h.arch, "gpt2") != 0; /* GPT-2 has learned positions, no RoPE */
+        bool rope = strcmp(h.arch, "gpt2") != 0 && !h.vit; /* GPT-2 and ViT have learned positions, no RoPE */
         /* null: not in the file */
         json_object_set_new(o, "hparams", json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
             "embedding_length", int_or_null(h.has_d, h.d), "block_count", int_or_null(h.has_L, h.L),
@@ -431,6 +454,11 @@ int toy_cmd_describe(int argc, char **argv) {
             "norm_eps", h.has_eps ? num_or_null(h.eps) : json_null(),
             "rope_freq_base", rope && h.has_rope_base ? num_or_null(h.rope_base) : json_null(),
             "tied_embeddings", h.n_tensors ? json_boolean(h.tied) : json_null()));
+        if (h.vit)
+            json_object_set_new(o, "vit", json_pack("{s:I, s:I, s:I, s:I, s:I}", "image_height", (json_int_t)h.img_h,
+                                                    "image_width", (json_int_t)h.img_w, "channels",
+                                                    (json_int_t)h.channels, "patch_size", (json_int_t)h.patch,
+                                                    "class_count", (json_int_t)h.classes));
         json_t *types = json_array();
         for (int t = 0; t < TOY_DTYPE_COUNT; t++) {
             if (!rows[t].tensors) continue;
@@ -475,8 +503,13 @@ int toy_cmd_describe(int argc, char **argv) {
                      (long long)h.dh);
         } else dim(l1, sizeof l1, "heads", false, is_bad(&h, "attention.head_count"), 0, missing, sizeof missing);
         dim(l1, sizeof l1, "d_ff", h.has_dff, is_bad(&h, "feed_forward_length"), h.dff, missing, sizeof missing);
-        dim(l2, sizeof l2, "context", h.has_ctx, is_bad(&h, "context_length"), h.ctx, missing, sizeof missing);
-        dim(l2, sizeof l2, "vocab", h.has_vocab, is_bad(&h, "vocab_size"), h.vocab, missing, sizeof missing);
+        if (h.vit) { /* images and classes, not tokens */
+            snprintf(l2, sizeof l2, "image %lldx%lldx%lld, patch %lld, %lld classes, ", (long long)h.img_h,
+                     (long long)h.img_w, (long long)h.channels, (long long)h.patch, (long long)h.classes);
+        } else {
+            dim(l2, sizeof l2, "context", h.has_ctx, is_bad(&h, "context_length"), h.ctx, missing, sizeof missing);
+            dim(l2, sizeof l2, "vocab", h.has_vocab, is_bad(&h, "vocab_size"), h.vocab, missing, sizeof missing);
+        }
         size_t k = strlen(l2);
         /* the key found names the norm: RMSNorm's or LayerNorm's epsilon */
         if (h.has_eps) snprintf(l2 + k, sizeof l2 - k, "%s %g, ", h.eps_rms ? "rms eps" : "ln eps", h.eps);
@@ -486,7 +519,7 @@ int toy_cmd_describe(int argc, char **argv) {
         k = strlen(l2);
         if (h.has_rope_base) snprintf(l2 + k, sizeof l2 - k, "rope base %g, ", h.rope_base);
         else if (is_bad(&h, "rope.freq_base")) snprintf(l2 + k, sizeof l2 - k, "rope base ?, ");
-        else if (strcmp(h.arch, "gpt2")) { /* GPT-2 has learned positions, no RoPE: nothing is missing */
+        else if (strcmp(h.arch, "gpt2") && !h.vit) { /* GPT-2 and ViT have learned positions, no RoPE */
             k = strlen(missing);
             snprintf(missing + k, sizeof missing - k, "%srope base", k ? ", " : "");
         }

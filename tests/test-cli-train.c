@@ -780,6 +780,12 @@ Test(cli_train, vit_resume_saves_new_steps_and_names_ignored_flags) {
     cr_assert_eq(sh("$W train --resume v"), 0, "%s", out);
     cr_expect(strstr(out, "completed at step 4"), "%s", out);
     cr_expect_eq(sh("test -f v/weights/step_4.gguf"), 0);
+    /* describe knows a ViT: its image, patch and classes, no "context ?, vocab ?", and a card */
+    cr_assert_eq(sh("$W describe v/weights/latest"), 0, "%s", out);
+    cr_expect(strstr(out, "patch 4") && strstr(out, "classes") && !strstr(out, "vocab ?") &&
+              !strstr(out, "not in the file") && strstr(out, "Vision Transformer"), "%s", out);
+    cr_assert_eq(sh("$W describe v/weights/latest --json"), 0, "%s", out);
+    cr_expect(strstr(out, "\"patch_size\": 4"), "%s", out);
 }
 
 /* --tokenizer from a pipe: a GGUF (it was mapped, and a pipe cannot be) or a tokenizer.json (sized by seeking
