@@ -799,7 +799,13 @@ Test(events, run_claim_is_exclusive_and_fresh_needs_an_empty_folder) {
     pf(file, sizeof file, "%s/events.jsonl", run);
     write_file(file, "");
     cr_expect_eq(toy_run_claim(run, true, &a), TOY_ERR_STATE);
-    cr_expect(strstr(toy_last_error(), "events.jsonl") && strstr(toy_last_error(), "--resume"), "%s", toy_last_error());
+    /* no train.json or finetune.json: nothing --resume could continue, so it is not suggested */
+    cr_expect(strstr(toy_last_error(), "events.jsonl, and no run") && !strstr(toy_last_error(), "--resume"), "%s",
+              toy_last_error());
+    pf(file, sizeof file, "%s/train.json", run);
+    write_file(file, "{}");
+    cr_expect_eq(toy_run_claim(run, true, &a), TOY_ERR_STATE);
+    cr_expect(strstr(toy_last_error(), "--resume"), "%s", toy_last_error());
     cr_assert_eq(toy_run_claim(run, false, &a), TOY_OK, "%s", toy_last_error()); /* what --resume does */
     toy_run_release(a);
     toy_run_release(-1);
