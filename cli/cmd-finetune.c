@@ -25,6 +25,7 @@
 #include "flags.h"
 #include "json-out.h"
 #include "paths.h"
+#include "dp-agree.h"
 #include "resume.h"
 #include "toy/gguf.h"
 #include "toy/threadpool.h"
@@ -190,7 +191,7 @@ int toy_cmd_finetune(int argc, char **argv) {
     c.tmpl = toy_cli_template_source(c.tmpl, &tmpl_text);
     rc = ft_main(&c, given_steps, coll, rank, world);
     free(tmpl_text);
-    if (rc == 1 && world > 1 && !dp_consistent && !toy_collective_broken(coll)) {
+    if ((rc == 1 || rc == 2) && world > 1 && !dp_consistent && !toy_collective_broken(coll)) { /* 2: a bad flag */
         fprintf(stderr, "toy finetune: rank %d of %d failed: ending the job\n", rank, world);
         toy_collective_abort(coll, 1);
     }
@@ -395,15 +396,43 @@ static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll
     if (world > 1) { /* every rank starts from rank 0's trainable weights, then averages gradients */
         struct toy_tensor *const *params;
         int n = toy_finetuner_params(ft, &params);
+        /* first, every rank started alike: options, examples, base model and trainable shapes (2: refused alike) */
+        json_t *opts = json_pack("{s:o,s:I,s:I,s:b,s:b,s:s?,s:s?,s:s?,s:I,s:I,s:f,s:f,s:f}", "train",
+                                 toy_train_opts_to_json(&c.o.train), "batch", (json_int_t)c.o.batch, "epochs",
+                                 (json_int_t)c.o.epochs, "pack", !c.o.no_pack, "freeze", c.o.freeze_embeddings,
+                                 "method", c.method, "targets", c.targets, "template", c.tmpl, "ctx",
+                                 (json_int_t)c.ctx, "rank", (json_int_t)c.rank, "alpha", c.alpha, "dropout", c.dropout,
+                                 "heldout", c.heldout);
+        uint64_t fp[2] = {toy_sft_fingerprint(data), (uint64_t)n_examples};
+        const struct toy_cli_agree items[] = {{"fine-tuning options", toy_cli_hash_json(opts)},
+                                              {"examples", toy_cli_hash(TOY_CLI_HASH0, fp, sizeof fp)},
+                                              {"base model", toy_cli_hash_gguf(m->gguf)},
+                                              {"trainable shapes", toy_cli_hash_shapes(params, n)}};
+        int arc = toy_cli_dp_agree("finetune", coll, items, 4);
+        if (arc) {
+            dp_consistent = arc == 2; /* every rank saw the difference: each ends alike, no abort */
+            rc = arc;
+            goto out;
+        }
         if (toy_collective_broadcast_tensors(coll, params, n, 0) ||
             toy_finetuner_set_collective(ft, toy_collective_allreduce_grads, toy_collective_reduce_sum, coll)) {
-            fprintf(stderr, "toy finetune: rank %d of %d: %s\n", rank, world, toy_last_error());
+            toy_cli_rank_error("finetune", rank, world);
             goto out;
         }
     }
     if (state[0] && toy_finetuner_load_state(ft, state)) {
         fprintf(stderr, "toy finetune: cannot resume from %s: %s\n", state, toy_last_error());
         goto out;
+    }
+    if (world > 1) { /* --resume: every rank's checkpoint is the same step (a stale copy of the run is not) */
+        int64_t at = toy_finetuner_step(ft);
+        const struct toy_cli_agree it = {"checkpoint (the step it resumes at)", toy_cli_hash(TOY_CLI_HASH0, &at, sizeof at)};
+        int arc = toy_cli_dp_agree("finetune", coll, &it, 1);
+        if (arc) {
+            dp_consistent = arc == 2;
+            rc = arc;
+            goto out;
+        }
     }
     if (c.resume && toy_finetuner_step(ft) >= toy_finetuner_steps(ft)) { /* nothing to train: the run stays */
         if (rank == 0)

@@ -31,6 +31,7 @@
 #include "json-out.h"
 #include "lm-data.h"
 #include "paths.h"
+#include "dp-agree.h"
 #include "resume.h"
 #include "toy/collective.h"
 #include "toy/data.h"
@@ -277,14 +278,24 @@ static int dp_resize(struct cfg *c, int world) {
  * gradients (overlapped with the backward pass unless --dp-overlap 0;
  * ZeRO-1 with --zero 1) and sums its per-step scalars through the
  * collective. Before the state is loaded: a sharded optimizer reads its part. */
-static int dp_setup(struct toy_collective *coll, struct toy_trainer *tr, const struct cfg *c) {
+static int dp_setup(struct toy_collective *coll, struct toy_trainer *tr, const struct cfg *c, struct toy_data *data) {
     int rank = toy_collective_rank(coll), world = toy_collective_world(coll);
     if (world == 1) return 0;
     struct toy_tensor *const *params;
     int n = toy_trainer_params(tr, &params);
+    /* every rank started alike: the same options, data and model shapes (2: refused alike on every rank) */
+    json_t *opts = json_pack("{s:o,s:I,s:I,s:f,s:i,s:f,s:i}", "train", toy_train_opts_to_json(&c->o), "batch",
+                             (json_int_t)c->batch, "ctx", (json_int_t)c->ctx, "heldout", c->heldout, "dp_overlap",
+                             c->dp_overlap, "dp_bucket_mb", c->dp_bucket_mb, "zero", c->zero);
+    uint64_t fp[2] = {toy_data_fingerprint(data), (uint64_t)toy_data_count(data)};
+    const struct toy_cli_agree items[] = {{"training options", toy_cli_hash_json(opts)},
+                                          {"data", toy_cli_hash(TOY_CLI_HASH0, fp, sizeof fp)},
+                                          {"model shapes", toy_cli_hash_shapes(params, n)}};
+    int arc = toy_cli_dp_agree("train", coll, items, 3);
+    if (arc) return arc;
     enum toy_status st = toy_collective_broadcast_tensors(coll, params, n, 0);
     if (!st) st = toy_trainer_use_collective(tr, coll, &(struct toy_dp_opts){.overlap = c->dp_overlap != 0, .zero = c->zero});
-    if (st) fprintf(stderr, "toy train: rank %d of %d: %s\n", rank, world, toy_last_error());
+    if (st) toy_cli_rank_error("train", rank, world);
     return st ? 1 : 0;
 }
 
@@ -351,7 +362,8 @@ int toy_cmd_train(int argc, char **argv) {
                                               "--op-timing", NULL};
         if (rank == 0)
             toy_cli_resume_ignored("train", argc, argv, applies, "train.json",
-                                   "--steps, --threads, --log-every, --json, --trace, --op-timing and the --dp-* flags");
+                                   "--steps, --threads, --log-every, --json, --trace, --op-timing, --zero and the --dp-* "
+                                   "flags");
         /* the run's thread count unless --threads says otherwise: the gradient norm's float sum depends on
          * how the work is split, so another count changes the losses in their last bits */
         int run_threads = c.threads;
@@ -389,7 +401,12 @@ int toy_cmd_train(int argc, char **argv) {
         if (!freopen("/dev/null", "w", stdout)) { rc = 1; goto out; }
     }
     if (!c.threads && world > 1 && !getenv("TOY_THREADS")) c.threads = toy_collective_threads(coll);
-    if (!c.data) { fprintf(stderr, "toy train: --data FILE is required\n"); return usage(); }
+    if (!c.data) {
+        fprintf(stderr, "toy train: --data FILE is required\n");
+        if (rank == 0) usage();
+        rc = 2;
+        goto out;
+    }
     /* the model's shape, checked now: the data (a BPE vocabulary to learn) may take a while */
     bool is_gpt2 = c.arch && !strcmp(c.arch, "gpt2");
     if (c.arch && !is_gpt2 && strcmp(c.arch, "llama")) {
@@ -553,10 +570,24 @@ int toy_cmd_train(int argc, char **argv) {
         fprintf(stderr, "toy train: %s\n", toy_last_error());
         goto out;
     }
-    if (dp_setup(coll, tr, &c)) goto out;
+    if ((rc = dp_setup(coll, tr, &c, data))) {
+        dp_consistent = rc == 2; /* every rank saw the difference: each ends alike, no abort */
+        goto out;
+    }
+    rc = 1; /* what a `goto out` below means */
     if (state[0] && toy_trainer_load_state(tr, state)) {
         fprintf(stderr, "toy train: cannot resume from %s: %s\n", state, toy_last_error());
         goto out;
+    }
+    if (world > 1) { /* --resume: every rank's checkpoint is the same step (a stale copy of the run is not) */
+        int64_t at = toy_trainer_step(tr);
+        const struct toy_cli_agree it = {"checkpoint (the step it resumes at)", toy_cli_hash(TOY_CLI_HASH0, &at, sizeof at)};
+        int arc = toy_cli_dp_agree("train", coll, &it, 1);
+        if (arc) {
+            rc = arc;
+            dp_consistent = arc == 2;
+            goto out;
+        }
     }
     if (c.resume && toy_trainer_step(tr) >= c.o.steps) { /* nothing to train: the run stays as it is */
         if (rank == 0)
@@ -668,8 +699,8 @@ out:
     toy_run_release(run_lock);
     if (rc && made_run && !started) /* refused: no run to resume; the folder goes if this run made it */
         toy_run_discard(c.out ? c.out : run_dir, !c.out);
-    if (rc == 1 && world > 1 && !dp_consistent && !toy_collective_broken(coll)) {
-        /* a failure of this rank alone: the others would wait for it, so end the job now */
+    if ((rc == 1 || rc == 2) && world > 1 && !dp_consistent && !toy_collective_broken(coll)) {
+        /* a failure (or a bad flag) of this rank alone: the others would wait for it, so end the job now */
         fprintf(stderr, "toy train: rank %d of %d failed: ending the job\n", rank, world);
         toy_collective_abort(coll, 1);
     }

@@ -467,7 +467,12 @@ Test(collective, trainer_hooks_identity_and_failure_resume, .timeout = 120) {
     cr_assert_eq(res.reason, TOY_RUN_ERRORED);
     cr_assert(strstr(toy_last_error(), "replicas diverged"), "%s", toy_last_error());
     cr_assert_eq(res.final_step, 4);
-    cr_assert(res.checkpoint[0], "rank 0's weights are still saved");
+    /* and no rank's weights are the run's: none is saved, weights/latest stays where the replicas agreed (found by
+     * the MPI walk: a stale run folder on one rank made a diverged checkpoint the next --resume's start) */
+    cr_assert(!res.checkpoint[0], "diverged weights were saved as %s", res.checkpoint);
+    cr_assert(strstr(toy_last_error(), "these weights are not saved"), "%s", toy_last_error());
+    snprintf(ckpt, sizeof ckpt, "%s/weights/step_4.gguf", dir);
+    cr_assert_neq(access(ckpt, F_OK), 0, "%s was written", ckpt);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
     if (system(cmd)) {}

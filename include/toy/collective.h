@@ -134,6 +134,12 @@ enum toy_status toy_collective_broadcast_tensors(struct toy_collective *c, struc
 
 enum toy_status toy_collective_barrier(struct toy_collective *c);
 
+/* Whether every rank holds the same 64-bit value h (a hash of its
+ * settings, say): *differ is the number of ranks whose h is not rank 0's,
+ * the same on every rank; *self whether this rank is one of them. Every rank
+ * calls it, before collectives whose sizes depend on what h hashes. */
+enum toy_status toy_collective_agree(struct toy_collective *c, uint64_t h, int *differ, bool *self);
+
 /* Adapters with the trainer's hook signatures (toy/trainer.h), ud = the
  * collective: the mean of each tensor's f32 gradient (p->grad->data,
  * toy_nelements(p) floats), and the sum of a vector of doubles. */

@@ -60,7 +60,7 @@ struct toy_finetuner {
     bool pack;
     int32_t *x, *y, *pos, *seg; /* (B, T) the micro-batch as drawn (pos, seg: packed) */
     int64_t run_positions;      /* positions the training graphs ran (for the packing efficiency) */
-    int64_t positions0;         /* toy_sft_positions when the finetuner was made */
+    int64_t mine_positions;     /* example positions of the micro-batches this rank ran (of run_positions) */
     struct toy_membuf buf;
     struct toy_optim *opt;
     struct toy_lr_schedule sched;
@@ -185,7 +185,6 @@ enum toy_status toy_finetuner_new(struct toy_llama *m, struct toy_lora *lora, co
     f->pos = malloc((size_t)(B * T) * sizeof *f->pos);
     f->seg = malloc((size_t)(B * T) * sizeof *f->seg);
     if (!f->x || !f->y || !f->pos || !f->seg) { toy_finetuner_free(f); return toy_error(TOY_ERR_NOMEM, "finetuner"); }
-    f->positions0 = toy_sft_positions(data);
     for (int64_t bt = T; f->n_bk < 4 && (bt == T || bt >= 16) && !st; bt /= 2) {
         struct bucket *k = &f->bk[f->n_bk++];
         k->T = bt;
@@ -300,7 +299,7 @@ size_t toy_finetuner_activation_bytes(const struct toy_finetuner *f) { return f-
 
 double toy_finetuner_pack_efficiency(const struct toy_finetuner *f) {
     if (!f->run_positions) return NAN;
-    return (double)(toy_sft_positions(f->data) - f->positions0) / (double)f->run_positions;
+    return (double)f->mine_positions / (double)f->run_positions;
 }
 
 size_t toy_finetuner_trainable_bytes(const struct toy_finetuner *f) {
@@ -499,6 +498,7 @@ enum toy_status toy_finetuner_run(struct toy_finetuner *f, struct toy_train_resu
             for (int w = 0; w < (dp ? f->world : 1); w++) {
                 bool mine = !dp || w == f->rank;
                 int32_t *x = mine ? f->x : f->sx, *y = mine ? f->y : f->sy;
+                int64_t p0 = toy_sft_positions(f->data); /* every rank draws every micro-batch: count its own */
                 if (!f->pack) toy_sft_next_batch(f->data, f->B, x, y);
                 else if (toy_sft_next_packed(f->data, f->B, x, y, mine ? f->pos : f->spos, mine ? f->seg : f->sseg) < 0) {
                     st = toy_error(TOY_ERR_NOMEM, "packing a batch");
@@ -506,6 +506,7 @@ enum toy_status toy_finetuner_run(struct toy_finetuner *f, struct toy_train_resu
                 }
                 if (f->lora) toy_lora_dropout_refresh(f->lora); /* every rank's masks, in the same order */
                 if (!mine) continue;
+                f->mine_positions += toy_sft_positions(f->data) - p0;
                 struct bucket *k = pick_bucket(f);
                 step_tokens += count_targets(k->tgt);
                 if ((st = toy_graph_compute(k->g, f->tp))) break;

@@ -401,7 +401,8 @@ static enum toy_status check_replicas(struct toy_trainer *t) {
     if ((st = t->reduce(t->allreduce_ud, &bad, 1))) return st;
     if (bad > 0)
         return toy_error(TOY_ERR_STATE, "after step %lld the weights of %.0f rank(s) differ from rank 0's: the replicas "
-                         "diverged (their updates were not bit-identical: a non-deterministic reduction?)",
+                         "diverged (ranks started with other settings, data or checkpoints, or their updates were not "
+                         "bit-identical)",
                          (long long)t->step, bad);
     return TOY_OK;
 }
@@ -590,6 +591,7 @@ enum toy_status toy_trainer_run(struct toy_trainer *t, struct toy_train_result *
     int64_t tokens = 0;
     enum toy_status st = TOY_OK;
     char err[512] = "";
+    bool diverged = false; /* check_replicas found the ranks' weights differ */
     struct toy_data_state ds0;
     bool stop_all = false;
     while (t->step < t->o.steps) {
@@ -763,6 +765,7 @@ enum toy_status toy_trainer_run(struct toy_trainer *t, struct toy_train_result *
             (st = check_replicas(t))) {
             snprintf(err, sizeof err, "%s", toy_last_error());
             r.reason = TOY_RUN_ERRORED;
+            diverged = st == TOY_ERR_STATE;
             break;
         }
         if (t->o.ckpt_every > 0 && step % t->o.ckpt_every == 0 && step < t->o.steps &&
@@ -776,10 +779,19 @@ enum toy_status toy_trainer_run(struct toy_trainer *t, struct toy_train_result *
     r.tokens_per_s = r.seconds > 0 ? (double)tokens / r.seconds : 0;
     if (t->reduce && (r.reason == TOY_RUN_COMPLETED || r.reason == TOY_RUN_INTERRUPTED) && (st = check_replicas(t))) {
         snprintf(err, sizeof err, "%s", toy_last_error());
-        r.reason = TOY_RUN_ERRORED; /* rank 0's weights are still saved below */
+        r.reason = TOY_RUN_ERRORED;
+        diverged = st == TOY_ERR_STATE;
     }
-    /* the last state is always saved, whatever ended the run */
-    enum toy_status cst = toy_trainer_checkpoint(t, r.checkpoint, sizeof r.checkpoint);
+    /* the last state is saved, whatever ended the run, unless the replicas diverged: then no rank's weights
+     * are the run's, and weights/latest stays on the last checkpoint they agreed on */
+    enum toy_status cst = TOY_OK;
+    if (diverged) {
+        size_t n = strlen(err);
+        snprintf(err + n, sizeof err - n, "; these weights are not saved: --resume starts from the last checkpoint "
+                 "the replicas agreed on, if there is one");
+    } else {
+        cst = toy_trainer_checkpoint(t, r.checkpoint, sizeof r.checkpoint);
+    }
     if (cst && r.reason != TOY_RUN_ERRORED) {
         snprintf(err, sizeof err, "checkpoint: %s", toy_last_error());
         r.reason = TOY_RUN_ERRORED;

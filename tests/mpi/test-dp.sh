@@ -36,7 +36,11 @@
 #     same steps), to the same tolerance as 1; rank 0 alone writes the
 #     bundle; finetune.json states world 2 and global batch 4; the 2-rank
 #     checkpoint resumes on 1 rank (--grad-accum 2: the same micro-batches)
-#     within that tolerance.
+#     within that tolerance; its packing efficiency is this rank's, at most 1.
+#  8. Ranks started with other options (another --seed), another model
+#     (--preset) or a bad flag end the job before training with a message
+#     naming what differs, exit non-zero, and leave no run; a rank resuming
+#     a stale copy of the run (another step) is refused the same way.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -288,6 +292,35 @@ EOF
 grep '"kind":"run_start"' "$T/ft2/events.jsonl" | tail -1 | grep -q '"accum":2,' || fail "the 1-rank finetune resume did not take --grad-accum 2"
 CMP2=$("$PY" tests/mpi/compare-runs.py "$T/ft1" "$T/ft2" --loss-tol 1e-4 --weight-tol 1e-3 --common-evals) ||
   fail "the 2-rank finetune resumed on 1 rank differs beyond tolerance: $CMP2"
+"$PY" - "$T/ft2.log" <<'EOF' || fail "finetune on 2 ranks: packing efficiency"
+import json, sys
+line = [l for l in open(sys.argv[1]) if '"format":"toy/finetune-v1"' in l][0]
+pe = json.loads(line[line.index("{"):])["pack_efficiency"]
+assert 0 < pe <= 1, f"pack_efficiency {pe}: one rank's positions over all ranks' draws"
+EOF
 ok "toy finetune: 2 ranks x batch 2 = 1 rank x batch 2 x accum 2: $CMP; resumed on 1 rank (accum 2): $CMP2"
+
+# ---- 8. ranks started differently -----------------------------------------------------------------------
+MM=(--steps 20 --eval-every 0 --batch 4 --dp-timeout 20)
+for extra in "--seed 8" "--preset small" "--arch foo"; do
+  rm -rf "$T/mm"
+  st=0
+  # shellcheck disable=SC2086 # $extra is a flag and its value
+  (cd "$T" && "${MPIRUN[@]}" -np 1 "$TOY" train "${COMMON[@]}" "${MM[@]}" --out "$T/mm" : \
+       -np 1 "$TOY" train "${COMMON[@]}" "${MM[@]}" --out "$T/mm" $extra) >"$T/mm.log" 2>&1 || st=$?
+  [ "$st" -ne 0 ] || { cat "$T/mm.log"; fail "rank 1 with $extra: the job succeeded"; }
+  grep -Eq "the ranks were started with other (training options|model shapes)|unknown --arch" "$T/mm.log" ||
+    { cat "$T/mm.log"; fail "rank 1 with $extra: no message naming the difference"; }
+  [ ! -e "$T/mm/events.jsonl" ] || { cat "$T/mm.log"; fail "rank 1 with $extra: a run was left behind"; }
+done
+"${MPIRUN[@]}" -np 2 "$TOY" train "${COMMON[@]}" "${MM[@]}" --ckpt-every 10 --out "$T/st" >"$T/st.log" 2>&1 ||
+  { cat "$T/st.log"; fail "the run for the stale-copy check"; }
+cp -a "$T/st" "$T/stale" && (cd "$T/stale/weights" && ln -sfn step_10.gguf latest)
+st=0
+"${MPIRUN[@]}" -np 1 "$TOY" train --resume "$T/st" --steps 30 : -np 1 "$TOY" train --resume "$T/stale" --steps 30 \
+  >"$T/stale.log" 2>&1 || st=$?
+{ [ "$st" -ne 0 ] && grep -q "the ranks were started with other checkpoint" "$T/stale.log"; } ||
+  { cat "$T/stale.log"; fail "a rank resuming a stale copy of the run (step 10, not 20) was not refused"; }
+ok "ranks started with another seed, preset, a bad flag or a stale checkpoint: refused before training, no run left"
 
 echo "test-dp: all $pass checks passed"
