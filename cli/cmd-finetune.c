@@ -298,6 +298,11 @@ static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll
         return 2;
     }
     toy_chat_template_free(tp);
+    if (toy_cli_dp_input("finetune", "--data", c.data, world)) {
+        json_decref(saved);
+        json_decref(resaved);
+        return 2;
+    }
     if (c.data && toy_cli_check_input("finetune", c.data)) { /* a folder read as a failed read */
         json_decref(saved);
         json_decref(resaved);

@@ -407,6 +407,8 @@ int toy_cmd_train(int argc, char **argv) {
         rc = 2;
         goto out;
     }
+    if ((rc = toy_cli_dp_input("train", "--data", c.data, world))) goto out;
+    rc = 1; /* what a `goto out` below means */
     /* the model's shape, checked now: the data (a BPE vocabulary to learn) may take a while */
     bool is_gpt2 = c.arch && !strcmp(c.arch, "gpt2");
     if (c.arch && !is_gpt2 && strcmp(c.arch, "llama")) {

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "toy/status.h"
 
@@ -42,6 +43,15 @@ uint64_t toy_cli_hash_gguf(const struct toy_gguf *g) {
             h = toy_cli_hash(h, (const char *)t->data + (t->nbytes - 8) * k / 15, 8);
     }
     return h;
+}
+
+int toy_cli_dp_input(const char *cmd, const char *flag, const char *path, int world) {
+    struct stat sb;
+    if (world <= 1 || !path) return 0;
+    if (strcmp(path, "-") && (stat(path, &sb) || S_ISREG(sb.st_mode) || S_ISDIR(sb.st_mode))) return 0;
+    fprintf(stderr, "toy %s: %s %s is a pipe or a device: under mpirun only rank 0 reads it (the others read "
+            "/dev/null), and every rank reads %s itself; give a file\n", cmd, flag, path, flag);
+    return 2;
 }
 
 void toy_cli_rank_error(const char *cmd, int rank, int world) {

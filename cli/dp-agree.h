@@ -32,6 +32,12 @@ uint64_t toy_cli_hash_gguf(const struct toy_gguf *g);
  * when the collective's message starts with it already. */
 void toy_cli_rank_error(const char *cmd, int rank, int world);
 
+/* Under mpirun (world > 1), 0 when path is a file every rank can read
+ * itself; a pipe or standard input reaches rank 0 alone (the others read
+ * /dev/null), so it prints "toy CMD: FLAG PATH is a pipe: ..." and
+ * returns 2. */
+int toy_cli_dp_input(const char *cmd, const char *flag, const char *path, int world);
+
 /* Each item's hash compared over the ranks (every rank calls it with the
  * same items in the same order). 0 when all agree; else every rank prints
  * what differs ("toy CMD: the ranks were started with other WHAT: ...", a
