@@ -1309,7 +1309,7 @@ Test(serve, q8_batch_of_16_matches_alone, .timeout = 180) {
     char *alone[N];
     for (int i = 0; i < N; i++) {
         snprintf(bodies[i], sizeof bodies[i],
-                 "{\"prompt\":[1,%d,%d,%d],\"max_tokens\":24,\"temperature\":%s,\"seed\":%d,\"ignore_eos\":true}",
+                 "{\"prompt\":[1,%d,%d,%d],\"max_tokens\":64,\"temperature\":%s,\"seed\":%d,\"ignore_eos\":true}",
                  10 + i, 20 + i % 3, 30 + i % 5, i % 2 ? "0.8" : "0", i);
         struct resp a = http(&s, "POST", "/v1/completions", bodies[i]);
         cr_assert_eq(a.code, 200, "%s", a.body);
