@@ -137,8 +137,12 @@ enum toy_status toy_collective_barrier(struct toy_collective *c);
 /* Whether every rank holds the same 64-bit value h (a hash of its
  * settings, say): *differ is the number of ranks whose h is not rank 0's,
  * the same on every rank; *self whether this rank is one of them. Every rank
- * calls it, before collectives whose sizes depend on what h hashes. */
+ * calls it, before collectives whose sizes depend on what h hashes.
+ * toy_reduce_agree does it over a sum hook (the trainer's, toy/trainer.h):
+ * rank 0's h goes round in 16-bit pieces, exact in doubles. */
 enum toy_status toy_collective_agree(struct toy_collective *c, uint64_t h, int *differ, bool *self);
+enum toy_status toy_reduce_agree(enum toy_status (*sum)(void *ud, double *v, int n), void *ud, int rank, uint64_t h,
+                                 int *differ, bool *self);
 
 /* Adapters with the trainer's hook signatures (toy/trainer.h), ud = the
  * collective: the mean of each tensor's f32 gradient (p->grad->data,

@@ -60,6 +60,11 @@ void toy_file_replace_abort(struct toy_file_replace *r);
  * async-signal-safe (unlink only). */
 void toy_file_remove_temps(void);
 
+/* Bytes of physical memory: what a file's contents, or what a file
+ * declares (a header's sizes), must fit in before toy allocates them; past
+ * it, overcommit hands out pages that the OOM killer then takes. */
+double toy_ram_bytes(void);
+
 /* Reads all of path ("-" is standard input) into *buf (malloc'd, with a NUL
  * after the last byte, which *len does not count), by reading until end of
  * file: regular files and non-seekable inputs (pipes, FIFOs, /dev/stdin)

@@ -15,11 +15,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #include <time.h>
 
 #include "backends/backend-impl.h"
 #include "toy/trace.h"
+#include "toy/file.h"
 #include "core/internal.h"
 
 #define ALIGN 64
@@ -341,7 +341,7 @@ enum toy_status toy_graph_plan(struct toy_graph *g, struct toy_membuf *buf,
     /* more than the machine holds is refused here with its size, not left to the OOM killer mid-run (with
      * overcommit the allocation itself succeeds and the kill comes as the pages are touched) */
     if (g->buf->size < peak) {
-        double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+        double ram = toy_ram_bytes();
         if (ram > 0 && (double)peak > ram)
             return toy_error(TOY_ERR_NOMEM, "the computation needs %.1f GiB for its intermediate values, more than "
                              "this machine's %.1f GiB of memory: make it smaller (a smaller batch or context)",

@@ -131,6 +131,8 @@ void toy_file_replace_abort(struct toy_file_replace *r) {
     r->slot = -1;
 }
 
+double toy_ram_bytes(void) { return (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE); }
+
 enum toy_status toy_file_read_all(const char *path, char **buf, size_t *len) {
     *buf = NULL;
     *len = 0;

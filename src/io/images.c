@@ -88,7 +88,7 @@ static enum toy_status gunzip(const uint8_t *src, size_t n, const char *path, ui
     z_stream z;
     memset(&z, 0, sizeof z);
     if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) return toy_error(TOY_ERR_NOMEM, "%s: gzip: %s", path, "inflateInit");
-    double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    double ram = toy_ram_bytes();
     size_t cap = (size_t)1 << 16, have = 0, at = 0; /* at: input handed to zlib */
     uint64_t want = 0;                                /* the size the header gives; 0 until it is out */
     uint8_t *buf = malloc(cap);
@@ -418,7 +418,7 @@ static enum toy_status load_folder(const char *dir, const struct toy_image_load_
     if (!st && (h > MAX_SIDE || w > MAX_SIDE || bytes > (uint64_t)INT64_MAX / 2))
         st = toy_error(TOY_ERR_INVALID_ARG, "%s: %lld images of %lldx%lldx%lld are too many bytes", dir,
                        (long long)total, (long long)c, (long long)h, (long long)w);
-    double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    double ram = toy_ram_bytes();
     if (!st && (double)bytes > ram)
         st = toy_error(TOY_ERR_NOMEM, "%s: %lld images of %lldx%lldx%lld need %.1f GiB, more than this machine's %.1f "
                        "GiB of memory; give a smaller image size (--image-size)", dir, (long long)total, (long long)c,

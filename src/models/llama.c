@@ -13,6 +13,7 @@
 #include "toy/gguf.h"
 #include "toy/llama.h"
 #include "toy/rng.h"
+#include "toy/file.h"
 
 struct toy_llama_config toy_llama_preset(const char *name) {
     struct toy_llama_config c = {0};
@@ -447,7 +448,7 @@ enum toy_status toy_kv_cache_check_size(int64_t n_layers, int64_t row, int64_t n
                                         enum toy_dtype type) {
     double bytes = 2.0 * (double)n_layers * (double)row * (double)n_ctx * (double)n_seq *
                    (double)toy_dtype_type_size(type);
-    double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    double ram = toy_ram_bytes();
     void *probe = bytes < 9e18 && (ram <= 0 || bytes <= ram) ? malloc((size_t)bytes + 1) : NULL;
     if (!probe)
         return toy_error(TOY_ERR_NOMEM,

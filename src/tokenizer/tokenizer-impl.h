@@ -193,7 +193,6 @@ enum toy_status tok_compile_re(struct toy_tokenizer *tok, const char *re);
 bool tok_pre_regexes(const char *name, int *n, const char *const **re);
 /* Whether a token's text is one llama.cpp ends generation at whatever ids the file names (its special_eog_ids
  * text list: Qwen's <|endoftext|> beside an <|im_end|> EOS, Phi-3's </s>, Llama-3.1's <|eom_id|>, ...) */
-bool tok_is_eog_text(const char *text);
 bool tok_is_control_text(const char *text); /* end of generation or fill-in-the-middle: llama.cpp makes it CONTROL */
 void tok_eog_setup(struct toy_tokenizer *tok);
 void tok_eog_add(struct toy_tokenizer *tok, int32_t id); /* one more token that ends generation */

@@ -664,8 +664,6 @@ static bool in_list(const char *text, const char *const *list) {
     return false;
 }
 
-bool tok_is_eog_text(const char *text) { return in_list(text, eog_text); }
-
 bool tok_is_control_text(const char *text) {
     if (in_list(text, eog_text)) return true;
     for (int k = 0; k < N_FIM; k++)

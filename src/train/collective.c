@@ -424,19 +424,26 @@ enum toy_status toy_collective_allreduce_grads(void *ud, struct toy_tensor *cons
     return toy_collective_allreduce_mean(c, c->bufs, c->counts, n_params);
 }
 
+enum toy_status toy_reduce_agree(enum toy_status (*sum)(void *ud, double *v, int n), void *ud, int rank, uint64_t h,
+                                 int *differ, bool *self) {
+    *differ = 0;
+    *self = false;
+    double v[4]; /* rank 0's h in 16-bit pieces (exact in doubles): the sum is rank 0's alone */
+    for (int k = 0; k < 4; k++) v[k] = rank == 0 ? (double)((h >> (16 * k)) & 0xffff) : 0;
+    enum toy_status st = sum(ud, v, 4);
+    if (st) return st;
+    for (int k = 0; k < 4; k++) *self = *self || v[k] != (double)((h >> (16 * k)) & 0xffff);
+    double bad = *self;
+    if ((st = sum(ud, &bad, 1))) return st;
+    *differ = (int)bad;
+    return TOY_OK;
+}
+
 enum toy_status toy_collective_agree(struct toy_collective *c, uint64_t h, int *differ, bool *self) {
     *differ = 0;
     *self = false;
     if (!c->ops || c->world == 1) return TOY_OK;
-    double v[4]; /* rank 0's h in 16-bit pieces (exact in doubles): the sum is rank 0's alone */
-    for (int k = 0; k < 4; k++) v[k] = c->rank == 0 ? (double)((h >> (16 * k)) & 0xffff) : 0;
-    enum toy_status st = toy_collective_allreduce_sum_f64(c, v, 4);
-    if (st) return st;
-    for (int k = 0; k < 4; k++) *self = *self || v[k] != (double)((h >> (16 * k)) & 0xffff);
-    double bad = *self;
-    if ((st = toy_collective_allreduce_sum_f64(c, &bad, 1))) return st;
-    *differ = (int)bad;
-    return TOY_OK;
+    return toy_reduce_agree(toy_collective_reduce_sum, c, c->rank, h, differ, self);
 }
 
 enum toy_status toy_collective_reduce_sum(void *ud, double *v, int n) {

@@ -391,16 +391,12 @@ static enum toy_status check_replicas(struct toy_trainer *t) {
         const uint32_t *w = t->params[i]->data;
         for (int64_t k = 0, n = toy_nelements(t->params[i]); k < n; k++) h = (h ^ w[k]) * 1099511628211ull;
     }
-    double v[4];
-    for (int k = 0; k < 4; k++) v[k] = t->rank == 0 ? (double)((h >> (16 * k)) & 0xffff) : 0;
-    enum toy_status st = t->reduce(t->allreduce_ud, v, 4);
+    int bad;
+    bool self;
+    enum toy_status st = toy_reduce_agree(t->reduce, t->allreduce_ud, t->rank, h, &bad, &self);
     if (st) return st;
-    double bad = 0;
-    for (int k = 0; k < 4; k++) bad += v[k] != (double)((h >> (16 * k)) & 0xffff);
-    bad = bad > 0;
-    if ((st = t->reduce(t->allreduce_ud, &bad, 1))) return st;
     if (bad > 0)
-        return toy_error(TOY_ERR_STATE, "after step %lld the weights of %.0f rank(s) differ from rank 0's: the replicas "
+        return toy_error(TOY_ERR_STATE, "after step %lld the weights of %d rank(s) differ from rank 0's: the replicas "
                          "diverged (ranks started with other settings, data or checkpoints, or their updates were not "
                          "bit-identical)",
                          (long long)t->step, bad);
