@@ -2,7 +2,6 @@
  * model's tokenizer.chat_template (GGUF or tokenizer_config.json) or a
  * built-in/explicit template, for messages given as JSON. Uses only
  * include/. */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +9,7 @@
 #include "cli-error.h"
 #include "paths.h"
 #include "toy/chat-template.h"
+#include "toy/file.h"
 #include "toy/tokenizer.h"
 
 static void usage(FILE *f) {
@@ -24,26 +24,6 @@ static void usage(FILE *f) {
             "  --no-generation-prompt  do not open an assistant turn at the end\n"
             "  --bos TEXT, --eos TEXT  BOS/EOS text when there is no model\n"
             "  --print-template      print the template source instead of rendering\n");
-}
-
-static char *slurp(const char *path) {
-    FILE *f = !strcmp(path, "-") ? stdin : fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 4096, n = 0;
-    char *b = malloc(cap);
-    while (b) {
-        if (n + 1 >= cap) {
-            char *p = realloc(b, cap *= 2);
-            if (!p) { free(b); b = NULL; break; }
-            b = p;
-        }
-        size_t r = fread(b + n, 1, cap - n - 1, f);
-        if (r == 0) break;
-        n += r;
-    }
-    if (b) b[n] = 0;
-    if (f != stdin) fclose(f);
-    return b;
 }
 
 int toy_cmd_chat_template(int argc, char **argv) {
@@ -70,14 +50,7 @@ int toy_cmd_chat_template(int argc, char **argv) {
     char *file_src = NULL;
     const char *src = NULL;
     if (tmpl) {
-        bool inline_src = toy_chat_template_builtin(tmpl) || strstr(tmpl, "{%") || strstr(tmpl, "{{");
-        src = inline_src ? tmpl : (file_src = slurp(tmpl)); /* a name, Jinja source, or a file ("-": stdin) */
-        if (!src) {
-            fprintf(stderr, "toy chat-template: %s: not a built-in template, Jinja source or a readable file (%s)\n",
-                    tmpl, strerror(errno));
-            toy_tokenizer_free(tok);
-            return 1;
-        }
+        src = toy_cli_template_source(tmpl, &file_src); /* a name, Jinja source, or a file ("-": stdin) */
     } else {
         src = toy_tokenizer_chat_template(tok);
         if (!src) { /* as serve and finetune do */
@@ -93,8 +66,13 @@ int toy_cmd_chat_template(int argc, char **argv) {
         putchar('\n');
         goto out;
     }
-    char *msgs = slurp(messages);
-    if (!msgs) { fprintf(stderr, "toy chat-template: %s: %s\n", messages, strerror(errno)); rc = 1; goto out; }
+    char *msgs;
+    size_t n_msgs;
+    if (toy_file_read_all(messages, &msgs, &n_msgs)) {
+        fprintf(stderr, "toy chat-template: %s\n", toy_last_error());
+        rc = 1;
+        goto out;
+    }
     struct toy_chat_template *t;
     if (toy_chat_template_init(src, &t)) { fprintf(stderr, "toy chat-template: %s\n", toy_cli_error("chat-template")); free(msgs); rc = 1; goto out; }
     struct toy_chat_vars v = {.bos_token = bos, .eos_token = eos, .add_generation_prompt = gen};

@@ -20,7 +20,7 @@ const char *toy_cli_template_source(const char *arg, char **owned) {
     if (!arg || toy_chat_template_builtin(arg) || strstr(arg, "{%") || strstr(arg, "{{")) return arg;
     struct stat sb;
     size_t n;
-    if (stat(arg, &sb) || !S_ISREG(sb.st_mode) || toy_file_read_all(arg, owned, &n)) {
+    if ((strcmp(arg, "-") && (stat(arg, &sb) || S_ISDIR(sb.st_mode))) || toy_file_read_all(arg, owned, &n)) {
         *owned = NULL;
         return arg;
     }

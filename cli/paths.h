@@ -26,7 +26,7 @@ int toy_cli_one_stream(const char *cmd, const char *flag_a, const char *a, const
 
 /* A chat template as --template (finetune, chat-template) and serve's
  * --chat-template take it: a built-in name or Jinja source as given, else
- * the text of a readable file of that name (malloc'd in *owned, which the
+ * the text of a readable file of that name ("-": standard input; malloc'd in *owned, which the
  * caller frees; NULL otherwise). A name that is none of these comes back as
  * given, for toy_chat_template_init to refuse with its message. */
 const char *toy_cli_template_source(const char *arg, char **owned);
