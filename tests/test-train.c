@@ -5,6 +5,8 @@
  * the naive sum). */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "alloc-count.h"
@@ -278,4 +280,90 @@ Test(train, bad_index_is_an_error_not_a_crash) {
     cr_assert_eq(toy_graph_compute(g, NULL), TOY_ERR_RANGE);
     cr_assert(strstr(toy_last_error(), "emb"), "message names the tensor: %s", toy_last_error());
     toy_ctx_free(ctx);
+}
+
+/* ---- a graph run by every thread at once (toy_graph_compute's walk) ---- */
+
+/* y = linear(gelu(rows ids of linear(tab, w0)), w1): products every thread
+ * runs before and after a lookup that every thread runs too (W 4096: 8 x
+ * 4096 floats) or that thread 0 runs alone (W 64) */
+static struct toy_tensor *walk_graph(struct toy_ctx *ctx, int64_t W, struct toy_tensor **tab, struct toy_tensor **ids) {
+    *tab = toy_new_tensor_2d(ctx, TOY_F32, 512, 4);
+    *ids = toy_new_tensor_1d(ctx, TOY_I32, 8);
+    struct toy_tensor *w0 = toy_new_tensor_2d(ctx, TOY_F32, 512, W), *w1 = toy_new_tensor_2d(ctx, TOY_F32, W, 512);
+    struct toy_tensor *fill[] = {*tab, w0, w1};
+    for (int f = 0; f < 3; f++)
+        for (int64_t i = 0; i < toy_nelements(fill[f]); i++) ((float *)fill[f]->data)[i] = (float)((i * 7 + f) % 11) * 0.02f - 0.1f;
+    for (int i = 0; i < 8; i++) ((int32_t *)(*ids)->data)[i] = i % 4;
+    struct toy_tensor *e = toy_get_rows(ctx, toy_linear(ctx, *tab, w0, NULL), *ids);
+    toy_set_name(e, "emb");
+    return toy_linear(ctx, toy_gelu(ctx, e), w1, NULL);
+}
+
+Test(train, graph_walk_stops_on_every_thread_and_runs_again, .timeout = 120) {
+    for (int big = 0; big < 2; big++)
+        for (int nth = 2; nth <= 4; nth++) {
+            int64_t W = big ? 4096 : 64;
+            struct toy_ctx *ctx = toy_ctx_init(true);
+            struct toy_tensor *tab, *ids, *y = walk_graph(ctx, W, &tab, &ids);
+            struct toy_graph *g = toy_graph_new(ctx);
+            toy_graph_build(g, y);
+            struct toy_membuf buf = {0};
+            cr_assert_eq(toy_graph_plan(g, &buf, NULL), TOY_OK);
+            struct toy_threadpool *tp = toy_threadpool_new(nth), *one = toy_threadpool_new(1);
+            float *ref = malloc((size_t)toy_nbytes(y));
+            cr_assert_eq(toy_graph_compute(g, one), TOY_OK, "%s", toy_last_error());
+            memcpy(ref, y->data, toy_nbytes(y));
+            /* three good runs (the third with the scratch size known), a bad id, and a good run again */
+            for (int run = 0; run < 5; run++) {
+                ((int32_t *)ids->data)[5] = run == 3 ? 9 : 1;
+                memset(y->data, 0, toy_nbytes(y));
+                enum toy_status st = toy_graph_compute(g, tp);
+                if (run == 3) {
+                    cr_assert_eq(st, TOY_ERR_RANGE, "%s, %d threads, run %d", big ? "big" : "small", nth, run);
+                    cr_assert(strstr(toy_last_error(), "emb"), "%s", toy_last_error());
+                    continue;
+                }
+                cr_assert_eq(st, TOY_OK, "%s", toy_last_error());
+                cr_assert_eq(memcmp(y->data, ref, toy_nbytes(y)), 0, "%d threads, run %d: differs from 1 thread", nth, run);
+            }
+            /* a leaf without data stops it before anything runs, then runs again once set */
+            void *keep = tab->data;
+            tab->data = NULL;
+            cr_assert_eq(toy_graph_compute(g, tp), TOY_ERR_STATE);
+            tab->data = keep;
+            cr_assert_eq(toy_graph_compute(g, tp), TOY_OK, "%s", toy_last_error());
+            cr_assert_eq(memcmp(y->data, ref, toy_nbytes(y)), 0);
+            free(ref);
+            toy_threadpool_free(tp);
+            toy_threadpool_free(one);
+            toy_membuf_free(&buf);
+            toy_ctx_free(ctx);
+        }
+}
+
+struct barrier_check {
+    struct toy_threadpool *tp;
+    int slot[8];
+    _Atomic int wrong;
+};
+
+static void barrier_fn(void *arg, int ith, int nth) {
+    struct barrier_check *b = arg;
+    for (int round = 1; round <= 20000; round++) {
+        b->slot[ith] = round;
+        toy_threadpool_barrier(b->tp, ith); /* every slot written... */
+        for (int j = 0; j < nth; j++)
+            if (b->slot[j] != round) atomic_fetch_add(&b->wrong, 1);
+        toy_threadpool_barrier(b->tp, ith); /* ...and read before the next round writes */
+    }
+}
+
+Test(train, threadpool_barrier_orders_every_thread, .timeout = 120) {
+    for (int nth = 1; nth <= 4; nth++) {
+        struct barrier_check b = {.tp = toy_threadpool_new(nth)};
+        for (int task = 0; task < 3; task++) toy_threadpool_run(b.tp, barrier_fn, &b);
+        cr_expect_eq(atomic_load(&b.wrong), 0, "%d threads: %d reads saw another round", nth, atomic_load(&b.wrong));
+        toy_threadpool_free(b.tp);
+    }
 }

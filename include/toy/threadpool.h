@@ -29,6 +29,12 @@ int toy_threadpool_size(const struct toy_threadpool *tp);
 /* Runs fn on every thread of the pool and returns when all are done.
  * tp NULL runs fn(arg, 0, 1). Not reentrant. */
 void toy_threadpool_run(struct toy_threadpool *tp, toy_task_fn fn, void *arg);
+/* Inside a task (fn of toy_threadpool_run), by thread ith: returns once
+ * every thread of the pool has called it, so that what each wrote before
+ * is seen by all after. Every thread must call it the same number of
+ * times in a task. Waiting spins as a worker does between tasks, then
+ * sleeps. */
+void toy_threadpool_barrier(struct toy_threadpool *tp, int ith);
 /* How many times so far the pool found its cores shared with other work
  * (its caller preempted hundreds of times a second, over two looks of
  * 50 ms or more in a row): 0 on a quiet machine. Speeds measured while it

@@ -131,7 +131,7 @@ struct toy_graph {
      * (toy_graph_compute): the plan, the thread count, the packed weights */
     size_t ws;
     uint32_t ws_plan_gen, ws_pack_gen;
-    int ws_nth, ws_runs;
+    int ws_nth, ws_runs, ws_parallel; /* ws_parallel: nodes all threads run (toy_graph_compute) */
     bool want_fusion, fused;       /* toy_graph_set_fusion; done (CPU only, once) */
     void *dev_state;               /* a device backend's copies of this graph */
     void (*dev_free)(struct toy_graph *g); /* frees dev_state */
