@@ -315,7 +315,7 @@ Test(tokenizer_gguf, malformed_metadata) {
 
 /* The end-of-message and fill-in-the-middle ids a file names end generation and are CONTROL, as in
  * llama.cpp, whatever their text; an id past the vocabulary is ignored, as there */
-Test(tokenizer_gguf, eom_and_fim_ids_end_generation) {
+Test(tokenizer_gguf, eom_and_fim_ids_end_generation_and_are_saved) {
     struct toy_gguf_writer *w;
     struct toy_tokenizer *tok = NULL;
     MUST(toy_gguf_writer_init(&w));
@@ -334,6 +334,26 @@ Test(tokenizer_gguf, eom_and_fim_ids_end_generation) {
     cr_expect(toy_tokenizer_is_eog(tok, 4), "fim_sep_token_id");
     cr_expect(!toy_tokenizer_is_eog(tok, 5) && toy_tokenizer_is_eog(tok, 2));
     cr_expect_eq(toy_tokenizer_token_type(tok, 4), TOY_TOKEN_CONTROL);
+    /* saved again, the file names the same ids (not the one outside the vocabulary) */
+    struct toy_gguf_writer *again;
+    MUST(toy_gguf_writer_init(&again));
+    MUST(toy_tokenizer_write_gguf(tok, again));
+    void *buf;
+    size_t size;
+    MUST(toy_gguf_writer_write_memory(again, &buf, &size));
+    struct toy_gguf *g;
+    MUST(toy_gguf_open_memory(buf, size, "saved", &g));
+    uint32_t eom = 0, sep = 0;
+    cr_expect(toy_gguf_get_u32(g, "tokenizer.ggml.eom_token_id", &eom) == TOY_OK && eom == 3, "eom %u", eom);
+    cr_expect(toy_gguf_get_u32(g, "tokenizer.ggml.fim_sep_token_id", &sep) == TOY_OK && sep == 4, "fim_sep %u", sep);
+    cr_expect_lt(toy_gguf_find_key(g, "tokenizer.ggml.fim_pad_token_id"), 0);
+    struct toy_tokenizer *back;
+    MUST(toy_tokenizer_load_gguf(g, &back));
+    cr_expect(toy_tokenizer_is_eog(back, 3) && toy_tokenizer_is_eog(back, 4) && !toy_tokenizer_is_eog(back, 5));
+    toy_tokenizer_free(back);
+    toy_gguf_close(g);
+    free(buf);
+    toy_gguf_writer_free(again);
     toy_tokenizer_free(tok);
     toy_gguf_writer_free(w);
 }

@@ -104,6 +104,10 @@ static bool get_flag(const struct toy_gguf *g, const char *key, bool dflt) {
     return toy_gguf_get_bool(g, key, &v) == TOY_OK ? v : dflt;
 }
 
+/* ids of tokens that end generation besides EOS and EOT (read, and written back) */
+static const char *const eog_keys[4] = {"tokenizer.ggml.eom_token_id", "tokenizer.ggml.fim_pad_token_id",
+                                        "tokenizer.ggml.fim_rep_token_id", "tokenizer.ggml.fim_sep_token_id"};
+
 enum toy_status toy_tokenizer_load_gguf(const struct toy_gguf *g, struct toy_tokenizer **out) {
     *out = NULL;
     const char *model = NULL, *pre = NULL, *tmpl = NULL;
@@ -185,8 +189,6 @@ enum toy_status toy_tokenizer_load_gguf(const struct toy_gguf *g, struct toy_tok
     spec.chat_template = tmpl;
     /* end-of-message and fill-in-the-middle ids the file names: llama.cpp
      * ends generation at them too (ids outside the vocabulary: ignored) */
-    static const char *const eog_keys[] = {"tokenizer.ggml.eom_token_id", "tokenizer.ggml.fim_pad_token_id",
-                                           "tokenizer.ggml.fim_rep_token_id", "tokenizer.ggml.fim_sep_token_id"};
     int32_t eog_ids[4];
     for (int k = 0; k < 4; k++) eog_ids[k] = get_id(g, eog_keys[k], -1, &st);
     if (st) goto done;
@@ -194,7 +196,7 @@ enum toy_status toy_tokenizer_load_gguf(const struct toy_gguf *g, struct toy_tok
         if (eog_ids[k] >= 0 && eog_ids[k] < n) types[eog_ids[k]] = TOY_TOKEN_CONTROL;
     st = toy_tokenizer_init(&spec, out);
     for (int k = 0; !st && k < 4; k++)
-        if (eog_ids[k] >= 0 && eog_ids[k] < n) tok_eog_add(*out, eog_ids[k]);
+        if (eog_ids[k] >= 0 && eog_ids[k] < n) tok_eog_add(*out, (*out)->named_eog[k] = eog_ids[k]);
 done:
     free_strarr(pre_re, n_pre_re);
     free_strarr(tokens, n);
@@ -252,6 +254,8 @@ enum toy_status toy_tokenizer_write_gguf(const struct toy_tokenizer *tok, struct
                                        "tokenizer.ggml.eot_token_id"};
     for (int k = 0; k < 5; k++)
         if (ids[k] >= 0) TRY(toy_gguf_writer_set_u32(w, keys[k], (uint32_t)ids[k]));
+    for (int k = 0; k < 4; k++)
+        if (tok->named_eog[k] >= 0) TRY(toy_gguf_writer_set_u32(w, eog_keys[k], (uint32_t)tok->named_eog[k]));
     TRY(toy_gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", tok->add_bos));
     TRY(toy_gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", tok->add_eos));
     if (tok->kind != TOY_TOKENIZER_BPE)

@@ -127,6 +127,10 @@ struct toy_tokenizer {
     int32_t bos, eos, unk, pad, eot;
     int32_t eog[TOK_MAX_EOG]; /* the tokens that end generation (tok_eog_setup) */
     int n_eog;
+    /* the ids a GGUF named for end of message and the fill-in-the-middle
+     * pad, repo and file separator (tokenizer-gguf.c, eog_keys), -1 where
+     * it named none: written back when the tokenizer is saved */
+    int32_t named_eog[4];
     bool add_bos, add_eos;
     char *chat_template;
 };

@@ -254,6 +254,7 @@ enum toy_status toy_tokenizer_init(const struct toy_tokenizer_spec *spec, struct
     tok->pad = check_special(spec, spec->pad, "PAD", &st);
     tok->eot = check_special(spec, spec->eot, "EOT", &st);
     if (st) goto fail;
+    for (int k = 0; k < 4; k++) tok->named_eog[k] = -1;
     tok->add_bos = spec->add_bos && tok->bos >= 0;
     tok->add_eos = spec->add_eos && tok->eos >= 0;
     tok->add_space_prefix = spec->add_space_prefix;
