@@ -5,6 +5,7 @@
  * the naive sum). */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -366,4 +367,28 @@ Test(train, threadpool_barrier_orders_every_thread, .timeout = 120) {
         cr_expect_eq(atomic_load(&b.wrong), 0, "%d threads: %d reads saw another round", nth, atomic_load(&b.wrong));
         toy_threadpool_free(b.tp);
     }
+}
+
+/* Without a count, a pool takes the cores the process may run on (taskset,
+ * a cpuset, mpirun's binding), not every core of the machine */
+Test(train, default_threads_follow_the_affinity_mask) {
+    unsetenv("TOY_THREADS");
+    cpu_set_t set, one;
+    cr_assert_eq(sched_getaffinity(0, sizeof set, &set), 0);
+    cr_expect_eq(toy_threads_resolve(0), CPU_COUNT(&set));
+    CPU_ZERO(&one);
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &set)) {
+            CPU_SET(c, &one);
+            break;
+        }
+    cr_assert_eq(sched_setaffinity(0, sizeof one, &one), 0); /* this test's own process */
+    cr_expect_eq(toy_threads_resolve(0), 1, "bound to one core");
+    struct toy_threadpool *tp = toy_threadpool_new(0);
+    cr_expect_eq(toy_threadpool_size(tp), 1);
+    toy_threadpool_free(tp);
+    setenv("TOY_THREADS", "3", 1);
+    cr_expect_eq(toy_threads_resolve(0), 3, "$TOY_THREADS still wins");
+    cr_expect_eq(toy_threads_resolve(5), 5);
+    unsetenv("TOY_THREADS");
 }

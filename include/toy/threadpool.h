@@ -4,7 +4,7 @@
  * spin far less while the caller is being preempted often (other work
  * wants the cores), where spinning would keep the caller off a core.
  *
- *     struct toy_threadpool *tp = toy_threadpool_new(0);  // all cores
+ *     struct toy_threadpool *tp = toy_threadpool_new(0);  // the cores it may use
  *     toy_threadpool_run(tp, fn, arg);  // fn(arg, ith, nth) on each thread
  *     toy_threadpool_free(tp);
  */
@@ -19,8 +19,9 @@ struct toy_threadpool;
 
 typedef void (*toy_task_fn)(void *arg, int ith, int nth);
 
-/* n_threads <= 0: the number of online cores ($TOY_THREADS overrides).
- * NULL on failure. */
+/* n_threads <= 0: the number of cores this process may run on (its
+ * affinity mask: taskset, a cpuset, an MPI binding; else every online
+ * core); $TOY_THREADS overrides. NULL on failure. */
 struct toy_threadpool *toy_threadpool_new(int n_threads);
 /* The number of threads toy_threadpool_new(n_threads) starts. */
 int toy_threads_resolve(int n_threads);

@@ -215,10 +215,20 @@ long toy_llc_bytes(void) {
     return n > 0 ? n : 0;
 }
 
+/* The cores this process may run on: its affinity mask (taskset, a
+ * cpuset, an MPI launcher's binding), else every online core. A thread
+ * per online core on a process bound to fewer shares those few: 2 threads
+ * on the one core `mpirun -np 1` binds a rank to. */
+static int usable_cores(void) {
+    cpu_set_t set;
+    if (!sched_getaffinity(0, sizeof set, &set) && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+    return toy_num_cores(); /* more CPUs than a cpu_set_t holds */
+}
+
 int toy_threads_resolve(int n_threads) {
     if (n_threads > 0) return n_threads;
     const char *env = getenv("TOY_THREADS");
-    return env && atoi(env) > 0 ? atoi(env) : toy_num_cores();
+    return env && atoi(env) > 0 ? atoi(env) : usable_cores();
 }
 
 struct toy_threadpool *toy_threadpool_new(int n_threads) {
