@@ -112,7 +112,21 @@ BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
 PY ?= /usr/bin/python3
 
-.PHONY: all check check-unit asan bench bench-run bench-build deps deps-quiet clean demo fuzz help
+.PHONY: all check check-unit asan bench bench-run bench-build deps deps-quiet clean demo fuzz help install uninstall
+
+# `make install` (PREFIX, DESTDIR, BINDIR, LIBDIR, INCLUDEDIR as usual): the
+# toy command, libtoy.a, libtoy.so, the headers under toy/ and a pkg-config
+# file, so that `cc app.c $$(pkg-config --cflags --libs toy)` builds against
+# it. The soname follows TOY_VERSION (include/toy/toy.h): libtoy.so.MAJOR,
+# or libtoy.so.0.MINOR while the major is 0 (each 0.x may change the ABI).
+VERSION := $(shell sed -n 's/^\#define TOY_VERSION "\(.*\)"/\1/p' include/toy/toy.h)
+VERSION_PARTS := $(subst ., ,$(VERSION))
+SONAME := libtoy.so.$(if $(filter 0,$(word 1,$(VERSION_PARTS))),0.$(word 2,$(VERSION_PARTS)),$(word 1,$(VERSION_PARTS)))
+PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
+LIBDIR ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+PUBLIC_HEADERS := $(sort $(wildcard include/toy/*.h))
 
 all: $(BUILD)/libtoy.a $(BUILD)/libtoy.so $(BUILD)/toy
 
@@ -123,6 +137,7 @@ help:
 	@echo "make asan       the unit tests under ASan + UBSan"
 	@echo "make bench      benchmarks against peers (PyTorch, BLAS)"
 	@echo "make deps       install the Debian packages toy needs"
+	@echo "make install    toy, libtoy and its headers + toy.pc under PREFIX (/usr/local)"
 
 $(BUILD)/%-avx2.o: %-avx2.c
 	@mkdir -p $(dir $@)
@@ -182,7 +197,7 @@ $(BUILD)/libtoy.a: $(LIB_OBJ)
 	ar rcs $@ $^
 
 $(BUILD)/libtoy.so: $(LIB_OBJ)
-	$(CC) -shared $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) -shared $(LDFLAGS) -Wl,-soname,$(SONAME) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/toy: $(CLI_OBJ) $(BUILD)/libtoy.a
 	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libtoy.a $(LDLIBS)
@@ -240,6 +255,34 @@ deps-quiet:
 
 fuzz:
 	$(MAKE) -f fuzz/Makefile
+
+$(BUILD)/toy.pc: Makefile include/toy/toy.h
+	@mkdir -p $(dir $@)
+	@{ echo 'prefix=$(PREFIX)'; echo 'libdir=$(LIBDIR)'; echo 'includedir=$(INCLUDEDIR)'; echo; \
+	   echo 'Name: toy'; echo 'Description: a small, readable and fast transformer framework'; \
+	   echo 'Version: $(VERSION)'; echo 'Requires: jansson'; \
+	   echo 'Cflags: -I$${includedir}'; echo 'Libs: -L$${libdir} -ltoy'; \
+	   echo 'Libs.private: $(LDFLAGS) $(LDLIBS)'; } > $@.tmp && mv $@.tmp $@
+
+# the .pc names the install folders, so it is written again for each install
+install: all
+	@rm -f $(BUILD)/toy.pc && $(MAKE) --no-print-directory $(BUILD)/toy.pc
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR)/toy
+	install -m 755 $(BUILD)/toy $(DESTDIR)$(BINDIR)/toy
+	install -m 644 $(BUILD)/libtoy.a $(DESTDIR)$(LIBDIR)/libtoy.a
+	install -m 755 $(BUILD)/libtoy.so $(DESTDIR)$(LIBDIR)/libtoy.so.$(VERSION)
+	ln -sf libtoy.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libtoy.so
+	install -m 644 $(PUBLIC_HEADERS) $(DESTDIR)$(INCLUDEDIR)/toy/
+	install -m 644 $(BUILD)/toy.pc $(DESTDIR)$(LIBDIR)/pkgconfig/toy.pc
+	@# the dynamic linker's cache learns the new library (not for a staged DESTDIR)
+	$(if $(DESTDIR),,-command -v ldconfig >/dev/null && ldconfig 2>/dev/null)
+
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/toy $(DESTDIR)$(LIBDIR)/libtoy.a $(DESTDIR)$(LIBDIR)/libtoy.so \
+	      $(DESTDIR)$(LIBDIR)/$(SONAME) $(DESTDIR)$(LIBDIR)/libtoy.so.$(VERSION) \
+	      $(DESTDIR)$(LIBDIR)/pkgconfig/toy.pc $(addprefix $(DESTDIR)$(INCLUDEDIR)/toy/,$(notdir $(PUBLIC_HEADERS)))
+	-rmdir $(DESTDIR)$(INCLUDEDIR)/toy 2>/dev/null
 
 clean:
 	rm -rf build build-asan build-* 
