@@ -16,6 +16,14 @@ cd "$(dirname "$0")/.."
 if [ "${1:-}" = emu ]; then MODE=CUDA_EMU=1; BLD=build-cuda-emu; X=6; else MODE=CUDA=1; BLD=build-cuda; X=1; fi
 R=${OUT:-$BLD/gpu-check}
 mkdir -p "$R"
+# a GPU machine's bare image: the packages carried from a machine that has
+# them (.devkit/kit.tar.gz, tools/device-kit.sh pack), CUDA_HOME from its
+# nvcc, cuBLAS and NCCL from PyTorch's wheels where the toolkit lacks them
+if [ "$BLD" = build-cuda ]; then
+  # shellcheck source=tools/device-kit.sh
+  source tools/device-kit.sh env > "$R/kit.txt" 2>&1
+  rc=$?; cat "$R/kit.txt"; [ $rc -eq 0 ] || exit 1
+fi
 step() { echo; echo "== $* ($(date +%T))"; }
 step "GPU"
 if [ "$BLD" = build-cuda ]; then
@@ -48,14 +56,15 @@ for m in tf32 bf16; do
   echo "$m: $(grep Synthesis "$R/test-cuda-$m.txt")"
 done
 step "CLI: toy generate --device cuda on the test-data model"
-M=$(ls ../shared/testdata/model-gguf-llama2-tiny-random/*.gguf shared/testdata/model-gguf-llama2-tiny-random/*.gguf 2>/dev/null | head -1)
+TD="../shared/testdata shared/testdata .devkit/testdata" # the last: carried with the kit
+M=$(for d in $TD; do ls $d/model-gguf-llama2-tiny-random/*.gguf; done 2>/dev/null | head -1)
 if [ -n "$M" ]; then
   timeout $((60 * X)) ./$BLD/toy generate -m "$M" -p "Hello" -n 16 --temp 0 --device cuda 2>&1 | tail -3 | tee "$R/generate-cuda.txt"
   timeout $((60 * X)) ./$BLD/toy generate -m "$M" -p "Hello" -n 16 --temp 0 2>&1 | tail -3 | tee "$R/generate-cpu.txt"
 fi
 timeout $((10 * X)) ./$BLD/toy generate -m x --device cuda:99; echo "missing device exit code: $? (want 1)"
 step "CLI: 30 training steps, cuda vs cpu (same losses expected to ~1e-4)"
-D=$(ls ../shared/testdata/corpus-tinyshakespeare/input.txt shared/testdata/corpus-tinyshakespeare/input.txt 2>/dev/null | head -1)
+D=$(for d in $TD; do ls $d/corpus-tinyshakespeare/input.txt; done 2>/dev/null | head -1)
 if [ -n "$D" ]; then
   for dev in cuda cpu; do
     timeout $((60 * X)) ./$BLD/toy train --device $dev --data "$D" --steps 30 --batch 4 --ctx 32 --eval-every 15 \
