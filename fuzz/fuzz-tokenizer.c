@@ -20,13 +20,13 @@
 #include "toy/chat-template.h"
 #include "toy/gguf.h"
 #include "toy/tokenizer.h"
-#include "tokenizer/tokenizer-impl.h" /* tok_byte_to_cp, tok_utf8_encode */
+#include "tokenizer/tokenizer-impl.h" /* toy_tok_byte_to_cp, toy_tok_utf8_encode */
 
 static struct toy_tokenizer *bpe, *spm;
 
 /* GPT-2's piece for byte b (its byte-to-unicode table), NUL-terminated in o[4] */
 static const char *byte_piece(int b, char *o) {
-    o[tok_utf8_encode(tok_byte_to_cp[b], o)] = 0;
+    o[toy_tok_utf8_encode(toy_tok_byte_to_cp[b], o)] = 0;
     return o;
 }
 

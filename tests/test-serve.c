@@ -577,7 +577,7 @@ Test(serve, embeddings, .timeout = 60) {
 }
 
 /* An input longer than a prefill chunk is embedded a chunk per engine step through a KV cache of its own (so the
- * streams move on between chunks): the vector is the one graph over the whole input gives (srv_forward, as
+ * streams move on between chunks): the vector is the one graph over the whole input gives (toy_srv_forward, as
  * an input of a chunk or less is computed), to float rounding */
 Test(serve, long_embedding_input_in_chunks_equals_one_graph, .timeout = 120) {
     struct server s;
@@ -600,7 +600,7 @@ Test(serve, long_embedding_input_in_chunks_equals_one_graph, .timeout = 120) {
     struct toy_ctx *ctx = toy_ctx_init(true);
     struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, n, 1), *pos = toy_new_tensor_1d(ctx, TOY_I32, n);
     for (int64_t i = 0; i < n; i++) ((int32_t *)tok->data)[i] = ids[i], ((int32_t *)pos->data)[i] = (int32_t)i;
-    struct toy_tensor *h = srv_forward(ctx, m, tok, pos, NULL, SRV_OUT_MEAN_HIDDEN, 0);
+    struct toy_tensor *h = toy_srv_forward(ctx, m, tok, pos, NULL, SRV_OUT_MEAN_HIDDEN, 0);
     toy_set_output(h);
     struct toy_graph *g = toy_graph_new(ctx);
     toy_graph_build(g, h);

@@ -15,7 +15,7 @@
 
 #include "harness.h"
 #include "toy/tokenizer.h"
-#include "tokenizer/tokenizer-impl.h" /* tok_pre_regexes */
+#include "tokenizer/tokenizer-impl.h" /* toy_tok_pre_regexes */
 
 #define TD "../shared/testdata/"
 
@@ -297,7 +297,7 @@ Test(tokenizer, hf_regex_of_a_named_set_keeps_its_name) {
     need(TD "tokenizer-llama3/tokenizer.json");
     int n;
     const char *const *re;
-    cr_assert(tok_pre_regexes("gpt-4o", &n, &re));
+    cr_assert(toy_tok_pre_regexes("gpt-4o", &n, &re));
     json_t *j = json_load_file(TD "tokenizer-llama3/tokenizer.json", 0, NULL);
     cr_assert(j);
     json_t *pre = json_object_get(j, "pre_tokenizer"), *list = json_array();

@@ -41,15 +41,15 @@
 
 #define SRV_PREFILL_CHUNK 256
 
-const double srv_buckets[12] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
+const double toy_srv_buckets[12] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
 
-double srv_now(void) {
+double toy_srv_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-struct srv_job *srv_job_new(enum srv_job_kind kind) {
+struct srv_job *toy_srv_job_new(enum srv_job_kind kind) {
     struct srv_job *j = calloc(1, sizeof *j);
     if (!j) return NULL;
     j->kind = kind;
@@ -60,7 +60,7 @@ struct srv_job *srv_job_new(enum srv_job_kind kind) {
     return j;
 }
 
-void srv_job_unref(struct srv_job *j) {
+void toy_srv_job_unref(struct srv_job *j) {
     if (!j || atomic_fetch_sub(&j->refs, 1) != 1) return;
     free(j->prompt);
     free(j->bias_id);
@@ -89,7 +89,7 @@ struct slot {
     size_t gen_chars;             /* characters in gen (for logprobs' text_offset) */
     struct srv_token *pend;       /* tokens whose text is still held back (text_off: their first byte in gen) */
     int n_pend, cap_pend;
-    double deadline;              /* srv_now() by which the job must end; 0: none */
+    double deadline;              /* toy_srv_now() by which the job must end; 0: none */
     int32_t last;                 /* the token to feed next */
     int64_t pos;                  /* its position */
     int64_t n_gen;
@@ -147,7 +147,7 @@ static void job_fail(struct srv_job *j, enum toy_status st, const char *msg) {
     j->err = st ? st : TOY_ERR_STATE;
     snprintf(j->errmsg, sizeof j->errmsg, "%s", msg && *msg ? msg : toy_status_str(j->err));
     j->done = true;
-    j->t_end = srv_now();
+    j->t_end = toy_srv_now();
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
 }
@@ -183,7 +183,7 @@ static bool job_push(struct srv_job *j, int32_t id, float lp, const char *text, 
         j->text_len += n;
         j->text[j->text_len] = 0;
         if (id >= 0) j->n_generated++;
-        if (id >= 0 && j->t_first == 0) j->t_first = srv_now();
+        if (id >= 0 && j->t_first == 0) j->t_first = toy_srv_now();
         pthread_cond_broadcast(&j->cv);
     }
     pthread_mutex_unlock(&j->mu);
@@ -227,7 +227,7 @@ static void pend_release(struct slot *s, struct srv_job *j, size_t upto, bool al
     if (drop && s->n_pend > k) { /* not listed, but generated: usage counts them */
         pthread_mutex_lock(&j->mu);
         j->n_generated += s->n_pend - k;
-        if (j->t_first == 0) j->t_first = srv_now();
+        if (j->t_first == 0) j->t_first = toy_srv_now();
         pthread_mutex_unlock(&j->mu);
     }
     s->n_pend = drop ? 0 : s->n_pend - k;
@@ -236,7 +236,7 @@ static void pend_release(struct slot *s, struct srv_job *j, size_t upto, bool al
 
 static void hist_add(int64_t *b, double v) {
     for (int i = 0; i < 12; i++)
-        if (v <= srv_buckets[i]) b[i]++;
+        if (v <= toy_srv_buckets[i]) b[i]++;
 }
 
 /* ends the slot's job: flushes held text (not after a stop string), wakes the reader, frees the slot */
@@ -253,7 +253,7 @@ static void slot_finish(struct srv_engine *e, struct slot *s, enum toy_stop_reas
     pthread_mutex_lock(&j->mu);
     j->reason = reason;
     j->done = true;
-    j->t_end = srv_now();
+    j->t_end = toy_srv_now();
     double ttft = j->t_first > 0 ? j->t_first - j->t_submit : -1, lat = j->t_end - j->t_submit;
     int64_t ngen = j->n_generated;
     pthread_cond_broadcast(&j->cv);
@@ -273,7 +273,7 @@ static void slot_finish(struct srv_engine *e, struct slot *s, enum toy_stop_reas
     s->job = NULL;
     s->prefilling = false;
     s->stamp = ++e->clock;
-    srv_job_unref(j);
+    toy_srv_job_unref(j);
     pthread_mutex_lock(&e->mu);
     e->n_running--;
     atomic_store(&met->active, e->n_running);
@@ -367,7 +367,7 @@ static enum toy_status forward_into(struct srv_engine *e, const int32_t *tokens,
     memcpy(tok->data, tokens, (size_t)n * sizeof(int32_t));
     for (int64_t i = 0; i < n; i++) ((int32_t *)pos->data)[i] = (int32_t)(off + i);
     int64_t rg = out == SRV_OUT_LOGITS_LAST ? e->row_group : 0;
-    struct toy_tensor *y = srv_forward(ctx, e->m, tok, pos, kv ? &kv : NULL, out, rg);
+    struct toy_tensor *y = toy_srv_forward(ctx, e->m, tok, pos, kv ? &kv : NULL, out, rg);
     toy_set_output(y);
     struct toy_graph *g = toy_graph_new(ctx);
     toy_graph_build(g, y);
@@ -396,7 +396,7 @@ static void embed_end(struct srv_engine *e) {
     free(e->emb.sum);
     free(e->emb.out);
     if (e->emb.has_kv) toy_kv_cache_free(&e->emb.kv);
-    srv_job_unref(e->emb.job);
+    toy_srv_job_unref(e->emb.job);
     memset(&e->emb, 0, sizeof e->emb);
 }
 
@@ -458,7 +458,7 @@ static void embed_step(struct srv_engine *e) {
     e->emb.out = NULL;
     j->dim = d;
     j->done = true;
-    j->t_end = srv_now();
+    j->t_end = toy_srv_now();
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
     atomic_fetch_add(&e->met->jobs_done, 1);
@@ -473,7 +473,7 @@ static void slot_start(struct srv_engine *e, struct slot *s, struct srv_job *j) 
     s->gen_len = s->emitted = s->gen_chars = 0;
     s->n_pend = 0;
     s->n_gen = 0;
-    s->deadline = j->timeout_s > 0 ? srv_now() + j->timeout_s : 0;
+    s->deadline = j->timeout_s > 0 ? toy_srv_now() + j->timeout_s : 0;
     s->max_stop = 0;
     for (int i = 0; i < j->n_stop; i++)
         if (strlen(j->stop[i]) > s->max_stop) s->max_stop = strlen(j->stop[i]);
@@ -481,7 +481,7 @@ static void slot_start(struct srv_engine *e, struct slot *s, struct srv_job *j) 
     if (e->tok && !toy_decoder_init(e->tok, TOY_DECODE_SKIP_SPECIAL, &s->dec) && j->continues)
         toy_decoder_continue(s->dec, j->prompt, j->n_prompt);
     pthread_mutex_lock(&j->mu);
-    j->t_start = srv_now();
+    j->t_start = toy_srv_now();
     j->n_cached = keep;
     pthread_mutex_unlock(&j->mu);
     atomic_fetch_add(&e->met->prompt_tokens, j->n_prompt);
@@ -519,7 +519,7 @@ static void prefill_step(struct srv_engine *e) {
         struct slot *c = &e->slots[i];
         if (c->job && c->prefilling && (!s || c->order < s->order)) s = c;
     }
-    if (!s || slot_expired(e, s, srv_now())) return;
+    if (!s || slot_expired(e, s, toy_srv_now())) return;
     struct srv_job *j = s->job;
     int64_t end = j->n_prompt - s->pf > SRV_PREFILL_CHUNK ? s->pf + SRV_PREFILL_CHUNK : j->n_prompt;
     enum toy_status st = prefill(e, s, j->prompt, end, s->pf);
@@ -548,7 +548,7 @@ static enum toy_status build_batch(struct srv_engine *e, const int *idx, int n) 
     for (int b = 0; b < n; b++) caches[b] = &e->slots[idx[b]].kv;
     e->btok = toy_new_tensor_2d(ctx, TOY_I32, 1, n);
     e->bpos = toy_new_tensor_1d(ctx, TOY_I32, n);
-    e->blogits = srv_forward(ctx, e->m, e->btok, e->bpos, caches, SRV_OUT_LOGITS_LAST, e->row_group);
+    e->blogits = toy_srv_forward(ctx, e->m, e->btok, e->bpos, caches, SRV_OUT_LOGITS_LAST, e->row_group);
     free(caches);
     toy_set_output(e->blogits);
     e->bg = toy_graph_new(ctx);
@@ -564,7 +564,7 @@ static enum toy_status build_batch(struct srv_engine *e, const int *idx, int n) 
 
 static void decode_step(struct srv_engine *e) {
     int idx[e->n_slots], n = 0;
-    double now = srv_now();
+    double now = toy_srv_now();
     for (int i = 0; i < e->n_slots; i++) {
         struct slot *s = &e->slots[i];
         if (!s->job || slot_expired(e, s, now) || s->prefilling) continue;
@@ -573,7 +573,7 @@ static void decode_step(struct srv_engine *e) {
     if (!n) return;
     enum toy_status st = TOY_OK;
     if (n != e->bn || memcmp(idx, e->bidx, (size_t)n * sizeof *idx)) st = build_batch(e, idx, n);
-    double t0 = srv_now();
+    double t0 = toy_srv_now();
     if (!st) {
         for (int b = 0; b < n; b++) {
             struct slot *s = &e->slots[idx[b]];
@@ -585,7 +585,7 @@ static void decode_step(struct srv_engine *e) {
         }
         st = toy_graph_compute(e->bg, e->tp);
     }
-    double dt = srv_now() - t0;
+    double dt = toy_srv_now() - t0;
     if (st) {
         char msg[256];
         snprintf(msg, sizeof msg, "%s", toy_last_error());
@@ -638,7 +638,7 @@ static void purge_cancelled(struct srv_engine *e) {
         }
         job_fail(j, TOY_ERR_INTERRUPTED, "cancelled");
         atomic_fetch_add(&e->met->jobs_cancelled, 1);
-        srv_job_unref(j);
+        toy_srv_job_unref(j);
     }
     e->q_len = kept;
     atomic_store(&e->met->queue_depth, e->q_len);
@@ -673,7 +673,7 @@ static void *engine_main(void *arg) {
             if (cancelled) {
                 job_fail(j, TOY_ERR_INTERRUPTED, "cancelled");
                 atomic_fetch_add(&e->met->jobs_cancelled, 1);
-                srv_job_unref(j);
+                toy_srv_job_unref(j);
             } else if (s) {
                 slot_start(e, s, j);
             } else {
@@ -704,7 +704,7 @@ static void *engine_main(void *arg) {
         e->q_head = (e->q_head + 1) % e->q_cap;
         e->q_len--;
         job_fail(j, TOY_ERR_INTERRUPTED, "the server is shutting down");
-        srv_job_unref(j);
+        toy_srv_job_unref(j);
     }
     pthread_mutex_unlock(&e->mu);
     return NULL;
@@ -712,9 +712,9 @@ static void *engine_main(void *arg) {
 
 /* ---- lifecycle ------------------------------------------------------------------------------------ */
 
-enum toy_status srv_engine_new(struct toy_llama *m, const struct toy_tokenizer *tok,
-                               const struct srv_engine_opts *o, struct srv_metrics *metrics,
-                               struct srv_engine **out) {
+enum toy_status toy_srv_engine_new(struct toy_llama *m, const struct toy_tokenizer *tok,
+                                   const struct srv_engine_opts *o, struct srv_metrics *metrics,
+                                   struct srv_engine **out) {
     *out = NULL;
     if (o->n_slots < 1 || o->n_slots > 256 || o->queue_size < 0 || o->queue_size > 1 << 20)
         return toy_error(TOY_ERR_INVALID_ARG, "%d slots, queue %d (slots 1..256, queue 0..1048576)",
@@ -729,7 +729,7 @@ enum toy_status srv_engine_new(struct toy_llama *m, const struct toy_tokenizer *
     e->vocab = m->cfg.vocab;
     e->prefix_cache = o->prefix_cache;
     enum toy_status pst = toy_llama_pack_weights(m); /* before row_group: packed weights need no grouping */
-    e->row_group = srv_row_group(m);
+    e->row_group = toy_srv_row_group(m);
     e->q_max = o->queue_size > 0 ? o->queue_size : 1; /* at least one waits for a slot */
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
@@ -748,13 +748,13 @@ enum toy_status srv_engine_new(struct toy_llama *m, const struct toy_tokenizer *
             st = toy_error(TOY_ERR_NOMEM, "KV cache of slot %d", i);
     }
     if (!st && pthread_create(&e->th, NULL, engine_main, e)) st = toy_error(TOY_ERR_STATE, "cannot start the engine thread");
-    if (st) { srv_engine_free(e); return st; }
+    if (st) { toy_srv_engine_free(e); return st; }
     e->started = true;
     *out = e;
     return TOY_OK;
 }
 
-void srv_engine_stop(struct srv_engine *e) {
+void toy_srv_engine_stop(struct srv_engine *e) {
     if (!e || !e->started) return;
     pthread_mutex_lock(&e->mu);
     e->stopping = true;
@@ -764,9 +764,9 @@ void srv_engine_stop(struct srv_engine *e) {
     e->started = false;
 }
 
-void srv_engine_free(struct srv_engine *e) {
+void toy_srv_engine_free(struct srv_engine *e) {
     if (!e) return;
-    srv_engine_stop(e);
+    toy_srv_engine_stop(e);
     for (int i = 0; e->slots && i < e->n_slots; i++) {
         toy_kv_cache_free(&e->slots[i].kv);
         free(e->slots[i].cache_ids);
@@ -788,7 +788,7 @@ void srv_engine_free(struct srv_engine *e) {
     free(e);
 }
 
-enum toy_status srv_engine_submit(struct srv_engine *e, struct srv_job *j) {
+enum toy_status toy_srv_engine_submit(struct srv_engine *e, struct srv_job *j) {
     pthread_mutex_lock(&e->mu);
     enum toy_status st = TOY_OK;
     if (e->stopping) st = toy_error(TOY_ERR_STATE, "the server is shutting down");
@@ -797,7 +797,7 @@ enum toy_status srv_engine_submit(struct srv_engine *e, struct srv_job *j) {
         st = toy_error(TOY_ERR_RANGE, "the request queue is full (%d waiting)", e->q_len);
     if (!st) {
         atomic_fetch_add(&j->refs, 1);
-        j->t_submit = srv_now();
+        j->t_submit = toy_srv_now();
         e->q[(e->q_head + e->q_len) % e->q_cap] = j;
         e->q_len++;
         atomic_store(&e->met->queue_depth, e->q_len);
@@ -807,16 +807,16 @@ enum toy_status srv_engine_submit(struct srv_engine *e, struct srv_job *j) {
     return st;
 }
 
-int srv_engine_load(struct srv_engine *e) {
+int toy_srv_engine_load(struct srv_engine *e) {
     pthread_mutex_lock(&e->mu);
     int n = e->q_len + e->n_running;
     pthread_mutex_unlock(&e->mu);
     return n;
 }
 
-int64_t srv_engine_n_ctx(const struct srv_engine *e) { return e->n_ctx; }
+int64_t toy_srv_engine_n_ctx(const struct srv_engine *e) { return e->n_ctx; }
 
-size_t srv_engine_kv_bytes(const struct srv_engine *e) {
+size_t toy_srv_engine_kv_bytes(const struct srv_engine *e) {
     size_t n = 0;
     for (int i = 0; i < e->n_slots; i++) n += toy_kv_cache_bytes(&e->slots[i].kv);
     return n;

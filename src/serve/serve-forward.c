@@ -70,7 +70,7 @@ static bool row_count_dependent(const struct toy_tensor *t) {
     return t && t->n_dims == 2 && (t->type == TOY_Q8_0 || t->type == TOY_Q4_0) && !t->packed;
 }
 
-int64_t srv_row_group(const struct toy_llama *m) {
+int64_t toy_srv_row_group(const struct toy_llama *m) {
     for (int i = 0; i < toy_llama_n_tensors(m); i++)
         if (row_count_dependent(toy_llama_tensor(m, i))) return 8;
     return row_count_dependent(m->output) ? 8 : 0;
@@ -83,9 +83,9 @@ static struct toy_tensor *seq_view(struct toy_ctx *ctx, struct toy_tensor *x, in
     return toy_view(ctx, x, 4, ne, x->nb, (size_t)b * x->nb[3]);
 }
 
-struct toy_tensor *srv_forward(struct toy_ctx *ctx, struct toy_llama *m, struct toy_tensor *tokens,
-                               struct toy_tensor *pos, struct toy_kv_cache *const *caches, enum srv_out out,
-                               int64_t rg) {
+struct toy_tensor *toy_srv_forward(struct toy_ctx *ctx, struct toy_llama *m, struct toy_tensor *tokens,
+                                   struct toy_tensor *pos, struct toy_kv_cache *const *caches, enum srv_out out,
+                                   int64_t rg) {
     const struct toy_llama_config *c = &m->cfg;
     int64_t T = tokens->ne[0], B = tokens->ne[1], d = c->d_model;
     int64_t H = c->n_heads, Hkv = c->n_kv_heads, hd = toy_llama_head_dim(c);

@@ -155,7 +155,7 @@ static enum MHD_Result send_json(struct srv *S, struct MHD_Connection *c, enum r
 
 static enum MHD_Result send_error(struct srv *S, struct MHD_Connection *c, enum route r, const struct srv_error *e,
                                   const char *hname, const char *hval) {
-    return send_json(S, c, r, e->http, srv_error_json(e), hname, hval);
+    return send_json(S, c, r, e->http, toy_srv_error_json(e), hname, hval);
 }
 
 static enum MHD_Result fail(struct srv *S, struct MHD_Connection *c, enum route r, int http, const char *type,
@@ -182,7 +182,7 @@ static enum MHD_Result not_allowed(struct srv *S, struct MHD_Connection *c, enum
 
 static void request_done(struct srv *S, const struct srv_request *rq, enum route r, int code, long req_no,
                          double t0, bool stream) {
-    double lat = srv_now() - t0;
+    double lat = toy_srv_now() - t0;
     struct srv_job *j = rq ? rq->job : NULL;
     int64_t pt = 0, ct = 0, cached = 0;
     double ttft = -1;
@@ -193,7 +193,7 @@ static void request_done(struct srv *S, const struct srv_request *rq, enum route
         ct = j->n_generated;
         cached = j->n_cached;
         if (j->t_first > 0) ttft = j->t_first - j->t_submit;
-        if (j->done && !j->err && j->kind == SRV_JOB_GENERATE) finish = srv_finish_reason(j);
+        if (j->done && !j->err && j->kind == SRV_JOB_GENERATE) finish = toy_srv_finish_reason(j);
         pthread_mutex_unlock(&j->mu);
     }
     if (S->ev) {
@@ -268,17 +268,17 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
             }
         }
         if (j->n_toks > s->sent) {
-            sse_json(s, srv_chunk_json(api, &s->req, j, s->sent, j->n_toks, s->id, s->created));
+            sse_json(s, toy_srv_chunk_json(api, &s->req, j, s->sent, j->n_toks, s->id, s->created));
             s->sent = j->n_toks;
         }
         if (j->done && s->sent == j->n_toks) {
             if (j->err) {
                 struct srv_error e = {.http = 500, .type = "server_error"};
                 snprintf(e.msg, sizeof e.msg, "%s", j->errmsg);
-                sse_json(s, srv_error_json(&e));
+                sse_json(s, toy_srv_error_json(&e));
             } else {
-                sse_json(s, srv_chunk_finish(api, &s->req, j, s->id, s->created));
-                if (s->req.include_usage) sse_json(s, srv_chunk_usage(api, &s->req, j, s->id, s->created));
+                sse_json(s, toy_srv_chunk_finish(api, &s->req, j, s->id, s->created));
+                if (s->req.include_usage) sse_json(s, toy_srv_chunk_usage(api, &s->req, j, s->id, s->created));
             }
             sse_append(s, "data: [DONE]\n\n", 14);
             s->finished = true;
@@ -294,7 +294,7 @@ static void stream_free(void *cls) {
     enum route r = s->req.ep == SRV_EP_CHAT ? R_CHAT : R_COMPLETIONS;
     count(s->S, r, s->finished ? 200 : 499);
     request_done(s->S, &s->req, r, s->finished ? 200 : 499, s->req_no, s->t0, true);
-    srv_request_free(&s->req);
+    toy_srv_request_free(&s->req);
     free(s->buf);
     free(s);
 }
@@ -353,7 +353,7 @@ static enum MHD_Result metrics(struct srv *S, struct MHD_Connection *c) {
     int64_t hc[2] = {m->ttft_count, m->latency_count};
     for (int h = 0; h < 2; h++) {
         fprintf(f, "# HELP %s %s\n# TYPE %s histogram\n", hn[h], hh[h], hn[h]);
-        for (int b = 0; b < 12; b++) fprintf(f, "%s_bucket{le=\"%g\"} %lld\n", hn[h], srv_buckets[b], (long long)hb[h][b]);
+        for (int b = 0; b < 12; b++) fprintf(f, "%s_bucket{le=\"%g\"} %lld\n", hn[h], toy_srv_buckets[b], (long long)hb[h][b]);
         fprintf(f, "%s_bucket{le=\"+Inf\"} %lld\n%s_sum %.6f\n%s_count %lld\n", hn[h], (long long)hc[h], hn[h], hs[h],
                 hn[h], (long long)hc[h]);
     }
@@ -370,17 +370,17 @@ static enum MHD_Result generate(struct srv *S, struct MHD_Connection *c, struct 
     long req_no = (long)atomic_fetch_add(&S->n_requests, 1) + 1;
     struct srv_request rq;
     struct srv_error err = {0};
-    if (!srv_parse_request(&S->api, ep, k->body ? k->body : "", k->len, &rq, &err)) {
+    if (!toy_srv_parse_request(&S->api, ep, k->body ? k->body : "", k->len, &rq, &err)) {
         request_done(S, &rq, k->route, err.http, req_no, k->t0, false);
-        srv_request_free(&rq);
+        toy_srv_request_free(&rq);
         return send_error(S, c, k->route, &err, NULL, NULL);
     }
     enum toy_status st = atomic_load(&S->draining) ? toy_error(TOY_ERR_STATE, "the server is shutting down")
-                                                   : srv_engine_submit(S->eng, rq.job);
+                                                   : toy_srv_engine_submit(S->eng, rq.job);
     if (st) {
         int code = 503;
         request_done(S, &rq, k->route, code, req_no, k->t0, false);
-        srv_request_free(&rq);
+        toy_srv_request_free(&rq);
         struct srv_error e = {.http = code, .type = "server_error", .code = st == TOY_ERR_RANGE ? "queue_full" : NULL};
         snprintf(e.msg, sizeof e.msg, "%s; retry later", toy_last_error());
         return send_error(S, c, k->route, &e, MHD_HTTP_HEADER_RETRY_AFTER, "1");
@@ -394,7 +394,7 @@ static enum MHD_Result generate(struct srv *S, struct MHD_Connection *c, struct 
         struct stream *s = calloc(1, sizeof *s);
         if (!s) {
             atomic_store(&rq.job->cancel, true);
-            srv_request_free(&rq);
+            toy_srv_request_free(&rq);
             return fail(S, c, k->route, 500, "server_error", NULL, "out of memory");
         }
         s->S = S;
@@ -404,7 +404,7 @@ static enum MHD_Result generate(struct srv *S, struct MHD_Connection *c, struct 
         s->req_no = req_no;
         s->fd = fd;
         s->t0 = k->t0;
-        if (ep == SRV_EP_CHAT) sse_json(s, srv_chunk_role(&S->api, &rq, id, created));
+        if (ep == SRV_EP_CHAT) sse_json(s, toy_srv_chunk_role(&S->api, &rq, id, created));
         struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, s, stream_free);
         if (!resp) { stream_free(s); return MHD_NO; }
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
@@ -428,18 +428,18 @@ static enum MHD_Result generate(struct srv *S, struct MHD_Connection *c, struct 
         struct srv_error e = {.http = 499, .type = "invalid_request_error"};
         snprintf(e.msg, sizeof e.msg, "the client closed the connection");
         code = e.http;
-        body = srv_error_json(&e);
+        body = toy_srv_error_json(&e);
     } else if (j->err) {
         struct srv_error e = {.http = j->err == TOY_ERR_INTERRUPTED ? 503 : 500, .type = "server_error"};
         snprintf(e.msg, sizeof e.msg, "%s", j->errmsg);
         code = e.http;
-        body = srv_error_json(&e);
+        body = toy_srv_error_json(&e);
     } else {
-        body = srv_response_json(&S->api, &rq, j, id, created);
+        body = toy_srv_response_json(&S->api, &rq, j, id, created);
     }
     pthread_mutex_unlock(&j->mu);
     request_done(S, &rq, k->route, code, req_no, k->t0, false);
-    srv_request_free(&rq);
+    toy_srv_request_free(&rq);
     return send_json(S, c, k->route, code, body, code == 503 ? MHD_HTTP_HEADER_RETRY_AFTER : NULL, "1");
 }
 
@@ -474,7 +474,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     if (!k) {
         k = calloc(1, sizeof *k);
         if (!k) return MHD_NO;
-        k->t0 = srv_now();
+        k->t0 = toy_srv_now();
         k->route = route_of(url);
         *con_cls = k;
         atomic_fetch_add(&S->inflight, 1);
@@ -640,7 +640,7 @@ static enum toy_status open_events(struct srv *S, const char *model_path) {
 }
 
 static void srv_free(struct srv *S) {
-    srv_engine_free(S->eng);
+    toy_srv_engine_free(S->eng);
     toy_chat_template_free(S->api.tmpl);
     for (int i = 0; i < S->api.n_eot_stops; i++) free(S->api.eot_stops[i]);
     toy_events_close(S->ev);
@@ -691,7 +691,7 @@ enum toy_status toy_serve(struct toy_llama *m, const struct toy_tokenizer *tok, 
     if (tok) eot_stops(&S->api, toy_chat_template_builtin(src) ? toy_chat_template_builtin(src) : src);
     struct srv_engine_opts eo = {.n_slots = o.n_slots, .queue_size = o.queue_size, .n_ctx = S->api.n_ctx,
                                  .n_threads = o.n_threads, .prefix_cache = !o.no_prefix_cache, .kv_f32 = o.kv_f32};
-    if ((st = srv_engine_new(m, tok, &eo, &S->met, &S->eng))) { srv_free(S); return st; }
+    if ((st = toy_srv_engine_new(m, tok, &eo, &S->met, &S->eng))) { srv_free(S); return st; }
 
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *ai = NULL;
     char port[16];
@@ -725,7 +725,7 @@ enum toy_status toy_serve(struct toy_llama *m, const struct toy_tokenizer *tok, 
     bool v6 = strchr(o.host, ':') != NULL;
     fprintf(stderr, "toy serve: listening on http://%s%s%s:%d (model %s, %d slots x %lld positions, KV cache %.1f MiB)\n",
             v6 ? "[" : "", o.host, v6 ? "]" : "", S->o.port, S->model_name, o.n_slots, (long long)S->api.n_ctx,
-            (double)srv_engine_kv_bytes(S->eng) / (1 << 20));
+            (double)toy_srv_engine_kv_bytes(S->eng) / (1 << 20));
     fflush(stderr);
 
     while (!o.stop || !*o.stop) usleep(20 * 1000);
@@ -735,12 +735,12 @@ enum toy_status toy_serve(struct toy_llama *m, const struct toy_tokenizer *tok, 
     MHD_socket lfd = MHD_quiesce_daemon(S->d);
     if (lfd != MHD_INVALID_SOCKET) close(lfd);
     if (!o.quiet) fprintf(stderr, "toy serve: stopping; %d request(s) in flight\n", atomic_load(&S->inflight));
-    double t_end = srv_now() + (o.drain_s > 0 ? o.drain_s : 0);
-    while ((atomic_load(&S->inflight) > 0 || srv_engine_load(S->eng) > 0) && srv_now() < t_end) usleep(10 * 1000);
+    double t_end = toy_srv_now() + (o.drain_s > 0 ? o.drain_s : 0);
+    while ((atomic_load(&S->inflight) > 0 || toy_srv_engine_load(S->eng) > 0) && toy_srv_now() < t_end) usleep(10 * 1000);
     /* what still runs ends as an error; give its connections a moment to send that and close their streams */
-    srv_engine_stop(S->eng);
-    t_end = srv_now() + 2;
-    while (atomic_load(&S->inflight) > 0 && srv_now() < t_end) usleep(10 * 1000);
+    toy_srv_engine_stop(S->eng);
+    t_end = toy_srv_now() + 2;
+    while (atomic_load(&S->inflight) > 0 && toy_srv_now() < t_end) usleep(10 * 1000);
     MHD_stop_daemon(S->d);
     if (S->ev) {
         json_t *extra = json_pack("{s:I,s:I}", "requests", (json_int_t)atomic_load(&S->n_requests),

@@ -39,14 +39,14 @@ enum srv_out {
  * different positions share one graph (every projection is one matmul over
  * the B rows; attention runs per sequence). Without caches: plain causal
  * attention over the T tokens. */
-struct toy_tensor *srv_forward(struct toy_ctx *ctx, struct toy_llama *m, struct toy_tensor *tokens,
-                               struct toy_tensor *pos, struct toy_kv_cache *const *caches, enum srv_out out,
-                               int64_t row_group);
+struct toy_tensor *toy_srv_forward(struct toy_ctx *ctx, struct toy_llama *m, struct toy_tensor *tokens,
+                                   struct toy_tensor *pos, struct toy_kv_cache *const *caches, enum srv_out out,
+                                   int64_t row_group);
 /* The row group decode batches need so that each sequence gets the numbers
  * it gets alone: 8 for models with Q8_0/Q4_0 weights, 0 (no split) otherwise
- * (serve-forward.c explains). With row_group > 0, srv_forward multiplies
+ * (serve-forward.c explains). With row_group > 0, toy_srv_forward multiplies
  * in groups of at most row_group rows (positions x sequences). */
-int64_t srv_row_group(const struct toy_llama *m);
+int64_t toy_srv_row_group(const struct toy_llama *m);
 
 /* ---- jobs ---------------------------------------------------------------------- */
 
@@ -68,7 +68,7 @@ struct srv_token {
 };
 
 struct srv_job {
-    /* input: set before srv_engine_submit, read-only afterwards */
+    /* input: set before toy_srv_engine_submit, read-only afterwards */
     enum srv_job_kind kind;
     int32_t *prompt;                 /* generate: the prompt ids */
     int64_t n_prompt;
@@ -109,10 +109,10 @@ struct srv_job {
     atomic_int refs;
 };
 
-double srv_now(void);
-struct srv_job *srv_job_new(enum srv_job_kind kind);
+double toy_srv_now(void);
+struct srv_job *toy_srv_job_new(enum srv_job_kind kind);
 /* Drops a reference; the last one frees the job. */
-void srv_job_unref(struct srv_job *j);
+void toy_srv_job_unref(struct srv_job *j);
 
 /* ---- engine --------------------------------------------------------------------- */
 
@@ -127,7 +127,7 @@ struct srv_metrics {
     double decode_s;                 /* time in decode steps */
     pthread_mutex_t mu;
 };
-extern const double srv_buckets[12];
+extern const double toy_srv_buckets[12];
 
 struct srv_engine;
 
@@ -140,22 +140,22 @@ struct srv_engine_opts {
     bool kv_f32;         /* KV caches in f32 (else f16) */
 };
 
-enum toy_status srv_engine_new(struct toy_llama *m, const struct toy_tokenizer *tok,
-                               const struct srv_engine_opts *o, struct srv_metrics *metrics,
-                               struct srv_engine **out);
+enum toy_status toy_srv_engine_new(struct toy_llama *m, const struct toy_tokenizer *tok,
+                                   const struct srv_engine_opts *o, struct srv_metrics *metrics,
+                                   struct srv_engine **out);
 /* Stops the engine thread: jobs still queued or running end (cancelled);
  * later submits get TOY_ERR_STATE. Idempotent. */
-void srv_engine_stop(struct srv_engine *e);
+void toy_srv_engine_stop(struct srv_engine *e);
 /* Stops (if needed) and frees everything. NULL is a no-op. */
-void srv_engine_free(struct srv_engine *e);
+void toy_srv_engine_free(struct srv_engine *e);
 /* Queues a job (taking a reference). TOY_ERR_RANGE: the queue is full;
  * TOY_ERR_STATE: the engine is stopping. */
-enum toy_status srv_engine_submit(struct srv_engine *e, struct srv_job *j);
+enum toy_status toy_srv_engine_submit(struct srv_engine *e, struct srv_job *j);
 /* Jobs queued or running. */
-int srv_engine_load(struct srv_engine *e);
-int64_t srv_engine_n_ctx(const struct srv_engine *e);
+int toy_srv_engine_load(struct srv_engine *e);
+int64_t toy_srv_engine_n_ctx(const struct srv_engine *e);
 /* Bytes of all the slots' KV caches. */
-size_t srv_engine_kv_bytes(const struct srv_engine *e);
+size_t toy_srv_engine_kv_bytes(const struct srv_engine *e);
 
 /* ---- the OpenAI API (serve-openai.c) -------------------------------------------------- */
 
@@ -185,9 +185,9 @@ struct srv_error {
     char param[64];
     char msg[512];
 };
-bool srv_err(struct srv_error *e, int http, const char *type, const char *code, const char *param,
-             const char *fmt, ...) __attribute__((format(printf, 6, 7)));
-json_t *srv_error_json(const struct srv_error *e);
+bool toy_srv_err(struct srv_error *e, int http, const char *type, const char *code, const char *param,
+                 const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+json_t *toy_srv_error_json(const struct srv_error *e);
 
 /* A parsed request: the job to run and how to answer. */
 struct srv_request {
@@ -200,24 +200,24 @@ struct srv_request {
 };
 
 /* Parses and validates a request body; on false, *err says why (4xx). */
-bool srv_parse_request(const struct srv_api *api, enum srv_endpoint ep, const char *body, size_t len,
-                       struct srv_request *r, struct srv_error *err);
-void srv_request_free(struct srv_request *r);
+bool toy_srv_parse_request(const struct srv_api *api, enum srv_endpoint ep, const char *body, size_t len,
+                           struct srv_request *r, struct srv_error *err);
+void toy_srv_request_free(struct srv_request *r);
 
 /* "stop", "length". */
-const char *srv_finish_reason(const struct srv_job *j);
+const char *toy_srv_finish_reason(const struct srv_job *j);
 /* The whole response of a finished job (the caller holds j->mu). */
-json_t *srv_response_json(const struct srv_api *api, const struct srv_request *r, const struct srv_job *j,
-                          const char *id, long created);
+json_t *toy_srv_response_json(const struct srv_api *api, const struct srv_request *r, const struct srv_job *j,
+                              const char *id, long created);
 /* One SSE chunk object for the token records [from, to) (NULL if they carry nothing to send). */
-json_t *srv_chunk_json(const struct srv_api *api, const struct srv_request *r, const struct srv_job *j,
-                       int64_t from, int64_t to, const char *id, long created);
+json_t *toy_srv_chunk_json(const struct srv_api *api, const struct srv_request *r, const struct srv_job *j,
+                           int64_t from, int64_t to, const char *id, long created);
 /* The first chunk of a chat stream (role), the last one (finish_reason) and the usage chunk. */
-json_t *srv_chunk_role(const struct srv_api *api, const struct srv_request *r, const char *id, long created);
-json_t *srv_chunk_finish(const struct srv_api *api, const struct srv_request *r, const struct srv_job *j,
-                         const char *id, long created);
-json_t *srv_chunk_usage(const struct srv_api *api, const struct srv_request *r, const struct srv_job *j,
-                        const char *id, long created);
-json_t *srv_usage_json(const struct srv_job *j);
+json_t *toy_srv_chunk_role(const struct srv_api *api, const struct srv_request *r, const char *id, long created);
+json_t *toy_srv_chunk_finish(const struct srv_api *api, const struct srv_request *r, const struct srv_job *j,
+                             const char *id, long created);
+json_t *toy_srv_chunk_usage(const struct srv_api *api, const struct srv_request *r, const struct srv_job *j,
+                            const char *id, long created);
+json_t *toy_srv_usage_json(const struct srv_job *j);
 
 #endif

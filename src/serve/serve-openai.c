@@ -37,8 +37,8 @@ static json_t *jnum(double x) { return isfinite(x) ? json_real(x) : json_null();
 
 /* ---- errors ----------------------------------------------------------------------------- */
 
-bool srv_err(struct srv_error *e, int http, const char *type, const char *code, const char *param,
-             const char *fmt, ...) {
+bool toy_srv_err(struct srv_error *e, int http, const char *type, const char *code, const char *param,
+                 const char *fmt, ...) {
     e->http = http;
     e->type = type;
     e->code = code;
@@ -50,7 +50,7 @@ bool srv_err(struct srv_error *e, int http, const char *type, const char *code, 
     return false;
 }
 
-json_t *srv_error_json(const struct srv_error *e) {
+json_t *toy_srv_error_json(const struct srv_error *e) {
     size_t n;
     char *msg = toy_utf8_clean(e->msg, strlen(e->msg), &n);
     json_t *o = json_object();
@@ -62,7 +62,7 @@ json_t *srv_error_json(const struct srv_error *e) {
     return json_pack("{s:o}", "error", o);
 }
 
-#define BAD(param, ...) srv_err(err, 400, "invalid_request_error", NULL, param, __VA_ARGS__)
+#define BAD(param, ...) toy_srv_err(err, 400, "invalid_request_error", NULL, param, __VA_ARGS__)
 
 /* ---- typed fields -------------------------------------------------------------------------- */
 
@@ -110,12 +110,12 @@ static bool encode_text(const struct srv_api *api, const char *text, size_t n, b
         if (!(special && piece && *piece && !strncmp(text, piece, strlen(piece)))) flags |= TOY_ENCODE_ADD_BOS;
     }
     if (toy_tokenizer_encode(api->tok, text, n, flags, out))
-        return srv_err(err, 400, "invalid_request_error", NULL, param, "%s", toy_last_error());
+        return toy_srv_err(err, 400, "invalid_request_error", NULL, param, "%s", toy_last_error());
     for (int64_t i = 0; i < out->n; i++) /* a tokenizer larger than the model's embedding table */
         if (out->ids[i] < 0 || out->ids[i] >= api->m->cfg.vocab)
-            return srv_err(err, 400, "invalid_request_error", NULL, param,
-                           "the tokenizer gives id %d, beyond the model's %lld embeddings", out->ids[i],
-                           (long long)api->m->cfg.vocab);
+            return toy_srv_err(err, 400, "invalid_request_error", NULL, param,
+                               "the tokenizer gives id %d, beyond the model's %lld embeddings", out->ids[i],
+                               (long long)api->m->cfg.vocab);
     return true;
 }
 
@@ -125,7 +125,7 @@ static bool token_array(const struct srv_api *api, json_t *a, struct toy_tokens 
                         const char *what, struct srv_error *err) {
     size_t n = json_array_size(a);
     out->ids = malloc((n ? n : 1) * sizeof *out->ids);
-    if (!out->ids) return srv_err(err, 500, "server_error", NULL, NULL, "out of memory");
+    if (!out->ids) return toy_srv_err(err, 500, "server_error", NULL, NULL, "out of memory");
     out->cap = (int64_t)(n ? n : 1);
     for (size_t i = 0; i < n; i++) {
         json_t *v = json_array_get(a, i);
@@ -156,7 +156,7 @@ static bool completion_prompt(const struct srv_api *api, json_t *p, struct toy_t
         /* text of no tokens starts from BOS, added or not, as toy generate -p "" does */
         if (ids->n == 0 && toy_tokenizer_bos(api->tok) >= 0 &&
             toy_tokenizer_encode(api->tok, "", 0, TOY_ENCODE_ADD_BOS, ids))
-            return srv_err(err, 500, "server_error", NULL, NULL, "%s", toy_last_error());
+            return toy_srv_err(err, 500, "server_error", NULL, NULL, "%s", toy_last_error());
     } else if (is_token_array(p)) {
         if (!token_array(api, p, ids, "prompt", "prompt", err)) return false;
     } else {
@@ -182,7 +182,7 @@ static bool message_text(json_t *c, size_t i, json_t **out, struct srv_error *er
         total += json_string_length(t);
     }
     char *buf = malloc(total + 1), *w = buf;
-    if (!buf) return srv_err(err, 500, "server_error", NULL, NULL, "out of memory");
+    if (!buf) return toy_srv_err(err, 500, "server_error", NULL, NULL, "out of memory");
     for (size_t k = 0; k < json_array_size(c); k++) {
         json_t *t = json_object_get(json_array_get(c, k), "text");
         memcpy(w, json_string_value(t), json_string_length(t));
@@ -197,7 +197,7 @@ static bool chat_prompt(const struct srv_api *api, json_t *body, struct toy_toke
     json_t *msgs = json_object_get(body, "messages");
     if (!json_is_array(msgs) || json_array_size(msgs) == 0)
         return BAD("messages", "'messages' must be a non-empty array of {role, content}");
-    if (!api->tmpl) return srv_err(err, 400, "invalid_request_error", NULL, "messages", "no chat template");
+    if (!api->tmpl) return toy_srv_err(err, 400, "invalid_request_error", NULL, "messages", "no chat template");
     json_t *norm = json_array();
     for (size_t i = 0; i < json_array_size(msgs); i++) {
         json_t *m = json_array_get(msgs, i), *content = NULL;
@@ -243,7 +243,7 @@ static bool chat_prompt(const struct srv_api *api, json_t *body, struct toy_toke
     free(js);
     if (st) {
         free(text);
-        return srv_err(err, 400, "invalid_request_error", NULL, "messages", "%s", toy_last_error());
+        return toy_srv_err(err, 400, "invalid_request_error", NULL, "messages", "%s", toy_last_error());
     }
     bool ok = encode_text(api, text, strlen(text), true, true, ids, "messages", err);
     free(text);
@@ -279,7 +279,7 @@ static bool parse_bias(const struct srv_api *api, json_t *body, struct srv_job *
     if (n > 1024) return BAD("logit_bias", "at most 1024 biased tokens");
     j->bias_id = malloc((n ? n : 1) * sizeof *j->bias_id);
     j->bias = malloc((n ? n : 1) * sizeof *j->bias);
-    if (!j->bias_id || !j->bias) return srv_err(err, 500, "server_error", NULL, NULL, "out of memory");
+    if (!j->bias_id || !j->bias) return toy_srv_err(err, 500, "server_error", NULL, NULL, "out of memory");
     const char *key;
     json_t *v;
     json_object_foreach(b, key, v) {
@@ -301,16 +301,16 @@ static bool parse_model(const struct srv_api *api, json_t *body, struct srv_erro
     if (!m || json_is_null(m)) return true;
     if (!json_is_string(m)) return BAD("model", "'model' must be a string");
     if (strcmp(json_string_value(m), api->model_name))
-        return srv_err(err, 404, "invalid_request_error", "model_not_found", "model",
-                       "The model '%s' does not exist (this server serves '%s')", json_string_value(m),
-                       api->model_name);
+        return toy_srv_err(err, 404, "invalid_request_error", "model_not_found", "model",
+                           "The model '%s' does not exist (this server serves '%s')", json_string_value(m),
+                           api->model_name);
     return true;
 }
 
 static bool parse_generate(const struct srv_api *api, json_t *body, struct srv_request *r, struct srv_error *err) {
     bool chat = r->ep == SRV_EP_CHAT;
-    struct srv_job *j = r->job = srv_job_new(SRV_JOB_GENERATE);
-    if (!j) return srv_err(err, 500, "server_error", NULL, NULL, "out of memory");
+    struct srv_job *j = r->job = toy_srv_job_new(SRV_JOB_GENERATE);
+    if (!j) return toy_srv_err(err, 500, "server_error", NULL, NULL, "out of memory");
     struct toy_tokens ids = {0};
     if (!(chat ? chat_prompt(api, body, &ids, err) : completion_prompt(api, json_object_get(body, "prompt"), &ids, err))) {
         toy_tokens_free(&ids);
@@ -319,10 +319,10 @@ static bool parse_generate(const struct srv_api *api, json_t *body, struct srv_r
     j->prompt = ids.ids;
     j->n_prompt = ids.n;
     if (j->n_prompt >= api->n_ctx)
-        return srv_err(err, 400, "invalid_request_error", "context_length_exceeded", chat ? "messages" : "prompt",
-                       "This model's maximum context length is %lld tokens (prompt and completion); the prompt has "
-                       "%lld tokens, at most %lld leave room for a completion",
-                       (long long)api->n_ctx, (long long)j->n_prompt, (long long)api->n_ctx - 1);
+        return toy_srv_err(err, 400, "invalid_request_error", "context_length_exceeded", chat ? "messages" : "prompt",
+                           "This model's maximum context length is %lld tokens (prompt and completion); the prompt has "
+                           "%lld tokens, at most %lld leave room for a completion",
+                           (long long)api->n_ctx, (long long)j->n_prompt, (long long)api->n_ctx - 1);
     double temp = 1, top_p = 1, min_p = 0, fp = 0, pp = 0, rp = 1;
     int64_t max_tokens = chat ? -1 : 16, top_k = 0, n = 1, seed = -1, lp_n = -1, top_lp = 0, best_of = 1;
     if (!get_int(body, "max_tokens", 0, INT32_MAX, &max_tokens, err)) return false;
@@ -375,14 +375,14 @@ static bool parse_generate(const struct srv_api *api, json_t *body, struct srv_r
     j->sp.repeat_penalty = (float)rp;
     static atomic_ullong seed_counter;
     j->sp.seed = seed != -1 ? (uint64_t)seed /* any seed but -1 (llama.cpp's "random") is reproducible */
-                           : (uint64_t)(srv_now() * 1e9) ^ (atomic_fetch_add(&seed_counter, 1) * 0x9E3779B97F4A7C15ull);
+                           : (uint64_t)(toy_srv_now() * 1e9) ^ (atomic_fetch_add(&seed_counter, 1) * 0x9E3779B97F4A7C15ull);
     j->timeout_s = api->timeout_s;
     return true;
 }
 
 static bool parse_embeddings(const struct srv_api *api, json_t *body, struct srv_request *r, struct srv_error *err) {
-    struct srv_job *j = r->job = srv_job_new(SRV_JOB_EMBED);
-    if (!j) return srv_err(err, 500, "server_error", NULL, NULL, "out of memory");
+    struct srv_job *j = r->job = toy_srv_job_new(SRV_JOB_EMBED);
+    if (!j) return toy_srv_err(err, 500, "server_error", NULL, NULL, "out of memory");
     json_t *in = json_object_get(body, "input");
     if (!in) return BAD("input", "'input' is required");
     /* one input (string or ids) or a list of them */
@@ -392,7 +392,7 @@ static bool parse_embeddings(const struct srv_api *api, json_t *body, struct srv
     if (n > 2048) return BAD("input", "at most 2048 inputs per request");
     j->inputs = calloc(n, sizeof *j->inputs);
     j->n_input = calloc(n, sizeof *j->n_input);
-    if (!j->inputs || !j->n_input) return srv_err(err, 500, "server_error", NULL, NULL, "out of memory");
+    if (!j->inputs || !j->n_input) return toy_srv_err(err, 500, "server_error", NULL, NULL, "out of memory");
     for (size_t i = 0; i < n; i++) {
         json_t *v = list ? json_array_get(in, i) : in;
         struct toy_tokens ids = {0};
@@ -411,9 +411,9 @@ static bool parse_embeddings(const struct srv_api *api, json_t *body, struct srv
         if (!ok) return false;
         if (ids.n == 0) return BAD("input", "input %zu is empty", i);
         if (ids.n > api->n_ctx)
-            return srv_err(err, 400, "invalid_request_error", "context_length_exceeded", "input",
-                           "input %zu has %lld tokens; the maximum is %lld", i, (long long)ids.n,
-                           (long long)api->n_ctx);
+            return toy_srv_err(err, 400, "invalid_request_error", "context_length_exceeded", "input",
+                               "input %zu has %lld tokens; the maximum is %lld", i, (long long)ids.n,
+                               (long long)api->n_ctx);
         r->n_tokens += ids.n;
     }
     r->normalize = true;
@@ -432,8 +432,8 @@ static bool parse_embeddings(const struct srv_api *api, json_t *body, struct srv
     return true;
 }
 
-bool srv_parse_request(const struct srv_api *api, enum srv_endpoint ep, const char *body, size_t len,
-                       struct srv_request *r, struct srv_error *err) {
+bool toy_srv_parse_request(const struct srv_api *api, enum srv_endpoint ep, const char *body, size_t len,
+                           struct srv_request *r, struct srv_error *err) {
     memset(r, 0, sizeof *r);
     r->ep = ep;
     if (!toy_utf8_valid(body, len)) return BAD(NULL, "the request body is not valid UTF-8");
@@ -451,14 +451,14 @@ bool srv_parse_request(const struct srv_api *api, enum srv_endpoint ep, const ch
     return ok;
 }
 
-void srv_request_free(struct srv_request *r) {
-    srv_job_unref(r->job);
+void toy_srv_request_free(struct srv_request *r) {
+    toy_srv_job_unref(r->job);
     r->job = NULL;
 }
 
 /* ---- responses ------------------------------------------------------------------------------------ */
 
-const char *srv_finish_reason(const struct srv_job *j) {
+const char *toy_srv_finish_reason(const struct srv_job *j) {
     if (j->timed_out) return "length";
     switch (j->reason) {
     case TOY_STOP_LENGTH:
@@ -467,7 +467,7 @@ const char *srv_finish_reason(const struct srv_job *j) {
     }
 }
 
-json_t *srv_usage_json(const struct srv_job *j) {
+json_t *toy_srv_usage_json(const struct srv_job *j) {
     int64_t p = j->n_prompt, c = j->n_generated;
     return json_pack("{s:I,s:I,s:I,s:{s:I}}", "prompt_tokens", (json_int_t)p, "completion_tokens", (json_int_t)c,
                      "total_tokens", (json_int_t)(p + c), "prompt_tokens_details", "cached_tokens",
@@ -575,8 +575,8 @@ static json_t *embeddings_json(const struct srv_api *api, const struct srv_reque
                      "prompt_tokens", (json_int_t)r->n_tokens, "total_tokens", (json_int_t)r->n_tokens);
 }
 
-json_t *srv_response_json(const struct srv_api *api, const struct srv_request *r, const struct srv_job *j,
-                          const char *id, long created) {
+json_t *toy_srv_response_json(const struct srv_api *api, const struct srv_request *r, const struct srv_job *j,
+                              const char *id, long created) {
     if (r->ep == SRV_EP_EMBEDDINGS) return embeddings_json(api, r, j);
     bool chat = r->ep == SRV_EP_CHAT;
     json_t *choice = json_object();
@@ -588,10 +588,10 @@ json_t *srv_response_json(const struct srv_api *api, const struct srv_request *r
                         !r->logprobs ? json_null()
                         : chat       ? chat_logprobs(api, j, 0, j->n_toks)
                                      : completion_logprobs(api, j, 0, j->n_toks));
-    json_object_set_new(choice, "finish_reason", json_string(srv_finish_reason(j)));
+    json_object_set_new(choice, "finish_reason", json_string(toy_srv_finish_reason(j)));
     return json_pack("{s:s,s:s,s:I,s:s,s:s,s:[o],s:o}", "id", id, "object", chat ? "chat.completion" : "text_completion",
                      "created", (json_int_t)created, "model", api->model_name, "system_fingerprint", "toy",
-                     "choices", choice, "usage", srv_usage_json(j));
+                     "choices", choice, "usage", toy_srv_usage_json(j));
 }
 
 static json_t *chunk(const struct srv_api *api, const struct srv_request *r, const char *id, long created,
@@ -603,8 +603,8 @@ static json_t *chunk(const struct srv_api *api, const struct srv_request *r, con
     return c;
 }
 
-json_t *srv_chunk_json(const struct srv_api *api, const struct srv_request *r, const struct srv_job *j,
-                       int64_t from, int64_t to, const char *id, long created) {
+json_t *toy_srv_chunk_json(const struct srv_api *api, const struct srv_request *r, const struct srv_job *j,
+                           int64_t from, int64_t to, const char *id, long created) {
     size_t off = j->toks[from].text_off, n = 0;
     bool any_token = false;
     for (int64_t i = from; i < to; i++) n += j->toks[i].text_len, any_token |= j->toks[i].id >= 0 && !j->toks[i].eog;
@@ -623,27 +623,27 @@ json_t *srv_chunk_json(const struct srv_api *api, const struct srv_request *r, c
     return chunk(api, r, id, created, choice);
 }
 
-json_t *srv_chunk_role(const struct srv_api *api, const struct srv_request *r, const char *id, long created) {
+json_t *toy_srv_chunk_role(const struct srv_api *api, const struct srv_request *r, const char *id, long created) {
     return chunk(api, r, id, created,
                  json_pack("{s:i,s:{s:s,s:s},s:n,s:n}", "index", 0, "delta", "role", "assistant", "content", "",
                            "logprobs", "finish_reason"));
 }
 
-json_t *srv_chunk_finish(const struct srv_api *api, const struct srv_request *r, const struct srv_job *j,
-                         const char *id, long created) {
+json_t *toy_srv_chunk_finish(const struct srv_api *api, const struct srv_request *r, const struct srv_job *j,
+                             const char *id, long created) {
     json_t *choice = r->ep == SRV_EP_CHAT
                          ? json_pack("{s:i,s:{},s:n,s:s}", "index", 0, "delta", "logprobs", "finish_reason",
-                                     srv_finish_reason(j))
+                                     toy_srv_finish_reason(j))
                          : json_pack("{s:i,s:s,s:n,s:s}", "index", 0, "text", "", "logprobs", "finish_reason",
-                                     srv_finish_reason(j));
+                                     toy_srv_finish_reason(j));
     return chunk(api, r, id, created, choice);
 }
 
-json_t *srv_chunk_usage(const struct srv_api *api, const struct srv_request *r, const struct srv_job *j,
-                        const char *id, long created) {
+json_t *toy_srv_chunk_usage(const struct srv_api *api, const struct srv_request *r, const struct srv_job *j,
+                            const char *id, long created) {
     json_t *c = json_pack("{s:s,s:s,s:I,s:s,s:s,s:[]}", "id", id, "object",
                           r->ep == SRV_EP_CHAT ? "chat.completion.chunk" : "text_completion", "created",
                           (json_int_t)created, "model", api->model_name, "system_fingerprint", "toy", "choices");
-    json_object_set_new(c, "usage", srv_usage_json(j));
+    json_object_set_new(c, "usage", toy_srv_usage_json(j));
     return c;
 }

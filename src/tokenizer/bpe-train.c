@@ -224,7 +224,7 @@ static char *byte_level(const char *b, size_t n) {
     char *o = malloc(2 * n + 1);
     if (!o) return NULL;
     size_t k = 0;
-    for (size_t i = 0; i < n; i++) k += (size_t)tok_utf8_encode(tok_byte_to_cp[(unsigned char)b[i]], o + k);
+    for (size_t i = 0; i < n; i++) k += (size_t)toy_tok_utf8_encode(toy_tok_byte_to_cp[(unsigned char)b[i]], o + k);
     o[k] = 0;
     return o;
 }
@@ -243,7 +243,7 @@ enum toy_status toy_tokenizer_train_bpe(const char *text, size_t len, const stru
                          (long long)vocab, n_special);
     int n_re;
     const char *const *res;
-    if (!tok_pre_regexes(pre, &n_re, &res)) return toy_error(TOY_ERR_UNSUPPORTED, "bpe train: unknown pre-tokenizer '%s'", pre);
+    if (!toy_tok_pre_regexes(pre, &n_re, &res)) return toy_error(TOY_ERR_UNSUPPORTED, "bpe train: unknown pre-tokenizer '%s'", pre);
 
     struct trainer T = {0};
     struct tok_scratch s = {0};
@@ -276,11 +276,11 @@ enum toy_status toy_tokenizer_train_bpe(const char *text, size_t len, const stru
             if (l && l <= len - pos && !memcmp(text + pos, special[k], l)) hit = k;
         }
         if (hit < 0) { pos++; continue; }
-        if (pos > frag && (st = tok_pre_split(re, n_re, &s, text + frag, pos - frag, count_word, &T))) goto done;
+        if (pos > frag && (st = toy_tok_pre_split(re, n_re, &s, text + frag, pos - frag, count_word, &T))) goto done;
         pos += strlen(special[hit]);
         frag = pos;
     }
-    if (len > frag && (st = tok_pre_split(re, n_re, &s, text + frag, len - frag, count_word, &T))) goto done;
+    if (len > frag && (st = toy_tok_pre_split(re, n_re, &s, text + frag, len - frag, count_word, &T))) goto done;
 
     /* 2. the alphabet: specials, then bytes */
     for (int k = 0; k < n_special; k++) {

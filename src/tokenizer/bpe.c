@@ -21,7 +21,7 @@
 
 /* GPT-2's bytes_to_unicode(): printable bytes map to themselves, the other
  * 68 to U+0100.. in byte order. */
-const uint16_t tok_byte_to_cp[256] = {
+const uint16_t toy_tok_byte_to_cp[256] = {
     256, 257, 258, 259, 260, 261, 262, 263, 264, 265, 266, 267, 268, 269, 270, 271,
     272, 273, 274, 275, 276, 277, 278, 279, 280, 281, 282, 283, 284, 285, 286, 287,
     288, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47,
@@ -40,7 +40,7 @@ const uint16_t tok_byte_to_cp[256] = {
     240, 241, 242, 243, 244, 245, 246, 247, 248, 249, 250, 251, 252, 253, 254, 255,
 };
 
-int tok_cp_to_byte(uint32_t cp) {
+int toy_tok_cp_to_byte(uint32_t cp) {
     if ((cp >= 33 && cp <= 126) || (cp >= 161 && cp <= 172) || (cp >= 174 && cp <= 255)) return (int)cp;
     /* U+0100.. stand for the other bytes in order: 0..32, 127..160, 173 */
     if (cp >= 256 && cp < 256 + 33) return (int)cp - 256;
@@ -80,7 +80,7 @@ static const struct {
     {"smollm smollm2 starcoder refact command-r codeshell exaone minerva", 2, {"\\p{N}", RE_GPT2}},
 };
 
-bool tok_pre_regexes(const char *name, int *n, const char *const **re);
+bool toy_tok_pre_regexes(const char *name, int *n, const char *const **re);
 
 static bool name_in(const char *names, const char *name) {
     size_t n = strlen(name);
@@ -94,7 +94,7 @@ static bool name_in(const char *names, const char *name) {
     return false;
 }
 
-enum toy_status tok_compile_re(struct toy_tokenizer *tok, const char *re) {
+enum toy_status toy_tok_compile_re(struct toy_tokenizer *tok, const char *re) {
     if (tok->n_regex >= TOK_MAX_REGEX) return toy_error(TOY_ERR_UNSUPPORTED, "tokenizer: more than %d pre-tokenizer regexes", TOK_MAX_REGEX);
     int err;
     PCRE2_SIZE off;
@@ -111,7 +111,7 @@ enum toy_status tok_compile_re(struct toy_tokenizer *tok, const char *re) {
     return TOY_OK;
 }
 
-bool tok_pre_regexes(const char *name, int *n, const char *const **re) {
+bool toy_tok_pre_regexes(const char *name, int *n, const char *const **re) {
     for (size_t i = 0; i < sizeof pretoks / sizeof pretoks[0]; i++)
         if (name_in(pretoks[i].names, name)) {
             *n = pretoks[i].n;
@@ -121,7 +121,7 @@ bool tok_pre_regexes(const char *name, int *n, const char *const **re) {
     return false;
 }
 
-void tok_bpe_free(struct toy_tokenizer *tok) {
+void toy_tok_bpe_free(struct toy_tokenizer *tok) {
     for (int i = 0; i < tok->n_regex; i++) {
         pcre2_code_free(tok->re[i]);
         free(tok->re_src[i]);
@@ -134,12 +134,12 @@ void tok_bpe_free(struct toy_tokenizer *tok) {
     tok->pairs.slots = NULL;
 }
 
-enum toy_status tok_bpe_setup(struct toy_tokenizer *tok, const struct toy_tokenizer_spec *spec) {
+enum toy_status toy_tok_bpe_setup(struct toy_tokenizer *tok, const struct toy_tokenizer_spec *spec) {
     enum toy_status st;
     if (spec->n_pre_regex > 0) {
         if (!spec->pre_regex) return toy_error(TOY_ERR_INVALID_ARG, "tokenizer: n_pre_regex without pre_regex");
         for (int i = 0; i < spec->n_pre_regex; i++)
-            if ((st = tok_compile_re(tok, spec->pre_regex[i]))) return st;
+            if ((st = toy_tok_compile_re(tok, spec->pre_regex[i]))) return st;
         tok->pre = strdup(spec->pre ? spec->pre : "custom");
     } else {
         const char *name = spec->pre ? spec->pre : "default";
@@ -148,17 +148,17 @@ enum toy_status tok_bpe_setup(struct toy_tokenizer *tok, const struct toy_tokeni
             if (name_in(pretoks[i].names, name)) k = (int)i;
         if (k < 0) return toy_error(TOY_ERR_UNSUPPORTED, "tokenizer: unknown pre-tokenizer '%s'", name);
         for (int i = 0; i < pretoks[k].n; i++)
-            if ((st = tok_compile_re(tok, pretoks[k].re[i]))) return st;
+            if ((st = toy_tok_compile_re(tok, pretoks[k].re[i]))) return st;
         tok->pre = strdup(name);
     }
     if (!tok->pre) return toy_error(TOY_ERR_NOMEM, "tokenizer: out of memory");
     if (!spec->merges && spec->n_tokens > 256 + 64)
         return toy_error(TOY_ERR_FORMAT, "tokenizer: byte-level BPE vocabulary of %lld tokens has no merges",
                          (long long)spec->n_tokens);
-    return tok_merges_setup(tok, spec);
+    return toy_tok_merges_setup(tok, spec);
 }
 
-enum toy_status tok_merges_setup(struct toy_tokenizer *tok, const struct toy_tokenizer_spec *spec) {
+enum toy_status toy_tok_merges_setup(struct toy_tokenizer *tok, const struct toy_tokenizer_spec *spec) {
     enum toy_status st;
     int64_t nm = spec->merges ? spec->n_merges : 0;
     if (nm < 0 || nm >= INT32_MAX) return toy_error(TOY_ERR_FORMAT, "tokenizer: %lld merges", (long long)nm);
@@ -189,7 +189,7 @@ enum toy_status tok_merges_setup(struct toy_tokenizer *tok, const struct toy_tok
         }
         size_t la = tok->text_len[a], lb = tok->text_len[b];
         void *p = cat;
-        if ((st = tok_reserve(&p, &cat_cap, la + lb))) goto out;
+        if ((st = toy_tok_reserve(&p, &cat_cap, la + lb))) goto out;
         cat = p;
         memcpy(cat, tok->text[a], la);
         memcpy(cat + la, tok->text[b], lb);
@@ -265,7 +265,7 @@ static inline void try_pair(const struct toy_tokenizer *tok, const struct sym *s
 static enum toy_status merge_syms(const struct toy_tokenizer *tok, struct tok_scratch *s, size_t n,
                                   struct toy_tokens *out) {
     enum toy_status st;
-    if ((st = tok_reserve(&s->buf2, &s->cap2, 3 * n * sizeof(struct cand)))) return st;
+    if ((st = toy_tok_reserve(&s->buf2, &s->cap2, 3 * n * sizeof(struct cand)))) return st;
     struct sym *sy = s->buf;
     struct cand *h = s->buf2;
     size_t nh = 0;
@@ -286,15 +286,15 @@ static enum toy_status merge_syms(const struct toy_tokenizer *tok, struct tok_sc
     for (int32_t i = n ? 0 : -1; i >= 0; i = sy[i].next) {
         int32_t id = sy[i].id;
         if (id < 0) id = tok->unk;
-        if (id >= 0 && (st = tok_push(out, id))) return st;
+        if (id >= 0 && (st = toy_tok_push(out, id))) return st;
     }
     return TOY_OK;
 }
 
-enum toy_status tok_merge_ids(const struct toy_tokenizer *tok, struct tok_scratch *s, const int32_t *ids, size_t n,
-                              struct toy_tokens *out) {
+enum toy_status toy_tok_merge_ids(const struct toy_tokenizer *tok, struct tok_scratch *s, const int32_t *ids, size_t n,
+                                  struct toy_tokens *out) {
     enum toy_status st;
-    if ((st = tok_reserve(&s->buf, &s->cap, (n ? n : 1) * sizeof(struct sym)))) return st;
+    if ((st = toy_tok_reserve(&s->buf, &s->cap, (n ? n : 1) * sizeof(struct sym)))) return st;
     struct sym *sy = s->buf;
     for (size_t i = 0; i < n; i++) sy[i] = (struct sym){ids[i], (int32_t)i - 1, i + 1 < n ? (int32_t)i + 1 : -1};
     return merge_syms(tok, s, n, out);
@@ -303,12 +303,12 @@ enum toy_status tok_merge_ids(const struct toy_tokenizer *tok, struct tok_scratc
 static enum toy_status bpe_word(const struct toy_tokenizer *tok, struct tok_scratch *s, const unsigned char *w,
                                 size_t n, struct toy_tokens *out) {
     enum toy_status st;
-    if (n == 1 && tok->byte_tok[w[0]] >= 0) return tok_push(out, tok->byte_tok[w[0]]);
+    if (n == 1 && tok->byte_tok[w[0]] >= 0) return toy_tok_push(out, tok->byte_tok[w[0]]);
     if (tok->ignore_merges) {
         int32_t id = tok_strmap_get(&tok->bytes_map, (const char *)w, n);
-        if (id >= 0) return tok_push(out, id);
+        if (id >= 0) return toy_tok_push(out, id);
     }
-    if ((st = tok_reserve(&s->buf, &s->cap, n * sizeof(struct sym)))) return st;
+    if ((st = toy_tok_reserve(&s->buf, &s->cap, n * sizeof(struct sym)))) return st;
     struct sym *sy = s->buf;
     for (size_t i = 0; i < n; i++) sy[i] = (struct sym){tok->byte_tok[w[i]], (int32_t)i - 1, i + 1 < n ? (int32_t)i + 1 : -1};
     return merge_syms(tok, s, n, out);
@@ -344,8 +344,8 @@ static enum toy_status split(pcre2_code *const *re, int n_re, struct tok_scratch
     return TOY_OK;
 }
 
-enum toy_status tok_pre_split(pcre2_code *const *re, int n_re, struct tok_scratch *s, const char *text, size_t len,
-                              tok_word_fn word, void *ctx) {
+enum toy_status toy_tok_pre_split(pcre2_code *const *re, int n_re, struct tok_scratch *s, const char *text, size_t len,
+                                  tok_word_fn word, void *ctx) {
     if (n_re && !s->md) {
         s->md = pcre2_match_data_create(1, NULL);
         s->mctx = pcre2_match_context_create(NULL);
@@ -364,15 +364,15 @@ struct encode_ctx {
 
 static enum toy_status encode_word(void *ctx, const char *w, size_t n) {
     struct encode_ctx *e = ctx;
-    if (n > 1 && tok_cache_get(&e->s->cache, w, n, e->out)) return TOY_OK;
+    if (n > 1 && toy_tok_cache_get(&e->s->cache, w, n, e->out)) return TOY_OK;
     int64_t before = e->out->n;
     enum toy_status st = bpe_word(e->tok, e->s, (const unsigned char *)w, n, e->out);
-    if (!st && n > 1 && e->out->n > before) tok_cache_put(&e->s->cache, w, n, e->out->ids + before, e->out->n - before);
+    if (!st && n > 1 && e->out->n > before) toy_tok_cache_put(&e->s->cache, w, n, e->out->ids + before, e->out->n - before);
     return st;
 }
 
-enum toy_status tok_bpe_encode(const struct toy_tokenizer *tok, struct tok_scratch *s, const char *text,
-                               size_t len, struct toy_tokens *out) {
+enum toy_status toy_tok_bpe_encode(const struct toy_tokenizer *tok, struct tok_scratch *s, const char *text,
+                                   size_t len, struct toy_tokens *out) {
     struct encode_ctx e = {tok, s, out};
-    return tok_pre_split(tok->re, tok->n_regex, s, text, len, encode_word, &e);
+    return toy_tok_pre_split(tok->re, tok->n_regex, s, text, len, encode_word, &e);
 }

@@ -85,7 +85,7 @@ enum toy_status toy_chat_template_init(const char *source_or_name, struct toy_ch
     }
     struct toy_chat_template *t = calloc(1, sizeof *t);
     if (!t) return toy_error(TOY_ERR_NOMEM, "chat template: out of memory");
-    enum toy_status st = jinja_parse(b ? b : source_or_name, &t->jt);
+    enum toy_status st = toy_jinja_parse(b ? b : source_or_name, &t->jt);
     if (st) { free(t); return st; }
     *out = t;
     return TOY_OK;
@@ -93,7 +93,7 @@ enum toy_status toy_chat_template_init(const char *source_or_name, struct toy_ch
 
 void toy_chat_template_free(struct toy_chat_template *t) {
     if (!t) return;
-    jinja_free(t->jt);
+    toy_jinja_free(t->jt);
     free(t);
 }
 
@@ -122,7 +122,7 @@ static enum toy_status render(const struct toy_chat_template *t, json_t *message
     }
     if (extra) json_object_update(v, extra);
     json_object_set_new(v, "messages", messages);
-    if (!st) st = jinja_render(t->jt, v, out);
+    if (!st) st = toy_jinja_render(t->jt, v, out);
     json_decref(v);
     return st;
 }

@@ -97,7 +97,7 @@ static size_t unescape(const char *s, size_t n, char *b, size_t *o) {
         b[(*o)++] = '\\';
         return 0;
     }
-    *o += (size_t)tok_utf8_encode((uint32_t)cp, b + *o);
+    *o += (size_t)toy_tok_utf8_encode((uint32_t)cp, b + *o);
     return used;
 }
 
@@ -323,7 +323,7 @@ static void free_node(struct node *x) {
     free(x);
 }
 
-void jinja_free(struct jinja_template *t) {
+void toy_jinja_free(struct jinja_template *t) {
     if (!t) return;
     for (size_t i = 0; i < t->nall; i++) free_node(t->all[i]);
     free(t->all);
@@ -1026,7 +1026,7 @@ static bool parse_body_in(struct parser *P, struct node ***body, int *n, const c
     }
 }
 
-enum toy_status jinja_parse(const char *src, struct jinja_template **out) {
+enum toy_status toy_jinja_parse(const char *src, struct jinja_template **out) {
     *out = NULL;
     /* Jinja2 reads "\r\n" and a lone "\r" in the source as "\n" (its
      * newline_sequence), in text and string literals alike */
@@ -1057,7 +1057,7 @@ enum toy_status jinja_parse(const char *src, struct jinja_template **out) {
     for (size_t i = 0; i < L.ntok; i++) free(L.toks[i].s);
     free(L.toks);
     free(norm);
-    if (st) { jinja_free(T); return st; }
+    if (st) { toy_jinja_free(T); return st; }
     *out = T;
     return TOY_OK;
 }

@@ -782,7 +782,7 @@ static const char *strv(json_t *v) { return v && json_is_string(v) ? json_string
  * bytes; malformed UTF-8 reads as one byte. */
 static unsigned cp_at(const char *s, size_t n, size_t *len) {
     uint32_t c;
-    int l = tok_utf8_decode(s, n, &c);
+    int l = toy_tok_utf8_decode(s, n, &c);
     *len = l > 0 ? (size_t)l : 1;
     return l > 0 ? c : (unsigned char)s[0];
 }
@@ -3236,7 +3236,7 @@ static void exec_body(struct ctx *C, struct node *const *body, int n, struct sbu
     for (int i = 0; i < n && !C->st && !C->brk; i++) exec(C, body[i], out);
 }
 
-enum toy_status jinja_render(const struct jinja_template *t, json_t *vars, char **out) {
+enum toy_status toy_jinja_render(const struct jinja_template *t, json_t *vars, char **out) {
     *out = NULL;
     struct ctx C = {.tpl = t};
     if (!push_scope(&C)) return toy_error(TOY_ERR_NOMEM, "chat template: out of memory");

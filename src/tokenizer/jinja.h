@@ -48,9 +48,9 @@ struct jinja_template {
 
 
 /* Parses with trim_blocks and lstrip_blocks (Hugging Face's settings). */
-enum toy_status jinja_parse(const char *src, struct jinja_template **out);
-void jinja_free(struct jinja_template *t);
+enum toy_status toy_jinja_parse(const char *src, struct jinja_template **out);
+void toy_jinja_free(struct jinja_template *t);
 /* Renders with the keys of `vars` (a JSON object, borrowed) as globals. */
-enum toy_status jinja_render(const struct jinja_template *t, json_t *vars, char **out);
+enum toy_status toy_jinja_render(const struct jinja_template *t, json_t *vars, char **out);
 
 #endif

@@ -35,7 +35,7 @@ static inline int32_t piece_id(const struct toy_tokenizer *tok, const char *s, s
 
 /* Writes (▁ prefix) + text with ' ' -> ▁ into s->buf3; returns its length. */
 static enum toy_status escape(struct tok_scratch *s, const char *text, size_t len, bool add_prefix, size_t *n) {
-    enum toy_status st = tok_reserve(&s->buf3, &s->cap3, 3 * len + 4);
+    enum toy_status st = toy_tok_reserve(&s->buf3, &s->cap3, 3 * len + 4);
     if (st) return st;
     char *e = s->buf3;
     size_t o = 0;
@@ -53,7 +53,7 @@ static enum toy_status escape(struct tok_scratch *s, const char *text, size_t le
 static inline size_t char_len(const char *e, size_t i, size_t n) {
     if ((unsigned char)e[i] < 0x80) return 1;
     uint32_t cp;
-    int l = tok_utf8_decode(e + i, n - i, &cp);
+    int l = toy_tok_utf8_decode(e + i, n - i, &cp);
     return l ? (size_t)l : 1;
 }
 
@@ -64,11 +64,11 @@ static enum toy_status fallback(const struct toy_tokenizer *tok, const char *e, 
     for (size_t i = 0; i < n; i++) if (tok->byte_tok[(unsigned char)e[i]] < 0) bytes = false;
     if (bytes) {
         for (size_t i = 0; i < n; i++)
-            if ((st = tok_push(out, tok->byte_tok[(unsigned char)e[i]]))) return st;
+            if ((st = toy_tok_push(out, tok->byte_tok[(unsigned char)e[i]]))) return st;
         return TOY_OK;
     }
     if (tok->unk < 0) return toy_error(TOY_ERR_NOT_FOUND, "tokenizer: text '%.*s' has no piece, no byte tokens and no <unk>", (int)n, e);
-    return tok_push(out, tok->unk);
+    return toy_tok_push(out, tok->unk);
 }
 
 /* ---- BPE ---- */
@@ -128,8 +128,8 @@ static void try_bigram(const struct toy_tokenizer *tok, const char *e, const str
 static enum toy_status spm_bpe(const struct toy_tokenizer *tok, struct tok_scratch *s, const char *e, size_t n,
                                struct toy_tokens *out) {
     enum toy_status st;
-    if ((st = tok_reserve(&s->buf, &s->cap, (n + 1) * sizeof(struct ssym)))) return st;
-    if ((st = tok_reserve(&s->buf2, &s->cap2, 3 * (n + 1) * sizeof(struct bigram)))) return st;
+    if ((st = toy_tok_reserve(&s->buf, &s->cap, (n + 1) * sizeof(struct ssym)))) return st;
+    if ((st = toy_tok_reserve(&s->buf2, &s->cap2, 3 * (n + 1) * sizeof(struct bigram)))) return st;
     struct ssym *sy = s->buf;
     struct bigram *h = s->buf2;
     size_t nh = 0;
@@ -156,7 +156,7 @@ static enum toy_status spm_bpe(const struct toy_tokenizer *tok, struct tok_scrat
     }
     for (int32_t i = ns ? 0 : -1; i >= 0; i = sy[i].next) {
         int32_t id = piece_id(tok, e + sy[i].start, sy[i].n);
-        st = id >= 0 ? tok_push(out, id) : fallback(tok, e + sy[i].start, sy[i].n, out);
+        st = id >= 0 ? toy_tok_push(out, id) : fallback(tok, e + sy[i].start, sy[i].n, out);
         if (st) return st;
     }
     return TOY_OK;
@@ -168,7 +168,7 @@ static enum toy_status spm_bpe(const struct toy_tokenizer *tok, struct tok_scrat
 static enum toy_status spm_ranked(const struct toy_tokenizer *tok, struct tok_scratch *s, const char *e, size_t n,
                                   struct toy_tokens *out) {
     enum toy_status st;
-    if ((st = tok_reserve(&s->buf4, &s->cap4, (n + 1) * sizeof(int32_t)))) return st;
+    if ((st = toy_tok_reserve(&s->buf4, &s->cap4, (n + 1) * sizeof(int32_t)))) return st;
     int32_t *ids = s->buf4;
     size_t k = 0;
     for (size_t i = 0; i < n;) {
@@ -184,11 +184,11 @@ static enum toy_status spm_ranked(const struct toy_tokenizer *tok, struct tok_sc
         }
         i += l;
     }
-    return tok_merge_ids(tok, s, ids, k, out);
+    return toy_tok_merge_ids(tok, s, ids, k, out);
 }
 
-enum toy_status tok_spm_encode(const struct toy_tokenizer *tok, struct tok_scratch *s, const char *text,
-                               size_t len, bool add_prefix, struct toy_tokens *out) {
+enum toy_status toy_tok_spm_encode(const struct toy_tokenizer *tok, struct tok_scratch *s, const char *text,
+                                   size_t len, bool add_prefix, struct toy_tokens *out) {
     enum toy_status st;
     size_t n;
     if ((st = escape(s, text, len, add_prefix, &n))) return st;
@@ -204,10 +204,10 @@ enum toy_status tok_spm_encode(const struct toy_tokenizer *tok, struct tok_scrat
         if (i < n && (i + 3 > n || memcmp(e + i, "\xe2\x96\x81", 3) || (i >= 3 && !memcmp(e + i - 3, "\xe2\x96\x81", 3))))
             continue;
         /* e[start..i) is one word */
-        if (!tok_cache_get(&s->cache, e + start, i - start, out)) {
+        if (!toy_tok_cache_get(&s->cache, e + start, i - start, out)) {
             int64_t before = out->n;
             if ((st = spm_bpe(tok, s, e + start, i - start, out))) return st;
-            if (out->n > before) tok_cache_put(&s->cache, e + start, i - start, out->ids + before, out->n - before);
+            if (out->n > before) toy_tok_cache_put(&s->cache, e + start, i - start, out->ids + before, out->n - before);
         }
         start = i;
         if (i < n) i += 2;
@@ -223,14 +223,14 @@ struct node {
     int32_t id;    /* its id, -1 = unknown */
 };
 
-enum toy_status tok_ugm_encode(const struct toy_tokenizer *tok, struct tok_scratch *s, const char *text,
-                               size_t len, bool add_prefix, struct toy_tokens *out) {
+enum toy_status toy_tok_ugm_encode(const struct toy_tokenizer *tok, struct tok_scratch *s, const char *text,
+                                   size_t len, bool add_prefix, struct toy_tokens *out) {
     enum toy_status st;
     size_t n;
     if ((st = escape(s, text, len, add_prefix, &n))) return st;
     if (n >= UINT32_MAX / 2) return toy_error(TOY_ERR_RANGE, "tokenizer: text of %zu bytes is too long", len);
-    if ((st = tok_reserve(&s->buf, &s->cap, (n + 1) * sizeof(struct node)))) return st;
-    if ((st = tok_reserve(&s->buf2, &s->cap2, (n + 1) * sizeof(uint32_t)))) return st;
+    if ((st = toy_tok_reserve(&s->buf, &s->cap, (n + 1) * sizeof(struct node)))) return st;
+    if ((st = toy_tok_reserve(&s->buf2, &s->cap2, (n + 1) * sizeof(uint32_t)))) return st;
     const char *e = s->buf3;
     struct node *best = s->buf;
     for (size_t i = 0; i <= n; i++) best[i] = (struct node){-INFINITY, 0, -1};
@@ -266,7 +266,7 @@ enum toy_status tok_ugm_encode(const struct toy_tokenizer *tok, struct tok_scrat
         size_t end = ends[--k];
         int32_t id = best[end].id;
         if (id >= 0) {
-            if ((st = tok_push(out, id))) return st;
+            if ((st = toy_tok_push(out, id))) return st;
             start = end;
             continue;
         }

@@ -34,7 +34,7 @@ static enum toy_status get_strarr(const struct toy_gguf *g, const char *key, cha
         if (check_utf8) {
             for (size_t p = 0; p < l;) {
                 uint32_t cp;
-                int cl = tok_utf8_decode(s + p, l - p, &cp);
+                int cl = toy_tok_utf8_decode(s + p, l - p, &cp);
                 if (!cl) {
                     st = toy_error(TOY_ERR_FORMAT, "%s[%llu] is not valid UTF-8 (byte %zu)", key, (unsigned long long)j, p);
                     goto fail;
@@ -147,7 +147,7 @@ enum toy_status toy_tokenizer_load_gguf(const struct toy_gguf *g, struct toy_tok
      * they are text unless parse_special */
     if (has)
         for (int64_t i = 0; i < n; i++)
-            if (tok_is_control_text(tokens[i])) types[i] = TOY_TOKEN_CONTROL;
+            if (toy_tok_is_control_text(tokens[i])) types[i] = TOY_TOKEN_CONTROL;
     spec.n_tokens = n;
     spec.tokens = (const char *const *)tokens;
     spec.scores = scores;
@@ -196,7 +196,7 @@ enum toy_status toy_tokenizer_load_gguf(const struct toy_gguf *g, struct toy_tok
         if (eog_ids[k] >= 0 && eog_ids[k] < n) types[eog_ids[k]] = TOY_TOKEN_CONTROL;
     st = toy_tokenizer_init(&spec, out);
     for (int k = 0; !st && k < 4; k++)
-        if (eog_ids[k] >= 0 && eog_ids[k] < n) tok_eog_add(*out, (*out)->named_eog[k] = eog_ids[k]);
+        if (eog_ids[k] >= 0 && eog_ids[k] < n) toy_tok_eog_add(*out, (*out)->named_eog[k] = eog_ids[k]);
 done:
     free_strarr(pre_re, n_pre_re);
     free_strarr(tokens, n);
@@ -233,7 +233,7 @@ enum toy_status toy_tokenizer_write_gguf(const struct toy_tokenizer *tok, struct
          * same splits; llama.cpp ignores it and uses the name */
         int n;
         const char *const *re;
-        bool same = tok_pre_regexes(toy_tokenizer_pre(tok), &n, &re) && n == tok->n_regex;
+        bool same = toy_tok_pre_regexes(toy_tokenizer_pre(tok), &n, &re) && n == tok->n_regex;
         for (int i = 0; same && i < n; i++) same = !strcmp(re[i], tok->re_src[i]);
         if (!same) TRY(toy_gguf_writer_set_arr_str(w, "tokenizer.toy.pre_regex", (const char *const *)tok->re_src, NULL,
                                                    (uint64_t)tok->n_regex));

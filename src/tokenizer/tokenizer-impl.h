@@ -125,7 +125,7 @@ struct toy_tokenizer {
     uint8_t special_first[256]; /* byte can start a special token */
 
     int32_t bos, eos, unk, pad, eot;
-    int32_t eog[TOK_MAX_EOG]; /* the tokens that end generation (tok_eog_setup) */
+    int32_t eog[TOK_MAX_EOG]; /* the tokens that end generation (toy_tok_eog_setup) */
     int n_eog;
     /* the ids a GGUF named for end of message and the fill-in-the-middle
      * pad, repo and file separator (tokenizer-gguf.c, eog_keys), -1 where
@@ -153,9 +153,9 @@ struct tok_cache {
     size_t ni, ci;
 };
 /* Appends the cached ids of w to out; false on a miss. */
-bool tok_cache_get(struct tok_cache *c, const char *w, size_t n, struct toy_tokens *out);
-void tok_cache_put(struct tok_cache *c, const char *w, size_t n, const int32_t *ids, int64_t k);
-void tok_cache_free(struct tok_cache *c);
+bool toy_tok_cache_get(struct tok_cache *c, const char *w, size_t n, struct toy_tokens *out);
+void toy_tok_cache_put(struct tok_cache *c, const char *w, size_t n, const int32_t *ids, int64_t k);
+void toy_tok_cache_free(struct tok_cache *c);
 
 /* Per-call scratch shared by the algorithms (never stored in the tokenizer:
  * encode runs concurrently). */
@@ -174,44 +174,44 @@ struct tok_scratch {
     pcre2_match_context *mctx;
 };
 
-enum toy_status tok_push(struct toy_tokens *out, int32_t id);
-enum toy_status tok_reserve(void **buf, size_t *cap, size_t need);
+enum toy_status toy_tok_push(struct toy_tokens *out, int32_t id);
+enum toy_status toy_tok_reserve(void **buf, size_t *cap, size_t need);
 
 /* bpe.c */
-enum toy_status tok_bpe_setup(struct toy_tokenizer *tok, const struct toy_tokenizer_spec *spec);
-enum toy_status tok_bpe_encode(const struct toy_tokenizer *tok, struct tok_scratch *s, const char *text,
-                               size_t len, struct toy_tokens *out);
-void tok_bpe_free(struct toy_tokenizer *tok);
+enum toy_status toy_tok_bpe_setup(struct toy_tokenizer *tok, const struct toy_tokenizer_spec *spec);
+enum toy_status toy_tok_bpe_encode(const struct toy_tokenizer *tok, struct tok_scratch *s, const char *text,
+                                   size_t len, struct toy_tokens *out);
+void toy_tok_bpe_free(struct toy_tokenizer *tok);
 /* The (left, right) -> merged pair map from spec->merges (rank = index). */
-enum toy_status tok_merges_setup(struct toy_tokenizer *tok, const struct toy_tokenizer_spec *spec);
+enum toy_status toy_tok_merges_setup(struct toy_tokenizer *tok, const struct toy_tokenizer_spec *spec);
 /* Rank-merges a sequence of ids (ids < 0 become <unk>) and appends the result. */
-enum toy_status tok_merge_ids(const struct toy_tokenizer *tok, struct tok_scratch *s, const int32_t *ids, size_t n,
-                              struct toy_tokens *out);
+enum toy_status toy_tok_merge_ids(const struct toy_tokenizer *tok, struct tok_scratch *s, const int32_t *ids, size_t n,
+                                  struct toy_tokens *out);
 /* Pre-tokenization: calls word() for each piece of text split by the
  * regexes in sequence (matches and the gaps between them). */
 typedef enum toy_status (*tok_word_fn)(void *ctx, const char *w, size_t n);
-enum toy_status tok_pre_split(pcre2_code *const *re, int n_re, struct tok_scratch *s, const char *text, size_t len,
-                              tok_word_fn word, void *ctx);
-enum toy_status tok_compile_re(struct toy_tokenizer *tok, const char *re);
+enum toy_status toy_tok_pre_split(pcre2_code *const *re, int n_re, struct tok_scratch *s, const char *text, size_t len,
+                                  tok_word_fn word, void *ctx);
+enum toy_status toy_tok_compile_re(struct toy_tokenizer *tok, const char *re);
 /* The regexes of a tokenizer.ggml.pre name; false if unknown. */
-bool tok_pre_regexes(const char *name, int *n, const char *const **re);
+bool toy_tok_pre_regexes(const char *name, int *n, const char *const **re);
 /* Whether a token's text is one llama.cpp ends generation at whatever ids the file names (its special_eog_ids
  * text list: Qwen's <|endoftext|> beside an <|im_end|> EOS, Phi-3's </s>, Llama-3.1's <|eom_id|>, ...) */
-bool tok_is_control_text(const char *text); /* end of generation or fill-in-the-middle: llama.cpp makes it CONTROL */
-void tok_eog_setup(struct toy_tokenizer *tok);
-void tok_eog_add(struct toy_tokenizer *tok, int32_t id); /* one more token that ends generation */
+bool toy_tok_is_control_text(const char *text); /* end of generation or fill-in-the-middle: llama.cpp makes it CONTROL */
+void toy_tok_eog_setup(struct toy_tokenizer *tok);
+void toy_tok_eog_add(struct toy_tokenizer *tok, int32_t id); /* one more token that ends generation */
 /* GPT-2's byte <-> unicode code point table. */
-extern const uint16_t tok_byte_to_cp[256];
-int tok_cp_to_byte(uint32_t cp); /* -1 when cp is not one of the 256 */
+extern const uint16_t toy_tok_byte_to_cp[256];
+int toy_tok_cp_to_byte(uint32_t cp); /* -1 when cp is not one of the 256 */
 
 /* spm.c */
-enum toy_status tok_spm_encode(const struct toy_tokenizer *tok, struct tok_scratch *s, const char *text,
-                               size_t len, bool add_prefix, struct toy_tokens *out);
-enum toy_status tok_ugm_encode(const struct toy_tokenizer *tok, struct tok_scratch *s, const char *text,
-                               size_t len, bool add_prefix, struct toy_tokens *out);
+enum toy_status toy_tok_spm_encode(const struct toy_tokenizer *tok, struct tok_scratch *s, const char *text,
+                                   size_t len, bool add_prefix, struct toy_tokens *out);
+enum toy_status toy_tok_ugm_encode(const struct toy_tokenizer *tok, struct tok_scratch *s, const char *text,
+                                   size_t len, bool add_prefix, struct toy_tokens *out);
 
 /* "<0xHH>" -> HH, else -1 */
-int tok_parse_byte_piece(const char *s, size_t n);
+int toy_tok_parse_byte_piece(const char *s, size_t n);
 
 /* utf-8 helpers */
 static inline int tok_utf8_len(unsigned char c) {
@@ -220,7 +220,7 @@ static inline int tok_utf8_len(unsigned char c) {
 }
 /* Decodes one code point at s (n bytes available); returns its length, or 0
  * for an invalid sequence. */
-int tok_utf8_decode(const char *s, size_t n, uint32_t *cp);
-int tok_utf8_encode(uint32_t cp, char *out);
+int toy_tok_utf8_decode(const char *s, size_t n, uint32_t *cp);
+int toy_tok_utf8_encode(uint32_t cp, char *out);
 
 #endif

@@ -141,7 +141,7 @@ static const char *hf_pre_name(const struct hf_pre *p) {
     for (size_t k = 0; k < sizeof exact / sizeof exact[0]; k++) {
         int n;
         const char *const *re;
-        bool same = tok_pre_regexes(exact[k], &n, &re) && n == p->n;
+        bool same = toy_tok_pre_regexes(exact[k], &n, &re) && n == p->n;
         for (int i = 0; same && i < n; i++) same = !strcmp(re[i], p->re[i]);
         if (same) return exact[k];
     }
@@ -305,7 +305,7 @@ enum toy_status toy_tokenizer_load_hf_mem(const char *json, size_t len, const ch
         spec.kind = TOY_TOKENIZER_UGM;
         spec.add_space_prefix = prepend || pre.prepend_space || !pre.metaspace ? true : false;
         for (int64_t k = 0; k < n; k++)
-            if (tok_parse_byte_piece(tokens[k], strlen(tokens[k])) >= 0) types[k] = TOY_TOKEN_BYTE;
+            if (toy_tok_parse_byte_piece(tokens[k], strlen(tokens[k])) >= 0) types[k] = TOY_TOKEN_BYTE;
     } else if (pre.byte_level) {
         spec.kind = TOY_TOKENIZER_BPE;
         spec.n_merges = nm;
@@ -322,7 +322,7 @@ enum toy_status toy_tokenizer_load_hf_mem(const char *json, size_t len, const ch
         spec.n_merges = nm;
         spec.merges = (const char *const *)merges;
         for (int64_t k = 0; k < n; k++)
-            if (tok_parse_byte_piece(tokens[k], strlen(tokens[k])) >= 0 && types[k] == TOY_TOKEN_NORMAL) types[k] = TOY_TOKEN_BYTE;
+            if (toy_tok_parse_byte_piece(tokens[k], strlen(tokens[k])) >= 0 && types[k] == TOY_TOKEN_NORMAL) types[k] = TOY_TOKEN_BYTE;
         /* scores for score-based consumers (a GGUF for llama.cpp): a merged piece
            scores minus the rank of the first merge that makes it */
         for (int64_t k = 0; k < n; k++) scores[k] = 0;

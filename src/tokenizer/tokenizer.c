@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <utf8proc.h>
 
-enum toy_status tok_reserve(void **buf, size_t *cap, size_t need) {
+enum toy_status toy_tok_reserve(void **buf, size_t *cap, size_t need) {
     if (need <= *cap) return TOY_OK;
     size_t c = *cap ? *cap : 64;
     while (c < need) c *= 2;
@@ -29,7 +29,7 @@ enum toy_status tok_reserve(void **buf, size_t *cap, size_t need) {
     return TOY_OK;
 }
 
-enum toy_status tok_push(struct toy_tokens *out, int32_t id) {
+enum toy_status toy_tok_push(struct toy_tokens *out, int32_t id) {
     if (out->n == out->cap) {
         int64_t c = out->cap ? out->cap * 2 : 256;
         int32_t *p = realloc(out->ids, (size_t)c * sizeof *p);
@@ -41,7 +41,7 @@ enum toy_status tok_push(struct toy_tokens *out, int32_t id) {
     return TOY_OK;
 }
 
-bool tok_cache_get(struct tok_cache *c, const char *w, size_t n, struct toy_tokens *out) {
+bool toy_tok_cache_get(struct tok_cache *c, const char *w, size_t n, struct toy_tokens *out) {
     if (!c->tab || n > TOK_CACHE_WORD) return false;
     uint64_t h = tok_hash(w, n);
     for (uint32_t i = (uint32_t)h & c->mask;; i = (i + 1) & c->mask) {
@@ -63,7 +63,7 @@ bool tok_cache_get(struct tok_cache *c, const char *w, size_t n, struct toy_toke
     }
 }
 
-void tok_cache_put(struct tok_cache *c, const char *w, size_t n, const int32_t *ids, int64_t k) {
+void toy_tok_cache_put(struct tok_cache *c, const char *w, size_t n, const int32_t *ids, int64_t k) {
     if (n == 0 || n > TOK_CACHE_WORD || k <= 0 || k > TOK_CACHE_WORD || c->count >= TOK_CACHE_MAX) return;
     if (!c->tab || (c->count + 1) * 2 > c->mask + 1) {
         /* grow by doubling: a small table stays in cache for short texts */
@@ -81,11 +81,11 @@ void tok_cache_put(struct tok_cache *c, const char *w, size_t n, const int32_t *
         c->mask = cap - 1;
     }
     void *p = c->bytes;
-    if (tok_reserve(&p, &c->cb, c->nb + n)) return;
+    if (toy_tok_reserve(&p, &c->cb, c->nb + n)) return;
     c->bytes = p;
     p = c->ids;
     size_t cib = c->ci * sizeof *c->ids;
-    if (tok_reserve(&p, &cib, (c->ni + (size_t)k) * sizeof *c->ids)) return;
+    if (toy_tok_reserve(&p, &cib, (c->ni + (size_t)k) * sizeof *c->ids)) return;
     c->ids = p;
     c->ci = cib / sizeof *c->ids;
     uint64_t h = tok_hash(w, n);
@@ -99,7 +99,7 @@ void tok_cache_put(struct tok_cache *c, const char *w, size_t n, const int32_t *
     c->count++;
 }
 
-void tok_cache_free(struct tok_cache *c) {
+void toy_tok_cache_free(struct tok_cache *c) {
     free(c->tab);
     free(c->bytes);
     free(c->ids);
@@ -113,7 +113,7 @@ void toy_tokens_free(struct toy_tokens *t) {
     t->n = t->cap = 0;
 }
 
-int tok_utf8_decode(const char *s, size_t n, uint32_t *cp) {
+int toy_tok_utf8_decode(const char *s, size_t n, uint32_t *cp) {
     const unsigned char *u = (const unsigned char *)s;
     if (n == 0) return 0;
     if (u[0] < 0x80) { *cp = u[0]; return 1; }
@@ -133,7 +133,7 @@ int tok_utf8_decode(const char *s, size_t n, uint32_t *cp) {
     return len;
 }
 
-int tok_utf8_encode(uint32_t cp, char *out) {
+int toy_tok_utf8_encode(uint32_t cp, char *out) {
     unsigned char *o = (unsigned char *)out;
     if (cp < 0x80) { o[0] = (unsigned char)cp; return 1; }
     if (cp < 0x800) { o[0] = 0xC0 | (cp >> 6); o[1] = 0x80 | (cp & 0x3F); return 2; }
@@ -169,7 +169,7 @@ static enum toy_status strmap_build(struct tok_strmap *m, int32_t n, char *const
     return TOY_OK;
 }
 
-int tok_parse_byte_piece(const char *s, size_t n) {
+int toy_tok_parse_byte_piece(const char *s, size_t n) {
     /* "<0xHH>" -> HH, else -1 */
     if (n != 6 || s[0] != '<' || s[1] != '0' || s[2] != 'x' || s[5] != '>') return -1;
     int v = 0;
@@ -205,7 +205,7 @@ void toy_tokenizer_free(struct toy_tokenizer *tok) {
     free(tok->attrs);
     free(tok->text_map.slots);
     free(tok->bytes_map.slots);
-    tok_bpe_free(tok);
+    toy_tok_bpe_free(tok);
     free(tok->special);
     free(tok->chat_template);
     free(tok->pre);
@@ -280,7 +280,7 @@ enum toy_status toy_tokenizer_init(const struct toy_tokenizer_spec *spec, struct
             goto fail;
         }
         if (ty == TOY_TOKEN_UNDEFINED) ty = TOY_TOKEN_NORMAL;
-        int byte = tok_parse_byte_piece(s, len);
+        int byte = toy_tok_parse_byte_piece(s, len);
         if (!spec->types && spec->kind != TOY_TOKENIZER_BPE && byte >= 0) ty = TOY_TOKEN_BYTE;
         if (!spec->types && (i == tok->bos || i == tok->eos || i == tok->pad || i == tok->eot))
             ty = TOY_TOKEN_CONTROL;
@@ -310,8 +310,8 @@ enum toy_status toy_tokenizer_init(const struct toy_tokenizer_spec *spec, struct
             bool ok = true;
             while (p < len) {
                 uint32_t cp;
-                int l = tok_utf8_decode(s + p, len - p, &cp);
-                int by = l ? tok_cp_to_byte(cp) : -1;
+                int l = toy_tok_utf8_decode(s + p, len - p, &cp);
+                int by = l ? toy_tok_cp_to_byte(cp) : -1;
                 if (by < 0) { ok = false; break; }
                 b[o++] = (char)by;
                 p += (size_t)l;
@@ -321,7 +321,7 @@ enum toy_status toy_tokenizer_init(const struct toy_tokenizer_spec *spec, struct
             tok->bytes[i] = b;
             tok->bytes_len[i] = (uint32_t)o;
         } else {
-            int byte = tok_parse_byte_piece(s, len);
+            int byte = toy_tok_parse_byte_piece(s, len);
             if (ty == TOY_TOKEN_BYTE && byte >= 0) {
                 char *b = malloc(2);
                 if (!b) { st = toy_error(TOY_ERR_NOMEM, "tokenizer: out of memory"); goto fail; }
@@ -348,7 +348,7 @@ enum toy_status toy_tokenizer_init(const struct toy_tokenizer_spec *spec, struct
     }
 
     if ((st = strmap_build(&tok->text_map, n, tok->text, tok->text_len, NULL))) goto fail;
-    tok_eog_setup(tok);
+    toy_tok_eog_setup(tok);
     if (tok->kind == TOY_TOKENIZER_BPE) {
         for (int32_t i = 0; i < n; i++)
             if (tok->bytes[i] == tok->text[i] && tok->types[i] != TOY_TOKEN_NORMAL) normal[i] = false;
@@ -357,10 +357,10 @@ enum toy_status toy_tokenizer_init(const struct toy_tokenizer_spec *spec, struct
             char c = (char)b;
             tok->byte_tok[b] = tok_strmap_get(&tok->bytes_map, &c, 1);
         }
-        if ((st = tok_bpe_setup(tok, spec))) goto fail;
+        if ((st = toy_tok_bpe_setup(tok, spec))) goto fail;
     } else {
         if (tok->kind == TOY_TOKENIZER_SPM && spec->merges && spec->n_merges > 0) {
-            if ((st = tok_merges_setup(tok, spec))) goto fail;
+            if ((st = toy_tok_merges_setup(tok, spec))) goto fail;
             tok->spm_ranked = true;
         }
         tok->spm_word_split = !tok->spm_ranked;
@@ -407,9 +407,9 @@ static enum toy_status encode_fragment(const struct toy_tokenizer *tok, struct t
                                        size_t len, bool prev_special, struct toy_tokens *out) {
     bool prefix = tok->add_space_prefix && (prev_special || tok->prefix_every_fragment);
     switch (tok->kind) {
-    case TOY_TOKENIZER_BPE: return tok_bpe_encode(tok, s, text, len, out);
-    case TOY_TOKENIZER_SPM: return tok_spm_encode(tok, s, text, len, prefix, out);
-    case TOY_TOKENIZER_UGM: return tok_ugm_encode(tok, s, text, len, prefix, out);
+    case TOY_TOKENIZER_BPE: return toy_tok_bpe_encode(tok, s, text, len, out);
+    case TOY_TOKENIZER_SPM: return toy_tok_spm_encode(tok, s, text, len, prefix, out);
+    case TOY_TOKENIZER_UGM: return toy_tok_ugm_encode(tok, s, text, len, prefix, out);
     }
     return TOY_ERR_STATE;
 }
@@ -424,7 +424,7 @@ enum toy_status toy_tokenizer_encode(const struct toy_tokenizer *tok, const char
                    ((flags & TOY_ENCODE_ADD_BOS) || ((flags & TOY_ENCODE_MODEL_DEFAULTS) && tok->add_bos));
     bool add_eos = (flags & TOY_ENCODE_ADD_EOS) || ((flags & TOY_ENCODE_MODEL_DEFAULTS) && tok->add_eos);
     bool parse_special = flags & TOY_ENCODE_PARSE_SPECIAL;
-    if (add_bos && tok->bos >= 0 && (st = tok_push(out, tok->bos))) return st;
+    if (add_bos && tok->bos >= 0 && (st = toy_tok_push(out, tok->bos))) return st;
 
     if (tok->nfc && len) {
         utf8proc_uint8_t *dst = NULL;
@@ -459,7 +459,7 @@ enum toy_status toy_tokenizer_encode(const struct toy_tokenizer *tok, const char
         if (tok->attrs && (tok->attrs[hit] & TOY_TOKEN_ATTR_LSTRIP))
             while (fend > frag && isspace((unsigned char)text[fend - 1])) fend--;
         if (fend > frag && (st = encode_fragment(tok, &s, text + frag, fend - frag, prev_special, out))) goto done;
-        if ((st = tok_push(out, hit))) goto done;
+        if ((st = toy_tok_push(out, hit))) goto done;
         prev_special = true;
         pos += tok->text_len[hit];
         if (tok->attrs && (tok->attrs[hit] & TOY_TOKEN_ATTR_RSTRIP))
@@ -467,10 +467,10 @@ enum toy_status toy_tokenizer_encode(const struct toy_tokenizer *tok, const char
         frag = pos;
     }
     if (len > frag && (st = encode_fragment(tok, &s, text + frag, len - frag, prev_special, out))) goto done;
-    if (add_eos && tok->eos >= 0) st = tok_push(out, tok->eos);
+    if (add_eos && tok->eos >= 0) st = toy_tok_push(out, tok->eos);
 done:
     free(norm);
-    tok_cache_free(&s.cache);
+    toy_tok_cache_free(&s.cache);
     free(s.buf);
     free(s.buf2);
     free(s.buf3);
@@ -531,7 +531,7 @@ static enum toy_status decoder_append(struct toy_decoder *d, int32_t id) {
         d->started = true;
     }
     void *p = d->buf;
-    enum toy_status st = tok_reserve(&p, &d->cap, d->held + n + 1);
+    enum toy_status st = toy_tok_reserve(&p, &d->cap, d->held + n + 1);
     if (st) return st;
     d->buf = p;
     memcpy(d->buf + d->held, b, n);
@@ -601,7 +601,7 @@ enum toy_status toy_tokenizer_decode(const struct toy_tokenizer *tok, const int3
     for (int64_t i = 0; i < n && !st; i++) st = decoder_append(&d, ids[i]);
     if (!st) {
         void *p = d.buf;
-        st = tok_reserve(&p, &d.cap, d.held + 1);
+        st = toy_tok_reserve(&p, &d.cap, d.held + 1);
         d.buf = p;
     }
     if (st) { free(d.buf); return st; }
@@ -665,7 +665,7 @@ static bool in_list(const char *text, const char *const *list) {
     return false;
 }
 
-bool tok_is_control_text(const char *text) {
+bool toy_tok_is_control_text(const char *text) {
     if (in_list(text, eog_text)) return true;
     for (int k = 0; k < N_FIM; k++)
         if (in_list(text, fim_text[k])) return true;
@@ -676,7 +676,7 @@ static int32_t find_text(const struct toy_tokenizer *tok, const char *s) {
     return tok_strmap_get(&tok->text_map, s, strlen(s));
 }
 
-void tok_eog_add(struct toy_tokenizer *tok, int32_t id) {
+void toy_tok_eog_add(struct toy_tokenizer *tok, int32_t id) {
     if (id < 0 || tok->n_eog == TOK_MAX_EOG) return;
     for (int i = 0; i < tok->n_eog; i++)
         if (tok->eog[i] == id) return;
@@ -688,18 +688,18 @@ void tok_eog_add(struct toy_tokenizer *tok, int32_t id) {
  * repo and file-separator tokens (the lowest id of each role's texts).
  * With <|return|> and <|call|> (o200k harmony) <|end|> ends a message,
  * not the generation. */
-void tok_eog_setup(struct toy_tokenizer *tok) {
+void toy_tok_eog_setup(struct toy_tokenizer *tok) {
     tok->n_eog = 0;
-    tok_eog_add(tok, tok->eos);
-    tok_eog_add(tok, tok->eot);
-    for (const char *const *t = eog_text; *t; t++) tok_eog_add(tok, find_text(tok, *t));
+    toy_tok_eog_add(tok, tok->eos);
+    toy_tok_eog_add(tok, tok->eot);
+    for (const char *const *t = eog_text; *t; t++) toy_tok_eog_add(tok, find_text(tok, *t));
     for (int k = FIM_PAD; k <= FIM_SEP; k++) {
         int32_t best = -1;
         for (const char *const *t = fim_text[k]; *t; t++) {
             int32_t id = find_text(tok, *t);
             if (id >= 0 && (best < 0 || id < best)) best = id;
         }
-        tok_eog_add(tok, best);
+        toy_tok_eog_add(tok, best);
     }
     int32_t end = find_text(tok, "<|end|>");
     if (end >= 0 && end != tok->eos && end != tok->eot && find_text(tok, "<|return|>") >= 0 &&

@@ -3,7 +3,7 @@
  * and a small model can emit any byte sequence; JSON libraries refuse
  * such strings, so every writer of model text goes through here. The
  * rules (no overlong forms, surrogates or code points past U+10FFFF) are
- * the tokenizer's own decoder's, tok_utf8_decode. */
+ * the tokenizer's own decoder's, toy_tok_utf8_decode. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +13,7 @@
 bool toy_utf8_valid(const char *s, size_t n) {
     uint32_t cp;
     for (size_t i = 0; i < n;) {
-        int k = tok_utf8_decode(s + i, n - i, &cp);
+        int k = toy_tok_utf8_decode(s + i, n - i, &cp);
         if (!k) return false;
         i += (size_t)k;
     }
@@ -42,7 +42,7 @@ char *toy_utf8_clean(const char *s, size_t n, size_t *out_n) {
     size_t w = 0;
     uint32_t cp;
     for (size_t i = 0; i < n;) {
-        int k = tok_utf8_decode(s + i, n - i, &cp);
+        int k = toy_tok_utf8_decode(s + i, n - i, &cp);
         if (k) {
             memcpy(o + w, s + i, (size_t)k);
             w += (size_t)k, i += (size_t)k;
@@ -60,7 +60,7 @@ size_t toy_utf8_chars(const char *s, size_t n) {
     size_t c = 0;
     uint32_t cp;
     for (size_t i = 0; i < n; c++) {
-        int k = tok_utf8_decode(s + i, n - i, &cp);
+        int k = toy_tok_utf8_decode(s + i, n - i, &cp);
         i += k ? (size_t)k : bad_len((const unsigned char *)s + i, n - i);
     }
     return c;
