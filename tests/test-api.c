@@ -53,3 +53,47 @@ static void only_toy_names(const char *lib, const char *flags) {
 
 Test(api, shared_library_exports_only_toy_names) { only_toy_names("libtoy.so", "-D"); }
 Test(api, static_library_defines_only_toy_globals) { only_toy_names("libtoy.a", "-g"); }
+
+/* A NULL path (an unset environment variable, a missing argv entry) or a
+ * NULL GGUF (m->gguf of a model made by toy_llama_new) given to a function
+ * that opens something is TOY_ERR_INVALID_ARG with a message naming what
+ * is missing: it crashed in nine of them. */
+#define NULL_ARG(call, what)                                                                                      \
+    do {                                                                                                          \
+        toy_clear_error();                                                                                        \
+        enum toy_status st_ = (call);                                                                             \
+        cr_expect_eq(st_, TOY_ERR_INVALID_ARG, "%s: %s (%s)", #call, toy_status_str(st_), toy_last_error());    \
+        cr_expect(strstr(toy_last_error(), what), "%s: '%s' does not say '%s'", #call, toy_last_error(), what); \
+        cr_expect_null(strstr(toy_last_error(), "(null)"), "%s: '%s'", #call, toy_last_error());                \
+    } while (0)
+
+Test(api, null_paths_are_invalid_arguments) {
+    struct toy_tokenizer *tok;
+    struct toy_data *d;
+    struct toy_safetensors *st;
+    struct toy_image_set *is;
+    struct toy_trace *tr;
+    struct toy_file_bytes fb;
+    char path[64];
+    NULL_ARG(toy_tokenizer_load(NULL, &tok), "NULL path");
+    NULL_ARG(toy_tokenizer_load_hf(NULL, NULL, &tok), "NULL tokenizer.json path");
+    NULL_ARG(toy_tokenizer_load_gpt2(NULL, "vocab.bpe", NULL, &tok), "NULL encoder.json path");
+    NULL_ARG(toy_tokenizer_load_gpt2("encoder.json", NULL, NULL, &tok), "NULL vocab.bpe path");
+    NULL_ARG(toy_tokenizer_load_gguf(NULL, &tok), "NULL GGUF");
+    NULL_ARG(toy_data_open(NULL, &(struct toy_data_opts){.batch = 1, .ctx = 8}, &d), "NULL path");
+    NULL_ARG(toy_safetensors_open(NULL, &st), "NULL path");
+    NULL_ARG(toy_images_load(NULL, NULL, &is), "NULL path");
+    NULL_ARG(toy_images_load_idx(NULL, "labels", &is), "NULL images path");
+    NULL_ARG(toy_images_load_idx("images", NULL, &is), "NULL labels path");
+    NULL_ARG(toy_images_load_toyi(NULL, &is), "NULL path");
+    NULL_ARG(toy_trace_open(NULL, 0, &tr), "NULL path");
+    NULL_ARG(toy_model_resolve(NULL, path, sizeof path), "NULL name");
+    NULL_ARG(toy_hf_convert(NULL, "out.gguf", NULL, NULL), "NULL model folder");
+    NULL_ARG(toy_hf_convert("hf/", NULL, NULL, NULL), "NULL output path");
+    NULL_ARG(toy_file_bytes_open(NULL, &fb), "NULL path");
+    NULL_ARG(toy_events_read(NULL, NULL, NULL, NULL), "NULL path");
+    /* a preset by a NULL name is an unknown one, as documented */
+    cr_expect_eq(toy_llama_preset(NULL).d_model, 0);
+    cr_expect_eq(toy_gpt2_preset(NULL).d_model, 0);
+    cr_expect_eq(toy_vit_preset(NULL).d_model, 0);
+}

@@ -68,7 +68,7 @@ struct toy_gpt2 {
 /* "tiny" (d 64, 2 layers, 4 heads), "small" (d 256, 4 layers, 8 heads),
  * "124m" (GPT-2 small: vocab 50257, d 768, 12 layers, 12 heads, context
  * 1024). vocab must be set by the caller for the first two. Unknown names
- * give a config with d_model 0. */
+ * (and NULL) give a config with d_model 0. */
 struct toy_gpt2_config toy_gpt2_preset(const char *name);
 /* TOY_ERR_INVALID_ARG naming the bad field. */
 enum toy_status toy_gpt2_check_config(const struct toy_gpt2_config *cfg);

@@ -109,7 +109,7 @@ struct toy_llama {
 
 /* "tiny" (d 64, 2 layers), "small" (d 256, 4 layers), "stories15m" and
  * "smollm2-135m" shapes; vocab must be set by the caller for the first two.
- * Unknown names give a config with d_model 0. */
+ * Unknown names (and NULL) give a config with d_model 0. */
 struct toy_llama_config toy_llama_preset(const char *name);
 /* Validates a config: TOY_ERR_INVALID_ARG naming the bad field. */
 enum toy_status toy_llama_check_config(const struct toy_llama_config *cfg);

@@ -142,6 +142,7 @@ enum toy_status toy_tokenizer_load_spm_mem(const void *data, size_t len, struct 
  * tokens must be valid UTF-8 without NULs (TOY_ERR_FORMAT naming the key). */
 struct toy_gguf;
 struct toy_gguf_writer;
+/* g NULL (m->gguf of a model made by toy_llama_new) is TOY_ERR_INVALID_ARG. */
 enum toy_status toy_tokenizer_load_gguf(const struct toy_gguf *g, struct toy_tokenizer **out);
 enum toy_status toy_tokenizer_load_gguf_file(const char *gguf_path, struct toy_tokenizer **out);
 /* Writes those keys (for `toy convert` and `toy tokenizer train`). */

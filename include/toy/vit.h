@@ -74,8 +74,8 @@ struct toy_vit {
 /* "tiny" (ViT-Tiny/16: 224x224x3, d 192, 3 heads, 12 layers, d_ff 768,
  * 1000 classes, eps 1e-6), "small-cpu" (32x32x3, patch 4, d 128, 4 heads,
  * 4 layers, 10 classes), "mnist" (28x28x1, patch 7, d 64, 4 heads, 2 layers,
- * d_ff 128, 10 classes); the last two use fan_in_init. Unknown names give
- * d_model 0. */
+ * d_ff 128, 10 classes); the last two use fan_in_init. Unknown names (and
+ * NULL) give d_model 0. */
 struct toy_vit_config toy_vit_preset(const char *name);
 enum toy_status toy_vit_check_config(const struct toy_vit_config *cfg);
 int64_t toy_vit_n_patches(const struct toy_vit_config *cfg);

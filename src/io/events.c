@@ -564,6 +564,7 @@ bool toy_events_kind_known(const char *kind) {
 enum toy_status toy_events_read(const char *path, toy_events_fn fn, void *user, struct toy_events_stats *stats) {
     struct toy_events_stats s = {0};
     if (stats) *stats = s;
+    if (!path || !fn) return toy_error(TOY_ERR_INVALID_ARG, "toy_events_read: NULL %s", path ? "callback" : "path");
     FILE *f = fopen(path, "r");
     if (!f) return toy_error(TOY_ERR_IO, "%s: %s", path, strerror(errno));
     char *line = NULL;

@@ -190,6 +190,7 @@ enum toy_status toy_file_read_fd(int fd, const char *name, char **buf, size_t *l
 
 enum toy_status toy_file_bytes_open(const char *path, struct toy_file_bytes *b) {
     memset(b, 0, sizeof *b);
+    if (!path) return toy_error(TOY_ERR_INVALID_ARG, "toy_file_bytes_open: NULL path");
     bool std_in = !strcmp(path, "-");
     int fd = std_in ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return toy_error(TOY_ERR_IO, "%s: %s", path, strerror(errno));

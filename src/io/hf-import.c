@@ -418,6 +418,8 @@ static bool file_exists(const char *dir, const char *name) {
 
 enum toy_status toy_hf_convert(const char *dir, const char *out_path, const struct toy_convert_opts *opts,
                                struct toy_convert_report *report) {
+    if (!dir || !out_path)
+        return toy_error(TOY_ERR_INVALID_ARG, "toy_hf_convert: NULL %s", dir ? "output path" : "model folder");
     struct toy_convert_opts o = opts ? *opts : (struct toy_convert_opts){0};
     struct toy_convert_report rep_local;
     struct toy_convert_report *rep = report ? report : &rep_local;

@@ -202,6 +202,8 @@ static enum toy_status idx_load(const struct toy_file_bytes *images, const char 
 
 enum toy_status toy_images_load_idx(const char *images_path, const char *labels_path, struct toy_image_set **out) {
     *out = NULL;
+    if (!images_path || !labels_path)
+        return toy_error(TOY_ERR_INVALID_ARG, "toy_images_load_idx: NULL %s path", images_path ? "labels" : "images");
     struct toy_file_bytes in;
     enum toy_status st = toy_file_bytes_open(images_path, &in);
     if (!st) st = idx_load(&in, images_path, labels_path, out);
@@ -452,6 +454,7 @@ static bool idx_labels_path(const char *images, char *out, size_t n) {
 
 enum toy_status toy_images_load(const char *path, const struct toy_image_load_opts *opts, struct toy_image_set **out) {
     *out = NULL;
+    if (!path) return toy_error(TOY_ERR_INVALID_ARG, "toy_images_load: NULL path");
     struct stat sb;
     if (strcmp(path, "-") && stat(path, &sb)) return toy_error(TOY_ERR_IO, "%s: %s", path, strerror(errno));
     char lab[4200];

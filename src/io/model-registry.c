@@ -404,6 +404,7 @@ static const char *ollama_short(const char *q) {
 }
 
 enum toy_status toy_model_resolve(const char *q, char *path, size_t path_size) {
+    if (!q || !path) return toy_error(TOY_ERR_INVALID_ARG, "toy_model_resolve: NULL %s", q ? "output path" : "name");
     struct stat sb;
     if (stat(q, &sb) == 0 && S_ISREG(sb.st_mode)) {
         if ((size_t)snprintf(path, path_size, "%s", q) >= path_size)

@@ -305,6 +305,7 @@ static bool ends_with(const char *s, const char *suf) {
 
 enum toy_status toy_safetensors_open(const char *path, struct toy_safetensors **out) {
     *out = NULL;
+    if (!path) return toy_error(TOY_ERR_INVALID_ARG, "toy_safetensors_open: NULL path");
     struct toy_safetensors *st = calloc(1, sizeof *st);
     if (!st) return toy_error(TOY_ERR_NOMEM, "safetensors: out of memory");
     enum toy_status e;

@@ -30,6 +30,7 @@ struct toy_trace {
 
 enum toy_status toy_trace_open(const char *path, int64_t cap, struct toy_trace **out) {
     *out = NULL;
+    if (!path) return toy_error(TOY_ERR_INVALID_ARG, "toy_trace_open: NULL path");
     if (cap <= 0) cap = 1 << 20;
     struct toy_trace *tr = calloc(1, sizeof *tr);
     if (!tr) return toy_error(TOY_ERR_NOMEM, "trace");

@@ -17,6 +17,7 @@ struct toy_gpt2 *toy_gpt2_alloc(const struct toy_gpt2_config *cfg, bool tied, bo
 struct toy_gpt2_config toy_gpt2_preset(const char *name) {
     struct toy_gpt2_config c = {0};
     c.norm_eps = 1e-5f;
+    if (!name) return c; /* an unknown name: d_model 0 */
     if (!strcmp(name, "tiny")) {
         c.d_model = 64; c.n_layers = 2; c.n_heads = 4; c.d_ff = 256; c.max_ctx = 128;
     } else if (!strcmp(name, "small")) {

@@ -22,6 +22,7 @@ struct toy_llama_config toy_llama_preset(const char *name) {
     c.rope_base = 10000.0f;
     c.rope_mode = TOY_ROPE_NORMAL;
     c.tied = true;
+    if (!name) return c; /* an unknown name: d_model 0 */
     if (!strcmp(name, "tiny")) {
         c.d_model = 64; c.n_layers = 2; c.n_heads = 4; c.n_kv_heads = 2; c.d_ff = 192; c.max_ctx = 128;
     } else if (!strcmp(name, "small")) {

@@ -20,6 +20,7 @@
 struct toy_vit_config toy_vit_preset(const char *name) {
     struct toy_vit_config c = {0};
     c.norm_eps = 1e-6f;
+    if (!name) return c; /* an unknown name: an empty config */
     if (!strcmp(name, "tiny")) {
         c = (struct toy_vit_config){224, 224, 3, 16, 192, 12, 3, 768, 1000, 1e-6f, false};
     } else if (!strcmp(name, "small-cpu")) {

@@ -110,6 +110,8 @@ static const char *const eog_keys[4] = {"tokenizer.ggml.eom_token_id", "tokenize
 
 enum toy_status toy_tokenizer_load_gguf(const struct toy_gguf *g, struct toy_tokenizer **out) {
     *out = NULL;
+    if (!g) /* m->gguf of a model that was not loaded from a file (toy_llama_new) */
+        return toy_error(TOY_ERR_INVALID_ARG, "toy_tokenizer_load_gguf: NULL GGUF (a model not loaded from a file has none)");
     const char *model = NULL, *pre = NULL, *tmpl = NULL;
     enum toy_status st = toy_gguf_get_str(g, "tokenizer.ggml.model", &model, NULL);
     if (st == TOY_ERR_NOT_FOUND) return toy_error(TOY_ERR_NOT_FOUND, "GGUF has no tokenizer (tokenizer.ggml.model is absent)");

@@ -409,6 +409,7 @@ done:
 
 enum toy_status toy_tokenizer_load_hf(const char *json_path, const char *config_path, struct toy_tokenizer **out) {
     *out = NULL;
+    if (!json_path) return toy_error(TOY_ERR_INVALID_ARG, "toy_tokenizer_load_hf: NULL tokenizer.json path");
     char *j = NULL, *c = NULL;
     size_t jl = 0, cl = 0;
     enum toy_status st = toy_file_read_all(json_path, &j, &jl);
@@ -424,6 +425,8 @@ enum toy_status toy_tokenizer_load_hf(const char *json_path, const char *config_
 enum toy_status toy_tokenizer_load_gpt2(const char *encoder_json, const char *vocab_bpe, const char *pre,
                                         struct toy_tokenizer **out) {
     *out = NULL;
+    if (!encoder_json || !vocab_bpe)
+        return toy_error(TOY_ERR_INVALID_ARG, "toy_tokenizer_load_gpt2: NULL %s path", encoder_json ? "vocab.bpe" : "encoder.json");
     json_error_t jerr;
     json_t *enc = json_load_file(encoder_json, 0, &jerr);
     if (!enc) return toy_error(TOY_ERR_FORMAT, "%s: line %d: %s", encoder_json, jerr.line, jerr.text);
@@ -898,6 +901,7 @@ static enum toy_status load_stream(const char *path, struct toy_tokenizer **out)
 
 enum toy_status toy_tokenizer_load(const char *path, struct toy_tokenizer **out) {
     *out = NULL;
+    if (!path) return toy_error(TOY_ERR_INVALID_ARG, "toy_tokenizer_load: NULL path");
     char a[4096], b[4096];
     struct stat sb;
     if (!strcmp(path, "-") || (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode) && !S_ISDIR(sb.st_mode)))

@@ -139,6 +139,7 @@ enum toy_status toy_data_from_token_bytes(const void *bytes, size_t size, const 
 
 enum toy_status toy_data_open(const char *path, const struct toy_data_opts *o, struct toy_data **out) {
     *out = NULL;
+    if (!path) return toy_error(TOY_ERR_INVALID_ARG, "toy_data_open: NULL path");
     enum toy_status st = check_opts(o, path);
     if (st) return st;
     struct stat sb;
