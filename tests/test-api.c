@@ -97,3 +97,37 @@ Test(api, null_paths_are_invalid_arguments) {
     cr_expect_eq(toy_gpt2_preset(NULL).d_model, 0);
     cr_expect_eq(toy_vit_preset(NULL).d_model, 0);
 }
+
+/* NULL parameters are the defaults (every field's zero is documented):
+ * toy_generate(g, prompt, n, NULL, ...) and toy_sampler_new(NULL, V)
+ * crashed. A NULL model or generator is an error, not a crash. */
+Test(api, null_params_are_the_defaults) {
+    struct toy_llama_config cfg = toy_llama_preset("tiny");
+    cfg.vocab = 32;
+    struct toy_llama *m = toy_llama_new(&cfg, 7);
+    cr_assert_not_null(m, "%s", toy_last_error());
+    struct toy_generator *g;
+    NULL_ARG(toy_generator_new(NULL, NULL, 16, NULL, &g), "NULL model");
+    cr_assert_eq(toy_generator_new(m, NULL, 16, NULL, &g), TOY_OK, "%s", toy_last_error());
+    int32_t prompt[] = {1, 2, 3};
+    struct toy_generate_result r;
+    cr_assert_eq(toy_generate(g, prompt, 3, NULL, NULL, NULL, &r), TOY_OK, "%s", toy_last_error());
+    cr_expect_eq(r.reason, TOY_STOP_CONTEXT); /* no tokenizer, no EOS: until the context is full */
+    cr_expect_eq(r.n_generated, 16 - 3);
+    /* the same as zeroed params, token for token (greedy) */
+    struct toy_generate_params zero = {0};
+    struct toy_generate_result r2;
+    cr_assert_eq(toy_generate(g, prompt, 3, &zero, NULL, NULL, &r2), TOY_OK, "%s", toy_last_error());
+    cr_expect_eq(r2.n_generated, r.n_generated);
+    NULL_ARG(toy_generate(NULL, prompt, 3, NULL, NULL, NULL, NULL), "NULL generator");
+    NULL_ARG(toy_generate(g, NULL, 3, NULL, NULL, NULL, NULL), "NULL prompt");
+    toy_generator_free(g);
+    toy_llama_free(m);
+
+    cr_expect_eq(toy_sampler_params_check(NULL), TOY_OK);
+    struct toy_sampler *s = toy_sampler_new(NULL, 4);
+    cr_assert_not_null(s);
+    float logits[4] = {0.5f, 3.0f, -1.0f, 2.0f};
+    cr_expect_eq(toy_sampler_sample(s, logits, NULL), 1); /* greedy */
+    toy_sampler_free(s);
+}

@@ -32,7 +32,10 @@ struct toy_generate_params {
 };
 
 /* Called for each new token with the text it completes (possibly empty while
- * a UTF-8 character is incomplete); return false to stop. */
+ * a UTF-8 character is incomplete, or while it could be the start of a stop
+ * string); return false to stop. Text still held back when generation ends
+ * comes in one last call with id -1 and logprob 0 (not a token: do not
+ * count it or index with it). */
 typedef bool (*toy_token_fn)(void *ud, int32_t id, const char *text, size_t len, float logprob);
 
 enum toy_stop_reason { TOY_STOP_LENGTH = 0, TOY_STOP_EOS = 1, TOY_STOP_STRING = 2, TOY_STOP_CALLER = 3,
@@ -57,7 +60,10 @@ void toy_generator_free(struct toy_generator *g);
 /* Records prefill and decode ops (and one span per phase) into a Chrome trace. */
 struct toy_trace;
 void toy_generator_set_trace(struct toy_generator *g, struct toy_trace *tr);
-/* Generates after `prompt` (which is prefilled from position 0). */
+/* Generates after `prompt` (which is prefilled from position 0). p NULL is
+ * the defaults (all zero: greedy, until EOS or the context is full); fn,
+ * ud and res may be NULL. The generator may be reused: each call starts
+ * again from position 0. */
 enum toy_status toy_generate(struct toy_generator *g, const int32_t *prompt, int64_t n_prompt,
                              const struct toy_generate_params *p, toy_token_fn fn, void *ud,
                              struct toy_generate_result *res);

@@ -42,7 +42,8 @@ struct toy_sampler;
 
 /* TOY_OK, or TOY_ERR_INVALID_ARG naming the first parameter that is not a
  * finite number in its range (temperature, the penalties: any finite
- * value; top_p >= 0; min_p in [0, 1]; top_k >= 0). toy_generate checks. */
+ * value; top_p >= 0; min_p in [0, 1]; top_k >= 0). toy_generate checks.
+ * p NULL, here and in toy_sampler_new, is the defaults (all zero: greedy). */
 enum toy_status toy_sampler_params_check(const struct toy_sampler_params *p);
 
 /* NULL on OOM or n_vocab <= 0. */

@@ -43,6 +43,7 @@ enum toy_status toy_generator_new(struct toy_llama *m, const struct toy_tokenize
 enum toy_status toy_generator_new_kv(struct toy_llama *m, const struct toy_tokenizer *tok, int64_t n_ctx,
                                      enum toy_dtype kv_type, struct toy_threadpool *tp, struct toy_generator **out) {
     *out = NULL;
+    if (!m) return toy_error(TOY_ERR_INVALID_ARG, "toy_generator_new: NULL model");
     struct toy_generator *g = calloc(1, sizeof *g);
     if (!g) return toy_error(TOY_ERR_NOMEM, "generator");
     g->m = m;
@@ -98,6 +99,10 @@ enum toy_status toy_generate(struct toy_generator *g, const int32_t *prompt, int
                              struct toy_generate_result *res) {
     struct toy_generate_result r = {.n_prompt = n_prompt};
     if (res) *res = r; /* a failure still leaves a defined result */
+    static const struct toy_generate_params defaults = {0};
+    if (!p) p = &defaults;
+    if (!g) return toy_error(TOY_ERR_INVALID_ARG, "toy_generate: NULL generator");
+    if (n_prompt > 0 && !prompt) return toy_error(TOY_ERR_INVALID_ARG, "toy_generate: NULL prompt of %lld tokens", (long long)n_prompt);
     int64_t V = g->m->cfg.vocab;
     if (n_prompt <= 0) return toy_error(TOY_ERR_INVALID_ARG, "empty prompt (add a BOS token)");
     if (p->n_stop < 0 || (p->n_stop > 0 && !p->stop))

@@ -27,6 +27,7 @@ struct toy_sampler {
 };
 
 enum toy_status toy_sampler_params_check(const struct toy_sampler_params *p) {
+    if (!p) return TOY_OK; /* the defaults */
     const struct {
         const char *name;
         float v, lo, hi;
@@ -50,6 +51,8 @@ enum toy_status toy_sampler_params_check(const struct toy_sampler_params *p) {
 }
 
 struct toy_sampler *toy_sampler_new(const struct toy_sampler_params *p, int64_t V) {
+    static const struct toy_sampler_params defaults = {0};
+    if (!p) p = &defaults;
     if (V <= 0) return NULL;
     struct toy_sampler *s = calloc(1, sizeof *s);
     if (!s) return NULL;
