@@ -333,6 +333,13 @@ Test(events, order_is_enforced) {
     cr_expect(strstr(toy_last_error(), "before run_start"), "%s", toy_last_error());
     cr_expect_eq(toy_events_run_end(ev, &(struct toy_run_end){0}), TOY_ERR_STATE);
     cr_expect_eq(toy_events_emit(ev, "run_start", NULL), TOY_ERR_INVALID_ARG);
+    /* a NULL event struct is an argument error naming the function, not a crash */
+    cr_expect_eq(toy_events_run_start(ev, NULL), TOY_ERR_INVALID_ARG);
+    cr_expect(strstr(toy_last_error(), "toy_events_run_start: NULL event"), "%s", toy_last_error());
+    cr_expect_eq(toy_events_step(ev, NULL), TOY_ERR_INVALID_ARG);
+    cr_expect_eq(toy_events_eval(ev, NULL), TOY_ERR_INVALID_ARG);
+    cr_expect_eq(toy_events_run_end(ev, NULL), TOY_ERR_INVALID_ARG);
+    cr_expect(strstr(toy_last_error(), "toy_events_run_end: NULL event"), "%s", toy_last_error());
     json_t *bad = json_integer(3);
     cr_expect_eq(toy_events_run_start(ev, &(struct toy_run_start){.config = bad}), TOY_ERR_INVALID_ARG);
     json_decref(bad);

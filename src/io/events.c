@@ -415,6 +415,7 @@ static json_t *host_object(void) {
 /* ---- the kinds ------------------------------------------------------------------- */
 
 enum toy_status toy_events_run_start(struct toy_events *ev, const struct toy_run_start *rs) {
+    if (!rs) return toy_error(TOY_ERR_INVALID_ARG, "toy_events_run_start: NULL event");
     if ((rs->model && !json_is_object(rs->model)) || (rs->config && !json_is_object(rs->config)) ||
         (rs->extra && !json_is_object(rs->extra)))
         return toy_error(TOY_ERR_INVALID_ARG, "run_start: model, config and extra must be JSON objects");
@@ -444,6 +445,7 @@ enum toy_status toy_events_run_start(struct toy_events *ev, const struct toy_run
 }
 
 enum toy_status toy_events_step(struct toy_events *ev, const struct toy_step_event *s) {
+    if (!s) return toy_error(TOY_ERR_INVALID_ARG, "toy_events_step: NULL event");
     if (s->extra && !json_is_object(s->extra)) return toy_error(TOY_ERR_INVALID_ARG, "step: extra must be an object");
     bool ok = true;
     json_t *o = event_new("step", &ok);
@@ -463,6 +465,7 @@ enum toy_status toy_events_step(struct toy_events *ev, const struct toy_step_eve
 }
 
 enum toy_status toy_events_eval(struct toy_events *ev, const struct toy_eval_event *e) {
+    if (!e) return toy_error(TOY_ERR_INVALID_ARG, "toy_events_eval: NULL event");
     if (e->extra && !json_is_object(e->extra)) return toy_error(TOY_ERR_INVALID_ARG, "eval: extra must be an object");
     bool ok = true;
     json_t *o = event_new("eval", &ok);
@@ -533,6 +536,7 @@ int toy_run_reason_exit_code(enum toy_run_reason r) {
 }
 
 enum toy_status toy_events_run_end(struct toy_events *ev, const struct toy_run_end *e) {
+    if (!e) return toy_error(TOY_ERR_INVALID_ARG, "toy_events_run_end: NULL event");
     if (e->extra && !json_is_object(e->extra)) return toy_error(TOY_ERR_INVALID_ARG, "run_end: extra must be an object");
     bool ok = true;
     json_t *o = event_new("run_end", &ok);
