@@ -771,6 +771,34 @@ Test(gguf, open_errors) {
     toy_gguf_writer_free(NULL);
 }
 
+/* What a caller plausibly passes as NULL to the writer (an optional string
+ * that is absent, a name or shape not filled in) is TOY_ERR_INVALID_ARG
+ * naming the key or tensor; each of these crashed. */
+Test(gguf, writer_null_arguments) {
+    struct toy_gguf_writer *w;
+    cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
+    cr_expect_eq(toy_gguf_writer_set_str(w, "tokenizer.chat_template", NULL), TOY_ERR_INVALID_ARG);
+    cr_expect(strstr(toy_last_error(), "'tokenizer.chat_template': NULL string"), "%s", toy_last_error());
+    cr_expect_eq(toy_gguf_writer_set_strn(w, "k", NULL, 3), TOY_ERR_INVALID_ARG);
+    cr_expect_eq(toy_gguf_writer_set_arr(w, "k", TOY_GGUF_U32, NULL, 2), TOY_ERR_INVALID_ARG);
+    cr_expect_eq(toy_gguf_writer_set_arr_str(w, "k", NULL, NULL, 2), TOY_ERR_INVALID_ARG);
+    const char *strs[] = {"a", NULL};
+    cr_expect_eq(toy_gguf_writer_set_arr_str(w, "k", strs, NULL, 2), TOY_ERR_INVALID_ARG);
+    cr_expect(strstr(toy_last_error(), "string 1 is NULL"), "%s", toy_last_error());
+    float data[4] = {0};
+    int64_t ne[1] = {4};
+    cr_expect_eq(toy_gguf_writer_add_tensor(w, NULL, TOY_F32, 1, ne, data), TOY_ERR_INVALID_ARG);
+    cr_expect(strstr(toy_last_error(), "NULL tensor name"), "%s", toy_last_error());
+    cr_expect_eq(toy_gguf_writer_add_tensor(w, "x", TOY_F32, 1, NULL, data), TOY_ERR_INVALID_ARG);
+    cr_expect(strstr(toy_last_error(), "'x': NULL shape"), "%s", toy_last_error());
+    /* nothing was added by the failed calls; empty values stay allowed */
+    cr_expect_eq(toy_gguf_writer_n_kv(w), 0);
+    cr_expect_eq(toy_gguf_writer_n_tensors(w), 0);
+    cr_expect_eq(toy_gguf_writer_set_strn(w, "empty", NULL, 0), TOY_OK);
+    cr_expect_eq(toy_gguf_writer_set_arr_str(w, "none", NULL, NULL, 0), TOY_OK);
+    toy_gguf_writer_free(w);
+}
+
 /* toy_file_replace (every writer's last step): a symbolic link is written
  * through and stays a link, an existing file keeps its mode, a device or a
  * pipe is refused and left as it is (as root, /dev/full became a plain

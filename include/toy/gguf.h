@@ -206,7 +206,9 @@ void toy_gguf_writer_free(struct toy_gguf_writer *w);
 
 /* Each setter adds a key or replaces its value in place (keys keep the
  * order of first insertion). Keys must be non-empty and < 65536 bytes.
- * A u32 `general.alignment` (a power of two) sets the data alignment. */
+ * A u32 `general.alignment` (a power of two) sets the data alignment.
+ * A NULL key, string or array (of n > 0 values), tensor name or shape is
+ * TOY_ERR_INVALID_ARG, and the writer is left as it was. */
 enum toy_status toy_gguf_writer_set_u8(struct toy_gguf_writer *w, const char *key, uint8_t v);
 enum toy_status toy_gguf_writer_set_i8(struct toy_gguf_writer *w, const char *key, int8_t v);
 enum toy_status toy_gguf_writer_set_u16(struct toy_gguf_writer *w, const char *key, uint16_t v);

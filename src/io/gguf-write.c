@@ -168,6 +168,7 @@ enum toy_status toy_gguf_writer_set_bool(struct toy_gguf_writer *w, const char *
 
 enum toy_status toy_gguf_writer_set_strn(struct toy_gguf_writer *w, const char *key, const char *s,
                                          size_t len) {
+    if (!s && len) return toy_error(TOY_ERR_INVALID_ARG, "gguf writer: key '%s': NULL string", key ? key : "");
     struct buf b = {0};
     enum toy_status st = kv_begin(&b, key, TOY_GGUF_STRING);
     if (st) return st;
@@ -176,6 +177,7 @@ enum toy_status toy_gguf_writer_set_strn(struct toy_gguf_writer *w, const char *
 }
 
 enum toy_status toy_gguf_writer_set_str(struct toy_gguf_writer *w, const char *key, const char *s) {
+    if (!s) return toy_error(TOY_ERR_INVALID_ARG, "gguf writer: key '%s': NULL string", key ? key : "");
     return toy_gguf_writer_set_strn(w, key, s, strlen(s));
 }
 
@@ -186,6 +188,7 @@ enum toy_status toy_gguf_writer_set_arr(struct toy_gguf_writer *w, const char *k
         return toy_error(TOY_ERR_INVALID_ARG, "gguf writer: key '%s': array of %s needs set_arr_str",
                          key, toy_gguf_type_name(elem));
     if (n > SIZE_MAX / sz) return toy_error(TOY_ERR_INVALID_ARG, "gguf writer: key '%s': array too long", key);
+    if (n && !data) return toy_error(TOY_ERR_INVALID_ARG, "gguf writer: key '%s': NULL array data", key ? key : "");
     struct buf b = {0};
     enum toy_status st = kv_begin(&b, key, TOY_GGUF_ARRAY);
     if (st) return st;
@@ -197,6 +200,11 @@ enum toy_status toy_gguf_writer_set_arr(struct toy_gguf_writer *w, const char *k
 
 enum toy_status toy_gguf_writer_set_arr_str(struct toy_gguf_writer *w, const char *key,
                                             const char *const *strs, const size_t *lens, uint64_t n) {
+    if (n && !strs) return toy_error(TOY_ERR_INVALID_ARG, "gguf writer: key '%s': NULL strings", key ? key : "");
+    for (uint64_t j = 0; j < n; j++)
+        if (!strs[j] && (!lens || lens[j]))
+            return toy_error(TOY_ERR_INVALID_ARG, "gguf writer: key '%s': string %llu is NULL", key ? key : "",
+                             (unsigned long long)j);
     struct buf b = {0};
     enum toy_status st = kv_begin(&b, key, TOY_GGUF_ARRAY);
     if (st) return st;
@@ -275,6 +283,8 @@ enum toy_status toy_gguf_writer_remove(struct toy_gguf_writer *w, const char *ke
 static enum toy_status add_tensor(struct toy_gguf_writer *w, const char *name, enum toy_dtype type,
                                   int n_dims, const int64_t *ne, const void *data,
                                   toy_gguf_fill_fn fill, void *ctx) {
+    if (!name) return toy_error(TOY_ERR_INVALID_ARG, "gguf writer: NULL tensor name");
+    if (!ne) return toy_error(TOY_ERR_INVALID_ARG, "gguf writer: tensor '%s': NULL shape", name);
     size_t nlen = strlen(name);
     if (nlen == 0 || nlen >= TOY_GGUF_NAME_MAX)
         return toy_error(TOY_ERR_INVALID_ARG, "gguf writer: tensor name '%s': length %zu (must be 1..%d)",
