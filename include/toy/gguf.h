@@ -15,9 +15,11 @@
  *     toy_gguf_get_u32(g, "llama.block_count", &n_layer); // u8..u64, i8..i64
  *     const char *arch;
  *     toy_gguf_get_str(g, "general.architecture", &arch, NULL);
- *     int64_t t = toy_gguf_find_tensor(g, "token_embd.weight");
- *     const struct toy_gguf_tensor *ti = toy_gguf_tensor(g, t);
- *     // ti->data points into the mapping: ti->nbytes bytes of ti->type
+ *     int64_t t = toy_gguf_find_tensor(g, "token_embd.weight");   // -1: absent
+ *     if (t >= 0) {
+ *         const struct toy_gguf_tensor *ti = toy_gguf_tensor(g, t);
+ *         // ti->data points into the mapping: ti->nbytes bytes of ti->type
+ *     }
  *     toy_gguf_close(g);
  *
  * Every count, length, offset and shape in the file is checked for overflow
@@ -177,6 +179,9 @@ enum toy_status toy_gguf_arr_float(const struct toy_gguf *g, int64_t i, uint64_t
 
 /* -- tensors -- */
 int64_t toy_gguf_n_tensors(const struct toy_gguf *g);
+/* Tensor i, 0 <= i < toy_gguf_n_tensors (out of range aborts, as a
+ * programming error: check toy_gguf_find_tensor's -1 first). Valid until
+ * toy_gguf_close. */
 const struct toy_gguf_tensor *toy_gguf_tensor(const struct toy_gguf *g, int64_t i);
 /* Index of a tensor by name, or -1. */
 int64_t toy_gguf_find_tensor(const struct toy_gguf *g, const char *name);
