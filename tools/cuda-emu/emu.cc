@@ -5,14 +5,21 @@
  * The rest of the runtime (memory, copies, devices, events) is the mock's
  * (tools/cuda-mock.c). Built only by `make CUDA_EMU=1`.
  *
- * Scheduling: blocks run one at a time, in a scrambled order; a block
- * runs warp by warp up to its next __syncthreads, the lanes of a warp up
- * to their next warp barrier (a shuffle, __syncwarp), which opens when
- * every live lane of the warp is there; __syncthreads opens when every
- * live thread of the block is. Warps and lanes run in a random order and
- * direction each time (fixed seed, TOY_EMU_SEED to change it), so device
- * code that reads shared memory another thread writes without a barrier
- * between reads the wrong value here too, as it may on a GPU. A barrier
+ * Scheduling: blocks run one at a time; a block runs warp by warp up to
+ * its next __syncthreads, the lanes of a warp up to their next warp
+ * barrier (a shuffle, __syncwarp), which opens when every live lane of the
+ * warp is there; __syncthreads opens when every live thread of the block
+ * is. The order of the blocks of a grid, of the warps of a block in each
+ * pass and of the lanes of a warp in each pass is TOY_EMU_ORDER's:
+ *   shuffle[:SEED]  (the default, seed 1) a random start and direction
+ *                   each pass, a scrambled block order each launch;
+ *   forward         0, 1, 2, ... every time;
+ *   reverse         ..., 2, 1, 0 every time.
+ * Device code that reads what another thread (another block) writes
+ * without a barrier between then reads the wrong value in some order, as
+ * it may on a GPU: forward and reverse run every two threads of a barrier
+ * interval, and every two blocks of a grid, both ways round, which one
+ * random order does only by chance. A barrier
  * that can never open (threads of a block waiting at different barriers)
  * and a shuffle with an exited or missing lane are launch failures with a
  * message naming the kernel, where a GPU would hang or return garbage.
@@ -99,6 +106,8 @@ struct block_run {
     char err[256] = "";
 };
 block_run B;
+/* TOY_EMU_ORDER (the header comment), read at the first launch */
+enum schedule { SHUFFLE, FORWARD, REVERSE } order = SHUFFLE;
 unsigned rng = 1;
 /* TOY_EMU_STATS=1: kernels, blocks and threads run, printed at exit;
  * TOY_EMU_KERNELS=FILE: the name of every kernel launched, a line each,
@@ -217,11 +226,37 @@ bool ensure_stacks(int n) {
     return true;
 }
 
-/* a random start and direction: the order of the next pass over k items */
+/* the order of the next pass over k items: start, start + step, ...
+ * modulo k (a step of k - 1 goes down) */
 void next_order(int k, int *start, int *step) {
+    if (order != SHUFFLE) {
+        *start = order == FORWARD ? 0 : k - 1;
+        *step = order == FORWARD ? 1 : k - 1;
+        return;
+    }
     rng = rng * 1103515245u + 12345u;
     *start = (int)((rng >> 8) % (unsigned)k);
     *step = (rng >> 30) & 1 ? 1 : k - 1;
+}
+
+/* TOY_EMU_ORDER=forward|reverse|shuffle[:SEED]; anything else is refused
+ * (a typo must not quietly run the default order) */
+void read_order() {
+    const char *e = getenv("TOY_EMU_ORDER");
+    if (!e || !*e) return;
+    if (!strcmp(e, "forward")) order = FORWARD;
+    else if (!strcmp(e, "reverse")) order = REVERSE;
+    else if (!strncmp(e, "shuffle", 7) && (!e[7] || (e[7] == ':' && e[8]))) {
+        char *end = nullptr;
+        if (e[7]) rng = (unsigned)strtoul(e + 8, &end, 10);
+        if (end && *end) {
+            fprintf(stderr, "cuda-emu: TOY_EMU_ORDER=%s: the seed is not a number\n", e);
+            exit(2);
+        }
+    } else {
+        fprintf(stderr, "cuda-emu: TOY_EMU_ORDER=%s: not forward, reverse or shuffle[:SEED]\n", e);
+        exit(2);
+    }
 }
 
 /* wmma calls are warp-wide: between two barriers every lane of a warp
@@ -318,8 +353,7 @@ void run_grid(const char *name, dim3 grid, dim3 block, size_t smem, std::functio
             kernels_file = kf;
             atexit(write_kernels);
         }
-        const char *seed = getenv("TOY_EMU_SEED");
-        if (seed && *seed) rng = (unsigned)strtoul(seed, nullptr, 10);
+        read_order();
         return true;
     }();
     (void)stats;
@@ -338,17 +372,25 @@ void run_grid(const char *name, dim3 grid, dim3 block, size_t smem, std::functio
     }
     memset(sm, 0xff, smem + 16);
     toy_emu_smem = (char *)sm + 16;
-    /* blocks in a scrambled order (a GPU promises none): i -> (start + i *
-     * stride) mod count, stride coprime with count */
-    uint64_t count = (uint64_t)grid.x * grid.y * grid.z, stride = 1, start;
-    rng = rng * 1103515245u + 12345u;
-    start = (rng >> 4) % count;
-    static const uint64_t primes[] = {7919, 104729, 15485863, 3, 5};
-    for (uint64_t p : primes)
-        if (count % p) {
-            stride = p % count ? p % count : 1;
-            break;
-        }
+    /* blocks in TOY_EMU_ORDER's order (a GPU promises none): i -> (start
+     * + i * stride) mod count, stride coprime with count; shuffled, a
+     * random start and a prime stride, forward 0 and 1, reverse count - 1
+     * and count - 1 */
+    uint64_t count = (uint64_t)grid.x * grid.y * grid.z, stride = 1, start = 0;
+    if (order == REVERSE) {
+        start = count - 1;
+        stride = count > 1 ? count - 1 : 1;
+    }
+    if (order == SHUFFLE) {
+        rng = rng * 1103515245u + 12345u;
+        start = (rng >> 4) % count;
+        static const uint64_t primes[] = {7919, 104729, 15485863, 3, 5};
+        for (uint64_t p : primes)
+            if (count % p) {
+                stride = p % count ? p % count : 1;
+                break;
+            }
+    }
     for (uint64_t i = 0, b = start; i < count; i++, b = (b + stride) % count) {
         blockIdx.x = (unsigned)(b % grid.x);
         blockIdx.y = (unsigned)(b / grid.x % grid.y);

@@ -5,7 +5,9 @@
  *   - warp shuffles and a block reduction give the right sums;
  *   - a read of shared memory another thread writes without a barrier
  *     between sees the old value for some thread (the random order);
- *   - blocks do not run in index order;
+ *   - blocks, and the threads of a block, run in TOY_EMU_ORDER's order:
+ *     forward in index order, reverse the other way round, shuffled
+ *     (the default) in neither;
  *   - __syncthreads inside `if (lane == 0)`, the other lanes at a shuffle,
  *     is a launch failure, not a hang;
  *   - a launch of 2048 threads, or 64 KiB of dynamic shared memory, is
@@ -58,6 +60,21 @@ __global__ void k_race(int *out) {
 /* the order blocks start in */
 __global__ void k_order(int *counter, int *order) {
     if (threadIdx.x == 0) order[blockIdx.x] = atomicAdd(counter, 1);
+}
+
+/* the order a block's threads start in */
+__global__ void k_thread_order(int *counter, int *order) { order[threadIdx.x] = atomicAdd(counter, 1); }
+
+/* whether order[0..n) is 0, 1, ... (up) or n - 1, n - 2, ... (down) */
+static bool ascending(const int *order, int n) {
+    for (int i = 0; i < n; i++)
+        if (order[i] != i) return false;
+    return true;
+}
+static bool descending(const int *order, int n) {
+    for (int i = 0; i < n; i++)
+        if (order[i] != n - 1 - i) return false;
+    return true;
 }
 
 /* lane 0 of each warp waits at __syncthreads, the other lanes at a shuffle
@@ -148,11 +165,27 @@ int main(void) {
     }
     check(raced, "a shared-memory read with no barrier after the write sees the old value");
 
+    /* TOY_EMU_ORDER as the emulator reads it (it refuses anything else) */
+    const char *order = getenv("TOY_EMU_ORDER");
+    bool fwd = order && !strcmp(order, "forward"), rev = order && !strcmp(order, "reverse");
     *cnt = 0;
     k_order<<<200, 32>>>(cnt, iv);
-    bool in_order = true;
-    for (int b = 0; b < 200; b++) in_order &= iv[b] == b;
-    check(*cnt == 200 && !in_order, "blocks run in a scrambled order");
+    bool up = ascending(iv, 200), down = descending(iv, 200);
+    check(*cnt == 200 && (fwd ? up : rev ? down : !up && !down), fwd   ? "forward: blocks run in index order"
+                                                                : rev ? "reverse: blocks run in reverse index order"
+                                                                      : "blocks run in a scrambled order");
+    /* 64 threads: two warps, the order across warps and within each */
+    bool all_up = true, all_down = true;
+    for (int rep = 0; rep < 8; rep++) {
+        *cnt = 0;
+        k_thread_order<<<1, 64>>>(cnt, iv);
+        all_up &= ascending(iv, 64);
+        all_down &= descending(iv, 64);
+    }
+    check(fwd ? all_up : rev ? all_down : !all_up && !all_down,
+          fwd   ? "forward: threads run in index order, warp after warp"
+          : rev ? "reverse: threads run in reverse index order"
+                : "threads run in varying orders");
 
     k_divergent_barrier<<<1, 64>>>(x);
     check(cudaGetLastError() == cudaErrorLaunchFailure, "a __syncthreads that lanes waiting at a shuffle never reach fails the launch");
