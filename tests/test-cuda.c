@@ -503,6 +503,39 @@ Test(cuda, get_rows_forward_backward) {
     toy_ctx_free(ctx);
 }
 
+/* Repeated ids (every common token): GET_ROWS_BACK adds an id's rows in
+ * row order, as the CPU does, so the table's gradient has the CPU's bits;
+ * float atomics add them in the order the threads happen to run, which on
+ * a GPU changes from run to run (and here with the emulator's schedule:
+ * 600 rows of 16, 480 of them id 2, over many blocks) */
+Test(cuda, get_rows_back_adds_repeated_ids_in_row_order) {
+    need_cuda();
+    struct toy_ctx *ctx = setup(23);
+    struct toy_tensor *tab = param(ctx, 16, 6, 1, 1);
+    struct toy_tensor *ids = toy_new_tensor_2d(ctx, TOY_I32, 200, 3);
+    for (int i = 0; i < 600; i++) ((int32_t *)ids->data)[i] = i % 5 ? 2 : i % 6;
+    struct toy_tensor *loss = loss_of(ctx, toy_get_rows(ctx, tab, ids));
+    toy_set_output(loss);
+    struct toy_graph *g = toy_graph_new(ctx);
+    toy_graph_build(g, loss);
+    toy_graph_backward(g, loss);
+    struct toy_threadpool *tp = toy_threadpool_new(2);
+    cr_assert_eq(toy_graph_compute(g, tp), TOY_OK, "%s", toy_last_error());
+    float *ref = copy_f32(tab->grad);
+    toy_graph_zero_grads(g);
+    cr_assert_eq(toy_graph_set_device(g, "cuda:0"), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(toy_graph_compute(g, tp), TOY_OK, "%s", toy_last_error());
+    float *got = copy_f32(tab->grad);
+    int64_t n = toy_nelements(tab), differ = 0;
+    for (int64_t i = 0; i < n; i++) differ += memcmp(&got[i], &ref[i], sizeof *got) != 0;
+    cr_expect_eq(differ, 0, "%lld of %lld gradient elements differ from the CPU's bits", (long long)differ,
+                 (long long)n);
+    free(ref);
+    free(got);
+    toy_threadpool_free(tp);
+    toy_ctx_free(ctx);
+}
+
 Test(cuda, bad_index_is_an_error_not_a_crash) {
     need_cuda();
     struct toy_ctx *ctx = setup(10);

@@ -170,17 +170,24 @@ __global__ void k_get_rows(CT dst, CT tab, CT ids, int32_t *err, int32_t idx) {
     }
 }
 
-/* dtable[id] += dy[row] (dst zeroed first unless accumulating) */
-__global__ void k_get_rows_back(CT dst, CT dy, CT ids) {
-    int64_t n = ct_nel(dy);
-    float *y = (float *)dst.data;
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
-        int64_t i[4];
-        unravel4(e, dy.ne, i);
-        int32_t id = id_at(ids, i[1], i[2], i[3]);
-        if (id < 0 || id >= dst.ne[1]) continue;
-        atomicAdd(&y[id * dst.ne[0] + i[0]], ld(dy, i[0], i[1], i[2], i[3]));
-    }
+/* dtable[id] += dy[row] (dst zeroed first unless accumulating), the rows
+ * of a repeated id added in row order, as the CPU adds them: a thread owns
+ * column c of the table rows [v0, v0 + per) and walks every row of dy,
+ * adding those whose id is in its range. Each element has one writer, so
+ * the gradient has the CPU's bits, every run; float atomics would add a
+ * repeated id's rows (every common token's) in whatever order the threads
+ * happen to run. Out-of-range ids are in no thread's range. */
+__global__ void k_get_rows_back(CT dst, CT dy, CT ids, int64_t per) {
+    int64_t n0 = dst.ne[0], e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    int64_t c = e % n0, v0 = e / n0 * per, v1 = v0 + per < dst.ne[1] ? v0 + per : dst.ne[1];
+    if (v0 >= dst.ne[1]) return;
+    float *y = (float *)dst.data + c;
+    for (int64_t i3 = 0; i3 < dy.ne[3]; i3++)
+        for (int64_t i2 = 0; i2 < dy.ne[2]; i2++)
+            for (int64_t i1 = 0; i1 < dy.ne[1]; i1++) {
+                int32_t id = id_at(ids, i1, i2, i3);
+                if (id >= v0 && id < v1) y[id * n0] += ld(dy, c, i1, i2, i3);
+            }
 }
 
 /* ---- reductions, broadcasts ---------------------------------------------------------------- */
@@ -690,10 +697,18 @@ extern "C" int toy_cu_run(const struct toy_cu_node *n, char *msg, size_t msg_siz
         break;
     case TOY_OP_MATMUL: return toy_cu_matmul(n, msg, msg_size);
     case TOY_OP_GET_ROWS: k_get_rows<<<gs, TPB, 0, s>>>(d, src[0], src[1], n->err, n->index); break;
-    case TOY_OP_GET_ROWS_BACK:
+    case TOY_OP_GET_ROWS_BACK: {
         if (!n->op_params[P_GRB_ACCUM]) cudaMemsetAsync(d.data, 0, (size_t)nel * 4, s);
-        k_get_rows_back<<<grid_for(ct_nel(src[0]), TPB), TPB, 0, s>>>(d, src[0], src[1]);
+        if (!nel) break;
+        /* the table rows cut into ranges, enough (column, range) threads to
+         * fill a GPU: each thread reads every id, and adds about rows /
+         * ranges of dy's elements (GPT-2's 50257 x 768 table: 86 ranges of
+         * 585 rows, 66 K threads) */
+        int64_t ranges = cdiv(65536, d.ne[0]) < d.ne[1] ? cdiv(65536, d.ne[0]) : d.ne[1];
+        int64_t per = cdiv(d.ne[1], ranges);
+        k_get_rows_back<<<(unsigned)cdiv(d.ne[0] * cdiv(d.ne[1], per), TPB), TPB, 0, s>>>(d, src[0], src[1], per);
         break;
+    }
     case TOY_OP_SUM:
     case TOY_OP_MEAN: {
         int dim = n->op_params[P_DIM];
