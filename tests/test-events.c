@@ -766,6 +766,8 @@ Test(events, latest_link_is_relative_and_replaced) {
     cr_expect_eq(toy_run_link_latest(ck), TOY_ERR_INVALID_ARG);
     pf(ck, sizeof ck, "%s/nope/step_1.gguf", d);
     cr_expect_eq(toy_run_link_latest(ck), TOY_ERR_IO);
+    /* named by the checkpoint asked for, not the link's temporary name */
+    cr_expect(strstr(toy_last_error(), ck) && !strstr(toy_last_error(), ".tmp."), "%s", toy_last_error());
     rm_rf(d);
     free(d);
 }

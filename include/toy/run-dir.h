@@ -15,8 +15,8 @@
  *
  *     char id[128], dir[4096];
  *     if (toy_run_create("runs", NULL, "llama", id, sizeof id, dir, sizeof dir)) ...
- *     // dir = "runs/llama-20261129-001", created
- *     ... write dir/weights/step_100.gguf ...
+ *     // dir = "runs/llama-20261129-001", created empty (toy_run_claim wants it so)
+ *     ... toy_mkdir_p("runs/llama-20261129-001/weights"), write weights/step_100.gguf ...
  *     toy_run_link_latest("runs/llama-20261129-001/weights/step_100.gguf");
  *
  * Same spec as the earlier system (../shared/reference/toy-features.md §3.1).

@@ -172,7 +172,8 @@ enum toy_status toy_run_link_latest(const char *checkpoint_path) {
         snprintf(tmp, sizeof tmp, "%.*s/.latest.tmp.%ld", dl, dirp, (long)getpid()) >= (int)sizeof tmp)
         return toy_error(TOY_ERR_RANGE, "%s: path too long", checkpoint_path);
     unlink(tmp);
-    if (symlink(base, tmp) != 0) return toy_error(TOY_ERR_IO, "symlink %s: %s", tmp, strerror(errno));
+    if (symlink(base, tmp) != 0) /* named by the checkpoint: the temporary name means nothing to a caller */
+        return toy_error(TOY_ERR_IO, "latest link beside %s: %s", checkpoint_path, strerror(errno));
     if (rename(tmp, link) != 0) {
         enum toy_status st = toy_error(TOY_ERR_IO, "rename %s -> %s: %s", tmp, link, strerror(errno));
         unlink(tmp);
