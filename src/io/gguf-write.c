@@ -56,7 +56,7 @@ struct buf {
 };
 
 static void buf_put(struct buf *b, const void *src, size_t n) {
-    if (b->oom) return;
+    if (b->oom || !n) return; /* nothing: src may be NULL (an empty string), which memcpy must not see */
     if (n > b->cap - b->len) {
         size_t cap = b->cap ? b->cap : 256;
         while (cap - b->len < n) {
