@@ -270,17 +270,8 @@ deps-quiet:
 fuzz:
 	$(MAKE) -f fuzz/Makefile
 
-$(BUILD)/toy.pc: Makefile include/toy/toy.h
-	@mkdir -p $(dir $@)
-	@{ echo 'prefix=$(PREFIX)'; echo 'libdir=$(LIBDIR)'; echo 'includedir=$(INCLUDEDIR)'; echo; \
-	   echo 'Name: toy'; echo 'Description: a small, readable and fast transformer framework'; \
-	   echo 'Version: $(VERSION)'; echo 'Requires: jansson'; \
-	   echo 'Cflags: -I$${includedir}'; echo 'Libs: -L$${libdir} -ltoy'; \
-	   echo 'Libs.private: $(LDFLAGS) $(LDLIBS)'; } > $@.tmp && mv $@.tmp $@
-
-# the .pc names the install folders, so it is written again for each install
+# toy.pc names the install folders, so install writes it in place
 install: all
-	@rm -f $(BUILD)/toy.pc && $(MAKE) --no-print-directory $(BUILD)/toy.pc
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR)/toy
 	install -m 755 $(BUILD)/toy $(DESTDIR)$(BINDIR)/toy
 	install -m 644 $(BUILD)/libtoy.a $(DESTDIR)$(LIBDIR)/libtoy.a
@@ -288,7 +279,11 @@ install: all
 	ln -sf libtoy.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME)
 	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libtoy.so
 	install -m 644 $(PUBLIC_HEADERS) $(DESTDIR)$(INCLUDEDIR)/toy/
-	install -m 644 $(BUILD)/toy.pc $(DESTDIR)$(LIBDIR)/pkgconfig/toy.pc
+	@{ echo 'prefix=$(PREFIX)'; echo 'libdir=$(LIBDIR)'; echo 'includedir=$(INCLUDEDIR)'; echo; \
+	   echo 'Name: toy'; echo 'Description: a small, readable and fast transformer framework'; \
+	   echo 'Version: $(VERSION)'; echo 'Requires: jansson'; \
+	   echo 'Cflags: -I$${includedir}'; echo 'Libs: -L$${libdir} -ltoy'; \
+	   echo 'Libs.private: $(LDFLAGS) $(LDLIBS)'; } > $(DESTDIR)$(LIBDIR)/pkgconfig/toy.pc
 	@# the dynamic linker's cache learns the new library (not for a staged DESTDIR)
 	$(if $(DESTDIR),,-command -v ldconfig >/dev/null && ldconfig 2>/dev/null)
 

@@ -22,7 +22,7 @@
 # `bash tools/device-kit.sh check` rehearses the kit here: a build of the
 # CPU library and tests that finds the packages only in the kit.
 
-kit_root=${TOY_KIT_DIR:-/tmp/toy-kit}
+kit_root=/tmp/toy-kit # the tarball holds toy-kit/
 kit_tar=.devkit/kit.tar.gz
 kit_pkgs=(libopenblas-pthread-dev libpcre2-dev libutf8proc-dev libjansson-dev libmicrohttpd-dev zlib1g-dev
   libstb-dev libcriterion-dev)
@@ -100,10 +100,8 @@ kit_find() {
 
 kit_env() {
   if [ -f "$kit_tar" ]; then
-    mkdir -p "$(dirname "$kit_root")"
     rm -rf "$kit_root"
-    tar -xzf "$kit_tar" -C "$(dirname "$kit_root")"
-    [ "$(dirname "$kit_root")/toy-kit" = "$kit_root" ] || mv "$(dirname "$kit_root")/toy-kit" "$kit_root"
+    tar -xzf "$kit_tar" -C /tmp
   fi
   if [ -d "$kit_root" ]; then
     export CPPFLAGS="${CPPFLAGS:+$CPPFLAGS }-isystem $kit_root/include"
