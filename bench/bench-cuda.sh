@@ -11,7 +11,18 @@ B=${TOY_BUILD:-build-cuda}
 PY=${PY:-python3}
 BIN="$B/bench/bench-cuda"
 STEPS=${STEPS:-5}
-run() { local lim=$1; shift; timeout "$lim" "$@" || echo "{\"failed\":\"$*\",\"rc\":$?}"; }
+# run LIMIT CMD...: with T_END set (tools/gpu-check.sh: the epoch second its
+# whole run must end by), no run goes past it, and one with under 5 s left
+# is skipped
+run() {
+  local lim=$1; shift
+  if [ -n "${T_END:-}" ]; then
+    local left=$(( T_END - $(date +%s) ))
+    if [ $left -lt 5 ]; then echo "{\"skipped\":\"$*\",\"why\":\"out of time\"}"; return; fi
+    [ $left -lt "$lim" ] && lim=$left
+  fi
+  timeout "$lim" "$@" || echo "{\"failed\":\"$*\",\"rc\":$?}"
+}
 have_torch() { "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; }
 
 for model in gpt2-124m smollm2-135m; do

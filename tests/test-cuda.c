@@ -274,6 +274,18 @@ Test(cuda, elementwise_forward_backward) {
     toy_ctx_free(ctx);
 }
 
+/* a bias's gradient (SUM_TO onto one row) runs as column sums over chunks
+ * of rows: many rows, a tail chunk, and a transposed (strided) source */
+Test(cuda, bias_gradient_sums_rows_in_chunks) {
+    need_cuda();
+    struct toy_ctx *ctx = setup(4);
+    struct toy_tensor *x = param(ctx, 37, 101, 3, 1), *b = param(ctx, 37, 1, 1, 1), *bt = param(ctx, 101, 1, 1, 1);
+    struct toy_tensor *loss =
+        toy_add(ctx, loss_of(ctx, toy_add(ctx, x, b)), loss_of(ctx, toy_add(ctx, toy_transpose(ctx, x), bt)));
+    check(ctx, loss, true, TOL_F32, "bias gradients");
+    toy_ctx_free(ctx);
+}
+
 Test(cuda, swiglu_forward_backward) {
     need_cuda();
     struct toy_ctx *ctx = setup(2);

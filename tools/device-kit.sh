@@ -140,7 +140,9 @@ kit_env() {
     [ -f "$CUDA_HOME/include/$n" ] && continue
     d=$(kit_find "$n")
     [ -n "$d" ] || { echo "device kit: $n not found (toolkit or nvidia-* wheels)"; continue; }
-    export CPPFLAGS="$CPPFLAGS -isystem $d"
+    # a folder the compiler searches anyway is not named again: -isystem
+    # /usr/include would reorder it and break C++'s #include_next <math.h>
+    case "$d" in /usr/include|/usr/local/include) ;; *) export CPPFLAGS="$CPPFLAGS -isystem $d" ;; esac
     echo "device kit: $n from $d"
   done
   echo "device kit: CUDA_HOME=$CUDA_HOME"

@@ -597,6 +597,46 @@ static enum toy_status capture(struct cu_graph *cg, struct toy_graph *g, int dev
     return TOY_OK;
 }
 
+/* TOY_CUDA_PROFILE=N: after a run timed node by node (each node's launch
+ * and kernels, synchronised: no CUDA graph replay), the time per op kind
+ * and the N slowest nodes, on stderr */
+static void profile_print(const struct toy_graph *g, const double *us, int top, int device) {
+    double by_op[TOY_OP_COUNT] = {0}, total = 0;
+    int count[TOY_OP_COUNT] = {0};
+    for (int i = 0; i < g->n_nodes; i++) {
+        by_op[g->nodes[i]->op] += us[i];
+        count[g->nodes[i]->op] += us[i] > 0;
+        total += us[i];
+    }
+    fprintf(stderr, "cuda:%d profile: %d nodes, %.3f ms\n", device, g->n_nodes, total * 1e-3);
+    for (;;) { /* op kinds, slowest first */
+        int best = -1;
+        for (int o = 0; o < TOY_OP_COUNT; o++)
+            if (by_op[o] > 0 && (best < 0 || by_op[o] > by_op[best])) best = o;
+        if (best < 0 || by_op[best] < total * 0.005) break;
+        fprintf(stderr, "  %-22s %9.3f ms %5.1f%%  %5d nodes\n", toy_op_name((enum toy_op)best), by_op[best] * 1e-3,
+                100 * by_op[best] / total, count[best]);
+        by_op[best] = 0;
+    }
+    bool *shown = calloc((size_t)g->n_nodes, 1);
+    for (int k = 0; shown && k < top; k++) {
+        int best = -1;
+        for (int i = 0; i < g->n_nodes; i++)
+            if (!shown[i] && us[i] > 0 && (best < 0 || us[i] > us[best])) best = i;
+        if (best < 0) break;
+        shown[best] = true;
+        const struct toy_tensor *t = g->nodes[best];
+        fprintf(stderr, "  #%-5d %-18s %9.3f ms  [%lld %lld %lld %lld] %s%s", best, toy_op_name(t->op), us[best] * 1e-3,
+                (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3], t->name,
+                t->src[0] ? " <-" : "");
+        for (int j = 0; j < 3 && t->src[j]; j++)
+            fprintf(stderr, " [%lld %lld %lld %lld]%s", (long long)t->src[j]->ne[0], (long long)t->src[j]->ne[1],
+                    (long long)t->src[j]->ne[2], (long long)t->src[j]->ne[3], toy_dtype_name(t->src[j]->type));
+        fputc('\n', stderr);
+    }
+    free(shown);
+}
+
 enum toy_status toy_cuda_graph_compute(struct toy_graph *g, int device) {
     enum toy_status st;
     struct cu_graph *cg = g->dev_state;
@@ -640,12 +680,17 @@ enum toy_status toy_cuda_graph_compute(struct toy_graph *g, int device) {
     char msg[256];
     /* per-node synchronisation: with timing on (per-op times, as on the CPU)
      * or TOY_CUDA_SYNC=1, which names the node whose kernel failed */
-    static int sync_env = -1;
+    static int sync_env = -1, prof_top = -1;
     if (sync_env < 0) {
         const char *e = getenv("TOY_CUDA_SYNC");
         sync_env = e && *e && strcmp(e, "0");
+        e = getenv("TOY_CUDA_PROFILE");
+        prof_top = e && *e ? atoi(e) : 0;
     }
-    bool per_node = g->timing || sync_env;
+    bool per_node = g->timing || sync_env || prof_top > 0;
+    double *prof = NULL; /* TOY_CUDA_PROFILE=N: every node's time, the N slowest printed */
+    if (prof_top > 0 && !(prof = calloc((size_t)g->n_nodes, sizeof *prof)))
+        return toy_error(TOY_ERR_NOMEM, "cuda graph: profile");
     bool launched = false;
     if (cg->capturable && !per_node && cg->runs > 0) {
         if (!cg->exec && (st = capture(cg, g, device))) return st;
@@ -671,13 +716,20 @@ enum toy_status toy_cuda_graph_compute(struct toy_graph *g, int device) {
                 rc = e == cudaErrorMemoryAllocation ? TOY_ERR_NOMEM : TOY_ERR_BACKEND;
             }
             clock_gettime(CLOCK_MONOTONIC, &t1);
-            if (g->timing) g->op_us[t->op] += (t1.tv_sec - t0.tv_sec) * 1e6 + (t1.tv_nsec - t0.tv_nsec) * 1e-3;
+            double us = (t1.tv_sec - t0.tv_sec) * 1e6 + (t1.tv_nsec - t0.tv_nsec) * 1e-3;
+            if (g->timing) g->op_us[t->op] += us;
+            if (prof) prof[i] = us;
         }
         if (rc) {
+            free(prof);
             cudaStreamSynchronize(s);
             return toy_error((enum toy_status)rc, "cuda:%d: node %d (%s '%s'): %s", device, i, toy_op_name(t->op),
                              t->name, msg);
         }
+    }
+    if (prof) {
+        profile_print(g, prof, prof_top, device);
+        free(prof);
     }
     /* results back to the host */
     cg->n_down = 0;

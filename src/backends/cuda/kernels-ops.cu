@@ -282,6 +282,44 @@ __device__ __forceinline__ void row_index(int64_t r, const CT &t, int64_t *i1, i
     *i3 = r / (t.ne[1] * t.ne[2]);
 }
 
+/* SUM_TO onto one row (a bias's gradient: dst [n, 1, 1, 1] from a [n, ...]),
+ * in two passes that fill the GPU: column partial sums over fixed chunks
+ * of a's rows, then each column's partials in chunk order. The chunks
+ * depend on the shapes alone, so the result has the same bits every run.
+ * (k_sum_to's thread per column walks every row alone: 768 threads for
+ * GPT-2's biases, a few SMs, milliseconds each.) */
+static int64_t colsum_chunks(int64_t n, int64_t rows) {
+    int64_t c = cdiv(256 * 1024, n); /* ~256 K threads in pass 1 */
+    c = c < 1024 ? c : 1024;
+    c = c < cdiv(rows, 8) ? c : cdiv(rows, 8); /* at least ~8 rows a chunk */
+    return c > 1 ? c : 1;
+}
+
+static bool colsum_shape(const CT &dst, const CT &a) {
+    return dst.ne[0] == a.ne[0] && dst.ne[1] == 1 && dst.ne[2] == 1 && dst.ne[3] == 1 && ct_nrows(a) > 1;
+}
+
+__global__ void k_colsum_partial(double *part, CT a, int64_t per) {
+    int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, n = a.ne[0], nr = ct_nrows(a);
+    if (c >= n) return;
+    int64_t r0 = blockIdx.y * per, r1 = r0 + per < nr ? r0 + per : nr;
+    double s = 0;
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i1, i2, i3;
+        row_index(r, a, &i1, &i2, &i3);
+        s += ld(a, c, i1, i2, i3);
+    }
+    part[blockIdx.y * n + c] = s;
+}
+
+__global__ void k_colsum_final(CT dst, const double *part, int64_t n, int64_t chunks) {
+    int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (c >= n) return;
+    double s = 0;
+    for (int64_t k = 0; k < chunks; k++) s += part[k * n + c];
+    ((float *)dst.data)[c] = (float)s;
+}
+
 __global__ void k_rms_norm(CT dst, CT x, CT w, bool has_w, float eps) {
     int64_t r = blockIdx.x, n = x.ne[0], i1, i2, i3;
     row_index(r, x, &i1, &i2, &i3);
@@ -652,6 +690,10 @@ extern "C" size_t toy_cu_work_size(const struct toy_cu_node *n) {
     case TOY_OP_LAYER_NORM_BACK_W:
         return (size_t)ct_nrows(n->src[1]) * 2 * sizeof(float) + 256 +
                (size_t)NORM_W_CHUNKS * (size_t)n->dst.ne[0] * sizeof(double);
+    case TOY_OP_SUM_TO:
+        return colsum_shape(n->dst, n->src[0]) ? (size_t)colsum_chunks(n->dst.ne[0], ct_nrows(n->src[0])) *
+                                                      (size_t)n->dst.ne[0] * sizeof(double)
+                                                : 0;
     default: return 0;
     }
 }
@@ -719,7 +761,16 @@ extern "C" int toy_cu_run(const struct toy_cu_node *n, char *msg, size_t msg_siz
     }
     case TOY_OP_SUM_ALL: k_sum_all<<<1, 256, 0, s>>>(d, src[0]); break;
     case TOY_OP_REPEAT: k_repeat<<<gs, TPB, 0, s>>>(d, src[0]); break;
-    case TOY_OP_SUM_TO: k_sum_to<<<gs, TPB, 0, s>>>(d, src[0]); break;
+    case TOY_OP_SUM_TO:
+        if (colsum_shape(d, src[0])) {
+            int64_t cols = d.ne[0], nr = ct_nrows(src[0]), ch = colsum_chunks(cols, nr);
+            dim3 grid((unsigned)cdiv(cols, 128), (unsigned)ch);
+            k_colsum_partial<<<grid, 128, 0, s>>>((double *)n->work, src[0], cdiv(nr, ch));
+            k_colsum_final<<<(unsigned)cdiv(cols, 128), 128, 0, s>>>(d, (const double *)n->work, cols, ch);
+        } else {
+            k_sum_to<<<gs, TPB, 0, s>>>(d, src[0]);
+        }
+        break;
     case TOY_OP_CONCAT: k_concat<<<gs, TPB, 0, s>>>(d, src[0], src[1], n->op_params[P_DIM]); break;
     case TOY_OP_RMS_NORM:
         k_rms_norm<<<NORM_ROWS(n), row_threads(d.ne[0]), 0, s>>>(d, src[0], n->has_src[1] ? src[1] : none,
