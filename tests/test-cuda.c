@@ -485,6 +485,30 @@ Test(cuda, long_rows_and_odd_products, .timeout = 600) {
     }
 }
 
+/* BF16 math converts F32 operands (and A, for F16/BF16 weights) into rows
+ * padded to 8 elements: odd sums and odd widths, forward and backward
+ * (whose products take the transposes), against the CPU's F32 */
+Test(cuda, bf16_math_products_with_odd_rows) {
+    need_cuda();
+    setenv("TOY_CUDA_MATH", "bf16", 1);
+    struct toy_ctx *ctx = setup(25);
+    int64_t sh[][3] = {{5, 37, 11}, {3, 129, 65}, {17, 33, 5}, {9, 16, 24}}; /* m, k, n */
+    struct toy_tensor *loss = NULL;
+    for (int i = 0; i < 4; i++) {
+        struct toy_tensor *a = param(ctx, sh[i][1], sh[i][0], 1, 1), *b = param(ctx, sh[i][1], sh[i][2], 1, 1);
+        struct toy_tensor *l = loss_of(ctx, toy_matmul(ctx, a, b, false, true));
+        loss = loss ? toy_add(ctx, loss, l) : l;
+    }
+    for (int i = 0; i < 2; i++) {
+        struct toy_tensor *a = param(ctx, 37, 6, 1, 1);
+        struct toy_tensor *w = toy_new_tensor_2d(ctx, i ? TOY_BF16 : TOY_F16, 37, 13);
+        fill(w, -1.0f, 1.0f);
+        loss = toy_add(ctx, loss, loss_of(ctx, toy_matmul(ctx, a, w, false, true)));
+    }
+    check(ctx, loss, true, TOL_HALF, "bf16 math, odd rows");
+    toy_ctx_free(ctx);
+}
+
 /* a quantized weight dequantized in several chunks (TOY_CUDA_QCHUNK_KB:
  * 64-row chunks here; each test runs in a process of its own), forward
  * (chunks are columns of C) and backward (chunks are rows of the sum) */

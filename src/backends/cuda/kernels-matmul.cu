@@ -38,14 +38,21 @@ template <> __device__ __forceinline__ __half from_f<__half>(float v) { return _
 template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 template <> __device__ __forceinline__ float from_f<float>(float v) { return v; }
 
-template <typename T> __global__ void k_convert(T *out, CT x) {
+template <typename T> __global__ void k_convert(T *out, CT x, int64_t pitch) {
     int64_t n = ct_nel(x);
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
         int64_t i[4];
         unravel4(e, x.ne, i);
-        out[e] = from_f<T>(ld(x, i[0], i[1], i[2], i[3]));
+        out[e + (e / x.ne[0]) * (pitch - x.ne[0])] = from_f<T>(ld(x, i[0], i[1], i[2], i[3]));
     }
 }
+
+/* Converted operands' rows start 16-byte aligned: the row pitch is rounded
+ * up to 8 elements. cuBLAS's fast (TMA, vectorised) kernels need aligned
+ * leading dimensions; GPT-2's vocabulary (50257) makes the gradient
+ * products' rows odd otherwise. */
+static int64_t pitch_of(int64_t ne0) { return (ne0 + 7) / 8 * 8; }
+static size_t converted_elems(const CT &x) { return (size_t)(pitch_of(x.ne[0]) * ct_nrows(x)); }
 
 /* the same for a contiguous f32 x at a 16-byte aligned address (most
  * products) into an 8-byte aligned out: four elements a thread (store4),
@@ -57,13 +64,13 @@ template <typename T> __global__ void k_convert_flat(T *out, const float *x, int
     for (int64_t e = 4 * n4 + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += stride) out[e] = from_f<T>(x[e]);
 }
 
-/* x (f32, any strides) as a contiguous T array */
+/* x (f32, any strides) as a T array of rows pitch_of(ne0) apart */
 template <typename T> static void convert(T *out, const CT &x, cudaStream_t st) {
-    int64_t n = ct_nel(x);
-    if (x.type == TOY_F32 && ct_flat(x) && (uintptr_t)x.data % 16 == 0 && (uintptr_t)out % 8 == 0)
+    int64_t n = ct_nel(x), pitch = pitch_of(x.ne[0]);
+    if (x.type == TOY_F32 && ct_flat(x) && pitch == x.ne[0] && (uintptr_t)x.data % 16 == 0 && (uintptr_t)out % 8 == 0)
         k_convert_flat<T><<<grid_for(cdiv(n, 4), 256), 256, 0, st>>>(out, (const float *)x.data, n);
     else
-        k_convert<T><<<grid_for(n, 256), 256, 0, st>>>(out, x);
+        k_convert<T><<<grid_for(n, 256), 256, 0, st>>>(out, x, pitch);
 }
 
 /* rows [r0, r0+nr) of a 2-D slice of a quantized B as f32 or bf16 (nr x k) */
@@ -179,13 +186,13 @@ extern "C" size_t toy_cu_matmul_work(const struct toy_cu_node *nd) {
     mm s = mm_shape(nd);
     const CT &A = nd->src[0], &B = nd->src[1];
     size_t w = 0;
-    if (B.type == TOY_F32 && nd->math == TOY_CU_MATH_BF16) w = (size_t)(ct_nel(A) + ct_nel(B)) * 2 + 512;
-    else if (B.type == TOY_F16 || B.type == TOY_BF16) w = (size_t)ct_nel(A) * 2 + 512;
+    if (B.type == TOY_F32 && nd->math == TOY_CU_MATH_BF16) w = (converted_elems(A) + 127) / 128 * 256 + converted_elems(B) * 2 + 512;
+    else if (B.type == TOY_F16 || B.type == TOY_BF16) w = converted_elems(A) * 2 + 512;
     else if (is_quant(B.type) && !use_gemv(nd, s)) {
         int64_t rows = s.tb ? B.ne[1] : s.k; /* rows of one B slice */
         int64_t cr = qchunk_rows(B.ne[0]);
         w = qchunk_bytes(nd, rows < cr ? rows : cr) + 512;
-        if (nd->math == TOY_CU_MATH_BF16) w += (size_t)ct_nel(A) * 2; /* A in bf16 */
+        if (nd->math == TOY_CU_MATH_BF16) w += converted_elems(A) * 2; /* A in bf16 */
     }
     return w;
 }
@@ -282,8 +289,10 @@ static operand as_is(const CT &t, cudaDataType_t type, int64_t es) {
     return o;
 }
 
+/* as convert() wrote it: rows pitch_of(ne0) apart */
 static operand packed(const char *p, const CT &t, cudaDataType_t type, int64_t es) {
-    operand o = {p, type, es, t.ne[0], t.ne[0] * t.ne[1], t.ne[0] * t.ne[1] * t.ne[2], t.ne[2], t.ne[3]};
+    int64_t ld = pitch_of(t.ne[0]);
+    operand o = {p, type, es, ld, ld * t.ne[1], ld * t.ne[1] * t.ne[2], t.ne[2], t.ne[3]};
     return o;
 }
 
@@ -307,7 +316,7 @@ extern "C" int toy_cu_matmul(const struct toy_cu_node *nd, char *msg, size_t msg
         }
         if (nd->math == TOY_CU_MATH_BF16) {
             __nv_bfloat16 *a16 = (__nv_bfloat16 *)nd->work;
-            __nv_bfloat16 *b16 = a16 + (ct_nel(A) + 127) / 128 * 128;
+            __nv_bfloat16 *b16 = a16 + (converted_elems(A) + 127) / 128 * 128;
             convert(a16, A, st);
             convert(b16, B, st);
             int rc = launch_status("convert", msg, msg_size);
@@ -352,13 +361,13 @@ extern "C" int toy_cu_matmul(const struct toy_cu_node *nd, char *msg, size_t msg
     if (bf) convert(a16, A, st);
     cudaDataType_t et = bf ? CUDA_R_16BF : CUDA_R_32F;
     cublasComputeType_t ct = nd->math == TOY_CU_MATH_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-    int64_t es = bf ? 2 : 4, lda = bf ? A.ne[0] : A.nb[1] / 4;
+    int64_t es = bf ? 2 : 4, lda = bf ? pitch_of(A.ne[0]) : A.nb[1] / 4;
     cublasHandle_t h = (cublasHandle_t)nd->cublas;
     const CT &C = nd->dst;
     float alpha = 1.0f;
     for (int64_t bi = 0; bi < s.nbatch; bi++) {
         int64_t i2 = bi % C.ne[2], i3 = bi / C.ne[2], a2 = bratio(i2, C.ne[2], A.ne[2]), a3 = bratio(i3, C.ne[3], A.ne[3]);
-        const char *a = bf ? (const char *)(a16 + (a3 * A.ne[2] + a2) * A.ne[0] * A.ne[1])
+        const char *a = bf ? (const char *)(a16 + (a3 * A.ne[2] + a2) * lda * A.ne[1])
                            : A.data + a2 * A.nb[2] + a3 * A.nb[3];
         const char *b = B.data + bratio(i2, C.ne[2], B.ne[2]) * B.nb[2] + bratio(i3, C.ne[3], B.ne[3]) * B.nb[3];
         float *c = (float *)(C.data + i2 * C.nb[2] + i3 * C.nb[3]);

@@ -303,13 +303,16 @@ __global__ void k_colsum_partial(double *part, CT a, int64_t per) {
     int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, n = a.ne[0], nr = ct_nrows(a);
     if (c >= n) return;
     int64_t r0 = blockIdx.y * per, r1 = r0 + per < nr ? r0 + per : nr;
-    double s = 0;
-    for (int64_t r = r0; r < r1; r++) {
-        int64_t i1, i2, i3;
-        row_index(r, a, &i1, &i2, &i3);
-        s += ld(a, c, i1, i2, i3);
-    }
-    part[blockIdx.y * n + c] = s;
+    double s[4] = {0, 0, 0, 0}; /* four rows' loads in flight; summed in a fixed order */
+    for (int64_t r = r0; r < r1; r += 4)
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+            if (r + u < r1) {
+                int64_t i1, i2, i3;
+                row_index(r + u, a, &i1, &i2, &i3);
+                s[u] += ld(a, c, i1, i2, i3);
+            }
+    part[blockIdx.y * n + c] = (s[0] + s[1]) + (s[2] + s[3]);
 }
 
 __global__ void k_colsum_final(CT dst, const double *part, int64_t n, int64_t chunks) {
@@ -404,28 +407,24 @@ __global__ void k_row_stats(float *stats, CT x, bool layer, float eps) {
     }
 }
 
-/* dw, pass 2: partial column sums of dy * xhat over a chunk of rows */
-#define NORM_W_CHUNKS 64
-__global__ void k_norm_w_partial(double *part, const float *stats, CT dy, CT x) {
+/* dw, pass 2: partial column sums of dy * xhat over chunks of rows (as
+ * the column sums above: colsum_chunks), then k_colsum_final */
+__global__ void k_norm_w_partial(double *part, const float *stats, CT dy, CT x, int64_t per) {
     int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, n = x.ne[0];
     if (c >= n) return;
-    int64_t nr = ct_nrows(x), per = cdiv(nr, NORM_W_CHUNKS), r0 = blockIdx.y * per;
+    int64_t nr = ct_nrows(x), r0 = blockIdx.y * per;
     int64_t r1 = r0 + per < nr ? r0 + per : nr;
-    double s = 0;
-    for (int64_t r = r0; r < r1; r++) {
-        int64_t i1, i2, i3;
-        row_index(r, x, &i1, &i2, &i3);
-        s += (double)ld(dy, c, i1, i2, i3) * (((double)ld(x, c, i1, i2, i3) - stats[2 * r]) * stats[2 * r + 1]);
-    }
-    part[blockIdx.y * n + c] = s;
-}
-
-__global__ void k_norm_w_final(CT dst, const double *part, int64_t n) {
-    int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-    if (c >= n) return;
-    double s = 0;
-    for (int k = 0; k < NORM_W_CHUNKS; k++) s += part[k * n + c];
-    ((float *)dst.data)[c] = (float)s;
+    double s[4] = {0, 0, 0, 0};
+    for (int64_t r = r0; r < r1; r += 4)
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+            if (r + u < r1) {
+                int64_t i1, i2, i3;
+                row_index(r + u, x, &i1, &i2, &i3);
+                s[u] += (double)ld(dy, c, i1, i2, i3) *
+                        (((double)ld(x, c, i1, i2, i3) - stats[2 * (r + u)]) * stats[2 * (r + u) + 1]);
+            }
+    part[blockIdx.y * n + c] = (s[0] + s[1]) + (s[2] + s[3]);
 }
 
 /* ---- softmax ----------------------------------------------------------------------------------- */
@@ -689,7 +688,7 @@ extern "C" size_t toy_cu_work_size(const struct toy_cu_node *n) {
     case TOY_OP_RMS_NORM_BACK_W:
     case TOY_OP_LAYER_NORM_BACK_W:
         return (size_t)ct_nrows(n->src[1]) * 2 * sizeof(float) + 256 +
-               (size_t)NORM_W_CHUNKS * (size_t)n->dst.ne[0] * sizeof(double);
+               (size_t)colsum_chunks(n->dst.ne[0], ct_nrows(n->src[1])) * (size_t)n->dst.ne[0] * sizeof(double);
     case TOY_OP_SUM_TO:
         return colsum_shape(n->dst, n->src[0]) ? (size_t)colsum_chunks(n->dst.ne[0], ct_nrows(n->src[0])) *
                                                       (size_t)n->dst.ne[0] * sizeof(double)
@@ -793,9 +792,10 @@ extern "C" int toy_cu_run(const struct toy_cu_node *n, char *msg, size_t msg_siz
         float *stats = (float *)n->work;
         double *part = (double *)(n->work + ((size_t)nr * 2 * sizeof(float) + 255) / 256 * 256);
         k_row_stats<<<(unsigned)nr, row_threads(cols), 0, s>>>(stats, x, n->op == TOY_OP_LAYER_NORM_BACK_W, fp0);
-        dim3 grid((unsigned)cdiv(cols, 128), NORM_W_CHUNKS);
-        k_norm_w_partial<<<grid, 128, 0, s>>>(part, stats, src[0], x);
-        k_norm_w_final<<<(unsigned)cdiv(cols, 128), 128, 0, s>>>(d, part, cols);
+        int64_t ch = colsum_chunks(cols, nr);
+        dim3 grid((unsigned)cdiv(cols, 128), (unsigned)ch);
+        k_norm_w_partial<<<grid, 128, 0, s>>>(part, stats, src[0], x, cdiv(nr, ch));
+        k_colsum_final<<<(unsigned)cdiv(cols, 128), 128, 0, s>>>(d, part, cols, ch);
         break;
     }
     case TOY_OP_SOFTMAX:
