@@ -299,21 +299,28 @@ static bool colsum_shape(const CT &dst, const CT &a) {
     return dst.ne[0] == a.ne[0] && dst.ne[1] == 1 && dst.ne[2] == 1 && dst.ne[3] == 1 && ct_nrows(a) > 1;
 }
 
-__global__ void k_colsum_partial(double *part, CT a, int64_t per) {
-    int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, n = a.ne[0], nr = ct_nrows(a);
+/* pass 1: part[chunk][c] = sum of term(c, r) over the chunk's rows, four
+ * rows' loads in flight, added in a fixed order */
+template <class Term> __global__ void k_chunk_partial(double *part, int64_t n, int64_t nr, int64_t per, Term term) {
+    int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (c >= n) return;
     int64_t r0 = blockIdx.y * per, r1 = r0 + per < nr ? r0 + per : nr;
-    double s[4] = {0, 0, 0, 0}; /* four rows' loads in flight; summed in a fixed order */
+    double s[4] = {0, 0, 0, 0};
     for (int64_t r = r0; r < r1; r += 4)
 #pragma unroll
         for (int u = 0; u < 4; u++)
-            if (r + u < r1) {
-                int64_t i1, i2, i3;
-                row_index(r + u, a, &i1, &i2, &i3);
-                s[u] += ld(a, c, i1, i2, i3);
-            }
+            if (r + u < r1) s[u] += term(c, r + u);
     part[blockIdx.y * n + c] = (s[0] + s[1]) + (s[2] + s[3]);
 }
+
+struct colsum_term { /* a[c, r] */
+    CT a;
+    __device__ double operator()(int64_t c, int64_t r) const {
+        int64_t i1, i2, i3;
+        row_index(r, a, &i1, &i2, &i3);
+        return ld(a, c, i1, i2, i3);
+    }
+};
 
 __global__ void k_colsum_final(CT dst, const double *part, int64_t n, int64_t chunks) {
     int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
@@ -407,25 +414,17 @@ __global__ void k_row_stats(float *stats, CT x, bool layer, float eps) {
     }
 }
 
-/* dw, pass 2: partial column sums of dy * xhat over chunks of rows (as
- * the column sums above: colsum_chunks), then k_colsum_final */
-__global__ void k_norm_w_partial(double *part, const float *stats, CT dy, CT x, int64_t per) {
-    int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, n = x.ne[0];
-    if (c >= n) return;
-    int64_t nr = ct_nrows(x), r0 = blockIdx.y * per;
-    int64_t r1 = r0 + per < nr ? r0 + per : nr;
-    double s[4] = {0, 0, 0, 0};
-    for (int64_t r = r0; r < r1; r += 4)
-#pragma unroll
-        for (int u = 0; u < 4; u++)
-            if (r + u < r1) {
-                int64_t i1, i2, i3;
-                row_index(r + u, x, &i1, &i2, &i3);
-                s[u] += (double)ld(dy, c, i1, i2, i3) *
-                        (((double)ld(x, c, i1, i2, i3) - stats[2 * (r + u)]) * stats[2 * (r + u) + 1]);
-            }
-    part[blockIdx.y * n + c] = (s[0] + s[1]) + (s[2] + s[3]);
-}
+/* dw, pass 2: column sums of dy * xhat over chunks of rows (as the
+ * column sums above: colsum_chunks, k_chunk_partial, k_colsum_final) */
+struct norm_w_term {
+    CT dy, x;
+    const float *stats;
+    __device__ double operator()(int64_t c, int64_t r) const {
+        int64_t i1, i2, i3;
+        row_index(r, x, &i1, &i2, &i3);
+        return (double)ld(dy, c, i1, i2, i3) * (((double)ld(x, c, i1, i2, i3) - stats[2 * r]) * stats[2 * r + 1]);
+    }
+};
 
 /* ---- softmax ----------------------------------------------------------------------------------- */
 
@@ -764,7 +763,7 @@ extern "C" int toy_cu_run(const struct toy_cu_node *n, char *msg, size_t msg_siz
         if (colsum_shape(d, src[0])) {
             int64_t cols = d.ne[0], nr = ct_nrows(src[0]), ch = colsum_chunks(cols, nr);
             dim3 grid((unsigned)cdiv(cols, 128), (unsigned)ch);
-            k_colsum_partial<<<grid, 128, 0, s>>>((double *)n->work, src[0], cdiv(nr, ch));
+            k_chunk_partial<<<grid, 128, 0, s>>>((double *)n->work, cols, nr, cdiv(nr, ch), colsum_term{src[0]});
             k_colsum_final<<<(unsigned)cdiv(cols, 128), 128, 0, s>>>(d, (const double *)n->work, cols, ch);
         } else {
             k_sum_to<<<gs, TPB, 0, s>>>(d, src[0]);
@@ -794,7 +793,7 @@ extern "C" int toy_cu_run(const struct toy_cu_node *n, char *msg, size_t msg_siz
         k_row_stats<<<(unsigned)nr, row_threads(cols), 0, s>>>(stats, x, n->op == TOY_OP_LAYER_NORM_BACK_W, fp0);
         int64_t ch = colsum_chunks(cols, nr);
         dim3 grid((unsigned)cdiv(cols, 128), (unsigned)ch);
-        k_norm_w_partial<<<grid, 128, 0, s>>>(part, stats, src[0], x, cdiv(nr, ch));
+        k_chunk_partial<<<grid, 128, 0, s>>>(part, cols, nr, cdiv(nr, ch), norm_w_term{src[0], x, stats});
         k_colsum_final<<<(unsigned)cdiv(cols, 128), 128, 0, s>>>(d, part, cols, ch);
         break;
     }
