@@ -325,6 +325,10 @@ Test(cuda, norms_forward_backward) {
                                       loss_of(ctx, toy_layer_norm(ctx, x, w, b, 1e-5f)));
     loss = toy_add(ctx, loss, loss_of(ctx, toy_rms_norm(ctx, big, NULL, 1e-6f)));
     loss = toy_add(ctx, loss, loss_of(ctx, toy_layer_norm(ctx, big, NULL, NULL, 1e-6f)));
+    /* rows wider than a warp's (ROW_WARP_MAX, 4096): a block per row */
+    struct toy_tensor *wide = param(ctx, 5000, 3, 1, 1), *ww = param(ctx, 5000, 1, 1, 1), *wb = param(ctx, 5000, 1, 1, 1);
+    loss = toy_add(ctx, loss, loss_of(ctx, toy_rms_norm(ctx, wide, ww, 1e-6f)));
+    loss = toy_add(ctx, loss, loss_of(ctx, toy_layer_norm(ctx, wide, ww, wb, 1e-5f)));
     check(ctx, loss, true, TOL_F32, "norms");
     toy_ctx_free(ctx);
 }

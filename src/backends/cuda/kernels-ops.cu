@@ -330,49 +330,86 @@ __global__ void k_colsum_final(CT dst, const double *part, int64_t n, int64_t ch
     ((float *)dst.data)[c] = (float)s;
 }
 
-__global__ void k_rms_norm(CT dst, CT x, CT w, bool has_w, float eps) {
-    int64_t r = blockIdx.x, n = x.ne[0], i1, i2, i3;
+/* A row kernel's thread group: a block per row (wide rows), or a warp per
+ * row (rows up to ROW_WARP_MAX: no barriers, no shared memory, eight rows
+ * a block; a model's norms are rows of 576-4096). Both sum in a fixed
+ * order. */
+static int row_threads(int64_t n);
+#define ROW_WARP_MAX 4096
+struct row_block {
+    int64_t r;
+    int t, nt;
+    __device__ row_block() : r(blockIdx.x), t(threadIdx.x), nt(blockDim.x) {}
+    __device__ float sum(float v) const { return block_sum(v); }
+    __device__ double sum_d(double v) const { return block_sum_d(v); }
+};
+struct row_warp {
+    int64_t r;
+    int t, nt;
+    __device__ row_warp() : r(blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32), t(threadIdx.x % 32), nt(32) {}
+    __device__ float sum(float v) const { return warp_sum(v); }
+    __device__ double sum_d(double v) const {
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        return v;
+    }
+};
+
+/* a row kernel over nr rows of n elements, as a warp or a block per row */
+template <class... P, class... A>
+static void launch_rows(void (*warp_k)(P...), void (*block_k)(P...), int64_t nr, int64_t n, cudaStream_t s,
+                        A... args) {
+    if (n <= ROW_WARP_MAX) warp_k<<<(unsigned)cdiv(nr, 8), 256, 0, s>>>(args...);
+    else block_k<<<(unsigned)nr, row_threads(n), 0, s>>>(args...);
+}
+
+template <class G> __global__ void k_rms_norm(CT dst, CT x, CT w, bool has_w, float eps) {
+    G g;
+    int64_t r = g.r, n = x.ne[0], i1, i2, i3;
+    if (r >= ct_nrows(x)) return;
     row_index(r, x, &i1, &i2, &i3);
     float ss = 0;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    for (int64_t i = g.t; i < n; i += g.nt) {
         float v = ld(x, i, i1, i2, i3);
         ss += v * v;
     }
-    ss = block_sum(ss);
+    ss = g.sum(ss);
     float rstd = rsqrtf(ss / (float)n + eps);
     float *y = (float *)dst.data + r * n;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    for (int64_t i = g.t; i < n; i += g.nt) {
         float v = ld(x, i, i1, i2, i3) * rstd;
         y[i] = has_w ? v * ld(w, i, 0, 0, 0) : v;
     }
 }
 
 /* mean and 1/std of a row in double, as the CPU */
-__device__ void row_stats(const CT &x, int64_t i1, int64_t i2, int64_t i3, bool layer, float eps, double *mu,
-                          double *rstd) {
+template <class G>
+__device__ void row_stats(const G &g, const CT &x, int64_t i1, int64_t i2, int64_t i3, bool layer, float eps,
+                          double *mu, double *rstd) {
     int64_t n = x.ne[0];
     double s = 0;
     if (layer) {
-        for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += ld(x, i, i1, i2, i3);
-        s = block_sum_d(s) / (double)n;
+        for (int64_t i = g.t; i < n; i += g.nt) s += ld(x, i, i1, i2, i3);
+        s = g.sum_d(s) / (double)n;
     }
     double v = 0;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    for (int64_t i = g.t; i < n; i += g.nt) {
         double d = (double)ld(x, i, i1, i2, i3) - s;
         v += d * d;
     }
-    v = block_sum_d(v) / (double)n;
+    v = g.sum_d(v) / (double)n;
     *mu = s;
     *rstd = 1.0 / sqrt(v + (double)eps);
 }
 
-__global__ void k_layer_norm(CT dst, CT x, CT w, CT b, bool has_w, bool has_b, float eps) {
-    int64_t r = blockIdx.x, n = x.ne[0], i1, i2, i3;
+template <class G> __global__ void k_layer_norm(CT dst, CT x, CT w, CT b, bool has_w, bool has_b, float eps) {
+    G g;
+    int64_t r = g.r, n = x.ne[0], i1, i2, i3;
+    if (r >= ct_nrows(x)) return;
     row_index(r, x, &i1, &i2, &i3);
     double mu, rstd;
-    row_stats(x, i1, i2, i3, true, eps, &mu, &rstd);
+    row_stats(g, x, i1, i2, i3, true, eps, &mu, &rstd);
     float *y = (float *)dst.data + r * n;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    for (int64_t i = g.t; i < n; i += g.nt) {
         float v = (ld(x, i, i1, i2, i3) - (float)mu) * (float)rstd;
         if (has_w) v *= ld(w, i, 0, 0, 0);
         if (has_b) v += ld(b, i, 0, 0, 0);
@@ -381,34 +418,38 @@ __global__ void k_layer_norm(CT dst, CT x, CT w, CT b, bool has_w, bool has_b, f
 }
 
 /* dx: xhat = (x - mu) r; g = w dy; dx = r (g - mean(g) [layer] - xhat mean(g xhat)) */
-__global__ void k_norm_back(CT dst, CT dy, CT x, CT w, bool has_w, bool layer, float eps) {
-    int64_t r = blockIdx.x, n = x.ne[0], i1, i2, i3;
+template <class G> __global__ void k_norm_back(CT dst, CT dy, CT x, CT w, bool has_w, bool layer, float eps) {
+    G g;
+    int64_t r = g.r, n = x.ne[0], i1, i2, i3;
+    if (r >= ct_nrows(x)) return;
     row_index(r, x, &i1, &i2, &i3);
     double mu, rstd;
-    row_stats(x, i1, i2, i3, layer, eps, &mu, &rstd);
+    row_stats(g, x, i1, i2, i3, layer, eps, &mu, &rstd);
     double mg = 0, mgx = 0;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-        double g = ld(dy, i, i1, i2, i3) * (has_w ? ld(w, i, 0, 0, 0) : 1.0f);
-        mg += g;
-        mgx += g * (((double)ld(x, i, i1, i2, i3) - mu) * rstd);
+    for (int64_t i = g.t; i < n; i += g.nt) {
+        double gi = ld(dy, i, i1, i2, i3) * (has_w ? ld(w, i, 0, 0, 0) : 1.0f);
+        mg += gi;
+        mgx += gi * (((double)ld(x, i, i1, i2, i3) - mu) * rstd);
     }
-    mg = block_sum_d(mg) / (double)n;
-    mgx = block_sum_d(mgx) / (double)n;
+    mg = g.sum_d(mg) / (double)n;
+    mgx = g.sum_d(mgx) / (double)n;
     float *y = (float *)dst.data + r * n;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-        double g = ld(dy, i, i1, i2, i3) * (has_w ? ld(w, i, 0, 0, 0) : 1.0f);
+    for (int64_t i = g.t; i < n; i += g.nt) {
+        double gi = ld(dy, i, i1, i2, i3) * (has_w ? ld(w, i, 0, 0, 0) : 1.0f);
         double xh = ((double)ld(x, i, i1, i2, i3) - mu) * rstd;
-        y[i] = (float)(rstd * (g - (layer ? mg : 0.0) - xh * mgx));
+        y[i] = (float)(rstd * (gi - (layer ? mg : 0.0) - xh * mgx));
     }
 }
 
 /* dw, pass 1: every row's mean and 1/std */
-__global__ void k_row_stats(float *stats, CT x, bool layer, float eps) {
-    int64_t r = blockIdx.x, i1, i2, i3;
+template <class G> __global__ void k_row_stats(float *stats, CT x, bool layer, float eps) {
+    G g;
+    int64_t r = g.r, i1, i2, i3;
+    if (r >= ct_nrows(x)) return;
     row_index(r, x, &i1, &i2, &i3);
     double mu, rstd;
-    row_stats(x, i1, i2, i3, layer, eps, &mu, &rstd);
-    if (threadIdx.x == 0) {
+    row_stats(g, x, i1, i2, i3, layer, eps, &mu, &rstd);
+    if (g.t == 0) {
         stats[2 * r] = (float)mu;
         stats[2 * r + 1] = (float)rstd;
     }
@@ -771,18 +812,17 @@ extern "C" int toy_cu_run(const struct toy_cu_node *n, char *msg, size_t msg_siz
         break;
     case TOY_OP_CONCAT: k_concat<<<gs, TPB, 0, s>>>(d, src[0], src[1], n->op_params[P_DIM]); break;
     case TOY_OP_RMS_NORM:
-        k_rms_norm<<<NORM_ROWS(n), row_threads(d.ne[0]), 0, s>>>(d, src[0], n->has_src[1] ? src[1] : none,
-                                                                 n->has_src[1], fp0);
+        launch_rows(k_rms_norm<row_warp>, k_rms_norm<row_block>, ct_nrows(d), d.ne[0], s, d, src[0],
+                    n->has_src[1] ? src[1] : none, n->has_src[1], fp0);
         break;
     case TOY_OP_LAYER_NORM:
-        k_layer_norm<<<NORM_ROWS(n), row_threads(d.ne[0]), 0, s>>>(d, src[0], n->has_src[1] ? src[1] : none,
-                                                                   n->has_src[2] ? src[2] : none, n->has_src[1],
-                                                                   n->has_src[2], fp0);
+        launch_rows(k_layer_norm<row_warp>, k_layer_norm<row_block>, ct_nrows(d), d.ne[0], s, d, src[0],
+                    n->has_src[1] ? src[1] : none, n->has_src[2] ? src[2] : none, n->has_src[1], n->has_src[2], fp0);
         break;
     case TOY_OP_RMS_NORM_BACK:
     case TOY_OP_LAYER_NORM_BACK:
-        k_norm_back<<<NORM_ROWS(n), row_threads(d.ne[0]), 0, s>>>(d, src[0], src[1], n->has_src[2] ? src[2] : none,
-                                                                  n->has_src[2], n->op == TOY_OP_LAYER_NORM_BACK, fp0);
+        launch_rows(k_norm_back<row_warp>, k_norm_back<row_block>, ct_nrows(d), d.ne[0], s, d, src[0], src[1],
+                    n->has_src[2] ? src[2] : none, n->has_src[2], n->op == TOY_OP_LAYER_NORM_BACK, fp0);
         break;
     case TOY_OP_RMS_NORM_BACK_W:
     case TOY_OP_LAYER_NORM_BACK_W: {
@@ -790,7 +830,8 @@ extern "C" int toy_cu_run(const struct toy_cu_node *n, char *msg, size_t msg_siz
         int64_t nr = ct_nrows(x), cols = d.ne[0];
         float *stats = (float *)n->work;
         double *part = (double *)(n->work + ((size_t)nr * 2 * sizeof(float) + 255) / 256 * 256);
-        k_row_stats<<<(unsigned)nr, row_threads(cols), 0, s>>>(stats, x, n->op == TOY_OP_LAYER_NORM_BACK_W, fp0);
+        launch_rows(k_row_stats<row_warp>, k_row_stats<row_block>, nr, x.ne[0], s, stats, x,
+                    n->op == TOY_OP_LAYER_NORM_BACK_W, fp0);
         int64_t ch = colsum_chunks(cols, nr);
         dim3 grid((unsigned)cdiv(cols, 128), (unsigned)ch);
         k_chunk_partial<<<grid, 128, 0, s>>>(part, cols, nr, cdiv(nr, ch), norm_w_term{src[0], x, stats});
