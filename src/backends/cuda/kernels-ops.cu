@@ -38,14 +38,28 @@ __global__ void k_cont_cast(CT dst, CT a) {
 
 /* ---- elementwise -------------------------------------------------------------- */
 
-__global__ void k_binary(CT dst, CT a, CT b, int op, bool flat) {
+/* how k_binary indexes its sources: any strides; both contiguous and of
+ * dst's shape; or a so and b one contiguous row (a bias), read at e % ne0 */
+enum { BIN_ANY, BIN_FLAT, BIN_ROW };
+
+static int binary_mode(const CT &d, const CT &a, const CT &b) {
+    if (!ct_flat(a) || !same_shape(a, d)) return BIN_ANY;
+    if (ct_flat(b) && same_shape(b, d)) return BIN_FLAT;
+    if (ct_flat(b) && b.ne[0] == d.ne[0] && ct_nel(b) == b.ne[0] && d.ne[0] < 0xffffffffLL) return BIN_ROW;
+    return BIN_ANY;
+}
+
+__global__ void k_binary(CT dst, CT a, CT b, int op, int mode) {
     int64_t n = ct_nel(dst);
     float *y = (float *)dst.data;
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
         float x, z;
-        if (flat) {
+        if (mode == BIN_FLAT) {
             x = ld_flat(a, e);
             z = ld_flat(b, e);
+        } else if (mode == BIN_ROW) {
+            x = ld_flat(a, e);
+            z = ld_flat(b, e < 0xffffffffLL ? (int64_t)((uint32_t)e % (uint32_t)b.ne[0]) : e % b.ne[0]);
         } else {
             int64_t i[4];
             unravel4(e, dst.ne, i);
@@ -759,8 +773,7 @@ extern "C" int toy_cu_run(const struct toy_cu_node *n, char *msg, size_t msg_siz
     case TOY_OP_SUB:
     case TOY_OP_MUL:
     case TOY_OP_DIV:
-        k_binary<<<gs, TPB, 0, s>>>(d, src[0], src[1], n->op,
-                                    ct_flat(src[0]) && ct_flat(src[1]) && same_shape(src[0], src[1]));
+        k_binary<<<gs, TPB, 0, s>>>(d, src[0], src[1], n->op, binary_mode(d, src[0], src[1]));
         break;
     case TOY_OP_SCALE:
     case TOY_OP_SQR:
