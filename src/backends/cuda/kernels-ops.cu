@@ -523,22 +523,25 @@ __global__ void k_softmax_back(CT dst, CT dy, CT y, float scale) {
 
 /* ---- rope: a thread per element; angles in double as on the CPU --------------------------------- */
 
+/* A thread per (slot, position, batch), over every head (dim 1): slot
+ * u < n_dims / 2 rotates pair u, whose angle (in double, as on the CPU) is
+ * computed once for all the heads; the slots after it copy the dims past
+ * n_dims. (A thread per element computed each angle twice per head.) */
 __global__ void k_rope(CT dst, CT x, CT pos, CT ff, bool has_ff, const double *inv_freq, int n_dims, bool neox,
                        float sign, double mscale, bool per_batch) {
-    int64_t n = ct_nel(dst);
-    int half = n_dims / 2;
+    const int half = n_dims / 2;
+    const int64_t slots = half + (dst.ne[0] - n_dims), T = dst.ne[2], n = slots * T * dst.ne[3];
+    float *y = (float *)dst.data;
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
-        int64_t i[4];
-        unravel4(e, dst.ne, i);
-        float *y = (float *)dst.data;
-        if (i[0] >= n_dims) {
-            y[e] = ld(x, i[0], i[1], i[2], i[3]);
+        int64_t u = e % slots, t = e / slots % T, b = e / (slots * T);
+        float *yt = y + (b * T + t) * dst.ne[1] * dst.ne[0];
+        if (u >= half) { /* past the rotated dims */
+            int64_t i0 = n_dims + (u - half);
+            for (int64_t h = 0; h < dst.ne[1]; h++) yt[h * dst.ne[0] + i0] = ld(x, i0, h, t, b);
             continue;
         }
-        int k = neox ? (int)(i[0] % half) : (int)(i[0] / 2);
-        bool first = neox ? i[0] < half : (i[0] % 2) == 0;
+        int k = (int)u;
         int64_t a0 = neox ? k : 2 * k, a1 = neox ? k + half : 2 * k + 1;
-        int64_t t = i[2], b = i[3], T = dst.ne[2];
         int64_t pi = per_batch ? b * T + t : t;
         double p = (double)*(const int32_t *)(pos.data + pi * pos.nb[0]);
         double f = inv_freq[k];
@@ -546,8 +549,11 @@ __global__ void k_rope(CT dst, CT x, CT pos, CT ff, bool has_ff, const double *i
         double sn, cs;
         sincos(p * f, &sn, &cs);
         float c = (float)(cs * mscale), s = (float)(sn * mscale * sign);
-        float va = ld(x, a0, i[1], i[2], i[3]), vb = ld(x, a1, i[1], i[2], i[3]);
-        y[e] = first ? va * c - vb * s : va * s + vb * c;
+        for (int64_t h = 0; h < dst.ne[1]; h++) {
+            float va = ld(x, a0, h, t, b), vb = ld(x, a1, h, t, b);
+            yt[h * dst.ne[0] + a0] = va * c - vb * s;
+            yt[h * dst.ne[0] + a1] = va * s + vb * c;
+        }
     }
 }
 
@@ -866,8 +872,10 @@ extern "C" int toy_cu_run(const struct toy_cu_node *n, char *msg, size_t msg_siz
         memcpy(&attn, &n->op_params[P_RP_ATTN], sizeof attn);
         double mscale = n->op_params[P_RP_SCALING] == TOY_ROPE_SCALING_YARN ? (double)attn : 1.0;
         bool per_batch = ct_nel(src[1]) == d.ne[2] * d.ne[3] && d.ne[3] > 1;
-        k_rope<<<gs, TPB, 0, s>>>(d, src[0], src[1], n->has_src[2] ? src[2] : none, n->has_src[2], n->rope_freq, nd,
-                                  neox, sign, mscale, per_batch);
+        int64_t slots = nd / 2 + (d.ne[0] - nd);
+        k_rope<<<grid_for(slots * d.ne[2] * d.ne[3], TPB), TPB, 0, s>>>(d, src[0], src[1], n->has_src[2] ? src[2] : none,
+                                                                       n->has_src[2], n->rope_freq, nd, neox, sign,
+                                                                       mscale, per_batch);
         break;
     }
     case TOY_OP_CROSS_ENTROPY: {
