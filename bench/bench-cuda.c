@@ -4,6 +4,8 @@
  *
  *   bench-cuda train  gpt2-124m|smollm2-135m  B T steps  [device] [f32|bf16]
  *   bench-cuda decode smollm2-135m|llama-1b   f32|f16|bf16|q8_0 n_tokens [device]
+ *   bench-cuda op matmul M N K [device]          one product, forward and backward
+ *   bench-cuda op attention B H Hkv T D [device] causal attention likewise
  *
  * Random weights. One JSON line per run on stdout:
  *   train:  (bf16: weights cast to BF16 and TOY_CUDA_MATH=bf16 for the F32 x F32
@@ -170,14 +172,92 @@ static int decode(const char *model, const char *wtype, int n_tokens, const char
     return 0;
 }
 
+/* One op alone, forward and forward + backward, on random data: the
+ * product C (M x N) = A (M x K) B^T with A and B trainable, or causal
+ * attention over {D, H, T, B} queries (Hkv key/value heads). Math as
+ * TOY_CUDA_MATH says (bench-cuda.sh's default for these: bf16). */
+static double time_graph(struct toy_graph *g, struct toy_threadpool *tp, int reps) {
+    for (int i = 0; i < 2; i++)
+        if (toy_graph_compute(g, tp)) return -1; /* warm-up: plan, uploads, cuBLAS heuristics */
+    double t0 = now_s();
+    for (int i = 0; i < reps; i++)
+        if (toy_graph_compute(g, tp)) return -1;
+    return (now_s() - t0) / reps;
+}
+
+static void fill_random(struct toy_tensor *t, struct toy_rng *r) {
+    float *x = t->data;
+    for (int64_t i = 0; i < toy_nelements(t); i++) x[i] = 2.0f * toy_rng_uniform(r) - 1.0f;
+}
+
+static int op_bench(int argc, char **argv, const char *device) {
+    bool mm = !strcmp(argv[2], "matmul");
+    if (argc < (mm ? 6 : 8)) return 2;
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    struct toy_rng r;
+    toy_rng_seed(&r, 1);
+    struct toy_tensor *y, *in[3];
+    int n_in;
+    double flops; /* forward */
+    char shape[128];
+    if (mm) {
+        int64_t M = atoll(argv[3]), N = atoll(argv[4]), K = atoll(argv[5]);
+        in[0] = toy_new_tensor_2d(ctx, TOY_F32, K, M);
+        in[1] = toy_new_tensor_2d(ctx, TOY_F32, K, N);
+        n_in = 2;
+        for (int i = 0; i < n_in; i++) toy_set_param(in[i]);
+        y = toy_matmul(ctx, in[0], in[1], false, true);
+        flops = 2.0 * M * N * K;
+        snprintf(shape, sizeof shape, "\"M\":%lld,\"N\":%lld,\"K\":%lld", (long long)M, (long long)N, (long long)K);
+    } else {
+        int64_t B = atoll(argv[3]), H = atoll(argv[4]), Hkv = atoll(argv[5]), T = atoll(argv[6]), D = atoll(argv[7]);
+        in[0] = toy_new_tensor_4d(ctx, TOY_F32, D, H, T, B);
+        in[1] = toy_new_tensor_4d(ctx, TOY_F32, D, Hkv, T, B);
+        in[2] = toy_new_tensor_4d(ctx, TOY_F32, D, Hkv, T, B);
+        n_in = 3;
+        for (int i = 0; i < n_in; i++) toy_set_param(in[i]);
+        const char *m = getenv("TOY_CUDA_MATH");
+        struct toy_attn_params ap = {.causal = true, .bf16 = m && !strcmp(m, "bf16")};
+        y = toy_attention(ctx, in[0], in[1], in[2], &ap);
+        flops = 2.0 * B * H * T * T * D; /* causal: half of 4 B H T^2 D */
+        snprintf(shape, sizeof shape, "\"B\":%lld,\"H\":%lld,\"Hkv\":%lld,\"T\":%lld,\"D\":%lld", (long long)B,
+                 (long long)H, (long long)Hkv, (long long)T, (long long)D);
+    }
+    for (int i = 0; i < n_in; i++) fill_random(in[i], &r);
+    struct toy_tensor *loss = toy_sum_all(ctx, y);
+    struct toy_graph *fwd = toy_graph_new(ctx), *both = toy_graph_new(ctx);
+    toy_graph_build(fwd, loss);
+    toy_graph_build(both, loss);
+    toy_graph_backward(both, loss);
+    if (toy_graph_set_device(fwd, device) || toy_graph_set_device(both, device)) return die(device);
+    struct toy_threadpool *tp = toy_threadpool_new(4);
+    double tf = time_graph(fwd, tp, 10), tb = time_graph(both, tp, 10);
+    if (tf < 0 || tb < 0) return die("compute");
+    const char *math = getenv("TOY_CUDA_MATH"), *attn = getenv("TOY_CUDA_ATTN");
+    /* backward: two products of the forward's size (dA, dB), or ~2.5 times
+     * the forward for attention (dQ, dK, dV, with P recomputed) */
+    double bwd_flops = flops * (mm ? 2.0 : 2.5);
+    printf("{\"bench\":\"op\",\"op\":\"%s\",\"device\":\"%s\",\"math\":\"%s\",\"attn\":\"%s\",%s,"
+           "\"fwd_ms\":%.3f,\"fwd_bwd_ms\":%.3f,\"fwd_tflops\":%.1f,\"bwd_tflops\":%.1f}\n",
+           argv[2], device, math && *math ? math : "f32", attn && *attn ? attn : "auto", shape, 1e3 * tf, 1e3 * tb,
+           flops / tf * 1e-12, tb > tf ? bwd_flops / (tb - tf) * 1e-12 : 0.0);
+    fflush(stdout);
+    toy_threadpool_free(tp);
+    toy_ctx_free(ctx);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: bench-cuda train MODEL B T STEPS [DEVICE] [f32|bf16]\n"
-                        "       bench-cuda decode MODEL f32|f16|bf16|q8_0 N_TOKENS [DEVICE]\n");
+                        "       bench-cuda decode MODEL f32|f16|bf16|q8_0 N_TOKENS [DEVICE]\n"
+                        "       bench-cuda op matmul M N K [DEVICE]\n"
+                        "       bench-cuda op attention B H HKV T D [DEVICE]\n");
         return 2;
     }
-    bool train_mode = !strcmp(argv[1], "train");
-    const char *device = argc > (train_mode ? 6 : 5) ? argv[train_mode ? 6 : 5] : "cuda:0";
+    bool train_mode = !strcmp(argv[1], "train"), op_mode = !strcmp(argv[1], "op");
+    int dev_at = train_mode ? 6 : !op_mode ? 5 : argc > 2 && !strcmp(argv[2], "matmul") ? 6 : 8;
+    const char *device = argc > dev_at ? argv[dev_at] : "cuda:0";
     if (strcmp(device, "cpu") && (!toy_cuda_built() || toy_cuda_device_count() < 1)) {
         printf("{\"bench\":\"%s\",\"skipped\":\"%s\"}\n", argv[1],
                toy_cuda_built() ? "no CUDA device" : "toy built without CUDA");
@@ -186,6 +266,10 @@ int main(int argc, char **argv) {
     if (train_mode && argc >= 6)
         return train(argv[2], atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), device, argc > 7 ? argv[7] : "bf16");
     if (!strcmp(argv[1], "decode") && argc >= 5) return decode(argv[2], argv[3], atoi(argv[4]), device);
+    if (op_mode && argc >= 3 && (!strcmp(argv[2], "matmul") || !strcmp(argv[2], "attention"))) {
+        int rc = op_bench(argc, argv, device);
+        if (rc != 2) return rc;
+    }
     fprintf(stderr, "bench-cuda: bad arguments\n");
     return 2;
 }

@@ -4,15 +4,16 @@
 # tools/gpu-check.sh), times the training and decode benchmarks plainly, then
 # once more with TOY_CUDA_PROFILE=N: every node timed on its own (launch and
 # kernels, synchronised) and, per run, the time per op kind and the N
-# slowest nodes with their shapes. Everything goes to one log,
+# slowest nodes with their shapes; then single ops (bench-cuda op: the
+# output layer's products, attention). Everything goes to one log,
 # $OUT/gpu-profile.txt (or build-cuda/gpu-profile.txt), and the plain
-# figures to stdout. The whole script keeps to GPU_PROFILE_SECONDS (240).
+# figures to stdout. The whole script keeps to GPU_PROFILE_SECONDS (300).
 #   bash tools/gpu-profile.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 L=${OUT:-build-cuda}/gpu-profile.txt
 mkdir -p "$(dirname "$L")"
-T_END=$(( $(date +%s) + ${GPU_PROFILE_SECONDS:-240} ))
+T_END=$(( $(date +%s) + ${GPU_PROFILE_SECONDS:-300} ))
 lim() { local l=$(( T_END - $(date +%s) )); [ $l -lt 1 ] && l=1; [ "$1" -lt $l ] && l=$1; echo $l; }
 if [ -f .devkit/kit.tar.gz ]; then
   # shellcheck source=tools/device-kit.sh
@@ -31,6 +32,21 @@ done <<'RUNS'
 60|train gpt2-124m 16 1024 3 cuda:0 bf16|train gpt2-124m 16 1024 1 cuda:0 bf16
 60|train smollm2-135m 16 1024 3 cuda:0 bf16|train smollm2-135m 16 1024 1 cuda:0 bf16
 30|decode smollm2-135m bf16 40 cuda:0|decode smollm2-135m bf16 4 cuda:0
-30|decode llama-1b q8_0 40 cuda:0|decode llama-1b q8_0 4 cuda:0
+60|decode llama-1b q8_0 40 cuda:0|decode llama-1b q8_0 4 cuda:0
 RUNS
+# single ops under BF16 math: the output layer's product at GPT-2's odd
+# vocabulary and padded to a multiple of 8, SmolLM2's, a block's product,
+# and attention at both models' shapes (tensor-core and SIMT kernels)
+echo "== single ops (bench-cuda op)" | tee -a "$L"
+while read -r args; do
+  TOY_CUDA_MATH=bf16 timeout "$(lim 30)" $B op $args 2>&1 | tee -a "$L"
+done <<'OPS'
+matmul 16384 50257 768
+matmul 16384 50264 768
+matmul 16384 49152 576
+matmul 16384 2304 768
+attention 16 12 12 1024 64
+attention 16 9 3 1024 64
+OPS
+TOY_CUDA_MATH=bf16 TOY_CUDA_ATTN=simt timeout "$(lim 30)" $B op attention 16 12 12 1024 64 2>&1 | tee -a "$L"
 grep -E "^== |^cuda:0 profile|^  [A-Z_]+ " "$L" | head -80
