@@ -396,18 +396,20 @@ Test(cuda, matmul_f32_transposes_batches_gqa) {
     toy_ctx_free(ctx);
 }
 
-static void weight_case(enum toy_dtype type, int64_t m, double tol) {
+static void weight_case_k(enum toy_dtype type, int64_t m, int64_t k, double tol) {
     struct toy_ctx *ctx = setup(8);
-    const int64_t k = 256, n = 40;
+    const int64_t n = 40;
     struct toy_tensor *a = param(ctx, k, m, 2, 1);
     struct toy_tensor *w = toy_new_tensor_2d(ctx, type, k, n);
     fill(w, -1.0f, 1.0f);
     char what[64];
-    snprintf(what, sizeof what, "matmul %s weights, %lld rows", toy_dtype_name(type), (long long)m);
+    snprintf(what, sizeof what, "matmul %s weights, %lld rows of %lld", toy_dtype_name(type), (long long)m, (long long)k);
     /* forward uses trans_b; dA = dy W is the non-transposed product */
     check(ctx, loss_of(ctx, toy_linear(ctx, a, w, NULL)), true, tol, what);
     toy_ctx_free(ctx);
 }
+
+static void weight_case(enum toy_dtype type, int64_t m, double tol) { weight_case_k(type, m, 256, tol); }
 
 Test(cuda, matmul_half_and_quantized_weights) {
     need_cuda();
@@ -485,8 +487,12 @@ Test(cuda, long_rows_and_odd_products, .timeout = 600) {
     toy_ctx_free(ctx);
     for (int m = 7; m <= 9; m++) { /* the quantized GEMV takes up to 8 rows */
         weight_case(TOY_Q8_0, m, TOL_QUANT);
+        weight_case(TOY_Q4_0, m, TOL_QUANT);
         weight_case(TOY_Q4_K, m, TOL_QUANT);
     }
+    /* an odd number of blocks a row: the GEMV's two half-warps end unevenly */
+    weight_case_k(TOY_Q8_0, 1, 96, TOL_QUANT);
+    weight_case_k(TOY_Q4_0, 3, 160, TOL_QUANT);
 }
 
 /* BF16 math converts F32 operands (and A, for F16/BF16 weights) into rows

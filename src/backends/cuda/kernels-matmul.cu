@@ -108,13 +108,16 @@ __global__ void k_qgemv(CT dst, CT A, CT B, bool accum) {
     }
 }
 
-/* The same for Q8_0 / Q4_0 weights, a lane per 32-element block: one
- * scale load and a tight 32-term dot per block instead of per-element
- * decoding (decode is bound by reading the weights once). */
+/* The same for Q8_0 / Q4_0 weights, a half-warp per 32-element block (two
+ * blocks a step): lane l of the half takes two of the block's weights
+ * (Q8_0: bytes 2l, 2l + 1, one 2-byte load; Q4_0: byte l, elements l and
+ * l + 16), so the warp reads the weights and A's rows in contiguous runs.
+ * (A lane per block read A with a 128-byte stride between lanes: 32 cache
+ * lines per load instruction.) */
 __global__ void k_qgemv_blocks(CT dst, CT A, CT B, bool accum) {
     int64_t n = dst.ne[0], m = dst.ne[1], k = A.ne[0];
     int64_t j = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32;
-    int lane = threadIdx.x % 32;
+    int lane = threadIdx.x % 32, half = lane / 16, l = lane % 16;
     int64_t bi = blockIdx.y, i2 = bi % dst.ne[2], i3 = bi / dst.ne[2];
     if (j >= n) return;
     const char *a = A.data + bratio(i2, dst.ne[2], A.ne[2]) * A.nb[2] + bratio(i3, dst.ne[3], A.ne[3]) * A.nb[3];
@@ -122,14 +125,25 @@ __global__ void k_qgemv_blocks(CT dst, CT A, CT B, bool accum) {
                                             bratio(i3, dst.ne[3], B.ne[3]) * B.nb[3] + j * B.nb[1]);
     bool q8 = B.type == TOY_Q8_0;
     int64_t nblk = k / 32, bsz = q8 ? 34 : 18;
+    int e0 = q8 ? 2 * l : l, e1 = q8 ? 2 * l + 1 : l + 16; /* the lane's two elements of a block */
     float acc[GEMV_MAX_ROWS];
     for (int i = 0; i < GEMV_MAX_ROWS; i++) acc[i] = 0.0f;
-    for (int64_t blk = lane; blk < nblk; blk += 32) {
+    for (int64_t blk = half; blk < nblk; blk += 2) {
         const uint8_t *bp = brow + blk * bsz;
+        float d = h2f_at(bp), w0, w1;
+        if (q8) { /* bp is 2-byte aligned: rows and blocks are multiples of 34 bytes */
+            uint16_t q = *(const uint16_t *)(bp + 2 + 2 * l);
+            w0 = (float)(int8_t)(q & 0xff);
+            w1 = (float)(int8_t)(q >> 8);
+        } else {
+            uint8_t q = bp[2 + l];
+            w0 = (float)((q & 0xF) - 8);
+            w1 = (float)((q >> 4) - 8);
+        }
         for (int i = 0; i < GEMV_MAX_ROWS; i++) {
             if (i >= m) break;
             const float *x = (const float *)(a + i * A.nb[1]) + blk * 32;
-            acc[i] += q8 ? q8_0_block_dot(bp, x) : q4_0_block_dot(bp, x);
+            acc[i] += d * (w0 * x[e0] + w1 * x[e1]);
         }
     }
     float *cc = (float *)(dst.data + i2 * dst.nb[2] + i3 * dst.nb[3]);
