@@ -415,6 +415,11 @@ Test(cuda, matmul_half_and_quantized_weights) {
     need_cuda();
     weight_case(TOY_F16, 5, TOL_HALF);
     weight_case(TOY_BF16, 37, TOL_HALF);
+    /* up to 8 rows (m twice: A is [k, m, 2]), the F16/BF16 GEMV when rows are
+     * 16-byte aligned, else the GEMM */
+    weight_case_k(TOY_F16, 1, 1032, TOL_HALF);
+    weight_case_k(TOY_BF16, 4, 264, TOL_HALF);
+    weight_case_k(TOY_BF16, 3, 260, TOL_HALF); /* k not a multiple of 8: the GEMM */
     { /* A with padded rows (a view): converted to the weight's type element by element */
         struct toy_ctx *ctx = setup(8);
         const int64_t ne[2] = {256, 9};

@@ -17,6 +17,7 @@
  * Accumulating products (persistent gradients) use beta = 1.
  */
 #include <cublas_v2.h>
+#include <type_traits>
 
 #include "backends/cuda/kernels-common.cuh"
 
@@ -154,6 +155,52 @@ __global__ void k_qgemv_blocks(CT dst, CT A, CT B, bool accum) {
     }
 }
 
+/* The same for F16 / BF16 weights: a warp per j, each lane eight weights
+ * (one 16-byte load) and eight of A's elements (two) a step. A's elements
+ * are rounded to the weight's type first, as the GEMM path converts A, so
+ * both paths multiply the same numbers. Needs 16-byte aligned rows
+ * (half_gemv_ok). */
+__device__ __forceinline__ float2 pair_f(__half2 h) { return __half22float2(h); }
+__device__ __forceinline__ float2 pair_f(__nv_bfloat162 h) { return __bfloat1622float2(h); }
+__device__ __forceinline__ float round_to(float v, const __half *) { return __half2float(__float2half_rn(v)); }
+__device__ __forceinline__ float round_to(float v, const __nv_bfloat16 *) {
+    return __bfloat162float(__float2bfloat16_rn(v));
+}
+
+template <typename T2> __global__ void k_hgemv(CT dst, CT A, CT B, bool accum) {
+    int64_t n = dst.ne[0], m = dst.ne[1], k = A.ne[0];
+    int64_t j = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    int64_t bi = blockIdx.y, i2 = bi % dst.ne[2], i3 = bi / dst.ne[2];
+    if (j >= n) return;
+    const char *a = A.data + bratio(i2, dst.ne[2], A.ne[2]) * A.nb[2] + bratio(i3, dst.ne[3], A.ne[3]) * A.nb[3];
+    const char *brow = B.data + bratio(i2, dst.ne[2], B.ne[2]) * B.nb[2] + bratio(i3, dst.ne[3], B.ne[3]) * B.nb[3] +
+                       j * B.nb[1];
+    typedef typename std::conditional<std::is_same<T2, __half2>::value, __half, __nv_bfloat16>::type T;
+    const T *tag = NULL;
+    float acc[GEMV_MAX_ROWS];
+    for (int i = 0; i < GEMV_MAX_ROWS; i++) acc[i] = 0.0f;
+    for (int64_t c = 8 * lane; c < k; c += 256) {
+        uint4 raw = *(const uint4 *)(brow + 2 * c);
+        const T2 *h = (const T2 *)&raw;
+        float2 w0 = pair_f(h[0]), w1 = pair_f(h[1]), w2 = pair_f(h[2]), w3 = pair_f(h[3]);
+        for (int i = 0; i < GEMV_MAX_ROWS; i++) {
+            if (i >= m) break;
+            const float4 *x = (const float4 *)(a + i * A.nb[1] + 4 * c);
+            float4 x0 = x[0], x1 = x[1];
+            acc[i] += w0.x * round_to(x0.x, tag) + w0.y * round_to(x0.y, tag) + w1.x * round_to(x0.z, tag) +
+                      w1.y * round_to(x0.w, tag) + w2.x * round_to(x1.x, tag) + w2.y * round_to(x1.y, tag) +
+                      w3.x * round_to(x1.z, tag) + w3.y * round_to(x1.w, tag);
+        }
+    }
+    float *cc = (float *)(dst.data + i2 * dst.nb[2] + i3 * dst.nb[3]);
+    for (int i = 0; i < GEMV_MAX_ROWS; i++) {
+        if (i >= m) break;
+        float v = warp_sum(acc[i]);
+        if (lane == 0) cc[i * n + j] = accum ? cc[i * n + j] + v : v;
+    }
+}
+
 struct mm {
     bool ta, tb, accum;
     int64_t m, n, k, nbatch;
@@ -173,6 +220,16 @@ static mm mm_shape(const struct toy_cu_node *nd) {
 
 static bool use_gemv(const struct toy_cu_node *nd, const mm &s) {
     return is_quant(nd->src[1].type) && s.tb && !s.ta && s.m <= GEMV_MAX_ROWS;
+}
+
+/* F16/BF16 weights, up to GEMV_MAX_ROWS rows (decode): k_hgemv, where every
+ * row of A and B starts 16-byte aligned */
+static bool half_gemv_ok(const struct toy_cu_node *nd, const mm &s) {
+    const CT &A = nd->src[0], &B = nd->src[1];
+    if (!(B.type == TOY_F16 || B.type == TOY_BF16) || !s.tb || s.ta || s.m > GEMV_MAX_ROWS || s.k % 8) return false;
+    uintptr_t al = (uintptr_t)A.data | (uintptr_t)B.data;
+    for (int d = 1; d < 4; d++) al |= (uintptr_t)A.nb[d] | (uintptr_t)B.nb[d];
+    return al % 16 == 0;
 }
 
 /* rows of B dequantized at a time: QCHUNK_BYTES of f32, at least 64;
@@ -201,7 +258,7 @@ extern "C" size_t toy_cu_matmul_work(const struct toy_cu_node *nd) {
     const CT &A = nd->src[0], &B = nd->src[1];
     size_t w = 0;
     if (B.type == TOY_F32 && nd->math == TOY_CU_MATH_BF16) w = (converted_elems(A) + 127) / 128 * 256 + converted_elems(B) * 2 + 512;
-    else if (B.type == TOY_F16 || B.type == TOY_BF16) w = converted_elems(A) * 2 + 512;
+    else if ((B.type == TOY_F16 || B.type == TOY_BF16) && !half_gemv_ok(nd, s)) w = converted_elems(A) * 2 + 512;
     else if (is_quant(B.type) && !use_gemv(nd, s)) {
         int64_t rows = s.tb ? B.ne[1] : s.k; /* rows of one B slice */
         int64_t cr = qchunk_rows(B.ne[0]);
@@ -345,6 +402,12 @@ extern "C" int toy_cu_matmul(const struct toy_cu_node *nd, char *msg, size_t msg
         if (B.nb[0] != 2) {
             snprintf(msg, msg_size, "B must have contiguous rows");
             return TOY_ERR_UNSUPPORTED;
+        }
+        if (half_gemv_ok(nd, s)) {
+            dim3 grid((unsigned)cdiv(s.n, 8), (unsigned)s.nbatch);
+            if (B.type == TOY_F16) k_hgemv<__half2><<<grid, 256, 0, st>>>(nd->dst, A, B, s.accum);
+            else k_hgemv<__nv_bfloat162><<<grid, 256, 0, st>>>(nd->dst, A, B, s.accum);
+            return launch_status("hgemv", msg, msg_size);
         }
         cudaDataType_t t = B.type == TOY_F16 ? CUDA_R_16F : CUDA_R_16BF;
         if (B.type == TOY_F16) convert((__half *)nd->work, A, st);
