@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "toy/toy.h"
 #include "commands.h"
 #include "stop-signals.h"
@@ -18,8 +20,37 @@ static void usage(FILE *f) {
             TOY_VERSION);
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-14s %s\n", commands[i].name, commands[i].help);
-    fprintf(f, "\n`toy <command> --help` shows a command's flags. Every command takes\n"
-               "--device cpu|cuda|cuda:N (default cpu; see toy devices; under mpirun, cuda is each rank's local GPU).\n");
+    fprintf(f, "\n`toy <command> --help` shows a command's flags; `toy --manifest` lists the commands as JSON.\n"
+               "Every command takes --device cpu|cuda|cuda:N (default cpu; see toy devices; under mpirun, cuda is\n"
+               "each rank's local GPU).\n");
+}
+
+/* toy --manifest: what this toy can be asked, for programs that drive it
+ * (format toy/manifest-v1): the version, the commands with their one-line
+ * summaries, the global flags and the exit codes. A command's own flags are
+ * in its --help. */
+static int manifest(void) {
+    json_t *cmds = json_array();
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        json_array_append_new(cmds, json_pack("{s:s, s:s}", "name", commands[i].name, "summary", commands[i].help));
+    json_t *m = json_pack("{s:s, s:s, s:o, s:[s,s,s,s], s:{s:s, s:s, s:s}, s:b}", "format", "toy/manifest-v1",
+                          "version", TOY_VERSION, "commands", cmds, "global_flags", "--help", "--version", "--manifest",
+                          "--device", "exit_codes", "0", "ok", "1", "failure (bad file, I/O, a run that failed)", "2",
+                          "bad usage (unknown command or flag, missing or bad value)", "cuda_built",
+                          toy_cuda_built());
+    if (!m) {
+        fprintf(stderr, "toy: --manifest: out of memory\n");
+        return 1;
+    }
+    int rc = json_dumpf(m, stdout, JSON_INDENT(2)) ? 1 : 0;
+    json_decref(m);
+    putchar('\n');
+    errno = 0;
+    if (fflush(stdout) != 0 || ferror(stdout) || rc) {
+        fprintf(stderr, "toy --manifest: cannot write the output: %s\n", errno ? strerror(errno) : "write error");
+        return 1;
+    }
+    return 0;
 }
 
 int main(int argc, char **argv) {
@@ -42,6 +73,7 @@ int main(int argc, char **argv) {
         printf("toy %s\n", TOY_VERSION);
         return 0;
     }
+    if (!strcmp(argv[1], "--manifest")) return manifest();
     /* --device NAME (or --device=NAME), anywhere after the command: where
      * every graph of the command runs; taken out before the command parses */
     int n = 1;

@@ -281,6 +281,33 @@ Test(cli_train, help_goes_to_stdout) {
     cr_expect(strstr(out, "--data FILE is required"), "%s", out);
 }
 
+/* toy --manifest: every command (each of which answers --help), the version, the exit codes, as JSON */
+Test(cli_train, manifest_lists_every_command) {
+    cr_assert_eq(sh("$W --manifest > m.json"), 0, "%s", out);
+    char path[400];
+    snprintf(path, sizeof path, "%s/m.json", tmp);
+    json_error_t je;
+    json_t *m = json_load_file(path, 0, &je);
+    cr_assert(m, "manifest is not JSON: %s", je.text);
+    cr_expect_str_eq(json_string_value(json_object_get(m, "format")), "toy/manifest-v1");
+    cr_expect_str_eq(json_string_value(json_object_get(m, "version")), TOY_VERSION);
+    cr_expect(json_object_get(json_object_get(m, "exit_codes"), "2") != NULL);
+    json_t *cmds = json_object_get(m, "commands");
+    cr_assert(json_array_size(cmds) >= 18, "%zu commands", json_array_size(cmds));
+    size_t i;
+    json_t *c;
+    json_array_foreach(cmds, i, c) {
+        const char *name = json_string_value(json_object_get(c, "name"));
+        cr_assert(name && *json_string_value(json_object_get(c, "summary")));
+        cr_expect_eq(sh("$W %s --help > /dev/null", name), 0, "%s: %s", name, out);
+    }
+    json_decref(m);
+    if (access("/dev/full", W_OK) == 0) {
+        cr_expect_eq(sh("$W --manifest > /dev/full"), 1, "%s", out);
+        cr_expect(strstr(out, "cannot write"), "%s", out);
+    }
+}
+
 /* toy demo (what make demo runs), small: a run bundle with a checkpoint
  * that generates, a sample, and flags read like every command's */
 Test(cli_train, demo_trains_a_run_that_generates) {
