@@ -182,6 +182,7 @@ const char *toy_cpu_f32_gemm(void) {
 }
 
 enum toy_status toy_device_list(struct toy_device_info *out, int max, int *n) {
+    if (!n || (!out && max > 0)) return toy_error(TOY_ERR_INVALID_ARG, "toy_device_list: %s is NULL", n ? "out" : "n");
     *n = 0;
     if (max <= 0) return TOY_OK;
     memset(&out[0], 0, sizeof out[0]);

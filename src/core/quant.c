@@ -745,14 +745,17 @@ static enum toy_status dequantize(enum toy_dtype t, const void *src, float *dst,
 }
 
 enum toy_status toy_dequantize_row(enum toy_dtype t, const void *src, float *dst, int64_t n) {
+    if (!dst) return toy_error(TOY_ERR_INVALID_ARG, "toy_dequantize_row: dst is NULL");
     return dequantize(t, src, dst, n, false);
 }
 
 enum toy_status toy_dequantize_row_ref(enum toy_dtype t, const void *src, float *dst, int64_t n) {
+    if (!dst) return toy_error(TOY_ERR_INVALID_ARG, "toy_dequantize_row_ref: dst is NULL");
     return dequantize(t, src, dst, n, true);
 }
 
 enum toy_status toy_quantize_row(enum toy_dtype t, const float *src, void *dst, int64_t n) {
+    if (!dst) return toy_error(TOY_ERR_INVALID_ARG, "toy_quantize_row: dst is NULL");
     switch (t) {
     case TOY_F32: memcpy(dst, src, (size_t)n * 4); return TOY_OK;
     case TOY_F16: toy_f32_to_f16_row(src, dst, n); return TOY_OK;

@@ -77,6 +77,7 @@ static double last_t_in(int fd) {
 }
 
 enum toy_status toy_events_open(const char *path, enum toy_events_mode mode, struct toy_events **out) {
+    if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_events_open: out is NULL");
     *out = NULL;
     if (!path || !*path) return toy_error(TOY_ERR_INVALID_ARG, "events: no path");
     char *dir = strdup(path);
@@ -331,6 +332,7 @@ static bool join(char *out, size_t n, const char *base, const char *p) {
 }
 
 enum toy_status toy_git_info(const char *dir, struct toy_git_info *out) {
+    if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_git_info: out is NULL");
     memset(out, 0, sizeof *out);
     char cur[PATH_MAX], gitdir[PATH_MAX], common[PATH_MAX], p[PATH_MAX + 64], line[PATH_MAX];
     if (!realpath(dir ? dir : ".", cur)) return toy_error(TOY_ERR_NOT_FOUND, "%s: %s", dir ? dir : ".", strerror(errno));

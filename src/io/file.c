@@ -48,6 +48,7 @@ void toy_file_remove_temps(void) {
 }
 
 enum toy_status toy_file_replace_begin(const char *path, struct toy_file_replace *r) {
+    if (!r) return toy_error(TOY_ERR_INVALID_ARG, "toy_file_replace_begin: r is NULL");
     memset(r, 0, sizeof *r);
     r->slot = -1;
     r->name = path;
@@ -134,6 +135,7 @@ void toy_file_replace_abort(struct toy_file_replace *r) {
 double toy_ram_bytes(void) { return (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE); }
 
 enum toy_status toy_file_read_all(const char *path, char **buf, size_t *len) {
+    if (!buf || !len) return toy_error(TOY_ERR_INVALID_ARG, "toy_file_read_all: %s is NULL", buf ? "len" : "buf");
     *buf = NULL;
     *len = 0;
     if (!path) return toy_error(TOY_ERR_INVALID_ARG, "toy_file_read_all: NULL path");
@@ -146,6 +148,7 @@ enum toy_status toy_file_read_all(const char *path, char **buf, size_t *len) {
 }
 
 enum toy_status toy_file_read_fd(int fd, const char *name, char **buf, size_t *len) {
+    if (!buf || !len) return toy_error(TOY_ERR_INVALID_ARG, "toy_file_read_fd: %s is NULL", buf ? "len" : "buf");
     *buf = NULL;
     *len = 0;
     struct stat sb;
@@ -189,6 +192,7 @@ enum toy_status toy_file_read_fd(int fd, const char *name, char **buf, size_t *l
 }
 
 enum toy_status toy_file_bytes_open(const char *path, struct toy_file_bytes *b) {
+    if (!b) return toy_error(TOY_ERR_INVALID_ARG, "toy_file_bytes_open: b is NULL");
     memset(b, 0, sizeof *b);
     if (!path) return toy_error(TOY_ERR_INVALID_ARG, "toy_file_bytes_open: NULL path");
     bool std_in = !strcmp(path, "-");

@@ -76,6 +76,7 @@ static void buf_u64(struct buf *b, uint64_t v) { buf_put(b, &v, 8); }
 static void buf_str(struct buf *b, const char *s, size_t n) { buf_u64(b, n); buf_put(b, s, n); }
 
 enum toy_status toy_gguf_writer_init(struct toy_gguf_writer **out) {
+    if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_gguf_writer_init: out is NULL");
     *out = calloc(1, sizeof **out);
     return *out ? TOY_OK : toy_error(TOY_ERR_NOMEM, "gguf writer: out of memory");
 }
@@ -441,6 +442,8 @@ static enum toy_status write_all(struct toy_gguf_writer *w, struct sink *s) {
 }
 
 enum toy_status toy_gguf_writer_write_memory(struct toy_gguf_writer *w, void **out, size_t *size) {
+    if (!out || !size)
+        return toy_error(TOY_ERR_INVALID_ARG, "toy_gguf_writer_write_memory: %s is NULL", out ? "size" : "out");
     struct buf b = {0};
     struct sink s = {NULL, &b, "<memory>"};
     enum toy_status st = write_all(w, &s);

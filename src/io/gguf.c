@@ -490,7 +490,8 @@ enum toy_status toy_gguf_open_memory(const void *data, size_t size, const char *
 }
 
 enum toy_status toy_gguf_open(const char *path, struct toy_gguf **out) {
-    if (!out || !path) return toy_error(TOY_ERR_INVALID_ARG, "toy_gguf_open: NULL argument");
+    if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_gguf_open: out is NULL");
+    if (!path) return toy_error(TOY_ERR_INVALID_ARG, "toy_gguf_open: NULL path");
     *out = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return toy_error(errno == ENOENT ? TOY_ERR_NOT_FOUND : TOY_ERR_IO, "%s: %s", path, strerror(errno));
@@ -584,6 +585,7 @@ static enum toy_status kind_error(const struct toy_gguf *g, const struct kv *kv,
 }
 
 enum toy_status toy_gguf_kv_int(const struct toy_gguf *g, int64_t i, int64_t *v) {
+    if (!v) return toy_error(TOY_ERR_INVALID_ARG, "toy_gguf_kv_int: v is NULL");
     const struct kv *kv = kv_at(g, i);
     if (is_signed(kv->type)) { *v = kv->v.i; return TOY_OK; }
     if (is_unsigned(kv->type)) {
@@ -597,6 +599,7 @@ enum toy_status toy_gguf_kv_int(const struct toy_gguf *g, int64_t i, int64_t *v)
 }
 
 enum toy_status toy_gguf_kv_uint(const struct toy_gguf *g, int64_t i, uint64_t *v) {
+    if (!v) return toy_error(TOY_ERR_INVALID_ARG, "toy_gguf_kv_uint: v is NULL");
     const struct kv *kv = kv_at(g, i);
     if (is_unsigned(kv->type)) { *v = kv->v.u; return TOY_OK; }
     if (is_signed(kv->type)) {
@@ -610,6 +613,7 @@ enum toy_status toy_gguf_kv_uint(const struct toy_gguf *g, int64_t i, uint64_t *
 }
 
 enum toy_status toy_gguf_kv_float(const struct toy_gguf *g, int64_t i, double *v) {
+    if (!v) return toy_error(TOY_ERR_INVALID_ARG, "toy_gguf_kv_float: v is NULL");
     const struct kv *kv = kv_at(g, i);
     if (is_float(kv->type)) *v = kv->v.f;
     else if (is_signed(kv->type)) *v = (double)kv->v.i;
@@ -619,6 +623,7 @@ enum toy_status toy_gguf_kv_float(const struct toy_gguf *g, int64_t i, double *v
 }
 
 enum toy_status toy_gguf_kv_str(const struct toy_gguf *g, int64_t i, const char **s, size_t *len) {
+    if (!s) return toy_error(TOY_ERR_INVALID_ARG, "toy_gguf_kv_str: s is NULL");
     const struct kv *kv = kv_at(g, i);
     if (kv->type != TOY_GGUF_STRING) return kind_error(g, kv, "str");
     *s = kv->str;
@@ -633,18 +638,21 @@ static enum toy_status find(const struct toy_gguf *g, const char *key, int64_t *
 }
 
 enum toy_status toy_gguf_get_u64(const struct toy_gguf *g, const char *key, uint64_t *v) {
+    if (!v) return toy_error(TOY_ERR_INVALID_ARG, "toy_gguf_get_u64: v is NULL");
     int64_t i;
     enum toy_status st = find(g, key, &i);
     return st ? st : toy_gguf_kv_uint(g, i, v);
 }
 
 enum toy_status toy_gguf_get_i64(const struct toy_gguf *g, const char *key, int64_t *v) {
+    if (!v) return toy_error(TOY_ERR_INVALID_ARG, "toy_gguf_get_i64: v is NULL");
     int64_t i;
     enum toy_status st = find(g, key, &i);
     return st ? st : toy_gguf_kv_int(g, i, v);
 }
 
 enum toy_status toy_gguf_get_u32(const struct toy_gguf *g, const char *key, uint32_t *v) {
+    if (!v) return toy_error(TOY_ERR_INVALID_ARG, "toy_gguf_get_u32: v is NULL");
     uint64_t u;
     enum toy_status st = toy_gguf_get_u64(g, key, &u);
     if (st) return st;
@@ -655,6 +663,7 @@ enum toy_status toy_gguf_get_u32(const struct toy_gguf *g, const char *key, uint
 }
 
 enum toy_status toy_gguf_get_i32(const struct toy_gguf *g, const char *key, int32_t *v) {
+    if (!v) return toy_error(TOY_ERR_INVALID_ARG, "toy_gguf_get_i32: v is NULL");
     int64_t x;
     enum toy_status st = toy_gguf_get_i64(g, key, &x);
     if (st) return st;
@@ -665,12 +674,14 @@ enum toy_status toy_gguf_get_i32(const struct toy_gguf *g, const char *key, int3
 }
 
 enum toy_status toy_gguf_get_f64(const struct toy_gguf *g, const char *key, double *v) {
+    if (!v) return toy_error(TOY_ERR_INVALID_ARG, "toy_gguf_get_f64: v is NULL");
     int64_t i;
     enum toy_status st = find(g, key, &i);
     return st ? st : toy_gguf_kv_float(g, i, v);
 }
 
 enum toy_status toy_gguf_get_f32(const struct toy_gguf *g, const char *key, float *v) {
+    if (!v) return toy_error(TOY_ERR_INVALID_ARG, "toy_gguf_get_f32: v is NULL");
     double d;
     enum toy_status st = toy_gguf_get_f64(g, key, &d);
     if (!st) *v = (float)d;
@@ -678,6 +689,7 @@ enum toy_status toy_gguf_get_f32(const struct toy_gguf *g, const char *key, floa
 }
 
 enum toy_status toy_gguf_get_bool(const struct toy_gguf *g, const char *key, bool *v) {
+    if (!v) return toy_error(TOY_ERR_INVALID_ARG, "toy_gguf_get_bool: v is NULL");
     int64_t i;
     enum toy_status st = find(g, key, &i);
     if (st) return st;
@@ -695,6 +707,7 @@ enum toy_status toy_gguf_get_bool(const struct toy_gguf *g, const char *key, boo
 }
 
 enum toy_status toy_gguf_get_str(const struct toy_gguf *g, const char *key, const char **s, size_t *len) {
+    if (!s) return toy_error(TOY_ERR_INVALID_ARG, "toy_gguf_get_str: s is NULL");
     int64_t i;
     enum toy_status st = find(g, key, &i);
     return st ? st : toy_gguf_kv_str(g, i, s, len);
@@ -737,6 +750,7 @@ const char *toy_gguf_arr_str(const struct toy_gguf *g, int64_t i, uint64_t j, si
 }
 
 enum toy_status toy_gguf_arr_int(const struct toy_gguf *g, int64_t i, uint64_t j, int64_t *v) {
+    if (!v) return toy_error(TOY_ERR_INVALID_ARG, "toy_gguf_arr_int: v is NULL");
     const struct kv *kv = arr_at(g, i);
     TOY_ASSERT(j < kv->arr_n, "key '%s': element %llu of %llu", kv->key, (unsigned long long)j,
                (unsigned long long)kv->arr_n);
@@ -753,6 +767,7 @@ enum toy_status toy_gguf_arr_int(const struct toy_gguf *g, int64_t i, uint64_t j
 }
 
 enum toy_status toy_gguf_arr_float(const struct toy_gguf *g, int64_t i, uint64_t j, double *v) {
+    if (!v) return toy_error(TOY_ERR_INVALID_ARG, "toy_gguf_arr_float: v is NULL");
     const struct kv *kv = arr_at(g, i);
     TOY_ASSERT(j < kv->arr_n, "key '%s': element %llu of %llu", kv->key, (unsigned long long)j,
                (unsigned long long)kv->arr_n);
@@ -790,6 +805,7 @@ int64_t toy_gguf_find_tensor(const struct toy_gguf *g, const char *name) {
 }
 
 enum toy_status toy_gguf_tensor_read(const struct toy_gguf *g, int64_t i, void *dst, size_t dst_bytes) {
+    if (!dst) return toy_error(TOY_ERR_INVALID_ARG, "toy_gguf_tensor_read: dst is NULL");
     const struct toy_gguf_tensor *t = toy_gguf_tensor(g, i);
     if (dst_bytes < t->nbytes)
         return toy_error(TOY_ERR_INVALID_ARG, "%s: tensor '%s' has %zu bytes, buffer holds %zu",
@@ -799,6 +815,7 @@ enum toy_status toy_gguf_tensor_read(const struct toy_gguf *g, int64_t i, void *
 }
 
 enum toy_status toy_gguf_tensor_read_f32(const struct toy_gguf *g, int64_t i, float *dst, int64_t n) {
+    if (!dst) return toy_error(TOY_ERR_INVALID_ARG, "toy_gguf_tensor_read_f32: dst is NULL");
     const struct toy_gguf_tensor *t = toy_gguf_tensor(g, i);
     if (n < t->n_elements)
         return toy_error(TOY_ERR_INVALID_ARG, "%s: tensor '%s' has %lld elements, buffer holds %lld",

@@ -201,6 +201,7 @@ static enum toy_status idx_load(const struct toy_file_bytes *images, const char 
 }
 
 enum toy_status toy_images_load_idx(const char *images_path, const char *labels_path, struct toy_image_set **out) {
+    if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_images_load_idx: out is NULL");
     *out = NULL;
     if (!images_path || !labels_path)
         return toy_error(TOY_ERR_INVALID_ARG, "toy_images_load_idx: NULL %s path", images_path ? "labels" : "images");
@@ -248,6 +249,7 @@ static enum toy_status toyi_parse(const uint8_t *b, size_t size, const char *pat
 }
 
 enum toy_status toy_images_load_toyi(const char *path, struct toy_image_set **out) {
+    if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_images_load_toyi: out is NULL");
     *out = NULL;
     struct toy_file_bytes in;
     enum toy_status st = toy_file_bytes_open(path, &in);
@@ -315,6 +317,7 @@ static const char *png_chunks_bad(const uint8_t *p, size_t n) {
 }
 
 enum toy_status toy_image_read_file(const char *path, int64_t channels, int64_t height, int64_t width, uint8_t *out) {
+    if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_image_read_file: out is NULL");
     if (channels != 1 && channels != 3) return toy_error(TOY_ERR_INVALID_ARG, "%s: %lld channels (1 or 3)", path,
                                                          (long long)channels);
     int w, h, n;
@@ -453,6 +456,7 @@ static bool idx_labels_path(const char *images, char *out, size_t n) {
 }
 
 enum toy_status toy_images_load(const char *path, const struct toy_image_load_opts *opts, struct toy_image_set **out) {
+    if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_images_load: out is NULL");
     *out = NULL;
     if (!path) return toy_error(TOY_ERR_INVALID_ARG, "toy_images_load: NULL path");
     struct stat sb;
@@ -512,6 +516,8 @@ static struct toy_image_set *subset(const struct toy_image_set *s, const int64_t
 
 enum toy_status toy_images_split(const struct toy_image_set *s, double test_frac, uint64_t seed,
                                  struct toy_image_set **train, struct toy_image_set **test) {
+    if (!train || !test)
+        return toy_error(TOY_ERR_INVALID_ARG, "toy_images_split: %s is NULL", train ? "test" : "train");
     *train = *test = NULL;
     if (!(test_frac >= 0 && test_frac < 1)) return toy_error(TOY_ERR_INVALID_ARG, "split: test fraction %g", test_frac);
     int64_t *idx = malloc((size_t)(s->n > 0 ? s->n : 1) * sizeof *idx);

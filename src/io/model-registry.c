@@ -353,6 +353,7 @@ static enum toy_status entries(struct item *v, int64_t n, struct toy_model_entry
 }
 
 enum toy_status toy_models_list(struct toy_model_entry **out, int64_t *n) {
+    if (!out || !n) return toy_error(TOY_ERR_INVALID_ARG, "toy_models_list: %s is NULL", out ? "n" : "out");
     struct list l = {0};
     int64_t k;
     scan_all(&l, &k);
@@ -362,6 +363,7 @@ enum toy_status toy_models_list(struct toy_model_entry **out, int64_t *n) {
 }
 
 enum toy_status toy_models_skipped(struct toy_model_entry **out, int64_t *n) {
+    if (!out || !n) return toy_error(TOY_ERR_INVALID_ARG, "toy_models_skipped: %s is NULL", out ? "n" : "out");
     struct list l = {0};
     int64_t k;
     scan_all(&l, &k);

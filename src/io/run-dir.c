@@ -122,11 +122,13 @@ static enum toy_status make_id(const char *runs_dir, const char *tmpl, const cha
 
 enum toy_status toy_run_id_make(const char *runs_dir, const char *tmpl, const char *arch, time_t now, char *out,
                                 size_t out_size) {
+    if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_run_id_make: out is NULL");
     return make_id(runs_dir, tmpl, arch, now, -1, out, out_size);
 }
 
 enum toy_status toy_run_create(const char *runs_dir, const char *tmpl, const char *arch, char *id, size_t id_size,
                                char *dir, size_t dir_size) {
+    if (!id || !dir) return toy_error(TOY_ERR_INVALID_ARG, "toy_run_create: %s is NULL", id ? "dir" : "id");
     if (!runs_dir || !*runs_dir) runs_dir = "runs";
     enum toy_status st = toy_mkdir_p(runs_dir);
     if (st) return st;
@@ -217,6 +219,7 @@ static void sweep_stale_temps(const char *dir) {
 }
 
 enum toy_status toy_run_claim(const char *dir, bool fresh, int *lock_fd) {
+    if (!lock_fd) return toy_error(TOY_ERR_INVALID_ARG, "toy_run_claim: lock_fd is NULL");
     *lock_fd = -1;
     enum toy_status st = toy_mkdir_p(dir);
     if (st) return st;

@@ -304,6 +304,7 @@ static bool ends_with(const char *s, const char *suf) {
 }
 
 enum toy_status toy_safetensors_open(const char *path, struct toy_safetensors **out) {
+    if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_safetensors_open: out is NULL");
     *out = NULL;
     if (!path) return toy_error(TOY_ERR_INVALID_ARG, "toy_safetensors_open: NULL path");
     struct toy_safetensors *st = calloc(1, sizeof *st);
@@ -339,6 +340,7 @@ enum toy_status toy_safetensors_open(const char *path, struct toy_safetensors **
 
 enum toy_status toy_safetensors_open_memory(const void *data, size_t size, const char *name,
                                             struct toy_safetensors **out) {
+    if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_safetensors_open_memory: out is NULL");
     *out = NULL;
     struct toy_safetensors *st = calloc(1, sizeof *st);
     if (!st) return toy_error(TOY_ERR_NOMEM, "safetensors: out of memory");
@@ -394,6 +396,7 @@ const char *toy_safetensors_metadata(const struct toy_safetensors *st, const cha
 }
 
 enum toy_status toy_safetensors_read_f32(const struct toy_safetensors *st, int64_t i, float *dst, int64_t n) {
+    if (!dst) return toy_error(TOY_ERR_INVALID_ARG, "toy_safetensors_read_f32: dst is NULL");
     const struct toy_st_tensor *t = toy_safetensors_tensor(st, i);
     if (n < t->n_elements)
         return toy_error(TOY_ERR_INVALID_ARG, "%s: buffer of %lld floats for %lld elements", t->name,

@@ -29,6 +29,7 @@ struct toy_trace {
 };
 
 enum toy_status toy_trace_open(const char *path, int64_t cap, struct toy_trace **out) {
+    if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_trace_open: out is NULL");
     *out = NULL;
     if (!path) return toy_error(TOY_ERR_INVALID_ARG, "toy_trace_open: NULL path");
     if (cap <= 0) cap = 1 << 20;
