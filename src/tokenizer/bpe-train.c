@@ -231,6 +231,7 @@ static char *byte_level(const char *b, size_t n) {
 
 enum toy_status toy_tokenizer_train_bpe(const char *text, size_t len, const struct toy_bpe_train_opts *opts,
                                         struct toy_tokenizer **out) {
+    if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_tokenizer_train_bpe: out is NULL");
     *out = NULL;
     static const char *const default_special[] = {"<|endoftext|>"};
     const char *const *special = opts && opts->special_tokens ? opts->special_tokens : default_special;

@@ -72,6 +72,7 @@ const char *toy_chat_template_builtin(const char *name) {
 }
 
 enum toy_status toy_chat_template_init(const char *source_or_name, struct toy_chat_template **out) {
+    if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_chat_template_init: out is NULL");
     *out = NULL;
     if (!source_or_name) return toy_error(TOY_ERR_INVALID_ARG, "chat template: NULL source");
     const char *b = toy_chat_template_builtin(source_or_name);
@@ -129,6 +130,7 @@ static enum toy_status render(const struct toy_chat_template *t, json_t *message
 
 enum toy_status toy_chat_template_render(const struct toy_chat_template *t, const struct toy_chat_message *msgs,
                                          size_t n_msgs, const struct toy_chat_vars *vars, char **out) {
+    if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_chat_template_render: out is NULL");
     *out = NULL;
     json_t *m = json_array();
     for (size_t i = 0; m && i < n_msgs; i++) {
@@ -143,6 +145,7 @@ enum toy_status toy_chat_template_render(const struct toy_chat_template *t, cons
 
 enum toy_status toy_chat_template_render_json(const struct toy_chat_template *t, const char *json,
                                               const struct toy_chat_vars *vars, char **out) {
+    if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_chat_template_render_json: out is NULL");
     *out = NULL;
     json_error_t err;
     /* "\u0000" is valid JSON (HF accepts it); the renderer reports it if it reaches the output */
@@ -178,6 +181,7 @@ enum toy_status toy_chat_template_render_json(const struct toy_chat_template *t,
 enum toy_status toy_tokenizer_apply_chat(const struct toy_tokenizer *tok, const char *name_or_source,
                                          const struct toy_chat_message *msgs, size_t n_msgs,
                                          bool add_generation_prompt, char **out) {
+    if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_tokenizer_apply_chat: out is NULL");
     *out = NULL;
     const char *src = name_or_source ? name_or_source : toy_tokenizer_chat_template(tok);
     if (!src) return toy_error(TOY_ERR_NOT_FOUND, "the tokenizer has no chat template; name one (chatml, llama3, ...)");
@@ -217,6 +221,7 @@ static void token_offsets(const struct toy_tokenizer *tok, const struct toy_toke
 enum toy_status toy_chat_encode(const struct toy_tokenizer *tok, const char *name_or_source,
                                 const struct toy_chat_message *msgs, size_t n_msgs, struct toy_tokens *ids,
                                 unsigned char **mask) {
+    if (!ids || !mask) return toy_error(TOY_ERR_INVALID_ARG, "toy_chat_encode: %s is NULL", ids ? "mask" : "ids");
     *mask = NULL;
     const char *src = name_or_source ? name_or_source : toy_tokenizer_chat_template(tok);
     if (!src) return toy_error(TOY_ERR_NOT_FOUND, "the tokenizer has no chat template; name one (chatml, llama3, ...)");

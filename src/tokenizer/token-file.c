@@ -48,6 +48,8 @@ enum toy_status toy_token_file_write(const char *path, int64_t n_vocab, const in
 
 enum toy_status toy_token_file_check(const uint8_t *p, size_t size, const char *name, uint32_t *vocab_out,
                                      uint64_t *count_out) {
+    if (!vocab_out || !count_out)
+        return toy_error(TOY_ERR_INVALID_ARG, "toy_token_file_check: %s is NULL", vocab_out ? "count" : "vocab");
     if (size < TOY_TOKEN_FILE_HEADER)
         return toy_error(TOY_ERR_FORMAT, "%s: %zu bytes, shorter than the %d-byte TOYT header (offset 0)", name, size,
                          TOY_TOKEN_FILE_HEADER);
@@ -91,6 +93,8 @@ enum toy_status toy_token_file_check(const uint8_t *p, size_t size, const char *
 }
 
 enum toy_status toy_token_file_read(const char *path, int64_t *n_vocab, int32_t **ids, int64_t *n) {
+    if (!n_vocab || !ids || !n)
+        return toy_error(TOY_ERR_INVALID_ARG, "toy_token_file_read: %s is NULL", !n_vocab ? "n_vocab" : !ids ? "ids" : "n");
     *ids = NULL;
     *n = 0;
     char *file;
@@ -114,7 +118,8 @@ enum toy_status toy_token_file_read(const char *path, int64_t *n_vocab, int32_t 
 
 enum toy_status toy_tokenizer_encode_corpus(const struct toy_tokenizer *tok, const char *text, size_t len,
                                             unsigned flags, struct toy_tokens *out) {
-    if (!tok || !out || (!text && len)) return toy_error(TOY_ERR_INVALID_ARG, "tokenizer_encode_corpus: NULL argument");
+    if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_tokenizer_encode_corpus: out is NULL");
+    if (!tok || (!text && len)) return toy_error(TOY_ERR_INVALID_ARG, "tokenizer_encode_corpus: NULL argument");
     unsigned fl = flags & (TOY_ENCODE_PARSE_SPECIAL | TOY_ENCODE_ADD_EOS);
     if (toy_tokenizer_corpus_bos(tok, flags)) fl |= TOY_ENCODE_ADD_BOS;
     return toy_tokenizer_encode(tok, text, len, fl, out);

@@ -109,6 +109,7 @@ static const char *const eog_keys[4] = {"tokenizer.ggml.eom_token_id", "tokenize
                                         "tokenizer.ggml.fim_rep_token_id", "tokenizer.ggml.fim_sep_token_id"};
 
 enum toy_status toy_tokenizer_load_gguf(const struct toy_gguf *g, struct toy_tokenizer **out) {
+    if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_tokenizer_load_gguf: out is NULL");
     *out = NULL;
     if (!g) /* m->gguf of a model that was not loaded from a file (toy_llama_new) */
         return toy_error(TOY_ERR_INVALID_ARG, "toy_tokenizer_load_gguf: NULL GGUF (a model not loaded from a file has none)");
@@ -209,6 +210,7 @@ done:
 }
 
 enum toy_status toy_tokenizer_load_gguf_file(const char *path, struct toy_tokenizer **out) {
+    if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_tokenizer_load_gguf_file: out is NULL");
     *out = NULL;
     struct toy_gguf *g;
     enum toy_status st = toy_gguf_open(path, &g);

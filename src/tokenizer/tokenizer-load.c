@@ -171,6 +171,7 @@ static void normalizer_walk(json_t *n, bool *nfc, bool *prepend, bool *replace) 
 
 enum toy_status toy_tokenizer_load_hf_mem(const char *json, size_t len, const char *config_json,
                                           size_t config_len, struct toy_tokenizer **out) {
+    if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_tokenizer_load_hf_mem: out is NULL");
     *out = NULL;
     json_error_t jerr;
     json_t *root = json_loadb(json, len, 0, &jerr), *cfg = NULL;
@@ -408,6 +409,7 @@ done:
 }
 
 enum toy_status toy_tokenizer_load_hf(const char *json_path, const char *config_path, struct toy_tokenizer **out) {
+    if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_tokenizer_load_hf: out is NULL");
     *out = NULL;
     if (!json_path) return toy_error(TOY_ERR_INVALID_ARG, "toy_tokenizer_load_hf: NULL tokenizer.json path");
     char *j = NULL, *c = NULL;
@@ -424,6 +426,7 @@ enum toy_status toy_tokenizer_load_hf(const char *json_path, const char *config_
 
 enum toy_status toy_tokenizer_load_gpt2(const char *encoder_json, const char *vocab_bpe, const char *pre,
                                         struct toy_tokenizer **out) {
+    if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_tokenizer_load_gpt2: out is NULL");
     *out = NULL;
     if (!encoder_json || !vocab_bpe)
         return toy_error(TOY_ERR_INVALID_ARG, "toy_tokenizer_load_gpt2: NULL %s path", encoder_json ? "vocab.bpe" : "encoder.json");
@@ -535,6 +538,7 @@ static bool pb_field(struct pb *b, uint32_t *field, int *wt, uint64_t *val, stru
 }
 
 enum toy_status toy_tokenizer_load_spm_mem(const void *data, size_t len, struct toy_tokenizer **out) {
+    if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_tokenizer_load_spm_mem: out is NULL");
     *out = NULL;
     struct pb b = {data, (const uint8_t *)data + len}, sub;
     uint32_t field;
@@ -647,6 +651,7 @@ done:
 }
 
 enum toy_status toy_tokenizer_load_spm(const char *path, struct toy_tokenizer **out) {
+    if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_tokenizer_load_spm: out is NULL");
     char *d;
     size_t l;
     enum toy_status st = toy_file_read_all(path, &d, &l);
@@ -724,6 +729,7 @@ done:
 }
 
 enum toy_status toy_tokenizer_load_llama2c(const char *path, struct toy_tokenizer **out) {
+    if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_tokenizer_load_llama2c: out is NULL");
     *out = NULL;
     char *d;
     size_t l;
@@ -900,6 +906,7 @@ static enum toy_status load_stream(const char *path, struct toy_tokenizer **out)
 }
 
 enum toy_status toy_tokenizer_load(const char *path, struct toy_tokenizer **out) {
+    if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_tokenizer_load: out is NULL");
     *out = NULL;
     if (!path) return toy_error(TOY_ERR_INVALID_ARG, "toy_tokenizer_load: NULL path");
     char a[4096], b[4096];

@@ -223,6 +223,7 @@ static int32_t check_special(const struct toy_tokenizer_spec *spec, int32_t id, 
 }
 
 enum toy_status toy_tokenizer_init(const struct toy_tokenizer_spec *spec, struct toy_tokenizer **out) {
+    if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_tokenizer_init: out is NULL");
     *out = NULL;
     if (!spec || spec->n_tokens <= 0 || spec->n_tokens >= INT32_MAX || !spec->tokens)
         return toy_error(TOY_ERR_INVALID_ARG, "tokenizer: empty or oversized vocabulary (%lld tokens)",
@@ -416,7 +417,8 @@ static enum toy_status encode_fragment(const struct toy_tokenizer *tok, struct t
 
 enum toy_status toy_tokenizer_encode(const struct toy_tokenizer *tok, const char *text, size_t len,
                                      unsigned flags, struct toy_tokens *out) {
-    if (!tok || !out || (!text && len)) return toy_error(TOY_ERR_INVALID_ARG, "tokenizer_encode: NULL argument");
+    if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_tokenizer_encode: out is NULL");
+    if (!tok || (!text && len)) return toy_error(TOY_ERR_INVALID_ARG, "tokenizer_encode: NULL argument");
     enum toy_status st = TOY_OK;
     struct tok_scratch s = {0};
     char *norm = NULL;
@@ -498,6 +500,7 @@ struct toy_decoder {
 };
 
 enum toy_status toy_decoder_init(const struct toy_tokenizer *tok, unsigned flags, struct toy_decoder **out) {
+    if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_decoder_init: out is NULL");
     *out = calloc(1, sizeof **out);
     if (!*out) return toy_error(TOY_ERR_NOMEM, "decoder: out of memory");
     (*out)->tok = tok;
@@ -553,6 +556,7 @@ static size_t complete_prefix(const char *s, size_t n) {
 }
 
 enum toy_status toy_decoder_push(struct toy_decoder *d, int32_t id, const char **text, size_t *len) {
+    if (!text || !len) return toy_error(TOY_ERR_INVALID_ARG, "toy_decoder_push: %s is NULL", text ? "len" : "text");
     /* drop what was returned last time, keep the held tail */
     if (d->ret) {
         memmove(d->buf, d->buf + d->ret, d->held - d->ret);
@@ -594,6 +598,7 @@ void toy_decoder_flush(struct toy_decoder *d, const char **text, size_t *len) {
 
 enum toy_status toy_tokenizer_decode(const struct toy_tokenizer *tok, const int32_t *ids, int64_t n,
                                      unsigned flags, char **text, size_t *len) {
+    if (!text) return toy_error(TOY_ERR_INVALID_ARG, "toy_tokenizer_decode: text is NULL");
     *text = NULL;
     if (len) *len = 0;
     struct toy_decoder d = {.tok = tok, .flags = flags};
