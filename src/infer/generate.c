@@ -37,11 +37,13 @@ static double now_s(void) {
 
 enum toy_status toy_generator_new(struct toy_llama *m, const struct toy_tokenizer *tok, int64_t n_ctx,
                                   struct toy_threadpool *tp, struct toy_generator **out) {
+    if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_generator_new: out is NULL");
     return toy_generator_new_kv(m, tok, n_ctx, TOY_F32, tp, out);
 }
 
 enum toy_status toy_generator_new_kv(struct toy_llama *m, const struct toy_tokenizer *tok, int64_t n_ctx,
                                      enum toy_dtype kv_type, struct toy_threadpool *tp, struct toy_generator **out) {
+    if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_generator_new_kv: out is NULL");
     *out = NULL;
     if (!m) return toy_error(TOY_ERR_INVALID_ARG, "toy_generator_new: NULL model");
     struct toy_generator *g = calloc(1, sizeof *g);

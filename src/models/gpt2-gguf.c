@@ -106,6 +106,7 @@ static enum toy_status bind(struct toy_gpt2 *m, struct toy_tensor *t, bool train
 }
 
 enum toy_status toy_gpt2_load(const char *path, bool trainable, struct toy_gpt2 **out) {
+    if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_gpt2_load: out is NULL");
     *out = NULL;
     struct toy_gguf *g;
     enum toy_status st = toy_gguf_open(path, &g);

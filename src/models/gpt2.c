@@ -226,6 +226,7 @@ struct toy_tensor *toy_gpt2_forward_cached(struct toy_ctx *ctx, struct toy_gpt2 
 /* ---- KV cache ------------------------------------------------------------------ */
 
 enum toy_status toy_gpt2_cache_init(struct toy_kv_cache *c, const struct toy_gpt2 *m, int64_t n_ctx, int64_t n_seq) {
+    if (!c) return toy_error(TOY_ERR_INVALID_ARG, "toy_gpt2_cache_init: c is NULL");
     memset(c, 0, sizeof *c);
     int64_t L = m->cfg.n_layers, H = m->cfg.n_heads, hd = m->cfg.d_model / H;
     if (n_ctx <= 0 || n_seq <= 0 || n_ctx > m->cfg.max_ctx)

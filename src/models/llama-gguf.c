@@ -173,6 +173,7 @@ static enum toy_status bind(struct toy_llama *m, struct toy_tensor **slot, const
 }
 
 enum toy_status toy_llama_load(const char *path, bool trainable, struct toy_llama **out) {
+    if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_llama_load: out is NULL");
     *out = NULL;
     struct toy_gguf *g;
     enum toy_status st = toy_gguf_open(path, &g);

@@ -440,6 +440,7 @@ struct toy_tensor *toy_llama_forward_cached_last(struct toy_ctx *ctx, struct toy
 /* ---- KV cache ------------------------------------------------------------------ */
 
 enum toy_status toy_kv_cache_init(struct toy_kv_cache *c, const struct toy_llama *m, int64_t n_ctx, int64_t n_seq) {
+    if (!c) return toy_error(TOY_ERR_INVALID_ARG, "toy_kv_cache_init: c is NULL");
     return toy_kv_cache_init_type(c, m, n_ctx, n_seq, TOY_F32);
 }
 
@@ -462,6 +463,7 @@ enum toy_status toy_kv_cache_check_size(int64_t n_layers, int64_t row, int64_t n
 
 enum toy_status toy_kv_cache_init_type(struct toy_kv_cache *c, const struct toy_llama *m, int64_t n_ctx, int64_t n_seq,
                                        enum toy_dtype type) {
+    if (!c) return toy_error(TOY_ERR_INVALID_ARG, "toy_kv_cache_init_type: c is NULL");
     memset(c, 0, sizeof *c);
     if (type != TOY_F32 && type != TOY_F16)
         return toy_error(TOY_ERR_UNSUPPORTED, "kv cache type %s (f32 or f16)", toy_dtype_name(type));

@@ -292,6 +292,7 @@ static int64_t key_int(const struct toy_gguf *g, const char *key, int64_t def) {
 }
 
 enum toy_status toy_vit_load(const char *path, bool trainable, struct toy_vit **out) {
+    if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_vit_load: out is NULL");
     *out = NULL;
     struct toy_gguf *g;
     enum toy_status st = toy_gguf_open(path, &g);
