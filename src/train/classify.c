@@ -140,6 +140,7 @@ enum toy_status toy_classifier_new(struct toy_vit *m, const struct toy_image_set
                                    const struct toy_image_set *test, const struct toy_classify_opts *o,
                                    const char *run_dir, struct toy_events *ev, int n_threads,
                                    struct toy_classifier **out) {
+    if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_classifier_new: out is NULL");
     *out = NULL;
     enum toy_status cst = toy_optim_check_settings(o->lr, o->lr_min, o->weight_decay, o->beta1, o->beta2, o->eps, o->clip);
     if (cst) return cst;

@@ -71,6 +71,7 @@ static bool launched_by_mpi(int *env_world) {
 
 enum toy_status toy_collective_open(enum toy_collective_kind kind, const struct toy_collective_opts *o,
                                     struct toy_collective **out) {
+    if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_collective_open: out is NULL");
     *out = NULL;
     struct toy_collective_opts d = {0};
     if (!o) o = &d;
@@ -426,6 +427,8 @@ enum toy_status toy_collective_allreduce_grads(void *ud, struct toy_tensor *cons
 
 enum toy_status toy_reduce_agree(enum toy_status (*sum)(void *ud, double *v, int n), void *ud, int rank, uint64_t h,
                                  int *differ, bool *self) {
+    if (!differ || !self)
+        return toy_error(TOY_ERR_INVALID_ARG, "toy_reduce_agree: %s is NULL", differ ? "self" : "differ");
     *differ = 0;
     *self = false;
     double v[4]; /* rank 0's h in 16-bit pieces (exact in doubles): the sum is rank 0's alone */
@@ -440,6 +443,8 @@ enum toy_status toy_reduce_agree(enum toy_status (*sum)(void *ud, double *v, int
 }
 
 enum toy_status toy_collective_agree(struct toy_collective *c, uint64_t h, int *differ, bool *self) {
+    if (!differ || !self)
+        return toy_error(TOY_ERR_INVALID_ARG, "toy_collective_agree: %s is NULL", differ ? "self" : "differ");
     *differ = 0;
     *self = false;
     if (!c->ops || c->world == 1) return TOY_OK;

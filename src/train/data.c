@@ -126,6 +126,7 @@ static enum toy_status data_from_image(const uint8_t *p, uint32_t vocab, uint64_
 
 enum toy_status toy_data_from_token_bytes(const void *bytes, size_t size, const char *name,
                                           const struct toy_data_opts *o, struct toy_data **out) {
+    if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_data_from_token_bytes: out is NULL");
     *out = NULL;
     if (!name) name = "token data";
     enum toy_status st = check_opts(o, name);
@@ -138,6 +139,7 @@ enum toy_status toy_data_from_token_bytes(const void *bytes, size_t size, const 
 }
 
 enum toy_status toy_data_open(const char *path, const struct toy_data_opts *o, struct toy_data **out) {
+    if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_data_open: out is NULL");
     *out = NULL;
     if (!path) return toy_error(TOY_ERR_INVALID_ARG, "toy_data_open: NULL path");
     enum toy_status st = check_opts(o, path);
@@ -164,6 +166,7 @@ enum toy_status toy_data_open(const char *path, const struct toy_data_opts *o, s
 
 enum toy_status toy_data_from_ids(const int32_t *ids, int64_t n, int64_t vocab, const struct toy_data_opts *o,
                                   struct toy_data **out) {
+    if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_data_from_ids: out is NULL");
     *out = NULL;
     enum toy_status st = check_opts(o, "token data");
     if (st) return st;

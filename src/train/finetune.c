@@ -122,6 +122,7 @@ static bool is_quantized(enum toy_dtype t) { return t != TOY_F32 && t != TOY_F16
 enum toy_status toy_finetuner_new(struct toy_llama *m, struct toy_lora *lora, const struct toy_tokenizer *tok,
                                   struct toy_sft *data, const struct toy_finetune_opts *o, const char *run_dir,
                                   struct toy_events *ev, int n_threads, struct toy_finetuner **out) {
+    if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_finetuner_new: out is NULL");
     *out = NULL;
     int64_t T = toy_sft_ctx(data), B = o->batch;
     if (B < 1) return toy_error(TOY_ERR_INVALID_ARG, "batch %lld must be >= 1", (long long)B);
@@ -315,6 +316,7 @@ static int64_t count_targets(const struct toy_tensor *y) {
 }
 
 enum toy_status toy_finetuner_eval(struct toy_finetuner *f, int64_t n_batches, float *loss) {
+    if (!loss) return toy_error(TOY_ERR_INVALID_ARG, "toy_finetuner_eval: loss is NULL");
     int64_t held = toy_sft_n_heldout(f->data);
     if (held <= 0) {
         *loss = NAN;

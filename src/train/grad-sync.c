@@ -129,6 +129,7 @@ static enum toy_status plan_shards(struct toy_grad_sync *s) {
 enum toy_status toy_grad_sync_new(struct toy_collective *c, float *const *grads, float *const *params,
                                   const int64_t *counts, const int *ready, int n, bool zero,
                                   struct toy_grad_sync **out) {
+    if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_grad_sync_new: out is NULL");
     *out = NULL;
     if (n < 0 || (zero && !params)) return toy_error(TOY_ERR_INVALID_ARG, "gradient sync: %d buffers%s", n,
                                                      zero && !params ? ", ZeRO-1 without parameters" : "");

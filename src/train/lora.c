@@ -36,6 +36,7 @@ static const char *const peft_names[TOY_LORA_N_TARGETS] = {"q_proj", "k_proj", "
                                                            "gate_proj", "up_proj", "down_proj"};
 
 enum toy_status toy_lora_parse_targets(const char *s, unsigned *targets) {
+    if (!targets) return toy_error(TOY_ERR_INVALID_ARG, "toy_lora_parse_targets: targets is NULL");
     unsigned mask = 0;
     const char *p = s ? s : "";
     while (*p) {
@@ -141,6 +142,7 @@ static enum toy_status check_opts(struct toy_lora_opts *o) {
 }
 
 enum toy_status toy_lora_attach(struct toy_llama *m, const struct toy_lora_opts *opts, struct toy_lora **out) {
+    if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_lora_attach: out is NULL");
     *out = NULL;
     struct toy_lora_opts o = *opts;
     enum toy_status st = check_opts(&o);
@@ -318,6 +320,7 @@ static enum toy_status check_pair(const char *path, const char *wname, int64_t i
 
 enum toy_status toy_lora_load(struct toy_llama *m, const char *path, float scale, bool trainable,
                               struct toy_lora **out) {
+    if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_lora_load: out is NULL");
     *out = NULL;
     struct toy_gguf *g;
     enum toy_status st = toy_gguf_open(path, &g);

@@ -138,6 +138,7 @@ static bool learns(const struct example *e, int64_t T) {
 
 enum toy_status toy_sft_from_text(const char *text, size_t len, const struct toy_tokenizer *tok,
                                   const struct toy_sft_opts *o, struct toy_sft **out) {
+    if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_sft_from_text: out is NULL");
     *out = NULL;
     if (o->ctx < 1) return toy_error(TOY_ERR_INVALID_ARG, "SFT: context %lld must be >= 1", (long long)o->ctx);
     if (!(o->heldout >= 0 && o->heldout < 1)) return toy_error(TOY_ERR_INVALID_ARG, "SFT: held-out fraction %g", o->heldout);
@@ -206,6 +207,7 @@ enum toy_status toy_sft_from_text(const char *text, size_t len, const struct toy
 
 enum toy_status toy_sft_open(const char *path, const struct toy_tokenizer *tok, const struct toy_sft_opts *o,
                              struct toy_sft **out) {
+    if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_sft_open: out is NULL");
     *out = NULL;
     char *buf;
     size_t len;

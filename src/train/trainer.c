@@ -212,6 +212,7 @@ static struct toy_tensor *build_loss(struct toy_ctx *ctx, const struct toy_lm *l
 enum toy_status toy_trainer_new(struct toy_llama *m, const struct toy_tokenizer *tok, struct toy_data *data,
                                 const struct toy_train_opts *o, const char *run_dir, struct toy_events *ev,
                                 int n_threads, struct toy_trainer **out) {
+    if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_trainer_new: out is NULL");
     struct toy_lm lm = toy_llama_lm(m);
     return toy_trainer_new_lm(&lm, tok, data, o, run_dir, ev, n_threads, out);
 }
@@ -219,6 +220,7 @@ enum toy_status toy_trainer_new(struct toy_llama *m, const struct toy_tokenizer 
 enum toy_status toy_trainer_new_lm(const struct toy_lm *lm, const struct toy_tokenizer *tok, struct toy_data *data,
                                    const struct toy_train_opts *o, const char *run_dir, struct toy_events *ev,
                                    int n_threads, struct toy_trainer **out) {
+    if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_trainer_new_lm: out is NULL");
     enum toy_status cst = toy_optim_check_settings(o->lr, o->lr_min, o->weight_decay, o->beta1, o->beta2, o->eps, o->clip);
     if (cst) return cst;
     *out = NULL;
@@ -305,6 +307,7 @@ int64_t toy_trainer_step(const struct toy_trainer *t) { return t->step; }
 /* ---- evaluation ---------------------------------------------------------------- */
 
 enum toy_status toy_trainer_eval(struct toy_trainer *t, int64_t n_batches, float *loss) {
+    if (!loss) return toy_error(TOY_ERR_INVALID_ARG, "toy_trainer_eval: loss is NULL");
     int64_t windows = toy_data_eval_windows(t->data);
     if (windows <= 0 && !t->reduce) { /* with ranks, this one still takes part in the sum */
         *loss = NAN;
