@@ -70,7 +70,7 @@ enum toy_events_mode {
  * In append mode a last line without its newline (a torn tail) is closed
  * with one, so the next event starts on a line of its own. The clock `t`
  * starts now, at 0 for a fresh stream and, in append mode, at the t of the
- * file's last event (so t never decreases down the file). Errors: TOY_ERR_INVALID_ARG (NULL path), TOY_ERR_IO. */
+ * file's last event (so t never decreases down the file). Errors: TOY_ERR_INVALID_ARG (NULL path or out), TOY_ERR_IO. */
 enum toy_status toy_events_open(const char *path, enum toy_events_mode mode, struct toy_events **out);
 
 /* Whether the last write failed for want of space (a full disk or quota,

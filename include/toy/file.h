@@ -39,7 +39,7 @@ struct toy_file_replace {
 };
 
 /* Opens the temp file for `path`. Errors: TOY_ERR_INVALID_ARG (empty or
- * "-"), TOY_ERR_IO (not a regular file, a dangling link, the folder
+ * "-", r NULL), TOY_ERR_IO (not a regular file, a dangling link, the folder
  * cannot take the file: each named with `path`). */
 enum toy_status toy_file_replace_begin(const char *path, struct toy_file_replace *r);
 

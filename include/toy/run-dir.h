@@ -43,7 +43,7 @@ enum toy_status toy_mkdir_p(const char *dir);
 /* Computes a run id into out (out_size bytes) from tmpl (NULL: the default)
  * and arch (NULL: "run") at time `now` (0: the current time), looking in
  * runs_dir for {seq} (a missing folder counts as empty). $TOY_RUN_ID
- * overrides everything. Errors: TOY_ERR_INVALID_ARG (an unknown {token}, an
+ * overrides everything. Errors: TOY_ERR_INVALID_ARG (out NULL, an unknown {token}, an
  * id that is empty, has '/', or starts with '.'), TOY_ERR_RANGE (out too
  * small). */
 enum toy_status toy_run_id_make(const char *runs_dir, const char *tmpl, const char *arch, time_t now, char *out,

@@ -8,6 +8,10 @@
  * is the usual pattern. The failing function also records a human message
  * (per thread) naming what failed and where, e.g.
  * "blk.3.attn_q.weight: 3 dims, expected 2 (model.gguf, offset 81920)".
+ * A NULL where a function stores its result (an `out`, a getter's value,
+ * a struct the caller has it fill in) is TOY_ERR_INVALID_ARG naming the
+ * function and the parameter ("toy_llama_load: out is NULL"), before any
+ * work is done; outputs whose comment says "may be NULL" are optional.
  *
  * Broken invariants while building a graph (shape mismatches, wrong dtypes)
  * are programming errors: they abort with file:line through TOY_ASSERT.

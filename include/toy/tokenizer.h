@@ -179,7 +179,8 @@ enum {
     TOY_DECODE_KEEP_LEADING_SPACE = 1 << 1, /* SPM: keep the dummy-prefix space of the first token */
 };
 
-/* Decodes ids into a malloc'd, NUL-terminated string (*len excludes the NUL).
+/* Decodes ids into a malloc'd, NUL-terminated string (*len excludes the NUL;
+ * len may be NULL).
  * Bytes are output exactly (decode(encode(x)) == x where the vocabulary can
  * represent x); an id out of range is TOY_ERR_RANGE. */
 enum toy_status toy_tokenizer_decode(const struct toy_tokenizer *tok, const int32_t *ids, int64_t n,
