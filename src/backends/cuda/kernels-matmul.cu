@@ -84,16 +84,39 @@ __global__ void k_dequant_rows(T *out, const char *b, int type, int64_t nb1, int
     }
 }
 
+/* The GEMVs' common parts: a warp per output column j of batch (i2, i3),
+ * A's batch and B's row j, as bratio broadcasts them; and the warp's sums
+ * written (or added) to C's m rows. */
+struct gemv_at {
+    int64_t n, m, k, j, i2, i3;
+    int lane;
+    const char *a, *brow;
+    __device__ gemv_at(const CT &dst, const CT &A, const CT &B) {
+        n = dst.ne[0], m = dst.ne[1], k = A.ne[0];
+        j = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32;
+        lane = threadIdx.x % 32;
+        i2 = blockIdx.y % dst.ne[2], i3 = blockIdx.y / dst.ne[2];
+        a = A.data + bratio(i2, dst.ne[2], A.ne[2]) * A.nb[2] + bratio(i3, dst.ne[3], A.ne[3]) * A.nb[3];
+        brow = B.data + bratio(i2, dst.ne[2], B.ne[2]) * B.nb[2] + bratio(i3, dst.ne[3], B.ne[3]) * B.nb[3] +
+               (j < n ? j : 0) * B.nb[1];
+    }
+    __device__ void store(const CT &dst, float *acc, bool accum) const {
+        float *cc = (float *)(dst.data + i2 * dst.nb[2] + i3 * dst.nb[3]);
+        for (int i = 0; i < GEMV_MAX_ROWS; i++) {
+            if (i >= m) break;
+            float v = warp_sum(acc[i]);
+            if (lane == 0) cc[i * n + j] = accum ? cc[i * n + j] + v : v;
+        }
+    }
+};
+
 /* C[i, j] (+)= sum_c A[i, c] B[j, c]: a warp per j, m <= GEMV_MAX_ROWS rows of A */
 __global__ void k_qgemv(CT dst, CT A, CT B, bool accum) {
-    int64_t n = dst.ne[0], m = dst.ne[1], k = A.ne[0];
-    int64_t j = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32;
-    int lane = threadIdx.x % 32;
-    int64_t bi = blockIdx.y, i2 = bi % dst.ne[2], i3 = bi / dst.ne[2];
-    if (j >= n) return;
-    const char *a = A.data + bratio(i2, dst.ne[2], A.ne[2]) * A.nb[2] + bratio(i3, dst.ne[3], A.ne[3]) * A.nb[3];
-    const char *brow = B.data + bratio(i2, dst.ne[2], B.ne[2]) * B.nb[2] + bratio(i3, dst.ne[3], B.ne[3]) * B.nb[3] +
-                       j * B.nb[1];
+    const gemv_at G(dst, A, B);
+    if (G.j >= G.n) return;
+    const int64_t m = G.m, k = G.k;
+    const int lane = G.lane;
+    const char *a = G.a, *brow = G.brow;
     float acc[GEMV_MAX_ROWS];
     for (int i = 0; i < GEMV_MAX_ROWS; i++) acc[i] = 0.0f;
     for (int64_t c = lane; c < k; c += 32) {
@@ -101,12 +124,7 @@ __global__ void k_qgemv(CT dst, CT A, CT B, bool accum) {
         for (int i = 0; i < GEMV_MAX_ROWS; i++)
             if (i < m) acc[i] += w * *(const float *)(a + i * A.nb[1] + c * 4);
     }
-    float *cc = (float *)(dst.data + i2 * dst.nb[2] + i3 * dst.nb[3]);
-    for (int i = 0; i < GEMV_MAX_ROWS; i++) {
-        if (i >= m) break;
-        float v = warp_sum(acc[i]);
-        if (lane == 0) cc[i * n + j] = accum ? cc[i * n + j] + v : v;
-    }
+    G.store(dst, acc, accum);
 }
 
 /* The same for Q8_0 / Q4_0 weights, a half-warp per 32-element block (two
@@ -116,14 +134,13 @@ __global__ void k_qgemv(CT dst, CT A, CT B, bool accum) {
  * (A lane per block read A with a 128-byte stride between lanes: 32 cache
  * lines per load instruction.) */
 __global__ void k_qgemv_blocks(CT dst, CT A, CT B, bool accum) {
-    int64_t n = dst.ne[0], m = dst.ne[1], k = A.ne[0];
-    int64_t j = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32;
-    int lane = threadIdx.x % 32, half = lane / 16, l = lane % 16;
-    int64_t bi = blockIdx.y, i2 = bi % dst.ne[2], i3 = bi / dst.ne[2];
-    if (j >= n) return;
-    const char *a = A.data + bratio(i2, dst.ne[2], A.ne[2]) * A.nb[2] + bratio(i3, dst.ne[3], A.ne[3]) * A.nb[3];
-    const uint8_t *brow = (const uint8_t *)(B.data + bratio(i2, dst.ne[2], B.ne[2]) * B.nb[2] +
-                                            bratio(i3, dst.ne[3], B.ne[3]) * B.nb[3] + j * B.nb[1]);
+    const gemv_at G(dst, A, B);
+    if (G.j >= G.n) return;
+    const int64_t m = G.m, k = G.k;
+    const int lane = G.lane;
+    const char *a = G.a;
+    const uint8_t *brow = (const uint8_t *)G.brow;
+    const int half = lane / 16, l = lane % 16;
     bool q8 = B.type == TOY_Q8_0;
     int64_t nblk = k / 32, bsz = q8 ? 34 : 18;
     int e0 = q8 ? 2 * l : l, e1 = q8 ? 2 * l + 1 : l + 16; /* the lane's two elements of a block */
@@ -147,12 +164,7 @@ __global__ void k_qgemv_blocks(CT dst, CT A, CT B, bool accum) {
             acc[i] += d * (w0 * x[e0] + w1 * x[e1]);
         }
     }
-    float *cc = (float *)(dst.data + i2 * dst.nb[2] + i3 * dst.nb[3]);
-    for (int i = 0; i < GEMV_MAX_ROWS; i++) {
-        if (i >= m) break;
-        float v = warp_sum(acc[i]);
-        if (lane == 0) cc[i * n + j] = accum ? cc[i * n + j] + v : v;
-    }
+    G.store(dst, acc, accum);
 }
 
 /* The same for F16 / BF16 weights: a warp per j, each lane eight weights
@@ -168,14 +180,11 @@ __device__ __forceinline__ float round_to(float v, const __nv_bfloat16 *) {
 }
 
 template <typename T2> __global__ void k_hgemv(CT dst, CT A, CT B, bool accum) {
-    int64_t n = dst.ne[0], m = dst.ne[1], k = A.ne[0];
-    int64_t j = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32;
-    int lane = threadIdx.x % 32;
-    int64_t bi = blockIdx.y, i2 = bi % dst.ne[2], i3 = bi / dst.ne[2];
-    if (j >= n) return;
-    const char *a = A.data + bratio(i2, dst.ne[2], A.ne[2]) * A.nb[2] + bratio(i3, dst.ne[3], A.ne[3]) * A.nb[3];
-    const char *brow = B.data + bratio(i2, dst.ne[2], B.ne[2]) * B.nb[2] + bratio(i3, dst.ne[3], B.ne[3]) * B.nb[3] +
-                       j * B.nb[1];
+    const gemv_at G(dst, A, B);
+    if (G.j >= G.n) return;
+    const int64_t m = G.m, k = G.k;
+    const int lane = G.lane;
+    const char *a = G.a, *brow = G.brow;
     typedef typename std::conditional<std::is_same<T2, __half2>::value, __half, __nv_bfloat16>::type T;
     const T *tag = NULL;
     float acc[GEMV_MAX_ROWS];
@@ -193,12 +202,7 @@ template <typename T2> __global__ void k_hgemv(CT dst, CT A, CT B, bool accum) {
                       w3.x * round_to(x1.z, tag) + w3.y * round_to(x1.w, tag);
         }
     }
-    float *cc = (float *)(dst.data + i2 * dst.nb[2] + i3 * dst.nb[3]);
-    for (int i = 0; i < GEMV_MAX_ROWS; i++) {
-        if (i >= m) break;
-        float v = warp_sum(acc[i]);
-        if (lane == 0) cc[i * n + j] = accum ? cc[i * n + j] + v : v;
-    }
+    G.store(dst, acc, accum);
 }
 
 struct mm {
