@@ -208,7 +208,7 @@ static inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d, const f
 } // namespace nvcuda
 
 /* `k<<<g, b, smem, s>>>(args...)` after cu2cc.pl:
- * `toy_emu_launch(toy_emu_config(g, b, smem, s), "k", [=](auto... x) { k(x...); }, args...)`
+ * `toy_emu_launch(toy_emu_config(g, b, smem, s), "k", [](auto... x) { k(x...); }, args...)`
  * (a lambda, so a kernel template's arguments are deduced at the call, as
  * nvcc deduces them) */
 struct toy_emu_cfg {

@@ -368,15 +368,13 @@ struct row_warp {
     }
 };
 
-/* a row kernel over nr rows of n elements, as a warp or a block per row */
-template <class... P, class... A>
-static void launch_rows(void (*warp_k)(P...), void (*block_k)(P...), int64_t nr, int64_t n, cudaStream_t s,
-                        A... args) {
-    if (n <= ROW_WARP_MAX) warp_k<<<(unsigned)cdiv(nr, 8), 256, 0, s>>>(args...);
-    else block_k<<<(unsigned)nr, row_threads(n), 0, s>>>(args...);
-}
+/* a row kernel's launch over nr rows of n elements: a warp per row up to
+ * ROW_WARP_MAX (the kernels take `warp` and pick their group with it),
+ * else a block */
+static unsigned rows_grid(int64_t nr, int64_t n) { return (unsigned)(n <= ROW_WARP_MAX ? cdiv(nr, 8) : nr); }
+static int rows_threads(int64_t n) { return n <= ROW_WARP_MAX ? 256 : row_threads(n); }
 
-template <class G> __global__ void k_rms_norm(CT dst, CT x, CT w, bool has_w, float eps) {
+template <class G> __device__ void rms_norm_row(CT dst, CT x, CT w, bool has_w, float eps) {
     G g;
     int64_t r = g.r, n = x.ne[0], i1, i2, i3;
     if (r >= ct_nrows(x)) return;
@@ -393,6 +391,11 @@ template <class G> __global__ void k_rms_norm(CT dst, CT x, CT w, bool has_w, fl
         float v = ld(x, i, i1, i2, i3) * rstd;
         y[i] = has_w ? v * ld(w, i, 0, 0, 0) : v;
     }
+}
+
+__global__ void k_rms_norm(CT dst, CT x, CT w, bool has_w, float eps, bool warp) {
+    if (warp) rms_norm_row<row_warp>(dst, x, w, has_w, eps);
+    else rms_norm_row<row_block>(dst, x, w, has_w, eps);
 }
 
 /* mean and 1/std of a row in double, as the CPU */
@@ -415,7 +418,7 @@ __device__ void row_stats(const G &g, const CT &x, int64_t i1, int64_t i2, int64
     *rstd = 1.0 / sqrt(v + (double)eps);
 }
 
-template <class G> __global__ void k_layer_norm(CT dst, CT x, CT w, CT b, bool has_w, bool has_b, float eps) {
+template <class G> __device__ void layer_norm_row(CT dst, CT x, CT w, CT b, bool has_w, bool has_b, float eps) {
     G g;
     int64_t r = g.r, n = x.ne[0], i1, i2, i3;
     if (r >= ct_nrows(x)) return;
@@ -431,8 +434,13 @@ template <class G> __global__ void k_layer_norm(CT dst, CT x, CT w, CT b, bool h
     }
 }
 
+__global__ void k_layer_norm(CT dst, CT x, CT w, CT b, bool has_w, bool has_b, float eps, bool warp) {
+    if (warp) layer_norm_row<row_warp>(dst, x, w, b, has_w, has_b, eps);
+    else layer_norm_row<row_block>(dst, x, w, b, has_w, has_b, eps);
+}
+
 /* dx: xhat = (x - mu) r; g = w dy; dx = r (g - mean(g) [layer] - xhat mean(g xhat)) */
-template <class G> __global__ void k_norm_back(CT dst, CT dy, CT x, CT w, bool has_w, bool layer, float eps) {
+template <class G> __device__ void norm_back_row(CT dst, CT dy, CT x, CT w, bool has_w, bool layer, float eps) {
     G g;
     int64_t r = g.r, n = x.ne[0], i1, i2, i3;
     if (r >= ct_nrows(x)) return;
@@ -455,8 +463,13 @@ template <class G> __global__ void k_norm_back(CT dst, CT dy, CT x, CT w, bool h
     }
 }
 
+__global__ void k_norm_back(CT dst, CT dy, CT x, CT w, bool has_w, bool layer, float eps, bool warp) {
+    if (warp) norm_back_row<row_warp>(dst, dy, x, w, has_w, layer, eps);
+    else norm_back_row<row_block>(dst, dy, x, w, has_w, layer, eps);
+}
+
 /* dw, pass 1: every row's mean and 1/std */
-template <class G> __global__ void k_row_stats(float *stats, CT x, bool layer, float eps) {
+template <class G> __device__ void row_stats_row(float *stats, CT x, bool layer, float eps) {
     G g;
     int64_t r = g.r, i1, i2, i3;
     if (r >= ct_nrows(x)) return;
@@ -467,6 +480,11 @@ template <class G> __global__ void k_row_stats(float *stats, CT x, bool layer, f
         stats[2 * r] = (float)mu;
         stats[2 * r + 1] = (float)rstd;
     }
+}
+
+__global__ void k_row_stats(float *stats, CT x, bool layer, float eps, bool warp) {
+    if (warp) row_stats_row<row_warp>(stats, x, layer, eps);
+    else row_stats_row<row_block>(stats, x, layer, eps);
 }
 
 /* dw, pass 2: column sums of dy * xhat over chunks of rows (as the
@@ -831,17 +849,19 @@ extern "C" int toy_cu_run(const struct toy_cu_node *n, char *msg, size_t msg_siz
         break;
     case TOY_OP_CONCAT: k_concat<<<gs, TPB, 0, s>>>(d, src[0], src[1], n->op_params[P_DIM]); break;
     case TOY_OP_RMS_NORM:
-        launch_rows(k_rms_norm<row_warp>, k_rms_norm<row_block>, ct_nrows(d), d.ne[0], s, d, src[0],
-                    n->has_src[1] ? src[1] : none, n->has_src[1], fp0);
+        k_rms_norm<<<rows_grid(ct_nrows(d), d.ne[0]), rows_threads(d.ne[0]), 0, s>>>(
+            d, src[0], n->has_src[1] ? src[1] : none, n->has_src[1], fp0, d.ne[0] <= ROW_WARP_MAX);
         break;
     case TOY_OP_LAYER_NORM:
-        launch_rows(k_layer_norm<row_warp>, k_layer_norm<row_block>, ct_nrows(d), d.ne[0], s, d, src[0],
-                    n->has_src[1] ? src[1] : none, n->has_src[2] ? src[2] : none, n->has_src[1], n->has_src[2], fp0);
+        k_layer_norm<<<rows_grid(ct_nrows(d), d.ne[0]), rows_threads(d.ne[0]), 0, s>>>(
+            d, src[0], n->has_src[1] ? src[1] : none, n->has_src[2] ? src[2] : none, n->has_src[1], n->has_src[2], fp0,
+            d.ne[0] <= ROW_WARP_MAX);
         break;
     case TOY_OP_RMS_NORM_BACK:
     case TOY_OP_LAYER_NORM_BACK:
-        launch_rows(k_norm_back<row_warp>, k_norm_back<row_block>, ct_nrows(d), d.ne[0], s, d, src[0], src[1],
-                    n->has_src[2] ? src[2] : none, n->has_src[2], n->op == TOY_OP_LAYER_NORM_BACK, fp0);
+        k_norm_back<<<rows_grid(ct_nrows(d), d.ne[0]), rows_threads(d.ne[0]), 0, s>>>(
+            d, src[0], src[1], n->has_src[2] ? src[2] : none, n->has_src[2], n->op == TOY_OP_LAYER_NORM_BACK, fp0,
+            d.ne[0] <= ROW_WARP_MAX);
         break;
     case TOY_OP_RMS_NORM_BACK_W:
     case TOY_OP_LAYER_NORM_BACK_W: {
@@ -849,8 +869,8 @@ extern "C" int toy_cu_run(const struct toy_cu_node *n, char *msg, size_t msg_siz
         int64_t nr = ct_nrows(x), cols = d.ne[0];
         float *stats = (float *)n->work;
         double *part = (double *)(n->work + ((size_t)nr * 2 * sizeof(float) + 255) / 256 * 256);
-        launch_rows(k_row_stats<row_warp>, k_row_stats<row_block>, nr, x.ne[0], s, stats, x,
-                    n->op == TOY_OP_LAYER_NORM_BACK_W, fp0);
+        k_row_stats<<<rows_grid(nr, x.ne[0]), rows_threads(x.ne[0]), 0, s>>>(
+            stats, x, n->op == TOY_OP_LAYER_NORM_BACK_W, fp0, x.ne[0] <= ROW_WARP_MAX);
         int64_t ch = colsum_chunks(cols, nr);
         dim3 grid((unsigned)cdiv(cols, 128), (unsigned)ch);
         k_chunk_partial<<<grid, 128, 0, s>>>(part, cols, nr, cdiv(nr, ch), norm_w_term{src[0], x, stats});
