@@ -117,19 +117,22 @@ int main(void) {
         }
         printf("%-5s %s (%lld elements)\n", toy_dtype_name((enum toy_dtype)t), bad ? "DIFFERS" : "matches the CPU",
                (long long)n);
-        if (t == TOY_Q8_0 || t == TOY_Q4_0) { /* the GEMV's block dot against the dequantized row */
+        if (t == TOY_Q8_0 || t == TOY_Q4_0) { /* the GEMV's lanes' weight pairs against the dequantized row */
             double want = 0, got = 0;
             for (int64_t i = 0; i < n; i++) want += (double)ref[i] * x[(i * 7) % n];
-            float *xs = (float *)malloc(n * sizeof(float));
-            for (int64_t i = 0; i < n; i++) xs[i] = x[(i * 7) % n];
             int64_t bsz = t == TOY_Q8_0 ? 34 : 18;
-            for (int64_t b = 0; b < n / 32; b++)
-                got += t == TOY_Q8_0 ? q8_0_block_dot((const uint8_t *)q + b * bsz, xs + b * 32)
-                                     : q4_0_block_dot((const uint8_t *)q + b * bsz, xs + b * 32);
-            free(xs);
+            for (int64_t b = 0; b < n / 32; b++) {
+                const uint8_t *bp = (const uint8_t *)q + b * bsz;
+                for (int l = 0; l < 16; l++) {
+                    int e[2];
+                    float w[2];
+                    q_block_pair(bp, t == TOY_Q8_0, l, e, w);
+                    for (int k = 0; k < 2; k++) got += (double)h2f_at(bp) * w[k] * x[(b * 32 + e[k]) * 7 % n];
+                }
+            }
             bool ok = fabs(got - want) <= 1e-4 * (1 + fabs(want));
-            printf("%-5s block dot %s (%g vs %g)\n", toy_dtype_name((enum toy_dtype)t), ok ? "matches" : "DIFFERS", got,
-                   want);
+            printf("%-5s GEMV weight pairs %s (%g vs %g)\n", toy_dtype_name((enum toy_dtype)t),
+                   ok ? "matches" : "DIFFERS", got, want);
             bad += !ok;
         }
         fails += bad != 0;

@@ -136,19 +136,24 @@ __host__ __device__ __forceinline__ float ld_row(int type, const char *row, int6
     }
 }
 
-/* dot products of one 32-element Q8_0 / Q4_0 block with 32 floats (the
- * decode GEMV: a lane takes whole blocks) */
-__host__ __device__ __forceinline__ float q8_0_block_dot(const uint8_t *b, const float *x) {
-    const int8_t *q = (const int8_t *)(b + 2);
-    float s = 0.0f;
-    for (int e = 0; e < 32; e++) s += (float)q[e] * x[e];
-    return h2f_at(b) * s;
-}
-__host__ __device__ __forceinline__ float q4_0_block_dot(const uint8_t *b, const float *x) {
-    const uint8_t *q = b + 2;
-    float s = 0.0f;
-    for (int e = 0; e < 16; e++) s += (float)((q[e] & 0xF) - 8) * x[e] + (float)((q[e] >> 4) - 8) * x[e + 16];
-    return h2f_at(b) * s;
+/* Lane l (0..15) of the half-warp that takes one 32-element Q8_0 / Q4_0
+ * block in the decode GEMV: the block's elements e[0], e[1] that it owns
+ * and their unscaled weights w[0], w[1] (Q8_0: bytes 2l and 2l + 1, one
+ * 2-byte load, b being 2-byte aligned as rows and blocks are multiples of
+ * 34 bytes; Q4_0: byte l, elements l and l + 16). The block's scale is
+ * h2f_at(b). */
+__host__ __device__ __forceinline__ void q_block_pair(const uint8_t *b, bool q8, int l, int *e, float *w) {
+    if (q8) {
+        uint16_t q = *(const uint16_t *)(b + 2 + 2 * l);
+        e[0] = 2 * l, e[1] = 2 * l + 1;
+        w[0] = (float)(int8_t)(q & 0xff);
+        w[1] = (float)(int8_t)(q >> 8);
+    } else {
+        uint8_t q = b[2 + l];
+        e[0] = l, e[1] = l + 16;
+        w[0] = (float)((q & 0xF) - 8);
+        w[1] = (float)((q >> 4) - 8);
+    }
 }
 
 __host__ __device__ __forceinline__ float ld(const CT &t, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {

@@ -44,7 +44,7 @@ template <typename T> __global__ void k_convert(T *out, CT x, int64_t pitch) {
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
         int64_t i[4];
         unravel4(e, x.ne, i);
-        out[e + (e / x.ne[0]) * (pitch - x.ne[0])] = from_f<T>(ld(x, i[0], i[1], i[2], i[3]));
+        out[((i[3] * x.ne[2] + i[2]) * x.ne[1] + i[1]) * pitch + i[0]] = from_f<T>(ld(x, i[0], i[1], i[2], i[3]));
     }
 }
 
@@ -129,10 +129,9 @@ __global__ void k_qgemv(CT dst, CT A, CT B, bool accum) {
 
 /* The same for Q8_0 / Q4_0 weights, a half-warp per 32-element block (two
  * blocks a step): lane l of the half takes two of the block's weights
- * (Q8_0: bytes 2l, 2l + 1, one 2-byte load; Q4_0: byte l, elements l and
- * l + 16), so the warp reads the weights and A's rows in contiguous runs.
- * (A lane per block read A with a 128-byte stride between lanes: 32 cache
- * lines per load instruction.) */
+ * (q_block_pair), so the warp reads the weights and A's rows in contiguous
+ * runs. (A lane per block read A with a 128-byte stride between lanes: 32
+ * cache lines per load instruction.) */
 __global__ void k_qgemv_blocks(CT dst, CT A, CT B, bool accum) {
     const gemv_at G(dst, A, B);
     if (G.j >= G.n) return;
@@ -143,25 +142,17 @@ __global__ void k_qgemv_blocks(CT dst, CT A, CT B, bool accum) {
     const int half = lane / 16, l = lane % 16;
     bool q8 = B.type == TOY_Q8_0;
     int64_t nblk = k / 32, bsz = q8 ? 34 : 18;
-    int e0 = q8 ? 2 * l : l, e1 = q8 ? 2 * l + 1 : l + 16; /* the lane's two elements of a block */
     float acc[GEMV_MAX_ROWS];
     for (int i = 0; i < GEMV_MAX_ROWS; i++) acc[i] = 0.0f;
     for (int64_t blk = half; blk < nblk; blk += 2) {
         const uint8_t *bp = brow + blk * bsz;
-        float d = h2f_at(bp), w0, w1;
-        if (q8) { /* bp is 2-byte aligned: rows and blocks are multiples of 34 bytes */
-            uint16_t q = *(const uint16_t *)(bp + 2 + 2 * l);
-            w0 = (float)(int8_t)(q & 0xff);
-            w1 = (float)(int8_t)(q >> 8);
-        } else {
-            uint8_t q = bp[2 + l];
-            w0 = (float)((q & 0xF) - 8);
-            w1 = (float)((q >> 4) - 8);
-        }
+        int e[2];
+        float w[2], d = h2f_at(bp);
+        q_block_pair(bp, q8, l, e, w);
         for (int i = 0; i < GEMV_MAX_ROWS; i++) {
             if (i >= m) break;
             const float *x = (const float *)(a + i * A.nb[1]) + blk * 32;
-            acc[i] += d * (w0 * x[e0] + w1 * x[e1]);
+            acc[i] += d * (w[0] * x[e[0]] + w[1] * x[e[1]]);
         }
     }
     G.store(dst, acc, accum);

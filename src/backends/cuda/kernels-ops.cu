@@ -6,9 +6,10 @@
  * follow them op by op: results are contiguous (F32 unless a cast says
  * otherwise), sources may be strided views of F32 / F16 / BF16 (and
  * Q8_0 / Q4_0 / Q4_K tables for get_rows and cast). Row ops (norms, softmax,
- * cross-entropy) run one block per row; sums that the CPU does in double
- * are done in double here too. An out-of-range index sets the graph's error
- * word to the node index + 1 (reported by cuda-graph.c after the run).
+ * cross-entropy) run one block per row (norms up to 4096 wide a warp);
+ * sums that the CPU does in double are done in double here too. An
+ * out-of-range index sets the graph's error word to the node index + 1
+ * (reported by cuda-graph.c after the run).
  */
 #include "backends/cuda/kernels-common.cuh"
 
@@ -39,7 +40,8 @@ __global__ void k_cont_cast(CT dst, CT a) {
 /* ---- elementwise -------------------------------------------------------------- */
 
 /* how k_binary indexes its sources: any strides; both contiguous and of
- * dst's shape; or a so and b one contiguous row (a bias), read at e % ne0 */
+ * dst's shape; or a like that and b one contiguous row (a bias), read at
+ * e % ne0 */
 enum { BIN_ANY, BIN_FLAT, BIN_ROW };
 
 static int binary_mode(const CT &d, const CT &a, const CT &b) {
@@ -288,7 +290,7 @@ __global__ void k_concat(CT dst, CT a, CT b, int dim) {
     }
 }
 
-/* ---- norms: one block per row ---------------------------------------------------------------- */
+/* ---- norms: a warp or a block per row; column sums -------------------------------------------- */
 
 __device__ __forceinline__ void row_index(int64_t r, const CT &t, int64_t *i1, int64_t *i2, int64_t *i3) {
     *i1 = r % t.ne[1];
@@ -539,7 +541,7 @@ __global__ void k_softmax_back(CT dst, CT dy, CT y, float scale) {
         o[i] = scale * ld(y, i, i1, i2, i3) * (ld(dy, i, i1, i2, i3) - dot);
 }
 
-/* ---- rope: a thread per element; angles in double as on the CPU --------------------------------- */
+/* ---- rope: angles in double as on the CPU ---------------------------------------------------------- */
 
 /* A thread per (slot, position, batch), over every head (dim 1): slot
  * u < n_dims / 2 rotates pair u, whose angle (in double, as on the CPU) is
