@@ -31,6 +31,7 @@
 
 #include "toy/toy.h"
 #include "backends/cpu/cpu-impl.h"
+#include "harness.h"
 
 #define TOL_F32 1e-5
 #define TOL_GEMM 1e-4
@@ -1053,6 +1054,126 @@ Test(cuda, llama_prefill_then_decode_matches_cpu) {
         for (int ph = 0; ph < 2; ph++) toy_ctx_free(ctx[s][ph]);
         toy_kv_cache_free(&kv[s]);
     }
+    toy_llama_free(m);
+}
+
+/* Decode graphs fused for CUDA (toy_graph_set_fusion, graph-fuse.c): the
+ * norms and SwiGLUs run as the products' prologues, the residual adds as
+ * their accumulation, q/k/v and gate/up as one launch each, and the
+ * ROPEs and KV_STOREs before an attention as its prologue. The logits
+ * must be the unfused graph's bits on the GEMV kernels (F16, BF16 and
+ * quantized weights: the same arithmetic, only fewer launches), and near
+ * them for F32 weights (the prologue runs ahead, then cuBLAS adds into the
+ * residual); and the CPU's within each weight type's tolerance. Steps of
+ * one token (siblings) and of three (prologues and adds only). */
+static void fused_decode_case(const char *path, enum toy_dtype type) {
+    struct toy_llama *m;
+    cr_assert_eq(toy_llama_load(path, false, &m), TOY_OK, "%s", toy_last_error());
+    struct toy_threadpool *tp = toy_threadpool_new(2);
+    struct toy_kv_cache kv[3]; /* CUDA fused, CUDA unfused, CPU */
+    struct toy_ctx *ctx[3][2];
+    struct toy_tensor *tok[3][2], *pos[3][2], *lg[3][2];
+    struct toy_graph *g[3][2];
+    const int rows[2] = {1, 3};
+    for (int s = 0; s < 3; s++) {
+        cr_assert_eq(toy_kv_cache_init(&kv[s], m, 32, 1), TOY_OK);
+        for (int r = 0; r < 2; r++) {
+            ctx[s][r] = toy_ctx_init(true);
+            tok[s][r] = toy_new_tensor_2d(ctx[s][r], TOY_I32, rows[r], 1);
+            pos[s][r] = toy_new_tensor_1d(ctx[s][r], TOY_I32, rows[r]);
+            lg[s][r] = toy_llama_forward_cached(ctx[s][r], m, &kv[s], tok[s][r], pos[s][r]);
+            toy_set_output(lg[s][r]);
+            g[s][r] = toy_graph_new(ctx[s][r]);
+            toy_graph_build(g[s][r], lg[s][r]);
+            toy_graph_set_fusion(g[s][r], s == 0);
+            if (s < 2) cr_assert_eq(toy_graph_set_device(g[s][r], "cuda:0"), TOY_OK);
+        }
+    }
+    double worst_cpu = 0, worst_unfused = 0;
+    int n0 = 0;
+    for (int step = 0; step < 8; step++) {
+        int r = step % 3 == 1; /* 1, 3, 1, 1, 3, ... rows */
+        for (int s = 0; s < 3; s++) {
+            *(int32_t *)kv[s].n_past->data = n0;
+            for (int i = 0; i < rows[r]; i++) {
+                ((int32_t *)tok[s][r]->data)[i] = ((n0 + i) * 13 + 2) % 61;
+                ((int32_t *)pos[s][r]->data)[i] = n0 + i;
+            }
+            cr_assert_eq(toy_graph_compute(g[s][r], tp), TOY_OK, "%s", toy_last_error());
+        }
+        int64_t n = (int64_t)rows[r] * 61, at;
+        if (type != TOY_F32)
+            for (int64_t i = 0; i < n; i++) {
+                float a = ((float *)lg[0][r]->data)[i], b = ((float *)lg[1][r]->data)[i];
+                cr_assert(memcmp(&a, &b, sizeof a) == 0 && isfinite(a),
+                          "%s weights, step %d (%d rows), logit %lld: fused %.9g, unfused %.9g", toy_dtype_name(type),
+                          step, rows[r], (long long)i, a, b);
+            }
+        worst_unfused = fmax(worst_unfused, rel_err(lg[0][r]->data, lg[1][r]->data, n, &at));
+        worst_cpu = fmax(worst_cpu, rel_err(lg[0][r]->data, lg[2][r]->data, n, &at));
+        n0 += rows[r];
+    }
+    /* what the fusion did: no norm, SwiGLU or add left in a decode step;
+     * q/k/v and gate/up as one launch over streamed weights */
+    int leads = 0, led = 0, before = toy_graph_n_nodes(g[1][0]), after = toy_graph_n_nodes(g[0][0]);
+    for (int i = 0; i < after; i++) {
+        const struct toy_tensor *t = toy_graph_node(g[0][0], i);
+        cr_assert(t->op != TOY_OP_RMS_NORM && t->op != TOY_OP_SWIGLU && t->op != TOY_OP_ADD, "%s weights: node %d is %s",
+                  toy_dtype_name(type), i, toy_op_name(t->op));
+        leads += t->op == TOY_OP_MATMUL && t->siblings[0];
+        led += t->led_by != NULL;
+    }
+    cr_assert_eq(leads, type == TOY_F32 ? 0 : 2 * 2, "%s weights: %d products with siblings", toy_dtype_name(type), leads);
+    cr_assert_eq(led, 4 * 2, "%s weights: %d ROPEs and KV_STOREs done by their attention", toy_dtype_name(type), led);
+    /* fused for CUDA's kernels: another CUDA device may run it, the CPU may not */
+    cr_assert_eq(toy_graph_set_device(g[0][0], "cuda:0"), TOY_OK);
+    cr_assert_eq(toy_graph_set_device(g[0][0], "cpu"), TOY_ERR_STATE);
+    cr_assert(strstr(toy_last_error(), "fused for cuda"), "%s", toy_last_error());
+    cr_log_info("fused decode, %s weights: %d -> %d nodes; vs unfused %.2e, vs cpu %.2e", toy_dtype_name(type), before,
+                after, worst_unfused, worst_cpu);
+    cr_expect_leq(worst_unfused, 1e-6, "%s weights", toy_dtype_name(type));
+    /* the CPU rounds differently: A to Q8 for quantized weights, kept in F32 for F16 ones */
+    double tol = type == TOY_F32 || type == TOY_BF16 ? TOL_GEMM : type == TOY_F16 ? TOL_HALF : TOL_QUANT;
+    cr_expect_leq(worst_cpu, tol, "%s weights", toy_dtype_name(type));
+    toy_threadpool_free(tp);
+    for (int s = 0; s < 3; s++) {
+        for (int r = 0; r < 2; r++) toy_ctx_free(ctx[s][r]);
+        toy_kv_cache_free(&kv[s]);
+    }
+    toy_llama_free(m);
+}
+
+Test(cuda, fused_decode_same_bits_as_unfused, .timeout = 600) {
+    need_cuda();
+    struct toy_llama_config c = small_llama();
+    struct toy_llama *m = toy_llama_new(&c, 23);
+    cr_assert(m);
+    struct toy_rng r;
+    toy_rng_seed(&r, 41);
+    for (int i = 0; i < toy_llama_n_tensors(m); i++) { /* norm weights other than 1, so their prologue shows */
+        struct toy_tensor *t = toy_llama_tensor(m, i);
+        float *d = t->data;
+        for (int64_t k = 0; t->ne[1] == 1 && k < toy_nelements(t); k++) d[k] = 1.0f + 0.3f * toy_rng_normal(&r);
+    }
+    th_mkdir("cuda-fuse");
+    char path[512], qpath[512];
+    const enum toy_dtype types[] = {TOY_F32, TOY_F16, TOY_BF16, TOY_Q8_0, TOY_Q4_0, TOY_Q5_0};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        enum toy_dtype t = types[i];
+        bool quant = t != TOY_F32 && t != TOY_F16 && t != TOY_BF16;
+        snprintf(path, sizeof path, "%s/m-%d.gguf", th_dir, (int)i);
+        struct toy_gguf_writer *w;
+        cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
+        cr_assert_eq(toy_llama_write_gguf(m, w, quant ? TOY_F32 : t), TOY_OK, "%s", toy_last_error());
+        cr_assert_eq(toy_gguf_writer_write(w, path), TOY_OK, "%s", toy_last_error());
+        toy_gguf_writer_free(w);
+        if (quant) {
+            snprintf(qpath, sizeof qpath, "%s/q-%d.gguf", th_dir, (int)i);
+            cr_assert_eq(toy_gguf_quantize(path, qpath, t, NULL, NULL), TOY_OK, "%s", toy_last_error());
+        }
+        fused_decode_case(quant ? qpath : path, t);
+    }
+    th_rmdir();
     toy_llama_free(m);
 }
 

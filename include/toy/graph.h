@@ -73,15 +73,17 @@ struct toy_plan_info {
 enum toy_status toy_graph_plan(struct toy_graph *g, struct toy_membuf *buf,
                                struct toy_plan_info *info);
 
-/* Inference graphs run on the CPU: fold RMSNorm, SwiGLU and residual adds
- * into the small matrix products next to them (rows <= 8: decode steps),
- * so each thread computes them for its own share instead of one thread
- * running them while the others wait, and let the products before a decode
- * attention fetch its cache rows ahead. Same results, bit for bit. Applied
- * once, when the graph is next planned, if the graph has no backward pass
- * and runs on the CPU; a fused graph cannot move to another device
- * afterwards. Off by default ($TOY_FUSE=0 keeps it off); build the whole
- * graph before the first plan. */
+/* Inference graphs: fold RMSNorm, SwiGLU and residual adds into the small
+ * matrix products next to them (rows <= 8: decode steps), run products of
+ * the same input in one pass, and let a decode attention do its ROPEs and
+ * KV stores. On the CPU each thread then computes them for its own share
+ * instead of one thread running them while the others wait (and the
+ * products before a decode attention fetch its cache rows ahead); on CUDA
+ * a decode step launches far fewer kernels. Same results, bit for bit.
+ * Applied once, when the graph is next planned, for the backend it runs on
+ * then, if the graph has no backward pass; a fused graph cannot move to
+ * another backend afterwards. Off by default ($TOY_FUSE=0 keeps it off);
+ * build the whole graph before the first plan. */
 void toy_graph_set_fusion(struct toy_graph *g, bool on);
 
 /* Runs the graph (planned first). tp NULL: single-threaded. */

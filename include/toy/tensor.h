@@ -105,9 +105,9 @@ struct toy_tensor {
     void *packed;                 /* a weight re-laid out for inference matmuls (toy_tensor_pack), or NULL */
     struct toy_tensor *prefetch;  /* CPU inference: a later node whose inputs this node's threads
                                      fetch ahead while they stream their own (toy_graph_set_fusion), or NULL */
-    struct toy_tensor *siblings[2]; /* CPU inference: products of the same input that this product
+    struct toy_tensor *siblings[2]; /* inference (CPU, CUDA): products of the same input that this product
                                        computes in its own pass (toy_graph_set_fusion), or NULL */
-    struct toy_tensor *led_by;    /* CPU inference: the later node that does this one's work (the graph
+    struct toy_tensor *led_by;    /* inference (CPU, CUDA): the later node that does this one's work (the graph
                                      skips it, and its inputs live until then: toy_graph_set_fusion), or NULL */
 };
 

@@ -67,6 +67,9 @@ struct toy_backend_ops {
     void (*graph_free)(struct toy_graph *g);
     /* device backends: the device-resident optimizer; NULL otherwise */
     const struct toy_optim_dev_ops *optim;
+    /* the rewrites of graph-fuse.c its kernels run (toy_graph_set_fusion);
+     * NULL: graphs stay unfused */
+    const struct toy_fuse_target *fuse;
 };
 
 /* The backend named `name` ("cpu"), or NULL if it was not compiled in. */

@@ -14,13 +14,14 @@
 #endif
 
 static const struct toy_backend_ops cpu_ops = {
-    "cpu", toy_cpu_init, toy_cpu_work_size, toy_cpu_compute, NULL, NULL, NULL,
+    "cpu", toy_cpu_init, toy_cpu_work_size, toy_cpu_compute, NULL, NULL, NULL, &toy_cpu_fuse_target,
 };
 
 #ifdef TOY_CUDA
 static void cuda_init_noop(void) {}
 static const struct toy_backend_ops cuda_ops = {
     "cuda", cuda_init_noop, NULL, NULL, toy_cuda_graph_compute, toy_cuda_graph_free, &toy_cuda_optim_ops,
+    &toy_cuda_fuse_target,
 };
 static const struct toy_backend_ops *const backends[] = {&cpu_ops, &cuda_ops};
 #else
@@ -140,8 +141,9 @@ enum toy_status toy_graph_set_device(struct toy_graph *g, const char *name) {
     int d;
     enum toy_status st = resolve(name, &be, &d);
     if (st) return st;
-    if (g->fused && be->graph_compute)
-        return toy_error(TOY_ERR_STATE, "graph: fused for the CPU when it was planned; cannot move it to %s", name);
+    if (g->fused_for && g->fused_for != be)
+        return toy_error(TOY_ERR_STATE, "graph: fused for %s when it was planned; cannot move it to %s",
+                         g->fused_for->name, name);
     int cur_dev;
     const struct toy_backend_ops *cur = toy_backend_for_graph(g, &cur_dev);
     if (cur->graph_free && (cur != be || cur_dev != d)) cur->graph_free(g);

@@ -42,8 +42,14 @@
  * less time in Q4_0 and 0.7% in Q8_0 (Zen 4, 2 threads, steps alternated
  * in one run). Same bits.
  *
- * The pass runs once, when the graph is planned for the CPU; such a graph
- * cannot move to a device backend afterwards (toy_graph_set_device refuses).
+ * The pass runs once, when the graph is planned, with the rewrites the
+ * backend's kernels run (toy_fuse_target): the CPU does all of the above;
+ * CUDA (cuda-graph.c) the prologues, the residual adds, siblings over
+ * weights its GEMV kernels stream and the attention prologues (a kernel
+ * of their own there), where each rewrite is a kernel launch saved (a
+ * decode step there is bound by launches, not bytes). A fused
+ * graph cannot move to another backend afterwards (toy_graph_set_device
+ * refuses).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -142,25 +148,25 @@ static struct toy_tensor *fuse_residual(struct toy_graph *g, int ti, int *last, 
  * 62 KB product streams at half the rate of a 500 KB one). The others move
  * up to right after the first, are marked P_MM_LED, and the graph skips
  * them; each result is still its own tensor, bit for bit the same. */
-static bool sibling_ok(const struct toy_tensor *t) {
-    return small_product(t) && t->ne[1] == 1 && !t->op_params[P_MM_LED] && !is_output(t) && toy_cpu_matmul_packed(t);
+static bool sibling_ok(const struct toy_fuse_target *tg, const struct toy_tensor *t) {
+    return small_product(t) && t->ne[1] == 1 && !t->op_params[P_MM_LED] && !is_output(t) && tg->siblings(t);
 }
-static bool siblings_of(const struct toy_tensor *a, const struct toy_tensor *b) {
-    return sibling_ok(b) && b->src[0] == a->src[0] && b->src[2] == a->src[2] && b->src[1]->type == a->src[1]->type &&
+static bool siblings_of(const struct toy_fuse_target *tg, const struct toy_tensor *a, const struct toy_tensor *b) {
+    return sibling_ok(tg, b) && b->src[0] == a->src[0] && b->src[2] == a->src[2] && b->src[1]->type == a->src[1]->type &&
            b->src[1]->ne[0] == a->src[1]->ne[0] && b->op_params[P_MM_PRE] == a->op_params[P_MM_PRE] &&
            b->op_params[P_MM_EPS] == a->op_params[P_MM_EPS];
 }
-static void link_siblings(struct toy_graph *g) {
+static void link_siblings(struct toy_graph *g, const struct toy_fuse_target *tg) {
     bool moved = false;
     for (int i = 0; i < g->n_nodes; i++) {
         struct toy_tensor *t = g->nodes[i];
-        if (!sibling_ok(t)) continue;
+        if (!sibling_ok(tg, t)) continue;
         int n = 0;
         /* as far as the next attention or accumulating product (which may write the input's bytes) */
         for (int j = i + 1; j < g->n_nodes && n < 2; j++) {
             struct toy_tensor *s = g->nodes[j];
             if (s->op == TOY_OP_ATTENTION || (s->op == TOY_OP_MATMUL && s->op_params[P_MM_ACCUM])) break;
-            if (!siblings_of(t, s)) continue;
+            if (!siblings_of(tg, t, s)) continue;
             /* up to right after t (and its siblings so far): it reads only what t reads */
             memmove(&g->nodes[i + 2 + n], &g->nodes[i + 1 + n], (size_t)(j - i - 1 - n) * sizeof *g->nodes);
             memmove(&g->grads[i + 2 + n], &g->grads[i + 1 + n], (size_t)(j - i - 1 - n) * sizeof *g->grads);
@@ -225,7 +231,7 @@ static bool only_read_once(struct toy_graph *g, const int *refs, const struct to
     return x->op == op && j >= 0 && refs[j] == 1 && !is_output(x) && !x->led_by;
 }
 
-static int fuse_attention_prologues(struct toy_graph *g, const int *refs) {
+static int fuse_attention_prologues(struct toy_graph *g, const int *refs, const struct toy_fuse_target *tg) {
     int fused = 0;
     for (int i = 0; i < g->n_nodes; i++) {
         struct toy_tensor *at = g->nodes[i];
@@ -233,7 +239,7 @@ static int fuse_attention_prologues(struct toy_graph *g, const int *refs) {
         struct toy_tensor *rq = at->src[0], *ks = at->src[1], *vs = at->src[2];
         if (!only_read_once(g, refs, rq, TOY_OP_ROPE) || !only_read_once(g, refs, ks, TOY_OP_KV_STORE) ||
             !only_read_once(g, refs, vs, TOY_OP_KV_STORE) || !only_read_once(g, refs, ks->src[1], TOY_OP_ROPE) ||
-            ks->src[2] != vs->src[2] || !toy_cpu_attention_fusable(at))
+            ks->src[2] != vs->src[2] || !tg->attention(at))
             continue;
         at->op_params[P_AT_FUSED] = 1;
         rq->led_by = ks->src[1]->led_by = ks->led_by = vs->led_by = at;
@@ -242,7 +248,9 @@ static int fuse_attention_prologues(struct toy_graph *g, const int *refs) {
     return fused;
 }
 
-int toy_graph_fuse_cpu(struct toy_graph *g) {
+const struct toy_fuse_target toy_cpu_fuse_target = {toy_cpu_matmul_packed, toy_cpu_attention_fusable, true};
+
+int toy_graph_fuse(struct toy_graph *g, const struct toy_fuse_target *tg) {
     int n = g->n_nodes, fused = 0;
     if (g->n_forward != n) return 0; /* a backward pass differentiates the unfused ops */
     for (int i = 0; i < n; i++)
@@ -279,7 +287,8 @@ int toy_graph_fuse_cpu(struct toy_graph *g) {
         if ((t->op == TOY_OP_RMS_NORM || t->op == TOY_OP_SWIGLU) && !is_output(t) && !refs_of(g->nodes, n, drop, t))
             drop[i] = true;
     }
-    fused += fuse_attention_prologues(g, refs); /* refs and the index still by the nodes' first positions */
+    if (tg->attention) /* refs and the index still by the nodes' first positions */
+        fused += fuse_attention_prologues(g, refs, tg);
     if (drop) {
         int k = 0;
         toy_ptrmap_free(&g->index);
@@ -296,8 +305,8 @@ int toy_graph_fuse_cpu(struct toy_graph *g) {
     free(drop);
     free(refs);
     free(last);
-    link_siblings(g);
-    link_prefetch(g);
+    if (tg->siblings) link_siblings(g, tg);
+    if (tg->prefetch) link_prefetch(g);
     g->planned = false;
     return fused;
 }

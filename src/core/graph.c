@@ -267,9 +267,10 @@ enum toy_status toy_graph_plan(struct toy_graph *g, struct toy_membuf *buf,
                                struct toy_plan_info *info) {
     if (buf) g->buf = buf;
     int dev;
-    if (g->want_fusion && !g->fused && !toy_backend_for_graph(g, &dev)->graph_compute) {
-        toy_graph_fuse_cpu(g);
-        g->fused = true;
+    const struct toy_backend_ops *be = toy_backend_for_graph(g, &dev);
+    if (g->want_fusion && !g->fused_for && be->fuse) {
+        toy_graph_fuse(g, be->fuse);
+        g->fused_for = be;
     }
     int n = g->n_nodes;
     int *last = malloc((size_t)(n ? n : 1) * sizeof *last);

@@ -132,7 +132,8 @@ struct toy_graph {
     size_t ws;
     uint32_t ws_plan_gen, ws_pack_gen;
     int ws_nth, ws_runs, ws_parallel; /* ws_parallel: nodes all threads run (toy_graph_compute) */
-    bool want_fusion, fused;       /* toy_graph_set_fusion; done (CPU only, once) */
+    bool want_fusion;              /* toy_graph_set_fusion */
+    const struct toy_backend_ops *fused_for; /* the backend whose kernels the graph was fused for (once) */
     void *dev_state;               /* a device backend's copies of this graph */
     void (*dev_free)(struct toy_graph *g); /* frees dev_state */
 };
@@ -143,8 +144,20 @@ void toy_graph_add_node(struct toy_graph *g, struct toy_tensor *t);
 uint32_t toy_pack_gen(void);
 void toy_pack_gen_bump(void);
 /* graph-fuse.c: folds norms, SwiGLUs and residual adds into the small
- * products of an inference graph; returns the number of rewrites */
-int toy_graph_fuse_cpu(struct toy_graph *g);
+ * products of an inference graph; returns the number of rewrites. What
+ * else it does depends on what the backend's kernels can run: */
+struct toy_fuse_target {
+    /* one-row products a single pass can compute with their siblings
+     * (NULL: none) */
+    bool (*siblings)(const struct toy_tensor *mm);
+    /* decode attentions that do their ROPEs and KV_STOREs themselves
+     * (NULL: none) */
+    bool (*attention)(const struct toy_tensor *at);
+    /* the products before a decode attention fetch its first cache rows */
+    bool prefetch;
+};
+extern const struct toy_fuse_target toy_cpu_fuse_target;
+int toy_graph_fuse(struct toy_graph *g, const struct toy_fuse_target *tg);
 
 /* CPU backend entry points (src/backends/cpu/), used through
  * backends/registry.c. */

@@ -107,10 +107,44 @@ static void live_remove(struct cu_graph *cg) {
     pthread_mutex_unlock(&live_lock);
 }
 
-static bool writes_grad_node(const struct toy_tensor *t) {
+/* a node that adds into the bytes of src[TOY_MAX_SRC - 1]: a persistent
+ * gradient (autodiff), or for a residual add folded into a product
+ * (graph-fuse.c) the planned result it adds to */
+static bool accum_node(const struct toy_tensor *t) {
     return t->op == TOY_OP_ACCUM || (t->op == TOY_OP_MATMUL && t->op_params[P_MM_ACCUM]) ||
            (t->op == TOY_OP_GET_ROWS_BACK && t->op_params[P_GRB_ACCUM]);
 }
+static bool writes_grad_node(const struct toy_tensor *t) {
+    return accum_node(t) && t->src[TOY_MAX_SRC - 1]->op == TOY_OP_NONE;
+}
+
+/* a node whose work another one does (graph-fuse.c): a sibling product,
+ * or a ROPE or KV_STORE its attention does */
+static bool led_node(const struct toy_tensor *t) {
+    return t->led_by || (t->op == TOY_OP_MATMUL && t->op_params[P_MM_LED]);
+}
+static bool no_kernel(const struct toy_tensor *t) { return toy_is_view_op(t->op) || led_node(t); }
+
+/* Products the GEMV kernels (kernels-matmul.cu) compute with their
+ * siblings in one launch: one-row products over weights they stream
+ * (quantized; F16/BF16 with 16-byte aligned rows). Others stay apart. */
+static bool cuda_siblings(const struct toy_tensor *mm) {
+    const struct toy_tensor *b = mm->src[1];
+    if (!mm->op_params[P_MM_TRANS_B] || b->ne[2] != 1 || b->ne[3] != 1 || !toy_is_contiguous(b)) return false;
+    if (b->type == TOY_F16 || b->type == TOY_BF16) return b->ne[0] % 8 == 0;
+    switch (b->type) {
+    case TOY_Q8_0: case TOY_Q4_0: case TOY_Q4_1: case TOY_Q5_0: case TOY_Q5_1: case TOY_Q4_K: case TOY_Q5_K:
+    case TOY_Q6_K: return true;
+    default: return false;
+    }
+}
+/* Decode attentions that do their ROPEs and KV_STOREs in a prologue kernel
+ * (kernels-ops.cu: one launch for four), over F16 or F32 caches. */
+static bool cuda_attention(const struct toy_tensor *at) {
+    enum toy_dtype kt = at->src[1]->src[0]->type, vt = at->src[2]->src[0]->type;
+    return at->op_params[P_AT_DYNKV] && (kt == TOY_F16 || kt == TOY_F32) && (vt == TOY_F16 || vt == TOY_F32);
+}
+const struct toy_fuse_target toy_cuda_fuse_target = {cuda_siblings, cuda_attention, false};
 
 static void cg_free(struct cu_graph *cg) {
     if (!cg) return;
@@ -242,16 +276,30 @@ static void pin_large(struct cu_graph *cg) {
  * reported (a GPU would read or clobber the neighbour silently). */
 static void arena_open(struct cu_graph *cg, struct toy_graph *g, const struct toy_tensor *t) {
     if (t && toy_is_view_op(t->op)) t = t->view_src;
+    if (t && accum_node(t) && !writes_grad_node(t)) t = toy_storage_of((struct toy_tensor *)t); /* a folded add */
     if (!t || t->op == TOY_OP_NONE || t->op == TOY_OP_KV_STORE || writes_grad_node(t)) return;
     int j = toy_ptrmap_get(&g->index, t);
     if (j >= 0 && g->offsets[j] != SIZE_MAX)
         ASAN_UNPOISON_MEMORY_REGION(cg->dbuf + g->offsets[j], toy_nbytes(t) + t->aux_bytes);
 }
+/* the sources of x, and of the nodes x leads in turn, when node t does x's work */
+static void arena_open_led(struct cu_graph *cg, struct toy_graph *g, const struct toy_tensor *t,
+                           const struct toy_tensor *x) {
+    if (!x || x->led_by != t) return;
+    for (int s = 0; s < TOY_MAX_SRC; s++) {
+        arena_open(cg, g, x->src[s]);
+        arena_open_led(cg, g, t, x->src[s]);
+    }
+}
 static void arena_guard(struct cu_graph *cg, struct toy_graph *g, const struct toy_tensor *t) {
     if (!cg->dbuf) return;
     ASAN_POISON_MEMORY_REGION(cg->dbuf, g->plan.peak_bytes);
     arena_open(cg, g, t);
-    for (int s = 0; s < TOY_MAX_SRC; s++) arena_open(cg, g, t->src[s]);
+    for (int s = 0; s < TOY_MAX_SRC; s++) {
+        arena_open(cg, g, t->src[s]);
+        arena_open_led(cg, g, t, t->src[s]);
+    }
+    for (int s = 0; s < 2; s++) arena_open(cg, g, t->siblings[s]);
 }
 static void arena_unguard(struct cu_graph *cg, struct toy_graph *g) {
     if (cg->dbuf) ASAN_UNPOISON_MEMORY_REGION(cg->dbuf, g->plan.peak_bytes);
@@ -272,7 +320,7 @@ static char *dev_ptr(struct cu_graph *cg, struct toy_graph *g, const struct toy_
         char *b = dev_ptr(cg, g, t->view_src);
         return b ? b + t->view_offs : NULL;
     }
-    if (writes_grad_node(t)) return dev_ptr(cg, g, t->src[TOY_MAX_SRC - 1]);
+    if (accum_node(t)) return dev_ptr(cg, g, t->src[TOY_MAX_SRC - 1]);
     if (t->op == TOY_OP_KV_STORE) return dev_ptr(cg, g, t->src[0]);
     int j = toy_ptrmap_get(&g->index, t);
     if (j < 0 || g->offsets[j] == SIZE_MAX) return NULL;
@@ -422,7 +470,7 @@ static enum toy_status prepare(struct toy_graph *g, int dev, struct cu_graph **o
     for (int i = 0; i < g->n_nodes; i++) {
         struct toy_tensor *t = g->nodes[i];
         struct toy_cu_node *c = &cg->cn[i];
-        if (toy_is_view_op(t->op)) continue;
+        if (toy_is_view_op(t->op) || (t->op == TOY_OP_MATMUL && t->op_params[P_MM_LED])) continue;
         c->op = (int32_t)t->op;
         c->index = i;
         memcpy(c->op_params, t->op_params, sizeof c->op_params);
@@ -446,6 +494,18 @@ static enum toy_status prepare(struct toy_graph *g, int dev, struct cu_graph **o
             }
             describe(&c->src[s], t->src[s], sp);
             c->has_src[s] = true;
+        }
+        if (t->op == TOY_OP_ATTENTION && t->op_params[P_AT_FUSED]) { /* the nodes it does the work of */
+            const struct toy_tensor *led[4] = {t->src[0], t->src[1], t->src[1]->src[1], t->src[2]};
+            for (int k = 0; k < 4; k++) {
+                int j = toy_ptrmap_get(&g->index, led[k]);
+                c->led[k] = j >= 0 ? &cg->cn[j] : NULL; /* NULL: an error when it runs */
+            }
+        }
+        for (int s = 0; s < 2 && t->op == TOY_OP_MATMUL && t->siblings[s]; s++, c->n_sib++) {
+            const struct toy_tensor *sb = t->siblings[s];
+            describe(&c->sib_dst[s], sb, dev_ptr(cg, g, sb));
+            describe(&c->sib_b[s], sb->src[1], dev_ptr(cg, g, sb->src[1]));
         }
         c->stream = cg->cd->stream;
         c->cublas = cg->cd->cublas;
@@ -557,7 +617,7 @@ static void host_aliases(struct toy_graph *g) {
     for (int i = 0; i < g->n_nodes; i++) {
         struct toy_tensor *t = g->nodes[i];
         if (toy_is_view_op(t->op)) t->data = (char *)t->view_src->data + t->view_offs;
-        else if (writes_grad_node(t)) t->data = t->src[TOY_MAX_SRC - 1]->data;
+        else if (accum_node(t)) t->data = t->src[TOY_MAX_SRC - 1]->data;
         else if (t->op == TOY_OP_KV_STORE) t->data = t->src[0]->data;
     }
 }
@@ -576,7 +636,7 @@ static enum toy_status capture(struct cu_graph *cg, struct toy_graph *g, int dev
     char msg[256];
     int rc = 0, bad = -1;
     for (int i = 0; i < g->n_nodes && !rc; i++) {
-        if (toy_is_view_op(g->nodes[i]->op)) continue;
+        if (no_kernel(g->nodes[i])) continue;
         msg[0] = 0;
         rc = toy_cu_run(&cg->cn[i], msg, sizeof msg);
         if (rc) bad = i;
@@ -702,7 +762,7 @@ enum toy_status toy_cuda_graph_compute(struct toy_graph *g, int device) {
     cg->runs++;
     for (int i = 0; i < g->n_nodes && !launched; i++) {
         struct toy_tensor *t = g->nodes[i];
-        if (toy_is_view_op(t->op)) continue;
+        if (no_kernel(t)) continue;
         msg[0] = 0;
         struct timespec t0, t1;
         if (per_node) clock_gettime(CLOCK_MONOTONIC, &t0);

@@ -51,6 +51,14 @@ struct toy_cu_node {
     const double *rope_freq;   /* ROPE: device table of n_dims/2 inverse frequencies */
     int32_t math;              /* enum toy_cu_math */
     int64_t view_off;          /* VIEW_BACK: byte offset of the view (src[1]) in dst */
+    /* MATMUL: the products it computes with it (graph-fuse.c's siblings:
+     * the same A and prologue), their results and weights */
+    int32_t n_sib;
+    struct toy_cu_tensor sib_dst[2], sib_b[2];
+    /* ATTENTION with P_AT_FUSED: the nodes it does the work of (graph-fuse.c),
+     * its query's ROPE, the key's KV_STORE, the key's ROPE, the value's
+     * KV_STORE */
+    const struct toy_cu_node *led[4];
 };
 
 /* ---- kernels (kernels-*.cu) ---- */
@@ -110,6 +118,9 @@ enum toy_status toy_cu_check(int err, const char *what);
 
 struct toy_tensor;
 enum toy_status toy_cuda_graph_compute(struct toy_graph *g, int device);
+/* the graph-fuse.c rewrites the kernels run */
+struct toy_fuse_target;
+extern const struct toy_fuse_target toy_cuda_fuse_target;
 void toy_cuda_graph_free(struct toy_graph *g);
 /* The device of a graph whose device state holds `grad` as a persistent
  * gradient (the graph ran there with a backward pass), or -1. */

@@ -560,6 +560,7 @@ extern "C" int toy_cu_attention(const struct toy_cu_node *n, char *msg, size_t m
     CT seg = a.seg ? n->src[4] : CT{};
     float *lse = (float *)(n->dst.data + n->dst_nbytes);
     int64_t rows = a.B * a.Tq * a.Hq;
+    if (n->op_params[P_AT_FUSED] && (rc = toy_cu_attention_prologue(n, msg, msg_size))) return rc;
     if (!rows) return 0;
     cudaStream_t s = CU_STREAM(n);
     if (use_split(n) && !use_simple()) {

@@ -308,6 +308,8 @@ extern "C" {
 int toy_cu_matmul(const struct toy_cu_node *n, char *msg, size_t msg_size);
 size_t toy_cu_matmul_work(const struct toy_cu_node *n);
 int toy_cu_attention(const struct toy_cu_node *n, char *msg, size_t msg_size);
+/* a fused attention's ROPEs and KV_STOREs (kernels-ops.cu) */
+int toy_cu_attention_prologue(const struct toy_cu_node *n, char *msg, size_t msg_size);
 int toy_cu_attention_back(const struct toy_cu_node *n, char *msg, size_t msg_size);
 size_t toy_cu_attention_work(const struct toy_cu_node *n);
 }

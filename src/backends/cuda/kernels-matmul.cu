@@ -84,23 +84,94 @@ __global__ void k_dequant_rows(T *out, const char *b, int type, int64_t nb1, int
     }
 }
 
-/* The GEMVs' common parts: a warp per output column j of batch (i2, i3),
- * A's batch and B's row j, as bratio broadcasts them; and the warp's sums
- * written (or added) to C's m rows. */
+/* A prologue folded into the product (graph-fuse.c, P_MM_PRE): A's rows
+ * are RMS_NORM(x) (times w) or SWIGLU(g, u) of the rows the product reads,
+ * computed as they are loaded, with the RMS_NORM and SWIGLU kernels'
+ * arithmetic (a row's 1/rms summed as the warp-per-row norm sums it), so
+ * the products are bit for bit the unfused ones where the norm ran a warp
+ * per row (rows up to 4096). It saves the norm's or SwiGLU's launch. */
+struct gemv_pro {
+    int mode;    /* TOY_MM_PRE_* */
+    CT s2;       /* RMS: w (has_s2: present); SwiGLU: u, rows as A's */
+    bool has_s2;
+    float eps;
+};
+
+static gemv_pro pro_of(const struct toy_cu_node *nd) {
+    gemv_pro P;
+    memset(&P, 0, sizeof P);
+    P.mode = nd->op_params[P_MM_PRE];
+    P.has_s2 = nd->has_src[2];
+    if (P.has_s2) P.s2 = nd->src[2];
+    memcpy(&P.eps, &nd->op_params[P_MM_EPS], sizeof P.eps);
+    return P;
+}
+
+/* RMS: 1/rms of each of A's m rows (a at row 0, rows nb1 apart) into
+ * rstd, a warp per row; the block's threads wait for it */
+__device__ void pro_begin(const gemv_pro &P, const char *a, int64_t nb1, int64_t m, int64_t k, float *rstd) {
+    if (P.mode != TOY_MM_PRE_RMS) return;
+    int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (w < m) {
+        const float *x = (const float *)(a + w * nb1);
+        float ss = 0;
+        for (int64_t i = lane; i < k; i += 32) {
+            float v = x[i];
+            ss += v * v;
+        }
+        ss = warp_sum(ss);
+        if (lane == 0) rstd[w] = rsqrtf(ss / (float)k + P.eps);
+    }
+    __syncthreads();
+}
+
+/* element c of A's row i, given x = the loaded element */
+__device__ __forceinline__ float pro_at(const gemv_pro &P, const float *rstd, int i, int64_t c, float x) {
+    if (P.mode == TOY_MM_PRE_RMS) {
+        float v = x * rstd[i];
+        return P.has_s2 ? v * ld(P.s2, c, 0, 0, 0) : v;
+    }
+    if (P.mode == TOY_MM_PRE_SWIGLU) {
+        float u = *(const float *)(P.s2.data + i * P.s2.nb[1] + c * 4);
+        return x / (1.0f + expf(-x)) * u;
+    }
+    return x;
+}
+
+/* The products one GEMV launch computes: a product and its siblings
+ * (graph-fuse.c: the same A and prologue, other weights and results),
+ * blocks [first[p], first[p + 1]) taking product p's columns. */
+#define GEMV_MAX_PRODUCTS 3
+struct gemv_set {
+    CT dst[GEMV_MAX_PRODUCTS], B[GEMV_MAX_PRODUCTS];
+    unsigned first[GEMV_MAX_PRODUCTS];
+    int n;
+};
+
+/* The GEMVs' common parts: a warp per output column j of batch (i2, i3) of
+ * the block's product, A's batch and B's row j, as bratio broadcasts them;
+ * the prologue's row statistics; and the warp's sums written (or added) to
+ * C's m rows. */
 struct gemv_at {
     int64_t n, m, k, j, i2, i3;
     int lane;
     const char *a, *brow;
-    __device__ gemv_at(const CT &dst, const CT &A, const CT &B) {
+    CT dst, B;
+    __device__ gemv_at(const gemv_set &S, const CT &A, const gemv_pro &P, float *rstd) {
+        int p = 0;
+        while (p + 1 < S.n && blockIdx.x >= S.first[p + 1]) p++;
+        dst = S.dst[p];
+        B = S.B[p];
         n = dst.ne[0], m = dst.ne[1], k = A.ne[0];
-        j = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32;
+        j = (blockIdx.x - S.first[p]) * (int64_t)(blockDim.x / 32) + threadIdx.x / 32;
         lane = threadIdx.x % 32;
         i2 = blockIdx.y % dst.ne[2], i3 = blockIdx.y / dst.ne[2];
         a = A.data + bratio(i2, dst.ne[2], A.ne[2]) * A.nb[2] + bratio(i3, dst.ne[3], A.ne[3]) * A.nb[3];
         brow = B.data + bratio(i2, dst.ne[2], B.ne[2]) * B.nb[2] + bratio(i3, dst.ne[3], B.ne[3]) * B.nb[3] +
                (j < n ? j : 0) * B.nb[1];
+        pro_begin(P, a, A.nb[1], m, k, rstd); /* before any warp leaves: it waits for the block */
     }
-    __device__ void store(const CT &dst, float *acc, bool accum) const {
+    __device__ void store(float *acc, bool accum) const {
         float *cc = (float *)(dst.data + i2 * dst.nb[2] + i3 * dst.nb[3]);
         for (int i = 0; i < GEMV_MAX_ROWS; i++) {
             if (i >= m) break;
@@ -111,8 +182,9 @@ struct gemv_at {
 };
 
 /* C[i, j] (+)= sum_c A[i, c] B[j, c]: a warp per j, m <= GEMV_MAX_ROWS rows of A */
-__global__ void k_qgemv(CT dst, CT A, CT B, bool accum) {
-    const gemv_at G(dst, A, B);
+__global__ void k_qgemv(gemv_set S, CT A, gemv_pro P, bool accum) {
+    __shared__ float rstd[GEMV_MAX_ROWS];
+    const gemv_at G(S, A, P, rstd);
     if (G.j >= G.n) return;
     const int64_t m = G.m, k = G.k;
     const int lane = G.lane;
@@ -120,11 +192,11 @@ __global__ void k_qgemv(CT dst, CT A, CT B, bool accum) {
     float acc[GEMV_MAX_ROWS];
     for (int i = 0; i < GEMV_MAX_ROWS; i++) acc[i] = 0.0f;
     for (int64_t c = lane; c < k; c += 32) {
-        float w = ld_row(B.type, brow, c, 0);
+        float w = ld_row(G.B.type, brow, c, 0);
         for (int i = 0; i < GEMV_MAX_ROWS; i++)
-            if (i < m) acc[i] += w * *(const float *)(a + i * A.nb[1] + c * 4);
+            if (i < m) acc[i] += w * pro_at(P, rstd, i, c, *(const float *)(a + i * A.nb[1] + c * 4));
     }
-    G.store(dst, acc, accum);
+    G.store(acc, accum);
 }
 
 /* The same for Q8_0 / Q4_0 weights, a half-warp per 32-element block (two
@@ -132,15 +204,16 @@ __global__ void k_qgemv(CT dst, CT A, CT B, bool accum) {
  * (q_block_pair), so the warp reads the weights and A's rows in contiguous
  * runs. (A lane per block read A with a 128-byte stride between lanes: 32
  * cache lines per load instruction.) */
-__global__ void k_qgemv_blocks(CT dst, CT A, CT B, bool accum) {
-    const gemv_at G(dst, A, B);
+__global__ void k_qgemv_blocks(gemv_set S, CT A, gemv_pro P, bool accum) {
+    __shared__ float rstd[GEMV_MAX_ROWS];
+    const gemv_at G(S, A, P, rstd);
     if (G.j >= G.n) return;
     const int64_t m = G.m, k = G.k;
     const int lane = G.lane;
     const char *a = G.a;
     const uint8_t *brow = (const uint8_t *)G.brow;
     const int half = lane / 16, l = lane % 16;
-    bool q8 = B.type == TOY_Q8_0;
+    bool q8 = G.B.type == TOY_Q8_0;
     int64_t nblk = k / 32, bsz = q8 ? 34 : 18;
     float acc[GEMV_MAX_ROWS];
     for (int i = 0; i < GEMV_MAX_ROWS; i++) acc[i] = 0.0f;
@@ -152,10 +225,15 @@ __global__ void k_qgemv_blocks(CT dst, CT A, CT B, bool accum) {
         for (int i = 0; i < GEMV_MAX_ROWS; i++) {
             if (i >= m) break;
             const float *x = (const float *)(a + i * A.nb[1]) + blk * 32;
-            acc[i] += d * (w[0] * x[e[0]] + w[1] * x[e[1]]);
+            float x0 = x[e[0]], x1 = x[e[1]];
+            if (P.mode) {
+                x0 = pro_at(P, rstd, i, blk * 32 + e[0], x0);
+                x1 = pro_at(P, rstd, i, blk * 32 + e[1], x1);
+            }
+            acc[i] += d * (w[0] * x0 + w[1] * x1);
         }
     }
-    G.store(dst, acc, accum);
+    G.store(acc, accum);
 }
 
 /* The same for F16 / BF16 weights: a warp per j, each lane eight weights
@@ -170,8 +248,9 @@ __device__ __forceinline__ float round_to(float v, const __nv_bfloat16 *) {
     return __bfloat162float(__float2bfloat16_rn(v));
 }
 
-template <typename T2> __global__ void k_hgemv(CT dst, CT A, CT B, bool accum) {
-    const gemv_at G(dst, A, B);
+template <typename T2> __global__ void k_hgemv(gemv_set S, CT A, gemv_pro P, bool accum) {
+    __shared__ float rstd[GEMV_MAX_ROWS];
+    const gemv_at G(S, A, P, rstd);
     if (G.j >= G.n) return;
     const int64_t m = G.m, k = G.k;
     const int lane = G.lane;
@@ -188,12 +267,31 @@ template <typename T2> __global__ void k_hgemv(CT dst, CT A, CT B, bool accum) {
             if (i >= m) break;
             const float4 *x = (const float4 *)(a + i * A.nb[1] + 4 * c);
             float4 x0 = x[0], x1 = x[1];
+            if (P.mode) {
+                x0.x = pro_at(P, rstd, i, c, x0.x), x0.y = pro_at(P, rstd, i, c + 1, x0.y);
+                x0.z = pro_at(P, rstd, i, c + 2, x0.z), x0.w = pro_at(P, rstd, i, c + 3, x0.w);
+                x1.x = pro_at(P, rstd, i, c + 4, x1.x), x1.y = pro_at(P, rstd, i, c + 5, x1.y);
+                x1.z = pro_at(P, rstd, i, c + 6, x1.z), x1.w = pro_at(P, rstd, i, c + 7, x1.w);
+            }
             acc[i] += w0.x * round_to(x0.x, tag) + w0.y * round_to(x0.y, tag) + w1.x * round_to(x0.z, tag) +
                       w1.y * round_to(x0.w, tag) + w2.x * round_to(x1.x, tag) + w2.y * round_to(x1.y, tag) +
                       w3.x * round_to(x1.z, tag) + w3.y * round_to(x1.w, tag);
         }
     }
-    G.store(dst, acc, accum);
+    G.store(acc, accum);
+}
+
+/* A prologue for the products no GEMV kernel takes (F32 weights, odd
+ * rows): A's m rows (m <= GEMV_MAX_ROWS) computed once into out, m x k
+ * contiguous; one block */
+__global__ void k_mm_prologue(float *out, CT A, gemv_pro P) {
+    __shared__ float rstd[GEMV_MAX_ROWS];
+    int64_t m = A.ne[1], k = A.ne[0];
+    pro_begin(P, A.data, A.nb[1], m, k, rstd);
+    for (int64_t e = threadIdx.x; e < m * k; e += blockDim.x) {
+        int64_t i = e / k, c = e % k;
+        out[e] = pro_at(P, rstd, (int)i, c, *(const float *)(A.data + i * A.nb[1] + c * 4));
+    }
 }
 
 struct mm {
@@ -213,18 +311,60 @@ static mm mm_shape(const struct toy_cu_node *nd) {
     return s;
 }
 
-static bool use_gemv(const struct toy_cu_node *nd, const mm &s) {
-    return is_quant(nd->src[1].type) && s.tb && !s.ta && s.m <= GEMV_MAX_ROWS;
-}
-
 /* F16/BF16 weights, up to GEMV_MAX_ROWS rows (decode): k_hgemv, where every
  * row of A and B starts 16-byte aligned */
-static bool half_gemv_ok(const struct toy_cu_node *nd, const mm &s) {
-    const CT &A = nd->src[0], &B = nd->src[1];
+static bool half_gemv_ok(const CT &A, const CT &B, const mm &s) {
     if (!(B.type == TOY_F16 || B.type == TOY_BF16) || !s.tb || s.ta || s.m > GEMV_MAX_ROWS || s.k % 8) return false;
     uintptr_t al = (uintptr_t)A.data | (uintptr_t)B.data;
     for (int d = 1; d < 4; d++) al |= (uintptr_t)A.nb[d] | (uintptr_t)B.nb[d];
     return al % 16 == 0;
+}
+
+/* the GEMV kernel that computes A times weights B, if one does: quantized
+ * weights (k_qgemv_blocks for Q8_0/Q4_0, k_qgemv for the others) and
+ * F16/BF16 ones (k_hgemv), up to GEMV_MAX_ROWS rows */
+enum gemv_kind { GV_NONE, GV_Q, GV_QBLOCKS, GV_F16, GV_BF16 };
+static gemv_kind gemv_of(const CT &A, const CT &B, const mm &s) {
+    if (is_quant(B.type)) {
+        if (!s.tb || s.ta || s.m > GEMV_MAX_ROWS) return GV_NONE;
+        return (B.type == TOY_Q8_0 || B.type == TOY_Q4_0) && s.k % 32 == 0 ? GV_QBLOCKS : GV_Q;
+    }
+    if (half_gemv_ok(A, B, s)) return B.type == TOY_F16 ? GV_F16 : GV_BF16;
+    return GV_NONE;
+}
+
+/* product p of a node (0: its own; then its siblings) as a node of its own */
+static toy_cu_node product_of(const struct toy_cu_node *nd, int p) {
+    toy_cu_node one = *nd;
+    one.n_sib = 0;
+    if (p) {
+        one.dst = nd->sib_dst[p - 1];
+        one.src[1] = nd->sib_b[p - 1];
+    }
+    return one;
+}
+
+/* the bytes of a prologue's A computed ahead (k_mm_prologue), 256-byte multiples */
+static size_t prologue_bytes(const struct toy_cu_node *nd) {
+    return ((size_t)ct_nel(nd->src[0]) * 4 + 255) / 256 * 256;
+}
+
+/* the node with A = its prologue's result at `at` (m x k, contiguous), the
+ * prologue gone, and the work after it */
+static toy_cu_node with_prologue_done(const struct toy_cu_node *nd, char *at) {
+    toy_cu_node one = *nd;
+    CT &A = one.src[0];
+    A.data = at;
+    A.nb[0] = 4;
+    A.nb[1] = 4 * A.ne[0];
+    A.nb[2] = A.nb[1] * A.ne[1];
+    A.nb[3] = A.nb[2] * A.ne[2];
+    one.op_params[P_MM_PRE] = TOY_MM_PRE_NONE;
+    one.has_src[2] = false;
+    size_t pb = prologue_bytes(nd);
+    one.work = nd->work ? nd->work + pb : NULL;
+    one.work_size = nd->work_size > pb ? nd->work_size - pb : 0;
+    return one;
 }
 
 /* rows of B dequantized at a time: QCHUNK_BYTES of f32, at least 64;
@@ -251,16 +391,55 @@ static size_t qchunk_bytes(const struct toy_cu_node *nd, int64_t nr) {
 extern "C" size_t toy_cu_matmul_work(const struct toy_cu_node *nd) {
     mm s = mm_shape(nd);
     const CT &A = nd->src[0], &B = nd->src[1];
+    if (nd->n_sib) { /* the products one at a time, when they cannot run as one */
+        size_t w = 0;
+        for (int p = 0; p <= nd->n_sib; p++) {
+            toy_cu_node one = product_of(nd, p);
+            size_t wp = toy_cu_matmul_work(&one);
+            if (wp > w) w = wp;
+        }
+        return w;
+    }
+    if (nd->op_params[P_MM_PRE] && gemv_of(A, B, s) == GV_NONE) {
+        /* A computed ahead; sized with A's own strides, which can only ask for more */
+        toy_cu_node one = *nd;
+        one.op_params[P_MM_PRE] = TOY_MM_PRE_NONE;
+        return prologue_bytes(nd) + toy_cu_matmul_work(&one);
+    }
     size_t w = 0;
     if (B.type == TOY_F32 && nd->math == TOY_CU_MATH_BF16) w = (converted_elems(A) + 127) / 128 * 256 + converted_elems(B) * 2 + 512;
-    else if ((B.type == TOY_F16 || B.type == TOY_BF16) && !half_gemv_ok(nd, s)) w = converted_elems(A) * 2 + 512;
-    else if (is_quant(B.type) && !use_gemv(nd, s)) {
+    else if ((B.type == TOY_F16 || B.type == TOY_BF16) && !half_gemv_ok(A, B, s)) w = converted_elems(A) * 2 + 512;
+    else if (is_quant(B.type) && gemv_of(A, B, s) == GV_NONE) {
         int64_t rows = s.tb ? B.ne[1] : s.k; /* rows of one B slice */
         int64_t cr = qchunk_rows(B.ne[0]);
         w = qchunk_bytes(nd, rows < cr ? rows : cr) + 512;
         if (nd->math == TOY_CU_MATH_BF16) w += converted_elems(A) * 2; /* A in bf16 */
     }
     return w;
+}
+
+/* One GEMV launch over the node's product and its first n_sib siblings */
+static int run_gemv(const struct toy_cu_node *nd, const mm &s, gemv_kind kind, int n_sib, char *msg, size_t msg_size) {
+    gemv_set S;
+    memset(&S, 0, sizeof S);
+    unsigned x = 0;
+    for (int p = 0; p <= n_sib; p++) {
+        S.dst[p] = p ? nd->sib_dst[p - 1] : nd->dst;
+        S.B[p] = p ? nd->sib_b[p - 1] : nd->src[1];
+        S.first[p] = x;
+        x += (unsigned)cdiv(S.dst[p].ne[0], 8);
+    }
+    S.n = n_sib + 1;
+    dim3 grid(x, (unsigned)s.nbatch);
+    gemv_pro P = pro_of(nd);
+    cudaStream_t st = CU_STREAM(nd);
+    switch (kind) {
+    case GV_QBLOCKS: k_qgemv_blocks<<<grid, 256, 0, st>>>(S, nd->src[0], P, s.accum); break;
+    case GV_Q: k_qgemv<<<grid, 256, 0, st>>>(S, nd->src[0], P, s.accum); break;
+    case GV_F16: k_hgemv<__half2><<<grid, 256, 0, st>>>(S, nd->src[0], P, s.accum); break;
+    default: k_hgemv<__nv_bfloat162><<<grid, 256, 0, st>>>(S, nd->src[0], P, s.accum); break;
+    }
+    return launch_status(kind == GV_F16 || kind == GV_BF16 ? "hgemv" : "qgemv", msg, msg_size);
 }
 
 static int cublas_status(cublasStatus_t st, const char *what, char *msg, size_t msg_size) {
@@ -370,7 +549,30 @@ extern "C" int toy_cu_matmul(const struct toy_cu_node *nd, char *msg, size_t msg
         snprintf(msg, msg_size, "A must be f32 with contiguous rows");
         return TOY_ERR_UNSUPPORTED;
     }
+    if (nd->n_sib) { /* with its siblings: one launch when one GEMV kernel takes them all */
+        gemv_kind kind = s.nbatch == 1 ? gemv_of(A, B, s) : GV_NONE;
+        for (int p = 0; p < nd->n_sib && kind != GV_NONE; p++)
+            if (gemv_of(A, nd->sib_b[p], s) != kind || nd->sib_dst[p].ne[1] != s.m) kind = GV_NONE;
+        if (kind != GV_NONE && !s.accum && s.k) return run_gemv(nd, s, kind, nd->n_sib, msg, msg_size);
+        for (int p = 0; p <= nd->n_sib; p++) {
+            toy_cu_node one = product_of(nd, p);
+            int rc = toy_cu_matmul(&one, msg, msg_size);
+            if (rc) return rc;
+        }
+        return 0;
+    }
     if (s.m == 0 || s.n == 0) return 0;
+    if (nd->op_params[P_MM_PRE] && s.k && gemv_of(A, B, s) == GV_NONE) { /* the prologue ahead, then the product */
+        if (s.m > GEMV_MAX_ROWS || s.nbatch != 1 || !nd->work || nd->work_size < prologue_bytes(nd)) {
+            snprintf(msg, msg_size, "a fused prologue needs at most %d rows and its scratch", GEMV_MAX_ROWS);
+            return TOY_ERR_UNSUPPORTED;
+        }
+        k_mm_prologue<<<1, 256, 0, st>>>((float *)nd->work, A, pro_of(nd));
+        int rc = launch_status("prologue", msg, msg_size);
+        if (rc) return rc;
+        toy_cu_node one = with_prologue_done(nd, nd->work);
+        return toy_cu_matmul(&one, msg, msg_size);
+    }
     if (s.k == 0) { /* an empty sum */
         if (!s.accum) cudaMemsetAsync(nd->dst.data, 0, (size_t)ct_nel(nd->dst) * 4, st);
         return launch_status("memset", msg, msg_size);
@@ -398,12 +600,8 @@ extern "C" int toy_cu_matmul(const struct toy_cu_node *nd, char *msg, size_t msg
             snprintf(msg, msg_size, "B must have contiguous rows");
             return TOY_ERR_UNSUPPORTED;
         }
-        if (half_gemv_ok(nd, s)) {
-            dim3 grid((unsigned)cdiv(s.n, 8), (unsigned)s.nbatch);
-            if (B.type == TOY_F16) k_hgemv<__half2><<<grid, 256, 0, st>>>(nd->dst, A, B, s.accum);
-            else k_hgemv<__nv_bfloat162><<<grid, 256, 0, st>>>(nd->dst, A, B, s.accum);
-            return launch_status("hgemv", msg, msg_size);
-        }
+        gemv_kind kind = gemv_of(A, B, s);
+        if (kind != GV_NONE) return run_gemv(nd, s, kind, 0, msg, msg_size);
         cudaDataType_t t = B.type == TOY_F16 ? CUDA_R_16F : CUDA_R_16BF;
         if (B.type == TOY_F16) convert((__half *)nd->work, A, st);
         else convert((__nv_bfloat16 *)nd->work, A, st);
@@ -415,14 +613,8 @@ extern "C" int toy_cu_matmul(const struct toy_cu_node *nd, char *msg, size_t msg
         snprintf(msg, msg_size, "B of dtype %d is not supported by the CUDA matmul", (int)B.type);
         return TOY_ERR_UNSUPPORTED;
     }
-    if (use_gemv(nd, s)) {
-        dim3 grid((unsigned)cdiv(s.n, 8), (unsigned)s.nbatch);
-        if ((B.type == TOY_Q8_0 || B.type == TOY_Q4_0) && s.k % 32 == 0)
-            k_qgemv_blocks<<<grid, 256, 0, st>>>(nd->dst, A, B, s.accum);
-        else
-            k_qgemv<<<grid, 256, 0, st>>>(nd->dst, A, B, s.accum);
-        return launch_status("qgemv", msg, msg_size);
-    }
+    gemv_kind kind = gemv_of(A, B, s);
+    if (kind != GV_NONE) return run_gemv(nd, s, kind, 0, msg, msg_size);
     /* quantized B, many rows: chunks of B's rows dequantized (to f32, or to
      * bf16 with A converted once under BF16 math), a GEMM per chunk in the
      * device's math */

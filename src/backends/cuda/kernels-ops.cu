@@ -543,38 +543,96 @@ __global__ void k_softmax_back(CT dst, CT dy, CT y, float scale) {
 
 /* ---- rope: angles in double as on the CPU ---------------------------------------------------------- */
 
-/* A thread per (slot, position, batch), over every head (dim 1): slot
- * u < n_dims / 2 rotates pair u, whose angle (in double, as on the CPU) is
- * computed once for all the heads; the slots after it copy the dims past
- * n_dims. (A thread per element computed each angle twice per head.) */
-__global__ void k_rope(CT dst, CT x, CT pos, CT ff, bool has_ff, const double *inv_freq, int n_dims, bool neox,
-                       float sign, double mscale, bool per_batch) {
-    const int half = n_dims / 2;
-    const int64_t slots = half + (dst.ne[0] - n_dims), T = dst.ne[2], n = slots * T * dst.ne[3];
-    float *y = (float *)dst.data;
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
-        int64_t u = e % slots, t = e / slots % T, b = e / (slots * T);
-        float *yt = y + (b * T + t) * dst.ne[1] * dst.ne[0];
-        if (u >= half) { /* past the rotated dims */
-            int64_t i0 = n_dims + (u - half);
-            for (int64_t h = 0; h < dst.ne[1]; h++) yt[h * dst.ne[0] + i0] = ld(x, i0, h, t, b);
-            continue;
-        }
-        int k = (int)u;
-        int64_t a0 = neox ? k : 2 * k, a1 = neox ? k + half : 2 * k + 1;
-        int64_t pi = per_batch ? b * T + t : t;
-        double p = (double)*(const int32_t *)(pos.data + pi * pos.nb[0]);
-        double f = inv_freq[k];
-        if (has_ff) f /= (double)ld(ff, k, 0, 0, 0);
-        double sn, cs;
-        sincos(p * f, &sn, &cs);
-        float c = (float)(cs * mscale), s = (float)(sn * mscale * sign);
-        for (int64_t h = 0; h < dst.ne[1]; h++) {
-            float va = ld(x, a0, h, t, b), vb = ld(x, a1, h, t, b);
-            yt[h * dst.ne[0] + a0] = va * c - vb * s;
-            yt[h * dst.ne[0] + a1] = va * s + vb * c;
-        }
+/* A ROPE node's arguments (the kernels' view of its toy_cu_node). */
+struct rope_args {
+    CT x, pos, ff;
+    bool has_ff, neox, per_batch;
+    const double *inv_freq;
+    int n_dims;
+    float sign;
+    double mscale;
+};
+
+static rope_args rope_args_of(const struct toy_cu_node *n) {
+    rope_args R;
+    memset(&R, 0, sizeof R);
+    const CT &d = n->dst;
+    R.x = n->src[0];
+    R.pos = n->src[1];
+    R.has_ff = n->has_src[2];
+    if (R.has_ff) R.ff = n->src[2];
+    R.inv_freq = n->rope_freq;
+    R.n_dims = n->op_params[P_RP_NDIMS];
+    R.neox = n->op_params[P_RP_MODE] == TOY_ROPE_NEOX;
+    R.sign = n->op_params[P_RP_INVERSE] ? -1.0f : 1.0f;
+    float attn;
+    memcpy(&attn, &n->op_params[P_RP_ATTN], sizeof attn);
+    R.mscale = n->op_params[P_RP_SCALING] == TOY_ROPE_SCALING_YARN ? (double)attn : 1.0;
+    R.per_batch = ct_nel(n->src[1]) == d.ne[2] * d.ne[3] && d.ne[3] > 1;
+    return R;
+}
+
+/* slots of a ROPE over x: a thread's work item per (slot, position, batch) */
+__host__ __device__ static int64_t rope_items(const rope_args &R) {
+    return (R.n_dims / 2 + (R.x.ne[0] - R.n_dims)) * R.x.ne[2] * R.x.ne[3];
+}
+
+/* Work item e of a ROPE: slot u < n_dims / 2 rotates pair u over every head
+ * (dim 1), its angle (in double, as on the CPU) computed once for all the
+ * heads; the slots after it copy the dims past n_dims. put(i0, h, t, b, v)
+ * stores element (i0, h, t, b) of the result. (A thread per element
+ * computed each angle twice per head.) */
+template <class Put> __device__ void rope_item(const rope_args &R, int64_t e, const Put &put) {
+    const CT &x = R.x;
+    const int half = R.n_dims / 2;
+    const int64_t slots = half + (x.ne[0] - R.n_dims), T = x.ne[2];
+    int64_t u = e % slots, t = e / slots % T, b = e / (slots * T);
+    if (u >= half) { /* past the rotated dims */
+        int64_t i0 = R.n_dims + (u - half);
+        for (int64_t h = 0; h < x.ne[1]; h++) put(i0, h, t, b, ld(x, i0, h, t, b));
+        return;
     }
+    int k = (int)u;
+    int64_t a0 = R.neox ? k : 2 * k, a1 = R.neox ? k + half : 2 * k + 1;
+    int64_t pi = R.per_batch ? b * T + t : t;
+    double p = (double)*(const int32_t *)(R.pos.data + pi * R.pos.nb[0]);
+    double f = R.inv_freq[k];
+    if (R.has_ff) f /= (double)ld(R.ff, k, 0, 0, 0);
+    double sn, cs;
+    sincos(p * f, &sn, &cs);
+    float c = (float)(cs * R.mscale), s = (float)(sn * R.mscale * R.sign);
+    for (int64_t h = 0; h < x.ne[1]; h++) {
+        float va = ld(x, a0, h, t, b), vb = ld(x, a1, h, t, b);
+        put(a0, h, t, b, va * c - vb * s);
+        put(a1, h, t, b, va * s + vb * c);
+    }
+}
+
+/* stores into a contiguous f32 result shaped as the ROPE's x */
+struct put_rows {
+    float *y;
+    int64_t ne0, ne1, ne2;
+    __device__ void operator()(int64_t i0, int64_t h, int64_t t, int64_t b, float v) const {
+        y[((b * ne2 + t) * ne1 + h) * ne0 + i0] = v;
+    }
+};
+
+/* stores into a KV cache at row n_past + t (F16 or F32), as KV_STORE */
+struct put_cache {
+    CT cache;
+    int64_t n_past;
+    __device__ void operator()(int64_t i0, int64_t h, int64_t t, int64_t b, float v) const {
+        char *p = cache.data + i0 * cache.nb[0] + h * cache.nb[1] + (n_past + t) * cache.nb[2] + b * cache.nb[3];
+        if (cache.type == TOY_F16) *(__half *)p = __float2half_rn(v);
+        else *(float *)p = v;
+    }
+};
+
+__global__ void k_rope(CT dst, rope_args R) {
+    const put_rows put = {(float *)dst.data, dst.ne[0], dst.ne[1], dst.ne[2]};
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, n = rope_items(R); e < n;
+         e += (int64_t)gridDim.x * blockDim.x)
+        rope_item(R, e, put);
 }
 
 /* ---- cross-entropy ----------------------------------------------------------------------------------- */
@@ -664,15 +722,48 @@ __global__ void k_view_back(CT dst, CT dy, CT view, int64_t off) {
 /* n_past is read on the device (the I32 leaf uploaded with each run), so a
  * captured decode graph replays unchanged from step to step */
 __global__ void k_kv_store(CT cache, CT x, const int32_t *np) {
-    int64_t n = ct_nel(x), n_past = *np;
+    int64_t n = ct_nel(x);
+    const put_cache put = {cache, *np};
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
         int64_t i[4];
         unravel4(e, x.ne, i);
-        char *p = cache.data + i[0] * cache.nb[0] + i[1] * cache.nb[1] + (n_past + i[2]) * cache.nb[2] + i[3] * cache.nb[3];
-        float v = ld(x, i[0], i[1], i[2], i[3]);
-        if (cache.type == TOY_F16) *(__half *)p = __float2half_rn(v);
-        else *(float *)p = v;
+        put(i[0], i[1], i[2], i[3], ld(x, i[0], i[1], i[2], i[3]));
     }
+}
+
+/* A decode attention's prologue (graph-fuse.c, P_AT_FUSED), one launch for
+ * what were four: the query's ROPE into its result, the key's ROPE straight
+ * into the key cache, and the value into the value cache, at n_past (read
+ * on the device). The same arithmetic as the ROPE and KV_STORE kernels, so
+ * the same bits. */
+__global__ void k_attn_prologue(rope_args Rq, CT rq, rope_args Rk, CT kcache, CT v, CT vcache, const int32_t *np) {
+    const int64_t nq = rope_items(Rq), nk = rope_items(Rk), n = nq + nk + ct_nel(v), n_past = *np;
+    const put_rows pq = {(float *)rq.data, rq.ne[0], rq.ne[1], rq.ne[2]};
+    const put_cache pk = {kcache, n_past}, pv = {vcache, n_past};
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
+        if (e < nq) {
+            rope_item(Rq, e, pq);
+        } else if (e < nq + nk) {
+            rope_item(Rk, e - nq, pk);
+        } else {
+            int64_t i[4];
+            unravel4(e - nq - nk, v.ne, i);
+            pv(i[0], i[1], i[2], i[3], ld(v, i[0], i[1], i[2], i[3]));
+        }
+    }
+}
+
+extern "C" int toy_cu_attention_prologue(const struct toy_cu_node *n, char *msg, size_t msg_size) {
+    const struct toy_cu_node *rq = n->led[0], *ks = n->led[1], *rk = n->led[2], *vs = n->led[3];
+    if (!rq || !ks || !rk || !vs) {
+        snprintf(msg, msg_size, "a fused attention without its ROPEs and KV_STOREs");
+        return TOY_ERR_STATE;
+    }
+    rope_args Rq = rope_args_of(rq), Rk = rope_args_of(rk);
+    int64_t total = rope_items(Rq) + rope_items(Rk) + ct_nel(vs->src[1]);
+    k_attn_prologue<<<grid_for(total, TPB), TPB, 0, CU_STREAM(n)>>>(Rq, rq->dst, Rk, ks->dst, vs->src[1], vs->dst,
+                                                                   (const int32_t *)ks->src[2].data);
+    return launch_status("attention prologue", msg, msg_size);
 }
 
 /* ---- the device-resident optimizer (src/backends/cuda/cuda-optim.c) ---------------------------------------- */
@@ -887,17 +978,8 @@ extern "C" int toy_cu_run(const struct toy_cu_node *n, char *msg, size_t msg_siz
     case TOY_OP_ATTENTION: return toy_cu_attention(n, msg, msg_size);
     case TOY_OP_ATTENTION_BACK: return toy_cu_attention_back(n, msg, msg_size);
     case TOY_OP_ROPE: {
-        int nd = n->op_params[P_RP_NDIMS];
-        bool neox = n->op_params[P_RP_MODE] == TOY_ROPE_NEOX;
-        float sign = n->op_params[P_RP_INVERSE] ? -1.0f : 1.0f;
-        float attn;
-        memcpy(&attn, &n->op_params[P_RP_ATTN], sizeof attn);
-        double mscale = n->op_params[P_RP_SCALING] == TOY_ROPE_SCALING_YARN ? (double)attn : 1.0;
-        bool per_batch = ct_nel(src[1]) == d.ne[2] * d.ne[3] && d.ne[3] > 1;
-        int64_t slots = nd / 2 + (d.ne[0] - nd);
-        k_rope<<<grid_for(slots * d.ne[2] * d.ne[3], TPB), TPB, 0, s>>>(d, src[0], src[1], n->has_src[2] ? src[2] : none,
-                                                                       n->has_src[2], n->rope_freq, nd, neox, sign,
-                                                                       mscale, per_batch);
+        rope_args R = rope_args_of(n);
+        k_rope<<<grid_for(rope_items(R), TPB), TPB, 0, s>>>(d, R);
         break;
     }
     case TOY_OP_CROSS_ENTROPY: {
