@@ -149,6 +149,7 @@ static int decode(const char *model, const char *wtype, int n_tokens, const char
     toy_set_output(lg);
     struct toy_graph *g = toy_graph_new(ctx);
     toy_graph_build(g, lg);
+    toy_graph_set_fusion(g, true); /* as toy generate does (TOY_FUSE=0: unfused, to compare) */
     if (toy_graph_set_device(g, device)) return die(device);
     struct toy_threadpool *tp = toy_threadpool_new(4);
     double t0 = 0;

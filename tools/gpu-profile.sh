@@ -4,7 +4,8 @@
 # tools/gpu-check.sh), times the training and decode benchmarks plainly, then
 # once more with TOY_CUDA_PROFILE=N: every node timed on its own (launch and
 # kernels, synchronised) and, per run, the time per op kind and the N
-# slowest nodes with their shapes; then single ops (bench-cuda op: the
+# slowest nodes with their shapes; decode unfused (TOY_FUSE=0) to compare;
+# then single ops (bench-cuda op: the
 # output layer's products, attention). Everything goes to one log,
 # $OUT/gpu-profile.txt (or build-cuda/gpu-profile.txt), and the plain
 # figures to stdout. The whole script keeps to GPU_PROFILE_SECONDS (300).
@@ -32,8 +33,15 @@ done <<'RUNS'
 60|train gpt2-124m 16 1024 3 cuda:0 bf16|train gpt2-124m 16 1024 1 cuda:0 bf16
 60|train smollm2-135m 16 1024 3 cuda:0 bf16|train smollm2-135m 16 1024 1 cuda:0 bf16
 30|decode smollm2-135m bf16 40 cuda:0|decode smollm2-135m bf16 4 cuda:0
+30|decode smollm2-135m q8_0 40 cuda:0|decode smollm2-135m q8_0 4 cuda:0
 60|decode llama-1b q8_0 40 cuda:0|decode llama-1b q8_0 4 cuda:0
 RUNS
+# decode with the graph left unfused (TOY_FUSE=0: every norm, SwiGLU, add,
+# ROPE and KV store its own kernel), against the fused runs above
+for w in bf16 q8_0; do
+  echo "== decode smollm2-135m $w 40 cuda:0, unfused (TOY_FUSE=0)" | tee -a "$L"
+  TOY_FUSE=0 timeout "$(lim 30)" $B decode smollm2-135m $w 40 cuda:0 | tee -a "$L"
+done
 # single ops under BF16 math: the output layer's product at GPT-2's odd
 # vocabulary and padded to a multiple of 8, SmolLM2's, a block's product,
 # and attention at both models' shapes (tensor-core and SIMT kernels)
