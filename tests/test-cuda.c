@@ -739,6 +739,27 @@ Test(cuda, attention_bf16_tensor_cores, .timeout = 600) {
                       "bf16 attention, unaligned rows");
 }
 
+/* The one-pass tensor-core forward moves a row's max (and rescales its
+ * accumulators) when a key tile's scores pass it by more than 8: here
+ * head 0's scores climb by 1 a key (32 a tile: a rescale at every tile),
+ * head 1's fall (the first tile's max holds). q and k are exact in BF16,
+ * so the scores are the CPU's. */
+Test(cuda, attention_bf16_rescales_when_scores_climb, .timeout = 600) {
+    need_cuda();
+    setenv("TOY_CUDA_MATH", "bf16", 1);
+    struct toy_ctx *ctx = setup(13);
+    const int D = 64, Hq = 2, T = 100, B = 2;
+    struct toy_tensor *q = param(ctx, D, Hq, T, B), *k = param(ctx, D, 1, T, B), *v = param(ctx, D, 1, T, B);
+    for (int64_t i = 0; i < toy_nelements(q); i++) ((float *)q->data)[i] = i / D % Hq ? -1.0f : 1.0f;
+    for (int64_t i = 0; i < toy_nelements(k); i++) ((float *)k->data)[i] = (float)(i / D % T) / 8.0f;
+    struct toy_attn_params p = {.causal = true};
+    struct toy_tensor *y = toy_attention(ctx, q, k, v, &p);
+    /* the forward only: scores this large amplify the BF16 rounding of the
+     * backward's dS past any useful tolerance (the two-pass forward's too) */
+    check_with(ctx, loss_of(ctx, y), y, false, TOL_ATTN_BF16, "bf16 attention, climbing scores");
+    toy_ctx_free(ctx);
+}
+
 /* Mixed precision marks products, not the device: toy_linear_bf16 over f32
  * weights (forward, dX, dW) and attention with toy_attn_params.bf16 run in
  * BF16 math under the default F32 math, against the CPU's own bf16 (or,
@@ -1145,6 +1166,7 @@ static void fused_decode_case(const char *path, enum toy_dtype type) {
 
 Test(cuda, fused_decode_same_bits_as_unfused, .timeout = 600) {
     need_cuda();
+    unsetenv("TOY_FUSE"); /* fusion on, whatever the caller's environment */
     struct toy_llama_config c = small_llama();
     struct toy_llama *m = toy_llama_new(&c, 23);
     cr_assert(m);

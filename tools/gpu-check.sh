@@ -53,6 +53,8 @@ echo "exit $?"; grep -E "Synthesis|FAIL|fail|differs|skip|max rel|AdamW|decode" 
 step "attention: the untiled reference kernels too"
 TOY_CUDA_ATTN=simple timeout $(lim $((60 * X))) ./$BLD/toy-tests --filter 'cuda/attention*' -j1 > "$R/test-cuda-attn-simple.txt" 2>&1
 echo "simple attention: $(grep Synthesis "$R/test-cuda-attn-simple.txt")"
+TOY_CUDA_ATTN=twopass timeout $(lim $((60 * X))) ./$BLD/toy-tests --filter 'cuda/attention_bf16*' -j1 > "$R/test-cuda-attn-twopass.txt" 2>&1
+echo "two-pass tensor-core forward: $(grep Synthesis "$R/test-cuda-attn-twopass.txt")"
 step "decode without CUDA graph capture (TOY_CUDA_GRAPH=0) too"
 TOY_CUDA_GRAPH=0 timeout $(lim $((60 * X))) ./$BLD/toy-tests --filter 'cuda/*decode*' -j1 > "$R/test-cuda-nograph.txt" 2>&1
 echo "uncaptured decode: $(grep Synthesis "$R/test-cuda-nograph.txt")"

@@ -44,7 +44,8 @@ for w in bf16 q8_0; do
 done
 # single ops under BF16 math: the output layer's product at GPT-2's odd
 # vocabulary and padded to a multiple of 8, SmolLM2's, a block's product,
-# and attention at both models' shapes (tensor-core and SIMT kernels)
+# and attention at both models' shapes (the one-pass tensor-core forward;
+# then GPT-2's with the two-pass one and the SIMT kernels)
 echo "== single ops (bench-cuda op)" | tee -a "$L"
 while read -r args; do
   TOY_CUDA_MATH=bf16 timeout "$(lim 30)" $B op $args 2>&1 | tee -a "$L"
@@ -56,5 +57,8 @@ matmul 16384 2304 768
 attention 16 12 12 1024 64
 attention 16 9 3 1024 64
 OPS
-TOY_CUDA_MATH=bf16 TOY_CUDA_ATTN=simt timeout "$(lim 30)" $B op attention 16 12 12 1024 64 2>&1 | tee -a "$L"
+for mode in twopass simt; do
+  echo "== attention 16 12 12 1024 64, TOY_CUDA_ATTN=$mode" | tee -a "$L"
+  TOY_CUDA_MATH=bf16 TOY_CUDA_ATTN=$mode timeout "$(lim 30)" $B op attention 16 12 12 1024 64 2>&1 | tee -a "$L"
+done
 grep -E "^== |^cuda:0 profile|^  [A-Z_]+ " "$L" | head -80

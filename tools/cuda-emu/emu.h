@@ -93,6 +93,18 @@ template <class T> static inline T __shfl_xor_sync(unsigned mask, T v, int lane_
     return toy_emu_shfl(v, (int)(threadIdx.x % 32) ^ lane_mask);
 }
 
+/* a warp vote: every lane publishes its predicate, all wait, each reads
+ * all of them, all wait again */
+static inline int __any_sync(unsigned mask, int pred) {
+    (void)mask;
+    *toy_emu_lane_slot(-1) = pred != 0;
+    toy_emu_syncwarp();
+    int any = 0;
+    for (int l = 0; l < 32; l++) any |= *toy_emu_lane_slot(l) != 0;
+    toy_emu_syncwarp();
+    return any;
+}
+
 /* one fiber runs at a time: atomics are plain read-modify-writes */
 template <class T> static inline T atomicAdd(T *p, T v) {
     T old = *p;

@@ -50,6 +50,12 @@ __global__ void k_reduce(const float *x, float *out, int n) {
     }
 }
 
+/* per warp: whether any lane's value is `hit` */
+__global__ void k_vote(const int *x, int *out, int hit) {
+    int any = __any_sync(0xffffffffu, x[threadIdx.x] == hit);
+    if (threadIdx.x % 32 == 0) out[threadIdx.x / 32] = any;
+}
+
 /* thread t reads what thread t+1 writes, with no barrier between */
 __global__ void k_race(int *out) {
     __shared__ int s[64];
@@ -156,6 +162,11 @@ int main(void) {
     for (int i = 0; i < 1000; i++) want += i % 7;
     k_reduce<<<1, 256>>>(x, out, 1000);
     check(cudaGetLastError() == cudaSuccess && *out == (float)want, "shuffles and a block reduction sum 1000 values");
+
+    for (int i = 0; i < 96; i++) iv[i] = i == 37 || i == 70 || i == 71 ? 7 : 0;
+    iv[100] = iv[101] = iv[102] = -1;
+    k_vote<<<1, 96>>>(iv, iv + 100, 7);
+    check(cudaGetLastError() == cudaSuccess && iv[100] == 0 && iv[101] == 1 && iv[102] == 1, "__any_sync votes per warp");
 
     bool raced = false;
     for (int rep = 0; rep < 8 && !raced; rep++) {

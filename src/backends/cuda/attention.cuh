@@ -112,7 +112,7 @@ __device__ __forceinline__ float ds_of(const at &a, float p, float dp, float di,
  * accumulation, for head dims that are a multiple of 16 up to 128 and F32
  * q (k, v F32, or an F16 cache in the forward). */
 bool toy_cu_attn_tc_ok(const at &a, int k_type);
-void toy_cu_attn_tc_fwd(CT out, CT q, CT k, CT v, CT seg, at a, float *lse, cudaStream_t s);
+void toy_cu_attn_tc_fwd(CT out, CT q, CT k, CT v, CT seg, at a, float *lse, bool two_pass, cudaStream_t s);
 void toy_cu_attn_tc_back(float *dq, float *dk, float *dv, CT dO, CT q, CT k, CT v, CT seg, at a, const float *lse,
                          const float *Di, cudaStream_t s);
 

@@ -15,10 +15,15 @@
  * applies scale, softcap and masks to row r (16 columns each); the
  * probabilities (or dS) go back as a BF16 tile for the next product.
  *
- * Forward, in two passes over the keys: the first finds each row's
- * log-sum-exp (online max and sum per lane, the lane pair merged), the
- * second accumulates O = sum_j exp(s_j - lse) v_j, so the accumulator never
- * needs rescaling (wmma does not say which lane holds which element).
+ * Forward, in one pass over the keys (flash-attention 2): per row a
+ * running max m and sum l, O accumulated as sum_j exp(s_j - m) v_j and
+ * divided by l at the end. m moves only when a tile's max passes it by
+ * more than 8 (RESCALE_AT), and only then do the accumulators go through
+ * shared memory to be rescaled (wmma does not say which lane holds which
+ * element), so most tiles are two products and the softmax. The former
+ * two-pass forward (each row's log-sum-exp first, then O = sum_j
+ * exp(s_j - lse) v_j, computing every score twice) stays as
+ * TOY_CUDA_ATTN=twopass.
  * Backward as the F32 kernels: dQ = scale dS K by query tiles, dK = scale
  * dS^T Q and dV = P^T dO by key tiles (over every query head of the
  * group); each output has one writer, no atomics. Di = rowsum(dO O) comes
@@ -202,6 +207,25 @@ __device__ __forceinline__ void store_rows(float *out, int64_t stride, int live,
         }
 }
 
+/* acc's rows times f, the lane pair's row r by its own f (the warp's
+ * accumulators through the score tile S: wmma does not say which lane
+ * holds which element) */
+template <int ND>
+__device__ __forceinline__ void rescale_rows(frag_c *acc, float f, float *S, int nd) {
+    int lane = threadIdx.x % 32, r = lane / 2, hf = lane % 2;
+    __syncwarp(); /* S's scores are read */
+#pragma unroll
+    for (int i = 0; i < ND; i++)
+        if (i < nd) {
+            wmma::store_matrix_sync(S, acc[i], S_LD, wmma::mem_row_major);
+            __syncwarp();
+            for (int c = 0; c < 8; c++) S[r * S_LD + 8 * hf + c] *= f;
+            __syncwarp();
+            wmma::load_matrix_sync(acc[i], S, S_LD, wmma::mem_row_major);
+            __syncwarp();
+        }
+}
+
 /* A block of query rows (forward, dQ): blocks are (query tile, head,
  * batch); the block's rows [t0, t1), the warp's [wt0, wt1), the lane
  * pair's row t (live when inside the block), and the keys [j0, j1) row t
@@ -233,9 +257,18 @@ __device__ __forceinline__ qtile query_tile(const at &a, const CT &seg) {
     return q;
 }
 
-/* blocks: (query tile, head, batch) */
+/* The one-pass forward keeps a row's running max m and sum l (of
+ * exp(s - m)) and rescales O only when a tile's max passes m by more than
+ * RESCALE_AT (then m moves to it): until then exp(s - m) <= e^8 stays well
+ * inside F32 and BF16, and the accumulators need no round trip through
+ * shared memory for most tiles. */
+#define RESCALE_AT 8.0f
+
+/* blocks: (query tile, head, batch). one: a single pass over the keys
+ * (online softmax, O rescaled as above), else two (lse first, then O with
+ * the final probabilities: TOY_CUDA_ATTN=twopass) */
 template <int ND, typename KT>
-__global__ void k_attn_fwd_tc(CT out, CT q, CT k, CT v, CT seg, at a, float *lse, int vec) {
+__global__ void k_attn_fwd_tc(CT out, CT q, CT k, CT v, CT seg, at a, float *lse, int vec, bool one) {
     at_dyn(a);
     extern __shared__ float4 tc_sm[];
     const tc_bufs M = tc_carve(tc_sm, a.D, false);
@@ -248,8 +281,12 @@ __global__ void k_attn_fwd_tc(CT out, CT q, CT k, CT v, CT seg, at a, float *lse
     own_rows<ND>(qf, stage, ld, q, Q.h, Q.t0, Q.t1 - Q.t0, Q.b, D, vec & 1);
     frag_c of[ND];
     float m = -INFINITY, l = 0.0f, row_lse = -INFINITY;
-    for (int pass = 0; pass < 2; pass++) {
-        if (pass == 1) { /* the lane pair's partial (max, sum) make the row's lse */
+    if (one) {
+#pragma unroll
+        for (int i = 0; i < ND; i++) wmma::fill_fragment(of[i], 0.0f);
+    }
+    for (int pass = one ? 1 : 0; pass < 2; pass++) {
+        if (pass == 1 && !one) { /* the lane pair's partial (max, sum) make the row's lse */
             float mo = __shfl_xor_sync(0xffffffffu, m, 1), lo = __shfl_xor_sync(0xffffffffu, l, 1);
             float M = fmaxf(m, mo);
             float sum = (m > -INFINITY ? l * expf(m - M) : 0.0f) + (mo > -INFINITY ? lo * expf(mo - M) : 0.0f);
@@ -284,16 +321,38 @@ __global__ void k_attn_fwd_tc(CT out, CT q, CT k, CT v, CT seg, at a, float *lse
                 }
                 continue;
             }
-            for (int c = 0; c < 16; c++)
-                P[r * P_LD + 16 * hf + c] = __float2bfloat16(sv[c] > -INFINITY ? expf(sv[c] - row_lse) : 0.0f);
+            if (one) { /* the row's max over the lane pair; m moves (and O rescales) only past RESCALE_AT */
+                float rmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
+                bool up = rmax > -INFINITY && (m == -INFINITY || rmax > m + RESCALE_AT);
+                float f = up && m > -INFINITY ? expf(m - rmax) : 1.0f;
+                if (__any_sync(0xffffffffu, f != 1.0f)) rescale_rows<ND>(of, f, S, nd);
+                if (up) {
+                    l *= f;
+                    m = rmax;
+                }
+                for (int c = 0; c < 16; c++) {
+                    float p = sv[c] > -INFINITY ? expf(sv[c] - m) : 0.0f;
+                    l += p;
+                    P[r * P_LD + 16 * hf + c] = __float2bfloat16(p);
+                }
+            } else {
+                for (int c = 0; c < 16; c++)
+                    P[r * P_LD + 16 * hf + c] = __float2bfloat16(sv[c] > -INFINITY ? expf(sv[c] - row_lse) : 0.0f);
+            }
             __syncwarp();
             tile_pv<ND>(of, P, Vs, ld, nd);
         }
     }
+    float os = 1.0f; /* the lane's row's output scale */
+    if (one) { /* the lane pair's sums make the row's; O / l */
+        float lr = l + __shfl_xor_sync(0xffffffffu, l, 1);
+        row_lse = lr > 0.0f ? m + logf(lr) : -INFINITY;
+        os = lr > 0.0f ? 1.0f / lr : 0.0f;
+    }
     if (!Q.wlive) return;
     /* out is {D, Hq, Tq, B} contiguous: consecutive t are Hq D apart */
     float *orow = (float *)(out.data + Q.h * out.nb[1] + Q.wt0 * out.nb[2] + Q.b * out.nb[3]);
-    store_rows<ND>(orow, out.nb[2] / 4, (int)(Q.wt1 - Q.wt0), of, 1.0f, S, nd);
+    store_rows<ND>(orow, out.nb[2] / 4, (int)(Q.wt1 - Q.wt0), of, os, S, nd);
     if (Q.rlive && hf == 0) lse[(Q.b * a.Tq + Q.t) * a.Hq + Q.h] = row_lse;
 }
 
@@ -428,23 +487,24 @@ bool toy_cu_attn_tc_ok(const at &a, int k_type) {
 
 template <int ND, typename KT>
 static void fwd_launch(unsigned blocks, size_t smem, cudaStream_t s, CT out, CT q, CT k, CT v, CT seg, at a,
-                       float *lse) {
+                       float *lse, bool one) {
     int vec = rows_vec(q) | rows_vec(k) << 1 | rows_vec(v) << 2;
-    k_attn_fwd_tc<ND, KT><<<blocks, 32 * TC_WARPS, smem, s>>>(out, q, k, v, seg, a, lse, vec);
+    k_attn_fwd_tc<ND, KT><<<blocks, 32 * TC_WARPS, smem, s>>>(out, q, k, v, seg, a, lse, vec, one);
 }
 
 template <typename KT>
-static void fwd_nd(unsigned blocks, size_t smem, cudaStream_t s, CT out, CT q, CT k, CT v, CT seg, at a, float *lse) {
-    if (a.D <= 32) fwd_launch<2, KT>(blocks, smem, s, out, q, k, v, seg, a, lse);
-    else if (a.D <= 64) fwd_launch<4, KT>(blocks, smem, s, out, q, k, v, seg, a, lse);
-    else fwd_launch<8, KT>(blocks, smem, s, out, q, k, v, seg, a, lse);
+static void fwd_nd(unsigned blocks, size_t smem, cudaStream_t s, CT out, CT q, CT k, CT v, CT seg, at a, float *lse,
+                   bool one) {
+    if (a.D <= 32) fwd_launch<2, KT>(blocks, smem, s, out, q, k, v, seg, a, lse, one);
+    else if (a.D <= 64) fwd_launch<4, KT>(blocks, smem, s, out, q, k, v, seg, a, lse, one);
+    else fwd_launch<8, KT>(blocks, smem, s, out, q, k, v, seg, a, lse, one);
 }
 
-void toy_cu_attn_tc_fwd(CT out, CT q, CT k, CT v, CT seg, at a, float *lse, cudaStream_t s) {
+void toy_cu_attn_tc_fwd(CT out, CT q, CT k, CT v, CT seg, at a, float *lse, bool two_pass, cudaStream_t s) {
     unsigned blocks = (unsigned)(cdiv(a.Tq, TC_ROWS) * a.Hq * a.B);
     size_t smem = tc_layout(a.D, false).total;
-    if (k.type == TOY_F16) fwd_nd<__half>(blocks, smem, s, out, q, k, v, seg, a, lse);
-    else fwd_nd<float>(blocks, smem, s, out, q, k, v, seg, a, lse);
+    if (k.type == TOY_F16) fwd_nd<__half>(blocks, smem, s, out, q, k, v, seg, a, lse, !two_pass);
+    else fwd_nd<float>(blocks, smem, s, out, q, k, v, seg, a, lse, !two_pass);
 }
 
 template <int ND>

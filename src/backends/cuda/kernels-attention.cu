@@ -409,20 +409,25 @@ __global__ void k_attn_dkv_tiled(float *dk, float *dv, CT dO, CT q, CT k, CT v, 
 }
 
 /* TOY_CUDA_ATTN=simple: the one-warp-per-row kernels; =simt: the tiled F32
- * kernels even where the tensor-core ones apply; default: tiled, or tensor
- * cores when the math is BF16 (kernels-attention-tc.cu) */
-enum { ATTN_AUTO, ATTN_SIMPLE, ATTN_SIMT };
+ * kernels even where the tensor-core ones apply; =twopass: the tensor-core
+ * forward in two passes (kernels-attention-tc.cu); default: tiled, or
+ * tensor cores when the math is BF16 */
+enum { ATTN_AUTO, ATTN_SIMPLE, ATTN_SIMT, ATTN_TWOPASS };
 static int attn_mode(void) {
     static int mode = -1;
     if (mode < 0) {
         const char *e = getenv("TOY_CUDA_ATTN");
-        mode = e && !strcmp(e, "simple") ? ATTN_SIMPLE : e && !strcmp(e, "simt") ? ATTN_SIMT : ATTN_AUTO;
+        mode = e && !strcmp(e, "simple")    ? ATTN_SIMPLE
+               : e && !strcmp(e, "simt")    ? ATTN_SIMT
+               : e && !strcmp(e, "twopass") ? ATTN_TWOPASS
+                                            : ATTN_AUTO;
     }
     return mode;
 }
 static bool use_simple(void) { return attn_mode() == ATTN_SIMPLE; }
 static bool use_tc(const struct toy_cu_node *n, const at &a, int k_type) {
-    return attn_mode() == ATTN_AUTO && n->math == TOY_CU_MATH_BF16 && toy_cu_attn_tc_ok(a, k_type);
+    return (attn_mode() == ATTN_AUTO || attn_mode() == ATTN_TWOPASS) && n->math == TOY_CU_MATH_BF16 &&
+           toy_cu_attn_tc_ok(a, k_type);
 }
 
 /* ---- split-key decode (flash-decoding) -------------------------------------------------------
@@ -579,7 +584,7 @@ extern "C" int toy_cu_attention(const struct toy_cu_node *n, char *msg, size_t m
         return launch_status("attention", msg, msg_size);
     }
     if (use_tc(n, a, k.type)) {
-        toy_cu_attn_tc_fwd(n->dst, q, k, v, seg, a, lse, s);
+        toy_cu_attn_tc_fwd(n->dst, q, k, v, seg, a, lse, attn_mode() == ATTN_TWOPASS, s);
         return launch_status("attention (tensor cores)", msg, msg_size);
     }
     int nt = tile_rows(a.D);
