@@ -199,12 +199,12 @@ cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e) {
     mock_graph_free((struct mock_graph *)e);
     return cudaSuccess;
 }
-static int run_node(const struct toy_cu_node *n);
+static int run_fused(const struct toy_cu_node *n);
 cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t s) {
     (void)s;
     struct mock_graph *g = (struct mock_graph *)e;
     for (int i = 0; i < g->n; i++)
-        if (run_node(&g->nodes[i])) return cudaErrorLaunchFailure;
+        if (run_fused(&g->nodes[i])) return cudaErrorLaunchFailure;
     return cudaSuccess;
 }
 
@@ -270,6 +270,31 @@ static int run_node(const struct toy_cu_node *n) {
     return 0;
 }
 
+/* A node that does other nodes' work (graph-fuse.c), as the kernels do:
+ * a product with siblings computes each of them; a fused attention first
+ * runs the ROPEs and KV_STOREs it leads, then attends as unfused. */
+static int run_fused(const struct toy_cu_node *n) {
+    struct toy_cu_node one = *n;
+    if (n->op == TOY_OP_MATMUL && n->n_sib) {
+        one.n_sib = 0;
+        if (run_node(&one)) return 1;
+        for (int s = 0; s < n->n_sib; s++) {
+            one.dst = n->sib_dst[s];
+            one.src[1] = n->sib_b[s];
+            if (run_node(&one)) return 1;
+        }
+        return 0;
+    }
+    if (n->op == TOY_OP_ATTENTION && n->op_params[P_AT_FUSED]) {
+        static const int order[4] = {0, 2, 1, 3}; /* q's ROPE, k's ROPE, the two stores */
+        for (int i = 0; i < 4; i++)
+            if (!n->led[order[i]] || run_node(n->led[order[i]])) return 1;
+        one.op_params[P_AT_FUSED] = 0;
+        return run_node(&one);
+    }
+    return run_node(n);
+}
+
 int toy_cu_run(const struct toy_cu_node *n, char *msg, size_t msg_size) {
     (void)msg, (void)msg_size;
     if (capturing) {
@@ -283,7 +308,7 @@ int toy_cu_run(const struct toy_cu_node *n, char *msg, size_t msg_size) {
         capturing->nodes[capturing->n++] = *n;
         return 0;
     }
-    return run_node(n) ? TOY_ERR_NOMEM : 0;
+    return run_fused(n) ? TOY_ERR_NOMEM : 0;
 }
 
 size_t toy_cu_work_size(const struct toy_cu_node *n) {
