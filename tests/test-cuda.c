@@ -525,6 +525,25 @@ Test(cuda, bf16_math_products_with_odd_rows) {
     toy_ctx_free(ctx);
 }
 
+/* C with rows of an odd width (4099 floats: not 16-byte aligned, as
+ * GPT-2's 50257-wide logits) runs in chunks of rows through padded
+ * scratch (TOY_CUDA_PAD_C: 56-row chunks here, the last shorter): the
+ * forward of the first product, and a2's gradient, two products adding
+ * into a persistent gradient */
+Test(cuda, products_with_unaligned_c_rows, .timeout = 600) {
+    need_cuda();
+    setenv("TOY_CUDA_PAD_C", "1024", 1);
+    struct toy_ctx *ctx = setup(26);
+    struct toy_tensor *a = param(ctx, 64, 1100, 1, 1), *b = param(ctx, 64, 4099, 1, 1);
+    struct toy_tensor *loss = loss_of(ctx, toy_matmul(ctx, a, b, false, true));
+    struct toy_tensor *a2 = param(ctx, 4099, 1100, 1, 1), *b2 = param(ctx, 4099, 48, 1, 1),
+                      *b3 = param(ctx, 4099, 16, 1, 1);
+    loss = toy_add(ctx, loss, loss_of(ctx, toy_matmul(ctx, a2, b2, false, true)));
+    loss = toy_add(ctx, loss, loss_of(ctx, toy_matmul(ctx, a2, b3, false, true))); /* a second term of a2's gradient */
+    check(ctx, loss, true, TOL_GEMM, "products with 4099-wide rows of C");
+    toy_ctx_free(ctx);
+}
+
 /* a quantized weight dequantized in several chunks (TOY_CUDA_QCHUNK_KB:
  * 64-row chunks here; each test runs in a process of its own), forward
  * (chunks are columns of C) and backward (chunks are rows of the sum) */

@@ -43,7 +43,8 @@ for w in bf16 q8_0; do
   TOY_FUSE=0 timeout "$(lim 30)" $B decode smollm2-135m $w 40 cuda:0 | tee -a "$L"
 done
 # single ops under BF16 math: the output layer's product at GPT-2's odd
-# vocabulary and padded to a multiple of 8, SmolLM2's, a block's product,
+# vocabulary (C through padded scratch, and once without) and padded to a
+# multiple of 8, SmolLM2's, a block's product,
 # and attention at both models' shapes (the one-pass tensor-core forward;
 # then GPT-2's with the two-pass one and the SIMT kernels)
 echo "== single ops (bench-cuda op)" | tee -a "$L"
@@ -57,6 +58,8 @@ matmul 16384 2304 768
 attention 16 12 12 1024 64
 attention 16 9 3 1024 64
 OPS
+echo "== matmul 16384 50257 768, TOY_CUDA_PAD_C=0 (C's odd rows straight to cuBLAS)" | tee -a "$L"
+TOY_CUDA_MATH=bf16 TOY_CUDA_PAD_C=0 timeout "$(lim 30)" $B op matmul 16384 50257 768 2>&1 | tee -a "$L"
 for mode in twopass simt; do
   echo "== attention 16 12 12 1024 64, TOY_CUDA_ATTN=$mode" | tee -a "$L"
   TOY_CUDA_MATH=bf16 TOY_CUDA_ATTN=$mode timeout "$(lim 30)" $B op attention 16 12 12 1024 64 2>&1 | tee -a "$L"

@@ -388,6 +388,51 @@ static size_t qchunk_bytes(const struct toy_cu_node *nd, int64_t nr) {
     return ((size_t)nr * (size_t)nd->src[1].ne[0] * es + 255) / 256 * 256;
 }
 
+/* C's rows are n floats apart. When n * 4 is not a multiple of 16 (GPT-2's
+ * 50257-wide output layer) cuBLAS leaves its fast kernels, so a large
+ * product (one matrix, A not transposed) runs in chunks of rows into
+ * scratch whose rows are padded to 8 floats, and each chunk is copied (or,
+ * accumulating, added) into C. TOY_CUDA_PAD_C=0 turns it off; =N sets the
+ * scratch to N KiB (tests use it to cut small products into chunks). */
+#define PADC_BYTES ((size_t)256 << 20)
+static size_t pad_c_setting(void) {
+    static size_t bytes = 1; /* 1: not read yet */
+    if (bytes == 1) {
+        const char *e = getenv("TOY_CUDA_PAD_C");
+        long kb = e && *e ? atol(e) : -1;
+        bytes = kb == 0 ? 0 : kb > 0 ? (size_t)kb << 10 : PADC_BYTES;
+    }
+    return bytes;
+}
+static bool pad_c(const mm &s) {
+    return pad_c_setting() && s.n % 4 && !s.ta && s.nbatch == 1 && (double)s.m * (double)s.n >= (double)(1 << 22);
+}
+static int64_t pad_c_rows(const mm &s) {
+    int64_t r = (int64_t)(pad_c_setting() / ((size_t)pitch_of(s.n) * 4)) / 8 * 8;
+    if (r < 8) r = 8;
+    return r < s.m ? r : s.m;
+}
+static size_t pad_c_bytes(const mm &s) { return pad_c(s) ? (size_t)pad_c_rows(s) * pitch_of(s.n) * 4 + 256 : 0; }
+
+/* where a GEMM path's padded C scratch starts in the node's work: after
+ * the converted operands (F32 B under BF16 math: A, B; F16/BF16 B: A) */
+static size_t pad_c_at(const struct toy_cu_node *nd) {
+    const CT &A = nd->src[0], &B = nd->src[1];
+    if (B.type == TOY_F32 && nd->math == TOY_CU_MATH_BF16)
+        return (converted_elems(A) + 127) / 128 * 256 + (converted_elems(B) * 2 + 255) / 256 * 256;
+    if (B.type == TOY_F16 || B.type == TOY_BF16) return (converted_elems(A) * 2 + 255) / 256 * 256;
+    return 0;
+}
+
+/* rows [0, rows) of the padded chunk into C (n floats a row), or added to it */
+__global__ void k_store_rows(float *c, const float *chunk, int64_t rows, int64_t n, int64_t pitch, bool add) {
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < rows * n; e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = e / n, j = e - r * n;
+        float v = chunk[r * pitch + j];
+        c[e] = add ? c[e] + v : v;
+    }
+}
+
 extern "C" size_t toy_cu_matmul_work(const struct toy_cu_node *nd) {
     mm s = mm_shape(nd);
     const CT &A = nd->src[0], &B = nd->src[1];
@@ -407,8 +452,8 @@ extern "C" size_t toy_cu_matmul_work(const struct toy_cu_node *nd) {
         return prologue_bytes(nd) + toy_cu_matmul_work(&one);
     }
     size_t w = 0;
-    if (B.type == TOY_F32 && nd->math == TOY_CU_MATH_BF16) w = (converted_elems(A) + 127) / 128 * 256 + converted_elems(B) * 2 + 512;
-    else if ((B.type == TOY_F16 || B.type == TOY_BF16) && !half_gemv_ok(A, B, s)) w = converted_elems(A) * 2 + 512;
+    if (B.type == TOY_F32) w = pad_c_at(nd) + pad_c_bytes(s) + (nd->math == TOY_CU_MATH_BF16 ? 512 : 0);
+    else if ((B.type == TOY_F16 || B.type == TOY_BF16) && !half_gemv_ok(A, B, s)) w = pad_c_at(nd) + pad_c_bytes(s) + 512;
     else if (is_quant(B.type) && gemv_of(A, B, s) == GV_NONE) {
         int64_t rows = s.tb ? B.ne[1] : s.k; /* rows of one B slice */
         int64_t cr = qchunk_rows(B.ne[0]);
@@ -517,7 +562,25 @@ static gemm_call gemm_at(const struct toy_cu_node *nd, const mm &s, const operan
 static int gemm_batches(const struct toy_cu_node *nd, const mm &s, const operand &A, const operand &B,
                         cublasComputeType_t ct, char *msg, size_t msg_size) {
     cublasHandle_t h = (cublasHandle_t)nd->cublas;
-    float alpha = 1.0f;
+    float alpha = 1.0f, zero = 0.0f;
+    if (pad_c(s) && gemm_count(nd, A, B) == 1) { /* rows of C in chunks through padded scratch */
+        gemm_call g = gemm_at(nd, s, A, B, 0);
+        float *cs = (float *)(nd->work + pad_c_at(nd));
+        int64_t pitch = pitch_of(s.n), rows = pad_c_rows(s);
+        for (int64_t r0 = 0; r0 < s.m; r0 += rows) {
+            int64_t mr = s.m - r0 < rows ? s.m - r0 : rows;
+            const char *a = g.A + r0 * g.lda * A.es; /* A not transposed: its rows are C's */
+            cublasStatus_t st = cublasGemmStridedBatchedEx(h, g.opB, g.opA, g.n, (int)mr, g.k, &alpha, g.B, B.type,
+                                                           g.ldb, 0, a, A.type, g.lda, 0, &zero, cs, CUDA_R_32F,
+                                                           (int)pitch, 0, 1, ct, CUBLAS_GEMM_DEFAULT);
+            int rc = cublas_status(st, "cublasGemmStridedBatchedEx", msg, msg_size);
+            if (rc) return rc;
+            k_store_rows<<<grid_for(mr * s.n, 256), 256, 0, CU_STREAM(nd)>>>((float *)g.C + r0 * s.n, cs, mr, s.n, pitch,
+                                                                            s.accum);
+            if ((rc = launch_status("padded rows", msg, msg_size))) return rc;
+        }
+        return 0;
+    }
     for (int64_t c = 0, n = gemm_count(nd, A, B); c < n; c++) {
         gemm_call g = gemm_at(nd, s, A, B, c);
         cublasStatus_t st = cublasGemmStridedBatchedEx(h, g.opB, g.opA, g.n, g.m, g.k, &alpha, g.B, B.type, g.ldb, g.sB,
