@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "toy/toy.h"
 
@@ -135,6 +136,31 @@ Test(optim, clip_grad_norm) {
     cr_assert_float_eq(toy_optim_clip_grad_norm(o, 1, NULL), 5.0f, 1e-6);
     cr_assert_float_eq(ga[0], 3.0f / (5.0f + 1e-6f), 1e-6);
     cr_assert_float_eq(gb[0], 4.0f / (5.0f + 1e-6f), 1e-6);
+    toy_optim_free(o);
+    toy_ctx_free(ctx);
+}
+
+/* a step with a parameter that got no gradient is refused before any
+ * parameter changes, naming it, or "(unnamed)" for a tensor without a name */
+Test(optim, step_without_a_gradient_names_the_parameter) {
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    struct toy_tensor *a = toy_new_tensor_1d(ctx, TOY_F32, 3), *b = toy_new_tensor_1d(ctx, TOY_F32, 2);
+    toy_set_param(a);
+    toy_set_param(b);
+    for (int i = 0; i < 3; i++) ((float *)a->data)[i] = 1.0f + (float)i;
+    for (int i = 0; i < 2; i++) ((float *)b->data)[i] = -1.0f;
+    a->grad = toy_new_tensor_1d(ctx, TOY_F32, 3);
+    for (int i = 0; i < 3; i++) ((float *)a->grad->data)[i] = 0.5f;
+    struct toy_optim *o = toy_optim_new(TOY_OPTIM_SGD);
+    int grp = toy_optim_add_group(o, &(struct toy_optim_group){0});
+    toy_optim_add_param(o, a, grp);
+    toy_optim_add_param(o, b, grp);
+    cr_assert_eq(toy_optim_step(o, 0.1f, NULL), TOY_ERR_STATE);
+    cr_assert(strstr(toy_last_error(), "parameter '(unnamed)' has no gradient"), "%s", toy_last_error());
+    for (int i = 0; i < 3; i++) cr_assert_eq(((float *)a->data)[i], 1.0f + (float)i); /* nothing stepped */
+    toy_set_name(b, "head.bias");
+    cr_assert_eq(toy_optim_step(o, 0.1f, NULL), TOY_ERR_STATE);
+    cr_assert(strstr(toy_last_error(), "parameter 'head.bias' has no gradient"), "%s", toy_last_error());
     toy_optim_free(o);
     toy_ctx_free(ctx);
 }

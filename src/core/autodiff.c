@@ -59,7 +59,7 @@ static bool wants_grad(struct bw *b, struct toy_tensor *s) {
 
 static void add_contribution(struct bw *b, struct toy_tensor *s, struct toy_tensor *c) {
     struct toy_graph *g = b->g;
-    TOY_ASSERT(toy_same_shape(s, c), "gradient shape of '%s' (op %s) differs", s->name,
+    TOY_ASSERT(toy_same_shape(s, c), "gradient shape of '%s' (op %s) differs", toy_label(s),
                toy_op_name(s->op));
     if (s->op == TOY_OP_NONE) {
         if (!s->grad) {
@@ -126,7 +126,7 @@ static void node_backward(struct bw *b, struct toy_tensor *y, struct toy_tensor 
     switch (y->op) {
     case TOY_OP_VIEW: {
         if (!wants_grad(b, a)) break;
-        TOY_ASSERT(toy_is_contiguous(a), "backward of a view of non-contiguous '%s'", a->name);
+        TOY_ASSERT(toy_is_contiguous(a), "backward of a view of non-contiguous '%s'", toy_label(a));
         struct toy_tensor *d = backward_node(ctx, TOY_OP_VIEW_BACK, a->ne);
         d->src[0] = dy;
         d->src[1] = y; /* gives the view's strides and offset */
@@ -273,7 +273,7 @@ static void node_backward(struct bw *b, struct toy_tensor *y, struct toy_tensor 
     }
     case TOY_OP_ATTENTION: {
         struct toy_tensor *q = a, *k = s1, *v = s2;
-        TOY_ASSERT(!y->op_params[P_AT_DYNKV], "no gradient through cached (KV) attention '%s'", y->name);
+        TOY_ASSERT(!y->op_params[P_AT_DYNKV], "no gradient through cached (KV) attention '%s'", toy_label(y));
         if (!wants_grad(b, q) && !wants_grad(b, k) && !wants_grad(b, v)) break;
         int64_t nq = toy_nelements(q), nk = toy_nelements(k);
         struct toy_tensor *d = backward_node(ctx, TOY_OP_ATTENTION_BACK, (int64_t[]){nq + 2 * nk, 1, 1, 1});
@@ -314,13 +314,13 @@ static void node_backward(struct bw *b, struct toy_tensor *y, struct toy_tensor 
         break;
     }
     default:
-        TOY_ABORT("no gradient for op %s (tensor '%s')", toy_op_name(y->op), y->name);
+        TOY_ABORT("no gradient for op %s (tensor '%s')", toy_op_name(y->op), toy_label(y));
     }
 }
 
 void toy_graph_backward(struct toy_graph *g, struct toy_tensor *loss) {
     struct toy_ctx *ctx = g->ctx;
-    TOY_ASSERT(toy_nelements(loss) == 1, "loss '%s' must have one element", loss->name);
+    TOY_ASSERT(toy_nelements(loss) == 1, "loss '%s' must have one element", toy_label(loss));
     int li = toy_ptrmap_get(&g->index, loss);
     TOY_ASSERT(li >= 0, "loss is not in the graph (call toy_graph_build first)");
     /* a second call would append a second set of gradient ops, and every gradient would count twice */

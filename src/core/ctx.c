@@ -256,10 +256,10 @@ static char *elem_ptr(const struct toy_tensor *t, int64_t i0, int64_t i1, int64_
     for (int d = 0; d < 4; d++)
         if (ix[d] < 0 || ix[d] >= t->ne[d]) {
             char shape[96];
-            TOY_ABORT("tensor '%s' %s: element index i%d = %lld is outside [0, ne%d = %lld)", t->name,
+            TOY_ABORT("tensor '%s' %s: element index i%d = %lld is outside [0, ne%d = %lld)", toy_label(t),
                       toy_shape_str(t, shape, sizeof shape), d, (long long)ix[d], d, (long long)t->ne[d]);
         }
-    TOY_ASSERT(t->data, "tensor '%s' has no data (not allocated or computed yet)", t->name);
+    TOY_ASSERT(t->data, "tensor '%s' has no data (not allocated or computed yet)", toy_label(t));
     return (char *)t->data + i0 * t->nb[0] + i1 * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3];
 }
 
@@ -312,7 +312,7 @@ struct toy_tensor *toy_view(struct toy_ctx *ctx, struct toy_tensor *a, int n_dim
     for (int i = 0; i < n_dims; i++) t->nb[i] = nb[i];
     for (int i = n_dims; i < TOY_MAX_DIMS; i++) t->nb[i] = t->nb[i - 1] * (size_t)t->ne[i - 1];
     TOY_ASSERT(offset + toy_nbytes(t) <= toy_nbytes(a) || toy_nelements(t) == 0,
-               "view of %s out of bounds (offset %zu + %zu > %zu)", a->name[0] ? a->name : "(unnamed)", offset,
+               "view of %s out of bounds (offset %zu + %zu > %zu)", toy_label(a), offset,
                toy_nbytes(t), toy_nbytes(a));
     t->op = TOY_OP_VIEW;
     t->src[0] = a;
@@ -327,10 +327,10 @@ struct toy_tensor *toy_view(struct toy_ctx *ctx, struct toy_tensor *a, int n_dim
 struct toy_tensor *toy_reshape(struct toy_ctx *ctx, struct toy_tensor *a, int n_dims,
                                const int64_t *ne) {
     TOY_ASSERT(a, "toy_reshape: argument 'a' is NULL (did the call that made it fail?)");
-    TOY_ASSERT(toy_is_contiguous(a), "reshape of non-contiguous tensor %s", a->name[0] ? a->name : "(unnamed)");
+    TOY_ASSERT(toy_is_contiguous(a), "reshape of non-contiguous tensor %s", toy_label(a));
     struct toy_tensor *t = toy_tensor_alloc_meta(ctx, a->type, n_dims, ne);
     TOY_ASSERT(toy_nelements(t) == toy_nelements(a), "reshape %s: %lld elements to %lld",
-               a->name[0] ? a->name : "(unnamed)", (long long)toy_nelements(a), (long long)toy_nelements(t));
+               toy_label(a), (long long)toy_nelements(a), (long long)toy_nelements(t));
     t->op = TOY_OP_RESHAPE;
     t->src[0] = a;
     t->view_src = base_of(a);

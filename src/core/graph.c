@@ -414,7 +414,7 @@ static bool is_small(const struct toy_tensor *t) {
 static enum toy_status check_leaf(const struct toy_tensor *t) {
     if (t && t->op == TOY_OP_NONE && !t->data)
         return toy_error(TOY_ERR_STATE, "tensor '%s' has no data (set it before running the graph)",
-                         t->name[0] ? t->name : "(unnamed)");
+                         toy_label(t));
     return TOY_OK;
 }
 

@@ -29,6 +29,9 @@ static inline float toy_param_f32(const struct toy_tensor *t, int i) {
     return v;
 }
 
+/* t's name for messages: "(unnamed)" when it has none */
+static inline const char *toy_label(const struct toy_tensor *t) { return t->name[0] ? t->name : "(unnamed)"; }
+
 /* the tensor whose bytes t uses: its view base, or for an add fused into a
  * product (graph-fuse.c) the result it accumulates into */
 static inline struct toy_tensor *toy_storage_of(struct toy_tensor *t) {

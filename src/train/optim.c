@@ -184,9 +184,9 @@ int toy_optim_add_group(struct toy_optim *o, const struct toy_optim_group *g) {
 }
 
 void toy_optim_add_param(struct toy_optim *o, struct toy_tensor *p, int group) {
-    TOY_ASSERT(p->type == TOY_F32 && toy_is_contiguous(p), "optimizer parameter '%s' must be contiguous f32", p->name);
-    TOY_ASSERT(group >= 0 && group < o->n_groups, "group %d of '%s' does not exist", group, p->name);
-    TOY_ASSERT(!o->sharded, "optimizer: parameter '%s' added after sharding", p->name);
+    TOY_ASSERT(p->type == TOY_F32 && toy_is_contiguous(p), "optimizer parameter '%s' must be contiguous f32", toy_label(p));
+    TOY_ASSERT(group >= 0 && group < o->n_groups, "group %d of '%s' does not exist", group, toy_label(p));
+    TOY_ASSERT(!o->sharded, "optimizer: parameter '%s' added after sharding", toy_label(p));
     /* on a device: attaches again, with p, at its next call (a failed copy back is kept for the next step) */
     dev_fail(o, toy_optim_release_device(o));
     o->params = realloc(o->params, (size_t)(o->n_params + 1) * sizeof *o->params);
@@ -195,7 +195,7 @@ void toy_optim_add_param(struct toy_optim *o, struct toy_tensor *p, int group) {
     size_t n = (size_t)toy_nelements(p);
     struct oparam op = {p, group, calloc(n ? n : 1, sizeof(float)), NULL};
     if (o->kind == TOY_OPTIM_ADAMW) op.v = calloc(n ? n : 1, sizeof(float));
-    if (!op.m || (o->kind == TOY_OPTIM_ADAMW && !op.v)) TOY_ABORT("out of memory (optimizer state of '%s')", p->name);
+    if (!op.m || (o->kind == TOY_OPTIM_ADAMW && !op.v)) TOY_ABORT("out of memory (optimizer state of '%s')", toy_label(p));
     o->params[o->n_params++] = op;
 }
 
@@ -337,7 +337,7 @@ enum toy_status toy_optim_step(struct toy_optim *o, float lr, struct toy_threadp
     for (int i = 0; i < o->n_params; i++)
         if (!o->params[i].p->grad)
             return toy_error(TOY_ERR_STATE, "optimizer: parameter '%s' has no gradient (not in the graph?)",
-                             o->params[i].p->name);
+                             toy_label(o->params[i].p));
     bool dev = on_device(o);
     if (o->dev_err) { /* an earlier call failed on the device: this step would use wrong gradients */
         enum toy_status st = o->dev_err;

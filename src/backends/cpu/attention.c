@@ -478,7 +478,7 @@ void toy_cpu_attention(struct toy_tensor *dst, int ith, int nth, void *work, siz
         decode_step(dst, &a, ith, nth, work, ws);
         return;
     }
-    TOY_ASSERT(!dst->op_params[P_AT_FUSED], "attention '%s': fused, but not a decode step", dst->name);
+    TOY_ASSERT(!dst->op_params[P_AT_FUSED], "attention '%s': fused, but not a decode step", toy_label(dst));
     a.pack = sgemm_pack(work, ws, ith, nth);
     float *S = toy_work_slice((char *)work + TOY_WORK_HEAD, ws - TOY_WORK_HEAD, ith, nth);
     float *kvs = S + 3 * QB * k->ne[2] + 2 * QB + QB * q->ne[0]; /* f16 rows converted (see _work) */
@@ -579,7 +579,7 @@ void toy_cpu_attention_back(struct toy_tensor *dst, int ith, int nth, void *work
     const struct toy_tensor *dO = dst->src[0], *q = dst->src[1], *k = dst->src[2], *v = dst->src[3],
                             *o = dst->src[4];
     struct attn a = attn_shape(q, k, dst);
-    TOY_ASSERT(k->type == TOY_F32 && v->type == TOY_F32, "attention backward '%s': K and V must be f32", dst->name);
+    TOY_ASSERT(k->type == TOY_F32 && v->type == TOY_F32, "attention backward '%s': K and V must be f32", toy_label(dst));
     a.pack = sgemm_pack(work, ws, ith, nth);
     const float *lse = (const float *)((const char *)o->data + toy_nbytes(o));
     float *P = toy_work_slice((char *)work + TOY_WORK_HEAD, ws - TOY_WORK_HEAD, ith, nth);

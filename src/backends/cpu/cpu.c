@@ -55,7 +55,7 @@ const float *toy_cpu_row_f32(const struct toy_tensor *t, const char *row, float 
         return tmp;
     }
     if (toy_dequantize_row(t->type, row, tmp, n) != TOY_OK)
-        TOY_ABORT("cannot read rows of type %s (tensor '%s')", toy_dtype_name(t->type), t->name);
+        TOY_ABORT("cannot read rows of type %s (tensor '%s')", toy_dtype_name(t->type), toy_label(t));
     return tmp;
 }
 

@@ -232,7 +232,7 @@ enum toy_status toy_tensor_pack(struct toy_tensor *t) {
     if (!bytes) return TOY_OK;
     void *p = NULL;
     if (posix_memalign(&p, 64, bytes))
-        return toy_error(TOY_ERR_NOMEM, "packing weight '%s': %zu bytes", t->name, bytes);
+        return toy_error(TOY_ERR_NOMEM, "packing weight '%s': %zu bytes", toy_label(t), bytes);
     toy_qpack(t->type, t->ne[1], t->ne[0], t->data, t->nb[1], p);
     t->packed = p;
     toy_pack_gen_bump();
