@@ -89,11 +89,14 @@ __global__ void k_dequant_rows(T *out, const char *b, int type, int64_t nb1, int
  * computed as they are loaded, with the RMS_NORM and SWIGLU kernels'
  * arithmetic (a row's 1/rms summed as the warp-per-row norm sums it), so
  * the products are bit for bit the unfused ones where the norm ran a warp
- * per row (rows up to 4096). It saves the norm's or SwiGLU's launch. */
+ * per row (rows up to 4096). It saves the norm's or SwiGLU's launch. The
+ * GEMV kernels take the prologue as a template argument (PRE, a
+ * TOY_MM_PRE_*), so the plain products compile as before: a runtime mode
+ * cost them 2-4x the registers. */
 struct gemv_pro {
-    int mode;    /* TOY_MM_PRE_* */
-    CT s2;       /* RMS: w (has_s2: present); SwiGLU: u, rows as A's */
-    bool has_s2;
+    int mode;      /* TOY_MM_PRE_* */
+    const char *w; /* RMS: the weight, f32 as RMS_NORM takes it (NULL: none); SwiGLU: u's rows, as A's */
+    int64_t u_nb1; /* SwiGLU: u's row stride, bytes */
     float eps;
 };
 
@@ -101,8 +104,10 @@ static gemv_pro pro_of(const struct toy_cu_node *nd) {
     gemv_pro P;
     memset(&P, 0, sizeof P);
     P.mode = nd->op_params[P_MM_PRE];
-    P.has_s2 = nd->has_src[2];
-    if (P.has_s2) P.s2 = nd->src[2];
+    if (P.mode && nd->has_src[2]) {
+        P.w = nd->src[2].data;
+        P.u_nb1 = nd->src[2].nb[1];
+    }
     memcpy(&P.eps, &nd->op_params[P_MM_EPS], sizeof P.eps);
     return P;
 }
@@ -110,7 +115,6 @@ static gemv_pro pro_of(const struct toy_cu_node *nd) {
 /* RMS: 1/rms of each of A's m rows (a at row 0, rows nb1 apart) into
  * rstd, a warp per row; the block's threads wait for it */
 __device__ void pro_begin(const gemv_pro &P, const char *a, int64_t nb1, int64_t m, int64_t k, float *rstd) {
-    if (P.mode != TOY_MM_PRE_RMS) return;
     int w = threadIdx.x / 32, lane = threadIdx.x % 32;
     if (w < m) {
         const float *x = (const float *)(a + w * nb1);
@@ -125,14 +129,15 @@ __device__ void pro_begin(const gemv_pro &P, const char *a, int64_t nb1, int64_t
     __syncthreads();
 }
 
-/* element c of A's row i, given x = the loaded element */
+/* element c of A's row i, x being the loaded element */
+template <int PRE>
 __device__ __forceinline__ float pro_at(const gemv_pro &P, const float *rstd, int i, int64_t c, float x) {
-    if (P.mode == TOY_MM_PRE_RMS) {
+    if (PRE == TOY_MM_PRE_RMS) {
         float v = x * rstd[i];
-        return P.has_s2 ? v * ld(P.s2, c, 0, 0, 0) : v;
+        return P.w ? v * ((const float *)P.w)[c] : v;
     }
-    if (P.mode == TOY_MM_PRE_SWIGLU) {
-        float u = *(const float *)(P.s2.data + i * P.s2.nb[1] + c * 4);
+    if (PRE == TOY_MM_PRE_SWIGLU) {
+        float u = *(const float *)(P.w + i * P.u_nb1 + c * 4);
         return x / (1.0f + expf(-x)) * u;
     }
     return x;
@@ -142,49 +147,61 @@ __device__ __forceinline__ float pro_at(const gemv_pro &P, const float *rstd, in
  * (graph-fuse.c: the same A and prologue, other weights and results),
  * blocks [first[p], first[p + 1]) taking product p's columns. */
 #define GEMV_MAX_PRODUCTS 3
+struct gemv_out { /* what a GEMV needs of a product: C and B */
+    char *c;
+    int64_t n, c_nb2, c_nb3;
+    const char *b;
+    int64_t b_nb1, b_nb2, b_nb3, b_ne2, b_ne3;
+    int b_type;
+};
 struct gemv_set {
-    CT dst[GEMV_MAX_PRODUCTS], B[GEMV_MAX_PRODUCTS];
+    gemv_out p[GEMV_MAX_PRODUCTS];
     unsigned first[GEMV_MAX_PRODUCTS];
     int n;
+    int64_t m, ne2, ne3; /* C's rows and batches (the same for every product) */
 };
+
+static gemv_out gemv_out_of(const CT &dst, const CT &B) {
+    gemv_out o = {dst.data, dst.ne[0], dst.nb[2], dst.nb[3], B.data, B.nb[1], B.nb[2], B.nb[3], B.ne[2], B.ne[3], B.type};
+    return o;
+}
 
 /* The GEMVs' common parts: a warp per output column j of batch (i2, i3) of
  * the block's product, A's batch and B's row j, as bratio broadcasts them;
  * the prologue's row statistics; and the warp's sums written (or added) to
  * C's m rows. */
-struct gemv_at {
+template <int PRE> struct gemv_at {
     int64_t n, m, k, j, i2, i3;
-    int lane;
+    int lane, b_type;
     const char *a, *brow;
-    CT dst, B;
+    char *cc;
     __device__ gemv_at(const gemv_set &S, const CT &A, const gemv_pro &P, float *rstd) {
-        int p = 0;
-        while (p + 1 < S.n && blockIdx.x >= S.first[p + 1]) p++;
-        dst = S.dst[p];
-        B = S.B[p];
-        n = dst.ne[0], m = dst.ne[1], k = A.ne[0];
+        const int p = S.n > 2 && blockIdx.x >= S.first[2] ? 2 : S.n > 1 && blockIdx.x >= S.first[1] ? 1 : 0;
+        const gemv_out &o = p == 2 ? S.p[2] : p == 1 ? S.p[1] : S.p[0];
+        n = o.n, m = S.m, k = A.ne[0];
+        b_type = o.b_type;
         j = (blockIdx.x - S.first[p]) * (int64_t)(blockDim.x / 32) + threadIdx.x / 32;
         lane = threadIdx.x % 32;
-        i2 = blockIdx.y % dst.ne[2], i3 = blockIdx.y / dst.ne[2];
-        a = A.data + bratio(i2, dst.ne[2], A.ne[2]) * A.nb[2] + bratio(i3, dst.ne[3], A.ne[3]) * A.nb[3];
-        brow = B.data + bratio(i2, dst.ne[2], B.ne[2]) * B.nb[2] + bratio(i3, dst.ne[3], B.ne[3]) * B.nb[3] +
-               (j < n ? j : 0) * B.nb[1];
-        pro_begin(P, a, A.nb[1], m, k, rstd); /* before any warp leaves: it waits for the block */
+        i2 = blockIdx.y % S.ne2, i3 = blockIdx.y / S.ne2;
+        a = A.data + bratio(i2, S.ne2, A.ne[2]) * A.nb[2] + bratio(i3, S.ne3, A.ne[3]) * A.nb[3];
+        brow = o.b + bratio(i2, S.ne2, o.b_ne2) * o.b_nb2 + bratio(i3, S.ne3, o.b_ne3) * o.b_nb3 + (j < n ? j : 0) * o.b_nb1;
+        cc = o.c + i2 * o.c_nb2 + i3 * o.c_nb3;
+        if (PRE == TOY_MM_PRE_RMS) pro_begin(P, a, A.nb[1], m, k, rstd); /* before any warp leaves: it waits for the block */
     }
     __device__ void store(float *acc, bool accum) const {
-        float *cc = (float *)(dst.data + i2 * dst.nb[2] + i3 * dst.nb[3]);
+        float *c = (float *)cc;
         for (int i = 0; i < GEMV_MAX_ROWS; i++) {
             if (i >= m) break;
             float v = warp_sum(acc[i]);
-            if (lane == 0) cc[i * n + j] = accum ? cc[i * n + j] + v : v;
+            if (lane == 0) c[i * n + j] = accum ? c[i * n + j] + v : v;
         }
     }
 };
 
 /* C[i, j] (+)= sum_c A[i, c] B[j, c]: a warp per j, m <= GEMV_MAX_ROWS rows of A */
-__global__ void k_qgemv(gemv_set S, CT A, gemv_pro P, bool accum) {
+template <int PRE> __global__ void k_qgemv(gemv_set S, CT A, gemv_pro P, bool accum) {
     __shared__ float rstd[GEMV_MAX_ROWS];
-    const gemv_at G(S, A, P, rstd);
+    const gemv_at<PRE> G(S, A, P, rstd);
     if (G.j >= G.n) return;
     const int64_t m = G.m, k = G.k;
     const int lane = G.lane;
@@ -192,9 +209,9 @@ __global__ void k_qgemv(gemv_set S, CT A, gemv_pro P, bool accum) {
     float acc[GEMV_MAX_ROWS];
     for (int i = 0; i < GEMV_MAX_ROWS; i++) acc[i] = 0.0f;
     for (int64_t c = lane; c < k; c += 32) {
-        float w = ld_row(G.B.type, brow, c, 0);
+        float w = ld_row(G.b_type, brow, c, 0);
         for (int i = 0; i < GEMV_MAX_ROWS; i++)
-            if (i < m) acc[i] += w * pro_at(P, rstd, i, c, *(const float *)(a + i * A.nb[1] + c * 4));
+            if (i < m) acc[i] += w * pro_at<PRE>(P, rstd, i, c, *(const float *)(a + i * A.nb[1] + c * 4));
     }
     G.store(acc, accum);
 }
@@ -204,16 +221,16 @@ __global__ void k_qgemv(gemv_set S, CT A, gemv_pro P, bool accum) {
  * (q_block_pair), so the warp reads the weights and A's rows in contiguous
  * runs. (A lane per block read A with a 128-byte stride between lanes: 32
  * cache lines per load instruction.) */
-__global__ void k_qgemv_blocks(gemv_set S, CT A, gemv_pro P, bool accum) {
+template <int PRE> __global__ void k_qgemv_blocks(gemv_set S, CT A, gemv_pro P, bool accum) {
     __shared__ float rstd[GEMV_MAX_ROWS];
-    const gemv_at G(S, A, P, rstd);
+    const gemv_at<PRE> G(S, A, P, rstd);
     if (G.j >= G.n) return;
     const int64_t m = G.m, k = G.k;
     const int lane = G.lane;
     const char *a = G.a;
     const uint8_t *brow = (const uint8_t *)G.brow;
     const int half = lane / 16, l = lane % 16;
-    bool q8 = G.B.type == TOY_Q8_0;
+    bool q8 = G.b_type == TOY_Q8_0;
     int64_t nblk = k / 32, bsz = q8 ? 34 : 18;
     float acc[GEMV_MAX_ROWS];
     for (int i = 0; i < GEMV_MAX_ROWS; i++) acc[i] = 0.0f;
@@ -225,11 +242,8 @@ __global__ void k_qgemv_blocks(gemv_set S, CT A, gemv_pro P, bool accum) {
         for (int i = 0; i < GEMV_MAX_ROWS; i++) {
             if (i >= m) break;
             const float *x = (const float *)(a + i * A.nb[1]) + blk * 32;
-            float x0 = x[e[0]], x1 = x[e[1]];
-            if (P.mode) {
-                x0 = pro_at(P, rstd, i, blk * 32 + e[0], x0);
-                x1 = pro_at(P, rstd, i, blk * 32 + e[1], x1);
-            }
+            float x0 = pro_at<PRE>(P, rstd, i, blk * 32 + e[0], x[e[0]]);
+            float x1 = pro_at<PRE>(P, rstd, i, blk * 32 + e[1], x[e[1]]);
             acc[i] += d * (w[0] * x0 + w[1] * x1);
         }
     }
@@ -248,9 +262,9 @@ __device__ __forceinline__ float round_to(float v, const __nv_bfloat16 *) {
     return __bfloat162float(__float2bfloat16_rn(v));
 }
 
-template <typename T2> __global__ void k_hgemv(gemv_set S, CT A, gemv_pro P, bool accum) {
+template <typename T2, int PRE> __global__ void k_hgemv(gemv_set S, CT A, gemv_pro P, bool accum) {
     __shared__ float rstd[GEMV_MAX_ROWS];
-    const gemv_at G(S, A, P, rstd);
+    const gemv_at<PRE> G(S, A, P, rstd);
     if (G.j >= G.n) return;
     const int64_t m = G.m, k = G.k;
     const int lane = G.lane;
@@ -267,11 +281,11 @@ template <typename T2> __global__ void k_hgemv(gemv_set S, CT A, gemv_pro P, boo
             if (i >= m) break;
             const float4 *x = (const float4 *)(a + i * A.nb[1] + 4 * c);
             float4 x0 = x[0], x1 = x[1];
-            if (P.mode) {
-                x0.x = pro_at(P, rstd, i, c, x0.x), x0.y = pro_at(P, rstd, i, c + 1, x0.y);
-                x0.z = pro_at(P, rstd, i, c + 2, x0.z), x0.w = pro_at(P, rstd, i, c + 3, x0.w);
-                x1.x = pro_at(P, rstd, i, c + 4, x1.x), x1.y = pro_at(P, rstd, i, c + 5, x1.y);
-                x1.z = pro_at(P, rstd, i, c + 6, x1.z), x1.w = pro_at(P, rstd, i, c + 7, x1.w);
+            if (PRE) {
+                x0.x = pro_at<PRE>(P, rstd, i, c, x0.x), x0.y = pro_at<PRE>(P, rstd, i, c + 1, x0.y);
+                x0.z = pro_at<PRE>(P, rstd, i, c + 2, x0.z), x0.w = pro_at<PRE>(P, rstd, i, c + 3, x0.w);
+                x1.x = pro_at<PRE>(P, rstd, i, c + 4, x1.x), x1.y = pro_at<PRE>(P, rstd, i, c + 5, x1.y);
+                x1.z = pro_at<PRE>(P, rstd, i, c + 6, x1.z), x1.w = pro_at<PRE>(P, rstd, i, c + 7, x1.w);
             }
             acc[i] += w0.x * round_to(x0.x, tag) + w0.y * round_to(x0.y, tag) + w1.x * round_to(x0.z, tag) +
                       w1.y * round_to(x0.w, tag) + w2.x * round_to(x1.x, tag) + w2.y * round_to(x1.y, tag) +
@@ -287,10 +301,12 @@ template <typename T2> __global__ void k_hgemv(gemv_set S, CT A, gemv_pro P, boo
 __global__ void k_mm_prologue(float *out, CT A, gemv_pro P) {
     __shared__ float rstd[GEMV_MAX_ROWS];
     int64_t m = A.ne[1], k = A.ne[0];
-    pro_begin(P, A.data, A.nb[1], m, k, rstd);
+    bool rms = P.mode == TOY_MM_PRE_RMS;
+    if (rms) pro_begin(P, A.data, A.nb[1], m, k, rstd);
     for (int64_t e = threadIdx.x; e < m * k; e += blockDim.x) {
         int64_t i = e / k, c = e % k;
-        out[e] = pro_at(P, rstd, (int)i, c, *(const float *)(A.data + i * A.nb[1] + c * 4));
+        float x = *(const float *)(A.data + i * A.nb[1] + c * 4);
+        out[e] = rms ? pro_at<TOY_MM_PRE_RMS>(P, rstd, (int)i, c, x) : pro_at<TOY_MM_PRE_SWIGLU>(P, rstd, (int)i, c, x);
     }
 }
 
@@ -463,27 +479,38 @@ extern "C" size_t toy_cu_matmul_work(const struct toy_cu_node *nd) {
     return w;
 }
 
+template <int PRE>
+static void launch_gemv(gemv_kind kind, dim3 grid, cudaStream_t st, const gemv_set &S, const CT &A, const gemv_pro &P,
+                        bool accum) {
+    switch (kind) {
+    case GV_QBLOCKS: k_qgemv_blocks<PRE><<<grid, 256, 0, st>>>(S, A, P, accum); break;
+    case GV_Q: k_qgemv<PRE><<<grid, 256, 0, st>>>(S, A, P, accum); break;
+    case GV_F16: k_hgemv<__half2, PRE><<<grid, 256, 0, st>>>(S, A, P, accum); break;
+    default: k_hgemv<__nv_bfloat162, PRE><<<grid, 256, 0, st>>>(S, A, P, accum); break;
+    }
+}
+
 /* One GEMV launch over the node's product and its first n_sib siblings */
 static int run_gemv(const struct toy_cu_node *nd, const mm &s, gemv_kind kind, int n_sib, char *msg, size_t msg_size) {
     gemv_set S;
     memset(&S, 0, sizeof S);
     unsigned x = 0;
     for (int p = 0; p <= n_sib; p++) {
-        S.dst[p] = p ? nd->sib_dst[p - 1] : nd->dst;
-        S.B[p] = p ? nd->sib_b[p - 1] : nd->src[1];
+        const CT &dst = p ? nd->sib_dst[p - 1] : nd->dst;
+        S.p[p] = gemv_out_of(dst, p ? nd->sib_b[p - 1] : nd->src[1]);
         S.first[p] = x;
-        x += (unsigned)cdiv(S.dst[p].ne[0], 8);
+        x += (unsigned)cdiv(dst.ne[0], 8);
     }
     S.n = n_sib + 1;
+    S.m = nd->dst.ne[1];
+    S.ne2 = nd->dst.ne[2];
+    S.ne3 = nd->dst.ne[3];
     dim3 grid(x, (unsigned)s.nbatch);
     gemv_pro P = pro_of(nd);
     cudaStream_t st = CU_STREAM(nd);
-    switch (kind) {
-    case GV_QBLOCKS: k_qgemv_blocks<<<grid, 256, 0, st>>>(S, nd->src[0], P, s.accum); break;
-    case GV_Q: k_qgemv<<<grid, 256, 0, st>>>(S, nd->src[0], P, s.accum); break;
-    case GV_F16: k_hgemv<__half2><<<grid, 256, 0, st>>>(S, nd->src[0], P, s.accum); break;
-    default: k_hgemv<__nv_bfloat162><<<grid, 256, 0, st>>>(S, nd->src[0], P, s.accum); break;
-    }
+    if (P.mode == TOY_MM_PRE_RMS) launch_gemv<TOY_MM_PRE_RMS>(kind, grid, st, S, nd->src[0], P, s.accum);
+    else if (P.mode == TOY_MM_PRE_SWIGLU) launch_gemv<TOY_MM_PRE_SWIGLU>(kind, grid, st, S, nd->src[0], P, s.accum);
+    else launch_gemv<TOY_MM_PRE_NONE>(kind, grid, st, S, nd->src[0], P, s.accum);
     return launch_status(kind == GV_F16 || kind == GV_BF16 ? "hgemv" : "qgemv", msg, msg_size);
 }
 
