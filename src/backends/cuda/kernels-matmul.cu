@@ -330,7 +330,8 @@ static mm mm_shape(const struct toy_cu_node *nd) {
 /* F16/BF16 weights, up to GEMV_MAX_ROWS rows (decode): k_hgemv, where every
  * row of A and B starts 16-byte aligned */
 static bool half_gemv_ok(const CT &A, const CT &B, const mm &s) {
-    if (!(B.type == TOY_F16 || B.type == TOY_BF16) || !s.tb || s.ta || s.m > GEMV_MAX_ROWS || s.k % 8) return false;
+    if (!(B.type == TOY_F16 || B.type == TOY_BF16) || B.nb[0] != 2 || !s.tb || s.ta || s.m > GEMV_MAX_ROWS || s.k % 8)
+        return false;
     uintptr_t al = (uintptr_t)A.data | (uintptr_t)B.data;
     for (int d = 1; d < 4; d++) al |= (uintptr_t)A.nb[d] | (uintptr_t)B.nb[d];
     return al % 16 == 0;
@@ -430,13 +431,16 @@ static int64_t pad_c_rows(const mm &s) {
 }
 static size_t pad_c_bytes(const mm &s) { return pad_c(s) ? (size_t)pad_c_rows(s) * pitch_of(s.n) * 4 + 256 : 0; }
 
+/* the bytes of an operand converted to 16-bit elements (convert()),
+ * 256-byte multiples, so what follows in the work stays aligned */
+static size_t half_bytes(const CT &x) { return (converted_elems(x) * 2 + 255) / 256 * 256; }
+
 /* where a GEMM path's padded C scratch starts in the node's work: after
- * the converted operands (F32 B under BF16 math: A, B; F16/BF16 B: A) */
+ * the converted operands (F32 B under BF16 math: A, then B; F16/BF16 B: A) */
 static size_t pad_c_at(const struct toy_cu_node *nd) {
     const CT &A = nd->src[0], &B = nd->src[1];
-    if (B.type == TOY_F32 && nd->math == TOY_CU_MATH_BF16)
-        return (converted_elems(A) + 127) / 128 * 256 + (converted_elems(B) * 2 + 255) / 256 * 256;
-    if (B.type == TOY_F16 || B.type == TOY_BF16) return (converted_elems(A) * 2 + 255) / 256 * 256;
+    if (B.type == TOY_F32 && nd->math == TOY_CU_MATH_BF16) return half_bytes(A) + half_bytes(B);
+    if (B.type == TOY_F16 || B.type == TOY_BF16) return half_bytes(A);
     return 0;
 }
 
@@ -667,14 +671,15 @@ extern "C" int toy_cu_matmul(const struct toy_cu_node *nd, char *msg, size_t msg
         if (!s.accum) cudaMemsetAsync(nd->dst.data, 0, (size_t)ct_nel(nd->dst) * 4, st);
         return launch_status("memset", msg, msg_size);
     }
+    gemv_kind kind = gemv_of(A, B, s); /* up to 8 rows over streamed weights */
+    if (kind != GV_NONE) return run_gemv(nd, s, kind, 0, msg, msg_size);
     if (B.type == TOY_F32) {
         if (B.nb[0] != 4) {
             snprintf(msg, msg_size, "B must have contiguous rows");
             return TOY_ERR_UNSUPPORTED;
         }
         if (nd->math == TOY_CU_MATH_BF16) {
-            __nv_bfloat16 *a16 = (__nv_bfloat16 *)nd->work;
-            __nv_bfloat16 *b16 = a16 + (converted_elems(A) + 127) / 128 * 128;
+            __nv_bfloat16 *a16 = (__nv_bfloat16 *)nd->work, *b16 = (__nv_bfloat16 *)(nd->work + half_bytes(A));
             convert(a16, A, st);
             convert(b16, B, st);
             int rc = launch_status("convert", msg, msg_size);
@@ -690,8 +695,6 @@ extern "C" int toy_cu_matmul(const struct toy_cu_node *nd, char *msg, size_t msg
             snprintf(msg, msg_size, "B must have contiguous rows");
             return TOY_ERR_UNSUPPORTED;
         }
-        gemv_kind kind = gemv_of(A, B, s);
-        if (kind != GV_NONE) return run_gemv(nd, s, kind, 0, msg, msg_size);
         cudaDataType_t t = B.type == TOY_F16 ? CUDA_R_16F : CUDA_R_16BF;
         if (B.type == TOY_F16) convert((__half *)nd->work, A, st);
         else convert((__nv_bfloat16 *)nd->work, A, st);
@@ -703,8 +706,6 @@ extern "C" int toy_cu_matmul(const struct toy_cu_node *nd, char *msg, size_t msg
         snprintf(msg, msg_size, "B of dtype %d is not supported by the CUDA matmul", (int)B.type);
         return TOY_ERR_UNSUPPORTED;
     }
-    gemv_kind kind = gemv_of(A, B, s);
-    if (kind != GV_NONE) return run_gemv(nd, s, kind, 0, msg, msg_size);
     /* quantized B, many rows: chunks of B's rows dequantized (to f32, or to
      * bf16 with A converted once under BF16 math), a GEMM per chunk in the
      * device's math */

@@ -616,6 +616,7 @@ struct put_rows {
         y[((b * ne2 + t) * ne1 + h) * ne0 + i0] = v;
     }
 };
+__device__ static put_rows put_rows_of(const CT &d) { return put_rows{(float *)d.data, d.ne[0], d.ne[1], d.ne[2]}; }
 
 /* stores into a KV cache at row n_past + t (F16 or F32), as KV_STORE */
 struct put_cache {
@@ -626,10 +627,16 @@ struct put_cache {
         if (cache.type == TOY_F16) *(__half *)p = __float2half_rn(v);
         else *(float *)p = v;
     }
+    /* element e of x (logical order) into the cache */
+    __device__ void store(const CT &x, int64_t e) const {
+        int64_t i[4];
+        unravel4(e, x.ne, i);
+        (*this)(i[0], i[1], i[2], i[3], ld(x, i[0], i[1], i[2], i[3]));
+    }
 };
 
 __global__ void k_rope(CT dst, rope_args R) {
-    const put_rows put = {(float *)dst.data, dst.ne[0], dst.ne[1], dst.ne[2]};
+    const put_rows put = put_rows_of(dst);
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, n = rope_items(R); e < n;
          e += (int64_t)gridDim.x * blockDim.x)
         rope_item(R, e, put);
@@ -724,11 +731,8 @@ __global__ void k_view_back(CT dst, CT dy, CT view, int64_t off) {
 __global__ void k_kv_store(CT cache, CT x, const int32_t *np) {
     int64_t n = ct_nel(x);
     const put_cache put = {cache, *np};
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
-        int64_t i[4];
-        unravel4(e, x.ne, i);
-        put(i[0], i[1], i[2], i[3], ld(x, i[0], i[1], i[2], i[3]));
-    }
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x)
+        put.store(x, e);
 }
 
 /* A decode attention's prologue (graph-fuse.c, P_AT_FUSED), one launch for
@@ -738,7 +742,7 @@ __global__ void k_kv_store(CT cache, CT x, const int32_t *np) {
  * the same bits. */
 __global__ void k_attn_prologue(rope_args Rq, CT rq, rope_args Rk, CT kcache, CT v, CT vcache, const int32_t *np) {
     const int64_t nq = rope_items(Rq), nk = rope_items(Rk), n = nq + nk + ct_nel(v), n_past = *np;
-    const put_rows pq = {(float *)rq.data, rq.ne[0], rq.ne[1], rq.ne[2]};
+    const put_rows pq = put_rows_of(rq);
     const put_cache pk = {kcache, n_past}, pv = {vcache, n_past};
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
         if (e < nq) {
@@ -746,9 +750,7 @@ __global__ void k_attn_prologue(rope_args Rq, CT rq, rope_args Rk, CT kcache, CT
         } else if (e < nq + nk) {
             rope_item(Rk, e - nq, pk);
         } else {
-            int64_t i[4];
-            unravel4(e - nq - nk, v.ne, i);
-            pv(i[0], i[1], i[2], i[3], ld(v, i[0], i[1], i[2], i[3]));
+            pv.store(v, e - nq - nk);
         }
     }
 }
