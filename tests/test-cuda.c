@@ -727,7 +727,10 @@ Test(cuda, attention_simple_kernels_forward_backward) {
  * dO, P and dS to BF16, hence TOL_ATTN_BF16. Shapes at their edges: the
  * smallest and largest head dims, D = 80 (5 of 8 fragments), rows that
  * fill part of a warp's 16 or of a block's 64, two query tiles, Tq < Tk
- * with a window, Tq > Tk, GQA groups of 2 and 3, softcap, packed
+ * with a window, a window wide enough for whole tiles (the kernels' fast
+ * tiles: no masks) beside partly masked ones, and two shapes (33 x 47 and
+ * 33 x 50) whose tiles fall one row or key off whole, at each of a fast
+ * tile's four edges (queries' and keys' side, bottom and top), Tq > Tk, GQA groups of 2 and 3, softcap, packed
  * segments, rows that are not 16-byte aligned; and D = 40, which the F32
  * kernels take under BF16 math. */
 Test(cuda, attention_bf16_tensor_cores, .timeout = 600) {
@@ -741,6 +744,9 @@ Test(cuda, attention_bf16_tensor_cores, .timeout = 600) {
         {16, 2, 1, 37, 37, {.causal = true}, false},
         {64, 4, 2, 70, 70, {.causal = true}, false},
         {64, 3, 1, 33, 100, {.causal = true, .window = 20}, false},
+        {64, 2, 1, 90, 100, {.causal = true, .window = 48}, false},
+        {64, 2, 1, 33, 47, {.causal = true}, false},
+        {64, 2, 1, 33, 50, {.causal = true, .window = 48}, false},
         {128, 2, 2, 19, 19, {.causal = false, .softcap = 3.0f}, false},
         {80, 2, 1, 24, 24, {.causal = true, .scale = 0.3f}, false},
         {32, 2, 2, 40, 16, {.causal = false}, false},

@@ -12,8 +12,12 @@
  * other side streams through shared memory in tiles of 32 rows, converted
  * to BF16 on the way in. Per tile a warp computes its 16 x 32 scores with
  * wmma, stores them to its own shared tile, and the lane pair (2r, 2r+1)
- * applies scale, softcap and masks to row r (16 columns each); the
- * probabilities (or dS) go back as a BF16 tile for the next product.
+ * applies scale, softcap and masks to row r (16 columns each, interleaved:
+ * tile_col); the probabilities (or dS) go back as a BF16 tile for the next
+ * product. A tile that every row of the warp sees whole (most tiles below
+ * the causal diagonal) skips the masks: the diagonal's and the edges'
+ * tiles alone test each score against its row's range and segment.
+ * Probabilities are exp2f of scores in log2 units.
  *
  * Forward, in one pass over the keys (flash-attention 2): per row a
  * running max m and sum l, O accumulated as sum_j exp(s_j - m) v_j and
@@ -101,6 +105,28 @@ __device__ __forceinline__ tc_bufs tc_carve(void *sm, int64_t D, bool back) {
     return t;
 }
 
+/* Scores are kept in log2 units (scale and softcap, then times log2 e), so
+ * each probability is one exp2f; lse goes to and from memory in natural
+ * units, as the F32 kernels keep it. */
+#define LOG2E 1.44269504088896341f
+#define LN2 0.693147180559945309f
+
+/* the column of the warp's 16 x 32 score tile that lane 2r + hf (row r)
+ * takes at step c: the row's two lanes interleave, and rows 8-15 walk the
+ * columns from the other end, so a step's 32 loads from S (and stores to
+ * the BF16 tile P) fall in 32 different banks, where 16 consecutive columns
+ * a lane put 4 lanes on each bank. Affine in c, so the unrolled steps need
+ * no address registers of their own. */
+__device__ __forceinline__ int tile_col(int r, int hf, int c) { return r < 8 ? 2 * c + hf : 30 + hf - 2 * c; }
+
+/* a compile-time flag for the kernels' tile bodies: FULL when every score of
+ * the warp's tile is seen (every row live, a whole tile, inside every row's
+ * key range, no segments) and there is no softcap, so neither masks nor tanh
+ * run; the diagonal's and the edges' tiles take the general body */
+template <bool B> struct tile_kind {
+    static constexpr bool full = B;
+};
+
 /* four consecutive elements of a row as floats (16-byte / 8-byte loads) */
 __device__ __forceinline__ float4 load4(const float *p) { return *(const float4 *)p; }
 __device__ __forceinline__ float4 load4(const __half *p) {
@@ -173,6 +199,22 @@ __device__ __forceinline__ void tile_abt(float *S, const frag_a *A, const bf16 *
     wmma::store_matrix_sync(S + 16, c1, S_LD, wmma::mem_row_major);
 }
 
+/* the lane's 16 scores of its row r of the warp's tile S, in log2 units
+ * (score(), then times log2 e), in tile_col order: -inf where sees(col) is
+ * false, cc[c] the softcap's tanh for the backward */
+template <typename K, typename Sees>
+__device__ __forceinline__ void row_scores(float *sv, float *cc, K, const float *S, const at &a, float sc2, Sees sees) {
+    const int r = threadIdx.x % 32 / 2, hf = threadIdx.x % 2;
+#pragma unroll
+    for (int c = 0; c < 16; c++) {
+        const int col = tile_col(r, hf, c);
+        const float raw = S[r * S_LD + col];
+        cc[c] = 0.0f;
+        if (K::full) sv[c] = raw * sc2;
+        else sv[c] = sees(col) ? score(a, raw, &cc[c]) * LOG2E : -INFINITY;
+    }
+}
+
 /* acc[i] += P Y[:, 16 i ..]: P the warp's 16 x 32 BF16 tile, Y 32 rows of ld */
 template <int ND>
 __device__ __forceinline__ void tile_pv(frag_c *acc, const bf16 *P, const bf16 *Y, int ld, int nd) {
@@ -232,9 +274,13 @@ __device__ __forceinline__ void rescale_rows(frag_c *acc, float f, float *S, int
  * sees, [wjs, wje) any of the warp's rows see, [js, je) the block's. */
 struct qtile {
     int64_t h, b, g, t0, t1, wt0, wt1, t, j0, j1, wjs, wje, js, je;
+    int64_t wfs, wfe; /* keys every one of the warp's 16 rows sees (empty with segments or softcap) */
     bool wlive, rlive;
     int32_t seg; /* row t's segment (packed documents) */
 };
+
+/* whether key tile jt is a full tile for the warp (a whole one: wfe <= je) */
+__device__ __forceinline__ bool full_tile(const qtile &Q, int64_t jt) { return Q.wfs <= jt && jt + TC_COLS <= Q.wfe; }
 
 __device__ __forceinline__ qtile query_tile(const at &a, const CT &seg) {
     qtile q;
@@ -253,16 +299,24 @@ __device__ __forceinline__ qtile query_tile(const at &a, const CT &seg) {
     if (q.rlive) key_range(a, q.t, &q.j0, &q.j1);
     if (q.wlive) block_keys(a, q.wt0, q.wt1, &q.wjs, &q.wje);
     block_keys(a, q.t0, q.t1, &q.js, &q.je);
+    q.wfs = q.wfe = 0;
+    if (q.wt1 - q.wt0 == 16 && !a.seg && !(a.cap > 0)) { /* key ranges only move up with t */
+        int64_t s0, e0, s1, e1;
+        key_range(a, q.wt0, &s0, &e0);
+        key_range(a, q.wt1 - 1, &s1, &e1);
+        q.wfs = s1;
+        q.wfe = e0;
+    }
     q.seg = a.seg && q.rlive ? seg_at(seg, q.t, q.b) : 0;
     return q;
 }
 
 /* The one-pass forward keeps a row's running max m and sum l (of
- * exp(s - m)) and rescales O only when a tile's max passes m by more than
- * RESCALE_AT (then m moves to it): until then exp(s - m) <= e^8 stays well
- * inside F32 and BF16, and the accumulators need no round trip through
- * shared memory for most tiles. */
-#define RESCALE_AT 8.0f
+ * 2^(s - m), s in log2 units) and rescales O only when a tile's max passes
+ * m by more than RESCALE_AT (then m moves to it): until then 2^(s - m) <=
+ * 2^11.5 (about e^8) stays well inside F32 and BF16, and the accumulators
+ * need no round trip through shared memory for most tiles. */
+#define RESCALE_AT 11.5f
 
 /* blocks: (query tile, head, batch). one: a single pass over the keys
  * (online softmax, O rescaled as above), else two (lse first, then O with
@@ -276,11 +330,12 @@ __global__ void k_attn_fwd_tc(CT out, CT q, CT k, CT v, CT seg, at a, float *lse
     bf16 *stage = M.stage, *Ks = M.X0, *Vs = M.X1, *P = M.P;
     float *S = M.S;
     const qtile Q = query_tile(a, seg);
+    const float sc2 = a.scale * LOG2E;
 
     frag_a qf[ND];
     own_rows<ND>(qf, stage, ld, q, Q.h, Q.t0, Q.t1 - Q.t0, Q.b, D, vec & 1);
     frag_c of[ND];
-    float m = -INFINITY, l = 0.0f, row_lse = -INFINITY;
+    float m = -INFINITY, l = 0.0f, row_lse = -INFINITY; /* log2 units */
     if (one) {
 #pragma unroll
         for (int i = 0; i < ND; i++) wmma::fill_fragment(of[i], 0.0f);
@@ -289,8 +344,8 @@ __global__ void k_attn_fwd_tc(CT out, CT q, CT k, CT v, CT seg, at a, float *lse
         if (pass == 1 && !one) { /* the lane pair's partial (max, sum) make the row's lse */
             float mo = __shfl_xor_sync(0xffffffffu, m, 1), lo = __shfl_xor_sync(0xffffffffu, l, 1);
             float M = fmaxf(m, mo);
-            float sum = (m > -INFINITY ? l * expf(m - M) : 0.0f) + (mo > -INFINITY ? lo * expf(mo - M) : 0.0f);
-            row_lse = sum > 0.0f ? M + logf(sum) : -INFINITY;
+            float sum = (m > -INFINITY ? l * exp2f(m - M) : 0.0f) + (mo > -INFINITY ? lo * exp2f(mo - M) : 0.0f);
+            row_lse = sum > 0.0f ? M + log2f(sum) : -INFINITY;
 #pragma unroll
             for (int i = 0; i < ND; i++) wmma::fill_fragment(of[i], 0.0f);
         }
@@ -303,41 +358,40 @@ __global__ void k_attn_fwd_tc(CT out, CT q, CT k, CT v, CT seg, at a, float *lse
             if (!Q.wlive || jt >= Q.wje || jt + n <= Q.wjs) continue;
             tile_abt<ND>(S, qf, Ks, ld, nd);
             __syncwarp();
-            float sv[16], tmax = -INFINITY;
-            for (int c = 0; c < 16; c++) {
-                int col = 16 * hf + c;
+            float sv[16], cc[16], tmax = -INFINITY;
+            auto sees = [&](int col) {
                 int64_t j = jt + col;
-                bool ok = Q.rlive && col < n && j >= Q.j0 && j < Q.j1 && (!a.seg || seg_at(seg, j, Q.b) == Q.seg);
-                float cc;
-                sv[c] = ok ? score(a, S[r * S_LD + col], &cc) : -INFINITY;
-                tmax = fmaxf(tmax, sv[c]);
-            }
+                return Q.rlive && col < n && j >= Q.j0 && j < Q.j1 && (!a.seg || seg_at(seg, j, Q.b) == Q.seg);
+            };
+            if (full_tile(Q, jt)) row_scores(sv, cc, tile_kind<true>(), S, a, sc2, sees);
+            else row_scores(sv, cc, tile_kind<false>(), S, a, sc2, sees);
+            for (int c = 0; c < 16; c++) tmax = fmaxf(tmax, sv[c]);
             if (pass == 0) {
                 if (tmax > -INFINITY) {
                     float mn = fmaxf(m, tmax), sum = 0.0f;
-                    for (int c = 0; c < 16; c++) sum += expf(sv[c] - mn);
-                    l = l * expf(m - mn) + sum;
+                    for (int c = 0; c < 16; c++) sum += exp2f(sv[c] - mn);
+                    l = l * exp2f(m - mn) + sum;
                     m = mn;
                 }
                 continue;
             }
+            float base = row_lse; /* 2^(s - base): -inf scores give 0 against a finite base */
             if (one) { /* the row's max over the lane pair; m moves (and O rescales) only past RESCALE_AT */
                 float rmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
                 bool up = rmax > -INFINITY && (m == -INFINITY || rmax > m + RESCALE_AT);
-                float f = up && m > -INFINITY ? expf(m - rmax) : 1.0f;
+                float f = up && m > -INFINITY ? exp2f(m - rmax) : 1.0f;
                 if (__any_sync(0xffffffffu, f != 1.0f)) rescale_rows<ND>(of, f, S, nd);
                 if (up) {
                     l *= f;
                     m = rmax;
                 }
-                for (int c = 0; c < 16; c++) {
-                    float p = sv[c] > -INFINITY ? expf(sv[c] - m) : 0.0f;
-                    l += p;
-                    P[r * P_LD + 16 * hf + c] = __float2bfloat16(p);
-                }
-            } else {
-                for (int c = 0; c < 16; c++)
-                    P[r * P_LD + 16 * hf + c] = __float2bfloat16(sv[c] > -INFINITY ? expf(sv[c] - row_lse) : 0.0f);
+                base = m;
+            }
+            base = base > -INFINITY ? base : 0.0f; /* a row that has seen nothing: every score is -inf */
+            for (int c = 0; c < 16; c++) {
+                float p = exp2f(sv[c] - base);
+                l += one ? p : 0.0f;
+                P[r * P_LD + tile_col(r, hf, c)] = __float2bfloat16(p);
             }
             __syncwarp();
             tile_pv<ND>(of, P, Vs, ld, nd);
@@ -346,14 +400,14 @@ __global__ void k_attn_fwd_tc(CT out, CT q, CT k, CT v, CT seg, at a, float *lse
     float os = 1.0f; /* the lane's row's output scale */
     if (one) { /* the lane pair's sums make the row's; O / l */
         float lr = l + __shfl_xor_sync(0xffffffffu, l, 1);
-        row_lse = lr > 0.0f ? m + logf(lr) : -INFINITY;
+        row_lse = lr > 0.0f ? m + log2f(lr) : -INFINITY;
         os = lr > 0.0f ? 1.0f / lr : 0.0f;
     }
     if (!Q.wlive) return;
     /* out is {D, Hq, Tq, B} contiguous: consecutive t are Hq D apart */
     float *orow = (float *)(out.data + Q.h * out.nb[1] + Q.wt0 * out.nb[2] + Q.b * out.nb[3]);
     store_rows<ND>(orow, out.nb[2] / 4, (int)(Q.wt1 - Q.wt0), of, os, S, nd);
-    if (Q.rlive && hf == 0) lse[(Q.b * a.Tq + Q.t) * a.Hq + Q.h] = row_lse;
+    if (Q.rlive && hf == 0) lse[(Q.b * a.Tq + Q.t) * a.Hq + Q.h] = row_lse * LN2;
 }
 
 /* blocks: (query tile, head, batch) */
@@ -366,10 +420,11 @@ __global__ void k_attn_dq_tc(float *dq, CT dO, CT q, CT k, CT v, CT seg, at a, c
     bf16 *stage = M.stage, *Ks = M.X0, *Vs = M.X1, *P = M.P;
     float *S = M.S, *S2 = M.S2;
     const qtile Q = query_tile(a, seg);
-    float Lr = -INFINITY, di = 0.0f;
+    const float sc2 = a.scale * LOG2E;
+    float Lr = INFINITY, di = 0.0f; /* lse in log2 units; +inf: P = 0 (no row, or a row that sees no key) */
     if (Q.rlive) {
         int64_t ri = (Q.b * a.Tq + Q.t) * a.Hq + Q.h;
-        Lr = lse[ri];
+        Lr = lse[ri] > -INFINITY ? lse[ri] * LOG2E : INFINITY;
         di = Di[ri];
     }
 
@@ -389,17 +444,16 @@ __global__ void k_attn_dq_tc(float *dq, CT dO, CT q, CT k, CT v, CT seg, at a, c
         tile_abt<ND>(S, qf, Ks, ld, nd);  /* scores */
         tile_abt<ND>(S2, df, Vs, ld, nd); /* dP = dO V^T */
         __syncwarp();
-        for (int c = 0; c < 16; c++) {
-            int col = 16 * hf + c;
+        float sv[16], cc[16];
+        auto sees = [&](int col) {
             int64_t j = jt + col;
-            bool ok = Q.rlive && Lr > -INFINITY && col < n && j >= Q.j0 && j < Q.j1 &&
-                      (!a.seg || seg_at(seg, j, Q.b) == Q.seg);
-            float cc = 0.0f, ds = 0.0f;
-            if (ok) {
-                float s = score(a, S[r * S_LD + col], &cc);
-                ds = ds_of(a, expf(s - Lr), S2[r * S_LD + col], di, cc);
-            }
-            P[r * P_LD + col] = __float2bfloat16(ds);
+            return Q.rlive && col < n && j >= Q.j0 && j < Q.j1 && (!a.seg || seg_at(seg, j, Q.b) == Q.seg);
+        };
+        if (full_tile(Q, jt)) row_scores(sv, cc, tile_kind<true>(), S, a, sc2, sees);
+        else row_scores(sv, cc, tile_kind<false>(), S, a, sc2, sees);
+        for (int c = 0; c < 16; c++) {
+            int col = tile_col(r, hf, c);
+            P[r * P_LD + col] = __float2bfloat16(ds_of(a, exp2f(sv[c] - Lr), S2[r * S_LD + col], di, cc[c]));
         }
         __syncwarp();
         tile_pv<ND>(acc, P, Ks, ld, nd); /* dQ += dS K */
@@ -431,6 +485,15 @@ __global__ void k_attn_dkv_tc(float *dk, float *dv, CT dO, CT q, CT k, CT v, CT 
     }
     if (wlive) block_queries(a, wj0, wj1, &ws, &we);
     block_queries(a, jb0, jb1, &bs, &be);
+    int64_t fs = 0, fe = 0; /* queries that see every one of the warp's 16 keys (query ranges only move up with j) */
+    if (wj1 - wj0 == 16 && !a.seg && !(a.cap > 0)) {
+        int64_t s0, e0, s1, e1;
+        query_range(a, wj0, &s0, &e0);
+        query_range(a, wj1 - 1, &s1, &e1);
+        fs = s1;
+        fe = e0;
+    }
+    const float sc2 = a.scale * LOG2E;
 
     frag_a kf[ND], vf[ND];
     own_rows<ND>(kf, stage, ld, k, g, jb0, jb1 - jb0, b, D, vec & 2);
@@ -447,9 +510,9 @@ __global__ void k_attn_dkv_tc(float *dk, float *dv, CT dO, CT q, CT k, CT v, CT 
             __syncthreads();
             stage_bf16<float>(Qs, ld, q, h, tt, n, TC_COLS, b, D, vec & 1);
             stage_bf16<float>(Os, ld, dO, h, tt, n, TC_COLS, b, D, vec & 8);
-            for (int i = threadIdx.x; i < TC_COLS; i += blockDim.x) {
+            for (int i = threadIdx.x; i < TC_COLS; i += blockDim.x) { /* lse in log2 units; +inf: P = 0 */
                 int64_t ri = (b * a.Tq + tt + i) * a.Hq + h;
-                Ls[i] = i < n ? lse[ri] : -INFINITY;
+                Ls[i] = i < n && lse[ri] > -INFINITY ? lse[ri] * LOG2E : INFINITY;
                 Ds[i] = i < n ? Di[ri] : 0.0f;
             }
             __syncthreads();
@@ -457,19 +520,18 @@ __global__ void k_attn_dkv_tc(float *dk, float *dv, CT dO, CT q, CT k, CT v, CT 
             tile_abt<ND>(S, kf, Qs, ld, nd);  /* S^T = K Q^T */
             tile_abt<ND>(S2, vf, Os, ld, nd); /* dP^T = V dO^T */
             __syncwarp();
+            float sv[16], cc[16];
+            auto sees = [&](int col) {
+                int64_t tq = tt + col; /* past n: tq >= be >= q1 */
+                return rlive && tq >= q0 && tq < q1 && (!a.seg || seg_at(seg, tq, b) == key_seg);
+            };
+            if (fs <= tt && tt + TC_COLS <= fe) row_scores(sv, cc, tile_kind<true>(), S, a, sc2, sees);
+            else row_scores(sv, cc, tile_kind<false>(), S, a, sc2, sees);
             for (int c = 0; c < 16; c++) {
-                int col = 16 * hf + c;
-                int64_t tq = tt + col;
-                bool ok = rlive && Ls[col] > -INFINITY && tq >= q0 && tq < q1 &&
-                          (!a.seg || seg_at(seg, tq, b) == key_seg); /* Ls is -inf past n */
-                float cc = 0.0f, p = 0.0f, ds = 0.0f;
-                if (ok) {
-                    float s = score(a, S[r * S_LD + col], &cc);
-                    p = expf(s - Ls[col]);
-                    ds = ds_of(a, p, S2[r * S_LD + col], Ds[col], cc);
-                }
+                int col = tile_col(r, hf, c);
+                float p = exp2f(sv[c] - Ls[col]);
                 P[r * P_LD + col] = __float2bfloat16(p);
-                P2[r * P_LD + col] = __float2bfloat16(ds);
+                P2[r * P_LD + col] = __float2bfloat16(ds_of(a, p, S2[r * S_LD + col], Ds[col], cc[c]));
             }
             __syncwarp();
             tile_pv<ND>(dva, P, Os, ld, nd);  /* dV += P^T dO */
