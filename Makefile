@@ -296,4 +296,7 @@ uninstall:
 clean:
 	rm -rf build build-asan build-* 
 
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)
+# the objects' header dependencies, the two CUDA checks' too (cuda-host-check
+# includes the kernel sources; the emulator's selftest its header)
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/tools/cuda-host-check.d \
+  $(BUILD)/emu/tools/cuda-emu/selftest.d
