@@ -762,6 +762,16 @@ Test(cuda, attention_bf16_tensor_cores, .timeout = 600) {
     /* rows that do not start 16-byte aligned: the element-wise staging */
     attention_case_at(64, 4, 2, 70, 70, (struct toy_attn_params){.causal = true}, false, true, TOL_ATTN_BF16,
                       "bf16 attention, unaligned rows");
+    /* dQ from the scores computed again, as when the stored dS would not
+     * fit (TOY_CUDA_ATTN_DS_MB); above, dQ reads the dS that dK/dV stored */
+    setenv("TOY_CUDA_ATTN_DS_MB", "0", 1);
+    attention_case_at(64, 4, 2, 70, 70, (struct toy_attn_params){.causal = true}, false, false, TOL_ATTN_BF16,
+                      "bf16 attention, dQ recomputing dS");
+    attention_case_at(64, 2, 1, 33, 50, (struct toy_attn_params){.causal = true, .window = 48}, false, false,
+                      TOL_ATTN_BF16, "bf16 attention, dQ recomputing dS, window");
+    attention_case_at(64, 4, 2, 45, 45, (struct toy_attn_params){.causal = true}, true, false, TOL_ATTN_BF16,
+                      "bf16 attention, dQ recomputing dS, segments");
+    unsetenv("TOY_CUDA_ATTN_DS_MB");
 }
 
 /* The one-pass tensor-core forward moves a row's max (and rescales its

@@ -45,8 +45,9 @@ done
 # single ops under BF16 math: the output layer's product at GPT-2's odd
 # vocabulary (C through padded scratch, and once without) and padded to a
 # multiple of 8, SmolLM2's, a block's product,
-# and attention at both models' shapes (the one-pass tensor-core forward;
-# then GPT-2's with the two-pass one and the SIMT kernels)
+# and attention at both models' shapes (the one-pass tensor-core forward,
+# dQ from the stored dS; then GPT-2's with the two-pass one and the SIMT
+# kernels, and both with dQ recomputing dS)
 echo "== single ops (bench-cuda op)" | tee -a "$L"
 while read -r args; do
   TOY_CUDA_MATH=bf16 timeout "$(lim 30)" $B op $args 2>&1 | tee -a "$L"
@@ -63,5 +64,11 @@ TOY_CUDA_MATH=bf16 TOY_CUDA_PAD_C=0 timeout "$(lim 30)" $B op matmul 16384 50257
 for mode in twopass simt; do
   echo "== attention 16 12 12 1024 64, TOY_CUDA_ATTN=$mode" | tee -a "$L"
   TOY_CUDA_MATH=bf16 TOY_CUDA_ATTN=$mode timeout "$(lim 30)" $B op attention 16 12 12 1024 64 2>&1 | tee -a "$L"
+done
+# the backward's dQ computing the scores again instead of reading the dS
+# that dK/dV stored (the default above)
+for args in "16 12 12 1024 64" "16 9 3 1024 64"; do
+  echo "== attention $args, TOY_CUDA_ATTN_DS_MB=0 (dQ recomputes dS)" | tee -a "$L"
+  TOY_CUDA_MATH=bf16 TOY_CUDA_ATTN_DS_MB=0 timeout "$(lim 30)" $B op attention $args 2>&1 | tee -a "$L"
 done
 grep -E "^== |^cuda:0 profile|^  [A-Z_]+ " "$L" | head -80

@@ -113,7 +113,9 @@ __device__ __forceinline__ float ds_of(const at &a, float p, float dp, float di,
  * q (k, v F32, or an F16 cache in the forward). */
 bool toy_cu_attn_tc_ok(const at &a, int k_type);
 void toy_cu_attn_tc_fwd(CT out, CT q, CT k, CT v, CT seg, at a, float *lse, bool two_pass, cudaStream_t s);
+/* ds_t: scratch for dS^T (BF16, {ldT, Tk, Hq, B}, ldT = Tq rounded up to
+ * 16), so that dQ need not recompute the scores; NULL: it does */
 void toy_cu_attn_tc_back(float *dq, float *dk, float *dv, CT dO, CT q, CT k, CT v, CT seg, at a, const float *lse,
-                         const float *Di, cudaStream_t s);
+                         const float *Di, void *ds_t, int64_t ldT, cudaStream_t s);
 
 #endif

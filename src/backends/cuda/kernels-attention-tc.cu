@@ -49,6 +49,7 @@ typedef __nv_bfloat16 bf16;
 #define P_BYTES (16 * P_LD * 2)
 
 typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> frag_a;
+typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::col_major> frag_at; /* A from A^T row-major */
 typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> frag_bt; /* X^T of a row-major X */
 typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> frag_b;
 typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> frag_c;
@@ -215,12 +216,10 @@ __device__ __forceinline__ void row_scores(float *sv, float *cc, K, const float 
     }
 }
 
-/* acc[i] += P Y[:, 16 i ..]: P the warp's 16 x 32 BF16 tile, Y 32 rows of ld */
-template <int ND>
-__device__ __forceinline__ void tile_pv(frag_c *acc, const bf16 *P, const bf16 *Y, int ld, int nd) {
-    frag_a p0, p1;
-    wmma::load_matrix_sync(p0, P, P_LD);
-    wmma::load_matrix_sync(p1, P + 16, P_LD);
+/* acc[i] += A Y[:, 16 i ..]: A the warp's 16 x 32 BF16 operand as two
+ * fragments (columns 0-15, 16-31), Y 32 rows of ld */
+template <int ND, typename FA>
+__device__ __forceinline__ void tile_av(frag_c *acc, const FA &p0, const FA &p1, const bf16 *Y, int ld, int nd) {
 #pragma unroll
     for (int i = 0; i < ND; i++)
         if (i < nd) {
@@ -230,6 +229,15 @@ __device__ __forceinline__ void tile_pv(frag_c *acc, const bf16 *P, const bf16 *
             wmma::load_matrix_sync(y, Y + 16 * ld + 16 * i, ld);
             wmma::mma_sync(acc[i], p1, y, acc[i]);
         }
+}
+
+/* acc[i] += P Y[:, 16 i ..]: P the warp's 16 x 32 BF16 tile, Y 32 rows of ld */
+template <int ND>
+__device__ __forceinline__ void tile_pv(frag_c *acc, const bf16 *P, const bf16 *Y, int ld, int nd) {
+    frag_a p0, p1;
+    wmma::load_matrix_sync(p0, P, P_LD);
+    wmma::load_matrix_sync(p1, P + 16, P_LD);
+    tile_av<ND>(acc, p0, p1, Y, ld, nd);
 }
 
 /* the warp's 16 rows of acc (times s) to out: row r at out + r * stride;
@@ -463,10 +471,69 @@ __global__ void k_attn_dq_tc(float *dq, CT dO, CT q, CT k, CT v, CT seg, at a, c
                    nd);
 }
 
-/* blocks: (key tile, kv head, batch); the queries of every head of the group stream past */
+/* dQ = scale dS K from the dS that k_attn_dkv_tc stored (ds_t: BF16, key
+ * j's row holds its dS against every query, ldT apart; the same BF16
+ * values the recomputing kernel above would form): one product a tile
+ * and no scores. blocks: (query tile, head, batch). Lane i loads key
+ * jt + i's 16 values for the warp's queries into the warp's 32 x 16 tile
+ * (dS^T, so dS column-major); outside whole tiles it zeroes the pairs a
+ * row does not see, which k_attn_dkv_tc may not have written. */
+#define DS_LD 24 /* the tile's row: 16 BF16 and 8 of padding (48 bytes: no bank conflicts) */
+template <int ND>
+__global__ void k_attn_dq_ds_tc(float *dq, CT k, CT seg, at a, const bf16 *ds_t, int64_t ldT, int vec) {
+    extern __shared__ float4 tc_sm[];
+    const tc_bufs M = tc_carve(tc_sm, a.D, false);
+    const int ld = M.ld, D = (int)a.D, nd = M.nd, lane = threadIdx.x % 32;
+    bf16 *Ks = M.X0, *T = (bf16 *)M.S; /* 32 x DS_LD BF16 fit the warp's f32 tile */
+    const qtile Q = query_tile(a, seg);
+    const bf16 *rows = ds_t + (Q.b * a.Hq + Q.h) * a.Tk * ldT + Q.wt0; /* wt0 < Tq, wt0 + 16 <= ldT */
+    frag_c acc[ND];
+#pragma unroll
+    for (int i = 0; i < ND; i++) wmma::fill_fragment(acc[i], 0.0f);
+    for (int64_t jt = Q.js; jt < Q.je; jt += TC_COLS) {
+        int64_t n = Q.je - jt < TC_COLS ? Q.je - jt : TC_COLS, j = jt + lane;
+        bool mine = Q.wlive && jt < Q.wje && jt + n > Q.wjs;
+        uint4 lo = make_uint4(0, 0, 0, 0), hi = lo;
+        if (mine && lane < n) { /* issued before the staging: the two loads' latencies overlap */
+            const uint4 *src = (const uint4 *)(rows + j * ldT);
+            lo = src[0];
+            hi = src[1];
+        }
+        __syncthreads(); /* the last K tile is read */
+        stage_bf16<float>(Ks, ld, k, Q.g, jt, n, TC_COLS, Q.b, D, vec & 2);
+        __syncthreads();
+        if (!mine) continue;
+        uint4 *dst = (uint4 *)(T + lane * DS_LD);
+        dst[0] = lo;
+        dst[1] = hi;
+        if (!full_tile(Q, jt))
+#pragma unroll 1
+            for (int i = 0; i < 16; i++) {
+                int64_t t = Q.wt0 + i, j0, j1;
+                key_range(a, t, &j0, &j1);
+                bool ok = t < Q.t1 && lane < n && j >= j0 && j < j1 &&
+                          (!a.seg || seg_at(seg, j, Q.b) == seg_at(seg, t, Q.b));
+                if (!ok) T[lane * DS_LD + i] = __float2bfloat16(0.0f);
+            }
+        __syncwarp();
+        frag_at d0, d1;
+        wmma::load_matrix_sync(d0, T, DS_LD);
+        wmma::load_matrix_sync(d1, T + 16 * DS_LD, DS_LD);
+        tile_av<ND>(acc, d0, d1, Ks, ld, nd); /* dQ += dS K */
+        __syncwarp(); /* T is read before the next tile's rows land */
+    }
+    if (!Q.wlive) return;
+    store_rows<ND>(dq + ((Q.b * a.Tq + Q.wt0) * a.Hq + Q.h) * a.D, a.Hq * a.D, (int)(Q.wt1 - Q.wt0), acc, a.scale, M.S,
+                   nd);
+}
+
+/* blocks: (key tile, kv head, batch); the queries of every head of the group
+ * stream past. ds_t: where dS goes for k_attn_dq_ds_tc (NULL: dQ recomputes
+ * it); then the query tiles start at a multiple of 16, so each row's 16
+ * values go out as two 16-byte stores. */
 template <int ND>
 __global__ void k_attn_dkv_tc(float *dk, float *dv, CT dO, CT q, CT k, CT v, CT seg, at a, const float *lse,
-                              const float *Di, int vec) {
+                              const float *Di, int vec, bf16 *ds_t, int64_t ldT) {
     extern __shared__ float4 tc_sm[];
     const tc_bufs M = tc_carve(tc_sm, a.D, true);
     const int ld = M.ld, D = (int)a.D, nd = M.nd, w = M.w, r = M.r, hf = M.hf;
@@ -485,6 +552,7 @@ __global__ void k_attn_dkv_tc(float *dk, float *dv, CT dO, CT q, CT k, CT v, CT 
     }
     if (wlive) block_queries(a, wj0, wj1, &ws, &we);
     block_queries(a, jb0, jb1, &bs, &be);
+    if (ds_t) bs -= bs % 16;
     int64_t fs = 0, fe = 0; /* queries that see every one of the warp's 16 keys (query ranges only move up with j) */
     if (wj1 - wj0 == 16 && !a.seg && !(a.cap > 0)) {
         int64_t s0, e0, s1, e1;
@@ -534,6 +602,12 @@ __global__ void k_attn_dkv_tc(float *dk, float *dv, CT dO, CT q, CT k, CT v, CT 
                 P2[r * P_LD + col] = __float2bfloat16(ds_of(a, p, S2[r * S_LD + col], Ds[col], cc[c]));
             }
             __syncwarp();
+            if (ds_t && rlive && tt + 16 * hf < ldT) { /* tt, ldT multiples of 16: a half is in or out whole */
+                const uint4 *src = (const uint4 *)(P2 + r * P_LD + 16 * hf);
+                uint4 *dst = (uint4 *)(ds_t + ((b * a.Hq + h) * a.Tk + j) * ldT + tt + 16 * hf);
+                dst[0] = src[0];
+                dst[1] = src[1];
+            }
             tile_pv<ND>(dva, P, Os, ld, nd);  /* dV += P^T dO */
             tile_pv<ND>(dka, P2, Qs, ld, nd); /* dK += dS^T Q */
         }
@@ -569,21 +643,27 @@ void toy_cu_attn_tc_fwd(CT out, CT q, CT k, CT v, CT seg, at a, float *lse, bool
     else fwd_nd<float>(blocks, smem, s, out, q, k, v, seg, a, lse, !two_pass);
 }
 
+/* with ds_t, dK/dV first (storing dS), then dQ from it; else dQ
+ * recomputes dS */
 template <int ND>
 static void back_launch(float *dq, float *dk, float *dv, CT dO, CT q, CT k, CT v, CT seg, at a, const float *lse,
-                        const float *Di, cudaStream_t s) {
+                        const float *Di, bf16 *ds_t, int64_t ldT, cudaStream_t s) {
     size_t smem = tc_layout(a.D, true).total;
     int vec = rows_vec(q) | rows_vec(k) << 1 | rows_vec(v) << 2 | rows_vec(dO) << 3;
-    k_attn_dq_tc<ND><<<(unsigned)(cdiv(a.Tq, TC_ROWS) * a.Hq * a.B), 32 * TC_WARPS, smem, s>>>(dq, dO, q, k, v, seg,
-                                                                                              a, lse, Di, vec);
+    unsigned qblocks = (unsigned)(cdiv(a.Tq, TC_ROWS) * a.Hq * a.B);
     if (a.Tk > 0)
         k_attn_dkv_tc<ND><<<(unsigned)(cdiv(a.Tk, TC_ROWS) * a.Hkv * a.B), 32 * TC_WARPS, smem, s>>>(
-            dk, dv, dO, q, k, v, seg, a, lse, Di, vec);
+            dk, dv, dO, q, k, v, seg, a, lse, Di, vec, ds_t, ldT);
+    if (ds_t)
+        k_attn_dq_ds_tc<ND><<<qblocks, 32 * TC_WARPS, tc_layout(a.D, false).total, s>>>(dq, k, seg, a, ds_t, ldT, vec);
+    else
+        k_attn_dq_tc<ND><<<qblocks, 32 * TC_WARPS, smem, s>>>(dq, dO, q, k, v, seg, a, lse, Di, vec);
 }
 
 void toy_cu_attn_tc_back(float *dq, float *dk, float *dv, CT dO, CT q, CT k, CT v, CT seg, at a, const float *lse,
-                         const float *Di, cudaStream_t s) {
-    if (a.D <= 32) back_launch<2>(dq, dk, dv, dO, q, k, v, seg, a, lse, Di, s);
-    else if (a.D <= 64) back_launch<4>(dq, dk, dv, dO, q, k, v, seg, a, lse, Di, s);
-    else back_launch<8>(dq, dk, dv, dO, q, k, v, seg, a, lse, Di, s);
+                         const float *Di, void *ds_t, int64_t ldT, cudaStream_t s) {
+    bf16 *d = (bf16 *)ds_t;
+    if (a.D <= 32) back_launch<2>(dq, dk, dv, dO, q, k, v, seg, a, lse, Di, d, ldT, s);
+    else if (a.D <= 64) back_launch<4>(dq, dk, dv, dO, q, k, v, seg, a, lse, Di, d, ldT, s);
+    else back_launch<8>(dq, dk, dv, dO, q, k, v, seg, a, lse, Di, d, ldT, s);
 }

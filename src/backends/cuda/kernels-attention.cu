@@ -530,14 +530,42 @@ static bool use_split(const struct toy_cu_node *n) {
            n->src[0].ne[2] <= DECODE_ROWS;
 }
 
+/* The tensor-core backward stores dS (BF16, {ldT, Tk, Hq, B}) for dQ
+ * rather than computing every score a second time, when it fits under
+ * TOY_CUDA_ATTN_DS_MB (by default 1 GiB or a sixteenth of the device's
+ * memory, whichever is less; 0: always recompute; GPT-2 at B 16, T 1024
+ * needs 384 MiB). Returns its bytes, 0 when dQ recomputes. */
+static double ds_cap(void) {
+    const char *e = getenv("TOY_CUDA_ATTN_DS_MB");
+    if (e && *e) return atof(e) * 1048576.0;
+    static const double dflt = [] {
+        size_t fr = 0, tot = 0;
+        bool ok = cudaMemGetInfo(&fr, &tot) == cudaSuccess;
+        if (!ok) cudaGetLastError();
+        return ok ? fmin(1073741824.0, (double)tot / 16) : 0.0;
+    }();
+    return dflt;
+}
+
+static size_t ds_bytes(const struct toy_cu_node *n, const at &a, int64_t *ldT) {
+    *ldT = (a.Tq + 15) / 16 * 16;
+    if (n->op != TOY_OP_ATTENTION_BACK || !use_tc(n, a, n->src[2].type)) return 0;
+    double bytes = 2.0 * (double)a.B * (double)a.Hq * (double)a.Tk * (double)*ldT;
+    return bytes > 0 && bytes <= ds_cap() ? (size_t)bytes : 0;
+}
+
+/* the backward's work: Di (a float a query row), then dS when it is kept */
+static size_t di_bytes(const at &a) { return ((size_t)(a.B * a.Tq * a.Hq) * sizeof(float) + 255) / 256 * 256; }
+
 extern "C" size_t toy_cu_attention_work(const struct toy_cu_node *n) {
     if (use_split(n)) {
         const CT &q = n->src[0];
         return (size_t)(q.ne[1] * q.ne[2] * q.ne[3]) * SPLITS * (size_t)(q.ne[0] + 2) * sizeof(float) + 256;
     }
     if (n->op != TOY_OP_ATTENTION_BACK) return 0;
-    const CT &q = n->src[1];
-    return (size_t)(q.ne[1] * q.ne[2] * q.ne[3]) * sizeof(float) + 256;
+    at a = at_shape(n, n->src[1], n->src[2]);
+    int64_t ldT;
+    return di_bytes(a) + ds_bytes(n, a, &ldT);
 }
 
 static int check_shape(const at &a, const CT &q, const CT &k, const CT &v, char *msg, size_t msg_size) {
@@ -622,7 +650,10 @@ extern "C" int toy_cu_attention_back(const struct toy_cu_node *n, char *msg, siz
         return launch_status("attention backward", msg, msg_size);
     }
     if (use_tc(n, a, k.type)) {
-        toy_cu_attn_tc_back(dq, dk, dv, dO, q, k, v, seg, a, lse, Di, s);
+        int64_t ldT;
+        size_t ds = ds_bytes(n, a, &ldT);
+        void *ds_t = ds && di_bytes(a) + ds <= n->work_size ? n->work + di_bytes(a) : NULL;
+        toy_cu_attn_tc_back(dq, dk, dv, dO, q, k, v, seg, a, lse, Di, ds_t, ldT, s);
         return launch_status("attention backward (tensor cores)", msg, msg_size);
     }
     int nt = tile_rows(a.D);
