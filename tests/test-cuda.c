@@ -774,6 +774,61 @@ Test(cuda, attention_bf16_tensor_cores, .timeout = 600) {
     unsetenv("TOY_CUDA_ATTN_DS_MB");
 }
 
+/* The forward on mma.sync (TOY_CUDA_ATTN=mma: scores in registers, key
+ * tiles of 64), then the wmma backward from its output and lse: the edge
+ * shapes of the bf16 test above, and two (17 x 79, 17 x 82 with a window
+ * of 80) whose 64-key tiles fall one key off whole at the fast tiles' top
+ * and bottom edge. */
+Test(cuda, attention_bf16_mma_forward, .timeout = 600) {
+    need_cuda();
+    setenv("TOY_CUDA_MATH", "bf16", 1);
+    setenv("TOY_CUDA_ATTN", "mma", 1);
+    struct {
+        int D, Hq, Hkv, Tq, Tk;
+        struct toy_attn_params p;
+        bool seg;
+    } c[] = {
+        {16, 2, 1, 37, 37, {.causal = true}, false},
+        {64, 4, 2, 70, 70, {.causal = true}, false},
+        {64, 2, 1, 90, 100, {.causal = true, .window = 48}, false},
+        {64, 2, 1, 17, 79, {.causal = true}, false},
+        {64, 2, 1, 17, 82, {.causal = true, .window = 80}, false},
+        {128, 2, 2, 19, 19, {.causal = false, .softcap = 3.0f}, false},
+        {80, 2, 1, 24, 24, {.causal = true, .scale = 0.3f}, false},
+        {32, 2, 2, 40, 16, {.causal = false}, false},
+        {64, 4, 2, 45, 45, {.causal = true}, true},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        char what[112];
+        snprintf(what, sizeof what, "mma attention D %d Hq %d Hkv %d Tq %d Tk %d%s", c[i].D, c[i].Hq, c[i].Hkv, c[i].Tq,
+                 c[i].Tk, c[i].seg ? " segments" : "");
+        attention_case_at(c[i].D, c[i].Hq, c[i].Hkv, c[i].Tq, c[i].Tk, c[i].p, c[i].seg, false, TOL_ATTN_BF16, what);
+    }
+    attention_case_at(64, 4, 2, 70, 70, (struct toy_attn_params){.causal = true}, false, true, TOL_ATTN_BF16,
+                      "mma attention, unaligned rows");
+}
+
+/* The mock runtime's allocation limit (tools/cuda-mock.c; absent on a GPU) */
+extern size_t toy_cu_mock_max_alloc __attribute__((weak));
+
+/* The tensor-core backward's stored dS (8 MiB here, B Hq Tk Tq BF16) only
+ * speeds dQ up: a device that cannot hold it still runs the graph, with dQ
+ * computing the scores again, rather than failing for want of memory. Every
+ * other allocation here is under 6 MiB, once the device is up. */
+Test(cuda, attention_backward_without_room_for_ds, .timeout = 600) {
+    need_cuda();
+    size_t *volatile max_alloc = &toy_cu_mock_max_alloc; /* (a weak symbol: may be NULL) */
+    if (!max_alloc) cr_skip_test("needs the mock runtime's allocation limit (make CUDA_MOCK=1 or CUDA_EMU=1)");
+    setenv("TOY_CUDA_MATH", "bf16", 1);
+    struct toy_ctx *ctx = setup(5); /* cuda:0 comes up (its 32 MiB cuBLAS workspace) before the limit */
+    check(ctx, toy_sum_all(ctx, param(ctx, 8, 1, 1, 1)), false, TOL_GEMM, "device start");
+    toy_ctx_free(ctx);
+    *max_alloc = (size_t)6 << 20;
+    attention_case_at(16, 8, 1, 512, 512, (struct toy_attn_params){.causal = true}, false, false, TOL_ATTN_BF16,
+                      "bf16 attention, no room for dS");
+    *max_alloc = 0;
+}
+
 /* The one-pass tensor-core forward moves a row's max (and rescales its
  * accumulators) when a key tile's scores pass it by more than 8: here
  * head 0's scores climb by 1 a key (32 a tile: a rescale at every tile),
@@ -970,6 +1025,16 @@ Test(cuda, kv_cache_decode_long_context, .timeout = 600) {
 Test(cuda, kv_cache_prefill_bf16_tensor_cores, .timeout = 600) {
     need_cuda();
     setenv("TOY_CUDA_MATH", "bf16", 1);
+    long_decode_case(TOY_F16, 64, 9, 3, 12, 8, TOL_ATTN_BF16);
+    long_decode_case(TOY_F32, 32, 4, 2, 70, 3, TOL_ATTN_BF16);
+}
+
+/* the same through the mma.sync forward (TOY_CUDA_ATTN=mma): an F16 cache
+ * staged through its half loads, n_past from the device */
+Test(cuda, kv_cache_prefill_bf16_mma, .timeout = 600) {
+    need_cuda();
+    setenv("TOY_CUDA_MATH", "bf16", 1);
+    setenv("TOY_CUDA_ATTN", "mma", 1);
     long_decode_case(TOY_F16, 64, 9, 3, 12, 8, TOL_ATTN_BF16);
     long_decode_case(TOY_F32, 32, 4, 2, 70, 3, TOL_ATTN_BF16);
 }

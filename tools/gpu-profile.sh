@@ -46,8 +46,8 @@ done
 # vocabulary (C through padded scratch, and once without) and padded to a
 # multiple of 8, SmolLM2's, a block's product,
 # and attention at both models' shapes (the one-pass tensor-core forward,
-# dQ from the stored dS; then GPT-2's with the two-pass one and the SIMT
-# kernels, and both with dQ recomputing dS)
+# dQ from the stored dS; then GPT-2's with the two-pass one, the SIMT
+# kernels and the mma.sync forward, and both with dQ recomputing dS)
 echo "== single ops (bench-cuda op)" | tee -a "$L"
 while read -r args; do
   TOY_CUDA_MATH=bf16 timeout "$(lim 30)" $B op $args 2>&1 | tee -a "$L"
@@ -61,7 +61,7 @@ attention 16 9 3 1024 64
 OPS
 echo "== matmul 16384 50257 768, TOY_CUDA_PAD_C=0 (C's odd rows straight to cuBLAS)" | tee -a "$L"
 TOY_CUDA_MATH=bf16 TOY_CUDA_PAD_C=0 timeout "$(lim 30)" $B op matmul 16384 50257 768 2>&1 | tee -a "$L"
-for mode in twopass simt; do
+for mode in twopass simt mma; do
   echo "== attention 16 12 12 1024 64, TOY_CUDA_ATTN=$mode" | tee -a "$L"
   TOY_CUDA_MATH=bf16 TOY_CUDA_ATTN=$mode timeout "$(lim 30)" $B op attention 16 12 12 1024 64 2>&1 | tee -a "$L"
 done

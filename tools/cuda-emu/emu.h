@@ -105,6 +105,65 @@ static inline int __any_sync(unsigned mask, int pred) {
     return any;
 }
 
+/* mma.sync.m16n8k16 with BF16 A, B and F32 C, D (toy_mma_bf16 in
+ * kernels-common.cuh), in the PTX fragment layout, which unlike wmma's is
+ * fixed: lane 4 g + t holds A[g][2t, 2t+1], A[g+8][2t, 2t+1], A[g][2t+8,
+ * 2t+9], A[g+8][2t+8, 2t+9] (a[0..3], the lower column in the low half),
+ * B[2t, 2t+1][g] and B[2t+8, 2t+9][g] (b[0..1]), and C[g][2t], C[g][2t+1],
+ * C[g+8][2t], C[g+8][2t+1]. Each lane publishes its registers in five
+ * rounds through the warp's exchange slots and computes its own four
+ * results, so a kernel that puts an element in the wrong lane or register
+ * gets a wrong product, as on a GPU. */
+extern "C" void toy_emu_wmma_op(void);
+static inline float toy_emu_f32(uint32_t v) {
+    float f;
+    memcpy(&f, &v, 4);
+    return f;
+}
+static inline uint32_t toy_emu_u32(float f) {
+    uint32_t v;
+    memcpy(&v, &f, 4);
+    return v;
+}
+static inline float toy_emu_bf_lo(uint32_t v) { return toy_emu_f32(v << 16); }
+static inline float toy_emu_bf_hi(uint32_t v) { return toy_emu_f32(v & 0xffff0000u); }
+static inline void toy_emu_mma_bf16(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4]) {
+    toy_emu_wmma_op();
+    uint64_t mine[5], all[5][32];
+    mine[0] = a[0] | (uint64_t)a[1] << 32;
+    mine[1] = a[2] | (uint64_t)a[3] << 32;
+    mine[2] = b[0] | (uint64_t)b[1] << 32;
+    mine[3] = toy_emu_u32(c[0]) | (uint64_t)toy_emu_u32(c[1]) << 32;
+    mine[4] = toy_emu_u32(c[2]) | (uint64_t)toy_emu_u32(c[3]) << 32;
+    for (int r = 0; r < 5; r++) {
+        *toy_emu_lane_slot(-1) = mine[r];
+        toy_emu_syncwarp();
+        for (int l = 0; l < 32; l++) all[r][l] = *toy_emu_lane_slot(l);
+        toy_emu_syncwarp();
+    }
+    float A[16][16], B[16][8], C[16][8];
+    for (int l = 0; l < 32; l++) {
+        int g = l / 4, t = l % 4;
+        uint32_t r0 = (uint32_t)all[0][l], r1 = (uint32_t)(all[0][l] >> 32), r2 = (uint32_t)all[1][l],
+                 r3 = (uint32_t)(all[1][l] >> 32), b0 = (uint32_t)all[2][l], b1 = (uint32_t)(all[2][l] >> 32);
+        A[g][2 * t] = toy_emu_bf_lo(r0), A[g][2 * t + 1] = toy_emu_bf_hi(r0);
+        A[g + 8][2 * t] = toy_emu_bf_lo(r1), A[g + 8][2 * t + 1] = toy_emu_bf_hi(r1);
+        A[g][2 * t + 8] = toy_emu_bf_lo(r2), A[g][2 * t + 9] = toy_emu_bf_hi(r2);
+        A[g + 8][2 * t + 8] = toy_emu_bf_lo(r3), A[g + 8][2 * t + 9] = toy_emu_bf_hi(r3);
+        B[2 * t][g] = toy_emu_bf_lo(b0), B[2 * t + 1][g] = toy_emu_bf_hi(b0);
+        B[2 * t + 8][g] = toy_emu_bf_lo(b1), B[2 * t + 9][g] = toy_emu_bf_hi(b1);
+        C[g][2 * t] = toy_emu_f32((uint32_t)all[3][l]), C[g][2 * t + 1] = toy_emu_f32((uint32_t)(all[3][l] >> 32));
+        C[g + 8][2 * t] = toy_emu_f32((uint32_t)all[4][l]), C[g + 8][2 * t + 1] = toy_emu_f32((uint32_t)(all[4][l] >> 32));
+    }
+    int lane = (int)(threadIdx.x % 32), g = lane / 4, t = lane % 4;
+    for (int e = 0; e < 4; e++) {
+        int row = g + 8 * (e / 2), col = 2 * t + e % 2;
+        float acc = C[row][col];
+        for (int k = 0; k < 16; k++) acc += A[row][k] * B[k][col];
+        d[e] = acc;
+    }
+}
+
 /* one fiber runs at a time: atomics are plain read-modify-writes */
 template <class T> static inline T atomicAdd(T *p, T v) {
     T old = *p;

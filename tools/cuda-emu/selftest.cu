@@ -16,7 +16,8 @@
  *     and stored in both) multiply as a plain loop does; a tile the lanes
  *     write and load_matrix_sync reads with no __syncwarp between is read
  *     stale by some lane; a misaligned tile pointer, or wmma calls that only
- *     some lanes of a warp make, fail the launch.
+ *     some lanes of a warp make, fail the launch;
+ *   - mma.sync m16n8k16 fragments in the PTX layout multiply as a loop does.
  * Prints one line per check and "N passed, M failed"; exit 1 on a failure. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -149,6 +150,29 @@ __global__ void k_wmma_divergent(const bf16 *A, float *out) { tile_product(A, A,
 /* a tile 8 bytes past an aligned start */
 __global__ void k_wmma_misaligned(const bf16 *A, float *out) { tile_product(A + 4, A, out, true); }
 
+/* mma.sync.m16n8k16 (toy_emu_mma_bf16): each lane takes its fragment of
+ * A (16 x 16), B (16 x 8, row-major here) and C from memory in the PTX
+ * layout and writes its part of D back the same way */
+__global__ void k_mma(const bf16 *A, const bf16 *B, const float *C, float *D) {
+    int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    auto pair = [](bf16 lo, bf16 hi) {
+        uint16_t l, h;
+        memcpy(&l, &lo, 2);
+        memcpy(&h, &hi, 2);
+        return (uint32_t)l | (uint32_t)h << 16;
+    };
+    uint32_t a[4], b[2];
+    for (int i = 0; i < 4; i++) {
+        int row = g + 8 * (i % 2), col = 2 * t + 8 * (i / 2);
+        a[i] = pair(A[16 * row + col], A[16 * row + col + 1]);
+    }
+    for (int i = 0; i < 2; i++) b[i] = pair(B[8 * (2 * t + 8 * i) + g], B[8 * (2 * t + 8 * i + 1) + g]);
+    float c[4], d[4];
+    for (int e = 0; e < 4; e++) c[e] = C[8 * (g + 8 * (e / 2)) + 2 * t + e % 2];
+    toy_emu_mma_bf16(d, a, b, c);
+    for (int e = 0; e < 4; e++) D[8 * (g + 8 * (e / 2)) + 2 * t + e % 2] = d[e];
+}
+
 int main(void) {
     float *x, *out;
     int *iv, *cnt;
@@ -266,6 +290,16 @@ int main(void) {
     check(raced, "wmma: a tile loaded with no __syncwarp after the lanes wrote it is read stale");
     k_wmma_divergent<<<1, 32>>>(A, wo);
     check(cudaGetLastError() == cudaErrorLaunchFailure, "wmma: an mma_sync that only some lanes of the warp make fails the launch");
+    /* mma.sync: A's first 16 columns, X as a 16 x 8 B, C0's first 128 */
+    k_mma<<<1, 32>>>(A, X, C0, wo);
+    ok = cudaGetLastError() == cudaSuccess;
+    for (int m = 0; m < 16; m++)
+        for (int n = 0; n < 8; n++) {
+            double want = C0[8 * m + n];
+            for (int k = 0; k < 16; k++) want += (double)__bfloat162float(A[16 * m + k]) * __bfloat162float(X[8 * k + n]);
+            ok &= wo[8 * m + n] == (float)want;
+        }
+    check(ok, "mma.sync m16n8k16: fragments in the PTX layout multiply as a plain loop does");
     k_wmma_misaligned<<<1, 32>>>(A, wo);
     check(cudaGetLastError() == cudaErrorLaunchFailure, "wmma: a tile pointer that is not 32-byte aligned fails the launch");
     cudaFree(A);

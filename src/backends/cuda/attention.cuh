@@ -112,7 +112,11 @@ __device__ __forceinline__ float ds_of(const at &a, float p, float dp, float di,
  * accumulation, for head dims that are a multiple of 16 up to 128 and F32
  * q (k, v F32, or an F16 cache in the forward). */
 bool toy_cu_attn_tc_ok(const at &a, int k_type);
-void toy_cu_attn_tc_fwd(CT out, CT q, CT k, CT v, CT seg, at a, float *lse, bool two_pass, cudaStream_t s);
+/* the forward's variants: one pass over the keys (wmma, the default), two
+ * (TOY_CUDA_ATTN=twopass), or on mma.sync with the scores in registers
+ * (TOY_CUDA_ATTN=mma) */
+enum { TOY_ATTN_TC_ONEPASS, TOY_ATTN_TC_TWOPASS, TOY_ATTN_TC_MMA };
+void toy_cu_attn_tc_fwd(CT out, CT q, CT k, CT v, CT seg, at a, float *lse, int variant, cudaStream_t s);
 /* ds_t: scratch for dS^T (BF16, {ldT, Tk, Hq, B}, ldT = Tq rounded up to
  * 16), so that dQ need not recompute the scores; NULL: it does */
 void toy_cu_attn_tc_back(float *dq, float *dk, float *dv, CT dO, CT q, CT k, CT v, CT seg, at a, const float *lse,

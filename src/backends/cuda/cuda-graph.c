@@ -466,7 +466,7 @@ static enum toy_status prepare(struct toy_graph *g, int dev, struct cu_graph **o
         if (!st) st = toy_error(TOY_ERR_NOMEM, "cuda graph: rope table");
         goto fail;
     }
-    size_t rope_at = 0, ws = 0;
+    size_t rope_at = 0, ws = 0, ws_lean = 0;
     for (int i = 0; i < g->n_nodes; i++) {
         struct toy_tensor *t = g->nodes[i];
         struct toy_cu_node *c = &cg->cn[i];
@@ -528,15 +528,23 @@ static enum toy_status prepare(struct toy_graph *g, int dev, struct cu_graph **o
             c->rope_freq = cg->rope + rope_at;
             rope_at += (size_t)nd / 2 + 1;
         }
-        size_t w = toy_cu_work_size(c);
+        size_t w = toy_cu_work_size(c, false), wl = toy_cu_work_size(c, true);
         if (w > ws) ws = w;
+        if (wl > ws_lean) ws_lean = wl;
     }
     if (rope_n) {
         st = toy_cu_check(cudaMemcpy(cg->rope, rope_h, rope_n * sizeof(double), cudaMemcpyHostToDevice), "rope table");
         free(rope_h);
         if (st) goto fail;
     }
-    if (ws && (st = toy_cu_alloc(dev, ws, (void **)&cg->work))) goto fail;
+    if (ws && (st = toy_cu_alloc(dev, ws, (void **)&cg->work)) == TOY_ERR_NOMEM && ws_lean < ws) {
+        /* what only speeds a node up (the attention backward's stored dS)
+         * is not worth failing for: those nodes see the smaller work and
+         * do without */
+        ws = ws_lean;
+        st = ws ? toy_cu_alloc(dev, ws, (void **)&cg->work) : TOY_OK;
+    }
+    if (st) goto fail;
     cg->work_size = ws;
     for (int i = 0; i < g->n_nodes; i++) {
         cg->cn[i].work = cg->work;

@@ -65,8 +65,10 @@ struct toy_cu_node {
 
 /* Enqueues the node's kernels. 0 or a toy_status with msg filled. */
 int toy_cu_run(const struct toy_cu_node *n, char *msg, size_t msg_size);
-/* Device scratch the node needs (bytes). */
-size_t toy_cu_work_size(const struct toy_cu_node *n);
+/* Device scratch the node needs (bytes); lean: without the scratch a node
+ * only runs faster with (the attention backward's stored dS), which it does
+ * without when its work is smaller. */
+size_t toy_cu_work_size(const struct toy_cu_node *n, bool lean);
 /* AdamW over n floats on the device (for a device-resident optimizer):
  * m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
  * p -= lr (m / bc1 / (sqrt(v) / bc2sqrt + eps) + wd p). */

@@ -617,30 +617,211 @@ __global__ void k_attn_dkv_tc(float *dk, float *dv, CT dO, CT q, CT k, CT v, CT 
     store_rows<ND>(dv + off, a.Hkv * a.D, (int)(wj1 - wj0), dva, 1.0f, S, nd);
 }
 
+/* ---- the forward on mma.sync (TOY_CUDA_ATTN=mma) ------------------------------------------
+ * Flash-attention 2 with the scores in registers: a warp's 16 query rows
+ * against key tiles of MMA_KEYS, S = Q K^T in m16n8k16 steps (mma_bf16;
+ * Q's fragments loaded once), the online softmax on the accumulators (a
+ * row's 16 values a tile sit in the four lanes of its group: two shuffles
+ * give its max and sum), and P, rounded to BF16, used in place as the A
+ * operand of O += P V (two m16n8 accumulators are one m16k16 A fragment).
+ * K is staged row-major and V transposed, both BF16, so every B fragment
+ * register is one 32-bit shared load, and rows D + 8 (MMA_KEYS + 8)
+ * elements apart put a load's 32 lanes on 32 banks. No wmma, no round trip
+ * of scores through shared memory. The backward is the wmma one. */
+#define MMA_KEYS 64
+
+/* rows [r0, r0 + n) of head h, batch b of x as the BF16 columns 0..n-1 of
+ * dst (dst[d * ld + r]: x transposed), columns n..rows-1 zero */
+template <typename T>
+__device__ __forceinline__ void stage_bf16_t(bf16 *dst, int ld, const CT &x, int64_t h, int64_t r0, int64_t n,
+                                             int rows, int64_t b, int D, bool vec) {
+    const char *base = x.data + h * x.nb[1] + r0 * x.nb[2] + b * x.nb[3];
+    const int w = vec ? 4 : 1, q = D / w;
+    for (int e = threadIdx.x; e < rows * q; e += blockDim.x) {
+        int r = e / q, d = w * (e - r * q);
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (r < n) {
+            const T *row = (const T *)(base + r * x.nb[2]) + d;
+            if (vec) v = load4(row);
+            else v.x = to_f(row[0]);
+        }
+        dst[d * ld + r] = __float2bfloat16(v.x);
+        if (vec) {
+            dst[(d + 1) * ld + r] = __float2bfloat16(v.y);
+            dst[(d + 2) * ld + r] = __float2bfloat16(v.z);
+            dst[(d + 3) * ld + r] = __float2bfloat16(v.w);
+        }
+    }
+}
+
+static size_t mma_smem(int64_t D) { return ((size_t)MMA_KEYS * (D + 8) + (size_t)D * (MMA_KEYS + 8)) * 2 + 32; }
+
+/* one query row of a lane (g or g + 8 of its warp's 16): its keys and segment */
+struct mma_row {
+    int64_t t, j0, j1;
+    int32_t seg;
+    bool live;
+};
+
+__device__ __forceinline__ mma_row mma_row_at(const at &a, const qtile &Q, const CT &seg, int64_t t) {
+    mma_row r;
+    r.t = t;
+    r.live = Q.wlive && t < Q.t1;
+    r.j0 = r.j1 = 0;
+    if (r.live) key_range(a, t, &r.j0, &r.j1);
+    r.seg = a.seg && r.live ? seg_at(seg, t, Q.b) : 0;
+    return r;
+}
+
+/* blocks: (query tile of TC_ROWS, head, batch), TC_WARPS warps of 16 rows */
+template <int ND, typename KT>
+__global__ void k_attn_fwd_mma(CT out, CT q, CT k, CT v, CT seg, at a, float *lse, int vec) {
+    at_dyn(a);
+    extern __shared__ float4 tc_sm[];
+    const int D = (int)a.D, nd = D / 16, kld = D + 8, vld = MMA_KEYS + 8;
+    bf16 *Ks = (bf16 *)(((uintptr_t)tc_sm + 31) & ~(uintptr_t)31), *Vt = Ks + MMA_KEYS * kld;
+    const qtile Q = query_tile(a, seg);
+    const int lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
+    const float sc2 = a.scale * LOG2E;
+    const mma_row R[2] = {mma_row_at(a, Q, seg, Q.wt0 + g), mma_row_at(a, Q, seg, Q.wt0 + g + 8)};
+
+    uint32_t qa[ND][4]; /* Q's rows g, g + 8 as A fragments, 16 columns each */
+#pragma unroll
+    for (int kk = 0; kk < ND; kk++)
+        for (int i = 0; i < 4; i++) {
+            const mma_row &rw = R[i % 2];
+            float x0 = 0.0f, x1 = 0.0f;
+            if (kk < nd && rw.live) {
+                const float *qr = (const float *)(q.data + Q.h * q.nb[1] + rw.t * q.nb[2] + Q.b * q.nb[3]);
+                int c = 16 * kk + 2 * t4 + 8 * (i / 2);
+                x0 = qr[c];
+                x1 = qr[c + 1];
+            }
+            qa[kk][i] = pack_bf16(x0, x1);
+        }
+    float o[2 * ND][4];
+#pragma unroll
+    for (int dn = 0; dn < 2 * ND; dn++)
+        for (int e = 0; e < 4; e++) o[dn][e] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}; /* log2 units */
+
+    for (int64_t jt = Q.js; jt < Q.je; jt += MMA_KEYS) {
+        int64_t n = Q.je - jt < MMA_KEYS ? Q.je - jt : MMA_KEYS;
+        __syncthreads(); /* the last tiles are read */
+        stage_bf16<KT>(Ks, kld, k, Q.g, jt, n, MMA_KEYS, Q.b, D, vec & 2);
+        stage_bf16_t<KT>(Vt, vld, v, Q.g, jt, n, MMA_KEYS, Q.b, D, vec & 4);
+        __syncthreads();
+        if (!Q.wlive || jt >= Q.wje || jt + n <= Q.wjs) continue;
+        float s[8][4]; /* key block nt: keys jt + 8 nt + 2 t4 + (e & 1) of rows g (e < 2), g + 8 */
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++) {
+            for (int e = 0; e < 4; e++) s[nt][e] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < ND; kk++)
+                if (kk < nd) {
+                    const bf16 *kr = Ks + (8 * nt + g) * kld + 16 * kk + 2 * t4;
+                    uint32_t b[2] = {*(const uint32_t *)kr, *(const uint32_t *)(kr + 8)};
+                    mma_bf16(s[nt], qa[kk], b, s[nt]);
+                }
+        }
+        const bool full = Q.wfs <= jt && jt + MMA_KEYS <= Q.wfe;
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++)
+            for (int e = 0; e < 4; e++) {
+                float x = s[nt][e] * sc2;
+                if (!full) {
+                    const mma_row &rw = R[e / 2];
+                    int col = 8 * nt + 2 * t4 + (e & 1);
+                    int64_t j = jt + col;
+                    bool ok = rw.live && col < n && j >= rw.j0 && j < rw.j1 &&
+                              (!a.seg || seg_at(seg, j, Q.b) == rw.seg);
+                    float cc;
+                    x = ok ? score(a, s[nt][e], &cc) * LOG2E : -INFINITY;
+                }
+                s[nt][e] = x;
+                mx[e / 2] = fmaxf(mx[e / 2], x);
+            }
+        float base[2];
+        for (int i = 0; i < 2; i++) { /* the row's max over its 4 lanes; O and l rescale to it */
+            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+            float mn = fmaxf(m[i], mx[i]);
+            float f = mn == -INFINITY ? 1.0f : exp2f(m[i] - mn);
+            l[i] *= f;
+#pragma unroll
+            for (int dn = 0; dn < 2 * ND; dn++) {
+                o[dn][2 * i] *= f;
+                o[dn][2 * i + 1] *= f;
+            }
+            m[i] = mn;
+            base[i] = mn == -INFINITY ? 0.0f : mn; /* nothing seen yet: every score is -inf */
+        }
+        uint32_t pa[4][4]; /* P as A fragments, keys 16 j.. */
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            for (int h2 = 0; h2 < 2; h2++) { /* key blocks 2 j, 2 j + 1 */
+                const float *sv = s[2 * j + h2];
+                float p0 = exp2f(sv[0] - base[0]), p1 = exp2f(sv[1] - base[0]);
+                float p2 = exp2f(sv[2] - base[1]), p3 = exp2f(sv[3] - base[1]);
+                l[0] += p0 + p1;
+                l[1] += p2 + p3;
+                pa[j][2 * h2] = pack_bf16(p0, p1);
+                pa[j][2 * h2 + 1] = pack_bf16(p2, p3);
+            }
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int dn = 0; dn < 2 * ND; dn++)
+                if (dn < 2 * nd) {
+                    const bf16 *vr = Vt + (8 * dn + g) * vld + 16 * j + 2 * t4;
+                    uint32_t b[2] = {*(const uint32_t *)vr, *(const uint32_t *)(vr + 8)};
+                    mma_bf16(o[dn], pa[j], b, o[dn]);
+                }
+    }
+    for (int i = 0; i < 2; i++) {
+        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+        const mma_row &rw = R[i];
+        if (!rw.live) continue;
+        float os = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+        float *orow = (float *)(out.data + Q.h * out.nb[1] + rw.t * out.nb[2] + Q.b * out.nb[3]);
+#pragma unroll
+        for (int dn = 0; dn < 2 * ND; dn++)
+            if (dn < 2 * nd) {
+                orow[8 * dn + 2 * t4] = o[dn][2 * i] * os;
+                orow[8 * dn + 2 * t4 + 1] = o[dn][2 * i + 1] * os;
+            }
+        if (t4 == 0) lse[(Q.b * a.Tq + rw.t) * a.Hq + Q.h] = l[i] > 0.0f ? (m[i] + log2f(l[i])) * LN2 : -INFINITY;
+    }
+}
+
 bool toy_cu_attn_tc_ok(const at &a, int k_type) {
     return a.D >= 16 && a.D <= 128 && a.D % 16 == 0 && (k_type == TOY_F32 || k_type == TOY_F16);
 }
 
 template <int ND, typename KT>
-static void fwd_launch(unsigned blocks, size_t smem, cudaStream_t s, CT out, CT q, CT k, CT v, CT seg, at a,
-                       float *lse, bool one) {
+static void fwd_launch(unsigned blocks, cudaStream_t s, CT out, CT q, CT k, CT v, CT seg, at a, float *lse,
+                       int variant) {
     int vec = rows_vec(q) | rows_vec(k) << 1 | rows_vec(v) << 2;
-    k_attn_fwd_tc<ND, KT><<<blocks, 32 * TC_WARPS, smem, s>>>(out, q, k, v, seg, a, lse, vec, one);
+    if (variant == TOY_ATTN_TC_MMA)
+        k_attn_fwd_mma<ND, KT><<<blocks, 32 * TC_WARPS, mma_smem(a.D), s>>>(out, q, k, v, seg, a, lse, vec);
+    else
+        k_attn_fwd_tc<ND, KT><<<blocks, 32 * TC_WARPS, tc_layout(a.D, false).total, s>>>(
+            out, q, k, v, seg, a, lse, vec, variant == TOY_ATTN_TC_ONEPASS);
 }
 
 template <typename KT>
-static void fwd_nd(unsigned blocks, size_t smem, cudaStream_t s, CT out, CT q, CT k, CT v, CT seg, at a, float *lse,
-                   bool one) {
-    if (a.D <= 32) fwd_launch<2, KT>(blocks, smem, s, out, q, k, v, seg, a, lse, one);
-    else if (a.D <= 64) fwd_launch<4, KT>(blocks, smem, s, out, q, k, v, seg, a, lse, one);
-    else fwd_launch<8, KT>(blocks, smem, s, out, q, k, v, seg, a, lse, one);
+static void fwd_nd(unsigned blocks, cudaStream_t s, CT out, CT q, CT k, CT v, CT seg, at a, float *lse, int variant) {
+    if (a.D <= 32) fwd_launch<2, KT>(blocks, s, out, q, k, v, seg, a, lse, variant);
+    else if (a.D <= 64) fwd_launch<4, KT>(blocks, s, out, q, k, v, seg, a, lse, variant);
+    else fwd_launch<8, KT>(blocks, s, out, q, k, v, seg, a, lse, variant);
 }
 
-void toy_cu_attn_tc_fwd(CT out, CT q, CT k, CT v, CT seg, at a, float *lse, bool two_pass, cudaStream_t s) {
+void toy_cu_attn_tc_fwd(CT out, CT q, CT k, CT v, CT seg, at a, float *lse, int variant, cudaStream_t s) {
     unsigned blocks = (unsigned)(cdiv(a.Tq, TC_ROWS) * a.Hq * a.B);
-    size_t smem = tc_layout(a.D, false).total;
-    if (k.type == TOY_F16) fwd_nd<__half>(blocks, smem, s, out, q, k, v, seg, a, lse, !two_pass);
-    else fwd_nd<float>(blocks, smem, s, out, q, k, v, seg, a, lse, !two_pass);
+    if (k.type == TOY_F16) fwd_nd<__half>(blocks, s, out, q, k, v, seg, a, lse, variant);
+    else fwd_nd<float>(blocks, s, out, q, k, v, seg, a, lse, variant);
 }
 
 /* with ds_t, dK/dV first (storing dS), then dQ from it; else dQ

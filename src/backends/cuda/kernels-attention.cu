@@ -410,9 +410,9 @@ __global__ void k_attn_dkv_tiled(float *dk, float *dv, CT dO, CT q, CT k, CT v, 
 
 /* TOY_CUDA_ATTN=simple: the one-warp-per-row kernels; =simt: the tiled F32
  * kernels even where the tensor-core ones apply; =twopass: the tensor-core
- * forward in two passes (kernels-attention-tc.cu); default: tiled, or
- * tensor cores when the math is BF16 */
-enum { ATTN_AUTO, ATTN_SIMPLE, ATTN_SIMT, ATTN_TWOPASS };
+ * forward in two passes, =mma: on mma.sync (kernels-attention-tc.cu);
+ * default: tiled, or tensor cores when the math is BF16 */
+enum { ATTN_AUTO, ATTN_SIMPLE, ATTN_SIMT, ATTN_TWOPASS, ATTN_MMA };
 static int attn_mode(void) {
     static int mode = -1;
     if (mode < 0) {
@@ -420,13 +420,15 @@ static int attn_mode(void) {
         mode = e && !strcmp(e, "simple")    ? ATTN_SIMPLE
                : e && !strcmp(e, "simt")    ? ATTN_SIMT
                : e && !strcmp(e, "twopass") ? ATTN_TWOPASS
+               : e && !strcmp(e, "mma")     ? ATTN_MMA
                                             : ATTN_AUTO;
     }
     return mode;
 }
 static bool use_simple(void) { return attn_mode() == ATTN_SIMPLE; }
 static bool use_tc(const struct toy_cu_node *n, const at &a, int k_type) {
-    return (attn_mode() == ATTN_AUTO || attn_mode() == ATTN_TWOPASS) && n->math == TOY_CU_MATH_BF16 &&
+    return (attn_mode() == ATTN_AUTO || attn_mode() == ATTN_TWOPASS || attn_mode() == ATTN_MMA) &&
+           n->math == TOY_CU_MATH_BF16 &&
            toy_cu_attn_tc_ok(a, k_type);
 }
 
@@ -557,7 +559,7 @@ static size_t ds_bytes(const struct toy_cu_node *n, const at &a, int64_t *ldT) {
 /* the backward's work: Di (a float a query row), then dS when it is kept */
 static size_t di_bytes(const at &a) { return ((size_t)(a.B * a.Tq * a.Hq) * sizeof(float) + 255) / 256 * 256; }
 
-extern "C" size_t toy_cu_attention_work(const struct toy_cu_node *n) {
+extern "C" size_t toy_cu_attention_work(const struct toy_cu_node *n, bool lean) {
     if (use_split(n)) {
         const CT &q = n->src[0];
         return (size_t)(q.ne[1] * q.ne[2] * q.ne[3]) * SPLITS * (size_t)(q.ne[0] + 2) * sizeof(float) + 256;
@@ -565,7 +567,7 @@ extern "C" size_t toy_cu_attention_work(const struct toy_cu_node *n) {
     if (n->op != TOY_OP_ATTENTION_BACK) return 0;
     at a = at_shape(n, n->src[1], n->src[2]);
     int64_t ldT;
-    return di_bytes(a) + ds_bytes(n, a, &ldT);
+    return di_bytes(a) + (lean ? 0 : ds_bytes(n, a, &ldT));
 }
 
 static int check_shape(const at &a, const CT &q, const CT &k, const CT &v, char *msg, size_t msg_size) {
@@ -612,7 +614,10 @@ extern "C" int toy_cu_attention(const struct toy_cu_node *n, char *msg, size_t m
         return launch_status("attention", msg, msg_size);
     }
     if (use_tc(n, a, k.type)) {
-        toy_cu_attn_tc_fwd(n->dst, q, k, v, seg, a, lse, attn_mode() == ATTN_TWOPASS, s);
+        int variant = attn_mode() == ATTN_TWOPASS ? TOY_ATTN_TC_TWOPASS
+                      : attn_mode() == ATTN_MMA   ? TOY_ATTN_TC_MMA
+                                                  : TOY_ATTN_TC_ONEPASS;
+        toy_cu_attn_tc_fwd(n->dst, q, k, v, seg, a, lse, variant, s);
         return launch_status("attention (tensor cores)", msg, msg_size);
     }
     int nt = tile_rows(a.D);

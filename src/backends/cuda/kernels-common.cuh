@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 /* the C headers, read as C++ (C11's _Noreturn is a GNU attribute there) */
 #ifndef _Noreturn
@@ -209,6 +210,32 @@ __device__ __forceinline__ void store4(__nv_bfloat16 *out, float4 v) {
     o[1] = __floats2bfloat162_rn(v.z, v.w);
 }
 
+/* two floats as a BF16 pair in one register (lo in the low half): an mma
+ * operand */
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    uint32_t u;
+    memcpy(&u, &h, 4);
+    return u;
+}
+
+/* d = a b + c, one mma.sync.m16n8k16: A 16 x 16 and B 16 x 8 in BF16, C and
+ * D in F32, each lane's registers in PTX's fragment layout (with g = lane /
+ * 4, t = lane % 4: a = A[g][2t..], A[g+8][2t..], A[g][2t+8..],
+ * A[g+8][2t+8..]; b = B[2t..][g], B[2t+8..][g]; c, d = C[g][2t], C[g][2t+1],
+ * C[g+8][2t], C[g+8][2t+1]; tools/cuda-emu/emu.h computes it so) */
+__device__ __forceinline__ void mma_bf16(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4]) {
+#ifdef TOY_CUDA_EMU
+    toy_emu_mma_bf16(d, a, b, c);
+#else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%10, %11, %12, %13};\n"
+                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]),
+                   "f"(c[3]));
+#endif
+}
+
 /* contiguous with a plain (non-block) dtype: element e sits at e * size */
 static inline bool ct_flat(const CT &t) {
     int64_t es = t.type == TOY_F32 || t.type == TOY_I32 ? 4 : t.type == TOY_F16 || t.type == TOY_BF16 ? 2 : 0;
@@ -311,7 +338,7 @@ int toy_cu_attention(const struct toy_cu_node *n, char *msg, size_t msg_size);
 /* a fused attention's ROPEs and KV_STOREs (kernels-ops.cu) */
 int toy_cu_attention_prologue(const struct toy_cu_node *n, char *msg, size_t msg_size);
 int toy_cu_attention_back(const struct toy_cu_node *n, char *msg, size_t msg_size);
-size_t toy_cu_attention_work(const struct toy_cu_node *n);
+size_t toy_cu_attention_work(const struct toy_cu_node *n, bool lean);
 }
 
 #endif

@@ -852,11 +852,11 @@ static int row_threads(int64_t n) { return n >= 256 ? 256 : n > 32 ? 128 : 32; }
 
 #define NORM_ROWS(n) ((unsigned)ct_nrows((n)->dst))
 
-extern "C" size_t toy_cu_work_size(const struct toy_cu_node *n) {
+extern "C" size_t toy_cu_work_size(const struct toy_cu_node *n, bool lean) {
     switch (n->op) {
     case TOY_OP_MATMUL: return toy_cu_matmul_work(n);
     case TOY_OP_ATTENTION:
-    case TOY_OP_ATTENTION_BACK: return toy_cu_attention_work(n);
+    case TOY_OP_ATTENTION_BACK: return toy_cu_attention_work(n, lean);
     case TOY_OP_CROSS_ENTROPY: return (size_t)ct_nrows(n->src[0]) * 2 * sizeof(float);
     case TOY_OP_RMS_NORM_BACK_W:
     case TOY_OP_LAYER_NORM_BACK_W:
