@@ -733,14 +733,26 @@ Test(cuda, attention_simple_kernels_forward_backward) {
  * tile's four edges (queries' and keys' side, bottom and top), Tq > Tk, GQA groups of 2 and 3, softcap, packed
  * segments, rows that are not 16-byte aligned; and D = 40, which the F32
  * kernels take under BF16 math. */
+/* a table of attention shapes, each run through attention_case_at */
+struct attn_case {
+    int D, Hq, Hkv, Tq, Tk;
+    struct toy_attn_params p;
+    bool seg;
+};
+
+static void attention_cases(const struct attn_case *c, size_t n, const char *label) {
+    for (size_t i = 0; i < n; i++) {
+        char what[112];
+        snprintf(what, sizeof what, "%s attention D %d Hq %d Hkv %d Tq %d Tk %d%s", label, c[i].D, c[i].Hq, c[i].Hkv,
+                 c[i].Tq, c[i].Tk, c[i].seg ? " segments" : "");
+        attention_case_at(c[i].D, c[i].Hq, c[i].Hkv, c[i].Tq, c[i].Tk, c[i].p, c[i].seg, false, TOL_ATTN_BF16, what);
+    }
+}
+
 Test(cuda, attention_bf16_tensor_cores, .timeout = 600) {
     need_cuda();
     setenv("TOY_CUDA_MATH", "bf16", 1);
-    struct {
-        int D, Hq, Hkv, Tq, Tk;
-        struct toy_attn_params p;
-        bool seg;
-    } c[] = {
+    const struct attn_case c[] = {
         {16, 2, 1, 37, 37, {.causal = true}, false},
         {64, 4, 2, 70, 70, {.causal = true}, false},
         {64, 3, 1, 33, 100, {.causal = true, .window = 20}, false},
@@ -753,12 +765,7 @@ Test(cuda, attention_bf16_tensor_cores, .timeout = 600) {
         {64, 4, 2, 45, 45, {.causal = true}, true},
         {40, 2, 2, 9, 9, {.causal = true}, false},
     };
-    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
-        char what[112];
-        snprintf(what, sizeof what, "bf16 attention D %d Hq %d Hkv %d Tq %d Tk %d%s", c[i].D, c[i].Hq, c[i].Hkv,
-                 c[i].Tq, c[i].Tk, c[i].seg ? " segments" : "");
-        attention_case_at(c[i].D, c[i].Hq, c[i].Hkv, c[i].Tq, c[i].Tk, c[i].p, c[i].seg, false, TOL_ATTN_BF16, what);
-    }
+    attention_cases(c, sizeof c / sizeof c[0], "bf16");
     /* rows that do not start 16-byte aligned: the element-wise staging */
     attention_case_at(64, 4, 2, 70, 70, (struct toy_attn_params){.causal = true}, false, true, TOL_ATTN_BF16,
                       "bf16 attention, unaligned rows");
@@ -774,38 +781,37 @@ Test(cuda, attention_bf16_tensor_cores, .timeout = 600) {
     unsetenv("TOY_CUDA_ATTN_DS_MB");
 }
 
-/* The forward on mma.sync (TOY_CUDA_ATTN=mma: scores in registers, key
- * tiles of 64), then the wmma backward from its output and lse: the edge
- * shapes of the bf16 test above, and two (17 x 79, 17 x 82 with a window
- * of 80) whose 64-key tiles fall one key off whole at the fast tiles' top
- * and bottom edge. */
-Test(cuda, attention_bf16_mma_forward, .timeout = 600) {
+/* Attention on mma.sync (TOY_CUDA_ATTN=mma: scores in registers, tiles of
+ * 64): the forward, and dK/dV for head dims up to 64 (the wmma kernel
+ * above that), with dQ from the dS they store: the edge shapes of the bf16
+ * test above; two (17 x 79, 17 x 82 with a window of 80) whose 64-key
+ * tiles fall one key off whole at the forward's fast tiles' top and bottom
+ * edge, and two (64 x 78, 64 x 81 with a window of 80) whose 64-query
+ * tiles do so for dK/dV's; then dQ recomputing dS beside the mma dK/dV. */
+Test(cuda, attention_bf16_mma, .timeout = 600) {
     need_cuda();
     setenv("TOY_CUDA_MATH", "bf16", 1);
     setenv("TOY_CUDA_ATTN", "mma", 1);
-    struct {
-        int D, Hq, Hkv, Tq, Tk;
-        struct toy_attn_params p;
-        bool seg;
-    } c[] = {
+    const struct attn_case c[] = {
         {16, 2, 1, 37, 37, {.causal = true}, false},
         {64, 4, 2, 70, 70, {.causal = true}, false},
         {64, 2, 1, 90, 100, {.causal = true, .window = 48}, false},
         {64, 2, 1, 17, 79, {.causal = true}, false},
         {64, 2, 1, 17, 82, {.causal = true, .window = 80}, false},
+        {64, 2, 1, 64, 78, {.causal = true}, false},
+        {64, 2, 1, 64, 81, {.causal = true, .window = 80}, false},
         {128, 2, 2, 19, 19, {.causal = false, .softcap = 3.0f}, false},
         {80, 2, 1, 24, 24, {.causal = true, .scale = 0.3f}, false},
         {32, 2, 2, 40, 16, {.causal = false}, false},
         {64, 4, 2, 45, 45, {.causal = true}, true},
     };
-    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
-        char what[112];
-        snprintf(what, sizeof what, "mma attention D %d Hq %d Hkv %d Tq %d Tk %d%s", c[i].D, c[i].Hq, c[i].Hkv, c[i].Tq,
-                 c[i].Tk, c[i].seg ? " segments" : "");
-        attention_case_at(c[i].D, c[i].Hq, c[i].Hkv, c[i].Tq, c[i].Tk, c[i].p, c[i].seg, false, TOL_ATTN_BF16, what);
-    }
+    attention_cases(c, sizeof c / sizeof c[0], "mma");
     attention_case_at(64, 4, 2, 70, 70, (struct toy_attn_params){.causal = true}, false, true, TOL_ATTN_BF16,
                       "mma attention, unaligned rows");
+    setenv("TOY_CUDA_ATTN_DS_MB", "0", 1);
+    attention_case_at(64, 2, 1, 90, 100, (struct toy_attn_params){.causal = true, .window = 48}, false, false,
+                      TOL_ATTN_BF16, "mma attention, dQ recomputing dS");
+    unsetenv("TOY_CUDA_ATTN_DS_MB");
 }
 
 /* The mock runtime's allocation limit (tools/cuda-mock.c; absent on a GPU) */

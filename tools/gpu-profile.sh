@@ -65,6 +65,10 @@ for mode in twopass simt mma; do
   echo "== attention 16 12 12 1024 64, TOY_CUDA_ATTN=$mode" | tee -a "$L"
   TOY_CUDA_MATH=bf16 TOY_CUDA_ATTN=$mode timeout "$(lim 30)" $B op attention 16 12 12 1024 64 2>&1 | tee -a "$L"
 done
+# the mma.sync kernels (forward, dK/dV) at SmolLM2's shape too: if they beat
+# the wmma ones above, they should become the default
+echo "== attention 16 9 3 1024 64, TOY_CUDA_ATTN=mma" | tee -a "$L"
+TOY_CUDA_MATH=bf16 TOY_CUDA_ATTN=mma timeout "$(lim 30)" $B op attention 16 9 3 1024 64 2>&1 | tee -a "$L"
 # the backward's dQ computing the scores again instead of reading the dS
 # that dK/dV stored (the default above)
 for args in "16 12 12 1024 64" "16 9 3 1024 64"; do

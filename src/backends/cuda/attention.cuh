@@ -118,8 +118,9 @@ bool toy_cu_attn_tc_ok(const at &a, int k_type);
 enum { TOY_ATTN_TC_ONEPASS, TOY_ATTN_TC_TWOPASS, TOY_ATTN_TC_MMA };
 void toy_cu_attn_tc_fwd(CT out, CT q, CT k, CT v, CT seg, at a, float *lse, int variant, cudaStream_t s);
 /* ds_t: scratch for dS^T (BF16, {ldT, Tk, Hq, B}, ldT = Tq rounded up to
- * 16), so that dQ need not recompute the scores; NULL: it does */
+ * 16), so that dQ need not recompute the scores; NULL: it does. mma: dK/dV
+ * on mma.sync where the head dim is at most 64 (TOY_CUDA_ATTN=mma) */
 void toy_cu_attn_tc_back(float *dq, float *dk, float *dv, CT dO, CT q, CT k, CT v, CT seg, at a, const float *lse,
-                         const float *Di, void *ds_t, int64_t ldT, cudaStream_t s);
+                         const float *Di, void *ds_t, int64_t ldT, bool mma, cudaStream_t s);
 
 #endif

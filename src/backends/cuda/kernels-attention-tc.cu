@@ -167,6 +167,18 @@ static bool rows_vec(const CT &x) {
     return ((uintptr_t)x.data | (uintptr_t)x.nb[1] | (uintptr_t)x.nb[2] | (uintptr_t)x.nb[3]) % al == 0;
 }
 
+/* the lse (in log2 units; +inf, so that P = 0, past n or for a row that
+ * sees no key) and Di of the streamed query rows [tt, tt + n) of head h,
+ * batch b, for the dK/dV kernels */
+__device__ __forceinline__ void stage_lse_di(float *Ls, float *Ds, const float *lse, const float *Di, const at &a,
+                                             int64_t b, int64_t h, int64_t tt, int64_t n, int cols) {
+    for (int i = threadIdx.x; i < cols; i += blockDim.x) {
+        int64_t ri = (b * a.Tq + tt + i) * a.Hq + h;
+        Ls[i] = i < n && lse[ri] > -INFINITY ? lse[ri] * LOG2E : INFINITY;
+        Ds[i] = i < n ? Di[ri] : 0.0f;
+    }
+}
+
 /* this warp's 16 of the block's rows [r0, r0 + n) of head h of x as
  * fragments, through the staging area (the barrier first frees it) */
 template <int ND>
@@ -578,11 +590,7 @@ __global__ void k_attn_dkv_tc(float *dk, float *dv, CT dO, CT q, CT k, CT v, CT 
             __syncthreads();
             stage_bf16<float>(Qs, ld, q, h, tt, n, TC_COLS, b, D, vec & 1);
             stage_bf16<float>(Os, ld, dO, h, tt, n, TC_COLS, b, D, vec & 8);
-            for (int i = threadIdx.x; i < TC_COLS; i += blockDim.x) { /* lse in log2 units; +inf: P = 0 */
-                int64_t ri = (b * a.Tq + tt + i) * a.Hq + h;
-                Ls[i] = i < n && lse[ri] > -INFINITY ? lse[ri] * LOG2E : INFINITY;
-                Ds[i] = i < n ? Di[ri] : 0.0f;
-            }
+            stage_lse_di(Ls, Ds, lse, Di, a, b, h, tt, n, TC_COLS);
             __syncthreads();
             if (!wlive || tt >= we || tt + n <= ws) continue;
             tile_abt<ND>(S, kf, Qs, ld, nd);  /* S^T = K Q^T */
@@ -796,6 +804,156 @@ __global__ void k_attn_fwd_mma(CT out, CT q, CT k, CT v, CT seg, at a, float *ls
     }
 }
 
+/* dK, dV (and dS for k_attn_dq_ds_tc) on mma.sync, head dims up to 64:
+ * blocks of 64 keys (16 a warp, K and V held as A fragments), the queries
+ * of every head of the group streaming past in tiles of MMA_KEYS. Per
+ * tile S^T = K Q^T and dP^T = V dO^T stay in registers; P^T and dS^T,
+ * rounded to BF16, are the A operands of dV += P^T dO and dK += dS^T Q in
+ * place. Q and dO are staged twice, row-major (B of the first two
+ * products) and transposed (B of the last two). */
+template <int ND>
+__global__ void k_attn_dkv_mma(float *dk, float *dv, CT dO, CT q, CT k, CT v, CT seg, at a, const float *lse,
+                               const float *Di, int vec, bf16 *ds_t, int64_t ldT) {
+    extern __shared__ float4 tc_sm[];
+    const int D = (int)a.D, nd = D / 16, ld = D + 8, ldt = MMA_KEYS + 8;
+    bf16 *Qs = (bf16 *)(((uintptr_t)tc_sm + 31) & ~(uintptr_t)31), *Os = Qs + MMA_KEYS * ld, *Qt = Os + MMA_KEYS * ld,
+         *Ot = Qt + D * ldt;
+    float *Ls = (float *)(Ot + D * ldt), *Ds = Ls + MMA_KEYS;
+    const int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
+    int64_t nkt = cdiv(a.Tk, TC_ROWS);
+    int64_t kt = blockIdx.x % nkt, gh = (blockIdx.x / nkt) % a.Hkv, b = blockIdx.x / (nkt * a.Hkv);
+    int64_t jb0 = kt * TC_ROWS, jb1 = jb0 + TC_ROWS < a.Tk ? jb0 + TC_ROWS : a.Tk;
+    int64_t wj0 = jb0 + 16 * w, wj1 = wj0 + 16 < jb1 ? wj0 + 16 : jb1;
+    bool wlive = wj0 < jb1;
+    int64_t bs, be, ws = 0, we = 0, fs = 0, fe = 0;
+    if (wlive) block_queries(a, wj0, wj1, &ws, &we);
+    block_queries(a, jb0, jb1, &bs, &be);
+    if (ds_t) bs -= bs % 16;
+    if (wj1 - wj0 == 16 && !a.seg && !(a.cap > 0)) { /* queries that see all 16 keys */
+        int64_t s0, e0, s1, e1;
+        query_range(a, wj0, &s0, &e0);
+        query_range(a, wj1 - 1, &s1, &e1);
+        fs = s1;
+        fe = e0;
+    }
+    struct key_row {
+        int64_t j, q0, q1;
+        int32_t seg;
+        bool live;
+    } R[2];
+    for (int i = 0; i < 2; i++) {
+        R[i].j = wj0 + g + 8 * i;
+        R[i].live = R[i].j < jb1;
+        R[i].q0 = R[i].q1 = 0;
+        if (R[i].live) query_range(a, R[i].j, &R[i].q0, &R[i].q1);
+        R[i].seg = a.seg && R[i].live ? seg_at(seg, R[i].j, b) : 0;
+    }
+    const float sc2 = a.scale * LOG2E;
+
+    uint32_t ka[ND][4], va[ND][4]; /* the warp's keys g, g + 8 of K and V as A fragments */
+#pragma unroll
+    for (int kk = 0; kk < ND; kk++)
+        for (int i = 0; i < 4; i++) {
+            const key_row &rw = R[i % 2];
+            float k0 = 0.0f, k1 = 0.0f, v0 = 0.0f, v1 = 0.0f;
+            if (kk < nd && rw.live) {
+                int c = 16 * kk + 2 * t4 + 8 * (i / 2);
+                const float *kr = (const float *)(k.data + gh * k.nb[1] + rw.j * k.nb[2] + b * k.nb[3]);
+                const float *vr = (const float *)(v.data + gh * v.nb[1] + rw.j * v.nb[2] + b * v.nb[3]);
+                k0 = kr[c], k1 = kr[c + 1], v0 = vr[c], v1 = vr[c + 1];
+            }
+            ka[kk][i] = pack_bf16(k0, k1);
+            va[kk][i] = pack_bf16(v0, v1);
+        }
+    float dka[2 * ND][4], dva[2 * ND][4];
+#pragma unroll
+    for (int dn = 0; dn < 2 * ND; dn++)
+        for (int e = 0; e < 4; e++) dka[dn][e] = dva[dn][e] = 0.0f;
+
+    for (int64_t h = gh * a.group; h < (gh + 1) * a.group; h++)
+        for (int64_t tt = bs; tt < be; tt += MMA_KEYS) {
+            int64_t n = be - tt < MMA_KEYS ? be - tt : MMA_KEYS;
+            __syncthreads(); /* the last tiles are read */
+            stage_bf16<float>(Qs, ld, q, h, tt, n, MMA_KEYS, b, D, vec & 1);
+            stage_bf16<float>(Os, ld, dO, h, tt, n, MMA_KEYS, b, D, vec & 8);
+            stage_bf16_t<float>(Qt, ldt, q, h, tt, n, MMA_KEYS, b, D, vec & 1);
+            stage_bf16_t<float>(Ot, ldt, dO, h, tt, n, MMA_KEYS, b, D, vec & 8);
+            stage_lse_di(Ls, Ds, lse, Di, a, b, h, tt, n, MMA_KEYS);
+            __syncthreads();
+            if (!wlive || tt >= we || tt + n <= ws) continue;
+            float s[8][4], dp[8][4]; /* query block nt: queries tt + 8 nt + 2 t4 + (e & 1) of keys g (e < 2), g + 8 */
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++) {
+                for (int e = 0; e < 4; e++) s[nt][e] = dp[nt][e] = 0.0f;
+#pragma unroll
+                for (int kk = 0; kk < ND; kk++)
+                    if (kk < nd) {
+                        const bf16 *qr = Qs + (8 * nt + g) * ld + 16 * kk + 2 * t4, *orow = Os + (8 * nt + g) * ld + 16 * kk + 2 * t4;
+                        uint32_t bq[2] = {*(const uint32_t *)qr, *(const uint32_t *)(qr + 8)};
+                        uint32_t bo[2] = {*(const uint32_t *)orow, *(const uint32_t *)(orow + 8)};
+                        mma_bf16(s[nt], ka[kk], bq, s[nt]);
+                        mma_bf16(dp[nt], va[kk], bo, dp[nt]);
+                    }
+            }
+            const bool full = fs <= tt && tt + MMA_KEYS <= fe;
+            uint32_t pa[4][4], da[4][4]; /* P^T and dS^T as A fragments, queries 16 j.. */
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++) {
+                float p[4], ds[4];
+                for (int e = 0; e < 4; e++) {
+                    int col = 8 * nt + 2 * t4 + (e & 1);
+                    float x = s[nt][e] * sc2, cc = 0.0f;
+                    if (!full) {
+                        const key_row &rw = R[e / 2];
+                        int64_t tq = tt + col; /* past n: tq >= be >= q1 */
+                        bool ok = rw.live && tq >= rw.q0 && tq < rw.q1 && (!a.seg || seg_at(seg, tq, b) == rw.seg);
+                        x = ok ? score(a, s[nt][e], &cc) * LOG2E : -INFINITY;
+                    }
+                    p[e] = exp2f(x - Ls[col]);
+                    ds[e] = ds_of(a, p[e], dp[nt][e], Ds[col], cc);
+                }
+                int j = nt / 2, hi = nt % 2;
+                pa[j][2 * hi] = pack_bf16(p[0], p[1]);
+                pa[j][2 * hi + 1] = pack_bf16(p[2], p[3]);
+                da[j][2 * hi] = pack_bf16(ds[0], ds[1]);
+                da[j][2 * hi + 1] = pack_bf16(ds[2], ds[3]);
+                if (ds_t && tt + 8 * nt < ldT) /* tt, ldT multiples of 16 */
+                    for (int i = 0; i < 2; i++)
+                        if (R[i].live)
+                            *(uint32_t *)(ds_t + ((b * a.Hq + h) * a.Tk + R[i].j) * ldT + tt + 8 * nt + 2 * t4) =
+                                da[j][2 * hi + i];
+            }
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+#pragma unroll
+                for (int dn = 0; dn < 2 * ND; dn++)
+                    if (dn < 2 * nd) {
+                        const bf16 *orow = Ot + (8 * dn + g) * ldt + 16 * j + 2 * t4, *qr = Qt + (8 * dn + g) * ldt + 16 * j + 2 * t4;
+                        uint32_t bo[2] = {*(const uint32_t *)orow, *(const uint32_t *)(orow + 8)};
+                        uint32_t bq[2] = {*(const uint32_t *)qr, *(const uint32_t *)(qr + 8)};
+                        mma_bf16(dva[dn], pa[j], bo, dva[dn]); /* dV += P^T dO */
+                        mma_bf16(dka[dn], da[j], bq, dka[dn]); /* dK += dS^T Q */
+                    }
+        }
+    for (int i = 0; i < 2; i++) {
+        if (!R[i].live) continue;
+        int64_t off = ((b * a.Tk + R[i].j) * a.Hkv + gh) * a.D;
+#pragma unroll
+        for (int dn = 0; dn < 2 * ND; dn++)
+            if (dn < 2 * nd) {
+                int c = 8 * dn + 2 * t4;
+                dk[off + c] = a.scale * dka[dn][2 * i];
+                dk[off + c + 1] = a.scale * dka[dn][2 * i + 1];
+                dv[off + c] = dva[dn][2 * i];
+                dv[off + c + 1] = dva[dn][2 * i + 1];
+            }
+    }
+}
+
+static size_t mma_back_smem(int64_t D) {
+    return (2 * (size_t)MMA_KEYS * (D + 8) + 2 * (size_t)D * (MMA_KEYS + 8)) * 2 + 2 * MMA_KEYS * sizeof(float) + 32;
+}
+
 bool toy_cu_attn_tc_ok(const at &a, int k_type) {
     return a.D >= 16 && a.D <= 128 && a.D % 16 == 0 && (k_type == TOY_F32 || k_type == TOY_F16);
 }
@@ -825,16 +983,22 @@ void toy_cu_attn_tc_fwd(CT out, CT q, CT k, CT v, CT seg, at a, float *lse, int 
 }
 
 /* with ds_t, dK/dV first (storing dS), then dQ from it; else dQ
- * recomputes dS */
+ * recomputes dS. mma: dK/dV on mma.sync (head dims up to 64) */
 template <int ND>
 static void back_launch(float *dq, float *dk, float *dv, CT dO, CT q, CT k, CT v, CT seg, at a, const float *lse,
-                        const float *Di, bf16 *ds_t, int64_t ldT, cudaStream_t s) {
+                        const float *Di, bf16 *ds_t, int64_t ldT, bool mma, cudaStream_t s) {
     size_t smem = tc_layout(a.D, true).total;
     int vec = rows_vec(q) | rows_vec(k) << 1 | rows_vec(v) << 2 | rows_vec(dO) << 3;
-    unsigned qblocks = (unsigned)(cdiv(a.Tq, TC_ROWS) * a.Hq * a.B);
-    if (a.Tk > 0)
-        k_attn_dkv_tc<ND><<<(unsigned)(cdiv(a.Tk, TC_ROWS) * a.Hkv * a.B), 32 * TC_WARPS, smem, s>>>(
-            dk, dv, dO, q, k, v, seg, a, lse, Di, vec, ds_t, ldT);
+    unsigned qblocks = (unsigned)(cdiv(a.Tq, TC_ROWS) * a.Hq * a.B), kblocks = (unsigned)(cdiv(a.Tk, TC_ROWS) * a.Hkv * a.B);
+    bool done = false;
+    if constexpr (ND <= 4) /* past 64 its accumulators and fragments would spill */
+        if (a.Tk > 0 && mma) {
+            k_attn_dkv_mma<ND><<<kblocks, 32 * TC_WARPS, mma_back_smem(a.D), s>>>(dk, dv, dO, q, k, v, seg, a, lse, Di,
+                                                                                vec, ds_t, ldT);
+            done = true;
+        }
+    if (a.Tk > 0 && !done)
+        k_attn_dkv_tc<ND><<<kblocks, 32 * TC_WARPS, smem, s>>>(dk, dv, dO, q, k, v, seg, a, lse, Di, vec, ds_t, ldT);
     if (ds_t)
         k_attn_dq_ds_tc<ND><<<qblocks, 32 * TC_WARPS, tc_layout(a.D, false).total, s>>>(dq, k, seg, a, ds_t, ldT, vec);
     else
@@ -842,9 +1006,9 @@ static void back_launch(float *dq, float *dk, float *dv, CT dO, CT q, CT k, CT v
 }
 
 void toy_cu_attn_tc_back(float *dq, float *dk, float *dv, CT dO, CT q, CT k, CT v, CT seg, at a, const float *lse,
-                         const float *Di, void *ds_t, int64_t ldT, cudaStream_t s) {
+                         const float *Di, void *ds_t, int64_t ldT, bool mma, cudaStream_t s) {
     bf16 *d = (bf16 *)ds_t;
-    if (a.D <= 32) back_launch<2>(dq, dk, dv, dO, q, k, v, seg, a, lse, Di, d, ldT, s);
-    else if (a.D <= 64) back_launch<4>(dq, dk, dv, dO, q, k, v, seg, a, lse, Di, d, ldT, s);
-    else back_launch<8>(dq, dk, dv, dO, q, k, v, seg, a, lse, Di, d, ldT, s);
+    if (a.D <= 32) back_launch<2>(dq, dk, dv, dO, q, k, v, seg, a, lse, Di, d, ldT, mma, s);
+    else if (a.D <= 64) back_launch<4>(dq, dk, dv, dO, q, k, v, seg, a, lse, Di, d, ldT, mma, s);
+    else back_launch<8>(dq, dk, dv, dO, q, k, v, seg, a, lse, Di, d, ldT, mma, s);
 }

@@ -658,7 +658,7 @@ extern "C" int toy_cu_attention_back(const struct toy_cu_node *n, char *msg, siz
         int64_t ldT;
         size_t ds = ds_bytes(n, a, &ldT);
         void *ds_t = ds && di_bytes(a) + ds <= n->work_size ? n->work + di_bytes(a) : NULL;
-        toy_cu_attn_tc_back(dq, dk, dv, dO, q, k, v, seg, a, lse, Di, ds_t, ldT, s);
+        toy_cu_attn_tc_back(dq, dk, dv, dO, q, k, v, seg, a, lse, Di, ds_t, ldT, attn_mode() == ATTN_MMA, s);
         return launch_status("attention backward (tensor cores)", msg, msg_size);
     }
     int nt = tile_rows(a.D);
