@@ -635,7 +635,8 @@ __global__ void k_attn_dkv_tc(float *dk, float *dv, CT dO, CT q, CT k, CT v, CT 
  * K is staged row-major and V transposed, both BF16, so every B fragment
  * register is one 32-bit shared load, and rows D + 8 (MMA_KEYS + 8)
  * elements apart put a load's 32 lanes on 32 banks. No wmma, no round trip
- * of scores through shared memory. The backward is the wmma one. */
+ * of scores through shared memory. dK/dV likewise (k_attn_dkv_mma, below);
+ * dQ stays on wmma (k_attn_dq_ds_tc: one product a tile). */
 #define MMA_KEYS 64
 
 /* rows [r0, r0 + n) of head h, batch b of x as the BF16 columns 0..n-1 of
