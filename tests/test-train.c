@@ -312,7 +312,13 @@ Test(train, graph_walk_stops_on_every_thread_and_runs_again, .timeout = 120) {
             struct toy_membuf buf = {0};
             cr_assert_eq(toy_graph_plan(g, &buf, NULL), TOY_OK);
             struct toy_threadpool *tp = toy_threadpool_new(nth), *one = toy_threadpool_new(1);
-            float *ref = malloc((size_t)toy_nbytes(y));
+            /* ref: one thread; refn: the first run on nth threads. Products
+             * split over threads may round differently where BLAS takes
+             * another path for the smaller parts (OpenBLAS's SkylakeX and
+             * Cooperlake kernels do), so nth threads match one thread
+             * closely, and every later run on nth threads to the bit. */
+            int64_t ny = toy_nelements(y);
+            float *ref = malloc((size_t)toy_nbytes(y)), *refn = malloc((size_t)toy_nbytes(y));
             cr_assert_eq(toy_graph_compute(g, one), TOY_OK, "%s", toy_last_error());
             memcpy(ref, y->data, toy_nbytes(y));
             /* three good runs (the third with the scratch size known), a bad id, and a good run again */
@@ -326,7 +332,18 @@ Test(train, graph_walk_stops_on_every_thread_and_runs_again, .timeout = 120) {
                     continue;
                 }
                 cr_assert_eq(st, TOY_OK, "%s", toy_last_error());
-                cr_assert_eq(memcmp(y->data, ref, toy_nbytes(y)), 0, "%d threads, run %d: differs from 1 thread", nth, run);
+                if (run == 0) {
+                    float mx = 0, md = 0;
+                    for (int64_t i = 0; i < ny; i++) {
+                        mx = fmaxf(mx, fabsf(ref[i]));
+                        md = fmaxf(md, fabsf(((float *)y->data)[i] - ref[i]));
+                    }
+                    cr_assert(mx > 0 && md <= 1e-5f * mx, "%s, %d threads: %g from 1 thread (max %g)", big ? "big" : "small",
+                              nth, md, mx);
+                    memcpy(refn, y->data, toy_nbytes(y));
+                }
+                cr_assert_eq(memcmp(y->data, refn, toy_nbytes(y)), 0, "%s, %d threads, run %d: differs from run 0",
+                             big ? "big" : "small", nth, run);
             }
             /* a leaf without data stops it before anything runs, then runs again once set */
             void *keep = tab->data;
@@ -334,8 +351,9 @@ Test(train, graph_walk_stops_on_every_thread_and_runs_again, .timeout = 120) {
             cr_assert_eq(toy_graph_compute(g, tp), TOY_ERR_STATE);
             tab->data = keep;
             cr_assert_eq(toy_graph_compute(g, tp), TOY_OK, "%s", toy_last_error());
-            cr_assert_eq(memcmp(y->data, ref, toy_nbytes(y)), 0);
+            cr_assert_eq(memcmp(y->data, refn, toy_nbytes(y)), 0);
             free(ref);
+            free(refn);
             toy_threadpool_free(tp);
             toy_threadpool_free(one);
             toy_membuf_free(&buf);
