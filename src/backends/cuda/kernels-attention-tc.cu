@@ -179,6 +179,33 @@ __device__ __forceinline__ void stage_lse_di(float *Ls, float *Ds, const float *
     }
 }
 
+/* The ranges a warp's 16 rows all see whole, for the fast tiles (empty
+ * for fewer rows, or with segments or softcap, which the general body
+ * handles): the keys every query of [t0, t1) sees, and the queries that see
+ * every key of [j0, j1). Key and query ranges only move up with the row, so
+ * the first and last rows bound them. */
+__device__ __forceinline__ void keys_seen_by_all(const at &a, int64_t t0, int64_t t1, int64_t *s, int64_t *e) {
+    *s = *e = 0;
+    if (t1 - t0 != 16 || a.seg || a.cap > 0) return;
+    int64_t s0, e0, s1, e1;
+    key_range(a, t0, &s0, &e0);
+    key_range(a, t1 - 1, &s1, &e1);
+    *s = s1;
+    *e = e0;
+}
+__device__ __forceinline__ void queries_seeing_all(const at &a, int64_t j0, int64_t j1, int64_t *s, int64_t *e) {
+    *s = *e = 0;
+    if (j1 - j0 != 16 || a.seg || a.cap > 0) return;
+    int64_t s0, e0, s1, e1;
+    query_range(a, j0, &s0, &e0);
+    query_range(a, j1 - 1, &s1, &e1);
+    *s = s1;
+    *e = e0;
+}
+
+/* whether the tile [x, x + cols) lies inside the whole range [s, e) */
+__device__ __forceinline__ bool whole_tile(int64_t s, int64_t e, int64_t x, int cols) { return s <= x && x + cols <= e; }
+
 /* this warp's 16 of the block's rows [r0, r0 + n) of head h of x as
  * fragments, through the staging area (the barrier first frees it) */
 template <int ND>
@@ -299,8 +326,8 @@ struct qtile {
     int32_t seg; /* row t's segment (packed documents) */
 };
 
-/* whether key tile jt is a full tile for the warp (a whole one: wfe <= je) */
-__device__ __forceinline__ bool full_tile(const qtile &Q, int64_t jt) { return Q.wfs <= jt && jt + TC_COLS <= Q.wfe; }
+/* whether the warp's key tile jt (of TC_COLS) is a full one (a whole one: wfe <= je) */
+__device__ __forceinline__ bool full_tile(const qtile &Q, int64_t jt) { return whole_tile(Q.wfs, Q.wfe, jt, TC_COLS); }
 
 __device__ __forceinline__ qtile query_tile(const at &a, const CT &seg) {
     qtile q;
@@ -319,14 +346,7 @@ __device__ __forceinline__ qtile query_tile(const at &a, const CT &seg) {
     if (q.rlive) key_range(a, q.t, &q.j0, &q.j1);
     if (q.wlive) block_keys(a, q.wt0, q.wt1, &q.wjs, &q.wje);
     block_keys(a, q.t0, q.t1, &q.js, &q.je);
-    q.wfs = q.wfe = 0;
-    if (q.wt1 - q.wt0 == 16 && !a.seg && !(a.cap > 0)) { /* key ranges only move up with t */
-        int64_t s0, e0, s1, e1;
-        key_range(a, q.wt0, &s0, &e0);
-        key_range(a, q.wt1 - 1, &s1, &e1);
-        q.wfs = s1;
-        q.wfe = e0;
-    }
+    keys_seen_by_all(a, q.wt0, q.wt1, &q.wfs, &q.wfe);
     q.seg = a.seg && q.rlive ? seg_at(seg, q.t, q.b) : 0;
     return q;
 }
@@ -565,14 +585,8 @@ __global__ void k_attn_dkv_tc(float *dk, float *dv, CT dO, CT q, CT k, CT v, CT 
     if (wlive) block_queries(a, wj0, wj1, &ws, &we);
     block_queries(a, jb0, jb1, &bs, &be);
     if (ds_t) bs -= bs % 16;
-    int64_t fs = 0, fe = 0; /* queries that see every one of the warp's 16 keys (query ranges only move up with j) */
-    if (wj1 - wj0 == 16 && !a.seg && !(a.cap > 0)) {
-        int64_t s0, e0, s1, e1;
-        query_range(a, wj0, &s0, &e0);
-        query_range(a, wj1 - 1, &s1, &e1);
-        fs = s1;
-        fe = e0;
-    }
+    int64_t fs, fe;
+    queries_seeing_all(a, wj0, wj1, &fs, &fe);
     const float sc2 = a.scale * LOG2E;
 
     frag_a kf[ND], vf[ND];
@@ -601,7 +615,7 @@ __global__ void k_attn_dkv_tc(float *dk, float *dv, CT dO, CT q, CT k, CT v, CT 
                 int64_t tq = tt + col; /* past n: tq >= be >= q1 */
                 return rlive && tq >= q0 && tq < q1 && (!a.seg || seg_at(seg, tq, b) == key_seg);
             };
-            if (fs <= tt && tt + TC_COLS <= fe) row_scores(sv, cc, tile_kind<true>(), S, a, sc2, sees);
+            if (whole_tile(fs, fe, tt, TC_COLS)) row_scores(sv, cc, tile_kind<true>(), S, a, sc2, sees);
             else row_scores(sv, cc, tile_kind<false>(), S, a, sc2, sees);
             for (int c = 0; c < 16; c++) {
                 int col = tile_col(r, hf, c);
@@ -663,6 +677,28 @@ __device__ __forceinline__ void stage_bf16_t(bf16 *dst, int ld, const CT &x, int
     }
 }
 
+/* a B fragment's two registers: BF16 pairs p[0..1] and p[8..9] of a shared row */
+__device__ __forceinline__ void frag_b_at(uint32_t b[2], const bf16 *p) {
+    b[0] = *(const uint32_t *)p;
+    b[1] = *(const uint32_t *)(p + 8);
+}
+
+/* the A fragments of the lane's two rows (g and g + 8 of its warp's 16;
+ * NULL: a row past the end, zeros), F32 in memory, columns 16 kk + 2 t4
+ * (+ 1, + 8, + 9) for kk < nd */
+template <int ND>
+__device__ __forceinline__ void frag_a_rows(uint32_t a[ND][4], const float *r0, const float *r1, int nd) {
+    const float *rows[2] = {r0, r1};
+    const int t4 = threadIdx.x % 4;
+#pragma unroll
+    for (int kk = 0; kk < ND; kk++)
+        for (int i = 0; i < 4; i++) {
+            const float *x = kk < nd ? rows[i % 2] : NULL;
+            int c = 16 * kk + 2 * t4 + 8 * (i / 2);
+            a[kk][i] = x ? pack_bf16(x[c], x[c + 1]) : pack_bf16(0.0f, 0.0f);
+        }
+}
+
 static size_t mma_smem(int64_t D) { return ((size_t)MMA_KEYS * (D + 8) + (size_t)D * (MMA_KEYS + 8)) * 2 + 32; }
 
 /* one query row of a lane (g or g + 8 of its warp's 16): its keys and segment */
@@ -695,19 +731,10 @@ __global__ void k_attn_fwd_mma(CT out, CT q, CT k, CT v, CT seg, at a, float *ls
     const mma_row R[2] = {mma_row_at(a, Q, seg, Q.wt0 + g), mma_row_at(a, Q, seg, Q.wt0 + g + 8)};
 
     uint32_t qa[ND][4]; /* Q's rows g, g + 8 as A fragments, 16 columns each */
-#pragma unroll
-    for (int kk = 0; kk < ND; kk++)
-        for (int i = 0; i < 4; i++) {
-            const mma_row &rw = R[i % 2];
-            float x0 = 0.0f, x1 = 0.0f;
-            if (kk < nd && rw.live) {
-                const float *qr = (const float *)(q.data + Q.h * q.nb[1] + rw.t * q.nb[2] + Q.b * q.nb[3]);
-                int c = 16 * kk + 2 * t4 + 8 * (i / 2);
-                x0 = qr[c];
-                x1 = qr[c + 1];
-            }
-            qa[kk][i] = pack_bf16(x0, x1);
-        }
+    const float *qrow[2];
+    for (int i = 0; i < 2; i++)
+        qrow[i] = R[i].live ? (const float *)(q.data + Q.h * q.nb[1] + R[i].t * q.nb[2] + Q.b * q.nb[3]) : NULL;
+    frag_a_rows<ND>(qa, qrow[0], qrow[1], nd);
     float o[2 * ND][4];
 #pragma unroll
     for (int dn = 0; dn < 2 * ND; dn++)
@@ -728,12 +755,12 @@ __global__ void k_attn_fwd_mma(CT out, CT q, CT k, CT v, CT seg, at a, float *ls
 #pragma unroll
             for (int kk = 0; kk < ND; kk++)
                 if (kk < nd) {
-                    const bf16 *kr = Ks + (8 * nt + g) * kld + 16 * kk + 2 * t4;
-                    uint32_t b[2] = {*(const uint32_t *)kr, *(const uint32_t *)(kr + 8)};
+                    uint32_t b[2];
+                    frag_b_at(b, Ks + (8 * nt + g) * kld + 16 * kk + 2 * t4);
                     mma_bf16(s[nt], qa[kk], b, s[nt]);
                 }
         }
-        const bool full = Q.wfs <= jt && jt + MMA_KEYS <= Q.wfe;
+        const bool full = whole_tile(Q.wfs, Q.wfe, jt, MMA_KEYS);
         float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
         for (int nt = 0; nt < 8; nt++)
@@ -783,8 +810,8 @@ __global__ void k_attn_fwd_mma(CT out, CT q, CT k, CT v, CT seg, at a, float *ls
 #pragma unroll
             for (int dn = 0; dn < 2 * ND; dn++)
                 if (dn < 2 * nd) {
-                    const bf16 *vr = Vt + (8 * dn + g) * vld + 16 * j + 2 * t4;
-                    uint32_t b[2] = {*(const uint32_t *)vr, *(const uint32_t *)(vr + 8)};
+                    uint32_t b[2];
+                    frag_b_at(b, Vt + (8 * dn + g) * vld + 16 * j + 2 * t4);
                     mma_bf16(o[dn], pa[j], b, o[dn]);
                 }
     }
@@ -826,17 +853,11 @@ __global__ void k_attn_dkv_mma(float *dk, float *dv, CT dO, CT q, CT k, CT v, CT
     int64_t jb0 = kt * TC_ROWS, jb1 = jb0 + TC_ROWS < a.Tk ? jb0 + TC_ROWS : a.Tk;
     int64_t wj0 = jb0 + 16 * w, wj1 = wj0 + 16 < jb1 ? wj0 + 16 : jb1;
     bool wlive = wj0 < jb1;
-    int64_t bs, be, ws = 0, we = 0, fs = 0, fe = 0;
+    int64_t bs, be, ws = 0, we = 0, fs, fe;
     if (wlive) block_queries(a, wj0, wj1, &ws, &we);
     block_queries(a, jb0, jb1, &bs, &be);
     if (ds_t) bs -= bs % 16;
-    if (wj1 - wj0 == 16 && !a.seg && !(a.cap > 0)) { /* queries that see all 16 keys */
-        int64_t s0, e0, s1, e1;
-        query_range(a, wj0, &s0, &e0);
-        query_range(a, wj1 - 1, &s1, &e1);
-        fs = s1;
-        fe = e0;
-    }
+    queries_seeing_all(a, wj0, wj1, &fs, &fe);
     struct key_row {
         int64_t j, q0, q1;
         int32_t seg;
@@ -852,20 +873,13 @@ __global__ void k_attn_dkv_mma(float *dk, float *dv, CT dO, CT q, CT k, CT v, CT
     const float sc2 = a.scale * LOG2E;
 
     uint32_t ka[ND][4], va[ND][4]; /* the warp's keys g, g + 8 of K and V as A fragments */
-#pragma unroll
-    for (int kk = 0; kk < ND; kk++)
-        for (int i = 0; i < 4; i++) {
-            const key_row &rw = R[i % 2];
-            float k0 = 0.0f, k1 = 0.0f, v0 = 0.0f, v1 = 0.0f;
-            if (kk < nd && rw.live) {
-                int c = 16 * kk + 2 * t4 + 8 * (i / 2);
-                const float *kr = (const float *)(k.data + gh * k.nb[1] + rw.j * k.nb[2] + b * k.nb[3]);
-                const float *vr = (const float *)(v.data + gh * v.nb[1] + rw.j * v.nb[2] + b * v.nb[3]);
-                k0 = kr[c], k1 = kr[c + 1], v0 = vr[c], v1 = vr[c + 1];
-            }
-            ka[kk][i] = pack_bf16(k0, k1);
-            va[kk][i] = pack_bf16(v0, v1);
-        }
+    const float *krow[2], *vrow[2];
+    for (int i = 0; i < 2; i++) {
+        krow[i] = R[i].live ? (const float *)(k.data + gh * k.nb[1] + R[i].j * k.nb[2] + b * k.nb[3]) : NULL;
+        vrow[i] = R[i].live ? (const float *)(v.data + gh * v.nb[1] + R[i].j * v.nb[2] + b * v.nb[3]) : NULL;
+    }
+    frag_a_rows<ND>(ka, krow[0], krow[1], nd);
+    frag_a_rows<ND>(va, vrow[0], vrow[1], nd);
     float dka[2 * ND][4], dva[2 * ND][4];
 #pragma unroll
     for (int dn = 0; dn < 2 * ND; dn++)
@@ -889,14 +903,14 @@ __global__ void k_attn_dkv_mma(float *dk, float *dv, CT dO, CT q, CT k, CT v, CT
 #pragma unroll
                 for (int kk = 0; kk < ND; kk++)
                     if (kk < nd) {
-                        const bf16 *qr = Qs + (8 * nt + g) * ld + 16 * kk + 2 * t4, *orow = Os + (8 * nt + g) * ld + 16 * kk + 2 * t4;
-                        uint32_t bq[2] = {*(const uint32_t *)qr, *(const uint32_t *)(qr + 8)};
-                        uint32_t bo[2] = {*(const uint32_t *)orow, *(const uint32_t *)(orow + 8)};
+                        uint32_t bq[2], bo[2];
+                        frag_b_at(bq, Qs + (8 * nt + g) * ld + 16 * kk + 2 * t4);
+                        frag_b_at(bo, Os + (8 * nt + g) * ld + 16 * kk + 2 * t4);
                         mma_bf16(s[nt], ka[kk], bq, s[nt]);
                         mma_bf16(dp[nt], va[kk], bo, dp[nt]);
                     }
             }
-            const bool full = fs <= tt && tt + MMA_KEYS <= fe;
+            const bool full = whole_tile(fs, fe, tt, MMA_KEYS);
             uint32_t pa[4][4], da[4][4]; /* P^T and dS^T as A fragments, queries 16 j.. */
 #pragma unroll
             for (int nt = 0; nt < 8; nt++) {
@@ -929,9 +943,9 @@ __global__ void k_attn_dkv_mma(float *dk, float *dv, CT dO, CT q, CT k, CT v, CT
 #pragma unroll
                 for (int dn = 0; dn < 2 * ND; dn++)
                     if (dn < 2 * nd) {
-                        const bf16 *orow = Ot + (8 * dn + g) * ldt + 16 * j + 2 * t4, *qr = Qt + (8 * dn + g) * ldt + 16 * j + 2 * t4;
-                        uint32_t bo[2] = {*(const uint32_t *)orow, *(const uint32_t *)(orow + 8)};
-                        uint32_t bq[2] = {*(const uint32_t *)qr, *(const uint32_t *)(qr + 8)};
+                        uint32_t bo[2], bq[2];
+                        frag_b_at(bo, Ot + (8 * dn + g) * ldt + 16 * j + 2 * t4);
+                        frag_b_at(bq, Qt + (8 * dn + g) * ldt + 16 * j + 2 * t4);
                         mma_bf16(dva[dn], pa[j], bo, dva[dn]); /* dV += P^T dO */
                         mma_bf16(dka[dn], da[j], bq, dka[dn]); /* dK += dS^T Q */
                     }
