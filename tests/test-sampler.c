@@ -296,3 +296,36 @@ Test(sampler, params_check) {
         cr_expect(strstr(toy_last_error(), names[i]), "case %zu: %s", i, toy_last_error());
     }
 }
+
+/* toy_rng_fill_normal: the draws of toy_rng_normal, in order, to the bit,
+ * and the generator left where those draws leave it, on one thread and on
+ * a pool (one short round; rounds of 2^18 draws with a partial last one;
+ * and a thread count that does not divide a round) */
+static void fill_matches_one_at_a_time(int64_t n, float scale) {
+    float *got = malloc((size_t)n * sizeof *got), *want = malloc((size_t)n * sizeof *want);
+    struct toy_rng a, b;
+    toy_rng_seed(&a, 1234);
+    toy_rng_seed(&b, 1234);
+    (void)toy_rng_u64(&a); /* not at the stream's start */
+    (void)toy_rng_u64(&b);
+    toy_rng_fill_normal(&a, got, n, scale);
+    for (int64_t i = 0; i < n; i++) want[i] = scale * toy_rng_normal(&b);
+    for (int64_t i = 0; i < n; i++)
+        if (memcmp(&got[i], &want[i], sizeof(float)))
+            cr_assert_fail("n %lld: draw %lld is %.9g, one at a time %.9g", (long long)n, (long long)i, got[i], want[i]);
+    cr_assert_eq(toy_rng_u64(&a), toy_rng_u64(&b), "n %lld: the generator ends elsewhere", (long long)n);
+    free(got);
+    free(want);
+}
+
+Test(rng, fill_normal_gives_the_draws_of_rng_normal) {
+    const char *threads[] = {"1", "2", "3"};
+    for (int t = 0; t < 3; t++) {
+        setenv("TOY_THREADS", threads[t], 1);
+        fill_matches_one_at_a_time(0, 1.0f);
+        fill_matches_one_at_a_time(1001, 0.02f);
+        fill_matches_one_at_a_time(100003, 0.02f);
+        fill_matches_one_at_a_time((2 << 18) + 12345, 0.02f);
+        fill_matches_one_at_a_time(3 << 18, 1.5f);
+    }
+}

@@ -27,6 +27,11 @@ float toy_rng_uniform(struct toy_rng *r);
 uint64_t toy_rng_below(struct toy_rng *r, uint64_t n);
 /* standard normal (Box-Muller, no cached pair: one call, one draw) */
 float toy_rng_normal(struct toy_rng *r);
+/* x[i] = scale * toy_rng_normal(r) for i in [0, n), in order: the same
+ * values and the same state of r afterwards, however many threads do the
+ * arithmetic (large fills use a short-lived pool of TOY_THREADS or the
+ * usable cores) */
+void toy_rng_fill_normal(struct toy_rng *r, float *x, int64_t n, float scale);
 
 #ifdef __cplusplus
 }

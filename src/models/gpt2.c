@@ -92,8 +92,7 @@ struct toy_gpt2 *toy_gpt2_alloc(const struct toy_gpt2_config *cfg, bool tied, bo
 }
 
 static void init_normal(struct toy_tensor *t, struct toy_rng *r, float std) {
-    float *x = t->data;
-    for (int64_t i = 0; i < toy_nelements(t); i++) x[i] = std * toy_rng_normal(r);
+    toy_rng_fill_normal(r, t->data, toy_nelements(t), std);
 }
 
 static void init_ones(struct toy_tensor *t) {

@@ -78,8 +78,7 @@ static struct toy_tensor *param(struct toy_llama *m, const char *name, int64_t n
 }
 
 static void init_normal(struct toy_tensor *t, struct toy_rng *r, float std) {
-    float *d = t->data;
-    for (int64_t i = 0; i < toy_nelements(t); i++) d[i] = std * toy_rng_normal(r);
+    toy_rng_fill_normal(r, t->data, toy_nelements(t), std);
 }
 
 static void init_ones(struct toy_tensor *t) {

@@ -111,8 +111,7 @@ static struct toy_vit *vit_alloc(const struct toy_vit_config *cfg, bool alloc_da
 }
 
 static void fill_normal(struct toy_tensor *t, struct toy_rng *r, float std) {
-    float *x = t->data;
-    for (int64_t i = 0; i < toy_nelements(t); i++) x[i] = std * toy_rng_normal(r);
+    toy_rng_fill_normal(r, t->data, toy_nelements(t), std);
 }
 
 static void fill_ones(struct toy_tensor *t) {
