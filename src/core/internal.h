@@ -8,6 +8,9 @@
 #include "toy/graph.h"
 #include "toy/tensor.h"
 
+/* one N(0, 1) draw from two words of a toy_rng stream (rng.c) */
+float toy_rng_normal_of(uint64_t a, uint64_t b);
+
 /* the CPU converts f16 with F16C (and has AVX): CPUID, since clang lacks __builtin_cpu_supports("f16c") */
 bool toy_cpu_has_f16c(void);
 
