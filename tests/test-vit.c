@@ -543,6 +543,37 @@ Test(vit, image_files_that_declare_huge_sizes_are_refused) {
     th_rmdir();
 }
 
+/* A set of no images (the count 0 in a TOYI or IDX header, the rest
+ * consistent) is refused with a message, not loaded as an empty set that
+ * every user of a set would then have to check for: fuzz-images found it. */
+Test(vit, image_sets_of_no_images_are_refused) {
+    th_mkdir("noimages");
+    char path[600], lab[600];
+    uint8_t toyi[28] = {'T', 'O', 'Y', 'I', 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 3, 0, 0, 0, 122, 0, 0, 0, 10, 0, 0, 0};
+    snprintf(path, sizeof path, "%s/set.toyi", th_dir);
+    FILE *f = fopen(path, "wb");
+    fwrite(toyi, 1, sizeof toyi, f);
+    fclose(f);
+    struct toy_image_set *s = NULL;
+    cr_expect_eq(toy_images_load(path, NULL, &s), TOY_ERR_FORMAT);
+    cr_expect(strstr(toy_last_error(), "no images (count 0 at offset 8)"), "%s", toy_last_error());
+    cr_expect_null(s);
+    uint8_t im[16] = {0, 0, 8, 3, 0, 0, 0, 0, 0, 0, 0, 28, 0, 0, 0, 28}, lb[8] = {0, 0, 8, 1, 0, 0, 0, 0};
+    snprintf(path, sizeof path, "%s/t-images-idx3-ubyte", th_dir);
+    snprintf(lab, sizeof lab, "%s/t-labels-idx1-ubyte", th_dir);
+    f = fopen(path, "wb");
+    fwrite(im, 1, sizeof im, f);
+    fclose(f);
+    f = fopen(lab, "wb");
+    fwrite(lb, 1, sizeof lb, f);
+    fclose(f);
+    cr_expect_eq(toy_images_load_idx(path, lab, &s), TOY_ERR_FORMAT);
+    cr_expect(strstr(toy_last_error(), "no images (count 0 at offset 4)"), "%s", toy_last_error());
+    cr_expect_eq(toy_images_load(path, NULL, &s), TOY_ERR_FORMAT, "%s", toy_last_error());
+    cr_expect_null(s);
+    th_rmdir();
+}
+
 /* Inputs found by fuzz/fuzz-images.c (first byte: the target, as there;
  * only the single-file and class-folder targets keep crash files so far):
  * each must load or fail with a message. */

@@ -166,6 +166,7 @@ static enum toy_status idx_parse(const uint8_t *im, size_t ni, const char *image
         return toy_error(TOY_ERR_FORMAT, "%s: not an IDX1 u8 labels file (magic at offset 0: %08x, expected 00000801)",
                          labels_path, nl >= 4 ? be32(lb) : 0);
     uint64_t n = be32(im + 4), h = be32(im + 8), w = be32(im + 12), nlab = be32(lb + 4);
+    if (n == 0) return toy_error(TOY_ERR_FORMAT, "%s: no images (count 0 at offset 4)", images_path);
     if (h == 0 || w == 0 || h > MAX_SIDE || w > MAX_SIDE || mul_sat(n, h * w) != ni - 16)
         return toy_error(TOY_ERR_FORMAT, "%s: header says %llu images of %llux%llu (%llu bytes), the file holds %zu "
                          "bytes after the 16-byte header", images_path, (unsigned long long)n, (unsigned long long)h,
@@ -224,6 +225,7 @@ static enum toy_status toyi_parse(const uint8_t *b, size_t size, const char *pat
     if (memcmp(h, "TOYI", 4)) return toy_error(TOY_ERR_FORMAT, "%s: bad magic (offset 0), expected TOYI", path);
     if (le32(h + 4) != 1)
         return toy_error(TOY_ERR_UNSUPPORTED, "%s: TOYI version %u (offset 4), toy reads 1", path, le32(h + 4));
+    if (n == 0) return toy_error(TOY_ERR_FORMAT, "%s: no images (count 0 at offset 8)", path);
     if (c < 1 || c > 4 || hh < 1 || w < 1 || hh > MAX_SIDE || w > MAX_SIDE || k < 1 || k > MAX_CLASSES)
         return toy_error(TOY_ERR_FORMAT, "%s: bad shape: %llu channels, %llux%llu, %llu classes (offset 12)", path,
                          (unsigned long long)c, (unsigned long long)hh, (unsigned long long)w, (unsigned long long)k);
