@@ -574,17 +574,37 @@ Test(vit, image_sets_of_no_images_are_refused) {
     th_rmdir();
 }
 
-/* Inputs found by fuzz/fuzz-images.c (first byte: the target, as there;
- * only the single-file and class-folder targets keep crash files so far):
- * each must load or fail with a message. */
+static void put_bytes(const char *path, const uint8_t *p, size_t n) {
+    FILE *f = fopen(path, "wb");
+    cr_assert(f, "%s", path);
+    cr_assert_eq(fwrite(p, 1, n, f), n, "%s", path);
+    fclose(f);
+}
+
+/* a loaded set is whole: images, channels, classes, every label in range */
+static void expect_sane_set(struct toy_image_set *s, const char *what) {
+    cr_expect(s->n >= 1 && s->channels >= 1 && s->channels <= 4 && s->n_classes >= 1,
+              "%s: %lld images of %lld channels, %lld classes", what, (long long)s->n, (long long)s->channels,
+              (long long)s->n_classes);
+    for (int64_t i = 0; i < s->n; i++)
+        cr_expect(s->labels[i] >= 0 && s->labels[i] < s->n_classes, "%s: label %d", what, s->labels[i]);
+    toy_images_free(s);
+}
+
+/* Inputs found by fuzz/fuzz-images.c, replayed through the loader that
+ * found them (the first byte picks it, as in the harness: 0 a TOYI file,
+ * 1 an IDX pair split at the next two bytes, 2 one image, 3 a class
+ * folder; bit 2 asks for 3 channels): each must load a whole set or fail
+ * with a message. fuzz/run.sh also seeds the fuzzer with them. */
 Test(vit, image_fuzz_regressions) {
     DIR *d = opendir("tests/data/images-crashes");
     if (!d) cr_skip_test("no tests/data/images-crashes");
     th_mkdir("imgfuzz");
     struct dirent *e;
+    int replayed = 0;
     while ((e = readdir(d))) {
         if (e->d_name[0] == '.') continue;
-        char path[600], img[600];
+        char path[600], a[600], b[600];
         snprintf(path, sizeof path, "tests/data/images-crashes/%s", e->d_name);
         FILE *f = fopen(path, "rb");
         if (!f) continue;
@@ -592,15 +612,57 @@ Test(vit, image_fuzz_regressions) {
         size_t n = fread(buf, 1, sizeof buf, f);
         fclose(f);
         if (n < 1) continue;
-        snprintf(img, sizeof img, "%s/x.png", th_dir);
-        f = fopen(img, "wb");
-        fwrite(buf + 1, 1, n - 1, f);
-        fclose(f);
-        uint8_t out[3 * 8 * 8];
-        if (toy_image_read_file(img, buf[0] & 4 ? 3 : 1, 8, 8, out)) cr_expect(strlen(toy_last_error()) > 0, "%s", path);
-        unlink(img);
+        const uint8_t *p = buf + 1;
+        size_t left = n - 1;
+        int64_t ch = buf[0] & 4 ? 3 : 1;
+        struct toy_image_set *s = NULL;
+        enum toy_status st = TOY_OK;
+        replayed++;
+        switch (buf[0] % 4) {
+        case 0:
+            snprintf(a, sizeof a, "%s/set.toyi", th_dir);
+            put_bytes(a, p, left);
+            st = toy_images_load(a, NULL, &s);
+            unlink(a);
+            break;
+        case 1: {
+            if (left < 2) continue;
+            size_t ni = (size_t)p[0] | (size_t)p[1] << 8;
+            p += 2, left -= 2;
+            if (ni > left) ni = left;
+            snprintf(a, sizeof a, "%s/t-images-idx3-ubyte", th_dir);
+            snprintf(b, sizeof b, "%s/t-labels-idx1-ubyte", th_dir);
+            put_bytes(a, p, ni);
+            put_bytes(b, p + ni, left - ni);
+            st = toy_images_load(a, NULL, &s);
+            unlink(a);
+            unlink(b);
+            break;
+        }
+        case 2: {
+            uint8_t out[3 * 8 * 8];
+            snprintf(a, sizeof a, "%s/x.png", th_dir);
+            put_bytes(a, p, left);
+            st = toy_image_read_file(a, ch, 8, 8, out);
+            unlink(a);
+            break;
+        }
+        default: {
+            snprintf(a, sizeof a, "mkdir -p '%s/cls/k'", th_dir);
+            cr_assert_eq(system(a), 0);
+            snprintf(a, sizeof a, "%s/cls/k/img.png", th_dir);
+            put_bytes(a, p, left);
+            snprintf(b, sizeof b, "%s/cls", th_dir);
+            st = toy_images_load(b, &(struct toy_image_load_opts){.channels = ch}, &s);
+            unlink(a);
+            break;
+        }
+        }
+        if (st) cr_expect(strlen(toy_last_error()) > 0, "%s: failed with no message", path);
+        else if (s) expect_sane_set(s, path);
     }
     closedir(d);
+    cr_expect_gt(replayed, 0);
     th_rmdir();
 }
 
