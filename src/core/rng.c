@@ -53,4 +53,3 @@ float toy_rng_normal(struct toy_rng *r) {
     uint64_t a = toy_rng_u64(r);
     return toy_rng_normal_of(a, toy_rng_u64(r));
 }
-
