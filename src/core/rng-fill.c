@@ -10,7 +10,7 @@
  * draw are taken in order on the calling thread (~3 ns), and the rest of a
  * draw (~23 ns on a Zen 4 core, nearly all of it the logarithm and cosine)
  * is shared by a pool of threads. One draw at a time, the random init of a
- * 1B-parameter model took 35-44 s. */
+ * 1B-parameter model took 44 s on a Zen 4 core; on 2 cores it takes 24-36. */
 #define FILL_ROUND ((int64_t)1 << 18) /* draws per round: 4 MiB of words */
 #define FILL_POOL ((int64_t)1 << 16)  /* fewer draws (~1.5 ms) run on the calling thread alone */
 
