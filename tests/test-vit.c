@@ -29,6 +29,7 @@
 #include "toy/optim.h"
 #include "toy/toy.h"
 #include "harness.h"
+#include "../fuzz/images-input.h"
 #include "toy/vit.h"
 
 static struct toy_vit_config small_config(void) {
@@ -574,13 +575,6 @@ Test(vit, image_sets_of_no_images_are_refused) {
     th_rmdir();
 }
 
-static void put_bytes(const char *path, const uint8_t *p, size_t n) {
-    FILE *f = fopen(path, "wb");
-    cr_assert(f, "%s", path);
-    cr_assert_eq(fwrite(p, 1, n, f), n, "%s", path);
-    fclose(f);
-}
-
 /* a loaded set is whole: images, channels, classes, every label in range */
 static void expect_sane_set(struct toy_image_set *s, const char *what) {
     cr_expect(s->n >= 1 && s->channels >= 1 && s->channels <= 4 && s->n_classes >= 1,
@@ -592,10 +586,9 @@ static void expect_sane_set(struct toy_image_set *s, const char *what) {
 }
 
 /* Inputs found by fuzz/fuzz-images.c, replayed through the loader that
- * found them (the first byte picks it, as in the harness: 0 a TOYI file,
- * 1 an IDX pair split at the next two bytes, 2 one image, 3 a class
- * folder; bit 2 asks for 3 channels): each must load a whole set or fail
- * with a message. fuzz/run.sh also seeds the fuzzer with them. */
+ * found them (fuzz/images-input.h, which the harness uses too): each must
+ * load a whole set or fail with a message. fuzz/run.sh also seeds the
+ * fuzzer with them. */
 Test(vit, image_fuzz_regressions) {
     DIR *d = opendir("tests/data/images-crashes");
     if (!d) cr_skip_test("no tests/data/images-crashes");
@@ -604,62 +597,17 @@ Test(vit, image_fuzz_regressions) {
     int replayed = 0;
     while ((e = readdir(d))) {
         if (e->d_name[0] == '.') continue;
-        char path[600], a[600], b[600];
+        char path[600];
         snprintf(path, sizeof path, "tests/data/images-crashes/%s", e->d_name);
         FILE *f = fopen(path, "rb");
         if (!f) continue;
         static uint8_t buf[1 << 16];
         size_t n = fread(buf, 1, sizeof buf, f);
         fclose(f);
-        if (n < 1) continue;
-        const uint8_t *p = buf + 1;
-        size_t left = n - 1;
-        int64_t ch = buf[0] & 4 ? 3 : 1;
-        struct toy_image_set *s = NULL;
-        enum toy_status st = TOY_OK;
-        replayed++;
-        switch (buf[0] % 4) {
-        case 0:
-            snprintf(a, sizeof a, "%s/set.toyi", th_dir);
-            put_bytes(a, p, left);
-            st = toy_images_load(a, NULL, &s);
-            unlink(a);
-            break;
-        case 1: {
-            if (left < 2) continue;
-            size_t ni = (size_t)p[0] | (size_t)p[1] << 8;
-            p += 2, left -= 2;
-            if (ni > left) ni = left;
-            snprintf(a, sizeof a, "%s/t-images-idx3-ubyte", th_dir);
-            snprintf(b, sizeof b, "%s/t-labels-idx1-ubyte", th_dir);
-            put_bytes(a, p, ni);
-            put_bytes(b, p + ni, left - ni);
-            st = toy_images_load(a, NULL, &s);
-            unlink(a);
-            unlink(b);
-            break;
-        }
-        case 2: {
-            uint8_t out[3 * 8 * 8];
-            snprintf(a, sizeof a, "%s/x.png", th_dir);
-            put_bytes(a, p, left);
-            st = toy_image_read_file(a, ch, 8, 8, out);
-            unlink(a);
-            break;
-        }
-        default: {
-            snprintf(a, sizeof a, "mkdir -p '%s/cls/k'", th_dir);
-            cr_assert_eq(system(a), 0);
-            snprintf(a, sizeof a, "%s/cls/k/img.png", th_dir);
-            put_bytes(a, p, left);
-            snprintf(b, sizeof b, "%s/cls", th_dir);
-            st = toy_images_load(b, &(struct toy_image_load_opts){.channels = ch}, &s);
-            unlink(a);
-            break;
-        }
-        }
-        if (st) cr_expect(strlen(toy_last_error()) > 0, "%s: failed with no message", path);
+        struct toy_image_set *s;
+        if (fuzz_images_run(buf, n, th_dir, &s)) cr_expect(strlen(toy_last_error()) > 0, "%s: no message", path);
         else if (s) expect_sane_set(s, path);
+        replayed++;
     }
     closedir(d);
     cr_expect_gt(replayed, 0);
