@@ -317,6 +317,21 @@ Test(cuda, reductions_broadcasts_copies) {
     toy_ctx_free(ctx);
 }
 
+/* views of an intermediate (GPT-2's q, k, v of one product): the later
+ * views' VIEW_BACKs add into the first one's buffer (autodiff.c) */
+Test(cuda, views_of_an_intermediate_gather_one_gradient) {
+    need_cuda();
+    struct toy_ctx *ctx = setup(6);
+    struct toy_tensor *x = param(ctx, 36, 5, 2, 1), *z = toy_scale(ctx, x, 2.0f), *v[3];
+    for (int i = 0; i < 3; i++)
+        v[i] = toy_view(ctx, z, 3, (int64_t[]){12, 5, 2}, (size_t[]){4, z->nb[1], z->nb[2]}, (size_t)(12 * i) * 4);
+    struct toy_tensor *o = toy_view(ctx, z, 3, (int64_t[]){24, 5, 2}, (size_t[]){4, z->nb[1], z->nb[2]}, 12 * 4);
+    struct toy_tensor *loss = loss_of(ctx, toy_add(ctx, toy_mul(ctx, v[0], v[1]), v[2]));
+    loss = toy_add(ctx, loss, loss_of(ctx, toy_sqr(ctx, o))); /* overlapping the last two */
+    check(ctx, loss, true, TOL_F32, "views");
+    toy_ctx_free(ctx);
+}
+
 Test(cuda, norms_forward_backward) {
     need_cuda();
     struct toy_ctx *ctx = setup(4);

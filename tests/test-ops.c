@@ -139,7 +139,19 @@ static void build_case(struct built *b, json_t *c) {
     else if (!strcmp(op, "repeat")) y = toy_repeat(ctx, x[0], like_shape(b, p));
     else if (!strcmp(op, "sum_to")) y = toy_sum_to(ctx, x[0], like_shape(b, p));
     else if (!strcmp(op, "concat")) y = toy_concat(ctx, x[0], x[1], (int)pnum(p, "dim", 0));
-    else if (!strcmp(op, "rms_norm"))
+    else if (!strcmp(op, "qkv_views") || !strcmp(op, "overlapping_views") || !strcmp(op, "views_and_whole")) {
+        /* views of z = 2x along its rows (an intermediate, so its gradient is the graph's) */
+        struct toy_tensor *z = toy_scale(ctx, x[0], 2.0f);
+        bool qkv = !strcmp(op, "qkv_views"), whole = !strcmp(op, "views_and_whole");
+        int64_t w = qkv ? z->ne[0] / 3 : whole ? z->ne[0] / 2 : 2 * z->ne[0] / 3, step = qkv ? w : z->ne[0] - w;
+        struct toy_tensor *v[3];
+        for (int i = 0; i < (qkv ? 3 : 2); i++)
+            v[i] = toy_view(ctx, z, 4, (const int64_t[]){w, z->ne[1], z->ne[2], z->ne[3]}, z->nb + 0,
+                            (size_t)(i * step) * sizeof(float));
+        y = toy_mul(ctx, v[0], v[1]);
+        if (qkv) y = toy_add(ctx, y, v[2]);
+        if (whole) y = toy_add(ctx, y, toy_sum(ctx, z, 0));
+    } else if (!strcmp(op, "rms_norm"))
         y = toy_rms_norm(ctx, x[0], b->n_in > 1 ? x[1] : NULL, (float)pnum(p, "eps", 1e-5));
     else if (!strcmp(op, "layer_norm"))
         y = toy_layer_norm(ctx, x[0], x[1], x[2], (float)pnum(p, "eps", 1e-5));
@@ -350,6 +362,69 @@ Test(ops, finite_differences) {
     json_decref(root);
     cr_assert_gt(checked, 300);
     cr_assert_eq(failures, 0, "%d of %d finite-difference checks failed", failures, checked);
+}
+
+/* A tensor read through views gets its gradient as one buffer: the second
+ * view's VIEW_BACK adds its part in place into the first's. That is safe
+ * only for a buffer nothing else holds: here z's gradient starts as u's
+ * (an ADD passes its gradient on unchanged, to t as well), so r's part
+ * must go through an ADD. t comes first in the graph, so its backward
+ * reads that shared gradient after z's: a VIEW_BACK that wrote into it
+ * would change x2's gradient. */
+Test(ops, views_gather_their_gradient_in_one_buffer) {
+    enum { N = 8, T = 3 };
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    struct toy_tensor *x = toy_new_tensor_2d(ctx, TOY_F32, 2 * N, T), *x2 = toy_new_tensor_2d(ctx, TOY_F32, 2 * N, T),
+                      *dy = toy_new_tensor_2d(ctx, TOY_F32, N, T);
+    struct toy_rng rng;
+    toy_rng_seed(&rng, 7);
+    float *xv = x->data, *x2v = x2->data, *dyv = dy->data;
+    for (int i = 0; i < 2 * N * T; i++) xv[i] = toy_rng_normal(&rng), x2v[i] = toy_rng_normal(&rng);
+    for (int i = 0; i < N * T; i++) dyv[i] = toy_rng_normal(&rng);
+    toy_set_param(x);
+    toy_set_param(x2);
+    const int64_t ne[4] = {N, T, 1, 1};
+    struct toy_tensor *t = toy_scale(ctx, x2, 3.0f), *z = toy_scale(ctx, x, 2.0f);
+    struct toy_tensor *r = toy_view(ctx, z, 4, ne, z->nb, 0);
+    struct toy_tensor *u = toy_add(ctx, t, z);
+    struct toy_tensor *p = toy_view(ctx, u, 4, ne, u->nb, 0), *q = toy_view(ctx, u, 4, ne, u->nb, N * sizeof(float));
+    struct toy_tensor *y = toy_add(ctx, toy_mul(ctx, p, q), toy_sqr(ctx, r));
+    struct toy_tensor *loss = toy_sum_all(ctx, toy_mul(ctx, y, dy));
+    struct toy_graph *g = toy_graph_new(ctx);
+    toy_graph_build(g, t); /* t, z and r before u */
+    toy_graph_build(g, r);
+    toy_graph_build(g, loss);
+    int forward = toy_graph_n_nodes(g);
+    toy_graph_backward(g, loss);
+    struct toy_threadpool *tp = toy_threadpool_new(2);
+    cr_assert_eq(toy_graph_compute(g, tp), TOY_OK, "%s", toy_last_error());
+    /* by hand: dL/du = [dy q, dy p], dL/dz = dL/du + [2 r dy, 0], x2 = t / 3, x = z / 2 */
+    double worst = 0;
+    for (int j = 0; j < T; j++)
+        for (int i = 0; i < N; i++) {
+            double zl = 2.0 * xv[j * 2 * N + i], zh = 2.0 * xv[j * 2 * N + N + i];
+            double pl = 3.0 * x2v[j * 2 * N + i] + zl, qh = 3.0 * x2v[j * 2 * N + N + i] + zh, d = dyv[j * N + i];
+            double du[2] = {d * qh, d * pl}, dz[2] = {du[0] + 2 * zl * d, du[1]};
+            for (int h = 0; h < 2; h++) {
+                int at = j * 2 * N + h * N + i;
+                worst = fmax(worst, fabs(((float *)x->grad->data)[at] - 2 * dz[h]) / (1 + fabs(2 * dz[h])));
+                worst = fmax(worst, fabs(((float *)x2->grad->data)[at] - 3 * du[h]) / (1 + fabs(3 * du[h])));
+            }
+        }
+    cr_assert_leq(worst, 1e-5, "gradients off by %g", worst);
+    /* u's two parts in one buffer, and one ADD in the backward: z's */
+    struct toy_tensor *vb[2] = {NULL, NULL};
+    int adds = 0;
+    for (int i = forward; i < toy_graph_n_nodes(g); i++) {
+        struct toy_tensor *n = toy_graph_node(g, i);
+        adds += n->op == TOY_OP_ADD;
+        if (n->op == TOY_OP_VIEW_BACK && (n->src[1] == p || n->src[1] == q)) vb[n->src[1] == q] = n;
+    }
+    cr_assert(vb[0] && vb[1], "the views of u have their VIEW_BACKs");
+    cr_assert_eq(vb[0]->data, vb[1]->data, "the second view's part goes into the first's buffer");
+    cr_assert_eq(adds, 1, "backward ADDs: %d (z's alone)", adds);
+    toy_threadpool_free(tp);
+    toy_ctx_free(ctx);
 }
 
 /* BF16 weights: AMX tiles, the AVX-512 BF16 kernel, or sgemm over the bf16 values (or

@@ -7,6 +7,12 @@
  * gradient buffer p->grad: a MATMUL or GET_ROWS_BACK contribution writes
  * into it directly (accumulating), anything else through an ACCUM node. Runs
  * therefore add to p->grad: that is gradient accumulation.
+ *
+ * A tensor read through several views (GPT-2's q, k and v of one qkv
+ * product) gets its gradient as one buffer: the first view's VIEW_BACK
+ * zeroes it and adds its part, each later one adds its own part in place
+ * (P_VB_ACCUM), where an ADD of whole-size contributions would read and
+ * write the whole tensor once per view.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -48,6 +54,7 @@ struct bw {
     struct toy_graph *g;
     struct toy_ctx *ctx;
     bool *needs;   /* needs[i]: node i depends on a parameter */
+    bool *views;   /* views[i]: node i's gradient so far is a VIEW_BACK chain nothing else reads */
 };
 
 static bool wants_grad(struct bw *b, struct toy_tensor *s) {
@@ -96,6 +103,32 @@ static void add_contribution(struct bw *b, struct toy_tensor *s, struct toy_tens
     int j = toy_ptrmap_get(&g->index, s);
     TOY_ASSERT(j >= 0, "gradient for a tensor outside the graph");
     g->grads[j] = g->grads[j] ? toy_add(b->ctx, g->grads[j], c) : c;
+    b->views[j] = false;
+}
+
+/* the contribution of view y (gradient dy) to its source a: a VIEW_BACK,
+ * added in place to a's gradient where that is already a chain of them
+ * (only those nodes hold it, so writing into it is safe) */
+static void view_contribution(struct bw *b, struct toy_tensor *a, struct toy_tensor *y, struct toy_tensor *dy) {
+    struct toy_tensor *d = backward_node(b->ctx, TOY_OP_VIEW_BACK, a->ne);
+    d->src[0] = dy;
+    d->src[1] = y; /* gives the view's strides and offset */
+    int j = a->op == TOY_OP_NONE ? -1 : toy_ptrmap_get(&b->g->index, a);
+    if (j < 0 || !b->g->grads[j]) {
+        add_contribution(b, a, d);
+        if (j >= 0) b->views[j] = true;
+        return;
+    }
+    if (!b->views[j]) {
+        add_contribution(b, a, d);
+        return;
+    }
+    struct toy_tensor *prev = b->g->grads[j];
+    d->op_params[P_VB_ACCUM] = 1;
+    d->src[TOY_MAX_SRC - 1] = prev;
+    d->view_src = toy_storage_of(prev); /* d's bytes are the chain's first: d's readers keep them alive */
+    d->view_offs = 0;
+    b->g->grads[j] = d;
 }
 
 static void matmul_backward(struct bw *b, struct toy_tensor *y, struct toy_tensor *dy) {
@@ -127,10 +160,7 @@ static void node_backward(struct bw *b, struct toy_tensor *y, struct toy_tensor 
     case TOY_OP_VIEW: {
         if (!wants_grad(b, a)) break;
         TOY_ASSERT(toy_is_contiguous(a), "backward of a view of non-contiguous '%s'", toy_label(a));
-        struct toy_tensor *d = backward_node(ctx, TOY_OP_VIEW_BACK, a->ne);
-        d->src[0] = dy;
-        d->src[1] = y; /* gives the view's strides and offset */
-        add_contribution(b, a, d);
+        view_contribution(b, a, y, dy);
         break;
     }
     case TOY_OP_RESHAPE:
@@ -328,8 +358,8 @@ void toy_graph_backward(struct toy_graph *g, struct toy_tensor *loss) {
                loss->name);
     loss->flags |= TOY_FLAG_LOSS;
     int nf = g->n_forward = g->n_nodes;
-    struct bw b = {g, ctx, calloc((size_t)(nf ? nf : 1), sizeof(bool))};
-    if (!b.needs) TOY_ABORT("out of memory (backward)");
+    struct bw b = {g, ctx, calloc((size_t)(nf ? nf : 1), sizeof(bool)), calloc((size_t)(nf ? nf : 1), sizeof(bool))};
+    if (!b.needs || !b.views) TOY_ABORT("out of memory (backward)");
     for (int i = 0; i < nf; i++) {
         struct toy_tensor *t = g->nodes[i];
         for (int s = 0; s < TOY_MAX_SRC && !b.needs[i]; s++) b.needs[i] = wants_grad(&b, t->src[s]);
@@ -352,6 +382,7 @@ void toy_graph_backward(struct toy_graph *g, struct toy_tensor *loss) {
         node_backward(&b, y, dy);
     }
     free(b.needs);
+    free(b.views);
     /* what is differentiated must be what runs: no activation quantization */
     for (int i = 0; i < g->n_nodes; i++)
         if (g->nodes[i]->op == TOY_OP_MATMUL) g->nodes[i]->op_params[P_MM_EXACT] = 1;

@@ -238,10 +238,13 @@ static void alloc_give(struct allocator *a, size_t off, size_t size) {
     a->blk[a->n++] = (struct freeblk){off, size};
 }
 
-/* A node that adds into a parameter's persistent gradient (its last source). */
+/* A node that adds into the bytes of its last source: a parameter's
+ * persistent gradient, or a planned result (a residual add folded into a
+ * product, graph-fuse.c; a tensor's gradient from its views, autodiff.c). */
 static bool writes_grad(const struct toy_tensor *t) {
     return t->op == TOY_OP_ACCUM || (t->op == TOY_OP_MATMUL && t->op_params[P_MM_ACCUM]) ||
-           (t->op == TOY_OP_GET_ROWS_BACK && t->op_params[P_GRB_ACCUM]);
+           (t->op == TOY_OP_GET_ROWS_BACK && t->op_params[P_GRB_ACCUM]) ||
+           (t->op == TOY_OP_VIEW_BACK && t->op_params[P_VB_ACCUM]);
 }
 
 static bool node_owns_memory(const struct toy_tensor *t) {
@@ -249,6 +252,7 @@ static bool node_owns_memory(const struct toy_tensor *t) {
     if (t->op == TOY_OP_ACCUM || t->op == TOY_OP_KV_STORE) return false;
     if (t->op == TOY_OP_MATMUL && t->op_params[P_MM_ACCUM]) return false;
     if (t->op == TOY_OP_GET_ROWS_BACK && t->op_params[P_GRB_ACCUM]) return false;
+    if (t->op == TOY_OP_VIEW_BACK && t->op_params[P_VB_ACCUM]) return false;
     return true;
 }
 

@@ -81,6 +81,9 @@ enum {
     P_RP_LOW, P_RP_HIGH, P_RP_BFAST, P_RP_BSLOW, P_RP_ATTN, P_RP_INVERSE,
     /* CROSS_ENTROPY */ P_CE_IGNORE = 0,
     /* GET_ROWS_BACK */ P_GRB_ACCUM = 0,
+    /* VIEW_BACK: adds into the bytes of src[TOY_MAX_SRC - 1], an earlier
+     * VIEW_BACK of the same tensor (autodiff.c), instead of zeros */
+    P_VB_ACCUM = 0,
 };
 
 

@@ -135,6 +135,14 @@ add_case("rms_norm_noweight", "rms_norm", [("x", rnd(9, 64) * 4, "")],
          lambda x: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6), {"eps": 1e-6})
 add_case("layer_norm", "layer_norm", [("x", rnd(2, 7, 96) + 0.5, ""), ("w", rnd(96), ""), ("b", rnd(96), "")],
          lambda x, w, b: torch.nn.functional.layer_norm(x, (96,), w, b, 1e-5), {"eps": 1e-5})
+# views of one intermediate (2x): GPT-2's q, k, v split (disjoint; the gradient gathered in one
+# buffer), overlapping views, and views beside a use of the whole tensor
+add_case("qkv_views", "qkv_views", [("x", rnd(2, 5, 3 * 12), "")],
+         lambda x: (lambda q, k, v: q * k + v)(*(2 * x).split(12, dim=-1)))
+add_case("overlapping_views", "overlapping_views", [("x", rnd(4, 3 * 10), "")],
+         lambda x: (2 * x)[..., :20] * (2 * x)[..., 10:])
+add_case("views_and_whole", "views_and_whole", [("x", rnd(3, 2 * 9), "")],
+         lambda x: (2 * x)[..., :9] * (2 * x)[..., 9:] + (2 * x).sum(-1, keepdim=True))
 add_case("softmax", "softmax", [("x", rnd(4, 6, 50), "")],
          lambda x: torch.softmax(x * 0.5, dim=-1), {"scale": 0.5})
 mask = torch.triu(torch.full((6, 6), -math.inf), diagonal=1).to(torch.float32)

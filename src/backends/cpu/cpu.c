@@ -782,20 +782,41 @@ static void k_accum(struct toy_tensor *dst, int ith, int nth, float *tmp) {
 }
 
 /* zeros shaped like the viewed tensor, with dy written where the view looks */
+/* VIEW_BACK: zeros (or, P_VB_ACCUM, what an earlier VIEW_BACK of the same
+ * tensor left there) with dy added where the view looks. Each thread owns
+ * a run of whole cache lines of dst and adds, in the view's order, the
+ * elements that land in it: no two threads write one line, and an element
+ * the view sees twice (a zero stride) sums in the same order on any number
+ * of threads. */
 static void k_view_back(struct toy_tensor *dst, int ith, int nth, float *tmp) {
-    if (ith) return;
-    (void)nth;
     const struct toy_tensor *dy = dst->src[0], *view = dst->src[1];
-    memset(dst->data, 0, toy_nbytes(dst));
-    size_t off = (size_t)(uint32_t)view->op_params[0] | ((size_t)(uint32_t)view->op_params[1] << 31);
-    int64_t nr = toy_nrows(view);
-    for (int64_t r = 0; r < nr; r++) {
-        int64_t i1, i2, i3;
-        toy_unravel(r, view, &i1, &i2, &i3);
-        const float *x = toy_cpu_row_f32(dy, TOY_ROW(dy, i1, i2, i3), tmp);
-        char *base = (char *)dst->data + off + i1 * view->nb[1] + i2 * view->nb[2] + i3 * view->nb[3];
-        for (int64_t i = 0; i < view->ne[0]; i++) *(float *)(base + i * view->nb[0]) += x[i];
-    }
+    int64_t n = toy_nelements(dst), c0, c1;
+    toy_split((n + 15) / 16, ith, nth, &c0, &c1);
+    int64_t lo = 64 * c0, hi = 16 * c1 < n ? 64 * c1 : 4 * n; /* this thread's bytes of dst */
+    if (lo >= hi) return;
+    if (!dst->op_params[P_VB_ACCUM]) memset((char *)dst->data + lo, 0, (size_t)(hi - lo));
+    int64_t off = (int64_t)((size_t)(uint32_t)view->op_params[0] | ((size_t)(uint32_t)view->op_params[1] << 31));
+    int64_t ne0 = view->ne[0], nb0 = (int64_t)view->nb[0];
+    for (int64_t i3 = 0; i3 < view->ne[3]; i3++)
+        for (int64_t i2 = 0; i2 < view->ne[2]; i2++)
+            for (int64_t i1 = 0; i1 < view->ne[1]; i1++) {
+                int64_t at = off + i1 * (int64_t)view->nb[1] + i2 * (int64_t)view->nb[2] + i3 * (int64_t)view->nb[3];
+                int64_t a = 0, b = ne0; /* the row's elements [a, b) in [lo, hi) */
+                if (at >= hi) continue;
+                if (nb0 == 0) {
+                    if (at < lo) continue;
+                } else {
+                    if (at < lo) a = (lo - at + nb0 - 1) / nb0;
+                    if ((hi - at + nb0 - 1) / nb0 < b) b = (hi - at + nb0 - 1) / nb0;
+                }
+                if (a >= b) continue;
+                const float *x = toy_cpu_row_f32(dy, TOY_ROW(dy, i1, i2, i3), tmp);
+                char *row = (char *)dst->data + at;
+                if (nb0 == sizeof(float))
+                    for (int64_t i = a; i < b; i++) ((float *)row)[i] += x[i];
+                else
+                    for (int64_t i = a; i < b; i++) *(float *)(row + i * nb0) += x[i];
+            }
 }
 
 /* ---- KV cache ------------------------------------------------------------------------------------------- */

@@ -108,11 +108,13 @@ static void live_remove(struct cu_graph *cg) {
 }
 
 /* a node that adds into the bytes of src[TOY_MAX_SRC - 1]: a persistent
- * gradient (autodiff), or for a residual add folded into a product
- * (graph-fuse.c) the planned result it adds to */
+ * gradient (autodiff), or the planned result it adds to: for a residual
+ * add folded into a product (graph-fuse.c), or for a view's gradient, the
+ * earlier VIEW_BACK of the same tensor (autodiff.c) */
 static bool accum_node(const struct toy_tensor *t) {
     return t->op == TOY_OP_ACCUM || (t->op == TOY_OP_MATMUL && t->op_params[P_MM_ACCUM]) ||
-           (t->op == TOY_OP_GET_ROWS_BACK && t->op_params[P_GRB_ACCUM]);
+           (t->op == TOY_OP_GET_ROWS_BACK && t->op_params[P_GRB_ACCUM]) ||
+           (t->op == TOY_OP_VIEW_BACK && t->op_params[P_VB_ACCUM]);
 }
 static bool writes_grad_node(const struct toy_tensor *t) {
     return accum_node(t) && t->src[TOY_MAX_SRC - 1]->op == TOY_OP_NONE;

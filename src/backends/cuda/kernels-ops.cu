@@ -714,7 +714,8 @@ __global__ void k_accum(CT dst, CT c, bool flat) {
     }
 }
 
-/* zeros (memset before) with dy added where the view looks */
+/* zeros (memset before), or an earlier VIEW_BACK's sums (P_VB_ACCUM), with
+ * dy added where the view looks */
 __global__ void k_view_back(CT dst, CT dy, CT view, int64_t off) {
     int64_t n = ct_nel(view);
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
@@ -1003,7 +1004,7 @@ extern "C" int toy_cu_run(const struct toy_cu_node *n, char *msg, size_t msg_siz
     }
     case TOY_OP_ACCUM: k_accum<<<gs, TPB, 0, s>>>(d, src[0], ct_flat(src[0])); break;
     case TOY_OP_VIEW_BACK:
-        cudaMemsetAsync(d.data, 0, n->dst_nbytes, s);
+        if (!n->op_params[P_VB_ACCUM]) cudaMemsetAsync(d.data, 0, n->dst_nbytes, s); /* else: an earlier one's sums */
         k_view_back<<<grid_for(ct_nel(src[1]), TPB), TPB, 0, s>>>(d, src[0], src[1], n->view_off);
         break;
     case TOY_OP_KV_STORE:
