@@ -410,6 +410,8 @@ static bool is_small(const struct toy_tensor *t) {
         return false;
     case TOY_OP_KV_STORE: /* its result is the whole cache; the work is the new rows */
         return toy_nelements(t->src[1]) < 16384;
+    case TOY_OP_SUM_TO: /* a bias's gradient: one row, the sum of thousands */
+        return toy_nelements(t->src[0]) < 16384;
     default:
         return toy_nelements(t) < 16384;
     }

@@ -121,6 +121,9 @@ add_case("repeat", "repeat", [("a", rnd(3, 1, 5), "")], lambda a: a.expand(3, 4,
          {"like": [3, 4, 5]})
 add_case("sum_to", "sum_to", [("a", rnd(3, 4, 5), "")], lambda a: a.sum(dim=1, keepdim=True),
          {"like": [3, 1, 5]})
+# a bias's gradient: one row from 80 (big enough for the pool's threads, which split its columns)
+add_case("sum_to_bias", "sum_to", [("a", rnd(2, 40, 300), "")], lambda a: a.sum(dim=(0, 1), keepdim=True),
+         {"like": [1, 1, 300]})
 add_case("concat_dim0", "concat", [("a", rnd(3, 4, 5), ""), ("b", rnd(3, 4, 2), "")],
          lambda a, b: torch.cat([a, b], dim=2), {"dim": 0})
 add_case("concat_dim1", "concat", [("a", rnd(3, 4, 5), ""), ("b", rnd(3, 2, 5), "")],
@@ -143,6 +146,11 @@ add_case("overlapping_views", "overlapping_views", [("x", rnd(4, 3 * 10), "")],
          lambda x: (2 * x)[..., :20] * (2 * x)[..., 10:])
 add_case("views_and_whole", "views_and_whole", [("x", rnd(3, 2 * 9), "")],
          lambda x: (2 * x)[..., :9] * (2 * x)[..., 9:] + (2 * x).sum(-1, keepdim=True))
+# widths with tails past the vector kernels' 16 and 8 lanes, and without the affine part
+add_case("layer_norm_odd", "layer_norm", [("x", rnd(3, 5, 37) * 3 - 1, ""), ("w", rnd(37), ""), ("b", rnd(37), "")],
+         lambda x, w, b: torch.nn.functional.layer_norm(x, (37,), w, b, 1e-5), {"eps": 1e-5})
+add_case("layer_norm_plain", "layer_norm", [("x", rnd(4, 200) + 2, "")],
+         lambda x: torch.nn.functional.layer_norm(x, (200,), None, None, 1e-6), {"eps": 1e-6})
 add_case("softmax", "softmax", [("x", rnd(4, 6, 50), "")],
          lambda x: torch.softmax(x * 0.5, dim=-1), {"scale": 0.5})
 mask = torch.triu(torch.full((6, 6), -math.inf), diagonal=1).to(torch.float32)

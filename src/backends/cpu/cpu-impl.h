@@ -232,6 +232,19 @@ struct toy_vec_ops {
     void (*acc_scaled_prod)(double *acc, const float *a, const float *b, double mu, double s, int64_t n);
     /* d = (s p) (d - di): a softmax row's backward from its probabilities p */
     void (*softmax_back)(float *d, const float *p, float di, float s, int64_t n);
+    /* acc += x, in double (per element the reference's one add: the same bits) */
+    void (*add_d)(double *acc, const float *x, int64_t n);
+    /* a layer norm's row, its statistics in double: sum x, and sum (x - mu)^2 */
+    double (*sum_d)(const float *x, int64_t n);
+    double (*sqdev_d)(const float *x, double mu, int64_t n);
+    /* y = (x - mu) r, times w and plus b where given */
+    void (*layer_apply)(float *y, const float *x, const float *w, const float *b, float mu, float r, int64_t n);
+    /* its backward, in double, with g = dy w (dy without w) and xh = (x - mu) r:
+     * s = {sum g, sum g xh}, then y = r (g - mg - xh mgx) */
+    void (*layer_back_sums)(double s[2], const float *dy, const float *w, const float *x, double mu, double r,
+                            int64_t n);
+    void (*layer_back_apply)(float *y, const float *dy, const float *w, const float *x, double mu, double r,
+                             double mg, double mgx, int64_t n);
 };
 extern struct toy_vec_ops toy_vec;
 void toy_simd_init(void);

@@ -316,32 +316,45 @@ static void k_repeat(struct toy_tensor *dst, int ith, int nth, float *tmp) {
 }
 
 /* dst (small) = sum of a over the dims where dst has size 1 */
+/* SUM_TO: each row of dst sums its rows of a in double, in row order.
+ * Fewer rows than threads (a bias's gradient: one row) split the columns
+ * instead, in runs of 16: every sum keeps its order either way. */
 static void k_sum_to(struct toy_tensor *dst, int ith, int nth, float *tmp) {
     const struct toy_tensor *a = dst->src[0];
-    int64_t r0, r1, n = dst->ne[0];
-    toy_split(toy_nrows(dst), ith, nth, &r0, &r1);
+    int64_t r0, r1, n = dst->ne[0], i0 = 0, i1 = n;
+    if (toy_nrows(dst) < nth && n >= 32 && a->ne[0] == n) {
+        int64_t c0, c1;
+        toy_split((n + 15) / 16, ith, nth, &c0, &c1);
+        i0 = 16 * c0;
+        i1 = 16 * c1 < n ? 16 * c1 : n;
+        r0 = 0;
+        r1 = i0 < i1 ? toy_nrows(dst) : 0;
+    } else {
+        toy_split(toy_nrows(dst), ith, nth, &r0, &r1);
+    }
     double *acc = (double *)(tmp + 2 * a->ne[0] + 16);
     int64_t e1 = dst->ne[1] == 1 ? a->ne[1] : 1, e2 = dst->ne[2] == 1 ? a->ne[2] : 1,
             e3 = dst->ne[3] == 1 ? a->ne[3] : 1;
     for (int64_t r = r0; r < r1; r++) {
         int64_t o1, o2, o3;
         toy_unravel(r, dst, &o1, &o2, &o3);
-        for (int64_t i = 0; i < n; i++) acc[i] = 0;
+        for (int64_t i = i0; i < i1; i++) acc[i] = 0;
         for (int64_t j3 = 0; j3 < e3; j3++)
             for (int64_t j2 = 0; j2 < e2; j2++)
                 for (int64_t j1 = 0; j1 < e1; j1++) {
-                    const float *x = toy_cpu_row_f32(
-                        a, TOY_ROW(a, e1 > 1 ? j1 : o1, e2 > 1 ? j2 : o2, e3 > 1 ? j3 : o3), tmp);
+                    const char *row = TOY_ROW(a, e1 > 1 ? j1 : o1, e2 > 1 ? j2 : o2, e3 > 1 ? j3 : o3);
                     if (n == 1 && a->ne[0] > 1) {
+                        const float *x = toy_cpu_row_f32(a, row, tmp);
                         double s = 0;
                         for (int64_t i = 0; i < a->ne[0]; i++) s += x[i];
                         acc[0] += s;
                     } else {
-                        for (int64_t i = 0; i < n; i++) acc[i] += x[i];
+                        const float *x = toy_cpu_row_f32(a, row, tmp);
+                        toy_vec.add_d(acc + i0, x + i0, i1 - i0);
                     }
                 }
         float *y = out_row(dst, r);
-        for (int64_t i = 0; i < n; i++) y[i] = (float)acc[i];
+        for (int64_t i = i0; i < i1; i++) y[i] = (float)acc[i];
     }
 }
 
@@ -396,25 +409,15 @@ static void k_layer_norm(struct toy_tensor *dst, int ith, int nth, float *tmp) {
         int64_t i1, i2, i3;
         toy_unravel(r, dst, &i1, &i2, &i3);
         const float *xv = toy_cpu_row_f32(x, TOY_ROW(x, i1, i2, i3), tmp);
-        double mean = 0, var = 0;
-        for (int64_t i = 0; i < n; i++) mean += xv[i];
-        mean /= (double)n;
-        for (int64_t i = 0; i < n; i++) var += ((double)xv[i] - mean) * ((double)xv[i] - mean);
-        var /= (double)n;
-        float rstd = (float)(1.0 / sqrt(var + eps)), mu = (float)mean;
-        float *y = out_row(dst, r);
-        for (int64_t i = 0; i < n; i++) {
-            float v = (xv[i] - mu) * rstd;
-            if (wv) v *= wv[i];
-            if (bv) v += bv[i];
-            y[i] = v;
-        }
+        double mean = toy_vec.sum_d(xv, n) / (double)n, var = toy_vec.sqdev_d(xv, mean, n) / (double)n;
+        toy_vec.layer_apply(out_row(dst, r), xv, wv, bv, (float)mean, (float)(1.0 / sqrt(var + eps)), n);
     }
 }
 
 /* dx for rms (layer=false) or layer norm (layer=true):
  *   xhat = (x - mu) r;  g = w dy;
- *   dx = r (g - mean(g) [layer only] - xhat mean(g xhat)) */
+ *   dx = r (g - mean(g) [layer only] - xhat mean(g xhat))
+ * (the layer norm's in double, its row statistics as the forward's) */
 static void k_norm_back(struct toy_tensor *dst, int ith, int nth, float *tmp, bool layer) {
     const struct toy_tensor *dy = dst->src[0], *x = dst->src[1], *w = dst->src[2];
     float eps = toy_param_f32(dst, P_EPS);
@@ -437,29 +440,10 @@ static void k_norm_back(struct toy_tensor *dst, int ith, int nth, float *tmp, bo
             toy_vec.axpy(y, xv, -c, n);
             continue;
         }
-        double mu = 0, var = 0;
-        if (layer) {
-            for (int64_t i = 0; i < n; i++) mu += xv[i];
-            mu /= (double)n;
-        }
-        for (int64_t i = 0; i < n; i++) var += ((double)xv[i] - mu) * ((double)xv[i] - mu);
-        var /= (double)n;
-        double rstd = 1.0 / sqrt(var + eps);
-        double mg = 0, mgx = 0;
-        for (int64_t i = 0; i < n; i++) {
-            double g = wv ? (double)d[i] * wv[i] : d[i];
-            double xh = ((double)xv[i] - mu) * rstd;
-            mg += g;
-            mgx += g * xh;
-        }
-        mg /= (double)n;
-        mgx /= (double)n;
-        float *y = out_row(dst, r);
-        for (int64_t i = 0; i < n; i++) {
-            double g = wv ? (double)d[i] * wv[i] : d[i];
-            double xh = ((double)xv[i] - mu) * rstd;
-            y[i] = (float)(rstd * (g - (layer ? mg : 0.0) - xh * mgx));
-        }
+        double mu = toy_vec.sum_d(xv, n) / (double)n, var = toy_vec.sqdev_d(xv, mu, n) / (double)n;
+        double rstd = 1.0 / sqrt(var + eps), sums[2];
+        toy_vec.layer_back_sums(sums, d, wv, xv, mu, rstd, n);
+        toy_vec.layer_back_apply(out_row(dst, r), d, wv, xv, mu, rstd, sums[0] / (double)n, sums[1] / (double)n, n);
     }
 }
 
@@ -477,15 +461,13 @@ static void k_norm_back_w(struct toy_tensor *dst, int ith, int nth, float *tmp, 
         toy_unravel(r, x, &i1, &i2, &i3);
         const float *xv = toy_cpu_row_f32(x, TOY_ROW(x, i1, i2, i3), tmp);
         const float *d = toy_cpu_row_f32(dy, TOY_ROW(dy, i1, i2, i3), tmp + n);
-        double mu = 0, var = 0;
+        double mu = 0, var;
         if (layer) {
-            for (int64_t i = 0; i < n; i++) mu += xv[i];
-            mu /= (double)n;
-        }
-        if (layer)
-            for (int64_t i = 0; i < n; i++) var += ((double)xv[i] - mu) * ((double)xv[i] - mu);
-        else
+            mu = toy_vec.sum_d(xv, n) / (double)n;
+            var = toy_vec.sqdev_d(xv, mu, n); /* as the forward's */
+        } else {
             var = toy_vec.sumsq(xv, n); /* summed in double, as the forward's */
+        }
         double rstd = 1.0 / sqrt(var / (double)n + eps);
         toy_vec.acc_scaled_prod(part, d, xv, mu, rstd, n);
     }

@@ -96,16 +96,58 @@ static void ref_softmax_back(float *d, const float *p, float di, float s, int64_
     for (int64_t i = 0; i < n; i++) d[i] = s * p[i] * (d[i] - di);
 }
 
+static void ref_add_d(double *acc, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) acc[i] += x[i];
+}
+static double ref_sum_d(const float *x, int64_t n) {
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += x[i];
+    return s;
+}
+static double ref_sqdev_d(const float *x, double mu, int64_t n) {
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += ((double)x[i] - mu) * ((double)x[i] - mu);
+    return s;
+}
+static void ref_layer_apply(float *y, const float *x, const float *w, const float *b, float mu, float r, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        float v = (x[i] - mu) * r;
+        if (w) v *= w[i];
+        if (b) v += b[i];
+        y[i] = v;
+    }
+}
+static void ref_layer_back_sums(double s[2], const float *dy, const float *w, const float *x, double mu, double r,
+                                int64_t n) {
+    double mg = 0, mgx = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double g = w ? (double)dy[i] * w[i] : dy[i];
+        mg += g;
+        mgx += g * (((double)x[i] - mu) * r);
+    }
+    s[0] = mg;
+    s[1] = mgx;
+}
+static void ref_layer_back_apply(float *y, const float *dy, const float *w, const float *x, double mu, double r,
+                                 double mg, double mgx, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        double g = w ? (double)dy[i] * w[i] : dy[i];
+        y[i] = (float)(r * (g - mg - ((double)x[i] - mu) * r * mgx));
+    }
+}
+
 static const struct toy_vec_ops ref_ops = {
     ref_dot, ref_axpy, ref_scale, ref_sumsq, ref_max, ref_exp_sum,
     ref_silu_mul, ref_rms_apply, ref_add, ref_mul, ref_swiglu_back, ref_gelu, ref_gelu_back, ref_adamw,
-    ref_acc_scaled_prod, ref_softmax_back,
+    ref_acc_scaled_prod, ref_softmax_back, ref_add_d, ref_sum_d, ref_sqdev_d, ref_layer_apply, ref_layer_back_sums,
+    ref_layer_back_apply,
 };
 
 struct toy_vec_ops toy_vec = {
     ref_dot, ref_axpy, ref_scale, ref_sumsq, ref_max, ref_exp_sum,
     ref_silu_mul, ref_rms_apply, ref_add, ref_mul, ref_swiglu_back, ref_gelu, ref_gelu_back, ref_adamw,
-    ref_acc_scaled_prod, ref_softmax_back,
+    ref_acc_scaled_prod, ref_softmax_back, ref_add_d, ref_sum_d, ref_sqdev_d, ref_layer_apply, ref_layer_back_sums,
+    ref_layer_back_apply,
 };
 
 void toy_simd_fill_avx512(struct toy_vec_ops *ops);
