@@ -318,7 +318,8 @@ Test(cuda, reductions_broadcasts_copies) {
 }
 
 /* views of an intermediate (GPT-2's q, k, v of one product): the later
- * views' VIEW_BACKs add into the first one's buffer (autodiff.c) */
+ * views' VIEW_BACKs add into the first one's buffer, or store there where
+ * the views tile it (autodiff.c) */
 Test(cuda, views_of_an_intermediate_gather_one_gradient) {
     need_cuda();
     struct toy_ctx *ctx = setup(6);
@@ -328,6 +329,11 @@ Test(cuda, views_of_an_intermediate_gather_one_gradient) {
     struct toy_tensor *o = toy_view(ctx, z, 3, (int64_t[]){24, 5, 2}, (size_t[]){4, z->nb[1], z->nb[2]}, 12 * 4);
     struct toy_tensor *loss = loss_of(ctx, toy_add(ctx, toy_mul(ctx, v[0], v[1]), v[2]));
     loss = toy_add(ctx, loss, loss_of(ctx, toy_sqr(ctx, o))); /* overlapping the last two */
+    /* q, k, v in heads of 4, tiling z2: each stores its part (P_VB_STORE), nothing zeroed */
+    struct toy_tensor *x2 = param(ctx, 24, 5, 2, 1), *z2 = toy_scale(ctx, x2, 3.0f), *h[3];
+    for (int i = 0; i < 3; i++)
+        h[i] = toy_view(ctx, z2, 4, (int64_t[]){4, 2, 5, 2}, (size_t[]){4, 16, z2->nb[1], z2->nb[2]}, (size_t)(8 * i) * 4);
+    loss = toy_add(ctx, loss, loss_of(ctx, toy_add(ctx, toy_mul(ctx, h[0], h[1]), h[2])));
     check(ctx, loss, true, TOL_F32, "views");
     toy_ctx_free(ctx);
 }

@@ -19,6 +19,7 @@
 
 #include "backends/cpu/cpu-impl.h"
 #include "backends/cpu/qdot.h"
+#include "core/internal.h" /* P_VB_STORE */
 #include "toy/toy.h"
 #include "toy/rng.h"
 
@@ -139,15 +140,20 @@ static void build_case(struct built *b, json_t *c) {
     else if (!strcmp(op, "repeat")) y = toy_repeat(ctx, x[0], like_shape(b, p));
     else if (!strcmp(op, "sum_to")) y = toy_sum_to(ctx, x[0], like_shape(b, p));
     else if (!strcmp(op, "concat")) y = toy_concat(ctx, x[0], x[1], (int)pnum(p, "dim", 0));
-    else if (!strcmp(op, "qkv_views") || !strcmp(op, "overlapping_views") || !strcmp(op, "views_and_whole")) {
-        /* views of z = 2x along its rows (an intermediate, so its gradient is the graph's) */
+    else if (!strcmp(op, "qkv_views") || !strcmp(op, "qkv_head_views") || !strcmp(op, "overlapping_views") ||
+             !strcmp(op, "views_and_whole")) {
+        /* views of z = 2x along its rows (an intermediate, so its gradient is the graph's); heads:
+         * each view {4, heads, ...} as GPT-2 splits its q, k and v */
         struct toy_tensor *z = toy_scale(ctx, x[0], 2.0f);
-        bool qkv = !strcmp(op, "qkv_views"), whole = !strcmp(op, "views_and_whole");
+        bool heads = !strcmp(op, "qkv_head_views"), qkv = heads || !strcmp(op, "qkv_views");
+        bool whole = !strcmp(op, "views_and_whole");
         int64_t w = qkv ? z->ne[0] / 3 : whole ? z->ne[0] / 2 : 2 * z->ne[0] / 3, step = qkv ? w : z->ne[0] - w;
         struct toy_tensor *v[3];
         for (int i = 0; i < (qkv ? 3 : 2); i++)
-            v[i] = toy_view(ctx, z, 4, (const int64_t[]){w, z->ne[1], z->ne[2], z->ne[3]}, z->nb + 0,
-                            (size_t)(i * step) * sizeof(float));
+            v[i] = heads ? toy_view(ctx, z, 4, (const int64_t[]){4, w / 4, z->ne[1], z->ne[2]},
+                                    (const size_t[]){4, 16, z->nb[1], z->nb[2]}, (size_t)(i * step) * sizeof(float))
+                         : toy_view(ctx, z, 4, (const int64_t[]){w, z->ne[1], z->ne[2], z->ne[3]}, z->nb + 0,
+                                    (size_t)(i * step) * sizeof(float));
         y = toy_mul(ctx, v[0], v[1]);
         if (qkv) y = toy_add(ctx, y, v[2]);
         if (whole) y = toy_add(ctx, y, toy_sum(ctx, z, 0));
@@ -422,6 +428,7 @@ Test(ops, views_gather_their_gradient_in_one_buffer) {
     }
     cr_assert(vb[0] && vb[1], "the views of u have their VIEW_BACKs");
     cr_assert_eq(vb[0]->data, vb[1]->data, "the second view's part goes into the first's buffer");
+    cr_assert(vb[0]->op_params[P_VB_STORE] && vb[1]->op_params[P_VB_STORE], "p and q tile u: stored, not added");
     cr_assert_eq(adds, 1, "backward ADDs: %d (z's alone)", adds);
     toy_threadpool_free(tp);
     toy_ctx_free(ctx);

@@ -12,7 +12,9 @@
  * product) gets its gradient as one buffer: the first view's VIEW_BACK
  * zeroes it and adds its part, each later one adds its own part in place
  * (P_VB_ACCUM), where an ADD of whole-size contributions would read and
- * write the whole tensor once per view.
+ * write the whole tensor once per view. Where the views tile the tensor
+ * (each element in exactly one), each stores its part and nothing is
+ * zeroed (P_VB_STORE).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -129,6 +131,52 @@ static void view_contribution(struct bw *b, struct toy_tensor *a, struct toy_ten
     d->view_src = toy_storage_of(prev); /* d's bytes are the chain's first: d's readers keep them alive */
     d->view_offs = 0;
     b->g->grads[j] = d;
+}
+
+/* the columns [*c0, *c0 + *w) of every row of contiguous a that view y
+ * covers, if y is such a slice (dims of y after the first, or after the
+ * first two where those are contiguous, walking a's rows as a does) */
+static bool row_slice(const struct toy_tensor *a, const struct toy_tensor *y, int64_t *c0, int64_t *w) {
+    size_t off = (size_t)(uint32_t)y->op_params[0] | ((size_t)(uint32_t)y->op_params[1] << 31);
+    if (y->nb[0] != sizeof(float) || off % sizeof(float)) return false;
+    int k = 1;
+    *w = y->ne[0];
+    if (y->nb[1] == (size_t)y->ne[0] * sizeof(float)) *w *= y->ne[k++];
+    int64_t yne[4], ane[4];
+    size_t ynb[4], anb[4];
+    int ny = 0, na = 0;
+    for (; k < 4; k++)
+        if (y->ne[k] > 1) yne[ny] = y->ne[k], ynb[ny++] = y->nb[k];
+    for (int d = 1; d < 4; d++)
+        if (a->ne[d] > 1) ane[na] = a->ne[d], anb[na++] = a->nb[d];
+    if (ny != na) return false;
+    for (int i = 0; i < ny; i++)
+        if (yne[i] != ane[i] || ynb[i] != anb[i]) return false;
+    *c0 = (int64_t)(off / sizeof(float));
+    return *c0 + *w <= a->ne[0];
+}
+
+/* a's gradient is a chain of VIEW_BACKs (view_contribution): where their
+ * views tile a's rows, mark them to store their parts, with no zeroing */
+static void mark_tiling(struct toy_tensor *a, struct toy_tensor *last) {
+    int64_t lo[64], hi[64];
+    int n = 0;
+    for (struct toy_tensor *d = last; d; d = d->op_params[P_VB_ACCUM] ? d->src[TOY_MAX_SRC - 1] : NULL) {
+        int64_t c0, w;
+        if (n == 64 || !row_slice(a, d->src[1], &c0, &w)) return;
+        lo[n] = c0, hi[n++] = c0 + w;
+    }
+    for (int64_t at = 0; at < a->ne[0];) { /* the slices, in column order, must meet end to start */
+        int i = 0;
+        while (i < n && lo[i] != at) i++;
+        if (i == n || hi[i] <= at) return;
+        at = hi[i];
+        lo[i] = -1; /* used */
+    }
+    for (int i = 0; i < n; i++)
+        if (lo[i] != -1) return; /* an extra slice overlaps */
+    for (struct toy_tensor *d = last; d; d = d->op_params[P_VB_ACCUM] ? d->src[TOY_MAX_SRC - 1] : NULL)
+        d->op_params[P_VB_STORE] = 1;
 }
 
 static void matmul_backward(struct bw *b, struct toy_tensor *y, struct toy_tensor *dy) {
@@ -378,6 +426,7 @@ void toy_graph_backward(struct toy_graph *g, struct toy_tensor *loss) {
          * lone weight-gradient MATMUL can accumulate into the parameter's
          * gradient itself rather than into a buffer an ACCUM then adds */
         struct toy_tensor *y = g->nodes[i];
+        if (b.views[i] && toy_is_contiguous(y)) mark_tiling(y, dy);
         if (!(y->op == TOY_OP_CAST && y->src[0]->op == TOY_OP_NONE)) toy_graph_expand(g, dy);
         node_backward(&b, y, dy);
     }

@@ -84,6 +84,9 @@ enum {
     /* VIEW_BACK: adds into the bytes of src[TOY_MAX_SRC - 1], an earlier
      * VIEW_BACK of the same tensor (autodiff.c), instead of zeros */
     P_VB_ACCUM = 0,
+    /* VIEW_BACK: the views of its chain tile the tensor (each element in
+     * exactly one): each stores its part, and nothing is zeroed first */
+    P_VB_STORE = 1,
 };
 
 

@@ -142,6 +142,8 @@ add_case("layer_norm", "layer_norm", [("x", rnd(2, 7, 96) + 0.5, ""), ("w", rnd(
 # buffer), overlapping views, and views beside a use of the whole tensor
 add_case("qkv_views", "qkv_views", [("x", rnd(2, 5, 3 * 12), "")],
          lambda x: (lambda q, k, v: q * k + v)(*(2 * x).split(12, dim=-1)))
+add_case("qkv_head_views", "qkv_head_views", [("x", rnd(2, 5, 3 * 2 * 4), "")],
+         lambda x: (lambda q, k, v: q * k + v)(*(2 * x).split(8, dim=-1)))
 add_case("overlapping_views", "overlapping_views", [("x", rnd(4, 3 * 10), "")],
          lambda x: (2 * x)[..., :20] * (2 * x)[..., 10:])
 add_case("views_and_whole", "views_and_whole", [("x", rnd(3, 2 * 9), "")],

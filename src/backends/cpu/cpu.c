@@ -765,7 +765,8 @@ static void k_accum(struct toy_tensor *dst, int ith, int nth, float *tmp) {
 
 /* zeros shaped like the viewed tensor, with dy written where the view looks */
 /* VIEW_BACK: zeros (or, P_VB_ACCUM, what an earlier VIEW_BACK of the same
- * tensor left there) with dy added where the view looks. Each thread owns
+ * tensor left there) with dy added where the view looks; where the chain's
+ * views tile the tensor (P_VB_STORE), dy stored there. Each thread owns
  * a run of whole cache lines of dst and adds, in the view's order, the
  * elements that land in it: no two threads write one line, and an element
  * the view sees twice (a zero stride) sums in the same order on any number
@@ -776,7 +777,8 @@ static void k_view_back(struct toy_tensor *dst, int ith, int nth, float *tmp) {
     toy_split((n + 15) / 16, ith, nth, &c0, &c1);
     int64_t lo = 64 * c0, hi = 16 * c1 < n ? 64 * c1 : 4 * n; /* this thread's bytes of dst */
     if (lo >= hi) return;
-    if (!dst->op_params[P_VB_ACCUM]) memset((char *)dst->data + lo, 0, (size_t)(hi - lo));
+    bool store = dst->op_params[P_VB_STORE];
+    if (!dst->op_params[P_VB_ACCUM] && !store) memset((char *)dst->data + lo, 0, (size_t)(hi - lo));
     int64_t off = (int64_t)((size_t)(uint32_t)view->op_params[0] | ((size_t)(uint32_t)view->op_params[1] << 31));
     int64_t ne0 = view->ne[0], nb0 = (int64_t)view->nb[0];
     for (int64_t i3 = 0; i3 < view->ne[3]; i3++)
@@ -794,7 +796,9 @@ static void k_view_back(struct toy_tensor *dst, int ith, int nth, float *tmp) {
                 if (a >= b) continue;
                 const float *x = toy_cpu_row_f32(dy, TOY_ROW(dy, i1, i2, i3), tmp);
                 char *row = (char *)dst->data + at;
-                if (nb0 == sizeof(float))
+                if (store)
+                    for (int64_t i = a; i < b; i++) *(float *)(row + i * nb0) = x[i];
+                else if (nb0 == sizeof(float))
                     for (int64_t i = a; i < b; i++) ((float *)row)[i] += x[i];
                 else
                     for (int64_t i = a; i < b; i++) *(float *)(row + i * nb0) += x[i];

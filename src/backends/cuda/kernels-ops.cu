@@ -715,15 +715,18 @@ __global__ void k_accum(CT dst, CT c, bool flat) {
 }
 
 /* zeros (memset before), or an earlier VIEW_BACK's sums (P_VB_ACCUM), with
- * dy added where the view looks */
-__global__ void k_view_back(CT dst, CT dy, CT view, int64_t off) {
+ * dy added where the view looks; or, where the chain's views tile dst
+ * (P_VB_STORE: each element in one view), dy stored there */
+__global__ void k_view_back(CT dst, CT dy, CT view, int64_t off, bool store) {
     int64_t n = ct_nel(view);
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
         int64_t i[4];
         unravel4(e, view.ne, i);
         float *p = (float *)(dst.data + off + i[0] * view.nb[0] + i[1] * view.nb[1] + i[2] * view.nb[2] +
                              i[3] * view.nb[3]);
-        atomicAdd(p, ld(dy, i[0], i[1], i[2], i[3]));
+        float v = ld(dy, i[0], i[1], i[2], i[3]);
+        if (store) *p = v;
+        else atomicAdd(p, v);
     }
 }
 
@@ -1004,8 +1007,10 @@ extern "C" int toy_cu_run(const struct toy_cu_node *n, char *msg, size_t msg_siz
     }
     case TOY_OP_ACCUM: k_accum<<<gs, TPB, 0, s>>>(d, src[0], ct_flat(src[0])); break;
     case TOY_OP_VIEW_BACK:
-        if (!n->op_params[P_VB_ACCUM]) cudaMemsetAsync(d.data, 0, n->dst_nbytes, s); /* else: an earlier one's sums */
-        k_view_back<<<grid_for(ct_nel(src[1]), TPB), TPB, 0, s>>>(d, src[0], src[1], n->view_off);
+        if (!n->op_params[P_VB_ACCUM] && !n->op_params[P_VB_STORE]) /* else: an earlier one's sums, or a tiling */
+            cudaMemsetAsync(d.data, 0, n->dst_nbytes, s);
+        k_view_back<<<grid_for(ct_nel(src[1]), TPB), TPB, 0, s>>>(d, src[0], src[1], n->view_off,
+                                                                   n->op_params[P_VB_STORE] != 0);
         break;
     case TOY_OP_KV_STORE:
         k_kv_store<<<grid_for(ct_nel(src[1]), TPB), TPB, 0, s>>>(d, src[1], (const int32_t *)src[2].data);
