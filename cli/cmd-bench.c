@@ -1,5 +1,5 @@
 /* cmd-bench.c: `toy bench -m MODEL.gguf`: how fast toy runs a user's own
- * Llama-family model on this machine, as `toy generate` runs it (weights
+ * model (Llama family or GPT-2) on this machine, as `toy generate` runs it (weights
  * mapped from the file, quantized matrices packed for inference): prefill
  * tokens/s of a prompt, decode tokens/s after it, at each thread count, with
  * decode's memory-bandwidth bound measured in the same run, right after
@@ -26,10 +26,11 @@ static int usage_to(FILE *out) {
     fprintf(out, "usage: toy bench -m MODEL.gguf [--threads 1,2] [--prompt 256] [--gen 32] [--reps 3]\n"
                     "                 [--kv-type f16|f32] [--bf16] [--json]\n"
                     "--threads: up to 16 counts; --gen: at least 2.\n"
-                    "Prefill and decode tokens/s of a Llama-family GGUF at each thread count, against the\n"
-                    "memory-bandwidth bound of decode measured now; peak RSS. Decode tokens/s counts\n"
-                    "decode steps (the first generated token comes with the prompt). --bf16: the prompt's\n"
-                    "products over f32 or f16 weights in bf16, as toy generate --bf16.\n");
+                    "Prefill and decode tokens/s of a Llama-family or GPT-2 GGUF at each thread count,\n"
+                    "against the memory-bandwidth bound of decode measured now; peak RSS. Decode tokens/s\n"
+                    "counts decode steps (the first generated token comes with the prompt). --bf16: the\n"
+                    "prompt's products over f32 or f16 weights in bf16, as toy generate --bf16. GPT-2\n"
+                    "models take neither --bf16 nor --kv-type (their cache is f32).\n");
     return 2;
 }
 static int usage(void) { return usage_to(stderr); }
@@ -129,35 +130,59 @@ int toy_cmd_bench(int argc, char **argv) {
     }
     char resolved[4096];
     if (toy_model_resolve(model, resolved, sizeof resolved)) { fprintf(stderr, "toy bench: %s\n", toy_last_error()); return 1; }
-    if (toy_cli_is_gpt2(resolved)) { /* the loader's "not a Llama-family model toy runs" would mislead: toy runs it */
-        fprintf(stderr, "toy bench: %s is a GPT-2; toy bench measures Llama-family models only\n", resolved);
-        return 1;
+    /* the model, a Llama-family one (m) or a GPT-2 (g), and what the report says of it */
+    struct toy_llama *m = NULL;
+    struct toy_gpt2 *g = NULL;
+    int64_t vocab, max_ctx, params;
+    double bytes, kv_row; /* weight bytes a decode step reads; K and V bytes a position keeps */
+    enum toy_dtype wtype;
+    bool bf16_on = false;
+    if (toy_cli_is_gpt2(resolved)) { /* GPT-2 has its own model and generator (cli/generate-gpt2.c) */
+        if (bf16 || (kv && kv_type != TOY_F32)) {
+            fprintf(stderr, "toy bench: %s is for Llama-family models; %s is a GPT-2 (its cache is f32)\n",
+                    bf16 ? "--bf16" : "--kv-type f16", resolved);
+            return 2;
+        }
+        if (toy_gpt2_load(resolved, false, &g)) { fprintf(stderr, "toy bench: %s\n", toy_last_error()); return 1; }
+        kv_type = TOY_F32;
+        vocab = g->cfg.vocab, max_ctx = g->cfg.max_ctx, params = toy_gpt2_n_params(g);
+        bytes = toy_gpt2_decode_bytes(g);
+        kv_row = 2.0 * (double)g->cfg.n_layers * (double)g->cfg.d_model * 4;
+        wtype = g->layers[0].w_qkv->type;
+    } else {
+        if (toy_llama_load(resolved, false, &m)) { fprintf(stderr, "toy bench: %s\n", toy_last_error()); return 1; }
+        bf16_on = bf16 && toy_cli_infer_bf16("bench", m);
+        vocab = m->cfg.vocab, max_ctx = m->cfg.max_ctx, params = toy_llama_n_params(m);
+        bytes = toy_llama_decode_bytes(m);
+        kv_row = 2.0 * (double)m->cfg.n_layers * (double)m->cfg.n_kv_heads * (double)toy_llama_head_dim(&m->cfg) *
+                 (kv_type == TOY_F16 ? 2 : 4);
+        wtype = m->layers[0].wq->type;
     }
-    struct toy_llama *m;
-    if (toy_llama_load(resolved, false, &m)) { fprintf(stderr, "toy bench: %s\n", toy_last_error()); return 1; }
-    bool bf16_on = bf16 && toy_cli_infer_bf16("bench", m);
-    if (n_prompt + n_gen + 1 > m->cfg.max_ctx) {
+    int rc = 0;
+    int32_t *prompt = NULL;
+    json_t *mach = NULL;
+    if (n_prompt + n_gen + 1 > max_ctx) {
         fprintf(stderr, "toy bench: --prompt %lld + --gen %lld does not fit the model's context of %lld\n",
-                (long long)n_prompt, (long long)n_gen, (long long)m->cfg.max_ctx);
-        toy_llama_free(m);
-        return 2;
+                (long long)n_prompt, (long long)n_gen, (long long)max_ctx);
+        rc = 2;
+        goto out;
     }
-    int32_t *prompt = malloc((size_t)n_prompt * sizeof *prompt);
-    if (!prompt) { toy_llama_free(m); return 1; }
-    for (int64_t i = 0; i < n_prompt; i++) prompt[i] = (int32_t)((i * 31 + 7) % m->cfg.vocab);
-    double bytes = toy_llama_decode_bytes(m);
+    if (!(prompt = malloc((size_t)n_prompt * sizeof *prompt))) {
+        rc = 1;
+        goto out;
+    }
+    for (int64_t i = 0; i < n_prompt; i++) prompt[i] = (int32_t)((i * 31 + 7) % vocab);
     /* the cache a decode step reads besides the weights, at the middle of the generation (not in the bound) */
-    double kv_bytes = 2.0 * (double)m->cfg.n_layers * (double)m->cfg.n_kv_heads * (double)toy_llama_head_dim(&m->cfg) *
-                      (kv_type == TOY_F16 ? 2 : 4) * (double)(n_prompt + n_gen / 2);
+    double kv_bytes = kv_row * (double)(n_prompt + n_gen / 2);
     char mline[512];
-    json_t *mach = machine(mline, sizeof mline);
+    mach = machine(mline, sizeof mline);
     if (!json) printf("%s\n", mline);
     if (!json)
-        printf("%s: %s%s, %.1fM parameters, %.1f MB of weights read per decoded token (+ %.1f MB of %s KV cache);\n"
-               "prompt %lld, %lld generated, best of %lld\n",
-               resolved, toy_dtype_name(m->layers[0].wq->type), bf16_on ? " (bf16 products)" : "",
-               (double)toy_llama_n_params(m) / 1e6, bytes / 1e6,
-               kv_bytes / 1e6, toy_dtype_name(kv_type), (long long)n_prompt, (long long)n_gen, (long long)reps);
+        printf("%s: %s%s%s, %.1fM parameters, %.1f MB of weights read per decoded token (+ %.1f MB of %s KV "
+               "cache);\nprompt %lld, %lld generated, best of %lld\n",
+               resolved, g ? "GPT-2, " : "", toy_dtype_name(wtype), bf16_on ? " (bf16 products)" : "",
+               (double)params / 1e6, bytes / 1e6, kv_bytes / 1e6, toy_dtype_name(kv_type), (long long)n_prompt,
+               (long long)n_gen, (long long)reps);
     /* Each decode run is followed by the bandwidth tests, and a run's bound
      * is the bandwidth measured right after it: this machine's bandwidth
      * swings by a third over minutes, and a rate means something only
@@ -170,11 +195,10 @@ int toy_cmd_bench(int argc, char **argv) {
     double bp[MAX_COUNTS] = {0}, bd[MAX_COUNTS] = {0}, bg[MAX_COUNTS] = {0}, bs[MAX_COUNTS] = {0};
     long shared[MAX_COUNTS] = {0}; /* the pool's looks that found the cores shared */
     long peak_kb = 0;
-    int rc = 0;
     for (int ti = 0; ti < n_threads && !rc; ti++) {
         struct toy_threadpool *tp = toy_threadpool_new(threads[ti]);
         struct toy_generator *gen = NULL;
-        if (!tp || toy_generator_new_kv(m, NULL, n_prompt + n_gen + 1, kv_type, tp, &gen)) {
+        if (!tp || (m && toy_generator_new_kv(m, NULL, n_prompt + n_gen + 1, kv_type, tp, &gen))) {
             fprintf(stderr, "toy bench: %s\n", toy_last_error());
             toy_threadpool_free(tp);
             rc = 1;
@@ -184,7 +208,9 @@ int toy_cmd_bench(int argc, char **argv) {
         for (int64_t r = 0; r < reps && !rc; r++) {
             struct toy_generate_result res;
             int64_t n = 0;
-            if (toy_generate(gen, prompt, n_prompt, &gp, count_token, &n, &res)) {
+            if (m ? toy_generate(gen, prompt, n_prompt, &gp, count_token, &n, &res)
+                  : toy_gpt2_generate(g, NULL, n_prompt + n_gen + 1, tp, prompt, n_prompt, &gp, count_token, &n,
+                                      &res)) {
                 fprintf(stderr, "toy bench: %s\n", toy_last_error());
                 rc = 1;
                 break;
@@ -230,22 +256,27 @@ int toy_cmd_bench(int argc, char **argv) {
     }
     if (!rc && json) {
         json_t *j = json_pack("{s:s,s:o,s:o,s:s,s:s,s:f,s:f,s:I,s:I,s:o,s:f}", "format", "toy/bench-v1", "machine",
-                              mach, "model", toy_cli_json_text(resolved, strlen(resolved)), "weight_type", toy_dtype_name(m->layers[0].wq->type), "kv_type",
+                              mach, "model", toy_cli_json_text(resolved, strlen(resolved)), "weight_type",
+                              toy_dtype_name(wtype), "kv_type",
                               toy_dtype_name(kv_type), "decode_bytes", bytes, "kv_bytes", kv_bytes, "prompt",
                               (json_int_t)n_prompt, "generated", (json_int_t)n_gen, "runs", rows, "peak_rss_mb",
                               peak_kb / 1024.0);
+        mach = NULL; /* j holds it */
         if (j && llc > 0) json_object_set_new(j, "llc_bytes", json_integer((json_int_t)llc));
         if (j) json_object_set_new(j, "bf16_products", json_boolean(bf16_on));
+        if (j) json_object_set_new(j, "arch", json_string(g ? "gpt2" : "llama"));
         if (toy_cli_print_json("bench", j, JSON_COMPACT)) rc = 1;
     } else {
         json_decref(rows);
-        json_decref(mach);
         if (!rc) printf("  peak RSS %.0f MB (weights read per token: %.1f MB)\n", peak_kb / 1024.0, bytes / 1e6);
         if (!rc && llc > 0 && bytes < (double)llc)
             printf("  note: the weights fit in this CPU's %.0f MB of last-level cache, so part of each token's reads\n"
                    "  can come from cache and decode can pass the memory bound\n", (double)llc / 1e6);
     }
+out:
+    json_decref(mach);
     free(prompt);
     toy_llama_free(m);
+    toy_gpt2_free(g);
     return rc;
 }

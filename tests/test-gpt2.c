@@ -334,6 +334,55 @@ Test(gpt2, converted_hf_folder_matches_pytorch, .timeout = 300) {
     th_rmdir();
 }
 
+/* `toy bench` on a GPT-2 GGUF: decode against the bound, with the bytes a
+ * step reads (every tensor, but one row of the position table, and of the
+ * token table when the head is not tied to it) and GPT-2's f32 cache;
+ * --bf16 and an f16 cache are for Llama-family models. */
+Test(gpt2, cli_bench_measures_a_gpt2, .timeout = 300) {
+    const char *bin = getenv("TOY_BIN") ? getenv("TOY_BIN") : "build/toy";
+    if (access(bin, X_OK)) cr_skip_test("no %s", bin);
+    th_mkdir("gpt2");
+    struct toy_gpt2_config c = base_config();
+    for (int tied = 0; tied < 2; tied++) {
+        struct toy_gpt2 *m = random_model(&c, tied, 5);
+        char path[1024], cmd[2048];
+        snprintf(path, sizeof path, "%s/bench-%d.gguf", th_dir, tied);
+        save(m, path);
+        double want = 0;
+        for (int i = 0; i < toy_gpt2_n_tensors(m); i++) want += (double)toy_nbytes(toy_gpt2_tensor(m, i));
+        want -= (double)(c.max_ctx - 1) * c.d_model * 4;         /* the position table: one row */
+        if (!tied) want -= (double)(c.vocab - 1) * c.d_model * 4; /* the token table: one row */
+        toy_gpt2_free(m);
+        snprintf(cmd, sizeof cmd, "%s bench -m '%s' --threads 1,2 --prompt 8 --gen 3 --reps 1 --json > '%s/bench.json'",
+                 bin, path, th_dir);
+        cr_assert_eq(system(cmd), 0, "%s", cmd);
+        snprintf(cmd, sizeof cmd, "%s/bench.json", th_dir);
+        json_error_t err;
+        json_t *j = json_load_file(cmd, 0, &err);
+        cr_assert(j, "%s", err.text);
+        cr_expect_str_eq(json_string_value(json_object_get(j, "arch")), "gpt2");
+        cr_expect_str_eq(json_string_value(json_object_get(j, "kv_type")), "f32");
+        cr_expect_float_eq(json_real_value(json_object_get(j, "decode_bytes")), want, 0.5, "tied %d", tied);
+        cr_expect_float_eq(json_real_value(json_object_get(j, "kv_bytes")), 2.0 * c.n_layers * c.d_model * 4 * (8 + 1), 0.5);
+        json_t *runs = json_object_get(j, "runs");
+        cr_assert_eq(json_array_size(runs), 2);
+        for (size_t i = 0; i < 2; i++) {
+            json_t *r = json_array_get(runs, i);
+            cr_expect_gt(json_real_value(json_object_get(r, "prefill_tok_s")), 0);
+            cr_expect_gt(json_real_value(json_object_get(r, "decode_tok_s")), 0);
+            cr_expect_gt(json_real_value(json_object_get(r, "decode_bound_tok_s")), 0);
+        }
+        json_decref(j);
+        for (int k = 0; k < 2; k++) {
+            snprintf(cmd, sizeof cmd, "%s bench -m '%s' %s > '%s/err.txt' 2>&1", bin, path, k ? "--bf16" : "--kv-type f16",
+                     th_dir);
+            int rc = system(cmd);
+            cr_expect(WIFEXITED(rc) && WEXITSTATUS(rc) == 2, "%s: %d", cmd, rc);
+        }
+    }
+    th_rmdir();
+}
+
 /* `toy train --arch gpt2` writes a run bundle whose checkpoint `toy generate`
  * runs (dispatching on general.architecture), and `--resume` continues it. */
 Test(gpt2, cli_train_and_generate, .timeout = 300) {

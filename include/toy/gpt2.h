@@ -81,6 +81,10 @@ int64_t toy_gpt2_n_params(const struct toy_gpt2 *m);
 /* The parameter tensors in a fixed order (for optimizers and checkpoints). */
 int toy_gpt2_n_tensors(const struct toy_gpt2 *m);
 struct toy_tensor *toy_gpt2_tensor(const struct toy_gpt2 *m, int i);
+/* Bytes of weights one decode step reads: every tensor once, but one row
+ * of the position table (and of the token table, when the head is not
+ * tied to it). */
+double toy_gpt2_decode_bytes(const struct toy_gpt2 *m);
 
 /* Logits {vocab, T, B} of I32 tokens {T, B} at I32 positions {T} (shared by
  * the batch) or {T*B}. Positions must be < max_ctx (get_rows checks). */

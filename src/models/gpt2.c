@@ -154,6 +154,14 @@ struct toy_tensor *toy_gpt2_tensor(const struct toy_gpt2 *m, int i) {
     return NULL;
 }
 
+double toy_gpt2_decode_bytes(const struct toy_gpt2 *m) {
+    double bytes = 0;
+    for (int i = 0; i < toy_gpt2_n_tensors(m); i++) bytes += (double)toy_nbytes(toy_gpt2_tensor(m, i));
+    bytes -= (double)toy_nbytes(m->pos_embd) - (double)m->pos_embd->nb[1];
+    if (!m->tied) bytes -= (double)toy_nbytes(m->tok_embd) - (double)m->tok_embd->nb[1];
+    return bytes;
+}
+
 int64_t toy_gpt2_n_params(const struct toy_gpt2 *m) {
     int64_t n = 0;
     for (int i = 0; i < toy_gpt2_n_tensors(m); i++) n += toy_nelements(toy_gpt2_tensor(m, i));
