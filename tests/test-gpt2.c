@@ -163,6 +163,54 @@ Test(gpt2, kv_cache_decode_equals_full_forward) {
     toy_gpt2_free(m);
 }
 
+/* Inference packs a mapped model's matrices (toy_gpt2_pack_weights, which
+ * the generator calls): quantized ones into the int8 kernels' layout, float
+ * ones copied from the file. The logits stay bit for bit the same, for a
+ * prompt and for decoding after it, and the generator still generates. */
+Test(gpt2, packed_weights_give_the_same_logits, .timeout = 300) {
+    struct toy_gpt2_config c = base_config();
+    c.d_model = 64; /* rows of whole 32-element blocks */
+    c.d_ff = 128;
+    th_mkdir("gpt2");
+    char f32[1024], path[1024];
+    snprintf(f32, sizeof f32, "%s/pack-f32.gguf", th_dir);
+    struct toy_gpt2 *r = random_model(&c, false, 31);
+    save(r, f32);
+    toy_gpt2_free(r);
+    const enum toy_dtype types[] = {TOY_F32, TOY_Q8_0, TOY_Q4_0};
+    const int T = 12, P = 4;
+    int32_t tokens[T];
+    for (int i = 0; i < T; i++) tokens[i] = (i * 17 + 3) % 61;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        snprintf(path, sizeof path, "%s/pack-%s.gguf", th_dir, toy_dtype_name(types[ti]));
+        if (types[ti] != TOY_F32)
+            cr_assert_eq(toy_gguf_quantize(f32, path, types[ti], NULL, NULL), TOY_OK, "%s", toy_last_error());
+        struct toy_gpt2 *m;
+        cr_assert_eq(toy_gpt2_load(types[ti] == TOY_F32 ? f32 : path, false, &m), TOY_OK, "%s", toy_last_error());
+        cr_assert_eq(m->layers[0].w_qkv->type, types[ti]);
+        float *before = th_logits(fwd, m, tokens, T, 1);
+        bool packable = toy_tensor_pack_bytes(m->layers[0].w_up) > 0;
+        const void *file = m->layers[0].w_up->data;
+        cr_assert_eq(toy_gpt2_pack_weights(m), TOY_OK, "%s", toy_last_error());
+        cr_assert(m->pack_block && m->pack_bytes, "%s: nothing packed or copied", toy_dtype_name(types[ti]));
+        if (types[ti] == TOY_F32) cr_assert_neq(m->layers[0].w_up->data, file, "the f32 matrix is copied");
+        else cr_assert(!packable || m->layers[0].w_up->packed, "the quantized matrix is packed");
+        cr_assert_eq(toy_gpt2_pack_weights(m), TOY_OK); /* again: nothing more */
+        float *after = th_logits(fwd, m, tokens, T, 1);
+        cr_assert_eq(memcmp(before, after, (size_t)T * c.vocab * sizeof(float)), 0, "%s: logits moved",
+                     toy_dtype_name(types[ti]));
+        struct toy_kv_cache kv;
+        cr_assert_eq(toy_gpt2_cache_init(&kv, m, 32, 1), TOY_OK);
+        double worst = th_kv_decode_vs_full(cfwd, m, &kv, tokens, T, P, c.vocab, before);
+        cr_assert_leq(worst, 1e-5, "%s: decode after packing: %g", toy_dtype_name(types[ti]), worst);
+        toy_kv_cache_free(&kv);
+        free(before);
+        free(after);
+        toy_gpt2_free(m);
+    }
+    th_rmdir();
+}
+
 static char *read_text(const char *path, size_t max, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;

@@ -63,6 +63,8 @@ struct toy_gpt2 {
     bool tied;
     struct toy_gpt2_layer *layers;
     enum toy_dtype matmul_type;                    /* TOY_F32 or TOY_BF16 (mixed precision) */
+    void *pack_block;                              /* the packed matrices (toy_gpt2_pack_weights) */
+    size_t pack_bytes;
 };
 
 /* "tiny" (d 64, 2 layers, 4 heads), "small" (d 256, 4 layers, 8 heads),
@@ -120,6 +122,11 @@ enum toy_status toy_gpt2_generate(struct toy_gpt2 *m, const struct toy_tokenizer
  * f32 trainable tensors. An output.weight equal to token_embd.weight (as
  * llama.cpp's converter writes it) loads as a tied head. */
 enum toy_status toy_gpt2_load(const char *path, bool trainable, struct toy_gpt2 **out);
+/* Prepares the model's matrices for inference on this CPU, as
+ * toy_llama_pack_weights does (quantized ones in the int8 kernels' layout,
+ * float ones the file maps copied; the file's pages released). The
+ * generator calls it; idempotent; toy_gpt2_free frees the copies. */
+enum toy_status toy_gpt2_pack_weights(struct toy_gpt2 *m);
 /* Metadata and tensors into a GGUF writer; type TOY_F32, TOY_F16 or
  * TOY_BF16 for the 2-D weights (LayerNorms, biases and position embeddings
  * of any type stay as they are when F32). A tied head writes no

@@ -58,6 +58,7 @@ enum toy_status toy_gpt2_generate(struct toy_gpt2 *m, const struct toy_tokenizer
                              prompt[i], (long long)V);
     enum toy_status pst = toy_sampler_params_check(&p->sampling);
     if (pst) return pst;
+    if ((pst = toy_gpt2_pack_weights(m))) return pst; /* as the Llama generator: the int8 kernels' layout */
     struct toy_kv_cache kv;
     enum toy_status st = toy_gpt2_cache_init(&kv, m, n_ctx, 1);
     if (st) return st;

@@ -11,6 +11,7 @@
 #include "toy/gguf.h"
 #include "toy/gpt2.h"
 #include "toy/rng.h"
+#include "models/pack-weights.h"
 
 struct toy_gpt2 *toy_gpt2_alloc(const struct toy_gpt2_config *cfg, bool tied, bool alloc_data);
 
@@ -121,8 +122,31 @@ struct toy_gpt2 *toy_gpt2_new(const struct toy_gpt2_config *cfg, uint64_t seed) 
     return m;
 }
 
+/* the matrices inference multiplies by (a tied head: the token table) */
+static int inference_weights(const struct toy_gpt2 *m, struct toy_tensor **out) {
+    int n = 0;
+    for (int64_t l = 0; l < m->cfg.n_layers; l++) {
+        const struct toy_gpt2_layer *L = &m->layers[l];
+        out[n++] = L->w_qkv, out[n++] = L->w_o, out[n++] = L->w_up, out[n++] = L->w_down;
+    }
+    out[n++] = m->output;
+    return n;
+}
+
+enum toy_status toy_gpt2_pack_weights(struct toy_gpt2 *m) {
+    if (m->pack_block) return TOY_OK;
+    struct toy_tensor **w = malloc(((size_t)m->cfg.n_layers * 4 + 1) * sizeof *w);
+    if (!w) return toy_error(TOY_ERR_NOMEM, "packing weights");
+    enum toy_status st = toy_pack_inference_weights(m->gguf, w, inference_weights(m, w), &m->pack_block, &m->pack_bytes);
+    free(w);
+    return st;
+}
+
 void toy_gpt2_free(struct toy_gpt2 *m) {
     if (!m) return;
+    struct toy_tensor **w = m->layers ? malloc(((size_t)m->cfg.n_layers * 4 + 1) * sizeof *w) : NULL;
+    toy_unpack_inference_weights(w, w ? inference_weights(m, w) : 0, m->pack_block, m->pack_bytes);
+    free(w);
     toy_ctx_free(m->ctx);
     toy_gguf_close(m->gguf);
     free(m->layers);

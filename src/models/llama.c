@@ -7,13 +7,13 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "toy/device.h"
 #include "toy/gguf.h"
 #include "toy/llama.h"
 #include "toy/rng.h"
 #include "toy/file.h"
+#include "models/pack-weights.h"
 
 struct toy_llama_config toy_llama_preset(const char *name) {
     struct toy_llama_config c = {0};
@@ -174,74 +174,13 @@ static int inference_weights(struct toy_llama *m, struct toy_tensor **out) {
     return n;
 }
 
-/* A float matrix read from the file's mapping, which decode would stream
- * from 4 KiB pages */
-static bool mapped_float(const struct toy_llama *m, const struct toy_tensor *t) {
-    return (t->type == TOY_F32 || t->type == TOY_F16 || t->type == TOY_BF16) && !(t->flags & TOY_FLAG_PARAM) &&
-           toy_gguf_maps(m->gguf, t->data, toy_nbytes(t));
-}
-
-static size_t copy_bytes(const struct toy_tensor *t) { return (toy_nbytes(t) + 63) / 64 * 64; }
-
-/* bytes the system could give without swapping (/proc/meminfo's
- * MemAvailable: free memory plus what the page cache can drop), or the free
- * pages where that is not there */
-static double available_bytes(void) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    char line[128];
-    double kb = -1;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1) break;
-    if (f) fclose(f);
-    if (kb >= 0) return kb * 1024;
-    return (double)sysconf(_SC_AVPHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
-}
-
 enum toy_status toy_llama_pack_weights(struct toy_llama *m) {
     if (m->pack_block) return TOY_OK;
     struct toy_tensor **w = malloc(((size_t)m->cfg.n_layers * 7 + 1) * sizeof *w);
     if (!w) return toy_error(TOY_ERR_NOMEM, "packing weights");
-    int n = inference_weights(m, w);
-    /* Float matrices are copied too (they decode ~10% faster from huge
-     * pages: F32 SmolLM2-135M on 2 threads of an Emerald Rapids Xeon, 37
-     * against 34 tok/s), unless $TOY_MAP_WEIGHTS is set or the copies would
-     * take more than half the memory available: a private copy cannot be
-     * dropped and read again under memory pressure as the file's pages can,
-     * nor shared with another process mapping the same file. */
-    size_t packed = 0, floats = 0;
-    for (int i = 0; i < n; i++) {
-        packed += toy_tensor_pack_bytes(w[i]);
-        if (mapped_float(m, w[i])) floats += copy_bytes(w[i]);
-    }
-    bool copy = floats && !getenv("TOY_MAP_WEIGHTS") && (double)floats <= 0.5 * available_bytes();
-    size_t total = packed + (copy ? floats : 0);
-    /* one block for all of them: decode streams it, on huge pages where the
-     * system has them */
-    char *block = total ? toy_stream_alloc(total) : NULL;
-    if (total && !block) {
-        free(w);
-        return toy_error(TOY_ERR_NOMEM, "packing weights: %zu bytes", total);
-    }
-    m->pack_block = block;
-    m->pack_bytes = total;
-    for (int i = 0; i < n && block; i++) {
-        void *file = w[i]->data;
-        size_t bytes = toy_tensor_pack_bytes(w[i]);
-        if (bytes) {
-            toy_tensor_pack_into(w[i], block);
-        } else if (copy && mapped_float(m, w[i])) {
-            bytes = copy_bytes(w[i]);
-            memcpy(block, file, toy_nbytes(w[i]));
-            w[i]->data = block;
-        } else {
-            continue;
-        }
-        block += bytes;
-        /* the copy replaces the file's pages for inference */
-        toy_gguf_release(m->gguf, file, toy_nbytes(w[i]));
-    }
+    enum toy_status st = toy_pack_inference_weights(m->gguf, w, inference_weights(m, w), &m->pack_block, &m->pack_bytes);
     free(w);
-    return TOY_OK;
+    return st;
 }
 
 bool toy_llama_infer_bf16(struct toy_llama *m) {
@@ -267,12 +206,8 @@ double toy_llama_decode_bytes(const struct toy_llama *m) {
 void toy_llama_free(struct toy_llama *m) {
     if (!m) return;
     struct toy_tensor **w = malloc(((size_t)m->cfg.n_layers * 7 + 1) * sizeof *w);
-    if (w) {
-        int n = inference_weights(m, w);
-        for (int i = 0; i < n; i++) toy_tensor_unpack(w[i]);
-        free(w);
-    }
-    toy_stream_free(m->pack_block, m->pack_bytes);
+    toy_unpack_inference_weights(w, w ? inference_weights(m, w) : 0, m->pack_block, m->pack_bytes);
+    free(w);
     toy_ctx_free(m->ctx);
     toy_gguf_close(m->gguf);
     free(m->layers);
