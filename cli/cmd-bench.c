@@ -29,8 +29,8 @@ static int usage_to(FILE *out) {
                     "Prefill and decode tokens/s of a Llama-family or GPT-2 GGUF at each thread count,\n"
                     "against the memory-bandwidth bound of decode measured now; peak RSS. Decode tokens/s\n"
                     "counts decode steps (the first generated token comes with the prompt). --bf16: the\n"
-                    "prompt's products over f32 or f16 weights in bf16, as toy generate --bf16. GPT-2\n"
-                    "models take neither --bf16 nor --kv-type (their cache is f32).\n");
+                    "prompt's products over f32 or f16 weights in bf16, as toy generate --bf16 (not for\n"
+                    "GPT-2 models).\n");
     return 2;
 }
 static int usage(void) { return usage_to(stderr); }
@@ -138,16 +138,14 @@ int toy_cmd_bench(int argc, char **argv) {
     enum toy_dtype wtype;
     bool bf16_on = false;
     if (toy_cli_is_gpt2(resolved)) { /* GPT-2 has its own model and generator (cli/generate-gpt2.c) */
-        if (bf16 || (kv && kv_type != TOY_F32)) {
-            fprintf(stderr, "toy bench: %s is for Llama-family models; %s is a GPT-2 (its cache is f32)\n",
-                    bf16 ? "--bf16" : "--kv-type f16", resolved);
+        if (bf16) {
+            fprintf(stderr, "toy bench: --bf16 is for Llama-family models; %s is a GPT-2\n", resolved);
             return 2;
         }
         if (toy_gpt2_load(resolved, false, &g)) { fprintf(stderr, "toy bench: %s\n", toy_last_error()); return 1; }
-        kv_type = TOY_F32;
         vocab = g->cfg.vocab, max_ctx = g->cfg.max_ctx, params = toy_gpt2_n_params(g);
         bytes = toy_gpt2_decode_bytes(g);
-        kv_row = 2.0 * (double)g->cfg.n_layers * (double)g->cfg.d_model * 4;
+        kv_row = 2.0 * (double)g->cfg.n_layers * (double)g->cfg.d_model * (kv_type == TOY_F16 ? 2 : 4);
         wtype = g->layers[0].w_qkv->type;
     } else {
         if (toy_llama_load(resolved, false, &m)) { fprintf(stderr, "toy bench: %s\n", toy_last_error()); return 1; }
@@ -209,8 +207,8 @@ int toy_cmd_bench(int argc, char **argv) {
             struct toy_generate_result res;
             int64_t n = 0;
             if (m ? toy_generate(gen, prompt, n_prompt, &gp, count_token, &n, &res)
-                  : toy_gpt2_generate(g, NULL, n_prompt + n_gen + 1, tp, prompt, n_prompt, &gp, count_token, &n,
-                                      &res)) {
+                  : toy_gpt2_generate_kv(g, NULL, n_prompt + n_gen + 1, kv_type, tp, prompt, n_prompt, &gp,
+                                         count_token, &n, &res)) {
                 fprintf(stderr, "toy bench: %s\n", toy_last_error());
                 rc = 1;
                 break;

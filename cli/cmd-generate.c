@@ -40,7 +40,7 @@ static int usage_to(FILE *out) {
             "without --no-bos; --prompt-ids are the tokens as given (BOS too). Ctrl-C ends it with the text\n"
             "so far (exit 130).\n"
             "--bf16: the prompt's products over f32 or f16 weights in bf16 (AVX-512 BF16 or AMX).\n"
-            "GPT-2 models take neither --lora, --kv-type, --trace nor --bf16.\n");
+            "GPT-2 models take neither --lora, --trace nor --bf16.\n");
     return 2;
 }
 static int usage(void) { return usage_to(stderr); }
@@ -88,7 +88,6 @@ int toy_cmd_generate(int argc, char **argv) {
         kv_type = toy_dtype_from_name(kv_name);
         if (kv_type != TOY_F32 && kv_type != TOY_F16) { fprintf(stderr, "toy generate: --kv-type f32|f16\n"); return 2; }
     }
-    bool kv_given = kv_name != NULL;
     if (lora_scale != 1.0f && !lora_path) fprintf(stderr, "toy generate: --lora-scale is ignored without --lora\n");
     if (!model) { fprintf(stderr, "toy generate: -m MODEL is required\n"); return usage(); }
     if (prompt && prompt_ids) { fprintf(stderr, "toy generate: give -p or --prompt-ids, not both\n"); return 2; }
@@ -98,10 +97,11 @@ int toy_cmd_generate(int argc, char **argv) {
     model = resolved; /* a path, or a name from `toy models` */
     gp.stop = stops;
     gp.n_stop = n_stop;
-    if (toy_cli_is_gpt2(model)) { /* GPT-2 has its own model and generator, without adapters, f16 caches or traces */
-        const char *no = lora_path ? "--lora" : kv_given ? "--kv-type" : trace_path ? "--trace" : bf16 ? "--bf16" : NULL;
+    if (toy_cli_is_gpt2(model)) { /* GPT-2 has its own model and generator, without adapters or traces */
+        const char *no = lora_path ? "--lora" : trace_path ? "--trace" : bf16 ? "--bf16" : NULL;
         if (no) { fprintf(stderr, "toy generate: %s is for Llama-family models; %s is a GPT-2\n", no, model); return 2; }
-        return toy_cli_generate_gpt2(model, prompt, prompt_ids, &gp, n_ctx, threads, json, special);
+        return toy_cli_generate_gpt2(model, prompt, prompt_ids, &gp, n_ctx, (enum toy_dtype)kv_type, threads, json,
+                                     special);
     }
 
     struct toy_llama *m;

@@ -114,8 +114,8 @@ int toy_cli_parse_prompt_ids(const char *s, struct toy_tokens *ids) {
 }
 
 int toy_cli_generate_gpt2(const char *path, const char *prompt, const char *prompt_ids,
-                          const struct toy_generate_params *gp, int64_t n_ctx, int threads, bool json,
-                          bool special) {
+                          const struct toy_generate_params *gp, int64_t n_ctx, enum toy_dtype kv_type, int threads,
+                          bool json, bool special) {
     struct toy_gpt2 *m;
     if (toy_gpt2_load(path, false, &m)) { fprintf(stderr, "toy generate: %s\n", toy_last_error()); return 1; }
     struct toy_tokenizer *tok = NULL;
@@ -149,7 +149,7 @@ int toy_cli_generate_gpt2(const char *path, const char *prompt, const char *prom
     struct toy_cli_gen_out o = {.json = json, .prompt = prompt, .ids = json_array(), .lps = json_array()};
     struct toy_generate_result r;
     toy_cli_stop_signals_install();
-    if (toy_gpt2_generate(m, tok, n_ctx, tp, ids.ids, ids.n, gp, toy_cli_gen_on_token, &o, &r)) {
+    if (toy_gpt2_generate_kv(m, tok, n_ctx, kv_type, tp, ids.ids, ids.n, gp, toy_cli_gen_on_token, &o, &r)) {
         fprintf(stderr, "%stoy generate: %s\n", o.echoed ? "\n" : "", toy_last_error());
         rc = 1;
     } else {

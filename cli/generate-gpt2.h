@@ -41,10 +41,10 @@ int toy_cli_gen_finish(struct toy_cli_gen_out *o, const struct toy_tokens *promp
 bool toy_cli_is_gpt2(const char *path);
 /* Loads the GPT-2 GGUF (mapped), encodes the prompt with its tokenizer
  * (special: special-token text such as <|endoftext|> as those tokens, as
- * --special does) or takes prompt_ids ("1 2 3"), generates with the KV cache and prints the
+ * --special does) or takes prompt_ids ("1 2 3"), generates with a KV cache of kv_type and prints the
  * text (json: the toy/generate-v1 object). Returns the exit code. */
 int toy_cli_generate_gpt2(const char *path, const char *prompt, const char *prompt_ids,
-                          const struct toy_generate_params *gp, int64_t n_ctx, int threads, bool json,
-                          bool special);
+                          const struct toy_generate_params *gp, int64_t n_ctx, enum toy_dtype kv_type, int threads,
+                          bool json, bool special);
 
 #endif

@@ -99,8 +99,11 @@ struct toy_lm toy_gpt2_lm(struct toy_gpt2 *m);
 /* ---- KV-cache inference ------------------------------------------------------
  * The cache is the Llama family's struct toy_kv_cache (per layer
  * {head_dim, n_heads, n_ctx, n_seq} keys and values); free it with
- * toy_kv_cache_free. */
+ * toy_kv_cache_free. Rows are f32; _type: TOY_F32 or TOY_F16 (half the
+ * memory and the attention's reads, as `toy generate` keeps it). */
 enum toy_status toy_gpt2_cache_init(struct toy_kv_cache *c, const struct toy_gpt2 *m, int64_t n_ctx, int64_t n_seq);
+enum toy_status toy_gpt2_cache_init_type(struct toy_kv_cache *c, const struct toy_gpt2 *m, int64_t n_ctx,
+                                         int64_t n_seq, enum toy_dtype type);
 /* Logits {vocab, Tn, n_seq} of Tn new tokens at positions n_past ..
  * n_past+Tn-1 (pos filled by the caller; c->n_past set before each run). */
 struct toy_tensor *toy_gpt2_forward_cached(struct toy_ctx *ctx, struct toy_gpt2 *m, struct toy_kv_cache *c,
@@ -109,11 +112,16 @@ struct toy_tensor *toy_gpt2_forward_cached(struct toy_ctx *ctx, struct toy_gpt2 
 /* Generation (src/infer/generate-gpt2.c): prefill `prompt` in one graph,
  * then decode one token per run of a graph built once, with the sampler,
  * stop conditions (EOS, stop strings, n_predict, the context) and callback
- * of toy/generate.h. n_ctx <= 0: the model's context. */
+ * of toy/generate.h. n_ctx <= 0: the model's context. The cache is f32;
+ * _kv: kv_type TOY_F32 or TOY_F16. */
 enum toy_status toy_gpt2_generate(struct toy_gpt2 *m, const struct toy_tokenizer *tok, int64_t n_ctx,
                                   struct toy_threadpool *tp, const int32_t *prompt, int64_t n_prompt,
                                   const struct toy_generate_params *p, toy_token_fn fn, void *ud,
                                   struct toy_generate_result *res);
+enum toy_status toy_gpt2_generate_kv(struct toy_gpt2 *m, const struct toy_tokenizer *tok, int64_t n_ctx,
+                                     enum toy_dtype kv_type, struct toy_threadpool *tp, const int32_t *prompt,
+                                     int64_t n_prompt, const struct toy_generate_params *p, toy_token_fn fn, void *ud,
+                                     struct toy_generate_result *res);
 
 /* ---- GGUF ------------------------------------------------------------------ */
 

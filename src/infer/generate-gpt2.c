@@ -45,6 +45,13 @@ enum toy_status toy_gpt2_generate(struct toy_gpt2 *m, const struct toy_tokenizer
                                   struct toy_threadpool *tp, const int32_t *prompt, int64_t n_prompt,
                                   const struct toy_generate_params *p, toy_token_fn fn, void *ud,
                                   struct toy_generate_result *res) {
+    return toy_gpt2_generate_kv(m, tok, n_ctx, TOY_F32, tp, prompt, n_prompt, p, fn, ud, res);
+}
+
+enum toy_status toy_gpt2_generate_kv(struct toy_gpt2 *m, const struct toy_tokenizer *tok, int64_t n_ctx,
+                                     enum toy_dtype kv_type, struct toy_threadpool *tp, const int32_t *prompt,
+                                     int64_t n_prompt, const struct toy_generate_params *p, toy_token_fn fn, void *ud,
+                                     struct toy_generate_result *res) {
     struct toy_generate_result r = {.n_prompt = n_prompt};
     const int64_t V = m->cfg.vocab;
     if (n_ctx <= 0 || n_ctx > m->cfg.max_ctx) n_ctx = m->cfg.max_ctx;
@@ -60,7 +67,7 @@ enum toy_status toy_gpt2_generate(struct toy_gpt2 *m, const struct toy_tokenizer
     if (pst) return pst;
     if ((pst = toy_gpt2_pack_weights(m))) return pst; /* as the Llama generator: the int8 kernels' layout */
     struct toy_kv_cache kv;
-    enum toy_status st = toy_gpt2_cache_init(&kv, m, n_ctx, 1);
+    enum toy_status st = toy_gpt2_cache_init_type(&kv, m, n_ctx, 1, kv_type);
     if (st) return st;
     struct toy_membuf buf = {0};
     struct toy_ctx *dctx = toy_ctx_init(true);

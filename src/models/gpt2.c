@@ -257,13 +257,20 @@ struct toy_tensor *toy_gpt2_forward_cached(struct toy_ctx *ctx, struct toy_gpt2 
 /* ---- KV cache ------------------------------------------------------------------ */
 
 enum toy_status toy_gpt2_cache_init(struct toy_kv_cache *c, const struct toy_gpt2 *m, int64_t n_ctx, int64_t n_seq) {
+    return toy_gpt2_cache_init_type(c, m, n_ctx, n_seq, TOY_F32);
+}
+
+enum toy_status toy_gpt2_cache_init_type(struct toy_kv_cache *c, const struct toy_gpt2 *m, int64_t n_ctx,
+                                         int64_t n_seq, enum toy_dtype type) {
     if (!c) return toy_error(TOY_ERR_INVALID_ARG, "toy_gpt2_cache_init: c is NULL");
     memset(c, 0, sizeof *c);
     int64_t L = m->cfg.n_layers, H = m->cfg.n_heads, hd = m->cfg.d_model / H;
     if (n_ctx <= 0 || n_seq <= 0 || n_ctx > m->cfg.max_ctx)
         return toy_error(TOY_ERR_INVALID_ARG, "gpt2 kv cache: context %lld (model: %lld), sequences %lld",
                          (long long)n_ctx, (long long)m->cfg.max_ctx, (long long)n_seq);
-    enum toy_status fit = toy_kv_cache_check_size(L, hd * H, n_ctx, n_seq, TOY_F32);
+    if (type != TOY_F32 && type != TOY_F16)
+        return toy_error(TOY_ERR_INVALID_ARG, "gpt2 kv cache: type %s (f32 or f16)", toy_dtype_name(type));
+    enum toy_status fit = toy_kv_cache_check_size(L, hd * H, n_ctx, n_seq, type);
     if (fit) return fit;
     c->ctx = toy_ctx_init(true);
     c->k = calloc((size_t)L, sizeof *c->k);
@@ -275,8 +282,8 @@ enum toy_status toy_gpt2_cache_init(struct toy_kv_cache *c, const struct toy_gpt
     c->n_ctx = n_ctx;
     c->n_seq = n_seq;
     for (int64_t l = 0; l < L; l++) {
-        c->k[l] = toy_set_name(toy_new_tensor_4d(c->ctx, TOY_F32, hd, H, n_ctx, n_seq), "cache_k.%lld", (long long)l);
-        c->v[l] = toy_set_name(toy_new_tensor_4d(c->ctx, TOY_F32, hd, H, n_ctx, n_seq), "cache_v.%lld", (long long)l);
+        c->k[l] = toy_set_name(toy_new_tensor_4d(c->ctx, type, hd, H, n_ctx, n_seq), "cache_k.%lld", (long long)l);
+        c->v[l] = toy_set_name(toy_new_tensor_4d(c->ctx, type, hd, H, n_ctx, n_seq), "cache_v.%lld", (long long)l);
     }
     c->n_past = toy_set_name(toy_new_tensor_1d(c->ctx, TOY_I32, 1), "n_past");
     return TOY_OK;
