@@ -81,6 +81,19 @@ static struct toy_tensor *cfwd(struct toy_ctx *ctx, void *m, struct toy_kv_cache
     return toy_gpt2_forward_cached(ctx, m, kv, tok, pos);
 }
 
+/* runs cmd (a toy command printing JSON) with its output into th_dir/out.json,
+ * which must succeed; returns the document */
+static json_t *cli_json(const char *cmd) {
+    char line[4096];
+    snprintf(line, sizeof line, "%s > '%s/out.json'", cmd, th_dir);
+    cr_assert_eq(system(line), 0, "%s", line);
+    snprintf(line, sizeof line, "%s/out.json", th_dir);
+    json_error_t err;
+    json_t *j = json_load_file(line, 0, &err);
+    cr_assert(j, "%s: %s", cmd, err.text);
+    return j;
+}
+
 Test(gpt2, logits_match_pytorch_tied_and_untied, .timeout = 300) {
     th_mkdir("gpt2");
     const int T = 11, B = 2;
@@ -411,13 +424,9 @@ Test(gpt2, cli_bench_measures_a_gpt2, .timeout = 300) {
         if (!tied) want -= (double)(c.vocab - 1) * c.d_model * 4; /* the token table: one row */
         toy_gpt2_free(m);
         for (int f32 = 0; f32 < 2; f32++) {
-            snprintf(cmd, sizeof cmd, "%s bench -m '%s' --threads 1,2 --prompt 8 --gen 3 --reps 1 --json %s > '%s/bench.json'",
-                     bin, path, f32 ? "--kv-type f32" : "", th_dir);
-            cr_assert_eq(system(cmd), 0, "%s", cmd);
-            snprintf(cmd, sizeof cmd, "%s/bench.json", th_dir);
-            json_error_t err;
-            json_t *j = json_load_file(cmd, 0, &err);
-            cr_assert(j, "%s", err.text);
+            snprintf(cmd, sizeof cmd, "%s bench -m '%s' --threads 1,2 --prompt 8 --gen 3 --reps 1 --json %s", bin, path,
+                     f32 ? "--kv-type f32" : "");
+            json_t *j = cli_json(cmd);
             cr_expect_str_eq(json_string_value(json_object_get(j, "arch")), "gpt2");
             cr_expect_str_eq(json_string_value(json_object_get(j, "kv_type")), f32 ? "f32" : "f16");
             cr_expect_float_eq(json_real_value(json_object_get(j, "decode_bytes")), want, 0.5, "tied %d", tied);
@@ -459,42 +468,28 @@ Test(gpt2, cli_train_and_generate, .timeout = 300) {
     cr_assert(fgets(line, sizeof line, f));
     fclose(f);
     cr_assert(strstr(line, "\"arch\":\"gpt2\""), "run_start names the architecture: %s", line);
-    snprintf(cmd, sizeof cmd, "%s generate -m '%s/run/weights/latest' -p 'ROMEO:' -n 12 --temp 0 --json > '%s/gen.json'",
-             bin, th_dir, th_dir);
-    cr_assert_eq(system(cmd), 0, "%s", cmd);
-    snprintf(cmd, sizeof cmd, "%s/gen.json", th_dir);
-    json_error_t err;
-    json_t *g = json_load_file(cmd, 0, &err);
-    cr_assert(g, "%s", err.text);
+    snprintf(cmd, sizeof cmd, "%s generate -m '%s/run/weights/latest' -p 'ROMEO:' -n 12 --temp 0 --json", bin, th_dir);
+    json_t *g = cli_json(cmd);
     cr_assert_str_eq(json_string_value(json_object_get(g, "arch")), "gpt2");
     cr_assert_eq(json_array_size(json_object_get(g, "ids")), 12);
     json_decref(g);
     /* the cache f16 by default, or f32; not another type */
-    snprintf(cmd, sizeof cmd, "%s generate -m '%s/run/weights/latest' -p 'ROMEO:' -n 12 --temp 0 --kv-type f32 --json "
-             "> '%s/gen.json'", bin, th_dir, th_dir);
-    cr_assert_eq(system(cmd), 0, "%s", cmd);
-    snprintf(cmd, sizeof cmd, "%s/gen.json", th_dir);
-    g = json_load_file(cmd, 0, &err);
-    cr_assert(g, "%s", err.text);
+    snprintf(cmd, sizeof cmd, "%s generate -m '%s/run/weights/latest' -p 'ROMEO:' -n 12 --temp 0 --kv-type f32 --json",
+             bin, th_dir);
+    g = cli_json(cmd);
     cr_assert_eq(json_array_size(json_object_get(g, "ids")), 12);
     json_decref(g);
     snprintf(cmd, sizeof cmd, "%s generate -m '%s/run/weights/latest' -p 'x' --kv-type q8_0 > /dev/null 2>&1", bin, th_dir);
     int krc = system(cmd);
     cr_assert(WIFEXITED(krc) && WEXITSTATUS(krc) == 2, "--kv-type q8_0: %d", krc);
-    snprintf(cmd, sizeof cmd, "%s eval -m '%s/run/weights/latest' --data '%s/text.txt' --heldout 0.1 --json > '%s/eval.json'",
-             bin, th_dir, th_dir, th_dir);
-    cr_assert_eq(system(cmd), 0, "%s", cmd);
-    snprintf(cmd, sizeof cmd, "%s/eval.json", th_dir);
-    json_t *e = json_load_file(cmd, 0, &err);
-    cr_assert(e, "%s", err.text);
+    snprintf(cmd, sizeof cmd, "%s eval -m '%s/run/weights/latest' --data '%s/text.txt' --heldout 0.1 --json", bin, th_dir,
+             th_dir);
+    json_t *e = cli_json(cmd);
     double ce = json_real_value(json_object_get(e, "loss"));
     cr_assert(ce > 0 && ce < log(300.0), "toy eval of the GPT-2 checkpoint: %f", ce);
     json_decref(e);
-    snprintf(cmd, sizeof cmd, "%s train --resume '%s/run' --steps 40 --json > '%s/resume.json' 2> '%s/resume.err'", bin, th_dir, th_dir, th_dir);
-    cr_assert_eq(system(cmd), 0, "%s", cmd);
-    snprintf(cmd, sizeof cmd, "%s/resume.json", th_dir);
-    json_t *r = json_load_file(cmd, 0, &err);
-    cr_assert(r, "%s", err.text);
+    snprintf(cmd, sizeof cmd, "%s train --resume '%s/run' --steps 40 --json 2> '%s/resume.err'", bin, th_dir, th_dir);
+    json_t *r = cli_json(cmd);
     cr_assert_eq(json_integer_value(json_object_get(r, "steps")), 40);
     json_decref(r);
     th_rmdir();
@@ -514,13 +509,8 @@ Test(gpt2, cli_with_the_gpt2_tokenizer, .timeout = 300) {
              "--layers 1 --tokenizer %s --data '%s/text.txt' --steps 3 --batch 2 --ctx 16 --out '%s/run' --json "
              "> /dev/null 2>&1", SHAKESPEARE, th_dir, bin, tokdir, th_dir, th_dir);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
-    snprintf(cmd, sizeof cmd, "%s generate -m '%s/run/weights/latest' -p 'ROMEO: What' -n 4 --json > '%s/gen.json'", bin,
-             th_dir, th_dir);
-    cr_assert_eq(system(cmd), 0, "%s", cmd);
-    snprintf(cmd, sizeof cmd, "%s/gen.json", th_dir);
-    json_error_t err;
-    json_t *g = json_load_file(cmd, 0, &err);
-    cr_assert(g, "%s", err.text);
+    snprintf(cmd, sizeof cmd, "%s generate -m '%s/run/weights/latest' -p 'ROMEO: What' -n 4 --json", bin, th_dir);
+    json_t *g = cli_json(cmd);
     json_t *p = json_object_get(g, "prompt_ids");
     const int64_t want[] = {33676, 4720, 25, 1867}; /* GPT-2: "ROM" "EO" ":" " What" */
     cr_assert_eq(json_array_size(p), 4);
@@ -528,12 +518,9 @@ Test(gpt2, cli_with_the_gpt2_tokenizer, .timeout = 300) {
     cr_assert_eq(json_array_size(json_object_get(g, "ids")), 4);
     json_decref(g);
     /* --special reads <|endoftext|> as that token, as for Llama models (it was spelled out in 13 pieces) */
-    snprintf(cmd, sizeof cmd, "%s generate -m '%s/run/weights/latest' -p '<|endoftext|>What' --special -n 1 --json > '%s/gen.json'",
-             bin, th_dir, th_dir);
-    cr_assert_eq(system(cmd), 0, "%s", cmd);
-    snprintf(cmd, sizeof cmd, "%s/gen.json", th_dir);
-    g = json_load_file(cmd, 0, &err);
-    cr_assert(g, "%s", err.text);
+    snprintf(cmd, sizeof cmd, "%s generate -m '%s/run/weights/latest' -p '<|endoftext|>What' --special -n 1 --json", bin,
+             th_dir);
+    g = cli_json(cmd);
     p = json_object_get(g, "prompt_ids");
     cr_assert_eq(json_array_size(p), 2);
     cr_assert_eq(json_integer_value(json_array_get(p, 0)), 50256);
