@@ -313,48 +313,41 @@ static void layer_apply(float *y, const float *x, const float *w, const float *b
     }
 }
 
-/* g = dy w and xh = (x - mu) r of 8 elements at i, in double */
-static inline void layer_g_xh(const float *dy, const float *w, const float *x, int64_t i, __m512d vm, __m512d vr,
-                              __m512d *g, __m512d *xh) {
-    *g = _mm512_cvtps_pd(_mm256_loadu_ps(dy + i));
-    if (w) *g = _mm512_mul_pd(*g, _mm512_cvtps_pd(_mm256_loadu_ps(w + i)));
-    *xh = _mm512_mul_pd(_mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(x + i)), vm), vr);
+/* g = dy w and xh = (x - mu) r of the 8 elements at i that m selects (the
+ * others read as zeros), in double */
+static inline void layer_g_xh(const float *dy, const float *w, const float *x, int64_t i, __mmask8 m, __m512d vm,
+                              __m512d vr, __m512d *g, __m512d *xh) {
+    *g = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, dy + i));
+    if (w) *g = _mm512_mul_pd(*g, _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, w + i)));
+    *xh = _mm512_mul_pd(_mm512_sub_pd(_mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, x + i)), vm), vr);
 }
 
+static inline __mmask8 mask8(int64_t left) { return left >= 8 ? (__mmask8)0xff : (__mmask8)((1u << left) - 1); }
+
+/* the tail's lanes past n hold g = 0, adding nothing to either sum */
 static void layer_back_sums(double s[2], const float *dy, const float *w, const float *x, double mu, double r,
                             int64_t n) {
     const __m512d vm = _mm512_set1_pd(mu), vr = _mm512_set1_pd(r);
     __m512d a = _mm512_setzero_pd(), c = _mm512_setzero_pd();
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
+    for (int64_t i = 0; i < n; i += 8) {
         __m512d g, xh;
-        layer_g_xh(dy, w, x, i, vm, vr, &g, &xh);
+        layer_g_xh(dy, w, x, i, mask8(n - i), vm, vr, &g, &xh);
         a = _mm512_add_pd(a, g);
         c = _mm512_fmadd_pd(g, xh, c);
     }
-    double mg = _mm512_reduce_add_pd(a), mgx = _mm512_reduce_add_pd(c);
-    for (; i < n; i++) {
-        double g = w ? (double)dy[i] * w[i] : dy[i];
-        mg += g;
-        mgx += g * (((double)x[i] - mu) * r);
-    }
-    s[0] = mg;
-    s[1] = mgx;
+    s[0] = _mm512_reduce_add_pd(a);
+    s[1] = _mm512_reduce_add_pd(c);
 }
 
 static void layer_back_apply(float *y, const float *dy, const float *w, const float *x, double mu, double r,
                              double mg, double mgx, int64_t n) {
     const __m512d vm = _mm512_set1_pd(mu), vr = _mm512_set1_pd(r), vg = _mm512_set1_pd(mg), vx = _mm512_set1_pd(mgx);
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
+    for (int64_t i = 0; i < n; i += 8) {
+        __mmask8 m = mask8(n - i);
         __m512d g, xh;
-        layer_g_xh(dy, w, x, i, vm, vr, &g, &xh);
+        layer_g_xh(dy, w, x, i, m, vm, vr, &g, &xh);
         __m512d t = _mm512_sub_pd(_mm512_sub_pd(g, vg), _mm512_mul_pd(xh, vx));
-        _mm256_storeu_ps(y + i, _mm512_cvtpd_ps(_mm512_mul_pd(vr, t)));
-    }
-    for (; i < n; i++) {
-        double g = w ? (double)dy[i] * w[i] : dy[i];
-        y[i] = (float)(r * (g - mg - ((double)x[i] - mu) * r * mgx));
+        _mm256_mask_storeu_ps(y + i, m, _mm512_cvtpd_ps(_mm512_mul_pd(vr, t)));
     }
 }
 
