@@ -137,7 +137,7 @@ static void view_contribution(struct bw *b, struct toy_tensor *a, struct toy_ten
  * covers, if y is such a slice (dims of y after the first, or after the
  * first two where those are contiguous, walking a's rows as a does) */
 static bool row_slice(const struct toy_tensor *a, const struct toy_tensor *y, int64_t *c0, int64_t *w) {
-    size_t off = (size_t)(uint32_t)y->op_params[0] | ((size_t)(uint32_t)y->op_params[1] << 31);
+    size_t off = toy_view_offset(y);
     if (y->nb[0] != sizeof(float) || off % sizeof(float)) return false;
     int k = 1;
     *w = y->ne[0];

@@ -42,6 +42,12 @@ static inline struct toy_tensor *toy_storage_of(struct toy_tensor *t) {
     return t;
 }
 
+/* a VIEW's byte offset into its source, which toy_view keeps in
+ * op_params[0..1] (31 bits each) */
+static inline size_t toy_view_offset(const struct toy_tensor *v) {
+    return (size_t)(uint32_t)v->op_params[0] | ((size_t)(uint32_t)v->op_params[1] << 31);
+}
+
 static inline bool toy_is_view_op(enum toy_op op) {
     return op == TOY_OP_VIEW || op == TOY_OP_RESHAPE || op == TOY_OP_PERMUTE;
 }

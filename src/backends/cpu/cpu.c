@@ -779,7 +779,7 @@ static void k_view_back(struct toy_tensor *dst, int ith, int nth, float *tmp) {
     if (lo >= hi) return;
     bool store = dst->op_params[P_VB_STORE];
     if (!dst->op_params[P_VB_ACCUM] && !store) memset((char *)dst->data + lo, 0, (size_t)(hi - lo));
-    int64_t off = (int64_t)((size_t)(uint32_t)view->op_params[0] | ((size_t)(uint32_t)view->op_params[1] << 31));
+    int64_t off = (int64_t)toy_view_offset(view);
     int64_t ne0 = view->ne[0], nb0 = (int64_t)view->nb[0];
     for (int64_t i3 = 0; i3 < view->ne[3]; i3++)
         for (int64_t i2 = 0; i2 < view->ne[2]; i2++)

@@ -522,7 +522,7 @@ static enum toy_status prepare(struct toy_graph *g, int dev, struct cu_graph **o
             c->math = TOY_CU_MATH_BF16;
         if (t->op == TOY_OP_VIEW_BACK) {
             const struct toy_tensor *v = t->src[1];
-            c->view_off = (int64_t)((size_t)(uint32_t)v->op_params[0] | ((size_t)(uint32_t)v->op_params[1] << 31));
+            c->view_off = (int64_t)toy_view_offset(v);
         }
         if (t->op == TOY_OP_ROPE) {
             int nd = t->op_params[P_RP_NDIMS];
