@@ -14,6 +14,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cblas.h>
 
@@ -377,6 +378,83 @@ Test(ops, finite_differences) {
  * must go through an ADD. t comes first in the graph, so its backward
  * reads that shared gradient after z's: a VIEW_BACK that wrote into it
  * would change x2's gradient. */
+/* the vector kernels of one TOY_SIMD level (NULL: the best this CPU has);
+ * false when the CPU lacks it */
+static bool vec_level(const char *lvl, struct toy_vec_ops *out) {
+    if (lvl) setenv("TOY_SIMD", lvl, 1);
+    else unsetenv("TOY_SIMD");
+    toy_simd_init();
+    bool ok = !strcmp(toy_simd_name(), lvl ? lvl : "avx512");
+    *out = toy_vec;
+    unsetenv("TOY_SIMD");
+    toy_simd_init();
+    return ok;
+}
+
+static bool same_bits_d(double a, double b) { return !memcmp(&a, &b, sizeof a); }
+
+/* The layer norm's vector kernels, at every row length up to 70 (each tail
+ * of the 16- and 8-lane loops): the per-element ones give the reference's
+ * bits at every level; the row sums are within 1e-12 of it, and AVX2 keeps
+ * AVX-512's lanes, so its sums have the same bits as AVX-512's */
+Test(ops, layer_norm_kernels_match_the_reference_at_every_level) {
+    struct toy_vec_ops ref, lv[2];
+    cr_assert(vec_level("scalar", &ref));
+    bool have[2] = {vec_level("avx2", &lv[0]), vec_level(NULL, &lv[1])};
+    if (!have[0]) cr_skip_test("no AVX2 on this CPU");
+    enum { N = 70 };
+    float x[N], dy[N], w[N], b[N], y0[N + 1], y1[N + 1];
+    double acc0[N], acc1[N];
+    struct toy_rng rng;
+    toy_rng_seed(&rng, 7);
+    for (int i = 0; i < N; i++) {
+        x[i] = toy_rng_normal(&rng) * 3 + 1.5f;
+        dy[i] = toy_rng_normal(&rng);
+        w[i] = toy_rng_normal(&rng);
+        b[i] = toy_rng_normal(&rng);
+    }
+    for (int l = 0; l < 2; l++) {
+        if (!have[l]) continue;
+        const struct toy_vec_ops *v = &lv[l];
+        for (int n = 0; n <= N; n++) {
+            double mu = ref.sum_d(x, n) / (n ? n : 1), var = ref.sqdev_d(x, mu, n) / (n ? n : 1);
+            double r = 1 / sqrt(var + 1e-5);
+            cr_assert(fabs(v->sum_d(x, n) - ref.sum_d(x, n)) <= 1e-12 * (1 + fabs(ref.sum_d(x, n))), "sum_d n %d", n);
+            cr_assert(fabs(v->sqdev_d(x, mu, n) - ref.sqdev_d(x, mu, n)) <= 1e-12 * (1 + ref.sqdev_d(x, mu, n)),
+                      "sqdev_d n %d", n);
+            for (int k = 0; k < 4; k++) { /* with and without w and b */
+                const float *wk = k & 1 ? w : NULL, *bk = k & 2 ? b : NULL;
+                y0[n] = y1[n] = 42; /* past the row: left alone */
+                ref.layer_apply(y0, x, wk, bk, (float)mu, (float)r, n);
+                v->layer_apply(y1, x, wk, bk, (float)mu, (float)r, n);
+                cr_assert(!memcmp(y0, y1, sizeof(float) * (n + 1)), "layer_apply n %d k %d level %d", n, k, l);
+                double s0[2], s1[2];
+                ref.layer_back_sums(s0, dy, wk, x, mu, r, n);
+                v->layer_back_sums(s1, dy, wk, x, mu, r, n);
+                for (int j = 0; j < 2; j++)
+                    cr_assert(fabs(s0[j] - s1[j]) <= 1e-12 * (1 + fabs(s0[j])), "layer_back_sums n %d", n);
+                ref.layer_back_apply(y0, dy, wk, x, mu, r, s0[0] / (n ? n : 1), s0[1] / (n ? n : 1), n);
+                v->layer_back_apply(y1, dy, wk, x, mu, r, s0[0] / (n ? n : 1), s0[1] / (n ? n : 1), n);
+                cr_assert(!memcmp(y0, y1, sizeof(float) * (n + 1)), "layer_back_apply n %d k %d level %d", n, k, l);
+            }
+            for (int i = 0; i < n; i++) acc0[i] = acc1[i] = i * 0.25;
+            ref.add_d(acc0, x, n), v->add_d(acc1, x, n);
+            ref.acc_scaled_prod(acc0, dy, x, mu, r, n), v->acc_scaled_prod(acc1, dy, x, mu, r, n);
+            cr_assert(!memcmp(acc0, acc1, sizeof(double) * n), "add_d / acc_scaled_prod n %d level %d", n, l);
+        }
+    }
+    if (!have[1]) return;
+    for (int i = 0; i < N; i++) x[i] = ldexpf(x[i], (i * 13) % 36 - 18); /* so that the order of the sums shows */
+    for (int n = 0; n <= N; n++) { /* AVX2 sums as AVX-512 does */
+        double s0[2], s1[2];
+        cr_assert(same_bits_d(lv[0].sum_d(x, n), lv[1].sum_d(x, n)), "sum_d n %d", n);
+        cr_assert(same_bits_d(lv[0].sqdev_d(x, 1.0 / 3, n), lv[1].sqdev_d(x, 1.0 / 3, n)), "sqdev_d n %d", n);
+        lv[0].layer_back_sums(s0, dy, w, x, 1.0 / 3, 0.7, n);
+        lv[1].layer_back_sums(s1, dy, w, x, 1.0 / 3, 0.7, n);
+        cr_assert(same_bits_d(s0[0], s1[0]) && same_bits_d(s0[1], s1[1]), "layer_back_sums n %d", n);
+    }
+}
+
 Test(ops, views_gather_their_gradient_in_one_buffer) {
     enum { N = 8, T = 3 };
     struct toy_ctx *ctx = toy_ctx_init(true);

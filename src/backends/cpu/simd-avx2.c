@@ -203,6 +203,133 @@ static void softmax_back(float *d, const float *p, float di, float s, int64_t n)
     for (; i < n; i++) d[i] = s * p[i] * (d[i] - di);
 }
 
+/* ---- double-precision row work (norm statistics and backward) -------------
+ * These keep the AVX-512 versions' lanes and reduction trees (16 partial
+ * sums for a row's statistics, 8 for the backward's), so a CPU with AVX2
+ * only computes a layer norm to the same bits as one with AVX-512. */
+
+/* the 8 floats at x + i, the lanes at and past `left` read as zeros */
+static inline __m256i mask_left(int64_t left) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(left < 8 ? left : 8)), lane);
+}
+static inline __m256d lo4(__m256 v) { return _mm256_cvtps_pd(_mm256_castps256_ps128(v)); }
+static inline __m256d hi4(__m256 v) { return _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)); }
+
+/* the sum of 8 double lanes {a, b}, in the tree of _mm512_reduce_add_pd */
+static inline double reduce8(__m256d a, __m256d b) {
+    __m256d s = _mm256_add_pd(a, b);
+    __m128d t = _mm_add_pd(_mm256_castpd256_pd128(s), _mm256_extractf128_pd(s, 1));
+    return _mm_cvtsd_f64(t) + _mm_cvtsd_f64(_mm_unpackhi_pd(t, t));
+}
+
+static void acc_scaled_prod(double *acc, const float *a, const float *b, double mu, double s, int64_t n) {
+    const __m256d vm = _mm256_set1_pd(mu), vs = _mm256_set1_pd(s);
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        __m256d x = _mm256_cvtps_pd(_mm_loadu_ps(a + i)), y = _mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(b + i)), vm);
+        _mm256_storeu_pd(acc + i, _mm256_add_pd(_mm256_loadu_pd(acc + i), _mm256_mul_pd(_mm256_mul_pd(x, y), vs)));
+    }
+    for (; i < n; i++) acc[i] += (double)a[i] * ((double)b[i] - mu) * s;
+}
+
+static void add_d(double *acc, const float *x, int64_t n) {
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        _mm256_storeu_pd(acc + i, _mm256_add_pd(_mm256_loadu_pd(acc + i), _mm256_cvtps_pd(_mm_loadu_ps(x + i))));
+    for (; i < n; i++) acc[i] += x[i];
+}
+
+/* lanes 0-7 in s0, 8-15 in s1, each as two halves, as the AVX-512 version */
+static double sum_d(const float *x, int64_t n) {
+    __m256d a0 = _mm256_setzero_pd(), a1 = a0, b0 = a0, b1 = a0;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 u = _mm256_loadu_ps(x + i), v = _mm256_loadu_ps(x + i + 8);
+        a0 = _mm256_add_pd(a0, lo4(u)), a1 = _mm256_add_pd(a1, hi4(u));
+        b0 = _mm256_add_pd(b0, lo4(v)), b1 = _mm256_add_pd(b1, hi4(v));
+    }
+    double s = reduce8(_mm256_add_pd(a0, b0), _mm256_add_pd(a1, b1));
+    for (; i < n; i++) s += x[i];
+    return s;
+}
+
+static double sqdev_d(const float *x, double mu, int64_t n) {
+    const __m256d vm = _mm256_set1_pd(mu);
+    __m256d a0 = _mm256_setzero_pd(), a1 = a0, b0 = a0, b1 = a0;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 u = _mm256_loadu_ps(x + i), v = _mm256_loadu_ps(x + i + 8);
+        __m256d p = _mm256_sub_pd(lo4(u), vm), q = _mm256_sub_pd(hi4(u), vm);
+        __m256d r = _mm256_sub_pd(lo4(v), vm), t = _mm256_sub_pd(hi4(v), vm);
+        a0 = _mm256_fmadd_pd(p, p, a0), a1 = _mm256_fmadd_pd(q, q, a1);
+        b0 = _mm256_fmadd_pd(r, r, b0), b1 = _mm256_fmadd_pd(t, t, b1);
+    }
+    double s = reduce8(_mm256_add_pd(a0, b0), _mm256_add_pd(a1, b1));
+    for (; i < n; i++) s += ((double)x[i] - mu) * ((double)x[i] - mu);
+    return s;
+}
+
+/* per element the reference's operations in its order: the same bits */
+static void layer_apply(float *y, const float *x, const float *w, const float *b, float mu, float r, int64_t n) {
+    const __m256 vm = _mm256_set1_ps(mu), vr = _mm256_set1_ps(r);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm), vr);
+        if (w) v = _mm256_mul_ps(v, _mm256_loadu_ps(w + i));
+        if (b) v = _mm256_add_ps(v, _mm256_loadu_ps(b + i));
+        _mm256_storeu_ps(y + i, v);
+    }
+    for (; i < n; i++) {
+        float v = (x[i] - mu) * r;
+        if (w) v *= w[i];
+        if (b) v += b[i];
+        y[i] = v;
+    }
+}
+
+/* g = dy w and xh = (x - mu) r of the 8 elements at i that m selects (the
+ * others read as zeros), in double, as two halves */
+static inline void layer_g_xh(const float *dy, const float *w, const float *x, int64_t i, __m256i m, __m256d vm,
+                              __m256d vr, __m256d g[2], __m256d xh[2]) {
+    __m256 d = _mm256_maskload_ps(dy + i, m), v = _mm256_maskload_ps(x + i, m);
+    g[0] = lo4(d), g[1] = hi4(d);
+    if (w) {
+        __m256 u = _mm256_maskload_ps(w + i, m);
+        g[0] = _mm256_mul_pd(g[0], lo4(u)), g[1] = _mm256_mul_pd(g[1], hi4(u));
+    }
+    xh[0] = _mm256_mul_pd(_mm256_sub_pd(lo4(v), vm), vr);
+    xh[1] = _mm256_mul_pd(_mm256_sub_pd(hi4(v), vm), vr);
+}
+
+/* the tail's lanes past n hold g = 0, adding nothing to either sum */
+static void layer_back_sums(double s[2], const float *dy, const float *w, const float *x, double mu, double r,
+                            int64_t n) {
+    const __m256d vm = _mm256_set1_pd(mu), vr = _mm256_set1_pd(r);
+    __m256d a[2] = {_mm256_setzero_pd(), _mm256_setzero_pd()}, c[2] = {a[0], a[0]};
+    for (int64_t i = 0; i < n; i += 8) {
+        __m256d g[2], xh[2];
+        layer_g_xh(dy, w, x, i, mask_left(n - i), vm, vr, g, xh);
+        for (int h = 0; h < 2; h++) a[h] = _mm256_add_pd(a[h], g[h]), c[h] = _mm256_fmadd_pd(g[h], xh[h], c[h]);
+    }
+    s[0] = reduce8(a[0], a[1]);
+    s[1] = reduce8(c[0], c[1]);
+}
+
+static void layer_back_apply(float *y, const float *dy, const float *w, const float *x, double mu, double r,
+                             double mg, double mgx, int64_t n) {
+    const __m256d vm = _mm256_set1_pd(mu), vr = _mm256_set1_pd(r), vg = _mm256_set1_pd(mg), vx = _mm256_set1_pd(mgx);
+    for (int64_t i = 0; i < n; i += 8) {
+        __m256i m = mask_left(n - i);
+        __m256d g[2], xh[2];
+        __m128 o[2];
+        layer_g_xh(dy, w, x, i, m, vm, vr, g, xh);
+        for (int h = 0; h < 2; h++)
+            o[h] = _mm256_cvtpd_ps(_mm256_mul_pd(vr, _mm256_sub_pd(_mm256_sub_pd(g[h], vg), _mm256_mul_pd(xh[h], vx))));
+        _mm256_maskstore_ps(y + i, m, _mm256_set_m128(o[1], o[0]));
+    }
+}
+
 void toy_simd_fill_avx2(struct toy_vec_ops *ops) {
     ops->dot = dot;
     ops->axpy = axpy;
@@ -218,5 +345,12 @@ void toy_simd_fill_avx2(struct toy_vec_ops *ops) {
     ops->gelu = gelu;
     ops->gelu_back = gelu_back;
     ops->softmax_back = softmax_back;
+    ops->acc_scaled_prod = acc_scaled_prod;
+    ops->add_d = add_d;
+    ops->sum_d = sum_d;
+    ops->sqdev_d = sqdev_d;
+    ops->layer_apply = layer_apply;
+    ops->layer_back_sums = layer_back_sums;
+    ops->layer_back_apply = layer_back_apply;
     /* adamw: the reference loop vectorises well enough at -O2 */
 }
