@@ -21,7 +21,6 @@
 #include "toy/generate.h"
 #include "toy/gguf.h"
 #include "toy/models.h"
-#include "toy/trace.h"
 #include "toy/toy.h"
 
 static int usage_to(FILE *out) {
@@ -40,7 +39,7 @@ static int usage_to(FILE *out) {
             "without --no-bos; --prompt-ids are the tokens as given (BOS too). Ctrl-C ends it with the text\n"
             "so far (exit 130).\n"
             "--bf16: the prompt's products over f32 or f16 weights in bf16 (AVX-512 BF16 or AMX).\n"
-            "GPT-2 models take neither --lora, --trace nor --bf16.\n");
+            "GPT-2 models take neither --lora nor --bf16.\n");
     return 2;
 }
 static int usage(void) { return usage_to(stderr); }
@@ -97,11 +96,11 @@ int toy_cmd_generate(int argc, char **argv) {
     model = resolved; /* a path, or a name from `toy models` */
     gp.stop = stops;
     gp.n_stop = n_stop;
-    if (toy_cli_is_gpt2(model)) { /* GPT-2 has its own model and generator, without adapters or traces */
-        const char *no = lora_path ? "--lora" : trace_path ? "--trace" : bf16 ? "--bf16" : NULL;
+    if (toy_cli_is_gpt2(model)) { /* GPT-2: its own model, the same generator; no adapters */
+        const char *no = lora_path ? "--lora" : bf16 ? "--bf16" : NULL;
         if (no) { fprintf(stderr, "toy generate: %s is for Llama-family models; %s is a GPT-2\n", no, model); return 2; }
         return toy_cli_generate_gpt2(model, prompt, prompt_ids, &gp, n_ctx, (enum toy_dtype)kv_type, threads, json,
-                                     special);
+                                     special, trace_path);
     }
 
     struct toy_llama *m;
@@ -148,33 +147,8 @@ int toy_cmd_generate(int argc, char **argv) {
         fprintf(stderr, "toy generate: %s\n", toy_last_error());
         rc = 1;
     } else {
-        struct toy_trace *tr = NULL;
-        if (trace_path && toy_trace_open(trace_path, 0, &tr)) { /* asked for: not generating without it */
-            fprintf(stderr, "toy generate: %s\n", toy_last_error());
-            toy_generator_free(gen);
-            toy_threadpool_free(tp);
-            rc = 1;
-            goto done;
-        }
-        if (tr) toy_generator_set_trace(gen, tr);
-        struct toy_cli_gen_out o = {.json = json, .prompt = prompt, .ids = json_array(), .lps = json_array()};
-        struct toy_generate_result r;
-        toy_cli_stop_signals_install();
-        if (toy_generate(gen, ids.ids, ids.n, &gp, toy_cli_gen_on_token, &o, &r)) {
-            fprintf(stderr, "%stoy generate: %s\n", o.echoed ? "\n" : "", toy_last_error());
-            rc = 1;
-        } else {
-            rc = toy_cli_gen_finish(&o, &ids, &r, NULL);
-        }
-        toy_cli_stop_signals_restore();
-        json_decref(o.ids);
-        json_decref(o.lps);
-        free(o.text);
+        rc = toy_cli_run_generator(gen, &ids, &gp, prompt, json, trace_path, NULL);
         toy_generator_free(gen);
-        if (tr && toy_trace_close(tr)) { /* asked for and not written: the command failed */
-            fprintf(stderr, "toy generate: %s\n", toy_last_error());
-            if (!rc) rc = 1;
-        }
     }
     toy_threadpool_free(tp);
 done:

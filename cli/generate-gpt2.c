@@ -1,8 +1,10 @@
 /* generate-gpt2.c: `toy generate -m gpt2.gguf -p TEXT` (toy_cli_generate_gpt2
  * in generate-gpt2.h): the GPT-2 model mapped from its GGUF, the prompt
  * encoded with the file's own tokenizer (GPT-2 byte-level BPE, no BOS),
- * generation through toy_gpt2_generate with the KV cache, text streamed to
- * stdout or one toy/generate-v1 JSON object with --json. */
+ * generation through the generic generator over toy_gpt2_lm, text streamed
+ * to stdout or one toy/generate-v1 JSON object with --json; and the part
+ * both families share (toy_cli_run_generator: the trace, the stop signals,
+ * the output). */
 #include <jansson.h>
 #include <ctype.h>
 #include <errno.h>
@@ -19,6 +21,7 @@
 #include "toy/gguf.h"
 #include "toy/gpt2.h"
 #include "toy/toy.h"
+#include "toy/trace.h"
 
 bool toy_cli_is_gpt2(const char *path) {
     struct toy_gguf *g;
@@ -113,9 +116,38 @@ int toy_cli_parse_prompt_ids(const char *s, struct toy_tokens *ids) {
     }
 }
 
+int toy_cli_run_generator(struct toy_generator *gen, const struct toy_tokens *ids, const struct toy_generate_params *gp,
+                          const char *prompt, bool json, const char *trace_path, const char *arch) {
+    struct toy_trace *tr = NULL;
+    if (trace_path && toy_trace_open(trace_path, 0, &tr)) { /* asked for: not generating without it */
+        fprintf(stderr, "toy generate: %s\n", toy_last_error());
+        return 1;
+    }
+    if (tr) toy_generator_set_trace(gen, tr);
+    struct toy_cli_gen_out o = {.json = json, .prompt = prompt, .ids = json_array(), .lps = json_array()};
+    struct toy_generate_result r;
+    int rc;
+    toy_cli_stop_signals_install();
+    if (toy_generate(gen, ids->ids, ids->n, gp, toy_cli_gen_on_token, &o, &r)) {
+        fprintf(stderr, "%stoy generate: %s\n", o.echoed ? "\n" : "", toy_last_error());
+        rc = 1;
+    } else {
+        rc = toy_cli_gen_finish(&o, ids, &r, arch);
+    }
+    toy_cli_stop_signals_restore();
+    json_decref(o.ids);
+    json_decref(o.lps);
+    free(o.text);
+    if (tr && toy_trace_close(tr)) { /* asked for and not written: the command failed */
+        fprintf(stderr, "toy generate: %s\n", toy_last_error());
+        if (!rc) rc = 1;
+    }
+    return rc;
+}
+
 int toy_cli_generate_gpt2(const char *path, const char *prompt, const char *prompt_ids,
                           const struct toy_generate_params *gp, int64_t n_ctx, enum toy_dtype kv_type, int threads,
-                          bool json, bool special) {
+                          bool json, bool special, const char *trace_path) {
     struct toy_gpt2 *m;
     if (toy_gpt2_load(path, false, &m)) { fprintf(stderr, "toy generate: %s\n", toy_last_error()); return 1; }
     struct toy_tokenizer *tok = NULL;
@@ -146,19 +178,15 @@ int toy_cli_generate_gpt2(const char *path, const char *prompt, const char *prom
         fprintf(stderr, "toy generate: note: --ctx %lld is past the model's context of %lld tokens: using %lld\n",
                 (long long)n_ctx, (long long)m->cfg.max_ctx, (long long)m->cfg.max_ctx);
     struct toy_threadpool *tp = toy_threadpool_new(threads);
-    struct toy_cli_gen_out o = {.json = json, .prompt = prompt, .ids = json_array(), .lps = json_array()};
-    struct toy_generate_result r;
-    toy_cli_stop_signals_install();
-    if (toy_gpt2_generate_kv(m, tok, n_ctx, kv_type, tp, ids.ids, ids.n, gp, toy_cli_gen_on_token, &o, &r)) {
-        fprintf(stderr, "%stoy generate: %s\n", o.echoed ? "\n" : "", toy_last_error());
+    struct toy_lm lm = toy_gpt2_lm(m);
+    struct toy_generator *gen;
+    if (toy_generator_new_lm(&lm, tok, n_ctx, kv_type, tp, &gen)) {
+        fprintf(stderr, "toy generate: %s\n", toy_last_error());
         rc = 1;
     } else {
-        rc = toy_cli_gen_finish(&o, &ids, &r, "gpt2");
+        rc = toy_cli_run_generator(gen, &ids, gp, prompt, json, trace_path, "gpt2");
+        toy_generator_free(gen);
     }
-    toy_cli_stop_signals_restore();
-    json_decref(o.ids);
-    json_decref(o.lps);
-    free(o.text);
     toy_threadpool_free(tp);
 done:
     toy_tokens_free(&ids);

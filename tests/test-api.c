@@ -110,6 +110,11 @@ Test(api, null_params_are_the_defaults) {
     cr_assert_not_null(m, "%s", toy_last_error());
     struct toy_generator *g;
     NULL_ARG(toy_generator_new(NULL, NULL, 16, NULL, &g), "NULL model");
+    NULL_ARG(toy_generator_new_lm(NULL, NULL, 16, TOY_F32, NULL, &g), "NULL model");
+    struct toy_lm no_cache = toy_llama_lm(m); /* a family without KV-cache inference */
+    no_cache.forward_cached = NULL;
+    cr_assert_eq(toy_generator_new_lm(&no_cache, NULL, 16, TOY_F32, NULL, &g), TOY_ERR_UNSUPPORTED);
+    cr_assert(strstr(toy_last_error(), "no KV-cache inference"), "%s", toy_last_error());
     cr_assert_eq(toy_generator_new(m, NULL, 16, NULL, &g), TOY_OK, "%s", toy_last_error());
     int32_t prompt[] = {1, 2, 3};
     struct toy_generate_result r;
@@ -229,6 +234,7 @@ Test(api, null_outputs_are_invalid_arguments) {
     NULL_ARG(toy_trace_open(nowhere, 0, NULL), "toy_trace_open: out is NULL");
     NULL_ARG(toy_generator_new(m, tok, 16, NULL, NULL), "toy_generator_new: out is NULL");
     NULL_ARG(toy_generator_new_kv(m, tok, 16, TOY_F16, NULL, NULL), "toy_generator_new_kv: out is NULL");
+    NULL_ARG(toy_generator_new_lm(&(struct toy_lm){0}, tok, 16, TOY_F16, NULL, NULL), "toy_generator_new_lm: out is NULL");
     NULL_ARG(toy_lora_attach(m, &(struct toy_lora_opts){.rank = 2}, NULL), "toy_lora_attach: out is NULL");
     NULL_ARG(toy_lora_load(m, nowhere, 1.0f, false, NULL), "toy_lora_load: out is NULL");
     NULL_ARG(toy_trainer_new(m, tok, NULL, NULL, nowhere, NULL, 1, NULL), "toy_trainer_new: out is NULL");

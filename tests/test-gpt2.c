@@ -232,6 +232,86 @@ Test(gpt2, packed_weights_give_the_same_logits, .timeout = 300) {
     th_rmdir();
 }
 
+struct gen_log {
+    int32_t ids[64];
+    float lps[64];
+    int n;
+};
+
+static bool log_token(void *ud, int32_t id, const char *text, size_t len, float lp) {
+    (void)text, (void)len;
+    struct gen_log *g = ud;
+    if (id >= 0 && g->n < 64) g->ids[g->n] = id, g->lps[g->n++] = lp;
+    return true;
+}
+
+/* Generation goes through the generic generator (toy_generator_new_lm over
+ * toy_gpt2_lm), whose decode graph is fused for the CPU's kernels: the
+ * greedy tokens and their log-probabilities have the same bits as with
+ * TOY_FUSE=0, for f32 and quantized (packed) weights, and each greedy token
+ * is the full forward's argmax at its position (where no near-tie could
+ * flip it). */
+Test(gpt2, generator_fused_decode_same_bits_as_unfused, .timeout = 300) {
+    struct toy_gpt2_config c = base_config();
+    c.d_model = 64; /* rows of whole 32-element blocks */
+    c.d_ff = 128;
+    th_mkdir("gpt2");
+    char f32[1024], path[1024];
+    snprintf(f32, sizeof f32, "%s/gen-f32.gguf", th_dir);
+    struct toy_gpt2 *r = random_model(&c, false, 41);
+    save(r, f32);
+    toy_gpt2_free(r);
+    const enum toy_dtype types[] = {TOY_F32, TOY_Q8_0, TOY_Q4_0};
+    const int32_t prompt[] = {3, 17, 40, 8, 59};
+    const int P = 5, N = 20;
+    struct toy_generate_params gp = {.n_predict = N, .ignore_eos = true, .sampling = {.temperature = 0}};
+    struct toy_threadpool *tp = toy_threadpool_new(2);
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        snprintf(path, sizeof path, "%s/gen-%s.gguf", th_dir, toy_dtype_name(types[ti]));
+        if (types[ti] != TOY_F32)
+            cr_assert_eq(toy_gguf_quantize(f32, path, types[ti], NULL, NULL), TOY_OK, "%s", toy_last_error());
+        struct gen_log runs[2] = {0};
+        for (int fused = 0; fused < 2; fused++) {
+            struct toy_gpt2 *m;
+            cr_assert_eq(toy_gpt2_load(types[ti] == TOY_F32 ? f32 : path, false, &m), TOY_OK, "%s", toy_last_error());
+            if (!fused) setenv("TOY_FUSE", "0", 1);
+            struct toy_generate_result res;
+            cr_assert_eq(toy_gpt2_generate_kv(m, NULL, 0, TOY_F32, tp, prompt, P, &gp, log_token, &runs[fused], &res),
+                         TOY_OK, "%s", toy_last_error());
+            unsetenv("TOY_FUSE");
+            cr_assert_eq(res.n_generated, N);
+            cr_assert_eq(runs[fused].n, N);
+            if (fused) { /* against the full forward over the prompt and what was generated */
+                int32_t all[5 + 20];
+                memcpy(all, prompt, sizeof prompt);
+                memcpy(all + P, runs[1].ids, (size_t)(N - 1) * sizeof(int32_t));
+                float *full = th_logits(fwd, m, all, P + N - 1, 1);
+                int checked = 0;
+                for (int i = 0; i < N; i++) {
+                    const float *l = full + (size_t)(P - 1 + i) * c.vocab;
+                    int best = 0;
+                    for (int v = 1; v < c.vocab; v++) best = l[v] > l[best] ? v : best;
+                    float gap = INFINITY;
+                    for (int v = 0; v < c.vocab; v++) if (v != best) gap = fminf(gap, l[best] - l[v]);
+                    if (gap < 1e-3f) continue;
+                    cr_assert_eq(runs[1].ids[i], best, "%s: token %d is %d, the forward's argmax %d",
+                                 toy_dtype_name(types[ti]), i, runs[1].ids[i], best);
+                    checked++;
+                }
+                cr_assert_geq(checked, N / 2);
+                free(full);
+            }
+            toy_gpt2_free(m);
+        }
+        cr_assert_eq(memcmp(runs[0].ids, runs[1].ids, sizeof runs[0].ids), 0, "%s: tokens differ",
+                     toy_dtype_name(types[ti]));
+        cr_assert_eq(memcmp(runs[0].lps, runs[1].lps, sizeof runs[0].lps), 0, "%s: log-probabilities differ",
+                     toy_dtype_name(types[ti]));
+    }
+    toy_threadpool_free(tp);
+    th_rmdir();
+}
+
 static char *read_text(const char *path, size_t max, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
@@ -482,6 +562,26 @@ Test(gpt2, cli_train_and_generate, .timeout = 300) {
     snprintf(cmd, sizeof cmd, "%s generate -m '%s/run/weights/latest' -p 'x' --kv-type q8_0 > /dev/null 2>&1", bin, th_dir);
     int krc = system(cmd);
     cr_assert(WIFEXITED(krc) && WEXITSTATUS(krc) == 2, "--kv-type q8_0: %d", krc);
+    /* --trace: a Chrome trace of the prefill and every decode step, as for Llama models */
+    snprintf(cmd, sizeof cmd, "%s generate -m '%s/run/weights/latest' -p 'ROMEO:' -n 6 --temp 0 --trace '%s/t.json' --json",
+             bin, th_dir, th_dir);
+    json_decref(cli_json(cmd));
+    snprintf(cmd, sizeof cmd, "%s/t.json", th_dir);
+    json_error_t jerr;
+    json_t *tr = json_load_file(cmd, 0, &jerr);
+    cr_assert(tr, "trace: %s", jerr.text);
+    json_t *evs = json_is_array(tr) ? tr : json_object_get(tr, "traceEvents");
+    int phases[2] = {0, 0}, matmuls = 0;
+    for (size_t i = 0; i < json_array_size(evs); i++) {
+        const char *name = json_string_value(json_object_get(json_array_get(evs, i), "name"));
+        if (!name) continue;
+        phases[0] += !strcmp(name, "prefill"), phases[1] += !strcmp(name, "decode");
+        matmuls += !strcmp(name, "MATMUL");
+    }
+    cr_assert_eq(phases[0], 1, "one prefill span");
+    cr_assert_eq(phases[1], 5, "a decode span per decode step: %d", phases[1]);
+    cr_assert_gt(matmuls, 5 * 2 * 4, "the ops of every step");
+    json_decref(tr);
     snprintf(cmd, sizeof cmd, "%s eval -m '%s/run/weights/latest' --data '%s/text.txt' --heldout 0.1 --json", bin, th_dir,
              th_dir);
     json_t *e = cli_json(cmd);

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "toy/llama.h"
+#include "toy/model.h"
 #include "toy/sampler.h"
 #include "toy/threadpool.h"
 #include "toy/tokenizer.h"
@@ -55,6 +56,10 @@ enum toy_status toy_generator_new(struct toy_llama *m, const struct toy_tokenize
                                   struct toy_threadpool *tp, struct toy_generator **out);
 /* The same with the KV cache's element type (TOY_F32 or TOY_F16). */
 enum toy_status toy_generator_new_kv(struct toy_llama *m, const struct toy_tokenizer *tok, int64_t n_ctx,
+                                     enum toy_dtype kv_type, struct toy_threadpool *tp, struct toy_generator **out);
+/* Any family behind toy/model.h's inference functions: toy_llama_lm(m),
+ * toy_gpt2_lm(m). *lm is copied; its model must outlive the generator. */
+enum toy_status toy_generator_new_lm(const struct toy_lm *lm, const struct toy_tokenizer *tok, int64_t n_ctx,
                                      enum toy_dtype kv_type, struct toy_threadpool *tp, struct toy_generator **out);
 void toy_generator_free(struct toy_generator *g);
 /* Records prefill and decode ops (and one span per phase) into a Chrome trace. */

@@ -10,6 +10,7 @@
 #ifndef TOY_MODEL_H
 #define TOY_MODEL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "toy/tensor.h"
@@ -19,6 +20,7 @@ extern "C" {
 #endif
 
 struct toy_gguf_writer;
+struct toy_kv_cache;
 struct toy_llama;
 
 struct toy_lm {
@@ -34,8 +36,17 @@ struct toy_lm {
     enum toy_status (*write_gguf)(void *self, struct toy_gguf_writer *w, enum toy_dtype type);
     /* TOY_F32 or TOY_BF16 matmuls (mixed precision); may be NULL */
     void (*set_matmul_type)(void *self, enum toy_dtype type);
-    /* the Llama model when this is one (text generation at the end of a run), else NULL */
+    /* the Llama model when this is one (LoRA, the server), else NULL */
     struct toy_llama *llama;
+    /* ---- KV-cache inference (toy_generator_new_lm); NULL where a family has none */
+    /* lays the weights out for this CPU's inference kernels (may be NULL) */
+    enum toy_status (*pack_weights)(void *self);
+    /* a cache of n_ctx positions for n_seq sequences, of TOY_F32 or TOY_F16 rows */
+    enum toy_status (*cache_init)(void *self, struct toy_kv_cache *c, int64_t n_ctx, int64_t n_seq, enum toy_dtype type);
+    /* logits {vocab, T, B} of tokens {T, B} at positions pos, stored into the
+     * cache from its n_past; last_only: of the last position only {vocab, 1, B} */
+    struct toy_tensor *(*forward_cached)(void *self, struct toy_ctx *ctx, struct toy_kv_cache *c,
+                                         struct toy_tensor *tokens, struct toy_tensor *pos, bool last_only);
 };
 
 #ifdef __cplusplus

@@ -1,4 +1,5 @@
-/* generate.c: prefill + decode loop over a KV cache (toy/generate.h).
+/* generate.c: prefill + decode loop over a KV cache (toy/generate.h), for
+ * any model family behind toy/model.h's inference functions (Llama, GPT-2).
  * The decode graph (one token) is built once per generator; a prefill graph
  * is built per prompt length and freed after use. Stop strings are matched
  * on the generated text; the text before a stop string is what the callback
@@ -13,7 +14,7 @@
 #include "toy/trace.h"
 
 struct toy_generator {
-    struct toy_llama *m;
+    struct toy_lm lm;
     const struct toy_tokenizer *tok;
     struct toy_threadpool *tp;
     struct toy_kv_cache kv;
@@ -46,19 +47,30 @@ enum toy_status toy_generator_new_kv(struct toy_llama *m, const struct toy_token
     if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_generator_new_kv: out is NULL");
     *out = NULL;
     if (!m) return toy_error(TOY_ERR_INVALID_ARG, "toy_generator_new: NULL model");
+    struct toy_lm lm = toy_llama_lm(m);
+    return toy_generator_new_lm(&lm, tok, n_ctx, kv_type, tp, out);
+}
+
+enum toy_status toy_generator_new_lm(const struct toy_lm *lm, const struct toy_tokenizer *tok, int64_t n_ctx,
+                                     enum toy_dtype kv_type, struct toy_threadpool *tp, struct toy_generator **out) {
+    if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_generator_new_lm: out is NULL");
+    *out = NULL;
+    if (!lm || !lm->self) return toy_error(TOY_ERR_INVALID_ARG, "toy_generator_new: NULL model");
+    if (!lm->cache_init || !lm->forward_cached)
+        return toy_error(TOY_ERR_UNSUPPORTED, "toy_generator_new: %s models have no KV-cache inference", lm->arch);
     struct toy_generator *g = calloc(1, sizeof *g);
     if (!g) return toy_error(TOY_ERR_NOMEM, "generator");
-    g->m = m;
+    g->lm = *lm;
     g->tok = tok;
     g->tp = tp;
-    if (n_ctx <= 0 || n_ctx > m->cfg.max_ctx) n_ctx = m->cfg.max_ctx;
-    enum toy_status st = toy_llama_pack_weights(m);
-    if (!st) st = toy_kv_cache_init_type(&g->kv, m, n_ctx, 1, kv_type);
+    if (n_ctx <= 0 || n_ctx > lm->max_ctx) n_ctx = lm->max_ctx;
+    enum toy_status st = lm->pack_weights ? lm->pack_weights(lm->self) : TOY_OK;
+    if (!st) st = lm->cache_init(lm->self, &g->kv, n_ctx, 1, kv_type);
     if (st) { free(g); return st; }
     g->dctx = toy_ctx_init(true);
     g->dtok = toy_new_tensor_2d(g->dctx, TOY_I32, 1, 1);
     g->dpos = toy_new_tensor_1d(g->dctx, TOY_I32, 1);
-    g->dlogits = toy_llama_forward_cached(g->dctx, m, &g->kv, g->dtok, g->dpos);
+    g->dlogits = lm->forward_cached(lm->self, g->dctx, &g->kv, g->dtok, g->dpos, false);
     toy_set_output(g->dlogits);
     g->dg = toy_graph_new(g->dctx);
     toy_graph_build(g->dg, g->dlogits);
@@ -81,7 +93,7 @@ static enum toy_status prefill(struct toy_generator *g, const int32_t *prompt, i
     struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, n, 1), *pos = toy_new_tensor_1d(ctx, TOY_I32, n);
     memcpy(tok->data, prompt, (size_t)n * sizeof(int32_t));
     for (int64_t i = 0; i < n; i++) ((int32_t *)pos->data)[i] = (int32_t)i;
-    struct toy_tensor *lg = toy_llama_forward_cached_last(ctx, g->m, &g->kv, tok, pos);
+    struct toy_tensor *lg = g->lm.forward_cached(g->lm.self, ctx, &g->kv, tok, pos, true);
     toy_set_output(lg);
     struct toy_graph *gr = toy_graph_new(ctx);
     toy_graph_build(gr, lg);
@@ -91,7 +103,7 @@ static enum toy_status prefill(struct toy_generator *g, const int32_t *prompt, i
     enum toy_status st = toy_graph_plan(gr, &g->buf, NULL);
     if (!st) st = toy_graph_compute(gr, g->tp);
     if (g->trace) toy_trace_span(g->trace, "prefill", "phase", t0, toy_trace_now(g->trace), 0);
-    if (!st) memcpy(last, lg->data, (size_t)g->m->cfg.vocab * sizeof(float));
+    if (!st) memcpy(last, lg->data, (size_t)g->lm.vocab * sizeof(float));
     toy_ctx_free(ctx);
     return st;
 }
@@ -105,7 +117,7 @@ enum toy_status toy_generate(struct toy_generator *g, const int32_t *prompt, int
     if (!p) p = &defaults;
     if (!g) return toy_error(TOY_ERR_INVALID_ARG, "toy_generate: NULL generator");
     if (n_prompt > 0 && !prompt) return toy_error(TOY_ERR_INVALID_ARG, "toy_generate: NULL prompt of %lld tokens", (long long)n_prompt);
-    int64_t V = g->m->cfg.vocab;
+    int64_t V = g->lm.vocab;
     if (n_prompt <= 0) return toy_error(TOY_ERR_INVALID_ARG, "empty prompt (add a BOS token)");
     if (p->n_stop < 0 || (p->n_stop > 0 && !p->stop))
         return toy_error(TOY_ERR_INVALID_ARG, "%d stop strings and stop %s", p->n_stop,

@@ -209,7 +209,7 @@ static struct toy_tensor *qkv_part(struct toy_ctx *ctx, struct toy_tensor *qkv, 
 }
 
 static struct toy_tensor *forward(struct toy_ctx *ctx, struct toy_gpt2 *m, struct toy_kv_cache *cache,
-                                  struct toy_tensor *tokens, struct toy_tensor *pos) {
+                                  struct toy_tensor *tokens, struct toy_tensor *pos, bool last_only) {
     const struct toy_gpt2_config *c = &m->cfg;
     int64_t T = tokens->ne[0], B = tokens->ne[1], d = c->d_model, H = c->n_heads, hd = d / H;
     float eps = c->norm_eps;
@@ -240,18 +240,21 @@ static struct toy_tensor *forward(struct toy_ctx *ctx, struct toy_gpt2 *m, struc
         struct toy_tensor *f = toy_gelu(ctx, proj(ctx, m, h, L->w_up, L->b_up)); /* {d_ff, T, B} */
         x = toy_add(ctx, x, proj(ctx, m, f, L->w_down, L->b_down));
     }
+    if (last_only && T > 1) /* generation needs the next token after the prompt only: skip T-1 head rows */
+        x = toy_cont(ctx, toy_view(ctx, x, 3, (int64_t[]){d, 1, B}, (size_t[]){x->nb[0], x->nb[1], x->nb[2]},
+                                   (size_t)(T - 1) * x->nb[1]));
     x = toy_layer_norm(ctx, x, m->out_norm, m->out_norm_b, eps);
     return proj(ctx, m, x, m->output, NULL); /* {vocab, T, B} */
 }
 
 struct toy_tensor *toy_gpt2_forward(struct toy_ctx *ctx, struct toy_gpt2 *m, struct toy_tensor *tokens,
                                     struct toy_tensor *pos) {
-    return forward(ctx, m, NULL, tokens, pos);
+    return forward(ctx, m, NULL, tokens, pos, false);
 }
 
 struct toy_tensor *toy_gpt2_forward_cached(struct toy_ctx *ctx, struct toy_gpt2 *m, struct toy_kv_cache *c,
                                            struct toy_tensor *tokens, struct toy_tensor *pos) {
-    return forward(ctx, m, c, tokens, pos);
+    return forward(ctx, m, c, tokens, pos, false);
 }
 
 /* ---- KV cache ------------------------------------------------------------------ */
@@ -302,7 +305,18 @@ static enum toy_status lm_write(void *self, struct toy_gguf_writer *w, enum toy_
 }
 static void lm_matmul(void *self, enum toy_dtype type) { ((struct toy_gpt2 *)self)->matmul_type = type; }
 
+static enum toy_status lm_pack(void *self) { return toy_gpt2_pack_weights(self); }
+static enum toy_status lm_cache(void *self, struct toy_kv_cache *c, int64_t n_ctx, int64_t n_seq, enum toy_dtype type) {
+    return toy_gpt2_cache_init_type(c, self, n_ctx, n_seq, type);
+}
+static struct toy_tensor *lm_cached(void *self, struct toy_ctx *ctx, struct toy_kv_cache *c, struct toy_tensor *tokens,
+                                    struct toy_tensor *pos, bool last_only) {
+    return forward(ctx, self, c, tokens, pos, last_only);
+}
+
 struct toy_lm toy_gpt2_lm(struct toy_gpt2 *m) {
-    return (struct toy_lm){m, "gpt2", m->cfg.vocab, m->cfg.max_ctx, lm_forward, lm_n_tensors, lm_tensor, lm_write,
-                           lm_matmul, NULL};
+    return (struct toy_lm){.self = m, .arch = "gpt2", .vocab = m->cfg.vocab, .max_ctx = m->cfg.max_ctx,
+                           .forward = lm_forward, .n_tensors = lm_n_tensors, .tensor = lm_tensor,
+                           .write_gguf = lm_write, .set_matmul_type = lm_matmul, .pack_weights = lm_pack,
+                           .cache_init = lm_cache, .forward_cached = lm_cached};
 }

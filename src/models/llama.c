@@ -464,7 +464,18 @@ static enum toy_status lm_write(void *self, struct toy_gguf_writer *w, enum toy_
 }
 static void lm_matmul(void *self, enum toy_dtype type) { ((struct toy_llama *)self)->matmul_type = type; }
 
+static enum toy_status lm_pack(void *self) { return toy_llama_pack_weights(self); }
+static enum toy_status lm_cache(void *self, struct toy_kv_cache *c, int64_t n_ctx, int64_t n_seq, enum toy_dtype type) {
+    return toy_kv_cache_init_type(c, self, n_ctx, n_seq, type);
+}
+static struct toy_tensor *lm_cached(void *self, struct toy_ctx *ctx, struct toy_kv_cache *c, struct toy_tensor *tokens,
+                                    struct toy_tensor *pos, bool last_only) {
+    return forward(ctx, self, c, tokens, pos, NULL, last_only);
+}
+
 struct toy_lm toy_llama_lm(struct toy_llama *m) {
-    return (struct toy_lm){m, m->cfg.arch[0] ? m->cfg.arch : "llama", m->cfg.vocab, m->cfg.max_ctx, lm_forward,
-                           lm_n_tensors, lm_tensor, lm_write, lm_matmul, m};
+    return (struct toy_lm){.self = m, .arch = m->cfg.arch[0] ? m->cfg.arch : "llama", .vocab = m->cfg.vocab,
+                           .max_ctx = m->cfg.max_ctx, .forward = lm_forward, .n_tensors = lm_n_tensors,
+                           .tensor = lm_tensor, .write_gguf = lm_write, .set_matmul_type = lm_matmul, .llama = m,
+                           .pack_weights = lm_pack, .cache_init = lm_cache, .forward_cached = lm_cached};
 }
