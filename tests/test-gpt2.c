@@ -538,7 +538,8 @@ Test(gpt2, cli_train_and_generate, .timeout = 300) {
     th_mkdir("gpt2");
     char cmd[2048];
     snprintf(cmd, sizeof cmd, "head -c 100000 %s > '%s/text.txt' && %s train --arch gpt2 --preset tiny --data '%s/text.txt' "
-             "--vocab-size 300 --steps 30 --batch 4 --ctx 32 --eval-every 15 --out '%s/run' --json > '%s/train.json' 2>&1",
+             "--vocab-size 300 --steps 30 --batch 4 --ctx 32 --eval-every 15 --sample 'ROMEO:' --sample-tokens 8 "
+             "--out '%s/run' --json > '%s/train.json' 2>&1",
              SHAKESPEARE, th_dir, bin, th_dir, th_dir, th_dir);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
     snprintf(cmd, sizeof cmd, "%s/run/events.jsonl", th_dir);
@@ -546,8 +547,11 @@ Test(gpt2, cli_train_and_generate, .timeout = 300) {
     cr_assert(f);
     char line[8192];
     cr_assert(fgets(line, sizeof line, f));
-    fclose(f);
     cr_assert(strstr(line, "\"arch\":\"gpt2\""), "run_start names the architecture: %s", line);
+    bool sampled = false; /* the end of the run generates through the same generator as Llama runs */
+    while (fgets(line, sizeof line, f)) sampled |= strstr(line, "\"kind\":\"sample\"") && strstr(line, "\"prompt\":\"ROMEO:\"");
+    fclose(f);
+    cr_assert(sampled, "no sample event");
     snprintf(cmd, sizeof cmd, "%s generate -m '%s/run/weights/latest' -p 'ROMEO:' -n 12 --temp 0 --json", bin, th_dir);
     json_t *g = cli_json(cmd);
     cr_assert_str_eq(json_string_value(json_object_get(g, "arch")), "gpt2");

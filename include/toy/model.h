@@ -36,7 +36,7 @@ struct toy_lm {
     enum toy_status (*write_gguf)(void *self, struct toy_gguf_writer *w, enum toy_dtype type);
     /* TOY_F32 or TOY_BF16 matmuls (mixed precision); may be NULL */
     void (*set_matmul_type)(void *self, enum toy_dtype type);
-    /* the Llama model when this is one (LoRA, the server), else NULL */
+    /* the Llama model when this is one, else NULL */
     struct toy_llama *llama;
     /* ---- KV-cache inference (toy_generator_new_lm); NULL where a family has none */
     /* lays the weights out for this CPU's inference kernels (may be NULL) */

@@ -546,14 +546,13 @@ static bool append_text(void *ud, int32_t id, const char *text, size_t len, floa
  * event, as the earlier toy did at the end of a run. */
 static void sample(struct toy_trainer *t) {
     const char *prompt = t->o.sample_prompt;
-    if (!t->tok || !prompt || !prompt[0] || t->o.sample_tokens <= 0 || !t->lm.llama || t->rank != 0) return;
-    struct toy_llama *m = t->lm.llama;
+    if (!t->tok || !prompt || !prompt[0] || t->o.sample_tokens <= 0 || !t->lm.forward_cached || t->rank != 0) return;
     struct toy_tokens ids = {0};
     struct text_buf out = {0};
     struct toy_generator *gen = NULL;
     unsigned fl = toy_tokenizer_add_bos(t->tok) ? TOY_ENCODE_ADD_BOS : 0;
-    if (!toy_tokenizer_encode(t->tok, prompt, strlen(prompt), fl, &ids) && ids.n > 0 && ids.n < m->cfg.max_ctx &&
-        !toy_generator_new(m, t->tok, m->cfg.max_ctx, t->tp, &gen)) {
+    if (!toy_tokenizer_encode(t->tok, prompt, strlen(prompt), fl, &ids) && ids.n > 0 && ids.n < t->lm.max_ctx &&
+        !toy_generator_new_lm(&t->lm, t->tok, t->lm.max_ctx, TOY_F32, t->tp, &gen)) {
         struct toy_generate_params gp = {.n_predict = t->o.sample_tokens,
                                          .sampling = {.temperature = 0.8f, .top_k = 40, .seed = t->o.seed}};
         if (!toy_generate(gen, ids.ids, ids.n, &gp, append_text, &out, NULL) && t->ev)
