@@ -1,6 +1,6 @@
 /* cmd-serve.c: `toy serve -m model.gguf`: an OpenAI-compatible HTTP server
  * (toy/serve.h; endpoints, flags and examples in docs/serve.md). Loads a
- * Llama-family GGUF (weights mapped) and its tokenizer, then serves until
+ * Llama-family or GPT-2 GGUF (weights mapped) and its tokenizer, then serves until
  * SIGINT or SIGTERM, which drain the requests in flight before exiting 0. */
 #include <math.h>
 #include <signal.h>
@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "flags.h"
+#include "generate-gpt2.h"
 #include "paths.h"
 #include "stop-signals.h"
 #include "toy/serve.h"
@@ -61,14 +62,15 @@ int toy_cmd_serve(int argc, char **argv) {
 
     char *tmpl_text = NULL; /* --chat-template FILE: its text */
     o.chat_template = toy_cli_template_source(o.chat_template, &tmpl_text);
-    struct toy_llama *m;
-    if (toy_llama_load(model, false, &m)) {
+    struct toy_llama *m = NULL;
+    struct toy_gpt2 *g2 = NULL;
+    if (toy_cli_is_gpt2(model) ? toy_gpt2_load(model, false, &g2) : toy_llama_load(model, false, &m)) {
         fprintf(stderr, "toy serve: %s\n", toy_last_error());
         free(tmpl_text);
         return 1;
     }
     struct toy_tokenizer *tok = NULL;
-    if (toy_tokenizer_load_gguf(m->gguf, &tok)) {
+    if (toy_tokenizer_load_gguf(m ? m->gguf : g2->gguf, &tok)) {
         fprintf(stderr, "toy serve: %s has no usable tokenizer (%s); only token-id prompts will work\n", model,
                 toy_last_error());
         tok = NULL;
@@ -77,12 +79,13 @@ int toy_cmd_serve(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     o.stop = &toy_cli_stop;
     int rc = 0;
-    if (toy_serve(m, tok, model, &o)) {
+    if (m ? toy_serve(m, tok, model, &o) : toy_serve_gpt2(g2, tok, model, &o)) {
         fprintf(stderr, "toy serve: %s\n", toy_last_error());
         rc = 1;
     }
     toy_tokenizer_free(tok);
     toy_llama_free(m);
+    toy_gpt2_free(g2);
     free(tmpl_text);
     return rc;
 }

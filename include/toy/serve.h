@@ -36,6 +36,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "toy/gpt2.h"
 #include "toy/llama.h"
 #include "toy/status.h"
 #include "toy/tokenizer.h"
@@ -74,6 +75,9 @@ struct toy_serve_options toy_serve_defaults(void);
  * (bad options or chat template), TOY_ERR_NOMEM. */
 enum toy_status toy_serve(struct toy_llama *m, const struct toy_tokenizer *tok, const char *model_path,
                           const struct toy_serve_options *o);
+/* The same for a GPT-2 model (toy/gpt2.h). */
+enum toy_status toy_serve_gpt2(struct toy_gpt2 *m, const struct toy_tokenizer *tok, const char *model_path,
+                               const struct toy_serve_options *o);
 
 #ifdef __cplusplus
 }

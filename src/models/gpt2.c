@@ -12,6 +12,7 @@
 #include "toy/gpt2.h"
 #include "toy/rng.h"
 #include "models/pack-weights.h"
+#include "models/qkv.h"
 
 struct toy_gpt2 *toy_gpt2_alloc(const struct toy_gpt2_config *cfg, bool tied, bool alloc_data);
 
@@ -200,14 +201,6 @@ static struct toy_tensor *proj(struct toy_ctx *ctx, const struct toy_gpt2 *m, st
     return toy_linear_bf16(ctx, x, w, b, m->matmul_type == TOY_BF16);
 }
 
-/* One of q, k, v (which = 0, 1, 2) as a {hd, H, T, B} view of qkv {3d, T, B}:
- * rows [q; k; v], heads contiguous inside each (HF's split then view). */
-static struct toy_tensor *qkv_part(struct toy_ctx *ctx, struct toy_tensor *qkv, int which, int64_t hd, int64_t H) {
-    const int64_t ne[4] = {hd, H, qkv->ne[1], qkv->ne[2]};
-    const size_t nb[4] = {qkv->nb[0], hd * qkv->nb[0], qkv->nb[1], qkv->nb[2]};
-    return toy_view(ctx, qkv, 4, ne, nb, (size_t)which * (size_t)(hd * H) * qkv->nb[0]);
-}
-
 static struct toy_tensor *forward(struct toy_ctx *ctx, struct toy_gpt2 *m, struct toy_kv_cache *cache,
                                   struct toy_tensor *tokens, struct toy_tensor *pos, bool last_only) {
     const struct toy_gpt2_config *c = &m->cfg;
@@ -222,8 +215,8 @@ static struct toy_tensor *forward(struct toy_ctx *ctx, struct toy_gpt2 *m, struc
         struct toy_gpt2_layer *L = &m->layers[l];
         struct toy_tensor *h = toy_layer_norm(ctx, x, L->attn_norm, L->attn_norm_b, eps);
         struct toy_tensor *qkv = proj(ctx, m, h, L->w_qkv, L->b_qkv); /* {3d, T, B} */
-        struct toy_tensor *q = qkv_part(ctx, qkv, 0, hd, H), *k = qkv_part(ctx, qkv, 1, hd, H),
-                          *v = qkv_part(ctx, qkv, 2, hd, H);
+        struct toy_tensor *q = toy_qkv_part(ctx, qkv, 0, hd, H), *k = toy_qkv_part(ctx, qkv, 1, hd, H),
+                          *v = toy_qkv_part(ctx, qkv, 2, hd, H);
         struct toy_tensor *a;
         if (cache) {
             struct toy_tensor *ks = toy_kv_store(ctx, cache->k[l], k, cache->n_past);

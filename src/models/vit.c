@@ -16,6 +16,7 @@
 #include "toy/quant.h"
 #include "toy/rng.h"
 #include "toy/vit.h"
+#include "models/qkv.h"
 
 struct toy_vit_config toy_vit_preset(const char *name) {
     struct toy_vit_config c = {0};
@@ -197,13 +198,6 @@ static struct toy_tensor *im2col(struct toy_ctx *ctx, struct toy_tensor *x, int6
     return toy_reshape_3d(ctx, t, P * P * C, Gw * Gh, B);
 }
 
-/* one of q, k, v as a {hd, H, T, B} view of qkv {3d, T, B} (rows [q; k; v]) */
-static struct toy_tensor *qkv_part(struct toy_ctx *ctx, struct toy_tensor *qkv, int which, int64_t hd, int64_t H) {
-    const int64_t ne[4] = {hd, H, qkv->ne[1], qkv->ne[2]};
-    const size_t nb[4] = {qkv->nb[0], hd * qkv->nb[0], qkv->nb[1], qkv->nb[2]};
-    return toy_view(ctx, qkv, 4, ne, nb, (size_t)which * (size_t)(hd * H) * qkv->nb[0]);
-}
-
 struct toy_tensor *toy_vit_forward(struct toy_ctx *ctx, struct toy_vit *m, struct toy_tensor *images) {
     const struct toy_vit_config *c = &m->cfg;
     if (images->ne[0] != c->image_w || images->ne[1] != c->image_h || images->ne[2] != c->channels) {
@@ -224,8 +218,8 @@ struct toy_tensor *toy_vit_forward(struct toy_ctx *ctx, struct toy_vit *m, struc
         struct toy_vit_layer *L = &m->layers[l];
         struct toy_tensor *h = toy_layer_norm(ctx, x, L->attn_norm, L->attn_norm_b, eps);
         struct toy_tensor *qkv = toy_linear(ctx, h, L->w_qkv, L->b_qkv); /* {3d, T, B} */
-        struct toy_tensor *a = toy_attention(ctx, qkv_part(ctx, qkv, 0, hd, H), qkv_part(ctx, qkv, 1, hd, H),
-                                             qkv_part(ctx, qkv, 2, hd, H), &attn); /* {hd, H, T, B} */
+        struct toy_tensor *a = toy_attention(ctx, toy_qkv_part(ctx, qkv, 0, hd, H), toy_qkv_part(ctx, qkv, 1, hd, H),
+                                             toy_qkv_part(ctx, qkv, 2, hd, H), &attn); /* {hd, H, T, B} */
         x = toy_add(ctx, x, toy_linear(ctx, toy_reshape_3d(ctx, a, d, T, B), L->w_o, L->b_o));
         h = toy_layer_norm(ctx, x, L->ffn_norm, L->ffn_norm_b, eps);
         h = toy_gelu(ctx, toy_linear(ctx, h, L->w_up, L->b_up));

@@ -100,7 +100,7 @@ struct slot {
 };
 
 struct srv_engine {
-    struct toy_llama *m;
+    const struct srv_model *m;
     const struct toy_tokenizer *tok;
     struct toy_threadpool *tp;
     struct srv_metrics *met;
@@ -407,7 +407,7 @@ static void embed_fail(struct srv_engine *e, enum toy_status st, const char *msg
 
 /* takes embedding job j (the engine's one) */
 static void embed_start(struct srv_engine *e, struct srv_job *j) {
-    int64_t d = e->m->cfg.d_model, longest = 0;
+    int64_t d = e->m->d_model, longest = 0;
     e->emb.job = j;
     for (int i = 0; i < j->n_inputs; i++)
         if (j->n_input[i] > longest) longest = j->n_input[i];
@@ -415,7 +415,7 @@ static void embed_start(struct srv_engine *e, struct srv_job *j) {
     e->emb.sum = calloc((size_t)d, sizeof(double));
     if (!e->emb.out || !e->emb.sum) { embed_fail(e, TOY_ERR_NOMEM, "out of memory"); return; }
     if (longest > SRV_PREFILL_CHUNK) {
-        enum toy_status st = toy_kv_cache_init_type(&e->emb.kv, e->m, longest, 1, TOY_F32);
+        enum toy_status st = toy_srv_cache_init(e->m, &e->emb.kv, longest, TOY_F32);
         if (st) { embed_fail(e, st, toy_last_error()); return; }
         e->emb.has_kv = true;
     }
@@ -430,7 +430,7 @@ static void embed_step(struct srv_engine *e) {
         embed_fail(e, TOY_ERR_INTERRUPTED, "cancelled");
         return;
     }
-    int64_t d = e->m->cfg.d_model;
+    int64_t d = e->m->d_model;
     if (e->emb.input < j->n_inputs) {
         int i = e->emb.input;
         int64_t n = j->n_input[i], off = e->emb.off;
@@ -712,7 +712,7 @@ static void *engine_main(void *arg) {
 
 /* ---- lifecycle ------------------------------------------------------------------------------------ */
 
-enum toy_status toy_srv_engine_new(struct toy_llama *m, const struct toy_tokenizer *tok,
+enum toy_status toy_srv_engine_new(const struct srv_model *m, const struct toy_tokenizer *tok,
                                    const struct srv_engine_opts *o, struct srv_metrics *metrics,
                                    struct srv_engine **out) {
     *out = NULL;
@@ -725,10 +725,10 @@ enum toy_status toy_srv_engine_new(struct toy_llama *m, const struct toy_tokeniz
     e->tok = tok;
     e->met = metrics;
     e->n_slots = o->n_slots;
-    e->n_ctx = o->n_ctx > 0 && o->n_ctx <= m->cfg.max_ctx ? o->n_ctx : m->cfg.max_ctx;
-    e->vocab = m->cfg.vocab;
+    e->n_ctx = o->n_ctx > 0 && o->n_ctx <= m->max_ctx ? o->n_ctx : m->max_ctx;
+    e->vocab = m->vocab;
     e->prefix_cache = o->prefix_cache;
-    enum toy_status pst = toy_llama_pack_weights(m); /* before row_group: packed weights need no grouping */
+    enum toy_status pst = toy_srv_pack(m); /* before row_group: packed weights need no grouping */
     e->row_group = toy_srv_row_group(m);
     e->q_max = o->queue_size > 0 ? o->queue_size : 1; /* at least one waits for a slot */
     pthread_mutex_init(&e->mu, NULL);
@@ -743,7 +743,7 @@ enum toy_status toy_srv_engine_new(struct toy_llama *m, const struct toy_tokeniz
                                                                                     : toy_error(TOY_ERR_NOMEM, "serve engine");
     for (int i = 0; i < e->n_slots && !st; i++) {
         struct slot *s = &e->slots[i];
-        st = toy_kv_cache_init_type(&s->kv, m, e->n_ctx, 1, o->kv_f32 ? TOY_F32 : TOY_F16);
+        st = toy_srv_cache_init(m, &s->kv, e->n_ctx, o->kv_f32 ? TOY_F32 : TOY_F16);
         if (!st && !(s->cache_ids = malloc((size_t)e->n_ctx * sizeof(int32_t))))
             st = toy_error(TOY_ERR_NOMEM, "KV cache of slot %d", i);
     }

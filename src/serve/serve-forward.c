@@ -1,7 +1,9 @@
-/* serve-forward.c: the Llama-family forward pass the server runs, built
- * from the public ops of toy/tensor.h. It mirrors forward() in
- * src/models/llama.c (same family flags, same op order, so the same
- * numbers) with two differences the server needs:
+/* serve-forward.c: the model the server runs (struct srv_model: a
+ * Llama-family model or a GPT-2) and its forward pass, built from the
+ * public ops of toy/tensor.h. Each family's mirrors its model's forward()
+ * (src/models/llama.c, src/models/gpt2.c: same family flags, same op order,
+ * so the same numbers as toy generate) with three differences the server
+ * needs:
  *
  *  - batched decode over separate KV caches: B sequences, each with its own
  *    cache and n_past (toy_kv_cache has one n_past for all its sequences),
@@ -23,15 +25,45 @@
  *    never materialises T x vocab logits), or the mean of the final-norm
  *    hidden states over positions (embeddings).
  *
- * Keep in step with src/models/llama.c when a family flag is added there.
+ * Keep in step with src/models/llama.c and gpt2.c when they change.
  */
 #include <math.h>
 
 #include "serve/serve-internal.h"
+#include "models/qkv.h"
 
-static struct toy_tensor *proj(struct toy_ctx *ctx, const struct toy_llama *m, struct toy_tensor *x,
-                               struct toy_tensor *w, struct toy_tensor *b) {
-    if (m->matmul_type == TOY_BF16 && w->type == TOY_F32) w = toy_cast(ctx, w, TOY_BF16);
+/* ---- the model ---------------------------------------------------------------- */
+
+struct srv_model toy_srv_model_llama(struct toy_llama *m) {
+    const struct toy_llama_config *c = &m->cfg;
+    return (struct srv_model){.llama = m, .arch = c->arch[0] ? c->arch : "llama", .vocab = c->vocab,
+                              .d_model = c->d_model, .n_layers = c->n_layers, .n_heads = c->n_heads,
+                              .n_kv_heads = c->n_kv_heads, .d_head = toy_llama_head_dim(c), .d_ff = c->d_ff,
+                              .max_ctx = c->max_ctx};
+}
+
+struct srv_model toy_srv_model_gpt2(struct toy_gpt2 *m) {
+    const struct toy_gpt2_config *c = &m->cfg;
+    return (struct srv_model){.gpt2 = m, .arch = "gpt2", .vocab = c->vocab, .d_model = c->d_model,
+                              .n_layers = c->n_layers, .n_heads = c->n_heads, .n_kv_heads = c->n_heads,
+                              .d_head = c->d_model / c->n_heads, .d_ff = c->d_ff, .max_ctx = c->max_ctx};
+}
+
+enum toy_status toy_srv_pack(const struct srv_model *m) {
+    return m->llama ? toy_llama_pack_weights(m->llama) : toy_gpt2_pack_weights(m->gpt2);
+}
+
+enum toy_status toy_srv_cache_init(const struct srv_model *m, struct toy_kv_cache *c, int64_t n_ctx,
+                                   enum toy_dtype type) {
+    return m->llama ? toy_kv_cache_init_type(c, m->llama, n_ctx, 1, type)
+                    : toy_gpt2_cache_init_type(c, m->gpt2, n_ctx, 1, type);
+}
+
+/* ---- the forward ---------------------------------------------------------------- */
+
+static struct toy_tensor *proj(struct toy_ctx *ctx, bool bf16, struct toy_tensor *x, struct toy_tensor *w,
+                               struct toy_tensor *b) {
+    if (bf16 && w->type == TOY_F32) w = toy_cast(ctx, w, TOY_BF16);
     return toy_linear(ctx, x, w, b);
 }
 
@@ -51,16 +83,16 @@ static struct toy_rope_params rope_params(const struct toy_llama_config *c) {
 }
 
 /* proj over groups of at most rg rows of x {in, T, B} (rg 0: one product) */
-static struct toy_tensor *projg(struct toy_ctx *ctx, const struct toy_llama *m, struct toy_tensor *x,
-                                struct toy_tensor *w, struct toy_tensor *b, int64_t rg) {
+static struct toy_tensor *projg(struct toy_ctx *ctx, bool bf16, struct toy_tensor *x, struct toy_tensor *w,
+                                struct toy_tensor *b, int64_t rg) {
     int64_t T = x->ne[1], B = x->ne[2], R = T * B;
-    if (rg <= 0 || R <= rg) return proj(ctx, m, x, w, b);
+    if (rg <= 0 || R <= rg) return proj(ctx, bf16, x, w, b);
     if (!toy_is_contiguous(x)) x = toy_cont(ctx, x);
     struct toy_tensor *y = NULL;
     for (int64_t r0 = 0; r0 < R; r0 += rg) {
         int64_t ne[2] = {x->ne[0], R - r0 < rg ? R - r0 : rg};
         size_t nb[2] = {x->nb[0], x->nb[1]};
-        struct toy_tensor *yg = proj(ctx, m, toy_view(ctx, x, 2, ne, nb, (size_t)r0 * x->nb[1]), w, b);
+        struct toy_tensor *yg = proj(ctx, bf16, toy_view(ctx, x, 2, ne, nb, (size_t)r0 * x->nb[1]), w, b);
         y = y ? toy_concat(ctx, y, yg, 1) : yg;
     }
     return toy_reshape_3d(ctx, y, y->ne[0], T, B);
@@ -70,10 +102,11 @@ static bool row_count_dependent(const struct toy_tensor *t) {
     return t && t->n_dims == 2 && (t->type == TOY_Q8_0 || t->type == TOY_Q4_0) && !t->packed;
 }
 
-int64_t toy_srv_row_group(const struct toy_llama *m) {
-    for (int i = 0; i < toy_llama_n_tensors(m); i++)
-        if (row_count_dependent(toy_llama_tensor(m, i))) return 8;
-    return row_count_dependent(m->output) ? 8 : 0;
+int64_t toy_srv_row_group(const struct srv_model *m) {
+    int n = m->llama ? toy_llama_n_tensors(m->llama) : toy_gpt2_n_tensors(m->gpt2);
+    for (int i = 0; i < n; i++)
+        if (row_count_dependent(m->llama ? toy_llama_tensor(m->llama, i) : toy_gpt2_tensor(m->gpt2, i))) return 8;
+    return row_count_dependent(m->llama ? m->llama->output : m->gpt2->output) ? 8 : 0;
 }
 
 /* sequence b of x {D, H, T, B}: a view {D, H, T, 1} */
@@ -83,10 +116,11 @@ static struct toy_tensor *seq_view(struct toy_ctx *ctx, struct toy_tensor *x, in
     return toy_view(ctx, x, 4, ne, x->nb, (size_t)b * x->nb[3]);
 }
 
-struct toy_tensor *toy_srv_forward(struct toy_ctx *ctx, struct toy_llama *m, struct toy_tensor *tokens,
-                                   struct toy_tensor *pos, struct toy_kv_cache *const *caches, enum srv_out out,
-                                   int64_t rg) {
+static struct toy_tensor *llama_forward(struct toy_ctx *ctx, struct toy_llama *m, struct toy_tensor *tokens,
+                                        struct toy_tensor *pos, struct toy_kv_cache *const *caches, enum srv_out out,
+                                        int64_t rg) {
     const struct toy_llama_config *c = &m->cfg;
+    const bool bf16 = m->matmul_type == TOY_BF16;
     int64_t T = tokens->ne[0], B = tokens->ne[1], d = c->d_model;
     int64_t H = c->n_heads, Hkv = c->n_kv_heads, hd = toy_llama_head_dim(c);
     struct toy_rope_params rope = rope_params(c);
@@ -97,9 +131,9 @@ struct toy_tensor *toy_srv_forward(struct toy_ctx *ctx, struct toy_llama *m, str
         struct toy_attn_params attn = {.causal = true, .scale = c->attn_scale, .softcap = c->attn_softcap};
         if (c->sliding_window > 0 && (!c->swa_alternate || l % 2 == 0)) attn.window = c->sliding_window;
         struct toy_tensor *h = toy_rms_norm(ctx, x, L->attn_norm, c->norm_eps);
-        struct toy_tensor *q = toy_reshape_4d(ctx, projg(ctx, m, h, L->wq, L->bq, rg), hd, H, T, B);
-        struct toy_tensor *k = toy_reshape_4d(ctx, projg(ctx, m, h, L->wk, L->bk, rg), hd, Hkv, T, B);
-        struct toy_tensor *v = toy_reshape_4d(ctx, projg(ctx, m, h, L->wv, L->bv, rg), hd, Hkv, T, B);
+        struct toy_tensor *q = toy_reshape_4d(ctx, projg(ctx, bf16, h, L->wq, L->bq, rg), hd, H, T, B);
+        struct toy_tensor *k = toy_reshape_4d(ctx, projg(ctx, bf16, h, L->wk, L->bk, rg), hd, Hkv, T, B);
+        struct toy_tensor *v = toy_reshape_4d(ctx, projg(ctx, bf16, h, L->wv, L->bv, rg), hd, Hkv, T, B);
         if (c->qk_norm) {
             q = toy_rms_norm(ctx, q, L->q_norm, c->norm_eps);
             k = toy_rms_norm(ctx, k, L->k_norm, c->norm_eps);
@@ -118,13 +152,13 @@ struct toy_tensor *toy_srv_forward(struct toy_ctx *ctx, struct toy_llama *m, str
         } else {
             a = toy_attention(ctx, q, k, v, &attn);
         }
-        a = projg(ctx, m, toy_reshape_3d(ctx, a, hd * H, T, B), L->wo, NULL, rg);
+        a = projg(ctx, bf16, toy_reshape_3d(ctx, a, hd * H, T, B), L->wo, NULL, rg);
         if (L->post_attn_norm) a = toy_rms_norm(ctx, a, L->post_attn_norm, c->norm_eps);
         x = toy_add(ctx, x, a);
         h = toy_rms_norm(ctx, x, L->ffn_norm, c->norm_eps);
-        struct toy_tensor *g = projg(ctx, m, h, L->w_gate, NULL, rg), *u = projg(ctx, m, h, L->w_up, NULL, rg);
+        struct toy_tensor *g = projg(ctx, bf16, h, L->w_gate, NULL, rg), *u = projg(ctx, bf16, h, L->w_up, NULL, rg);
         struct toy_tensor *f = c->gelu_mlp ? toy_mul(ctx, toy_gelu(ctx, g), u) : toy_swiglu(ctx, g, u);
-        f = projg(ctx, m, f, L->w_down, NULL, rg);
+        f = projg(ctx, bf16, f, L->w_down, NULL, rg);
         if (L->post_ffn_norm) f = toy_rms_norm(ctx, f, L->post_ffn_norm, c->norm_eps);
         x = toy_add(ctx, x, f);
     }
@@ -138,10 +172,64 @@ struct toy_tensor *toy_srv_forward(struct toy_ctx *ctx, struct toy_llama *m, str
         x = toy_view(ctx, x, 3, ne, nb, (size_t)(T - 1) * x->nb[1]);
     }
     x = toy_rms_norm(ctx, x, m->out_norm, c->norm_eps);
-    struct toy_tensor *logits = projg(ctx, m, x, m->output, NULL, rg); /* {vocab, 1, B} */
+    struct toy_tensor *logits = projg(ctx, bf16, x, m->output, NULL, rg); /* {vocab, 1, B} */
     if (c->final_softcap > 0) {
         float s = c->final_softcap;
         logits = toy_scale(ctx, toy_tanh(ctx, toy_scale(ctx, logits, 1.0f / s)), s);
     }
     return logits;
+}
+
+static struct toy_tensor *gpt2_forward(struct toy_ctx *ctx, struct toy_gpt2 *m, struct toy_tensor *tokens,
+                                       struct toy_tensor *pos, struct toy_kv_cache *const *caches, enum srv_out out,
+                                       int64_t rg) {
+    const struct toy_gpt2_config *c = &m->cfg;
+    const bool bf16 = m->matmul_type == TOY_BF16;
+    int64_t T = tokens->ne[0], B = tokens->ne[1], d = c->d_model, H = c->n_heads, hd = d / H;
+    struct toy_tensor *x = toy_get_rows(ctx, m->tok_embd, tokens); /* {d, T, B} */
+    struct toy_tensor *pe = toy_get_rows(ctx, m->pos_embd, pos);   /* {d, T*B} */
+    x = toy_add(ctx, x, B > 1 ? toy_reshape_3d(ctx, pe, d, T, B) : pe);
+    const struct toy_attn_params attn = {.causal = true};
+    for (int64_t l = 0; l < c->n_layers; l++) {
+        struct toy_gpt2_layer *L = &m->layers[l];
+        struct toy_tensor *h = toy_layer_norm(ctx, x, L->attn_norm, L->attn_norm_b, c->norm_eps);
+        struct toy_tensor *qkv = projg(ctx, bf16, h, L->w_qkv, L->b_qkv, rg); /* {3d, T, B} */
+        struct toy_tensor *q = toy_qkv_part(ctx, qkv, 0, hd, H), *k = toy_qkv_part(ctx, qkv, 1, hd, H),
+                          *v = toy_qkv_part(ctx, qkv, 2, hd, H);
+        struct toy_tensor *a = NULL; /* {hd, H, T, B} */
+        if (caches) {
+            for (int64_t b = 0; b < B; b++) {
+                struct toy_kv_cache *kc = caches[b];
+                struct toy_tensor *ks = toy_kv_store(ctx, kc->k[l], seq_view(ctx, k, b), kc->n_past);
+                struct toy_tensor *vs = toy_kv_store(ctx, kc->v[l], seq_view(ctx, v, b), kc->n_past);
+                struct toy_tensor *ab = toy_attention_cached(ctx, seq_view(ctx, q, b), ks, vs, kc->n_past, &attn);
+                a = a ? toy_concat(ctx, a, ab, 3) : ab;
+            }
+        } else {
+            a = toy_attention(ctx, q, k, v, &attn);
+        }
+        a = projg(ctx, bf16, toy_reshape_3d(ctx, a, d, T, B), L->w_o, L->b_o, rg);
+        x = toy_add(ctx, x, a);
+        h = toy_layer_norm(ctx, x, L->ffn_norm, L->ffn_norm_b, c->norm_eps);
+        struct toy_tensor *f = toy_gelu(ctx, projg(ctx, bf16, h, L->w_up, L->b_up, rg)); /* {d_ff, T, B} */
+        x = toy_add(ctx, x, projg(ctx, bf16, f, L->w_down, L->b_down, rg));
+    }
+    if (out == SRV_OUT_MEAN_HIDDEN) {
+        x = toy_layer_norm(ctx, x, m->out_norm, m->out_norm_b, c->norm_eps); /* {d, T, B} */
+        return toy_mean(ctx, x, 1);                                         /* {d, 1, B} */
+    }
+    if (T > 1) { /* only the last position goes through the head */
+        int64_t ne[3] = {d, 1, B};
+        size_t nb[3] = {x->nb[0], x->nb[1], x->nb[2]};
+        x = toy_view(ctx, x, 3, ne, nb, (size_t)(T - 1) * x->nb[1]);
+    }
+    x = toy_layer_norm(ctx, x, m->out_norm, m->out_norm_b, c->norm_eps);
+    return projg(ctx, bf16, x, m->output, NULL, rg); /* {vocab, 1, B} */
+}
+
+struct toy_tensor *toy_srv_forward(struct toy_ctx *ctx, const struct srv_model *m, struct toy_tensor *tokens,
+                                   struct toy_tensor *pos, struct toy_kv_cache *const *caches, enum srv_out out,
+                                   int64_t rg) {
+    return m->llama ? llama_forward(ctx, m->llama, tokens, pos, caches, out, rg)
+                    : gpt2_forward(ctx, m->gpt2, tokens, pos, caches, out, rg);
 }

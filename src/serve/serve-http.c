@@ -46,6 +46,7 @@ struct stat_row {
 };
 
 struct srv {
+    struct srv_model model;          /* what api.m points to */
     struct srv_api api;
     struct srv_engine *eng;
     struct srv_metrics met;
@@ -302,7 +303,7 @@ static void stream_free(void *cls) {
 /* ---- endpoints ----------------------------------------------------------------------------------- */
 
 static json_t *model_json(struct srv *S) {
-    const struct toy_llama_config *c = &S->api.m->cfg;
+    const struct srv_model *c = S->api.m;
     const struct toy_tokenizer *tok = S->api.tok;
     json_t *meta = json_pack("{s:s,s:I,s:I,s:I,s:I,s:i,s:i,s:i}", "arch", c->arch, "vocab", (json_int_t)c->vocab,
                              "d_model", (json_int_t)c->d_model, "n_layers", (json_int_t)c->n_layers, "n_ctx",
@@ -621,12 +622,11 @@ static enum toy_status open_events(struct srv *S, const char *model_path) {
     if (st) return st;
     snprintf(path, sizeof path, "%s/events.jsonl", dir);
     if ((st = toy_events_open(path, TOY_EVENTS_TRUNCATE, &S->ev))) return st;
-    const struct toy_llama_config *c = &S->api.m->cfg;
+    const struct srv_model *c = S->api.m;
     json_t *model = json_pack("{s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "arch", c->arch, "name", S->model_name, "vocab",
                               (json_int_t)c->vocab, "d_model", (json_int_t)c->d_model, "n_layers",
                               (json_int_t)c->n_layers, "n_heads", (json_int_t)c->n_heads, "n_kv",
-                              (json_int_t)c->n_kv_heads, "d_head", (json_int_t)toy_llama_head_dim(c), "d_ff",
-                              (json_int_t)c->d_ff);
+                              (json_int_t)c->n_kv_heads, "d_head", (json_int_t)c->d_head, "d_ff", (json_int_t)c->d_ff);
     json_t *config = json_pack("{s:s,s:i,s:I,s:i,s:i,s:i,s:b,s:s}", "host", S->o.host, "port", S->o.port, "max_t",
                                (json_int_t)S->api.n_ctx, "slots", S->o.n_slots, "queue", S->o.queue_size,
                                "timeout_s", S->o.timeout_s, "prefix_cache", !S->o.no_prefix_cache, "model_path",
@@ -650,8 +650,8 @@ static void srv_free(struct srv *S) {
     free(S);
 }
 
-enum toy_status toy_serve(struct toy_llama *m, const struct toy_tokenizer *tok, const char *model_path,
-                          const struct toy_serve_options *opts) {
+static enum toy_status serve_model(struct srv_model model, const struct toy_tokenizer *tok, const char *model_path,
+                                   const struct toy_serve_options *opts) {
     struct toy_serve_options def = toy_serve_defaults(), o = opts ? *opts : def;
     if (!o.host) o.host = def.host;
     if (!o.cors_origin) o.cors_origin = def.cors_origin;
@@ -666,15 +666,16 @@ enum toy_status toy_serve(struct toy_llama *m, const struct toy_tokenizer *tok, 
     S->o = o;
     S->started = (long)time(NULL);
     S->model_name = o.model_name ? strdup(o.model_name) : default_name(model_path);
-    S->api.m = m;
+    S->model = model;
+    const struct srv_model *m = S->api.m = &S->model;
     S->api.tok = tok;
     S->api.model_name = S->model_name;
     S->api.timeout_s = o.timeout_s;
     int64_t n_ctx = o.n_ctx > 0 ? o.n_ctx : 4096;
-    S->api.n_ctx = n_ctx < m->cfg.max_ctx ? n_ctx : m->cfg.max_ctx;
-    if (o.n_ctx > m->cfg.max_ctx)
+    S->api.n_ctx = n_ctx < m->max_ctx ? n_ctx : m->max_ctx;
+    if (o.n_ctx > m->max_ctx)
         fprintf(stderr, "toy serve: --ctx %lld is more than the model's %lld positions; using %lld\n",
-                (long long)o.n_ctx, (long long)m->cfg.max_ctx, (long long)m->cfg.max_ctx);
+                (long long)o.n_ctx, (long long)m->max_ctx, (long long)m->max_ctx);
     enum toy_status st = TOY_OK;
     /* chat template: --chat-template, else the model's, else chatml */
     const char *src = o.chat_template ? o.chat_template : tok ? toy_tokenizer_chat_template(tok) : NULL;
@@ -753,4 +754,16 @@ enum toy_status toy_serve(struct toy_llama *m, const struct toy_tokenizer *tok, 
     if (!o.quiet) fprintf(stderr, "toy serve: stopped\n");
     srv_free(S);
     return TOY_OK;
+}
+
+enum toy_status toy_serve(struct toy_llama *m, const struct toy_tokenizer *tok, const char *model_path,
+                          const struct toy_serve_options *o) {
+    if (!m) return toy_error(TOY_ERR_INVALID_ARG, "toy_serve: NULL model");
+    return serve_model(toy_srv_model_llama(m), tok, model_path, o);
+}
+
+enum toy_status toy_serve_gpt2(struct toy_gpt2 *m, const struct toy_tokenizer *tok, const char *model_path,
+                               const struct toy_serve_options *o) {
+    if (!m) return toy_error(TOY_ERR_INVALID_ARG, "toy_serve_gpt2: NULL model");
+    return serve_model(toy_srv_model_gpt2(m), tok, model_path, o);
 }

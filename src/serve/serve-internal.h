@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "toy/generate.h"
+#include "toy/gpt2.h"
 #include "toy/llama.h"
 #include "toy/sampler.h"
 #include "toy/serve.h"
@@ -26,6 +27,24 @@
 #define SRV_MAX_TOP_LOGPROBS 20
 #define SRV_MAX_STOP 16
 
+/* ---- the model ----------------------------------------------------------------- */
+
+/* What the server runs: a Llama-family model or a GPT-2 (one of the two is
+ * set), with the sizes the API and the engine need. */
+struct srv_model {
+    struct toy_llama *llama;
+    struct toy_gpt2 *gpt2;
+    const char *arch;
+    int64_t vocab, d_model, n_layers, n_heads, n_kv_heads, d_head, d_ff, max_ctx;
+};
+struct srv_model toy_srv_model_llama(struct toy_llama *m);
+struct srv_model toy_srv_model_gpt2(struct toy_gpt2 *m);
+/* the model's matrices in the layout of this CPU's inference kernels */
+enum toy_status toy_srv_pack(const struct srv_model *m);
+/* a one-sequence KV cache of n_ctx positions (TOY_F32 or TOY_F16) */
+enum toy_status toy_srv_cache_init(const struct srv_model *m, struct toy_kv_cache *c, int64_t n_ctx,
+                                   enum toy_dtype type);
+
 /* ---- forward pass ------------------------------------------------------------- */
 
 enum srv_out {
@@ -33,20 +52,20 @@ enum srv_out {
     SRV_OUT_MEAN_HIDDEN, /* final-norm hidden states averaged over positions {d, 1, B} */
 };
 
-/* The Llama-family forward of tokens {T, B} at positions pos {T*B}. With
+/* The model's forward of tokens {T, B} at positions pos {T*B}. With
  * caches (B of them, each n_seq 1 with its own n_past), sequence b's keys
  * and values go to caches[b] at caches[b]->n_past..: B sequences at
  * different positions share one graph (every projection is one matmul over
  * the B rows; attention runs per sequence). Without caches: plain causal
  * attention over the T tokens. */
-struct toy_tensor *toy_srv_forward(struct toy_ctx *ctx, struct toy_llama *m, struct toy_tensor *tokens,
+struct toy_tensor *toy_srv_forward(struct toy_ctx *ctx, const struct srv_model *m, struct toy_tensor *tokens,
                                    struct toy_tensor *pos, struct toy_kv_cache *const *caches, enum srv_out out,
                                    int64_t row_group);
 /* The row group decode batches need so that each sequence gets the numbers
  * it gets alone: 8 for models with Q8_0/Q4_0 weights, 0 (no split) otherwise
  * (serve-forward.c explains). With row_group > 0, toy_srv_forward multiplies
  * in groups of at most row_group rows (positions x sequences). */
-int64_t toy_srv_row_group(const struct toy_llama *m);
+int64_t toy_srv_row_group(const struct srv_model *m);
 
 /* ---- jobs ---------------------------------------------------------------------- */
 
@@ -140,7 +159,8 @@ struct srv_engine_opts {
     bool kv_f32;         /* KV caches in f32 (else f16) */
 };
 
-enum toy_status toy_srv_engine_new(struct toy_llama *m, const struct toy_tokenizer *tok,
+/* m must outlive the engine */
+enum toy_status toy_srv_engine_new(const struct srv_model *m, const struct toy_tokenizer *tok,
                                    const struct srv_engine_opts *o, struct srv_metrics *metrics,
                                    struct srv_engine **out);
 /* Stops the engine thread: jobs still queued or running end (cancelled);
@@ -165,7 +185,7 @@ struct toy_chat_template;
 
 /* What the API layer needs to know about the server. */
 struct srv_api {
-    struct toy_llama *m;
+    const struct srv_model *m;
     const struct toy_tokenizer *tok;
     struct toy_chat_template *tmpl; /* NULL: chat is not available */
     char *eot_stops[4];             /* the template's end-of-turn text, as stop strings */

@@ -112,10 +112,10 @@ static bool encode_text(const struct srv_api *api, const char *text, size_t n, b
     if (toy_tokenizer_encode(api->tok, text, n, flags, out))
         return toy_srv_err(err, 400, "invalid_request_error", NULL, param, "%s", toy_last_error());
     for (int64_t i = 0; i < out->n; i++) /* a tokenizer larger than the model's embedding table */
-        if (out->ids[i] < 0 || out->ids[i] >= api->m->cfg.vocab)
+        if (out->ids[i] < 0 || out->ids[i] >= api->m->vocab)
             return toy_srv_err(err, 400, "invalid_request_error", NULL, param,
                                "the tokenizer gives id %d, beyond the model's %lld embeddings", out->ids[i],
-                               (long long)api->m->cfg.vocab);
+                               (long long)api->m->vocab);
     return true;
 }
 
@@ -131,9 +131,9 @@ static bool token_array(const struct srv_api *api, json_t *a, struct toy_tokens 
         json_t *v = json_array_get(a, i);
         if (!json_is_integer(v)) return BAD(param, "'%s'[%zu] is not a token id (an integer)", what, i);
         json_int_t id = json_integer_value(v);
-        if (id < 0 || id >= api->m->cfg.vocab)
+        if (id < 0 || id >= api->m->vocab)
             return BAD(param, "'%s'[%zu] is token %lld; the vocabulary has %lld tokens", what, i, (long long)id,
-                       (long long)api->m->cfg.vocab);
+                       (long long)api->m->vocab);
         out->ids[out->n++] = (int32_t)id;
     }
     return true;
@@ -285,9 +285,9 @@ static bool parse_bias(const struct srv_api *api, json_t *body, struct srv_job *
     json_object_foreach(b, key, v) {
         char *end;
         long long id = strtoll(key, &end, 10);
-        if (end == key || *end || id < 0 || id >= api->m->cfg.vocab)
+        if (end == key || *end || id < 0 || id >= api->m->vocab)
             return BAD("logit_bias", "logit_bias key '%s' is not a token id below %lld", key,
-                       (long long)api->m->cfg.vocab);
+                       (long long)api->m->vocab);
         if (!json_is_number(v) || json_number_value(v) < -100 || json_number_value(v) > 100)
             return BAD("logit_bias", "logit_bias['%s'] must be a number in [-100, 100]", key);
         j->bias_id[j->n_bias] = (int32_t)id;
@@ -425,10 +425,10 @@ static bool parse_embeddings(const struct srv_api *api, json_t *body, struct srv
             return BAD("encoding_format", "'encoding_format' must be \"float\" or \"base64\"");
         r->base64 = !strcmp(f, "base64");
     }
-    int64_t dims = api->m->cfg.d_model;
+    int64_t dims = api->m->d_model;
     if (!get_int(body, "dimensions", 1, INT32_MAX, &dims, err)) return false;
-    if (dims != api->m->cfg.d_model)
-        return BAD("dimensions", "this model's embeddings have %lld dimensions", (long long)api->m->cfg.d_model);
+    if (dims != api->m->d_model)
+        return BAD("dimensions", "this model's embeddings have %lld dimensions", (long long)api->m->d_model);
     return true;
 }
 
