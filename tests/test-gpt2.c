@@ -72,6 +72,27 @@ static void save(struct toy_gpt2 *m, const char *path) {
     toy_gguf_writer_free(w);
 }
 
+/* a random untied model whose rows are whole 32-element blocks (so that it
+ * quantizes), saved in f32 as th_dir/name (path: its path); its config */
+static struct toy_gpt2_config saved_model(const char *name, uint64_t seed, char *path, size_t n) {
+    struct toy_gpt2_config c = base_config();
+    c.d_model = 64;
+    c.d_ff = 128;
+    th_mkdir("gpt2");
+    snprintf(path, n, "%s/%s", th_dir, name);
+    struct toy_gpt2 *r = random_model(&c, false, seed);
+    save(r, path);
+    toy_gpt2_free(r);
+    return c;
+}
+
+/* path: the f32 file itself, or its copy quantized to type */
+static void typed_copy(const char *f32, enum toy_dtype type, char *path, size_t n) {
+    if (type == TOY_F32) { snprintf(path, n, "%s", f32); return; }
+    snprintf(path, n, "%s.%s.gguf", f32, toy_dtype_name(type));
+    cr_assert_eq(toy_gguf_quantize(f32, path, type, NULL, NULL), TOY_OK, "%s", toy_last_error());
+}
+
 static struct toy_tensor *fwd(struct toy_ctx *ctx, void *m, struct toy_tensor *tok, struct toy_tensor *pos) {
     return toy_gpt2_forward(ctx, m, tok, pos);
 }
@@ -189,25 +210,16 @@ Test(gpt2, kv_cache_decode_equals_full_forward) {
  * ones copied from the file. The logits stay bit for bit the same, for a
  * prompt and for decoding after it, and the generator still generates. */
 Test(gpt2, packed_weights_give_the_same_logits, .timeout = 300) {
-    struct toy_gpt2_config c = base_config();
-    c.d_model = 64; /* rows of whole 32-element blocks */
-    c.d_ff = 128;
-    th_mkdir("gpt2");
     char f32[1024], path[1024];
-    snprintf(f32, sizeof f32, "%s/pack-f32.gguf", th_dir);
-    struct toy_gpt2 *r = random_model(&c, false, 31);
-    save(r, f32);
-    toy_gpt2_free(r);
+    struct toy_gpt2_config c = saved_model("pack-f32.gguf", 31, f32, sizeof f32);
     const enum toy_dtype types[] = {TOY_F32, TOY_Q8_0, TOY_Q4_0};
     const int T = 12, P = 4;
     int32_t tokens[T];
     for (int i = 0; i < T; i++) tokens[i] = (i * 17 + 3) % 61;
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
-        snprintf(path, sizeof path, "%s/pack-%s.gguf", th_dir, toy_dtype_name(types[ti]));
-        if (types[ti] != TOY_F32)
-            cr_assert_eq(toy_gguf_quantize(f32, path, types[ti], NULL, NULL), TOY_OK, "%s", toy_last_error());
+        typed_copy(f32, types[ti], path, sizeof path);
         struct toy_gpt2 *m;
-        cr_assert_eq(toy_gpt2_load(types[ti] == TOY_F32 ? f32 : path, false, &m), TOY_OK, "%s", toy_last_error());
+        cr_assert_eq(toy_gpt2_load(path, false, &m), TOY_OK, "%s", toy_last_error());
         cr_assert_eq(m->layers[0].w_qkv->type, types[ti]);
         float *before = th_logits(fwd, m, tokens, T, 1);
         bool packable = toy_tensor_pack_bytes(m->layers[0].w_up) > 0;
@@ -252,28 +264,19 @@ static bool log_token(void *ud, int32_t id, const char *text, size_t len, float 
  * is the full forward's argmax at its position (where no near-tie could
  * flip it). */
 Test(gpt2, generator_fused_decode_same_bits_as_unfused, .timeout = 300) {
-    struct toy_gpt2_config c = base_config();
-    c.d_model = 64; /* rows of whole 32-element blocks */
-    c.d_ff = 128;
-    th_mkdir("gpt2");
     char f32[1024], path[1024];
-    snprintf(f32, sizeof f32, "%s/gen-f32.gguf", th_dir);
-    struct toy_gpt2 *r = random_model(&c, false, 41);
-    save(r, f32);
-    toy_gpt2_free(r);
+    struct toy_gpt2_config c = saved_model("gen-f32.gguf", 41, f32, sizeof f32);
     const enum toy_dtype types[] = {TOY_F32, TOY_Q8_0, TOY_Q4_0};
     const int32_t prompt[] = {3, 17, 40, 8, 59};
     const int P = 5, N = 20;
     struct toy_generate_params gp = {.n_predict = N, .ignore_eos = true, .sampling = {.temperature = 0}};
     struct toy_threadpool *tp = toy_threadpool_new(2);
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
-        snprintf(path, sizeof path, "%s/gen-%s.gguf", th_dir, toy_dtype_name(types[ti]));
-        if (types[ti] != TOY_F32)
-            cr_assert_eq(toy_gguf_quantize(f32, path, types[ti], NULL, NULL), TOY_OK, "%s", toy_last_error());
+        typed_copy(f32, types[ti], path, sizeof path);
         struct gen_log runs[2] = {0};
         for (int fused = 0; fused < 2; fused++) {
             struct toy_gpt2 *m;
-            cr_assert_eq(toy_gpt2_load(types[ti] == TOY_F32 ? f32 : path, false, &m), TOY_OK, "%s", toy_last_error());
+            cr_assert_eq(toy_gpt2_load(path, false, &m), TOY_OK, "%s", toy_last_error());
             if (!fused) setenv("TOY_FUSE", "0", 1);
             struct toy_generate_result res;
             cr_assert_eq(toy_gpt2_generate_kv(m, NULL, 0, TOY_F32, tp, prompt, P, &gp, log_token, &runs[fused], &res),

@@ -116,6 +116,23 @@ static struct toy_tensor *seq_view(struct toy_ctx *ctx, struct toy_tensor *x, in
     return toy_view(ctx, x, 4, ne, x->nb, (size_t)b * x->nb[3]);
 }
 
+/* Attention of layer l over q, k, v {hd, H, T, B}: with caches, sequence b's
+ * keys and values stored into caches[b] from its n_past and its queries
+ * attending over them; without, causal over the T tokens */
+static struct toy_tensor *attend(struct toy_ctx *ctx, struct toy_tensor *q, struct toy_tensor *k, struct toy_tensor *v,
+                                 struct toy_kv_cache *const *caches, int64_t l, const struct toy_attn_params *attn) {
+    if (!caches) return toy_attention(ctx, q, k, v, attn);
+    struct toy_tensor *a = NULL;
+    for (int64_t b = 0; b < q->ne[3]; b++) {
+        struct toy_kv_cache *kc = caches[b];
+        struct toy_tensor *ks = toy_kv_store(ctx, kc->k[l], seq_view(ctx, k, b), kc->n_past);
+        struct toy_tensor *vs = toy_kv_store(ctx, kc->v[l], seq_view(ctx, v, b), kc->n_past);
+        struct toy_tensor *ab = toy_attention_cached(ctx, seq_view(ctx, q, b), ks, vs, kc->n_past, attn);
+        a = a ? toy_concat(ctx, a, ab, 3) : ab;
+    }
+    return a;
+}
+
 static struct toy_tensor *llama_forward(struct toy_ctx *ctx, struct toy_llama *m, struct toy_tensor *tokens,
                                         struct toy_tensor *pos, struct toy_kv_cache *const *caches, enum srv_out out,
                                         int64_t rg) {
@@ -140,18 +157,7 @@ static struct toy_tensor *llama_forward(struct toy_ctx *ctx, struct toy_llama *m
         }
         q = toy_rope_ff(ctx, q, pos, &rope, m->rope_freqs);
         k = toy_rope_ff(ctx, k, pos, &rope, m->rope_freqs);
-        struct toy_tensor *a = NULL; /* {hd, H, T, B} */
-        if (caches) {
-            for (int64_t b = 0; b < B; b++) {
-                struct toy_kv_cache *kc = caches[b];
-                struct toy_tensor *ks = toy_kv_store(ctx, kc->k[l], seq_view(ctx, k, b), kc->n_past);
-                struct toy_tensor *vs = toy_kv_store(ctx, kc->v[l], seq_view(ctx, v, b), kc->n_past);
-                struct toy_tensor *ab = toy_attention_cached(ctx, seq_view(ctx, q, b), ks, vs, kc->n_past, &attn);
-                a = a ? toy_concat(ctx, a, ab, 3) : ab;
-            }
-        } else {
-            a = toy_attention(ctx, q, k, v, &attn);
-        }
+        struct toy_tensor *a = attend(ctx, q, k, v, caches, l, &attn); /* {hd, H, T, B} */
         a = projg(ctx, bf16, toy_reshape_3d(ctx, a, hd * H, T, B), L->wo, NULL, rg);
         if (L->post_attn_norm) a = toy_rms_norm(ctx, a, L->post_attn_norm, c->norm_eps);
         x = toy_add(ctx, x, a);
@@ -196,18 +202,7 @@ static struct toy_tensor *gpt2_forward(struct toy_ctx *ctx, struct toy_gpt2 *m, 
         struct toy_tensor *qkv = projg(ctx, bf16, h, L->w_qkv, L->b_qkv, rg); /* {3d, T, B} */
         struct toy_tensor *q = toy_qkv_part(ctx, qkv, 0, hd, H), *k = toy_qkv_part(ctx, qkv, 1, hd, H),
                           *v = toy_qkv_part(ctx, qkv, 2, hd, H);
-        struct toy_tensor *a = NULL; /* {hd, H, T, B} */
-        if (caches) {
-            for (int64_t b = 0; b < B; b++) {
-                struct toy_kv_cache *kc = caches[b];
-                struct toy_tensor *ks = toy_kv_store(ctx, kc->k[l], seq_view(ctx, k, b), kc->n_past);
-                struct toy_tensor *vs = toy_kv_store(ctx, kc->v[l], seq_view(ctx, v, b), kc->n_past);
-                struct toy_tensor *ab = toy_attention_cached(ctx, seq_view(ctx, q, b), ks, vs, kc->n_past, &attn);
-                a = a ? toy_concat(ctx, a, ab, 3) : ab;
-            }
-        } else {
-            a = toy_attention(ctx, q, k, v, &attn);
-        }
+        struct toy_tensor *a = attend(ctx, q, k, v, caches, l, &attn); /* {hd, H, T, B} */
         a = projg(ctx, bf16, toy_reshape_3d(ctx, a, d, T, B), L->w_o, L->b_o, rg);
         x = toy_add(ctx, x, a);
         h = toy_layer_norm(ctx, x, L->ffn_norm, L->ffn_norm_b, c->norm_eps);
