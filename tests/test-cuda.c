@@ -1205,6 +1205,56 @@ Test(cuda, llama_prefill_then_decode_matches_cpu) {
     toy_llama_free(m);
 }
 
+struct gen_log {
+    int32_t ids[32];
+    float lps[32];
+    int n;
+};
+
+static bool log_token(void *ud, int32_t id, const char *text, size_t len, float lp) {
+    (void)text, (void)len;
+    struct gen_log *g = ud;
+    if (id >= 0 && g->n < 32) g->ids[g->n] = id, g->lps[g->n++] = lp;
+    return true;
+}
+
+/* GPT-2 generation (the generic generator: a last-position prefill, then a
+ * decode graph fused for the device) on the GPU gives the CPU's greedy
+ * tokens and, within f16-cache tolerance, their log-probabilities */
+Test(cuda, gpt2_generation_matches_cpu) {
+    need_cuda();
+    struct toy_gpt2_config c = toy_gpt2_preset("tiny");
+    c.vocab = 61;
+    c.max_ctx = 64;
+    struct toy_gpt2 *m = toy_gpt2_new(&c, 5);
+    cr_assert(m, "%s", toy_last_error());
+    for (int i = 0; i < toy_gpt2_n_tensors(m); i++) { /* logits far apart: no near-tie to flip a greedy token */
+        struct toy_tensor *t = toy_gpt2_tensor(m, i);
+        for (int64_t k = 0; k < toy_nelements(t); k++) ((float *)t->data)[k] *= t->ne[1] > 1 ? 8.0f : 1.0f;
+    }
+    const int32_t prompt[] = {3, 17, 40, 8, 59, 1, 22};
+    struct toy_generate_params gp = {.n_predict = 24, .ignore_eos = true, .sampling = {.temperature = 0}};
+    struct toy_threadpool *tp = toy_threadpool_new(2);
+    struct gen_log runs[2] = {0};
+    for (int s = 0; s < 2; s++) {
+        cr_assert_eq(toy_device_set_default(s ? "cuda:0" : "cpu"), TOY_OK, "%s", toy_last_error());
+        cr_assert_eq(toy_gpt2_generate_kv(m, NULL, 0, TOY_F16, tp, prompt, 7, &gp, log_token, &runs[s], NULL), TOY_OK,
+                     "%s", toy_last_error());
+    }
+    cr_assert_eq(toy_device_set_default("cpu"), TOY_OK);
+    cr_assert_eq(runs[0].n, 24);
+    cr_assert_eq(runs[1].n, 24);
+    double worst = 0;
+    for (int i = 0; i < 24; i++) {
+        cr_assert_eq(runs[1].ids[i], runs[0].ids[i], "token %d: cuda %d, cpu %d", i, runs[1].ids[i], runs[0].ids[i]);
+        worst = fmax(worst, fabs(runs[1].lps[i] - runs[0].lps[i]));
+    }
+    cr_log_info("gpt2 generation, cuda vs cpu: max |logprob diff| %.2e", worst);
+    cr_expect_leq(worst, 1e-2);
+    toy_threadpool_free(tp);
+    toy_gpt2_free(m);
+}
+
 /* Decode graphs fused for CUDA (toy_graph_set_fusion, graph-fuse.c): the
  * norms and SwiGLUs run as the products' prologues, the residual adds as
  * their accumulation, q/k/v and gate/up as one launch each, and the
