@@ -31,6 +31,7 @@
 
 #include "toy/toy.h"
 #include "backends/cpu/cpu-impl.h"
+#include "serve/serve-internal.h"
 #include "harness.h"
 
 #define TOL_F32 1e-5
@@ -1253,6 +1254,91 @@ Test(cuda, gpt2_generation_matches_cpu) {
     cr_expect_leq(worst, 1e-2);
     toy_threadpool_free(tp);
     toy_gpt2_free(m);
+}
+
+/* a greedy generation job of max_tokens after prompt[0..n) */
+static struct srv_job *greedy_job(const int32_t *prompt, int64_t n, int64_t max_tokens) {
+    struct srv_job *j = toy_srv_job_new(SRV_JOB_GENERATE);
+    cr_assert(j);
+    j->prompt = malloc((size_t)n * sizeof *j->prompt);
+    memcpy(j->prompt, prompt, (size_t)n * sizeof *prompt);
+    j->n_prompt = n;
+    j->max_tokens = max_tokens;
+    j->ignore_eos = true;
+    return j;
+}
+
+static void wait_job(struct srv_job *j) {
+    pthread_mutex_lock(&j->mu);
+    while (!j->done) pthread_cond_wait(&j->cv, &j->mu);
+    pthread_mutex_unlock(&j->mu);
+    cr_assert_eq(j->err, TOY_OK, "%s", j->errmsg);
+}
+
+/* The server's engine (continuous batching over per-slot KV caches, the
+ * prefix cache, the fused batched decode graph) with its graphs on the
+ * device: three requests decoded together, then one whose prompt starts
+ * with an earlier one's, give the CPU engine's greedy tokens and, within
+ * f16-cache tolerance, their log-probabilities; for a Llama and a GPT-2 */
+Test(cuda, serve_engine_matches_cpu, .timeout = 300) {
+    need_cuda();
+    struct toy_llama_config lc = small_llama();
+    struct toy_llama *lm = toy_llama_new(&lc, 9);
+    struct toy_gpt2_config gc = toy_gpt2_preset("tiny");
+    gc.vocab = 61;
+    gc.max_ctx = 64;
+    struct toy_gpt2 *gm = toy_gpt2_new(&gc, 9);
+    cr_assert(lm && gm, "%s", toy_last_error());
+    for (int f = 0; f < 2; f++) /* logits far apart: no near-tie to flip a greedy token */
+        for (int i = 0; i < (f ? toy_gpt2_n_tensors(gm) : toy_llama_n_tensors(lm)); i++) {
+            struct toy_tensor *t = f ? toy_gpt2_tensor(gm, i) : toy_llama_tensor(lm, i);
+            for (int64_t k = 0; t->ne[1] > 1 && k < toy_nelements(t); k++) ((float *)t->data)[k] *= 8.0f;
+        }
+    const struct srv_model models[2] = {toy_srv_model_llama(lm), toy_srv_model_gpt2(gm)};
+    const int32_t prompts[4][6] = {{3, 17, 40, 8, 59, 1}, {5, 9, 2}, {44, 12, 7, 30}, {3, 17, 40, 8, 11, 20}};
+    const int64_t lens[4] = {6, 3, 4, 6};
+    enum { MAXT = 10 };
+    for (int f = 0; f < 2; f++) {
+        struct srv_token got[2][4][MAXT];
+        for (int side = 0; side < 2; side++) {
+            cr_assert_eq(toy_device_set_default(side ? "cuda:0" : "cpu"), TOY_OK, "%s", toy_last_error());
+            struct srv_metrics met = {0};
+            pthread_mutex_init(&met.mu, NULL);
+            struct srv_engine_opts eo = {.n_slots = 3, .queue_size = 4, .n_ctx = 32, .n_threads = 2,
+                                         .prefix_cache = true};
+            struct srv_engine *e;
+            cr_assert_eq(toy_srv_engine_new(&models[f], NULL, &eo, &met, &e), TOY_OK, "%s", toy_last_error());
+            struct srv_job *jobs[4];
+            for (int i = 0; i < 4; i++) {
+                jobs[i] = greedy_job(prompts[i], lens[i], MAXT);
+                if (i == 3) /* after the others: its prompt's first four tokens are in a slot's cache */
+                    for (int k = 0; k < 3; k++) wait_job(jobs[k]);
+                cr_assert_eq(toy_srv_engine_submit(e, jobs[i]), TOY_OK, "%s", toy_last_error());
+            }
+            wait_job(jobs[3]);
+            cr_assert_gt(atomic_load(&met.decode_rows), atomic_load(&met.decode_steps), "a shared batch");
+            cr_assert_eq(jobs[3]->n_cached, 4, "%s: the prefix cache", models[f].arch);
+            for (int i = 0; i < 4; i++) {
+                cr_assert_eq(jobs[i]->n_generated, MAXT);
+                for (int k = 0; k < MAXT; k++) got[side][i][k] = jobs[i]->toks[k];
+                toy_srv_job_unref(jobs[i]);
+            }
+            toy_srv_engine_free(e);
+            pthread_mutex_destroy(&met.mu);
+        }
+        cr_assert_eq(toy_device_set_default("cpu"), TOY_OK);
+        double worst = 0;
+        for (int i = 0; i < 4; i++)
+            for (int k = 0; k < MAXT; k++) {
+                cr_assert_eq(got[1][i][k].id, got[0][i][k].id, "%s: request %d token %d: cuda %d, cpu %d",
+                             models[f].arch, i, k, got[1][i][k].id, got[0][i][k].id);
+                worst = fmax(worst, fabs(got[1][i][k].logprob - got[0][i][k].logprob));
+            }
+        cr_log_info("%s serve engine, cuda vs cpu: max |logprob diff| %.2e", models[f].arch, worst);
+        cr_expect_leq(worst, 1e-2);
+    }
+    toy_llama_free(lm);
+    toy_gpt2_free(gm);
 }
 
 /* Decode graphs fused for CUDA (toy_graph_set_fusion, graph-fuse.c): the
