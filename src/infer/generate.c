@@ -57,7 +57,8 @@ enum toy_status toy_generator_new_lm(const struct toy_lm *lm, const struct toy_t
     *out = NULL;
     if (!lm || !lm->self) return toy_error(TOY_ERR_INVALID_ARG, "toy_generator_new: NULL model");
     if (!lm->cache_init || !lm->forward_cached)
-        return toy_error(TOY_ERR_UNSUPPORTED, "toy_generator_new: %s models have no KV-cache inference", lm->arch);
+        return toy_error(TOY_ERR_UNSUPPORTED, "toy_generator_new: %s models have no KV-cache inference",
+                         lm->arch ? lm->arch : "these");
     struct toy_generator *g = calloc(1, sizeof *g);
     if (!g) return toy_error(TOY_ERR_NOMEM, "generator");
     g->lm = *lm;
