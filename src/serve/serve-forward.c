@@ -1,6 +1,6 @@
 /* serve-forward.c: the model the server runs (struct srv_model: a
  * Llama-family model or a GPT-2) and its forward pass, built from the
- * public ops of toy/tensor.h. Each family's mirrors its model's forward()
+ * public ops of toy/tensor.h. Each family's forward mirrors its model's
  * (src/models/llama.c, src/models/gpt2.c: same family flags, same op order,
  * so the same numbers as toy generate) with three differences the server
  * needs:
