@@ -344,15 +344,20 @@ static bool decode_step_ok(const struct attn *a, const struct toy_tensor *k, con
            (k->type == TOY_F32 || k->type == TOY_F16) && k->nb[0] == es && v->nb[0] == es && a->Hq % a->Hkv == 0;
 }
 
-/* the keys [*c0, *c1) thread ith of nth reads in a decode step */
+/* the keys [*c0, *c1) thread ith of nth reads in a decode step: whole
+ * blocks of 16 keys, as many to each thread as they divide (the last block,
+ * maybe partial, to the last thread). Rounding each thread's share up to a
+ * block instead left the last thread up to 16 keys a thread short: at 70
+ * keys on 2 threads, 48 against 22, and GPT-2 124M's decode attention took
+ * 134 us a step on the first thread against 80 on the second. */
 static void decode_keys(const struct attn *a, int ith, int nth, int64_t *c0, int64_t *c1) {
     int64_t j0, j1;
     key_range(a, 0, &j0, &j1);
     if (j1 > a->Tk) j1 = a->Tk;
-    int64_t nk = j1 > j0 ? j1 - j0 : 0, per = (nk + nth - 1) / nth;
-    per = (per + 15) / 16 * 16; /* whole blocks of 16 keys per thread */
-    *c0 = j0 + per * ith < j1 ? j0 + per * ith : j1;
-    *c1 = *c0 + per < j1 ? *c0 + per : j1;
+    int64_t nk = j1 > j0 ? j1 - j0 : 0, blocks = (nk + 15) / 16;
+    int64_t b0 = blocks * ith / nth, b1 = blocks * (ith + 1) / nth;
+    *c0 = j0 + 16 * b0 < j1 ? j0 + 16 * b0 : j1;
+    *c1 = j0 + 16 * b1 < j1 ? j0 + 16 * b1 : j1;
 }
 
 int toy_cpu_attention_prefetch(const struct toy_tensor *dst, int ith, int nth, struct toy_prefetch *pf) {
