@@ -111,6 +111,8 @@ Test(api, null_params_are_the_defaults) {
     struct toy_generator *g;
     NULL_ARG(toy_generator_new(NULL, NULL, 16, NULL, &g), "NULL model");
     NULL_ARG(toy_generator_new_lm(NULL, NULL, 16, TOY_F32, NULL, &g), "NULL model");
+    NULL_ARG(toy_serve(NULL, NULL, NULL, NULL), "NULL model");
+    NULL_ARG(toy_serve_gpt2(NULL, NULL, NULL, NULL), "NULL model");
     struct toy_lm no_cache = toy_llama_lm(m); /* a family without KV-cache inference */
     no_cache.forward_cached = NULL;
     cr_assert_eq(toy_generator_new_lm(&no_cache, NULL, 16, TOY_F32, NULL, &g), TOY_ERR_UNSUPPORTED);
