@@ -137,7 +137,7 @@ int toy_cmd_bench(int argc, char **argv) {
     double bytes, kv_row; /* weight bytes a decode step reads; K and V bytes a position keeps */
     enum toy_dtype wtype;
     bool bf16_on = false;
-    if (toy_cli_is_gpt2(resolved)) { /* GPT-2 has its own model and generator (cli/generate-gpt2.c) */
+    if (toy_cli_is_gpt2(resolved)) { /* GPT-2: its own model, the same generator */
         if (bf16) {
             fprintf(stderr, "toy bench: --bf16 is for Llama-family models; %s is a GPT-2\n", resolved);
             return 2;
@@ -196,7 +196,8 @@ int toy_cmd_bench(int argc, char **argv) {
     for (int ti = 0; ti < n_threads && !rc; ti++) {
         struct toy_threadpool *tp = toy_threadpool_new(threads[ti]);
         struct toy_generator *gen = NULL;
-        if (!tp || (m && toy_generator_new_kv(m, NULL, n_prompt + n_gen + 1, kv_type, tp, &gen))) {
+        struct toy_lm lm = m ? toy_llama_lm(m) : toy_gpt2_lm(g);
+        if (!tp || toy_generator_new_lm(&lm, NULL, n_prompt + n_gen + 1, kv_type, tp, &gen)) {
             fprintf(stderr, "toy bench: %s\n", toy_last_error());
             toy_threadpool_free(tp);
             rc = 1;
@@ -206,9 +207,7 @@ int toy_cmd_bench(int argc, char **argv) {
         for (int64_t r = 0; r < reps && !rc; r++) {
             struct toy_generate_result res;
             int64_t n = 0;
-            if (m ? toy_generate(gen, prompt, n_prompt, &gp, count_token, &n, &res)
-                  : toy_gpt2_generate_kv(g, NULL, n_prompt + n_gen + 1, kv_type, tp, prompt, n_prompt, &gp,
-                                         count_token, &n, &res)) {
+            if (toy_generate(gen, prompt, n_prompt, &gp, count_token, &n, &res)) {
                 fprintf(stderr, "toy bench: %s\n", toy_last_error());
                 rc = 1;
                 break;
