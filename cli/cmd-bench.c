@@ -29,8 +29,7 @@ static int usage_to(FILE *out) {
                     "Prefill and decode tokens/s of a Llama-family or GPT-2 GGUF at each thread count,\n"
                     "against the memory-bandwidth bound of decode measured now; peak RSS. Decode tokens/s\n"
                     "counts decode steps (the first generated token comes with the prompt). --bf16: the\n"
-                    "prompt's products over f32 or f16 weights in bf16, as toy generate --bf16 (not for\n"
-                    "GPT-2 models).\n");
+                    "prompt's products over f32 or f16 weights in bf16, as toy generate --bf16.\n");
     return 2;
 }
 static int usage(void) { return usage_to(stderr); }
@@ -138,18 +137,15 @@ int toy_cmd_bench(int argc, char **argv) {
     enum toy_dtype wtype;
     bool bf16_on = false;
     if (toy_cli_is_gpt2(resolved)) { /* GPT-2: its own model, the same generator */
-        if (bf16) {
-            fprintf(stderr, "toy bench: --bf16 is for Llama-family models; %s is a GPT-2\n", resolved);
-            return 2;
-        }
         if (toy_gpt2_load(resolved, false, &g)) { fprintf(stderr, "toy bench: %s\n", toy_last_error()); return 1; }
+        bf16_on = bf16 && toy_cli_infer_bf16("bench", NULL, g);
         vocab = g->cfg.vocab, max_ctx = g->cfg.max_ctx, params = toy_gpt2_n_params(g);
         bytes = toy_gpt2_decode_bytes(g);
         kv_row = 2.0 * (double)g->cfg.n_layers * (double)g->cfg.d_model * (kv_type == TOY_F16 ? 2 : 4);
         wtype = g->layers[0].w_qkv->type;
     } else {
         if (toy_llama_load(resolved, false, &m)) { fprintf(stderr, "toy bench: %s\n", toy_last_error()); return 1; }
-        bf16_on = bf16 && toy_cli_infer_bf16("bench", m);
+        bf16_on = bf16 && toy_cli_infer_bf16("bench", m, NULL);
         vocab = m->cfg.vocab, max_ctx = m->cfg.max_ctx, params = toy_llama_n_params(m);
         bytes = toy_llama_decode_bytes(m);
         kv_row = 2.0 * (double)m->cfg.n_layers * (double)m->cfg.n_kv_heads * (double)toy_llama_head_dim(&m->cfg) *

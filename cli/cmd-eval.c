@@ -34,7 +34,7 @@ static int usage_to(FILE *out) {
                  "run's --ctx and --max-windows of its evaluation, the same windows and the same loss.\n"
                  "A text is one document, tokenized as `toy tokenize --corpus` does: BOS first when the\n"
                  "model's tokenizer asks for one (--no-bos: never). FILE may be a pipe (/dev/stdin).\n"
-                 "--bf16 (Llama family): products over f32 or f16 weights in bf16 (AVX-512 BF16 or AMX), f32 sums.\n"
+                 "--bf16: products over f32 or f16 weights in bf16 (AVX-512 BF16 or AMX), f32 sums.\n"
                  "--json: {format: \"toy/eval-v1\", model, data, loss, ppl, tokens, windows, ctx, bf16}.\n");
     return 2;
 }
@@ -70,15 +70,11 @@ int toy_cmd_eval(int argc, char **argv) {
     struct toy_cli_data in = {0};
     int rc = 1;
     struct toy_gpt2 *g2 = NULL; /* a GPT-2 GGUF runs through the same toy_lm interface */
-    if (bf16 && toy_cli_is_gpt2(model)) {
-        fprintf(stderr, "toy eval: --bf16 is for Llama-family models; %s is a GPT-2\n", model);
-        return 2;
-    }
     if (toy_cli_is_gpt2(model) ? toy_gpt2_load(model, false, &g2) : toy_llama_load(model, false, &m)) {
         fprintf(stderr, "toy eval: %s\n", toy_last_error());
         return 1;
     }
-    bool bf16_on = bf16 && toy_cli_infer_bf16("eval", m);
+    bool bf16_on = bf16 && toy_cli_infer_bf16("eval", m, g2);
     struct toy_lm lm = g2 ? toy_gpt2_lm(g2) : toy_llama_lm(m);
     if (T > lm.max_ctx) { /* it became 256 without a word */
         fprintf(stderr, "toy eval: note: --ctx %lld is past the model's context of %lld tokens: using %lld\n",

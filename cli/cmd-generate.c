@@ -39,7 +39,7 @@ static int usage_to(FILE *out) {
             "without --no-bos; --prompt-ids are the tokens as given (BOS too). Ctrl-C ends it with the text\n"
             "so far (exit 130).\n"
             "--bf16: the prompt's products over f32 or f16 weights in bf16 (AVX-512 BF16 or AMX).\n"
-            "GPT-2 models take neither --lora nor --bf16.\n");
+            "GPT-2 models take no --lora.\n");
     return 2;
 }
 static int usage(void) { return usage_to(stderr); }
@@ -97,15 +97,14 @@ int toy_cmd_generate(int argc, char **argv) {
     gp.stop = stops;
     gp.n_stop = n_stop;
     if (toy_cli_is_gpt2(model)) { /* GPT-2: its own model, the same generator; no adapters */
-        const char *no = lora_path ? "--lora" : bf16 ? "--bf16" : NULL;
-        if (no) { fprintf(stderr, "toy generate: %s is for Llama-family models; %s is a GPT-2\n", no, model); return 2; }
+        if (lora_path) { fprintf(stderr, "toy generate: --lora is for Llama-family models; %s is a GPT-2\n", model); return 2; }
         return toy_cli_generate_gpt2(model, prompt, prompt_ids, &gp, n_ctx, (enum toy_dtype)kv_type, threads, json,
-                                     special, trace_path);
+                                     special, trace_path, bf16);
     }
 
     struct toy_llama *m;
     if (toy_llama_load(model, false, &m)) { fprintf(stderr, "toy generate: %s\n", toy_last_error()); return 1; }
-    if (bf16) toy_cli_infer_bf16("generate", m);
+    if (bf16) toy_cli_infer_bf16("generate", m, NULL);
     struct toy_lora *lora = NULL;
     if (lora_path && toy_lora_load(m, lora_path, lora_scale, false, &lora)) {
         fprintf(stderr, "toy generate: %s\n", toy_last_error());

@@ -17,6 +17,7 @@
 
 #include "generate-gpt2.h"
 #include "json-out.h"
+#include "precision.h"
 #include "stop-signals.h"
 #include "toy/gguf.h"
 #include "toy/gpt2.h"
@@ -147,9 +148,10 @@ int toy_cli_run_generator(struct toy_generator *gen, const struct toy_tokens *id
 
 int toy_cli_generate_gpt2(const char *path, const char *prompt, const char *prompt_ids,
                           const struct toy_generate_params *gp, int64_t n_ctx, enum toy_dtype kv_type, int threads,
-                          bool json, bool special, const char *trace_path) {
+                          bool json, bool special, const char *trace_path, bool bf16) {
     struct toy_gpt2 *m;
     if (toy_gpt2_load(path, false, &m)) { fprintf(stderr, "toy generate: %s\n", toy_last_error()); return 1; }
+    if (bf16) toy_cli_infer_bf16("generate", NULL, m);
     struct toy_tokenizer *tok = NULL;
     if (toy_tokenizer_load_gguf(m->gguf, &tok) && !prompt_ids) {
         fprintf(stderr, "toy generate: %s has no usable tokenizer (%s); pass --prompt-ids\n", path, toy_last_error());

@@ -257,6 +257,69 @@ static bool log_token(void *ud, int32_t id, const char *text, size_t len, float 
     return true;
 }
 
+/* the logits of the last of tokens[0..T) prefilled into a fresh cache (the generator's prefill) */
+static void prefill_logits(struct toy_gpt2 *m, const int32_t *tokens, int T, float *out) {
+    struct toy_kv_cache kv;
+    cr_assert_eq(toy_gpt2_cache_init(&kv, m, 32, 1), TOY_OK, "%s", toy_last_error());
+    struct toy_lm lm = toy_gpt2_lm(m);
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, T, 1), *pos = toy_new_tensor_1d(ctx, TOY_I32, T);
+    for (int i = 0; i < T; i++) ((int32_t *)tok->data)[i] = tokens[i], ((int32_t *)pos->data)[i] = i;
+    struct toy_tensor *lg = lm.forward_cached(m, ctx, &kv, tok, pos, true);
+    cr_assert_eq(lg->ne[1], 1, "the last position only");
+    toy_set_output(lg);
+    struct toy_graph *g = toy_graph_new(ctx);
+    toy_graph_build(g, lg);
+    *(int32_t *)kv.n_past->data = 0;
+    cr_assert_eq(toy_graph_compute(g, NULL), TOY_OK, "%s", toy_last_error());
+    memcpy(out, lg->data, (size_t)m->cfg.vocab * sizeof(float));
+    toy_ctx_free(ctx);
+    toy_kv_cache_free(&kv);
+}
+
+/* toy_gpt2_infer_bf16 (`--bf16`), as toy_llama_infer_bf16: a prompt's
+ * products over f32 and f16 matrices take bf16 operands, so the logits move
+ * by about bf16's rounding and no more (and do move: the bf16 kernels ran);
+ * quantized matrices keep their int8 kernels: refused, and even when set by
+ * hand, the same bits */
+Test(gpt2, infer_bf16_rounds_a_prompts_float_products_only, .timeout = 120) {
+    char f32[1024], path[1024];
+    struct toy_gpt2_config c = saved_model("bf16-f32.gguf", 51, f32, sizeof f32);
+    if (!toy_cpu_bf16_native()) cr_skip_test("this CPU has no faster bf16 products (%s)", toy_cpu_bf16_gemm());
+    const enum toy_dtype types[] = {TOY_F32, TOY_F16, TOY_Q8_0};
+    int32_t tokens[20];
+    for (int i = 0; i < 20; i++) tokens[i] = (i * 13 + 3) % (int32_t)c.vocab;
+    float want[61], got[61];
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const char *tn = toy_dtype_name(types[ti]);
+        typed_copy(f32, types[ti], path, sizeof path);
+        struct toy_gpt2 *m;
+        cr_assert_eq(toy_gpt2_load(path, false, &m), TOY_OK, "%s", toy_last_error());
+        cr_assert_eq(m->layers[0].w_qkv->type, types[ti]);
+        cr_assert_eq(toy_gpt2_pack_weights(m), TOY_OK, "%s", toy_last_error());
+        prefill_logits(m, tokens, 20, want);
+        bool on = toy_gpt2_infer_bf16(m);
+        if (types[ti] == TOY_Q8_0) {
+            cr_assert_not(on, "bf16 inference over q8_0 matrices only");
+            cr_assert_eq(m->matmul_type, TOY_F32);
+            m->matmul_type = TOY_BF16;
+            m->bf16_float_only = true;
+            prefill_logits(m, tokens, 20, got);
+            cr_assert(memcmp(want, got, sizeof want) == 0, "q8_0 prefill changed under bf16 inference");
+        } else {
+            cr_assert(on, "%s", tn);
+            prefill_logits(m, tokens, 20, got);
+            double scale = 0, diff = 0;
+            for (int v = 0; v < c.vocab; v++) scale = fmax(scale, fabsf(want[v])), diff = fmax(diff, fabsf(got[v] - want[v]));
+            cr_log_info("gpt2 %s, bf16 prefill: max |logit diff| %.3g of max |logit| %.3g", tn, diff, scale);
+            cr_assert(diff > 0, "%s: a bf16 prefill gave the same bits: its products did not run in bf16", tn);
+            cr_assert(diff <= 2e-2 * scale, "%s: bf16 prefill logits off by %g (max |logit| %g)", tn, diff, scale);
+        }
+        toy_gpt2_free(m);
+    }
+    th_rmdir();
+}
+
 /* Generation goes through the generic generator (toy_generator_new_lm over
  * toy_gpt2_lm), whose decode graph is fused for the CPU's kernels: the
  * greedy tokens and their log-probabilities have the same bits as with
@@ -489,8 +552,8 @@ Test(gpt2, converted_hf_folder_matches_pytorch, .timeout = 300) {
 /* `toy bench` on a GPT-2 GGUF: decode against the bound, with the bytes a
  * step reads (every tensor, but one row of the position table, and of the
  * token table when the head is not tied to it) and the cache's (f16 by
- * default, as toy generate keeps it; f32 twice that); --bf16 is for
- * Llama-family models. */
+ * default, as toy generate keeps it; f32 twice that); --bf16 on the f32
+ * matrices where the CPU multiplies bf16 faster. */
 Test(gpt2, cli_bench_measures_a_gpt2, .timeout = 300) {
     const char *bin = getenv("TOY_BIN") ? getenv("TOY_BIN") : "build/toy";
     if (access(bin, X_OK)) cr_skip_test("no %s", bin);
@@ -525,9 +588,11 @@ Test(gpt2, cli_bench_measures_a_gpt2, .timeout = 300) {
             }
             json_decref(j);
         }
-        snprintf(cmd, sizeof cmd, "%s bench -m '%s' --bf16 > '%s/err.txt' 2>&1", bin, path, th_dir);
-        int rc = system(cmd);
-        cr_expect(WIFEXITED(rc) && WEXITSTATUS(rc) == 2, "%s: %d", cmd, rc);
+        snprintf(cmd, sizeof cmd, "%s bench -m '%s' --threads 2 --prompt 8 --gen 3 --reps 1 --json --bf16 2> /dev/null",
+                 bin, path);
+        json_t *j = cli_json(cmd);
+        cr_expect_eq(json_is_true(json_object_get(j, "bf16_products")), toy_cpu_bf16_native(), "--bf16 on f32 matrices");
+        json_decref(j);
     }
     th_rmdir();
 }
@@ -566,6 +631,12 @@ Test(gpt2, cli_train_and_generate, .timeout = 300) {
     g = cli_json(cmd);
     cr_assert_eq(json_array_size(json_object_get(g, "ids")), 12);
     json_decref(g);
+    /* --bf16: the products over the checkpoint's f32 matrices in bf16 (or a note where that is no faster) */
+    snprintf(cmd, sizeof cmd, "%s generate -m '%s/run/weights/latest' -p 'ROMEO:' -n 12 --temp 0 --bf16 --json 2> /dev/null",
+             bin, th_dir);
+    g = cli_json(cmd);
+    cr_assert_eq(json_array_size(json_object_get(g, "ids")), 12);
+    json_decref(g);
     snprintf(cmd, sizeof cmd, "%s generate -m '%s/run/weights/latest' -p 'x' --kv-type q8_0 > /dev/null 2>&1", bin, th_dir);
     int krc = system(cmd);
     cr_assert(WIFEXITED(krc) && WEXITSTATUS(krc) == 2, "--kv-type q8_0: %d", krc);
@@ -594,6 +665,11 @@ Test(gpt2, cli_train_and_generate, .timeout = 300) {
     json_t *e = cli_json(cmd);
     double ce = json_real_value(json_object_get(e, "loss"));
     cr_assert(ce > 0 && ce < log(300.0), "toy eval of the GPT-2 checkpoint: %f", ce);
+    json_decref(e);
+    snprintf(cmd, sizeof cmd, "%s eval -m '%s/run/weights/latest' --data '%s/text.txt' --heldout 0.1 --bf16 --json 2> /dev/null",
+             bin, th_dir, th_dir);
+    e = cli_json(cmd);
+    cr_assert_float_eq(json_real_value(json_object_get(e, "loss")), ce, 0.02 * ce, "toy eval --bf16 of the GPT-2");
     json_decref(e);
     snprintf(cmd, sizeof cmd, "%s train --resume '%s/run' --steps 40 --json 2> '%s/resume.err'", bin, th_dir, th_dir);
     json_t *r = cli_json(cmd);

@@ -63,6 +63,7 @@ struct toy_gpt2 {
     bool tied;
     struct toy_gpt2_layer *layers;
     enum toy_dtype matmul_type;                    /* TOY_F32 or TOY_BF16 (mixed precision) */
+    bool bf16_float_only;                          /* with TOY_BF16: only f32/f16 matrices (toy_gpt2_infer_bf16) */
     void *pack_block;                              /* the packed matrices (toy_gpt2_pack_weights) */
     size_t pack_bytes;
 };
@@ -135,6 +136,11 @@ enum toy_status toy_gpt2_load(const char *path, bool trainable, struct toy_gpt2 
  * float ones the file maps copied; the file's pages released). The
  * generator calls it; idempotent; toy_gpt2_free frees the copies. */
 enum toy_status toy_gpt2_pack_weights(struct toy_gpt2 *m);
+/* Mixed-precision inference, as toy_llama_infer_bf16 (`--bf16`): the
+ * products over f32 and f16 matrices in bf16 (quantized ones keep the int8
+ * kernels), where the CPU multiplies bf16 faster than f32 or the default
+ * device is a GPU. Returns whether any product now runs in bf16. */
+bool toy_gpt2_infer_bf16(struct toy_gpt2 *m);
 /* Metadata and tensors into a GGUF writer; type TOY_F32, TOY_F16 or
  * TOY_BF16 for the 2-D weights (LayerNorms, biases and position embeddings
  * of any type stay as they are when F32). A tied head writes no

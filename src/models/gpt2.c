@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "toy/device.h"
 #include "toy/gguf.h"
 #include "toy/gpt2.h"
 #include "toy/rng.h"
@@ -134,6 +135,19 @@ static int inference_weights(const struct toy_gpt2 *m, struct toy_tensor **out) 
     return n;
 }
 
+bool toy_gpt2_infer_bf16(struct toy_gpt2 *m) {
+    if (!strcmp(toy_device_default(), "cpu") && !toy_cpu_bf16_native()) return false;
+    struct toy_tensor **w = malloc(((size_t)m->cfg.n_layers * 4 + 1) * sizeof *w);
+    if (!w) return false;
+    int n = inference_weights(m, w), floats = 0;
+    for (int i = 0; i < n; i++) floats += w[i]->type == TOY_F32 || w[i]->type == TOY_F16;
+    free(w);
+    if (!floats) return false; /* nothing to round */
+    m->matmul_type = TOY_BF16;
+    m->bf16_float_only = true; /* quantized weights: the int8 kernels are the faster */
+    return true;
+}
+
 enum toy_status toy_gpt2_pack_weights(struct toy_gpt2 *m) {
     if (m->pack_block) return TOY_OK;
     struct toy_tensor **w = malloc(((size_t)m->cfg.n_layers * 4 + 1) * sizeof *w);
@@ -198,7 +212,8 @@ int64_t toy_gpt2_n_params(const struct toy_gpt2 *m) {
 /* x W^T + b, in bf16 under mixed precision (as the Llama proj) */
 static struct toy_tensor *proj(struct toy_ctx *ctx, const struct toy_gpt2 *m, struct toy_tensor *x,
                                struct toy_tensor *w, struct toy_tensor *b) {
-    return toy_linear_bf16(ctx, x, w, b, m->matmul_type == TOY_BF16);
+    bool bf16 = m->matmul_type == TOY_BF16 && (!m->bf16_float_only || w->type == TOY_F32 || w->type == TOY_F16);
+    return toy_linear_bf16(ctx, x, w, b, bf16);
 }
 
 static struct toy_tensor *forward(struct toy_ctx *ctx, struct toy_gpt2 *m, struct toy_kv_cache *cache,
