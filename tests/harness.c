@@ -186,6 +186,13 @@ double th_kv_decode_vs_full(th_cached_fn fwd, void *model, struct toy_kv_cache *
     return worst;
 }
 
+bool th_log_token(void *ud, int32_t id, const char *text, size_t len, float lp) {
+    (void)text, (void)len;
+    struct th_gen_log *g = ud;
+    if (id >= 0 && g->n < 64) g->ids[g->n] = id, g->lps[g->n++] = lp;
+    return true;
+}
+
 bool th_files_equal(const char *a, const char *b) {
     FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
     bool eq = fa && fb;

@@ -52,6 +52,15 @@ typedef struct toy_tensor *(*th_cached_fn)(struct toy_ctx *ctx, void *model, str
 double th_kv_decode_vs_full(th_cached_fn fwd, void *model, struct toy_kv_cache *kv, const int32_t *tokens, int T,
                             int P, int64_t V, const float *full);
 
+/* What a generation's token callback saw (toy_token_fn; ud: a struct
+ * th_gen_log): each token's id and log-probability, the first 64 */
+struct th_gen_log {
+    int32_t ids[64];
+    float lps[64];
+    int n;
+};
+bool th_log_token(void *ud, int32_t id, const char *text, size_t len, float lp);
+
 /* the two files exist and hold the same bytes */
 bool th_files_equal(const char *a, const char *b);
 

@@ -1206,19 +1206,6 @@ Test(cuda, llama_prefill_then_decode_matches_cpu) {
     toy_llama_free(m);
 }
 
-struct gen_log {
-    int32_t ids[32];
-    float lps[32];
-    int n;
-};
-
-static bool log_token(void *ud, int32_t id, const char *text, size_t len, float lp) {
-    (void)text, (void)len;
-    struct gen_log *g = ud;
-    if (id >= 0 && g->n < 32) g->ids[g->n] = id, g->lps[g->n++] = lp;
-    return true;
-}
-
 /* GPT-2 generation (the generic generator: a last-position prefill, then a
  * decode graph fused for the device) on the GPU gives the CPU's greedy
  * tokens and, within f16-cache tolerance, their log-probabilities */
@@ -1236,10 +1223,10 @@ Test(cuda, gpt2_generation_matches_cpu) {
     const int32_t prompt[] = {3, 17, 40, 8, 59, 1, 22};
     struct toy_generate_params gp = {.n_predict = 24, .ignore_eos = true, .sampling = {.temperature = 0}};
     struct toy_threadpool *tp = toy_threadpool_new(2);
-    struct gen_log runs[2] = {0};
+    struct th_gen_log runs[2] = {0};
     for (int s = 0; s < 2; s++) {
         cr_assert_eq(toy_device_set_default(s ? "cuda:0" : "cpu"), TOY_OK, "%s", toy_last_error());
-        cr_assert_eq(toy_gpt2_generate_kv(m, NULL, 0, TOY_F16, tp, prompt, 7, &gp, log_token, &runs[s], NULL), TOY_OK,
+        cr_assert_eq(toy_gpt2_generate_kv(m, NULL, 0, TOY_F16, tp, prompt, 7, &gp, th_log_token, &runs[s], NULL), TOY_OK,
                      "%s", toy_last_error());
     }
     cr_assert_eq(toy_device_set_default("cpu"), TOY_OK);

@@ -244,19 +244,6 @@ Test(gpt2, packed_weights_give_the_same_logits, .timeout = 300) {
     th_rmdir();
 }
 
-struct gen_log {
-    int32_t ids[64];
-    float lps[64];
-    int n;
-};
-
-static bool log_token(void *ud, int32_t id, const char *text, size_t len, float lp) {
-    (void)text, (void)len;
-    struct gen_log *g = ud;
-    if (id >= 0 && g->n < 64) g->ids[g->n] = id, g->lps[g->n++] = lp;
-    return true;
-}
-
 /* the logits of the last of tokens[0..T) prefilled into a fresh cache (the generator's prefill) */
 static void prefill_logits(struct toy_gpt2 *m, const int32_t *tokens, int T, float *out) {
     struct toy_kv_cache kv;
@@ -336,13 +323,13 @@ Test(gpt2, generator_fused_decode_same_bits_as_unfused, .timeout = 300) {
     struct toy_threadpool *tp = toy_threadpool_new(2);
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         typed_copy(f32, types[ti], path, sizeof path);
-        struct gen_log runs[2] = {0};
+        struct th_gen_log runs[2] = {0};
         for (int fused = 0; fused < 2; fused++) {
             struct toy_gpt2 *m;
             cr_assert_eq(toy_gpt2_load(path, false, &m), TOY_OK, "%s", toy_last_error());
             if (!fused) setenv("TOY_FUSE", "0", 1);
             struct toy_generate_result res;
-            cr_assert_eq(toy_gpt2_generate_kv(m, NULL, 0, TOY_F32, tp, prompt, P, &gp, log_token, &runs[fused], &res),
+            cr_assert_eq(toy_gpt2_generate_kv(m, NULL, 0, TOY_F32, tp, prompt, P, &gp, th_log_token, &runs[fused], &res),
                          TOY_OK, "%s", toy_last_error());
             unsetenv("TOY_FUSE");
             cr_assert_eq(res.n_generated, N);

@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "toy/device.h"
 #include "toy/gguf.h"
 #include "toy/gpt2.h"
 #include "toy/rng.h"
@@ -136,16 +135,11 @@ static int inference_weights(const struct toy_gpt2 *m, struct toy_tensor **out) 
 }
 
 bool toy_gpt2_infer_bf16(struct toy_gpt2 *m) {
-    if (!strcmp(toy_device_default(), "cpu") && !toy_cpu_bf16_native()) return false;
     struct toy_tensor **w = malloc(((size_t)m->cfg.n_layers * 4 + 1) * sizeof *w);
-    if (!w) return false;
-    int n = inference_weights(m, w), floats = 0;
-    for (int i = 0; i < n; i++) floats += w[i]->type == TOY_F32 || w[i]->type == TOY_F16;
+    bool on = w && toy_inference_bf16_pays(w, inference_weights(m, w));
     free(w);
-    if (!floats) return false; /* nothing to round */
-    m->matmul_type = TOY_BF16;
-    m->bf16_float_only = true; /* quantized weights: the int8 kernels are the faster */
-    return true;
+    if (on) m->matmul_type = TOY_BF16, m->bf16_float_only = true; /* quantized: the int8 kernels are the faster */
+    return on;
 }
 
 enum toy_status toy_gpt2_pack_weights(struct toy_gpt2 *m) {

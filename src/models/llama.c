@@ -184,16 +184,11 @@ enum toy_status toy_llama_pack_weights(struct toy_llama *m) {
 }
 
 bool toy_llama_infer_bf16(struct toy_llama *m) {
-    if (!strcmp(toy_device_default(), "cpu") && !toy_cpu_bf16_native()) return false;
     struct toy_tensor **w = malloc(((size_t)m->cfg.n_layers * 7 + 1) * sizeof *w);
-    if (!w) return false;
-    int n = inference_weights(m, w), floats = 0;
-    for (int i = 0; i < n; i++) floats += w[i]->type == TOY_F32 || w[i]->type == TOY_F16;
+    bool on = w && toy_inference_bf16_pays(w, inference_weights(m, w)); /* else attention too stays as it was */
     free(w);
-    if (!floats) return false; /* nothing to round; attention too stays as it was */
-    m->matmul_type = TOY_BF16;
-    m->bf16_float_only = true; /* quantized weights: the int8 kernels are the faster (1.6x in a prefill) */
-    return true;
+    if (on) m->matmul_type = TOY_BF16, m->bf16_float_only = true; /* quantized: the int8 kernels are the faster (1.6x) */
+    return on;
 }
 
 double toy_llama_decode_bytes(const struct toy_llama *m) {

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "models/pack-weights.h"
+#include "toy/device.h"
 #include "toy/status.h"
 
 /* A float matrix read from the file's mapping, which decode would stream
@@ -80,4 +81,11 @@ void toy_unpack_inference_weights(struct toy_tensor *const *w, int n, void *bloc
     for (int i = 0; i < n; i++)
         if (w[i]) toy_tensor_unpack(w[i]);
     toy_stream_free(block, bytes);
+}
+
+bool toy_inference_bf16_pays(struct toy_tensor *const *w, int n) {
+    if (!strcmp(toy_device_default(), "cpu") && !toy_cpu_bf16_native()) return false;
+    for (int i = 0; i < n; i++)
+        if (w[i]->type == TOY_F32 || w[i]->type == TOY_F16) return true;
+    return false; /* nothing to round */
 }

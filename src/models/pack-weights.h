@@ -3,6 +3,7 @@
 #ifndef TOY_MODELS_PACK_WEIGHTS_H
 #define TOY_MODELS_PACK_WEIGHTS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "toy/gguf.h"
@@ -16,6 +17,10 @@
  * would take more than half the memory available. */
 enum toy_status toy_pack_inference_weights(struct toy_gguf *gguf, struct toy_tensor *const *w, int n, void **block,
                                            size_t *bytes);
+/* Whether bf16 products over w[0..n) would pay (toy_*_infer_bf16): some are
+ * f32 or f16, and the CPU multiplies bf16 faster than f32 or the default
+ * device is a GPU. */
+bool toy_inference_bf16_pays(struct toy_tensor *const *w, int n);
 /* Frees what it made, as the model is freed: the packed layouts
  * (toy_tensor_unpack) and the block. */
 void toy_unpack_inference_weights(struct toy_tensor *const *w, int n, void *block, size_t bytes);
