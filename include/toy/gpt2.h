@@ -110,11 +110,13 @@ enum toy_status toy_gpt2_cache_init_type(struct toy_kv_cache *c, const struct to
 struct toy_tensor *toy_gpt2_forward_cached(struct toy_ctx *ctx, struct toy_gpt2 *m, struct toy_kv_cache *c,
                                            struct toy_tensor *tokens, struct toy_tensor *pos);
 
-/* Generation (src/infer/generate-gpt2.c): prefill `prompt` in one graph,
- * then decode one token per run of a graph built once, with the sampler,
- * stop conditions (EOS, stop strings, n_predict, the context) and callback
- * of toy/generate.h. n_ctx <= 0: the model's context. The cache is f32;
- * _kv: kv_type TOY_F32 or TOY_F16. */
+/* Generation, once: a toy_generator over toy_gpt2_lm(m) (toy/generate.h),
+ * made, run and freed: `prompt` prefilled in one graph, then one token a run
+ * of a graph built once, with the sampler, stop conditions (EOS, stop
+ * strings, n_predict, the context) and callback of toy/generate.h. n_ctx <=
+ * 0: the model's context. The cache is f32; _kv: kv_type TOY_F32 or
+ * TOY_F16. To generate again, or with a trace, keep a generator:
+ * toy_generator_new_lm(&lm, ...) with lm = toy_gpt2_lm(m). */
 enum toy_status toy_gpt2_generate(struct toy_gpt2 *m, const struct toy_tokenizer *tok, int64_t n_ctx,
                                   struct toy_threadpool *tp, const int32_t *prompt, int64_t n_prompt,
                                   const struct toy_generate_params *p, toy_token_fn fn, void *ud,
