@@ -166,7 +166,7 @@ int toy_cmd_demo(int argc, char **argv) {
     json_t *model = json_pack("{s:s,s:s,s:I,s:I,s:I}", "arch", "llama", "name", "toy-demo", "vocab", (json_int_t)cfg.vocab,
                               "d_model", (json_int_t)cfg.d_model, "n_layers", (json_int_t)cfg.n_layers);
     json_t *config = toy_train_opts_to_json(&to);
-    struct toy_run_start rs = {.run_id = run_id, .phase = "train", .backend = "cpu", .model = model, .config = config};
+    struct toy_run_start rs = {.run_id = run_id, .phase = "train", .model = model, .config = config};
     toy_events_run_start(ev, &rs);
     json_decref(model);
     json_decref(config);

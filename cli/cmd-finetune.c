@@ -475,7 +475,7 @@ static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll
                                   "n_params", (json_int_t)toy_llama_n_params(m), "n_trainable", (json_int_t)trainable);
         json_t *config = cfg_json(&c);
         if (c.resume) json_object_set_new(config, "resumed_from_step", json_integer(toy_finetuner_step(ft)));
-        struct toy_run_start rs = {.run_id = run_id, .phase = "train", .backend = "cpu", .model = model, .config = config};
+        struct toy_run_start rs = {.run_id = run_id, .phase = "train", .model = model, .config = config};
         toy_events_run_start(ev, &rs);
         json_decref(model);
         json_decref(config);

@@ -637,7 +637,7 @@ int toy_cmd_train(int argc, char **argv) {
             json_object_set_new(config, "zero", json_integer(c.zero));
         }
         json_object_set_new(config, "optim_state_bytes_per_rank", json_integer((json_int_t)toy_trainer_optim_state_bytes(tr)));
-        struct toy_run_start rs = {.run_id = run_id, .phase = "train", .backend = "cpu", .model = model, .config = config};
+        struct toy_run_start rs = {.run_id = run_id, .phase = "train", .model = model, .config = config};
         if (ev) toy_events_run_start(ev, &rs);
         json_decref(model);
         json_decref(config);

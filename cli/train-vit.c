@@ -296,7 +296,7 @@ int toy_train_vit(int argc, char **argv) {
                                   "weight_type", "f32", "n_params", (json_int_t)toy_vit_n_params(m));
         json_t *config = vcfg_json(&c);
         if (c.resume) json_object_set_new(config, "resumed_from_step", json_integer(toy_classifier_step(tr)));
-        toy_events_run_start(ev, &(struct toy_run_start){.run_id = run_id, .phase = "train", .backend = "cpu",
+        toy_events_run_start(ev, &(struct toy_run_start){.run_id = run_id, .phase = "train",
                                                          .model = model, .config = config});
         json_decref(model);
         json_decref(config);

@@ -23,6 +23,7 @@
  * usable, except the device-name checks, which hold in every build.
  */
 #include <criterion/criterion.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1241,6 +1242,34 @@ Test(cuda, gpt2_generation_matches_cpu) {
     cr_expect_leq(worst, 1e-2);
     toy_threadpool_free(tp);
     toy_gpt2_free(m);
+}
+
+/* A run's run_start event names the device it computes on: the default
+ * device (--device) unless the caller names one */
+Test(cuda, run_start_names_the_device) {
+    need_cuda();
+    th_mkdir("cuda-events");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/events.jsonl", th_dir);
+    cr_assert_eq(toy_device_set_default("cuda:0"), TOY_OK, "%s", toy_last_error());
+    for (int named = 0; named < 2; named++) {
+        struct toy_events *ev;
+        cr_assert_eq(toy_events_open(path, TOY_EVENTS_TRUNCATE, &ev), TOY_OK, "%s", toy_last_error());
+        cr_assert_eq(toy_events_run_start(ev, &(struct toy_run_start){.run_id = "x", .backend = named ? "cpu" : NULL,
+                                                                      .no_git = true}),
+                     TOY_OK, "%s", toy_last_error());
+        toy_events_close(ev);
+        json_error_t err;
+        json_t *e = json_load_file(path, JSON_DISABLE_EOF_CHECK, &err);
+        cr_assert(e, "%s", err.text);
+        json_t *be = json_object_get(e, "backend");
+        cr_assert_str_eq(json_string_value(json_object_get(be, "kind")), named ? "cpu" : "cuda");
+        if (!named) cr_assert_str_eq(json_string_value(json_object_get(be, "device")), "cuda:0");
+        else cr_assert(json_is_string(json_object_get(be, "blas_core")));
+        json_decref(e);
+    }
+    cr_assert_eq(toy_device_set_default("cpu"), TOY_OK);
+    th_rmdir();
 }
 
 /* a greedy generation job of max_tokens after prompt[0..n) */

@@ -15,7 +15,7 @@
  *     json_t *model = json_pack("{s:s, s:i}", "arch", "llama", "vocab", 256);
  *     json_t *config = json_pack("{s:i, s:f}", "steps", 100, "lr", 3e-4);
  *     toy_events_run_start(ev, &(struct toy_run_start){
- *         .run_id = "llama-20260101-001", .backend = "cpu", .model = model, .config = config});
+ *         .run_id = "llama-20260101-001", .model = model, .config = config});
  *     json_decref(model), json_decref(config);     // borrowed, copied
  *     for (int s = 1; s <= 100; s++)
  *         toy_events_step(ev, &(struct toy_step_event){
@@ -96,7 +96,7 @@ const char *toy_events_path(const struct toy_events *ev);
 struct toy_run_start {
     const char *run_id;  /* NULL: "anonymous" */
     const char *phase;   /* "train" (NULL) | "eval" | "serve" */
-    const char *backend; /* backend kind, "cpu" (NULL), "cuda" */
+    const char *backend; /* the device the run computes on ("cpu", "cuda:0"); NULL: toy_device_default() */
     json_t *model;       /* {arch, name, vocab, d_model, n_layers, n_heads, n_kv, d_head, d_ff, ...}; NULL: omitted */
     json_t *config;      /* an open dictionary of hyper-parameters; NULL: {} */
     json_t *extra;       /* more top-level keys (compare_to, cost, ...); NULL: none */

@@ -429,9 +429,12 @@ enum toy_status toy_events_run_start(struct toy_events *ev, const struct toy_run
     put(o, "run_id", text(rs->run_id ? rs->run_id : "anonymous"), &ok);
     put(o, "phase", text(rs->phase ? rs->phase : "train"), &ok);
     put(o, "host", host_object(), &ok);
-    const char *kind = rs->backend ? rs->backend : "cpu";
-    json_t *be = json_pack("{s:o}", "kind", text(kind));
-    if (be && !strcmp(kind, "cpu")) { /* what CPU speeds depend on (toy devices says the same) */
+    /* the device: "cpu", or "cuda[:N]" (kind "cuda", and which device) */
+    const char *dev = rs->backend ? rs->backend : toy_device_default();
+    bool cuda = !strncmp(dev, "cuda", 4);
+    json_t *be = json_pack("{s:s}", "kind", cuda ? "cuda" : "cpu");
+    if (be && cuda) json_object_set_new(be, "device", text(dev));
+    if (be && !cuda) { /* what CPU speeds depend on (toy devices says the same) */
         json_object_set_new(be, "blas_core", text(toy_blas_core()));
         json_object_set_new(be, "bf16_gemm", text(toy_cpu_bf16_gemm()));
     }

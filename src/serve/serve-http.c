@@ -632,7 +632,7 @@ static enum toy_status open_events(struct srv *S, const char *model_path) {
                                "timeout_s", S->o.timeout_s, "prefix_cache", !S->o.no_prefix_cache, "model_path",
                                model_path ? model_path : "");
     st = toy_events_run_start(S->ev, &(struct toy_run_start){
-        .run_id = id, .phase = "serve", .backend = "cpu", .model = model, .config = config});
+        .run_id = id, .phase = "serve", .model = model, .config = config});
     json_decref(model);
     json_decref(config);
     if (!S->o.quiet) fprintf(stderr, "toy serve: events in %s\n", path);
