@@ -136,6 +136,8 @@ int toy_cmd_bench(int argc, char **argv) {
     double bytes, kv_row; /* weight bytes a decode step reads; K and V bytes a position keeps */
     enum toy_dtype wtype;
     bool bf16_on = false;
+    const char *device = toy_device_default();
+    const bool on_cpu = !strcmp(device, "cpu");
     if (toy_cli_is_gpt2(resolved)) { /* GPT-2: its own model, the same generator */
         if (toy_gpt2_load(resolved, false, &g)) { fprintf(stderr, "toy bench: %s\n", toy_last_error()); return 1; }
         bf16_on = bf16 && toy_cli_infer_bf16("bench", NULL, g);
@@ -213,9 +215,10 @@ int toy_cmd_bench(int argc, char **argv) {
                 getrusage(RUSAGE_SELF, &ru);
                 peak_kb = ru.ru_maxrss;
             }
-            /* first: the rate sustained as long as the run took, right after it */
-            double sus, rd = toy_memory_read_rates(tp, res.decode_s, &sus);
-            double triad = toy_memory_bandwidth_gbs(tp);
+            /* first: the rate sustained as long as the run took, right after it (the CPU's memory: on a
+             * GPU the weights stream from the device's, which this does not measure) */
+            double sus = 0, rd = on_cpu ? toy_memory_read_rates(tp, res.decode_s, &sus) : 0;
+            double triad = on_cpu ? toy_memory_bandwidth_gbs(tp) : 0;
             double gbs = triad > rd ? triad : rd; /* the best streaming rate measured now */
             if (res.prefill_s > 0 && res.n_prompt / res.prefill_s > bp[ti]) bp[ti] = res.n_prompt / res.prefill_s;
             /* per decode step: the first token comes from the prompt's logits */
@@ -234,12 +237,20 @@ int toy_cmd_bench(int argc, char **argv) {
     json_t *rows = json_array();
     for (int ti = 0; ti < n_threads && !rc; ti++) {
         double gbs = bg[ti], bound = gbs * 1e9 / bytes, sbound = bs[ti] * 1e9 / bytes;
-        if (json)
+        if (json && !on_cpu) /* no bound: the device's memory is not measured */
+            json_array_append_new(rows, json_pack("{s:i,s:f,s:f,s:n,s:n,s:n,s:n}", "threads", threads[ti],
+                                                  "prefill_tok_s", bp[ti], "decode_tok_s", bd[ti], "bandwidth_gbs",
+                                                  "decode_bound_tok_s", "sustained_read_gbs",
+                                                  "decode_bound_sustained_tok_s"));
+        else if (json)
             json_array_append_new(rows, json_pack("{s:i,s:f,s:f,s:f,s:f,s:f,s:f,s:b}", "threads", threads[ti],
                                                   "prefill_tok_s", bp[ti], "decode_tok_s", bd[ti], "bandwidth_gbs",
                                                   gbs, "decode_bound_tok_s", bound, "sustained_read_gbs", bs[ti],
                                                   "decode_bound_sustained_tok_s", sbound, "cores_shared",
                                                   shared[ti] > 0));
+        else if (!on_cpu)
+            printf("  %2d thread%s: prefill %8.1f tok/s   decode %7.1f tok/s on %s (no memory bound: it would be "
+                   "the device's)\n", threads[ti], threads[ti] > 1 ? "s" : " ", bp[ti], bd[ti], device);
         else
             printf("  %2d thread%s: prefill %8.1f tok/s   decode %7.1f tok/s = %3.0f%% of the bound %.1f tok/s "
                    "(%.1f GB/s; %.0f%% of the %.1f GB/s read sustained as long)%s\n", threads[ti],
@@ -258,11 +269,12 @@ int toy_cmd_bench(int argc, char **argv) {
         if (j && llc > 0) json_object_set_new(j, "llc_bytes", json_integer((json_int_t)llc));
         if (j) json_object_set_new(j, "bf16_products", json_boolean(bf16_on));
         if (j) json_object_set_new(j, "arch", json_string(g ? "gpt2" : "llama"));
+        if (j) json_object_set_new(j, "device", json_string(device));
         if (toy_cli_print_json("bench", j, JSON_COMPACT)) rc = 1;
     } else {
         json_decref(rows);
         if (!rc) printf("  peak RSS %.0f MB (weights read per token: %.1f MB)\n", peak_kb / 1024.0, bytes / 1e6);
-        if (!rc && llc > 0 && bytes < (double)llc)
+        if (!rc && on_cpu && llc > 0 && bytes < (double)llc)
             printf("  note: the weights fit in this CPU's %.0f MB of last-level cache, so part of each token's reads\n"
                    "  can come from cache and decode can pass the memory bound\n", (double)llc / 1e6);
     }

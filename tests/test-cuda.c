@@ -1272,6 +1272,35 @@ Test(cuda, run_start_names_the_device) {
     th_rmdir();
 }
 
+/* toy bench on the device: decode and prefill rates, the device named, and
+ * no memory bound (the one it measures is the CPU's memory, not the GPU's) */
+Test(cuda, cli_bench_on_the_device) {
+    need_cuda();
+    th_mkdir("cuda-bench");
+    struct toy_llama_config c = small_llama();
+    struct toy_llama *m = toy_llama_new(&c, 3);
+    char path[1024], args[1200], out[8192];
+    snprintf(path, sizeof path, "%s/m.gguf", th_dir);
+    struct toy_gguf_writer *w;
+    cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
+    cr_assert_eq(toy_llama_write_gguf(m, w, TOY_F32), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(toy_gguf_writer_write(w, path), TOY_OK, "%s", toy_last_error());
+    toy_gguf_writer_free(w);
+    toy_llama_free(m);
+    snprintf(args, sizeof args, "bench -m '%s' --device cuda --threads 1 --prompt 8 --gen 3 --reps 1 --json", path);
+    cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
+    json_error_t err;
+    json_t *j = json_loads(strchr(out, '{') ? strchr(out, '{') : out, JSON_DISABLE_EOF_CHECK, &err);
+    cr_assert(j, "%s: %s", err.text, out);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "device")), "cuda:0");
+    json_t *r = json_array_get(json_object_get(j, "runs"), 0);
+    cr_assert_gt(json_real_value(json_object_get(r, "decode_tok_s")), 0);
+    cr_assert_gt(json_real_value(json_object_get(r, "prefill_tok_s")), 0);
+    cr_assert(json_is_null(json_object_get(r, "decode_bound_tok_s")), "no bound from the CPU's memory");
+    json_decref(j);
+    th_rmdir();
+}
+
 /* a greedy generation job of max_tokens after prompt[0..n) */
 static struct srv_job *greedy_job(const int32_t *prompt, int64_t n, int64_t max_tokens) {
     struct srv_job *j = toy_srv_job_new(SRV_JOB_GENERATE);
