@@ -186,6 +186,14 @@ double th_kv_decode_vs_full(th_cached_fn fwd, void *model, struct toy_kv_cache *
     return worst;
 }
 
+void th_save_llama(struct toy_llama *m, enum toy_dtype type, const char *path) {
+    struct toy_gguf_writer *w;
+    cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
+    cr_assert_eq(toy_llama_write_gguf(m, w, type), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(toy_gguf_writer_write(w, path), TOY_OK, "%s", toy_last_error());
+    toy_gguf_writer_free(w);
+}
+
 bool th_log_token(void *ud, int32_t id, const char *text, size_t len, float lp) {
     (void)text, (void)len;
     struct th_gen_log *g = ud;

@@ -1281,11 +1281,7 @@ Test(cuda, cli_bench_on_the_device) {
     struct toy_llama *m = toy_llama_new(&c, 3);
     char path[1024], args[1200], out[8192];
     snprintf(path, sizeof path, "%s/m.gguf", th_dir);
-    struct toy_gguf_writer *w;
-    cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
-    cr_assert_eq(toy_llama_write_gguf(m, w, TOY_F32), TOY_OK, "%s", toy_last_error());
-    cr_assert_eq(toy_gguf_writer_write(w, path), TOY_OK, "%s", toy_last_error());
-    toy_gguf_writer_free(w);
+    th_save_llama(m, TOY_F32, path);
     toy_llama_free(m);
     snprintf(args, sizeof args, "bench -m '%s' --device cuda --threads 1 --prompt 8 --gen 3 --reps 1 --json", path);
     cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
@@ -1492,11 +1488,7 @@ Test(cuda, fused_decode_same_bits_as_unfused, .timeout = 600) {
         enum toy_dtype t = types[i];
         bool quant = t != TOY_F32 && t != TOY_F16 && t != TOY_BF16;
         snprintf(path, sizeof path, "%s/m-%d.gguf", th_dir, (int)i);
-        struct toy_gguf_writer *w;
-        cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
-        cr_assert_eq(toy_llama_write_gguf(m, w, quant ? TOY_F32 : t), TOY_OK, "%s", toy_last_error());
-        cr_assert_eq(toy_gguf_writer_write(w, path), TOY_OK, "%s", toy_last_error());
-        toy_gguf_writer_free(w);
+        th_save_llama(m, quant ? TOY_F32 : t, path);
         if (quant) {
             snprintf(qpath, sizeof qpath, "%s/q-%d.gguf", th_dir, (int)i);
             cr_assert_eq(toy_gguf_quantize(path, qpath, t, NULL, NULL), TOY_OK, "%s", toy_last_error());

@@ -61,11 +61,7 @@ static void make_base(const char *path, const struct toy_llama_config *c, uint64
         if (t->ne[1] > 1)
             for (int64_t k = 0; k < toy_nelements(t); k++) d[k] *= 8.0f;
     }
-    struct toy_gguf_writer *w;
-    cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
-    cr_assert_eq(toy_llama_write_gguf(m, w, TOY_F32), TOY_OK, "%s", toy_last_error());
-    cr_assert_eq(toy_gguf_writer_write(w, path), TOY_OK, "%s", toy_last_error());
-    toy_gguf_writer_free(w);
+    th_save_llama(m, TOY_F32, path);
     toy_llama_free(m);
 }
 

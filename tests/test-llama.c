@@ -44,11 +44,7 @@ static struct toy_llama *random_model(const struct toy_llama_config *c, uint64_t
 }
 
 static void save(struct toy_llama *m, const char *path) {
-    struct toy_gguf_writer *w;
-    cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
-    cr_assert_eq(toy_llama_write_gguf(m, w, TOY_F32), TOY_OK, "%s", toy_last_error());
-    cr_assert_eq(toy_gguf_writer_write(w, path), TOY_OK, "%s", toy_last_error());
-    toy_gguf_writer_free(w);
+    th_save_llama(m, TOY_F32, path);
 }
 
 static struct toy_tensor *fwd(struct toy_ctx *ctx, void *m, struct toy_tensor *tok, struct toy_tensor *pos) {
@@ -621,11 +617,7 @@ Test(llama, pack_weights_copies_float_matrices_off_the_mapping) {
     for (size_t ti = 0; ti < 3; ti++) {
         char path[300];
         snprintf(path, sizeof path, "%s/m-%s.gguf", th_dir, toy_dtype_name(types[ti]));
-        struct toy_gguf_writer *w;
-        cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
-        cr_assert_eq(toy_llama_write_gguf(m, w, types[ti]), TOY_OK, "%s", toy_last_error());
-        cr_assert_eq(toy_gguf_writer_write(w, path), TOY_OK, "%s", toy_last_error());
-        toy_gguf_writer_free(w);
+        th_save_llama(m, types[ti], path);
         const int steps = 4;
         float *want = malloc((size_t)(steps * c.vocab) * sizeof *want), *got = malloc((size_t)(steps * c.vocab) * sizeof *got);
         for (int keep = 1; keep >= 0; keep--) {
@@ -705,11 +697,7 @@ Test(llama, infer_bf16_rounds_a_prompts_float_products_only, .timeout = 120) {
             cr_assert_eq(toy_gguf_quantize(path[0], path[t], TOY_Q8_0, NULL, NULL), TOY_OK, "%s", toy_last_error());
             continue;
         }
-        struct toy_gguf_writer *w;
-        cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
-        cr_assert_eq(toy_llama_write_gguf(m0, w, types[t]), TOY_OK, "%s", toy_last_error());
-        cr_assert_eq(toy_gguf_writer_write(w, path[t]), TOY_OK, "%s", toy_last_error());
-        toy_gguf_writer_free(w);
+        th_save_llama(m0, types[t], path[t]);
     }
     toy_llama_free(m0);
     if (!toy_cpu_bf16_native()) cr_skip_test("this CPU has no faster bf16 products (%s)", toy_cpu_bf16_gemm());

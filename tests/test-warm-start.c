@@ -50,11 +50,7 @@ static void write_donor(const char *path) {
     float *e = d->tok_embd->data;
     for (int i = 0; i < V; i++)
         for (int j = 0; j < DD; j++) e[i * DD + j] = dir[class_of(i)][j] + 0.1f * toy_rng_normal(&r);
-    struct toy_gguf_writer *w;
-    cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
-    cr_assert_eq(toy_llama_write_gguf(d, w, TOY_F32), TOY_OK, "%s", toy_last_error());
-    cr_assert_eq(toy_gguf_writer_write(w, path), TOY_OK, "%s", toy_last_error());
-    toy_gguf_writer_free(w);
+    th_save_llama(d, TOY_F32, path);
     toy_llama_free(d);
 }
 
@@ -164,11 +160,7 @@ Test(warm_start, saved_model_is_a_plain_gguf_with_the_same_logits, .timeout = 60
     float *pd = m->embd_proj->data, *ed = m->tok_embd->data;
     for (int64_t i = 0; i < toy_nelements(m->embd_proj); i++) pd[i] += 0.05f * toy_rng_normal(&r);
     for (int64_t i = 0; i < toy_nelements(m->tok_embd); i++) ed[i] += 0.01f * toy_rng_normal(&r);
-    struct toy_gguf_writer *w;
-    cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
-    cr_assert_eq(toy_llama_write_gguf(m, w, TOY_F32), TOY_OK, "%s", toy_last_error());
-    cr_assert_eq(toy_gguf_writer_write(w, out), TOY_OK, "%s", toy_last_error());
-    toy_gguf_writer_free(w);
+    th_save_llama(m, TOY_F32, out);
     /* plain: no projection tensor, token_embd of the model's width */
     struct toy_gguf *g;
     cr_assert_eq(toy_gguf_open(out, &g), TOY_OK, "%s", toy_last_error());
