@@ -187,9 +187,14 @@ double th_kv_decode_vs_full(th_cached_fn fwd, void *model, struct toy_kv_cache *
 }
 
 void th_save_llama(struct toy_llama *m, enum toy_dtype type, const char *path) {
+    struct toy_lm lm = toy_llama_lm(m);
+    th_save_lm(&lm, type, path);
+}
+
+void th_save_lm(const struct toy_lm *lm, enum toy_dtype type, const char *path) {
     struct toy_gguf_writer *w;
     cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
-    cr_assert_eq(toy_llama_write_gguf(m, w, type), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(lm->write_gguf(lm->self, w, type), TOY_OK, "%s", toy_last_error());
     cr_assert_eq(toy_gguf_writer_write(w, path), TOY_OK, "%s", toy_last_error());
     toy_gguf_writer_free(w);
 }

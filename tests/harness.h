@@ -63,6 +63,8 @@ bool th_log_token(void *ud, int32_t id, const char *text, size_t len, float lp);
 
 /* m written to path as a GGUF with matrices of type (norms stay f32) */
 void th_save_llama(struct toy_llama *m, enum toy_dtype type, const char *path);
+/* any family's model, through its toy_lm */
+void th_save_lm(const struct toy_lm *lm, enum toy_dtype type, const char *path);
 
 /* the two files exist and hold the same bytes */
 bool th_files_equal(const char *a, const char *b);

@@ -1383,17 +1383,20 @@ Test(cuda, serve_engine_matches_cpu, .timeout = 300) {
 }
 
 /* Decode graphs fused for CUDA (toy_graph_set_fusion, graph-fuse.c): the
- * norms and SwiGLUs run as the products' prologues, the residual adds as
- * their accumulation, q/k/v and gate/up as one launch each, and the
- * ROPEs and KV_STOREs before an attention as its prologue. The logits
- * must be the unfused graph's bits on the GEMV kernels (F16, BF16 and
- * quantized weights: the same arithmetic, only fewer launches), and near
- * them for F32 weights (the prologue runs ahead, then cuBLAS adds into the
- * residual); and the CPU's within each weight type's tolerance. Steps of
- * one token (siblings) and of three (prologues and adds only). */
-static void fused_decode_case(const char *path, enum toy_dtype type) {
-    struct toy_llama *m;
-    cr_assert_eq(toy_llama_load(path, false, &m), TOY_OK, "%s", toy_last_error());
+ * norms and activations run as the products' prologues (Llama's RMSNorm
+ * and SwiGLU; GPT-2's LayerNorm and GELU), GPT-2's bias adds as their
+ * epilogue, the residual adds as their accumulation, Llama's q/k/v and
+ * gate/up as one launch each, and its ROPEs and KV_STOREs before an
+ * attention as its prologue. The logits must be the unfused graph's bits
+ * on the GEMV kernels (F16, BF16 and quantized weights: the same
+ * arithmetic, only fewer launches), and near them for F32 weights (the
+ * prologue runs ahead, then cuBLAS adds into the residual); and the CPU's
+ * within each weight type's tolerance. Steps of one token (siblings) and
+ * of three (prologues and adds only). */
+/* f32_adds: the adds left with F32 weights (whose products no GEMV takes:
+ * GPT-2's and Qwen2's bias adds) */
+static void fused_decode_case(const struct toy_lm *lm, enum toy_dtype type, int f32_adds) {
+    bool gpt2 = !strcmp(lm->arch, "gpt2"), gemv = type != TOY_F32;
     struct toy_threadpool *tp = toy_threadpool_new(2);
     struct toy_kv_cache kv[3]; /* CUDA fused, CUDA unfused, CPU */
     struct toy_ctx *ctx[3][2];
@@ -1401,12 +1404,12 @@ static void fused_decode_case(const char *path, enum toy_dtype type) {
     struct toy_graph *g[3][2];
     const int rows[2] = {1, 3};
     for (int s = 0; s < 3; s++) {
-        cr_assert_eq(toy_kv_cache_init(&kv[s], m, 32, 1), TOY_OK);
+        cr_assert_eq(lm->cache_init(lm->self, &kv[s], 32, 1, TOY_F32), TOY_OK, "%s", toy_last_error());
         for (int r = 0; r < 2; r++) {
             ctx[s][r] = toy_ctx_init(true);
             tok[s][r] = toy_new_tensor_2d(ctx[s][r], TOY_I32, rows[r], 1);
             pos[s][r] = toy_new_tensor_1d(ctx[s][r], TOY_I32, rows[r]);
-            lg[s][r] = toy_llama_forward_cached(ctx[s][r], m, &kv[s], tok[s][r], pos[s][r]);
+            lg[s][r] = lm->forward_cached(lm->self, ctx[s][r], &kv[s], tok[s][r], pos[s][r], false);
             toy_set_output(lg[s][r]);
             g[s][r] = toy_graph_new(ctx[s][r]);
             toy_graph_build(g[s][r], lg[s][r]);
@@ -1421,65 +1424,69 @@ static void fused_decode_case(const char *path, enum toy_dtype type) {
         for (int s = 0; s < 3; s++) {
             *(int32_t *)kv[s].n_past->data = n0;
             for (int i = 0; i < rows[r]; i++) {
-                ((int32_t *)tok[s][r]->data)[i] = ((n0 + i) * 13 + 2) % 61;
+                ((int32_t *)tok[s][r]->data)[i] = (int32_t)(((n0 + i) * 13 + 2) % lm->vocab);
                 ((int32_t *)pos[s][r]->data)[i] = n0 + i;
             }
             cr_assert_eq(toy_graph_compute(g[s][r], tp), TOY_OK, "%s", toy_last_error());
         }
-        int64_t n = (int64_t)rows[r] * 61, at;
-        if (type != TOY_F32)
+        int64_t n = rows[r] * lm->vocab, at;
+        if (gemv)
             for (int64_t i = 0; i < n; i++) {
                 float a = ((float *)lg[0][r]->data)[i], b = ((float *)lg[1][r]->data)[i];
                 cr_assert(memcmp(&a, &b, sizeof a) == 0 && isfinite(a),
-                          "%s weights, step %d (%d rows), logit %lld: fused %.9g, unfused %.9g", toy_dtype_name(type),
-                          step, rows[r], (long long)i, a, b);
+                          "%s %s weights, step %d (%d rows), logit %lld: fused %.9g, unfused %.9g", lm->arch,
+                          toy_dtype_name(type), step, rows[r], (long long)i, a, b);
             }
         worst_unfused = fmax(worst_unfused, rel_err(lg[0][r]->data, lg[1][r]->data, n, &at));
         worst_cpu = fmax(worst_cpu, rel_err(lg[0][r]->data, lg[2][r]->data, n, &at));
         n0 += rows[r];
     }
-    /* what the fusion did: no norm, SwiGLU or add left in a decode step;
-     * q/k/v and gate/up as one launch over streamed weights */
-    int leads = 0, led = 0, before = toy_graph_n_nodes(g[1][0]), after = toy_graph_n_nodes(g[0][0]);
+    /* what the fusion did: no norm or activation left in a decode step and
+     * no add but GPT-2's embedding sum (F32 products keep the bias adds and
+     * GPT-2's norms: no GEMV takes them); Llama's q/k/v (with their biases)
+     * and gate/up as one launch over streamed weights, its ROPEs and
+     * stores done by the attention */
+    int leads = 0, led = 0, adds = 0, before = toy_graph_n_nodes(g[1][0]), after = toy_graph_n_nodes(g[0][0]);
     for (int i = 0; i < after; i++) {
         const struct toy_tensor *t = toy_graph_node(g[0][0], i);
-        cr_assert(t->op != TOY_OP_RMS_NORM && t->op != TOY_OP_SWIGLU && t->op != TOY_OP_ADD, "%s weights: node %d is %s",
-                  toy_dtype_name(type), i, toy_op_name(t->op));
-        leads += t->op == TOY_OP_MATMUL && t->siblings[0];
+        enum toy_op op = t->op;
+        bool gone = op == TOY_OP_RMS_NORM || op == TOY_OP_SWIGLU || (gemv && (op == TOY_OP_LAYER_NORM || op == TOY_OP_GELU));
+        cr_assert(!gone, "%s %s weights: node %d is %s", lm->arch, toy_dtype_name(type), i, toy_op_name(op));
+        adds += op == TOY_OP_ADD;
+        leads += op == TOY_OP_MATMUL && t->siblings[0];
         led += t->led_by != NULL;
     }
-    cr_assert_eq(leads, type == TOY_F32 ? 0 : 2 * 2, "%s weights: %d products with siblings", toy_dtype_name(type), leads);
-    cr_assert_eq(led, 4 * 2, "%s weights: %d ROPEs and KV_STOREs done by their attention", toy_dtype_name(type), led);
+    int n_layers = 2;
+    cr_assert_eq(adds, gemv ? gpt2 : f32_adds, "%s %s weights: %d adds", lm->arch, toy_dtype_name(type), adds);
+    cr_assert_eq(leads, gemv && !gpt2 ? 2 * n_layers : 0, "%s %s weights: %d products with siblings", lm->arch,
+                 toy_dtype_name(type), leads);
+    cr_assert_eq(led, gpt2 ? 0 : 4 * n_layers, "%s %s weights: %d ROPEs and KV_STOREs done by their attention",
+                 lm->arch, toy_dtype_name(type), led);
     /* fused for CUDA's kernels: another CUDA device may run it, the CPU may not */
     cr_assert_eq(toy_graph_set_device(g[0][0], "cuda:0"), TOY_OK);
     cr_assert_eq(toy_graph_set_device(g[0][0], "cpu"), TOY_ERR_STATE);
     cr_assert(strstr(toy_last_error(), "fused for cuda"), "%s", toy_last_error());
-    cr_log_info("fused decode, %s weights: %d -> %d nodes; vs unfused %.2e, vs cpu %.2e", toy_dtype_name(type), before,
-                after, worst_unfused, worst_cpu);
-    cr_expect_leq(worst_unfused, 1e-6, "%s weights", toy_dtype_name(type));
+    cr_log_info("fused decode, %s %s weights: %d -> %d nodes; vs unfused %.2e, vs cpu %.2e", lm->arch,
+                toy_dtype_name(type), before, after, worst_unfused, worst_cpu);
+    cr_expect_leq(worst_unfused, 1e-6, "%s %s weights", lm->arch, toy_dtype_name(type));
     /* the CPU rounds differently: A to Q8 for quantized weights, kept in F32 for F16 ones */
     double tol = type == TOY_F32 || type == TOY_BF16 ? TOL_GEMM : type == TOY_F16 ? TOL_HALF : TOL_QUANT;
-    cr_expect_leq(worst_cpu, tol, "%s weights", toy_dtype_name(type));
+    cr_expect_leq(worst_cpu, tol, "%s %s weights", lm->arch, toy_dtype_name(type));
     toy_threadpool_free(tp);
     for (int s = 0; s < 3; s++) {
         for (int r = 0; r < 2; r++) toy_ctx_free(ctx[s][r]);
         toy_kv_cache_free(&kv[s]);
     }
-    toy_llama_free(m);
 }
 
-Test(cuda, fused_decode_same_bits_as_unfused, .timeout = 600) {
-    need_cuda();
-    unsetenv("TOY_FUSE"); /* fusion on, whatever the caller's environment */
-    struct toy_llama_config c = small_llama();
-    struct toy_llama *m = toy_llama_new(&c, 23);
-    cr_assert(m);
+/* one model saved as each weight type, loaded, and its decode checked */
+static void fused_decode_types(const struct toy_lm *lm, int f32_adds) {
     struct toy_rng r;
     toy_rng_seed(&r, 41);
-    for (int i = 0; i < toy_llama_n_tensors(m); i++) { /* norm weights other than 1, so their prologue shows */
-        struct toy_tensor *t = toy_llama_tensor(m, i);
+    for (int i = 0; i < lm->n_tensors(lm->self); i++) { /* norms and biases other than 1 and 0, so that they show */
+        struct toy_tensor *t = lm->tensor(lm->self, i);
         float *d = t->data;
-        for (int64_t k = 0; t->ne[1] == 1 && k < toy_nelements(t); k++) d[k] = 1.0f + 0.3f * toy_rng_normal(&r);
+        for (int64_t k = 0; t->ne[1] == 1 && k < toy_nelements(t); k++) d[k] += 0.3f * toy_rng_normal(&r);
     }
     th_mkdir("cuda-fuse");
     char path[512], qpath[512];
@@ -1488,15 +1495,54 @@ Test(cuda, fused_decode_same_bits_as_unfused, .timeout = 600) {
         enum toy_dtype t = types[i];
         bool quant = t != TOY_F32 && t != TOY_F16 && t != TOY_BF16;
         snprintf(path, sizeof path, "%s/m-%d.gguf", th_dir, (int)i);
-        th_save_llama(m, quant ? TOY_F32 : t, path);
+        th_save_lm(lm, quant ? TOY_F32 : t, path);
         if (quant) {
             snprintf(qpath, sizeof qpath, "%s/q-%d.gguf", th_dir, (int)i);
             cr_assert_eq(toy_gguf_quantize(path, qpath, t, NULL, NULL), TOY_OK, "%s", toy_last_error());
         }
-        fused_decode_case(quant ? qpath : path, t);
+        const char *file = quant ? qpath : path;
+        if (!strcmp(lm->arch, "gpt2")) {
+            struct toy_gpt2 *m;
+            cr_assert_eq(toy_gpt2_load(file, false, &m), TOY_OK, "%s", toy_last_error());
+            struct toy_lm ml = toy_gpt2_lm(m);
+            fused_decode_case(&ml, t, f32_adds);
+            toy_gpt2_free(m);
+        } else {
+            struct toy_llama *m;
+            cr_assert_eq(toy_llama_load(file, false, &m), TOY_OK, "%s", toy_last_error());
+            struct toy_lm ml = toy_llama_lm(m);
+            fused_decode_case(&ml, t, f32_adds);
+            toy_llama_free(m);
+        }
     }
     th_rmdir();
-    toy_llama_free(m);
+}
+
+Test(cuda, fused_decode_same_bits_as_unfused, .timeout = 600) {
+    need_cuda();
+    unsetenv("TOY_FUSE"); /* fusion on, whatever the caller's environment */
+    for (int qkv_bias = 0; qkv_bias < 2; qkv_bias++) { /* Llama; Qwen2's biases on q, k and v */
+        struct toy_llama_config c = small_llama();
+        c.qkv_bias = qkv_bias;
+        struct toy_llama *m = toy_llama_new(&c, 23);
+        cr_assert(m);
+        struct toy_lm lm = toy_llama_lm(m);
+        fused_decode_types(&lm, 3 * c.n_layers * qkv_bias);
+        toy_llama_free(m);
+    }
+}
+
+Test(cuda, gpt2_fused_decode_same_bits_as_unfused, .timeout = 600) {
+    need_cuda();
+    unsetenv("TOY_FUSE");
+    struct toy_gpt2_config c = toy_gpt2_preset("tiny");
+    c.vocab = 61;
+    c.max_ctx = 64;
+    struct toy_gpt2 *m = toy_gpt2_new(&c, 29);
+    cr_assert(m, "%s", toy_last_error());
+    struct toy_lm lm = toy_gpt2_lm(m);
+    fused_decode_types(&lm, 1 + 6 * (int)c.n_layers); /* the embedding sum; per layer 4 biases, 2 residuals */
+    toy_gpt2_free(m);
 }
 
 /* ---- the device-resident optimizer ------------------------------------------------------------------------ */

@@ -276,6 +276,67 @@ static int run_node(const struct toy_cu_node *n) {
     return 0;
 }
 
+/* f32 scratch shaped as t, contiguous */
+static struct toy_cu_tensor scratch_like(const struct toy_cu_tensor *t, float **mem) {
+    struct toy_cu_tensor c = {NULL, TOY_F32, {t->ne[0], t->ne[1], t->ne[2], t->ne[3]}, {4, 0, 0, 0}};
+    for (int d = 1; d < 4; d++) c.nb[d] = c.nb[d - 1] * c.ne[d - 1];
+    size_t bytes = (size_t)(c.nb[3] * c.ne[3]);
+    *mem = malloc(bytes ? bytes : 4);
+    c.data = (char *)*mem;
+    return c;
+}
+
+/* a node of op over dst and sources (has_src set for those given) */
+static int run_op(const struct toy_cu_node *like, enum toy_op op, struct toy_cu_tensor dst,
+                  const struct toy_cu_tensor *s0, const struct toy_cu_tensor *s1, const struct toy_cu_tensor *s2) {
+    struct toy_cu_node k;
+    memset(&k, 0, sizeof k);
+    k.op = op;
+    k.index = like->index;
+    k.err = like->err;
+    k.dst = dst;
+    const struct toy_cu_tensor *src[3] = {s0, s1, s2};
+    for (int i = 0; i < 3; i++)
+        if (src[i]) k.src[i] = *src[i], k.has_src[i] = true;
+    if (op == TOY_OP_LAYER_NORM) k.op_params[P_EPS] = like->op_params[P_MM_EPS];
+    return run_node(&k);
+}
+
+/* A product with a LayerNorm or GELU prologue or a bias row (graph-fuse.c's
+ * rewrites for GPT-2, which the CPU kernels do not take), as its unfused
+ * nodes: the prologue into scratch, the product, the bias added, then the
+ * residual when it accumulates. */
+static int run_product(const struct toy_cu_node *n) {
+    int pre = n->op_params[P_MM_PRE];
+    bool own_pre = pre == TOY_MM_PRE_LAYER || pre == TOY_MM_PRE_GELU;
+    if (!own_pre && !n->has_src[4]) return run_node(n);
+    struct toy_cu_node one = *n;
+    float *a = NULL, *c = NULL;
+    int rc = 0;
+    if (own_pre) {
+        struct toy_cu_tensor at = scratch_like(&n->src[0], &a);
+        rc = !a || (pre == TOY_MM_PRE_LAYER ? run_op(n, TOY_OP_LAYER_NORM, at, &n->src[0], n->has_src[2] ? &n->src[2] : NULL,
+                                                     n->has_src[3] ? &n->src[3] : NULL)
+                                            : run_op(n, TOY_OP_GELU, at, &n->src[0], NULL, NULL));
+        one.src[0] = at;
+        one.op_params[P_MM_PRE] = TOY_MM_PRE_NONE;
+        one.has_src[2] = one.has_src[3] = false;
+    }
+    if (!rc && n->has_src[4]) {
+        bool accum = n->op_params[P_MM_ACCUM];
+        one.has_src[4] = one.has_src[5] = false;
+        one.op_params[P_MM_ACCUM] = 0;
+        if (accum) one.dst = scratch_like(&n->dst, &c);
+        rc = (accum && !c) || run_node(&one) || run_op(n, TOY_OP_ADD, one.dst, &one.dst, &n->src[4], NULL) ||
+             (accum && run_op(n, TOY_OP_ADD, n->dst, &n->dst, &one.dst, NULL));
+    } else if (!rc) {
+        rc = run_node(&one);
+    }
+    free(a);
+    free(c);
+    return rc;
+}
+
 /* A node that does other nodes' work (graph-fuse.c), as the kernels do:
  * a product with siblings computes each of them; a fused attention first
  * runs the ROPEs and KV_STOREs it leads, then attends as unfused. */
@@ -283,14 +344,17 @@ static int run_fused(const struct toy_cu_node *n) {
     struct toy_cu_node one = *n;
     if (n->op == TOY_OP_MATMUL && n->n_sib) {
         one.n_sib = 0;
-        if (run_node(&one)) return 1;
+        if (run_product(&one)) return 1;
         for (int s = 0; s < n->n_sib; s++) {
             one.dst = n->sib_dst[s];
             one.src[1] = n->sib_b[s];
-            if (run_node(&one)) return 1;
+            one.src[4] = n->sib_bias[s];
+            one.has_src[4] = n->sib_bias[s].data != NULL;
+            if (run_product(&one)) return 1;
         }
         return 0;
     }
+    if (n->op == TOY_OP_MATMUL) return run_product(n);
     if (n->op == TOY_OP_ATTENTION && n->op_params[P_AT_FUSED]) {
         static const int order[4] = {0, 2, 1, 3}; /* q's ROPE, k's ROPE, the two stores */
         for (int i = 0; i < 4; i++)

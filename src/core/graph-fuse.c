@@ -1,5 +1,5 @@
 /* graph-fuse.c: folding small elementwise nodes into the matrix products
- * of an inference graph run on the CPU (toy_graph_set_fusion).
+ * of an inference graph (toy_graph_set_fusion), for the backend's kernels.
  *
  * A decode step is ~200 matrix products that stream the weights and, around
  * them, ~150 nodes on vectors of d_model floats (RMSNorm, SwiGLU, residual
@@ -47,9 +47,20 @@
  * CUDA (cuda-graph.c) the prologues, the residual adds, siblings over
  * weights its GEMV kernels stream and the attention prologues (a kernel
  * of their own there), where each rewrite is a kernel launch saved (a
- * decode step there is bound by launches, not bytes). A fused
- * graph cannot move to another backend afterwards (toy_graph_set_device
- * refuses).
+ * decode step there is bound by launches, not bytes). Over those weights
+ * its kernels also take GPT-2's nodes (toy_fuse_target.epilogue):
+ *
+ *   MATMUL(LAYER_NORM(x, w, b), W) ->  prologue LAYER: src[0] = x, src[2] = w, src[3] = b
+ *   MATMUL(GELU(x), W)             ->  prologue GELU:  src[0] = x
+ *   ADD(MATMUL(..), b)             ->  the ADD node becomes the MATMUL with
+ *                                      bias row b (src[4]), added to each sum
+ *                                      as ADD adds it, before a residual
+ *
+ * so a GPT-2 layer's decode is four products, two cache stores and an
+ * attention. The CPU does not take these: a prologue there runs on every
+ * thread where the node ran on one, and measured no faster on a GPT-2
+ * decode. A fused graph cannot move to another backend afterwards
+ * (toy_graph_set_device refuses).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -64,11 +75,21 @@ static bool f32_rows(const struct toy_tensor *t) {
 
 static bool is_output(const struct toy_tensor *t) { return (t->flags & (TOY_FLAG_OUTPUT | TOY_FLAG_LOSS)) != 0; }
 
-/* a small inference product, not accumulating (a prologue may be set) */
+/* a small inference product, not accumulating (a prologue and a bias may be set) */
 static bool small_product(const struct toy_tensor *t) {
     return t->op == TOY_OP_MATMUL && !t->op_params[P_MM_TRANS_A] && !t->op_params[P_MM_ACCUM] &&
-           t->ne[1] <= FUSE_MAX_ROWS && t->ne[2] == 1 && t->ne[3] == 1 && t->type == TOY_F32 && !t->src[3] &&
-           !t->src[4] && !t->src[5];
+           t->ne[1] <= FUSE_MAX_ROWS && t->ne[2] == 1 && t->ne[3] == 1 && t->type == TOY_F32 && !t->src[5];
+}
+
+/* an f32 row of n values (a norm's weight or bias, a bias row) */
+static bool f32_row(const struct toy_tensor *t, int64_t n) {
+    return t->type == TOY_F32 && t->ne[0] == n && t->ne[1] == 1 && t->ne[2] == 1 && t->ne[3] == 1 &&
+           toy_is_contiguous(t);
+}
+
+/* the backend's kernels take t's LayerNorm and GELU prologues and bias */
+static bool epilogue_ok(const struct toy_fuse_target *tg, const struct toy_tensor *t) {
+    return tg->epilogue && tg->epilogue(t);
 }
 
 /* a planned result that owns its bytes (the root of a residual chain) */
@@ -88,10 +109,29 @@ static int refs_of(struct toy_tensor *const *nodes, int n, const bool *drop, con
     return c;
 }
 
-/* prologue: the norm or SwiGLU node feeding product t becomes t's prologue */
-static bool fuse_prologue(struct toy_tensor *t) {
+/* prologue: the norm, SwiGLU or GELU node feeding product t becomes t's
+ * prologue (LayerNorm and GELU where the backend takes them) */
+static bool fuse_prologue(struct toy_tensor *t, const struct toy_fuse_target *tg) {
     struct toy_tensor *a = t->src[0];
     if (is_output(a) || !f32_rows(a)) return false;
+    if (a->op == TOY_OP_LAYER_NORM && epilogue_ok(tg, t)) {
+        struct toy_tensor *x = a->src[0], *w = a->src[1], *b = a->src[2];
+        if (!f32_rows(x) || !toy_same_shape(x, a) || (w && !f32_row(w, x->ne[0])) || (b && !f32_row(b, x->ne[0])))
+            return false;
+        t->src[0] = x;
+        t->src[2] = w;
+        t->src[3] = b;
+        t->op_params[P_MM_PRE] = TOY_MM_PRE_LAYER;
+        t->op_params[P_MM_EPS] = a->op_params[P_EPS];
+        return true;
+    }
+    if (a->op == TOY_OP_GELU && epilogue_ok(tg, t)) {
+        struct toy_tensor *x = a->src[0];
+        if (!f32_rows(x) || !toy_same_shape(x, a)) return false;
+        t->src[0] = x;
+        t->op_params[P_MM_PRE] = TOY_MM_PRE_GELU;
+        return true;
+    }
     if (a->op == TOY_OP_RMS_NORM) {
         struct toy_tensor *x = a->src[0], *w = a->src[1];
         if (!f32_rows(x) || !toy_same_shape(x, a) || (w && !toy_is_contiguous(w))) return false;
@@ -112,6 +152,28 @@ static bool fuse_prologue(struct toy_tensor *t) {
     return false;
 }
 
+/* bias: ADD node t = mm + b, for a bias row b broadcast over mm's rows,
+ * becomes mm with b added to its results (src[4]), where the backend's
+ * kernels add it (the add's rounding: then t's bits). Returns the product
+ * fused away, or NULL. */
+static struct toy_tensor *fuse_bias(struct toy_graph *g, int ti, const int *refs, const struct toy_fuse_target *tg) {
+    struct toy_tensor *t = g->nodes[ti];
+    if (t->op != TOY_OP_ADD || is_output(t) || !f32_rows(t) || !toy_is_contiguous(t)) return NULL;
+    for (int side = 0; side < 2; side++) {
+        struct toy_tensor *mm = t->src[side], *b = t->src[1 - side];
+        int mi = toy_ptrmap_get(&g->index, mm);
+        if (mi < 0 || !small_product(mm) || mm->src[4] || is_output(mm) || refs[mi] != 1 || !toy_same_shape(mm, t) ||
+            !f32_row(b, t->ne[0]) || !epilogue_ok(tg, mm))
+            continue;
+        t->op = TOY_OP_MATMUL;
+        memcpy(t->op_params, mm->op_params, sizeof t->op_params);
+        for (int s = 0; s < TOY_MAX_SRC; s++) t->src[s] = s < 4 ? mm->src[s] : NULL;
+        t->src[4] = b;
+        return mm;
+    }
+    return NULL;
+}
+
 /* residual: ADD node t = r + mm becomes mm accumulating in place into r's
  * bytes (r itself, or the root its earlier fused adds accumulated into).
  * last[i]: the last node reading node i's bytes. Returns the product
@@ -127,11 +189,13 @@ static struct toy_tensor *fuse_residual(struct toy_graph *g, int ti, int *last, 
         if (!owns_bytes(root) || is_output(root) || is_output(r) || !toy_same_shape(r, t) || !f32_rows(r) ||
             !toy_is_contiguous(r) || r->view_offs || last[ri] != ti)
             continue;
-        if (toy_storage_of(mm->src[0]) == root || (mm->src[2] && toy_storage_of(mm->src[2]) == root)) continue;
+        bool reads_root = false;
+        for (int s = 0; s < 5; s++) reads_root |= mm->src[s] && toy_storage_of(mm->src[s]) == root;
+        if (reads_root) continue;
         t->op = TOY_OP_MATMUL;
         memcpy(t->op_params, mm->op_params, sizeof t->op_params);
         t->op_params[P_MM_ACCUM] = 1;
-        for (int s = 0; s < TOY_MAX_SRC; s++) t->src[s] = s < 3 ? mm->src[s] : NULL;
+        for (int s = 0; s < TOY_MAX_SRC; s++) t->src[s] = s < 5 ? mm->src[s] : NULL;
         t->src[TOY_MAX_SRC - 1] = r; /* the accumulation target: its data is t's (graph.c) */
         t->view_src = root;         /* t's bytes are root's: t's readers keep them alive */
         t->view_offs = 0;
@@ -152,7 +216,8 @@ static bool sibling_ok(const struct toy_fuse_target *tg, const struct toy_tensor
     return small_product(t) && t->ne[1] == 1 && !t->op_params[P_MM_LED] && !is_output(t) && tg->siblings(t);
 }
 static bool siblings_of(const struct toy_fuse_target *tg, const struct toy_tensor *a, const struct toy_tensor *b) {
-    return sibling_ok(tg, b) && b->src[0] == a->src[0] && b->src[2] == a->src[2] && b->src[1]->type == a->src[1]->type &&
+    return sibling_ok(tg, b) && b->src[0] == a->src[0] && b->src[2] == a->src[2] && b->src[3] == a->src[3] &&
+           b->src[1]->type == a->src[1]->type &&
            b->src[1]->ne[0] == a->src[1]->ne[0] && b->op_params[P_MM_PRE] == a->op_params[P_MM_PRE] &&
            b->op_params[P_MM_EPS] == a->op_params[P_MM_EPS];
 }
@@ -248,25 +313,18 @@ static int fuse_attention_prologues(struct toy_graph *g, const int *refs, const 
     return fused;
 }
 
-const struct toy_fuse_target toy_cpu_fuse_target = {toy_cpu_matmul_packed, toy_cpu_attention_fusable, true};
+const struct toy_fuse_target toy_cpu_fuse_target = {toy_cpu_matmul_packed, toy_cpu_attention_fusable, true, NULL};
 
-int toy_graph_fuse(struct toy_graph *g, const struct toy_fuse_target *tg) {
-    int n = g->n_nodes, fused = 0;
-    if (g->n_forward != n) return 0; /* a backward pass differentiates the unfused ops */
-    for (int i = 0; i < n; i++)
-        if (small_product(g->nodes[i]) && !g->nodes[i]->op_params[P_MM_PRE] && !g->nodes[i]->src[2] &&
-            fuse_prologue(g->nodes[i]))
-            fused++;
-    /* readers and last reader (through views) of every node */
-    int *refs = calloc((size_t)(n ? n : 1), sizeof *refs), *last = malloc((size_t)(n ? n : 1) * sizeof *last);
-    if (!refs || !last) {
-        free(refs);
-        free(last);
-        return fused; /* the prologues alone are complete rewrites */
+/* readers of every node (refs) and the last node reading its bytes
+ * through views (last; outputs: INT32_MAX), the dropped nodes left out */
+static void count_uses(const struct toy_graph *g, const bool *drop, int *refs, int *last) {
+    int n = g->n_nodes;
+    for (int i = 0; i < n; i++) {
+        refs[i] = 0;
+        last[i] = is_output(g->nodes[i]) ? INT32_MAX : -1;
     }
-    for (int i = 0; i < n; i++) last[i] = is_output(g->nodes[i]) ? INT32_MAX : -1;
     for (int i = 0; i < n; i++)
-        for (int s = 0; s < TOY_MAX_SRC + 1; s++) {
+        for (int s = 0; s < TOY_MAX_SRC + 1 && !drop[i]; s++) {
             struct toy_tensor *x = s < TOY_MAX_SRC ? g->nodes[i]->src[s] : g->nodes[i]->view_src;
             if (!x) continue;
             int j = toy_ptrmap_get(&g->index, x);
@@ -274,34 +332,62 @@ int toy_graph_fuse(struct toy_graph *g, const struct toy_fuse_target *tg) {
             int b = toy_ptrmap_get(&g->index, toy_storage_of(x));
             if (b >= 0 && last[b] != INT32_MAX && last[b] < i) last[b] = i;
         }
+}
+
+int toy_graph_fuse(struct toy_graph *g, const struct toy_fuse_target *tg) {
+    int n = g->n_nodes, fused = 0;
+    if (g->n_forward != n) return 0; /* a backward pass differentiates the unfused ops */
+    for (int i = 0; i < n; i++)
+        if (small_product(g->nodes[i]) && !g->nodes[i]->op_params[P_MM_PRE] && !g->nodes[i]->src[2] &&
+            fuse_prologue(g->nodes[i], tg))
+            fused++;
+    int *refs = malloc((size_t)(n ? n : 1) * sizeof *refs), *last = malloc((size_t)(n ? n : 1) * sizeof *last);
     bool *drop = calloc((size_t)(n ? n : 1), sizeof *drop);
-    for (int i = 0; drop && i < n; i++) {
+    if (!refs || !last || !drop) {
+        free(refs);
+        free(last);
+        free(drop);
+        return fused; /* the prologues alone are complete rewrites */
+    }
+    count_uses(g, drop, refs, last);
+    if (tg->epilogue) {
+        int biased = 0;
+        for (int i = 0; i < n; i++) {
+            struct toy_tensor *gone = fuse_bias(g, i, refs, tg);
+            if (!gone) continue;
+            drop[toy_ptrmap_get(&g->index, gone)] = true;
+            biased++;
+        }
+        if (biased) count_uses(g, drop, refs, last); /* the products' reads moved to their adds' places */
+        fused += biased;
+    }
+    for (int i = 0; i < n; i++) {
         struct toy_tensor *gone = fuse_residual(g, i, last, refs);
         if (!gone) continue;
         drop[toy_ptrmap_get(&g->index, gone)] = true;
         fused++;
     }
-    /* norms and SwiGLUs that no one reads any more */
-    for (int i = 0; drop && i < n; i++) {
+    /* norms and activations that no one reads any more */
+    for (int i = 0; i < n; i++) {
         struct toy_tensor *t = g->nodes[i];
-        if ((t->op == TOY_OP_RMS_NORM || t->op == TOY_OP_SWIGLU) && !is_output(t) && !refs_of(g->nodes, n, drop, t))
+        enum toy_op op = t->op;
+        if ((op == TOY_OP_RMS_NORM || op == TOY_OP_SWIGLU || op == TOY_OP_LAYER_NORM || op == TOY_OP_GELU) &&
+            !is_output(t) && !drop[i] && !refs_of(g->nodes, n, drop, t))
             drop[i] = true;
     }
     if (tg->attention) /* refs and the index still by the nodes' first positions */
         fused += fuse_attention_prologues(g, refs, tg);
-    if (drop) {
-        int k = 0;
-        toy_ptrmap_free(&g->index);
-        for (int i = 0; i < n; i++) {
-            if (drop[i]) continue;
-            g->nodes[k] = g->nodes[i];
-            g->grads[k] = g->grads[i];
-            g->nodes[k]->id = k;
-            toy_ptrmap_put(&g->index, g->nodes[k], k);
-            k++;
-        }
-        g->n_nodes = g->n_forward = k;
+    int k = 0;
+    toy_ptrmap_free(&g->index);
+    for (int i = 0; i < n; i++) {
+        if (drop[i]) continue;
+        g->nodes[k] = g->nodes[i];
+        g->grads[k] = g->grads[i];
+        g->nodes[k]->id = k;
+        toy_ptrmap_put(&g->index, g->nodes[k], k);
+        k++;
     }
+    g->n_nodes = g->n_forward = k;
     free(drop);
     free(refs);
     free(last);

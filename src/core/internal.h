@@ -57,7 +57,9 @@ enum {
     /* MATMUL (EXACT: in a graph with a backward pass, so no int8 fast path
      * that quantizes the activations) */
     P_MM_TRANS_A = 0, P_MM_TRANS_B = 1, P_MM_ACCUM = 2, P_MM_EXACT = 3,
-    /* fused prologue (graph-fuse.c): kind, and RMS's eps; its second input in src[2] */
+    /* fused prologue (graph-fuse.c): kind, and the norm's eps; its second
+     * input in src[2] (a LayerNorm's bias in src[3]). A fused bias row,
+     * added to each result row before any accumulation, is src[4]. */
     P_MM_PRE = 4, P_MM_EPS = 5,
     /* the share [LO, HI) of dst->prefetch's reads this product fetches ahead (floats) */
     P_MM_PF_LO = 6, P_MM_PF_HI = 7,
@@ -96,7 +98,8 @@ enum {
 };
 
 
-enum { TOY_MM_PRE_NONE, TOY_MM_PRE_RMS, TOY_MM_PRE_SWIGLU }; /* MATMUL's P_MM_PRE */
+/* MATMUL's P_MM_PRE */
+enum { TOY_MM_PRE_NONE, TOY_MM_PRE_RMS, TOY_MM_PRE_SWIGLU, TOY_MM_PRE_LAYER, TOY_MM_PRE_GELU };
 
 struct toy_tensor *toy_rope_impl(struct toy_ctx *ctx, struct toy_tensor *x, struct toy_tensor *pos,
                                  const int32_t *params, bool inverse);
@@ -173,6 +176,9 @@ struct toy_fuse_target {
     bool (*attention)(const struct toy_tensor *at);
     /* the products before a decode attention fetch its first cache rows */
     bool prefetch;
+    /* products whose kernels also take a LayerNorm or GELU prologue and
+     * add a bias row to their results (NULL: none) */
+    bool (*epilogue)(const struct toy_tensor *mm);
 };
 extern const struct toy_fuse_target toy_cpu_fuse_target;
 int toy_graph_fuse(struct toy_graph *g, const struct toy_fuse_target *tg);

@@ -127,10 +127,11 @@ static bool led_node(const struct toy_tensor *t) {
 }
 static bool no_kernel(const struct toy_tensor *t) { return toy_is_view_op(t->op) || led_node(t); }
 
-/* Products the GEMV kernels (kernels-matmul.cu) compute with their
- * siblings in one launch: one-row products over weights they stream
- * (quantized; F16/BF16 with 16-byte aligned rows). Others stay apart. */
-static bool cuda_siblings(const struct toy_tensor *mm) {
+/* Products over weights the GEMV kernels (kernels-matmul.cu) stream:
+ * quantized, or F16/BF16 with 16-byte aligned rows. One-row ones run with
+ * their siblings in one launch, and all take a LayerNorm or GELU prologue
+ * and a bias row (GPT-2's). Others stay apart. */
+static bool cuda_gemv_weights(const struct toy_tensor *mm) {
     const struct toy_tensor *b = mm->src[1];
     if (!mm->op_params[P_MM_TRANS_B] || b->ne[2] != 1 || b->ne[3] != 1 || !toy_is_contiguous(b)) return false;
     if (b->type == TOY_F16 || b->type == TOY_BF16) return b->ne[0] % 8 == 0;
@@ -146,7 +147,7 @@ static bool cuda_attention(const struct toy_tensor *at) {
     enum toy_dtype kt = at->src[1]->src[0]->type, vt = at->src[2]->src[0]->type;
     return at->op_params[P_AT_DYNKV] && (kt == TOY_F16 || kt == TOY_F32) && (vt == TOY_F16 || vt == TOY_F32);
 }
-const struct toy_fuse_target toy_cuda_fuse_target = {cuda_siblings, cuda_attention, false};
+const struct toy_fuse_target toy_cuda_fuse_target = {cuda_gemv_weights, cuda_attention, false, cuda_gemv_weights};
 
 static void cg_free(struct cu_graph *cg) {
     if (!cg) return;
@@ -508,6 +509,7 @@ static enum toy_status prepare(struct toy_graph *g, int dev, struct cu_graph **o
             const struct toy_tensor *sb = t->siblings[s];
             describe(&c->sib_dst[s], sb, dev_ptr(cg, g, sb));
             describe(&c->sib_b[s], sb->src[1], dev_ptr(cg, g, sb->src[1]));
+            if (sb->src[4]) describe(&c->sib_bias[s], sb->src[4], dev_ptr(cg, g, sb->src[4]));
         }
         c->stream = cg->cd->stream;
         c->cublas = cg->cd->cublas;

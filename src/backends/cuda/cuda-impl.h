@@ -52,9 +52,10 @@ struct toy_cu_node {
     int32_t math;              /* enum toy_cu_math */
     int64_t view_off;          /* VIEW_BACK: byte offset of the view (src[1]) in dst */
     /* MATMUL: the products it computes with it (graph-fuse.c's siblings:
-     * the same A and prologue), their results and weights */
+     * the same A and prologue), their results, weights and bias rows
+     * (data NULL: none) */
     int32_t n_sib;
-    struct toy_cu_tensor sib_dst[2], sib_b[2];
+    struct toy_cu_tensor sib_dst[2], sib_b[2], sib_bias[2];
     /* ATTENTION with P_AT_FUSED: the nodes it does the work of (graph-fuse.c),
      * its query's ROPE, the key's KV_STORE, the key's ROPE, the value's
      * KV_STORE */

@@ -294,6 +294,54 @@ __device__ __forceinline__ double block_sum_d(double v) {
     return v;
 }
 
+/* A warp as the thread group of one row (kernels-ops.cu's row kernels;
+ * the GEMV's norm prologues): lane t of 32, row r; sums in a fixed order. */
+struct row_warp {
+    int64_t r;
+    int t, nt;
+    __device__ row_warp() : r(blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32), t(threadIdx.x % 32), nt(32) {}
+    __device__ row_warp(int64_t row, int lane) : r(row), t(lane), nt(32) {}
+    __device__ float sum(float v) const { return warp_sum(v); }
+    __device__ double sum_d(double v) const {
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        return v;
+    }
+};
+
+/* A norm's row statistics in double, as the CPU: the mean (layer) and
+ * 1/std, or 1/rms (mean 0). Group g's thread t sums elements t, t + nt, ...
+ * of the n that at(i) loads. The LAYER_NORM kernels and the GEMV's
+ * LayerNorm prologue (kernels-matmul.cu) both use it and layer_out, so a
+ * fused product reads the norm's very bits. */
+template <class G, class LD>
+__device__ void norm_stats(const G &g, const LD &at, int64_t n, bool layer, float eps, double *mu, double *rstd) {
+    double s = 0;
+    if (layer) {
+        for (int64_t i = g.t; i < n; i += g.nt) s += at(i);
+        s = g.sum_d(s) / (double)n;
+    }
+    double v = 0;
+    for (int64_t i = g.t; i < n; i += g.nt) {
+        double d = (double)at(i) - s;
+        v += d * d;
+    }
+    v = g.sum_d(v) / (double)n;
+    *mu = s;
+    *rstd = 1.0 / sqrt(v + (double)eps);
+}
+
+/* a LayerNorm's output element: (x - mu) rstd, times w, plus b, each step
+ * rounded (no FMA: the same bits wherever it is inlined) */
+__device__ __forceinline__ float layer_out(float x, float mu, float rstd, bool has_w, float w, bool has_b, float b) {
+    float v = __fmul_rn(x - mu, rstd);
+    if (has_w) v = __fmul_rn(v, w);
+    return has_b ? __fadd_rn(v, b) : v;
+}
+
+/* GELU, tanh approximation (the GELU kernel and the GEMV's GELU prologue) */
+#define GELU_C 0.7978845608028654f
+__device__ __forceinline__ float gelu_f(float x) { return 0.5f * x * (1.0f + tanhf(GELU_C * (x + 0.044715f * x * x * x))); }
+
 /* One AdamW element in torch's operation order (simd.c's ref_adamw), every
  * product, quotient and sum rounded on its own: in device code through the
  * _rn intrinsics, so nvcc cannot contract a product and a sum into an FMA

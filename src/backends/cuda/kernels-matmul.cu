@@ -85,20 +85,26 @@ __global__ void k_dequant_rows(T *out, const char *b, int type, int64_t nb1, int
 }
 
 /* A prologue folded into the product (graph-fuse.c, P_MM_PRE): A's rows
- * are RMS_NORM(x) (times w) or SWIGLU(g, u) of the rows the product reads,
- * computed as they are loaded, with the RMS_NORM and SWIGLU kernels'
- * arithmetic (a row's 1/rms summed as the warp-per-row norm sums it), so
- * the products are bit for bit the unfused ones where the norm ran a warp
- * per row (rows up to 4096). It saves the norm's or SwiGLU's launch. The
+ * are RMS_NORM(x) (times w), LAYER_NORM(x) (times w, plus b), SWIGLU(g, u)
+ * or GELU(x) of the rows the product reads, computed as they are loaded,
+ * with the norm, SWIGLU and GELU kernels' arithmetic (a row's statistics
+ * summed as the warp-per-row norms sum them: norm_stats), so the products
+ * are bit for bit the unfused ones where the norm ran a warp per row (rows
+ * up to 4096). It saves the norm's or activation's launch. The
  * GEMV kernels take the prologue as a template argument (PRE, a
  * TOY_MM_PRE_*), so the plain products compile as before: a runtime mode
  * cost them 2-4x the registers. */
 struct gemv_pro {
     int mode;      /* TOY_MM_PRE_* */
-    const char *w; /* RMS: the weight, f32 as RMS_NORM takes it (NULL: none); SwiGLU: u's rows, as A's */
+    const char *w; /* norms: the weight, f32 (NULL: none); SwiGLU: u's rows, as A's */
+    const char *b; /* LayerNorm: the bias, f32 (NULL: none) */
     int64_t u_nb1; /* SwiGLU: u's row stride, bytes */
     float eps;
 };
+/* the prologue's row statistics in shared memory: 1/rms, or LayerNorm's
+ * mean at [i] and 1/std at [GEMV_MAX_ROWS + i] */
+#define GEMV_STATS (2 * GEMV_MAX_ROWS)
+static __host__ __device__ bool pro_norm(int mode) { return mode == TOY_MM_PRE_RMS || mode == TOY_MM_PRE_LAYER; }
 
 static gemv_pro pro_of(const struct toy_cu_node *nd) {
     gemv_pro P;
@@ -108,23 +114,31 @@ static gemv_pro pro_of(const struct toy_cu_node *nd) {
         P.w = nd->src[2].data;
         P.u_nb1 = nd->src[2].nb[1];
     }
+    if (P.mode == TOY_MM_PRE_LAYER && nd->has_src[3]) P.b = nd->src[3].data;
     memcpy(&P.eps, &nd->op_params[P_MM_EPS], sizeof P.eps);
     return P;
 }
 
-/* RMS: 1/rms of each of A's m rows (a at row 0, rows nb1 apart) into
- * rstd, a warp per row; the block's threads wait for it */
+/* The norms' statistics of each of A's m rows (a at row 0, rows nb1
+ * apart) into rstd (GEMV_STATS), a warp per row: RMS's 1/rms, or
+ * LayerNorm's mean and 1/std. The block's threads wait for it. */
 __device__ void pro_begin(const gemv_pro &P, const char *a, int64_t nb1, int64_t m, int64_t k, float *rstd) {
     int w = threadIdx.x / 32, lane = threadIdx.x % 32;
     if (w < m) {
         const float *x = (const float *)(a + w * nb1);
-        float ss = 0;
-        for (int64_t i = lane; i < k; i += 32) {
-            float v = x[i];
-            ss += v * v;
+        if (P.mode == TOY_MM_PRE_LAYER) {
+            double mu, rs;
+            norm_stats(row_warp(w, lane), [&](int64_t i) { return x[i]; }, k, true, P.eps, &mu, &rs);
+            if (lane == 0) rstd[w] = (float)mu, rstd[GEMV_MAX_ROWS + w] = (float)rs;
+        } else {
+            float ss = 0;
+            for (int64_t i = lane; i < k; i += 32) {
+                float v = x[i];
+                ss += v * v;
+            }
+            ss = warp_sum(ss);
+            if (lane == 0) rstd[w] = rsqrtf(ss / (float)k + P.eps);
         }
-        ss = warp_sum(ss);
-        if (lane == 0) rstd[w] = rsqrtf(ss / (float)k + P.eps);
     }
     __syncthreads();
 }
@@ -140,6 +154,10 @@ __device__ __forceinline__ float pro_at(const gemv_pro &P, const float *rstd, in
         float u = *(const float *)(P.w + i * P.u_nb1 + c * 4);
         return x / (1.0f + expf(-x)) * u;
     }
+    if (PRE == TOY_MM_PRE_LAYER)
+        return layer_out(x, rstd[i], rstd[GEMV_MAX_ROWS + i], P.w != NULL, P.w ? ((const float *)P.w)[c] : 0.0f,
+                         P.b != NULL, P.b ? ((const float *)P.b)[c] : 0.0f);
+    if (PRE == TOY_MM_PRE_GELU) return gelu_f(x);
     return x;
 }
 
@@ -147,9 +165,10 @@ __device__ __forceinline__ float pro_at(const gemv_pro &P, const float *rstd, in
  * (graph-fuse.c: the same A and prologue, other weights and results),
  * blocks [first[p], first[p + 1]) taking product p's columns. */
 #define GEMV_MAX_PRODUCTS 3
-struct gemv_out { /* what a GEMV needs of a product: C and B */
+struct gemv_out { /* what a GEMV needs of a product: C, B and a bias row */
     char *c;
     int64_t n, c_nb2, c_nb3;
+    const float *bias; /* added to each of C's rows before any accumulation (NULL: none) */
     const char *b;
     int64_t b_nb1, b_nb2, b_nb3, b_ne2, b_ne3;
     int b_type;
@@ -161,8 +180,9 @@ struct gemv_set {
     int64_t m, ne2, ne3; /* C's rows and batches (the same for every product) */
 };
 
-static gemv_out gemv_out_of(const CT &dst, const CT &B) {
-    gemv_out o = {dst.data, dst.ne[0], dst.nb[2], dst.nb[3], B.data, B.nb[1], B.nb[2], B.nb[3], B.ne[2], B.ne[3], B.type};
+static gemv_out gemv_out_of(const CT &dst, const CT &B, const CT *bias) {
+    gemv_out o = {dst.data, dst.ne[0], dst.nb[2], dst.nb[3], bias ? (const float *)bias->data : NULL,
+                  B.data, B.nb[1], B.nb[2], B.nb[3], B.ne[2], B.ne[3], B.type};
     return o;
 }
 
@@ -175,6 +195,7 @@ template <int PRE> struct gemv_at {
     int lane, b_type;
     const char *a, *brow;
     char *cc;
+    const float *bias;
     __device__ gemv_at(const gemv_set &S, const CT &A, const gemv_pro &P, float *rstd) {
         const int p = S.n > 2 && blockIdx.x >= S.first[2] ? 2 : S.n > 1 && blockIdx.x >= S.first[1] ? 1 : 0;
         const gemv_out &o = p == 2 ? S.p[2] : p == 1 ? S.p[1] : S.p[0];
@@ -186,13 +207,17 @@ template <int PRE> struct gemv_at {
         a = A.data + bratio(i2, S.ne2, A.ne[2]) * A.nb[2] + bratio(i3, S.ne3, A.ne[3]) * A.nb[3];
         brow = o.b + bratio(i2, S.ne2, o.b_ne2) * o.b_nb2 + bratio(i3, S.ne3, o.b_ne3) * o.b_nb3 + (j < n ? j : 0) * o.b_nb1;
         cc = o.c + i2 * o.c_nb2 + i3 * o.c_nb3;
-        if (PRE == TOY_MM_PRE_RMS) pro_begin(P, a, A.nb[1], m, k, rstd); /* before any warp leaves: it waits for the block */
+        bias = o.bias;
+        if (pro_norm(PRE)) pro_begin(P, a, A.nb[1], m, k, rstd); /* before any warp leaves: it waits for the block */
     }
+    /* the sums, plus the bias (ADD(product, bias)'s rounding), then into C
+     * or added to it (the residual ADD's) */
     __device__ void store(float *acc, bool accum) const {
         float *c = (float *)cc;
         for (int i = 0; i < GEMV_MAX_ROWS; i++) {
             if (i >= m) break;
             float v = warp_sum(acc[i]);
+            if (bias) v = v + bias[j];
             if (lane == 0) c[i * n + j] = accum ? c[i * n + j] + v : v;
         }
     }
@@ -200,7 +225,7 @@ template <int PRE> struct gemv_at {
 
 /* C[i, j] (+)= sum_c A[i, c] B[j, c]: a warp per j, m <= GEMV_MAX_ROWS rows of A */
 template <int PRE> __global__ void k_qgemv(gemv_set S, CT A, gemv_pro P, bool accum) {
-    __shared__ float rstd[GEMV_MAX_ROWS];
+    __shared__ float rstd[GEMV_STATS];
     const gemv_at<PRE> G(S, A, P, rstd);
     if (G.j >= G.n) return;
     const int64_t m = G.m, k = G.k;
@@ -222,7 +247,7 @@ template <int PRE> __global__ void k_qgemv(gemv_set S, CT A, gemv_pro P, bool ac
  * runs. (A lane per block read A with a 128-byte stride between lanes: 32
  * cache lines per load instruction.) */
 template <int PRE> __global__ void k_qgemv_blocks(gemv_set S, CT A, gemv_pro P, bool accum) {
-    __shared__ float rstd[GEMV_MAX_ROWS];
+    __shared__ float rstd[GEMV_STATS];
     const gemv_at<PRE> G(S, A, P, rstd);
     if (G.j >= G.n) return;
     const int64_t m = G.m, k = G.k;
@@ -263,7 +288,7 @@ __device__ __forceinline__ float round_to(float v, const __nv_bfloat16 *) {
 }
 
 template <typename T2, int PRE> __global__ void k_hgemv(gemv_set S, CT A, gemv_pro P, bool accum) {
-    __shared__ float rstd[GEMV_MAX_ROWS];
+    __shared__ float rstd[GEMV_STATS];
     const gemv_at<PRE> G(S, A, P, rstd);
     if (G.j >= G.n) return;
     const int64_t m = G.m, k = G.k;
@@ -299,14 +324,18 @@ template <typename T2, int PRE> __global__ void k_hgemv(gemv_set S, CT A, gemv_p
  * rows): A's m rows (m <= GEMV_MAX_ROWS) computed once into out, m x k
  * contiguous; one block */
 __global__ void k_mm_prologue(float *out, CT A, gemv_pro P) {
-    __shared__ float rstd[GEMV_MAX_ROWS];
+    __shared__ float rstd[GEMV_STATS];
     int64_t m = A.ne[1], k = A.ne[0];
-    bool rms = P.mode == TOY_MM_PRE_RMS;
-    if (rms) pro_begin(P, A.data, A.nb[1], m, k, rstd);
+    if (pro_norm(P.mode)) pro_begin(P, A.data, A.nb[1], m, k, rstd);
     for (int64_t e = threadIdx.x; e < m * k; e += blockDim.x) {
         int64_t i = e / k, c = e % k;
         float x = *(const float *)(A.data + i * A.nb[1] + c * 4);
-        out[e] = rms ? pro_at<TOY_MM_PRE_RMS>(P, rstd, (int)i, c, x) : pro_at<TOY_MM_PRE_SWIGLU>(P, rstd, (int)i, c, x);
+        switch (P.mode) {
+        case TOY_MM_PRE_RMS: out[e] = pro_at<TOY_MM_PRE_RMS>(P, rstd, (int)i, c, x); break;
+        case TOY_MM_PRE_SWIGLU: out[e] = pro_at<TOY_MM_PRE_SWIGLU>(P, rstd, (int)i, c, x); break;
+        case TOY_MM_PRE_LAYER: out[e] = pro_at<TOY_MM_PRE_LAYER>(P, rstd, (int)i, c, x); break;
+        default: out[e] = pro_at<TOY_MM_PRE_GELU>(P, rstd, (int)i, c, x); break;
+        }
     }
 }
 
@@ -357,6 +386,8 @@ static toy_cu_node product_of(const struct toy_cu_node *nd, int p) {
     if (p) {
         one.dst = nd->sib_dst[p - 1];
         one.src[1] = nd->sib_b[p - 1];
+        one.src[4] = nd->sib_bias[p - 1];
+        one.has_src[4] = nd->sib_bias[p - 1].data != NULL;
     }
     return one;
 }
@@ -377,7 +408,7 @@ static toy_cu_node with_prologue_done(const struct toy_cu_node *nd, char *at) {
     A.nb[2] = A.nb[1] * A.ne[1];
     A.nb[3] = A.nb[2] * A.ne[2];
     one.op_params[P_MM_PRE] = TOY_MM_PRE_NONE;
-    one.has_src[2] = false;
+    one.has_src[2] = one.has_src[3] = false;
     size_t pb = prologue_bytes(nd);
     one.work = nd->work ? nd->work + pb : NULL;
     one.work_size = nd->work_size > pb ? nd->work_size - pb : 0;
@@ -501,7 +532,8 @@ static int run_gemv(const struct toy_cu_node *nd, const mm &s, gemv_kind kind, i
     unsigned x = 0;
     for (int p = 0; p <= n_sib; p++) {
         const CT &dst = p ? nd->sib_dst[p - 1] : nd->dst;
-        S.p[p] = gemv_out_of(dst, p ? nd->sib_b[p - 1] : nd->src[1]);
+        const CT *bias = p ? (nd->sib_bias[p - 1].data ? &nd->sib_bias[p - 1] : NULL) : nd->has_src[4] ? &nd->src[4] : NULL;
+        S.p[p] = gemv_out_of(dst, p ? nd->sib_b[p - 1] : nd->src[1], bias);
         S.first[p] = x;
         x += (unsigned)cdiv(dst.ne[0], 8);
     }
@@ -512,9 +544,13 @@ static int run_gemv(const struct toy_cu_node *nd, const mm &s, gemv_kind kind, i
     dim3 grid(x, (unsigned)s.nbatch);
     gemv_pro P = pro_of(nd);
     cudaStream_t st = CU_STREAM(nd);
-    if (P.mode == TOY_MM_PRE_RMS) launch_gemv<TOY_MM_PRE_RMS>(kind, grid, st, S, nd->src[0], P, s.accum);
-    else if (P.mode == TOY_MM_PRE_SWIGLU) launch_gemv<TOY_MM_PRE_SWIGLU>(kind, grid, st, S, nd->src[0], P, s.accum);
-    else launch_gemv<TOY_MM_PRE_NONE>(kind, grid, st, S, nd->src[0], P, s.accum);
+    switch (P.mode) {
+    case TOY_MM_PRE_RMS: launch_gemv<TOY_MM_PRE_RMS>(kind, grid, st, S, nd->src[0], P, s.accum); break;
+    case TOY_MM_PRE_SWIGLU: launch_gemv<TOY_MM_PRE_SWIGLU>(kind, grid, st, S, nd->src[0], P, s.accum); break;
+    case TOY_MM_PRE_LAYER: launch_gemv<TOY_MM_PRE_LAYER>(kind, grid, st, S, nd->src[0], P, s.accum); break;
+    case TOY_MM_PRE_GELU: launch_gemv<TOY_MM_PRE_GELU>(kind, grid, st, S, nd->src[0], P, s.accum); break;
+    default: launch_gemv<TOY_MM_PRE_NONE>(kind, grid, st, S, nd->src[0], P, s.accum); break;
+    }
     return launch_status(kind == GV_F16 || kind == GV_BF16 ? "hgemv" : "qgemv", msg, msg_size);
 }
 
@@ -666,6 +702,10 @@ extern "C" int toy_cu_matmul(const struct toy_cu_node *nd, char *msg, size_t msg
         if (rc) return rc;
         toy_cu_node one = with_prologue_done(nd, nd->work);
         return toy_cu_matmul(&one, msg, msg_size);
+    }
+    if (nd->has_src[4] && (!s.k || gemv_of(A, B, s) == GV_NONE)) { /* graph-fuse.c asks the GEMV kernels only */
+        snprintf(msg, msg_size, "a fused bias needs weights a GEMV kernel streams, and a sum");
+        return TOY_ERR_UNSUPPORTED;
     }
     if (s.k == 0) { /* an empty sum */
         if (!s.accum) cudaMemsetAsync(nd->dst.data, 0, (size_t)ct_nel(nd->dst) * 4, st);

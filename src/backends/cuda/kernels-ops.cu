@@ -72,8 +72,6 @@ __global__ void k_binary(CT dst, CT a, CT b, int op, int mode) {
     }
 }
 
-#define GELU_C 0.7978845608028654f
-
 __global__ void k_unary(CT dst, CT a, int op, float s, bool flat) {
     int64_t n = ct_nel(dst);
     float *y = (float *)dst.data;
@@ -93,7 +91,7 @@ __global__ void k_unary(CT dst, CT a, int op, float s, bool flat) {
         case TOY_OP_NEG: r = -x; break;
         case TOY_OP_TANH: r = tanhf(x); break;
         case TOY_OP_SILU: r = x / (1.0f + expf(-x)); break;
-        default: r = 0.5f * x * (1.0f + tanhf(GELU_C * (x + 0.044715f * x * x * x))); break; /* GELU */
+        default: r = gelu_f(x); break;
         }
         y[e] = r;
     }
@@ -359,16 +357,6 @@ struct row_block {
     __device__ float sum(float v) const { return block_sum(v); }
     __device__ double sum_d(double v) const { return block_sum_d(v); }
 };
-struct row_warp {
-    int64_t r;
-    int t, nt;
-    __device__ row_warp() : r(blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32), t(threadIdx.x % 32), nt(32) {}
-    __device__ float sum(float v) const { return warp_sum(v); }
-    __device__ double sum_d(double v) const {
-        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-        return v;
-    }
-};
 
 /* a row kernel's launch over nr rows of n elements: a warp per row up to
  * ROW_WARP_MAX (the kernels take `warp` and pick their group with it),
@@ -400,24 +388,11 @@ __global__ void k_rms_norm(CT dst, CT x, CT w, bool has_w, float eps, bool warp)
     else rms_norm_row<row_block>(dst, x, w, has_w, eps);
 }
 
-/* mean and 1/std of a row in double, as the CPU */
+/* mean and 1/std of a row in double, as the CPU (kernels-common.cuh) */
 template <class G>
 __device__ void row_stats(const G &g, const CT &x, int64_t i1, int64_t i2, int64_t i3, bool layer, float eps,
                           double *mu, double *rstd) {
-    int64_t n = x.ne[0];
-    double s = 0;
-    if (layer) {
-        for (int64_t i = g.t; i < n; i += g.nt) s += ld(x, i, i1, i2, i3);
-        s = g.sum_d(s) / (double)n;
-    }
-    double v = 0;
-    for (int64_t i = g.t; i < n; i += g.nt) {
-        double d = (double)ld(x, i, i1, i2, i3) - s;
-        v += d * d;
-    }
-    v = g.sum_d(v) / (double)n;
-    *mu = s;
-    *rstd = 1.0 / sqrt(v + (double)eps);
+    norm_stats(g, [&](int64_t i) { return ld(x, i, i1, i2, i3); }, x.ne[0], layer, eps, mu, rstd);
 }
 
 template <class G> __device__ void layer_norm_row(CT dst, CT x, CT w, CT b, bool has_w, bool has_b, float eps) {
@@ -428,12 +403,9 @@ template <class G> __device__ void layer_norm_row(CT dst, CT x, CT w, CT b, bool
     double mu, rstd;
     row_stats(g, x, i1, i2, i3, true, eps, &mu, &rstd);
     float *y = (float *)dst.data + r * n;
-    for (int64_t i = g.t; i < n; i += g.nt) {
-        float v = (ld(x, i, i1, i2, i3) - (float)mu) * (float)rstd;
-        if (has_w) v *= ld(w, i, 0, 0, 0);
-        if (has_b) v += ld(b, i, 0, 0, 0);
-        y[i] = v;
-    }
+    for (int64_t i = g.t; i < n; i += g.nt)
+        y[i] = layer_out(ld(x, i, i1, i2, i3), (float)mu, (float)rstd, has_w, has_w ? ld(w, i, 0, 0, 0) : 0.0f, has_b,
+                         has_b ? ld(b, i, 0, 0, 0) : 0.0f);
 }
 
 __global__ void k_layer_norm(CT dst, CT x, CT w, CT b, bool has_w, bool has_b, float eps, bool warp) {
