@@ -3,7 +3,7 @@
  * shapes, bench/torch_cuda.py).
  *
  *   bench-cuda train  gpt2-124m|smollm2-135m  B T steps  [device] [f32|bf16]
- *   bench-cuda decode smollm2-135m|llama-1b   f32|f16|bf16|q8_0 n_tokens [device]
+ *   bench-cuda decode smollm2-135m|llama-1b|gpt2-124m  f32|f16|bf16|q8_0 n_tokens [device]
  *   bench-cuda op matmul M N K [device]          one product, forward and backward
  *   bench-cuda op attention B H Hkv T D [device] causal attention likewise
  *
@@ -116,14 +116,42 @@ static int train(const char *model, int B, int T, int steps, const char *device,
     return 0;
 }
 
-static int decode(const char *model, const char *wtype, int n_tokens, const char *device) {
+/* a model of the named shape, random weights (NULL and an error: no such shape) */
+static struct toy_lm new_model(const char *model, void (**free_fn)(void *)) {
+    struct toy_lm lm = {0};
+    if (!strcmp(model, "gpt2-124m")) {
+        struct toy_gpt2_config c = toy_gpt2_preset("124m");
+        struct toy_gpt2 *m = toy_gpt2_new(&c, 1);
+        if (m) lm = toy_gpt2_lm(m), *free_fn = (void (*)(void *))toy_gpt2_free;
+        return lm;
+    }
     struct toy_llama_config c = toy_llama_preset("smollm2-135m");
     if (!strcmp(model, "llama-1b")) { /* Llama 3.2 1B shape */
         c.vocab = 128256; c.d_model = 2048; c.n_layers = 16; c.n_heads = 32; c.n_kv_heads = 8; c.d_ff = 8192;
         c.max_ctx = 2048;
     }
-    struct toy_llama *m0 = toy_llama_new(&c, 1);
-    if (!m0) return die("llama");
+    struct toy_llama *m = toy_llama_new(&c, 1);
+    if (m) lm = toy_llama_lm(m), *free_fn = (void (*)(void *))toy_llama_free;
+    return lm;
+}
+
+/* the model in the file, of the family the shape names */
+static struct toy_lm load_model(const char *model, const char *path, void (**free_fn)(void *)) {
+    struct toy_lm lm = {0};
+    if (!strcmp(model, "gpt2-124m")) {
+        struct toy_gpt2 *m;
+        if (!toy_gpt2_load(path, false, &m)) lm = toy_gpt2_lm(m), *free_fn = (void (*)(void *))toy_gpt2_free;
+        return lm;
+    }
+    struct toy_llama *m;
+    if (!toy_llama_load(path, false, &m)) lm = toy_llama_lm(m), *free_fn = (void (*)(void *))toy_llama_free;
+    return lm;
+}
+
+static int decode(const char *model, const char *wtype, int n_tokens, const char *device) {
+    void (*free_fn)(void *) = NULL;
+    struct toy_lm m0 = new_model(model, &free_fn);
+    if (!m0.self) return die("model");
     char path[256], qpath[256];
     snprintf(path, sizeof path, "/tmp/toy-bench-cuda-%d.gguf", (int)getpid());
     snprintf(qpath, sizeof qpath, "/tmp/toy-bench-cuda-%d-q.gguf", (int)getpid());
@@ -134,23 +162,23 @@ static int decode(const char *model, const char *wtype, int n_tokens, const char
                         : !strcmp(wtype, "bf16") || !strcmp(wtype, "q8_0") ? TOY_BF16
                                                                             : TOY_F32;
     struct toy_gguf_writer *w;
-    if (toy_gguf_writer_init(&w) || toy_llama_write_gguf(m0, w, wt) || toy_gguf_writer_write(w, path))
+    if (toy_gguf_writer_init(&w) || m0.write_gguf(m0.self, w, wt) || toy_gguf_writer_write(w, path))
         return die("write gguf");
     toy_gguf_writer_free(w);
-    toy_llama_free(m0);
-    const char *load = path;
+    free_fn(m0.self);
+    const char *file = path;
     if (!strcmp(wtype, "q8_0")) {
         if (toy_gguf_quantize(path, qpath, TOY_Q8_0, NULL, NULL)) return die("quantize");
-        load = qpath;
+        file = qpath;
     }
-    struct toy_llama *m;
-    if (toy_llama_load(load, false, &m)) return die("load");
+    struct toy_lm m = load_model(model, file, &free_fn);
+    if (!m.self) return die("load");
     struct toy_kv_cache kv;
     int n_ctx = n_tokens + 8;
-    if (toy_kv_cache_init(&kv, m, n_ctx, 1)) return die("kv cache");
+    if (m.cache_init(m.self, &kv, n_ctx, 1, TOY_F32)) return die("kv cache");
     struct toy_ctx *ctx = toy_ctx_init(true);
     struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, 1, 1), *pos = toy_new_tensor_1d(ctx, TOY_I32, 1);
-    struct toy_tensor *lg = toy_llama_forward_cached(ctx, m, &kv, tok, pos);
+    struct toy_tensor *lg = m.forward_cached(m.self, ctx, &kv, tok, pos, false);
     toy_set_output(lg);
     struct toy_graph *g = toy_graph_new(ctx);
     toy_graph_build(g, lg);
@@ -161,7 +189,7 @@ static int decode(const char *model, const char *wtype, int n_tokens, const char
     for (int s = 0; s < n_tokens; s++) {
         if (s == 2) t0 = now_s(); /* after the first uploads */
         *(int32_t *)kv.n_past->data = s;
-        ((int32_t *)tok->data)[0] = (s * 31 + 7) % (int)c.vocab;
+        ((int32_t *)tok->data)[0] = (int32_t)((s * 31 + 7) % m.vocab);
         ((int32_t *)pos->data)[0] = s;
         if (toy_graph_compute(g, tp)) return die("decode");
     }
@@ -172,7 +200,7 @@ static int decode(const char *model, const char *wtype, int n_tokens, const char
     toy_threadpool_free(tp);
     toy_ctx_free(ctx);
     toy_kv_cache_free(&kv);
-    toy_llama_free(m);
+    free_fn(m.self);
     unlink(path);
     unlink(qpath);
     return 0;

@@ -34,13 +34,14 @@ done <<'RUNS'
 60|train smollm2-135m 16 1024 3 cuda:0 bf16|train smollm2-135m 16 1024 1 cuda:0 bf16
 30|decode smollm2-135m bf16 40 cuda:0|decode smollm2-135m bf16 4 cuda:0
 30|decode smollm2-135m q8_0 40 cuda:0|decode smollm2-135m q8_0 4 cuda:0
+30|decode gpt2-124m bf16 40 cuda:0|decode gpt2-124m bf16 4 cuda:0
 60|decode llama-1b q8_0 40 cuda:0|decode llama-1b q8_0 4 cuda:0
 RUNS
-# decode with the graph left unfused (TOY_FUSE=0: every norm, SwiGLU, add,
-# ROPE and KV store its own kernel), against the fused runs above
-for w in bf16 q8_0; do
-  echo "== decode smollm2-135m $w 40 cuda:0, unfused (TOY_FUSE=0)" | tee -a "$L"
-  TOY_FUSE=0 timeout "$(lim 30)" $B decode smollm2-135m $w 40 cuda:0 | tee -a "$L"
+# decode with the graph left unfused (TOY_FUSE=0: every norm, SwiGLU,
+# GELU, add, ROPE and KV store its own kernel), against the fused runs above
+for mw in "smollm2-135m bf16" "smollm2-135m q8_0" "gpt2-124m bf16"; do
+  echo "== decode $mw 40 cuda:0, unfused (TOY_FUSE=0)" | tee -a "$L"
+  TOY_FUSE=0 timeout "$(lim 30)" $B decode $mw 40 cuda:0 | tee -a "$L"
 done
 # single ops under BF16 math: the output layer's product at GPT-2's odd
 # vocabulary (C through padded scratch, and once without) and padded to a
