@@ -152,26 +152,20 @@ static int decode(const char *model, const char *wtype, int n_tokens, const char
     void (*free_fn)(void *) = NULL;
     struct toy_lm m0 = new_model(model, &free_fn);
     if (!m0.self) return die("model");
-    char path[256], qpath[256];
+    char path[256];
     snprintf(path, sizeof path, "/tmp/toy-bench-cuda-%d.gguf", (int)getpid());
-    snprintf(qpath, sizeof qpath, "/tmp/toy-bench-cuda-%d-q.gguf", (int)getpid());
-    /* q8_0 is quantized from a bf16 file: half the bytes of an f32 one to
-     * write and read back (5 GB for the 1B shape), and random weights lose
-     * nothing that matters here */
-    enum toy_dtype wt = !strcmp(wtype, "f16")                               ? TOY_F16
-                        : !strcmp(wtype, "bf16") || !strcmp(wtype, "q8_0") ? TOY_BF16
-                                                                            : TOY_F32;
+    /* q8_0 is written as such (the models quantize their matrices as they
+     * write them): one pass, and no 5 GB f32 or bf16 file for the 1B shape */
+    enum toy_dtype wt = !strcmp(wtype, "f16")    ? TOY_F16
+                        : !strcmp(wtype, "bf16") ? TOY_BF16
+                        : !strcmp(wtype, "q8_0") ? TOY_Q8_0
+                                                 : TOY_F32;
     struct toy_gguf_writer *w;
     if (toy_gguf_writer_init(&w) || m0.write_gguf(m0.self, w, wt) || toy_gguf_writer_write(w, path))
         return die("write gguf");
     toy_gguf_writer_free(w);
     free_fn(m0.self);
-    const char *file = path;
-    if (!strcmp(wtype, "q8_0")) {
-        if (toy_gguf_quantize(path, qpath, TOY_Q8_0, NULL, NULL)) return die("quantize");
-        file = qpath;
-    }
-    struct toy_lm m = load_model(model, file, &free_fn);
+    struct toy_lm m = load_model(model, path, &free_fn);
     if (!m.self) return die("load");
     struct toy_kv_cache kv;
     int n_ctx = n_tokens + 8;
@@ -202,7 +196,6 @@ static int decode(const char *model, const char *wtype, int n_tokens, const char
     toy_kv_cache_free(&kv);
     free_fn(m.self);
     unlink(path);
-    unlink(qpath);
     return 0;
 }
 

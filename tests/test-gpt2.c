@@ -244,6 +244,61 @@ Test(gpt2, packed_weights_give_the_same_logits, .timeout = 300) {
     th_rmdir();
 }
 
+/* A model written straight to a quantized type (write_gguf quantizes its
+ * matrices as it writes: bench-cuda's decode files) says so as llama.cpp
+ * reads it: general.file_type for the type, general.quantization_version
+ * for quantized ones; and it loads with matrices of that type, both
+ * families. Before, every such file claimed to be all f32. */
+Test(gpt2, models_written_quantized_name_their_file_type) {
+    th_mkdir("gpt2-ftype");
+    struct toy_gpt2_config gc = base_config();
+    gc.d_model = 64;
+    gc.d_ff = 128;
+    struct toy_gpt2 *g = random_model(&gc, false, 3);
+    struct toy_llama_config lc = toy_llama_preset("tiny");
+    lc.vocab = 61;
+    lc.d_model = 64;
+    lc.d_ff = 128;
+    struct toy_llama *l = toy_llama_new(&lc, 3);
+    cr_assert(g && l, "%s", toy_last_error());
+    struct toy_lm lms[2] = {toy_gpt2_lm(g), toy_llama_lm(l)};
+    const enum toy_dtype types[] = {TOY_F32, TOY_F16, TOY_BF16, TOY_Q8_0, TOY_Q4_0};
+    for (int f = 0; f < 2; f++)
+        for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+            char path[512];
+            snprintf(path, sizeof path, "%s/%s-%s.gguf", th_dir, lms[f].arch, toy_dtype_name(types[i]));
+            th_save_lm(&lms[f], types[i], path);
+            struct toy_gguf *gg;
+            cr_assert_eq(toy_gguf_open(path, &gg), TOY_OK, "%s", toy_last_error());
+            uint32_t ft = UINT32_MAX, qv = 0;
+            cr_expect_eq(toy_gguf_get_u32(gg, "general.file_type", &ft), TOY_OK);
+            cr_expect_eq(ft, toy_file_type_for(types[i]), "%s %s: file type %u", lms[f].arch, toy_dtype_name(types[i]),
+                         ft);
+            bool quant = toy_dtype_info(types[i])->quantized;
+            cr_expect_eq(toy_gguf_get_u32(gg, "general.quantization_version", &qv) == TOY_OK, quant, "%s %s",
+                         lms[f].arch, toy_dtype_name(types[i]));
+            cr_expect_eq(qv, quant ? 2u : 0u);
+            toy_gguf_close(gg);
+            enum toy_dtype got;
+            if (f == 0) {
+                struct toy_gpt2 *m;
+                cr_assert_eq(toy_gpt2_load(path, false, &m), TOY_OK, "%s", toy_last_error());
+                got = m->layers[0].w_up->type;
+                toy_gpt2_free(m);
+            } else {
+                struct toy_llama *m;
+                cr_assert_eq(toy_llama_load(path, false, &m), TOY_OK, "%s", toy_last_error());
+                got = m->layers[0].w_up->type;
+                toy_llama_free(m);
+            }
+            cr_expect_eq(got, types[i], "%s: %s matrices, not %s", lms[f].arch, toy_dtype_name(got),
+                         toy_dtype_name(types[i]));
+        }
+    toy_gpt2_free(g);
+    toy_llama_free(l);
+    th_rmdir();
+}
+
 /* the logits of the last of tokens[0..T) prefilled into a fresh cache (the generator's prefill) */
 static void prefill_logits(struct toy_gpt2 *m, const int32_t *tokens, int T, float *out) {
     struct toy_kv_cache kv;

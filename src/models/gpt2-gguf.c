@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "toy/convert.h"
 #include "toy/gguf.h"
 #include "toy/gpt2.h"
 #include "toy/quant.h"
@@ -147,7 +148,8 @@ enum toy_status toy_gpt2_write_gguf(const struct toy_gpt2 *m, struct toy_gguf_wr
     const struct toy_gpt2_config *c = &m->cfg;
     enum toy_status st = toy_gguf_writer_set_str(w, "general.architecture", "gpt2");
     if (!st) st = toy_gguf_writer_set_u32(w, "general.alignment", 32);
-    if (!st) st = toy_gguf_writer_set_u32(w, "general.file_type", type == TOY_F16 ? 1 : type == TOY_BF16 ? 32 : 0);
+    if (!st) st = toy_gguf_writer_set_u32(w, "general.file_type", toy_file_type_for(type));
+    if (!st && toy_dtype_info(type)->quantized) st = toy_gguf_writer_set_u32(w, "general.quantization_version", 2);
     if (!st) st = toy_gguf_writer_set_u32(w, "gpt2.vocab_size", (uint32_t)c->vocab);
     if (!st) st = toy_gguf_writer_set_u32(w, "gpt2.context_length", (uint32_t)c->max_ctx);
     if (!st) st = toy_gguf_writer_set_u32(w, "gpt2.embedding_length", (uint32_t)c->d_model);

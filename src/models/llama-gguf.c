@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "toy/convert.h"
 #include "toy/gguf.h"
 #include "toy/llama.h"
 #include "toy/quant.h"
@@ -228,8 +229,8 @@ enum toy_status toy_llama_write_gguf(const struct toy_llama *m, struct toy_gguf_
 #define SETF(suffix, v) if (!st) { snprintf(k, sizeof k, "%s." suffix, a); st = toy_gguf_writer_set_f32(w, k, (float)(v)); }
     st = toy_gguf_writer_set_str(w, "general.architecture", a);
     if (!st) st = toy_gguf_writer_set_u32(w, "general.alignment", 32);
-    /* llama_ftype: 0 all f32, 1 mostly f16, 32 mostly bf16 */
-    if (!st) st = toy_gguf_writer_set_u32(w, "general.file_type", type == TOY_F16 ? 1 : type == TOY_BF16 ? 32 : 0);
+    if (!st) st = toy_gguf_writer_set_u32(w, "general.file_type", toy_file_type_for(type));
+    if (!st && toy_dtype_info(type)->quantized) st = toy_gguf_writer_set_u32(w, "general.quantization_version", 2);
     SETU("vocab_size", c->vocab);
     SETU("context_length", c->max_ctx);
     SETU("embedding_length", c->d_model);
