@@ -461,6 +461,39 @@ Test(cuda, matmul_half_and_quantized_weights) {
     }
 }
 
+/* Each quantized type's decode GEMV (up to 8 rows; Q4_K and Q6_K have
+ * kernels of their own) against the device's other path, chunks of the
+ * weights dequantized and a GEMM (more rows): a 3-row product is the first
+ * rows of a 12-row one up to the order of the sums, with one and three
+ * blocks or super-blocks a row and 72 columns (a last block of warps part
+ * empty). Tighter than the comparison with the CPU, which rounds A to Q8. */
+Test(cuda, quantized_gemv_equals_the_dequantized_gemm) {
+    need_cuda();
+    const enum toy_dtype q[] = {TOY_Q8_0, TOY_Q4_0, TOY_Q4_1, TOY_Q5_0, TOY_Q5_1, TOY_Q4_K, TOY_Q5_K, TOY_Q6_K};
+    for (size_t t = 0; t < sizeof q / sizeof q[0]; t++)
+        for (int64_t k = 256; k <= 768; k += 512) {
+            struct toy_ctx *ctx = setup(60 + (uint64_t)k);
+            const int64_t n = 72;
+            struct toy_tensor *w = toy_new_tensor_2d(ctx, q[t], k, n), *a = toy_new_tensor_2d(ctx, TOY_F32, k, 12);
+            fill(w, -1.0f, 1.0f);
+            fill(a, -1.0f, 1.0f);
+            struct toy_tensor *a3 = toy_view(ctx, a, 2, (int64_t[]){k, 3}, (size_t[]){4, a->nb[1]}, 0);
+            struct toy_tensor *y12 = toy_matmul(ctx, a, w, false, true), *y3 = toy_matmul(ctx, a3, w, false, true);
+            toy_set_output(y12);
+            toy_set_output(y3);
+            struct toy_graph *g = toy_graph_new(ctx);
+            toy_graph_build(g, y12);
+            toy_graph_build(g, y3);
+            cr_assert_eq(toy_graph_set_device(g, "cuda:0"), TOY_OK, "%s", toy_last_error());
+            cr_assert_eq(toy_graph_compute(g, NULL), TOY_OK, "%s", toy_last_error());
+            int64_t at;
+            double e = rel_err(y3->data, y12->data, 3 * n, &at);
+            cr_expect_leq(e, 2e-6, "%s, rows of %lld: GEMV vs GEMM %.3g at %lld", toy_dtype_name(q[t]), (long long)k, e,
+                          (long long)at);
+            toy_ctx_free(ctx);
+        }
+}
+
 /* quantized weights under TF32 and BF16 math: chunks of B dequantized to
  * f32 (TF32 GEMM) or to bf16 with A converted (BF16 GEMM), forward and the
  * non-transposed dA product, in several chunks; each test is a process of
@@ -1480,7 +1513,7 @@ static void fused_decode_case(const struct toy_lm *lm, enum toy_dtype type, int 
 }
 
 /* one model saved as each weight type, loaded, and its decode checked */
-static void fused_decode_types(const struct toy_lm *lm, int f32_adds) {
+static void fused_decode_types(const struct toy_lm *lm, int f32_adds, const enum toy_dtype *types, int n_types) {
     struct toy_rng r;
     toy_rng_seed(&r, 41);
     for (int i = 0; i < lm->n_tensors(lm->self); i++) { /* norms and biases other than 1 and 0, so that they show */
@@ -1490,8 +1523,7 @@ static void fused_decode_types(const struct toy_lm *lm, int f32_adds) {
     }
     th_mkdir("cuda-fuse");
     char path[512], qpath[512];
-    const enum toy_dtype types[] = {TOY_F32, TOY_F16, TOY_BF16, TOY_Q8_0, TOY_Q4_0, TOY_Q5_0};
-    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+    for (int i = 0; i < n_types; i++) {
         enum toy_dtype t = types[i];
         bool quant = t != TOY_F32 && t != TOY_F16 && t != TOY_BF16;
         snprintf(path, sizeof path, "%s/m-%d.gguf", th_dir, (int)i);
@@ -1505,18 +1537,22 @@ static void fused_decode_types(const struct toy_lm *lm, int f32_adds) {
             struct toy_gpt2 *m;
             cr_assert_eq(toy_gpt2_load(file, false, &m), TOY_OK, "%s", toy_last_error());
             struct toy_lm ml = toy_gpt2_lm(m);
+            cr_assert_eq(m->layers[0].w_up->type, t, "the file holds %s matrices", toy_dtype_name(m->layers[0].w_up->type));
             fused_decode_case(&ml, t, f32_adds);
             toy_gpt2_free(m);
         } else {
             struct toy_llama *m;
             cr_assert_eq(toy_llama_load(file, false, &m), TOY_OK, "%s", toy_last_error());
             struct toy_lm ml = toy_llama_lm(m);
+            cr_assert_eq(m->layers[0].w_up->type, t, "the file holds %s matrices", toy_dtype_name(m->layers[0].w_up->type));
             fused_decode_case(&ml, t, f32_adds);
             toy_llama_free(m);
         }
     }
     th_rmdir();
 }
+
+static const enum toy_dtype decode_types[] = {TOY_F32, TOY_F16, TOY_BF16, TOY_Q8_0, TOY_Q4_0, TOY_Q5_0};
 
 Test(cuda, fused_decode_same_bits_as_unfused, .timeout = 600) {
     need_cuda();
@@ -1527,7 +1563,7 @@ Test(cuda, fused_decode_same_bits_as_unfused, .timeout = 600) {
         struct toy_llama *m = toy_llama_new(&c, 23);
         cr_assert(m);
         struct toy_lm lm = toy_llama_lm(m);
-        fused_decode_types(&lm, 3 * c.n_layers * qkv_bias);
+        fused_decode_types(&lm, 3 * c.n_layers * qkv_bias, decode_types, 6);
         toy_llama_free(m);
     }
 }
@@ -1541,8 +1577,35 @@ Test(cuda, gpt2_fused_decode_same_bits_as_unfused, .timeout = 600) {
     struct toy_gpt2 *m = toy_gpt2_new(&c, 29);
     cr_assert(m, "%s", toy_last_error());
     struct toy_lm lm = toy_gpt2_lm(m);
-    fused_decode_types(&lm, 1 + 6 * (int)c.n_layers); /* the embedding sum; per layer 4 biases, 2 residuals */
+    fused_decode_types(&lm, 1 + 6 * (int)c.n_layers, decode_types, 6); /* the embedding sum; per layer 4 biases, 2 residuals */
     toy_gpt2_free(m);
+}
+
+/* The same with Q4_K and Q6_K weights, whose GEMVs are kernels of their
+ * own (rows of whole 256-element super-blocks): a Llama and a GPT-2 of
+ * width 256 */
+Test(cuda, kquant_fused_decode_same_bits_as_unfused, .timeout = 600) {
+    need_cuda();
+    unsetenv("TOY_FUSE");
+    const enum toy_dtype types[] = {TOY_Q4_K, TOY_Q6_K};
+    struct toy_llama_config lc = small_llama();
+    lc.d_model = 256;
+    lc.d_ff = 512;
+    struct toy_llama *l = toy_llama_new(&lc, 37);
+    cr_assert(l, "%s", toy_last_error());
+    struct toy_lm lm = toy_llama_lm(l);
+    fused_decode_types(&lm, 0, types, 2);
+    toy_llama_free(l);
+    struct toy_gpt2_config gc = toy_gpt2_preset("tiny");
+    gc.vocab = 61;
+    gc.max_ctx = 64;
+    gc.d_model = 256;
+    gc.d_ff = 512;
+    struct toy_gpt2 *g = toy_gpt2_new(&gc, 41);
+    cr_assert(g, "%s", toy_last_error());
+    lm = toy_gpt2_lm(g);
+    fused_decode_types(&lm, 0, types, 2);
+    toy_gpt2_free(g);
 }
 
 /* ---- the device-resident optimizer ------------------------------------------------------------------------ */

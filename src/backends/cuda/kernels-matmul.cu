@@ -11,9 +11,11 @@
  *                CPU), TF32 tensor cores (tf32), or A and B rounded to BF16
  *                (bf16);
  *   B F16/BF16   A converted to B's type, F32 accumulation;
- *   B Q8_0/Q4_0/Q4_K  up to 8 rows (decode): a GEMV kernel that dequantizes
- *                in registers; more rows: chunks of B dequantized to F32 in
- *                scratch, then F32 GEMM (as the CPU does).
+ *   B quantized  up to 8 rows (decode): a GEMV kernel that dequantizes in
+ *                registers (Q8_0/Q4_0, Q4_K and Q6_K each their own, the
+ *                other types element by element); more rows: chunks of B
+ *                dequantized to F32 in scratch, then F32 GEMM (as the CPU
+ *                does).
  * Accumulating products (persistent gradients) use beta = 1.
  */
 #include <cublas_v2.h>
@@ -275,6 +277,108 @@ template <int PRE> __global__ void k_qgemv_blocks(gemv_set S, CT A, gemv_pro P, 
     G.store(acc, accum);
 }
 
+/* A row's eight elements c[0..3] and c[4..7] (consecutive runs of four,
+ * 16-byte aligned) as the prologue makes them */
+template <int PRE>
+__device__ __forceinline__ void pro_run4(const gemv_pro &P, const float *rstd, int i, int64_t c, float4 &x) {
+    if (PRE) {
+        x.x = pro_at<PRE>(P, rstd, i, c, x.x), x.y = pro_at<PRE>(P, rstd, i, c + 1, x.y);
+        x.z = pro_at<PRE>(P, rstd, i, c + 2, x.z), x.w = pro_at<PRE>(P, rstd, i, c + 3, x.w);
+    }
+}
+
+/* The same for Q4_K weights (super-blocks of 256: f16 d and dmin, 12 bytes
+ * of 6-bit sub-block scales and mins, 128 bytes of nibbles): a warp per
+ * super-block a step. Lane l takes the four bytes 4(l % 8) of 64-element
+ * chunk l / 8: their low nibbles are four elements of the chunk's first
+ * sub-block, the high ones four of its second. So the warp reads the
+ * nibbles in one contiguous 128-byte run, a 4-byte load a lane, and A's
+ * rows in 16-byte runs. Each sub-block adds d sc sum(q x) - dmin m sum(x).
+ * (The element-wise kernel dequantized each weight on its own: the scales
+ * unpacked again per element.) Needs 16-byte aligned rows of A
+ * (kq_gemv_ok). */
+template <int PRE> __global__ void k_qgemv_q4k(gemv_set S, CT A, gemv_pro P, bool accum) {
+    __shared__ float rstd[GEMV_STATS];
+    const gemv_at<PRE> G(S, A, P, rstd);
+    if (G.j >= G.n) return;
+    const int64_t m = G.m, nblk = G.k / 256;
+    const int g = G.lane / 8, p = G.lane % 8;
+    float acc[GEMV_MAX_ROWS];
+    for (int i = 0; i < GEMV_MAX_ROWS; i++) acc[i] = 0.0f;
+    for (int64_t blk = 0; blk < nblk; blk++) {
+        const uint8_t *bp = (const uint8_t *)G.brow + blk * 144;
+        int sc0, m0, sc1, m1;
+        q4k_scale_min(2 * g, bp + 4, &sc0, &m0);
+        q4k_scale_min(2 * g + 1, bp + 4, &sc1, &m1);
+        const float d = h2f_at(bp), dmin = h2f_at(bp + 2);
+        const float ds0 = d * (float)sc0, dm0 = dmin * (float)m0, ds1 = d * (float)sc1, dm1 = dmin * (float)m1;
+        const uint32_t q = *(const uint32_t *)(bp + 16 + 32 * g + 4 * p);
+        const float q0 = (float)(q & 0xF), q1 = (float)((q >> 8) & 0xF), q2 = (float)((q >> 16) & 0xF),
+                    q3 = (float)((q >> 24) & 0xF), h0 = (float)((q >> 4) & 0xF), h1 = (float)((q >> 12) & 0xF),
+                    h2 = (float)((q >> 20) & 0xF), h3 = (float)(q >> 28);
+        const int64_t c = blk * 256 + 64 * g + 4 * p; /* the low nibbles' first element; the high ones' is c + 32 */
+        for (int i = 0; i < GEMV_MAX_ROWS; i++) {
+            if (i >= m) break;
+            const float *x = (const float *)(G.a + i * A.nb[1]) + c;
+            float4 lo = *(const float4 *)x, hi = *(const float4 *)(x + 32);
+            pro_run4<PRE>(P, rstd, i, c, lo);
+            pro_run4<PRE>(P, rstd, i, c + 32, hi);
+            acc[i] += ds0 * (q0 * lo.x + q1 * lo.y + q2 * lo.z + q3 * lo.w) - dm0 * (lo.x + lo.y + lo.z + lo.w) +
+                      ds1 * (h0 * hi.x + h1 * hi.y + h2 * hi.z + h3 * hi.w) - dm1 * (hi.x + hi.y + hi.z + hi.w);
+        }
+    }
+    G.store(acc, accum);
+}
+
+/* The same for Q6_K weights (super-blocks of 256: 128 bytes of low
+ * nibbles ql, 64 of high bit pairs qh, 16 int8 scales, f16 d; two halves
+ * of 128 elements): a warp per super-block a step, half-warp h on half h.
+ * Lane l of it takes elements 2l and 2l + 1 of each of the half's four
+ * 32-element quarters: two bytes each of ql (low and high 32) and qh, a
+ * 2-byte load apiece (a super-block is 210 bytes, so only 2-byte aligned). */
+template <int PRE> __global__ void k_qgemv_q6k(gemv_set S, CT A, gemv_pro P, bool accum) {
+    __shared__ float rstd[GEMV_STATS];
+    const gemv_at<PRE> G(S, A, P, rstd);
+    if (G.j >= G.n) return;
+    const int64_t m = G.m, nblk = G.k / 256;
+    const int h = G.lane / 16, l = 2 * (G.lane % 16);
+    float acc[GEMV_MAX_ROWS];
+    for (int i = 0; i < GEMV_MAX_ROWS; i++) acc[i] = 0.0f;
+    for (int64_t blk = 0; blk < nblk; blk++) {
+        const uint8_t *bp = (const uint8_t *)G.brow + blk * 210;
+        const uint16_t la = *(const uint16_t *)(bp + 64 * h + l), lb = *(const uint16_t *)(bp + 64 * h + 32 + l),
+                       hb = *(const uint16_t *)(bp + 128 + 32 * h + l);
+        const int8_t *sc = (const int8_t *)(bp + 192) + 8 * h + l / 16;
+        const float d = h2f_at(bp + 208);
+        float w[4][2]; /* quarter, element: q sc d */
+        for (int t = 0; t < 2; t++) {
+            int a = (la >> (8 * t)) & 0xFF, b = (lb >> (8 * t)) & 0xFF, hh = (hb >> (8 * t)) & 0xFF;
+            w[0][t] = (float)(((a & 0xF) | ((hh & 3) << 4)) - 32);
+            w[1][t] = (float)(((b & 0xF) | (((hh >> 2) & 3) << 4)) - 32);
+            w[2][t] = (float)(((a >> 4) | (((hh >> 4) & 3) << 4)) - 32);
+            w[3][t] = (float)(((b >> 4) | (((hh >> 6) & 3) << 4)) - 32);
+        }
+        float ds[4];
+        for (int r = 0; r < 4; r++) ds[r] = d * (float)sc[2 * r];
+        const int64_t c = blk * 256 + 128 * h + l;
+        for (int i = 0; i < GEMV_MAX_ROWS; i++) {
+            if (i >= m) break;
+            const float *x = (const float *)(G.a + i * A.nb[1]) + c;
+            float s = 0.0f;
+            for (int r = 0; r < 4; r++) {
+                float2 v = *(const float2 *)(x + 32 * r);
+                if (PRE) {
+                    v.x = pro_at<PRE>(P, rstd, i, c + 32 * r, v.x);
+                    v.y = pro_at<PRE>(P, rstd, i, c + 32 * r + 1, v.y);
+                }
+                s += ds[r] * (w[r][0] * v.x + w[r][1] * v.y);
+            }
+            acc[i] += s;
+        }
+    }
+    G.store(acc, accum);
+}
+
 /* The same for F16 / BF16 weights: a warp per j, each lane eight weights
  * (one 16-byte load) and eight of A's elements (two) a step. A's elements
  * are rounded to the weight's type first, as the GEMM path converts A, so
@@ -306,12 +410,8 @@ template <typename T2, int PRE> __global__ void k_hgemv(gemv_set S, CT A, gemv_p
             if (i >= m) break;
             const float4 *x = (const float4 *)(a + i * A.nb[1] + 4 * c);
             float4 x0 = x[0], x1 = x[1];
-            if (PRE) {
-                x0.x = pro_at<PRE>(P, rstd, i, c, x0.x), x0.y = pro_at<PRE>(P, rstd, i, c + 1, x0.y);
-                x0.z = pro_at<PRE>(P, rstd, i, c + 2, x0.z), x0.w = pro_at<PRE>(P, rstd, i, c + 3, x0.w);
-                x1.x = pro_at<PRE>(P, rstd, i, c + 4, x1.x), x1.y = pro_at<PRE>(P, rstd, i, c + 5, x1.y);
-                x1.z = pro_at<PRE>(P, rstd, i, c + 6, x1.z), x1.w = pro_at<PRE>(P, rstd, i, c + 7, x1.w);
-            }
+            pro_run4<PRE>(P, rstd, i, c, x0);
+            pro_run4<PRE>(P, rstd, i, c + 4, x1);
             acc[i] += w0.x * round_to(x0.x, tag) + w0.y * round_to(x0.y, tag) + w1.x * round_to(x0.z, tag) +
                       w1.y * round_to(x0.w, tag) + w2.x * round_to(x1.x, tag) + w2.y * round_to(x1.y, tag) +
                       w3.x * round_to(x1.z, tag) + w3.y * round_to(x1.w, tag);
@@ -369,10 +469,18 @@ static bool half_gemv_ok(const CT &A, const CT &B, const mm &s) {
 /* the GEMV kernel that computes A times weights B, if one does: quantized
  * weights (k_qgemv_blocks for Q8_0/Q4_0, k_qgemv for the others) and
  * F16/BF16 ones (k_hgemv), up to GEMV_MAX_ROWS rows */
-enum gemv_kind { GV_NONE, GV_Q, GV_QBLOCKS, GV_F16, GV_BF16 };
+enum gemv_kind { GV_NONE, GV_Q, GV_QBLOCKS, GV_Q4K, GV_Q6K, GV_F16, GV_BF16 };
+/* Q4_K / Q6_K: A's rows start 16-byte aligned (A's float4 and float2 loads) */
+static bool kq_gemv_ok(const CT &A) {
+    uintptr_t al = (uintptr_t)A.data;
+    for (int d = 1; d < 4; d++) al |= (uintptr_t)A.nb[d];
+    return al % 16 == 0;
+}
 static gemv_kind gemv_of(const CT &A, const CT &B, const mm &s) {
     if (is_quant(B.type)) {
         if (!s.tb || s.ta || s.m > GEMV_MAX_ROWS) return GV_NONE;
+        if ((B.type == TOY_Q4_K || B.type == TOY_Q6_K) && s.k % 256 == 0 && kq_gemv_ok(A))
+            return B.type == TOY_Q4_K ? GV_Q4K : GV_Q6K;
         return (B.type == TOY_Q8_0 || B.type == TOY_Q4_0) && s.k % 32 == 0 ? GV_QBLOCKS : GV_Q;
     }
     if (half_gemv_ok(A, B, s)) return B.type == TOY_F16 ? GV_F16 : GV_BF16;
@@ -519,6 +627,8 @@ static void launch_gemv(gemv_kind kind, dim3 grid, cudaStream_t st, const gemv_s
                         bool accum) {
     switch (kind) {
     case GV_QBLOCKS: k_qgemv_blocks<PRE><<<grid, 256, 0, st>>>(S, A, P, accum); break;
+    case GV_Q4K: k_qgemv_q4k<PRE><<<grid, 256, 0, st>>>(S, A, P, accum); break;
+    case GV_Q6K: k_qgemv_q6k<PRE><<<grid, 256, 0, st>>>(S, A, P, accum); break;
     case GV_Q: k_qgemv<PRE><<<grid, 256, 0, st>>>(S, A, P, accum); break;
     case GV_F16: k_hgemv<__half2, PRE><<<grid, 256, 0, st>>>(S, A, P, accum); break;
     default: k_hgemv<__nv_bfloat162, PRE><<<grid, 256, 0, st>>>(S, A, P, accum); break;
