@@ -3,7 +3,7 @@
  * shapes, bench/torch_cuda.py).
  *
  *   bench-cuda train  gpt2-124m|smollm2-135m  B T steps  [device] [f32|bf16]
- *   bench-cuda decode smollm2-135m|llama-1b|gpt2-124m  f32|f16|bf16|q8_0 n_tokens [device]
+ *   bench-cuda decode smollm2-135m|llama-1b|gpt2-124m  f32|f16|bf16|q8_0|q4_k n_tokens [device]
  *   bench-cuda op matmul M N K [device]          one product, forward and backward
  *   bench-cuda op attention B H Hkv T D [device] causal attention likewise
  *
@@ -159,6 +159,7 @@ static int decode(const char *model, const char *wtype, int n_tokens, const char
     enum toy_dtype wt = !strcmp(wtype, "f16")    ? TOY_F16
                         : !strcmp(wtype, "bf16") ? TOY_BF16
                         : !strcmp(wtype, "q8_0") ? TOY_Q8_0
+                        : !strcmp(wtype, "q4_k") ? TOY_Q4_K
                                                  : TOY_F32;
     struct toy_gguf_writer *w;
     if (toy_gguf_writer_init(&w) || m0.write_gguf(m0.self, w, wt) || toy_gguf_writer_write(w, path))
@@ -277,7 +278,7 @@ static int op_bench(int argc, char **argv, const char *device) {
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: bench-cuda train MODEL B T STEPS [DEVICE] [f32|bf16]\n"
-                        "       bench-cuda decode MODEL f32|f16|bf16|q8_0 N_TOKENS [DEVICE]\n"
+                        "       bench-cuda decode MODEL f32|f16|bf16|q8_0|q4_k N_TOKENS [DEVICE]\n"
                         "       bench-cuda op matmul M N K [DEVICE]\n"
                         "       bench-cuda op attention B H HKV T D [DEVICE]\n");
         return 2;

@@ -35,6 +35,7 @@ done <<'RUNS'
 30|decode smollm2-135m bf16 40 cuda:0|decode smollm2-135m bf16 4 cuda:0
 30|decode smollm2-135m q8_0 40 cuda:0|decode smollm2-135m q8_0 4 cuda:0
 30|decode gpt2-124m bf16 40 cuda:0|decode gpt2-124m bf16 4 cuda:0
+30|decode gpt2-124m q4_k 40 cuda:0|decode gpt2-124m q4_k 4 cuda:0
 60|decode llama-1b q8_0 40 cuda:0|decode llama-1b q8_0 4 cuda:0
 RUNS
 # decode with the graph left unfused (TOY_FUSE=0: every norm, SwiGLU,
