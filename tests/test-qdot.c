@@ -229,7 +229,11 @@ static void qpacked_cases(const char *loads, const char *ahead) {
             qpacked_case(TOY_Q8_0, shapes[s][0], shapes[s][1], shapes[s][2], acc);
             qpacked_case(TOY_Q4_0, shapes[s][0], shapes[s][1], shapes[s][2], acc);
         }
-    /* Q4_K: 256-element super-blocks, a scale and a min per 32 */
+    /* Q4_K: 256-element super-blocks, a scale and a min per 32. Packed,
+     * 4.625 bits a weight (the file's 4.5, the 16 rows' d and dmin in f16,
+     * each scale and min a byte): decode streams these bytes */
+    cr_assert_eq(toy_qpack_bytes(TOY_Q4_K, 32, 512), 2 * 2 * 2368);
+    cr_assert_leq((double)toy_qpack_bytes(TOY_Q4_K, 1024, 4096), 1.03 * 1024 * toy_row_bytes(TOY_Q4_K, 4096));
     const int64_t kshapes[][3] = {{1, 17, 256}, {3, 33, 512}, {8, 64, 1536}, {13, 100, 256}, {40, 48, 768}};
     for (size_t s = 0; s < sizeof kshapes / sizeof kshapes[0]; s++)
         for (int acc = 0; acc < 2; acc++) qpacked_case(TOY_Q4_K, kshapes[s][0], kshapes[s][1], kshapes[s][2], acc);

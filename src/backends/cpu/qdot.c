@@ -56,26 +56,33 @@ void toy_quantize_q8_0_ref(const float *x, void *y, int64_t n) {
     }
 }
 
-/* Q4_K sub-block sb (32 elements) of a row: value e = s q[e] - mn, with
- * s = d * scale and mn = dmin * min (both exact in f32) */
-static void q4k_sub(const uint8_t *row, int64_t sb, float *s, float *mn, uint8_t *q) {
+/* Q4_K sub-block sb (32 elements) of a row: its super-block's d and dmin
+ * (f16), its 6-bit scale and min, and its 32 values q (0..15): element e
+ * is d scale q[e] - dmin min */
+static void q4k_sub_raw(const uint8_t *row, int64_t sb, toy_f16 *d, toy_f16 *dmin, uint8_t *scale, uint8_t *min,
+                        uint8_t *q) {
     const uint8_t *b = row + (sb / 8) * 144, *sc = b + 4;
     int j = (int)(sb % 8);
-    toy_f16 d, dmin;
-    memcpy(&d, b, 2);
-    memcpy(&dmin, b + 2, 2);
-    uint8_t scale, min;
+    memcpy(d, b, 2);
+    memcpy(dmin, b + 2, 2);
     if (j < 4) {
-        scale = sc[j] & 63;
-        min = sc[j + 4] & 63;
+        *scale = sc[j] & 63;
+        *min = sc[j + 4] & 63;
     } else {
-        scale = (uint8_t)((sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4));
-        min = (uint8_t)((sc[j + 4] >> 4) | ((sc[j] >> 6) << 4));
+        *scale = (uint8_t)((sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4));
+        *min = (uint8_t)((sc[j + 4] >> 4) | ((sc[j] >> 6) << 4));
     }
-    *s = toy_f16_to_f32(d) * scale;
-    *mn = toy_f16_to_f32(dmin) * min;
     const uint8_t *qs = b + 16 + 32 * (j / 2);
     for (int e = 0; e < 32; e++) q[e] = j % 2 ? qs[e] >> 4 : qs[e] & 15;
+}
+
+/* the same with s = d * scale and mn = dmin * min (both exact in f32) */
+static void q4k_sub(const uint8_t *row, int64_t sb, float *s, float *mn, uint8_t *q) {
+    toy_f16 d, dmin;
+    uint8_t scale, min;
+    q4k_sub_raw(row, sb, &d, &dmin, &scale, &min, q);
+    *s = toy_f16_to_f32(d) * scale;
+    *mn = toy_f16_to_f32(dmin) * min;
 }
 
 void toy_qgemm_ref(enum toy_dtype bt, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const void *b,
@@ -131,8 +138,8 @@ size_t toy_qgemm_scratch(int64_t m, int64_t k) {
 }
 
 size_t toy_qpack_group_bytes(enum toy_dtype bt, int64_t k) {
-    return (size_t)(k / 32) * (bt == TOY_Q8_0 ? TOY_QPACK_BLOCK_Q8_0 : bt == TOY_Q4_K ? TOY_QPACK_BLOCK_Q4_K
-                                                                                   : TOY_QPACK_BLOCK_Q4_0);
+    if (bt == TOY_Q4_K) return (size_t)(k / 256) * TOY_QPACK_SUPER_Q4_K;
+    return (size_t)(k / 32) * (bt == TOY_Q8_0 ? TOY_QPACK_BLOCK_Q8_0 : TOY_QPACK_BLOCK_Q4_0);
 }
 
 size_t toy_qpack_bytes(enum toy_dtype bt, int64_t n, int64_t k) {
@@ -152,14 +159,16 @@ void toy_qpack(enum toy_dtype bt, int64_t n, int64_t k, const void *bv, size_t l
             uint8_t *grp = out + (size_t)(j / 16) * toy_qpack_group_bytes(bt, k);
             int c = (int)(j % 16);
             for (int64_t blk = 0; blk < nb; blk++) {
-                uint8_t *dst = grp + (size_t)blk * TOY_QPACK_BLOCK_Q4_K, q[32];
-                float sw, mn;
-                q4k_sub(b + (size_t)j * ldb, blk, &sw, &mn, q);
-                memcpy(dst + 4 * c, &sw, 4);
-                memcpy(dst + 64 + 4 * c, &mn, 4);
+                uint8_t *sup = grp + (size_t)(blk / 8) * TOY_QPACK_SUPER_Q4_K, q[32];
+                int sb = (int)(blk % 8);
+                uint8_t *dst = sup + TOY_QPACK_HEAD_Q4_K + 256 * sb;
+                toy_f16 d, dmin;
+                q4k_sub_raw(b + (size_t)j * ldb, blk, &d, &dmin, &sup[64 + 16 * sb + c], &sup[192 + 16 * sb + c], q);
+                memcpy(sup + 2 * c, &d, 2);
+                memcpy(sup + 32 + 2 * c, &dmin, 2);
                 for (int u = 0; u < 4; u++)
                     for (int e = 0; e < 4; e++)
-                        dst[128 + 64 * u + 4 * c + e] = (uint8_t)(q[4 * u + e] | q[16 + 4 * u + e] << 4);
+                        dst[64 * u + 4 * c + e] = (uint8_t)(q[4 * u + e] | q[16 + 4 * u + e] << 4);
             }
         }
         return;

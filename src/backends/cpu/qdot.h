@@ -99,9 +99,13 @@ size_t toy_qgemm_scratch(int64_t m, int64_t k);
  * 4 vectors of the raw bytes (low nibbles: quad t, high: quad t + 4). */
 #define TOY_QPACK_BLOCK_Q8_0 (32 + 512)
 #define TOY_QPACK_BLOCK_Q4_0 (32 + 256)
-/* Q4_K: per 32-element sub-block the 16 rows' f32 scales (d x scale) and
- * mins (dmin x min), then 4 vectors of nibbles as for Q4_0 */
-#define TOY_QPACK_BLOCK_Q4_K (64 + 64 + 256)
+/* Q4_K: per 256-element super-block the 16 rows' f16 d and dmin (64
+ * bytes), their 6-bit scales and then their mins a byte each, sub-block by
+ * sub-block (8 x 16 each), then each 32-element sub-block's 4 vectors of
+ * nibbles as for Q4_0. 4.625 bits a weight, as the file's 4.5 nearly; the
+ * kernels form d x scale and dmin x min (exact in f32). */
+#define TOY_QPACK_HEAD_Q4_K (64 + 128 + 128)
+#define TOY_QPACK_SUPER_Q4_K (TOY_QPACK_HEAD_Q4_K + 8 * 256)
 size_t toy_qpack_group_bytes(enum toy_dtype bt, int64_t k);
 size_t toy_qpack_bytes(enum toy_dtype bt, int64_t n, int64_t k);
 void toy_qpack(enum toy_dtype bt, int64_t n, int64_t k, const void *b, size_t ldb, void *out);

@@ -189,22 +189,58 @@ static inline __attribute__((always_inline)) __m512i dpbusd_bcst(__m512i acc, __
     return acc;
 }
 
+/* Q4_K block blk of a packed group: the 16 rows' d x scale and dmin x min
+ * (as q4k_sub forms them: exact in f32) */
+static inline __attribute__((always_inline)) void q4k_scales(const uint8_t *pk, int64_t blk, __m512 *sw, __m512 *mn) {
+    const uint8_t *sup = pk + (size_t)(blk / 8) * TOY_QPACK_SUPER_Q4_K;
+    int sb = (int)(blk % 8);
+    __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)sup));
+    __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sup + 32)));
+    *sw = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(sup + 64 + 16 * sb)))));
+    *mn = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(sup + 192 + 16 * sb)))));
+}
+
+/* ksc: Q4_K's scales and mins of the group's blocks made ahead (32 floats
+ * a block, q4k_scales'), for products of many rows whose passes over the
+ * group would each make them again; NULL: made as the blocks come */
 static inline __attribute__((always_inline)) void kernel_packed(int R, bool wide, enum toy_dtype bt, int64_t nb,
                                                                 const int8_t *qa, int64_t ldq, const float *da,
                                                                 const int32_t *sa, const float *xs,
-                                                                const uint8_t *pk, float *c, int64_t ldc, int nc,
-                                                                bool accum, struct toy_pf_cursor *pc, int ahead) {
+                                                                const uint8_t *pk, const float *ksc, float *c,
+                                                                int64_t ldc, int nc, bool accum,
+                                                                struct toy_pf_cursor *pc, int ahead) {
     bool q8 = bt == TOY_Q8_0, qk = bt == TOY_Q4_K;
-    size_t bb = q8 ? TOY_QPACK_BLOCK_Q8_0 : qk ? TOY_QPACK_BLOCK_Q4_K : TOY_QPACK_BLOCK_Q4_0;
-    size_t vo = qk ? 128 : 32; /* offset of the value vectors in a block */
+    size_t bb = q8 ? TOY_QPACK_BLOCK_Q8_0 : TOY_QPACK_BLOCK_Q4_0; /* Q4_K: by super-block, below */
     const __m512i lo = _mm512_set1_epi8(15), hi = _mm512_set1_epi8((char)0xF0);
     __m512 acc[4];
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
-    for (int64_t blk = 0; blk < nb; blk++, pk += bb) {
+    for (int64_t blk = 0; blk < nb; blk++) {
         toy_pf_step(pc);
-        if (ahead)
-            for (size_t o = 0; o < bb; o += 64) _mm_prefetch((const char *)pk + ahead + o, _MM_HINT_T0);
+        /* the block's scales (Q4_K: and mins) and value vectors */
+        const uint8_t *vals;
+        __m512 sw, mn = _mm512_setzero_ps();
+        if (qk) {
+            int sb = (int)(blk % 8);
+            const uint8_t *sup = pk + (size_t)(blk / 8) * TOY_QPACK_SUPER_Q4_K; /* the super-block's head */
+            if (!sb && ahead)
+                for (int o = 0; o < TOY_QPACK_HEAD_Q4_K; o += 64) _mm_prefetch((const char *)sup + ahead + o, _MM_HINT_T0);
+            if (ksc) {
+                sw = _mm512_loadu_ps(ksc + 32 * blk);
+                mn = _mm512_loadu_ps(ksc + 32 * blk + 16);
+            } else {
+                q4k_scales(pk, blk, &sw, &mn);
+            }
+            vals = sup + TOY_QPACK_HEAD_Q4_K + 256 * sb;
+            if (ahead)
+                for (int o = 0; o < 256; o += 64) _mm_prefetch((const char *)vals + ahead + o, _MM_HINT_T0);
+        } else {
+            if (ahead)
+                for (size_t o = 0; o < bb; o += 64) _mm_prefetch((const char *)pk + ahead + o, _MM_HINT_T0);
+            sw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)pk));
+            vals = pk + 32;
+            pk += bb;
+        }
         /* Q8_0: w[t] the values of quad t. Nibbles: w[u] the low ones
          * (quad u), w[u + 4] the high ones left in place, 16 times their
          * value (quad u + 4): their products sum apart, exact in int32 and
@@ -217,17 +253,15 @@ static inline __attribute__((always_inline)) void kernel_packed(int R, bool wide
         __m512i w[8];
         if (q8) {
 #pragma GCC unroll 8
-            for (int t = 0; t < 8; t++) w[t] = wide ? _mm512_loadu_si512(pk + 32 + 64 * t) : load64_2(pk + 32 + 64 * t);
+            for (int t = 0; t < 8; t++) w[t] = wide ? _mm512_loadu_si512(vals + 64 * t) : load64_2(vals + 64 * t);
         } else {
 #pragma GCC unroll 4
             for (int u = 0; u < 4; u++) {
-                __m512i q = _mm512_loadu_si512(pk + vo + 64 * u);
+                __m512i q = _mm512_loadu_si512(vals + 64 * u);
                 w[u] = _mm512_and_si512(q, lo);
                 w[u + 4] = _mm512_and_si512(q, hi);
             }
         }
-        __m512 sw = qk ? _mm512_loadu_ps(pk) : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)pk));
-        __m512 mn = qk ? _mm512_loadu_ps(pk + 64) : _mm512_setzero_ps();
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             __m512i ia = _mm512_set1_epi32(sa[r * nb + blk]), ib = _mm512_setzero_si512();
@@ -329,12 +363,22 @@ void toy_qgemm_packed_cols_avx512(enum toy_dtype bt, int64_t m, int64_t n, int64
         bool wide = bt == TOY_Q8_0 && toy_cpu_wide_loads(); /* nibbles: 64-byte loads everywhere (see load64_2) */
         if (m > 8) pcp = NULL;
         int ahead = toy_cpu_prefetch_ahead(); /* the first row group's pass brings the group in */
+        /* Q4_K over more than one pass of rows: the scales made once a group,
+         * into the panels' scratch (which Q4_K does not use) */
+        float *ksc = bt == TOY_Q4_K && m > 4 ? (float *)panel : NULL;
         for (int64_t j = 0; j < n; j += 16, pk += group) {
             int nc = n - j < 16 ? (int)(n - j) : 16;
             int64_t i = 0;
+            if (ksc)
+                for (int64_t blk = 0; blk < nb; blk++) {
+                    __m512 sw, mn;
+                    q4k_scales(pk, blk, &sw, &mn);
+                    _mm512_storeu_ps(ksc + 32 * blk, sw);
+                    _mm512_storeu_ps(ksc + 32 * blk + 16, mn);
+                }
             /* one loop per block type, so that the type's tests leave the loop */
 #define KP(R, W, T) kernel_packed(R, W, T, nb, qa + i * nb * 32, nb * 32, da + i * nb, sa + i * nb, xs + i * nb, pk, \
-                                 c + i * ldc + j, ldc, nc, accum, i ? NULL : pcp, i ? 0 : ahead)
+                                 ksc, c + i * ldc + j, ldc, nc, accum, i ? NULL : pcp, i ? 0 : ahead)
 #define KP_ROWS(W, T)                                 \
     do {                                              \
         for (; i + 4 <= m; i += 4) KP(4, W, T);       \
