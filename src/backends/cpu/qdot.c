@@ -85,6 +85,22 @@ static void q4k_sub(const uint8_t *row, int64_t sb, float *s, float *mn, uint8_t
     *mn = toy_f16_to_f32(dmin) * min;
 }
 
+/* Q6_K elements 32 blk .. 32 blk + 31 of a row: the super-block's d, the
+ * scales of their two 16-element sub-blocks and their values q (-32..31) */
+static void q6k_sub(const uint8_t *row, int64_t blk, toy_f16 *d, int8_t sc[2], int8_t *q) {
+    const uint8_t *b = row + (blk / 8) * 210;
+    int n = (int)(blk % 8) / 4, quarter = (int)(blk % 4);
+    const uint8_t *ql = b + 64 * n, *qh = b + 128 + 32 * n;
+    memcpy(d, b + 208, 2);
+    sc[0] = (int8_t)b[192 + 8 * n + 2 * quarter];
+    sc[1] = (int8_t)b[192 + 8 * n + 2 * quarter + 1];
+    for (int l = 0; l < 32; l++) {
+        int lo = quarter & 1 ? ql[l + 32] : ql[l];
+        lo = quarter < 2 ? (lo & 0xF) : (lo >> 4);
+        q[l] = (int8_t)((lo | (((qh[l] >> (2 * quarter)) & 3) << 4)) - 32);
+    }
+}
+
 void toy_qgemm_ref(enum toy_dtype bt, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const void *b,
                    size_t ldb, float *c, int64_t ldc, bool accum) {
     int64_t nb = k / 32;
@@ -114,6 +130,18 @@ void toy_qgemm_ref(enum toy_dtype bt, int64_t m, int64_t n, int64_t k, const flo
                     acc = fmaf(-mn, dxf * (float)xs, acc);
                     continue;
                 }
+                if (bt == TOY_Q6_K) { /* per 16-element sub-block: acc += dot(q, x) (d sc) d_x */
+                    toy_f16 d;
+                    int8_t sc[2], q[32];
+                    q6k_sub(w, blk, &d, sc, q);
+                    float dxf = toy_f16_to_f32(dx), df = toy_f16_to_f32(d);
+                    for (int h = 0; h < 2; h++) {
+                        int32_t sh = 0;
+                        for (int e = 16 * h; e < 16 * h + 16; e++) sh += q[e] * (int8_t)x[2 + e];
+                        acc = fmaf((float)sh, df * (float)sc[h] * dxf, acc);
+                    }
+                    continue;
+                }
                 if (bt == TOY_Q8_0) {
                     const uint8_t *q = w + blk * 34;
                     memcpy(&dw, q, 2);
@@ -139,6 +167,7 @@ size_t toy_qgemm_scratch(int64_t m, int64_t k) {
 
 size_t toy_qpack_group_bytes(enum toy_dtype bt, int64_t k) {
     if (bt == TOY_Q4_K) return (size_t)(k / 256) * TOY_QPACK_SUPER_Q4_K;
+    if (bt == TOY_Q6_K) return (size_t)(k / 256) * TOY_QPACK_SUPER_Q6_K;
     return (size_t)(k / 32) * (bt == TOY_Q8_0 ? TOY_QPACK_BLOCK_Q8_0 : TOY_QPACK_BLOCK_Q4_0);
 }
 
@@ -154,6 +183,31 @@ void toy_qpack(enum toy_dtype bt, int64_t n, int64_t k, const void *bv, size_t l
     size_t bs = q8 ? 34 : 18, blk_bytes = q8 ? TOY_QPACK_BLOCK_Q8_0 : TOY_QPACK_BLOCK_Q4_0;
     int nq = q8 ? 8 : 4;
     memset(out, 0, toy_qpack_bytes(bt, n, k));
+    if (bt == TOY_Q6_K) {
+        for (int64_t j = 0; j < n; j++) {
+            uint8_t *grp = out + (size_t)(j / 16) * toy_qpack_group_bytes(bt, k);
+            int c = (int)(j % 16);
+            for (int64_t blk = 0; blk < nb; blk++) {
+                uint8_t *sup = grp + (size_t)(blk / 8) * TOY_QPACK_SUPER_Q6_K;
+                int sb = (int)(blk % 8);
+                uint8_t *dst = sup + TOY_QPACK_HEAD_Q6_K + 384 * sb, u[32];
+                toy_f16 d;
+                int8_t sc[2], q[32];
+                q6k_sub(b + (size_t)j * ldb, blk, &d, sc, q);
+                memcpy(sup + 2 * c, &d, 2);
+                sup[32 + 16 * (2 * sb) + c] = (uint8_t)sc[0];
+                sup[32 + 16 * (2 * sb + 1) + c] = (uint8_t)sc[1];
+                for (int e = 0; e < 32; e++) u[e] = (uint8_t)(q[e] + 32);
+                for (int t = 0; t < 4; t++)
+                    for (int e = 0; e < 4; e++) {
+                        dst[64 * t + 4 * c + e] = (uint8_t)((u[4 * t + e] & 15) | (u[16 + 4 * t + e] & 15) << 4);
+                        dst[256 + 4 * c + e] |= (uint8_t)((u[4 * t + e] >> 4) << (2 * t));
+                        dst[320 + 4 * c + e] |= (uint8_t)((u[16 + 4 * t + e] >> 4) << (2 * t));
+                    }
+            }
+        }
+        return;
+    }
     if (bt == TOY_Q4_K) {
         for (int64_t j = 0; j < n; j++) {
             uint8_t *grp = out + (size_t)(j / 16) * toy_qpack_group_bytes(bt, k);

@@ -86,7 +86,9 @@ void toy_quantize_q8_0_ref(const float *x, void *y, int64_t n);
  * quantize_q8_0, then c_ij = sum over blocks in order of
  * fmaf((float)dot_int(w_jb, x_ib), d_w * d_x, c) — qgemm matches it exactly.
  * Q4_K (packed only): per 32-element sub-block c = fmaf(dot(q, x), s d_x, c)
- * then c = fmaf(-mn, d_x sum(x), c). */
+ * then c = fmaf(-mn, d_x sum(x), c). Q6_K (packed only): per 32 elements,
+ * for each of its two 16-element sub-blocks in turn,
+ * c = fmaf(dot(q, x), (d sc) d_x, c). */
 void toy_qgemm_ref(enum toy_dtype bt, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const void *b,
                    size_t ldb, float *c, int64_t ldc, bool accum);
 size_t toy_qgemm_scratch(int64_t m, int64_t k);
@@ -106,6 +108,14 @@ size_t toy_qgemm_scratch(int64_t m, int64_t k);
  * kernels form d x scale and dmin x min (exact in f32). */
 #define TOY_QPACK_HEAD_Q4_K (64 + 128 + 128)
 #define TOY_QPACK_SUPER_Q4_K (TOY_QPACK_HEAD_Q4_K + 8 * 256)
+/* Q6_K: per 256-element super-block the 16 rows' f16 d (32 bytes) and
+ * their int8 scales, sub-block (16 elements) by sub-block (16 x 16), padded
+ * to 320; then per 32 elements, of the values u = q + 32 (0..63): their
+ * low 4 bits as Q4_0's nibbles (4 vectors: quad u low, quad u + 4 high)
+ * and their top 2 bits, quads 0-3 then quads 4-7 (2 vectors, quad t at
+ * bits 2t of its lane). 6.625 bits a weight (the file's 6.5625). */
+#define TOY_QPACK_HEAD_Q6_K 320
+#define TOY_QPACK_SUPER_Q6_K (TOY_QPACK_HEAD_Q6_K + 8 * 384)
 size_t toy_qpack_group_bytes(enum toy_dtype bt, int64_t k);
 size_t toy_qpack_bytes(enum toy_dtype bt, int64_t n, int64_t k);
 void toy_qpack(enum toy_dtype bt, int64_t n, int64_t k, const void *b, size_t ldb, void *out);

@@ -200,27 +200,61 @@ static inline __attribute__((always_inline)) void q4k_scales(const uint8_t *pk, 
     *mn = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(sup + 192 + 16 * sb)))));
 }
 
-/* ksc: Q4_K's scales and mins of the group's blocks made ahead (32 floats
- * a block, q4k_scales'), for products of many rows whose passes over the
- * group would each make them again; NULL: made as the blocks come */
+/* Q6_K block blk of a packed group: the 16 rows' d x scale of its two
+ * 16-element sub-blocks (exact in f32) */
+static inline __attribute__((always_inline)) void q6k_scales(const uint8_t *pk, int64_t blk, __m512 *s0, __m512 *s1) {
+    const uint8_t *sup = pk + (size_t)(blk / 8) * TOY_QPACK_SUPER_Q6_K, *sc = sup + 32 + 32 * (blk % 8);
+    __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)sup));
+    *s0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)sc))));
+    *s1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(sc + 16)))));
+}
+
+/* bits 2t, 2t + 1 of each byte of h moved to bits 4, 5 (the others cleared):
+ * the top bits of Q6_K's quad t (16-bit shifts; what crosses into the next
+ * byte lands outside bits 4-5) */
+static inline __attribute__((always_inline)) __m512i q6_top(__m512i h, int t) {
+    const __m512i m = _mm512_set1_epi8(0x30);
+    __m512i v = t == 0 ? _mm512_slli_epi16(h, 4) : t == 1 ? _mm512_slli_epi16(h, 2) : t == 2 ? h : _mm512_srli_epi16(h, 2);
+    return _mm512_and_si512(v, m);
+}
+
+/* ksc: the scales and mins (Q4_K) or the two sub-blocks' scales (Q6_K) of
+ * the group's blocks made ahead (32 floats a block: q4k_scales' or
+ * q6k_scales'), for products of many rows whose passes over the group
+ * would each make them again; NULL: made as the blocks come */
 static inline __attribute__((always_inline)) void kernel_packed(int R, bool wide, enum toy_dtype bt, int64_t nb,
                                                                 const int8_t *qa, int64_t ldq, const float *da,
                                                                 const int32_t *sa, const float *xs,
                                                                 const uint8_t *pk, const float *ksc, float *c,
                                                                 int64_t ldc, int nc, bool accum,
                                                                 struct toy_pf_cursor *pc, int ahead) {
-    bool q8 = bt == TOY_Q8_0, qk = bt == TOY_Q4_K;
-    size_t bb = q8 ? TOY_QPACK_BLOCK_Q8_0 : TOY_QPACK_BLOCK_Q4_0; /* Q4_K: by super-block, below */
+    bool q8 = bt == TOY_Q8_0, qk = bt == TOY_Q4_K, q6 = bt == TOY_Q6_K;
+    size_t bb = q8 ? TOY_QPACK_BLOCK_Q8_0 : TOY_QPACK_BLOCK_Q4_0; /* Q4_K, Q6_K: by super-block, below */
     const __m512i lo = _mm512_set1_epi8(15), hi = _mm512_set1_epi8((char)0xF0);
     __m512 acc[4];
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
     for (int64_t blk = 0; blk < nb; blk++) {
         toy_pf_step(pc);
-        /* the block's scales (Q4_K: and mins) and value vectors */
+        /* the block's scales (sw; Q4_K: mins mn; Q6_K: sw for the first 16
+         * elements, mn the second 16's) and value vectors */
         const uint8_t *vals;
         __m512 sw, mn = _mm512_setzero_ps();
-        if (qk) {
+        if (q6) {
+            int sb = (int)(blk % 8);
+            const uint8_t *sup = pk + (size_t)(blk / 8) * TOY_QPACK_SUPER_Q6_K;
+            if (!sb && ahead)
+                for (int o = 0; o < TOY_QPACK_HEAD_Q6_K; o += 64) _mm_prefetch((const char *)sup + ahead + o, _MM_HINT_T0);
+            if (ksc) {
+                sw = _mm512_loadu_ps(ksc + 32 * blk);
+                mn = _mm512_loadu_ps(ksc + 32 * blk + 16);
+            } else {
+                q6k_scales(pk, blk, &sw, &mn);
+            }
+            vals = sup + TOY_QPACK_HEAD_Q6_K + 384 * sb;
+            if (ahead)
+                for (int o = 0; o < 384; o += 64) _mm_prefetch((const char *)vals + ahead + o, _MM_HINT_T0);
+        } else if (qk) {
             int sb = (int)(blk % 8);
             const uint8_t *sup = pk + (size_t)(blk / 8) * TOY_QPACK_SUPER_Q4_K; /* the super-block's head */
             if (!sb && ahead)
@@ -251,7 +285,15 @@ static inline __attribute__((always_inline)) void kernel_packed(int R, bool wide
          * steps alternated in one run); a model whose weights stay in
          * cache gains the compute. */
         __m512i w[8];
-        if (q8) {
+        if (q6) { /* u = q + 32: the low 4 bits from the nibbles, the top 2 from their vectors */
+            __m512i h0 = _mm512_loadu_si512(vals + 256), h1 = _mm512_loadu_si512(vals + 320);
+#pragma GCC unroll 4
+            for (int u = 0; u < 4; u++) {
+                __m512i q = _mm512_loadu_si512(vals + 64 * u);
+                w[u] = _mm512_or_si512(_mm512_and_si512(q, lo), q6_top(h0, u));
+                w[u + 4] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(q, 4), lo), q6_top(h1, u));
+            }
+        } else if (q8) {
 #pragma GCC unroll 8
             for (int t = 0; t < 8; t++) w[t] = wide ? _mm512_loadu_si512(vals + 64 * t) : load64_2(vals + 64 * t);
         } else {
@@ -264,11 +306,19 @@ static inline __attribute__((always_inline)) void kernel_packed(int R, bool wide
         }
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
-            __m512i ia = _mm512_set1_epi32(sa[r * nb + blk]), ib = _mm512_setzero_si512();
+            /* Q6_K: each half starts from -32 sum(x) of its 16 (quantize_rows) */
+            __m512i ia = _mm512_set1_epi32(sa[r * nb + blk]),
+                    ib = q6 ? _mm512_set1_epi32(((const int32_t *)xs)[r * nb + blk]) : _mm512_setzero_si512();
 #pragma GCC unroll 4
             for (int t = 0; t < 4; t++) {
                 ia = dpbusd_bcst(ia, w[t], qa + r * ldq + blk * 32 + 4 * t);
                 ib = dpbusd_bcst(ib, w[t + 4], qa + r * ldq + blk * 32 + 16 + 4 * t);
+            }
+            if (q6) { /* the two sub-blocks in turn, each with its scale */
+                __m512 dx = _mm512_set1_ps(da[r * nb + blk]);
+                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia), _mm512_mul_ps(sw, dx), acc[r]);
+                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ib), _mm512_mul_ps(mn, dx), acc[r]);
+                continue;
             }
             ia = _mm512_add_epi32(ia, q8 ? ib : _mm512_srai_epi32(ib, 4));
             __m512 s = _mm512_mul_ps(sw, _mm512_set1_ps(da[r * nb + blk]));
@@ -294,7 +344,7 @@ static uint8_t *scratch_layout(int64_t m, int64_t k, void *scratch, int8_t **qa,
     *qa = scratch;
     *da = (float *)(*qa + m * nb * 32);
     *sa = (int32_t *)(*da + m * nb);
-    *xs = (float *)(*sa + m * nb); /* d_x sum(x), for Q4_K's mins */
+    *xs = (float *)(*sa + m * nb); /* d_x sum(x), for Q4_K's mins; Q6_K: -32 sum(x) of a block's second 16, int32 */
     uint8_t *q8 = (uint8_t *)(*xs + m * nb);
     return q8; /* the Q8_0 row; the panels follow it */
 }
@@ -304,7 +354,8 @@ static uint8_t *panels_of(int64_t k, uint8_t *q8) { return q8 + (((k / 32) * 34 
 static uint8_t *quantize_rows(enum toy_dtype bt, int64_t m, int64_t k, const float *a, int64_t lda, void *scratch,
                               int8_t **qap, float **dap, int32_t **sap, float **xsp) {
     int64_t nb = k / 32;
-    int off = bt == TOY_Q8_0 ? 128 : bt == TOY_Q4_0 ? 8 : 0; /* Q4_K: unsigned values, no offset */
+    /* Q4_K: unsigned values, no offset; Q6_K: 32, for each 16 apart */
+    int off = bt == TOY_Q8_0 ? 128 : bt == TOY_Q4_0 ? 8 : bt == TOY_Q6_K ? 32 : 0;
     int8_t *qa;
     float *da, *xs;
     int32_t *sa;
@@ -321,10 +372,17 @@ static uint8_t *quantize_rows(enum toy_dtype bt, int64_t m, int64_t k, const flo
             _mm256_storeu_si256((__m256i *)(qa + (i * nb + blk) * 32), x);
             /* sum of the 32 signed bytes: vpdpbusd of ones (unsigned) with x */
             __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1), x);
-            __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-            s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
-            s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
-            int32_t sum = _mm_cvtsi128_si32(s4);
+            __m128i s0 = _mm256_castsi256_si128(s), s1 = _mm256_extracti128_si256(s, 1); /* bytes 0-15, 16-31 */
+            s0 = _mm_add_epi32(s0, _mm_shuffle_epi32(s0, 0x4e));
+            s0 = _mm_add_epi32(s0, _mm_shuffle_epi32(s0, 0xb1));
+            s1 = _mm_add_epi32(s1, _mm_shuffle_epi32(s1, 0x4e));
+            s1 = _mm_add_epi32(s1, _mm_shuffle_epi32(s1, 0xb1));
+            int32_t lo = _mm_cvtsi128_si32(s0), hi = _mm_cvtsi128_si32(s1), sum = lo + hi;
+            if (bt == TOY_Q6_K) {
+                sa[i * nb + blk] = -off * lo;
+                ((int32_t *)xs)[i * nb + blk] = -off * hi;
+                continue;
+            }
             sa[i * nb + blk] = -off * sum;
             xs[i * nb + blk] = da[i * nb + blk] * (float)sum;
         }
@@ -359,20 +417,22 @@ void toy_qgemm_packed_cols_avx512(enum toy_dtype bt, int64_t m, int64_t n, int64
     uint8_t *panel = panels_of(k, scratch_layout(m, k, scratch, &qa, &da, &sa, &xs));
     size_t panel_bytes = (size_t)nb * PANEL_BLOCK, group = toy_qpack_group_bytes(bt, k);
     const uint8_t *pk = packed;
-    if (m <= 8 || bt == TOY_Q4_K) { /* few rows (decode), or Q4_K: straight from the packed groups */
+    if (m <= 8 || bt == TOY_Q4_K || bt == TOY_Q6_K) { /* few rows (decode), or K-quants: from the packed groups */
         bool wide = bt == TOY_Q8_0 && toy_cpu_wide_loads(); /* nibbles: 64-byte loads everywhere (see load64_2) */
         if (m > 8) pcp = NULL;
         int ahead = toy_cpu_prefetch_ahead(); /* the first row group's pass brings the group in */
         /* Q4_K over more than one pass of rows: the scales made once a group,
          * into the panels' scratch (which Q4_K does not use) */
-        float *ksc = bt == TOY_Q4_K && m > 4 ? (float *)panel : NULL;
+        bool super = bt == TOY_Q4_K || bt == TOY_Q6_K;
+        float *ksc = super && m > 4 ? (float *)panel : NULL;
         for (int64_t j = 0; j < n; j += 16, pk += group) {
             int nc = n - j < 16 ? (int)(n - j) : 16;
             int64_t i = 0;
             if (ksc)
                 for (int64_t blk = 0; blk < nb; blk++) {
                     __m512 sw, mn;
-                    q4k_scales(pk, blk, &sw, &mn);
+                    if (bt == TOY_Q4_K) q4k_scales(pk, blk, &sw, &mn);
+                    else q6k_scales(pk, blk, &sw, &mn);
                     _mm512_storeu_ps(ksc + 32 * blk, sw);
                     _mm512_storeu_ps(ksc + 32 * blk + 16, mn);
                 }
@@ -386,6 +446,7 @@ void toy_qgemm_packed_cols_avx512(enum toy_dtype bt, int64_t m, int64_t n, int64
     } while (0)
             if (bt == TOY_Q4_0) KP_ROWS(false, TOY_Q4_0);
             else if (bt == TOY_Q4_K) KP_ROWS(false, TOY_Q4_K);
+            else if (bt == TOY_Q6_K) KP_ROWS(false, TOY_Q6_K);
             else if (wide) KP_ROWS(true, TOY_Q8_0);
             else KP_ROWS(false, TOY_Q8_0);
 #undef KP_ROWS
