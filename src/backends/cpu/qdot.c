@@ -59,12 +59,7 @@ void toy_quantize_q8_0_ref(const float *x, void *y, int64_t n) {
 /* Q4_K sub-block sb (32 elements) of a row: its super-block's d and dmin
  * (f16), its 6-bit scale and min, and its 32 values q (0..15): element e
  * is d scale q[e] - dmin min */
-static void q4k_sub_raw(const uint8_t *row, int64_t sb, toy_f16 *d, toy_f16 *dmin, uint8_t *scale, uint8_t *min,
-                        uint8_t *q) {
-    const uint8_t *b = row + (sb / 8) * 144, *sc = b + 4;
-    int j = (int)(sb % 8);
-    memcpy(d, b, 2);
-    memcpy(dmin, b + 2, 2);
+static void k4_scale_min(const uint8_t *sc, int j, uint8_t *scale, uint8_t *min) {
     if (j < 4) {
         *scale = sc[j] & 63;
         *min = sc[j + 4] & 63;
@@ -72,18 +67,43 @@ static void q4k_sub_raw(const uint8_t *row, int64_t sb, toy_f16 *d, toy_f16 *dmi
         *scale = (uint8_t)((sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4));
         *min = (uint8_t)((sc[j + 4] >> 4) | ((sc[j] >> 6) << 4));
     }
+}
+
+static void q4k_sub_raw(const uint8_t *row, int64_t sb, toy_f16 *d, toy_f16 *dmin, uint8_t *scale, uint8_t *min,
+                        uint8_t *q) {
+    const uint8_t *b = row + (sb / 8) * 144;
+    int j = (int)(sb % 8);
+    memcpy(d, b, 2);
+    memcpy(dmin, b + 2, 2);
+    k4_scale_min(b + 4, j, scale, min);
     const uint8_t *qs = b + 16 + 32 * (j / 2);
     for (int e = 0; e < 32; e++) q[e] = j % 2 ? qs[e] >> 4 : qs[e] & 15;
 }
 
-/* the same with s = d * scale and mn = dmin * min (both exact in f32) */
-static void q4k_sub(const uint8_t *row, int64_t sb, float *s, float *mn, uint8_t *q) {
-    toy_f16 d, dmin;
-    uint8_t scale, min;
-    q4k_sub_raw(row, sb, &d, &dmin, &scale, &min, q);
-    *s = toy_f16_to_f32(d) * scale;
-    *mn = toy_f16_to_f32(dmin) * min;
+/* The same for Q5_K (q 0..31: the nibble and the fifth bit from qh) */
+static void q5k_sub_raw(const uint8_t *row, int64_t sb, toy_f16 *d, toy_f16 *dmin, uint8_t *scale, uint8_t *min,
+                        uint8_t *q) {
+    const uint8_t *b = row + (sb / 8) * 176, *qh = b + 16;
+    int j = (int)(sb % 8);
+    memcpy(d, b, 2);
+    memcpy(dmin, b + 2, 2);
+    k4_scale_min(b + 4, j, scale, min);
+    const uint8_t *qs = b + 48 + 32 * (j / 2);
+    for (int e = 0; e < 32; e++) q[e] = (uint8_t)((j % 2 ? qs[e] >> 4 : qs[e] & 15) | ((qh[e] >> j) & 1) << 4);
 }
+
+/* Q5_0 block blk of a row: d and the values q + 16 (0..31) */
+static void q5_0_block(const uint8_t *row, int64_t blk, toy_f16 *d, uint8_t *u) {
+    const uint8_t *b = row + blk * 22, *qs = b + 6;
+    uint32_t qh;
+    memcpy(d, b, 2);
+    memcpy(&qh, b + 2, 4);
+    for (int e = 0; e < 16; e++) {
+        u[e] = (uint8_t)((qs[e] & 15) | ((qh >> e) & 1) << 4);
+        u[e + 16] = (uint8_t)((qs[e] >> 4) | ((qh >> (e + 16)) & 1) << 4);
+    }
+}
+
 
 /* Q6_K elements 32 blk .. 32 blk + 31 of a row: the super-block's d, the
  * scales of their two 16-element sub-blocks and their values q (-32..31) */
@@ -116,10 +136,11 @@ void toy_qgemm_ref(enum toy_dtype bt, int64_t m, int64_t n, int64_t k, const flo
                 toy_f16 dw, dx;
                 memcpy(&dx, x, 2);
                 int32_t s = 0;
-                if (bt == TOY_Q4_K) { /* acc += s_w d_x dot(q, x) - mn_w d_x sum(x) */
-                    float sw, mn;
-                    uint8_t q[32];
-                    q4k_sub(w, blk, &sw, &mn, q);
+                if (bt == TOY_Q4_K || bt == TOY_Q5_K) { /* acc += s_w d_x dot(q, x) - mn_w d_x sum(x) */
+                    toy_f16 d, dmin;
+                    uint8_t q[32], scale, min;
+                    (bt == TOY_Q4_K ? q4k_sub_raw : q5k_sub_raw)(w, blk, &d, &dmin, &scale, &min, q);
+                    float sw = toy_f16_to_f32(d) * scale, mn = toy_f16_to_f32(dmin) * min;
                     int32_t xs = 0;
                     for (int e = 0; e < 32; e++) {
                         s += q[e] * (int8_t)x[2 + e];
@@ -146,6 +167,10 @@ void toy_qgemm_ref(enum toy_dtype bt, int64_t m, int64_t n, int64_t k, const flo
                     const uint8_t *q = w + blk * 34;
                     memcpy(&dw, q, 2);
                     for (int e = 0; e < 32; e++) s += (int8_t)q[2 + e] * (int8_t)x[2 + e];
+                } else if (bt == TOY_Q5_0) {
+                    uint8_t u[32];
+                    q5_0_block(w, blk, &dw, u);
+                    for (int e = 0; e < 32; e++) s += (u[e] - 16) * (int8_t)x[2 + e];
                 } else {
                     const uint8_t *q = w + blk * 18;
                     memcpy(&dw, q, 2);
@@ -168,11 +193,24 @@ size_t toy_qgemm_scratch(int64_t m, int64_t k) {
 size_t toy_qpack_group_bytes(enum toy_dtype bt, int64_t k) {
     if (bt == TOY_Q4_K) return (size_t)(k / 256) * TOY_QPACK_SUPER_Q4_K;
     if (bt == TOY_Q6_K) return (size_t)(k / 256) * TOY_QPACK_SUPER_Q6_K;
+    if (bt == TOY_Q5_K) return (size_t)(k / 256) * TOY_QPACK_SUPER_Q5_K;
+    if (bt == TOY_Q5_0) return (size_t)(k / 32) * TOY_QPACK_BLOCK_Q5_0;
     return (size_t)(k / 32) * (bt == TOY_Q8_0 ? TOY_QPACK_BLOCK_Q8_0 : TOY_QPACK_BLOCK_Q4_0);
 }
 
 size_t toy_qpack_bytes(enum toy_dtype bt, int64_t n, int64_t k) {
     return (size_t)((n + 15) / 16) * toy_qpack_group_bytes(bt, k);
+}
+
+/* 32 values u (0..31) of column c of a group: their low 4 bits as Q4_0's
+ * nibble vectors (4 x 64 bytes at dst), their fifth bits in the vector
+ * after them (quad t at bit t) */
+static void pack_fifth(uint8_t *dst, const uint8_t *u, int c) {
+    for (int t = 0; t < 4; t++)
+        for (int e = 0; e < 4; e++) {
+            dst[64 * t + 4 * c + e] = (uint8_t)((u[4 * t + e] & 15) | (u[16 + 4 * t + e] & 15) << 4);
+            dst[256 + 4 * c + e] |= (uint8_t)((u[4 * t + e] >> 4) << t | (u[16 + 4 * t + e] >> 4) << (t + 4));
+        }
 }
 
 void toy_qpack(enum toy_dtype bt, int64_t n, int64_t k, const void *bv, size_t ldb, void *outv) {
@@ -183,6 +221,20 @@ void toy_qpack(enum toy_dtype bt, int64_t n, int64_t k, const void *bv, size_t l
     size_t bs = q8 ? 34 : 18, blk_bytes = q8 ? TOY_QPACK_BLOCK_Q8_0 : TOY_QPACK_BLOCK_Q4_0;
     int nq = q8 ? 8 : 4;
     memset(out, 0, toy_qpack_bytes(bt, n, k));
+    if (bt == TOY_Q5_0) {
+        for (int64_t j = 0; j < n; j++) {
+            uint8_t *grp = out + (size_t)(j / 16) * toy_qpack_group_bytes(bt, k);
+            int c = (int)(j % 16);
+            for (int64_t blk = 0; blk < nb; blk++) {
+                uint8_t *dst = grp + (size_t)blk * TOY_QPACK_BLOCK_Q5_0, u[32];
+                toy_f16 d;
+                q5_0_block(b + (size_t)j * ldb, blk, &d, u);
+                memcpy(dst + 2 * c, &d, 2);
+                pack_fifth(dst + 32, u, c);
+            }
+        }
+        return;
+    }
     if (bt == TOY_Q6_K) {
         for (int64_t j = 0; j < n; j++) {
             uint8_t *grp = out + (size_t)(j / 16) * toy_qpack_group_bytes(bt, k);
@@ -208,21 +260,26 @@ void toy_qpack(enum toy_dtype bt, int64_t n, int64_t k, const void *bv, size_t l
         }
         return;
     }
-    if (bt == TOY_Q4_K) {
+    if (bt == TOY_Q4_K || bt == TOY_Q5_K) {
+        bool q5 = bt == TOY_Q5_K;
+        size_t super = q5 ? TOY_QPACK_SUPER_Q5_K : TOY_QPACK_SUPER_Q4_K, blk_bytes = q5 ? 320 : 256;
         for (int64_t j = 0; j < n; j++) {
             uint8_t *grp = out + (size_t)(j / 16) * toy_qpack_group_bytes(bt, k);
             int c = (int)(j % 16);
             for (int64_t blk = 0; blk < nb; blk++) {
-                uint8_t *sup = grp + (size_t)(blk / 8) * TOY_QPACK_SUPER_Q4_K, q[32];
+                uint8_t *sup = grp + (size_t)(blk / 8) * super, q[32];
                 int sb = (int)(blk % 8);
-                uint8_t *dst = sup + TOY_QPACK_HEAD_Q4_K + 256 * sb;
+                uint8_t *dst = sup + TOY_QPACK_HEAD_Q4_K + blk_bytes * sb;
                 toy_f16 d, dmin;
-                q4k_sub_raw(b + (size_t)j * ldb, blk, &d, &dmin, &sup[64 + 16 * sb + c], &sup[192 + 16 * sb + c], q);
+                (q5 ? q5k_sub_raw : q4k_sub_raw)(b + (size_t)j * ldb, blk, &d, &dmin, &sup[64 + 16 * sb + c],
+                                                 &sup[192 + 16 * sb + c], q);
                 memcpy(sup + 2 * c, &d, 2);
                 memcpy(sup + 32 + 2 * c, &dmin, 2);
-                for (int u = 0; u < 4; u++)
-                    for (int e = 0; e < 4; e++)
-                        dst[64 * u + 4 * c + e] = (uint8_t)(q[4 * u + e] | q[16 + 4 * u + e] << 4);
+                if (q5) pack_fifth(dst, q, c);
+                else
+                    for (int u = 0; u < 4; u++)
+                        for (int e = 0; e < 4; e++)
+                            dst[64 * u + 4 * c + e] = (uint8_t)(q[4 * u + e] | q[16 + 4 * u + e] << 4);
             }
         }
         return;

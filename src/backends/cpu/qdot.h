@@ -85,8 +85,8 @@ void toy_quantize_q8_0_ref(const float *x, void *y, int64_t n);
 /* What qgemm computes, element by element: A's rows quantized with
  * quantize_q8_0, then c_ij = sum over blocks in order of
  * fmaf((float)dot_int(w_jb, x_ib), d_w * d_x, c) — qgemm matches it exactly.
- * Q4_K (packed only): per 32-element sub-block c = fmaf(dot(q, x), s d_x, c)
- * then c = fmaf(-mn, d_x sum(x), c). Q6_K (packed only): per 32 elements,
+ * Q4_K and Q5_K (packed only): per 32-element sub-block
+ * c = fmaf(dot(q, x), s d_x, c) then c = fmaf(-mn, d_x sum(x), c). Q6_K (packed only): per 32 elements,
  * for each of its two 16-element sub-blocks in turn,
  * c = fmaf(dot(q, x), (d sc) d_x, c). */
 void toy_qgemm_ref(enum toy_dtype bt, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const void *b,
@@ -114,6 +114,13 @@ size_t toy_qgemm_scratch(int64_t m, int64_t k);
  * low 4 bits as Q4_0's nibbles (4 vectors: quad u low, quad u + 4 high)
  * and their top 2 bits, quads 0-3 then quads 4-7 (2 vectors, quad t at
  * bits 2t of its lane). 6.625 bits a weight (the file's 6.5625). */
+/* Q5_0: Q4_0's block and a vector of the values' fifth bits (quad t at
+ * bit t of its lane, t = 0..7): 5.5 bits a weight, as the file. Q5_K:
+ * Q4_K's layout with such a vector after each 32 elements' nibbles
+ * (5.625 bits a weight, the file's 5.5). Both hold u = q + 16 (Q5_0) or
+ * q (Q5_K), 0..31. */
+#define TOY_QPACK_BLOCK_Q5_0 (32 + 256 + 64)
+#define TOY_QPACK_SUPER_Q5_K (TOY_QPACK_HEAD_Q4_K + 8 * 320)
 #define TOY_QPACK_HEAD_Q6_K 320
 #define TOY_QPACK_SUPER_Q6_K (TOY_QPACK_HEAD_Q6_K + 8 * 384)
 size_t toy_qpack_group_bytes(enum toy_dtype bt, int64_t k);

@@ -189,10 +189,12 @@ static inline __attribute__((always_inline)) __m512i dpbusd_bcst(__m512i acc, __
     return acc;
 }
 
-/* Q4_K block blk of a packed group: the 16 rows' d x scale and dmin x min
- * (as q4k_sub forms them: exact in f32) */
-static inline __attribute__((always_inline)) void q4k_scales(const uint8_t *pk, int64_t blk, __m512 *sw, __m512 *mn) {
-    const uint8_t *sup = pk + (size_t)(blk / 8) * TOY_QPACK_SUPER_Q4_K;
+/* Q4_K or Q5_K block blk of a packed group (super-blocks of `super`
+ * bytes): the 16 rows' d x scale and dmin x min (exact in f32, as
+ * toy_qgemm_ref forms them) */
+static inline __attribute__((always_inline)) void q4k_scales(const uint8_t *pk, int64_t blk, size_t super, __m512 *sw,
+                                                             __m512 *mn) {
+    const uint8_t *sup = pk + (size_t)(blk / 8) * super;
     int sb = (int)(blk % 8);
     __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)sup));
     __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sup + 32)));
@@ -218,6 +220,14 @@ static inline __attribute__((always_inline)) __m512i q6_top(__m512i h, int t) {
     return _mm512_and_si512(v, m);
 }
 
+/* bit t of each byte of h moved to bit 4 (the others cleared): the fifth
+ * bit of Q5_0's and Q5_K's quad t (as q6_top, what crosses bytes lands
+ * elsewhere) */
+static inline __attribute__((always_inline)) __m512i q5_fifth(__m512i h, int t) {
+    __m512i v = t < 4 ? _mm512_slli_epi16(h, 4 - t) : t == 4 ? h : _mm512_srli_epi16(h, t - 4);
+    return _mm512_and_si512(v, _mm512_set1_epi8(0x10));
+}
+
 /* ksc: the scales and mins (Q4_K) or the two sub-blocks' scales (Q6_K) of
  * the group's blocks made ahead (32 floats a block: q4k_scales' or
  * q6k_scales'), for products of many rows whose passes over the group
@@ -228,8 +238,10 @@ static inline __attribute__((always_inline)) void kernel_packed(int R, bool wide
                                                                 const uint8_t *pk, const float *ksc, float *c,
                                                                 int64_t ldc, int nc, bool accum,
                                                                 struct toy_pf_cursor *pc, int ahead) {
-    bool q8 = bt == TOY_Q8_0, qk = bt == TOY_Q4_K, q6 = bt == TOY_Q6_K;
-    size_t bb = q8 ? TOY_QPACK_BLOCK_Q8_0 : TOY_QPACK_BLOCK_Q4_0; /* Q4_K, Q6_K: by super-block, below */
+    bool q8 = bt == TOY_Q8_0, q5 = bt == TOY_Q5_0, q6 = bt == TOY_Q6_K, k5 = bt == TOY_Q5_K, qk = bt == TOY_Q4_K || k5;
+    /* K-quants: by super-block, below */
+    size_t bb = q8 ? TOY_QPACK_BLOCK_Q8_0 : q5 ? TOY_QPACK_BLOCK_Q5_0 : TOY_QPACK_BLOCK_Q4_0;
+    size_t super = k5 ? TOY_QPACK_SUPER_Q5_K : TOY_QPACK_SUPER_Q4_K, sub = k5 ? 320 : 256; /* Q4_K, Q5_K */
     const __m512i lo = _mm512_set1_epi8(15), hi = _mm512_set1_epi8((char)0xF0);
     __m512 acc[4];
 #pragma GCC unroll 4
@@ -256,18 +268,18 @@ static inline __attribute__((always_inline)) void kernel_packed(int R, bool wide
                 for (int o = 0; o < 384; o += 64) _mm_prefetch((const char *)vals + ahead + o, _MM_HINT_T0);
         } else if (qk) {
             int sb = (int)(blk % 8);
-            const uint8_t *sup = pk + (size_t)(blk / 8) * TOY_QPACK_SUPER_Q4_K; /* the super-block's head */
+            const uint8_t *sup = pk + (size_t)(blk / 8) * super; /* the super-block's head */
             if (!sb && ahead)
                 for (int o = 0; o < TOY_QPACK_HEAD_Q4_K; o += 64) _mm_prefetch((const char *)sup + ahead + o, _MM_HINT_T0);
             if (ksc) {
                 sw = _mm512_loadu_ps(ksc + 32 * blk);
                 mn = _mm512_loadu_ps(ksc + 32 * blk + 16);
             } else {
-                q4k_scales(pk, blk, &sw, &mn);
+                q4k_scales(pk, blk, super, &sw, &mn);
             }
-            vals = sup + TOY_QPACK_HEAD_Q4_K + 256 * sb;
+            vals = sup + TOY_QPACK_HEAD_Q4_K + sub * sb;
             if (ahead)
-                for (int o = 0; o < 256; o += 64) _mm_prefetch((const char *)vals + ahead + o, _MM_HINT_T0);
+                for (size_t o = 0; o < sub; o += 64) _mm_prefetch((const char *)vals + ahead + o, _MM_HINT_T0);
         } else {
             if (ahead)
                 for (size_t o = 0; o < bb; o += 64) _mm_prefetch((const char *)pk + ahead + o, _MM_HINT_T0);
@@ -292,6 +304,14 @@ static inline __attribute__((always_inline)) void kernel_packed(int R, bool wide
                 __m512i q = _mm512_loadu_si512(vals + 64 * u);
                 w[u] = _mm512_or_si512(_mm512_and_si512(q, lo), q6_top(h0, u));
                 w[u + 4] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(q, 4), lo), q6_top(h1, u));
+            }
+        } else if (q5 || k5) { /* the low 4 bits from the nibbles, the fifth from the vector after them */
+            __m512i h = _mm512_loadu_si512(vals + 256);
+#pragma GCC unroll 4
+            for (int u = 0; u < 4; u++) {
+                __m512i q = _mm512_loadu_si512(vals + 64 * u);
+                w[u] = _mm512_or_si512(_mm512_and_si512(q, lo), q5_fifth(h, u));
+                w[u + 4] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(q, 4), lo), q5_fifth(h, u + 4));
             }
         } else if (q8) {
 #pragma GCC unroll 8
@@ -320,7 +340,7 @@ static inline __attribute__((always_inline)) void kernel_packed(int R, bool wide
                 acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ib), _mm512_mul_ps(mn, dx), acc[r]);
                 continue;
             }
-            ia = _mm512_add_epi32(ia, q8 ? ib : _mm512_srai_epi32(ib, 4));
+            ia = _mm512_add_epi32(ia, q8 || q5 || k5 ? ib : _mm512_srai_epi32(ib, 4));
             __m512 s = _mm512_mul_ps(sw, _mm512_set1_ps(da[r * nb + blk]));
             acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia), s, acc[r]);
             if (qk) acc[r] = _mm512_fnmadd_ps(mn, _mm512_set1_ps(xs[r * nb + blk]), acc[r]);
@@ -354,8 +374,8 @@ static uint8_t *panels_of(int64_t k, uint8_t *q8) { return q8 + (((k / 32) * 34 
 static uint8_t *quantize_rows(enum toy_dtype bt, int64_t m, int64_t k, const float *a, int64_t lda, void *scratch,
                               int8_t **qap, float **dap, int32_t **sap, float **xsp) {
     int64_t nb = k / 32;
-    /* Q4_K: unsigned values, no offset; Q6_K: 32, for each 16 apart */
-    int off = bt == TOY_Q8_0 ? 128 : bt == TOY_Q4_0 ? 8 : bt == TOY_Q6_K ? 32 : 0;
+    /* Q4_K, Q5_K: unsigned values, no offset; Q6_K: 32, for each 16 apart */
+    int off = bt == TOY_Q8_0 ? 128 : bt == TOY_Q4_0 ? 8 : bt == TOY_Q5_0 ? 16 : bt == TOY_Q6_K ? 32 : 0;
     int8_t *qa;
     float *da, *xs;
     int32_t *sa;
@@ -417,22 +437,23 @@ void toy_qgemm_packed_cols_avx512(enum toy_dtype bt, int64_t m, int64_t n, int64
     uint8_t *panel = panels_of(k, scratch_layout(m, k, scratch, &qa, &da, &sa, &xs));
     size_t panel_bytes = (size_t)nb * PANEL_BLOCK, group = toy_qpack_group_bytes(bt, k);
     const uint8_t *pk = packed;
-    if (m <= 8 || bt == TOY_Q4_K || bt == TOY_Q6_K) { /* few rows (decode), or K-quants: from the packed groups */
+    /* few rows (decode), or types without a panel kernel: from the packed groups */
+    if (m <= 8 || (bt != TOY_Q8_0 && bt != TOY_Q4_0)) {
         bool wide = bt == TOY_Q8_0 && toy_cpu_wide_loads(); /* nibbles: 64-byte loads everywhere (see load64_2) */
         if (m > 8) pcp = NULL;
         int ahead = toy_cpu_prefetch_ahead(); /* the first row group's pass brings the group in */
         /* Q4_K over more than one pass of rows: the scales made once a group,
          * into the panels' scratch (which Q4_K does not use) */
-        bool super = bt == TOY_Q4_K || bt == TOY_Q6_K;
-        float *ksc = super && m > 4 ? (float *)panel : NULL;
+        bool kq = bt == TOY_Q4_K || bt == TOY_Q5_K || bt == TOY_Q6_K;
+        float *ksc = kq && m > 4 ? (float *)panel : NULL;
         for (int64_t j = 0; j < n; j += 16, pk += group) {
             int nc = n - j < 16 ? (int)(n - j) : 16;
             int64_t i = 0;
             if (ksc)
                 for (int64_t blk = 0; blk < nb; blk++) {
                     __m512 sw, mn;
-                    if (bt == TOY_Q4_K) q4k_scales(pk, blk, &sw, &mn);
-                    else q6k_scales(pk, blk, &sw, &mn);
+                    if (bt == TOY_Q6_K) q6k_scales(pk, blk, &sw, &mn);
+                    else q4k_scales(pk, blk, bt == TOY_Q5_K ? TOY_QPACK_SUPER_Q5_K : TOY_QPACK_SUPER_Q4_K, &sw, &mn);
                     _mm512_storeu_ps(ksc + 32 * blk, sw);
                     _mm512_storeu_ps(ksc + 32 * blk + 16, mn);
                 }
@@ -447,6 +468,8 @@ void toy_qgemm_packed_cols_avx512(enum toy_dtype bt, int64_t m, int64_t n, int64
             if (bt == TOY_Q4_0) KP_ROWS(false, TOY_Q4_0);
             else if (bt == TOY_Q4_K) KP_ROWS(false, TOY_Q4_K);
             else if (bt == TOY_Q6_K) KP_ROWS(false, TOY_Q6_K);
+            else if (bt == TOY_Q5_K) KP_ROWS(false, TOY_Q5_K);
+            else if (bt == TOY_Q5_0) KP_ROWS(false, TOY_Q5_0);
             else if (wide) KP_ROWS(true, TOY_Q8_0);
             else KP_ROWS(false, TOY_Q8_0);
 #undef KP_ROWS
