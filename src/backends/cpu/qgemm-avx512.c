@@ -1,7 +1,8 @@
 /* qgemm-avx512.c: C (m x n) = Q8(A) (m x k) times B^T for Q8_0 / Q4_0
- * weight rows B (n x k), with AVX-512 VNNI: the prefill and batched-serving
- * matmul of quantized models. Reference and the exact rules: qdot.c
- * (toy_qgemm_ref); the two agree bit for bit.
+ * weight rows B (n x k), and packed Q5_0 / Q4_K / Q5_K / Q6_K ones (qdot.h's
+ * layouts: kernel_packed), with AVX-512 VNNI: the decode, prefill and
+ * batched-serving matmul of quantized models. Reference and the exact
+ * rules: qdot.c (toy_qgemm_ref); the two agree bit for bit.
  *
  * Layouts. A's rows are quantized to Q8_0 (the same blocks the GEMV path
  * uses), then split into the int8 values, the f32 scale and a per-block
