@@ -229,6 +229,8 @@ static void qpacked_cases(const char *loads, const char *ahead) {
             qpacked_case(TOY_Q8_0, shapes[s][0], shapes[s][1], shapes[s][2], acc);
             qpacked_case(TOY_Q4_0, shapes[s][0], shapes[s][1], shapes[s][2], acc);
             qpacked_case(TOY_Q5_0, shapes[s][0], shapes[s][1], shapes[s][2], acc);
+            qpacked_case(TOY_Q4_1, shapes[s][0], shapes[s][1], shapes[s][2], acc);
+            qpacked_case(TOY_Q5_1, shapes[s][0], shapes[s][1], shapes[s][2], acc);
         }
     /* Q4_K: 256-element super-blocks, a scale and a min per 32. Packed,
      * 4.625 bits a weight (the file's 4.5, the 16 rows' d and dmin in f16,
@@ -240,6 +242,8 @@ static void qpacked_cases(const char *loads, const char *ahead) {
     cr_assert_leq((double)toy_qpack_bytes(TOY_Q6_K, 1024, 4096), 1.01 * 1024 * toy_row_bytes(TOY_Q6_K, 4096));
     /* Q5_0 as the file, Q5_K 5.625 against 5.5 */
     cr_assert_eq(toy_qpack_bytes(TOY_Q5_0, 1024, 4096), 1024 * toy_row_bytes(TOY_Q5_0, 4096));
+    cr_assert_eq(toy_qpack_bytes(TOY_Q4_1, 1024, 4096), 1024 * toy_row_bytes(TOY_Q4_1, 4096));
+    cr_assert_eq(toy_qpack_bytes(TOY_Q5_1, 1024, 4096), 1024 * toy_row_bytes(TOY_Q5_1, 4096));
     cr_assert_leq((double)toy_qpack_bytes(TOY_Q5_K, 1024, 4096), 1.03 * 1024 * toy_row_bytes(TOY_Q5_K, 4096));
     const int64_t kshapes[][3] = {{1, 17, 256}, {3, 33, 512}, {8, 64, 1536}, {13, 100, 256}, {40, 48, 768}};
     for (size_t s = 0; s < sizeof kshapes / sizeof kshapes[0]; s++)
@@ -337,6 +341,18 @@ Test(qdot, packed_weight_is_batch_invariant_q5_0) {
     if (!toy_qdot.qgemm_packed) cr_skip_test("no AVX-512 VNNI on this CPU");
     packed_graph_case(TOY_Q5_0);
 }
+Test(qdot, packed_weight_is_batch_invariant_q4_1) {
+    unsetenv("TOY_SIMD");
+    toy_qdot_init();
+    if (!toy_qdot.qgemm_packed) cr_skip_test("no AVX-512 VNNI on this CPU");
+    packed_graph_case(TOY_Q4_1);
+}
+Test(qdot, packed_weight_is_batch_invariant_q5_1) {
+    unsetenv("TOY_SIMD");
+    toy_qdot_init();
+    if (!toy_qdot.qgemm_packed) cr_skip_test("no AVX-512 VNNI on this CPU");
+    packed_graph_case(TOY_Q5_1);
+}
 Test(qdot, packed_weight_is_batch_invariant_q5_k) {
     unsetenv("TOY_SIMD");
     toy_qdot_init();
@@ -357,8 +373,8 @@ Test(qdot, pack_into_a_stream_block_matches_pack) {
     unsetenv("TOY_SIMD");
     toy_qdot_init();
     if (!toy_qdot.qgemm_packed) cr_skip_test("no AVX-512 VNNI on this CPU");
-    enum toy_dtype types[] = {TOY_Q8_0, TOY_Q4_0, TOY_Q5_0, TOY_Q4_K, TOY_Q5_K, TOY_Q6_K};
-    for (size_t t = 0; t < 6; t++) {
+    enum toy_dtype types[] = {TOY_Q8_0, TOY_Q4_0, TOY_Q4_1, TOY_Q5_0, TOY_Q5_1, TOY_Q4_K, TOY_Q5_K, TOY_Q6_K};
+    for (size_t t = 0; t < 8; t++) {
         struct toy_ctx *ctx = toy_ctx_init(true);
         struct toy_rng r;
         toy_rng_seed(&r, 31);

@@ -92,6 +92,21 @@ static void q5k_sub_raw(const uint8_t *row, int64_t sb, toy_f16 *d, toy_f16 *dmi
     for (int e = 0; e < 32; e++) q[e] = (uint8_t)((j % 2 ? qs[e] >> 4 : qs[e] & 15) | ((qh[e] >> j) & 1) << 4);
 }
 
+/* Q4_1 or Q5_1 block blk of a row: d, m and the unsigned values u
+ * (element = d u + m) */
+static void q_1_block(enum toy_dtype bt, const uint8_t *row, int64_t blk, toy_f16 *d, toy_f16 *m, uint8_t *u) {
+    bool q5 = bt == TOY_Q5_1;
+    const uint8_t *b = row + blk * (q5 ? 24 : 20), *qs = b + (q5 ? 8 : 4);
+    uint32_t qh = 0;
+    memcpy(d, b, 2);
+    memcpy(m, b + 2, 2);
+    if (q5) memcpy(&qh, b + 4, 4);
+    for (int e = 0; e < 16; e++) {
+        u[e] = (uint8_t)((qs[e] & 15) | ((qh >> e) & 1) << 4);
+        u[e + 16] = (uint8_t)((qs[e] >> 4) | ((qh >> (e + 16)) & 1) << 4);
+    }
+}
+
 /* Q5_0 block blk of a row: d and the values q + 16 (0..31) */
 static void q5_0_block(const uint8_t *row, int64_t blk, toy_f16 *d, uint8_t *u) {
     const uint8_t *b = row + blk * 22, *qs = b + 6;
@@ -163,6 +178,20 @@ void toy_qgemm_ref(enum toy_dtype bt, int64_t m, int64_t n, int64_t k, const flo
                     }
                     continue;
                 }
+                if (bt == TOY_Q4_1 || bt == TOY_Q5_1) { /* acc += d_w d_x dot(u, x) + m_w d_x sum(x) */
+                    toy_f16 d, mw;
+                    uint8_t u[32];
+                    int32_t xs = 0;
+                    q_1_block(bt, w, blk, &d, &mw, u);
+                    for (int e = 0; e < 32; e++) {
+                        s += u[e] * (int8_t)x[2 + e];
+                        xs += (int8_t)x[2 + e];
+                    }
+                    float dxf = toy_f16_to_f32(dx);
+                    acc = fmaf((float)s, toy_f16_to_f32(d) * dxf, acc);
+                    acc = fmaf(toy_f16_to_f32(mw), dxf * (float)xs, acc);
+                    continue;
+                }
                 if (bt == TOY_Q8_0) {
                     const uint8_t *q = w + blk * 34;
                     memcpy(&dw, q, 2);
@@ -195,6 +224,8 @@ size_t toy_qpack_group_bytes(enum toy_dtype bt, int64_t k) {
     if (bt == TOY_Q6_K) return (size_t)(k / 256) * TOY_QPACK_SUPER_Q6_K;
     if (bt == TOY_Q5_K) return (size_t)(k / 256) * TOY_QPACK_SUPER_Q5_K;
     if (bt == TOY_Q5_0) return (size_t)(k / 32) * TOY_QPACK_BLOCK_Q5_0;
+    if (bt == TOY_Q4_1) return (size_t)(k / 32) * TOY_QPACK_BLOCK_Q4_1;
+    if (bt == TOY_Q5_1) return (size_t)(k / 32) * TOY_QPACK_BLOCK_Q5_1;
     return (size_t)(k / 32) * (bt == TOY_Q8_0 ? TOY_QPACK_BLOCK_Q8_0 : TOY_QPACK_BLOCK_Q4_0);
 }
 
@@ -203,13 +234,14 @@ size_t toy_qpack_bytes(enum toy_dtype bt, int64_t n, int64_t k) {
 }
 
 /* 32 values u (0..31) of column c of a group: their low 4 bits as Q4_0's
- * nibble vectors (4 x 64 bytes at dst), their fifth bits in the vector
- * after them (quad t at bit t) */
-static void pack_fifth(uint8_t *dst, const uint8_t *u, int c) {
+ * nibble vectors (4 x 64 bytes at dst); with fifth, their fifth bits in the
+ * vector after them (quad t at bit t) */
+static void pack_values(uint8_t *dst, const uint8_t *u, int c, bool fifth) {
     for (int t = 0; t < 4; t++)
         for (int e = 0; e < 4; e++) {
             dst[64 * t + 4 * c + e] = (uint8_t)((u[4 * t + e] & 15) | (u[16 + 4 * t + e] & 15) << 4);
-            dst[256 + 4 * c + e] |= (uint8_t)((u[4 * t + e] >> 4) << t | (u[16 + 4 * t + e] >> 4) << (t + 4));
+            if (fifth)
+                dst[256 + 4 * c + e] |= (uint8_t)((u[4 * t + e] >> 4) << t | (u[16 + 4 * t + e] >> 4) << (t + 4));
         }
 }
 
@@ -221,6 +253,22 @@ void toy_qpack(enum toy_dtype bt, int64_t n, int64_t k, const void *bv, size_t l
     size_t bs = q8 ? 34 : 18, blk_bytes = q8 ? TOY_QPACK_BLOCK_Q8_0 : TOY_QPACK_BLOCK_Q4_0;
     int nq = q8 ? 8 : 4;
     memset(out, 0, toy_qpack_bytes(bt, n, k));
+    if (bt == TOY_Q4_1 || bt == TOY_Q5_1) {
+        size_t bytes = bt == TOY_Q5_1 ? TOY_QPACK_BLOCK_Q5_1 : TOY_QPACK_BLOCK_Q4_1;
+        for (int64_t j = 0; j < n; j++) {
+            uint8_t *grp = out + (size_t)(j / 16) * toy_qpack_group_bytes(bt, k);
+            int c = (int)(j % 16);
+            for (int64_t blk = 0; blk < nb; blk++) {
+                uint8_t *dst = grp + (size_t)blk * bytes, u[32];
+                toy_f16 d, mw;
+                q_1_block(bt, b + (size_t)j * ldb, blk, &d, &mw, u);
+                memcpy(dst + 2 * c, &d, 2);
+                memcpy(dst + 32 + 2 * c, &mw, 2);
+                pack_values(dst + 64, u, c, bt == TOY_Q5_1);
+            }
+        }
+        return;
+    }
     if (bt == TOY_Q5_0) {
         for (int64_t j = 0; j < n; j++) {
             uint8_t *grp = out + (size_t)(j / 16) * toy_qpack_group_bytes(bt, k);
@@ -230,7 +278,7 @@ void toy_qpack(enum toy_dtype bt, int64_t n, int64_t k, const void *bv, size_t l
                 toy_f16 d;
                 q5_0_block(b + (size_t)j * ldb, blk, &d, u);
                 memcpy(dst + 2 * c, &d, 2);
-                pack_fifth(dst + 32, u, c);
+                pack_values(dst + 32, u, c, true);
             }
         }
         return;
@@ -275,11 +323,7 @@ void toy_qpack(enum toy_dtype bt, int64_t n, int64_t k, const void *bv, size_t l
                                                  &sup[192 + 16 * sb + c], q);
                 memcpy(sup + 2 * c, &d, 2);
                 memcpy(sup + 32 + 2 * c, &dmin, 2);
-                if (q5) pack_fifth(dst, q, c);
-                else
-                    for (int u = 0; u < 4; u++)
-                        for (int e = 0; e < 4; e++)
-                            dst[64 * u + 4 * c + e] = (uint8_t)(q[4 * u + e] | q[16 + 4 * u + e] << 4);
+                pack_values(dst, q, c, q5);
             }
         }
         return;

@@ -88,7 +88,8 @@ void toy_quantize_q8_0_ref(const float *x, void *y, int64_t n);
  * Q4_K and Q5_K (packed only): per 32-element sub-block
  * c = fmaf(dot(q, x), s d_x, c) then c = fmaf(-mn, d_x sum(x), c). Q6_K (packed only): per 32 elements,
  * for each of its two 16-element sub-blocks in turn,
- * c = fmaf(dot(q, x), (d sc) d_x, c). */
+ * c = fmaf(dot(q, x), (d sc) d_x, c). Q4_1 and Q5_1 (packed only):
+ * c = fmaf(dot(u, x), d d_x, c) then c = fmaf(m, d_x sum(x), c). */
 void toy_qgemm_ref(enum toy_dtype bt, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const void *b,
                    size_t ldb, float *c, int64_t ldc, bool accum);
 size_t toy_qgemm_scratch(int64_t m, int64_t k);
@@ -120,6 +121,11 @@ size_t toy_qgemm_scratch(int64_t m, int64_t k);
  * (5.625 bits a weight, the file's 5.5). Both hold u = q + 16 (Q5_0) or
  * q (Q5_K), 0..31. */
 #define TOY_QPACK_BLOCK_Q5_0 (32 + 256 + 64)
+/* Q4_1, Q5_1: the 16 rows' f16 d, then their f16 m (32 bytes each), then
+ * as Q4_0 and Q5_0 (u = the unsigned value): 5 and 6 bits a weight, as
+ * the files */
+#define TOY_QPACK_BLOCK_Q4_1 (64 + 256)
+#define TOY_QPACK_BLOCK_Q5_1 (64 + 256 + 64)
 #define TOY_QPACK_SUPER_Q5_K (TOY_QPACK_HEAD_Q4_K + 8 * 320)
 #define TOY_QPACK_HEAD_Q6_K 320
 #define TOY_QPACK_SUPER_Q6_K (TOY_QPACK_HEAD_Q6_K + 8 * 384)

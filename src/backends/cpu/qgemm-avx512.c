@@ -1,5 +1,5 @@
 /* qgemm-avx512.c: C (m x n) = Q8(A) (m x k) times B^T for Q8_0 / Q4_0
- * weight rows B (n x k), and packed Q5_0 / Q4_K / Q5_K / Q6_K ones (qdot.h's
+ * weight rows B (n x k), and packed Q4_1 / Q5_0 / Q5_1 / Q4_K / Q5_K / Q6_K ones (qdot.h's
  * layouts: kernel_packed), with AVX-512 VNNI: the decode, prefill and
  * batched-serving matmul of quantized models. Reference and the exact
  * rules: qdot.c (toy_qgemm_ref); the two agree bit for bit.
@@ -240,8 +240,10 @@ static inline __attribute__((always_inline)) void kernel_packed(int R, bool wide
                                                                 int64_t ldc, int nc, bool accum,
                                                                 struct toy_pf_cursor *pc, int ahead) {
     bool q8 = bt == TOY_Q8_0, q5 = bt == TOY_Q5_0, q6 = bt == TOY_Q6_K, k5 = bt == TOY_Q5_K, qk = bt == TOY_Q4_K || k5;
+    bool q51 = bt == TOY_Q5_1, m1 = bt == TOY_Q4_1 || q51; /* with a min m: + m d_x sum(x) */
     /* K-quants: by super-block, below */
-    size_t bb = q8 ? TOY_QPACK_BLOCK_Q8_0 : q5 ? TOY_QPACK_BLOCK_Q5_0 : TOY_QPACK_BLOCK_Q4_0;
+    size_t bb = q8 ? TOY_QPACK_BLOCK_Q8_0 : q5 ? TOY_QPACK_BLOCK_Q5_0 : q51 ? TOY_QPACK_BLOCK_Q5_1
+              : m1 ? TOY_QPACK_BLOCK_Q4_1 : TOY_QPACK_BLOCK_Q4_0;
     size_t super = k5 ? TOY_QPACK_SUPER_Q5_K : TOY_QPACK_SUPER_Q4_K, sub = k5 ? 320 : 256; /* Q4_K, Q5_K */
     const __m512i lo = _mm512_set1_epi8(15), hi = _mm512_set1_epi8((char)0xF0);
     __m512 acc[4];
@@ -285,7 +287,9 @@ static inline __attribute__((always_inline)) void kernel_packed(int R, bool wide
             if (ahead)
                 for (size_t o = 0; o < bb; o += 64) _mm_prefetch((const char *)pk + ahead + o, _MM_HINT_T0);
             sw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)pk));
-            vals = pk + 32;
+            if (m1) /* -m, for the fnmadd of the mins below (exact) */
+                mn = _mm512_sub_ps(mn, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(pk + 32))));
+            vals = pk + (m1 ? 64 : 32);
             pk += bb;
         }
         /* Q8_0: w[t] the values of quad t. Nibbles: w[u] the low ones
@@ -306,7 +310,7 @@ static inline __attribute__((always_inline)) void kernel_packed(int R, bool wide
                 w[u] = _mm512_or_si512(_mm512_and_si512(q, lo), q6_top(h0, u));
                 w[u + 4] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(q, 4), lo), q6_top(h1, u));
             }
-        } else if (q5 || k5) { /* the low 4 bits from the nibbles, the fifth from the vector after them */
+        } else if (q5 || k5 || q51) { /* the low 4 bits from the nibbles, the fifth from the vector after them */
             __m512i h = _mm512_loadu_si512(vals + 256);
 #pragma GCC unroll 4
             for (int u = 0; u < 4; u++) {
@@ -341,10 +345,10 @@ static inline __attribute__((always_inline)) void kernel_packed(int R, bool wide
                 acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ib), _mm512_mul_ps(mn, dx), acc[r]);
                 continue;
             }
-            ia = _mm512_add_epi32(ia, q8 || q5 || k5 ? ib : _mm512_srai_epi32(ib, 4));
+            ia = _mm512_add_epi32(ia, q8 || q5 || k5 || q51 ? ib : _mm512_srai_epi32(ib, 4));
             __m512 s = _mm512_mul_ps(sw, _mm512_set1_ps(da[r * nb + blk]));
             acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia), s, acc[r]);
-            if (qk) acc[r] = _mm512_fnmadd_ps(mn, _mm512_set1_ps(xs[r * nb + blk]), acc[r]);
+            if (qk || m1) acc[r] = _mm512_fnmadd_ps(mn, _mm512_set1_ps(xs[r * nb + blk]), acc[r]);
         }
     }
     __mmask16 m = nc >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nc) - 1);
@@ -471,6 +475,8 @@ void toy_qgemm_packed_cols_avx512(enum toy_dtype bt, int64_t m, int64_t n, int64
             else if (bt == TOY_Q6_K) KP_ROWS(false, TOY_Q6_K);
             else if (bt == TOY_Q5_K) KP_ROWS(false, TOY_Q5_K);
             else if (bt == TOY_Q5_0) KP_ROWS(false, TOY_Q5_0);
+            else if (bt == TOY_Q4_1) KP_ROWS(false, TOY_Q4_1);
+            else if (bt == TOY_Q5_1) KP_ROWS(false, TOY_Q5_1);
             else if (wide) KP_ROWS(true, TOY_Q8_0);
             else KP_ROWS(false, TOY_Q8_0);
 #undef KP_ROWS
