@@ -117,17 +117,18 @@ int main(void) {
         }
         printf("%-5s %s (%lld elements)\n", toy_dtype_name((enum toy_dtype)t), bad ? "DIFFERS" : "matches the CPU",
                (long long)n);
-        if (t == TOY_Q8_0 || t == TOY_Q4_0) { /* the GEMV's lanes' weight pairs against the dequantized row */
+        if (q_block_bytes(t)) { /* the GEMV's lanes' weight pairs against the dequantized row */
             double want = 0, got = 0;
             for (int64_t i = 0; i < n; i++) want += (double)ref[i] * x[(i * 7) % n];
-            int64_t bsz = t == TOY_Q8_0 ? 34 : 18;
+            int64_t bsz = q_block_bytes(t);
             for (int64_t b = 0; b < n / 32; b++) {
                 const uint8_t *bp = (const uint8_t *)q + b * bsz;
                 for (int l = 0; l < 16; l++) {
                     int e[2];
-                    float w[2];
-                    q_block_pair(bp, t == TOY_Q8_0, l, e, w);
-                    for (int k = 0; k < 2; k++) got += (double)h2f_at(bp) * w[k] * x[(b * 32 + e[k]) * 7 % n];
+                    float w[2], mn;
+                    q_block_pair(bp, t, l, e, w, &mn);
+                    for (int k = 0; k < 2; k++)
+                        got += ((double)h2f_at(bp) * w[k] + mn) * x[(b * 32 + e[k]) * 7 % n];
                 }
             }
             bool ok = fabs(got - want) <= 1e-4 * (1 + fabs(want));

@@ -137,24 +137,43 @@ __host__ __device__ __forceinline__ float ld_row(int type, const char *row, int6
     }
 }
 
-/* Lane l (0..15) of the half-warp that takes one 32-element Q8_0 / Q4_0
- * block in the decode GEMV: the block's elements e[0], e[1] that it owns
- * and their unscaled weights w[0], w[1] (Q8_0: bytes 2l and 2l + 1, one
- * 2-byte load, b being 2-byte aligned as rows and blocks are multiples of
- * 34 bytes; Q4_0: byte l, elements l and l + 16). The block's scale is
- * h2f_at(b). */
-__host__ __device__ __forceinline__ void q_block_pair(const uint8_t *b, bool q8, int l, int *e, float *w) {
-    if (q8) {
+/* Bytes of a 32-element block of the types the decode GEMV takes a
+ * half-warp a block (k_qgemv_blocks), 0 for the others */
+__host__ __device__ __forceinline__ int q_block_bytes(int t) {
+    return t == TOY_Q8_0 ? 34 : t == TOY_Q4_0 ? 18 : t == TOY_Q4_1 ? 20 : t == TOY_Q5_0 ? 22 : t == TOY_Q5_1 ? 24 : 0;
+}
+
+/* Lane l (0..15) of the half-warp that takes one 32-element block of type
+ * t (q_block_bytes) in the decode GEMV: the block's elements e[0], e[1]
+ * that it owns and their unscaled weights w[0], w[1]; element = d w + m,
+ * d = h2f_at(b), m the block's min (Q4_1, Q5_1; else 0). Q8_0: bytes 2l and
+ * 2l + 1, one 2-byte load (b is 2-byte aligned: rows and blocks are
+ * multiples of 34 bytes); the others: byte l's nibbles, elements l and
+ * l + 16, with their fifth bits for Q5_0 / Q5_1. */
+__host__ __device__ __forceinline__ void q_block_pair(const uint8_t *b, int t, int l, int *e, float *w, float *m) {
+    *m = 0.0f;
+    if (t == TOY_Q8_0) {
         uint16_t q = *(const uint16_t *)(b + 2 + 2 * l);
         e[0] = 2 * l, e[1] = 2 * l + 1;
         w[0] = (float)(int8_t)(q & 0xff);
         w[1] = (float)(int8_t)(q >> 8);
-    } else {
+        return;
+    }
+    e[0] = l, e[1] = l + 16;
+    if (t == TOY_Q4_0) {
         uint8_t q = b[2 + l];
-        e[0] = l, e[1] = l + 16;
         w[0] = (float)((q & 0xF) - 8);
         w[1] = (float)((q >> 4) - 8);
+        return;
     }
+    bool min = t == TOY_Q4_1 || t == TOY_Q5_1, fifth = t == TOY_Q5_0 || t == TOY_Q5_1;
+    const uint8_t *qs = b + (t == TOY_Q4_1 ? 4 : t == TOY_Q5_0 ? 6 : 8);
+    uint32_t qh = fifth ? u32_at(b + (min ? 4 : 2)) : 0;
+    int u0 = (qs[l] & 0xF) | (int)((qh >> l) & 1) << 4, u1 = (qs[l] >> 4) | (int)((qh >> (l + 16)) & 1) << 4;
+    int off = min ? 0 : 16; /* Q5_0: q = u - 16 */
+    w[0] = (float)(u0 - off);
+    w[1] = (float)(u1 - off);
+    if (min) *m = h2f_at(b + 2);
 }
 
 __host__ __device__ __forceinline__ float ld(const CT &t, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {

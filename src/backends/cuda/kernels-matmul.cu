@@ -12,8 +12,8 @@
  *                (bf16);
  *   B F16/BF16   A converted to B's type, F32 accumulation;
  *   B quantized  up to 8 rows (decode): a GEMV kernel that dequantizes in
- *                registers (Q8_0/Q4_0, Q4_K and Q6_K each their own, the
- *                other types element by element); more rows: chunks of B
+ *                registers (the 32-element block types, Q4_K and Q6_K each
+ *                their own, Q5_K element by element); more rows: chunks of B
  *                dequantized to F32 in scratch, then F32 GEMM (as the CPU
  *                does).
  * Accumulating products (persistent gradients) use beta = 1.
@@ -243,8 +243,9 @@ template <int PRE> __global__ void k_qgemv(gemv_set S, CT A, gemv_pro P, bool ac
     G.store(acc, accum);
 }
 
-/* The same for Q8_0 / Q4_0 weights, a half-warp per 32-element block (two
- * blocks a step): lane l of the half takes two of the block's weights
+/* The same for Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 weights, a half-warp per
+ * 32-element block (two blocks a step): lane l of the half takes two of
+ * the block's weights
  * (q_block_pair), so the warp reads the weights and A's rows in contiguous
  * runs. (A lane per block read A with a 128-byte stride between lanes: 32
  * cache lines per load instruction.) */
@@ -257,21 +258,23 @@ template <int PRE> __global__ void k_qgemv_blocks(gemv_set S, CT A, gemv_pro P, 
     const char *a = G.a;
     const uint8_t *brow = (const uint8_t *)G.brow;
     const int half = lane / 16, l = lane % 16;
-    bool q8 = G.b_type == TOY_Q8_0;
-    int64_t nblk = k / 32, bsz = q8 ? 34 : 18;
+    const int t = G.b_type;
+    const bool min = t == TOY_Q4_1 || t == TOY_Q5_1;
+    int64_t nblk = k / 32, bsz = q_block_bytes(t);
     float acc[GEMV_MAX_ROWS];
     for (int i = 0; i < GEMV_MAX_ROWS; i++) acc[i] = 0.0f;
     for (int64_t blk = half; blk < nblk; blk += 2) {
         const uint8_t *bp = brow + blk * bsz;
         int e[2];
-        float w[2], d = h2f_at(bp);
-        q_block_pair(bp, q8, l, e, w);
+        float w[2], mn, d = h2f_at(bp);
+        q_block_pair(bp, t, l, e, w, &mn);
         for (int i = 0; i < GEMV_MAX_ROWS; i++) {
             if (i >= m) break;
             const float *x = (const float *)(a + i * A.nb[1]) + blk * 32;
             float x0 = pro_at<PRE>(P, rstd, i, blk * 32 + e[0], x[e[0]]);
             float x1 = pro_at<PRE>(P, rstd, i, blk * 32 + e[1], x[e[1]]);
-            acc[i] += d * (w[0] * x0 + w[1] * x1);
+            if (min) acc[i] += d * (w[0] * x0 + w[1] * x1) + mn * (x0 + x1);
+            else acc[i] += d * (w[0] * x0 + w[1] * x1);
         }
     }
     G.store(acc, accum);
@@ -467,7 +470,8 @@ static bool half_gemv_ok(const CT &A, const CT &B, const mm &s) {
 }
 
 /* the GEMV kernel that computes A times weights B, if one does: quantized
- * weights (k_qgemv_blocks for Q8_0/Q4_0, k_qgemv for the others) and
+ * weights (k_qgemv_blocks for the 32-element block types, k_qgemv_q4k and
+ * k_qgemv_q6k, k_qgemv for Q5_K) and
  * F16/BF16 ones (k_hgemv), up to GEMV_MAX_ROWS rows */
 enum gemv_kind { GV_NONE, GV_Q, GV_QBLOCKS, GV_Q4K, GV_Q6K, GV_F16, GV_BF16 };
 /* Q4_K / Q6_K: A's rows start 16-byte aligned (A's float4 and float2 loads) */
@@ -481,7 +485,7 @@ static gemv_kind gemv_of(const CT &A, const CT &B, const mm &s) {
         if (!s.tb || s.ta || s.m > GEMV_MAX_ROWS) return GV_NONE;
         if ((B.type == TOY_Q4_K || B.type == TOY_Q6_K) && s.k % 256 == 0 && kq_gemv_ok(A))
             return B.type == TOY_Q4_K ? GV_Q4K : GV_Q6K;
-        return (B.type == TOY_Q8_0 || B.type == TOY_Q4_0) && s.k % 32 == 0 ? GV_QBLOCKS : GV_Q;
+        return q_block_bytes(B.type) && s.k % 32 == 0 ? GV_QBLOCKS : GV_Q;
     }
     if (half_gemv_ok(A, B, s)) return B.type == TOY_F16 ? GV_F16 : GV_BF16;
     return GV_NONE;
