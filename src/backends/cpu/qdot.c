@@ -220,13 +220,16 @@ size_t toy_qgemm_scratch(int64_t m, int64_t k) {
 }
 
 size_t toy_qpack_group_bytes(enum toy_dtype bt, int64_t k) {
-    if (bt == TOY_Q4_K) return (size_t)(k / 256) * TOY_QPACK_SUPER_Q4_K;
-    if (bt == TOY_Q6_K) return (size_t)(k / 256) * TOY_QPACK_SUPER_Q6_K;
-    if (bt == TOY_Q5_K) return (size_t)(k / 256) * TOY_QPACK_SUPER_Q5_K;
-    if (bt == TOY_Q5_0) return (size_t)(k / 32) * TOY_QPACK_BLOCK_Q5_0;
-    if (bt == TOY_Q4_1) return (size_t)(k / 32) * TOY_QPACK_BLOCK_Q4_1;
-    if (bt == TOY_Q5_1) return (size_t)(k / 32) * TOY_QPACK_BLOCK_Q5_1;
-    return (size_t)(k / 32) * (bt == TOY_Q8_0 ? TOY_QPACK_BLOCK_Q8_0 : TOY_QPACK_BLOCK_Q4_0);
+    switch (bt) {
+    case TOY_Q4_K: return (size_t)(k / 256) * TOY_QPACK_SUPER_Q4_K;
+    case TOY_Q5_K: return (size_t)(k / 256) * TOY_QPACK_SUPER_Q5_K;
+    case TOY_Q6_K: return (size_t)(k / 256) * TOY_QPACK_SUPER_Q6_K;
+    case TOY_Q8_0: return (size_t)(k / 32) * TOY_QPACK_BLOCK_Q8_0;
+    case TOY_Q4_1: return (size_t)(k / 32) * TOY_QPACK_BLOCK_Q4_1;
+    case TOY_Q5_0: return (size_t)(k / 32) * TOY_QPACK_BLOCK_Q5_0;
+    case TOY_Q5_1: return (size_t)(k / 32) * TOY_QPACK_BLOCK_Q5_1;
+    default: return (size_t)(k / 32) * TOY_QPACK_BLOCK_Q4_0;
+    }
 }
 
 size_t toy_qpack_bytes(enum toy_dtype bt, int64_t n, int64_t k) {
@@ -245,103 +248,80 @@ static void pack_values(uint8_t *dst, const uint8_t *u, int c, bool fifth) {
         }
 }
 
+/* Block blk (32 elements) of weight row `row` into column c of its packed
+ * group grp (zeroed before), in bt's layout (qdot.h) */
+static void pack_block(enum toy_dtype bt, const uint8_t *row, int64_t blk, uint8_t *grp, int c) {
+    uint8_t u[32];
+    toy_f16 d, d2;
+    switch (bt) {
+    case TOY_Q8_0:
+    case TOY_Q4_0: {
+        bool q8 = bt == TOY_Q8_0;
+        const uint8_t *src = row + (size_t)blk * (q8 ? 34 : 18);
+        uint8_t *dst = grp + (size_t)blk * (q8 ? TOY_QPACK_BLOCK_Q8_0 : TOY_QPACK_BLOCK_Q4_0);
+        memcpy(dst + 2 * c, src, 2);
+        for (int t = 0; t < (q8 ? 8 : 4); t++)
+            for (int e = 0; e < 4; e++) {
+                uint8_t v = src[2 + 4 * t + e];
+                dst[32 + 64 * t + 4 * c + e] = q8 ? (uint8_t)(v ^ 0x80) : v;
+            }
+        return;
+    }
+    case TOY_Q5_0: {
+        uint8_t *dst = grp + (size_t)blk * TOY_QPACK_BLOCK_Q5_0;
+        q5_0_block(row, blk, &d, u);
+        memcpy(dst + 2 * c, &d, 2);
+        pack_values(dst + 32, u, c, true);
+        return;
+    }
+    case TOY_Q4_1:
+    case TOY_Q5_1: {
+        uint8_t *dst = grp + (size_t)blk * (bt == TOY_Q5_1 ? TOY_QPACK_BLOCK_Q5_1 : TOY_QPACK_BLOCK_Q4_1);
+        q_1_block(bt, row, blk, &d, &d2, u);
+        memcpy(dst + 2 * c, &d, 2);
+        memcpy(dst + 32 + 2 * c, &d2, 2);
+        pack_values(dst + 64, u, c, bt == TOY_Q5_1);
+        return;
+    }
+    case TOY_Q4_K:
+    case TOY_Q5_K: {
+        bool q5 = bt == TOY_Q5_K;
+        int sb = (int)(blk % 8);
+        uint8_t *sup = grp + (size_t)(blk / 8) * (q5 ? TOY_QPACK_SUPER_Q5_K : TOY_QPACK_SUPER_Q4_K);
+        (q5 ? q5k_sub_raw : q4k_sub_raw)(row, blk, &d, &d2, &sup[64 + 16 * sb + c], &sup[192 + 16 * sb + c], u);
+        memcpy(sup + 2 * c, &d, 2);
+        memcpy(sup + 32 + 2 * c, &d2, 2);
+        pack_values(sup + TOY_QPACK_HEAD_Q4_K + (q5 ? 320 : 256) * sb, u, c, q5);
+        return;
+    }
+    case TOY_Q6_K: {
+        int sb = (int)(blk % 8);
+        uint8_t *sup = grp + (size_t)(blk / 8) * TOY_QPACK_SUPER_Q6_K, *dst = sup + TOY_QPACK_HEAD_Q6_K + 384 * sb;
+        int8_t sc[2], q[32];
+        q6k_sub(row, blk, &d, sc, q);
+        memcpy(sup + 2 * c, &d, 2);
+        sup[32 + 16 * (2 * sb) + c] = (uint8_t)sc[0];
+        sup[32 + 16 * (2 * sb + 1) + c] = (uint8_t)sc[1];
+        for (int e = 0; e < 32; e++) u[e] = (uint8_t)(q[e] + 32);
+        pack_values(dst, u, c, false);
+        for (int t = 0; t < 4; t++) /* the top bit pairs: quads 0-3, then 4-7 */
+            for (int e = 0; e < 4; e++) {
+                dst[256 + 4 * c + e] |= (uint8_t)((u[4 * t + e] >> 4) << (2 * t));
+                dst[320 + 4 * c + e] |= (uint8_t)((u[16 + 4 * t + e] >> 4) << (2 * t));
+            }
+        return;
+    }
+    default: return; /* packable() admits the types above only */
+    }
+}
+
 void toy_qpack(enum toy_dtype bt, int64_t n, int64_t k, const void *bv, size_t ldb, void *outv) {
     const uint8_t *b = bv;
     uint8_t *out = outv;
-    int64_t nb = k / 32;
-    bool q8 = bt == TOY_Q8_0;
-    size_t bs = q8 ? 34 : 18, blk_bytes = q8 ? TOY_QPACK_BLOCK_Q8_0 : TOY_QPACK_BLOCK_Q4_0;
-    int nq = q8 ? 8 : 4;
     memset(out, 0, toy_qpack_bytes(bt, n, k));
-    if (bt == TOY_Q4_1 || bt == TOY_Q5_1) {
-        size_t bytes = bt == TOY_Q5_1 ? TOY_QPACK_BLOCK_Q5_1 : TOY_QPACK_BLOCK_Q4_1;
-        for (int64_t j = 0; j < n; j++) {
-            uint8_t *grp = out + (size_t)(j / 16) * toy_qpack_group_bytes(bt, k);
-            int c = (int)(j % 16);
-            for (int64_t blk = 0; blk < nb; blk++) {
-                uint8_t *dst = grp + (size_t)blk * bytes, u[32];
-                toy_f16 d, mw;
-                q_1_block(bt, b + (size_t)j * ldb, blk, &d, &mw, u);
-                memcpy(dst + 2 * c, &d, 2);
-                memcpy(dst + 32 + 2 * c, &mw, 2);
-                pack_values(dst + 64, u, c, bt == TOY_Q5_1);
-            }
-        }
-        return;
-    }
-    if (bt == TOY_Q5_0) {
-        for (int64_t j = 0; j < n; j++) {
-            uint8_t *grp = out + (size_t)(j / 16) * toy_qpack_group_bytes(bt, k);
-            int c = (int)(j % 16);
-            for (int64_t blk = 0; blk < nb; blk++) {
-                uint8_t *dst = grp + (size_t)blk * TOY_QPACK_BLOCK_Q5_0, u[32];
-                toy_f16 d;
-                q5_0_block(b + (size_t)j * ldb, blk, &d, u);
-                memcpy(dst + 2 * c, &d, 2);
-                pack_values(dst + 32, u, c, true);
-            }
-        }
-        return;
-    }
-    if (bt == TOY_Q6_K) {
-        for (int64_t j = 0; j < n; j++) {
-            uint8_t *grp = out + (size_t)(j / 16) * toy_qpack_group_bytes(bt, k);
-            int c = (int)(j % 16);
-            for (int64_t blk = 0; blk < nb; blk++) {
-                uint8_t *sup = grp + (size_t)(blk / 8) * TOY_QPACK_SUPER_Q6_K;
-                int sb = (int)(blk % 8);
-                uint8_t *dst = sup + TOY_QPACK_HEAD_Q6_K + 384 * sb, u[32];
-                toy_f16 d;
-                int8_t sc[2], q[32];
-                q6k_sub(b + (size_t)j * ldb, blk, &d, sc, q);
-                memcpy(sup + 2 * c, &d, 2);
-                sup[32 + 16 * (2 * sb) + c] = (uint8_t)sc[0];
-                sup[32 + 16 * (2 * sb + 1) + c] = (uint8_t)sc[1];
-                for (int e = 0; e < 32; e++) u[e] = (uint8_t)(q[e] + 32);
-                for (int t = 0; t < 4; t++)
-                    for (int e = 0; e < 4; e++) {
-                        dst[64 * t + 4 * c + e] = (uint8_t)((u[4 * t + e] & 15) | (u[16 + 4 * t + e] & 15) << 4);
-                        dst[256 + 4 * c + e] |= (uint8_t)((u[4 * t + e] >> 4) << (2 * t));
-                        dst[320 + 4 * c + e] |= (uint8_t)((u[16 + 4 * t + e] >> 4) << (2 * t));
-                    }
-            }
-        }
-        return;
-    }
-    if (bt == TOY_Q4_K || bt == TOY_Q5_K) {
-        bool q5 = bt == TOY_Q5_K;
-        size_t super = q5 ? TOY_QPACK_SUPER_Q5_K : TOY_QPACK_SUPER_Q4_K, blk_bytes = q5 ? 320 : 256;
-        for (int64_t j = 0; j < n; j++) {
-            uint8_t *grp = out + (size_t)(j / 16) * toy_qpack_group_bytes(bt, k);
-            int c = (int)(j % 16);
-            for (int64_t blk = 0; blk < nb; blk++) {
-                uint8_t *sup = grp + (size_t)(blk / 8) * super, q[32];
-                int sb = (int)(blk % 8);
-                uint8_t *dst = sup + TOY_QPACK_HEAD_Q4_K + blk_bytes * sb;
-                toy_f16 d, dmin;
-                (q5 ? q5k_sub_raw : q4k_sub_raw)(b + (size_t)j * ldb, blk, &d, &dmin, &sup[64 + 16 * sb + c],
-                                                 &sup[192 + 16 * sb + c], q);
-                memcpy(sup + 2 * c, &d, 2);
-                memcpy(sup + 32 + 2 * c, &dmin, 2);
-                pack_values(dst, q, c, q5);
-            }
-        }
-        return;
-    }
-    for (int64_t j = 0; j < n; j++) {
-        uint8_t *grp = out + (size_t)(j / 16) * toy_qpack_group_bytes(bt, k);
-        int c = (int)(j % 16);
-        for (int64_t blk = 0; blk < nb; blk++) {
-            const uint8_t *src = b + (size_t)j * ldb + (size_t)blk * bs;
-            uint8_t *dst = grp + (size_t)blk * blk_bytes;
-            memcpy(dst + 2 * c, src, 2);
-            for (int t = 0; t < nq; t++)
-                for (int e = 0; e < 4; e++) {
-                    uint8_t v = src[2 + 4 * t + e];
-                    dst[32 + 64 * t + 4 * c + e] = q8 ? (uint8_t)(v ^ 0x80) : v;
-                }
-        }
-    }
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t blk = 0; blk < k / 32; blk++)
+            pack_block(bt, b + (size_t)j * ldb, blk, out + (size_t)(j / 16) * toy_qpack_group_bytes(bt, k), (int)(j % 16));
 }
 
 struct toy_qdot_ops toy_qdot = {toy_qdot_q8_0_ref, toy_qdot_q4_0_ref, toy_quantize_q8_0_ref, NULL, NULL, NULL, NULL};

@@ -244,7 +244,9 @@ static inline __attribute__((always_inline)) void kernel_packed(int R, bool wide
     /* K-quants: by super-block, below */
     size_t bb = q8 ? TOY_QPACK_BLOCK_Q8_0 : q5 ? TOY_QPACK_BLOCK_Q5_0 : q51 ? TOY_QPACK_BLOCK_Q5_1
               : m1 ? TOY_QPACK_BLOCK_Q4_1 : TOY_QPACK_BLOCK_Q4_0;
-    size_t super = k5 ? TOY_QPACK_SUPER_Q5_K : TOY_QPACK_SUPER_Q4_K, sub = k5 ? 320 : 256; /* Q4_K, Q5_K */
+    /* K-quants: a super-block's bytes, its head's, and a 32-element block's values' */
+    size_t super = q6 ? TOY_QPACK_SUPER_Q6_K : k5 ? TOY_QPACK_SUPER_Q5_K : TOY_QPACK_SUPER_Q4_K;
+    size_t head = q6 ? TOY_QPACK_HEAD_Q6_K : TOY_QPACK_HEAD_Q4_K, sub = q6 ? 384 : k5 ? 320 : 256;
     const __m512i lo = _mm512_set1_epi8(15), hi = _mm512_set1_epi8((char)0xF0);
     __m512 acc[4];
 #pragma GCC unroll 4
@@ -255,32 +257,20 @@ static inline __attribute__((always_inline)) void kernel_packed(int R, bool wide
          * elements, mn the second 16's) and value vectors */
         const uint8_t *vals;
         __m512 sw, mn = _mm512_setzero_ps();
-        if (q6) {
-            int sb = (int)(blk % 8);
-            const uint8_t *sup = pk + (size_t)(blk / 8) * TOY_QPACK_SUPER_Q6_K;
-            if (!sb && ahead)
-                for (int o = 0; o < TOY_QPACK_HEAD_Q6_K; o += 64) _mm_prefetch((const char *)sup + ahead + o, _MM_HINT_T0);
-            if (ksc) {
-                sw = _mm512_loadu_ps(ksc + 32 * blk);
-                mn = _mm512_loadu_ps(ksc + 32 * blk + 16);
-            } else {
-                q6k_scales(pk, blk, &sw, &mn);
-            }
-            vals = sup + TOY_QPACK_HEAD_Q6_K + 384 * sb;
-            if (ahead)
-                for (int o = 0; o < 384; o += 64) _mm_prefetch((const char *)vals + ahead + o, _MM_HINT_T0);
-        } else if (qk) {
+        if (qk || q6) {
             int sb = (int)(blk % 8);
             const uint8_t *sup = pk + (size_t)(blk / 8) * super; /* the super-block's head */
             if (!sb && ahead)
-                for (int o = 0; o < TOY_QPACK_HEAD_Q4_K; o += 64) _mm_prefetch((const char *)sup + ahead + o, _MM_HINT_T0);
+                for (size_t o = 0; o < head; o += 64) _mm_prefetch((const char *)sup + ahead + o, _MM_HINT_T0);
             if (ksc) {
                 sw = _mm512_loadu_ps(ksc + 32 * blk);
                 mn = _mm512_loadu_ps(ksc + 32 * blk + 16);
+            } else if (q6) {
+                q6k_scales(pk, blk, &sw, &mn);
             } else {
                 q4k_scales(pk, blk, super, &sw, &mn);
             }
-            vals = sup + TOY_QPACK_HEAD_Q4_K + sub * sb;
+            vals = sup + head + sub * sb;
             if (ahead)
                 for (size_t o = 0; o < sub; o += 64) _mm_prefetch((const char *)vals + ahead + o, _MM_HINT_T0);
         } else {
