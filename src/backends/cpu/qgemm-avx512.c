@@ -440,7 +440,7 @@ void toy_qgemm_packed_cols_avx512(enum toy_dtype bt, int64_t m, int64_t n, int64
         /* Q4_K over more than one pass of rows: the scales made once a group,
          * into the panels' scratch (which Q4_K does not use) */
         bool kq = bt == TOY_Q4_K || bt == TOY_Q5_K || bt == TOY_Q6_K;
-        float *ksc = kq && m > 4 ? (float *)panel : NULL;
+        float *ksc = kq && m > 4 ? (float *)(((uintptr_t)panel + 63) & ~(uintptr_t)63) : NULL; /* 64-aligned: whole-line loads */
         for (int64_t j = 0; j < n; j += 16, pk += group) {
             int nc = n - j < 16 ? (int)(n - j) : 16;
             int64_t i = 0;
@@ -453,12 +453,17 @@ void toy_qgemm_packed_cols_avx512(enum toy_dtype bt, int64_t m, int64_t n, int64
                     _mm512_storeu_ps(ksc + 32 * blk + 16, mn);
                 }
             /* one loop per block type, so that the type's tests leave the loop */
-#define KP(R, W, T) kernel_packed(R, W, T, nb, qa + i * nb * 32, nb * 32, da + i * nb, sa + i * nb, xs + i * nb, pk, \
-                                 ksc, c + i * ldc + j, ldc, nc, accum, i ? NULL : pcp, i ? 0 : ahead)
-#define KP_ROWS(W, T)                                 \
-    do {                                              \
-        for (; i + 4 <= m; i += 4) KP(4, W, T);       \
-        for (; i < m; i++) KP(1, W, T);               \
+#define KP(R, W, T, K) kernel_packed(R, W, T, nb, qa + i * nb * 32, nb * 32, da + i * nb, sa + i * nb, xs + i * nb, \
+                                    pk, K ? ksc : NULL, c + i * ldc + j, ldc, nc, accum, i ? NULL : pcp, i ? 0 : ahead)
+#define KP_ROWS(W, T)                                                \
+    do {                                                             \
+        if (ksc) { /* (a constant in each instance: no test a block) */ \
+            for (; i + 4 <= m; i += 4) KP(4, W, T, true);            \
+            for (; i < m; i++) KP(1, W, T, true);                    \
+        } else {                                                     \
+            for (; i + 4 <= m; i += 4) KP(4, W, T, false);           \
+            for (; i < m; i++) KP(1, W, T, false);                   \
+        }                                                            \
     } while (0)
             if (bt == TOY_Q4_0) KP_ROWS(false, TOY_Q4_0);
             else if (bt == TOY_Q4_K) KP_ROWS(false, TOY_Q4_K);
