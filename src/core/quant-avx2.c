@@ -69,6 +69,51 @@ void toy_deq_q4_1_avx2(const uint8_t *b, float *y, int64_t nb) {
     }
 }
 
+/* A Q5_0 / Q5_1 block's 32 unsigned 5-bit values u: nibbles qs (16 bytes:
+ * low ones elements 0-15, high ones 16-31) with bit e of qh as element e's
+ * fifth bit */
+static inline __m256i q5_values(const uint8_t *qs, uint32_t qh) {
+    const __m128i mask = _mm_set1_epi8(0x0F);
+    const __m128i x = _mm_loadu_si128((const __m128i *)qs);
+    __m256i u = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(x, 4), mask), _mm_and_si128(x, mask));
+    /* byte e of the fifth bits: qh's byte e / 8 (within each 128-bit lane), bit e % 8 */
+    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3,
+                                            3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    __m256i h = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), spread);
+    h = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(h, bit), bit), _mm256_set1_epi8(0x10));
+    return _mm256_or_si256(u, h);
+}
+
+/* y = (u - off) d + m for the 32 values u (off 16 and no m: Q5_0; off 0: Q5_1) */
+static inline void q5_store(__m256i u, int off, __m256 d, const __m256 *m, float *y) {
+    const __m128i lo = _mm256_castsi256_si128(u), hi = _mm256_extracti128_si256(u, 1);
+    const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+    const __m256i o = _mm256_set1_epi32(off);
+    for (int k = 0; k < 4; k++) {
+        __m256 q = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(parts[k]), o));
+        __m256 v = _mm256_mul_ps(q, d);
+        _mm256_storeu_ps(y + 8 * k, m ? _mm256_add_ps(v, *m) : v);
+    }
+}
+
+void toy_deq_q5_0_avx2(const uint8_t *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b += 22, y += QK) {
+        uint32_t qh;
+        memcpy(&qh, b + 2, 4);
+        q5_store(q5_values(b + 6, qh), 16, _mm256_set1_ps(h2f(b)), NULL, y);
+    }
+}
+
+void toy_deq_q5_1_avx2(const uint8_t *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b += 24, y += QK) {
+        uint32_t qh;
+        memcpy(&qh, b + 4, 4);
+        const __m256 m = _mm256_set1_ps(h2f(b + 2));
+        q5_store(q5_values(b + 8, qh), 0, _mm256_set1_ps(h2f(b)), &m, y);
+    }
+}
+
 static inline void scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m) {
     if (j < 4) {
         *d = q[j] & 63;

@@ -9,6 +9,8 @@
 void toy_deq_q8_0_avx2(const uint8_t *b, float *y, int64_t nb);
 void toy_deq_q4_0_avx2(const uint8_t *b, float *y, int64_t nb);
 void toy_deq_q4_1_avx2(const uint8_t *b, float *y, int64_t nb);
+void toy_deq_q5_0_avx2(const uint8_t *b, float *y, int64_t nb);
+void toy_deq_q5_1_avx2(const uint8_t *b, float *y, int64_t nb);
 void toy_deq_q4_k_avx2(const uint8_t *b, float *y, int64_t nb);
 void toy_deq_q5_k_avx2(const uint8_t *b, float *y, int64_t nb);
 void toy_deq_q6_k_avx2(const uint8_t *b, float *y, int64_t nb);

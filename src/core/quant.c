@@ -654,6 +654,8 @@ static deq_fn deq_for(enum toy_dtype t) {
         case TOY_Q8_0: return toy_deq_q8_0_avx2;
         case TOY_Q4_0: return toy_deq_q4_0_avx2;
         case TOY_Q4_1: return toy_deq_q4_1_avx2;
+        case TOY_Q5_0: return toy_deq_q5_0_avx2;
+        case TOY_Q5_1: return toy_deq_q5_1_avx2;
         case TOY_Q4_K: return toy_deq_q4_k_avx2;
         case TOY_Q5_K: return toy_deq_q5_k_avx2;
         case TOY_Q6_K: return toy_deq_q6_k_avx2;
