@@ -114,16 +114,6 @@ void toy_deq_q5_1_avx2(const uint8_t *b, float *y, int64_t nb) {
     }
 }
 
-static inline void scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m) {
-    if (j < 4) {
-        *d = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *d = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
-        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-    }
-}
-
 void toy_deq_q4_k_avx2(const uint8_t *b, float *y, int64_t nb) {
     const __m256i mask = _mm256_set1_epi8(0x0F);
     for (int64_t i = 0; i < nb; i++, b += 144) {
@@ -131,9 +121,9 @@ void toy_deq_q4_k_avx2(const uint8_t *b, float *y, int64_t nb) {
         const uint8_t *scales = b + 4, *q = b + 16;
         for (int j = 0; j < 4; j++, q += 32) {
             uint8_t sc, m;
-            scale_min_k4(2 * j, scales, &sc, &m);
+            toy_q4k_scale_min(2 * j, scales, &sc, &m);
             const __m256 d1 = _mm256_set1_ps(d * sc), m1 = _mm256_set1_ps(min * m);
-            scale_min_k4(2 * j + 1, scales, &sc, &m);
+            toy_q4k_scale_min(2 * j + 1, scales, &sc, &m);
             const __m256 d2 = _mm256_set1_ps(d * sc), m2 = _mm256_set1_ps(min * m);
             const __m256i x = _mm256_loadu_si256((const __m256i *)q);
             const __m256i lo = _mm256_and_si256(x, mask), hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), mask);
@@ -159,9 +149,9 @@ void toy_deq_q5_k_avx2(const uint8_t *b, float *y, int64_t nb) {
         const uint8_t *scales = b + 4, *qh = b + 16, *ql = b + 48;
         for (int j = 0; j < 4; j++, ql += 32) {
             uint8_t sc, m;
-            scale_min_k4(2 * j, scales, &sc, &m);
+            toy_q4k_scale_min(2 * j, scales, &sc, &m);
             const __m256 d1 = _mm256_set1_ps(d * sc), m1 = _mm256_set1_ps(min * m);
-            scale_min_k4(2 * j + 1, scales, &sc, &m);
+            toy_q4k_scale_min(2 * j + 1, scales, &sc, &m);
             const __m256 d2 = _mm256_set1_ps(d * sc), m2 = _mm256_set1_ps(min * m);
             const __m256i sh1 = _mm256_set1_epi32(2 * j), sh2 = _mm256_set1_epi32(2 * j + 1);
             const __m256i one = _mm256_set1_epi32(1);

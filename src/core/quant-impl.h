@@ -6,6 +6,19 @@
 
 #include <stdint.h>
 
+/* 6-bit scale and min j (0..7) of a Q4_K / Q5_K super-block's 12 packed
+ * bytes q (ggml's get_scale_min_k4); the dequantizers and the packed int8
+ * kernels (backends/cpu/qdot.c) share it */
+static inline void toy_q4k_scale_min(int j, const uint8_t *q, uint8_t *d, uint8_t *m) {
+    if (j < 4) {
+        *d = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *d = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+
 void toy_deq_q8_0_avx2(const uint8_t *b, float *y, int64_t nb);
 void toy_deq_q4_0_avx2(const uint8_t *b, float *y, int64_t nb);
 void toy_deq_q4_1_avx2(const uint8_t *b, float *y, int64_t nb);

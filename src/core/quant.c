@@ -250,17 +250,6 @@ static void deq_iq4_xs(const uint8_t *b, float *y, int64_t nb) {
     }
 }
 
-/* The 6-bit scale and min of sub-block j from the 12 packed bytes. */
-static inline void scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m) {
-    if (j < 4) {
-        *d = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *d = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
-        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-    }
-}
-
 static void deq_q2_k(const uint8_t *b, float *y, int64_t nb) {
     for (int64_t i = 0; i < nb; i++, b += 84) {
         const uint8_t *sc = b, *q = b + 16;
@@ -323,9 +312,9 @@ static void deq_q4_k(const uint8_t *b, float *y, int64_t nb) {
         int is = 0;
         uint8_t sc, m;
         for (int j = 0; j < QK_K; j += 64) {
-            scale_min_k4(is + 0, scales, &sc, &m);
+            toy_q4k_scale_min(is + 0, scales, &sc, &m);
             const float d1 = d * sc, m1 = min * m;
-            scale_min_k4(is + 1, scales, &sc, &m);
+            toy_q4k_scale_min(is + 1, scales, &sc, &m);
             const float d2 = d * sc, m2 = min * m;
             for (int l = 0; l < 32; l++) *y++ = d1 * (q[l] & 0xF) - m1;
             for (int l = 0; l < 32; l++) *y++ = d2 * (q[l] >> 4) - m2;
@@ -342,9 +331,9 @@ static void deq_q5_k(const uint8_t *b, float *y, int64_t nb) {
         int is = 0;
         uint8_t sc, m, u1 = 1, u2 = 2;
         for (int j = 0; j < QK_K; j += 64) {
-            scale_min_k4(is + 0, scales, &sc, &m);
+            toy_q4k_scale_min(is + 0, scales, &sc, &m);
             const float d1 = d * sc, m1 = min * m;
-            scale_min_k4(is + 1, scales, &sc, &m);
+            toy_q4k_scale_min(is + 1, scales, &sc, &m);
             const float d2 = d * sc, m2 = min * m;
             for (int l = 0; l < 32; l++) *y++ = d1 * ((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;
             for (int l = 0; l < 32; l++) *y++ = d2 * ((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
@@ -497,7 +486,7 @@ static void kquant_scales(const float *x, uint8_t *hdr /* d, dmin, scales[12] */
     const float dd = h2f(hdr), dmin = h2f(hdr + 2);
     for (int j = 0; j < QK_K / 32; j++) {
         uint8_t s, m;
-        scale_min_k4(j, sc, &s, &m);
+        toy_q4k_scale_min(j, sc, &s, &m);
         const float d = dd * s;
         if (!d) continue;
         const float dm = dmin * m;

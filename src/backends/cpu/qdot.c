@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "backends/cpu/qdot.h"
+#include "core/quant-impl.h"
 
 float toy_qdot_q8_0_ref(const void *w, const void *x, int64_t n) {
     const uint8_t *a = w, *b = x;
@@ -59,15 +60,6 @@ void toy_quantize_q8_0_ref(const float *x, void *y, int64_t n) {
 /* Q4_K sub-block sb (32 elements) of a row: its super-block's d and dmin
  * (f16), its 6-bit scale and min, and its 32 values q (0..15): element e
  * is d scale q[e] - dmin min */
-static void k4_scale_min(const uint8_t *sc, int j, uint8_t *scale, uint8_t *min) {
-    if (j < 4) {
-        *scale = sc[j] & 63;
-        *min = sc[j + 4] & 63;
-    } else {
-        *scale = (uint8_t)((sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4));
-        *min = (uint8_t)((sc[j + 4] >> 4) | ((sc[j] >> 6) << 4));
-    }
-}
 
 static void q4k_sub_raw(const uint8_t *row, int64_t sb, toy_f16 *d, toy_f16 *dmin, uint8_t *scale, uint8_t *min,
                         uint8_t *q) {
@@ -75,7 +67,7 @@ static void q4k_sub_raw(const uint8_t *row, int64_t sb, toy_f16 *d, toy_f16 *dmi
     int j = (int)(sb % 8);
     memcpy(d, b, 2);
     memcpy(dmin, b + 2, 2);
-    k4_scale_min(b + 4, j, scale, min);
+    toy_q4k_scale_min(j, b + 4, scale, min);
     const uint8_t *qs = b + 16 + 32 * (j / 2);
     for (int e = 0; e < 32; e++) q[e] = j % 2 ? qs[e] >> 4 : qs[e] & 15;
 }
@@ -87,7 +79,7 @@ static void q5k_sub_raw(const uint8_t *row, int64_t sb, toy_f16 *d, toy_f16 *dmi
     int j = (int)(sb % 8);
     memcpy(d, b, 2);
     memcpy(dmin, b + 2, 2);
-    k4_scale_min(b + 4, j, scale, min);
+    toy_q4k_scale_min(j, b + 4, scale, min);
     const uint8_t *qs = b + 48 + 32 * (j / 2);
     for (int e = 0; e < 32; e++) q[e] = (uint8_t)((j % 2 ? qs[e] >> 4 : qs[e] & 15) | ((qh[e] >> j) & 1) << 4);
 }

@@ -41,7 +41,7 @@ __host__ __device__ __forceinline__ const char *ct_row(const CT &t, int64_t i1, 
     return t.data + i1 * t.nb[1] + i2 * t.nb[2] + i3 * t.nb[3];
 }
 
-/* 6-bit scale and min j of a Q4_K super-block (quant.c scale_min_k4) */
+/* 6-bit scale and min j of a Q4_K super-block (quant-impl.h toy_q4k_scale_min) */
 __host__ __device__ __forceinline__ void q4k_scale_min(int j, const uint8_t *q, int *d, int *m) {
     if (j < 4) {
         *d = q[j] & 63;

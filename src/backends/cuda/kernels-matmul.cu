@@ -299,7 +299,7 @@ __device__ __forceinline__ void pro_run4(const gemv_pro &P, const float *rstd, i
  * rows in 16-byte runs. Each sub-block adds d sc sum(q x) - dmin m sum(x).
  * (The element-wise kernel dequantized each weight on its own: the scales
  * unpacked again per element.) Needs 16-byte aligned rows of A
- * (kq_gemv_ok). */
+ * (rows_aligned16). */
 template <int PRE> __global__ void k_qgemv_q4k(gemv_set S, CT A, gemv_pro P, bool accum) {
     __shared__ float rstd[GEMV_STATS];
     const gemv_at<PRE> G(S, A, P, rstd);
@@ -353,7 +353,7 @@ template <int PRE> __global__ void k_qgemv_q6k(gemv_set S, CT A, gemv_pro P, boo
                        hb = *(const uint16_t *)(bp + 128 + 32 * h + l);
         const int8_t *sc = (const int8_t *)(bp + 192) + 8 * h + l / 16;
         const float d = h2f_at(bp + 208);
-        float w[4][2]; /* quarter, element: q sc d */
+        float w[4][2]; /* quarter, element: q */
         for (int t = 0; t < 2; t++) {
             int a = (la >> (8 * t)) & 0xFF, b = (lb >> (8 * t)) & 0xFF, hh = (hb >> (8 * t)) & 0xFF;
             w[0][t] = (float)(((a & 0xF) | ((hh & 3) << 4)) - 32);
@@ -459,14 +459,19 @@ static mm mm_shape(const struct toy_cu_node *nd) {
     return s;
 }
 
+/* every row of t starts 16-byte aligned */
+static bool rows_aligned16(const CT &t) {
+    uintptr_t al = (uintptr_t)t.data;
+    for (int d = 1; d < 4; d++) al |= (uintptr_t)t.nb[d];
+    return al % 16 == 0;
+}
+
 /* F16/BF16 weights, up to GEMV_MAX_ROWS rows (decode): k_hgemv, where every
  * row of A and B starts 16-byte aligned */
 static bool half_gemv_ok(const CT &A, const CT &B, const mm &s) {
     if (!(B.type == TOY_F16 || B.type == TOY_BF16) || B.nb[0] != 2 || !s.tb || s.ta || s.m > GEMV_MAX_ROWS || s.k % 8)
         return false;
-    uintptr_t al = (uintptr_t)A.data | (uintptr_t)B.data;
-    for (int d = 1; d < 4; d++) al |= (uintptr_t)A.nb[d] | (uintptr_t)B.nb[d];
-    return al % 16 == 0;
+    return rows_aligned16(A) && rows_aligned16(B);
 }
 
 /* the GEMV kernel that computes A times weights B, if one does: quantized
@@ -474,16 +479,11 @@ static bool half_gemv_ok(const CT &A, const CT &B, const mm &s) {
  * k_qgemv_q6k, k_qgemv for Q5_K) and
  * F16/BF16 ones (k_hgemv), up to GEMV_MAX_ROWS rows */
 enum gemv_kind { GV_NONE, GV_Q, GV_QBLOCKS, GV_Q4K, GV_Q6K, GV_F16, GV_BF16 };
-/* Q4_K / Q6_K: A's rows start 16-byte aligned (A's float4 and float2 loads) */
-static bool kq_gemv_ok(const CT &A) {
-    uintptr_t al = (uintptr_t)A.data;
-    for (int d = 1; d < 4; d++) al |= (uintptr_t)A.nb[d];
-    return al % 16 == 0;
-}
 static gemv_kind gemv_of(const CT &A, const CT &B, const mm &s) {
     if (is_quant(B.type)) {
         if (!s.tb || s.ta || s.m > GEMV_MAX_ROWS) return GV_NONE;
-        if ((B.type == TOY_Q4_K || B.type == TOY_Q6_K) && s.k % 256 == 0 && kq_gemv_ok(A))
+        /* Q4_K / Q6_K: A's float4 and float2 loads need its rows 16-byte aligned */
+        if ((B.type == TOY_Q4_K || B.type == TOY_Q6_K) && s.k % 256 == 0 && rows_aligned16(A))
             return B.type == TOY_Q4_K ? GV_Q4K : GV_Q6K;
         return q_block_bytes(B.type) && s.k % 32 == 0 ? GV_QBLOCKS : GV_Q;
     }
