@@ -22,19 +22,24 @@ static void kernels_match(const char *level) {
     toy_rng_seed(&r, 3);
     const int64_t n = 32 * 37;
     float *w = malloc(n * sizeof *w), *x = malloc(n * sizeof *x);
-    uint8_t *w8 = malloc(n / 32 * 34), *w4 = malloc(n / 32 * 18), *x8 = malloc(n / 32 * 34);
+    uint8_t *w8 = malloc(n / 32 * 34), *w4 = malloc(n / 32 * 18), *x8 = malloc(n / 32 * 34), *xr = malloc(n / 32 * 34);
     for (int rep = 0; rep < 20; rep++) {
         for (int64_t i = 0; i < n; i++) { w[i] = toy_rng_normal(&r) * (1 + rep); x[i] = toy_rng_normal(&r); }
         cr_assert_eq(toy_quantize_row(TOY_Q8_0, w, w8, n), TOY_OK);
         cr_assert_eq(toy_quantize_row(TOY_Q4_0, w, w4, n), TOY_OK);
+        if (rep == 0) /* ties: scaled values k + 1/2 exactly (d = 1), rounded away from zero */
+            for (int64_t i = 0; i < 32; i++) x[i] = i ? (float)(i - 16) + 0.5f : 127.0f;
         toy_qdot.quantize_q8_0(x, x8, n);
+        toy_quantize_q8_0_ref(x, xr, n);
+        cr_assert(memcmp(x8, xr, (size_t)(n / 32 * 34)) == 0, "%s: Q8_0 quantization differs from the reference",
+                  level ? level : "best");
         float a = toy_qdot.q8_0(w8, x8, n), b = toy_qdot_q8_0_ref(w8, x8, n);
         cr_assert(fabsf(a - b) <= 1e-5f * (1 + fabsf(b)), "%s q8_0: %g vs %g", level ? level : "best", a, b);
         a = toy_qdot.q4_0(w4, x8, n);
         b = toy_qdot_q4_0_ref(w4, x8, n);
         cr_assert(fabsf(a - b) <= 1e-5f * (1 + fabsf(b)), "%s q4_0: %g vs %g", level ? level : "best", a, b);
     }
-    free(w); free(x); free(w8); free(w4); free(x8);
+    free(w); free(x); free(w8); free(w4); free(x8); free(xr);
 }
 
 Test(qdot, best_level_matches_reference) { kernels_match(NULL); }
@@ -217,12 +222,13 @@ static void qpacked_case(enum toy_dtype type, int64_t m, int64_t n, int64_t k, b
 /* loads: "narrow" or "wide" (toy_cpu_wide_loads, read once per process;
  * each test is one), ahead: bytes to prefetch ahead ($TOY_PREFETCH, read
  * the same way); NULL for the CPU's own choice */
-static void qpacked_cases(const char *loads, const char *ahead) {
-    unsetenv("TOY_SIMD");
+static void qpacked_cases_at(const char *level, const char *loads, const char *ahead) {
+    if (level) setenv("TOY_SIMD", level, 1);
+    else unsetenv("TOY_SIMD");
     if (loads) setenv("TOY_LOADS", loads, 1);
     if (ahead) setenv("TOY_PREFETCH", ahead, 1);
     toy_qdot_init();
-    if (!toy_qdot.qgemm_packed) cr_skip_test("no AVX-512 VNNI on this CPU");
+    if (!toy_qdot.qgemm_packed) cr_skip_test("no int8 kernels (AVX2 or AVX-512 VNNI) on this CPU");
     const int64_t shapes[][3] = {{1, 1, 32}, {1, 17, 288}, {3, 33, 576}, {8, 64, 1536}, {13, 100, 96}, {40, 48, 64}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int acc = 0; acc < 2; acc++) {
@@ -253,11 +259,67 @@ static void qpacked_cases(const char *loads, const char *ahead) {
             qpacked_case(TOY_Q6_K, kshapes[s][0], kshapes[s][1], kshapes[s][2], acc);
         }
 }
+static void qpacked_cases(const char *loads, const char *ahead) { qpacked_cases_at(NULL, loads, ahead); }
 Test(qdot, qgemm_packed_matches_reference_exactly) { qpacked_cases(NULL, NULL); }
+/* the AVX2 kernels (qgemm-avx2.c: vpmaddubsw in place of vpdpbusd), which
+ * CPUs without AVX-512 VNNI run */
+Test(qdot, qgemm_packed_avx2_matches_reference_exactly) { qpacked_cases_at("avx2", NULL, NULL); }
+Test(qdot, qgemm_packed_avx2_prefetching_ahead_matches_reference_exactly) { qpacked_cases_at("avx2", NULL, "4096"); }
 Test(qdot, qgemm_packed_narrow_loads_match_reference_exactly) { qpacked_cases("narrow", "0"); }
 Test(qdot, qgemm_packed_wide_loads_match_reference_exactly) { qpacked_cases("wide", "0"); }
 Test(qdot, qgemm_packed_prefetching_ahead_matches_reference_exactly) { qpacked_cases("narrow", "4096"); }
 Test(qdot, qgemm_packed_wide_loads_prefetching_ahead_match_reference_exactly) { qpacked_cases("wide", "4096"); }
+
+/* Weights at their extremes against activations at +-127: the largest
+ * sums the kernels' integer steps can meet (the AVX2 kernels add products
+ * in int16 and must never saturate), still the reference's bits. Every
+ * byte 0xff (nibbles 15, fifth and top bits set, 6-bit scales and mins 63,
+ * Q6_K's scales -1), Q8_0's values -128 or 127; the f16 scales 1. */
+static void extreme_case(enum toy_dtype type, uint8_t fill, float xv) {
+    const int64_t m = 5, n = 20, k = 512;
+    size_t ldb = toy_row_bytes(type, k), bs = toy_dtype_type_size(type); /* a block's bytes */
+    uint8_t *b = malloc(ldb * (size_t)n);
+    memset(b, fill, ldb * (size_t)n);
+    const toy_f16 one = toy_f32_to_f16(1.0f);
+    int halves[2] = {0, type == TOY_Q4_1 || type == TOY_Q5_1 || type == TOY_Q4_K || type == TOY_Q5_K ? 2 : -1};
+    if (type == TOY_Q6_K) halves[0] = 208;
+    for (size_t o = 0; o < ldb * (size_t)n; o += bs)
+        for (int h = 0; h < 2; h++)
+            if (halves[h] >= 0) memcpy(b + o + halves[h], &one, 2);
+    float *a = malloc((size_t)(m * k) * sizeof *a), *c = malloc((size_t)(m * n) * sizeof *c),
+          *cr = malloc((size_t)(m * n) * sizeof *cr);
+    for (int64_t i = 0; i < m * k; i++) a[i] = xv;
+    void *scratch = NULL, *pk = NULL;
+    cr_assert_eq(posix_memalign(&scratch, 64, toy_qgemm_scratch(m, k)), 0);
+    cr_assert_eq(posix_memalign(&pk, 64, toy_qpack_bytes(type, n, k)), 0);
+    toy_qpack(type, n, k, b, ldb, pk);
+    toy_qdot.qgemm_packed(type, m, n, k, a, k, pk, c, n, false, scratch, NULL);
+    toy_qgemm_ref(type, m, n, k, a, k, b, ldb, cr, n, false);
+    for (int64_t i = 0; i < m * n; i++)
+        cr_assert(c[i] == cr[i] && isfinite(cr[i]), "%s bytes %#x x %g: c[%lld] = %.9g, reference %.9g",
+                  toy_dtype_name(type), fill, xv, (long long)i, c[i], cr[i]);
+    free(scratch); free(pk); free(a); free(c); free(cr); free(b);
+}
+
+static void extreme_cases(const char *level) {
+    if (level) setenv("TOY_SIMD", level, 1);
+    else unsetenv("TOY_SIMD");
+    toy_qdot_init();
+    if (!toy_qdot.qgemm_packed) cr_skip_test("no int8 kernels on this CPU");
+    enum toy_dtype types[] = {TOY_Q8_0, TOY_Q4_0, TOY_Q4_1, TOY_Q5_0, TOY_Q5_1, TOY_Q4_K, TOY_Q5_K, TOY_Q6_K};
+    for (size_t t = 0; t < 8; t++)
+        for (int sign = -1; sign <= 1; sign += 2) {
+            extreme_case(types[t], 0xff, (float)sign);
+            if (types[t] == TOY_Q8_0) {
+                extreme_case(types[t], 0x80, (float)sign); /* -128 */
+                extreme_case(types[t], 0x7f, (float)sign);
+            }
+        }
+    unsetenv("TOY_SIMD");
+    toy_qdot_init();
+}
+Test(qdot, qgemm_packed_extreme_values_match_reference) { extreme_cases(NULL); }
+Test(qdot, qgemm_packed_avx2_extreme_values_match_reference) { extreme_cases("avx2"); }
 
 /* Through the graph with a packed weight: one row (decode: column groups
  * split between threads) and 40 rows (rows split) give the same bits for
@@ -320,50 +382,58 @@ static void packed_graph_case(enum toy_dtype type) {
 Test(qdot, packed_weight_is_batch_invariant_q8_0) {
     unsetenv("TOY_SIMD");
     toy_qdot_init();
-    if (!toy_qdot.qgemm_packed) cr_skip_test("no AVX-512 VNNI on this CPU");
+    if (!toy_qdot.qgemm_packed) cr_skip_test("no int8 kernels (AVX2 or AVX-512 VNNI) on this CPU");
     packed_graph_case(TOY_Q8_0);
 }
 Test(qdot, packed_weight_is_batch_invariant_q4_0) {
     unsetenv("TOY_SIMD");
     toy_qdot_init();
-    if (!toy_qdot.qgemm_packed) cr_skip_test("no AVX-512 VNNI on this CPU");
+    if (!toy_qdot.qgemm_packed) cr_skip_test("no int8 kernels (AVX2 or AVX-512 VNNI) on this CPU");
     packed_graph_case(TOY_Q4_0);
 }
 Test(qdot, packed_weight_is_batch_invariant_q4_k) {
     unsetenv("TOY_SIMD");
     toy_qdot_init();
-    if (!toy_qdot.qgemm_packed) cr_skip_test("no AVX-512 VNNI on this CPU");
+    if (!toy_qdot.qgemm_packed) cr_skip_test("no int8 kernels (AVX2 or AVX-512 VNNI) on this CPU");
     packed_graph_case(TOY_Q4_K);
 }
 Test(qdot, packed_weight_is_batch_invariant_q5_0) {
     unsetenv("TOY_SIMD");
     toy_qdot_init();
-    if (!toy_qdot.qgemm_packed) cr_skip_test("no AVX-512 VNNI on this CPU");
+    if (!toy_qdot.qgemm_packed) cr_skip_test("no int8 kernels (AVX2 or AVX-512 VNNI) on this CPU");
     packed_graph_case(TOY_Q5_0);
 }
 Test(qdot, packed_weight_is_batch_invariant_q4_1) {
     unsetenv("TOY_SIMD");
     toy_qdot_init();
-    if (!toy_qdot.qgemm_packed) cr_skip_test("no AVX-512 VNNI on this CPU");
+    if (!toy_qdot.qgemm_packed) cr_skip_test("no int8 kernels (AVX2 or AVX-512 VNNI) on this CPU");
     packed_graph_case(TOY_Q4_1);
 }
 Test(qdot, packed_weight_is_batch_invariant_q5_1) {
     unsetenv("TOY_SIMD");
     toy_qdot_init();
-    if (!toy_qdot.qgemm_packed) cr_skip_test("no AVX-512 VNNI on this CPU");
+    if (!toy_qdot.qgemm_packed) cr_skip_test("no int8 kernels (AVX2 or AVX-512 VNNI) on this CPU");
     packed_graph_case(TOY_Q5_1);
 }
 Test(qdot, packed_weight_is_batch_invariant_q5_k) {
     unsetenv("TOY_SIMD");
     toy_qdot_init();
-    if (!toy_qdot.qgemm_packed) cr_skip_test("no AVX-512 VNNI on this CPU");
+    if (!toy_qdot.qgemm_packed) cr_skip_test("no int8 kernels (AVX2 or AVX-512 VNNI) on this CPU");
     packed_graph_case(TOY_Q5_K);
 }
 Test(qdot, packed_weight_is_batch_invariant_q6_k) {
     unsetenv("TOY_SIMD");
     toy_qdot_init();
-    if (!toy_qdot.qgemm_packed) cr_skip_test("no AVX-512 VNNI on this CPU");
+    if (!toy_qdot.qgemm_packed) cr_skip_test("no int8 kernels (AVX2 or AVX-512 VNNI) on this CPU");
     packed_graph_case(TOY_Q6_K);
+}
+
+Test(qdot, packed_weight_is_batch_invariant_with_avx2) {
+    setenv("TOY_SIMD", "avx2", 1);
+    toy_qdot_init();
+    if (!toy_qdot.qgemm_packed) cr_skip_test("no AVX2 on this CPU");
+    enum toy_dtype types[] = {TOY_Q8_0, TOY_Q4_0, TOY_Q4_1, TOY_Q5_0, TOY_Q5_1, TOY_Q4_K, TOY_Q5_K, TOY_Q6_K};
+    for (size_t t = 0; t < 8; t++) packed_graph_case(types[t]);
 }
 
 /* toy_tensor_pack_into writes the very bytes toy_tensor_pack does, into the
@@ -372,7 +442,7 @@ Test(qdot, packed_weight_is_batch_invariant_q6_k) {
 Test(qdot, pack_into_a_stream_block_matches_pack) {
     unsetenv("TOY_SIMD");
     toy_qdot_init();
-    if (!toy_qdot.qgemm_packed) cr_skip_test("no AVX-512 VNNI on this CPU");
+    if (!toy_qdot.qgemm_packed) cr_skip_test("no int8 kernels (AVX2 or AVX-512 VNNI) on this CPU");
     enum toy_dtype types[] = {TOY_Q8_0, TOY_Q4_0, TOY_Q4_1, TOY_Q5_0, TOY_Q5_1, TOY_Q4_K, TOY_Q5_K, TOY_Q6_K};
     for (size_t t = 0; t < 8; t++) {
         struct toy_ctx *ctx = toy_ctx_init(true);

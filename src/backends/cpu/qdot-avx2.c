@@ -45,7 +45,10 @@ static float q4_0(const void *wv, const void *xv, int64_t n) {
     return hsum8(acc);
 }
 
+void toy_qdot_fill_qgemm_avx2(struct toy_qdot_ops *ops); /* qgemm-avx2.c */
+
 void toy_qdot_fill_avx2(struct toy_qdot_ops *ops) {
     ops->q8_0 = q8_0;
     ops->q4_0 = q4_0;
+    toy_qdot_fill_qgemm_avx2(ops);
 }
