@@ -1372,28 +1372,29 @@ Test(ops, matmul_half_weights_decode_equals_batch) {
         }
 }
 
-/* The decode attention products (attn-decode-avx512.c: one query against
- * the cached keys and values, four keys a step) against plain loops, for
- * head sizes 16..256, key counts with every tail, padded row strides.
- * 1e-5 relative: only the summation order differs. */
+/* The decode attention products (attn-decode-avx512.c and
+ * attn-decode-avx2.c: one query against the cached keys and values) against
+ * plain loops, for head sizes 16..256, key counts with every tail, padded
+ * row strides. 1e-5 relative: only the summation order differs. */
 void toy_attn_decode_scores_avx512(const float *q, const float *K, int64_t ldk, int64_t nk, int64_t D, float scale,
                                    float *s);
 void toy_attn_decode_values_avx512(const float *p, const float *V, int64_t ldv, int64_t nk, int64_t D, float *o);
+void toy_attn_decode_scores_avx2(const float *q, const float *K, int64_t ldk, int64_t nk, int64_t D, float scale,
+                                 float *s);
+void toy_attn_decode_values_avx2(const float *p, const float *V, int64_t ldv, int64_t nk, int64_t D, float *o);
 
-Test(ops, attention_decode_kernels_match_loops) {
-    __builtin_cpu_init();
-    if (!__builtin_cpu_supports("avx512f")) cr_skip_test("no AVX-512");
+static void decode_kernels_case(bool avx512) {
     struct toy_rng r;
     toy_rng_seed(&r, 43);
-    const int64_t Ds[] = {16, 64, 128, 256}, nks[] = {1, 3, 5, 130};
-    for (size_t a = 0; a < 4; a++)
+    const int64_t Ds[] = {16, 64, 128, 256, 24}, nks[] = {1, 3, 5, 130};
+    for (size_t a = 0; a < (avx512 ? 4 : 5); a++)
         for (size_t b = 0; b < 4; b++) {
             int64_t D = Ds[a], nk = nks[b], ld = D + 16;
             float *q = malloc((size_t)D * sizeof *q), *K = malloc((size_t)(nk * ld) * sizeof *K);
             float *s = malloc((size_t)nk * sizeof *s), *o = malloc((size_t)D * sizeof *o);
             for (int64_t i = 0; i < D; i++) q[i] = toy_rng_normal(&r);
             for (int64_t i = 0; i < nk * ld; i++) K[i] = toy_rng_normal(&r);
-            toy_attn_decode_scores_avx512(q, K, ld, nk, D, 0.125f, s);
+            (avx512 ? toy_attn_decode_scores_avx512 : toy_attn_decode_scores_avx2)(q, K, ld, nk, D, 0.125f, s);
             for (int64_t j = 0; j < nk; j++) {
                 double e = 0;
                 for (int64_t i = 0; i < D; i++) e += (double)q[i] * K[j * ld + i];
@@ -1401,7 +1402,8 @@ Test(ops, attention_decode_kernels_match_loops) {
                 cr_assert(fabs(s[j] - e) <= 1e-5 * (1 + sqrt((double)D)), "D %lld nk %lld: s[%lld] %g vs %g",
                           (long long)D, (long long)nk, (long long)j, s[j], e);
             }
-            toy_attn_decode_values_avx512(s, K, ld, nk, D, o); /* the scores as weights, K as values */
+            /* the scores as weights, K as values */
+            (avx512 ? toy_attn_decode_values_avx512 : toy_attn_decode_values_avx2)(s, K, ld, nk, D, o);
             for (int64_t i = 0; i < D; i++) {
                 double e = 0, mag = 0;
                 for (int64_t j = 0; j < nk; j++) {
@@ -1413,6 +1415,18 @@ Test(ops, attention_decode_kernels_match_loops) {
             }
             free(q); free(K); free(s); free(o);
         }
+}
+
+Test(ops, attention_decode_kernels_match_loops) {
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx512f")) cr_skip_test("no AVX-512");
+    decode_kernels_case(true);
+}
+
+Test(ops, attention_decode_kernels_avx2_match_loops) {
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) cr_skip_test("no AVX2");
+    decode_kernels_case(false);
 }
 
 /* element i of a KV cache (f32 or f16) set to x */
@@ -1443,7 +1457,15 @@ static struct toy_tensor *cached_attention_on(struct toy_ctx *ctx, struct toy_te
  * double-precision loop, for f32 and f16 caches, GQA groups of 1..4 and 8, head
  * sizes 64 and 128, windows, softcap, 1..3 threads and key counts from 1 to
  * ~1000 (every 16-key tail). 2e-5 relative: the summation order differs. */
-Test(ops, attention_decode_step_matches_loops) {
+static void decode_step_cases(void);
+Test(ops, attention_decode_step_matches_loops) { decode_step_cases(); }
+/* the same on the AVX2 kernels (attn-decode-avx2.c) */
+Test(ops, attention_decode_step_avx2_matches_loops) {
+    setenv("TOY_SIMD", "avx2", 1); /* each Criterion test is its own process */
+    decode_step_cases();
+}
+
+static void decode_step_cases(void) {
     struct dcase {
         int64_t D, Hq, Hkv, Tk, B;
         int window;

@@ -40,16 +40,48 @@ bool toy_attn_decode_qk_avx512(const float *qs, const void *K, bool f16, int64_t
 bool toy_attn_decode_pv_avx512(const float *P, int64_t lds, const void *V, bool f16, int64_t ldv, int64_t ldh,
                                int64_t nk, int64_t D, int64_t Hq, int64_t G, float *O);
 
-/* one-query products without BLAS (attn-decode-avx512.c) where the CPU has
- * AVX-512 and D fits its registers; $TOY_SIMD other than the best keeps BLAS */
-static bool decode_kernels(int64_t D) {
-    static int have = -1;
-    if (have < 0) {
+void toy_attn_decode_scores_avx2(const float *q, const float *K, int64_t ldk, int64_t nk, int64_t D, float scale,
+                                 float *s);
+void toy_attn_decode_values_avx2(const float *p, const float *V, int64_t ldv, int64_t nk, int64_t D, float *o);
+bool toy_attn_decode_qk_avx2(const float *qs, const void *K, bool f16, int64_t ldk, int64_t ldh, int64_t nk,
+                             int64_t D, int64_t Hq, int64_t G, float *S, int64_t lds);
+bool toy_attn_decode_pv_avx2(const float *P, int64_t lds, const void *V, bool f16, int64_t ldv, int64_t ldh,
+                             int64_t nk, int64_t D, int64_t Hq, int64_t G, float *O);
+
+/* one-query products without BLAS (attn-decode-avx512.c, attn-decode-avx2.c)
+ * where the CPU has AVX-512 or AVX2 and D fits them: head sizes a multiple
+ * of `mult` up to 256 (the whole-step ones: 64 and 128). $TOY_SIMD=avx2
+ * picks the AVX2 ones; any other $TOY_SIMD keeps BLAS. */
+struct decode_ops {
+    void (*scores)(const float *q, const float *K, int64_t ldk, int64_t nk, int64_t D, float scale, float *s);
+    void (*values)(const float *p, const float *V, int64_t ldv, int64_t nk, int64_t D, float *o);
+    bool (*qk)(const float *qs, const void *K, bool f16, int64_t ldk, int64_t ldh, int64_t nk, int64_t D, int64_t Hq,
+               int64_t G, float *S, int64_t lds);
+    bool (*pv)(const float *P, int64_t lds, const void *V, bool f16, int64_t ldv, int64_t ldh, int64_t nk, int64_t D,
+               int64_t Hq, int64_t G, float *O);
+    int64_t mult;
+};
+
+static const struct decode_ops *decode_ops(void) {
+    static const struct decode_ops avx512 = {toy_attn_decode_scores_avx512, toy_attn_decode_values_avx512,
+                                             toy_attn_decode_qk_avx512, toy_attn_decode_pv_avx512, 16};
+    static const struct decode_ops avx2 = {toy_attn_decode_scores_avx2, toy_attn_decode_values_avx2,
+                                           toy_attn_decode_qk_avx2, toy_attn_decode_pv_avx2, 8};
+    static const struct decode_ops *ops;
+    static bool chosen;
+    if (!chosen) { /* the same answer from every thread */
         const char *e = getenv("TOY_SIMD");
         __builtin_cpu_init();
-        have = __builtin_cpu_supports("avx512f") && !e;
+        bool has2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        ops = !e && __builtin_cpu_supports("avx512f") ? &avx512 : has2 && (!e || !strcmp(e, "avx2")) ? &avx2 : NULL;
+        chosen = true;
     }
-    return have && D % 16 == 0 && D <= 256;
+    return ops;
+}
+
+static bool decode_kernels(int64_t D) {
+    const struct decode_ops *o = decode_ops();
+    return o && D % o->mult == 0 && D <= 256;
 }
 
 struct attn {
@@ -285,7 +317,7 @@ static void block_scores(const struct attn *a, const struct toy_tensor *q, const
         int ldk;
         const float *K = rows32_get(kr, g, js, je, b, &ldk);
         if (nq == 1 && decode_kernels(a->D))
-            toy_attn_decode_scores_avx512(Q, K, ldk, je - js, a->D, a->scale, S);
+            decode_ops()->scores(Q, K, ldk, je - js, a->D, a->scale, S);
         else
             toy_cpu_sgemm(false, true, nq, je - js, a->D, a->scale, Q, (int64_t)(q->nb[2] / 4), K, ldk, 0.0f, S, ldS,
                           a->pack);
@@ -429,7 +461,7 @@ static void decode_step(struct toy_tensor *dst, const struct attn *a, int ith, i
         }
         const char *K = (const char *)k->data + b * k->nb[3] + c0 * k->nb[2];
         const char *V = (const char *)v->data + b * v->nb[3] + c0 * v->nb[2];
-        toy_attn_decode_qk_avx512(qs, K, f16, (int64_t)k->nb[2], (int64_t)k->nb[1], n, D, Hq, a->group, S, lds);
+        decode_ops()->qk(qs, K, f16, (int64_t)k->nb[2], (int64_t)k->nb[1], n, D, Hq, a->group, S, lds);
         for (int64_t h = 0; h < Hq; h++) {
             float *s = S + h * lds;
             if (a->cap > 0)
@@ -437,7 +469,7 @@ static void decode_step(struct toy_tensor *dst, const struct attn *a, int ith, i
             pm[h] = toy_vec.max(s, n);
             pl[h] = toy_vec.exp_sum(s, s, pm[h], n);
         }
-        toy_attn_decode_pv_avx512(S, lds, V, f16, (int64_t)v->nb[2], (int64_t)v->nb[1], n, D, Hq, a->group, po);
+        decode_ops()->pv(S, lds, V, f16, (int64_t)v->nb[2], (int64_t)v->nb[1], n, D, Hq, a->group, po);
     }
     if (!toy_last_thread((atomic_int *)&dst->op_params[TOY_MAX_OP_PARAMS - 2], nth)) return;
     float *lse = (float *)((char *)dst->data + toy_nbytes(dst));
@@ -541,7 +573,7 @@ void toy_cpu_attention(struct toy_tensor *dst, int ith, int nth, void *work, siz
             int ldv;
             const float *V = rows32_get(&vr, h / a.group, js, je, b, &ldv);
             if (nq == 1 && decode_kernels(a.D))
-                toy_attn_decode_values_avx512(S, V, ldv, nk, a.D, O);
+                decode_ops()->values(S, V, ldv, nk, a.D, O);
             else
                 toy_cpu_sgemm(false, false, nq, a.D, nk, 1.0f, S, nk, V, ldv, 0.0f, O, ldo, a.pack);
         }
