@@ -1338,7 +1338,16 @@ Test(ops, prefetch_distance_follows_vendor_and_override) {
 /* A decode matmul (one activation row) over f16 and bf16 weights takes the
  * GEMVs above; the same row inside a 3-row product takes the f32-copy /
  * bf16-panel paths: equal within the summation order, at 1 and 2 threads. */
-Test(ops, matmul_half_weights_decode_equals_batch) {
+static void half_weights_decode_cases(void);
+Test(ops, matmul_half_weights_decode_equals_batch) { half_weights_decode_cases(); }
+/* where the CPU has no AVX-512 BF16 (forced off): bf16 rows through
+ * gemv-avx2.c's bf16 GEMV against the widened rows' sgemm */
+Test(ops, matmul_half_weights_decode_equals_batch_without_avx512_bf16) {
+    setenv("TOY_BF16_GEMM", "0", 1); /* each Criterion test is its own process */
+    half_weights_decode_cases();
+}
+
+static void half_weights_decode_cases(void) {
     struct toy_rng r;
     toy_rng_seed(&r, 46);
     const enum toy_dtype types[] = {TOY_F16, TOY_BF16};

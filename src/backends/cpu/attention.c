@@ -51,7 +51,7 @@ bool toy_attn_decode_pv_avx2(const float *P, int64_t lds, const void *V, bool f1
 /* one-query products without BLAS (attn-decode-avx512.c, attn-decode-avx2.c)
  * where the CPU has AVX-512 or AVX2 and D fits them: head sizes a multiple
  * of `mult` up to 256 (the whole-step ones: 64 and 128). $TOY_SIMD=avx2
- * picks the AVX2 ones; any other $TOY_SIMD keeps BLAS. */
+ * picks the AVX2 ones, =scalar BLAS. */
 struct decode_ops {
     void (*scores)(const float *q, const float *K, int64_t ldk, int64_t nk, int64_t D, float scale, float *s);
     void (*values)(const float *p, const float *V, int64_t ldv, int64_t nk, int64_t D, float *o);
@@ -73,7 +73,8 @@ static const struct decode_ops *decode_ops(void) {
         const char *e = getenv("TOY_SIMD");
         __builtin_cpu_init();
         bool has2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-        ops = !e && __builtin_cpu_supports("avx512f") ? &avx512 : has2 && (!e || !strcmp(e, "avx2")) ? &avx2 : NULL;
+        bool best = !e || (strcmp(e, "avx2") && strcmp(e, "scalar")); /* as simd.c reads it */
+        ops = best && toy_cpu_has_avx512() ? &avx512 : has2 && (best || !strcmp(e, "avx2")) ? &avx2 : NULL;
         chosen = true;
     }
     return ops;

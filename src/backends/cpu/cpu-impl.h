@@ -154,6 +154,9 @@ void toy_gemv_f32_avx2(const float *w, int64_t ldw, const float *x, int64_t k, f
 /* the same over f16 weight rows (AVX2 + F16C) */
 void toy_gemv_f16_avx2(const uint16_t *w, int64_t ldw, const float *x, int64_t k, float *y, int64_t n, bool accum,
                        struct toy_pf_cursor *pc);
+/* and over bf16 ones (AVX2), where the CPU has no AVX-512 BF16 */
+void toy_gemv_bf16_avx2(const uint16_t *w, int64_t ldw, const float *x, int64_t k, float *y, int64_t n, bool accum,
+                        struct toy_pf_cursor *pc);
 /* bf16 weight rows against activations rounded to bf16 and zero-padded to
  * a multiple of 32 (gemm-bf16-avx512.c; AVX-512 BF16) */
 void toy_gemv_bf16_avx512(const uint16_t *w, int64_t ldw, const uint16_t *x, int64_t k, float *y, int64_t n,

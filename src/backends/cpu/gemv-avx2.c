@@ -71,3 +71,35 @@ void toy_gemv_f16_avx2(const uint16_t *w, int64_t ldw, const float *x, int64_t k
                        struct toy_pf_cursor *pc) {
     TOY_GEMV_ROWS(dot_f16, w, ldw, x, k, y, n, accum, pc);
 }
+
+/* The same over bf16 weight rows (widened exactly by a 16-bit shift), for
+ * CPUs without AVX-512 BF16: decode of a bf16 model streams its rows once
+ * with no f32 copy (before: rows widened into a buffer for an sgemm). */
+static inline __m256 bf16x8(const uint16_t *w) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)w)), 16));
+}
+
+static inline float dot_bf16(const uint16_t *w, const float *x, int64_t k, int ahead) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    int64_t i = 0;
+    for (; i + 32 <= k; i += 32) {
+        if (ahead) _mm_prefetch((const char *)(w + i) + ahead, _MM_HINT_T0);
+        s0 = _mm256_fmadd_ps(bf16x8(w + i), _mm256_loadu_ps(x + i), s0);
+        s1 = _mm256_fmadd_ps(bf16x8(w + i + 8), _mm256_loadu_ps(x + i + 8), s1);
+        s2 = _mm256_fmadd_ps(bf16x8(w + i + 16), _mm256_loadu_ps(x + i + 16), s2);
+        s3 = _mm256_fmadd_ps(bf16x8(w + i + 24), _mm256_loadu_ps(x + i + 24), s3);
+    }
+    for (; i + 8 <= k; i += 8) s0 = _mm256_fmadd_ps(bf16x8(w + i), _mm256_loadu_ps(x + i), s0);
+    __m256 s = _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3));
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    float r = _mm_cvtss_f32(h);
+    for (; i < k; i++) r += toy_bf16_to_f32(w[i]) * x[i];
+    return r;
+}
+
+void toy_gemv_bf16_avx2(const uint16_t *w, int64_t ldw, const float *x, int64_t k, float *y, int64_t n, bool accum,
+                        struct toy_pf_cursor *pc) {
+    TOY_GEMV_ROWS(dot_bf16, w, ldw, x, k, y, n, accum, pc);
+}

@@ -720,15 +720,20 @@ static void matmul_run(struct toy_tensor *dst, int ith, int nth, void *work, siz
         return;
     }
 
-    if (B->type == TOY_F16 && m == 1 && !ta && tb && nbatch == 1 && use_gemv_f32() && toy_cpu_has_f16c()) {
+    /* f16 or bf16 rows (bf16 here: no AVX-512 BF16) for one activation row */
+    void (*gemv_half)(const uint16_t *, int64_t, const float *, int64_t, float *, int64_t, bool,
+                      struct toy_pf_cursor *) = NULL;
+    if (use_gemv_f32() && B->type == TOY_F16 && toy_cpu_has_f16c()) gemv_half = toy_gemv_f16_avx2;
+    if (use_gemv_f32() && B->type == TOY_BF16) gemv_half = toy_gemv_bf16_avx2;
+    if (gemv_half && m == 1 && !ta && tb && nbatch == 1) {
         /* decode: no f32 copy, rows dealt out as threads get to them */
         int64_t ldb = (int64_t)(B->nb[1] / 2), r0, r1;
         struct toy_share sh;
         toy_share_init(&sh, work, n, 4, (size_t)(4 * k) * 2, ith, nth);
         struct toy_pf_cursor pc, *pcp = side_cursor(dst, ith, nth, (n + nth - 1) / nth, &pc);
         while (toy_share_next(&sh, &r0, &r1))
-            toy_gemv_f16_avx2((const uint16_t *)B->data + r0 * ldb, ldb, A->data, k, (float *)dst->data + r0,
-                              r1 - r0, beta != 0, pcp);
+            gemv_half((const uint16_t *)B->data + r0 * ldb, ldb, A->data, k, (float *)dst->data + r0, r1 - r0,
+                      beta != 0, pcp);
         return;
     }
     /* B of another type: dequantize CHUNK_ROWS rows of B at a time */
@@ -747,10 +752,10 @@ static void matmul_run(struct toy_tensor *dst, int ith, int nth, void *work, siz
             /* B rows are C's columns: threads own column ranges */
             int64_t j0, j1;
             toy_split(n, ith, nth, &j0, &j1);
-            if (m == 1 && !ta && B->type == TOY_F16 && use_gemv_f32() && toy_cpu_has_f16c()) { /* batches of one row */
+            if (m == 1 && !ta && gemv_half) { /* batches of one row */
                 if (j1 > j0)
-                    toy_gemv_f16_avx2((const uint16_t *)(b + j0 * B->nb[1]), (int64_t)(B->nb[1] / 2), a, k, c + j0,
-                                      j1 - j0, beta != 0, NULL);
+                    gemv_half((const uint16_t *)(b + j0 * B->nb[1]), (int64_t)(B->nb[1] / 2), a, k, c + j0, j1 - j0,
+                              beta != 0, NULL);
                 continue;
             }
             for (int64_t j = j0; j < j1; j += CHUNK_ROWS) {
