@@ -15,6 +15,61 @@
 #include "toy/rng.h"
 #include "toy/toy.h"
 
+/* nearest IQ4 codebook index to v */
+static uint8_t iq4_index(float v) {
+    static const int8_t cb[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+    int best = 0;
+    for (int i = 1; i < 16; i++)
+        if (fabsf(v - cb[i]) < fabsf(v - cb[best])) best = i;
+    return (uint8_t)best;
+}
+
+/* k floats as a row of type t: toy's quantizer, or for the IQ4 types (which
+ * toy reads but does not write) a plain nearest-value encoding, IQ4_XS's
+ * odd sub-blocks with negative scales */
+static void weight_row(enum toy_dtype t, const float *w, void *dst, int64_t k) {
+    uint8_t *o = dst;
+    if (t == TOY_IQ4_NL) {
+        for (int64_t b = 0; b < k / 32; b++, o += 18, w += 32) {
+            float amax = 0;
+            for (int e = 0; e < 32; e++) amax = fmaxf(amax, fabsf(w[e]));
+            toy_f16 d = toy_f32_to_f16(amax / 127);
+            float id = amax ? 1 / toy_f16_to_f32(d) : 0;
+            memcpy(o, &d, 2);
+            for (int e = 0; e < 16; e++)
+                o[2 + e] = (uint8_t)(iq4_index(w[e] * id) | iq4_index(w[e + 16] * id) << 4);
+        }
+        return;
+    }
+    if (t == TOY_IQ4_XS) {
+        for (int64_t b = 0; b < k / 256; b++, o += 136, w += 256) {
+            float amax = 0;
+            for (int e = 0; e < 256; e++) amax = fmaxf(amax, fabsf(w[e]));
+            toy_f16 d = toy_f32_to_f16(amax / (127 * 31));
+            float df = toy_f16_to_f32(d);
+            memcpy(o, &d, 2);
+            memset(o + 2, 0, 6);
+            for (int ib = 0; ib < 8; ib++) {
+                float sa = 0;
+                for (int e = 0; e < 32; e++) sa = fmaxf(sa, fabsf(w[32 * ib + e]));
+                int s = df ? (int)lroundf(sa / 127 / df) : 0;
+                s = s > 31 ? 31 : s;
+                if (ib % 2) s = -s;
+                int ls = s + 32;
+                o[4 + ib / 2] |= (uint8_t)((ls & 15) << 4 * (ib % 2));
+                uint16_t h = (uint16_t)(o[2] | o[3] << 8);
+                h |= (uint16_t)((ls >> 4) << 2 * ib);
+                o[2] = (uint8_t)h, o[3] = (uint8_t)(h >> 8);
+                float id = s ? 1 / (df * s) : 0;
+                for (int e = 0; e < 16; e++)
+                    o[8 + 16 * ib + e] = (uint8_t)(iq4_index(w[32 * ib + e] * id) | iq4_index(w[32 * ib + e + 16] * id) << 4);
+            }
+        }
+        return;
+    }
+    cr_assert_eq(toy_quantize_row(t, w, dst, k), TOY_OK, "%s", toy_dtype_name(t));
+}
+
 static void kernels_match(const char *level) {
     if (level) setenv("TOY_SIMD", level, 1);
     toy_qdot_init();
@@ -93,7 +148,7 @@ static void qgemm_case(enum toy_dtype type, int64_t m, int64_t n, int64_t k, boo
     for (int64_t i = 0; i < m * k; i++) a[i] = toy_rng_normal(&r) * (i % 7 == 0 ? 4.0f : 1.0f);
     for (int64_t j = 0; j < n; j++) {
         for (int64_t i = 0; i < k; i++) w[i] = toy_rng_normal(&r) * 0.1f;
-        toy_quantize_row(type, w, b + (size_t)j * ldb, k);
+        weight_row(type, w, b + (size_t)j * ldb, k);
     }
     for (int64_t i = 0; i < m * n; i++) c[i] = cr[i] = toy_rng_normal(&r);
     void *scratch = NULL;
@@ -204,7 +259,7 @@ static void qpacked_case(enum toy_dtype type, int64_t m, int64_t n, int64_t k, b
     for (int64_t i = 0; i < m * k; i++) a[i] = toy_rng_normal(&r);
     for (int64_t j = 0; j < n; j++) {
         for (int64_t i = 0; i < k; i++) w[i] = toy_rng_normal(&r) * 0.1f;
-        toy_quantize_row(type, w, b + (size_t)j * ldb, k);
+        weight_row(type, w, b + (size_t)j * ldb, k);
     }
     for (int64_t i = 0; i < m * n; i++) c[i] = cr[i] = toy_rng_normal(&r);
     void *scratch = NULL, *pk = NULL;
@@ -237,6 +292,7 @@ static void qpacked_cases_at(const char *level, const char *loads, const char *a
             qpacked_case(TOY_Q5_0, shapes[s][0], shapes[s][1], shapes[s][2], acc);
             qpacked_case(TOY_Q4_1, shapes[s][0], shapes[s][1], shapes[s][2], acc);
             qpacked_case(TOY_Q5_1, shapes[s][0], shapes[s][1], shapes[s][2], acc);
+            qpacked_case(TOY_IQ4_NL, shapes[s][0], shapes[s][1], shapes[s][2], acc);
         }
     /* Q4_K: 256-element super-blocks, a scale and a min per 32. Packed,
      * 4.625 bits a weight (the file's 4.5, the 16 rows' d and dmin in f16,
@@ -251,12 +307,16 @@ static void qpacked_cases_at(const char *level, const char *loads, const char *a
     cr_assert_eq(toy_qpack_bytes(TOY_Q4_1, 1024, 4096), 1024 * toy_row_bytes(TOY_Q4_1, 4096));
     cr_assert_eq(toy_qpack_bytes(TOY_Q5_1, 1024, 4096), 1024 * toy_row_bytes(TOY_Q5_1, 4096));
     cr_assert_leq((double)toy_qpack_bytes(TOY_Q5_K, 1024, 4096), 1.03 * 1024 * toy_row_bytes(TOY_Q5_K, 4096));
+    /* IQ4_NL as the file, IQ4_XS 4.375 bits a weight against 4.25 */
+    cr_assert_eq(toy_qpack_bytes(TOY_IQ4_NL, 1024, 4096), 1024 * toy_row_bytes(TOY_IQ4_NL, 4096));
+    cr_assert_leq((double)toy_qpack_bytes(TOY_IQ4_XS, 1024, 4096), 1.03 * 1024 * toy_row_bytes(TOY_IQ4_XS, 4096));
     const int64_t kshapes[][3] = {{1, 17, 256}, {3, 33, 512}, {8, 64, 1536}, {13, 100, 256}, {40, 48, 768}};
     for (size_t s = 0; s < sizeof kshapes / sizeof kshapes[0]; s++)
         for (int acc = 0; acc < 2; acc++) {
             qpacked_case(TOY_Q4_K, kshapes[s][0], kshapes[s][1], kshapes[s][2], acc);
             qpacked_case(TOY_Q5_K, kshapes[s][0], kshapes[s][1], kshapes[s][2], acc);
             qpacked_case(TOY_Q6_K, kshapes[s][0], kshapes[s][1], kshapes[s][2], acc);
+            qpacked_case(TOY_IQ4_XS, kshapes[s][0], kshapes[s][1], kshapes[s][2], acc);
         }
 }
 static void qpacked_cases(const char *loads, const char *ahead) { qpacked_cases_at(NULL, loads, ahead); }
@@ -306,10 +366,13 @@ static void extreme_cases(const char *level) {
     else unsetenv("TOY_SIMD");
     toy_qdot_init();
     if (!toy_qdot.qgemm_packed) cr_skip_test("no int8 kernels on this CPU");
-    enum toy_dtype types[] = {TOY_Q8_0, TOY_Q4_0, TOY_Q4_1, TOY_Q5_0, TOY_Q5_1, TOY_Q4_K, TOY_Q5_K, TOY_Q6_K};
-    for (size_t t = 0; t < 8; t++)
+    enum toy_dtype types[] = {TOY_Q8_0, TOY_Q4_0, TOY_Q4_1, TOY_Q5_0, TOY_Q5_1, TOY_Q4_K, TOY_Q5_K, TOY_Q6_K,
+                              TOY_IQ4_NL, TOY_IQ4_XS};
+    for (size_t t = 0; t < 10; t++)
         for (int sign = -1; sign <= 1; sign += 2) {
             extreme_case(types[t], 0xff, (float)sign);
+            if (types[t] == TOY_IQ4_NL || types[t] == TOY_IQ4_XS) /* codebook -127, scale -32 */
+                extreme_case(types[t], 0x00, (float)sign);
             if (types[t] == TOY_Q8_0) {
                 extreme_case(types[t], 0x80, (float)sign); /* -128 */
                 extreme_case(types[t], 0x7f, (float)sign);
@@ -328,11 +391,11 @@ static void packed_graph_case(enum toy_dtype type) {
     struct toy_ctx *ctx = toy_ctx_init(true);
     struct toy_rng r;
     toy_rng_seed(&r, 29);
-    const int64_t k = type == TOY_Q4_K || type == TOY_Q5_K || type == TOY_Q6_K ? 512 : 576, n = 200, M = 40;
+    const int64_t k = toy_dtype_block_size(type) == 256 ? 512 : 576, n = 200, M = 40;
     float *wf = malloc((size_t)(k * n) * sizeof *wf);
     for (int64_t i = 0; i < k * n; i++) wf[i] = toy_rng_normal(&r) * 0.05f;
     struct toy_tensor *w = toy_new_tensor_2d(ctx, type, k, n);
-    for (int64_t j = 0; j < n; j++) toy_quantize_row(type, wf + j * k, (char *)w->data + j * w->nb[1], k);
+    for (int64_t j = 0; j < n; j++) weight_row(type, wf + j * k, (char *)w->data + j * w->nb[1], k);
     cr_assert_eq(toy_tensor_pack(w), TOY_OK);
     cr_assert_not_null(w->packed);
     struct toy_tensor *x1 = toy_new_tensor_2d(ctx, TOY_F32, k, 1), *xm = toy_new_tensor_2d(ctx, TOY_F32, k, M);
@@ -428,12 +491,26 @@ Test(qdot, packed_weight_is_batch_invariant_q6_k) {
     packed_graph_case(TOY_Q6_K);
 }
 
+Test(qdot, packed_weight_is_batch_invariant_iq4_nl) {
+    unsetenv("TOY_SIMD");
+    toy_qdot_init();
+    if (!toy_qdot.qgemm_packed) cr_skip_test("no int8 kernels (AVX2 or AVX-512 VNNI) on this CPU");
+    packed_graph_case(TOY_IQ4_NL);
+}
+Test(qdot, packed_weight_is_batch_invariant_iq4_xs) {
+    unsetenv("TOY_SIMD");
+    toy_qdot_init();
+    if (!toy_qdot.qgemm_packed) cr_skip_test("no int8 kernels (AVX2 or AVX-512 VNNI) on this CPU");
+    packed_graph_case(TOY_IQ4_XS);
+}
+
 Test(qdot, packed_weight_is_batch_invariant_with_avx2) {
     setenv("TOY_SIMD", "avx2", 1);
     toy_qdot_init();
     if (!toy_qdot.qgemm_packed) cr_skip_test("no AVX2 on this CPU");
-    enum toy_dtype types[] = {TOY_Q8_0, TOY_Q4_0, TOY_Q4_1, TOY_Q5_0, TOY_Q5_1, TOY_Q4_K, TOY_Q5_K, TOY_Q6_K};
-    for (size_t t = 0; t < 8; t++) packed_graph_case(types[t]);
+    enum toy_dtype types[] = {TOY_Q8_0, TOY_Q4_0, TOY_Q4_1, TOY_Q5_0, TOY_Q5_1, TOY_Q4_K, TOY_Q5_K, TOY_Q6_K,
+                              TOY_IQ4_NL, TOY_IQ4_XS};
+    for (size_t t = 0; t < 10; t++) packed_graph_case(types[t]);
 }
 
 /* toy_tensor_pack_into writes the very bytes toy_tensor_pack does, into the
@@ -443,8 +520,9 @@ Test(qdot, pack_into_a_stream_block_matches_pack) {
     unsetenv("TOY_SIMD");
     toy_qdot_init();
     if (!toy_qdot.qgemm_packed) cr_skip_test("no int8 kernels (AVX2 or AVX-512 VNNI) on this CPU");
-    enum toy_dtype types[] = {TOY_Q8_0, TOY_Q4_0, TOY_Q4_1, TOY_Q5_0, TOY_Q5_1, TOY_Q4_K, TOY_Q5_K, TOY_Q6_K};
-    for (size_t t = 0; t < 8; t++) {
+    enum toy_dtype types[] = {TOY_Q8_0, TOY_Q4_0, TOY_Q4_1, TOY_Q5_0, TOY_Q5_1, TOY_Q4_K, TOY_Q5_K, TOY_Q6_K,
+                              TOY_IQ4_NL, TOY_IQ4_XS};
+    for (size_t t = 0; t < 10; t++) {
         struct toy_ctx *ctx = toy_ctx_init(true);
         struct toy_rng r;
         toy_rng_seed(&r, 31);
@@ -452,7 +530,7 @@ Test(qdot, pack_into_a_stream_block_matches_pack) {
         float *wf = malloc((size_t)(k * n) * sizeof *wf);
         for (int64_t i = 0; i < k * n; i++) wf[i] = toy_rng_normal(&r);
         struct toy_tensor *a = toy_new_tensor_2d(ctx, types[t], k, n), *b = toy_new_tensor_2d(ctx, types[t], k, n);
-        for (int64_t j = 0; j < n; j++) toy_quantize_row(types[t], wf + j * k, (char *)a->data + j * a->nb[1], k);
+        for (int64_t j = 0; j < n; j++) weight_row(types[t], wf + j * k, (char *)a->data + j * a->nb[1], k);
         memcpy(b->data, a->data, toy_nbytes(a));
         size_t bytes = toy_tensor_pack_bytes(a);
         cr_assert_eq(bytes, (toy_qpack_bytes(types[t], n, k) + 63) / 64 * 64);

@@ -19,6 +19,26 @@ static inline void toy_q4k_scale_min(int j, const uint8_t *q, uint8_t *d, uint8_
     }
 }
 
+/* the 16 scales of a Q3_K super-block b (its 110 bytes), minus 32: 6 bits
+ * each, the low 4 in bytes 96..103, the top 2 in 104..107 */
+static inline void toy_q3k_scales(const uint8_t *b, int8_t sc[16]) {
+    const uint8_t *s = b + 96;
+    for (int i = 0; i < 16; i++) {
+        int lo = i < 8 ? s[i] & 15 : s[i - 8] >> 4, hi = (s[8 + i % 4] >> (2 * (i / 4))) & 3;
+        sc[i] = (int8_t)((lo | hi << 4) - 32);
+    }
+}
+
+/* IQ4_NL's and IQ4_XS's non-linear 4-bit codebook (ggml's kvalues_iq4nl) */
+static const int8_t toy_iq4_codebook[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+/* the 6-bit scale of sub-block ib (0..7) of an IQ4_XS super-block b (its
+ * 136 bytes): the sub-block's elements are d (scale - 32) codebook[q] */
+static inline int toy_iq4xs_scale(const uint8_t *b, int ib) {
+    uint16_t h = (uint16_t)(b[2] | b[3] << 8);
+    return ((b[4 + ib / 2] >> 4 * (ib % 2)) & 0xf) | (((h >> 2 * ib) & 3) << 4);
+}
+
 void toy_deq_q8_0_avx2(const uint8_t *b, float *y, int64_t nb);
 void toy_deq_q4_0_avx2(const uint8_t *b, float *y, int64_t nb);
 void toy_deq_q4_1_avx2(const uint8_t *b, float *y, int64_t nb);

@@ -218,15 +218,14 @@ static void q_q8_0(const float *x, uint8_t *b, int64_t nb) {
  *         32 with 6-bit scales (ls - 32), the same codebook                  (136) */
 
 /* IQ4's non-linear 4-bit codebook (ggml-common.h kvalues_iq4nl). */
-static const int8_t iq4_codebook[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
 static void deq_iq4_nl(const uint8_t *b, float *y, int64_t nb) {
     for (int64_t i = 0; i < nb; i++, b += 18, y += QK) {
         const float d = h2f(b);
         const uint8_t *qs = b + 2;
         for (int j = 0; j < QK / 2; j++) {
-            y[j] = d * iq4_codebook[qs[j] & 0xf];
-            y[j + QK / 2] = d * iq4_codebook[qs[j] >> 4];
+            y[j] = d * toy_iq4_codebook[qs[j] & 0xf];
+            y[j + QK / 2] = d * toy_iq4_codebook[qs[j] >> 4];
         }
     }
 }
@@ -234,15 +233,12 @@ static void deq_iq4_nl(const uint8_t *b, float *y, int64_t nb) {
 static void deq_iq4_xs(const uint8_t *b, float *y, int64_t nb) {
     for (int64_t i = 0; i < nb; i++, b += 136) {
         const float d = h2f(b);
-        uint16_t scales_h;
-        memcpy(&scales_h, b + 2, 2);
-        const uint8_t *scales_l = b + 4, *qs = b + 8;
+        const uint8_t *qs = b + 8;
         for (int ib = 0; ib < QK_K / 32; ib++) {
-            const int ls = ((scales_l[ib / 2] >> 4 * (ib % 2)) & 0xf) | (((scales_h >> 2 * ib) & 3) << 4);
-            const float dl = d * (ls - 32);
+            const float dl = d * (toy_iq4xs_scale(b, ib) - 32);
             for (int j = 0; j < 16; j++) {
-                y[j] = dl * iq4_codebook[qs[j] & 0xf];
-                y[j + 16] = dl * iq4_codebook[qs[j] >> 4];
+                y[j] = dl * toy_iq4_codebook[qs[j] & 0xf];
+                y[j + 16] = dl * toy_iq4_codebook[qs[j] >> 4];
             }
             y += 32;
             qs += 16;
@@ -273,29 +269,19 @@ static void deq_q2_k(const uint8_t *b, float *y, int64_t nb) {
 }
 
 static void deq_q3_k(const uint8_t *b, float *y, int64_t nb) {
-    const uint32_t kmask1 = 0x03030303, kmask2 = 0x0f0f0f0f;
     for (int64_t i = 0; i < nb; i++, b += 110) {
         const float d_all = h2f(b + 108);
         const uint8_t *hm = b, *q = b + 32;
-        /* unpack the 16 6-bit scales: low nibbles in bytes 0..7, high
-         * 2-bit pairs in bytes 8..11 */
-        uint32_t aux[4];
-        memcpy(aux, b + 96, 12);
-        const uint32_t tmp = aux[2];
-        aux[2] = ((aux[0] >> 4) & kmask2) | (((tmp >> 4) & kmask1) << 4);
-        aux[3] = ((aux[1] >> 4) & kmask2) | (((tmp >> 6) & kmask1) << 4);
-        aux[0] = (aux[0] & kmask2) | (((tmp >> 0) & kmask1) << 4);
-        aux[1] = (aux[1] & kmask2) | (((tmp >> 2) & kmask1) << 4);
         int8_t scales[16];
-        memcpy(scales, aux, 16);
+        toy_q3k_scales(b, scales);
         int is = 0;
         uint8_t m = 1;
         for (int n = 0; n < QK_K; n += 128) {
             int shift = 0;
             for (int j = 0; j < 4; j++) {
-                float dl = d_all * (scales[is++] - 32);
+                float dl = d_all * scales[is++];
                 for (int l = 0; l < 16; l++) *y++ = dl * ((int8_t)((q[l] >> shift) & 3) - ((hm[l] & m) ? 0 : 4));
-                dl = d_all * (scales[is++] - 32);
+                dl = d_all * scales[is++];
                 for (int l = 0; l < 16; l++) *y++ = dl * ((int8_t)((q[l + 16] >> shift) & 3) - ((hm[l + 16] & m) ? 0 : 4));
                 shift += 2;
                 m = (uint8_t)(m << 1);

@@ -128,6 +128,18 @@ static void q6k_sub(const uint8_t *row, int64_t blk, toy_f16 *d, int8_t sc[2], i
     }
 }
 
+/* IQ4_XS elements 32 blk .. 32 blk + 31 of a row: the super-block's d,
+ * the sub-block's scale - 32 and the 32 codebook indices */
+static void iq4xs_sub(const uint8_t *row, int64_t blk, toy_f16 *d, int8_t *sc, uint8_t *idx) {
+    const uint8_t *b = row + (blk / 8) * 136, *qs = b + 8 + 16 * (blk % 8);
+    memcpy(d, b, 2);
+    *sc = (int8_t)(toy_iq4xs_scale(b, (int)(blk % 8)) - 32);
+    for (int e = 0; e < 16; e++) {
+        idx[e] = qs[e] & 15;
+        idx[e + 16] = qs[e] >> 4;
+    }
+}
+
 void toy_qgemm_ref(enum toy_dtype bt, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const void *b,
                    size_t ldb, float *c, int64_t ldc, bool accum) {
     int64_t nb = k / 32;
@@ -184,7 +196,22 @@ void toy_qgemm_ref(enum toy_dtype bt, int64_t m, int64_t n, int64_t k, const flo
                     acc = fmaf(toy_f16_to_f32(mw), dxf * (float)xs, acc);
                     continue;
                 }
-                if (bt == TOY_Q8_0) {
+                if (bt == TOY_IQ4_XS) { /* acc += dot(v, x) (d (scale - 32)) d_x */
+                    toy_f16 d;
+                    int8_t sc;
+                    uint8_t idx[32];
+                    iq4xs_sub(w, blk, &d, &sc, idx);
+                    for (int e = 0; e < 32; e++) s += toy_iq4_codebook[idx[e]] * (int8_t)x[2 + e];
+                    acc = fmaf((float)s, toy_f16_to_f32(d) * (float)sc * toy_f16_to_f32(dx), acc);
+                    continue;
+                }
+                if (bt == TOY_IQ4_NL) {
+                    const uint8_t *q = w + blk * 18;
+                    memcpy(&dw, q, 2);
+                    for (int e = 0; e < 16; e++)
+                        s += toy_iq4_codebook[q[2 + e] & 15] * (int8_t)x[2 + e] +
+                             toy_iq4_codebook[q[2 + e] >> 4] * (int8_t)x[18 + e];
+                } else if (bt == TOY_Q8_0) {
                     const uint8_t *q = w + blk * 34;
                     memcpy(&dw, q, 2);
                     for (int e = 0; e < 32; e++) s += (int8_t)q[2 + e] * (int8_t)x[2 + e];
@@ -216,6 +243,7 @@ size_t toy_qpack_group_bytes(enum toy_dtype bt, int64_t k) {
     case TOY_Q4_K: return (size_t)(k / 256) * TOY_QPACK_SUPER_Q4_K;
     case TOY_Q5_K: return (size_t)(k / 256) * TOY_QPACK_SUPER_Q5_K;
     case TOY_Q6_K: return (size_t)(k / 256) * TOY_QPACK_SUPER_Q6_K;
+    case TOY_IQ4_XS: return (size_t)(k / 256) * TOY_QPACK_SUPER_IQ4_XS;
     case TOY_Q8_0: return (size_t)(k / 32) * TOY_QPACK_BLOCK_Q8_0;
     case TOY_Q4_1: return (size_t)(k / 32) * TOY_QPACK_BLOCK_Q4_1;
     case TOY_Q5_0: return (size_t)(k / 32) * TOY_QPACK_BLOCK_Q5_0;
@@ -247,7 +275,8 @@ static void pack_block(enum toy_dtype bt, const uint8_t *row, int64_t blk, uint8
     toy_f16 d, d2;
     switch (bt) {
     case TOY_Q8_0:
-    case TOY_Q4_0: {
+    case TOY_Q4_0:
+    case TOY_IQ4_NL: { /* IQ4_NL: the index nibbles as Q4_0's */
         bool q8 = bt == TOY_Q8_0;
         const uint8_t *src = row + (size_t)blk * (q8 ? 34 : 18);
         uint8_t *dst = grp + (size_t)blk * (q8 ? TOY_QPACK_BLOCK_Q8_0 : TOY_QPACK_BLOCK_Q4_0);
@@ -284,6 +313,16 @@ static void pack_block(enum toy_dtype bt, const uint8_t *row, int64_t blk, uint8
         memcpy(sup + 2 * c, &d, 2);
         memcpy(sup + 32 + 2 * c, &d2, 2);
         pack_values(sup + TOY_QPACK_HEAD_Q4_K + (q5 ? 320 : 256) * sb, u, c, q5);
+        return;
+    }
+    case TOY_IQ4_XS: {
+        int sb = (int)(blk % 8);
+        uint8_t *sup = grp + (size_t)(blk / 8) * TOY_QPACK_SUPER_IQ4_XS;
+        int8_t sc;
+        iq4xs_sub(row, blk, &d, &sc, u);
+        memcpy(sup + 2 * c, &d, 2);
+        sup[32 + 16 * sb + c] = (uint8_t)sc;
+        pack_values(sup + TOY_QPACK_HEAD_IQ4_XS + 256 * sb, u, c, false);
         return;
     }
     case TOY_Q6_K: {

@@ -89,7 +89,9 @@ void toy_quantize_q8_0_ref(const float *x, void *y, int64_t n);
  * c = fmaf(dot(q, x), s d_x, c) then c = fmaf(-mn, d_x sum(x), c). Q6_K (packed only): per 32 elements,
  * for each of its two 16-element sub-blocks in turn,
  * c = fmaf(dot(q, x), (d sc) d_x, c). Q4_1 and Q5_1 (packed only):
- * c = fmaf(dot(u, x), d d_x, c) then c = fmaf(m, d_x sum(x), c). */
+ * c = fmaf(dot(u, x), d d_x, c) then c = fmaf(m, d_x sum(x), c). IQ4_NL as
+ * Q8_0 over the codebook's values; IQ4_XS per 32 elements
+ * c = fmaf(dot(v, x), (d (scale - 32)) d_x, c). */
 void toy_qgemm_ref(enum toy_dtype bt, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const void *b,
                    size_t ldb, float *c, int64_t ldc, bool accum);
 size_t toy_qgemm_scratch(int64_t m, int64_t k);
@@ -127,6 +129,15 @@ size_t toy_qgemm_scratch(int64_t m, int64_t k);
 #define TOY_QPACK_BLOCK_Q4_1 (64 + 256)
 #define TOY_QPACK_BLOCK_Q5_1 (64 + 256 + 64)
 #define TOY_QPACK_SUPER_Q5_K (TOY_QPACK_HEAD_Q4_K + 8 * 320)
+/* IQ4_NL: Q4_0's block, the nibbles codebook indices (4.5 bits a weight,
+ * as the file). IQ4_XS: per 256-element super-block the 16 rows' f16 d (32
+ * bytes) and their scales - 32 as int8, sub-block by sub-block (8 x 16),
+ * padded to 192; then each 32 elements' index nibbles as Q4_0's (4.375 bits
+ * a weight, the file's 4.25). The kernels look the indices up in the
+ * codebook (+ 128 for vpdpbusd, which the activations' -128 sum(x) undoes,
+ * as for Q8_0). */
+#define TOY_QPACK_HEAD_IQ4_XS 192
+#define TOY_QPACK_SUPER_IQ4_XS (TOY_QPACK_HEAD_IQ4_XS + 8 * 256)
 #define TOY_QPACK_HEAD_Q6_K 320
 #define TOY_QPACK_SUPER_Q6_K (TOY_QPACK_HEAD_Q6_K + 8 * 384)
 size_t toy_qpack_group_bytes(enum toy_dtype bt, int64_t k);

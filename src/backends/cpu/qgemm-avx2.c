@@ -1,6 +1,6 @@
 /* qgemm-avx2.c: the packed int8 products (qdot.h's layouts, toy_qpack) for
  * CPUs with AVX2 but without AVX-512 VNNI: decode and prefill of Q8_0,
- * Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K weights straight from the
+ * Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS weights from the
  * packed groups, bit for bit as toy_qgemm_ref (qdot.c) and so as the VNNI
  * kernels of qgemm-avx512.c. Without them those CPUs dequantized every
  * K-quant weight to f32 for an sgemm, at a sixth of the memory bound.
@@ -14,8 +14,9 @@
  * up in int16 before one vpmaddwd), 7874 below 32 (the Q5 types: 4 quads)
  * and 16002 below 64 (Q6_K: 2 quads). Nibbles are therefore shifted down,
  * not kept 16 times their value as the VNNI kernel keeps the high ones.
- * Q8_0's values are signed: |w| times x with w's sign moved onto x
- * (vpsignb), at most 2 x 128 x 127 a pair, and no offset to remove.
+ * Q8_0's values and the IQ4 codebook's are signed: |w| times x with w's
+ * sign moved onto x (vpsignb), at most 2 x 128 x 127 a pair, and no offset
+ * to remove.
  *
  * A packed vector holds 16 columns; here it is two 32-byte halves of 8,
  * each carried through the block in turn with 8-lane float scales. */
@@ -54,6 +55,12 @@ static inline __attribute__((always_inline)) void q4k_scales(const uint8_t *pk, 
     *mn = _mm256_mul_ps(f16x8(sup + 32 + 16 * h), u8x8(sup + 192 + 16 * sb + 8 * h));
 }
 
+/* IQ4_XS block blk, columns 8h..8h+7: d x (scale - 32) */
+static inline __attribute__((always_inline)) __m256 iq4xs_scales(const uint8_t *pk, int64_t blk, int h) {
+    const uint8_t *sup = pk + (size_t)(blk / 8) * TOY_QPACK_SUPER_IQ4_XS;
+    return _mm256_mul_ps(f16x8(sup + 16 * h), i8x8(sup + 32 + 16 * (blk % 8) + 8 * h));
+}
+
 /* Q6_K block blk, columns 8h..8h+7: d x scale of its two 16-element
  * sub-blocks */
 static inline __attribute__((always_inline)) void q6k_scales(const uint8_t *pk, int64_t blk, int h, __m256 *s0,
@@ -84,6 +91,8 @@ static inline __attribute__((always_inline)) __m256i quad_at(enum toy_dtype bt, 
         return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(v + 64 * t)), _mm256_set1_epi8((char)0x80));
     __m256i q = _mm256_loadu_si256((const __m256i *)(v + 64 * (t % 4))), lo = _mm256_set1_epi8(15);
     __m256i w = _mm256_and_si256(t < 4 ? q : _mm256_srli_epi16(q, 4), lo);
+    if (bt == TOY_IQ4_NL || bt == TOY_IQ4_XS) /* the codebook's values, signed */
+        return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)toy_iq4_codebook)), w);
     if (bt == TOY_Q6_K) return _mm256_or_si256(w, q6_top(t < 4 ? hb0 : hb1, t % 4));
     if (bt == TOY_Q5_0 || bt == TOY_Q5_K || bt == TOY_Q5_1) return _mm256_or_si256(w, q5_fifth(hb0, t));
     return w;
@@ -104,11 +113,12 @@ static inline __attribute__((always_inline)) void kernel_half(int R, int h, enum
                                                               struct toy_pf_cursor *pc, int ahead) {
     bool q8 = bt == TOY_Q8_0, q5 = bt == TOY_Q5_0, q6 = bt == TOY_Q6_K, k5 = bt == TOY_Q5_K, qk = bt == TOY_Q4_K || k5;
     bool q51 = bt == TOY_Q5_1, m1 = bt == TOY_Q4_1 || q51, five = q5 || k5 || q51;
-    const int G = q8 ? 1 : q6 ? 2 : five ? 4 : 8;
+    bool ixs = bt == TOY_IQ4_XS, sgn = q8 || ixs || bt == TOY_IQ4_NL; /* signed values: |w| x sign(x, w) */
+    const int G = sgn ? 1 : q6 ? 2 : five ? 4 : 8;
     size_t bb = q8 ? TOY_QPACK_BLOCK_Q8_0 : q5 ? TOY_QPACK_BLOCK_Q5_0 : q51 ? TOY_QPACK_BLOCK_Q5_1
               : m1 ? TOY_QPACK_BLOCK_Q4_1 : TOY_QPACK_BLOCK_Q4_0;
-    size_t super = q6 ? TOY_QPACK_SUPER_Q6_K : k5 ? TOY_QPACK_SUPER_Q5_K : TOY_QPACK_SUPER_Q4_K;
-    size_t head = q6 ? TOY_QPACK_HEAD_Q6_K : TOY_QPACK_HEAD_Q4_K, sub = q6 ? 384 : k5 ? 320 : 256;
+    size_t super = q6 ? TOY_QPACK_SUPER_Q6_K : k5 ? TOY_QPACK_SUPER_Q5_K : ixs ? TOY_QPACK_SUPER_IQ4_XS : TOY_QPACK_SUPER_Q4_K;
+    size_t head = q6 ? TOY_QPACK_HEAD_Q6_K : ixs ? TOY_QPACK_HEAD_IQ4_XS : TOY_QPACK_HEAD_Q4_K, sub = q6 ? 384 : k5 ? 320 : 256;
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[4];
 #pragma GCC unroll 4
@@ -116,7 +126,7 @@ static inline __attribute__((always_inline)) void kernel_half(int R, int h, enum
     for (int64_t blk = 0; blk < nb; blk++) {
         if (!h) toy_pf_step(pc);
         const uint8_t *vals, *blkp = pk;
-        if (qk || q6) {
+        if (qk || q6 || ixs) {
             int sb = (int)(blk % 8);
             const uint8_t *sup = pk + (size_t)(blk / 8) * super;
             if (!sb && ahead)
@@ -136,6 +146,8 @@ static inline __attribute__((always_inline)) void kernel_half(int R, int h, enum
             mn = _mm256_loadu_ps(ksc + 32 * blk + 16 + 8 * h);
         } else if (q6) {
             q6k_scales(blkp, blk, h, &sw, &mn);
+        } else if (ixs) {
+            sw = iq4xs_scales(blkp, blk, h);
         } else if (qk) {
             q4k_scales(blkp, blk, super, h, &sw, &mn);
         } else {
@@ -151,11 +163,11 @@ static inline __attribute__((always_inline)) void kernel_half(int R, int h, enum
         for (int r = 0; r < R; r++) ia[r] = _mm256_set1_epi32(sa[r * nb + blk]);
 #pragma GCC unroll 8
         for (int t = 0; t < 8; t++) {
-            __m256i w = quad_at(bt, v, t, hb0, hb1), aw = q8 ? _mm256_abs_epi8(w) : w;
+            __m256i w = quad_at(bt, v, t, hb0, hb1), aw = sgn ? _mm256_abs_epi8(w) : w;
 #pragma GCC unroll 4
             for (int r = 0; r < R; r++) {
                 __m256i x = bcast4(qa + r * ldq + blk * 32 + 4 * t);
-                __m256i p = _mm256_maddubs_epi16(aw, q8 ? _mm256_sign_epi8(x, w) : x);
+                __m256i p = _mm256_maddubs_epi16(aw, sgn ? _mm256_sign_epi8(x, w) : x);
                 s[r] = t % G ? _mm256_add_epi16(s[r], p) : p;
                 if (t % G == G - 1) ia[r] = _mm256_add_epi32(ia[r], _mm256_madd_epi16(s[r], ones));
             }
@@ -299,7 +311,7 @@ void toy_qgemm_packed_cols_avx2(enum toy_dtype bt, int64_t m, int64_t n, int64_t
     const uint8_t *pk = packed;
     if (m > 8) pcp = NULL;
     int ahead = toy_cpu_prefetch_ahead();
-    bool kq = bt == TOY_Q4_K || bt == TOY_Q5_K || bt == TOY_Q6_K;
+    bool kq = bt == TOY_Q4_K || bt == TOY_Q5_K || bt == TOY_Q6_K || bt == TOY_IQ4_XS;
     float *ksc = kq && m > 4 ? room : NULL;
     for (int64_t j = 0; j < n; j += 16, pk += group) {
         int nc = n - j < 16 ? (int)(n - j) : 16;
@@ -309,6 +321,7 @@ void toy_qgemm_packed_cols_avx2(enum toy_dtype bt, int64_t m, int64_t n, int64_t
                 for (int h = 0; h < 2; h++) {
                     __m256 sw, mn;
                     if (bt == TOY_Q6_K) q6k_scales(pk, blk, h, &sw, &mn);
+                    else if (bt == TOY_IQ4_XS) sw = iq4xs_scales(pk, blk, h), mn = _mm256_setzero_ps();
                     else q4k_scales(pk, blk, bt == TOY_Q5_K ? TOY_QPACK_SUPER_Q5_K : TOY_QPACK_SUPER_Q4_K, h, &sw, &mn);
                     _mm256_storeu_ps(ksc + 32 * blk + 8 * h, sw);
                     _mm256_storeu_ps(ksc + 32 * blk + 16 + 8 * h, mn);
@@ -334,6 +347,8 @@ void toy_qgemm_packed_cols_avx2(enum toy_dtype bt, int64_t m, int64_t n, int64_t
         case TOY_Q4_K: KP_ROWS(TOY_Q4_K); break;
         case TOY_Q5_K: KP_ROWS(TOY_Q5_K); break;
         case TOY_Q6_K: KP_ROWS(TOY_Q6_K); break;
+        case TOY_IQ4_NL: KP_ROWS(TOY_IQ4_NL); break;
+        case TOY_IQ4_XS: KP_ROWS(TOY_IQ4_XS); break;
         default: return; /* packable() admits the types above only */
         }
 #undef KP_ROWS

@@ -1,5 +1,6 @@
 /* qgemm-avx512.c: C (m x n) = Q8(A) (m x k) times B^T for Q8_0 / Q4_0
- * weight rows B (n x k), and packed Q4_1 / Q5_0 / Q5_1 / Q4_K / Q5_K / Q6_K ones (qdot.h's
+ * weight rows B (n x k), and packed Q4_1 / Q5_0 / Q5_1 / Q4_K / Q5_K / Q6_K /
+ * IQ4_NL / IQ4_XS ones (qdot.h's
  * layouts: kernel_packed), with AVX-512 VNNI: the decode, prefill and
  * batched-serving matmul of quantized models. Reference and the exact
  * rules: qdot.c (toy_qgemm_ref); the two agree bit for bit.
@@ -24,6 +25,7 @@
 
 #include "backends/cpu/cpu-impl.h"
 #include "backends/cpu/qdot.h"
+#include "core/quant-impl.h"
 #include "toy/dtype.h"
 
 #define PANEL_BLOCK 576 /* 8 quads x 64 bytes + 16 f32 scales */
@@ -203,6 +205,20 @@ static inline __attribute__((always_inline)) void q4k_scales(const uint8_t *pk, 
     *mn = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(sup + 192 + 16 * sb)))));
 }
 
+/* IQ4_XS block blk of a packed group: the 16 rows' d x (scale - 32) */
+static inline __attribute__((always_inline)) __m512 iq4xs_scales(const uint8_t *pk, int64_t blk) {
+    const uint8_t *sup = pk + (size_t)(blk / 8) * TOY_QPACK_SUPER_IQ4_XS;
+    __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)sup));
+    return _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(sup + 32 + 16 * (blk % 8))))));
+}
+
+/* the IQ4 codebook + 128 (unsigned, for vpdpbusd) in every 128-bit lane */
+static inline __m512i iq4_table(void) {
+    int8_t t[16];
+    for (int i = 0; i < 16; i++) t[i] = (int8_t)(toy_iq4_codebook[i] ^ 0x80);
+    return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)t));
+}
+
 /* Q6_K block blk of a packed group: the 16 rows' d x scale of its two
  * 16-element sub-blocks (exact in f32) */
 static inline __attribute__((always_inline)) void q6k_scales(const uint8_t *pk, int64_t blk, __m512 *s0, __m512 *s1) {
@@ -241,13 +257,14 @@ static inline __attribute__((always_inline)) void kernel_packed(int R, bool wide
                                                                 struct toy_pf_cursor *pc, int ahead) {
     bool q8 = bt == TOY_Q8_0, q5 = bt == TOY_Q5_0, q6 = bt == TOY_Q6_K, k5 = bt == TOY_Q5_K, qk = bt == TOY_Q4_K || k5;
     bool q51 = bt == TOY_Q5_1, m1 = bt == TOY_Q4_1 || q51; /* with a min m: + m d_x sum(x) */
+    bool ixs = bt == TOY_IQ4_XS, iq = ixs || bt == TOY_IQ4_NL; /* codebook indices */
     /* K-quants: by super-block, below */
     size_t bb = q8 ? TOY_QPACK_BLOCK_Q8_0 : q5 ? TOY_QPACK_BLOCK_Q5_0 : q51 ? TOY_QPACK_BLOCK_Q5_1
               : m1 ? TOY_QPACK_BLOCK_Q4_1 : TOY_QPACK_BLOCK_Q4_0;
     /* K-quants: a super-block's bytes, its head's, and a 32-element block's values' */
-    size_t super = q6 ? TOY_QPACK_SUPER_Q6_K : k5 ? TOY_QPACK_SUPER_Q5_K : TOY_QPACK_SUPER_Q4_K;
-    size_t head = q6 ? TOY_QPACK_HEAD_Q6_K : TOY_QPACK_HEAD_Q4_K, sub = q6 ? 384 : k5 ? 320 : 256;
-    const __m512i lo = _mm512_set1_epi8(15), hi = _mm512_set1_epi8((char)0xF0);
+    size_t super = q6 ? TOY_QPACK_SUPER_Q6_K : k5 ? TOY_QPACK_SUPER_Q5_K : ixs ? TOY_QPACK_SUPER_IQ4_XS : TOY_QPACK_SUPER_Q4_K;
+    size_t head = q6 ? TOY_QPACK_HEAD_Q6_K : ixs ? TOY_QPACK_HEAD_IQ4_XS : TOY_QPACK_HEAD_Q4_K, sub = q6 ? 384 : k5 ? 320 : 256;
+    const __m512i lo = _mm512_set1_epi8(15), hi = _mm512_set1_epi8((char)0xF0), tbl = iq ? iq4_table() : lo;
     __m512 acc[4];
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
@@ -257,7 +274,7 @@ static inline __attribute__((always_inline)) void kernel_packed(int R, bool wide
          * elements, mn the second 16's) and value vectors */
         const uint8_t *vals;
         __m512 sw, mn = _mm512_setzero_ps();
-        if (qk || q6) {
+        if (qk || q6 || ixs) {
             int sb = (int)(blk % 8);
             const uint8_t *sup = pk + (size_t)(blk / 8) * super; /* the super-block's head */
             if (!sb && ahead)
@@ -267,6 +284,8 @@ static inline __attribute__((always_inline)) void kernel_packed(int R, bool wide
                 mn = _mm512_loadu_ps(ksc + 32 * blk + 16);
             } else if (q6) {
                 q6k_scales(pk, blk, &sw, &mn);
+            } else if (ixs) {
+                sw = iq4xs_scales(pk, blk);
             } else {
                 q4k_scales(pk, blk, super, &sw, &mn);
             }
@@ -308,6 +327,13 @@ static inline __attribute__((always_inline)) void kernel_packed(int R, bool wide
                 w[u] = _mm512_or_si512(_mm512_and_si512(q, lo), q5_fifth(h, u));
                 w[u + 4] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(q, 4), lo), q5_fifth(h, u + 4));
             }
+        } else if (iq) { /* the indices looked up: codebook value + 128 */
+#pragma GCC unroll 4
+            for (int u = 0; u < 4; u++) {
+                __m512i q = _mm512_loadu_si512(vals + 64 * u);
+                w[u] = _mm512_shuffle_epi8(tbl, _mm512_and_si512(q, lo));
+                w[u + 4] = _mm512_shuffle_epi8(tbl, _mm512_and_si512(_mm512_srli_epi16(q, 4), lo));
+            }
         } else if (q8) {
 #pragma GCC unroll 8
             for (int t = 0; t < 8; t++) w[t] = wide ? _mm512_loadu_si512(vals + 64 * t) : load64_2(vals + 64 * t);
@@ -335,7 +361,7 @@ static inline __attribute__((always_inline)) void kernel_packed(int R, bool wide
                 acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ib), _mm512_mul_ps(mn, dx), acc[r]);
                 continue;
             }
-            ia = _mm512_add_epi32(ia, q8 || q5 || k5 || q51 ? ib : _mm512_srai_epi32(ib, 4));
+            ia = _mm512_add_epi32(ia, q8 || q5 || k5 || q51 || iq ? ib : _mm512_srai_epi32(ib, 4));
             __m512 s = _mm512_mul_ps(sw, _mm512_set1_ps(da[r * nb + blk]));
             acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia), s, acc[r]);
             if (qk || m1) acc[r] = _mm512_fnmadd_ps(mn, _mm512_set1_ps(xs[r * nb + blk]), acc[r]);
@@ -370,7 +396,8 @@ static uint8_t *quantize_rows(enum toy_dtype bt, int64_t m, int64_t k, const flo
                               int8_t **qap, float **dap, int32_t **sap, float **xsp) {
     int64_t nb = k / 32;
     /* Q4_K, Q5_K: unsigned values, no offset; Q6_K: 32, for each 16 apart */
-    int off = bt == TOY_Q8_0 ? 128 : bt == TOY_Q4_0 ? 8 : bt == TOY_Q5_0 ? 16 : bt == TOY_Q6_K ? 32 : 0;
+    int off = bt == TOY_Q8_0 || bt == TOY_IQ4_NL || bt == TOY_IQ4_XS ? 128 : bt == TOY_Q4_0 ? 8 : bt == TOY_Q5_0 ? 16
+            : bt == TOY_Q6_K ? 32 : 0;
     int8_t *qa;
     float *da, *xs;
     int32_t *sa;
@@ -439,7 +466,7 @@ void toy_qgemm_packed_cols_avx512(enum toy_dtype bt, int64_t m, int64_t n, int64
         int ahead = toy_cpu_prefetch_ahead(); /* the first row group's pass brings the group in */
         /* Q4_K over more than one pass of rows: the scales made once a group,
          * into the panels' scratch (which Q4_K does not use) */
-        bool kq = bt == TOY_Q4_K || bt == TOY_Q5_K || bt == TOY_Q6_K;
+        bool kq = bt == TOY_Q4_K || bt == TOY_Q5_K || bt == TOY_Q6_K || bt == TOY_IQ4_XS;
         float *ksc = kq && m > 4 ? (float *)(((uintptr_t)panel + 63) & ~(uintptr_t)63) : NULL; /* 64-aligned: whole-line loads */
         for (int64_t j = 0; j < n; j += 16, pk += group) {
             int nc = n - j < 16 ? (int)(n - j) : 16;
@@ -448,6 +475,7 @@ void toy_qgemm_packed_cols_avx512(enum toy_dtype bt, int64_t m, int64_t n, int64
                 for (int64_t blk = 0; blk < nb; blk++) {
                     __m512 sw, mn;
                     if (bt == TOY_Q6_K) q6k_scales(pk, blk, &sw, &mn);
+                    else if (bt == TOY_IQ4_XS) sw = iq4xs_scales(pk, blk), mn = _mm512_setzero_ps();
                     else q4k_scales(pk, blk, bt == TOY_Q5_K ? TOY_QPACK_SUPER_Q5_K : TOY_QPACK_SUPER_Q4_K, &sw, &mn);
                     _mm512_storeu_ps(ksc + 32 * blk, sw);
                     _mm512_storeu_ps(ksc + 32 * blk + 16, mn);
@@ -472,6 +500,8 @@ void toy_qgemm_packed_cols_avx512(enum toy_dtype bt, int64_t m, int64_t n, int64
             else if (bt == TOY_Q5_0) KP_ROWS(false, TOY_Q5_0);
             else if (bt == TOY_Q4_1) KP_ROWS(false, TOY_Q4_1);
             else if (bt == TOY_Q5_1) KP_ROWS(false, TOY_Q5_1);
+            else if (bt == TOY_IQ4_NL) KP_ROWS(false, TOY_IQ4_NL);
+            else if (bt == TOY_IQ4_XS) KP_ROWS(false, TOY_IQ4_XS);
             else if (wide) KP_ROWS(true, TOY_Q8_0);
             else KP_ROWS(false, TOY_Q8_0);
 #undef KP_ROWS
