@@ -67,6 +67,68 @@ static void weight_row(enum toy_dtype t, const float *w, void *dst, int64_t k) {
         }
         return;
     }
+    if (t == TOY_Q2_K) { /* element d sc q - dmin m, q 0..3, sc and m 0..15 per 16 */
+        for (int64_t b = 0; b < k / 256; b++, o += 84, w += 256) {
+            memset(o, 0, 84);
+            float lo[16], sc[16], dmax = 0, mmax = 0;
+            for (int i = 0; i < 16; i++) {
+                float mn = 0, mx = 0;
+                for (int e = 0; e < 16; e++) mn = fminf(mn, w[16 * i + e]), mx = fmaxf(mx, w[16 * i + e]);
+                lo[i] = -mn;
+                sc[i] = (mx - mn) / 3;
+                dmax = fmaxf(dmax, sc[i]);
+                mmax = fmaxf(mmax, lo[i]);
+            }
+            toy_f16 d = toy_f32_to_f16(dmax / 15), dm = toy_f32_to_f16(mmax / 15);
+            float df = toy_f16_to_f32(d), dmf = toy_f16_to_f32(dm);
+            memcpy(o + 80, &d, 2);
+            memcpy(o + 82, &dm, 2);
+            for (int i = 0; i < 16; i++) {
+                long s = df ? lroundf(sc[i] / df) : 0, m = dmf ? lroundf(lo[i] / dmf) : 0;
+                s = s > 15 ? 15 : s;
+                m = m > 15 ? 15 : m;
+                o[i] = (uint8_t)(s | m << 4);
+                for (int e = 0; e < 16; e++) {
+                    int el = 16 * i + e, sb = el / 32;
+                    long q = s ? lroundf((w[el] + dmf * m) / (df * s)) : 0;
+                    q = q < 0 ? 0 : q > 3 ? 3 : q;
+                    o[16 + 32 * (sb / 4) + el % 32] |= (uint8_t)(q << (2 * (sb % 4)));
+                }
+            }
+        }
+        return;
+    }
+    if (t == TOY_Q3_K) {
+        for (int64_t b = 0; b < k / 256; b++, o += 110, w += 256) {
+            memset(o, 0, 110);
+            float sa[16], mx = 0;
+            for (int i = 0; i < 16; i++) {
+                sa[i] = 0;
+                for (int e = 0; e < 16; e++) sa[i] = fmaxf(sa[i], fabsf(w[16 * i + e]));
+                mx = fmaxf(mx, sa[i] / 4);
+            }
+            toy_f16 d = toy_f32_to_f16(mx / 31);
+            float df = toy_f16_to_f32(d);
+            memcpy(o + 108, &d, 2);
+            for (int i = 0; i < 16; i++) {
+                int sc = df ? (int)lroundf(sa[i] / 4 / df) : 0;
+                sc = sc > 31 ? 31 : sc;
+                if (i % 2) sc = -sc;
+                int v = sc + 32;
+                o[96 + i % 8] |= (uint8_t)((v & 15) << (i < 8 ? 0 : 4));
+                o[104 + i % 4] |= (uint8_t)((v >> 4) << (2 * (i / 4)));
+                float id = sc ? 1 / (df * sc) : 0;
+                for (int e = 0; e < 16; e++) {
+                    int el = 16 * i + e, sb = el / 32, l = el % 32;
+                    long q = lroundf(w[el] * id);
+                    q = q < -4 ? -4 : q > 3 ? 3 : q;
+                    o[32 + 32 * (sb / 4) + l] |= (uint8_t)(((q + 4) & 3) << (2 * (sb % 4)));
+                    o[l] |= (uint8_t)(((q + 4) >> 2) << sb);
+                }
+            }
+        }
+        return;
+    }
     cr_assert_eq(toy_quantize_row(t, w, dst, k), TOY_OK, "%s", toy_dtype_name(t));
 }
 
@@ -310,6 +372,9 @@ static void qpacked_cases_at(const char *level, const char *loads, const char *a
     /* IQ4_NL as the file, IQ4_XS 4.375 bits a weight against 4.25 */
     cr_assert_eq(toy_qpack_bytes(TOY_IQ4_NL, 1024, 4096), 1024 * toy_row_bytes(TOY_IQ4_NL, 4096));
     cr_assert_leq((double)toy_qpack_bytes(TOY_IQ4_XS, 1024, 4096), 1.03 * 1024 * toy_row_bytes(TOY_IQ4_XS, 4096));
+    /* Q3_K 3.625 against 3.4375 */
+    cr_assert_leq((double)toy_qpack_bytes(TOY_Q3_K, 1024, 4096), 1.06 * 1024 * toy_row_bytes(TOY_Q3_K, 4096));
+    cr_assert_eq(toy_qpack_bytes(TOY_Q2_K, 1024, 4096), 1024 * toy_row_bytes(TOY_Q2_K, 4096)); /* as the file */
     const int64_t kshapes[][3] = {{1, 17, 256}, {3, 33, 512}, {8, 64, 1536}, {13, 100, 256}, {40, 48, 768}};
     for (size_t s = 0; s < sizeof kshapes / sizeof kshapes[0]; s++)
         for (int acc = 0; acc < 2; acc++) {
@@ -317,6 +382,8 @@ static void qpacked_cases_at(const char *level, const char *loads, const char *a
             qpacked_case(TOY_Q5_K, kshapes[s][0], kshapes[s][1], kshapes[s][2], acc);
             qpacked_case(TOY_Q6_K, kshapes[s][0], kshapes[s][1], kshapes[s][2], acc);
             qpacked_case(TOY_IQ4_XS, kshapes[s][0], kshapes[s][1], kshapes[s][2], acc);
+            qpacked_case(TOY_Q3_K, kshapes[s][0], kshapes[s][1], kshapes[s][2], acc);
+            qpacked_case(TOY_Q2_K, kshapes[s][0], kshapes[s][1], kshapes[s][2], acc);
         }
 }
 static void qpacked_cases(const char *loads, const char *ahead) { qpacked_cases_at(NULL, loads, ahead); }
@@ -343,6 +410,8 @@ static void extreme_case(enum toy_dtype type, uint8_t fill, float xv) {
     const toy_f16 one = toy_f32_to_f16(1.0f);
     int halves[2] = {0, type == TOY_Q4_1 || type == TOY_Q5_1 || type == TOY_Q4_K || type == TOY_Q5_K ? 2 : -1};
     if (type == TOY_Q6_K) halves[0] = 208;
+    if (type == TOY_Q3_K) halves[0] = 108;
+    if (type == TOY_Q2_K) halves[0] = 80, halves[1] = 82;
     for (size_t o = 0; o < ldb * (size_t)n; o += bs)
         for (int h = 0; h < 2; h++)
             if (halves[h] >= 0) memcpy(b + o + halves[h], &one, 2);
@@ -367,11 +436,12 @@ static void extreme_cases(const char *level) {
     toy_qdot_init();
     if (!toy_qdot.qgemm_packed) cr_skip_test("no int8 kernels on this CPU");
     enum toy_dtype types[] = {TOY_Q8_0, TOY_Q4_0, TOY_Q4_1, TOY_Q5_0, TOY_Q5_1, TOY_Q4_K, TOY_Q5_K, TOY_Q6_K,
-                              TOY_IQ4_NL, TOY_IQ4_XS};
-    for (size_t t = 0; t < 10; t++)
+                              TOY_IQ4_NL, TOY_IQ4_XS, TOY_Q3_K, TOY_Q2_K};
+    for (size_t t = 0; t < 12; t++)
         for (int sign = -1; sign <= 1; sign += 2) {
             extreme_case(types[t], 0xff, (float)sign);
-            if (types[t] == TOY_IQ4_NL || types[t] == TOY_IQ4_XS) /* codebook -127, scale -32 */
+            if (types[t] == TOY_IQ4_NL || types[t] == TOY_IQ4_XS || types[t] == TOY_Q3_K || types[t] == TOY_Q2_K)
+                /* -127 / -4, scale -32 (Q2_K: values, scales and mins 0) */
                 extreme_case(types[t], 0x00, (float)sign);
             if (types[t] == TOY_Q8_0) {
                 extreme_case(types[t], 0x80, (float)sign); /* -128 */
@@ -504,13 +574,27 @@ Test(qdot, packed_weight_is_batch_invariant_iq4_xs) {
     packed_graph_case(TOY_IQ4_XS);
 }
 
+Test(qdot, packed_weight_is_batch_invariant_q3_k) {
+    unsetenv("TOY_SIMD");
+    toy_qdot_init();
+    if (!toy_qdot.qgemm_packed) cr_skip_test("no int8 kernels (AVX2 or AVX-512 VNNI) on this CPU");
+    packed_graph_case(TOY_Q3_K);
+}
+
+Test(qdot, packed_weight_is_batch_invariant_q2_k) {
+    unsetenv("TOY_SIMD");
+    toy_qdot_init();
+    if (!toy_qdot.qgemm_packed) cr_skip_test("no int8 kernels (AVX2 or AVX-512 VNNI) on this CPU");
+    packed_graph_case(TOY_Q2_K);
+}
+
 Test(qdot, packed_weight_is_batch_invariant_with_avx2) {
     setenv("TOY_SIMD", "avx2", 1);
     toy_qdot_init();
     if (!toy_qdot.qgemm_packed) cr_skip_test("no AVX2 on this CPU");
     enum toy_dtype types[] = {TOY_Q8_0, TOY_Q4_0, TOY_Q4_1, TOY_Q5_0, TOY_Q5_1, TOY_Q4_K, TOY_Q5_K, TOY_Q6_K,
-                              TOY_IQ4_NL, TOY_IQ4_XS};
-    for (size_t t = 0; t < 10; t++) packed_graph_case(types[t]);
+                              TOY_IQ4_NL, TOY_IQ4_XS, TOY_Q3_K, TOY_Q2_K};
+    for (size_t t = 0; t < 12; t++) packed_graph_case(types[t]);
 }
 
 /* toy_tensor_pack_into writes the very bytes toy_tensor_pack does, into the
@@ -521,8 +605,8 @@ Test(qdot, pack_into_a_stream_block_matches_pack) {
     toy_qdot_init();
     if (!toy_qdot.qgemm_packed) cr_skip_test("no int8 kernels (AVX2 or AVX-512 VNNI) on this CPU");
     enum toy_dtype types[] = {TOY_Q8_0, TOY_Q4_0, TOY_Q4_1, TOY_Q5_0, TOY_Q5_1, TOY_Q4_K, TOY_Q5_K, TOY_Q6_K,
-                              TOY_IQ4_NL, TOY_IQ4_XS};
-    for (size_t t = 0; t < 10; t++) {
+                              TOY_IQ4_NL, TOY_IQ4_XS, TOY_Q3_K, TOY_Q2_K};
+    for (size_t t = 0; t < 12; t++) {
         struct toy_ctx *ctx = toy_ctx_init(true);
         struct toy_rng r;
         toy_rng_seed(&r, 31);

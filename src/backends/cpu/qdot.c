@@ -140,6 +140,35 @@ static void iq4xs_sub(const uint8_t *row, int64_t blk, toy_f16 *d, int8_t *sc, u
     }
 }
 
+/* Q3_K elements 32 blk .. 32 blk + 31 of a row: the super-block's d, the
+ * scales - 32 of their two 16-element sub-blocks and their values q
+ * (-4..3) */
+static void q3k_sub(const uint8_t *row, int64_t blk, toy_f16 *d, int8_t sc[2], int8_t *q) {
+    const uint8_t *b = row + (blk / 8) * 110, *hm = b;
+    int sb = (int)(blk % 8), shift = 2 * (sb % 4);
+    const uint8_t *qs = b + 32 + 32 * (sb / 4);
+    int8_t all[16];
+    toy_q3k_scales(b, all);
+    sc[0] = all[2 * sb];
+    sc[1] = all[2 * sb + 1];
+    memcpy(d, b + 108, 2);
+    for (int l = 0; l < 32; l++) q[l] = (int8_t)(((qs[l] >> shift) & 3) - ((hm[l] >> sb) & 1 ? 0 : 4));
+}
+
+/* Q2_K elements 32 blk .. 32 blk + 31 of a row: the super-block's d and
+ * dmin, the scale-and-min bytes of their two 16-element sub-blocks and
+ * their values q (0..3) */
+static void q2k_sub(const uint8_t *row, int64_t blk, toy_f16 *d, toy_f16 *dmin, uint8_t sm[2], uint8_t *q) {
+    const uint8_t *b = row + (blk / 8) * 84;
+    int sb = (int)(blk % 8), shift = 2 * (sb % 4);
+    const uint8_t *qs = b + 16 + 32 * (sb / 4);
+    sm[0] = b[2 * sb];
+    sm[1] = b[2 * sb + 1];
+    memcpy(d, b + 80, 2);
+    memcpy(dmin, b + 82, 2);
+    for (int l = 0; l < 32; l++) q[l] = (uint8_t)((qs[l] >> shift) & 3);
+}
+
 void toy_qgemm_ref(enum toy_dtype bt, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const void *b,
                    size_t ldb, float *c, int64_t ldc, bool accum) {
     int64_t nb = k / 32;
@@ -170,10 +199,10 @@ void toy_qgemm_ref(enum toy_dtype bt, int64_t m, int64_t n, int64_t k, const flo
                     acc = fmaf(-mn, dxf * (float)xs, acc);
                     continue;
                 }
-                if (bt == TOY_Q6_K) { /* per 16-element sub-block: acc += dot(q, x) (d sc) d_x */
+                if (bt == TOY_Q6_K || bt == TOY_Q3_K) { /* per 16-element sub-block: acc += dot(q, x) (d sc) d_x */
                     toy_f16 d;
                     int8_t sc[2], q[32];
-                    q6k_sub(w, blk, &d, sc, q);
+                    (bt == TOY_Q6_K ? q6k_sub : q3k_sub)(w, blk, &d, sc, q);
                     float dxf = toy_f16_to_f32(dx), df = toy_f16_to_f32(d);
                     for (int h = 0; h < 2; h++) {
                         int32_t sh = 0;
@@ -194,6 +223,20 @@ void toy_qgemm_ref(enum toy_dtype bt, int64_t m, int64_t n, int64_t k, const flo
                     float dxf = toy_f16_to_f32(dx);
                     acc = fmaf((float)s, toy_f16_to_f32(d) * dxf, acc);
                     acc = fmaf(toy_f16_to_f32(mw), dxf * (float)xs, acc);
+                    continue;
+                }
+                if (bt == TOY_Q2_K) { /* per 16: acc += dot(q, x) (d sc) d_x, then the mins */
+                    toy_f16 d, dmin;
+                    uint8_t sm[2], q[32];
+                    int32_t sh[2] = {0, 0}, xh[2] = {0, 0};
+                    q2k_sub(w, blk, &d, &dmin, sm, q);
+                    for (int e = 0; e < 32; e++) {
+                        sh[e / 16] += q[e] * (int8_t)x[2 + e];
+                        xh[e / 16] += (int8_t)x[2 + e];
+                    }
+                    float dxf = toy_f16_to_f32(dx), df = toy_f16_to_f32(d), mf = toy_f16_to_f32(dmin);
+                    for (int h = 0; h < 2; h++) acc = fmaf((float)sh[h], df * (float)(sm[h] & 15) * dxf, acc);
+                    for (int h = 0; h < 2; h++) acc = fmaf(-(mf * (float)(sm[h] >> 4)), dxf * (float)xh[h], acc);
                     continue;
                 }
                 if (bt == TOY_IQ4_XS) { /* acc += dot(v, x) (d (scale - 32)) d_x */
@@ -244,6 +287,8 @@ size_t toy_qpack_group_bytes(enum toy_dtype bt, int64_t k) {
     case TOY_Q5_K: return (size_t)(k / 256) * TOY_QPACK_SUPER_Q5_K;
     case TOY_Q6_K: return (size_t)(k / 256) * TOY_QPACK_SUPER_Q6_K;
     case TOY_IQ4_XS: return (size_t)(k / 256) * TOY_QPACK_SUPER_IQ4_XS;
+    case TOY_Q3_K: return (size_t)(k / 256) * TOY_QPACK_SUPER_Q3_K;
+    case TOY_Q2_K: return (size_t)(k / 256) * TOY_QPACK_SUPER_Q2_K;
     case TOY_Q8_0: return (size_t)(k / 32) * TOY_QPACK_BLOCK_Q8_0;
     case TOY_Q4_1: return (size_t)(k / 32) * TOY_QPACK_BLOCK_Q4_1;
     case TOY_Q5_0: return (size_t)(k / 32) * TOY_QPACK_BLOCK_Q5_0;
@@ -313,6 +358,40 @@ static void pack_block(enum toy_dtype bt, const uint8_t *row, int64_t blk, uint8
         memcpy(sup + 2 * c, &d, 2);
         memcpy(sup + 32 + 2 * c, &d2, 2);
         pack_values(sup + TOY_QPACK_HEAD_Q4_K + (q5 ? 320 : 256) * sb, u, c, q5);
+        return;
+    }
+    case TOY_Q3_K: {
+        int sb = (int)(blk % 8);
+        uint8_t *sup = grp + (size_t)(blk / 8) * TOY_QPACK_SUPER_Q3_K, *dst = sup + TOY_QPACK_HEAD_Q6_K + 192 * sb;
+        int8_t sc[2], q[32];
+        q3k_sub(row, blk, &d, sc, q);
+        memcpy(sup + 2 * c, &d, 2);
+        sup[32 + 16 * (2 * sb) + c] = (uint8_t)sc[0];
+        sup[32 + 16 * (2 * sb + 1) + c] = (uint8_t)sc[1];
+        for (int e = 0; e < 32; e++) u[e] = (uint8_t)(q[e] + 4);
+        for (int t = 0; t < 4; t++)
+            for (int e = 0; e < 4; e++) {
+                uint8_t a = u[4 * t + e], b = u[16 + 4 * t + e]; /* quads t and t + 4 */
+                dst[4 * c + e] |= (uint8_t)((a & 3) << (2 * t));
+                dst[64 + 4 * c + e] |= (uint8_t)((b & 3) << (2 * t));
+                dst[128 + 4 * c + e] |= (uint8_t)((a >> 2) << t | (b >> 2) << (t + 4));
+            }
+        return;
+    }
+    case TOY_Q2_K: {
+        int sb = (int)(blk % 8);
+        uint8_t *sup = grp + (size_t)(blk / 8) * TOY_QPACK_SUPER_Q2_K, *dst = sup + TOY_QPACK_HEAD_Q2_K + 128 * sb;
+        uint8_t sm[2];
+        q2k_sub(row, blk, &d, &d2, sm, u);
+        memcpy(sup + 2 * c, &d, 2);
+        memcpy(sup + 32 + 2 * c, &d2, 2);
+        sup[64 + 16 * (2 * sb) + c] = sm[0];
+        sup[64 + 16 * (2 * sb + 1) + c] = sm[1];
+        for (int t = 0; t < 4; t++)
+            for (int e = 0; e < 4; e++) {
+                dst[4 * c + e] |= (uint8_t)(u[4 * t + e] << (2 * t));
+                dst[64 + 4 * c + e] |= (uint8_t)(u[16 + 4 * t + e] << (2 * t));
+            }
         return;
     }
     case TOY_IQ4_XS: {

@@ -88,7 +88,8 @@ void toy_quantize_q8_0_ref(const float *x, void *y, int64_t n);
  * Q4_K and Q5_K (packed only): per 32-element sub-block
  * c = fmaf(dot(q, x), s d_x, c) then c = fmaf(-mn, d_x sum(x), c). Q6_K (packed only): per 32 elements,
  * for each of its two 16-element sub-blocks in turn,
- * c = fmaf(dot(q, x), (d sc) d_x, c). Q4_1 and Q5_1 (packed only):
+ * c = fmaf(dot(q, x), (d sc) d_x, c); Q3_K the same; Q2_K too, then
+ * for each c = fmaf(-(dmin m), d_x sum(x), c) over its 16. Q4_1 and Q5_1 (packed only):
  * c = fmaf(dot(u, x), d d_x, c) then c = fmaf(m, d_x sum(x), c). IQ4_NL as
  * Q8_0 over the codebook's values; IQ4_XS per 32 elements
  * c = fmaf(dot(v, x), (d (scale - 32)) d_x, c). */
@@ -140,6 +141,19 @@ size_t toy_qgemm_scratch(int64_t m, int64_t k);
 #define TOY_QPACK_SUPER_IQ4_XS (TOY_QPACK_HEAD_IQ4_XS + 8 * 256)
 #define TOY_QPACK_HEAD_Q6_K 320
 #define TOY_QPACK_SUPER_Q6_K (TOY_QPACK_HEAD_Q6_K + 8 * 384)
+/* Q3_K: Q6_K's head (the 16 rows' f16 d and their int8 scales - 32 per 16
+ * elements); then per 32 elements of u = q + 4 (0..7): the low 2 bits in
+ * two vectors of pairs (quads 0-3, then 4-7; quad t at bits 2t of its
+ * lane) and the third bits in a vector as Q5_0's fifth ones (3.625 bits a
+ * weight, the file's 3.4375) */
+#define TOY_QPACK_SUPER_Q3_K (TOY_QPACK_HEAD_Q6_K + 8 * 192)
+/* Q2_K: per 256-element super-block the 16 rows' f16 d, then f16 dmin (64
+ * bytes), then their scale-and-min bytes as the file holds them (scale in
+ * the low 4 bits, min in the high), sub-block (16 elements) by sub-block
+ * (16 x 16); then per 32 elements the values (0..3) as Q3_K's two vectors
+ * of pairs (2.625 bits a weight, as the file) */
+#define TOY_QPACK_HEAD_Q2_K 320
+#define TOY_QPACK_SUPER_Q2_K (TOY_QPACK_HEAD_Q2_K + 8 * 128)
 size_t toy_qpack_group_bytes(enum toy_dtype bt, int64_t k);
 size_t toy_qpack_bytes(enum toy_dtype bt, int64_t n, int64_t k);
 void toy_qpack(enum toy_dtype bt, int64_t n, int64_t k, const void *b, size_t ldb, void *out);

@@ -1,6 +1,6 @@
 /* qgemm-avx2.c: the packed int8 products (qdot.h's layouts, toy_qpack) for
  * CPUs with AVX2 but without AVX-512 VNNI: decode and prefill of Q8_0,
- * Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS weights from the
+ * Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS weights from the
  * packed groups, bit for bit as toy_qgemm_ref (qdot.c) and so as the VNNI
  * kernels of qgemm-avx512.c. Without them those CPUs dequantized every
  * K-quant weight to f32 for an sgemm, at a sixth of the memory bound.
@@ -11,7 +11,8 @@
  * products per column lane, exact while no int16 sum saturates. The
  * activations are Q8_0 values in [-127, 127], so a pair of products is at
  * most 3810 for values below 16 (Q4_0, Q4_1, Q4_K: a block's 8 quads add
- * up in int16 before one vpmaddwd), 7874 below 32 (the Q5 types: 4 quads)
+ * up in int16 before one vpmaddwd; Q3_K's, below 8, 4 a 16-element
+ * sub-block), 7874 below 32 (the Q5 types: 4 quads)
  * and 16002 below 64 (Q6_K: 2 quads). Nibbles are therefore shifted down,
  * not kept 16 times their value as the VNNI kernel keeps the high ones.
  * Q8_0's values and the IQ4 codebook's are signed: |w| times x with w's
@@ -55,17 +56,32 @@ static inline __attribute__((always_inline)) void q4k_scales(const uint8_t *pk, 
     *mn = _mm256_mul_ps(f16x8(sup + 32 + 16 * h), u8x8(sup + 192 + 16 * sb + 8 * h));
 }
 
+/* Q2_K block blk, columns 8h..8h+7: d x scale (s0, s1) and dmin x min
+ * (m0, m1) of its two 16-element sub-blocks */
+static inline __attribute__((always_inline)) void q2k_scales(const uint8_t *pk, int64_t blk, int h, __m256 *s0,
+                                                             __m256 *s1, __m256 *m0, __m256 *m1) {
+    const uint8_t *sup = pk + (size_t)(blk / 8) * TOY_QPACK_SUPER_Q2_K, *sm = sup + 64 + 32 * (blk % 8) + 8 * h;
+    __m256 d = f16x8(sup + 16 * h), dmin = f16x8(sup + 32 + 16 * h);
+    __m256i b0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)sm));
+    __m256i b1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(sm + 16)));
+    const __m256i f = _mm256_set1_epi32(15);
+    *s0 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_and_si256(b0, f)));
+    *s1 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_and_si256(b1, f)));
+    *m0 = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_srli_epi32(b0, 4)));
+    *m1 = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_srli_epi32(b1, 4)));
+}
+
 /* IQ4_XS block blk, columns 8h..8h+7: d x (scale - 32) */
 static inline __attribute__((always_inline)) __m256 iq4xs_scales(const uint8_t *pk, int64_t blk, int h) {
     const uint8_t *sup = pk + (size_t)(blk / 8) * TOY_QPACK_SUPER_IQ4_XS;
     return _mm256_mul_ps(f16x8(sup + 16 * h), i8x8(sup + 32 + 16 * (blk % 8) + 8 * h));
 }
 
-/* Q6_K block blk, columns 8h..8h+7: d x scale of its two 16-element
- * sub-blocks */
-static inline __attribute__((always_inline)) void q6k_scales(const uint8_t *pk, int64_t blk, int h, __m256 *s0,
-                                                             __m256 *s1) {
-    const uint8_t *sup = pk + (size_t)(blk / 8) * TOY_QPACK_SUPER_Q6_K, *sc = sup + 32 + 32 * (blk % 8);
+/* Q6_K (or Q3_K: super-blocks of `super` bytes) block blk, columns
+ * 8h..8h+7: d x scale of its two 16-element sub-blocks */
+static inline __attribute__((always_inline)) void q6k_scales(const uint8_t *pk, int64_t blk, size_t super, int h,
+                                                             __m256 *s0, __m256 *s1) {
+    const uint8_t *sup = pk + (size_t)(blk / 8) * super, *sc = sup + 32 + 32 * (blk % 8);
     __m256 d = f16x8(sup + 16 * h);
     *s0 = _mm256_mul_ps(d, i8x8(sc + 8 * h));
     *s1 = _mm256_mul_ps(d, i8x8(sc + 16 + 8 * h));
@@ -75,6 +91,12 @@ static inline __attribute__((always_inline)) void q6k_scales(const uint8_t *pk, 
 static inline __attribute__((always_inline)) __m256i q6_top(__m256i h, int t) {
     __m256i v = t == 0 ? _mm256_slli_epi16(h, 4) : t == 1 ? _mm256_slli_epi16(h, 2) : t == 2 ? h : _mm256_srli_epi16(h, 2);
     return _mm256_and_si256(v, _mm256_set1_epi8(0x30));
+}
+
+/* Q3_K's third bit of quad t moved to bit 2 (q3_third there) */
+static inline __attribute__((always_inline)) __m256i q3_third(__m256i h, int t) {
+    __m256i v = t < 2 ? _mm256_slli_epi16(h, 2 - t) : t == 2 ? h : _mm256_srli_epi16(h, t - 2);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x04));
 }
 
 /* the fifth bit of quad t moved to bit 4 (q5_fifth there) */
@@ -89,6 +111,11 @@ static inline __attribute__((always_inline)) __m256i quad_at(enum toy_dtype bt, 
                                                              __m256i hb1) {
     if (bt == TOY_Q8_0) /* the packed values are w + 128 */
         return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(v + 64 * t)), _mm256_set1_epi8((char)0x80));
+    if (bt == TOY_Q3_K || bt == TOY_Q2_K) { /* the pair of quad t; Q3_K's third bit (in hb0) */
+        __m256i p = _mm256_loadu_si256((const __m256i *)(v + 64 * (t / 4)));
+        __m256i w = _mm256_and_si256(_mm256_srli_epi16(p, 2 * (t % 4)), _mm256_set1_epi8(3));
+        return bt == TOY_Q2_K ? w : _mm256_or_si256(w, q3_third(hb0, t));
+    }
     __m256i q = _mm256_loadu_si256((const __m256i *)(v + 64 * (t % 4))), lo = _mm256_set1_epi8(15);
     __m256i w = _mm256_and_si256(t < 4 ? q : _mm256_srli_epi16(q, 4), lo);
     if (bt == TOY_IQ4_NL || bt == TOY_IQ4_XS) /* the codebook's values, signed */
@@ -111,14 +138,17 @@ static inline __attribute__((always_inline)) void kernel_half(int R, int h, enum
                                                               const uint8_t *pk, const float *ksc, float *c,
                                                               int64_t ldc, int nc, bool accum,
                                                               struct toy_pf_cursor *pc, int ahead) {
-    bool q8 = bt == TOY_Q8_0, q5 = bt == TOY_Q5_0, q6 = bt == TOY_Q6_K, k5 = bt == TOY_Q5_K, qk = bt == TOY_Q4_K || k5;
+    bool q8 = bt == TOY_Q8_0, q5 = bt == TOY_Q5_0, q3 = bt == TOY_Q3_K, q2 = bt == TOY_Q2_K, k5 = bt == TOY_Q5_K;
+    bool q6 = bt == TOY_Q6_K || q3 || q2, qk = bt == TOY_Q4_K || k5; /* q6: two 16-element sub-blocks a block */
     bool q51 = bt == TOY_Q5_1, m1 = bt == TOY_Q4_1 || q51, five = q5 || k5 || q51;
     bool ixs = bt == TOY_IQ4_XS, sgn = q8 || ixs || bt == TOY_IQ4_NL; /* signed values: |w| x sign(x, w) */
-    const int G = sgn ? 1 : q6 ? 2 : five ? 4 : 8;
+    const int G = sgn ? 1 : q3 || q2 ? 4 : q6 ? 2 : five ? 4 : 8; /* Q3_K's values are below 8, Q2_K's 4 */
     size_t bb = q8 ? TOY_QPACK_BLOCK_Q8_0 : q5 ? TOY_QPACK_BLOCK_Q5_0 : q51 ? TOY_QPACK_BLOCK_Q5_1
               : m1 ? TOY_QPACK_BLOCK_Q4_1 : TOY_QPACK_BLOCK_Q4_0;
-    size_t super = q6 ? TOY_QPACK_SUPER_Q6_K : k5 ? TOY_QPACK_SUPER_Q5_K : ixs ? TOY_QPACK_SUPER_IQ4_XS : TOY_QPACK_SUPER_Q4_K;
-    size_t head = q6 ? TOY_QPACK_HEAD_Q6_K : ixs ? TOY_QPACK_HEAD_IQ4_XS : TOY_QPACK_HEAD_Q4_K, sub = q6 ? 384 : k5 ? 320 : 256;
+    size_t super = q2 ? TOY_QPACK_SUPER_Q2_K : q3 ? TOY_QPACK_SUPER_Q3_K : q6 ? TOY_QPACK_SUPER_Q6_K
+                 : k5 ? TOY_QPACK_SUPER_Q5_K : ixs ? TOY_QPACK_SUPER_IQ4_XS : TOY_QPACK_SUPER_Q4_K;
+    size_t head = q2 ? TOY_QPACK_HEAD_Q2_K : q6 ? TOY_QPACK_HEAD_Q6_K : ixs ? TOY_QPACK_HEAD_IQ4_XS : TOY_QPACK_HEAD_Q4_K;
+    size_t sub = q2 ? 128 : q3 ? 192 : q6 ? 384 : k5 ? 320 : 256;
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[4];
 #pragma GCC unroll 4
@@ -140,12 +170,14 @@ static inline __attribute__((always_inline)) void kernel_half(int R, int h, enum
             vals = pk + (m1 ? 64 : 32);
             pk += bb;
         }
-        __m256 sw, mn = _mm256_setzero_ps();
+        __m256 sw, mn = _mm256_setzero_ps(), mq0 = mn, mq1 = mn; /* Q2_K's mins */
         if (ksc) {
             sw = _mm256_loadu_ps(ksc + 32 * blk + 8 * h);
             mn = _mm256_loadu_ps(ksc + 32 * blk + 16 + 8 * h);
+        } else if (q2) {
+            q2k_scales(blkp, blk, h, &sw, &mn, &mq0, &mq1);
         } else if (q6) {
-            q6k_scales(blkp, blk, h, &sw, &mn);
+            q6k_scales(blkp, blk, super, h, &sw, &mn);
         } else if (ixs) {
             sw = iq4xs_scales(blkp, blk, h);
         } else if (qk) {
@@ -156,8 +188,9 @@ static inline __attribute__((always_inline)) void kernel_half(int R, int h, enum
         }
         const uint8_t *v = vals + 32 * h;
         __m256i hb0 = _mm256_setzero_si256(), hb1 = hb0;
-        if (q6 || five) hb0 = _mm256_loadu_si256((const __m256i *)(v + 256));
-        if (q6) hb1 = _mm256_loadu_si256((const __m256i *)(v + 320));
+        if (q3) hb0 = _mm256_loadu_si256((const __m256i *)(v + 128));
+        else if (q6 || five) hb0 = _mm256_loadu_si256((const __m256i *)(v + 256));
+        if (q6 && !q3) hb1 = _mm256_loadu_si256((const __m256i *)(v + 320));
         __m256i ia[4], s[4];
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) ia[r] = _mm256_set1_epi32(sa[r * nb + blk]);
@@ -175,7 +208,7 @@ static inline __attribute__((always_inline)) void kernel_half(int R, int h, enum
 #pragma GCC unroll 4
                 for (int r = 0; r < R; r++) {
                     acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[r]), _mm256_mul_ps(sw, _mm256_set1_ps(da[r * nb + blk])), acc[r]);
-                    ia[r] = _mm256_set1_epi32(((const int32_t *)xs)[r * nb + blk]);
+                    ia[r] = q2 ? _mm256_setzero_si256() : _mm256_set1_epi32(((const int32_t *)xs)[r * nb + blk]);
                 }
         }
 #pragma GCC unroll 4
@@ -183,6 +216,12 @@ static inline __attribute__((always_inline)) void kernel_half(int R, int h, enum
             __m256 dx = _mm256_set1_ps(da[r * nb + blk]);
             acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[r]), _mm256_mul_ps(q6 ? mn : sw, dx), acc[r]);
             if (qk || m1) acc[r] = _mm256_fnmadd_ps(mn, _mm256_set1_ps(xs[r * nb + blk]), acc[r]);
+            if (q2) { /* the mins, each against d_x sum(x) of its 16 (two int16 in xs) */
+                uint32_t hs = ((const uint32_t *)xs)[r * nb + blk];
+                float d1 = da[r * nb + blk];
+                acc[r] = _mm256_fnmadd_ps(mq0, _mm256_set1_ps(d1 * (float)(int16_t)(hs & 0xffff)), acc[r]);
+                acc[r] = _mm256_fnmadd_ps(mq1, _mm256_set1_ps(d1 * (float)(int16_t)(hs >> 16)), acc[r]);
+            }
         }
     }
     int left = nc - 8 * h;
@@ -262,7 +301,8 @@ static float *scratch_layout(int64_t m, int64_t k, void *scratch, int8_t **qa, f
 void toy_qgemm_packed_prep_avx2(enum toy_dtype bt, int64_t m, int64_t k, const float *a, int64_t lda,
                                 void *scratch) {
     int64_t nb = k / 32;
-    int off = bt == TOY_Q4_0 ? 8 : bt == TOY_Q5_0 ? 16 : bt == TOY_Q6_K ? 32 : 0;
+    int off = bt == TOY_Q4_0 ? 8 : bt == TOY_Q5_0 ? 16 : bt == TOY_Q6_K ? 32 : bt == TOY_Q3_K ? 4 : 0;
+    bool halves = bt == TOY_Q6_K || bt == TOY_Q3_K; /* each 16's sum apart */
     int8_t *qa;
     float *da, *xs;
     int32_t *sa;
@@ -286,7 +326,12 @@ void toy_qgemm_packed_prep_avx2(enum toy_dtype bt, int64_t m, int64_t k, const f
             s1 = _mm_add_epi32(s1, _mm_shuffle_epi32(s1, 0x4e));
             s1 = _mm_add_epi32(s1, _mm_shuffle_epi32(s1, 0xb1));
             int32_t lo = _mm_cvtsi128_si32(s0), hi = _mm_cvtsi128_si32(s1), sum = lo + hi;
-            if (bt == TOY_Q6_K) {
+            if (bt == TOY_Q2_K) { /* no offset; each 16's sum for the mins, as two int16 */
+                sa[i * nb + blk] = 0;
+                ((uint32_t *)xs)[i * nb + blk] = (uint32_t)(uint16_t)lo | (uint32_t)(uint16_t)hi << 16;
+                continue;
+            }
+            if (halves) {
                 sa[i * nb + blk] = -off * lo;
                 ((int32_t *)xs)[i * nb + blk] = -off * hi;
                 continue;
@@ -311,7 +356,7 @@ void toy_qgemm_packed_cols_avx2(enum toy_dtype bt, int64_t m, int64_t n, int64_t
     const uint8_t *pk = packed;
     if (m > 8) pcp = NULL;
     int ahead = toy_cpu_prefetch_ahead();
-    bool kq = bt == TOY_Q4_K || bt == TOY_Q5_K || bt == TOY_Q6_K || bt == TOY_IQ4_XS;
+    bool kq = bt == TOY_Q4_K || bt == TOY_Q5_K || bt == TOY_Q6_K || bt == TOY_IQ4_XS || bt == TOY_Q3_K;
     float *ksc = kq && m > 4 ? room : NULL;
     for (int64_t j = 0; j < n; j += 16, pk += group) {
         int nc = n - j < 16 ? (int)(n - j) : 16;
@@ -320,7 +365,8 @@ void toy_qgemm_packed_cols_avx2(enum toy_dtype bt, int64_t m, int64_t n, int64_t
             for (int64_t blk = 0; blk < nb; blk++)
                 for (int h = 0; h < 2; h++) {
                     __m256 sw, mn;
-                    if (bt == TOY_Q6_K) q6k_scales(pk, blk, h, &sw, &mn);
+                    if (bt == TOY_Q6_K || bt == TOY_Q3_K)
+                        q6k_scales(pk, blk, bt == TOY_Q3_K ? TOY_QPACK_SUPER_Q3_K : TOY_QPACK_SUPER_Q6_K, h, &sw, &mn);
                     else if (bt == TOY_IQ4_XS) sw = iq4xs_scales(pk, blk, h), mn = _mm256_setzero_ps();
                     else q4k_scales(pk, blk, bt == TOY_Q5_K ? TOY_QPACK_SUPER_Q5_K : TOY_QPACK_SUPER_Q4_K, h, &sw, &mn);
                     _mm256_storeu_ps(ksc + 32 * blk + 8 * h, sw);
@@ -349,6 +395,8 @@ void toy_qgemm_packed_cols_avx2(enum toy_dtype bt, int64_t m, int64_t n, int64_t
         case TOY_Q6_K: KP_ROWS(TOY_Q6_K); break;
         case TOY_IQ4_NL: KP_ROWS(TOY_IQ4_NL); break;
         case TOY_IQ4_XS: KP_ROWS(TOY_IQ4_XS); break;
+        case TOY_Q3_K: KP_ROWS(TOY_Q3_K); break;
+        case TOY_Q2_K: KP_ROWS(TOY_Q2_K); break;
         default: return; /* packable() admits the types above only */
         }
 #undef KP_ROWS

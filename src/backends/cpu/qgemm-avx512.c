@@ -1,6 +1,6 @@
 /* qgemm-avx512.c: C (m x n) = Q8(A) (m x k) times B^T for Q8_0 / Q4_0
- * weight rows B (n x k), and packed Q4_1 / Q5_0 / Q5_1 / Q4_K / Q5_K / Q6_K /
- * IQ4_NL / IQ4_XS ones (qdot.h's
+ * weight rows B (n x k), and packed Q4_1 / Q5_0 / Q5_1 / Q2_K / Q3_K / Q4_K /
+ * Q5_K / Q6_K / IQ4_NL / IQ4_XS ones (qdot.h's
  * layouts: kernel_packed), with AVX-512 VNNI: the decode, prefill and
  * batched-serving matmul of quantized models. Reference and the exact
  * rules: qdot.c (toy_qgemm_ref); the two agree bit for bit.
@@ -205,6 +205,22 @@ static inline __attribute__((always_inline)) void q4k_scales(const uint8_t *pk, 
     *mn = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(sup + 192 + 16 * sb)))));
 }
 
+/* Q2_K block blk of a packed group: the 16 rows' d x scale (s0, s1) and
+ * dmin x min (m0, m1) of its two 16-element sub-blocks (exact in f32) */
+static inline __attribute__((always_inline)) void q2k_scales(const uint8_t *pk, int64_t blk, __m512 *s0, __m512 *s1,
+                                                             __m512 *m0, __m512 *m1) {
+    const uint8_t *sup = pk + (size_t)(blk / 8) * TOY_QPACK_SUPER_Q2_K, *sm = sup + 64 + 32 * (blk % 8);
+    __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)sup));
+    __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sup + 32)));
+    __m512i b0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)sm));
+    __m512i b1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(sm + 16)));
+    const __m512i f = _mm512_set1_epi32(15);
+    *s0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_and_si512(b0, f)));
+    *s1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_and_si512(b1, f)));
+    *m0 = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_srli_epi32(b0, 4)));
+    *m1 = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_srli_epi32(b1, 4)));
+}
+
 /* IQ4_XS block blk of a packed group: the 16 rows' d x (scale - 32) */
 static inline __attribute__((always_inline)) __m512 iq4xs_scales(const uint8_t *pk, int64_t blk) {
     const uint8_t *sup = pk + (size_t)(blk / 8) * TOY_QPACK_SUPER_IQ4_XS;
@@ -219,10 +235,12 @@ static inline __m512i iq4_table(void) {
     return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)t));
 }
 
-/* Q6_K block blk of a packed group: the 16 rows' d x scale of its two
- * 16-element sub-blocks (exact in f32) */
-static inline __attribute__((always_inline)) void q6k_scales(const uint8_t *pk, int64_t blk, __m512 *s0, __m512 *s1) {
-    const uint8_t *sup = pk + (size_t)(blk / 8) * TOY_QPACK_SUPER_Q6_K, *sc = sup + 32 + 32 * (blk % 8);
+/* Q6_K (or Q3_K: super-blocks of `super` bytes) block blk of a packed
+ * group: the 16 rows' d x scale of its two 16-element sub-blocks (exact in
+ * f32) */
+static inline __attribute__((always_inline)) void q6k_scales(const uint8_t *pk, int64_t blk, size_t super, __m512 *s0,
+                                                             __m512 *s1) {
+    const uint8_t *sup = pk + (size_t)(blk / 8) * super, *sc = sup + 32 + 32 * (blk % 8);
     __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)sup));
     *s0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)sc))));
     *s1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(sc + 16)))));
@@ -235,6 +253,13 @@ static inline __attribute__((always_inline)) __m512i q6_top(__m512i h, int t) {
     const __m512i m = _mm512_set1_epi8(0x30);
     __m512i v = t == 0 ? _mm512_slli_epi16(h, 4) : t == 1 ? _mm512_slli_epi16(h, 2) : t == 2 ? h : _mm512_srli_epi16(h, 2);
     return _mm512_and_si512(v, m);
+}
+
+/* bit t of each byte of h moved to bit 2 (the others cleared): the third
+ * bit of Q3_K's quad t (what crosses bytes lands elsewhere, as below) */
+static inline __attribute__((always_inline)) __m512i q3_third(__m512i h, int t) {
+    __m512i v = t < 2 ? _mm512_slli_epi16(h, 2 - t) : t == 2 ? h : _mm512_srli_epi16(h, t - 2);
+    return _mm512_and_si512(v, _mm512_set1_epi8(0x04));
 }
 
 /* bit t of each byte of h moved to bit 4 (the others cleared): the fifth
@@ -255,15 +280,18 @@ static inline __attribute__((always_inline)) void kernel_packed(int R, bool wide
                                                                 const uint8_t *pk, const float *ksc, float *c,
                                                                 int64_t ldc, int nc, bool accum,
                                                                 struct toy_pf_cursor *pc, int ahead) {
-    bool q8 = bt == TOY_Q8_0, q5 = bt == TOY_Q5_0, q6 = bt == TOY_Q6_K, k5 = bt == TOY_Q5_K, qk = bt == TOY_Q4_K || k5;
+    bool q8 = bt == TOY_Q8_0, q5 = bt == TOY_Q5_0, q3 = bt == TOY_Q3_K, q2 = bt == TOY_Q2_K, k5 = bt == TOY_Q5_K;
+    bool q6 = bt == TOY_Q6_K || q3 || q2, qk = bt == TOY_Q4_K || k5; /* q6: two 16-element sub-blocks a block */
     bool q51 = bt == TOY_Q5_1, m1 = bt == TOY_Q4_1 || q51; /* with a min m: + m d_x sum(x) */
     bool ixs = bt == TOY_IQ4_XS, iq = ixs || bt == TOY_IQ4_NL; /* codebook indices */
     /* K-quants: by super-block, below */
     size_t bb = q8 ? TOY_QPACK_BLOCK_Q8_0 : q5 ? TOY_QPACK_BLOCK_Q5_0 : q51 ? TOY_QPACK_BLOCK_Q5_1
               : m1 ? TOY_QPACK_BLOCK_Q4_1 : TOY_QPACK_BLOCK_Q4_0;
     /* K-quants: a super-block's bytes, its head's, and a 32-element block's values' */
-    size_t super = q6 ? TOY_QPACK_SUPER_Q6_K : k5 ? TOY_QPACK_SUPER_Q5_K : ixs ? TOY_QPACK_SUPER_IQ4_XS : TOY_QPACK_SUPER_Q4_K;
-    size_t head = q6 ? TOY_QPACK_HEAD_Q6_K : ixs ? TOY_QPACK_HEAD_IQ4_XS : TOY_QPACK_HEAD_Q4_K, sub = q6 ? 384 : k5 ? 320 : 256;
+    size_t super = q2 ? TOY_QPACK_SUPER_Q2_K : q3 ? TOY_QPACK_SUPER_Q3_K : q6 ? TOY_QPACK_SUPER_Q6_K
+                 : k5 ? TOY_QPACK_SUPER_Q5_K : ixs ? TOY_QPACK_SUPER_IQ4_XS : TOY_QPACK_SUPER_Q4_K;
+    size_t head = q2 ? TOY_QPACK_HEAD_Q2_K : q6 ? TOY_QPACK_HEAD_Q6_K : ixs ? TOY_QPACK_HEAD_IQ4_XS : TOY_QPACK_HEAD_Q4_K;
+    size_t sub = q2 ? 128 : q3 ? 192 : q6 ? 384 : k5 ? 320 : 256;
     const __m512i lo = _mm512_set1_epi8(15), hi = _mm512_set1_epi8((char)0xF0), tbl = iq ? iq4_table() : lo;
     __m512 acc[4];
 #pragma GCC unroll 4
@@ -273,7 +301,7 @@ static inline __attribute__((always_inline)) void kernel_packed(int R, bool wide
         /* the block's scales (sw; Q4_K: mins mn; Q6_K: sw for the first 16
          * elements, mn the second 16's) and value vectors */
         const uint8_t *vals;
-        __m512 sw, mn = _mm512_setzero_ps();
+        __m512 sw, mn = _mm512_setzero_ps(), mq0 = mn, mq1 = mn; /* Q2_K's mins */
         if (qk || q6 || ixs) {
             int sb = (int)(blk % 8);
             const uint8_t *sup = pk + (size_t)(blk / 8) * super; /* the super-block's head */
@@ -282,8 +310,10 @@ static inline __attribute__((always_inline)) void kernel_packed(int R, bool wide
             if (ksc) {
                 sw = _mm512_loadu_ps(ksc + 32 * blk);
                 mn = _mm512_loadu_ps(ksc + 32 * blk + 16);
+            } else if (q2) {
+                q2k_scales(pk, blk, &sw, &mn, &mq0, &mq1);
             } else if (q6) {
-                q6k_scales(pk, blk, &sw, &mn);
+                q6k_scales(pk, blk, super, &sw, &mn);
             } else if (ixs) {
                 sw = iq4xs_scales(pk, blk);
             } else {
@@ -311,7 +341,23 @@ static inline __attribute__((always_inline)) void kernel_packed(int R, bool wide
          * steps alternated in one run); a model whose weights stay in
          * cache gains the compute. */
         __m512i w[8];
-        if (q6) { /* u = q + 32: the low 4 bits from the nibbles, the top 2 from their vectors */
+        if (q2) { /* the values: pairs */
+            __m512i p0 = _mm512_loadu_si512(vals), p1 = _mm512_loadu_si512(vals + 64);
+            const __m512i three = _mm512_set1_epi8(3);
+#pragma GCC unroll 4
+            for (int u = 0; u < 4; u++) {
+                w[u] = _mm512_and_si512(_mm512_srli_epi16(p0, 2 * u), three);
+                w[u + 4] = _mm512_and_si512(_mm512_srli_epi16(p1, 2 * u), three);
+            }
+        } else if (q3) { /* u = q + 4: the low 2 bits from the pairs, the third from its vector */
+            __m512i p0 = _mm512_loadu_si512(vals), p1 = _mm512_loadu_si512(vals + 64), h = _mm512_loadu_si512(vals + 128);
+            const __m512i three = _mm512_set1_epi8(3);
+#pragma GCC unroll 4
+            for (int u = 0; u < 4; u++) {
+                w[u] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(p0, 2 * u), three), q3_third(h, u));
+                w[u + 4] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(p1, 2 * u), three), q3_third(h, u + 4));
+            }
+        } else if (q6) { /* u = q + 32: the low 4 bits from the nibbles, the top 2 from their vectors */
             __m512i h0 = _mm512_loadu_si512(vals + 256), h1 = _mm512_loadu_si512(vals + 320);
 #pragma GCC unroll 4
             for (int u = 0; u < 4; u++) {
@@ -347,9 +393,9 @@ static inline __attribute__((always_inline)) void kernel_packed(int R, bool wide
         }
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
-            /* Q6_K: each half starts from -32 sum(x) of its 16 (quantize_rows) */
+            /* Q6_K, Q3_K: each half starts from -off sum(x) of its 16 (quantize_rows) */
             __m512i ia = _mm512_set1_epi32(sa[r * nb + blk]),
-                    ib = q6 ? _mm512_set1_epi32(((const int32_t *)xs)[r * nb + blk]) : _mm512_setzero_si512();
+                    ib = q6 && !q2 ? _mm512_set1_epi32(((const int32_t *)xs)[r * nb + blk]) : _mm512_setzero_si512();
 #pragma GCC unroll 4
             for (int t = 0; t < 4; t++) {
                 ia = dpbusd_bcst(ia, w[t], qa + r * ldq + blk * 32 + 4 * t);
@@ -359,6 +405,12 @@ static inline __attribute__((always_inline)) void kernel_packed(int R, bool wide
                 __m512 dx = _mm512_set1_ps(da[r * nb + blk]);
                 acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia), _mm512_mul_ps(sw, dx), acc[r]);
                 acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ib), _mm512_mul_ps(mn, dx), acc[r]);
+                if (q2) { /* the mins, each against d_x sum(x) of its 16 (two int16 in xs) */
+                    uint32_t hs = ((const uint32_t *)xs)[r * nb + blk];
+                    float d1 = da[r * nb + blk];
+                    acc[r] = _mm512_fnmadd_ps(mq0, _mm512_set1_ps(d1 * (float)(int16_t)(hs & 0xffff)), acc[r]);
+                    acc[r] = _mm512_fnmadd_ps(mq1, _mm512_set1_ps(d1 * (float)(int16_t)(hs >> 16)), acc[r]);
+                }
                 continue;
             }
             ia = _mm512_add_epi32(ia, q8 || q5 || k5 || q51 || iq ? ib : _mm512_srai_epi32(ib, 4));
@@ -397,7 +449,8 @@ static uint8_t *quantize_rows(enum toy_dtype bt, int64_t m, int64_t k, const flo
     int64_t nb = k / 32;
     /* Q4_K, Q5_K: unsigned values, no offset; Q6_K: 32, for each 16 apart */
     int off = bt == TOY_Q8_0 || bt == TOY_IQ4_NL || bt == TOY_IQ4_XS ? 128 : bt == TOY_Q4_0 ? 8 : bt == TOY_Q5_0 ? 16
-            : bt == TOY_Q6_K ? 32 : 0;
+            : bt == TOY_Q6_K ? 32 : bt == TOY_Q3_K ? 4 : 0;
+    bool halves = bt == TOY_Q6_K || bt == TOY_Q3_K; /* each 16's sum apart */
     int8_t *qa;
     float *da, *xs;
     int32_t *sa;
@@ -420,7 +473,12 @@ static uint8_t *quantize_rows(enum toy_dtype bt, int64_t m, int64_t k, const flo
             s1 = _mm_add_epi32(s1, _mm_shuffle_epi32(s1, 0x4e));
             s1 = _mm_add_epi32(s1, _mm_shuffle_epi32(s1, 0xb1));
             int32_t lo = _mm_cvtsi128_si32(s0), hi = _mm_cvtsi128_si32(s1), sum = lo + hi;
-            if (bt == TOY_Q6_K) {
+            if (bt == TOY_Q2_K) { /* no offset; each 16's sum for the mins, as two int16 */
+                sa[i * nb + blk] = 0;
+                ((uint32_t *)xs)[i * nb + blk] = (uint32_t)(uint16_t)lo | (uint32_t)(uint16_t)hi << 16;
+                continue;
+            }
+            if (halves) {
                 sa[i * nb + blk] = -off * lo;
                 ((int32_t *)xs)[i * nb + blk] = -off * hi;
                 continue;
@@ -466,7 +524,7 @@ void toy_qgemm_packed_cols_avx512(enum toy_dtype bt, int64_t m, int64_t n, int64
         int ahead = toy_cpu_prefetch_ahead(); /* the first row group's pass brings the group in */
         /* Q4_K over more than one pass of rows: the scales made once a group,
          * into the panels' scratch (which Q4_K does not use) */
-        bool kq = bt == TOY_Q4_K || bt == TOY_Q5_K || bt == TOY_Q6_K || bt == TOY_IQ4_XS;
+        bool kq = bt == TOY_Q4_K || bt == TOY_Q5_K || bt == TOY_Q6_K || bt == TOY_IQ4_XS || bt == TOY_Q3_K;
         float *ksc = kq && m > 4 ? (float *)(((uintptr_t)panel + 63) & ~(uintptr_t)63) : NULL; /* 64-aligned: whole-line loads */
         for (int64_t j = 0; j < n; j += 16, pk += group) {
             int nc = n - j < 16 ? (int)(n - j) : 16;
@@ -474,7 +532,8 @@ void toy_qgemm_packed_cols_avx512(enum toy_dtype bt, int64_t m, int64_t n, int64
             if (ksc)
                 for (int64_t blk = 0; blk < nb; blk++) {
                     __m512 sw, mn;
-                    if (bt == TOY_Q6_K) q6k_scales(pk, blk, &sw, &mn);
+                    if (bt == TOY_Q6_K || bt == TOY_Q3_K)
+                        q6k_scales(pk, blk, bt == TOY_Q3_K ? TOY_QPACK_SUPER_Q3_K : TOY_QPACK_SUPER_Q6_K, &sw, &mn);
                     else if (bt == TOY_IQ4_XS) sw = iq4xs_scales(pk, blk), mn = _mm512_setzero_ps();
                     else q4k_scales(pk, blk, bt == TOY_Q5_K ? TOY_QPACK_SUPER_Q5_K : TOY_QPACK_SUPER_Q4_K, &sw, &mn);
                     _mm512_storeu_ps(ksc + 32 * blk, sw);
@@ -502,6 +561,8 @@ void toy_qgemm_packed_cols_avx512(enum toy_dtype bt, int64_t m, int64_t n, int64
             else if (bt == TOY_Q5_1) KP_ROWS(false, TOY_Q5_1);
             else if (bt == TOY_IQ4_NL) KP_ROWS(false, TOY_IQ4_NL);
             else if (bt == TOY_IQ4_XS) KP_ROWS(false, TOY_IQ4_XS);
+            else if (bt == TOY_Q3_K) KP_ROWS(false, TOY_Q3_K);
+            else if (bt == TOY_Q2_K) KP_ROWS(false, TOY_Q2_K);
             else if (wide) KP_ROWS(true, TOY_Q8_0);
             else KP_ROWS(false, TOY_Q8_0);
 #undef KP_ROWS
