@@ -366,10 +366,11 @@ static void deq_q8_k(const uint8_t *b, float *y, int64_t nb) {
 }
 
 /* Fits x[i] ~ scale * L[i] - min (L in 0..nmax) by a weighted least-squares
- * search over nstep+1 candidate scales (ggml's make_qkx2_quants). Returns
+ * search over nstep+1 candidate scales (ggml's make_qkx2_quants), the
+ * candidates judged by squared error or, with mad, absolute error. Returns
  * the scale, stores the (positive) min in *the_min. */
 static float fit_scale_min(int n, int nmax, const float *x, const float *w, uint8_t *L,
-                           float *the_min, uint8_t *Laux, float rmin, float rdelta, int nstep) {
+                           float *the_min, uint8_t *Laux, float rmin, float rdelta, int nstep, bool mad) {
     float min = x[0], max = x[0];
     float sum_w = w[0];
     float sum_x = sum_w * x[0];
@@ -392,7 +393,7 @@ static float fit_scale_min(int n, int nmax, const float *x, const float *w, uint
         const int l = round_even(iscale * (x[i] - min));
         L[i] = (uint8_t)imax(0, imin(nmax, l));
         float diff = scale * L[i] + min - x[i];
-        diff = diff * diff;
+        diff = mad ? fabsf(diff) : diff * diff;
         best += w[i] * diff;
     }
     for (int is = 0; is <= nstep; is++) {
@@ -417,7 +418,7 @@ static float fit_scale_min(int n, int nmax, const float *x, const float *w, uint
             float err = 0;
             for (int i = 0; i < n; i++) {
                 float diff = this_scale * Laux[i] + this_min - x[i];
-                diff = diff * diff;
+                diff = mad ? fabsf(diff) : diff * diff;
                 err += w[i] * diff;
             }
             if (err < best) {
@@ -445,7 +446,7 @@ static void kquant_scales(const float *x, uint8_t *hdr /* d, dmin, scales[12] */
         for (int l = 0; l < 32; l++) sum_x2 += x[32 * j + l] * x[32 * j + l];
         const float av_x = sqrtf(sum_x2 / 32);
         for (int l = 0; l < 32; l++) w[l] = av_x + fabsf(x[32 * j + l]);
-        scales[j] = fit_scale_min(32, nmax, x + 32 * j, w, L + 32 * j, &mins[j], Laux, rmin, 0.1f, nstep);
+        scales[j] = fit_scale_min(32, nmax, x + 32 * j, w, L + 32 * j, &mins[j], Laux, rmin, 0.1f, nstep, false);
         if (scales[j] > max_scale) max_scale = scales[j];
         if (mins[j] > max_min) max_min = mins[j];
     }
@@ -563,6 +564,156 @@ static float fit_scale_sym(int n, int nmax, const float *x, int8_t *L) {
     return scale;
 }
 
+/* the 2-bit values of a q2_k / q3_k super-block (0..3 each) into qs[64]:
+ * byte 32 h + l holds elements 128 h + l + 32 s at bits 2s */
+static void pack_pairs(const uint8_t *L, uint8_t *qs) {
+    for (int j = 0; j < QK_K; j += 128)
+        for (int l = 0; l < 32; l++)
+            qs[j / 4 + l] = (uint8_t)(L[j + l] | (L[j + l + 32] << 2) | (L[j + l + 64] << 4) | (L[j + l + 96] << 6));
+}
+
+/* q2_k (ggml's quantize_row_q2_K_ref): per 16 elements a scale and a min
+ * fitted by absolute error, both quantized to 4 bits against the block's
+ * largest, then the values (0..3) again with the stored ones */
+static void q_q2_k(const float *x, uint8_t *b, int64_t nb) {
+    uint8_t L[QK_K], Laux[16];
+    float w[16], mins[QK_K / 16], scales[QK_K / 16];
+    for (int64_t i = 0; i < nb; i++, b += 84, x += QK_K) {
+        float max_scale = 0, max_min = 0;
+        for (int j = 0; j < QK_K / 16; j++) {
+            for (int l = 0; l < 16; l++) w[l] = fabsf(x[16 * j + l]);
+            scales[j] = fit_scale_min(16, 3, x + 16 * j, w, L + 16 * j, &mins[j], Laux, -0.5f, 0.1f, 15, true);
+            if (scales[j] > max_scale) max_scale = scales[j];
+            if (mins[j] > max_min) max_min = mins[j];
+        }
+        uint8_t *sc = b;
+        memset(sc, 0, 16);
+        if (max_scale > 0) {
+            const float iscale = 15.f / max_scale;
+            for (int j = 0; j < QK_K / 16; j++) sc[j] = (uint8_t)round_even(iscale * scales[j]);
+        }
+        f2h(b + 80, max_scale > 0 ? max_scale / 15.f : 0.f);
+        if (max_min > 0) {
+            const float iscale = 15.f / max_min;
+            for (int j = 0; j < QK_K / 16; j++) sc[j] |= (uint8_t)(round_even(iscale * mins[j]) << 4);
+        }
+        f2h(b + 82, max_min > 0 ? max_min / 15.f : 0.f);
+        const float dd = h2f(b + 80), dmin = h2f(b + 82);
+        for (int j = 0; j < QK_K / 16; j++) {
+            const float d = dd * (sc[j] & 0xF);
+            if (!d) continue;
+            const float dm = dmin * (sc[j] >> 4);
+            for (int ii = 0; ii < 16; ii++) {
+                const int l = round_even((x[16 * j + ii] + dm) / d);
+                L[16 * j + ii] = (uint8_t)imax(0, imin(3, l));
+            }
+        }
+        pack_pairs(L, b + 16);
+    }
+}
+
+/* Symmetric fit of x[i] ~ scale * L[i], L in -nmax..nmax-1, for q3_k
+ * (ggml's make_q3_quants with rmse): weights x^2, then up to 5 passes that
+ * move single values while that lowers the error. L gets values + nmax
+ * (0 for an all-zero group). */
+static float fit_scale_q3(int n, int nmax, const float *x, int8_t *L) {
+    float max = 0, amax = 0;
+    for (int i = 0; i < n; i++) {
+        const float ax = fabsf(x[i]);
+        if (ax > amax) { amax = ax; max = x[i]; }
+    }
+    if (amax < 1e-15f) {
+        for (int i = 0; i < n; i++) L[i] = 0;
+        return 0.f;
+    }
+    const float iscale = -nmax / max;
+    float sumlx = 0, suml2 = 0;
+    for (int i = 0; i < n; i++) {
+        const int l = imax(-nmax, imin(nmax - 1, round_even(iscale * x[i])));
+        L[i] = (int8_t)l;
+        const float w = x[i] * x[i];
+        sumlx += w * x[i] * l;
+        suml2 += w * l * l;
+    }
+    for (int itry = 0; itry < 5; itry++) {
+        int changed = 0;
+        for (int i = 0; i < n; i++) {
+            const float w = x[i] * x[i];
+            float slx = sumlx - w * x[i] * L[i];
+            if (slx > 0) {
+                float sl2 = suml2 - w * L[i] * L[i];
+                const int nl = imax(-nmax, imin(nmax - 1, round_even(x[i] * sl2 / slx)));
+                if (nl != L[i]) {
+                    slx += w * x[i] * nl;
+                    sl2 += w * nl * nl;
+                    if (sl2 > 0 && slx * slx * suml2 > sumlx * sumlx * sl2) {
+                        L[i] = (int8_t)nl;
+                        sumlx = slx;
+                        suml2 = sl2;
+                        changed++;
+                    }
+                }
+            }
+        }
+        if (!changed) break;
+    }
+    for (int i = 0; i < n; i++) L[i] = (int8_t)(L[i] + nmax);
+    return sumlx / suml2;
+}
+
+/* q3_k (ggml's quantize_row_q3_K_ref): per 16 elements a signed scale,
+ * quantized to 6 bits against the block's largest in magnitude, then the
+ * values (-4..3) again with the stored ones; the low 2 bits as q2_k's, the
+ * third in hmask (element j at byte j % 32, bit j / 32) */
+static void q_q3_k(const float *x, uint8_t *b, int64_t nb) {
+    int8_t L[QK_K];
+    float scales[QK_K / 16];
+    for (int64_t i = 0; i < nb; i++, b += 110, x += QK_K) {
+        float max_scale = 0, amax = 0;
+        for (int j = 0; j < QK_K / 16; j++) {
+            scales[j] = fit_scale_q3(16, 4, x + 16 * j, L + 16 * j);
+            const float a = fabsf(scales[j]);
+            if (a > amax) { amax = a; max_scale = scales[j]; }
+        }
+        uint8_t *sc = b + 96;
+        memset(sc, 0, 12);
+        if (max_scale != 0) {
+            const float iscale = -32.f / max_scale;
+            for (int j = 0; j < QK_K / 16; j++) {
+                int l = imax(-32, imin(31, (int8_t)round_even(iscale * scales[j]))) + 32;
+                if (j < 8) sc[j] = (uint8_t)(l & 0xF);
+                else sc[j - 8] |= (uint8_t)((l & 0xF) << 4);
+                sc[j % 4 + 8] |= (uint8_t)((l >> 4) << (2 * (j / 4)));
+            }
+            f2h(b + 108, 1 / iscale);
+        } else {
+            f2h(b + 108, 0.f);
+        }
+        int8_t scv[16];
+        toy_q3k_scales(b, scv);
+        const float dd = h2f(b + 108);
+        for (int j = 0; j < QK_K / 16; j++) {
+            const float d = dd * scv[j];
+            if (!d) continue;
+            for (int ii = 0; ii < 16; ii++) {
+                const int l = round_even(x[16 * j + ii] / d);
+                L[16 * j + ii] = (int8_t)(imax(-4, imin(3, l)) + 4);
+            }
+        }
+        uint8_t *hm = b, U[QK_K];
+        memset(hm, 0, 32);
+        for (int j = 0; j < QK_K; j++) {
+            int v = L[j];
+            if (v > 3) {
+                hm[j % 32] |= (uint8_t)(1 << (j / 32));
+                v -= 4;
+            }
+            U[j] = (uint8_t)v;
+        }
+        pack_pairs(U, b + 32);
+    }
+}
+
 static void q_q6_k(const float *x, uint8_t *b, int64_t nb) {
     int8_t L[QK_K];
     float scales[QK_K / 16];
@@ -666,6 +817,8 @@ static q_fn q_for(enum toy_dtype t) {
     case TOY_Q5_0: return q_q5_0;
     case TOY_Q5_1: return q_q5_1;
     case TOY_Q8_0: return q_q8_0;
+    case TOY_Q2_K: return q_q2_k;
+    case TOY_Q3_K: return q_q3_k;
     case TOY_Q4_K: return q_q4_k;
     case TOY_Q5_K: return q_q5_k;
     case TOY_Q6_K: return q_q6_k;

@@ -36,6 +36,8 @@ uint32_t toy_file_type_for(enum toy_dtype t) {
     case TOY_Q8_0: return 7;
     case TOY_Q5_0: return 8;
     case TOY_Q5_1: return 9;
+    case TOY_Q2_K: return 10;
+    case TOY_Q3_K: return 11; /* MOSTLY_Q3_K_S: uniform Q3_K */
     case TOY_Q4_K: return 14; /* MOSTLY_Q4_K_S: uniform Q4_K */
     case TOY_Q5_K: return 16; /* MOSTLY_Q5_K_S */
     case TOY_Q6_K: return 18;

@@ -133,7 +133,7 @@ def q4_1(x, nbits=4):
 
 # ---- k-quants ------------------------------------------------------------------------
 
-def make_qkx2(x, w, nmax, rmin, rdelta, nstep):
+def make_qkx2(x, w, nmax, rmin, rdelta, nstep, use_mad=False):
     n = len(x)
     mn = x[0]
     mx = x[0]
@@ -159,7 +159,7 @@ def make_qkx2(x, w, nmax, rmin, rdelta, nstep):
         l = max(0, min(nmax, l))
         L.append(l)
         diff = F(F(F(scale * F(l)) + mn) - x[i])
-        diff = F(diff * diff)
+        diff = F(abs(diff)) if use_mad else F(diff * diff)
         best = F(best + F(w[i] * diff))
     for is_ in range(nstep + 1):
         iscale = F(F(F(rmin + F(rdelta * F(is_))) + F(nmax)) / F(mx - mn))
@@ -185,7 +185,7 @@ def make_qkx2(x, w, nmax, rmin, rdelta, nstep):
             err = F(0)
             for i in range(n):
                 diff = F(F(F(this_scale * F(Laux[i])) + this_min) - x[i])
-                diff = F(diff * diff)
+                diff = F(abs(diff)) if use_mad else F(diff * diff)
                 err = F(err + F(w[i] * diff))
             if err < best:
                 L = list(Laux)
@@ -323,6 +323,147 @@ def make_qx(x, nmax):
             scale = F(sumlx / suml2)
             best = F(scale * sumlx)
     return scale, L
+
+
+def pack_pairs(L):
+    qs = []
+    for j in range(0, QK_K, 128):
+        qs += [L[j + l] | (L[j + l + 32] << 2) | (L[j + l + 64] << 4) | (L[j + l + 96] << 6) for l in range(32)]
+    return bytes(qs)
+
+
+def q2_k(x):
+    out = b""
+    for i in range(0, len(x), QK_K):
+        xb = x[i:i + QK_K]
+        L = [0] * QK_K
+        scales, mins = [], []
+        max_scale = F(0)
+        max_min = F(0)
+        for j in range(16):
+            xs = xb[16 * j:16 * j + 16]
+            w = [F(abs(v)) for v in xs]
+            s_, m_, Ls = make_qkx2(xs, w, 3, F(-0.5), F(0.1), 15, use_mad=True)
+            L[16 * j:16 * j + 16] = Ls
+            scales.append(s_)
+            mins.append(m_)
+            if s_ > max_scale:
+                max_scale = s_
+            if m_ > max_min:
+                max_min = m_
+        sc = [0] * 16
+        if max_scale > 0:
+            iscale = F(F(15) / max_scale)
+            sc = [nearest_int(F(iscale * v)) for v in scales]
+            dbytes = f16_bytes(F(max_scale / F(15)))
+        else:
+            dbytes = f16_bytes(F(0))
+        if max_min > 0:
+            iscale = F(F(15) / max_min)
+            sc = [sc[j] | (nearest_int(F(iscale * mins[j])) << 4) for j in range(16)]
+            mbytes = f16_bytes(F(max_min / F(15)))
+        else:
+            mbytes = f16_bytes(F(0))
+        dd, dmin = f16_val(dbytes), f16_val(mbytes)
+        for j in range(16):
+            d = F(dd * F(sc[j] & 0xF))
+            if d == 0:
+                continue
+            dm = F(dmin * F(sc[j] >> 4))
+            for ii in range(16):
+                l = nearest_int(F(F(xb[16 * j + ii] + dm) / d))
+                L[16 * j + ii] = max(0, min(3, l))
+        out += bytes(sc) + pack_pairs(L) + dbytes + mbytes
+    return out
+
+
+def make_q3(x, nmax):
+    n = len(x)
+    mx = F(0)
+    amax = F(0)
+    for v in x:
+        if F(abs(v)) > amax:
+            amax = F(abs(v))
+            mx = v
+    if amax < F(1e-15):
+        return F(0), [0] * n
+    iscale = F(F(-nmax) / mx)
+    sumlx = F(0)
+    suml2 = F(0)
+    L = []
+    for v in x:
+        l = max(-nmax, min(nmax - 1, nearest_int(F(iscale * v))))
+        L.append(l)
+        w = F(v * v)
+        sumlx = F(sumlx + F(F(w * v) * F(l)))
+        suml2 = F(suml2 + F(F(w * F(l)) * F(l)))
+    for _ in range(5):
+        changed = 0
+        for i in range(n):
+            v = x[i]
+            w = F(v * v)
+            slx = F(sumlx - F(F(w * v) * F(L[i])))
+            if slx > 0:
+                sl2 = F(suml2 - F(F(w * F(L[i])) * F(L[i])))
+                nl = max(-nmax, min(nmax - 1, nearest_int(F(F(v * sl2) / slx))))
+                if nl != L[i]:
+                    slx = F(slx + F(F(w * v) * F(nl)))
+                    sl2 = F(sl2 + F(F(w * F(nl)) * F(nl)))
+                    if sl2 > 0 and F(F(slx * slx) * suml2) > F(F(sumlx * sumlx) * sl2):
+                        L[i] = nl
+                        sumlx = slx
+                        suml2 = sl2
+                        changed += 1
+        if not changed:
+            break
+    return F(sumlx / suml2), [l + nmax for l in L]
+
+
+def q3_k(x):
+    out = b""
+    for i in range(0, len(x), QK_K):
+        xb = x[i:i + QK_K]
+        L = [0] * QK_K
+        scales = []
+        max_scale = F(0)
+        amax = F(0)
+        for j in range(16):
+            s_, Ls = make_q3(xb[16 * j:16 * j + 16], 4)
+            L[16 * j:16 * j + 16] = Ls
+            scales.append(s_)
+            if F(abs(s_)) > amax:
+                amax = F(abs(s_))
+                max_scale = s_
+        sc = [0] * 12
+        if max_scale != 0:
+            iscale = F(F(-32) / max_scale)
+            for j in range(16):
+                l = max(-32, min(31, nearest_int(F(iscale * scales[j])))) + 32
+                if j < 8:
+                    sc[j] = l & 0xF
+                else:
+                    sc[j - 8] |= (l & 0xF) << 4
+                sc[j % 4 + 8] |= (l >> 4) << (2 * (j // 4))
+            dbytes = f16_bytes(F(F(1) / iscale))
+        else:
+            dbytes = f16_bytes(F(0))
+        dd = f16_val(dbytes)
+        for j in range(16):
+            lo = sc[j] & 0xF if j < 8 else sc[j - 8] >> 4
+            v6 = (lo | (((sc[8 + j % 4] >> (2 * (j // 4))) & 3) << 4)) - 32
+            d = F(dd * F(v6))
+            if d == 0:
+                continue
+            for ii in range(16):
+                l = max(-4, min(3, nearest_int(F(xb[16 * j + ii] / d))))
+                L[16 * j + ii] = l + 4
+        hm = [0] * 32
+        for j in range(QK_K):
+            if L[j] > 3:
+                hm[j % 32] |= 1 << (j // 32)
+                L[j] -= 4
+        out += bytes(hm) + pack_pairs(L) + bytes(sc) + dbytes
+    return out
 
 
 def q6_k(x):
@@ -545,7 +686,7 @@ def main():
     cases = []
     quants = [(8, q8_0), (2, lambda x: q4_0(x, 4)), (3, lambda x: q4_1(x, 4)),
               (6, lambda x: q4_0(x, 5)), (7, lambda x: q4_1(x, 5)),
-              (12, q4_k), (13, q5_k), (14, q6_k)]
+              (12, q4_k), (13, q5_k), (14, q6_k), (10, q2_k), (11, q3_k)]
     for t, fn in quants:
         for kind in ("normal", "wide", "special"):
             n = 1024 if t < 10 else 768
