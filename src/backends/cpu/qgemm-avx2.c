@@ -172,8 +172,10 @@ static inline __attribute__((always_inline)) void kernel_half(int R, int h, enum
         }
         __m256 sw, mn = _mm256_setzero_ps(), mq0 = mn, mq1 = mn; /* Q2_K's mins */
         if (ksc) {
-            sw = _mm256_loadu_ps(ksc + 32 * blk + 8 * h);
-            mn = _mm256_loadu_ps(ksc + 32 * blk + 16 + 8 * h);
+            const float *k = ksc + (q2 ? 64 : 32) * blk + 8 * h;
+            sw = _mm256_loadu_ps(k);
+            mn = _mm256_loadu_ps(k + 16);
+            if (q2) mq0 = _mm256_loadu_ps(k + 32), mq1 = _mm256_loadu_ps(k + 48);
         } else if (q2) {
             q2k_scales(blkp, blk, h, &sw, &mn, &mq0, &mq1);
         } else if (q6) {
@@ -356,7 +358,7 @@ void toy_qgemm_packed_cols_avx2(enum toy_dtype bt, int64_t m, int64_t n, int64_t
     const uint8_t *pk = packed;
     if (m > 8) pcp = NULL;
     int ahead = toy_cpu_prefetch_ahead();
-    bool kq = bt == TOY_Q4_K || bt == TOY_Q5_K || bt == TOY_Q6_K || bt == TOY_IQ4_XS || bt == TOY_Q3_K;
+    bool kq = bt == TOY_Q4_K || bt == TOY_Q5_K || bt == TOY_Q6_K || bt == TOY_IQ4_XS || bt == TOY_Q3_K || bt == TOY_Q2_K;
     float *ksc = kq && m > 4 ? room : NULL;
     for (int64_t j = 0; j < n; j += 16, pk += group) {
         int nc = n - j < 16 ? (int)(n - j) : 16;
@@ -365,6 +367,15 @@ void toy_qgemm_packed_cols_avx2(enum toy_dtype bt, int64_t m, int64_t n, int64_t
             for (int64_t blk = 0; blk < nb; blk++)
                 for (int h = 0; h < 2; h++) {
                     __m256 sw, mn;
+                    if (bt == TOY_Q2_K) {
+                        __m256 m0, m1;
+                        q2k_scales(pk, blk, h, &sw, &mn, &m0, &m1);
+                        _mm256_storeu_ps(ksc + 64 * blk + 8 * h, sw);
+                        _mm256_storeu_ps(ksc + 64 * blk + 16 + 8 * h, mn);
+                        _mm256_storeu_ps(ksc + 64 * blk + 32 + 8 * h, m0);
+                        _mm256_storeu_ps(ksc + 64 * blk + 48 + 8 * h, m1);
+                        continue;
+                    }
                     if (bt == TOY_Q6_K || bt == TOY_Q3_K)
                         q6k_scales(pk, blk, bt == TOY_Q3_K ? TOY_QPACK_SUPER_Q3_K : TOY_QPACK_SUPER_Q6_K, h, &sw, &mn);
                     else if (bt == TOY_IQ4_XS) sw = iq4xs_scales(pk, blk, h), mn = _mm256_setzero_ps();

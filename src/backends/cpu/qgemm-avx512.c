@@ -272,8 +272,9 @@ static inline __attribute__((always_inline)) __m512i q5_fifth(__m512i h, int t) 
 
 /* ksc: the scales and mins (Q4_K) or the two sub-blocks' scales (Q6_K) of
  * the group's blocks made ahead (32 floats a block: q4k_scales' or
- * q6k_scales'), for products of many rows whose passes over the group
- * would each make them again; NULL: made as the blocks come */
+ * q6k_scales'; Q2_K 64: q2k_scales'), for products of many rows whose
+ * passes over the group would each make them again; NULL: made as the
+ * blocks come */
 static inline __attribute__((always_inline)) void kernel_packed(int R, bool wide, enum toy_dtype bt, int64_t nb,
                                                                 const int8_t *qa, int64_t ldq, const float *da,
                                                                 const int32_t *sa, const float *xs,
@@ -308,8 +309,10 @@ static inline __attribute__((always_inline)) void kernel_packed(int R, bool wide
             if (!sb && ahead)
                 for (size_t o = 0; o < head; o += 64) _mm_prefetch((const char *)sup + ahead + o, _MM_HINT_T0);
             if (ksc) {
-                sw = _mm512_loadu_ps(ksc + 32 * blk);
-                mn = _mm512_loadu_ps(ksc + 32 * blk + 16);
+                const float *k = ksc + (q2 ? 64 : 32) * blk;
+                sw = _mm512_loadu_ps(k);
+                mn = _mm512_loadu_ps(k + 16);
+                if (q2) mq0 = _mm512_loadu_ps(k + 32), mq1 = _mm512_loadu_ps(k + 48);
             } else if (q2) {
                 q2k_scales(pk, blk, &sw, &mn, &mq0, &mq1);
             } else if (q6) {
@@ -524,7 +527,8 @@ void toy_qgemm_packed_cols_avx512(enum toy_dtype bt, int64_t m, int64_t n, int64
         int ahead = toy_cpu_prefetch_ahead(); /* the first row group's pass brings the group in */
         /* Q4_K over more than one pass of rows: the scales made once a group,
          * into the panels' scratch (which Q4_K does not use) */
-        bool kq = bt == TOY_Q4_K || bt == TOY_Q5_K || bt == TOY_Q6_K || bt == TOY_IQ4_XS || bt == TOY_Q3_K;
+        bool kq = bt == TOY_Q4_K || bt == TOY_Q5_K || bt == TOY_Q6_K || bt == TOY_IQ4_XS || bt == TOY_Q3_K ||
+                  bt == TOY_Q2_K;
         float *ksc = kq && m > 4 ? (float *)(((uintptr_t)panel + 63) & ~(uintptr_t)63) : NULL; /* 64-aligned: whole-line loads */
         for (int64_t j = 0; j < n; j += 16, pk += group) {
             int nc = n - j < 16 ? (int)(n - j) : 16;
@@ -532,6 +536,15 @@ void toy_qgemm_packed_cols_avx512(enum toy_dtype bt, int64_t m, int64_t n, int64
             if (ksc)
                 for (int64_t blk = 0; blk < nb; blk++) {
                     __m512 sw, mn;
+                    if (bt == TOY_Q2_K) {
+                        __m512 m0, m1;
+                        q2k_scales(pk, blk, &sw, &mn, &m0, &m1);
+                        _mm512_storeu_ps(ksc + 64 * blk + 32, m0);
+                        _mm512_storeu_ps(ksc + 64 * blk + 48, m1);
+                        _mm512_storeu_ps(ksc + 64 * blk, sw);
+                        _mm512_storeu_ps(ksc + 64 * blk + 16, mn);
+                        continue;
+                    }
                     if (bt == TOY_Q6_K || bt == TOY_Q3_K)
                         q6k_scales(pk, blk, bt == TOY_Q3_K ? TOY_QPACK_SUPER_Q3_K : TOY_QPACK_SUPER_Q6_K, &sw, &mn);
                     else if (bt == TOY_IQ4_XS) sw = iq4xs_scales(pk, blk), mn = _mm512_setzero_ps();
