@@ -68,7 +68,8 @@ Test(quant, reference_vectors_bit_exact) {
         }
     }
     cr_expect_eq(p, end);
-    enum toy_dtype q[] = {TOY_Q8_0, TOY_Q4_0, TOY_Q4_1, TOY_Q5_0, TOY_Q5_1, TOY_Q2_K, TOY_Q3_K, TOY_Q4_K, TOY_Q5_K, TOY_Q6_K};
+    enum toy_dtype q[] = {TOY_Q8_0, TOY_Q4_0, TOY_Q4_1, TOY_Q5_0, TOY_Q5_1, TOY_Q2_K, TOY_Q3_K, TOY_Q4_K, TOY_Q5_K, TOY_Q6_K,
+                          TOY_IQ4_NL, TOY_IQ4_XS};
     for (size_t i = 0; i < sizeof q / sizeof q[0]; i++) cr_expect(seen_q[q[i]] > 0, "%s", toy_dtype_name(q[i]));
     enum toy_dtype d[] = {TOY_Q8_0, TOY_Q4_0, TOY_Q4_1, TOY_Q5_0, TOY_Q5_1, TOY_Q2_K, TOY_Q3_K, TOY_Q4_K, TOY_Q5_K, TOY_Q6_K, TOY_Q8_K,
                           TOY_IQ4_NL, TOY_IQ4_XS};
@@ -167,7 +168,8 @@ Test(quant, known_answers) {
     cr_expect_eq(toy_quantize_row(TOY_IQ2_XXS, x, b, 256), TOY_ERR_UNSUPPORTED);
     cr_expect(toy_can_dequantize(TOY_Q6_K));
     cr_expect(toy_can_quantize(TOY_Q4_K));
-    cr_expect(!toy_can_quantize(TOY_IQ4_NL));
+    cr_expect(toy_can_quantize(TOY_IQ4_NL));
+    cr_expect(!toy_can_quantize(TOY_Q8_K)); /* read, never written */
     cr_expect(toy_can_dequantize(TOY_IQ4_XS));
     cr_expect(!toy_can_dequantize(TOY_IQ2_XXS));
 }

@@ -714,6 +714,107 @@ static void q_q3_k(const float *x, uint8_t *b, int64_t nb) {
     }
 }
 
+/* the index of the codebook value nearest v (ggml's best_index_int8: a
+ * tie goes to the larger) */
+static int iq4_index(float v) {
+    const int8_t *val = toy_iq4_codebook;
+    if (v <= val[0]) return 0;
+    if (v >= val[15]) return 15;
+    int lo = 0, hi = 15;
+    while (hi - lo > 1) {
+        int mid = (lo + hi) / 2;
+        if (v < val[mid]) hi = mid;
+        else lo = mid;
+    }
+    return v - val[hi - 1] < val[hi] - v ? hi - 1 : hi;
+}
+
+/* The scale of 32 values x over the iq4 codebook and their indices L
+ * (ggml's quantize_row_iq4_nl_impl for one block, no importance weights:
+ * weights x^2, the scale refit by least squares for 15 starting scales);
+ * 0 for an all-zero block (L then untouched) */
+static float iq4_fit(const float *x, uint8_t *L) {
+    const int8_t *val = toy_iq4_codebook;
+    float amax = 0, max = 0;
+    for (int j = 0; j < 32; j++) {
+        const float ax = fabsf(x[j]);
+        if (ax > amax) { amax = ax; max = x[j]; }
+    }
+    if (amax < 1e-15f) return 0.f;
+    float d = -max / val[0], id = 1 / d, sumqx = 0, sumq2 = 0;
+    for (int j = 0; j < 32; j++) {
+        const int l = iq4_index(id * x[j]);
+        L[j] = (uint8_t)l;
+        const float q = val[l], w = x[j] * x[j];
+        sumqx += w * q * x[j];
+        sumq2 += w * q * q;
+    }
+    d = sumqx / sumq2;
+    float best = d * sumqx;
+    for (int itry = -7; itry <= 7; itry++) {
+        id = (itry + val[0]) / max;
+        sumqx = sumq2 = 0;
+        for (int j = 0; j < 32; j++) {
+            const float q = val[iq4_index(id * x[j])], w = x[j] * x[j];
+            sumqx += w * q * x[j];
+            sumq2 += w * q * q;
+        }
+        if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
+            d = sumqx / sumq2;
+            best = d * sumqx;
+        }
+    }
+    return d;
+}
+
+/* 32 indices as the block's 16 bytes: element j low nibble, j + 16 high */
+static void iq4_pack(const uint8_t *L, uint8_t *qs) {
+    for (int j = 0; j < 16; j++) qs[j] = (uint8_t)(L[j] | L[j + 16] << 4);
+}
+
+/* iq4_nl (ggml's quantize_iq4_nl without an importance matrix) */
+static void q_iq4_nl(const float *x, uint8_t *b, int64_t nb) {
+    uint8_t L[32];
+    for (int64_t i = 0; i < nb; i++, b += 18, x += 32) {
+        const float d = iq4_fit(x, L);
+        f2h(b, d);
+        const float id = d ? 1 / d : 0;
+        for (int j = 0; j < 32; j++) L[j] = (uint8_t)iq4_index(id * x[j]);
+        iq4_pack(L, b + 2);
+    }
+}
+
+/* iq4_xs (ggml's quantize_iq4_xs without an importance matrix): each 32's
+ * scale as iq4_nl's, then 6-bit signed sub-scales against the largest in
+ * magnitude and the indices again with them (in ggml's unrounded d) */
+static void q_iq4_xs(const float *x, uint8_t *b, int64_t nb) {
+    uint8_t L[32];
+    float scales[8];
+    for (int64_t i = 0; i < nb; i++, b += 136, x += QK_K) {
+        float max_scale = 0, amax_scale = 0;
+        for (int ib = 0; ib < 8; ib++) {
+            scales[ib] = iq4_fit(x + 32 * ib, L);
+            const float a = fabsf(scales[ib]);
+            if (a > amax_scale) { amax_scale = a; max_scale = scales[ib]; }
+        }
+        const float d = -max_scale / 32, id = d ? 1 / d : 0;
+        f2h(b, d);
+        uint16_t sh = 0;
+        memset(b + 4, 0, 4);
+        for (int ib = 0; ib < 8; ib++) {
+            const int l = imax(-32, imin(31, round_even(id * scales[ib])));
+            const float dl = d * l, idl = dl ? 1 / dl : 0;
+            for (int j = 0; j < 32; j++) L[j] = (uint8_t)iq4_index(idl * x[32 * ib + j]);
+            iq4_pack(L, b + 8 + 16 * ib);
+            const int u = l + 32;
+            b[4 + ib / 2] |= (uint8_t)((u & 0xf) << 4 * (ib % 2));
+            sh |= (uint16_t)((u >> 4) << 2 * ib);
+        }
+        b[2] = (uint8_t)sh;
+        b[3] = (uint8_t)(sh >> 8);
+    }
+}
+
 static void q_q6_k(const float *x, uint8_t *b, int64_t nb) {
     int8_t L[QK_K];
     float scales[QK_K / 16];
@@ -819,6 +920,8 @@ static q_fn q_for(enum toy_dtype t) {
     case TOY_Q8_0: return q_q8_0;
     case TOY_Q2_K: return q_q2_k;
     case TOY_Q3_K: return q_q3_k;
+    case TOY_IQ4_NL: return q_iq4_nl;
+    case TOY_IQ4_XS: return q_iq4_xs;
     case TOY_Q4_K: return q_q4_k;
     case TOY_Q5_K: return q_q5_k;
     case TOY_Q6_K: return q_q6_k;

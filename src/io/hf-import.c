@@ -41,6 +41,8 @@ uint32_t toy_file_type_for(enum toy_dtype t) {
     case TOY_Q4_K: return 14; /* MOSTLY_Q4_K_S: uniform Q4_K */
     case TOY_Q5_K: return 16; /* MOSTLY_Q5_K_S */
     case TOY_Q6_K: return 18;
+    case TOY_IQ4_NL: return 25;
+    case TOY_IQ4_XS: return 30;
     case TOY_BF16: return 32;
     default: return 0;
     }

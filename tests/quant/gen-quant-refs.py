@@ -466,6 +466,101 @@ def q3_k(x):
     return out
 
 
+IQ4 = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113]
+
+
+def iq4_index(v):
+    if v <= IQ4[0]:
+        return 0
+    if v >= IQ4[15]:
+        return 15
+    lo, hi = 0, 15
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if v < IQ4[mid]:
+            hi = mid
+        else:
+            lo = mid
+    return hi - 1 if F(v - F(IQ4[hi - 1])) < F(F(IQ4[hi]) - v) else hi
+
+
+def iq4_fit(x):
+    amax = F(0)
+    mx = F(0)
+    for v in x:
+        if F(abs(v)) > amax:
+            amax = F(abs(v))
+            mx = v
+    if amax < F(1e-15):
+        return F(0)
+    d = F(F(-mx) / F(IQ4[0]))
+    idv = F(F(1) / d)
+    sumqx = F(0)
+    sumq2 = F(0)
+    for v in x:
+        q = F(IQ4[iq4_index(F(idv * v))])
+        w = F(v * v)
+        sumqx = F(sumqx + F(F(w * q) * v))
+        sumq2 = F(sumq2 + F(F(w * q) * q))
+    d = F(sumqx / sumq2)
+    best = F(d * sumqx)
+    for itry in range(-7, 8):
+        idv = F(F(itry + IQ4[0]) / mx)
+        sumqx = F(0)
+        sumq2 = F(0)
+        for v in x:
+            q = F(IQ4[iq4_index(F(idv * v))])
+            w = F(v * v)
+            sumqx = F(sumqx + F(F(w * q) * v))
+            sumq2 = F(sumq2 + F(F(w * q) * q))
+        if sumq2 > 0 and F(sumqx * sumqx) > F(best * sumq2):
+            d = F(sumqx / sumq2)
+            best = F(d * sumqx)
+    return d
+
+
+def iq4_bytes(L):
+    return bytes(L[j] | (L[j + 16] << 4) for j in range(16))
+
+
+def iq4_nl(x):
+    out = b""
+    for i in range(0, len(x), 32):
+        xb = x[i:i + 32]
+        d = iq4_fit(xb)
+        idv = F(F(1) / d) if d != 0 else F(0)
+        out += f16_bytes(d) + iq4_bytes([iq4_index(F(idv * v)) for v in xb])
+    return out
+
+
+def iq4_xs(x):
+    out = b""
+    for i in range(0, len(x), QK_K):
+        xb = x[i:i + QK_K]
+        scales = [iq4_fit(xb[32 * ib:32 * ib + 32]) for ib in range(8)]
+        max_scale = F(0)
+        amax = F(0)
+        for s_ in scales:
+            if F(abs(s_)) > amax:
+                amax = F(abs(s_))
+                max_scale = s_
+        d = F(F(-max_scale) / F(32))
+        idv = F(F(1) / d) if d != 0 else F(0)
+        sl = [0] * 4
+        sh = 0
+        qs = b""
+        for ib in range(8):
+            l = max(-32, min(31, nearest_int(F(idv * scales[ib]))))
+            dl = F(d * F(l))
+            idl = F(F(1) / dl) if dl != 0 else F(0)
+            qs += iq4_bytes([iq4_index(F(idl * v)) for v in xb[32 * ib:32 * ib + 32]])
+            u = l + 32
+            sl[ib // 2] |= (u & 0xF) << (4 * (ib % 2))
+            sh |= (u >> 4) << (2 * ib)
+        out += f16_bytes(d) + struct.pack("<H", sh) + bytes(sl) + qs
+    return out
+
+
 def q6_k(x):
     out = b""
     for i in range(0, len(x), QK_K):
@@ -686,10 +781,10 @@ def main():
     cases = []
     quants = [(8, q8_0), (2, lambda x: q4_0(x, 4)), (3, lambda x: q4_1(x, 4)),
               (6, lambda x: q4_0(x, 5)), (7, lambda x: q4_1(x, 5)),
-              (12, q4_k), (13, q5_k), (14, q6_k), (10, q2_k), (11, q3_k)]
+              (12, q4_k), (13, q5_k), (14, q6_k), (10, q2_k), (11, q3_k), (20, iq4_nl), (23, iq4_xs)]
     for t, fn in quants:
         for kind in ("normal", "wide", "special"):
-            n = 1024 if t < 10 else 768
+            n = 1024 if t in (2, 3, 6, 7, 8, 20) else 768
             x = inputs(rng, n, kind)
             xs = [F(v) for v in x]
             cases.append((0, t, n, x.tobytes(), fn(xs)))
