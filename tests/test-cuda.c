@@ -454,22 +454,25 @@ Test(cuda, matmul_half_and_quantized_weights) {
         check(ctx, loss_of(ctx, toy_linear(ctx, a, w, NULL)), true, TOL_HALF, "matmul bf16 weights, padded rows");
         toy_ctx_free(ctx);
     }
-    enum toy_dtype q[] = {TOY_Q8_0, TOY_Q4_0, TOY_Q4_1, TOY_Q5_0, TOY_Q5_1, TOY_Q4_K, TOY_Q5_K, TOY_Q6_K};
-    for (int i = 0; i < 8; i++) {
+    enum toy_dtype q[] = {TOY_Q8_0, TOY_Q4_0, TOY_Q4_1, TOY_Q5_0, TOY_Q5_1, TOY_Q4_K, TOY_Q5_K, TOY_Q6_K,
+                          TOY_Q2_K, TOY_Q3_K, TOY_IQ4_NL, TOY_IQ4_XS};
+    for (int i = 0; i < 12; i++) {
         weight_case(q[i], 3, TOL_QUANT);  /* GEMV kernel */
         weight_case(q[i], 40, TOL_QUANT); /* dequantize + GEMM */
     }
 }
 
 /* Each quantized type's decode GEMV (up to 8 rows; Q4_K and Q6_K have
- * kernels of their own) against the device's other path, chunks of the
+ * kernels of their own, the 32-element types and IQ4_NL the block one, the
+ * others the element-wise one) against the device's other path, chunks of the
  * weights dequantized and a GEMM (more rows): a 3-row product is the first
  * rows of a 12-row one up to the order of the sums, with one and three
  * blocks or super-blocks a row and 72 columns (a last block of warps part
  * empty). Tighter than the comparison with the CPU, which rounds A to Q8. */
 Test(cuda, quantized_gemv_equals_the_dequantized_gemm) {
     need_cuda();
-    const enum toy_dtype q[] = {TOY_Q8_0, TOY_Q4_0, TOY_Q4_1, TOY_Q5_0, TOY_Q5_1, TOY_Q4_K, TOY_Q5_K, TOY_Q6_K};
+    const enum toy_dtype q[] = {TOY_Q8_0, TOY_Q4_0, TOY_Q4_1, TOY_Q5_0, TOY_Q5_1, TOY_Q4_K, TOY_Q5_K, TOY_Q6_K,
+                                TOY_Q2_K, TOY_Q3_K, TOY_IQ4_NL, TOY_IQ4_XS};
     for (size_t t = 0; t < sizeof q / sizeof q[0]; t++)
         for (int64_t k = 256; k <= 768; k += 512) {
             struct toy_ctx *ctx = setup(60 + (uint64_t)k);

@@ -94,7 +94,8 @@ int main(void) {
     int fails = 0;
     struct toy_rng r;
     toy_rng_seed(&r, 1);
-    const int types[] = {TOY_Q8_0, TOY_Q4_0, TOY_Q4_1, TOY_Q5_0, TOY_Q5_1, TOY_Q4_K, TOY_Q5_K, TOY_Q6_K};
+    const int types[] = {TOY_Q8_0, TOY_Q4_0, TOY_Q4_1, TOY_Q5_0, TOY_Q5_1, TOY_Q4_K, TOY_Q5_K, TOY_Q6_K,
+                         TOY_Q2_K, TOY_Q3_K, TOY_IQ4_NL, TOY_IQ4_XS};
     const int64_t n = 1024;
     float *x = (float *)malloc(n * sizeof(float)), *ref = (float *)malloc(n * sizeof(float));
     char *q = (char *)malloc(8 * n);

@@ -64,6 +64,13 @@ __host__ __device__ __forceinline__ int q5_high(uint32_t qh, int j) {
     return j < 16 ? (int)(((qh >> j) << 4) & 0x10) : (int)((qh >> (j - 16 + 12)) & 0x10);
 }
 
+/* value i (0..15) of the IQ4 codebook (quant-impl.h toy_iq4_codebook), from
+ * two words: no table in memory */
+__host__ __device__ __forceinline__ int iq4_val(int i) {
+    uint64_t w = i < 8 ? 0xF6EADDCFBFAD9881ULL : 0x7159453526190D01ULL;
+    return (int)(int8_t)(uint8_t)(w >> (8 * (i & 7)));
+}
+
 /* element i0 of a row of any supported dtype, as f32 */
 __host__ __device__ __forceinline__ float ld_row(int type, const char *row, int64_t i0, int64_t nb0) {
     switch (type) {
@@ -133,6 +140,33 @@ __host__ __device__ __forceinline__ float ld_row(int type, const char *row, int6
         int q = (lo | (((qh[l] >> (2 * quarter)) & 3) << 4)) - 32;
         return h2f_at(b + 208) * (float)sc[l / 16 + 2 * quarter] * (float)q;
     }
+    case TOY_Q2_K: { /* 16-element groups: d scale q - dmin min, q 0..3 */
+        const uint8_t *b = (const uint8_t *)row + (i0 / 256) * 84;
+        int j = (int)(i0 % 256), n = j / 128, s = (j % 128) / 32, l = j % 32;
+        int q = (b[16 + 32 * n + l] >> (2 * s)) & 3, sm = b[8 * n + 2 * s + (l >= 16)];
+        return h2f_at(b + 80) * (float)(sm & 0xF) * (float)q - h2f_at(b + 82) * (float)(sm >> 4);
+    }
+    case TOY_Q3_K: { /* 16-element groups: d (scale - 32) q, q -4..3 */
+        const uint8_t *b = (const uint8_t *)row + (i0 / 256) * 110;
+        int j = (int)(i0 % 256), n = j / 128, s = (j % 128) / 32, l = j % 32, is = 8 * n + 2 * s + (l >= 16);
+        int q = ((b[32 + 32 * n + l] >> (2 * s)) & 3) - ((b[l] >> (4 * n + s)) & 1 ? 0 : 4);
+        const uint8_t *sc = b + 96;
+        int v = ((is < 8 ? sc[is] & 0xF : sc[is - 8] >> 4) | ((sc[8 + is % 4] >> (2 * (is / 4))) & 3) << 4) - 32;
+        return h2f_at(b + 108) * (float)v * (float)q;
+    }
+    case TOY_IQ4_NL: {
+        const uint8_t *b = (const uint8_t *)row + (i0 / 32) * 18;
+        int j = (int)(i0 % 32);
+        uint8_t byte = b[2 + j % 16];
+        return h2f_at(b) * (float)iq4_val(j < 16 ? (byte & 0xF) : (byte >> 4));
+    }
+    case TOY_IQ4_XS: { /* 32-element groups: d (scale - 32) codebook[q] */
+        const uint8_t *b = (const uint8_t *)row + (i0 / 256) * 136;
+        int j = (int)(i0 % 256), ib = j / 32, w = j % 32;
+        uint8_t byte = b[8 + 16 * ib + w % 16];
+        int ls = ((b[4 + ib / 2] >> (4 * (ib % 2))) & 0xF) | ((((int)b[2] | (int)b[3] << 8) >> (2 * ib)) & 3) << 4;
+        return h2f_at(b) * (float)(ls - 32) * (float)iq4_val(w < 16 ? (byte & 0xF) : (byte >> 4));
+    }
     default: return 0.0f; /* rejected on the host (type_ok) */
     }
 }
@@ -140,7 +174,8 @@ __host__ __device__ __forceinline__ float ld_row(int type, const char *row, int6
 /* Bytes of a 32-element block of the types the decode GEMV takes a
  * half-warp a block (k_qgemv_blocks), 0 for the others */
 __host__ __device__ __forceinline__ int q_block_bytes(int t) {
-    return t == TOY_Q8_0 ? 34 : t == TOY_Q4_0 ? 18 : t == TOY_Q4_1 ? 20 : t == TOY_Q5_0 ? 22 : t == TOY_Q5_1 ? 24 : 0;
+    return t == TOY_Q8_0 ? 34 : t == TOY_Q4_0 || t == TOY_IQ4_NL ? 18 : t == TOY_Q4_1 ? 20 : t == TOY_Q5_0 ? 22
+         : t == TOY_Q5_1 ? 24 : 0;
 }
 
 /* Lane l (0..15) of the half-warp that takes one 32-element block of type
@@ -164,6 +199,12 @@ __host__ __device__ __forceinline__ void q_block_pair(const uint8_t *b, int t, i
         uint8_t q = b[2 + l];
         w[0] = (float)((q & 0xF) - 8);
         w[1] = (float)((q >> 4) - 8);
+        return;
+    }
+    if (t == TOY_IQ4_NL) {
+        uint8_t q = b[2 + l];
+        w[0] = (float)iq4_val(q & 0xF);
+        w[1] = (float)iq4_val(q >> 4);
         return;
     }
     bool min = t == TOY_Q4_1 || t == TOY_Q5_1, fifth = t == TOY_Q5_0 || t == TOY_Q5_1;

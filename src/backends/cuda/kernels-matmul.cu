@@ -32,7 +32,7 @@ __host__ __device__ static int64_t bratio(int64_t i, int64_t n_out, int64_t n_sr
 
 static bool is_quant(int t) {
     return t == TOY_Q8_0 || t == TOY_Q4_0 || t == TOY_Q4_1 || t == TOY_Q5_0 || t == TOY_Q5_1 || t == TOY_Q4_K ||
-           t == TOY_Q5_K || t == TOY_Q6_K;
+           t == TOY_Q5_K || t == TOY_Q6_K || t == TOY_Q2_K || t == TOY_Q3_K || t == TOY_IQ4_NL || t == TOY_IQ4_XS;
 }
 
 /* contiguous copy of x (logical order) in half / bfloat16 / float */

@@ -819,7 +819,8 @@ extern "C" int toy_cu_sum_f64(const double *x, int64_t n, double *out, void *str
 
 static bool type_ok(int t) {
     return t == TOY_F32 || t == TOY_F16 || t == TOY_BF16 || t == TOY_I32 || t == TOY_Q8_0 || t == TOY_Q4_0 ||
-           t == TOY_Q4_1 || t == TOY_Q5_0 || t == TOY_Q5_1 || t == TOY_Q4_K || t == TOY_Q5_K || t == TOY_Q6_K;
+           t == TOY_Q4_1 || t == TOY_Q5_0 || t == TOY_Q5_1 || t == TOY_Q4_K || t == TOY_Q5_K || t == TOY_Q6_K ||
+           t == TOY_Q2_K || t == TOY_Q3_K || t == TOY_IQ4_NL || t == TOY_IQ4_XS;
 }
 
 /* threads of a row kernel: at most 256, so a launch never asks for more
