@@ -4,6 +4,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 #include <xmmintrin.h>
 
 #include "toy/dtype.h"
@@ -154,6 +155,28 @@ size_t toy_qgemm_scratch(int64_t m, int64_t k);
  * of pairs (2.625 bits a weight, as the file) */
 #define TOY_QPACK_HEAD_Q2_K 320
 #define TOY_QPACK_SUPER_Q2_K (TOY_QPACK_HEAD_Q2_K + 8 * 128)
+/* What a packed kernel starts block blk of A's row from (qgemm-avx512.c,
+ * qgemm-avx2.c): sa, the integer dot's start, -off times the block's sum
+ * (its Q8_0 values' first 16, lo, and last 16, hi), and xs, the float
+ * correction: d_x sum(x) for the mins of Q4_K, Q5_K, Q4_1 and Q5_1. Q6_K
+ * and Q3_K start each 16 apart (sa, and xs as int32); Q2_K starts from 0 and
+ * keeps both sums for its mins (xs: two int16). */
+static inline void toy_qgemm_block_start(enum toy_dtype bt, int off, int32_t lo, int32_t hi, float dx, int32_t *sa,
+                                         float *xs) {
+    if (bt == TOY_Q2_K) {
+        uint32_t both = (uint32_t)(uint16_t)lo | (uint32_t)(uint16_t)hi << 16;
+        *sa = 0;
+        memcpy(xs, &both, 4);
+    } else if (bt == TOY_Q6_K || bt == TOY_Q3_K) {
+        int32_t second = -off * hi;
+        *sa = -off * lo;
+        memcpy(xs, &second, 4);
+    } else {
+        *sa = -off * (lo + hi);
+        *xs = dx * (float)(lo + hi);
+    }
+}
+
 size_t toy_qpack_group_bytes(enum toy_dtype bt, int64_t k);
 size_t toy_qpack_bytes(enum toy_dtype bt, int64_t n, int64_t k);
 void toy_qpack(enum toy_dtype bt, int64_t n, int64_t k, const void *b, size_t ldb, void *out);

@@ -304,7 +304,6 @@ void toy_qgemm_packed_prep_avx2(enum toy_dtype bt, int64_t m, int64_t k, const f
                                 void *scratch) {
     int64_t nb = k / 32;
     int off = bt == TOY_Q4_0 ? 8 : bt == TOY_Q5_0 ? 16 : bt == TOY_Q6_K ? 32 : bt == TOY_Q3_K ? 4 : 0;
-    bool halves = bt == TOY_Q6_K || bt == TOY_Q3_K; /* each 16's sum apart */
     int8_t *qa;
     float *da, *xs;
     int32_t *sa;
@@ -327,19 +326,8 @@ void toy_qgemm_packed_prep_avx2(enum toy_dtype bt, int64_t m, int64_t k, const f
             s0 = _mm_add_epi32(s0, _mm_shuffle_epi32(s0, 0xb1));
             s1 = _mm_add_epi32(s1, _mm_shuffle_epi32(s1, 0x4e));
             s1 = _mm_add_epi32(s1, _mm_shuffle_epi32(s1, 0xb1));
-            int32_t lo = _mm_cvtsi128_si32(s0), hi = _mm_cvtsi128_si32(s1), sum = lo + hi;
-            if (bt == TOY_Q2_K) { /* no offset; each 16's sum for the mins, as two int16 */
-                sa[i * nb + blk] = 0;
-                ((uint32_t *)xs)[i * nb + blk] = (uint32_t)(uint16_t)lo | (uint32_t)(uint16_t)hi << 16;
-                continue;
-            }
-            if (halves) {
-                sa[i * nb + blk] = -off * lo;
-                ((int32_t *)xs)[i * nb + blk] = -off * hi;
-                continue;
-            }
-            sa[i * nb + blk] = -off * sum;
-            xs[i * nb + blk] = da[i * nb + blk] * (float)sum;
+            toy_qgemm_block_start(bt, off, _mm_cvtsi128_si32(s0), _mm_cvtsi128_si32(s1), da[i * nb + blk],
+                                  &sa[i * nb + blk], &xs[i * nb + blk]);
         }
     }
 }
