@@ -382,6 +382,44 @@ template <int PRE> __global__ void k_qgemv_q6k(gemv_set S, CT A, gemv_pro P, boo
     G.store(acc, accum);
 }
 
+/* The same for IQ4_XS weights (super-blocks of 256: f16 d, 2 + 4 bytes of
+ * 6-bit sub-block scales, 128 bytes of codebook indices, 16 a 32-element
+ * sub-block): a warp per super-block a step. Lane l takes the four bytes
+ * 4(l % 4) of sub-block l / 4: their low nibbles are four elements of it,
+ * the high ones the four 16 further on, all under one scale. The warp reads
+ * the indices in one 128-byte run, a 4-byte load a lane (super-blocks are
+ * 136 bytes, 8-byte aligned in 8-byte aligned rows), and A's rows in
+ * 16-byte runs (rows_aligned16). */
+template <int PRE> __global__ void k_qgemv_iq4xs(gemv_set S, CT A, gemv_pro P, bool accum) {
+    __shared__ float rstd[GEMV_STATS];
+    const gemv_at<PRE> G(S, A, P, rstd);
+    if (G.j >= G.n) return;
+    const int64_t m = G.m, nblk = G.k / 256;
+    const int ib = G.lane / 4, p = G.lane % 4;
+    float acc[GEMV_MAX_ROWS];
+    for (int i = 0; i < GEMV_MAX_ROWS; i++) acc[i] = 0.0f;
+    for (int64_t blk = 0; blk < nblk; blk++) {
+        const uint8_t *bp = (const uint8_t *)G.brow + blk * 136;
+        const int ls = ((bp[4 + ib / 2] >> (4 * (ib % 2))) & 0xF) | ((((int)bp[2] | (int)bp[3] << 8) >> (2 * ib)) & 3) << 4;
+        const float dl = h2f_at(bp) * (float)(ls - 32);
+        const uint32_t q = *(const uint32_t *)(bp + 8 + 16 * ib + 4 * p);
+        const float v0 = (float)iq4_val(q & 0xF), v1 = (float)iq4_val((q >> 8) & 0xF),
+                    v2 = (float)iq4_val((q >> 16) & 0xF), v3 = (float)iq4_val((q >> 24) & 0xF),
+                    w0 = (float)iq4_val((q >> 4) & 0xF), w1 = (float)iq4_val((q >> 12) & 0xF),
+                    w2 = (float)iq4_val((q >> 20) & 0xF), w3 = (float)iq4_val(q >> 28);
+        const int64_t c = blk * 256 + 32 * ib + 4 * p; /* the low nibbles' first element; the high ones' is c + 16 */
+        for (int i = 0; i < GEMV_MAX_ROWS; i++) {
+            if (i >= m) break;
+            const float *x = (const float *)(G.a + i * A.nb[1]) + c;
+            float4 lo = *(const float4 *)x, hi = *(const float4 *)(x + 16);
+            pro_run4<PRE>(P, rstd, i, c, lo);
+            pro_run4<PRE>(P, rstd, i, c + 16, hi);
+            acc[i] += dl * (v0 * lo.x + v1 * lo.y + v2 * lo.z + v3 * lo.w + w0 * hi.x + w1 * hi.y + w2 * hi.z + w3 * hi.w);
+        }
+    }
+    G.store(acc, accum);
+}
+
 /* The same for F16 / BF16 weights: a warp per j, each lane eight weights
  * (one 16-byte load) and eight of A's elements (two) a step. A's elements
  * are rounded to the weight's type first, as the GEMM path converts A, so
@@ -475,16 +513,20 @@ static bool half_gemv_ok(const CT &A, const CT &B, const mm &s) {
 }
 
 /* the GEMV kernel that computes A times weights B, if one does: quantized
- * weights (k_qgemv_blocks for the 32-element block types, k_qgemv_q4k and
- * k_qgemv_q6k, k_qgemv for Q5_K) and
+ * weights (k_qgemv_blocks for the 32-element block types, k_qgemv_q4k,
+ * k_qgemv_q6k and k_qgemv_iq4xs, k_qgemv for Q2_K, Q3_K and Q5_K) and
  * F16/BF16 ones (k_hgemv), up to GEMV_MAX_ROWS rows */
-enum gemv_kind { GV_NONE, GV_Q, GV_QBLOCKS, GV_Q4K, GV_Q6K, GV_F16, GV_BF16 };
+enum gemv_kind { GV_NONE, GV_Q, GV_QBLOCKS, GV_Q4K, GV_Q6K, GV_IQ4XS, GV_F16, GV_BF16 };
 static gemv_kind gemv_of(const CT &A, const CT &B, const mm &s) {
     if (is_quant(B.type)) {
         if (!s.tb || s.ta || s.m > GEMV_MAX_ROWS) return GV_NONE;
         /* Q4_K / Q6_K: A's float4 and float2 loads need its rows 16-byte aligned */
         if ((B.type == TOY_Q4_K || B.type == TOY_Q6_K) && s.k % 256 == 0 && rows_aligned16(A))
             return B.type == TOY_Q4_K ? GV_Q4K : GV_Q6K;
+        /* IQ4_XS: 4-byte loads of the weights too, so rows of 8-byte aligned super-blocks */
+        if (B.type == TOY_IQ4_XS && s.k % 256 == 0 && rows_aligned16(A) && (uintptr_t)B.data % 8 == 0 &&
+            B.nb[1] % 8 == 0)
+            return GV_IQ4XS;
         return q_block_bytes(B.type) && s.k % 32 == 0 ? GV_QBLOCKS : GV_Q;
     }
     if (half_gemv_ok(A, B, s)) return B.type == TOY_F16 ? GV_F16 : GV_BF16;
@@ -633,6 +675,7 @@ static void launch_gemv(gemv_kind kind, dim3 grid, cudaStream_t st, const gemv_s
     case GV_QBLOCKS: k_qgemv_blocks<PRE><<<grid, 256, 0, st>>>(S, A, P, accum); break;
     case GV_Q4K: k_qgemv_q4k<PRE><<<grid, 256, 0, st>>>(S, A, P, accum); break;
     case GV_Q6K: k_qgemv_q6k<PRE><<<grid, 256, 0, st>>>(S, A, P, accum); break;
+    case GV_IQ4XS: k_qgemv_iq4xs<PRE><<<grid, 256, 0, st>>>(S, A, P, accum); break;
     case GV_Q: k_qgemv<PRE><<<grid, 256, 0, st>>>(S, A, P, accum); break;
     case GV_F16: k_hgemv<__half2, PRE><<<grid, 256, 0, st>>>(S, A, P, accum); break;
     default: k_hgemv<__nv_bfloat162, PRE><<<grid, 256, 0, st>>>(S, A, P, accum); break;
