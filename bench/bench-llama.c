@@ -13,7 +13,9 @@
  *           moment of the machine a 0.1-0.7 s run never sees)
  * Shapes: S = stories15M (vocab 32000, d 288, 6 layers, 6 heads, d_ff 768,
  * T 256, B 8); M = SmolLM2-135M (vocab 49152, d 576, 30 layers, 9/3 heads,
- * d_ff 1536, T 256, B 4). Prints JSON lines for bench/report.py.
+ * d_ff 1536, T 256, B 4); K = M at width 512 (8/4 heads of 64), so every
+ * matrix's rows fit the k-quants' super-blocks (gguf and file only).
+ * Prints JSON lines for bench/report.py.
  *   gguf    writes the M shape with random weights (f32) and a tokenizer to a
  *           GGUF, for the llama.cpp comparison (bench/llama_cpp.sh)
  *   file    prefill and decode tokens/s of a GGUF file as a user runs it
@@ -23,7 +25,7 @@
  *   stream  decode's products alone against loads alone over the same
  *           weights and nodes (bench_stream), f32, q8_0 and q4_0
  * Usage: bench-llama THREADS [S|M] [train|infer|scale|stream]
- *        bench-llama 0 M gguf OUT.gguf TOKENIZER_DIR
+ *        bench-llama 0 [M|K] gguf OUT.gguf TOKENIZER_DIR
  *        bench-llama THREADS M file MODEL.gguf */
 #include <math.h>
 #include <stdint.h>
@@ -48,6 +50,12 @@ static struct toy_llama_config shape(const char *s, int64_t *T, int64_t *B) {
     struct toy_llama_config c = toy_llama_preset(!strcmp(s, "S") ? "stories15m" : "smollm2-135m");
     *T = 256;
     *B = !strcmp(s, "S") ? 8 : 4;
+    if (!strcmp(s, "K")) { /* M with rows the k-quants' 256-element super-blocks fit (M's 576 does not) */
+        c.d_model = 512;
+        c.n_heads = 8;
+        c.n_kv_heads = 4;
+        c.head_dim = 64;
+    }
     return c;
 }
 

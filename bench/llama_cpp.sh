@@ -2,7 +2,7 @@
 # bench/llama_cpp.sh: toy against llama.cpp's CPU kernels on the same GGUF
 # files: the SmolLM2-135M shape (random weights, SmolLM2's tokenizer) in
 # F32, F16, Q8_0 and Q4_0, prefill of 256 tokens and greedy decode, at 1 and 2
-# threads, with the decode bound (the larger of triad and read GB/s, over
+# threads, and its width-512 twin in Q4_K, Q3_K, Q2_K and IQ4_XS at 2, with the decode bound (the larger of triad and read GB/s, over
 # the weight bytes per token)
 # measured in the same run. llama.cpp comes from the npm package
 # node-llama-cpp (prebuilt CPU builds, incl. Zen 4), installed once into
@@ -31,11 +31,23 @@ for t in f16 q8_0 q4_0; do
     log=$("$B/toy" quantize "$dir/m-f32.gguf" "$dir/m-$t.gguf" "$t" 2>&1) || { echo "$log"; exit 1; }
   fi
 done
+[ -f "$dir/k-f32.gguf" ] || "$B/bench/bench-llama" 0 K gguf "$dir/k-f32.gguf" "$TD/tokenizer-smollm2" || exit 1
+for t in q4_k q3_k q2_k iq4_xs; do
+  if [ ! -f "$dir/k-$t.gguf" ]; then
+    log=$("$B/toy" quantize "$dir/k-f32.gguf" "$dir/k-$t.gguf" "$t" 2>&1) || { echo "$log"; exit 1; }
+  fi
+done
 {
   for t in f32 f16 q8_0 q4_0; do
     for th in 1 2; do
       "$B/bench/bench-llama" "$th" M file "$dir/m-$t.gguf"
       UV_THREADPOOL_SIZE=1 node "$B/node/llama_cpp.mjs" "$(realpath "$dir/m-$t.gguf")" "$th" | sed "s/{/{\"dtype\":\"$t\",/"
     done
+  done
+  # the k-quants and iq4_xs on the K shape (M at width 512: rows whole
+  # super-blocks), files written by toy quantize, 2 threads
+  for t in q4_k q3_k q2_k iq4_xs; do
+    "$B/bench/bench-llama" 2 M file "$dir/k-$t.gguf"
+    UV_THREADPOOL_SIZE=1 node "$B/node/llama_cpp.mjs" "$(realpath "$dir/k-$t.gguf")" 2 | sed "s/{/{\"dtype\":\"$t\",/"
   done
 } | "$PY" bench/llama_cpp_report.py "$B/bench-llama-cpp.json"
