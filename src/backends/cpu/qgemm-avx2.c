@@ -1,26 +1,27 @@
 /* qgemm-avx2.c: the packed int8 products (qdot.h's layouts, toy_qpack) for
  * CPUs with AVX2 but without AVX-512 VNNI: decode and prefill of Q8_0,
- * Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS weights from the
- * packed groups, bit for bit as toy_qgemm_ref (qdot.c) and so as the VNNI
- * kernels of qgemm-avx512.c. Without them those CPUs dequantized every
- * K-quant weight to f32 for an sgemm, at a sixth of the memory bound.
+ * Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS
+ * weights from the packed groups, bit for bit as toy_qgemm_ref (qdot.c)
+ * and so as the VNNI kernels of qgemm-avx512.c. Without them those CPUs
+ * dequantized every K-quant weight to f32 for an sgemm, at a sixth of the
+ * memory bound.
  *
  * AVX2 has no vpdpbusd. Its stand-in is vpmaddubsw (unsigned times signed
  * bytes, adjacent pairs added into int16, saturating) and vpmaddwd against
  * ones (pairs of int16 added into int32): together the same sum of 4
  * products per column lane, exact while no int16 sum saturates. The
  * activations are Q8_0 values in [-127, 127], so a pair of products is at
- * most 3810 for values below 16 (Q4_0, Q4_1, Q4_K: a block's 8 quads add
- * up in int16 before one vpmaddwd; Q3_K's, below 8, 4 a 16-element
- * sub-block), 7874 below 32 (the Q5 types: 4 quads)
- * and 16002 below 64 (Q6_K: 2 quads). Nibbles are therefore shifted down,
- * not kept 16 times their value as the VNNI kernel keeps the high ones.
- * Q8_0's values and the IQ4 codebook's are signed: |w| times x with w's
- * sign moved onto x (vpsignb), at most 2 x 128 x 127 a pair, and no offset
- * to remove.
+ * most 3810 for values below 16 (Q4_0, Q4_1, Q4_K: a block's 8 quads add up
+ * in int16 before one vpmaddwd), 7874 below 32 (the Q5 types: 4 quads) and
+ * 16002 below 64 (Q6_K: 2 quads); Q3_K's and Q2_K's values (below 8 and 4)
+ * add up 4 quads, a 16-element sub-block. Nibbles are therefore shifted
+ * down, not kept 16 times their value as the VNNI kernel keeps the high
+ * ones. Q8_0's values and the IQ4 codebook's are signed: |w| times x with
+ * w's sign moved onto x (vpsignb), at most 2 x 128 x 127 a pair, and no
+ * offset to remove.
  *
  * A packed vector holds 16 columns; here it is two 32-byte halves of 8,
- * each carried through the block in turn with 8-lane float scales. */
+ * each a pass of its own over the group (kernel_half). */
 #include <immintrin.h>
 #include <stdbool.h>
 #include <stdint.h>
