@@ -228,10 +228,10 @@ static inline __attribute__((always_inline)) __m512 iq4xs_scales(const uint8_t *
     return _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(sup + 32 + 16 * (blk % 8))))));
 }
 
-/* the IQ4 codebook + 128 (unsigned, for vpdpbusd) in every 128-bit lane */
+/* the IQ4 codebook + 128 (unsigned, for vpdpbusd: toy_iq4_codebook ^ 0x80)
+ * in every 128-bit lane */
 static inline __m512i iq4_table(void) {
-    int8_t t[16];
-    for (int i = 0; i < 16; i++) t[i] = (int8_t)(toy_iq4_codebook[i] ^ 0x80);
+    static const uint8_t t[16] = {1, 24, 45, 63, 79, 93, 106, 118, 129, 141, 153, 166, 181, 197, 217, 241};
     return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)t));
 }
 
