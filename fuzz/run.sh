@@ -9,7 +9,10 @@
 # tests/data/<kind>-crashes/ (replayed by test-gguf.c, test-hf-import.c,
 # test-chat-template.c and test-vit.c) and the script exits 1. Run from the
 # repository root. Renders and loads must also stay within -timeout and
-# -malloc_limit_mb: a hang or a huge allocation counts as a crash.
+# -malloc_limit_mb: a hang or a huge allocation counts as a crash. A failed
+# run ends by naming the harness, libFuzzer's reason and the input in base64
+# (up to 16 KiB), so the last lines of a CI log are enough to replay it:
+#   base64 -d > crash; build-fuzz/fuzz-KIND crash
 set -euo pipefail
 secs=${1:-60}
 cd "$(dirname "$0")/.."
@@ -32,21 +35,33 @@ for kind in $kinds; do
     if [ -d "tests/data/$kind-crashes" ]; then cp -f "tests/data/$kind-crashes"/* "$work/$kind/" 2>/dev/null || true; fi
 done
 status=0
+failed=""
+report=$(mktemp)
+trap 'rm -f "$report" "$report.log"' EXIT
 run() { # kind seconds [libFuzzer flags]
     rm -f "$work"/artifacts/*
     local st=0
     "build-fuzz/fuzz-$1" "$work/$1" -max_total_time="$2" -max_len=65536 -timeout=10 \
-        -rss_limit_mb=2048 -malloc_limit_mb=256 -artifact_prefix="$work/artifacts/" -print_final_stats=1 "${@:3}" || st=$?
+        -rss_limit_mb=2048 -malloc_limit_mb=256 -artifact_prefix="$work/artifacts/" -print_final_stats=1 "${@:3}" \
+        2>&1 | tee "$report.log" || st=$?
     local found=0
     for a in "$work"/artifacts/*; do
         [ -f "$a" ] || continue
         mkdir -p "tests/data/$1-crashes"
         cp "$a" "tests/data/$1-crashes/$(basename "$a")"
         echo "fuzz: kept $(basename "$a") in tests/data/$1-crashes/"
+        {
+            echo "== fuzz-$1: $(basename "$a") ($(stat -c %s "$a") bytes)"
+            grep -aE '^==[0-9]+==( ERROR|WARNING: MemorySanitizer)|^SUMMARY:|runtime error:|ERROR: libFuzzer|out-of-memory|Timeout|deadly signal' \
+                "$report.log" | head -8
+            if [ "$(stat -c %s "$a")" -le 16384 ]; then echo "input (base64):"; base64 -w 76 "$a"; fi
+        } >> "$report"
         found=1
     done
     if [ "$found" = 1 ] || [ "$st" != 0 ]; then
         echo "fuzz-$1: FAILED (status $st)"
+        [ "$found" = 1 ] || { echo "== fuzz-$1: status $st and no input kept"; tail -5 "$report.log"; } >> "$report"
+        failed="$failed $1"
         status=1
     else
         echo "fuzz-$1: ok, no crash in ${2}s"
@@ -59,4 +74,8 @@ run tokenizer "$share"
 run jinja "$share" -dict=fuzz/jinja.dict -max_len=16384
 run images "$share"
 run data "$share"
+if [ "$status" != 0 ]; then
+    echo "---- fuzz: what failed:$failed ----"
+    cat "$report"
+fi
 exit $status
