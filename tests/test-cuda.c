@@ -460,11 +460,21 @@ Test(cuda, matmul_half_and_quantized_weights) {
         weight_case(q[i], 3, TOL_QUANT);  /* GEMV kernel */
         weight_case(q[i], 40, TOL_QUANT); /* dequantize + GEMM */
     }
+    for (int i = 0; i < 2; i++) { /* A's rows not 16-byte aligned: the super-block types' element-wise GEMV */
+        struct toy_ctx *ctx = setup(9);
+        const int64_t ne[2] = {256, 3};
+        const size_t nb[2] = {4, 258 * 4};
+        struct toy_tensor *a = toy_view(ctx, param(ctx, 258, 3, 1, 1), 2, ne, nb, 0);
+        struct toy_tensor *w = toy_new_tensor_2d(ctx, i ? TOY_Q3_K : TOY_Q4_K, 256, 40);
+        fill(w, -1.0f, 1.0f);
+        check(ctx, loss_of(ctx, toy_linear(ctx, a, w, NULL)), true, TOL_QUANT, "matmul k-quant weights, padded rows");
+        toy_ctx_free(ctx);
+    }
 }
 
-/* Each quantized type's decode GEMV (up to 8 rows; Q4_K and Q6_K have
- * kernels of their own, the 32-element types and IQ4_NL the block one, the
- * others the element-wise one) against the device's other path, chunks of the
+/* Each quantized type's decode GEMV (up to 8 rows; the k-quants and
+ * IQ4_XS have kernels of their own, the 32-element types and IQ4_NL the
+ * block one) against the device's other path, chunks of the
  * weights dequantized and a GEMM (more rows): a 3-row product is the first
  * rows of a 12-row one up to the order of the sums, with one and three
  * blocks or super-blocks a row and 72 columns (a last block of warps part
@@ -1584,20 +1594,21 @@ Test(cuda, gpt2_fused_decode_same_bits_as_unfused, .timeout = 600) {
     toy_gpt2_free(m);
 }
 
-/* The same with Q4_K and Q6_K weights, whose GEMVs are kernels of their
+/* The same with the k-quants and IQ4_XS, whose GEMVs are kernels of their
  * own (rows of whole 256-element super-blocks): a Llama and a GPT-2 of
  * width 256 */
 Test(cuda, kquant_fused_decode_same_bits_as_unfused, .timeout = 600) {
     need_cuda();
     unsetenv("TOY_FUSE");
-    const enum toy_dtype types[] = {TOY_Q4_K, TOY_Q6_K};
+    const enum toy_dtype types[] = {TOY_Q4_K, TOY_Q6_K, TOY_Q5_K, TOY_Q2_K, TOY_Q3_K, TOY_IQ4_XS};
+    const int n = sizeof types / sizeof types[0];
     struct toy_llama_config lc = small_llama();
     lc.d_model = 256;
     lc.d_ff = 512;
     struct toy_llama *l = toy_llama_new(&lc, 37);
     cr_assert(l, "%s", toy_last_error());
     struct toy_lm lm = toy_llama_lm(l);
-    fused_decode_types(&lm, 0, types, 2);
+    fused_decode_types(&lm, 0, types, n);
     toy_llama_free(l);
     struct toy_gpt2_config gc = toy_gpt2_preset("tiny");
     gc.vocab = 61;
@@ -1607,7 +1618,7 @@ Test(cuda, kquant_fused_decode_same_bits_as_unfused, .timeout = 600) {
     struct toy_gpt2 *g = toy_gpt2_new(&gc, 41);
     cr_assert(g, "%s", toy_last_error());
     lm = toy_gpt2_lm(g);
-    fused_decode_types(&lm, 0, types, 2);
+    fused_decode_types(&lm, 0, types, n);
     toy_gpt2_free(g);
 }
 

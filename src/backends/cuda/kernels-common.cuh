@@ -64,6 +64,12 @@ __host__ __device__ __forceinline__ int q5_high(uint32_t qh, int j) {
     return j < 16 ? (int)(((qh >> j) << 4) & 0x10) : (int)((qh >> (j - 16 + 12)) & 0x10);
 }
 
+/* the 6-bit scale of 16-element group is (0..15) of a Q3_K super-block's
+ * 12 scale bytes sc, minus 32 (quant-impl.h toy_q3k_scales) */
+__host__ __device__ __forceinline__ int q3k_scale(const uint8_t *sc, int is) {
+    return ((is < 8 ? sc[is] & 0xF : sc[is - 8] >> 4) | ((sc[8 + is % 4] >> (2 * (is / 4))) & 3) << 4) - 32;
+}
+
 /* value i (0..15) of the IQ4 codebook (quant-impl.h toy_iq4_codebook), from
  * two words: no table in memory */
 __host__ __device__ __forceinline__ int iq4_val(int i) {
@@ -150,9 +156,7 @@ __host__ __device__ __forceinline__ float ld_row(int type, const char *row, int6
         const uint8_t *b = (const uint8_t *)row + (i0 / 256) * 110;
         int j = (int)(i0 % 256), n = j / 128, s = (j % 128) / 32, l = j % 32, is = 8 * n + 2 * s + (l >= 16);
         int q = ((b[32 + 32 * n + l] >> (2 * s)) & 3) - ((b[l] >> (4 * n + s)) & 1 ? 0 : 4);
-        const uint8_t *sc = b + 96;
-        int v = ((is < 8 ? sc[is] & 0xF : sc[is - 8] >> 4) | ((sc[8 + is % 4] >> (2 * (is / 4))) & 3) << 4) - 32;
-        return h2f_at(b + 108) * (float)v * (float)q;
+        return h2f_at(b + 108) * (float)q3k_scale(b + 96, is) * (float)q;
     }
     case TOY_IQ4_NL: {
         const uint8_t *b = (const uint8_t *)row + (i0 / 32) * 18;

@@ -12,8 +12,9 @@
  *                (bf16);
  *   B F16/BF16   A converted to B's type, F32 accumulation;
  *   B quantized  up to 8 rows (decode): a GEMV kernel that dequantizes in
- *                registers (the 32-element block types, Q4_K and Q6_K each
- *                their own, Q5_K element by element); more rows: chunks of B
+ *                registers (the 32-element block types and IQ4_NL one,
+ *                the k-quants and IQ4_XS a warp per super-block; rows not
+ *                so aligned element by element); more rows: chunks of B
  *                dequantized to F32 in scratch, then F32 GEMM (as the CPU
  *                does).
  * Accumulating products (persistent gradients) use beta = 1.
@@ -382,6 +383,110 @@ template <int PRE> __global__ void k_qgemv_q6k(gemv_set S, CT A, gemv_pro P, boo
     G.store(acc, accum);
 }
 
+/* The same for Q5_K weights (super-blocks of 256: f16 d and dmin, 12 bytes
+ * of scales and mins as Q4_K's, 32 bytes of fifth bits qh, 128 of
+ * nibbles): a warp per super-block a step, lanes as k_qgemv_q4k's. Lane l
+ * also loads qh's four bytes 4(l % 8): bit 2g of byte t is the fifth bit
+ * of its low nibble t in chunk g, bit 2g + 1 that of the high one. Needs
+ * 4-byte aligned super-blocks (176 bytes: rows of them) and A's rows
+ * 16-byte aligned. */
+template <int PRE> __global__ void k_qgemv_q5k(gemv_set S, CT A, gemv_pro P, bool accum) {
+    __shared__ float rstd[GEMV_STATS];
+    const gemv_at<PRE> G(S, A, P, rstd);
+    if (G.j >= G.n) return;
+    const int64_t m = G.m, nblk = G.k / 256;
+    const int g = G.lane / 8, p = G.lane % 8;
+    float acc[GEMV_MAX_ROWS];
+    for (int i = 0; i < GEMV_MAX_ROWS; i++) acc[i] = 0.0f;
+    for (int64_t blk = 0; blk < nblk; blk++) {
+        const uint8_t *bp = (const uint8_t *)G.brow + blk * 176;
+        int sc0, m0, sc1, m1;
+        q4k_scale_min(2 * g, bp + 4, &sc0, &m0);
+        q4k_scale_min(2 * g + 1, bp + 4, &sc1, &m1);
+        const float d = h2f_at(bp), dmin = h2f_at(bp + 2);
+        const float ds0 = d * (float)sc0, dm0 = dmin * (float)m0, ds1 = d * (float)sc1, dm1 = dmin * (float)m1;
+        const uint32_t q = *(const uint32_t *)(bp + 48 + 32 * g + 4 * p);
+        const uint32_t h = *(const uint32_t *)(bp + 16 + 4 * p) >> (2 * g); /* bit 8t: low t's, 8t + 1: high t's */
+        float lw[4], hw[4];
+        for (int t = 0; t < 4; t++) {
+            lw[t] = (float)(((q >> (8 * t)) & 0xF) | ((h >> (8 * t)) & 1) << 4);
+            hw[t] = (float)(((q >> (8 * t + 4)) & 0xF) | ((h >> (8 * t + 1)) & 1) << 4);
+        }
+        const int64_t c = blk * 256 + 64 * g + 4 * p; /* the low nibbles' first element; the high ones' is c + 32 */
+        for (int i = 0; i < GEMV_MAX_ROWS; i++) {
+            if (i >= m) break;
+            const float *x = (const float *)(G.a + i * A.nb[1]) + c;
+            float4 lo = *(const float4 *)x, hi = *(const float4 *)(x + 32);
+            pro_run4<PRE>(P, rstd, i, c, lo);
+            pro_run4<PRE>(P, rstd, i, c + 32, hi);
+            acc[i] += ds0 * (lw[0] * lo.x + lw[1] * lo.y + lw[2] * lo.z + lw[3] * lo.w) -
+                      dm0 * (lo.x + lo.y + lo.z + lo.w) +
+                      ds1 * (hw[0] * hi.x + hw[1] * hi.y + hw[2] * hi.z + hw[3] * hi.w) -
+                      dm1 * (hi.x + hi.y + hi.z + hi.w);
+        }
+    }
+    G.store(acc, accum);
+}
+
+/* The same for Q2_K and Q3_K weights (super-blocks of 256 in two halves of
+ * 128; 2-bit values, byte l of a half's 32 holding element l of each of its
+ * four 32-element quarters at bits 2r; a scale per 16 elements), lanes as
+ * k_qgemv_q6k's: half-warp h on half h, lane l on elements l and l + 1 of
+ * each quarter (a 2-byte load of the values, and for Q3_K of the third
+ * bits). Q2_K (84 bytes: scale | min << 4 bytes, values, f16 d and dmin)
+ * adds d sc sum(q x) - dmin m sum(x) per 16; Q3_K (110 bytes: third bits,
+ * values, 12 bytes of 6-bit scales, f16 d) d (sc - 32) sum(q x), q - 4
+ * where the third bit is clear. Needs 2-byte aligned super-blocks and A's
+ * rows 16-byte aligned. */
+template <int T, int PRE> __global__ void k_qgemv_q23k(gemv_set S, CT A, gemv_pro P, bool accum) {
+    __shared__ float rstd[GEMV_STATS];
+    const gemv_at<PRE> G(S, A, P, rstd);
+    if (G.j >= G.n) return;
+    const int64_t m = G.m, nblk = G.k / 256;
+    const int h = G.lane / 16, l = 2 * (G.lane % 16);
+    const int64_t bsz = T == TOY_Q2_K ? 84 : 110;
+    float acc[GEMV_MAX_ROWS];
+    for (int i = 0; i < GEMV_MAX_ROWS; i++) acc[i] = 0.0f;
+    for (int64_t blk = 0; blk < nblk; blk++) {
+        const uint8_t *bp = (const uint8_t *)G.brow + blk * bsz;
+        const uint32_t qv = *(const uint16_t *)(bp + (T == TOY_Q2_K ? 16 : 32) + 32 * h + l);
+        float w[4][2], ds[4], dm[4];
+        if (T == TOY_Q2_K) {
+            const float d = h2f_at(bp + 80), dmin = h2f_at(bp + 82);
+            for (int r = 0; r < 4; r++) {
+                const int sm = bp[8 * h + 2 * r + (l >= 16)];
+                ds[r] = d * (float)(sm & 0xF), dm[r] = dmin * (float)(sm >> 4);
+                for (int t = 0; t < 2; t++) w[r][t] = (float)((qv >> (8 * t + 2 * r)) & 3);
+            }
+        } else {
+            const float d = h2f_at(bp + 108);
+            const uint32_t hm = *(const uint16_t *)(bp + l) >> (4 * h); /* bit 8t + r: element t of quarter r */
+            for (int r = 0; r < 4; r++) {
+                ds[r] = d * (float)q3k_scale(bp + 96, 8 * h + 2 * r + (l >= 16)), dm[r] = 0.0f;
+                for (int t = 0; t < 2; t++)
+                    w[r][t] = (float)((int)((qv >> (8 * t + 2 * r)) & 3) - ((hm >> (8 * t + r)) & 1 ? 0 : 4));
+            }
+        }
+        const int64_t c = blk * 256 + 128 * h + l;
+        for (int i = 0; i < GEMV_MAX_ROWS; i++) {
+            if (i >= m) break;
+            const float *x = (const float *)(G.a + i * A.nb[1]) + c;
+            float s = 0.0f;
+            for (int r = 0; r < 4; r++) {
+                float2 v = *(const float2 *)(x + 32 * r);
+                if (PRE) {
+                    v.x = pro_at<PRE>(P, rstd, i, c + 32 * r, v.x);
+                    v.y = pro_at<PRE>(P, rstd, i, c + 32 * r + 1, v.y);
+                }
+                s += ds[r] * (w[r][0] * v.x + w[r][1] * v.y);
+                if (T == TOY_Q2_K) s -= dm[r] * (v.x + v.y);
+            }
+            acc[i] += s;
+        }
+    }
+    G.store(acc, accum);
+}
+
 /* The same for IQ4_XS weights (super-blocks of 256: f16 d, 2 + 4 bytes of
  * 6-bit sub-block scales, 128 bytes of codebook indices, 16 a 32-element
  * sub-block): a warp per super-block a step. Lane l takes the four bytes
@@ -513,20 +618,26 @@ static bool half_gemv_ok(const CT &A, const CT &B, const mm &s) {
 }
 
 /* the GEMV kernel that computes A times weights B, if one does: quantized
- * weights (k_qgemv_blocks for the 32-element block types, k_qgemv_q4k,
- * k_qgemv_q6k and k_qgemv_iq4xs, k_qgemv for Q2_K, Q3_K and Q5_K) and
- * F16/BF16 ones (k_hgemv), up to GEMV_MAX_ROWS rows */
-enum gemv_kind { GV_NONE, GV_Q, GV_QBLOCKS, GV_Q4K, GV_Q6K, GV_IQ4XS, GV_F16, GV_BF16 };
+ * weights (k_qgemv_blocks for the 32-element block types, a warp per
+ * super-block for the k-quants and IQ4_XS, else k_qgemv element by
+ * element) and F16/BF16 ones (k_hgemv), up to GEMV_MAX_ROWS rows */
+enum gemv_kind { GV_NONE, GV_Q, GV_QBLOCKS, GV_Q4K, GV_Q5K, GV_Q6K, GV_Q2K, GV_Q3K, GV_IQ4XS, GV_F16, GV_BF16 };
 static gemv_kind gemv_of(const CT &A, const CT &B, const mm &s) {
     if (is_quant(B.type)) {
         if (!s.tb || s.ta || s.m > GEMV_MAX_ROWS) return GV_NONE;
-        /* Q4_K / Q6_K: A's float4 and float2 loads need its rows 16-byte aligned */
-        if ((B.type == TOY_Q4_K || B.type == TOY_Q6_K) && s.k % 256 == 0 && rows_aligned16(A))
-            return B.type == TOY_Q4_K ? GV_Q4K : GV_Q6K;
-        /* IQ4_XS: 4-byte loads of the weights too, so rows of 8-byte aligned super-blocks */
-        if (B.type == TOY_IQ4_XS && s.k % 256 == 0 && rows_aligned16(A) && (uintptr_t)B.data % 8 == 0 &&
-            B.nb[1] % 8 == 0)
-            return GV_IQ4XS;
+        /* the super-block kernels: A's float4 and float2 loads need its rows
+         * 16-byte aligned, the weights' 4- or 2-byte loads rows of so
+         * aligned super-blocks (Q4_K's and Q6_K's always are on the device) */
+        uintptr_t bal = (uintptr_t)B.data | (uintptr_t)B.nb[1];
+        if (s.k % 256 == 0 && rows_aligned16(A)) switch (B.type) {
+            case TOY_Q4_K: return GV_Q4K;
+            case TOY_Q6_K: return GV_Q6K;
+            case TOY_Q5_K: if (bal % 4 == 0) return GV_Q5K; break;
+            case TOY_Q2_K: if (bal % 2 == 0) return GV_Q2K; break;
+            case TOY_Q3_K: if (bal % 2 == 0) return GV_Q3K; break;
+            case TOY_IQ4_XS: if (bal % 8 == 0) return GV_IQ4XS; break;
+            default: break;
+            }
         return q_block_bytes(B.type) && s.k % 32 == 0 ? GV_QBLOCKS : GV_Q;
     }
     if (half_gemv_ok(A, B, s)) return B.type == TOY_F16 ? GV_F16 : GV_BF16;
@@ -674,7 +785,10 @@ static void launch_gemv(gemv_kind kind, dim3 grid, cudaStream_t st, const gemv_s
     switch (kind) {
     case GV_QBLOCKS: k_qgemv_blocks<PRE><<<grid, 256, 0, st>>>(S, A, P, accum); break;
     case GV_Q4K: k_qgemv_q4k<PRE><<<grid, 256, 0, st>>>(S, A, P, accum); break;
+    case GV_Q5K: k_qgemv_q5k<PRE><<<grid, 256, 0, st>>>(S, A, P, accum); break;
     case GV_Q6K: k_qgemv_q6k<PRE><<<grid, 256, 0, st>>>(S, A, P, accum); break;
+    case GV_Q2K: k_qgemv_q23k<TOY_Q2_K, PRE><<<grid, 256, 0, st>>>(S, A, P, accum); break;
+    case GV_Q3K: k_qgemv_q23k<TOY_Q3_K, PRE><<<grid, 256, 0, st>>>(S, A, P, accum); break;
     case GV_IQ4XS: k_qgemv_iq4xs<PRE><<<grid, 256, 0, st>>>(S, A, P, accum); break;
     case GV_Q: k_qgemv<PRE><<<grid, 256, 0, st>>>(S, A, P, accum); break;
     case GV_F16: k_hgemv<__half2, PRE><<<grid, 256, 0, st>>>(S, A, P, accum); break;
