@@ -1387,7 +1387,7 @@ Test(cuda, serve_engine_matches_cpu, .timeout = 300) {
     enum { MAXT = 10 };
     for (int f = 0; f < 2; f++) {
         struct srv_token got[2][4][MAXT];
-        for (int side = 0; side < 2; side++) {
+        for (int side = 0, attempt = 0; side < 2; side++) {
             cr_assert_eq(toy_device_set_default(side ? "cuda:0" : "cpu"), TOY_OK, "%s", toy_last_error());
             struct srv_metrics met = {0};
             pthread_mutex_init(&met.mu, NULL);
@@ -1403,7 +1403,18 @@ Test(cuda, serve_engine_matches_cpu, .timeout = 300) {
                 cr_assert_eq(toy_srv_engine_submit(e, jobs[i]), TOY_OK, "%s", toy_last_error());
             }
             wait_job(jobs[3]);
-            cr_assert_gt(atomic_load(&met.decode_rows), atomic_load(&met.decode_steps), "a shared batch");
+            /* the first three decode together unless the engine finished one before the next was
+             * submitted, which a loaded machine can make happen: then again, on a new engine */
+            bool shared = atomic_load(&met.decode_rows) > atomic_load(&met.decode_steps);
+            if (!shared && ++attempt < 5) {
+                for (int i = 0; i < 4; i++) toy_srv_job_unref(jobs[i]);
+                toy_srv_engine_free(e);
+                pthread_mutex_destroy(&met.mu);
+                side--;
+                continue;
+            }
+            attempt = 0;
+            cr_assert(shared, "%s: the requests never shared a decode step", models[f].arch);
             cr_assert_eq(jobs[3]->n_cached, 4, "%s: the prefix cache", models[f].arch);
             for (int i = 0; i < 4; i++) {
                 cr_assert_eq(jobs[i]->n_generated, MAXT);
