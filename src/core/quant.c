@@ -714,18 +714,18 @@ static void q_q3_k(const float *x, uint8_t *b, int64_t nb) {
     }
 }
 
-/* the index of the codebook value nearest v (ggml's best_index_int8: a
- * tie goes to the larger) */
-static int iq4_index(float v) {
-    const int8_t *val = toy_iq4_codebook;
-    if (v <= val[0]) return 0;
-    if (v >= val[15]) return 15;
-    int lo = 0, hi = 15;
-    while (hi - lo > 1) {
-        int mid = (lo + hi) / 2;
-        if (v < val[mid]) hi = mid;
-        else lo = mid;
-    }
+/* the index of the codebook value nearest v, as ggml's best_index_int8
+ * finds it (a tie goes to the larger; below the first value 0, above the
+ * last or NaN 15). Its binary search ends at the first value above v (hi);
+ * hi is counted here instead, without branches, which runs the quantizers'
+ * hot loop without mispredictions; the last comparison is ggml's own. */
+static const float iq4_codebook_f[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+static inline int iq4_index(float v) {
+    const float *val = iq4_codebook_f;
+    int hi = 0;
+    for (int k = 0; k < 15; k++) hi += !(v < val[k]);
+    hi += hi == 0;
     return v - val[hi - 1] < val[hi] - v ? hi - 1 : hi;
 }
 
