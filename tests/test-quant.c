@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "toy/quant.h"
+#include "core/quant-impl.h"
 
 static uint8_t *slurp(const char *path, size_t *size) {
     FILE *f = fopen(path, "rb");
@@ -113,6 +114,42 @@ Test(quant, fast_kernels_match_reference) {
     free(q);
     free(a);
     free(b);
+}
+
+/* The iq4 quantizers' search (iq4_fit: 16 trial scales over a block's 32
+ * values) on AVX2 gives the scalar loop's sums bit for bit: random values
+ * and scales; values on the codebook's grid and halfway between at scale
+ * 1 and -1 (exact ties, which go to the larger value); values past both
+ * ends of the codebook, zeros, subnormals, huge values, NaN. */
+Test(quant, iq4_search_matches_scalar) {
+    if (!__builtin_cpu_supports("avx2")) cr_skip_test("no AVX2");
+    static const int8_t cb[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+    uint64_t s = 99;
+    for (int rep = 0; rep < 400; rep++) {
+        float x[32], id[16], a[2][16], b[2][16];
+        for (int i = 0; i < 32; i++) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            const float u = (float)((double)(s >> 11) / 9007199254740992.0 - 0.5);
+            const int c = (int)(s >> 60) % 15;
+            switch (rep % 6) {
+            case 0: x[i] = u; break;
+            case 1: x[i] = i % 2 ? (float)cb[c] : 0.5f * (float)(cb[c] + cb[c + 1]); break; /* grid and ties */
+            case 2: x[i] = 300 * u; break;                                                /* past the ends */
+            case 3: x[i] = i % 4 == 0 ? 0.0f : u * 1e-39f; break;                          /* zeros, subnormals */
+            case 4: x[i] = u * 1e35f; break;
+            default: x[i] = i == 5 ? NAN : u; break;
+            }
+        }
+        for (int t = 0; t < 16; t++) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            id[t] = rep % 6 == 1 ? (t % 2 ? 1.0f : -1.0f) : (float)((double)(s >> 11) / 9007199254740992.0 * 4 - 2);
+        }
+        toy_iq4_sums_ref(x, id, a[0], b[0]);
+        toy_iq4_sums_avx2(x, id, a[1], b[1]);
+        for (int t = 0; t < 16; t++)
+            cr_assert(!memcmp(&a[0][t], &a[1][t], 4) && !memcmp(&b[0][t], &b[1][t], 4),
+                      "case %d, trial %d: sums %a %a (scalar) vs %a %a", rep, t, a[0][t], b[0][t], a[1][t], b[1][t]);
+    }
 }
 
 /* Worked by hand from the block definitions. */

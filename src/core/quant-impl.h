@@ -47,5 +47,10 @@ void toy_deq_q5_1_avx2(const uint8_t *b, float *y, int64_t nb);
 void toy_deq_q4_k_avx2(const uint8_t *b, float *y, int64_t nb);
 void toy_deq_q5_k_avx2(const uint8_t *b, float *y, int64_t nb);
 void toy_deq_q6_k_avx2(const uint8_t *b, float *y, int64_t nb);
+/* iq4_fit's search: for each of 16 trial inverse scales id[t], over 32
+ * values x[j] in order, the sums of w q x and w q q (w = x^2, q the IQ4
+ * codebook value nearest id[t] x[j]); the AVX2 one gives the same bits */
+void toy_iq4_sums_ref(const float *x, const float *id, float *sqx, float *sq2);
+void toy_iq4_sums_avx2(const float *x, const float *id, float *sqx, float *sq2);
 
 #endif

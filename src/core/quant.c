@@ -714,6 +714,17 @@ static void q_q3_k(const float *x, uint8_t *b, int64_t nb) {
     }
 }
 
+/* whether the AVX2 kernels of quant-avx2.c run ($TOY_QUANT_SCALAR=1: the
+ * reference ones) */
+static bool quant_simd(void) {
+    static int simd = -1; /* benign race: every thread computes the same value */
+    if (simd < 0) {
+        const char *e = getenv("TOY_QUANT_SCALAR");
+        simd = !(e && *e && strcmp(e, "0")) && __builtin_cpu_supports("avx2");
+    }
+    return simd;
+}
+
 /* the index of the codebook value nearest v, as ggml's best_index_int8
  * finds it (a tie goes to the larger; below the first value 0, above the
  * last or NaN 15). Its binary search ends at the first value above v (hi);
@@ -729,11 +740,26 @@ static inline int iq4_index(float v) {
     return v - val[hi - 1] < val[hi] - v ? hi - 1 : hi;
 }
 
-/* The scale of 32 values x over the iq4 codebook and their indices L
- * (ggml's quantize_row_iq4_nl_impl for one block, no importance weights:
- * weights x^2, the scale refit by least squares for 15 starting scales);
- * 0 for an all-zero block (L then untouched) */
-static float iq4_fit(const float *x, uint8_t *L) {
+/* iq4_fit's inner loop, the reference (quant-impl.h): for each of 16 trial inverse
+ * scales id[t], over the 32 values x[j] in order, sums of w q x and w q q
+ * (w = x^2, q the codebook value nearest id[t] x[j]) */
+void toy_iq4_sums_ref(const float *x, const float *id, float *sqx, float *sq2) {
+    for (int t = 0; t < 16; t++) sqx[t] = sq2[t] = 0;
+    for (int j = 0; j < 32; j++)
+        for (int t = 0; t < 16; t++) {
+            const float q = iq4_codebook_f[iq4_index(id[t] * x[j])], w = x[j] * x[j];
+            sqx[t] += w * q * x[j];
+            sq2[t] += w * q * q;
+        }
+}
+
+/* The scale of 32 values x over the iq4 codebook (ggml's
+ * quantize_row_iq4_nl_impl for one block, no importance weights: weights
+ * x^2; the scale -max/127 refit by least squares, then 15 other starting
+ * scales each refit and kept if it fits better); 0 for an all-zero block.
+ * The 16 trials' sums are independent, so they run side by side (t = 0 the
+ * first scale, t = 1..15 ggml's itry = -7..7), each in ggml's order. */
+static float iq4_fit(const float *x) {
     const int8_t *val = toy_iq4_codebook;
     float amax = 0, max = 0;
     for (int j = 0; j < 32; j++) {
@@ -741,29 +767,17 @@ static float iq4_fit(const float *x, uint8_t *L) {
         if (ax > amax) { amax = ax; max = x[j]; }
     }
     if (amax < 1e-15f) return 0.f;
-    float d = -max / val[0], id = 1 / d, sumqx = 0, sumq2 = 0;
-    for (int j = 0; j < 32; j++) {
-        const int l = iq4_index(id * x[j]);
-        L[j] = (uint8_t)l;
-        const float q = val[l], w = x[j] * x[j];
-        sumqx += w * q * x[j];
-        sumq2 += w * q * q;
-    }
-    d = sumqx / sumq2;
-    float best = d * sumqx;
-    for (int itry = -7; itry <= 7; itry++) {
-        id = (itry + val[0]) / max;
-        sumqx = sumq2 = 0;
-        for (int j = 0; j < 32; j++) {
-            const float q = val[iq4_index(id * x[j])], w = x[j] * x[j];
-            sumqx += w * q * x[j];
-            sumq2 += w * q * q;
+    float id[16], sqx[16], sq2[16];
+    id[0] = 1 / (-max / val[0]);
+    for (int t = 1; t < 16; t++) id[t] = (t - 8 + val[0]) / max;
+    if (quant_simd()) toy_iq4_sums_avx2(x, id, sqx, sq2);
+    else toy_iq4_sums_ref(x, id, sqx, sq2);
+    float d = sqx[0] / sq2[0], best = d * sqx[0];
+    for (int t = 1; t < 16; t++)
+        if (sq2[t] > 0 && sqx[t] * sqx[t] > best * sq2[t]) {
+            d = sqx[t] / sq2[t];
+            best = d * sqx[t];
         }
-        if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
-            d = sumqx / sumq2;
-            best = d * sumqx;
-        }
-    }
     return d;
 }
 
@@ -776,7 +790,7 @@ static void iq4_pack(const uint8_t *L, uint8_t *qs) {
 static void q_iq4_nl(const float *x, uint8_t *b, int64_t nb) {
     uint8_t L[32];
     for (int64_t i = 0; i < nb; i++, b += 18, x += 32) {
-        const float d = iq4_fit(x, L);
+        const float d = iq4_fit(x);
         f2h(b, d);
         const float id = d ? 1 / d : 0;
         for (int j = 0; j < 32; j++) L[j] = (uint8_t)iq4_index(id * x[j]);
@@ -793,7 +807,7 @@ static void q_iq4_xs(const float *x, uint8_t *b, int64_t nb) {
     for (int64_t i = 0; i < nb; i++, b += 136, x += QK_K) {
         float max_scale = 0, amax_scale = 0;
         for (int ib = 0; ib < 8; ib++) {
-            scales[ib] = iq4_fit(x + 32 * ib, L);
+            scales[ib] = iq4_fit(x + 32 * ib);
             const float a = fabsf(scales[ib]);
             if (a > amax_scale) { amax_scale = a; max_scale = scales[ib]; }
         }
@@ -871,12 +885,7 @@ static deq_fn deq_ref_for(enum toy_dtype t);
 
 /* The fastest dequantizer this CPU runs for t (the reference if none). */
 static deq_fn deq_for(enum toy_dtype t) {
-    static int simd = -1; /* benign race: every thread computes the same value */
-    if (simd < 0) {
-        const char *e = getenv("TOY_QUANT_SCALAR");
-        simd = !(e && *e && strcmp(e, "0")) && __builtin_cpu_supports("avx2");
-    }
-    if (simd) {
+    if (quant_simd()) {
         switch (t) {
         case TOY_Q8_0: return toy_deq_q8_0_avx2;
         case TOY_Q4_0: return toy_deq_q4_0_avx2;
