@@ -117,7 +117,8 @@ Test(quant, fast_kernels_match_reference) {
 }
 
 /* The iq4 quantizers' search (iq4_fit: 16 trial scales over a block's 32
- * values) on AVX2 gives the scalar loop's sums bit for bit: random values
+ * values) and their final indices on AVX2 give the scalar loops' sums bit
+ * for bit and the same indices: random values
  * and scales; values on the codebook's grid and halfway between at scale
  * 1 and -1 (exact ties, which go to the larger value); values past both
  * ends of the codebook, zeros, subnormals, huge values, NaN. */
@@ -146,9 +147,14 @@ Test(quant, iq4_search_matches_scalar) {
         }
         toy_iq4_sums_ref(x, id, a[0], b[0]);
         toy_iq4_sums_avx2(x, id, a[1], b[1]);
-        for (int t = 0; t < 16; t++)
+        for (int t = 0; t < 16; t++) {
             cr_assert(!memcmp(&a[0][t], &a[1][t], 4) && !memcmp(&b[0][t], &b[1][t], 4),
                       "case %d, trial %d: sums %a %a (scalar) vs %a %a", rep, t, a[0][t], b[0][t], a[1][t], b[1][t]);
+            uint8_t L[2][32]; /* the indices written at the end, with each trial scale */
+            toy_iq4_indices_ref(x, id[t], L[0]);
+            toy_iq4_indices_avx2(x, id[t], L[1]);
+            cr_assert(!memcmp(L[0], L[1], 32), "case %d, trial %d: indices differ", rep, t);
+        }
     }
 }
 

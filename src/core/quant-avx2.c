@@ -203,39 +203,69 @@ void toy_deq_q6_k_avx2(const uint8_t *b, float *y, int64_t nb) {
     }
 }
 
+/* The IQ4 codebook value nearest each lane of v, and its index, as
+ * quant.c's iq4_index finds them: hi counts the values not above v (NaN:
+ * all of them), at least 1, then v - val[hi - 1] < val[hi] - v picks. */
+struct iq4_tab {
+    __m256 lo, hi; /* codebook values 0..7, 8..15 */
+};
+
+static inline struct iq4_tab iq4_tab(void) {
+    struct iq4_tab t = {
+        _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)toy_iq4_codebook))),
+        _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(toy_iq4_codebook + 8))))};
+    return t;
+}
+
+static inline __m256 iq4_lookup(struct iq4_tab t, __m256i i) {
+    return _mm256_blendv_ps(_mm256_permutevar8x32_ps(t.lo, i), _mm256_permutevar8x32_ps(t.hi, i),
+                            _mm256_castsi256_ps(_mm256_cmpgt_epi32(i, _mm256_set1_epi32(7))));
+}
+
+static inline __m256 iq4_nearest(struct iq4_tab t, __m256 v, __m256i *index) {
+    const __m256i one = _mm256_set1_epi32(1);
+    __m256i hi = _mm256_setzero_si256();
+    for (int k = 0; k < 15; k++) /* a lane's mask is -1 where !(v < val[k]) */
+        hi = _mm256_sub_epi32(
+            hi, _mm256_castps_si256(_mm256_cmp_ps(v, _mm256_set1_ps((float)toy_iq4_codebook[k]), _CMP_NLT_UQ)));
+    hi = _mm256_max_epi32(hi, one);
+    const __m256i lo = _mm256_sub_epi32(hi, one);
+    const __m256 vlo = iq4_lookup(t, lo), vhi = iq4_lookup(t, hi);
+    const __m256 nearer_lo = _mm256_cmp_ps(_mm256_sub_ps(v, vlo), _mm256_sub_ps(vhi, v), _CMP_LT_OQ);
+    *index = _mm256_blendv_epi8(hi, lo, _mm256_castps_si256(nearer_lo));
+    return _mm256_blendv_ps(vhi, vlo, nearer_lo);
+}
+
 /* iq4_fit's sums (quant.c toy_iq4_sums_ref): the 16 trial scales in two
  * vectors of 8 lanes, the 32 values in order, so each lane adds what the
- * scalar loop adds in the same order. The nearest codebook value as
- * quant.c's iq4_index finds it: hi counts the values not above v (NaN: all
- * of them), at least 1, then v - val[hi - 1] < val[hi] - v picks. */
+ * scalar loop adds in the same order. */
 void toy_iq4_sums_avx2(const float *x, const float *id, float *sqx, float *sq2) {
-    const __m256 tab_lo = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)toy_iq4_codebook)));
-    const __m256 tab_hi =
-        _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(toy_iq4_codebook + 8))));
-    const __m256i one = _mm256_set1_epi32(1), seven = _mm256_set1_epi32(7);
+    const struct iq4_tab t = iq4_tab();
     for (int h = 0; h < 2; h++) {
         const __m256 vid = _mm256_loadu_ps(id + 8 * h);
         __m256 s_qx = _mm256_setzero_ps(), s_q2 = _mm256_setzero_ps();
         for (int j = 0; j < 32; j++) {
             const __m256 xj = _mm256_set1_ps(x[j]), w = _mm256_set1_ps(x[j] * x[j]);
-            const __m256 v = _mm256_mul_ps(vid, xj);
-            __m256i hi = _mm256_setzero_si256();
-            for (int k = 0; k < 15; k++) /* a lane's mask is -1 where !(v < val[k]) */
-                hi = _mm256_sub_epi32(hi, _mm256_castps_si256(_mm256_cmp_ps(
-                                              v, _mm256_set1_ps((float)toy_iq4_codebook[k]), _CMP_NLT_UQ)));
-            hi = _mm256_max_epi32(hi, one);
-            const __m256i lo = _mm256_sub_epi32(hi, one);
-            const __m256 vlo = _mm256_blendv_ps(_mm256_permutevar8x32_ps(tab_lo, lo), _mm256_permutevar8x32_ps(tab_hi, lo),
-                                                _mm256_castsi256_ps(_mm256_cmpgt_epi32(lo, seven)));
-            const __m256 vhi = _mm256_blendv_ps(_mm256_permutevar8x32_ps(tab_lo, hi), _mm256_permutevar8x32_ps(tab_hi, hi),
-                                                _mm256_castsi256_ps(_mm256_cmpgt_epi32(hi, seven)));
-            const __m256 nearer_lo = _mm256_cmp_ps(_mm256_sub_ps(v, vlo), _mm256_sub_ps(vhi, v), _CMP_LT_OQ);
-            const __m256 q = _mm256_blendv_ps(vhi, vlo, nearer_lo);
+            __m256i idx;
+            const __m256 q = iq4_nearest(t, _mm256_mul_ps(vid, xj), &idx);
             const __m256 wq = _mm256_mul_ps(w, q);
             s_qx = _mm256_add_ps(s_qx, _mm256_mul_ps(wq, xj));
             s_q2 = _mm256_add_ps(s_q2, _mm256_mul_ps(wq, q));
         }
         _mm256_storeu_ps(sqx + 8 * h, s_qx);
         _mm256_storeu_ps(sq2 + 8 * h, s_q2);
+    }
+}
+
+/* quant.c toy_iq4_indices_ref: the codebook index nearest id x[j] of each
+ * of 32 values */
+void toy_iq4_indices_avx2(const float *x, float id, uint8_t *L) {
+    const struct iq4_tab t = iq4_tab();
+    const __m256 vid = _mm256_set1_ps(id);
+    for (int j = 0; j < 32; j += 8) {
+        __m256i idx;
+        (void)iq4_nearest(t, _mm256_mul_ps(vid, _mm256_loadu_ps(x + j)), &idx);
+        const __m128i w16 = _mm_packus_epi32(_mm256_castsi256_si128(idx), _mm256_extracti128_si256(idx, 1));
+        _mm_storel_epi64((__m128i *)(L + j), _mm_packus_epi16(w16, w16));
     }
 }

@@ -52,5 +52,8 @@ void toy_deq_q6_k_avx2(const uint8_t *b, float *y, int64_t nb);
  * codebook value nearest id[t] x[j]); the AVX2 one gives the same bits */
 void toy_iq4_sums_ref(const float *x, const float *id, float *sqx, float *sq2);
 void toy_iq4_sums_avx2(const float *x, const float *id, float *sqx, float *sq2);
+/* the IQ4 codebook index nearest id x[j] for each of 32 values x */
+void toy_iq4_indices_ref(const float *x, float id, uint8_t *L);
+void toy_iq4_indices_avx2(const float *x, float id, uint8_t *L);
 
 #endif

@@ -753,6 +753,15 @@ void toy_iq4_sums_ref(const float *x, const float *id, float *sqx, float *sq2) {
         }
 }
 
+void toy_iq4_indices_ref(const float *x, float id, uint8_t *L) {
+    for (int j = 0; j < 32; j++) L[j] = (uint8_t)iq4_index(id * x[j]);
+}
+
+static void iq4_indices(const float *x, float id, uint8_t *L) {
+    if (quant_simd()) toy_iq4_indices_avx2(x, id, L);
+    else toy_iq4_indices_ref(x, id, L);
+}
+
 /* The scale of 32 values x over the iq4 codebook (ggml's
  * quantize_row_iq4_nl_impl for one block, no importance weights: weights
  * x^2; the scale -max/127 refit by least squares, then 15 other starting
@@ -793,7 +802,7 @@ static void q_iq4_nl(const float *x, uint8_t *b, int64_t nb) {
         const float d = iq4_fit(x);
         f2h(b, d);
         const float id = d ? 1 / d : 0;
-        for (int j = 0; j < 32; j++) L[j] = (uint8_t)iq4_index(id * x[j]);
+        iq4_indices(x, id, L);
         iq4_pack(L, b + 2);
     }
 }
@@ -818,7 +827,7 @@ static void q_iq4_xs(const float *x, uint8_t *b, int64_t nb) {
         for (int ib = 0; ib < 8; ib++) {
             const int l = imax(-32, imin(31, round_even(id * scales[ib])));
             const float dl = d * l, idl = dl ? 1 / dl : 0;
-            for (int j = 0; j < 32; j++) L[j] = (uint8_t)iq4_index(idl * x[32 * ib + j]);
+            iq4_indices(x + 32 * ib, idl, L);
             iq4_pack(L, b + 8 + 16 * ib);
             const int u = l + 32;
             b[4 + ib / 2] |= (uint8_t)((u & 0xf) << 4 * (ib % 2));
