@@ -291,35 +291,43 @@ __device__ __forceinline__ void pro_run4(const gemv_pro &P, const float *rstd, i
     }
 }
 
-/* The same for Q4_K weights (super-blocks of 256: f16 d and dmin, 12 bytes
- * of 6-bit sub-block scales and mins, 128 bytes of nibbles): a warp per
- * super-block a step. Lane l takes the four bytes 4(l % 8) of 64-element
- * chunk l / 8: their low nibbles are four elements of the chunk's first
- * sub-block, the high ones four of its second. So the warp reads the
- * nibbles in one contiguous 128-byte run, a 4-byte load a lane, and A's
- * rows in 16-byte runs. Each sub-block adds d sc sum(q x) - dmin m sum(x).
- * (The element-wise kernel dequantized each weight on its own: the scales
- * unpacked again per element.) Needs 16-byte aligned rows of A
- * (rows_aligned16). */
-template <int PRE> __global__ void k_qgemv_q4k(gemv_set S, CT A, gemv_pro P, bool accum) {
+/* The same for Q4_K and Q5_K weights (super-blocks of 256: f16 d and dmin,
+ * 12 bytes of 6-bit sub-block scales and mins; Q5_K then 32 bytes of fifth
+ * bits qh; 128 bytes of nibbles): a warp per super-block a step. Lane l
+ * takes the four bytes 4(l % 8) of 64-element chunk g = l / 8: their low
+ * nibbles are four elements of the chunk's first sub-block, the high ones
+ * four of its second. So the warp reads the nibbles in one contiguous
+ * 128-byte run, a 4-byte load a lane, and A's rows in 16-byte runs. For
+ * Q5_K lane l also loads qh's four bytes 4(l % 8): bit 2g of byte t is the
+ * fifth bit of its low nibble t, bit 2g + 1 that of the high one. Each
+ * sub-block adds d sc sum(q x) - dmin m sum(x). (The element-wise kernel
+ * dequantized each weight on its own: the scales unpacked again per
+ * element.) Needs 16-byte aligned rows of A (rows_aligned16) and 4-byte
+ * aligned super-blocks. */
+template <int T, int PRE> __global__ void k_qgemv_q45k(gemv_set S, CT A, gemv_pro P, bool accum) {
     __shared__ float rstd[GEMV_STATS];
     const gemv_at<PRE> G(S, A, P, rstd);
     if (G.j >= G.n) return;
     const int64_t m = G.m, nblk = G.k / 256;
     const int g = G.lane / 8, p = G.lane % 8;
+    const int64_t bsz = T == TOY_Q5_K ? 176 : 144, qs = T == TOY_Q5_K ? 48 : 16;
     float acc[GEMV_MAX_ROWS];
     for (int i = 0; i < GEMV_MAX_ROWS; i++) acc[i] = 0.0f;
     for (int64_t blk = 0; blk < nblk; blk++) {
-        const uint8_t *bp = (const uint8_t *)G.brow + blk * 144;
+        const uint8_t *bp = (const uint8_t *)G.brow + blk * bsz;
         int sc0, m0, sc1, m1;
         q4k_scale_min(2 * g, bp + 4, &sc0, &m0);
         q4k_scale_min(2 * g + 1, bp + 4, &sc1, &m1);
         const float d = h2f_at(bp), dmin = h2f_at(bp + 2);
         const float ds0 = d * (float)sc0, dm0 = dmin * (float)m0, ds1 = d * (float)sc1, dm1 = dmin * (float)m1;
-        const uint32_t q = *(const uint32_t *)(bp + 16 + 32 * g + 4 * p);
-        const float q0 = (float)(q & 0xF), q1 = (float)((q >> 8) & 0xF), q2 = (float)((q >> 16) & 0xF),
-                    q3 = (float)((q >> 24) & 0xF), h0 = (float)((q >> 4) & 0xF), h1 = (float)((q >> 12) & 0xF),
-                    h2 = (float)((q >> 20) & 0xF), h3 = (float)(q >> 28);
+        const uint32_t q = *(const uint32_t *)(bp + qs + 32 * g + 4 * p);
+        /* the fifth bits, as 16: bit 8t + 4 for low nibble t, 8t + 5 for the high one */
+        const uint32_t h = T == TOY_Q5_K ? (*(const uint32_t *)(bp + 16 + 4 * p) >> (2 * g)) << 4 : 0;
+        float lw[4], hw[4];
+        for (int t = 0; t < 4; t++) {
+            lw[t] = (float)(((q >> (8 * t)) & 0xF) | ((h >> (8 * t)) & 0x10));
+            hw[t] = (float)(((q >> (8 * t + 4)) & 0xF) | ((h >> (8 * t + 1)) & 0x10));
+        }
         const int64_t c = blk * 256 + 64 * g + 4 * p; /* the low nibbles' first element; the high ones' is c + 32 */
         for (int i = 0; i < GEMV_MAX_ROWS; i++) {
             if (i >= m) break;
@@ -327,8 +335,10 @@ template <int PRE> __global__ void k_qgemv_q4k(gemv_set S, CT A, gemv_pro P, boo
             float4 lo = *(const float4 *)x, hi = *(const float4 *)(x + 32);
             pro_run4<PRE>(P, rstd, i, c, lo);
             pro_run4<PRE>(P, rstd, i, c + 32, hi);
-            acc[i] += ds0 * (q0 * lo.x + q1 * lo.y + q2 * lo.z + q3 * lo.w) - dm0 * (lo.x + lo.y + lo.z + lo.w) +
-                      ds1 * (h0 * hi.x + h1 * hi.y + h2 * hi.z + h3 * hi.w) - dm1 * (hi.x + hi.y + hi.z + hi.w);
+            acc[i] += ds0 * (lw[0] * lo.x + lw[1] * lo.y + lw[2] * lo.z + lw[3] * lo.w) -
+                      dm0 * (lo.x + lo.y + lo.z + lo.w) +
+                      ds1 * (hw[0] * hi.x + hw[1] * hi.y + hw[2] * hi.z + hw[3] * hi.w) -
+                      dm1 * (hi.x + hi.y + hi.z + hi.w);
         }
     }
     G.store(acc, accum);
@@ -378,51 +388,6 @@ template <int PRE> __global__ void k_qgemv_q6k(gemv_set S, CT A, gemv_pro P, boo
                 s += ds[r] * (w[r][0] * v.x + w[r][1] * v.y);
             }
             acc[i] += s;
-        }
-    }
-    G.store(acc, accum);
-}
-
-/* The same for Q5_K weights (super-blocks of 256: f16 d and dmin, 12 bytes
- * of scales and mins as Q4_K's, 32 bytes of fifth bits qh, 128 of
- * nibbles): a warp per super-block a step, lanes as k_qgemv_q4k's. Lane l
- * also loads qh's four bytes 4(l % 8): bit 2g of byte t is the fifth bit
- * of its low nibble t in chunk g, bit 2g + 1 that of the high one. Needs
- * 4-byte aligned super-blocks (176 bytes: rows of them) and A's rows
- * 16-byte aligned. */
-template <int PRE> __global__ void k_qgemv_q5k(gemv_set S, CT A, gemv_pro P, bool accum) {
-    __shared__ float rstd[GEMV_STATS];
-    const gemv_at<PRE> G(S, A, P, rstd);
-    if (G.j >= G.n) return;
-    const int64_t m = G.m, nblk = G.k / 256;
-    const int g = G.lane / 8, p = G.lane % 8;
-    float acc[GEMV_MAX_ROWS];
-    for (int i = 0; i < GEMV_MAX_ROWS; i++) acc[i] = 0.0f;
-    for (int64_t blk = 0; blk < nblk; blk++) {
-        const uint8_t *bp = (const uint8_t *)G.brow + blk * 176;
-        int sc0, m0, sc1, m1;
-        q4k_scale_min(2 * g, bp + 4, &sc0, &m0);
-        q4k_scale_min(2 * g + 1, bp + 4, &sc1, &m1);
-        const float d = h2f_at(bp), dmin = h2f_at(bp + 2);
-        const float ds0 = d * (float)sc0, dm0 = dmin * (float)m0, ds1 = d * (float)sc1, dm1 = dmin * (float)m1;
-        const uint32_t q = *(const uint32_t *)(bp + 48 + 32 * g + 4 * p);
-        const uint32_t h = *(const uint32_t *)(bp + 16 + 4 * p) >> (2 * g); /* bit 8t: low t's, 8t + 1: high t's */
-        float lw[4], hw[4];
-        for (int t = 0; t < 4; t++) {
-            lw[t] = (float)(((q >> (8 * t)) & 0xF) | ((h >> (8 * t)) & 1) << 4);
-            hw[t] = (float)(((q >> (8 * t + 4)) & 0xF) | ((h >> (8 * t + 1)) & 1) << 4);
-        }
-        const int64_t c = blk * 256 + 64 * g + 4 * p; /* the low nibbles' first element; the high ones' is c + 32 */
-        for (int i = 0; i < GEMV_MAX_ROWS; i++) {
-            if (i >= m) break;
-            const float *x = (const float *)(G.a + i * A.nb[1]) + c;
-            float4 lo = *(const float4 *)x, hi = *(const float4 *)(x + 32);
-            pro_run4<PRE>(P, rstd, i, c, lo);
-            pro_run4<PRE>(P, rstd, i, c + 32, hi);
-            acc[i] += ds0 * (lw[0] * lo.x + lw[1] * lo.y + lw[2] * lo.z + lw[3] * lo.w) -
-                      dm0 * (lo.x + lo.y + lo.z + lo.w) +
-                      ds1 * (hw[0] * hi.x + hw[1] * hi.y + hw[2] * hi.z + hw[3] * hi.w) -
-                      dm1 * (hi.x + hi.y + hi.z + hi.w);
         }
     }
     G.store(acc, accum);
@@ -784,8 +749,8 @@ static void launch_gemv(gemv_kind kind, dim3 grid, cudaStream_t st, const gemv_s
                         bool accum) {
     switch (kind) {
     case GV_QBLOCKS: k_qgemv_blocks<PRE><<<grid, 256, 0, st>>>(S, A, P, accum); break;
-    case GV_Q4K: k_qgemv_q4k<PRE><<<grid, 256, 0, st>>>(S, A, P, accum); break;
-    case GV_Q5K: k_qgemv_q5k<PRE><<<grid, 256, 0, st>>>(S, A, P, accum); break;
+    case GV_Q4K: k_qgemv_q45k<TOY_Q4_K, PRE><<<grid, 256, 0, st>>>(S, A, P, accum); break;
+    case GV_Q5K: k_qgemv_q45k<TOY_Q5_K, PRE><<<grid, 256, 0, st>>>(S, A, P, accum); break;
     case GV_Q6K: k_qgemv_q6k<PRE><<<grid, 256, 0, st>>>(S, A, P, accum); break;
     case GV_Q2K: k_qgemv_q23k<TOY_Q2_K, PRE><<<grid, 256, 0, st>>>(S, A, P, accum); break;
     case GV_Q3K: k_qgemv_q23k<TOY_Q3_K, PRE><<<grid, 256, 0, st>>>(S, A, P, accum); break;
