@@ -864,6 +864,32 @@ Test(chat_template, repetition_and_empty_replace) {
     cr_expect_eq(jinja_err("{{ 'ab' * 100000000 }}", NULL), TOY_ERR_FORMAT);
 }
 
+/* Substring searches (find, count, split, replace, striptags' comments)
+ * run over windows that double from 4 KiB: matches across a window's edge,
+ * a needle longer than half a window, comments and tags left open (a
+ * search each, which was quadratic: 23 s for a million '<!--'). What a split
+ * copies is charged to the render's budget (a split into millions of
+ * pieces took gigabytes, unbounded); so is what rsplit copies. */
+Test(chat_template, searches_over_long_strings) {
+    EXPECT_RENDER("{{ ('x' * 4094 ~ 'abc' ~ 'x' * 5000 ~ 'abc').find('abc') }}|"
+                  "{{ ('x' * 4094 ~ 'abc' ~ 'x' * 9000 ~ 'abc').count('abc') }}|"
+                  "{{ ('x' * 4095 ~ 'ab' ~ 'x' * 9000).split('ab') | map('length') | join(',') }}|"
+                  "{% set n = 'y' * 5000 %}{{ ('x' * 7000 ~ n ~ 'x').find(n) }} {{ ('x' * 7000 ~ n).count(n) }}|"
+                  "{{ ('x' * 10000 ~ 'ab' ~ 'x' * 5000 ~ 'ab') | replace('ab', 'Z') | length }}|"
+                  "{{ 'a<!--x-->b<!--y-->c<!--z'|striptags }}|{{ 'a<!--x-->b <!--y<!--z-->c'|striptags }}|"
+                  "{{ ('<!--' * 100000) | striptags | length }}|{{ 'a<b>c<d e'|striptags }}|{{ ('<' * 100000) | striptags | length }}",
+                  "4094|2|4095,9000|7000 1|15002|abc<!--z|ab c|400000|ac<d e|100000");
+    /* 64 MB split into pieces copies 64 more: over the 128 MiB a render may build */
+    cr_expect_eq(jinja_err("{{ (('x' * 8000000 ~ 'a') * 8).split('a') | length }}", NULL), TOY_ERR_FORMAT);
+    cr_expect_eq(jinja_err("{{ (('x' * 8000000 ~ ' ') * 8).split() | length }}", NULL), TOY_ERR_FORMAT);
+    cr_expect_eq(jinja_err("{{ (('x' * 8000000 ~ 'a') * 8).rsplit('a') | length }}", NULL), TOY_ERR_FORMAT);
+    cr_expect_eq(jinja_err("{{ (('x' * 8000000 ~ ' ') * 8).rsplit() | length }}", NULL), TOY_ERR_FORMAT);
+    EXPECT_RENDER("{{ (('x' * 8000000 ~ 'a') * 4).split('a') | length }}|{{ ('x' * 1000000) | replace('x', 'yz') | length }}|"
+                  "{{ ('ab' * 1000000).count('a') }}",
+                  "5|2000000|1000000");
+    EXPECT_RENDER("{{ (('x' * 8000000 ~ ' ') * 4).rsplit(None, 2) | map('length') | join(',') }}", "16000001,8000000,8000000");
+}
+
 /* int(default, base) and float(default) as Jinja2's: Python's int(s, base)
  * (prefixes, underscores, white space), then int(float(s)), then the
  * default (expected strings are Jinja2 3.1's). */

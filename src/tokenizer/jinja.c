@@ -52,7 +52,11 @@ struct sbuf {
 #endif
 #define MAX_CPU_SECONDS TOY_JINJA_MAX_CPU_SECONDS
 #define ITER_STEPS 8 /* a loop iteration (its scope and loop object) weighs as much as 8 nodes */
-#define MAX_WORK ((size_t)128 << 20)
+#ifndef TOY_JINJA_MAX_WORK_MB
+#define TOY_JINJA_MAX_WORK_MB 128 /* the fuzz build: 8, so that a byte-at-a-time pass over all of it, 30-50x
+                                   * slower under ASan, UBSan and coverage, stays inside libFuzzer's -timeout */
+#endif
+#define MAX_WORK ((size_t)TOY_JINJA_MAX_WORK_MB << 20)
 #define MAX_RENDER_NEST 1000
 
 struct budget {
@@ -696,6 +700,24 @@ static size_t utf8_offset(const char *s, size_t n, size_t cp) {
     return n;
 }
 
+/* The first nn-byte needle in hay[0..hn), or NULL: memmem over windows that
+ * double from 4 KiB, so that a search costs about the distance to its match
+ * everywhere. (The sanitizers' memmem checks the whole haystack on every
+ * call: a replace or split loop over a string of 4 Mi matches took minutes
+ * in the fuzz build.) */
+static const char *find_bytes(const char *hay, size_t hn, const char *nd, size_t nn) {
+    if (!nn) return hay;
+    size_t from = 0, w = nn > 2048 ? 2 * nn : 4096;
+    while (from + nn <= hn) {
+        size_t len = hn - from < w ? hn - from : w;
+        const char *f = memmem(hay + from, len, nd, nn);
+        if (f || from + len == hn) return f;
+        from += len - nn + 1; /* the next window starts where a match could still begin */
+        w *= 2;
+    }
+    return NULL;
+}
+
 static bool contains(json_t *hay, json_t *needle) {
     hay = unmark(hay);
     if (!hay) return false;
@@ -920,7 +942,7 @@ static json_t *str_replace(json_t *s, json_t *from, json_t *to, long long count)
     size_t i = 0;
     long long done = 0;
     if (fl == 0) { /* Python puts `to` before each character and at the end */
-        for (size_t l; i <= n; i += l) {
+        for (size_t l; i <= n && !b.oom; i += l) {
             l = 1;
             if (count < 0 || done < count) { sb_add(&b, t, tl); done++; }
             if (i == n) break;
@@ -928,8 +950,8 @@ static json_t *str_replace(json_t *s, json_t *from, json_t *to, long long count)
             sb_add(&b, p + i, l);
         }
     } else {
-        while (i < n) {
-            const char *m = (count < 0 || done < count) ? memmem(p + i, n - i, f, fl) : NULL;
+        while (i < n && !b.oom) {
+            const char *m = (count < 0 || done < count) ? find_bytes(p + i, n - i, f, fl) : NULL;
             if (!m) { sb_add(&b, p + i, n - i); break; }
             sb_add(&b, p + i, (size_t)(m - (p + i)));
             sb_add(&b, t, tl);
@@ -1275,6 +1297,7 @@ static json_t *call_method(struct ctx *C, const struct node *call, json_t *obj, 
                     size_t e = i;
                     if (maxs >= 0 && cnt >= maxs) e = n; /* the rest as it is, as Python */
                     else while (e < n && !space_at(s + e, n - e)) { size_t l; cp_at(s + e, n - e, &l); e += l; }
+                    if (!take(8 + e - i)) break; /* the list's slot and the piece's copy */
                     json_array_append_new(r, json_stringn_nocheck(s + i, e - i));
                     cnt++;
                     i = e;
@@ -1284,7 +1307,8 @@ static json_t *call_method(struct ctx *C, const struct node *call, json_t *obj, 
                 long long cnt = 0;
                 if (!sl) { rerr(C, call, "split: empty separator"); json_decref(a0); json_decref(r); return NULL; }
                 for (;;) {
-                    const char *f = (maxs < 0 || cnt < maxs) ? memmem(s + i, n - i, sep, sl) : NULL;
+                    const char *f = (maxs < 0 || cnt < maxs) ? find_bytes(s + i, n - i, sep, sl) : NULL;
+                    if (!take(8 + (size_t)((f ? f : s + n) - (s + i)))) break; /* the slot and the copy */
                     if (!f) { json_array_append_new(r, json_stringn_nocheck(s + i, n - i)); break; }
                     json_array_append_new(r, json_stringn_nocheck(s + i, (size_t)(f - (s + i))));
                     i = (size_t)(f - s) + sl;
@@ -1308,6 +1332,7 @@ static json_t *call_method(struct ctx *C, const struct node *call, json_t *obj, 
                     size_t b = e;
                     if (maxs >= 0 && cnt >= maxs) b = 0;
                     else for (size_t l; b > 0 && !space_before(s, b);) { l = 1; while (b - l > 0 && ((unsigned char)s[b - l] & 0xC0) == 0x80) l++; b -= l; }
+                    if (!take(16 + e - b)) break; /* the piece's copy and its slot in both lists */
                     json_array_append_new(rev, json_stringn_nocheck(s + b, e - b));
                     cnt++;
                     e = b;
@@ -1318,6 +1343,7 @@ static json_t *call_method(struct ctx *C, const struct node *call, json_t *obj, 
                     if (maxs < 0 || cnt < maxs)
                         for (size_t i = e >= sl ? e - sl + 1 : 0; i-- > 0;)
                             if (!memcmp(s + i, sep, sl)) { hit = s + i; break; }
+                    if (!take(16 + (hit ? e - (size_t)(hit - s) - sl : e))) break; /* the copy and two slots */
                     if (!hit) { json_array_append_new(rev, json_stringn_nocheck(s, e)); break; }
                     json_array_append_new(rev, json_stringn_nocheck(hit + sl, e - (size_t)(hit - s) - sl));
                     e = (size_t)(hit - s);
@@ -1368,13 +1394,13 @@ static json_t *call_method(struct ctx *C, const struct node *call, json_t *obj, 
             const char *s = json_string_value(obj);
             size_t n = json_string_length(obj);
             if (m[0] == 'f') {
-                const char *f = p ? memmem(s, n, p, json_string_length(a0)) : NULL;
+                const char *f = p ? find_bytes(s, n, p, json_string_length(a0)) : NULL;
                 r = json_integer(f ? (json_int_t)utf8_count(s, (size_t)(f - s)) : -1);
             } else {
                 long long c = 0;
                 size_t pl = p ? json_string_length(a0) : 0;
                 for (size_t i = 0; p && pl && i + pl <= n;) {
-                    const char *f = memmem(s + i, n - i, p, pl);
+                    const char *f = find_bytes(s + i, n - i, p, pl);
                     if (!f) break;
                     c++;
                     i = (size_t)(f - s) + pl;
@@ -2185,11 +2211,20 @@ static json_t *eval_node(struct ctx *C, const struct node *x) {
             size_t unit = json_is_string(seq) ? json_string_length(seq) : json_array_size(seq);
             if (times > 0 && unit && (unsigned long long)times > (64u << 20) / unit) { rerr(C, x, "'*' result too large"); goto bin_out; }
             if (json_is_string(seq)) {
-                struct sbuf sb = {0};
-                for (long long i = 0; i < times; i++) sb_add(&sb, json_string_value(seq), json_string_length(seq));
-                if (sb.oom) { C->st = TOY_ERR_NOMEM; free(sb.p); goto bin_out; }
-                r = json_stringn_nocheck(sb.p ? sb.p : "", sb.n);
-                free(sb.p);
+                /* charged and allocated once, then filled by doubling copies: a byte repeated 64 Mi
+                 * times took 64 Mi appends (seconds; over libFuzzer's timeout in the fuzz build) */
+                size_t n = times > 0 ? (size_t)times * unit : 0;
+                char *p = take(n) ? malloc(n + 1) : NULL;
+                if (!p) { C->st = TOY_ERR_NOMEM; goto bin_out; }
+                if (n) memcpy(p, json_string_value(seq), unit);
+                for (size_t have = unit; have < n;) {
+                    size_t c = have < n - have ? have : n - have;
+                    memcpy(p + have, p, c);
+                    have += c;
+                }
+                p[n] = 0;
+                r = json_stringn_nocheck(p, n);
+                free(p);
             } else {
                 if (times > 0 && !take(8 * (size_t)times * unit)) goto bin_out;
                 r = json_array();
@@ -2934,18 +2969,25 @@ static json_t *do_filter(struct ctx *C, const struct node *f, json_t *v) {
         const char *p = json_string_value(s);
         size_t len = json_string_length(s);
         struct sbuf t = {0}, w = {0}, b = {0};
-        for (size_t i = 0; i < len;) {
-            const char *close = NULL;
-            if (!strncmp(p + i, "<!--", 4)) close = memmem(p + i + 4, len - i - 4, "-->", 3);
-            if (close) { i = (size_t)(close - p) + 3; continue; }
-            sb_add(&t, p + i, 1);
-            i++;
+        for (size_t i = 0; i < len && !t.oom;) { /* comments, a search each (not a pass per character) */
+            const char *open = find_bytes(p + i, len - i, "<!--", 4);
+            const char *close = open ? find_bytes(open + 4, len - (size_t)(open + 4 - p), "-->", 3) : NULL;
+            if (!close) { /* no comment closes after here: the rest is text */
+                sb_add(&t, p + i, len - i);
+                break;
+            }
+            sb_add(&t, p + i, (size_t)(open - (p + i)));
+            i = (size_t)(close - p) + 3;
         }
-        for (size_t i = 0; i < t.n;) { /* tags, after comments are gone */
-            const char *close = t.p[i] == '<' ? memchr(t.p + i + 1, '>', t.n - i - 1) : NULL;
-            if (close) { i = (size_t)(close - t.p) + 1; continue; }
-            sb_add(&w, t.p + i, 1);
-            i++;
+        for (size_t i = 0; i < t.n && !w.oom;) { /* tags, after comments are gone: '<' to the next '>' */
+            const char *open = memchr(t.p + i, '<', t.n - i);
+            const char *close = open ? memchr(open + 1, '>', t.n - (size_t)(open + 1 - t.p)) : NULL;
+            if (!close) { /* no tag closes after here (a search per '<' was quadratic): the rest is text */
+                sb_add(&w, t.p + i, t.n - i);
+                break;
+            }
+            sb_add(&w, t.p + i, (size_t)(open - (t.p + i)));
+            i = (size_t)(close - t.p) + 1;
         }
         json_t *ws = json_stringn_nocheck(w.p ? w.p : "", w.n);
         { /* " ".join(value.split()) */
