@@ -718,6 +718,18 @@ static const char *find_bytes(const char *hay, size_t hn, const char *nd, size_t
     return NULL;
 }
 
+/* A copy of p[0..n) back to front (NUL-terminated), or NULL when out of
+ * memory: rfind and rsplit search from the right as find_bytes over
+ * reversed copies (a compare at every position, back to front, cost the
+ * length times the needle's length for a crafted needle) */
+static char *reversed(const char *p, size_t n) {
+    char *r = malloc(n + 1);
+    if (!r) return NULL;
+    for (size_t i = 0; i < n; i++) r[i] = p[n - 1 - i];
+    r[n] = 0;
+    return r;
+}
+
 static bool contains(json_t *hay, json_t *needle) {
     hay = unmark(hay);
     if (!hay) return false;
@@ -1338,17 +1350,29 @@ static json_t *call_method(struct ctx *C, const struct node *call, json_t *obj, 
                     e = b;
                 }
             } else {
+                /* the rightmost separator ending by e is the leftmost reversed one starting from n - e */
+                const size_t n = e;
+                char *rs = reversed(s, n), *rp = reversed(sep, sl);
+                if (!rs || !rp) {
+                    free(rs);
+                    free(rp);
+                    json_decref(rev);
+                    json_decref(a0);
+                    rerr(C, call, "rsplit: out of memory");
+                    C->st = TOY_ERR_NOMEM;
+                    return NULL;
+                }
                 for (;;) {
-                    const char *hit = NULL;
-                    if (maxs < 0 || cnt < maxs)
-                        for (size_t i = e >= sl ? e - sl + 1 : 0; i-- > 0;)
-                            if (!memcmp(s + i, sep, sl)) { hit = s + i; break; }
+                    const char *k = (maxs < 0 || cnt < maxs) ? find_bytes(rs + (n - e), e, rp, sl) : NULL;
+                    const char *hit = k ? s + (n - (size_t)(k - rs) - sl) : NULL;
                     if (!take(16 + (hit ? e - (size_t)(hit - s) - sl : e))) break; /* the copy and two slots */
                     if (!hit) { json_array_append_new(rev, json_stringn_nocheck(s, e)); break; }
                     json_array_append_new(rev, json_stringn_nocheck(hit + sl, e - (size_t)(hit - s) - sl));
                     e = (size_t)(hit - s);
                     cnt++;
                 }
+                free(rs);
+                free(rp);
             }
             r = json_array();
             for (size_t i = json_array_size(rev); i > 0; i--) json_array_append(r, json_array_get(rev, i - 1));
@@ -1377,8 +1401,19 @@ static json_t *call_method(struct ctx *C, const struct node *call, json_t *obj, 
         } else if (!strcmp(m, "rfind")) {
             const char *p = strv(a0), *s = json_string_value(obj), *hit = NULL;
             size_t n = json_string_length(obj), pl = p ? json_string_length(a0) : 0;
-            for (size_t i = n >= pl ? n - pl + 1 : 0; p && i-- > 0;)
-                if (!memcmp(s + i, p, pl)) { hit = s + i; break; }
+            char *rs = p ? reversed(s, n) : NULL, *rp = p ? reversed(p, pl) : NULL;
+            if (p && (!rs || !rp)) {
+                free(rs);
+                free(rp);
+                json_decref(a0);
+                rerr(C, call, "rfind: out of memory");
+                C->st = TOY_ERR_NOMEM;
+                return NULL;
+            }
+            const char *k = p ? find_bytes(rs, n, rp, pl) : NULL; /* the last match, back to front */
+            if (k) hit = s + (n - (size_t)(k - rs) - pl);
+            free(rs);
+            free(rp);
             r = json_integer(hit ? (json_int_t)utf8_count(s, (size_t)(hit - s)) : -1);
         } else if (!strcmp(m, "isupper") || !strcmp(m, "islower")) {
             r = json_boolean(py_is_case(obj, m[2] == 'l'));
