@@ -344,6 +344,31 @@ template <int T, int PRE> __global__ void k_qgemv_q45k(gemv_set S, CT A, gemv_pr
     G.store(acc, accum);
 }
 
+/* The Q6_K, Q3_K and Q2_K GEMVs' sums: lane elements c + 32 r and c + 32 r
+ * + 1 (r = 0..3, the four quarters of a half super-block) of each of A's
+ * rows, as the prologue makes them, times the weights w[r], scaled by
+ * ds[r], less dm[r] times their sum where MIN */
+template <bool MIN, int PRE>
+__device__ __forceinline__ void quarters_dot(const gemv_at<PRE> &G, const CT &A, const gemv_pro &P, const float *rstd,
+                                             int64_t c, const float (&w)[4][2], const float *ds, const float *dm,
+                                             float *acc) {
+    for (int i = 0; i < GEMV_MAX_ROWS; i++) {
+        if (i >= G.m) break;
+        const float *x = (const float *)(G.a + i * A.nb[1]) + c;
+        float s = 0.0f;
+        for (int r = 0; r < 4; r++) {
+            float2 v = *(const float2 *)(x + 32 * r);
+            if (PRE) {
+                v.x = pro_at<PRE>(P, rstd, i, c + 32 * r, v.x);
+                v.y = pro_at<PRE>(P, rstd, i, c + 32 * r + 1, v.y);
+            }
+            s += ds[r] * (w[r][0] * v.x + w[r][1] * v.y);
+            if (MIN) s -= dm[r] * (v.x + v.y);
+        }
+        acc[i] += s;
+    }
+}
+
 /* The same for Q6_K weights (super-blocks of 256: 128 bytes of low
  * nibbles ql, 64 of high bit pairs qh, 16 int8 scales, f16 d; two halves
  * of 128 elements): a warp per super-block a step, half-warp h on half h.
@@ -354,7 +379,7 @@ template <int PRE> __global__ void k_qgemv_q6k(gemv_set S, CT A, gemv_pro P, boo
     __shared__ float rstd[GEMV_STATS];
     const gemv_at<PRE> G(S, A, P, rstd);
     if (G.j >= G.n) return;
-    const int64_t m = G.m, nblk = G.k / 256;
+    const int64_t nblk = G.k / 256;
     const int h = G.lane / 16, l = 2 * (G.lane % 16);
     float acc[GEMV_MAX_ROWS];
     for (int i = 0; i < GEMV_MAX_ROWS; i++) acc[i] = 0.0f;
@@ -374,21 +399,7 @@ template <int PRE> __global__ void k_qgemv_q6k(gemv_set S, CT A, gemv_pro P, boo
         }
         float ds[4];
         for (int r = 0; r < 4; r++) ds[r] = d * (float)sc[2 * r];
-        const int64_t c = blk * 256 + 128 * h + l;
-        for (int i = 0; i < GEMV_MAX_ROWS; i++) {
-            if (i >= m) break;
-            const float *x = (const float *)(G.a + i * A.nb[1]) + c;
-            float s = 0.0f;
-            for (int r = 0; r < 4; r++) {
-                float2 v = *(const float2 *)(x + 32 * r);
-                if (PRE) {
-                    v.x = pro_at<PRE>(P, rstd, i, c + 32 * r, v.x);
-                    v.y = pro_at<PRE>(P, rstd, i, c + 32 * r + 1, v.y);
-                }
-                s += ds[r] * (w[r][0] * v.x + w[r][1] * v.y);
-            }
-            acc[i] += s;
-        }
+        quarters_dot<false, PRE>(G, A, P, rstd, blk * 256 + 128 * h + l, w, ds, NULL, acc);
     }
     G.store(acc, accum);
 }
@@ -407,7 +418,7 @@ template <int T, int PRE> __global__ void k_qgemv_q23k(gemv_set S, CT A, gemv_pr
     __shared__ float rstd[GEMV_STATS];
     const gemv_at<PRE> G(S, A, P, rstd);
     if (G.j >= G.n) return;
-    const int64_t m = G.m, nblk = G.k / 256;
+    const int64_t nblk = G.k / 256;
     const int h = G.lane / 16, l = 2 * (G.lane % 16);
     const int64_t bsz = T == TOY_Q2_K ? 84 : 110;
     float acc[GEMV_MAX_ROWS];
@@ -432,22 +443,7 @@ template <int T, int PRE> __global__ void k_qgemv_q23k(gemv_set S, CT A, gemv_pr
                     w[r][t] = (float)((int)((qv >> (8 * t + 2 * r)) & 3) - ((hm >> (8 * t + r)) & 1 ? 0 : 4));
             }
         }
-        const int64_t c = blk * 256 + 128 * h + l;
-        for (int i = 0; i < GEMV_MAX_ROWS; i++) {
-            if (i >= m) break;
-            const float *x = (const float *)(G.a + i * A.nb[1]) + c;
-            float s = 0.0f;
-            for (int r = 0; r < 4; r++) {
-                float2 v = *(const float2 *)(x + 32 * r);
-                if (PRE) {
-                    v.x = pro_at<PRE>(P, rstd, i, c + 32 * r, v.x);
-                    v.y = pro_at<PRE>(P, rstd, i, c + 32 * r + 1, v.y);
-                }
-                s += ds[r] * (w[r][0] * v.x + w[r][1] * v.y);
-                if (T == TOY_Q2_K) s -= dm[r] * (v.x + v.y);
-            }
-            acc[i] += s;
-        }
+        quarters_dot<T == TOY_Q2_K, PRE>(G, A, P, rstd, blk * 256 + 128 * h + l, w, ds, dm, acc);
     }
     G.store(acc, accum);
 }
