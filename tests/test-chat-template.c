@@ -888,14 +888,15 @@ Test(chat_template, searches_over_long_strings) {
                   "{{ ('ab' * 1000000).count('a') }}",
                   "5|2000000|1000000");
     EXPECT_RENDER("{{ (('x' * 8000000 ~ ' ') * 4).rsplit(None, 2) | map('length') | join(',') }}", "16000001,8000000,8000000");
-    /* from the right, as Python (overlapping separators split otherwise than from the left), and a needle
-     * that matches all but its last byte at every position of a long string: a search, not a compare at
-     * every position */
+    /* from the right, as Python (overlapping separators split otherwise than from the left); a needle
+     * that matches all but its last byte at every position of a long string (a search, not a compare at
+     * every position); matches across the edge of the first windows from the end (64 and 128 bytes) */
     EXPECT_RENDER("{{ 'aaa'.rsplit('aa') }}{{ 'aaa'.split('aa') }}{{ 'aaaa'.rfind('aa') }}{{ 'abcabc'.rfind('bc') }}"
                   "{{ 'a,b,,c'.rsplit(',', 2) }}{{ 'xyx'.rsplit('xyx') }}{{ 'ab'.rsplit('abc') }}|"
                   "{% set n = 'a' * 3000 ~ 'b' %}{{ ('a' * 4000000).rfind(n) }} {{ ('a' * 4000000).rsplit(n) | length }} "
-                  "{{ ('a' * 4000000 ~ n ~ 'a').rfind(n) }}",
-                  "['a', '']['', 'a']24['a,b', '', 'c']['', '']['ab']|-1 1 4000000");
+                  "{{ ('a' * 4000000 ~ n ~ 'a').rfind(n) }}|{{ ('bc' ~ 'x' * 63).rfind('bc') }} {{ ('xbc' ~ 'x' * 126).rfind('bc') }} "
+                  "{{ ('xbc' ~ 'x' * 126).rsplit('bc') | map('length') | join(',') }}",
+                  "['a', '']['', 'a']24['a,b', '', 'c']['', '']['ab']|-1 1 4000000|0 1 1,126");
 }
 
 /* int(default, base) and float(default) as Jinja2's: Python's int(s, base)

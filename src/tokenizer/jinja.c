@@ -718,16 +718,38 @@ static const char *find_bytes(const char *hay, size_t hn, const char *nd, size_t
     return NULL;
 }
 
-/* A copy of p[0..n) back to front (NUL-terminated), or NULL when out of
- * memory: rfind and rsplit search from the right as find_bytes over
- * reversed copies (a compare at every position, back to front, cost the
- * length times the needle's length for a crafted needle) */
-static char *reversed(const char *p, size_t n) {
-    char *r = malloc(n + 1);
-    if (!r) return NULL;
+/* p[0..n) back to front, into r */
+static void reverse_into(char *r, const char *p, size_t n) {
     for (size_t i = 0; i < n; i++) r[i] = p[n - 1 - i];
-    r[n] = 0;
-    return r;
+}
+
+/* The last nn-byte needle in hay[0..hn) (hay + hn for an empty one), or
+ * NULL: find_bytes over reversed copies of windows from the end that double
+ * from 64 bytes (rnd: the needle reversed), so that a search from the right
+ * costs about the distance to its match, as find_bytes's. (A compare at
+ * every position, back to front, cost the length times the needle's length
+ * for a crafted needle.) *buf, *cap: scratch the caller frees; *oom is set
+ * when it cannot grow. */
+static const char *rfind_bytes(const char *hay, size_t hn, const char *rnd, size_t nn, char **buf, size_t *cap,
+                               bool *oom) {
+    if (!nn) return hay + hn;
+    size_t end = hn, w = nn > 32 ? 2 * nn : 64;
+    while (end >= nn) {
+        size_t start = end > w ? end - w : 0, len = end - start;
+        if (len > *cap) {
+            char *p = realloc(*buf, len);
+            if (!p) { *oom = true; return NULL; }
+            *buf = p;
+            *cap = len;
+        }
+        reverse_into(*buf, hay + start, len);
+        const char *k = find_bytes(*buf, len, rnd, nn);
+        if (k) return hay + end - (size_t)(k - *buf) - nn;
+        if (!start) return NULL;
+        end = start + nn - 1; /* the next window ends where a match not wholly in this one could */
+        w *= 2;
+    }
+    return NULL;
 }
 
 static bool contains(json_t *hay, json_t *needle) {
@@ -1350,29 +1372,27 @@ static json_t *call_method(struct ctx *C, const struct node *call, json_t *obj, 
                     e = b;
                 }
             } else {
-                /* the rightmost separator ending by e is the leftmost reversed one starting from n - e */
-                const size_t n = e;
-                char *rs = reversed(s, n), *rp = reversed(sep, sl);
-                if (!rs || !rp) {
-                    free(rs);
-                    free(rp);
+                char *rp = malloc(sl), *buf = NULL;
+                size_t cap = 0;
+                bool oom = !rp;
+                if (rp) reverse_into(rp, sep, sl);
+                while (!oom) {
+                    const char *hit = (maxs < 0 || cnt < maxs) ? rfind_bytes(s, e, rp, sl, &buf, &cap, &oom) : NULL;
+                    if (oom || !take(16 + (hit ? e - (size_t)(hit - s) - sl : e))) break; /* the copy and two slots */
+                    if (!hit) { json_array_append_new(rev, json_stringn_nocheck(s, e)); break; }
+                    json_array_append_new(rev, json_stringn_nocheck(hit + sl, e - (size_t)(hit - s) - sl));
+                    e = (size_t)(hit - s);
+                    cnt++;
+                }
+                free(rp);
+                free(buf);
+                if (oom) {
                     json_decref(rev);
                     json_decref(a0);
                     rerr(C, call, "rsplit: out of memory");
                     C->st = TOY_ERR_NOMEM;
                     return NULL;
                 }
-                for (;;) {
-                    const char *k = (maxs < 0 || cnt < maxs) ? find_bytes(rs + (n - e), e, rp, sl) : NULL;
-                    const char *hit = k ? s + (n - (size_t)(k - rs) - sl) : NULL;
-                    if (!take(16 + (hit ? e - (size_t)(hit - s) - sl : e))) break; /* the copy and two slots */
-                    if (!hit) { json_array_append_new(rev, json_stringn_nocheck(s, e)); break; }
-                    json_array_append_new(rev, json_stringn_nocheck(hit + sl, e - (size_t)(hit - s) - sl));
-                    e = (size_t)(hit - s);
-                    cnt++;
-                }
-                free(rs);
-                free(rp);
             }
             r = json_array();
             for (size_t i = json_array_size(rev); i > 0; i--) json_array_append(r, json_array_get(rev, i - 1));
@@ -1401,19 +1421,19 @@ static json_t *call_method(struct ctx *C, const struct node *call, json_t *obj, 
         } else if (!strcmp(m, "rfind")) {
             const char *p = strv(a0), *s = json_string_value(obj), *hit = NULL;
             size_t n = json_string_length(obj), pl = p ? json_string_length(a0) : 0;
-            char *rs = p ? reversed(s, n) : NULL, *rp = p ? reversed(p, pl) : NULL;
-            if (p && (!rs || !rp)) {
-                free(rs);
-                free(rp);
+            char *rp = p ? malloc(pl + 1) : NULL, *buf = NULL;
+            size_t cap = 0;
+            bool oom = p && !rp;
+            if (rp) reverse_into(rp, p, pl);
+            if (rp) hit = rfind_bytes(s, n, rp, pl, &buf, &cap, &oom);
+            free(rp);
+            free(buf);
+            if (oom) {
                 json_decref(a0);
                 rerr(C, call, "rfind: out of memory");
                 C->st = TOY_ERR_NOMEM;
                 return NULL;
             }
-            const char *k = p ? find_bytes(rs, n, rp, pl) : NULL; /* the last match, back to front */
-            if (k) hit = s + (n - (size_t)(k - rs) - pl);
-            free(rs);
-            free(rp);
             r = json_integer(hit ? (json_int_t)utf8_count(s, (size_t)(hit - s)) : -1);
         } else if (!strcmp(m, "isupper") || !strcmp(m, "islower")) {
             r = json_boolean(py_is_case(obj, m[2] == 'l'));
