@@ -124,7 +124,7 @@ Test(quant, fast_kernels_match_reference) {
  * ends of the codebook, zeros, subnormals, huge values, NaN. */
 Test(quant, iq4_search_matches_scalar) {
     if (!__builtin_cpu_supports("avx2")) cr_skip_test("no AVX2");
-    static const int8_t cb[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+    const int8_t *cb = toy_iq4_codebook;
     uint64_t s = 99;
     for (int rep = 0; rep < 400; rep++) {
         float x[32], id[16], a[2][16], b[2][16];

@@ -30,7 +30,8 @@ static inline void toy_q3k_scales(const uint8_t *b, int8_t sc[16]) {
 }
 
 /* IQ4_NL's and IQ4_XS's non-linear 4-bit codebook (ggml's kvalues_iq4nl) */
-static const int8_t toy_iq4_codebook[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+#define TOY_IQ4_VALUES -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113
+static const int8_t toy_iq4_codebook[16] = {TOY_IQ4_VALUES};
 
 /* the 6-bit scale of sub-block ib (0..7) of an IQ4_XS super-block b (its
  * 136 bytes): the sub-block's elements are d (scale - 32) codebook[q] */

@@ -730,7 +730,7 @@ static bool quant_simd(void) {
  * last or NaN 15). Its binary search ends at the first value above v (hi);
  * hi is counted here instead, without branches, which runs the quantizers'
  * hot loop without mispredictions; the last comparison is ggml's own. */
-static const float iq4_codebook_f[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+static const float iq4_codebook_f[16] = {TOY_IQ4_VALUES}; /* as floats: no conversion in the loop */
 
 static inline int iq4_index(float v) {
     const float *val = iq4_codebook_f;
