@@ -76,6 +76,7 @@ struct hp {
     bool has_eps, eps_rms, has_rope_base, tied, qkv_bias, qk_norm, has_rope_freqs;
     double attn_cap, final_cap;
     int64_t swa;
+    int64_t experts, experts_used, dff_exp; /* a mixture of experts (0: none) */
     bool vit; /* a ViT classifier (toy train --arch vit): images in, classes out */
     int64_t img_h, img_w, channels, patch, classes;
     struct { char key[128]; const char *type; } bad[16]; /* hyperparameters stored as something not a number */
@@ -141,6 +142,11 @@ static void read_hp(const struct toy_gguf *g, struct hp *h) {
     h->attn_cap = getf(g, h, "attn_logit_softcapping", 0, NULL);
     h->final_cap = getf(g, h, "final_logit_softcapping", 0, NULL);
     h->swa = geti(g, h, "attention.sliding_window", 0, NULL);
+    if (toy_gguf_find_tensor(g, "blk.0.ffn_gate_inp.weight") >= 0) {
+        h->experts = geti(g, h, "expert_count", 0, NULL);
+        h->experts_used = geti(g, h, "expert_used_count", 0, NULL);
+        h->dff_exp = geti(g, h, "expert_feed_forward_length", 0, NULL);
+    }
     if ((h->vit = !strcmp(h->arch, "vit"))) { /* the keys src/models/vit.c writes */
         h->img_w = geti(g, h, "image_size", 0, NULL);
         h->img_h = geti(g, h, "image_height", h->img_w, NULL);
@@ -178,13 +184,15 @@ static const char *pname(const struct toy_gguf *g, char *buf, size_t n, const ch
 #define SCOL 58 /* column of the shapes in the steps */
 
 /* The forward pass of the Llama family (llama, mistral, qwen2, qwen3,
- * gemma2) and GPT-2. Matrices act on column vectors, one per position, so
+ * gemma2, and the mixtures qwen3moe and olmoe) and GPT-2. Matrices act on column vectors, one per position, so
  * X is (d_e x T); shapes are (rows x cols). */
 static void card(const struct toy_gguf *g, const struct hp *h, struct text *t) {
     const bool gpt2 = !strcmp(h->arch, "gpt2");
     const bool gemma = !strcmp(h->arch, "gemma2");
     const bool llama_family = !strcmp(h->arch, "llama") || !strcmp(h->arch, "qwen2") ||
-                              !strcmp(h->arch, "qwen3") || gemma || !strcmp(h->arch, "mistral");
+                              !strcmp(h->arch, "qwen3") || gemma || !strcmp(h->arch, "mistral") ||
+                              !strcmp(h->arch, "qwen3moe") || !strcmp(h->arch, "olmoe");
+    const long long NE = h->experts, NK = h->experts_used, FE = h->dff_exp ? h->dff_exp : h->dff;
     if (!h->n_tensors) {
         tprintf(t, "(no tensors: a vocabulary-only file (a tokenizer), no network to describe)\n");
         return;
@@ -213,6 +221,8 @@ static void card(const struct toy_gguf *g, const struct hp *h, struct text *t) {
         return;
     }
     const long long d = h->d, L = h->L, H = h->H, K = h->Hkv, dh = h->dh, F = h->dff, V = h->vocab, C = h->ctx;
+    int64_t qn = toy_gguf_find_tensor(g, "blk.0.attn_q_norm.weight");
+    const bool qk_full = qn >= 0 && toy_gguf_tensor(g, qn)->ne[0] == H * dh && H > 1; /* OLMoE: the whole projection */
     char r[160], sh[96];
     tprintf(t, "Algorithm: %s forward pass (decoder-only transformer, %s)\n", h->arch,
             gpt2 ? "pre-LayerNorm, learned positions" : "pre-RMSNorm, rotary positions");
@@ -248,15 +258,21 @@ static void card(const struct toy_gguf *g, const struct hp *h, struct text *t) {
             "    W_q = (H·d_h×d_e) = (%lld×%lld)%s", H * dh, d, h->qkv_bias ? ", b_q" : "");
         row(t, PCOL, pname(g, r, sizeof r, h->qkv_bias ? "attn_{k,v}.{weight,bias}" : "attn_{k,v}.weight", "blk.0.attn_k.weight"),
             "    W_k, W_v = (H_kv·d_h×d_e) = (%lld×%lld)", K * dh, d);
-        if (h->qk_norm) row(t, PCOL, pname(g, r, sizeof r, "attn_{q,k}_norm.weight", "blk.0.attn_q_norm.weight"), "    γ_q, γ_k ∈ R^%lld", dh);
+        if (h->qk_norm) row(t, PCOL, pname(g, r, sizeof r, "attn_{q,k}_norm.weight", "blk.0.attn_q_norm.weight"), "    γ_q, γ_k ∈ R^%lld", qk_full ? H * dh : dh);
         row(t, PCOL, pname(g, r, sizeof r, "attn_output.weight", "blk.0.attn_output.weight"), "    W_o = (d_e×H·d_h) = (%lld×%lld)", d, H * dh);
         if (gemma) {
             row(t, PCOL, pname(g, r, sizeof r, "post_attention_norm.weight", "blk.0.post_attention_norm.weight"), "    γ_post_att ∈ R^%lld", d);
             row(t, PCOL, pname(g, r, sizeof r, "post_ffw_norm.weight", "blk.0.post_ffw_norm.weight"), "    γ_post_ffn ∈ R^%lld", d);
         }
         row(t, PCOL, pname(g, r, sizeof r, "ffn_norm.weight", "blk.0.ffn_norm.weight"), "    γ_ffn ∈ R^%lld", d);
-        row(t, PCOL, pname(g, r, sizeof r, "ffn_{gate,up}.weight", "blk.0.ffn_gate.weight"), "    W_gate, W_up = (%lld×%lld)", F, d);
-        row(t, PCOL, pname(g, r, sizeof r, "ffn_down.weight", "blk.0.ffn_down.weight"), "    W_down = (%lld×%lld)", d, F);
+        if (NE) {
+            row(t, PCOL, pname(g, r, sizeof r, "ffn_gate_inp.weight", "blk.0.ffn_gate_inp.weight"), "    W_r = (N_E×d_e) = (%lld×%lld)", NE, d);
+            row(t, PCOL, pname(g, r, sizeof r, "ffn_{gate,up}_exps.weight", "blk.0.ffn_gate_exps.weight"), "    W_gate,e, W_up,e = (%lld×%lld), e ∈ [%lld]", FE, d, NE);
+            row(t, PCOL, pname(g, r, sizeof r, "ffn_down_exps.weight", "blk.0.ffn_down_exps.weight"), "    W_down,e = (%lld×%lld)", d, FE);
+        } else {
+            row(t, PCOL, pname(g, r, sizeof r, "ffn_{gate,up}.weight", "blk.0.ffn_gate.weight"), "    W_gate, W_up = (%lld×%lld)", F, d);
+            row(t, PCOL, pname(g, r, sizeof r, "ffn_down.weight", "blk.0.ffn_down.weight"), "    W_down = (%lld×%lld)", d, F);
+        }
         row(t, PCOL, pname(g, r, sizeof r, "output_norm.weight", "output_norm.weight"), "  γ_f ∈ R^%lld", d);
     }
     if (h->tied) row(t, PCOL, "(tied: no output.weight)", "  W_u = W_eᵀ");
@@ -290,7 +306,8 @@ static void card(const struct toy_gguf *g, const struct hp *h, struct text *t) {
         snprintf(sh, sizeof sh, "Q: %lld×(%lld×T), K,V: %lld×(%lld×T)", H, dh, K, dh);
         STEP(sh, "  Q ← W_q X̃%s; K ← W_k X̃%s; V ← W_v X̃%s", n++, h->qkv_bias ? " + b_q" : "",
              h->qkv_bias ? " + b_k" : "", h->qkv_bias ? " + b_v" : "");
-        if (h->qk_norm) STEP("per head", "  Q_h ← RMSNorm(Q_h | γ_q); K_g ← RMSNorm(K_g | γ_k)", n++);
+        if (h->qk_norm && qk_full) STEP("each position", "  Q ← RMSNorm(Q | γ_q); K ← RMSNorm(K | γ_k)", n++);
+        else if (h->qk_norm) STEP("per head", "  Q_h ← RMSNorm(Q_h | γ_q); K_g ← RMSNorm(K_g | γ_k)", n++);
         STEP("position t turns pairs", "  Q ← RoPE(Q, θ%s); K ← RoPE(K, θ%s)", n++, h->has_rope_freqs ? ", ρ" : "",
              h->has_rope_freqs ? ", ρ" : "");
         STEP("S: (T×T)", "  for h ∈ [%lld], g = ⌊h·H_kv/H⌋: S ← K_gᵀ Q_h / √d_h", n++, H);
@@ -312,8 +329,17 @@ static void card(const struct toy_gguf *g, const struct hp *h, struct text *t) {
         } else {
             STEP(sh, "  X ← X + W_o [Y_1; …; Y_%lld]", n++, H);
             STEP(sh, "  X̃ ← RMSNorm(X | γ_ffn)", n++);
-            snprintf(sh, sizeof sh, "(%lld×T) → (%lld×T)", F, d);
-            STEP(sh, "  X ← X + W_down (SiLU(W_gate X̃) ⊙ W_up X̃)", n++);
+            if (NE) {
+                snprintf(sh, sizeof sh, "p: (%lld×T)", NE);
+                STEP(sh, "  P ← softmax(W_r X̃); for t ∈ [T]: E_t ← the %lld largest of P[:, t]", n++, NK);
+                if (strcmp(h->arch, "olmoe")) STEP("", "    w_t,e ← P[e, t] / Σ_{e' ∈ E_t} P[e', t]", n++);
+                else STEP("", "    w_t,e ← P[e, t]", n++);
+                snprintf(sh, sizeof sh, "(%lld×1) → (%lld×1), %lld of %lld", FE, d, NK, NE);
+                STEP(sh, "  X[:, t] ← X[:, t] + Σ_{e ∈ E_t} w_t,e W_down,e (SiLU(W_gate,e x̃_t) ⊙ W_up,e x̃_t)", n++);
+            } else {
+                snprintf(sh, sizeof sh, "(%lld×T) → (%lld×T)", F, d);
+                STEP(sh, "  X ← X + W_down (SiLU(W_gate X̃) ⊙ W_up X̃)", n++);
+            }
         }
         STEP("", "X ← RMSNorm(X | γ_f)", n++);
     }
@@ -454,6 +480,10 @@ int toy_cmd_describe(int argc, char **argv) {
             "norm_eps", h.has_eps ? num_or_null(h.eps) : json_null(),
             "rope_freq_base", rope && h.has_rope_base ? num_or_null(h.rope_base) : json_null(),
             "tied_embeddings", h.n_tensors ? json_boolean(h.tied) : json_null()));
+        if (h.experts)
+            json_object_set_new(o, "experts", json_pack("{s:I, s:I, s:I}", "count", (json_int_t)h.experts, "used",
+                                                        (json_int_t)h.experts_used, "feed_forward_length",
+                                                        (json_int_t)(h.dff_exp ? h.dff_exp : h.dff)));
         if (h.vit)
             json_object_set_new(o, "vit", json_pack("{s:I, s:I, s:I, s:I, s:I}", "image_height", (json_int_t)h.img_h,
                                                     "image_width", (json_int_t)h.img_w, "channels",
@@ -503,6 +533,13 @@ int toy_cmd_describe(int argc, char **argv) {
                      (long long)h.dh);
         } else dim(l1, sizeof l1, "heads", false, is_bad(&h, "attention.head_count"), 0, missing, sizeof missing);
         dim(l1, sizeof l1, "d_ff", h.has_dff, is_bad(&h, "feed_forward_length"), h.dff, missing, sizeof missing);
+        if (h.experts) {
+            size_t k = strlen(l1);
+            char ff[48] = "";
+            if (h.dff_exp) snprintf(ff, sizeof ff, ", d_ff %lld", (long long)h.dff_exp);
+            snprintf(l1 + k, sizeof l1 - k, "experts %lld (%lld a token%s), ", (long long)h.experts,
+                     (long long)h.experts_used, ff);
+        }
         if (h.vit) { /* images and classes, not tokens */
             snprintf(l2, sizeof l2, "image %lldx%lldx%lld, patch %lld, %lld classes, ", (long long)h.img_h,
                      (long long)h.img_w, (long long)h.channels, (long long)h.patch, (long long)h.classes);

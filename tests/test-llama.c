@@ -76,6 +76,23 @@ static void f_qwen3(struct toy_llama_config *c) {
     c->head_dim = 24; /* not d_model / n_heads, as in Qwen3 */
 }
 static void f_swa(struct toy_llama_config *c) { c->sliding_window = 5; }
+/* mixtures of experts: Mixtral (a "llama" with experts), Qwen3-MoE (QK-norm
+ * per head, experts narrower than d_ff), OLMoE (QK-norm over the whole
+ * projection, weights not renormalised) */
+static void f_mixtral(struct toy_llama_config *c) {
+    c->n_experts = 4, c->n_experts_used = 2, c->moe_norm = true;
+}
+static void f_qwen3moe(struct toy_llama_config *c) {
+    f_qwen3(c);
+    snprintf(c->arch, sizeof c->arch, "qwen3moe");
+    c->n_experts = 8, c->n_experts_used = 3, c->d_ff_expert = 32, c->moe_norm = true;
+}
+static void f_olmoe(struct toy_llama_config *c) {
+    snprintf(c->arch, sizeof c->arch, "olmoe");
+    c->rope_mode = TOY_ROPE_NEOX;
+    c->qk_norm = true, c->qk_norm_full = true;
+    c->n_experts = 6, c->n_experts_used = 2, c->moe_norm = false;
+}
 static void f_gemma2(struct toy_llama_config *c) {
     snprintf(c->arch, sizeof c->arch, "gemma2");
     c->rope_mode = TOY_ROPE_NEOX;
@@ -141,7 +158,8 @@ Test(llama, logits_match_pytorch_for_every_family_flag, .timeout = 300) {
     th_mkdir("llama");
     const struct flag_case cases[] = {{"plain", f_plain}, {"tied", f_tied}, {"qwen2_qkv_bias", f_qwen2},
                                       {"qwen3_qk_norm", f_qwen3}, {"mistral_swa", f_swa},
-                                      {"gemma2", f_gemma2}, {"rope_linear", f_linear}, {"rope_yarn", f_yarn}};
+                                      {"gemma2", f_gemma2}, {"rope_linear", f_linear}, {"rope_yarn", f_yarn},
+                                      {"mixtral_moe", f_mixtral}, {"qwen3moe", f_qwen3moe}, {"olmoe", f_olmoe}};
     const int n = sizeof cases / sizeof cases[0], T = 11, B = 2;
     int32_t tokens[T * B];
     for (int i = 0; i < T * B; i++) tokens[i] = (i * 37 + 5) % 61;
@@ -161,6 +179,10 @@ Test(llama, logits_match_pytorch_for_every_family_flag, .timeout = 300) {
         cr_assert_eq(lm->cfg.qkv_bias, c.qkv_bias);
         cr_assert_eq(lm->cfg.qk_norm, c.qk_norm);
         cr_assert_eq(lm->cfg.tied, c.tied);
+        cr_assert(lm->cfg.n_experts == c.n_experts && lm->cfg.n_experts_used == c.n_experts_used &&
+                      lm->cfg.d_ff_expert == c.d_ff_expert && lm->cfg.moe_norm == c.moe_norm &&
+                      lm->cfg.qk_norm_full == c.qk_norm_full && lm->cfg.rope_mode == c.rope_mode,
+                  "%s: the mixture's config did not come back from its GGUF", cases[i].name);
         ours[i] = th_logits(fwd, lm, tokens, T, B);
         toy_llama_free(lm);
         json_t *tk = json_array();
@@ -232,6 +254,9 @@ Test(llama, kv_cache_decode_equals_full_forward) {
     kv_equals_full(c);
     kv_equals_full_t(c, TOY_F16, 5e-3); /* f16 cache: K and V rounded to half precision */
     f_gemma2(&c); /* sliding window and softcaps through the cache too */
+    kv_equals_full(c);
+    c = base_config();
+    f_qwen3moe(&c); /* one token's experts against all tokens' */
     kv_equals_full(c);
 }
 
@@ -573,7 +598,8 @@ Test(llama, fused_decode_matches_unfused, .timeout = 120) {
  * norms with head size 64; f32 weights */
 Test(llama, fused_decode_matches_unfused_every_family, .timeout = 120) {
     const struct flag_case cases[] = {{"qwen2_qkv_bias", f_qwen2}, {"gemma2", f_gemma2}, {"rope_yarn", f_yarn},
-                                      {"rope_linear", f_linear},   {"mistral_swa", f_swa},  {"qwen3_qk_norm", f_qwen3}};
+                                      {"rope_linear", f_linear},   {"mistral_swa", f_swa},  {"qwen3_qk_norm", f_qwen3},
+                                      {"qwen3moe", f_qwen3moe},    {"olmoe", f_olmoe}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct toy_llama_config c = base_config();
         cases[i].set(&c);
@@ -752,3 +778,4 @@ Test(llama, infer_bf16_rounds_a_prompts_float_products_only, .timeout = 120) {
     free(dgot);
     th_rmdir();
 }
+

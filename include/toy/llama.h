@@ -60,6 +60,13 @@ struct toy_llama_config {
     bool embed_scale;       /* Gemma 2: embeddings times sqrt(d_model) */
     bool gelu_mlp;          /* Gemma: gelu(gate) * up instead of silu */
     float attn_scale;       /* 0: 1/sqrt(head_dim) (Gemma 2: 1/sqrt(query_pre_attn_scalar)) */
+    /* Mixture of experts (Mixtral, Qwen3-MoE, OLMoE): n_experts > 0 replaces
+     * each layer's MLP by n_experts MLPs of d_ff_expert (0: d_ff), of which
+     * a router picks n_experts_used per token; their weights renormalised
+     * to sum 1 when moe_norm. Inference only (toy_moe_route). */
+    int64_t n_experts, n_experts_used, d_ff_expert;
+    bool moe_norm;
+    bool qk_norm_full;      /* OLMoE: q and k normed over the whole projection (weight d_model, d_kv) */
 };
 
 /* The projections a LoRA adapter can target. */
@@ -69,6 +76,10 @@ enum toy_lora_target { TOY_LORA_Q = 0, TOY_LORA_K, TOY_LORA_V, TOY_LORA_O, TOY_L
 struct toy_llama_layer {
     struct toy_tensor *attn_norm, *wq, *wk, *wv, *wo, *bq, *bk, *bv, *q_norm, *k_norm, *post_attn_norm;
     struct toy_tensor *ffn_norm, *w_gate, *w_up, *w_down, *post_ffn_norm;
+    /* mixture of experts: the router {d_model, E} and the experts' matrices
+     * {d_model, d_ff_expert, E} (gate, up) and {d_ff_expert, d_model, E}
+     * (down); then w_gate, w_up and w_down are NULL */
+    struct toy_tensor *ffn_gate_inp, *ffn_gate_exps, *ffn_up_exps, *ffn_down_exps;
     /* LoRA (PEFT semantics): W x + scale * B (A x), A (r, in) i.e. ne {in, r},
      * B (out, r) i.e. ne {r, out}; NULL where no adapter is attached.
      * lora_mask[t], if set, multiplies A's input (dropout mask refreshed by
@@ -177,6 +188,19 @@ enum toy_status toy_kv_cache_check_size(int64_t n_layers, int64_t row, int64_t n
 /* Logits {vocab, Tn, n_seq} of Tn new tokens {Tn, n_seq} at positions
  * n_past .. n_past+Tn-1 (pos is filled by the caller), storing their keys and
  * values in the cache. Build once per Tn (prefill length, then 1 for decode). */
+/* TOY_ERR_UNSUPPORTED naming `what` when m is a mixture of experts (whose
+ * layers have no gradients and no LoRA targets), else TOY_OK. */
+enum toy_status toy_llama_no_experts(const struct toy_llama *m, const char *what);
+/* The layer's QK-norm of q {hd, H, T, B} and k (c->qk_norm): RMSNorm
+ * over each head (Qwen3), or over each position's whole projection
+ * (qk_norm_full: OLMoE); nothing without it. */
+void toy_llama_qk_norm(struct toy_ctx *ctx, const struct toy_llama_config *c, const struct toy_llama_layer *L,
+                       struct toy_tensor **q, struct toy_tensor **k);
+/* A mixture-of-experts layer's MLP over its normed input h {d, ...}
+ * (c->n_experts > 0): the router, the chosen experts' SwiGLU (GeGLU with
+ * gelu_mlp) and their weighted sum, shaped as h. */
+struct toy_tensor *toy_llama_moe_ffn(struct toy_ctx *ctx, const struct toy_llama_config *c,
+                                     const struct toy_llama_layer *L, struct toy_tensor *h);
 struct toy_tensor *toy_llama_forward_cached(struct toy_ctx *ctx, struct toy_llama *m, struct toy_kv_cache *c,
                                             struct toy_tensor *tokens, struct toy_tensor *pos);
 /* The same, but logits {vocab, 1, n_seq} of the last new token of each

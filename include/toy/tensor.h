@@ -54,7 +54,7 @@ extern "C" {
     X(ADD) X(SUB) X(MUL) X(DIV) X(SCALE) X(SQR) X(SQRT) X(NEG) X(TANH)               \
     X(MATMUL) X(GET_ROWS) X(SUM) X(MEAN) X(SUM_ALL) X(REPEAT) X(SUM_TO)      \
     X(RMS_NORM) X(LAYER_NORM) X(SILU) X(GELU) X(SWIGLU) X(SOFTMAX)           \
-    X(ATTENTION) X(ROPE) X(CONCAT) X(CROSS_ENTROPY)                          \
+    X(ATTENTION) X(ROPE) X(CONCAT) X(CROSS_ENTROPY) X(MOE_ROUTE) X(MOE_MATMUL)   \
     X(GET_ROWS_BACK) X(VIEW_BACK) X(RMS_NORM_BACK) X(RMS_NORM_BACK_W)        \
     X(LAYER_NORM_BACK) X(LAYER_NORM_BACK_W) X(SILU_BACK) X(GELU_BACK)        \
     X(SWIGLU_BACK) X(SOFTMAX_BACK) X(ATTENTION_BACK) X(CROSS_ENTROPY_BACK)   \
@@ -334,6 +334,26 @@ struct toy_tensor *toy_kv_store(struct toy_ctx *ctx, struct toy_tensor *cache, s
 struct toy_tensor *toy_attention_cached(struct toy_ctx *ctx, struct toy_tensor *q, struct toy_tensor *k_store,
                                         struct toy_tensor *v_store, struct toy_tensor *n_past,
                                         const struct toy_attn_params *p);
+
+/* ---- mixture of experts (inference only: no gradients) ----------------------------
+ *
+ * A token's router logits {E} pick its k experts (toy_moe_route) and each
+ * expert's matrix multiplies the token's row (toy_moe_matmul), so a decode
+ * step reads k of the E expert matrices, not all of them. */
+
+/* The top k of E experts for each row of logits {E, rows...} (F32): the
+ * softmax over all E, the k largest (ties to the lower index), their
+ * probabilities renormalised to sum 1 when `norm` (Mixtral, Qwen3-MoE) or
+ * kept as they are (OLMoE, Qwen2-MoE). Result I32 {k, rows}: the experts'
+ * ids, best first; their weights follow the ids as k x rows floats. */
+struct toy_tensor *toy_moe_route(struct toy_ctx *ctx, struct toy_tensor *logits, int k, bool norm);
+/* Row r of x {K, R, N} (R = 1: one row for all k slots; R = k: one per
+ * slot) times expert route[s, n]'s matrix of w {K, n_out, E} (weights as a
+ * MATMUL's B, any weight dtype), for every slot s < k of route {k, N}:
+ * {n_out, k, N}; with `combine`, the slots' results summed with the
+ * route's weights: {n_out, N}. */
+struct toy_tensor *toy_moe_matmul(struct toy_ctx *ctx, struct toy_tensor *x, struct toy_tensor *w,
+                                  struct toy_tensor *route, bool combine);
 
 enum toy_rope_mode { TOY_ROPE_NORMAL = 0, TOY_ROPE_NEOX = 2 };
 enum toy_rope_scaling { TOY_ROPE_SCALING_NONE = 0, TOY_ROPE_SCALING_LINEAR = 1,

@@ -418,6 +418,47 @@ struct toy_tensor *toy_attention_cached(struct toy_ctx *ctx, struct toy_tensor *
     return t;
 }
 
+/* ---- mixture of experts --------------------------------------------------------- */
+
+struct toy_tensor *toy_moe_route(struct toy_ctx *ctx, struct toy_tensor *logits, int k, bool norm) {
+    NEED("moe_route", logits);
+    CHECK(is_float(logits) && toy_is_contiguous(logits), "moe_route", logits, NULL, "logits must be contiguous f32");
+    CHECK(k >= 1 && k <= logits->ne[0] && k <= 64, "moe_route", logits, NULL,
+          "k = %d experts per token: want 1..min(64, E)", k);
+    int64_t rows = toy_nrows(logits);
+    struct toy_tensor *t = new_result(ctx, TOY_OP_MOE_ROUTE, TOY_I32, (int64_t[]){k, rows, 1, 1});
+    t->src[0] = logits;
+    t->op_params[P_MR_K] = k;
+    t->op_params[P_MR_NORM] = norm;
+    t->aux_bytes = (size_t)(k * rows) * sizeof(float); /* the weights */
+    return t;
+}
+
+struct toy_tensor *toy_moe_matmul(struct toy_ctx *ctx, struct toy_tensor *x, struct toy_tensor *w,
+                                  struct toy_tensor *route, bool combine) {
+    NEED("moe_matmul", x);
+    NEED("moe_matmul", w);
+    NEED("moe_matmul", route);
+    CHECK(route->op == TOY_OP_MOE_ROUTE, "moe_matmul", route, NULL, "route must come from toy_moe_route");
+    int64_t k = route->ne[0], N = route->ne[1];
+    CHECK(is_float(x) && toy_is_contiguous(x) && x->ne[3] == 1, "moe_matmul", x, NULL, "x must be contiguous f32, 3-d");
+    CHECK(x->ne[2] == N && (x->ne[1] == 1 || x->ne[1] == k), "moe_matmul", x, route,
+          "x must be {K, 1 or k, N} for a route of {k, N}");
+    CHECK(w->ne[0] == x->ne[0] && w->ne[3] == 1 && rows_contiguous(w) && w->data, "moe_matmul", w, x,
+          "weights must be {K, n, E} with data, K as x's");
+    CHECK(toy_dtype_block_size(w->type) == 1 || w->ne[0] % toy_dtype_block_size(w->type) == 0, "moe_matmul", w, NULL,
+          "rows must be whole blocks");
+    CHECK(route->src[0]->ne[0] == w->ne[2], "moe_matmul", w, route, "the router picks among %lld experts, w has %lld",
+          (long long)route->src[0]->ne[0], (long long)w->ne[2]);
+    struct toy_tensor *t = new_result(ctx, TOY_OP_MOE_MATMUL, TOY_F32,
+                                      combine ? (int64_t[]){w->ne[1], N, 1, 1} : (int64_t[]){w->ne[1], k, N, 1});
+    t->src[0] = x;
+    t->src[1] = w;
+    t->src[2] = route;
+    t->op_params[P_MM_COMBINE] = combine;
+    return t;
+}
+
 struct toy_tensor *toy_rope_impl(struct toy_ctx *ctx, struct toy_tensor *x, struct toy_tensor *pos,
                                  const int32_t *params, bool inverse) {
     struct toy_tensor *t = like(ctx, TOY_OP_ROPE, x);

@@ -69,9 +69,12 @@ static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_lla
         return toy_error(TOY_ERR_FORMAT, "%s: no general.architecture", toy_gguf_path(g));
     snprintf(c->arch, sizeof c->arch, "%.*s", (int)alen, arch);
     const char *a = c->arch;
-    if (strcmp(a, "llama") && strcmp(a, "qwen2") && strcmp(a, "qwen3") && strcmp(a, "gemma2") && strcmp(a, "mistral"))
+    static const char *const archs[] = {"llama", "mistral", "qwen2", "qwen3", "gemma2", "qwen3moe", "olmoe"};
+    bool known = false;
+    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++) known |= !strcmp(a, archs[i]);
+    if (!known)
         return toy_error(TOY_ERR_UNSUPPORTED, "%s: architecture '%s' is not a Llama-family model toy runs "
-                         "(llama, mistral, qwen2, qwen3, gemma2)", toy_gguf_path(g), a);
+                         "(llama, mistral, qwen2, qwen3, gemma2, qwen3moe, olmoe)", toy_gguf_path(g), a);
     struct keys k = {.g = g, .arch = a};
     c->d_model = key_int(&k, "embedding_length", 0);
     c->n_layers = key_int(&k, "block_count", 0);
@@ -83,7 +86,7 @@ static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_lla
     if (c->head_dim > 0 && c->n_heads > 0 && c->head_dim * c->n_heads == c->d_model) c->head_dim = 0;
     c->norm_eps = (float)key_float(&k, "attention.layer_norm_rms_epsilon", 1e-5);
     c->rope_base = (float)key_float(&k, "rope.freq_base", 10000.0);
-    c->rope_mode = !strcmp(a, "llama") || !strcmp(a, "mistral") ? TOY_ROPE_NORMAL : TOY_ROPE_NEOX;
+    c->rope_mode = !strcmp(a, "llama") || !strcmp(a, "mistral") ? TOY_ROPE_NORMAL : TOY_ROPE_NEOX; /* llama.cpp's */
     const char *st;
     size_t stl;
     char skey[128];
@@ -99,6 +102,12 @@ static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_lla
     c->sliding_window = (int32_t)key_int(&k, "attention.sliding_window", 0);
     c->attn_softcap = (float)key_float(&k, "attn_logit_softcapping", 0.0);
     c->final_softcap = (float)key_float(&k, "final_logit_softcapping", 0.0);
+    c->n_experts = key_int(&k, "expert_count", 0);
+    c->n_experts_used = key_int(&k, "expert_used_count", 0);
+    c->d_ff_expert = key_int(&k, "expert_feed_forward_length", 0);
+    /* llama.cpp's graphs: Mixtral (llama) and Qwen3-MoE renormalise the
+     * chosen experts' probabilities, OLMoE does not */
+    c->moe_norm = strcmp(a, "olmoe") != 0;
     int64_t te = toy_gguf_find_tensor(g, "token_embd.weight");
     if (te < 0) return toy_error(TOY_ERR_FORMAT, "%s: no token_embd.weight tensor", toy_gguf_path(g));
     c->vocab = key_int(&k, "vocab_size", toy_gguf_tensor(g, te)->ne[1]);
@@ -112,6 +121,22 @@ static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_lla
             return toy_error(TOY_ERR_UNSUPPORTED, "%s: has %s: toy's Llama-family graph has no attention-output or "
                              "MLP biases", toy_gguf_path(g), unused_bias[i]);
     c->qk_norm = has_tensor(g, "blk.0.attn_q_norm.weight");
+    if (c->qk_norm && c->n_heads > 0) { /* per head (Qwen3), or over the whole projection (OLMoE) */
+        const struct toy_gguf_tensor *qn = toy_gguf_tensor(g, toy_gguf_find_tensor(g, "blk.0.attn_q_norm.weight"));
+        int64_t hd = c->head_dim ? c->head_dim : c->d_model / c->n_heads;
+        c->qk_norm_full = qn->ne[0] != hd && qn->ne[0] == hd * c->n_heads;
+    }
+    bool moe = has_tensor(g, "blk.0.ffn_gate_inp.weight");
+    if (moe && has_tensor(g, "blk.0.ffn_gate_inp_shexp.weight"))
+        return toy_error(TOY_ERR_UNSUPPORTED, "%s: a mixture of experts with a shared expert (Qwen2-MoE, DeepSeek) "
+                         "is not supported", toy_gguf_path(g));
+    if (moe && (c->n_experts <= 0 || c->n_experts_used <= 0))
+        return toy_error(TOY_ERR_FORMAT, "%s: has expert tensors but %s.expert_count %lld and %s.expert_used_count "
+                         "%lld", toy_gguf_path(g), a, (long long)c->n_experts, a, (long long)c->n_experts_used);
+    if (!moe) c->n_experts = c->n_experts_used = c->d_ff_expert = 0, c->moe_norm = false;
+    if (moe && has_tensor(g, "blk.0.ffn_gate.0.weight"))
+        return toy_error(TOY_ERR_UNSUPPORTED, "%s: experts stored one tensor each (an old Mixtral conversion): "
+                         "convert it again with a current llama.cpp", toy_gguf_path(g));
     c->sandwich_norm = has_tensor(g, "blk.0.post_attention_norm.weight");
     if (!strcmp(a, "gemma2")) {
         c->embed_scale = true;
@@ -255,6 +280,11 @@ enum toy_status toy_llama_write_gguf(const struct toy_llama *m, struct toy_gguf_
     if (c->sliding_window > 0) SETU("attention.sliding_window", c->sliding_window);
     if (c->attn_softcap > 0) SETF("attn_logit_softcapping", c->attn_softcap);
     if (c->final_softcap > 0) SETF("final_logit_softcapping", c->final_softcap);
+    if (c->n_experts) {
+        SETU("expert_count", c->n_experts);
+        SETU("expert_used_count", c->n_experts_used);
+        if (c->d_ff_expert) SETU("expert_feed_forward_length", c->d_ff_expert);
+    }
 #undef SETU
 #undef SETF
     for (int i = 0; i < toy_llama_n_tensors(m) && !st; i++) {
@@ -267,8 +297,8 @@ enum toy_status toy_llama_write_gguf(const struct toy_llama *m, struct toy_gguf_
             toy_llama_embd_table(m, m->embd_fold);
             t = ft;
         }
-        int nd = t->ne[1] > 1 ? 2 : 1;
-        bool convert = nd == 2 && type != TOY_F32 && t->type == TOY_F32;
+        int nd = t->ne[2] > 1 ? 3 : t->ne[1] > 1 ? 2 : 1;
+        bool convert = nd >= 2 && type != TOY_F32 && t->type == TOY_F32;
         if (!convert) {
             if (!toy_is_contiguous(t))
                 return toy_error(TOY_ERR_STATE, "tensor %s is not contiguous", t->name);

@@ -66,12 +66,25 @@ enum toy_status toy_llama_check_config(const struct toy_llama_config *c) {
          (double)c->rope_factor);
     NEED(isfinite(c->attn_softcap) && c->attn_softcap >= 0 && isfinite(c->final_softcap) && c->final_softcap >= 0,
          "model config: logit softcaps %g, %g must be >= 0", (double)c->attn_softcap, (double)c->final_softcap);
+    NEED(c->n_experts >= 0 && c->n_experts <= 4096, "model config: %lld experts: want 0 (none) to 4096",
+         (long long)c->n_experts);
+    NEED(!c->n_experts || (c->n_experts_used >= 1 && c->n_experts_used <= c->n_experts && c->n_experts_used <= 64),
+         "model config: %lld experts used of %lld: want 1 to the experts (at most 64)", (long long)c->n_experts_used,
+         (long long)c->n_experts);
+    NEED(c->d_ff_expert >= 0, "model config: expert d_ff %lld must be >= 0", (long long)c->d_ff_expert);
 #undef NEED
     return TOY_OK;
 }
 
 static struct toy_tensor *param(struct toy_llama *m, const char *name, int64_t ne0, int64_t ne1) {
     struct toy_tensor *t = ne1 ? toy_new_tensor_2d(m->ctx, TOY_F32, ne0, ne1) : toy_new_tensor_1d(m->ctx, TOY_F32, ne0);
+    toy_set_name(t, "%s", name);
+    toy_set_param(t);
+    return t;
+}
+
+static struct toy_tensor *param3(struct toy_llama *m, const char *name, int64_t ne0, int64_t ne1, int64_t ne2) {
+    struct toy_tensor *t = toy_new_tensor_3d(m->ctx, TOY_F32, ne0, ne1, ne2);
     toy_set_name(t, "%s", name);
     toy_set_param(t);
     return t;
@@ -116,15 +129,26 @@ struct toy_llama *toy_llama_alloc(const struct toy_llama_config *cfg, bool alloc
             P(bv, "attn_v.bias", dkv, 0);
         }
         if (cfg->qk_norm) {
-            P(q_norm, "attn_q_norm.weight", hd, 0);
-            P(k_norm, "attn_k_norm.weight", hd, 0);
+            P(q_norm, "attn_q_norm.weight", cfg->qk_norm_full ? dq : hd, 0);
+            P(k_norm, "attn_k_norm.weight", cfg->qk_norm_full ? dkv : hd, 0);
         }
         P(wo, "attn_output.weight", dq, d);
         if (cfg->sandwich_norm) { P(post_attn_norm, "post_attention_norm.weight", d, 0); }
         P(ffn_norm, "ffn_norm.weight", d, 0);
-        P(w_gate, "ffn_gate.weight", d, cfg->d_ff);
-        P(w_up, "ffn_up.weight", d, cfg->d_ff);
-        P(w_down, "ffn_down.weight", cfg->d_ff, d);
+        if (cfg->n_experts) {
+            int64_t E = cfg->n_experts, fe = cfg->d_ff_expert ? cfg->d_ff_expert : cfg->d_ff;
+            P(ffn_gate_inp, "ffn_gate_inp.weight", d, E);
+            snprintf(name, sizeof name, "blk.%lld.ffn_gate_exps.weight", (long long)l);
+            L->ffn_gate_exps = param3(m, name, d, fe, E);
+            snprintf(name, sizeof name, "blk.%lld.ffn_up_exps.weight", (long long)l);
+            L->ffn_up_exps = param3(m, name, d, fe, E);
+            snprintf(name, sizeof name, "blk.%lld.ffn_down_exps.weight", (long long)l);
+            L->ffn_down_exps = param3(m, name, fe, d, E);
+        } else {
+            P(w_gate, "ffn_gate.weight", d, cfg->d_ff);
+            P(w_up, "ffn_up.weight", d, cfg->d_ff);
+            P(w_down, "ffn_down.weight", cfg->d_ff, d);
+        }
         if (cfg->sandwich_norm) { P(post_ffn_norm, "post_ffw_norm.weight", d, 0); }
 #undef P
     }
@@ -150,9 +174,16 @@ struct toy_llama *toy_llama_new(const struct toy_llama_config *cfg, uint64_t see
         if (L->q_norm) { init_ones(L->q_norm); init_ones(L->k_norm); }
         if (L->post_attn_norm) init_ones(L->post_attn_norm);
         init_ones(L->ffn_norm);
-        init_normal(L->w_gate, &r, std);
-        init_normal(L->w_up, &r, std);
-        init_normal(L->w_down, &r, std_out);
+        if (L->ffn_gate_inp) {
+            init_normal(L->ffn_gate_inp, &r, std);
+            init_normal(L->ffn_gate_exps, &r, std);
+            init_normal(L->ffn_up_exps, &r, std);
+            init_normal(L->ffn_down_exps, &r, std_out);
+        } else {
+            init_normal(L->w_gate, &r, std);
+            init_normal(L->w_up, &r, std);
+            init_normal(L->w_down, &r, std_out);
+        }
         if (L->post_ffn_norm) init_ones(L->post_ffn_norm);
     }
     init_ones(m->out_norm);
@@ -160,13 +191,17 @@ struct toy_llama *toy_llama_new(const struct toy_llama_config *cfg, uint64_t see
     return m;
 }
 
+#define WEIGHTS_PER_LAYER 8 /* at most: q, k, v, o and gate, up, down or the router and the experts' three */
+
 /* the matrices inference multiplies by (a tied head too: its row lookups
  * read t->data, a few pages per token) */
 static int inference_weights(struct toy_llama *m, struct toy_tensor **out) {
     int n = 0;
     for (int64_t l = 0; l < m->cfg.n_layers; l++) {
         struct toy_llama_layer *L = &m->layers[l];
-        struct toy_tensor *const w[] = {L->wq, L->wk, L->wv, L->wo, L->w_gate, L->w_up, L->w_down};
+        struct toy_tensor *const w[] = {L->wq,     L->wk,           L->wv,          L->wo,         L->w_gate,
+                                        L->w_up,   L->w_down,       L->ffn_gate_inp, L->ffn_gate_exps,
+                                        L->ffn_up_exps, L->ffn_down_exps};
         for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
             if (w[i]) out[n++] = w[i];
     }
@@ -176,7 +211,7 @@ static int inference_weights(struct toy_llama *m, struct toy_tensor **out) {
 
 enum toy_status toy_llama_pack_weights(struct toy_llama *m) {
     if (m->pack_block) return TOY_OK;
-    struct toy_tensor **w = malloc(((size_t)m->cfg.n_layers * 7 + 1) * sizeof *w);
+    struct toy_tensor **w = malloc(((size_t)m->cfg.n_layers * WEIGHTS_PER_LAYER + 1) * sizeof *w);
     if (!w) return toy_error(TOY_ERR_NOMEM, "packing weights");
     enum toy_status st = toy_pack_inference_weights(m->gguf, w, inference_weights(m, w), &m->pack_block, &m->pack_bytes);
     free(w);
@@ -184,7 +219,7 @@ enum toy_status toy_llama_pack_weights(struct toy_llama *m) {
 }
 
 bool toy_llama_infer_bf16(struct toy_llama *m) {
-    struct toy_tensor **w = malloc(((size_t)m->cfg.n_layers * 7 + 1) * sizeof *w);
+    struct toy_tensor **w = malloc(((size_t)m->cfg.n_layers * WEIGHTS_PER_LAYER + 1) * sizeof *w);
     bool on = w && toy_inference_bf16_pays(w, inference_weights(m, w)); /* else attention too stays as it was */
     free(w);
     if (on) m->matmul_type = TOY_BF16, m->bf16_float_only = true; /* quantized: the int8 kernels are the faster (1.6x) */
@@ -192,15 +227,18 @@ bool toy_llama_infer_bf16(struct toy_llama *m) {
 }
 
 double toy_llama_decode_bytes(const struct toy_llama *m) {
-    double bytes = 0;
-    for (int i = 0; i < toy_llama_n_tensors(m); i++) bytes += (double)toy_nbytes(toy_llama_tensor(m, i));
+    double bytes = 0, used = m->cfg.n_experts ? (double)m->cfg.n_experts_used / (double)m->cfg.n_experts : 1;
+    for (int i = 0; i < toy_llama_n_tensors(m); i++) {
+        const struct toy_tensor *t = toy_llama_tensor(m, i);
+        bytes += (double)toy_nbytes(t) * (t->ne[2] > 1 ? used : 1); /* a token reads k of E experts */
+    }
     if (!m->cfg.tied) bytes -= (double)toy_nbytes(m->tok_embd);
     return bytes;
 }
 
 void toy_llama_free(struct toy_llama *m) {
     if (!m) return;
-    struct toy_tensor **w = malloc(((size_t)m->cfg.n_layers * 7 + 1) * sizeof *w);
+    struct toy_tensor **w = malloc(((size_t)m->cfg.n_layers * WEIGHTS_PER_LAYER + 1) * sizeof *w);
     toy_unpack_inference_weights(w, w ? inference_weights(m, w) : 0, m->pack_block, m->pack_bytes);
     free(w);
     toy_ctx_free(m->ctx);
@@ -209,30 +247,34 @@ void toy_llama_free(struct toy_llama *m) {
     free(m);
 }
 
+/* a layer's parameters in file order (those it has): their count */
+#define LAYER_TENSORS 20
+static int layer_tensors(const struct toy_llama_layer *L, struct toy_tensor **out) {
+    struct toy_tensor *const all[LAYER_TENSORS] = {
+        L->attn_norm, L->wq,     L->wk,           L->wv,          L->wo,           L->bq,        L->bk,
+        L->bv,        L->q_norm, L->k_norm,       L->post_attn_norm, L->ffn_norm,  L->w_gate,    L->w_up,
+        L->w_down,    L->ffn_gate_inp, L->ffn_gate_exps, L->ffn_up_exps, L->ffn_down_exps, L->post_ffn_norm};
+    int n = 0;
+    for (int k = 0; k < LAYER_TENSORS; k++)
+        if (all[k]) out[n++] = all[k];
+    return n;
+}
+
 int toy_llama_n_tensors(const struct toy_llama *m) {
     int n = 2 + (m->cfg.tied ? 0 : 1) + (m->embd_proj != NULL);
-    for (int64_t l = 0; l < m->cfg.n_layers; l++) {
-        const struct toy_llama_layer *L = &m->layers[l];
-        struct toy_tensor *const all[] = {L->attn_norm, L->wq, L->wk, L->wv, L->wo, L->bq, L->bk, L->bv, L->q_norm,
-                                          L->k_norm, L->post_attn_norm, L->ffn_norm, L->w_gate, L->w_up, L->w_down,
-                                          L->post_ffn_norm};
-        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) n += all[i] != NULL;
-    }
+    struct toy_tensor *all[LAYER_TENSORS];
+    for (int64_t l = 0; l < m->cfg.n_layers; l++) n += layer_tensors(&m->layers[l], all);
     return n;
 }
 
 struct toy_tensor *toy_llama_tensor(const struct toy_llama *m, int i) {
     if (i == 0) return m->tok_embd;
     i--;
+    struct toy_tensor *all[LAYER_TENSORS];
     for (int64_t l = 0; l < m->cfg.n_layers; l++) {
-        const struct toy_llama_layer *L = &m->layers[l];
-        struct toy_tensor *const all[] = {L->attn_norm, L->wq, L->wk, L->wv, L->wo, L->bq, L->bk, L->bv, L->q_norm,
-                                          L->k_norm, L->post_attn_norm, L->ffn_norm, L->w_gate, L->w_up, L->w_down,
-                                          L->post_ffn_norm};
-        for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) {
-            if (!all[k]) continue;
-            if (i-- == 0) return all[k];
-        }
+        int n = layer_tensors(&m->layers[l], all);
+        if (i < n) return all[i];
+        i -= n;
     }
     if (i-- == 0) return m->out_norm;
     if (!m->cfg.tied && i-- == 0) return m->output;
@@ -247,6 +289,43 @@ int64_t toy_llama_n_params(const struct toy_llama *m) {
 }
 
 /* ---- the graph ---------------------------------------------------------------- */
+
+enum toy_status toy_llama_no_experts(const struct toy_llama *m, const char *what) {
+    if (!m || !m->cfg.n_experts) return TOY_OK;
+    return toy_error(TOY_ERR_UNSUPPORTED, "%s: a mixture of experts (%lld experts, %lld a token) runs for inference "
+                     "only (generate, eval, serve, bench); toy cannot train it or attach adapters to it", what,
+                     (long long)m->cfg.n_experts, (long long)m->cfg.n_experts_used);
+}
+
+void toy_llama_qk_norm(struct toy_ctx *ctx, const struct toy_llama_config *c, const struct toy_llama_layer *L,
+                       struct toy_tensor **q, struct toy_tensor **k) {
+    if (!c->qk_norm) return;
+    if (!c->qk_norm_full) {
+        *q = toy_rms_norm(ctx, *q, L->q_norm, c->norm_eps);
+        *k = toy_rms_norm(ctx, *k, L->k_norm, c->norm_eps);
+        return;
+    }
+    struct toy_tensor *x[2] = {*q, *k}, *w[2] = {L->q_norm, L->k_norm};
+    for (int i = 0; i < 2; i++) { /* {hd, H, T, B} as {hd H, T, B}, normed, and back */
+        const int64_t *ne = x[i]->ne;
+        struct toy_tensor *y = toy_reshape_3d(ctx, x[i], ne[0] * ne[1], ne[2], ne[3]);
+        x[i] = toy_reshape(ctx, toy_rms_norm(ctx, y, w[i], c->norm_eps), 4, ne);
+    }
+    *q = x[0], *k = x[1];
+}
+
+struct toy_tensor *toy_llama_moe_ffn(struct toy_ctx *ctx, const struct toy_llama_config *c,
+                                     const struct toy_llama_layer *L, struct toy_tensor *h) {
+    int64_t d = h->ne[0], N = toy_nrows(h);
+    struct toy_tensor *x = toy_reshape_3d(ctx, h, d, 1, N);
+    struct toy_tensor *route = toy_moe_route(ctx, toy_reshape_2d(ctx, toy_linear(ctx, h, L->ffn_gate_inp, NULL), c->n_experts, N),
+                                             (int)c->n_experts_used, c->moe_norm);
+    struct toy_tensor *g = toy_moe_matmul(ctx, x, L->ffn_gate_exps, route, false); /* {d_ff, k, N} */
+    struct toy_tensor *u = toy_moe_matmul(ctx, x, L->ffn_up_exps, route, false);
+    struct toy_tensor *a = c->gelu_mlp ? toy_mul(ctx, toy_gelu(ctx, g), u) : toy_swiglu(ctx, g, u);
+    struct toy_tensor *f = toy_moe_matmul(ctx, a, L->ffn_down_exps, route, true); /* {d, N} */
+    return toy_reshape(ctx, f, h->n_dims, h->ne);
+}
 
 /* x W^T (+ b), in bf16 under mixed precision: the product and its
  * gradients marked, so the backend rounds the f32 master weights (or
@@ -308,10 +387,7 @@ static struct toy_tensor *forward(struct toy_ctx *ctx, struct toy_llama *m, stru
         struct toy_tensor *q = toy_reshape_4d(ctx, proj_lora(ctx, m, L, TOY_LORA_Q, h, L->wq, L->bq), hd, H, T, B);
         struct toy_tensor *k = toy_reshape_4d(ctx, proj_lora(ctx, m, L, TOY_LORA_K, h, L->wk, L->bk), hd, Hkv, T, B);
         struct toy_tensor *v = toy_reshape_4d(ctx, proj_lora(ctx, m, L, TOY_LORA_V, h, L->wv, L->bv), hd, Hkv, T, B);
-        if (c->qk_norm) {
-            q = toy_rms_norm(ctx, q, L->q_norm, c->norm_eps);
-            k = toy_rms_norm(ctx, k, L->k_norm, c->norm_eps);
-        }
+        toy_llama_qk_norm(ctx, c, L, &q, &k);
         q = toy_rope_ff(ctx, q, pos, &rope, m->rope_freqs);
         k = toy_rope_ff(ctx, k, pos, &rope, m->rope_freqs);
         struct toy_tensor *a;
@@ -327,10 +403,15 @@ static struct toy_tensor *forward(struct toy_ctx *ctx, struct toy_llama *m, stru
         if (L->post_attn_norm) a = toy_rms_norm(ctx, a, L->post_attn_norm, c->norm_eps);
         x = toy_add(ctx, x, a);
         h = toy_rms_norm(ctx, x, L->ffn_norm, c->norm_eps);
-        struct toy_tensor *g = proj_lora(ctx, m, L, TOY_LORA_GATE, h, L->w_gate, NULL);
-        struct toy_tensor *u = proj_lora(ctx, m, L, TOY_LORA_UP, h, L->w_up, NULL);
-        struct toy_tensor *f = c->gelu_mlp ? toy_mul(ctx, toy_gelu(ctx, g), u) : toy_swiglu(ctx, g, u);
-        f = proj_lora(ctx, m, L, TOY_LORA_DOWN, f, L->w_down, NULL);
+        struct toy_tensor *f;
+        if (L->ffn_gate_inp) {
+            f = toy_llama_moe_ffn(ctx, c, L, h);
+        } else {
+            struct toy_tensor *g = proj_lora(ctx, m, L, TOY_LORA_GATE, h, L->w_gate, NULL);
+            struct toy_tensor *u = proj_lora(ctx, m, L, TOY_LORA_UP, h, L->w_up, NULL);
+            f = c->gelu_mlp ? toy_mul(ctx, toy_gelu(ctx, g), u) : toy_swiglu(ctx, g, u);
+            f = proj_lora(ctx, m, L, TOY_LORA_DOWN, f, L->w_down, NULL);
+        }
         if (L->post_ffn_norm) f = toy_rms_norm(ctx, f, L->post_ffn_norm, c->norm_eps);
         x = toy_add(ctx, x, f);
     }

@@ -151,10 +151,7 @@ static struct toy_tensor *llama_forward(struct toy_ctx *ctx, struct toy_llama *m
         struct toy_tensor *q = toy_reshape_4d(ctx, projg(ctx, bf16, h, L->wq, L->bq, rg), hd, H, T, B);
         struct toy_tensor *k = toy_reshape_4d(ctx, projg(ctx, bf16, h, L->wk, L->bk, rg), hd, Hkv, T, B);
         struct toy_tensor *v = toy_reshape_4d(ctx, projg(ctx, bf16, h, L->wv, L->bv, rg), hd, Hkv, T, B);
-        if (c->qk_norm) {
-            q = toy_rms_norm(ctx, q, L->q_norm, c->norm_eps);
-            k = toy_rms_norm(ctx, k, L->k_norm, c->norm_eps);
-        }
+        toy_llama_qk_norm(ctx, c, L, &q, &k);
         q = toy_rope_ff(ctx, q, pos, &rope, m->rope_freqs);
         k = toy_rope_ff(ctx, k, pos, &rope, m->rope_freqs);
         struct toy_tensor *a = attend(ctx, q, k, v, caches, l, &attn); /* {hd, H, T, B} */
@@ -162,9 +159,14 @@ static struct toy_tensor *llama_forward(struct toy_ctx *ctx, struct toy_llama *m
         if (L->post_attn_norm) a = toy_rms_norm(ctx, a, L->post_attn_norm, c->norm_eps);
         x = toy_add(ctx, x, a);
         h = toy_rms_norm(ctx, x, L->ffn_norm, c->norm_eps);
-        struct toy_tensor *g = projg(ctx, bf16, h, L->w_gate, NULL, rg), *u = projg(ctx, bf16, h, L->w_up, NULL, rg);
-        struct toy_tensor *f = c->gelu_mlp ? toy_mul(ctx, toy_gelu(ctx, g), u) : toy_swiglu(ctx, g, u);
-        f = projg(ctx, bf16, f, L->w_down, NULL, rg);
+        struct toy_tensor *f;
+        if (L->ffn_gate_inp) {
+            f = toy_llama_moe_ffn(ctx, c, L, h);
+        } else {
+            struct toy_tensor *g = projg(ctx, bf16, h, L->w_gate, NULL, rg), *u = projg(ctx, bf16, h, L->w_up, NULL, rg);
+            f = c->gelu_mlp ? toy_mul(ctx, toy_gelu(ctx, g), u) : toy_swiglu(ctx, g, u);
+            f = projg(ctx, bf16, f, L->w_down, NULL, rg);
+        }
         if (L->post_ffn_norm) f = toy_rms_norm(ctx, f, L->post_ffn_norm, c->norm_eps);
         x = toy_add(ctx, x, f);
     }

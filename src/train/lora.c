@@ -144,6 +144,8 @@ static enum toy_status check_opts(struct toy_lora_opts *o) {
 enum toy_status toy_lora_attach(struct toy_llama *m, const struct toy_lora_opts *opts, struct toy_lora **out) {
     if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_lora_attach: out is NULL");
     *out = NULL;
+    enum toy_status mst = toy_llama_no_experts(m, "LoRA");
+    if (mst) return mst;
     struct toy_lora_opts o = *opts;
     enum toy_status st = check_opts(&o);
     if (st) return st;
@@ -322,6 +324,8 @@ enum toy_status toy_lora_load(struct toy_llama *m, const char *path, float scale
                               struct toy_lora **out) {
     if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_lora_load: out is NULL");
     *out = NULL;
+    enum toy_status mst = toy_llama_no_experts(m, path);
+    if (mst) return mst;
     struct toy_gguf *g;
     enum toy_status st = toy_gguf_open(path, &g);
     if (st) return st;

@@ -143,6 +143,25 @@ class Llama:
         self.final_cap = g("final_logit_softcapping", 0.0)
         self.gemma = a == "gemma2"
         self.scale = 1.0 / math.sqrt(self.hd)
+        self.k = g("expert_used_count", 0)
+        self.moe_norm = a != "olmoe"
+
+    def moe(self, h, p):
+        # Hugging Face's sparse MoE block (Mixtral, Qwen3-MoE, OLMoE): softmax
+        # over the router's logits, the top k, renormalised when norm_topk_prob
+        probs = torch.softmax(h @ p("ffn_gate_inp.weight").T, -1)
+        w, ids = torch.topk(probs, self.k, -1)
+        if self.moe_norm:
+            w = w / w.sum(-1, keepdim=True)
+        gate, up, down = p("ffn_gate_exps.weight"), p("ffn_up_exps.weight"), p("ffn_down_exps.weight")
+        out = torch.zeros_like(h)
+        for e in range(gate.shape[0]):
+            sel = ids == e  # (B, T, k)
+            if not sel.any():
+                continue
+            y = (torch.nn.functional.silu(h @ gate[e].T) * (h @ up[e].T)) @ down[e].T
+            out = out + y * (w * sel).sum(-1, keepdim=True)
+        return out
 
     def params(self):
         return list(self.t.values())
@@ -159,10 +178,14 @@ class Llama:
             q, k, v = h @ p("attn_q.weight").T, h @ p("attn_k.weight").T, h @ p("attn_v.weight").T
             if p("attn_q.bias") is not None:
                 q, k, v = q + p("attn_q.bias"), k + p("attn_k.bias"), v + p("attn_v.bias")
+            qn = p("attn_q_norm.weight")
+            if qn is not None and qn.numel() == q.shape[-1] != self.hd:  # OLMoE: the whole projection
+                q, k = rms(q, qn, self.eps), rms(k, p("attn_k_norm.weight"), self.eps)
+                qn = None
             q = q.view(B, T, self.H, self.hd)
             k = k.view(B, T, self.Hkv, self.hd)
             v = v.view(B, T, self.Hkv, self.hd)
-            if p("attn_q_norm.weight") is not None:
+            if qn is not None:
                 q, k = rms(q, p("attn_q_norm.weight"), self.eps), rms(k, p("attn_k_norm.weight"), self.eps)
             q, k = rope(q, pos, self.inv, self.neox, self.mscale), rope(k, pos, self.inv, self.neox, self.mscale)
             g = self.H // self.Hkv
@@ -182,9 +205,12 @@ class Llama:
                 a = rms(a, p("post_attention_norm.weight"), self.eps)
             x = x + a
             h = rms(x, p("ffn_norm.weight"), self.eps)
-            gate, up = h @ p("ffn_gate.weight").T, h @ p("ffn_up.weight").T
-            act = torch.nn.functional.gelu(gate, approximate="tanh") if self.gemma else torch.nn.functional.silu(gate)
-            f = (act * up) @ p("ffn_down.weight").T
+            if p("ffn_gate_inp.weight") is not None:
+                f = self.moe(h, p)
+            else:
+                gate, up = h @ p("ffn_gate.weight").T, h @ p("ffn_up.weight").T
+                act = torch.nn.functional.gelu(gate, approximate="tanh") if self.gemma else torch.nn.functional.silu(gate)
+                f = (act * up) @ p("ffn_down.weight").T
             if p("post_ffw_norm.weight") is not None:
                 f = rms(f, p("post_ffw_norm.weight"), self.eps)
             x = x + f

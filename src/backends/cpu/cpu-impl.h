@@ -193,6 +193,13 @@ int toy_cpu_prefetch_choice(bool intel, const char *env, bool *bad);
 const char *toy_cpu_bf16_route(void);
 void toy_cpu_matmul(struct toy_tensor *dst, int ith, int nth, void *work, size_t work_size);
 size_t toy_cpu_matmul_work(const struct toy_tensor *dst, int nth);
+/* the mixture-of-experts kernels (moe.c) */
+/* the bytes from one packed matrix of t to the next (a 3-d tensor packs
+ * its matrices one after another: toy_tensor_pack) */
+size_t toy_cpu_pack_stride(const struct toy_tensor *t);
+void toy_cpu_moe_route(struct toy_tensor *t, int ith, int nth, float *tmp);
+void toy_cpu_moe_matmul(struct toy_tensor *t, int ith, int nth, void *work, size_t ws);
+size_t toy_cpu_moe_work(const struct toy_tensor *t, int nth);
 void toy_cpu_attention(struct toy_tensor *dst, int ith, int nth, void *work, size_t work_size);
 void toy_cpu_attention_back(struct toy_tensor *dst, int ith, int nth, void *work, size_t work_size);
 size_t toy_cpu_attention_work(const struct toy_tensor *dst, int nth);

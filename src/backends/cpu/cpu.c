@@ -843,6 +843,10 @@ size_t toy_cpu_work_size(const struct toy_tensor *node, int nth) {
     size_t w = TOY_WORK_HEAD + per * (size_t)nth;
     if (node->op == TOY_OP_RMS_NORM_BACK_W || node->op == TOY_OP_LAYER_NORM_BACK_W)
         w += (size_t)nth * (size_t)node->ne[0] * sizeof(double);
+    if (node->op == TOY_OP_MOE_MATMUL) {
+        size_t m = toy_cpu_moe_work(node, nth);
+        if (m > w) w = m;
+    }
     if (node->op == TOY_OP_MATMUL) {
         size_t m = toy_cpu_matmul_work(node, nth);
         if (m > w) w = m;
@@ -898,6 +902,8 @@ void toy_cpu_compute(struct toy_tensor *t, int ith, int nth, void *work, size_t 
     case TOY_OP_ACCUM: k_accum(t, ith, nth, tmp); break;
     case TOY_OP_VIEW_BACK: k_view_back(t, ith, nth, tmp); break;
     case TOY_OP_KV_STORE: k_kv_store(t, ith, nth); break;
+    case TOY_OP_MOE_ROUTE: toy_cpu_moe_route(t, ith, nth, tmp); break;
+    case TOY_OP_MOE_MATMUL: toy_cpu_moe_matmul(t, ith, nth, work, ws); break;
     default: TOY_ABORT("no CPU kernel for op %s", toy_op_name(t->op));
     }
 }

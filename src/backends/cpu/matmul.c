@@ -214,17 +214,29 @@ static bool packable(const struct toy_tensor *t) {
            (t->type == TOY_Q8_0 || t->type == TOY_Q4_0 || t->type == TOY_Q4_1 || t->type == TOY_Q5_0 ||
             t->type == TOY_Q5_1 || t->type == TOY_Q4_K || t->type == TOY_Q5_K || t->type == TOY_Q6_K ||
             t->type == TOY_IQ4_NL || t->type == TOY_IQ4_XS || t->type == TOY_Q3_K || t->type == TOY_Q2_K) &&
-           toy_qdot.qgemm_packed && t->data && t->ne[0] % 32 == 0 && t->ne[2] == 1 && t->ne[3] == 1 &&
-           !(t->flags & TOY_FLAG_PARAM);
+           toy_qdot.qgemm_packed && t->data && t->ne[0] % 32 == 0 && t->ne[3] == 1 &&
+           t->nb[2] == t->nb[1] * (size_t)t->ne[1] && !(t->flags & TOY_FLAG_PARAM);
+}
+
+/* one matrix's packed bytes; a 3-d tensor (a mixture's experts) packs its
+ * matrices one after another, each this far from the last */
+size_t toy_cpu_pack_stride(const struct toy_tensor *t) {
+    return (toy_qpack_bytes(t->type, t->ne[1], t->ne[0]) + 63) / 64 * 64;
 }
 
 size_t toy_tensor_pack_bytes(const struct toy_tensor *t) {
-    return packable(t) ? (toy_qpack_bytes(t->type, t->ne[1], t->ne[0]) + 63) / 64 * 64 : 0;
+    return packable(t) ? toy_cpu_pack_stride(t) * (size_t)t->ne[2] : 0;
+}
+
+static void pack_all(struct toy_tensor *t, void *dst) {
+    for (int64_t e = 0; e < t->ne[2]; e++)
+        toy_qpack(t->type, t->ne[1], t->ne[0], (const char *)t->data + (size_t)e * t->nb[2], t->nb[1],
+                  (char *)dst + (size_t)e * toy_cpu_pack_stride(t));
 }
 
 void toy_tensor_pack_into(struct toy_tensor *t, void *dst) {
     if (!packable(t)) return;
-    toy_qpack(t->type, t->ne[1], t->ne[0], t->data, t->nb[1], dst);
+    pack_all(t, dst);
     t->packed = dst;
     t->flags |= TOY_FLAG_PACK_BORROWED;
     toy_pack_gen_bump();
@@ -236,7 +248,7 @@ enum toy_status toy_tensor_pack(struct toy_tensor *t) {
     void *p = NULL;
     if (posix_memalign(&p, 64, bytes))
         return toy_error(TOY_ERR_NOMEM, "packing weight '%s': %zu bytes", toy_label(t), bytes);
-    toy_qpack(t->type, t->ne[1], t->ne[0], t->data, t->nb[1], p);
+    pack_all(t, p);
     t->packed = p;
     toy_pack_gen_bump();
     return TOY_OK;

@@ -1,0 +1,184 @@
+/* moe.c: the mixture-of-experts kernels (toy_moe_route, toy_moe_matmul).
+ *
+ * MOE_ROUTE: per row of router logits, the softmax over the E experts and
+ * its k largest probabilities (ties to the lower index), renormalised when
+ * the op says so; ids into the result, the weights after it (aux).
+ *
+ * MOE_MATMUL: the (token, slot) pairs are sorted by expert (a counting
+ * sort every thread does for itself: k x N ids), and each thread owns a
+ * range of output columns, the same for every expert. So a thread reads
+ * its share of each chosen expert's matrix once per 64 of the expert's
+ * rows (decode: half of each of the k matrices on 2 threads, one stream
+ * each), and an output element is written by one thread only: the
+ * combined sum needs no second pass, and its order (experts in id order)
+ * does not depend on the thread count. Packed weights (toy_tensor_pack of
+ * a 3-d tensor: each expert's matrix packed in turn) run the int8 kernels
+ * as a MATMUL's do; other dtypes run f32 rows (dequantized 32 at a time)
+ * through sgemm. */
+#include <math.h>
+#include <string.h>
+
+#include "backends/cpu/cpu-impl.h"
+#include "backends/cpu/qdot.h"
+
+#define MOE_MR 64  /* an expert's rows taken together */
+#define MOE_NC 256 /* output columns a pass */
+#define MOE_DQ 32  /* weight rows dequantized at a time (other dtypes) */
+
+void toy_cpu_moe_route(struct toy_tensor *t, int ith, int nth, float *tmp) {
+    const struct toy_tensor *lg = t->src[0];
+    int64_t E = lg->ne[0], rows = t->ne[1], r0, r1;
+    int k = t->op_params[P_MR_K];
+    bool norm = t->op_params[P_MR_NORM];
+    float *wts = (float *)((char *)t->data + toy_nbytes(t));
+    toy_split(rows, ith, nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        const float *x = (const float *)lg->data + r * E;
+        float mx = toy_vec.max(x, E);
+        float sum = toy_vec.exp_sum(tmp, x, mx, E);
+        int32_t *id = (int32_t *)t->data + r * k;
+        float *w = wts + r * k, picked = 0;
+        for (int64_t e = 0; e < E; e++) /* a NaN logit: never above another, but an id all the same */
+            if (!(tmp[e] >= 0)) tmp[e] = 0;
+        for (int s = 0; s < k; s++) {
+            int64_t best = -1;
+            for (int64_t e = 0; e < E; e++) /* the largest not yet taken (taken ones are -1) */
+                if (tmp[e] >= 0 && (best < 0 || tmp[e] > tmp[best])) best = e;
+            id[s] = (int32_t)best;
+            w[s] = tmp[best] / sum;
+            picked += w[s];
+            tmp[best] = -1;
+        }
+        if (norm)
+            for (int s = 0; s < k; s++) w[s] /= picked;
+    }
+}
+
+struct moe_plan {
+    int64_t E, k, N, K, n, R;
+    int32_t *first; /* (E + 1) where each expert's pairs start in `pairs` */
+    int32_t *pairs; /* (k N) token * k + slot, sorted by expert, then token */
+    float *a;       /* (MOE_MR x K) gathered rows */
+    float *c;       /* (MOE_MR x MOE_NC) products */
+    float *deq;     /* (MOE_DQ x K) dequantized weight rows */
+    void *q;        /* the int8 kernels' scratch for MOE_MR rows */
+    float *pack;    /* toy's sgemm's panel scratch, or NULL */
+};
+
+static size_t al64(size_t b) { return (b + 63) / 64 * 64; }
+
+static bool moe_packed(const struct toy_tensor *w) { return w->packed && toy_qdot.qgemm_packed; }
+
+/* one thread's scratch: the plan's arrays one after another */
+static size_t moe_scratch(const struct toy_tensor *t, struct moe_plan *p, char *base) {
+    const struct toy_tensor *x = t->src[0], *w = t->src[1], *route = t->src[2];
+    int64_t E = w->ne[2], k = route->ne[0], N = route->ne[1], K = x->ne[0];
+    size_t off = 0;
+#define TAKE(field, type, bytes)                                   \
+    do {                                                           \
+        if (p) p->field = base ? (type)(void *)(base + off) : NULL; \
+        off += al64(bytes);                                        \
+    } while (0)
+    TAKE(first, int32_t *, (size_t)(E + 1) * sizeof(int32_t));
+    TAKE(pairs, int32_t *, (size_t)(k * N) * sizeof(int32_t));
+    TAKE(a, float *, (size_t)(MOE_MR * K) * sizeof(float));
+    TAKE(c, float *, (size_t)(MOE_MR * MOE_NC) * sizeof(float));
+    if (moe_packed(w)) {
+        TAKE(q, void *, toy_qgemm_scratch(MOE_MR, K) + 128);
+        if (p) p->deq = NULL, p->pack = NULL;
+    } else {
+        TAKE(deq, float *, w->type == TOY_F32 ? 0 : (size_t)(MOE_DQ * K) * sizeof(float));
+        TAKE(pack, float *, toy_cpu_sgemm_own() ? toy_cpu_sgemm_pack_bytes() : 0);
+        if (p) p->q = NULL;
+        if (p && !toy_cpu_sgemm_own()) p->pack = NULL;
+    }
+#undef TAKE
+    if (p) *p = (struct moe_plan){E, k, N, K, w->ne[1], x->ne[1], p->first, p->pairs, p->a, p->c, p->deq, p->q, p->pack};
+    return off;
+}
+
+size_t toy_cpu_moe_work(const struct toy_tensor *t, int nth) {
+    return TOY_WORK_HEAD + (size_t)nth * (moe_scratch(t, NULL, NULL) + 64);
+}
+
+/* the (token, slot) pairs by expert: a counting sort */
+static void moe_sort(const struct toy_tensor *route, struct moe_plan *p) {
+    const int32_t *id = route->data;
+    memset(p->first, 0, (size_t)(p->E + 1) * sizeof(int32_t));
+    for (int64_t i = 0; i < p->k * p->N; i++) p->first[id[i] + 1]++;
+    for (int64_t e = 0; e < p->E; e++) p->first[e + 1] += p->first[e];
+    for (int64_t i = 0; i < p->k * p->N; i++) {
+        int32_t e = id[i];
+        p->pairs[p->first[e]++] = (int32_t)i;
+    }
+    for (int64_t e = p->E; e > 0; e--) p->first[e] = p->first[e - 1]; /* the fill moved each start to the next */
+    p->first[0] = 0;
+}
+
+/* C (m x nc, ldc MOE_NC) = A (m x K) times expert e's rows [j, j + nc) */
+static void moe_product(const struct toy_tensor *w, const struct moe_plan *p, int64_t e, int64_t m, int64_t j,
+                        int64_t nc) {
+    const int64_t K = p->K;
+    if (moe_packed(w)) {
+        size_t per = toy_cpu_pack_stride(w), group = toy_qpack_group_bytes(w->type, K);
+        const char *pk = (const char *)w->packed + (size_t)e * per + (size_t)(j / 16) * group;
+        toy_qdot.qgemm_packed_cols(w->type, m, nc, K, pk, p->c, MOE_NC, false, p->q, NULL);
+        return;
+    }
+    const char *base = (const char *)w->data + (size_t)e * w->nb[2];
+    for (int64_t r = 0; r < nc; r += MOE_DQ) {
+        int64_t rn = nc - r < MOE_DQ ? nc - r : MOE_DQ;
+        const float *rows;
+        int64_t ldr;
+        if (w->type == TOY_F32) {
+            rows = (const float *)(base + (size_t)(j + r) * w->nb[1]);
+            ldr = (int64_t)(w->nb[1] / sizeof(float));
+        } else {
+            for (int64_t i = 0; i < rn; i++) {
+                float *dst = p->deq + i * K;
+                const float *src = toy_cpu_row_f32(w, base + (size_t)(j + r + i) * w->nb[1], dst);
+                if (src != dst) memcpy(dst, src, (size_t)K * sizeof(float));
+            }
+            rows = p->deq;
+            ldr = K;
+        }
+        toy_cpu_sgemm(false, true, m, rn, K, 1.0f, p->a, K, rows, ldr, 0.0f, p->c + r, MOE_NC, p->pack);
+    }
+}
+
+void toy_cpu_moe_matmul(struct toy_tensor *t, int ith, int nth, void *work, size_t ws) {
+    const struct toy_tensor *x = t->src[0], *w = t->src[1], *route = t->src[2];
+    bool combine = t->op_params[P_MM_COMBINE];
+    struct moe_plan p;
+    moe_scratch(t, &p, (char *)toy_work_slice((char *)work + TOY_WORK_HEAD, ws - TOY_WORK_HEAD, ith, nth));
+    /* this thread's columns: whole 32-column units (two packed groups) */
+    int64_t units = (p.n + 31) / 32, u0, u1;
+    toy_split(units, ith, nth, &u0, &u1);
+    int64_t j0 = u0 * 32, j1 = u1 * 32 < p.n ? u1 * 32 : p.n;
+    if (j1 <= j0) return;
+    moe_sort(route, &p);
+    const float *wts = (const float *)((const char *)route->data + toy_nbytes(route));
+    float *out = t->data;
+    if (combine)
+        for (int64_t i = 0; i < p.N; i++) memset(out + i * p.n + j0, 0, (size_t)(j1 - j0) * sizeof(float));
+    for (int64_t e = 0; e < p.E; e++) {
+        for (int64_t r = p.first[e]; r < p.first[e + 1]; r += MOE_MR) {
+            int64_t m = p.first[e + 1] - r < MOE_MR ? p.first[e + 1] - r : MOE_MR;
+            for (int64_t i = 0; i < m; i++) { /* gather the pairs' input rows */
+                int64_t pair = p.pairs[r + i], row = p.R == 1 ? pair / p.k : pair;
+                memcpy(p.a + i * p.K, (const float *)x->data + row * p.K, (size_t)p.K * sizeof(float));
+            }
+            if (moe_packed(w)) toy_qdot.qgemm_packed_prep(w->type, m, p.K, p.a, p.K, p.q);
+            for (int64_t j = j0; j < j1; j += MOE_NC) {
+                int64_t nc = j1 - j < MOE_NC ? j1 - j : MOE_NC;
+                moe_product(w, &p, e, m, j, nc);
+                for (int64_t i = 0; i < m; i++) { /* scatter: the pair's row, or its token's sum */
+                    int64_t pair = p.pairs[r + i];
+                    const float *c = p.c + i * MOE_NC;
+                    if (combine) toy_vec.axpy(out + (pair / p.k) * p.n + j, c, wts[pair], nc);
+                    else memcpy(out + pair * p.n + j, c, (size_t)nc * sizeof(float));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,153 @@
+/* test-moe.c: the mixture-of-experts ops (toy_moe_route, toy_moe_matmul)
+ * against a plain reference written here: the router's softmax, top k and
+ * renormalisation, and each (token, slot)'s product with its expert's
+ * matrix, one row and one slot at a time. Weights f32, f16, Q8_0 and Q4_K,
+ * as the file holds them and packed for the int8 kernels; 1 and 2 threads;
+ * decode (one token) and prefill (more of an expert's rows than a pass
+ * takes). The models' logits against PyTorch are in test-llama.c. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "toy/quant.h"
+#include "toy/toy.h"
+
+#define E 6
+#define KS 2
+
+static float urand(uint64_t *s) {
+    *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (float)((*s >> 40) & 0xffffff) / 16777216.0f * 2 - 1;
+}
+
+/* the reference route: ids and weights of one row of logits */
+static void route_ref(const float *lg, int k, bool norm, int32_t *id, float *w) {
+    double p[E], sum = 0, mx = -INFINITY;
+    for (int e = 0; e < E; e++) mx = lg[e] > mx ? lg[e] : mx;
+    for (int e = 0; e < E; e++) sum += p[e] = exp(lg[e] - mx);
+    bool taken[E] = {0};
+    double picked = 0;
+    for (int s = 0; s < k; s++) {
+        int b = -1;
+        for (int e = 0; e < E; e++)
+            if (!taken[e] && (b < 0 || p[e] > p[b])) b = e;
+        taken[b] = true;
+        id[s] = b;
+        w[s] = (float)(p[b] / sum);
+        picked += p[b] / sum;
+    }
+    for (int s = 0; norm && s < k; s++) w[s] = (float)(w[s] / picked);
+}
+
+/* runs out = moe_matmul(x, w, route(logits)) on nth threads */
+static void run(struct toy_tensor *lg, struct toy_tensor *x, struct toy_tensor *w, bool combine, bool norm, int nth,
+                float *out, int32_t *ids, float *wts) {
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    struct toy_tensor *route = toy_moe_route(ctx, lg, KS, norm);
+    struct toy_tensor *y = toy_moe_matmul(ctx, x, w, route, combine);
+    toy_set_output(y);
+    toy_set_output(route);
+    struct toy_graph *g = toy_graph_new(ctx);
+    toy_graph_build(g, y);
+    struct toy_threadpool *tp = toy_threadpool_new(nth);
+    cr_assert_eq(toy_graph_compute(g, tp), TOY_OK, "%s", toy_last_error());
+    memcpy(out, y->data, toy_nbytes(y));
+    if (ids) memcpy(ids, route->data, toy_nbytes(route));
+    if (wts) memcpy(wts, (char *)route->data + toy_nbytes(route), toy_nbytes(route));
+    toy_threadpool_free(tp);
+    toy_ctx_free(ctx);
+}
+
+static void check(enum toy_dtype type, int64_t K, int64_t n, int64_t N, bool per_slot, bool combine, bool pack) {
+    uint64_t seed = 42 + (uint64_t)(K * 7 + n * 3 + N) + type;
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    struct toy_tensor *lg = toy_new_tensor_2d(ctx, TOY_F32, E, N);
+    struct toy_tensor *x = toy_new_tensor_3d(ctx, TOY_F32, K, per_slot ? KS : 1, N);
+    struct toy_tensor *wf = toy_new_tensor_3d(ctx, TOY_F32, K, n, E);
+    for (int64_t i = 0; i < toy_nelements(lg); i++) ((float *)lg->data)[i] = 3 * urand(&seed);
+    for (int64_t i = 0; i < toy_nelements(x); i++) ((float *)x->data)[i] = urand(&seed);
+    for (int64_t i = 0; i < toy_nelements(wf); i++) ((float *)wf->data)[i] = urand(&seed) * 0.1f;
+    /* w in `type`, and its values as f32 (what the reference multiplies by) */
+    struct toy_tensor *w = wf;
+    float *wv = wf->data;
+    if (type != TOY_F32) {
+        w = toy_new_tensor_3d(ctx, TOY_F32, K, n, E); /* described as `type` below, its data the rows */
+        size_t rb = toy_row_bytes(type, K);
+        void *q = toy_ctx_alloc(ctx, rb * (size_t)(n * E));
+        cr_assert_eq(toy_quantize_row(type, wf->data, q, K * n * E), TOY_OK, "%s", toy_last_error());
+        w->type = type;
+        w->nb[0] = toy_dtype_type_size(type);
+        w->nb[1] = rb;
+        w->nb[2] = rb * (size_t)n;
+        w->nb[3] = w->nb[2] * (size_t)E;
+        w->data = q;
+        wv = malloc(sizeof(float) * (size_t)(K * n * E));
+        cr_assert_eq(toy_dequantize_row(type, q, wv, K * n * E), TOY_OK, "%s", toy_last_error());
+        if (pack) cr_assert_eq(toy_tensor_pack(w), TOY_OK, "%s", toy_last_error());
+        cr_assert(!pack || w->packed, "%s: not packed", toy_dtype_name(type));
+    }
+    int64_t rows = combine ? N : N * KS;
+    float *got1 = malloc(sizeof(float) * (size_t)(rows * n)), *got2 = malloc(sizeof(float) * (size_t)(rows * n));
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(N * KS));
+    float *wts = malloc(sizeof(float) * (size_t)(N * KS));
+    run(lg, x, w, combine, combine, 1, got1, ids, wts);
+    run(lg, x, w, combine, combine, 2, got2, NULL, NULL);
+    cr_expect_eq(memcmp(got1, got2, sizeof(float) * (size_t)(rows * n)), 0, "%s: 1 and 2 threads differ",
+                 toy_dtype_name(type));
+    /* the reference */
+    double worst = 0, scale = 0;
+    for (int64_t t = 0; t < N; t++) {
+        int32_t rid[KS];
+        float rw[KS];
+        route_ref((const float *)lg->data + t * E, KS, combine, rid, rw);
+        for (int s = 0; s < KS; s++) {
+            cr_assert_eq(ids[t * KS + s], rid[s], "token %lld slot %d: expert %d, not %d", (long long)t, s,
+                         ids[t * KS + s], rid[s]);
+            cr_assert_float_eq(wts[t * KS + s], rw[s], 1e-6f, "token %lld slot %d: weight", (long long)t, s);
+        }
+        for (int64_t j = 0; j < n; j++) {
+            double sum = 0;
+            for (int s = 0; s < KS; s++) {
+                const float *xr = (const float *)x->data + (t * (per_slot ? KS : 1) + (per_slot ? s : 0)) * K;
+                const float *wr = wv + ((int64_t)rid[s] * n + j) * K;
+                double dot = 0;
+                for (int64_t i = 0; i < K; i++) dot += (double)xr[i] * wr[i];
+                if (combine) sum += rw[s] * dot;
+                else {
+                    double e = fabs(got1[(t * KS + s) * n + j] - dot);
+                    worst = e > worst ? e : worst;
+                    scale = fabs(dot) > scale ? fabs(dot) : scale;
+                }
+            }
+            if (combine) {
+                double e = fabs(got1[t * n + j] - sum);
+                worst = e > worst ? e : worst;
+                scale = fabs(sum) > scale ? fabs(sum) : scale;
+            }
+        }
+    }
+    /* the int8 kernels round x to Q8_0 (1/254 of a block's largest) */
+    double tol = pack ? 2e-2 : 1e-5;
+    cr_log_info("%s K %lld n %lld N %lld%s%s%s: max |toy - ref| %.2e of %.2e", toy_dtype_name(type), (long long)K,
+                (long long)n, (long long)N, per_slot ? " per slot" : "", combine ? " combined" : "",
+                pack ? " packed" : "", worst, scale);
+    cr_expect_leq(worst, tol * scale, "%s: products differ from the reference", toy_dtype_name(type));
+    if (w->packed) toy_tensor_unpack(w);
+    if (wv != wf->data) free(wv);
+    free(got1), free(got2), free(ids), free(wts);
+    toy_ctx_free(ctx);
+}
+
+Test(moe, route_and_products_match_the_reference, .timeout = 120) {
+    const enum toy_dtype types[] = {TOY_F32, TOY_F16, TOY_Q8_0, TOY_Q4_K};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        int64_t K = types[i] == TOY_Q4_K ? 256 : 96;
+        for (int packed = 0; packed < (types[i] == TOY_F32 || types[i] == TOY_F16 ? 1 : 2); packed++) {
+            check(types[i], K, 300, 1, false, false, packed);   /* decode: gate / up */
+            check(types[i], K, 70, 1, true, true, packed);      /* decode: down, combined */
+            check(types[i], K, 40, 200, false, false, packed);  /* prefill: > 64 rows an expert */
+            check(types[i], K, 290, 150, true, true, packed);   /* prefill: down, combined */
+        }
+    }
+}
