@@ -1143,6 +1143,52 @@ Test(cuda, llama_logits_match_cpu) {
     toy_llama_free(m);
 }
 
+/* Mixtures of experts: the router and the experts' products on the device
+ * against the CPU, weights f32, f16, Q8_0 and Q4_K, per slot and
+ * combined, one token (decode) and many; then a Qwen3-MoE's logits. */
+Test(cuda, moe_route_and_products_match_cpu) {
+    need_cuda();
+    const enum toy_dtype types[] = {TOY_F32, TOY_F16, TOY_Q8_0, TOY_Q4_K};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+        for (int N = 1; N <= 37; N += 36)
+            for (int combine = 0; combine < 2; combine++) {
+                struct toy_ctx *ctx = setup(40 + ti * 4 + (uint64_t)N + (uint64_t)combine);
+                const int64_t E = 6, k = 2, K = types[ti] == TOY_Q4_K ? 256 : 96, n = 70;
+                struct toy_tensor *lg = toy_new_tensor_2d(ctx, TOY_F32, E, N);
+                struct toy_tensor *x = toy_new_tensor_3d(ctx, TOY_F32, K, combine ? k : 1, N);
+                struct toy_tensor *w = toy_new_tensor_3d(ctx, types[ti], K, n, E);
+                fill(lg, -3.0f, 3.0f);
+                fill(x, -1.0f, 1.0f);
+                fill(w, -0.3f, 0.3f);
+                struct toy_tensor *r = toy_moe_route(ctx, lg, (int)k, combine);
+                char what[96];
+                snprintf(what, sizeof what, "moe %s, %d tokens%s", toy_dtype_name(types[ti]), N,
+                         combine ? ", combined" : "");
+                check(ctx, toy_moe_matmul(ctx, x, w, r, combine), false,
+                      types[ti] == TOY_F32 ? TOL_GEMM : TOL_HALF, what);
+                toy_ctx_free(ctx);
+            }
+}
+
+Test(cuda, moe_llama_logits_match_cpu) {
+    need_cuda();
+    struct toy_llama_config c = small_llama();
+    snprintf(c.arch, sizeof c.arch, "qwen3moe");
+    c.rope_mode = TOY_ROPE_NEOX;
+    c.qk_norm = true;
+    c.n_experts = 8, c.n_experts_used = 3, c.d_ff_expert = 32, c.moe_norm = true;
+    struct toy_llama *m = toy_llama_new(&c, 6);
+    cr_assert(m, "%s", toy_last_error());
+    struct toy_ctx *ctx = setup(15);
+    const int T = 16, B = 2;
+    struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, T, B), *pos = toy_new_tensor_1d(ctx, TOY_I32, T);
+    for (int i = 0; i < T * B; i++) ((int32_t *)tok->data)[i] = (i * 17 + 3) % 61;
+    for (int t = 0; t < T; t++) ((int32_t *)pos->data)[t] = t;
+    check(ctx, toy_llama_forward(ctx, m, tok, pos), false, TOL_GEMM, "qwen3moe logits");
+    toy_ctx_free(ctx);
+    toy_llama_free(m);
+}
+
 /* 20 AdamW steps on each backend from the same weights and batches */
 Test(cuda, llama_training_matches_cpu, .timeout = 300) {
     need_cuda();

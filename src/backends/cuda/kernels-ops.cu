@@ -704,6 +704,58 @@ __global__ void k_view_back(CT dst, CT dy, CT view, int64_t off, bool store) {
 
 /* n_past is read on the device (the I32 leaf uploaded with each run), so a
  * captured decode graph replays unchanged from step to step */
+/* MOE_ROUTE: a thread a row of router logits, as toy_cpu_moe_route: the
+ * softmax over the E experts, its k largest (ties to the lower index, a NaN
+ * never above another), renormalised when `norm`; ids into dst, weights to w */
+__global__ void k_moe_route(CT dst, CT lg, int k, bool norm, float *w) {
+    int64_t r = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, E = lg.ne[0];
+    if (r >= dst.ne[1]) return;
+    const float *x = (const float *)(lg.data + r * lg.nb[1]);
+    int32_t *id = (int32_t *)(dst.data + r * dst.nb[1]);
+    float mx = -INFINITY, sum = 0, picked = 0;
+    for (int64_t e = 0; e < E; e++) mx = fmaxf(mx, x[e]);
+    for (int64_t e = 0; e < E; e++) sum += expf(x[e] - mx);
+    for (int s = 0; s < k; s++) {
+        int64_t best = -1;
+        float bp = 0;
+        for (int64_t e = 0; e < E; e++) {
+            bool taken = false;
+            for (int q = 0; q < s; q++) taken |= id[q] == e;
+            float p = expf(x[e] - mx);
+            if (!(p >= 0)) p = 0;
+            if (!taken && (best < 0 || p > bp)) best = e, bp = p;
+        }
+        id[s] = (int32_t)best;
+        w[r * k + s] = bp / sum;
+        picked += bp / sum;
+    }
+    if (norm)
+        for (int s = 0; s < k; s++) w[r * k + s] /= picked;
+}
+
+/* MOE_MATMUL: a warp an output column j of a token t, over the token's k
+ * slots in order: slot s's row of x times row j of its expert's matrix
+ * (any weight dtype, element by element), stored per slot or (combine)
+ * summed with the route's weights, so each output has one writer */
+__global__ void k_moe_matmul(CT dst, CT x, CT w, const int32_t *ids, const float *wts, int k, bool combine) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int64_t n = w.ne[1], K = x.ne[0], cols = (n + 7) / 8;
+    const int64_t t = blockIdx.x / cols, j = (blockIdx.x % cols) * 8 + warp;
+    if (j >= n) return;
+    float acc = 0;
+    for (int s = 0; s < k; s++) {
+        int64_t e = ids[t * k + s];
+        const float *xr = (const float *)(x.data + (x.ne[1] == 1 ? 0 : s) * x.nb[1] + t * x.nb[2]);
+        const char *wr = w.data + e * w.nb[2] + j * w.nb[1];
+        float dot = 0;
+        for (int64_t i = lane; i < K; i += 32) dot += xr[i] * ld_row(w.type, wr, i, w.nb[0]);
+        dot = warp_sum(dot);
+        if (combine) acc += wts[t * k + s] * dot;
+        else if (lane == 0) *(float *)(dst.data + j * 4 + s * dst.nb[1] + t * dst.nb[2]) = dot;
+    }
+    if (combine && lane == 0) *(float *)(dst.data + j * 4 + t * dst.nb[1]) = acc;
+}
+
 __global__ void k_kv_store(CT cache, CT x, const int32_t *np) {
     int64_t n = ct_nel(x);
     const put_cache put = {cache, *np};
@@ -988,6 +1040,19 @@ extern "C" int toy_cu_run(const struct toy_cu_node *n, char *msg, size_t msg_siz
     case TOY_OP_KV_STORE:
         k_kv_store<<<grid_for(ct_nel(src[1]), TPB), TPB, 0, s>>>(d, src[1], (const int32_t *)src[2].data);
         break;
+    case TOY_OP_MOE_ROUTE:
+        k_moe_route<<<grid_for(d.ne[1], 64), 64, 0, s>>>(d, src[0], n->op_params[0], n->op_params[1] != 0,
+                                                        (float *)(d.data + n->dst_nbytes));
+        break;
+    case TOY_OP_MOE_MATMUL: { /* src[2]: the route, its weights after its ids */
+        const CT &r = src[2];
+        int64_t blocks = r.ne[1] * ((src[1].ne[1] + 7) / 8);
+        if (blocks > 0)
+            k_moe_matmul<<<(unsigned)blocks, 256, 0, s>>>(d, src[0], src[1], (const int32_t *)r.data,
+                                                         (const float *)(r.data + r.ne[0] * r.ne[1] * 4),
+                                                         (int)r.ne[0], n->op_params[0] != 0);
+        break;
+    }
     default:
         snprintf(msg, msg_size, "no CUDA kernel for this op");
         return TOY_ERR_UNSUPPORTED;
