@@ -56,6 +56,15 @@ static struct toy_llama_config shape(const char *s, int64_t *T, int64_t *B) {
         c.n_kv_heads = 4;
         c.head_dim = 64;
     }
+    if (!strcmp(s, "E")) { /* a mixture of experts at K's width: 12 layers of 32 experts, 4 a token (Mixtral's
+                              layout, OLMoE's 1/8 active) */
+        c.d_model = 512;
+        c.n_heads = 8;
+        c.n_kv_heads = 4;
+        c.head_dim = 64;
+        c.n_layers = 12;
+        c.n_experts = 32, c.n_experts_used = 4, c.d_ff_expert = 512, c.moe_norm = true;
+    }
     return c;
 }
 

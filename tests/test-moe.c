@@ -4,12 +4,16 @@
  * matrix, one row and one slot at a time. Weights f32, f16, Q8_0 and Q4_K,
  * as the file holds them and packed for the int8 kernels; 1 and 2 threads;
  * decode (one token) and prefill (more of an expert's rows than a pass
- * takes). The models' logits against PyTorch are in test-llama.c. */
+ * takes); and where the files keep the experts' width. The models' logits
+ * against PyTorch are in test-llama.c. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "harness.h"
+#include "toy/gguf.h"
+#include "toy/llama.h"
 #include "toy/quant.h"
 #include "toy/toy.h"
 
@@ -150,4 +154,40 @@ Test(moe, route_and_products_match_the_reference, .timeout = 120) {
             check(types[i], K, 290, 150, true, true, packed);   /* prefill: down, combined */
         }
     }
+}
+
+/* The files load in llama.cpp: it reads a mixture's expert width from
+ * expert_feed_forward_length for qwen3moe only, from feed_forward_length
+ * for Mixtral (llama) and OLMoE; toy writes each so and reads it back. */
+Test(moe, expert_width_is_written_where_llama_cpp_reads_it) {
+    th_mkdir("moe-width");
+    const char *arch[] = {"llama", "olmoe", "qwen3moe"};
+    for (int i = 0; i < 3; i++) {
+        struct toy_llama_config c = toy_llama_preset("tiny");
+        c.vocab = 40, c.d_ff = 96;
+        snprintf(c.arch, sizeof c.arch, "%s", arch[i]);
+        c.n_experts = 4, c.n_experts_used = 2, c.d_ff_expert = 32, c.moe_norm = i != 1;
+        struct toy_llama *m = toy_llama_new(&c, 1);
+        cr_assert(m, "%s", toy_last_error());
+        char path[400];
+        snprintf(path, sizeof path, "%s/%s.gguf", th_dir, arch[i]);
+        th_save_llama(m, TOY_F32, path);
+        toy_llama_free(m);
+        struct toy_gguf *g;
+        cr_assert_eq(toy_gguf_open(path, &g), TOY_OK, "%s", toy_last_error());
+        char key[96];
+        uint32_t ff = 0, fe = 0;
+        snprintf(key, sizeof key, "%s.feed_forward_length", arch[i]);
+        cr_assert_eq(toy_gguf_get_u32(g, key, &ff), TOY_OK);
+        snprintf(key, sizeof key, "%s.expert_feed_forward_length", arch[i]);
+        bool has_fe = toy_gguf_get_u32(g, key, &fe) == TOY_OK;
+        if (i == 2) cr_expect(has_fe && fe == 32 && ff == 96, "%s: ff %u, expert ff %u", arch[i], ff, fe);
+        else cr_expect(!has_fe && ff == 32, "%s: ff %u (want the experts' 32), expert key %d", arch[i], ff, has_fe);
+        toy_gguf_close(g);
+        cr_assert_eq(toy_llama_load(path, false, &m), TOY_OK, "%s", toy_last_error());
+        cr_expect_eq(m->layers[0].ffn_up_exps->ne[1], 32, "%s: experts %lld wide", arch[i],
+                     (long long)m->layers[0].ffn_up_exps->ne[1]);
+        toy_llama_free(m);
+    }
+    th_rmdir();
 }

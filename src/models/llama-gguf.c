@@ -260,7 +260,10 @@ enum toy_status toy_llama_write_gguf(const struct toy_llama *m, struct toy_gguf_
     SETU("context_length", c->max_ctx);
     SETU("embedding_length", c->d_model);
     SETU("block_count", c->n_layers);
-    SETU("feed_forward_length", c->d_ff);
+    /* llama.cpp reads a mixture's expert width from expert_feed_forward_length
+     * for qwen3moe only; Mixtral (llama) and OLMoE take feed_forward_length */
+    bool ff_key = c->n_experts && !strcmp(a, "qwen3moe");
+    SETU("feed_forward_length", c->n_experts && !ff_key && c->d_ff_expert ? c->d_ff_expert : c->d_ff);
     SETU("attention.head_count", c->n_heads);
     SETU("attention.head_count_kv", c->n_kv_heads);
     SETU("rope.dimension_count", toy_llama_head_dim(c));
@@ -283,7 +286,7 @@ enum toy_status toy_llama_write_gguf(const struct toy_llama *m, struct toy_gguf_
     if (c->n_experts) {
         SETU("expert_count", c->n_experts);
         SETU("expert_used_count", c->n_experts_used);
-        if (c->d_ff_expert) SETU("expert_feed_forward_length", c->d_ff_expert);
+        if (ff_key) SETU("expert_feed_forward_length", c->d_ff_expert ? c->d_ff_expert : c->d_ff);
     }
 #undef SETU
 #undef SETF
