@@ -77,6 +77,7 @@ struct hp {
     double attn_cap, final_cap;
     int64_t swa;
     int64_t experts, experts_used, dff_exp; /* a mixture of experts (0: none) */
+    int64_t dff_shared;                     /* its shared expert's width (Qwen2-MoE; 0: none) */
     bool vit; /* a ViT classifier (toy train --arch vit): images in, classes out */
     int64_t img_h, img_w, channels, patch, classes;
     struct { char key[128]; const char *type; } bad[16]; /* hyperparameters stored as something not a number */
@@ -146,6 +147,8 @@ static void read_hp(const struct toy_gguf *g, struct hp *h) {
         h->experts = geti(g, h, "expert_count", 0, NULL);
         h->experts_used = geti(g, h, "expert_used_count", 0, NULL);
         h->dff_exp = geti(g, h, "expert_feed_forward_length", 0, NULL);
+        if (toy_gguf_find_tensor(g, "blk.0.ffn_gate_shexp.weight") >= 0)
+            h->dff_shared = geti(g, h, "expert_shared_feed_forward_length", h->dff, NULL);
     }
     if ((h->vit = !strcmp(h->arch, "vit"))) { /* the keys src/models/vit.c writes */
         h->img_w = geti(g, h, "image_size", 0, NULL);
@@ -191,8 +194,9 @@ static void card(const struct toy_gguf *g, const struct hp *h, struct text *t) {
     const bool gemma = !strcmp(h->arch, "gemma2");
     const bool llama_family = !strcmp(h->arch, "llama") || !strcmp(h->arch, "qwen2") ||
                               !strcmp(h->arch, "qwen3") || gemma || !strcmp(h->arch, "mistral") ||
-                              !strcmp(h->arch, "qwen3moe") || !strcmp(h->arch, "olmoe");
-    const long long NE = h->experts, NK = h->experts_used, FE = h->dff_exp ? h->dff_exp : h->dff;
+                              !strcmp(h->arch, "qwen3moe") || !strcmp(h->arch, "olmoe") ||
+                              !strcmp(h->arch, "qwen2moe");
+    const long long NE = h->experts, NK = h->experts_used, FE = h->dff_exp ? h->dff_exp : h->dff, FS = h->dff_shared;
     if (!h->n_tensors) {
         tprintf(t, "(no tensors: a vocabulary-only file (a tokenizer), no network to describe)\n");
         return;
@@ -269,6 +273,10 @@ static void card(const struct toy_gguf *g, const struct hp *h, struct text *t) {
             row(t, PCOL, pname(g, r, sizeof r, "ffn_gate_inp.weight", "blk.0.ffn_gate_inp.weight"), "    W_r = (N_E×d_e) = (%lld×%lld)", NE, d);
             row(t, PCOL, pname(g, r, sizeof r, "ffn_{gate,up}_exps.weight", "blk.0.ffn_gate_exps.weight"), "    W_gate,e, W_up,e = (%lld×%lld), e ∈ [%lld]", FE, d, NE);
             row(t, PCOL, pname(g, r, sizeof r, "ffn_down_exps.weight", "blk.0.ffn_down_exps.weight"), "    W_down,e = (%lld×%lld)", d, FE);
+            if (FS) {
+                row(t, PCOL, pname(g, r, sizeof r, "ffn_gate_inp_shexp.weight", "blk.0.ffn_gate_inp_shexp.weight"), "    w_s ∈ R^%lld", d);
+                row(t, PCOL, pname(g, r, sizeof r, "ffn_{gate,up,down}_shexp.weight", "blk.0.ffn_gate_shexp.weight"), "    W_gate,s, W_up,s = (%lld×%lld), W_down,s", FS, d);
+            }
         } else {
             row(t, PCOL, pname(g, r, sizeof r, "ffn_{gate,up}.weight", "blk.0.ffn_gate.weight"), "    W_gate, W_up = (%lld×%lld)", F, d);
             row(t, PCOL, pname(g, r, sizeof r, "ffn_down.weight", "blk.0.ffn_down.weight"), "    W_down = (%lld×%lld)", d, F);
@@ -332,10 +340,15 @@ static void card(const struct toy_gguf *g, const struct hp *h, struct text *t) {
             if (NE) {
                 snprintf(sh, sizeof sh, "p: (%lld×T)", NE);
                 STEP(sh, "  P ← softmax(W_r X̃); for t ∈ [T]: E_t ← the %lld largest of P[:, t]", n++, NK);
-                if (strcmp(h->arch, "olmoe")) STEP("", "    w_t,e ← P[e, t] / Σ_{e' ∈ E_t} P[e', t]", n++);
+                if (strcmp(h->arch, "olmoe") && strcmp(h->arch, "qwen2moe"))
+                    STEP("", "    w_t,e ← P[e, t] / Σ_{e' ∈ E_t} P[e', t]", n++);
                 else STEP("", "    w_t,e ← P[e, t]", n++);
                 snprintf(sh, sizeof sh, "(%lld×1) → (%lld×1), %lld of %lld", FE, d, NK, NE);
                 STEP(sh, "  X[:, t] ← X[:, t] + Σ_{e ∈ E_t} w_t,e W_down,e (SiLU(W_gate,e x̃_t) ⊙ W_up,e x̃_t)", n++);
+                if (FS) {
+                    snprintf(sh, sizeof sh, "(%lld×T) → (%lld×T)", FS, d);
+                    STEP(sh, "  X ← X + σ(w_sᵀ X̃) ⊙ W_down,s (SiLU(W_gate,s X̃) ⊙ W_up,s X̃)", n++);
+                }
             } else {
                 snprintf(sh, sizeof sh, "(%lld×T) → (%lld×T)", F, d);
                 STEP(sh, "  X ← X + W_down (SiLU(W_gate X̃) ⊙ W_up X̃)", n++);
@@ -481,9 +494,10 @@ int toy_cmd_describe(int argc, char **argv) {
             "rope_freq_base", rope && h.has_rope_base ? num_or_null(h.rope_base) : json_null(),
             "tied_embeddings", h.n_tensors ? json_boolean(h.tied) : json_null()));
         if (h.experts)
-            json_object_set_new(o, "experts", json_pack("{s:I, s:I, s:I}", "count", (json_int_t)h.experts, "used",
+            json_object_set_new(o, "experts", json_pack("{s:I, s:I, s:I, s:I}", "count", (json_int_t)h.experts, "used",
                                                         (json_int_t)h.experts_used, "feed_forward_length",
-                                                        (json_int_t)(h.dff_exp ? h.dff_exp : h.dff)));
+                                                        (json_int_t)(h.dff_exp ? h.dff_exp : h.dff),
+                                                        "shared_feed_forward_length", (json_int_t)h.dff_shared));
         if (h.vit)
             json_object_set_new(o, "vit", json_pack("{s:I, s:I, s:I, s:I, s:I}", "image_height", (json_int_t)h.img_h,
                                                     "image_width", (json_int_t)h.img_w, "channels",
@@ -535,8 +549,10 @@ int toy_cmd_describe(int argc, char **argv) {
         dim(l1, sizeof l1, "d_ff", h.has_dff, is_bad(&h, "feed_forward_length"), h.dff, missing, sizeof missing);
         if (h.experts) {
             size_t k = strlen(l1);
-            char ff[48] = "";
+            char ff[80] = "";
             if (h.dff_exp) snprintf(ff, sizeof ff, ", d_ff %lld", (long long)h.dff_exp);
+            if (h.dff_shared)
+                snprintf(ff + strlen(ff), sizeof ff - strlen(ff), ", a shared one of d_ff %lld", (long long)h.dff_shared);
             snprintf(l1 + k, sizeof l1 - k, "experts %lld (%lld a token%s), ", (long long)h.experts,
                      (long long)h.experts_used, ff);
         }

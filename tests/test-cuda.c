@@ -1172,21 +1172,24 @@ Test(cuda, moe_route_and_products_match_cpu) {
 
 Test(cuda, moe_llama_logits_match_cpu) {
     need_cuda();
-    struct toy_llama_config c = small_llama();
-    snprintf(c.arch, sizeof c.arch, "qwen3moe");
-    c.rope_mode = TOY_ROPE_NEOX;
-    c.qk_norm = true;
-    c.n_experts = 8, c.n_experts_used = 3, c.d_ff_expert = 32, c.moe_norm = true;
-    struct toy_llama *m = toy_llama_new(&c, 6);
-    cr_assert(m, "%s", toy_last_error());
-    struct toy_ctx *ctx = setup(15);
-    const int T = 16, B = 2;
-    struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, T, B), *pos = toy_new_tensor_1d(ctx, TOY_I32, T);
-    for (int i = 0; i < T * B; i++) ((int32_t *)tok->data)[i] = (i * 17 + 3) % 61;
-    for (int t = 0; t < T; t++) ((int32_t *)pos->data)[t] = t;
-    check(ctx, toy_llama_forward(ctx, m, tok, pos), false, TOL_GEMM, "qwen3moe logits");
-    toy_ctx_free(ctx);
-    toy_llama_free(m);
+    for (int shared = 0; shared < 2; shared++) { /* Qwen3-MoE, then Qwen2-MoE's shared expert */
+        struct toy_llama_config c = small_llama();
+        snprintf(c.arch, sizeof c.arch, shared ? "qwen2moe" : "qwen3moe");
+        c.rope_mode = TOY_ROPE_NEOX;
+        c.qk_norm = !shared;
+        c.n_experts = 8, c.n_experts_used = 3, c.d_ff_expert = 32, c.moe_norm = !shared;
+        c.d_ff_shared = shared ? 48 : 0;
+        struct toy_llama *m = toy_llama_new(&c, 6);
+        cr_assert(m, "%s", toy_last_error());
+        struct toy_ctx *ctx = setup(15);
+        const int T = 16, B = 2;
+        struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, T, B), *pos = toy_new_tensor_1d(ctx, TOY_I32, T);
+        for (int i = 0; i < T * B; i++) ((int32_t *)tok->data)[i] = (i * 17 + 3) % 61;
+        for (int t = 0; t < T; t++) ((int32_t *)pos->data)[t] = t;
+        check(ctx, toy_llama_forward(ctx, m, tok, pos), false, TOL_GEMM, shared ? "qwen2moe logits" : "qwen3moe logits");
+        toy_ctx_free(ctx);
+        toy_llama_free(m);
+    }
 }
 
 /* 20 AdamW steps on each backend from the same weights and batches */

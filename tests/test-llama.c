@@ -87,6 +87,11 @@ static void f_qwen3moe(struct toy_llama_config *c) {
     snprintf(c->arch, sizeof c->arch, "qwen3moe");
     c->n_experts = 8, c->n_experts_used = 3, c->d_ff_expert = 32, c->moe_norm = true;
 }
+static void f_qwen2moe(struct toy_llama_config *c) { /* QKV bias, and a shared expert */
+    f_qwen2(c);
+    snprintf(c->arch, sizeof c->arch, "qwen2moe");
+    c->n_experts = 4, c->n_experts_used = 2, c->d_ff_expert = 24, c->d_ff_shared = 48, c->moe_norm = false;
+}
 static void f_olmoe(struct toy_llama_config *c) {
     snprintf(c->arch, sizeof c->arch, "olmoe");
     c->rope_mode = TOY_ROPE_NEOX;
@@ -159,7 +164,8 @@ Test(llama, logits_match_pytorch_for_every_family_flag, .timeout = 300) {
     const struct flag_case cases[] = {{"plain", f_plain}, {"tied", f_tied}, {"qwen2_qkv_bias", f_qwen2},
                                       {"qwen3_qk_norm", f_qwen3}, {"mistral_swa", f_swa},
                                       {"gemma2", f_gemma2}, {"rope_linear", f_linear}, {"rope_yarn", f_yarn},
-                                      {"mixtral_moe", f_mixtral}, {"qwen3moe", f_qwen3moe}, {"olmoe", f_olmoe}};
+                                      {"mixtral_moe", f_mixtral}, {"qwen3moe", f_qwen3moe}, {"olmoe", f_olmoe},
+                                      {"qwen2moe", f_qwen2moe}};
     const int n = sizeof cases / sizeof cases[0], T = 11, B = 2;
     int32_t tokens[T * B];
     for (int i = 0; i < T * B; i++) tokens[i] = (i * 37 + 5) % 61;
@@ -181,7 +187,8 @@ Test(llama, logits_match_pytorch_for_every_family_flag, .timeout = 300) {
         cr_assert_eq(lm->cfg.tied, c.tied);
         cr_assert(lm->cfg.n_experts == c.n_experts && lm->cfg.n_experts_used == c.n_experts_used &&
                       lm->cfg.d_ff_expert == c.d_ff_expert && lm->cfg.moe_norm == c.moe_norm &&
-                      lm->cfg.qk_norm_full == c.qk_norm_full && lm->cfg.rope_mode == c.rope_mode,
+                      lm->cfg.qk_norm_full == c.qk_norm_full && lm->cfg.rope_mode == c.rope_mode &&
+                      lm->cfg.d_ff_shared == c.d_ff_shared,
                   "%s: the mixture's config did not come back from its GGUF", cases[i].name);
         ours[i] = th_logits(fwd, lm, tokens, T, B);
         toy_llama_free(lm);
@@ -599,7 +606,7 @@ Test(llama, fused_decode_matches_unfused, .timeout = 120) {
 Test(llama, fused_decode_matches_unfused_every_family, .timeout = 120) {
     const struct flag_case cases[] = {{"qwen2_qkv_bias", f_qwen2}, {"gemma2", f_gemma2}, {"rope_yarn", f_yarn},
                                       {"rope_linear", f_linear},   {"mistral_swa", f_swa},  {"qwen3_qk_norm", f_qwen3},
-                                      {"qwen3moe", f_qwen3moe},    {"olmoe", f_olmoe}};
+                                      {"qwen3moe", f_qwen3moe},    {"olmoe", f_olmoe},   {"qwen2moe", f_qwen2moe}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct toy_llama_config c = base_config();
         cases[i].set(&c);

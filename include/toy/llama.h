@@ -66,6 +66,9 @@ struct toy_llama_config {
      * to sum 1 when moe_norm. Inference only (toy_moe_route). */
     int64_t n_experts, n_experts_used, d_ff_expert;
     bool moe_norm;
+    /* Qwen2-MoE: a shared expert of d_ff_shared (0: none) every token takes
+     * too, its output scaled by sigmoid(w . h) */
+    int64_t d_ff_shared;
     bool qk_norm_full;      /* OLMoE: q and k normed over the whole projection (weight d_model, d_kv) */
 };
 
@@ -80,6 +83,8 @@ struct toy_llama_layer {
      * {d_model, d_ff_expert, E} (gate, up) and {d_ff_expert, d_model, E}
      * (down); then w_gate, w_up and w_down are NULL */
     struct toy_tensor *ffn_gate_inp, *ffn_gate_exps, *ffn_up_exps, *ffn_down_exps;
+    /* the shared expert (d_ff_shared > 0): its gate row {d_model} and its MLP */
+    struct toy_tensor *ffn_gate_inp_shexp, *ffn_gate_shexp, *ffn_up_shexp, *ffn_down_shexp;
     /* LoRA (PEFT semantics): W x + scale * B (A x), A (r, in) i.e. ne {in, r},
      * B (out, r) i.e. ne {r, out}; NULL where no adapter is attached.
      * lora_mask[t], if set, multiplies A's input (dropout mask refreshed by

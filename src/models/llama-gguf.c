@@ -69,12 +69,12 @@ static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_lla
         return toy_error(TOY_ERR_FORMAT, "%s: no general.architecture", toy_gguf_path(g));
     snprintf(c->arch, sizeof c->arch, "%.*s", (int)alen, arch);
     const char *a = c->arch;
-    static const char *const archs[] = {"llama", "mistral", "qwen2", "qwen3", "gemma2", "qwen3moe", "olmoe"};
+    static const char *const archs[] = {"llama", "mistral", "qwen2", "qwen3", "gemma2", "qwen2moe", "qwen3moe", "olmoe"};
     bool known = false;
     for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++) known |= !strcmp(a, archs[i]);
     if (!known)
         return toy_error(TOY_ERR_UNSUPPORTED, "%s: architecture '%s' is not a Llama-family model toy runs "
-                         "(llama, mistral, qwen2, qwen3, gemma2, qwen3moe, olmoe)", toy_gguf_path(g), a);
+                         "(llama, mistral, qwen2, qwen3, gemma2, qwen2moe, qwen3moe, olmoe)", toy_gguf_path(g), a);
     struct keys k = {.g = g, .arch = a};
     c->d_model = key_int(&k, "embedding_length", 0);
     c->n_layers = key_int(&k, "block_count", 0);
@@ -105,9 +105,10 @@ static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_lla
     c->n_experts = key_int(&k, "expert_count", 0);
     c->n_experts_used = key_int(&k, "expert_used_count", 0);
     c->d_ff_expert = key_int(&k, "expert_feed_forward_length", 0);
+    c->d_ff_shared = key_int(&k, "expert_shared_feed_forward_length", 0);
     /* llama.cpp's graphs: Mixtral (llama) and Qwen3-MoE renormalise the
-     * chosen experts' probabilities, OLMoE does not */
-    c->moe_norm = strcmp(a, "olmoe") != 0;
+     * chosen experts' probabilities, OLMoE and Qwen2-MoE do not */
+    c->moe_norm = strcmp(a, "olmoe") && strcmp(a, "qwen2moe");
     int64_t te = toy_gguf_find_tensor(g, "token_embd.weight");
     if (te < 0) return toy_error(TOY_ERR_FORMAT, "%s: no token_embd.weight tensor", toy_gguf_path(g));
     c->vocab = key_int(&k, "vocab_size", toy_gguf_tensor(g, te)->ne[1]);
@@ -127,9 +128,13 @@ static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_lla
         c->qk_norm_full = qn->ne[0] != hd && qn->ne[0] == hd * c->n_heads;
     }
     bool moe = has_tensor(g, "blk.0.ffn_gate_inp.weight");
-    if (moe && has_tensor(g, "blk.0.ffn_gate_inp_shexp.weight"))
-        return toy_error(TOY_ERR_UNSUPPORTED, "%s: a mixture of experts with a shared expert (Qwen2-MoE, DeepSeek) "
-                         "is not supported", toy_gguf_path(g));
+    bool shared = moe && has_tensor(g, "blk.0.ffn_gate_shexp.weight");
+    if (shared && !has_tensor(g, "blk.0.ffn_gate_inp_shexp.weight"))
+        return toy_error(TOY_ERR_UNSUPPORTED, "%s: a shared expert without its gate (ffn_gate_inp_shexp) is not "
+                         "supported", toy_gguf_path(g));
+    if (shared && !c->d_ff_shared) /* llama.cpp's default: d_ff */
+        c->d_ff_shared = c->d_ff;
+    if (!shared) c->d_ff_shared = 0;
     if (moe && (c->n_experts <= 0 || c->n_experts_used <= 0))
         return toy_error(TOY_ERR_FORMAT, "%s: has expert tensors but %s.expert_count %lld and %s.expert_used_count "
                          "%lld", toy_gguf_path(g), a, (long long)c->n_experts, a, (long long)c->n_experts_used);
@@ -261,8 +266,8 @@ enum toy_status toy_llama_write_gguf(const struct toy_llama *m, struct toy_gguf_
     SETU("embedding_length", c->d_model);
     SETU("block_count", c->n_layers);
     /* llama.cpp reads a mixture's expert width from expert_feed_forward_length
-     * for qwen3moe only; Mixtral (llama) and OLMoE take feed_forward_length */
-    bool ff_key = c->n_experts && !strcmp(a, "qwen3moe");
+     * for qwen2moe and qwen3moe; Mixtral (llama) and OLMoE take feed_forward_length */
+    bool ff_key = c->n_experts && (!strcmp(a, "qwen3moe") || !strcmp(a, "qwen2moe"));
     SETU("feed_forward_length", c->n_experts && !ff_key && c->d_ff_expert ? c->d_ff_expert : c->d_ff);
     SETU("attention.head_count", c->n_heads);
     SETU("attention.head_count_kv", c->n_kv_heads);
@@ -287,6 +292,7 @@ enum toy_status toy_llama_write_gguf(const struct toy_llama *m, struct toy_gguf_
         SETU("expert_count", c->n_experts);
         SETU("expert_used_count", c->n_experts_used);
         if (ff_key) SETU("expert_feed_forward_length", c->d_ff_expert ? c->d_ff_expert : c->d_ff);
+        if (c->d_ff_shared) SETU("expert_shared_feed_forward_length", c->d_ff_shared);
     }
 #undef SETU
 #undef SETF

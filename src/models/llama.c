@@ -72,6 +72,8 @@ enum toy_status toy_llama_check_config(const struct toy_llama_config *c) {
          "model config: %lld experts used of %lld: want 1 to the experts (at most 64)", (long long)c->n_experts_used,
          (long long)c->n_experts);
     NEED(c->d_ff_expert >= 0, "model config: expert d_ff %lld must be >= 0", (long long)c->d_ff_expert);
+    NEED(c->d_ff_shared >= 0 && (!c->d_ff_shared || c->n_experts), "model config: shared expert d_ff %lld needs experts",
+         (long long)c->d_ff_shared);
 #undef NEED
     return TOY_OK;
 }
@@ -144,6 +146,12 @@ struct toy_llama *toy_llama_alloc(const struct toy_llama_config *cfg, bool alloc
             L->ffn_up_exps = param3(m, name, d, fe, E);
             snprintf(name, sizeof name, "blk.%lld.ffn_down_exps.weight", (long long)l);
             L->ffn_down_exps = param3(m, name, fe, d, E);
+            if (cfg->d_ff_shared) {
+                P(ffn_gate_inp_shexp, "ffn_gate_inp_shexp.weight", d, 0);
+                P(ffn_gate_shexp, "ffn_gate_shexp.weight", d, cfg->d_ff_shared);
+                P(ffn_up_shexp, "ffn_up_shexp.weight", d, cfg->d_ff_shared);
+                P(ffn_down_shexp, "ffn_down_shexp.weight", cfg->d_ff_shared, d);
+            }
         } else {
             P(w_gate, "ffn_gate.weight", d, cfg->d_ff);
             P(w_up, "ffn_up.weight", d, cfg->d_ff);
@@ -179,6 +187,12 @@ struct toy_llama *toy_llama_new(const struct toy_llama_config *cfg, uint64_t see
             init_normal(L->ffn_gate_exps, &r, std);
             init_normal(L->ffn_up_exps, &r, std);
             init_normal(L->ffn_down_exps, &r, std_out);
+            if (L->ffn_gate_shexp) {
+                init_normal(L->ffn_gate_inp_shexp, &r, std);
+                init_normal(L->ffn_gate_shexp, &r, std);
+                init_normal(L->ffn_up_shexp, &r, std);
+                init_normal(L->ffn_down_shexp, &r, std_out);
+            }
         } else {
             init_normal(L->w_gate, &r, std);
             init_normal(L->w_up, &r, std);
@@ -191,7 +205,8 @@ struct toy_llama *toy_llama_new(const struct toy_llama_config *cfg, uint64_t see
     return m;
 }
 
-#define WEIGHTS_PER_LAYER 8 /* at most: q, k, v, o and gate, up, down or the router and the experts' three */
+#define WEIGHTS_PER_LAYER 11 /* at most: q, k, v, o and gate, up, down or the router, the experts' three and the
+                                 shared expert's three */
 
 /* the matrices inference multiplies by (a tied head too: its row lookups
  * read t->data, a few pages per token) */
@@ -201,7 +216,8 @@ static int inference_weights(struct toy_llama *m, struct toy_tensor **out) {
         struct toy_llama_layer *L = &m->layers[l];
         struct toy_tensor *const w[] = {L->wq,     L->wk,           L->wv,          L->wo,         L->w_gate,
                                         L->w_up,   L->w_down,       L->ffn_gate_inp, L->ffn_gate_exps,
-                                        L->ffn_up_exps, L->ffn_down_exps};
+                                        L->ffn_up_exps, L->ffn_down_exps, L->ffn_gate_shexp, L->ffn_up_shexp,
+                                        L->ffn_down_shexp};
         for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
             if (w[i]) out[n++] = w[i];
     }
@@ -248,12 +264,13 @@ void toy_llama_free(struct toy_llama *m) {
 }
 
 /* a layer's parameters in file order (those it has): their count */
-#define LAYER_TENSORS 20
+#define LAYER_TENSORS 24
 static int layer_tensors(const struct toy_llama_layer *L, struct toy_tensor **out) {
     struct toy_tensor *const all[LAYER_TENSORS] = {
         L->attn_norm, L->wq,     L->wk,           L->wv,          L->wo,           L->bq,        L->bk,
         L->bv,        L->q_norm, L->k_norm,       L->post_attn_norm, L->ffn_norm,  L->w_gate,    L->w_up,
-        L->w_down,    L->ffn_gate_inp, L->ffn_gate_exps, L->ffn_up_exps, L->ffn_down_exps, L->post_ffn_norm};
+        L->w_down,    L->ffn_gate_inp, L->ffn_gate_exps, L->ffn_up_exps, L->ffn_down_exps, L->ffn_gate_inp_shexp,
+        L->ffn_gate_shexp, L->ffn_up_shexp, L->ffn_down_shexp, L->post_ffn_norm};
     int n = 0;
     for (int k = 0; k < LAYER_TENSORS; k++)
         if (all[k]) out[n++] = all[k];
@@ -324,7 +341,15 @@ struct toy_tensor *toy_llama_moe_ffn(struct toy_ctx *ctx, const struct toy_llama
     struct toy_tensor *u = toy_moe_matmul(ctx, x, L->ffn_up_exps, route, false);
     struct toy_tensor *a = c->gelu_mlp ? toy_mul(ctx, toy_gelu(ctx, g), u) : toy_swiglu(ctx, g, u);
     struct toy_tensor *f = toy_moe_matmul(ctx, a, L->ffn_down_exps, route, true); /* {d, N} */
-    return toy_reshape(ctx, f, h->n_dims, h->ne);
+    f = toy_reshape(ctx, f, h->n_dims, h->ne);
+    if (L->ffn_gate_shexp) { /* + sigmoid(w . h) shared(h), the sigmoid as (1 + tanh(z / 2)) / 2 */
+        struct toy_tensor *g = toy_linear(ctx, h, L->ffn_gate_shexp, NULL), *u = toy_linear(ctx, h, L->ffn_up_shexp, NULL);
+        struct toy_tensor *y = toy_linear(ctx, toy_swiglu(ctx, g, u), L->ffn_down_shexp, NULL);
+        struct toy_tensor *z = toy_linear(ctx, h, L->ffn_gate_inp_shexp, NULL); /* {1, ...} */
+        y = toy_scale(ctx, toy_add(ctx, y, toy_mul(ctx, y, toy_tanh(ctx, toy_scale(ctx, z, 0.5f)))), 0.5f);
+        f = toy_add(ctx, f, y);
+    }
+    return f;
 }
 
 /* x W^T (+ b), in bf16 under mixed precision: the product and its

@@ -144,7 +144,7 @@ class Llama:
         self.gemma = a == "gemma2"
         self.scale = 1.0 / math.sqrt(self.hd)
         self.k = g("expert_used_count", 0)
-        self.moe_norm = a != "olmoe"
+        self.moe_norm = a not in ("olmoe", "qwen2moe")
 
     def moe(self, h, p):
         # Hugging Face's sparse MoE block (Mixtral, Qwen3-MoE, OLMoE): softmax
@@ -161,6 +161,10 @@ class Llama:
                 continue
             y = (torch.nn.functional.silu(h @ gate[e].T) * (h @ up[e].T)) @ down[e].T
             out = out + y * (w * sel).sum(-1, keepdim=True)
+        if p("ffn_gate_shexp.weight") is not None:  # Qwen2-MoE's shared expert, gated by a sigmoid
+            y = (torch.nn.functional.silu(h @ p("ffn_gate_shexp.weight").T) * (h @ p("ffn_up_shexp.weight").T)) \
+                @ p("ffn_down_shexp.weight").T
+            out = out + torch.sigmoid(h @ p("ffn_gate_inp_shexp.weight").reshape(-1, 1)) * y
         return out
 
     def params(self):
