@@ -190,10 +190,12 @@ static void convert(const char *model, enum toy_dtype type, char *out, size_t ou
 
 Test(hf_import, every_architecture_converts_exactly, .timeout = 300) {
     if (!make_models()) cr_skip("python3 with torch not available");
-    const char *models[] = {"llama", "mistral", "qwen2", "qwen3", "gemma2", "gpt2"};
-    const char *archs[] = {"llama", "llama", "qwen2", "qwen3", "gemma2", "gpt2"};
+    const char *models[] = {"llama", "mistral", "qwen2", "qwen3", "gemma2", "gpt2",
+                            "mixtral", "qwen2_moe", "qwen3_moe", "olmoe"};
+    const char *archs[] = {"llama", "llama", "qwen2", "qwen3", "gemma2", "gpt2", "llama", "qwen2moe", "qwen3moe", "olmoe"};
+    const uint32_t experts[] = {0, 0, 0, 0, 0, 0, 4, 6, 8, 4}, used[] = {0, 0, 0, 0, 0, 0, 2, 2, 3, 2};
     char out[512];
-    for (size_t m = 0; m < 6; m++) {
+    for (size_t m = 0; m < sizeof models / sizeof models[0]; m++) {
         struct toy_convert_report r;
         convert(models[m], TOY_F32, out, sizeof out, &r);
         cr_expect_str_eq(r.arch, archs[m]);
@@ -214,7 +216,7 @@ Test(hf_import, every_architecture_converts_exactly, .timeout = 300) {
         if (strcmp(arch, "gpt2")) {
             snprintf(key, sizeof key, "%s.attention.head_count_kv", arch);
             cr_expect_eq(toy_gguf_get_u32(g, key, &u), TOY_OK);
-            cr_expect_eq(u, 2);
+            cr_expect_eq(u, strcmp(models[m], "olmoe") ? 2 : 4); /* llama.cpp's OLMoE has no GQA */
             float f;
             snprintf(key, sizeof key, "%s.rope.freq_base", arch);
             cr_expect_eq(toy_gguf_get_f32(g, key, &f), TOY_OK);
@@ -237,8 +239,25 @@ Test(hf_import, every_architecture_converts_exactly, .timeout = 300) {
             cr_expect_eq(toy_gguf_get_u32(g, "qwen3.attention.key_length", &u), TOY_OK);
             cr_expect_eq(u, 32);
         }
+        if (experts[m]) { /* a mixture: its counts, and each expert width where llama.cpp reads it */
+            snprintf(key, sizeof key, "%s.expert_count", arch);
+            cr_expect(toy_gguf_get_u32(g, key, &u) == TOY_OK && u == experts[m], "%s: %s", models[m], key);
+            snprintf(key, sizeof key, "%s.expert_used_count", arch);
+            cr_expect(toy_gguf_get_u32(g, key, &u) == TOY_OK && u == used[m], "%s: %s", models[m], key);
+            const uint32_t want_ff[] = {96, 32, 64, 96}, want_shared = 80;
+            size_t mi = m - 6;
+            snprintf(key, sizeof key, "%s.%s", arch, mi == 1 || mi == 2 ? "expert_feed_forward_length" : "feed_forward_length");
+            cr_expect(toy_gguf_get_u32(g, key, &u) == TOY_OK && u == want_ff[mi], "%s: %s %u", models[m], key, u);
+            snprintf(key, sizeof key, "%s.expert_shared_feed_forward_length", arch);
+            bool has = toy_gguf_get_u32(g, key, &u) == TOY_OK;
+            cr_expect(mi == 1 ? has && u == want_shared : !has, "%s: %s", models[m], key);
+        }
         toy_gguf_close(g);
     }
+
+    /* a mixture's stacked experts quantized as the rest */
+    convert("qwen3_moe", TOY_Q8_0, out, sizeof out, NULL);
+    compare("qwen3_moe", out, TOY_Q8_0);
 
     /* quantized and half-precision outputs: every 2-D weight of qwen3
      * (rows of 256 and 512) equals toy_quantize_row of the original */

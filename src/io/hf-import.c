@@ -24,8 +24,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
-enum arch { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_GEMMA2, ARCH_GPT2 };
-static const char *const arch_names[] = {"llama", "qwen2", "qwen3", "gemma2", "gpt2"};
+enum arch { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_GEMMA2, ARCH_GPT2, ARCH_MIXTRAL, ARCH_QWEN2MOE, ARCH_QWEN3MOE,
+            ARCH_OLMOE };
+/* the GGUF architecture of each (llama.cpp's: Mixtral is a "llama" with experts) */
+static const char *const arch_names[] = {"llama", "qwen2", "qwen3", "gemma2", "gpt2", "llama", "qwen2moe", "qwen3moe",
+                                         "olmoe"};
 
 uint32_t toy_file_type_for(enum toy_dtype t) {
     switch (t) {
@@ -59,6 +62,7 @@ struct job {
     bool transpose;         /* GPT-2 Conv1D (in, out) -> (out, in) */
     bool add_one;           /* Gemma norms: 1 + w */
     float *values;          /* computed tensors (rope_freqs) */
+    int64_t *experts;       /* a mixture's stacked experts: ne[2] safetensors indices, one matrix each */
     char name[TOY_GGUF_NAME_MAX];
     int64_t order;          /* position in the file (see job_order) */
 };
@@ -135,6 +139,9 @@ static enum toy_status fill_job(void *ctx, void *dst, size_t nbytes) {
     if (!a) return toy_error(TOY_ERR_NOMEM, "out of memory");
     enum toy_status e = TOY_OK;
     if (j->values) memcpy(a, j->values, (size_t)n * sizeof(float));
+    else if (j->experts) /* the experts' matrices one after another */
+        for (int64_t x = 0; x < j->ne[2] && !e; x++)
+            e = toy_safetensors_read_f32(j->st, j->experts[x], a + x * j->ne[0] * j->ne[1], j->ne[0] * j->ne[1]);
     else e = toy_safetensors_read_f32(j->st, j->src, a, n);
     if (!e && (j->permute_heads || j->transpose)) {
         float *b = malloc((size_t)(n ? n : 1) * sizeof(float));
@@ -184,9 +191,43 @@ static enum toy_status need_pos(const char *dir, const char *key, int64_t v) {
 struct hp {
     enum arch arch;
     int64_t n_vocab, n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx, head_dim;
+    int64_t n_expert, n_expert_used, n_ff_exp, n_ff_shexp; /* a mixture of experts (n_expert 0: none) */
     double eps, rope_base;
     bool tied;
 };
+
+/* A mixture's config: every layer sparse (toy's graph has no dense layers
+ * among sparse ones), and the routing weights renormalised or not as the
+ * GGUF architecture's readers do it (GGUF has no key for it). */
+static enum toy_status read_experts(const char *dir, json_t *c, struct hp *h) {
+    if (h->arch != ARCH_MIXTRAL && h->arch != ARCH_QWEN2MOE && h->arch != ARCH_QWEN3MOE && h->arch != ARCH_OLMOE)
+        return TOY_OK;
+    bool mixtral = h->arch == ARCH_MIXTRAL;
+    h->n_expert = cfg_int(c, mixtral ? "num_local_experts" : "num_experts", 0);
+    h->n_expert_used = cfg_int(c, "num_experts_per_tok", 0);
+    bool own = h->arch == ARCH_QWEN2MOE || h->arch == ARCH_QWEN3MOE; /* the experts' width under its own key */
+    h->n_ff_exp = own ? cfg_int(c, "moe_intermediate_size", 0) : h->n_ff;
+    h->n_ff_shexp = h->arch == ARCH_QWEN2MOE ? cfg_int(c, "shared_expert_intermediate_size", 0) : 0;
+    enum toy_status e;
+    if ((e = need_pos(dir, mixtral ? "num_local_experts" : "num_experts", h->n_expert)) ||
+        (e = need_pos(dir, "num_experts_per_tok", h->n_expert_used)) ||
+        (e = need_pos(dir, own ? "moe_intermediate_size" : "intermediate_size", h->n_ff_exp)) ||
+        (h->arch == ARCH_QWEN2MOE && (e = need_pos(dir, "shared_expert_intermediate_size", h->n_ff_shexp))))
+        return e;
+    if (h->n_expert_used > h->n_expert || h->n_expert_used > 64)
+        return toy_error(TOY_ERR_FORMAT, "%s/config.json: %lld experts a token of %lld", dir,
+                         (long long)h->n_expert_used, (long long)h->n_expert);
+    json_t *only = json_object_get(c, "mlp_only_layers");
+    if (cfg_int(c, "decoder_sparse_step", 1) != 1 || (json_is_array(only) && json_array_size(only)))
+        return toy_error(TOY_ERR_UNSUPPORTED, "%s/config.json: dense layers among the sparse ones (decoder_sparse_step "
+                         "or mlp_only_layers): toy's mixtures are sparse in every layer", dir);
+    bool norm = h->arch == ARCH_MIXTRAL || h->arch == ARCH_QWEN3MOE;
+    json_t *nt = json_object_get(c, "norm_topk_prob");
+    if (!mixtral && json_is_boolean(nt) && json_is_true(nt) != norm)
+        return toy_error(TOY_ERR_UNSUPPORTED, "%s/config.json: norm_topk_prob %s, but a %s GGUF is read as %s", dir,
+                         json_is_true(nt) ? "true" : "false", arch_names[h->arch], norm ? "true" : "false");
+    return TOY_OK;
+}
 
 static enum toy_status read_config(const char *dir, json_t *c, struct hp *h) {
     const char *mt = json_string_value(json_object_get(c, "model_type"));
@@ -196,7 +237,12 @@ static enum toy_status read_config(const char *dir, json_t *c, struct hp *h) {
     else if (!strcmp(mt, "qwen3")) h->arch = ARCH_QWEN3;
     else if (!strcmp(mt, "gemma2")) h->arch = ARCH_GEMMA2;
     else if (!strcmp(mt, "gpt2")) h->arch = ARCH_GPT2;
-    else return toy_error(TOY_ERR_UNSUPPORTED, "%s/config.json: model_type '%s' (supported: llama, mistral, qwen2, qwen3, gemma2, gpt2)", dir, mt);
+    else if (!strcmp(mt, "mixtral")) h->arch = ARCH_MIXTRAL;
+    else if (!strcmp(mt, "qwen2_moe")) h->arch = ARCH_QWEN2MOE;
+    else if (!strcmp(mt, "qwen3_moe")) h->arch = ARCH_QWEN3MOE;
+    else if (!strcmp(mt, "olmoe")) h->arch = ARCH_OLMOE;
+    else return toy_error(TOY_ERR_UNSUPPORTED, "%s/config.json: model_type '%s' (supported: llama, mistral, qwen2, "
+                          "qwen3, gemma2, gpt2, mixtral, qwen2_moe, qwen3_moe, olmoe)", dir, mt);
     enum toy_status e;
     h->n_vocab = cfg_int(c, "vocab_size", 0);
     if (h->arch == ARCH_GPT2) {
@@ -225,6 +271,7 @@ static enum toy_status read_config(const char *dir, json_t *c, struct hp *h) {
         (e = need_pos(dir, "num_hidden_layers", h->n_layer)) || (e = need_pos(dir, "num_attention_heads", h->n_head)) ||
         (e = need_pos(dir, "num_key_value_heads", h->n_head_kv)) || (e = need_pos(dir, "intermediate_size", h->n_ff)))
         return e;
+    if ((e = read_experts(dir, c, h))) return e;
     h->head_dim = cfg_int(c, "head_dim", h->n_embd / h->n_head);
     if (h->head_dim <= 0 || h->n_head % h->n_head_kv)
         return toy_error(TOY_ERR_FORMAT, "%s/config.json: %lld heads, %lld kv heads, head_dim %lld do not fit",
@@ -282,7 +329,15 @@ static enum toy_status write_hparams(struct toy_gguf_writer *w, const struct hp 
         e |= toy_gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)h->head_dim);
         e |= toy_gguf_writer_set_u32(w, KEY("attention.value_length"), (uint32_t)h->head_dim);
     }
-    if (h->arch == ARCH_LLAMA) {
+    if (h->n_expert) {
+        e |= toy_gguf_writer_set_u32(w, KEY("expert_count"), (uint32_t)h->n_expert);
+        e |= toy_gguf_writer_set_u32(w, KEY("expert_used_count"), (uint32_t)h->n_expert_used);
+        if (h->arch == ARCH_QWEN2MOE || h->arch == ARCH_QWEN3MOE) /* the others' experts are feed_forward_length wide */
+            e |= toy_gguf_writer_set_u32(w, KEY("expert_feed_forward_length"), (uint32_t)h->n_ff_exp);
+        if (h->n_ff_shexp)
+            e |= toy_gguf_writer_set_u32(w, KEY("expert_shared_feed_forward_length"), (uint32_t)h->n_ff_shexp);
+    }
+    if (h->arch == ARCH_LLAMA || h->arch == ARCH_MIXTRAL) {
         e |= toy_gguf_writer_set_u32(w, KEY("vocab_size"), (uint32_t)h->n_vocab);
         e |= toy_gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)h->head_dim);
     }
@@ -338,7 +393,37 @@ static float *llama3_rope_factors(json_t *rs, const struct hp *h) {
 
 /* Maps an HF tensor name to llama.cpp's; 1 = mapped, 0 = skip (buffers),
  * -1 = unknown. Sets the transforms in *j. */
-static int map_name(const struct hp *h, const char *hf, char *out, size_t outn, struct job *j) {
+/* a mixture's tensors, rest being what follows "layers.N.": the GGUF name
+ * (and *expert, for one expert's matrix), or NULL */
+static const char *map_expert(const struct hp *h, const char *rest, long *expert) {
+    *expert = -1;
+    if (!h->n_expert) return NULL;
+    bool mixtral = h->arch == ARCH_MIXTRAL;
+    const char *moe = mixtral ? "block_sparse_moe." : "mlp.";
+    if (strncmp(rest, moe, strlen(moe))) return NULL;
+    rest += strlen(moe);
+    if (!strcmp(rest, "gate")) return "ffn_gate_inp";
+    if (!strcmp(rest, "shared_expert_gate")) return "ffn_gate_inp_shexp";
+    if (!strcmp(rest, "shared_expert.gate_proj")) return "ffn_gate_shexp";
+    if (!strcmp(rest, "shared_expert.up_proj")) return "ffn_up_shexp";
+    if (!strcmp(rest, "shared_expert.down_proj")) return "ffn_down_shexp";
+    if (strncmp(rest, "experts.", 8)) return NULL;
+    char *end;
+    long x = strtol(rest + 8, &end, 10);
+    if (end == rest + 8 || *end != '.' || x < 0 || x >= h->n_expert) return NULL;
+    static const struct { const char *hf, *gg; } names[] = {
+        {"w1", "ffn_gate_exps"}, {"w3", "ffn_up_exps"}, {"w2", "ffn_down_exps"}, /* Mixtral */
+        {"gate_proj", "ffn_gate_exps"}, {"up_proj", "ffn_up_exps"}, {"down_proj", "ffn_down_exps"}};
+    for (size_t i = mixtral ? 0 : 3; i < (mixtral ? 3u : 6u); i++)
+        if (!strcmp(end + 1, names[i].hf)) {
+            *expert = x;
+            return names[i].gg;
+        }
+    return NULL;
+}
+
+static int map_name(const struct hp *h, const char *hf, char *out, size_t outn, struct job *j, long *expert) {
+    *expert = -1;
     const char *s = hf;
     const bool gpt2 = h->arch == ARCH_GPT2;
     if (strstr(s, "rotary_emb.inv_freq") || (gpt2 && (strstr(s, ".attn.bias") || strstr(s, ".attn.masked_bias"))))
@@ -393,7 +478,8 @@ static int map_name(const struct hp *h, const char *hf, char *out, size_t outn, 
             gg = h->arch == ARCH_GEMMA2 ? "post_attention_norm" : "ffn_norm";
         for (size_t i = 0; !gg && i < sizeof blk_llama / sizeof blk_llama[0]; i++)
             if (!strcmp(rest, blk_llama[i].hf)) gg = blk_llama[i].gg;
-        if (gg && h->arch == ARCH_LLAMA) { /* weights and biases alike (llama.cpp permutes both) */
+        if (!gg) gg = map_expert(h, rest, expert);
+        if (gg && (h->arch == ARCH_LLAMA || h->arch == ARCH_MIXTRAL)) { /* weights and biases alike (llama.cpp permutes both) */
             if (!strcmp(gg, "attn_q")) j->permute_heads = (int)h->n_head;
             if (!strcmp(gg, "attn_k")) j->permute_heads = (int)h->n_head_kv;
         }
@@ -452,6 +538,7 @@ enum toy_status toy_hf_convert(const char *dir, const char *out_path, const stru
     struct toy_gguf_writer *w = NULL;
     struct toy_tokenizer *tok = NULL;
     struct job *jobs = NULL;
+    int64_t n_jobs = 0; /* jobs' slots (their experts freed at the end) */
     float *rope_freqs = NULL;
     enum toy_status e = read_config(dir, cfg, &h);
     if (e) goto done;
@@ -490,6 +577,7 @@ enum toy_status toy_hf_convert(const char *dir, const char *out_path, const stru
 
     int64_t n_src = toy_safetensors_n_tensors(st);
     jobs = calloc((size_t)n_src + 2, sizeof *jobs);
+    n_jobs = jobs ? n_src + 2 : 0;
     if (!jobs) { e = toy_error(TOY_ERR_NOMEM, "out of memory"); goto done; }
     int64_t nj = 0;
     bool have_output = false;
@@ -499,7 +587,8 @@ enum toy_status toy_hf_convert(const char *dir, const char *out_path, const stru
         struct job *j = &jobs[nj];
         memset(j, 0, sizeof *j);
         char gname[TOY_GGUF_NAME_MAX + 64];
-        int m = map_name(&h, t->name, gname, sizeof gname, j);
+        long x;
+        int m = map_name(&h, t->name, gname, sizeof gname, j, &x);
         if (m == 0) continue;
         if (m < 0) {
             e = toy_error(TOY_ERR_UNSUPPORTED, "%s: cannot map tensor '%s' to a llama.cpp name", dir, t->name);
@@ -517,6 +606,35 @@ enum toy_status toy_hf_convert(const char *dir, const char *out_path, const stru
         j->src = i;
         j->n_dims = t->n_dims;
         for (int d = 0; d < 4; d++) j->ne[d] = d < t->n_dims ? t->shape[t->n_dims - 1 - d] : 1;
+        if (j->n_dims == 2 && j->ne[1] == 1 && strstr(gname, ".ffn_gate_inp_shexp.")) j->n_dims = 1; /* {d}, as llama.cpp's */
+        if (x >= 0) { /* one expert's matrix: into the stack of its layer's experts */
+            if (t->n_dims != 2) { e = toy_error(TOY_ERR_FORMAT, "'%s' should be 2-D", t->name); goto done; }
+            struct job *s = NULL;
+            for (int64_t q = 0; q < nj && !s; q++)
+                if (jobs[q].experts && !strcmp(jobs[q].name, gname)) s = &jobs[q];
+            if (!s) { /* the first of them: a 3-d tensor of n_expert matrices */
+                j->ne[2] = h.n_expert;
+                j->n_dims = 3;
+                j->experts = malloc((size_t)h.n_expert * sizeof *j->experts);
+                if (!j->experts) { e = toy_error(TOY_ERR_NOMEM, "out of memory"); goto done; }
+                for (int64_t q = 0; q < h.n_expert; q++) j->experts[q] = -1;
+                j->out = out_type(o.type, 3, j->ne[0]);
+                if (strlen(gname) >= sizeof j->name) {
+                    e = toy_error(TOY_ERR_FORMAT, "tensor name '%s' is too long", gname);
+                    goto done;
+                }
+                memcpy(j->name, gname, strlen(gname) + 1);
+                s = j;
+                nj++;
+            } else if (s->ne[0] != j->ne[0] || s->ne[1] != j->ne[1]) {
+                e = toy_error(TOY_ERR_FORMAT, "'%s' is not the shape of the other experts' %s", t->name, gname);
+                goto done;
+            }
+            if (s->experts[x] >= 0) { e = toy_error(TOY_ERR_FORMAT, "'%s' is there twice", t->name); goto done; }
+            s->experts[x] = i;
+            rep->n_params += t->n_elements;
+            continue;
+        }
         if (j->transpose) {
             if (t->n_dims != 2) { e = toy_error(TOY_ERR_FORMAT, "'%s' should be 2-D", t->name); goto done; }
             int64_t x = j->ne[0]; j->ne[0] = j->ne[1]; j->ne[1] = x;
@@ -539,6 +657,12 @@ enum toy_status toy_hf_convert(const char *dir, const char *out_path, const stru
         nj++;
     }
     if (tok_embd_job < 0) { e = toy_error(TOY_ERR_FORMAT, "%s has no token embedding", dir); goto done; }
+    for (int64_t q = 0; q < nj; q++)
+        for (int64_t x = 0; jobs[q].experts && x < h.n_expert; x++)
+            if (jobs[q].experts[x] < 0) {
+                e = toy_error(TOY_ERR_FORMAT, "%s: no expert %lld for %s", dir, (long long)x, jobs[q].name);
+                goto done;
+            }
     if (h.arch == ARCH_GPT2 && !have_output) {
         /* llama.cpp's GPT-2 files carry output.weight = token_embd */
         jobs[nj] = jobs[tok_embd_job];
@@ -600,6 +724,7 @@ done:
     toy_tokenizer_free(tok);
     toy_gguf_writer_free(w);
     toy_safetensors_close(st);
+    for (int64_t q = 0; jobs && q < n_jobs; q++) free(jobs[q].experts);
     free(jobs);
     free(rope_freqs);
     json_decref(cfg);

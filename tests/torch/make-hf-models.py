@@ -65,6 +65,37 @@ def rnd(*shape):
 TOKENS = [3, 17, 5, 100, 42, 7, 250, 11, 64]
 
 
+MOE = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe")
+
+
+def hf_moe(arch, cfg, g, p, w, x):
+    """The sparse MoE blocks of modeling_{mixtral,qwen2_moe,qwen3_moe,olmoe}.py:
+    softmax over the router's logits, top k, renormalised where
+    norm_topk_prob (Mixtral always), each expert's SwiGLU on its tokens,
+    and Qwen2-MoE's shared expert gated by a sigmoid."""
+    mix = arch == "mixtral"
+    n = cfg["num_local_experts" if mix else "num_experts"]
+    pre = p + ("block_sparse_moe." if mix else "mlp.")
+    probs = torch.softmax(x @ g(pre + "gate.weight").T, -1)
+    wts, ids = torch.topk(probs, cfg["num_experts_per_tok"], -1)
+    if mix or cfg.get("norm_topk_prob"):
+        wts = wts / wts.sum(-1, keepdim=True)
+    out = torch.zeros_like(x)
+    names = ("w1", "w3", "w2") if mix else ("gate_proj", "up_proj", "down_proj")
+    for e in range(n):
+        sel = (ids == e)
+        if not sel.any():
+            continue
+        we = lambda nm: g(f"{pre}experts.{e}.{nm}.weight")
+        y = (torch.nn.functional.silu(x @ we(names[0]).T) * (x @ we(names[1]).T)) @ we(names[2]).T
+        out = out + y * (wts * sel).sum(-1, keepdim=True)
+    if arch == "qwen2_moe":
+        sh = lambda nm: g(f"{pre}shared_expert.{nm}.weight")
+        y = (torch.nn.functional.silu(x @ sh("gate_proj").T) * (x @ sh("up_proj").T)) @ sh("down_proj").T
+        out = out + torch.sigmoid(x @ g(pre + "shared_expert_gate.weight").T) * y
+    return out
+
+
 def hf_forward(arch, cfg, w, tokens):
     """The Hugging Face modeling_{llama,qwen2,qwen3,gemma2}.py forward pass,
     float64, from the HF-named tensors w."""
@@ -108,10 +139,12 @@ def hf_forward(arch, cfg, w, tokens):
         p = f"model.layers.{i}."
         x = rms(h, g(p + "input_layernorm.weight"))
         lin = lambda n, x: x @ g(p + n + ".weight").T + (g(p + n + ".bias") if p + n + ".bias" in w else 0)
-        q = lin("self_attn.q_proj", x).view(T, H, hd)
-        k = lin("self_attn.k_proj", x).view(T, KV, hd)
+        q, k = lin("self_attn.q_proj", x), lin("self_attn.k_proj", x)
+        if arch == "olmoe":  # OlmoeAttention: q_norm / k_norm over the whole projections
+            q, k = rms(q, g(p + "self_attn.q_norm.weight")), rms(k, g(p + "self_attn.k_norm.weight"))
+        q, k = q.view(T, H, hd), k.view(T, KV, hd)
         v = lin("self_attn.v_proj", x).view(T, KV, hd)
-        if arch == "qwen3":
+        if arch in ("qwen3", "qwen3_moe"):
             q = rms(q, g(p + "self_attn.q_norm.weight"))
             k = rms(k, g(p + "self_attn.k_norm.weight"))
         q, k = rope(q), rope(k)
@@ -131,6 +164,9 @@ def hf_forward(arch, cfg, w, tokens):
             act = torch.nn.functional.gelu(x @ g(p + "mlp.gate_proj.weight").T, approximate="tanh")
             f = (act * (x @ g(p + "mlp.up_proj.weight").T)) @ g(p + "mlp.down_proj.weight").T
             h = h + rms(f, g(p + "post_feedforward_layernorm.weight"))
+        elif arch in MOE:
+            h = h + o
+            h = h + hf_moe(arch, cfg, g, p, w, rms(h, g(p + "post_attention_layernorm.weight")))
         else:
             h = h + o
             x = rms(h, g(p + "post_attention_layernorm.weight"))
@@ -166,28 +202,54 @@ def llama_like(out, name, arch, cfg, dtype, shards, tokenizer=None, rope_scaling
     for i in range(L):
         p, g = f"model.layers.{i}.", f"blk.{i}."
         add(p + "input_layernorm.weight", g + "attn_norm.weight", 1 + rnd(E), norm)
-        qt = (lambda v: permute(v, H, H)) if arch == "llama" else None
-        kt = (lambda v: permute(v, H, KV)) if arch == "llama" else None
+        qt = (lambda v: permute(v, H, H)) if arch in ("llama", "mixtral") else None
+        kt = (lambda v: permute(v, H, KV)) if arch in ("llama", "mixtral") else None
         add(p + "self_attn.q_proj.weight", g + "attn_q.weight", rnd(H * hd, E), qt)
         add(p + "self_attn.k_proj.weight", g + "attn_k.weight", rnd(KV * hd, E), kt)
         add(p + "self_attn.v_proj.weight", g + "attn_v.weight", rnd(KV * hd, E))
         add(p + "self_attn.o_proj.weight", g + "attn_output.weight", rnd(E, H * hd))
-        if arch == "qwen2" or cfg.get("attention_bias"):  # a Llama's q/k biases move with their rows
+        if arch in ("qwen2", "qwen2_moe") or cfg.get("attention_bias"):  # a Llama's q/k biases move with their rows
             add(p + "self_attn.q_proj.bias", g + "attn_q.bias", rnd(H * hd), qt)
             add(p + "self_attn.k_proj.bias", g + "attn_k.bias", rnd(KV * hd), kt)
             add(p + "self_attn.v_proj.bias", g + "attn_v.bias", rnd(KV * hd))
-        if arch == "qwen3":
+        if arch in ("qwen3", "qwen3_moe"):
             add(p + "self_attn.q_norm.weight", g + "attn_q_norm.weight", 1 + rnd(hd))
             add(p + "self_attn.k_norm.weight", g + "attn_k_norm.weight", 1 + rnd(hd))
+        if arch == "olmoe":  # over the whole projections
+            add(p + "self_attn.q_norm.weight", g + "attn_q_norm.weight", 1 + rnd(H * hd))
+            add(p + "self_attn.k_norm.weight", g + "attn_k_norm.weight", 1 + rnd(KV * hd))
         if gemma:
             add(p + "post_attention_layernorm.weight", g + "post_attention_norm.weight", rnd(E), norm)
             add(p + "pre_feedforward_layernorm.weight", g + "ffn_norm.weight", rnd(E), norm)
             add(p + "post_feedforward_layernorm.weight", g + "post_ffw_norm.weight", rnd(E), norm)
         else:
             add(p + "post_attention_layernorm.weight", g + "ffn_norm.weight", 1 + rnd(E))
-        add(p + "mlp.gate_proj.weight", g + "ffn_gate.weight", rnd(F_, E))
-        add(p + "mlp.up_proj.weight", g + "ffn_up.weight", rnd(F_, E))
-        add(p + "mlp.down_proj.weight", g + "ffn_down.weight", rnd(E, F_))
+        if arch in MOE:  # the experts' matrices one by one; llama.cpp's GGUF stacks them
+            mix = arch == "mixtral"
+            n = cfg["num_local_experts" if mix else "num_experts"]
+            fe = cfg.get("moe_intermediate_size", F_)
+            pre = p + ("block_sparse_moe." if mix else "mlp.")
+            add(pre + "gate.weight", g + "ffn_gate_inp.weight", rnd(n, E) * 20)  # a router that decides
+            stacks = {"ffn_gate_exps": [], "ffn_up_exps": [], "ffn_down_exps": []}
+            names = (("w1", "ffn_gate_exps", (fe, E)), ("w3", "ffn_up_exps", (fe, E)), ("w2", "ffn_down_exps", (E, fe)))
+            for e in range(n):
+                for (mn, gn, shape), hn in zip(names, ("gate_proj", "up_proj", "down_proj")):
+                    t = rnd(*shape).to(dtype)
+                    hf[f"{pre}experts.{e}.{mn if mix else hn}.weight"] = t
+                    stacks[gn].append(t.to(torch.float32))
+            for gn, ts in stacks.items():
+                exp[g + gn + ".weight"] = torch.stack(ts)
+            if arch == "qwen2_moe":
+                fs = cfg["shared_expert_intermediate_size"]
+                add(pre + "shared_expert.gate_proj.weight", g + "ffn_gate_shexp.weight", rnd(fs, E))
+                add(pre + "shared_expert.up_proj.weight", g + "ffn_up_shexp.weight", rnd(fs, E))
+                add(pre + "shared_expert.down_proj.weight", g + "ffn_down_shexp.weight", rnd(E, fs))
+                add(pre + "shared_expert_gate.weight", g + "ffn_gate_inp_shexp.weight", rnd(1, E) * 20,
+                    lambda v: v.reshape(-1))
+        else:
+            add(p + "mlp.gate_proj.weight", g + "ffn_gate.weight", rnd(F_, E))
+            add(p + "mlp.up_proj.weight", g + "ffn_up.weight", rnd(F_, E))
+            add(p + "mlp.down_proj.weight", g + "ffn_down.weight", rnd(E, F_))
     add("model.norm.weight", "output_norm.weight", 1 + rnd(E), norm)
     if not cfg.get("tie_word_embeddings", False):
         add("lm_head.weight", "output.weight", rnd(V, E))
@@ -211,7 +273,9 @@ def llama_like(out, name, arch, cfg, dtype, shards, tokenizer=None, rope_scaling
         exp["rope_freqs.weight"] = torch.tensor(fs, dtype=torch.float32)
     cfg["model_type"] = "mistral" if name == "mistral" else arch
     cfg["architectures"] = [{"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
-                             "gemma2": "Gemma2ForCausalLM"}[arch]]
+                             "gemma2": "Gemma2ForCausalLM", "mixtral": "MixtralForCausalLM",
+                             "qwen2_moe": "Qwen2MoeForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM",
+                             "olmoe": "OlmoeForCausalLM"}[arch]]
     cfg["torch_dtype"] = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}[dtype]
     with open(os.path.join(d, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
@@ -300,6 +364,20 @@ def main():
     llama_like(out, "gemma2", "gemma2", dict(base, vocab_size=320, head_dim=16, sliding_window=512,
                                              attn_logit_softcapping=50.0, final_logit_softcapping=30.0,
                                              query_pre_attn_scalar=16),
+               torch.float32, 1)
+    # mixtures of experts: Mixtral (a llama with experts: permuted q/k), Qwen2-MoE (QKV bias, a shared
+    # expert), Qwen3-MoE (per-head QK-norm, narrower experts), OLMoE (QK-norm over the projections)
+    llama_like(out, "mixtral", "mixtral", dict(base, vocab_size=320, tie_word_embeddings=False, num_local_experts=4,
+                                               num_experts_per_tok=2), torch.bfloat16, 2)
+    llama_like(out, "qwen2_moe", "qwen2_moe", dict(base, vocab_size=320, tie_word_embeddings=False, num_experts=6,
+                                                   num_experts_per_tok=2, moe_intermediate_size=32,
+                                                   shared_expert_intermediate_size=80, norm_topk_prob=False),
+               torch.float32, 1)
+    llama_like(out, "qwen3_moe", "qwen3_moe", dict(base, vocab_size=320, num_experts=8, num_experts_per_tok=3,
+                                                   moe_intermediate_size=64, norm_topk_prob=True, head_dim=32),
+               torch.float16, 1)
+    llama_like(out, "olmoe", "olmoe", dict(base, vocab_size=320, tie_word_embeddings=False, num_key_value_heads=4,
+                                           num_experts=4, num_experts_per_tok=2, norm_topk_prob=False),
                torch.float32, 1)
     gpt2(out)
 
