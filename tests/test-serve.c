@@ -363,6 +363,47 @@ static void sse_parse(const char *body, bool chat, struct sse *out) {
 
 /* ---- tests ------------------------------------------------------------------------------------ */
 
+/* The n completion bodies sent one at a time, then all at once: how many
+ * of them got, together, the text they got alone (each response a 200,
+ * and as many tokens as max_tokens asks where the body ignores EOS). */
+static int together_as_alone(struct server *s, char bodies[][256], int n) {
+    char **alone = calloc((size_t)n, sizeof *alone), (*tags)[320] = calloc((size_t)n, sizeof *tags);
+    pid_t *pids = calloc((size_t)n, sizeof *pids);
+    cr_assert(alone && tags && pids);
+    for (int i = 0; i < n; i++) {
+        struct resp r = http(s, "POST", "/v1/completions", bodies[i]);
+        cr_assert_eq(r.code, 200, "%s", r.body);
+        alone[i] = strdup(jstr(r.json, "choices.0.text"));
+        resp_free(&r);
+    }
+    for (int i = 0; i < n; i++) pids[i] = curl_start(s, "POST", "/v1/completions", bodies[i], strlen(bodies[i]), NULL, tags[i]);
+    int same = 0;
+    for (int i = 0; i < n; i++) {
+        struct resp r = curl_finish(pids[i], tags[i]);
+        cr_assert_eq(r.code, 200, "%s", r.body);
+        same += !strcmp(jstr(r.json, "choices.0.text"), alone[i]);
+        json_t *b = json_loads(bodies[i], 0, NULL); /* ignore_eos: every request runs to its max_tokens */
+        if (json_is_true(json_object_get(b, "ignore_eos")))
+            cr_expect_eq(jint(r.json, "usage.completion_tokens"), json_integer_value(json_object_get(b, "max_tokens")),
+                         "request %d", i);
+        json_decref(b);
+        resp_free(&r);
+        free(alone[i]);
+    }
+    free(alone), free(tags), free(pids);
+    return same;
+}
+
+/* /metrics: decode rows and decode steps so far */
+static void decode_counts(struct server *s, long long *rows, long long *steps) {
+    struct resp m = http(s, "GET", "/metrics", NULL);
+    const char *st = strstr(m.body, "\ntoy_decode_steps_total "), *rw = strstr(m.body, "\ntoy_decode_rows_total ");
+    cr_assert(st && rw, "%s", m.body);
+    *steps = atoll(st + strlen("\ntoy_decode_steps_total "));
+    *rows = atoll(rw + strlen("\ntoy_decode_rows_total "));
+    resp_free(&m);
+}
+
 Test(serve, health_models_cors_metrics, .timeout = 60) {
     struct server s;
     server_start(&s, NULL);
@@ -837,35 +878,15 @@ Test(serve, concurrent_requests_match_alone, .timeout = 120) {
     const char *prompts[N] = {"The cat", "Once upon a time", "In a galaxy", "Hello", "Why is the sky",
                               "1, 2, 3,", "def main():", "The quick brown fox"};
     char bodies[N][256];
-    char *alone[N];
-    for (int i = 0; i < N; i++) {
+    for (int i = 0; i < N; i++)
         snprintf(bodies[i], sizeof bodies[i],
                  "{\"prompt\":\"%s\",\"max_tokens\":%d,\"temperature\":%s,\"seed\":%d,\"ignore_eos\":true}", prompts[i],
                  20 + 3 * i, i % 2 ? "0.8" : "0", i % 4 == 1 ? -(100 + i) : 100 + i); /* a negative seed is a seed too */
-        struct resp r = http(&s, "POST", "/v1/completions", bodies[i]);
-        cr_assert_eq(r.code, 200);
-        alone[i] = strdup(jstr(r.json, "choices.0.text"));
-        resp_free(&r);
-    }
-    char tags[N][320];
-    pid_t pids[N];
-    for (int i = 0; i < N; i++) pids[i] = curl_start(&s, "POST", "/v1/completions", bodies[i], strlen(bodies[i]), NULL, tags[i]);
-    for (int i = 0; i < N; i++) {
-        struct resp r = curl_finish(pids[i], tags[i]);
-        cr_assert_eq(r.code, 200, "%s", r.body);
-        cr_assert_str_eq(jstr(r.json, "choices.0.text"), alone[i], "request %d", i);
-        cr_assert_eq(jint(r.json, "usage.completion_tokens"), 20 + 3 * i);
-        resp_free(&r);
-        free(alone[i]);
-    }
+    cr_assert_eq(together_as_alone(&s, bodies, N), N, "requests together got other text than alone");
     /* the batch really was shared: more rows than steps */
-    struct resp m = http(&s, "GET", "/metrics", NULL);
-    const char *st = strstr(m.body, "\ntoy_decode_steps_total "), *rows = strstr(m.body, "\ntoy_decode_rows_total ");
-    cr_assert(st && rows);
-    long long n_steps = atoll(st + strlen("\ntoy_decode_steps_total "));
-    long long n_rows = atoll(rows + strlen("\ntoy_decode_rows_total "));
+    long long n_rows, n_steps;
+    decode_counts(&s, &n_rows, &n_steps);
     cr_assert_gt(n_rows, n_steps, "rows %lld, steps %lld", n_rows, n_steps);
-    resp_free(&m);
     cr_assert_eq(server_stop(&s), 0);
 }
 
@@ -1393,33 +1414,15 @@ Test(serve, q8_batch_of_16_matches_alone, .timeout = 180) {
     resp_free(&e);
     enum { N = 16 };
     char bodies[N][256];
-    char *alone[N];
-    for (int i = 0; i < N; i++) {
+    for (int i = 0; i < N; i++)
         snprintf(bodies[i], sizeof bodies[i],
                  "{\"prompt\":[1,%d,%d,%d],\"max_tokens\":64,\"temperature\":%s,\"seed\":%d,\"ignore_eos\":true}",
                  10 + i, 20 + i % 3, 30 + i % 5, i % 2 ? "0.8" : "0", i);
-        struct resp a = http(&s, "POST", "/v1/completions", bodies[i]);
-        cr_assert_eq(a.code, 200, "%s", a.body);
-        alone[i] = strdup(jstr(a.json, "choices.0.text"));
-        resp_free(&a);
-    }
-    char tags[N][320];
-    pid_t pids[N];
-    for (int i = 0; i < N; i++) pids[i] = curl_start(&s, "POST", "/v1/completions", bodies[i], strlen(bodies[i]), NULL, tags[i]);
-    int same = 0;
-    for (int i = 0; i < N; i++) {
-        struct resp a = curl_finish(pids[i], tags[i]);
-        cr_assert_eq(a.code, 200);
-        same += !strcmp(jstr(a.json, "choices.0.text"), alone[i]);
-        resp_free(&a);
-        free(alone[i]);
-    }
+    int same = together_as_alone(&s, bodies, N);
     cr_assert_eq(same, N, "%d of %d requests got the tokens they get alone", same, N);
-    struct resp m = http(&s, "GET", "/metrics", NULL);
-    const char *st = strstr(m.body, "\ntoy_decode_steps_total "), *rows = strstr(m.body, "\ntoy_decode_rows_total ");
-    cr_assert(st && rows);
-    cr_assert_gt(atoll(rows + 23), atoll(st + 24), "decode steps were shared");
-    resp_free(&m);
+    long long n_rows, n_steps;
+    decode_counts(&s, &n_rows, &n_steps);
+    cr_assert_gt(n_rows, n_steps, "decode steps were shared");
     cr_assert_eq(server_stop(&s), 0);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
@@ -1461,31 +1464,15 @@ Test(serve, mixture_of_experts_batch_matches_alone, .timeout = 180) {
     server_start_model(&s, path, extra);
     enum { N = 4 };
     char bodies[N][256];
-    char *alone[N];
-    for (int i = 0; i < N; i++) {
+    for (int i = 0; i < N; i++)
         snprintf(bodies[i], sizeof bodies[i],
                  "{\"prompt\":[%d,%d,%d],\"max_tokens\":200,\"temperature\":%s,\"seed\":%d,\"ignore_eos\":true}", 5 + i,
                  9 + 2 * i, 3 + i, i % 2 ? "0.8" : "0", i);
-        struct resp a = http(&s, "POST", "/v1/completions", bodies[i]);
-        cr_assert_eq(a.code, 200, "%s", a.body);
-        alone[i] = strdup(jstr(a.json, "choices.0.text"));
-        resp_free(&a);
-    }
-    char tags[N][320];
-    pid_t pids[N];
-    for (int i = 0; i < N; i++) pids[i] = curl_start(&s, "POST", "/v1/completions", bodies[i], strlen(bodies[i]), NULL, tags[i]);
-    for (int i = 0; i < N; i++) {
-        struct resp a = curl_finish(pids[i], tags[i]);
-        cr_assert_eq(a.code, 200, "%s", a.body);
-        cr_expect_str_eq(jstr(a.json, "choices.0.text"), alone[i], "request %d", i);
-        resp_free(&a);
-        free(alone[i]);
-    }
-    struct resp mt = http(&s, "GET", "/metrics", NULL);
-    const char *st = strstr(mt.body, "\ntoy_decode_steps_total "), *rows = strstr(mt.body, "\ntoy_decode_rows_total ");
-    cr_assert(st && rows);
-    cr_expect_gt(atoll(rows + 23), atoll(st + 24), "no decode step was shared");
-    resp_free(&mt);
+    int same = together_as_alone(&s, bodies, N);
+    cr_expect_eq(same, N, "%d of %d requests got the tokens they get alone", same, N);
+    long long n_rows, n_steps;
+    decode_counts(&s, &n_rows, &n_steps);
+    cr_expect_gt(n_rows, n_steps, "no decode step was shared");
     cr_assert_eq(server_stop(&s), 0);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
