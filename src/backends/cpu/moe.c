@@ -83,15 +83,16 @@ static size_t moe_scratch(const struct toy_tensor *t, struct moe_plan *p, char *
     TAKE(pairs, int32_t *, (size_t)(k * N) * sizeof(int32_t));
     TAKE(a, float *, (size_t)(MOE_MR * K) * sizeof(float));
     TAKE(c, float *, (size_t)(MOE_MR * MOE_NC) * sizeof(float));
-    if (moe_packed(w)) {
-        TAKE(q, void *, toy_qgemm_scratch(MOE_MR, K) + 128);
-        if (p) p->deq = NULL, p->pack = NULL;
-    } else {
-        TAKE(deq, float *, w->type == TOY_F32 ? 0 : (size_t)(MOE_DQ * K) * sizeof(float));
-        TAKE(pack, float *, toy_cpu_sgemm_own() ? toy_cpu_sgemm_pack_bytes() : 0);
-        if (p) p->q = NULL;
-        if (p && !toy_cpu_sgemm_own()) p->pack = NULL;
-    }
+    /* then either path's scratch, room for the larger: the weights may be
+     * packed (or unpacked) after the graph was planned */
+    size_t rest = off;
+    TAKE(q, void *, toy_qgemm_scratch(MOE_MR, K) + 128);
+    size_t packed_end = off;
+    off = rest;
+    TAKE(deq, float *, w->type == TOY_F32 ? 0 : (size_t)(MOE_DQ * K) * sizeof(float));
+    TAKE(pack, float *, toy_cpu_sgemm_own() ? toy_cpu_sgemm_pack_bytes() : 0);
+    if (p && !toy_cpu_sgemm_own()) p->pack = NULL;
+    if (off < packed_end) off = packed_end;
 #undef TAKE
     if (p) *p = (struct moe_plan){E, k, N, K, w->ne[1], x->ne[1], p->first, p->pairs, p->a, p->c, p->deq, p->q, p->pack};
     return off;
