@@ -401,6 +401,10 @@ static bool is_small(const struct toy_tensor *t) {
         double flops = 2.0 * (double)toy_nelements(t) * (double)(t->op_params[P_MM_TRANS_A] ? a->ne[1] : a->ne[0]);
         return flops < 2e5;
     }
+    case TOY_OP_MOE_MATMUL: { /* each (token, slot) pair's product: a decode step's output is only k rows */
+        const struct toy_tensor *x = t->src[0], *w = t->src[1], *r = t->src[2];
+        return 2.0 * (double)toy_nelements(r) * (double)w->ne[1] * (double)x->ne[0] < 2e5;
+    }
     case TOY_OP_ATTENTION:
     case TOY_OP_ATTENTION_BACK:
     case TOY_OP_CROSS_ENTROPY:

@@ -5,13 +5,17 @@
  * the op says so; ids into the result, the weights after it (aux).
  *
  * MOE_MATMUL: the (token, slot) pairs are sorted by expert (a counting
- * sort every thread does for itself: k x N ids), and each thread owns a
- * range of output columns, the same for every expert. So a thread reads
- * its share of each chosen expert's matrix once per 64 of the expert's
- * rows (decode: half of each of the k matrices on 2 threads, one stream
- * each), and an output element is written by one thread only: the
- * combined sum needs no second pass, and its order (experts in id order)
- * does not depend on the thread count. Packed weights (toy_tensor_pack of
+ * sort every thread does for itself: k x N ids). Prefill: each thread owns
+ * a range of output columns, the same for every expert, so it reads its
+ * share of each chosen expert's matrix once per 64 of the expert's rows,
+ * and an output element is written by one thread only: the combined sum
+ * needs no second pass. Decode (at most 16 pairs): each thread takes whole
+ * experts instead, one stream a matrix rather than a slice of each (a
+ * short stream's start costs ~1.75 us a thread on 2 Zen 4 threads, and
+ * halving the matrices doubled the starts); each pair's row goes to its
+ * own place and the last thread out sums them. Either way a token's sum
+ * adds its experts in id order, so the result does not depend on the
+ * thread count. Packed weights (toy_tensor_pack of
  * a 3-d tensor: each expert's matrix packed in turn) run the int8 kernels
  * as a MATMUL's do; other dtypes run f32 rows (dequantized 32 at a time)
  * through sgemm. */
@@ -24,6 +28,7 @@
 #define MOE_MR 64  /* an expert's rows taken together */
 #define MOE_NC 256 /* output columns a pass */
 #define MOE_DQ 32  /* weight rows dequantized at a time (other dtypes) */
+#define MOE_BYEXP_PAIRS 16 /* at most this many (token, slot) pairs (decode): threads take whole experts */
 
 void toy_cpu_moe_route(struct toy_tensor *t, int ith, int nth, float *tmp) {
     const struct toy_tensor *lg = t->src[0];
@@ -98,8 +103,10 @@ static size_t moe_scratch(const struct toy_tensor *t, struct moe_plan *p, char *
     return off;
 }
 
+static size_t moe_shared_bytes(const struct toy_tensor *t);
+
 size_t toy_cpu_moe_work(const struct toy_tensor *t, int nth) {
-    return TOY_WORK_HEAD + (size_t)nth * (moe_scratch(t, NULL, NULL) + 64);
+    return TOY_WORK_HEAD + moe_shared_bytes(t) + (size_t)nth * (moe_scratch(t, NULL, NULL) + 64);
 }
 
 /* the (token, slot) pairs by expert: a counting sort */
@@ -147,39 +154,71 @@ static void moe_product(const struct toy_tensor *w, const struct moe_plan *p, in
     }
 }
 
+/* expert e's pairs, columns [j0, j1): each pair's products into its row
+ * of out (row = the pair's index, n apart), or (combine) added with the
+ * route's weight into its token's row */
+static void run_expert(const struct toy_tensor *x, const struct toy_tensor *w, const struct moe_plan *p, int64_t e,
+                       int64_t j0, int64_t j1, float *out, bool combine, const float *wts) {
+    for (int64_t r = p->first[e]; r < p->first[e + 1]; r += MOE_MR) {
+        int64_t m = p->first[e + 1] - r < MOE_MR ? p->first[e + 1] - r : MOE_MR;
+        for (int64_t i = 0; i < m; i++) { /* gather the pairs' input rows */
+            int64_t pair = p->pairs[r + i], row = p->R == 1 ? pair / p->k : pair;
+            memcpy(p->a + i * p->K, (const float *)x->data + row * p->K, (size_t)p->K * sizeof(float));
+        }
+        if (moe_packed(w)) toy_qdot.qgemm_packed_prep(w->type, m, p->K, p->a, p->K, p->q);
+        for (int64_t j = j0; j < j1; j += MOE_NC) {
+            int64_t nc = j1 - j < MOE_NC ? j1 - j : MOE_NC;
+            moe_product(w, p, e, m, j, nc);
+            for (int64_t i = 0; i < m; i++) { /* scatter: the pair's row, or its token's sum */
+                int64_t pair = p->pairs[r + i];
+                const float *c = p->c + i * MOE_NC;
+                if (combine) toy_vec.axpy(out + (pair / p->k) * p->n + j, c, wts[pair], nc);
+                else memcpy(out + pair * p->n + j, c, (size_t)nc * sizeof(float));
+            }
+        }
+    }
+}
+
+/* the shared rows of a product split by experts: one per pair */
+static size_t moe_shared_bytes(const struct toy_tensor *t) {
+    return al64((size_t)MOE_BYEXP_PAIRS * (size_t)t->src[1]->ne[1] * sizeof(float));
+}
+
 void toy_cpu_moe_matmul(struct toy_tensor *t, int ith, int nth, void *work, size_t ws) {
     const struct toy_tensor *x = t->src[0], *w = t->src[1], *route = t->src[2];
     bool combine = t->op_params[P_MM_COMBINE];
+    size_t head = TOY_WORK_HEAD + moe_shared_bytes(t);
+    float *shared = (float *)((char *)work + TOY_WORK_HEAD);
     struct moe_plan p;
-    moe_scratch(t, &p, (char *)toy_work_slice((char *)work + TOY_WORK_HEAD, ws - TOY_WORK_HEAD, ith, nth));
-    /* this thread's columns: whole 32-column units (two packed groups) */
+    moe_scratch(t, &p, (char *)toy_work_slice((char *)work + head, ws - head, ith, nth));
+    moe_sort(route, &p);
+    const float *wts = (const float *)((const char *)route->data + toy_nbytes(route));
+    float *out = t->data;
+    int64_t active = 0;
+    for (int64_t e = 0; e < p.E; e++) active += p.first[e + 1] > p.first[e];
+    if (nth > 1 && p.k * p.N <= MOE_BYEXP_PAIRS && active >= nth) {
+        /* decode: each thread whole experts (one stream a matrix, not a slice of each), every pair's row its
+         * own; the last thread out sums a token's rows as the column split does (experts in id order) */
+        int64_t a0 = active * ith / nth, a1 = active * (ith + 1) / nth, seen = 0;
+        for (int64_t e = 0; e < p.E; e++) {
+            if (p.first[e + 1] == p.first[e]) continue;
+            if (seen >= a0 && seen < a1) run_expert(x, w, &p, e, 0, p.n, combine ? shared : out, false, wts);
+            seen++;
+        }
+        if (!combine || !toy_last_thread((atomic_int *)&t->op_params[TOY_MAX_OP_PARAMS - 2], nth)) return;
+        memset(out, 0, (size_t)(p.N * p.n) * sizeof(float));
+        for (int64_t i = 0; i < p.k * p.N; i++) {
+            int64_t pair = p.pairs[i];
+            toy_vec.axpy(out + (pair / p.k) * p.n, shared + pair * p.n, wts[pair], p.n);
+        }
+        return;
+    }
+    /* this thread's columns of every expert: whole 32-column units (two packed groups) */
     int64_t units = (p.n + 31) / 32, u0, u1;
     toy_split(units, ith, nth, &u0, &u1);
     int64_t j0 = u0 * 32, j1 = u1 * 32 < p.n ? u1 * 32 : p.n;
     if (j1 <= j0) return;
-    moe_sort(route, &p);
-    const float *wts = (const float *)((const char *)route->data + toy_nbytes(route));
-    float *out = t->data;
     if (combine)
         for (int64_t i = 0; i < p.N; i++) memset(out + i * p.n + j0, 0, (size_t)(j1 - j0) * sizeof(float));
-    for (int64_t e = 0; e < p.E; e++) {
-        for (int64_t r = p.first[e]; r < p.first[e + 1]; r += MOE_MR) {
-            int64_t m = p.first[e + 1] - r < MOE_MR ? p.first[e + 1] - r : MOE_MR;
-            for (int64_t i = 0; i < m; i++) { /* gather the pairs' input rows */
-                int64_t pair = p.pairs[r + i], row = p.R == 1 ? pair / p.k : pair;
-                memcpy(p.a + i * p.K, (const float *)x->data + row * p.K, (size_t)p.K * sizeof(float));
-            }
-            if (moe_packed(w)) toy_qdot.qgemm_packed_prep(w->type, m, p.K, p.a, p.K, p.q);
-            for (int64_t j = j0; j < j1; j += MOE_NC) {
-                int64_t nc = j1 - j < MOE_NC ? j1 - j : MOE_NC;
-                moe_product(w, &p, e, m, j, nc);
-                for (int64_t i = 0; i < m; i++) { /* scatter: the pair's row, or its token's sum */
-                    int64_t pair = p.pairs[r + i];
-                    const float *c = p.c + i * MOE_NC;
-                    if (combine) toy_vec.axpy(out + (pair / p.k) * p.n + j, c, wts[pair], nc);
-                    else memcpy(out + pair * p.n + j, c, (size_t)nc * sizeof(float));
-                }
-            }
-        }
-    }
+    for (int64_t e = 0; e < p.E; e++) run_expert(x, w, &p, e, j0, j1, out, combine, wts);
 }
