@@ -14,6 +14,7 @@
 #include "flags.h"
 #include "json-out.h"
 #include "toy/gguf.h"
+#include "toy/llama.h"
 #include "toy/models.h"
 
 struct text {
@@ -340,7 +341,7 @@ static void card(const struct toy_gguf *g, const struct hp *h, struct text *t) {
             if (NE) {
                 snprintf(sh, sizeof sh, "p: (%lld×T)", NE);
                 STEP(sh, "  P ← softmax(W_r X̃); for t ∈ [T]: E_t ← the %lld largest of P[:, t]", n++, NK);
-                if (strcmp(h->arch, "olmoe") && strcmp(h->arch, "qwen2moe"))
+                if (toy_llama_moe_renormalises(h->arch))
                     STEP("", "    w_t,e ← P[e, t] / Σ_{e' ∈ E_t} P[e', t]", n++);
                 else STEP("", "    w_t,e ← P[e, t]", n++);
                 snprintf(sh, sizeof sh, "(%lld×1) → (%lld×1), %lld of %lld", FE, d, NK, NE);

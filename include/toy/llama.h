@@ -193,6 +193,13 @@ enum toy_status toy_kv_cache_check_size(int64_t n_layers, int64_t row, int64_t n
 /* Logits {vocab, Tn, n_seq} of Tn new tokens {Tn, n_seq} at positions
  * n_past .. n_past+Tn-1 (pos is filled by the caller), storing their keys and
  * values in the cache. Build once per Tn (prefill length, then 1 for decode). */
+/* llama.cpp's conventions for a mixture in GGUF, by general.architecture
+ * (GGUF has no key for either): whether the chosen experts' weights are
+ * renormalised to sum 1 (llama, i.e. Mixtral, and qwen3moe; not olmoe or
+ * qwen2moe), and whether the experts' width is <arch>.expert_feed_forward_length
+ * (qwen2moe, qwen3moe) rather than <arch>.feed_forward_length. */
+bool toy_llama_moe_renormalises(const char *arch);
+bool toy_llama_moe_own_ff_key(const char *arch);
 /* TOY_ERR_UNSUPPORTED naming `what` when m is a mixture of experts (whose
  * layers have no gradients and no LoRA targets), else TOY_OK. */
 enum toy_status toy_llama_no_experts(const struct toy_llama *m, const char *what);

@@ -205,7 +205,7 @@ static enum toy_status read_experts(const char *dir, json_t *c, struct hp *h) {
     bool mixtral = h->arch == ARCH_MIXTRAL;
     h->n_expert = cfg_int(c, mixtral ? "num_local_experts" : "num_experts", 0);
     h->n_expert_used = cfg_int(c, "num_experts_per_tok", 0);
-    bool own = h->arch == ARCH_QWEN2MOE || h->arch == ARCH_QWEN3MOE; /* the experts' width under its own key */
+    bool own = toy_llama_moe_own_ff_key(arch_names[h->arch]); /* the experts' width under its own key */
     h->n_ff_exp = own ? cfg_int(c, "moe_intermediate_size", 0) : h->n_ff;
     h->n_ff_shexp = h->arch == ARCH_QWEN2MOE ? cfg_int(c, "shared_expert_intermediate_size", 0) : 0;
     enum toy_status e;
@@ -221,7 +221,7 @@ static enum toy_status read_experts(const char *dir, json_t *c, struct hp *h) {
     if (cfg_int(c, "decoder_sparse_step", 1) != 1 || (json_is_array(only) && json_array_size(only)))
         return toy_error(TOY_ERR_UNSUPPORTED, "%s/config.json: dense layers among the sparse ones (decoder_sparse_step "
                          "or mlp_only_layers): toy's mixtures are sparse in every layer", dir);
-    bool norm = h->arch == ARCH_MIXTRAL || h->arch == ARCH_QWEN3MOE;
+    bool norm = toy_llama_moe_renormalises(arch_names[h->arch]);
     json_t *nt = json_object_get(c, "norm_topk_prob");
     if (!mixtral && json_is_boolean(nt) && json_is_true(nt) != norm)
         return toy_error(TOY_ERR_UNSUPPORTED, "%s/config.json: norm_topk_prob %s, but a %s GGUF is read as %s", dir,
@@ -332,7 +332,7 @@ static enum toy_status write_hparams(struct toy_gguf_writer *w, const struct hp 
     if (h->n_expert) {
         e |= toy_gguf_writer_set_u32(w, KEY("expert_count"), (uint32_t)h->n_expert);
         e |= toy_gguf_writer_set_u32(w, KEY("expert_used_count"), (uint32_t)h->n_expert_used);
-        if (h->arch == ARCH_QWEN2MOE || h->arch == ARCH_QWEN3MOE) /* the others' experts are feed_forward_length wide */
+        if (toy_llama_moe_own_ff_key(A)) /* the others' experts are feed_forward_length wide */
             e |= toy_gguf_writer_set_u32(w, KEY("expert_feed_forward_length"), (uint32_t)h->n_ff_exp);
         if (h->n_ff_shexp)
             e |= toy_gguf_writer_set_u32(w, KEY("expert_shared_feed_forward_length"), (uint32_t)h->n_ff_shexp);
@@ -587,8 +587,8 @@ enum toy_status toy_hf_convert(const char *dir, const char *out_path, const stru
         struct job *j = &jobs[nj];
         memset(j, 0, sizeof *j);
         char gname[TOY_GGUF_NAME_MAX + 64];
-        long x;
-        int m = map_name(&h, t->name, gname, sizeof gname, j, &x);
+        long expert;
+        int m = map_name(&h, t->name, gname, sizeof gname, j, &expert);
         if (m == 0) continue;
         if (m < 0) {
             e = toy_error(TOY_ERR_UNSUPPORTED, "%s: cannot map tensor '%s' to a llama.cpp name", dir, t->name);
@@ -607,11 +607,17 @@ enum toy_status toy_hf_convert(const char *dir, const char *out_path, const stru
         j->n_dims = t->n_dims;
         for (int d = 0; d < 4; d++) j->ne[d] = d < t->n_dims ? t->shape[t->n_dims - 1 - d] : 1;
         if (j->n_dims == 2 && j->ne[1] == 1 && strstr(gname, ".ffn_gate_inp_shexp.")) j->n_dims = 1; /* {d}, as llama.cpp's */
-        if (x >= 0) { /* one expert's matrix: into the stack of its layer's experts */
+        if (strlen(gname) >= TOY_GGUF_NAME_MAX) {
+            e = toy_error(TOY_ERR_FORMAT, "tensor name '%s' is too long", gname);
+            goto done;
+        }
+        memcpy(j->name, gname, strlen(gname) + 1); /* length checked above */
+        rep->n_params += t->n_elements;
+        if (expert >= 0) { /* one expert's matrix: into the stack of its layer's experts */
             if (t->n_dims != 2) { e = toy_error(TOY_ERR_FORMAT, "'%s' should be 2-D", t->name); goto done; }
             struct job *s = NULL;
             for (int64_t q = 0; q < nj && !s; q++)
-                if (jobs[q].experts && !strcmp(jobs[q].name, gname)) s = &jobs[q];
+                if (jobs[q].experts && !strcmp(jobs[q].name, j->name)) s = &jobs[q];
             if (!s) { /* the first of them: a 3-d tensor of n_expert matrices */
                 j->ne[2] = h.n_expert;
                 j->n_dims = 3;
@@ -619,20 +625,14 @@ enum toy_status toy_hf_convert(const char *dir, const char *out_path, const stru
                 if (!j->experts) { e = toy_error(TOY_ERR_NOMEM, "out of memory"); goto done; }
                 for (int64_t q = 0; q < h.n_expert; q++) j->experts[q] = -1;
                 j->out = out_type(o.type, 3, j->ne[0]);
-                if (strlen(gname) >= sizeof j->name) {
-                    e = toy_error(TOY_ERR_FORMAT, "tensor name '%s' is too long", gname);
-                    goto done;
-                }
-                memcpy(j->name, gname, strlen(gname) + 1);
                 s = j;
                 nj++;
             } else if (s->ne[0] != j->ne[0] || s->ne[1] != j->ne[1]) {
                 e = toy_error(TOY_ERR_FORMAT, "'%s' is not the shape of the other experts' %s", t->name, gname);
                 goto done;
             }
-            if (s->experts[x] >= 0) { e = toy_error(TOY_ERR_FORMAT, "'%s' is there twice", t->name); goto done; }
-            s->experts[x] = i;
-            rep->n_params += t->n_elements;
+            if (s->experts[expert] >= 0) { e = toy_error(TOY_ERR_FORMAT, "'%s' is there twice", t->name); goto done; }
+            s->experts[expert] = i;
             continue;
         }
         if (j->transpose) {
@@ -646,14 +646,8 @@ enum toy_status toy_hf_convert(const char *dir, const char *out_path, const stru
             goto done;
         }
         j->out = out_type(o.type, j->n_dims, j->ne[0]);
-        if (strlen(gname) >= TOY_GGUF_NAME_MAX) {
-            e = toy_error(TOY_ERR_FORMAT, "tensor name '%s' is too long", gname);
-            goto done;
-        }
-        memcpy(j->name, gname, strlen(gname) + 1); /* length checked above */
         if (!strcmp(gname, "output.weight")) have_output = true;
         if (!strcmp(gname, "token_embd.weight")) tok_embd_job = nj;
-        rep->n_params += t->n_elements;
         nj++;
     }
     if (tok_embd_job < 0) { e = toy_error(TOY_ERR_FORMAT, "%s has no token embedding", dir); goto done; }

@@ -60,6 +60,10 @@ static double key_float(struct keys *k, const char *suffix, double def) {
     return st ? def : v;
 }
 
+bool toy_llama_moe_renormalises(const char *arch) { return strcmp(arch, "olmoe") && strcmp(arch, "qwen2moe"); }
+
+bool toy_llama_moe_own_ff_key(const char *arch) { return !strcmp(arch, "qwen2moe") || !strcmp(arch, "qwen3moe"); }
+
 static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_llama_config *c) {
     memset(c, 0, sizeof *c);
     const char *arch, *what;
@@ -86,7 +90,7 @@ static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_lla
     if (c->head_dim > 0 && c->n_heads > 0 && c->head_dim * c->n_heads == c->d_model) c->head_dim = 0;
     c->norm_eps = (float)key_float(&k, "attention.layer_norm_rms_epsilon", 1e-5);
     c->rope_base = (float)key_float(&k, "rope.freq_base", 10000.0);
-    c->rope_mode = !strcmp(a, "llama") || !strcmp(a, "mistral") ? TOY_ROPE_NORMAL : TOY_ROPE_NEOX; /* llama.cpp's */
+    c->rope_mode = !strcmp(a, "llama") || !strcmp(a, "mistral") ? TOY_ROPE_NORMAL : TOY_ROPE_NEOX;
     const char *st;
     size_t stl;
     char skey[128];
@@ -106,9 +110,7 @@ static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_lla
     c->n_experts_used = key_int(&k, "expert_used_count", 0);
     c->d_ff_expert = key_int(&k, "expert_feed_forward_length", 0);
     c->d_ff_shared = key_int(&k, "expert_shared_feed_forward_length", 0);
-    /* llama.cpp's graphs: Mixtral (llama) and Qwen3-MoE renormalise the
-     * chosen experts' probabilities, OLMoE and Qwen2-MoE do not */
-    c->moe_norm = strcmp(a, "olmoe") && strcmp(a, "qwen2moe");
+    c->moe_norm = toy_llama_moe_renormalises(a);
     int64_t te = toy_gguf_find_tensor(g, "token_embd.weight");
     if (te < 0) return toy_error(TOY_ERR_FORMAT, "%s: no token_embd.weight tensor", toy_gguf_path(g));
     c->vocab = key_int(&k, "vocab_size", toy_gguf_tensor(g, te)->ne[1]);
@@ -265,9 +267,7 @@ enum toy_status toy_llama_write_gguf(const struct toy_llama *m, struct toy_gguf_
     SETU("context_length", c->max_ctx);
     SETU("embedding_length", c->d_model);
     SETU("block_count", c->n_layers);
-    /* llama.cpp reads a mixture's expert width from expert_feed_forward_length
-     * for qwen2moe and qwen3moe; Mixtral (llama) and OLMoE take feed_forward_length */
-    bool ff_key = c->n_experts && (!strcmp(a, "qwen3moe") || !strcmp(a, "qwen2moe"));
+    bool ff_key = c->n_experts && toy_llama_moe_own_ff_key(a); /* the experts' width under its own key */
     SETU("feed_forward_length", c->n_experts && !ff_key && c->d_ff_expert ? c->d_ff_expert : c->d_ff);
     SETU("attention.head_count", c->n_heads);
     SETU("attention.head_count_kv", c->n_kv_heads);

@@ -335,16 +335,16 @@ struct toy_tensor *toy_llama_moe_ffn(struct toy_ctx *ctx, const struct toy_llama
                                      const struct toy_llama_layer *L, struct toy_tensor *h) {
     int64_t d = h->ne[0], N = toy_nrows(h);
     struct toy_tensor *x = toy_reshape_3d(ctx, h, d, 1, N);
-    struct toy_tensor *route = toy_moe_route(ctx, toy_reshape_2d(ctx, toy_linear(ctx, h, L->ffn_gate_inp, NULL), c->n_experts, N),
-                                             (int)c->n_experts_used, c->moe_norm);
+    struct toy_tensor *logits = toy_reshape_2d(ctx, toy_linear(ctx, h, L->ffn_gate_inp, NULL), c->n_experts, N);
+    struct toy_tensor *route = toy_moe_route(ctx, logits, (int)c->n_experts_used, c->moe_norm);
     struct toy_tensor *g = toy_moe_matmul(ctx, x, L->ffn_gate_exps, route, false); /* {d_ff, k, N} */
     struct toy_tensor *u = toy_moe_matmul(ctx, x, L->ffn_up_exps, route, false);
     struct toy_tensor *a = c->gelu_mlp ? toy_mul(ctx, toy_gelu(ctx, g), u) : toy_swiglu(ctx, g, u);
     struct toy_tensor *f = toy_moe_matmul(ctx, a, L->ffn_down_exps, route, true); /* {d, N} */
     f = toy_reshape(ctx, f, h->n_dims, h->ne);
     if (L->ffn_gate_shexp) { /* + sigmoid(w . h) shared(h), the sigmoid as (1 + tanh(z / 2)) / 2 */
-        struct toy_tensor *g = toy_linear(ctx, h, L->ffn_gate_shexp, NULL), *u = toy_linear(ctx, h, L->ffn_up_shexp, NULL);
-        struct toy_tensor *y = toy_linear(ctx, toy_swiglu(ctx, g, u), L->ffn_down_shexp, NULL);
+        struct toy_tensor *gs = toy_linear(ctx, h, L->ffn_gate_shexp, NULL), *us = toy_linear(ctx, h, L->ffn_up_shexp, NULL);
+        struct toy_tensor *y = toy_linear(ctx, toy_swiglu(ctx, gs, us), L->ffn_down_shexp, NULL);
         struct toy_tensor *z = toy_linear(ctx, h, L->ffn_gate_inp_shexp, NULL); /* {1, ...} */
         y = toy_scale(ctx, toy_add(ctx, y, toy_mul(ctx, y, toy_tanh(ctx, toy_scale(ctx, z, 0.5f)))), 0.5f);
         f = toy_add(ctx, f, y);
