@@ -98,6 +98,23 @@ static void f_olmoe(struct toy_llama_config *c) {
     c->qk_norm = true, c->qk_norm_full = true;
     c->n_experts = 6, c->n_experts_used = 2, c->moe_norm = false;
 }
+/* DeepSeek-V2-Lite's shape in small: latent attention (queries straight
+ * from attn_q), a dense first layer, then experts with two shared ones,
+ * weights not renormalised but scaled */
+static void f_deepseek2(struct toy_llama_config *c) {
+    snprintf(c->arch, sizeof c->arch, "deepseek2");
+    c->n_kv_heads = 1;
+    c->kv_lora_rank = 24, c->rope_dim = 8, c->head_dim = 20, c->head_dim_v = 12;
+    c->n_layers = 3, c->n_dense_lead = 1;
+    c->n_experts = 6, c->n_experts_used = 2, c->d_ff_expert = 16, c->d_ff_shared = 32, c->shared_ungated = true;
+    c->moe_norm = false, c->moe_scale = 1.5f;
+}
+/* DeepSeek-V2's: queries through their own latent, weights renormalised, YaRN with its attention correction */
+static void f_deepseek2_qlora(struct toy_llama_config *c) {
+    f_deepseek2(c);
+    c->q_lora_rank = 16, c->n_dense_lead = 0, c->d_ff_shared = 16, c->moe_norm = true, c->moe_scale = 0;
+    c->rope_scaling = TOY_ROPE_SCALING_YARN, c->rope_factor = 4, c->rope_orig_ctx = 8, c->rope_yarn_log_mul = 0.707f;
+}
 static void f_gemma2(struct toy_llama_config *c) {
     snprintf(c->arch, sizeof c->arch, "gemma2");
     c->rope_mode = TOY_ROPE_NEOX;
@@ -165,7 +182,8 @@ Test(llama, logits_match_pytorch_for_every_family_flag, .timeout = 300) {
                                       {"qwen3_qk_norm", f_qwen3}, {"mistral_swa", f_swa},
                                       {"gemma2", f_gemma2}, {"rope_linear", f_linear}, {"rope_yarn", f_yarn},
                                       {"mixtral_moe", f_mixtral}, {"qwen3moe", f_qwen3moe}, {"olmoe", f_olmoe},
-                                      {"qwen2moe", f_qwen2moe}};
+                                      {"qwen2moe", f_qwen2moe}, {"deepseek2", f_deepseek2},
+                                      {"deepseek2_qlora", f_deepseek2_qlora}};
     const int n = sizeof cases / sizeof cases[0], T = 11, B = 2;
     int32_t tokens[T * B];
     for (int i = 0; i < T * B; i++) tokens[i] = (i * 37 + 5) % 61;
@@ -188,8 +206,12 @@ Test(llama, logits_match_pytorch_for_every_family_flag, .timeout = 300) {
         cr_assert(lm->cfg.n_experts == c.n_experts && lm->cfg.n_experts_used == c.n_experts_used &&
                       lm->cfg.d_ff_expert == c.d_ff_expert && lm->cfg.moe_norm == c.moe_norm &&
                       lm->cfg.qk_norm_full == c.qk_norm_full && lm->cfg.rope_mode == c.rope_mode &&
-                      lm->cfg.d_ff_shared == c.d_ff_shared,
-                  "%s: the mixture's config did not come back from its GGUF", cases[i].name);
+                      lm->cfg.d_ff_shared == c.d_ff_shared && lm->cfg.n_dense_lead == c.n_dense_lead &&
+                      lm->cfg.kv_lora_rank == c.kv_lora_rank && lm->cfg.q_lora_rank == c.q_lora_rank &&
+                      lm->cfg.head_dim_v == c.head_dim_v && lm->cfg.rope_dim == c.rope_dim &&
+                      fabsf(lm->cfg.rope_yarn_log_mul - c.rope_yarn_log_mul) < 1e-6f &&
+                      toy_llama_attn_scale(&lm->cfg) == toy_llama_attn_scale(&c),
+                  "%s: the config did not come back from its GGUF", cases[i].name);
         ours[i] = th_logits(fwd, lm, tokens, T, B);
         toy_llama_free(lm);
         json_t *tk = json_array();
@@ -265,6 +287,99 @@ Test(llama, kv_cache_decode_equals_full_forward) {
     c = base_config();
     f_qwen3moe(&c); /* one token's experts against all tokens' */
     kv_equals_full(c);
+    c = base_config();
+    f_deepseek2_qlora(&c); /* the cache holds latents, which are the values too */
+    kv_equals_full(c);
+    kv_equals_full_t(c, TOY_F16, 5e-3);
+}
+
+/* the layer's up-projections joined in one attn_kv_b {kv_lora, H (nope + v)}, as llama.cpp wrote DeepSeek files
+ * before its MLA conversion (2025; most DeepSeek-V2-Lite GGUFs published), key_length and value_length the
+ * heads' */
+static void write_legacy_deepseek2(const char *from, const char *to, const struct toy_llama_config *c) {
+    struct toy_gguf *g;
+    cr_assert_eq(toy_gguf_open(from, &g), TOY_OK, "%s", toy_last_error());
+    struct toy_gguf_writer *w;
+    cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
+    for (int64_t i = 0; i < toy_gguf_n_kv(g); i++)
+        if (!strstr(toy_gguf_kv_key(g, i), "_mla")) cr_assert_eq(toy_gguf_writer_copy_kv(w, g, i), TOY_OK);
+    int64_t H = c->n_heads, r = c->kv_lora_rank, dn = c->head_dim - c->rope_dim, dv = c->head_dim_v;
+    cr_assert_eq(toy_gguf_writer_set_u32(w, "deepseek2.attention.key_length", (uint32_t)c->head_dim), TOY_OK);
+    cr_assert_eq(toy_gguf_writer_set_u32(w, "deepseek2.attention.value_length", (uint32_t)dv), TOY_OK);
+    cr_assert_eq(toy_gguf_writer_set_u32(w, "deepseek2.attention.head_count_kv", (uint32_t)H), TOY_OK);
+    float *kvb = malloc((size_t)(c->n_layers * H * (dn + dv) * r) * sizeof(float));
+    for (int64_t i = 0; i < toy_gguf_n_tensors(g); i++) {
+        const struct toy_gguf_tensor *t = toy_gguf_tensor(g, i);
+        if (strstr(t->name, ".attn_v_b.")) continue;
+        if (!strstr(t->name, ".attn_k_b.")) {
+            cr_assert_eq(toy_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data), TOY_OK);
+            continue;
+        }
+        int l = atoi(t->name + 4);
+        char vn[64];
+        snprintf(vn, sizeof vn, "blk.%d.attn_v_b.weight", l);
+        const float *kb = t->data, *vb = toy_gguf_tensor(g, toy_gguf_find_tensor(g, vn))->data;
+        float *out = kvb + l * H * (dn + dv) * r;
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t x = 0; x < r; x++) {
+                for (int64_t j = 0; j < dn; j++) out[(h * (dn + dv) + j) * r + x] = kb[(h * r + x) * dn + j];
+                for (int64_t j = 0; j < dv; j++) out[(h * (dn + dv) + dn + j) * r + x] = vb[(h * dv + j) * r + x];
+            }
+        char kn[64];
+        snprintf(kn, sizeof kn, "blk.%d.attn_kv_b.weight", l);
+        cr_assert_eq(toy_gguf_writer_add_tensor(w, kn, TOY_F32, 2, (int64_t[]){r, H * (dn + dv), 1, 1}, out), TOY_OK);
+    }
+    cr_assert_eq(toy_gguf_writer_write(w, to), TOY_OK, "%s", toy_last_error());
+    toy_gguf_writer_free(w);
+    toy_gguf_close(g);
+    free(kvb);
+}
+
+/* DeepSeek files of both layouts give the same logits; a Q8_0 file (its up-projections quantized too, which the
+ * loader turns back into f32) gives nearly them */
+Test(llama, deepseek2_files_load_in_both_layouts_and_quantized, .timeout = 120) {
+    th_mkdir("deepseek2");
+    struct toy_llama_config c = base_config();
+    f_deepseek2(&c);
+    c.kv_lora_rank = 32; /* attn_v_b {32, dv, H} quantizes (attn_k_b's rows of 12 do not) */
+    struct toy_llama *m = random_model(&c, 5);
+    char now[400], old[400], q8[400];
+    snprintf(now, sizeof now, "%s/mla.gguf", th_dir);
+    snprintf(old, sizeof old, "%s/legacy.gguf", th_dir);
+    snprintf(q8, sizeof q8, "%s/q8.gguf", th_dir);
+    save(m, now);
+    toy_llama_free(m);
+    write_legacy_deepseek2(now, old, &c);
+    cr_assert_eq(toy_gguf_quantize(now, q8, TOY_Q8_0, NULL, NULL), TOY_OK, "%s", toy_last_error());
+    const int T = 7;
+    int32_t tokens[T];
+    for (int i = 0; i < T; i++) tokens[i] = (i * 11 + 3) % 61;
+    float *lg[3];
+    const char *paths[] = {now, old, q8};
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(toy_llama_load(paths[i], false, &m), TOY_OK, "%s: %s", paths[i], toy_last_error());
+        cr_assert(m->cfg.kv_lora_rank == c.kv_lora_rank && m->cfg.head_dim == c.head_dim &&
+                  m->cfg.head_dim_v == c.head_dim_v && m->cfg.n_kv_heads == 1, "%s: the config", paths[i]);
+        if (i == 2) {
+            int64_t vi = toy_gguf_find_tensor(m->gguf, "blk.1.attn_v_b.weight");
+            cr_assert_eq(toy_gguf_tensor(m->gguf, vi)->type, TOY_Q8_0);
+        }
+        cr_assert(m->layers[1].wk_b->type == TOY_F32 && m->layers[1].wv_b->type == TOY_F32, "%s: up-projections "
+                  "as %s, %s", paths[i], toy_dtype_name(m->layers[1].wk_b->type), toy_dtype_name(m->layers[1].wv_b->type));
+        if (i == 2) cr_assert_eq(toy_llama_pack_weights(m), TOY_OK, "%s", toy_last_error());
+        lg[i] = th_logits(fwd, m, tokens, T, 1);
+        toy_llama_free(m);
+    }
+    double worst = 0, spread = 0;
+    for (int64_t k = 0; k < T * c.vocab; k++) {
+        cr_assert_eq(lg[0][k], lg[1][k], "logit %lld: %g (mla) vs %g (legacy)", (long long)k, lg[0][k], lg[1][k]);
+        worst = fmax(worst, fabs(lg[2][k] - lg[0][k]));
+        spread = fmax(spread, fabs(lg[0][k]));
+    }
+    cr_log_info("deepseek2 q8_0 vs f32 logits: max difference %.2e of max |logit| %.2f", worst, spread);
+    cr_assert(worst < 0.1 * spread, "q8_0 logits %g from f32's (max %g)", worst, spread);
+    for (int i = 0; i < 3; i++) free(lg[i]);
+    th_rmdir();
 }
 
 /* A prefill that keeps only the last position's logits (what generation

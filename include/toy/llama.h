@@ -70,6 +70,29 @@ struct toy_llama_config {
      * too, its output scaled by sigmoid(w . h) */
     int64_t d_ff_shared;
     bool qk_norm_full;      /* OLMoE: q and k normed over the whole projection (weight d_model, d_kv) */
+    /* DeepSeek-V2/V3 (arch deepseek2): the first n_dense_lead layers keep a
+     * dense MLP of d_ff; the chosen experts' weights are multiplied by
+     * moe_scale (0: 1); the shared experts (d_ff_shared wide) are added
+     * without a gate when shared_ungated. */
+    int64_t n_dense_lead;
+    float moe_scale;
+    bool shared_ungated;
+    /* Multi-head latent attention (DeepSeek-V2/V3), when kv_lora_rank > 0:
+     * each position's keys and values come from one latent of kv_lora_rank
+     * (attn_kv_a_mqa, then RMSNorm) plus a rope_dim-wide key part shared by
+     * the heads; a query head is head_dim wide (head_dim - rope_dim without
+     * rotation, then rope_dim rotated), a value head head_dim_v. Queries
+     * come from attn_q, or through a q_lora_rank bottleneck (attn_q_a,
+     * RMSNorm, attn_q_b) when q_lora_rank > 0. The graph runs in the
+     * absorbed form: per head the key up-projection (attn_k_b) is folded
+     * into the query and the value up-projection (attn_v_b) applied after
+     * attention, so the cache holds kv_lora_rank + rope_dim numbers a
+     * position and layer, for all heads (n_kv_heads is 1). Inference only. */
+    int64_t kv_lora_rank, q_lora_rank, rope_dim, head_dim_v;
+    /* DeepSeek's YaRN: the attention's magnitude correction (Hugging Face's
+     * mscale_all_dim; GGUF rope.scaling.yarn_log_multiplier is a tenth of
+     * it), folded into the attention scale (toy_llama_attn_scale) */
+    float rope_yarn_log_mul;
 };
 
 /* The projections a LoRA adapter can target. */
@@ -85,6 +108,13 @@ struct toy_llama_layer {
     struct toy_tensor *ffn_gate_inp, *ffn_gate_exps, *ffn_up_exps, *ffn_down_exps;
     /* the shared expert (d_ff_shared > 0): its gate row {d_model} and its MLP */
     struct toy_tensor *ffn_gate_inp_shexp, *ffn_gate_shexp, *ffn_up_shexp, *ffn_down_shexp;
+    /* multi-head latent attention (kv_lora_rank > 0; then wk and wv are
+     * NULL, and wq too when q_lora_rank > 0): attn_q_a {d, q_lora},
+     * attn_q_a_norm, attn_q_b {q_lora, H head_dim}, attn_kv_a_mqa
+     * {d, kv_lora + rope_dim}, attn_kv_a_norm {kv_lora}, and per head the
+     * key up-projection transposed, attn_k_b {head_dim - rope_dim, kv_lora, H},
+     * and the value up-projection, attn_v_b {kv_lora, head_dim_v, H} */
+    struct toy_tensor *wq_a, *q_a_norm, *wq_b, *wkv_a, *kv_a_norm, *wk_b, *wv_b;
     /* LoRA (PEFT semantics): W x + scale * B (A x), A (r, in) i.e. ne {in, r},
      * B (out, r) i.e. ne {r, out}; NULL where no adapter is attached.
      * lora_mask[t], if set, multiplies A's input (dropout mask refreshed by
@@ -203,6 +233,22 @@ bool toy_llama_moe_own_ff_key(const char *arch);
 /* TOY_ERR_UNSUPPORTED naming `what` when m is a mixture of experts (whose
  * layers have no gradients and no LoRA targets), else TOY_OK. */
 enum toy_status toy_llama_no_experts(const struct toy_llama *m, const char *what);
+/* The attention's score scale: cfg->attn_scale when set; with latent
+ * attention 1/sqrt(head_dim) times DeepSeek's YaRN correction squared, as
+ * llama.cpp's deepseek2 graph and Hugging Face's DeepseekV2Attention take
+ * it; else 0 (the kernels' 1/sqrt of the head dim). */
+float toy_llama_attn_scale(const struct toy_llama_config *cfg);
+/* Multi-head latent attention of a layer (c->kv_lora_rank > 0), over its
+ * normed input h {d, T, B} at positions pos: toy_llama_mla_qkv gives the
+ * queries q {kv_lora + rope_dim, H, T, B} and the keys kv {kv_lora +
+ * rope_dim, 1, T, B}, which are the values too: attention over them with
+ * scale c->attn_scale gives a {kv_lora + rope_dim, H, T, B}, whose first
+ * kv_lora rows toy_llama_mla_out turns into the heads' values
+ * {H head_dim_v, T, B}, the input of attn_output. */
+void toy_llama_mla_qkv(struct toy_ctx *ctx, const struct toy_llama_config *c, const struct toy_llama_layer *L,
+                       struct toy_tensor *h, struct toy_tensor *pos, struct toy_tensor **q, struct toy_tensor **kv);
+struct toy_tensor *toy_llama_mla_out(struct toy_ctx *ctx, const struct toy_llama_config *c,
+                                     const struct toy_llama_layer *L, struct toy_tensor *a);
 /* The layer's QK-norm of q {hd, H, T, B} and k (c->qk_norm): RMSNorm
  * over each head (Qwen3), or over each position's whole projection
  * (qk_norm_full: OLMoE); nothing without it. */

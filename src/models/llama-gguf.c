@@ -62,7 +62,45 @@ static double key_float(struct keys *k, const char *suffix, double def) {
 
 bool toy_llama_moe_renormalises(const char *arch) { return strcmp(arch, "olmoe") && strcmp(arch, "qwen2moe"); }
 
-bool toy_llama_moe_own_ff_key(const char *arch) { return !strcmp(arch, "qwen2moe") || !strcmp(arch, "qwen3moe"); }
+bool toy_llama_moe_own_ff_key(const char *arch) {
+    return !strcmp(arch, "qwen2moe") || !strcmp(arch, "qwen3moe") || !strcmp(arch, "deepseek2");
+}
+
+/* DeepSeek-V2/V3 (general.architecture deepseek2, llama.cpp's keys): latent
+ * attention, leading dense layers, ungated shared experts, and the routing
+ * llama.cpp reads from keys rather than from the architecture */
+static enum toy_status deepseek2_config(const struct toy_gguf *g, struct keys *k, struct toy_llama_config *c) {
+    const char *path = toy_gguf_path(g);
+    c->rope_mode = TOY_ROPE_NORMAL;
+    c->kv_lora_rank = key_int(k, "attention.kv_lora_rank", 0);
+    c->q_lora_rank = key_int(k, "attention.q_lora_rank", 0);
+    c->rope_dim = key_int(k, "rope.dimension_count", 0);
+    /* llama.cpp since its MLA files (2025): key_length is the latent's, kv_lora + rope, and the heads' are *_mla;
+     * before, key_length and value_length were the heads' and attn_kv_b held both up-projections */
+    c->head_dim = key_int(k, "attention.key_length_mla", key_int(k, "attention.key_length", 0));
+    c->head_dim_v = key_int(k, "attention.value_length_mla", key_int(k, "attention.value_length", 0));
+    c->n_kv_heads = 1;
+    c->n_dense_lead = key_int(k, "leading_dense_block_count", 0);
+    c->moe_norm = key_int(k, "expert_weights_norm", 0) != 0;
+    c->moe_scale = (float)key_float(k, "expert_weights_scale", 1.0);
+    c->rope_yarn_log_mul = (float)(key_float(k, "rope.scaling.yarn_log_multiplier", 0.0) / 0.1);
+    int64_t shared = key_int(k, "expert_shared_count", 0), gating = key_int(k, "expert_gating_func", 1);
+    int64_t groups = key_int(k, "expert_group_count", 1), groups_used = key_int(k, "expert_group_used_count", groups);
+    if (k->st) return toy_error(k->st, "%s", k->err);
+    if (c->kv_lora_rank <= 0 || !has_tensor(g, "blk.0.attn_kv_a_mqa.weight"))
+        return toy_error(TOY_ERR_UNSUPPORTED, "%s: a deepseek2 model without latent attention (kv_lora_rank %lld, "
+                         "attn_kv_a_mqa) is not supported", path, (long long)c->kv_lora_rank);
+    if (gating != 1)
+        return toy_error(TOY_ERR_UNSUPPORTED, "%s: expert_gating_func %lld (%s): toy routes by softmax only "
+                         "(DeepSeek-V2)", path, (long long)gating, gating == 2 ? "sigmoid, DeepSeek-V3" : "unknown");
+    if (groups > 1 && groups_used < groups)
+        return toy_error(TOY_ERR_UNSUPPORTED, "%s: routing within %lld of %lld expert groups is not supported", path,
+                         (long long)groups_used, (long long)groups);
+    c->d_ff_shared = shared > 0 ? shared * (c->d_ff_expert ? c->d_ff_expert : c->d_ff) : 0;
+    c->shared_ungated = true;
+    if (!has_tensor(g, "blk.0.attn_q_a.weight")) c->q_lora_rank = 0;
+    return TOY_OK;
+}
 
 static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_llama_config *c) {
     memset(c, 0, sizeof *c);
@@ -73,12 +111,13 @@ static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_lla
         return toy_error(TOY_ERR_FORMAT, "%s: no general.architecture", toy_gguf_path(g));
     snprintf(c->arch, sizeof c->arch, "%.*s", (int)alen, arch);
     const char *a = c->arch;
-    static const char *const archs[] = {"llama", "mistral", "qwen2", "qwen3", "gemma2", "qwen2moe", "qwen3moe", "olmoe"};
+    static const char *const archs[] = {"llama",    "mistral",  "qwen2", "qwen3",    "gemma2",
+                                        "qwen2moe", "qwen3moe", "olmoe", "deepseek2"};
     bool known = false;
     for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++) known |= !strcmp(a, archs[i]);
     if (!known)
         return toy_error(TOY_ERR_UNSUPPORTED, "%s: architecture '%s' is not a Llama-family model toy runs "
-                         "(llama, mistral, qwen2, qwen3, gemma2, qwen2moe, qwen3moe, olmoe)", toy_gguf_path(g), a);
+                         "(llama, mistral, qwen2, qwen3, gemma2, qwen2moe, qwen3moe, olmoe, deepseek2)", toy_gguf_path(g), a);
     struct keys k = {.g = g, .arch = a};
     c->d_model = key_int(&k, "embedding_length", 0);
     c->n_layers = key_int(&k, "block_count", 0);
@@ -129,9 +168,17 @@ static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_lla
         int64_t hd = c->head_dim ? c->head_dim : c->d_model / c->n_heads;
         c->qk_norm_full = qn->ne[0] != hd && qn->ne[0] == hd * c->n_heads;
     }
-    bool moe = has_tensor(g, "blk.0.ffn_gate_inp.weight");
-    bool shared = moe && has_tensor(g, "blk.0.ffn_gate_shexp.weight");
-    if (shared && !has_tensor(g, "blk.0.ffn_gate_inp_shexp.weight"))
+    bool deepseek = !strcmp(a, "deepseek2");
+    enum toy_status dst = deepseek ? deepseek2_config(g, &k, c) : TOY_OK;
+    if (dst) return dst;
+    /* a mixture's first layers may be dense (DeepSeek): look at its first mixture layer */
+    char first[96];
+    snprintf(first, sizeof first, "blk.%lld.", (long long)c->n_dense_lead);
+    char nm[160];
+#define FIRST(suffix) (snprintf(nm, sizeof nm, "%s%s", first, suffix), nm)
+    bool moe = has_tensor(g, FIRST("ffn_gate_inp.weight"));
+    bool shared = moe && has_tensor(g, FIRST("ffn_gate_shexp.weight"));
+    if (shared && !deepseek && !has_tensor(g, FIRST("ffn_gate_inp_shexp.weight")))
         return toy_error(TOY_ERR_UNSUPPORTED, "%s: a shared expert without its gate (ffn_gate_inp_shexp) is not "
                          "supported", toy_gguf_path(g));
     if (shared && !c->d_ff_shared) /* llama.cpp's default: d_ff */
@@ -140,10 +187,11 @@ static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_lla
     if (moe && (c->n_experts <= 0 || c->n_experts_used <= 0))
         return toy_error(TOY_ERR_FORMAT, "%s: has expert tensors but %s.expert_count %lld and %s.expert_used_count "
                          "%lld", toy_gguf_path(g), a, (long long)c->n_experts, a, (long long)c->n_experts_used);
-    if (!moe) c->n_experts = c->n_experts_used = c->d_ff_expert = 0, c->moe_norm = false;
-    if (moe && has_tensor(g, "blk.0.ffn_gate.0.weight"))
+    if (!moe) c->n_experts = c->n_experts_used = c->d_ff_expert = c->n_dense_lead = 0, c->moe_norm = false;
+    if (moe && has_tensor(g, FIRST("ffn_gate.0.weight")))
         return toy_error(TOY_ERR_UNSUPPORTED, "%s: experts stored one tensor each (an old Mixtral conversion): "
                          "convert it again with a current llama.cpp", toy_gguf_path(g));
+#undef FIRST
     c->sandwich_norm = has_tensor(g, "blk.0.post_attention_norm.weight");
     if (!strcmp(a, "gemma2")) {
         c->embed_scale = true;
@@ -156,10 +204,11 @@ static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_lla
     }
     enum toy_status st2 = toy_llama_check_config(c);
     if (st2) return toy_error(st2, "%s: %s", toy_gguf_path(g), toy_last_error());
-    /* every rope here turns the whole head: a file that rotates fewer dims would load and run wrong */
+    /* every rope here but latent attention's turns the whole head: a file that rotates fewer dims would load and
+     * run wrong */
     int64_t rot = key_int(&k, "rope.dimension_count", toy_llama_head_dim(c));
     if (k.st) return toy_error(k.st, "%s", k.err);
-    if (rot != toy_llama_head_dim(c))
+    if (!c->kv_lora_rank && rot != toy_llama_head_dim(c))
         return toy_error(TOY_ERR_UNSUPPORTED, "%s: %s.rope.dimension_count is %lld, the head dim %lld: partial rotary "
                          "embeddings are not supported", toy_gguf_path(g), a, (long long)rot,
                          (long long)toy_llama_head_dim(c));
@@ -205,6 +254,61 @@ static enum toy_status bind(struct toy_llama *m, struct toy_tensor **slot, const
     return TOY_OK;
 }
 
+/* f32 data of t's shape for a tensor the loader makes (in the model's arena) */
+static float *own_f32(struct toy_llama *m, struct toy_tensor *t) {
+    if (t->data && t->type == TOY_F32) return t->data; /* trainable: allocated already */
+    t->type = TOY_F32;
+    t->nb[0] = sizeof(float);
+    for (int d = 1; d < 4; d++) t->nb[d] = t->nb[d - 1] * (size_t)t->ne[d - 1];
+    t->data = toy_ctx_alloc(m->ctx, (size_t)toy_nelements(t) * sizeof(float));
+    toy_set_frozen(t);
+    return t->data;
+}
+
+/* Latent attention's per-head up-projections, attn_k_b (transposed) and
+ * attn_v_b, multiply per head as f32 (see toy_llama_mla_qkv): a file's f16
+ * or quantized ones are converted. A file from before llama.cpp's MLA
+ * conversion holds both in one attn_kv_b {kv_lora, H (nope + v)}, rows
+ * head by head: nope key rows, then value rows; they are split here. */
+static enum toy_status mla_up_projections(struct toy_llama *m, int64_t l) {
+    const struct toy_gguf *g = m->gguf;
+    struct toy_llama_layer *L = &m->layers[l];
+    char kv_name[96];
+    snprintf(kv_name, sizeof kv_name, "blk.%lld.attn_kv_b.weight", (long long)l);
+    int64_t ik = toy_gguf_find_tensor(g, L->wk_b->name), iv = toy_gguf_find_tensor(g, L->wv_b->name);
+    enum toy_status st = TOY_OK;
+    if (ik >= 0 && iv >= 0) { /* bound already; f32 in place, or converted here */
+        for (int i = 0; i < 2 && !st; i++) {
+            struct toy_tensor *t = i ? L->wv_b : L->wk_b;
+            if (t->type != TOY_F32) st = toy_gguf_tensor_read_f32(g, i ? iv : ik, own_f32(m, t), toy_nelements(t));
+        }
+        return st;
+    }
+    int64_t i = toy_gguf_find_tensor(g, kv_name);
+    if (i < 0) return toy_error(TOY_ERR_FORMAT, "%s: missing tensor %s (or %s and %s)", toy_gguf_path(g), kv_name,
+                                L->wk_b->name, L->wv_b->name);
+    const struct toy_llama_config *c = &m->cfg;
+    int64_t H = c->n_heads, r = c->kv_lora_rank, dn = toy_llama_head_dim(c) - c->rope_dim, dv = c->head_dim_v;
+    const struct toy_gguf_tensor *gt = toy_gguf_tensor(g, i);
+    if (gt->ne[0] != r || gt->ne[1] != H * (dn + dv) || gt->ne[2] != 1)
+        return toy_error(TOY_ERR_SHAPE, "%s: tensor %s is [%lld, %lld, %lld], the config needs [%lld, %lld]",
+                         toy_gguf_path(g), kv_name, (long long)gt->ne[0], (long long)gt->ne[1], (long long)gt->ne[2],
+                         (long long)r, (long long)(H * (dn + dv)));
+    float *kv = malloc((size_t)toy_nelements(L->wk_b) * sizeof(float) + (size_t)toy_nelements(L->wv_b) * sizeof(float));
+    if (!kv) return toy_error(TOY_ERR_NOMEM, "%s: splitting %s", toy_gguf_path(g), kv_name);
+    if (!(st = toy_gguf_tensor_read_f32(g, i, kv, gt->n_elements))) {
+        float *kb = own_f32(m, L->wk_b), *vb = own_f32(m, L->wv_b); /* {dn, r, H}, {r, dv, H} */
+        for (int64_t h = 0; h < H; h++) {
+            const float *rows = kv + h * (dn + dv) * r;
+            for (int64_t j = 0; j < dn; j++)
+                for (int64_t x = 0; x < r; x++) kb[(h * r + x) * dn + j] = rows[j * r + x];
+            memcpy(vb + h * dv * r, rows + dn * r, (size_t)(dv * r) * sizeof(float));
+        }
+    }
+    free(kv);
+    return st;
+}
+
 enum toy_status toy_llama_load(const char *path, bool trainable, struct toy_llama **out) {
     if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_llama_load: out is NULL");
     *out = NULL;
@@ -220,8 +324,10 @@ enum toy_status toy_llama_load(const char *path, bool trainable, struct toy_llam
     for (int i = 0; i < toy_llama_n_tensors(m) && !st; i++) {
         struct toy_tensor *t = toy_llama_tensor(m, i);
         struct toy_tensor *slot = t;
-        if ((st = bind(m, &slot, t->name, trainable, true))) break;
+        bool up = cfg.kv_lora_rank && (strstr(t->name, ".attn_k_b.") || strstr(t->name, ".attn_v_b."));
+        if ((st = bind(m, &slot, t->name, trainable, !up))) break; /* up: see mla_up_projections */
     }
+    for (int64_t l = 0; l < cfg.n_layers && cfg.kv_lora_rank && !st; l++) st = mla_up_projections(m, l);
     if (!st && has_tensor(g, "rope_freqs.weight")) {
         int64_t i = toy_gguf_find_tensor(g, "rope_freqs.weight");
         const struct toy_gguf_tensor *gt = toy_gguf_tensor(g, i);
@@ -271,8 +377,16 @@ enum toy_status toy_llama_write_gguf(const struct toy_llama *m, struct toy_gguf_
     SETU("feed_forward_length", c->n_experts && !ff_key && c->d_ff_expert ? c->d_ff_expert : c->d_ff);
     SETU("attention.head_count", c->n_heads);
     SETU("attention.head_count_kv", c->n_kv_heads);
-    SETU("rope.dimension_count", toy_llama_head_dim(c));
-    if (c->head_dim) {
+    SETU("rope.dimension_count", c->kv_lora_rank ? c->rope_dim : toy_llama_head_dim(c));
+    if (c->kv_lora_rank) { /* llama.cpp's MLA files: key_length is the cached latent's, *_mla the heads' */
+        SETU("attention.kv_lora_rank", c->kv_lora_rank);
+        if (c->q_lora_rank) SETU("attention.q_lora_rank", c->q_lora_rank);
+        SETU("attention.key_length", c->kv_lora_rank + c->rope_dim);
+        SETU("attention.value_length", c->kv_lora_rank);
+        SETU("attention.key_length_mla", toy_llama_head_dim(c));
+        SETU("attention.value_length_mla", c->head_dim_v);
+        if (c->rope_yarn_log_mul != 0) SETF("rope.scaling.yarn_log_multiplier", 0.1f * c->rope_yarn_log_mul);
+    } else if (c->head_dim) {
         SETU("attention.key_length", c->head_dim);
         SETU("attention.value_length", c->head_dim);
     }
@@ -292,7 +406,19 @@ enum toy_status toy_llama_write_gguf(const struct toy_llama *m, struct toy_gguf_
         SETU("expert_count", c->n_experts);
         SETU("expert_used_count", c->n_experts_used);
         if (ff_key) SETU("expert_feed_forward_length", c->d_ff_expert ? c->d_ff_expert : c->d_ff);
-        if (c->d_ff_shared) SETU("expert_shared_feed_forward_length", c->d_ff_shared);
+        if (!strcmp(a, "deepseek2")) { /* the routing and the shared experts as llama.cpp reads them there */
+            int64_t fe = c->d_ff_expert ? c->d_ff_expert : c->d_ff;
+            if (c->d_ff_shared % fe)
+                return toy_error(TOY_ERR_UNSUPPORTED, "deepseek2: shared experts %lld wide, not a multiple of the "
+                                 "experts' %lld", (long long)c->d_ff_shared, (long long)fe);
+            SETU("expert_shared_count", c->d_ff_shared / fe);
+            SETU("leading_dense_block_count", c->n_dense_lead);
+            SETF("expert_weights_scale", c->moe_scale > 0 ? c->moe_scale : 1.0f);
+            SETU("expert_gating_func", 1); /* softmax */
+            if (!st) { snprintf(k, sizeof k, "%s.expert_weights_norm", a); st = toy_gguf_writer_set_bool(w, k, c->moe_norm); }
+        } else if (c->d_ff_shared) {
+            SETU("expert_shared_feed_forward_length", c->d_ff_shared);
+        }
     }
 #undef SETU
 #undef SETF

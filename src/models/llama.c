@@ -74,6 +74,24 @@ enum toy_status toy_llama_check_config(const struct toy_llama_config *c) {
     NEED(c->d_ff_expert >= 0, "model config: expert d_ff %lld must be >= 0", (long long)c->d_ff_expert);
     NEED(c->d_ff_shared >= 0 && (!c->d_ff_shared || c->n_experts), "model config: shared expert d_ff %lld needs experts",
          (long long)c->d_ff_shared);
+    NEED(c->n_dense_lead >= 0 && c->n_dense_lead <= c->n_layers && (!c->n_dense_lead || c->n_experts),
+         "model config: %lld leading dense layers of %lld (a mixture's)", (long long)c->n_dense_lead,
+         (long long)c->n_layers);
+    NEED(isfinite(c->moe_scale) && c->moe_scale >= 0, "model config: expert weights scale %g must be >= 0",
+         (double)c->moe_scale);
+    if (c->kv_lora_rank) {
+        int64_t hd = toy_llama_head_dim(c);
+        NEED(c->kv_lora_rank > 0 && c->q_lora_rank >= 0, "model config: latent ranks %lld (kv), %lld (q)",
+             (long long)c->kv_lora_rank, (long long)c->q_lora_rank);
+        NEED(c->rope_dim > 0 && c->rope_dim % 2 == 0 && c->rope_dim < hd,
+             "model config: latent attention's rope dims %lld: want even, > 0 and below the head dim %lld",
+             (long long)c->rope_dim, (long long)hd);
+        NEED(c->head_dim_v > 0, "model config: latent attention's value head dim %lld must be > 0",
+             (long long)c->head_dim_v);
+        NEED(c->n_kv_heads == 1, "model config: latent attention has one key/value head (the latent), not %lld",
+             (long long)c->n_kv_heads);
+        NEED(!c->qkv_bias && !c->qk_norm, "model config: latent attention has no QKV bias or QK-norm");
+    }
 #undef NEED
     return TOY_OK;
 }
@@ -122,9 +140,27 @@ struct toy_llama *toy_llama_alloc(const struct toy_llama_config *cfg, bool alloc
         snprintf(name, sizeof name, "blk.%lld." suffix, (long long)l);    \
         L->field = param(m, name, a, b);
         P(attn_norm, "attn_norm.weight", d, 0);
-        P(wq, "attn_q.weight", d, dq);
-        P(wk, "attn_k.weight", d, dkv);
-        P(wv, "attn_v.weight", d, dkv);
+        if (cfg->kv_lora_rank) { /* latent attention */
+            int64_t H = cfg->n_heads, r = cfg->kv_lora_rank, dr = cfg->rope_dim;
+            if (cfg->q_lora_rank) {
+                P(wq_a, "attn_q_a.weight", d, cfg->q_lora_rank);
+                P(q_a_norm, "attn_q_a_norm.weight", cfg->q_lora_rank, 0);
+                P(wq_b, "attn_q_b.weight", cfg->q_lora_rank, dq);
+            } else {
+                P(wq, "attn_q.weight", d, dq);
+            }
+            P(wkv_a, "attn_kv_a_mqa.weight", d, r + dr);
+            P(kv_a_norm, "attn_kv_a_norm.weight", r, 0);
+            snprintf(name, sizeof name, "blk.%lld.attn_k_b.weight", (long long)l);
+            L->wk_b = param3(m, name, hd - dr, r, H);
+            snprintf(name, sizeof name, "blk.%lld.attn_v_b.weight", (long long)l);
+            L->wv_b = param3(m, name, r, cfg->head_dim_v, H);
+            dq = cfg->head_dim_v * H; /* attn_output's input */
+        } else {
+            P(wq, "attn_q.weight", d, dq);
+            P(wk, "attn_k.weight", d, dkv);
+            P(wv, "attn_v.weight", d, dkv);
+        }
         if (cfg->qkv_bias) {
             P(bq, "attn_q.bias", dq, 0);
             P(bk, "attn_k.bias", dkv, 0);
@@ -135,9 +171,10 @@ struct toy_llama *toy_llama_alloc(const struct toy_llama_config *cfg, bool alloc
             P(k_norm, "attn_k_norm.weight", cfg->qk_norm_full ? dkv : hd, 0);
         }
         P(wo, "attn_output.weight", dq, d);
+        dq = hd * cfg->n_heads;
         if (cfg->sandwich_norm) { P(post_attn_norm, "post_attention_norm.weight", d, 0); }
         P(ffn_norm, "ffn_norm.weight", d, 0);
-        if (cfg->n_experts) {
+        if (cfg->n_experts && l >= cfg->n_dense_lead) {
             int64_t E = cfg->n_experts, fe = cfg->d_ff_expert ? cfg->d_ff_expert : cfg->d_ff;
             P(ffn_gate_inp, "ffn_gate_inp.weight", d, E);
             snprintf(name, sizeof name, "blk.%lld.ffn_gate_exps.weight", (long long)l);
@@ -147,7 +184,7 @@ struct toy_llama *toy_llama_alloc(const struct toy_llama_config *cfg, bool alloc
             snprintf(name, sizeof name, "blk.%lld.ffn_down_exps.weight", (long long)l);
             L->ffn_down_exps = param3(m, name, fe, d, E);
             if (cfg->d_ff_shared) {
-                P(ffn_gate_inp_shexp, "ffn_gate_inp_shexp.weight", d, 0);
+                if (!cfg->shared_ungated) { P(ffn_gate_inp_shexp, "ffn_gate_inp_shexp.weight", d, 0); }
                 P(ffn_gate_shexp, "ffn_gate_shexp.weight", d, cfg->d_ff_shared);
                 P(ffn_up_shexp, "ffn_up_shexp.weight", d, cfg->d_ff_shared);
                 P(ffn_down_shexp, "ffn_down_shexp.weight", cfg->d_ff_shared, d);
@@ -175,9 +212,11 @@ struct toy_llama *toy_llama_new(const struct toy_llama_config *cfg, uint64_t see
     for (int64_t l = 0; l < cfg->n_layers; l++) {
         struct toy_llama_layer *L = &m->layers[l];
         init_ones(L->attn_norm);
-        init_normal(L->wq, &r, std);
-        init_normal(L->wk, &r, std);
-        init_normal(L->wv, &r, std);
+        struct toy_tensor *const w[] = {L->wq, L->wk, L->wv, L->wq_a, L->wq_b, L->wkv_a, L->wk_b, L->wv_b};
+        for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
+            if (w[i]) init_normal(w[i], &r, std);
+        if (L->q_a_norm) init_ones(L->q_a_norm);
+        if (L->kv_a_norm) init_ones(L->kv_a_norm);
         init_normal(L->wo, &r, std_out);
         if (L->q_norm) { init_ones(L->q_norm); init_ones(L->k_norm); }
         if (L->post_attn_norm) init_ones(L->post_attn_norm);
@@ -188,7 +227,7 @@ struct toy_llama *toy_llama_new(const struct toy_llama_config *cfg, uint64_t see
             init_normal(L->ffn_up_exps, &r, std);
             init_normal(L->ffn_down_exps, &r, std_out);
             if (L->ffn_gate_shexp) {
-                init_normal(L->ffn_gate_inp_shexp, &r, std);
+                if (L->ffn_gate_inp_shexp) init_normal(L->ffn_gate_inp_shexp, &r, std);
                 init_normal(L->ffn_gate_shexp, &r, std);
                 init_normal(L->ffn_up_shexp, &r, std);
                 init_normal(L->ffn_down_shexp, &r, std_out);
@@ -205,8 +244,8 @@ struct toy_llama *toy_llama_new(const struct toy_llama_config *cfg, uint64_t see
     return m;
 }
 
-#define WEIGHTS_PER_LAYER 11 /* at most: q, k, v, o and gate, up, down or the router, the experts' three and the
-                                 shared expert's three */
+#define WEIGHTS_PER_LAYER 14 /* at most: q (or q_a, q_b), k, v (or kv_a), o and gate, up, down or the router,
+                                 the experts' three and the shared expert's three */
 
 /* the matrices inference multiplies by (a tied head too: its row lookups
  * read t->data, a few pages per token) */
@@ -214,10 +253,11 @@ static int inference_weights(struct toy_llama *m, struct toy_tensor **out) {
     int n = 0;
     for (int64_t l = 0; l < m->cfg.n_layers; l++) {
         struct toy_llama_layer *L = &m->layers[l];
+        /* not attn_k_b and attn_v_b: f32, multiplied per head (toy_llama_mla_qkv) */
         struct toy_tensor *const w[] = {L->wq,     L->wk,           L->wv,          L->wo,         L->w_gate,
                                         L->w_up,   L->w_down,       L->ffn_gate_inp, L->ffn_gate_exps,
                                         L->ffn_up_exps, L->ffn_down_exps, L->ffn_gate_shexp, L->ffn_up_shexp,
-                                        L->ffn_down_shexp};
+                                        L->ffn_down_shexp, L->wq_a, L->wq_b, L->wkv_a};
         for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
             if (w[i]) out[n++] = w[i];
     }
@@ -246,7 +286,7 @@ double toy_llama_decode_bytes(const struct toy_llama *m) {
     double bytes = 0, used = m->cfg.n_experts ? (double)m->cfg.n_experts_used / (double)m->cfg.n_experts : 1;
     for (int i = 0; i < toy_llama_n_tensors(m); i++) {
         const struct toy_tensor *t = toy_llama_tensor(m, i);
-        bytes += (double)toy_nbytes(t) * (t->ne[2] > 1 ? used : 1); /* a token reads k of E experts */
+        bytes += (double)toy_nbytes(t) * (strstr(t->name, "_exps.") ? used : 1); /* a token reads k of E experts */
     }
     if (!m->cfg.tied) bytes -= (double)toy_nbytes(m->tok_embd);
     return bytes;
@@ -264,10 +304,11 @@ void toy_llama_free(struct toy_llama *m) {
 }
 
 /* a layer's parameters in file order (those it has): their count */
-#define LAYER_TENSORS 24
+#define LAYER_TENSORS 31
 static int layer_tensors(const struct toy_llama_layer *L, struct toy_tensor **out) {
     struct toy_tensor *const all[LAYER_TENSORS] = {
-        L->attn_norm, L->wq,     L->wk,           L->wv,          L->wo,           L->bq,        L->bk,
+        L->attn_norm, L->wq,     L->wq_a,  L->q_a_norm, L->wq_b, L->wkv_a, L->kv_a_norm, L->wk_b, L->wv_b,
+        L->wk,           L->wv,          L->wo,           L->bq,        L->bk,
         L->bv,        L->q_norm, L->k_norm,       L->post_attn_norm, L->ffn_norm,  L->w_gate,    L->w_up,
         L->w_down,    L->ffn_gate_inp, L->ffn_gate_exps, L->ffn_up_exps, L->ffn_down_exps, L->ffn_gate_inp_shexp,
         L->ffn_gate_shexp, L->ffn_up_shexp, L->ffn_down_shexp, L->post_ffn_norm};
@@ -308,6 +349,10 @@ int64_t toy_llama_n_params(const struct toy_llama *m) {
 /* ---- the graph ---------------------------------------------------------------- */
 
 enum toy_status toy_llama_no_experts(const struct toy_llama *m, const char *what) {
+    if (m && m->cfg.kv_lora_rank)
+        return toy_error(TOY_ERR_UNSUPPORTED, "%s: a model with latent attention (DeepSeek, kv rank %lld) runs for "
+                         "inference only (generate, eval, serve, bench); toy cannot train it or attach adapters to it",
+                         what, (long long)m->cfg.kv_lora_rank);
     if (!m || !m->cfg.n_experts) return TOY_OK;
     return toy_error(TOY_ERR_UNSUPPORTED, "%s: a mixture of experts (%lld experts, %lld a token) runs for inference "
                      "only (generate, eval, serve, bench); toy cannot train it or attach adapters to it", what,
@@ -342,11 +387,14 @@ struct toy_tensor *toy_llama_moe_ffn(struct toy_ctx *ctx, const struct toy_llama
     struct toy_tensor *a = c->gelu_mlp ? toy_mul(ctx, toy_gelu(ctx, g), u) : toy_swiglu(ctx, g, u);
     struct toy_tensor *f = toy_moe_matmul(ctx, a, L->ffn_down_exps, route, true); /* {d, N} */
     f = toy_reshape(ctx, f, h->n_dims, h->ne);
-    if (L->ffn_gate_shexp) { /* + sigmoid(w . h) shared(h), the sigmoid as (1 + tanh(z / 2)) / 2 */
+    if (c->moe_scale > 0 && c->moe_scale != 1) f = toy_scale(ctx, f, c->moe_scale); /* the sum is linear in them */
+    if (L->ffn_gate_shexp) { /* + shared(h), gated by sigmoid(w . h) as (1 + tanh(z / 2)) / 2 (Qwen2-MoE) */
         struct toy_tensor *gs = toy_linear(ctx, h, L->ffn_gate_shexp, NULL), *us = toy_linear(ctx, h, L->ffn_up_shexp, NULL);
         struct toy_tensor *y = toy_linear(ctx, toy_swiglu(ctx, gs, us), L->ffn_down_shexp, NULL);
-        struct toy_tensor *z = toy_linear(ctx, h, L->ffn_gate_inp_shexp, NULL); /* {1, ...} */
-        y = toy_scale(ctx, toy_add(ctx, y, toy_mul(ctx, y, toy_tanh(ctx, toy_scale(ctx, z, 0.5f)))), 0.5f);
+        if (L->ffn_gate_inp_shexp) {
+            struct toy_tensor *z = toy_linear(ctx, h, L->ffn_gate_inp_shexp, NULL); /* {1, ...} */
+            y = toy_scale(ctx, toy_add(ctx, y, toy_mul(ctx, y, toy_tanh(ctx, toy_scale(ctx, z, 0.5f)))), 0.5f);
+        }
         f = toy_add(ctx, f, y);
     }
     return f;
@@ -389,6 +437,67 @@ static struct toy_rope_params rope_params(const struct toy_llama_config *c) {
     return r;
 }
 
+float toy_llama_attn_scale(const struct toy_llama_config *c) {
+    if (c->attn_scale > 0 || !c->kv_lora_rank) return c->attn_scale;
+    float f = c->rope_scaling == TOY_ROPE_SCALING_YARN && c->rope_factor > 1 ? c->rope_factor : 1;
+    /* llama.cpp: the rotation's own YaRN factor is 1 when a log multiplier is given, else 1 + 0.1 ln f */
+    float m = (c->rope_yarn_log_mul != 0 ? 1.0f : 1.0f + 0.1f * logf(f)) * (1.0f + 0.1f * c->rope_yarn_log_mul * logf(f));
+    return m * m / sqrtf((float)toy_llama_head_dim(c));
+}
+
+/* q_pe {dr, n, T*B} (a view) rotated, as {dr, n, T, B}: DeepSeek's rope
+ * turns adjacent pairs of its rope_dim-wide part (llama.cpp's NORM mode) */
+static struct toy_tensor *mla_rope(struct toy_ctx *ctx, const struct toy_llama_config *c, struct toy_tensor *x,
+                                   int64_t T, int64_t B, struct toy_tensor *pos) {
+    struct toy_rope_params r = rope_params(c);
+    r.mode = TOY_ROPE_NORMAL;
+    r.n_dims = 0;
+    /* the rotation keeps its length: DeepSeek's YaRN magnitude is in attn_scale (the loader's) */
+    if (r.scaling == TOY_ROPE_SCALING_YARN) r.attn_factor = 1.0f;
+    x = toy_reshape_4d(ctx, toy_cont(ctx, x), x->ne[0], x->ne[1], T, B);
+    return toy_rope(ctx, x, pos, &r);
+}
+
+void toy_llama_mla_qkv(struct toy_ctx *ctx, const struct toy_llama_config *c, const struct toy_llama_layer *L,
+                       struct toy_tensor *h, struct toy_tensor *pos, struct toy_tensor **q_out,
+                       struct toy_tensor **kv_out) {
+    int64_t T = h->ne[1], B = h->n_dims > 2 ? h->ne[2] : 1, N = T * B, H = c->n_heads;
+    int64_t hd = toy_llama_head_dim(c), dr = c->rope_dim, dn = hd - dr, r = c->kv_lora_rank;
+    struct toy_tensor *q = L->wq_a ? toy_linear(ctx, toy_rms_norm(ctx, toy_linear(ctx, h, L->wq_a, NULL), L->q_a_norm,
+                                                                   c->norm_eps), L->wq_b, NULL)
+                                   : toy_linear(ctx, h, L->wq, NULL);
+    q = toy_reshape_3d(ctx, q, hd, H, N); /* each head: dn unrotated, then dr rotated */
+    size_t es = sizeof(float);
+    struct toy_tensor *q_nope = toy_view(ctx, q, 3, (int64_t[]){dn, H, N}, (size_t[]){es, q->nb[1], q->nb[2]}, 0);
+    struct toy_tensor *q_pe = toy_view(ctx, q, 3, (int64_t[]){dr, H, N}, (size_t[]){es, q->nb[1], q->nb[2]},
+                                       (size_t)dn * es);
+    /* absorbed: per head h, q_nope . (Wk_h c) = (Wk_h^T q_nope) . c, a query against the latent */
+    struct toy_tensor *qn = toy_cont(ctx, toy_permute(ctx, q_nope, 0, 2, 1, 3));          /* {dn, N, H} */
+    struct toy_tensor *ql = toy_matmul(ctx, qn, L->wk_b, false, true);                    /* {r, N, H} */
+    ql = toy_cont(ctx, toy_permute(ctx, ql, 0, 2, 1, 3));                                 /* {r, H, N} */
+    ql = toy_reshape_4d(ctx, ql, r, H, T, B);
+    *q_out = toy_concat(ctx, ql, mla_rope(ctx, c, q_pe, T, B, pos), 0);                  /* {r + dr, H, T, B} */
+    struct toy_tensor *kv = toy_linear(ctx, h, L->wkv_a, NULL);                           /* {r + dr, T, B} */
+    kv = toy_reshape_2d(ctx, kv, r + dr, N);
+    struct toy_tensor *lat = toy_view(ctx, kv, 2, (int64_t[]){r, N}, (size_t[]){es, kv->nb[1]}, 0);
+    struct toy_tensor *k_pe = toy_view(ctx, kv, 3, (int64_t[]){dr, 1, N}, (size_t[]){es, kv->nb[1], kv->nb[1]},
+                                       (size_t)r * es);
+    lat = toy_reshape_4d(ctx, toy_rms_norm(ctx, toy_cont(ctx, lat), L->kv_a_norm, c->norm_eps), r, 1, T, B);
+    *kv_out = toy_concat(ctx, lat, mla_rope(ctx, c, k_pe, T, B, pos), 0);                /* {r + dr, 1, T, B} */
+}
+
+struct toy_tensor *toy_llama_mla_out(struct toy_ctx *ctx, const struct toy_llama_config *c,
+                                     const struct toy_llama_layer *L, struct toy_tensor *a) {
+    int64_t H = c->n_heads, r = c->kv_lora_rank, T = a->ne[2], B = a->ne[3], N = T * B;
+    if (!toy_is_contiguous(a)) a = toy_cont(ctx, a);
+    /* the first r rows of each head: its attention-weighted latent; the rope rows past them are unused */
+    struct toy_tensor *lat = toy_view(ctx, a, 3, (int64_t[]){r, H, N}, (size_t[]){a->nb[0], a->nb[1], a->nb[2]}, 0);
+    lat = toy_cont(ctx, toy_permute(ctx, lat, 0, 2, 1, 3));                              /* {r, N, H} */
+    struct toy_tensor *v = toy_matmul(ctx, lat, L->wv_b, false, true);                   /* {dv, N, H} */
+    v = toy_cont(ctx, toy_permute(ctx, v, 0, 2, 1, 3));                                  /* {dv, H, N} */
+    return toy_reshape_3d(ctx, v, c->head_dim_v * H, T, B);
+}
+
 /* The whole network; with a cache, keys and values go through it. */
 static struct toy_tensor *forward(struct toy_ctx *ctx, struct toy_llama *m, struct toy_kv_cache *cache,
                                   struct toy_tensor *tokens, struct toy_tensor *pos, struct toy_tensor *seg,
@@ -406,25 +515,31 @@ static struct toy_tensor *forward(struct toy_ctx *ctx, struct toy_llama *m, stru
     if (c->embed_scale) x = toy_scale(ctx, x, sqrtf((float)d));
     for (int64_t l = 0; l < c->n_layers; l++) {
         struct toy_llama_layer *L = &m->layers[l];
-        struct toy_attn_params attn = {.causal = true, .scale = c->attn_scale, .softcap = c->attn_softcap};
+        struct toy_attn_params attn = {.causal = true, .scale = toy_llama_attn_scale(c), .softcap = c->attn_softcap};
         if (c->sliding_window > 0 && (!c->swa_alternate || l % 2 == 0)) attn.window = c->sliding_window;
-        struct toy_tensor *h = toy_rms_norm(ctx, x, L->attn_norm, c->norm_eps);
-        struct toy_tensor *q = toy_reshape_4d(ctx, proj_lora(ctx, m, L, TOY_LORA_Q, h, L->wq, L->bq), hd, H, T, B);
-        struct toy_tensor *k = toy_reshape_4d(ctx, proj_lora(ctx, m, L, TOY_LORA_K, h, L->wk, L->bk), hd, Hkv, T, B);
-        struct toy_tensor *v = toy_reshape_4d(ctx, proj_lora(ctx, m, L, TOY_LORA_V, h, L->wv, L->bv), hd, Hkv, T, B);
-        toy_llama_qk_norm(ctx, c, L, &q, &k);
-        q = toy_rope_ff(ctx, q, pos, &rope, m->rope_freqs);
-        k = toy_rope_ff(ctx, k, pos, &rope, m->rope_freqs);
+        struct toy_tensor *h = toy_rms_norm(ctx, x, L->attn_norm, c->norm_eps), *q, *k, *v;
+        if (c->kv_lora_rank) { /* latent attention: one key tensor, which is the values too */
+            toy_llama_mla_qkv(ctx, c, L, h, pos, &q, &k);
+            v = k;
+        } else {
+            q = toy_reshape_4d(ctx, proj_lora(ctx, m, L, TOY_LORA_Q, h, L->wq, L->bq), hd, H, T, B);
+            k = toy_reshape_4d(ctx, proj_lora(ctx, m, L, TOY_LORA_K, h, L->wk, L->bk), hd, Hkv, T, B);
+            v = toy_reshape_4d(ctx, proj_lora(ctx, m, L, TOY_LORA_V, h, L->wv, L->bv), hd, Hkv, T, B);
+            toy_llama_qk_norm(ctx, c, L, &q, &k);
+            q = toy_rope_ff(ctx, q, pos, &rope, m->rope_freqs);
+            k = toy_rope_ff(ctx, k, pos, &rope, m->rope_freqs);
+        }
         struct toy_tensor *a;
         if (cache) {
             struct toy_tensor *ks = toy_kv_store(ctx, cache->k[l], k, cache->n_past);
-            struct toy_tensor *vs = toy_kv_store(ctx, cache->v[l], v, cache->n_past);
+            struct toy_tensor *vs = v == k ? ks : toy_kv_store(ctx, cache->v[l], v, cache->n_past);
             a = toy_attention_cached(ctx, q, ks, vs, cache->n_past, &attn);
         } else {
             attn.bf16 = m->matmul_type == TOY_BF16; /* under mixed precision its products too */
             a = toy_attention_seg(ctx, q, k, v, seg, &attn); /* {hd, H, T, B}; seg: packed documents */
         }
-        a = proj_lora(ctx, m, L, TOY_LORA_O, toy_reshape_3d(ctx, a, hd * H, T, B), L->wo, NULL);
+        a = c->kv_lora_rank ? toy_llama_mla_out(ctx, c, L, a) : toy_reshape_3d(ctx, a, hd * H, T, B);
+        a = proj_lora(ctx, m, L, TOY_LORA_O, a, L->wo, NULL);
         if (L->post_attn_norm) a = toy_rms_norm(ctx, a, L->post_attn_norm, c->norm_eps);
         x = toy_add(ctx, x, a);
         h = toy_rms_norm(ctx, x, L->ffn_norm, c->norm_eps);
@@ -503,16 +618,20 @@ enum toy_status toy_kv_cache_init_type(struct toy_kv_cache *c, const struct toy_
     if (type != TOY_F32 && type != TOY_F16)
         return toy_error(TOY_ERR_UNSUPPORTED, "kv cache type %s (f32 or f16)", toy_dtype_name(type));
     int64_t L = m->cfg.n_layers, hd = toy_llama_head_dim(&m->cfg), Hkv = m->cfg.n_kv_heads;
+    /* latent attention: one latent key a position (kv_lora + rope_dim), which is the values too */
+    bool mla = m->cfg.kv_lora_rank > 0;
+    if (mla) hd = m->cfg.kv_lora_rank + m->cfg.rope_dim, Hkv = 1;
     if (n_ctx <= 0 || n_seq <= 0) return toy_error(TOY_ERR_INVALID_ARG, "kv cache: context %lld, sequences %lld",
                                                    (long long)n_ctx, (long long)n_seq);
-    enum toy_status fit = toy_kv_cache_check_size(L, hd * Hkv, n_ctx, n_seq, type);
+    /* (k and v: latent attention's one tensor counts half a layer's two) */
+    enum toy_status fit = toy_kv_cache_check_size(L, mla ? (hd + 1) / 2 : hd * Hkv, n_ctx, n_seq, type);
     if (fit) return fit;
     /* one zeroed block; its pages come as positions are written */
     size_t row = toy_row_bytes(type, hd) * (size_t)Hkv, per = (row * (size_t)n_ctx * (size_t)n_seq + 63) / 64 * 64;
     c->ctx = toy_ctx_init(false);
     c->k = calloc((size_t)L, sizeof *c->k);
     c->v = calloc((size_t)L, sizeof *c->v);
-    c->block_bytes = 2 * (size_t)L * per;
+    c->block_bytes = (mla ? 1 : 2) * (size_t)L * per;
     c->block = c->ctx && c->k && c->v ? toy_stream_alloc(c->block_bytes) : NULL;
 #ifdef MADV_NOHUGEPAGE
     /* ordinary pages, even where THP is "always": a 2 MiB page here holds
@@ -531,10 +650,12 @@ enum toy_status toy_kv_cache_init_type(struct toy_kv_cache *c, const struct toy_
     char *at = c->block;
     for (int64_t l = 0; l < L; l++) {
         c->k[l] = toy_set_name(toy_new_tensor_4d(c->ctx, type, hd, Hkv, n_ctx, n_seq), "cache_k.%lld", (long long)l);
-        c->v[l] = toy_set_name(toy_new_tensor_4d(c->ctx, type, hd, Hkv, n_ctx, n_seq), "cache_v.%lld", (long long)l);
         c->k[l]->data = at;
-        c->v[l]->data = at + per;
-        at += 2 * per;
+        at += per;
+        if (mla) { c->v[l] = c->k[l]; continue; }
+        c->v[l] = toy_set_name(toy_new_tensor_4d(c->ctx, type, hd, Hkv, n_ctx, n_seq), "cache_v.%lld", (long long)l);
+        c->v[l]->data = at;
+        at += per;
     }
     c->n_past = toy_set_name(toy_new_tensor_1d(c->ctx, TOY_I32, 1), "n_past");
     c->n_past->data = toy_ctx_alloc(c->ctx, sizeof(int32_t));

@@ -126,7 +126,7 @@ static struct toy_tensor *attend(struct toy_ctx *ctx, struct toy_tensor *q, stru
     for (int64_t b = 0; b < q->ne[3]; b++) {
         struct toy_kv_cache *kc = caches[b];
         struct toy_tensor *ks = toy_kv_store(ctx, kc->k[l], seq_view(ctx, k, b), kc->n_past);
-        struct toy_tensor *vs = toy_kv_store(ctx, kc->v[l], seq_view(ctx, v, b), kc->n_past);
+        struct toy_tensor *vs = v == k ? ks : toy_kv_store(ctx, kc->v[l], seq_view(ctx, v, b), kc->n_past);
         struct toy_tensor *ab = toy_attention_cached(ctx, seq_view(ctx, q, b), ks, vs, kc->n_past, attn);
         a = a ? toy_concat(ctx, a, ab, 3) : ab;
     }
@@ -145,17 +145,23 @@ static struct toy_tensor *llama_forward(struct toy_ctx *ctx, struct toy_llama *m
     if (c->embed_scale) x = toy_scale(ctx, x, sqrtf((float)d));
     for (int64_t l = 0; l < c->n_layers; l++) {
         struct toy_llama_layer *L = &m->layers[l];
-        struct toy_attn_params attn = {.causal = true, .scale = c->attn_scale, .softcap = c->attn_softcap};
+        struct toy_attn_params attn = {.causal = true, .scale = toy_llama_attn_scale(c), .softcap = c->attn_softcap};
         if (c->sliding_window > 0 && (!c->swa_alternate || l % 2 == 0)) attn.window = c->sliding_window;
-        struct toy_tensor *h = toy_rms_norm(ctx, x, L->attn_norm, c->norm_eps);
-        struct toy_tensor *q = toy_reshape_4d(ctx, projg(ctx, bf16, h, L->wq, L->bq, rg), hd, H, T, B);
-        struct toy_tensor *k = toy_reshape_4d(ctx, projg(ctx, bf16, h, L->wk, L->bk, rg), hd, Hkv, T, B);
-        struct toy_tensor *v = toy_reshape_4d(ctx, projg(ctx, bf16, h, L->wv, L->bv, rg), hd, Hkv, T, B);
-        toy_llama_qk_norm(ctx, c, L, &q, &k);
-        q = toy_rope_ff(ctx, q, pos, &rope, m->rope_freqs);
-        k = toy_rope_ff(ctx, k, pos, &rope, m->rope_freqs);
+        struct toy_tensor *h = toy_rms_norm(ctx, x, L->attn_norm, c->norm_eps), *q, *k, *v;
+        if (c->kv_lora_rank) { /* latent attention (its products in one piece: see toy_llama_mla_qkv) */
+            toy_llama_mla_qkv(ctx, c, L, h, pos, &q, &k);
+            v = k;
+        } else {
+            q = toy_reshape_4d(ctx, projg(ctx, bf16, h, L->wq, L->bq, rg), hd, H, T, B);
+            k = toy_reshape_4d(ctx, projg(ctx, bf16, h, L->wk, L->bk, rg), hd, Hkv, T, B);
+            v = toy_reshape_4d(ctx, projg(ctx, bf16, h, L->wv, L->bv, rg), hd, Hkv, T, B);
+            toy_llama_qk_norm(ctx, c, L, &q, &k);
+            q = toy_rope_ff(ctx, q, pos, &rope, m->rope_freqs);
+            k = toy_rope_ff(ctx, k, pos, &rope, m->rope_freqs);
+        }
         struct toy_tensor *a = attend(ctx, q, k, v, caches, l, &attn); /* {hd, H, T, B} */
-        a = projg(ctx, bf16, toy_reshape_3d(ctx, a, hd * H, T, B), L->wo, NULL, rg);
+        a = c->kv_lora_rank ? toy_llama_mla_out(ctx, c, L, a) : toy_reshape_3d(ctx, a, hd * H, T, B);
+        a = projg(ctx, bf16, a, L->wo, NULL, rg);
         if (L->post_attn_norm) a = toy_rms_norm(ctx, a, L->post_attn_norm, c->norm_eps);
         x = toy_add(ctx, x, a);
         h = toy_rms_norm(ctx, x, L->ffn_norm, c->norm_eps);

@@ -145,6 +145,25 @@ class Llama:
         self.scale = 1.0 / math.sqrt(self.hd)
         self.k = g("expert_used_count", 0)
         self.moe_norm = a not in ("olmoe", "qwen2moe")
+        self.moe_scale = 1.0
+        self.is_mla = a == "deepseek2"
+        if self.is_mla:
+            # DeepSeek-V2 as Hugging Face's DeepseekV2Attention computes it (not absorbed: keys and values
+            # up-projected per head from the latent), with llama.cpp's GGUF conventions: adjacent-pair rope
+            # over the last rope_dim dims of each head, yarn_log_multiplier = mscale_all_dim / 10
+            self.r = g("attention.kv_lora_rank")
+            self.dr = g("rope.dimension_count")
+            self.hd = g("attention.key_length_mla", g("attention.key_length"))
+            self.dv = g("attention.value_length_mla", g("attention.value_length"))
+            self.moe_norm = bool(g("expert_weights_norm", False))
+            self.moe_scale = g("expert_weights_scale", 1.0)
+            self.inv = inv_freqs(self.dr, g("rope.freq_base", 10000.0), kind, factor,
+                                 g("rope.scaling.original_context_length", 0))
+            self.mscale = 1.0
+            self.scale = 1.0 / math.sqrt(self.hd)
+            all_dim = g("rope.scaling.yarn_log_multiplier", 0.0) / 0.1
+            if kind == "yarn" and all_dim and factor > 1:
+                self.scale *= (0.1 * all_dim * math.log(factor) + 1.0) ** 2
 
     def moe(self, h, p):
         # Hugging Face's sparse MoE block (Mixtral, Qwen3-MoE, OLMoE): softmax
@@ -161,14 +180,43 @@ class Llama:
                 continue
             y = (torch.nn.functional.silu(h @ gate[e].T) * (h @ up[e].T)) @ down[e].T
             out = out + y * (w * sel).sum(-1, keepdim=True)
-        if p("ffn_gate_shexp.weight") is not None:  # Qwen2-MoE's shared expert, gated by a sigmoid
+        out = out * self.moe_scale
+        if p("ffn_gate_shexp.weight") is not None:  # shared experts: Qwen2-MoE's gated by a sigmoid, DeepSeek's not
             y = (torch.nn.functional.silu(h @ p("ffn_gate_shexp.weight").T) * (h @ p("ffn_up_shexp.weight").T)) \
                 @ p("ffn_down_shexp.weight").T
-            out = out + torch.sigmoid(h @ p("ffn_gate_inp_shexp.weight").reshape(-1, 1)) * y
+            gate = p("ffn_gate_inp_shexp.weight")
+            out = out + (torch.sigmoid(h @ gate.reshape(-1, 1)) * y if gate is not None else y)
         return out
 
     def params(self):
         return list(self.t.values())
+
+    def mla(self, h, p, pos):
+        B, T, H, r, dr, hd, dv = h.shape[0], h.shape[1], self.H, self.r, self.dr, self.hd, self.dv
+        dn = hd - dr
+        if p("attn_q_a.weight") is not None:
+            q = rms(h @ p("attn_q_a.weight").T, p("attn_q_a_norm.weight"), self.eps) @ p("attn_q_b.weight").T
+        else:
+            q = h @ p("attn_q.weight").T
+        q = q.view(B, T, H, hd)
+        kv = h @ p("attn_kv_a_mqa.weight").T
+        lat, k_pe = rms(kv[..., :r], p("attn_kv_a_norm.weight"), self.eps), kv[..., r:]
+        if p("attn_kv_b.weight") is not None:  # before llama.cpp's MLA files: both up-projections in one
+            w = p("attn_kv_b.weight").view(H, dn + dv, r)
+            wk, wv = w[:, :dn], w[:, dn:]
+        else:
+            wk, wv = p("attn_k_b.weight").transpose(1, 2), p("attn_v_b.weight")  # (H, dn, r), (H, dv, r)
+        k_nope = torch.einsum("btr,hdr->bthd", lat, wk)
+        v = torch.einsum("btr,hdr->bthd", lat, wv)
+        q_pe = rope(q[..., dn:], pos, self.inv, False, 1.0)
+        k_pe = rope(k_pe.view(B, T, 1, dr), pos, self.inv, False, 1.0).expand(B, T, H, dr)
+        qh = torch.cat([q[..., :dn], q_pe], -1).permute(0, 2, 1, 3)
+        kh = torch.cat([k_nope, k_pe], -1).permute(0, 2, 1, 3)
+        s = qh @ kh.transpose(-1, -2) * self.scale
+        i, j = torch.arange(T).view(-1, 1), torch.arange(T).view(1, -1)
+        s = s.masked_fill(j > i, -math.inf)
+        a = (torch.softmax(s, -1) @ v.permute(0, 2, 1, 3)).permute(0, 2, 1, 3).reshape(B, T, H * dv)
+        return a @ p("attn_output.weight").T
 
     def forward(self, tok):
         t, B, T = self.t, tok.shape[0], tok.shape[1]
@@ -179,6 +227,15 @@ class Llama:
         for l in range(self.L):
             p = lambda n: t.get(f"blk.{l}.{n}")
             h = rms(x, p("attn_norm.weight"), self.eps)
+            if self.is_mla:
+                x = x + self.mla(h, p, pos)
+                h = rms(x, p("ffn_norm.weight"), self.eps)
+                if p("ffn_gate_inp.weight") is not None:
+                    x = x + self.moe(h, p)
+                else:
+                    x = x + (torch.nn.functional.silu(h @ p("ffn_gate.weight").T) * (h @ p("ffn_up.weight").T)) \
+                        @ p("ffn_down.weight").T
+                continue
             q, k, v = h @ p("attn_q.weight").T, h @ p("attn_k.weight").T, h @ p("attn_v.weight").T
             if p("attn_q.bias") is not None:
                 q, k, v = q + p("attn_q.bias"), k + p("attn_k.bias"), v + p("attn_v.bias")
