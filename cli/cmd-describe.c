@@ -79,6 +79,8 @@ struct hp {
     int64_t swa;
     int64_t experts, experts_used, dff_exp; /* a mixture of experts (0: none) */
     int64_t dff_shared;                     /* its shared expert's width (Qwen2-MoE; 0: none) */
+    int64_t dense_lead;                     /* DeepSeek: the first layers' dense MLP */
+    int64_t kv_rank, q_rank, rope_dim, dv;  /* DeepSeek's latent attention (kv_rank 0: none) */
     bool vit; /* a ViT classifier (toy train --arch vit): images in, classes out */
     int64_t img_h, img_w, channels, patch, classes;
     struct { char key[128]; const char *type; } bad[16]; /* hyperparameters stored as something not a number */
@@ -144,12 +146,29 @@ static void read_hp(const struct toy_gguf *g, struct hp *h) {
     h->attn_cap = getf(g, h, "attn_logit_softcapping", 0, NULL);
     h->final_cap = getf(g, h, "final_logit_softcapping", 0, NULL);
     h->swa = geti(g, h, "attention.sliding_window", 0, NULL);
-    if (toy_gguf_find_tensor(g, "blk.0.ffn_gate_inp.weight") >= 0) {
+    h->dense_lead = geti(g, h, "leading_dense_block_count", 0, NULL);
+    char first[96], nm[160];
+    snprintf(first, sizeof first, "blk.%lld.", (long long)h->dense_lead);
+#define FIRST(suffix) (snprintf(nm, sizeof nm, "%s%s", first, suffix), nm)
+    if (toy_gguf_find_tensor(g, FIRST("ffn_gate_inp.weight")) >= 0) {
         h->experts = geti(g, h, "expert_count", 0, NULL);
         h->experts_used = geti(g, h, "expert_used_count", 0, NULL);
         h->dff_exp = geti(g, h, "expert_feed_forward_length", 0, NULL);
-        if (toy_gguf_find_tensor(g, "blk.0.ffn_gate_shexp.weight") >= 0)
-            h->dff_shared = geti(g, h, "expert_shared_feed_forward_length", h->dff, NULL);
+        int64_t n_shared = geti(g, h, "expert_shared_count", 1, NULL); /* DeepSeek: the shared experts' count */
+        if (toy_gguf_find_tensor(g, FIRST("ffn_gate_shexp.weight")) >= 0)
+            h->dff_shared = geti(g, h, "expert_shared_feed_forward_length",
+                                 !strcmp(h->arch, "deepseek2") ? n_shared * (h->dff_exp ? h->dff_exp : h->dff) : h->dff,
+                                 NULL);
+    } else {
+        h->dense_lead = 0;
+    }
+#undef FIRST
+    if ((h->kv_rank = geti(g, h, "attention.kv_lora_rank", 0, NULL))) { /* heads' dims under the *_mla keys */
+        h->q_rank = geti(g, h, "attention.q_lora_rank", 0, NULL);
+        h->rope_dim = geti(g, h, "rope.dimension_count", 0, NULL);
+        h->dh = geti(g, h, "attention.key_length_mla", h->dh, NULL);
+        h->dv = geti(g, h, "attention.value_length_mla", geti(g, h, "attention.value_length", h->dh, NULL), NULL);
+        if (toy_gguf_find_tensor(g, "blk.0.attn_q_a.weight") < 0) h->q_rank = 0;
     }
     if ((h->vit = !strcmp(h->arch, "vit"))) { /* the keys src/models/vit.c writes */
         h->img_w = geti(g, h, "image_size", 0, NULL);
@@ -547,7 +566,16 @@ int toy_cmd_describe(int argc, char **argv) {
             snprintf(l1 + k, sizeof l1 - k, "heads %lld (kv %lld, head dim %lld), ", (long long)h.H, (long long)h.Hkv,
                      (long long)h.dh);
         } else dim(l1, sizeof l1, "heads", false, is_bad(&h, "attention.head_count"), 0, missing, sizeof missing);
+        if (h.kv_rank) { /* latent attention: the keys' and values' head dims differ, and the cache holds the latent */
+            size_t k = strlen(l1);
+            snprintf(l1 + k, sizeof l1 - k, "latent attention (kv rank %lld, q rank %lld, value head dim %lld, rope "
+                     "dims %lld), ", (long long)h.kv_rank, (long long)h.q_rank, (long long)h.dv, (long long)h.rope_dim);
+        }
         dim(l1, sizeof l1, "d_ff", h.has_dff, is_bad(&h, "feed_forward_length"), h.dff, missing, sizeof missing);
+        if (h.experts && h.dense_lead) {
+            size_t k = strlen(l1);
+            snprintf(l1 + k, sizeof l1 - k, "the first %lld dense, ", (long long)h.dense_lead);
+        }
         if (h.experts) {
             size_t k = strlen(l1);
             char ff[80] = "";

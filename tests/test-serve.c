@@ -1429,21 +1429,18 @@ Test(serve, q8_batch_of_16_matches_alone, .timeout = 180) {
     cr_assert_eq(system(cmd), 0);
 }
 
-/* A mixture of experts (Qwen3-MoE shape, Q8_0 experts on the int8 kernels)
- * serves: requests batched together get the tokens they get alone, so a
- * token's experts do not depend on the others in its decode step. */
-Test(serve, mixture_of_experts_batch_matches_alone, .timeout = 180) {
+/* A mixture of experts (Q8_0 experts on the int8 kernels) serves: requests
+ * batched together get the tokens they get alone, so a token's experts do
+ * not depend on the others in its decode step. set() shapes the tiny model. */
+static void batch_matches_alone(void (*set)(struct toy_llama_config *c)) {
     char dir[] = "/tmp/toy-serve-test-XXXXXX", path[80];
     cr_assert(mkdtemp(dir));
     struct toy_tokenizer *tok;
     cr_assert_eq(toy_tokenizer_load(train_tiny(dir, "llama"), &tok), TOY_OK, "%s", toy_last_error());
     struct toy_llama_config c = toy_llama_preset("tiny");
     c.vocab = toy_tokenizer_n_vocab(tok);
-    snprintf(c.arch, sizeof c.arch, "qwen3moe");
-    c.rope_mode = TOY_ROPE_NEOX;
-    c.qk_norm = true;
     c.max_ctx = 256;
-    c.n_experts = 8, c.n_experts_used = 2, c.d_ff_expert = 64, c.moe_norm = true;
+    set(&c);
     struct toy_llama *m = toy_llama_new(&c, 3);
     cr_assert(m, "%s", toy_last_error());
     for (int i = 0; i < toy_llama_n_tensors(m); i++) { /* sharper than the 0.02 init: tokens that differ */
@@ -1478,3 +1475,23 @@ Test(serve, mixture_of_experts_batch_matches_alone, .timeout = 180) {
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     cr_assert_eq(system(cmd), 0);
 }
+
+static void qwen3moe(struct toy_llama_config *c) {
+    snprintf(c->arch, sizeof c->arch, "qwen3moe");
+    c->rope_mode = TOY_ROPE_NEOX;
+    c->qk_norm = true;
+    c->n_experts = 8, c->n_experts_used = 2, c->d_ff_expert = 64, c->moe_norm = true;
+}
+
+Test(serve, mixture_of_experts_batch_matches_alone, .timeout = 180) { batch_matches_alone(qwen3moe); }
+
+/* DeepSeek-V2's: latent attention, whose one cached latent a position is the keys and the values (each
+ * sequence's own cache), a dense first layer, then experts with shared ones */
+static void deepseek2(struct toy_llama_config *c) {
+    snprintf(c->arch, sizeof c->arch, "deepseek2");
+    c->n_kv_heads = 1, c->kv_lora_rank = 32, c->rope_dim = 8, c->head_dim = 24, c->head_dim_v = 16;
+    c->n_layers = 3, c->n_dense_lead = 1;
+    c->n_experts = 8, c->n_experts_used = 2, c->d_ff_expert = 64, c->d_ff_shared = 64, c->shared_ungated = true;
+}
+
+Test(serve, latent_attention_batch_matches_alone, .timeout = 180) { batch_matches_alone(deepseek2); }

@@ -54,6 +54,12 @@ uint32_t toy_file_type_for(enum toy_dtype t);
 enum toy_status toy_hf_convert(const char *hf_dir, const char *out_path, const struct toy_convert_opts *opts,
                                struct toy_convert_report *report);
 
+/* The type a matrix with rows of ne0 elements is stored in when `want` is
+ * asked for: want where its blocks fit the rows, else Q8_0 for a quantized
+ * want whose rows hold 32-element blocks, else F16 (as llama.cpp's quantize
+ * falls back). */
+enum toy_dtype toy_row_type_for(enum toy_dtype want, int64_t ne0);
+
 /* Re-quantizes every 2-D weight of a GGUF to `type` (norms and other 1-D
  * tensors are copied as they are); metadata is copied with
  * general.file_type updated. */

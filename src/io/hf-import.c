@@ -492,11 +492,14 @@ static int map_name(const struct hp *h, const char *hf, char *out, size_t outn, 
 
 /* The stored type of a tensor: 1-D stays f32; 2-D gets the requested type
  * when its rows fit the block, else q8_0, else f16. */
-static enum toy_dtype out_type(enum toy_dtype want, int n_dims, int64_t ne0) {
-    if (n_dims < 2) return TOY_F32;
+enum toy_dtype toy_row_type_for(enum toy_dtype want, int64_t ne0) {
     if (ne0 % toy_dtype_block_size(want) == 0) return want;
     if (toy_dtype_info(want)->quantized && ne0 % 32 == 0) return TOY_Q8_0;
     return toy_dtype_info(want)->quantized ? TOY_F16 : want;
+}
+
+static enum toy_dtype out_type(enum toy_dtype want, int n_dims, int64_t ne0) {
+    return n_dims < 2 ? TOY_F32 : toy_row_type_for(want, ne0);
 }
 
 static bool file_exists(const char *dir, const char *name) {

@@ -433,7 +433,9 @@ enum toy_status toy_llama_write_gguf(const struct toy_llama *m, struct toy_gguf_
             t = ft;
         }
         int nd = t->ne[2] > 1 ? 3 : t->ne[1] > 1 ? 2 : 1;
-        bool convert = nd >= 2 && type != TOY_F32 && t->type == TOY_F32;
+        /* rows that are not whole blocks of `type` (latent attention's attn_k_b) fall back to a type they fit */
+        enum toy_dtype want = nd >= 2 ? toy_row_type_for(type, t->ne[0]) : type;
+        bool convert = nd >= 2 && want != TOY_F32 && t->type == TOY_F32;
         if (!convert) {
             if (!toy_is_contiguous(t))
                 return toy_error(TOY_ERR_STATE, "tensor %s is not contiguous", t->name);
@@ -442,8 +444,8 @@ enum toy_status toy_llama_write_gguf(const struct toy_llama *m, struct toy_gguf_
             /* the conv record must live until the write: keep it in the model's arena */
             struct conv *cv = toy_ctx_alloc(m->ctx, sizeof *cv);
             cv->t = t;
-            cv->type = type;
-            st = toy_gguf_writer_add_tensor_fn(w, t->name, type, nd, t->ne, fill_converted, cv);
+            cv->type = want;
+            st = toy_gguf_writer_add_tensor_fn(w, t->name, want, nd, t->ne, fill_converted, cv);
         }
     }
     if (!st && m->rope_freqs)
