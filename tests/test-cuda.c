@@ -1092,6 +1092,27 @@ Test(cuda, kv_cache_decode_long_context, .timeout = 600) {
     long_decode_case(TOY_F16, 64, 9, 3, 1, 8, TOL_GEMM); /* SmolLM2's heads */
     long_decode_case(TOY_F32, 40, 4, 2, 3, 8, TOL_GEMM); /* a few rows, a head dim that leaves lanes idle */
     long_decode_case(TOY_F16, 128, 2, 1, 8, 4, TOL_GEMM); /* the most rows the split kernels take */
+    long_decode_case(TOY_F16, 576, 4, 1, 1, 8, TOL_GEMM); /* DeepSeek's latent: wide heads, one kv head */
+    long_decode_case(TOY_F32, 330, 2, 1, 3, 4, TOL_GEMM); /* wide, and lanes left idle */
+}
+
+/* heads wider than 256 (DeepSeek's latent attention, 512 + 64): the forward, causal over a prompt, with values
+ * that are the keys as the latent's are */
+Test(cuda, attention_wide_heads_forward) {
+    need_cuda();
+    const int64_t Ds[] = {576, 300};
+    for (int i = 0; i < 2; i++) {
+        struct toy_ctx *ctx = setup(60 + (uint64_t)i);
+        struct toy_tensor *q = toy_new_tensor_4d(ctx, TOY_F32, Ds[i], 4, 13, 2);
+        struct toy_tensor *k = toy_new_tensor_4d(ctx, TOY_F32, Ds[i], 1, 13, 2);
+        fill(q, -0.2f, 0.2f);
+        fill(k, -1.0f, 1.0f);
+        struct toy_attn_params p = {.causal = true, .scale = 0.07f};
+        char what[64];
+        snprintf(what, sizeof what, "attention, head dim %lld", (long long)Ds[i]);
+        check(ctx, toy_attention(ctx, q, k, k, &p), false, TOL_GEMM, what);
+        toy_ctx_free(ctx);
+    }
 }
 
 /* a prefill into a cache under BF16 math: more rows than the split
@@ -1168,17 +1189,43 @@ Test(cuda, moe_route_and_products_match_cpu) {
                       types[ti] == TOY_F32 ? TOL_GEMM : TOL_HALF, what);
                 toy_ctx_free(ctx);
             }
+    for (int norm = 0; norm < 2; norm++) { /* DeepSeek-V3's sigmoid scores, chosen with a bias */
+        struct toy_ctx *ctx = setup(70 + (uint64_t)norm);
+        const int64_t E = 8, k = 3, K = 64, n = 40, N = 21;
+        struct toy_tensor *lg = toy_new_tensor_2d(ctx, TOY_F32, E, N), *bias = toy_new_tensor_1d(ctx, TOY_F32, E);
+        struct toy_tensor *x = toy_new_tensor_3d(ctx, TOY_F32, K, 1, N), *w = toy_new_tensor_3d(ctx, TOY_F32, K, n, E);
+        fill(lg, -3.0f, 3.0f);
+        fill(bias, -0.5f, 0.5f);
+        fill(x, -1.0f, 1.0f);
+        fill(w, -0.3f, 0.3f);
+        struct toy_tensor *r = toy_moe_route_scored(ctx, lg, (int)k, norm, true, bias);
+        check(ctx, toy_moe_matmul(ctx, x, w, r, true), false, TOL_GEMM, norm ? "moe sigmoid, renormalised" : "moe sigmoid");
+        toy_ctx_free(ctx);
+    }
+}
+
+/* DeepSeek's shape in small: latent attention (through a query latent, YaRN's attention correction), a dense
+ * first layer, then experts scored by sigmoids with a bias, and a shared one */
+static struct toy_llama_config small_deepseek(void) {
+    struct toy_llama_config c = small_llama();
+    snprintf(c.arch, sizeof c.arch, "deepseek2");
+    c.n_kv_heads = 1, c.kv_lora_rank = 32, c.q_lora_rank = 24, c.rope_dim = 8, c.head_dim = 24, c.head_dim_v = 16;
+    c.rope_scaling = TOY_ROPE_SCALING_YARN, c.rope_factor = 4, c.rope_orig_ctx = 8, c.rope_yarn_log_mul = 0.707f;
+    c.n_layers = 3, c.n_dense_lead = 1, c.n_experts = 8, c.n_experts_used = 3, c.d_ff_expert = 32, c.d_ff_shared = 32;
+    c.shared_ungated = true, c.moe_norm = true, c.moe_scale = 2.5f, c.moe_sigmoid = true, c.moe_bias = true;
+    return c;
 }
 
 Test(cuda, moe_llama_logits_match_cpu) {
     need_cuda();
-    for (int shared = 0; shared < 2; shared++) { /* Qwen3-MoE, then Qwen2-MoE's shared expert */
+    for (int shared = 0; shared < 3; shared++) { /* Qwen3-MoE, Qwen2-MoE's shared expert, DeepSeek */
         struct toy_llama_config c = small_llama();
         snprintf(c.arch, sizeof c.arch, shared ? "qwen2moe" : "qwen3moe");
         c.rope_mode = TOY_ROPE_NEOX;
         c.qk_norm = !shared;
         c.n_experts = 8, c.n_experts_used = 3, c.d_ff_expert = 32, c.moe_norm = !shared;
         c.d_ff_shared = shared ? 48 : 0;
+        if (shared == 2) c = small_deepseek();
         struct toy_llama *m = toy_llama_new(&c, 6);
         cr_assert(m, "%s", toy_last_error());
         struct toy_ctx *ctx = setup(15);
@@ -1186,7 +1233,8 @@ Test(cuda, moe_llama_logits_match_cpu) {
         struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, T, B), *pos = toy_new_tensor_1d(ctx, TOY_I32, T);
         for (int i = 0; i < T * B; i++) ((int32_t *)tok->data)[i] = (i * 17 + 3) % 61;
         for (int t = 0; t < T; t++) ((int32_t *)pos->data)[t] = t;
-        check(ctx, toy_llama_forward(ctx, m, tok, pos), false, TOL_GEMM, shared ? "qwen2moe logits" : "qwen3moe logits");
+        check(ctx, toy_llama_forward(ctx, m, tok, pos), false, TOL_GEMM,
+              shared == 2 ? "deepseek2 logits" : shared ? "qwen2moe logits" : "qwen3moe logits");
         toy_ctx_free(ctx);
         toy_llama_free(m);
     }
@@ -1255,10 +1303,9 @@ Test(cuda, llama_training_matches_cpu, .timeout = 300) {
 /* a prefill graph (5 tokens) then a decode graph (one token a step) over the
  * same cache, as toy generate runs them: on the device both graphs share
  * one copy of the cache */
-Test(cuda, llama_prefill_then_decode_matches_cpu) {
-    need_cuda();
-    struct toy_llama_config c = small_llama();
+static void prefill_then_decode(struct toy_llama_config c) {
     struct toy_llama *m = toy_llama_new(&c, 21);
+    cr_assert(m, "%s", toy_last_error());
     const int P = 5, N = 14;
     struct toy_kv_cache kv[2];
     struct toy_threadpool *tp = toy_threadpool_new(2);
@@ -1292,7 +1339,7 @@ Test(cuda, llama_prefill_then_decode_matches_cpu) {
         int64_t at;
         worst = fmax(worst, rel_err(lg[1][ph]->data, lg[0][ph]->data, (int64_t)tn * c.vocab, &at));
     }
-    cr_log_info("llama prefill + decode, f16 cache: max rel diff %.2e", worst);
+    cr_log_info("%s prefill + decode, f16 cache: max rel diff %.2e", c.arch, worst);
     cr_expect_leq(worst, 1e-3);
     toy_threadpool_free(tp);
     for (int s = 0; s < 2; s++) {
@@ -1300,6 +1347,12 @@ Test(cuda, llama_prefill_then_decode_matches_cpu) {
         toy_kv_cache_free(&kv[s]);
     }
     toy_llama_free(m);
+}
+
+Test(cuda, llama_prefill_then_decode_matches_cpu) {
+    need_cuda();
+    prefill_then_decode(small_llama());
+    prefill_then_decode(small_deepseek()); /* the cache holds latents: one wide kv head, which is the values too */
 }
 
 /* GPT-2 generation (the generic generator: a last-position prefill, then a

@@ -115,6 +115,11 @@ static void f_deepseek2_qlora(struct toy_llama_config *c) {
     c->q_lora_rank = 16, c->n_dense_lead = 0, c->d_ff_shared = 16, c->moe_norm = true, c->moe_scale = 0;
     c->rope_scaling = TOY_ROPE_SCALING_YARN, c->rope_factor = 4, c->rope_orig_ctx = 8, c->rope_yarn_log_mul = 0.707f;
 }
+/* DeepSeek-V3's routing: sigmoid scores, a bias to choose by, renormalised and scaled */
+static void f_deepseek3(struct toy_llama_config *c) {
+    f_deepseek2_qlora(c);
+    c->moe_sigmoid = true, c->moe_bias = true, c->moe_scale = 2.5f, c->n_dense_lead = 1;
+}
 static void f_gemma2(struct toy_llama_config *c) {
     snprintf(c->arch, sizeof c->arch, "gemma2");
     c->rope_mode = TOY_ROPE_NEOX;
@@ -183,7 +188,7 @@ Test(llama, logits_match_pytorch_for_every_family_flag, .timeout = 300) {
                                       {"gemma2", f_gemma2}, {"rope_linear", f_linear}, {"rope_yarn", f_yarn},
                                       {"mixtral_moe", f_mixtral}, {"qwen3moe", f_qwen3moe}, {"olmoe", f_olmoe},
                                       {"qwen2moe", f_qwen2moe}, {"deepseek2", f_deepseek2},
-                                      {"deepseek2_qlora", f_deepseek2_qlora}};
+                                      {"deepseek2_qlora", f_deepseek2_qlora}, {"deepseek3", f_deepseek3}};
     const int n = sizeof cases / sizeof cases[0], T = 11, B = 2;
     int32_t tokens[T * B];
     for (int i = 0; i < T * B; i++) tokens[i] = (i * 37 + 5) % 61;
@@ -210,7 +215,8 @@ Test(llama, logits_match_pytorch_for_every_family_flag, .timeout = 300) {
                       lm->cfg.kv_lora_rank == c.kv_lora_rank && lm->cfg.q_lora_rank == c.q_lora_rank &&
                       lm->cfg.head_dim_v == c.head_dim_v && lm->cfg.rope_dim == c.rope_dim &&
                       fabsf(lm->cfg.rope_yarn_log_mul - c.rope_yarn_log_mul) < 1e-6f &&
-                      toy_llama_attn_scale(&lm->cfg) == toy_llama_attn_scale(&c),
+                      toy_llama_attn_scale(&lm->cfg) == toy_llama_attn_scale(&c) &&
+                      lm->cfg.moe_sigmoid == c.moe_sigmoid && lm->cfg.moe_bias == c.moe_bias,
                   "%s: the config did not come back from its GGUF", cases[i].name);
         ours[i] = th_logits(fwd, lm, tokens, T, B);
         toy_llama_free(lm);

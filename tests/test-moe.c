@@ -191,3 +191,50 @@ Test(moe, expert_width_is_written_where_llama_cpp_reads_it) {
     }
     th_rmdir();
 }
+
+/* DeepSeek-V3's routing: sigmoid scores, the k best of score + bias, weighed by their unbiased scores
+ * (renormalised or not); the bias large enough to change the choice */
+Test(moe, sigmoid_scores_choose_with_the_bias_and_weigh_without) {
+    enum { N = 9, K = 3 };
+    uint64_t seed = 7;
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    struct toy_tensor *lg = toy_new_tensor_2d(ctx, TOY_F32, E, N), *bias = toy_new_tensor_1d(ctx, TOY_F32, E);
+    for (int64_t i = 0; i < toy_nelements(lg); i++) ((float *)lg->data)[i] = 3 * urand(&seed);
+    for (int e = 0; e < E; e++) ((float *)bias->data)[e] = 0.4f * urand(&seed);
+    int changed = 0;
+    for (int norm = 0; norm < 2; norm++) {
+        struct toy_tensor *r = toy_moe_route_scored(ctx, lg, K, norm, true, bias);
+        struct toy_tensor *r0 = toy_moe_route_scored(ctx, lg, K, norm, true, NULL);
+        toy_set_output(r);
+        toy_set_output(r0);
+        struct toy_graph *g = toy_graph_new(ctx);
+        toy_graph_build(g, r);
+        toy_graph_build(g, r0);
+        struct toy_threadpool *tp = toy_threadpool_new(2);
+        cr_assert_eq(toy_graph_compute(g, tp), TOY_OK, "%s", toy_last_error());
+        toy_threadpool_free(tp);
+        const int32_t *ids = r->data, *ids0 = r0->data;
+        const float *w = (const float *)((char *)r->data + toy_nbytes(r));
+        for (int t = 0; t < N; t++) {
+            const float *x = (const float *)lg->data + t * E;
+            double sc[E], ch[E], picked = 0;
+            bool taken[E] = {0};
+            for (int e = 0; e < E; e++) sc[e] = 1 / (1 + exp(-(double)x[e])), ch[e] = sc[e] + ((float *)bias->data)[e];
+            int rid[K];
+            for (int s = 0; s < K; s++) {
+                int b = -1;
+                for (int e = 0; e < E; e++)
+                    if (!taken[e] && (b < 0 || ch[e] > ch[b])) b = e;
+                taken[b] = true, rid[s] = b, picked += sc[b];
+            }
+            for (int s = 0; s < K; s++) {
+                cr_assert_eq(ids[t * K + s], rid[s], "token %d slot %d: expert %d, not %d", t, s, ids[t * K + s], rid[s]);
+                double want = norm ? sc[rid[s]] / picked : sc[rid[s]];
+                cr_assert_float_eq(w[t * K + s], want, 1e-6, "token %d slot %d: weight %g, not %g", t, s, w[t * K + s], want);
+                changed += ids0[t * K + s] != rid[s];
+            }
+        }
+    }
+    cr_assert_gt(changed, 0, "the bias changed no choice: the test would not see it ignored");
+    toy_ctx_free(ctx);
+}

@@ -77,6 +77,9 @@ struct toy_llama_config {
     int64_t n_dense_lead;
     float moe_scale;
     bool shared_ungated;
+    /* DeepSeek-V3: experts scored by sigmoids rather than a softmax, and
+     * chosen by score plus a per-expert bias (exp_probs_b) when moe_bias */
+    bool moe_sigmoid, moe_bias;
     /* Multi-head latent attention (DeepSeek-V2/V3), when kv_lora_rank > 0:
      * each position's keys and values come from one latent of kv_lora_rank
      * (attn_kv_a_mqa, then RMSNorm) plus a rope_dim-wide key part shared by
@@ -108,6 +111,7 @@ struct toy_llama_layer {
     struct toy_tensor *ffn_gate_inp, *ffn_gate_exps, *ffn_up_exps, *ffn_down_exps;
     /* the shared expert (d_ff_shared > 0): its gate row {d_model} and its MLP */
     struct toy_tensor *ffn_gate_inp_shexp, *ffn_gate_shexp, *ffn_up_shexp, *ffn_down_shexp;
+    struct toy_tensor *exp_probs_b; /* the routing bias {E} (moe_bias) */
     /* multi-head latent attention (kv_lora_rank > 0; then wk and wv are
      * NULL, and wq too when q_lora_rank > 0): attn_q_a {d, q_lora},
      * attn_q_a_norm, attn_q_b {q_lora, H head_dim}, attn_kv_a_mqa

@@ -347,6 +347,13 @@ struct toy_tensor *toy_attention_cached(struct toy_ctx *ctx, struct toy_tensor *
  * kept as they are (OLMoE, Qwen2-MoE). Result I32 {k, rows}: the experts'
  * ids, best first; their weights follow the ids as k x rows floats. */
 struct toy_tensor *toy_moe_route(struct toy_ctx *ctx, struct toy_tensor *logits, int k, bool norm);
+/* The same with DeepSeek-V3's scoring: the experts' scores are sigmoids of
+ * the logits instead of their softmax when `sigmoid`, and a bias {E} (F32;
+ * NULL: none) is added to the scores to choose the k, not to weigh them:
+ * the weights are the chosen ones' unbiased scores (renormalised when
+ * `norm`). */
+struct toy_tensor *toy_moe_route_scored(struct toy_ctx *ctx, struct toy_tensor *logits, int k, bool norm, bool sigmoid,
+                                        struct toy_tensor *bias);
 /* Row r of x {K, R, N} (R = 1: one row for all k slots; R = k: one per
  * slot) times expert route[s, n]'s matrix of w {K, n_out, E} (weights as a
  * MATMUL's B, any weight dtype), for every slot s < k of route {k, N}:

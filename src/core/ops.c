@@ -421,7 +421,14 @@ struct toy_tensor *toy_attention_cached(struct toy_ctx *ctx, struct toy_tensor *
 /* ---- mixture of experts --------------------------------------------------------- */
 
 struct toy_tensor *toy_moe_route(struct toy_ctx *ctx, struct toy_tensor *logits, int k, bool norm) {
+    return toy_moe_route_scored(ctx, logits, k, norm, false, NULL);
+}
+
+struct toy_tensor *toy_moe_route_scored(struct toy_ctx *ctx, struct toy_tensor *logits, int k, bool norm, bool sigmoid,
+                                        struct toy_tensor *bias) {
     NEED("moe_route", logits);
+    CHECK(!bias || (bias->type == TOY_F32 && toy_is_contiguous(bias) && toy_nelements(bias) == logits->ne[0]),
+          "moe_route", bias, logits, "the bias must be contiguous f32 of one value an expert");
     CHECK(is_float(logits) && toy_is_contiguous(logits), "moe_route", logits, NULL, "logits must be contiguous f32");
     CHECK(k >= 1 && k <= logits->ne[0] && k <= 64, "moe_route", logits, NULL,
           "k = %d experts per token: want 1..min(64, E)", k);
@@ -430,6 +437,8 @@ struct toy_tensor *toy_moe_route(struct toy_ctx *ctx, struct toy_tensor *logits,
     t->src[0] = logits;
     t->op_params[P_MR_K] = k;
     t->op_params[P_MR_NORM] = norm;
+    t->op_params[P_MR_SIGMOID] = sigmoid;
+    t->src[1] = bias;
     t->aux_bytes = (size_t)(k * rows) * sizeof(float); /* the weights */
     return t;
 }

@@ -90,9 +90,10 @@ static enum toy_status deepseek2_config(const struct toy_gguf *g, struct keys *k
     if (c->kv_lora_rank <= 0 || !has_tensor(g, "blk.0.attn_kv_a_mqa.weight"))
         return toy_error(TOY_ERR_UNSUPPORTED, "%s: a deepseek2 model without latent attention (kv_lora_rank %lld, "
                          "attn_kv_a_mqa) is not supported", path, (long long)c->kv_lora_rank);
-    if (gating != 1)
-        return toy_error(TOY_ERR_UNSUPPORTED, "%s: expert_gating_func %lld (%s): toy routes by softmax only "
-                         "(DeepSeek-V2)", path, (long long)gating, gating == 2 ? "sigmoid, DeepSeek-V3" : "unknown");
+    if (gating != 1 && gating != 2) /* llama.cpp: 1 softmax (DeepSeek-V2), 2 sigmoid (V3) */
+        return toy_error(TOY_ERR_UNSUPPORTED, "%s: expert_gating_func %lld: toy routes by softmax (1) or sigmoid (2)",
+                         path, (long long)gating);
+    c->moe_sigmoid = gating == 2;
     if (groups > 1 && groups_used < groups)
         return toy_error(TOY_ERR_UNSUPPORTED, "%s: routing within %lld of %lld expert groups is not supported", path,
                          (long long)groups_used, (long long)groups);
@@ -187,6 +188,7 @@ static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_lla
     if (moe && (c->n_experts <= 0 || c->n_experts_used <= 0))
         return toy_error(TOY_ERR_FORMAT, "%s: has expert tensors but %s.expert_count %lld and %s.expert_used_count "
                          "%lld", toy_gguf_path(g), a, (long long)c->n_experts, a, (long long)c->n_experts_used);
+    c->moe_bias = moe && has_tensor(g, FIRST("exp_probs_b.bias"));
     if (!moe) c->n_experts = c->n_experts_used = c->d_ff_expert = c->n_dense_lead = 0, c->moe_norm = false;
     if (moe && has_tensor(g, FIRST("ffn_gate.0.weight")))
         return toy_error(TOY_ERR_UNSUPPORTED, "%s: experts stored one tensor each (an old Mixtral conversion): "
@@ -414,7 +416,7 @@ enum toy_status toy_llama_write_gguf(const struct toy_llama *m, struct toy_gguf_
             SETU("expert_shared_count", c->d_ff_shared / fe);
             SETU("leading_dense_block_count", c->n_dense_lead);
             SETF("expert_weights_scale", c->moe_scale > 0 ? c->moe_scale : 1.0f);
-            SETU("expert_gating_func", 1); /* softmax */
+            SETU("expert_gating_func", c->moe_sigmoid ? 2 : 1); /* llama.cpp's: sigmoid, softmax */
             if (!st) { snprintf(k, sizeof k, "%s.expert_weights_norm", a); st = toy_gguf_writer_set_bool(w, k, c->moe_norm); }
         } else if (c->d_ff_shared) {
             SETU("expert_shared_feed_forward_length", c->d_ff_shared);

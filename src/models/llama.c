@@ -79,6 +79,12 @@ enum toy_status toy_llama_check_config(const struct toy_llama_config *c) {
          (long long)c->n_layers);
     NEED(isfinite(c->moe_scale) && c->moe_scale >= 0, "model config: expert weights scale %g must be >= 0",
          (double)c->moe_scale);
+    NEED(!(c->moe_sigmoid || c->moe_bias) || c->n_experts, "model config: sigmoid routing or a routing bias needs experts");
+    /* GGUF has keys for these under deepseek2 only: a model of another architecture would lose them in its file */
+    NEED(!strcmp(c->arch, "deepseek2") || !(c->kv_lora_rank || c->n_dense_lead || c->shared_ungated || c->moe_sigmoid ||
+                                            c->moe_bias || (c->moe_scale > 0 && c->moe_scale != 1)),
+         "model config: latent attention, leading dense layers, ungated shared experts and DeepSeek's routing are "
+         "architecture deepseek2's, not %s's", c->arch);
     if (c->kv_lora_rank) {
         int64_t hd = toy_llama_head_dim(c);
         NEED(c->kv_lora_rank > 0 && c->q_lora_rank >= 0, "model config: latent ranks %lld (kv), %lld (q)",
@@ -177,6 +183,7 @@ struct toy_llama *toy_llama_alloc(const struct toy_llama_config *cfg, bool alloc
         if (cfg->n_experts && l >= cfg->n_dense_lead) {
             int64_t E = cfg->n_experts, fe = cfg->d_ff_expert ? cfg->d_ff_expert : cfg->d_ff;
             P(ffn_gate_inp, "ffn_gate_inp.weight", d, E);
+            if (cfg->moe_bias) { P(exp_probs_b, "exp_probs_b.bias", E, 0); }
             snprintf(name, sizeof name, "blk.%lld.ffn_gate_exps.weight", (long long)l);
             L->ffn_gate_exps = param3(m, name, d, fe, E);
             snprintf(name, sizeof name, "blk.%lld.ffn_up_exps.weight", (long long)l);
@@ -223,6 +230,7 @@ struct toy_llama *toy_llama_new(const struct toy_llama_config *cfg, uint64_t see
         init_ones(L->ffn_norm);
         if (L->ffn_gate_inp) {
             init_normal(L->ffn_gate_inp, &r, std);
+            if (L->exp_probs_b) init_normal(L->exp_probs_b, &r, std);
             init_normal(L->ffn_gate_exps, &r, std);
             init_normal(L->ffn_up_exps, &r, std);
             init_normal(L->ffn_down_exps, &r, std_out);
@@ -304,13 +312,13 @@ void toy_llama_free(struct toy_llama *m) {
 }
 
 /* a layer's parameters in file order (those it has): their count */
-#define LAYER_TENSORS 31
+#define LAYER_TENSORS 32
 static int layer_tensors(const struct toy_llama_layer *L, struct toy_tensor **out) {
     struct toy_tensor *const all[LAYER_TENSORS] = {
         L->attn_norm, L->wq,     L->wq_a,  L->q_a_norm, L->wq_b, L->wkv_a, L->kv_a_norm, L->wk_b, L->wv_b,
         L->wk,           L->wv,          L->wo,           L->bq,        L->bk,
         L->bv,        L->q_norm, L->k_norm,       L->post_attn_norm, L->ffn_norm,  L->w_gate,    L->w_up,
-        L->w_down,    L->ffn_gate_inp, L->ffn_gate_exps, L->ffn_up_exps, L->ffn_down_exps, L->ffn_gate_inp_shexp,
+        L->w_down,    L->ffn_gate_inp, L->exp_probs_b, L->ffn_gate_exps, L->ffn_up_exps, L->ffn_down_exps, L->ffn_gate_inp_shexp,
         L->ffn_gate_shexp, L->ffn_up_shexp, L->ffn_down_shexp, L->post_ffn_norm};
     int n = 0;
     for (int k = 0; k < LAYER_TENSORS; k++)
@@ -381,7 +389,8 @@ struct toy_tensor *toy_llama_moe_ffn(struct toy_ctx *ctx, const struct toy_llama
     int64_t d = h->ne[0], N = toy_nrows(h);
     struct toy_tensor *x = toy_reshape_3d(ctx, h, d, 1, N);
     struct toy_tensor *logits = toy_reshape_2d(ctx, toy_linear(ctx, h, L->ffn_gate_inp, NULL), c->n_experts, N);
-    struct toy_tensor *route = toy_moe_route(ctx, logits, (int)c->n_experts_used, c->moe_norm);
+    struct toy_tensor *route = toy_moe_route_scored(ctx, logits, (int)c->n_experts_used, c->moe_norm, c->moe_sigmoid,
+                                                    L->exp_probs_b);
     struct toy_tensor *g = toy_moe_matmul(ctx, x, L->ffn_gate_exps, route, false); /* {d_ff, k, N} */
     struct toy_tensor *u = toy_moe_matmul(ctx, x, L->ffn_up_exps, route, false);
     struct toy_tensor *a = c->gelu_mlp ? toy_mul(ctx, toy_gelu(ctx, g), u) : toy_swiglu(ctx, g, u);

@@ -146,6 +146,7 @@ class Llama:
         self.k = g("expert_used_count", 0)
         self.moe_norm = a not in ("olmoe", "qwen2moe")
         self.moe_scale = 1.0
+        self.sigmoid = g("expert_gating_func", 1) == 2
         self.is_mla = a == "deepseek2"
         if self.is_mla:
             # DeepSeek-V2 as Hugging Face's DeepseekV2Attention computes it (not absorbed: keys and values
@@ -168,8 +169,12 @@ class Llama:
     def moe(self, h, p):
         # Hugging Face's sparse MoE block (Mixtral, Qwen3-MoE, OLMoE): softmax
         # over the router's logits, the top k, renormalised when norm_topk_prob
-        probs = torch.softmax(h @ p("ffn_gate_inp.weight").T, -1)
-        w, ids = torch.topk(probs, self.k, -1)
+        logits = h @ p("ffn_gate_inp.weight").T
+        # DeepSeek-V3: sigmoid scores, chosen with a bias added (exp_probs_b), weighed without it
+        probs = torch.sigmoid(logits) if self.sigmoid else torch.softmax(logits, -1)
+        bias = p("exp_probs_b.bias")
+        _, ids = torch.topk(probs + bias if bias is not None else probs, self.k, -1)
+        w = probs.gather(-1, ids)
         if self.moe_norm:
             w = w / w.sum(-1, keepdim=True)
         gate, up, down = p("ffn_gate_exps.weight"), p("ffn_up_exps.weight"), p("ffn_down_exps.weight")

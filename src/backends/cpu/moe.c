@@ -1,8 +1,10 @@
 /* moe.c: the mixture-of-experts kernels (toy_moe_route, toy_moe_matmul).
  *
- * MOE_ROUTE: per row of router logits, the softmax over the E experts and
- * its k largest probabilities (ties to the lower index), renormalised when
- * the op says so; ids into the result, the weights after it (aux).
+ * MOE_ROUTE: per row of router logits, the experts' scores (the softmax
+ * over the E experts, or each one's sigmoid), the k largest of the scores
+ * plus the op's bias, if any (ties to the lower index), and their unbiased
+ * scores as weights, renormalised when the op says so; ids into the result,
+ * the weights after it (aux).
  *
  * MOE_MATMUL: the (token, slot) pairs are sorted by expert (a counting
  * sort every thread does for itself: k x N ids). Prefill: each thread owns
@@ -34,25 +36,34 @@ void toy_cpu_moe_route(struct toy_tensor *t, int ith, int nth, float *tmp) {
     const struct toy_tensor *lg = t->src[0];
     int64_t E = lg->ne[0], rows = t->ne[1], r0, r1;
     int k = t->op_params[P_MR_K];
-    bool norm = t->op_params[P_MR_NORM];
-    float *wts = (float *)((char *)t->data + toy_nbytes(t));
+    bool norm = t->op_params[P_MR_NORM], sigmoid = t->op_params[P_MR_SIGMOID];
+    const float *bias = t->src[1] ? (const float *)t->src[1]->data : NULL;
+    float *wts = (float *)((char *)t->data + toy_nbytes(t)), *choice = tmp + E;
     toy_split(rows, ith, nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
         const float *x = (const float *)lg->data + r * E;
-        float mx = toy_vec.max(x, E);
-        float sum = toy_vec.exp_sum(tmp, x, mx, E);
+        float sum = 1;
+        if (sigmoid) {
+            for (int64_t e = 0; e < E; e++) tmp[e] = 1.0f / (1.0f + expf(-x[e]));
+        } else {
+            float mx = toy_vec.max(x, E);
+            sum = toy_vec.exp_sum(tmp, x, mx, E);
+        }
         int32_t *id = (int32_t *)t->data + r * k;
         float *w = wts + r * k, picked = 0;
-        for (int64_t e = 0; e < E; e++) /* a NaN logit: never above another, but an id all the same */
+        for (int64_t e = 0; e < E; e++) { /* a NaN logit: never above another, but an id all the same */
             if (!(tmp[e] >= 0)) tmp[e] = 0;
+            choice[e] = bias ? tmp[e] / sum + bias[e] : tmp[e];
+            if (isnan(choice[e])) choice[e] = -INFINITY;
+        }
         for (int s = 0; s < k; s++) {
             int64_t best = -1;
-            for (int64_t e = 0; e < E; e++) /* the largest not yet taken (taken ones are -1) */
-                if (tmp[e] >= 0 && (best < 0 || tmp[e] > tmp[best])) best = e;
+            for (int64_t e = 0; e < E; e++) /* the largest not yet taken (taken ones are NaN) */
+                if (!isnan(choice[e]) && (best < 0 || choice[e] > choice[best])) best = e;
             id[s] = (int32_t)best;
             w[s] = tmp[best] / sum;
             picked += w[s];
-            tmp[best] = -1;
+            choice[best] = NAN;
         }
         if (norm)
             for (int s = 0; s < k; s++) w[s] /= picked;

@@ -19,7 +19,10 @@
  *   dK = scale sum_t ds q_t, dV = sum_t p dO_t   (a warp per key row, over
  *   every query head of its group) -- every output has one writer, no
  *   atomics, deterministic.
- * Head dims up to 256. The kernels used by default are the tiled versions
+ * Head dims up to 256; the forward also takes wider heads, up to 576
+ * (DeepSeek's latent attention: 512 + 64), on the one-warp-per-row and
+ * split kernels with more registers a lane (WIDE_DPL). The kernels used by
+ * default are the tiled versions
  * further down (blocks of rows share K/V or Q/dO tiles in shared memory);
  * the one-warp-per-row kernels right below are their reference
  * (TOY_CUDA_ATTN=simple). All are SIMT FP32. With BF16 math the tensor-core
@@ -28,60 +31,62 @@
 #include "backends/cuda/attention.cuh"
 
 #define MAX_DPL 8      /* elements per lane: head dim <= 256 */
+#define WIDE_DPL 18    /* the forward's wide heads: head dim <= 576 */
 #define WARPS 4
 
 /* row t of head h, batch b of x (rows contiguous, element type T) into
  * registers: lane l holds elements l, l + 32, ... */
-template <typename T>
+template <typename T, int DPL = MAX_DPL>
 __device__ __forceinline__ void load_row(const CT &x, int64_t h, int64_t t, int64_t b, int64_t D, float *r) {
     const T *row = (const T *)(x.data + h * x.nb[1] + t * x.nb[2] + b * x.nb[3]);
     int lane = threadIdx.x % 32;
 #pragma unroll
-    for (int i = 0; i < MAX_DPL; i++) {
+    for (int i = 0; i < DPL; i++) {
         int64_t d = lane + 32 * i;
         r[i] = d < D ? to_f(row[d]) : 0.0f;
     }
 }
 
+template <int DPL = MAX_DPL>
 __device__ __forceinline__ float dot_row(const float *r, const float *s) {
     float acc = 0.0f;
 #pragma unroll
-    for (int i = 0; i < MAX_DPL; i++) acc += r[i] * s[i];
+    for (int i = 0; i < DPL; i++) acc += r[i] * s[i];
     return warp_sum(acc);
 }
 
-template <typename KT>
+template <typename KT, int DPL = MAX_DPL>
 __global__ void k_attn_fwd(CT out, CT q, CT k, CT v, CT seg, at a, float *lse) {
     at_dyn(a);
     int64_t row = blockIdx.x * (int64_t)WARPS + threadIdx.x / 32; /* (b, t, h) in out order */
     if (row >= a.B * a.Tq * a.Hq) return;
     int64_t h = row % a.Hq, t = (row / a.Hq) % a.Tq, b = row / (a.Hq * a.Tq), g = h / a.group;
     int lane = threadIdx.x % 32;
-    float qr[MAX_DPL], kr[MAX_DPL], o[MAX_DPL];
-    load_row<float>(q, h, t, b, a.D, qr);
+    float qr[DPL], kr[DPL], o[DPL];
+    load_row<float, DPL>(q, h, t, b, a.D, qr);
 #pragma unroll
-    for (int i = 0; i < MAX_DPL; i++) o[i] = 0.0f;
+    for (int i = 0; i < DPL; i++) o[i] = 0.0f;
     int64_t j0, j1;
     key_range(a, t, &j0, &j1);
     int32_t my_seg = a.seg ? seg_at(seg, t, b) : 0;
     float m = -INFINITY, l = 0.0f;
     for (int64_t j = j0; j < j1; j++) {
         if (a.seg && seg_at(seg, j, b) != my_seg) continue;
-        load_row<KT>(k, g, j, b, a.D, kr);
+        load_row<KT, DPL>(k, g, j, b, a.D, kr);
         float c;
-        float s = score(a, dot_row(qr, kr), &c);
+        float s = score(a, dot_row<DPL>(qr, kr), &c);
         float mn = fmaxf(m, s);
         float corr = expf(m - mn), p = expf(s - mn);
         l = l * corr + p;
-        load_row<KT>(v, g, j, b, a.D, kr);
+        load_row<KT, DPL>(v, g, j, b, a.D, kr);
 #pragma unroll
-        for (int i = 0; i < MAX_DPL; i++) o[i] = o[i] * corr + p * kr[i];
+        for (int i = 0; i < DPL; i++) o[i] = o[i] * corr + p * kr[i];
         m = mn;
     }
     float *orow = (float *)(out.data + h * out.nb[1] + t * out.nb[2] + b * out.nb[3]);
     float inv = l > 0 ? 1.0f / l : 0.0f;
 #pragma unroll
-    for (int i = 0; i < MAX_DPL; i++) {
+    for (int i = 0; i < DPL; i++) {
         int64_t d = lane + 32 * i;
         if (d < a.D) orow[d] = o[i] * inv;
     }
@@ -450,7 +455,7 @@ __host__ __device__ __forceinline__ void split_chunk(int64_t Tk, int s, int64_t 
     *c1 = *c0 + per < Tk ? *c0 + per : Tk;
 }
 
-template <typename KT>
+template <typename KT, int DPL = MAX_DPL>
 __global__ void k_attn_split(CT q, CT k, CT v, at a, float *part) {
     at_dyn(a);
     int64_t w = blockIdx.x * (int64_t)WARPS + threadIdx.x / 32; /* (s, row) with row = (b, t, h) */
@@ -460,10 +465,10 @@ __global__ void k_attn_split(CT q, CT k, CT v, at a, float *part) {
     int sidx = (int)(w % SPLITS);
     int64_t h = row % a.Hq, t = (row / a.Hq) % a.Tq, b = row / (a.Hq * a.Tq), g = h / a.group;
     int lane = threadIdx.x % 32;
-    float qr[MAX_DPL], kr[MAX_DPL], o[MAX_DPL];
-    load_row<float>(q, h, t, b, a.D, qr);
+    float qr[DPL], kr[DPL], o[DPL];
+    load_row<float, DPL>(q, h, t, b, a.D, qr);
 #pragma unroll
-    for (int i = 0; i < MAX_DPL; i++) o[i] = 0.0f;
+    for (int i = 0; i < DPL; i++) o[i] = 0.0f;
     int64_t j0, j1, c0, c1;
     key_range(a, t, &j0, &j1);
     split_chunk(a.Tk, sidx, &c0, &c1);
@@ -471,20 +476,20 @@ __global__ void k_attn_split(CT q, CT k, CT v, at a, float *part) {
     if (c1 < j1) j1 = c1;
     float m = -INFINITY, l = 0.0f;
     for (int64_t j = j0; j < j1; j++) {
-        load_row<KT>(k, g, j, b, a.D, kr);
+        load_row<KT, DPL>(k, g, j, b, a.D, kr);
         float c;
-        float sc = score(a, dot_row(qr, kr), &c);
+        float sc = score(a, dot_row<DPL>(qr, kr), &c);
         float mn = fmaxf(m, sc);
         float corr = expf(m - mn), p = expf(sc - mn);
         l = l * corr + p;
-        load_row<KT>(v, g, j, b, a.D, kr);
+        load_row<KT, DPL>(v, g, j, b, a.D, kr);
 #pragma unroll
-        for (int i = 0; i < MAX_DPL; i++) o[i] = o[i] * corr + p * kr[i];
+        for (int i = 0; i < DPL; i++) o[i] = o[i] * corr + p * kr[i];
         m = mn;
     }
     float *pp = part + w * (a.D + 2); /* (m, l, o[D]) */
 #pragma unroll
-    for (int i = 0; i < MAX_DPL; i++) {
+    for (int i = 0; i < DPL; i++) {
         int64_t d = lane + 32 * i;
         if (d < a.D) pp[2 + d] = o[i];
     }
@@ -494,6 +499,7 @@ __global__ void k_attn_split(CT q, CT k, CT v, at a, float *part) {
     }
 }
 
+template <int DPL = MAX_DPL>
 __global__ void k_attn_merge(CT out, at a, const float *part, float *lse) {
     int64_t row = blockIdx.x * (int64_t)WARPS + threadIdx.x / 32;
     if (row >= a.B * a.Tq * a.Hq) return;
@@ -502,9 +508,9 @@ __global__ void k_attn_merge(CT out, at a, const float *part, float *lse) {
     const float *pr = part + row * SPLITS * (a.D + 2);
     float M = -INFINITY;
     for (int s = 0; s < SPLITS; s++) M = fmaxf(M, pr[s * (a.D + 2)]);
-    float L = 0.0f, o[MAX_DPL];
+    float L = 0.0f, o[DPL];
 #pragma unroll
-    for (int i = 0; i < MAX_DPL; i++) o[i] = 0.0f;
+    for (int i = 0; i < DPL; i++) o[i] = 0.0f;
     if (M != -INFINITY)
         for (int s = 0; s < SPLITS; s++) {
             const float *pp = pr + s * (a.D + 2);
@@ -512,7 +518,7 @@ __global__ void k_attn_merge(CT out, at a, const float *part, float *lse) {
             float f = expf(pp[0] - M);
             L += pp[1] * f;
 #pragma unroll
-            for (int i = 0; i < MAX_DPL; i++) {
+            for (int i = 0; i < DPL; i++) {
                 int64_t d = lane + 32 * i;
                 if (d < a.D) o[i] += pp[2 + d] * f;
             }
@@ -520,7 +526,7 @@ __global__ void k_attn_merge(CT out, at a, const float *part, float *lse) {
     float *orow = (float *)(out.data + h * out.nb[1] + t * out.nb[2] + b * out.nb[3]);
     float inv = L > 0 ? 1.0f / L : 0.0f;
 #pragma unroll
-    for (int i = 0; i < MAX_DPL; i++) {
+    for (int i = 0; i < DPL; i++) {
         int64_t d = lane + 32 * i;
         if (d < a.D) orow[d] = o[i] * inv;
     }
@@ -570,7 +576,8 @@ extern "C" size_t toy_cu_attention_work(const struct toy_cu_node *n, bool lean) 
     return di_bytes(a) + (lean ? 0 : ds_bytes(n, a, &ldT));
 }
 
-static int check_shape(const at &a, const CT &q, const CT &k, const CT &v, char *msg, size_t msg_size) {
+static int check_shape(const at &a, const CT &q, const CT &k, const CT &v, char *msg, size_t msg_size,
+                       int max_dpl = MAX_DPL) {
     if ((k.type != TOY_F32 && k.type != TOY_F16) || k.type != v.type || q.type != TOY_F32) {
         snprintf(msg, msg_size, "attention reads f32 q and f32 or f16 k, v");
         return TOY_ERR_UNSUPPORTED;
@@ -580,8 +587,8 @@ static int check_shape(const at &a, const CT &q, const CT &k, const CT &v, char 
         snprintf(msg, msg_size, "attention needs rows with contiguous elements");
         return TOY_ERR_UNSUPPORTED;
     }
-    if (a.D > 32 * MAX_DPL) {
-        snprintf(msg, msg_size, "head dim %lld is over the CUDA kernel's %d", (long long)a.D, 32 * MAX_DPL);
+    if (a.D > 32 * max_dpl) {
+        snprintf(msg, msg_size, "head dim %lld is over the CUDA kernel's %d", (long long)a.D, 32 * max_dpl);
         return TOY_ERR_UNSUPPORTED;
     }
     return 0;
@@ -590,7 +597,7 @@ static int check_shape(const at &a, const CT &q, const CT &k, const CT &v, char 
 extern "C" int toy_cu_attention(const struct toy_cu_node *n, char *msg, size_t msg_size) {
     const CT &q = n->src[0], &k = n->src[1], &v = n->src[2];
     at a = at_shape(n, q, k);
-    int rc = check_shape(a, q, k, v, msg, msg_size);
+    int rc = check_shape(a, q, k, v, msg, msg_size, WIDE_DPL);
     if (rc) return rc;
     CT seg = a.seg ? n->src[4] : CT{};
     float *lse = (float *)(n->dst.data + n->dst_nbytes);
@@ -598,6 +605,21 @@ extern "C" int toy_cu_attention(const struct toy_cu_node *n, char *msg, size_t m
     if (n->op_params[P_AT_FUSED] && (rc = toy_cu_attention_prologue(n, msg, msg_size))) return rc;
     if (!rows) return 0;
     cudaStream_t s = CU_STREAM(n);
+    if (a.D > 32 * MAX_DPL) { /* wide heads: the split kernels for decode, else a warp a row */
+        bool f16 = k.type == TOY_F16;
+        if (use_split(n)) {
+            float *part = (float *)n->work;
+            unsigned blocks = (unsigned)cdiv(rows * SPLITS, WARPS);
+            if (f16) k_attn_split<__half, WIDE_DPL><<<blocks, 32 * WARPS, 0, s>>>(q, k, v, a, part);
+            else k_attn_split<float, WIDE_DPL><<<blocks, 32 * WARPS, 0, s>>>(q, k, v, a, part);
+            k_attn_merge<WIDE_DPL><<<(unsigned)cdiv(rows, WARPS), 32 * WARPS, 0, s>>>(n->dst, a, part, lse);
+        } else if (f16) {
+            k_attn_fwd<__half, WIDE_DPL><<<(unsigned)cdiv(rows, WARPS), 32 * WARPS, 0, s>>>(n->dst, q, k, v, seg, a, lse);
+        } else {
+            k_attn_fwd<float, WIDE_DPL><<<(unsigned)cdiv(rows, WARPS), 32 * WARPS, 0, s>>>(n->dst, q, k, v, seg, a, lse);
+        }
+        return launch_status("attention (wide heads)", msg, msg_size);
+    }
     if (use_split(n) && !use_simple()) {
         float *part = (float *)n->work;
         unsigned blocks = (unsigned)cdiv(rows * SPLITS, WARPS);

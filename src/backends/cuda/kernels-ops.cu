@@ -705,25 +705,31 @@ __global__ void k_view_back(CT dst, CT dy, CT view, int64_t off, bool store) {
 /* n_past is read on the device (the I32 leaf uploaded with each run), so a
  * captured decode graph replays unchanged from step to step */
 /* MOE_ROUTE: a thread a row of router logits, as toy_cpu_moe_route: the
- * softmax over the E experts, its k largest (ties to the lower index, a NaN
- * never above another), renormalised when `norm`; ids into dst, weights to w */
-__global__ void k_moe_route(CT dst, CT lg, int k, bool norm, float *w) {
+ * experts' scores (softmax over the E experts, or each one's sigmoid), the
+ * k largest of the scores plus bias (if any; ties to the lower index, a NaN
+ * never above another), weighed by their unbiased scores, renormalised when
+ * `norm`; ids into dst, weights to w */
+__global__ void k_moe_route(CT dst, CT lg, int k, bool norm, bool sigmoid, const float *bias, float *w) {
     int64_t r = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, E = lg.ne[0];
     if (r >= dst.ne[1]) return;
     const float *x = (const float *)(lg.data + r * lg.nb[1]);
     int32_t *id = (int32_t *)(dst.data + r * dst.nb[1]);
-    float mx = -INFINITY, sum = 0, picked = 0;
-    for (int64_t e = 0; e < E; e++) mx = fmaxf(mx, x[e]);
-    for (int64_t e = 0; e < E; e++) sum += expf(x[e] - mx);
+    float mx = -INFINITY, sum = sigmoid ? 1.0f : 0.0f, picked = 0;
+    if (!sigmoid) {
+        for (int64_t e = 0; e < E; e++) mx = fmaxf(mx, x[e]);
+        for (int64_t e = 0; e < E; e++) sum += expf(x[e] - mx);
+    }
     for (int s = 0; s < k; s++) {
         int64_t best = -1;
-        float bp = 0;
+        float bp = 0, bc = 0;
         for (int64_t e = 0; e < E; e++) {
             bool taken = false;
             for (int q = 0; q < s; q++) taken |= id[q] == e;
-            float p = expf(x[e] - mx);
+            float p = sigmoid ? 1.0f / (1.0f + expf(-x[e])) : expf(x[e] - mx);
             if (!(p >= 0)) p = 0;
-            if (!taken && (best < 0 || p > bp)) best = e, bp = p;
+            float c = bias ? p / sum + bias[e] : p;
+            if (isnan(c)) c = -INFINITY;
+            if (!taken && (best < 0 || c > bc)) best = e, bp = p, bc = c;
         }
         id[s] = (int32_t)best;
         w[r * k + s] = bp / sum;
@@ -1042,6 +1048,8 @@ extern "C" int toy_cu_run(const struct toy_cu_node *n, char *msg, size_t msg_siz
         break;
     case TOY_OP_MOE_ROUTE:
         k_moe_route<<<grid_for(d.ne[1], 64), 64, 0, s>>>(d, src[0], n->op_params[0], n->op_params[1] != 0,
+                                                        n->op_params[2] != 0,
+                                                        n->has_src[1] ? (const float *)src[1].data : nullptr,
                                                         (float *)(d.data + n->dst_nbytes));
         break;
     case TOY_OP_MOE_MATMUL: { /* src[2]: the route, its weights after its ids */
