@@ -299,7 +299,7 @@ static int bench_file(struct toy_threadpool *tp, int nth, const char *path) {
             sr = sus;
         }
     }
-    const char *wt = toy_dtype_name(m->layers[0].wq->type);
+    const char *wt = toy_dtype_name(m->layers[0].wo->type);
     double gbs = triad > rd ? triad : rd;
     double bytes = toy_llama_decode_bytes(m);
     printf("{\"bench\":\"file\",\"dtype\":\"%s\",\"threads\":%d,\"prefill_tok_s\":%.1f,\"decode_tok_s\":%.1f,"

@@ -152,7 +152,9 @@ int toy_cmd_bench(int argc, char **argv) {
         bytes = toy_llama_decode_bytes(m);
         kv_row = 2.0 * (double)m->cfg.n_layers * (double)m->cfg.n_kv_heads * (double)toy_llama_head_dim(&m->cfg) *
                  (kv_type == TOY_F16 ? 2 : 4);
-        wtype = m->layers[0].wq->type;
+        if (m->cfg.kv_lora_rank) /* latent attention: one latent a position and layer, the keys and the values */
+            kv_row = (double)m->cfg.n_layers * (double)(m->cfg.kv_lora_rank + m->cfg.rope_dim) * (kv_type == TOY_F16 ? 2 : 4);
+        wtype = m->layers[0].wo->type;
     }
     int rc = 0;
     int32_t *prompt = NULL;

@@ -471,7 +471,7 @@ static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll
                                   slash ? slash + 1 : c.base, "vocab", (json_int_t)mc->vocab, "d_model", (json_int_t)mc->d_model,
                                   "n_layers", (json_int_t)mc->n_layers, "n_heads", (json_int_t)mc->n_heads, "n_kv",
                                   (json_int_t)mc->n_kv_heads, "d_head", (json_int_t)toy_llama_head_dim(mc), "d_ff",
-                                  (json_int_t)mc->d_ff, "weight_type", toy_dtype_name(m->layers[0].wq->type),
+                                  (json_int_t)mc->d_ff, "weight_type", toy_dtype_name(m->layers[0].wo->type),
                                   "n_params", (json_int_t)toy_llama_n_params(m), "n_trainable", (json_int_t)trainable);
         json_t *config = cfg_json(&c);
         if (c.resume) json_object_set_new(config, "resumed_from_step", json_integer(toy_finetuner_step(ft)));
@@ -482,7 +482,7 @@ static int ft_main(struct cfg *cp, bool given_steps, struct toy_collective *coll
         if (!c.json)
             fprintf(stderr, "toy finetune: run %s -> %s\n              %s on %s (%s), %lld trainable of %lld parameters, "
                     "%lld train / %lld held-out examples (%lld dropped: no completion token within the context), batch %lld x %lld%s, %lld steps%s\n",
-                    run_id, run_dir, c.method, c.base, toy_dtype_name(m->layers[0].wq->type), (long long)trainable,
+                    run_id, run_dir, c.method, c.base, toy_dtype_name(m->layers[0].wo->type), (long long)trainable,
                     (long long)toy_llama_n_params(m), (long long)toy_sft_n_train(data),
                     (long long)toy_sft_n_heldout(data), (long long)toy_sft_dropped(data), (long long)c.o.batch,
                     (long long)c.ctx, world > 1 ? " per rank" : "", (long long)toy_finetuner_steps(ft),

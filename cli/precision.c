@@ -14,6 +14,6 @@ bool toy_cli_infer_bf16(const char *cmd, struct toy_llama *m, struct toy_gpt2 *g
     else
         fprintf(stderr, "toy %s: note: --bf16 changes the products of f32 and f16 weights only; this model's are %s, "
                 "which keep their own kernels\n", cmd,
-                toy_dtype_name(m ? m->layers[0].wq->type : g->layers[0].w_qkv->type));
+                toy_dtype_name(m ? m->layers[0].wo->type : g->layers[0].w_qkv->type));
     return false;
 }

@@ -190,10 +190,11 @@ static void convert(const char *model, enum toy_dtype type, char *out, size_t ou
 
 Test(hf_import, every_architecture_converts_exactly, .timeout = 300) {
     if (!make_models()) cr_skip("python3 with torch not available");
-    const char *models[] = {"llama", "mistral", "qwen2", "qwen3", "gemma2", "gpt2",
-                            "mixtral", "qwen2_moe", "qwen3_moe", "olmoe"};
-    const char *archs[] = {"llama", "llama", "qwen2", "qwen3", "gemma2", "gpt2", "llama", "qwen2moe", "qwen3moe", "olmoe"};
-    const uint32_t experts[] = {0, 0, 0, 0, 0, 0, 4, 6, 8, 4}, used[] = {0, 0, 0, 0, 0, 0, 2, 2, 3, 2};
+    const char *models[] = {"llama",   "mistral",   "qwen2",     "qwen3", "gemma2",      "gpt2",
+                            "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3"};
+    const char *archs[] = {"llama", "llama",    "qwen2",    "qwen3", "gemma2",    "gpt2",
+                           "llama", "qwen2moe", "qwen3moe", "olmoe", "deepseek2", "deepseek2"};
+    const uint32_t experts[] = {0, 0, 0, 0, 0, 0, 4, 6, 8, 4, 6, 6}, used[] = {0, 0, 0, 0, 0, 0, 2, 2, 3, 2, 2, 2};
     char out[512];
     for (size_t m = 0; m < sizeof models / sizeof models[0]; m++) {
         struct toy_convert_report r;
@@ -207,16 +208,18 @@ Test(hf_import, every_architecture_converts_exactly, .timeout = 300) {
         cr_expect_str_eq(arch, archs[m]);
         char key[128];
         uint32_t u;
+        bool deepseek = !strcmp(arch, "deepseek2");
         snprintf(key, sizeof key, "%s.block_count", arch);
         cr_expect_eq(toy_gguf_get_u32(g, key, &u), TOY_OK);
-        cr_expect_eq(u, 2);
+        cr_expect_eq(u, deepseek ? 3 : 2);
         snprintf(key, sizeof key, "%s.attention.head_count", arch);
         cr_expect_eq(toy_gguf_get_u32(g, key, &u), TOY_OK);
         cr_expect_eq(u, 4);
         if (strcmp(arch, "gpt2")) {
             snprintf(key, sizeof key, "%s.attention.head_count_kv", arch);
             cr_expect_eq(toy_gguf_get_u32(g, key, &u), TOY_OK);
-            cr_expect_eq(u, strcmp(models[m], "olmoe") ? 2 : 4); /* llama.cpp's OLMoE has no GQA */
+            /* llama.cpp's OLMoE has no GQA; DeepSeek's latent is one kv head */
+            cr_expect_eq(u, deepseek ? 1 : strcmp(models[m], "olmoe") ? 2 : 4);
             float f;
             snprintf(key, sizeof key, "%s.rope.freq_base", arch);
             cr_expect_eq(toy_gguf_get_f32(g, key, &f), TOY_OK);
@@ -239,7 +242,20 @@ Test(hf_import, every_architecture_converts_exactly, .timeout = 300) {
             cr_expect_eq(toy_gguf_get_u32(g, "qwen3.attention.key_length", &u), TOY_OK);
             cr_expect_eq(u, 32);
         }
-        if (experts[m]) { /* a mixture: its counts, and each expert width where llama.cpp reads it */
+        if (deepseek) { /* the latent's keys, as llama.cpp's DeepseekV2Model writes them */
+            const char *keys[] = {"attention.kv_lora_rank", "attention.key_length", "attention.value_length",
+                                  "attention.key_length_mla", "attention.value_length_mla", "rope.dimension_count",
+                                  "leading_dense_block_count", "expert_shared_count", "expert_feed_forward_length",
+                                  "expert_gating_func"};
+            const uint32_t want[] = {32, 40, 32, 24, 16, 8, 1, m == 10 ? 2 : 1, 32, m == 10 ? 1 : 2};
+            for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+                snprintf(key, sizeof key, "deepseek2.%s", keys[i]);
+                cr_expect(toy_gguf_get_u32(g, key, &u) == TOY_OK && u == want[i], "%s: %s %u, not %u", models[m], key,
+                          u, want[i]);
+            }
+            snprintf(key, sizeof key, "deepseek2.attention.q_lora_rank");
+            cr_expect_eq(toy_gguf_get_u32(g, key, &u) == TOY_OK, m == 11, "%s: %s", models[m], key);
+        } else if (experts[m]) { /* a mixture: its counts, and each expert width where llama.cpp reads it */
             snprintf(key, sizeof key, "%s.expert_count", arch);
             cr_expect(toy_gguf_get_u32(g, key, &u) == TOY_OK && u == experts[m], "%s: %s", models[m], key);
             snprintf(key, sizeof key, "%s.expert_used_count", arch);
@@ -348,5 +364,35 @@ Test(hf_import, gemma2_attention_scalar_a_gguf_cannot_hold_is_refused) {
     cr_expect_eq(toy_hf_convert(th_dir, path, &o, NULL), TOY_ERR_UNSUPPORTED, "%s", toy_last_error());
     cr_expect(strstr(toy_last_error(), "query_pre_attn_scalar 64, not 16"), "%s", toy_last_error());
     cr_expect(access(path, F_OK) != 0, "an output was written");
+    th_rmdir();
+}
+
+/* DeepSeek routing and YaRN that GGUF's keys cannot hold are refused, naming the keys, before any weight is read:
+ * routing within a few of the expert groups (DeepSeek-V2 and V3 at full size), a rotation correction (mscale)
+ * unlike the attention's (mscale_all_dim), and V2's renormalised weights with a scale (V2 applies one, readers
+ * both) */
+Test(hf_import, deepseek_routing_a_gguf_cannot_hold_is_refused) {
+    th_mkdir("dsr");
+    const char *extra[] = {"\"model_type\":\"deepseek_v3\",\"topk_method\":\"noaux_tc\",\"n_group\":8,\"topk_group\":4",
+                           "\"model_type\":\"deepseek_v3\",\"rope_scaling\":{\"type\":\"yarn\",\"factor\":40,"
+                           "\"original_max_position_embeddings\":4096,\"mscale\":1.0,\"mscale_all_dim\":0.707}",
+                           "\"model_type\":\"deepseek_v2\",\"norm_topk_prob\":true,\"routed_scaling_factor\":16"};
+    const char *want[] = {"within 4 of 8 expert groups", "mscale 1 and mscale_all_dim 0.707", "routed_scaling_factor 16"};
+    for (int i = 0; i < 3; i++) {
+        char path[300];
+        snprintf(path, sizeof path, "%s/config.json", th_dir);
+        FILE *f = fopen(path, "w");
+        cr_assert(f);
+        fprintf(f, "{\"hidden_size\":64,\"num_hidden_layers\":2,\"num_attention_heads\":4,\"intermediate_size\":128,"
+                "\"vocab_size\":100,\"kv_lora_rank\":32,\"qk_rope_head_dim\":8,\"qk_nope_head_dim\":16,"
+                "\"v_head_dim\":16,\"n_routed_experts\":8,\"num_experts_per_tok\":2,\"moe_intermediate_size\":32,"
+                "\"n_shared_experts\":1,\"first_k_dense_replace\":1,%s}", extra[i]);
+        fclose(f);
+        snprintf(path, sizeof path, "%s/out.gguf", th_dir);
+        struct toy_convert_opts o = {.type = TOY_F32};
+        cr_expect_eq(toy_hf_convert(th_dir, path, &o, NULL), TOY_ERR_UNSUPPORTED, "case %d: %s", i, toy_last_error());
+        cr_expect(strstr(toy_last_error(), want[i]), "case %d: %s", i, toy_last_error());
+        cr_expect(access(path, F_OK) != 0, "an output was written");
+    }
     th_rmdir();
 }

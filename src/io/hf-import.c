@@ -25,10 +25,11 @@
 #include <sys/stat.h>
 
 enum arch { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_GEMMA2, ARCH_GPT2, ARCH_MIXTRAL, ARCH_QWEN2MOE, ARCH_QWEN3MOE,
-            ARCH_OLMOE };
-/* the GGUF architecture of each (llama.cpp's: Mixtral is a "llama" with experts) */
+            ARCH_OLMOE, ARCH_DEEPSEEK2 };
+/* the GGUF architecture of each (llama.cpp's: Mixtral is a "llama" with experts; DeepSeek-V2 and V3 are
+ * "deepseek2") */
 static const char *const arch_names[] = {"llama", "qwen2", "qwen3", "gemma2", "gpt2", "llama", "qwen2moe", "qwen3moe",
-                                         "olmoe"};
+                                         "olmoe", "deepseek2"};
 
 uint32_t toy_file_type_for(enum toy_dtype t) {
     switch (t) {
@@ -63,6 +64,10 @@ struct job {
     bool add_one;           /* Gemma norms: 1 + w */
     float *values;          /* computed tensors (rope_freqs) */
     int64_t *experts;       /* a mixture's stacked experts: ne[2] safetensors indices, one matrix each */
+    /* DeepSeek's kv_b_proj {kv_lora, H (nope + v)}: 1 its keys' part per head, transposed (attn_k_b
+     * {nope, kv_lora, H}), 2 its values' (attn_v_b {kv_lora, v, H}); nope and v the heads' widths */
+    int kv_b_part;
+    int64_t kv_b_nope, kv_b_v;
     char name[TOY_GGUF_NAME_MAX];
     int64_t order;          /* position in the file (see job_order) */
 };
@@ -138,7 +143,21 @@ static enum toy_status fill_job(void *ctx, void *dst, size_t nbytes) {
     float *a = malloc((size_t)(n ? n : 1) * sizeof(float));
     if (!a) return toy_error(TOY_ERR_NOMEM, "out of memory");
     enum toy_status e = TOY_OK;
-    if (j->values) memcpy(a, j->values, (size_t)n * sizeof(float));
+    if (j->kv_b_part) { /* one part of every head's rows of kv_b_proj */
+        const int64_t r = j->kv_b_part == 1 ? j->ne[1] : j->ne[0], H = j->ne[2], dn = j->kv_b_nope, dv = j->kv_b_v;
+        float *kv = malloc((size_t)(H * (dn + dv) * r) * sizeof(float));
+        if (!kv) { free(a); return toy_error(TOY_ERR_NOMEM, "out of memory"); }
+        e = toy_safetensors_read_f32(j->st, j->src, kv, H * (dn + dv) * r);
+        for (int64_t h = 0; h < H && !e; h++) {
+            const float *rows = kv + h * (dn + dv) * r;
+            if (j->kv_b_part == 1)
+                for (int64_t x = 0; x < r; x++)
+                    for (int64_t i = 0; i < dn; i++) a[(h * r + x) * dn + i] = rows[i * r + x];
+            else
+                memcpy(a + h * dv * r, rows + dn * r, (size_t)(dv * r) * sizeof(float));
+        }
+        free(kv);
+    } else if (j->values) memcpy(a, j->values, (size_t)n * sizeof(float));
     else if (j->experts) /* the experts' matrices one after another */
         for (int64_t x = 0; x < j->ne[2] && !e; x++)
             e = toy_safetensors_read_f32(j->st, j->experts[x], a + x * j->ne[0] * j->ne[1], j->ne[0] * j->ne[1]);
@@ -192,6 +211,11 @@ struct hp {
     enum arch arch;
     int64_t n_vocab, n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx, head_dim;
     int64_t n_expert, n_expert_used, n_ff_exp, n_ff_shexp; /* a mixture of experts (n_expert 0: none) */
+    /* DeepSeek: latent ranks, the heads' rotated, unrotated and value widths, the dense layers first, the shared
+     * experts' count, the routing */
+    int64_t kv_lora, q_lora, rope_dim, nope, v_dim, dense_lead, n_shexp;
+    bool sigmoid, norm_topk;
+    double routed_scale;
     double eps, rope_base;
     bool tied;
 };
@@ -199,7 +223,70 @@ struct hp {
 /* A mixture's config: every layer sparse (toy's graph has no dense layers
  * among sparse ones), and the routing weights renormalised or not as the
  * GGUF architecture's readers do it (GGUF has no key for it). */
+/* DeepSeek-V2 and V3 (modeling_deepseek.py's config): latent attention, the
+ * first first_k_dense_replace layers dense, the others mixtures with
+ * n_shared_experts shared experts; the routing as llama.cpp's deepseek2
+ * reads it from its keys. Group-limited routing that drops groups, and
+ * YaRN whose rotation and attention corrections differ (mscale against
+ * mscale_all_dim), have no GGUF keys: refused. */
+static enum toy_status read_deepseek(const char *dir, json_t *c, struct hp *h) {
+    enum toy_status e;
+    h->kv_lora = cfg_int(c, "kv_lora_rank", 0);
+    h->q_lora = cfg_int(c, "q_lora_rank", 0); /* null in V2-Lite: queries straight from q_proj */
+    h->rope_dim = cfg_int(c, "qk_rope_head_dim", 0);
+    h->nope = cfg_int(c, "qk_nope_head_dim", 0);
+    h->v_dim = cfg_int(c, "v_head_dim", 0);
+    h->n_expert = cfg_int(c, "n_routed_experts", 0);
+    h->n_expert_used = cfg_int(c, "num_experts_per_tok", 0);
+    h->n_ff_exp = cfg_int(c, "moe_intermediate_size", 0);
+    h->n_shexp = cfg_int(c, "n_shared_experts", 0);
+    h->dense_lead = cfg_int(c, "first_k_dense_replace", 0);
+    h->routed_scale = cfg_num(c, "routed_scaling_factor", 1.0);
+    h->norm_topk = json_is_true(json_object_get(c, "norm_topk_prob"));
+    const char *sf = json_string_value(json_object_get(c, "scoring_func"));
+    h->sigmoid = sf && !strcmp(sf, "sigmoid");
+    if ((e = need_pos(dir, "kv_lora_rank", h->kv_lora)) || (e = need_pos(dir, "qk_rope_head_dim", h->rope_dim)) ||
+        (e = need_pos(dir, "qk_nope_head_dim", h->nope)) || (e = need_pos(dir, "v_head_dim", h->v_dim)))
+        return e;
+    if (sf && strcmp(sf, "softmax") && strcmp(sf, "sigmoid"))
+        return toy_error(TOY_ERR_UNSUPPORTED, "%s/config.json: scoring_func '%s' (toy scores by softmax or sigmoid)",
+                         dir, sf);
+    if (h->n_expert) {
+        if ((e = need_pos(dir, "num_experts_per_tok", h->n_expert_used)) ||
+            (e = need_pos(dir, "moe_intermediate_size", h->n_ff_exp)))
+            return e;
+        if (h->n_expert_used > h->n_expert || h->n_expert_used > 64)
+            return toy_error(TOY_ERR_FORMAT, "%s/config.json: %lld experts a token of %lld", dir,
+                             (long long)h->n_expert_used, (long long)h->n_expert);
+        if (cfg_int(c, "moe_layer_freq", 1) != 1 || h->dense_lead < 0 || h->dense_lead > h->n_layer)
+            return toy_error(TOY_ERR_UNSUPPORTED, "%s/config.json: mixture layers other than all those after the "
+                             "first first_k_dense_replace (moe_layer_freq %lld)", dir,
+                             (long long)cfg_int(c, "moe_layer_freq", 1));
+        const char *tm = json_string_value(json_object_get(c, "topk_method"));
+        int64_t groups = cfg_int(c, "n_group", 1), used = cfg_int(c, "topk_group", groups);
+        if (tm && strcmp(tm, "greedy") && groups > 1 && used < groups)
+            return toy_error(TOY_ERR_UNSUPPORTED, "%s/config.json: %s routing within %lld of %lld expert groups is "
+                             "not supported", dir, tm, (long long)used, (long long)groups);
+        /* modeling_deepseek (V2) scales the weights only when it does not renormalise them; llama.cpp does both */
+        const char *mt = json_string_value(json_object_get(c, "model_type"));
+        if (mt && !strcmp(mt, "deepseek_v2") && h->norm_topk && h->routed_scale != 1.0)
+            return toy_error(TOY_ERR_UNSUPPORTED, "%s/config.json: norm_topk_prob with routed_scaling_factor %g: "
+                             "DeepSeek-V2 applies one or the other, a GGUF reader both", dir, h->routed_scale);
+    } else {
+        h->dense_lead = 0;
+    }
+    json_t *rs = json_object_get(c, "rope_scaling");
+    if (json_is_object(rs) && cfg_num(rs, "mscale", 0) != cfg_num(rs, "mscale_all_dim", 0) &&
+        cfg_num(rs, "mscale", 0) != 0)
+        return toy_error(TOY_ERR_UNSUPPORTED, "%s/config.json: rope_scaling mscale %g and mscale_all_dim %g differ: "
+                         "GGUF keeps the attention's correction only", dir, cfg_num(rs, "mscale", 0),
+                         cfg_num(rs, "mscale_all_dim", 0));
+    h->head_dim = h->nope + h->rope_dim;
+    return TOY_OK;
+}
+
 static enum toy_status read_experts(const char *dir, json_t *c, struct hp *h) {
+    if (h->arch == ARCH_DEEPSEEK2) return read_deepseek(dir, c, h);
     if (h->arch != ARCH_MIXTRAL && h->arch != ARCH_QWEN2MOE && h->arch != ARCH_QWEN3MOE && h->arch != ARCH_OLMOE)
         return TOY_OK;
     bool mixtral = h->arch == ARCH_MIXTRAL;
@@ -241,8 +328,9 @@ static enum toy_status read_config(const char *dir, json_t *c, struct hp *h) {
     else if (!strcmp(mt, "qwen2_moe")) h->arch = ARCH_QWEN2MOE;
     else if (!strcmp(mt, "qwen3_moe")) h->arch = ARCH_QWEN3MOE;
     else if (!strcmp(mt, "olmoe")) h->arch = ARCH_OLMOE;
+    else if (!strcmp(mt, "deepseek_v2") || !strcmp(mt, "deepseek_v3")) h->arch = ARCH_DEEPSEEK2;
     else return toy_error(TOY_ERR_UNSUPPORTED, "%s/config.json: model_type '%s' (supported: llama, mistral, qwen2, "
-                          "qwen3, gemma2, gpt2, mixtral, qwen2_moe, qwen3_moe, olmoe)", dir, mt);
+                          "qwen3, gemma2, gpt2, mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v2, deepseek_v3)", dir, mt);
     enum toy_status e;
     h->n_vocab = cfg_int(c, "vocab_size", 0);
     if (h->arch == ARCH_GPT2) {
@@ -271,8 +359,8 @@ static enum toy_status read_config(const char *dir, json_t *c, struct hp *h) {
         (e = need_pos(dir, "num_hidden_layers", h->n_layer)) || (e = need_pos(dir, "num_attention_heads", h->n_head)) ||
         (e = need_pos(dir, "num_key_value_heads", h->n_head_kv)) || (e = need_pos(dir, "intermediate_size", h->n_ff)))
         return e;
-    if ((e = read_experts(dir, c, h))) return e;
     h->head_dim = cfg_int(c, "head_dim", h->n_embd / h->n_head);
+    if ((e = read_experts(dir, c, h))) return e;
     if (h->head_dim <= 0 || h->n_head % h->n_head_kv)
         return toy_error(TOY_ERR_FORMAT, "%s/config.json: %lld heads, %lld kv heads, head_dim %lld do not fit",
                          dir, (long long)h->n_head, (long long)h->n_head_kv, (long long)h->head_dim);
@@ -299,7 +387,7 @@ static enum toy_status read_config(const char *dir, json_t *c, struct hp *h) {
             return toy_error(TOY_ERR_UNSUPPORTED, "%s/config.json: rope_scaling type '%s' (toy knows linear, yarn, "
                              "llama3)", dir, rt ? rt : "(none)");
         double prf = cfg_num(c, "partial_rotary_factor", 1.0);
-        if (prf != 1.0)
+        if (prf != 1.0 && h->arch != ARCH_DEEPSEEK2)
             return toy_error(TOY_ERR_UNSUPPORTED, "%s/config.json: partial_rotary_factor %g: toy rotates whole heads",
                              dir, prf);
     }
@@ -322,10 +410,31 @@ static enum toy_status write_hparams(struct toy_gguf_writer *w, const struct hp 
         e |= toy_gguf_writer_set_f32(w, KEY("attention.layer_norm_epsilon"), (float)h->eps);
         return e ? toy_error(TOY_ERR_NOMEM, "out of memory (metadata)") : TOY_OK;
     }
-    e |= toy_gguf_writer_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)h->n_head_kv);
+    e |= toy_gguf_writer_set_u32(w, KEY("attention.head_count_kv"),
+                                 (uint32_t)(h->arch == ARCH_DEEPSEEK2 ? 1 : h->n_head_kv)); /* MLA: one latent */
     e |= toy_gguf_writer_set_f32(w, KEY("rope.freq_base"), (float)h->rope_base);
     e |= toy_gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), (float)h->eps);
-    if (json_object_get(c, "head_dim")) {
+    if (h->arch == ARCH_DEEPSEEK2) { /* llama.cpp's MLA layout (toy_llama_write_gguf writes the same keys) */
+        e |= toy_gguf_writer_set_u32(w, KEY("vocab_size"), (uint32_t)h->n_vocab);
+        e |= toy_gguf_writer_set_u32(w, KEY("attention.kv_lora_rank"), (uint32_t)h->kv_lora);
+        if (h->q_lora > 0) e |= toy_gguf_writer_set_u32(w, KEY("attention.q_lora_rank"), (uint32_t)h->q_lora);
+        e |= toy_gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)(h->kv_lora + h->rope_dim));
+        e |= toy_gguf_writer_set_u32(w, KEY("attention.value_length"), (uint32_t)h->kv_lora);
+        e |= toy_gguf_writer_set_u32(w, KEY("attention.key_length_mla"), (uint32_t)(h->nope + h->rope_dim));
+        e |= toy_gguf_writer_set_u32(w, KEY("attention.value_length_mla"), (uint32_t)h->v_dim);
+        e |= toy_gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)h->rope_dim);
+        if (h->n_expert) {
+            e |= toy_gguf_writer_set_u32(w, KEY("leading_dense_block_count"), (uint32_t)h->dense_lead);
+            e |= toy_gguf_writer_set_u32(w, KEY("expert_shared_count"), (uint32_t)h->n_shexp);
+            e |= toy_gguf_writer_set_f32(w, KEY("expert_weights_scale"), (float)h->routed_scale);
+            e |= toy_gguf_writer_set_bool(w, KEY("expert_weights_norm"), h->norm_topk);
+            e |= toy_gguf_writer_set_u32(w, KEY("expert_gating_func"), h->sigmoid ? 2 : 1);
+        }
+        json_t *rsd = json_object_get(c, "rope_scaling");
+        if (json_is_object(rsd) && cfg_num(rsd, "mscale_all_dim", 0) != 0)
+            e |= toy_gguf_writer_set_f32(w, KEY("rope.scaling.yarn_log_multiplier"),
+                                         (float)(0.1 * cfg_num(rsd, "mscale_all_dim", 0)));
+    } else if (json_object_get(c, "head_dim")) {
         e |= toy_gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)h->head_dim);
         e |= toy_gguf_writer_set_u32(w, KEY("attention.value_length"), (uint32_t)h->head_dim);
     }
@@ -355,7 +464,7 @@ static enum toy_status write_hparams(struct toy_gguf_writer *w, const struct hp 
         if (!strcmp(rt, "yarn")) {
             e |= toy_gguf_writer_set_u32(w, KEY("rope.scaling.original_context_length"),
                                          (uint32_t)cfg_int(rs, "original_max_position_embeddings", h->n_ctx));
-            if (json_is_number(json_object_get(rs, "attention_factor")))
+            if (h->arch != ARCH_DEEPSEEK2 && json_is_number(json_object_get(rs, "attention_factor")))
                 e |= toy_gguf_writer_set_f32(w, KEY("rope.scaling.attn_factor"),
                                              (float)cfg_num(rs, "attention_factor", 0.0));
         }
@@ -407,6 +516,9 @@ static const char *map_expert(const struct hp *h, const char *rest, long *expert
     if (!strcmp(rest, "shared_expert.gate_proj")) return "ffn_gate_shexp";
     if (!strcmp(rest, "shared_expert.up_proj")) return "ffn_up_shexp";
     if (!strcmp(rest, "shared_expert.down_proj")) return "ffn_down_shexp";
+    if (!strcmp(rest, "shared_experts.gate_proj")) return "ffn_gate_shexp"; /* DeepSeek's, all shared ones in one */
+    if (!strcmp(rest, "shared_experts.up_proj")) return "ffn_up_shexp";
+    if (!strcmp(rest, "shared_experts.down_proj")) return "ffn_down_shexp";
     if (strncmp(rest, "experts.", 8)) return NULL;
     char *end;
     long x = strtol(rest + 8, &end, 10);
@@ -430,6 +542,14 @@ static int map_name(const struct hp *h, const char *hf, char *out, size_t outn, 
         return 0;
     if (!strncmp(s, "model.", 6)) s += 6;
     else if (!strncmp(s, "transformer.", 12)) s += 12;
+    /* DeepSeek-V3's routing bias has no .weight/.bias suffix: read it as mlp.exp_probs_b.bias (llama.cpp's name) */
+    char fixed[300];
+    const char *ec = ".mlp.gate.e_score_correction_bias";
+    size_t sl = strlen(s), el = strlen(ec);
+    if (h->arch == ARCH_DEEPSEEK2 && sl > el && sl < 200 && !strcmp(s + sl - el, ec)) {
+        snprintf(fixed, sizeof fixed, "%.*s.mlp.exp_probs_b.bias", (int)(sl - el), s);
+        s = fixed;
+    }
     const char *suffix = strrchr(s, '.');
     if (!suffix || (strcmp(suffix, ".weight") && strcmp(suffix, ".bias"))) return -1;
     size_t stem_len = (size_t)(suffix - s);
@@ -483,7 +603,14 @@ static int map_name(const struct hp *h, const char *hf, char *out, size_t outn, 
             if (!strcmp(gg, "attn_q")) j->permute_heads = (int)h->n_head;
             if (!strcmp(gg, "attn_k")) j->permute_heads = (int)h->n_head_kv;
         }
-        if (gg && h->arch == ARCH_GEMMA2 && strstr(rest, "norm") && !strcmp(suffix, ".weight")) j->add_one = true;
+            if (gg && h->arch == ARCH_GEMMA2 && strstr(rest, "norm") && !strcmp(suffix, ".weight")) j->add_one = true;
+        static const struct { const char *hf, *gg; } blk_mla[] = {
+            {"self_attn.q_a_proj", "attn_q_a"}, {"self_attn.q_a_layernorm", "attn_q_a_norm"},
+            {"self_attn.q_b_proj", "attn_q_b"}, {"self_attn.kv_a_proj_with_mqa", "attn_kv_a_mqa"},
+            {"self_attn.kv_a_layernorm", "attn_kv_a_norm"}, {"self_attn.kv_b_proj", "attn_kv_b"},
+            {"mlp.exp_probs_b", "exp_probs_b"}};
+        for (size_t i = 0; h->arch == ARCH_DEEPSEEK2 && !gg && i < sizeof blk_mla / sizeof blk_mla[0]; i++)
+            if (!strcmp(rest, blk_mla[i].hf)) gg = blk_mla[i].gg;
     }
     if (!gg) return -1;
     snprintf(out, outn, "blk.%ld.%s%s", layer, gg, suffix);
@@ -579,8 +706,8 @@ enum toy_status toy_hf_convert(const char *dir, const char *out_path, const stru
     toy_gguf_writer_set_u32(w, "general.file_type", toy_file_type_for(o.type));
 
     int64_t n_src = toy_safetensors_n_tensors(st);
-    jobs = calloc((size_t)n_src + 2, sizeof *jobs);
-    n_jobs = jobs ? n_src + 2 : 0;
+    jobs = calloc((size_t)(n_src + 2 + h.n_layer), sizeof *jobs); /* DeepSeek's kv_b_proj makes two a layer */
+    n_jobs = jobs ? n_src + 2 + h.n_layer : 0;
     if (!jobs) { e = toy_error(TOY_ERR_NOMEM, "out of memory"); goto done; }
     int64_t nj = 0;
     bool have_output = false;
@@ -649,6 +776,29 @@ enum toy_status toy_hf_convert(const char *dir, const char *out_path, const stru
             goto done;
         }
         j->out = out_type(o.type, j->n_dims, j->ne[0]);
+        if (strstr(gname, ".attn_kv_b.")) { /* DeepSeek: each head's key rows transposed, and its value rows */
+            const int64_t r = h.kv_lora, H = h.n_head, dn = h.nope, dv = h.v_dim;
+            if (j->n_dims != 2 || j->ne[0] != r || j->ne[1] != H * (dn + dv)) {
+                e = toy_error(TOY_ERR_FORMAT, "'%s' is not {%lld heads x (%lld + %lld), %lld}", t->name, (long long)H,
+                              (long long)dn, (long long)dv, (long long)r);
+                goto done;
+            }
+            struct job *jv = &jobs[nj + 1];
+            *jv = *j;
+            char *kb = strstr(j->name, "attn_kv_b"), *vb = strstr(jv->name, "attn_kv_b");
+            memcpy(kb, "attn_k_b", 8), memmove(kb + 8, kb + 9, strlen(kb + 9) + 1);
+            memcpy(vb, "attn_v_b", 8), memmove(vb + 8, vb + 9, strlen(vb + 9) + 1);
+            j->kv_b_part = 1, jv->kv_b_part = 2;
+            j->kv_b_nope = jv->kv_b_nope = dn;
+            j->kv_b_v = jv->kv_b_v = dv;
+            j->n_dims = jv->n_dims = 3;
+            j->ne[0] = dn, j->ne[1] = r, j->ne[2] = H;
+            jv->ne[0] = r, jv->ne[1] = dv, jv->ne[2] = H;
+            j->out = out_type(o.type, 3, dn);
+            jv->out = out_type(o.type, 3, r);
+            nj += 2;
+            continue;
+        }
         if (!strcmp(gname, "output.weight")) have_output = true;
         if (!strcmp(gname, "token_embd.weight")) tok_embd_job = nj;
         nj++;

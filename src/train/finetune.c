@@ -142,10 +142,10 @@ enum toy_status toy_finetuner_new(struct toy_llama *m, struct toy_lora *lora, co
         return toy_error(TOY_ERR_INVALID_ARG, "%s fine-tuning needs an attached adapter", toy_ft_method_name(o->method));
     if (o->method == TOY_FT_FULL && lora)
         return toy_error(TOY_ERR_INVALID_ARG, "a full fine-tune takes no adapter");
-    if (o->method == TOY_FT_QLORA && !is_quantized(m->layers[0].wq->type))
+    if (o->method == TOY_FT_QLORA && !is_quantized(m->layers[0].wo->type))
         return toy_error(TOY_ERR_INVALID_ARG, "qlora needs a quantized base (its projections are %s): "
                          "`toy quantize base.gguf base-q4_0.gguf q4_0` first, or use --method lora",
-                         toy_dtype_name(m->layers[0].wq->type));
+                         toy_dtype_name(m->layers[0].wo->type));
     struct toy_finetuner *f = calloc(1, sizeof *f);
     if (!f) return toy_error(TOY_ERR_NOMEM, "finetuner");
     f->m = m;

@@ -302,6 +302,166 @@ def llama_like(out, name, arch, cfg, dtype, shards, tokenizer=None, rope_scaling
         json.dump({"tokens": TOKENS, "logits": logits.flatten().tolist()}, f)
 
 
+def deepseek_forward(cfg, w, tokens):
+    """modeling_deepseek.py's DeepseekV2/V3 forward, float64: latent attention
+    (queries through q_proj or the q_a / q_b latent; keys and values
+    up-projected per head from the normed kv latent by kv_b_proj), RoPE on
+    the interleaved rope part as HF applies it (de-interleaved, then
+    rotate_half), YaRN with its mscale, and the MoE gate: softmax (V2) or
+    sigmoid scores with e_score_correction_bias to choose (V3), weights
+    renormalised when norm_topk_prob and scaled by routed_scaling_factor,
+    shared experts added; the first first_k_dense_replace layers dense."""
+    D = torch.float64
+    g = lambda n: w[n].to(D)
+    E, L, H = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_attention_heads"]
+    r, dr, dn, dv = cfg["kv_lora_rank"], cfg["qk_rope_head_dim"], cfg["qk_nope_head_dim"], cfg["v_head_dim"]
+    eps, T = cfg["rms_norm_eps"], len(tokens)
+
+    def rms(x, wt):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * wt
+
+    base = cfg.get("rope_theta", 10000.0)
+    inv = 1.0 / (base ** (torch.arange(0, dr, 2, dtype=D) / dr))
+    scale, mag = (dn + dr) ** -0.5, 1.0
+    rs = cfg.get("rope_scaling")
+    if rs:  # DeepseekV2YarnRotaryEmbedding
+        f, orig, bf, bs = rs["factor"], rs["original_max_position_embeddings"], rs.get("beta_fast", 32), rs.get("beta_slow", 1)
+        corr = lambda rot: (dr * math.log(orig / (rot * 2 * math.pi))) / (2 * math.log(base))
+        lo, hi = max(math.floor(corr(bf)), 0), min(math.ceil(corr(bs)), dr - 1)
+        hi = hi + 0.001 if lo == hi else hi
+        mask = 1.0 - ((torch.arange(dr // 2, dtype=D) - lo) / (hi - lo)).clamp(0, 1)
+        inv = (inv / f) * (1 - mask) + inv * mask
+        gm = lambda m: 1.0 if f <= 1 else 0.1 * m * math.log(f) + 1.0
+        mag = gm(rs.get("mscale", 1)) / gm(rs.get("mscale_all_dim", 0))
+        if rs.get("mscale_all_dim"):
+            scale *= gm(rs["mscale_all_dim"]) ** 2
+    ang = torch.arange(T, dtype=D)[:, None] * inv[None, :]
+    cos = torch.cat([ang.cos(), ang.cos()], -1)[:, None, :] * mag
+    sin = torch.cat([ang.sin(), ang.sin()], -1)[:, None, :] * mag
+
+    def rope(x):  # (T, heads, dr), interleaved pairs
+        x = x.reshape(T, x.shape[1], dr // 2, 2).transpose(-1, -2).reshape(T, x.shape[1], dr)
+        x1, x2 = x[..., : dr // 2], x[..., dr // 2:]
+        return x * cos + torch.cat([-x2, x1], -1) * sin
+
+    def mlp(x, pre):
+        return (torch.nn.functional.silu(x @ g(pre + "gate_proj.weight").T) * (x @ g(pre + "up_proj.weight").T)) \
+            @ g(pre + "down_proj.weight").T
+
+    h = g("model.embed_tokens.weight")[tokens]
+    mask_ = torch.full((T, T), float("-inf"), dtype=D).triu(1)
+    for i in range(L):
+        p = f"model.layers.{i}."
+        x = rms(h, g(p + "input_layernorm.weight"))
+        if cfg.get("q_lora_rank"):
+            q = rms(x @ g(p + "self_attn.q_a_proj.weight").T, g(p + "self_attn.q_a_layernorm.weight")) \
+                @ g(p + "self_attn.q_b_proj.weight").T
+        else:
+            q = x @ g(p + "self_attn.q_proj.weight").T
+        q = q.view(T, H, dn + dr)
+        ckv = x @ g(p + "self_attn.kv_a_proj_with_mqa.weight").T
+        lat, k_pe = rms(ckv[:, :r], g(p + "self_attn.kv_a_layernorm.weight")), ckv[:, r:].view(T, 1, dr)
+        kv = (lat @ g(p + "self_attn.kv_b_proj.weight").T).view(T, H, dn + dv)
+        k = torch.cat([kv[..., :dn], rope(k_pe).expand(T, H, dr)], -1)
+        q = torch.cat([q[..., :dn], rope(q[..., dn:])], -1)
+        outs = [torch.softmax((q[:, hh] @ k[:, hh].T) * scale + mask_, -1) @ kv[:, hh, dn:] for hh in range(H)]
+        h = h + torch.cat(outs, -1) @ g(p + "self_attn.o_proj.weight").T
+        x = rms(h, g(p + "post_attention_layernorm.weight"))
+        if i < cfg.get("first_k_dense_replace", 0) or not cfg.get("n_routed_experts"):
+            h = h + mlp(x, p + "mlp.")
+            continue
+        logits = x @ g(p + "mlp.gate.weight").T
+        sig = cfg.get("scoring_func") == "sigmoid"
+        scores = torch.sigmoid(logits) if sig else torch.softmax(logits, -1)
+        choice = scores + g(p + "mlp.gate.e_score_correction_bias") if sig else scores
+        _, ids = torch.topk(choice, cfg["num_experts_per_tok"], -1)
+        wts = scores.gather(-1, ids)
+        if cfg.get("norm_topk_prob"):
+            wts = wts / (wts.sum(-1, keepdim=True) + 1e-20)
+        wts = wts * cfg.get("routed_scaling_factor", 1.0)
+        out = torch.zeros_like(x)
+        for e in range(cfg["n_routed_experts"]):
+            sel = ids == e
+            if sel.any():
+                out = out + mlp(x, f"{p}mlp.experts.{e}.") * (wts * sel).sum(-1, keepdim=True)
+        if cfg.get("n_shared_experts"):
+            out = out + mlp(x, p + "mlp.shared_experts.")
+        h = h + out
+    h = rms(h, g("model.norm.weight"))
+    return h @ g("lm_head.weight").T
+
+
+def deepseek(out, name, cfg, dtype):
+    """A DeepSeek-V2/V3 folder; expected.safetensors as llama.cpp's converter
+    (DeepseekV2Model) stores it: kv_b_proj split into attn_k_b (each head's
+    key rows, transposed) and attn_v_b, the routing bias as exp_probs_b."""
+    d = os.path.join(out, name)
+    os.makedirs(d, exist_ok=True)
+    E, L, H, V, F_ = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_attention_heads"], cfg["vocab_size"], \
+        cfg["intermediate_size"]
+    r, dr, dn, dv = cfg["kv_lora_rank"], cfg["qk_rope_head_dim"], cfg["qk_nope_head_dim"], cfg["v_head_dim"]
+    hf, exp = {}, {}
+
+    def add(hn, gn, t):
+        t = t.to(dtype)
+        hf[hn] = t
+        if gn:
+            exp[gn] = t.to(torch.float32)
+
+    add("model.embed_tokens.weight", "token_embd.weight", rnd(V, E))
+    for i in range(L):
+        p, g = f"model.layers.{i}.", f"blk.{i}."
+        add(p + "input_layernorm.weight", g + "attn_norm.weight", 1 + rnd(E))
+        if cfg.get("q_lora_rank"):
+            ql = cfg["q_lora_rank"]
+            add(p + "self_attn.q_a_proj.weight", g + "attn_q_a.weight", rnd(ql, E) * 4)
+            add(p + "self_attn.q_a_layernorm.weight", g + "attn_q_a_norm.weight", 1 + rnd(ql))
+            add(p + "self_attn.q_b_proj.weight", g + "attn_q_b.weight", rnd(H * (dn + dr), ql) * 4)
+        else:
+            add(p + "self_attn.q_proj.weight", g + "attn_q.weight", rnd(H * (dn + dr), E) * 4)
+        add(p + "self_attn.kv_a_proj_with_mqa.weight", g + "attn_kv_a_mqa.weight", rnd(r + dr, E) * 4)
+        add(p + "self_attn.kv_a_layernorm.weight", g + "attn_kv_a_norm.weight", 1 + rnd(r))
+        add(p + "self_attn.kv_b_proj.weight", None, rnd(H * (dn + dv), r) * 4)
+        kvb = hf[p + "self_attn.kv_b_proj.weight"].to(torch.float32).view(H, dn + dv, r)
+        exp[g + "attn_k_b.weight"] = kvb[:, :dn].transpose(1, 2).contiguous()
+        exp[g + "attn_v_b.weight"] = kvb[:, dn:].contiguous()
+        add(p + "self_attn.o_proj.weight", g + "attn_output.weight", rnd(E, H * dv))
+        add(p + "post_attention_layernorm.weight", g + "ffn_norm.weight", 1 + rnd(E))
+        if i < cfg["first_k_dense_replace"]:
+            add(p + "mlp.gate_proj.weight", g + "ffn_gate.weight", rnd(F_, E))
+            add(p + "mlp.up_proj.weight", g + "ffn_up.weight", rnd(F_, E))
+            add(p + "mlp.down_proj.weight", g + "ffn_down.weight", rnd(E, F_))
+            continue
+        n, fe = cfg["n_routed_experts"], cfg["moe_intermediate_size"]
+        add(p + "mlp.gate.weight", g + "ffn_gate_inp.weight", rnd(n, E) * 20)
+        if cfg.get("scoring_func") == "sigmoid":
+            add(p + "mlp.gate.e_score_correction_bias", g + "exp_probs_b.bias", rnd(n) * 4)
+        stacks = {"ffn_gate_exps": [], "ffn_up_exps": [], "ffn_down_exps": []}
+        for e in range(n):
+            for hn, gn, shape in (("gate_proj", "ffn_gate_exps", (fe, E)), ("up_proj", "ffn_up_exps", (fe, E)),
+                                  ("down_proj", "ffn_down_exps", (E, fe))):
+                t = rnd(*shape).to(dtype)
+                hf[f"{p}mlp.experts.{e}.{hn}.weight"] = t
+                stacks[gn].append(t.to(torch.float32))
+        for gn, ts in stacks.items():
+            exp[g + gn + ".weight"] = torch.stack(ts)
+        fs = fe * cfg["n_shared_experts"]
+        add(p + "mlp.shared_experts.gate_proj.weight", g + "ffn_gate_shexp.weight", rnd(fs, E))
+        add(p + "mlp.shared_experts.up_proj.weight", g + "ffn_up_shexp.weight", rnd(fs, E))
+        add(p + "mlp.shared_experts.down_proj.weight", g + "ffn_down_shexp.weight", rnd(E, fs))
+    add("model.norm.weight", "output_norm.weight", 1 + rnd(E))
+    add("lm_head.weight", "output.weight", rnd(V, E))
+    cfg["architectures"] = ["DeepseekV3ForCausalLM" if cfg["model_type"] == "deepseek_v3" else "DeepseekV2ForCausalLM"]
+    cfg["torch_dtype"] = {torch.float32: "float32", torch.bfloat16: "bfloat16"}[dtype]
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    save_safetensors(os.path.join(d, "model.safetensors"), hf, {"format": "pt"})
+    save_safetensors(os.path.join(d, "expected.safetensors"), exp)
+    logits = deepseek_forward(cfg, {n: t.to(torch.float32) for n, t in hf.items()}, TOKENS)
+    with open(os.path.join(d, "logits.json"), "w") as f:
+        json.dump({"tokens": TOKENS, "logits": logits.flatten().tolist()}, f)
+
+
 def gpt2(out):
     d = os.path.join(out, "gpt2")
     os.makedirs(d, exist_ok=True)
@@ -379,6 +539,25 @@ def main():
     llama_like(out, "olmoe", "olmoe", dict(base, vocab_size=320, tie_word_embeddings=False, num_key_value_heads=4,
                                            num_experts=4, num_experts_per_tok=2, norm_topk_prob=False),
                torch.float32, 1)
+    # DeepSeek-V2-Lite's layout (queries straight from q_proj, a dense first layer, two shared experts, softmax
+    # routing, YaRN with mscale = mscale_all_dim) and DeepSeek-V3's (a query latent, sigmoid routing with a
+    # bias, renormalised and scaled), in small
+    mla = {"kv_lora_rank": 32, "qk_rope_head_dim": 8, "qk_nope_head_dim": 16, "v_head_dim": 16,
+           "moe_intermediate_size": 32, "num_experts_per_tok": 2, "n_routed_experts": 6, "moe_layer_freq": 1,
+           "first_k_dense_replace": 1, "tie_word_embeddings": False}
+    deepseek(out, "deepseek_v2", dict(base, vocab_size=320, num_hidden_layers=3, num_key_value_heads=4, **mla,
+                                      model_type="deepseek_v2", q_lora_rank=None, n_shared_experts=2,
+                                      topk_method="greedy", norm_topk_prob=False, routed_scaling_factor=1.0,
+                                      scoring_func="softmax",
+                                      rope_scaling={"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8,
+                                                    "beta_fast": 32, "beta_slow": 1, "mscale": 0.707,
+                                                    "mscale_all_dim": 0.707}),
+             torch.bfloat16)
+    deepseek(out, "deepseek_v3", dict(base, vocab_size=320, num_hidden_layers=3, num_key_value_heads=4, **mla,
+                                      model_type="deepseek_v3", q_lora_rank=24, n_shared_experts=1,
+                                      topk_method="noaux_tc", n_group=1, topk_group=1, norm_topk_prob=True,
+                                      routed_scaling_factor=2.5, scoring_func="sigmoid"),
+             torch.float32)
     gpt2(out)
 
 
