@@ -81,6 +81,8 @@ struct hp {
     int64_t dff_shared;                     /* its shared expert's width (Qwen2-MoE; 0: none) */
     int64_t dense_lead;                     /* DeepSeek: the first layers' dense MLP */
     int64_t kv_rank, q_rank, rope_dim, dv;  /* DeepSeek's latent attention (kv_rank 0: none) */
+    bool moe_sigmoid, moe_bias, moe_norm;   /* DeepSeek's routing */
+    double moe_scale, yarn_log_mul, rope_factor;
     bool vit; /* a ViT classifier (toy train --arch vit): images in, classes out */
     int64_t img_h, img_w, channels, patch, classes;
     struct { char key[128]; const char *type; } bad[16]; /* hyperparameters stored as something not a number */
@@ -169,6 +171,14 @@ static void read_hp(const struct toy_gguf *g, struct hp *h) {
         h->dh = geti(g, h, "attention.key_length_mla", h->dh, NULL);
         h->dv = geti(g, h, "attention.value_length_mla", geti(g, h, "attention.value_length", h->dh, NULL), NULL);
         if (toy_gguf_find_tensor(g, "blk.0.attn_q_a.weight") < 0) h->q_rank = 0;
+        h->moe_sigmoid = geti(g, h, "expert_gating_func", 1, NULL) == 2;
+        h->moe_norm = geti(g, h, "expert_weights_norm", 0, NULL) != 0;
+        h->moe_scale = getf(g, h, "expert_weights_scale", 1.0, NULL);
+        h->yarn_log_mul = getf(g, h, "rope.scaling.yarn_log_multiplier", 0.0, NULL) / 0.1;
+        h->rope_factor = getf(g, h, "rope.scaling.factor", 1.0, NULL);
+        char b[96];
+        snprintf(b, sizeof b, "blk.%lld.exp_probs_b.bias", (long long)h->dense_lead);
+        h->moe_bias = toy_gguf_find_tensor(g, b) >= 0;
     }
     if ((h->vit = !strcmp(h->arch, "vit"))) { /* the keys src/models/vit.c writes */
         h->img_w = geti(g, h, "image_size", 0, NULL);
@@ -206,6 +216,113 @@ static const char *pname(const struct toy_gguf *g, char *buf, size_t n, const ch
 #define PCOL 46 /* column of the GGUF names */
 #define SCOL 58 /* column of the shapes in the steps */
 
+/* DeepSeek-V2/V3's forward pass (deepseek2): latent attention, the dense
+ * first layers, the routed and shared experts (src/models/llama.c's
+ * toy_llama_mla_qkv and toy_llama_moe_ffn), written in the plain,
+ * unabsorbed form, which the absorbed one toy runs computes. */
+static void card_mla(const struct toy_gguf *g, const struct hp *h, struct text *t) {
+    const long long d = h->d, L = h->L, H = h->H, dh = h->dh, dr = h->rope_dim, dn = h->dh - h->rope_dim, dv = h->dv,
+                    R = h->kv_rank, QR = h->q_rank, F = h->dff, V = h->vocab, C = h->ctx, NE = h->experts,
+                    NK = h->experts_used, FE = h->dff_exp ? h->dff_exp : h->dff, FS = h->dff_shared, LD = h->dense_lead;
+    char r[160], sh[96], nm[96];
+#define FIRST(suffix) (snprintf(nm, sizeof nm, "blk.%lld.%s", LD, suffix), nm)
+    tprintf(t, "Algorithm: deepseek2 forward pass (decoder-only transformer, pre-RMSNorm, multi-head latent "
+               "attention%s)\n", NE ? ", mixture of experts" : "");
+    tprintf(t, "Input:  x ∈ [N_V]^T, token ids, T ≤ l_max = %lld\n", C);
+    tprintf(t, "Output: P ∈ (0,1)^(N_V×T), P[:, t] = p(x[t+1] | x[1:t])\n");
+    tprintf(t, "Hyperparameters: L = %lld, H = %lld, d_e = %lld, d_c = %lld (the kv latent), d_h = %lld, d_r = %lld "
+               "(rotated), d_v = %lld,\n                 d_mlp = %lld, N_V = %lld, ε = %g, RoPE base θ = %g",
+            L, H, d, R, dn, dr, dv, F, V, h->eps, h->rope_base);
+    if (QR) tprintf(t, ", d_q = %lld (the query latent)", QR);
+    if (NE && LD) tprintf(t, ", L_d = %lld (dense layers first)", LD);
+    tprintf(t, "\nParameters (GGUF name, stored type):\n");
+    row(t, PCOL, pname(g, r, sizeof r, "token_embd.weight", "token_embd.weight"), "  W_e ∈ R^(d_e×N_V) = (%lld×%lld)", d, V);
+    tprintf(t, "  for l = 1..%lld (tensors blk.{0..%lld}.*):\n", L, L - 1);
+    row(t, PCOL, pname(g, r, sizeof r, "attn_norm.weight", "blk.0.attn_norm.weight"), "    γ_att ∈ R^%lld", d);
+    if (QR) {
+        row(t, PCOL, pname(g, r, sizeof r, "attn_q_a.weight", "blk.0.attn_q_a.weight"), "    W_qa = (d_q×d_e) = (%lld×%lld)", QR, d);
+        row(t, PCOL, pname(g, r, sizeof r, "attn_q_a_norm.weight", "blk.0.attn_q_a_norm.weight"), "    γ_q ∈ R^%lld", QR);
+        row(t, PCOL, pname(g, r, sizeof r, "attn_q_b.weight", "blk.0.attn_q_b.weight"), "    W_qb = (H·(d_h+d_r)×d_q) = (%lld×%lld)", H * dh, QR);
+    } else {
+        row(t, PCOL, pname(g, r, sizeof r, "attn_q.weight", "blk.0.attn_q.weight"), "    W_q = (H·(d_h+d_r)×d_e) = (%lld×%lld)", H * dh, d);
+    }
+    row(t, PCOL, pname(g, r, sizeof r, "attn_kv_a_mqa.weight", "blk.0.attn_kv_a_mqa.weight"), "    W_kva = ((d_c+d_r)×d_e) = (%lld×%lld)", R + dr, d);
+    row(t, PCOL, pname(g, r, sizeof r, "attn_kv_a_norm.weight", "blk.0.attn_kv_a_norm.weight"), "    γ_c ∈ R^%lld", R);
+    if (toy_gguf_find_tensor(g, "blk.0.attn_k_b.weight") < 0) { /* the older layout: both in one */
+        row(t, PCOL, pname(g, r, sizeof r, "attn_kv_b.weight", "blk.0.attn_kv_b.weight"), "    [W_k,h; W_v,h] = (H·(%lld+%lld)×%lld)", dn, dv, R);
+    } else {
+        row(t, PCOL, pname(g, r, sizeof r, "attn_k_b.weight", "blk.0.attn_k_b.weight"), "    W_k,hᵀ = (%lld×%lld), h ∈ [%lld]", R, dn, H);
+        row(t, PCOL, pname(g, r, sizeof r, "attn_v_b.weight", "blk.0.attn_v_b.weight"), "    W_v,h = (%lld×%lld), h ∈ [%lld]", dv, R, H);
+    }
+    row(t, PCOL, pname(g, r, sizeof r, "attn_output.weight", "blk.0.attn_output.weight"), "    W_o = (d_e×H·d_v) = (%lld×%lld)", d, H * dv);
+    row(t, PCOL, pname(g, r, sizeof r, "ffn_norm.weight", "blk.0.ffn_norm.weight"), "    γ_ffn ∈ R^%lld", d);
+    if (!NE || LD) {
+        row(t, PCOL, pname(g, r, sizeof r, "ffn_{gate,up}.weight", "blk.0.ffn_gate.weight"), "    W_gate, W_up = (%lld×%lld)%s", F, d,
+            NE ? ", l ≤ L_d" : "");
+        row(t, PCOL, pname(g, r, sizeof r, "ffn_down.weight", "blk.0.ffn_down.weight"), "    W_down = (%lld×%lld)", d, F);
+    }
+    if (NE) {
+        row(t, PCOL, pname(g, r, sizeof r, "ffn_gate_inp.weight", FIRST("ffn_gate_inp.weight")), "    W_r = (N_E×d_e) = (%lld×%lld)", NE, d);
+        if (h->moe_bias) row(t, PCOL, pname(g, r, sizeof r, "exp_probs_b.bias", FIRST("exp_probs_b.bias")), "    b_r ∈ R^%lld", NE);
+        row(t, PCOL, pname(g, r, sizeof r, "ffn_{gate,up}_exps.weight", FIRST("ffn_gate_exps.weight")), "    W_gate,e, W_up,e = (%lld×%lld), e ∈ [%lld]", FE, d, NE);
+        row(t, PCOL, pname(g, r, sizeof r, "ffn_down_exps.weight", FIRST("ffn_down_exps.weight")), "    W_down,e = (%lld×%lld)", d, FE);
+        if (FS) row(t, PCOL, pname(g, r, sizeof r, "ffn_{gate,up,down}_shexp.weight", FIRST("ffn_gate_shexp.weight")), "    W_gate,s, W_up,s = (%lld×%lld), W_down,s", FS, d);
+    }
+    row(t, PCOL, pname(g, r, sizeof r, "output_norm.weight", "output_norm.weight"), "  γ_f ∈ R^%lld", d);
+    if (h->tied) row(t, PCOL, "(tied: no output.weight)", "  W_u = W_eᵀ");
+    else row(t, PCOL, pname(g, r, sizeof r, "output.weight", "output.weight"), "  W_u = (N_V×d_e) = (%lld×%lld)", V, d);
+    tprintf(t, "\n");
+    int n = 1;
+#define STEP(shape, ...) row(t, SCOL, shape, "%2d " __VA_ARGS__)
+    snprintf(sh, sizeof sh, "X: (%lld×T)", d);
+    STEP(sh, "for t ∈ [T]: X[:, t] ← W_e[:, x[t]]", n++);
+    STEP("", "for l = 1..%lld:", n++, L);
+    snprintf(sh, sizeof sh, "(%lld×T)", d);
+    STEP(sh, "  X̃ ← RMSNorm(X | γ_att)", n++);
+    snprintf(sh, sizeof sh, "Q_h = [Q_h^n; Q_h^r]: ((%lld+%lld)×T)", dn, dr);
+    if (QR) STEP(sh, "  Q ← W_qb RMSNorm(W_qa X̃ | γ_q)", n++);
+    else STEP(sh, "  Q ← W_q X̃", n++);
+    snprintf(sh, sizeof sh, "C: (%lld×T), K^r: (%lld×T)", R, dr);
+    STEP(sh, "  [C; K^r] ← W_kva X̃; C ← RMSNorm(C | γ_c)", n++);
+    STEP("adjacent pairs", "  Q_h^r ← RoPE(Q_h^r, θ); K^r ← RoPE(K^r, θ)%s", n++, h->rope_factor > 1 ? " (YaRN)" : "");
+    double f = h->rope_factor > 1 ? h->rope_factor : 1;
+    double m = (h->yarn_log_mul != 0 ? 1.0 : 1.0 + 0.1 * log(f)) * (1.0 + 0.1 * h->yarn_log_mul * log(f));
+    snprintf(sh, sizeof sh, "S: (T×T), s = %.4g", m * m / sqrt((double)dh));
+    STEP(sh, "  for h ∈ [%lld]: S ← s ((W_k,h C)ᵀ Q_h^n + K^rᵀ Q_h^r)", n++, H);
+    snprintf(sh, sizeof sh, "Y_h: (%lld×T), M causal", dv);
+    STEP(sh, "    Y_h ← (W_v,h C) softmax(S + M)", n++);
+    snprintf(sh, sizeof sh, "(%lld×T)", d);
+    STEP(sh, "  X ← X + W_o [Y_1; …; Y_%lld]", n++, H);
+    STEP(sh, "  X̃ ← RMSNorm(X | γ_ffn)", n++);
+    snprintf(sh, sizeof sh, "(%lld×T) → (%lld×T)", F, d);
+    if (!NE) STEP(sh, "  X ← X + W_down (SiLU(W_gate X̃) ⊙ W_up X̃)", n++);
+    else {
+        if (LD) STEP(sh, "  l ≤ L_d: X ← X + W_down (SiLU(W_gate X̃) ⊙ W_up X̃), next l", n++);
+        snprintf(sh, sizeof sh, "P: (%lld×T)", NE);
+        STEP(sh, "  P ← %s(W_r X̃); for t ∈ [T]: E_t ← the %lld largest of P[:, t]%s", n++,
+             h->moe_sigmoid ? "σ" : "softmax", NK, h->moe_bias ? " + b_r" : "");
+        char scale[48] = "";
+        if (h->moe_scale != 1) snprintf(scale, sizeof scale, "%g · ", h->moe_scale);
+        if (h->moe_norm) STEP("", "    w_t,e ← %sP[e, t] / Σ_{e' ∈ E_t} P[e', t]", n++, scale);
+        else STEP("", "    w_t,e ← %sP[e, t]", n++, scale);
+        snprintf(sh, sizeof sh, "(%lld×1) → (%lld×1), %lld of %lld", FE, d, NK, NE);
+        STEP(sh, "  X[:, t] ← X[:, t] + Σ_{e ∈ E_t} w_t,e W_down,e (SiLU(W_gate,e x̃_t) ⊙ W_up,e x̃_t)", n++);
+        if (FS) {
+            snprintf(sh, sizeof sh, "(%lld×T) → (%lld×T)", FS, d);
+            STEP(sh, "  X ← X + W_down,s (SiLU(W_gate,s X̃) ⊙ W_up,s X̃)", n++);
+        }
+    }
+    STEP("", "X ← RMSNorm(X | γ_f)", n++);
+    snprintf(sh, sizeof sh, "(%lld×T)", V);
+    STEP(sh, "Z ← W_u X", n++);
+    STEP(sh, "return P = softmax(Z)", n);
+#undef STEP
+#undef FIRST
+    tprintf(t, "RMSNorm(x | γ) = x ⊙ γ / √(mean(x²) + ε). toy runs the attention absorbed: W_k,hᵀ folded into "
+               "the query, W_v,h applied after the softmax,\nso the cache holds C and K^r, %lld numbers a position "
+               "and layer\n", R + dr);
+}
+
 /* The forward pass of the Llama family (llama, mistral, qwen2, qwen3,
  * gemma2, and the mixtures qwen3moe and olmoe) and GPT-2. Matrices act on column vectors, one per position, so
  * X is (d_e x T); shapes are (rows x cols). */
@@ -233,6 +350,10 @@ static void card(const struct toy_gguf *g, const struct hp *h, struct text *t) {
         tprintf(t, "3. for l = 1..%lld: x += attention(LN(x)) (%lld heads, bidirectional); x += W_down GELU(W_up LN(x))"
                 " (d_ff %lld)\n", (long long)h->L, (long long)h->H, (long long)h->dff);
         tprintf(t, "4. p = softmax(W_head LN(x[cls]) + b_head)\n");
+        return;
+    }
+    if (h->kv_rank && h->d > 0 && h->L > 0 && h->H > 0 && h->dh > h->rope_dim) {
+        card_mla(g, h, t);
         return;
     }
     if (!gpt2 && !llama_family) {
@@ -513,6 +634,13 @@ int toy_cmd_describe(int argc, char **argv) {
             "norm_eps", h.has_eps ? num_or_null(h.eps) : json_null(),
             "rope_freq_base", rope && h.has_rope_base ? num_or_null(h.rope_base) : json_null(),
             "tied_embeddings", h.n_tensors ? json_boolean(h.tied) : json_null()));
+        if (h.kv_rank) /* DeepSeek's latent attention: head_dim above is the keys' (unrotated + rotated) */
+            json_object_set_new(o, "latent_attention", json_pack("{s:I, s:I, s:I, s:I}", "kv_lora_rank",
+                                                                 (json_int_t)h.kv_rank, "q_lora_rank", (json_int_t)h.q_rank,
+                                                                 "rope_dim", (json_int_t)h.rope_dim, "value_head_dim",
+                                                                 (json_int_t)h.dv));
+        if (h.experts && h.dense_lead)
+            json_object_set_new(o, "leading_dense_layers", json_integer((json_int_t)h.dense_lead));
         if (h.experts)
             json_object_set_new(o, "experts", json_pack("{s:I, s:I, s:I, s:I}", "count", (json_int_t)h.experts, "used",
                                                         (json_int_t)h.experts_used, "feed_forward_length",
@@ -574,7 +702,8 @@ int toy_cmd_describe(int argc, char **argv) {
         dim(l1, sizeof l1, "d_ff", h.has_dff, is_bad(&h, "feed_forward_length"), h.dff, missing, sizeof missing);
         if (h.experts && h.dense_lead) {
             size_t k = strlen(l1);
-            snprintf(l1 + k, sizeof l1 - k, "the first %lld dense, ", (long long)h.dense_lead);
+            snprintf(l1 + k, sizeof l1 - k, "%lld dense layer%s first, ", (long long)h.dense_lead,
+                     h.dense_lead == 1 ? "" : "s");
         }
         if (h.experts) {
             size_t k = strlen(l1);

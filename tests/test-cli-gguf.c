@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "toy/gguf.h"
+#include "toy/llama.h"
 #include "toy/threadpool.h"
 #include "harness.h"
 
@@ -225,6 +226,42 @@ Test(cli_gguf, describe_json) {
     cr_expect_neq(rc, 0);
     cr_expect(strstr(out, "/nonexistent.gguf"), "%s", out);
     free(out);
+}
+
+/* a DeepSeek file (latent attention, a dense first layer, sigmoid routing with a bias): the dimensions line and
+ * the card say what the file holds, in its keys' terms */
+Test(cli_gguf, describe_latent_attention) {
+    th_mkdir("cli-mla");
+    struct toy_llama_config c = toy_llama_preset("tiny");
+    snprintf(c.arch, sizeof c.arch, "deepseek2");
+    c.vocab = 64, c.n_kv_heads = 1, c.kv_lora_rank = 32, c.q_lora_rank = 16, c.rope_dim = 8, c.head_dim = 24;
+    c.head_dim_v = 16, c.n_layers = 3, c.n_dense_lead = 1, c.n_experts = 4, c.n_experts_used = 2, c.d_ff_expert = 32;
+    c.d_ff_shared = 64, c.shared_ungated = true, c.moe_norm = true, c.moe_scale = 2.5f, c.moe_sigmoid = true;
+    c.moe_bias = true;
+    struct toy_llama *m = toy_llama_new(&c, 1);
+    cr_assert(m, "%s", toy_last_error());
+    char path[400], cmd[1024];
+    snprintf(path, sizeof path, "%s/ds.gguf", th_dir);
+    th_save_llama(m, TOY_F32, path);
+    toy_llama_free(m);
+    int rc;
+    snprintf(cmd, sizeof cmd, "%s describe %s", bin(), path);
+    char *out = run(cmd, &rc);
+    cr_expect_eq(rc, 0, "%s", out);
+    const char *want[] = {"latent attention (kv rank 32, q rank 16, value head dim 16, rope dims 8)",
+                          "1 dense layer first", "experts 4 (2 a token, d_ff 32, a shared one of d_ff 64)",
+                          "W_k,hᵀ = (32×16), h ∈ [4]", "b_r ∈ R^4", "P ← σ(W_r X̃)", "the 2 largest of P[:, t] + b_r",
+                          "w_t,e ← 2.5 · P[e, t] / Σ", "l ≤ L_d: X ← X + W_down", "C and K^r, 40 numbers a position"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) cr_expect(strstr(out, want[i]), "no '%s' in\n%s", want[i], out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s describe %s --json", bin(), path);
+    json_t *j = run_json(cmd);
+    json_t *la = json_object_get(j, "latent_attention");
+    cr_expect(json_integer_value(json_object_get(la, "kv_lora_rank")) == 32 &&
+              json_integer_value(json_object_get(la, "value_head_dim")) == 16, "latent_attention in the JSON");
+    cr_expect_eq(json_integer_value(json_object_get(j, "leading_dense_layers")), 1);
+    json_decref(j);
+    th_rmdir();
 }
 
 Test(cli_gguf, quantize_and_models) {
