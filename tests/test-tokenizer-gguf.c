@@ -394,3 +394,53 @@ Test(tokenizer_gguf, padded_to_the_embedding_rows) {
     toy_gguf_close(g);
     unlink(path);
 }
+
+/* DeepSeek's pre-tokenizers (tokenizer.ggml.pre deepseek-llm, deepseek-coder, deepseek-v3), over SmolLM2's
+ * vocabulary and merges (testdata has no DeepSeek vocabulary): the ids of the 261 test strings, hashed (FNV-1a
+ * over each id's 4 bytes, -1 after each string), equal those node-llama-cpp 3.21.1 (llama.cpp's own regexes)
+ * gave on the same files, model.tokenize(text, false) string by string (by hand: the issue note of the session
+ * that added them) */
+Test(tokenizer_gguf, deepseek_pre_tokenizers_split_as_llama_cpp) {
+    if (access(TD "tokenizer-smollm2/tokenizer.json", R_OK) || access(TD "tokenizer-test-strings/test_strings.json", R_OK))
+        cr_skip_test("no SmolLM2 tokenizer or test strings");
+    struct toy_tokenizer *base;
+    cr_assert_eq(toy_tokenizer_load(TD "tokenizer-smollm2", &base), TOY_OK, "%s", toy_last_error());
+    json_error_t err;
+    json_t *strs = json_load_file(TD "tokenizer-test-strings/test_strings.json", 0, &err);
+    cr_assert(strs, "%s", err.text);
+    const char *pres[] = {"deepseek-llm", "deepseek-coder", "deepseek-v3"};
+    const uint64_t want[] = {0x0da5b580cbd8027cULL, 0x7c7d8a7dcc511223ULL, 0x2c44b8c0a88b6ce1ULL};
+    char path[] = "/tmp/toy-tok-deepseek-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    close(fd);
+    for (int p = 0; p < 3; p++) {
+        struct toy_gguf_writer *w;
+        cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
+        cr_assert_eq(toy_tokenizer_write_gguf(base, w), TOY_OK, "%s", toy_last_error());
+        cr_assert_eq(toy_gguf_writer_set_str(w, "tokenizer.ggml.pre", pres[p]), TOY_OK);
+        toy_gguf_writer_remove(w, "tokenizer.toy.pre_regex"); /* SmolLM2's own splits: the name's instead */
+        cr_assert_eq(toy_gguf_writer_write(w, path), TOY_OK, "%s", toy_last_error());
+        toy_gguf_writer_free(w);
+        struct toy_tokenizer *tok;
+        cr_assert_eq(toy_tokenizer_load(path, &tok), TOY_OK, "%s: %s", pres[p], toy_last_error());
+        uint64_t h = 0xcbf29ce484222325ULL;
+        for (size_t i = 0; i < json_array_size(strs); i++) {
+            json_t *s = json_array_get(strs, i);
+            struct toy_tokens t = {0};
+            cr_assert_eq(toy_tokenizer_encode(tok, json_string_value(s), json_string_length(s), TOY_ENCODE_NO_BOS, &t),
+                         TOY_OK, "%s", toy_last_error());
+            for (int64_t k = 0; k <= t.n; k++) {
+                uint32_t v = k < t.n ? (uint32_t)t.ids[k] : 0xffffffffu;
+                for (int b = 0; b < 4; b++) h = (h ^ ((v >> (8 * b)) & 0xff)) * 0x100000001b3ULL;
+            }
+            toy_tokens_free(&t);
+        }
+        cr_expect_eq(h, want[p], "%s: ids hash %016llx, llama.cpp's %016llx", pres[p], (unsigned long long)h,
+                     (unsigned long long)want[p]);
+        toy_tokenizer_free(tok);
+    }
+    unlink(path);
+    json_decref(strs);
+    toy_tokenizer_free(base);
+}

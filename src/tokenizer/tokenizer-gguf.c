@@ -160,7 +160,11 @@ enum toy_status toy_tokenizer_load_gguf(const struct toy_gguf *g, struct toy_tok
     spec.pre = spec.kind == TOY_TOKENIZER_BPE ? pre : NULL;
     if (spec.kind == TOY_TOKENIZER_BPE) {
         if ((st = get_strarr(g, "tokenizer.toy.pre_regex", &pre_re, &n_pre_re, false, true))) goto done;
-        if (n_pre_re > 4) { st = toy_error(TOY_ERR_FORMAT, "tokenizer.toy.pre_regex: %lld regexes (at most 4)", (long long)n_pre_re); goto done; }
+        if (n_pre_re > TOK_MAX_REGEX) {
+            st = toy_error(TOY_ERR_FORMAT, "tokenizer.toy.pre_regex: %lld regexes (at most %d)", (long long)n_pre_re,
+                           TOK_MAX_REGEX);
+            goto done;
+        }
         spec.n_pre_regex = (int)n_pre_re;
         spec.pre_regex = (const char *const *)pre_re;
     }

@@ -84,7 +84,7 @@ static inline const struct tok_pair *tok_pairmap_get(const struct tok_pairmap *m
     }
 }
 
-#define TOK_MAX_REGEX 4
+#define TOK_MAX_REGEX 6 /* deepseek-llm's */
 #define TOK_MAX_EOG 32
 
 struct toy_tokenizer {
