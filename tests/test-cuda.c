@@ -1240,6 +1240,33 @@ Test(cuda, moe_llama_logits_match_cpu) {
     }
 }
 
+/* a DeepSeek file quantized (Q8_0, and attn_k_b's rows of 16 as F16): the per-head up-projections multiply
+ * batched over the heads on the file's own rows, on the device as on the CPU */
+Test(cuda, deepseek_quantized_logits_match_cpu) {
+    need_cuda();
+    struct toy_llama_config c = small_deepseek();
+    struct toy_llama *m = toy_llama_new(&c, 7);
+    cr_assert(m, "%s", toy_last_error());
+    char path[] = "/tmp/toy-cuda-ds-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    close(fd);
+    th_save_llama(m, TOY_Q8_0, path);
+    toy_llama_free(m);
+    cr_assert_eq(toy_llama_load(path, false, &m), TOY_OK, "%s", toy_last_error());
+    cr_assert(m->layers[1].wv_b->type == TOY_Q8_0 && m->layers[1].wk_b->type == TOY_F16, "up-projections %s, %s",
+              toy_dtype_name(m->layers[1].wv_b->type), toy_dtype_name(m->layers[1].wk_b->type));
+    struct toy_ctx *ctx = setup(16);
+    const int T = 16, B = 2;
+    struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, T, B), *pos = toy_new_tensor_1d(ctx, TOY_I32, T);
+    for (int i = 0; i < T * B; i++) ((int32_t *)tok->data)[i] = (i * 17 + 3) % 61;
+    for (int t = 0; t < T; t++) ((int32_t *)pos->data)[t] = t;
+    check(ctx, toy_llama_forward(ctx, m, tok, pos), false, TOL_QUANT, "deepseek2 q8_0 logits");
+    toy_ctx_free(ctx);
+    toy_llama_free(m);
+    unlink(path);
+}
+
 /* 20 AdamW steps on each backend from the same weights and batches */
 Test(cuda, llama_training_matches_cpu, .timeout = 300) {
     need_cuda();

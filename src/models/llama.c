@@ -261,7 +261,7 @@ static int inference_weights(struct toy_llama *m, struct toy_tensor **out) {
     int n = 0;
     for (int64_t l = 0; l < m->cfg.n_layers; l++) {
         struct toy_llama_layer *L = &m->layers[l];
-        /* not attn_k_b and attn_v_b: f32, multiplied per head (toy_llama_mla_qkv) */
+        /* not attn_k_b and attn_v_b: batched products, a head each (toy_llama_mla_qkv), on the file's rows */
         struct toy_tensor *const w[] = {L->wq,     L->wk,           L->wv,          L->wo,         L->w_gate,
                                         L->w_up,   L->w_down,       L->ffn_gate_inp, L->ffn_gate_exps,
                                         L->ffn_up_exps, L->ffn_down_exps, L->ffn_gate_shexp, L->ffn_up_shexp,
