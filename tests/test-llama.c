@@ -297,6 +297,9 @@ Test(llama, kv_cache_decode_equals_full_forward) {
     f_deepseek2_qlora(&c); /* the cache holds latents, which are the values too */
     kv_equals_full(c);
     kv_equals_full_t(c, TOY_F16, 5e-3);
+    c.kv_lora_rank = 256, c.rope_dim = 16; /* a latent wider than the decode kernels' heads (DeepSeek's 576) */
+    kv_equals_full(c);
+    kv_equals_full_t(c, TOY_F16, 5e-3);
 }
 
 /* the layer's up-projections joined in one attn_kv_b {kv_lora, H (nope + v)}, as llama.cpp wrote DeepSeek files
