@@ -23,6 +23,7 @@
 #include "core/internal.h" /* P_VB_STORE */
 #include "toy/toy.h"
 #include "toy/rng.h"
+#include "toy/quant.h"
 
 static bool attn_bf16; /* build_case's attention: products in bf16 */
 
@@ -1730,3 +1731,51 @@ static void matmul_of_null(void) {
     toy_matmul(ctx, a, NULL, false, true);
 }
 Test(ops, a_null_operand_aborts_with_its_name, .signal = SIGABRT) { matmul_of_null(); }
+
+/* A batched product of a few rows (latent attention's per-head products in a batched decode step) gives each
+ * row the bits it gets alone, for every weight type: the server's batched decode equals its requests' alone. */
+Test(ops, batched_rows_have_their_own_bits) {
+    const enum toy_dtype types[] = {TOY_F32, TOY_F16, TOY_BF16, TOY_Q8_0, TOY_Q4_0};
+    const int64_t K = 64, N = 96, H = 4, M = 6;
+    struct toy_rng r;
+    toy_rng_seed(&r, 3);
+    struct toy_threadpool *tp = toy_threadpool_new(2);
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        struct toy_ctx *ctx = toy_ctx_init(true);
+        struct toy_tensor *bf = toy_new_tensor_3d(ctx, TOY_F32, K, N, H);
+        toy_rng_fill_normal(&r, bf->data, toy_nelements(bf), 1.0f);
+        struct toy_tensor *b = bf;
+        if (types[ti] != TOY_F32) { /* the weights as a file holds them: rows of `type` */
+            b = toy_new_tensor_3d(ctx, TOY_F32, K, N, H);
+            size_t rb = toy_row_bytes(types[ti], K);
+            void *q = toy_ctx_alloc(ctx, rb * (size_t)(N * H));
+            cr_assert_eq(toy_quantize_row(types[ti], bf->data, q, K * N * H), TOY_OK, "%s", toy_last_error());
+            b->type = types[ti];
+            b->nb[0] = toy_dtype_type_size(types[ti]);
+            b->nb[1] = rb;
+            b->nb[2] = rb * (size_t)N;
+            b->nb[3] = b->nb[2] * (size_t)H;
+            b->data = q;
+        }
+        struct toy_tensor *a = toy_new_tensor_3d(ctx, TOY_F32, K, M, H), *a1 = toy_new_tensor_3d(ctx, TOY_F32, K, 1, H);
+        toy_rng_fill_normal(&r, a->data, toy_nelements(a), 1.0f);
+        struct toy_tensor *y = toy_matmul(ctx, a, b, false, true), *y1 = toy_matmul(ctx, a1, b, false, true);
+        toy_set_output(y);
+        toy_set_output(y1);
+        struct toy_graph *g = toy_graph_new(ctx), *g1 = toy_graph_new(ctx);
+        toy_graph_build(g, y);
+        toy_graph_build(g1, y1);
+        cr_assert_eq(toy_graph_compute(g, tp), TOY_OK, "%s", toy_last_error());
+        for (int64_t i = 0; i < M; i++) {
+            for (int64_t h = 0; h < H; h++)
+                memcpy((float *)a1->data + h * K, (float *)a->data + (h * M + i) * K, (size_t)K * sizeof(float));
+            cr_assert_eq(toy_graph_compute(g1, tp), TOY_OK, "%s", toy_last_error());
+            for (int64_t h = 0; h < H; h++)
+                cr_assert_eq(memcmp((float *)y->data + (h * M + i) * N, (float *)y1->data + h * N,
+                                    (size_t)N * sizeof(float)), 0, "%s: row %lld of head %lld differs from alone",
+                             toy_dtype_name(types[ti]), (long long)i, (long long)h);
+        }
+        toy_ctx_free(ctx);
+    }
+    toy_threadpool_free(tp);
+}

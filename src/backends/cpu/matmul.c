@@ -104,8 +104,16 @@ static bool bf16_convert_b(const struct toy_tensor *dst) {
     return dst->op_params[P_MM_BF16] && !bf16_via_sgemm() && dst->ne[1] * dst->ne[2] * dst->ne[3] > QDOT_MAX_ROWS &&
            (b->type == TOY_F32 || (dequant && b->data && !dst->op_params[P_MM_TRANS_A]));
 }
+static bool use_gemv_f32(void);
+/* bf16 weights of several batches times a few rows each (latent attention's per-head products in a decode step):
+ * a matrix-vector product a row (matmul_run), whose bits do not depend on the row count, as the BF16 GEMM's do */
+static bool bf16_rows(const struct toy_tensor *dst) {
+    return dst->src[1]->type == TOY_BF16 && dst->ne[2] * dst->ne[3] > 1 && dst->ne[1] <= QDOT_MAX_ROWS &&
+           !dst->op_params[P_MM_TRANS_A] && dst->op_params[P_MM_TRANS_B] && !dst->op_params[P_MM_BF16] &&
+           use_gemv_f32();
+}
 static bool use_bf16_gemm(const struct toy_tensor *dst) {
-    return use_bf16_gemm_cpu() && dst->src[0]->type == TOY_F32 &&
+    return use_bf16_gemm_cpu() && dst->src[0]->type == TOY_F32 && !bf16_rows(dst) &&
            (dst->src[1]->type == TOY_BF16 || bf16_convert_b(dst));
 }
 
@@ -707,6 +715,14 @@ static void matmul_run(struct toy_tensor *dst, int ith, int nth, void *work, siz
             int64_t lo, hi;
             toy_split(split_m ? m : n, (int)part, (int)nsplit, &lo, &hi);
             if (hi <= lo) continue;
+            if (!ta && tb && use_gemv_f32() && !split_m && m > 1 && m <= QDOT_MAX_ROWS && nbatch > 1) {
+                /* a few rows of several batches (latent attention's per-head products in a batched decode step):
+                 * each row a matrix-vector product, the bits of its product alone, whatever the row count */
+                for (int64_t i = 0; i < m; i++)
+                    (toy_cpu_wide_loads_f32() ? toy_gemv_f32_avx512 : toy_gemv_f32_avx2)(
+                        b + lo * ldb, ldb, a + i * lda, k, c + i * ldc + lo, hi - lo, beta != 0, NULL);
+                continue;
+            }
             if (m == 1 && !ta) {
                 /* one row of several batches: a matrix-vector product each */
                 if (tb && use_gemv_f32()) {
@@ -765,10 +781,11 @@ static void matmul_run(struct toy_tensor *dst, int ith, int nth, void *work, siz
             /* B rows are C's columns: threads own column ranges */
             int64_t j0, j1;
             toy_split(n, ith, nth, &j0, &j1);
-            if (m == 1 && !ta && gemv_half) { /* batches of one row */
-                if (j1 > j0)
-                    gemv_half((const uint16_t *)(b + j0 * B->nb[1]), (int64_t)(B->nb[1] / 2), a, k, c + j0, j1 - j0,
-                              beta != 0, NULL);
+            if (!ta && gemv_half && (m == 1 || (nbatch > 1 && m <= QDOT_MAX_ROWS))) {
+                /* batches of one row, or of a few (as above: a row's bits do not depend on the others) */
+                for (int64_t i = 0; i < m && j1 > j0; i++)
+                    gemv_half((const uint16_t *)(b + j0 * B->nb[1]), (int64_t)(B->nb[1] / 2), a + i * lda, k,
+                              c + i * ldc + j0, j1 - j0, beta != 0, NULL);
                 continue;
             }
             for (int64_t j = j0; j < j1; j += CHUNK_ROWS) {
