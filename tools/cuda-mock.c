@@ -303,13 +303,17 @@ static int run_op(const struct toy_cu_node *like, enum toy_op op, struct toy_cu_
 }
 
 /* A product with a LayerNorm or GELU prologue or a bias row (graph-fuse.c's
- * rewrites for GPT-2, which the CPU kernels do not take), as its unfused
- * nodes: the prologue into scratch, the product, the bias added, then the
- * residual when it accumulates. */
+ * rewrites for GPT-2, which the CPU kernels do not take), or one that adds
+ * into the residual, as its unfused nodes: the prologue into scratch, the
+ * product, the bias added, then the residual when it accumulates. The
+ * device's GEMVs add a whole dot product into the residual once, as the
+ * unfused ADD does; the CPU's sgemm, given the residual to accumulate into,
+ * adds its k-blocks' partial sums one after another, which rounded another
+ * way (a Q4_K product over 3 rows with toy's own AVX-512 sgemm). */
 static int run_product(const struct toy_cu_node *n) {
     int pre = n->op_params[P_MM_PRE];
-    bool own_pre = pre == TOY_MM_PRE_LAYER || pre == TOY_MM_PRE_GELU;
-    if (!own_pre && !n->has_src[4]) return run_node(n);
+    bool own_pre = pre == TOY_MM_PRE_LAYER || pre == TOY_MM_PRE_GELU, accum = n->op_params[P_MM_ACCUM];
+    if (!own_pre && !n->has_src[4] && !accum) return run_node(n);
     struct toy_cu_node one = *n;
     float *a = NULL, *c = NULL;
     int rc = 0;
@@ -322,12 +326,12 @@ static int run_product(const struct toy_cu_node *n) {
         one.op_params[P_MM_PRE] = TOY_MM_PRE_NONE;
         one.has_src[2] = one.has_src[3] = false;
     }
-    if (!rc && n->has_src[4]) {
-        bool accum = n->op_params[P_MM_ACCUM];
+    if (!rc && (n->has_src[4] || accum)) {
+        bool bias = n->has_src[4];
         one.has_src[4] = one.has_src[5] = false;
         one.op_params[P_MM_ACCUM] = 0;
         if (accum) one.dst = scratch_like(&n->dst, &c);
-        rc = (accum && !c) || run_node(&one) || run_op(n, TOY_OP_ADD, one.dst, &one.dst, &n->src[4], NULL) ||
+        rc = (accum && !c) || run_node(&one) || (bias && run_op(n, TOY_OP_ADD, one.dst, &one.dst, &n->src[4], NULL)) ||
              (accum && run_op(n, TOY_OP_ADD, n->dst, &n->dst, &one.dst, NULL));
     } else if (!rc) {
         rc = run_node(&one);
