@@ -1440,6 +1440,9 @@ static void batch_matches_alone(void (*set)(struct toy_llama_config *c)) {
     struct toy_llama_config c = toy_llama_preset("tiny");
     c.vocab = toy_tokenizer_n_vocab(tok);
     c.max_ctx = 256;
+    /* wide enough that a request's 200 tokens outlast starting the next ones' clients, even on 2 loaded cores:
+     * at d_model 64 they were done in ~10 ms, and under CI's parallel tests no decode step was shared */
+    c.d_model = 256;
     set(&c);
     struct toy_llama *m = toy_llama_new(&c, 3);
     cr_assert(m, "%s", toy_last_error());
