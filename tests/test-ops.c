@@ -197,6 +197,19 @@ static void build_case(struct built *b, json_t *c) {
         rp.beta_fast = (float)pnum(p, "beta_fast", 32);
         rp.beta_slow = (float)pnum(p, "beta_slow", 1);
         y = toy_rope(ctx, x[0], int_input(b, c, "pos"), &rp);
+    } else if (!strcmp(op, "moe_ffn") || !strcmp(op, "moe_linear")) {
+        /* x {d, N}, the router {d, E}, the experts {d, f, E} (and down {f, d, E}) */
+        int64_t d = x[0]->ne[0], N = x[0]->ne[1], E = x[1]->ne[1];
+        struct toy_tensor *lg = toy_reshape_2d(ctx, toy_linear(ctx, x[0], x[1], NULL), E, N);
+        struct toy_tensor *r = toy_moe_route_scored(ctx, lg, (int)pnum(p, "k", 2), pnum(p, "norm", 0) != 0,
+                                                    pnum(p, "sigmoid", 0) != 0, NULL);
+        struct toy_tensor *x3 = toy_reshape_3d(ctx, x[0], d, 1, N);
+        if (!strcmp(op, "moe_linear")) {
+            y = toy_moe_matmul(ctx, x3, x[2], r, true);
+        } else {
+            struct toy_tensor *g = toy_moe_matmul(ctx, x3, x[2], r, false), *u = toy_moe_matmul(ctx, x3, x[3], r, false);
+            y = toy_moe_matmul(ctx, toy_swiglu(ctx, g, u), x[4], r, true);
+        }
     } else if (!strcmp(op, "cross_entropy"))
         y = toy_cross_entropy(ctx, x[0], int_input(b, c, "targets"), (int32_t)pnum(p, "ignore", -100));
     cr_assert(y, "unknown op %s", op);

@@ -201,6 +201,47 @@ static void matmul_backward(struct bw *b, struct toy_tensor *y, struct toy_tenso
     }
 }
 
+/* A mixture's product (moe.c): the input's gradient per (token, slot) pair,
+ * summed over the slots where every slot read the token's one row; the
+ * route's weights' gradient with it when the forward combined the slots,
+ * carried on to the router logits; the experts' gradient where trainable */
+static void moe_matmul_backward(struct bw *b, struct toy_tensor *y, struct toy_tensor *dy) {
+    struct toy_ctx *ctx = b->ctx;
+    struct toy_tensor *x = y->src[0], *w = y->src[1], *route = y->src[2], *logits = route->src[0];
+    bool combine = y->op_params[P_MM_COMBINE], dw = combine && wants_grad(b, logits);
+    int64_t K = x->ne[0], k = route->ne[0], N = route->ne[1];
+    y->op_params[P_MOE_EXACT] = 1;
+    if (wants_grad(b, x) || dw) {
+        struct toy_tensor *d = backward_node(ctx, TOY_OP_MOE_MATMUL_BACK, (int64_t[]){K * k * N + (combine ? k * N : 0), 1, 1, 1});
+        d->src[0] = contig(ctx, dy);
+        d->src[1] = w;
+        d->src[2] = route;
+        d->src[3] = x;
+        d->op_params[P_MM_COMBINE] = combine;
+        if (wants_grad(b, x)) {
+            struct toy_tensor *shape = toy_tensor_alloc_meta(ctx, TOY_F32, 3, (int64_t[]){K, k, N});
+            struct toy_tensor *dx = toy_view(ctx, d, 3, shape->ne, shape->nb, 0);
+            add_contribution(b, x, x->ne[1] == 1 && k > 1 ? toy_sum(ctx, dx, 1) : dx);
+        }
+        if (dw) {
+            struct toy_tensor *shape = toy_tensor_alloc_meta(ctx, TOY_F32, 2, (int64_t[]){k, N});
+            struct toy_tensor *r = backward_node(ctx, TOY_OP_MOE_ROUTE_BACK, logits->ne);
+            r->src[0] = toy_view(ctx, d, 2, shape->ne, shape->nb, (size_t)(K * k * N) * sizeof(float));
+            r->src[1] = route;
+            r->src[2] = logits;
+            add_contribution(b, logits, r);
+        }
+    }
+    if (wants_grad(b, w)) {
+        struct toy_tensor *d = backward_node(ctx, TOY_OP_MOE_MATMUL_BACK_W, w->ne);
+        d->src[0] = contig(ctx, dy);
+        d->src[1] = x;
+        d->src[2] = route;
+        d->op_params[P_MM_COMBINE] = combine;
+        add_contribution(b, w, d);
+    }
+}
+
 static void node_backward(struct bw *b, struct toy_tensor *y, struct toy_tensor *dy) {
     struct toy_ctx *ctx = b->ctx;
     struct toy_tensor *a = y->src[0], *s1 = y->src[1], *s2 = y->src[2];
@@ -372,6 +413,11 @@ static void node_backward(struct bw *b, struct toy_tensor *y, struct toy_tensor 
         }
         break;
     }
+    case TOY_OP_MOE_MATMUL:
+        moe_matmul_backward(b, y, dy);
+        break;
+    case TOY_OP_MOE_ROUTE: /* the ids have no gradient; the weights' reaches the logits from MOE_MATMUL's */
+        break;
     case TOY_OP_ROPE:
         if (wants_grad(b, a))
             {

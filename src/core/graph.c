@@ -405,6 +405,10 @@ static bool is_small(const struct toy_tensor *t) {
         const struct toy_tensor *x = t->src[0], *w = t->src[1], *r = t->src[2];
         return 2.0 * (double)toy_nelements(r) * (double)w->ne[1] * (double)x->ne[0] < 2e5;
     }
+    case TOY_OP_MOE_MATMUL_BACK:
+    case TOY_OP_MOE_MATMUL_BACK_W:
+    case TOY_OP_MOE_ROUTE_BACK:
+        return false;
     case TOY_OP_ATTENTION:
     case TOY_OP_ATTENTION_BACK:
     case TOY_OP_CROSS_ENTROPY:

@@ -88,8 +88,10 @@ enum {
     P_RP_NDIMS = 0, P_RP_MODE, P_RP_BASE, P_RP_SCALING, P_RP_FACTOR, P_RP_ORIG,
     P_RP_LOW, P_RP_HIGH, P_RP_BFAST, P_RP_BSLOW, P_RP_ATTN, P_RP_INVERSE,
     /* CROSS_ENTROPY */ P_CE_IGNORE = 0,
-    /* MOE_ROUTE: experts per row, renormalised; MOE_MATMUL: slots summed */
-    P_MR_K = 0, P_MR_NORM = 1, P_MR_SIGMOID = 2, P_MM_COMBINE = 0,
+    /* MOE_ROUTE: experts per row, renormalised; MOE_MATMUL: slots summed,
+     * and f32 activations (the autodiff sets it: no int8 products); its
+     * backward ops (MOE_MATMUL_BACK, _BACK_W) take P_MM_COMBINE too */
+    P_MR_K = 0, P_MR_NORM = 1, P_MR_SIGMOID = 2, P_MM_COMBINE = 0, P_MOE_EXACT = 1,
     /* GET_ROWS_BACK */ P_GRB_ACCUM = 0,
     /* VIEW_BACK: adds into the bytes of src[TOY_MAX_SRC - 1], an earlier
      * VIEW_BACK of the same tensor (autodiff.c), instead of zeros */

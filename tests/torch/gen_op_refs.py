@@ -286,6 +286,47 @@ add_case("cross_entropy", "cross_entropy", [("logits", rnd(9, 50) * 3, "")],
          lambda lg: torch.nn.functional.cross_entropy(lg, tg.long(), ignore_index=-100).reshape(1),
          {"ignore": -100}, int_inputs={"targets": tg})
 
+# ---- mixture of experts: the router's top k (its ids constants), the experts' products ---------------------
+def ref_route(x, wr, k, norm, sigmoid):
+    lg = x @ wr.T
+    s = torch.sigmoid(lg) if sigmoid else torch.softmax(lg, -1)
+    top = torch.topk(s.detach(), k, dim=-1).indices  # largest first, as toy's slots
+    w = s.gather(-1, top)
+    if norm:
+        w = w / w.sum(-1, keepdim=True)
+    return top, w
+
+
+def ref_moe(x, wr, wg, wu, wd, k, norm, sigmoid):
+    top, w = ref_route(x, wr, k, norm, sigmoid)
+    rows = []
+    for t in range(x.shape[0]):
+        acc = 0
+        for s in range(k):
+            e = int(top[t, s])
+            h = torch.nn.functional.silu(wg[e] @ x[t]) * (wu[e] @ x[t])
+            acc = acc + w[t, s] * (wd[e] @ h)
+        rows.append(acc)
+    return torch.stack(rows)
+
+
+def ref_moe_linear(x, wr, w3, k, norm, sigmoid):
+    top, w = ref_route(x, wr, k, norm, sigmoid)
+    return torch.stack([sum(w[t, s] * (w3[int(top[t, s])] @ x[t]) for s in range(k)) for t in range(x.shape[0])])
+
+
+for nm, E, k, norm, sig in [("moe_softmax", 4, 2, False, False), ("moe_softmax_norm", 5, 2, True, False),
+                            ("moe_sigmoid_norm", 6, 3, True, True), ("moe_sigmoid", 4, 2, False, True),
+                            ("moe_top1", 3, 1, False, False)]:
+    N, d, f = 7, 8, 12
+    add_case(nm, "moe_ffn", [("x", rnd(N, d), ""), ("router", rnd(E, d), ""), ("gate", rnd(E, f, d) * 0.5, ""),
+                             ("up", rnd(E, f, d) * 0.5, ""), ("down", rnd(E, d, f) * 0.5, "")],
+             lambda x, wr, wg, wu, wd, k=k, norm=norm, sig=sig: ref_moe(x, wr, wg, wu, wd, k, norm, sig),
+             {"k": k, "norm": int(norm), "sigmoid": int(sig)})
+add_case("moe_linear_combined", "moe_linear", [("x", rnd(6, 10), ""), ("router", rnd(3, 10), ""),
+                                               ("w", rnd(3, 9, 10), "")],
+         lambda x, wr, w3: ref_moe_linear(x, wr, w3, 2, False, False), {"k": 2, "norm": 0, "sigmoid": 0})
+
 # ---- dtype conversions: torch's float16 / bfloat16 rounding, bit for bit ----------------
 vals = [0.0, -0.0, 1.0, -1.5, 65504.0, 65519.0, 65520.0, 1e6, -1e6, 6.1e-5, 6.0e-8, 5.96e-8, 2.98e-8, 2.99e-8,
         1e-10, 3.14159265, 1.0009765625, 1.00048828125, 1.000732421875, 1.0 + 2 ** -8, 1.0 + 2 ** -9,

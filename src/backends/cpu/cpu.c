@@ -843,8 +843,8 @@ size_t toy_cpu_work_size(const struct toy_tensor *node, int nth) {
     size_t w = TOY_WORK_HEAD + per * (size_t)nth;
     if (node->op == TOY_OP_RMS_NORM_BACK_W || node->op == TOY_OP_LAYER_NORM_BACK_W)
         w += (size_t)nth * (size_t)node->ne[0] * sizeof(double);
-    if (node->op == TOY_OP_MOE_MATMUL) {
-        size_t m = toy_cpu_moe_work(node, nth);
+    if (node->op == TOY_OP_MOE_MATMUL || node->op == TOY_OP_MOE_MATMUL_BACK || node->op == TOY_OP_MOE_MATMUL_BACK_W) {
+        size_t m = node->op == TOY_OP_MOE_MATMUL ? toy_cpu_moe_work(node, nth) : toy_cpu_moe_back_work(node, nth);
         if (m > w) w = m;
     }
     if (node->op == TOY_OP_MATMUL) {
@@ -904,6 +904,9 @@ void toy_cpu_compute(struct toy_tensor *t, int ith, int nth, void *work, size_t 
     case TOY_OP_KV_STORE: k_kv_store(t, ith, nth); break;
     case TOY_OP_MOE_ROUTE: toy_cpu_moe_route(t, ith, nth, tmp); break;
     case TOY_OP_MOE_MATMUL: toy_cpu_moe_matmul(t, ith, nth, work, ws); break;
+    case TOY_OP_MOE_MATMUL_BACK: toy_cpu_moe_matmul_back(t, ith, nth, work, ws); break;
+    case TOY_OP_MOE_MATMUL_BACK_W: toy_cpu_moe_matmul_back_w(t, ith, nth, work, ws); break;
+    case TOY_OP_MOE_ROUTE_BACK: toy_cpu_moe_route_back(t, ith, nth, tmp); break;
     default: TOY_ABORT("no CPU kernel for op %s", toy_op_name(t->op));
     }
 }

@@ -85,6 +85,9 @@ static size_t al64(size_t b) { return (b + 63) / 64 * 64; }
 
 static bool moe_packed(const struct toy_tensor *w) { return w->packed && toy_qdot.qgemm_packed; }
 
+/* a product the autodiff differentiates runs on f32 activations: no int8 */
+static bool moe_int8(const struct toy_tensor *t) { return moe_packed(t->src[1]) && !t->op_params[P_MOE_EXACT]; }
+
 /* one thread's scratch: the plan's arrays one after another */
 static size_t moe_scratch(const struct toy_tensor *t, struct moe_plan *p, char *base) {
     const struct toy_tensor *x = t->src[0], *w = t->src[1], *route = t->src[2];
@@ -135,10 +138,10 @@ static void moe_sort(const struct toy_tensor *route, struct moe_plan *p) {
 }
 
 /* C (m x nc, ldc MOE_NC) = A (m x K) times expert e's rows [j, j + nc) */
-static void moe_product(const struct toy_tensor *w, const struct moe_plan *p, int64_t e, int64_t m, int64_t j,
-                        int64_t nc) {
+static void moe_product(const struct toy_tensor *w, bool int8, const struct moe_plan *p, int64_t e, int64_t m,
+                        int64_t j, int64_t nc) {
     const int64_t K = p->K;
-    if (moe_packed(w)) {
+    if (int8) {
         size_t per = toy_cpu_pack_stride(w), group = toy_qpack_group_bytes(w->type, K);
         const char *pk = (const char *)w->packed + (size_t)e * per + (size_t)(j / 16) * group;
         toy_qdot.qgemm_packed_cols(w->type, m, nc, K, pk, p->c, MOE_NC, false, p->q, NULL);
@@ -168,18 +171,18 @@ static void moe_product(const struct toy_tensor *w, const struct moe_plan *p, in
 /* expert e's pairs, columns [j0, j1): each pair's products into its row
  * of out (row = the pair's index, n apart), or (combine) added with the
  * route's weight into its token's row */
-static void run_expert(const struct toy_tensor *x, const struct toy_tensor *w, const struct moe_plan *p, int64_t e,
-                       int64_t j0, int64_t j1, float *out, bool combine, const float *wts) {
+static void run_expert(const struct toy_tensor *x, const struct toy_tensor *w, bool int8, const struct moe_plan *p,
+                       int64_t e, int64_t j0, int64_t j1, float *out, bool combine, const float *wts) {
     for (int64_t r = p->first[e]; r < p->first[e + 1]; r += MOE_MR) {
         int64_t m = p->first[e + 1] - r < MOE_MR ? p->first[e + 1] - r : MOE_MR;
         for (int64_t i = 0; i < m; i++) { /* gather the pairs' input rows */
             int64_t pair = p->pairs[r + i], row = p->R == 1 ? pair / p->k : pair;
             memcpy(p->a + i * p->K, (const float *)x->data + row * p->K, (size_t)p->K * sizeof(float));
         }
-        if (moe_packed(w)) toy_qdot.qgemm_packed_prep(w->type, m, p->K, p->a, p->K, p->q);
+        if (int8) toy_qdot.qgemm_packed_prep(w->type, m, p->K, p->a, p->K, p->q);
         for (int64_t j = j0; j < j1; j += MOE_NC) {
             int64_t nc = j1 - j < MOE_NC ? j1 - j : MOE_NC;
-            moe_product(w, p, e, m, j, nc);
+            moe_product(w, int8, p, e, m, j, nc);
             for (int64_t i = 0; i < m; i++) { /* scatter: the pair's row, or its token's sum */
                 int64_t pair = p->pairs[r + i];
                 const float *c = p->c + i * MOE_NC;
@@ -197,7 +200,7 @@ static size_t moe_shared_bytes(const struct toy_tensor *t) {
 
 void toy_cpu_moe_matmul(struct toy_tensor *t, int ith, int nth, void *work, size_t ws) {
     const struct toy_tensor *x = t->src[0], *w = t->src[1], *route = t->src[2];
-    bool combine = t->op_params[P_MM_COMBINE];
+    bool combine = t->op_params[P_MM_COMBINE], int8 = moe_int8(t);
     size_t head = TOY_WORK_HEAD + moe_shared_bytes(t);
     float *shared = (float *)((char *)work + TOY_WORK_HEAD);
     struct moe_plan p;
@@ -213,7 +216,7 @@ void toy_cpu_moe_matmul(struct toy_tensor *t, int ith, int nth, void *work, size
         int64_t a0 = active * ith / nth, a1 = active * (ith + 1) / nth, seen = 0;
         for (int64_t e = 0; e < p.E; e++) {
             if (p.first[e + 1] == p.first[e]) continue;
-            if (seen >= a0 && seen < a1) run_expert(x, w, &p, e, 0, p.n, combine ? shared : out, false, wts);
+            if (seen >= a0 && seen < a1) run_expert(x, w, int8, &p, e, 0, p.n, combine ? shared : out, false, wts);
             seen++;
         }
         if (!combine || !toy_last_thread((atomic_int *)&t->op_params[TOY_MAX_OP_PARAMS - 2], nth)) return;
@@ -231,5 +234,173 @@ void toy_cpu_moe_matmul(struct toy_tensor *t, int ith, int nth, void *work, size
     if (j1 <= j0) return;
     if (combine)
         for (int64_t i = 0; i < p.N; i++) memset(out + i * p.n + j0, 0, (size_t)(j1 - j0) * sizeof(float));
-    for (int64_t e = 0; e < p.E; e++) run_expert(x, w, &p, e, j0, j1, out, combine, wts);
+    for (int64_t e = 0; e < p.E; e++) run_expert(x, w, int8, &p, e, j0, j1, out, combine, wts);
+}
+
+/* ---- the gradients -----------------------------------------------------------------------------------
+ *
+ * MOE_MATMUL_BACK (the input's gradient): src[0] dy ({n, N} when the
+ * forward combined the slots, else {n, k, N}), src[1] the weights {K, n, E},
+ * src[2] the route, src[3] the forward's x {K, 1 or k, N}. Each (token,
+ * slot) pair p, expert e, gets g_p = dy_p W_e (K wide; dy_p its token's row
+ * when combined). dst: the pairs' rows {K, k, N}, g_p times the pair's
+ * weight when combined, else g_p; then (combined) the weights' gradients
+ * {k, N}: g_p . x_p, which is dy_p . W_e x_p, the pair's unweighted product,
+ * without computing that product again. A thread takes a range of the
+ * pairs sorted by expert, so each row has one writer.
+ *
+ * MOE_MATMUL_BACK_W (the weights' gradient {K, n, E}): src[0] dy, src[1] x,
+ * src[2] the route. dW_e = sum over e's pairs of dy_p^T x_p (dy_p weighted
+ * when combined); an expert no token chose gets zeros. A thread owns the
+ * same rows of every expert's gradient.
+ *
+ * MOE_ROUTE_BACK (the router logits' gradient {E, N}): src[0] the weights'
+ * gradient {k, N}, src[1] the route, src[2] its logits. The ids are
+ * constants; a weight is its expert's softmax probability (or sigmoid),
+ * renormalised over the k chosen when the route says so:
+ *   softmax:         d x_e = p_e (g_e - c), c = sum_s g_s w_s, g_e = 0 unless chosen
+ *   softmax, norm:   the weights are a softmax over the chosen logits: d x_id = w (g - c)
+ *   sigmoid:         d x_id = g s (1 - s)
+ *   sigmoid, norm:   d x_id = (g - c) / S s (1 - s), S = the chosen scores' sum
+ * The routing bias only chooses, so it has no gradient. */
+
+static void *take(char *base, size_t *off, size_t bytes) {
+    void *p = base ? base + *off : NULL;
+    *off += al64(bytes);
+    return p;
+}
+
+static size_t moe_back_scratch(const struct toy_tensor *t, struct moe_plan *p, char *base) {
+    bool dx = t->op == TOY_OP_MOE_MATMUL_BACK;
+    const struct toy_tensor *route = t->src[2], *x = dx ? t->src[3] : t->src[1];
+    const int64_t *wne = dx ? t->src[1]->ne : t->ne;
+    int64_t K = wne[0], n = wne[1], E = wne[2], k = route->ne[0], N = route->ne[1], wide = K > n ? K : n;
+    struct moe_plan q = {E, k, N, K, n, x->ne[1], NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    size_t off = 0;
+    q.first = take(base, &off, (size_t)(E + 1) * sizeof(int32_t));
+    q.pairs = take(base, &off, (size_t)(k * N) * sizeof(int32_t));
+    q.a = take(base, &off, (size_t)(MOE_MR * wide) * sizeof(float));
+    q.c = take(base, &off, (size_t)(MOE_MR * wide) * sizeof(float));
+    q.deq = take(base, &off, dx && t->src[1]->type != TOY_F32 ? (size_t)(MOE_DQ * K) * sizeof(float) : 0);
+    q.pack = take(base, &off, toy_cpu_sgemm_own() ? toy_cpu_sgemm_pack_bytes() : 0);
+    if (!toy_cpu_sgemm_own()) q.pack = NULL;
+    if (p) *p = q;
+    return off;
+}
+
+size_t toy_cpu_moe_back_work(const struct toy_tensor *t, int nth) {
+    return TOY_WORK_HEAD + (size_t)nth * (moe_back_scratch(t, NULL, NULL) + 64);
+}
+
+/* c (m x K) = a (m x n) times expert e's matrix (n x K), dequantized MOE_DQ rows at a time */
+static void expert_times(const struct toy_tensor *w, const struct moe_plan *p, int64_t e, int64_t m) {
+    const char *base = (const char *)w->data + (size_t)e * w->nb[2];
+    const int64_t K = p->K, n = p->n;
+    if (w->type == TOY_F32) {
+        toy_cpu_sgemm(false, false, m, K, n, 1.0f, p->a, n, (const float *)base, (int64_t)(w->nb[1] / sizeof(float)),
+                      0.0f, p->c, K, p->pack);
+        return;
+    }
+    for (int64_t j = 0; j < n; j += MOE_DQ) {
+        int64_t rn = n - j < MOE_DQ ? n - j : MOE_DQ;
+        for (int64_t i = 0; i < rn; i++) {
+            float *dst = p->deq + i * K;
+            const float *src = toy_cpu_row_f32(w, base + (size_t)(j + i) * w->nb[1], dst);
+            if (src != dst) memcpy(dst, src, (size_t)K * sizeof(float));
+        }
+        toy_cpu_sgemm(false, false, m, K, rn, 1.0f, p->a + j, n, p->deq, K, j ? 1.0f : 0.0f, p->c, K, p->pack);
+    }
+}
+
+void toy_cpu_moe_matmul_back(struct toy_tensor *t, int ith, int nth, void *work, size_t ws) {
+    const struct toy_tensor *dy = t->src[0], *w = t->src[1], *route = t->src[2], *x = t->src[3];
+    bool combine = t->op_params[P_MM_COMBINE];
+    struct moe_plan p;
+    moe_back_scratch(t, &p, toy_work_slice((char *)work + TOY_WORK_HEAD, ws - TOY_WORK_HEAD, ith, nth));
+    moe_sort(route, &p);
+    const float *wts = (const float *)((const char *)route->data + toy_nbytes(route));
+    const float *dyd = dy->data, *xd = x->data;
+    float *dx = t->data, *dw = dx + p.K * p.k * p.N;
+    int64_t P0, P1;
+    toy_split(p.k * p.N, ith, nth, &P0, &P1);
+    for (int64_t e = 0; e < p.E; e++) {
+        int64_t lo = p.first[e] > P0 ? p.first[e] : P0, hi = p.first[e + 1] < P1 ? p.first[e + 1] : P1;
+        for (int64_t r = lo; r < hi; r += MOE_MR) {
+            int64_t m = hi - r < MOE_MR ? hi - r : MOE_MR;
+            for (int64_t i = 0; i < m; i++) {
+                int64_t pair = p.pairs[r + i];
+                memcpy(p.a + i * p.n, dyd + (combine ? pair / p.k : pair) * p.n, (size_t)p.n * sizeof(float));
+            }
+            expert_times(w, &p, e, m);
+            for (int64_t i = 0; i < m; i++) {
+                int64_t pair = p.pairs[r + i];
+                const float *g = p.c + i * p.K;
+                if (!combine) {
+                    memcpy(dx + pair * p.K, g, (size_t)p.K * sizeof(float));
+                    continue;
+                }
+                dw[pair] = toy_vec.dot(g, xd + (p.R == 1 ? pair / p.k : pair) * p.K, p.K);
+                toy_vec.scale(dx + pair * p.K, g, wts[pair], p.K);
+            }
+        }
+    }
+}
+
+void toy_cpu_moe_matmul_back_w(struct toy_tensor *t, int ith, int nth, void *work, size_t ws) {
+    const struct toy_tensor *dy = t->src[0], *x = t->src[1], *route = t->src[2];
+    bool combine = t->op_params[P_MM_COMBINE];
+    struct moe_plan p;
+    moe_back_scratch(t, &p, toy_work_slice((char *)work + TOY_WORK_HEAD, ws - TOY_WORK_HEAD, ith, nth));
+    int64_t units = (p.n + 15) / 16, u0, u1;
+    toy_split(units, ith, nth, &u0, &u1);
+    int64_t r0 = u0 * 16, r1 = u1 * 16 < p.n ? u1 * 16 : p.n, nr = r1 - r0;
+    if (nr <= 0) return;
+    moe_sort(route, &p);
+    const float *wts = (const float *)((const char *)route->data + toy_nbytes(route));
+    const float *dyd = dy->data, *xd = x->data;
+    for (int64_t e = 0; e < p.E; e++) {
+        float *o = (float *)t->data + (e * p.n + r0) * p.K;
+        memset(o, 0, (size_t)(nr * p.K) * sizeof(float));
+        for (int64_t r = p.first[e]; r < p.first[e + 1]; r += MOE_MR) {
+            int64_t m = p.first[e + 1] - r < MOE_MR ? p.first[e + 1] - r : MOE_MR;
+            for (int64_t i = 0; i < m; i++) {
+                int64_t pair = p.pairs[r + i];
+                memcpy(p.a + i * p.K, xd + (p.R == 1 ? pair / p.k : pair) * p.K, (size_t)p.K * sizeof(float));
+                const float *d = dyd + (combine ? pair / p.k : pair) * p.n + r0;
+                if (combine) toy_vec.scale(p.c + i * nr, d, wts[pair], nr);
+                else memcpy(p.c + i * nr, d, (size_t)nr * sizeof(float));
+            }
+            toy_cpu_sgemm(true, false, nr, p.K, m, 1.0f, p.c, nr, p.a, p.K, 1.0f, o, p.K, p.pack);
+        }
+    }
+}
+
+void toy_cpu_moe_route_back(struct toy_tensor *t, int ith, int nth, float *tmp) {
+    const struct toy_tensor *route = t->src[1], *lg = t->src[2];
+    int64_t E = lg->ne[0], k = route->ne[0], r0, r1;
+    bool norm = route->op_params[P_MR_NORM], sigmoid = route->op_params[P_MR_SIGMOID];
+    const float *wts = (const float *)((const char *)route->data + toy_nbytes(route));
+    toy_split(route->ne[1], ith, nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        const float *x = (const float *)lg->data + r * E, *g = (const float *)t->src[0]->data + r * k, *w = wts + r * k;
+        const int32_t *id = (const int32_t *)route->data + r * k;
+        float *d = (float *)t->data + r * E, c = 0, S = 0;
+        for (int64_t s = 0; s < k; s++) c += g[s] * w[s];
+        if (!sigmoid && !norm) { /* p_e (g_e - c) over every expert */
+            float sum = toy_vec.exp_sum(tmp, x, toy_vec.max(x, E), E);
+            for (int64_t e = 0; e < E; e++) d[e] = -c * tmp[e] / sum;
+            for (int64_t s = 0; s < k; s++) d[id[s]] += g[s] * tmp[id[s]] / sum;
+            continue;
+        }
+        memset(d, 0, (size_t)E * sizeof(float));
+        if (!sigmoid) {
+            for (int64_t s = 0; s < k; s++) d[id[s]] = w[s] * (g[s] - c);
+            continue;
+        }
+        for (int64_t s = 0; s < k; s++) S += 1.0f / (1.0f + expf(-x[id[s]]));
+        for (int64_t s = 0; s < k; s++) {
+            float sg = 1.0f / (1.0f + expf(-x[id[s]]));
+            d[id[s]] = (norm ? (g[s] - c) / S : g[s]) * sg * (1.0f - sg);
+        }
+    }
 }
