@@ -82,6 +82,8 @@ static int usage_to(FILE *f) {
 "           --heldout 0.1 (fraction held out for eval)\n"
 "model:     --arch llama|gpt2|vit (GPT-2 presets: tiny|small|124m; vit: toy train --arch vit --help)\n"
 "           --preset tiny|small|stories15m|smollm2-135m  --dim D --layers L --heads H --kv-heads K --ff F\n"
+"           --experts E --experts-used 2 (a mixture of experts, Mixtral's routing) --moe-aux 0.01 (its\n"
+"           load-balancing loss weight; 0: off)\n"
 "           --init MODEL.gguf (start from these weights instead of random)\n"
 "           --warm-start DONOR.gguf (token embeddings from a donor, matched by token; a learned projection,\n"
 "           initialised by PCA, when widths differ)\n"
@@ -100,7 +102,7 @@ static int usage(void) { return usage_to(stderr); }
 
 struct cfg {
     const char *data, *tokenizer, *preset, *init, *runs, *out, *resume, *sample, *trace, *arch, *warm;
-    int64_t vocab_size, dim, layers, heads, kv_heads, ff, batch, ctx;
+    int64_t vocab_size, dim, layers, heads, kv_heads, ff, batch, ctx, experts, experts_used;
     double heldout;
     int threads, log_every;
     double dp_timeout; /* data parallelism: seconds a collective may wait */
@@ -129,6 +131,10 @@ static json_t *cfg_json(const struct cfg *c) {
     json_object_set_new(j, "global_batch", json_integer(c->batch * world * (c->o.accum > 0 ? c->o.accum : 1)));
     json_object_set_new(j, "threads", json_integer(toy_threads_resolve(c->threads))); /* float sums depend on it */
     if (c->arch) json_object_set_new(j, "arch", json_string(c->arch));
+    if (c->experts) {
+        json_object_set_new(j, "experts", json_integer(c->experts));
+        json_object_set_new(j, "experts_used", json_integer(c->experts_used));
+    }
     if (c->warm) json_object_set_new(j, "warm_start", json_string(c->warm)); /* resume re-attaches its projection */
     if (c->text_bos >= 0) json_object_set_new(j, "data_bos", json_boolean(c->text_bos)); /* how --resume encodes it */
     if (c->data_fingerprint) { /* --resume refuses other data */
@@ -158,6 +164,8 @@ static void cfg_from_json(struct cfg *c, json_t *j) {
     INT("heads", heads);
     INT("kv_heads", kv_heads);
     INT("ff", ff);
+    INT("experts", experts);
+    INT("experts_used", experts_used);
     INT("batch", batch);
     INT("ctx", ctx);
     INT("world", world);
@@ -193,6 +201,9 @@ static int parse(int argc, char **argv, struct cfg *c, bool *given_steps) {
         TOY_FLAG_N("--heads", TOY_CLI_I64, &c->heads, 0, 65536),
         TOY_FLAG_N("--kv-heads", TOY_CLI_I64, &c->kv_heads, 0, 65536),
         TOY_FLAG_N("--ff", TOY_CLI_I64, &c->ff, 0, 16 * DIM), TOY_FLAG_N("--batch", TOY_CLI_I64, &c->batch, 1, DIM),
+        TOY_FLAG_N("--experts", TOY_CLI_I64, &c->experts, 0, 4096),
+        TOY_FLAG_N("--experts-used", TOY_CLI_I64, &c->experts_used, 1, 64),
+        TOY_FLAG_N("--moe-aux", TOY_CLI_F32, &c->o.moe_aux, 0, 1e6),
         TOY_FLAG_N("--ctx", TOY_CLI_I64, &c->ctx, 1, 16 * DIM),
         TOY_FLAG_OPEN("--heldout", TOY_CLI_F64, &c->heldout, 0, 1),
         TOY_FLAG_N("--threads", TOY_CLI_INT, &c->threads, 0, 4096),
@@ -210,6 +221,7 @@ static int parse(int argc, char **argv, struct cfg *c, bool *given_steps) {
     if (rc == 1) usage_to(stdout); /* asked for: the help goes to standard output */
     if (rc) return rc;
     if (c->o.bf16) toy_cli_bf16_math();
+    if (c->experts && !c->experts_used) c->experts_used = c->experts < 2 ? c->experts : 2;
     if (schedule) {
         int k = toy_lr_kind_from_name(schedule);
         if (k < 0) { fprintf(stderr, "toy train: --schedule is cosine, linear or constant, not '%s'\n", schedule); return 2; }
@@ -240,6 +252,11 @@ static struct toy_llama_config llama_config(const struct cfg *c, int64_t vocab) 
     if (c->heads) mc.n_heads = c->heads;
     mc.n_kv_heads = c->kv_heads ? c->kv_heads : c->heads ? c->heads : mc.n_kv_heads;
     if (c->ff) mc.d_ff = c->ff;
+    if (c->experts) { /* Mixtral's routing: softmax, the top k renormalised; written as a "llama" with experts */
+        mc.n_experts = c->experts;
+        mc.n_experts_used = c->experts_used;
+        mc.moe_norm = true;
+    }
     mc.vocab = vocab;
     if (mc.max_ctx < c->ctx) mc.max_ctx = c->ctx;
     return mc;
@@ -313,7 +330,7 @@ int toy_cmd_train(int argc, char **argv) {
     c.o = (struct toy_train_opts){.steps = 1000, .accum = 1, .lr = 3e-3f, .lr_min = 3e-4f, .warmup = 50,
                                   .schedule = TOY_LR_COSINE, .weight_decay = 0.1f, .beta1 = 0.9f, .beta2 = 0.95f,
                                   .eps = 1e-8f, .clip = 1.0f, .seed = 1337, .eval_every = 100, .eval_batches = 20,
-                                  .sample_tokens = 64};
+                                  .sample_tokens = 64, .moe_aux = 0.01f};
     bool given_steps = false;
     int rc = parse(argc, argv, &c, &given_steps);
     if (rc) return rc == 1 ? 0 : rc;

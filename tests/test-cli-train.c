@@ -346,6 +346,31 @@ Test(cli_train, resume_keeps_threads_and_saves_new_steps) {
     cr_expect_eq(out_int("trained_steps"), 0, "%s", out);
 }
 
+/* toy train --experts: a Mixtral-shaped mixture from scratch, with its
+ * load-balancing term in the differentiated loss (--moe-aux; the reported
+ * loss is the cross-entropy); a resumed run continues it bit for bit, and
+ * the checkpoint is a llama with experts that describe and generate read */
+Test(cli_train, a_mixture_of_experts_trains_and_resumes) {
+#define MOE TRAIN " --data text.txt --experts 4 --experts-used 2"
+    cr_assert_eq(sh(MOE " --steps 4 --out a"), 0, "%s", out);
+    cr_assert_eq(sh(MOE " --steps 2 --out b && $W train --resume b --steps 4"), 0, "%s", out);
+    cr_assert_eq(sh(MOE " --steps 4 --moe-aux 0 --out c"), 0, "%s", out);
+#undef MOE
+    cr_assert_eq(sh("tail -1 a/events.jsonl | grep -o '\"final_loss\":[^,]*' > a.txt && "
+                    "tail -1 b/events.jsonl | grep -o '\"final_loss\":[^,]*' > b.txt && "
+                    "tail -1 c/events.jsonl | grep -o '\"final_loss\":[^,]*' > c.txt && cat a.txt c.txt"), 0, "%s", out);
+    cr_expect_eq(sh("cmp a.txt b.txt"), 0, "the resumed run's loss differs: %s", out);
+    cr_expect_neq(sh("cmp a.txt c.txt"), 0, "the balancing term changed nothing");
+    cr_expect_eq(sh("grep -q '\"experts\": 4' b/train.json && grep -q '\"experts_used\": 2' b/train.json && grep -q '\"moe_aux\": 0.0099' b/train.json"), 0,
+                 "train.json lacks the mixture");
+    cr_assert_eq(sh("$W describe a/weights/latest"), 0, "%s", out);
+    cr_expect(strstr(out, "experts 4 (2 a token)"), "%s", out);
+    cr_assert_eq(sh("$W generate -m a/weights/latest -p 'the quick' -n 4 --temp 0"), 0, "%s", out);
+    cr_expect_neq(sh("$W train --data text.txt --preset tiny --experts 2 --experts-used 3 --steps 1 --out d"), 0,
+                  "%s", out);
+    cr_expect(strstr(out, "3 experts used of 2"), "%s", out);
+}
+
 /* --resume removes the temporary files a killed writer (kill -9, the OOM killer) left in the run: those of
  * processes that are gone; a live process's are left alone */
 Test(cli_train, resume_removes_a_dead_writers_temporary_files) {

@@ -289,6 +289,34 @@ Test(finetune, lora_and_qlora_match_pytorch, .timeout = 300) {
     th_rmdir();
 }
 
+/* LoRA and QLoRA on a mixture of experts (Mixtral's shape): adapters on
+ * the attention; the gradient reaches them back through every layer's
+ * experts and router. Asking for the feed-forward targets only, where
+ * every layer's feed-forward is its experts, is an error naming why. */
+Test(finetune, lora_on_a_mixture_of_experts_matches_pytorch, .timeout = 300) {
+    th_mkdir("ft-moe");
+    struct toy_llama_config c = small_config();
+    c.n_experts = 4, c.n_experts_used = 2, c.moe_norm = true;
+    char f32[400], q8[400], q8f[400];
+    snprintf(f32, sizeof f32, "%s/base.gguf", th_dir);
+    snprintf(q8, sizeof q8, "%s/base-q8_0.gguf", th_dir);
+    snprintf(q8f, sizeof q8f, "%s/base-q8_0-as-f32.gguf", th_dir);
+    make_base(f32, &c, 23);
+    check_against_torch(f32, f32, 1e-4, "LoRA (mixture of experts)");
+    cr_assert_eq(toy_gguf_quantize(f32, q8, TOY_Q8_0, NULL, NULL), TOY_OK, "%s", toy_last_error());
+    write_dequantized(q8, q8f);
+    check_against_torch(q8, q8f, 1e-4, "QLoRA (Q8_0 mixture of experts)");
+    struct toy_llama *m;
+    cr_assert_eq(toy_llama_load(f32, false, &m), TOY_OK, "%s", toy_last_error());
+    struct toy_lora *a = NULL;
+    struct toy_lora_opts o = {.rank = 4, .targets = (1u << TOY_LORA_GATE) | (1u << TOY_LORA_DOWN), .seed = 2};
+    cr_assert_eq(toy_lora_attach(m, &o, &a), TOY_ERR_INVALID_ARG);
+    cr_assert(strstr(toy_last_error(), "gate,down") && strstr(toy_last_error(), "experts"), "%s", toy_last_error());
+    cr_assert_null(a);
+    toy_llama_free(m);
+    th_rmdir();
+}
+
 /* ---- adapter files and merging ------------------------------------------------------ */
 
 Test(finetune, adapter_gguf_is_llamacpp_convention_and_round_trips) {

@@ -263,6 +263,32 @@ Test(llama, training_steps_match_pytorch, .timeout = 300) {
     th_rmdir();
 }
 
+/* Training a mixture: the router and the experts get gradients (the
+ * experts' through MOE_MATMUL_BACK_W, the router's through the weights of
+ * the tokens' chosen experts), 20 AdamW steps against PyTorch's loss curve.
+ * Mixtral's renormalised softmax, Qwen2-MoE's plain softmax with a gated
+ * shared expert and QKV biases, OLMoE's whole-projection QK-norm. */
+Test(llama, mixture_training_steps_match_pytorch, .timeout = 300) {
+    th_mkdir("llama-moe-train");
+    void (*fams[])(struct toy_llama_config *) = {f_mixtral, f_qwen2moe, f_olmoe};
+    for (int i = 0; i < 3; i++) {
+        struct toy_llama_config c = base_config();
+        c.tied = false;
+        fams[i](&c);
+        struct toy_llama *m0 = random_model(&c, 7);
+        char path[400];
+        snprintf(path, sizeof path, "%s/train-%d.gguf", th_dir, i);
+        save(m0, path);
+        toy_llama_free(m0);
+        struct toy_llama *m;
+        cr_assert_eq(toy_llama_load(path, true, &m), TOY_OK, "%s", toy_last_error());
+        cr_assert_eq(toy_llama_trainable(m, "training"), TOY_OK, "%s", toy_last_error());
+        th_train_vs_torch(toy_llama_lm(m), "ref_llama.py", path, 16, 3, 20);
+        toy_llama_free(m);
+    }
+    th_rmdir();
+}
+
 /* Prefill 5 tokens, then decode one at a time: every position's logits
  * equal the full-sequence forward's. */
 static void kv_equals_full_t(struct toy_llama_config c, enum toy_dtype kvt, double tol);

@@ -238,3 +238,71 @@ Test(moe, sigmoid_scores_choose_with_the_bias_and_weigh_without) {
     cr_assert_gt(changed, 0, "the bias changed no choice: the test would not see it ignored");
     toy_ctx_free(ctx);
 }
+
+/* Training a mixture: the load-balancing term toy_llama_moe_ffn builds
+ * (Switch Transformer's, for k experts a token) and its gradient, against
+ * the formula in double: E sum_e f_e P_e with f_e the share of the
+ * choices that went to e (constants) and P_e the mean softmax probability;
+ * d/d logit[n][e] = E / N p[n][e] (f_e - sum_j f_j p[n][j]). */
+Test(moe, load_balancing_term_and_its_gradient) {
+    enum { D = 8, F = 12, N = 20 };
+    struct toy_llama_config c = toy_llama_preset("tiny");
+    c.d_model = D, c.d_ff = F, c.n_experts = E, c.n_experts_used = KS, c.moe_norm = true;
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    uint64_t s = 5;
+    struct toy_llama_layer L = {0};
+    L.ffn_gate_inp = toy_new_tensor_2d(ctx, TOY_F32, D, E);
+    toy_set_param(L.ffn_gate_inp);
+    L.ffn_gate_exps = toy_new_tensor_3d(ctx, TOY_F32, D, F, E);
+    L.ffn_up_exps = toy_new_tensor_3d(ctx, TOY_F32, D, F, E);
+    L.ffn_down_exps = toy_new_tensor_3d(ctx, TOY_F32, F, D, E);
+    struct toy_tensor *h = toy_new_tensor_2d(ctx, TOY_F32, D, N);
+    struct toy_tensor *all[] = {L.ffn_gate_inp, L.ffn_gate_exps, L.ffn_up_exps, L.ffn_down_exps, h};
+    for (int i = 0; i < 5; i++)
+        for (int64_t j = 0; j < toy_nelements(all[i]); j++) ((float *)all[i]->data)[j] = urand(&s);
+    struct toy_tensor *bal = NULL;
+    toy_llama_moe_ffn(ctx, &c, &L, h, &bal);
+    cr_assert(bal);
+    struct toy_graph *g = toy_graph_new(ctx);
+    toy_graph_build(g, bal);
+    toy_graph_backward(g, bal);
+    struct toy_threadpool *tp = toy_threadpool_new(2);
+    cr_assert_eq(toy_graph_compute(g, tp), TOY_OK, "%s", toy_last_error());
+    const float *W = L.ffn_gate_inp->data, *x = h->data, *gw = L.ffn_gate_inp->grad->data;
+    double p[N][E], f[E] = {0}, P[E] = {0};
+    for (int n = 0; n < N; n++) {
+        float lg[E];
+        int32_t id[KS];
+        float w[KS];
+        for (int e = 0; e < E; e++) {
+            double z = 0;
+            for (int i = 0; i < D; i++) z += (double)W[e * D + i] * x[n * D + i];
+            lg[e] = (float)z;
+        }
+        route_ref(lg, KS, true, id, w);
+        for (int k = 0; k < KS; k++) f[id[k]] += 1.0 / (N * KS);
+        double mx = -INFINITY, sum = 0;
+        for (int e = 0; e < E; e++) mx = fmax(mx, lg[e]);
+        for (int e = 0; e < E; e++) sum += p[n][e] = exp(lg[e] - mx);
+        for (int e = 0; e < E; e++) P[e] += (p[n][e] /= sum) / N;
+    }
+    double want = 0;
+    for (int e = 0; e < E; e++) want += E * f[e] * P[e];
+    cr_assert(fabs(*(float *)bal->data - want) < 1e-5, "term %g, want %g", *(float *)bal->data, want);
+    cr_assert(want > 1.0, "a random router is not balanced: %g", want);
+    double worst = 0, gmax = 0;
+    for (int e = 0; e < E; e++)
+        for (int i = 0; i < D; i++) {
+            double d = 0;
+            for (int n = 0; n < N; n++) {
+                double fp = 0;
+                for (int j = 0; j < E; j++) fp += f[j] * p[n][j];
+                d += (double)E / N * p[n][e] * (f[e] - fp) * x[n * D + i];
+            }
+            worst = fmax(worst, fabs(gw[e * D + i] - d));
+            gmax = fmax(gmax, fabs(d));
+        }
+    cr_assert(gmax > 1e-3 && worst <= 1e-5 * (1 + gmax), "gradient off by %g (largest %g)", worst, gmax);
+    toy_threadpool_free(tp);
+    toy_ctx_free(ctx);
+}

@@ -155,6 +155,12 @@ struct toy_llama {
     float *embd_fold;     /* (vocab, d_model) the folded table, for writing */
     void *pack_block;     /* the packed matrices (toy_llama_pack_weights), one toy_stream_alloc block */
     size_t pack_bytes;
+    /* Training a mixture from scratch: with moe_balance, each uncached
+     * forward also builds moe_aux_loss, the mean over the mixture layers of
+     * their load-balancing terms (toy_llama_moe_ffn), for the trainer to
+     * add to the loss; NULL otherwise. */
+    bool moe_balance;
+    struct toy_tensor *moe_aux_loss;
 };
 
 /* "tiny" (d 64, 2 layers), "small" (d 256, 4 layers), "stories15m" and
@@ -234,9 +240,11 @@ enum toy_status toy_kv_cache_check_size(int64_t n_layers, int64_t row, int64_t n
  * (qwen2moe, qwen3moe) rather than <arch>.feed_forward_length. */
 bool toy_llama_moe_renormalises(const char *arch);
 bool toy_llama_moe_own_ff_key(const char *arch);
-/* TOY_ERR_UNSUPPORTED naming `what` when m is a mixture of experts (whose
- * layers have no gradients and no LoRA targets), else TOY_OK. */
-enum toy_status toy_llama_no_experts(const struct toy_llama *m, const char *what);
+/* TOY_ERR_UNSUPPORTED naming `what` when m cannot be trained or take an
+ * adapter (latent attention: DeepSeek), else TOY_OK. Mixtures of experts
+ * train: their experts and router have gradients, and LoRA adapts their
+ * attention (and any dense feed-forward layers). */
+enum toy_status toy_llama_trainable(const struct toy_llama *m, const char *what);
 /* The attention's score scale: cfg->attn_scale when set; with latent
  * attention 1/sqrt(head_dim) times DeepSeek's YaRN correction squared, as
  * llama.cpp's deepseek2 graph and Hugging Face's DeepseekV2Attention take
@@ -260,9 +268,15 @@ void toy_llama_qk_norm(struct toy_ctx *ctx, const struct toy_llama_config *c, co
                        struct toy_tensor **q, struct toy_tensor **k);
 /* A mixture-of-experts layer's MLP over its normed input h {d, ...}
  * (c->n_experts > 0): the router, the chosen experts' SwiGLU (GeGLU with
- * gelu_mlp) and their weighted sum, shaped as h. */
+ * gelu_mlp) and their weighted sum, shaped as h. With balance non-NULL
+ * (training; ctx must allocate data) it also gets the layer's
+ * load-balancing term, Switch Transformer's generalised to k experts a
+ * token: E * sum_e f_e P_e, f_e the share of the tokens' k choices that
+ * went to expert e (a constant), P_e the mean over tokens of the router's
+ * softmax probability for e. 1 when both are uniform. */
 struct toy_tensor *toy_llama_moe_ffn(struct toy_ctx *ctx, const struct toy_llama_config *c,
-                                     const struct toy_llama_layer *L, struct toy_tensor *h);
+                                     const struct toy_llama_layer *L, struct toy_tensor *h,
+                                     struct toy_tensor **balance);
 struct toy_tensor *toy_llama_forward_cached(struct toy_ctx *ctx, struct toy_llama *m, struct toy_kv_cache *c,
                                             struct toy_tensor *tokens, struct toy_tensor *pos);
 /* The same, but logits {vocab, 1, n_seq} of the last new token of each

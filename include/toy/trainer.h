@@ -55,6 +55,10 @@ struct toy_train_opts {
     volatile sig_atomic_t *stop; /* set (e.g. by SIGINT) to stop after the current step */
     struct toy_trace *trace;     /* Chrome trace of every op and step (toy/trace.h), or NULL */
     bool op_timing;              /* an op_timing event per step (time per op kind) */
+    /* a mixture of experts: the weight of its load-balancing term
+     * (toy_llama_moe_ffn) in the loss that is differentiated; the loss
+     * reported stays the cross-entropy. 0: off */
+    float moe_aux;
 };
 
 struct toy_step_info {

@@ -183,7 +183,10 @@ struct toy_llama *toy_llama_alloc(const struct toy_llama_config *cfg, bool alloc
         if (cfg->n_experts && l >= cfg->n_dense_lead) {
             int64_t E = cfg->n_experts, fe = cfg->d_ff_expert ? cfg->d_ff_expert : cfg->d_ff;
             P(ffn_gate_inp, "ffn_gate_inp.weight", d, E);
-            if (cfg->moe_bias) { P(exp_probs_b, "exp_probs_b.bias", E, 0); }
+            if (cfg->moe_bias) { /* it only chooses (no gradient reaches it): not trained */
+                P(exp_probs_b, "exp_probs_b.bias", E, 0);
+                L->exp_probs_b->flags &= ~TOY_FLAG_PARAM;
+            }
             snprintf(name, sizeof name, "blk.%lld.ffn_gate_exps.weight", (long long)l);
             L->ffn_gate_exps = param3(m, name, d, fe, E);
             snprintf(name, sizeof name, "blk.%lld.ffn_up_exps.weight", (long long)l);
@@ -356,15 +359,12 @@ int64_t toy_llama_n_params(const struct toy_llama *m) {
 
 /* ---- the graph ---------------------------------------------------------------- */
 
-enum toy_status toy_llama_no_experts(const struct toy_llama *m, const char *what) {
+enum toy_status toy_llama_trainable(const struct toy_llama *m, const char *what) {
     if (m && m->cfg.kv_lora_rank)
         return toy_error(TOY_ERR_UNSUPPORTED, "%s: a model with latent attention (DeepSeek, kv rank %lld) runs for "
                          "inference only (generate, eval, serve, bench); toy cannot train it or attach adapters to it",
                          what, (long long)m->cfg.kv_lora_rank);
-    if (!m || !m->cfg.n_experts) return TOY_OK;
-    return toy_error(TOY_ERR_UNSUPPORTED, "%s: a mixture of experts (%lld experts, %lld a token) runs for inference "
-                     "only (generate, eval, serve, bench); toy cannot train it or attach adapters to it", what,
-                     (long long)m->cfg.n_experts, (long long)m->cfg.n_experts_used);
+    return TOY_OK;
 }
 
 void toy_llama_qk_norm(struct toy_ctx *ctx, const struct toy_llama_config *c, const struct toy_llama_layer *L,
@@ -384,13 +384,29 @@ void toy_llama_qk_norm(struct toy_ctx *ctx, const struct toy_llama_config *c, co
     *q = x[0], *k = x[1];
 }
 
+/* the layer's load-balancing term (toy_llama_moe_ffn): the choices
+ * counted as rows of an identity matrix taken by the route's ids */
+static struct toy_tensor *moe_balance(struct toy_ctx *ctx, struct toy_tensor *logits, struct toy_tensor *route) {
+    int64_t E = logits->ne[0], N = logits->ne[1], k = route->ne[0];
+    struct toy_tensor *eye = toy_new_tensor_2d(ctx, TOY_F32, E, E);
+    TOY_ASSERT(eye->data, "the load-balancing term needs a context that allocates data");
+    memset(eye->data, 0, toy_nbytes(eye));
+    for (int64_t e = 0; e < E; e++) ((float *)eye->data)[e * E + e] = 1;
+    struct toy_tensor *chosen = toy_reshape_2d(ctx, toy_get_rows(ctx, eye, route), E, k * N); /* one-hot rows */
+    struct toy_tensor *f = toy_scale(ctx, toy_sum(ctx, chosen, 1), 1.0f / (float)(k * N));
+    struct toy_tensor *P = toy_mean(ctx, toy_softmax(ctx, logits, NULL, 1.0f), 1);
+    return toy_scale(ctx, toy_sum_all(ctx, toy_mul(ctx, f, P)), (float)E);
+}
+
 struct toy_tensor *toy_llama_moe_ffn(struct toy_ctx *ctx, const struct toy_llama_config *c,
-                                     const struct toy_llama_layer *L, struct toy_tensor *h) {
+                                     const struct toy_llama_layer *L, struct toy_tensor *h,
+                                     struct toy_tensor **balance) {
     int64_t d = h->ne[0], N = toy_nrows(h);
     struct toy_tensor *x = toy_reshape_3d(ctx, h, d, 1, N);
     struct toy_tensor *logits = toy_reshape_2d(ctx, toy_linear(ctx, h, L->ffn_gate_inp, NULL), c->n_experts, N);
     struct toy_tensor *route = toy_moe_route_scored(ctx, logits, (int)c->n_experts_used, c->moe_norm, c->moe_sigmoid,
                                                     L->exp_probs_b);
+    if (balance) *balance = moe_balance(ctx, logits, route);
     struct toy_tensor *g = toy_moe_matmul(ctx, x, L->ffn_gate_exps, route, false); /* {d_ff, k, N} */
     struct toy_tensor *u = toy_moe_matmul(ctx, x, L->ffn_up_exps, route, false);
     struct toy_tensor *a = c->gelu_mlp ? toy_mul(ctx, toy_gelu(ctx, g), u) : toy_swiglu(ctx, g, u);
@@ -522,6 +538,8 @@ static struct toy_tensor *forward(struct toy_ctx *ctx, struct toy_llama *m, stru
     }
     struct toy_tensor *x = toy_get_rows(ctx, embd, tokens); /* {d, T, B} */
     if (c->embed_scale) x = toy_scale(ctx, x, sqrtf((float)d));
+    int n_moe = 0;
+    if (!cache) m->moe_aux_loss = NULL;
     for (int64_t l = 0; l < c->n_layers; l++) {
         struct toy_llama_layer *L = &m->layers[l];
         struct toy_attn_params attn = {.causal = true, .scale = toy_llama_attn_scale(c), .softcap = c->attn_softcap};
@@ -554,7 +572,12 @@ static struct toy_tensor *forward(struct toy_ctx *ctx, struct toy_llama *m, stru
         h = toy_rms_norm(ctx, x, L->ffn_norm, c->norm_eps);
         struct toy_tensor *f;
         if (L->ffn_gate_inp) {
-            f = toy_llama_moe_ffn(ctx, c, L, h);
+            struct toy_tensor *bal = NULL;
+            f = toy_llama_moe_ffn(ctx, c, L, h, m->moe_balance && !cache ? &bal : NULL);
+            if (bal) {
+                m->moe_aux_loss = m->moe_aux_loss ? toy_add(ctx, m->moe_aux_loss, bal) : bal;
+                n_moe++;
+            }
         } else {
             struct toy_tensor *g = proj_lora(ctx, m, L, TOY_LORA_GATE, h, L->w_gate, NULL);
             struct toy_tensor *u = proj_lora(ctx, m, L, TOY_LORA_UP, h, L->w_up, NULL);
@@ -564,6 +587,7 @@ static struct toy_tensor *forward(struct toy_ctx *ctx, struct toy_llama *m, stru
         if (L->post_ffn_norm) f = toy_rms_norm(ctx, f, L->post_ffn_norm, c->norm_eps);
         x = toy_add(ctx, x, f);
     }
+    if (n_moe > 1) m->moe_aux_loss = toy_scale(ctx, m->moe_aux_loss, 1.0f / (float)n_moe);
     if (last_only && T > 1) /* generation needs the next token after the prompt only: skip T-1 head rows */
         x = toy_cont(ctx, toy_view(ctx, x, 3, (int64_t[]){d, 1, B}, (size_t[]){x->nb[0], x->nb[1], x->nb[2]},
                                    (size_t)(T - 1) * x->nb[1]));

@@ -167,7 +167,7 @@ static struct toy_tensor *llama_forward(struct toy_ctx *ctx, struct toy_llama *m
         h = toy_rms_norm(ctx, x, L->ffn_norm, c->norm_eps);
         struct toy_tensor *f;
         if (L->ffn_gate_inp) {
-            f = toy_llama_moe_ffn(ctx, c, L, h);
+            f = toy_llama_moe_ffn(ctx, c, L, h, NULL);
         } else {
             struct toy_tensor *g = projg(ctx, bf16, h, L->w_gate, NULL, rg), *u = projg(ctx, bf16, h, L->w_up, NULL, rg);
             f = c->gelu_mlp ? toy_mul(ctx, toy_gelu(ctx, g), u) : toy_swiglu(ctx, g, u);

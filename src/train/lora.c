@@ -115,6 +115,7 @@ static enum toy_status make_pairs(struct toy_llama *m, const struct toy_lora_opt
         for (int t = 0; t < TOY_LORA_N_TARGETS; t++) {
             if (!(o->targets & (1u << t))) continue;
             struct toy_tensor *w = target_weight(L, t);
+            if (!w) continue; /* a mixture's layer: its experts take no adapter */
             int64_t in = w->ne[0], outd = w->ne[1];
             struct toy_tensor *A = toy_set_name(toy_new_tensor_2d(a->ctx, TOY_F32, in, o->rank), "%s.lora_a", w->name);
             struct toy_tensor *B = toy_set_name(toy_new_tensor_2d(a->ctx, TOY_F32, o->rank, outd), "%s.lora_b", w->name);
@@ -124,6 +125,13 @@ static enum toy_status make_pairs(struct toy_llama *m, const struct toy_lora_opt
             a->t[a->n++] = A;
             a->t[a->n++] = B;
         }
+    }
+    if (!a->n) {
+        char names[128];
+        toy_lora_free(a);
+        return toy_error(TOY_ERR_INVALID_ARG, "LoRA targets %s: no layer of this model has them (a mixture of "
+                         "experts' feed-forward is its experts, which take no adapter: target q,k,v,o)",
+                         toy_lora_targets_str(o->targets, names, sizeof names));
     }
     m->lora_scale = o->alpha / (float)o->rank;
     toy_rng_seed(&a->rng, o->seed ^ 0x4c6f5241ull);
@@ -144,7 +152,7 @@ static enum toy_status check_opts(struct toy_lora_opts *o) {
 enum toy_status toy_lora_attach(struct toy_llama *m, const struct toy_lora_opts *opts, struct toy_lora **out) {
     if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_lora_attach: out is NULL");
     *out = NULL;
-    enum toy_status mst = toy_llama_no_experts(m, "LoRA");
+    enum toy_status mst = toy_llama_trainable(m, "LoRA");
     if (mst) return mst;
     struct toy_lora_opts o = *opts;
     enum toy_status st = check_opts(&o);
@@ -324,7 +332,7 @@ enum toy_status toy_lora_load(struct toy_llama *m, const char *path, float scale
                               struct toy_lora **out) {
     if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_lora_load: out is NULL");
     *out = NULL;
-    enum toy_status mst = toy_llama_no_experts(m, path);
+    enum toy_status mst = toy_llama_trainable(m, path);
     if (mst) return mst;
     struct toy_gguf *g;
     enum toy_status st = toy_gguf_open(path, &g);

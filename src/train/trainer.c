@@ -164,14 +164,15 @@ static double now_s(void) {
 
 json_t *toy_train_opts_to_json(const struct toy_train_opts *o) {
     const char *sched[] = {"constant", "cosine", "linear"};
-    return json_pack("{s:I,s:I,s:f,s:f,s:I,s:s,s:f,s:f,s:f,s:f,s:f,s:I,s:I,s:I,s:I,s:b,s:s,s:i}", "steps",
+    return json_pack("{s:I,s:I,s:f,s:f,s:I,s:s,s:f,s:f,s:f,s:f,s:f,s:I,s:I,s:I,s:I,s:b,s:s,s:i,s:f}", "steps",
                      (json_int_t)o->steps, "accum", (json_int_t)o->accum, "lr", (double)o->lr, "lr_min",
                      (double)o->lr_min, "warmup", (json_int_t)o->warmup, "schedule", sched[o->schedule],
                      "weight_decay", (double)o->weight_decay, "beta1", (double)o->beta1, "beta2", (double)o->beta2,
                      "eps", (double)o->eps, "clip", (double)o->clip, "seed", (json_int_t)o->seed, "eval_every",
                      (json_int_t)o->eval_every, "eval_batches", (json_int_t)o->eval_batches, "ckpt_every",
                      (json_int_t)o->ckpt_every, "bf16", o->bf16, "sample_prompt",
-                     o->sample_prompt ? o->sample_prompt : "", "sample_tokens", (int)o->sample_tokens);
+                     o->sample_prompt ? o->sample_prompt : "", "sample_tokens", (int)o->sample_tokens, "moe_aux",
+                     (double)o->moe_aux);
 }
 
 void toy_train_opts_from_json(struct toy_train_opts *o, const json_t *j) {
@@ -188,6 +189,7 @@ void toy_train_opts_from_json(struct toy_train_opts *o, const json_t *j) {
     GETF("beta2", beta2);
     GETF("eps", eps);
     GETF("clip", clip);
+    GETF("moe_aux", moe_aux);
     GETI("seed", seed);
     GETI("eval_every", eval_every);
     GETI("eval_batches", eval_batches);
@@ -213,7 +215,7 @@ enum toy_status toy_trainer_new(struct toy_llama *m, const struct toy_tokenizer 
                                 const struct toy_train_opts *o, const char *run_dir, struct toy_events *ev,
                                 int n_threads, struct toy_trainer **out) {
     if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_trainer_new: out is NULL");
-    enum toy_status st = toy_llama_no_experts(m, "training");
+    enum toy_status st = toy_llama_trainable(m, "training");
     if (st) return st;
     struct toy_lm lm = toy_llama_lm(m);
     return toy_trainer_new_lm(&lm, tok, data, o, run_dir, ev, n_threads, out);
@@ -248,10 +250,23 @@ enum toy_status toy_trainer_new_lm(const struct toy_lm *lm, const struct toy_tok
     t->tp = toy_threadpool_new(n_threads);
     if (lm->set_matmul_type) lm->set_matmul_type(lm->self, o->bf16 ? TOY_BF16 : TOY_F32);
     t->ctx = toy_ctx_init(true);
+    /* a mixture's load-balancing term joins the loss that is differentiated; t->loss stays the cross-entropy */
+    struct toy_llama *moe = lm->llama && lm->llama->cfg.n_experts && o->moe_aux > 0 ? lm->llama : NULL;
+    if (moe) moe->moe_balance = true;
     t->loss = build_loss(t->ctx, lm, t->T, t->B, &t->tok_t, &t->tgt_t);
+    struct toy_tensor *total = t->loss;
+    if (moe) {
+        moe->moe_balance = false;
+        if (moe->moe_aux_loss) {
+            toy_set_output(t->loss);
+            total = toy_set_name(toy_add(t->ctx, t->loss, toy_scale(t->ctx, moe->moe_aux_loss, o->moe_aux)),
+                                 "loss_with_balance");
+        }
+        moe->moe_aux_loss = NULL;
+    }
     t->g = toy_graph_new(t->ctx);
-    toy_graph_build(t->g, t->loss);
-    toy_graph_backward(t->g, t->loss);
+    toy_graph_build(t->g, total);
+    toy_graph_backward(t->g, total);
     t->ectx = toy_ctx_init(true);
     t->eloss = build_loss(t->ectx, lm, t->T, t->B, &t->etok, &t->etgt);
     t->eg = toy_graph_new(t->ectx);

@@ -6,7 +6,8 @@ PEFT's LoraLayer math, written out: for each adapted projection
 with A (r, in), B (out, r) read from a llama.cpp-convention adapter GGUF
 ("<weight>.lora_a" ne {in, r}, "<weight>.lora_b" ne {r, out}, the
 adapter.lora.alpha key); the base (a plain Llama: no biases, QK-norm, caps)
-comes from an F32 GGUF through ref_llama.read_gguf. Float64 throughout;
+comes from an F32 GGUF through ref_llama.read_gguf; a mixture of experts'
+layers run ref_llama's MoE block, with no adapter on the experts. Float64 throughout;
 dropout is off (p = 0), as in eval mode.
 
 Usage: ref_lora.py SPEC.json OUT.json
@@ -58,6 +59,9 @@ def forward(kv, t, ad, scaling, tok):
         a = (torch.softmax(s, -1) @ vh).permute(0, 2, 1, 3).reshape(B, T, m.H * m.hd)
         x = x + lin(a, p + "attn_output.weight")
         h = ref_llama.rms(x, t[p + "ffn_norm.weight"], m.eps)
+        if p + "ffn_gate_inp.weight" in t:  # a mixture of experts: no adapter on the experts
+            x = x + m.moe(h, lambda n, p=p: t.get(p + n))
+            continue
         f = torch.nn.functional.silu(lin(h, p + "ffn_gate.weight")) * lin(h, p + "ffn_up.weight")
         x = x + lin(f, p + "ffn_down.weight")
     x = ref_llama.rms(x, t["output_norm.weight"], m.eps)
