@@ -1204,6 +1204,36 @@ Test(cuda, moe_route_and_products_match_cpu) {
     }
 }
 
+/* A mixture's gradients on the device: the input's (per pair, summed over
+ * the slots that share a row), the experts' and, through the combined
+ * product's route weights, the router's; softmax or sigmoid scores,
+ * renormalised or not; f32 experts trained, or Q8_0 ones frozen (QLoRA) */
+Test(cuda, moe_backward_matches_cpu) {
+    need_cuda();
+    for (int v = 0; v < 5; v++) {
+        struct toy_ctx *ctx = setup(90 + (uint64_t)v);
+        const int64_t E = 5, k = 2, d = 64, f = 32, N = 9;
+        bool sigmoid = v >= 2 && v < 4, norm = v % 2 == 1, frozen = v == 4;
+        struct toy_tensor *h = param(ctx, d, N, 1, 1), *router = param(ctx, d, E, 1, 1);
+        struct toy_tensor *w[3];
+        for (int i = 0; i < 3; i++) {
+            w[i] = toy_new_tensor_3d(ctx, frozen ? TOY_Q8_0 : TOY_F32, i == 2 ? f : d, i == 2 ? d : f, E);
+            fill(w[i], -0.5f, 0.5f);
+            if (!frozen) toy_set_param(w[i]);
+        }
+        struct toy_tensor *lg = toy_reshape_2d(ctx, toy_linear(ctx, h, router, NULL), E, N);
+        struct toy_tensor *r = toy_moe_route_scored(ctx, lg, (int)k, norm, sigmoid, NULL);
+        struct toy_tensor *x = toy_reshape_3d(ctx, h, d, 1, N);
+        struct toy_tensor *g = toy_moe_matmul(ctx, x, w[0], r, false), *u = toy_moe_matmul(ctx, x, w[1], r, false);
+        struct toy_tensor *y = toy_moe_matmul(ctx, toy_swiglu(ctx, g, u), w[2], r, true);
+        char what[96];
+        snprintf(what, sizeof what, "moe backward, %s%s%s", sigmoid ? "sigmoid" : "softmax", norm ? ", renormalised" : "",
+                 frozen ? ", Q8_0 experts" : "");
+        check(ctx, loss_of(ctx, y), true, TOL_GEMM, what);
+        toy_ctx_free(ctx);
+    }
+}
+
 /* DeepSeek's shape in small: latent attention (through a query latent, YaRN's attention correction), a dense
  * first layer, then experts scored by sigmoids with a bias, and a shared one */
 static struct toy_llama_config small_deepseek(void) {

@@ -229,6 +229,8 @@ static void moe_matmul_backward(struct bw *b, struct toy_tensor *y, struct toy_t
             r->src[0] = toy_view(ctx, d, 2, shape->ne, shape->nb, (size_t)(K * k * N) * sizeof(float));
             r->src[1] = route;
             r->src[2] = logits;
+            r->op_params[P_MR_NORM] = route->op_params[P_MR_NORM];
+            r->op_params[P_MR_SIGMOID] = route->op_params[P_MR_SIGMOID];
             add_contribution(b, logits, r);
         }
     }

@@ -255,7 +255,8 @@ void toy_cpu_moe_matmul(struct toy_tensor *t, int ith, int nth, void *work, size
  * same rows of every expert's gradient.
  *
  * MOE_ROUTE_BACK (the router logits' gradient {E, N}): src[0] the weights'
- * gradient {k, N}, src[1] the route, src[2] its logits. The ids are
+ * gradient {k, N}, src[1] the route, src[2] its logits; its P_MR_NORM and
+ * P_MR_SIGMOID are the route's. The ids are
  * constants; a weight is its expert's softmax probability (or sigmoid),
  * renormalised over the k chosen when the route says so:
  *   softmax:         d x_e = p_e (g_e - c), c = sum_s g_s w_s, g_e = 0 unless chosen
@@ -378,7 +379,7 @@ void toy_cpu_moe_matmul_back_w(struct toy_tensor *t, int ith, int nth, void *wor
 void toy_cpu_moe_route_back(struct toy_tensor *t, int ith, int nth, float *tmp) {
     const struct toy_tensor *route = t->src[1], *lg = t->src[2];
     int64_t E = lg->ne[0], k = route->ne[0], r0, r1;
-    bool norm = route->op_params[P_MR_NORM], sigmoid = route->op_params[P_MR_SIGMOID];
+    bool norm = t->op_params[P_MR_NORM], sigmoid = t->op_params[P_MR_SIGMOID]; /* the route's */
     const float *wts = (const float *)((const char *)route->data + toy_nbytes(route));
     toy_split(route->ne[1], ith, nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {

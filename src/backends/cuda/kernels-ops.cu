@@ -762,6 +762,88 @@ __global__ void k_moe_matmul(CT dst, CT x, CT w, const int32_t *ids, const float
     if (combine && lane == 0) *(float *)(dst.data + j * 4 + t * dst.nb[1]) = acc;
 }
 
+/* MOE_MATMUL_BACK (moe.c says what it computes): a thread an input column i
+ * of a (token, slot) pair: g_i = sum over the expert's rows j of dy_p[j]
+ * W_e[j][i], dy_p the token's row when combined, else the pair's (dy is
+ * contiguous), stored unweighted: k_moe_back_dw then takes g . x_p and
+ * weighs the row */
+__global__ void k_moe_back_dx(CT dst, CT dy, CT w, const int32_t *ids, int64_t k, int64_t P, bool combine) {
+    const int64_t K = w.ne[0], n = w.ne[1];
+    int64_t el = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (el >= P * K) return;
+    int64_t pair = el / K, i = el % K;
+    const float *g = (const float *)dy.data + (combine ? pair / k : pair) * n;
+    const char *we = w.data + ids[pair] * w.nb[2];
+    float acc = 0;
+    for (int64_t j = 0; j < n; j++) acc += g[j] * ld_row(w.type, we + j * w.nb[1], i, w.nb[0]);
+    ((float *)dst.data)[el] = acc;
+}
+
+/* ... then, combined: a warp a pair, the route weight's gradient g . x_p
+ * (x contiguous), and the pair's row times its weight */
+__global__ void k_moe_back_dw(float *dx, float *dw, CT x, const float *wts, int64_t k, int64_t P, int64_t K) {
+    const int64_t pair = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) / 32;
+    const int lane = threadIdx.x % 32;
+    if (pair >= P) return;
+    const float *xr = (const float *)x.data + (x.ne[1] == 1 ? pair / k : pair) * K;
+    float *g = dx + pair * K, dot = 0;
+    for (int64_t i = lane; i < K; i += 32) dot += g[i] * xr[i];
+    dot = warp_sum(dot);
+    if (lane == 0) dw[pair] = dot;
+    for (int64_t i = lane; i < K; i += 32) g[i] *= wts[pair];
+}
+
+/* MOE_MATMUL_BACK_W: a thread an element (i, j) of expert e's gradient,
+ * summed over the (token, slot) pairs that chose e, in pair order (every
+ * pair is looked at: plain, not fast) */
+__global__ void k_moe_back_w(CT dst, CT dy, CT x, const int32_t *ids, const float *wts, int64_t k, int64_t P,
+                             bool combine) {
+    const int64_t K = dst.ne[0], n = dst.ne[1];
+    int64_t el = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (el >= K * n * dst.ne[2]) return;
+    const int64_t i = el % K, j = el / K % n, e = el / (K * n);
+    const float *dyf = (const float *)dy.data, *xf = (const float *)x.data;
+    float acc = 0;
+    for (int64_t pair = 0; pair < P; pair++) {
+        if (ids[pair] != e) continue;
+        float g = dyf[(combine ? pair / k : pair) * n + j];
+        if (combine) g *= wts[pair];
+        acc += g * xf[(x.ne[1] == 1 ? pair / k : pair) * K + i];
+    }
+    ((float *)dst.data)[el] = acc;
+}
+
+/* MOE_ROUTE_BACK: a thread a row, as toy_cpu_moe_route_back: the logits'
+ * gradient from the route weights' (dw, contiguous {k, N}) through the
+ * softmax or sigmoid scores, renormalised or not; the ids are constants */
+__global__ void k_moe_route_back(CT dst, const float *dw, const int32_t *ids, const float *wts, CT lg, int64_t k,
+                                 bool norm, bool sigmoid) {
+    const int64_t r = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, E = lg.ne[0];
+    if (r >= dst.ne[1]) return;
+    const float *x = (const float *)(lg.data + r * lg.nb[1]), *g = dw + r * k, *w = wts + r * k;
+    const int32_t *id = ids + r * k;
+    float *d = (float *)(dst.data + r * dst.nb[1]), c = 0, S = 0;
+    for (int64_t s = 0; s < k; s++) c += g[s] * w[s];
+    if (!sigmoid && !norm) {
+        float mx = -INFINITY, sum = 0;
+        for (int64_t e = 0; e < E; e++) mx = fmaxf(mx, x[e]);
+        for (int64_t e = 0; e < E; e++) sum += expf(x[e] - mx);
+        for (int64_t e = 0; e < E; e++) d[e] = -c * expf(x[e] - mx) / sum;
+        for (int64_t s = 0; s < k; s++) d[id[s]] += g[s] * expf(x[id[s]] - mx) / sum;
+        return;
+    }
+    for (int64_t e = 0; e < E; e++) d[e] = 0;
+    if (!sigmoid) {
+        for (int64_t s = 0; s < k; s++) d[id[s]] = w[s] * (g[s] - c);
+        return;
+    }
+    for (int64_t s = 0; s < k; s++) S += 1.0f / (1.0f + expf(-x[id[s]]));
+    for (int64_t s = 0; s < k; s++) {
+        float sg = 1.0f / (1.0f + expf(-x[id[s]]));
+        d[id[s]] = (norm ? (g[s] - c) / S : g[s]) * sg * (1.0f - sg);
+    }
+}
+
 __global__ void k_kv_store(CT cache, CT x, const int32_t *np) {
     int64_t n = ct_nel(x);
     const put_cache put = {cache, *np};
@@ -1059,6 +1141,33 @@ extern "C" int toy_cu_run(const struct toy_cu_node *n, char *msg, size_t msg_siz
             k_moe_matmul<<<(unsigned)blocks, 256, 0, s>>>(d, src[0], src[1], (const int32_t *)r.data,
                                                          (const float *)(r.data + r.ne[0] * r.ne[1] * 4),
                                                          (int)r.ne[0], n->op_params[0] != 0);
+        break;
+    }
+    case TOY_OP_MOE_MATMUL_BACK: { /* src: dy, the weights, the route, x */
+        const CT &r = src[2];
+        const int64_t k = r.ne[0], P = k * r.ne[1], K = src[1].ne[0];
+        const bool combine = n->op_params[0] != 0;
+        const int32_t *ids = (const int32_t *)r.data;
+        if (P * K > 0) k_moe_back_dx<<<grid_for(P * K, TPB), TPB, 0, s>>>(d, src[0], src[1], ids, k, P, combine);
+        if (combine && P > 0)
+            k_moe_back_dw<<<grid_for(P * 32, TPB), TPB, 0, s>>>((float *)d.data, (float *)d.data + P * K, src[3],
+                                                                (const float *)(r.data + P * 4), k, P, K);
+        break;
+    }
+    case TOY_OP_MOE_MATMUL_BACK_W: { /* src: dy, x, the route */
+        const CT &r = src[2];
+        const int64_t k = r.ne[0], P = k * r.ne[1];
+        if (nel > 0)
+            k_moe_back_w<<<gs, TPB, 0, s>>>(d, src[0], src[1], (const int32_t *)r.data,
+                                            (const float *)(r.data + P * 4), k, P, n->op_params[0] != 0);
+        break;
+    }
+    case TOY_OP_MOE_ROUTE_BACK: { /* src: the weights' gradient, the route, the logits; the route's parameters */
+        const CT &r = src[1];
+        const int64_t k = r.ne[0];
+        k_moe_route_back<<<grid_for(d.ne[1], 64), 64, 0, s>>>(d, (const float *)src[0].data, (const int32_t *)r.data,
+                                                             (const float *)(r.data + k * r.ne[1] * 4), src[2], k,
+                                                             n->op_params[1] != 0, n->op_params[2] != 0);
         break;
     }
     default:
