@@ -285,7 +285,16 @@ Test(vit, image_sets_idx_toyi_png) {
  * steps of 128 with random 1-pixel crops (24 epochs; ~25 s on 2 cores):
  * the issue's bar, >= 95% held-out accuracy (97.5% when written). The
  * trained model is written as GGUF and `toy classify` names the class of
- * a held-out digit saved as PNG. */
+ * a held-out digit saved as PNG. Under the sanitizers (make asan), which
+ * look for memory errors, not for accuracy, and took 220 s over it, 400
+ * steps and a bar of 90% (92.3% measured). */
+#if defined(__SANITIZE_ADDRESS__)
+#define MNIST_STEPS 400
+#define MNIST_BAR 0.90f
+#else
+#define MNIST_STEPS 1500
+#define MNIST_BAR 0.95f
+#endif
 Test(vit, mnist_small_vit_learns, .timeout = 600) {
     struct toy_image_set *all, *train, *test;
     if (access(MNIST "/t10k-images-idx3-ubyte.gz", R_OK)) cr_skip_test("no %s", MNIST);
@@ -294,7 +303,7 @@ Test(vit, mnist_small_vit_learns, .timeout = 600) {
     cr_assert_eq(train->n, 8000);
     struct toy_vit_config c = toy_vit_preset("mnist");
     struct toy_vit *m = toy_vit_new(&c, 1);
-    struct toy_classify_opts o = {.steps = 1500, .batch = 128, .lr = 2e-3f, .lr_min = 1e-4f, .warmup = 50,
+    struct toy_classify_opts o = {.steps = MNIST_STEPS, .batch = 128, .lr = 2e-3f, .lr_min = 1e-4f, .warmup = 50,
                                   .schedule = TOY_LR_COSINE, .weight_decay = 0.05f, .beta1 = 0.9f, .beta2 = 0.999f,
                                   .eps = 1e-8f, .clip = 1.0f, .seed = 1, .eval_every = 0, .aug = {.crop_pad = 1}};
     th_mkdir("vit");
@@ -305,7 +314,7 @@ Test(vit, mnist_small_vit_learns, .timeout = 600) {
     cr_log_info("ViT 'mnist' (%lld params): test accuracy %.2f%% (loss %.4f) after %lld steps of %lld, %.1f s, %.0f img/s",
                 (long long)toy_vit_n_params(m), 100 * r.test_acc, r.test_loss, (long long)r.final_step,
                 (long long)o.batch, r.seconds, r.images_per_s);
-    cr_assert_geq(r.test_acc, 0.95f, "test accuracy %.4f", r.test_acc);
+    cr_assert_geq(r.test_acc, MNIST_BAR, "test accuracy %.4f", r.test_acc);
     cr_assert(r.checkpoint[0]);
     toy_classifier_free(t);
     /* the checkpoint evaluates to the same accuracy, mapped */
