@@ -14,7 +14,9 @@
  * Shapes: S = stories15M (vocab 32000, d 288, 6 layers, 6 heads, d_ff 768,
  * T 256, B 8); M = SmolLM2-135M (vocab 49152, d 576, 30 layers, 9/3 heads,
  * d_ff 1536, T 256, B 4); K = M at width 512 (8/4 heads of 64), so every
- * matrix's rows fit the k-quants' super-blocks (gguf and file only).
+ * matrix's rows fit the k-quants' super-blocks (gguf and file only); E = K
+ * with 12 layers of 32 experts 512 wide, 4 a token (train, gguf and file;
+ * its model FLOPs count the parameters a token uses).
  * Prints JSON lines for bench/report.py.
  *   gguf    writes the M shape with random weights (f32) and a tokenizer to a
  *           GGUF, for the llama.cpp comparison (bench/llama_cpp.sh)
@@ -24,7 +26,7 @@
  *           M decode falls with context (256 -> 2048, q8_0 weights)
  *   stream  decode's products alone against loads alone over the same
  *           weights and nodes (bench_stream), f32, q8_0 and q4_0
- * Usage: bench-llama THREADS [S|M] [train|infer|scale|stream]
+ * Usage: bench-llama THREADS [S|M|E] [train|infer|scale|stream]
  *        bench-llama 0 [M|K] gguf OUT.gguf TOKENIZER_DIR
  *        bench-llama THREADS M file MODEL.gguf */
 #include <math.h>
@@ -108,6 +110,9 @@ static double bench_train_T(struct toy_threadpool *tp, int nth, const char *s, b
         if (i > 0 && dt < best) best = dt; /* the first step plans and warms up */
     }
     double n = (double)toy_llama_n_params(m);
+    if (c.n_experts) /* a mixture: the parameters a token uses (k of its experts) */
+        n -= (double)(c.n_layers - c.n_dense_lead) * 3.0 * (double)(c.d_model * c.d_ff_expert) *
+             (double)(c.n_experts - c.n_experts_used);
     double flops = 6.0 * n * (double)(T * B); /* model FLOPs, attention excluded */
     if (!T_override) {
         printf("{\"bench\":\"train\",\"shape\":\"%s\",\"dtype\":\"%s\",\"threads\":%d,\"toy_s\":%.3f,\"toy_tok_s\":%.0f,"

@@ -27,12 +27,13 @@ echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //
 # engine vs BLAS and vs PyTorch (same shapes, same threads, same script)
 { "$B/bench/bench-engine" "$NTH"; OMP_WAIT_POLICY=passive "$PY" bench/torch_ops.py "$NTH"; } \
   | "$PY" bench/report.py "$B/bench-results.json" || status=1
-# Llama training step (S and M shapes) and inference (M) against PyTorch,
+# Llama training step (S and M shapes, and E: a mixture of experts) and
+# inference (M) against PyTorch,
 # toy and PyTorch alternating for $TOY_BENCH_ROUNDS rounds (default 3), the
 # best of each: a VM's speed can swing by a quarter within minutes, and a
 # peer measured in another phase than toy would make the ratio that swing
 ROUNDS=${TOY_BENCH_ROUNDS:-3}
-for spec in "S train" "M train" "M infer"; do
+for spec in "S train" "M train" "E train" "M infer"; do
   set -- $spec
   for ((round = 0; round < ROUNDS; round++)); do
     "$B/bench/bench-llama" "$NTH" "$1" "$2"

@@ -4,7 +4,7 @@ RoPE, GQA, SwiGLU, tied head), a training step (forward + cross-entropy +
 backward + AdamW), prefill of 256 tokens and KV-cache decode, timed in this
 process with torch.set_num_threads = toy's threads (run with
 OMP_WAIT_POLICY=passive, as bench/run.sh does). Prints JSON lines.
-Usage: torch_llama.py THREADS S|M train|infer"""
+Usage: torch_llama.py THREADS S|M|E train|infer (E: a mixture of experts, train only)"""
 import json
 import math
 import sys
@@ -16,8 +16,12 @@ import torch.nn.functional as F
 nth, which, mode = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 torch.set_num_threads(nth)
 torch.manual_seed(0)
+NE = K = 0  # experts, and how many a token
 if which == "S":
     V, d, L, H, Hkv, ff, T, B, base = 32000, 288, 6, 6, 6, 768, 256, 8, 10000.0
+elif which == "E":  # bench-llama's mixture: 12 layers of 32 experts 512 wide, 4 a token, renormalised (Mixtral's)
+    V, d, L, H, Hkv, ff, T, B, base = 49152, 512, 12, 8, 4, 512, 256, 4, 100000.0
+    NE, K = 32, 4
 else:
     V, d, L, H, Hkv, ff, T, B, base = 49152, 576, 30, 9, 3, 1536, 256, 4, 100000.0
 hd = d // H
@@ -36,14 +40,38 @@ class Model(torch.nn.Module):
             m.wv = torch.nn.Linear(d, Hkv * hd, bias=False)
             m.wo = torch.nn.Linear(H * hd, d, bias=False)
             m.n2 = torch.nn.Parameter(torch.ones(d))
-            m.g = torch.nn.Linear(d, ff, bias=False)
-            m.u = torch.nn.Linear(d, ff, bias=False)
-            m.dn = torch.nn.Linear(ff, d, bias=False)
+            if NE:  # an nn.Linear triple per expert, as Hugging Face's MixtralSparseMoeBlock keeps them (a
+                # stacked (E, ff, d) parameter indexed per expert is ~50x slower: each index's backward
+                # writes a whole-stack gradient)
+                m.router = torch.nn.Linear(d, NE, bias=False)
+                m.g = torch.nn.ModuleList(torch.nn.Linear(d, ff, bias=False) for _ in range(NE))
+                m.u = torch.nn.ModuleList(torch.nn.Linear(d, ff, bias=False) for _ in range(NE))
+                m.dn = torch.nn.ModuleList(torch.nn.Linear(ff, d, bias=False) for _ in range(NE))
+            else:
+                m.g = torch.nn.Linear(d, ff, bias=False)
+                m.u = torch.nn.Linear(d, ff, bias=False)
+                m.dn = torch.nn.Linear(ff, d, bias=False)
             self.layers.append(m)
         self.nf = torch.nn.Parameter(torch.ones(d))
         inv = 1.0 / (base ** (torch.arange(0, hd, 2).float() / hd))
         ang = torch.arange(4096).float()[:, None] * inv[None]
         self.cos, self.sin = torch.cos(ang), torch.sin(ang)
+
+    @staticmethod
+    def moe(m, h):
+        """Hugging Face's Mixtral sparse block: the router's top k renormalised, a loop over the experts that
+        gathers their tokens, and index_add_ of the weighted outputs"""
+        x = h.reshape(-1, d)
+        w, ids = torch.topk(torch.softmax(m.router(x), -1), K, -1)
+        w = w / w.sum(-1, keepdim=True)
+        out = torch.zeros_like(x)
+        for e in range(NE):
+            tok, slot = torch.where(ids == e)
+            if tok.numel():
+                xe = x[tok]
+                ye = m.dn[e](F.silu(m.g[e](xe)) * m.u[e](xe))
+                out.index_add_(0, tok, ye * w[tok, slot, None])
+        return out.view(h.shape)
 
     @staticmethod
     def rms(x, w):
@@ -77,7 +105,7 @@ class Model(torch.nn.Module):
             a = (torch.softmax(s, -1) @ v).transpose(1, 2).reshape(Bn, Tn, H * hd)
             x = x + m.wo(a)
             h = self.rms(x, m.n2)
-            x = x + m.dn(F.silu(m.g(h)) * m.u(h))
+            x = x + (self.moe(m, h) if NE else m.dn(F.silu(m.g(h)) * m.u(h)))
         if last:  # a generation's prefill needs only the last position's logits (as toy's and llama.cpp's)
             x = x[:, -1:]
         return self.rms(x, self.nf) @ self.emb.T
@@ -89,7 +117,7 @@ if mode == "train":
     tok = torch.randint(0, V, (B, T))
     tgt = torch.randint(0, V, (B, T))
     best = 1e30
-    for i in range(3 if which == "M" else 5):
+    for i in range(5 if which == "S" else 3):
         t0 = time.perf_counter()
         opt.zero_grad()
         loss = F.cross_entropy(model(tok).view(-1, V), tgt.view(-1))
