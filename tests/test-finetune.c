@@ -263,23 +263,25 @@ static void check_against_torch(const char *model, const char *ref_model, double
     check_against_torch_p(model, ref_model, tol, what, false);
 }
 
+/* QLoRA on f32's quantization to type against PyTorch on the same weights
+ * dequantized; q and qf get the two files' paths */
+static void qlora_against_torch(const char *f32, enum toy_dtype type, const char *what, char q[400], char qf[400]) {
+    snprintf(q, 400, "%s/base-%s.gguf", th_dir, toy_dtype_name(type));
+    snprintf(qf, 400, "%s/base-%s-as-f32.gguf", th_dir, toy_dtype_name(type));
+    cr_assert_eq(toy_gguf_quantize(f32, q, type, NULL, NULL), TOY_OK, "%s", toy_last_error());
+    write_dequantized(q, qf);
+    check_against_torch(q, qf, 1e-4, what);
+}
+
 Test(finetune, lora_and_qlora_match_pytorch, .timeout = 300) {
     th_mkdir("ft");
     struct toy_llama_config c = small_config();
     char f32[400], q8[400], q8f[400];
     snprintf(f32, sizeof f32, "%s/base.gguf", th_dir);
-    snprintf(q8, sizeof q8, "%s/base-q8_0.gguf", th_dir);
-    snprintf(q8f, sizeof q8f, "%s/base-q8_0-as-f32.gguf", th_dir);
     make_base(f32, &c, 21);
     check_against_torch(f32, f32, 1e-4, "LoRA (F32 base)");
-    cr_assert_eq(toy_gguf_quantize(f32, q8, TOY_Q8_0, NULL, NULL), TOY_OK, "%s", toy_last_error());
-    write_dequantized(q8, q8f);
-    check_against_torch(q8, q8f, 1e-4, "QLoRA (Q8_0 base)");
-    snprintf(q8, sizeof q8, "%s/base-q4_0.gguf", th_dir);
-    snprintf(q8f, sizeof q8f, "%s/base-q4_0-as-f32.gguf", th_dir);
-    cr_assert_eq(toy_gguf_quantize(f32, q8, TOY_Q4_0, NULL, NULL), TOY_OK, "%s", toy_last_error());
-    write_dequantized(q8, q8f);
-    check_against_torch(q8, q8f, 1e-4, "QLoRA (Q4_0 base)");
+    qlora_against_torch(f32, TOY_Q8_0, "QLoRA (Q8_0 base)", q8, q8f);
+    qlora_against_torch(f32, TOY_Q4_0, "QLoRA (Q4_0 base)", q8, q8f);
     /* --bf16: the F32 base cast to bf16, the Q4_0 base dequantized to bf16
      * in the products, activations rounded -- bf16's 8 bits against f32
      * sums (seen: logits 5e-2 and 4e-2, gradients 3e-2 and 5e-2 of their
@@ -299,13 +301,9 @@ Test(finetune, lora_on_a_mixture_of_experts_matches_pytorch, .timeout = 300) {
     c.n_experts = 4, c.n_experts_used = 2, c.moe_norm = true;
     char f32[400], q8[400], q8f[400];
     snprintf(f32, sizeof f32, "%s/base.gguf", th_dir);
-    snprintf(q8, sizeof q8, "%s/base-q8_0.gguf", th_dir);
-    snprintf(q8f, sizeof q8f, "%s/base-q8_0-as-f32.gguf", th_dir);
     make_base(f32, &c, 23);
     check_against_torch(f32, f32, 1e-4, "LoRA (mixture of experts)");
-    cr_assert_eq(toy_gguf_quantize(f32, q8, TOY_Q8_0, NULL, NULL), TOY_OK, "%s", toy_last_error());
-    write_dequantized(q8, q8f);
-    check_against_torch(q8, q8f, 1e-4, "QLoRA (Q8_0 mixture of experts)");
+    qlora_against_torch(f32, TOY_Q8_0, "QLoRA (Q8_0 mixture of experts)", q8, q8f);
     struct toy_llama *m;
     cr_assert_eq(toy_llama_load(f32, false, &m), TOY_OK, "%s", toy_last_error());
     struct toy_lora *a = NULL;
