@@ -107,7 +107,8 @@ void th_train_vs_torch(struct toy_lm lm, const char *script, const char *gguf, i
     struct toy_optim *o = toy_optim_new(TOY_OPTIM_ADAMW);
     int grp = toy_optim_add_group(o, &(struct toy_optim_group){.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
                                                                .weight_decay = 0.1f});
-    for (int i = 0; i < lm.n_tensors(lm.self); i++) toy_optim_add_param(o, lm.tensor(lm.self, i), grp);
+    for (int i = 0; i < lm.n_tensors(lm.self); i++) /* not a routing bias, which only chooses */
+        if (lm.tensor(lm.self, i)->flags & TOY_FLAG_PARAM) toy_optim_add_param(o, lm.tensor(lm.self, i), grp);
     struct toy_threadpool *tp = toy_threadpool_new(2);
     struct toy_rng r;
     toy_rng_seed(&r, 3);

@@ -267,23 +267,31 @@ Test(llama, training_steps_match_pytorch, .timeout = 300) {
  * experts' through MOE_MATMUL_BACK_W, the router's through the weights of
  * the tokens' chosen experts), 20 AdamW steps against PyTorch's loss curve.
  * Mixtral's renormalised softmax, Qwen2-MoE's plain softmax with a gated
- * shared expert and QKV biases, OLMoE's whole-projection QK-norm. */
+ * shared expert and QKV biases, OLMoE's whole-projection QK-norm; and
+ * DeepSeek's V2-Lite, V2 and V3 shapes, whose absorbed latent attention
+ * trains against the reference's unabsorbed one (the routing bias is no
+ * parameter: it only chooses). */
 Test(llama, mixture_training_steps_match_pytorch, .timeout = 300) {
     th_mkdir("llama-moe-train");
-    void (*fams[])(struct toy_llama_config *) = {f_mixtral, f_qwen2moe, f_olmoe};
-    for (int i = 0; i < 3; i++) {
+    void (*fams[])(struct toy_llama_config *) = {f_mixtral, f_qwen2moe, f_olmoe, f_deepseek2, f_deepseek2_qlora, f_deepseek3};
+    for (int i = 0; i < 6; i++) {
         struct toy_llama_config c = base_config();
         c.tied = false;
         fams[i](&c);
-        struct toy_llama *m0 = random_model(&c, 7);
+        struct toy_llama *m0 = random_model(&c, i == 5 ? 8 : 7);
         char path[400];
         snprintf(path, sizeof path, "%s/train-%d.gguf", th_dir, i);
         save(m0, path);
         toy_llama_free(m0);
         struct toy_llama *m;
         cr_assert_eq(toy_llama_load(path, true, &m), TOY_OK, "%s", toy_last_error());
-        cr_assert_eq(toy_llama_trainable(m, "training"), TOY_OK, "%s", toy_last_error());
         th_train_vs_torch(toy_llama_lm(m), "ref_llama.py", path, 16, 3, 20);
+        if (c.kv_lora_rank) { /* latent attention trains in full, but takes no adapter */
+            struct toy_lora *a = NULL;
+            struct toy_lora_opts o = {.rank = 4, .seed = 1};
+            cr_assert_eq(toy_lora_attach(m, &o, &a), TOY_ERR_UNSUPPORTED);
+            cr_assert(strstr(toy_last_error(), "--method full"), "%s", toy_last_error());
+        }
         toy_llama_free(m);
     }
     th_rmdir();

@@ -240,12 +240,12 @@ enum toy_status toy_kv_cache_check_size(int64_t n_layers, int64_t row, int64_t n
  * (qwen2moe, qwen3moe) rather than <arch>.feed_forward_length. */
 bool toy_llama_moe_renormalises(const char *arch);
 bool toy_llama_moe_own_ff_key(const char *arch);
-/* TOY_ERR_UNSUPPORTED naming `what` when m cannot be trained or take an
- * adapter (latent attention: DeepSeek), else TOY_OK. Mixtures of experts
- * train: their experts and router have gradients, and LoRA adapts their
- * attention (and any dense feed-forward layers). */
-enum toy_status toy_llama_trainable(const struct toy_llama *m, const char *what);
-/* The attention's score scale: cfg->attn_scale when set; with latent
+/* TOY_ERR_UNSUPPORTED naming `what` when m cannot take a LoRA adapter
+ * (latent attention: DeepSeek, whose queries, keys and values come through
+ * latents), else TOY_OK. Every model trains in full, mixtures and latent
+ * attention included; LoRA on a mixture adapts its attention (and any
+ * dense feed-forward layers). */
+enum toy_status toy_llama_adaptable(const struct toy_llama *m, const char *what);/* The attention's score scale: cfg->attn_scale when set; with latent
  * attention 1/sqrt(head_dim) times DeepSeek's YaRN correction squared, as
  * llama.cpp's deepseek2 graph and Hugging Face's DeepseekV2Attention take
  * it; else 0 (the kernels' 1/sqrt of the head dim). */

@@ -359,10 +359,11 @@ int64_t toy_llama_n_params(const struct toy_llama *m) {
 
 /* ---- the graph ---------------------------------------------------------------- */
 
-enum toy_status toy_llama_trainable(const struct toy_llama *m, const char *what) {
+enum toy_status toy_llama_adaptable(const struct toy_llama *m, const char *what) {
     if (m && m->cfg.kv_lora_rank)
-        return toy_error(TOY_ERR_UNSUPPORTED, "%s: a model with latent attention (DeepSeek, kv rank %lld) runs for "
-                         "inference only (generate, eval, serve, bench); toy cannot train it or attach adapters to it",
+        return toy_error(TOY_ERR_UNSUPPORTED, "%s: a model with latent attention (DeepSeek, kv rank %lld) takes no "
+                         "LoRA adapter: its queries, keys and values come through latents, not the q/k/v "
+                         "projections adapters go on; fine-tune it in full (toy finetune --method full)",
                          what, (long long)m->cfg.kv_lora_rank);
     return TOY_OK;
 }

@@ -124,8 +124,6 @@ enum toy_status toy_finetuner_new(struct toy_llama *m, struct toy_lora *lora, co
                                   struct toy_events *ev, int n_threads, struct toy_finetuner **out) {
     if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_finetuner_new: out is NULL");
     *out = NULL;
-    enum toy_status mst = toy_llama_trainable(m, "fine-tuning");
-    if (mst) return mst;
     int64_t T = toy_sft_ctx(data), B = o->batch;
     if (B < 1) return toy_error(TOY_ERR_INVALID_ARG, "batch %lld must be >= 1", (long long)B);
     const struct toy_train_opts *tr = &o->train;

@@ -152,7 +152,7 @@ static enum toy_status check_opts(struct toy_lora_opts *o) {
 enum toy_status toy_lora_attach(struct toy_llama *m, const struct toy_lora_opts *opts, struct toy_lora **out) {
     if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_lora_attach: out is NULL");
     *out = NULL;
-    enum toy_status mst = toy_llama_trainable(m, "LoRA");
+    enum toy_status mst = toy_llama_adaptable(m, "LoRA");
     if (mst) return mst;
     struct toy_lora_opts o = *opts;
     enum toy_status st = check_opts(&o);
@@ -332,7 +332,7 @@ enum toy_status toy_lora_load(struct toy_llama *m, const char *path, float scale
                               struct toy_lora **out) {
     if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_lora_load: out is NULL");
     *out = NULL;
-    enum toy_status mst = toy_llama_trainable(m, path);
+    enum toy_status mst = toy_llama_adaptable(m, path);
     if (mst) return mst;
     struct toy_gguf *g;
     enum toy_status st = toy_gguf_open(path, &g);

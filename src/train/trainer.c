@@ -215,8 +215,6 @@ enum toy_status toy_trainer_new(struct toy_llama *m, const struct toy_tokenizer 
                                 const struct toy_train_opts *o, const char *run_dir, struct toy_events *ev,
                                 int n_threads, struct toy_trainer **out) {
     if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_trainer_new: out is NULL");
-    enum toy_status st = toy_llama_trainable(m, "training");
-    if (st) return st;
     struct toy_lm lm = toy_llama_lm(m);
     return toy_trainer_new_lm(&lm, tok, data, o, run_dir, ev, n_threads, out);
 }
