@@ -361,6 +361,9 @@ Test(cli_train, a_mixture_of_experts_trains_and_resumes) {
                     "tail -1 c/events.jsonl | grep -o '\"final_loss\":[^,]*' > c.txt && cat a.txt c.txt"), 0, "%s", out);
     cr_expect_eq(sh("cmp a.txt b.txt"), 0, "the resumed run's loss differs: %s", out);
     cr_expect_neq(sh("cmp a.txt c.txt"), 0, "the balancing term changed nothing");
+    cr_expect_eq(sh("grep '\"kind\":\"step\"' a/events.jsonl | grep -c '\"moe_balance\":[0-9]' | grep -qx 4"), 0,
+                 "a step event lacks the balancing term");
+    cr_expect_eq(sh("grep -c moe_balance c/events.jsonl | grep -qx 0"), 0, "--moe-aux 0 still reports the term");
     cr_expect_eq(sh("grep -q '\"experts\": 4' b/train.json && grep -q '\"experts_used\": 2' b/train.json && grep -q '\"moe_aux\": 0.0099' b/train.json"), 0,
                  "train.json lacks the mixture");
     cr_assert_eq(sh("$W describe a/weights/latest"), 0, "%s", out);

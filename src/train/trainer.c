@@ -46,6 +46,7 @@ struct toy_trainer {
     int64_t B, T;
     struct toy_ctx *ctx, *ectx;
     struct toy_tensor *tok_t, *tgt_t, *loss;      /* training graph */
+    struct toy_tensor *balance;                   /* a mixture's load-balancing term (its step events), or NULL */
     struct toy_tensor *etok, *etgt, *eloss;       /* eval graph */
     struct toy_graph *g, *eg;
     struct toy_membuf buf;
@@ -257,6 +258,8 @@ enum toy_status toy_trainer_new_lm(const struct toy_lm *lm, const struct toy_tok
         moe->moe_balance = false;
         if (moe->moe_aux_loss) {
             toy_set_output(t->loss);
+            t->balance = moe->moe_aux_loss;
+            toy_set_output(t->balance);
             total = toy_set_name(toy_add(t->ctx, t->loss, toy_scale(t->ctx, moe->moe_aux_loss, o->moe_aux)),
                                  "loss_with_balance");
         }
@@ -618,7 +621,7 @@ enum toy_status toy_trainer_run(struct toy_trainer *t, struct toy_train_result *
         if (t->o.op_timing) toy_graph_set_timing(t->g, true); /* resets the buckets */
         toy_optim_zero_grad(t->opt);
         if (t->allreduce || t->gs) toy_data_get_state(t->data, &ds0); /* a failed collective rewinds to it */
-        double loss = 0;
+        double loss = 0, balance = 0;
         bool sync_err = false;
         for (int64_t a = 0; a < t->o.accum; a++) {
             toy_data_next_batch(t->data, t->tok_t->data, t->tgt_t->data);
@@ -634,6 +637,7 @@ enum toy_status toy_trainer_run(struct toy_trainer *t, struct toy_train_result *
             if (t->gs && last && t->overlap) toy_graph_set_node_callback(t->g, NULL, NULL);
             if (st) break;
             loss += *(float *)t->loss->data;
+            if (t->balance) balance += *(float *)t->balance->data;
         }
         double ar_s = 0, compute_s = now_s() - t0; /* this rank's forward+backward (what overlap hid included) */
         if (!st && t->gs) { /* what is still in flight (all of it without overlap) */
@@ -737,6 +741,10 @@ enum toy_status toy_trainer_run(struct toy_trainer *t, struct toy_train_result *
                     json_array_append_new(json_object_get(se.extra, "rank_tokens_per_s"),
                                           json_real(t->stats[2 + k] > 0 ? (double)(t->B * t->T * t->o.accum) /
                                                                               t->stats[2 + k] : 0));
+            }
+            if (t->balance) { /* this rank's micro-batches' mean: 1 when the experts share the tokens evenly */
+                if (!se.extra) se.extra = json_object();
+                json_object_set_new(se.extra, "moe_balance", json_real(balance / (double)t->o.accum));
             }
             enum toy_status est = toy_events_step(t->ev, &se);
             json_decref(se.extra);
