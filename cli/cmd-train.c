@@ -221,6 +221,10 @@ static int parse(int argc, char **argv, struct cfg *c, bool *given_steps) {
     if (rc == 1) usage_to(stdout); /* asked for: the help goes to standard output */
     if (rc) return rc;
     if (c->o.bf16) toy_cli_bf16_math();
+    if (c->experts_used && !c->experts) {
+        fprintf(stderr, "toy train: --experts-used needs --experts (how many experts a layer has)\n");
+        return 2;
+    }
     if (c->experts && !c->experts_used) c->experts_used = c->experts < 2 ? c->experts : 2;
     if (schedule) {
         int k = toy_lr_kind_from_name(schedule);

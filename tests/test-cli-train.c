@@ -372,6 +372,8 @@ Test(cli_train, a_mixture_of_experts_trains_and_resumes) {
     cr_expect_neq(sh("$W train --data text.txt --preset tiny --experts 2 --experts-used 3 --steps 1 --out d"), 0,
                   "%s", out);
     cr_expect(strstr(out, "3 experts used of 2"), "%s", out);
+    cr_expect_eq(sh("$W train --data text.txt --preset tiny --experts-used 2 --steps 1 --out e"), 2, "%s", out);
+    cr_expect(strstr(out, "--experts-used needs --experts"), "%s", out);
 }
 
 /* --resume removes the temporary files a killed writer (kill -9, the OOM killer) left in the run: those of

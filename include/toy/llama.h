@@ -245,7 +245,8 @@ bool toy_llama_moe_own_ff_key(const char *arch);
  * latents), else TOY_OK. Every model trains in full, mixtures and latent
  * attention included; LoRA on a mixture adapts its attention (and any
  * dense feed-forward layers). */
-enum toy_status toy_llama_adaptable(const struct toy_llama *m, const char *what);/* The attention's score scale: cfg->attn_scale when set; with latent
+enum toy_status toy_llama_adaptable(const struct toy_llama *m, const char *what);
+/* The attention's score scale: cfg->attn_scale when set; with latent
  * attention 1/sqrt(head_dim) times DeepSeek's YaRN correction squared, as
  * llama.cpp's deepseek2 graph and Hugging Face's DeepseekV2Attention take
  * it; else 0 (the kernels' 1/sqrt of the head dim). */

@@ -210,7 +210,6 @@ static void moe_matmul_backward(struct bw *b, struct toy_tensor *y, struct toy_t
     struct toy_tensor *x = y->src[0], *w = y->src[1], *route = y->src[2], *logits = route->src[0];
     bool combine = y->op_params[P_MM_COMBINE], dw = combine && wants_grad(b, logits);
     int64_t K = x->ne[0], k = route->ne[0], N = route->ne[1];
-    y->op_params[P_MOE_EXACT] = 1;
     if (wants_grad(b, x) || dw) {
         struct toy_tensor *d = backward_node(ctx, TOY_OP_MOE_MATMUL_BACK, (int64_t[]){K * k * N + (combine ? k * N : 0), 1, 1, 1});
         d->src[0] = contig(ctx, dy);
@@ -481,8 +480,10 @@ void toy_graph_backward(struct toy_graph *g, struct toy_tensor *loss) {
     free(b.needs);
     free(b.views);
     /* what is differentiated must be what runs: no activation quantization */
-    for (int i = 0; i < g->n_nodes; i++)
+    for (int i = 0; i < g->n_nodes; i++) {
         if (g->nodes[i]->op == TOY_OP_MATMUL) g->nodes[i]->op_params[P_MM_EXACT] = 1;
+        if (g->nodes[i]->op == TOY_OP_MOE_MATMUL) g->nodes[i]->op_params[P_MOE_EXACT] = 1;
+    }
     g->planned = false;
 }
 

@@ -283,8 +283,7 @@ static size_t moe_back_scratch(const struct toy_tensor *t, struct moe_plan *p, c
     q.a = take(base, &off, (size_t)(MOE_MR * wide) * sizeof(float));
     q.c = take(base, &off, (size_t)(MOE_MR * wide) * sizeof(float));
     q.deq = take(base, &off, dx && t->src[1]->type != TOY_F32 ? (size_t)(MOE_DQ * K) * sizeof(float) : 0);
-    q.pack = take(base, &off, toy_cpu_sgemm_own() ? toy_cpu_sgemm_pack_bytes() : 0);
-    if (!toy_cpu_sgemm_own()) q.pack = NULL;
+    q.pack = toy_cpu_sgemm_own() ? take(base, &off, toy_cpu_sgemm_pack_bytes()) : NULL;
     if (p) *p = q;
     return off;
 }
