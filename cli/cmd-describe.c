@@ -76,7 +76,8 @@ struct hp {
     bool has_d, has_L, has_H, has_dff, has_ctx, has_vocab;
     bool has_eps, eps_rms, has_rope_base, tied, qkv_bias, qk_norm, has_rope_freqs;
     double attn_cap, final_cap;
-    int64_t swa;
+    int64_t swa, swa_period; /* the window, and of each swa_period layers the last is global (0: all slide) */
+    double rope_base_swa;    /* the sliding layers' RoPE base (Gemma 3; 0: rope_base) */
     int64_t experts, experts_used, dff_exp; /* a mixture of experts (0: none) */
     int64_t dff_shared;                     /* its shared expert's width (Qwen2-MoE; 0: none) */
     int64_t dense_lead;                     /* DeepSeek: the first layers' dense MLP */
@@ -148,6 +149,10 @@ static void read_hp(const struct toy_gguf *g, struct hp *h) {
     h->attn_cap = getf(g, h, "attn_logit_softcapping", 0, NULL);
     h->final_cap = getf(g, h, "final_logit_softcapping", 0, NULL);
     h->swa = geti(g, h, "attention.sliding_window", 0, NULL);
+    /* llama.cpp hard-codes Gemma 2's period and Gemma 3's (src/models/llama-gguf.c reads a per-layer array too) */
+    const bool gemma3 = !strcmp(h->arch, "gemma3");
+    h->swa_period = geti(g, h, "attention.sliding_window_pattern", !strcmp(h->arch, "gemma2") ? 2 : gemma3 ? 6 : 0, NULL);
+    h->rope_base_swa = getf(g, h, "rope.freq_base_swa", gemma3 ? 10000.0 : 0.0, NULL);
     h->dense_lead = geti(g, h, "leading_dense_block_count", 0, NULL);
     char first[96], nm[160];
     snprintf(first, sizeof first, "blk.%lld.", (long long)h->dense_lead);
@@ -324,11 +329,11 @@ static void card_mla(const struct toy_gguf *g, const struct hp *h, struct text *
 }
 
 /* The forward pass of the Llama family (llama, mistral, qwen2, qwen3,
- * gemma2, and the mixtures qwen3moe and olmoe) and GPT-2. Matrices act on column vectors, one per position, so
+ * gemma2, gemma3, and the mixtures qwen3moe and olmoe) and GPT-2. Matrices act on column vectors, one per position, so
  * X is (d_e x T); shapes are (rows x cols). */
 static void card(const struct toy_gguf *g, const struct hp *h, struct text *t) {
     const bool gpt2 = !strcmp(h->arch, "gpt2");
-    const bool gemma = !strcmp(h->arch, "gemma2");
+    const bool gemma = !strcmp(h->arch, "gemma2") || !strcmp(h->arch, "gemma3");
     const bool llama_family = !strcmp(h->arch, "llama") || !strcmp(h->arch, "qwen2") ||
                               !strcmp(h->arch, "qwen3") || gemma || !strcmp(h->arch, "mistral") ||
                               !strcmp(h->arch, "qwen3moe") || !strcmp(h->arch, "olmoe") ||
@@ -457,16 +462,25 @@ static void card(const struct toy_gguf *g, const struct hp *h, struct text *t) {
              h->qkv_bias ? " + b_k" : "", h->qkv_bias ? " + b_v" : "");
         if (h->qk_norm && qk_full) STEP("each position", "  Q ← RMSNorm(Q | γ_q); K ← RMSNorm(K | γ_k)", n++);
         else if (h->qk_norm) STEP("per head", "  Q_h ← RMSNorm(Q_h | γ_q); K_g ← RMSNorm(K_g | γ_k)", n++);
-        STEP("position t turns pairs", "  Q ← RoPE(Q, θ%s); K ← RoPE(K, θ%s)", n++, h->has_rope_freqs ? ", ρ" : "",
-             h->has_rope_freqs ? ", ρ" : "");
+        if (h->rope_base_swa > 0 && h->swa > 0)
+            STEP("position t turns pairs", "  Q ← RoPE(Q, θ_l%s); K ← RoPE(K, θ_l%s), θ_l = %g where l slides", n++,
+                 h->has_rope_freqs ? ", ρ" : "", h->has_rope_freqs ? ", ρ" : "", h->rope_base_swa);
+        else
+            STEP("position t turns pairs", "  Q ← RoPE(Q, θ%s); K ← RoPE(K, θ%s)", n++, h->has_rope_freqs ? ", ρ" : "",
+                 h->has_rope_freqs ? ", ρ" : "");
         STEP("S: (T×T)", "  for h ∈ [%lld], g = ⌊h·H_kv/H⌋: S ← K_gᵀ Q_h / √d_h", n++, H);
         if (h->attn_cap > 0) STEP("", "    S ← %g·tanh(S/%g)", n++, h->attn_cap, h->attn_cap);
-        /* the window is part of the mask M. Gemma 2 alternates: blk.0, blk.2, ... slide (0-based even, as
-         * src/models/llama.c and llama.cpp's set_swa_pattern(2) have it), i.e. l = 1, 3, ... here */
-        if (h->swa > 0 && gemma)
+        /* the window is part of the mask M. Of each P layers the last attends globally: Gemma 2's P = 2 has
+         * blk.0, blk.2, ... slide (0-based even, as src/models/llama.c and llama.cpp's set_swa_pattern(2) have
+         * it), i.e. l = 1, 3, ... here; Gemma 3's P = 6 all but l = 6, 12, ... */
+        const long long P = h->swa_period;
+        if (h->swa > 0 && P == 2)
             snprintf(sh, sizeof sh, "Y_h: (%lld×T), M causal; window %lld for odd l (blk.0, 2, …)", dh,
                      (long long)h->swa);
-        else if (h->swa > 0) snprintf(sh, sizeof sh, "Y_h: (%lld×T), M causal, window %lld", dh, (long long)h->swa);
+        else if (h->swa > 0 && P > 2)
+            snprintf(sh, sizeof sh, "Y_h: (%lld×T), M causal; window %lld unless %lld | l", dh, (long long)h->swa, P);
+        else if (h->swa > 0 && P != 1)
+            snprintf(sh, sizeof sh, "Y_h: (%lld×T), M causal, window %lld", dh, (long long)h->swa);
         else snprintf(sh, sizeof sh, "Y_h: (%lld×T), M causal", dh);
         STEP(sh, "    Y_h ← V_g softmax(S + M)", n++);
         snprintf(sh, sizeof sh, "(%lld×T)", d);

@@ -726,6 +726,44 @@ Test(cli_gguf, describe_gemma2_window_is_on_odd_one_based_layers) {
     cr_assert_eq(system(cmd), 0);
 }
 
+/* Gemma 3: of each 6 layers the last is global (llama.cpp's default, no key), the others slide and rotate with
+ * base 10000; QK-norm and the sandwich norms on the card */
+Test(cli_gguf, describe_gemma3_sliding_layers_and_their_rope_base) {
+    const char *b = bin();
+    char dir[] = "/tmp/toy-cli-gguf-XXXXXX", f[256], cmd[8192];
+    cr_assert(mkdtemp(dir));
+    snprintf(f, sizeof f, "%s/g3.gguf", dir);
+    struct toy_gguf_writer *w;
+    cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
+    toy_gguf_writer_set_str(w, "general.architecture", "gemma3");
+    const char *keys[] = {"gemma3.embedding_length", "gemma3.block_count", "gemma3.attention.head_count",
+                          "gemma3.attention.head_count_kv", "gemma3.feed_forward_length", "gemma3.context_length",
+                          "gemma3.attention.sliding_window", "gemma3.attention.key_length"};
+    const uint32_t vals[] = {64, 12, 2, 1, 128, 64, 512, 32};
+    for (int i = 0; i < 8; i++) toy_gguf_writer_set_u32(w, keys[i], vals[i]);
+    toy_gguf_writer_set_f32(w, "gemma3.rope.freq_base", 1e6f);
+    toy_gguf_writer_set_f32(w, "gemma3.attention.layer_norm_rms_epsilon", 1e-6f);
+    static float zeros[640];
+    int64_t ne[2] = {64, 10}, nn[1] = {32};
+    cr_assert_eq(toy_gguf_writer_add_tensor(w, "token_embd.weight", TOY_F32, 2, ne, zeros), TOY_OK);
+    cr_assert_eq(toy_gguf_writer_add_tensor(w, "blk.0.attn_q_norm.weight", TOY_F32, 1, nn, zeros), TOY_OK);
+    cr_assert_eq(toy_gguf_writer_write(w, f), TOY_OK);
+    toy_gguf_writer_free(w);
+    snprintf(cmd, sizeof cmd, "%s describe %s", b, f);
+    int rc;
+    char *out = run(cmd, &rc);
+    cr_expect_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "window 512 unless 6 | l"), "%s", out);
+    cr_expect(strstr(out, "θ_l = 10000 where l slides"), "%s", out);
+    cr_expect(strstr(out, "RoPE base θ = 1e+06"), "%s", out);
+    cr_expect(strstr(out, "Q_h ← RMSNorm(Q_h | γ_q)"), "%s", out);
+    cr_expect(strstr(out, "γ_post_att"), "%s", out);
+    cr_expect(!strstr(out, "tanh"), "no softcaps: %s", out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
 /* quantize's note blamed row length for an i32 matrix it cannot convert at
  * all ("i32, rows of 64: f32 needs a multiple of 1"): it says the tensor is
  * copied as it is; a row-length fallback is still explained by its rows.

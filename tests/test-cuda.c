@@ -1164,6 +1164,30 @@ Test(cuda, llama_logits_match_cpu) {
     toy_llama_free(m);
 }
 
+/* Gemma 3 in small, loss and gradients: QK-norm, sandwich norms, GeGLU, and of each 3 layers two sliding (window
+ * 5 over 16 positions) with their own RoPE base, unscaled, the third global with rope_base, linearly scaled */
+Test(cuda, gemma3_loss_and_gradients_match_cpu) {
+    need_cuda();
+    struct toy_llama_config c = small_llama();
+    snprintf(c.arch, sizeof c.arch, "gemma3");
+    c.rope_mode = TOY_ROPE_NEOX;
+    c.qk_norm = c.sandwich_norm = c.embed_scale = c.gelu_mlp = true;
+    c.head_dim = 32, c.attn_scale = 1.0f / sqrtf(32.0f);
+    c.n_layers = 3, c.sliding_window = 5, c.swa_period = 3;
+    c.rope_base = 1000000.0f, c.rope_base_swa = 10000.0f;
+    c.rope_scaling = TOY_ROPE_SCALING_LINEAR, c.rope_factor = 2, c.rope_orig_ctx = 64;
+    struct toy_llama *m = toy_llama_new(&c, 8);
+    cr_assert(m, "%s", toy_last_error());
+    struct toy_ctx *ctx = setup(16);
+    const int T = 16, B = 2;
+    struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, T, B), *pos = toy_new_tensor_1d(ctx, TOY_I32, T);
+    for (int i = 0; i < T * B; i++) ((int32_t *)tok->data)[i] = (i * 17 + 3) % 61;
+    for (int t = 0; t < T; t++) ((int32_t *)pos->data)[t] = t;
+    check(ctx, loss_of(ctx, toy_llama_forward(ctx, m, tok, pos)), true, TOL_GEMM, "gemma3 loss and gradients");
+    toy_ctx_free(ctx);
+    toy_llama_free(m);
+}
+
 /* Mixtures of experts: the router and the experts' products on the device
  * against the CPU, weights f32, f16, Q8_0 and Q4_K, per slot and
  * combined, one token (decode) and many; then a Qwen3-MoE's logits. */

@@ -191,10 +191,10 @@ static void convert(const char *model, enum toy_dtype type, char *out, size_t ou
 Test(hf_import, every_architecture_converts_exactly, .timeout = 300) {
     if (!make_models()) cr_skip("python3 with torch not available");
     const char *models[] = {"llama",   "mistral",   "qwen2",     "qwen3", "gemma2",      "gpt2",
-                            "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3"};
+                            "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3", "gemma3"};
     const char *archs[] = {"llama", "llama",    "qwen2",    "qwen3", "gemma2",    "gpt2",
-                           "llama", "qwen2moe", "qwen3moe", "olmoe", "deepseek2", "deepseek2"};
-    const uint32_t experts[] = {0, 0, 0, 0, 0, 0, 4, 6, 8, 4, 6, 6}, used[] = {0, 0, 0, 0, 0, 0, 2, 2, 3, 2, 2, 2};
+                           "llama", "qwen2moe", "qwen3moe", "olmoe", "deepseek2", "deepseek2", "gemma3"};
+    const uint32_t experts[] = {0, 0, 0, 0, 0, 0, 4, 6, 8, 4, 6, 6, 0}, used[] = {0, 0, 0, 0, 0, 0, 2, 2, 3, 2, 2, 2, 0};
     char out[512];
     for (size_t m = 0; m < sizeof models / sizeof models[0]; m++) {
         struct toy_convert_report r;
@@ -208,22 +208,22 @@ Test(hf_import, every_architecture_converts_exactly, .timeout = 300) {
         cr_expect_str_eq(arch, archs[m]);
         char key[128];
         uint32_t u;
-        bool deepseek = !strcmp(arch, "deepseek2");
+        bool deepseek = !strcmp(arch, "deepseek2"), gemma3 = !strcmp(arch, "gemma3");
         snprintf(key, sizeof key, "%s.block_count", arch);
         cr_expect_eq(toy_gguf_get_u32(g, key, &u), TOY_OK);
-        cr_expect_eq(u, deepseek ? 3 : 2);
+        cr_expect_eq(u, deepseek ? 3 : gemma3 ? 4 : 2);
         snprintf(key, sizeof key, "%s.attention.head_count", arch);
         cr_expect_eq(toy_gguf_get_u32(g, key, &u), TOY_OK);
         cr_expect_eq(u, 4);
         if (strcmp(arch, "gpt2")) {
             snprintf(key, sizeof key, "%s.attention.head_count_kv", arch);
             cr_expect_eq(toy_gguf_get_u32(g, key, &u), TOY_OK);
-            /* llama.cpp's OLMoE has no GQA; DeepSeek's latent is one kv head */
-            cr_expect_eq(u, deepseek ? 1 : strcmp(models[m], "olmoe") ? 2 : 4);
+            /* llama.cpp's OLMoE has no GQA; DeepSeek's latent is one kv head; the Gemma 3 has one too */
+            cr_expect_eq(u, deepseek || gemma3 ? 1 : strcmp(models[m], "olmoe") ? 2 : 4);
             float f;
             snprintf(key, sizeof key, "%s.rope.freq_base", arch);
             cr_expect_eq(toy_gguf_get_f32(g, key, &f), TOY_OK);
-            cr_expect_eq(f, 100000.0f);
+            cr_expect_eq(f, gemma3 ? 1000000.0f : 100000.0f);
         }
         cr_expect_eq(toy_gguf_get_u32(g, "general.file_type", &u), TOY_OK);
         cr_expect_eq(u, 0);
@@ -241,6 +241,15 @@ Test(hf_import, every_architecture_converts_exactly, .timeout = 300) {
         if (!strcmp(models[m], "qwen3")) {
             cr_expect_eq(toy_gguf_get_u32(g, "qwen3.attention.key_length", &u), TOY_OK);
             cr_expect_eq(u, 32);
+        }
+        if (gemma3) { /* a period of 3 is no llama.cpp default (6): its key; no softcaps; the global layers' scaling */
+            cr_expect(toy_gguf_get_u32(g, "gemma3.attention.sliding_window", &u) == TOY_OK && u == 3);
+            cr_expect(toy_gguf_get_u32(g, "gemma3.attention.sliding_window_pattern", &u) == TOY_OK && u == 3);
+            cr_expect(toy_gguf_find_key(g, "gemma3.rope.freq_base_swa") < 0, "10000, llama.cpp's own: no key");
+            cr_expect(toy_gguf_find_key(g, "gemma3.attn_logit_softcapping") < 0);
+            cr_expect(toy_gguf_find_key(g, "gemma3.final_logit_softcapping") < 0);
+            float f;
+            cr_expect(toy_gguf_get_f32(g, "gemma3.rope.scaling.factor", &f) == TOY_OK && f == 2.0f);
         }
         if (deepseek) { /* the latent's keys, as llama.cpp's DeepseekV2Model writes them */
             const char *keys[] = {"attention.kv_lora_rank", "attention.key_length", "attention.value_length",
@@ -364,6 +373,38 @@ Test(hf_import, gemma2_attention_scalar_a_gguf_cannot_hold_is_refused) {
     cr_expect_eq(toy_hf_convert(th_dir, path, &o, NULL), TOY_ERR_UNSUPPORTED, "%s", toy_last_error());
     cr_expect(strstr(toy_last_error(), "query_pre_attn_scalar 64, not 16"), "%s", toy_last_error());
     cr_expect(access(path, F_OK) != 0, "an output was written");
+    th_rmdir();
+}
+
+/* Gemma 3 configs toy cannot run as written are refused, naming what, before any weight is read: layer_types
+ * whose global layers are not the last of each period (GGUF's sliding_window_pattern), and the multimodal
+ * model_type (its text model is under text_config, its weights under language_model) */
+Test(hf_import, gemma3_layouts_toy_cannot_hold_are_refused) {
+    th_mkdir("g3r");
+    const char *extra[] = {"\"model_type\":\"gemma3_text\",\"layer_types\":[\"full_attention\",\"sliding_attention\","
+                           "\"full_attention\"]",
+                           "\"model_type\":\"gemma3_text\",\"layer_types\":[\"sliding_attention\",\"chunked_attention\","
+                           "\"full_attention\"]",
+                           "\"model_type\":\"gemma3_text\",\"layer_types\":[\"sliding_attention\"]",
+                           "\"model_type\":\"gemma3\""};
+    const char *want[] = {"layer_types[1] is 'sliding_attention'", "layer_types[1] is 'chunked_attention'",
+                          "not a list of 3 layers", "text-only models"};
+    const enum toy_status st[] = {TOY_ERR_UNSUPPORTED, TOY_ERR_UNSUPPORTED, TOY_ERR_FORMAT, TOY_ERR_UNSUPPORTED};
+    for (int i = 0; i < 4; i++) {
+        char path[300];
+        snprintf(path, sizeof path, "%s/config.json", th_dir);
+        FILE *f = fopen(path, "w");
+        cr_assert(f);
+        fprintf(f, "{\"hidden_size\":64,\"num_hidden_layers\":3,\"num_attention_heads\":4,\"num_key_value_heads\":1,"
+                "\"head_dim\":32,\"intermediate_size\":128,\"vocab_size\":100,\"query_pre_attn_scalar\":32,"
+                "\"sliding_window\":16,%s}", extra[i]);
+        fclose(f);
+        snprintf(path, sizeof path, "%s/out.gguf", th_dir);
+        struct toy_convert_opts o = {.type = TOY_F32};
+        cr_expect_eq(toy_hf_convert(th_dir, path, &o, NULL), st[i], "%d: %s", i, toy_last_error());
+        cr_expect(strstr(toy_last_error(), want[i]), "%d: %s", i, toy_last_error());
+        cr_expect(access(path, F_OK) != 0, "an output was written");
+    }
     th_rmdir();
 }
 

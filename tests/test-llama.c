@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "core/internal.h" /* P_MM_ACCUM */
+#include "serve/serve-internal.h" /* toy_srv_forward */
 #include "toy/convert.h"
 #include "toy/gguf.h"
 #include "toy/llama.h"
@@ -124,13 +125,32 @@ static void f_gemma2(struct toy_llama_config *c) {
     snprintf(c->arch, sizeof c->arch, "gemma2");
     c->rope_mode = TOY_ROPE_NEOX;
     c->sliding_window = 4;
-    c->swa_alternate = true;
+    c->swa_period = 2;
     c->attn_softcap = 5.0f;
     c->final_softcap = 3.0f;
     c->sandwich_norm = true;
     c->embed_scale = true;
     c->gelu_mlp = true;
     c->attn_scale = 1.0f / sqrtf(16.0f);
+}
+/* Gemma 3's in small: QK-norm, a head dim past d_model / n_heads, of each 3 layers the last global (a period
+ * llama.cpp has no default for: its key), the sliding ones with their own RoPE base and no scaling */
+static void f_gemma3(struct toy_llama_config *c) {
+    f_gemma2(c);
+    snprintf(c->arch, sizeof c->arch, "gemma3");
+    c->attn_softcap = c->final_softcap = 0;
+    c->qk_norm = true;
+    c->head_dim = 32;
+    c->attn_scale = 1.0f / sqrtf(32.0f);
+    c->n_layers = 3, c->swa_period = 3;
+    c->rope_base = 1000000.0f, c->rope_base_swa = 10000.0f;
+    c->rope_scaling = TOY_ROPE_SCALING_LINEAR, c->rope_factor = 2, c->rope_orig_ctx = 64;
+}
+/* and in llama.cpp's defaults (period 6, local base 10000: no keys), 6 layers */
+static void f_gemma3_six(struct toy_llama_config *c) {
+    f_gemma3(c);
+    c->n_layers = 6, c->swa_period = 6, c->d_model = 32, c->d_ff = 48;
+    c->rope_scaling = TOY_ROPE_SCALING_NONE, c->rope_factor = 0, c->rope_orig_ctx = 0;
 }
 static void f_linear(struct toy_llama_config *c) {
     c->rope_scaling = TOY_ROPE_SCALING_LINEAR;
@@ -181,11 +201,51 @@ Test(llama, gemma2_27b_attention_scale_is_llama_cpps) {
     th_rmdir();
 }
 
+/* Newer llama.cpp files may give sliding_window_pattern as a bool per layer (true: slides): toy takes the period
+ * such an array repeats, and refuses one that no period of sliding layers and then a global one gives */
+Test(llama, sliding_window_pattern_as_a_bool_per_layer) {
+    th_mkdir("swa-pattern");
+    struct toy_llama_config c = base_config();
+    f_gemma3(&c);
+    c.n_layers = 6, c.swa_period = 2, c.d_model = 32, c.d_ff = 32;
+    struct toy_llama *m = toy_llama_new(&c, 3);
+    cr_assert(m, "%s", toy_last_error());
+    const bool cases[][6] = {{1, 0, 1, 0, 1, 0}, {1, 1, 1, 1, 1, 1}, {0, 0, 0, 0, 0, 0}, {1, 0, 1, 1, 0, 0}};
+    const int32_t want[] = {2, 0, 1, -1};
+    for (int i = 0; i < 4; i++) {
+        char path[400];
+        snprintf(path, sizeof path, "%s/p%d.gguf", th_dir, i);
+        struct toy_gguf_writer *w;
+        cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
+        cr_assert_eq(toy_llama_write_gguf(m, w, TOY_F32), TOY_OK, "%s", toy_last_error());
+        uint8_t b[6];
+        for (int l = 0; l < 6; l++) b[l] = cases[i][l];
+        cr_assert_eq(toy_gguf_writer_set_arr(w, "gemma3.attention.sliding_window_pattern", TOY_GGUF_BOOL, b, 6), TOY_OK);
+        cr_assert_eq(toy_gguf_writer_write(w, path), TOY_OK, "%s", toy_last_error());
+        toy_gguf_writer_free(w);
+        struct toy_llama *lm = NULL;
+        enum toy_status st = toy_llama_load(path, false, &lm);
+        if (want[i] < 0) {
+            cr_expect_eq(st, TOY_ERR_UNSUPPORTED, "%d: %s", i, toy_last_error());
+            cr_expect(strstr(toy_last_error(), "layer 3 slides"), "%s", toy_last_error());
+            continue;
+        }
+        cr_assert_eq(st, TOY_OK, "%d: %s", i, toy_last_error());
+        cr_expect_eq(lm->cfg.swa_period, want[i], "%d: period %d, not %d", i, lm->cfg.swa_period, want[i]);
+        for (int l = 0; l < 6; l++)
+            cr_expect_eq(toy_llama_layer_slides(&lm->cfg, l), cases[i][l], "%d: layer %d", i, l);
+        toy_llama_free(lm);
+    }
+    toy_llama_free(m);
+    th_rmdir();
+}
+
 Test(llama, logits_match_pytorch_for_every_family_flag, .timeout = 300) {
     th_mkdir("llama");
     const struct flag_case cases[] = {{"plain", f_plain}, {"tied", f_tied}, {"qwen2_qkv_bias", f_qwen2},
                                       {"qwen3_qk_norm", f_qwen3}, {"mistral_swa", f_swa},
-                                      {"gemma2", f_gemma2}, {"rope_linear", f_linear}, {"rope_yarn", f_yarn},
+                                      {"gemma2", f_gemma2}, {"gemma3", f_gemma3}, {"gemma3_six", f_gemma3_six},
+                                      {"rope_linear", f_linear}, {"rope_yarn", f_yarn},
                                       {"mixtral_moe", f_mixtral}, {"qwen3moe", f_qwen3moe}, {"olmoe", f_olmoe},
                                       {"qwen2moe", f_qwen2moe}, {"deepseek2", f_deepseek2},
                                       {"deepseek2_qlora", f_deepseek2_qlora}, {"deepseek3", f_deepseek3}};
@@ -193,7 +253,7 @@ Test(llama, logits_match_pytorch_for_every_family_flag, .timeout = 300) {
     int32_t tokens[T * B];
     for (int i = 0; i < T * B; i++) tokens[i] = (i * 37 + 5) % 61;
     json_t *specs = json_array();
-    float *ours[16];
+    float *ours[24];
     for (int i = 0; i < n; i++) {
         struct toy_llama_config c = base_config();
         cases[i].set(&c);
@@ -216,7 +276,9 @@ Test(llama, logits_match_pytorch_for_every_family_flag, .timeout = 300) {
                       lm->cfg.head_dim_v == c.head_dim_v && lm->cfg.rope_dim == c.rope_dim &&
                       fabsf(lm->cfg.rope_yarn_log_mul - c.rope_yarn_log_mul) < 1e-6f &&
                       toy_llama_attn_scale(&lm->cfg) == toy_llama_attn_scale(&c) &&
-                      lm->cfg.moe_sigmoid == c.moe_sigmoid && lm->cfg.moe_bias == c.moe_bias,
+                      lm->cfg.moe_sigmoid == c.moe_sigmoid && lm->cfg.moe_bias == c.moe_bias &&
+                      lm->cfg.sliding_window == c.sliding_window && lm->cfg.swa_period == c.swa_period &&
+                      lm->cfg.rope_base_swa == c.rope_base_swa && lm->cfg.rope_scaling == c.rope_scaling,
                   "%s: the config did not come back from its GGUF", cases[i].name);
         ours[i] = th_logits(fwd, lm, tokens, T, B);
         toy_llama_free(lm);
@@ -247,10 +309,62 @@ Test(llama, logits_match_pytorch_for_every_family_flag, .timeout = 300) {
     cr_assert_eq(failures, 0, "%d family configurations differ from PyTorch", failures);
 }
 
+/* The server's forward (src/serve/serve-forward.c, its own loop over the layers for batched decode) gives the
+ * model's last-position logits for every family: windows, per-layer RoPE bases, QK-norms, experts, latents */
+Test(llama, serve_forward_equals_the_models_for_every_family) {
+    const struct flag_case cases[] = {{"plain", f_plain}, {"qwen3_qk_norm", f_qwen3}, {"mistral_swa", f_swa},
+                                      {"gemma2", f_gemma2}, {"gemma3", f_gemma3}, {"gemma3_six", f_gemma3_six},
+                                      {"rope_yarn", f_yarn}, {"qwen2moe", f_qwen2moe}, {"deepseek3", f_deepseek3}};
+    const int T = 11;
+    int32_t tokens[T];
+    for (int i = 0; i < T; i++) tokens[i] = (i * 37 + 5) % 61;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct toy_llama_config c = base_config();
+        cases[i].set(&c);
+        struct toy_llama *m = random_model(&c, 40 + i);
+        float *full = th_logits(fwd, m, tokens, T, 1);
+        struct toy_ctx *ctx = toy_ctx_init(true);
+        struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, T, 1), *pos = toy_new_tensor_1d(ctx, TOY_I32, T);
+        for (int t = 0; t < T; t++) ((int32_t *)tok->data)[t] = tokens[t], ((int32_t *)pos->data)[t] = t;
+        struct srv_model sm = toy_srv_model_llama(m);
+        struct toy_tensor *y = toy_srv_forward(ctx, &sm, tok, pos, NULL, SRV_OUT_LOGITS_LAST, 0);
+        toy_set_output(y);
+        struct toy_graph *g = toy_graph_new(ctx);
+        toy_graph_build(g, y);
+        cr_assert_eq(toy_graph_compute(g, NULL), TOY_OK, "%s", toy_last_error());
+        double worst = 0;
+        for (int64_t k = 0; k < c.vocab; k++) {
+            double want = full[(T - 1) * c.vocab + k];
+            worst = fmax(worst, fabs(((float *)y->data)[k] - want) / (1 + fabs(want)));
+        }
+        cr_expect_leq(worst, 1e-5, "%s: the server's logits differ from the model's by %.2e", cases[i].name, worst);
+        toy_ctx_free(ctx);
+        free(full);
+        toy_llama_free(m);
+    }
+}
+
 Test(llama, training_steps_match_pytorch, .timeout = 300) {
     th_mkdir("llama");
     struct toy_llama_config c = base_config();
     c.tied = false;
+    struct toy_llama *m0 = random_model(&c, 7);
+    char path[400];
+    snprintf(path, sizeof path, "%s/train.gguf", th_dir);
+    save(m0, path);
+    toy_llama_free(m0);
+    struct toy_llama *m;
+    cr_assert_eq(toy_llama_load(path, true, &m), TOY_OK, "%s", toy_last_error());
+    th_train_vs_torch(toy_llama_lm(m), "ref_llama.py", path, 16, 3, 20);
+    toy_llama_free(m);
+    th_rmdir();
+}
+
+/* Gemma 3 trains: QK-norm, sandwich norms, GeGLU, both kinds of layer, 20 AdamW steps against PyTorch's loss */
+Test(llama, gemma3_training_steps_match_pytorch, .timeout = 300) {
+    th_mkdir("llama-gemma3-train");
+    struct toy_llama_config c = base_config();
+    f_gemma3(&c);
     struct toy_llama *m0 = random_model(&c, 7);
     char path[400];
     snprintf(path, sizeof path, "%s/train.gguf", th_dir);
@@ -323,6 +437,9 @@ Test(llama, kv_cache_decode_equals_full_forward) {
     kv_equals_full(c);
     kv_equals_full_t(c, TOY_F16, 5e-3); /* f16 cache: K and V rounded to half precision */
     f_gemma2(&c); /* sliding window and softcaps through the cache too */
+    kv_equals_full(c);
+    c = base_config();
+    f_gemma3(&c); /* sliding and global layers of their own RoPE bases */
     kv_equals_full(c);
     c = base_config();
     f_qwen3moe(&c); /* one token's experts against all tokens' */

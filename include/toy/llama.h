@@ -2,7 +2,9 @@
  * grouped-query attention, SwiGLU (or GeGLU) MLP, tied or untied head, and
  * the family flags of Qwen2 (QKV bias), Qwen3 (QK-norm), Mistral (sliding
  * window), Gemma 2 (alternating sliding window, attention and final logit
- * softcaps, sandwich norms, embedding scale, GeGLU).
+ * softcaps, sandwich norms, embedding scale, GeGLU) and Gemma 3 (Gemma 2's
+ * norms and GeGLU with QK-norm, five sliding layers to one global, and a
+ * RoPE base of their own for the sliding layers).
  *
  * Parameters use llama.cpp's tensor names (token_embd.weight,
  * blk.N.attn_q.weight, ...) so a model moves to and from GGUF without
@@ -21,7 +23,7 @@
  *
  * RoPE: GGUF "llama" models rotate adjacent pairs (llama.cpp's converter
  * permutes Q and K so this equals Hugging Face's rotate-half); qwen2, qwen3
- * and gemma2 rotate halves (NeoX). toy follows the same rule.
+ * gemma2 and gemma3 rotate halves (NeoX). toy follows the same rule.
  */
 #ifndef TOY_LLAMA_H
 #define TOY_LLAMA_H
@@ -40,7 +42,7 @@ struct toy_gguf;
 struct toy_gguf_writer;
 
 struct toy_llama_config {
-    char arch[24];          /* GGUF general.architecture: llama, qwen2, qwen3, gemma2 */
+    char arch[24];          /* GGUF general.architecture: llama, qwen2, qwen3, gemma2, gemma3, ... */
     int64_t vocab, d_model, n_layers, n_heads, n_kv_heads, d_ff, max_ctx;
     int64_t head_dim;       /* 0: d_model / n_heads */
     float norm_eps;
@@ -51,9 +53,17 @@ struct toy_llama_config {
     int32_t rope_orig_ctx;
     bool tied;              /* output head shares token_embd */
     bool qkv_bias;          /* Qwen2: biases on q, k, v */
-    bool qk_norm;           /* Qwen3: RMSNorm over each head of q and k, weight (head_dim) */
+    bool qk_norm;           /* Qwen3, Gemma 3: RMSNorm over each head of q and k, weight (head_dim) */
     int32_t sliding_window; /* > 0: keys within the last W positions */
-    bool swa_alternate;     /* Gemma 2: only even layers slide */
+    /* > 0: of each swa_period layers the last attends globally and the
+     * others slide (layer l slides when l % swa_period < swa_period - 1:
+     * Gemma 2 has 2, the even layers; Gemma 3 has 6; 1: none); 0: every
+     * layer slides */
+    int32_t swa_period;
+    /* > 0: the sliding layers rotate with this RoPE base and without the
+     * rope scaling, which only the global layers take (Gemma 3: 10000,
+     * against rope_base 1e6) */
+    float rope_base_swa;
     float attn_softcap;     /* Gemma 2: 50 */
     float final_softcap;    /* Gemma 2: 30 */
     bool sandwich_norm;     /* Gemma 2: post-attention and post-FFN norms */
@@ -251,6 +261,14 @@ enum toy_status toy_llama_adaptable(const struct toy_llama *m, const char *what)
  * llama.cpp's deepseek2 graph and Hugging Face's DeepseekV2Attention take
  * it; else 0 (the kernels' 1/sqrt of the head dim). */
 float toy_llama_attn_scale(const struct toy_llama_config *cfg);
+/* Whether layer l's attention slides (sliding_window, swa_period); the
+ * rotary embedding its queries and keys take (rope_base_swa); and that
+ * rotation of x {hd, H, T, B} at positions pos, with the model's
+ * rope_freqs where the layer takes them */
+bool toy_llama_layer_slides(const struct toy_llama_config *cfg, int64_t l);
+struct toy_rope_params toy_llama_rope_params(const struct toy_llama_config *cfg, int64_t l);
+struct toy_tensor *toy_llama_rope(struct toy_ctx *ctx, const struct toy_llama *m, int64_t l, struct toy_tensor *x,
+                                  struct toy_tensor *pos);
 /* Multi-head latent attention of a layer (c->kv_lora_rank > 0), over its
  * normed input h {d, T, B} at positions pos: toy_llama_mla_qkv gives the
  * queries q {kv_lora + rope_dim, H, T, B} and the keys kv {kv_lora +

@@ -25,11 +25,13 @@
 #include <sys/stat.h>
 
 enum arch { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_GEMMA2, ARCH_GPT2, ARCH_MIXTRAL, ARCH_QWEN2MOE, ARCH_QWEN3MOE,
-            ARCH_OLMOE, ARCH_DEEPSEEK2 };
+            ARCH_OLMOE, ARCH_DEEPSEEK2, ARCH_GEMMA3 };
 /* the GGUF architecture of each (llama.cpp's: Mixtral is a "llama" with experts; DeepSeek-V2 and V3 are
  * "deepseek2") */
 static const char *const arch_names[] = {"llama", "qwen2", "qwen3", "gemma2", "gpt2", "llama", "qwen2moe", "qwen3moe",
-                                         "olmoe", "deepseek2"};
+                                         "olmoe", "deepseek2", "gemma3"};
+
+static bool is_gemma(enum arch a) { return a == ARCH_GEMMA2 || a == ARCH_GEMMA3; }
 
 uint32_t toy_file_type_for(enum toy_dtype t) {
     switch (t) {
@@ -201,6 +203,12 @@ static double cfg_num(json_t *c, const char *key, double def) {
     return json_is_number(v) ? json_number_value(v) : def;
 }
 
+/* a logit softcap: def when absent (Gemma 2's config defaults), none when null */
+static double cfg_cap(json_t *c, const char *key, double def) {
+    json_t *v = json_object_get(c, key);
+    return !v ? def : json_is_number(v) ? json_number_value(v) : 0;
+}
+
 static enum toy_status need_pos(const char *dir, const char *key, int64_t v) {
     if (v <= 0 || v > (1ll << 40))
         return toy_error(TOY_ERR_FORMAT, "%s/config.json: '%s' missing or invalid (%lld)", dir, key, (long long)v);
@@ -218,6 +226,7 @@ struct hp {
     double routed_scale;
     double eps, rope_base;
     bool tied;
+    int64_t swa_period; /* Gemma: of each swa_period layers the last attends globally (0: every layer slides) */
 };
 
 /* A mixture's config: every layer sparse (toy's graph has no dense layers
@@ -316,6 +325,31 @@ static enum toy_status read_experts(const char *dir, json_t *c, struct hp *h) {
     return TOY_OK;
 }
 
+/* Which Gemma layers slide: of each period the last attends globally (Gemma 2: 2; Gemma 3: 6, its
+ * sliding_window_pattern), as layer_types lists them in newer configs */
+static enum toy_status gemma_layers(const char *dir, json_t *c, struct hp *h) {
+    h->swa_period = h->arch == ARCH_GEMMA2 ? 2 : cfg_int(c, "sliding_window_pattern", 6);
+    json_t *lt = json_object_get(c, "layer_types");
+    if (!lt || json_is_null(lt)) return TOY_OK;
+    if (!json_is_array(lt) || (int64_t)json_array_size(lt) != h->n_layer)
+        return toy_error(TOY_ERR_FORMAT, "%s/config.json: layer_types is not a list of %lld layers", dir,
+                         (long long)h->n_layer);
+    int64_t p = 0, n = h->n_layer;
+    const char *t0;
+    while (p < n && (t0 = json_string_value(json_array_get(lt, (size_t)p))) && !strcmp(t0, "sliding_attention")) p++;
+    h->swa_period = p < n ? p + 1 : 0; /* the first global layer ends the period; none: every layer slides */
+    for (int64_t l = 0; l < n; l++) {
+        const char *t = json_string_value(json_array_get(lt, (size_t)l));
+        bool global = t && !strcmp(t, "full_attention");
+        if ((!global && (!t || strcmp(t, "sliding_attention"))) ||
+            global != (h->swa_period && l % h->swa_period == h->swa_period - 1))
+            return toy_error(TOY_ERR_UNSUPPORTED, "%s/config.json: layer_types[%lld] is '%s': toy's Gemma layers slide "
+                             "but for the last of each period (GGUF's sliding_window_pattern)", dir, (long long)l,
+                             t ? t : "(not a string)");
+    }
+    return TOY_OK;
+}
+
 static enum toy_status read_config(const char *dir, json_t *c, struct hp *h) {
     const char *mt = json_string_value(json_object_get(c, "model_type"));
     if (!mt) return toy_error(TOY_ERR_FORMAT, "%s/config.json: no model_type", dir);
@@ -323,6 +357,10 @@ static enum toy_status read_config(const char *dir, json_t *c, struct hp *h) {
     else if (!strcmp(mt, "qwen2")) h->arch = ARCH_QWEN2;
     else if (!strcmp(mt, "qwen3")) h->arch = ARCH_QWEN3;
     else if (!strcmp(mt, "gemma2")) h->arch = ARCH_GEMMA2;
+    else if (!strcmp(mt, "gemma3_text")) h->arch = ARCH_GEMMA3;
+    else if (!strcmp(mt, "gemma3"))
+        return toy_error(TOY_ERR_UNSUPPORTED, "%s/config.json: model_type 'gemma3' is Gemma 3 with its vision tower; "
+                         "toy imports the text-only models (model_type 'gemma3_text': the 270M and 1B)", dir);
     else if (!strcmp(mt, "gpt2")) h->arch = ARCH_GPT2;
     else if (!strcmp(mt, "mixtral")) h->arch = ARCH_MIXTRAL;
     else if (!strcmp(mt, "qwen2_moe")) h->arch = ARCH_QWEN2MOE;
@@ -330,7 +368,8 @@ static enum toy_status read_config(const char *dir, json_t *c, struct hp *h) {
     else if (!strcmp(mt, "olmoe")) h->arch = ARCH_OLMOE;
     else if (!strcmp(mt, "deepseek_v2") || !strcmp(mt, "deepseek_v3")) h->arch = ARCH_DEEPSEEK2;
     else return toy_error(TOY_ERR_UNSUPPORTED, "%s/config.json: model_type '%s' (supported: llama, mistral, qwen2, "
-                          "qwen3, gemma2, gpt2, mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v2, deepseek_v3)", dir, mt);
+                          "qwen3, gemma2, gemma3_text, gpt2, mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v2, "
+                          "deepseek_v3)", dir, mt);
     enum toy_status e;
     h->n_vocab = cfg_int(c, "vocab_size", 0);
     if (h->arch == ARCH_GPT2) {
@@ -353,7 +392,7 @@ static enum toy_status read_config(const char *dir, json_t *c, struct hp *h) {
         h->eps = cfg_num(c, "rms_norm_eps", 1e-6);
         h->rope_base = cfg_num(c, "rope_theta", 10000.0);
         json_t *tie = json_object_get(c, "tie_word_embeddings");
-        h->tied = tie ? json_is_true(tie) : h->arch == ARCH_GEMMA2;
+        h->tied = tie ? json_is_true(tie) : is_gemma(h->arch);
     }
     if ((e = need_pos(dir, "vocab_size", h->n_vocab)) || (e = need_pos(dir, "hidden_size", h->n_embd)) ||
         (e = need_pos(dir, "num_hidden_layers", h->n_layer)) || (e = need_pos(dir, "num_attention_heads", h->n_head)) ||
@@ -364,13 +403,15 @@ static enum toy_status read_config(const char *dir, json_t *c, struct hp *h) {
     if (h->head_dim <= 0 || h->n_head % h->n_head_kv)
         return toy_error(TOY_ERR_FORMAT, "%s/config.json: %lld heads, %lld kv heads, head_dim %lld do not fit",
                          dir, (long long)h->n_head, (long long)h->n_head_kv, (long long)h->head_dim);
-    if (h->arch == ARCH_GEMMA2) { /* GGUF has no key for it: readers (llama.cpp, toy) take 1/sqrt(head_dim), or
-                                   * 1/sqrt(n_embd/n_head) for the 46-layer 27B */
-        double want = h->n_layer == 46 ? (double)(h->n_embd / h->n_head) : (double)h->head_dim;
+    if (is_gemma(h->arch)) { /* GGUF has no key for it: readers (llama.cpp, toy) take 1/sqrt(head_dim), or
+                              * 1/sqrt(n_embd/n_head) for the 27Bs (Gemma 2's 46 layers, Gemma 3's 62) */
+        double want = h->n_layer == (h->arch == ARCH_GEMMA2 ? 46 : 62) ? (double)(h->n_embd / h->n_head)
+                                                                       : (double)h->head_dim;
         double q = cfg_num(c, "query_pre_attn_scalar", want);
         if (q != want)
             return toy_error(TOY_ERR_UNSUPPORTED, "%s/config.json: query_pre_attn_scalar %g, not %g: a GGUF reader "
                              "would scale attention by 1/sqrt(%g)", dir, q, want, want);
+        if ((e = gemma_layers(dir, c, h))) return e;
     }
     /* GGUF keeps these as u32: a larger value would wrap to another model */
     const int64_t dims[] = {h->n_vocab, h->n_embd, h->n_layer, h->n_head, h->n_head_kv, h->n_ff, h->n_ctx, h->head_dim};
@@ -450,10 +491,22 @@ static enum toy_status write_hparams(struct toy_gguf_writer *w, const struct hp 
         e |= toy_gguf_writer_set_u32(w, KEY("vocab_size"), (uint32_t)h->n_vocab);
         e |= toy_gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)h->head_dim);
     }
-    if (h->arch == ARCH_GEMMA2) {
-        e |= toy_gguf_writer_set_f32(w, KEY("attn_logit_softcapping"), (float)cfg_num(c, "attn_logit_softcapping", 50.0));
-        e |= toy_gguf_writer_set_f32(w, KEY("final_logit_softcapping"), (float)cfg_num(c, "final_logit_softcapping", 30.0));
-        e |= toy_gguf_writer_set_u32(w, KEY("attention.sliding_window"), (uint32_t)cfg_int(c, "sliding_window", 4096));
+    if (is_gemma(h->arch)) { /* Gemma 2's softcaps default on; Gemma 3 has none (null) */
+        bool g2 = h->arch == ARCH_GEMMA2;
+        double acap = cfg_cap(c, "attn_logit_softcapping", g2 ? 50.0 : 0);
+        double fcap = cfg_cap(c, "final_logit_softcapping", g2 ? 30.0 : 0);
+        if (acap > 0) e |= toy_gguf_writer_set_f32(w, KEY("attn_logit_softcapping"), (float)acap);
+        if (fcap > 0) e |= toy_gguf_writer_set_f32(w, KEY("final_logit_softcapping"), (float)fcap);
+        json_t *sw = json_object_get(c, "sliding_window");
+        if (!json_is_null(sw)) {
+            e |= toy_gguf_writer_set_u32(w, KEY("attention.sliding_window"),
+                                         (uint32_t)cfg_int(c, "sliding_window", 4096));
+            /* llama.cpp hard-codes the period (2, 6) and Gemma 3's local base (10000): keys only where they differ */
+            if (h->swa_period != (g2 ? 2 : 6))
+                e |= toy_gguf_writer_set_u32(w, KEY("attention.sliding_window_pattern"), (uint32_t)h->swa_period);
+        }
+        double local = cfg_num(c, "rope_local_base_freq", 10000.0);
+        if (!g2 && local != 10000.0) e |= toy_gguf_writer_set_f32(w, KEY("rope.freq_base_swa"), (float)local);
     }
     json_t *rs = json_object_get(c, "rope_scaling");
     const char *rt = json_string_value(json_object_get(rs, "rope_type"));
@@ -569,7 +622,7 @@ static int map_name(const struct hp *h, const char *hf, char *out, size_t outn, 
         for (size_t i = 0; i < 3; i++)
             if (!strcmp(stem, top_llama[i].hf)) {
                 snprintf(out, outn, "%s%s", top_llama[i].gg, suffix);
-                if (h->arch == ARCH_GEMMA2 && !strcmp(stem, "norm")) j->add_one = true;
+                if (is_gemma(h->arch) && !strcmp(stem, "norm")) j->add_one = true;
                 return 1;
             }
     }
@@ -595,7 +648,7 @@ static int map_name(const struct hp *h, const char *hf, char *out, size_t outn, 
         if (gg && !strcmp(suffix, ".weight") && strcmp(gg, "attn_norm") && strcmp(gg, "ffn_norm")) j->transpose = true;
     } else {
         if (!strcmp(rest, "post_attention_layernorm"))
-            gg = h->arch == ARCH_GEMMA2 ? "post_attention_norm" : "ffn_norm";
+            gg = is_gemma(h->arch) ? "post_attention_norm" : "ffn_norm";
         for (size_t i = 0; !gg && i < sizeof blk_llama / sizeof blk_llama[0]; i++)
             if (!strcmp(rest, blk_llama[i].hf)) gg = blk_llama[i].gg;
         if (!gg) gg = map_expert(h, rest, expert);
@@ -603,7 +656,7 @@ static int map_name(const struct hp *h, const char *hf, char *out, size_t outn, 
             if (!strcmp(gg, "attn_q")) j->permute_heads = (int)h->n_head;
             if (!strcmp(gg, "attn_k")) j->permute_heads = (int)h->n_head_kv;
         }
-            if (gg && h->arch == ARCH_GEMMA2 && strstr(rest, "norm") && !strcmp(suffix, ".weight")) j->add_one = true;
+        if (gg && is_gemma(h->arch) && strstr(rest, "norm") && !strcmp(suffix, ".weight")) j->add_one = true;
         static const struct { const char *hf, *gg; } blk_mla[] = {
             {"self_attn.q_a_proj", "attn_q_a"}, {"self_attn.q_a_layernorm", "attn_q_a_norm"},
             {"self_attn.q_b_proj", "attn_q_b"}, {"self_attn.kv_a_proj_with_mqa", "attn_kv_a_mqa"},

@@ -103,6 +103,40 @@ static enum toy_status deepseek2_config(const struct toy_gguf *g, struct keys *k
     return TOY_OK;
 }
 
+/* <arch>.attention.sliding_window_pattern (optional; llama.cpp hard-codes Gemma 2's 2 and Gemma 3's 6): a period, or
+ * one bool per layer (true: the layer slides), which toy takes when it repeats a period whose last layer alone is
+ * global */
+static enum toy_status swa_pattern(const struct toy_gguf *g, const char *a, struct toy_llama_config *c) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", a);
+    int64_t i = toy_gguf_find_key(g, key), v;
+    if (i < 0) return TOY_OK;
+    if (toy_gguf_kv_type(g, i) != TOY_GGUF_ARRAY) {
+        if (toy_gguf_kv_int(g, i, &v)) return toy_error(TOY_ERR_FORMAT, "%s: %s", toy_gguf_path(g), toy_last_error());
+        if (v < 0 || v > c->n_layers + 1)
+            return toy_error(TOY_ERR_FORMAT, "%s: %s is %lld, for %lld layers", toy_gguf_path(g), key, (long long)v,
+                             (long long)c->n_layers);
+        c->swa_period = (int32_t)v;
+        return TOY_OK;
+    }
+    uint64_t n = toy_gguf_arr_len(g, i);
+    enum toy_gguf_type t = toy_gguf_arr_type(g, i);
+    if (t != TOY_GGUF_BOOL || n != (uint64_t)c->n_layers)
+        return toy_error(TOY_ERR_FORMAT, "%s: %s is an array of %llu %s, not of a bool per layer (%lld)",
+                         toy_gguf_path(g), key, (unsigned long long)n, toy_gguf_type_name(t), (long long)c->n_layers);
+    const uint8_t *slides = toy_gguf_arr_data(g, i);
+    uint64_t period = 0;
+    while (period < n && slides[period]) period++;
+    period = period < n ? period + 1 : 0; /* the first global layer ends the period; none: every layer slides */
+    for (uint64_t l = 0; period && l < n; l++)
+        if (!slides[l] != (l % period == period - 1))
+            return toy_error(TOY_ERR_UNSUPPORTED, "%s: %s: layer %llu %s, which no period of sliding layers then one "
+                             "global gives", toy_gguf_path(g), key, (unsigned long long)l,
+                             slides[l] ? "slides" : "attends globally");
+    c->swa_period = (int32_t)period;
+    return TOY_OK;
+}
+
 static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_llama_config *c) {
     memset(c, 0, sizeof *c);
     const char *arch, *what;
@@ -112,13 +146,13 @@ static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_lla
         return toy_error(TOY_ERR_FORMAT, "%s: no general.architecture", toy_gguf_path(g));
     snprintf(c->arch, sizeof c->arch, "%.*s", (int)alen, arch);
     const char *a = c->arch;
-    static const char *const archs[] = {"llama",    "mistral",  "qwen2", "qwen3",    "gemma2",
+    static const char *const archs[] = {"llama",    "mistral",  "qwen2", "qwen3",    "gemma2",   "gemma3",
                                         "qwen2moe", "qwen3moe", "olmoe", "deepseek2"};
     bool known = false;
     for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++) known |= !strcmp(a, archs[i]);
     if (!known)
         return toy_error(TOY_ERR_UNSUPPORTED, "%s: architecture '%s' is not a Llama-family model toy runs "
-                         "(llama, mistral, qwen2, qwen3, gemma2, qwen2moe, qwen3moe, olmoe, deepseek2)", toy_gguf_path(g), a);
+                         "(llama, mistral, qwen2, qwen3, gemma2, gemma3, qwen2moe, qwen3moe, olmoe, deepseek2)", toy_gguf_path(g), a);
     struct keys k = {.g = g, .arch = a};
     c->d_model = key_int(&k, "embedding_length", 0);
     c->n_layers = key_int(&k, "block_count", 0);
@@ -195,15 +229,22 @@ static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_lla
                          "convert it again with a current llama.cpp", toy_gguf_path(g));
 #undef FIRST
     c->sandwich_norm = has_tensor(g, "blk.0.post_attention_norm.weight");
-    if (!strcmp(a, "gemma2")) {
+    bool gemma2 = !strcmp(a, "gemma2"), gemma3 = !strcmp(a, "gemma3");
+    if (gemma2 || gemma3) {
         c->embed_scale = true;
         c->gelu_mlp = true;
-        c->swa_alternate = true;
+        c->swa_period = gemma2 ? 2 : 6;
         c->attn_scale = 1.0f / sqrtf((float)(c->head_dim ? c->head_dim : c->d_model / (c->n_heads ? c->n_heads : 1)));
-        /* llama.cpp (load_hparams, LLM_ARCH_GEMMA2): the 46-layer 27B scales by 1/sqrt(n_embd/n_head)
-         * (its query_pre_attn_scalar, 144, is not its head dim, 128) */
-        if (c->n_layers == 46 && c->n_heads) c->attn_scale = 1.0f / sqrtf((float)(c->d_model / c->n_heads));
+        /* llama.cpp (load_hparams): the 27Bs, Gemma 2's of 46 layers and Gemma 3's of 62, scale by
+         * 1/sqrt(n_embd/n_head) (their query_pre_attn_scalar: 144, 168), not by their head dim (128) */
+        if (c->n_layers == (gemma2 ? 46 : 62) && c->n_heads)
+            c->attn_scale = 1.0f / sqrtf((float)(c->d_model / c->n_heads));
     }
+    /* the sliding layers' own RoPE base: Gemma 3's local layers take 10000 in llama.cpp, which has no key for it */
+    c->rope_base_swa = (float)key_float(&k, "rope.freq_base_swa", gemma3 ? 10000.0 : 0.0);
+    if (k.st) return toy_error(k.st, "%s", k.err);
+    enum toy_status sp = swa_pattern(g, a, c);
+    if (sp) return sp;
     enum toy_status st2 = toy_llama_check_config(c);
     if (st2) return toy_error(st2, "%s: %s", toy_gguf_path(g), toy_last_error());
     /* every rope here but latent attention's turns the whole head: a file that rotates fewer dims would load and
@@ -397,7 +438,14 @@ enum toy_status toy_llama_write_gguf(const struct toy_llama *m, struct toy_gguf_
         SETF("rope.scaling.factor", c->rope_factor);
         SETU("rope.scaling.original_context_length", c->rope_orig_ctx);
     }
-    if (c->sliding_window > 0) SETU("attention.sliding_window", c->sliding_window);
+    if (c->sliding_window > 0) {
+        SETU("attention.sliding_window", c->sliding_window);
+        /* llama.cpp hard-codes gemma2's period (2) and gemma3's (6); the key where a model has another */
+        int32_t period = !strcmp(a, "gemma2") ? 2 : !strcmp(a, "gemma3") ? 6 : 0;
+        if (c->swa_period != period) SETU("attention.sliding_window_pattern", c->swa_period);
+    }
+    if (c->rope_base_swa > 0 && (strcmp(a, "gemma3") || c->rope_base_swa != 10000.0f))
+        SETF("rope.freq_base_swa", c->rope_base_swa);
     if (c->attn_softcap > 0) SETF("attn_logit_softcapping", c->attn_softcap);
     if (c->final_softcap > 0) SETF("final_logit_softcapping", c->final_softcap);
     if (c->n_experts) {

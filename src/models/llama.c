@@ -62,6 +62,10 @@ enum toy_status toy_llama_check_config(const struct toy_llama_config *c) {
     NEED(isfinite(c->norm_eps) && c->norm_eps > 0 && c->norm_eps < 1, "model config: norm epsilon %g is not in (0, 1)",
          (double)c->norm_eps);
     NEED(isfinite(c->rope_base) && c->rope_base > 0, "model config: rope base %g must be > 0", (double)c->rope_base);
+    NEED(isfinite(c->rope_base_swa) && c->rope_base_swa >= 0, "model config: sliding layers' rope base %g must be >= 0",
+         (double)c->rope_base_swa);
+    NEED(c->swa_period >= 0 && c->swa_period <= c->n_layers + 1, "model config: sliding-window period %d for %lld layers",
+         (int)c->swa_period, (long long)c->n_layers);
     NEED(isfinite(c->rope_factor) && c->rope_factor >= 0, "model config: rope scaling factor %g must be >= 0",
          (double)c->rope_factor);
     NEED(isfinite(c->attn_softcap) && c->attn_softcap >= 0 && isfinite(c->final_softcap) && c->final_softcap >= 0,
@@ -448,10 +452,18 @@ static struct toy_tensor *proj_lora(struct toy_ctx *ctx, const struct toy_llama 
     return toy_add(ctx, y, toy_scale(ctx, up, m->lora_scale));
 }
 
-static struct toy_rope_params rope_params(const struct toy_llama_config *c) {
+bool toy_llama_layer_slides(const struct toy_llama_config *c, int64_t l) {
+    return c->sliding_window > 0 && (c->swa_period == 0 || l % c->swa_period < c->swa_period - 1);
+}
+
+struct toy_rope_params toy_llama_rope_params(const struct toy_llama_config *c, int64_t l) {
     struct toy_rope_params r = {0};
     r.mode = c->rope_mode;
     r.freq_base = c->rope_base;
+    if (c->rope_base_swa > 0 && toy_llama_layer_slides(c, l)) { /* Gemma 3's local layers: their own base, unscaled */
+        r.freq_base = c->rope_base_swa;
+        return r;
+    }
     r.scaling = c->rope_scaling;
     r.factor = c->rope_factor;
     r.orig_ctx = c->rope_orig_ctx;
@@ -461,6 +473,15 @@ static struct toy_rope_params rope_params(const struct toy_llama_config *c) {
     r.beta_slow = c->rope_beta_slow;
     r.attn_factor = c->rope_attn_factor;
     return r;
+}
+
+struct toy_tensor *toy_llama_rope(struct toy_ctx *ctx, const struct toy_llama *m, int64_t l, struct toy_tensor *x,
+                                  struct toy_tensor *pos) {
+    const struct toy_llama_config *c = &m->cfg;
+    struct toy_rope_params r = toy_llama_rope_params(c, l);
+    /* Llama 3's per-frequency factors are a scaling: none on sliding layers of their own base */
+    struct toy_tensor *ff = c->rope_base_swa > 0 && toy_llama_layer_slides(c, l) ? NULL : m->rope_freqs;
+    return toy_rope_ff(ctx, x, pos, &r, ff);
 }
 
 float toy_llama_attn_scale(const struct toy_llama_config *c) {
@@ -475,7 +496,7 @@ float toy_llama_attn_scale(const struct toy_llama_config *c) {
  * turns adjacent pairs of its rope_dim-wide part (llama.cpp's NORM mode) */
 static struct toy_tensor *mla_rope(struct toy_ctx *ctx, const struct toy_llama_config *c, struct toy_tensor *x,
                                    int64_t T, int64_t B, struct toy_tensor *pos) {
-    struct toy_rope_params r = rope_params(c);
+    struct toy_rope_params r = toy_llama_rope_params(c, 0); /* (latent attention never slides) */
     r.mode = TOY_ROPE_NORMAL;
     r.n_dims = 0;
     /* the rotation keeps its length: DeepSeek's YaRN magnitude is in attn_scale (the loader's) */
@@ -531,7 +552,6 @@ static struct toy_tensor *forward(struct toy_ctx *ctx, struct toy_llama *m, stru
     const struct toy_llama_config *c = &m->cfg;
     int64_t T = tokens->ne[0], B = tokens->ne[1], d = c->d_model;
     int64_t H = c->n_heads, Hkv = c->n_kv_heads, hd = toy_llama_head_dim(c);
-    struct toy_rope_params rope = rope_params(c);
     struct toy_tensor *embd = m->tok_embd, *head = m->output;
     if (m->embd_proj) { /* warm start through a learned projection: donor P + residual */
         embd = toy_add(ctx, toy_matmul(ctx, m->embd_donor, m->embd_proj, false, false), m->tok_embd);
@@ -544,7 +564,7 @@ static struct toy_tensor *forward(struct toy_ctx *ctx, struct toy_llama *m, stru
     for (int64_t l = 0; l < c->n_layers; l++) {
         struct toy_llama_layer *L = &m->layers[l];
         struct toy_attn_params attn = {.causal = true, .scale = toy_llama_attn_scale(c), .softcap = c->attn_softcap};
-        if (c->sliding_window > 0 && (!c->swa_alternate || l % 2 == 0)) attn.window = c->sliding_window;
+        if (toy_llama_layer_slides(c, l)) attn.window = c->sliding_window;
         struct toy_tensor *h = toy_rms_norm(ctx, x, L->attn_norm, c->norm_eps), *q, *k, *v;
         if (c->kv_lora_rank) { /* latent attention: one key tensor, which is the values too */
             toy_llama_mla_qkv(ctx, c, L, h, pos, &q, &k);
@@ -554,8 +574,8 @@ static struct toy_tensor *forward(struct toy_ctx *ctx, struct toy_llama *m, stru
             k = toy_reshape_4d(ctx, proj_lora(ctx, m, L, TOY_LORA_K, h, L->wk, L->bk), hd, Hkv, T, B);
             v = toy_reshape_4d(ctx, proj_lora(ctx, m, L, TOY_LORA_V, h, L->wv, L->bv), hd, Hkv, T, B);
             toy_llama_qk_norm(ctx, c, L, &q, &k);
-            q = toy_rope_ff(ctx, q, pos, &rope, m->rope_freqs);
-            k = toy_rope_ff(ctx, k, pos, &rope, m->rope_freqs);
+            q = toy_llama_rope(ctx, m, l, q, pos);
+            k = toy_llama_rope(ctx, m, l, k, pos);
         }
         struct toy_tensor *a;
         if (cache) {

@@ -67,21 +67,6 @@ static struct toy_tensor *proj(struct toy_ctx *ctx, bool bf16, struct toy_tensor
     return toy_linear(ctx, x, w, b);
 }
 
-static struct toy_rope_params rope_params(const struct toy_llama_config *c) {
-    struct toy_rope_params r = {0};
-    r.mode = c->rope_mode;
-    r.freq_base = c->rope_base;
-    r.scaling = c->rope_scaling;
-    r.factor = c->rope_factor;
-    r.orig_ctx = c->rope_orig_ctx;
-    r.low_freq_factor = c->rope_low;
-    r.high_freq_factor = c->rope_high;
-    r.beta_fast = c->rope_beta_fast;
-    r.beta_slow = c->rope_beta_slow;
-    r.attn_factor = c->rope_attn_factor;
-    return r;
-}
-
 /* proj over groups of at most rg rows of x {in, T, B} (rg 0: one product) */
 static struct toy_tensor *projg(struct toy_ctx *ctx, bool bf16, struct toy_tensor *x, struct toy_tensor *w,
                                 struct toy_tensor *b, int64_t rg) {
@@ -140,13 +125,12 @@ static struct toy_tensor *llama_forward(struct toy_ctx *ctx, struct toy_llama *m
     const bool bf16 = m->matmul_type == TOY_BF16;
     int64_t T = tokens->ne[0], B = tokens->ne[1], d = c->d_model;
     int64_t H = c->n_heads, Hkv = c->n_kv_heads, hd = toy_llama_head_dim(c);
-    struct toy_rope_params rope = rope_params(c);
     struct toy_tensor *x = toy_get_rows(ctx, m->tok_embd, tokens); /* {d, T, B} */
     if (c->embed_scale) x = toy_scale(ctx, x, sqrtf((float)d));
     for (int64_t l = 0; l < c->n_layers; l++) {
         struct toy_llama_layer *L = &m->layers[l];
         struct toy_attn_params attn = {.causal = true, .scale = toy_llama_attn_scale(c), .softcap = c->attn_softcap};
-        if (c->sliding_window > 0 && (!c->swa_alternate || l % 2 == 0)) attn.window = c->sliding_window;
+        if (toy_llama_layer_slides(c, l)) attn.window = c->sliding_window;
         struct toy_tensor *h = toy_rms_norm(ctx, x, L->attn_norm, c->norm_eps), *q, *k, *v;
         if (c->kv_lora_rank) { /* latent attention (its products in one piece: see toy_llama_mla_qkv) */
             toy_llama_mla_qkv(ctx, c, L, h, pos, &q, &k);
@@ -156,8 +140,8 @@ static struct toy_tensor *llama_forward(struct toy_ctx *ctx, struct toy_llama *m
             k = toy_reshape_4d(ctx, projg(ctx, bf16, h, L->wk, L->bk, rg), hd, Hkv, T, B);
             v = toy_reshape_4d(ctx, projg(ctx, bf16, h, L->wv, L->bv, rg), hd, Hkv, T, B);
             toy_llama_qk_norm(ctx, c, L, &q, &k);
-            q = toy_rope_ff(ctx, q, pos, &rope, m->rope_freqs);
-            k = toy_rope_ff(ctx, k, pos, &rope, m->rope_freqs);
+            q = toy_llama_rope(ctx, m, l, q, pos);
+            k = toy_llama_rope(ctx, m, l, k, pos);
         }
         struct toy_tensor *a = attend(ctx, q, k, v, caches, l, &attn); /* {hd, H, T, B} */
         a = c->kv_lora_rank ? toy_llama_mla_out(ctx, c, L, a) : toy_reshape_3d(ctx, a, hd * H, T, B);

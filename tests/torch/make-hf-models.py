@@ -97,14 +97,18 @@ def hf_moe(arch, cfg, g, p, w, x):
 
 
 def hf_forward(arch, cfg, w, tokens):
-    """The Hugging Face modeling_{llama,qwen2,qwen3,gemma2}.py forward pass,
-    float64, from the HF-named tensors w."""
+    """The Hugging Face modeling_{llama,qwen2,qwen3,gemma2,gemma3}.py forward
+    pass, float64, from the HF-named tensors w. Gemma 3: per-head QK-norm,
+    sliding layers (layer_types) masked to their last sliding_window keys and
+    rotated with rope_local_base_freq, unscaled; the global layers take
+    rope_theta and rope_scaling."""
     D = torch.float64
     g = lambda n: w[n].to(D)
     E, L, H, KV = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
     hd = cfg.get("head_dim", E // H)
     eps = cfg["rms_norm_eps"]
-    gemma = arch == "gemma2"
+    gemma = arch in ("gemma2", "gemma3_text")
+    gemma3 = arch == "gemma3_text"
 
     def rms(x, wt):
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
@@ -122,14 +126,16 @@ def hf_forward(arch, cfg, w, tokens):
         smoothed = (1 - smooth) * scaled / fac + smooth * scaled
         medium = ~(wavelen < old / hi) & ~(wavelen > old / lo)
         inv_freq = torch.where(medium, smoothed, scaled)
-    ang = torch.arange(T, dtype=D)[:, None] * inv_freq[None, :]
-    cos = torch.cat([ang.cos(), ang.cos()], -1)[:, None, :]
-    sin = torch.cat([ang.sin(), ang.sin()], -1)[:, None, :]
+    if rs and rs.get("rope_type") == "linear":
+        inv_freq = inv_freq / rs["factor"]
+    local_inv = 1.0 / (cfg.get("rope_local_base_freq", 10000.0) ** (torch.arange(0, hd, 2, dtype=D) / hd))
 
-    def rope(x):  # x: (T, heads, hd), rotate_half
+    def rope(x, inv):  # x: (T, heads, hd), rotate_half
+        ang = torch.arange(T, dtype=D)[:, None] * inv[None, :]
+        cos = torch.cat([ang.cos(), ang.cos()], -1)[:, None, :]
+        sin = torch.cat([ang.sin(), ang.sin()], -1)[:, None, :]
         x1, x2 = x[..., : hd // 2], x[..., hd // 2:]
         return x * cos + torch.cat([-x2, x1], -1) * sin
-
     h = g("model.embed_tokens.weight")[tokens]
     if gemma:
         h = h * torch.tensor(E ** 0.5, dtype=torch.float32).to(D)
@@ -137,6 +143,11 @@ def hf_forward(arch, cfg, w, tokens):
     scale = cfg.get("query_pre_attn_scalar", hd) ** -0.5 if gemma else hd ** -0.5
     for i in range(L):
         p = f"model.layers.{i}."
+        sliding = gemma3 and cfg["layer_types"][i] == "sliding_attention"
+        lmask = mask
+        if sliding:  # key j is seen from position t when t - j < sliding_window
+            far = torch.arange(T)[:, None] - torch.arange(T)[None, :] >= cfg["sliding_window"]
+            lmask = mask.masked_fill(far, float("-inf"))
         x = rms(h, g(p + "input_layernorm.weight"))
         lin = lambda n, x: x @ g(p + n + ".weight").T + (g(p + n + ".bias") if p + n + ".bias" in w else 0)
         q, k = lin("self_attn.q_proj", x), lin("self_attn.k_proj", x)
@@ -144,10 +155,11 @@ def hf_forward(arch, cfg, w, tokens):
             q, k = rms(q, g(p + "self_attn.q_norm.weight")), rms(k, g(p + "self_attn.k_norm.weight"))
         q, k = q.view(T, H, hd), k.view(T, KV, hd)
         v = lin("self_attn.v_proj", x).view(T, KV, hd)
-        if arch in ("qwen3", "qwen3_moe"):
+        if arch in ("qwen3", "qwen3_moe", "gemma3_text"):
             q = rms(q, g(p + "self_attn.q_norm.weight"))
             k = rms(k, g(p + "self_attn.k_norm.weight"))
-        q, k = rope(q), rope(k)
+        inv = local_inv if sliding else inv_freq
+        q, k = rope(q, inv), rope(k, inv)
         outs = []
         for hh in range(H):
             kv = hh // (H // KV)
@@ -155,7 +167,7 @@ def hf_forward(arch, cfg, w, tokens):
             if gemma and cfg.get("attn_logit_softcapping"):
                 c = cfg["attn_logit_softcapping"]
                 s_ = torch.tanh(s_ / c) * c
-            outs.append(torch.softmax(s_ + mask, -1) @ v[:, kv])
+            outs.append(torch.softmax(s_ + lmask, -1) @ v[:, kv])
         o = torch.cat(outs, -1) @ g(p + "self_attn.o_proj.weight").T
         if gemma:
             o = rms(o, g(p + "post_attention_layernorm.weight"))
@@ -189,7 +201,7 @@ def llama_like(out, name, arch, cfg, dtype, shards, tokenizer=None, rope_scaling
     F_, V = cfg["intermediate_size"], cfg["vocab_size"]
     hf = {}
     exp = {}
-    gemma = arch == "gemma2"
+    gemma = arch in ("gemma2", "gemma3_text")
 
     def add(hn, gn, t, transform=None):
         t = t.to(dtype)
@@ -215,6 +227,9 @@ def llama_like(out, name, arch, cfg, dtype, shards, tokenizer=None, rope_scaling
         if arch in ("qwen3", "qwen3_moe"):
             add(p + "self_attn.q_norm.weight", g + "attn_q_norm.weight", 1 + rnd(hd))
             add(p + "self_attn.k_norm.weight", g + "attn_k_norm.weight", 1 + rnd(hd))
+        if arch == "gemma3_text":  # stored as w, run as 1 + w: GGUF holds 1 + w
+            add(p + "self_attn.q_norm.weight", g + "attn_q_norm.weight", rnd(hd), norm)
+            add(p + "self_attn.k_norm.weight", g + "attn_k_norm.weight", rnd(hd), norm)
         if arch == "olmoe":  # over the whole projections
             add(p + "self_attn.q_norm.weight", g + "attn_q_norm.weight", 1 + rnd(H * hd))
             add(p + "self_attn.k_norm.weight", g + "attn_k_norm.weight", 1 + rnd(KV * hd))
@@ -273,7 +288,8 @@ def llama_like(out, name, arch, cfg, dtype, shards, tokenizer=None, rope_scaling
         exp["rope_freqs.weight"] = torch.tensor(fs, dtype=torch.float32)
     cfg["model_type"] = "mistral" if name == "mistral" else arch
     cfg["architectures"] = [{"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
-                             "gemma2": "Gemma2ForCausalLM", "mixtral": "MixtralForCausalLM",
+                             "gemma2": "Gemma2ForCausalLM", "gemma3_text": "Gemma3ForCausalLM",
+                             "mixtral": "MixtralForCausalLM",
                              "qwen2_moe": "Qwen2MoeForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM",
                              "olmoe": "OlmoeForCausalLM"}[arch]]
     cfg["torch_dtype"] = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}[dtype]
@@ -524,6 +540,16 @@ def main():
     llama_like(out, "gemma2", "gemma2", dict(base, vocab_size=320, head_dim=16, sliding_window=512,
                                              attn_logit_softcapping=50.0, final_logit_softcapping=30.0,
                                              query_pre_attn_scalar=16),
+               torch.float32, 1)
+    # Gemma 3 (the 270M's layout: head_dim past hidden / heads, one kv head): of each 3 layers the last global
+    # (layer_types; the 270M's period is 6), sliding ones 3 keys wide over the 9 tokens and rotated with their own
+    # base, unscaled; the global ones with rope_theta, linearly scaled
+    llama_like(out, "gemma3", "gemma3_text",
+               dict(base, vocab_size=320, head_dim=32, num_key_value_heads=1, num_hidden_layers=4, sliding_window=3,
+                    layer_types=["sliding_attention", "sliding_attention", "full_attention", "sliding_attention"],
+                    rope_theta=1000000.0, rope_local_base_freq=10000.0, query_pre_attn_scalar=32,
+                    rope_scaling={"rope_type": "linear", "factor": 2.0}, attn_logit_softcapping=None,
+                    final_logit_softcapping=None, hidden_activation="gelu_pytorch_tanh"),
                torch.float32, 1)
     # mixtures of experts: Mixtral (a llama with experts: permuted q/k), Qwen2-MoE (QKV bias, a shared
     # expert), Qwen3-MoE (per-head QK-norm, narrower experts), OLMoE (QK-norm over the projections)

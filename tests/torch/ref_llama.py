@@ -8,7 +8,10 @@ F32 data), builds the model from the metadata and the tensors present
 and computes logits, or trains with AdamW, in float64.
 
 RoPE follows llama.cpp's GGUF convention: "llama"/"mistral" rotate adjacent
-pairs (the converter permuted Q/K for it), qwen2/qwen3/gemma2 rotate halves.
+pairs (the converter permuted Q/K for it), qwen2/qwen3/gemma2/gemma3 rotate
+halves. Sliding windows as llama.cpp's set_swa_pattern: of each period the
+last layer is global (gemma2 2, gemma3 6, or attention.sliding_window_pattern);
+gemma3's sliding layers rotate with rope.freq_base_swa (10000), unscaled.
 
 Usage: ref_llama.py SPEC.json OUT.json
 SPEC: {"cases": [{"gguf": path, "tokens": [[...]...] (B x T),
@@ -141,7 +144,10 @@ class Llama:
         self.window = g("attention.sliding_window", 0)
         self.attn_cap = g("attn_logit_softcapping", 0.0)
         self.final_cap = g("final_logit_softcapping", 0.0)
-        self.gemma = a == "gemma2"
+        self.gemma = a in ("gemma2", "gemma3")
+        self.period = g("attention.sliding_window_pattern", {"gemma2": 2, "gemma3": 6}.get(a, 0))
+        base_swa = g("rope.freq_base_swa", 10000.0 if a == "gemma3" else None)
+        self.inv_swa = inv_freqs(self.hd, base_swa, "none", 1.0, 0) if base_swa else None
         self.scale = 1.0 / math.sqrt(self.hd)
         self.k = g("expert_used_count", 0)
         self.moe_norm = a not in ("olmoe", "qwen2moe")
@@ -253,7 +259,9 @@ class Llama:
             v = v.view(B, T, self.Hkv, self.hd)
             if qn is not None:
                 q, k = rms(q, p("attn_q_norm.weight"), self.eps), rms(k, p("attn_k_norm.weight"), self.eps)
-            q, k = rope(q, pos, self.inv, self.neox, self.mscale), rope(k, pos, self.inv, self.neox, self.mscale)
+            slides = self.window > 0 and (self.period == 0 or l % self.period < self.period - 1)
+            inv, ms = (self.inv_swa, 1.0) if slides and self.inv_swa is not None else (self.inv, self.mscale)
+            q, k = rope(q, pos, inv, self.neox, ms), rope(k, pos, inv, self.neox, ms)
             g = self.H // self.Hkv
             qh, kh, vh = (q.permute(0, 2, 1, 3), k.permute(0, 2, 1, 3).repeat_interleave(g, 1),
                           v.permute(0, 2, 1, 3).repeat_interleave(g, 1))
@@ -262,7 +270,7 @@ class Llama:
                 s = self.attn_cap * torch.tanh(s / self.attn_cap)
             i, j = torch.arange(T).view(-1, 1), torch.arange(T).view(1, -1)
             bad = j > i
-            if self.window > 0 and (not self.gemma or l % 2 == 0):
+            if slides:
                 bad = bad | (j <= i - self.window)
             s = s.masked_fill(bad, -math.inf)
             a = (torch.softmax(s, -1) @ vh).permute(0, 2, 1, 3).reshape(B, T, self.H * self.hd)
