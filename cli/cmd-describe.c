@@ -337,7 +337,7 @@ static void card(const struct toy_gguf *g, const struct hp *h, struct text *t) {
     const bool llama_family = !strcmp(h->arch, "llama") || !strcmp(h->arch, "qwen2") ||
                               !strcmp(h->arch, "qwen3") || gemma || !strcmp(h->arch, "mistral") ||
                               !strcmp(h->arch, "qwen3moe") || !strcmp(h->arch, "olmoe") ||
-                              !strcmp(h->arch, "qwen2moe");
+                              !strcmp(h->arch, "qwen2moe") || !strcmp(h->arch, "smollm3");
     const long long NE = h->experts, NK = h->experts_used, FE = h->dff_exp ? h->dff_exp : h->dff, FS = h->dff_shared;
     if (!h->n_tensors) {
         tprintf(t, "(no tensors: a vocabulary-only file (a tokenizer), no network to describe)\n");
@@ -465,6 +465,9 @@ static void card(const struct toy_gguf *g, const struct hp *h, struct text *t) {
         if (h->rope_base_swa > 0 && h->swa > 0)
             STEP("position t turns pairs", "  Q ← RoPE(Q, θ_l%s); K ← RoPE(K, θ_l%s), θ_l = %g where l slides", n++,
                  h->has_rope_freqs ? ", ρ" : "", h->has_rope_freqs ? ", ρ" : "", h->rope_base_swa);
+        else if (!strcmp(h->arch, "smollm3")) /* llama.cpp's: no rotation on every fourth layer */
+            STEP("position t turns pairs", "  Q ← RoPE(Q, θ%s); K ← RoPE(K, θ%s) unless 4 | l (no position there)", n++,
+                 h->has_rope_freqs ? ", ρ" : "", h->has_rope_freqs ? ", ρ" : "");
         else
             STEP("position t turns pairs", "  Q ← RoPE(Q, θ%s); K ← RoPE(K, θ%s)", n++, h->has_rope_freqs ? ", ρ" : "",
                  h->has_rope_freqs ? ", ρ" : "");

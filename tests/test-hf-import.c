@@ -191,10 +191,11 @@ static void convert(const char *model, enum toy_dtype type, char *out, size_t ou
 Test(hf_import, every_architecture_converts_exactly, .timeout = 300) {
     if (!make_models()) cr_skip("python3 with torch not available");
     const char *models[] = {"llama",   "mistral",   "qwen2",     "qwen3", "gemma2",      "gpt2",
-                            "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3", "gemma3"};
+                            "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3", "gemma3",
+                            "smollm3"};
     const char *archs[] = {"llama", "llama",    "qwen2",    "qwen3", "gemma2",    "gpt2",
-                           "llama", "qwen2moe", "qwen3moe", "olmoe", "deepseek2", "deepseek2", "gemma3"};
-    const uint32_t experts[] = {0, 0, 0, 0, 0, 0, 4, 6, 8, 4, 6, 6, 0}, used[] = {0, 0, 0, 0, 0, 0, 2, 2, 3, 2, 2, 2, 0};
+                           "llama", "qwen2moe", "qwen3moe", "olmoe", "deepseek2", "deepseek2", "gemma3", "smollm3"};
+    const uint32_t experts[] = {0, 0, 0, 0, 0, 0, 4, 6, 8, 4, 6, 6, 0, 0}, used[] = {0, 0, 0, 0, 0, 0, 2, 2, 3, 2, 2, 2, 0, 0};
     char out[512];
     for (size_t m = 0; m < sizeof models / sizeof models[0]; m++) {
         struct toy_convert_report r;
@@ -208,10 +209,10 @@ Test(hf_import, every_architecture_converts_exactly, .timeout = 300) {
         cr_expect_str_eq(arch, archs[m]);
         char key[128];
         uint32_t u;
-        bool deepseek = !strcmp(arch, "deepseek2"), gemma3 = !strcmp(arch, "gemma3");
+        bool deepseek = !strcmp(arch, "deepseek2"), gemma3 = !strcmp(arch, "gemma3"), smollm3 = !strcmp(arch, "smollm3");
         snprintf(key, sizeof key, "%s.block_count", arch);
         cr_expect_eq(toy_gguf_get_u32(g, key, &u), TOY_OK);
-        cr_expect_eq(u, deepseek ? 3 : gemma3 ? 4 : 2);
+        cr_expect_eq(u, deepseek ? 3 : gemma3 || smollm3 ? 4 : 2);
         snprintf(key, sizeof key, "%s.attention.head_count", arch);
         cr_expect_eq(toy_gguf_get_u32(g, key, &u), TOY_OK);
         cr_expect_eq(u, 4);
@@ -223,7 +224,7 @@ Test(hf_import, every_architecture_converts_exactly, .timeout = 300) {
             float f;
             snprintf(key, sizeof key, "%s.rope.freq_base", arch);
             cr_expect_eq(toy_gguf_get_f32(g, key, &f), TOY_OK);
-            cr_expect_eq(f, gemma3 ? 1000000.0f : 100000.0f);
+            cr_expect_eq(f, gemma3 ? 1000000.0f : smollm3 ? 5000000.0f : 100000.0f);
         }
         cr_expect_eq(toy_gguf_get_u32(g, "general.file_type", &u), TOY_OK);
         cr_expect_eq(u, 0);
@@ -376,21 +377,26 @@ Test(hf_import, gemma2_attention_scalar_a_gguf_cannot_hold_is_refused) {
     th_rmdir();
 }
 
-/* Gemma 3 configs toy cannot run as written are refused, naming what, before any weight is read: layer_types
- * whose global layers are not the last of each period (GGUF's sliding_window_pattern), and the multimodal
- * model_type (its text model is under text_config, its weights under language_model) */
-Test(hf_import, gemma3_layouts_toy_cannot_hold_are_refused) {
+/* Gemma 3 and SmolLM3 configs a GGUF cannot hold are refused, naming what, before any weight is read: layer_types
+ * whose global layers are not the last of each period (GGUF's sliding_window_pattern), the multimodal Gemma 3
+ * (its text model is under text_config, its weights under language_model), SmolLM3 layers without RoPE other
+ * than llama.cpp's every fourth, and a SmolLM3 sliding window */
+Test(hf_import, gemma3_and_smollm3_layouts_a_gguf_cannot_hold_are_refused) {
     th_mkdir("g3r");
     const char *extra[] = {"\"model_type\":\"gemma3_text\",\"layer_types\":[\"full_attention\",\"sliding_attention\","
                            "\"full_attention\"]",
                            "\"model_type\":\"gemma3_text\",\"layer_types\":[\"sliding_attention\",\"chunked_attention\","
                            "\"full_attention\"]",
                            "\"model_type\":\"gemma3_text\",\"layer_types\":[\"sliding_attention\"]",
-                           "\"model_type\":\"gemma3\""};
+                           "\"model_type\":\"gemma3\"",
+                           "\"model_type\":\"smollm3\",\"no_rope_layers\":[1,0,1]",
+                           "\"model_type\":\"smollm3\",\"no_rope_layers\":[1,1,1],\"use_sliding_window\":true"};
     const char *want[] = {"layer_types[1] is 'sliding_attention'", "layer_types[1] is 'chunked_attention'",
-                          "not a list of 3 layers", "text-only models"};
-    const enum toy_status st[] = {TOY_ERR_UNSUPPORTED, TOY_ERR_UNSUPPORTED, TOY_ERR_FORMAT, TOY_ERR_UNSUPPORTED};
-    for (int i = 0; i < 4; i++) {
+                          "not a list of 3 layers", "text-only models", "no_rope_layers[1] is not 1",
+                          "use_sliding_window"};
+    const enum toy_status st[] = {TOY_ERR_UNSUPPORTED, TOY_ERR_UNSUPPORTED, TOY_ERR_FORMAT, TOY_ERR_UNSUPPORTED,
+                                  TOY_ERR_UNSUPPORTED, TOY_ERR_UNSUPPORTED};
+    for (int i = 0; i < 6; i++) {
         char path[300];
         snprintf(path, sizeof path, "%s/config.json", th_dir);
         FILE *f = fopen(path, "w");

@@ -152,6 +152,11 @@ static void f_gemma3_six(struct toy_llama_config *c) {
     c->n_layers = 6, c->swa_period = 6, c->d_model = 32, c->d_ff = 48;
     c->rope_scaling = TOY_ROPE_SCALING_NONE, c->rope_factor = 0, c->rope_orig_ctx = 0;
 }
+/* SmolLM3's: no rotary embedding on layer 3 of 4 */
+static void f_smollm3(struct toy_llama_config *c) {
+    snprintf(c->arch, sizeof c->arch, "smollm3");
+    c->n_layers = 4, c->nope_period = 4, c->tied = true;
+}
 static void f_linear(struct toy_llama_config *c) {
     c->rope_scaling = TOY_ROPE_SCALING_LINEAR;
     c->rope_factor = 4;
@@ -245,7 +250,7 @@ Test(llama, logits_match_pytorch_for_every_family_flag, .timeout = 300) {
     const struct flag_case cases[] = {{"plain", f_plain}, {"tied", f_tied}, {"qwen2_qkv_bias", f_qwen2},
                                       {"qwen3_qk_norm", f_qwen3}, {"mistral_swa", f_swa},
                                       {"gemma2", f_gemma2}, {"gemma3", f_gemma3}, {"gemma3_six", f_gemma3_six},
-                                      {"rope_linear", f_linear}, {"rope_yarn", f_yarn},
+                                      {"smollm3", f_smollm3}, {"rope_linear", f_linear}, {"rope_yarn", f_yarn},
                                       {"mixtral_moe", f_mixtral}, {"qwen3moe", f_qwen3moe}, {"olmoe", f_olmoe},
                                       {"qwen2moe", f_qwen2moe}, {"deepseek2", f_deepseek2},
                                       {"deepseek2_qlora", f_deepseek2_qlora}, {"deepseek3", f_deepseek3}};
@@ -278,7 +283,8 @@ Test(llama, logits_match_pytorch_for_every_family_flag, .timeout = 300) {
                       toy_llama_attn_scale(&lm->cfg) == toy_llama_attn_scale(&c) &&
                       lm->cfg.moe_sigmoid == c.moe_sigmoid && lm->cfg.moe_bias == c.moe_bias &&
                       lm->cfg.sliding_window == c.sliding_window && lm->cfg.swa_period == c.swa_period &&
-                      lm->cfg.rope_base_swa == c.rope_base_swa && lm->cfg.rope_scaling == c.rope_scaling,
+                      lm->cfg.rope_base_swa == c.rope_base_swa && lm->cfg.rope_scaling == c.rope_scaling &&
+                      lm->cfg.nope_period == c.nope_period,
                   "%s: the config did not come back from its GGUF", cases[i].name);
         ours[i] = th_logits(fwd, lm, tokens, T, B);
         toy_llama_free(lm);
@@ -314,7 +320,8 @@ Test(llama, logits_match_pytorch_for_every_family_flag, .timeout = 300) {
 Test(llama, serve_forward_equals_the_models_for_every_family) {
     const struct flag_case cases[] = {{"plain", f_plain}, {"qwen3_qk_norm", f_qwen3}, {"mistral_swa", f_swa},
                                       {"gemma2", f_gemma2}, {"gemma3", f_gemma3}, {"gemma3_six", f_gemma3_six},
-                                      {"rope_yarn", f_yarn}, {"qwen2moe", f_qwen2moe}, {"deepseek3", f_deepseek3}};
+                                      {"smollm3", f_smollm3}, {"rope_yarn", f_yarn}, {"qwen2moe", f_qwen2moe},
+                                      {"deepseek3", f_deepseek3}};
     const int T = 11;
     int32_t tokens[T];
     for (int i = 0; i < T; i++) tokens[i] = (i * 37 + 5) % 61;
@@ -440,6 +447,9 @@ Test(llama, kv_cache_decode_equals_full_forward) {
     kv_equals_full(c);
     c = base_config();
     f_gemma3(&c); /* sliding and global layers of their own RoPE bases */
+    kv_equals_full(c);
+    c = base_config();
+    f_smollm3(&c); /* a layer without RoPE */
     kv_equals_full(c);
     c = base_config();
     f_qwen3moe(&c); /* one token's experts against all tokens' */

@@ -4,7 +4,8 @@
  * window), Gemma 2 (alternating sliding window, attention and final logit
  * softcaps, sandwich norms, embedding scale, GeGLU) and Gemma 3 (Gemma 2's
  * norms and GeGLU with QK-norm, five sliding layers to one global, and a
- * RoPE base of their own for the sliding layers).
+ * RoPE base of their own for the sliding layers), and SmolLM3 (no rotary
+ * embedding on every fourth layer).
  *
  * Parameters use llama.cpp's tensor names (token_embd.weight,
  * blk.N.attn_q.weight, ...) so a model moves to and from GGUF without
@@ -64,6 +65,9 @@ struct toy_llama_config {
      * rope scaling, which only the global layers take (Gemma 3: 10000,
      * against rope_base 1e6) */
     float rope_base_swa;
+    /* > 0: of each nope_period layers the last takes no rotary embedding
+     * (SmolLM3: 4, layers 3, 7, ...) */
+    int32_t nope_period;
     float attn_softcap;     /* Gemma 2: 50 */
     float final_softcap;    /* Gemma 2: 30 */
     bool sandwich_norm;     /* Gemma 2: post-attention and post-FFN norms */
@@ -264,7 +268,8 @@ float toy_llama_attn_scale(const struct toy_llama_config *cfg);
 /* Whether layer l's attention slides (sliding_window, swa_period); the
  * rotary embedding its queries and keys take (rope_base_swa); and that
  * rotation of x {hd, H, T, B} at positions pos, with the model's
- * rope_freqs where the layer takes them */
+ * rope_freqs where the layer takes them (x itself on a layer without one:
+ * nope_period) */
 bool toy_llama_layer_slides(const struct toy_llama_config *cfg, int64_t l);
 struct toy_rope_params toy_llama_rope_params(const struct toy_llama_config *cfg, int64_t l);
 struct toy_tensor *toy_llama_rope(struct toy_ctx *ctx, const struct toy_llama *m, int64_t l, struct toy_tensor *x,

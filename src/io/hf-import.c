@@ -25,13 +25,15 @@
 #include <sys/stat.h>
 
 enum arch { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_GEMMA2, ARCH_GPT2, ARCH_MIXTRAL, ARCH_QWEN2MOE, ARCH_QWEN3MOE,
-            ARCH_OLMOE, ARCH_DEEPSEEK2, ARCH_GEMMA3 };
+            ARCH_OLMOE, ARCH_DEEPSEEK2, ARCH_GEMMA3, ARCH_SMOLLM3 };
 /* the GGUF architecture of each (llama.cpp's: Mixtral is a "llama" with experts; DeepSeek-V2 and V3 are
  * "deepseek2") */
 static const char *const arch_names[] = {"llama", "qwen2", "qwen3", "gemma2", "gpt2", "llama", "qwen2moe", "qwen3moe",
-                                         "olmoe", "deepseek2", "gemma3"};
+                                         "olmoe", "deepseek2", "gemma3", "smollm3"};
 
 static bool is_gemma(enum arch a) { return a == ARCH_GEMMA2 || a == ARCH_GEMMA3; }
+/* q and k rows permuted from rotate-half to adjacent pairs, as llama.cpp's LlamaModel converter does */
+static bool permutes_qk(enum arch a) { return a == ARCH_LLAMA || a == ARCH_MIXTRAL || a == ARCH_SMOLLM3; }
 
 uint32_t toy_file_type_for(enum toy_dtype t) {
     switch (t) {
@@ -350,6 +352,25 @@ static enum toy_status gemma_layers(const char *dir, json_t *c, struct hp *h) {
     return TOY_OK;
 }
 
+/* SmolLM3 leaves out the rotary embedding on the layers no_rope_layers marks 0: llama.cpp (and a smollm3 GGUF)
+ * holds only its released layout, every fourth layer (3, 7, ...), and a sliding window it does not run */
+static enum toy_status smollm3_layers(const char *dir, json_t *c, struct hp *h) {
+    json_t *nr = json_object_get(c, "no_rope_layers");
+    if (!json_is_array(nr) || (int64_t)json_array_size(nr) != h->n_layer)
+        return toy_error(TOY_ERR_FORMAT, "%s/config.json: no_rope_layers is not a list of %lld layers", dir,
+                         (long long)h->n_layer);
+    for (int64_t l = 0; l < h->n_layer; l++) {
+        json_t *v = json_array_get(nr, (size_t)l);
+        if (!json_is_integer(v) || json_integer_value(v) != (l % 4 != 3))
+            return toy_error(TOY_ERR_UNSUPPORTED, "%s/config.json: no_rope_layers[%lld] is not %d: a smollm3 GGUF "
+                             "rotates every layer but the fourth of each four", dir, (long long)l, l % 4 != 3);
+    }
+    json_t *sw = json_object_get(c, "use_sliding_window");
+    if (json_is_true(sw))
+        return toy_error(TOY_ERR_UNSUPPORTED, "%s/config.json: use_sliding_window: a smollm3 GGUF has no window", dir);
+    return TOY_OK;
+}
+
 static enum toy_status read_config(const char *dir, json_t *c, struct hp *h) {
     const char *mt = json_string_value(json_object_get(c, "model_type"));
     if (!mt) return toy_error(TOY_ERR_FORMAT, "%s/config.json: no model_type", dir);
@@ -358,6 +379,7 @@ static enum toy_status read_config(const char *dir, json_t *c, struct hp *h) {
     else if (!strcmp(mt, "qwen3")) h->arch = ARCH_QWEN3;
     else if (!strcmp(mt, "gemma2")) h->arch = ARCH_GEMMA2;
     else if (!strcmp(mt, "gemma3_text")) h->arch = ARCH_GEMMA3;
+    else if (!strcmp(mt, "smollm3")) h->arch = ARCH_SMOLLM3;
     else if (!strcmp(mt, "gemma3"))
         return toy_error(TOY_ERR_UNSUPPORTED, "%s/config.json: model_type 'gemma3' is Gemma 3 with its vision tower; "
                          "toy imports the text-only models (model_type 'gemma3_text': the 270M and 1B)", dir);
@@ -368,7 +390,7 @@ static enum toy_status read_config(const char *dir, json_t *c, struct hp *h) {
     else if (!strcmp(mt, "olmoe")) h->arch = ARCH_OLMOE;
     else if (!strcmp(mt, "deepseek_v2") || !strcmp(mt, "deepseek_v3")) h->arch = ARCH_DEEPSEEK2;
     else return toy_error(TOY_ERR_UNSUPPORTED, "%s/config.json: model_type '%s' (supported: llama, mistral, qwen2, "
-                          "qwen3, gemma2, gemma3_text, gpt2, mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v2, "
+                          "qwen3, gemma2, gemma3_text, smollm3, gpt2, mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v2, "
                           "deepseek_v3)", dir, mt);
     enum toy_status e;
     h->n_vocab = cfg_int(c, "vocab_size", 0);
@@ -413,6 +435,7 @@ static enum toy_status read_config(const char *dir, json_t *c, struct hp *h) {
                              "would scale attention by 1/sqrt(%g)", dir, q, want, want);
         if ((e = gemma_layers(dir, c, h))) return e;
     }
+    if (h->arch == ARCH_SMOLLM3 && (e = smollm3_layers(dir, c, h))) return e;
     /* GGUF keeps these as u32: a larger value would wrap to another model */
     const int64_t dims[] = {h->n_vocab, h->n_embd, h->n_layer, h->n_head, h->n_head_kv, h->n_ff, h->n_ctx, h->head_dim};
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
@@ -487,7 +510,7 @@ static enum toy_status write_hparams(struct toy_gguf_writer *w, const struct hp 
         if (h->n_ff_shexp)
             e |= toy_gguf_writer_set_u32(w, KEY("expert_shared_feed_forward_length"), (uint32_t)h->n_ff_shexp);
     }
-    if (h->arch == ARCH_LLAMA || h->arch == ARCH_MIXTRAL) {
+    if (permutes_qk(h->arch)) {
         e |= toy_gguf_writer_set_u32(w, KEY("vocab_size"), (uint32_t)h->n_vocab);
         e |= toy_gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)h->head_dim);
     }
@@ -652,7 +675,7 @@ static int map_name(const struct hp *h, const char *hf, char *out, size_t outn, 
         for (size_t i = 0; !gg && i < sizeof blk_llama / sizeof blk_llama[0]; i++)
             if (!strcmp(rest, blk_llama[i].hf)) gg = blk_llama[i].gg;
         if (!gg) gg = map_expert(h, rest, expert);
-        if (gg && (h->arch == ARCH_LLAMA || h->arch == ARCH_MIXTRAL)) { /* weights and biases alike (llama.cpp permutes both) */
+        if (gg && permutes_qk(h->arch)) { /* weights and biases alike (llama.cpp permutes both) */
             if (!strcmp(gg, "attn_q")) j->permute_heads = (int)h->n_head;
             if (!strcmp(gg, "attn_k")) j->permute_heads = (int)h->n_head_kv;
         }

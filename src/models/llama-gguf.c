@@ -146,13 +146,13 @@ static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_lla
         return toy_error(TOY_ERR_FORMAT, "%s: no general.architecture", toy_gguf_path(g));
     snprintf(c->arch, sizeof c->arch, "%.*s", (int)alen, arch);
     const char *a = c->arch;
-    static const char *const archs[] = {"llama",    "mistral",  "qwen2", "qwen3",    "gemma2",   "gemma3",
-                                        "qwen2moe", "qwen3moe", "olmoe", "deepseek2"};
+    static const char *const archs[] = {"llama",    "mistral",  "qwen2", "qwen3",     "gemma2",   "gemma3",
+                                        "smollm3",  "qwen2moe", "qwen3moe", "olmoe", "deepseek2"};
     bool known = false;
     for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++) known |= !strcmp(a, archs[i]);
     if (!known)
         return toy_error(TOY_ERR_UNSUPPORTED, "%s: architecture '%s' is not a Llama-family model toy runs "
-                         "(llama, mistral, qwen2, qwen3, gemma2, gemma3, qwen2moe, qwen3moe, olmoe, deepseek2)", toy_gguf_path(g), a);
+                         "(llama, mistral, qwen2, qwen3, gemma2, gemma3, smollm3, qwen2moe, qwen3moe, olmoe, deepseek2)", toy_gguf_path(g), a);
     struct keys k = {.g = g, .arch = a};
     c->d_model = key_int(&k, "embedding_length", 0);
     c->n_layers = key_int(&k, "block_count", 0);
@@ -164,7 +164,8 @@ static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_lla
     if (c->head_dim > 0 && c->n_heads > 0 && c->head_dim * c->n_heads == c->d_model) c->head_dim = 0;
     c->norm_eps = (float)key_float(&k, "attention.layer_norm_rms_epsilon", 1e-5);
     c->rope_base = (float)key_float(&k, "rope.freq_base", 10000.0);
-    c->rope_mode = !strcmp(a, "llama") || !strcmp(a, "mistral") ? TOY_ROPE_NORMAL : TOY_ROPE_NEOX;
+    c->rope_mode = !strcmp(a, "llama") || !strcmp(a, "mistral") || !strcmp(a, "smollm3") ? TOY_ROPE_NORMAL : TOY_ROPE_NEOX;
+    c->nope_period = !strcmp(a, "smollm3") ? 4 : 0; /* llama.cpp's, which no key holds */
     const char *st;
     size_t stl;
     char skey[128];

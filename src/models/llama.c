@@ -66,6 +66,9 @@ enum toy_status toy_llama_check_config(const struct toy_llama_config *c) {
          (double)c->rope_base_swa);
     NEED(c->swa_period >= 0 && c->swa_period <= c->n_layers + 1, "model config: sliding-window period %d for %lld layers",
          (int)c->swa_period, (long long)c->n_layers);
+    /* llama.cpp fixes SmolLM3's period, and no GGUF key holds another */
+    NEED(c->nope_period == (strcmp(c->arch, "smollm3") ? 0 : 4), "model config: no rotary embedding on every %dth "
+         "layer: architecture smollm3 has 4, the others none", (int)c->nope_period);
     NEED(isfinite(c->rope_factor) && c->rope_factor >= 0, "model config: rope scaling factor %g must be >= 0",
          (double)c->rope_factor);
     NEED(isfinite(c->attn_softcap) && c->attn_softcap >= 0 && isfinite(c->final_softcap) && c->final_softcap >= 0,
@@ -478,6 +481,7 @@ struct toy_rope_params toy_llama_rope_params(const struct toy_llama_config *c, i
 struct toy_tensor *toy_llama_rope(struct toy_ctx *ctx, const struct toy_llama *m, int64_t l, struct toy_tensor *x,
                                   struct toy_tensor *pos) {
     const struct toy_llama_config *c = &m->cfg;
+    if (c->nope_period > 0 && l % c->nope_period == c->nope_period - 1) return x; /* SmolLM3's NoPE layers */
     struct toy_rope_params r = toy_llama_rope_params(c, l);
     /* Llama 3's per-frequency factors are a scaling: none on sliding layers of their own base */
     struct toy_tensor *ff = c->rope_base_swa > 0 && toy_llama_layer_slides(c, l) ? NULL : m->rope_freqs;

@@ -159,7 +159,8 @@ def hf_forward(arch, cfg, w, tokens):
             q = rms(q, g(p + "self_attn.q_norm.weight"))
             k = rms(k, g(p + "self_attn.k_norm.weight"))
         inv = local_inv if sliding else inv_freq
-        q, k = rope(q, inv), rope(k, inv)
+        if cfg.get("no_rope_layers", [1] * L)[i]:  # SmolLM3: 0 leaves the layer unrotated
+            q, k = rope(q, inv), rope(k, inv)
         outs = []
         for hh in range(H):
             kv = hh // (H // KV)
@@ -214,8 +215,8 @@ def llama_like(out, name, arch, cfg, dtype, shards, tokenizer=None, rope_scaling
     for i in range(L):
         p, g = f"model.layers.{i}.", f"blk.{i}."
         add(p + "input_layernorm.weight", g + "attn_norm.weight", 1 + rnd(E), norm)
-        qt = (lambda v: permute(v, H, H)) if arch in ("llama", "mixtral") else None
-        kt = (lambda v: permute(v, H, KV)) if arch in ("llama", "mixtral") else None
+        qt = (lambda v: permute(v, H, H)) if arch in ("llama", "mixtral", "smollm3") else None
+        kt = (lambda v: permute(v, H, KV)) if arch in ("llama", "mixtral", "smollm3") else None
         add(p + "self_attn.q_proj.weight", g + "attn_q.weight", rnd(H * hd, E), qt)
         add(p + "self_attn.k_proj.weight", g + "attn_k.weight", rnd(KV * hd, E), kt)
         add(p + "self_attn.v_proj.weight", g + "attn_v.weight", rnd(KV * hd, E))
@@ -289,6 +290,7 @@ def llama_like(out, name, arch, cfg, dtype, shards, tokenizer=None, rope_scaling
     cfg["model_type"] = "mistral" if name == "mistral" else arch
     cfg["architectures"] = [{"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
                              "gemma2": "Gemma2ForCausalLM", "gemma3_text": "Gemma3ForCausalLM",
+                             "smollm3": "SmolLM3ForCausalLM",
                              "mixtral": "MixtralForCausalLM",
                              "qwen2_moe": "Qwen2MoeForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM",
                              "olmoe": "OlmoeForCausalLM"}[arch]]
@@ -551,6 +553,10 @@ def main():
                     rope_scaling={"rope_type": "linear", "factor": 2.0}, attn_logit_softcapping=None,
                     final_logit_softcapping=None, hidden_activation="gelu_pytorch_tanh"),
                torch.float32, 1)
+    # SmolLM3: a Llama (q/k permuted for llama.cpp's pairs) whose every fourth layer takes no rotary embedding
+    llama_like(out, "smollm3", "smollm3", dict(base, vocab_size=320, num_hidden_layers=4, no_rope_layers=[1, 1, 1, 0],
+                                               no_rope_layer_interval=4, use_sliding_window=False, rope_theta=5000000.0),
+               torch.bfloat16, 1)
     # mixtures of experts: Mixtral (a llama with experts: permuted q/k), Qwen2-MoE (QKV bias, a shared
     # expert), Qwen3-MoE (per-head QK-norm, narrower experts), OLMoE (QK-norm over the projections)
     llama_like(out, "mixtral", "mixtral", dict(base, vocab_size=320, tie_word_embeddings=False, num_local_experts=4,

@@ -11,7 +11,8 @@ RoPE follows llama.cpp's GGUF convention: "llama"/"mistral" rotate adjacent
 pairs (the converter permuted Q/K for it), qwen2/qwen3/gemma2/gemma3 rotate
 halves. Sliding windows as llama.cpp's set_swa_pattern: of each period the
 last layer is global (gemma2 2, gemma3 6, or attention.sliding_window_pattern);
-gemma3's sliding layers rotate with rope.freq_base_swa (10000), unscaled.
+gemma3's sliding layers rotate with rope.freq_base_swa (10000), unscaled;
+smollm3's every fourth layer (3, 7, ...) does not rotate at all.
 
 Usage: ref_llama.py SPEC.json OUT.json
 SPEC: {"cases": [{"gguf": path, "tokens": [[...]...] (B x T),
@@ -135,7 +136,8 @@ class Llama:
         self.Hkv = g("attention.head_count_kv", self.H)
         self.hd = g("attention.key_length", self.d // self.H)
         self.eps = g("attention.layer_norm_rms_epsilon", 1e-5)
-        self.neox = a not in ("llama", "mistral")
+        self.neox = a not in ("llama", "mistral", "smollm3")
+        self.nope = 4 if a == "smollm3" else 0
         kind = g("rope.scaling.type", "none")
         factor = g("rope.scaling.factor", 1.0)
         self.inv = inv_freqs(self.hd, g("rope.freq_base", 10000.0), kind, factor,
@@ -261,7 +263,8 @@ class Llama:
                 q, k = rms(q, p("attn_q_norm.weight"), self.eps), rms(k, p("attn_k_norm.weight"), self.eps)
             slides = self.window > 0 and (self.period == 0 or l % self.period < self.period - 1)
             inv, ms = (self.inv_swa, 1.0) if slides and self.inv_swa is not None else (self.inv, self.mscale)
-            q, k = rope(q, pos, inv, self.neox, ms), rope(k, pos, inv, self.neox, ms)
+            if not (self.nope and l % self.nope == self.nope - 1):
+                q, k = rope(q, pos, inv, self.neox, ms), rope(k, pos, inv, self.neox, ms)
             g = self.H // self.Hkv
             qh, kh, vh = (q.permute(0, 2, 1, 3), k.permute(0, 2, 1, 3).repeat_interleave(g, 1),
                           v.permute(0, 2, 1, 3).repeat_interleave(g, 1))
