@@ -337,7 +337,11 @@ static void card(const struct toy_gguf *g, const struct hp *h, struct text *t) {
     const bool llama_family = !strcmp(h->arch, "llama") || !strcmp(h->arch, "qwen2") ||
                               !strcmp(h->arch, "qwen3") || gemma || !strcmp(h->arch, "mistral") ||
                               !strcmp(h->arch, "qwen3moe") || !strcmp(h->arch, "olmoe") ||
-                              !strcmp(h->arch, "qwen2moe") || !strcmp(h->arch, "smollm3");
+                              !strcmp(h->arch, "qwen2moe") || !strcmp(h->arch, "smollm3") ||
+                              !strcmp(h->arch, "olmo2");
+    /* OLMo 2: RMSNorm after attention and the MLP, none before */
+    const bool post_only = toy_gguf_find_tensor(g, "blk.0.post_attention_norm.weight") >= 0 &&
+                           toy_gguf_find_tensor(g, "blk.0.attn_norm.weight") < 0;
     const long long NE = h->experts, NK = h->experts_used, FE = h->dff_exp ? h->dff_exp : h->dff, FS = h->dff_shared;
     if (!h->n_tensors) {
         tprintf(t, "(no tensors: a vocabulary-only file (a tokenizer), no network to describe)\n");
@@ -403,18 +407,18 @@ static void card(const struct toy_gguf *g, const struct hp *h, struct text *t) {
         row(t, PCOL, pname(g, r, sizeof r, "ffn_down.{weight,bias}", "blk.0.ffn_down.weight"), "    W_down = (%lld×%lld), b_down", d, F);
         row(t, PCOL, pname(g, r, sizeof r, "output_norm.{weight,bias}", "output_norm.weight"), "  γ, β ∈ R^%lld", d);
     } else {
-        row(t, PCOL, pname(g, r, sizeof r, "attn_norm.weight", "blk.0.attn_norm.weight"), "    γ_att ∈ R^%lld", d);
+        if (!post_only) row(t, PCOL, pname(g, r, sizeof r, "attn_norm.weight", "blk.0.attn_norm.weight"), "    γ_att ∈ R^%lld", d);
         row(t, PCOL, pname(g, r, sizeof r, h->qkv_bias ? "attn_q.{weight,bias}" : "attn_q.weight", "blk.0.attn_q.weight"),
             "    W_q = (H·d_h×d_e) = (%lld×%lld)%s", H * dh, d, h->qkv_bias ? ", b_q" : "");
         row(t, PCOL, pname(g, r, sizeof r, h->qkv_bias ? "attn_{k,v}.{weight,bias}" : "attn_{k,v}.weight", "blk.0.attn_k.weight"),
             "    W_k, W_v = (H_kv·d_h×d_e) = (%lld×%lld)", K * dh, d);
         if (h->qk_norm) row(t, PCOL, pname(g, r, sizeof r, "attn_{q,k}_norm.weight", "blk.0.attn_q_norm.weight"), "    γ_q, γ_k ∈ R^%lld", qk_full ? H * dh : dh);
         row(t, PCOL, pname(g, r, sizeof r, "attn_output.weight", "blk.0.attn_output.weight"), "    W_o = (d_e×H·d_h) = (%lld×%lld)", d, H * dh);
-        if (gemma) {
+        if (gemma || post_only) {
             row(t, PCOL, pname(g, r, sizeof r, "post_attention_norm.weight", "blk.0.post_attention_norm.weight"), "    γ_post_att ∈ R^%lld", d);
             row(t, PCOL, pname(g, r, sizeof r, "post_ffw_norm.weight", "blk.0.post_ffw_norm.weight"), "    γ_post_ffn ∈ R^%lld", d);
         }
-        row(t, PCOL, pname(g, r, sizeof r, "ffn_norm.weight", "blk.0.ffn_norm.weight"), "    γ_ffn ∈ R^%lld", d);
+        if (!post_only) row(t, PCOL, pname(g, r, sizeof r, "ffn_norm.weight", "blk.0.ffn_norm.weight"), "    γ_ffn ∈ R^%lld", d);
         if (NE) {
             row(t, PCOL, pname(g, r, sizeof r, "ffn_gate_inp.weight", "blk.0.ffn_gate_inp.weight"), "    W_r = (N_E×d_e) = (%lld×%lld)", NE, d);
             row(t, PCOL, pname(g, r, sizeof r, "ffn_{gate,up}_exps.weight", "blk.0.ffn_gate_exps.weight"), "    W_gate,e, W_up,e = (%lld×%lld), e ∈ [%lld]", FE, d, NE);
@@ -456,7 +460,8 @@ static void card(const struct toy_gguf *g, const struct hp *h, struct text *t) {
         STEP(sh, "for t ∈ [T]: X[:, t] ← W_e[:, x[t]]%s", n++, gemma ? " · √d_e" : "");
         STEP("", "for l = 1..%lld:", n++, L);
         snprintf(sh, sizeof sh, "(%lld×T)", d);
-        STEP(sh, "  X̃ ← RMSNorm(X | γ_att)", n++);
+        if (post_only) STEP(sh, "  X̃ ← X (no norm before attention)", n++);
+        else STEP(sh, "  X̃ ← RMSNorm(X | γ_att)", n++);
         snprintf(sh, sizeof sh, "Q: %lld×(%lld×T), K,V: %lld×(%lld×T)", H, dh, K, dh);
         STEP(sh, "  Q ← W_q X̃%s; K ← W_k X̃%s; V ← W_v X̃%s", n++, h->qkv_bias ? " + b_q" : "",
              h->qkv_bias ? " + b_k" : "", h->qkv_bias ? " + b_v" : "");
@@ -487,7 +492,11 @@ static void card(const struct toy_gguf *g, const struct hp *h, struct text *t) {
         else snprintf(sh, sizeof sh, "Y_h: (%lld×T), M causal", dh);
         STEP(sh, "    Y_h ← V_g softmax(S + M)", n++);
         snprintf(sh, sizeof sh, "(%lld×T)", d);
-        if (gemma) {
+        if (post_only) {
+            STEP(sh, "  X ← X + RMSNorm(W_o [Y_1; …; Y_%lld] | γ_post_att)", n++, H);
+            snprintf(sh, sizeof sh, "(%lld×T) → (%lld×T)", F, d);
+            STEP(sh, "  X ← X + RMSNorm(W_down(SiLU(W_gate X) ⊙ W_up X) | γ_post_ffn)", n++);
+        } else if (gemma) {
             STEP(sh, "  X ← X + RMSNorm(W_o [Y_1; …; Y_%lld] | γ_post_att)", n++, H);
             STEP(sh, "  X̃ ← RMSNorm(X | γ_ffn)", n++);
             snprintf(sh, sizeof sh, "(%lld×T) → (%lld×T)", F, d);

@@ -764,6 +764,37 @@ Test(cli_gguf, describe_gemma3_sliding_layers_and_their_rope_base) {
     cr_assert_eq(system(cmd), 0);
 }
 
+/* OLMo 2 norms after attention and the MLP, not before: the card has no γ_att or γ_ffn and says so */
+Test(cli_gguf, describe_olmo2_norms_after_attention_and_the_mlp) {
+    const char *b = bin();
+    char dir[] = "/tmp/toy-cli-gguf-XXXXXX", f[256], cmd[8192];
+    cr_assert(mkdtemp(dir));
+    snprintf(f, sizeof f, "%s/o2.gguf", dir);
+    struct toy_gguf_writer *w;
+    cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
+    toy_gguf_writer_set_str(w, "general.architecture", "olmo2");
+    const char *keys[] = {"olmo2.embedding_length", "olmo2.block_count", "olmo2.attention.head_count",
+                          "olmo2.attention.head_count_kv", "olmo2.feed_forward_length", "olmo2.context_length"};
+    const uint32_t vals[] = {64, 2, 2, 2, 128, 64};
+    for (int i = 0; i < 6; i++) toy_gguf_writer_set_u32(w, keys[i], vals[i]);
+    static float zeros[640];
+    int64_t ne[2] = {64, 10}, nn[1] = {64};
+    cr_assert_eq(toy_gguf_writer_add_tensor(w, "token_embd.weight", TOY_F32, 2, ne, zeros), TOY_OK);
+    cr_assert_eq(toy_gguf_writer_add_tensor(w, "blk.0.post_attention_norm.weight", TOY_F32, 1, nn, zeros), TOY_OK);
+    cr_assert_eq(toy_gguf_writer_write(w, f), TOY_OK);
+    toy_gguf_writer_free(w);
+    snprintf(cmd, sizeof cmd, "%s describe %s", b, f);
+    int rc;
+    char *out = run(cmd, &rc);
+    cr_expect_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "X̃ ← X (no norm before attention)"), "%s", out);
+    cr_expect(strstr(out, "RMSNorm(W_down(SiLU(W_gate X) ⊙ W_up X) | γ_post_ffn)"), "%s", out);
+    cr_expect(!strstr(out, "γ_att ∈") && !strstr(out, "γ_ffn ∈"), "%s", out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
 /* quantize's note blamed row length for an i32 matrix it cannot convert at
  * all ("i32, rows of 64: f32 needs a multiple of 1"): it says the tensor is
  * copied as it is; a row-length fallback is still explained by its rows.

@@ -157,6 +157,12 @@ static void f_smollm3(struct toy_llama_config *c) {
     snprintf(c->arch, sizeof c->arch, "smollm3");
     c->n_layers = 4, c->nope_period = 4, c->tied = true;
 }
+/* OLMo 2's: RMSNorm after attention and the MLP only, QK-norm over the whole projections */
+static void f_olmo2(struct toy_llama_config *c) {
+    snprintf(c->arch, sizeof c->arch, "olmo2");
+    c->rope_mode = TOY_ROPE_NEOX;
+    c->qk_norm = c->qk_norm_full = c->post_norm = true;
+}
 static void f_linear(struct toy_llama_config *c) {
     c->rope_scaling = TOY_ROPE_SCALING_LINEAR;
     c->rope_factor = 4;
@@ -250,7 +256,8 @@ Test(llama, logits_match_pytorch_for_every_family_flag, .timeout = 300) {
     const struct flag_case cases[] = {{"plain", f_plain}, {"tied", f_tied}, {"qwen2_qkv_bias", f_qwen2},
                                       {"qwen3_qk_norm", f_qwen3}, {"mistral_swa", f_swa},
                                       {"gemma2", f_gemma2}, {"gemma3", f_gemma3}, {"gemma3_six", f_gemma3_six},
-                                      {"smollm3", f_smollm3}, {"rope_linear", f_linear}, {"rope_yarn", f_yarn},
+                                      {"smollm3", f_smollm3}, {"olmo2", f_olmo2}, {"rope_linear", f_linear},
+                                      {"rope_yarn", f_yarn},
                                       {"mixtral_moe", f_mixtral}, {"qwen3moe", f_qwen3moe}, {"olmoe", f_olmoe},
                                       {"qwen2moe", f_qwen2moe}, {"deepseek2", f_deepseek2},
                                       {"deepseek2_qlora", f_deepseek2_qlora}, {"deepseek3", f_deepseek3}};
@@ -284,7 +291,8 @@ Test(llama, logits_match_pytorch_for_every_family_flag, .timeout = 300) {
                       lm->cfg.moe_sigmoid == c.moe_sigmoid && lm->cfg.moe_bias == c.moe_bias &&
                       lm->cfg.sliding_window == c.sliding_window && lm->cfg.swa_period == c.swa_period &&
                       lm->cfg.rope_base_swa == c.rope_base_swa && lm->cfg.rope_scaling == c.rope_scaling &&
-                      lm->cfg.nope_period == c.nope_period,
+                      lm->cfg.nope_period == c.nope_period && lm->cfg.post_norm == c.post_norm &&
+                      lm->cfg.sandwich_norm == c.sandwich_norm,
                   "%s: the config did not come back from its GGUF", cases[i].name);
         ours[i] = th_logits(fwd, lm, tokens, T, B);
         toy_llama_free(lm);
@@ -320,7 +328,8 @@ Test(llama, logits_match_pytorch_for_every_family_flag, .timeout = 300) {
 Test(llama, serve_forward_equals_the_models_for_every_family) {
     const struct flag_case cases[] = {{"plain", f_plain}, {"qwen3_qk_norm", f_qwen3}, {"mistral_swa", f_swa},
                                       {"gemma2", f_gemma2}, {"gemma3", f_gemma3}, {"gemma3_six", f_gemma3_six},
-                                      {"smollm3", f_smollm3}, {"rope_yarn", f_yarn}, {"qwen2moe", f_qwen2moe},
+                                      {"smollm3", f_smollm3}, {"olmo2", f_olmo2}, {"rope_yarn", f_yarn},
+                                      {"qwen2moe", f_qwen2moe},
                                       {"deepseek3", f_deepseek3}};
     const int T = 11;
     int32_t tokens[T];
@@ -367,20 +376,24 @@ Test(llama, training_steps_match_pytorch, .timeout = 300) {
     th_rmdir();
 }
 
-/* Gemma 3 trains: QK-norm, sandwich norms, GeGLU, both kinds of layer, 20 AdamW steps against PyTorch's loss */
-Test(llama, gemma3_training_steps_match_pytorch, .timeout = 300) {
-    th_mkdir("llama-gemma3-train");
-    struct toy_llama_config c = base_config();
-    f_gemma3(&c);
-    struct toy_llama *m0 = random_model(&c, 7);
-    char path[400];
-    snprintf(path, sizeof path, "%s/train.gguf", th_dir);
-    save(m0, path);
-    toy_llama_free(m0);
-    struct toy_llama *m;
-    cr_assert_eq(toy_llama_load(path, true, &m), TOY_OK, "%s", toy_last_error());
-    th_train_vs_torch(toy_llama_lm(m), "ref_llama.py", path, 16, 3, 20);
-    toy_llama_free(m);
+/* Gemma 3 (QK-norm, sandwich norms, GeGLU, sliding and global layers), SmolLM3 (a layer without RoPE) and OLMo 2
+ * (norms after, whole-projection QK-norm) train: 20 AdamW steps each against PyTorch's loss curve */
+Test(llama, gemma3_smollm3_olmo2_training_steps_match_pytorch, .timeout = 300) {
+    th_mkdir("llama-families-train");
+    void (*fams[])(struct toy_llama_config *) = {f_gemma3, f_smollm3, f_olmo2};
+    for (int i = 0; i < 3; i++) {
+        struct toy_llama_config c = base_config();
+        fams[i](&c);
+        struct toy_llama *m0 = random_model(&c, 7 + (uint64_t)i);
+        char path[400];
+        snprintf(path, sizeof path, "%s/train-%d.gguf", th_dir, i);
+        save(m0, path);
+        toy_llama_free(m0);
+        struct toy_llama *m;
+        cr_assert_eq(toy_llama_load(path, true, &m), TOY_OK, "%s", toy_last_error());
+        th_train_vs_torch(toy_llama_lm(m), "ref_llama.py", path, 16, 3, 20);
+        toy_llama_free(m);
+    }
     th_rmdir();
 }
 
@@ -450,6 +463,9 @@ Test(llama, kv_cache_decode_equals_full_forward) {
     kv_equals_full(c);
     c = base_config();
     f_smollm3(&c); /* a layer without RoPE */
+    kv_equals_full(c);
+    c = base_config();
+    f_olmo2(&c); /* norms after, not before */
     kv_equals_full(c);
     c = base_config();
     f_qwen3moe(&c); /* one token's experts against all tokens' */

@@ -4,8 +4,9 @@
  * window), Gemma 2 (alternating sliding window, attention and final logit
  * softcaps, sandwich norms, embedding scale, GeGLU) and Gemma 3 (Gemma 2's
  * norms and GeGLU with QK-norm, five sliding layers to one global, and a
- * RoPE base of their own for the sliding layers), and SmolLM3 (no rotary
- * embedding on every fourth layer).
+ * RoPE base of their own for the sliding layers), SmolLM3 (no rotary
+ * embedding on every fourth layer) and OLMo 2 (RMSNorm after attention and
+ * the MLP rather than before, QK-norm over the whole projections).
  *
  * Parameters use llama.cpp's tensor names (token_embd.weight,
  * blk.N.attn_q.weight, ...) so a model moves to and from GGUF without
@@ -71,6 +72,7 @@ struct toy_llama_config {
     float attn_softcap;     /* Gemma 2: 50 */
     float final_softcap;    /* Gemma 2: 30 */
     bool sandwich_norm;     /* Gemma 2: post-attention and post-FFN norms */
+    bool post_norm;         /* OLMo 2: those norms in place of the ones before (no attn_norm, ffn_norm) */
     bool embed_scale;       /* Gemma 2: embeddings times sqrt(d_model) */
     bool gelu_mlp;          /* Gemma: gelu(gate) * up instead of silu */
     float attn_scale;       /* 0: 1/sqrt(head_dim) (Gemma 2: 1/sqrt(query_pre_attn_scalar)) */

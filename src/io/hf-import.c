@@ -25,11 +25,11 @@
 #include <sys/stat.h>
 
 enum arch { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_GEMMA2, ARCH_GPT2, ARCH_MIXTRAL, ARCH_QWEN2MOE, ARCH_QWEN3MOE,
-            ARCH_OLMOE, ARCH_DEEPSEEK2, ARCH_GEMMA3, ARCH_SMOLLM3 };
+            ARCH_OLMOE, ARCH_DEEPSEEK2, ARCH_GEMMA3, ARCH_SMOLLM3, ARCH_OLMO2 };
 /* the GGUF architecture of each (llama.cpp's: Mixtral is a "llama" with experts; DeepSeek-V2 and V3 are
  * "deepseek2") */
 static const char *const arch_names[] = {"llama", "qwen2", "qwen3", "gemma2", "gpt2", "llama", "qwen2moe", "qwen3moe",
-                                         "olmoe", "deepseek2", "gemma3", "smollm3"};
+                                         "olmoe", "deepseek2", "gemma3", "smollm3", "olmo2"};
 
 static bool is_gemma(enum arch a) { return a == ARCH_GEMMA2 || a == ARCH_GEMMA3; }
 /* q and k rows permuted from rotate-half to adjacent pairs, as llama.cpp's LlamaModel converter does */
@@ -388,9 +388,10 @@ static enum toy_status read_config(const char *dir, json_t *c, struct hp *h) {
     else if (!strcmp(mt, "qwen2_moe")) h->arch = ARCH_QWEN2MOE;
     else if (!strcmp(mt, "qwen3_moe")) h->arch = ARCH_QWEN3MOE;
     else if (!strcmp(mt, "olmoe")) h->arch = ARCH_OLMOE;
+    else if (!strcmp(mt, "olmo2")) h->arch = ARCH_OLMO2;
     else if (!strcmp(mt, "deepseek_v2") || !strcmp(mt, "deepseek_v3")) h->arch = ARCH_DEEPSEEK2;
     else return toy_error(TOY_ERR_UNSUPPORTED, "%s/config.json: model_type '%s' (supported: llama, mistral, qwen2, "
-                          "qwen3, gemma2, gemma3_text, smollm3, gpt2, mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v2, "
+                          "qwen3, gemma2, gemma3_text, smollm3, olmo2, gpt2, mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v2, "
                           "deepseek_v3)", dir, mt);
     enum toy_status e;
     h->n_vocab = cfg_int(c, "vocab_size", 0);
@@ -671,7 +672,7 @@ static int map_name(const struct hp *h, const char *hf, char *out, size_t outn, 
         if (gg && !strcmp(suffix, ".weight") && strcmp(gg, "attn_norm") && strcmp(gg, "ffn_norm")) j->transpose = true;
     } else {
         if (!strcmp(rest, "post_attention_layernorm"))
-            gg = is_gemma(h->arch) ? "post_attention_norm" : "ffn_norm";
+            gg = is_gemma(h->arch) || h->arch == ARCH_OLMO2 ? "post_attention_norm" : "ffn_norm";
         for (size_t i = 0; !gg && i < sizeof blk_llama / sizeof blk_llama[0]; i++)
             if (!strcmp(rest, blk_llama[i].hf)) gg = blk_llama[i].gg;
         if (!gg) gg = map_expert(h, rest, expert);

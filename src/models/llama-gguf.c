@@ -147,12 +147,12 @@ static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_lla
     snprintf(c->arch, sizeof c->arch, "%.*s", (int)alen, arch);
     const char *a = c->arch;
     static const char *const archs[] = {"llama",    "mistral",  "qwen2", "qwen3",     "gemma2",   "gemma3",
-                                        "smollm3",  "qwen2moe", "qwen3moe", "olmoe", "deepseek2"};
+                                        "smollm3",  "olmo2",    "qwen2moe", "qwen3moe", "olmoe", "deepseek2"};
     bool known = false;
     for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++) known |= !strcmp(a, archs[i]);
     if (!known)
         return toy_error(TOY_ERR_UNSUPPORTED, "%s: architecture '%s' is not a Llama-family model toy runs "
-                         "(llama, mistral, qwen2, qwen3, gemma2, gemma3, smollm3, qwen2moe, qwen3moe, olmoe, deepseek2)", toy_gguf_path(g), a);
+                         "(llama, mistral, qwen2, qwen3, gemma2, gemma3, smollm3, olmo2, qwen2moe, qwen3moe, olmoe, deepseek2)", toy_gguf_path(g), a);
     struct keys k = {.g = g, .arch = a};
     c->d_model = key_int(&k, "embedding_length", 0);
     c->n_layers = key_int(&k, "block_count", 0);
@@ -230,6 +230,12 @@ static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_lla
                          "convert it again with a current llama.cpp", toy_gguf_path(g));
 #undef FIRST
     c->sandwich_norm = has_tensor(g, "blk.0.post_attention_norm.weight");
+    /* OLMo 2: the norms after attention and the MLP only */
+    c->post_norm = c->sandwich_norm && !has_tensor(g, "blk.0.attn_norm.weight");
+    if (c->post_norm) c->sandwich_norm = false;
+    if (!strcmp(a, "olmo2") && c->sliding_window > 0) /* llama.cpp runs it as OLMo 3's, whose sliding layers toy does not know */
+        return toy_error(TOY_ERR_UNSUPPORTED, "%s: an olmo2 file with a sliding window (OLMo 3) is not supported",
+                         toy_gguf_path(g));
     bool gemma2 = !strcmp(a, "gemma2"), gemma3 = !strcmp(a, "gemma3");
     if (gemma2 || gemma3) {
         c->embed_scale = true;

@@ -66,6 +66,8 @@ enum toy_status toy_llama_check_config(const struct toy_llama_config *c) {
          (double)c->rope_base_swa);
     NEED(c->swa_period >= 0 && c->swa_period <= c->n_layers + 1, "model config: sliding-window period %d for %lld layers",
          (int)c->swa_period, (long long)c->n_layers);
+    NEED(!(c->post_norm && c->sandwich_norm), "model config: post_norm (norms after attention and the MLP only) and "
+         "sandwich_norm (before and after) exclude each other");
     /* llama.cpp fixes SmolLM3's period, and no GGUF key holds another */
     NEED(c->nope_period == (strcmp(c->arch, "smollm3") ? 0 : 4), "model config: no rotary embedding on every %dth "
          "layer: architecture smollm3 has 4, the others none", (int)c->nope_period);
@@ -152,7 +154,7 @@ struct toy_llama *toy_llama_alloc(const struct toy_llama_config *cfg, bool alloc
 #define P(field, suffix, a, b)                                            \
         snprintf(name, sizeof name, "blk.%lld." suffix, (long long)l);    \
         L->field = param(m, name, a, b);
-        P(attn_norm, "attn_norm.weight", d, 0);
+        if (!cfg->post_norm) { P(attn_norm, "attn_norm.weight", d, 0); }
         if (cfg->kv_lora_rank) { /* latent attention */
             int64_t H = cfg->n_heads, r = cfg->kv_lora_rank, dr = cfg->rope_dim;
             if (cfg->q_lora_rank) {
@@ -185,8 +187,8 @@ struct toy_llama *toy_llama_alloc(const struct toy_llama_config *cfg, bool alloc
         }
         P(wo, "attn_output.weight", dq, d);
         dq = hd * cfg->n_heads;
-        if (cfg->sandwich_norm) { P(post_attn_norm, "post_attention_norm.weight", d, 0); }
-        P(ffn_norm, "ffn_norm.weight", d, 0);
+        if (cfg->sandwich_norm || cfg->post_norm) { P(post_attn_norm, "post_attention_norm.weight", d, 0); }
+        if (!cfg->post_norm) { P(ffn_norm, "ffn_norm.weight", d, 0); }
         if (cfg->n_experts && l >= cfg->n_dense_lead) {
             int64_t E = cfg->n_experts, fe = cfg->d_ff_expert ? cfg->d_ff_expert : cfg->d_ff;
             P(ffn_gate_inp, "ffn_gate_inp.weight", d, E);
@@ -211,7 +213,7 @@ struct toy_llama *toy_llama_alloc(const struct toy_llama_config *cfg, bool alloc
             P(w_up, "ffn_up.weight", d, cfg->d_ff);
             P(w_down, "ffn_down.weight", cfg->d_ff, d);
         }
-        if (cfg->sandwich_norm) { P(post_ffn_norm, "post_ffw_norm.weight", d, 0); }
+        if (cfg->sandwich_norm || cfg->post_norm) { P(post_ffn_norm, "post_ffw_norm.weight", d, 0); }
 #undef P
     }
     m->out_norm = param(m, "output_norm.weight", d, 0);
@@ -228,7 +230,7 @@ struct toy_llama *toy_llama_new(const struct toy_llama_config *cfg, uint64_t see
     init_normal(m->tok_embd, &r, std);
     for (int64_t l = 0; l < cfg->n_layers; l++) {
         struct toy_llama_layer *L = &m->layers[l];
-        init_ones(L->attn_norm);
+        if (L->attn_norm) init_ones(L->attn_norm);
         struct toy_tensor *const w[] = {L->wq, L->wk, L->wv, L->wq_a, L->wq_b, L->wkv_a, L->wk_b, L->wv_b};
         for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
             if (w[i]) init_normal(w[i], &r, std);
@@ -237,7 +239,7 @@ struct toy_llama *toy_llama_new(const struct toy_llama_config *cfg, uint64_t see
         init_normal(L->wo, &r, std_out);
         if (L->q_norm) { init_ones(L->q_norm); init_ones(L->k_norm); }
         if (L->post_attn_norm) init_ones(L->post_attn_norm);
-        init_ones(L->ffn_norm);
+        if (L->ffn_norm) init_ones(L->ffn_norm);
         if (L->ffn_gate_inp) {
             init_normal(L->ffn_gate_inp, &r, std);
             if (L->exp_probs_b) init_normal(L->exp_probs_b, &r, std);
@@ -569,7 +571,8 @@ static struct toy_tensor *forward(struct toy_ctx *ctx, struct toy_llama *m, stru
         struct toy_llama_layer *L = &m->layers[l];
         struct toy_attn_params attn = {.causal = true, .scale = toy_llama_attn_scale(c), .softcap = c->attn_softcap};
         if (toy_llama_layer_slides(c, l)) attn.window = c->sliding_window;
-        struct toy_tensor *h = toy_rms_norm(ctx, x, L->attn_norm, c->norm_eps), *q, *k, *v;
+        /* (OLMo 2 norms after attention and the MLP only) */
+        struct toy_tensor *h = L->attn_norm ? toy_rms_norm(ctx, x, L->attn_norm, c->norm_eps) : x, *q, *k, *v;
         if (c->kv_lora_rank) { /* latent attention: one key tensor, which is the values too */
             toy_llama_mla_qkv(ctx, c, L, h, pos, &q, &k);
             v = k;
@@ -594,7 +597,7 @@ static struct toy_tensor *forward(struct toy_ctx *ctx, struct toy_llama *m, stru
         a = proj_lora(ctx, m, L, TOY_LORA_O, a, L->wo, NULL);
         if (L->post_attn_norm) a = toy_rms_norm(ctx, a, L->post_attn_norm, c->norm_eps);
         x = toy_add(ctx, x, a);
-        h = toy_rms_norm(ctx, x, L->ffn_norm, c->norm_eps);
+        h = L->ffn_norm ? toy_rms_norm(ctx, x, L->ffn_norm, c->norm_eps) : x;
         struct toy_tensor *f;
         if (L->ffn_gate_inp) {
             struct toy_tensor *bal = NULL;

@@ -131,7 +131,8 @@ static struct toy_tensor *llama_forward(struct toy_ctx *ctx, struct toy_llama *m
         struct toy_llama_layer *L = &m->layers[l];
         struct toy_attn_params attn = {.causal = true, .scale = toy_llama_attn_scale(c), .softcap = c->attn_softcap};
         if (toy_llama_layer_slides(c, l)) attn.window = c->sliding_window;
-        struct toy_tensor *h = toy_rms_norm(ctx, x, L->attn_norm, c->norm_eps), *q, *k, *v;
+        /* (OLMo 2 norms after attention and the MLP only) */
+        struct toy_tensor *h = L->attn_norm ? toy_rms_norm(ctx, x, L->attn_norm, c->norm_eps) : x, *q, *k, *v;
         if (c->kv_lora_rank) { /* latent attention (its products in one piece: see toy_llama_mla_qkv) */
             toy_llama_mla_qkv(ctx, c, L, h, pos, &q, &k);
             v = k;
@@ -148,7 +149,7 @@ static struct toy_tensor *llama_forward(struct toy_ctx *ctx, struct toy_llama *m
         a = projg(ctx, bf16, a, L->wo, NULL, rg);
         if (L->post_attn_norm) a = toy_rms_norm(ctx, a, L->post_attn_norm, c->norm_eps);
         x = toy_add(ctx, x, a);
-        h = toy_rms_norm(ctx, x, L->ffn_norm, c->norm_eps);
+        h = L->ffn_norm ? toy_rms_norm(ctx, x, L->ffn_norm, c->norm_eps) : x;
         struct toy_tensor *f;
         if (L->ffn_gate_inp) {
             f = toy_llama_moe_ffn(ctx, c, L, h, NULL);

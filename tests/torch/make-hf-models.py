@@ -148,10 +148,11 @@ def hf_forward(arch, cfg, w, tokens):
         if sliding:  # key j is seen from position t when t - j < sliding_window
             far = torch.arange(T)[:, None] - torch.arange(T)[None, :] >= cfg["sliding_window"]
             lmask = mask.masked_fill(far, float("-inf"))
-        x = rms(h, g(p + "input_layernorm.weight"))
+        olmo2 = arch == "olmo2"  # no norm before attention or the MLP: one after each
+        x = h if olmo2 else rms(h, g(p + "input_layernorm.weight"))
         lin = lambda n, x: x @ g(p + n + ".weight").T + (g(p + n + ".bias") if p + n + ".bias" in w else 0)
         q, k = lin("self_attn.q_proj", x), lin("self_attn.k_proj", x)
-        if arch == "olmoe":  # OlmoeAttention: q_norm / k_norm over the whole projections
+        if arch in ("olmoe", "olmo2"):  # q_norm / k_norm over the whole projections
             q, k = rms(q, g(p + "self_attn.q_norm.weight")), rms(k, g(p + "self_attn.k_norm.weight"))
         q, k = q.view(T, H, hd), k.view(T, KV, hd)
         v = lin("self_attn.v_proj", x).view(T, KV, hd)
@@ -170,7 +171,12 @@ def hf_forward(arch, cfg, w, tokens):
                 s_ = torch.tanh(s_ / c) * c
             outs.append(torch.softmax(s_ + lmask, -1) @ v[:, kv])
         o = torch.cat(outs, -1) @ g(p + "self_attn.o_proj.weight").T
-        if gemma:
+        if olmo2:
+            h = h + rms(o, g(p + "post_attention_layernorm.weight"))
+            act = torch.nn.functional.silu(h @ g(p + "mlp.gate_proj.weight").T)
+            f = (act * (h @ g(p + "mlp.up_proj.weight").T)) @ g(p + "mlp.down_proj.weight").T
+            h = h + rms(f, g(p + "post_feedforward_layernorm.weight"))
+        elif gemma:
             o = rms(o, g(p + "post_attention_layernorm.weight"))
             h = h + o
             x = rms(h, g(p + "pre_feedforward_layernorm.weight"))
@@ -214,7 +220,8 @@ def llama_like(out, name, arch, cfg, dtype, shards, tokenizer=None, rope_scaling
     add("model.embed_tokens.weight", "token_embd.weight", rnd(V, E))
     for i in range(L):
         p, g = f"model.layers.{i}.", f"blk.{i}."
-        add(p + "input_layernorm.weight", g + "attn_norm.weight", 1 + rnd(E), norm)
+        if arch != "olmo2":
+            add(p + "input_layernorm.weight", g + "attn_norm.weight", 1 + rnd(E), norm)
         qt = (lambda v: permute(v, H, H)) if arch in ("llama", "mixtral", "smollm3") else None
         kt = (lambda v: permute(v, H, KV)) if arch in ("llama", "mixtral", "smollm3") else None
         add(p + "self_attn.q_proj.weight", g + "attn_q.weight", rnd(H * hd, E), qt)
@@ -231,10 +238,13 @@ def llama_like(out, name, arch, cfg, dtype, shards, tokenizer=None, rope_scaling
         if arch == "gemma3_text":  # stored as w, run as 1 + w: GGUF holds 1 + w
             add(p + "self_attn.q_norm.weight", g + "attn_q_norm.weight", rnd(hd), norm)
             add(p + "self_attn.k_norm.weight", g + "attn_k_norm.weight", rnd(hd), norm)
-        if arch == "olmoe":  # over the whole projections
+        if arch in ("olmoe", "olmo2"):  # over the whole projections
             add(p + "self_attn.q_norm.weight", g + "attn_q_norm.weight", 1 + rnd(H * hd))
             add(p + "self_attn.k_norm.weight", g + "attn_k_norm.weight", 1 + rnd(KV * hd))
-        if gemma:
+        if arch == "olmo2":
+            add(p + "post_attention_layernorm.weight", g + "post_attention_norm.weight", 1 + rnd(E))
+            add(p + "post_feedforward_layernorm.weight", g + "post_ffw_norm.weight", 1 + rnd(E))
+        elif gemma:
             add(p + "post_attention_layernorm.weight", g + "post_attention_norm.weight", rnd(E), norm)
             add(p + "pre_feedforward_layernorm.weight", g + "ffn_norm.weight", rnd(E), norm)
             add(p + "post_feedforward_layernorm.weight", g + "post_ffw_norm.weight", rnd(E), norm)
@@ -290,7 +300,7 @@ def llama_like(out, name, arch, cfg, dtype, shards, tokenizer=None, rope_scaling
     cfg["model_type"] = "mistral" if name == "mistral" else arch
     cfg["architectures"] = [{"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
                              "gemma2": "Gemma2ForCausalLM", "gemma3_text": "Gemma3ForCausalLM",
-                             "smollm3": "SmolLM3ForCausalLM",
+                             "smollm3": "SmolLM3ForCausalLM", "olmo2": "Olmo2ForCausalLM",
                              "mixtral": "MixtralForCausalLM",
                              "qwen2_moe": "Qwen2MoeForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM",
                              "olmoe": "OlmoeForCausalLM"}[arch]]
@@ -557,6 +567,9 @@ def main():
     llama_like(out, "smollm3", "smollm3", dict(base, vocab_size=320, num_hidden_layers=4, no_rope_layers=[1, 1, 1, 0],
                                                no_rope_layer_interval=4, use_sliding_window=False, rope_theta=5000000.0),
                torch.bfloat16, 1)
+    # OLMo 2: RMSNorm after attention and the MLP, not before; QK-norm over the whole projections
+    llama_like(out, "olmo2", "olmo2", dict(base, vocab_size=320, tie_word_embeddings=False, rope_theta=500000.0),
+               torch.float32, 1)
     # mixtures of experts: Mixtral (a llama with experts: permuted q/k), Qwen2-MoE (QKV bias, a shared
     # expert), Qwen3-MoE (per-head QK-norm, narrower experts), OLMoE (QK-norm over the projections)
     llama_like(out, "mixtral", "mixtral", dict(base, vocab_size=320, tie_word_embeddings=False, num_local_experts=4,

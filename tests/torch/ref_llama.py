@@ -239,7 +239,8 @@ class Llama:
         pos = torch.arange(T)
         for l in range(self.L):
             p = lambda n: t.get(f"blk.{l}.{n}")
-            h = rms(x, p("attn_norm.weight"), self.eps)
+            # OLMo 2 (no attn_norm / ffn_norm) norms after attention and the MLP only
+            h = rms(x, p("attn_norm.weight"), self.eps) if p("attn_norm.weight") is not None else x
             if self.is_mla:
                 x = x + self.mla(h, p, pos)
                 h = rms(x, p("ffn_norm.weight"), self.eps)
@@ -281,7 +282,7 @@ class Llama:
             if p("post_attention_norm.weight") is not None:
                 a = rms(a, p("post_attention_norm.weight"), self.eps)
             x = x + a
-            h = rms(x, p("ffn_norm.weight"), self.eps)
+            h = rms(x, p("ffn_norm.weight"), self.eps) if p("ffn_norm.weight") is not None else x
             if p("ffn_gate_inp.weight") is not None:
                 f = self.moe(h, p)
             else:
