@@ -78,6 +78,7 @@ struct hp {
     double attn_cap, final_cap;
     int64_t swa, swa_period; /* the window, and of each swa_period layers the last is global (0: all slide) */
     double rope_base_swa;    /* the sliding layers' RoPE base (Gemma 3; 0: rope_base) */
+    double embed_mult, residual_mult, attn_mult, logit_div; /* Granite's (0: absent) */
     int64_t experts, experts_used, dff_exp; /* a mixture of experts (0: none) */
     int64_t dff_shared;                     /* its shared expert's width (Qwen2-MoE; 0: none) */
     int64_t dense_lead;                     /* DeepSeek: the first layers' dense MLP */
@@ -153,6 +154,12 @@ static void read_hp(const struct toy_gguf *g, struct hp *h) {
     const bool gemma3 = !strcmp(h->arch, "gemma3");
     h->swa_period = geti(g, h, "attention.sliding_window_pattern", !strcmp(h->arch, "gemma2") ? 2 : gemma3 ? 6 : 0, NULL);
     h->rope_base_swa = getf(g, h, "rope.freq_base_swa", gemma3 ? 10000.0 : 0.0, NULL);
+    if (!strcmp(h->arch, "granite")) {
+        h->embed_mult = getf(g, h, "embedding_scale", 0, NULL);
+        h->residual_mult = getf(g, h, "residual_scale", 0, NULL);
+        h->attn_mult = getf(g, h, "attention.scale", 0, NULL);
+        h->logit_div = getf(g, h, "logit_scale", 0, NULL);
+    }
     h->dense_lead = geti(g, h, "leading_dense_block_count", 0, NULL);
     char first[96], nm[160];
     snprintf(first, sizeof first, "blk.%lld.", (long long)h->dense_lead);
@@ -338,7 +345,7 @@ static void card(const struct toy_gguf *g, const struct hp *h, struct text *t) {
                               !strcmp(h->arch, "qwen3") || gemma || !strcmp(h->arch, "mistral") ||
                               !strcmp(h->arch, "qwen3moe") || !strcmp(h->arch, "olmoe") ||
                               !strcmp(h->arch, "qwen2moe") || !strcmp(h->arch, "smollm3") ||
-                              !strcmp(h->arch, "olmo2");
+                              !strcmp(h->arch, "olmo2") || !strcmp(h->arch, "granite");
     /* OLMo 2: RMSNorm after attention and the MLP, none before */
     const bool post_only = toy_gguf_find_tensor(g, "blk.0.post_attention_norm.weight") >= 0 &&
                            toy_gguf_find_tensor(g, "blk.0.attn_norm.weight") < 0;
@@ -394,6 +401,11 @@ static void card(const struct toy_gguf *g, const struct hp *h, struct text *t) {
             d, dh, F, V, eps);
     if (!gpt2) tprintf(t, ",\n                 H_kv = %lld (%lld query heads share each K/V head), RoPE base θ = %s", K,
                        K ? H / K : 0, theta);
+    if (h->embed_mult > 0 || h->residual_mult > 0 || h->attn_mult > 0 || h->logit_div > 0)
+        tprintf(t, "\nMultipliers (Granite): X times %g after the embedding, each attention and MLP output times %g "
+                   "before its residual add, S times %g in place of 1/√d_h, Z divided by %g",
+                h->embed_mult > 0 ? h->embed_mult : 1.0, h->residual_mult > 0 ? h->residual_mult : 1.0,
+                h->attn_mult > 0 ? h->attn_mult : 1.0 / sqrt((double)(h->dh > 0 ? h->dh : 1)), h->logit_div > 0 ? h->logit_div : 1.0);
     tprintf(t, "\nParameters (GGUF name, stored type):\n");
     row(t, PCOL, pname(g, r, sizeof r, "token_embd.weight", "token_embd.weight"), "  W_e ∈ R^(d_e×N_V) = (%lld×%lld)", d, V);
     if (gpt2) row(t, PCOL, pname(g, r, sizeof r, "position_embd.weight", "position_embd.weight"), "  W_p ∈ R^(d_e×l_max) = (%lld×%lld)", d, C);

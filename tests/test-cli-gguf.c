@@ -795,6 +795,38 @@ Test(cli_gguf, describe_olmo2_norms_after_attention_and_the_mlp) {
     cr_assert_eq(system(cmd), 0);
 }
 
+/* Granite's multipliers are on the card, with 1/sqrt(d_h) where the file has no attention scale */
+Test(cli_gguf, describe_granite_multipliers) {
+    const char *b = bin();
+    char dir[] = "/tmp/toy-cli-gguf-XXXXXX", f[256], cmd[8192];
+    cr_assert(mkdtemp(dir));
+    snprintf(f, sizeof f, "%s/gr.gguf", dir);
+    struct toy_gguf_writer *w;
+    cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
+    toy_gguf_writer_set_str(w, "general.architecture", "granite");
+    const char *keys[] = {"granite.embedding_length", "granite.block_count", "granite.attention.head_count",
+                          "granite.attention.head_count_kv", "granite.feed_forward_length", "granite.context_length"};
+    const uint32_t vals[] = {64, 2, 4, 4, 128, 64};
+    for (int i = 0; i < 6; i++) toy_gguf_writer_set_u32(w, keys[i], vals[i]);
+    toy_gguf_writer_set_f32(w, "granite.embedding_scale", 12);
+    toy_gguf_writer_set_f32(w, "granite.residual_scale", 0.25f);
+    toy_gguf_writer_set_f32(w, "granite.logit_scale", 8);
+    static float zeros[640];
+    int64_t ne[2] = {64, 10};
+    cr_assert_eq(toy_gguf_writer_add_tensor(w, "token_embd.weight", TOY_F32, 2, ne, zeros), TOY_OK);
+    cr_assert_eq(toy_gguf_writer_write(w, f), TOY_OK);
+    toy_gguf_writer_free(w);
+    snprintf(cmd, sizeof cmd, "%s describe %s", b, f);
+    int rc;
+    char *out = run(cmd, &rc);
+    cr_expect_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "X times 12 after the embedding, each attention and MLP output times 0.25 before its "
+                          "residual add, S times 0.25 in place of 1/√d_h, Z divided by 8"), "%s", out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
 /* quantize's note blamed row length for an i32 matrix it cannot convert at
  * all ("i32, rows of 64: f32 needs a multiple of 1"): it says the tensor is
  * copied as it is; a row-length fallback is still explained by its rows.

@@ -192,11 +192,12 @@ Test(hf_import, every_architecture_converts_exactly, .timeout = 300) {
     if (!make_models()) cr_skip("python3 with torch not available");
     const char *models[] = {"llama",   "mistral",   "qwen2",     "qwen3", "gemma2",      "gpt2",
                             "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3", "gemma3",
-                            "smollm3", "olmo2"};
+                            "smollm3", "olmo2",  "granite"};
     const char *archs[] = {"llama", "llama",    "qwen2",    "qwen3", "gemma2",    "gpt2",
                            "llama", "qwen2moe", "qwen3moe", "olmoe", "deepseek2", "deepseek2", "gemma3", "smollm3",
-                           "olmo2"};
-    const uint32_t experts[] = {0, 0, 0, 0, 0, 0, 4, 6, 8, 4, 6, 6, 0, 0, 0}, used[] = {0, 0, 0, 0, 0, 0, 2, 2, 3, 2, 2, 2, 0, 0, 0};
+                           "olmo2", "granite"};
+    const uint32_t experts[] = {0, 0, 0, 0, 0, 0, 4, 6, 8, 4, 6, 6, 0, 0, 0, 0};
+    const uint32_t used[] = {0, 0, 0, 0, 0, 0, 2, 2, 3, 2, 2, 2, 0, 0, 0, 0};
     char out[512];
     for (size_t m = 0; m < sizeof models / sizeof models[0]; m++) {
         struct toy_convert_report r;
@@ -252,6 +253,15 @@ Test(hf_import, every_architecture_converts_exactly, .timeout = 300) {
             cr_expect(toy_gguf_find_key(g, "gemma3.final_logit_softcapping") < 0);
             float f;
             cr_expect(toy_gguf_get_f32(g, "gemma3.rope.scaling.factor", &f) == TOY_OK && f == 2.0f);
+        }
+        if (!strcmp(arch, "granite")) { /* its multipliers under llama.cpp's keys */
+            const char *keys[] = {"granite.embedding_scale", "granite.residual_scale", "granite.attention.scale",
+                                  "granite.logit_scale"};
+            const float want[] = {12.0f, 0.22f, 0.015625f, 8.0f};
+            for (int i = 0; i < 4; i++) {
+                float f;
+                cr_expect(toy_gguf_get_f32(g, keys[i], &f) == TOY_OK && f == want[i], "%s", keys[i]);
+            }
         }
         if (deepseek) { /* the latent's keys, as llama.cpp's DeepseekV2Model writes them */
             const char *keys[] = {"attention.kv_lora_rank", "attention.key_length", "attention.value_length",

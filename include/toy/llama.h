@@ -5,8 +5,10 @@
  * softcaps, sandwich norms, embedding scale, GeGLU) and Gemma 3 (Gemma 2's
  * norms and GeGLU with QK-norm, five sliding layers to one global, and a
  * RoPE base of their own for the sliding layers), SmolLM3 (no rotary
- * embedding on every fourth layer) and OLMo 2 (RMSNorm after attention and
- * the MLP rather than before, QK-norm over the whole projections).
+ * embedding on every fourth layer), OLMo 2 (RMSNorm after attention and
+ * the MLP rather than before, QK-norm over the whole projections) and
+ * Granite (multipliers on the embeddings, the residual branches, the
+ * attention scores and the logits).
  *
  * Parameters use llama.cpp's tensor names (token_embd.weight,
  * blk.N.attn_q.weight, ...) so a model moves to and from GGUF without
@@ -73,6 +75,11 @@ struct toy_llama_config {
     float final_softcap;    /* Gemma 2: 30 */
     bool sandwich_norm;     /* Gemma 2: post-attention and post-FFN norms */
     bool post_norm;         /* OLMo 2: those norms in place of the ones before (no attn_norm, ffn_norm) */
+    /* Granite (GGUF granite: embedding_scale, residual_scale, logit_scale;
+     * its attention_multiplier is attn_scale): > 0, the embeddings times
+     * embed_mult, each attention and MLP output times residual_mult before
+     * its residual add, the logits divided by logit_div */
+    float embed_mult, residual_mult, logit_div;
     bool embed_scale;       /* Gemma 2: embeddings times sqrt(d_model) */
     bool gelu_mlp;          /* Gemma: gelu(gate) * up instead of silu */
     float attn_scale;       /* 0: 1/sqrt(head_dim) (Gemma 2: 1/sqrt(query_pre_attn_scalar)) */
@@ -267,6 +274,9 @@ enum toy_status toy_llama_adaptable(const struct toy_llama *m, const char *what)
  * llama.cpp's deepseek2 graph and Hugging Face's DeepseekV2Attention take
  * it; else 0 (the kernels' 1/sqrt of the head dim). */
 float toy_llama_attn_scale(const struct toy_llama_config *cfg);
+/* The head's output made logits: divided by logit_div (Granite), then
+ * softcapped (final_softcap: Gemma 2) */
+struct toy_tensor *toy_llama_head_out(struct toy_ctx *ctx, const struct toy_llama_config *cfg, struct toy_tensor *logits);
 /* Whether layer l's attention slides (sliding_window, swa_period); the
  * rotary embedding its queries and keys take (rope_base_swa); and that
  * rotation of x {hd, H, T, B} at positions pos, with the model's

@@ -25,15 +25,17 @@
 #include <sys/stat.h>
 
 enum arch { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_GEMMA2, ARCH_GPT2, ARCH_MIXTRAL, ARCH_QWEN2MOE, ARCH_QWEN3MOE,
-            ARCH_OLMOE, ARCH_DEEPSEEK2, ARCH_GEMMA3, ARCH_SMOLLM3, ARCH_OLMO2 };
+            ARCH_OLMOE, ARCH_DEEPSEEK2, ARCH_GEMMA3, ARCH_SMOLLM3, ARCH_OLMO2, ARCH_GRANITE };
 /* the GGUF architecture of each (llama.cpp's: Mixtral is a "llama" with experts; DeepSeek-V2 and V3 are
  * "deepseek2") */
 static const char *const arch_names[] = {"llama", "qwen2", "qwen3", "gemma2", "gpt2", "llama", "qwen2moe", "qwen3moe",
-                                         "olmoe", "deepseek2", "gemma3", "smollm3", "olmo2"};
+                                         "olmoe", "deepseek2", "gemma3", "smollm3", "olmo2", "granite"};
 
 static bool is_gemma(enum arch a) { return a == ARCH_GEMMA2 || a == ARCH_GEMMA3; }
 /* q and k rows permuted from rotate-half to adjacent pairs, as llama.cpp's LlamaModel converter does */
-static bool permutes_qk(enum arch a) { return a == ARCH_LLAMA || a == ARCH_MIXTRAL || a == ARCH_SMOLLM3; }
+static bool permutes_qk(enum arch a) {
+    return a == ARCH_LLAMA || a == ARCH_MIXTRAL || a == ARCH_SMOLLM3 || a == ARCH_GRANITE;
+}
 
 uint32_t toy_file_type_for(enum toy_dtype t) {
     switch (t) {
@@ -389,9 +391,10 @@ static enum toy_status read_config(const char *dir, json_t *c, struct hp *h) {
     else if (!strcmp(mt, "qwen3_moe")) h->arch = ARCH_QWEN3MOE;
     else if (!strcmp(mt, "olmoe")) h->arch = ARCH_OLMOE;
     else if (!strcmp(mt, "olmo2")) h->arch = ARCH_OLMO2;
+    else if (!strcmp(mt, "granite")) h->arch = ARCH_GRANITE;
     else if (!strcmp(mt, "deepseek_v2") || !strcmp(mt, "deepseek_v3")) h->arch = ARCH_DEEPSEEK2;
     else return toy_error(TOY_ERR_UNSUPPORTED, "%s/config.json: model_type '%s' (supported: llama, mistral, qwen2, "
-                          "qwen3, gemma2, gemma3_text, smollm3, olmo2, gpt2, mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v2, "
+                          "qwen3, gemma2, gemma3_text, smollm3, olmo2, granite, gpt2, mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v2, "
                           "deepseek_v3)", dir, mt);
     enum toy_status e;
     h->n_vocab = cfg_int(c, "vocab_size", 0);
@@ -531,6 +534,13 @@ static enum toy_status write_hparams(struct toy_gguf_writer *w, const struct hp 
         }
         double local = cfg_num(c, "rope_local_base_freq", 10000.0);
         if (!g2 && local != 10000.0) e |= toy_gguf_writer_set_f32(w, KEY("rope.freq_base_swa"), (float)local);
+    }
+    if (h->arch == ARCH_GRANITE) { /* its multipliers under llama.cpp's keys (GraniteModel) */
+        e |= toy_gguf_writer_set_f32(w, KEY("embedding_scale"), (float)cfg_num(c, "embedding_multiplier", 1.0));
+        e |= toy_gguf_writer_set_f32(w, KEY("residual_scale"), (float)cfg_num(c, "residual_multiplier", 1.0));
+        /* (GraniteConfig's default is 1, the scores unscaled) */
+        e |= toy_gguf_writer_set_f32(w, KEY("attention.scale"), (float)cfg_num(c, "attention_multiplier", 1.0));
+        e |= toy_gguf_writer_set_f32(w, KEY("logit_scale"), (float)cfg_num(c, "logits_scaling", 1.0));
     }
     json_t *rs = json_object_get(c, "rope_scaling");
     const char *rt = json_string_value(json_object_get(rs, "rope_type"));

@@ -147,12 +147,13 @@ static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_lla
     snprintf(c->arch, sizeof c->arch, "%.*s", (int)alen, arch);
     const char *a = c->arch;
     static const char *const archs[] = {"llama",    "mistral",  "qwen2", "qwen3",     "gemma2",   "gemma3",
-                                        "smollm3",  "olmo2",    "qwen2moe", "qwen3moe", "olmoe", "deepseek2"};
+                                        "smollm3",  "olmo2",    "granite", "qwen2moe", "qwen3moe", "olmoe", "deepseek2"};
     bool known = false;
     for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++) known |= !strcmp(a, archs[i]);
     if (!known)
         return toy_error(TOY_ERR_UNSUPPORTED, "%s: architecture '%s' is not a Llama-family model toy runs "
-                         "(llama, mistral, qwen2, qwen3, gemma2, gemma3, smollm3, olmo2, qwen2moe, qwen3moe, olmoe, deepseek2)", toy_gguf_path(g), a);
+                         "(llama, mistral, qwen2, qwen3, gemma2, gemma3, smollm3, olmo2, granite, qwen2moe, qwen3moe, olmoe, "
+                         "deepseek2)", toy_gguf_path(g), a);
     struct keys k = {.g = g, .arch = a};
     c->d_model = key_int(&k, "embedding_length", 0);
     c->n_layers = key_int(&k, "block_count", 0);
@@ -164,7 +165,21 @@ static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_lla
     if (c->head_dim > 0 && c->n_heads > 0 && c->head_dim * c->n_heads == c->d_model) c->head_dim = 0;
     c->norm_eps = (float)key_float(&k, "attention.layer_norm_rms_epsilon", 1e-5);
     c->rope_base = (float)key_float(&k, "rope.freq_base", 10000.0);
-    c->rope_mode = !strcmp(a, "llama") || !strcmp(a, "mistral") || !strcmp(a, "smollm3") ? TOY_ROPE_NORMAL : TOY_ROPE_NEOX;
+    const bool granite = !strcmp(a, "granite");
+    c->rope_mode = !strcmp(a, "llama") || !strcmp(a, "mistral") || !strcmp(a, "smollm3") || granite ? TOY_ROPE_NORMAL
+                                                                                                   : TOY_ROPE_NEOX;
+    if (granite) { /* llama.cpp's: the logit scale required, the others optional */
+        c->embed_mult = (float)key_float(&k, "embedding_scale", 0.0);
+        c->residual_mult = (float)key_float(&k, "residual_scale", 0.0);
+        c->attn_scale = (float)key_float(&k, "attention.scale", 0.0);
+        c->logit_div = (float)key_float(&k, "logit_scale", 0.0);
+        bool rope_on = true;
+        char fk[128];
+        snprintf(fk, sizeof fk, "%s.rope.scaling.finetuned", a);
+        if (toy_gguf_find_key(g, fk) >= 0 && !toy_gguf_get_bool(g, fk, &rope_on) && !rope_on)
+            return toy_error(TOY_ERR_UNSUPPORTED, "%s: %s is false (Granite without RoPE) is not supported",
+                             toy_gguf_path(g), fk);
+    }
     c->nope_period = !strcmp(a, "smollm3") ? 4 : 0; /* llama.cpp's, which no key holds */
     const char *st;
     size_t stl;
@@ -450,6 +465,12 @@ enum toy_status toy_llama_write_gguf(const struct toy_llama *m, struct toy_gguf_
         /* llama.cpp hard-codes gemma2's period (2) and gemma3's (6); the key where a model has another */
         int32_t period = !strcmp(a, "gemma2") ? 2 : !strcmp(a, "gemma3") ? 6 : 0;
         if (c->swa_period != period) SETU("attention.sliding_window_pattern", c->swa_period);
+    }
+    if (!strcmp(a, "granite")) {
+        if (c->embed_mult > 0) SETF("embedding_scale", c->embed_mult);
+        if (c->residual_mult > 0) SETF("residual_scale", c->residual_mult);
+        if (c->attn_scale > 0) SETF("attention.scale", c->attn_scale);
+        SETF("logit_scale", c->logit_div > 0 ? c->logit_div : 1.0f);
     }
     if (c->rope_base_swa > 0 && (strcmp(a, "gemma3") || c->rope_base_swa != 10000.0f))
         SETF("rope.freq_base_swa", c->rope_base_swa);

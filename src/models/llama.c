@@ -68,6 +68,13 @@ enum toy_status toy_llama_check_config(const struct toy_llama_config *c) {
          (int)c->swa_period, (long long)c->n_layers);
     NEED(!(c->post_norm && c->sandwich_norm), "model config: post_norm (norms after attention and the MLP only) and "
          "sandwich_norm (before and after) exclude each other");
+    NEED(isfinite(c->embed_mult) && c->embed_mult >= 0 && isfinite(c->residual_mult) && c->residual_mult >= 0 &&
+             isfinite(c->logit_div) && c->logit_div >= 0,
+         "model config: Granite's multipliers %g, %g, %g must be >= 0", (double)c->embed_mult, (double)c->residual_mult,
+         (double)c->logit_div);
+    /* GGUF has keys for them under granite only (llama.cpp reads them there) */
+    NEED(!strcmp(c->arch, "granite") || !(c->embed_mult > 0 || c->residual_mult > 0 || c->logit_div > 0),
+         "model config: embedding, residual and logit multipliers are architecture granite's, not %s's", c->arch);
     /* llama.cpp fixes SmolLM3's period, and no GGUF key holds another */
     NEED(c->nope_period == (strcmp(c->arch, "smollm3") ? 0 : 4), "model config: no rotary embedding on every %dth "
          "layer: architecture smollm3 has 4, the others none", (int)c->nope_period);
@@ -490,6 +497,15 @@ struct toy_tensor *toy_llama_rope(struct toy_ctx *ctx, const struct toy_llama *m
     return toy_rope_ff(ctx, x, pos, &r, ff);
 }
 
+struct toy_tensor *toy_llama_head_out(struct toy_ctx *ctx, const struct toy_llama_config *c, struct toy_tensor *logits) {
+    if (c->logit_div > 0) logits = toy_scale(ctx, logits, 1.0f / c->logit_div); /* Granite */
+    if (c->final_softcap > 0) { /* Gemma 2: s tanh(logits / s) */
+        float s = c->final_softcap;
+        logits = toy_scale(ctx, toy_tanh(ctx, toy_scale(ctx, logits, 1.0f / s)), s);
+    }
+    return logits;
+}
+
 float toy_llama_attn_scale(const struct toy_llama_config *c) {
     if (c->attn_scale > 0 || !c->kv_lora_rank) return c->attn_scale;
     float f = c->rope_scaling == TOY_ROPE_SCALING_YARN && c->rope_factor > 1 ? c->rope_factor : 1;
@@ -565,6 +581,7 @@ static struct toy_tensor *forward(struct toy_ctx *ctx, struct toy_llama *m, stru
     }
     struct toy_tensor *x = toy_get_rows(ctx, embd, tokens); /* {d, T, B} */
     if (c->embed_scale) x = toy_scale(ctx, x, sqrtf((float)d));
+    if (c->embed_mult > 0) x = toy_scale(ctx, x, c->embed_mult); /* Granite */
     int n_moe = 0;
     if (!cache) m->moe_aux_loss = NULL;
     for (int64_t l = 0; l < c->n_layers; l++) {
@@ -596,6 +613,7 @@ static struct toy_tensor *forward(struct toy_ctx *ctx, struct toy_llama *m, stru
         a = c->kv_lora_rank ? toy_llama_mla_out(ctx, c, L, a) : toy_reshape_3d(ctx, a, hd * H, T, B);
         a = proj_lora(ctx, m, L, TOY_LORA_O, a, L->wo, NULL);
         if (L->post_attn_norm) a = toy_rms_norm(ctx, a, L->post_attn_norm, c->norm_eps);
+        if (c->residual_mult > 0) a = toy_scale(ctx, a, c->residual_mult);
         x = toy_add(ctx, x, a);
         h = L->ffn_norm ? toy_rms_norm(ctx, x, L->ffn_norm, c->norm_eps) : x;
         struct toy_tensor *f;
@@ -613,6 +631,7 @@ static struct toy_tensor *forward(struct toy_ctx *ctx, struct toy_llama *m, stru
             f = proj_lora(ctx, m, L, TOY_LORA_DOWN, f, L->w_down, NULL);
         }
         if (L->post_ffn_norm) f = toy_rms_norm(ctx, f, L->post_ffn_norm, c->norm_eps);
+        if (c->residual_mult > 0) f = toy_scale(ctx, f, c->residual_mult);
         x = toy_add(ctx, x, f);
     }
     if (n_moe > 1) m->moe_aux_loss = toy_scale(ctx, m->moe_aux_loss, 1.0f / (float)n_moe);
@@ -620,12 +639,7 @@ static struct toy_tensor *forward(struct toy_ctx *ctx, struct toy_llama *m, stru
         x = toy_cont(ctx, toy_view(ctx, x, 3, (int64_t[]){d, 1, B}, (size_t[]){x->nb[0], x->nb[1], x->nb[2]},
                                    (size_t)(T - 1) * x->nb[1]));
     x = toy_rms_norm(ctx, x, m->out_norm, c->norm_eps);
-    struct toy_tensor *logits = proj(ctx, m, x, head, NULL); /* {vocab, T, B} */
-    if (c->final_softcap > 0) {
-        float s = c->final_softcap; /* s tanh(logits / s) */
-        logits = toy_scale(ctx, toy_tanh(ctx, toy_scale(ctx, logits, 1.0f / s)), s);
-    }
-    return logits;
+    return toy_llama_head_out(ctx, c, proj(ctx, m, x, head, NULL)); /* {vocab, T, B} */
 }
 
 struct toy_tensor *toy_llama_forward(struct toy_ctx *ctx, struct toy_llama *m, struct toy_tensor *tokens,

@@ -127,6 +127,7 @@ static struct toy_tensor *llama_forward(struct toy_ctx *ctx, struct toy_llama *m
     int64_t H = c->n_heads, Hkv = c->n_kv_heads, hd = toy_llama_head_dim(c);
     struct toy_tensor *x = toy_get_rows(ctx, m->tok_embd, tokens); /* {d, T, B} */
     if (c->embed_scale) x = toy_scale(ctx, x, sqrtf((float)d));
+    if (c->embed_mult > 0) x = toy_scale(ctx, x, c->embed_mult); /* Granite */
     for (int64_t l = 0; l < c->n_layers; l++) {
         struct toy_llama_layer *L = &m->layers[l];
         struct toy_attn_params attn = {.causal = true, .scale = toy_llama_attn_scale(c), .softcap = c->attn_softcap};
@@ -148,6 +149,7 @@ static struct toy_tensor *llama_forward(struct toy_ctx *ctx, struct toy_llama *m
         a = c->kv_lora_rank ? toy_llama_mla_out(ctx, c, L, a) : toy_reshape_3d(ctx, a, hd * H, T, B);
         a = projg(ctx, bf16, a, L->wo, NULL, rg);
         if (L->post_attn_norm) a = toy_rms_norm(ctx, a, L->post_attn_norm, c->norm_eps);
+        if (c->residual_mult > 0) a = toy_scale(ctx, a, c->residual_mult);
         x = toy_add(ctx, x, a);
         h = L->ffn_norm ? toy_rms_norm(ctx, x, L->ffn_norm, c->norm_eps) : x;
         struct toy_tensor *f;
@@ -159,6 +161,7 @@ static struct toy_tensor *llama_forward(struct toy_ctx *ctx, struct toy_llama *m
             f = projg(ctx, bf16, f, L->w_down, NULL, rg);
         }
         if (L->post_ffn_norm) f = toy_rms_norm(ctx, f, L->post_ffn_norm, c->norm_eps);
+        if (c->residual_mult > 0) f = toy_scale(ctx, f, c->residual_mult);
         x = toy_add(ctx, x, f);
     }
     if (out == SRV_OUT_MEAN_HIDDEN) {
@@ -171,12 +174,7 @@ static struct toy_tensor *llama_forward(struct toy_ctx *ctx, struct toy_llama *m
         x = toy_view(ctx, x, 3, ne, nb, (size_t)(T - 1) * x->nb[1]);
     }
     x = toy_rms_norm(ctx, x, m->out_norm, c->norm_eps);
-    struct toy_tensor *logits = projg(ctx, bf16, x, m->output, NULL, rg); /* {vocab, 1, B} */
-    if (c->final_softcap > 0) {
-        float s = c->final_softcap;
-        logits = toy_scale(ctx, toy_tanh(ctx, toy_scale(ctx, logits, 1.0f / s)), s);
-    }
-    return logits;
+    return toy_llama_head_out(ctx, c, projg(ctx, bf16, x, m->output, NULL, rg)); /* {vocab, 1, B} */
 }
 
 static struct toy_tensor *gpt2_forward(struct toy_ctx *ctx, struct toy_gpt2 *m, struct toy_tensor *tokens,

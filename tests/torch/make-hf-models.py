@@ -141,6 +141,11 @@ def hf_forward(arch, cfg, w, tokens):
         h = h * torch.tensor(E ** 0.5, dtype=torch.float32).to(D)
     mask = torch.full((T, T), float("-inf"), dtype=D).triu(1)
     scale = cfg.get("query_pre_attn_scalar", hd) ** -0.5 if gemma else hd ** -0.5
+    granite = arch == "granite"  # modeling_granite.py's multipliers (GraniteConfig's defaults are 1)
+    rmul = cfg.get("residual_multiplier", 1.0) if granite else 1.0
+    if granite:
+        h = h * cfg.get("embedding_multiplier", 1.0)
+        scale = cfg.get("attention_multiplier", 1.0)
     for i in range(L):
         p = f"model.layers.{i}."
         sliding = gemma3 and cfg["layer_types"][i] == "sliding_attention"
@@ -187,13 +192,15 @@ def hf_forward(arch, cfg, w, tokens):
             h = h + o
             h = h + hf_moe(arch, cfg, g, p, w, rms(h, g(p + "post_attention_layernorm.weight")))
         else:
-            h = h + o
+            h = h + o * rmul
             x = rms(h, g(p + "post_attention_layernorm.weight"))
             act = torch.nn.functional.silu(x @ g(p + "mlp.gate_proj.weight").T)
-            h = h + (act * (x @ g(p + "mlp.up_proj.weight").T)) @ g(p + "mlp.down_proj.weight").T
+            h = h + (act * (x @ g(p + "mlp.up_proj.weight").T)) @ g(p + "mlp.down_proj.weight").T * rmul
     h = rms(h, g("model.norm.weight"))
     head = g("lm_head.weight") if "lm_head.weight" in w else g("model.embed_tokens.weight")
     logits = h @ head.T
+    if granite:
+        logits = logits / cfg.get("logits_scaling", 1.0)
     if gemma and cfg.get("final_logit_softcapping"):
         c = cfg["final_logit_softcapping"]
         logits = torch.tanh(logits / c) * c
@@ -222,8 +229,8 @@ def llama_like(out, name, arch, cfg, dtype, shards, tokenizer=None, rope_scaling
         p, g = f"model.layers.{i}.", f"blk.{i}."
         if arch != "olmo2":
             add(p + "input_layernorm.weight", g + "attn_norm.weight", 1 + rnd(E), norm)
-        qt = (lambda v: permute(v, H, H)) if arch in ("llama", "mixtral", "smollm3") else None
-        kt = (lambda v: permute(v, H, KV)) if arch in ("llama", "mixtral", "smollm3") else None
+        qt = (lambda v: permute(v, H, H)) if arch in ("llama", "mixtral", "smollm3", "granite") else None
+        kt = (lambda v: permute(v, H, KV)) if arch in ("llama", "mixtral", "smollm3", "granite") else None
         add(p + "self_attn.q_proj.weight", g + "attn_q.weight", rnd(H * hd, E), qt)
         add(p + "self_attn.k_proj.weight", g + "attn_k.weight", rnd(KV * hd, E), kt)
         add(p + "self_attn.v_proj.weight", g + "attn_v.weight", rnd(KV * hd, E))
@@ -301,6 +308,7 @@ def llama_like(out, name, arch, cfg, dtype, shards, tokenizer=None, rope_scaling
     cfg["architectures"] = [{"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
                              "gemma2": "Gemma2ForCausalLM", "gemma3_text": "Gemma3ForCausalLM",
                              "smollm3": "SmolLM3ForCausalLM", "olmo2": "Olmo2ForCausalLM",
+                             "granite": "GraniteForCausalLM",
                              "mixtral": "MixtralForCausalLM",
                              "qwen2_moe": "Qwen2MoeForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM",
                              "olmoe": "OlmoeForCausalLM"}[arch]]
@@ -570,6 +578,10 @@ def main():
     # OLMo 2: RMSNorm after attention and the MLP, not before; QK-norm over the whole projections
     llama_like(out, "olmo2", "olmo2", dict(base, vocab_size=320, tie_word_embeddings=False, rope_theta=500000.0),
                torch.float32, 1)
+    # Granite: a Llama with multipliers on the embeddings (12), the residual branches (0.22), the scores (1/64,
+    # Granite 3's: not 1/sqrt(head_dim)) and the logits (divided by 8)
+    llama_like(out, "granite", "granite", dict(base, vocab_size=320, embedding_multiplier=12.0, residual_multiplier=0.22,
+                                               attention_multiplier=0.015625, logits_scaling=8.0), torch.bfloat16, 1)
     # mixtures of experts: Mixtral (a llama with experts: permuted q/k), Qwen2-MoE (QKV bias, a shared
     # expert), Qwen3-MoE (per-head QK-norm, narrower experts), OLMoE (QK-norm over the projections)
     llama_like(out, "mixtral", "mixtral", dict(base, vocab_size=320, tie_word_embeddings=False, num_local_experts=4,

@@ -136,7 +136,11 @@ class Llama:
         self.Hkv = g("attention.head_count_kv", self.H)
         self.hd = g("attention.key_length", self.d // self.H)
         self.eps = g("attention.layer_norm_rms_epsilon", 1e-5)
-        self.neox = a not in ("llama", "mistral", "smollm3")
+        self.neox = a not in ("llama", "mistral", "smollm3", "granite")
+        # Granite: multipliers on the embeddings, the residual branches and the scores; the logits divided
+        self.embed_mult = g("embedding_scale", 1.0)
+        self.res_mult = g("residual_scale", 1.0)
+        self.logit_div = g("logit_scale", 1.0)
         self.nope = 4 if a == "smollm3" else 0
         kind = g("rope.scaling.type", "none")
         factor = g("rope.scaling.factor", 1.0)
@@ -150,7 +154,7 @@ class Llama:
         self.period = g("attention.sliding_window_pattern", {"gemma2": 2, "gemma3": 6}.get(a, 0))
         base_swa = g("rope.freq_base_swa", 10000.0 if a == "gemma3" else None)
         self.inv_swa = inv_freqs(self.hd, base_swa, "none", 1.0, 0) if base_swa else None
-        self.scale = 1.0 / math.sqrt(self.hd)
+        self.scale = g("attention.scale", 0.0) or 1.0 / math.sqrt(self.hd)
         self.k = g("expert_used_count", 0)
         self.moe_norm = a not in ("olmoe", "qwen2moe")
         self.moe_scale = 1.0
@@ -236,6 +240,7 @@ class Llama:
         x = t["token_embd.weight"][tok]
         if self.gemma:
             x = x * math.sqrt(self.d)
+        x = x * self.embed_mult
         pos = torch.arange(T)
         for l in range(self.L):
             p = lambda n: t.get(f"blk.{l}.{n}")
@@ -281,7 +286,7 @@ class Llama:
             a = a @ p("attn_output.weight").T
             if p("post_attention_norm.weight") is not None:
                 a = rms(a, p("post_attention_norm.weight"), self.eps)
-            x = x + a
+            x = x + a * self.res_mult
             h = rms(x, p("ffn_norm.weight"), self.eps) if p("ffn_norm.weight") is not None else x
             if p("ffn_gate_inp.weight") is not None:
                 f = self.moe(h, p)
@@ -291,9 +296,9 @@ class Llama:
                 f = (act * up) @ p("ffn_down.weight").T
             if p("post_ffw_norm.weight") is not None:
                 f = rms(f, p("post_ffw_norm.weight"), self.eps)
-            x = x + f
+            x = x + f * self.res_mult
         x = rms(x, t["output_norm.weight"], self.eps)
-        logits = x @ t.get("output.weight", t["token_embd.weight"]).T
+        logits = x @ t.get("output.weight", t["token_embd.weight"]).T / self.logit_div
         if self.final_cap > 0:
             logits = self.final_cap * torch.tanh(logits / self.final_cap)
         return logits
