@@ -726,33 +726,47 @@ Test(cli_gguf, describe_gemma2_window_is_on_odd_one_based_layers) {
     cr_assert_eq(system(cmd), 0);
 }
 
-/* Gemma 3: of each 6 layers the last is global (llama.cpp's default, no key), the others slide and rotate with
- * base 10000; QK-norm and the sandwich norms on the card */
-Test(cli_gguf, describe_gemma3_sliding_layers_and_their_rope_base) {
-    const char *b = bin();
-    char dir[] = "/tmp/toy-cli-gguf-XXXXXX", f[256], cmd[8192];
+/* `toy describe` of a GGUF of architecture arch holding the u32 and f32 keys arch.KEY given (lists ending in a NULL
+ * key), a token_embd of d_model 64, and 1-D tensors `vecs` of n_vec (a NULL-ended list): its output, to free */
+struct key_u32 { const char *key; uint32_t v; };
+struct key_f32 { const char *key; float v; };
+static char *describe_keys(const char *arch, const struct key_u32 *u, const struct key_f32 *f, const char *const *vecs,
+                           int64_t n_vec) {
+    char dir[] = "/tmp/toy-cli-gguf-XXXXXX", path[256], key[128], cmd[8192];
     cr_assert(mkdtemp(dir));
-    snprintf(f, sizeof f, "%s/g3.gguf", dir);
+    snprintf(path, sizeof path, "%s/m.gguf", dir);
     struct toy_gguf_writer *w;
     cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
-    toy_gguf_writer_set_str(w, "general.architecture", "gemma3");
-    const char *keys[] = {"gemma3.embedding_length", "gemma3.block_count", "gemma3.attention.head_count",
-                          "gemma3.attention.head_count_kv", "gemma3.feed_forward_length", "gemma3.context_length",
-                          "gemma3.attention.sliding_window", "gemma3.attention.key_length"};
-    const uint32_t vals[] = {64, 12, 2, 1, 128, 64, 512, 32};
-    for (int i = 0; i < 8; i++) toy_gguf_writer_set_u32(w, keys[i], vals[i]);
-    toy_gguf_writer_set_f32(w, "gemma3.rope.freq_base", 1e6f);
-    toy_gguf_writer_set_f32(w, "gemma3.attention.layer_norm_rms_epsilon", 1e-6f);
+    toy_gguf_writer_set_str(w, "general.architecture", arch);
+    for (; u && u->key; u++) snprintf(key, sizeof key, "%s.%s", arch, u->key), toy_gguf_writer_set_u32(w, key, u->v);
+    for (; f && f->key; f++) snprintf(key, sizeof key, "%s.%s", arch, f->key), toy_gguf_writer_set_f32(w, key, f->v);
     static float zeros[640];
-    int64_t ne[2] = {64, 10}, nn[1] = {32};
+    int64_t ne[2] = {64, 10};
     cr_assert_eq(toy_gguf_writer_add_tensor(w, "token_embd.weight", TOY_F32, 2, ne, zeros), TOY_OK);
-    cr_assert_eq(toy_gguf_writer_add_tensor(w, "blk.0.attn_q_norm.weight", TOY_F32, 1, nn, zeros), TOY_OK);
-    cr_assert_eq(toy_gguf_writer_write(w, f), TOY_OK);
+    for (; vecs && *vecs; vecs++) cr_assert_eq(toy_gguf_writer_add_tensor(w, *vecs, TOY_F32, 1, &n_vec, zeros), TOY_OK);
+    cr_assert_eq(toy_gguf_writer_write(w, path), TOY_OK);
     toy_gguf_writer_free(w);
-    snprintf(cmd, sizeof cmd, "%s describe %s", b, f);
+    snprintf(cmd, sizeof cmd, "%s describe %s", bin(), path);
     int rc;
     char *out = run(cmd, &rc);
     cr_expect_eq(rc, 0, "%s", out);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+    return out;
+}
+
+/* Gemma 3: of each 6 layers the last is global (llama.cpp's default, no key), the others slide and rotate with
+ * base 10000; QK-norm and the sandwich norms on the card */
+Test(cli_gguf, describe_gemma3_sliding_layers_and_their_rope_base) {
+    char *out = describe_keys("gemma3",
+                              (struct key_u32[]){{"embedding_length", 64}, {"block_count", 12},
+                                                 {"attention.head_count", 2}, {"attention.head_count_kv", 1},
+                                                 {"feed_forward_length", 128}, {"context_length", 64},
+                                                 {"attention.sliding_window", 512}, {"attention.key_length", 32},
+                                                 {NULL, 0}},
+                              (struct key_f32[]){{"rope.freq_base", 1e6f}, {"attention.layer_norm_rms_epsilon", 1e-6f},
+                                                 {NULL, 0}},
+                              (const char *[]){"blk.0.attn_q_norm.weight", "blk.0.post_attention_norm.weight", NULL}, 32);
     cr_expect(strstr(out, "window 512 unless 6 | l"), "%s", out);
     cr_expect(strstr(out, "θ_l = 10000 where l slides"), "%s", out);
     cr_expect(strstr(out, "RoPE base θ = 1e+06"), "%s", out);
@@ -760,71 +774,26 @@ Test(cli_gguf, describe_gemma3_sliding_layers_and_their_rope_base) {
     cr_expect(strstr(out, "γ_post_att"), "%s", out);
     cr_expect(!strstr(out, "tanh"), "no softcaps: %s", out);
     free(out);
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    cr_assert_eq(system(cmd), 0);
 }
 
-/* OLMo 2 norms after attention and the MLP, not before: the card has no γ_att or γ_ffn and says so */
-Test(cli_gguf, describe_olmo2_norms_after_attention_and_the_mlp) {
-    const char *b = bin();
-    char dir[] = "/tmp/toy-cli-gguf-XXXXXX", f[256], cmd[8192];
-    cr_assert(mkdtemp(dir));
-    snprintf(f, sizeof f, "%s/o2.gguf", dir);
-    struct toy_gguf_writer *w;
-    cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
-    toy_gguf_writer_set_str(w, "general.architecture", "olmo2");
-    const char *keys[] = {"olmo2.embedding_length", "olmo2.block_count", "olmo2.attention.head_count",
-                          "olmo2.attention.head_count_kv", "olmo2.feed_forward_length", "olmo2.context_length"};
-    const uint32_t vals[] = {64, 2, 2, 2, 128, 64};
-    for (int i = 0; i < 6; i++) toy_gguf_writer_set_u32(w, keys[i], vals[i]);
-    static float zeros[640];
-    int64_t ne[2] = {64, 10}, nn[1] = {64};
-    cr_assert_eq(toy_gguf_writer_add_tensor(w, "token_embd.weight", TOY_F32, 2, ne, zeros), TOY_OK);
-    cr_assert_eq(toy_gguf_writer_add_tensor(w, "blk.0.post_attention_norm.weight", TOY_F32, 1, nn, zeros), TOY_OK);
-    cr_assert_eq(toy_gguf_writer_write(w, f), TOY_OK);
-    toy_gguf_writer_free(w);
-    snprintf(cmd, sizeof cmd, "%s describe %s", b, f);
-    int rc;
-    char *out = run(cmd, &rc);
-    cr_expect_eq(rc, 0, "%s", out);
+/* OLMo 2 norms after attention and the MLP, not before: the card has no γ_att or γ_ffn and says so; Granite's
+ * multipliers are on the card, with 1/sqrt(d_h) where the file has no attention scale */
+Test(cli_gguf, describe_olmo2_norms_after_and_granite_multipliers) {
+    const struct key_u32 shape[] = {{"embedding_length", 64}, {"block_count", 2}, {"attention.head_count", 4},
+                                    {"attention.head_count_kv", 4}, {"feed_forward_length", 128},
+                                    {"context_length", 64}, {NULL, 0}};
+    char *out = describe_keys("olmo2", shape, NULL, (const char *[]){"blk.0.post_attention_norm.weight", NULL}, 64);
     cr_expect(strstr(out, "X̃ ← X (no norm before attention)"), "%s", out);
     cr_expect(strstr(out, "RMSNorm(W_down(SiLU(W_gate X) ⊙ W_up X) | γ_post_ffn)"), "%s", out);
     cr_expect(!strstr(out, "γ_att ∈") && !strstr(out, "γ_ffn ∈"), "%s", out);
     free(out);
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    cr_assert_eq(system(cmd), 0);
-}
-
-/* Granite's multipliers are on the card, with 1/sqrt(d_h) where the file has no attention scale */
-Test(cli_gguf, describe_granite_multipliers) {
-    const char *b = bin();
-    char dir[] = "/tmp/toy-cli-gguf-XXXXXX", f[256], cmd[8192];
-    cr_assert(mkdtemp(dir));
-    snprintf(f, sizeof f, "%s/gr.gguf", dir);
-    struct toy_gguf_writer *w;
-    cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
-    toy_gguf_writer_set_str(w, "general.architecture", "granite");
-    const char *keys[] = {"granite.embedding_length", "granite.block_count", "granite.attention.head_count",
-                          "granite.attention.head_count_kv", "granite.feed_forward_length", "granite.context_length"};
-    const uint32_t vals[] = {64, 2, 4, 4, 128, 64};
-    for (int i = 0; i < 6; i++) toy_gguf_writer_set_u32(w, keys[i], vals[i]);
-    toy_gguf_writer_set_f32(w, "granite.embedding_scale", 12);
-    toy_gguf_writer_set_f32(w, "granite.residual_scale", 0.25f);
-    toy_gguf_writer_set_f32(w, "granite.logit_scale", 8);
-    static float zeros[640];
-    int64_t ne[2] = {64, 10};
-    cr_assert_eq(toy_gguf_writer_add_tensor(w, "token_embd.weight", TOY_F32, 2, ne, zeros), TOY_OK);
-    cr_assert_eq(toy_gguf_writer_write(w, f), TOY_OK);
-    toy_gguf_writer_free(w);
-    snprintf(cmd, sizeof cmd, "%s describe %s", b, f);
-    int rc;
-    char *out = run(cmd, &rc);
-    cr_expect_eq(rc, 0, "%s", out);
+    out = describe_keys("granite", shape,
+                        (struct key_f32[]){{"embedding_scale", 12}, {"residual_scale", 0.25f}, {"logit_scale", 8},
+                                           {NULL, 0}},
+                        NULL, 0);
     cr_expect(strstr(out, "X times 12 after the embedding, each attention and MLP output times 0.25 before its "
                           "residual add, S times 0.25 in place of 1/√d_h, Z divided by 8"), "%s", out);
     free(out);
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    cr_assert_eq(system(cmd), 0);
 }
 
 /* quantize's note blamed row length for an i32 matrix it cannot convert at

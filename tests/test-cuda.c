@@ -1149,16 +1149,23 @@ static struct toy_llama_config small_llama(void) {
     return c;
 }
 
+/* tokens {16, 2} of a 61-token vocabulary and their positions, for the small models' forward */
+static void model_batch(struct toy_ctx *ctx, struct toy_tensor **tok, struct toy_tensor **pos) {
+    const int T = 16, B = 2;
+    *tok = toy_new_tensor_2d(ctx, TOY_I32, T, B);
+    *pos = toy_new_tensor_1d(ctx, TOY_I32, T);
+    for (int i = 0; i < T * B; i++) ((int32_t *)(*tok)->data)[i] = (i * 17 + 3) % 61;
+    for (int t = 0; t < T; t++) ((int32_t *)(*pos)->data)[t] = t;
+}
+
 Test(cuda, llama_logits_match_cpu) {
     need_cuda();
     struct toy_llama_config c = small_llama();
     struct toy_llama *m = toy_llama_new(&c, 5);
     cr_assert(m);
     struct toy_ctx *ctx = setup(14);
-    const int T = 16, B = 2;
-    struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, T, B), *pos = toy_new_tensor_1d(ctx, TOY_I32, T);
-    for (int i = 0; i < T * B; i++) ((int32_t *)tok->data)[i] = (i * 17 + 3) % 61;
-    for (int t = 0; t < T; t++) ((int32_t *)pos->data)[t] = t;
+    struct toy_tensor *tok, *pos;
+    model_batch(ctx, &tok, &pos);
     check(ctx, toy_llama_forward(ctx, m, tok, pos), false, TOL_GEMM, "llama logits");
     toy_ctx_free(ctx);
     toy_llama_free(m);
@@ -1179,10 +1186,8 @@ Test(cuda, gemma3_loss_and_gradients_match_cpu) {
     struct toy_llama *m = toy_llama_new(&c, 8);
     cr_assert(m, "%s", toy_last_error());
     struct toy_ctx *ctx = setup(16);
-    const int T = 16, B = 2;
-    struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, T, B), *pos = toy_new_tensor_1d(ctx, TOY_I32, T);
-    for (int i = 0; i < T * B; i++) ((int32_t *)tok->data)[i] = (i * 17 + 3) % 61;
-    for (int t = 0; t < T; t++) ((int32_t *)pos->data)[t] = t;
+    struct toy_tensor *tok, *pos;
+    model_batch(ctx, &tok, &pos);
     check(ctx, loss_of(ctx, toy_llama_forward(ctx, m, tok, pos)), true, TOL_GEMM, "gemma3 loss and gradients");
     toy_ctx_free(ctx);
     toy_llama_free(m);
@@ -1283,10 +1288,8 @@ Test(cuda, moe_llama_logits_match_cpu) {
         struct toy_llama *m = toy_llama_new(&c, 6);
         cr_assert(m, "%s", toy_last_error());
         struct toy_ctx *ctx = setup(15);
-        const int T = 16, B = 2;
-        struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, T, B), *pos = toy_new_tensor_1d(ctx, TOY_I32, T);
-        for (int i = 0; i < T * B; i++) ((int32_t *)tok->data)[i] = (i * 17 + 3) % 61;
-        for (int t = 0; t < T; t++) ((int32_t *)pos->data)[t] = t;
+        struct toy_tensor *tok, *pos;
+        model_batch(ctx, &tok, &pos);
         check(ctx, toy_llama_forward(ctx, m, tok, pos), false, TOL_GEMM,
               shared == 2 ? "deepseek2 logits" : shared ? "qwen2moe logits" : "qwen3moe logits");
         toy_ctx_free(ctx);
@@ -1311,10 +1314,8 @@ Test(cuda, deepseek_quantized_logits_match_cpu) {
     cr_assert(m->layers[1].wv_b->type == TOY_Q8_0 && m->layers[1].wk_b->type == TOY_F16, "up-projections %s, %s",
               toy_dtype_name(m->layers[1].wv_b->type), toy_dtype_name(m->layers[1].wk_b->type));
     struct toy_ctx *ctx = setup(16);
-    const int T = 16, B = 2;
-    struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, T, B), *pos = toy_new_tensor_1d(ctx, TOY_I32, T);
-    for (int i = 0; i < T * B; i++) ((int32_t *)tok->data)[i] = (i * 17 + 3) % 61;
-    for (int t = 0; t < T; t++) ((int32_t *)pos->data)[t] = t;
+    struct toy_tensor *tok, *pos;
+    model_batch(ctx, &tok, &pos);
     check(ctx, toy_llama_forward(ctx, m, tok, pos), false, TOL_QUANT, "deepseek2 q8_0 logits");
     toy_ctx_free(ctx);
     toy_llama_free(m);

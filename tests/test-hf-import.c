@@ -388,6 +388,22 @@ Test(hf_import, gemma2_attention_scalar_a_gguf_cannot_hold_is_refused) {
     th_rmdir();
 }
 
+/* Converts a folder under th_dir holding only config.json, made of `base` and `extra` (JSON members): the status it
+ * ends with and the error's message must be `st` and hold `want`, and no output is written */
+static void refused(const char *base, const char *extra, enum toy_status st, const char *want) {
+    char path[300];
+    snprintf(path, sizeof path, "%s/config.json", th_dir);
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    fprintf(f, "{%s,%s}", base, extra);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/out.gguf", th_dir);
+    struct toy_convert_opts o = {.type = TOY_F32};
+    cr_expect_eq(toy_hf_convert(th_dir, path, &o, NULL), st, "%s: %s", extra, toy_last_error());
+    cr_expect(strstr(toy_last_error(), want), "%s: %s", extra, toy_last_error());
+    cr_expect(access(path, F_OK) != 0, "%s: an output was written", extra);
+}
+
 /* Gemma 3 and SmolLM3 configs a GGUF cannot hold are refused, naming what, before any weight is read: layer_types
  * whose global layers are not the last of each period (GGUF's sliding_window_pattern), the multimodal Gemma 3
  * (its text model is under text_config, its weights under language_model), SmolLM3 layers without RoPE other
@@ -407,21 +423,10 @@ Test(hf_import, gemma3_and_smollm3_layouts_a_gguf_cannot_hold_are_refused) {
                           "use_sliding_window"};
     const enum toy_status st[] = {TOY_ERR_UNSUPPORTED, TOY_ERR_UNSUPPORTED, TOY_ERR_FORMAT, TOY_ERR_UNSUPPORTED,
                                   TOY_ERR_UNSUPPORTED, TOY_ERR_UNSUPPORTED};
-    for (int i = 0; i < 6; i++) {
-        char path[300];
-        snprintf(path, sizeof path, "%s/config.json", th_dir);
-        FILE *f = fopen(path, "w");
-        cr_assert(f);
-        fprintf(f, "{\"hidden_size\":64,\"num_hidden_layers\":3,\"num_attention_heads\":4,\"num_key_value_heads\":1,"
+    for (int i = 0; i < 6; i++)
+        refused("\"hidden_size\":64,\"num_hidden_layers\":3,\"num_attention_heads\":4,\"num_key_value_heads\":1,"
                 "\"head_dim\":32,\"intermediate_size\":128,\"vocab_size\":100,\"query_pre_attn_scalar\":32,"
-                "\"sliding_window\":16,%s}", extra[i]);
-        fclose(f);
-        snprintf(path, sizeof path, "%s/out.gguf", th_dir);
-        struct toy_convert_opts o = {.type = TOY_F32};
-        cr_expect_eq(toy_hf_convert(th_dir, path, &o, NULL), st[i], "%d: %s", i, toy_last_error());
-        cr_expect(strstr(toy_last_error(), want[i]), "%d: %s", i, toy_last_error());
-        cr_expect(access(path, F_OK) != 0, "an output was written");
-    }
+                "\"sliding_window\":16", extra[i], st[i], want[i]);
     th_rmdir();
 }
 
@@ -436,21 +441,10 @@ Test(hf_import, deepseek_routing_a_gguf_cannot_hold_is_refused) {
                            "\"original_max_position_embeddings\":4096,\"mscale\":1.0,\"mscale_all_dim\":0.707}",
                            "\"model_type\":\"deepseek_v2\",\"norm_topk_prob\":true,\"routed_scaling_factor\":16"};
     const char *want[] = {"within 4 of 8 expert groups", "mscale 1 and mscale_all_dim 0.707", "routed_scaling_factor 16"};
-    for (int i = 0; i < 3; i++) {
-        char path[300];
-        snprintf(path, sizeof path, "%s/config.json", th_dir);
-        FILE *f = fopen(path, "w");
-        cr_assert(f);
-        fprintf(f, "{\"hidden_size\":64,\"num_hidden_layers\":2,\"num_attention_heads\":4,\"intermediate_size\":128,"
+    for (int i = 0; i < 3; i++)
+        refused("\"hidden_size\":64,\"num_hidden_layers\":2,\"num_attention_heads\":4,\"intermediate_size\":128,"
                 "\"vocab_size\":100,\"kv_lora_rank\":32,\"qk_rope_head_dim\":8,\"qk_nope_head_dim\":16,"
                 "\"v_head_dim\":16,\"n_routed_experts\":8,\"num_experts_per_tok\":2,\"moe_intermediate_size\":32,"
-                "\"n_shared_experts\":1,\"first_k_dense_replace\":1,%s}", extra[i]);
-        fclose(f);
-        snprintf(path, sizeof path, "%s/out.gguf", th_dir);
-        struct toy_convert_opts o = {.type = TOY_F32};
-        cr_expect_eq(toy_hf_convert(th_dir, path, &o, NULL), TOY_ERR_UNSUPPORTED, "case %d: %s", i, toy_last_error());
-        cr_expect(strstr(toy_last_error(), want[i]), "case %d: %s", i, toy_last_error());
-        cr_expect(access(path, F_OK) != 0, "an output was written");
-    }
+                "\"n_shared_experts\":1,\"first_k_dense_replace\":1", extra[i], TOY_ERR_UNSUPPORTED, want[i]);
     th_rmdir();
 }

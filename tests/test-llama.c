@@ -368,19 +368,25 @@ Test(llama, serve_forward_equals_the_models_for_every_family) {
     }
 }
 
-Test(llama, training_steps_match_pytorch, .timeout = 300) {
-    th_mkdir("llama");
-    struct toy_llama_config c = base_config();
-    c.tied = false;
-    struct toy_llama *m0 = random_model(&c, 7);
+/* c's model, random (seed), saved under th_dir as name and loaded back trainable, after 20 AdamW steps against
+ * PyTorch's (ref_llama.py) loss curve: the caller frees it */
+static struct toy_llama *trained_vs_torch(struct toy_llama_config c, uint64_t seed, const char *name) {
+    struct toy_llama *m0 = random_model(&c, seed);
     char path[400];
-    snprintf(path, sizeof path, "%s/train.gguf", th_dir);
+    snprintf(path, sizeof path, "%s/%s.gguf", th_dir, name);
     save(m0, path);
     toy_llama_free(m0);
     struct toy_llama *m;
     cr_assert_eq(toy_llama_load(path, true, &m), TOY_OK, "%s", toy_last_error());
     th_train_vs_torch(toy_llama_lm(m), "ref_llama.py", path, 16, 3, 20);
-    toy_llama_free(m);
+    return m;
+}
+
+Test(llama, training_steps_match_pytorch, .timeout = 300) {
+    th_mkdir("llama");
+    struct toy_llama_config c = base_config();
+    c.tied = false;
+    toy_llama_free(trained_vs_torch(c, 7, "train"));
     th_rmdir();
 }
 
@@ -394,15 +400,9 @@ Test(llama, newer_families_training_steps_match_pytorch, .timeout = 300) {
         struct toy_llama_config c = base_config();
         fams[i](&c);
         if (c.logit_div > 0) c.logit_div = 1.5f; /* Granite's 8 flattens these tiny logits past learning in 20 steps */
-        struct toy_llama *m0 = random_model(&c, 7 + (uint64_t)i);
-        char path[400];
-        snprintf(path, sizeof path, "%s/train-%d.gguf", th_dir, i);
-        save(m0, path);
-        toy_llama_free(m0);
-        struct toy_llama *m;
-        cr_assert_eq(toy_llama_load(path, true, &m), TOY_OK, "%s", toy_last_error());
-        th_train_vs_torch(toy_llama_lm(m), "ref_llama.py", path, 16, 3, 20);
-        toy_llama_free(m);
+        char name[32];
+        snprintf(name, sizeof name, "train-%d", i);
+        toy_llama_free(trained_vs_torch(c, 7 + (uint64_t)i, name));
     }
     th_rmdir();
 }
@@ -422,14 +422,9 @@ Test(llama, mixture_training_steps_match_pytorch, .timeout = 300) {
         struct toy_llama_config c = base_config();
         c.tied = false;
         fams[i](&c);
-        struct toy_llama *m0 = random_model(&c, i == 5 ? 8 : 7);
-        char path[400];
-        snprintf(path, sizeof path, "%s/train-%d.gguf", th_dir, i);
-        save(m0, path);
-        toy_llama_free(m0);
-        struct toy_llama *m;
-        cr_assert_eq(toy_llama_load(path, true, &m), TOY_OK, "%s", toy_last_error());
-        th_train_vs_torch(toy_llama_lm(m), "ref_llama.py", path, 16, 3, 20);
+        char name[32];
+        snprintf(name, sizeof name, "train-%d", i);
+        struct toy_llama *m = trained_vs_torch(c, i == 5 ? 8 : 7, name);
         if (c.kv_lora_rank) { /* latent attention trains in full, but takes no adapter */
             struct toy_lora *a = NULL;
             struct toy_lora_opts o = {.rank = 4, .seed = 1};
