@@ -410,10 +410,10 @@ static void refused(const char *base, const char *extra, enum toy_status st, con
  * than llama.cpp's every fourth, and a SmolLM3 sliding window */
 Test(hf_import, gemma3_and_smollm3_layouts_a_gguf_cannot_hold_are_refused) {
     th_mkdir("g3r");
-    const char *extra[] = {"\"model_type\":\"gemma3_text\",\"layer_types\":[\"full_attention\",\"sliding_attention\","
-                           "\"full_attention\"]",
-                           "\"model_type\":\"gemma3_text\",\"layer_types\":[\"sliding_attention\",\"chunked_attention\","
-                           "\"full_attention\"]",
+    const char *extra[] = {("\"model_type\":\"gemma3_text\",\"layer_types\":[\"full_attention\",\"sliding_attention\","
+                            "\"full_attention\"]"),
+                           ("\"model_type\":\"gemma3_text\",\"layer_types\":[\"sliding_attention\",\"chunked_attention\","
+                            "\"full_attention\"]"),
                            "\"model_type\":\"gemma3_text\",\"layer_types\":[\"sliding_attention\"]",
                            "\"model_type\":\"gemma3\"",
                            "\"model_type\":\"smollm3\",\"no_rope_layers\":[1,0,1]",
@@ -437,8 +437,8 @@ Test(hf_import, gemma3_and_smollm3_layouts_a_gguf_cannot_hold_are_refused) {
 Test(hf_import, deepseek_routing_a_gguf_cannot_hold_is_refused) {
     th_mkdir("dsr");
     const char *extra[] = {"\"model_type\":\"deepseek_v3\",\"topk_method\":\"noaux_tc\",\"n_group\":8,\"topk_group\":4",
-                           "\"model_type\":\"deepseek_v3\",\"rope_scaling\":{\"type\":\"yarn\",\"factor\":40,"
-                           "\"original_max_position_embeddings\":4096,\"mscale\":1.0,\"mscale_all_dim\":0.707}",
+                           ("\"model_type\":\"deepseek_v3\",\"rope_scaling\":{\"type\":\"yarn\",\"factor\":40,"
+                            "\"original_max_position_embeddings\":4096,\"mscale\":1.0,\"mscale_all_dim\":0.707}"),
                            "\"model_type\":\"deepseek_v2\",\"norm_topk_prob\":true,\"routed_scaling_factor\":16"};
     const char *want[] = {"within 4 of 8 expert groups", "mscale 1 and mscale_all_dim 0.707", "routed_scaling_factor 16"};
     for (int i = 0; i < 3; i++)
