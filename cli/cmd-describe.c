@@ -77,6 +77,7 @@ struct hp {
     bool has_eps, eps_rms, has_rope_base, tied, qkv_bias, qk_norm, has_rope_freqs;
     double attn_cap, final_cap;
     int64_t swa, swa_period; /* the window, and of each swa_period layers the last is global (0: all slide) */
+    int64_t nope_period;     /* of each nope_period layers the last takes no RoPE (SmolLM3; 0: none) */
     double rope_base_swa;    /* the sliding layers' RoPE base (Gemma 3; 0: rope_base) */
     double embed_mult, residual_mult, attn_mult, logit_div; /* Granite's (0: absent) */
     int64_t experts, experts_used, dff_exp; /* a mixture of experts (0: none) */
@@ -151,9 +152,10 @@ static void read_hp(const struct toy_gguf *g, struct hp *h) {
     h->final_cap = getf(g, h, "final_logit_softcapping", 0, NULL);
     h->swa = geti(g, h, "attention.sliding_window", 0, NULL);
     /* llama.cpp hard-codes Gemma 2's period and Gemma 3's (src/models/llama-gguf.c reads a per-layer array too) */
-    const bool gemma3 = !strcmp(h->arch, "gemma3");
-    h->swa_period = geti(g, h, "attention.sliding_window_pattern", !strcmp(h->arch, "gemma2") ? 2 : gemma3 ? 6 : 0, NULL);
-    h->rope_base_swa = getf(g, h, "rope.freq_base_swa", gemma3 ? 10000.0 : 0.0, NULL);
+    const struct toy_llama_arch_rules rules = toy_llama_arch_rules(h->arch);
+    h->swa_period = geti(g, h, "attention.sliding_window_pattern", rules.swa_period, NULL);
+    h->rope_base_swa = getf(g, h, "rope.freq_base_swa", rules.rope_base_swa, NULL);
+    h->nope_period = rules.nope_period;
     if (!strcmp(h->arch, "granite")) {
         h->embed_mult = getf(g, h, "embedding_scale", 0, NULL);
         h->residual_mult = getf(g, h, "residual_scale", 0, NULL);
@@ -482,9 +484,9 @@ static void card(const struct toy_gguf *g, const struct hp *h, struct text *t) {
         if (h->rope_base_swa > 0 && h->swa > 0)
             STEP("position t turns pairs", "  Q ← RoPE(Q, θ_l%s); K ← RoPE(K, θ_l%s), θ_l = %g where l slides", n++,
                  h->has_rope_freqs ? ", ρ" : "", h->has_rope_freqs ? ", ρ" : "", h->rope_base_swa);
-        else if (!strcmp(h->arch, "smollm3")) /* llama.cpp's: no rotation on every fourth layer */
-            STEP("position t turns pairs", "  Q ← RoPE(Q, θ%s); K ← RoPE(K, θ%s) unless 4 | l (no position there)", n++,
-                 h->has_rope_freqs ? ", ρ" : "", h->has_rope_freqs ? ", ρ" : "");
+        else if (h->nope_period > 0) /* llama.cpp's SmolLM3: no rotation on every fourth layer */
+            STEP("position t turns pairs", "  Q ← RoPE(Q, θ%s); K ← RoPE(K, θ%s) unless %lld | l (no position there)",
+                 n++, h->has_rope_freqs ? ", ρ" : "", h->has_rope_freqs ? ", ρ" : "", (long long)h->nope_period);
         else
             STEP("position t turns pairs", "  Q ← RoPE(Q, θ%s); K ← RoPE(K, θ%s)", n++, h->has_rope_freqs ? ", ρ" : "",
                  h->has_rope_freqs ? ", ρ" : "");

@@ -263,6 +263,20 @@ enum toy_status toy_kv_cache_check_size(int64_t n_layers, int64_t row, int64_t n
  * (qwen2moe, qwen3moe) rather than <arch>.feed_forward_length. */
 bool toy_llama_moe_renormalises(const char *arch);
 bool toy_llama_moe_own_ff_key(const char *arch);
+/* llama.cpp's layer rules by general.architecture, which no GGUF key holds
+ * (or only an optional one): of each swa_period layers the last attends
+ * globally (gemma2 2, gemma3 6; 0: every layer slides), the sliding
+ * layers' RoPE base (gemma3 10000; 0: rope_base), and of each nope_period
+ * layers the last takes no RoPE (smollm3 4; 0: none). */
+struct toy_llama_arch_rules {
+    int32_t swa_period, nope_period;
+    float rope_base_swa;
+};
+struct toy_llama_arch_rules toy_llama_arch_rules(const char *arch);
+/* The swa_period a list of n layers' kinds (true: it slides) repeats: the
+ * first global layer ends the period, 0 when every layer slides; -1 when
+ * no period gives the list, *bad then the first layer that differs. */
+int32_t toy_llama_swa_period_of(const bool *slides, int64_t n, int64_t *bad);
 /* TOY_ERR_UNSUPPORTED naming `what` when m cannot take a LoRA adapter
  * (latent attention: DeepSeek, whose queries, keys and values come through
  * latents), else TOY_OK. Every model trains in full, mixtures and latent

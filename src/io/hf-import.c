@@ -332,25 +332,29 @@ static enum toy_status read_experts(const char *dir, json_t *c, struct hp *h) {
 /* Which Gemma layers slide: of each period the last attends globally (Gemma 2: 2; Gemma 3: 6, its
  * sliding_window_pattern), as layer_types lists them in newer configs */
 static enum toy_status gemma_layers(const char *dir, json_t *c, struct hp *h) {
-    h->swa_period = h->arch == ARCH_GEMMA2 ? 2 : cfg_int(c, "sliding_window_pattern", 6);
+    int32_t rule = toy_llama_arch_rules(arch_names[h->arch]).swa_period;
+    h->swa_period = h->arch == ARCH_GEMMA2 ? rule : cfg_int(c, "sliding_window_pattern", rule);
     json_t *lt = json_object_get(c, "layer_types");
     if (!lt || json_is_null(lt)) return TOY_OK;
-    if (!json_is_array(lt) || (int64_t)json_array_size(lt) != h->n_layer)
-        return toy_error(TOY_ERR_FORMAT, "%s/config.json: layer_types is not a list of %lld layers", dir,
-                         (long long)h->n_layer);
-    int64_t p = 0, n = h->n_layer;
-    const char *t0;
-    while (p < n && (t0 = json_string_value(json_array_get(lt, (size_t)p))) && !strcmp(t0, "sliding_attention")) p++;
-    h->swa_period = p < n ? p + 1 : 0; /* the first global layer ends the period; none: every layer slides */
-    for (int64_t l = 0; l < n; l++) {
+    int64_t n = h->n_layer, bad = -1;
+    if (!json_is_array(lt) || (int64_t)json_array_size(lt) != n)
+        return toy_error(TOY_ERR_FORMAT, "%s/config.json: layer_types is not a list of %lld layers", dir, (long long)n);
+    bool *slides = malloc((size_t)n);
+    if (!slides) return toy_error(TOY_ERR_NOMEM, "out of memory");
+    for (int64_t l = 0; l < n && bad < 0; l++) {
         const char *t = json_string_value(json_array_get(lt, (size_t)l));
-        bool global = t && !strcmp(t, "full_attention");
-        if ((!global && (!t || strcmp(t, "sliding_attention"))) ||
-            global != (h->swa_period && l % h->swa_period == h->swa_period - 1))
-            return toy_error(TOY_ERR_UNSUPPORTED, "%s/config.json: layer_types[%lld] is '%s': toy's Gemma layers slide "
-                             "but for the last of each period (GGUF's sliding_window_pattern)", dir, (long long)l,
-                             t ? t : "(not a string)");
+        slides[l] = t && !strcmp(t, "sliding_attention");
+        if (!slides[l] && (!t || strcmp(t, "full_attention"))) bad = l; /* neither kind */
     }
+    int32_t period = bad < 0 ? toy_llama_swa_period_of(slides, n, &bad) : -1;
+    free(slides);
+    if (period < 0) {
+        const char *t = json_string_value(json_array_get(lt, (size_t)bad));
+        return toy_error(TOY_ERR_UNSUPPORTED, "%s/config.json: layer_types[%lld] is '%s': toy's Gemma layers slide "
+                         "but for the last of each period (GGUF's sliding_window_pattern)", dir, (long long)bad,
+                         t ? t : "(not a string)");
+    }
+    h->swa_period = period;
     return TOY_OK;
 }
 
@@ -361,11 +365,13 @@ static enum toy_status smollm3_layers(const char *dir, json_t *c, struct hp *h) 
     if (!json_is_array(nr) || (int64_t)json_array_size(nr) != h->n_layer)
         return toy_error(TOY_ERR_FORMAT, "%s/config.json: no_rope_layers is not a list of %lld layers", dir,
                          (long long)h->n_layer);
+    const int64_t p = toy_llama_arch_rules("smollm3").nope_period;
     for (int64_t l = 0; l < h->n_layer; l++) {
         json_t *v = json_array_get(nr, (size_t)l);
-        if (!json_is_integer(v) || json_integer_value(v) != (l % 4 != 3))
+        if (!json_is_integer(v) || json_integer_value(v) != (l % p != p - 1))
             return toy_error(TOY_ERR_UNSUPPORTED, "%s/config.json: no_rope_layers[%lld] is not %d: a smollm3 GGUF "
-                             "rotates every layer but the fourth of each four", dir, (long long)l, l % 4 != 3);
+                             "rotates every layer but the last of each %lld", dir, (long long)l, l % p != p - 1,
+                             (long long)p);
     }
     json_t *sw = json_object_get(c, "use_sliding_window");
     if (json_is_true(sw))
@@ -520,6 +526,7 @@ static enum toy_status write_hparams(struct toy_gguf_writer *w, const struct hp 
     }
     if (is_gemma(h->arch)) { /* Gemma 2's softcaps default on; Gemma 3 has none (null) */
         bool g2 = h->arch == ARCH_GEMMA2;
+        const struct toy_llama_arch_rules rules = toy_llama_arch_rules(A);
         double acap = cfg_cap(c, "attn_logit_softcapping", g2 ? 50.0 : 0);
         double fcap = cfg_cap(c, "final_logit_softcapping", g2 ? 30.0 : 0);
         if (acap > 0) e |= toy_gguf_writer_set_f32(w, KEY("attn_logit_softcapping"), (float)acap);
@@ -529,11 +536,11 @@ static enum toy_status write_hparams(struct toy_gguf_writer *w, const struct hp 
             e |= toy_gguf_writer_set_u32(w, KEY("attention.sliding_window"),
                                          (uint32_t)cfg_int(c, "sliding_window", 4096));
             /* llama.cpp hard-codes the period (2, 6) and Gemma 3's local base (10000): keys only where they differ */
-            if (h->swa_period != (g2 ? 2 : 6))
+            if (h->swa_period != rules.swa_period)
                 e |= toy_gguf_writer_set_u32(w, KEY("attention.sliding_window_pattern"), (uint32_t)h->swa_period);
         }
-        double local = cfg_num(c, "rope_local_base_freq", 10000.0);
-        if (!g2 && local != 10000.0) e |= toy_gguf_writer_set_f32(w, KEY("rope.freq_base_swa"), (float)local);
+        double local = cfg_num(c, "rope_local_base_freq", rules.rope_base_swa);
+        if (local != rules.rope_base_swa) e |= toy_gguf_writer_set_f32(w, KEY("rope.freq_base_swa"), (float)local);
     }
     if (h->arch == ARCH_GRANITE) { /* its multipliers under llama.cpp's keys (GraniteModel) */
         e |= toy_gguf_writer_set_f32(w, KEY("embedding_scale"), (float)cfg_num(c, "embedding_multiplier", 1.0));

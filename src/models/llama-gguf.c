@@ -62,6 +62,26 @@ static double key_float(struct keys *k, const char *suffix, double def) {
 
 bool toy_llama_moe_renormalises(const char *arch) { return strcmp(arch, "olmoe") && strcmp(arch, "qwen2moe"); }
 
+struct toy_llama_arch_rules toy_llama_arch_rules(const char *arch) {
+    struct toy_llama_arch_rules r = {0};
+    if (!strcmp(arch, "gemma2")) r.swa_period = 2;
+    if (!strcmp(arch, "gemma3")) r.swa_period = 6, r.rope_base_swa = 10000.0f;
+    if (!strcmp(arch, "smollm3")) r.nope_period = 4;
+    return r;
+}
+
+int32_t toy_llama_swa_period_of(const bool *slides, int64_t n, int64_t *bad) {
+    int64_t p = 0;
+    while (p < n && slides[p]) p++;
+    p = p < n ? p + 1 : 0;
+    for (int64_t l = 0; p && l < n; l++)
+        if (!slides[l] != (l % p == p - 1)) {
+            if (bad) *bad = l;
+            return -1;
+        }
+    return (int32_t)p;
+}
+
 bool toy_llama_moe_own_ff_key(const char *arch) {
     return !strcmp(arch, "qwen2moe") || !strcmp(arch, "qwen3moe") || !strcmp(arch, "deepseek2");
 }
@@ -124,16 +144,19 @@ static enum toy_status swa_pattern(const struct toy_gguf *g, const char *a, stru
     if (t != TOY_GGUF_BOOL || n != (uint64_t)c->n_layers)
         return toy_error(TOY_ERR_FORMAT, "%s: %s is an array of %llu %s, not of a bool per layer (%lld)",
                          toy_gguf_path(g), key, (unsigned long long)n, toy_gguf_type_name(t), (long long)c->n_layers);
-    const uint8_t *slides = toy_gguf_arr_data(g, i);
-    uint64_t period = 0;
-    while (period < n && slides[period]) period++;
-    period = period < n ? period + 1 : 0; /* the first global layer ends the period; none: every layer slides */
-    for (uint64_t l = 0; period && l < n; l++)
-        if (!slides[l] != (l % period == period - 1))
-            return toy_error(TOY_ERR_UNSUPPORTED, "%s: %s: layer %llu %s, which no period of sliding layers then one "
-                             "global gives", toy_gguf_path(g), key, (unsigned long long)l,
-                             slides[l] ? "slides" : "attends globally");
-    c->swa_period = (int32_t)period;
+    const uint8_t *bytes = toy_gguf_arr_data(g, i);
+    bool *slides = malloc(n ? n : 1);
+    if (!slides) return toy_error(TOY_ERR_NOMEM, "out of memory");
+    for (uint64_t l = 0; l < n; l++) slides[l] = bytes[l] != 0;
+    int64_t bad = 0;
+    int32_t period = toy_llama_swa_period_of(slides, (int64_t)n, &bad);
+    bool bad_slides = period < 0 && slides[bad];
+    free(slides);
+    if (period < 0)
+        return toy_error(TOY_ERR_UNSUPPORTED, "%s: %s: layer %lld %s, which no period of sliding layers then one "
+                         "global gives", toy_gguf_path(g), key, (long long)bad,
+                         bad_slides ? "slides" : "attends globally");
+    c->swa_period = period;
     return TOY_OK;
 }
 
@@ -180,7 +203,9 @@ static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_lla
             return toy_error(TOY_ERR_UNSUPPORTED, "%s: %s is false (Granite without RoPE) is not supported",
                              toy_gguf_path(g), fk);
     }
-    c->nope_period = !strcmp(a, "smollm3") ? 4 : 0; /* llama.cpp's, which no key holds */
+    const struct toy_llama_arch_rules rules = toy_llama_arch_rules(a);
+    c->nope_period = rules.nope_period;
+    c->swa_period = rules.swa_period; /* (a file may give another: swa_pattern) */
     const char *st;
     size_t stl;
     char skey[128];
@@ -255,7 +280,6 @@ static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_lla
     if (gemma2 || gemma3) {
         c->embed_scale = true;
         c->gelu_mlp = true;
-        c->swa_period = gemma2 ? 2 : 6;
         c->attn_scale = 1.0f / sqrtf((float)(c->head_dim ? c->head_dim : c->d_model / (c->n_heads ? c->n_heads : 1)));
         /* llama.cpp (load_hparams): the 27Bs, Gemma 2's of 46 layers and Gemma 3's of 62, scale by
          * 1/sqrt(n_embd/n_head) (their query_pre_attn_scalar: 144, 168), not by their head dim (128) */
@@ -263,7 +287,7 @@ static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_lla
             c->attn_scale = 1.0f / sqrtf((float)(c->d_model / c->n_heads));
     }
     /* the sliding layers' own RoPE base: Gemma 3's local layers take 10000 in llama.cpp, which has no key for it */
-    c->rope_base_swa = (float)key_float(&k, "rope.freq_base_swa", gemma3 ? 10000.0 : 0.0);
+    c->rope_base_swa = (float)key_float(&k, "rope.freq_base_swa", rules.rope_base_swa);
     if (k.st) return toy_error(k.st, "%s", k.err);
     enum toy_status sp = swa_pattern(g, a, c);
     if (sp) return sp;
@@ -422,6 +446,7 @@ static enum toy_status fill_converted(void *ctx, void *dst, size_t nbytes) {
 enum toy_status toy_llama_write_gguf(const struct toy_llama *m, struct toy_gguf_writer *w, enum toy_dtype type) {
     const struct toy_llama_config *c = &m->cfg;
     const char *a = c->arch[0] ? c->arch : "llama";
+    const struct toy_llama_arch_rules rules = toy_llama_arch_rules(a);
     char k[128];
     enum toy_status st = TOY_OK;
 #define SETU(suffix, v) if (!st) { snprintf(k, sizeof k, "%s." suffix, a); st = toy_gguf_writer_set_u32(w, k, (uint32_t)(v)); }
@@ -463,8 +488,7 @@ enum toy_status toy_llama_write_gguf(const struct toy_llama *m, struct toy_gguf_
     if (c->sliding_window > 0) {
         SETU("attention.sliding_window", c->sliding_window);
         /* llama.cpp hard-codes gemma2's period (2) and gemma3's (6); the key where a model has another */
-        int32_t period = !strcmp(a, "gemma2") ? 2 : !strcmp(a, "gemma3") ? 6 : 0;
-        if (c->swa_period != period) SETU("attention.sliding_window_pattern", c->swa_period);
+        if (c->swa_period != rules.swa_period) SETU("attention.sliding_window_pattern", c->swa_period);
     }
     if (!strcmp(a, "granite")) {
         if (c->embed_mult > 0) SETF("embedding_scale", c->embed_mult);
@@ -472,8 +496,7 @@ enum toy_status toy_llama_write_gguf(const struct toy_llama *m, struct toy_gguf_
         if (c->attn_scale > 0) SETF("attention.scale", c->attn_scale);
         SETF("logit_scale", c->logit_div > 0 ? c->logit_div : 1.0f);
     }
-    if (c->rope_base_swa > 0 && (strcmp(a, "gemma3") || c->rope_base_swa != 10000.0f))
-        SETF("rope.freq_base_swa", c->rope_base_swa);
+    if (c->rope_base_swa != rules.rope_base_swa) SETF("rope.freq_base_swa", c->rope_base_swa);
     if (c->attn_softcap > 0) SETF("attn_logit_softcapping", c->attn_softcap);
     if (c->final_softcap > 0) SETF("final_logit_softcapping", c->final_softcap);
     if (c->n_experts) {

@@ -76,8 +76,9 @@ enum toy_status toy_llama_check_config(const struct toy_llama_config *c) {
     NEED(!strcmp(c->arch, "granite") || !(c->embed_mult > 0 || c->residual_mult > 0 || c->logit_div > 0),
          "model config: embedding, residual and logit multipliers are architecture granite's, not %s's", c->arch);
     /* llama.cpp fixes SmolLM3's period, and no GGUF key holds another */
-    NEED(c->nope_period == (strcmp(c->arch, "smollm3") ? 0 : 4), "model config: no rotary embedding on every %dth "
-         "layer: architecture smollm3 has 4, the others none", (int)c->nope_period);
+    NEED(c->nope_period == toy_llama_arch_rules(c->arch).nope_period, "model config: no rotary embedding on every "
+         "%dth layer: architecture %s has %d", (int)c->nope_period, c->arch[0] ? c->arch : "llama",
+         (int)toy_llama_arch_rules(c->arch).nope_period);
     NEED(isfinite(c->rope_factor) && c->rope_factor >= 0, "model config: rope scaling factor %g must be >= 0",
          (double)c->rope_factor);
     NEED(isfinite(c->attn_softcap) && c->attn_softcap >= 0 && isfinite(c->final_softcap) && c->final_softcap >= 0,
