@@ -41,6 +41,15 @@ static struct toy_llama *random_model(const struct toy_llama_config *c, uint64_t
         bool bias = strstr(t->name, ".bias") != NULL;
         for (int64_t k = 0; k < toy_nelements(t); k++) d[k] = (bias ? 0.0f : 1.0f) + 0.2f * toy_rng_normal(&r);
     }
+    if (!strcmp(c->arch, "phi3")) { /* LongRoPE's tables: divisors in [1, 5), the long ones larger */
+        int64_t half = (c->rope_dim ? c->rope_dim : toy_llama_head_dim(c)) / 2;
+        m->rope_long = toy_set_name(toy_new_tensor_1d(m->ctx, TOY_F32, half), "rope_factors_long.weight");
+        m->rope_short = toy_set_name(toy_new_tensor_1d(m->ctx, TOY_F32, half), "rope_factors_short.weight");
+        for (int64_t i = 0; i < half; i++) {
+            ((float *)m->rope_long->data)[i] = 1.0f + 4.0f * (float)i / (float)half;
+            ((float *)m->rope_short->data)[i] = 1.0f + 0.5f * (float)i / (float)half;
+        }
+    }
     return m;
 }
 
@@ -168,6 +177,20 @@ static void f_granite(struct toy_llama_config *c) {
     snprintf(c->arch, sizeof c->arch, "granite");
     c->embed_mult = 12.0f, c->residual_mult = 0.22f, c->attn_scale = 0.015625f, c->logit_div = 8.0f;
 }
+/* Phi-4-mini's in small: three quarters of each head rotate, LongRoPE (its long table: the sequence passes the
+ * original context of 8) with its attention factor, q/k/v and gate/up fused in the file */
+static void f_phi3(struct toy_llama_config *c) {
+    snprintf(c->arch, sizeof c->arch, "phi3");
+    c->rope_mode = TOY_ROPE_NEOX;
+    c->rope_dim = 12;
+    c->rope_orig_ctx = 8, c->rope_attn_factor = 1.19f;
+    c->tied = false;
+}
+/* Phi-3-mini's: LongRoPE's short table (within the original context), every layer sliding; tied as Phi-4-mini */
+static void f_phi3_window(struct toy_llama_config *c) {
+    f_phi3(c);
+    c->rope_orig_ctx = 32, c->sliding_window = 6, c->tied = true;
+}
 static void f_linear(struct toy_llama_config *c) {
     c->rope_scaling = TOY_ROPE_SCALING_LINEAR;
     c->rope_factor = 4;
@@ -262,6 +285,7 @@ Test(llama, logits_match_pytorch_for_every_family_flag, .timeout = 300) {
                                       {"qwen3_qk_norm", f_qwen3}, {"mistral_swa", f_swa},
                                       {"gemma2", f_gemma2}, {"gemma3", f_gemma3}, {"gemma3_six", f_gemma3_six},
                                       {"smollm3", f_smollm3}, {"olmo2", f_olmo2}, {"granite", f_granite},
+                                      {"phi3", f_phi3}, {"phi3_window", f_phi3_window},
                                       {"rope_linear", f_linear},
                                       {"rope_yarn", f_yarn},
                                       {"mixtral_moe", f_mixtral}, {"qwen3moe", f_qwen3moe}, {"olmoe", f_olmoe},
@@ -271,7 +295,7 @@ Test(llama, logits_match_pytorch_for_every_family_flag, .timeout = 300) {
     int32_t tokens[T * B];
     for (int i = 0; i < T * B; i++) tokens[i] = (i * 37 + 5) % 61;
     json_t *specs = json_array();
-    float *ours[24];
+    float *ours[32];
     for (int i = 0; i < n; i++) {
         struct toy_llama_config c = base_config();
         cases[i].set(&c);
@@ -299,7 +323,9 @@ Test(llama, logits_match_pytorch_for_every_family_flag, .timeout = 300) {
                       lm->cfg.rope_base_swa == c.rope_base_swa && lm->cfg.rope_scaling == c.rope_scaling &&
                       lm->cfg.nope_period == c.nope_period && lm->cfg.post_norm == c.post_norm &&
                       lm->cfg.sandwich_norm == c.sandwich_norm && lm->cfg.embed_mult == c.embed_mult &&
-                      lm->cfg.residual_mult == c.residual_mult && lm->cfg.logit_div == c.logit_div,
+                      lm->cfg.residual_mult == c.residual_mult && lm->cfg.logit_div == c.logit_div &&
+                      lm->cfg.rope_attn_factor == c.rope_attn_factor &&
+                      (lm->rope_long != NULL) == !strcmp(c.arch, "phi3"),
                   "%s: the config did not come back from its GGUF", cases[i].name);
         ours[i] = th_logits(fwd, lm, tokens, T, B);
         toy_llama_free(lm);
@@ -336,6 +362,7 @@ Test(llama, serve_forward_equals_the_models_for_every_family) {
     const struct flag_case cases[] = {{"plain", f_plain}, {"qwen3_qk_norm", f_qwen3}, {"mistral_swa", f_swa},
                                       {"gemma2", f_gemma2}, {"gemma3", f_gemma3}, {"gemma3_six", f_gemma3_six},
                                       {"smollm3", f_smollm3}, {"olmo2", f_olmo2}, {"granite", f_granite},
+                                      {"phi3", f_phi3}, {"phi3_window", f_phi3_window},
                                       {"rope_yarn", f_yarn},
                                       {"qwen2moe", f_qwen2moe},
                                       {"deepseek3", f_deepseek3}};
@@ -391,12 +418,12 @@ Test(llama, training_steps_match_pytorch, .timeout = 300) {
 }
 
 /* Gemma 3 (QK-norm, sandwich norms, GeGLU, sliding and global layers), SmolLM3 (a layer without RoPE), OLMo 2
- * (norms after, whole-projection QK-norm) and Granite (multipliers) train: 20 AdamW steps each against PyTorch's
- * loss curve */
+ * (norms after, whole-projection QK-norm), Granite (multipliers) and Phi-3 (fused projections split for training,
+ * partial rotary with LongRoPE) train: 20 AdamW steps each against PyTorch's loss curve */
 Test(llama, newer_families_training_steps_match_pytorch, .timeout = 300) {
     th_mkdir("llama-families-train");
-    void (*fams[])(struct toy_llama_config *) = {f_gemma3, f_smollm3, f_olmo2, f_granite};
-    for (int i = 0; i < 4; i++) {
+    void (*fams[])(struct toy_llama_config *) = {f_gemma3, f_smollm3, f_olmo2, f_granite, f_phi3};
+    for (int i = 0; i < 5; i++) {
         struct toy_llama_config c = base_config();
         fams[i](&c);
         if (c.logit_div > 0) c.logit_div = 1.5f; /* Granite's 8 flattens these tiny logits past learning in 20 steps */
@@ -471,6 +498,13 @@ Test(llama, kv_cache_decode_equals_full_forward) {
     kv_equals_full(c);
     c = base_config();
     f_olmo2(&c); /* norms after, not before */
+    kv_equals_full(c);
+    c = base_config();
+    f_phi3(&c); /* partial rotary, LongRoPE's long table (the cache's 32 positions, as the full forward's 14, pass
+                 * its original 8) */
+    kv_equals_full(c);
+    c = base_config();
+    f_phi3_window(&c); /* its short table (32 and 14 within 32) and a window */
     kv_equals_full(c);
     c = base_config();
     f_qwen3moe(&c); /* one token's experts against all tokens' */
@@ -567,6 +601,110 @@ Test(llama, deepseek2_files_load_in_both_layouts_and_quantized, .timeout = 120) 
     cr_log_info("deepseek2 q8_0 vs f32 logits: max difference %.2e of max |logit| %.2f", worst, spread);
     cr_assert(worst < 0.1 * spread, "q8_0 logits %g from f32's (max %g)", worst, spread);
     for (int i = 0; i < 3; i++) free(lg[i]);
+    th_rmdir();
+}
+
+static int64_t gguf_int(const struct toy_gguf *g, const char *key) {
+    int64_t i = toy_gguf_find_key(g, key), v = -1;
+    cr_assert(i >= 0, "no key %s", key);
+    cr_assert_eq(toy_gguf_kv_int(g, i, &v), TOY_OK, "%s", toy_last_error());
+    return v;
+}
+
+/* A phi3 file as llama.cpp's converter writes it: q, k, v in one attn_qkv, gate and up in one ffn_up of 2 d_ff,
+ * the rotated dims, LongRoPE's tables and attention factor; toy splits them on loading (mapped rows of the fused
+ * tensor, of any type) and fuses them again on writing (a Q8_0 file written back from its mapping is the same
+ * bytes); the f32 and Q8_0 files' logits agree. A file with half of LongRoPE, or rotating an odd count, is refused. */
+Test(llama, phi3_files_keep_llama_cpps_fused_layout, .timeout = 120) {
+    th_mkdir("phi3");
+    struct toy_llama_config c = base_config();
+    f_phi3(&c);
+    struct toy_llama *m = random_model(&c, 9);
+    char f32[400], q8[400], back[400], half[400];
+    snprintf(f32, sizeof f32, "%s/phi3.gguf", th_dir);
+    snprintf(q8, sizeof q8, "%s/q8.gguf", th_dir);
+    snprintf(back, sizeof back, "%s/back.gguf", th_dir);
+    snprintf(half, sizeof half, "%s/half.gguf", th_dir);
+    save(m, f32);
+    toy_llama_free(m);
+    struct toy_gguf *g;
+    cr_assert_eq(toy_gguf_open(f32, &g), TOY_OK, "%s", toy_last_error());
+    const int64_t dq = 64, dkv = 32;
+    const struct {
+        const char *name;
+        int64_t ne0, ne1;
+    } want[] = {{"blk.1.attn_qkv.weight", 64, dq + 2 * dkv}, {"blk.1.ffn_up.weight", 64, 2 * 96},
+                {"blk.1.ffn_down.weight", 96, 64},         {"rope_factors_long.weight", 6, 1},
+                {"rope_factors_short.weight", 6, 1}};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        int64_t ti = toy_gguf_find_tensor(g, want[i].name);
+        cr_assert(ti >= 0, "no tensor %s", want[i].name);
+        const struct toy_gguf_tensor *t = toy_gguf_tensor(g, ti);
+        cr_expect(t->ne[0] == want[i].ne0 && t->ne[1] == want[i].ne1, "%s is [%lld, %lld]", want[i].name,
+                  (long long)t->ne[0], (long long)t->ne[1]);
+    }
+    const char *absent[] = {"blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight", "blk.0.ffn_gate.weight"};
+    for (size_t i = 0; i < 4; i++) cr_expect(toy_gguf_find_tensor(g, absent[i]) < 0, "%s written", absent[i]);
+    cr_expect_eq(gguf_int(g, "phi3.rope.dimension_count"), 12);
+    cr_expect_eq(gguf_int(g, "phi3.rope.scaling.original_context_length"), 8);
+    double af = 0;
+    cr_assert_eq(toy_gguf_kv_float(g, toy_gguf_find_key(g, "phi3.rope.scaling.attn_factor"), &af), TOY_OK);
+    cr_expect_float_eq(af, 1.19, 1e-6);
+    cr_expect(toy_gguf_find_key(g, "phi3.rope.scaling.type") < 0, "LongRoPE has no scaling type in llama.cpp's files");
+    /* the same file without its short table; with 11 dims rotated */
+    for (int bad = 0; bad < 2; bad++) {
+        struct toy_gguf_writer *w;
+        cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
+        for (int64_t i = 0; i < toy_gguf_n_kv(g); i++) cr_assert_eq(toy_gguf_writer_copy_kv(w, g, i), TOY_OK);
+        if (bad) cr_assert_eq(toy_gguf_writer_set_u32(w, "phi3.rope.dimension_count", 11), TOY_OK);
+        for (int64_t i = 0; i < toy_gguf_n_tensors(g); i++) {
+            const struct toy_gguf_tensor *t = toy_gguf_tensor(g, i);
+            if (bad || strcmp(t->name, "rope_factors_short.weight"))
+                cr_assert_eq(toy_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data), TOY_OK);
+        }
+        cr_assert_eq(toy_gguf_writer_write(w, half), TOY_OK, "%s", toy_last_error());
+        toy_gguf_writer_free(w);
+        cr_expect_eq(toy_llama_load(half, false, &m), TOY_ERR_FORMAT);
+        cr_expect(strstr(toy_last_error(), bad ? "rope.dimension_count is 11"
+                                               : "rope_factors_long.weight but not rope_factors_short.weight"),
+                  "%s", toy_last_error());
+    }
+    toy_gguf_close(g);
+
+    cr_assert_eq(toy_gguf_quantize(f32, q8, TOY_Q8_0, NULL, NULL), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(toy_llama_load(q8, false, &m), TOY_OK, "%s", toy_last_error());
+    cr_assert(m->layers[0].wk->type == TOY_Q8_0 && m->layers[0].w_up->type == TOY_Q8_0, "the fused rows, mapped");
+    cr_assert_eq(m->cfg.rope_dim, 12);
+    th_save_llama(m, TOY_Q8_0, back);
+    const int T = 9;
+    int32_t tokens[T];
+    for (int i = 0; i < T; i++) tokens[i] = (i * 7 + 3) % 61;
+    float *lq = th_logits(fwd, m, tokens, T, 1);
+    toy_llama_free(m);
+    struct toy_gguf *ga, *gb;
+    cr_assert_eq(toy_gguf_open(q8, &ga), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(toy_gguf_open(back, &gb), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(toy_gguf_n_tensors(ga), toy_gguf_n_tensors(gb));
+    for (int64_t i = 0; i < toy_gguf_n_tensors(ga); i++) { /* the same tensors, the same bytes */
+        const struct toy_gguf_tensor *ta = toy_gguf_tensor(ga, i);
+        int64_t j = toy_gguf_find_tensor(gb, ta->name);
+        cr_assert(j >= 0, "%s not written back", ta->name);
+        const struct toy_gguf_tensor *tb = toy_gguf_tensor(gb, j);
+        cr_assert(ta->type == tb->type && ta->n_elements == tb->n_elements && ta->ne[1] == tb->ne[1] &&
+                      !memcmp(ta->data, tb->data, toy_row_bytes(ta->type, ta->ne[0]) * (size_t)(ta->n_elements / ta->ne[0])),
+                  "%s written back as other bytes", ta->name);
+    }
+    toy_gguf_close(ga);
+    toy_gguf_close(gb);
+    cr_assert_eq(toy_llama_load(f32, false, &m), TOY_OK, "%s", toy_last_error());
+    float *lf = th_logits(fwd, m, tokens, T, 1);
+    toy_llama_free(m);
+    double worst = 0, spread = 0;
+    for (int64_t k = 0; k < T * c.vocab; k++) worst = fmax(worst, fabs(lq[k] - lf[k])), spread = fmax(spread, fabs(lf[k]));
+    cr_log_info("phi3 q8_0 vs f32 logits: max difference %.2e of max |logit| %.2f", worst, spread);
+    cr_assert(worst < 0.1 * spread, "q8_0 logits %g from f32's (max %g)", worst, spread);
+    free(lq);
+    free(lf);
     th_rmdir();
 }
 
@@ -909,7 +1047,8 @@ Test(llama, fused_decode_matches_unfused, .timeout = 120) {
 Test(llama, fused_decode_matches_unfused_every_family, .timeout = 120) {
     const struct flag_case cases[] = {{"qwen2_qkv_bias", f_qwen2}, {"gemma2", f_gemma2}, {"rope_yarn", f_yarn},
                                       {"rope_linear", f_linear},   {"mistral_swa", f_swa},  {"qwen3_qk_norm", f_qwen3},
-                                      {"qwen3moe", f_qwen3moe},    {"olmoe", f_olmoe},   {"qwen2moe", f_qwen2moe}};
+                                      {"qwen3moe", f_qwen3moe},    {"olmoe", f_olmoe},   {"qwen2moe", f_qwen2moe},
+                                      {"phi3", f_phi3}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct toy_llama_config c = base_config();
         cases[i].set(&c);

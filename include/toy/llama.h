@@ -113,7 +113,10 @@ struct toy_llama_config {
      * absorbed form: per head the key up-projection (attn_k_b) is folded
      * into the query and the value up-projection (attn_v_b) applied after
      * attention, so the cache holds kv_lora_rank + rope_dim numbers a
-     * position and layer, for all heads (n_kv_heads is 1). Inference only. */
+     * position and layer, for all heads (n_kv_heads is 1). Inference only.
+     * Without latent attention, rope_dim > 0 rotates only the first rope_dim
+     * dims of each head (partial rotary: Phi-4-mini's 96 of 128;
+     * rope.dimension_count); 0 rotates all. */
     int64_t kv_lora_rank, q_lora_rank, rope_dim, head_dim_v;
     /* DeepSeek's YaRN: the attention's magnitude correction (Hugging Face's
      * mscale_all_dim; GGUF rope.scaling.yarn_log_multiplier is a tenth of
@@ -156,6 +159,10 @@ struct toy_llama {
     struct toy_gguf *gguf;  /* the mapped file, when loaded */
     struct toy_tensor *tok_embd, *out_norm, *output; /* output == tok_embd when tied */
     struct toy_tensor *rope_freqs;                   /* GGUF rope_freqs.weight or NULL */
+    /* Phi-3's LongRoPE (rope_factors_long/short.weight, F32 {rope dims /
+     * 2}): per-frequency divisors for a context past cfg.rope_orig_ctx, and
+     * for one within it (toy_llama_rope_factors); NULL when absent */
+    struct toy_tensor *rope_long, *rope_short;
     struct toy_llama_layer *layers;
     /* TOY_F32 (default) or TOY_BF16: mixed precision. With BF16 the
      * projections run on bf16 copies of the f32 master weights (cast inside
@@ -292,14 +299,18 @@ float toy_llama_attn_scale(const struct toy_llama_config *cfg);
  * softcapped (final_softcap: Gemma 2) */
 struct toy_tensor *toy_llama_head_out(struct toy_ctx *ctx, const struct toy_llama_config *cfg, struct toy_tensor *logits);
 /* Whether layer l's attention slides (sliding_window, swa_period); the
- * rotary embedding its queries and keys take (rope_base_swa); and that
- * rotation of x {hd, H, T, B} at positions pos, with the model's
- * rope_freqs where the layer takes them (x itself on a layer without one:
- * nope_period) */
+ * rotary embedding its queries and keys take (rope_base_swa, rope_dim);
+ * the per-frequency divisors of a graph over n_ctx positions (rope_freqs;
+ * LongRoPE's long ones when n_ctx passes rope_orig_ctx, as llama.cpp picks
+ * them by its context and Hugging Face by the sequence's length); and that
+ * rotation of x {hd, H, T, B} at positions pos, in a graph over n_ctx
+ * positions (a cache's length, or T), with the divisors where the layer
+ * takes them (x itself on a layer without one: nope_period) */
 bool toy_llama_layer_slides(const struct toy_llama_config *cfg, int64_t l);
 struct toy_rope_params toy_llama_rope_params(const struct toy_llama_config *cfg, int64_t l);
+struct toy_tensor *toy_llama_rope_factors(const struct toy_llama *m, int64_t n_ctx);
 struct toy_tensor *toy_llama_rope(struct toy_ctx *ctx, const struct toy_llama *m, int64_t l, struct toy_tensor *x,
-                                  struct toy_tensor *pos);
+                                  struct toy_tensor *pos, int64_t n_ctx);
 /* Multi-head latent attention of a layer (c->kv_lora_rank > 0), over its
  * normed input h {d, T, B} at positions pos: toy_llama_mla_qkv gives the
  * queries q {kv_lora + rope_dim, H, T, B} and the keys kv {kv_lora +

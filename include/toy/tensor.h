@@ -376,7 +376,10 @@ struct toy_rope_params {
     int32_t orig_ctx;       /* llama3/yarn: original context length */
     float low_freq_factor, high_freq_factor;  /* llama3 (1, 4) */
     float beta_fast, beta_slow;               /* yarn (32, 1) */
-    float attn_factor;      /* yarn: multiplies cos/sin; 0 = 0.1 ln(factor) + 1 */
+    /* multiplies cos and sin (the rotated pairs' length), under any scaling
+     * (llama.cpp's rope.scaling.attn_factor: Phi-3's LongRoPE); 0 = YaRN's
+     * 0.1 ln(factor) + 1 under yarn, else 1 */
+    float attn_factor;
 };
 
 /* Rotary embedding of x {D, H, T, B} at I32 positions pos {T} (shared by the

@@ -169,14 +169,14 @@ static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_lla
         return toy_error(TOY_ERR_FORMAT, "%s: no general.architecture", toy_gguf_path(g));
     snprintf(c->arch, sizeof c->arch, "%.*s", (int)alen, arch);
     const char *a = c->arch;
-    static const char *const archs[] = {"llama",    "mistral",  "qwen2", "qwen3",     "gemma2",   "gemma3",
-                                        "smollm3",  "olmo2",    "granite", "qwen2moe", "qwen3moe", "olmoe", "deepseek2"};
+    static const char *const archs[] = {"llama",   "mistral",  "qwen2",    "qwen3", "gemma2",   "gemma3", "smollm3",
+                                        "olmo2",   "granite",  "phi3",     "qwen2moe", "qwen3moe", "olmoe",  "deepseek2"};
     bool known = false;
     for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++) known |= !strcmp(a, archs[i]);
     if (!known)
         return toy_error(TOY_ERR_UNSUPPORTED, "%s: architecture '%s' is not a Llama-family model toy runs "
-                         "(llama, mistral, qwen2, qwen3, gemma2, gemma3, smollm3, olmo2, granite, qwen2moe, qwen3moe, olmoe, "
-                         "deepseek2)", toy_gguf_path(g), a);
+                         "(llama, mistral, qwen2, qwen3, gemma2, gemma3, smollm3, olmo2, granite, phi3, qwen2moe, qwen3moe, "
+                         "olmoe, deepseek2)", toy_gguf_path(g), a);
     struct keys k = {.g = g, .arch = a};
     c->d_model = key_int(&k, "embedding_length", 0);
     c->n_layers = key_int(&k, "block_count", 0);
@@ -291,16 +291,16 @@ static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_lla
     if (k.st) return toy_error(k.st, "%s", k.err);
     enum toy_status sp = swa_pattern(g, a, c);
     if (sp) return sp;
+    if (!c->kv_lora_rank) { /* partial rotary (Phi-4-mini): the first rot dims of each head turn */
+        int64_t rot = key_int(&k, "rope.dimension_count", toy_llama_head_dim(c));
+        if (k.st) return toy_error(k.st, "%s", k.err);
+        if (rot <= 0 || rot % 2 || rot > toy_llama_head_dim(c))
+            return toy_error(TOY_ERR_FORMAT, "%s: %s.rope.dimension_count is %lld: want an even count up to the head "
+                             "dim %lld", toy_gguf_path(g), a, (long long)rot, (long long)toy_llama_head_dim(c));
+        c->rope_dim = rot == toy_llama_head_dim(c) ? 0 : rot;
+    }
     enum toy_status st2 = toy_llama_check_config(c);
     if (st2) return toy_error(st2, "%s: %s", toy_gguf_path(g), toy_last_error());
-    /* every rope here but latent attention's turns the whole head: a file that rotates fewer dims would load and
-     * run wrong */
-    int64_t rot = key_int(&k, "rope.dimension_count", toy_llama_head_dim(c));
-    if (k.st) return toy_error(k.st, "%s", k.err);
-    if (!c->kv_lora_rank && rot != toy_llama_head_dim(c))
-        return toy_error(TOY_ERR_UNSUPPORTED, "%s: %s.rope.dimension_count is %lld, the head dim %lld: partial rotary "
-                         "embeddings are not supported", toy_gguf_path(g), a, (long long)rot,
-                         (long long)toy_llama_head_dim(c));
     return TOY_OK;
 }
 
@@ -340,6 +340,94 @@ static enum toy_status bind(struct toy_llama *m, struct toy_tensor **slot, const
     for (int d = 2; d < 4; d++) t->nb[d] = t->nb[d - 1] * (size_t)t->ne[d - 1];
     t->data = (void *)gt->data;
     toy_set_frozen(t);
+    return TOY_OK;
+}
+
+/* Phi-3 keeps a layer's q, k and v rows in one attn_qkv and its gate and up
+ * rows in one ffn_up of twice d_ff (as llama.cpp's converter writes them):
+ * the file tensor that holds `name`'s rows, and the first of them, when the
+ * file has no tensor of that name (or, for ffn_up, one of the fused width). */
+static bool fused_rows(const struct toy_llama *m, const char *name, char *fused, size_t fn, int64_t *row0) {
+    const struct toy_gguf *g = m->gguf;
+    const struct toy_llama_config *c = &m->cfg;
+    long long l;
+    char part[32];
+    if (sscanf(name, "blk.%lld.%31[^.].weight", &l, part) != 2) return false;
+    int64_t hd = toy_llama_head_dim(c), dq = hd * c->n_heads, dkv = hd * c->n_kv_heads;
+    if (!strcmp(part, "attn_q") || !strcmp(part, "attn_k") || !strcmp(part, "attn_v")) {
+        snprintf(fused, fn, "blk.%lld.attn_qkv.weight", l);
+        *row0 = part[5] == 'q' ? 0 : part[5] == 'k' ? dq : dq + dkv;
+        return !has_tensor(g, name) && has_tensor(g, fused);
+    }
+    if (strcmp(part, "ffn_gate") && strcmp(part, "ffn_up")) return false;
+    char gate[96];
+    snprintf(fused, fn, "blk.%lld.ffn_up.weight", l);
+    snprintf(gate, sizeof gate, "blk.%lld.ffn_gate.weight", l);
+    int64_t i = toy_gguf_find_tensor(g, fused);
+    *row0 = part[4] == 'g' ? 0 : c->d_ff;
+    return !has_tensor(g, gate) && i >= 0 && toy_gguf_tensor(g, i)->ne[1] == 2 * c->d_ff;
+}
+
+/* bind() for rows row0.. of the fused file tensor `fused`: mapped, a view of
+ * its bytes; trainable, copied out as f32 */
+static enum toy_status bind_rows(struct toy_llama *m, struct toy_tensor *t, const char *fused, int64_t row0,
+                                 bool trainable) {
+    const struct toy_gguf *g = m->gguf;
+    int64_t i = toy_gguf_find_tensor(g, fused);
+    const struct toy_gguf_tensor *gt = toy_gguf_tensor(g, i);
+    if (gt->ne[0] != t->ne[0] || gt->ne[2] != 1 || row0 + t->ne[1] > gt->ne[1])
+        return toy_error(TOY_ERR_SHAPE, "%s: tensor %s is [%lld, %lld, %lld], too small to hold %s's rows %lld..%lld "
+                         "of %lld", toy_gguf_path(g), fused, (long long)gt->ne[0], (long long)gt->ne[1],
+                         (long long)gt->ne[2], t->name, (long long)row0, (long long)(row0 + t->ne[1] - 1),
+                         (long long)t->ne[0]);
+    if (!toy_can_dequantize(gt->type))
+        return toy_error(TOY_ERR_UNSUPPORTED, "%s: tensor %s has type %s, which toy cannot read yet",
+                         toy_gguf_path(g), fused, toy_dtype_name(gt->type));
+    size_t row = toy_row_bytes(gt->type, gt->ne[0]);
+    if (trainable) {
+        float *all = malloc((size_t)gt->n_elements * sizeof(float));
+        if (!all) return toy_error(TOY_ERR_NOMEM, "%s: reading %s", toy_gguf_path(g), fused);
+        enum toy_status st = toy_gguf_tensor_read_f32(g, i, all, gt->n_elements);
+        if (!st) memcpy(t->data, all + row0 * t->ne[0], (size_t)toy_nelements(t) * sizeof(float));
+        free(all);
+        return st;
+    }
+    t->type = gt->type;
+    t->nb[0] = toy_dtype_type_size(gt->type);
+    t->nb[1] = row;
+    for (int d = 2; d < 4; d++) t->nb[d] = t->nb[d - 1] * (size_t)t->ne[d - 1];
+    t->data = (char *)gt->data + (size_t)row0 * row;
+    toy_set_frozen(t);
+    return TOY_OK;
+}
+
+/* Phi-3's LongRoPE divisors: both tables or neither, each of rope dims / 2 */
+static enum toy_status longrope_factors(struct toy_llama *m) {
+    const struct toy_gguf *g = m->gguf;
+    static const char *const names[2] = {"rope_factors_long.weight", "rope_factors_short.weight"};
+    struct toy_tensor **slots[2] = {&m->rope_long, &m->rope_short};
+    int64_t half = (m->cfg.rope_dim ? m->cfg.rope_dim : toy_llama_head_dim(&m->cfg)) / 2;
+    int n = has_tensor(g, names[0]) + has_tensor(g, names[1]);
+    if (n == 0) return TOY_OK;
+    if (n == 1)
+        return toy_error(TOY_ERR_FORMAT, "%s: has %s but not %s", toy_gguf_path(g), names[!has_tensor(g, names[0])],
+                         names[has_tensor(g, names[0])]);
+    if (m->rope_freqs)
+        return toy_error(TOY_ERR_FORMAT, "%s: has both rope_freqs.weight and LongRoPE's rope_factors_long/short: "
+                         "which divides the frequencies is unclear", toy_gguf_path(g));
+    for (int j = 0; j < 2; j++) {
+        int64_t i = toy_gguf_find_tensor(g, names[j]);
+        const struct toy_gguf_tensor *gt = toy_gguf_tensor(g, i);
+        if (gt->n_elements != half)
+            return toy_error(TOY_ERR_SHAPE, "%s: %s holds %lld factors, not one per rotated pair (%lld)",
+                             toy_gguf_path(g), names[j], (long long)gt->n_elements, (long long)half);
+        struct toy_tensor *t = toy_set_name(toy_new_tensor_1d(m->ctx, TOY_F32, half), "%s", names[j]);
+        if (!t->data) t->data = toy_ctx_alloc(m->ctx, (size_t)half * sizeof(float));
+        toy_set_frozen(t);
+        enum toy_status st = toy_gguf_tensor_read_f32(g, i, t->data, half);
+        if (st) return st;
+        *slots[j] = t;
+    }
     return TOY_OK;
 }
 
@@ -410,7 +498,10 @@ enum toy_status toy_llama_load(const char *path, bool trainable, struct toy_llam
         struct toy_tensor *t = toy_llama_tensor(m, i);
         struct toy_tensor *slot = t;
         bool up = cfg.kv_lora_rank && (strstr(t->name, ".attn_k_b.") || strstr(t->name, ".attn_v_b."));
-        if ((st = bind(m, &slot, t->name, trainable, !up))) break; /* up: see mla_up_projections */
+        char fused[96];
+        int64_t row0;
+        if (fused_rows(m, t->name, fused, sizeof fused, &row0)) st = bind_rows(m, t, fused, row0, trainable);
+        else st = bind(m, &slot, t->name, trainable, !up); /* up: see mla_up_projections */
     }
     for (int64_t l = 0; l < cfg.n_layers && cfg.kv_lora_rank && !st; l++) st = mla_up_projections(m, l);
     if (!st && has_tensor(g, "rope_freqs.weight")) {
@@ -420,6 +511,7 @@ enum toy_status toy_llama_load(const char *path, bool trainable, struct toy_llam
         if (!m->rope_freqs->data) m->rope_freqs->data = toy_ctx_alloc(m->ctx, (size_t)gt->n_elements * sizeof(float));
         st = toy_gguf_tensor_read_f32(g, i, m->rope_freqs->data, gt->n_elements);
     }
+    if (!st) st = longrope_factors(m);
     if (st) { toy_llama_free(m); return st; }
     if (trainable) { /* the file is no longer needed */
         toy_gguf_close(m->gguf);
@@ -443,6 +535,69 @@ static enum toy_status fill_converted(void *ctx, void *dst, size_t nbytes) {
     return toy_quantize_row(c->type, c->t->data, dst, n);
 }
 
+/* A fused tensor's parts, the rows of each written one after the other as `type`: each part either of that
+ * type already (mapped from a file) or f32 converted to it */
+struct fused {
+    const struct toy_tensor *part[3];
+    int n;
+    enum toy_dtype type;
+};
+
+static enum toy_status fill_fused(void *ctx, void *dst, size_t nbytes) {
+    const struct fused *f = ctx;
+    char *p = dst;
+    enum toy_status st = TOY_OK;
+    for (int j = 0; j < f->n && !st; j++) {
+        const struct toy_tensor *t = f->part[j];
+        size_t bytes = toy_row_bytes(f->type, t->ne[0]) * (size_t)t->ne[1];
+        if (t->type == f->type) memcpy(p, t->data, bytes);
+        else st = toy_quantize_row(f->type, t->data, p, toy_nelements(t));
+        p += bytes;
+    }
+    (void)nbytes;
+    return st;
+}
+
+/* Where t goes in a fused Phi-3 tensor: -1 the first part (wq, w_gate: the fused tensor is written there), 1 a
+ * later one (wk, wv, w_up), 0 none */
+static int fused_part(const struct toy_llama *m, const struct toy_tensor *t) {
+    for (int64_t l = 0; l < m->cfg.n_layers; l++) {
+        const struct toy_llama_layer *L = &m->layers[l];
+        if (t == L->wq || t == L->w_gate) return L->wk || L->w_up ? -1 : 0;
+        if (t == L->wk || t == L->wv || t == L->w_up) return 1;
+    }
+    return 0;
+}
+
+/* Layer tensor t (wq or w_gate) written with the rest of its part as llama.cpp's fused attn_qkv or ffn_up */
+static enum toy_status write_fused(const struct toy_llama *m, struct toy_gguf_writer *w, const struct toy_tensor *t,
+                                   enum toy_dtype type) {
+    const struct toy_llama_layer *L = NULL;
+    int64_t l = 0;
+    for (; l < m->cfg.n_layers && !L; l++)
+        if (t == m->layers[l].wq || t == m->layers[l].w_gate) L = &m->layers[l];
+    struct fused *f = toy_ctx_alloc(m->ctx, sizeof *f); /* lives until the write, like conv */
+    memset(f, 0, sizeof *f);
+    bool qkv = t == L->wq;
+    f->part[0] = t;
+    f->part[1] = qkv ? L->wk : L->w_up;
+    f->part[2] = qkv ? L->wv : NULL;
+    f->n = qkv ? 3 : 2;
+    f->type = t->type == TOY_F32 ? toy_row_type_for(type, t->ne[0]) : t->type;
+    int64_t ne[2] = {t->ne[0], 0};
+    for (int j = 0; j < f->n; j++) {
+        const struct toy_tensor *p = f->part[j];
+        if (p->ne[0] != t->ne[0] || (p->type != f->type && p->type != TOY_F32) || !toy_is_contiguous(p))
+            return toy_error(TOY_ERR_UNSUPPORTED, "blk.%lld: %s (%s) and %s (%s) cannot be written as one %s",
+                             (long long)(l - 1), t->name, toy_dtype_name(t->type), p->name, toy_dtype_name(p->type),
+                             qkv ? "attn_qkv" : "ffn_up");
+        ne[1] += p->ne[1];
+    }
+    char name[96];
+    snprintf(name, sizeof name, "blk.%lld.%s.weight", (long long)(l - 1), qkv ? "attn_qkv" : "ffn_up");
+    return toy_gguf_writer_add_tensor_fn(w, name, f->type, 2, ne, fill_fused, f);
+}
+
 enum toy_status toy_llama_write_gguf(const struct toy_llama *m, struct toy_gguf_writer *w, enum toy_dtype type) {
     const struct toy_llama_config *c = &m->cfg;
     const char *a = c->arch[0] ? c->arch : "llama";
@@ -463,7 +618,7 @@ enum toy_status toy_llama_write_gguf(const struct toy_llama *m, struct toy_gguf_
     SETU("feed_forward_length", c->n_experts && !ff_key && c->d_ff_expert ? c->d_ff_expert : c->d_ff);
     SETU("attention.head_count", c->n_heads);
     SETU("attention.head_count_kv", c->n_kv_heads);
-    SETU("rope.dimension_count", c->kv_lora_rank ? c->rope_dim : toy_llama_head_dim(c));
+    SETU("rope.dimension_count", c->rope_dim ? c->rope_dim : toy_llama_head_dim(c)); /* (latent attention's: > 0) */
     if (c->kv_lora_rank) { /* llama.cpp's MLA files: key_length is the cached latent's, *_mla the heads' */
         SETU("attention.kv_lora_rank", c->kv_lora_rank);
         if (c->q_lora_rank) SETU("attention.q_lora_rank", c->q_lora_rank);
@@ -484,7 +639,10 @@ enum toy_status toy_llama_write_gguf(const struct toy_llama *m, struct toy_gguf_
         st = toy_gguf_writer_set_str(w, k, names[c->rope_scaling]);
         SETF("rope.scaling.factor", c->rope_factor);
         SETU("rope.scaling.original_context_length", c->rope_orig_ctx);
+    } else if (m->rope_long) { /* LongRoPE: no scaling type; the context past which its long factors apply */
+        SETU("rope.scaling.original_context_length", c->rope_orig_ctx);
     }
+    if (c->rope_attn_factor > 0) SETF("rope.scaling.attn_factor", c->rope_attn_factor);
     if (c->sliding_window > 0) {
         SETU("attention.sliding_window", c->sliding_window);
         /* llama.cpp hard-codes gemma2's period (2) and gemma3's (6); the key where a model has another */
@@ -519,9 +677,16 @@ enum toy_status toy_llama_write_gguf(const struct toy_llama *m, struct toy_gguf_
     }
 #undef SETU
 #undef SETF
+    const bool fuse = !strcmp(a, "phi3"); /* llama.cpp reads Phi-3's q, k, v as one attn_qkv, gate and up as one ffn_up */
     for (int i = 0; i < toy_llama_n_tensors(m) && !st; i++) {
         const struct toy_tensor *t = toy_llama_tensor(m, i);
         if (t == m->embd_proj) continue; /* folded into token_embd.weight */
+        int part = fuse ? fused_part(m, t) : 0;
+        if (part > 0) continue; /* written with its first */
+        if (part < 0) {
+            st = write_fused(m, w, t, type);
+            continue;
+        }
         if (t == m->tok_embd && m->embd_proj) { /* the table the model uses: donor P + residual */
             struct toy_tensor *ft = toy_ctx_alloc(m->ctx, sizeof *ft); /* lives until the write, like conv */
             *ft = *t;
@@ -547,5 +712,9 @@ enum toy_status toy_llama_write_gguf(const struct toy_llama *m, struct toy_gguf_
     }
     if (!st && m->rope_freqs)
         st = toy_gguf_writer_add_tensor(w, "rope_freqs.weight", TOY_F32, 1, m->rope_freqs->ne, m->rope_freqs->data);
+    for (int j = 0; j < 2 && !st && m->rope_long; j++) {
+        const struct toy_tensor *t = j ? m->rope_short : m->rope_long;
+        st = toy_gguf_writer_add_tensor(w, t->name, TOY_F32, 1, t->ne, t->data);
+    }
     return st;
 }

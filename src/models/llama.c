@@ -114,6 +114,10 @@ enum toy_status toy_llama_check_config(const struct toy_llama_config *c) {
         NEED(c->n_kv_heads == 1, "model config: latent attention has one key/value head (the latent), not %lld",
              (long long)c->n_kv_heads);
         NEED(!c->qkv_bias && !c->qk_norm, "model config: latent attention has no QKV bias or QK-norm");
+    } else {
+        NEED(c->rope_dim >= 0 && c->rope_dim % 2 == 0 && c->rope_dim <= toy_llama_head_dim(c),
+             "model config: rotary dims %lld: want 0 (the whole head) or even and at most the head dim %lld",
+             (long long)c->rope_dim, (long long)toy_llama_head_dim(c));
     }
 #undef NEED
     return TOY_OK;
@@ -485,16 +489,22 @@ struct toy_rope_params toy_llama_rope_params(const struct toy_llama_config *c, i
     r.beta_fast = c->rope_beta_fast;
     r.beta_slow = c->rope_beta_slow;
     r.attn_factor = c->rope_attn_factor;
+    if (!c->kv_lora_rank) r.n_dims = (int32_t)c->rope_dim; /* partial rotary (0: the whole head) */
     return r;
 }
 
+struct toy_tensor *toy_llama_rope_factors(const struct toy_llama *m, int64_t n_ctx) {
+    if (m->rope_freqs || !m->rope_long) return m->rope_freqs;
+    return n_ctx > m->cfg.rope_orig_ctx ? m->rope_long : m->rope_short;
+}
+
 struct toy_tensor *toy_llama_rope(struct toy_ctx *ctx, const struct toy_llama *m, int64_t l, struct toy_tensor *x,
-                                  struct toy_tensor *pos) {
+                                  struct toy_tensor *pos, int64_t n_ctx) {
     const struct toy_llama_config *c = &m->cfg;
     if (c->nope_period > 0 && l % c->nope_period == c->nope_period - 1) return x; /* SmolLM3's NoPE layers */
     struct toy_rope_params r = toy_llama_rope_params(c, l);
     /* Llama 3's per-frequency factors are a scaling: none on sliding layers of their own base */
-    struct toy_tensor *ff = c->rope_base_swa > 0 && toy_llama_layer_slides(c, l) ? NULL : m->rope_freqs;
+    struct toy_tensor *ff = c->rope_base_swa > 0 && toy_llama_layer_slides(c, l) ? NULL : toy_llama_rope_factors(m, n_ctx);
     return toy_rope_ff(ctx, x, pos, &r, ff);
 }
 
@@ -585,6 +595,7 @@ static struct toy_tensor *forward(struct toy_ctx *ctx, struct toy_llama *m, stru
     if (c->embed_mult > 0) x = toy_scale(ctx, x, c->embed_mult); /* Granite */
     int n_moe = 0;
     if (!cache) m->moe_aux_loss = NULL;
+    const int64_t n_ctx = cache ? cache->k[0]->ne[2] : T; /* the positions this graph serves (LongRoPE's choice) */
     for (int64_t l = 0; l < c->n_layers; l++) {
         struct toy_llama_layer *L = &m->layers[l];
         struct toy_attn_params attn = {.causal = true, .scale = toy_llama_attn_scale(c), .softcap = c->attn_softcap};
@@ -599,8 +610,8 @@ static struct toy_tensor *forward(struct toy_ctx *ctx, struct toy_llama *m, stru
             k = toy_reshape_4d(ctx, proj_lora(ctx, m, L, TOY_LORA_K, h, L->wk, L->bk), hd, Hkv, T, B);
             v = toy_reshape_4d(ctx, proj_lora(ctx, m, L, TOY_LORA_V, h, L->wv, L->bv), hd, Hkv, T, B);
             toy_llama_qk_norm(ctx, c, L, &q, &k);
-            q = toy_llama_rope(ctx, m, l, q, pos);
-            k = toy_llama_rope(ctx, m, l, k, pos);
+            q = toy_llama_rope(ctx, m, l, q, pos, n_ctx);
+            k = toy_llama_rope(ctx, m, l, k, pos, n_ctx);
         }
         struct toy_tensor *a;
         if (cache) {

@@ -128,6 +128,8 @@ static struct toy_tensor *llama_forward(struct toy_ctx *ctx, struct toy_llama *m
     struct toy_tensor *x = toy_get_rows(ctx, m->tok_embd, tokens); /* {d, T, B} */
     if (c->embed_scale) x = toy_scale(ctx, x, sqrtf((float)d));
     if (c->embed_mult > 0) x = toy_scale(ctx, x, c->embed_mult); /* Granite */
+    /* the positions a sequence may reach (LongRoPE's choice), as the model's cached forward takes them */
+    const int64_t n_ctx = caches && caches[0] ? caches[0]->k[0]->ne[2] : T;
     for (int64_t l = 0; l < c->n_layers; l++) {
         struct toy_llama_layer *L = &m->layers[l];
         struct toy_attn_params attn = {.causal = true, .scale = toy_llama_attn_scale(c), .softcap = c->attn_softcap};
@@ -142,8 +144,8 @@ static struct toy_tensor *llama_forward(struct toy_ctx *ctx, struct toy_llama *m
             k = toy_reshape_4d(ctx, projg(ctx, bf16, h, L->wk, L->bk, rg), hd, Hkv, T, B);
             v = toy_reshape_4d(ctx, projg(ctx, bf16, h, L->wv, L->bv, rg), hd, Hkv, T, B);
             toy_llama_qk_norm(ctx, c, L, &q, &k);
-            q = toy_llama_rope(ctx, m, l, q, pos);
-            k = toy_llama_rope(ctx, m, l, k, pos);
+            q = toy_llama_rope(ctx, m, l, q, pos, n_ctx);
+            k = toy_llama_rope(ctx, m, l, k, pos, n_ctx);
         }
         struct toy_tensor *a = attend(ctx, q, k, v, caches, l, &attn); /* {hd, H, T, B} */
         a = c->kv_lora_rank ? toy_llama_mla_out(ctx, c, L, a) : toy_reshape_3d(ctx, a, hd * H, T, B);

@@ -13,6 +13,11 @@ halves. Sliding windows as llama.cpp's set_swa_pattern: of each period the
 last layer is global (gemma2 2, gemma3 6, or attention.sliding_window_pattern);
 gemma3's sliding layers rotate with rope.freq_base_swa (10000), unscaled;
 smollm3's every fourth layer (3, 7, ...) does not rotate at all.
+phi3 (Hugging Face's Phi3 as llama.cpp stores it): q, k, v rows in one
+attn_qkv, gate and up rows in one ffn_up; the first rope.dimension_count
+dims of each head rotate; LongRoPE divides the frequencies by
+rope_factors_long when the sequence passes rope.scaling.original_context_length,
+else by rope_factors_short, and rope.scaling.attn_factor scales cos and sin.
 
 Usage: ref_llama.py SPEC.json OUT.json
 SPEC: {"cases": [{"gguf": path, "tokens": [[...]...] (B x T),
@@ -114,7 +119,10 @@ def inv_freqs(n, base, kind, factor, orig, low=1.0, high=4.0, bfast=32.0, bslow=
 
 
 def rope(x, pos, inv, neox, mscale):
-    # x (B, T, H, D)
+    # x (B, T, H, D); inv holds the frequencies of the first 2 len(inv) dims, the rest pass through
+    if 2 * inv.numel() < x.shape[-1]:
+        n = 2 * inv.numel()
+        return torch.cat([rope(x[..., :n], pos, inv, neox, mscale), x[..., n:]], -1)
     D = x.shape[-1]
     ang = pos.to(DT).view(-1, 1) * inv.view(1, -1)
     c = (torch.cos(ang) * mscale).view(1, -1, 1, D // 2)
@@ -144,9 +152,21 @@ class Llama:
         self.nope = 4 if a == "smollm3" else 0
         kind = g("rope.scaling.type", "none")
         factor = g("rope.scaling.factor", 1.0)
-        self.inv = inv_freqs(self.hd, g("rope.freq_base", 10000.0), kind, factor,
-                             g("rope.scaling.original_context_length", 0))
-        self.mscale = 0.1 * math.log(factor) + 1.0 if kind == "yarn" else 1.0
+        self.rot = g("rope.dimension_count", self.hd)
+        self.orig = g("rope.scaling.original_context_length", 0)
+        self.inv = inv_freqs(self.rot, g("rope.freq_base", 10000.0), kind, factor, self.orig)
+        self.mscale = g("rope.scaling.attn_factor", 0.1 * math.log(factor) + 1.0 if kind == "yarn" else 1.0)
+        # LongRoPE's tables are no parameters
+        self.long, self.short = t.pop("rope_factors_long.weight", None), t.pop("rope_factors_short.weight", None)
+        for l in range(self.L):  # Phi-3's fused projections, split as Hugging Face's Phi3 splits them
+            qkv, up = t.pop(f"blk.{l}.attn_qkv.weight", None), t.get(f"blk.{l}.ffn_up.weight")
+            if qkv is not None:
+                dq, dkv = self.H * self.hd, self.Hkv * self.hd
+                t[f"blk.{l}.attn_q.weight"], t[f"blk.{l}.attn_k.weight"], t[f"blk.{l}.attn_v.weight"] = \
+                    qkv[:dq].clone(), qkv[dq:dq + dkv].clone(), qkv[dq + dkv:].clone()
+            if f"blk.{l}.ffn_gate.weight" not in t and up is not None and up.shape[0] == 2 * g("feed_forward_length"):
+                f = up.shape[0] // 2
+                t[f"blk.{l}.ffn_gate.weight"], t[f"blk.{l}.ffn_up.weight"] = up[:f].clone(), up[f:].clone()
         self.window = g("attention.sliding_window", 0)
         self.attn_cap = g("attn_logit_softcapping", 0.0)
         self.final_cap = g("final_logit_softcapping", 0.0)
@@ -242,6 +262,9 @@ class Llama:
             x = x * math.sqrt(self.d)
         x = x * self.embed_mult
         pos = torch.arange(T)
+        inv_all = self.inv
+        if self.long is not None:  # LongRoPE: the long factors for a sequence past the original context
+            inv_all = self.inv / (self.long if T > self.orig else self.short)
         for l in range(self.L):
             p = lambda n: t.get(f"blk.{l}.{n}")
             # OLMo 2 (no attn_norm / ffn_norm) norms after attention and the MLP only
@@ -268,7 +291,7 @@ class Llama:
             if qn is not None:
                 q, k = rms(q, p("attn_q_norm.weight"), self.eps), rms(k, p("attn_k_norm.weight"), self.eps)
             slides = self.window > 0 and (self.period == 0 or l % self.period < self.period - 1)
-            inv, ms = (self.inv_swa, 1.0) if slides and self.inv_swa is not None else (self.inv, self.mscale)
+            inv, ms = (self.inv_swa, 1.0) if slides and self.inv_swa is not None else (inv_all, self.mscale)
             if not (self.nope and l % self.nope == self.nope - 1):
                 q, k = rope(q, pos, inv, self.neox, ms), rope(k, pos, inv, self.neox, ms)
             g = self.H // self.Hkv

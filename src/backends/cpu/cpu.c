@@ -614,7 +614,7 @@ static bool rope_cached(const struct toy_tensor *dst, int64_t ns, const int32_t 
                         int64_t T, int64_t p0, double *inv_freq) {
     int n_dims = dst->op_params[P_RP_NDIMS], half = n_dims / 2;
     float sign = dst->op_params[P_RP_INVERSE] ? -1.0f : 1.0f;
-    double mscale = dst->op_params[P_RP_SCALING] == TOY_ROPE_SCALING_YARN ? toy_param_f32(dst, P_RP_ATTN) : 1.0;
+    double mscale = toy_param_f32(dst, P_RP_ATTN); /* 1 unless YaRN's or a file's attn_factor */
     const struct toy_tensor *ff = dst->src[2];
 #define SLOT_POS(sl) (full ? pd[sl] : pd[per_batch ? p0 + (sl) : (p0 + (sl)) % T])
     if (!(ns > 0 && ns <= ROPE_CACHE_POS && ns * half <= ROPE_CACHE)) return false;
@@ -651,7 +651,7 @@ static void k_rope(struct toy_tensor *dst, int ith, int nth, float *tmp) {
     const struct toy_tensor *x = dst->src[0], *pos = dst->src[1];
     int n_dims = dst->op_params[P_RP_NDIMS];
     float sign = dst->op_params[P_RP_INVERSE] ? -1.0f : 1.0f;
-    double mscale = dst->op_params[P_RP_SCALING] == TOY_ROPE_SCALING_YARN ? toy_param_f32(dst, P_RP_ATTN) : 1.0;
+    double mscale = toy_param_f32(dst, P_RP_ATTN); /* 1 unless YaRN's or a file's attn_factor */
     int64_t D = dst->ne[0], H = dst->ne[1], T = dst->ne[2], Bn = dst->ne[3];
     int half = n_dims / 2;
     float *cs = tmp + D, *sn = cs + half;

@@ -539,7 +539,7 @@ static rope_args rope_args_of(const struct toy_cu_node *n) {
     R.sign = n->op_params[P_RP_INVERSE] ? -1.0f : 1.0f;
     float attn;
     memcpy(&attn, &n->op_params[P_RP_ATTN], sizeof attn);
-    R.mscale = n->op_params[P_RP_SCALING] == TOY_ROPE_SCALING_YARN ? (double)attn : 1.0;
+    R.mscale = (double)attn; /* 1 unless YaRN's or a file's attn_factor */
     R.per_batch = ct_nel(n->src[1]) == d.ne[2] * d.ne[3] && d.ne[3] > 1;
     return R;
 }
