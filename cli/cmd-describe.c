@@ -84,6 +84,10 @@ struct hp {
     int64_t dff_shared;                     /* its shared expert's width (Qwen2-MoE; 0: none) */
     int64_t dense_lead;                     /* DeepSeek: the first layers' dense MLP */
     int64_t kv_rank, q_rank, rope_dim, dv;  /* DeepSeek's latent attention (kv_rank 0: none) */
+    int64_t rot;                            /* the rotated dims of a head (Phi-4-mini's partial rotary) */
+    bool longrope, fused;                   /* Phi-3: LongRoPE's tables; attn_qkv and a fused ffn_up */
+    double rope_attn;                       /* rope.scaling.attn_factor (0: absent) */
+    int64_t rope_orig;
     bool moe_sigmoid, moe_bias, moe_norm;   /* DeepSeek's routing */
     double moe_scale, yarn_log_mul, rope_factor;
     bool vit; /* a ViT classifier (toy train --arch vit): images in, classes out */
@@ -213,6 +217,11 @@ static void read_hp(const struct toy_gguf *g, struct hp *h) {
     h->qkv_bias = toy_gguf_find_tensor(g, "blk.0.attn_q.bias") >= 0;
     h->qk_norm = toy_gguf_find_tensor(g, "blk.0.attn_q_norm.weight") >= 0;
     h->has_rope_freqs = toy_gguf_find_tensor(g, "rope_freqs.weight") >= 0;
+    h->rot = h->kv_rank ? h->dh : geti(g, h, "rope.dimension_count", h->dh, NULL);
+    h->longrope = toy_gguf_find_tensor(g, "rope_factors_long.weight") >= 0;
+    h->rope_attn = getf(g, h, "rope.scaling.attn_factor", 0, NULL);
+    h->rope_orig = geti(g, h, "rope.scaling.original_context_length", h->ctx, NULL);
+    h->fused = strcmp(h->arch, "gpt2") && toy_gguf_find_tensor(g, "blk.0.attn_qkv.weight") >= 0;
     for (int64_t i = 0; i < toy_gguf_n_tensors(g); i++) h->n_params += toy_gguf_tensor(g, i)->n_elements;
 }
 
@@ -343,11 +352,8 @@ static void card_mla(const struct toy_gguf *g, const struct hp *h, struct text *
 static void card(const struct toy_gguf *g, const struct hp *h, struct text *t) {
     const bool gpt2 = !strcmp(h->arch, "gpt2");
     const bool gemma = !strcmp(h->arch, "gemma2") || !strcmp(h->arch, "gemma3");
-    const bool llama_family = !strcmp(h->arch, "llama") || !strcmp(h->arch, "qwen2") ||
-                              !strcmp(h->arch, "qwen3") || gemma || !strcmp(h->arch, "mistral") ||
-                              !strcmp(h->arch, "qwen3moe") || !strcmp(h->arch, "olmoe") ||
-                              !strcmp(h->arch, "qwen2moe") || !strcmp(h->arch, "smollm3") ||
-                              !strcmp(h->arch, "olmo2") || !strcmp(h->arch, "granite");
+    /* (DeepSeek's latent attention has a card of its own: card_mla) */
+    const bool llama_family = toy_llama_arch_known(h->arch) && strcmp(h->arch, "deepseek2");
     /* OLMo 2: RMSNorm after attention and the MLP, none before */
     const bool post_only = toy_gguf_find_tensor(g, "blk.0.post_attention_norm.weight") >= 0 &&
                            toy_gguf_find_tensor(g, "blk.0.attn_norm.weight") < 0;
@@ -422,10 +428,15 @@ static void card(const struct toy_gguf *g, const struct hp *h, struct text *t) {
         row(t, PCOL, pname(g, r, sizeof r, "output_norm.{weight,bias}", "output_norm.weight"), "  γ, β ∈ R^%lld", d);
     } else {
         if (!post_only) row(t, PCOL, pname(g, r, sizeof r, "attn_norm.weight", "blk.0.attn_norm.weight"), "    γ_att ∈ R^%lld", d);
-        row(t, PCOL, pname(g, r, sizeof r, h->qkv_bias ? "attn_q.{weight,bias}" : "attn_q.weight", "blk.0.attn_q.weight"),
-            "    W_q = (H·d_h×d_e) = (%lld×%lld)%s", H * dh, d, h->qkv_bias ? ", b_q" : "");
-        row(t, PCOL, pname(g, r, sizeof r, h->qkv_bias ? "attn_{k,v}.{weight,bias}" : "attn_{k,v}.weight", "blk.0.attn_k.weight"),
-            "    W_k, W_v = (H_kv·d_h×d_e) = (%lld×%lld)", K * dh, d);
+        if (h->fused) { /* Phi-3: one product gives q, k and v */
+            row(t, PCOL, pname(g, r, sizeof r, "attn_qkv.weight", "blk.0.attn_qkv.weight"),
+                "    [W_q; W_k; W_v] = ((H+2H_kv)·d_h×d_e) = (%lld×%lld)", (H + 2 * K) * dh, d);
+        } else {
+            row(t, PCOL, pname(g, r, sizeof r, h->qkv_bias ? "attn_q.{weight,bias}" : "attn_q.weight", "blk.0.attn_q.weight"),
+                "    W_q = (H·d_h×d_e) = (%lld×%lld)%s", H * dh, d, h->qkv_bias ? ", b_q" : "");
+            row(t, PCOL, pname(g, r, sizeof r, h->qkv_bias ? "attn_{k,v}.{weight,bias}" : "attn_{k,v}.weight", "blk.0.attn_k.weight"),
+                "    W_k, W_v = (H_kv·d_h×d_e) = (%lld×%lld)", K * dh, d);
+        }
         if (h->qk_norm) row(t, PCOL, pname(g, r, sizeof r, "attn_{q,k}_norm.weight", "blk.0.attn_q_norm.weight"), "    γ_q, γ_k ∈ R^%lld", qk_full ? H * dh : dh);
         row(t, PCOL, pname(g, r, sizeof r, "attn_output.weight", "blk.0.attn_output.weight"), "    W_o = (d_e×H·d_h) = (%lld×%lld)", d, H * dh);
         if (gemma || post_only) {
@@ -441,6 +452,9 @@ static void card(const struct toy_gguf *g, const struct hp *h, struct text *t) {
                 row(t, PCOL, pname(g, r, sizeof r, "ffn_gate_inp_shexp.weight", "blk.0.ffn_gate_inp_shexp.weight"), "    w_s ∈ R^%lld", d);
                 row(t, PCOL, pname(g, r, sizeof r, "ffn_{gate,up,down}_shexp.weight", "blk.0.ffn_gate_shexp.weight"), "    W_gate,s, W_up,s = (%lld×%lld), W_down,s", FS, d);
             }
+        } else if (h->fused) {
+            row(t, PCOL, pname(g, r, sizeof r, "ffn_up.weight", "blk.0.ffn_up.weight"), "    [W_gate; W_up] = (2·%lld×%lld)", F, d);
+            row(t, PCOL, pname(g, r, sizeof r, "ffn_down.weight", "blk.0.ffn_down.weight"), "    W_down = (%lld×%lld)", d, F);
         } else {
             row(t, PCOL, pname(g, r, sizeof r, "ffn_{gate,up}.weight", "blk.0.ffn_gate.weight"), "    W_gate, W_up = (%lld×%lld)", F, d);
             row(t, PCOL, pname(g, r, sizeof r, "ffn_down.weight", "blk.0.ffn_down.weight"), "    W_down = (%lld×%lld)", d, F);
@@ -450,6 +464,9 @@ static void card(const struct toy_gguf *g, const struct hp *h, struct text *t) {
     if (h->tied) row(t, PCOL, "(tied: no output.weight)", "  W_u = W_eᵀ");
     else row(t, PCOL, pname(g, r, sizeof r, "output.weight", "output.weight"), "  W_u = (N_V×d_e) = (%lld×%lld)", V, d);
     if (h->has_rope_freqs) row(t, PCOL, pname(g, r, sizeof r, "rope_freqs.weight", "rope_freqs.weight"), "  ρ ∈ R^%lld (RoPE frequency divisors)", dh / 2);
+    if (h->longrope)
+        row(t, PCOL, pname(g, r, sizeof r, "rope_factors_{long,short}.weight", "rope_factors_long.weight"),
+            "  ρ_long, ρ_short ∈ R^%lld (LongRoPE's divisors)", (long long)h->rot / 2);
     tprintf(t, "\n");
     int n = 1;
 #define STEP(shape, ...) row(t, SCOL, shape, "%2d " __VA_ARGS__)
@@ -487,7 +504,17 @@ static void card(const struct toy_gguf *g, const struct hp *h, struct text *t) {
         else if (h->nope_period > 0) /* llama.cpp's SmolLM3: no rotation on every fourth layer */
             STEP("position t turns pairs", "  Q ← RoPE(Q, θ%s); K ← RoPE(K, θ%s) unless %lld | l (no position there)",
                  n++, h->has_rope_freqs ? ", ρ" : "", h->has_rope_freqs ? ", ρ" : "", (long long)h->nope_period);
-        else
+        else if (h->longrope || h->rot < dh) { /* Phi-3: partial rotary, LongRoPE's divisors and magnitude */
+            char how[160] = "";
+            if (h->rot < dh) snprintf(how, sizeof how, "; the first %lld of each head's %lld dims", (long long)h->rot, dh);
+            if (h->longrope)
+                snprintf(how + strlen(how), sizeof how - strlen(how), "; ρ = ρ_long past %lld positions, else ρ_short",
+                         (long long)h->rope_orig);
+            if (h->rope_attn > 0 && h->rope_attn != 1)
+                snprintf(how + strlen(how), sizeof how - strlen(how), "; cos, sin × %g", h->rope_attn);
+            STEP("position t turns pairs", "  Q ← RoPE(Q, θ%s); K ← RoPE(K, θ%s)%s", n++, h->longrope ? ", ρ" : "",
+                 h->longrope ? ", ρ" : "", how);
+        } else
             STEP("position t turns pairs", "  Q ← RoPE(Q, θ%s); K ← RoPE(K, θ%s)", n++, h->has_rope_freqs ? ", ρ" : "",
                  h->has_rope_freqs ? ", ρ" : "");
         STEP("S: (T×T)", "  for h ∈ [%lld], g = ⌊h·H_kv/H⌋: S ← K_gᵀ Q_h / √d_h", n++, H);
@@ -679,6 +706,11 @@ int toy_cmd_describe(int argc, char **argv) {
                                                                  (json_int_t)h.kv_rank, "q_lora_rank", (json_int_t)h.q_rank,
                                                                  "rope_dim", (json_int_t)h.rope_dim, "value_head_dim",
                                                                  (json_int_t)h.dv));
+        if (!h.kv_rank && (h.rot < h.dh || h.longrope)) /* Phi-3: partial rotary, LongRoPE */
+            json_object_set_new(o, "rope", json_pack("{s:I, s:o, s:o}", "rotated_dims", (json_int_t)h.rot,
+                                                     "longrope_original_context",
+                                                     h.longrope ? json_integer((json_int_t)h.rope_orig) : json_null(),
+                                                     "attn_factor", h.rope_attn > 0 ? json_real(h.rope_attn) : json_null()));
         if (h.experts && h.dense_lead)
             json_object_set_new(o, "leading_dense_layers", json_integer((json_int_t)h.dense_lead));
         if (h.experts)
@@ -733,6 +765,9 @@ int toy_cmd_describe(int argc, char **argv) {
             size_t k = strlen(l1);
             snprintf(l1 + k, sizeof l1 - k, "heads %lld (kv %lld, head dim %lld), ", (long long)h.H, (long long)h.Hkv,
                      (long long)h.dh);
+            if (!h.kv_rank && h.rot < h.dh) /* partial rotary */
+                snprintf(l1 + k, sizeof l1 - k, "heads %lld (kv %lld, head dim %lld, %lld rotated), ", (long long)h.H,
+                         (long long)h.Hkv, (long long)h.dh, (long long)h.rot);
         } else dim(l1, sizeof l1, "heads", false, is_bad(&h, "attention.head_count"), 0, missing, sizeof missing);
         if (h.kv_rank) { /* latent attention: the keys' and values' head dims differ, and the cache holds the latent */
             size_t k = strlen(l1);
@@ -774,6 +809,10 @@ int toy_cmd_describe(int argc, char **argv) {
             k = strlen(missing);
             snprintf(missing + k, sizeof missing - k, "%srope base", k ? ", " : "");
         }
+        k = strlen(l2);
+        if (h.longrope) snprintf(l2 + k, sizeof l2 - k, "LongRoPE past %lld, ", (long long)h.rope_orig);
+        k = strlen(l2);
+        if (h.rope_attn > 0 && h.rope_attn != 1) snprintf(l2 + k, sizeof l2 - k, "rope attn factor %g, ", h.rope_attn);
         k = strlen(l2);
         if (h.n_tensors && h.tied) snprintf(l2 + k, sizeof l2 - k, "tied embeddings, ");
         l1[strlen(l1) - 2] = 0;

@@ -796,6 +796,26 @@ Test(cli_gguf, describe_olmo2_norms_after_and_granite_multipliers) {
     free(out);
 }
 
+/* Phi-3: the fused attn_qkv and gate-up ffn_up on the card; 12 of 16 dims rotated, LongRoPE's tables and its
+ * attention factor, on the summary and in the RoPE step */
+Test(cli_gguf, describe_phi3_fused_projections_and_longrope) {
+    char *out = describe_keys("phi3",
+                              (struct key_u32[]){{"embedding_length", 64}, {"block_count", 2},
+                                                 {"attention.head_count", 4}, {"attention.head_count_kv", 2},
+                                                 {"feed_forward_length", 96}, {"context_length", 64},
+                                                 {"rope.dimension_count", 12},
+                                                 {"rope.scaling.original_context_length", 8}, {NULL, 0}},
+                              (struct key_f32[]){{"rope.scaling.attn_factor", 1.19f}, {NULL, 0}},
+                              (const char *[]){"blk.0.attn_qkv.weight", "blk.0.ffn_up.weight",
+                                               "rope_factors_long.weight", "rope_factors_short.weight", NULL}, 6);
+    const char *want[] = {"head dim 16, 12 rotated", "LongRoPE past 8", "rope attn factor 1.19",
+                          "[W_q; W_k; W_v] = ((H+2H_kv)·d_h×d_e) = (128×64)", "[W_gate; W_up] = (2·96×64)",
+                          "ρ_long, ρ_short ∈ R^6", "the first 12 of each head's 16 dims",
+                          "ρ = ρ_long past 8 positions, else ρ_short", "cos, sin × 1.19"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) cr_expect(strstr(out, want[i]), "no '%s' in %s", want[i], out);
+    free(out);
+}
+
 /* quantize's note blamed row length for an i32 matrix it cannot convert at
  * all ("i32, rows of 64: f32 needs a multiple of 1"): it says the tensor is
  * copied as it is; a row-length fallback is still explained by its rows.

@@ -1193,6 +1193,42 @@ Test(cuda, gemma3_loss_and_gradients_match_cpu) {
     toy_llama_free(m);
 }
 
+/* Phi-4-mini in small: 12 of each head's 16 dims rotate, LongRoPE's long table (16 positions past the original 8)
+ * with its attention factor, every layer sliding (window 5): loss and gradients; then the model written as a Q8_0
+ * phi3 file (q, k, v in one attn_qkv, gate and up in one ffn_up) and run from its mapping, each projection a view
+ * of its fused tensor's rows */
+Test(cuda, phi3_loss_gradients_and_fused_file_match_cpu) {
+    need_cuda();
+    struct toy_llama_config c = small_llama();
+    snprintf(c.arch, sizeof c.arch, "phi3");
+    c.rope_mode = TOY_ROPE_NEOX, c.rope_dim = 12, c.rope_orig_ctx = 8, c.rope_attn_factor = 1.19f;
+    c.sliding_window = 5, c.tied = false;
+    struct toy_llama *m = toy_llama_new(&c, 9);
+    cr_assert(m, "%s", toy_last_error());
+    m->rope_long = toy_set_name(toy_new_tensor_1d(m->ctx, TOY_F32, 6), "rope_factors_long.weight");
+    m->rope_short = toy_set_name(toy_new_tensor_1d(m->ctx, TOY_F32, 6), "rope_factors_short.weight");
+    for (int i = 0; i < 6; i++) ((float *)m->rope_long->data)[i] = 1.0f + 0.7f * i, ((float *)m->rope_short->data)[i] = 1.0f;
+    struct toy_ctx *ctx = setup(16);
+    struct toy_tensor *tok, *pos;
+    model_batch(ctx, &tok, &pos);
+    check(ctx, loss_of(ctx, toy_llama_forward(ctx, m, tok, pos)), true, TOL_GEMM, "phi3 loss and gradients");
+    toy_ctx_free(ctx);
+    char path[] = "/tmp/toy-cuda-phi3-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    close(fd);
+    th_save_llama(m, TOY_Q8_0, path);
+    toy_llama_free(m);
+    cr_assert_eq(toy_llama_load(path, false, &m), TOY_OK, "%s", toy_last_error());
+    cr_assert(m->layers[1].wk->type == TOY_Q8_0 && m->rope_long, "the fused rows, mapped");
+    ctx = setup(16);
+    model_batch(ctx, &tok, &pos);
+    check(ctx, toy_llama_forward(ctx, m, tok, pos), false, TOL_QUANT, "phi3 q8_0 logits");
+    toy_ctx_free(ctx);
+    toy_llama_free(m);
+    unlink(path);
+}
+
 /* Mixtures of experts: the router and the experts' products on the device
  * against the CPU, weights f32, f16, Q8_0 and Q4_K, per slot and
  * combined, one token (decode) and many; then a Qwen3-MoE's logits. */

@@ -60,6 +60,14 @@ static double key_float(struct keys *k, const char *suffix, double def) {
     return st ? def : v;
 }
 
+bool toy_llama_arch_known(const char *arch) {
+    static const char *const archs[] = {"llama",   "mistral",  "qwen2",    "qwen3", "gemma2",   "gemma3", "smollm3",
+                                        "olmo2",   "granite",  "phi3",     "qwen2moe", "qwen3moe", "olmoe",  "deepseek2"};
+    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
+        if (!strcmp(arch, archs[i])) return true;
+    return false;
+}
+
 bool toy_llama_moe_renormalises(const char *arch) { return strcmp(arch, "olmoe") && strcmp(arch, "qwen2moe"); }
 
 struct toy_llama_arch_rules toy_llama_arch_rules(const char *arch) {
@@ -169,11 +177,7 @@ static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_lla
         return toy_error(TOY_ERR_FORMAT, "%s: no general.architecture", toy_gguf_path(g));
     snprintf(c->arch, sizeof c->arch, "%.*s", (int)alen, arch);
     const char *a = c->arch;
-    static const char *const archs[] = {"llama",   "mistral",  "qwen2",    "qwen3", "gemma2",   "gemma3", "smollm3",
-                                        "olmo2",   "granite",  "phi3",     "qwen2moe", "qwen3moe", "olmoe",  "deepseek2"};
-    bool known = false;
-    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++) known |= !strcmp(a, archs[i]);
-    if (!known)
+    if (!toy_llama_arch_known(a))
         return toy_error(TOY_ERR_UNSUPPORTED, "%s: architecture '%s' is not a Llama-family model toy runs "
                          "(llama, mistral, qwen2, qwen3, gemma2, gemma3, smollm3, olmo2, granite, phi3, qwen2moe, qwen3moe, "
                          "olmoe, deepseek2)", toy_gguf_path(g), a);
