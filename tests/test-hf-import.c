@@ -192,12 +192,12 @@ Test(hf_import, every_architecture_converts_exactly, .timeout = 300) {
     if (!make_models()) cr_skip("python3 with torch not available");
     const char *models[] = {"llama",   "mistral",   "qwen2",     "qwen3", "gemma2",      "gpt2",
                             "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3", "gemma3",
-                            "smollm3", "olmo2",  "granite"};
+                            "smollm3", "olmo2",  "granite", "phi3", "phi3_long", "phi3_mini"};
     const char *archs[] = {"llama", "llama",    "qwen2",    "qwen3", "gemma2",    "gpt2",
                            "llama", "qwen2moe", "qwen3moe", "olmoe", "deepseek2", "deepseek2", "gemma3", "smollm3",
-                           "olmo2", "granite"};
-    const uint32_t experts[] = {0, 0, 0, 0, 0, 0, 4, 6, 8, 4, 6, 6, 0, 0, 0, 0};
-    const uint32_t used[] = {0, 0, 0, 0, 0, 0, 2, 2, 3, 2, 2, 2, 0, 0, 0, 0};
+                           "olmo2", "granite", "phi3", "phi3", "phi3"};
+    const uint32_t experts[] = {0, 0, 0, 0, 0, 0, 4, 6, 8, 4, 6, 6, 0, 0, 0, 0, 0, 0, 0};
+    const uint32_t used[] = {0, 0, 0, 0, 0, 0, 2, 2, 3, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0};
     char out[512];
     for (size_t m = 0; m < sizeof models / sizeof models[0]; m++) {
         struct toy_convert_report r;
@@ -262,6 +262,47 @@ Test(hf_import, every_architecture_converts_exactly, .timeout = 300) {
                 float f;
                 cr_expect(toy_gguf_get_f32(g, keys[i], &f) == TOY_OK && f == want[i], "%s", keys[i]);
             }
+        }
+        if (!strcmp(arch, "phi3")) { /* llama.cpp's Phi3MiniModel: its keys, LongRoPE's tables, the fused projections */
+            const bool mini = !strcmp(models[m], "phi3_mini"), lng = !strcmp(models[m], "phi3_long");
+            const char *keys[] = {"context_length", "rope.scaling.original_context_length", "rope.dimension_count",
+                                  "attention.sliding_window", "vocab_size", "feed_forward_length"};
+            /* 3/4 of 16-dim heads rotated (phi3_mini: whole heads); Phi-4-mini's window is none: 0 */
+            const uint32_t want[] = {64, mini ? 64 : 16, mini ? 16 : 12, lng ? 8 : mini ? 6 : 0, 320, 96};
+            for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+                snprintf(key, sizeof key, "phi3.%s", keys[i]);
+                cr_expect(toy_gguf_get_u32(g, key, &u) == TOY_OK && u == want[i], "%s: %s %u, not %u", models[m], key,
+                          u, want[i]);
+            }
+            cr_expect(toy_gguf_find_key(g, "phi3.rope.scaling.type") < 0, "%s: llama.cpp writes no scaling type",
+                      models[m]);
+            /* the config's attention_factor, or sqrt(1 + ln(64 / 16) / ln 16); none without LongRoPE */
+            float f = 0;
+            bool has = toy_gguf_get_f32(g, "phi3.rope.scaling.attn_factor", &f) == TOY_OK;
+            cr_expect(mini ? !has : has && fabs(f - (lng ? 1.1 : sqrt(1 + log(4.0) / log(16.0)))) < 1e-6,
+                      "%s: attn_factor %g", models[m], f);
+            const char *tables[] = {"rope_factors_long.weight", "rope_factors_short.weight"};
+            for (int i = 0; i < 2; i++) { /* their values: compare() against the config's */
+                int64_t k = toy_gguf_find_tensor(g, tables[i]);
+                cr_expect_eq(k >= 0, !mini, "%s: %s", models[m], tables[i]);
+                if (k >= 0) {
+                    const struct toy_gguf_tensor *t = toy_gguf_tensor(g, k);
+                    cr_expect(t->type == TOY_F32 && t->n_dims == 1 && t->ne[0] == 6, "%s: %s", models[m], tables[i]);
+                }
+            }
+            /* q, k, v of 4 + 2 + 2 heads of 16 as one; gate and up (96 each) as one; nothing split */
+            const char *fused[] = {"blk.1.attn_qkv.weight", "blk.1.ffn_up.weight"};
+            const int64_t rows[] = {128, 192};
+            for (int i = 0; i < 2; i++) {
+                int64_t k = toy_gguf_find_tensor(g, fused[i]);
+                cr_assert(k >= 0, "%s: %s", models[m], fused[i]);
+                const struct toy_gguf_tensor *t = toy_gguf_tensor(g, k);
+                cr_expect(t->n_dims == 2 && t->ne[0] == 64 && t->ne[1] == rows[i], "%s: %s", models[m], fused[i]);
+            }
+            cr_expect(toy_gguf_find_tensor(g, "blk.1.attn_q.weight") < 0 &&
+                      toy_gguf_find_tensor(g, "blk.1.ffn_gate.weight") < 0, "%s: q, k, v or gate, up split", models[m]);
+            cr_expect_eq(toy_gguf_find_tensor(g, "output.weight") >= 0, !!strcmp(models[m], "phi3"), "%s: tied or not",
+                         models[m]);
         }
         if (deepseek) { /* the latent's keys, as llama.cpp's DeepseekV2Model writes them */
             const char *keys[] = {"attention.kv_lora_rank", "attention.key_length", "attention.value_length",
@@ -446,5 +487,35 @@ Test(hf_import, deepseek_routing_a_gguf_cannot_hold_is_refused) {
                 "\"vocab_size\":100,\"kv_lora_rank\":32,\"qk_rope_head_dim\":8,\"qk_nope_head_dim\":16,"
                 "\"v_head_dim\":16,\"n_routed_experts\":8,\"num_experts_per_tok\":2,\"moe_intermediate_size\":32,"
                 "\"n_shared_experts\":1,\"first_k_dense_replace\":1", extra[i], TOY_ERR_UNSUPPORTED, want[i]);
+    th_rmdir();
+}
+
+/* Phi-3 configs a GGUF cannot hold are refused, naming what, before any weight is read: LongRoPE tables not one
+ * factor per rotated pair (6 for 12 of 16 dims) or not numbers, RoPE scalings llama.cpp's phi3 has no keys for
+ * (it runs longrope and su), a partial rotary of an odd count of dims (a member given twice: the last counts); and
+ * a relative with a model type of its own (phimoe) is not taken for it, the error listing phi3 */
+Test(hf_import, phi3_configs_a_gguf_cannot_hold_are_refused) {
+    th_mkdir("phr");
+    const char *six = "[1,1.5,2,2.5,3,3.5]";
+    char extra[6][300];
+    snprintf(extra[0], sizeof extra[0], "\"model_type\":\"phi3\",\"rope_scaling\":{\"type\":\"longrope\","
+             "\"long_factor\":[1,2,3,4,5],\"short_factor\":%s}", six);
+    snprintf(extra[1], sizeof extra[1], "\"model_type\":\"phi3\",\"rope_scaling\":{\"type\":\"su\","
+             "\"long_factor\":%s,\"short_factor\":[1,1,\"2\",1,1,1]}", six);
+    snprintf(extra[2], sizeof extra[2], "\"model_type\":\"phi3\",\"rope_scaling\":{\"type\":\"yarn\",\"factor\":4,"
+             "\"long_factor\":%s,\"short_factor\":%s}", six, six);
+    snprintf(extra[3], sizeof extra[3], "\"model_type\":\"phi3\",\"rope_scaling\":{\"rope_type\":\"dynamic\","
+             "\"factor\":2}");
+    snprintf(extra[4], sizeof extra[4], "\"model_type\":\"phi3\",\"partial_rotary_factor\":0.5625");
+    snprintf(extra[5], sizeof extra[5], "\"model_type\":\"phimoe\"");
+    const char *want[] = {"rope_scaling.long_factor has 5 entries, not 6", "rope_scaling.short_factor[2] is not",
+                          "rope_scaling type 'yarn' for phi3", "rope_scaling type 'dynamic' for phi3",
+                          "partial_rotary_factor 0.5625 rotates 9 of the 16", "granite, phi3, gpt2"};
+    const enum toy_status st[] = {TOY_ERR_FORMAT, TOY_ERR_FORMAT, TOY_ERR_UNSUPPORTED, TOY_ERR_UNSUPPORTED,
+                                  TOY_ERR_UNSUPPORTED, TOY_ERR_UNSUPPORTED};
+    for (int i = 0; i < 6; i++)
+        refused("\"hidden_size\":64,\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_key_value_heads\":2,"
+                "\"intermediate_size\":96,\"vocab_size\":100,\"max_position_embeddings\":64,"
+                "\"original_max_position_embeddings\":16,\"partial_rotary_factor\":0.75", extra[i], st[i], want[i]);
     th_rmdir();
 }

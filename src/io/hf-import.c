@@ -25,11 +25,11 @@
 #include <sys/stat.h>
 
 enum arch { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_GEMMA2, ARCH_GPT2, ARCH_MIXTRAL, ARCH_QWEN2MOE, ARCH_QWEN3MOE,
-            ARCH_OLMOE, ARCH_DEEPSEEK2, ARCH_GEMMA3, ARCH_SMOLLM3, ARCH_OLMO2, ARCH_GRANITE };
+            ARCH_OLMOE, ARCH_DEEPSEEK2, ARCH_GEMMA3, ARCH_SMOLLM3, ARCH_OLMO2, ARCH_GRANITE, ARCH_PHI3 };
 /* the GGUF architecture of each (llama.cpp's: Mixtral is a "llama" with experts; DeepSeek-V2 and V3 are
  * "deepseek2") */
 static const char *const arch_names[] = {"llama", "qwen2", "qwen3", "gemma2", "gpt2", "llama", "qwen2moe", "qwen3moe",
-                                         "olmoe", "deepseek2", "gemma3", "smollm3", "olmo2", "granite"};
+                                         "olmoe", "deepseek2", "gemma3", "smollm3", "olmo2", "granite", "phi3"};
 
 static bool is_gemma(enum arch a) { return a == ARCH_GEMMA2 || a == ARCH_GEMMA3; }
 /* q and k rows permuted from rotate-half to adjacent pairs, as llama.cpp's LlamaModel converter does */
@@ -68,7 +68,7 @@ struct job {
     int permute_heads;      /* > 0: un-permute q/k rows for this many heads */
     bool transpose;         /* GPT-2 Conv1D (in, out) -> (out, in) */
     bool add_one;           /* Gemma norms: 1 + w */
-    float *values;          /* computed tensors (rope_freqs) */
+    float *values;          /* computed tensors (rope_freqs, Phi-3's rope_factors_long/short) */
     int64_t *experts;       /* a mixture's stacked experts: ne[2] safetensors indices, one matrix each */
     /* DeepSeek's kv_b_proj {kv_lora, H (nope + v)}: 1 its keys' part per head, transposed (attn_k_b
      * {nope, kv_lora, H}), 2 its values' (attn_v_b {kv_lora, v, H}); nope and v the heads' widths */
@@ -81,7 +81,8 @@ struct job {
 /* Files read best in model order: embeddings, blocks by number, the head. */
 static int64_t job_order(const char *name, int64_t idx) {
     if (!strncmp(name, "token_embd.", 11)) return idx;
-    if (!strncmp(name, "position_embd.", 14) || !strncmp(name, "rope_freqs.", 11)) return (1ll << 20) + idx;
+    if (!strncmp(name, "position_embd.", 14) || !strncmp(name, "rope_freqs.", 11) || !strncmp(name, "rope_factors_", 13))
+        return (1ll << 20) + idx;
     if (!strncmp(name, "blk.", 4)) return ((2 + atoll(name + 4)) << 20) + idx;
     if (!strncmp(name, "output_norm.", 12)) return (1ll << 50) + idx;
     return (1ll << 51) + idx;
@@ -223,14 +224,19 @@ struct hp {
     enum arch arch;
     int64_t n_vocab, n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx, head_dim;
     int64_t n_expert, n_expert_used, n_ff_exp, n_ff_shexp; /* a mixture of experts (n_expert 0: none) */
-    /* DeepSeek: latent ranks, the heads' rotated, unrotated and value widths, the dense layers first, the shared
-     * experts' count, the routing */
+    /* DeepSeek: latent ranks, the heads' rotated (Phi-3's too: its partial rotary), unrotated and value widths, the
+     * dense layers first, the shared experts' count, the routing */
     int64_t kv_lora, q_lora, rope_dim, nope, v_dim, dense_lead, n_shexp;
     bool sigmoid, norm_topk;
     double routed_scale;
     double eps, rope_base;
     bool tied;
     int64_t swa_period; /* Gemma: of each swa_period layers the last attends globally (0: every layer slides) */
+    /* Phi-3: the context its RoPE was trained at, its window (0: none, Phi-4's), LongRoPE (rope_scaling longrope or
+     * su) and its cos/sin scale */
+    int64_t orig_ctx, swa;
+    bool longrope;
+    double attn_factor;
 };
 
 /* A mixture's config: every layer sparse (toy's graph has no dense layers
@@ -379,6 +385,73 @@ static enum toy_status smollm3_layers(const char *dir, json_t *c, struct hp *h) 
     return TOY_OK;
 }
 
+/* Phi-3 and Phi-4-mini as llama.cpp's Phi3MiniModel writes them: partial rotary (Phi-4-mini rotates 3/4 of each
+ * head), a sliding window or none (0), and LongRoPE (rope_scaling longrope, or su in the first 128k configs): two
+ * tables of per-frequency divisors, long_factor for a context past original_max_position_embeddings and
+ * short_factor within it, each one per rotated pair, and a scale on cos and sin (attention_factor, or
+ * sqrt(1 + ln s / ln original) for s = max_position_embeddings / original). Other scalings are refused. */
+static enum toy_status phi3_config(const char *dir, json_t *c, struct hp *h) {
+    const double prf = cfg_num(c, "partial_rotary_factor", 1.0);
+    /* llama.cpp's int(prf * hidden_size) // heads; Hugging Face's int(head_dim * prf) */
+    const int64_t dims = prf > 0 && prf <= 1 ? (int64_t)(prf * (double)h->n_embd) / h->n_head : 0,
+                  hf = prf > 0 && prf <= 1 ? (int64_t)(prf * (double)h->head_dim) : 0;
+    if (dims <= 0 || dims % 2 || dims > h->head_dim || dims != hf)
+        return toy_error(TOY_ERR_UNSUPPORTED, "%s/config.json: partial_rotary_factor %g rotates %lld of the %lld "
+                         "dims of a head (Hugging Face: %lld): not an even count within it", dir, prf, (long long)dims,
+                         (long long)h->head_dim, (long long)hf);
+    h->rope_dim = dims;
+    json_t *rs = json_object_get(c, "rope_scaling"), *sw = json_object_get(c, "sliding_window");
+    h->orig_ctx = cfg_int(c, "original_max_position_embeddings",
+                          cfg_int(rs, "original_max_position_embeddings", h->n_ctx));
+    enum toy_status e = need_pos(dir, "original_max_position_embeddings", h->orig_ctx);
+    if (e) return e;
+    if (sw && !json_is_null(sw) && (!json_is_integer(sw) || json_integer_value(sw) <= 0))
+        return toy_error(TOY_ERR_FORMAT, "%s/config.json: sliding_window is neither null nor a positive integer", dir);
+    h->swa = json_is_integer(sw) ? (int64_t)json_integer_value(sw) : 0;
+    if (!rs || json_is_null(rs)) return TOY_OK;
+    const char *rt = json_string_value(json_object_get(rs, "rope_type"));
+    if (!rt) rt = json_string_value(json_object_get(rs, "type"));
+    if (rt && !strcmp(rt, "default")) return TOY_OK; /* Hugging Face's name for none */
+    if (!rt || (strcmp(rt, "longrope") && strcmp(rt, "su")))
+        return toy_error(TOY_ERR_UNSUPPORTED, "%s/config.json: rope_scaling type '%s' for phi3 (toy knows longrope, su)",
+                         dir, rt ? rt : "(none)");
+    const char *names[2] = {"long_factor", "short_factor"};
+    for (int k = 0; k < 2; k++) {
+        json_t *a = json_object_get(rs, names[k]);
+        if (!json_is_array(a))
+            return toy_error(TOY_ERR_FORMAT, "%s/config.json: rope_scaling.%s is missing or not a list", dir, names[k]);
+        if ((int64_t)json_array_size(a) != h->rope_dim / 2)
+            return toy_error(TOY_ERR_FORMAT, "%s/config.json: rope_scaling.%s has %zu entries, not %lld (one per "
+                             "rotated pair of the %lld rotated dims)", dir, names[k], json_array_size(a),
+                             (long long)(h->rope_dim / 2), (long long)h->rope_dim);
+        for (size_t i = 0; i < json_array_size(a); i++) {
+            double v = json_number_value(json_array_get(a, i));
+            if (!json_is_number(json_array_get(a, i)) || !(v > 0) || !isfinite(v))
+                return toy_error(TOY_ERR_FORMAT, "%s/config.json: rope_scaling.%s[%zu] is not a positive number", dir,
+                                 names[k], i);
+        }
+    }
+    const double s = (double)h->n_ctx / (double)h->orig_ctx;
+    json_t *af = json_object_get(rs, "attention_factor");
+    h->attn_factor = json_is_number(af) ? json_number_value(af)
+                     : s > 1 ? sqrt(1 + log(s) / log((double)h->orig_ctx)) : 1.0;
+    h->longrope = true;
+    return TOY_OK;
+}
+
+/* Phi-3's LongRoPE tables from config.json (phi3_config checked them): long_factor, then short_factor */
+static float *phi3_rope_factors(json_t *c, const struct hp *h) {
+    json_t *rs = json_object_get(c, "rope_scaling");
+    const int64_t n = h->rope_dim / 2;
+    float *f = malloc((size_t)(2 * n) * sizeof(float));
+    if (!f) return NULL;
+    for (int64_t i = 0; i < n; i++) {
+        f[i] = (float)json_number_value(json_array_get(json_object_get(rs, "long_factor"), (size_t)i));
+        f[n + i] = (float)json_number_value(json_array_get(json_object_get(rs, "short_factor"), (size_t)i));
+    }
+    return f;
+}
+
 static enum toy_status read_config(const char *dir, json_t *c, struct hp *h) {
     const char *mt = json_string_value(json_object_get(c, "model_type"));
     if (!mt) return toy_error(TOY_ERR_FORMAT, "%s/config.json: no model_type", dir);
@@ -398,10 +471,11 @@ static enum toy_status read_config(const char *dir, json_t *c, struct hp *h) {
     else if (!strcmp(mt, "olmoe")) h->arch = ARCH_OLMOE;
     else if (!strcmp(mt, "olmo2")) h->arch = ARCH_OLMO2;
     else if (!strcmp(mt, "granite")) h->arch = ARCH_GRANITE;
+    else if (!strcmp(mt, "phi3")) h->arch = ARCH_PHI3;
     else if (!strcmp(mt, "deepseek_v2") || !strcmp(mt, "deepseek_v3")) h->arch = ARCH_DEEPSEEK2;
     else return toy_error(TOY_ERR_UNSUPPORTED, "%s/config.json: model_type '%s' (supported: llama, mistral, qwen2, "
-                          "qwen3, gemma2, gemma3_text, smollm3, olmo2, granite, gpt2, mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v2, "
-                          "deepseek_v3)", dir, mt);
+                          "qwen3, gemma2, gemma3_text, smollm3, olmo2, granite, phi3, gpt2, mixtral, qwen2_moe, qwen3_moe, "
+                          "olmoe, deepseek_v2, deepseek_v3)", dir, mt);
     enum toy_status e;
     h->n_vocab = cfg_int(c, "vocab_size", 0);
     if (h->arch == ARCH_GPT2) {
@@ -446,24 +520,27 @@ static enum toy_status read_config(const char *dir, json_t *c, struct hp *h) {
         if ((e = gemma_layers(dir, c, h))) return e;
     }
     if (h->arch == ARCH_SMOLLM3 && (e = smollm3_layers(dir, c, h))) return e;
+    if (h->arch == ARCH_PHI3 && (e = phi3_config(dir, c, h))) return e;
     /* GGUF keeps these as u32: a larger value would wrap to another model */
-    const int64_t dims[] = {h->n_vocab, h->n_embd, h->n_layer, h->n_head, h->n_head_kv, h->n_ff, h->n_ctx, h->head_dim};
+    const int64_t dims[] = {h->n_vocab, h->n_embd, h->n_layer, h->n_head, h->n_head_kv, h->n_ff, h->n_ctx, h->head_dim,
+                            h->orig_ctx, h->swa};
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
         if (dims[i] > UINT32_MAX)
             return toy_error(TOY_ERR_FORMAT, "%s/config.json: a dimension of %lld is past GGUF's 32 bits", dir,
                              (long long)dims[i]);
-    if (h->arch != ARCH_GPT2) { /* scalings the graph does not know would run as plain RoPE, wrong past its context */
+    if (h->arch != ARCH_GPT2 && h->arch != ARCH_PHI3) { /* scalings the graph does not know would run as plain RoPE,
+                                                         * wrong past its context (Phi-3's: phi3_config) */
         json_t *rs = json_object_get(c, "rope_scaling");
         const char *rt = json_string_value(json_object_get(rs, "rope_type"));
         if (!rt) rt = json_string_value(json_object_get(rs, "type"));
         if (rs && !json_is_null(rs) &&
             (!rt || (strcmp(rt, "linear") && strcmp(rt, "yarn") && strcmp(rt, "llama3") && strcmp(rt, "default"))))
             return toy_error(TOY_ERR_UNSUPPORTED, "%s/config.json: rope_scaling type '%s' (toy knows linear, yarn, "
-                             "llama3)", dir, rt ? rt : "(none)");
+                             "llama3; longrope for phi3)", dir, rt ? rt : "(none)");
         double prf = cfg_num(c, "partial_rotary_factor", 1.0);
         if (prf != 1.0 && h->arch != ARCH_DEEPSEEK2)
-            return toy_error(TOY_ERR_UNSUPPORTED, "%s/config.json: partial_rotary_factor %g: toy rotates whole heads",
-                             dir, prf);
+            return toy_error(TOY_ERR_UNSUPPORTED, "%s/config.json: partial_rotary_factor %g: toy rotates whole heads "
+                             "(but for phi3)", dir, prf);
     }
     return TOY_OK;
 }
@@ -548,6 +625,14 @@ static enum toy_status write_hparams(struct toy_gguf_writer *w, const struct hp 
         /* (GraniteConfig's default is 1, the scores unscaled) */
         e |= toy_gguf_writer_set_f32(w, KEY("attention.scale"), (float)cfg_num(c, "attention_multiplier", 1.0));
         e |= toy_gguf_writer_set_f32(w, KEY("logit_scale"), (float)cfg_num(c, "logits_scaling", 1.0));
+    }
+    if (h->arch == ARCH_PHI3) { /* llama.cpp's Phi3MiniModel: no rope.scaling.type; a window of 0 is none (Phi-4) */
+        e |= toy_gguf_writer_set_u32(w, KEY("vocab_size"), (uint32_t)h->n_vocab);
+        e |= toy_gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)h->rope_dim);
+        e |= toy_gguf_writer_set_u32(w, KEY("rope.scaling.original_context_length"), (uint32_t)h->orig_ctx);
+        e |= toy_gguf_writer_set_u32(w, KEY("attention.sliding_window"), (uint32_t)h->swa);
+        if (h->longrope) e |= toy_gguf_writer_set_f32(w, KEY("rope.scaling.attn_factor"), (float)h->attn_factor);
+        return e ? toy_error(TOY_ERR_NOMEM, "out of memory (metadata)") : TOY_OK;
     }
     json_t *rs = json_object_get(c, "rope_scaling");
     const char *rt = json_string_value(json_object_get(rs, "rope_type"));
@@ -690,6 +775,10 @@ static int map_name(const struct hp *h, const char *hf, char *out, size_t outn, 
     } else {
         if (!strcmp(rest, "post_attention_layernorm"))
             gg = is_gemma(h->arch) || h->arch == ARCH_OLMO2 ? "post_attention_norm" : "ffn_norm";
+        if (h->arch == ARCH_PHI3) { /* fused, and kept so: [q; k; v] rows, [gate; up] rows */
+            if (!strcmp(rest, "self_attn.qkv_proj")) gg = "attn_qkv";
+            if (!strcmp(rest, "mlp.gate_up_proj")) gg = "ffn_up";
+        }
         for (size_t i = 0; !gg && i < sizeof blk_llama / sizeof blk_llama[0]; i++)
             if (!strcmp(rest, blk_llama[i].hf)) gg = blk_llama[i].gg;
         if (!gg) gg = map_expert(h, rest, expert);
@@ -763,7 +852,7 @@ enum toy_status toy_hf_convert(const char *dir, const char *out_path, const stru
     struct toy_tokenizer *tok = NULL;
     struct job *jobs = NULL;
     int64_t n_jobs = 0; /* jobs' slots (their experts freed at the end) */
-    float *rope_freqs = NULL;
+    float *rope_freqs = NULL; /* Llama 3's, or Phi-3's long then short factors */
     enum toy_status e = read_config(dir, cfg, &h);
     if (e) goto done;
     if ((e = toy_safetensors_open(dir, &st))) goto done;
@@ -800,7 +889,8 @@ enum toy_status toy_hf_convert(const char *dir, const char *out_path, const stru
     toy_gguf_writer_set_u32(w, "general.file_type", toy_file_type_for(o.type));
 
     int64_t n_src = toy_safetensors_n_tensors(st);
-    jobs = calloc((size_t)(n_src + 2 + h.n_layer), sizeof *jobs); /* DeepSeek's kv_b_proj makes two a layer */
+    /* DeepSeek's kv_b_proj makes two a layer; computed ones: rope_freqs, Phi-3's two rope factors, GPT-2's output */
+    jobs = calloc((size_t)(n_src + 2 + h.n_layer), sizeof *jobs);
     n_jobs = jobs ? n_src + 2 + h.n_layer : 0;
     if (!jobs) { e = toy_error(TOY_ERR_NOMEM, "out of memory"); goto done; }
     int64_t nj = 0;
@@ -870,6 +960,16 @@ enum toy_status toy_hf_convert(const char *dir, const char *out_path, const stru
             goto done;
         }
         j->out = out_type(o.type, j->n_dims, j->ne[0]);
+        if (h.arch == ARCH_PHI3 && (strstr(gname, ".attn_qkv.weight") || strstr(gname, ".ffn_up.weight"))) {
+            const bool qkv = strstr(gname, ".attn_qkv.") != NULL;
+            const int64_t want = qkv ? (h.n_head + 2 * h.n_head_kv) * h.head_dim : 2 * h.n_ff;
+            if (j->n_dims != 2 || j->ne[0] != h.n_embd || j->ne[1] != want) {
+                e = toy_error(TOY_ERR_FORMAT, "%s: '%s' is %lld rows of %lld, not %lld of %lld (%s)", dir, t->name,
+                              (long long)(j->n_dims == 2 ? j->ne[1] : 1), (long long)j->ne[0], (long long)want,
+                              (long long)h.n_embd, qkv ? "the heads' q, k and v rows" : "gate rows, then up rows");
+                goto done;
+            }
+        }
         if (strstr(gname, ".attn_kv_b.")) { /* DeepSeek: each head's key rows transposed, and its value rows */
             const int64_t r = h.kv_lora, H = h.n_head, dn = h.nope, dv = h.v_dim;
             if (j->n_dims != 2 || j->ne[0] != r || j->ne[1] != H * (dn + dv)) {
@@ -927,6 +1027,21 @@ enum toy_status toy_hf_convert(const char *dir, const char *out_path, const stru
         j->ne[0] = h.head_dim / 2;
         j->ne[1] = j->ne[2] = j->ne[3] = 1;
         snprintf(j->name, sizeof j->name, "rope_freqs.weight");
+    }
+    if (h.longrope) { /* Phi-3's LongRoPE: rope_factors_long.weight, rope_factors_short.weight (F32, rope dims / 2) */
+        rope_freqs = phi3_rope_factors(cfg, &h);
+        if (!rope_freqs) { e = toy_error(TOY_ERR_NOMEM, "out of memory"); goto done; }
+        for (int k = 0; k < 2; k++) {
+            struct job *j = &jobs[nj++];
+            memset(j, 0, sizeof *j);
+            j->src = -1;
+            j->values = rope_freqs + k * (h.rope_dim / 2);
+            j->out = TOY_F32;
+            j->n_dims = 1;
+            j->ne[0] = h.rope_dim / 2;
+            j->ne[1] = j->ne[2] = j->ne[3] = 1;
+            snprintf(j->name, sizeof j->name, k ? "rope_factors_short.weight" : "rope_factors_long.weight");
+        }
     }
     for (int64_t i = 0; i < nj; i++) jobs[i].order = job_order(jobs[i].name, i);
     qsort(jobs, (size_t)nj, sizeof *jobs, job_cmp);

@@ -7,7 +7,8 @@ for each an expected.safetensors holding what llama.cpp's
 convert_hf_to_gguf.py would store: GGUF tensor names, float32 values after
 its transforms (q/k row permutation for Llama, Conv1D transpose and tied
 output for GPT-2, 1 + w for Gemma 2 norms, rope_freqs for Llama-3 rope
-scaling). For the Llama family it also writes logits.json: the logits of
+scaling, Phi-3's fused projections as they are and its LongRoPE tables as
+rope_factors_long / rope_factors_short). For the Llama family it also writes logits.json: the logits of
 a fixed token sequence computed in float64 the Hugging Face way (rotate-half
 RoPE on the unpermuted weights, HF's Llama-3 inv_freq scaling, Gemma 2's
 normalizer, soft-capping and sandwich norms), so a converted model run by
@@ -63,6 +64,8 @@ def rnd(*shape):
 
 
 TOKENS = [3, 17, 5, 100, 42, 7, 250, 11, 64]
+# past a Phi-3's original_max_position_embeddings (16): its LongRoPE takes long_factor
+LONG_TOKENS = TOKENS + [200, 31, 9, 77, 150, 2, 300, 45, 8, 123, 60, 19, 280, 33, 91]
 
 
 MOE = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe")
@@ -101,7 +104,14 @@ def hf_forward(arch, cfg, w, tokens):
     pass, float64, from the HF-named tensors w. Gemma 3: per-head QK-norm,
     sliding layers (layer_types) masked to their last sliding_window keys and
     rotated with rope_local_base_freq, unscaled; the global layers take
-    rope_theta and rope_scaling."""
+    rope_theta and rope_scaling. Phi-3 (modeling_phi3.py): q, k and v from
+    one qkv_proj, gate and up from one gate_up_proj; rotate_half on the first
+    int(head_dim * partial_rotary_factor) dims of each head, the rest passed
+    through; LongRoPE (modeling_rope_utils' longrope): inv_freq divided by
+    long_factor when the forward spans more than
+    original_max_position_embeddings positions, by short_factor otherwise,
+    cos and sin times attention_factor; a sliding window when
+    sliding_window is set."""
     D = torch.float64
     g = lambda n: w[n].to(D)
     E, L, H, KV = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
@@ -109,6 +119,7 @@ def hf_forward(arch, cfg, w, tokens):
     eps = cfg["rms_norm_eps"]
     gemma = arch in ("gemma2", "gemma3_text")
     gemma3 = arch == "gemma3_text"
+    phi3 = arch == "phi3"
 
     def rms(x, wt):
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
@@ -116,8 +127,18 @@ def hf_forward(arch, cfg, w, tokens):
 
     T = len(tokens)
     base = cfg.get("rope_theta", 10000.0)
-    inv_freq = 1.0 / (base ** (torch.arange(0, hd, 2, dtype=D) / hd))
+    rd = int(hd * cfg.get("partial_rotary_factor", 1.0)) if phi3 else hd  # the rotated dims of each head
+    inv_freq = 1.0 / (base ** (torch.arange(0, rd, 2, dtype=D) / rd))
     rs = cfg.get("rope_scaling")
+    mscale = 1.0  # LongRoPE's scale on cos and sin
+    if rs and rs.get("rope_type", rs.get("type")) in ("longrope", "su"):  # _compute_longrope_parameters
+        orig = cfg.get("original_max_position_embeddings", cfg["max_position_embeddings"])
+        ext = torch.tensor(rs["long_factor"] if T > orig else rs["short_factor"], dtype=D)
+        inv_freq = 1.0 / (ext * base ** (torch.arange(0, rd, 2, dtype=D) / rd))
+        s = cfg["max_position_embeddings"] / orig
+        mscale = rs.get("attention_factor")
+        if mscale is None:
+            mscale = math.sqrt(1 + math.log(s) / math.log(orig)) if s > 1 else 1.0
     if rs and rs.get("rope_type") == "llama3":  # transformers' _compute_llama3_parameters
         fac, lo, hi, old = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"], rs["original_max_position_embeddings"]
         wavelen = 2 * math.pi / inv_freq
@@ -130,12 +151,14 @@ def hf_forward(arch, cfg, w, tokens):
         inv_freq = inv_freq / rs["factor"]
     local_inv = 1.0 / (cfg.get("rope_local_base_freq", 10000.0) ** (torch.arange(0, hd, 2, dtype=D) / hd))
 
-    def rope(x, inv):  # x: (T, heads, hd), rotate_half
+    def rope(x, inv):  # x: (T, heads, hd), rotate_half over the first 2 len(inv) dims, the others as they are
         ang = torch.arange(T, dtype=D)[:, None] * inv[None, :]
-        cos = torch.cat([ang.cos(), ang.cos()], -1)[:, None, :]
-        sin = torch.cat([ang.sin(), ang.sin()], -1)[:, None, :]
-        x1, x2 = x[..., : hd // 2], x[..., hd // 2:]
-        return x * cos + torch.cat([-x2, x1], -1) * sin
+        cos = torch.cat([ang.cos(), ang.cos()], -1)[:, None, :] * mscale
+        sin = torch.cat([ang.sin(), ang.sin()], -1)[:, None, :] * mscale
+        r = 2 * inv.shape[0]
+        xr, xp = x[..., :r], x[..., r:]
+        x1, x2 = xr[..., : r // 2], xr[..., r // 2:]
+        return torch.cat([xr * cos + torch.cat([-x2, x1], -1) * sin, xp], -1)
     h = g("model.embed_tokens.weight")[tokens]
     if gemma:
         h = h * torch.tensor(E ** 0.5, dtype=torch.float32).to(D)
@@ -150,17 +173,19 @@ def hf_forward(arch, cfg, w, tokens):
         p = f"model.layers.{i}."
         sliding = gemma3 and cfg["layer_types"][i] == "sliding_attention"
         lmask = mask
-        if sliding:  # key j is seen from position t when t - j < sliding_window
+        if sliding or (phi3 and cfg.get("sliding_window")):  # key j is seen from position t when t - j < sliding_window
             far = torch.arange(T)[:, None] - torch.arange(T)[None, :] >= cfg["sliding_window"]
             lmask = mask.masked_fill(far, float("-inf"))
         olmo2 = arch == "olmo2"  # no norm before attention or the MLP: one after each
         x = h if olmo2 else rms(h, g(p + "input_layernorm.weight"))
         lin = lambda n, x: x @ g(p + n + ".weight").T + (g(p + n + ".bias") if p + n + ".bias" in w else 0)
-        q, k = lin("self_attn.q_proj", x), lin("self_attn.k_proj", x)
+        if phi3:  # qkv_proj's rows: the queries', the keys', the values'
+            q, k, v = lin("self_attn.qkv_proj", x).split([H * hd, KV * hd, KV * hd], -1)
+        else:
+            q, k, v = lin("self_attn.q_proj", x), lin("self_attn.k_proj", x), lin("self_attn.v_proj", x)
         if arch in ("olmoe", "olmo2"):  # q_norm / k_norm over the whole projections
             q, k = rms(q, g(p + "self_attn.q_norm.weight")), rms(k, g(p + "self_attn.k_norm.weight"))
-        q, k = q.view(T, H, hd), k.view(T, KV, hd)
-        v = lin("self_attn.v_proj", x).view(T, KV, hd)
+        q, k, v = q.reshape(T, H, hd), k.reshape(T, KV, hd), v.reshape(T, KV, hd)
         if arch in ("qwen3", "qwen3_moe", "gemma3_text"):
             q = rms(q, g(p + "self_attn.q_norm.weight"))
             k = rms(k, g(p + "self_attn.k_norm.weight"))
@@ -194,8 +219,12 @@ def hf_forward(arch, cfg, w, tokens):
         else:
             h = h + o * rmul
             x = rms(h, g(p + "post_attention_layernorm.weight"))
-            act = torch.nn.functional.silu(x @ g(p + "mlp.gate_proj.weight").T)
-            h = h + (act * (x @ g(p + "mlp.up_proj.weight").T)) @ g(p + "mlp.down_proj.weight").T * rmul
+            if phi3:  # gate_up_proj's rows: the gate's, then up's
+                gate, up = (x @ g(p + "mlp.gate_up_proj.weight").T).chunk(2, -1)
+            else:
+                gate, up = x @ g(p + "mlp.gate_proj.weight").T, x @ g(p + "mlp.up_proj.weight").T
+            act = torch.nn.functional.silu(gate)
+            h = h + (act * up) @ g(p + "mlp.down_proj.weight").T * rmul
     h = rms(h, g("model.norm.weight"))
     head = g("lm_head.weight") if "lm_head.weight" in w else g("model.embed_tokens.weight")
     logits = h @ head.T
@@ -207,7 +236,7 @@ def hf_forward(arch, cfg, w, tokens):
     return logits  # (T, V)
 
 
-def llama_like(out, name, arch, cfg, dtype, shards, tokenizer=None, rope_scaling=None):
+def llama_like(out, name, arch, cfg, dtype, shards, tokenizer=None, rope_scaling=None, tokens=TOKENS):
     d = os.path.join(out, name)
     os.makedirs(d, exist_ok=True)
     E, L, H, KV = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
@@ -231,9 +260,12 @@ def llama_like(out, name, arch, cfg, dtype, shards, tokenizer=None, rope_scaling
             add(p + "input_layernorm.weight", g + "attn_norm.weight", 1 + rnd(E), norm)
         qt = (lambda v: permute(v, H, H)) if arch in ("llama", "mixtral", "smollm3", "granite") else None
         kt = (lambda v: permute(v, H, KV)) if arch in ("llama", "mixtral", "smollm3", "granite") else None
-        add(p + "self_attn.q_proj.weight", g + "attn_q.weight", rnd(H * hd, E), qt)
-        add(p + "self_attn.k_proj.weight", g + "attn_k.weight", rnd(KV * hd, E), kt)
-        add(p + "self_attn.v_proj.weight", g + "attn_v.weight", rnd(KV * hd, E))
+        if arch == "phi3":  # q, k and v rows in one tensor, which llama.cpp keeps as it is (NEOX rotation: no permute)
+            add(p + "self_attn.qkv_proj.weight", g + "attn_qkv.weight", rnd((H + 2 * KV) * hd, E))
+        else:
+            add(p + "self_attn.q_proj.weight", g + "attn_q.weight", rnd(H * hd, E), qt)
+            add(p + "self_attn.k_proj.weight", g + "attn_k.weight", rnd(KV * hd, E), kt)
+            add(p + "self_attn.v_proj.weight", g + "attn_v.weight", rnd(KV * hd, E))
         add(p + "self_attn.o_proj.weight", g + "attn_output.weight", rnd(E, H * hd))
         if arch in ("qwen2", "qwen2_moe") or cfg.get("attention_bias"):  # a Llama's q/k biases move with their rows
             add(p + "self_attn.q_proj.bias", g + "attn_q.bias", rnd(H * hd), qt)
@@ -279,6 +311,9 @@ def llama_like(out, name, arch, cfg, dtype, shards, tokenizer=None, rope_scaling
                 add(pre + "shared_expert.down_proj.weight", g + "ffn_down_shexp.weight", rnd(E, fs))
                 add(pre + "shared_expert_gate.weight", g + "ffn_gate_inp_shexp.weight", rnd(1, E) * 20,
                     lambda v: v.reshape(-1))
+        elif arch == "phi3":  # gate rows, then up rows, in one tensor: llama.cpp's ffn_up, as it is
+            add(p + "mlp.gate_up_proj.weight", g + "ffn_up.weight", rnd(2 * F_, E))
+            add(p + "mlp.down_proj.weight", g + "ffn_down.weight", rnd(E, F_))
         else:
             add(p + "mlp.gate_proj.weight", g + "ffn_gate.weight", rnd(F_, E))
             add(p + "mlp.up_proj.weight", g + "ffn_up.weight", rnd(F_, E))
@@ -304,11 +339,15 @@ def llama_like(out, name, arch, cfg, dtype, shards, tokenizer=None, rope_scaling
                 s = (old / wl - lo) / (hi - lo)
                 fs.append(1 / ((1 - s) / fac + s))
         exp["rope_freqs.weight"] = torch.tensor(fs, dtype=torch.float32)
+    lr = cfg.get("rope_scaling") if arch == "phi3" else None
+    if lr and lr.get("type") in ("longrope", "su"):  # llama.cpp's Phi3MiniModel: the two tables as they are, in f32
+        exp["rope_factors_long.weight"] = torch.tensor(lr["long_factor"], dtype=torch.float32)
+        exp["rope_factors_short.weight"] = torch.tensor(lr["short_factor"], dtype=torch.float32)
     cfg["model_type"] = "mistral" if name == "mistral" else arch
     cfg["architectures"] = [{"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
                              "gemma2": "Gemma2ForCausalLM", "gemma3_text": "Gemma3ForCausalLM",
                              "smollm3": "SmolLM3ForCausalLM", "olmo2": "Olmo2ForCausalLM",
-                             "granite": "GraniteForCausalLM",
+                             "granite": "GraniteForCausalLM", "phi3": "Phi3ForCausalLM",
                              "mixtral": "MixtralForCausalLM",
                              "qwen2_moe": "Qwen2MoeForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM",
                              "olmoe": "OlmoeForCausalLM"}[arch]]
@@ -333,9 +372,9 @@ def llama_like(out, name, arch, cfg, dtype, shards, tokenizer=None, rope_scaling
         shutil.copy(tokenizer, os.path.join(d, "tokenizer.json"))
     save_safetensors(os.path.join(d, "expected.safetensors"), exp)
     w32 = {n: t.to(torch.float32) for n, t in hf.items()}
-    logits = hf_forward(arch, cfg, w32, TOKENS)
+    logits = hf_forward(arch, cfg, w32, tokens)
     with open(os.path.join(d, "logits.json"), "w") as f:
-        json.dump({"tokens": TOKENS, "logits": logits.flatten().tolist()}, f)
+        json.dump({"tokens": tokens, "logits": logits.flatten().tolist()}, f)
 
 
 def deepseek_forward(cfg, w, tokens):
@@ -582,6 +621,23 @@ def main():
     # Granite 3's: not 1/sqrt(head_dim)) and the logits (divided by 8)
     llama_like(out, "granite", "granite", dict(base, vocab_size=320, embedding_multiplier=12.0, residual_multiplier=0.22,
                                                attention_multiplier=0.015625, logits_scaling=8.0), torch.bfloat16, 1)
+    # Phi-3 / Phi-4-mini: fused qkv_proj and gate_up_proj. "phi3" is Phi-4-mini's layout in small: 3/4 of each head
+    # rotated (12 of 16 dims), LongRoPE trained at 16 positions of 64 (cos and sin times sqrt(1 + ln 4 / ln 16)),
+    # tied, no window; its 9 tokens take short_factor. "phi3_long": untied, an attention_factor of its own, a window
+    # of 8, and 24 tokens, past 16: long_factor. "phi3_mini" is Phi-3-mini-4k's: no scaling, whole heads rotated, a
+    # window (6) inside its 9 tokens
+    pairs = 6
+    longrope = lambda: {"type": "longrope", "short_factor": [round(1 + 3 * x, 4) for x in torch.rand(pairs).tolist()],
+                        "long_factor": [round(1 + 3 * x, 4) for x in torch.rand(pairs).tolist()]}
+    phi = dict(base, vocab_size=320, max_position_embeddings=64, original_max_position_embeddings=16,
+               partial_rotary_factor=0.75, hidden_act="silu")
+    llama_like(out, "phi3", "phi3", dict(phi, sliding_window=None, rope_scaling=longrope()), torch.bfloat16, 1)
+    llama_like(out, "phi3_long", "phi3", dict(phi, tie_word_embeddings=False, sliding_window=8,
+                                              rope_scaling=dict(longrope(), attention_factor=1.1)),
+               torch.float32, 2, tokens=LONG_TOKENS)
+    llama_like(out, "phi3_mini", "phi3", dict(base, vocab_size=320, max_position_embeddings=64,
+                                              original_max_position_embeddings=64, tie_word_embeddings=False,
+                                              sliding_window=6, rope_scaling=None), torch.float16, 1)
     # mixtures of experts: Mixtral (a llama with experts: permuted q/k), Qwen2-MoE (QKV bias, a shared
     # expert), Qwen3-MoE (per-head QK-norm, narrower experts), OLMoE (QK-norm over the projections)
     llama_like(out, "mixtral", "mixtral", dict(base, vocab_size=320, tie_word_embeddings=False, num_local_experts=4,
