@@ -451,6 +451,123 @@ Test(finetune, merged_model_equals_base_plus_adapter, .timeout = 120) {
     th_rmdir();
 }
 
+/* an adapter file of llama.cpp's kind for a phi3 base: one pair on each layer's fused attn_qkv and ffn_up (as its
+ * converter names PEFT's qkv_proj and gate_up_proj pairs), with a pair on attn_q too when clash */
+static void write_fused_adapter(const char *path, const struct toy_llama_config *c, int r, bool clash) {
+    struct toy_gguf_writer *w;
+    cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
+    toy_gguf_writer_set_str(w, "general.architecture", "phi3");
+    toy_gguf_writer_set_str(w, "general.type", "adapter");
+    toy_gguf_writer_set_str(w, "adapter.type", "lora");
+    toy_gguf_writer_set_f32(w, "adapter.lora.alpha", 2.0f * (float)r);
+    int64_t hd = c->d_model / c->n_heads, outs[3] = {hd * (c->n_heads + 2 * c->n_kv_heads), 2 * c->d_ff, hd * c->n_heads};
+    const char *names[3] = {"attn_qkv", "ffn_up", "attn_q"};
+    static float data[2][64 * 192 * 8];
+    struct toy_rng rng;
+    toy_rng_seed(&rng, 77);
+    for (size_t k = 0; k < sizeof data / sizeof data[0][0]; k++) (&data[0][0])[k] = 0.1f * toy_rng_normal(&rng);
+    char name[96];
+    for (int64_t l = 0; l < c->n_layers; l++)
+        for (int k = 0; k < (clash ? 3 : 2); k++) {
+            int64_t na[2] = {c->d_model, r}, nb[2] = {r, outs[k]};
+            snprintf(name, sizeof name, "blk.%lld.%s.weight.lora_a", (long long)l, names[k]);
+            cr_assert_eq(toy_gguf_writer_add_tensor(w, name, TOY_F32, 2, na, data[0]), TOY_OK);
+            snprintf(name, sizeof name, "blk.%lld.%s.weight.lora_b", (long long)l, names[k]);
+            cr_assert_eq(toy_gguf_writer_add_tensor(w, name, TOY_F32, 2, nb, data[1]), TOY_OK);
+        }
+    cr_assert_eq(toy_gguf_writer_write(w, path), TOY_OK, "%s", toy_last_error());
+    toy_gguf_writer_free(w);
+}
+
+static double worst_rel(const float *a, const float *b, int64_t n) {
+    double worst = 0;
+    for (int64_t i = 0; i < n; i++) worst = fmax(worst, fabs(a[i] - b[i]) / (1 + fabs(b[i])));
+    return worst;
+}
+
+/* Phi-3's files keep q, k, v in one attn_qkv and gate and up in one ffn_up. toy adapts the projections one by one
+ * (its adapters name them so), and merges such an adapter into the fused tensors' rows of a file (F32, Q8_0); an
+ * adapter of llama.cpp's kind, one pair on each fused tensor, loads as the same pair's A with B's rows per
+ * projection, and gives what merging it whole gives. LoRA on a phi3 base against PyTorch, too. */
+Test(finetune, phi3_adapters_on_fused_projections, .timeout = 120) {
+    th_mkdir("ft-phi3");
+    struct toy_llama_config c = small_config();
+    snprintf(c.arch, sizeof c.arch, "phi3");
+    c.rope_mode = TOY_ROPE_NEOX, c.rope_dim = 12, c.tied = false;
+    char base[400], ad[400], merged[400], q8[400], q8m[400], fused[400], clash[400];
+    snprintf(base, sizeof base, "%s/base.gguf", th_dir);
+    snprintf(ad, sizeof ad, "%s/adapter.gguf", th_dir);
+    snprintf(merged, sizeof merged, "%s/merged.gguf", th_dir);
+    snprintf(q8, sizeof q8, "%s/base-q8.gguf", th_dir);
+    snprintf(q8m, sizeof q8m, "%s/merged-q8.gguf", th_dir);
+    snprintf(fused, sizeof fused, "%s/fused.gguf", th_dir);
+    snprintf(clash, sizeof clash, "%s/clash.gguf", th_dir);
+    make_base(base, &c, 8);
+    check_against_torch(base, base, 1e-4, "LoRA (phi3 F32 base)");
+    struct toy_llama *m;
+    cr_assert_eq(toy_llama_load(base, false, &m), TOY_OK, "%s", toy_last_error());
+    struct toy_lora *a;
+    struct toy_lora_opts o = {.rank = 4, .alpha = 8, .targets = (1u << TOY_LORA_N_TARGETS) - 1, .seed = 5};
+    cr_assert_eq(toy_lora_attach(m, &o, &a), TOY_OK);
+    randomize_b(a, 3, 0.3f);
+    cr_assert_eq(toy_lora_save(a, ad), TOY_OK);
+    const int T = 12, B = 2, n = T * B * 61;
+    int32_t tok[24];
+    fill_tokens(tok, NULL, T * B, 61, 6);
+    float *with = run_model(m, tok, NULL, T, B, NULL);
+    toy_lora_free(a);
+    float *plain = run_model(m, tok, NULL, T, B, NULL);
+    cr_assert(worst_rel(plain, with, n) > 0.01, "the adapter barely changes the logits");
+    /* per projection, merged into the fused rows */
+    cr_assert_eq(toy_lora_merge_file(base, ad, 1.0f, merged), TOY_OK, "%s", toy_last_error());
+    struct toy_llama *mm;
+    cr_assert_eq(toy_llama_load(merged, false, &mm), TOY_OK, "%s", toy_last_error());
+    float *mg = run_model(mm, tok, NULL, T, B, NULL);
+    toy_llama_free(mm);
+    double worst = worst_rel(mg, with, n);
+    cr_assert(worst <= 1e-4, "merged into the fused file vs adapted: %g", worst);
+    cr_assert_eq(toy_gguf_quantize(base, q8, TOY_Q8_0, NULL, NULL), TOY_OK);
+    cr_assert_eq(toy_lora_merge_file(q8, ad, 1.0f, q8m), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(toy_llama_load(q8m, false, &mm), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(mm->layers[0].wk->type, TOY_Q8_0);
+    float *mq = run_model(mm, tok, NULL, T, B, NULL);
+    toy_llama_free(mm);
+    double qworst = worst_rel(mq, with, n), moved = 0;
+    for (int i = 0; i < n; i++) moved = fmax(moved, fabs(plain[i] - with[i]));
+    cr_assert(qworst < 0.05 * moved + 0.02, "Q8_0 merge into the fused file off by %g (the adapter moves %g)", qworst,
+              moved);
+    /* llama.cpp's fused pairs: loaded split, against merged whole (the merge's own path for a pair on a file
+     * tensor) */
+    write_fused_adapter(fused, &c, 4, false);
+    cr_assert_eq(toy_lora_load(m, fused, 1.0f, false, &a), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(toy_lora_get_opts(a)->targets, (1u << TOY_LORA_Q | 1u << TOY_LORA_K | 1u << TOY_LORA_V |
+                                                 1u << TOY_LORA_GATE | 1u << TOY_LORA_UP));
+    float *split = run_model(m, tok, NULL, T, B, NULL);
+    toy_lora_free(a);
+    cr_assert_eq(toy_lora_merge_file(base, fused, 1.0f, merged), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(toy_llama_load(merged, false, &mm), TOY_OK, "%s", toy_last_error());
+    float *whole = run_model(mm, tok, NULL, T, B, NULL);
+    toy_llama_free(mm);
+    double fworst = worst_rel(split, whole, n), fmoved = worst_rel(plain, whole, n);
+    cr_assert(fmoved > 0.01, "the fused adapter barely changes the logits (%g)", fmoved);
+    cr_assert(fworst <= 1e-4, "a fused pair loaded split vs merged whole: %g", fworst);
+    fprintf(stderr, "finetune: phi3 adapters: merged into fused F32 %.2e, Q8_0 %.2e; fused pairs split vs whole %.2e "
+                    "(they move the logits %.2f)\n", worst, qworst, fworst, fmoved);
+    /* a projection adapted twice: in the fused pair and on its own */
+    write_fused_adapter(clash, &c, 4, true);
+    cr_assert_eq(toy_lora_load(m, clash, 1.0f, false, &a), TOY_ERR_FORMAT);
+    cr_assert(strstr(toy_last_error(), "attn_q.weight.lora_a adapts a projection that the layer's fused attn_qkv"),
+              "%s", toy_last_error());
+    toy_llama_free(m);
+    free(with);
+    free(plain);
+    free(mg);
+    free(mq);
+    free(split);
+    free(whole);
+    th_rmdir();
+}
+
 /* ---- SFT data ------------------------------------------------------------------------- */
 
 static struct toy_tokenizer *small_tokenizer(void) {

@@ -328,6 +328,50 @@ static enum toy_status check_pair(const char *path, const char *wname, int64_t i
     return TOY_OK;
 }
 
+/* Phi-3 keeps a layer's q, k, v rows in one attn_qkv and its gate and up rows in one ffn_up of 2 d_ff, and
+ * llama.cpp's converter names PEFT's adapters on qkv_proj and gate_up_proj after them: a pair on `name` whose B has
+ * `out` rows is such a fused pair when the model's projections it spans add up to out. The targets it covers
+ * (0: none), its layer, and the first row of target t in it (fused_row0). */
+static unsigned fused_pair(const struct toy_llama *m, const char *name, size_t len, int64_t out, int64_t *layer) {
+    long long l;
+    char part[16], rest[16];
+    char nm[TOY_GGUF_NAME_MAX];
+    snprintf(nm, sizeof nm, "%.*s", (int)len, name);
+    if (sscanf(nm, "blk.%lld.%15[^.].%15s", &l, part, rest) != 3 || strcmp(rest, "weight") || l < 0 ||
+        l >= m->cfg.n_layers)
+        return 0;
+    const struct toy_llama_layer *L = &m->layers[l];
+    *layer = l;
+    if (!strcmp(part, "attn_qkv") && L->wq && L->wk && L->wv && out == L->wq->ne[1] + L->wk->ne[1] + L->wv->ne[1])
+        return 1u << TOY_LORA_Q | 1u << TOY_LORA_K | 1u << TOY_LORA_V;
+    if (!strcmp(part, "ffn_up") && L->w_gate && L->w_up && out == L->w_gate->ne[1] + L->w_up->ne[1])
+        return 1u << TOY_LORA_GATE | 1u << TOY_LORA_UP;
+    return 0;
+}
+
+static int64_t fused_row0(const struct toy_llama_layer *L, int t) {
+    return t == TOY_LORA_K ? L->wq->ne[1] : t == TOY_LORA_V ? L->wq->ne[1] + L->wk->ne[1] : t == TOY_LORA_UP ? L->w_gate->ne[1] : 0;
+}
+
+/* Target t's pair of layer l read from the fused pair that covers it: A whole (the projections share it), B's rows
+ * of the target */
+static enum toy_status read_fused(const struct toy_gguf *g, const struct toy_llama *m, int64_t l, int t,
+                                  struct toy_tensor *A, struct toy_tensor *B) {
+    char name[TOY_GGUF_NAME_MAX + 16];
+    bool qkv = t == TOY_LORA_Q || t == TOY_LORA_K || t == TOY_LORA_V;
+    snprintf(name, sizeof name, "blk.%lld.%s.weight.lora_a", (long long)l, qkv ? "attn_qkv" : "ffn_up");
+    enum toy_status st = toy_gguf_tensor_read_f32(g, toy_gguf_find_tensor(g, name), A->data, toy_nelements(A));
+    name[strlen(name) - 1] = 'b';
+    int64_t j = toy_gguf_find_tensor(g, name);
+    int64_t n = toy_gguf_tensor(g, j)->n_elements, r = B->ne[0];
+    float *all = st ? NULL : malloc((size_t)n * sizeof *all);
+    if (!st && !all) st = toy_error(TOY_ERR_NOMEM, "reading %s", name);
+    if (!st) st = toy_gguf_tensor_read_f32(g, j, all, n);
+    if (!st) memcpy(B->data, all + fused_row0(&m->layers[l], t) * r, (size_t)toy_nelements(B) * sizeof *all);
+    free(all);
+    return st;
+}
+
 enum toy_status toy_lora_load(struct toy_llama *m, const char *path, float scale, bool trainable,
                               struct toy_lora **out) {
     if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_lora_load: out is NULL");
@@ -338,6 +382,8 @@ enum toy_status toy_lora_load(struct toy_llama *m, const char *path, float scale
     enum toy_status st = toy_gguf_open(path, &g);
     if (st) return st;
     struct toy_lora_opts o = {0};
+    unsigned *fused = calloc((size_t)m->cfg.n_layers, sizeof *fused); /* per layer: the targets a fused pair gives */
+    if (!fused) { st = toy_error(TOY_ERR_NOMEM, "%s: out of memory", path); goto done; }
     if ((st = check_header(g, path, m->cfg.arch, &o.alpha))) goto done;
     /* pass 1: targets and rank, with llama.cpp's shape checks */
     for (int64_t i = 0; i < toy_gguf_n_tensors(g); i++) {
@@ -351,45 +397,70 @@ enum toy_status toy_lora_load(struct toy_llama *m, const char *path, float scale
         }
         int64_t l;
         int t;
-        if (!parse_weight(m, ti->name, len - 7, &l, &t)) {
-            st = toy_error(TOY_ERR_UNSUPPORTED, "%s: %s does not name a projection toy adapts (q,k,v,o,gate,up,down)",
-                           path, ti->name);
-            goto done;
-        }
         char other[TOY_GGUF_NAME_MAX + 8];
         snprintf(other, sizeof other, "%.*s.lora_%c", (int)(len - 7), ti->name, is_a ? 'b' : 'a');
         int64_t j = toy_gguf_find_tensor(g, other);
         if (j < 0) { st = toy_error(TOY_ERR_FORMAT, "%s: %s has no %s", path, ti->name, other); goto done; }
-        if (!is_a) continue;
         const struct toy_gguf_tensor *tb = toy_gguf_tensor(g, j);
-        const struct toy_tensor *w = target_weight(&m->layers[l], t);
-        if ((st = check_pair(path, w->name, w->ne[0], w->ne[1], 2, ti, tb))) goto done;
+        unsigned fmask = fused_pair(m, ti->name, len - 7, is_a ? tb->ne[1] : ti->ne[1], &l);
+        if (fmask) { /* one pair for two or three projections */
+            if (!is_a) continue;
+            const struct toy_tensor *w0 = target_weight(&m->layers[l], fmask & 1 ? TOY_LORA_Q : TOY_LORA_GATE);
+            if ((st = check_pair(path, ti->name, w0->ne[0], tb->ne[1], 2, ti, tb))) goto done;
+            fused[l] |= fmask;
+        } else if (!parse_weight(m, ti->name, len - 7, &l, &t)) {
+            st = toy_error(TOY_ERR_UNSUPPORTED, "%s: %s does not name a projection toy adapts (q,k,v,o,gate,up,down%s)",
+                           path, ti->name, !strcmp(m->cfg.arch, "phi3") ? ", or Phi-3's attn_qkv and ffn_up" : "");
+            goto done;
+        } else {
+            if (!is_a) continue;
+            const struct toy_tensor *w = target_weight(&m->layers[l], t);
+            if ((st = check_pair(path, w->name, w->ne[0], w->ne[1], 2, ti, tb))) goto done;
+            fmask = 1u << t;
+        }
         if (o.rank && o.rank != ti->ne[1]) {
             st = toy_error(TOY_ERR_UNSUPPORTED, "%s: ranks differ between pairs (%d, %lld)", path, o.rank,
                            (long long)ti->ne[1]);
             goto done;
         }
         o.rank = (int32_t)ti->ne[1];
-        o.targets |= 1u << t;
+        o.targets |= fmask;
     }
     if (!o.rank) { st = toy_error(TOY_ERR_FORMAT, "%s: no LoRA tensors", path); goto done; }
+    for (int64_t l = 0; l < m->cfg.n_layers; l++) /* a projection in a fused pair and in one of its own */
+        for (int t = 0; t < TOY_LORA_N_TARGETS; t++) {
+            const struct toy_tensor *w = target_weight(&m->layers[l], t);
+            char own[TOY_GGUF_NAME_MAX + 8];
+            if (!(fused[l] >> t & 1) || t == TOY_LORA_UP) continue; /* (up's own name is the fused pair's) */
+            snprintf(own, sizeof own, "%s.lora_a", w->name);
+            if (toy_gguf_find_tensor(g, own) >= 0) {
+                st = toy_error(TOY_ERR_FORMAT, "%s: %s adapts a projection that the layer's fused %s pair adapts too",
+                               path, own, t == TOY_LORA_GATE ? "ffn_up" : "attn_qkv");
+                goto done;
+            }
+        }
     double dd;
     if (!toy_gguf_get_f64(g, "toy.lora.dropout", &dd) && dd >= 0 && dd < 1) o.dropout = (float)dd;
     /* toy adapts every layer of each target; a file that skips some layers
      * gets zero pairs there (B = 0: no change), and is saved back with them */
     struct toy_lora *a;
     if ((st = make_pairs(m, &o, trainable, &a))) goto done;
-    for (int i = 0; i < a->n; i++) {
-        int64_t j = toy_gguf_find_tensor(g, a->t[i]->name);
-        /* f16/bf16 pairs widen to toy's f32 (an f32 file is copied as it is) */
-        if (j >= 0 && (st = toy_gguf_tensor_read_f32(g, j, a->t[i]->data, toy_nelements(a->t[i])))) {
-            toy_lora_free(a);
-            goto done;
+    for (int64_t l = 0; l < m->cfg.n_layers && !st; l++)
+        for (int t = 0; t < TOY_LORA_N_TARGETS && !st; t++) {
+            struct toy_tensor *A = m->layers[l].lora_a[t], *B = m->layers[l].lora_b[t];
+            if (!A) continue;
+            if (fused[l] >> t & 1) { st = read_fused(g, m, l, t, A, B); continue; }
+            /* f16/bf16 pairs widen to toy's f32 (an f32 file is copied as it is) */
+            for (int h = 0; h < 2 && !st; h++) {
+                int64_t j = toy_gguf_find_tensor(g, (h ? B : A)->name);
+                if (j >= 0) st = toy_gguf_tensor_read_f32(g, j, (h ? B : A)->data, toy_nelements(h ? B : A));
+            }
         }
-    }
+    if (st) { toy_lora_free(a); goto done; }
     m->lora_scale = scale * (o.alpha != 0 ? o.alpha / (float)o.rank : 1.0f); /* alpha 0: alpha = rank, as llama.cpp */
     *out = a;
 done:
+    free(fused);
     toy_gguf_close(g);
     return st;
 }
@@ -425,32 +496,89 @@ enum toy_status toy_lora_merge_into(struct toy_llama *m, const struct toy_lora *
 
 struct merge_job {
     const struct toy_gguf *base, *ad;
-    int64_t index, ia, ib; /* the weight in base, its A and B in ad */
+    int64_t index;         /* the weight in base */
+    int n;                 /* its pairs in ad: A ia[k], B ib[k], onto its rows row0[k].. (several: a fused weight) */
+    int64_t ia[3], ib[3], row0[3];
     float scale;
 };
 
 static enum toy_status merge_fill(void *ctx, void *dst, size_t nbytes) {
     const struct merge_job *j = ctx;
     const struct toy_gguf_tensor *w = toy_gguf_tensor(j->base, j->index);
-    const struct toy_gguf_tensor *A = toy_gguf_tensor(j->ad, j->ia), *B = toy_gguf_tensor(j->ad, j->ib);
     int64_t in = w->ne[0], out = w->ne[1];
-    /* the weight and the pair (f32, or f16/bf16 as llama.cpp's converter writes them) as f32 */
+    /* the weight as f32 */
     float *f = malloc((size_t)(in * out) * sizeof *f);
-    float *fa = malloc((size_t)A->n_elements * sizeof *fa), *fb = malloc((size_t)B->n_elements * sizeof *fb);
-    enum toy_status st = f && fa && fb ? TOY_OK : toy_error(TOY_ERR_NOMEM, "%s: out of memory for the merged weights", w->name);
+    enum toy_status st = f ? TOY_OK : toy_error(TOY_ERR_NOMEM, "%s: out of memory for the merged weights", w->name);
     if (!st) st = toy_gguf_tensor_read_f32(j->base, j->index, f, in * out);
-    if (!st) st = toy_gguf_tensor_read_f32(j->ad, j->ia, fa, A->n_elements);
-    if (!st) st = toy_gguf_tensor_read_f32(j->ad, j->ib, fb, B->n_elements);
+    for (int k = 0; k < j->n && !st; k++) { /* each pair (f32, or f16/bf16 as llama.cpp's converter writes them) */
+        const struct toy_gguf_tensor *A = toy_gguf_tensor(j->ad, j->ia[k]), *B = toy_gguf_tensor(j->ad, j->ib[k]);
+        float *fa = malloc((size_t)A->n_elements * sizeof *fa), *fb = malloc((size_t)B->n_elements * sizeof *fb);
+        if (!fa || !fb) st = toy_error(TOY_ERR_NOMEM, "%s: out of memory for the merged weights", w->name);
+        if (!st) st = toy_gguf_tensor_read_f32(j->ad, j->ia[k], fa, A->n_elements);
+        if (!st) st = toy_gguf_tensor_read_f32(j->ad, j->ib[k], fb, B->n_elements);
+        if (!st) add_ba(f + j->row0[k] * in, fa, fb, in, B->ne[1], A->ne[1], j->scale);
+        free(fa);
+        free(fb);
+    }
     if (!st) {
-        add_ba(f, fa, fb, in, out, A->ne[1], j->scale);
         size_t rb = toy_row_bytes(w->type, in);
         for (int64_t o = 0; o < out && !st; o++) st = toy_quantize_row(w->type, f + o * in, (char *)dst + o * rb, in);
         if (!st && rb * (size_t)out != nbytes) st = toy_error(TOY_ERR_SHAPE, "%s: the merged weights have another size", w->name);
     }
     free(f);
-    free(fa);
-    free(fb);
     return st;
+}
+
+/* The pairs of an adapter with toy's names for Phi-3's projections (attn_q, attn_k, attn_v; ffn_gate, ffn_up) that
+ * fall in the fused base tensor ti (attn_qkv; an ffn_up of twice their width): their A and B, and the rows of ti
+ * they adapt, into job (n 0: none) */
+static enum toy_status fused_parts(const struct toy_gguf *ad, const char *adapter_path, const struct toy_gguf_tensor *ti,
+                                   struct merge_job *job) {
+    long long l;
+    char part[16];
+    if (sscanf(ti->name, "blk.%lld.%15[^.].weight", &l, part) != 2 || ti->n_dims != 2) return TOY_OK;
+    bool qkv = !strcmp(part, "attn_qkv");
+    if (!qkv && strcmp(part, "ffn_up")) return TOY_OK;
+    static const char *const qkv_parts[] = {"attn_q", "attn_k", "attn_v"}, *const ff_parts[] = {"ffn_gate", "ffn_up"};
+    const char *const *parts = qkv ? qkv_parts : ff_parts;
+    int np = qkv ? 3 : 2;
+    int64_t ia[3], ib[3], rows[3] = {0, 0, 0};
+    char name[TOY_GGUF_NAME_MAX + 16];
+    for (int k = 0; k < np; k++) {
+        snprintf(name, sizeof name, "blk.%lld.%s.weight.lora_a", l, parts[k]);
+        ia[k] = toy_gguf_find_tensor(ad, name);
+        snprintf(name, sizeof name, "blk.%lld.%s.weight.lora_b", l, parts[k]);
+        ib[k] = toy_gguf_find_tensor(ad, name);
+        if (ib[k] >= 0) rows[k] = toy_gguf_tensor(ad, ib[k])->ne[1];
+    }
+    if (!qkv) { /* fused only when twice as wide as the pairs (else a Llama's ffn_up, or llama.cpp's fused pair) */
+        int64_t f = rows[0] ? rows[0] : rows[1];
+        if (!f || ti->ne[1] != 2 * f) return TOY_OK;
+        rows[0] = rows[1] = f;
+    } else { /* q's rows are what k's and v's (which are alike) leave */
+        int64_t kv = rows[1] ? rows[1] : rows[2];
+        if (kv) rows[1] = rows[2] = kv, rows[0] = ti->ne[1] - 2 * kv;
+        else if (rows[0]) rows[1] = rows[2] = (ti->ne[1] - rows[0]) / 2;
+    }
+    int64_t row0 = 0;
+    for (int k = 0; k < np; k++, row0 += rows[k - 1]) {
+        if (ia[k] < 0 && ib[k] < 0) continue;
+        const struct toy_gguf_tensor *A = ia[k] >= 0 ? toy_gguf_tensor(ad, ia[k]) : NULL;
+        const struct toy_gguf_tensor *B = ib[k] >= 0 ? toy_gguf_tensor(ad, ib[k]) : NULL;
+        if (!A || !B)
+            return toy_error(TOY_ERR_FORMAT, "%s: blk.%lld.%s.weight.lora_%c has no lora_%c", adapter_path, l, parts[k],
+                             A ? 'a' : 'b', A ? 'b' : 'a');
+        char what[TOY_GGUF_NAME_MAX * 2 + 64];
+        snprintf(what, sizeof what, "blk.%lld.%s.weight (rows %lld.. of %s)", l, parts[k], (long long)row0, ti->name);
+        enum toy_status st = check_pair(adapter_path, what, ti->ne[0], rows[k], 2, A, B);
+        if (!st && row0 + rows[k] > ti->ne[1])
+            st = toy_error(TOY_ERR_SHAPE, "%s: the pairs for %s's parts have more rows (%lld) than it (%lld)",
+                           adapter_path, ti->name, (long long)(row0 + rows[k]), (long long)ti->ne[1]);
+        if (st) return st;
+        job->ia[job->n] = ia[k], job->ib[job->n] = ib[k], job->row0[job->n] = row0;
+        job->n++;
+    }
+    return TOY_OK;
 }
 
 enum toy_status toy_lora_merge_file(const char *base_path, const char *adapter_path, float scale,
@@ -480,6 +608,21 @@ enum toy_status toy_lora_merge_file(const char *base_path, const char *adapter_p
         snprintf(name, sizeof name, "%s.lora_b", ti->name);
         int64_t jb = toy_gguf_find_tensor(ad, name);
         int n_dims = ti->n_dims < 1 ? 1 : ti->n_dims;
+        struct merge_job fj = {.n = 0};
+        if ((st = fused_parts(ad, adapter_path, ti, &fj))) break;
+        if (fj.n) { /* Phi-3's fused attn_qkv or ffn_up, adapted per projection */
+            if (!toy_can_dequantize(ti->type) || !toy_can_quantize(ti->type)) {
+                st = toy_error(TOY_ERR_UNSUPPORTED, "cannot re-encode %s after merging (%s)", ti->name, toy_dtype_name(ti->type));
+                break;
+            }
+            const struct toy_gguf_tensor *A0 = toy_gguf_tensor(ad, fj.ia[0]);
+            jobs[i] = fj;
+            jobs[i].base = g, jobs[i].ad = ad, jobs[i].index = i;
+            jobs[i].scale = scale * (alpha != 0 ? alpha / (float)A0->ne[1] : 1.0f);
+            used += 2 * fj.n;
+            st = toy_gguf_writer_add_tensor_fn(w, ti->name, ti->type, 2, ti->ne, merge_fill, &jobs[i]);
+            continue;
+        }
         if (ja < 0 && jb < 0) {
             st = toy_gguf_writer_add_tensor(w, ti->name, ti->type, n_dims, ti->ne, ti->data);
             continue;
@@ -496,7 +639,8 @@ enum toy_status toy_lora_merge_file(const char *base_path, const char *adapter_p
             break;
         }
         /* alpha 0 (or absent): alpha = rank, scale 1, as llama.cpp */
-        jobs[i] = (struct merge_job){g, ad, i, ja, jb, scale * (alpha != 0 ? alpha / (float)A->ne[1] : 1.0f)};
+        jobs[i] = (struct merge_job){.base = g, .ad = ad, .index = i, .n = 1, .ia = {ja}, .ib = {jb}, .row0 = {0},
+                                     .scale = scale * (alpha != 0 ? alpha / (float)A->ne[1] : 1.0f)};
         used += 2;
         st = toy_gguf_writer_add_tensor_fn(w, ti->name, ti->type, 2, ti->ne, merge_fill, &jobs[i]);
     }
