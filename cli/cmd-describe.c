@@ -430,7 +430,7 @@ static void card(const struct toy_gguf *g, const struct hp *h, struct text *t) {
         if (!post_only) row(t, PCOL, pname(g, r, sizeof r, "attn_norm.weight", "blk.0.attn_norm.weight"), "    γ_att ∈ R^%lld", d);
         if (h->fused) { /* Phi-3: one product gives q, k and v */
             row(t, PCOL, pname(g, r, sizeof r, "attn_qkv.weight", "blk.0.attn_qkv.weight"),
-                "    [W_q; W_k; W_v] = ((H+2H_kv)·d_h×d_e) = (%lld×%lld)", (H + 2 * K) * dh, d);
+                "    [W_q; W_k; W_v] = (%lld×%lld)", (H + 2 * K) * dh, d);
         } else {
             row(t, PCOL, pname(g, r, sizeof r, h->qkv_bias ? "attn_q.{weight,bias}" : "attn_q.weight", "blk.0.attn_q.weight"),
                 "    W_q = (H·d_h×d_e) = (%lld×%lld)%s", H * dh, d, h->qkv_bias ? ", b_q" : "");
@@ -505,15 +505,12 @@ static void card(const struct toy_gguf *g, const struct hp *h, struct text *t) {
             STEP("position t turns pairs", "  Q ← RoPE(Q, θ%s); K ← RoPE(K, θ%s) unless %lld | l (no position there)",
                  n++, h->has_rope_freqs ? ", ρ" : "", h->has_rope_freqs ? ", ρ" : "", (long long)h->nope_period);
         else if (h->longrope || h->rot < dh) { /* Phi-3: partial rotary, LongRoPE's divisors and magnitude */
-            char how[160] = "";
-            if (h->rot < dh) snprintf(how, sizeof how, "; the first %lld of each head's %lld dims", (long long)h->rot, dh);
+            STEP("position t turns pairs", "  Q ← RoPE(Q, θ%s); K ← RoPE(K, θ%s)", n++, h->longrope ? ", ρ" : "",
+                 h->longrope ? ", ρ" : "");
+            if (h->rot < dh) row(t, SCOL, "", "       on the first %lld of each head's %lld dims", (long long)h->rot, dh);
             if (h->longrope)
-                snprintf(how + strlen(how), sizeof how - strlen(how), "; ρ = ρ_long past %lld positions, else ρ_short",
-                         (long long)h->rope_orig);
-            if (h->rope_attn > 0 && h->rope_attn != 1)
-                snprintf(how + strlen(how), sizeof how - strlen(how), "; cos, sin × %g", h->rope_attn);
-            STEP("position t turns pairs", "  Q ← RoPE(Q, θ%s); K ← RoPE(K, θ%s)%s", n++, h->longrope ? ", ρ" : "",
-                 h->longrope ? ", ρ" : "", how);
+                row(t, SCOL, "", "       ρ = ρ_long for a context past %lld, else ρ_short", (long long)h->rope_orig);
+            if (h->rope_attn > 0 && h->rope_attn != 1) row(t, SCOL, "", "       cos and sin × %g", h->rope_attn);
         } else
             STEP("position t turns pairs", "  Q ← RoPE(Q, θ%s); K ← RoPE(K, θ%s)", n++, h->has_rope_freqs ? ", ρ" : "",
                  h->has_rope_freqs ? ", ρ" : "");

@@ -809,9 +809,9 @@ Test(cli_gguf, describe_phi3_fused_projections_and_longrope) {
                               (const char *[]){"blk.0.attn_qkv.weight", "blk.0.ffn_up.weight",
                                                "rope_factors_long.weight", "rope_factors_short.weight", NULL}, 6);
     const char *want[] = {"head dim 16, 12 rotated", "LongRoPE past 8", "rope attn factor 1.19",
-                          "[W_q; W_k; W_v] = ((H+2H_kv)·d_h×d_e) = (128×64)", "[W_gate; W_up] = (2·96×64)",
-                          "ρ_long, ρ_short ∈ R^6", "the first 12 of each head's 16 dims",
-                          "ρ = ρ_long past 8 positions, else ρ_short", "cos, sin × 1.19"};
+                          "[W_q; W_k; W_v] = (128×64)", "[W_gate; W_up] = (2·96×64)",
+                          "ρ_long, ρ_short ∈ R^6", "on the first 12 of each head's 16 dims",
+                          "ρ = ρ_long for a context past 8, else ρ_short", "cos and sin × 1.19"};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) cr_expect(strstr(out, want[i]), "no '%s' in %s", want[i], out);
     free(out);
 }
