@@ -8,7 +8,12 @@
  *     if (toy_hf_convert("SmolLM2-135M/", "smollm2.gguf", &o, &r)) die(toy_last_error());
  *
  * Architectures (config.json model_type): llama, mistral (written as
- * "llama"), qwen2, qwen3, gemma2, gpt2. Conventions (as llama.cpp's
+ * "llama"), qwen2, qwen3, gemma2, gemma3_text (as "gemma3"), smollm3,
+ * olmo2, granite, phi3, gpt2, and the mixtures mixtral (as "llama"),
+ * qwen2_moe, qwen3_moe, olmoe, deepseek_v2 and deepseek_v3 (as
+ * "deepseek2"); docs/model-files.md has each one's rules. Phi-3's fused
+ * qkv_proj and gate_up_proj stay fused (attn_qkv, ffn_up), and its
+ * LongRoPE tables become rope_factors_long/short.weight. Conventions (as llama.cpp's
  * convert_hf_to_gguf.py): dims innermost-first (HF shape reversed);
  * Llama/Mistral q/k projection rows permuted from HF's rotate-half layout
  * to llama.cpp's interleaved one; GPT-2 Conv1D weights transposed and
