@@ -1193,6 +1193,19 @@ Test(cuda, gemma3_loss_and_gradients_match_cpu) {
     toy_llama_free(m);
 }
 
+/* m written as a Q8_0 GGUF (a temporary file) and loaded back mapped, in its place */
+static struct toy_llama *reloaded_q8_0(struct toy_llama *m) {
+    char path[] = "/tmp/toy-cuda-q8-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    close(fd);
+    th_save_llama(m, TOY_Q8_0, path);
+    toy_llama_free(m);
+    cr_assert_eq(toy_llama_load(path, false, &m), TOY_OK, "%s", toy_last_error());
+    unlink(path); /* (the mapping stays) */
+    return m;
+}
+
 /* Phi-4-mini in small: 12 of each head's 16 dims rotate, LongRoPE's long table (16 positions past the original 8)
  * with its attention factor, every layer sliding (window 5): loss and gradients; then the model written as a Q8_0
  * phi3 file (q, k, v in one attn_qkv, gate and up in one ffn_up) and run from its mapping, each projection a view
@@ -1213,20 +1226,13 @@ Test(cuda, phi3_loss_gradients_and_fused_file_match_cpu) {
     model_batch(ctx, &tok, &pos);
     check(ctx, loss_of(ctx, toy_llama_forward(ctx, m, tok, pos)), true, TOL_GEMM, "phi3 loss and gradients");
     toy_ctx_free(ctx);
-    char path[] = "/tmp/toy-cuda-phi3-XXXXXX";
-    int fd = mkstemp(path);
-    cr_assert(fd >= 0);
-    close(fd);
-    th_save_llama(m, TOY_Q8_0, path);
-    toy_llama_free(m);
-    cr_assert_eq(toy_llama_load(path, false, &m), TOY_OK, "%s", toy_last_error());
+    m = reloaded_q8_0(m);
     cr_assert(m->layers[1].wk->type == TOY_Q8_0 && m->rope_long, "the fused rows, mapped");
     ctx = setup(16);
     model_batch(ctx, &tok, &pos);
     check(ctx, toy_llama_forward(ctx, m, tok, pos), false, TOL_QUANT, "phi3 q8_0 logits");
     toy_ctx_free(ctx);
     toy_llama_free(m);
-    unlink(path);
 }
 
 /* Mixtures of experts: the router and the experts' products on the device
@@ -1340,13 +1346,7 @@ Test(cuda, deepseek_quantized_logits_match_cpu) {
     struct toy_llama_config c = small_deepseek();
     struct toy_llama *m = toy_llama_new(&c, 7);
     cr_assert(m, "%s", toy_last_error());
-    char path[] = "/tmp/toy-cuda-ds-XXXXXX";
-    int fd = mkstemp(path);
-    cr_assert(fd >= 0);
-    close(fd);
-    th_save_llama(m, TOY_Q8_0, path);
-    toy_llama_free(m);
-    cr_assert_eq(toy_llama_load(path, false, &m), TOY_OK, "%s", toy_last_error());
+    m = reloaded_q8_0(m);
     cr_assert(m->layers[1].wv_b->type == TOY_Q8_0 && m->layers[1].wk_b->type == TOY_F16, "up-projections %s, %s",
               toy_dtype_name(m->layers[1].wv_b->type), toy_dtype_name(m->layers[1].wk_b->type));
     struct toy_ctx *ctx = setup(16);
@@ -1355,7 +1355,6 @@ Test(cuda, deepseek_quantized_logits_match_cpu) {
     check(ctx, toy_llama_forward(ctx, m, tok, pos), false, TOL_QUANT, "deepseek2 q8_0 logits");
     toy_ctx_free(ctx);
     toy_llama_free(m);
-    unlink(path);
 }
 
 /* 20 AdamW steps on each backend from the same weights and batches */

@@ -151,6 +151,17 @@ static void randomize_b(struct toy_lora *a, uint64_t seed, float std) {
     }
 }
 
+/* the logits of base with adapter merged into it, written to merged (toy_lora_merge_file) and loaded mapped */
+static float *merged_logits(const char *base, const char *adapter, const char *merged, const int32_t *tok, int T,
+                            int B) {
+    struct toy_llama *m;
+    cr_assert_eq(toy_lora_merge_file(base, adapter, 1.0f, merged), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(toy_llama_load(merged, false, &m), TOY_OK, "%s", toy_last_error());
+    float *lg = run_model(m, tok, NULL, T, B, NULL);
+    toy_llama_free(m);
+    return lg;
+}
+
 /* ---- LoRA math -------------------------------------------------------------------- */
 
 Test(finetune, zero_b_leaves_logits_unchanged) {
@@ -406,10 +417,7 @@ Test(finetune, merged_model_equals_base_plus_adapter, .timeout = 120) {
     toy_lora_free(a);
     float *plain = run_model(m, tok, NULL, T, B, NULL);
     toy_llama_free(m);
-    cr_assert_eq(toy_lora_merge_file(base, ad, 1.0f, merged), TOY_OK, "%s", toy_last_error());
-    cr_assert_eq(toy_llama_load(merged, false, &m), TOY_OK, "%s", toy_last_error());
-    float *mg = run_model(m, tok, NULL, T, B, NULL);
-    toy_llama_free(m);
+    float *mg = merged_logits(base, ad, merged, tok, T, B);
     double worst = 0, moved = 0;
     for (int i = 0; i < T * B * 61; i++) {
         worst = fmax(worst, fabs(mg[i] - with[i]) / (1 + fabs(with[i])));
@@ -494,14 +502,12 @@ Test(finetune, phi3_adapters_on_fused_projections, .timeout = 120) {
     struct toy_llama_config c = small_config();
     snprintf(c.arch, sizeof c.arch, "phi3");
     c.rope_mode = TOY_ROPE_NEOX, c.rope_dim = 12, c.tied = false;
-    char base[400], ad[400], merged[400], q8[400], q8m[400], fused[400], clash[400];
-    snprintf(base, sizeof base, "%s/base.gguf", th_dir);
-    snprintf(ad, sizeof ad, "%s/adapter.gguf", th_dir);
-    snprintf(merged, sizeof merged, "%s/merged.gguf", th_dir);
-    snprintf(q8, sizeof q8, "%s/base-q8.gguf", th_dir);
-    snprintf(q8m, sizeof q8m, "%s/merged-q8.gguf", th_dir);
-    snprintf(fused, sizeof fused, "%s/fused.gguf", th_dir);
-    snprintf(clash, sizeof clash, "%s/clash.gguf", th_dir);
+    enum { BASE, AD, MERGED, Q8, Q8M, FUSED, CLASH, N_FILES };
+    char files[N_FILES][400];
+    const char *names[N_FILES] = {"base", "adapter", "merged", "base-q8", "merged-q8", "fused", "clash"};
+    for (int i = 0; i < N_FILES; i++) snprintf(files[i], sizeof files[i], "%s/%s.gguf", th_dir, names[i]);
+    const char *base = files[BASE], *ad = files[AD], *merged = files[MERGED], *q8 = files[Q8], *q8m = files[Q8M],
+               *fused = files[FUSED], *clash = files[CLASH];
     make_base(base, &c, 8);
     check_against_torch(base, base, 1e-4, "LoRA (phi3 F32 base)");
     struct toy_llama *m;
@@ -519,19 +525,15 @@ Test(finetune, phi3_adapters_on_fused_projections, .timeout = 120) {
     float *plain = run_model(m, tok, NULL, T, B, NULL);
     cr_assert(worst_rel(plain, with, n) > 0.01, "the adapter barely changes the logits");
     /* per projection, merged into the fused rows */
-    cr_assert_eq(toy_lora_merge_file(base, ad, 1.0f, merged), TOY_OK, "%s", toy_last_error());
-    struct toy_llama *mm;
-    cr_assert_eq(toy_llama_load(merged, false, &mm), TOY_OK, "%s", toy_last_error());
-    float *mg = run_model(mm, tok, NULL, T, B, NULL);
-    toy_llama_free(mm);
+    float *mg = merged_logits(base, ad, merged, tok, T, B);
     double worst = worst_rel(mg, with, n);
     cr_assert(worst <= 1e-4, "merged into the fused file vs adapted: %g", worst);
     cr_assert_eq(toy_gguf_quantize(base, q8, TOY_Q8_0, NULL, NULL), TOY_OK);
-    cr_assert_eq(toy_lora_merge_file(q8, ad, 1.0f, q8m), TOY_OK, "%s", toy_last_error());
-    cr_assert_eq(toy_llama_load(q8m, false, &mm), TOY_OK, "%s", toy_last_error());
-    cr_assert_eq(mm->layers[0].wk->type, TOY_Q8_0);
-    float *mq = run_model(mm, tok, NULL, T, B, NULL);
-    toy_llama_free(mm);
+    float *mq = merged_logits(q8, ad, q8m, tok, T, B);
+    struct toy_gguf *g;
+    cr_assert_eq(toy_gguf_open(q8m, &g), TOY_OK);
+    cr_assert_eq(toy_gguf_tensor(g, toy_gguf_find_tensor(g, "blk.0.attn_qkv.weight"))->type, TOY_Q8_0);
+    toy_gguf_close(g);
     double qworst = worst_rel(mq, with, n), moved = 0;
     for (int i = 0; i < n; i++) moved = fmax(moved, fabs(plain[i] - with[i]));
     cr_assert(qworst < 0.05 * moved + 0.02, "Q8_0 merge into the fused file off by %g (the adapter moves %g)", qworst,
@@ -544,10 +546,7 @@ Test(finetune, phi3_adapters_on_fused_projections, .timeout = 120) {
                                                  1u << TOY_LORA_GATE | 1u << TOY_LORA_UP));
     float *split = run_model(m, tok, NULL, T, B, NULL);
     toy_lora_free(a);
-    cr_assert_eq(toy_lora_merge_file(base, fused, 1.0f, merged), TOY_OK, "%s", toy_last_error());
-    cr_assert_eq(toy_llama_load(merged, false, &mm), TOY_OK, "%s", toy_last_error());
-    float *whole = run_model(mm, tok, NULL, T, B, NULL);
-    toy_llama_free(mm);
+    float *whole = merged_logits(base, fused, merged, tok, T, B);
     double fworst = worst_rel(split, whole, n), fmoved = worst_rel(plain, whole, n);
     cr_assert(fmoved > 0.01, "the fused adapter barely changes the logits (%g)", fmoved);
     cr_assert(fworst <= 1e-4, "a fused pair loaded split vs merged whole: %g", fworst);
