@@ -460,15 +460,51 @@ Test(hf_import, gemma3_and_smollm3_layouts_a_gguf_cannot_hold_are_refused) {
                            "\"model_type\":\"smollm3\",\"no_rope_layers\":[1,0,1]",
                            "\"model_type\":\"smollm3\",\"no_rope_layers\":[1,1,1],\"use_sliding_window\":true"};
     const char *want[] = {"layer_types[1] is 'sliding_attention'", "layer_types[1] is 'chunked_attention'",
-                          "not a list of 3 layers", "text-only models", "no_rope_layers[1] is not 1",
+                          "not a list of 3 layers", "model_type 'gemma3' without a text_config object",
+                          "no_rope_layers[1] is not 1",
                           "use_sliding_window"};
-    const enum toy_status st[] = {TOY_ERR_UNSUPPORTED, TOY_ERR_UNSUPPORTED, TOY_ERR_FORMAT, TOY_ERR_UNSUPPORTED,
+    const enum toy_status st[] = {TOY_ERR_UNSUPPORTED, TOY_ERR_UNSUPPORTED, TOY_ERR_FORMAT, TOY_ERR_FORMAT,
                                   TOY_ERR_UNSUPPORTED, TOY_ERR_UNSUPPORTED};
     for (int i = 0; i < 6; i++)
         refused("\"hidden_size\":64,\"num_hidden_layers\":3,\"num_attention_heads\":4,\"num_key_value_heads\":1,"
                 "\"head_dim\":32,\"intermediate_size\":128,\"vocab_size\":100,\"query_pre_attn_scalar\":32,"
                 "\"sliding_window\":16", extra[i], st[i], want[i]);
     th_rmdir();
+}
+
+/* Gemma 3 with its vision tower (model_type gemma3, the 4B/12B/27B): its text model, whose config is text_config with
+ * Gemma3TextConfig's defaults where it is silent (8 heads, 4 kv heads, RoPE bases 1e6 and 1e4, eps 1e-6, 5 of each 6
+ * layers sliding, tied), under language_model.model.* (the released checkpoints) or model.language_model.* (newer
+ * transformers); the vision tower and projector are left out. The tensors as a gemma3_text folder's; its keys. */
+Test(hf_import, gemma3_with_its_vision_tower_imports_its_text_model, .timeout = 300) {
+    if (!make_models()) cr_skip("python3 with torch not available");
+    const char *models[] = {"gemma3_mm", "gemma3_mm_new"};
+    char out[512];
+    for (int m = 0; m < 2; m++) {
+        struct toy_convert_report r;
+        convert(models[m], TOY_F32, out, sizeof out, &r);
+        cr_expect_str_eq(r.arch, "gemma3");
+        compare(models[m], out, TOY_F32); /* (the tensor count too: no vision tensor) */
+        struct toy_gguf *g;
+        cr_assert_eq(toy_gguf_open(out, &g), TOY_OK);
+        const struct { const char *key; uint32_t v; } want[] = {
+            {"gemma3.block_count", 7},         {"gemma3.attention.head_count", 8}, {"gemma3.attention.head_count_kv", 4},
+            {"gemma3.attention.key_length", 16}, {"gemma3.attention.sliding_window", 4},
+            {"gemma3.context_length", 131072}};
+        for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+            uint32_t u = 0;
+            cr_expect(toy_gguf_get_u32(g, want[i].key, &u) == TOY_OK && u == want[i].v, "%s: %s %u, not %u",
+                      models[m], want[i].key, u, want[i].v);
+        }
+        float f = 0;
+        cr_expect(toy_gguf_get_f32(g, "gemma3.rope.freq_base", &f) == TOY_OK && f == 1000000.0f, "%g", f);
+        cr_expect(toy_gguf_get_f32(g, "gemma3.attention.layer_norm_rms_epsilon", &f) == TOY_OK && f == 1e-6f, "%g", f);
+        cr_expect(toy_gguf_get_f32(g, "gemma3.rope.scaling.factor", &f) == TOY_OK && f == 8.0f, "%g", f);
+        cr_expect(toy_gguf_find_key(g, "gemma3.attention.sliding_window_pattern") < 0, "6, llama.cpp's own: no key");
+        cr_expect(toy_gguf_find_tensor(g, "output.weight") < 0, "tied by default");
+        toy_gguf_close(g);
+    }
+    cleanup_models();
 }
 
 /* DeepSeek routing and YaRN that GGUF's keys cannot hold are refused, naming the keys, before any weight is read:

@@ -8,7 +8,8 @@
  *     if (toy_hf_convert("SmolLM2-135M/", "smollm2.gguf", &o, &r)) die(toy_last_error());
  *
  * Architectures (config.json model_type): llama, mistral (written as
- * "llama"), qwen2, qwen3, gemma2, gemma3_text (as "gemma3"), smollm3,
+ * "llama"), qwen2, qwen3, gemma2, gemma3_text (as "gemma3"), gemma3 (the
+ * text model of Gemma 3 with its vision tower, as "gemma3"), smollm3,
  * olmo2, granite, phi3, gpt2, and the mixtures mixtral (as "llama"),
  * qwen2_moe, qwen3_moe, olmoe, deepseek_v2 and deepseek_v3 (as
  * "deepseek2"); docs/model-files.md has each one's rules. Phi-3's fused

@@ -237,6 +237,7 @@ struct hp {
     int64_t orig_ctx, swa;
     bool longrope;
     double attn_factor;
+    bool multimodal; /* Gemma 3 with its vision tower: the text model's tensors under language_model */
 };
 
 /* A mixture's config: every layer sparse (toy's graph has no dense layers
@@ -452,6 +453,40 @@ static float *phi3_rope_factors(json_t *c, const struct hp *h) {
     return f;
 }
 
+/* Gemma 3 with its vision tower (model_type "gemma3": the 4B, 12B and 27B) keeps its text model's config in
+ * text_config, whose absent keys take Gemma3TextConfig's defaults (transformers' configuration_gemma3.py): the 4B's
+ * config.json gives no heads, head dim, vocabulary or RoPE bases. *out: that config, complete, as a gemma3_text
+ * one (a new reference). The vision tower's config and tensors are left out. */
+static enum toy_status gemma3_text_config(const char *dir, json_t *top, json_t **out) {
+    json_t *tc = json_object_get(top, "text_config");
+    if (!json_is_object(tc))
+        return toy_error(TOY_ERR_FORMAT, "%s/config.json: model_type 'gemma3' without a text_config object", dir);
+    json_t *c = json_deep_copy(tc);
+    if (!c) return toy_error(TOY_ERR_NOMEM, "out of memory");
+    static const struct { const char *key; double v; bool is_int; } defaults[] = {
+        {"vocab_size", 262208, true},           {"hidden_size", 2304, true},
+        {"intermediate_size", 9216, true},      {"num_hidden_layers", 26, true},
+        {"num_attention_heads", 8, true},       {"num_key_value_heads", 4, true},
+        {"head_dim", 256, true},                {"max_position_embeddings", 131072, true},
+        {"rms_norm_eps", 1e-6, false},          {"rope_theta", 1e6, false},
+        {"query_pre_attn_scalar", 256, false},  {"sliding_window", 4096, true},
+        {"rope_local_base_freq", 10000, false}};
+    for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++)
+        if (!json_object_get(c, defaults[i].key))
+            json_object_set_new(c, defaults[i].key, defaults[i].is_int ? json_integer((json_int_t)defaults[i].v)
+                                                                       : json_real(defaults[i].v));
+    if (!json_object_get(c, "layer_types") && !json_object_get(c, "sliding_window_pattern"))
+        json_object_set_new(c, "sliding_window_pattern", json_integer(6));
+    json_t *tie = json_object_get(top, "tie_word_embeddings");
+    if (!json_object_get(c, "tie_word_embeddings"))
+        json_object_set_new(c, "tie_word_embeddings", json_boolean(!tie || json_is_true(tie)));
+    json_t *name = json_object_get(top, "_name_or_path");
+    if (json_is_string(name) && !json_object_get(c, "_name_or_path")) json_object_set(c, "_name_or_path", name);
+    json_object_set_new(c, "model_type", json_string("gemma3_text"));
+    *out = c;
+    return TOY_OK;
+}
+
 static enum toy_status read_config(const char *dir, json_t *c, struct hp *h) {
     const char *mt = json_string_value(json_object_get(c, "model_type"));
     if (!mt) return toy_error(TOY_ERR_FORMAT, "%s/config.json: no model_type", dir);
@@ -461,9 +496,6 @@ static enum toy_status read_config(const char *dir, json_t *c, struct hp *h) {
     else if (!strcmp(mt, "gemma2")) h->arch = ARCH_GEMMA2;
     else if (!strcmp(mt, "gemma3_text")) h->arch = ARCH_GEMMA3;
     else if (!strcmp(mt, "smollm3")) h->arch = ARCH_SMOLLM3;
-    else if (!strcmp(mt, "gemma3"))
-        return toy_error(TOY_ERR_UNSUPPORTED, "%s/config.json: model_type 'gemma3' is Gemma 3 with its vision tower; "
-                         "toy imports the text-only models (model_type 'gemma3_text': the 270M and 1B)", dir);
     else if (!strcmp(mt, "gpt2")) h->arch = ARCH_GPT2;
     else if (!strcmp(mt, "mixtral")) h->arch = ARCH_MIXTRAL;
     else if (!strcmp(mt, "qwen2_moe")) h->arch = ARCH_QWEN2MOE;
@@ -717,6 +749,14 @@ static int map_name(const struct hp *h, const char *hf, char *out, size_t outn, 
     *expert = -1;
     const char *s = hf;
     const bool gpt2 = h->arch == ARCH_GPT2;
+    if (h->multimodal) { /* the text model under language_model (two spellings); the vision tower is not taken */
+        static const char *const vision[] = {"vision_tower.", "multi_modal_projector.", "model.vision_tower.",
+                                             "model.multi_modal_projector."};
+        for (size_t i = 0; i < sizeof vision / sizeof vision[0]; i++)
+            if (!strncmp(s, vision[i], strlen(vision[i]))) return 0;
+        if (!strncmp(s, "language_model.model.", 21) || !strncmp(s, "model.language_model.", 21)) s += 21;
+        else if (!strncmp(s, "language_model.", 15)) s += 15; /* language_model.lm_head */
+    }
     if (strstr(s, "rotary_emb.inv_freq") || (gpt2 && (strstr(s, ".attn.bias") || strstr(s, ".attn.masked_bias"))))
         return 0;
     if (!strncmp(s, "model.", 6)) s += 6;
@@ -846,6 +886,15 @@ enum toy_status toy_hf_convert(const char *dir, const char *out_path, const stru
     json_error_t jerr;
     json_t *cfg = json_load_file(path, 0, &jerr);
     if (!cfg) return toy_error(TOY_ERR_NOT_FOUND, "%s: %s", path, jerr.text);
+    const char *top_type = json_string_value(json_object_get(cfg, "model_type"));
+    const bool multimodal = top_type && !strcmp(top_type, "gemma3"); /* its text model alone */
+    if (multimodal) {
+        json_t *text = NULL;
+        enum toy_status te = gemma3_text_config(dir, cfg, &text);
+        json_decref(cfg);
+        if (te) return te;
+        cfg = text;
+    }
     struct hp h = {0};
     struct toy_safetensors *st = NULL;
     struct toy_gguf_writer *w = NULL;
@@ -855,6 +904,7 @@ enum toy_status toy_hf_convert(const char *dir, const char *out_path, const stru
     float *rope_freqs = NULL; /* Llama 3's, or Phi-3's long then short factors */
     enum toy_status e = read_config(dir, cfg, &h);
     if (e) goto done;
+    h.multimodal = multimodal;
     if ((e = toy_safetensors_open(dir, &st))) goto done;
     if ((e = toy_gguf_writer_init(&w))) goto done;
     const char *slash = strrchr(dir, '/');

@@ -236,7 +236,47 @@ def hf_forward(arch, cfg, w, tokens):
     return logits  # (T, V)
 
 
-def llama_like(out, name, arch, cfg, dtype, shards, tokenizer=None, rope_scaling=None, tokens=TOKENS):
+# Gemma3TextConfig's defaults (transformers' configuration_gemma3.py), which a multimodal gemma3 config.json's
+# text_config leaves out
+GEMMA3_TEXT_DEFAULTS = {"vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+                        "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+                        "max_position_embeddings": 131072, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
+                        "query_pre_attn_scalar": 256, "sliding_window": 4096, "rope_local_base_freq": 10000.0,
+                        "tie_word_embeddings": True}
+
+
+def gemma3_multimodal(cfg, hf, spelling, dtype):
+    """Gemma 3 with its vision tower, as its HF folders hold it: config.json's text_config without the keys at
+    their defaults (the sliding pattern too, when it is the default 5 of 6), the text model's tensors under
+    language_model ("old": language_model.model.*, as the released checkpoints; "new": model.language_model.*, as
+    newer transformers saves), and a vision tower and projector the conversion leaves out. Returns the config and
+    the tensors."""
+    text = {k: v for k, v in cfg.items() if GEMMA3_TEXT_DEFAULTS.get(k, object()) != v and k != "architectures"}
+    if text.get("layer_types") == [("full_attention" if (i + 1) % 6 == 0 else "sliding_attention")
+                                   for i in range(cfg["num_hidden_layers"])]:
+        del text["layer_types"]
+    text["model_type"] = "gemma3_text"
+    pre = "language_model.model." if spelling == "old" else "model.language_model."
+    out = {}
+    for n, t in hf.items():
+        if n.startswith("model."):
+            out[pre + n[6:]] = t
+        else:  # lm_head
+            out[("language_model." if spelling == "old" else "") + n] = t
+    vt = "vision_tower." if spelling == "old" else "model.vision_tower."
+    mp = "multi_modal_projector." if spelling == "old" else "model.multi_modal_projector."
+    out[vt + "vision_model.embeddings.patch_embedding.weight"] = rnd(8, 3, 4, 4).to(dtype)
+    out[vt + "vision_model.post_layernorm.weight"] = rnd(8).to(dtype)
+    out[mp + "mm_input_projection_weight"] = rnd(8, cfg["hidden_size"]).to(dtype)
+    out[mp + "mm_soft_emb_norm.weight"] = rnd(8).to(dtype)
+    top = {"model_type": "gemma3", "architectures": ["Gemma3ForConditionalGeneration"], "text_config": text,
+           "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 8, "num_hidden_layers": 1},
+           "mm_tokens_per_image": 256, "boi_token_index": 255999, "eoi_token_index": 256000,
+           "image_token_index": 262144}
+    return top, out
+
+
+def llama_like(out, name, arch, cfg, dtype, shards, tokenizer=None, rope_scaling=None, tokens=TOKENS, multimodal=None):
     d = os.path.join(out, name)
     os.makedirs(d, exist_ok=True)
     E, L, H, KV = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
@@ -352,8 +392,13 @@ def llama_like(out, name, arch, cfg, dtype, shards, tokenizer=None, rope_scaling
                              "qwen2_moe": "Qwen2MoeForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM",
                              "olmoe": "OlmoeForCausalLM"}[arch]]
     cfg["torch_dtype"] = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}[dtype]
+    w32 = {n: t.to(torch.float32) for n, t in hf.items()}
+    file_cfg = cfg
+    if multimodal:
+        file_cfg, hf = gemma3_multimodal(cfg, hf, multimodal, dtype)
+        file_cfg["torch_dtype"] = cfg["torch_dtype"]
     with open(os.path.join(d, "config.json"), "w") as f:
-        json.dump(cfg, f, indent=2)
+        json.dump(file_cfg, f, indent=2)
     names = list(hf)
     if shards == 1:
         save_safetensors(os.path.join(d, "model.safetensors"), hf, {"format": "pt"})
@@ -371,7 +416,6 @@ def llama_like(out, name, arch, cfg, dtype, shards, tokenizer=None, rope_scaling
     if tokenizer:
         shutil.copy(tokenizer, os.path.join(d, "tokenizer.json"))
     save_safetensors(os.path.join(d, "expected.safetensors"), exp)
-    w32 = {n: t.to(torch.float32) for n, t in hf.items()}
     logits = hf_forward(arch, cfg, w32, tokens)
     with open(os.path.join(d, "logits.json"), "w") as f:
         json.dump({"tokens": tokens, "logits": logits.flatten().tolist()}, f)
@@ -610,6 +654,17 @@ def main():
                     rope_scaling={"rope_type": "linear", "factor": 2.0}, attn_logit_softcapping=None,
                     final_logit_softcapping=None, hidden_activation="gelu_pytorch_tanh"),
                torch.float32, 1)
+    # Gemma 3 with its vision tower (the 4B's config.json: text_config gives only what differs from Gemma3TextConfig's
+    # defaults: here 8 heads, 4 kv heads, RoPE bases 1e6 and 1e4, eps 1e-6, tied, 5 of each 6 layers sliding come
+    # from them), the text model under language_model, in both spellings; the vision tensors are left out
+    mm = dict(vocab_size=320, hidden_size=64, intermediate_size=96, num_hidden_layers=7, num_attention_heads=8,
+              num_key_value_heads=4, head_dim=16, query_pre_attn_scalar=16, sliding_window=4,
+              max_position_embeddings=131072, rms_norm_eps=1e-6, rope_theta=1000000.0, rope_local_base_freq=10000.0,
+              tie_word_embeddings=True, rope_scaling={"rope_type": "linear", "factor": 8.0},
+              layer_types=[("full_attention" if (i + 1) % 6 == 0 else "sliding_attention") for i in range(7)],
+              attn_logit_softcapping=None, final_logit_softcapping=None, hidden_activation="gelu_pytorch_tanh")
+    llama_like(out, "gemma3_mm", "gemma3_text", dict(mm), torch.bfloat16, 2, multimodal="old")
+    llama_like(out, "gemma3_mm_new", "gemma3_text", dict(mm), torch.float32, 1, multimodal="new")
     # SmolLM3: a Llama (q/k permuted for llama.cpp's pairs) whose every fourth layer takes no rotary embedding
     llama_like(out, "smollm3", "smollm3", dict(base, vocab_size=320, num_hidden_layers=4, no_rope_layers=[1, 1, 1, 0],
                                                no_rope_layer_interval=4, use_sliding_window=False, rope_theta=5000000.0),
