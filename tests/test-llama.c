@@ -172,6 +172,14 @@ static void f_olmo2(struct toy_llama_config *c) {
     c->rope_mode = TOY_ROPE_NEOX;
     c->qk_norm = c->qk_norm_full = c->post_norm = true;
 }
+/* OLMo 3's (olmo2 with a window): of each 4 layers the last global; the sliding ones rotate with the global base but
+ * unscaled, the global ones with YaRN and its attention factor */
+static void f_olmo3(struct toy_llama_config *c) {
+    f_olmo2(c);
+    c->n_layers = 4, c->sliding_window = 4, c->swa_period = 4;
+    c->rope_base = 500000.0f, c->rope_base_swa = 500000.0f;
+    c->rope_scaling = TOY_ROPE_SCALING_YARN, c->rope_factor = 4, c->rope_orig_ctx = 8, c->rope_attn_factor = 1.2f;
+}
 /* Granite's multipliers: embeddings, residual branches, scores, logits */
 static void f_granite(struct toy_llama_config *c) {
     snprintf(c->arch, sizeof c->arch, "granite");
@@ -285,7 +293,7 @@ Test(llama, logits_match_pytorch_for_every_family_flag, .timeout = 300) {
                                       {"qwen3_qk_norm", f_qwen3}, {"mistral_swa", f_swa},
                                       {"gemma2", f_gemma2}, {"gemma3", f_gemma3}, {"gemma3_six", f_gemma3_six},
                                       {"smollm3", f_smollm3}, {"olmo2", f_olmo2}, {"granite", f_granite},
-                                      {"phi3", f_phi3}, {"phi3_window", f_phi3_window},
+                                      {"phi3", f_phi3}, {"phi3_window", f_phi3_window}, {"olmo3", f_olmo3},
                                       {"rope_linear", f_linear},
                                       {"rope_yarn", f_yarn},
                                       {"mixtral_moe", f_mixtral}, {"qwen3moe", f_qwen3moe}, {"olmoe", f_olmoe},
@@ -362,7 +370,7 @@ Test(llama, serve_forward_equals_the_models_for_every_family) {
     const struct flag_case cases[] = {{"plain", f_plain}, {"qwen3_qk_norm", f_qwen3}, {"mistral_swa", f_swa},
                                       {"gemma2", f_gemma2}, {"gemma3", f_gemma3}, {"gemma3_six", f_gemma3_six},
                                       {"smollm3", f_smollm3}, {"olmo2", f_olmo2}, {"granite", f_granite},
-                                      {"phi3", f_phi3}, {"phi3_window", f_phi3_window},
+                                      {"phi3", f_phi3}, {"phi3_window", f_phi3_window}, {"olmo3", f_olmo3},
                                       {"rope_yarn", f_yarn},
                                       {"qwen2moe", f_qwen2moe},
                                       {"deepseek3", f_deepseek3}};
@@ -422,8 +430,8 @@ Test(llama, training_steps_match_pytorch, .timeout = 300) {
  * partial rotary with LongRoPE) train: 20 AdamW steps each against PyTorch's loss curve */
 Test(llama, newer_families_training_steps_match_pytorch, .timeout = 300) {
     th_mkdir("llama-families-train");
-    void (*fams[])(struct toy_llama_config *) = {f_gemma3, f_smollm3, f_olmo2, f_granite, f_phi3};
-    for (int i = 0; i < 5; i++) {
+    void (*fams[])(struct toy_llama_config *) = {f_gemma3, f_smollm3, f_olmo2, f_granite, f_phi3, f_olmo3};
+    for (int i = 0; i < 6; i++) {
         struct toy_llama_config c = base_config();
         fams[i](&c);
         if (c.logit_div > 0) c.logit_div = 1.5f; /* Granite's 8 flattens these tiny logits past learning in 20 steps */
@@ -498,6 +506,9 @@ Test(llama, kv_cache_decode_equals_full_forward) {
     kv_equals_full(c);
     c = base_config();
     f_olmo2(&c); /* norms after, not before */
+    kv_equals_full(c);
+    c = base_config();
+    f_olmo3(&c); /* sliding layers unscaled, global ones with YaRN */
     kv_equals_full(c);
     c = base_config();
     f_phi3(&c); /* partial rotary, LongRoPE's long table (the cache's 32 positions, as the full forward's 14, pass

@@ -276,14 +276,20 @@ bool toy_llama_moe_renormalises(const char *arch);
 bool toy_llama_moe_own_ff_key(const char *arch);
 /* llama.cpp's layer rules by general.architecture, which no GGUF key holds
  * (or only an optional one): of each swa_period layers the last attends
- * globally (gemma2 2, gemma3 6; 0: every layer slides), the sliding
- * layers' RoPE base (gemma3 10000; 0: rope_base), and of each nope_period
- * layers the last takes no RoPE (smollm3 4; 0: none). */
+ * globally (gemma2 2, gemma3 6, olmo2 4 (OLMo 3, when it has a window); 0:
+ * every layer slides), the sliding layers' own RoPE base, unscaled
+ * (gemma3 10000; with swa_base_global, olmo2's, rope_base itself, unscaled;
+ * 0: none: they rotate as the others), and of each nope_period layers the
+ * last takes no RoPE (smollm3 4; 0: none). */
 struct toy_llama_arch_rules {
     int32_t swa_period, nope_period;
     float rope_base_swa;
+    bool swa_base_global;
 };
 struct toy_llama_arch_rules toy_llama_arch_rules(const char *arch);
+/* The sliding layers' RoPE base a GGUF of c's architecture means without
+ * rope.freq_base_swa: rope_base_swa's default by those rules */
+float toy_llama_swa_base_default(const struct toy_llama_config *c);
 /* The swa_period a list of n layers' kinds (true: it slides) repeats: the
  * first global layer ends the period, 0 when every layer slides; -1 when
  * no period gives the list, *bad then the first layer that differs. */

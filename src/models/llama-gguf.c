@@ -75,7 +75,13 @@ struct toy_llama_arch_rules toy_llama_arch_rules(const char *arch) {
     if (!strcmp(arch, "gemma2")) r.swa_period = 2;
     if (!strcmp(arch, "gemma3")) r.swa_period = 6, r.rope_base_swa = 10000.0f;
     if (!strcmp(arch, "smollm3")) r.nope_period = 4;
+    if (!strcmp(arch, "olmo2")) r.swa_period = 4, r.swa_base_global = true; /* OLMo 3 */
     return r;
+}
+
+float toy_llama_swa_base_default(const struct toy_llama_config *c) {
+    const struct toy_llama_arch_rules r = toy_llama_arch_rules(c->arch);
+    return r.swa_base_global && c->sliding_window > 0 ? c->rope_base : r.rope_base_swa;
 }
 
 int32_t toy_llama_swa_period_of(const bool *slides, int64_t n, int64_t *bad) {
@@ -277,9 +283,6 @@ static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_lla
     /* OLMo 2: the norms after attention and the MLP only */
     c->post_norm = c->sandwich_norm && !has_tensor(g, "blk.0.attn_norm.weight");
     if (c->post_norm) c->sandwich_norm = false;
-    if (!strcmp(a, "olmo2") && c->sliding_window > 0) /* llama.cpp runs it as OLMo 3's, whose sliding layers toy does not know */
-        return toy_error(TOY_ERR_UNSUPPORTED, "%s: an olmo2 file with a sliding window (OLMo 3) is not supported",
-                         toy_gguf_path(g));
     bool gemma2 = !strcmp(a, "gemma2"), gemma3 = !strcmp(a, "gemma3");
     if (gemma2 || gemma3) {
         c->embed_scale = true;
@@ -290,8 +293,10 @@ static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_lla
         if (c->n_layers == (gemma2 ? 46 : 62) && c->n_heads)
             c->attn_scale = 1.0f / sqrtf((float)(c->d_model / c->n_heads));
     }
-    /* the sliding layers' own RoPE base: Gemma 3's local layers take 10000 in llama.cpp, which has no key for it */
-    c->rope_base_swa = (float)key_float(&k, "rope.freq_base_swa", rules.rope_base_swa);
+    /* the sliding layers' own RoPE base, unscaled: Gemma 3's local layers take 10000 in llama.cpp, which has no key
+     * for it; OLMo 3's (olmo2 with a window) the global base */
+    if (c->sliding_window <= 0) c->swa_period = 0; /* (no layer slides: no period) */
+    c->rope_base_swa = (float)key_float(&k, "rope.freq_base_swa", toy_llama_swa_base_default(c));
     if (k.st) return toy_error(k.st, "%s", k.err);
     enum toy_status sp = swa_pattern(g, a, c);
     if (sp) return sp;
@@ -658,7 +663,7 @@ enum toy_status toy_llama_write_gguf(const struct toy_llama *m, struct toy_gguf_
         if (c->attn_scale > 0) SETF("attention.scale", c->attn_scale);
         SETF("logit_scale", c->logit_div > 0 ? c->logit_div : 1.0f);
     }
-    if (c->rope_base_swa != rules.rope_base_swa) SETF("rope.freq_base_swa", c->rope_base_swa);
+    if (c->rope_base_swa != toy_llama_swa_base_default(c)) SETF("rope.freq_base_swa", c->rope_base_swa);
     if (c->attn_softcap > 0) SETF("attn_logit_softcapping", c->attn_softcap);
     if (c->final_softcap > 0) SETF("final_logit_softcapping", c->final_softcap);
     if (c->n_experts) {

@@ -171,9 +171,12 @@ class Llama:
         self.attn_cap = g("attn_logit_softcapping", 0.0)
         self.final_cap = g("final_logit_softcapping", 0.0)
         self.gemma = a in ("gemma2", "gemma3")
-        self.period = g("attention.sliding_window_pattern", {"gemma2": 2, "gemma3": 6}.get(a, 0))
-        base_swa = g("rope.freq_base_swa", 10000.0 if a == "gemma3" else None)
-        self.inv_swa = inv_freqs(self.hd, base_swa, "none", 1.0, 0) if base_swa else None
+        # (a per-layer list of bools in newer llama.cpp files: true slides)
+        self.period = g("attention.sliding_window_pattern", {"gemma2": 2, "gemma3": 6, "olmo2": 4}.get(a, 0))
+        # the sliding layers' own base, unscaled: gemma3's 10000; OLMo 3's (olmo2 with a window) the global base
+        olmo3 = a == "olmo2" and self.window > 0
+        base_swa = g("rope.freq_base_swa", 10000.0 if a == "gemma3" else g("rope.freq_base", 10000.0) if olmo3 else None)
+        self.inv_swa = inv_freqs(self.rot, base_swa, "none", 1.0, 0) if base_swa else None
         self.scale = g("attention.scale", 0.0) or 1.0 / math.sqrt(self.hd)
         self.k = g("expert_used_count", 0)
         self.moe_norm = a not in ("olmoe", "qwen2moe")
@@ -290,7 +293,10 @@ class Llama:
             v = v.view(B, T, self.Hkv, self.hd)
             if qn is not None:
                 q, k = rms(q, p("attn_q_norm.weight"), self.eps), rms(k, p("attn_k_norm.weight"), self.eps)
-            slides = self.window > 0 and (self.period == 0 or l % self.period < self.period - 1)
+            if isinstance(self.period, list):
+                slides = self.window > 0 and bool(self.period[l])
+            else:
+                slides = self.window > 0 and (self.period == 0 or l % self.period < self.period - 1)
             inv, ms = (self.inv_swa, 1.0) if slides and self.inv_swa is not None else (inv_all, self.mscale)
             if not (self.nope and l % self.nope == self.nope - 1):
                 q, k = rope(q, pos, inv, self.neox, ms), rope(k, pos, inv, self.neox, ms)
