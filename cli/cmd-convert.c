@@ -107,7 +107,7 @@ int toy_cmd_convert(int argc, char **argv) {
                 "Converts a Hugging Face folder (config.json, *.safetensors, tokenizer.json) to GGUF\n"
                 "(default type f16; norms and biases stay f32). config.json's model_type: llama,\n"
                 "mistral, qwen2, qwen3, gemma2, gemma3_text, gemma3 (its text model), smollm3, olmo2,\n"
-                "granite, phi3, gpt2, mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v2, deepseek_v3\n"
+                "olmo3, granite, phi3, gpt2, mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v2, deepseek_v3\n"
                 "(docs/model-files.md).\n",
                 types_help);
         return help ? 0 : 2;

@@ -135,6 +135,27 @@ static double getf(const struct toy_gguf *g, struct hp *h, const char *suffix, d
     return v;
 }
 
+/* arch.attention.sliding_window_pattern: a period, or (newer llama.cpp files) a bool per layer, true where the layer
+ * slides, read as the period it repeats (src/models/llama-gguf.c refuses one that repeats none: -1 here) */
+static int64_t swa_pattern(const struct toy_gguf *g, struct hp *h, int64_t def) {
+    char k[256];
+    snprintf(k, sizeof k, "%s.attention.sliding_window_pattern", h->arch);
+    int64_t i = toy_gguf_find_key(g, k);
+    if (i < 0 || toy_gguf_kv_type(g, i) != TOY_GGUF_ARRAY) return geti(g, h, "attention.sliding_window_pattern", def, NULL);
+    uint64_t n = toy_gguf_arr_len(g, i);
+    if (toy_gguf_arr_type(g, i) != TOY_GGUF_BOOL || !n) {
+        note_bad(g, h, k);
+        return def;
+    }
+    const uint8_t *b = toy_gguf_arr_data(g, i);
+    bool *slides = malloc(n);
+    if (!slides) return def;
+    for (uint64_t l = 0; l < n; l++) slides[l] = b[l] != 0;
+    int64_t p = toy_llama_swa_period_of(slides, (int64_t)n, NULL);
+    free(slides);
+    return p;
+}
+
 static void read_hp(const struct toy_gguf *g, struct hp *h) {
     memset(h, 0, sizeof *h);
     h->arch = "unknown";
@@ -157,7 +178,7 @@ static void read_hp(const struct toy_gguf *g, struct hp *h) {
     h->swa = geti(g, h, "attention.sliding_window", 0, NULL);
     /* llama.cpp hard-codes Gemma 2's period and Gemma 3's (src/models/llama-gguf.c reads a per-layer array too) */
     const struct toy_llama_arch_rules rules = toy_llama_arch_rules(h->arch);
-    h->swa_period = geti(g, h, "attention.sliding_window_pattern", rules.swa_period, NULL);
+    h->swa_period = swa_pattern(g, h, rules.swa_period);
     const double swa_base = rules.swa_base_global && h->swa > 0 ? h->rope_base : rules.rope_base_swa;
     h->rope_base_swa = getf(g, h, "rope.freq_base_swa", swa_base, NULL);
     h->nope_period = rules.nope_period;
@@ -499,7 +520,10 @@ static void card(const struct toy_gguf *g, const struct hp *h, struct text *t) {
              h->qkv_bias ? " + b_k" : "", h->qkv_bias ? " + b_v" : "");
         if (h->qk_norm && qk_full) STEP("each position", "  Q ← RMSNorm(Q | γ_q); K ← RMSNorm(K | γ_k)", n++);
         else if (h->qk_norm) STEP("per head", "  Q_h ← RMSNorm(Q_h | γ_q); K_g ← RMSNorm(K_g | γ_k)", n++);
-        if (h->rope_base_swa > 0 && h->swa > 0)
+        if (h->rope_base_swa > 0 && h->swa > 0 && h->rope_base_swa == h->rope_base) /* OLMo 3 */
+            STEP("position t turns pairs", "  Q ← RoPE(Q, θ%s); K ← RoPE(K, θ%s), unscaled where l slides", n++,
+                 h->has_rope_freqs ? ", ρ" : "", h->has_rope_freqs ? ", ρ" : "");
+        else if (h->rope_base_swa > 0 && h->swa > 0)
             STEP("position t turns pairs", "  Q ← RoPE(Q, θ_l%s); K ← RoPE(K, θ_l%s), θ_l = %g where l slides", n++,
                  h->has_rope_freqs ? ", ρ" : "", h->has_rope_freqs ? ", ρ" : "", h->rope_base_swa);
         else if (h->nope_period > 0) /* llama.cpp's SmolLM3: no rotation on every fourth layer */
@@ -526,6 +550,9 @@ static void card(const struct toy_gguf *g, const struct hp *h, struct text *t) {
                      (long long)h->swa);
         else if (h->swa > 0 && P > 2)
             snprintf(sh, sizeof sh, "Y_h: (%lld×T), M causal; window %lld unless %lld | l", dh, (long long)h->swa, P);
+        else if (h->swa > 0 && P < 0) /* a per-layer list no period gives */
+            snprintf(sh, sizeof sh, "Y_h: (%lld×T), M causal; window %lld on some l, in no period", dh,
+                     (long long)h->swa);
         else if (h->swa > 0 && P != 1)
             snprintf(sh, sizeof sh, "Y_h: (%lld×T), M causal, window %lld", dh, (long long)h->swa);
         else snprintf(sh, sizeof sh, "Y_h: (%lld×T), M causal", dh);

@@ -787,6 +787,14 @@ Test(cli_gguf, describe_olmo2_norms_after_and_granite_multipliers) {
     cr_expect(strstr(out, "RMSNorm(W_down(SiLU(W_gate X) ⊙ W_up X) | γ_post_ffn)"), "%s", out);
     cr_expect(!strstr(out, "γ_att ∈") && !strstr(out, "γ_ffn ∈"), "%s", out);
     free(out);
+    /* with a window it is OLMo 3's: 3 of each 4 layers slide, rotated with the global base unscaled */
+    const struct key_u32 olmo3[] = {{"embedding_length", 64}, {"block_count", 8}, {"attention.head_count", 4},
+                                    {"attention.head_count_kv", 4}, {"feed_forward_length", 128},
+                                    {"context_length", 64}, {"attention.sliding_window", 16}, {NULL, 0}};
+    out = describe_keys("olmo2", olmo3, NULL, (const char *[]){"blk.0.post_attention_norm.weight", NULL}, 64);
+    cr_expect(strstr(out, "window 16 unless 4 | l"), "%s", out);
+    cr_expect(strstr(out, "K ← RoPE(K, θ), unscaled where l slides"), "%s", out);
+    free(out);
     out = describe_keys("granite", shape,
                         (struct key_f32[]){{"embedding_scale", 12}, {"residual_scale", 0.25f}, {"logit_scale", 8},
                                            {NULL, 0}},

@@ -45,7 +45,7 @@ Test(hf_e2e, converted_models_match_huggingface_logits, .timeout = 300) {
              stat(tok, &sb) == 0 ? tok : "");
     if (system(cmd) != 0) cr_skip("python3 with torch not available");
     const char *models[] = {"llama",     "mistral",   "qwen2", "qwen3",       "gemma2",      "gemma3",      "smollm3",
-                            "olmo2",     "granite",   "phi3",      "phi3_long", "phi3_mini",   "gemma3_mm", "gemma3_mm_new", "mixtral",     "qwen2_moe",
+                            "olmo2",     "olmo3",     "granite",   "phi3",      "phi3_long", "phi3_mini",   "gemma3_mm", "gemma3_mm_new", "mixtral",     "qwen2_moe",
                             "qwen3_moe", "olmoe",     "deepseek_v2", "deepseek_v3"};
     int failures = 0;
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {

@@ -445,10 +445,43 @@ static void refused(const char *base, const char *extra, enum toy_status st, con
     cr_expect(access(path, F_OK) != 0, "%s: an output was written", extra);
 }
 
+/* OLMo 3 becomes what llama.cpp's converter makes of it: GGUF olmo2 with its window and a bool per layer (true: it
+ * slides; 3 of each 4), and YaRN's keys; its layer_types must repeat a period whose last layer alone is global */
+Test(hf_import, olmo3_keeps_llama_cpps_window_keys, .timeout = 300) {
+    if (!make_models()) cr_skip("python3 with torch not available");
+    char out[512];
+    struct toy_convert_report r;
+    convert("olmo3", TOY_F32, out, sizeof out, &r);
+    cr_expect_str_eq(r.arch, "olmo2");
+    compare("olmo3", out, TOY_F32);
+    struct toy_gguf *g;
+    cr_assert_eq(toy_gguf_open(out, &g), TOY_OK);
+    uint32_t u = 0;
+    cr_expect(toy_gguf_get_u32(g, "olmo2.attention.sliding_window", &u) == TOY_OK && u == 4, "window %u", u);
+    int64_t k = toy_gguf_find_key(g, "olmo2.attention.sliding_window_pattern");
+    cr_assert(k >= 0 && toy_gguf_kv_type(g, k) == TOY_GGUF_ARRAY && toy_gguf_arr_type(g, k) == TOY_GGUF_BOOL &&
+              toy_gguf_arr_len(g, k) == 4, "the pattern: a bool per layer");
+    const uint8_t *b = toy_gguf_arr_data(g, k);
+    cr_expect(b[0] && b[1] && b[2] && !b[3], "pattern %d %d %d %d", b[0], b[1], b[2], b[3]);
+    const char *type;
+    cr_expect(toy_gguf_get_str(g, "olmo2.rope.scaling.type", &type, NULL) == TOY_OK && !strcmp(type, "yarn"));
+    float f = 0;
+    cr_expect(toy_gguf_get_f32(g, "olmo2.rope.scaling.attn_factor", &f) == TOY_OK && f == 1.2f, "%g", f);
+    cr_expect(toy_gguf_get_u32(g, "olmo2.rope.scaling.original_context_length", &u) == TOY_OK && u == 4, "%u", u);
+    toy_gguf_close(g);
+    cleanup_models();
+    th_mkdir("o3r");
+    refused("\"hidden_size\":64,\"num_hidden_layers\":4,\"num_attention_heads\":4,\"intermediate_size\":96,"
+            "\"vocab_size\":100,\"model_type\":\"olmo3\",\"sliding_window\":8",
+            "\"layer_types\":[\"sliding_attention\",\"full_attention\",\"sliding_attention\",\"sliding_attention\"]",
+            TOY_ERR_UNSUPPORTED, "layer_types[3] is 'sliding_attention'");
+    th_rmdir();
+}
+
 /* Gemma 3 and SmolLM3 configs a GGUF cannot hold are refused, naming what, before any weight is read: layer_types
  * whose global layers are not the last of each period (GGUF's sliding_window_pattern), the multimodal Gemma 3
- * (its text model is under text_config, its weights under language_model), SmolLM3 layers without RoPE other
- * than llama.cpp's every fourth, and a SmolLM3 sliding window */
+ * without its text_config, SmolLM3 layers without RoPE other than llama.cpp's every fourth, and a SmolLM3 sliding
+ * window */
 Test(hf_import, gemma3_and_smollm3_layouts_a_gguf_cannot_hold_are_refused) {
     th_mkdir("g3r");
     const char *extra[] = {("\"model_type\":\"gemma3_text\",\"layer_types\":[\"full_attention\",\"sliding_attention\","

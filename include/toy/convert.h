@@ -10,7 +10,7 @@
  * Architectures (config.json model_type): llama, mistral (written as
  * "llama"), qwen2, qwen3, gemma2, gemma3_text (as "gemma3"), gemma3 (the
  * text model of Gemma 3 with its vision tower, as "gemma3"), smollm3,
- * olmo2, granite, phi3, gpt2, and the mixtures mixtral (as "llama"),
+ * olmo2, olmo3 (as "olmo2" with its sliding window), granite, phi3, gpt2, and the mixtures mixtral (as "llama"),
  * qwen2_moe, qwen3_moe, olmoe, deepseek_v2 and deepseek_v3 (as
  * "deepseek2"); docs/model-files.md has each one's rules. Phi-3's fused
  * qkv_proj and gate_up_proj stay fused (attn_qkv, ffn_up), and its

@@ -238,6 +238,7 @@ struct hp {
     bool longrope;
     double attn_factor;
     bool multimodal; /* Gemma 3 with its vision tower: the text model's tensors under language_model */
+    bool *slides;    /* OLMo 3 (GGUF olmo2 with a window): which layers slide (n_layer; NULL: none) */
 };
 
 /* A mixture's config: every layer sparse (toy's graph has no dense layers
@@ -487,6 +488,30 @@ static enum toy_status gemma3_text_config(const char *dir, json_t *top, json_t *
     return TOY_OK;
 }
 
+/* OLMo 3 as llama.cpp's Olmo2Model writes it (GGUF olmo2): attention.sliding_window and a bool per layer,
+ * true where the layer slides (layer_types, or 3 of each 4), which toy reads as a period and so must repeat one */
+static enum toy_status olmo3_layers(const char *dir, json_t *c, struct hp *h) {
+    h->swa = cfg_int(c, "sliding_window", 4096);
+    enum toy_status e = need_pos(dir, "sliding_window", h->swa);
+    if (e) return e;
+    json_t *lt = json_object_get(c, "layer_types");
+    if (lt && !json_is_null(lt) && (!json_is_array(lt) || (int64_t)json_array_size(lt) != h->n_layer))
+        return toy_error(TOY_ERR_FORMAT, "%s/config.json: layer_types is not a list of %lld layers", dir,
+                         (long long)h->n_layer);
+    h->slides = malloc((size_t)h->n_layer);
+    if (!h->slides) return toy_error(TOY_ERR_NOMEM, "out of memory");
+    int64_t bad = -1;
+    for (int64_t l = 0; l < h->n_layer && bad < 0; l++) {
+        const char *t = lt && !json_is_null(lt) ? json_string_value(json_array_get(lt, (size_t)l)) : NULL;
+        h->slides[l] = t ? !strcmp(t, "sliding_attention") : (l + 1) % 4 != 0;
+        if (t && !h->slides[l] && strcmp(t, "full_attention")) bad = l;
+    }
+    if (bad < 0 && toy_llama_swa_period_of(h->slides, h->n_layer, &bad) >= 0) return TOY_OK;
+    const char *t = lt ? json_string_value(json_array_get(lt, (size_t)bad)) : NULL;
+    return toy_error(TOY_ERR_UNSUPPORTED, "%s/config.json: layer_types[%lld] is '%s': toy's OLMo 3 layers slide but "
+                     "for the last of each period", dir, (long long)bad, t ? t : "(not a string)");
+}
+
 static enum toy_status read_config(const char *dir, json_t *c, struct hp *h) {
     const char *mt = json_string_value(json_object_get(c, "model_type"));
     if (!mt) return toy_error(TOY_ERR_FORMAT, "%s/config.json: no model_type", dir);
@@ -501,12 +526,12 @@ static enum toy_status read_config(const char *dir, json_t *c, struct hp *h) {
     else if (!strcmp(mt, "qwen2_moe")) h->arch = ARCH_QWEN2MOE;
     else if (!strcmp(mt, "qwen3_moe")) h->arch = ARCH_QWEN3MOE;
     else if (!strcmp(mt, "olmoe")) h->arch = ARCH_OLMOE;
-    else if (!strcmp(mt, "olmo2")) h->arch = ARCH_OLMO2;
+    else if (!strcmp(mt, "olmo2") || !strcmp(mt, "olmo3")) h->arch = ARCH_OLMO2; /* (OLMo 3: with its window) */
     else if (!strcmp(mt, "granite")) h->arch = ARCH_GRANITE;
     else if (!strcmp(mt, "phi3")) h->arch = ARCH_PHI3;
     else if (!strcmp(mt, "deepseek_v2") || !strcmp(mt, "deepseek_v3")) h->arch = ARCH_DEEPSEEK2;
     else return toy_error(TOY_ERR_UNSUPPORTED, "%s/config.json: model_type '%s' (supported: llama, mistral, qwen2, "
-                          "qwen3, gemma2, gemma3_text, smollm3, olmo2, granite, phi3, gpt2, mixtral, qwen2_moe, qwen3_moe, "
+                          "qwen3, gemma2, gemma3_text, gemma3, smollm3, olmo2, olmo3, granite, phi3, gpt2, mixtral, qwen2_moe, qwen3_moe, "
                           "olmoe, deepseek_v2, deepseek_v3)", dir, mt);
     enum toy_status e;
     h->n_vocab = cfg_int(c, "vocab_size", 0);
@@ -553,6 +578,7 @@ static enum toy_status read_config(const char *dir, json_t *c, struct hp *h) {
     }
     if (h->arch == ARCH_SMOLLM3 && (e = smollm3_layers(dir, c, h))) return e;
     if (h->arch == ARCH_PHI3 && (e = phi3_config(dir, c, h))) return e;
+    if (!strcmp(mt, "olmo3") && (e = olmo3_layers(dir, c, h))) return e;
     /* GGUF keeps these as u32: a larger value would wrap to another model */
     const int64_t dims[] = {h->n_vocab, h->n_embd, h->n_layer, h->n_head, h->n_head_kv, h->n_ff, h->n_ctx, h->head_dim,
                             h->orig_ctx, h->swa};
@@ -650,6 +676,14 @@ static enum toy_status write_hparams(struct toy_gguf_writer *w, const struct hp 
         }
         double local = cfg_num(c, "rope_local_base_freq", rules.rope_base_swa);
         if (local != rules.rope_base_swa) e |= toy_gguf_writer_set_f32(w, KEY("rope.freq_base_swa"), (float)local);
+    }
+    if (h->slides) { /* OLMo 3: its window, and a bool per layer (true: it slides), as llama.cpp's Olmo2Model */
+        uint8_t *b = malloc((size_t)h->n_layer);
+        if (!b) return toy_error(TOY_ERR_NOMEM, "out of memory (metadata)");
+        for (int64_t l = 0; l < h->n_layer; l++) b[l] = h->slides[l];
+        e |= toy_gguf_writer_set_u32(w, KEY("attention.sliding_window"), (uint32_t)h->swa);
+        e |= toy_gguf_writer_set_arr(w, KEY("attention.sliding_window_pattern"), TOY_GGUF_BOOL, b, (uint64_t)h->n_layer);
+        free(b);
     }
     if (h->arch == ARCH_GRANITE) { /* its multipliers under llama.cpp's keys (GraniteModel) */
         e |= toy_gguf_writer_set_f32(w, KEY("embedding_scale"), (float)cfg_num(c, "embedding_multiplier", 1.0));
@@ -1133,6 +1167,7 @@ done:
     for (int64_t q = 0; jobs && q < n_jobs; q++) free(jobs[q].experts);
     free(jobs);
     free(rope_freqs);
+    free(h.slides);
     json_decref(cfg);
     return e;
 }

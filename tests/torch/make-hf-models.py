@@ -120,6 +120,7 @@ def hf_forward(arch, cfg, w, tokens):
     gemma = arch in ("gemma2", "gemma3_text")
     gemma3 = arch == "gemma3_text"
     phi3 = arch == "phi3"
+    olmo3 = arch == "olmo3"
 
     def rms(x, wt):
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
@@ -149,12 +150,22 @@ def hf_forward(arch, cfg, w, tokens):
         inv_freq = torch.where(medium, smoothed, scaled)
     if rs and rs.get("rope_type") == "linear":
         inv_freq = inv_freq / rs["factor"]
-    local_inv = 1.0 / (cfg.get("rope_local_base_freq", 10000.0) ** (torch.arange(0, hd, 2, dtype=D) / hd))
+    if rs and rs.get("rope_type", rs.get("type")) == "yarn":  # _compute_yarn_parameters (truncated bounds)
+        fac, old = rs["factor"], rs["original_max_position_embeddings"]
+        corr = lambda rot: (rd * math.log(old / (rot * 2 * math.pi))) / (2 * math.log(base))
+        lo, hi = max(math.floor(corr(rs.get("beta_fast", 32))), 0), min(math.ceil(corr(rs.get("beta_slow", 1))), rd - 1)
+        ramp = ((torch.arange(rd // 2, dtype=D) - lo) / ((hi + 0.001 if lo == hi else hi) - lo)).clamp(0, 1)
+        inv_freq = (inv_freq / fac) * ramp + inv_freq * (1 - ramp)
+        mscale = rs.get("attention_factor") or (0.1 * math.log(fac) + 1.0)
+    # the sliding layers' rotation: Gemma 3's own base; OLMo 3's the global one, both without the scaling
+    local_base = base if olmo3 else cfg.get("rope_local_base_freq", 10000.0)
+    local_inv = 1.0 / (local_base ** (torch.arange(0, hd, 2, dtype=D) / hd))
 
-    def rope(x, inv):  # x: (T, heads, hd), rotate_half over the first 2 len(inv) dims, the others as they are
+    def rope(x, inv, ms=None):  # x: (T, heads, hd), rotate_half over the first 2 len(inv) dims, the others as they are
+        ms = mscale if ms is None else ms
         ang = torch.arange(T, dtype=D)[:, None] * inv[None, :]
-        cos = torch.cat([ang.cos(), ang.cos()], -1)[:, None, :] * mscale
-        sin = torch.cat([ang.sin(), ang.sin()], -1)[:, None, :] * mscale
+        cos = torch.cat([ang.cos(), ang.cos()], -1)[:, None, :] * ms
+        sin = torch.cat([ang.sin(), ang.sin()], -1)[:, None, :] * ms
         r = 2 * inv.shape[0]
         xr, xp = x[..., :r], x[..., r:]
         x1, x2 = xr[..., : r // 2], xr[..., r // 2:]
@@ -171,27 +182,27 @@ def hf_forward(arch, cfg, w, tokens):
         scale = cfg.get("attention_multiplier", 1.0)
     for i in range(L):
         p = f"model.layers.{i}."
-        sliding = gemma3 and cfg["layer_types"][i] == "sliding_attention"
+        sliding = (gemma3 or olmo3) and cfg["layer_types"][i] == "sliding_attention"
         lmask = mask
         if sliding or (phi3 and cfg.get("sliding_window")):  # key j is seen from position t when t - j < sliding_window
             far = torch.arange(T)[:, None] - torch.arange(T)[None, :] >= cfg["sliding_window"]
             lmask = mask.masked_fill(far, float("-inf"))
-        olmo2 = arch == "olmo2"  # no norm before attention or the MLP: one after each
+        olmo2 = arch in ("olmo2", "olmo3")  # no norm before attention or the MLP: one after each
         x = h if olmo2 else rms(h, g(p + "input_layernorm.weight"))
         lin = lambda n, x: x @ g(p + n + ".weight").T + (g(p + n + ".bias") if p + n + ".bias" in w else 0)
         if phi3:  # qkv_proj's rows: the queries', the keys', the values'
             q, k, v = lin("self_attn.qkv_proj", x).split([H * hd, KV * hd, KV * hd], -1)
         else:
             q, k, v = lin("self_attn.q_proj", x), lin("self_attn.k_proj", x), lin("self_attn.v_proj", x)
-        if arch in ("olmoe", "olmo2"):  # q_norm / k_norm over the whole projections
+        if arch in ("olmoe", "olmo2", "olmo3"):  # q_norm / k_norm over the whole projections
             q, k = rms(q, g(p + "self_attn.q_norm.weight")), rms(k, g(p + "self_attn.k_norm.weight"))
         q, k, v = q.reshape(T, H, hd), k.reshape(T, KV, hd), v.reshape(T, KV, hd)
         if arch in ("qwen3", "qwen3_moe", "gemma3_text"):
             q = rms(q, g(p + "self_attn.q_norm.weight"))
             k = rms(k, g(p + "self_attn.k_norm.weight"))
-        inv = local_inv if sliding else inv_freq
+        inv, ms = (local_inv, 1.0) if sliding else (inv_freq, None)
         if cfg.get("no_rope_layers", [1] * L)[i]:  # SmolLM3: 0 leaves the layer unrotated
-            q, k = rope(q, inv), rope(k, inv)
+            q, k = rope(q, inv, ms), rope(k, inv, ms)
         outs = []
         for hh in range(H):
             kv = hh // (H // KV)
@@ -296,7 +307,7 @@ def llama_like(out, name, arch, cfg, dtype, shards, tokenizer=None, rope_scaling
     add("model.embed_tokens.weight", "token_embd.weight", rnd(V, E))
     for i in range(L):
         p, g = f"model.layers.{i}.", f"blk.{i}."
-        if arch != "olmo2":
+        if arch not in ("olmo2", "olmo3"):
             add(p + "input_layernorm.weight", g + "attn_norm.weight", 1 + rnd(E), norm)
         qt = (lambda v: permute(v, H, H)) if arch in ("llama", "mixtral", "smollm3", "granite") else None
         kt = (lambda v: permute(v, H, KV)) if arch in ("llama", "mixtral", "smollm3", "granite") else None
@@ -317,10 +328,10 @@ def llama_like(out, name, arch, cfg, dtype, shards, tokenizer=None, rope_scaling
         if arch == "gemma3_text":  # stored as w, run as 1 + w: GGUF holds 1 + w
             add(p + "self_attn.q_norm.weight", g + "attn_q_norm.weight", rnd(hd), norm)
             add(p + "self_attn.k_norm.weight", g + "attn_k_norm.weight", rnd(hd), norm)
-        if arch in ("olmoe", "olmo2"):  # over the whole projections
+        if arch in ("olmoe", "olmo2", "olmo3"):  # over the whole projections
             add(p + "self_attn.q_norm.weight", g + "attn_q_norm.weight", 1 + rnd(H * hd))
             add(p + "self_attn.k_norm.weight", g + "attn_k_norm.weight", 1 + rnd(KV * hd))
-        if arch == "olmo2":
+        if arch in ("olmo2", "olmo3"):
             add(p + "post_attention_layernorm.weight", g + "post_attention_norm.weight", 1 + rnd(E))
             add(p + "post_feedforward_layernorm.weight", g + "post_ffw_norm.weight", 1 + rnd(E))
         elif gemma:
@@ -387,6 +398,7 @@ def llama_like(out, name, arch, cfg, dtype, shards, tokenizer=None, rope_scaling
     cfg["architectures"] = [{"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
                              "gemma2": "Gemma2ForCausalLM", "gemma3_text": "Gemma3ForCausalLM",
                              "smollm3": "SmolLM3ForCausalLM", "olmo2": "Olmo2ForCausalLM",
+                             "olmo3": "Olmo3ForCausalLM",
                              "granite": "GraniteForCausalLM", "phi3": "Phi3ForCausalLM",
                              "mixtral": "MixtralForCausalLM",
                              "qwen2_moe": "Qwen2MoeForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM",
@@ -671,6 +683,16 @@ def main():
                torch.bfloat16, 1)
     # OLMo 2: RMSNorm after attention and the MLP, not before; QK-norm over the whole projections
     llama_like(out, "olmo2", "olmo2", dict(base, vocab_size=320, tie_word_embeddings=False, rope_theta=500000.0),
+               torch.float32, 1)
+    # OLMo 3: OLMo 2's norms, and of each 4 layers the last global (layer_types), the sliding ones 4 keys wide over
+    # the 9 tokens and rotated with rope_theta unscaled, the global ones with YaRN (x4 past 4 positions, its own
+    # attention_factor)
+    llama_like(out, "olmo3", "olmo3", dict(base, vocab_size=320, tie_word_embeddings=False, rope_theta=500000.0,
+                                           num_hidden_layers=4, sliding_window=4,
+                                           layer_types=["sliding_attention"] * 3 + ["full_attention"],
+                                           rope_scaling={"rope_type": "yarn", "factor": 4.0, "beta_fast": 32,
+                                                         "beta_slow": 1, "original_max_position_embeddings": 4,
+                                                         "attention_factor": 1.2}),
                torch.float32, 1)
     # Granite: a Llama with multipliers on the embeddings (12), the residual branches (0.22), the scores (1/64,
     # Granite 3's: not 1/sqrt(head_dim)) and the logits (divided by 8)
