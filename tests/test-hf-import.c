@@ -467,7 +467,9 @@ Test(hf_import, olmo3_keeps_llama_cpps_window_keys, .timeout = 300) {
     cr_expect(toy_gguf_get_str(g, "olmo2.rope.scaling.type", &type, NULL) == TOY_OK && !strcmp(type, "yarn"));
     float f = 0;
     cr_expect(toy_gguf_get_f32(g, "olmo2.rope.scaling.attn_factor", &f) == TOY_OK && f == 1.2f, "%g", f);
-    cr_expect(toy_gguf_get_u32(g, "olmo2.rope.scaling.original_context_length", &u) == TOY_OK && u == 4, "%u", u);
+    cr_expect(toy_gguf_get_u32(g, "olmo2.rope.scaling.original_context_length", &u) == TOY_OK && u == 4096, "%u", u);
+    cr_expect(toy_gguf_get_f32(g, "olmo2.rope.scaling.yarn_beta_fast", &f) == TOY_OK && f == 8.0f, "%g", f);
+    cr_expect(toy_gguf_find_key(g, "olmo2.rope.scaling.yarn_beta_slow") < 0, "1, the default: no key");
     toy_gguf_close(g);
     cleanup_models();
     th_mkdir("o3r");

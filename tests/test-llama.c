@@ -173,12 +173,13 @@ static void f_olmo2(struct toy_llama_config *c) {
     c->qk_norm = c->qk_norm_full = c->post_norm = true;
 }
 /* OLMo 3's (olmo2 with a window): of each 4 layers the last global; the sliding ones rotate with the global base but
- * unscaled, the global ones with YaRN and its attention factor */
+ * unscaled, the global ones with YaRN (a ramp from beta_fast 16, not the default 32) and its attention factor */
 static void f_olmo3(struct toy_llama_config *c) {
     f_olmo2(c);
     c->n_layers = 4, c->sliding_window = 4, c->swa_period = 4;
-    c->rope_base = 500000.0f, c->rope_base_swa = 500000.0f;
-    c->rope_scaling = TOY_ROPE_SCALING_YARN, c->rope_factor = 4, c->rope_orig_ctx = 8, c->rope_attn_factor = 1.2f;
+    c->rope_base = 10000.0f, c->rope_base_swa = 10000.0f; /* (a base and context where the ramp's bounds move) */
+    c->rope_scaling = TOY_ROPE_SCALING_YARN, c->rope_factor = 4, c->rope_orig_ctx = 4096, c->rope_attn_factor = 1.2f;
+    c->rope_beta_fast = 16;
 }
 /* Granite's multipliers: embeddings, residual branches, scores, logits */
 static void f_granite(struct toy_llama_config *c) {
@@ -332,7 +333,7 @@ Test(llama, logits_match_pytorch_for_every_family_flag, .timeout = 300) {
                       lm->cfg.nope_period == c.nope_period && lm->cfg.post_norm == c.post_norm &&
                       lm->cfg.sandwich_norm == c.sandwich_norm && lm->cfg.embed_mult == c.embed_mult &&
                       lm->cfg.residual_mult == c.residual_mult && lm->cfg.logit_div == c.logit_div &&
-                      lm->cfg.rope_attn_factor == c.rope_attn_factor &&
+                      lm->cfg.rope_attn_factor == c.rope_attn_factor && lm->cfg.rope_beta_fast == c.rope_beta_fast &&
                       (lm->rope_long != NULL) == !strcmp(c.arch, "phi3"),
                   "%s: the config did not come back from its GGUF", cases[i].name);
         ours[i] = th_logits(fwd, lm, tokens, T, B);

@@ -712,6 +712,10 @@ static enum toy_status write_hparams(struct toy_gguf_writer *w, const struct hp 
             if (h->arch != ARCH_DEEPSEEK2 && json_is_number(json_object_get(rs, "attention_factor")))
                 e |= toy_gguf_writer_set_f32(w, KEY("rope.scaling.attn_factor"),
                                              (float)cfg_num(rs, "attention_factor", 0.0));
+            /* the ramp's bounds where they are not llama.cpp's (and Hugging Face's) defaults, 32 and 1 */
+            const double bf = cfg_num(rs, "beta_fast", 32.0), bs = cfg_num(rs, "beta_slow", 1.0);
+            if (bf != 32.0) e |= toy_gguf_writer_set_f32(w, KEY("rope.scaling.yarn_beta_fast"), (float)bf);
+            if (bs != 1.0) e |= toy_gguf_writer_set_f32(w, KEY("rope.scaling.yarn_beta_slow"), (float)bs);
         }
     }
 #undef KEY

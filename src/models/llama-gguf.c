@@ -228,6 +228,9 @@ static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_lla
     c->rope_factor = (float)key_float(&k, "rope.scaling.factor", 1.0);
     c->rope_orig_ctx = (int32_t)key_int(&k, "rope.scaling.original_context_length", c->max_ctx);
     c->rope_attn_factor = (float)key_float(&k, "rope.scaling.attn_factor", 0.0);
+    /* YaRN's ramp (llama.cpp's keys; absent: 32 and 1) */
+    c->rope_beta_fast = (float)key_float(&k, "rope.scaling.yarn_beta_fast", 0.0);
+    c->rope_beta_slow = (float)key_float(&k, "rope.scaling.yarn_beta_slow", 0.0);
     c->sliding_window = (int32_t)key_int(&k, "attention.sliding_window", 0);
     c->attn_softcap = (float)key_float(&k, "attn_logit_softcapping", 0.0);
     c->final_softcap = (float)key_float(&k, "final_logit_softcapping", 0.0);
@@ -652,6 +655,10 @@ enum toy_status toy_llama_write_gguf(const struct toy_llama *m, struct toy_gguf_
         SETU("rope.scaling.original_context_length", c->rope_orig_ctx);
     }
     if (c->rope_attn_factor > 0) SETF("rope.scaling.attn_factor", c->rope_attn_factor);
+    if (c->rope_scaling == TOY_ROPE_SCALING_YARN) { /* a ramp other than llama.cpp's default */
+        if (c->rope_beta_fast > 0 && c->rope_beta_fast != 32) SETF("rope.scaling.yarn_beta_fast", c->rope_beta_fast);
+        if (c->rope_beta_slow > 0 && c->rope_beta_slow != 1) SETF("rope.scaling.yarn_beta_slow", c->rope_beta_slow);
+    }
     if (c->sliding_window > 0) {
         SETU("attention.sliding_window", c->sliding_window);
         /* llama.cpp hard-codes gemma2's period (2) and gemma3's (6); the key where a model has another */

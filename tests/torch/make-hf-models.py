@@ -685,13 +685,13 @@ def main():
     llama_like(out, "olmo2", "olmo2", dict(base, vocab_size=320, tie_word_embeddings=False, rope_theta=500000.0),
                torch.float32, 1)
     # OLMo 3: OLMo 2's norms, and of each 4 layers the last global (layer_types), the sliding ones 4 keys wide over
-    # the 9 tokens and rotated with rope_theta unscaled, the global ones with YaRN (x4 past 4 positions, its own
-    # attention_factor)
-    llama_like(out, "olmo3", "olmo3", dict(base, vocab_size=320, tie_word_embeddings=False, rope_theta=500000.0,
+    # the 9 tokens and rotated with rope_theta unscaled, the global ones with YaRN (x4 of 4096, its own
+    # attention_factor, a ramp from beta_fast 8, which moves its lower bound here: llama.cpp's yarn_beta_fast key)
+    llama_like(out, "olmo3", "olmo3", dict(base, vocab_size=320, tie_word_embeddings=False, rope_theta=10000.0,
                                            num_hidden_layers=4, sliding_window=4,
                                            layer_types=["sliding_attention"] * 3 + ["full_attention"],
-                                           rope_scaling={"rope_type": "yarn", "factor": 4.0, "beta_fast": 32,
-                                                         "beta_slow": 1, "original_max_position_embeddings": 4,
+                                           rope_scaling={"rope_type": "yarn", "factor": 4.0, "beta_fast": 8,
+                                                         "beta_slow": 1, "original_max_position_embeddings": 4096,
                                                          "attention_factor": 1.2}),
                torch.float32, 1)
     # Granite: a Llama with multipliers on the embeddings (12), the residual branches (0.22), the scores (1/64,

@@ -154,7 +154,8 @@ class Llama:
         factor = g("rope.scaling.factor", 1.0)
         self.rot = g("rope.dimension_count", self.hd)
         self.orig = g("rope.scaling.original_context_length", 0)
-        self.inv = inv_freqs(self.rot, g("rope.freq_base", 10000.0), kind, factor, self.orig)
+        betas = dict(bfast=g("rope.scaling.yarn_beta_fast", 32.0), bslow=g("rope.scaling.yarn_beta_slow", 1.0))
+        self.inv = inv_freqs(self.rot, g("rope.freq_base", 10000.0), kind, factor, self.orig, **betas)
         self.mscale = g("rope.scaling.attn_factor", 0.1 * math.log(factor) + 1.0 if kind == "yarn" else 1.0)
         # LongRoPE's tables are no parameters
         self.long, self.short = t.pop("rope_factors_long.weight", None), t.pop("rope_factors_short.weight", None)
@@ -194,7 +195,7 @@ class Llama:
             self.moe_norm = bool(g("expert_weights_norm", False))
             self.moe_scale = g("expert_weights_scale", 1.0)
             self.inv = inv_freqs(self.dr, g("rope.freq_base", 10000.0), kind, factor,
-                                 g("rope.scaling.original_context_length", 0))
+                                 g("rope.scaling.original_context_length", 0), **betas)
             self.mscale = 1.0
             self.scale = 1.0 / math.sqrt(self.hd)
             all_dim = g("rope.scaling.yarn_log_multiplier", 0.0) / 0.1
