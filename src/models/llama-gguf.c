@@ -388,22 +388,16 @@ static enum toy_status bind_rows(struct toy_llama *m, struct toy_tensor *t, cons
     int64_t i = toy_gguf_find_tensor(g, fused);
     const struct toy_gguf_tensor *gt = toy_gguf_tensor(g, i);
     if (gt->ne[0] != t->ne[0] || gt->ne[2] != 1 || row0 + t->ne[1] > gt->ne[1])
-        return toy_error(TOY_ERR_SHAPE, "%s: tensor %s is [%lld, %lld, %lld], too small to hold %s's rows %lld..%lld "
-                         "of %lld", toy_gguf_path(g), fused, (long long)gt->ne[0], (long long)gt->ne[1],
+        return toy_error(TOY_ERR_SHAPE, "%s: tensor %s is [%lld, %lld, %lld]: the config needs %s in its rows "
+                         "%lld..%lld, %lld wide", toy_gguf_path(g), fused, (long long)gt->ne[0], (long long)gt->ne[1],
                          (long long)gt->ne[2], t->name, (long long)row0, (long long)(row0 + t->ne[1] - 1),
                          (long long)t->ne[0]);
     if (!toy_can_dequantize(gt->type))
         return toy_error(TOY_ERR_UNSUPPORTED, "%s: tensor %s has type %s, which toy cannot read yet",
                          toy_gguf_path(g), fused, toy_dtype_name(gt->type));
     size_t row = toy_row_bytes(gt->type, gt->ne[0]);
-    if (trainable) {
-        float *all = malloc((size_t)gt->n_elements * sizeof(float));
-        if (!all) return toy_error(TOY_ERR_NOMEM, "%s: reading %s", toy_gguf_path(g), fused);
-        enum toy_status st = toy_gguf_tensor_read_f32(g, i, all, gt->n_elements);
-        if (!st) memcpy(t->data, all + row0 * t->ne[0], (size_t)toy_nelements(t) * sizeof(float));
-        free(all);
-        return st;
-    }
+    if (trainable) /* only its rows (each row is whole blocks of the type) */
+        return toy_dequantize_row(gt->type, (const char *)gt->data + (size_t)row0 * row, t->data, toy_nelements(t));
     t->type = gt->type;
     t->nb[0] = toy_dtype_type_size(gt->type);
     t->nb[1] = row;
