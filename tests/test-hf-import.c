@@ -519,6 +519,7 @@ Test(hf_import, gemma3_with_its_vision_tower_imports_its_text_model, .timeout = 
         struct toy_convert_report r;
         convert(models[m], TOY_F32, out, sizeof out, &r);
         cr_expect_str_eq(r.arch, "gemma3");
+        cr_expect(strstr(r.note, "the vision tower and projector (4 tensors) are left out"), "%s", r.note);
         compare(models[m], out, TOY_F32); /* (the tensor count too: no vision tensor) */
         struct toy_gguf *g;
         cr_assert_eq(toy_gguf_open(out, &g), TOY_OK);

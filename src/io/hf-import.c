@@ -981,7 +981,7 @@ enum toy_status toy_hf_convert(const char *dir, const char *out_path, const stru
     jobs = calloc((size_t)(n_src + 2 + h.n_layer), sizeof *jobs);
     n_jobs = jobs ? n_src + 2 + h.n_layer : 0;
     if (!jobs) { e = toy_error(TOY_ERR_NOMEM, "out of memory"); goto done; }
-    int64_t nj = 0;
+    int64_t nj = 0, n_vision = 0;
     bool have_output = false;
     int64_t tok_embd_job = -1;
     for (int64_t i = 0; i < n_src; i++) {
@@ -991,6 +991,7 @@ enum toy_status toy_hf_convert(const char *dir, const char *out_path, const stru
         char gname[TOY_GGUF_NAME_MAX + 64];
         long expert;
         int m = map_name(&h, t->name, gname, sizeof gname, j, &expert);
+        if (m == 0 && h.multimodal && !strstr(t->name, "language_model")) n_vision++;
         if (m == 0) continue;
         if (m < 0) {
             e = toy_error(TOY_ERR_UNSUPPORTED, "%s: cannot map tensor '%s' to a llama.cpp name", dir, t->name);
@@ -1130,6 +1131,11 @@ enum toy_status toy_hf_convert(const char *dir, const char *out_path, const stru
             j->ne[1] = j->ne[2] = j->ne[3] = 1;
             snprintf(j->name, sizeof j->name, k ? "rope_factors_short.weight" : "rope_factors_long.weight");
         }
+    }
+    if (n_vision) { /* say what the file leaves out (after the tokenizer's note, if any) */
+        size_t k = strlen(rep->note);
+        snprintf(rep->note + k, sizeof rep->note - k, "%sthe vision tower and projector (%lld tensors) are left out: "
+                 "the file holds the text model", k ? "; " : "", (long long)n_vision);
     }
     for (int64_t i = 0; i < nj; i++) jobs[i].order = job_order(jobs[i].name, i);
     qsort(jobs, (size_t)nj, sizeof *jobs, job_cmp);
