@@ -225,20 +225,21 @@ static struct toy_llama_config base_config(void) {
 
 /* GGUF has no key for Gemma 2's query_pre_attn_scalar: a reader takes 1/sqrt(head_dim), except for the 46-layer
  * 27B, where it is 1/sqrt(d_model / n_heads) (144 for 4608 / 32, not its head dim 128), as llama.cpp's loader
- * does; toy ran every Gemma-2-27B GGUF with the wrong attention scale */
+ * does; toy ran every Gemma-2-27B GGUF with the wrong attention scale. Gemma 3's 27B has 62 layers. */
 Test(llama, gemma2_27b_attention_scale_is_llama_cpps) {
     th_mkdir("gemma2-scale");
-    const int layers[] = {44, 46};
-    const float want[] = {1.0f / sqrtf(32.0f), 1.0f / sqrtf(16.0f)}; /* head_dim 32; d_model / n_heads = 16 */
-    for (int i = 0; i < 2; i++) {
+    const int layers[] = {44, 46, 46, 62};
+    const float want[] = {1.0f / sqrtf(32.0f), 1.0f / sqrtf(16.0f), 1.0f / sqrtf(32.0f), 1.0f / sqrtf(16.0f)};
+    for (int i = 0; i < 4; i++) { /* head_dim 32; d_model / n_heads = 16; gemma2, then gemma3 */
         struct toy_llama_config c = base_config();
-        f_gemma2(&c);
+        if (i < 2) f_gemma2(&c);
+        else f_gemma3(&c);
         c.d_model = 64, c.n_heads = 4, c.n_kv_heads = 2, c.head_dim = 32, c.n_layers = layers[i], c.d_ff = 32;
-        c.vocab = 16, c.max_ctx = 8;
+        c.vocab = 16, c.max_ctx = 8, c.swa_period = i < 2 ? 2 : 6;
         struct toy_llama *m = toy_llama_new(&c, 1);
         cr_assert(m, "%s", toy_last_error());
         char path[600];
-        snprintf(path, sizeof path, "%s/g%d.gguf", th_dir, layers[i]);
+        snprintf(path, sizeof path, "%s/g%d-%d.gguf", th_dir, i, layers[i]);
         save(m, path);
         toy_llama_free(m);
         cr_assert_eq(toy_llama_load(path, false, &m), TOY_OK, "%s", toy_last_error());

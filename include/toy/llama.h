@@ -287,6 +287,11 @@ struct toy_llama_arch_rules {
     bool swa_base_global;
 };
 struct toy_llama_arch_rules toy_llama_arch_rules(const char *arch);
+/* The query_pre_attn_scalar a Gemma 2 or 3 GGUF means, having no key for
+ * it (llama.cpp's rule): the head dim, but d_model / n_heads for the 27Bs
+ * (gemma2 of 46 layers, gemma3 of 62); attention scales by 1/sqrt of it */
+int64_t toy_llama_gemma_query_scalar(const char *arch, int64_t n_layers, int64_t d_model, int64_t n_heads,
+                                     int64_t head_dim);
 /* The sliding layers' RoPE base a GGUF of c's architecture means without
  * rope.freq_base_swa: rope_base_swa's default by those rules */
 float toy_llama_swa_base_default(const struct toy_llama_config *c);

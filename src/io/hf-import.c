@@ -566,10 +566,9 @@ static enum toy_status read_config(const char *dir, json_t *c, struct hp *h) {
     if (h->head_dim <= 0 || h->n_head % h->n_head_kv)
         return toy_error(TOY_ERR_FORMAT, "%s/config.json: %lld heads, %lld kv heads, head_dim %lld do not fit",
                          dir, (long long)h->n_head, (long long)h->n_head_kv, (long long)h->head_dim);
-    if (is_gemma(h->arch)) { /* GGUF has no key for it: readers (llama.cpp, toy) take 1/sqrt(head_dim), or
-                              * 1/sqrt(n_embd/n_head) for the 27Bs (Gemma 2's 46 layers, Gemma 3's 62) */
-        double want = h->n_layer == (h->arch == ARCH_GEMMA2 ? 46 : 62) ? (double)(h->n_embd / h->n_head)
-                                                                       : (double)h->head_dim;
+    if (is_gemma(h->arch)) { /* GGUF has no key for it: readers (llama.cpp, toy) take their rule's */
+        double want = (double)toy_llama_gemma_query_scalar(arch_names[h->arch], h->n_layer, h->n_embd, h->n_head,
+                                                           h->head_dim);
         double q = cfg_num(c, "query_pre_attn_scalar", want);
         if (q != want)
             return toy_error(TOY_ERR_UNSUPPORTED, "%s/config.json: query_pre_attn_scalar %g, not %g: a GGUF reader "

@@ -79,6 +79,14 @@ struct toy_llama_arch_rules toy_llama_arch_rules(const char *arch) {
     return r;
 }
 
+int64_t toy_llama_gemma_query_scalar(const char *arch, int64_t n_layers, int64_t d_model, int64_t n_heads,
+                                      int64_t head_dim) {
+    /* llama.cpp (load_hparams): the 27Bs, Gemma 2's of 46 layers and Gemma 3's of 62, scale by
+     * 1/sqrt(n_embd/n_head) (their query_pre_attn_scalar: 144, 168), not by their head dim (128) */
+    bool big = n_layers == (!strcmp(arch, "gemma2") ? 46 : 62) && n_heads > 0;
+    return big ? d_model / n_heads : head_dim;
+}
+
 float toy_llama_swa_base_default(const struct toy_llama_config *c) {
     const struct toy_llama_arch_rules r = toy_llama_arch_rules(c->arch);
     return r.swa_base_global && c->sliding_window > 0 ? c->rope_base : r.rope_base_swa;
@@ -286,15 +294,11 @@ static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_lla
     /* OLMo 2: the norms after attention and the MLP only */
     c->post_norm = c->sandwich_norm && !has_tensor(g, "blk.0.attn_norm.weight");
     if (c->post_norm) c->sandwich_norm = false;
-    bool gemma2 = !strcmp(a, "gemma2"), gemma3 = !strcmp(a, "gemma3");
-    if (gemma2 || gemma3) {
+    if (!strcmp(a, "gemma2") || !strcmp(a, "gemma3")) {
         c->embed_scale = true;
         c->gelu_mlp = true;
-        c->attn_scale = 1.0f / sqrtf((float)(c->head_dim ? c->head_dim : c->d_model / (c->n_heads ? c->n_heads : 1)));
-        /* llama.cpp (load_hparams): the 27Bs, Gemma 2's of 46 layers and Gemma 3's of 62, scale by
-         * 1/sqrt(n_embd/n_head) (their query_pre_attn_scalar: 144, 168), not by their head dim (128) */
-        if (c->n_layers == (gemma2 ? 46 : 62) && c->n_heads)
-            c->attn_scale = 1.0f / sqrtf((float)(c->d_model / c->n_heads));
+        c->attn_scale = 1.0f / sqrtf((float)toy_llama_gemma_query_scalar(a, c->n_layers, c->d_model, c->n_heads,
+                                                                          toy_llama_head_dim(c)));
     }
     /* the sliding layers' own RoPE base, unscaled: Gemma 3's local layers take 10000 in llama.cpp, which has no key
      * for it; OLMo 3's (olmo2 with a window) the global base */
