@@ -1206,21 +1206,34 @@ static struct toy_llama *reloaded_q8_0(struct toy_llama *m) {
     return m;
 }
 
-/* Phi-4-mini in small: 12 of each head's 16 dims rotate, LongRoPE's long table (16 positions past the original 8)
- * with its attention factor, every layer sliding (window 5): loss and gradients; then the model written as a Q8_0
- * phi3 file (q, k, v in one attn_qkv, gate and up in one ffn_up) and run from its mapping, each projection a view
- * of its fused tensor's rows */
-Test(cuda, phi3_loss_gradients_and_fused_file_match_cpu) {
-    need_cuda();
+/* Phi-4-mini in small: 12 of each head's 16 dims rotate, LongRoPE past 8 positions with its attention factor, every
+ * layer sliding (window 5) */
+static struct toy_llama_config small_phi3(void) {
     struct toy_llama_config c = small_llama();
     snprintf(c.arch, sizeof c.arch, "phi3");
     c.rope_mode = TOY_ROPE_NEOX, c.rope_dim = 12, c.rope_orig_ctx = 8, c.rope_attn_factor = 1.19f;
     c.sliding_window = 5, c.tied = false;
-    struct toy_llama *m = toy_llama_new(&c, 9);
+    return c;
+}
+
+/* c's model, random; a phi3 one with LongRoPE's two tables */
+static struct toy_llama *new_model(const struct toy_llama_config *c, uint64_t seed) {
+    struct toy_llama *m = toy_llama_new(c, seed);
     cr_assert(m, "%s", toy_last_error());
+    if (strcmp(c->arch, "phi3")) return m;
     m->rope_long = toy_set_name(toy_new_tensor_1d(m->ctx, TOY_F32, 6), "rope_factors_long.weight");
     m->rope_short = toy_set_name(toy_new_tensor_1d(m->ctx, TOY_F32, 6), "rope_factors_short.weight");
     for (int i = 0; i < 6; i++) ((float *)m->rope_long->data)[i] = 1.0f + 0.7f * i, ((float *)m->rope_short->data)[i] = 1.0f;
+    return m;
+}
+
+/* Phi-4-mini in small (the long table: 16 positions): loss and gradients; then the model written as a Q8_0 phi3
+ * file (q, k, v in one attn_qkv, gate and up in one ffn_up) and run from its mapping, each projection a view of
+ * its fused tensor's rows */
+Test(cuda, phi3_loss_gradients_and_fused_file_match_cpu) {
+    need_cuda();
+    struct toy_llama_config c = small_phi3();
+    struct toy_llama *m = new_model(&c, 9);
     struct toy_ctx *ctx = setup(16);
     struct toy_tensor *tok, *pos;
     model_batch(ctx, &tok, &pos);
@@ -1421,8 +1434,7 @@ Test(cuda, llama_training_matches_cpu, .timeout = 300) {
  * same cache, as toy generate runs them: on the device both graphs share
  * one copy of the cache */
 static void prefill_then_decode(struct toy_llama_config c) {
-    struct toy_llama *m = toy_llama_new(&c, 21);
-    cr_assert(m, "%s", toy_last_error());
+    struct toy_llama *m = new_model(&c, 21);
     const int P = 5, N = 14;
     struct toy_kv_cache kv[2];
     struct toy_threadpool *tp = toy_threadpool_new(2);
@@ -1470,6 +1482,7 @@ Test(cuda, llama_prefill_then_decode_matches_cpu) {
     need_cuda();
     prefill_then_decode(small_llama());
     prefill_then_decode(small_deepseek()); /* the cache holds latents: one wide kv head, which is the values too */
+    prefill_then_decode(small_phi3()); /* partial rotary, LongRoPE's long table (a cache of 32) and its factor */
 }
 
 /* GPT-2 generation (the generic generator: a last-position prefill, then a
