@@ -290,14 +290,14 @@ Test(tokenizer, eog_by_text_as_llama_cpp) {
     toy_tokenizer_free(tok);
 }
 
-/* A tokenizer.json whose Split regex is one of the named sets as it is (GPT-4o's o200k) gets that name as its
- * tokenizer.ggml.pre, which llama.cpp splits by: it was guessed "llama-bpe" (from its \p{N}{1,3}), so llama.cpp
- * tokenized "iPhone 15Pro" otherwise than toy */
-Test(tokenizer, hf_regex_of_a_named_set_keeps_its_name) {
+/* A tokenizer.json whose Split regex is one of the named sets as it is (GPT-4o's o200k, Mistral's Tekken) gets that
+ * name as its tokenizer.ggml.pre, which llama.cpp splits by: o200k was guessed "llama-bpe" (from its \p{N}{1,3}) and
+ * Tekken "qwen2" (from its |\p{N}|), so llama.cpp tokenized "iPhone 15Pro" otherwise than toy */
+static void named_set_keeps_its_name(const char *name) {
     need(TD "tokenizer-llama3/tokenizer.json");
     int n;
     const char *const *re;
-    cr_assert(toy_tok_pre_regexes("gpt-4o", &n, &re));
+    cr_assert(toy_tok_pre_regexes(name, &n, &re));
     json_t *j = json_load_file(TD "tokenizer-llama3/tokenizer.json", 0, NULL);
     cr_assert(j);
     json_t *pre = json_object_get(j, "pre_tokenizer"), *list = json_array();
@@ -307,16 +307,21 @@ Test(tokenizer, hf_regex_of_a_named_set_keeps_its_name) {
     json_array_append_new(list, json_pack("{s:s, s:b, s:b, s:b}", "type", "ByteLevel", "add_prefix_space", 0,
                                           "trim_offsets", 1, "use_regex", 0));
     json_object_set_new(pre, "pretokenizers", list);
-    th_mkdir("o200k");
+    th_mkdir(name);
     char path[300];
     snprintf(path, sizeof path, "%s/tokenizer.json", th_dir);
     cr_assert_eq(json_dump_file(j, path, 0), 0);
     json_decref(j);
     struct toy_tokenizer *tok = NULL;
     MUST(toy_tokenizer_load(path, &tok));
-    cr_expect_str_eq(toy_tokenizer_pre(tok), "gpt-4o");
+    cr_expect_str_eq(toy_tokenizer_pre(tok), name);
     toy_tokenizer_free(tok);
     th_rmdir();
+}
+
+Test(tokenizer, hf_regex_of_a_named_set_keeps_its_name) {
+    named_set_keeps_its_name("gpt-4o");
+    named_set_keeps_its_name("tekken");
 }
 
 /* ---- Llama-3 ---- */
@@ -762,19 +767,19 @@ Test(tokenizer, pretokenizer_digit_rules) {
     MUST(toy_tokenizer_encode(tok, "123434", 6, 0, &t));
     cr_expect_eq(t.n, 3, "123 | 4 34 -> 123, 4, 34"); /* "434": 4 + 34 */
     toy_tokenizer_free(tok);
-    /* Qwen2 and SmolLM split every digit: no merge applies */
-    const char *pres[] = {"qwen2", "smollm"};
-    for (int k = 0; k < 2; k++) {
+    /* Qwen2, SmolLM and Tekken split every digit: no merge applies */
+    const char *pres[] = {"qwen2", "smollm", "tekken"};
+    for (int k = 0; k < 3; k++) {
         t.n = 0;
         tok = byte_vocab(pres[k], merges, 3, false);
         MUST(toy_tokenizer_encode(tok, "1234", 4, 0, &t));
         cr_expect_eq(t.n, 4, "%s", pres[k]);
         toy_tokenizer_free(tok);
     }
-    /* o200k (gpt-4o) splits at a lower->upper case change: no merge across it */
+    /* o200k (gpt-4o) and Tekken split at a lower->upper case change: no merge across it */
     const char *case_merge[] = {"o W"};
-    const char *pres2[] = {"gpt-2", "gpt-4o"};
-    for (int k = 0; k < 2; k++) {
+    const char *pres2[] = {"gpt-2", "gpt-4o", "tekken"};
+    for (int k = 0; k < 3; k++) {
         t.n = 0;
         tok = byte_vocab(pres2[k], case_merge, 1, false);
         MUST(toy_tokenizer_encode(tok, "HelloWorld", 10, 0, &t));

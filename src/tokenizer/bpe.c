@@ -78,6 +78,11 @@ static const struct {
                               "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*"
                               "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}},
     {"smollm smollm2 starcoder refact command-r codeshell exaone minerva", 2, {"\\p{N}", RE_GPT2}},
+    /* Mistral's Tekken (Nemo, Small 3, Ministral, Devstral): o200k's case-aware words without its contractions,
+     * single digits; the tokenizer.json regex as is */
+    {"tekken", 1, {"[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+"
+                   "|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*"
+                   "|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}},
     /* DeepSeek LLM (V2, V2-Lite) and Coder: newlines alone, letters of the cased scripts with a space before,
      * ASCII and full-width punctuation, trailing spaces, CJK runs, digits (llama.cpp's regexes; its character
      * ranges as code points) */

@@ -3,7 +3,7 @@
  * special ids, add_bos_token/add_eos_token/add_space_prefix) and
  * tokenizer.chat_template. Defaults for absent keys follow llama.cpp's
  * llama_vocab::load (SPM: unk 0, bos 1, eos 2, add_bos, dummy prefix;
- * Llama-3 pre-tokenizer: ignore_merges and add_bos).
+ * Llama-3 and Tekken pre-tokenizers: ignore_merges and add_bos).
  */
 #include "tokenizer-impl.h"
 
@@ -188,7 +188,8 @@ enum toy_status toy_tokenizer_load_gguf(const struct toy_gguf *g, struct toy_tok
             for (int64_t i = 0; i < n; i++)
                 if (!strcmp(tokens[i], eot_names[k])) { spec.eot = (int32_t)i; break; }
     }
-    bool llama3 = pre && (!strcmp(pre, "llama-bpe") || !strcmp(pre, "llama3"));
+    /* llama.cpp (llama_vocab::load): the Llama-3 and Tekken pre-tokenizers ignore merges and add BOS */
+    bool llama3 = pre && (!strcmp(pre, "llama-bpe") || !strcmp(pre, "llama3") || !strcmp(pre, "tekken"));
     spec.add_bos = get_flag(g, "tokenizer.ggml.add_bos_token", spm || llama3);
     spec.add_eos = get_flag(g, "tokenizer.ggml.add_eos_token", false);
     spec.add_space_prefix = get_flag(g, "tokenizer.ggml.add_space_prefix", spm);

@@ -137,7 +137,7 @@ static const char *hf_pre_name(const struct hf_pre *p) {
     if (p->n == 1 && !strcmp(p->re[0], RE_GPT2_HF)) return "gpt-2";
     if (p->n == 2 && p->digits_individual && !strcmp(p->re[1], RE_GPT2_HF)) return "smollm";
     /* a regex set that is one of the table's as is (o200k): its own name, before the guesses below */
-    static const char *const exact[] = {"gpt-4o", "qwen35"};
+    static const char *const exact[] = {"gpt-4o", "qwen35", "tekken"};
     for (size_t k = 0; k < sizeof exact / sizeof exact[0]; k++) {
         int n;
         const char *const *re;
@@ -481,8 +481,8 @@ enum toy_status toy_tokenizer_load_gpt2(const char *encoder_json, const char *vo
     spec.n_merges = nm;
     spec.merges = (const char *const *)merges;
     spec.pre = pre ? pre : "gpt-2";
-    /* llama.cpp: the Llama-3 pre-tokenizer comes with ignore_merges */
-    spec.ignore_merges = !strcmp(spec.pre, "llama-bpe") || !strcmp(spec.pre, "llama3");
+    /* llama.cpp: the Llama-3 and Tekken pre-tokenizers come with ignore_merges */
+    spec.ignore_merges = !strcmp(spec.pre, "llama-bpe") || !strcmp(spec.pre, "llama3") || !strcmp(spec.pre, "tekken");
     spec.bos = spec.eos = eot;
     st = named(toy_tokenizer_init(&spec, out), vocab_bpe);
 done:
