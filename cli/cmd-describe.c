@@ -87,6 +87,7 @@ struct hp {
     int64_t rot;                            /* the rotated dims of a head (Phi-4-mini's partial rotary) */
     bool longrope, fused;                   /* Phi-3: LongRoPE's tables; attn_qkv and a fused ffn_up */
     double rope_attn;                       /* rope.scaling.attn_factor (0: absent) */
+    double attn_temp;                       /* Ministral 3's query temperature (0: none) */
     int64_t rope_orig;
     bool moe_sigmoid, moe_bias, moe_norm;   /* DeepSeek's routing */
     double moe_scale, yarn_log_mul, rope_factor;
@@ -243,6 +244,7 @@ static void read_hp(const struct toy_gguf *g, struct hp *h) {
     h->longrope = toy_gguf_find_tensor(g, "rope_factors_long.weight") >= 0;
     h->rope_attn = getf(g, h, "rope.scaling.attn_factor", 0, NULL);
     h->rope_orig = geti(g, h, "rope.scaling.original_context_length", h->ctx, NULL);
+    h->attn_temp = !strcmp(h->arch, "mistral3") ? getf(g, h, "attention.temperature_scale", 0, NULL) : 0;
     h->fused = strcmp(h->arch, "gpt2") && toy_gguf_find_tensor(g, "blk.0.attn_qkv.weight") >= 0;
     for (int64_t i = 0; i < toy_gguf_n_tensors(g); i++) h->n_params += toy_gguf_tensor(g, i)->n_elements;
 }
@@ -539,6 +541,9 @@ static void card(const struct toy_gguf *g, const struct hp *h, struct text *t) {
         } else
             STEP("position t turns pairs", "  Q ← RoPE(Q, θ%s); K ← RoPE(K, θ%s)", n++, h->has_rope_freqs ? ", ρ" : "",
                  h->has_rope_freqs ? ", ρ" : "");
+        if (h->attn_temp > 0) /* Llama 4's temperature, as Ministral 3 takes it */
+            STEP("each position t", "  Q[:, t] ← Q[:, t] · (1 + %g ln(1 + ⌊t / %lld⌋))", n++, h->attn_temp,
+                 (long long)h->rope_orig);
         STEP("S: (T×T)", "  for h ∈ [%lld], g = ⌊h·H_kv/H⌋: S ← K_gᵀ Q_h / √d_h", n++, H);
         if (h->attn_cap > 0) STEP("", "    S ← %g·tanh(S/%g)", n++, h->attn_cap, h->attn_cap);
         /* the window is part of the mask M. Of each P layers the last attends globally: Gemma 2's P = 2 has
@@ -836,6 +841,8 @@ int toy_cmd_describe(int argc, char **argv) {
         }
         k = strlen(l2);
         if (h.longrope) snprintf(l2 + k, sizeof l2 - k, "LongRoPE past %lld, ", (long long)h.rope_orig);
+        k = strlen(l2);
+        if (h.attn_temp > 0) snprintf(l2 + k, sizeof l2 - k, "query temperature %g, ", h.attn_temp);
         k = strlen(l2);
         if (h.rope_attn > 0 && h.rope_attn != 1) snprintf(l2 + k, sizeof l2 - k, "rope attn factor %g, ", h.rope_attn);
         k = strlen(l2);

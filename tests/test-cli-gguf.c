@@ -824,6 +824,19 @@ Test(cli_gguf, describe_phi3_fused_projections_and_longrope) {
     free(out);
 }
 
+/* Ministral 3 (mistral3): the queries' temperature on the summary and as a step of the card */
+Test(cli_gguf, describe_mistral3_query_temperature) {
+    char *out = describe_keys("mistral3",
+                              (struct key_u32[]){{"embedding_length", 64}, {"block_count", 2},
+                                                 {"attention.head_count", 4}, {"attention.head_count_kv", 2},
+                                                 {"feed_forward_length", 96}, {"context_length", 64},
+                                                 {"rope.scaling.original_context_length", 16384}, {NULL, 0}},
+                              (struct key_f32[]){{"attention.temperature_scale", 0.1f}, {NULL, 0}}, NULL, 0);
+    cr_expect(strstr(out, "query temperature 0.1"), "%s", out);
+    cr_expect(strstr(out, "Q[:, t] ← Q[:, t] · (1 + 0.1 ln(1 + ⌊t / 16384⌋))"), "%s", out);
+    free(out);
+}
+
 /* quantize's note blamed row length for an i32 matrix it cannot convert at
  * all ("i32, rows of 64: f32 needs a multiple of 1"): it says the tensor is
  * copied as it is; a row-length fallback is still explained by its rows.

@@ -1483,6 +1483,11 @@ Test(cuda, llama_prefill_then_decode_matches_cpu) {
     prefill_then_decode(small_llama());
     prefill_then_decode(small_deepseek()); /* the cache holds latents: one wide kv head, which is the values too */
     prefill_then_decode(small_phi3()); /* partial rotary, LongRoPE's long table (a cache of 32) and its factor */
+    struct toy_llama_config c = small_llama(); /* Ministral 3's query temperature, every 4 positions */
+    snprintf(c.arch, sizeof c.arch, "mistral3");
+    c.rope_scaling = TOY_ROPE_SCALING_YARN, c.rope_factor = 4, c.rope_orig_ctx = 4, c.rope_attn_factor = 1;
+    c.attn_temp_scale = 0.1f;
+    prefill_then_decode(c);
 }
 
 /* GPT-2 generation (the generic generator: a last-position prefill, then a

@@ -181,6 +181,13 @@ static void f_olmo3(struct toy_llama_config *c) {
     c->rope_scaling = TOY_ROPE_SCALING_YARN, c->rope_factor = 4, c->rope_orig_ctx = 4096, c->rope_attn_factor = 1.2f;
     c->rope_beta_fast = 16;
 }
+/* Ministral 3's (mistral3): YaRN without its magnitude, and the queries' temperature growing every 4 positions
+ * (its original context here), so that it changes within the tests' sequences */
+static void f_mistral3(struct toy_llama_config *c) {
+    snprintf(c->arch, sizeof c->arch, "mistral3");
+    c->rope_scaling = TOY_ROPE_SCALING_YARN, c->rope_factor = 4, c->rope_orig_ctx = 4, c->rope_attn_factor = 1;
+    c->attn_temp_scale = 0.1f, c->tied = false; /* (Ministral 3's beta) */
+}
 /* Granite's multipliers: embeddings, residual branches, scores, logits */
 static void f_granite(struct toy_llama_config *c) {
     snprintf(c->arch, sizeof c->arch, "granite");
@@ -296,6 +303,7 @@ Test(llama, logits_match_pytorch_for_every_family_flag, .timeout = 300) {
                                       {"gemma2", f_gemma2}, {"gemma3", f_gemma3}, {"gemma3_six", f_gemma3_six},
                                       {"smollm3", f_smollm3}, {"olmo2", f_olmo2}, {"granite", f_granite},
                                       {"phi3", f_phi3}, {"phi3_window", f_phi3_window}, {"olmo3", f_olmo3},
+                                      {"mistral3", f_mistral3},
                                       {"rope_linear", f_linear},
                                       {"rope_yarn", f_yarn},
                                       {"mixtral_moe", f_mixtral}, {"qwen3moe", f_qwen3moe}, {"olmoe", f_olmoe},
@@ -335,6 +343,7 @@ Test(llama, logits_match_pytorch_for_every_family_flag, .timeout = 300) {
                       lm->cfg.sandwich_norm == c.sandwich_norm && lm->cfg.embed_mult == c.embed_mult &&
                       lm->cfg.residual_mult == c.residual_mult && lm->cfg.logit_div == c.logit_div &&
                       lm->cfg.rope_attn_factor == c.rope_attn_factor && lm->cfg.rope_beta_fast == c.rope_beta_fast &&
+                      lm->cfg.attn_temp_scale == c.attn_temp_scale &&
                       (lm->rope_long != NULL) == !strcmp(c.arch, "phi3"),
                   "%s: the config did not come back from its GGUF", cases[i].name);
         ours[i] = th_logits(fwd, lm, tokens, T, B);
@@ -373,7 +382,7 @@ Test(llama, serve_forward_equals_the_models_for_every_family) {
                                       {"gemma2", f_gemma2}, {"gemma3", f_gemma3}, {"gemma3_six", f_gemma3_six},
                                       {"smollm3", f_smollm3}, {"olmo2", f_olmo2}, {"granite", f_granite},
                                       {"phi3", f_phi3}, {"phi3_window", f_phi3_window}, {"olmo3", f_olmo3},
-                                      {"rope_yarn", f_yarn},
+                                      {"mistral3", f_mistral3}, {"rope_yarn", f_yarn},
                                       {"qwen2moe", f_qwen2moe},
                                       {"deepseek3", f_deepseek3}};
     const int T = 11;
@@ -432,8 +441,8 @@ Test(llama, training_steps_match_pytorch, .timeout = 300) {
  * partial rotary with LongRoPE) train: 20 AdamW steps each against PyTorch's loss curve */
 Test(llama, newer_families_training_steps_match_pytorch, .timeout = 300) {
     th_mkdir("llama-families-train");
-    void (*fams[])(struct toy_llama_config *) = {f_gemma3, f_smollm3, f_olmo2, f_granite, f_phi3, f_olmo3};
-    for (int i = 0; i < 6; i++) {
+    void (*fams[])(struct toy_llama_config *) = {f_gemma3, f_smollm3, f_olmo2, f_granite, f_phi3, f_olmo3, f_mistral3};
+    for (int i = 0; i < 7; i++) {
         struct toy_llama_config c = base_config();
         fams[i](&c);
         if (c.logit_div > 0) c.logit_div = 1.5f; /* Granite's 8 flattens these tiny logits past learning in 20 steps */
@@ -511,6 +520,9 @@ Test(llama, kv_cache_decode_equals_full_forward) {
     kv_equals_full(c);
     c = base_config();
     f_olmo3(&c); /* sliding layers unscaled, global ones with YaRN */
+    kv_equals_full(c);
+    c = base_config();
+    f_mistral3(&c); /* each step's query temperature, read by its position */
     kv_equals_full(c);
     c = base_config();
     f_phi3(&c); /* partial rotary, LongRoPE's long table (the cache's 32 positions, as the full forward's 14, pass
@@ -1061,7 +1073,7 @@ Test(llama, fused_decode_matches_unfused_every_family, .timeout = 120) {
     const struct flag_case cases[] = {{"qwen2_qkv_bias", f_qwen2}, {"gemma2", f_gemma2}, {"rope_yarn", f_yarn},
                                       {"rope_linear", f_linear},   {"mistral_swa", f_swa},  {"qwen3_qk_norm", f_qwen3},
                                       {"qwen3moe", f_qwen3moe},    {"olmoe", f_olmoe},   {"qwen2moe", f_qwen2moe},
-                                      {"phi3", f_phi3}};
+                                      {"phi3", f_phi3},            {"mistral3", f_mistral3}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct toy_llama_config c = base_config();
         cases[i].set(&c);

@@ -122,6 +122,11 @@ struct toy_llama_config {
      * mscale_all_dim; GGUF rope.scaling.yarn_log_multiplier is a tenth of
      * it), folded into the attention scale (toy_llama_attn_scale) */
     float rope_yarn_log_mul;
+    /* Ministral 3 (arch mistral3; GGUF attention.temperature_scale): > 0,
+     * the queries of position p times 1 + attn_temp_scale ln(1 + floor(p /
+     * rope_orig_ctx)) (Llama 4's temperature tuning, as llama.cpp and
+     * Hugging Face's Ministral 3 apply it) */
+    float attn_temp_scale;
 };
 
 /* The projections a LoRA adapter can target. */
@@ -163,6 +168,9 @@ struct toy_llama {
      * 2}): per-frequency divisors for a context past cfg.rope_orig_ctx, and
      * for one within it (toy_llama_rope_factors); NULL when absent */
     struct toy_tensor *rope_long, *rope_short;
+    /* with cfg.attn_temp_scale: each position's query scale (F32 {1,
+     * max_ctx}), read by the positions (toy_llama_attn_temp) */
+    struct toy_tensor *attn_temp;
     struct toy_llama_layer *layers;
     /* TOY_F32 (default) or TOY_BF16: mixed precision. With BF16 the
      * projections run on bf16 copies of the f32 master weights (cast inside
@@ -324,6 +332,12 @@ struct toy_tensor *toy_llama_head_out(struct toy_ctx *ctx, const struct toy_llam
 bool toy_llama_layer_slides(const struct toy_llama_config *cfg, int64_t l);
 struct toy_rope_params toy_llama_rope_params(const struct toy_llama_config *cfg, int64_t l);
 struct toy_tensor *toy_llama_rope_factors(const struct toy_llama *m, int64_t n_ctx);
+/* q {hd, H, T, B} times its positions' temperature (cfg.attn_temp_scale;
+ * pos {T} or {T*B}); q itself without one. Applied before the rotation
+ * (the same product: a rotation is linear), so that a decode step's
+ * attention still does its query's rotation itself (graph-fuse.c). */
+struct toy_tensor *toy_llama_attn_temp(struct toy_ctx *ctx, const struct toy_llama *m, struct toy_tensor *q,
+                                       struct toy_tensor *pos);
 struct toy_tensor *toy_llama_rope(struct toy_ctx *ctx, const struct toy_llama *m, int64_t l, struct toy_tensor *x,
                                   struct toy_tensor *pos, int64_t n_ctx);
 /* Multi-head latent attention of a layer (c->kv_lora_rank > 0), over its

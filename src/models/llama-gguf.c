@@ -61,8 +61,9 @@ static double key_float(struct keys *k, const char *suffix, double def) {
 }
 
 bool toy_llama_arch_known(const char *arch) {
-    static const char *const archs[] = {"llama",   "mistral",  "qwen2",    "qwen3", "gemma2",   "gemma3", "smollm3",
-                                        "olmo2",   "granite",  "phi3",     "qwen2moe", "qwen3moe", "olmoe",  "deepseek2"};
+    static const char *const archs[] = {"llama",   "mistral",  "mistral3", "qwen2",    "qwen3", "gemma2", "gemma3",
+                                        "smollm3", "olmo2",    "granite",  "phi3",     "qwen2moe", "qwen3moe", "olmoe",
+                                        "deepseek2"};
     for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
         if (!strcmp(arch, archs[i])) return true;
     return false;
@@ -193,8 +194,8 @@ static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_lla
     const char *a = c->arch;
     if (!toy_llama_arch_known(a))
         return toy_error(TOY_ERR_UNSUPPORTED, "%s: architecture '%s' is not a Llama-family model toy runs "
-                         "(llama, mistral, qwen2, qwen3, gemma2, gemma3, smollm3, olmo2, granite, phi3, qwen2moe, qwen3moe, "
-                         "olmoe, deepseek2)", toy_gguf_path(g), a);
+                         "(llama, mistral, mistral3, qwen2, qwen3, gemma2, gemma3, smollm3, olmo2, granite, phi3, qwen2moe, "
+                         "qwen3moe, olmoe, deepseek2)", toy_gguf_path(g), a);
     struct keys k = {.g = g, .arch = a};
     c->d_model = key_int(&k, "embedding_length", 0);
     c->n_layers = key_int(&k, "block_count", 0);
@@ -207,8 +208,10 @@ static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_lla
     c->norm_eps = (float)key_float(&k, "attention.layer_norm_rms_epsilon", 1e-5);
     c->rope_base = (float)key_float(&k, "rope.freq_base", 10000.0);
     const bool granite = !strcmp(a, "granite");
-    c->rope_mode = !strcmp(a, "llama") || !strcmp(a, "mistral") || !strcmp(a, "smollm3") || granite ? TOY_ROPE_NORMAL
-                                                                                                   : TOY_ROPE_NEOX;
+    const bool mistral3 = !strcmp(a, "mistral3");
+    c->rope_mode = !strcmp(a, "llama") || !strcmp(a, "mistral") || !strcmp(a, "smollm3") || granite || mistral3
+                       ? TOY_ROPE_NORMAL
+                       : TOY_ROPE_NEOX;
     if (granite) { /* llama.cpp's: the logit scale required, the others optional */
         c->embed_mult = (float)key_float(&k, "embedding_scale", 0.0);
         c->residual_mult = (float)key_float(&k, "residual_scale", 0.0);
@@ -240,6 +243,15 @@ static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_lla
     c->rope_beta_fast = (float)key_float(&k, "rope.scaling.yarn_beta_fast", 0.0);
     c->rope_beta_slow = (float)key_float(&k, "rope.scaling.yarn_beta_slow", 0.0);
     c->sliding_window = (int32_t)key_int(&k, "attention.sliding_window", 0);
+    if (mistral3) { /* Ministral 3: Llama 4's query temperature; the scores' scale; llama.cpp's rotation magnitude */
+        c->attn_temp_scale = (float)key_float(&k, "attention.temperature_scale", 0.0);
+        c->attn_scale = (float)key_float(&k, "attention.scale", 0.0);
+        /* its graph passes attn_factor 1 / (1 + 0.1 ln f): under YaRN that cancels the ramp's own magnitude
+         * (cos and sin unscaled), otherwise it is the magnitude; the file's attn_factor is not read */
+        c->rope_attn_factor = c->rope_scaling == TOY_ROPE_SCALING_YARN || c->rope_factor <= 1
+                                  ? 1.0f
+                                  : 1.0f / (1.0f + 0.1f * logf(c->rope_factor));
+    }
     c->attn_softcap = (float)key_float(&k, "attn_logit_softcapping", 0.0);
     c->final_softcap = (float)key_float(&k, "final_logit_softcapping", 0.0);
     c->n_experts = key_int(&k, "expert_count", 0);
@@ -662,6 +674,8 @@ enum toy_status toy_llama_write_gguf(const struct toy_llama *m, struct toy_gguf_
         /* llama.cpp hard-codes gemma2's period (2) and gemma3's (6); the key where a model has another */
         if (c->swa_period != rules.swa_period) SETU("attention.sliding_window_pattern", c->swa_period);
     }
+    if (c->attn_temp_scale > 0) SETF("attention.temperature_scale", c->attn_temp_scale);
+    if (!strcmp(a, "mistral3") && c->attn_scale > 0) SETF("attention.scale", c->attn_scale);
     if (!strcmp(a, "granite")) {
         if (c->embed_mult > 0) SETF("embedding_scale", c->embed_mult);
         if (c->residual_mult > 0) SETF("residual_scale", c->residual_mult);

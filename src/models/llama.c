@@ -81,6 +81,12 @@ enum toy_status toy_llama_check_config(const struct toy_llama_config *c) {
          (int)toy_llama_arch_rules(c->arch).nope_period);
     NEED(isfinite(c->rope_factor) && c->rope_factor >= 0, "model config: rope scaling factor %g must be >= 0",
          (double)c->rope_factor);
+    NEED(isfinite(c->attn_temp_scale) && c->attn_temp_scale >= 0 && (!c->attn_temp_scale || c->rope_orig_ctx > 0),
+         "model config: query temperature %g (wants >= 0, and an original context for its steps, not %d)",
+         (double)c->attn_temp_scale, (int)c->rope_orig_ctx);
+    /* GGUF has its key under mistral3 (llama.cpp reads it there, and for Llama 4) */
+    NEED(!strcmp(c->arch, "mistral3") || !c->attn_temp_scale, "model config: a query temperature is architecture "
+         "mistral3's, not %s's", c->arch);
     NEED(isfinite(c->attn_softcap) && c->attn_softcap >= 0 && isfinite(c->final_softcap) && c->final_softcap >= 0,
          "model config: logit softcaps %g, %g must be >= 0", (double)c->attn_softcap, (double)c->final_softcap);
     NEED(c->n_experts >= 0 && c->n_experts <= 4096, "model config: %lld experts: want 0 (none) to 4096",
@@ -229,6 +235,14 @@ struct toy_llama *toy_llama_alloc(const struct toy_llama_config *cfg, bool alloc
 #undef P
     }
     m->out_norm = param(m, "output_norm.weight", d, 0);
+    if (cfg->attn_temp_scale > 0) { /* a frozen table of the positions' query scales */
+        m->attn_temp = toy_set_name(toy_new_tensor_2d(m->ctx, TOY_F32, 1, cfg->max_ctx), "attn_temp");
+        if (!m->attn_temp->data) m->attn_temp->data = toy_ctx_alloc(m->ctx, (size_t)cfg->max_ctx * sizeof(float));
+        float *s = m->attn_temp->data;
+        for (int64_t p = 0; p < cfg->max_ctx; p++)
+            s[p] = (float)(1.0 + cfg->attn_temp_scale * log(1.0 + floor((double)p / (double)cfg->rope_orig_ctx)));
+        toy_set_frozen(m->attn_temp);
+    }
     m->output = cfg->tied ? m->tok_embd : param(m, "output.weight", d, cfg->vocab);
     return m;
 }
@@ -508,6 +522,14 @@ struct toy_tensor *toy_llama_rope(struct toy_ctx *ctx, const struct toy_llama *m
     return toy_rope_ff(ctx, x, pos, &r, ff);
 }
 
+struct toy_tensor *toy_llama_attn_temp(struct toy_ctx *ctx, const struct toy_llama *m, struct toy_tensor *q,
+                                       struct toy_tensor *pos) {
+    if (!m->attn_temp) return q;
+    int64_t T = q->ne[2], B = toy_nelements(pos) == T ? 1 : q->ne[3];
+    struct toy_tensor *s = toy_get_rows(ctx, m->attn_temp, pos); /* {1, T} or {1, T*B} */
+    return toy_mul(ctx, q, toy_reshape_4d(ctx, s, 1, 1, T, B));
+}
+
 struct toy_tensor *toy_llama_head_out(struct toy_ctx *ctx, const struct toy_llama_config *c, struct toy_tensor *logits) {
     if (c->logit_div > 0) logits = toy_scale(ctx, logits, 1.0f / c->logit_div); /* Granite */
     if (c->final_softcap > 0) { /* Gemma 2: s tanh(logits / s) */
@@ -610,7 +632,7 @@ static struct toy_tensor *forward(struct toy_ctx *ctx, struct toy_llama *m, stru
             k = toy_reshape_4d(ctx, proj_lora(ctx, m, L, TOY_LORA_K, h, L->wk, L->bk), hd, Hkv, T, B);
             v = toy_reshape_4d(ctx, proj_lora(ctx, m, L, TOY_LORA_V, h, L->wv, L->bv), hd, Hkv, T, B);
             toy_llama_qk_norm(ctx, c, L, &q, &k);
-            q = toy_llama_rope(ctx, m, l, q, pos, n_ctx);
+            q = toy_llama_rope(ctx, m, l, toy_llama_attn_temp(ctx, m, q, pos), pos, n_ctx);
             k = toy_llama_rope(ctx, m, l, k, pos, n_ctx);
         }
         struct toy_tensor *a;

@@ -144,7 +144,7 @@ static struct toy_tensor *llama_forward(struct toy_ctx *ctx, struct toy_llama *m
             k = toy_reshape_4d(ctx, projg(ctx, bf16, h, L->wk, L->bk, rg), hd, Hkv, T, B);
             v = toy_reshape_4d(ctx, projg(ctx, bf16, h, L->wv, L->bv, rg), hd, Hkv, T, B);
             toy_llama_qk_norm(ctx, c, L, &q, &k);
-            q = toy_llama_rope(ctx, m, l, q, pos, n_ctx);
+            q = toy_llama_rope(ctx, m, l, toy_llama_attn_temp(ctx, m, q, pos), pos, n_ctx);
             k = toy_llama_rope(ctx, m, l, k, pos, n_ctx);
         }
         struct toy_tensor *a = attend(ctx, q, k, v, caches, l, &attn); /* {hd, H, T, B} */

@@ -144,7 +144,7 @@ class Llama:
         self.Hkv = g("attention.head_count_kv", self.H)
         self.hd = g("attention.key_length", self.d // self.H)
         self.eps = g("attention.layer_norm_rms_epsilon", 1e-5)
-        self.neox = a not in ("llama", "mistral", "smollm3", "granite")
+        self.neox = a not in ("llama", "mistral", "mistral3", "smollm3", "granite")
         # Granite: multipliers on the embeddings, the residual branches and the scores; the logits divided
         self.embed_mult = g("embedding_scale", 1.0)
         self.res_mult = g("residual_scale", 1.0)
@@ -157,6 +157,11 @@ class Llama:
         betas = dict(bfast=g("rope.scaling.yarn_beta_fast", 32.0), bslow=g("rope.scaling.yarn_beta_slow", 1.0))
         self.inv = inv_freqs(self.rot, g("rope.freq_base", 10000.0), kind, factor, self.orig, **betas)
         self.mscale = g("rope.scaling.attn_factor", 0.1 * math.log(factor) + 1.0 if kind == "yarn" else 1.0)
+        # Ministral 3 (HF's Ministral3 / llama.cpp's mistral3): YaRN without its magnitude; Llama 4's query
+        # temperature 1 + beta ln(1 + floor(p / original context)), after the rotation
+        self.temp = g("attention.temperature_scale", 0.0) if a == "mistral3" else 0.0
+        if a == "mistral3":
+            self.mscale = 1.0 if kind == "yarn" or factor <= 1 else 1.0 / (1.0 + 0.1 * math.log(factor))
         # LongRoPE's tables are no parameters
         self.long, self.short = t.pop("rope_factors_long.weight", None), t.pop("rope_factors_short.weight", None)
         for l in range(self.L):  # Phi-3's fused projections, split as Hugging Face's Phi3 splits them
@@ -301,6 +306,8 @@ class Llama:
             inv, ms = (self.inv_swa, 1.0) if slides and self.inv_swa is not None else (inv_all, self.mscale)
             if not (self.nope and l % self.nope == self.nope - 1):
                 q, k = rope(q, pos, inv, self.neox, ms), rope(k, pos, inv, self.neox, ms)
+            if self.temp:
+                q = q * (1 + self.temp * torch.log(1 + torch.floor(pos.to(DT) / self.orig))).view(1, -1, 1, 1)
             g = self.H // self.Hkv
             qh, kh, vh = (q.permute(0, 2, 1, 3), k.permute(0, 2, 1, 3).repeat_interleave(g, 1),
                           v.permute(0, 2, 1, 3).repeat_interleave(g, 1))
