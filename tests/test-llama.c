@@ -188,6 +188,11 @@ static void f_mistral3(struct toy_llama_config *c) {
     c->rope_scaling = TOY_ROPE_SCALING_YARN, c->rope_factor = 4, c->rope_orig_ctx = 4, c->rope_attn_factor = 1;
     c->attn_temp_scale = 0.1f, c->tied = false; /* (Ministral 3's beta) */
 }
+/* ERNIE 4.5's dense models (ernie4_5): a Llama, adjacent pairs rotated, with biases on q, k and v */
+static void f_ernie(struct toy_llama_config *c) {
+    snprintf(c->arch, sizeof c->arch, "ernie4_5");
+    c->qkv_bias = true, c->tied = true;
+}
 /* Granite's multipliers: embeddings, residual branches, scores, logits */
 static void f_granite(struct toy_llama_config *c) {
     snprintf(c->arch, sizeof c->arch, "granite");
@@ -303,7 +308,7 @@ Test(llama, logits_match_pytorch_for_every_family_flag, .timeout = 300) {
                                       {"gemma2", f_gemma2}, {"gemma3", f_gemma3}, {"gemma3_six", f_gemma3_six},
                                       {"smollm3", f_smollm3}, {"olmo2", f_olmo2}, {"granite", f_granite},
                                       {"phi3", f_phi3}, {"phi3_window", f_phi3_window}, {"olmo3", f_olmo3},
-                                      {"mistral3", f_mistral3},
+                                      {"mistral3", f_mistral3}, {"ernie4_5", f_ernie},
                                       {"rope_linear", f_linear},
                                       {"rope_yarn", f_yarn},
                                       {"mixtral_moe", f_mixtral}, {"qwen3moe", f_qwen3moe}, {"olmoe", f_olmoe},

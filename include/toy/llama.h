@@ -272,8 +272,8 @@ enum toy_status toy_kv_cache_check_size(int64_t n_layers, int64_t row, int64_t n
  * n_past .. n_past+Tn-1 (pos is filled by the caller), storing their keys and
  * values in the cache. Build once per Tn (prefill length, then 1 for decode). */
 /* Whether toy_llama_load runs GGUF general.architecture `arch` (llama,
- * mistral, qwen2, qwen3, gemma2, gemma3, smollm3, olmo2, granite, phi3,
- * qwen2moe, qwen3moe, olmoe, deepseek2). */
+ * mistral, mistral3, ernie4_5, qwen2, qwen3, gemma2, gemma3, smollm3,
+ * olmo2, granite, phi3, qwen2moe, qwen3moe, olmoe, deepseek2). */
 bool toy_llama_arch_known(const char *arch);
 /* llama.cpp's conventions for a mixture in GGUF, by general.architecture
  * (GGUF has no key for either): whether the chosen experts' weights are

@@ -61,9 +61,9 @@ static double key_float(struct keys *k, const char *suffix, double def) {
 }
 
 bool toy_llama_arch_known(const char *arch) {
-    static const char *const archs[] = {"llama",   "mistral",  "mistral3", "qwen2",    "qwen3", "gemma2", "gemma3",
-                                        "smollm3", "olmo2",    "granite",  "phi3",     "qwen2moe", "qwen3moe", "olmoe",
-                                        "deepseek2"};
+    static const char *const archs[] = {"llama",   "mistral",  "mistral3", "ernie4_5", "qwen2",    "qwen3",
+                                        "gemma2",  "gemma3",   "smollm3",  "olmo2",    "granite",  "phi3",
+                                        "qwen2moe", "qwen3moe", "olmoe",   "deepseek2"};
     for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
         if (!strcmp(arch, archs[i])) return true;
     return false;
@@ -194,8 +194,8 @@ static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_lla
     const char *a = c->arch;
     if (!toy_llama_arch_known(a))
         return toy_error(TOY_ERR_UNSUPPORTED, "%s: architecture '%s' is not a Llama-family model toy runs "
-                         "(llama, mistral, mistral3, qwen2, qwen3, gemma2, gemma3, smollm3, olmo2, granite, phi3, qwen2moe, "
-                         "qwen3moe, olmoe, deepseek2)", toy_gguf_path(g), a);
+                         "(llama, mistral, mistral3, ernie4_5, qwen2, qwen3, gemma2, gemma3, smollm3, olmo2, granite, phi3, "
+                         "qwen2moe, qwen3moe, olmoe, deepseek2)", toy_gguf_path(g), a);
     struct keys k = {.g = g, .arch = a};
     c->d_model = key_int(&k, "embedding_length", 0);
     c->n_layers = key_int(&k, "block_count", 0);
@@ -209,7 +209,9 @@ static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_lla
     c->rope_base = (float)key_float(&k, "rope.freq_base", 10000.0);
     const bool granite = !strcmp(a, "granite");
     const bool mistral3 = !strcmp(a, "mistral3");
-    c->rope_mode = !strcmp(a, "llama") || !strcmp(a, "mistral") || !strcmp(a, "smollm3") || granite || mistral3
+    /* adjacent pairs (llama.cpp's LLAMA_ROPE_TYPE_NORM); the others rotate halves */
+    c->rope_mode = !strcmp(a, "llama") || !strcmp(a, "mistral") || !strcmp(a, "smollm3") || granite || mistral3 ||
+                           !strcmp(a, "ernie4_5")
                        ? TOY_ROPE_NORMAL
                        : TOY_ROPE_NEOX;
     if (granite) { /* llama.cpp's: the logit scale required, the others optional */

@@ -144,7 +144,7 @@ class Llama:
         self.Hkv = g("attention.head_count_kv", self.H)
         self.hd = g("attention.key_length", self.d // self.H)
         self.eps = g("attention.layer_norm_rms_epsilon", 1e-5)
-        self.neox = a not in ("llama", "mistral", "mistral3", "smollm3", "granite")
+        self.neox = a not in ("llama", "mistral", "mistral3", "ernie4_5", "smollm3", "granite")
         # Granite: multipliers on the embeddings, the residual branches and the scores; the logits divided
         self.embed_mult = g("embedding_scale", 1.0)
         self.res_mult = g("residual_scale", 1.0)
