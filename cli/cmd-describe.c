@@ -180,8 +180,8 @@ static void read_hp(const struct toy_gguf *g, struct hp *h) {
     /* llama.cpp hard-codes Gemma 2's period and Gemma 3's (src/models/llama-gguf.c reads a per-layer array too) */
     const struct toy_llama_arch_rules rules = toy_llama_arch_rules(h->arch);
     h->swa_period = swa_pattern(g, h, rules.swa_period);
-    const double swa_base = rules.swa_base_global && h->swa > 0 ? h->rope_base : rules.rope_base_swa;
-    h->rope_base_swa = getf(g, h, "rope.freq_base_swa", swa_base, NULL);
+    h->rope_base_swa = getf(g, h, "rope.freq_base_swa",
+                            toy_llama_swa_base_default(h->arch, h->swa, (float)h->rope_base), NULL);
     h->nope_period = rules.nope_period;
     if (!strcmp(h->arch, "granite")) {
         h->embed_mult = getf(g, h, "embedding_scale", 0, NULL);

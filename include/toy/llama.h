@@ -300,9 +300,10 @@ struct toy_llama_arch_rules toy_llama_arch_rules(const char *arch);
  * (gemma2 of 46 layers, gemma3 of 62); attention scales by 1/sqrt of it */
 int64_t toy_llama_gemma_query_scalar(const char *arch, int64_t n_layers, int64_t d_model, int64_t n_heads,
                                      int64_t head_dim);
-/* The sliding layers' RoPE base a GGUF of c's architecture means without
- * rope.freq_base_swa: rope_base_swa's default by those rules */
-float toy_llama_swa_base_default(const struct toy_llama_config *c);
+/* The sliding layers' RoPE base a GGUF of architecture arch (with its
+ * window and rope base) means without rope.freq_base_swa: rope_base_swa's
+ * default by those rules (for the loader, the writer and toy describe) */
+float toy_llama_swa_base_default(const char *arch, int64_t sliding_window, float rope_base);
 /* The swa_period a list of n layers' kinds (true: it slides) repeats: the
  * first global layer ends the period, 0 when every layer slides; -1 when
  * no period gives the list, *bad then the first layer that differs. */

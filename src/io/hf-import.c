@@ -337,33 +337,41 @@ static enum toy_status read_experts(const char *dir, json_t *c, struct hp *h) {
     return TOY_OK;
 }
 
-/* Which Gemma layers slide: of each period the last attends globally (Gemma 2: 2; Gemma 3: 6, its
- * sliding_window_pattern), as layer_types lists them in newer configs */
+/* Which of a config's n layers slide: layer_types' sliding_attention / full_attention, and the period the list
+ * repeats into *period_out; without it, of each `period` layers all but the last (0: every one), that period kept.
+ * A list of another length, another kind, or no period whose last layer alone is global is refused (GGUF holds a
+ * period: llama.cpp's sliding_window_pattern). slides: n bools. */
+static enum toy_status layer_slides(const char *dir, json_t *c, int64_t n, int32_t period, const char *family,
+                                    bool *slides, int32_t *period_out) {
+    json_t *lt = json_object_get(c, "layer_types");
+    if (lt && json_is_null(lt)) lt = NULL;
+    if (lt && (!json_is_array(lt) || (int64_t)json_array_size(lt) != n))
+        return toy_error(TOY_ERR_FORMAT, "%s/config.json: layer_types is not a list of %lld layers", dir, (long long)n);
+    int64_t bad = -1;
+    for (int64_t l = 0; l < n && bad < 0; l++) {
+        const char *t = lt ? json_string_value(json_array_get(lt, (size_t)l)) : NULL;
+        slides[l] = lt ? t && !strcmp(t, "sliding_attention") : period == 0 || l % period < period - 1;
+        if (lt && !slides[l] && (!t || strcmp(t, "full_attention"))) bad = l; /* neither kind */
+    }
+    *period_out = !lt ? period : bad < 0 ? toy_llama_swa_period_of(slides, n, &bad) : -1;
+    if (*period_out >= 0) return TOY_OK;
+    const char *t = json_string_value(json_array_get(lt, (size_t)bad));
+    return toy_error(TOY_ERR_UNSUPPORTED, "%s/config.json: layer_types[%lld] is '%s': toy's %s layers slide but for "
+                     "the last of each period (GGUF's sliding_window_pattern)", dir, (long long)bad,
+                     t ? t : "(not a string)", family);
+}
+
+/* Gemma's period: of each the last attends globally (Gemma 2: 2; Gemma 3: 6, or its sliding_window_pattern, or
+ * what layer_types repeats) */
 static enum toy_status gemma_layers(const char *dir, json_t *c, struct hp *h) {
     int32_t rule = toy_llama_arch_rules(arch_names[h->arch]).swa_period;
-    h->swa_period = h->arch == ARCH_GEMMA2 ? rule : cfg_int(c, "sliding_window_pattern", rule);
-    json_t *lt = json_object_get(c, "layer_types");
-    if (!lt || json_is_null(lt)) return TOY_OK;
-    int64_t n = h->n_layer, bad = -1;
-    if (!json_is_array(lt) || (int64_t)json_array_size(lt) != n)
-        return toy_error(TOY_ERR_FORMAT, "%s/config.json: layer_types is not a list of %lld layers", dir, (long long)n);
-    bool *slides = malloc((size_t)n);
+    int32_t period = h->arch == ARCH_GEMMA2 ? rule : (int32_t)cfg_int(c, "sliding_window_pattern", rule);
+    bool *slides = malloc((size_t)h->n_layer);
     if (!slides) return toy_error(TOY_ERR_NOMEM, "out of memory");
-    for (int64_t l = 0; l < n && bad < 0; l++) {
-        const char *t = json_string_value(json_array_get(lt, (size_t)l));
-        slides[l] = t && !strcmp(t, "sliding_attention");
-        if (!slides[l] && (!t || strcmp(t, "full_attention"))) bad = l; /* neither kind */
-    }
-    int32_t period = bad < 0 ? toy_llama_swa_period_of(slides, n, &bad) : -1;
+    enum toy_status e = layer_slides(dir, c, h->n_layer, period, "Gemma", slides, &period);
     free(slides);
-    if (period < 0) {
-        const char *t = json_string_value(json_array_get(lt, (size_t)bad));
-        return toy_error(TOY_ERR_UNSUPPORTED, "%s/config.json: layer_types[%lld] is '%s': toy's Gemma layers slide "
-                         "but for the last of each period (GGUF's sliding_window_pattern)", dir, (long long)bad,
-                         t ? t : "(not a string)");
-    }
     h->swa_period = period;
-    return TOY_OK;
+    return e;
 }
 
 /* SmolLM3 leaves out the rotary embedding on the layers no_rope_layers marks 0: llama.cpp (and a smollm3 GGUF)
@@ -494,22 +502,10 @@ static enum toy_status olmo3_layers(const char *dir, json_t *c, struct hp *h) {
     h->swa = cfg_int(c, "sliding_window", 4096);
     enum toy_status e = need_pos(dir, "sliding_window", h->swa);
     if (e) return e;
-    json_t *lt = json_object_get(c, "layer_types");
-    if (lt && !json_is_null(lt) && (!json_is_array(lt) || (int64_t)json_array_size(lt) != h->n_layer))
-        return toy_error(TOY_ERR_FORMAT, "%s/config.json: layer_types is not a list of %lld layers", dir,
-                         (long long)h->n_layer);
     h->slides = malloc((size_t)h->n_layer);
     if (!h->slides) return toy_error(TOY_ERR_NOMEM, "out of memory");
-    int64_t bad = -1;
-    for (int64_t l = 0; l < h->n_layer && bad < 0; l++) {
-        const char *t = lt && !json_is_null(lt) ? json_string_value(json_array_get(lt, (size_t)l)) : NULL;
-        h->slides[l] = t ? !strcmp(t, "sliding_attention") : (l + 1) % 4 != 0;
-        if (t && !h->slides[l] && strcmp(t, "full_attention")) bad = l;
-    }
-    if (bad < 0 && toy_llama_swa_period_of(h->slides, h->n_layer, &bad) >= 0) return TOY_OK;
-    const char *t = lt ? json_string_value(json_array_get(lt, (size_t)bad)) : NULL;
-    return toy_error(TOY_ERR_UNSUPPORTED, "%s/config.json: layer_types[%lld] is '%s': toy's OLMo 3 layers slide but "
-                     "for the last of each period", dir, (long long)bad, t ? t : "(not a string)");
+    int32_t period;
+    return layer_slides(dir, c, h->n_layer, toy_llama_arch_rules("olmo2").swa_period, "OLMo 3", h->slides, &period);
 }
 
 static enum toy_status read_config(const char *dir, json_t *c, struct hp *h) {

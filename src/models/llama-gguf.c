@@ -88,9 +88,9 @@ int64_t toy_llama_gemma_query_scalar(const char *arch, int64_t n_layers, int64_t
     return big ? d_model / n_heads : head_dim;
 }
 
-float toy_llama_swa_base_default(const struct toy_llama_config *c) {
-    const struct toy_llama_arch_rules r = toy_llama_arch_rules(c->arch);
-    return r.swa_base_global && c->sliding_window > 0 ? c->rope_base : r.rope_base_swa;
+float toy_llama_swa_base_default(const char *arch, int64_t sliding_window, float rope_base) {
+    const struct toy_llama_arch_rules r = toy_llama_arch_rules(arch);
+    return r.swa_base_global && sliding_window > 0 ? rope_base : r.rope_base_swa;
 }
 
 int32_t toy_llama_swa_period_of(const bool *slides, int64_t n, int64_t *bad) {
@@ -317,7 +317,7 @@ static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_lla
     /* the sliding layers' own RoPE base, unscaled: Gemma 3's local layers take 10000 in llama.cpp, which has no key
      * for it; OLMo 3's (olmo2 with a window) the global base */
     if (c->sliding_window <= 0) c->swa_period = 0; /* (no layer slides: no period) */
-    c->rope_base_swa = (float)key_float(&k, "rope.freq_base_swa", toy_llama_swa_base_default(c));
+    c->rope_base_swa = (float)key_float(&k, "rope.freq_base_swa", toy_llama_swa_base_default(a, c->sliding_window, c->rope_base));
     if (k.st) return toy_error(k.st, "%s", k.err);
     enum toy_status sp = swa_pattern(g, a, c);
     if (sp) return sp;
@@ -684,7 +684,7 @@ enum toy_status toy_llama_write_gguf(const struct toy_llama *m, struct toy_gguf_
         if (c->attn_scale > 0) SETF("attention.scale", c->attn_scale);
         SETF("logit_scale", c->logit_div > 0 ? c->logit_div : 1.0f);
     }
-    if (c->rope_base_swa != toy_llama_swa_base_default(c)) SETF("rope.freq_base_swa", c->rope_base_swa);
+    if (c->rope_base_swa != toy_llama_swa_base_default(a, c->sliding_window, c->rope_base)) SETF("rope.freq_base_swa", c->rope_base_swa);
     if (c->attn_softcap > 0) SETF("attn_logit_softcapping", c->attn_softcap);
     if (c->final_softcap > 0) SETF("final_logit_softcapping", c->final_softcap);
     if (c->n_experts) {
