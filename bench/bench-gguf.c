@@ -209,7 +209,7 @@ int main(int argc, char **argv) {
     double t_copy = best_of(5, time_memcpy, &c);
     printf("quant: memcpy of %.0f MB f32: %.2f GB/s (the peer for the ratios below)\n", n * 4 / 1e6, n * 4 / 1e9 / t_copy);
     enum toy_dtype types[] = {TOY_F16, TOY_BF16, TOY_Q8_0, TOY_Q4_0, TOY_Q4_1, TOY_Q5_0, TOY_Q5_1,
-                              TOY_Q2_K, TOY_Q3_K, TOY_Q4_K, TOY_Q5_K, TOY_Q6_K, TOY_Q8_K, TOY_IQ4_NL, TOY_IQ4_XS};
+                              TOY_Q2_K, TOY_Q3_K, TOY_Q4_K, TOY_Q5_K, TOY_Q6_K, TOY_Q8_K, TOY_IQ4_NL, TOY_IQ4_XS, TOY_MXFP4};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         c.t = types[i];
         char qs[64] = "-";

@@ -20,7 +20,7 @@ static void on_progress(void *ctx, int64_t done, int64_t total, const char *name
     toy_progress_update(p, done, (double)done, name);
 }
 
-static const char *const types_help = "f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q2_k|q3_k|q4_k|q5_k|q6_k|iq4_nl|iq4_xs";
+static const char *const types_help = "f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q2_k|q3_k|q4_k|q5_k|q6_k|iq4_nl|iq4_xs|mxfp4";
 
 static int parse_type(const char *s, enum toy_dtype *t) {
     int d = toy_dtype_from_name(s);

@@ -210,3 +210,32 @@ Test(fuse, product_of_the_residual_itself_is_kept) {
     same_bits(outs[0], outs[1], "x + W x", TOY_F32, 1, 1);
     toy_ctx_free(ctx);
 }
+
+/* gpt-oss's clamped SwiGLU is its own op: the matmul prologues know only the
+ * plain SwiGLU, so Wd swiglu_oai(Wg x, Wu x) keeps its SWIGLU_OAI node (the
+ * products' inputs run past the clamps) and gives the unfused graph's bits */
+Test(fuse, clamped_swiglu_is_not_a_prologue) {
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    struct weights w = make_weights(ctx, TOY_F32);
+    struct toy_tensor *x = toy_new_tensor_2d(ctx, TOY_F32, D, 1);
+    for (int i = 0; i < D; i++) ((float *)x->data)[i] = 4.0f * (float)(i % 9) - 16.0f;
+    struct toy_tensor *outs[2], *s[2];
+    struct toy_graph *gs[2];
+    for (int f = 0; f < 2; f++) {
+        s[f] = toy_swiglu_oai(ctx, toy_linear(ctx, x, w.wg, NULL), toy_linear(ctx, x, w.wu, NULL), 1.702f, 7.0f);
+        outs[f] = toy_linear(ctx, s[f], w.wd, NULL);
+        toy_set_output(outs[f]);
+        if (f == 1) toy_set_output(s[f]->src[0]); /* read below */
+        gs[f] = toy_graph_new(ctx);
+        toy_graph_build(gs[f], outs[f]);
+        toy_graph_set_fusion(gs[f], f == 0);
+        cr_assert_eq(toy_graph_compute(gs[f], NULL), TOY_OK);
+    }
+    cr_assert_eq(count_op(gs[0], TOY_OP_SWIGLU_OAI), 1);
+    cr_assert_eq(count_op(gs[0], TOY_OP_MATMUL), 3);
+    int past = 0; /* the gate's clamp is reached */
+    for (int i = 0; i < F; i++) past += ((const float *)s[1]->src[0]->data)[i] > 7.0f;
+    cr_assert_gt(past, 0);
+    same_bits(outs[0], outs[1], "Wd swiglu_oai(Wg x, Wu x)", TOY_F32, 1, 1);
+    toy_ctx_free(ctx);
+}

@@ -244,8 +244,8 @@ Test(gpt2, packed_weights_give_the_same_logits, .timeout = 300) {
     th_rmdir();
 }
 
-/* toy quantize's k-quants (q2_k and q3_k too) and iq4 types on a model
- * whose rows fit their 256-element super-blocks: the file holds the type
+/* toy quantize's k-quants (q2_k and q3_k too), iq4 types and mxfp4 on a
+ * model whose rows fit their 256-element super-blocks: the file holds the type
  * asked, its logits
  * stay near the f32 model's (closer the more bits), and packing the
  * matrices for the int8 kernels moves them by the activations' q8 rounding
@@ -262,8 +262,9 @@ Test(gpt2, kquant_files_stay_near_the_f32_model_and_pack, .timeout = 300) {
     toy_gpt2_free(r);
     /* relative RMS from the f32 logits, measured 0.73, 0.51, 0.27, 0.053 (this model's weights are
      * larger than trained ones'); logits of no relation to them would be ~1.4 */
-    const enum toy_dtype types[] = {TOY_Q2_K, TOY_Q3_K, TOY_Q4_K, TOY_Q6_K, TOY_IQ4_NL, TOY_IQ4_XS};
-    const double bound[] = {0.9, 0.65, 0.35, 0.08, 0.35, 0.35}; /* the iq4 types: about q4_k's */
+    const enum toy_dtype types[] = {TOY_Q2_K, TOY_Q3_K, TOY_Q4_K, TOY_Q6_K, TOY_IQ4_NL, TOY_IQ4_XS, TOY_MXFP4};
+    /* the iq4 types: about q4_k's; mxfp4 (measured 0.37, its scales powers of two) between q3_k's and q4_k's */
+    const double bound[] = {0.9, 0.65, 0.35, 0.08, 0.35, 0.35, 0.45};
     const int T = 8;
     int32_t tokens[T];
     for (int i = 0; i < T; i++) tokens[i] = (i * 13 + 5) % 61;

@@ -132,6 +132,18 @@ static void build_case(struct built *b, json_t *c) {
     else if (!strcmp(op, "silu")) y = toy_silu(ctx, x[0]);
     else if (!strcmp(op, "gelu")) y = toy_gelu(ctx, x[0]);
     else if (!strcmp(op, "swiglu")) y = toy_swiglu(ctx, x[0], x[1]);
+    else if (!strcmp(op, "swiglu_oai"))
+        y = toy_swiglu_oai(ctx, x[0], x[1], (float)pnum(p, "alpha", 1.702), (float)pnum(p, "limit", 7));
+    else if (!strcmp(op, "swiglu_oai_interleaved")) {
+        /* gpt-oss's gate_up rows: gate x[..., ::2], up x[..., 1::2], strided views of x (its rows
+         * have one float more, unused: gen_op_refs.py says why) */
+        struct toy_tensor *v[2];
+        for (int i = 0; i < 2; i++)
+            v[i] = toy_view(ctx, x[0], 4, (const int64_t[]){x[0]->ne[0] / 2, x[0]->ne[1], x[0]->ne[2], x[0]->ne[3]},
+                            (const size_t[]){2 * sizeof(float), x[0]->nb[1], x[0]->nb[2], x[0]->nb[3]},
+                            (size_t)i * sizeof(float));
+        y = toy_swiglu_oai(ctx, v[0], v[1], (float)pnum(p, "alpha", 1.702), (float)pnum(p, "limit", 7));
+    }
     else if (!strcmp(op, "matmul"))
         y = toy_matmul(ctx, x[0], x[1], pnum(p, "trans_a", 0) != 0, pnum(p, "trans_b", 0) != 0);
     else if (!strcmp(op, "linear")) y = toy_linear(ctx, x[0], x[1], b->n_in > 2 ? x[2] : NULL);
@@ -182,6 +194,7 @@ static void build_case(struct built *b, json_t *c) {
         ap.causal = pnum(p, "causal", 0) != 0;
         ap.window = (int)pnum(p, "window", 0);
         ap.softcap = (float)pnum(p, "softcap", 0);
+        if (b->n_in > 3) ap.sinks = x[3]; /* gpt-oss's sinks, one per query head */
         bool seg = json_object_get(json_object_get(c, "ints"), "seg") != NULL; /* packed rows */
         y = toy_attention_seg(ctx, x[0], x[1], x[2], seg ? int_input(b, c, "seg") : NULL, &ap);
     } else if (!strcmp(op, "rope")) {
@@ -326,6 +339,7 @@ Test(ops, finite_differences) {
     for (size_t ci = 0; ci < json_array_size(cases); ci++) {
         json_t *c = json_array_get(cases, ci);
         const char *name = json_string_value(json_object_get(c, "name"));
+        if (pnum(json_object_get(c, "params"), "no_fd", 0)) continue; /* inputs on kinks: PyTorch's side only */
         struct built b;
         build_case(&b, c);
         cr_assert_eq(toy_graph_compute(b.g, tp), TOY_OK, "%s: %s", name, toy_last_error());
@@ -1744,6 +1758,17 @@ static void matmul_of_null(void) {
     toy_matmul(ctx, a, NULL, false, true);
 }
 Test(ops, a_null_operand_aborts_with_its_name, .signal = SIGABRT) { matmul_of_null(); }
+
+/* the clamped SwiGLU takes gate and up of one shape, as toy_swiglu: a
+ * mismatch is a named abort ("swiglu_oai: g (4, 3) f32, u (4, 2) f32: ...") */
+static void swiglu_oai_of_unlike_shapes(void) {
+    struct toy_ctx *ctx = toy_ctx_init(false);
+    struct toy_tensor *g = toy_new_tensor_2d(ctx, TOY_F32, 3, 4), *u = toy_new_tensor_2d(ctx, TOY_F32, 2, 4);
+    toy_set_name(g, "g");
+    toy_set_name(u, "u");
+    toy_swiglu_oai(ctx, g, u, 1.702f, 7.0f);
+}
+Test(ops, swiglu_oai_of_unlike_shapes_aborts, .signal = SIGABRT) { swiglu_oai_of_unlike_shapes(); }
 
 /* A batched product of a few rows (latent attention's per-head products in a batched decode step) gives each
  * row the bits it gets alone, for every weight type: the server's batched decode equals its requests' alone. */

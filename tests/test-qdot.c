@@ -243,6 +243,7 @@ static void qpacked_cases_at(const char *level, const char *loads, const char *a
             qpacked_case(TOY_Q4_1, shapes[s][0], shapes[s][1], shapes[s][2], acc);
             qpacked_case(TOY_Q5_1, shapes[s][0], shapes[s][1], shapes[s][2], acc);
             qpacked_case(TOY_IQ4_NL, shapes[s][0], shapes[s][1], shapes[s][2], acc);
+            qpacked_case(TOY_MXFP4, shapes[s][0], shapes[s][1], shapes[s][2], acc);
         }
     /* Q4_K: 256-element super-blocks, a scale and a min per 32. Packed,
      * 4.625 bits a weight (the file's 4.5, the 16 rows' d and dmin in f16,
@@ -259,6 +260,8 @@ static void qpacked_cases_at(const char *level, const char *loads, const char *a
     cr_assert_leq((double)toy_qpack_bytes(TOY_Q5_K, 1024, 4096), 1.03 * 1024 * toy_row_bytes(TOY_Q5_K, 4096));
     /* IQ4_NL as the file, IQ4_XS 4.375 bits a weight against 4.25 */
     cr_assert_eq(toy_qpack_bytes(TOY_IQ4_NL, 1024, 4096), 1024 * toy_row_bytes(TOY_IQ4_NL, 4096));
+    /* MXFP4 as the file too (a scale byte and 16 of nibbles a block) */
+    cr_assert_eq(toy_qpack_bytes(TOY_MXFP4, 1024, 4096), 1024 * toy_row_bytes(TOY_MXFP4, 4096));
     cr_assert_leq((double)toy_qpack_bytes(TOY_IQ4_XS, 1024, 4096), 1.03 * 1024 * toy_row_bytes(TOY_IQ4_XS, 4096));
     /* Q3_K 3.625 against 3.4375 */
     cr_assert_leq((double)toy_qpack_bytes(TOY_Q3_K, 1024, 4096), 1.06 * 1024 * toy_row_bytes(TOY_Q3_K, 4096));
@@ -289,7 +292,8 @@ Test(qdot, qgemm_packed_wide_loads_prefetching_ahead_match_reference_exactly) { 
  * sums the kernels' integer steps can meet (the AVX2 kernels add products
  * in int16 and must never saturate), still the reference's bits. Every
  * byte 0xff (nibbles 15, fifth and top bits set, 6-bit scales and mins 63,
- * Q6_K's scales -1), Q8_0's values -128 or 127; the f16 scales 1. */
+ * Q6_K's scales -1), Q8_0's values -128 or 127; the f16 scales 1, and
+ * MXFP4's E8M0 ones 128 (d = 1) with nibbles 15 (-12) or 7 (12). */
 static void extreme_case(enum toy_dtype type, uint8_t fill, float xv) {
     const int64_t m = 5, n = 20, k = 512;
     size_t ldb = toy_row_bytes(type, k), bs = toy_dtype_type_size(type); /* a block's bytes */
@@ -300,9 +304,12 @@ static void extreme_case(enum toy_dtype type, uint8_t fill, float xv) {
     if (type == TOY_Q6_K) halves[0] = 208;
     if (type == TOY_Q3_K) halves[0] = 108;
     if (type == TOY_Q2_K) halves[0] = 80, halves[1] = 82;
-    for (size_t o = 0; o < ldb * (size_t)n; o += bs)
+    if (type == TOY_MXFP4) halves[0] = -1;
+    for (size_t o = 0; o < ldb * (size_t)n; o += bs) {
         for (int h = 0; h < 2; h++)
             if (halves[h] >= 0) memcpy(b + o + halves[h], &one, 2);
+        if (type == TOY_MXFP4) b[o] = 128;
+    }
     float *a = malloc((size_t)(m * k) * sizeof *a), *c = malloc((size_t)(m * n) * sizeof *c),
           *cr = malloc((size_t)(m * n) * sizeof *cr);
     for (int64_t i = 0; i < m * k; i++) a[i] = xv;
@@ -324,10 +331,11 @@ static void extreme_cases(const char *level) {
     toy_qdot_init();
     if (!toy_qdot.qgemm_packed) cr_skip_test("no int8 kernels on this CPU");
     enum toy_dtype types[] = {TOY_Q8_0, TOY_Q4_0, TOY_Q4_1, TOY_Q5_0, TOY_Q5_1, TOY_Q4_K, TOY_Q5_K, TOY_Q6_K,
-                              TOY_IQ4_NL, TOY_IQ4_XS, TOY_Q3_K, TOY_Q2_K};
-    for (size_t t = 0; t < 12; t++)
+                              TOY_IQ4_NL, TOY_IQ4_XS, TOY_Q3_K, TOY_Q2_K, TOY_MXFP4};
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
         for (int sign = -1; sign <= 1; sign += 2) {
             extreme_case(types[t], 0xff, (float)sign);
+            if (types[t] == TOY_MXFP4) extreme_case(types[t], 0x77, (float)sign); /* +12 */
             if (types[t] == TOY_IQ4_NL || types[t] == TOY_IQ4_XS || types[t] == TOY_Q3_K || types[t] == TOY_Q2_K)
                 /* -127 / -4, scale -32 (Q2_K: values, scales and mins 0) */
                 extreme_case(types[t], 0x00, (float)sign);
@@ -341,6 +349,59 @@ static void extreme_cases(const char *level) {
 }
 Test(qdot, qgemm_packed_extreme_values_match_reference) { extreme_cases(NULL); }
 Test(qdot, qgemm_packed_avx2_extreme_values_match_reference) { extreme_cases("avx2"); }
+
+/* MXFP4's E8M0 scales over their whole range, which the kernels turn into
+ * floats themselves: blocks of random nibbles with scale bytes drawn from
+ * [lo, hi], against activations of magnitude `amp` (chosen so that every
+ * sum stays finite and the smallest scales, the subnormal 2^-128 and
+ * 2^-127, still decide the result); the reference's bits at each level,
+ * and packed rows of an odd byte length (17 a block) straight from the
+ * file. */
+static void mxfp4_scale_case(int lo, int hi, float amp) {
+    const int64_t m = 5, n = 37, k = 544; /* 17 blocks a row: rows 289 bytes long */
+    size_t ldb = toy_row_bytes(TOY_MXFP4, k);
+    cr_assert_eq(ldb, 289);
+    struct toy_rng r;
+    toy_rng_seed(&r, (uint64_t)(lo * 1000 + hi));
+    uint8_t *b = malloc(ldb * (size_t)n + 1), *row = b + 1; /* odd addresses throughout */
+    for (size_t i = 0; i < ldb * (size_t)n; i++) row[i] = (uint8_t)toy_rng_below(&r, 256);
+    for (size_t o = 0; o < ldb * (size_t)n; o += 17)
+        row[o] = (uint8_t)(lo + (int)toy_rng_below(&r, (uint64_t)(hi - lo + 1)));
+    float *a = malloc((size_t)(m * k) * sizeof *a), *c = malloc((size_t)(m * n) * sizeof *c),
+          *cr = malloc((size_t)(m * n) * sizeof *cr);
+    for (int64_t i = 0; i < m * k; i++) a[i] = toy_rng_normal(&r) * amp;
+    void *scratch = NULL, *pk = NULL;
+    cr_assert_eq(posix_memalign(&scratch, 64, toy_qgemm_scratch(m, k)), 0);
+    cr_assert_eq(posix_memalign(&pk, 64, toy_qpack_bytes(TOY_MXFP4, n, k)), 0);
+    toy_qpack(TOY_MXFP4, n, k, row, ldb, pk);
+    toy_qdot.qgemm_packed(TOY_MXFP4, m, n, k, a, k, pk, c, n, false, scratch, NULL);
+    toy_qgemm_ref(TOY_MXFP4, m, n, k, a, k, row, ldb, cr, n, false);
+    int nonzero = 0;
+    for (int64_t i = 0; i < m * n; i++) {
+        cr_assert(c[i] == cr[i] && isfinite(cr[i]), "scales %d..%d: c[%lld] = %a, reference %a", lo, hi, (long long)i,
+                  c[i], cr[i]);
+        nonzero += cr[i] != 0;
+    }
+    cr_assert_gt(nonzero, m * n / 2, "scales %d..%d: the products vanished", lo, hi);
+    free(scratch); free(pk); free(a); free(c); free(cr); free(b);
+}
+
+static void mxfp4_scale_cases(const char *level) {
+    if (level) setenv("TOY_SIMD", level, 1);
+    else unsetenv("TOY_SIMD");
+    toy_qdot_init();
+    if (!toy_qdot.qgemm_packed) cr_skip_test("no int8 kernels on this CPU");
+    mxfp4_scale_case(0, 2, 1e4f);     /* 2^-128, 2^-127 (subnormal), 2^-126 */
+    mxfp4_scale_case(0, 0, 1e4f);
+    mxfp4_scale_case(1, 1, 1e4f);
+    mxfp4_scale_case(120, 135, 1.0f); /* trained weights' range */
+    mxfp4_scale_case(250, 255, 1e-5f); /* up to 2^127 */
+    mxfp4_scale_case(0, 255, 1e-5f);
+    unsetenv("TOY_SIMD");
+    toy_qdot_init();
+}
+Test(qdot, qgemm_packed_mxfp4_every_scale_matches_reference) { mxfp4_scale_cases(NULL); }
+Test(qdot, qgemm_packed_avx2_mxfp4_every_scale_matches_reference) { mxfp4_scale_cases("avx2"); }
 
 /* Through the graph with a packed weight: one row (decode: column groups
  * split between threads) and 40 rows (rows split) give the same bits for
@@ -462,6 +523,13 @@ Test(qdot, packed_weight_is_batch_invariant_iq4_xs) {
     packed_graph_case(TOY_IQ4_XS);
 }
 
+Test(qdot, packed_weight_is_batch_invariant_mxfp4) {
+    unsetenv("TOY_SIMD");
+    toy_qdot_init();
+    if (!toy_qdot.qgemm_packed) cr_skip_test("no int8 kernels (AVX2 or AVX-512 VNNI) on this CPU");
+    packed_graph_case(TOY_MXFP4);
+}
+
 Test(qdot, packed_weight_is_batch_invariant_q3_k) {
     unsetenv("TOY_SIMD");
     toy_qdot_init();
@@ -481,8 +549,8 @@ Test(qdot, packed_weight_is_batch_invariant_with_avx2) {
     toy_qdot_init();
     if (!toy_qdot.qgemm_packed) cr_skip_test("no AVX2 on this CPU");
     enum toy_dtype types[] = {TOY_Q8_0, TOY_Q4_0, TOY_Q4_1, TOY_Q5_0, TOY_Q5_1, TOY_Q4_K, TOY_Q5_K, TOY_Q6_K,
-                              TOY_IQ4_NL, TOY_IQ4_XS, TOY_Q3_K, TOY_Q2_K};
-    for (size_t t = 0; t < 12; t++) packed_graph_case(types[t]);
+                              TOY_IQ4_NL, TOY_IQ4_XS, TOY_Q3_K, TOY_Q2_K, TOY_MXFP4};
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) packed_graph_case(types[t]);
 }
 
 /* toy_tensor_pack_into writes the very bytes toy_tensor_pack does, into the
@@ -493,8 +561,8 @@ Test(qdot, pack_into_a_stream_block_matches_pack) {
     toy_qdot_init();
     if (!toy_qdot.qgemm_packed) cr_skip_test("no int8 kernels (AVX2 or AVX-512 VNNI) on this CPU");
     enum toy_dtype types[] = {TOY_Q8_0, TOY_Q4_0, TOY_Q4_1, TOY_Q5_0, TOY_Q5_1, TOY_Q4_K, TOY_Q5_K, TOY_Q6_K,
-                              TOY_IQ4_NL, TOY_IQ4_XS, TOY_Q3_K, TOY_Q2_K};
-    for (size_t t = 0; t < 12; t++) {
+                              TOY_IQ4_NL, TOY_IQ4_XS, TOY_Q3_K, TOY_Q2_K, TOY_MXFP4};
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         struct toy_ctx *ctx = toy_ctx_init(true);
         struct toy_rng r;
         toy_rng_seed(&r, 31);

@@ -70,10 +70,10 @@ Test(quant, reference_vectors_bit_exact) {
     }
     cr_expect_eq(p, end);
     enum toy_dtype q[] = {TOY_Q8_0, TOY_Q4_0, TOY_Q4_1, TOY_Q5_0, TOY_Q5_1, TOY_Q2_K, TOY_Q3_K, TOY_Q4_K, TOY_Q5_K, TOY_Q6_K,
-                          TOY_IQ4_NL, TOY_IQ4_XS};
+                          TOY_IQ4_NL, TOY_IQ4_XS, TOY_MXFP4};
     for (size_t i = 0; i < sizeof q / sizeof q[0]; i++) cr_expect(seen_q[q[i]] > 0, "%s", toy_dtype_name(q[i]));
     enum toy_dtype d[] = {TOY_Q8_0, TOY_Q4_0, TOY_Q4_1, TOY_Q5_0, TOY_Q5_1, TOY_Q2_K, TOY_Q3_K, TOY_Q4_K, TOY_Q5_K, TOY_Q6_K, TOY_Q8_K,
-                          TOY_IQ4_NL, TOY_IQ4_XS};
+                          TOY_IQ4_NL, TOY_IQ4_XS, TOY_MXFP4};
     for (size_t i = 0; i < sizeof d / sizeof d[0]; i++) cr_expect(seen_d[d[i]] > 0, "%s", toy_dtype_name(d[i]));
     free(buf);
 }
@@ -82,7 +82,7 @@ Test(quant, reference_vectors_bit_exact) {
  * kernels' bits on random blocks of every dequantizable type. */
 Test(quant, fast_kernels_match_reference) {
     enum toy_dtype types[] = {TOY_Q8_0, TOY_Q4_0, TOY_Q4_1, TOY_Q5_0, TOY_Q5_1, TOY_Q2_K, TOY_Q3_K, TOY_Q4_K,
-                              TOY_Q5_K, TOY_Q6_K, TOY_Q8_K, TOY_IQ4_NL, TOY_IQ4_XS, TOY_F16, TOY_BF16};
+                              TOY_Q5_K, TOY_Q6_K, TOY_Q8_K, TOY_IQ4_NL, TOY_IQ4_XS, TOY_MXFP4, TOY_F16, TOY_BF16};
     enum { N = 256 * 64 };
     uint8_t *q = malloc(N * 4);
     float *a = malloc(N * 4), *b = malloc(N * 4);
@@ -104,6 +104,7 @@ Test(quant, fast_kernels_match_reference) {
             size_t at = t == TOY_Q2_K ? 80 : t == TOY_Q3_K ? 108 : t == TOY_Q6_K ? 208 : 0;
             if (t == TOY_F16 || t == TOY_BF16) break;
             if (t == TOY_Q8_K) { float d = 0.01f; memcpy(p, &d, 4); continue; }
+            if (t == TOY_MXFP4) continue; /* every E8M0 byte is a finite scale */
             p[at + 1] &= 0xBF; /* f16 d: exponent < 16, finite */
             if (t == TOY_Q4_1 || t == TOY_Q5_1 || t == TOY_Q4_K || t == TOY_Q5_K || t == TOY_Q2_K) p[at + 3] &= 0xBF;
         }
@@ -212,9 +213,70 @@ Test(quant, known_answers) {
     cr_expect(toy_can_dequantize(TOY_Q6_K));
     cr_expect(toy_can_quantize(TOY_Q4_K));
     cr_expect(toy_can_quantize(TOY_IQ4_NL));
+    cr_expect(toy_can_quantize(TOY_MXFP4));
+    cr_expect(toy_can_dequantize(TOY_MXFP4));
     cr_expect(!toy_can_quantize(TOY_Q8_K)); /* read, never written */
     cr_expect(toy_can_dequantize(TOY_IQ4_XS));
     cr_expect(!toy_can_dequantize(TOY_IQ2_XXS));
+}
+
+/* MXFP4 by hand: the E8M0 scale byte at its edges (0 and 1 the f32
+ * subnormals 2^-128 and 2^-127, 255 the largest, 2^127) times each of the
+ * 16 values, with the nibble order of Q4_0 (element j the low nibble of
+ * byte j, j + 16 the high one); then the quantizer's scale rule and its
+ * ties, which go to the first value in the table's order. */
+Test(quant, mxfp4_e8m0_edges_and_ties) {
+    static const int vals[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+    const int es[] = {0, 1, 2, 127, 128, 254, 255};
+    const size_t ne = sizeof es / sizeof es[0];
+    uint8_t blk[sizeof es / sizeof es[0] * 17];
+    for (size_t b = 0; b < ne; b++) {
+        blk[17 * b] = (uint8_t)es[b];
+        for (int j = 0; j < 16; j++) blk[17 * b + 1 + j] = (uint8_t)(j | (15 - j) << 4);
+    }
+    float y[sizeof es / sizeof es[0] * 32];
+    cr_assert_eq(toy_dequantize_row(TOY_MXFP4, blk, y, (int64_t)ne * 32), TOY_OK);
+    for (size_t b = 0; b < ne; b++) {
+        const float d = ldexpf(1.0f, es[b] - 128);
+        cr_assert(d > 0 && isfinite(d));
+        for (int j = 0; j < 32; j++) {
+            const float want = (float)vals[j < 16 ? j : 15 - (j - 16)] * d; /* exact, or inf past 2^128 */
+            cr_expect(!memcmp(&y[32 * b + j], &want, 4), "e = %d, element %d: %a, want %a", es[b], j, y[32 * b + j],
+                      want);
+        }
+    }
+    cr_expect_eq(y[0 * 32 + 1], 0x1p-128f); /* the subnormal scales themselves, the value 1 */
+    cr_expect_eq(y[1 * 32 + 1], 0x1p-127f);
+    cr_expect_eq(y[3 * 32 + 7], 6.0f);       /* e = 127: d = 1/2, 12 d */
+    cr_expect_eq(y[6 * 32 + 1], 0x1p127f);
+    cr_expect(isinf(y[6 * 32 + 7]) && y[6 * 32 + 7] > 0); /* 12 x 2^127 */
+
+    /* amax 7: e = floor(log2 7) - 2 + 127 = 127, d = 1/2, the grid
+     * 0, .5, 1, 1.5, 2, 3, 4, 6. Values halfway between two grid points go
+     * to the first in table order: the smaller magnitude, and +0 (index 0)
+     * over -0 (index 8) */
+    const float x[32] = {7, 5, -5, 3.5f, -3.5f, 2.5f, -2.5f, 1.25f, -1.25f, 0.75f, -0.75f, 0.25f, -0.25f, 0, -0.0f,
+                         6.5f, -7, 1, -1, 0.5f, 0.3f, -0.2f, 5.1f, -4.9f, 100.0f / 17, 0.1f, 2, 3, 4, 6, -6, -0.5f};
+    const int want[32] = {7, 6, 14, 5, 13, 4, 12, 2, 10, 1, 9, 0, 0, 0, 0,
+                          7, 15, 2, 10, 1, 1, 0, 7, 14, 7, 0, 4, 5, 6, 7, 15, 9};
+    uint8_t q[17];
+    cr_assert_eq(toy_quantize_row(TOY_MXFP4, x, q, 32), TOY_OK);
+    cr_expect_eq(q[0], 127);
+    for (int j = 0; j < 32; j++) {
+        const int got = j < 16 ? q[1 + j] & 15 : q[1 + j - 16] >> 4;
+        cr_expect_eq(got, want[j], "x = %g: index %d, want %d", x[j], got, want[j]);
+    }
+    /* the scale: amax 8 -> e 128; 0.999 -> 124; zeros -> 0 (all indices 0); 1e-45 (2^-149) -> 0, not negative */
+    const struct { float amax; int e; } sc[] = {{8, 128}, {7.99f, 127}, {0.999f, 124}, {1, 125}, {0, 0}, {1e-45f, 0},
+                                                 {3e38f, 252}};
+    for (size_t i = 0; i < sizeof sc / sizeof sc[0]; i++) {
+        float z[32] = {0};
+        z[17] = -sc[i].amax;
+        cr_assert_eq(toy_quantize_row(TOY_MXFP4, z, q, 32), TOY_OK);
+        cr_expect_eq(q[0], sc[i].e, "amax %g: e %d, want %d", sc[i].amax, q[0], sc[i].e);
+        if (sc[i].amax == 0)
+            for (int j = 1; j < 17; j++) cr_expect_eq(q[j], 0);
+    }
 }
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
@@ -240,9 +302,9 @@ Test(quant, round_trip_error_bounds) {
     struct { enum toy_dtype t; double max_rel_rmse; } cases[] = {
         {TOY_F16, 0.0003}, {TOY_BF16, 0.003},
         /* measured: q8_0 .0054, q4_0 .086, q4_1 .078, q5_0 .043, q5_1 .038,
-         * q4_k .072, q5_k .036, q6_k .018 */
+         * q4_k .072, q5_k .036, q6_k .018, mxfp4 .115 (its scale a power of two) */
         {TOY_Q8_0, 0.006}, {TOY_Q4_0, 0.095}, {TOY_Q4_1, 0.086}, {TOY_Q5_0, 0.048}, {TOY_Q5_1, 0.042},
-        {TOY_Q4_K, 0.08}, {TOY_Q5_K, 0.04}, {TOY_Q6_K, 0.02},
+        {TOY_Q4_K, 0.08}, {TOY_Q5_K, 0.04}, {TOY_Q6_K, 0.02}, {TOY_MXFP4, 0.125},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         enum toy_dtype t = cases[c].t;

@@ -95,7 +95,7 @@ int main(void) {
     struct toy_rng r;
     toy_rng_seed(&r, 1);
     const int types[] = {TOY_Q8_0, TOY_Q4_0, TOY_Q4_1, TOY_Q5_0, TOY_Q5_1, TOY_Q4_K, TOY_Q5_K, TOY_Q6_K,
-                         TOY_Q2_K, TOY_Q3_K, TOY_IQ4_NL, TOY_IQ4_XS};
+                         TOY_Q2_K, TOY_Q3_K, TOY_IQ4_NL, TOY_IQ4_XS, TOY_MXFP4};
     const int64_t n = 1024;
     float *x = (float *)malloc(n * sizeof(float)), *ref = (float *)malloc(n * sizeof(float));
     char *q = (char *)malloc(8 * n);
@@ -129,7 +129,7 @@ int main(void) {
                     float w[2], mn;
                     q_block_pair(bp, t, l, e, w, &mn);
                     for (int k = 0; k < 2; k++)
-                        got += ((double)h2f_at(bp) * w[k] + mn) * x[(b * 32 + e[k]) * 7 % n];
+                        got += ((double)q_block_d(bp, t) * w[k] + mn) * x[(b * 32 + e[k]) * 7 % n];
                 }
             }
             bool ok = fabs(got - want) <= 1e-4 * (1 + fabs(want));

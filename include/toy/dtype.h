@@ -55,6 +55,7 @@ enum toy_dtype {
     TOY_BF16 = 30,
     TOY_TQ1_0 = 34,
     TOY_TQ2_0 = 35,
+    TOY_MXFP4 = 39, /* gpt-oss's experts: E8M0 scale byte + 16 bytes of E2M1 nibbles */
     TOY_DTYPE_COUNT = 40
 };
 

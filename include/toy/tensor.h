@@ -55,10 +55,12 @@ extern "C" {
     X(MATMUL) X(GET_ROWS) X(SUM) X(MEAN) X(SUM_ALL) X(REPEAT) X(SUM_TO)      \
     X(RMS_NORM) X(LAYER_NORM) X(SILU) X(GELU) X(SWIGLU) X(SOFTMAX)           \
     X(ATTENTION) X(ROPE) X(CONCAT) X(CROSS_ENTROPY) X(MOE_ROUTE) X(MOE_MATMUL)   \
+    X(SWIGLU_OAI)                                                            \
     X(GET_ROWS_BACK) X(VIEW_BACK) X(RMS_NORM_BACK) X(RMS_NORM_BACK_W)        \
     X(LAYER_NORM_BACK) X(LAYER_NORM_BACK_W) X(SILU_BACK) X(GELU_BACK)        \
     X(SWIGLU_BACK) X(SOFTMAX_BACK) X(ATTENTION_BACK) X(CROSS_ENTROPY_BACK)   \
-    X(MOE_MATMUL_BACK) X(MOE_MATMUL_BACK_W) X(MOE_ROUTE_BACK)                \
+    X(MOE_MATMUL_BACK) X(MOE_MATMUL_BACK_W) X(MOE_ROUTE_BACK) X(ATTN_SINKS_BACK) \
+    X(SWIGLU_OAI_BACK)                                                       \
     X(ACCUM) X(KV_STORE)
 
 enum toy_op {
@@ -234,6 +236,15 @@ struct toy_tensor *toy_silu(struct toy_ctx *ctx, struct toy_tensor *a);
 struct toy_tensor *toy_gelu(struct toy_ctx *ctx, struct toy_tensor *a);
 /* silu(gate) * up; same shapes. */
 struct toy_tensor *toy_swiglu(struct toy_ctx *ctx, struct toy_tensor *gate, struct toy_tensor *up);
+/* gpt-oss's clamped SwiGLU (ggml's swiglu_oai), elementwise over gate and up
+ * of one shape (f32, any strides, as toy_swiglu):
+ *     g' = min(gate, limit), u' = clamp(up, -limit, limit),
+ *     y  = g' * sigmoid(alpha * g') * (u' + 1).
+ * gpt-oss uses alpha = 1.702, limit = 7; limit <= 0 clamps nothing. The
+ * gradients are PyTorch's: dgate is 0 where gate > limit, dup is 0 where
+ * |up| > limit (the bounds themselves pass it). Never fused into a matmul. */
+struct toy_tensor *toy_swiglu_oai(struct toy_ctx *ctx, struct toy_tensor *gate, struct toy_tensor *up, float alpha,
+                                  float limit);
 
 /* ---- matrix products ------------------------------------------------------------ */
 
@@ -298,6 +309,11 @@ struct toy_attn_params {
     bool bf16;          /* products over bf16-rounded operands with f32 sums (mixed-precision
                          * training), where the CPU multiplies bf16 natively (AMX, AVX-512 BF16);
                          * elsewhere, and over an f16 KV cache, f32 as without it */
+    /* F32 {Hq} or NULL: attention sinks (gpt-oss), a learned logit per query
+     * head that joins every row's softmax as one more key whose value is
+     * zero: the weights sum to less than 1 (exp(s_h) takes the rest). It
+     * gets a gradient when it is a parameter. */
+    struct toy_tensor *sinks;
 };
 
 /* Fused scaled-dot-product attention with grouped-query heads.
@@ -336,7 +352,7 @@ struct toy_tensor *toy_attention_cached(struct toy_ctx *ctx, struct toy_tensor *
                                         struct toy_tensor *v_store, struct toy_tensor *n_past,
                                         const struct toy_attn_params *p);
 
-/* ---- mixture of experts (inference only: no gradients) ----------------------------
+/* ---- mixture of experts ----------------------------------------------------------------
  *
  * A token's router logits {E} pick its k experts (toy_moe_route) and each
  * expert's matrix multiplies the token's row (toy_moe_matmul), so a decode

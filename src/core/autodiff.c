@@ -382,6 +382,23 @@ static void node_backward(struct bw *b, struct toy_tensor *y, struct toy_tensor 
         }
         break;
     }
+    case TOY_OP_SWIGLU_OAI: { /* as SWIGLU: one node gives [dgate | dup]; the clamps zero them past the limits */
+        if (!wants_grad(b, a) && !wants_grad(b, s1)) break;
+        int64_t n = toy_nelements(a);
+        struct toy_tensor *d = backward_node(ctx, TOY_OP_SWIGLU_OAI_BACK, (int64_t[]){2 * n, 1, 1, 1});
+        d->src[0] = contig(ctx, dy);
+        d->src[1] = a;
+        d->src[2] = s1;
+        d->op_params[P_SWO_ALPHA] = y->op_params[P_SWO_ALPHA];
+        d->op_params[P_SWO_LIMIT] = y->op_params[P_SWO_LIMIT];
+        for (int which = 0; which < 2; which++) {
+            struct toy_tensor *x = y->src[which];
+            if (!wants_grad(b, x)) continue;
+            struct toy_tensor *shape = toy_tensor_alloc_meta(ctx, TOY_F32, 4, x->ne);
+            add_contribution(b, x, toy_view(ctx, d, 4, x->ne, shape->nb, which ? (size_t)n * 4 : 0));
+        }
+        break;
+    }
     case TOY_OP_SOFTMAX: {
         if (!wants_grad(b, a)) break;
         struct toy_tensor *d = backward_node(ctx, TOY_OP_SOFTMAX_BACK, a->ne);
@@ -394,6 +411,14 @@ static void node_backward(struct bw *b, struct toy_tensor *y, struct toy_tensor 
     case TOY_OP_ATTENTION: {
         struct toy_tensor *q = a, *k = s1, *v = s2;
         TOY_ASSERT(!y->op_params[P_AT_DYNKV], "no gradient through cached (KV) attention '%s'", toy_label(y));
+        struct toy_tensor *sinks = y->src[5];
+        if (sinks && wants_grad(b, sinks)) { /* d s_h = -sum over rows of exp(s_h - lse) rowsum(dO O) */
+            struct toy_tensor *ds = backward_node(ctx, TOY_OP_ATTN_SINKS_BACK, sinks->ne);
+            ds->src[0] = contig(ctx, dy);
+            ds->src[1] = y;
+            ds->src[2] = sinks;
+            add_contribution(b, sinks, ds);
+        }
         if (!wants_grad(b, q) && !wants_grad(b, k) && !wants_grad(b, v)) break;
         int64_t nq = toy_nelements(q), nk = toy_nelements(k);
         struct toy_tensor *d = backward_node(ctx, TOY_OP_ATTENTION_BACK, (int64_t[]){nq + 2 * nk, 1, 1, 1});

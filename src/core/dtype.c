@@ -41,6 +41,7 @@ static const struct toy_dtype_info infos[TOY_DTYPE_COUNT] = {
     [TOY_BF16] = {"bf16", 1, 2, false},
     [TOY_TQ1_0] = {"tq1_0", QK_K, 54, true},
     [TOY_TQ2_0] = {"tq2_0", QK_K, 66, true},
+    [TOY_MXFP4] = {"mxfp4", 32, 17, true},
 };
 
 static const struct toy_dtype_info invalid = {NULL, 0, 0, false};

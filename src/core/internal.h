@@ -74,9 +74,13 @@ enum {
     /* SCALE */ P_SCALE = 0,
     /* norms */ P_EPS = 0,
     /* SOFTMAX */ P_SM_SCALE = 0,
+    /* SWIGLU_OAI, SWIGLU_OAI_BACK: alpha and limit (floats; limit <= 0: no clamp) */
+    P_SWO_ALPHA = 0, P_SWO_LIMIT = 1,
     /* ATTENTION: scale, causal, window, softcap, cached (n_past in src[3]),
      * segmented (seg ids in src[4]; ATTENTION_BACK: src[5]), products in
-     * bf16 (toy_attn_params.bf16) */
+     * bf16 (toy_attn_params.bf16); sinks, when given, in src[5] (its lse
+     * includes them, so ATTENTION_BACK needs no more; ATTN_SINKS_BACK
+     * (dO, the ATTENTION, the sinks) is their gradient) */
     P_AT_SCALE = 0, P_AT_CAUSAL = 1, P_AT_WINDOW = 2, P_AT_SOFTCAP = 3, P_AT_DYNKV = 4, P_AT_SEG = 5,
     P_AT_BF16 = 6,
     /* a decode attention that rotates its query and its new key itself and

@@ -153,6 +153,23 @@ struct toy_tensor *toy_swiglu(struct toy_ctx *ctx, struct toy_tensor *gate, stru
     return t;
 }
 
+struct toy_tensor *toy_swiglu_oai(struct toy_ctx *ctx, struct toy_tensor *gate, struct toy_tensor *up, float alpha,
+                                  float limit) {
+    NEED("swiglu_oai", gate);
+    NEED("swiglu_oai", up);
+    CHECK(is_float(gate) && is_float(up) && toy_same_shape(gate, up), "swiglu_oai", gate, up,
+          "gate and up must be f32 of one shape");
+    CHECK(isfinite(alpha), "swiglu_oai", gate, up, "alpha must be finite (got %g)", (double)alpha);
+    CHECK(!isnan(limit), "swiglu_oai", gate, up, "limit is NaN (0 or less: no clamping)");
+    /* its own op, not SWIGLU: graph-fuse.c folds SWIGLU into matmul prologues, which know no clamp */
+    struct toy_tensor *t = like(ctx, TOY_OP_SWIGLU_OAI, gate);
+    t->src[0] = gate;
+    t->src[1] = up;
+    toy_param_f32_set(t, P_SWO_ALPHA, alpha);
+    toy_param_f32_set(t, P_SWO_LIMIT, limit);
+    return t;
+}
+
 /* ---- matmul ------------------------------------------------------------------ */
 
 struct toy_tensor *toy_matmul(struct toy_ctx *ctx, struct toy_tensor *a, struct toy_tensor *b,
@@ -378,6 +395,12 @@ struct toy_tensor *toy_attention_seg(struct toy_ctx *ctx, struct toy_tensor *q, 
               "segments need Tk == Tq (no KV cache)");
         t->op_params[P_AT_SEG] = 1;
         t->src[4] = seg;
+    }
+    if (p->sinks) {
+        CHECK(p->sinks->type == TOY_F32 && toy_is_contiguous(p->sinks) && toy_nelements(p->sinks) == q->ne[1],
+              "attention", q, p->sinks, "sinks must be contiguous f32 with one value per query head (%lld)",
+              (long long)q->ne[1]);
+        t->src[5] = p->sinks;
     }
     return t;
 }

@@ -6,6 +6,8 @@
 
 #include <stdint.h>
 
+#include "toy/dtype.h"
+
 /* 6-bit scale and min j (0..7) of a Q4_K / Q5_K super-block's 12 packed
  * bytes q (ggml's get_scale_min_k4); the dequantizers and the packed int8
  * kernels (backends/cpu/qdot.c) share it */
@@ -32,6 +34,19 @@ static inline void toy_q3k_scales(const uint8_t *b, int8_t sc[16]) {
 /* IQ4_NL's and IQ4_XS's non-linear 4-bit codebook (ggml's kvalues_iq4nl) */
 #define TOY_IQ4_VALUES -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113
 static const int8_t toy_iq4_codebook[16] = {TOY_IQ4_VALUES};
+
+/* MXFP4's 16 values (ggml's kvalues_mxfp4): the E2M1 code points doubled,
+ * so that they are integers; nibble bit 3 is the sign. A block's weights
+ * are value x 2^(e - 128), e its E8M0 byte (the halving undoes the
+ * doubling: the OCP MX scale is 2^(e - 127)). */
+#define TOY_MXFP4_VALUES 0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12
+static const int8_t toy_mxfp4_values[16] = {TOY_MXFP4_VALUES};
+
+/* 2^(e - 128) exactly, as an f32 bit pattern (ggml's E8M0 to fp32 half):
+ * (e - 1) << 23 for e >= 2, the subnormals 2^-127 and 2^-128 for e = 1, 0 */
+static inline float toy_e8m0_half(uint8_t e) {
+    return toy_bits_f32(e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23);
+}
 
 /* the 6-bit scale of sub-block ib (0..7) of an IQ4_XS super-block b (its
  * 136 bytes): the sub-block's elements are d (scale - 32) codebook[q] */

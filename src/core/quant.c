@@ -215,7 +215,9 @@ static void q_q8_0(const float *x, uint8_t *b, int64_t nb) {
  * q8_k: f32 d | i8 qs[256] | i16 bsums[16]                                   (292)
  * iq4_nl (32): f16 d | u8 qs[16]: x = d * codebook[nibble]                    (18)
  * iq4_xs: f16 d | u16 scales_h | u8 scales_l[4] | u8 qs[128]; 8 sub-blocks of
- *         32 with 6-bit scales (ls - 32), the same codebook                  (136) */
+ *         32 with 6-bit scales (ls - 32), the same codebook                  (136)
+ * mxfp4 (32): u8 e (E8M0) | u8 qs[16]: x = values[nibble] 2^(e - 128), the
+ *         values the E2M1 code points doubled (quant-impl.h)              (17) */
 
 /* IQ4's non-linear 4-bit codebook (ggml-common.h kvalues_iq4nl). */
 
@@ -226,6 +228,17 @@ static void deq_iq4_nl(const uint8_t *b, float *y, int64_t nb) {
         for (int j = 0; j < QK / 2; j++) {
             y[j] = d * toy_iq4_codebook[qs[j] & 0xf];
             y[j + QK / 2] = d * toy_iq4_codebook[qs[j] >> 4];
+        }
+    }
+}
+
+static void deq_mxfp4(const uint8_t *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b += 17, y += QK) {
+        const float d = toy_e8m0_half(b[0]);
+        const uint8_t *qs = b + 1;
+        for (int j = 0; j < QK / 2; j++) {
+            y[j] = toy_mxfp4_values[qs[j] & 0xf] * d;
+            y[j + QK / 2] = toy_mxfp4_values[qs[j] >> 4] * d;
         }
     }
 }
@@ -838,6 +851,40 @@ static void q_iq4_xs(const float *x, uint8_t *b, int64_t nb) {
     }
 }
 
+/* mxfp4 (ggml's quantize_row_mxfp4_ref): the scale from the block's largest
+ * magnitude alone, e = floor(log2(amax)) - 2 + 127, so that amax / d lies in
+ * [4, 8), about the largest value's 6; then each element the value nearest
+ * it (the first of equals: ties go to the smaller index). ggml converts e
+ * to uint8 unclamped; a block whose amax is below 2^-125 (e < 0, undefined
+ * behaviour there) takes e = 0 here, and e stays at most 254. */
+static void q_mxfp4(const float *x, uint8_t *b, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b += 17, x += QK) {
+        float amax = 0;
+        for (int j = 0; j < QK; j++)
+            if (amax < fabsf(x[j])) amax = fabsf(x[j]);
+        int e = 0;
+        if (amax > 0) {
+            const float l = floorf(log2f(amax)) - 2 + 127;
+            e = l < 0 ? 0 : l > 254 ? 254 : (int)l;
+        }
+        const float d = toy_e8m0_half((uint8_t)e);
+        b[0] = (uint8_t)e;
+        for (int j = 0; j < QK; j++) {
+            int best = 0;
+            float err = fabsf(toy_mxfp4_values[0] * d - x[j]);
+            for (int k = 1; k < 16; k++) {
+                const float ek = fabsf(toy_mxfp4_values[k] * d - x[j]);
+                if (ek < err) {
+                    best = k;
+                    err = ek;
+                }
+            }
+            if (j < QK / 2) b[1 + j] = (uint8_t)best;
+            else b[1 + j - QK / 2] |= (uint8_t)(best << 4);
+        }
+    }
+}
+
 static void q_q6_k(const float *x, uint8_t *b, int64_t nb) {
     int8_t L[QK_K];
     float scales[QK_K / 16];
@@ -925,6 +972,7 @@ static deq_fn deq_ref_for(enum toy_dtype t) {
     case TOY_Q8_K: return deq_q8_k;
     case TOY_IQ4_NL: return deq_iq4_nl;
     case TOY_IQ4_XS: return deq_iq4_xs;
+    case TOY_MXFP4: return deq_mxfp4;
     default: return NULL;
     }
 }
@@ -940,6 +988,7 @@ static q_fn q_for(enum toy_dtype t) {
     case TOY_Q3_K: return q_q3_k;
     case TOY_IQ4_NL: return q_iq4_nl;
     case TOY_IQ4_XS: return q_iq4_xs;
+    case TOY_MXFP4: return q_mxfp4;
     case TOY_Q4_K: return q_q4_k;
     case TOY_Q5_K: return q_q5_k;
     case TOY_Q6_K: return q_q6_k;

@@ -54,6 +54,7 @@ uint32_t toy_file_type_for(enum toy_dtype t) {
     case TOY_IQ4_NL: return 25;
     case TOY_IQ4_XS: return 30;
     case TOY_BF16: return 32;
+    case TOY_MXFP4: return 38; /* MOSTLY_MXFP4_MOE */
     default: return 0;
     }
 }

@@ -15,6 +15,8 @@ Writes tests/data/quant-refs.bin:
   kind 1: u32 nbytes, u8 blocks[nbytes], f32 expected[n]
 Run: /usr/bin/python3 tests/quant/gen-quant-refs.py  (from the repo root)
 """
+import ctypes
+import ctypes.util
 import math
 import struct
 import sys
@@ -533,6 +535,46 @@ def iq4_nl(x):
     return out
 
 
+# mxfp4: ggml's kvalues_mxfp4 (E2M1 doubled) and quantize_row_mxfp4_ref.
+# log2f is the C library's, as ggml calls it (numpy's float32 log2 may
+# round differently just below a power of two).
+MXFP4 = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12]
+_libm = ctypes.CDLL(ctypes.util.find_library("m"))
+_libm.log2f.restype = ctypes.c_float
+_libm.log2f.argtypes = [ctypes.c_float]
+
+
+def e8m0_half(e):
+    # 2^(e - 128) exactly: the bits (e - 1) << 23, or the subnormals for e < 2
+    u = (0x00200000 << e) if e < 2 else ((e - 1) << 23)
+    return F(np.array([u], dtype=np.uint32).view(np.float32)[0])
+
+
+def mxfp4(x):
+    out = b""
+    for i in range(0, len(x), 32):
+        xb = x[i:i + 32]
+        amax = F(0)
+        for v in xb:
+            if amax < F(abs(v)):
+                amax = F(abs(v))
+        e = 0
+        if amax > 0:
+            l = F(F(F(math.floor(_libm.log2f(float(amax)))) - F(2)) + F(127))
+            e = 0 if l < 0 else 254 if l > 254 else int(l)  # toy's clamp (ggml: undefined outside)
+        d = e8m0_half(e)
+        L = []
+        for v in xb:
+            best, err = 0, F(abs(F(F(MXFP4[0]) * d) - v))
+            for k in range(1, 16):
+                ek = F(abs(F(F(MXFP4[k]) * d) - v))
+                if ek < err:
+                    best, err = k, ek
+            L.append(best)
+        out += bytes([e]) + iq4_bytes(L)
+    return out
+
+
 def iq4_xs(x):
     out = b""
     for i in range(0, len(x), QK_K):
@@ -713,6 +755,13 @@ def dq(t, b, n):
                 qs = blk[8 + 16 * ib:8 + 16 * ib + 16]
                 y += [F(dl * F(cb[q & 0xF])) for q in qs] + [F(dl * F(cb[q >> 4])) for q in qs]
         return y
+    if t == 39:  # mxfp4
+        for k in range(0, len(b), 17):
+            d = e8m0_half(b[k])
+            qs = b[k + 1:k + 17]
+            with np.errstate(over="ignore"):  # e = 254, 255: the large values are inf, as in C
+                y += [F(F(MXFP4[q & 0xF]) * d) for q in qs] + [F(F(MXFP4[q >> 4]) * d) for q in qs]
+        return y
     if t == 11:
         for k in range(0, len(b), 110):
             blk = b[k:k + 110]
@@ -815,6 +864,21 @@ def main():
         raw = bytes(raw)
         y = np.array(dq(t, raw, nb * bsz[t]), dtype=np.float32)
         cases.append((1, t, nb * bsz[t], raw, y.tobytes()))
+    # mxfp4, from an RNG of its own so that the cases above stay as they were
+    rng = np.random.default_rng(20260530)
+    for kind in ("normal", "wide", "special"):
+        x = inputs(rng, 1024, kind)
+        cases.append((0, 39, 1024, x.tobytes(), mxfp4([F(v) for v in x])))
+    x = np.concatenate([rng.standard_normal(32).astype(np.float32) * np.float32(2.0) ** k
+                        for k in (-140, -126, -100, -20, 0, 20, 100, 125)]).astype(np.float32)
+    cases.append((0, 39, len(x), x.tobytes(), mxfp4([F(v) for v in x])))  # scales across the exponent range
+    nb = 16  # every scale byte: random ones, and the edges 0, 1, 2, 127, 128, 253, 254, 255
+    raw = bytearray(rng.integers(0, 256, nb * 17, dtype=np.uint8).tobytes())
+    for k, e in enumerate((0, 1, 2, 127, 128, 253, 254, 255)):
+        raw[17 * k] = e
+    raw = bytes(raw)
+    y = np.array(dq(39, raw, nb * 32), dtype=np.float32)
+    cases.append((1, 39, nb * 32, raw, y.tobytes()))
     out = sys.argv[1] if len(sys.argv) > 1 else "tests/data/quant-refs.bin"
     with open(out, "wb") as f:
         f.write(b"TQR1" + struct.pack("<I", len(cases)))

@@ -161,7 +161,7 @@ add_case("softmax_mask", "softmax", [("x", rnd(3, 6, 6), "")],
                                                                    "mask_shape": [6, 6]})
 
 # ---- attention ---------------------------------------------------------------------------------
-def ref_attention(q, k, v, causal, window, softcap, scale=None, seg=None):
+def ref_attention(q, k, v, causal, window, softcap, scale=None, seg=None, sinks=None):
     # q (B, Tq, Hq, D), k/v (B, Tk, Hkv, D); seg (B, T) int: a query sees keys of its own id only
     B, Tq, Hq, D = q.shape
     Tk, Hkv = k.shape[1], k.shape[2]
@@ -184,7 +184,11 @@ def ref_attention(q, k, v, causal, window, softcap, scale=None, seg=None):
     if seg is not None:
         other = seg.view(B, 1, Tq, 1) != seg.view(B, 1, 1, Tk)  # (B, 1, Tq, Tk)
         s = s.masked_fill(other, -math.inf)
-    p = torch.softmax(s, dim=-1)
+    if sinks is not None:  # gpt-oss: one more logit per head, a key whose value is zero
+        s = torch.cat([s, sinks.view(1, Hq, 1, 1).expand(B, Hq, Tq, 1)], dim=-1)
+        p = torch.softmax(s, dim=-1)[..., :-1]
+    else:
+        p = torch.softmax(s, dim=-1)
     return (p @ vh).permute(0, 2, 1, 3).contiguous()
 
 
@@ -198,6 +202,19 @@ for (nm, B, Tq, Tk, Hq, Hkv, D, causal, window, cap) in [
     q, k, v = rnd(B, Tq, Hq, D), rnd(B, Tk, Hkv, D), rnd(B, Tk, Hkv, D)
     add_case(nm, "attention", [("q", q, ""), ("k", k, ""), ("v", v, "")],
              lambda q, k, v, c=causal, w=window, sc=cap: ref_attention(q, k, v, c, w, sc),
+             {"causal": int(causal), "window": window, "softcap": cap}, tol=2e-5)
+
+
+# attention sinks (gpt-oss): a learned logit per query head; with a window and
+# GQA, a softcap, more keys than queries, and a batch
+for (nm, B, Tq, Tk, Hq, Hkv, D, causal, window, cap) in [
+    ("attn_sinks_causal_gqa", 2, 70, 70, 6, 2, 16, True, 0, 0.0),
+    ("attn_sinks_window", 1, 75, 75, 4, 2, 8, True, 5, 0.0),
+    ("attn_sinks_softcap_kv_longer", 2, 3, 10, 2, 1, 8, True, 0, 2.0),
+]:
+    q, k, v, sk = rnd(B, Tq, Hq, D), rnd(B, Tk, Hkv, D), rnd(B, Tk, Hkv, D), 2 * rnd(Hq)
+    add_case(nm, "attention", [("q", q, ""), ("k", k, ""), ("v", v, ""), ("sinks", sk, "")],
+             lambda q, k, v, sk, c=causal, w=window, sc=cap: ref_attention(q, k, v, c, w, sc, sinks=sk),
              {"causal": int(causal), "window": window, "softcap": cap}, tol=2e-5)
 
 
@@ -326,6 +343,60 @@ for nm, E, k, norm, sig in [("moe_softmax", 4, 2, False, False), ("moe_softmax_n
 add_case("moe_linear_combined", "moe_linear", [("x", rnd(6, 10), ""), ("router", rnd(3, 10), ""),
                                                ("w", rnd(3, 9, 10), "")],
          lambda x, wr, w3: ref_moe_linear(x, wr, w3, 2, False, False), {"k": 2, "norm": 0, "sigmoid": 0})
+
+# ---- gpt-oss's clamped SwiGLU (ggml's swiglu_oai), as gpt-oss's reference writes it ----
+OAI_ALPHA = torch.tensor(1.702, dtype=torch.float32).item()  # the float32 toy gets
+
+
+def swiglu_oai(g, u, alpha=OAI_ALPHA, limit=7.0):
+    if limit > 0:
+        g = g.clamp(min=None, max=limit)
+        u = u.clamp(min=-limit, max=limit)
+    return g * torch.sigmoid(alpha * g) * (u + 1)
+
+
+def off_kinks(x, limit=7.0):
+    """x moved at least 0.5 away from +-limit: the finite differences (h up to
+    0.1 at |x| = 10) must not straddle a clamp"""
+    near = (x.abs() - limit).abs() < 0.5
+    return torch.where(near, x * 0.8, x)
+
+
+def oai_inputs(n, seed_vals):
+    """n values, |x| up to ~10, with seed_vals at every third position: the
+    finite-difference test checks every (n // 7)-th element, so these land
+    on both sides of both clamps"""
+    x = off_kinks(rnd(n) * 5)
+    x[::3] = torch.tensor(seed_vals, dtype=torch.float32)[: len(x[::3])]
+    return x
+
+
+# 8 x 3 = 24 elements: the finite differences check elements 0, 3, .., 21
+G = oai_inputs(24, [-9.5, 8.5, -3.0, 9.8, 1.2, 7.9, -0.5, 10.0]).reshape(3, 8)
+U = oai_inputs(24, [8.2, -9.1, 2.5, -7.6, 9.9, -1.5, 7.8, -8.8]).reshape(3, 8)
+add_case("swiglu_oai", "swiglu_oai", [("g", G, ""), ("u", U, "")], swiglu_oai,
+         {"alpha": OAI_ALPHA, "limit": 7.0})
+add_case("swiglu_oai_wide", "swiglu_oai",
+         [("g", off_kinks(rnd(5, 70) * 4), ""), ("u", off_kinks(rnd(5, 70) * 4), "")],
+         swiglu_oai, {"alpha": OAI_ALPHA, "limit": 7.0})
+add_case("swiglu_oai_transposed", "swiglu_oai",
+         [("g", off_kinks(rnd(6, 9) * 5), "T"), ("u", off_kinks(rnd(6, 9) * 5), "T")],
+         swiglu_oai, {"alpha": OAI_ALPHA, "limit": 7.0})
+# gpt-oss's layout: gate and up interleaved in one row (x[..., ::2], x[..., 1::2]): views with
+# a stride of two floats. The rows have one float more, unused: toy_view's bounds check
+# counts a strided row's last element as nb[0] bytes (ctx.c's toy_nbytes), which the up
+# view (offset 4) would pass by 4 bytes.
+add_case("swiglu_oai_interleaved", "swiglu_oai_interleaved", [("x", off_kinks(rnd(4, 2 * 11 + 1) * 5), "")],
+         lambda x: swiglu_oai(x[..., 0:22:2], x[..., 1:22:2]), {"alpha": OAI_ALPHA, "limit": 7.0})
+# limit 0: no clamping; another alpha
+add_case("swiglu_oai_noclamp", "swiglu_oai", [("g", rnd(4, 33) * 5, ""), ("u", rnd(4, 33) * 5, "")],
+         lambda g, u: swiglu_oai(g, u, 0.9, 0.0), {"alpha": 0.9, "limit": 0.0})
+# on the clamps themselves (gate = 7, up = +-7: PyTorch's clamp passes the
+# gradient there) and just past them; no finite differences across the kinks
+K = torch.tensor([7.0, -7.0, 7.0, 6.999, 7.001, -7.001, -6.999, 0.0, 7.0, -7.0, 12.0, -12.0])
+add_case("swiglu_oai_on_the_clamps", "swiglu_oai", [("g", torch.stack([K, K.flip(0)]), ""),
+                                                    ("u", torch.stack([K.roll(1), K.flip(0).roll(2)]), "")],
+         swiglu_oai, {"alpha": OAI_ALPHA, "limit": 7.0, "no_fd": 1})
 
 # ---- dtype conversions: torch's float16 / bfloat16 rounding, bit for bit ----------------
 vals = [0.0, -0.0, 1.0, -1.5, 65504.0, 65519.0, 65520.0, 1e6, -1e6, 6.1e-5, 6.0e-8, 5.96e-8, 2.98e-8, 2.99e-8,

@@ -511,13 +511,17 @@ static void decode_step(struct toy_tensor *dst, const struct attn *a, int ith, i
     }
     if (!toy_last_thread((atomic_int *)&dst->op_params[TOY_MAX_OP_PARAMS - 2], nth)) return;
     float *lse = (float *)((char *)dst->data + toy_nbytes(dst));
+    const float *sinks = dst->src[5] ? dst->src[5]->data : NULL;
     for (int64_t b = 0; b < a->B; b++)
         for (int64_t h = 0; h < Hq; h++) {
-            float mx = -INFINITY, sum = 0;
+            float mx = sinks ? sinks[h] : -INFINITY, sum = sinks ? 1.0f : 0.0f; /* a sink: one more key, of value 0 */
             for (int t = 0; t < nth; t++) {
                 const float *pm = (const float *)toy_work_slice((char *)work + TOY_WORK_HEAD, ws - TOY_WORK_HEAD, t, nth) +
                                   b * Hq * (D + 2);
-                if (pm[Hq + h] > 0 && pm[h] > mx) mx = pm[h];
+                if (pm[Hq + h] > 0 && pm[h] > mx) {
+                    sum *= expf(mx - pm[h]); /* the sink's term, rescaled to the new maximum */
+                    mx = pm[h];
+                }
             }
             float *O = QROW(dst, h, 0, b);
             memset(O, 0, (size_t)D * sizeof(float));
@@ -561,6 +565,7 @@ void toy_cpu_attention(struct toy_tensor *dst, int ith, int nth, void *work, siz
     rows32_init(&kr, k, kvs);
     rows32_init(&vr, v, kvs + k->ne[2] * k->ne[0]);
     float *lse = (float *)((char *)dst->data + toy_nbytes(dst));
+    const float *sinks = dst->src[5] ? dst->src[5]->data : NULL;
     size_t room = slice_room(ws, nth);
     struct bf bfs, *f = bf_init(&bfs, dst, k, v, a.D, a.Tk, S, room) ? &bfs : NULL;
     /* A causal block sees more keys the later it is, so an item is a block
@@ -584,7 +589,7 @@ void toy_cpu_attention(struct toy_tensor *dst, int ith, int nth, void *work, siz
             if (je - js <= 0) {
                 for (int64_t i = 0; i < nq; i++) {
                     memset(O + i * ldo, 0, (size_t)a.D * 4);
-                    lse[(b * a.Tq + t0 + i) * a.Hq + h] = -INFINITY;
+                    lse[(b * a.Tq + t0 + i) * a.Hq + h] = sinks ? sinks[h] : -INFINITY; /* the sink alone */
                 }
                 continue;
             }
@@ -597,7 +602,9 @@ void toy_cpu_attention(struct toy_tensor *dst, int ith, int nth, void *work, siz
             for (int64_t i = 0; i < nq; i++) {
                 float *s = S + i * nk;
                 float mx = toy_vec.max(s, nk);
+                if (sinks && sinks[h] > mx) mx = sinks[h];
                 float sum = mx == -INFINITY ? 0 : toy_vec.exp_sum(s, s, mx, nk);
+                if (sinks) sum += expf(sinks[h] - mx); /* one more key, of value zero */
                 if (sum > 0) toy_vec.scale(s, s, 1.0f / sum, nk);
                 else memset(s, 0, (size_t)nk * 4);
                 lse[(b * a.Tq + t0 + i) * a.Hq + h] = sum > 0 ? mx + logf(sum) : -INFINITY;
@@ -736,5 +743,27 @@ void toy_cpu_attention_back(struct toy_tensor *dst, int ith, int nth, void *work
                 }
             }
         }
+    }
+}
+
+/* The sinks' gradient (ATTN_SINKS_BACK: dO, the forward ATTENTION, the
+ * sinks): a sink's weight in row r is exp(s_h - lse_r) and its value is
+ * zero, so d s_h = -sum over the rows of head h of exp(s_h - lse_r) Di_r,
+ * Di_r = rowsum(dO O) (as in the backward of any softmax weight). */
+void toy_cpu_attn_sinks_back(struct toy_tensor *dst, int ith, int nth) {
+    const struct toy_tensor *dO = dst->src[0], *o = dst->src[1];
+    const float *sinks = dst->src[2]->data, *lse = (const float *)((const char *)o->data + toy_nbytes(o));
+    const int64_t D = o->ne[0], Hq = o->ne[1], rows = o->ne[2] * o->ne[3];
+    int64_t h0, h1;
+    toy_split(Hq, ith, nth, &h0, &h1);
+    for (int64_t h = h0; h < h1; h++) {
+        double acc = 0;
+        for (int64_t r = 0; r < rows; r++) {
+            int64_t t = r % o->ne[2], b = r / o->ne[2];
+            const float *y = (const float *)((const char *)o->data + h * o->nb[1] + t * o->nb[2] + b * o->nb[3]);
+            const float *g = (const float *)((const char *)dO->data + h * dO->nb[1] + t * dO->nb[2] + b * dO->nb[3]);
+            acc += (double)expf(sinks[h] - lse[r * Hq + h]) * (double)toy_vec.dot(g, y, D);
+        }
+        ((float *)dst->data)[h] = (float)-acc;
     }
 }

@@ -206,6 +206,7 @@ size_t toy_cpu_moe_back_work(const struct toy_tensor *t, int nth);
 void toy_cpu_moe_route_back(struct toy_tensor *t, int ith, int nth, float *tmp);
 void toy_cpu_attention(struct toy_tensor *dst, int ith, int nth, void *work, size_t work_size);
 void toy_cpu_attention_back(struct toy_tensor *dst, int ith, int nth, void *work, size_t work_size);
+void toy_cpu_attn_sinks_back(struct toy_tensor *dst, int ith, int nth);
 size_t toy_cpu_attention_work(const struct toy_tensor *dst, int nth);
 /* Row h of ROPE node dst (one position: T = B = 1) into y, exactly as the
  * node computes it (tmp: 2 ne0 + 16 floats and ne0 doubles of scratch), and

@@ -201,6 +201,56 @@ static void k_swiglu_back(struct toy_tensor *dst, int ith, int nth, float *tmp) 
     }
 }
 
+/* gpt-oss's clamped SwiGLU: g' = min(g, limit), u' = clamp(u, -limit, limit),
+ * y = g' sigmoid(alpha g') (u' + 1); limit <= 0 clamps nothing. The
+ * comparisons pass a NaN through, as PyTorch's clamp does. A plain loop: it
+ * runs once per MLP, beside the products. */
+static inline float swo_gate(float g, float lim) { return lim > 0 && g > lim ? lim : g; }
+static inline float swo_up(float u, float lim) { return lim <= 0 ? u : u > lim ? lim : u < -lim ? -lim : u; }
+
+static void k_swiglu_oai(struct toy_tensor *dst, int ith, int nth, float *tmp) {
+    const struct toy_tensor *g = dst->src[0], *u = dst->src[1];
+    const float alpha = toy_param_f32(dst, P_SWO_ALPHA), lim = toy_param_f32(dst, P_SWO_LIMIT);
+    int64_t r0, r1, n = dst->ne[0];
+    toy_split(toy_nrows(dst), ith, nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i1, i2, i3;
+        toy_unravel(r, dst, &i1, &i2, &i3);
+        const float *gv = toy_cpu_row_f32(g, TOY_ROW(g, i1, i2, i3), tmp);     /* (n) */
+        const float *uv = toy_cpu_row_f32(u, TOY_ROW(u, i1, i2, i3), tmp + n); /* (n) */
+        float *y = out_row(dst, r);                                            /* (n) */
+        for (int64_t i = 0; i < n; i++) {
+            float gc = swo_gate(gv[i], lim), uc = swo_up(uv[i], lim);
+            y[i] = gc / (1.0f + expf(-alpha * gc)) * (uc + 1.0f);
+        }
+    }
+}
+
+/* dst = [dg (like gate) | du (like up)], as SWIGLU_BACK; PyTorch's clamp
+ * gradient masks: the bounds themselves pass it (gate == limit, |up| ==
+ * limit), a NaN does not */
+static void k_swiglu_oai_back(struct toy_tensor *dst, int ith, int nth, float *tmp) {
+    const struct toy_tensor *dy = dst->src[0], *g = dst->src[1], *u = dst->src[2];
+    const float alpha = toy_param_f32(dst, P_SWO_ALPHA), lim = toy_param_f32(dst, P_SWO_LIMIT);
+    int64_t r0, r1, n = g->ne[0], total = toy_nelements(g);
+    toy_split(toy_nrows(g), ith, nth, &r0, &r1);
+    float *dg = dst->data, *du = dg + total; /* (total) each */
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i1, i2, i3;
+        toy_unravel(r, g, &i1, &i2, &i3);
+        const float *d = toy_cpu_row_f32(dy, TOY_ROW(dy, i1, i2, i3), tmp);         /* (n) */
+        const float *gv = toy_cpu_row_f32(g, TOY_ROW(g, i1, i2, i3), tmp + n);      /* (n) */
+        const float *uv = toy_cpu_row_f32(u, TOY_ROW(u, i1, i2, i3), tmp + 2 * n);  /* (n) */
+        for (int64_t i = 0; i < n; i++) {
+            float gc = swo_gate(gv[i], lim), uc = swo_up(uv[i], lim);
+            float s = 1.0f / (1.0f + expf(-alpha * gc));
+            bool gpass = lim <= 0 || gv[i] <= lim, upass = lim <= 0 || (uv[i] >= -lim && uv[i] <= lim);
+            dg[r * n + i] = gpass ? d[i] * (uc + 1.0f) * s * (1.0f + alpha * gc * (1.0f - s)) : 0.0f;
+            du[r * n + i] = upass ? d[i] * gc * s : 0.0f;
+        }
+    }
+}
+
 /* ---- indexing ------------------------------------------------------------------------- */
 
 static void flag_error(struct toy_tensor *dst) { dst->op_params[TOY_MAX_OP_PARAMS - 1] = 1; }
@@ -877,6 +927,8 @@ void toy_cpu_compute(struct toy_tensor *t, int ith, int nth, void *work, size_t 
     case TOY_OP_GELU_BACK: k_act_back(t, ith, nth, tmp); break;
     case TOY_OP_SWIGLU: k_swiglu(t, ith, nth, tmp); break;
     case TOY_OP_SWIGLU_BACK: k_swiglu_back(t, ith, nth, tmp); break;
+    case TOY_OP_SWIGLU_OAI: k_swiglu_oai(t, ith, nth, tmp); break;
+    case TOY_OP_SWIGLU_OAI_BACK: k_swiglu_oai_back(t, ith, nth, tmp); break;
     case TOY_OP_MATMUL: toy_cpu_matmul(t, ith, nth, work, ws); break;
     case TOY_OP_GET_ROWS: k_get_rows(t, ith, nth, tmp); break;
     case TOY_OP_GET_ROWS_BACK: k_get_rows_back(t, ith, nth); break;
@@ -896,6 +948,7 @@ void toy_cpu_compute(struct toy_tensor *t, int ith, int nth, void *work, size_t 
     case TOY_OP_SOFTMAX_BACK: k_softmax_back(t, ith, nth, tmp); break;
     case TOY_OP_ATTENTION: toy_cpu_attention(t, ith, nth, work, ws); break;
     case TOY_OP_ATTENTION_BACK: toy_cpu_attention_back(t, ith, nth, work, ws); break;
+    case TOY_OP_ATTN_SINKS_BACK: toy_cpu_attn_sinks_back(t, ith, nth); break;
     case TOY_OP_ROPE: k_rope(t, ith, nth, tmp); break;
     case TOY_OP_CROSS_ENTROPY: k_cross_entropy(t, ith, nth, tmp, work); break;
     case TOY_OP_CROSS_ENTROPY_BACK: k_cross_entropy_back(t, ith, nth, tmp); break;

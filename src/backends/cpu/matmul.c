@@ -221,7 +221,8 @@ static bool packable(const struct toy_tensor *t) {
     return !t->packed &&
            (t->type == TOY_Q8_0 || t->type == TOY_Q4_0 || t->type == TOY_Q4_1 || t->type == TOY_Q5_0 ||
             t->type == TOY_Q5_1 || t->type == TOY_Q4_K || t->type == TOY_Q5_K || t->type == TOY_Q6_K ||
-            t->type == TOY_IQ4_NL || t->type == TOY_IQ4_XS || t->type == TOY_Q3_K || t->type == TOY_Q2_K) &&
+            t->type == TOY_IQ4_NL || t->type == TOY_IQ4_XS || t->type == TOY_Q3_K || t->type == TOY_Q2_K ||
+            t->type == TOY_MXFP4) &&
            toy_qdot.qgemm_packed && t->data && t->ne[0] % 32 == 0 && t->ne[3] == 1 &&
            t->nb[2] == t->nb[1] * (size_t)t->ne[1] && !(t->flags & TOY_FLAG_PARAM);
 }

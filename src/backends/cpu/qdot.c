@@ -4,7 +4,9 @@
  * scale per block pair). Plain C reference here; AVX-512 VNNI / AVX2 versions
  * in qdot-avx512.c / qdot-avx2.c are tested against it.
  * Block layouts (ggml): q8_0 = f16 d | i8 q[32], x = q d;
- * q4_0 = f16 d | u8 q[16], x_j = ((q[j] & 15) - 8) d, x_{j+16} = ((q[j] >> 4) - 8) d. */
+ * q4_0 = f16 d | u8 q[16], x_j = ((q[j] & 15) - 8) d, x_{j+16} = ((q[j] >> 4) - 8) d;
+ * mxfp4 = u8 e | u8 q[16], Q4_0's nibbles indexing its values, d = 2^(e - 128)
+ * (17 bytes: its rows and blocks are byte-aligned only). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -248,6 +250,14 @@ void toy_qgemm_ref(enum toy_dtype bt, int64_t m, int64_t n, int64_t k, const flo
                     acc = fmaf((float)s, toy_f16_to_f32(d) * (float)sc * toy_f16_to_f32(dx), acc);
                     continue;
                 }
+                if (bt == TOY_MXFP4) { /* acc += dot(v, x) (2^(e - 128) d_x) */
+                    const uint8_t *q = w + blk * 17;
+                    for (int e = 0; e < 16; e++)
+                        s += toy_mxfp4_values[q[1 + e] & 15] * (int8_t)x[2 + e] +
+                             toy_mxfp4_values[q[1 + e] >> 4] * (int8_t)x[18 + e];
+                    acc = fmaf((float)s, toy_e8m0_half(q[0]) * toy_f16_to_f32(dx), acc);
+                    continue;
+                }
                 if (bt == TOY_IQ4_NL) {
                     const uint8_t *q = w + blk * 18;
                     memcpy(&dw, q, 2);
@@ -293,6 +303,7 @@ size_t toy_qpack_group_bytes(enum toy_dtype bt, int64_t k) {
     case TOY_Q4_1: return (size_t)(k / 32) * TOY_QPACK_BLOCK_Q4_1;
     case TOY_Q5_0: return (size_t)(k / 32) * TOY_QPACK_BLOCK_Q5_0;
     case TOY_Q5_1: return (size_t)(k / 32) * TOY_QPACK_BLOCK_Q5_1;
+    case TOY_MXFP4: return (size_t)(k / 32) * TOY_QPACK_BLOCK_MXFP4;
     default: return (size_t)(k / 32) * TOY_QPACK_BLOCK_Q4_0;
     }
 }
@@ -331,6 +342,14 @@ static void pack_block(enum toy_dtype bt, const uint8_t *row, int64_t blk, uint8
                 uint8_t v = src[2 + 4 * t + e];
                 dst[32 + 64 * t + 4 * c + e] = q8 ? (uint8_t)(v ^ 0x80) : v;
             }
+        return;
+    }
+    case TOY_MXFP4: { /* the scale byte, then the index nibbles as Q4_0's */
+        const uint8_t *src = row + (size_t)blk * 17;
+        uint8_t *dst = grp + (size_t)blk * TOY_QPACK_BLOCK_MXFP4;
+        dst[c] = src[0];
+        for (int t = 0; t < 4; t++)
+            for (int e = 0; e < 4; e++) dst[16 + 64 * t + 4 * c + e] = src[1 + 4 * t + e];
         return;
     }
     case TOY_Q5_0: {

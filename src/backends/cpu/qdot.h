@@ -93,7 +93,9 @@ void toy_quantize_q8_0_ref(const float *x, void *y, int64_t n);
  * for each c = fmaf(-(dmin m), d_x sum(x), c) over its 16. Q4_1 and Q5_1 (packed only):
  * c = fmaf(dot(u, x), d d_x, c) then c = fmaf(m, d_x sum(x), c). IQ4_NL as
  * Q8_0 over the codebook's values; IQ4_XS per 32 elements
- * c = fmaf(dot(v, x), (d (scale - 32)) d_x, c). */
+ * c = fmaf(dot(v, x), (d (scale - 32)) d_x, c). MXFP4 as IQ4_NL over its
+ * values (the E2M1 ones doubled, -12..12), d = 2^(e - 128) (as ggml's
+ * vec_dot_mxfp4_q8_0: the int8 dot times d d_x). */
 void toy_qgemm_ref(enum toy_dtype bt, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const void *b,
                    size_t ldb, float *c, int64_t ldc, bool accum);
 size_t toy_qgemm_scratch(int64_t m, int64_t k);
@@ -138,6 +140,11 @@ size_t toy_qgemm_scratch(int64_t m, int64_t k);
  * a weight, the file's 4.25). The kernels look the indices up in the
  * codebook (+ 128 for vpdpbusd, which the activations' -128 sum(x) undoes,
  * as for Q8_0). */
+/* MXFP4: the 16 rows' E8M0 scale bytes (16), then Q4_0's 4 vectors of
+ * nibbles, here indices into its values: 4.25 bits a weight, as the file.
+ * The kernels form 2^(e - 128) from the bytes, and look the values up
+ * (+ 128 for vpdpbusd, as IQ4_NL's; + 12 for AVX2's vpmaddubsw). */
+#define TOY_QPACK_BLOCK_MXFP4 (16 + 256)
 #define TOY_QPACK_HEAD_IQ4_XS 192
 #define TOY_QPACK_SUPER_IQ4_XS (TOY_QPACK_HEAD_IQ4_XS + 8 * 256)
 #define TOY_QPACK_HEAD_Q6_K 320

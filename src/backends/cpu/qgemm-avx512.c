@@ -1,6 +1,6 @@
 /* qgemm-avx512.c: C (m x n) = Q8(A) (m x k) times B^T for Q8_0 / Q4_0
  * weight rows B (n x k), and packed Q4_1 / Q5_0 / Q5_1 / Q2_K / Q3_K / Q4_K /
- * Q5_K / Q6_K / IQ4_NL / IQ4_XS ones (qdot.h's
+ * Q5_K / Q6_K / IQ4_NL / IQ4_XS / MXFP4 ones (qdot.h's
  * layouts: kernel_packed), with AVX-512 VNNI: the decode, prefill and
  * batched-serving matmul of quantized models. Reference and the exact
  * rules: qdot.c (toy_qgemm_ref); the two agree bit for bit.
@@ -235,6 +235,21 @@ static inline __m512i iq4_table(void) {
     return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)t));
 }
 
+/* MXFP4's values + 128 (toy_mxfp4_values ^ 0x80), likewise */
+static inline __m512i mxfp4_table(void) {
+    static const uint8_t t[16] = {128, 129, 130, 131, 132, 134, 136, 140, 128, 127, 126, 125, 124, 122, 120, 116};
+    return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)t));
+}
+
+/* the 16 rows' MXFP4 scales from their E8M0 bytes at p: 2^(e - 128)
+ * (toy_e8m0_half), the bits (e - 1) << 23, or a subnormal for e < 2 */
+static inline __attribute__((always_inline)) __m512 e8m0_x16(const uint8_t *p) {
+    __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+    __m512i nrm = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+    __m512i sub = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+    return _mm512_castsi512_ps(_mm512_mask_blend_epi32(_mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2)), nrm, sub));
+}
+
 /* Q6_K (or Q3_K: super-blocks of `super` bytes) block blk of a packed
  * group: the 16 rows' d x scale of its two 16-element sub-blocks (exact in
  * f32) */
@@ -285,15 +300,17 @@ static inline __attribute__((always_inline)) void kernel_packed(int R, bool wide
     bool q6 = bt == TOY_Q6_K || q3 || q2, qk = bt == TOY_Q4_K || k5; /* q6: two 16-element sub-blocks a block */
     bool q51 = bt == TOY_Q5_1, m1 = bt == TOY_Q4_1 || q51; /* with a min m: + m d_x sum(x) */
     bool ixs = bt == TOY_IQ4_XS, iq = ixs || bt == TOY_IQ4_NL; /* codebook indices */
+    bool mx = bt == TOY_MXFP4; /* indices into MXFP4's values, E8M0 scales */
     /* K-quants: by super-block, below */
     size_t bb = q8 ? TOY_QPACK_BLOCK_Q8_0 : q5 ? TOY_QPACK_BLOCK_Q5_0 : q51 ? TOY_QPACK_BLOCK_Q5_1
-              : m1 ? TOY_QPACK_BLOCK_Q4_1 : TOY_QPACK_BLOCK_Q4_0;
+              : m1 ? TOY_QPACK_BLOCK_Q4_1 : mx ? TOY_QPACK_BLOCK_MXFP4 : TOY_QPACK_BLOCK_Q4_0;
     /* K-quants: a super-block's bytes, its head's, and a 32-element block's values' */
     size_t super = q2 ? TOY_QPACK_SUPER_Q2_K : q3 ? TOY_QPACK_SUPER_Q3_K : q6 ? TOY_QPACK_SUPER_Q6_K
                  : k5 ? TOY_QPACK_SUPER_Q5_K : ixs ? TOY_QPACK_SUPER_IQ4_XS : TOY_QPACK_SUPER_Q4_K;
     size_t head = q2 ? TOY_QPACK_HEAD_Q2_K : q6 ? TOY_QPACK_HEAD_Q6_K : ixs ? TOY_QPACK_HEAD_IQ4_XS : TOY_QPACK_HEAD_Q4_K;
     size_t sub = q2 ? 128 : q3 ? 192 : q6 ? 384 : k5 ? 320 : 256;
-    const __m512i lo = _mm512_set1_epi8(15), hi = _mm512_set1_epi8((char)0xF0), tbl = iq ? iq4_table() : lo;
+    const __m512i lo = _mm512_set1_epi8(15), hi = _mm512_set1_epi8((char)0xF0);
+    const __m512i tbl = iq ? iq4_table() : mx ? mxfp4_table() : lo;
     __m512 acc[4];
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
@@ -328,10 +345,10 @@ static inline __attribute__((always_inline)) void kernel_packed(int R, bool wide
         } else {
             if (ahead)
                 for (size_t o = 0; o < bb; o += 64) _mm_prefetch((const char *)pk + ahead + o, _MM_HINT_T0);
-            sw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)pk));
+            sw = mx ? e8m0_x16(pk) : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)pk));
             if (m1) /* -m, for the fnmadd of the mins below (exact) */
                 mn = _mm512_sub_ps(mn, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(pk + 32))));
-            vals = pk + (m1 ? 64 : 32);
+            vals = pk + (m1 ? 64 : mx ? 16 : 32);
             pk += bb;
         }
         /* Q8_0: w[t] the values of quad t. Nibbles: w[u] the low ones
@@ -376,7 +393,7 @@ static inline __attribute__((always_inline)) void kernel_packed(int R, bool wide
                 w[u] = _mm512_or_si512(_mm512_and_si512(q, lo), q5_fifth(h, u));
                 w[u + 4] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(q, 4), lo), q5_fifth(h, u + 4));
             }
-        } else if (iq) { /* the indices looked up: codebook value + 128 */
+        } else if (iq || mx) { /* the indices looked up: codebook value + 128 */
 #pragma GCC unroll 4
             for (int u = 0; u < 4; u++) {
                 __m512i q = _mm512_loadu_si512(vals + 64 * u);
@@ -416,7 +433,7 @@ static inline __attribute__((always_inline)) void kernel_packed(int R, bool wide
                 }
                 continue;
             }
-            ia = _mm512_add_epi32(ia, q8 || q5 || k5 || q51 || iq ? ib : _mm512_srai_epi32(ib, 4));
+            ia = _mm512_add_epi32(ia, q8 || q5 || k5 || q51 || iq || mx ? ib : _mm512_srai_epi32(ib, 4));
             __m512 s = _mm512_mul_ps(sw, _mm512_set1_ps(da[r * nb + blk]));
             acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia), s, acc[r]);
             if (qk || m1) acc[r] = _mm512_fnmadd_ps(mn, _mm512_set1_ps(xs[r * nb + blk]), acc[r]);
@@ -451,8 +468,8 @@ static uint8_t *quantize_rows(enum toy_dtype bt, int64_t m, int64_t k, const flo
                               int8_t **qap, float **dap, int32_t **sap, float **xsp) {
     int64_t nb = k / 32;
     /* Q4_K, Q5_K: unsigned values, no offset; Q6_K: 32, for each 16 apart */
-    int off = bt == TOY_Q8_0 || bt == TOY_IQ4_NL || bt == TOY_IQ4_XS ? 128 : bt == TOY_Q4_0 ? 8 : bt == TOY_Q5_0 ? 16
-            : bt == TOY_Q6_K ? 32 : bt == TOY_Q3_K ? 4 : 0;
+    int off = bt == TOY_Q8_0 || bt == TOY_IQ4_NL || bt == TOY_IQ4_XS || bt == TOY_MXFP4 ? 128
+            : bt == TOY_Q4_0 ? 8 : bt == TOY_Q5_0 ? 16 : bt == TOY_Q6_K ? 32 : bt == TOY_Q3_K ? 4 : 0;
     int8_t *qa;
     float *da, *xs;
     int32_t *sa;
@@ -562,6 +579,7 @@ void toy_qgemm_packed_cols_avx512(enum toy_dtype bt, int64_t m, int64_t n, int64
             else if (bt == TOY_Q5_1) KP_ROWS(false, TOY_Q5_1);
             else if (bt == TOY_IQ4_NL) KP_ROWS(false, TOY_IQ4_NL);
             else if (bt == TOY_IQ4_XS) KP_ROWS(false, TOY_IQ4_XS);
+            else if (bt == TOY_MXFP4) KP_ROWS(false, TOY_MXFP4);
             else if (bt == TOY_Q3_K) KP_ROWS(false, TOY_Q3_K);
             else if (bt == TOY_Q2_K) KP_ROWS(false, TOY_Q2_K);
             else if (wide) KP_ROWS(true, TOY_Q8_0);

@@ -137,7 +137,7 @@ static bool cuda_gemv_weights(const struct toy_tensor *mm) {
     if (b->type == TOY_F16 || b->type == TOY_BF16) return b->ne[0] % 8 == 0;
     switch (b->type) {
     case TOY_Q8_0: case TOY_Q4_0: case TOY_Q4_1: case TOY_Q5_0: case TOY_Q5_1: case TOY_Q4_K: case TOY_Q5_K:
-    case TOY_Q6_K: case TOY_Q2_K: case TOY_Q3_K: case TOY_IQ4_NL: case TOY_IQ4_XS: return true;
+    case TOY_Q6_K: case TOY_Q2_K: case TOY_Q3_K: case TOY_IQ4_NL: case TOY_IQ4_XS: case TOY_MXFP4: return true;
     default: return false;
     }
 }

@@ -594,7 +594,72 @@ static int check_shape(const at &a, const CT &q, const CT &k, const CT &v, char 
     return 0;
 }
 
+/* Attention sinks (gpt-oss; src[5]: one logit s_h a query head): every
+ * kernel above normalises over the keys alone, and a sink is one more key
+ * whose value is zero, so each row's output is the keys' part of the new
+ * sum: o *= exp(lse - lse'), lse' = log(exp(lse) + exp(s_h)). A warp a row. */
+__global__ void k_attn_sinks(CT out, at a, const float *sinks, float *lse) {
+    int64_t r = (int64_t)blockIdx.x * WARPS + threadIdx.x / 32; /* (b * Tq + t) * Hq + h */
+    if (r >= a.B * a.Tq * a.Hq) return;
+    int64_t h = r % a.Hq, t = (r / a.Hq) % a.Tq, b = r / (a.Hq * a.Tq);
+    float L = lse[r], s = sinks[h], M = fmaxf(L, s);
+    float L2 = M + logf(expf(L - M) + expf(s - M)); /* L = -inf (no key): the sink alone, o stays 0 */
+    float f = L == -INFINITY ? 0.0f : expf(L - L2);
+    float *o = (float *)(out.data + h * out.nb[1] + t * out.nb[2] + b * out.nb[3]);
+    for (int64_t d = threadIdx.x % 32; d < a.D; d += 32) o[d] *= f;
+    __syncwarp();
+    if (threadIdx.x % 32 == 0) lse[r] = L2;
+}
+
+/* ATTN_SINKS_BACK (dO, the forward ATTENTION, the sinks): d s_h = -sum over
+ * the rows of head h of exp(s_h - lse) rowsum(dO O); a block a head. */
+__global__ void k_attn_sinks_back(float *ds, CT dO, CT o, at a, const float *sinks, const float *lse) {
+    int64_t h = blockIdx.x, rows = a.B * a.Tq;
+    float acc = 0.0f;
+    for (int64_t r = threadIdx.x / 32; r < rows; r += WARPS) {
+        int64_t t = r % a.Tq, b = r / a.Tq;
+        const float *y = (const float *)(o.data + h * o.nb[1] + t * o.nb[2] + b * o.nb[3]);
+        const float *g = (const float *)(dO.data + h * dO.nb[1] + t * dO.nb[2] + b * dO.nb[3]);
+        float di = 0.0f;
+        for (int64_t d = threadIdx.x % 32; d < a.D; d += 32) di += y[d] * g[d];
+        di = warp_sum(di);
+        acc += expf(sinks[h] - lse[r * a.Hq + h]) * di;
+    }
+    __shared__ float part[WARPS];
+    if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = acc;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float sum = 0.0f;
+        for (int w = 0; w < WARPS; w++) sum += part[w];
+        ds[h] = -sum;
+    }
+}
+
+extern "C" int toy_cu_attn_sinks_back(const struct toy_cu_node *n, char *msg, size_t msg_size) {
+    const CT &dO = n->src[0], &o = n->src[1];
+    at a = {};
+    a.D = o.ne[0], a.Hq = o.ne[1], a.Tq = o.ne[2], a.B = o.ne[3];
+    const float *lse = (const float *)(o.data + o.ne[0] * o.ne[1] * o.ne[2] * o.ne[3] * 4);
+    if (a.Hq) k_attn_sinks_back<<<(unsigned)a.Hq, 32 * WARPS, 0, CU_STREAM(n)>>>((float *)n->dst.data, dO, o, a,
+                                                                                 (const float *)n->src[2].data, lse);
+    return launch_status("attention sinks backward", msg, msg_size);
+}
+
+static int attention_fwd(const struct toy_cu_node *n, char *msg, size_t msg_size);
+
 extern "C" int toy_cu_attention(const struct toy_cu_node *n, char *msg, size_t msg_size) {
+    int rc = attention_fwd(n, msg, msg_size);
+    if (rc || !n->has_src[5]) return rc;
+    const CT &q = n->src[0], &k = n->src[1];
+    at a = at_shape(n, q, k);
+    int64_t rows = a.B * a.Tq * a.Hq;
+    if (rows)
+        k_attn_sinks<<<(unsigned)cdiv(rows, WARPS), 32 * WARPS, 0, CU_STREAM(n)>>>(
+            n->dst, a, (const float *)n->src[5].data, (float *)(n->dst.data + n->dst_nbytes));
+    return launch_status("attention sinks", msg, msg_size);
+}
+
+static int attention_fwd(const struct toy_cu_node *n, char *msg, size_t msg_size) {
     const CT &q = n->src[0], &k = n->src[1], &v = n->src[2];
     at a = at_shape(n, q, k);
     int rc = check_shape(a, q, k, v, msg, msg_size, WIDE_DPL);

@@ -77,6 +77,22 @@ __host__ __device__ __forceinline__ int iq4_val(int i) {
     return (int)(int8_t)(uint8_t)(w >> (8 * (i & 7)));
 }
 
+/* value i (0..15) of MXFP4 (quant-impl.h toy_mxfp4_values: the E2M1 code
+ * points doubled), from two words as iq4_val */
+__host__ __device__ __forceinline__ int mxfp4_val(int i) {
+    uint64_t w = i < 8 ? 0x0C08060403020100ULL : 0xF4F8FAFCFDFEFF00ULL;
+    return (int)(int8_t)(uint8_t)(w >> (8 * (i & 7)));
+}
+
+/* an MXFP4 block's scale from its E8M0 byte: 2^(e - 128) exactly
+ * (quant-impl.h toy_e8m0_half), subnormal for e < 2 */
+__host__ __device__ __forceinline__ float e8m0_half(uint8_t e) {
+    uint32_t u = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
 /* element i0 of a row of any supported dtype, as f32 */
 __host__ __device__ __forceinline__ float ld_row(int type, const char *row, int64_t i0, int64_t nb0) {
     switch (type) {
@@ -164,6 +180,12 @@ __host__ __device__ __forceinline__ float ld_row(int type, const char *row, int6
         uint8_t byte = b[2 + j % 16];
         return h2f_at(b) * (float)iq4_val(j < 16 ? (byte & 0xF) : (byte >> 4));
     }
+    case TOY_MXFP4: { /* u8 e | u8 qs[16]: byte-aligned blocks of 17 */
+        const uint8_t *b = (const uint8_t *)row + (i0 / 32) * 17;
+        int j = (int)(i0 % 32);
+        uint8_t byte = b[1 + j % 16];
+        return (float)mxfp4_val(j < 16 ? (byte & 0xF) : (byte >> 4)) * e8m0_half(b[0]);
+    }
     case TOY_IQ4_XS: { /* 32-element groups: d (scale - 32) codebook[q] */
         const uint8_t *b = (const uint8_t *)row + (i0 / 256) * 136;
         int j = (int)(i0 % 256), ib = j / 32, w = j % 32;
@@ -179,13 +201,19 @@ __host__ __device__ __forceinline__ float ld_row(int type, const char *row, int6
  * half-warp a block (k_qgemv_blocks), 0 for the others */
 __host__ __device__ __forceinline__ int q_block_bytes(int t) {
     return t == TOY_Q8_0 ? 34 : t == TOY_Q4_0 || t == TOY_IQ4_NL ? 18 : t == TOY_Q4_1 ? 20 : t == TOY_Q5_0 ? 22
-         : t == TOY_Q5_1 ? 24 : 0;
+         : t == TOY_Q5_1 ? 24 : t == TOY_MXFP4 ? 17 : 0;
+}
+
+/* the scale d of such a block at b: an f16 at offset 0 (b 2-byte aligned),
+ * or MXFP4's E8M0 byte (its blocks of 17 bytes are byte-aligned only) */
+__host__ __device__ __forceinline__ float q_block_d(const uint8_t *b, int t) {
+    return t == TOY_MXFP4 ? e8m0_half(b[0]) : h2f_at(b);
 }
 
 /* Lane l (0..15) of the half-warp that takes one 32-element block of type
  * t (q_block_bytes) in the decode GEMV: the block's elements e[0], e[1]
  * that it owns and their unscaled weights w[0], w[1]; element = d w + m,
- * d = h2f_at(b), m the block's min (Q4_1, Q5_1; else 0). Q8_0: bytes 2l and
+ * d = q_block_d(b, t), m the block's min (Q4_1, Q5_1; else 0). Q8_0: bytes 2l and
  * 2l + 1, one 2-byte load (b is 2-byte aligned: rows and blocks are
  * multiples of 34 bytes); the others: byte l's nibbles, elements l and
  * l + 16, with their fifth bits for Q5_0 / Q5_1. */
@@ -209,6 +237,12 @@ __host__ __device__ __forceinline__ void q_block_pair(const uint8_t *b, int t, i
         uint8_t q = b[2 + l];
         w[0] = (float)iq4_val(q & 0xF);
         w[1] = (float)iq4_val(q >> 4);
+        return;
+    }
+    if (t == TOY_MXFP4) {
+        uint8_t q = b[1 + l];
+        w[0] = (float)mxfp4_val(q & 0xF);
+        w[1] = (float)mxfp4_val(q >> 4);
         return;
     }
     bool min = t == TOY_Q4_1 || t == TOY_Q5_1, fifth = t == TOY_Q5_0 || t == TOY_Q5_1;
@@ -450,6 +484,7 @@ int toy_cu_attention(const struct toy_cu_node *n, char *msg, size_t msg_size);
 /* a fused attention's ROPEs and KV_STOREs (kernels-ops.cu) */
 int toy_cu_attention_prologue(const struct toy_cu_node *n, char *msg, size_t msg_size);
 int toy_cu_attention_back(const struct toy_cu_node *n, char *msg, size_t msg_size);
+int toy_cu_attn_sinks_back(const struct toy_cu_node *n, char *msg, size_t msg_size);
 size_t toy_cu_attention_work(const struct toy_cu_node *n, bool lean);
 }
 

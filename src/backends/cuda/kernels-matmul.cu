@@ -12,7 +12,7 @@
  *                (bf16);
  *   B F16/BF16   A converted to B's type, F32 accumulation;
  *   B quantized  up to 8 rows (decode): a GEMV kernel that dequantizes in
- *                registers (the 32-element block types and IQ4_NL one,
+ *                registers (the 32-element block types, IQ4_NL and MXFP4 one,
  *                the k-quants and IQ4_XS a warp per super-block; rows not
  *                so aligned element by element); more rows: chunks of B
  *                dequantized to F32 in scratch, then F32 GEMM (as the CPU
@@ -33,7 +33,8 @@ __host__ __device__ static int64_t bratio(int64_t i, int64_t n_out, int64_t n_sr
 
 static bool is_quant(int t) {
     return t == TOY_Q8_0 || t == TOY_Q4_0 || t == TOY_Q4_1 || t == TOY_Q5_0 || t == TOY_Q5_1 || t == TOY_Q4_K ||
-           t == TOY_Q5_K || t == TOY_Q6_K || t == TOY_Q2_K || t == TOY_Q3_K || t == TOY_IQ4_NL || t == TOY_IQ4_XS;
+           t == TOY_Q5_K || t == TOY_Q6_K || t == TOY_Q2_K || t == TOY_Q3_K || t == TOY_IQ4_NL || t == TOY_IQ4_XS ||
+           t == TOY_MXFP4;
 }
 
 /* contiguous copy of x (logical order) in half / bfloat16 / float */
@@ -267,7 +268,7 @@ template <int PRE> __global__ void k_qgemv_blocks(gemv_set S, CT A, gemv_pro P, 
     for (int64_t blk = half; blk < nblk; blk += 2) {
         const uint8_t *bp = brow + blk * bsz;
         int e[2];
-        float w[2], mn, d = h2f_at(bp);
+        float w[2], mn, d = q_block_d(bp, t);
         q_block_pair(bp, t, l, e, w, &mn);
         for (int i = 0; i < GEMV_MAX_ROWS; i++) {
             if (i >= m) break;

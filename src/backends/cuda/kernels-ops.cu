@@ -162,6 +162,59 @@ __global__ void k_swiglu_back(CT dst, CT dy, CT g, CT u, bool flat) {
     }
 }
 
+/* gpt-oss's clamped SwiGLU (cpu.c's k_swiglu_oai): g' = min(g, lim),
+ * u' = clamp(u, -lim, lim), y = g' sigmoid(alpha g') (u' + 1); lim <= 0
+ * clamps nothing */
+__device__ __forceinline__ float swo_gate(float g, float lim) { return lim > 0 && g > lim ? lim : g; }
+__device__ __forceinline__ float swo_up(float u, float lim) {
+    return lim <= 0 ? u : u > lim ? lim : u < -lim ? -lim : u;
+}
+
+__global__ void k_swiglu_oai(CT dst, CT g, CT u, float alpha, float lim, bool flat) {
+    int64_t n = ct_nel(dst);
+    float *y = (float *)dst.data;
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
+        float gv, uv;
+        if (flat) {
+            gv = ld_flat(g, e);
+            uv = ld_flat(u, e);
+        } else {
+            int64_t i[4];
+            unravel4(e, dst.ne, i);
+            gv = ld(g, i[0], i[1], i[2], i[3]);
+            uv = ld(u, i[0], i[1], i[2], i[3]);
+        }
+        float gc = swo_gate(gv, lim), uc = swo_up(uv, lim);
+        y[e] = gc / (1.0f + expf(-alpha * gc)) * (uc + 1.0f);
+    }
+}
+
+/* dst = [dg (like gate) | du (like up)], both contiguous; PyTorch's clamp
+ * masks: the bounds pass the gradient, a NaN does not */
+__global__ void k_swiglu_oai_back(CT dst, CT dy, CT g, CT u, float alpha, float lim, bool flat) {
+    int64_t n = ct_nel(g);
+    float *dg = (float *)dst.data, *du = dg + n;
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
+        float d, gv, uv;
+        if (flat) {
+            d = ld_flat(dy, e);
+            gv = ld_flat(g, e);
+            uv = ld_flat(u, e);
+        } else {
+            int64_t i[4];
+            unravel4(e, g.ne, i);
+            d = ld(dy, i[0], i[1], i[2], i[3]);
+            gv = ld(g, i[0], i[1], i[2], i[3]);
+            uv = ld(u, i[0], i[1], i[2], i[3]);
+        }
+        float gc = swo_gate(gv, lim), uc = swo_up(uv, lim);
+        float s = 1.0f / (1.0f + expf(-alpha * gc));
+        bool gpass = lim <= 0 || gv <= lim, upass = lim <= 0 || (uv >= -lim && uv <= lim);
+        dg[e] = gpass ? d * (uc + 1.0f) * s * (1.0f + alpha * gc * (1.0f - s)) : 0.0f;
+        du[e] = upass ? d * gc * s : 0.0f;
+    }
+}
+
 /* ---- indexing ---------------------------------------------------------------------- */
 
 __device__ __forceinline__ int32_t id_at(const CT &ids, int64_t i1, int64_t i2, int64_t i3) {
@@ -960,7 +1013,7 @@ extern "C" int toy_cu_sum_f64(const double *x, int64_t n, double *out, void *str
 static bool type_ok(int t) {
     return t == TOY_F32 || t == TOY_F16 || t == TOY_BF16 || t == TOY_I32 || t == TOY_Q8_0 || t == TOY_Q4_0 ||
            t == TOY_Q4_1 || t == TOY_Q5_0 || t == TOY_Q5_1 || t == TOY_Q4_K || t == TOY_Q5_K || t == TOY_Q6_K ||
-           t == TOY_Q2_K || t == TOY_Q3_K || t == TOY_IQ4_NL || t == TOY_IQ4_XS;
+           t == TOY_Q2_K || t == TOY_Q3_K || t == TOY_IQ4_NL || t == TOY_IQ4_XS || t == TOY_MXFP4;
 }
 
 /* threads of a row kernel: at most 256, so a launch never asks for more
@@ -1025,6 +1078,18 @@ extern "C" int toy_cu_run(const struct toy_cu_node *n, char *msg, size_t msg_siz
         k_swiglu_back<<<grid_for(ct_nel(src[1]), TPB), TPB, 0, s>>>(d, src[0], src[1], src[2],
                                                                    ct_flat(src[0]) && ct_flat(src[1]) && ct_flat(src[2]));
         break;
+    case TOY_OP_SWIGLU_OAI:
+    case TOY_OP_SWIGLU_OAI_BACK: {
+        float alpha, lim;
+        memcpy(&alpha, &n->op_params[P_SWO_ALPHA], sizeof alpha);
+        memcpy(&lim, &n->op_params[P_SWO_LIMIT], sizeof lim);
+        if (n->op == TOY_OP_SWIGLU_OAI)
+            k_swiglu_oai<<<gs, TPB, 0, s>>>(d, src[0], src[1], alpha, lim, ct_flat(src[0]) && ct_flat(src[1]));
+        else
+            k_swiglu_oai_back<<<grid_for(ct_nel(src[1]), TPB), TPB, 0, s>>>(
+                d, src[0], src[1], src[2], alpha, lim, ct_flat(src[0]) && ct_flat(src[1]) && ct_flat(src[2]));
+        break;
+    }
     case TOY_OP_MATMUL: return toy_cu_matmul(n, msg, msg_size);
     case TOY_OP_GET_ROWS: k_get_rows<<<gs, TPB, 0, s>>>(d, src[0], src[1], n->err, n->index); break;
     case TOY_OP_GET_ROWS_BACK: {
@@ -1096,6 +1161,7 @@ extern "C" int toy_cu_run(const struct toy_cu_node *n, char *msg, size_t msg_siz
     case TOY_OP_SOFTMAX_BACK: k_softmax_back<<<NORM_ROWS(n), row_threads(d.ne[0]), 0, s>>>(d, src[0], src[1], fp0); break;
     case TOY_OP_ATTENTION: return toy_cu_attention(n, msg, msg_size);
     case TOY_OP_ATTENTION_BACK: return toy_cu_attention_back(n, msg, msg_size);
+    case TOY_OP_ATTN_SINKS_BACK: return toy_cu_attn_sinks_back(n, msg, msg_size);
     case TOY_OP_ROPE: {
         rope_args R = rope_args_of(n);
         k_rope<<<grid_for(rope_items(R), TPB), TPB, 0, s>>>(d, R);
