@@ -200,6 +200,42 @@ void th_save_lm(const struct toy_lm *lm, enum toy_dtype type, const char *path) 
     toy_gguf_writer_free(w);
 }
 
+void th_retype_gguf(const char *in, const char *out, const char *part, enum toy_dtype type) {
+    struct toy_gguf *g;
+    cr_assert_eq(toy_gguf_open(in, &g), TOY_OK, "%s", toy_last_error());
+    struct toy_gguf_writer *w;
+    cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
+    for (int64_t i = 0; i < toy_gguf_n_kv(g); i++) toy_gguf_writer_copy_kv(w, g, i);
+    toy_gguf_writer_remove(w, "general.file_type");
+    int64_t n = toy_gguf_n_tensors(g);
+    void **bufs = calloc((size_t)n, sizeof *bufs);
+    for (int64_t i = 0; i < n; i++) {
+        const struct toy_gguf_tensor *t = toy_gguf_tensor(g, i);
+        int nd = t->n_dims < 1 ? 1 : t->n_dims;
+        if (part && !strstr(t->name, part)) {
+            cr_assert_eq(toy_gguf_writer_add_tensor(w, t->name, t->type, nd, t->ne, t->data), TOY_OK, "%s",
+                         toy_last_error());
+            continue;
+        }
+        float *f = malloc((size_t)t->n_elements * sizeof(float));
+        cr_assert_eq(toy_gguf_tensor_read_f32(g, i, f, t->n_elements), TOY_OK, "%s", toy_last_error());
+        if (type == TOY_F32) {
+            bufs[i] = f;
+        } else {
+            bufs[i] = malloc(toy_row_bytes(type, t->ne[0]) * (size_t)(t->n_elements / t->ne[0]));
+            cr_assert_eq(toy_quantize_row(type, f, bufs[i], t->n_elements), TOY_OK, "%s: %s", t->name,
+                         toy_last_error());
+            free(f);
+        }
+        cr_assert_eq(toy_gguf_writer_add_tensor(w, t->name, type, nd, t->ne, bufs[i]), TOY_OK, "%s", toy_last_error());
+    }
+    cr_assert_eq(toy_gguf_writer_write(w, out), TOY_OK, "%s", toy_last_error());
+    toy_gguf_writer_free(w);
+    for (int64_t i = 0; i < n; i++) free(bufs[i]);
+    free(bufs);
+    toy_gguf_close(g);
+}
+
 bool th_log_token(void *ud, int32_t id, const char *text, size_t len, float lp) {
     (void)text, (void)len;
     struct th_gen_log *g = ud;

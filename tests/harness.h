@@ -66,6 +66,11 @@ void th_save_llama(struct toy_llama *m, enum toy_dtype type, const char *path);
 /* any family's model, through its toy_lm */
 void th_save_lm(const struct toy_lm *lm, enum toy_dtype type, const char *path);
 
+/* GGUF `in` copied to `out` (its keys, general.file_type dropped) with every
+ * tensor whose name contains `part` (NULL: every tensor) stored as type
+ * (F32: dequantized), the others as they are */
+void th_retype_gguf(const char *in, const char *out, const char *part, enum toy_dtype type);
+
 /* the two files exist and hold the same bytes */
 bool th_files_equal(const char *a, const char *b);
 

@@ -297,6 +297,44 @@ Test(cuda, swiglu_forward_backward) {
     toy_ctx_free(ctx);
 }
 
+/* gpt-oss's clamped SwiGLU, forward and both gradients: inputs on both sides
+ * of the clamps (|x| up to 10, limit 7) and on them, over contiguous, transposed and
+ * interleaved sources (gpt-oss's gate_up rows: gate x[..., ::2], up x[..., 1::2]),
+ * and without a clamp (limit 0); every output compared, not only the loss */
+Test(cuda, swiglu_oai_forward_backward) {
+    need_cuda();
+    struct toy_ctx *ctx = setup(5);
+    /* gu's rows have one float past the 96 the views read: toy_view's bounds check counts a
+     * strided row's last element as nb[0] bytes, which the up view (offset 4) would pass */
+    struct toy_tensor *g = param(ctx, 48, 7, 2, 1), *u = param(ctx, 48, 7, 2, 1), *gu = param(ctx, 97, 7, 2, 1);
+    fill(g, -10.0f, 10.0f);
+    fill(u, -10.0f, 10.0f);
+    fill(gu, -10.0f, 10.0f);
+    for (int i = 0; i < 4; i++) { /* on the clamps, where PyTorch's clamp passes the gradient */
+        toy_set_f32(g, i, 0, 0, 0, 7.0f);
+        toy_set_f32(u, i, 0, 0, 0, i % 2 ? -7.0f : 7.0f);
+        toy_set_f32(gu, 2 * i, 1, 0, 0, 7.0f);
+        toy_set_f32(gu, 2 * i + 1, 1, 0, 0, i % 2 ? -7.0f : 7.0f);
+    }
+    struct toy_tensor *half[2];
+    for (int i = 0; i < 2; i++)
+        half[i] = toy_view(ctx, gu, 4, (const int64_t[]){48, 7, 2, 1},
+                           (const size_t[]){8, gu->nb[1], gu->nb[2], gu->nb[3]}, (size_t)i * 4);
+    struct toy_tensor *ys[] = {
+        toy_swiglu_oai(ctx, g, u, 1.702f, 7.0f),
+        toy_swiglu_oai(ctx, toy_transpose(ctx, g), toy_transpose(ctx, u), 1.702f, 7.0f),
+        toy_swiglu_oai(ctx, half[0], half[1], 1.702f, 7.0f),
+        toy_swiglu_oai(ctx, g, u, 0.9f, 0.0f),
+    };
+    struct toy_tensor *all = NULL;
+    for (size_t i = 0; i < sizeof ys / sizeof ys[0]; i++) {
+        struct toy_tensor *y = toy_reshape_2d(ctx, ys[i], toy_nelements(ys[i]), 1);
+        all = all ? toy_concat(ctx, all, y, 1) : y;
+    }
+    check_with(ctx, loss_of(ctx, all), all, true, TOL_F32, "swiglu_oai");
+    toy_ctx_free(ctx);
+}
+
 Test(cuda, reductions_broadcasts_copies) {
     need_cuda();
     struct toy_ctx *ctx = setup(3);
@@ -455,8 +493,8 @@ Test(cuda, matmul_half_and_quantized_weights) {
         toy_ctx_free(ctx);
     }
     enum toy_dtype q[] = {TOY_Q8_0, TOY_Q4_0, TOY_Q4_1, TOY_Q5_0, TOY_Q5_1, TOY_Q4_K, TOY_Q5_K, TOY_Q6_K,
-                          TOY_Q2_K, TOY_Q3_K, TOY_IQ4_NL, TOY_IQ4_XS};
-    for (int i = 0; i < 12; i++) {
+                          TOY_Q2_K, TOY_Q3_K, TOY_IQ4_NL, TOY_IQ4_XS, TOY_MXFP4};
+    for (size_t i = 0; i < sizeof q / sizeof q[0]; i++) {
         weight_case(q[i], 3, TOL_QUANT);  /* GEMV kernel */
         weight_case(q[i], 40, TOL_QUANT); /* dequantize + GEMM */
     }
@@ -473,7 +511,7 @@ Test(cuda, matmul_half_and_quantized_weights) {
 }
 
 /* Each quantized type's decode GEMV (up to 8 rows; the k-quants and
- * IQ4_XS have kernels of their own, the 32-element types and IQ4_NL the
+ * IQ4_XS have kernels of their own, the 32-element types, IQ4_NL and MXFP4 the
  * block one) against the device's other path, chunks of the
  * weights dequantized and a GEMM (more rows): a 3-row product is the first
  * rows of a 12-row one up to the order of the sums, with one and three
@@ -482,7 +520,7 @@ Test(cuda, matmul_half_and_quantized_weights) {
 Test(cuda, quantized_gemv_equals_the_dequantized_gemm) {
     need_cuda();
     const enum toy_dtype q[] = {TOY_Q8_0, TOY_Q4_0, TOY_Q4_1, TOY_Q5_0, TOY_Q5_1, TOY_Q4_K, TOY_Q5_K, TOY_Q6_K,
-                                TOY_Q2_K, TOY_Q3_K, TOY_IQ4_NL, TOY_IQ4_XS};
+                                TOY_Q2_K, TOY_Q3_K, TOY_IQ4_NL, TOY_IQ4_XS, TOY_MXFP4};
     for (size_t t = 0; t < sizeof q / sizeof q[0]; t++)
         for (int64_t k = 256; k <= 768; k += 512) {
             struct toy_ctx *ctx = setup(60 + (uint64_t)k);
@@ -635,11 +673,63 @@ Test(cuda, get_rows_forward_backward) {
     struct toy_tensor *tab = param(ctx, 8, 20, 1, 1);
     struct toy_tensor *ids = toy_new_tensor_2d(ctx, TOY_I32, 5, 3);
     for (int i = 0; i < 15; i++) ((int32_t *)ids->data)[i] = (i * 7) % 20 / (i % 3 + 1); /* repeats */
-    struct toy_tensor *qt = toy_new_tensor_2d(ctx, TOY_Q8_0, 32, 20);
+    struct toy_tensor *qt = toy_new_tensor_2d(ctx, TOY_Q8_0, 32, 20), *mt = toy_new_tensor_2d(ctx, TOY_MXFP4, 64, 20);
     fill(qt, -1.0f, 1.0f);
+    fill(mt, -1.0f, 1.0f);
     struct toy_tensor *loss = toy_add(ctx, loss_of(ctx, toy_get_rows(ctx, tab, ids)),
                                       loss_of(ctx, toy_get_rows(ctx, qt, ids)));
+    loss = toy_add(ctx, loss, loss_of(ctx, toy_get_rows(ctx, mt, ids)));
     check(ctx, loss, true, TOL_F32, "get_rows");
+    toy_ctx_free(ctx);
+}
+
+/* MXFP4's E8M0 scales on the device at their edges: the subnormal 2^-128
+ * and 2^-127 (e = 0, 1) up to 2^122, each block's 32 values (blocks of 17
+ * bytes: rows at odd addresses), read by GET_ROWS with the CPU's bits; and
+ * the decode GEMV over weights whose scales are all subnormal or nearly,
+ * which a wrong scale would move by orders of magnitude. */
+Test(cuda, mxfp4_scales_match_the_cpu) {
+    need_cuda();
+    struct toy_ctx *ctx = setup(31);
+    const int64_t K = 96, R = 24; /* 3 blocks a row, rows of 51 bytes */
+    static const uint8_t es[] = {0, 1, 2, 3, 100, 126, 127, 128, 129, 200, 250};
+    struct toy_tensor *tab = toy_new_tensor_2d(ctx, TOY_MXFP4, K, R), *w = toy_new_tensor_2d(ctx, TOY_MXFP4, K, 40);
+    uint8_t *b = tab->data;
+    for (int64_t i = 0; i < (int64_t)toy_nbytes(tab); i++)
+        b[i] = i % 17 ? (uint8_t)toy_rng_below(&rng, 256) : es[(i / 17) % sizeof es];
+    b = w->data;
+    for (int64_t i = 0; i < (int64_t)toy_nbytes(w); i++)
+        b[i] = i % 17 ? (uint8_t)toy_rng_below(&rng, 256) : (uint8_t)toy_rng_below(&rng, 3);
+    struct toy_tensor *ids = toy_new_tensor_1d(ctx, TOY_I32, R);
+    for (int i = 0; i < R; i++) ((int32_t *)ids->data)[i] = (i * 5) % R;
+    struct toy_tensor *y = toy_get_rows(ctx, tab, ids), *a = toy_new_tensor_2d(ctx, TOY_F32, K, 3);
+    fill(a, -1.0f, 1.0f);
+    struct toy_tensor *p = toy_matmul(ctx, a, w, false, true);
+    toy_set_output(y);
+    toy_set_output(p);
+    struct toy_graph *g = toy_graph_new(ctx);
+    toy_graph_build(g, y);
+    toy_graph_build(g, p);
+    struct toy_threadpool *tp = toy_threadpool_new(2);
+    cr_assert_eq(toy_graph_compute(g, tp), TOY_OK, "%s", toy_last_error());
+    float *ref = copy_f32(y), *pref = copy_f32(p);
+    cr_assert_eq(toy_graph_set_device(g, "cuda:0"), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(toy_graph_compute(g, tp), TOY_OK, "%s", toy_last_error());
+    float *got = copy_f32(y), *pgot = copy_f32(p);
+    int64_t differ = 0, n = toy_nelements(y), at;
+    for (int64_t i = 0; i < n; i++) differ += memcmp(&got[i], &ref[i], sizeof *got) != 0;
+    cr_expect_eq(differ, 0, "%lld of %lld rows' elements differ from the CPU's bits", (long long)differ, (long long)n);
+    double mx = 0, md = 0; /* rel_err's floor (1e-30) is far above these products */
+    at = 0;
+    for (int64_t i = 0; i < toy_nelements(p); i++) {
+        mx = fmax(mx, fabs(pref[i]));
+        if (!(fabs((double)pgot[i] - pref[i]) <= md)) md = fabs((double)pgot[i] - pref[i]), at = i;
+    }
+    cr_expect(mx > 0 && mx < 1e-30, "the products are of subnormal scales: largest %g", mx);
+    cr_expect_leq(md, TOL_GEMM * mx, "GEMV over subnormal scales: %.3g of %.3g at %lld (cuda %g, cpu %g)", md, mx,
+                  (long long)at, pgot[at], pref[at]);
+    free(ref), free(got), free(pref), free(pgot);
+    toy_threadpool_free(tp);
     toy_ctx_free(ctx);
 }
 
@@ -1216,10 +1306,32 @@ static struct toy_llama_config small_phi3(void) {
     return c;
 }
 
-/* c's model, random; a phi3 one with LongRoPE's two tables */
+/* gpt-oss in small: wide heads with biases and sinks, even layers sliding (window 5), YaRN, four experts of which
+ * two a token, with biases and the clamped SwiGLU */
+static struct toy_llama_config small_gptoss(void) {
+    struct toy_llama_config c = small_llama();
+    snprintf(c.arch, sizeof c.arch, "gpt-oss");
+    c.rope_mode = TOY_ROPE_NEOX, c.head_dim = 24, c.sliding_window = 5, c.swa_period = 2;
+    c.qkv_bias = c.out_bias = c.attn_sinks = c.moe_biases = true, c.swiglu_limit = 7.0f;
+    c.n_experts = 4, c.n_experts_used = 2, c.d_ff_expert = 32, c.moe_norm = true;
+    c.rope_scaling = TOY_ROPE_SCALING_YARN, c.rope_factor = 4, c.rope_orig_ctx = 8, c.tied = false;
+    return c;
+}
+
+/* c's model, random; a phi3 one with LongRoPE's two tables; a gpt-oss one with sinks and biases not zero, and
+ * experts large enough to reach the SwiGLU's clamps */
 static struct toy_llama *new_model(const struct toy_llama_config *c, uint64_t seed) {
     struct toy_llama *m = toy_llama_new(c, seed);
     cr_assert(m, "%s", toy_last_error());
+    for (int64_t l = 0; l < c->n_layers && !strcmp(c->arch, "gpt-oss"); l++) {
+        struct toy_llama_layer *L = &m->layers[l];
+        if (L->attn_sinks) fill(L->attn_sinks, -2.0f, 2.0f);
+        struct toy_tensor *const b[] = {L->bq, L->bk, L->bv, L->bo, L->ffn_gate_inp_b, L->ffn_gate_exps_b,
+                                        L->ffn_up_exps_b, L->ffn_down_exps_b};
+        for (int i = 0; i < 8; i++)
+            if (b[i]) fill(b[i], i >= 5 && i < 7 ? -6.0f : -0.5f, i >= 5 && i < 7 ? 6.0f : 0.5f);
+        if (L->ffn_gate_exps) fill(L->ffn_gate_exps, -0.6f, 0.6f), fill(L->ffn_up_exps, -0.6f, 0.6f);
+    }
     if (strcmp(c->arch, "phi3")) return m;
     m->rope_long = toy_set_name(toy_new_tensor_1d(m->ctx, TOY_F32, 6), "rope_factors_long.weight");
     m->rope_short = toy_set_name(toy_new_tensor_1d(m->ctx, TOY_F32, 6), "rope_factors_short.weight");
@@ -1248,12 +1360,25 @@ Test(cuda, phi3_loss_gradients_and_fused_file_match_cpu) {
     toy_llama_free(m);
 }
 
+/* gpt-oss in small: loss and every gradient (the sinks', the experts' biases', the clamped SwiGLU's) */
+Test(cuda, gptoss_loss_and_gradients_match_cpu) {
+    need_cuda();
+    struct toy_llama_config c = small_gptoss();
+    struct toy_llama *m = new_model(&c, 11);
+    struct toy_ctx *ctx = setup(17);
+    struct toy_tensor *tok, *pos;
+    model_batch(ctx, &tok, &pos);
+    check(ctx, loss_of(ctx, toy_llama_forward(ctx, m, tok, pos)), true, TOL_GEMM, "gpt-oss loss and gradients");
+    toy_ctx_free(ctx);
+    toy_llama_free(m);
+}
+
 /* Mixtures of experts: the router and the experts' products on the device
- * against the CPU, weights f32, f16, Q8_0 and Q4_K, per slot and
+ * against the CPU, weights f32, f16, Q8_0, Q4_K and MXFP4, per slot and
  * combined, one token (decode) and many; then a Qwen3-MoE's logits. */
 Test(cuda, moe_route_and_products_match_cpu) {
     need_cuda();
-    const enum toy_dtype types[] = {TOY_F32, TOY_F16, TOY_Q8_0, TOY_Q4_K};
+    const enum toy_dtype types[] = {TOY_F32, TOY_F16, TOY_Q8_0, TOY_Q4_K, TOY_MXFP4};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
         for (int N = 1; N <= 37; N += 36)
             for (int combine = 0; combine < 2; combine++) {
@@ -1488,6 +1613,7 @@ Test(cuda, llama_prefill_then_decode_matches_cpu) {
     c.rope_scaling = TOY_ROPE_SCALING_YARN, c.rope_factor = 4, c.rope_orig_ctx = 4, c.rope_attn_factor = 1;
     c.attn_temp_scale = 0.1f;
     prefill_then_decode(c);
+    prefill_then_decode(small_gptoss()); /* the sinks after each attention kernel, the decode step's included */
 }
 
 /* GPT-2 generation (the generic generator: a last-position prefill, then a

@@ -65,30 +65,6 @@ static void make_base(const char *path, const struct toy_llama_config *c, uint64
     toy_llama_free(m);
 }
 
-/* every tensor of `in` as F32 (what a quantized base means, for the reference) */
-static void write_dequantized(const char *in, const char *out) {
-    struct toy_gguf *g;
-    cr_assert_eq(toy_gguf_open(in, &g), TOY_OK, "%s", toy_last_error());
-    struct toy_gguf_writer *w;
-    cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
-    for (int64_t i = 0; i < toy_gguf_n_kv(g); i++) toy_gguf_writer_copy_kv(w, g, i);
-    toy_gguf_writer_remove(w, "general.file_type");
-    int64_t n = toy_gguf_n_tensors(g);
-    float **bufs = calloc((size_t)n, sizeof *bufs);
-    for (int64_t i = 0; i < n; i++) {
-        const struct toy_gguf_tensor *t = toy_gguf_tensor(g, i);
-        bufs[i] = malloc((size_t)t->n_elements * sizeof(float));
-        cr_assert_eq(toy_gguf_tensor_read_f32(g, i, bufs[i], t->n_elements), TOY_OK, "%s", toy_last_error());
-        cr_assert_eq(toy_gguf_writer_add_tensor(w, t->name, TOY_F32, t->n_dims < 1 ? 1 : t->n_dims, t->ne, bufs[i]),
-                     TOY_OK, "%s", toy_last_error());
-    }
-    cr_assert_eq(toy_gguf_writer_write(w, out), TOY_OK, "%s", toy_last_error());
-    toy_gguf_writer_free(w);
-    for (int64_t i = 0; i < n; i++) free(bufs[i]);
-    free(bufs);
-    toy_gguf_close(g);
-}
-
 static float **grads_out; /* set: run_model copies the gradients of these lora tensors here */
 static struct toy_lora *grads_of;
 
@@ -280,7 +256,7 @@ static void qlora_against_torch(const char *f32, enum toy_dtype type, const char
     snprintf(q, 400, "%s/base-%s.gguf", th_dir, toy_dtype_name(type));
     snprintf(qf, 400, "%s/base-%s-as-f32.gguf", th_dir, toy_dtype_name(type));
     cr_assert_eq(toy_gguf_quantize(f32, q, type, NULL, NULL), TOY_OK, "%s", toy_last_error());
-    write_dequantized(q, qf);
+    th_retype_gguf(q, qf, NULL, TOY_F32);
     check_against_torch(q, qf, 1e-4, what);
 }
 

@@ -41,6 +41,14 @@ static struct toy_llama *random_model(const struct toy_llama_config *c, uint64_t
         bool bias = strstr(t->name, ".bias") != NULL;
         for (int64_t k = 0; k < toy_nelements(t); k++) d[k] = (bias ? 0.0f : 1.0f) + 0.2f * toy_rng_normal(&r);
     }
+    for (int64_t l = 0; l < c->n_layers && c->swiglu_limit > 0; l++) { /* gpt-oss: gates and ups past its clamps */
+        struct toy_llama_layer *L = &m->layers[l];
+        struct toy_tensor *const big[] = {L->ffn_gate_exps, L->ffn_up_exps, L->ffn_gate_exps_b, L->ffn_up_exps_b};
+        for (int i = 0; i < 4; i++)
+            for (int64_t k = 0; k < toy_nelements(big[i]); k++)
+                ((float *)big[i]->data)[k] = i < 2 ? 5.0f * ((float *)big[i]->data)[k] : 3.0f * toy_rng_normal(&r);
+        for (int64_t h = 0; h < c->n_heads; h++) ((float *)L->attn_sinks->data)[h] = 2.0f * toy_rng_normal(&r);
+    }
     if (!strcmp(c->arch, "phi3")) { /* LongRoPE's tables: divisors in [1, 5), the long ones larger */
         int64_t half = (c->rope_dim ? c->rope_dim : toy_llama_head_dim(c)) / 2;
         m->rope_long = toy_set_name(toy_new_tensor_1d(m->ctx, TOY_F32, half), "rope_factors_long.weight");
@@ -193,6 +201,18 @@ static void f_ernie(struct toy_llama_config *c) {
     snprintf(c->arch, sizeof c->arch, "ernie4_5");
     c->qkv_bias = true, c->tied = true;
 }
+/* gpt-oss's in small: heads wider than d_model / n_heads, biases on q, k, v and o, a sink per head, even layers
+ * sliding (over 4 here) and odd ones global, YaRN, and experts with biases and the clamped SwiGLU */
+static void f_gptoss(struct toy_llama_config *c) {
+    snprintf(c->arch, sizeof c->arch, "gpt-oss");
+    c->rope_mode = TOY_ROPE_NEOX;
+    c->head_dim = 24;
+    c->qkv_bias = true, c->out_bias = true, c->attn_sinks = true, c->moe_biases = true, c->swiglu_limit = 7.0f;
+    c->n_experts = 4, c->n_experts_used = 2, c->d_ff_expert = 32, c->moe_norm = true;
+    c->sliding_window = 4, c->swa_period = 2;
+    c->rope_scaling = TOY_ROPE_SCALING_YARN, c->rope_factor = 4, c->rope_orig_ctx = 8;
+    c->tied = false;
+}
 /* Granite's multipliers: embeddings, residual branches, scores, logits */
 static void f_granite(struct toy_llama_config *c) {
     snprintf(c->arch, sizeof c->arch, "granite");
@@ -313,7 +333,8 @@ Test(llama, logits_match_pytorch_for_every_family_flag, .timeout = 300) {
                                       {"rope_yarn", f_yarn},
                                       {"mixtral_moe", f_mixtral}, {"qwen3moe", f_qwen3moe}, {"olmoe", f_olmoe},
                                       {"qwen2moe", f_qwen2moe}, {"deepseek2", f_deepseek2},
-                                      {"deepseek2_qlora", f_deepseek2_qlora}, {"deepseek3", f_deepseek3}};
+                                      {"deepseek2_qlora", f_deepseek2_qlora}, {"deepseek3", f_deepseek3},
+                                      {"gpt-oss", f_gptoss}};
     const int n = sizeof cases / sizeof cases[0], T = 11, B = 2;
     int32_t tokens[T * B];
     for (int i = 0; i < T * B; i++) tokens[i] = (i * 37 + 5) % 61;
@@ -348,7 +369,9 @@ Test(llama, logits_match_pytorch_for_every_family_flag, .timeout = 300) {
                       lm->cfg.sandwich_norm == c.sandwich_norm && lm->cfg.embed_mult == c.embed_mult &&
                       lm->cfg.residual_mult == c.residual_mult && lm->cfg.logit_div == c.logit_div &&
                       lm->cfg.rope_attn_factor == c.rope_attn_factor && lm->cfg.rope_beta_fast == c.rope_beta_fast &&
-                      lm->cfg.attn_temp_scale == c.attn_temp_scale &&
+                      lm->cfg.attn_temp_scale == c.attn_temp_scale && lm->cfg.attn_sinks == c.attn_sinks &&
+                      lm->cfg.out_bias == c.out_bias && lm->cfg.moe_biases == c.moe_biases &&
+                      lm->cfg.swiglu_limit == c.swiglu_limit &&
                       (lm->rope_long != NULL) == !strcmp(c.arch, "phi3"),
                   "%s: the config did not come back from its GGUF", cases[i].name);
         ours[i] = th_logits(fwd, lm, tokens, T, B);
@@ -389,7 +412,7 @@ Test(llama, serve_forward_equals_the_models_for_every_family) {
                                       {"phi3", f_phi3}, {"phi3_window", f_phi3_window}, {"olmo3", f_olmo3},
                                       {"mistral3", f_mistral3}, {"rope_yarn", f_yarn},
                                       {"qwen2moe", f_qwen2moe},
-                                      {"deepseek3", f_deepseek3}};
+                                      {"deepseek3", f_deepseek3}, {"gpt-oss", f_gptoss}};
     const int T = 11;
     int32_t tokens[T];
     for (int i = 0; i < T; i++) tokens[i] = (i * 37 + 5) % 61;
@@ -468,8 +491,9 @@ Test(llama, newer_families_training_steps_match_pytorch, .timeout = 300) {
  * parameter: it only chooses). */
 Test(llama, mixture_training_steps_match_pytorch, .timeout = 300) {
     th_mkdir("llama-moe-train");
-    void (*fams[])(struct toy_llama_config *) = {f_mixtral, f_qwen2moe, f_olmoe, f_deepseek2, f_deepseek2_qlora, f_deepseek3};
-    for (int i = 0; i < 6; i++) {
+    void (*fams[])(struct toy_llama_config *) = {f_mixtral, f_qwen2moe, f_olmoe, f_deepseek2, f_deepseek2_qlora, f_deepseek3,
+                                                 f_gptoss};
+    for (int i = 0; i < 7; i++) {
         struct toy_llama_config c = base_config();
         c.tied = false;
         fams[i](&c);
@@ -540,12 +564,74 @@ Test(llama, kv_cache_decode_equals_full_forward) {
     f_qwen3moe(&c); /* one token's experts against all tokens' */
     kv_equals_full(c);
     c = base_config();
+    f_gptoss(&c); /* the sinks through the decode step's merge, sliding and global layers, biased experts */
+    kv_equals_full(c);
+    c = base_config();
     f_deepseek2_qlora(&c); /* the cache holds latents, which are the values too */
     kv_equals_full(c);
     kv_equals_full_t(c, TOY_F16, 5e-3);
     c.kv_lora_rank = 256, c.rope_dim = 16; /* a latent wider than the decode kernels' heads (DeepSeek's 576) */
     kv_equals_full(c);
     kv_equals_full_t(c, TOY_F16, 5e-3);
+}
+
+/* gpt-oss as llama.cpp's converter writes it: the experts' matrices in MXFP4, the rest F32. The mapped MXFP4
+ * experts give the logits of their dequantized weights (PyTorch's), packed (int8 products) within the
+ * activations' 8-bit rounding, and the KV decode equals the full forward over them */
+Test(llama, gptoss_mxfp4_experts_run_as_their_dequantized_weights, .timeout = 120) {
+    th_mkdir("gptoss-mxfp4");
+    struct toy_llama_config c = base_config();
+    f_gptoss(&c);
+    struct toy_llama *m = random_model(&c, 31);
+    char f32[400], mx[400], deq[400];
+    snprintf(f32, sizeof f32, "%s/f32.gguf", th_dir);
+    snprintf(mx, sizeof mx, "%s/mxfp4.gguf", th_dir);
+    snprintf(deq, sizeof deq, "%s/dequantized.gguf", th_dir);
+    save(m, f32);
+    toy_llama_free(m);
+    th_retype_gguf(f32, mx, "_exps.weight", TOY_MXFP4);
+    th_retype_gguf(mx, deq, NULL, TOY_F32);
+    struct toy_llama *lm;
+    cr_assert_eq(toy_llama_load(mx, false, &lm), TOY_OK, "%s", toy_last_error());
+    cr_assert(lm->layers[1].ffn_down_exps->type == TOY_MXFP4 && lm->layers[1].wq->type == TOY_F32);
+    const int T = 11;
+    int32_t tokens[T];
+    for (int i = 0; i < T; i++) tokens[i] = (i * 37 + 5) % 61;
+    float *ours = th_logits(fwd, lm, tokens, T, 1);
+    json_t *tk = json_array(), *row = json_array();
+    for (int t = 0; t < T; t++) json_array_append_new(row, json_integer(tokens[t]));
+    json_array_append_new(tk, row);
+    json_t *specs = json_array();
+    json_array_append_new(specs, json_pack("{s:s,s:o}", "gguf", deq, "tokens", tk));
+    json_t *res = th_torch("ref_llama.py", specs);
+    json_t *ref = json_object_get(json_array_get(json_object_get(res, "cases"), 0), "logits");
+    double worst = 0, top = 0;
+    for (size_t k = 0; k < json_array_size(ref); k++) {
+        double r = json_number_value(json_array_get(ref, k));
+        worst = fmax(worst, fabs(ours[k] - r)), top = fmax(top, fabs(r));
+    }
+    cr_log_info("gpt-oss, MXFP4 experts vs PyTorch on their dequantized weights: max |diff| %.2e of max |logit| %.2f",
+                worst, top);
+    cr_assert_leq(worst, 1e-4 * top); /* (unpacked: f32 products of the dequantized rows) */
+    /* packed as generate and serve pack them: the experts' int8 kernels, activations rounded to 8 bits */
+    cr_assert_eq(toy_llama_pack_weights(lm), TOY_OK, "%s", toy_last_error());
+    cr_assert(lm->layers[0].ffn_gate_exps->packed, "the MXFP4 experts were not packed");
+    float *packed = th_logits(fwd, lm, tokens, T, 1);
+    double pw = 0;
+    for (size_t k = 0; k < json_array_size(ref); k++) pw = fmax(pw, fabs(packed[k] - json_number_value(json_array_get(ref, k))));
+    cr_log_info("gpt-oss, packed MXFP4 experts (int8 products) vs PyTorch: max |diff| %.2e", pw);
+    cr_assert(pw <= 2e-2 * top && pw > worst, "packed: %g", pw);
+    struct toy_kv_cache kv;
+    cr_assert_eq(toy_kv_cache_init(&kv, lm, 32, 1), TOY_OK);
+    double kvw = th_kv_decode_vs_full(cfwd, lm, &kv, tokens, T, 4, c.vocab, packed);
+    cr_log_info("gpt-oss, packed MXFP4 experts: KV decode vs full forward %.2e", kvw);
+    cr_assert_leq(kvw, 1e-4);
+    toy_kv_cache_free(&kv);
+    free(packed);
+    json_decref(res);
+    free(ours);
+    toy_llama_free(lm);
+    th_rmdir();
 }
 
 /* the layer's up-projections joined in one attn_kv_b {kv_lora, H (nope + v)}, as llama.cpp wrote DeepSeek files

@@ -1,11 +1,11 @@
 /* test-moe.c: the mixture-of-experts ops (toy_moe_route, toy_moe_matmul)
  * against a plain reference written here: the router's softmax, top k and
  * renormalisation, and each (token, slot)'s product with its expert's
- * matrix, one row and one slot at a time. Weights f32, f16, Q8_0 and Q4_K,
- * as the file holds them and packed for the int8 kernels; 1 and 2 threads;
- * decode (one token) and prefill (more of an expert's rows than a pass
- * takes); and where the files keep the experts' width. The models' logits
- * against PyTorch are in test-llama.c. */
+ * matrix, one row and one slot at a time. Weights f32, f16, Q8_0, Q4_K and
+ * MXFP4 (gpt-oss's experts), as the file holds them and packed for the int8
+ * kernels; 1 and 2 threads; decode (one token) and prefill (more of an
+ * expert's rows than a pass takes); and where the files keep the experts'
+ * width. The models' logits against PyTorch are in test-llama.c. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -144,7 +144,7 @@ static void check(enum toy_dtype type, int64_t K, int64_t n, int64_t N, bool per
 }
 
 Test(moe, route_and_products_match_the_reference, .timeout = 120) {
-    const enum toy_dtype types[] = {TOY_F32, TOY_F16, TOY_Q8_0, TOY_Q4_K};
+    const enum toy_dtype types[] = {TOY_F32, TOY_F16, TOY_Q8_0, TOY_Q4_K, TOY_MXFP4};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         int64_t K = 256; /* decode's products at least graph.c's 2e5 flops: run by both threads */
         for (int packed = 0; packed < (types[i] == TOY_F32 || types[i] == TOY_F16 ? 1 : 2); packed++) {
@@ -261,7 +261,8 @@ Test(moe, load_balancing_term_and_its_gradient) {
     for (int i = 0; i < 5; i++)
         for (int64_t j = 0; j < toy_nelements(all[i]); j++) ((float *)all[i]->data)[j] = urand(&s);
     struct toy_tensor *bal = NULL;
-    toy_llama_moe_ffn(ctx, &c, &L, h, &bal);
+    struct toy_llama m = {.cfg = c};
+    toy_llama_moe_ffn(ctx, &m, &L, h, &bal);
     cr_assert(bal);
     struct toy_graph *g = toy_graph_new(ctx);
     toy_graph_build(g, bal);

@@ -45,6 +45,10 @@ extern "C" {
 struct toy_gguf;
 struct toy_gguf_writer;
 
+/* gpt-oss's SwiGLU: the gate's sigmoid is of alpha times it (llama.cpp and
+ * Hugging Face fix it; the limit is the config's swiglu_limit) */
+#define TOY_LLAMA_OAI_ALPHA 1.702f
+
 struct toy_llama_config {
     char arch[24];          /* GGUF general.architecture: llama, qwen2, qwen3, gemma2, gemma3, ... */
     int64_t vocab, d_model, n_layers, n_heads, n_kv_heads, d_ff, max_ctx;
@@ -86,7 +90,7 @@ struct toy_llama_config {
     /* Mixture of experts (Mixtral, Qwen3-MoE, OLMoE): n_experts > 0 replaces
      * each layer's MLP by n_experts MLPs of d_ff_expert (0: d_ff), of which
      * a router picks n_experts_used per token; their weights renormalised
-     * to sum 1 when moe_norm. Inference only (toy_moe_route). */
+     * to sum 1 when moe_norm. Trainable (toy_moe_route, toy_moe_matmul). */
     int64_t n_experts, n_experts_used, d_ff_expert;
     bool moe_norm;
     /* Qwen2-MoE: a shared expert of d_ff_shared (0: none) every token takes
@@ -127,6 +131,16 @@ struct toy_llama_config {
      * rope_orig_ctx)) (Llama 4's temperature tuning, as llama.cpp and
      * Hugging Face's Ministral 3 apply it) */
     float attn_temp_scale;
+    /* gpt-oss (GGUF gpt-oss): attn_sinks, a learned logit per query head
+     * (blk.N.attn_sinks.weight) that joins every softmax as a key whose
+     * value is zero (toy_attn_params.sinks); out_bias, attn_output.bias;
+     * moe_biases, biases on the router (ffn_gate_inp.bias) and on each
+     * expert's gate, up and down (ffn_*_exps.bias {width, E}; a token's
+     * down bias weighted with its expert); swiglu_limit > 0, the clamped
+     * SwiGLU min(g, L) sigmoid(1.702 min(g, L)) (clamp(u, -L, L) + 1)
+     * (toy_swiglu_oai). Its MLP norm is named post_attention_norm. */
+    bool attn_sinks, out_bias, moe_biases;
+    float swiglu_limit;
 };
 
 /* The projections a LoRA adapter can target. */
@@ -143,6 +157,10 @@ struct toy_llama_layer {
     /* the shared expert (d_ff_shared > 0): its gate row {d_model} and its MLP */
     struct toy_tensor *ffn_gate_inp_shexp, *ffn_gate_shexp, *ffn_up_shexp, *ffn_down_shexp;
     struct toy_tensor *exp_probs_b; /* the routing bias {E} (moe_bias) */
+    /* gpt-oss: the attention output's bias {d_model}, the sinks {n_heads},
+     * the router's bias {E} and the experts' {d_ff_expert, E} (gate, up),
+     * {d_model, E} (down); NULL when the config has none */
+    struct toy_tensor *bo, *attn_sinks, *ffn_gate_inp_b, *ffn_gate_exps_b, *ffn_up_exps_b, *ffn_down_exps_b;
     /* multi-head latent attention (kv_lora_rank > 0; then wk and wv are
      * NULL, and wq too when q_lora_rank > 0): attn_q_a {d, q_lora},
      * attn_q_a_norm, attn_q_b {q_lora, H head_dim}, attn_kv_a_mqa
@@ -171,6 +189,9 @@ struct toy_llama {
     /* with cfg.attn_temp_scale: each position's query scale (F32 {1,
      * max_ctx}), read by the positions (toy_llama_attn_temp) */
     struct toy_tensor *attn_temp;
+    /* with cfg.moe_biases: a frozen 1 (F32 {1}), the input the experts'
+     * down biases multiply (toy_llama_moe_ffn) */
+    struct toy_tensor *one;
     struct toy_llama_layer *layers;
     /* TOY_F32 (default) or TOY_BF16: mixed precision. With BF16 the
      * projections run on bf16 copies of the f32 master weights (cast inside
@@ -288,11 +309,12 @@ bool toy_llama_moe_own_ff_key(const char *arch);
  * every layer slides), the sliding layers' own RoPE base, unscaled
  * (gemma3 10000; with swa_base_global, olmo2's, rope_base itself, unscaled;
  * 0: none: they rotate as the others), and of each nope_period layers the
- * last takes no RoPE (smollm3 4; 0: none). */
+ * last takes no RoPE (smollm3 4; 0: none); gpt-oss's period is 2 and its
+ * MLP norm is named post_attention_norm (ffn_norm_post_attn). */
 struct toy_llama_arch_rules {
     int32_t swa_period, nope_period;
     float rope_base_swa;
-    bool swa_base_global;
+    bool swa_base_global, ffn_norm_post_attn;
 };
 struct toy_llama_arch_rules toy_llama_arch_rules(const char *arch);
 /* The query_pre_attn_scalar a Gemma 2 or 3 GGUF means, having no key for
@@ -358,16 +380,24 @@ struct toy_tensor *toy_llama_mla_out(struct toy_ctx *ctx, const struct toy_llama
 void toy_llama_qk_norm(struct toy_ctx *ctx, const struct toy_llama_config *c, const struct toy_llama_layer *L,
                        struct toy_tensor **q, struct toy_tensor **k);
 /* A mixture-of-experts layer's MLP over its normed input h {d, ...}
- * (c->n_experts > 0): the router, the chosen experts' SwiGLU (GeGLU with
- * gelu_mlp) and their weighted sum, shaped as h. With balance non-NULL
+ * (m->cfg.n_experts > 0): the router, the chosen experts' SwiGLU (GeGLU
+ * with gelu_mlp, the clamped form with swiglu_limit) and their weighted
+ * sum, with the router's and the experts' biases where the layer has
+ * them, shaped as h. With balance non-NULL
  * (training; ctx must allocate data) it also gets the layer's
  * load-balancing term, Switch Transformer's generalised to k experts a
  * token: E * sum_e f_e P_e, f_e the share of the tokens' k choices that
  * went to expert e (a constant), P_e the mean over tokens of the router's
  * softmax probability for e. 1 when both are uniform. */
-struct toy_tensor *toy_llama_moe_ffn(struct toy_ctx *ctx, const struct toy_llama_config *c,
+struct toy_tensor *toy_llama_moe_ffn(struct toy_ctx *ctx, const struct toy_llama *m,
                                      const struct toy_llama_layer *L, struct toy_tensor *h,
                                      struct toy_tensor **balance);
+/* The MLP's gated activation of g and u: SwiGLU, GeGLU (gelu_mlp) or
+ * gpt-oss's clamped SwiGLU (swiglu_limit). */
+struct toy_tensor *toy_llama_glu(struct toy_ctx *ctx, const struct toy_llama_config *c, struct toy_tensor *g,
+                                 struct toy_tensor *u);
+/* The attention parameters of layer l: scale, softcap, window, sinks. */
+struct toy_attn_params toy_llama_attn_params(const struct toy_llama *m, int64_t l);
 struct toy_tensor *toy_llama_forward_cached(struct toy_ctx *ctx, struct toy_llama *m, struct toy_kv_cache *c,
                                             struct toy_tensor *tokens, struct toy_tensor *pos);
 /* The same, but logits {vocab, 1, n_seq} of the last new token of each

@@ -63,7 +63,7 @@ static double key_float(struct keys *k, const char *suffix, double def) {
 bool toy_llama_arch_known(const char *arch) {
     static const char *const archs[] = {"llama",   "mistral",  "mistral3", "ernie4_5", "qwen2",    "qwen3",
                                         "gemma2",  "gemma3",   "smollm3",  "olmo2",    "granite",  "phi3",
-                                        "qwen2moe", "qwen3moe", "olmoe",   "deepseek2"};
+                                        "qwen2moe", "qwen3moe", "olmoe",   "deepseek2", "gpt-oss"};
     for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
         if (!strcmp(arch, archs[i])) return true;
     return false;
@@ -77,6 +77,7 @@ struct toy_llama_arch_rules toy_llama_arch_rules(const char *arch) {
     if (!strcmp(arch, "gemma3")) r.swa_period = 6, r.rope_base_swa = 10000.0f;
     if (!strcmp(arch, "smollm3")) r.nope_period = 4;
     if (!strcmp(arch, "olmo2")) r.swa_period = 4, r.swa_base_global = true; /* OLMo 3 */
+    if (!strcmp(arch, "gpt-oss")) r.swa_period = 2, r.ffn_norm_post_attn = true;
     return r;
 }
 
@@ -106,7 +107,8 @@ int32_t toy_llama_swa_period_of(const bool *slides, int64_t n, int64_t *bad) {
 }
 
 bool toy_llama_moe_own_ff_key(const char *arch) {
-    return !strcmp(arch, "qwen2moe") || !strcmp(arch, "qwen3moe") || !strcmp(arch, "deepseek2");
+    return !strcmp(arch, "qwen2moe") || !strcmp(arch, "qwen3moe") || !strcmp(arch, "deepseek2") ||
+           !strcmp(arch, "gpt-oss");
 }
 
 /* DeepSeek-V2/V3 (general.architecture deepseek2, llama.cpp's keys): latent
@@ -183,6 +185,8 @@ static enum toy_status swa_pattern(const struct toy_gguf *g, const char *a, stru
     return TOY_OK;
 }
 
+static bool rules_ffn_post_attn(const char *arch) { return toy_llama_arch_rules(arch).ffn_norm_post_attn; }
+
 static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_llama_config *c) {
     memset(c, 0, sizeof *c);
     const char *arch, *what;
@@ -195,7 +199,7 @@ static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_lla
     if (!toy_llama_arch_known(a))
         return toy_error(TOY_ERR_UNSUPPORTED, "%s: architecture '%s' is not a Llama-family model toy runs "
                          "(llama, mistral, mistral3, ernie4_5, qwen2, qwen3, gemma2, gemma3, smollm3, olmo2, granite, phi3, "
-                         "qwen2moe, qwen3moe, olmoe, deepseek2)", toy_gguf_path(g), a);
+                         "qwen2moe, qwen3moe, olmoe, deepseek2, gpt-oss)", toy_gguf_path(g), a);
     struct keys k = {.g = g, .arch = a};
     c->d_model = key_int(&k, "embedding_length", 0);
     c->n_layers = key_int(&k, "block_count", 0);
@@ -267,9 +271,21 @@ static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_lla
     if (k.st) return toy_error(k.st, "%s", k.err);
     c->tied = !has_tensor(g, "output.weight");
     c->qkv_bias = has_tensor(g, "blk.0.attn_q.bias");
+    const bool gpt_oss = !strcmp(a, "gpt-oss");
+    if (gpt_oss) { /* llama.cpp's graph: sinks, an output bias, biased experts, its clamped SwiGLU (7; no key) */
+        c->attn_sinks = has_tensor(g, "blk.0.attn_sinks.weight");
+        c->out_bias = has_tensor(g, "blk.0.attn_output.bias");
+        c->moe_biases = has_tensor(g, "blk.0.ffn_gate_inp.bias");
+        c->swiglu_limit = 7.0f;
+        if (!c->attn_sinks || !c->moe_biases || !c->out_bias || !c->qkv_bias)
+            return toy_error(TOY_ERR_FORMAT, "%s: a gpt-oss model without its %s", toy_gguf_path(g),
+                             !c->attn_sinks ? "attention sinks (blk.0.attn_sinks.weight)"
+                             : !c->moe_biases ? "router bias (blk.0.ffn_gate_inp.bias)"
+                                              : "attention biases (blk.0.attn_q.bias, attn_output.bias)");
+    }
     static const char *const unused_bias[] = {"blk.0.attn_output.bias", "blk.0.ffn_gate.bias", "blk.0.ffn_up.bias",
                                               "blk.0.ffn_down.bias"};
-    for (size_t i = 0; i < sizeof unused_bias / sizeof unused_bias[0]; i++) /* the graph would leave it out */
+    for (size_t i = gpt_oss ? 1 : 0; i < sizeof unused_bias / sizeof unused_bias[0]; i++) /* the graph would leave it out */
         if (has_tensor(g, unused_bias[i]))
             return toy_error(TOY_ERR_UNSUPPORTED, "%s: has %s: toy's Llama-family graph has no attention-output or "
                              "MLP biases", toy_gguf_path(g), unused_bias[i]);
@@ -304,7 +320,8 @@ static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_lla
         return toy_error(TOY_ERR_UNSUPPORTED, "%s: experts stored one tensor each (an old Mixtral conversion): "
                          "convert it again with a current llama.cpp", toy_gguf_path(g));
 #undef FIRST
-    c->sandwich_norm = has_tensor(g, "blk.0.post_attention_norm.weight");
+    /* (gpt-oss's post_attention_norm is its MLP's norm, before the MLP) */
+    c->sandwich_norm = !rules_ffn_post_attn(a) && has_tensor(g, "blk.0.post_attention_norm.weight");
     /* OLMo 2: the norms after attention and the MLP only */
     c->post_norm = c->sandwich_norm && !has_tensor(g, "blk.0.attn_norm.weight");
     if (c->post_norm) c->sandwich_norm = false;
@@ -334,6 +351,11 @@ static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_lla
     return TOY_OK;
 }
 
+static bool is_bias(const char *name) {
+    size_t n = strlen(name);
+    return n >= 5 && !strcmp(name + n - 5, ".bias");
+}
+
 /* Points (mapped) or copies (trainable) tensor `name` into t, checking its shape. */
 static enum toy_status bind(struct toy_llama *m, struct toy_tensor **slot, const char *name, bool trainable,
                             bool required) {
@@ -353,9 +375,8 @@ static enum toy_status bind(struct toy_llama *m, struct toy_tensor **slot, const
                              (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
                              gt->file_offset);
     if (trainable) return toy_gguf_tensor_read_f32(g, i, t->data, toy_nelements(t));
-    bool is_2d = gt->ne[1] > 1;
-    if (!is_2d && gt->type != TOY_F32) {
-        /* norms and biases must be f32 for the kernels: convert (tiny) */
+    if ((gt->ne[1] <= 1 || is_bias(name)) && gt->type != TOY_F32) {
+        /* norms and biases (gpt-oss's experts' are {width, E}) must be f32 for the kernels: convert (small) */
         t->data = toy_ctx_alloc(m->ctx, (size_t)toy_nelements(t) * sizeof(float));
         toy_set_frozen(t);
         return toy_gguf_tensor_read_f32(g, i, t->data, toy_nelements(t));
@@ -726,7 +747,8 @@ enum toy_status toy_llama_write_gguf(const struct toy_llama *m, struct toy_gguf_
         }
         int nd = t->ne[2] > 1 ? 3 : t->ne[1] > 1 ? 2 : 1;
         /* rows that are not whole blocks of `type` (latent attention's attn_k_b) fall back to a type they fit */
-        enum toy_dtype want = nd >= 2 ? toy_row_type_for(type, t->ne[0]) : type;
+        /* (vectors and biases stay f32, as llama.cpp's converter keeps them) */
+        enum toy_dtype want = nd >= 2 && !is_bias(t->name) ? toy_row_type_for(type, t->ne[0]) : TOY_F32;
         bool convert = nd >= 2 && want != TOY_F32 && t->type == TOY_F32;
         if (!convert) {
             if (!toy_is_contiguous(t))

@@ -108,6 +108,14 @@ enum toy_status toy_llama_check_config(const struct toy_llama_config *c) {
                                             c->moe_bias || (c->moe_scale > 0 && c->moe_scale != 1)),
          "model config: latent attention, leading dense layers, ungated shared experts and DeepSeek's routing are "
          "architecture deepseek2's, not %s's", c->arch);
+    NEED(isfinite(c->swiglu_limit) && c->swiglu_limit >= 0, "model config: SwiGLU limit %g must be >= 0",
+         (double)c->swiglu_limit);
+    NEED(!c->moe_biases || c->n_experts, "model config: expert biases need experts");
+    /* GGUF has these (tensors, and llama.cpp's fixed clamp) under gpt-oss only */
+    NEED(!strcmp(c->arch, "gpt-oss") || !(c->attn_sinks || c->out_bias || c->moe_biases || c->swiglu_limit > 0),
+         "model config: attention sinks, an attention-output bias, expert biases and the clamped SwiGLU are "
+         "architecture gpt-oss's, not %s's", c->arch);
+    NEED(!(c->attn_sinks || c->out_bias) || !c->kv_lora_rank, "model config: latent attention takes no sinks or output bias");
     if (c->kv_lora_rank) {
         int64_t hd = toy_llama_head_dim(c);
         NEED(c->kv_lora_rank > 0 && c->q_lora_rank >= 0, "model config: latent ranks %lld (kv), %lld (q)",
@@ -204,12 +212,24 @@ struct toy_llama *toy_llama_alloc(const struct toy_llama_config *cfg, bool alloc
             P(k_norm, "attn_k_norm.weight", cfg->qk_norm_full ? dkv : hd, 0);
         }
         P(wo, "attn_output.weight", dq, d);
+        if (cfg->out_bias) { P(bo, "attn_output.bias", d, 0); }
+        if (cfg->attn_sinks) { P(attn_sinks, "attn_sinks.weight", cfg->n_heads, 0); }
         dq = hd * cfg->n_heads;
         if (cfg->sandwich_norm || cfg->post_norm) { P(post_attn_norm, "post_attention_norm.weight", d, 0); }
-        if (!cfg->post_norm) { P(ffn_norm, "ffn_norm.weight", d, 0); }
+        if (!cfg->post_norm && toy_llama_arch_rules(cfg->arch).ffn_norm_post_attn) {
+            P(ffn_norm, "post_attention_norm.weight", d, 0); /* gpt-oss's name for the MLP's norm */
+        } else if (!cfg->post_norm) {
+            P(ffn_norm, "ffn_norm.weight", d, 0);
+        }
         if (cfg->n_experts && l >= cfg->n_dense_lead) {
             int64_t E = cfg->n_experts, fe = cfg->d_ff_expert ? cfg->d_ff_expert : cfg->d_ff;
             P(ffn_gate_inp, "ffn_gate_inp.weight", d, E);
+            if (cfg->moe_biases) {
+                P(ffn_gate_inp_b, "ffn_gate_inp.bias", E, 0);
+                P(ffn_gate_exps_b, "ffn_gate_exps.bias", fe, E);
+                P(ffn_up_exps_b, "ffn_up_exps.bias", fe, E);
+                P(ffn_down_exps_b, "ffn_down_exps.bias", d, E);
+            }
             if (cfg->moe_bias) { /* it only chooses (no gradient reaches it): not trained */
                 P(exp_probs_b, "exp_probs_b.bias", E, 0);
                 L->exp_probs_b->flags &= ~TOY_FLAG_PARAM;
@@ -235,6 +255,12 @@ struct toy_llama *toy_llama_alloc(const struct toy_llama_config *cfg, bool alloc
 #undef P
     }
     m->out_norm = param(m, "output_norm.weight", d, 0);
+    if (cfg->moe_biases) { /* the input of the experts' down biases (toy_llama_moe_ffn) */
+        m->one = toy_set_name(toy_new_tensor_1d(m->ctx, TOY_F32, 1), "one");
+        if (!m->one->data) m->one->data = toy_ctx_alloc(m->ctx, sizeof(float));
+        *(float *)m->one->data = 1.0f;
+        toy_set_frozen(m->one);
+    }
     if (cfg->attn_temp_scale > 0) { /* a frozen table of the positions' query scales */
         m->attn_temp = toy_set_name(toy_new_tensor_2d(m->ctx, TOY_F32, 1, cfg->max_ctx), "attn_temp");
         if (!m->attn_temp->data) m->attn_temp->data = toy_ctx_alloc(m->ctx, (size_t)cfg->max_ctx * sizeof(float));
@@ -350,13 +376,15 @@ void toy_llama_free(struct toy_llama *m) {
 }
 
 /* a layer's parameters in file order (those it has): their count */
-#define LAYER_TENSORS 32
+#define LAYER_TENSORS 38
 static int layer_tensors(const struct toy_llama_layer *L, struct toy_tensor **out) {
     struct toy_tensor *const all[LAYER_TENSORS] = {
         L->attn_norm, L->wq,     L->wq_a,  L->q_a_norm, L->wq_b, L->wkv_a, L->kv_a_norm, L->wk_b, L->wv_b,
         L->wk,           L->wv,          L->wo,           L->bq,        L->bk,
-        L->bv,        L->q_norm, L->k_norm,       L->post_attn_norm, L->ffn_norm,  L->w_gate,    L->w_up,
-        L->w_down,    L->ffn_gate_inp, L->exp_probs_b, L->ffn_gate_exps, L->ffn_up_exps, L->ffn_down_exps, L->ffn_gate_inp_shexp,
+        L->bv,        L->bo,     L->attn_sinks, L->q_norm, L->k_norm,       L->post_attn_norm, L->ffn_norm,
+        L->w_gate,    L->w_up,
+        L->w_down,    L->ffn_gate_inp, L->ffn_gate_inp_b, L->exp_probs_b, L->ffn_gate_exps, L->ffn_up_exps,
+        L->ffn_down_exps, L->ffn_gate_exps_b, L->ffn_up_exps_b, L->ffn_down_exps_b, L->ffn_gate_inp_shexp,
         L->ffn_gate_shexp, L->ffn_up_shexp, L->ffn_down_shexp, L->post_ffn_norm};
     int n = 0;
     for (int k = 0; k < LAYER_TENSORS; k++)
@@ -420,6 +448,12 @@ void toy_llama_qk_norm(struct toy_ctx *ctx, const struct toy_llama_config *c, co
     *q = x[0], *k = x[1];
 }
 
+struct toy_tensor *toy_llama_glu(struct toy_ctx *ctx, const struct toy_llama_config *c, struct toy_tensor *g,
+                                 struct toy_tensor *u) {
+    if (c->swiglu_limit > 0) return toy_swiglu_oai(ctx, g, u, TOY_LLAMA_OAI_ALPHA, c->swiglu_limit);
+    return c->gelu_mlp ? toy_mul(ctx, toy_gelu(ctx, g), u) : toy_swiglu(ctx, g, u);
+}
+
 /* the layer's load-balancing term (toy_llama_moe_ffn): the choices
  * counted as rows of an identity matrix taken by the route's ids */
 static struct toy_tensor *moe_balance(struct toy_ctx *ctx, struct toy_tensor *logits, struct toy_tensor *route) {
@@ -434,19 +468,32 @@ static struct toy_tensor *moe_balance(struct toy_ctx *ctx, struct toy_tensor *lo
     return toy_scale(ctx, toy_sum_all(ctx, toy_mul(ctx, f, P)), (float)E);
 }
 
-struct toy_tensor *toy_llama_moe_ffn(struct toy_ctx *ctx, const struct toy_llama_config *c,
+struct toy_tensor *toy_llama_moe_ffn(struct toy_ctx *ctx, const struct toy_llama *m,
                                      const struct toy_llama_layer *L, struct toy_tensor *h,
                                      struct toy_tensor **balance) {
+    const struct toy_llama_config *c = &m->cfg;
     int64_t d = h->ne[0], N = toy_nrows(h);
     struct toy_tensor *x = toy_reshape_3d(ctx, h, d, 1, N);
-    struct toy_tensor *logits = toy_reshape_2d(ctx, toy_linear(ctx, h, L->ffn_gate_inp, NULL), c->n_experts, N);
+    struct toy_tensor *logits = toy_linear(ctx, h, L->ffn_gate_inp, L->ffn_gate_inp_b);
+    logits = toy_reshape_2d(ctx, logits, c->n_experts, N);
     struct toy_tensor *route = toy_moe_route_scored(ctx, logits, (int)c->n_experts_used, c->moe_norm, c->moe_sigmoid,
                                                     L->exp_probs_b);
     if (balance) *balance = moe_balance(ctx, logits, route);
     struct toy_tensor *g = toy_moe_matmul(ctx, x, L->ffn_gate_exps, route, false); /* {d_ff, k, N} */
     struct toy_tensor *u = toy_moe_matmul(ctx, x, L->ffn_up_exps, route, false);
-    struct toy_tensor *a = c->gelu_mlp ? toy_mul(ctx, toy_gelu(ctx, g), u) : toy_swiglu(ctx, g, u);
+    if (L->ffn_gate_exps_b) { /* gpt-oss: each slot's expert's biases, rows of {d_ff, E} */
+        g = toy_add(ctx, g, toy_get_rows(ctx, L->ffn_gate_exps_b, route));
+        u = toy_add(ctx, u, toy_get_rows(ctx, L->ffn_up_exps_b, route));
+    }
+    struct toy_tensor *a = toy_llama_glu(ctx, c, g, u);
     struct toy_tensor *f = toy_moe_matmul(ctx, a, L->ffn_down_exps, route, true); /* {d, N} */
+    if (L->ffn_down_exps_b) { /* sum_s w_s b[e_s]: the biases as the experts' {1, d} matrices, times a 1 */
+        TOY_ASSERT(m->one, "layer with expert biases but no model constant 1");
+        struct toy_tensor *like = toy_view(ctx, x, 3, (int64_t[]){1, 1, N}, x->nb, 0); /* (for its shape) */
+        struct toy_tensor *ones = toy_repeat(ctx, toy_reshape_3d(ctx, m->one, 1, 1, 1), like);
+        struct toy_tensor *bw = toy_reshape_3d(ctx, L->ffn_down_exps_b, 1, d, c->n_experts);
+        f = toy_add(ctx, f, toy_moe_matmul(ctx, ones, bw, route, true));
+    }
     f = toy_reshape(ctx, f, h->n_dims, h->ne);
     if (c->moe_scale > 0 && c->moe_scale != 1) f = toy_scale(ctx, f, c->moe_scale); /* the sum is linear in them */
     if (L->ffn_gate_shexp) { /* + shared(h), gated by sigmoid(w . h) as (1 + tanh(z / 2)) / 2 (Qwen2-MoE) */
@@ -481,6 +528,14 @@ static struct toy_tensor *proj_lora(struct toy_ctx *ctx, const struct toy_llama 
     struct toy_tensor *low = toy_linear(ctx, xin, L->lora_a[t], NULL);  /* (.., r) */
     struct toy_tensor *up = toy_linear(ctx, low, L->lora_b[t], NULL);   /* (.., out) */
     return toy_add(ctx, y, toy_scale(ctx, up, m->lora_scale));
+}
+
+struct toy_attn_params toy_llama_attn_params(const struct toy_llama *m, int64_t l) {
+    const struct toy_llama_config *c = &m->cfg;
+    struct toy_attn_params a = {.causal = true, .scale = toy_llama_attn_scale(c), .softcap = c->attn_softcap};
+    if (toy_llama_layer_slides(c, l)) a.window = c->sliding_window;
+    a.sinks = m->layers[l].attn_sinks;
+    return a;
 }
 
 bool toy_llama_layer_slides(const struct toy_llama_config *c, int64_t l) {
@@ -620,8 +675,7 @@ static struct toy_tensor *forward(struct toy_ctx *ctx, struct toy_llama *m, stru
     const int64_t n_ctx = cache ? cache->k[0]->ne[2] : T; /* the positions this graph serves (LongRoPE's choice) */
     for (int64_t l = 0; l < c->n_layers; l++) {
         struct toy_llama_layer *L = &m->layers[l];
-        struct toy_attn_params attn = {.causal = true, .scale = toy_llama_attn_scale(c), .softcap = c->attn_softcap};
-        if (toy_llama_layer_slides(c, l)) attn.window = c->sliding_window;
+        struct toy_attn_params attn = toy_llama_attn_params(m, l);
         /* (OLMo 2 norms after attention and the MLP only) */
         struct toy_tensor *h = L->attn_norm ? toy_rms_norm(ctx, x, L->attn_norm, c->norm_eps) : x, *q, *k, *v;
         if (c->kv_lora_rank) { /* latent attention: one key tensor, which is the values too */
@@ -645,7 +699,7 @@ static struct toy_tensor *forward(struct toy_ctx *ctx, struct toy_llama *m, stru
             a = toy_attention_seg(ctx, q, k, v, seg, &attn); /* {hd, H, T, B}; seg: packed documents */
         }
         a = c->kv_lora_rank ? toy_llama_mla_out(ctx, c, L, a) : toy_reshape_3d(ctx, a, hd * H, T, B);
-        a = proj_lora(ctx, m, L, TOY_LORA_O, a, L->wo, NULL);
+        a = proj_lora(ctx, m, L, TOY_LORA_O, a, L->wo, L->bo);
         if (L->post_attn_norm) a = toy_rms_norm(ctx, a, L->post_attn_norm, c->norm_eps);
         if (c->residual_mult > 0) a = toy_scale(ctx, a, c->residual_mult);
         x = toy_add(ctx, x, a);
@@ -653,7 +707,7 @@ static struct toy_tensor *forward(struct toy_ctx *ctx, struct toy_llama *m, stru
         struct toy_tensor *f;
         if (L->ffn_gate_inp) {
             struct toy_tensor *bal = NULL;
-            f = toy_llama_moe_ffn(ctx, c, L, h, m->moe_balance && !cache ? &bal : NULL);
+            f = toy_llama_moe_ffn(ctx, m, L, h, m->moe_balance && !cache ? &bal : NULL);
             if (bal) {
                 m->moe_aux_loss = m->moe_aux_loss ? toy_add(ctx, m->moe_aux_loss, bal) : bal;
                 n_moe++;
@@ -661,8 +715,7 @@ static struct toy_tensor *forward(struct toy_ctx *ctx, struct toy_llama *m, stru
         } else {
             struct toy_tensor *g = proj_lora(ctx, m, L, TOY_LORA_GATE, h, L->w_gate, NULL);
             struct toy_tensor *u = proj_lora(ctx, m, L, TOY_LORA_UP, h, L->w_up, NULL);
-            f = c->gelu_mlp ? toy_mul(ctx, toy_gelu(ctx, g), u) : toy_swiglu(ctx, g, u);
-            f = proj_lora(ctx, m, L, TOY_LORA_DOWN, f, L->w_down, NULL);
+            f = proj_lora(ctx, m, L, TOY_LORA_DOWN, toy_llama_glu(ctx, c, g, u), L->w_down, NULL);
         }
         if (L->post_ffn_norm) f = toy_rms_norm(ctx, f, L->post_ffn_norm, c->norm_eps);
         if (c->residual_mult > 0) f = toy_scale(ctx, f, c->residual_mult);

@@ -132,8 +132,7 @@ static struct toy_tensor *llama_forward(struct toy_ctx *ctx, struct toy_llama *m
     const int64_t n_ctx = caches && caches[0] ? caches[0]->k[0]->ne[2] : T;
     for (int64_t l = 0; l < c->n_layers; l++) {
         struct toy_llama_layer *L = &m->layers[l];
-        struct toy_attn_params attn = {.causal = true, .scale = toy_llama_attn_scale(c), .softcap = c->attn_softcap};
-        if (toy_llama_layer_slides(c, l)) attn.window = c->sliding_window;
+        struct toy_attn_params attn = toy_llama_attn_params(m, l);
         /* (OLMo 2 norms after attention and the MLP only) */
         struct toy_tensor *h = L->attn_norm ? toy_rms_norm(ctx, x, L->attn_norm, c->norm_eps) : x, *q, *k, *v;
         if (c->kv_lora_rank) { /* latent attention (its products in one piece: see toy_llama_mla_qkv) */
@@ -149,18 +148,17 @@ static struct toy_tensor *llama_forward(struct toy_ctx *ctx, struct toy_llama *m
         }
         struct toy_tensor *a = attend(ctx, q, k, v, caches, l, &attn); /* {hd, H, T, B} */
         a = c->kv_lora_rank ? toy_llama_mla_out(ctx, c, L, a) : toy_reshape_3d(ctx, a, hd * H, T, B);
-        a = projg(ctx, bf16, a, L->wo, NULL, rg);
+        a = projg(ctx, bf16, a, L->wo, L->bo, rg);
         if (L->post_attn_norm) a = toy_rms_norm(ctx, a, L->post_attn_norm, c->norm_eps);
         if (c->residual_mult > 0) a = toy_scale(ctx, a, c->residual_mult);
         x = toy_add(ctx, x, a);
         h = L->ffn_norm ? toy_rms_norm(ctx, x, L->ffn_norm, c->norm_eps) : x;
         struct toy_tensor *f;
         if (L->ffn_gate_inp) {
-            f = toy_llama_moe_ffn(ctx, c, L, h, NULL);
+            f = toy_llama_moe_ffn(ctx, m, L, h, NULL);
         } else {
             struct toy_tensor *g = projg(ctx, bf16, h, L->w_gate, NULL, rg), *u = projg(ctx, bf16, h, L->w_up, NULL, rg);
-            f = c->gelu_mlp ? toy_mul(ctx, toy_gelu(ctx, g), u) : toy_swiglu(ctx, g, u);
-            f = projg(ctx, bf16, f, L->w_down, NULL, rg);
+            f = projg(ctx, bf16, toy_llama_glu(ctx, c, g, u), L->w_down, NULL, rg);
         }
         if (L->post_ffn_norm) f = toy_rms_norm(ctx, f, L->post_ffn_norm, c->norm_eps);
         if (c->residual_mult > 0) f = toy_scale(ctx, f, c->residual_mult);

@@ -18,6 +18,11 @@ attn_qkv, gate and up rows in one ffn_up; the first rope.dimension_count
 dims of each head rotate; LongRoPE divides the frequencies by
 rope_factors_long when the sequence passes rope.scaling.original_context_length,
 else by rope_factors_short, and rope.scaling.attn_factor scales cos and sin.
+gpt-oss (Hugging Face's GptOss, llama.cpp's tensor names): attention sinks
+(a per-head logit concatenated to the scores, its column dropped after the
+softmax), biases on q, k, v and o, post_attention_norm as the MLP's norm, the
+router's top k logits softmaxed, experts with biases and the clamped SwiGLU
+(limit 7, alpha 1.702), even layers sliding.
 
 Usage: ref_llama.py SPEC.json OUT.json
 SPEC: {"cases": [{"gguf": path, "tokens": [[...]...] (B x T),
@@ -178,7 +183,8 @@ class Llama:
         self.final_cap = g("final_logit_softcapping", 0.0)
         self.gemma = a in ("gemma2", "gemma3")
         # (a per-layer list of bools in newer llama.cpp files: true slides)
-        self.period = g("attention.sliding_window_pattern", {"gemma2": 2, "gemma3": 6, "olmo2": 4}.get(a, 0))
+        self.period = g("attention.sliding_window_pattern", {"gemma2": 2, "gemma3": 6, "olmo2": 4, "gpt-oss": 2}.get(a, 0))
+        self.oss = a == "gpt-oss"
         # the sliding layers' own base, unscaled: gemma3's 10000; OLMo 3's (olmo2 with a window) the global base
         olmo3 = a == "olmo2" and self.window > 0
         base_swa = g("rope.freq_base_swa", 10000.0 if a == "gemma3" else g("rope.freq_base", 10000.0) if olmo3 else None)
@@ -207,7 +213,28 @@ class Llama:
             if kind == "yarn" and all_dim and factor > 1:
                 self.scale *= (0.1 * all_dim * math.log(factor) + 1.0) ** 2
 
+    def oss_moe(self, h, p):
+        # Hugging Face's GptOssMLP: the router's top k logits softmaxed; each expert's gate and up with their
+        # biases, glu = min(gate, 7) sigmoid(1.702 glu), times clamp(up, -7, 7) + 1, then down with its bias
+        logits = h @ p("ffn_gate_inp.weight").T + p("ffn_gate_inp.bias")
+        top, ids = torch.topk(logits, self.k, -1)
+        w = torch.softmax(top, -1)
+        out = torch.zeros_like(h)
+        for e in range(p("ffn_gate_exps.weight").shape[0]):
+            sel = ids == e
+            if not sel.any():
+                continue
+            gate = h @ p("ffn_gate_exps.weight")[e].T + p("ffn_gate_exps.bias")[e]
+            up = h @ p("ffn_up_exps.weight")[e].T + p("ffn_up_exps.bias")[e]
+            gate, up = gate.clamp(max=7.0), up.clamp(min=-7.0, max=7.0)
+            y = ((up + 1) * gate * torch.sigmoid(gate * 1.702)) @ p("ffn_down_exps.weight")[e].T \
+                + p("ffn_down_exps.bias")[e]
+            out = out + y * (w * sel).sum(-1, keepdim=True)
+        return out
+
     def moe(self, h, p):
+        if self.oss:
+            return self.oss_moe(h, p)
         # Hugging Face's sparse MoE block (Mixtral, Qwen3-MoE, OLMoE): softmax
         # over the router's logits, the top k, renormalised when norm_topk_prob
         logits = h @ p("ffn_gate_inp.weight").T
@@ -319,12 +346,20 @@ class Llama:
             if slides:
                 bad = bad | (j <= i - self.window)
             s = s.masked_fill(bad, -math.inf)
-            a = (torch.softmax(s, -1) @ vh).permute(0, 2, 1, 3).reshape(B, T, self.H * self.hd)
+            if p("attn_sinks.weight") is not None:  # gpt-oss: the sink's column joins the softmax, then goes
+                sk = p("attn_sinks.weight").view(1, -1, 1, 1).expand(B, self.H, T, 1)
+                pr = torch.softmax(torch.cat([s, sk], -1), -1)[..., :-1]
+            else:
+                pr = torch.softmax(s, -1)
+            a = (pr @ vh).permute(0, 2, 1, 3).reshape(B, T, self.H * self.hd)
             a = a @ p("attn_output.weight").T
-            if p("post_attention_norm.weight") is not None:
+            if p("attn_output.bias") is not None:
+                a = a + p("attn_output.bias")
+            if p("post_attention_norm.weight") is not None and not self.oss:
                 a = rms(a, p("post_attention_norm.weight"), self.eps)
             x = x + a * self.res_mult
-            h = rms(x, p("ffn_norm.weight"), self.eps) if p("ffn_norm.weight") is not None else x
+            fn = p("post_attention_norm.weight") if self.oss else p("ffn_norm.weight")
+            h = rms(x, fn, self.eps) if fn is not None else x
             if p("ffn_gate_inp.weight") is not None:
                 f = self.moe(h, p)
             else:
