@@ -91,6 +91,11 @@ struct hp {
     int64_t rope_orig;
     bool moe_sigmoid, moe_bias, moe_norm;   /* DeepSeek's routing */
     double moe_scale, yarn_log_mul, rope_factor;
+    /* gpt-oss: the MLP's norm stored as post_attention_norm (toy_llama_arch_rules' ffn_norm_post_attn); attention
+     * sinks, the attention output's, the router's and the experts' biases (by their tensors); the clamped SwiGLU's
+     * limit (llama.cpp's 7, no key); YaRN (rope.scaling.type) and its ramp's ends, in pairs of a head */
+    bool mlp_norm_post_attn, sinks, out_bias, router_bias, exp_biases, yarn;
+    double swiglu_limit, yarn_lo, yarn_hi;
     bool vit; /* a ViT classifier (toy train --arch vit): images in, classes out */
     int64_t img_h, img_w, channels, patch, classes;
     struct { char key[128]; const char *type; } bad[16]; /* hyperparameters stored as something not a number */
@@ -246,6 +251,32 @@ static void read_hp(const struct toy_gguf *g, struct hp *h) {
     h->rope_orig = geti(g, h, "rope.scaling.original_context_length", h->ctx, NULL);
     h->attn_temp = !strcmp(h->arch, "mistral3") ? getf(g, h, "attention.temperature_scale", 0, NULL) : 0;
     h->fused = strcmp(h->arch, "gpt2") && toy_gguf_find_tensor(g, "blk.0.attn_qkv.weight") >= 0;
+    h->mlp_norm_post_attn = rules.ffn_norm_post_attn;
+    if (!strcmp(h->arch, "gpt-oss")) { /* as src/models/llama-gguf.c reads it */
+        h->sinks = toy_gguf_find_tensor(g, "blk.0.attn_sinks.weight") >= 0;
+        h->out_bias = toy_gguf_find_tensor(g, "blk.0.attn_output.bias") >= 0;
+        h->router_bias = toy_gguf_find_tensor(g, "blk.0.ffn_gate_inp.bias") >= 0;
+        h->exp_biases = toy_gguf_find_tensor(g, "blk.0.ffn_gate_exps.bias") >= 0;
+        h->swiglu_limit = 7;
+        char k[256];
+        const char *st = NULL;
+        size_t stl = 0;
+        snprintf(k, sizeof k, "%s.rope.scaling.type", h->arch);
+        h->rope_factor = getf(g, h, "rope.scaling.factor", 1.0, NULL);
+        h->yarn = !toy_gguf_get_str(g, k, &st, &stl) && stl == 4 && !memcmp(st, "yarn", 4) && h->rope_factor > 1;
+        if (h->yarn) { /* the ramp's ends as the rope kernels place them (src/backends/cpu/cpu.c), β 32 and 1 */
+            const double n = (double)h->rot, base = h->rope_base > 0 ? h->rope_base : 10000.0,
+                         o = (double)h->rope_orig, two_pi = 6.283185307179586;
+            double bf = getf(g, h, "rope.scaling.yarn_beta_fast", 32.0, NULL);
+            double bs = getf(g, h, "rope.scaling.yarn_beta_slow", 1.0, NULL);
+            if (!(bf > 0)) bf = 32;
+            if (!(bs > 0)) bs = 1;
+            h->yarn_lo = floor(n * log(o / (bf * two_pi)) / (2 * log(base)));
+            h->yarn_hi = ceil(n * log(o / (bs * two_pi)) / (2 * log(base)));
+            if (h->yarn_lo < 0) h->yarn_lo = 0;
+            if (h->yarn_hi > n - 1) h->yarn_hi = n - 1;
+        }
+    }
     for (int64_t i = 0; i < toy_gguf_n_tensors(g); i++) h->n_params += toy_gguf_tensor(g, i)->n_elements;
 }
 
@@ -380,7 +411,7 @@ static void card(const struct toy_gguf *g, const struct hp *h, struct text *t) {
     const bool llama_family = toy_llama_arch_known(h->arch) && strcmp(h->arch, "deepseek2");
     /* OLMo 2: RMSNorm after attention and the MLP, none before */
     const bool post_only = toy_gguf_find_tensor(g, "blk.0.post_attention_norm.weight") >= 0 &&
-                           toy_gguf_find_tensor(g, "blk.0.attn_norm.weight") < 0;
+                           toy_gguf_find_tensor(g, "blk.0.attn_norm.weight") < 0 && !h->mlp_norm_post_attn;
     const long long NE = h->experts, NK = h->experts_used, FE = h->dff_exp ? h->dff_exp : h->dff, FS = h->dff_shared;
     if (!h->n_tensors) {
         tprintf(t, "(no tensors: a vocabulary-only file (a tokenizer), no network to describe)\n");
@@ -416,9 +447,10 @@ static void card(const struct toy_gguf *g, const struct hp *h, struct text *t) {
     const long long d = h->d, L = h->L, H = h->H, K = h->Hkv, dh = h->dh, F = h->dff, V = h->vocab, C = h->ctx;
     int64_t qn = toy_gguf_find_tensor(g, "blk.0.attn_q_norm.weight");
     const bool qk_full = qn >= 0 && toy_gguf_tensor(g, qn)->ne[0] == H * dh && H > 1; /* OLMoE: the whole projection */
-    char r[160], sh[96];
+    char r[160], sh[192];
     tprintf(t, "Algorithm: %s forward pass (decoder-only transformer, %s)\n", h->arch,
-            gpt2 ? "pre-LayerNorm, learned positions" : "pre-RMSNorm, rotary positions");
+            gpt2 ? "pre-LayerNorm, learned positions"
+                 : h->sinks ? "pre-RMSNorm, rotary positions, attention sinks" : "pre-RMSNorm, rotary positions");
     tprintf(t, "Input:  x ∈ [N_V]^T, token ids, T ≤ l_max = %lld\n", C);
     tprintf(t, "Output: P ∈ (0,1)^(N_V×T), P[:, t] = p(x[t+1] | x[1:t])\n");
     char eps[64], theta[80];
@@ -462,16 +494,32 @@ static void card(const struct toy_gguf *g, const struct hp *h, struct text *t) {
                 "    W_k, W_v = (H_kv·d_h×d_e) = (%lld×%lld)", K * dh, d);
         }
         if (h->qk_norm) row(t, PCOL, pname(g, r, sizeof r, "attn_{q,k}_norm.weight", "blk.0.attn_q_norm.weight"), "    γ_q, γ_k ∈ R^%lld", qk_full ? H * dh : dh);
-        row(t, PCOL, pname(g, r, sizeof r, "attn_output.weight", "blk.0.attn_output.weight"), "    W_o = (d_e×H·d_h) = (%lld×%lld)", d, H * dh);
+        row(t, PCOL, pname(g, r, sizeof r, h->out_bias ? "attn_output.{weight,bias}" : "attn_output.weight",
+                           "blk.0.attn_output.weight"), "    W_o = (d_e×H·d_h) = (%lld×%lld)%s", d, H * dh,
+            h->out_bias ? ", b_o" : "");
+        if (h->sinks) /* gpt-oss: a logit per query head that joins its softmax */
+            row(t, PCOL, pname(g, r, sizeof r, "attn_sinks.weight", "blk.0.attn_sinks.weight"),
+                "    s ∈ R^%lld (s_h: head h's sink logit)", H);
         if (gemma || post_only) {
             row(t, PCOL, pname(g, r, sizeof r, "post_attention_norm.weight", "blk.0.post_attention_norm.weight"), "    γ_post_att ∈ R^%lld", d);
             row(t, PCOL, pname(g, r, sizeof r, "post_ffw_norm.weight", "blk.0.post_ffw_norm.weight"), "    γ_post_ffn ∈ R^%lld", d);
         }
-        if (!post_only) row(t, PCOL, pname(g, r, sizeof r, "ffn_norm.weight", "blk.0.ffn_norm.weight"), "    γ_ffn ∈ R^%lld", d);
+        if (h->mlp_norm_post_attn) /* gpt-oss: the MLP's norm, before it, under this name (no sandwich) */
+            row(t, PCOL, pname(g, r, sizeof r, "post_attention_norm.weight", "blk.0.post_attention_norm.weight"),
+                "    γ_ffn ∈ R^%lld (the MLP's norm, before it)", d);
+        else if (!post_only) row(t, PCOL, pname(g, r, sizeof r, "ffn_norm.weight", "blk.0.ffn_norm.weight"), "    γ_ffn ∈ R^%lld", d);
         if (NE) {
-            row(t, PCOL, pname(g, r, sizeof r, "ffn_gate_inp.weight", "blk.0.ffn_gate_inp.weight"), "    W_r = (N_E×d_e) = (%lld×%lld)", NE, d);
+            row(t, PCOL, pname(g, r, sizeof r, h->router_bias ? "ffn_gate_inp.{weight,bias}" : "ffn_gate_inp.weight",
+                               "blk.0.ffn_gate_inp.weight"), "    W_r = (N_E×d_e) = (%lld×%lld)%s", NE, d,
+                h->router_bias ? ", b_r" : "");
             row(t, PCOL, pname(g, r, sizeof r, "ffn_{gate,up}_exps.weight", "blk.0.ffn_gate_exps.weight"), "    W_gate,e, W_up,e = (%lld×%lld), e ∈ [%lld]", FE, d, NE);
+            if (h->exp_biases)
+                row(t, PCOL, pname(g, r, sizeof r, "ffn_{gate,up}_exps.bias", "blk.0.ffn_gate_exps.bias"),
+                    "    b_gate,e, b_up,e ∈ R^%lld", FE);
             row(t, PCOL, pname(g, r, sizeof r, "ffn_down_exps.weight", "blk.0.ffn_down_exps.weight"), "    W_down,e = (%lld×%lld)", d, FE);
+            if (h->exp_biases)
+                row(t, PCOL, pname(g, r, sizeof r, "ffn_down_exps.bias", "blk.0.ffn_down_exps.bias"),
+                    "    b_down,e ∈ R^%lld", d);
             if (FS) {
                 row(t, PCOL, pname(g, r, sizeof r, "ffn_gate_inp_shexp.weight", "blk.0.ffn_gate_inp_shexp.weight"), "    w_s ∈ R^%lld", d);
                 row(t, PCOL, pname(g, r, sizeof r, "ffn_{gate,up,down}_shexp.weight", "blk.0.ffn_gate_shexp.weight"), "    W_gate,s, W_up,s = (%lld×%lld), W_down,s", FS, d);
@@ -538,6 +586,14 @@ static void card(const struct toy_gguf *g, const struct hp *h, struct text *t) {
             if (h->longrope)
                 row(t, SCOL, "", "       ρ = ρ_long for a context past %lld, else ρ_short", (long long)h->rope_orig);
             if (h->rope_attn > 0 && h->rope_attn != 1) row(t, SCOL, "", "       cos and sin × %g", h->rope_attn);
+        } else if (h->yarn) { /* gpt-oss: YaRN's frequencies and magnitude, on halves (NeoX) */
+            STEP("position t turns pairs", "  Q ← RoPE(Q, θ%s); K ← RoPE(K, θ%s), YaRN ×%g past %lld", n++,
+                 h->has_rope_freqs ? ", ρ" : "", h->has_rope_freqs ? ", ρ" : "", h->rope_factor, (long long)h->rope_orig);
+            row(t, SCOL, "", "       on pairs (i, i + %lld) of a head: frequency θ^(−2i/%lld) for i ≤ %g, ÷ %g for i ≥ %g,",
+                (long long)h->rot / 2, (long long)h->rot, h->yarn_lo, h->rope_factor, h->yarn_hi);
+            if (h->rope_attn > 0) row(t, SCOL, "", "       a linear ramp between; cos and sin × %.4g", h->rope_attn);
+            else row(t, SCOL, "", "       a linear ramp between; cos and sin × %.4g (1 + 0.1 ln %g)",
+                     1 + 0.1 * log(h->rope_factor), h->rope_factor);
         } else
             STEP("position t turns pairs", "  Q ← RoPE(Q, θ%s); K ← RoPE(K, θ%s)", n++, h->has_rope_freqs ? ", ρ" : "",
                  h->has_rope_freqs ? ", ρ" : "");
@@ -550,18 +606,25 @@ static void card(const struct toy_gguf *g, const struct hp *h, struct text *t) {
          * blk.0, blk.2, ... slide (0-based even, as src/models/llama.c and llama.cpp's set_swa_pattern(2) have
          * it), i.e. l = 1, 3, ... here; Gemma 3's P = 6 all but l = 6, 12, ... */
         const long long P = h->swa_period;
+        char mask[96];
         if (h->swa > 0 && P == 2)
-            snprintf(sh, sizeof sh, "Y_h: (%lld×T), M causal; window %lld for odd l (blk.0, 2, …)", dh,
-                     (long long)h->swa);
+            snprintf(mask, sizeof mask, "M causal; window %lld for odd l (blk.0, 2, …)", (long long)h->swa);
         else if (h->swa > 0 && P > 2)
-            snprintf(sh, sizeof sh, "Y_h: (%lld×T), M causal; window %lld unless %lld | l", dh, (long long)h->swa, P);
+            snprintf(mask, sizeof mask, "M causal; window %lld unless %lld | l", (long long)h->swa, P);
         else if (h->swa > 0 && P < 0) /* a per-layer list no period gives */
-            snprintf(sh, sizeof sh, "Y_h: (%lld×T), M causal; window %lld on some l, in no period", dh,
-                     (long long)h->swa);
+            snprintf(mask, sizeof mask, "M causal; window %lld on some l, in no period", (long long)h->swa);
         else if (h->swa > 0 && P != 1)
-            snprintf(sh, sizeof sh, "Y_h: (%lld×T), M causal, window %lld", dh, (long long)h->swa);
-        else snprintf(sh, sizeof sh, "Y_h: (%lld×T), M causal", dh);
-        STEP(sh, "    Y_h ← V_g softmax(S + M)", n++);
+            snprintf(mask, sizeof mask, "M causal, window %lld", (long long)h->swa);
+        else snprintf(mask, sizeof mask, "M causal");
+        if (h->sinks) { /* gpt-oss: head h's sink joins each column's softmax as one more key, of value 0 */
+            snprintf(sh, sizeof sh, "A: ((T+1)×T), %s", mask);
+            STEP(sh, "    A ← softmax([S + M; s_h 1ᵀ])", n++);
+            snprintf(sh, sizeof sh, "Y_h: (%lld×T), the sink's row dropped", dh);
+            STEP(sh, "    Y_h ← V_g A[1:T, :]", n++);
+        } else {
+            snprintf(sh, sizeof sh, "Y_h: (%lld×T), %s", dh, mask);
+            STEP(sh, "    Y_h ← V_g softmax(S + M)", n++);
+        }
         snprintf(sh, sizeof sh, "(%lld×T)", d);
         if (post_only) {
             STEP(sh, "  X ← X + RMSNorm(W_o [Y_1; …; Y_%lld] | γ_post_att)", n++, H);
@@ -573,20 +636,39 @@ static void card(const struct toy_gguf *g, const struct hp *h, struct text *t) {
             snprintf(sh, sizeof sh, "(%lld×T) → (%lld×T)", F, d);
             STEP(sh, "  X ← X + RMSNorm(W_down(GELU(W_gate X̃) ⊙ W_up X̃) | γ_post_ffn)", n++);
         } else {
-            STEP(sh, "  X ← X + W_o [Y_1; …; Y_%lld]", n++, H);
+            STEP(sh, "  X ← X + W_o [Y_1; …; Y_%lld]%s", n++, H, h->out_bias ? " + b_o" : "");
             STEP(sh, "  X̃ ← RMSNorm(X | γ_ffn)", n++);
+            const double lim = h->swiglu_limit, alpha = TOY_LLAMA_OAI_ALPHA; /* gpt-oss's clamped SwiGLU */
             if (NE) {
                 snprintf(sh, sizeof sh, "p: (%lld×T)", NE);
-                STEP(sh, "  P ← softmax(W_r X̃); for t ∈ [T]: E_t ← the %lld largest of P[:, t]", n++, NK);
+                STEP(sh, "  P ← softmax(W_r X̃%s); for t ∈ [T]: E_t ← the %lld largest of P[:, t]", n++,
+                     h->router_bias ? " + b_r" : "", NK);
                 if (toy_llama_moe_renormalises(h->arch))
                     STEP("", "    w_t,e ← P[e, t] / Σ_{e' ∈ E_t} P[e', t]", n++);
                 else STEP("", "    w_t,e ← P[e, t]", n++);
+                if (lim > 0) {
+                    const char *bg = h->exp_biases ? " + b_gate,e" : "", *bu = h->exp_biases ? " + b_up,e" : "";
+                    snprintf(sh, sizeof sh, "(%lld×1)", FE);
+                    STEP(sh, "  for t ∈ [T], e ∈ E_t: g_t,e ← min(W_gate,e x̃_t%s, %g); u_t,e ← clamp(W_up,e x̃_t%s, "
+                         "−%g, %g)", n++, bg, lim, bu, lim, lim);
+                }
                 snprintf(sh, sizeof sh, "(%lld×1) → (%lld×1), %lld of %lld", FE, d, NK, NE);
-                STEP(sh, "  X[:, t] ← X[:, t] + Σ_{e ∈ E_t} w_t,e W_down,e (SiLU(W_gate,e x̃_t) ⊙ W_up,e x̃_t)", n++);
+                if (lim > 0 && h->exp_biases)
+                    STEP(sh, "  X[:, t] ← X[:, t] + Σ_{e ∈ E_t} w_t,e (W_down,e (g_t,e ⊙ σ(%g g_t,e) ⊙ (u_t,e + 1)) "
+                         "+ b_down,e)", n++, alpha);
+                else if (lim > 0)
+                    STEP(sh, "  X[:, t] ← X[:, t] + Σ_{e ∈ E_t} w_t,e W_down,e (g_t,e ⊙ σ(%g g_t,e) ⊙ (u_t,e + 1))",
+                         n++, alpha);
+                else STEP(sh, "  X[:, t] ← X[:, t] + Σ_{e ∈ E_t} w_t,e W_down,e (SiLU(W_gate,e x̃_t) ⊙ W_up,e x̃_t)", n++);
                 if (FS) {
                     snprintf(sh, sizeof sh, "(%lld×T) → (%lld×T)", FS, d);
                     STEP(sh, "  X ← X + σ(w_sᵀ X̃) ⊙ W_down,s (SiLU(W_gate,s X̃) ⊙ W_up,s X̃)", n++);
                 }
+            } else if (lim > 0) {
+                snprintf(sh, sizeof sh, "(%lld×T)", F);
+                STEP(sh, "  G ← min(W_gate X̃, %g); U ← clamp(W_up X̃, −%g, %g)", n++, lim, lim, lim);
+                snprintf(sh, sizeof sh, "(%lld×T) → (%lld×T)", F, d);
+                STEP(sh, "  X ← X + W_down (G ⊙ σ(%g G) ⊙ (U + 1))", n++, alpha);
             } else {
                 snprintf(sh, sizeof sh, "(%lld×T) → (%lld×T)", F, d);
                 STEP(sh, "  X ← X + W_down (SiLU(W_gate X̃) ⊙ W_up X̃)", n++);
@@ -601,6 +683,16 @@ static void card(const struct toy_gguf *g, const struct hp *h, struct text *t) {
 #undef STEP
     tprintf(t, "%s(x | γ) = x ⊙ γ / √(mean(x²) + ε)%s\n", gpt2 ? "LayerNorm(x | γ, β) = (x − mean x) ⊙ γ / √(var x + ε) + β;  RMSNorm" : "RMSNorm",
             gemma ? "  (GGUF stores Gemma's γ as 1 + w)" : "");
+    if (h->mlp_norm_post_attn) /* gpt-oss */
+        tprintf(t, "γ_ffn is the MLP's norm, before it: gpt-oss stores it as post_attention_norm (no norm follows "
+                   "attention)\n");
+    if (h->sinks)
+        tprintf(t, "s_h: head h's sink, one more key in each column's softmax, of value 0: the weights on the "
+                   "positions sum to less than 1\n");
+    if (h->swiglu_limit > 0)
+        tprintf(t, "σ(x) = 1 / (1 + e^(−x)); the clamped SwiGLU's limit %g and α = %g are gpt-oss's, fixed (no GGUF "
+                   "key)\n",
+                h->swiglu_limit, (double)TOY_LLAMA_OAI_ALPHA);
 }
 
 struct type_row {
@@ -748,6 +840,25 @@ int toy_cmd_describe(int argc, char **argv) {
                                                         (json_int_t)h.experts_used, "feed_forward_length",
                                                         (json_int_t)(h.dff_exp ? h.dff_exp : h.dff),
                                                         "shared_feed_forward_length", (json_int_t)h.dff_shared));
+        if (!strcmp(h.arch, "gpt-oss")) { /* what the card draws of gpt-oss's own (null: not in the file) */
+            json_t *oss = json_object();
+            json_object_set_new(oss, "attention_sinks", json_boolean(h.sinks));
+            json_object_set_new(oss, "attention_output_bias", json_boolean(h.out_bias));
+            json_object_set_new(oss, "router_bias", json_boolean(h.router_bias));
+            json_object_set_new(oss, "expert_biases", json_boolean(h.exp_biases));
+            json_object_set_new(oss, "swiglu_limit", json_real(h.swiglu_limit));
+            json_object_set_new(oss, "swiglu_alpha", /* 1.702, not the float's 1.70200002 */
+                                json_real(round(1e6 * (double)TOY_LLAMA_OAI_ALPHA) / 1e6));
+            json_object_set_new(oss, "mlp_norm", json_string("post_attention_norm.weight"));
+            json_object_set_new(oss, "sliding_window", h.swa > 0 ? json_integer((json_int_t)h.swa) : json_null());
+            json_object_set_new(oss, "sliding_window_period",
+                                h.swa > 0 ? json_integer((json_int_t)h.swa_period) : json_null());
+            json_object_set_new(oss, "rope_scaling", h.yarn ? json_string("yarn") : json_null());
+            json_object_set_new(oss, "rope_scaling_factor", h.yarn ? num_or_null(h.rope_factor) : json_null());
+            json_object_set_new(oss, "rope_original_context",
+                                h.yarn ? json_integer((json_int_t)h.rope_orig) : json_null());
+            json_object_set_new(o, "gpt_oss", oss);
+        }
         if (h.vit)
             json_object_set_new(o, "vit", json_pack("{s:I, s:I, s:I, s:I, s:I}", "image_height", (json_int_t)h.img_h,
                                                     "image_width", (json_int_t)h.img_w, "channels",
@@ -845,6 +956,10 @@ int toy_cmd_describe(int argc, char **argv) {
         if (h.attn_temp > 0) snprintf(l2 + k, sizeof l2 - k, "query temperature %g, ", h.attn_temp);
         k = strlen(l2);
         if (h.rope_attn > 0 && h.rope_attn != 1) snprintf(l2 + k, sizeof l2 - k, "rope attn factor %g, ", h.rope_attn);
+        k = strlen(l2);
+        if (h.yarn) snprintf(l2 + k, sizeof l2 - k, "YaRN ×%g past %lld, ", h.rope_factor, (long long)h.rope_orig);
+        k = strlen(l2);
+        if (h.sinks) snprintf(l2 + k, sizeof l2 - k, "attention sinks, ");
         k = strlen(l2);
         if (h.n_tensors && h.tied) snprintf(l2 + k, sizeof l2 - k, "tied embeddings, ");
         l1[strlen(l1) - 2] = 0;

@@ -264,6 +264,88 @@ Test(cli_gguf, describe_latent_attention) {
     th_rmdir();
 }
 
+/* where needle first is in hay, or NULL: the card's lines in order */
+static const char *after(const char *hay, const char *needle) { return hay ? strstr(hay, needle) : NULL; }
+
+/* gpt-oss (tests/test-llama.c's f_gptoss): the card drew it as a plain mixture, without the attention sinks, the
+ * attention-output, router and expert biases or the clamped SwiGLU, and looked for an ffn_norm ("absent") where
+ * gpt-oss keeps the MLP's norm under the name post_attention_norm. It has them all, in the forward pass's order, with
+ * the alternating window and YaRN; a Llama's card has none of it. */
+Test(cli_gguf, describe_gpt_oss_sinks_biases_and_clamped_swiglu) {
+    th_mkdir("cli-gptoss");
+    struct toy_llama_config c = toy_llama_preset("tiny");
+    snprintf(c.arch, sizeof c.arch, "gpt-oss");
+    c.vocab = 61, c.d_ff = 96, c.max_ctx = 64, c.rope_mode = TOY_ROPE_NEOX, c.head_dim = 24;
+    c.qkv_bias = true, c.out_bias = true, c.attn_sinks = true, c.moe_biases = true, c.swiglu_limit = 7.0f;
+    c.n_experts = 4, c.n_experts_used = 2, c.d_ff_expert = 32, c.moe_norm = true;
+    c.sliding_window = 4, c.swa_period = 2;
+    c.rope_scaling = TOY_ROPE_SCALING_YARN, c.rope_factor = 4, c.rope_orig_ctx = 8;
+    c.tied = false;
+    struct toy_llama *m = toy_llama_new(&c, 1);
+    cr_assert(m, "%s", toy_last_error());
+    char path[400], cmd[1024];
+    snprintf(path, sizeof path, "%s/oss.gguf", th_dir);
+    th_save_llama(m, TOY_F32, path);
+    toy_llama_free(m);
+    int rc;
+    snprintf(cmd, sizeof cmd, "%s describe %s", bin(), path);
+    char *out = run(cmd, &rc);
+    cr_expect_eq(rc, 0, "%s", out);
+    const char *want[] = {"heads 4 (kv 2, head dim 24)", "experts 4 (2 a token, d_ff 32)", "attention sinks",
+                          "YaRN ×4 past 8", "attn_q.{weight,bias}", "W_q = (H·d_h×d_e) = (96×64), b_q",
+                          "W_o = (d_e×H·d_h) = (64×96), b_o", "s ∈ R^4", "b_gate,e, b_up,e ∈ R^32",
+                          "b_down,e ∈ R^64", "W_r = (N_E×d_e) = (4×64), b_r", "cos and sin × 1.139",
+                          "on pairs (i, i + 12)", "window 4 for odd l (blk.0, 2, …)", "E_t ← the 2 largest of P[:, t]",
+                          "w_t,e ← P[e, t] / Σ_{e' ∈ E_t} P[e', t]", "(32×1) → (64×1), 2 of 4"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) cr_expect(strstr(out, want[i]), "no '%s' in\n%s", want[i], out);
+    /* the parameters in the file's terms and the steps in the forward pass's order: the sinks join the softmax, the
+     * output bias the residual, and the MLP's norm (post_attention_norm) comes after it and before the router */
+    const char *p = after(after(after(after(after(out, "attn_output.{weight,bias}"), "attn_sinks.weight"),
+                                      "post_attention_norm.weight"), "ffn_gate_inp.{weight,bias}"),
+                          "ffn_{gate,up}_exps.bias");
+    cr_expect(after(p, "ffn_down_exps.bias"), "parameters out of order or missing:\n%s", out);
+    p = after(out, "Q ← W_q X̃ + b_q; K ← W_k X̃ + b_k; V ← W_v X̃ + b_v");
+    p = after(after(p, "RoPE(Q, θ)"), "A ← softmax([S + M; s_h 1ᵀ])");
+    p = after(after(p, "Y_h ← V_g A[1:T, :]"), "X ← X + W_o [Y_1; …; Y_4] + b_o");
+    p = after(after(p, "X̃ ← RMSNorm(X | γ_ffn)"), "P ← softmax(W_r X̃ + b_r)");
+    p = after(p, "g_t,e ← min(W_gate,e x̃_t + b_gate,e, 7); u_t,e ← clamp(W_up,e x̃_t + b_up,e, −7, 7)");
+    p = after(p, "Σ_{e ∈ E_t} w_t,e (W_down,e (g_t,e ⊙ σ(1.702 g_t,e) ⊙ (u_t,e + 1)) + b_down,e)");
+    cr_expect(after(p, "X ← RMSNorm(X | γ_f)"), "steps out of order or missing:\n%s", out);
+    cr_expect(strstr(out, "γ_ffn ∈ R^64 (the MLP's norm, before it)"), "%s", out);
+    cr_expect(strstr(out, "gpt-oss stores it as post_attention_norm"), "%s", out);
+    /* no sandwich norm, no ffn_norm looked for, no plain SiLU */
+    const char *not[] = {"absent", "γ_post_att", "ffn_norm.weight", "SiLU", "tied"};
+    for (size_t i = 0; i < sizeof not / sizeof not[0]; i++) cr_expect(!strstr(out, not[i]), "'%s' in\n%s", not[i], out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s describe %s --json", bin(), path);
+    json_t *j = run_json(cmd);
+    json_t *o = json_object_get(j, "gpt_oss");
+    cr_expect(json_is_true(json_object_get(o, "attention_sinks")) &&
+                  json_is_true(json_object_get(o, "attention_output_bias")) &&
+                  json_is_true(json_object_get(o, "router_bias")) && json_is_true(json_object_get(o, "expert_biases")),
+              "gpt_oss's flags in the JSON");
+    cr_expect_eq(json_number_value(json_object_get(o, "swiglu_limit")), 7.0);
+    cr_expect_str_eq(json_string_value(json_object_get(o, "mlp_norm")), "post_attention_norm.weight");
+    cr_expect_eq(json_integer_value(json_object_get(o, "sliding_window")), 4);
+    cr_expect_eq(json_integer_value(json_object_get(o, "sliding_window_period")), 2);
+    cr_expect_str_eq(json_string_value(json_object_get(o, "rope_scaling")), "yarn");
+    cr_expect_eq(json_number_value(json_object_get(o, "rope_scaling_factor")), 4.0);
+    const char *card = json_string_value(json_object_get(j, "algorithm"));
+    cr_expect(card && strstr(card, "A ← softmax([S + M; s_h 1ᵀ])"), "%s", card ? card : "(no algorithm)");
+    json_decref(j);
+    th_rmdir();
+    /* a Llama's card has none of it */
+    snprintf(cmd, sizeof cmd, "%s describe %s --json", bin(), TINY);
+    j = run_json(cmd);
+    cr_expect(!json_object_get(j, "gpt_oss"));
+    card = json_string_value(json_object_get(j, "algorithm"));
+    const char *llama_not[] = {"sink", "b_o", "b_r", "min(", "clamp", "post_attention_norm", "YaRN"};
+    for (size_t i = 0; i < sizeof llama_not / sizeof llama_not[0]; i++)
+        cr_expect(!strstr(card, llama_not[i]), "'%s' in\n%s", llama_not[i], card);
+    cr_expect(strstr(card, "X ← X + W_o [Y_1; …; Y_") && strstr(card, "X̃ ← RMSNorm(X | γ_ffn)"), "%s", card);
+    json_decref(j);
+}
+
 Test(cli_gguf, quantize_and_models) {
     const char *b = bin();
     char dir[] = "/tmp/toy-cli-gguf-XXXXXX";
