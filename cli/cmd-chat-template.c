@@ -20,7 +20,9 @@ static void usage(FILE *f) {
             "  --template NAME|FILE  a built-in (chatml, smollm2, llama3, llama2, mistral, gemma, phi3), a Jinja file\n"
             "                        or Jinja source; a model without a template gets chatml\n"
             "  --messages FILE       JSON: [{\"role\": ..., \"content\": ...}, ...] or {\"messages\": [...], \"tools\": ...};\n"
-            "                        '-' reads standard input\n"
+            "                        the object's other keys become template variables too (e.g. gpt-oss's\n"
+            "                        \"reasoning_effort\"); '-' reads standard input. strftime_now reads\n"
+            "                        SOURCE_DATE_EPOCH when set\n"
             "  --no-generation-prompt  do not open an assistant turn at the end\n"
             "  --bos TEXT, --eos TEXT  BOS/EOS text when there is no model\n"
             "  --print-template      print the template source instead of rendering\n");

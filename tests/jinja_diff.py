@@ -5,6 +5,9 @@ Run with the Python that has jinja2 (Debian's python3-jinja2 is for /usr/bin/pyt
   make BUILD=build-jinja build-jinja/toy && /usr/bin/python3 tests/jinja_diff.py --toy build-jinja/toy [--family FILE]
 It reads the templates in ../shared/testdata (the Llama-3 tokenizer_config.json, GGUF-carried ones), the
 model-family templates of --family FILE (kept out of the tree), toy's built-ins, and small feature probes.
+--family FILE is Python that fills the dict T, e.g. T['gpt_oss'] = open('/tmp/gpt-oss.jinja').read(); the
+names the cases know (qwen3, qwen25, llama31, gpt_oss, ...) get extra message sets and variables.
+strftime_now is pinned on both sides with SOURCE_DATE_EPOCH (set to 2025-08-05 unless given).
 
 usage: /usr/bin/python3 diff.py [-v] [-k SUBSTR] [--toy PATH] [--list]
 Prints each mismatch (name, template, jinja2 repr, toy repr) and a final summary line
@@ -69,6 +72,10 @@ def _tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False
     return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 def _strftime_now(fmt):
+    # the date pinned on both sides: toy's strftime_now reads SOURCE_DATE_EPOCH (UTC) too
+    sde = os.environ.get('SOURCE_DATE_EPOCH')
+    if sde:
+        return datetime.datetime.fromtimestamp(int(sde), datetime.timezone.utc).strftime(fmt)
     return datetime.datetime.now().strftime(fmt)
 
 ENV = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
@@ -160,6 +167,125 @@ MSGS = {
     'system_only': [{"role": "system", "content": "only sys"}],
 }
 MSG_EXTRA = {'tool_calls': {'tools': TOOLS}, 'tool_calls_str': {'tools': TOOLS}, 'ipython': {'tools': TOOLS}}
+
+# gpt-oss ("harmony", --family T['gpt_oss']): developer/thinking/tool-call turns, JSON-schema tool
+# definitions of every shape its TypeScript rendering distinguishes, and its kwargs
+SCHEMA_TOOLS = [
+    {"type": "function", "function": {"name": "search", "description": "Search the catalogue \u2014 caf\u00e9s too",
+     "parameters": {"type": "object", "required": ["query", "filters"], "properties": {
+        "query": {"type": "string", "description": "What to look for"},
+        "mode": {"type": "string", "enum": ["fast", "exact", "fuzzy"], "default": "fast", "description": "Match mode"},
+        "limit": {"type": "integer", "default": 10},
+        "ratio": {"type": "number", "default": 0.5, "description": "Weight"},
+        "scale": {"type": "number", "default": 10.0},
+        "strict": {"type": "boolean", "default": False},
+        "tags": {"type": "array", "items": {"type": "string"}, "default": ["a", "b"]},
+        "ids": {"type": "array", "items": {"type": "integer"}, "nullable": True},
+        "scores": {"type": "array", "items": {"type": "number"}},
+        "flags": {"type": "array", "items": {"type": "boolean"}},
+        "anything": {"type": "array"},
+        "maybe_list": {"type": "array", "nullable": True},
+        "points": {"type": "array", "items": {"type": "object", "properties": {
+            "x": {"type": "number"}, "y": {"type": "number"}, "label": {"type": "string", "nullable": True}},
+            "required": ["x"]}},
+        "matrix": {"type": "array", "items": {"type": "array", "items": {"type": "number"}}},
+        "wide": {"type": "array", "items": {"type": "object", "properties": {
+            "a_long_property_name": {"type": "string"}, "another_long_property": {"type": "integer"},
+            "third_long_property_name": {"type": "boolean"}}}},
+        "blobs": {"type": "array", "items": {"type": ["object", "object"]}},
+        "filters": {"type": "object", "properties": {
+            "lang": {"type": "string", "enum": ["en", "fr"]},
+            "since": {"type": "string", "nullable": True, "description": "ISO date"},
+            "nested": {"type": "object", "properties": {"deep": {"type": "boolean"}}, "required": ["deep"]}},
+            "required": ["lang"]},
+        "meta": {"type": "object"},
+        "union": {"type": ["string", "integer", "null"]},
+        "single": {"type": ["string"]},
+        "choice": {"oneOf": [{"type": "string", "description": "a name"}, {"type": "integer", "default": 3}],
+                   "default": "x"},
+        "shape": {"oneOf": [{"type": "object", "properties": {"r": {"type": "number"}}}, {"type": "string"}]},
+        "lone": {"oneOf": [{"type": "object"}]},
+        "untyped": {"description": "no type at all"},
+        "enum_nullable": {"type": "string", "nullable": True},
+        "empty_enum": {"type": "string", "enum": []}}}}},
+    {"type": "function", "function": {"name": "ping", "description": "No parameters"}},
+    {"type": "function", "function": {"name": "noop", "description": "Empty properties",
+                                      "parameters": {"type": "object", "properties": {}}}},
+]
+OSS_TC = [{"type": "function", "id": "c1", "function": {"name": "search", "arguments": {"query": "caf\u00e9", "limit": 3,
+                                                                                        "ratio": 1.0, "tags": ["x"]}}}]
+OSS_MSGS = {
+    'plain': ([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"},
+               {"role": "user", "content": "Bye"}], None),
+    'plain_last_assistant': ([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}], None),
+    'system': ([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}], None),
+    'developer': ([{"role": "developer", "content": "Answer in French.\nAlways."}, {"role": "user", "content": "Hi"},
+                   {"role": "assistant", "content": "Salut"}], None),
+    'thinking': ([{"role": "user", "content": "2+2?"},
+                  {"role": "assistant", "content": "4", "thinking": "Add them."},
+                  {"role": "user", "content": "3+3?"},
+                  {"role": "assistant", "content": "6", "thinking": "Also add: 3 and 3."}], None),
+    'tools': ([{"role": "system", "content": "Use tools."}, {"role": "user", "content": "Find caf\u00e9s"}],
+              {'tools': SCHEMA_TOOLS}),
+    'tools_no_dev': ([{"role": "user", "content": "Find"}], {'tools': SCHEMA_TOOLS[1:]}),
+    'tool_call_flow': ([{"role": "user", "content": "Find caf\u00e9s"},
+                        {"role": "assistant", "thinking": "I should search.", "tool_calls": OSS_TC},
+                        {"role": "tool", "content": "{\"hits\": 2}"},
+                        {"role": "assistant", "content": "Two caf\u00e9s.", "thinking": "Summarise."}],
+                       {'tools': SCHEMA_TOOLS}),
+    'tool_call_pending': ([{"role": "user", "content": "Find"},
+                           {"role": "assistant", "content": "Let me search.", "tool_calls": OSS_TC},
+                           {"role": "tool", "content": {"hits": [1, 2], "ok": True}}],
+                          {'tools': SCHEMA_TOOLS}),
+    'tool_call_thinking_pending': ([{"role": "user", "content": "Find"},
+                                    {"role": "assistant", "thinking": "Searching.", "tool_calls":
+                                     [{"name": "ping", "arguments": "{\"a\": 1}", "content_type": "code"}]},
+                                    {"role": "tool", "content": "pong"}],
+                                   {'tools': SCHEMA_TOOLS}),
+    'tool_call_str_args': ([{"role": "user", "content": "Weather?"},
+                            {"role": "assistant", "tool_calls": TC_STR},
+                            {"role": "tool", "content": "sunny"},
+                            {"role": "assistant", "content": "Sunny."}], {'tools': TOOLS}),
+    'kwargs': ([{"role": "user", "content": "Hi"}],
+               {'reasoning_effort': 'high', 'model_identity': 'You are Toy.', 'builtin_tools': ['browser', 'python']}),
+    'kwargs_python': ([{"role": "user", "content": "Hi"}], {'builtin_tools': ['python'], 'tools': TOOLS}),
+    'kwargs_empty_builtin': ([{"role": "user", "content": "Hi"}], {'builtin_tools': [], 'reasoning_effort': 'low'}),
+    'two_tool_rounds': ([{"role": "developer", "content": "Dev."}, {"role": "user", "content": "Go"},
+                         {"role": "assistant", "content": "", "thinking": "first", "tool_calls": OSS_TC + TC},
+                         {"role": "tool", "content": "r1"},
+                         {"role": "assistant", "content": "Checking weather.", "tool_calls": TC},
+                         {"role": "tool", "content": [1, 2.5, None, "\u00e9"]},
+                         {"role": "user", "content": "And?"}], {'tools': SCHEMA_TOOLS}),
+    'tool_args_numbers': ([{"role": "user", "content": "n"},
+                           {"role": "assistant", "tool_calls": [{"function": {"name": "ping", "arguments": {
+                               "f": [1e-07, 1e20, 3.141592653589793, -0.0, 100.0, 1e16, 123456.789, 2.5e-5],
+                               "s": "\u2028</script>\t\u0001", "b": [True, False, None], "e": {}, "l": []}}}]},
+                           {"role": "tool", "content": ""}], {'tools': SCHEMA_TOOLS[1:]}),
+    'items_named_props': ([{"role": "user", "content": "cart"}],
+                          {'tools': [{"type": "function", "function": {"name": "cart", "description": "Cart", "parameters": {
+                              "type": "object", "required": ["items"], "properties": {
+                                  "items": {"type": "array", "items": {"type": "object", "properties": {
+                                      "items": {"type": "integer"}, "keys": {"type": "string"}, "values": {"type": "number"}}}},
+                                  "keys": {"type": "array", "items": {}},
+                                  "get": {"type": "object", "properties": {"items": {"type": "array", "items": {"type": "string"}}}},
+                                  "type": {"type": "string", "enum": ["a"]}}}}}]}),
+    'builtin_tools_string': ([{"role": "user", "content": "Hi"}], {'builtin_tools': 'browser'}),
+    'empty_tools': ([{"role": "user", "content": "Hi"}], {'tools': []}),
+    'err_empty_messages': ([], None),
+    'err_empty_tool_calls': ([{"role": "user", "content": "x"}, {"role": "assistant", "tool_calls": []}], None),
+    'err_none_effort': ([{"role": "user", "content": "x"}], {'reasoning_effort': None}),
+    'err_user_none': ([{"role": "user", "content": None}], None),
+    'err_both': ([{"role": "user", "content": "x"},
+                  {"role": "assistant", "content": "c", "thinking": "t", "tool_calls": OSS_TC}], {'tools': SCHEMA_TOOLS}),
+    'err_channel_tag': ([{"role": "user", "content": "x"},
+                         {"role": "assistant", "content": "<|channel|>final<|message|>hi"}], None),
+    'err_channel_thinking': ([{"role": "user", "content": "x"},
+                              {"role": "assistant", "content": "a", "thinking": "<|channel|>analysis<|message|>t"}], None),
+    'err_orphan_tool': ([{"role": "user", "content": "x"}, {"role": "tool", "content": "y"}], None),
+    'err_default_concat': ([{"role": "user", "content": "x"}],
+                           {'tools': [{"type": "function", "function": {"name": "f", "description": "d", "parameters": {
+                               "type": "object", "properties": {"n": {"type": "integer", "enum": [1, 2], "default": 1}}}}}]}),
+}
 
 # ---------------------------------------------------------------- feature probes: (name, template, extra vars)
 V = {'s': '  Hello World  ', 'n': 7, 'f': 2.5, 'l': [3, 1, 2], 'names': ['b', 'A', 'a', 'B'],
@@ -450,6 +576,17 @@ for nm, t in [
     ('join_none_items', "{{ [1, none, 'x']|join('-') }}"),
     ('strip_chars_multibyte', "[{{ 'éaé'.strip('é') }}][{{ 'xé'.rstrip('é') }}]"),
     ('upper_method_unicode', "{{ 'é'.upper() }} {{ 'ÉA'.lower() }}"),
+    ('trailing_newline', "{{ 'x' -}}  z|{{ 'y' }}\n"), ('trailing_newlines', "{{ 'x' }}\n\n"),
+    ('trailing_crlf', "{% if true %}a{% endif %}b\r\n"),
+    ('macro_defaults', "{% macro m(a, b=false, c='x') %}[{{ a }}|{{ b }}|{{ c }}]{% endmacro %}{{ m(1) }}{{ m(1, 2) }}{{ m(1, c=3) }}{{ m(c=1, a=2) }}"),
+    ('macro_varargs_kwargs', "{% macro m(a) %}{{ a }}{{ varargs }}{{ kwargs }}{% endmacro %}{{ m(1, 2, a=3, x=4) }}"),
+    ('macro_nested_varargs', "{% macro m(a) %}{% macro n() %}{{ varargs }}{% endmacro %}{{ a }}{% endmacro %}{{ m(1, 2) }}"),
+    ('macro_too_many_args', "{% macro m(a) %}{{ a }}{% endmacro %}{{ m(1, 2) }}"),
+    ('macro_unknown_kwarg', "{% macro m(a) %}{{ a }}{% endmacro %}{{ m(b=2) }}"),
+    ('macro_kwarg_given_twice', "{% macro m(a, b) %}{{ a }}{% endmacro %}{{ m(1, a=2) }}"),
+    ('macro_call_without_caller', "{% macro m() %}M{% endmacro %}{% call m() %}x{% endcall %}"),
+    ('caller_too_many_args', "{% macro m() %}{{ caller(1, 2) }}{% endmacro %}{% call(x) m() %}{{ x }}{% endcall %}"),
+    ('macro_sees_later_root_set', "{% macro m() %}<{{ tools }}>{% endmacro %}{{ m() }}{% set tools = [1] %}{{ m() }}"),
     ]:
     probe('r_' + nm, t)
 
@@ -492,6 +629,9 @@ def case_list():
     add('model_llama31/tools_in_system', T['llama31'], MSGS['tool_calls'], True,
         {'tools_in_user_message': False, 'tools': TOOLS, 'date_string': '01 Jan 2025'})
     add('model_llama31/no_tools', T['llama31'], MSGS['multi'], True)
+    for mname, (msgs, extra) in OSS_MSGS.items():
+        for gen in (True, False):
+            add('model_gpt_oss/%s/gen=%d' % (mname, gen), T['gpt_oss'], msgs, gen, extra)
     # the same templates loaded through -m (template + BOS/EOS text from the model files)
     for mname in ['multi', 'unicode', 'newlines']:
         add('model_load/llama3_dir/%s' % mname, cfg['chat_template'], MSGS[mname], True,
@@ -527,6 +667,7 @@ def main():
     ap.add_argument('--json', default=None, help='write results to this JSON file')
     a = ap.parse_args()
     globals()['TOY'] = a.toy
+    os.environ.setdefault('SOURCE_DATE_EPOCH', '1754400000')  # 2025-08-05 13:20 UTC, for strftime_now
     if a.family:
         scope = {'T': T}
         exec(compile(open(a.family, encoding='utf-8').read(), a.family, 'exec'), scope)

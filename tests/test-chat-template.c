@@ -242,7 +242,7 @@ Test(chat_template, whitespace_control) {
     EXPECT_RENDER("{% if true %}\nA\n{% endif %}\nB", "A\nB");
     EXPECT_RENDER("x\n    {% if true %}\n    y\n    {% endif %}\nz", "x\n    y\nz");
     EXPECT_RENDER("a  {%- if true -%}  b  {%- endif -%}  c", "abc");
-    EXPECT_RENDER("a  {{- 'b' -}}  c|{{ 'x' }}\n", "abc|x\n");
+    EXPECT_RENDER("a  {{- 'b' -}}  c|{{ 'x' }}\n", "abc|x"); /* the source's last newline goes too */
     EXPECT_RENDER("a\n  {%+ if true %}b{% endif %}", "a\n  b");
     EXPECT_RENDER("{# c #}\nA", "A");
     EXPECT_RENDER("{% for m in [1,2] %}\n  {{ m }}\n{% endfor %}\n", "  1\n  2\n");
@@ -1138,4 +1138,119 @@ Test(chat_template, fuzz_regressions) {
         free(buf);
     }
     closedir(d);
+}
+
+/* Jinja2 (keep_trailing_newline off, as in transformers) drops one "\n" at
+ * the end of the source -- a .jinja file's last line end -- after reading
+ * "\r\n" as "\n" (expected strings are Jinja2 3.1's). */
+Test(chat_template, trailing_newline_of_source_is_dropped) {
+    EXPECT_RENDER("{{ 'x' }}\n", "x");
+    EXPECT_RENDER("{{ 'x' }}\n\n", "x\n");
+    EXPECT_RENDER("a{{ 'b' }}c\n", "abc");
+    EXPECT_RENDER("{% if true %}a{% endif %}b\r\n", "ab");
+    EXPECT_RENDER("{{ 'x' -}}  z\n", "xz");
+    EXPECT_RENDER("{{ 'a' }}\n{# c #}\n", "a\n");
+    EXPECT_RENDER("{% raw %}r\n{% endraw %}\n", "r\n");
+}
+
+/* A macro takes extra positional arguments only when its body uses varargs
+ * (a macro nested in it counts), unknown keywords -- or one naming a
+ * parameter already given by position -- only when it uses kwargs, and a
+ * {% call %} only when it uses caller; otherwise the call is an error, as
+ * in Jinja2 3.1 (whose messages these are). A call block is a macro too. */
+Test(chat_template, macro_arguments_are_checked) {
+    EXPECT_RENDER("{% macro m(a, b=false, c='x') %}[{{ a }}|{{ b }}|{{ c }}]{% endmacro %}"
+                  "{{ m(1) }}{{ m(1, 2) }}{{ m(1, c=3) }}{{ m(1, 2, 3) }}{{ m(c=1, a=2) }}",
+                  "[1|False|x][1|2|x][1|False|3][1|2|3][2|False|1]");
+    EXPECT_RENDER("{% macro m(a) %}{{ a }}{{ varargs }}{{ kwargs }}{% endmacro %}{{ m(1, 2, a=3, x=4) }}",
+                  "1(2,){'a': 3, 'x': 4}");
+    EXPECT_RENDER("{% macro m(a) %}{% macro n() %}{{ varargs }}{{ kwargs }}{% endmacro %}{{ a }}{% endmacro %}"
+                  "{{ m(1, 2, z=3) }}",
+                  "1");
+    EXPECT_RENDER("{% macro m() %}{{ caller(1, 2) }}{% endmacro %}{% call(x) m() %}{{ x }}{{ varargs }}{% endcall %}",
+                  "1(2,)");
+    EXPECT_RENDER("{% macro m() %}{{ caller(1) }}{% endmacro %}{% call(x, y=5) m() %}{{ x }}{{ y }}{% endcall %}", "15");
+    static const char *const bad[][2] = {
+        {"{% macro m(a, b) %}{{ a }}{% endmacro %}{{ m(1, 2, 3) }}", "macro 'm' takes not more than 2 argument(s)"},
+        {"{% macro m(a) %}{{ a }}{% endmacro %}{{ m(b=2) }}", "macro 'm' takes no keyword argument 'b'"},
+        {"{% macro m(a, b) %}{{ a }}{% endmacro %}{{ m(1, c=3, d=4) }}", "macro 'm' takes no keyword argument 'c'"},
+        {"{% macro m(a, b) %}{{ a }}{% endmacro %}{{ m(1, a=2) }}", "macro 'm' takes no keyword argument 'a'"},
+        {"{% macro m() %}M{% endmacro %}{% call m() %}x{% endcall %}",
+         "macro 'm' was invoked with two values for the special caller argument"},
+        {"{% macro m() %}{{ caller(1, 2) }}{% endmacro %}{% call(x) m() %}{{ x }}{% endcall %}",
+         "macro None takes not more than 1 argument(s)"},
+        {"{% macro m() %}{{ caller(y=1) }}{% endmacro %}{% call(x) m() %}{{ x }}{% endcall %}",
+         "macro None takes no keyword argument 'y'"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        cr_expect_eq(jinja_err(bad[i][0], NULL), TOY_ERR_FORMAT, "%s", bad[i][0]);
+        cr_expect(strstr(toy_last_error(), bad[i][1]) != NULL, "%s: %s", bad[i][0], toy_last_error());
+    }
+}
+
+/* strftime_now reads the clock, or SOURCE_DATE_EPOCH (UTC) when set, so a
+ * prompt that shows the date (gpt-oss's "Current date:") can be pinned. */
+Test(chat_template, strftime_now_honours_source_date_epoch) {
+    setenv("SOURCE_DATE_EPOCH", "1754400000", 1);
+    EXPECT_RENDER("{{ strftime_now('%Y-%m-%d %H:%M') }}|{{ strftime_now('%d %b %Y') }}", "2025-08-05 13:20|05 Aug 2025");
+    unsetenv("SOURCE_DATE_EPOCH");
+    char *got = jinja("{{ strftime_now('%Y-%m-%d')|length }}");
+    cr_expect_str_eq(got, "10");
+    free(got);
+}
+
+/* The constructs of tool-schema templates like gpt-oss's, together, in a
+ * template of our own: a recursive macro with defaults, namespace()
+ * attributes set in loops, is defined/iterable/string/mapping, dict.items(),
+ * `in` on strings, lists and dicts, (x or []), a slice from loop.index,
+ * tojson, join, length, + on strings, whitespace control and comments
+ * (expected string is Jinja2 3.1's). */
+Test(chat_template, schema_renderer_constructs) {
+    const char *src =
+        "{#- a schema-to-signature renderer of our own -#}\n"
+        "{%- macro sig(s, depth=0, sep=\", \") -%}\n"
+        "    {%- if s.type is defined and s.type is iterable and s.type is not string and s.type is not mapping -%}\n"
+        "        {{- s.type|join(\"|\") -}}\n"
+        "    {%- elif s.type == \"object\" and s.fields -%}\n"
+        "        {{- \"(\" -}}\n"
+        "        {%- for k, v in s.fields.items() -%}\n"
+        "            {{- k + (\"\" if k in (s.need or []) else \"?\") + \":\" + sig(v, depth + 1) -}}\n"
+        "            {%- if not loop.last %}{{ sep }}{% endif -%}\n"
+        "        {%- endfor -%}\n"
+        "        {{- \")\" -}}\n"
+        "    {%- elif s.type == \"list\" -%}\n"
+        "        {{- sig(s.of, depth + 1) + \"[]\" if \"of\" in s else \"any[]\" -}}\n"
+        "    {%- else -%}\n"
+        "        {{- s.type if s.type is defined else \"any\" -}}\n"
+        "    {%- endif -%}\n"
+        "{%- endmacro -%}\n"
+        "{%- set st = namespace(calls=0, last=none) -%}\n"
+        "{%- for m in messages -%}\n"
+        "    {%- if m.tools is defined -%}\n"
+        "        {%- for t in m.tools -%}\n"
+        "            {{- t.name + sig(t.schema) + (\" = \" + t.default|tojson if t.default is defined else \"\") + \"\\n\" -}}\n"
+        "        {%- endfor -%}\n"
+        "    {%- endif -%}\n"
+        "    {%- set later = namespace(user=false) -%}\n"
+        "    {%- for f in messages[loop.index:] -%}\n"
+        "        {%- if f.role == \"user\" -%}{%- set later.user = true -%}{%- endif -%}\n"
+        "    {%- endfor -%}\n"
+        "    {%- if \"call\" in m -%}\n"
+        "        {%- set st.calls = st.calls + 1 -%}\n"
+        "        {%- set st.last = m.call -%}\n"
+        "    {%- endif -%}\n"
+        "    {{- m.role + (\"*\" if later.user else \"\") + (\"!\" if \"x\" in m.role else \"\") + \" \" -}}\n"
+        "{%- endfor -%}\n"
+        "{{- \"|\" + st.calls|string + \":\" + st.last|tojson + \":\" + (messages|length)|string -}}\n";
+    const char *msgs =
+        "{\"messages\": [{\"role\": \"system\", \"tools\": [{\"name\": \"f\", \"schema\": {\"type\": \"object\", "
+        "\"need\": [\"a\"], \"fields\": {\"a\": {\"type\": \"list\", \"of\": {\"type\": \"object\", \"fields\": "
+        "{\"x\": {\"type\": \"number\"}, \"y\": {}}}}, \"b\": {\"type\": [\"string\", \"null\"]}, \"c\": {\"type\": "
+        "\"list\"}}}, \"default\": {\"a\": [1.5, \"\\u00e9\"]}}, {\"name\": \"g\", \"schema\": {\"type\": "
+        "\"object\"}}]}, {\"role\": \"user\"}, {\"role\": \"xassistant\", \"call\": \"f\"}, {\"role\": \"user\"}, "
+        "{\"role\": \"assistant\", \"call\": {\"k\": [1, null]}}]}";
+    char *got = render(src, msgs, false, "", "");
+    cr_expect_str_eq(got, "f(a:(x?:number, y?:any)[], b?:string|null, c?:any[]) = {\"a\": [1.5, \"\u00e9\"]}\n"
+                          "gobject\nsystem* user* xassistant*! user assistant |2:{\"k\": [1, null]}:5");
+    free(got);
 }

@@ -1180,6 +1180,43 @@ Test(serve, timeout_ends_a_generation, .timeout = 60) {
     cr_assert_eq(server_stop(&s), 0);
 }
 
+/* A chat request's reasoning_effort (OpenAI's; gpt-oss's template reads it) and chat_template_kwargs (llama.cpp's)
+ * reach the template as variables; kwargs do not replace the messages; either of the wrong type is a 400 */
+Test(serve, reasoning_effort_and_template_kwargs_reach_the_template, .timeout = 60) {
+    struct server s;
+    const char *extra[] = {"--chat-template",
+                           "{{ reasoning_effort | default('') }}|{{ note | default('') }}|"
+                           "{% for m in messages %}{{ m.content }}{% endfor %}",
+                           NULL};
+    server_start(&s, extra);
+    const char *bodies[] = {
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":1}",
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":1,"
+        "\"reasoning_effort\":\"high high high high\"}",
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":1,"
+        "\"chat_template_kwargs\":{\"note\":\"more words in the note\",\"messages\":[]}}"};
+    long long n[3];
+    for (int i = 0; i < 3; i++) {
+        struct resp r = http(&s, "POST", "/v1/chat/completions", bodies[i]);
+        cr_assert_eq(r.code, 200, "%d: %s", i, r.body);
+        n[i] = jint(r.json, "usage.prompt_tokens");
+        resp_free(&r);
+    }
+    cr_assert(n[1] > n[0] && n[2] > n[0], "prompt tokens %lld, %lld, %lld: the variables did not reach the template",
+              n[0], n[1], n[2]);
+    const char *bad[][2] = {{"{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"reasoning_effort\":3}",
+                             "reasoning_effort"},
+                            {"{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"chat_template_kwargs\":[1]}",
+                             "chat_template_kwargs"}};
+    for (int i = 0; i < 2; i++) {
+        struct resp r = http(&s, "POST", "/v1/chat/completions", bad[i][0]);
+        cr_assert_eq(r.code, 400, "%s", r.body);
+        cr_assert(strstr(r.body, bad[i][1]), "%s", r.body);
+        resp_free(&r);
+    }
+    cr_assert_eq(server_stop(&s), 0);
+}
+
 /* --chat-template picks the rendering; a template that does not parse stops the server at startup */
 Test(serve, chat_template_flag, .timeout = 60) {
     const char *body = "{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":"

@@ -5,12 +5,14 @@
  * The interpreter covers the Jinja subset real chat templates use, with the
  * environment Hugging Face's apply_chat_template sets up: trim_blocks and
  * lstrip_blocks on, loop controls ({% break %}, {% continue %}), the globals
- * raise_exception(msg), namespace(...), range(...), strftime_now(fmt), and
- * the variables messages, add_generation_prompt, bos_token, eos_token (plus
- * any you pass as JSON, e.g. tools). Statements: if/elif/else, for (with
- * else, `if` filter, tuple unpacking, loop.index/index0/first/last/length/
- * revindex/previtem/nextitem), set (also `set ns.attr = ...` and block set),
- * macro/call, filter blocks, comments and whitespace control. Expressions:
+ * raise_exception(msg), namespace(...), range(...), strftime_now(fmt) (the
+ * local time, or SOURCE_DATE_EPOCH in UTC when that is set), and the
+ * variables messages, add_generation_prompt, bos_token, eos_token (plus any
+ * you pass as JSON, e.g. tools, or gpt-oss's reasoning_effort). Statements:
+ * if/elif/else, for (with else, `if` filter, tuple unpacking,
+ * loop.index/index0/first/last/length/revindex/previtem/nextitem), set (also
+ * `set ns.attr = ...` and block set), macro/call, filter blocks, comments
+ * and whitespace control. Expressions:
  * literals, lists, dicts, tuples, attribute/subscript/slice, calls with
  * keyword arguments, arithmetic, ~, comparisons, in / not in, is-tests,
  * and/or/not, the conditional `a if c else b`, filters (trim, length, tojson,

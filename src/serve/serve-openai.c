@@ -230,6 +230,17 @@ static bool chat_prompt(const struct srv_api *api, json_t *body, struct toy_toke
         return BAD("tools", "'tools' must be an array");
     }
     if (json_is_array(tools)) json_object_set(vars, "tools", tools);
+    /* OpenAI's reasoning_effort (gpt-oss's template reads it), and llama.cpp's chat_template_kwargs: more
+     * template variables, which do not replace messages, tools or reasoning_effort */
+    json_t *effort = json_object_get(body, "reasoning_effort"), *kw = json_object_get(body, "chat_template_kwargs");
+    if ((effort && !json_is_null(effort) && !json_is_string(effort)) || (kw && !json_is_null(kw) && !json_is_object(kw))) {
+        json_decref(vars);
+        return effort && !json_is_null(effort) && !json_is_string(effort)
+                   ? BAD("reasoning_effort", "'reasoning_effort' must be a string (low, medium, high)")
+                   : BAD("chat_template_kwargs", "'chat_template_kwargs' must be an object of template variables");
+    }
+    if (json_is_string(effort)) json_object_set(vars, "reasoning_effort", effort);
+    if (json_is_object(kw)) json_object_update_missing(vars, kw);
     char *js = json_dumps(vars, JSON_COMPACT);
     json_decref(vars);
     const struct toy_tokenizer *tok = api->tok;

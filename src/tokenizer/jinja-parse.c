@@ -283,6 +283,12 @@ struct parser {
     struct jinja_template *tpl;
     char err[256];
     int depth; /* nesting of expressions and blocks being parsed */
+    struct def_frame *defs; /* the macros and call blocks whose bodies are being parsed, innermost first */
+};
+
+struct def_frame {
+    struct node *def;
+    struct def_frame *up;
 };
 
 /* The parser is recursive descent: every nested (, [, {, unary -/not,
@@ -436,6 +442,9 @@ static struct node *parse_primary(struct parser *P) {
         if (!strcmp(t->s, "none") || !strcmp(t->s, "None")) { x = mk(P, E_LIT); if (x) x->lit = json_null(); return x; }
         x = mk(P, E_NAME);
         if (x && !(x->str = strdup(t->s))) perr(P, "out of memory");
+        unsigned char use = !strcmp(t->s, "varargs") ? USES_VARARGS : !strcmp(t->s, "kwargs") ? USES_KWARGS
+                          : !strcmp(t->s, "caller")  ? USES_CALLER  : 0;
+        for (struct def_frame *f = P->defs; use && f; f = f->up) f->def->uses |= use;
         return x;
     }
     case TK_STRING: {
@@ -808,6 +817,16 @@ static bool parse_params(struct parser *P, struct node *x) {
     return true;
 }
 
+/* The body of a macro or call block, noting in x->uses the special names
+ * it reads (its parameter defaults are not part of it, as in Jinja2). */
+static bool parse_def_body(struct parser *P, struct node *x, const char *const *ends) {
+    struct def_frame f = {.def = x, .up = P->defs};
+    P->defs = &f;
+    bool ok = parse_body(P, &x->list, &x->n, ends);
+    P->defs = f.up;
+    return ok;
+}
+
 static bool end_block(struct parser *P, const char *name) {
     const char *const e[] = {name, NULL};
     if (!at_block(P, e)) { perr(P, "expected {%% %s %%}", name); return false; }
@@ -910,7 +929,7 @@ static struct node *parse_stmt(struct parser *P) {
         if (!expect_op(P, "(") || !parse_params(P, x)) return NULL;
         if (!expect_k(P, TK_BLOCK_END)) return NULL;
         static const char *const ends[] = {"endmacro", NULL};
-        if (!parse_body(P, &x->list, &x->n, ends)) return NULL;
+        if (!parse_def_body(P, x, ends)) return NULL;
         return end_block(P, "endmacro") ? x : NULL;
     }
     if (!strcmp(w, "call")) {
@@ -923,7 +942,7 @@ static struct node *parse_stmt(struct parser *P) {
         if (!x->a || x->a->k != E_CALL) { perr(P, "{%% call %%} needs a macro call"); return NULL; }
         if (!expect_k(P, TK_BLOCK_END)) return NULL;
         static const char *const ends[] = {"endcall", NULL};
-        if (!parse_body(P, &x->list, &x->n, ends)) return NULL;
+        if (!parse_def_body(P, x, ends)) return NULL;
         return end_block(P, "endcall") ? x : NULL;
     }
     if (!strcmp(w, "filter")) {
@@ -1029,7 +1048,7 @@ static bool parse_body_in(struct parser *P, struct node ***body, int *n, const c
 enum toy_status toy_jinja_parse(const char *src, struct jinja_template **out) {
     *out = NULL;
     /* Jinja2 reads "\r\n" and a lone "\r" in the source as "\n" (its
-     * newline_sequence), in text and string literals alike */
+     * newline_sequence), in text and string literals alike, ... */
     size_t sn = strlen(src), dn = 0;
     char *norm = malloc(sn + 1);
     if (!norm) return toy_error(TOY_ERR_NOMEM, "chat template: out of memory");
@@ -1037,6 +1056,8 @@ enum toy_status toy_jinja_parse(const char *src, struct jinja_template **out) {
         if (src[i] == '\r') { norm[dn++] = '\n'; if (i + 1 < sn && src[i + 1] == '\n') i++; }
         else norm[dn++] = src[i];
     }
+    /* and drops one newline at the very end (keep_trailing_newline off) */
+    if (dn && norm[dn - 1] == '\n') dn--;
     norm[dn] = 0;
     struct lexer L = {.src = norm, .n = dn};
     struct jinja_template *T = calloc(1, sizeof *T);

@@ -1618,13 +1618,13 @@ static void bind_params(struct ctx *C, const struct node *params, json_t *local,
     json_t *varargs = json_array(), *kwargs = json_object();
     for (int i = npos > params->nkw ? params->nkw : npos; i < npos; i++) json_array_append_new(varargs, pos[i] ? json_incref(pos[i]) : undef_marker());
     for (int k = 0; k < nkw; k++) {
-        bool named = false;
-        for (int i = 0; i < params->nkw && !named; i++) named = !strcmp(kwn[k], params->kwn[i]);
+        bool named = false; /* a parameter not already given by position */
+        for (int i = npos; i < params->nkw && !named; i++) named = !strcmp(kwn[k], params->kwn[i]);
         if (!named) json_object_set_new(kwargs, kwn[k], kwv[k] ? json_incref(kwv[k]) : undef_marker());
     }
     for (int i = 0; i < params->nkw; i++) {
         json_t *v = i < npos ? json_incref(pos[i]) : NULL;
-        for (int k = 0; !v && k < nkw; k++)
+        for (int k = 0; !v && i >= npos && k < nkw; k++)
             if (!strcmp(kwn[k], params->kwn[i])) v = json_incref(kwv[k]);
         if (!v && params->kwv[i]) {
             /* the default sees the parameters bound so far */
@@ -1667,12 +1667,43 @@ static void free_args(const struct node *call, json_t **pos, json_t **kwv) {
     free(kwv);
 }
 
+/* Jinja2's Macro.__call__ checks: extra positional arguments need a body
+ * that reads varargs; keywords that name no parameter still open (unknown,
+ * or given by position already) one that reads kwargs; and {% call %}, which
+ * passes caller, one that reads caller. A call block is the macro None. */
+static bool check_args(struct ctx *C, const struct node *def, const struct node *call, bool by_call_block) {
+    char name[80];
+    if (def->k == N_MACRO) snprintf(name, sizeof name, "'%.60s'", def->str ? def->str : "");
+    else snprintf(name, sizeof name, "None");
+    if (by_call_block && !(def->uses & (USES_CALLER | USES_KWARGS))) {
+        rerr(C, call, "macro %s was invoked with two values for the special caller argument. This is most likely a bug.",
+             name);
+        return false;
+    }
+    if (!(def->uses & USES_KWARGS)) {
+        for (int k = 0; k < call->nkw; k++) {
+            bool open = false;
+            for (int i = call->n; i < def->nkw && !open; i++) open = !strcmp(call->kwn[k], def->kwn[i]);
+            if (!open) {
+                rerr(C, call, "macro %s takes no keyword argument '%.60s'", name, call->kwn[k]);
+                return false;
+            }
+        }
+    }
+    if (!(def->uses & USES_VARARGS) && call->n > def->nkw) {
+        rerr(C, call, "macro %s takes not more than %d argument(s)", name, def->nkw);
+        return false;
+    }
+    return true;
+}
+
 /* Renders `def`'s body (a macro, or a {% call %} block) for `call`: its
  * parameters bound in a fresh scope over `scopes`, with `caller` as what
  * caller() renders meanwhile. */
 static json_t *invoke(struct ctx *C, const struct node *def, const struct node *call, json_t **scopes, int nscopes,
                       const struct call_site *caller) {
     if (C->depth > 64) { rerr(C, call, "macro recursion too deep"); return NULL; }
+    if (!check_args(C, def, call, def->k == N_MACRO && caller)) return NULL;
     json_t **pos = NULL, **kwv = NULL;
     struct sbuf out = {0};
     json_t *local = json_object();
@@ -1808,9 +1839,14 @@ static json_t *call_global(struct ctx *C, const struct node *call, const char *n
     if (!strcmp(name, "strftime_now")) {
         json_t *f = arg(C, call, 0, NULL);
         char buf[256] = "";
-        time_t now = time(NULL);
-        struct tm tm;
-        localtime_r(&now, &tm);
+        /* the clock's local time, or SOURCE_DATE_EPOCH (UTC), the reproducible-builds
+         * convention, so that a prompt showing the date can be pinned */
+        const char *sde = getenv("SOURCE_DATE_EPOCH");
+        char *end = NULL;
+        long long pinned = sde && *sde ? strtoll(sde, &end, 10) : 0;
+        time_t when = (time_t)pinned, now = time(NULL);
+        struct tm tm = {0};
+        if (!(end && !*end && gmtime_r(&when, &tm))) localtime_r(&now, &tm);
         if (strv(f)) strftime(buf, sizeof buf, strv(f), &tm);
         json_decref(f);
         return json_string(buf);

@@ -37,7 +37,13 @@ struct node {
     int nnames;
     bool negate;        /* is not */
     bool recursive;     /* {% for ... recursive %} */
+    unsigned char uses; /* N_MACRO, N_CALLBLOCK: the USES_* names its body reads */
 };
+
+/* Names whose use in a macro's (or call block's) body, a nested macro's
+ * included, lets it take extra arguments (varargs, kwargs) or be run by
+ * {% call %} (caller), as Jinja2 decides. */
+enum { USES_VARARGS = 1, USES_KWARGS = 2, USES_CALLER = 4 };
 
 struct jinja_template {
     struct node **all; /* every node, for freeing */
