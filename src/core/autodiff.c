@@ -367,30 +367,16 @@ static void node_backward(struct bw *b, struct toy_tensor *y, struct toy_tensor 
         add_contribution(b, a, d);
         break;
     }
-    case TOY_OP_SWIGLU: {
+    case TOY_OP_SWIGLU:
+    case TOY_OP_SWIGLU_OAI: { /* one node gives [dgate | dup] (the clamped form: its alpha and limit with it) */
         if (!wants_grad(b, a) && !wants_grad(b, s1)) break;
         int64_t n = toy_nelements(a);
-        struct toy_tensor *d = backward_node(ctx, TOY_OP_SWIGLU_BACK, (int64_t[]){2 * n, 1, 1, 1});
+        enum toy_op op = y->op == TOY_OP_SWIGLU ? TOY_OP_SWIGLU_BACK : TOY_OP_SWIGLU_OAI_BACK;
+        struct toy_tensor *d = backward_node(ctx, op, (int64_t[]){2 * n, 1, 1, 1});
         d->src[0] = contig(ctx, dy);
         d->src[1] = a;
         d->src[2] = s1;
-        for (int which = 0; which < 2; which++) {
-            struct toy_tensor *x = y->src[which];
-            if (!wants_grad(b, x)) continue;
-            struct toy_tensor *shape = toy_tensor_alloc_meta(ctx, TOY_F32, 4, x->ne);
-            add_contribution(b, x, toy_view(ctx, d, 4, x->ne, shape->nb, which ? (size_t)n * 4 : 0));
-        }
-        break;
-    }
-    case TOY_OP_SWIGLU_OAI: { /* as SWIGLU: one node gives [dgate | dup]; the clamps zero them past the limits */
-        if (!wants_grad(b, a) && !wants_grad(b, s1)) break;
-        int64_t n = toy_nelements(a);
-        struct toy_tensor *d = backward_node(ctx, TOY_OP_SWIGLU_OAI_BACK, (int64_t[]){2 * n, 1, 1, 1});
-        d->src[0] = contig(ctx, dy);
-        d->src[1] = a;
-        d->src[2] = s1;
-        d->op_params[P_SWO_ALPHA] = y->op_params[P_SWO_ALPHA];
-        d->op_params[P_SWO_LIMIT] = y->op_params[P_SWO_LIMIT];
+        memcpy(d->op_params, y->op_params, sizeof d->op_params);
         for (int which = 0; which < 2; which++) {
             struct toy_tensor *x = y->src[which];
             if (!wants_grad(b, x)) continue;

@@ -121,56 +121,16 @@ __global__ void k_act_back(CT dst, CT dy, CT x, int op, bool flat) {
     }
 }
 
-__global__ void k_swiglu(CT dst, CT g, CT u, bool flat) {
-    int64_t n = ct_nel(dst);
-    float *y = (float *)dst.data;
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
-        float gv, uv;
-        if (flat) {
-            gv = ld_flat(g, e);
-            uv = ld_flat(u, e);
-        } else {
-            int64_t i[4];
-            unravel4(e, dst.ne, i);
-            gv = ld(g, i[0], i[1], i[2], i[3]);
-            uv = ld(u, i[0], i[1], i[2], i[3]);
-        }
-        y[e] = gv / (1.0f + expf(-gv)) * uv;
-    }
-}
-
-/* dst = [dg (like gate) | du (like up)], both contiguous */
-__global__ void k_swiglu_back(CT dst, CT dy, CT g, CT u, bool flat) {
-    int64_t n = ct_nel(g);
-    float *dg = (float *)dst.data, *du = dg + n;
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
-        float d, gv, uv;
-        if (flat) {
-            d = ld_flat(dy, e);
-            gv = ld_flat(g, e);
-            uv = ld_flat(u, e);
-        } else {
-            int64_t i[4];
-            unravel4(e, g.ne, i);
-            d = ld(dy, i[0], i[1], i[2], i[3]);
-            gv = ld(g, i[0], i[1], i[2], i[3]);
-            uv = ld(u, i[0], i[1], i[2], i[3]);
-        }
-        float s = 1.0f / (1.0f + expf(-gv));
-        du[e] = d * gv * s;
-        dg[e] = d * uv * s * (1.0f + gv * (1.0f - s));
-    }
-}
-
-/* gpt-oss's clamped SwiGLU (cpu.c's k_swiglu_oai): g' = min(g, lim),
- * u' = clamp(u, -lim, lim), y = g' sigmoid(alpha g') (u' + 1); lim <= 0
- * clamps nothing */
+/* SwiGLU, y = g sigmoid(g) u, and gpt-oss's clamped form (cpu.c's
+ * k_swiglu_oai), g' = min(g, lim), u' = clamp(u, -lim, lim), y = g'
+ * sigmoid(alpha g') (u' + one): the plain one is alpha 1, lim 0 (no clamp),
+ * one 0 */
 __device__ __forceinline__ float swo_gate(float g, float lim) { return lim > 0 && g > lim ? lim : g; }
 __device__ __forceinline__ float swo_up(float u, float lim) {
     return lim <= 0 ? u : u > lim ? lim : u < -lim ? -lim : u;
 }
 
-__global__ void k_swiglu_oai(CT dst, CT g, CT u, float alpha, float lim, bool flat) {
+__global__ void k_swiglu(CT dst, CT g, CT u, float alpha, float lim, float one, bool flat) {
     int64_t n = ct_nel(dst);
     float *y = (float *)dst.data;
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
@@ -185,13 +145,13 @@ __global__ void k_swiglu_oai(CT dst, CT g, CT u, float alpha, float lim, bool fl
             uv = ld(u, i[0], i[1], i[2], i[3]);
         }
         float gc = swo_gate(gv, lim), uc = swo_up(uv, lim);
-        y[e] = gc / (1.0f + expf(-alpha * gc)) * (uc + 1.0f);
+        y[e] = gc / (1.0f + expf(-alpha * gc)) * (uc + one);
     }
 }
 
-/* dst = [dg (like gate) | du (like up)], both contiguous; PyTorch's clamp
- * masks: the bounds pass the gradient, a NaN does not */
-__global__ void k_swiglu_oai_back(CT dst, CT dy, CT g, CT u, float alpha, float lim, bool flat) {
+/* dst = [dg (like gate) | du (like up)], both contiguous; the clamps'
+ * masks as PyTorch's: the bounds pass the gradient, a NaN does not */
+__global__ void k_swiglu_back(CT dst, CT dy, CT g, CT u, float alpha, float lim, float one, bool flat) {
     int64_t n = ct_nel(g);
     float *dg = (float *)dst.data, *du = dg + n;
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
@@ -210,7 +170,7 @@ __global__ void k_swiglu_oai_back(CT dst, CT dy, CT g, CT u, float alpha, float 
         float gc = swo_gate(gv, lim), uc = swo_up(uv, lim);
         float s = 1.0f / (1.0f + expf(-alpha * gc));
         bool gpass = lim <= 0 || gv <= lim, upass = lim <= 0 || (uv >= -lim && uv <= lim);
-        dg[e] = gpass ? d * (uc + 1.0f) * s * (1.0f + alpha * gc * (1.0f - s)) : 0.0f;
+        dg[e] = gpass ? d * (uc + one) * s * (1.0f + alpha * gc * (1.0f - s)) : 0.0f;
         du[e] = upass ? d * gc * s : 0.0f;
     }
 }
@@ -1073,21 +1033,21 @@ extern "C" int toy_cu_run(const struct toy_cu_node *n, char *msg, size_t msg_siz
     case TOY_OP_GELU: k_unary<<<gs, TPB, 0, s>>>(d, src[0], n->op, fp0, ct_flat(src[0])); break;
     case TOY_OP_SILU_BACK:
     case TOY_OP_GELU_BACK: k_act_back<<<gs, TPB, 0, s>>>(d, src[0], src[1], n->op, ct_flat(src[0]) && ct_flat(src[1])); break;
-    case TOY_OP_SWIGLU: k_swiglu<<<gs, TPB, 0, s>>>(d, src[0], src[1], ct_flat(src[0]) && ct_flat(src[1])); break;
+    case TOY_OP_SWIGLU:
     case TOY_OP_SWIGLU_BACK:
-        k_swiglu_back<<<grid_for(ct_nel(src[1]), TPB), TPB, 0, s>>>(d, src[0], src[1], src[2],
-                                                                   ct_flat(src[0]) && ct_flat(src[1]) && ct_flat(src[2]));
-        break;
     case TOY_OP_SWIGLU_OAI:
-    case TOY_OP_SWIGLU_OAI_BACK: {
-        float alpha, lim;
-        memcpy(&alpha, &n->op_params[P_SWO_ALPHA], sizeof alpha);
-        memcpy(&lim, &n->op_params[P_SWO_LIMIT], sizeof lim);
-        if (n->op == TOY_OP_SWIGLU_OAI)
-            k_swiglu_oai<<<gs, TPB, 0, s>>>(d, src[0], src[1], alpha, lim, ct_flat(src[0]) && ct_flat(src[1]));
+    case TOY_OP_SWIGLU_OAI_BACK: { /* the plain one: alpha 1, no clamp, no + 1 */
+        bool oai = n->op == TOY_OP_SWIGLU_OAI || n->op == TOY_OP_SWIGLU_OAI_BACK;
+        float alpha = 1.0f, lim = 0.0f, one = oai ? 1.0f : 0.0f;
+        if (oai) {
+            memcpy(&alpha, &n->op_params[P_SWO_ALPHA], sizeof alpha);
+            memcpy(&lim, &n->op_params[P_SWO_LIMIT], sizeof lim);
+        }
+        if (n->op == TOY_OP_SWIGLU || n->op == TOY_OP_SWIGLU_OAI)
+            k_swiglu<<<gs, TPB, 0, s>>>(d, src[0], src[1], alpha, lim, one, ct_flat(src[0]) && ct_flat(src[1]));
         else
-            k_swiglu_oai_back<<<grid_for(ct_nel(src[1]), TPB), TPB, 0, s>>>(
-                d, src[0], src[1], src[2], alpha, lim, ct_flat(src[0]) && ct_flat(src[1]) && ct_flat(src[2]));
+            k_swiglu_back<<<grid_for(ct_nel(src[1]), TPB), TPB, 0, s>>>(
+                d, src[0], src[1], src[2], alpha, lim, one, ct_flat(src[0]) && ct_flat(src[1]) && ct_flat(src[2]));
         break;
     }
     case TOY_OP_MATMUL: return toy_cu_matmul(n, msg, msg_size);
