@@ -634,6 +634,42 @@ Test(llama, gptoss_mxfp4_experts_run_as_their_dequantized_weights, .timeout = 12
     th_rmdir();
 }
 
+/* A gpt-oss file that lacks one of the parts its graph needs (the sinks, the router's bias) is refused with the
+ * part's name, not run as another model */
+Test(llama, gptoss_without_its_sinks_or_router_bias_is_refused) {
+    th_mkdir("gptoss-parts");
+    struct toy_llama_config c = base_config();
+    f_gptoss(&c);
+    struct toy_llama *m = random_model(&c, 5);
+    char full[400], cut[400];
+    snprintf(full, sizeof full, "%s/full.gguf", th_dir);
+    save(m, full);
+    toy_llama_free(m);
+    const char *drop[] = {"blk.0.attn_sinks.weight", "blk.0.ffn_gate_inp.bias"}, *want[] = {"sinks", "router bias"};
+    for (int i = 0; i < 2; i++) {
+        struct toy_gguf *g;
+        cr_assert_eq(toy_gguf_open(full, &g), TOY_OK, "%s", toy_last_error());
+        struct toy_gguf_writer *w;
+        cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
+        for (int64_t k = 0; k < toy_gguf_n_kv(g); k++) toy_gguf_writer_copy_kv(w, g, k);
+        for (int64_t k = 0; k < toy_gguf_n_tensors(g); k++) {
+            const struct toy_gguf_tensor *t = toy_gguf_tensor(g, k);
+            if (strcmp(t->name, drop[i]))
+                cr_assert_eq(toy_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims < 1 ? 1 : t->n_dims, t->ne,
+                                                        t->data), TOY_OK);
+        }
+        snprintf(cut, sizeof cut, "%s/cut-%d.gguf", th_dir, i);
+        cr_assert_eq(toy_gguf_writer_write(w, cut), TOY_OK, "%s", toy_last_error());
+        toy_gguf_writer_free(w);
+        toy_gguf_close(g);
+        struct toy_llama *lm = NULL;
+        cr_assert_eq(toy_llama_load(cut, false, &lm), TOY_ERR_FORMAT, "%s", toy_last_error());
+        cr_assert(strstr(toy_last_error(), want[i]) && strstr(toy_last_error(), "gpt-oss"), "%s", toy_last_error());
+        cr_assert_null(lm);
+    }
+    th_rmdir();
+}
+
 /* the layer's up-projections joined in one attn_kv_b {kv_lora, H (nope + v)}, as llama.cpp wrote DeepSeek files
  * before its MLA conversion (2025; most DeepSeek-V2-Lite GGUFs published), key_length and value_length the
  * heads' */
