@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "toy/gguf.h"
 #include "toy/tokenizer.h"
 #include "tokenizer/tokenizer-impl.h" /* toy_tok_pre_regexes */
 
@@ -653,6 +654,28 @@ Test(tokenizer, eog_fim_and_harmony_as_llama_cpp) {
     cr_expect(!toy_tokenizer_is_eog(tok, 1), "<|end|> beside <|return|> and <|call|>");
     cr_expect(toy_tokenizer_is_eog(tok, 2) && toy_tokenizer_is_eog(tok, 3) && !toy_tokenizer_is_eog(tok, 0));
     toy_tokenizer_free(tok);
+    /* nor from a GGUF, which guesses an end-of-turn token when it names none (<|end|> would be one), or names
+     * <|end|> so: a gpt-oss reply went on past its analysis message only with these */
+    th_mkdir("harmony-eog");
+    char path[300];
+    snprintf(path, sizeof path, "%s/t.gguf", th_dir);
+    for (int eot = -1; eot <= 1; eot += 2) {
+        spec.eot = eot;
+        MUST(toy_tokenizer_init(&spec, &tok));
+        struct toy_gguf_writer *w;
+        MUST(toy_gguf_writer_init(&w));
+        MUST(toy_gguf_writer_set_str(w, "general.architecture", "gpt-oss"));
+        MUST(toy_tokenizer_write_gguf(tok, w));
+        MUST(toy_gguf_writer_write(w, path));
+        toy_gguf_writer_free(w);
+        toy_tokenizer_free(tok);
+        MUST(toy_tokenizer_load_gguf_file(path, &tok));
+        cr_expect(!toy_tokenizer_is_eog(tok, 1), "<|end|> from a GGUF (eot %d)", eot);
+        cr_expect(toy_tokenizer_is_eog(tok, 2) && toy_tokenizer_is_eog(tok, 3));
+        toy_tokenizer_free(tok);
+    }
+    th_rmdir();
+    spec.eot = -1;
     spec.n_tokens = 3; /* no <|call|>: <|end|> ends generation */
     MUST(toy_tokenizer_init(&spec, &tok));
     cr_expect(toy_tokenizer_is_eog(tok, 1));

@@ -182,9 +182,11 @@ enum toy_status toy_tokenizer_load_gguf(const struct toy_gguf *g, struct toy_tok
             st = toy_error(TOY_ERR_RANGE, "tokenizer.ggml.%s_token_id = %d, vocabulary has %lld tokens", names[k], *ids[k], (long long)n);
             goto done;
         }
-    if (spec.eot < 0) {
+    if (spec.eot < 0) { /* gpt-oss (a vocabulary with <|return|>): its <|end|> ends a message, not the turn */
         static const char *const eot_names[] = {"<|eot_id|>", "<|im_end|>", "<end_of_turn>", "<|end|>"};
-        for (int k = 0; k < 4 && spec.eot < 0; k++)
+        bool harmony = false;
+        for (int64_t i = 0; i < n && !harmony; i++) harmony = !strcmp(tokens[i], "<|return|>");
+        for (int k = 0; k < (harmony ? 3 : 4) && spec.eot < 0; k++)
             for (int64_t i = 0; i < n; i++)
                 if (!strcmp(tokens[i], eot_names[k])) { spec.eot = (int32_t)i; break; }
     }

@@ -692,7 +692,7 @@ void toy_tok_eog_add(struct toy_tokenizer *tok, int32_t id) {
  * every token whose text is in eog_text, and the fill-in-the-middle pad,
  * repo and file-separator tokens (the lowest id of each role's texts).
  * With <|return|> and <|call|> (o200k harmony) <|end|> ends a message,
- * not the generation. */
+ * not the generation, even where a file names it the end of turn. */
 void toy_tok_eog_setup(struct toy_tokenizer *tok) {
     tok->n_eog = 0;
     toy_tok_eog_add(tok, tok->eos);
@@ -707,7 +707,7 @@ void toy_tok_eog_setup(struct toy_tokenizer *tok) {
         toy_tok_eog_add(tok, best);
     }
     int32_t end = find_text(tok, "<|end|>");
-    if (end >= 0 && end != tok->eos && end != tok->eot && find_text(tok, "<|return|>") >= 0 &&
+    if (end >= 0 && end != tok->eos && find_text(tok, "<|return|>") >= 0 &&
         find_text(tok, "<|call|>") >= 0)
         for (int i = 0; i < tok->n_eog; i++)
             if (tok->eog[i] == end) tok->eog[i] = tok->eog[--tok->n_eog];
