@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # fuzz/run.sh SECONDS: a bounded libFuzzer run for CI: the GGUF parser/writer
 # (two shares of the time), then one share each for the safetensors parser,
-# the tokenizer, chat templates (fuzz-jinja), image sets (fuzz-images) and
-# training data (fuzz-data: TOYT, loader state, SFT JSONL). Seeds: the
+# the tokenizer, chat templates (fuzz-jinja), image sets (fuzz-images),
+# training data (fuzz-data: TOYT, loader state, SFT JSONL) and model replies
+# (fuzz-chat-reply: reasoning, content and tool calls split as they stream). Seeds: the
 # third-party GGUF test vectors and chat templates (if ../shared/testdata is
 # there), small files written by toy itself (make-seeds, jinja-seeds.py,
 # data-seeds.py), and earlier crash inputs. A crashing input is copied to
@@ -18,7 +19,7 @@ secs=${1:-60}
 cd "$(dirname "$0")/.."
 make -s -f fuzz/Makefile
 work=fuzz/corpus-work
-kinds="gguf safetensors tokenizer jinja images data"
+kinds="gguf safetensors tokenizer jinja images data chat-reply"
 for kind in $kinds; do mkdir -p "$work/$kind"; done
 mkdir -p "$work/artifacts"
 build-fuzz/make-seeds "$work/gguf" "$work/safetensors"
@@ -27,6 +28,13 @@ if command -v python3 >/dev/null; then
         ../shared/testdata/llamacpp-vocab-gguf/expected_metadata.json >/dev/null
     python3 fuzz/data-seeds.py "$work/images" "$work/data" >/dev/null
 fi
+# replies of each family (first byte: family | think 8 | in_think 16 | tools 32)
+printf '\x29<think>plan</think>ok <tool_call>{"name": "f", "arguments": {"a": 1}}</tool_call>' > "$work/chat-reply/hermes"
+printf '\x22<|python_tag|>{"name": "f", "parameters": {}}; {"name": "get_weather", "parameters": {"city": "x"}}' \
+    > "$work/chat-reply/llama3"
+printf '\x23[TOOL_CALLS]f[ARGS]{"a": [1, 2]}[TOOL_CALLS]get_weather[CALL_ID]9[ARGS]{}' > "$work/chat-reply/mistral"
+printf '\x25<|channel|>analysis<|message|>hm<|end|><|start|>assistant<|channel|>commentary to=functions.f <|constrain|>json<|message|>{"a":1}<|call|>' \
+    > "$work/chat-reply/harmony"
 for f in ../shared/testdata/gguf-testvectors/valid/*.gguf; do
     [ -f "$f" ] || continue
     [ "$(stat -c %s "$f")" -le 65536 ] && cp -f "$f" "$work/gguf/"
@@ -67,13 +75,14 @@ run() { # kind seconds [libFuzzer flags]
         echo "fuzz-$1: ok, no crash in ${2}s"
     fi
 }
-share=$(( secs / 7 > 0 ? secs / 7 : 1 ))
-run gguf $(( secs - 5 * share > 0 ? secs - 5 * share : 1 ))
+share=$(( secs / 8 > 0 ? secs / 8 : 1 ))
+run gguf $(( secs - 6 * share > 0 ? secs - 6 * share : 1 ))
 run safetensors "$share"
 run tokenizer "$share"
 run jinja "$share" -dict=fuzz/jinja.dict -max_len=16384
 run images "$share"
 run data "$share"
+run chat-reply "$share" -dict=fuzz/chat-reply.dict
 if [ "$status" != 0 ]; then
     echo "---- fuzz: what failed:$failed ----"
     cat "$report"

@@ -24,6 +24,7 @@
 #include "toy/classify.h"
 #include "toy/tokenizer.h"
 #include "toy/chat-template.h"
+#include "toy/chat-reply.h"
 #include "toy/sampler.h"
 #include "toy/generate.h"
 #include "toy/data.h"
