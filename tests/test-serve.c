@@ -1535,3 +1535,273 @@ static void deepseek2(struct toy_llama_config *c) {
 }
 
 Test(serve, latent_attention_batch_matches_alone, .timeout = 180) { batch_matches_alone(deepseek2); }
+
+/* ---- split replies: reasoning, content and tool calls ----------------------------------------------- */
+
+/* A model that says what it is told: each scripted token's one successor. Its embedding of token t is the
+ * one-hot e_t, its layers add nothing (wo and w_down are 0), and its head maps e_t to a logit on the token
+ * after t, so greedy decoding after a start token writes that script's tokens, special ones and all, then
+ * EOS. The vocabulary is GPT-2's 256 byte tokens (any prompt encodes), then each script's tokens, a token
+ * per use (a text twice is two ids; the text encodes as the first), <|eos|> and <|return|>, <|call|> (which
+ * end a reply) and each script's start token <|goN|>. The template, whose markers name the family, writes
+ * the messages' content: a user message "<|go1|>" starts script 1. */
+struct script_model {
+    const char *tmpl;
+    const char *const *scripts[3]; /* NULL-ended token texts */
+    const char *eos;               /* the EOS token's text */
+};
+
+static bool is_control(const char *t) {
+    size_t n = strlen(t);
+    return n > 4 && !strncmp(t, "<|", 2) && !strcmp(t + n - 2, "|>");
+}
+
+static void script_model_write(const struct script_model *sm, const char *path) {
+    char *tokens[512];
+    int32_t types[512];
+    int V = 0, succ[512];
+    for (int b = 0, extra = 0; b < 256; b++) { /* GPT-2's bytes_to_unicode */
+        int cp = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174) ? b : 256 + extra++;
+        char u[4] = {0};
+        if (cp < 0x80) u[0] = (char)cp;
+        else u[0] = (char)(0xC0 | cp >> 6), u[1] = (char)(0x80 | (cp & 63));
+        types[V] = TOY_TOKEN_NORMAL;
+        tokens[V++] = strdup(u);
+    }
+    int first[3];
+    for (int s = 0; s < 3 && sm->scripts[s]; s++) {
+        first[s] = V;
+        for (const char *const *t = sm->scripts[s]; *t; t++) {
+            types[V] = is_control(*t) ? TOY_TOKEN_CONTROL : TOY_TOKEN_USER_DEFINED;
+            tokens[V++] = strdup(*t);
+        }
+    }
+    int eos = V;
+    const char *ends[] = {"<|eos|>", "<|return|>", "<|call|>"};
+    for (int k = 0; k < 3; k++) types[V] = TOY_TOKEN_CONTROL, tokens[V++] = strdup(ends[k]);
+    for (int k = 0; k < 3; k++)
+        if (!strcmp(ends[k], sm->eos)) eos = V - 3 + k;
+    for (int v = 0; v < V; v++) succ[v] = eos;
+    for (int s = 0; s < 3 && sm->scripts[s]; s++) {
+        char go[32];
+        snprintf(go, sizeof go, "<|go%d|>", s + 1);
+        types[V] = TOY_TOKEN_CONTROL;
+        tokens[V] = strdup(go);
+        succ[V++] = first[s];
+        int k = first[s];
+        for (const char *const *t = sm->scripts[s]; t[1]; t++, k++) succ[k] = k + 1;
+    }
+    struct toy_tokenizer_spec spec = {.kind = TOY_TOKENIZER_BPE, .n_tokens = V, .tokens = (const char *const *)tokens,
+                                      .types = types, .pre = "gpt-2", .bos = -1, .eos = eos, .unk = -1, .pad = -1,
+                                      .eot = -1, .chat_template = sm->tmpl};
+    struct toy_tokenizer *tok;
+    cr_assert_eq(toy_tokenizer_init(&spec, &tok), TOY_OK, "%s", toy_last_error());
+    struct toy_llama_config c = toy_llama_preset("tiny");
+    c.vocab = V;
+    c.d_model = (V + 15) / 16 * 16;
+    c.n_layers = 1, c.n_heads = 1, c.n_kv_heads = 1, c.d_ff = 16, c.max_ctx = 256, c.tied = false;
+    struct toy_llama *m = toy_llama_new(&c, 1);
+    cr_assert(m, "%s", toy_last_error());
+    int64_t d = c.d_model;
+    float *emb = m->tok_embd->data, *out = m->output->data;
+    memset(emb, 0, (size_t)(d * V) * sizeof(float));
+    memset(out, 0, (size_t)(d * V) * sizeof(float));
+    for (int v = 0; v < V; v++) emb[v * d + v] = 1, out[succ[v] * d + v] = 10;
+    memset(m->layers[0].wo->data, 0, toy_nbytes(m->layers[0].wo));
+    memset(m->layers[0].w_down->data, 0, toy_nbytes(m->layers[0].w_down));
+    struct toy_gguf_writer *w;
+    cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
+    cr_assert_eq(toy_llama_write_gguf(m, w, TOY_F32), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(toy_tokenizer_write_gguf(tok, w), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(toy_gguf_writer_write(w, path), TOY_OK, "%s", toy_last_error());
+    toy_gguf_writer_free(w);
+    toy_llama_free(m);
+    toy_tokenizer_free(tok);
+    for (int v = 0; v < V; v++) free(tokens[v]);
+}
+
+static const char tools_json[] =
+    "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\","
+    "\"properties\":{\"city\":{\"type\":\"string\"}}}}}]";
+
+/* a stream's split deltas put together */
+struct split {
+    char reasoning[1024], content[1024], names[256], args[1024], finish[32];
+    int n_calls, n_chunks;
+};
+
+static void split_stream(const char *body, struct split *out) {
+    memset(out, 0, sizeof *out);
+    const char *p = body;
+    while ((p = strstr(p, "data: "))) {
+        p += 6;
+        const char *e = strstr(p, "\n\n");
+        cr_assert(e);
+        if (!strncmp(p, "[DONE]", 6)) break;
+        json_t *c = json_loadb(p, (size_t)(e - p), 0, NULL), *ch = json_array_get(json_object_get(c, "choices"), 0);
+        cr_assert(c, "chunk is not JSON: %.*s", (int)(e - p), p);
+        out->n_chunks++;
+        const char *r = jstr(ch, "delta.reasoning_content"), *t = jstr(ch, "delta.content");
+        if (r) strncat(out->reasoning, r, sizeof out->reasoning - strlen(out->reasoning) - 1);
+        if (t) strncat(out->content, t, sizeof out->content - strlen(out->content) - 1);
+        json_t *calls = jget(ch, "delta.tool_calls");
+        for (size_t k = 0; k < json_array_size(calls); k++) {
+            json_t *call = json_array_get(calls, k);
+            cr_assert_eq(json_integer_value(json_object_get(call, "index")), out->n_calls, "tool call indices in order");
+            cr_assert(jstr(call, "id") && !strcmp(jstr(call, "type"), "function"));
+            strncat(out->names, jstr(call, "function.name"), sizeof out->names - strlen(out->names) - 2);
+            strcat(out->names, ";");
+            strncat(out->args, jstr(call, "function.arguments"), sizeof out->args - strlen(out->args) - 1);
+            out->n_calls++;
+        }
+        if (jstr(ch, "finish_reason")) snprintf(out->finish, sizeof out->finish, "%s", jstr(ch, "finish_reason"));
+        json_decref(c);
+        p = e;
+    }
+}
+
+/* Qwen-style: <think> reasoning, then content and a <tool_call>: split in the answer and, delta by delta,
+ * in the stream; without tools the call is content as written */
+Test(serve, qwen_style_replies_split_into_reasoning_content_and_tool_calls, .timeout = 120) {
+    static const char *const script[] = {"<think>", "\nThe user wants Paris weather.", "\n</think>\n\n",
+                                         "Let me check.", "\n", "<tool_call>",
+                                         "\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n",
+                                         "</tool_call>", NULL};
+    struct script_model sm = {"{# a Qwen-like family: <tool_call> and <think> #}{% for m in messages %}"
+                              "{{ m.content }}{% endfor %}",
+                              {script}, "<|eos|>"};
+    char dir[] = "/tmp/toy-serve-test-XXXXXX", path[80];
+    cr_assert(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/scripted.gguf", dir);
+    script_model_write(&sm, path);
+    struct server s;
+    server_start_model(&s, path, NULL);
+    char body[1024];
+    snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"<|go1|>\"}],\"temperature\":0,%s}",
+             tools_json);
+    struct resp r = http(&s, "POST", "/v1/chat/completions", body);
+    cr_assert_eq(r.code, 200, "%s", r.body);
+    cr_expect_str_eq(jstr(r.json, "choices.0.message.reasoning_content"), "The user wants Paris weather.");
+    cr_expect_str_eq(jstr(r.json, "choices.0.message.content"), "Let me check.");
+    cr_expect_str_eq(jstr(r.json, "choices.0.message.tool_calls.0.function.name"), "get_weather");
+    cr_expect_str_eq(jstr(r.json, "choices.0.message.tool_calls.0.function.arguments"), "{\"city\":\"Paris\"}");
+    cr_expect_str_eq(jstr(r.json, "choices.0.message.tool_calls.0.type"), "function");
+    cr_expect_str_eq(jstr(r.json, "choices.0.finish_reason"), "tool_calls");
+    cr_expect_eq(jint(r.json, "usage.completion_tokens"), 9, "the script and EOS");
+    resp_free(&r);
+
+    snprintf(body, sizeof body,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"<|go1|>\"}],\"temperature\":0,\"stream\":true,%s}",
+             tools_json);
+    r = http(&s, "POST", "/v1/chat/completions", body);
+    cr_assert_eq(r.code, 200, "%s", r.body);
+    struct split sp;
+    split_stream(r.body, &sp);
+    cr_expect_str_eq(sp.reasoning, "The user wants Paris weather.");
+    cr_expect_str_eq(sp.content, "Let me check.");
+    cr_expect_str_eq(sp.names, "get_weather;");
+    cr_expect_str_eq(sp.args, "{\"city\":\"Paris\"}");
+    cr_expect_str_eq(sp.finish, "tool_calls");
+    resp_free(&r);
+
+    /* offered no tools (or told "none"), the model's call is text; the reasoning is still apart */
+    for (int k = 0; k < 2; k++) {
+        snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"<|go1|>\"}],\"temperature\":0%s%s}",
+                 k ? ",\"tool_choice\":\"none\"," : "", k ? tools_json : "");
+        r = http(&s, "POST", "/v1/chat/completions", body);
+        cr_assert_eq(r.code, 200, "%s", r.body);
+        cr_expect_str_eq(jstr(r.json, "choices.0.message.reasoning_content"), "The user wants Paris weather.");
+        cr_expect_str_eq(jstr(r.json, "choices.0.message.content"),
+                         "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}"
+                         "\n</tool_call>");
+        cr_expect_null(jget(r.json, "choices.0.message.tool_calls"));
+        cr_expect_str_eq(jstr(r.json, "choices.0.finish_reason"), "stop");
+        resp_free(&r);
+    }
+    /* a tool_choice toy cannot honour is refused, not ignored */
+    snprintf(body, sizeof body,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tool_choice\":\"required\",%s}", tools_json);
+    r = http(&s, "POST", "/v1/chat/completions", body);
+    cr_expect_eq(r.code, 400, "%s", r.body);
+    cr_expect_str_eq(jstr(r.json, "error.param"), "tool_choice");
+    resp_free(&r);
+    cr_assert_eq(server_stop(&s), 0);
+    server_clean(&s);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+/* gpt-oss's channels (special tokens): the analysis is reasoning, <|end|> ends a message and not the reply, the
+ * final channel is content, and a commentary message to=functions.NAME is a call that <|call|> ends */
+Test(serve, harmony_replies_split_by_channel, .timeout = 120) {
+    static const char *const answer[] = {"<|channel|>", "analysis", "<|message|>", "User greets. Reply.", "<|end|>",
+                                         "<|start|>", "assistant", "<|channel|>", "final", "<|message|>",
+                                         "Hello! How can I help?", "<|return|>", NULL};
+    static const char *const call[] = {"<|channel|>", "analysis", "<|message|>", "Need the weather.", "<|end|>",
+                                       "<|start|>", "assistant", "<|channel|>", "commentary to=functions.get_weather ",
+                                       "<|constrain|>", "json", "<|message|>", "{\"city\":\"Paris\"}", "<|call|>", NULL};
+    struct script_model sm = {"{# gpt-oss: <|start|>assistant<|channel|>final<|message|> #}{% for m in messages %}"
+                              "{{ m.content }}{% endfor %}",
+                              {answer, call}, "<|return|>"};
+    char dir[] = "/tmp/toy-serve-test-XXXXXX", path[80];
+    cr_assert(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/scripted.gguf", dir);
+    script_model_write(&sm, path);
+    struct server s;
+    server_start_model(&s, path, NULL);
+    char body[1024];
+    for (int stream = 0; stream < 2; stream++) {
+        snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"<|go1|>\"}],\"temperature\":0,"
+                 "\"stream\":%s}", stream ? "true" : "false");
+        struct resp r = http(&s, "POST", "/v1/chat/completions", body);
+        cr_assert_eq(r.code, 200, "%s", r.body);
+        struct split sp = {0};
+        if (stream) split_stream(r.body, &sp);
+        cr_expect_str_eq(stream ? sp.reasoning : jstr(r.json, "choices.0.message.reasoning_content"),
+                         "User greets. Reply.");
+        cr_expect_str_eq(stream ? sp.content : jstr(r.json, "choices.0.message.content"), "Hello! How can I help?",
+                         "%s", r.body);
+        cr_expect_str_eq(stream ? sp.finish : jstr(r.json, "choices.0.finish_reason"), "stop");
+        resp_free(&r);
+
+        snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"<|go2|>\"}],\"temperature\":0,"
+                 "\"stream\":%s,%s}", stream ? "true" : "false", tools_json);
+        r = http(&s, "POST", "/v1/chat/completions", body);
+        cr_assert_eq(r.code, 200, "%s", r.body);
+        if (stream) {
+            split_stream(r.body, &sp);
+            cr_expect_str_eq(sp.reasoning, "Need the weather.");
+            cr_expect_str_eq(sp.content, "");
+            cr_expect_str_eq(sp.names, "get_weather;");
+            cr_expect_str_eq(sp.args, "{\"city\":\"Paris\"}");
+            cr_expect_str_eq(sp.finish, "tool_calls");
+        } else {
+            cr_expect_str_eq(jstr(r.json, "choices.0.message.reasoning_content"), "Need the weather.");
+            cr_expect(json_is_null(jget(r.json, "choices.0.message.content")), "%s", r.body);
+            cr_expect_str_eq(jstr(r.json, "choices.0.message.tool_calls.0.function.name"), "get_weather");
+            cr_expect_str_eq(jstr(r.json, "choices.0.message.tool_calls.0.function.arguments"), "{\"city\":\"Paris\"}");
+            cr_expect_str_eq(jstr(r.json, "choices.0.finish_reason"), "tool_calls");
+        }
+        resp_free(&r);
+    }
+    /* the call goes back in the next turn: arguments as JSON text, as clients send them, reach the template */
+    snprintf(body, sizeof body,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"<|go1|>\"},{\"role\":\"assistant\",\"content\":null,"
+             "\"tool_calls\":[{\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\","
+             "\"arguments\":\"{\\\"city\\\":\\\"Paris\\\"}\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"call_1\","
+             "\"content\":\"<|go1|>\"}],\"temperature\":0,\"max_tokens\":3}");
+    struct resp r = http(&s, "POST", "/v1/chat/completions", body);
+    cr_expect_eq(r.code, 200, "%s", r.body);
+    resp_free(&r);
+    snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"assistant\",\"content\":\"x\",\"tool_calls\":[{\"id\":1}]}]}");
+    r = http(&s, "POST", "/v1/chat/completions", body);
+    cr_expect_eq(r.code, 400, "%s", r.body);
+    cr_expect(strstr(r.body, "tool_calls[0]"), "%s", r.body);
+    resp_free(&r);
+    cr_assert_eq(server_stop(&s), 0);
+    server_clean(&s);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+}

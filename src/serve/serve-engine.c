@@ -478,7 +478,7 @@ static void slot_start(struct srv_engine *e, struct slot *s, struct srv_job *j) 
     for (int i = 0; i < j->n_stop; i++)
         if (strlen(j->stop[i]) > s->max_stop) s->max_stop = strlen(j->stop[i]);
     s->smp = toy_sampler_new(&j->sp, e->vocab);
-    if (e->tok && !toy_decoder_init(e->tok, TOY_DECODE_SKIP_SPECIAL, &s->dec) && j->continues)
+    if (e->tok && !toy_decoder_init(e->tok, j->keep_special ? 0 : TOY_DECODE_SKIP_SPECIAL, &s->dec) && j->continues)
         toy_decoder_continue(s->dec, j->prompt, j->n_prompt);
     pthread_mutex_lock(&j->mu);
     j->t_start = toy_srv_now();

@@ -81,6 +81,7 @@ struct stream {
     long created, req_no;
     int fd;
     int64_t sent;
+    struct srv_sent split; /* what of a split chat reply went out */
     char *buf;
     size_t len, off, cap;
     bool finished;
@@ -269,7 +270,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
             }
         }
         if (j->n_toks > s->sent) {
-            sse_json(s, toy_srv_chunk_json(api, &s->req, j, s->sent, j->n_toks, s->id, s->created));
+            sse_json(s, toy_srv_chunk_json(api, &s->req, j, s->sent, j->n_toks, &s->split, s->id, s->created));
             s->sent = j->n_toks;
         }
         if (j->done && s->sent == j->n_toks) {
@@ -278,6 +279,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
                 snprintf(e.msg, sizeof e.msg, "%s", j->errmsg);
                 sse_json(s, toy_srv_error_json(&e));
             } else {
+                sse_json(s, toy_srv_chunk_rest(api, &s->req, j, &s->split, s->id, s->created));
                 sse_json(s, toy_srv_chunk_finish(api, &s->req, j, s->id, s->created));
                 if (s->req.include_usage) sse_json(s, toy_srv_chunk_usage(api, &s->req, j, s->id, s->created));
             }
@@ -609,11 +611,13 @@ static char *default_name(const char *path) {
     return s;
 }
 
-/* the template's end-of-turn markers become stop strings (for tokenizers that spell them as text) */
+/* the template's end-of-turn markers become stop strings (for tokenizers that spell them as text); gpt-oss's
+ * <|end|> ends a message of the reply (its analysis), not the reply */
 static void eot_stops(struct srv_api *api, const char *src) {
     static const char *const marks[] = {"<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>"};
     for (size_t i = 0; src && i < sizeof marks / sizeof marks[0] && api->n_eot_stops < 4; i++)
-        if (strstr(src, marks[i])) api->eot_stops[api->n_eot_stops++] = strdup(marks[i]);
+        if (strstr(src, marks[i]) && !(i == 3 && api->syntax.format == TOY_CHAT_FORMAT_HARMONY))
+            api->eot_stops[api->n_eot_stops++] = strdup(marks[i]);
 }
 
 static enum toy_status open_events(struct srv *S, const char *model_path) {
@@ -689,7 +693,11 @@ static enum toy_status serve_model(struct srv_model model, const struct toy_toke
         src = "chatml";
         if ((st = toy_chat_template_init(src, &S->api.tmpl))) { srv_free(S); return st; }
     }
-    if (tok) eot_stops(&S->api, toy_chat_template_builtin(src) ? toy_chat_template_builtin(src) : src);
+    if (tok) {
+        const char *tsrc = toy_chat_template_builtin(src) ? toy_chat_template_builtin(src) : src;
+        S->api.syntax = toy_chat_syntax_detect(tsrc);
+        eot_stops(&S->api, tsrc);
+    }
     struct srv_engine_opts eo = {.n_slots = o.n_slots, .queue_size = o.queue_size, .n_ctx = S->api.n_ctx,
                                  .n_threads = o.n_threads, .prefix_cache = !o.no_prefix_cache, .kv_f32 = o.kv_f32};
     if ((st = toy_srv_engine_new(m, tok, &eo, &S->met, &S->eng))) { srv_free(S); return st; }

@@ -99,6 +99,7 @@ struct srv_job {
     int n_stop;
     int top_logprobs;                /* 0..SRV_MAX_TOP_LOGPROBS alternatives per token */
     bool ignore_eos;
+    bool keep_special;               /* special tokens are decoded as text: the reply's markers (chat-reply.h) */
     int32_t *bias_id;                /* logit_bias: added to these logits before sampling */
     float *bias;
     int n_bias;
@@ -116,6 +117,7 @@ struct srv_job {
     size_t text_len, text_cap;
     int64_t n_generated;             /* sampled tokens (EOS included) */
     int64_t n_cached;                /* prompt tokens served from the prefix cache */
+    size_t n_calls;                  /* tool calls in the split reply (set by the API layer) */
     bool done, timed_out;
     enum toy_stop_reason reason;
     enum toy_status err;
@@ -181,6 +183,8 @@ size_t toy_srv_engine_kv_bytes(const struct srv_engine *e);
 
 #include <jansson.h>
 
+#include "toy/chat-reply.h"
+
 struct toy_chat_template;
 
 /* What the API layer needs to know about the server. */
@@ -188,6 +192,7 @@ struct srv_api {
     const struct srv_model *m;
     const struct toy_tokenizer *tok;
     struct toy_chat_template *tmpl; /* NULL: chat is not available */
+    struct toy_chat_syntax syntax;  /* how the template's model writes reasoning and tool calls */
     char *eot_stops[4];             /* the template's end-of-turn text, as stop strings */
     int n_eot_stops;
     const char *model_name;
@@ -217,6 +222,14 @@ struct srv_request {
     bool logprobs;          /* completions: "logprobs": N given; chat: "logprobs": true */
     bool normalize, base64; /* embeddings */
     int64_t n_tokens;       /* embeddings: input tokens */
+    bool parse_reply;       /* chat: the reply is split into reasoning, content and tool calls */
+    struct toy_chat_syntax syn;
+    char **tool_names;      /* syn.tool_names, owned */
+};
+
+/* What a chat stream has sent of the split reply so far. */
+struct srv_sent {
+    size_t reasoning, content, calls;
 };
 
 /* Parses and validates a request body; on false, *err says why (4xx). */
@@ -224,14 +237,18 @@ bool toy_srv_parse_request(const struct srv_api *api, enum srv_endpoint ep, cons
                            struct srv_request *r, struct srv_error *err);
 void toy_srv_request_free(struct srv_request *r);
 
-/* "stop", "length". */
+/* "stop", "length"; "tool_calls" when the reply made some (j->n_calls). */
 const char *toy_srv_finish_reason(const struct srv_job *j);
-/* The whole response of a finished job (the caller holds j->mu). */
-json_t *toy_srv_response_json(const struct srv_api *api, const struct srv_request *r, const struct srv_job *j,
+/* The whole response of a finished job (the caller holds j->mu; a split reply sets j->n_calls). */
+json_t *toy_srv_response_json(const struct srv_api *api, const struct srv_request *r, struct srv_job *j,
                               const char *id, long created);
-/* One SSE chunk object for the token records [from, to) (NULL if they carry nothing to send). */
-json_t *toy_srv_chunk_json(const struct srv_api *api, const struct srv_request *r, const struct srv_job *j,
-                           int64_t from, int64_t to, const char *id, long created);
+/* One SSE chunk object for the token records [from, to) (NULL if they carry nothing to send); a split chat
+ * reply sends what its parse so far adds to *sent. */
+json_t *toy_srv_chunk_json(const struct srv_api *api, const struct srv_request *r, struct srv_job *j, int64_t from,
+                           int64_t to, struct srv_sent *sent, const char *id, long created);
+/* A split chat reply's last delta: what only its end decided (NULL if nothing). Before the finish chunk. */
+json_t *toy_srv_chunk_rest(const struct srv_api *api, const struct srv_request *r, struct srv_job *j,
+                           struct srv_sent *sent, const char *id, long created);
 /* The first chunk of a chat stream (role), the last one (finish_reason) and the usage chunk. */
 json_t *toy_srv_chunk_role(const struct srv_api *api, const struct srv_request *r, const char *id, long created);
 json_t *toy_srv_chunk_finish(const struct srv_api *api, const struct srv_request *r, const struct srv_job *j,

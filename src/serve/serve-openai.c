@@ -193,11 +193,65 @@ static bool message_text(json_t *c, size_t i, json_t **out, struct srv_error *er
     return true;
 }
 
-static bool chat_prompt(const struct srv_api *api, json_t *body, struct toy_tokens *ids, struct srv_error *err) {
+/* an assistant message's tool_calls: [{"id", "type": "function", "function": {"name", "arguments"}}]; arguments
+ * that clients send as JSON text become objects, which is what templates print (with tojson) */
+static bool message_tool_calls(json_t *c, size_t i, struct srv_error *err) {
+    json_t *calls = json_object_get(c, "tool_calls");
+    if (!calls || json_is_null(calls)) return true;
+    if (!json_is_array(calls)) return BAD("messages", "messages[%zu].tool_calls must be an array", i);
+    for (size_t k = 0; k < json_array_size(calls); k++) {
+        json_t *f = json_object_get(json_array_get(calls, k), "function");
+        json_t *args = json_object_get(f, "arguments");
+        if (!json_is_object(f) || !json_is_string(json_object_get(f, "name")))
+            return BAD("messages", "messages[%zu].tool_calls[%zu] needs a function with a string name", i, k);
+        if (json_is_string(args)) {
+            json_t *o = json_loads(json_string_value(args), 0, NULL);
+            if (json_is_object(o)) json_object_set_new(f, "arguments", o);
+            else json_decref(o);
+        }
+    }
+    return true;
+}
+
+/* "tools" and "tool_choice": the tools the template shows and whose calls are parsed (names into r) */
+static bool chat_tools(json_t *body, struct srv_request *r, json_t **tools, struct srv_error *err) {
+    *tools = json_object_get(body, "tools");
+    if (*tools && json_is_null(*tools)) *tools = NULL;
+    if (*tools && !json_is_array(*tools)) return BAD("tools", "'tools' must be an array");
+    json_t *choice = json_object_get(body, "tool_choice");
+    if (choice && !json_is_null(choice)) {
+        const char *c = json_string_value(choice);
+        if (c && !strcmp(c, "none")) *tools = NULL; /* the model is not shown them, so makes no calls */
+        else if (!c || strcmp(c, "auto"))
+            return BAD("tool_choice", "'tool_choice' must be \"auto\" or \"none\" (toy does not force calls)");
+    }
+    size_t n = *tools ? json_array_size(*tools) : 0;
+    if (n > 1024) return BAD("tools", "at most 1024 tools");
+    r->tool_names = calloc(n + 1, sizeof *r->tool_names);
+    if (!r->tool_names) return toy_srv_err(err, 500, "server_error", NULL, NULL, "out of memory");
+    for (size_t k = 0; k < n; k++) {
+        json_t *t = json_array_get(*tools, k), *f = json_object_get(t, "function");
+        const char *type = json_string_value(json_object_get(t, "type")), *name = json_string_value(json_object_get(f, "name"));
+        if (!json_is_object(t) || !type || strcmp(type, "function"))
+            return BAD("tools", "tools[%zu] must be {\"type\": \"function\", \"function\": {...}}", k);
+        if (!name || !*name) return BAD("tools", "tools[%zu].function needs a name", k);
+        if (!(r->tool_names[k] = strdup(name))) return toy_srv_err(err, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    r->syn.tools = n > 0;
+    r->syn.tool_names = (const char *const *)r->tool_names;
+    r->syn.n_tool_names = n;
+    return true;
+}
+
+static bool chat_prompt(const struct srv_api *api, json_t *body, struct srv_request *r, struct toy_tokens *ids,
+                        struct srv_error *err) {
     json_t *msgs = json_object_get(body, "messages");
     if (!json_is_array(msgs) || json_array_size(msgs) == 0)
         return BAD("messages", "'messages' must be a non-empty array of {role, content}");
     if (!api->tmpl) return toy_srv_err(err, 400, "invalid_request_error", NULL, "messages", "no chat template");
+    r->syn = api->syntax;
+    json_t *tools;
+    if (!chat_tools(body, r, &tools, err)) return false;
     json_t *norm = json_array();
     for (size_t i = 0; i < json_array_size(msgs); i++) {
         json_t *m = json_array_get(msgs, i), *content = NULL;
@@ -207,9 +261,9 @@ static bool chat_prompt(const struct srv_api *api, json_t *body, struct toy_toke
         }
         static const char *const roles[] = {"system", "developer", "user", "assistant", "tool"};
         const char *role = json_string_value(json_object_get(m, "role"));
-        size_t r = 0;
-        while (r < sizeof roles / sizeof roles[0] && strcmp(role, roles[r])) r++;
-        if (r == sizeof roles / sizeof roles[0]) {
+        size_t k = 0;
+        while (k < sizeof roles / sizeof roles[0] && strcmp(role, roles[k])) k++;
+        if (k == sizeof roles / sizeof roles[0]) {
             json_decref(norm);
             return BAD("messages", "messages[%zu] has role '%s' (system, developer, user, assistant or tool)", i,
                        role);
@@ -218,18 +272,17 @@ static bool chat_prompt(const struct srv_api *api, json_t *body, struct toy_toke
             json_decref(norm);
             return false;
         }
-        json_t *c = json_copy(m);
+        json_t *c = json_deep_copy(m);
         json_object_set_new(c, "content", content);
         json_array_append_new(norm, c);
+        if (!message_tool_calls(c, i, err)) {
+            json_decref(norm);
+            return false;
+        }
     }
     json_t *vars = json_object();
     json_object_set_new(vars, "messages", norm);
-    json_t *tools = json_object_get(body, "tools");
-    if (tools && !json_is_null(tools) && !json_is_array(tools)) {
-        json_decref(vars); /* it owns norm */
-        return BAD("tools", "'tools' must be an array");
-    }
-    if (json_is_array(tools)) json_object_set(vars, "tools", tools);
+    if (tools) json_object_set(vars, "tools", tools);
     /* OpenAI's reasoning_effort (gpt-oss's template reads it), and llama.cpp's chat_template_kwargs: more
      * template variables, which do not replace messages, tools or reasoning_effort */
     json_t *effort = json_object_get(body, "reasoning_effort"), *kw = json_object_get(body, "chat_template_kwargs");
@@ -257,6 +310,11 @@ static bool chat_prompt(const struct srv_api *api, json_t *body, struct toy_toke
         return toy_srv_err(err, 400, "invalid_request_error", NULL, "messages", "%s", toy_last_error());
     }
     bool ok = encode_text(api, text, strlen(text), true, true, ids, "messages", err);
+    /* a reply is split when the model writes reasoning or channels, or may call the tools it was offered */
+    r->syn.in_think = r->syn.think && toy_chat_prompt_in_think(text);
+    r->parse_reply = r->syn.think || r->syn.format == TOY_CHAT_FORMAT_HARMONY ||
+                     (r->syn.tools && r->syn.format != TOY_CHAT_FORMAT_CONTENT);
+    r->job->keep_special = r->parse_reply && toy_chat_syntax_keeps_special(&r->syn);
     free(text);
     if (ok && ids->n == 0) return BAD("messages", "the rendered conversation is empty");
     return ok;
@@ -323,7 +381,7 @@ static bool parse_generate(const struct srv_api *api, json_t *body, struct srv_r
     struct srv_job *j = r->job = toy_srv_job_new(SRV_JOB_GENERATE);
     if (!j) return toy_srv_err(err, 500, "server_error", NULL, NULL, "out of memory");
     struct toy_tokens ids = {0};
-    if (!(chat ? chat_prompt(api, body, &ids, err) : completion_prompt(api, json_object_get(body, "prompt"), &ids, err))) {
+    if (!(chat ? chat_prompt(api, body, r, &ids, err) : completion_prompt(api, json_object_get(body, "prompt"), &ids, err))) {
         toy_tokens_free(&ids);
         return false;
     }
@@ -465,6 +523,9 @@ bool toy_srv_parse_request(const struct srv_api *api, enum srv_endpoint ep, cons
 void toy_srv_request_free(struct srv_request *r) {
     toy_srv_job_unref(r->job);
     r->job = NULL;
+    for (size_t i = 0; r->tool_names && r->tool_names[i]; i++) free(r->tool_names[i]);
+    free(r->tool_names);
+    r->tool_names = NULL;
 }
 
 /* ---- responses ------------------------------------------------------------------------------------ */
@@ -474,7 +535,7 @@ const char *toy_srv_finish_reason(const struct srv_job *j) {
     switch (j->reason) {
     case TOY_STOP_LENGTH:
     case TOY_STOP_CONTEXT: return "length";
-    default: return "stop";
+    default: return j->n_calls ? "tool_calls" : "stop";
     }
 }
 
@@ -586,15 +647,86 @@ static json_t *embeddings_json(const struct srv_api *api, const struct srv_reque
                      "prompt_tokens", (json_int_t)r->n_tokens, "total_tokens", (json_int_t)r->n_tokens);
 }
 
-json_t *toy_srv_response_json(const struct srv_api *api, const struct srv_request *r, const struct srv_job *j,
+/* ---- split chat replies (toy/chat-reply.h) ------------------------------------------------------- */
+
+/* {"id", "type": "function", "function": {"name", "arguments"}}; ids are the completion's id and the call's index */
+static json_t *tool_call_json(const struct toy_chat_call *c, const char *id, size_t k, bool stream) {
+    const char *dash = strchr(id, '-');
+    char cid[64];
+    snprintf(cid, sizeof cid, "call_%s_%zu", dash ? dash + 1 : id, k);
+    json_t *o = json_pack("{s:s,s:s,s:{s:o,s:o}}", "id", cid, "type", "function", "function", "name",
+                          jstr(c->name, strlen(c->name)), "arguments", jstr(c->arguments, strlen(c->arguments)));
+    if (stream) json_object_set_new(o, "index", json_integer((json_int_t)k));
+    return o;
+}
+
+/* parses the job's text so far (the whole reply once done); false when out of memory */
+static bool reply_parse(const struct srv_request *r, const struct srv_job *j, bool final, struct toy_chat_reply *out) {
+    return toy_chat_reply_parse(&r->syn, j->text, j->text_len, !final, out) == TOY_OK;
+}
+
+/* the whole reply's message: content (null when only calls), reasoning_content, tool_calls */
+static json_t *reply_message(const struct srv_request *r, struct srv_job *j, const char *id) {
+    struct toy_chat_reply p;
+    if (!reply_parse(r, j, true, &p)) return NULL;
+    json_t *m = json_pack("{s:s}", "role", "assistant");
+    json_object_set_new(m, "content", p.n_calls && !*p.content ? json_null() : jstr(p.content, strlen(p.content)));
+    if (*p.reasoning) json_object_set_new(m, "reasoning_content", jstr(p.reasoning, strlen(p.reasoning)));
+    if (p.n_calls) {
+        json_t *calls = json_array();
+        for (size_t k = 0; k < p.n_calls; k++) json_array_append_new(calls, tool_call_json(&p.calls[k], id, k, false));
+        json_object_set_new(m, "tool_calls", calls);
+    }
+    j->n_calls = p.n_calls;
+    toy_chat_reply_free(&p);
+    return m;
+}
+
+/* the delta from what *sent records to the parse of the reply so far; NULL when it adds nothing */
+static json_t *reply_delta(const struct srv_request *r, struct srv_job *j, bool final, struct srv_sent *sent,
+                           const char *id) {
+    struct toy_chat_reply p;
+    if (!reply_parse(r, j, final, &p)) return NULL;
+    json_t *d = json_object();
+    size_t nr = strlen(p.reasoning), nc = strlen(p.content);
+    /* a parse extends the one before (chat-reply.h); were it ever not to, nothing is sent twice */
+    if (nr > sent->reasoning) {
+        json_object_set_new(d, "reasoning_content", jstr(p.reasoning + sent->reasoning, nr - sent->reasoning));
+        sent->reasoning = nr;
+    }
+    if (nc > sent->content) {
+        json_object_set_new(d, "content", jstr(p.content + sent->content, nc - sent->content));
+        sent->content = nc;
+    }
+    if (p.n_calls > sent->calls) {
+        json_t *calls = json_array();
+        for (size_t k = sent->calls; k < p.n_calls; k++) json_array_append_new(calls, tool_call_json(&p.calls[k], id, k, true));
+        json_object_set_new(d, "tool_calls", calls);
+        sent->calls = p.n_calls;
+    }
+    j->n_calls = sent->calls;
+    toy_chat_reply_free(&p);
+    if (json_object_size(d) == 0) {
+        json_decref(d);
+        return NULL;
+    }
+    return d;
+}
+
+json_t *toy_srv_response_json(const struct srv_api *api, const struct srv_request *r, struct srv_job *j,
                               const char *id, long created) {
     if (r->ep == SRV_EP_EMBEDDINGS) return embeddings_json(api, r, j);
     bool chat = r->ep == SRV_EP_CHAT;
     json_t *choice = json_object();
     json_object_set_new(choice, "index", json_integer(0));
-    json_t *text = jstr(j->text ? j->text : "", j->text_len);
-    if (chat) json_object_set_new(choice, "message", json_pack("{s:s,s:o}", "role", "assistant", "content", text));
-    else json_object_set_new(choice, "text", text);
+    json_t *msg = r->parse_reply ? reply_message(r, j, id) : NULL; /* NULL too when out of memory: as written */
+    if (msg) {
+        json_object_set_new(choice, "message", msg);
+    } else {
+        json_t *text = jstr(j->text ? j->text : "", j->text_len);
+        if (chat) json_object_set_new(choice, "message", json_pack("{s:s,s:o}", "role", "assistant", "content", text));
+        else json_object_set_new(choice, "text", text);
+    }
     json_object_set_new(choice, "logprobs",
                         !r->logprobs ? json_null()
                         : chat       ? chat_logprobs(api, j, 0, j->n_toks)
@@ -614,24 +746,39 @@ static json_t *chunk(const struct srv_api *api, const struct srv_request *r, con
     return c;
 }
 
-json_t *toy_srv_chunk_json(const struct srv_api *api, const struct srv_request *r, const struct srv_job *j,
-                           int64_t from, int64_t to, const char *id, long created) {
+json_t *toy_srv_chunk_json(const struct srv_api *api, const struct srv_request *r, struct srv_job *j, int64_t from,
+                           int64_t to, struct srv_sent *sent, const char *id, long created) {
     size_t off = j->toks[from].text_off, n = 0;
     bool any_token = false;
     for (int64_t i = from; i < to; i++) n += j->toks[i].text_len, any_token |= j->toks[i].id >= 0 && !j->toks[i].eog;
-    if (n == 0 && !(r->logprobs && any_token)) return NULL;
     bool chat = r->ep == SRV_EP_CHAT;
+    json_t *delta = NULL;
+    if (r->parse_reply) {
+        delta = reply_delta(r, j, j->done, sent, id);
+        if (!delta && !(r->logprobs && any_token)) return NULL;
+        if (!delta) delta = json_object();
+    } else {
+        if (n == 0 && !(r->logprobs && any_token)) return NULL;
+    }
     json_t *choice = json_object();
     json_object_set_new(choice, "index", json_integer(0));
-    json_t *text = jstr(j->text + off, n);
-    if (chat) json_object_set_new(choice, "delta", json_pack("{s:o}", "content", text));
-    else json_object_set_new(choice, "text", text);
+    if (delta) json_object_set_new(choice, "delta", delta);
+    else if (chat) json_object_set_new(choice, "delta", json_pack("{s:o}", "content", jstr(j->text + off, n)));
+    else json_object_set_new(choice, "text", jstr(j->text + off, n));
     json_object_set_new(choice, "logprobs",
                         !r->logprobs ? json_null()
                         : chat       ? chat_logprobs(api, j, from, to)
                                      : completion_logprobs(api, j, from, to));
     json_object_set_new(choice, "finish_reason", json_null());
     return chunk(api, r, id, created, choice);
+}
+
+json_t *toy_srv_chunk_rest(const struct srv_api *api, const struct srv_request *r, struct srv_job *j,
+                           struct srv_sent *sent, const char *id, long created) {
+    json_t *delta = r->parse_reply ? reply_delta(r, j, true, sent, id) : NULL;
+    if (!delta) return NULL;
+    return chunk(api, r, id, created,
+                 json_pack("{s:i,s:o,s:n,s:n}", "index", 0, "delta", delta, "logprobs", "finish_reason"));
 }
 
 json_t *toy_srv_chunk_role(const struct srv_api *api, const struct srv_request *r, const char *id, long created) {
