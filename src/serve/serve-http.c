@@ -731,6 +731,15 @@ static enum toy_status serve_model(struct srv_model model, const struct toy_toke
         toy_events_close(S->ev);
         S->ev = NULL;
     }
+    const struct toy_chat_syntax *cs = &S->api.syntax;
+    if (!o.quiet && S->api.tmpl && (cs->think || cs->format != TOY_CHAT_FORMAT_CONTENT))
+        fprintf(stderr, "toy serve: chat replies split: %s%s%s%s%s\n", cs->think ? "reasoning in <think>" : "",
+                cs->think && cs->format ? ", " : "",
+                cs->format == TOY_CHAT_FORMAT_HARMONY ? "reasoning, content and tool calls by gpt-oss channel"
+                : cs->format                          ? "tool calls in the "
+                                                      : "",
+                cs->format && cs->format != TOY_CHAT_FORMAT_HARMONY ? toy_chat_format_name(cs->format) : "",
+                cs->format && cs->format != TOY_CHAT_FORMAT_HARMONY ? " form" : "");
     bool v6 = strchr(o.host, ':') != NULL;
     fprintf(stderr, "toy serve: listening on http://%s%s%s:%d (model %s, %d slots x %lld positions, KV cache %.1f MiB)\n",
             v6 ? "[" : "", o.host, v6 ? "]" : "", S->o.port, S->model_name, o.n_slots, (long long)S->api.n_ctx,
