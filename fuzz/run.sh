@@ -3,7 +3,8 @@
 # (two shares of the time), then one share each for the safetensors parser,
 # the tokenizer, chat templates (fuzz-jinja), image sets (fuzz-images),
 # training data (fuzz-data: TOYT, loader state, SFT JSONL) and model replies
-# (fuzz-chat-reply: reasoning, content and tool calls split as they stream). Seeds: the
+# (fuzz-chat-reply: reasoning, content and tool calls split as they stream),
+# and response_format schemas with replies fed through them (fuzz-json-grammar). Seeds: the
 # third-party GGUF test vectors and chat templates (if ../shared/testdata is
 # there), small files written by toy itself (make-seeds, jinja-seeds.py,
 # data-seeds.py), and earlier crash inputs. A crashing input is copied to
@@ -19,7 +20,7 @@ secs=${1:-60}
 cd "$(dirname "$0")/.."
 make -s -f fuzz/Makefile
 work=fuzz/corpus-work
-kinds="gguf safetensors tokenizer jinja images data chat-reply"
+kinds="gguf safetensors tokenizer jinja images data chat-reply json-grammar"
 for kind in $kinds; do mkdir -p "$work/$kind"; done
 mkdir -p "$work/artifacts"
 build-fuzz/make-seeds "$work/gguf" "$work/safetensors"
@@ -35,6 +36,12 @@ printf '\x22<|python_tag|>{"name": "f", "parameters": {}}; {"name": "get_weather
 printf '\x23[TOOL_CALLS]f[ARGS]{"a": [1, 2]}[TOOL_CALLS]get_weather[CALL_ID]9[ARGS]{}' > "$work/chat-reply/mistral"
 printf '\x25<|channel|>analysis<|message|>hm<|end|><|start|>assistant<|channel|>commentary to=functions.f <|constrain|>json<|message|>{"a":1}<|call|>' \
     > "$work/chat-reply/harmony"
+# schemas, a NUL, then a reply
+printf '{"type":"object","properties":{"a":{"type":"array","items":{"enum":[1,"x",null]},"maxItems":2},"b":{"anyOf":[{"type":"string","maxLength":3},{"type":"integer"}]}},"required":["a"]}\0{"a": [1, "x"], "b": "ab"}' \
+    > "$work/json-grammar/object"
+printf '{"$defs":{"t":{"type":"object","properties":{"k":{"type":"array","items":{"$ref":"#/$defs/t"}}}}},"$ref":"#/$defs/t"}\0{"k":[{"k":[]}]}' \
+    > "$work/json-grammar/recursive"
+printf '{"x": [1.5e-3, true, {"y": "\\u00e9"}]}' > "$work/json-grammar/any"
 for f in ../shared/testdata/gguf-testvectors/valid/*.gguf; do
     [ -f "$f" ] || continue
     [ "$(stat -c %s "$f")" -le 65536 ] && cp -f "$f" "$work/gguf/"
@@ -75,14 +82,15 @@ run() { # kind seconds [libFuzzer flags]
         echo "fuzz-$1: ok, no crash in ${2}s"
     fi
 }
-share=$(( secs / 8 > 0 ? secs / 8 : 1 ))
-run gguf $(( secs - 6 * share > 0 ? secs - 6 * share : 1 ))
+share=$(( secs / 9 > 0 ? secs / 9 : 1 ))
+run gguf $(( secs - 7 * share > 0 ? secs - 7 * share : 1 ))
 run safetensors "$share"
 run tokenizer "$share"
 run jinja "$share" -dict=fuzz/jinja.dict -max_len=16384
 run images "$share"
 run data "$share"
 run chat-reply "$share" -dict=fuzz/chat-reply.dict
+run json-grammar "$share" -max_len=4096
 if [ "$status" != 0 ]; then
     echo "---- fuzz: what failed:$failed ----"
     cat "$report"

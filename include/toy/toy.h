@@ -25,6 +25,7 @@
 #include "toy/tokenizer.h"
 #include "toy/chat-template.h"
 #include "toy/chat-reply.h"
+#include "toy/json-grammar.h"
 #include "toy/sampler.h"
 #include "toy/generate.h"
 #include "toy/data.h"

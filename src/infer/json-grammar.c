@@ -1,0 +1,761 @@
+/* json-grammar.c: toy/json-grammar.h: JSON Schema compiled to a tree of
+ * nodes, and a pushdown matcher that reads a reply byte by byte.
+ *
+ * The matcher is a stack of frames: a value still to start (F_VALUE, which
+ * becomes one of the others at its first byte), an object or array between
+ * its brackets, a string, a number, or a literal being matched against a
+ * set of candidate texts (true/false/null, enum and const values, and the
+ * keys of an object with properties). A number, and a literal that may be
+ * the prefix of a longer candidate, end at the first byte that cannot
+ * continue them, which then goes to the frame below. Masking tries each
+ * token's bytes on a copy of the frames in use (first bytes the state
+ * cannot take rule most tokens out before any copy).
+ */
+#include "toy/json-grammar.h"
+
+#include <ctype.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "toy/tokenizer.h"
+
+#define MAX_DEPTH 32
+#define MAX_WS 16
+#define MAX_SET 64
+#define MAX_NUM 32
+
+enum kind { K_ANY, K_OBJECT, K_ARRAY, K_STRING, K_NUMBER, K_INTEGER, K_BOOL, K_NULL, K_LITS, K_UNION };
+
+struct node {
+    enum kind kind;
+    int n;               /* object: properties; literals: texts; union: branches */
+    char **text;         /* object: the keys as JSON text ("\"name\""); literals: canonical JSON texts */
+    struct node **sub;   /* object: the properties' schemas; union: the branches */
+    uint64_t required;   /* object: keys that must come */
+    struct node *values; /* object without properties: every value's schema (NULL: no keys); array: items */
+    int64_t min, max;    /* array: items; string: characters; max < 0: no limit */
+};
+
+static struct node any_node = {.kind = K_ANY};
+static struct node any_object = {.kind = K_OBJECT, .values = &any_node, .max = -1};
+static struct node any_array = {.kind = K_ARRAY, .values = &any_node, .max = -1};
+static struct node any_string = {.kind = K_STRING, .max = -1};
+static struct node any_number = {.kind = K_NUMBER};
+static char *lits_any[] = {"true", "false", "null"};
+
+struct toy_json_grammar {
+    struct node **nodes; /* every node made, for freeing */
+    int n_nodes, cap_nodes;
+    struct node *root;
+};
+
+/* ---- the matcher ------------------------------------------------------------------------ */
+
+enum fkind { F_VALUE, F_OBJ, F_ARR, F_STR, F_NUM, F_LIT };
+enum { O_OPEN, O_COLON, O_AFTER, O_NEED_KEY };          /* object stages */
+enum { A_OPEN, A_AFTER, A_NEED };                       /* array stages */
+enum { R_FAIL, R_OK, R_AGAIN };                         /* a frame's answer: the byte is bad, taken, or for below */
+
+struct frame {
+    const struct node *node;
+    uint8_t kind, stage, key; /* key: this string or literal is an object's key */
+    int32_t pos;              /* literal: bytes matched; number: characters; string: \u digits */
+    int64_t count;            /* array: items; string: characters */
+    uint64_t bits;            /* object: keys seen; literal: candidates left */
+    int32_t cur;              /* object: the key whose value comes (-1: a free key) */
+    uint8_t utf8, lo, hi;     /* string: continuation bytes still due, and the range of the next one */
+    uint8_t low_due;          /* string: a \uD800-\uDBFF escape wants its low surrogate next */
+    uint16_t hex;             /* string: the \u escape's value so far */
+    char *const *lits;        /* literal: the candidates */
+    int n_lits;
+};
+
+struct toy_json_matcher {
+    const struct toy_json_grammar *g;
+    int depth, ws;
+    struct frame st[MAX_DEPTH];
+    /* for masking inside strings: the tokens whose text is plain string content (no quote, backslash or
+     * control byte; whole UTF-8 characters), and their characters (0: not plain); made at the first mask */
+    const struct toy_tokenizer *tok;
+    uint16_t *plain;
+};
+
+static bool is_ws(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+static bool is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
+
+static int ws(struct toy_json_matcher *m) { return ++m->ws <= MAX_WS ? R_OK : R_FAIL; }
+
+static struct frame *push(struct toy_json_matcher *m, enum fkind k, const struct node *nd) {
+    if (m->depth == MAX_DEPTH) return NULL;
+    struct frame *f = &m->st[m->depth++];
+    memset(f, 0, sizeof *f);
+    f->kind = (uint8_t)k;
+    f->node = nd;
+    f->cur = -1;
+    return f;
+}
+
+/* the frame on top ends; a key tells its object which key it was */
+static void pop(struct toy_json_matcher *m, int key_index) {
+    struct frame *f = &m->st[--m->depth];
+    if (f->key && m->depth > 0) {
+        struct frame *o = &m->st[m->depth - 1];
+        o->cur = key_index;
+        if (key_index >= 0) o->bits |= 1ull << key_index;
+    }
+}
+
+static void lit_frame(struct frame *f, char *const *lits, int n) {
+    f->kind = F_LIT;
+    f->lits = lits;
+    f->n_lits = n;
+    f->pos = 0;
+    f->bits = n >= 64 ? ~0ull : (1ull << n) - 1;
+}
+
+static int lit_byte(struct toy_json_matcher *m, struct frame *f, unsigned char c) {
+    uint64_t next = 0;
+    int complete = -1, longer = 0;
+    for (int i = 0; i < f->n_lits; i++) {
+        if (!(f->bits >> i & 1)) continue;
+        size_t len = strlen(f->lits[i]);
+        if (len > (size_t)f->pos && (unsigned char)f->lits[i][f->pos] == c) {
+            next |= 1ull << i;
+            if (len == (size_t)f->pos + 1) complete = i;
+            else longer = 1;
+        }
+    }
+    if (!next) { /* c goes past every candidate: fine if one is complete here */
+        for (int i = 0; i < f->n_lits; i++)
+            if ((f->bits >> i & 1) && strlen(f->lits[i]) == (size_t)f->pos) {
+                pop(m, i);
+                return R_AGAIN;
+            }
+        return R_FAIL;
+    }
+    f->bits = next;
+    f->pos++;
+    if (complete >= 0 && !longer) pop(m, complete);
+    return R_OK;
+}
+
+static int str_byte(struct toy_json_matcher *m, struct frame *f, unsigned char c) {
+    const struct node *nd = f->node;
+    bool full = nd->max >= 0 && f->count >= nd->max;
+    if (f->utf8) { /* inside a multi-byte character: well-formed UTF-8 only (no overlongs or surrogates) */
+        if (c < f->lo || c > f->hi) return R_FAIL;
+        f->utf8--;
+        f->lo = 0x80, f->hi = 0xBF;
+        return R_OK;
+    }
+    switch (f->stage) {
+    case 0:
+        if (f->low_due && c != '\\') return R_FAIL;
+        if (c == '"') {
+            if (f->count < nd->min) return R_FAIL;
+            pop(m, -1);
+            return R_OK;
+        }
+        if (c < 0x20 || (c >= 0x80 && c < 0xC2) || c > 0xF4) return R_FAIL;
+        if (full) return R_FAIL;
+        f->count++;
+        if (c >= 0xC2) {
+            f->utf8 = c < 0xE0 ? 1 : c < 0xF0 ? 2 : 3;
+            f->lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80;
+            f->hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
+        }
+        if (c == '\\') f->stage = 1;
+        return R_OK;
+    case 1:
+        if (c == 'u') { f->stage = 2, f->pos = 0, f->hex = 0; return R_OK; }
+        if (f->low_due || !strchr("\"\\/bfnrt", c) || !c) return R_FAIL;
+        f->stage = 0;
+        return R_OK;
+    default: /* \uXXXX: surrogates only in pairs (JSON readers refuse a lone one) */
+        if (!isxdigit(c)) return R_FAIL;
+        f->hex = (uint16_t)(f->hex << 4 | (is_digit(c) ? c - '0' : (c | 0x20) - 'a' + 10));
+        if (++f->pos < 4) return R_OK;
+        f->stage = 0;
+        bool high = f->hex >= 0xD800 && f->hex <= 0xDBFF, low = f->hex >= 0xDC00 && f->hex <= 0xDFFF;
+        if (f->low_due != low) return R_FAIL;
+        f->low_due = high;
+        return R_OK;
+    }
+}
+
+/* number states: 0 start, 1 after '-', 2 a leading 0, 3 integer digits, 4 after '.', 5 fraction digits,
+ * 6 after 'e', 7 after the exponent's sign, 8 exponent digits; 2, 3, 5 and 8 may end. At most 18 integer
+ * digits, 16 fraction digits and 2 exponent digits (count: the digits of the part so far) */
+static bool num_can_end(const struct frame *f) { return f->stage == 2 || f->stage == 3 || f->stage == 5 || f->stage == 8; }
+
+static int num_byte(struct toy_json_matcher *m, struct frame *f, unsigned char c) {
+    bool integer = f->node->kind == K_INTEGER, d = is_digit(c);
+    int s = f->stage, to = -1;
+    switch (s) {
+    case 0: to = c == '-' ? 1 : c == '0' ? 2 : d ? 3 : -1; break;
+    case 1: to = c == '0' ? 2 : d ? 3 : -1; break;
+    case 2:
+    case 3:
+        if (s == 3 && d) to = 3;
+        else if (c == '.' && !integer) to = 4;
+        else if ((c == 'e' || c == 'E') && !integer) to = 6;
+        break;
+    case 4: to = d ? 5 : -1; break;
+    case 5: to = d ? 5 : (c == 'e' || c == 'E') ? 6 : -1; break;
+    case 6: to = c == '+' || c == '-' ? 7 : d ? 8 : -1; break;
+    case 7: to = d ? 8 : -1; break;
+    case 8: to = d ? 8 : -1; break;
+    }
+    if (to < 0) {
+        if (!num_can_end(f)) return R_FAIL;
+        pop(m, -1);
+        return R_AGAIN;
+    }
+    if (++f->pos > MAX_NUM) return R_FAIL;
+    /* digits a part: what a 64-bit integer and a double hold (readers such as jansson refuse more) */
+    f->count = to == s ? f->count + 1 : 1;
+    if ((to == 3 && f->count > 18) || (to == 5 && f->count > 16) || (to == 8 && f->count > 2)) return R_FAIL;
+    f->stage = (uint8_t)to;
+    return R_OK;
+}
+
+static bool first_ok(const struct node *nd, unsigned char c) {
+    switch (nd->kind) {
+    case K_ANY: return c == '{' || c == '[' || c == '"' || c == '-' || is_digit(c) || c == 't' || c == 'f' || c == 'n';
+    case K_OBJECT: return c == '{';
+    case K_ARRAY: return c == '[';
+    case K_STRING: return c == '"';
+    case K_NUMBER:
+    case K_INTEGER: return c == '-' || is_digit(c);
+    case K_BOOL: return c == 't' || c == 'f';
+    case K_NULL: return c == 'n';
+    case K_LITS:
+        for (int i = 0; i < nd->n; i++)
+            if ((unsigned char)nd->text[i][0] == c) return true;
+        return false;
+    case K_UNION:
+        for (int i = 0; i < nd->n; i++)
+            if (first_ok(nd->sub[i], c)) return true;
+        return false;
+    }
+    return false;
+}
+
+/* the value frame f starts with byte c as node nd */
+static int start_value(struct toy_json_matcher *m, struct frame *f, const struct node *nd, unsigned char c) {
+    while (nd->kind == K_UNION) {
+        const struct node *pick = NULL;
+        for (int i = 0; i < nd->n && !pick; i++)
+            if (first_ok(nd->sub[i], c)) pick = nd->sub[i];
+        if (!pick) return R_FAIL;
+        nd = pick;
+    }
+    if (nd->kind == K_ANY) {
+        nd = c == '{' ? &any_object : c == '[' ? &any_array : c == '"' ? &any_string : NULL;
+        if (!nd && (c == '-' || is_digit(c))) nd = &any_number;
+        if (!nd) {
+            f->node = &any_node;
+            lit_frame(f, lits_any, 3);
+            return lit_byte(m, f, c);
+        }
+    }
+    if (!first_ok(nd, c)) return R_FAIL;
+    f->node = nd;
+    switch (nd->kind) {
+    case K_OBJECT: f->kind = F_OBJ, f->stage = O_OPEN, f->bits = 0; return R_OK;
+    case K_ARRAY: f->kind = F_ARR, f->stage = A_OPEN, f->count = 0; return R_OK;
+    case K_STRING: f->kind = F_STR, f->stage = 0, f->count = 0; return R_OK;
+    case K_NUMBER:
+    case K_INTEGER: f->kind = F_NUM, f->stage = 0, f->pos = 0; return num_byte(m, f, c);
+    case K_BOOL: lit_frame(f, lits_any, 2); return lit_byte(m, f, c);
+    case K_NULL: lit_frame(f, lits_any + 2, 1); return lit_byte(m, f, c);
+    case K_LITS: lit_frame(f, nd->text, nd->n); return lit_byte(m, f, c);
+    default: return R_FAIL;
+    }
+}
+
+static uint64_t all_keys(const struct node *nd) { return nd->n >= 64 ? ~0ull : (1ull << nd->n) - 1; }
+
+static bool more_keys(const struct frame *f) {
+    const struct node *nd = f->node;
+    return nd->n ? (all_keys(nd) & ~f->bits) != 0 : nd->values != NULL;
+}
+
+static int obj_byte(struct toy_json_matcher *m, struct frame *f, unsigned char c) {
+    const struct node *nd = f->node;
+    if (is_ws(c)) return ws(m);
+    switch (f->stage) {
+    case O_OPEN:
+    case O_NEED_KEY:
+        if (c == '}' && f->stage == O_OPEN && (nd->required & ~f->bits) == 0) break;
+        if (c != '"' || !more_keys(f)) return R_FAIL;
+        f->stage = O_COLON;
+        if (nd->n) { /* one of the keys not yet seen */
+            struct frame *k = push(m, F_LIT, nd);
+            if (!k) return R_FAIL;
+            lit_frame(k, nd->text, nd->n);
+            k->bits &= ~m->st[m->depth - 2].bits;
+            k->key = 1;
+            return lit_byte(m, k, c);
+        }
+        struct frame *k = push(m, F_STR, &any_string);
+        if (!k) return R_FAIL;
+        k->key = 1;
+        return R_OK;
+    case O_COLON: {
+        if (c != ':') return R_FAIL;
+        f->stage = O_AFTER;
+        const struct node *v = nd->n ? nd->sub[f->cur] : nd->values;
+        return push(m, F_VALUE, v) ? R_OK : R_FAIL;
+    }
+    default: /* O_AFTER */
+        if (c == ',' && more_keys(f)) { f->stage = O_NEED_KEY; return R_OK; }
+        if (c == '}' && (nd->required & ~f->bits) == 0) break;
+        return R_FAIL;
+    }
+    pop(m, -1);
+    return R_OK;
+}
+
+static int arr_byte(struct toy_json_matcher *m, struct frame *f, unsigned char c) {
+    const struct node *nd = f->node;
+    if (is_ws(c)) return ws(m);
+    if (f->stage == A_AFTER) {
+        if (c == ',' && (nd->max < 0 || f->count < nd->max)) { f->stage = A_NEED; return R_OK; }
+        if (c == ']' && f->count >= nd->min) { pop(m, -1); return R_OK; }
+        return R_FAIL;
+    }
+    if (c == ']' && f->stage == A_OPEN && nd->min <= 0) { pop(m, -1); return R_OK; }
+    if (nd->max >= 0 && f->count >= nd->max) return R_FAIL;
+    f->count++;
+    f->stage = A_AFTER;
+    return push(m, F_VALUE, nd->values) ? R_AGAIN : R_FAIL;
+}
+
+static bool step(struct toy_json_matcher *m, unsigned char c) {
+    if (!is_ws(c)) m->ws = 0;
+    for (;;) {
+        if (m->depth == 0) return false; /* a whole value: nothing may follow */
+        struct frame *f = &m->st[m->depth - 1];
+        int r;
+        switch (f->kind) {
+        case F_VALUE: r = is_ws(c) ? ws(m) : start_value(m, f, f->node, c); break;
+        case F_OBJ: r = obj_byte(m, f, c); break;
+        case F_ARR: r = arr_byte(m, f, c); break;
+        case F_STR: r = str_byte(m, f, c); break;
+        case F_NUM: r = num_byte(m, f, c); break;
+        default: r = lit_byte(m, f, c); break;
+        }
+        if (r != R_AGAIN) return r == R_OK;
+    }
+}
+
+static void copy_matcher(struct toy_json_matcher *dst, const struct toy_json_matcher *src) {
+    dst->g = src->g;
+    dst->depth = src->depth;
+    dst->ws = src->ws;
+    memcpy(dst->st, src->st, (size_t)src->depth * sizeof src->st[0]);
+}
+
+enum toy_status toy_json_matcher_new(const struct toy_json_grammar *g, struct toy_json_matcher **out) {
+    struct toy_json_matcher *m = calloc(1, sizeof *m);
+    if (!m) return toy_error(TOY_ERR_NOMEM, "json matcher");
+    m->g = g;
+    push(m, F_VALUE, g->root);
+    *out = m;
+    return TOY_OK;
+}
+
+void toy_json_matcher_free(struct toy_json_matcher *m) {
+    if (m) free(m->plain);
+    free(m);
+}
+
+/* characters of b[0..n) as string content that needs no escape, or 0 */
+static uint16_t plain_chars(const unsigned char *b, size_t n) {
+    size_t chars = 0;
+    for (size_t i = 0; i < n;) {
+        unsigned char c = b[i];
+        size_t k = c < 0x80 ? 1 : c >= 0xC2 && c < 0xE0 ? 2 : c >= 0xE0 && c < 0xF0 ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+        if (!k || c < 0x20 || c == '"' || c == '\\' || i + k > n) return 0;
+        for (size_t j = 1; j < k; j++)
+            if ((b[i + j] & 0xC0) != 0x80) return 0;
+        if ((c == 0xE0 && b[i + 1] < 0xA0) || (c == 0xED && b[i + 1] > 0x9F) || (c == 0xF0 && b[i + 1] < 0x90) ||
+            (c == 0xF4 && b[i + 1] > 0x8F))
+            return 0;
+        i += k;
+        chars++;
+    }
+    return chars > 0xFFFF ? 0 : (uint16_t)chars;
+}
+
+bool toy_json_matcher_accepts(const struct toy_json_matcher *m, const char *bytes, size_t n) {
+    struct toy_json_matcher t;
+    copy_matcher(&t, m);
+    for (size_t i = 0; i < n; i++)
+        if (!step(&t, (unsigned char)bytes[i])) return false;
+    return true;
+}
+
+bool toy_json_matcher_feed(struct toy_json_matcher *m, const char *bytes, size_t n) {
+    struct toy_json_matcher t;
+    copy_matcher(&t, m);
+    for (size_t i = 0; i < n; i++)
+        if (!step(&t, (unsigned char)bytes[i])) return false;
+    copy_matcher(m, &t);
+    return true;
+}
+
+bool toy_json_matcher_done(const struct toy_json_matcher *m) {
+    if (m->depth == 0) return true;
+    if (m->depth > 1) return false;
+    const struct frame *f = &m->st[0]; /* a root number, or literal, that may yet go on */
+    if (f->kind == F_NUM) return num_can_end(f);
+    if (f->kind == F_LIT)
+        for (int i = 0; i < f->n_lits; i++)
+            if ((f->bits >> i & 1) && strlen(f->lits[i]) == (size_t)f->pos) return true;
+    return false;
+}
+
+int64_t toy_json_matcher_mask(const struct toy_json_matcher *cm, const struct toy_tokenizer *tok, float *logits,
+                              int64_t n_vocab) {
+    struct toy_json_matcher *m = (struct toy_json_matcher *)cm; /* the plain-token table is a cache */
+    if (m->tok != tok) {
+        free(m->plain);
+        m->tok = tok;
+        if ((m->plain = malloc((size_t)n_vocab * sizeof *m->plain)))
+            for (int64_t v = 0; v < n_vocab; v++) {
+                size_t n = 0;
+                const char *b = toy_tokenizer_token_bytes(tok, (int32_t)v, &n);
+                enum toy_token_type t = toy_tokenizer_token_type(tok, (int32_t)v);
+                m->plain[v] = b && t != TOY_TOKEN_CONTROL && t != TOY_TOKEN_UNUSED && !toy_tokenizer_is_eog(tok, (int32_t)v)
+                                  ? plain_chars((const unsigned char *)b, n)
+                                  : 0;
+            }
+    }
+    /* in a string, between characters: a plain token fits if the length limit lets it */
+    const struct frame *top = m->depth ? &m->st[m->depth - 1] : NULL;
+    int64_t room = -1;
+    if (m->plain && top && top->kind == F_STR && top->stage == 0 && !top->utf8 && !top->low_due)
+        room = top->node->max < 0 ? INT64_MAX : top->node->max - top->count;
+    bool first[256], done = toy_json_matcher_done(m);
+    for (int b = 0; b < 256; b++) {
+        char c = (char)b;
+        first[b] = toy_json_matcher_accepts(m, &c, 1);
+    }
+    int64_t left = 0;
+    for (int64_t v = 0; v < n_vocab; v++) {
+        if (logits[v] == -INFINITY) continue;
+        bool ok;
+        if (room >= 0 && m->plain[v] && m->plain[v] <= room) {
+            ok = true;
+        } else if (toy_tokenizer_is_eog(tok, (int32_t)v)) {
+            ok = done;
+        } else {
+            size_t n = 0;
+            const char *b = toy_tokenizer_token_bytes(tok, (int32_t)v, &n);
+            enum toy_token_type t = toy_tokenizer_token_type(tok, (int32_t)v);
+            ok = b && n > 0 && t != TOY_TOKEN_CONTROL && t != TOY_TOKEN_UNUSED && first[(unsigned char)b[0]] &&
+                 (n == 1 || toy_json_matcher_accepts(m, b, n));
+        }
+        if (ok) left++;
+        else logits[v] = -INFINITY;
+    }
+    return left;
+}
+
+/* ---- schemas ----------------------------------------------------------------------------------- */
+
+struct compiler {
+    struct toy_json_grammar *g;
+    json_t *root;
+    struct {
+        char *ref;
+        struct node *node;
+    } refs[256];
+    int n_refs;
+    enum toy_status st;
+};
+
+static struct node *new_node(struct compiler *cc, enum kind k) {
+    struct toy_json_grammar *g = cc->g;
+    if (g->n_nodes == g->cap_nodes) {
+        int cap = g->cap_nodes ? 2 * g->cap_nodes : 16;
+        struct node **nn = realloc(g->nodes, (size_t)cap * sizeof *nn);
+        if (!nn) return NULL;
+        g->nodes = nn, g->cap_nodes = cap;
+    }
+    struct node *nd = calloc(1, sizeof *nd);
+    if (!nd) return NULL;
+    nd->kind = k;
+    nd->max = -1;
+    g->nodes[g->n_nodes++] = nd;
+    return nd;
+}
+
+#define FAIL(cc, ...) ((cc)->st = toy_error(TOY_ERR_INVALID_ARG, __VA_ARGS__), (struct node *)NULL)
+
+static const char *const unsupported[] = {
+    "pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "allOf", "not", "if",
+    "then", "else", "patternProperties", "propertyNames", "uniqueItems", "contains", "minContains", "maxContains",
+    "prefixItems", "minProperties", "maxProperties", "dependentRequired", "dependentSchemas", "dependencies",
+    "unevaluatedProperties", "unevaluatedItems", "additionalItems", "$dynamicRef", NULL};
+
+static struct node *compile(struct compiler *cc, json_t *s, const char *ptr, int depth);
+
+/* a union of the branches, which must start with different characters: checked once every $ref is resolved
+ * (union_check), as a branch may be a $ref still being compiled */
+static struct node *union_of(struct compiler *cc, struct node **alts, int n, const char *ptr) {
+    if (n == 1) return alts[0];
+    struct node *u = new_node(cc, K_UNION);
+    if (!u || !(u->sub = calloc((size_t)n, sizeof *u->sub)) || !(u->text = calloc(1, sizeof *u->text)) ||
+        !(u->text[0] = strdup(ptr)))
+        return FAIL(cc, "out of memory");
+    memcpy(u->sub, alts, (size_t)n * sizeof *alts);
+    u->n = n;
+    return u;
+}
+
+static bool union_check(struct compiler *cc, const struct node *u) {
+    for (int c = 0; c < 256; c++) {
+        int k = 0;
+        for (int i = 0; i < u->n; i++) k += first_ok(u->sub[i], (unsigned char)c);
+        if (k > 1) {
+            (void)FAIL(cc, "schema at %s: branches that both start with '%c' (toy needs anyOf / oneOf / type lists whose "
+                 "branches start differently: e.g. a string or null, not two objects)", u->text[0], c);
+            return false;
+        }
+    }
+    return true;
+}
+
+static bool get_count(struct compiler *cc, json_t *s, const char *key, int64_t *out, const char *ptr) {
+    json_t *v = json_object_get(s, key);
+    if (!v) return true;
+    if (!json_is_integer(v) || json_integer_value(v) < 0) {
+        cc->st = toy_error(TOY_ERR_INVALID_ARG, "schema at %s: '%s' must be a non-negative integer", ptr, key);
+        return false;
+    }
+    *out = json_integer_value(v);
+    return true;
+}
+
+static struct node *compile_type(struct compiler *cc, json_t *s, const char *type, const char *ptr, int depth) {
+    char sub[512];
+    if (!strcmp(type, "string")) {
+        struct node *nd = new_node(cc, K_STRING);
+        if (!nd) return FAIL(cc, "out of memory");
+        if (!get_count(cc, s, "minLength", &nd->min, ptr) || !get_count(cc, s, "maxLength", &nd->max, ptr)) return NULL;
+        return nd;
+    }
+    if (!strcmp(type, "number") || !strcmp(type, "integer") || !strcmp(type, "boolean") || !strcmp(type, "null")) {
+        enum kind k = type[0] == 'n' && type[1] == 'u' && type[2] == 'm' ? K_NUMBER : type[0] == 'i' ? K_INTEGER
+                      : type[0] == 'b'                                    ? K_BOOL
+                                                                          : K_NULL;
+        struct node *nd = new_node(cc, k);
+        return nd ? nd : FAIL(cc, "out of memory");
+    }
+    if (!strcmp(type, "array")) {
+        struct node *nd = new_node(cc, K_ARRAY);
+        if (!nd) return FAIL(cc, "out of memory");
+        json_t *items = json_object_get(s, "items");
+        if (json_is_array(items)) return FAIL(cc, "schema at %s: tuple 'items' (an array) is not supported", ptr);
+        snprintf(sub, sizeof sub, "%s/items", ptr);
+        nd->values = items ? compile(cc, items, sub, depth + 1) : &any_node;
+        if (!nd->values) return NULL;
+        if (!get_count(cc, s, "minItems", &nd->min, ptr) || !get_count(cc, s, "maxItems", &nd->max, ptr)) return NULL;
+        return nd;
+    }
+    if (!strcmp(type, "object")) {
+        struct node *nd = new_node(cc, K_OBJECT);
+        if (!nd) return FAIL(cc, "out of memory");
+        json_t *props = json_object_get(s, "properties"), *req = json_object_get(s, "required");
+        json_t *add = json_object_get(s, "additionalProperties");
+        if (props && !json_is_object(props)) return FAIL(cc, "schema at %s: 'properties' must be an object", ptr);
+        size_t np = props ? json_object_size(props) : 0;
+        if (np > MAX_SET) return FAIL(cc, "schema at %s: more than %d properties", ptr, MAX_SET);
+        if (np && add && !json_is_false(add))
+            return FAIL(cc, "schema at %s: 'additionalProperties' beside 'properties' is not supported (toy writes "
+                        "only the listed keys)", ptr);
+        if (np) {
+            nd->text = calloc(np, sizeof *nd->text);
+            nd->sub = calloc(np, sizeof *nd->sub);
+            if (!nd->text || !nd->sub) return FAIL(cc, "out of memory");
+            const char *key;
+            json_t *v;
+            json_object_foreach(props, key, v) {
+                json_t *ks = json_string(key);
+                nd->text[nd->n] = ks ? json_dumps(ks, JSON_ENCODE_ANY) : NULL;
+                json_decref(ks);
+                if (!nd->text[nd->n]) return FAIL(cc, "schema at %s: property '%s'", ptr, key);
+                snprintf(sub, sizeof sub, "%s/properties/%s", ptr, key);
+                struct node *pn = compile(cc, v, sub, depth + 1);
+                nd->sub[nd->n++] = pn;
+                if (!pn) return NULL;
+            }
+        } else {
+            if (add && !json_is_boolean(add) && !json_is_object(add))
+                return FAIL(cc, "schema at %s: 'additionalProperties' must be a boolean or a schema", ptr);
+            snprintf(sub, sizeof sub, "%s/additionalProperties", ptr);
+            nd->values = json_is_false(add) ? NULL : json_is_object(add) ? compile(cc, add, sub, depth + 1) : &any_node;
+            if (json_is_object(add) && !nd->values) return NULL;
+        }
+        if (req && !json_is_array(req)) return FAIL(cc, "schema at %s: 'required' must be an array", ptr);
+        for (size_t i = 0; req && i < json_array_size(req); i++) {
+            const char *name = json_string_value(json_array_get(req, i));
+            int k = -1;
+            for (int p = 0; name && p < nd->n; p++) {
+                json_t *ks = json_string(name);
+                char *t = ks ? json_dumps(ks, JSON_ENCODE_ANY) : NULL;
+                if (t && !strcmp(t, nd->text[p])) k = p;
+                free(t);
+                json_decref(ks);
+            }
+            if (k < 0) return FAIL(cc, "schema at %s: required '%s' is not among the properties", ptr, name ? name : "?");
+            nd->required |= 1ull << k;
+        }
+        return nd;
+    }
+    return FAIL(cc, "schema at %s: unknown type '%s'", ptr, type);
+}
+
+static struct node *compile_ref(struct compiler *cc, const char *ref, const char *ptr, int depth) {
+    for (int i = 0; i < cc->n_refs; i++)
+        if (!strcmp(cc->refs[i].ref, ref)) return cc->refs[i].node;
+    const char *name = NULL;
+    json_t *defs = NULL;
+    if (!strncmp(ref, "#/$defs/", 8)) name = ref + 8, defs = json_object_get(cc->root, "$defs");
+    else if (!strncmp(ref, "#/definitions/", 14)) name = ref + 14, defs = json_object_get(cc->root, "definitions");
+    json_t *target = name ? json_object_get(defs, name) : NULL;
+    if (!target) return FAIL(cc, "schema at %s: $ref '%s' (toy follows #/$defs/NAME and #/definitions/NAME)", ptr, ref);
+    if (cc->n_refs == 256) return FAIL(cc, "schema: more than 256 $refs");
+    /* a placeholder first, so that a recursive schema refers to itself */
+    struct node *nd = new_node(cc, K_ANY);
+    if (!nd) return FAIL(cc, "out of memory");
+    cc->refs[cc->n_refs].ref = strdup(ref);
+    cc->refs[cc->n_refs++].node = nd;
+    struct node *t = compile(cc, target, ref + 1, depth + 1);
+    if (!t) return NULL;
+    bool shared = t == &any_node || t == &any_object || t == &any_array || t == &any_string || t == &any_number;
+    for (int i = 0; i < cc->n_refs; i++) shared |= cc->refs[i].node == t;
+    *nd = *t;
+    if (!shared) t->text = NULL, t->sub = NULL, t->n = 0; /* its arrays move to nd (each freed once) */
+    return nd;
+}
+
+static struct node *compile(struct compiler *cc, json_t *s, const char *ptr, int depth) {
+    if (depth > 64) return FAIL(cc, "schema at %s: nested more than 64 deep", ptr);
+    if (json_is_true(s)) return &any_node;
+    if (!json_is_object(s)) return FAIL(cc, "schema at %s: a schema must be an object or true", ptr);
+    for (const char *const *k = unsupported; *k; k++)
+        if (json_object_get(s, *k))
+            return FAIL(cc, "schema at %s: '%s' is not supported (toy cannot enforce it while generating)", ptr, *k);
+    json_t *ref = json_object_get(s, "$ref");
+    if (ref) {
+        if (!json_is_string(ref)) return FAIL(cc, "schema at %s: '$ref' must be a string", ptr);
+        return compile_ref(cc, json_string_value(ref), ptr, depth);
+    }
+    json_t *en = json_object_get(s, "enum"), *cn = json_object_get(s, "const");
+    if (en || cn) {
+        if (en && (!json_is_array(en) || json_array_size(en) == 0))
+            return FAIL(cc, "schema at %s: 'enum' must be a non-empty array", ptr);
+        size_t n = en ? json_array_size(en) : 1;
+        if (n > MAX_SET) return FAIL(cc, "schema at %s: 'enum' of more than %d values", ptr, MAX_SET);
+        struct node *nd = new_node(cc, K_LITS);
+        if (!nd || !(nd->text = calloc(n, sizeof *nd->text))) return FAIL(cc, "out of memory");
+        for (size_t i = 0; i < n; i++) {
+            nd->text[i] = json_dumps(en ? json_array_get(en, i) : cn, JSON_COMPACT | JSON_ENCODE_ANY);
+            nd->n++;
+            if (!nd->text[i]) return FAIL(cc, "out of memory");
+        }
+        return nd;
+    }
+    json_t *any = json_object_get(s, "anyOf");
+    if (!any) any = json_object_get(s, "oneOf");
+    char sub[512];
+    if (any) {
+        if (!json_is_array(any) || json_array_size(any) == 0 || json_array_size(any) > 16)
+            return FAIL(cc, "schema at %s: 'anyOf' / 'oneOf' must be an array of 1 to 16 schemas", ptr);
+        struct node *alts[16];
+        size_t n = json_array_size(any);
+        for (size_t i = 0; i < n; i++) {
+            snprintf(sub, sizeof sub, "%s/anyOf/%zu", ptr, i);
+            if (!(alts[i] = compile(cc, json_array_get(any, i), sub, depth + 1))) return NULL;
+        }
+        return union_of(cc, alts, (int)n, ptr);
+    }
+    json_t *type = json_object_get(s, "type");
+    if (!type) { /* what the keywords show, else anything */
+        if (json_object_get(s, "properties") || json_object_get(s, "additionalProperties") ||
+            json_object_get(s, "required"))
+            return compile_type(cc, s, "object", ptr, depth);
+        if (json_object_get(s, "items")) return compile_type(cc, s, "array", ptr, depth);
+        return &any_node;
+    }
+    if (json_is_string(type)) return compile_type(cc, s, json_string_value(type), ptr, depth);
+    if (!json_is_array(type) || json_array_size(type) == 0 || json_array_size(type) > 7)
+        return FAIL(cc, "schema at %s: 'type' must be a string or a list of them", ptr);
+    struct node *alts[7];
+    size_t n = json_array_size(type);
+    for (size_t i = 0; i < n; i++) {
+        const char *t = json_string_value(json_array_get(type, i));
+        if (!t) return FAIL(cc, "schema at %s: 'type' must be a string or a list of them", ptr);
+        if (!(alts[i] = compile_type(cc, s, t, ptr, depth))) return NULL;
+    }
+    return union_of(cc, alts, (int)n, ptr);
+}
+
+void toy_json_grammar_free(struct toy_json_grammar *g) {
+    if (!g) return;
+    for (int i = 0; i < g->n_nodes; i++) {
+        struct node *nd = g->nodes[i];
+        for (int k = 0; nd->text && k < (nd->kind == K_UNION ? 1 : nd->n); k++) free(nd->text[k]);
+        free(nd->text);
+        free(nd->sub);
+        free(nd);
+    }
+    free(g->nodes);
+    free(g);
+}
+
+enum toy_status toy_json_grammar_compile(const char *schema, struct toy_json_grammar **out) {
+    *out = NULL;
+    struct toy_json_grammar *g = calloc(1, sizeof *g);
+    if (!g) return toy_error(TOY_ERR_NOMEM, "json grammar");
+    if (!schema) {
+        g->root = &any_object;
+        *out = g;
+        return TOY_OK;
+    }
+    json_error_t je;
+    json_t *root = json_loads(schema, 0, &je);
+    if (!root) {
+        free(g);
+        return toy_error(TOY_ERR_INVALID_ARG, "schema: malformed JSON at line %d, column %d: %s", je.line, je.column,
+                         je.text);
+    }
+    struct compiler *cc = calloc(1, sizeof *cc);
+    if (!cc) {
+        json_decref(root);
+        free(g);
+        return toy_error(TOY_ERR_NOMEM, "json grammar");
+    }
+    cc->g = g;
+    cc->root = root;
+    g->root = compile(cc, root, "#", 0);
+    for (int i = 0; g->root && i < g->n_nodes; i++)
+        if (g->nodes[i]->kind == K_UNION && !union_check(cc, g->nodes[i])) g->root = NULL;
+    enum toy_status st = g->root ? TOY_OK : cc->st ? cc->st : toy_error(TOY_ERR_INVALID_ARG, "schema");
+    for (int i = 0; i < cc->n_refs; i++) free(cc->refs[i].ref);
+    free(cc);
+    json_decref(root);
+    if (st) {
+        toy_json_grammar_free(g);
+        return st;
+    }
+    *out = g;
+    return TOY_OK;
+}
