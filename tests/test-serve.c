@@ -1805,3 +1805,77 @@ Test(serve, harmony_replies_split_by_channel, .timeout = 120) {
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     cr_assert_eq(system(cmd), 0);
 }
+
+/* ---- response_format: replies sampled within a JSON grammar ------------------------------------------ */
+
+/* A model that writes anything (random weights, sampled at temperature 1) answers in JSON the schema takes,
+ * whole or streamed, on both endpoints; json_object gives an object; schemas toy cannot enforce are refused */
+Test(serve, response_format_constrains_replies_to_the_schema, .timeout = 180) {
+    struct server s;
+    server_start(&s, NULL);
+    const char *schema = "{\"type\":\"object\",\"properties\":{\"ok\":{\"type\":\"boolean\"},\"n\":{\"enum\":[1,2,3]},"
+                         "\"tag\":{\"type\":[\"string\",\"null\"],\"maxLength\":5}},\"required\":[\"ok\",\"n\"],"
+                         "\"additionalProperties\":false}";
+    char body[2048];
+    int whole = 0;
+    for (int k = 0; k < 6; k++) {
+        bool chat = k % 2, stream = k >= 4;
+        const char *fmt = k < 2 ? "{\"type\":\"json_object\"}" : NULL;
+        char rf[1024];
+        snprintf(rf, sizeof rf, "{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"r\",\"strict\":true,\"schema\":%s}}",
+                 schema);
+        snprintf(body, sizeof body, "{%s,\"max_tokens\":300,\"temperature\":1,\"seed\":%d,\"stream\":%s,"
+                 "\"response_format\":%s}",
+                 chat ? "\"messages\":[{\"role\":\"user\",\"content\":\"Answer in JSON\"}]" : "\"prompt\":\"JSON:\"", k,
+                 stream ? "true" : "false", fmt ? fmt : rf);
+        struct resp r = http(&s, "POST", chat ? "/v1/chat/completions" : "/v1/completions", body);
+        cr_assert_eq(r.code, 200, "%s", r.body);
+        struct sse sp;
+        const char *text, *finish;
+        if (stream) {
+            sse_parse(r.body, chat, &sp);
+            text = sp.text, finish = sp.finish;
+        } else {
+            text = jstr(r.json, chat ? "choices.0.message.content" : "choices.0.text");
+            finish = jstr(r.json, "choices.0.finish_reason");
+        }
+        cr_assert(text && finish, "%s", r.body);
+        if (!strcmp(finish, "stop")) {
+            whole++;
+            json_t *v = json_loads(text, 0, NULL);
+            cr_assert(json_is_object(v), "case %d: not a JSON object: %s", k, text);
+            if (!fmt) { /* the schema's rules */
+                cr_expect(json_is_boolean(json_object_get(v, "ok")), "case %d: %s", k, text);
+                json_int_t n = json_integer_value(json_object_get(v, "n"));
+                cr_expect(n >= 1 && n <= 3, "case %d: %s", k, text);
+                json_t *tag = json_object_get(v, "tag");
+                cr_expect(!tag || json_is_null(tag) || (json_is_string(tag) && json_string_length(tag) <= 15),
+                          "case %d: %s", k, text);
+                const char *key;
+                json_t *x;
+                json_object_foreach(v, key, x) cr_expect(!strcmp(key, "ok") || !strcmp(key, "n") || !strcmp(key, "tag"),
+                                                         "case %d: key %s", k, key);
+            }
+            json_decref(v);
+        }
+        resp_free(&r);
+    }
+    cr_expect_geq(whole, 4, "only %d of 6 replies ended within 300 tokens", whole);
+    const char *bad[][2] = {
+        {"{\"type\":\"xml\"}", "xml"},
+        {"{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"r\",\"schema\":{\"type\":\"string\",\"pattern\":\"a+\"}}}",
+         "pattern"},
+        {"{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"r\"}}", "schema"},
+        {"\"json\"", "response_format"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(body, sizeof body, "{\"prompt\":\"x\",\"response_format\":%s}", bad[i][0]);
+        struct resp r = http(&s, "POST", "/v1/completions", body);
+        cr_expect_eq(r.code, 400, "%s", r.body);
+        cr_expect_str_eq(jstr(r.json, "error.param"), "response_format");
+        cr_expect(strstr(r.body, bad[i][1]), "%s does not name %s", r.body, bad[i][1]);
+        resp_free(&r);
+    }
+    cr_assert_eq(server_stop(&s), 0);
+    server_clean(&s);
+}

@@ -65,6 +65,7 @@ void toy_srv_job_unref(struct srv_job *j) {
     free(j->prompt);
     free(j->bias_id);
     free(j->bias);
+    toy_json_grammar_free(j->grammar);
     for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
     for (int i = 0; i < j->n_inputs; i++) free(j->inputs[i]);
     free(j->inputs);
@@ -84,6 +85,8 @@ struct slot {
     struct srv_job *job;          /* NULL: free */
     struct toy_sampler *smp;
     struct toy_decoder *dec;
+    struct toy_json_matcher *jm;  /* the job's grammar: where the reply is in it */
+    bool jm_on;                   /* the grammar applies (its job's grammar_after texts have come) */
     char *gen;                    /* generated text so far (for stop strings) */
     size_t gen_len, gen_cap, emitted, max_stop;
     size_t gen_chars;             /* characters in gen (for logprobs' text_offset) */
@@ -268,8 +271,10 @@ static void slot_finish(struct srv_engine *e, struct slot *s, enum toy_stop_reas
     pthread_mutex_unlock(&met->mu);
     toy_sampler_free(s->smp);
     toy_decoder_free(s->dec);
+    toy_json_matcher_free(s->jm);
     s->smp = NULL;
     s->dec = NULL;
+    s->jm = NULL;
     s->job = NULL;
     s->prefilling = false;
     s->stamp = ++e->clock;
@@ -281,11 +286,35 @@ static void slot_finish(struct srv_engine *e, struct slot *s, enum toy_stop_reas
 }
 
 /* Samples from logits (vocab; logit_bias is added in place) for slot s, emits, and says whether the job is over. */
+/* the grammar's turn: it starts once the texts it waits for were generated (a reasoning block, gpt-oss's final
+ * channel), from what follows them; then every token whose text it does not take is masked out */
+static void grammar_mask(struct srv_engine *e, struct slot *s, float *logits) {
+    struct srv_job *j = s->job;
+    if (!s->jm_on) {
+        const char *p = s->gen;
+        for (int k = 0; k < 2 && p && j->grammar_after[k]; k++)
+            if ((p = strstr(p, j->grammar_after[k]))) p += strlen(j->grammar_after[k]);
+        if (!p) return;
+        s->jm_on = true;
+        toy_json_matcher_feed(s->jm, p, strlen(p)); /* what came with the last marker; if not JSON, JSON starts here */
+    }
+    if (toy_json_matcher_mask(s->jm, e->tok, logits, e->vocab) == 0) { /* nothing fits: end rather than break it */
+        int32_t eos = toy_tokenizer_eos(e->tok);
+        if (eos >= 0) logits[eos] = 0;
+    }
+}
+
 static bool slot_step(struct srv_engine *e, struct slot *s, float *logits) {
     struct srv_job *j = s->job;
     for (int i = 0; i < j->n_bias; i++) logits[j->bias_id[i]] += j->bias[i];
+    if (s->jm) grammar_mask(e, s, logits);
     float lp;
     int32_t id = toy_sampler_sample(s->smp, logits, &lp);
+    if (s->jm_on && !toy_tokenizer_is_eog(e->tok, id)) {
+        size_t n = 0;
+        const char *b = toy_tokenizer_token_bytes(e->tok, id, &n);
+        if (b) toy_json_matcher_feed(s->jm, b, n);
+    }
     toy_sampler_accept(s->smp, id);
     s->n_gen++;
     int n_top = 0;
@@ -478,6 +507,8 @@ static void slot_start(struct srv_engine *e, struct slot *s, struct srv_job *j) 
     for (int i = 0; i < j->n_stop; i++)
         if (strlen(j->stop[i]) > s->max_stop) s->max_stop = strlen(j->stop[i]);
     s->smp = toy_sampler_new(&j->sp, e->vocab);
+    s->jm_on = false;
+    if (j->grammar && e->tok && !toy_json_matcher_new(j->grammar, &s->jm)) s->jm_on = !j->grammar_after[0];
     if (e->tok && !toy_decoder_init(e->tok, j->keep_special ? 0 : TOY_DECODE_SKIP_SPECIAL, &s->dec) && j->continues)
         toy_decoder_continue(s->dec, j->prompt, j->n_prompt);
     pthread_mutex_lock(&j->mu);
@@ -486,7 +517,7 @@ static void slot_start(struct srv_engine *e, struct slot *s, struct srv_job *j) 
     pthread_mutex_unlock(&j->mu);
     atomic_fetch_add(&e->met->prompt_tokens, j->n_prompt);
     atomic_fetch_add(&e->met->cached_tokens, keep);
-    if (!s->smp) {
+    if (!s->smp || (j->grammar && !s->jm)) {
         job_fail(j, TOY_ERR_NOMEM, "out of memory (sampler)");
         slot_finish(e, s, TOY_STOP_CALLER);
         return;

@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "toy/generate.h"
+#include "toy/json-grammar.h"
 #include "toy/gpt2.h"
 #include "toy/llama.h"
 #include "toy/sampler.h"
@@ -100,6 +101,8 @@ struct srv_job {
     int top_logprobs;                /* 0..SRV_MAX_TOP_LOGPROBS alternatives per token */
     bool ignore_eos;
     bool keep_special;               /* special tokens are decoded as text: the reply's markers (chat-reply.h) */
+    struct toy_json_grammar *grammar; /* response_format: the reply is JSON it takes (NULL: free text) */
+    const char *grammar_after[2];    /* it applies once these texts have been generated, in order (static) */
     int32_t *bias_id;                /* logit_bias: added to these logits before sampling */
     float *bias;
     int n_bias;

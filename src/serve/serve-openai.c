@@ -365,6 +365,41 @@ static bool parse_bias(const struct srv_api *api, json_t *body, struct srv_job *
     return true;
 }
 
+/* response_format: text, json_object (any object; llama.cpp's "schema" beside it narrows it) or json_schema
+ * ({"json_schema": {"name", "schema", "strict"}}): the reply is sampled within the schema's grammar */
+static bool parse_response_format(const struct srv_api *api, json_t *body, struct srv_request *r,
+                                  struct srv_error *err) {
+    json_t *rf = json_object_get(body, "response_format");
+    if (!rf || json_is_null(rf)) return true;
+    const char *type = json_string_value(json_object_get(rf, "type"));
+    if (!json_is_object(rf) || !type)
+        return BAD("response_format", "'response_format' must be {\"type\": \"text\" | \"json_object\" | \"json_schema\"}");
+    if (!strcmp(type, "text")) return true;
+    json_t *schema = NULL;
+    if (!strcmp(type, "json_object")) {
+        schema = json_object_get(rf, "schema");
+    } else if (!strcmp(type, "json_schema")) {
+        json_t *js = json_object_get(rf, "json_schema");
+        schema = json_object_get(js, "schema");
+        if (!json_is_object(js) || !schema)
+            return BAD("response_format", "json_schema needs \"json_schema\": {\"name\": ..., \"schema\": {...}}");
+    } else {
+        return BAD("response_format", "response_format type '%s' (text, json_object or json_schema)", type);
+    }
+    if (!api->tok) return BAD("response_format", "this model has no tokenizer, so its text cannot be constrained");
+    char *text = schema ? json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+    enum toy_status st = schema && !text ? toy_error(TOY_ERR_NOMEM, "schema")
+                                         : toy_json_grammar_compile(text, &r->job->grammar);
+    free(text);
+    if (st) return BAD("response_format", "%s", toy_last_error());
+    /* after a reasoning block the prompt opened, or in gpt-oss's final channel */
+    if (r->syn.format == TOY_CHAT_FORMAT_HARMONY && r->ep == SRV_EP_CHAT)
+        r->job->grammar_after[0] = "<|channel|>final", r->job->grammar_after[1] = "<|message|>";
+    else if (r->syn.in_think)
+        r->job->grammar_after[0] = "</think>";
+    return true;
+}
+
 static bool parse_model(const struct srv_api *api, json_t *body, struct srv_error *err) {
     json_t *m = json_object_get(body, "model");
     if (!m || json_is_null(m)) return true;
@@ -431,7 +466,8 @@ static bool parse_generate(const struct srv_api *api, json_t *body, struct srv_r
         top_lp = lp_n > 0 ? lp_n : 0;
     }
     j->top_logprobs = (int)top_lp;
-    if (!parse_stop(body, j, err) || !parse_bias(api, body, j, err)) return false;
+    if (!parse_stop(body, j, err) || !parse_bias(api, body, j, err) || !parse_response_format(api, body, r, err))
+        return false;
     if (chat)
         for (int i = 0; i < api->n_eot_stops; i++) j->stop[j->n_stop++] = strdup(api->eot_stops[i]);
     j->max_tokens = max_tokens;
