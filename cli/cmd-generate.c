@@ -17,6 +17,7 @@
 #include "json-out.h"
 #include "precision.h"
 #include "stop-signals.h"
+#include "toy/file.h"
 #include "toy/finetune.h"
 #include "toy/generate.h"
 #include "toy/gguf.h"
@@ -32,6 +33,7 @@ static int usage_to(FILE *out) {
             "                    [--ctx N] [--threads N] [--no-bos] [--special] [--ignore-eos] [--json]\n"
             "                    [--trace out.json] [--kv-type f16|f32]   (cache type, default f16)\n"
             "                    [--lora ADAPTER.gguf [--lora-scale 1]] [--bf16]\n"
+            "                    [--json-object | --json-schema SCHEMA.json|JSON]\n"
             "Temperature 0 is greedy; --top-k 0 and --top-p 0 or 1 are off; the penalties look at the last\n"
             "--repeat-last-n tokens, prompt included (-1: all); applied in that order (docs/generate.md).\n"
             "Stops at the model's end-of-generation token, a stop string (at most 16), -n tokens (0: no\n"
@@ -39,11 +41,17 @@ static int usage_to(FILE *out) {
             "without --no-bos; --prompt-ids are the tokens as given (BOS too). Ctrl-C ends it with the text\n"
             "so far (exit 130).\n"
             "--bf16: the prompt's products over f32 or f16 weights in bf16 (AVX-512 BF16 or AMX).\n"
+            "--json-object / --json-schema: the text is a JSON object / a JSON value the schema (a file or\n"
+            "JSON text) accepts: tokens that would leave it are never sampled (docs/serve.md, structured output).\n"
             "GPT-2 models take no --lora.\n");
     return 2;
 }
 static int usage(void) { return usage_to(stderr); }
 
+
+static int toy_cmd_generate_model(const char *model, const char *prompt, const char *prompt_ids, const char *lora_path,
+                                  float lora_scale, struct toy_generate_params *gpp, int64_t n_ctx, int kv_type,
+                                  int threads, bool json, bool bos, bool special, const char *trace_path, bool bf16);
 
 int toy_cmd_generate(int argc, char **argv) {
     const char *model = NULL, *prompt = NULL, *prompt_ids = NULL, *lora_path = NULL, *trace_path = NULL;
@@ -52,7 +60,8 @@ int toy_cmd_generate(int argc, char **argv) {
     struct toy_cli_list stop_list = {stop_items, 0, 16};
     int n_stop = 0, threads = 0;
     int64_t n_ctx = 0;
-    bool json = false, no_bos = false, special = false, bf16 = false;
+    bool json = false, no_bos = false, special = false, bf16 = false, json_object = false;
+    const char *json_schema = NULL;
     int kv_type = TOY_F16; /* half the cache memory and decode attention traffic; llama.cpp's default too */
     struct toy_generate_params gp = {.n_predict = 64,
                                      .sampling = {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .seed = 42}};
@@ -75,7 +84,7 @@ int toy_cmd_generate(int argc, char **argv) {
         TOY_FLAG_U("--seed", &sp->seed), TOY_FLAG_N("--ctx", TOY_CLI_I64, &n_ctx, 1, INT32_MAX),
         TOY_FLAG_N("--threads", TOY_CLI_INT, &threads, 0, 1024), TOY_FLAG_B("--json", &json),
         TOY_FLAG_B("--no-bos", &no_bos), TOY_FLAG_B("--special", &special), TOY_FLAG_B("--ignore-eos", &gp.ignore_eos),
-        TOY_FLAG_B("--bf16", &bf16),
+        TOY_FLAG_B("--bf16", &bf16), TOY_FLAG_B("--json-object", &json_object), TOY_FLAG_S("--json-schema", &json_schema),
         TOY_FLAG_END};
     int prc = toy_cli_parse("generate", argc, argv, flags, NULL, 0, NULL);
     if (prc == 1) return usage_to(stdout), 0;
@@ -96,6 +105,31 @@ int toy_cmd_generate(int argc, char **argv) {
     model = resolved; /* a path, or a name from `toy models` */
     gp.stop = stops;
     gp.n_stop = n_stop;
+    struct toy_json_grammar *grammar = NULL;
+    if (json_object || json_schema) { /* the schema: JSON text as given, else a file's */
+        if (json_object && json_schema) { fprintf(stderr, "toy generate: give --json-object or --json-schema\n"); return 2; }
+        char *file = NULL;
+        size_t flen;
+        if (json_schema && json_schema[strspn(json_schema, " \t\n")] != '{' &&
+            toy_file_read_all(json_schema, &file, &flen)) {
+            fprintf(stderr, "toy generate: --json-schema %s: %s\n", json_schema, toy_last_error());
+            return 2;
+        }
+        enum toy_status gst = toy_json_grammar_compile(file ? file : json_schema, &grammar);
+        free(file);
+        if (gst) { fprintf(stderr, "toy generate: --json-schema: %s\n", toy_last_error()); return 2; }
+        gp.grammar = grammar;
+    }
+    int grc = toy_cmd_generate_model(model, prompt, prompt_ids, lora_path, lora_scale, &gp, n_ctx, kv_type, threads,
+                                     json, bos, special, trace_path, bf16);
+    toy_json_grammar_free(grammar);
+    return grc;
+}
+
+static int toy_cmd_generate_model(const char *model, const char *prompt, const char *prompt_ids, const char *lora_path,
+                                  float lora_scale, struct toy_generate_params *gpp, int64_t n_ctx, int kv_type,
+                                  int threads, bool json, bool bos, bool special, const char *trace_path, bool bf16) {
+    struct toy_generate_params gp = *gpp;
     if (toy_cli_is_gpt2(model)) { /* GPT-2: its own model, the same generator; no adapters */
         if (lora_path) { fprintf(stderr, "toy generate: --lora is for Llama-family models; %s is a GPT-2\n", model); return 2; }
         return toy_cli_generate_gpt2(model, prompt, prompt_ids, &gp, n_ctx, (enum toy_dtype)kv_type, threads, json,

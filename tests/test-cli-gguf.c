@@ -1038,3 +1038,50 @@ Test(cli_gguf, bf16_inference_rounds_float_weights_and_says_where_it_does_not) {
     json_decref(j);
     th_rmdir();
 }
+
+/* toy generate --json-schema / --json-object: a random model at temperature 1 writes JSON the schema takes
+ * (the end comes only once the value is whole); schemas toy cannot enforce, or cannot read, are exit 2 */
+Test(cli_gguf, generate_json_schema) {
+    const char *b = bin();
+    char cmd[8192];
+    int ended = 0;
+    for (int seed = 1; seed <= 4; seed++) {
+        snprintf(cmd, sizeof cmd,
+                 "%s generate -m %s -p 'JSON:' -n 300 --temp 1 --seed %d --json %s 2>&1", b, TINY, seed,
+                 seed % 2 ? "--json-object"
+                          : "--json-schema '{\"type\":\"object\",\"properties\":{\"ok\":{\"type\":\"boolean\"},"
+                            "\"n\":{\"enum\":[1,2]}},\"required\":[\"ok\",\"n\"]}'");
+        json_t *j = run_json(cmd);
+        const char *text = json_string_value(json_object_get(j, "text"));
+        cr_assert(text, "%s", cmd);
+        const char *finish = json_string_value(json_object_get(j, "finish_reason"));
+        cr_assert(finish, "%s", cmd);
+        if (strcmp(finish, "eos")) {
+            json_decref(j);
+            continue;
+        }
+        json_t *v = json_loads(text, 0, NULL);
+        cr_assert(json_is_object(v), "seed %d: not a JSON object: %s", seed, text);
+        if (seed % 2 == 0) {
+            cr_expect(json_is_boolean(json_object_get(v, "ok")), "%s", text);
+            json_int_t n = json_integer_value(json_object_get(v, "n"));
+            cr_expect(n == 1 || n == 2, "%s", text);
+        }
+        ended++;
+        json_decref(v);
+        json_decref(j);
+    }
+    cr_expect_geq(ended, 3, "%d of 4 ended within 300 tokens", ended);
+    int rc;
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p x --json-schema '{\"type\":\"string\",\"pattern\":\"a\"}' 2>&1", b,
+             TINY);
+    char *out = run(cmd, &rc);
+    cr_expect_eq(WEXITSTATUS(rc), 2, "%s", out);
+    cr_expect(strstr(out, "'pattern' is not supported"), "%s", out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p x --json-schema /nonexistent.json 2>&1", b, TINY);
+    out = run(cmd, &rc);
+    cr_expect_eq(WEXITSTATUS(rc), 2, "%s", out);
+    cr_expect(strstr(out, "/nonexistent.json"), "%s", out);
+    free(out);
+}

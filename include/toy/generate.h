@@ -24,12 +24,18 @@
 extern "C" {
 #endif
 
+struct toy_json_grammar;
+
 struct toy_generate_params {
     int32_t n_predict;              /* tokens to generate at most (<= 0: until EOS or the context is full) */
     struct toy_sampler_params sampling;
     const char *const *stop;        /* stop strings (the text ends before them; none may be empty) */
     int n_stop;
     bool ignore_eos;
+    /* NULL: free text; else each token is sampled among those the grammar
+     * takes next, and the end only once its JSON value is complete (needs
+     * the tokenizer; toy/json-grammar.h) */
+    const struct toy_json_grammar *grammar;
 };
 
 /* Called for each new token with the text it completes (possibly empty while

@@ -11,6 +11,7 @@
 #include "infer/gen-text.h"
 #include "toy/generate.h"
 #include "toy/graph.h"
+#include "toy/json-grammar.h"
 #include "toy/trace.h"
 
 struct toy_generator {
@@ -135,12 +136,16 @@ enum toy_status toy_generate(struct toy_generator *g, const int32_t *prompt, int
                              prompt[i], (long long)V);
     enum toy_status pst = toy_sampler_params_check(&p->sampling);
     if (pst) return pst;
+    if (p->grammar && !g->tok) return toy_error(TOY_ERR_INVALID_ARG, "a JSON grammar needs the model's tokenizer");
     float *logits = malloc((size_t)V * sizeof(float));
+    float *masked = p->grammar ? malloc((size_t)V * sizeof(float)) : NULL;
     struct toy_sampler *s = toy_sampler_new(&p->sampling, V);
+    struct toy_json_matcher *jm = NULL;
     struct toy_decoder *dec = NULL;
     struct gen_text text = {0};
     enum toy_status st = TOY_OK;
-    if (!logits || !s) { st = toy_error(TOY_ERR_NOMEM, "generate"); goto done; }
+    if (!logits || !s || (p->grammar && !masked)) { st = toy_error(TOY_ERR_NOMEM, "generate"); goto done; }
+    if (p->grammar && (st = toy_json_matcher_new(p->grammar, &jm))) goto done;
     if (g->tok && (st = toy_decoder_init(g->tok, TOY_DECODE_SKIP_SPECIAL, &dec))) goto done;
     if (dec) toy_decoder_continue(dec, prompt, n_prompt); /* the text goes on from the prompt's */
     for (int64_t i = 0; i < n_prompt; i++) toy_sampler_accept(s, prompt[i]);
@@ -156,8 +161,20 @@ enum toy_status toy_generate(struct toy_generator *g, const int32_t *prompt, int
     const float *cur = logits; /* the prompt's, then each step's output */
     for (;;) {
         float lp;
-        int32_t id = toy_sampler_sample(s, cur, &lp);
+        const float *from = cur;
+        if (jm) { /* only what the grammar takes next; if nothing fits, the end */
+            memcpy(masked, cur, (size_t)V * sizeof(float));
+            if (toy_json_matcher_mask(jm, g->tok, masked, V) == 0 && toy_tokenizer_eos(g->tok) >= 0)
+                masked[toy_tokenizer_eos(g->tok)] = 0;
+            from = masked;
+        }
+        int32_t id = toy_sampler_sample(s, from, &lp);
         toy_sampler_accept(s, id);
+        if (jm && !toy_tokenizer_is_eog(g->tok, id)) {
+            size_t n = 0;
+            const char *b = toy_tokenizer_token_bytes(g->tok, id, &n);
+            if (b) toy_json_matcher_feed(jm, b, n);
+        }
         r.n_generated++;
         bool eog = g->tok && toy_tokenizer_is_eog(g->tok, id) && !p->ignore_eos;
         if (eog) { r.reason = TOY_STOP_EOS; fn ? (void)fn(ud, id, "", 0, lp) : (void)0; break; }
@@ -203,6 +220,8 @@ done:
     free(text.s);
     toy_decoder_free(dec);
     toy_sampler_free(s);
+    toy_json_matcher_free(jm);
+    free(masked);
     free(logits);
     return st;
 }
