@@ -14,6 +14,7 @@ struct toy_command {
 
 int toy_cmd_demo(int argc, char **argv);
 int toy_cmd_generate(int argc, char **argv);
+int toy_cmd_chat(int argc, char **argv);
 int toy_cmd_train(int argc, char **argv);
 int toy_cmd_eval(int argc, char **argv);
 int toy_cmd_describe(int argc, char **argv);
@@ -46,6 +47,7 @@ int toy_cmd_bench(int argc, char **argv);
     {"eval", toy_cmd_eval, "mean cross-entropy and perplexity of a model on a text or token file"}, \
     {"classify", toy_cmd_classify, "top-k classes of images with a ViT GGUF (toy train --arch vit), or accuracy over a set"}, \
     {"generate", toy_cmd_generate, "generate text from a Llama-family or GPT-2 GGUF with a KV cache and sampling"}, \
+    {"chat", toy_cmd_chat, "talk with a chat model in the terminal: its template, streamed replies, its reasoning on request"}, \
     {"bench", toy_cmd_bench, "prefill and decode speed of a Llama-family or GPT-2 GGUF on this machine, against the memory bound"}, \
     {"describe", toy_cmd_describe, "what a GGUF model holds, and its forward pass as pseudocode"}, \
     {"models", toy_cmd_models, "list the GGUF models on this machine (HF cache, Ollama, LM Studio, ...)"}, \

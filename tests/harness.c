@@ -9,6 +9,8 @@
 #include "harness.h"
 #include "toy/quant.h"
 #include "toy/rng.h"
+#include "toy/gguf.h"
+#include "toy/tokenizer.h"
 
 char th_dir[256];
 
@@ -254,4 +256,75 @@ bool th_files_equal(const char *a, const char *b) {
     if (fa) fclose(fa);
     if (fb) fclose(fb);
     return eq;
+}
+
+/* ---- a scripted model (harness.h) ---- */
+
+static bool is_control(const char *t) {
+    size_t n = strlen(t);
+    return n > 4 && !strncmp(t, "<|", 2) && !strcmp(t + n - 2, "|>");
+}
+
+void th_script_model_write(const struct th_script_model *sm, const char *path) {
+    char *tokens[512];
+    int32_t types[512];
+    int V = 0, succ[512];
+    for (int b = 0, extra = 0; b < 256; b++) { /* GPT-2's bytes_to_unicode */
+        int cp = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174) ? b : 256 + extra++;
+        char u[4] = {0};
+        if (cp < 0x80) u[0] = (char)cp;
+        else u[0] = (char)(0xC0 | cp >> 6), u[1] = (char)(0x80 | (cp & 63));
+        types[V] = TOY_TOKEN_NORMAL;
+        tokens[V++] = strdup(u);
+    }
+    int first[3];
+    for (int s = 0; s < 3 && sm->scripts[s]; s++) {
+        first[s] = V;
+        for (const char *const *t = sm->scripts[s]; *t; t++) {
+            types[V] = is_control(*t) ? TOY_TOKEN_CONTROL : TOY_TOKEN_USER_DEFINED;
+            tokens[V++] = strdup(*t);
+        }
+    }
+    int eos = V;
+    const char *ends[] = {"<|eos|>", "<|return|>", "<|call|>"};
+    for (int k = 0; k < 3; k++) types[V] = TOY_TOKEN_CONTROL, tokens[V++] = strdup(ends[k]);
+    for (int k = 0; k < 3; k++)
+        if (!strcmp(ends[k], sm->eos)) eos = V - 3 + k;
+    for (int v = 0; v < V; v++) succ[v] = eos;
+    for (int s = 0; s < 3 && sm->scripts[s]; s++) {
+        char go[32];
+        snprintf(go, sizeof go, "<|go%d|>", s + 1);
+        types[V] = TOY_TOKEN_CONTROL;
+        tokens[V] = strdup(go);
+        succ[V++] = first[s];
+        int k = first[s];
+        for (const char *const *t = sm->scripts[s]; t[1]; t++, k++) succ[k] = k + 1;
+    }
+    struct toy_tokenizer_spec spec = {.kind = TOY_TOKENIZER_BPE, .n_tokens = V, .tokens = (const char *const *)tokens,
+                                      .types = types, .pre = "gpt-2", .bos = -1, .eos = eos, .unk = -1, .pad = -1,
+                                      .eot = -1, .chat_template = sm->tmpl};
+    struct toy_tokenizer *tok;
+    cr_assert_eq(toy_tokenizer_init(&spec, &tok), TOY_OK, "%s", toy_last_error());
+    struct toy_llama_config c = toy_llama_preset("tiny");
+    c.vocab = V;
+    c.d_model = (V + 15) / 16 * 16;
+    c.n_layers = 1, c.n_heads = 1, c.n_kv_heads = 1, c.d_ff = 16, c.max_ctx = 256, c.tied = false;
+    struct toy_llama *m = toy_llama_new(&c, 1);
+    cr_assert(m, "%s", toy_last_error());
+    int64_t d = c.d_model;
+    float *emb = m->tok_embd->data, *out = m->output->data;
+    memset(emb, 0, (size_t)(d * V) * sizeof(float));
+    memset(out, 0, (size_t)(d * V) * sizeof(float));
+    for (int v = 0; v < V; v++) emb[v * d + v] = 1, out[succ[v] * d + v] = 10;
+    memset(m->layers[0].wo->data, 0, toy_nbytes(m->layers[0].wo));
+    memset(m->layers[0].w_down->data, 0, toy_nbytes(m->layers[0].w_down));
+    struct toy_gguf_writer *w;
+    cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
+    cr_assert_eq(toy_llama_write_gguf(m, w, TOY_F32), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(toy_tokenizer_write_gguf(tok, w), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(toy_gguf_writer_write(w, path), TOY_OK, "%s", toy_last_error());
+    toy_gguf_writer_free(w);
+    toy_llama_free(m);
+    toy_tokenizer_free(tok);
+    for (int v = 0; v < V; v++) free(tokens[v]);
 }

@@ -79,4 +79,23 @@ json_t *th_floats(const float *x, int64_t n);
 /* max over k of |ours[k] - ref[k]| / (1 + |ref[k]|) */
 double th_worst_rel(const float *ours, json_t *ref);
 
+
+/* A model that says what it is told (for the chat-reply, serve and chat
+ * tests): each scripted token's one successor. Its embedding of token t is
+ * the one-hot e_t, its layers add nothing (wo and w_down are 0), and its
+ * head maps e_t to a logit on the token after t, so greedy decoding after a
+ * start token writes that script's tokens, special ones and all, then EOS.
+ * The vocabulary is GPT-2's 256 byte tokens (any prompt encodes), then each
+ * script's tokens, a token per use (a text twice is two ids; the text
+ * encodes as the first), <|eos|>, <|return|> and <|call|> (which end a
+ * reply) and each script's start token <|goN|>. tmpl is the GGUF's chat
+ * template, whose markers name the family; a user message "<|go1|>" starts
+ * script 1 when the template writes the messages' content. */
+struct th_script_model {
+    const char *tmpl;
+    const char *const *scripts[3]; /* NULL-ended token texts */
+    const char *eos;               /* the EOS token's text */
+};
+void th_script_model_write(const struct th_script_model *sm, const char *path);
+
 #endif

@@ -1085,3 +1085,39 @@ Test(cli_gguf, generate_json_schema) {
     cr_expect(strstr(out, "/nonexistent.json"), "%s", out);
     free(out);
 }
+
+/* toy chat on a scripted gpt-oss-like model: each line is a turn (the second sees the first's reply in the
+ * conversation), the analysis channel is shown only when asked, <|end|> does not end a reply, and the
+ * final channel is what is printed */
+Test(cli_gguf, chat_turns_split_replies) {
+    const char *b = getenv("TOY_BIN");
+    if (!b) cr_skip("TOY_BIN not set (run through make check)");
+    static const char *const answer[] = {"<|channel|>", "analysis", "<|message|>", "User greets. Reply.", "<|end|>",
+                                         "<|start|>", "assistant", "<|channel|>", "final", "<|message|>",
+                                         "Hello! How can I help?", "<|return|>", NULL};
+    static const char *const second[] = {"<|channel|>", "analysis", "<|message|>", "Again.", "<|end|>", "<|start|>",
+                                         "assistant", "<|channel|>", "final", "<|message|>", "Still here.", NULL};
+    struct th_script_model sm = {"{# gpt-oss: <|channel|>final<|message|> #}{% for m in messages %}{{ m.content }}"
+                                 "{% endfor %}",
+                                 {answer, second}, "<|return|>"};
+    th_mkdir("chat");
+    char path[300], cmd[1024];
+    snprintf(path, sizeof path, "%s/scripted.gguf", th_dir);
+    th_script_model_write(&sm, path);
+    const char *want[] = {"Hello! How can I help?\nStill here.\n",
+                          "User greets. Reply.\n\nHello! How can I help?\nAgain.\n\nStill here.\n"};
+    for (int show = 0; show < 2; show++) {
+        snprintf(cmd, sizeof cmd, "printf '<|go1|>\\n/reset\\n<|go1|>\\n<|go2|>\\n' | %s chat -m %s --temp 0%s", b, path,
+                 show ? " --show-reasoning" : "");
+        int rc;
+        char *out = run(cmd, &rc);
+        cr_expect_eq(rc, 0, "%s", out);
+        /* /reset leaves one reply before it */
+        char both[512];
+        snprintf(both, sizeof both, "%s%s", show ? "User greets. Reply.\n\nHello! How can I help?\n" : "Hello! How can I help?\n",
+                 want[show]);
+        cr_expect_str_eq(out, both, "show %d", show);
+        free(out);
+    }
+    th_rmdir();
+}

@@ -60,6 +60,11 @@ const char *toy_chat_format_name(enum toy_chat_format f);
 bool toy_chat_syntax_keeps_special(const struct toy_chat_syntax *s);
 /* Whether a rendered prompt ends inside an open <think> (for in_think). */
 bool toy_chat_prompt_in_think(const char *prompt);
+/* The end-of-turn texts the template writes (<|im_end|>, <|eot_id|>,
+ * <end_of_turn>, <|end|>; not gpt-oss's <|end|>, which ends a message of
+ * the reply): stop strings for tokenizers that spell them as plain text.
+ * Fills out (static strings) and returns how many (at most 4). */
+int toy_chat_stop_texts(const struct toy_chat_syntax *s, const char *template_source, const char *out[4]);
 
 struct toy_chat_call {
     char *name;      /* the function's name */

@@ -36,6 +36,7 @@ struct toy_generate_params {
      * takes next, and the end only once its JSON value is complete (needs
      * the tokenizer; toy/json-grammar.h) */
     const struct toy_json_grammar *grammar;
+    bool keep_special;              /* special tokens produce their text (a chat reply's markers, chat-reply.h) */
 };
 
 /* Called for each new token with the text it completes (possibly empty while

@@ -146,7 +146,7 @@ enum toy_status toy_generate(struct toy_generator *g, const int32_t *prompt, int
     enum toy_status st = TOY_OK;
     if (!logits || !s || (p->grammar && !masked)) { st = toy_error(TOY_ERR_NOMEM, "generate"); goto done; }
     if (p->grammar && (st = toy_json_matcher_new(p->grammar, &jm))) goto done;
-    if (g->tok && (st = toy_decoder_init(g->tok, TOY_DECODE_SKIP_SPECIAL, &dec))) goto done;
+    if (g->tok && (st = toy_decoder_init(g->tok, p->keep_special ? 0 : TOY_DECODE_SKIP_SPECIAL, &dec))) goto done;
     if (dec) toy_decoder_continue(dec, prompt, n_prompt); /* the text goes on from the prompt's */
     for (int64_t i = 0; i < n_prompt; i++) toy_sampler_accept(s, prompt[i]);
     double t0 = now_s();

@@ -611,13 +611,11 @@ static char *default_name(const char *path) {
     return s;
 }
 
-/* the template's end-of-turn markers become stop strings (for tokenizers that spell them as text); gpt-oss's
- * <|end|> ends a message of the reply (its analysis), not the reply */
+/* the template's end-of-turn markers become stop strings (for tokenizers that spell them as text) */
 static void eot_stops(struct srv_api *api, const char *src) {
-    static const char *const marks[] = {"<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>"};
-    for (size_t i = 0; src && i < sizeof marks / sizeof marks[0] && api->n_eot_stops < 4; i++)
-        if (strstr(src, marks[i]) && !(i == 3 && api->syntax.format == TOY_CHAT_FORMAT_HARMONY))
-            api->eot_stops[api->n_eot_stops++] = strdup(marks[i]);
+    const char *marks[4];
+    int n = toy_chat_stop_texts(&api->syntax, src, marks);
+    for (int i = 0; i < n; i++) api->eot_stops[api->n_eot_stops++] = strdup(marks[i]);
 }
 
 static enum toy_status open_events(struct srv *S, const char *model_path) {

@@ -392,6 +392,14 @@ bool toy_chat_prompt_in_think(const char *prompt) {
     return n >= 7 && !memcmp(prompt + n - 7, "<think>", 7);
 }
 
+int toy_chat_stop_texts(const struct toy_chat_syntax *s, const char *src, const char *out[4]) {
+    static const char *const marks[] = {"<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>"};
+    int n = 0;
+    for (int i = 0; src && i < 4; i++)
+        if (strstr(src, marks[i]) && !(i == 3 && s->format == TOY_CHAT_FORMAT_HARMONY)) out[n++] = marks[i];
+    return n;
+}
+
 static char *finish_text(struct parse *P, struct buf *b) {
     size_t a = 0, z = b->n;
     if (b->p) trim(b->p, &a, &z);
