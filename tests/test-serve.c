@@ -1661,7 +1661,7 @@ Test(serve, harmony_replies_split_by_channel, .timeout = 120) {
                                        "<|start|>", "assistant", "<|channel|>", "commentary to=functions.get_weather ",
                                        "<|constrain|>", "json", "<|message|>", "{\"city\":\"Paris\"}", "<|call|>", NULL};
     struct th_script_model sm = {"{# gpt-oss: <|start|>assistant<|channel|>final<|message|> #}{% for m in messages %}"
-                              "{{ m.content }}{% endfor %}",
+                              "{{ m.content }}{{ m.thinking if m.thinking is defined else '' }}{% endfor %}",
                               {answer, call}, "<|return|>"};
     char dir[] = "/tmp/toy-serve-test-XXXXXX", path[80];
     cr_assert(mkdtemp(dir));
@@ -1712,6 +1712,13 @@ Test(serve, harmony_replies_split_by_channel, .timeout = 120) {
              "\"content\":\"<|go1|>\"}],\"temperature\":0,\"max_tokens\":3}");
     struct resp r = http(&s, "POST", "/v1/chat/completions", body);
     cr_expect_eq(r.code, 200, "%s", r.body);
+    resp_free(&r);
+    /* a reply's reasoning_content sent back reaches the template as gpt-oss's "thinking" (here it starts script 2) */
+    snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"<|go1|>\"},{\"role\":\"assistant\","
+             "\"content\":\"\",\"reasoning_content\":\"<|go2|>\"}],\"temperature\":0,%s}", tools_json);
+    r = http(&s, "POST", "/v1/chat/completions", body);
+    cr_expect_eq(r.code, 200, "%s", r.body);
+    cr_expect_str_eq(jstr(r.json, "choices.0.message.reasoning_content"), "Need the weather.", "%s", r.body);
     resp_free(&r);
     snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"assistant\",\"content\":\"x\",\"tool_calls\":[{\"id\":1}]}]}");
     r = http(&s, "POST", "/v1/chat/completions", body);

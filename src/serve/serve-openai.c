@@ -274,6 +274,10 @@ static bool chat_prompt(const struct srv_api *api, json_t *body, struct srv_requ
         }
         json_t *c = json_deep_copy(m);
         json_object_set_new(c, "content", content);
+        /* a reply's reasoning sent back: gpt-oss's template reads it as "thinking" (Qwen3's as it is) */
+        json_t *rc = json_object_get(c, "reasoning_content");
+        if (r->syn.format == TOY_CHAT_FORMAT_HARMONY && json_is_string(rc) && !json_object_get(c, "thinking"))
+            json_object_set(c, "thinking", rc);
         json_array_append_new(norm, c);
         if (!message_tool_calls(c, i, err)) {
             json_decref(norm);
