@@ -308,7 +308,7 @@ void th_script_model_write(const struct th_script_model *sm, const char *path) {
     struct toy_llama_config c = toy_llama_preset("tiny");
     c.vocab = V;
     c.d_model = (V + 15) / 16 * 16;
-    c.n_layers = 1, c.n_heads = 1, c.n_kv_heads = 1, c.d_ff = 16, c.max_ctx = 256, c.tied = false;
+    c.n_layers = 1, c.n_heads = 1, c.n_kv_heads = 1, c.d_ff = 16, c.max_ctx = 1024, c.tied = false;
     struct toy_llama *m = toy_llama_new(&c, 1);
     cr_assert(m, "%s", toy_last_error());
     int64_t d = c.d_model;

@@ -89,6 +89,22 @@ Test(json_grammar, documents_the_schema_takes_and_refuses) {
     }
 }
 
+/* a value between fixed texts (a tool call's markers) */
+Test(json_grammar, framed_values) {
+    struct toy_json_grammar *g;
+    MUST(toy_json_grammar_compile_framed("{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integer\"}}}",
+                                         "<tool_call>\n", "\n</tool_call>", &g));
+    cr_expect(whole(g, "<tool_call>\n{\"a\": 1}\n</tool_call>"));
+    cr_expect(!whole(g, "<tool_call>\n{\"a\": 1}"), "the suffix is due");
+    cr_expect(!whole(g, "<tool_call>{\"a\": 1}\n</tool_call>"), "the prefix byte for byte");
+    cr_expect(!whole(g, "<tool_call>\n{\"a\": 1}\n</tool_call>\n"), "nothing after the suffix");
+    cr_expect(!whole(g, "<tool_call>\n{\"a\": 1} \n</tool_call>"), "the suffix right after the value");
+    toy_json_grammar_free(g);
+    MUST(toy_json_grammar_compile_framed("{\"type\": \"integer\"}", "[N]", NULL, &g));
+    cr_expect(whole(g, "[N]42") && !whole(g, "[N]") && !whole(g, "42"));
+    toy_json_grammar_free(g);
+}
+
 Test(json_grammar, schemas_it_cannot_enforce_are_refused_by_name) {
     struct {
         const char *schema, *says;

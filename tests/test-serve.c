@@ -1637,9 +1637,9 @@ Test(serve, qwen_style_replies_split_into_reasoning_content_and_tool_calls, .tim
         cr_expect_str_eq(jstr(r.json, "choices.0.finish_reason"), "stop");
         resp_free(&r);
     }
-    /* a tool_choice toy cannot honour is refused, not ignored */
+    /* a tool_choice toy does not know is refused, not ignored */
     snprintf(body, sizeof body,
-             "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tool_choice\":\"required\",%s}", tools_json);
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tool_choice\":\"sometimes\",%s}", tools_json);
     r = http(&s, "POST", "/v1/chat/completions", body);
     cr_expect_eq(r.code, 400, "%s", r.body);
     cr_expect_str_eq(jstr(r.json, "error.param"), "tool_choice");
@@ -1804,4 +1804,134 @@ Test(serve, response_format_constrains_replies_to_the_schema, .timeout = 180) {
     }
     cr_assert_eq(server_stop(&s), 0);
     server_clean(&s);
+}
+
+/* tool_choice "required" or a named function: a model that writes anything (random weights, temperature 1)
+ * answers with a call in its template's syntax (Hermes here), to an offered tool, with arguments its
+ * parameters allow; a template whose call syntax toy cannot force gets a 400 */
+Test(serve, tool_choice_forces_a_call, .timeout = 180) {
+    struct server s;
+    const char *extra[] = {"--chat-template",
+                           "{# Hermes-style calls: <tool_call> #}{% for m in messages %}<|im_start|>{{ m.role }}\n"
+                           "{{ m.content }}<|im_end|>\n{% endfor %}<|im_start|>assistant\n",
+                           NULL};
+    server_start(&s, extra);
+    const char *tools = "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{"
+                        "\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\",\"maxLength\":8}},"
+                        "\"required\":[\"city\"],\"additionalProperties\":false}}},{\"type\":\"function\",\"function\":"
+                        "{\"name\":\"get_time\",\"parameters\":{\"type\":\"object\",\"properties\":{}}}}]";
+    /* one tool offered, or one named: its parameters shape the arguments (with several to choose from, the
+     * arguments are any object, which a random model need not finish: below) */
+    const char *one_tool = "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{"
+                           "\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\",\"maxLength\":8}},"
+                           "\"required\":[\"city\"],\"additionalProperties\":false}}}]";
+    char body[2048];
+    int calls = 0;
+    for (int k = 0; k < 4; k++) {
+        bool named = true, stream = k >= 2;
+        snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"weather?\"}],\"temperature\":1,"
+                 "\"seed\":%d,\"max_tokens\":400,\"stream\":%s,%s,\"tool_choice\":%s}", k, stream ? "true" : "false",
+                 k % 2 ? tools : one_tool,
+                 k % 2 ? "{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}" : "\"required\"");
+        struct resp r = http(&s, "POST", "/v1/chat/completions", body);
+        cr_assert_eq(r.code, 200, "%s", r.body);
+        struct split sp = {0};
+        const char *finish, *name, *args;
+        if (stream) {
+            split_stream(r.body, &sp);
+            finish = sp.finish, args = sp.args;
+            if (sp.n_calls) sp.names[strlen(sp.names) - 1] = 0;
+            name = sp.n_calls == 1 ? sp.names : NULL;
+        } else {
+            finish = jstr(r.json, "choices.0.finish_reason");
+            name = jstr(r.json, "choices.0.message.tool_calls.0.function.name");
+            args = jstr(r.json, "choices.0.message.tool_calls.0.function.arguments");
+        }
+        if (finish && !strcmp(finish, "length")) { /* cut off: no verdict */
+            resp_free(&r);
+            continue;
+        }
+        cr_expect_str_eq(finish, "tool_calls", "case %d: %s", k, r.body);
+        cr_assert(name && args, "case %d: no call: %s", k, r.body);
+        cr_expect(!strcmp(name, "get_weather") || (!named && !strcmp(name, "get_time")), "case %d: %s", k, name);
+        json_t *a = json_loads(args, 0, NULL);
+        cr_assert(json_is_object(a), "case %d: arguments %s", k, args);
+        if (named) { /* the tool's own parameters */
+            json_t *city = json_object_get(a, "city");
+            cr_expect(json_is_string(city) && json_object_size(a) == 1, "case %d: %s", k, args);
+        }
+        json_decref(a);
+        calls++;
+        resp_free(&r);
+    }
+    cr_expect_geq(calls, 3, "only %d of 4 forced calls ended within 400 tokens", calls);
+    /* several tools, "required": a call to one of them, begun at once */
+    snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"temperature\":1,\"seed\":9,"
+             "\"max_tokens\":24,%s,\"tool_choice\":\"required\"}", tools);
+    struct resp q = http(&s, "POST", "/v1/chat/completions", body);
+    cr_expect_eq(q.code, 200, "%s", q.body);
+    const char *c = jstr(q.json, "choices.0.message.content"), *nm = jstr(q.json, "choices.0.message.tool_calls.0.function.name");
+    cr_expect((c && !strncmp(c, "<tool_call>\n", 12)) || (nm && (!strcmp(nm, "get_weather") || !strcmp(nm, "get_time"))),
+              "%s", q.body);
+    resp_free(&q);
+    snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],%s,\"tool_choice\":"
+             "{\"type\":\"function\",\"function\":{\"name\":\"nope\"}}}", tools);
+    struct resp r = http(&s, "POST", "/v1/chat/completions", body);
+    cr_expect_eq(r.code, 400, "%s", r.body);
+    cr_expect(strstr(r.body, "nope"), "%s", r.body);
+    resp_free(&r);
+    snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],%s,\"tool_choice\":\"required\","
+             "\"response_format\":{\"type\":\"json_object\"}}", tools);
+    r = http(&s, "POST", "/v1/chat/completions", body);
+    cr_expect_eq(r.code, 400, "%s", r.body);
+    resp_free(&r);
+    cr_assert_eq(server_stop(&s), 0);
+    server_clean(&s);
+    server_start(&s, NULL); /* ChatML: no call syntax to force */
+    snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],%s,\"tool_choice\":\"required\"}",
+             tools);
+    r = http(&s, "POST", "/v1/chat/completions", body);
+    cr_expect_eq(r.code, 400, "%s", r.body);
+    cr_expect_str_eq(jstr(r.json, "error.param"), "tool_choice");
+    resp_free(&r);
+    cr_assert_eq(server_stop(&s), 0);
+    server_clean(&s);
+}
+
+/* A forced call in each family's syntax, end to end through the parser: a scripted model whose script the
+ * grammar overrules at every step (greedy among what is left: the lowest id, so blanks where blanks may go)
+ * writes the markers and a call to get_weather with a three-character city */
+Test(serve, tool_choice_forces_each_familys_syntax, .timeout = 180) {
+    static const char *const script[] = {"Hello", NULL};
+    const char *tmpls[] = {"{# <tool_call> #}{% for m in messages %}{{ m.content }}{% endfor %}",
+                           "{# <|start_header_id|> <|python_tag|> #}{% for m in messages %}{{ m.content }}{% endfor %}",
+                           "{# [TOOL_CALLS] #}{% for m in messages %}{{ m.content }}{% endfor %}",
+                           "{# <|channel|> <|message|> #}{% for m in messages %}{{ m.content }}{% endfor %}"};
+    const char *tools = "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{"
+                        "\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\",\"minLength\":3,"
+                        "\"maxLength\":3}},\"required\":[\"city\"]}}}]";
+    for (int f = 0; f < 4; f++) {
+        struct th_script_model sm = {tmpls[f], {script}, f == 3 ? "<|return|>" : "<|eos|>"};
+        char dir[] = "/tmp/toy-serve-test-XXXXXX", path[80], body[1024];
+        cr_assert(mkdtemp(dir));
+        snprintf(path, sizeof path, "%s/scripted.gguf", dir);
+        th_script_model_write(&sm, path);
+        struct server s;
+        server_start_model(&s, path, NULL);
+        snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"<|go1|>\"}],\"temperature\":0,"
+                 "\"max_tokens\":600,%s,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}}",
+                 tools);
+        struct resp r = http(&s, "POST", "/v1/chat/completions", body);
+        cr_assert_eq(r.code, 200, "%s", r.body);
+        cr_expect_str_eq(jstr(r.json, "choices.0.finish_reason"), "tool_calls", "family %d: %s", f, r.body);
+        cr_expect_str_eq(jstr(r.json, "choices.0.message.tool_calls.0.function.name"), "get_weather", "family %d", f);
+        cr_expect_str_eq(jstr(r.json, "choices.0.message.tool_calls.0.function.arguments"), "{\"city\":\"   \"}",
+                         "family %d: %s", f, r.body);
+        resp_free(&r);
+        cr_assert_eq(server_stop(&s), 0);
+        server_clean(&s);
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        cr_assert_eq(system(cmd), 0);
+    }
 }

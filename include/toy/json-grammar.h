@@ -39,6 +39,12 @@ struct toy_json_matcher;
  * mode). TOY_ERR_INVALID_ARG names what is wrong or unsupported, with its
  * JSON pointer. */
 enum toy_status toy_json_grammar_compile(const char *schema, struct toy_json_grammar **out);
+/* The same between two fixed texts (either may be NULL): the reply is
+ * prefix, the JSON value, then suffix, byte for byte (a tool call's
+ * markers, e.g. "<tool_call>\n" and "\n</tool_call>"). Special tokens are
+ * allowed where their text is what the prefix or suffix asks for. */
+enum toy_status toy_json_grammar_compile_framed(const char *schema, const char *prefix, const char *suffix,
+                                                struct toy_json_grammar **out);
 void toy_json_grammar_free(struct toy_json_grammar *g);
 
 /* A reply's place in the grammar; g must outlive it. */

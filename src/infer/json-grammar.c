@@ -50,6 +50,7 @@ struct toy_json_grammar {
     struct node **nodes; /* every node made, for freeing */
     int n_nodes, cap_nodes;
     struct node *root;
+    char *prefix, *suffix; /* fixed text before and after the value ("" when none) */
 };
 
 /* ---- the matcher ------------------------------------------------------------------------ */
@@ -75,6 +76,8 @@ struct frame {
 
 struct toy_json_matcher {
     const struct toy_json_grammar *g;
+    int phase;     /* 0: in the prefix, 1: the value, 2: the suffix, 3: all read */
+    size_t lit;    /* bytes of the prefix or suffix matched */
     int depth, ws;
     struct frame st[MAX_DEPTH];
     /* for masking inside strings: the tokens whose text is plain string content (no quote, backslash or
@@ -335,10 +338,23 @@ static int arr_byte(struct toy_json_matcher *m, struct frame *f, unsigned char c
     return push(m, F_VALUE, nd->values) ? R_AGAIN : R_FAIL;
 }
 
+/* the prefix and suffix, byte for byte */
+static bool frame_text(struct toy_json_matcher *m, unsigned char c) {
+    const char *t = m->phase == 0 ? m->g->prefix : m->g->suffix;
+    if ((unsigned char)t[m->lit] != c || !c) return false;
+    if (!t[++m->lit]) m->phase++, m->lit = 0; /* the prefix read: the value; the suffix: all */
+    return true;
+}
+
 static bool step(struct toy_json_matcher *m, unsigned char c) {
+    if (m->phase != 1) return m->phase < 3 && frame_text(m, c);
     if (!is_ws(c)) m->ws = 0;
     for (;;) {
-        if (m->depth == 0) return false; /* a whole value: nothing may follow */
+        if (m->depth == 0) { /* a whole value: the suffix, or nothing, may follow */
+            if (!m->g->suffix[0]) return false;
+            m->phase = 2, m->lit = 0;
+            return frame_text(m, c);
+        }
         struct frame *f = &m->st[m->depth - 1];
         int r;
         switch (f->kind) {
@@ -355,6 +371,8 @@ static bool step(struct toy_json_matcher *m, unsigned char c) {
 
 static void copy_matcher(struct toy_json_matcher *dst, const struct toy_json_matcher *src) {
     dst->g = src->g;
+    dst->phase = src->phase;
+    dst->lit = src->lit;
     dst->depth = src->depth;
     dst->ws = src->ws;
     memcpy(dst->st, src->st, (size_t)src->depth * sizeof src->st[0]);
@@ -364,6 +382,7 @@ enum toy_status toy_json_matcher_new(const struct toy_json_grammar *g, struct to
     struct toy_json_matcher *m = calloc(1, sizeof *m);
     if (!m) return toy_error(TOY_ERR_NOMEM, "json matcher");
     m->g = g;
+    m->phase = g->prefix[0] ? 0 : 1;
     push(m, F_VALUE, g->root);
     *out = m;
     return TOY_OK;
@@ -410,6 +429,7 @@ bool toy_json_matcher_feed(struct toy_json_matcher *m, const char *bytes, size_t
 }
 
 bool toy_json_matcher_done(const struct toy_json_matcher *m) {
+    if (m->phase != 1 || m->g->suffix[0]) return m->phase == 3;
     if (m->depth == 0) return true;
     if (m->depth > 1) return false;
     const struct frame *f = &m->st[0]; /* a root number, or literal, that may yet go on */
@@ -439,7 +459,7 @@ int64_t toy_json_matcher_mask(const struct toy_json_matcher *cm, const struct to
     /* in a string, between characters: a plain token fits if the length limit lets it */
     const struct frame *top = m->depth ? &m->st[m->depth - 1] : NULL;
     int64_t room = -1;
-    if (m->plain && top && top->kind == F_STR && top->stage == 0 && !top->utf8 && !top->low_due)
+    if (m->plain && m->phase == 1 && top && top->kind == F_STR && top->stage == 0 && !top->utf8 && !top->low_due)
         room = top->node->max < 0 ? INT64_MAX : top->node->max - top->count;
     bool first[256], done = toy_json_matcher_done(m);
     for (int b = 0; b < 256; b++) {
@@ -458,8 +478,9 @@ int64_t toy_json_matcher_mask(const struct toy_json_matcher *cm, const struct to
             size_t n = 0;
             const char *b = toy_tokenizer_token_bytes(tok, (int32_t)v, &n);
             enum toy_token_type t = toy_tokenizer_token_type(tok, (int32_t)v);
-            ok = b && n > 0 && t != TOY_TOKEN_CONTROL && t != TOY_TOKEN_UNUSED && first[(unsigned char)b[0]] &&
-                 (n == 1 || toy_json_matcher_accepts(m, b, n));
+            /* special tokens only as the prefix's or suffix's text (inside a string their text would be taken) */
+            ok = b && n > 0 && (t != TOY_TOKEN_CONTROL || m->phase != 1) && t != TOY_TOKEN_UNUSED &&
+                 first[(unsigned char)b[0]] && (n == 1 || toy_json_matcher_accepts(m, b, n));
         }
         if (ok) left++;
         else logits[v] = -INFINITY;
@@ -718,13 +739,26 @@ void toy_json_grammar_free(struct toy_json_grammar *g) {
         free(nd);
     }
     free(g->nodes);
+    free(g->prefix);
+    free(g->suffix);
     free(g);
 }
 
 enum toy_status toy_json_grammar_compile(const char *schema, struct toy_json_grammar **out) {
+    return toy_json_grammar_compile_framed(schema, NULL, NULL, out);
+}
+
+enum toy_status toy_json_grammar_compile_framed(const char *schema, const char *prefix, const char *suffix,
+                                                struct toy_json_grammar **out) {
     *out = NULL;
     struct toy_json_grammar *g = calloc(1, sizeof *g);
     if (!g) return toy_error(TOY_ERR_NOMEM, "json grammar");
+    g->prefix = strdup(prefix ? prefix : "");
+    g->suffix = strdup(suffix ? suffix : "");
+    if (!g->prefix || !g->suffix) {
+        toy_json_grammar_free(g);
+        return toy_error(TOY_ERR_NOMEM, "json grammar");
+    }
     if (!schema) {
         g->root = &any_object;
         *out = g;
@@ -733,14 +767,14 @@ enum toy_status toy_json_grammar_compile(const char *schema, struct toy_json_gra
     json_error_t je;
     json_t *root = json_loads(schema, 0, &je);
     if (!root) {
-        free(g);
+        toy_json_grammar_free(g);
         return toy_error(TOY_ERR_INVALID_ARG, "schema: malformed JSON at line %d, column %d: %s", je.line, je.column,
                          je.text);
     }
     struct compiler *cc = calloc(1, sizeof *cc);
     if (!cc) {
         json_decref(root);
-        free(g);
+        toy_json_grammar_free(g);
         return toy_error(TOY_ERR_NOMEM, "json grammar");
     }
     cc->g = g;

@@ -214,16 +214,27 @@ static bool message_tool_calls(json_t *c, size_t i, struct srv_error *err) {
 }
 
 /* "tools" and "tool_choice": the tools the template shows and whose calls are parsed (names into r) */
-static bool chat_tools(json_t *body, struct srv_request *r, json_t **tools, struct srv_error *err) {
+/* "tools" and "tool_choice": the tools the template shows and whose calls are parsed (names into r); *force:
+ * "required" or a named function's tool_choice (the call is then forced by a grammar, force_call) */
+static bool chat_tools(json_t *body, struct srv_request *r, json_t **tools, json_t **force, struct srv_error *err) {
     *tools = json_object_get(body, "tools");
+    *force = NULL;
     if (*tools && json_is_null(*tools)) *tools = NULL;
     if (*tools && !json_is_array(*tools)) return BAD("tools", "'tools' must be an array");
     json_t *choice = json_object_get(body, "tool_choice");
     if (choice && !json_is_null(choice)) {
         const char *c = json_string_value(choice);
+        const char *type = json_string_value(json_object_get(choice, "type"));
         if (c && !strcmp(c, "none")) *tools = NULL; /* the model is not shown them, so makes no calls */
+        else if (c && !strcmp(c, "required")) *force = choice;
+        else if (json_is_object(choice) && type && !strcmp(type, "function") &&
+                 json_is_string(json_object_get(json_object_get(choice, "function"), "name")))
+            *force = choice;
         else if (!c || strcmp(c, "auto"))
-            return BAD("tool_choice", "'tool_choice' must be \"auto\" or \"none\" (toy does not force calls)");
+            return BAD("tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or "
+                       "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+        if (*force && !(*tools && json_array_size(*tools)))
+            return BAD("tool_choice", "'tool_choice' asks for a call, but 'tools' offers none");
     }
     size_t n = *tools ? json_array_size(*tools) : 0;
     if (n > 1024) return BAD("tools", "at most 1024 tools");
@@ -243,6 +254,56 @@ static bool chat_tools(json_t *body, struct srv_request *r, json_t **tools, stru
     return true;
 }
 
+/* tool_choice "required" or a named function: the reply is a call, in the model's own syntax, sampled within a
+ * grammar: its markers, then {"name": one of the tools, "arguments": the tool's parameters} (any object when
+ * there are several tools to choose from, or the parameters use what the grammar cannot enforce) */
+static bool force_call(struct srv_request *r, json_t *tools, const char *name, struct srv_error *err) {
+    enum toy_chat_format f = r->syn.format;
+    json_t *params = NULL, *names = json_array();
+    for (size_t k = 0; k < json_array_size(tools); k++) {
+        json_t *fn = json_object_get(json_array_get(tools, k), "function");
+        const char *n = json_string_value(json_object_get(fn, "name"));
+        if (name && strcmp(n, name)) continue;
+        json_array_append_new(names, json_string(n));
+        params = json_object_get(fn, "parameters");
+    }
+    const char *one = json_array_size(names) == 1 ? json_string_value(json_array_get(names, 0)) : NULL;
+    if (!one) params = NULL;
+    char prefix[600] = "", suffix[64] = "";
+    if (f == TOY_CHAT_FORMAT_HERMES) snprintf(prefix, sizeof prefix, "<tool_call>\n"), snprintf(suffix, sizeof suffix, "\n</tool_call>");
+    else if (f == TOY_CHAT_FORMAT_MISTRAL) snprintf(prefix, sizeof prefix, "[TOOL_CALLS]");
+    else if (f == TOY_CHAT_FORMAT_HARMONY && one && strlen(one) < 256)
+        snprintf(prefix, sizeof prefix, "<|channel|>commentary to=functions.%s <|constrain|>json<|message|>", one);
+    else if (f != TOY_CHAT_FORMAT_LLAMA3) {
+        json_decref(names);
+        return BAD("tool_choice", "this model's template writes tool calls in a form toy cannot force (%s%s); use "
+                   "\"auto\"", toy_chat_format_name(f), f == TOY_CHAT_FORMAT_HARMONY ? " with several tools" : "");
+    }
+    enum toy_status st = TOY_ERR_INVALID_ARG;
+    for (int attempt = 0; attempt < 2 && st; attempt++) { /* the tool's parameters, else any object */
+        json_t *args = attempt == 0 && json_is_object(params) ? json_incref(params) : json_pack("{s:s}", "type", "object");
+        json_t *schema = args;
+        if (f != TOY_CHAT_FORMAT_HARMONY) {
+            const char *key = f == TOY_CHAT_FORMAT_LLAMA3 ? "parameters" : "arguments";
+            schema = json_pack("{s:s,s:{s:{s:O},s:o},s:[s,s],s:b}", "type", "object", "properties", "name", "enum",
+                               names, key, args, "required", "name", key, "additionalProperties", 0);
+            if (f == TOY_CHAT_FORMAT_MISTRAL)
+                schema = json_pack("{s:s,s:o,s:i,s:i}", "type", "array", "items", schema, "minItems", 1, "maxItems", 1);
+        }
+        char *text = schema ? json_dumps(schema, JSON_COMPACT) : NULL;
+        json_decref(schema);
+        st = text ? toy_json_grammar_compile_framed(text, prefix, suffix, &r->job->grammar) : TOY_ERR_NOMEM;
+        free(text);
+    }
+    json_decref(names);
+    if (st) return toy_srv_err(err, 500, "server_error", NULL, NULL, "tool_choice: %s", toy_last_error());
+    r->syn.tools = true;
+    r->parse_reply = true;
+    r->job->keep_special = toy_chat_syntax_keeps_special(&r->syn);
+    if (r->syn.in_think) r->job->grammar_after[0] = "</think>";
+    return true;
+}
+
 static bool chat_prompt(const struct srv_api *api, json_t *body, struct srv_request *r, struct toy_tokens *ids,
                         struct srv_error *err) {
     json_t *msgs = json_object_get(body, "messages");
@@ -250,8 +311,16 @@ static bool chat_prompt(const struct srv_api *api, json_t *body, struct srv_requ
         return BAD("messages", "'messages' must be a non-empty array of {role, content}");
     if (!api->tmpl) return toy_srv_err(err, 400, "invalid_request_error", NULL, "messages", "no chat template");
     r->syn = api->syntax;
-    json_t *tools;
-    if (!chat_tools(body, r, &tools, err)) return false;
+    json_t *tools, *force;
+    if (!chat_tools(body, r, &tools, &force, err)) return false;
+    const char *forced_name = json_is_object(force)
+                                  ? json_string_value(json_object_get(json_object_get(force, "function"), "name"))
+                                  : NULL;
+    if (forced_name) {
+        bool known = false;
+        for (size_t k = 0; r->tool_names[k]; k++) known |= !strcmp(r->tool_names[k], forced_name);
+        if (!known) return BAD("tool_choice", "tool_choice names '%s', which 'tools' does not offer", forced_name);
+    }
     json_t *norm = json_array();
     for (size_t i = 0; i < json_array_size(msgs); i++) {
         json_t *m = json_array_get(msgs, i), *content = NULL;
@@ -321,6 +390,7 @@ static bool chat_prompt(const struct srv_api *api, json_t *body, struct srv_requ
     r->job->keep_special = r->parse_reply && toy_chat_syntax_keeps_special(&r->syn);
     free(text);
     if (ok && ids->n == 0) return BAD("messages", "the rendered conversation is empty");
+    if (ok && force) ok = force_call(r, tools, forced_name, err);
     return ok;
 }
 
@@ -379,6 +449,8 @@ static bool parse_response_format(const struct srv_api *api, json_t *body, struc
     if (!json_is_object(rf) || !type)
         return BAD("response_format", "'response_format' must be {\"type\": \"text\" | \"json_object\" | \"json_schema\"}");
     if (!strcmp(type, "text")) return true;
+    if (r->job->grammar) return BAD("response_format", "a JSON response_format and a forced tool call (tool_choice) "
+                                    "cannot both shape the reply");
     json_t *schema = NULL;
     if (!strcmp(type, "json_object")) {
         schema = json_object_get(rf, "schema");
