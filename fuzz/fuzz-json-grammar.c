@@ -1,7 +1,8 @@
 /* fuzz-json-grammar.c: libFuzzer harness for response_format grammars
  * (src/infer/json-grammar.c): a client's schema is compiled and a reply
  * fed through it. The input is the schema, a NUL byte, then the reply
- * (no NUL: the input is a reply for json_object mode). Besides not
+ * (no NUL: the input is a reply for json_object mode); a schema that starts
+ * with a space is framed as a Hermes tool call. Besides not
  * crashing: a reply the matcher takes whole and calls done must be JSON
  * (jansson parses it; abort otherwise), and feeding it in two pieces at
  * every 7th cut agrees with feeding it at once. */
@@ -18,15 +19,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *doc = nul ? nul + 1 : in;
     size_t n = nul ? size - (size_t)(nul - in) - 1 : size;
     struct toy_json_grammar *g;
-    if (toy_json_grammar_compile(schema, &g)) {
+    /* a schema starting with a space: framed as a Hermes tool call */
+    bool framed = schema && schema[0] == ' ';
+    if (framed ? toy_json_grammar_compile_framed(schema, "<tool_call>\n", "\n</tool_call>", &g)
+               : toy_json_grammar_compile(schema, &g)) {
         free(schema);
         return 0;
     }
     struct toy_json_matcher *m;
     if (!toy_json_matcher_new(g, &m)) {
         bool all = toy_json_matcher_feed(m, doc, n);
-        if (all && toy_json_matcher_done(m)) {
-            json_t *v = json_loadb(doc, n, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL); /* \u0000 is JSON */
+        size_t skip = framed ? strlen("<tool_call>\n") : 0, cut = framed ? strlen("\n</tool_call>") : 0;
+        if (all && toy_json_matcher_done(m) && n >= skip + cut) {
+            json_t *v = json_loadb(doc + skip, n - skip - cut, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL); /* \u0000 is JSON */
             if (!v) abort();
             json_decref(v);
         }

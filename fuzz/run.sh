@@ -42,6 +42,8 @@ printf '{"type":"object","properties":{"a":{"type":"array","items":{"enum":[1,"x
 printf '{"$defs":{"t":{"type":"object","properties":{"k":{"type":"array","items":{"$ref":"#/$defs/t"}}}}},"$ref":"#/$defs/t"}\0{"k":[{"k":[]}]}' \
     > "$work/json-grammar/recursive"
 printf '{"x": [1.5e-3, true, {"y": "\\u00e9"}]}' > "$work/json-grammar/any"
+printf ' {"type":"object","properties":{"city":{"type":"string"}}}\0<tool_call>\n{"city": "x"}\n</tool_call>' \
+    > "$work/json-grammar/framed"
 for f in ../shared/testdata/gguf-testvectors/valid/*.gguf; do
     [ -f "$f" ] || continue
     [ "$(stat -c %s "$f")" -le 65536 ] && cp -f "$f" "$work/gguf/"

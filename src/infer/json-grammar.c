@@ -80,10 +80,18 @@ struct toy_json_matcher {
     size_t lit;    /* bytes of the prefix or suffix matched */
     int depth, ws;
     struct frame st[MAX_DEPTH];
-    /* for masking inside strings: the tokens whose text is plain string content (no quote, backslash or
-     * control byte; whole UTF-8 characters), and their characters (0: not plain); made at the first mask */
+    /* what masking asks of each token, made at the first mask: its first byte, its kind, and whether its text
+     * is plain string content (no quote, backslash or control byte; whole UTF-8 characters): its characters */
     const struct toy_tokenizer *tok;
-    uint16_t *plain;
+    struct tok_info *info;
+};
+
+enum { TI_EOG = 1, TI_SPECIAL = 2, TI_NONE = 4 }; /* end of generation; a control token; no text (or unused) */
+struct tok_info {
+    uint16_t plain;        /* characters as plain string content, 0: not plain */
+    uint8_t first, second; /* its first two bytes (second: 0 when it has one) */
+    uint8_t flags;
+    uint32_t n;            /* its bytes */
 };
 
 static bool is_ws(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
@@ -389,7 +397,7 @@ enum toy_status toy_json_matcher_new(const struct toy_json_grammar *g, struct to
 }
 
 void toy_json_matcher_free(struct toy_json_matcher *m) {
-    if (m) free(m->plain);
+    if (m) free(m->info);
     free(m);
 }
 
@@ -442,45 +450,77 @@ bool toy_json_matcher_done(const struct toy_json_matcher *m) {
 
 int64_t toy_json_matcher_mask(const struct toy_json_matcher *cm, const struct toy_tokenizer *tok, float *logits,
                               int64_t n_vocab) {
-    struct toy_json_matcher *m = (struct toy_json_matcher *)cm; /* the plain-token table is a cache */
+    struct toy_json_matcher *m = (struct toy_json_matcher *)cm; /* the token table is a cache */
     if (m->tok != tok) {
-        free(m->plain);
+        free(m->info);
         m->tok = tok;
-        if ((m->plain = malloc((size_t)n_vocab * sizeof *m->plain)))
-            for (int64_t v = 0; v < n_vocab; v++) {
-                size_t n = 0;
-                const char *b = toy_tokenizer_token_bytes(tok, (int32_t)v, &n);
-                enum toy_token_type t = toy_tokenizer_token_type(tok, (int32_t)v);
-                m->plain[v] = b && t != TOY_TOKEN_CONTROL && t != TOY_TOKEN_UNUSED && !toy_tokenizer_is_eog(tok, (int32_t)v)
-                                  ? plain_chars((const unsigned char *)b, n)
-                                  : 0;
-            }
+        if (!(m->info = malloc((size_t)n_vocab * sizeof *m->info))) m->tok = NULL;
+        for (int64_t v = 0; m->info && v < n_vocab; v++) {
+            size_t n = 0;
+            const char *b = toy_tokenizer_token_bytes(tok, (int32_t)v, &n);
+            enum toy_token_type t = toy_tokenizer_token_type(tok, (int32_t)v);
+            struct tok_info *ti = &m->info[v];
+            ti->flags = (uint8_t)((toy_tokenizer_is_eog(tok, (int32_t)v) ? TI_EOG : 0) |
+                                  (t == TOY_TOKEN_CONTROL ? TI_SPECIAL : 0) |
+                                  (!b || n == 0 || t == TOY_TOKEN_UNUSED ? TI_NONE : 0));
+            ti->first = b && n ? (uint8_t)b[0] : 0;
+            ti->second = b && n > 1 ? (uint8_t)b[1] : 0;
+            ti->n = (uint32_t)n;
+            ti->plain = ti->flags ? 0 : plain_chars((const unsigned char *)b, n);
+        }
+    }
+    if (!m->info) { /* out of memory: nothing but the end */
+        for (int64_t v = 0; v < n_vocab; v++)
+            if (!toy_tokenizer_is_eog(tok, (int32_t)v)) logits[v] = -INFINITY;
+        return 0;
     }
     /* in a string, between characters: a plain token fits if the length limit lets it */
     const struct frame *top = m->depth ? &m->st[m->depth - 1] : NULL;
     int64_t room = -1;
-    if (m->plain && m->phase == 1 && top && top->kind == F_STR && top->stage == 0 && !top->utf8 && !top->low_due)
+    if (m->phase == 1 && top && top->kind == F_STR && top->stage == 0 && !top->utf8 && !top->low_due)
         room = top->node->max < 0 ? INT64_MAX : top->node->max - top->count;
     bool first[256], done = toy_json_matcher_done(m);
+    int n_first = 0;
     for (int b = 0; b < 256; b++) {
         char c = (char)b;
-        first[b] = toy_json_matcher_accepts(m, &c, 1);
+        n_first += first[b] = toy_json_matcher_accepts(m, &c, 1);
+    }
+    /* between values few first bytes fit (blanks, a quote, a bracket), but many tokens start with a blank: the
+     * byte pairs that fit rule most of those out too */
+    static _Thread_local uint64_t second[256][4];
+    bool pairs = n_first <= 32;
+    for (int b = 0; pairs && b < 256; b++) {
+        if (!first[b]) continue;
+        struct toy_json_matcher t;
+        copy_matcher(&t, m);
+        step(&t, (unsigned char)b);
+        memset(second[b], 0, sizeof second[b]);
+        for (int c = 0; c < 256; c++) {
+            char ch = (char)c;
+            if (toy_json_matcher_accepts(&t, &ch, 1)) second[b][c >> 6] |= 1ull << (c & 63);
+        }
     }
     int64_t left = 0;
     for (int64_t v = 0; v < n_vocab; v++) {
         if (logits[v] == -INFINITY) continue;
+        const struct tok_info *ti = &m->info[v];
         bool ok;
-        if (room >= 0 && m->plain[v] && m->plain[v] <= room) {
+        if (room >= 0 && ti->plain && ti->plain <= room) {
             ok = true;
-        } else if (toy_tokenizer_is_eog(tok, (int32_t)v)) {
+        } else if (ti->flags & TI_EOG) {
             ok = done;
+        } else if ((ti->flags & TI_NONE) || !first[ti->first] || ((ti->flags & TI_SPECIAL) && m->phase == 1)) {
+            ok = false; /* special tokens only as the prefix's or suffix's text (in a string theirs would be taken) */
+        } else if (ti->n == 1) {
+            ok = true;
+        } else if (pairs && !(second[ti->first][ti->second >> 6] >> (ti->second & 63) & 1)) {
+            ok = false;
+        } else if (pairs && ti->n == 2) {
+            ok = true;
         } else {
             size_t n = 0;
             const char *b = toy_tokenizer_token_bytes(tok, (int32_t)v, &n);
-            enum toy_token_type t = toy_tokenizer_token_type(tok, (int32_t)v);
-            /* special tokens only as the prefix's or suffix's text (inside a string their text would be taken) */
-            ok = b && n > 0 && (t != TOY_TOKEN_CONTROL || m->phase != 1) && t != TOY_TOKEN_UNUSED &&
-                 first[(unsigned char)b[0]] && (n == 1 || toy_json_matcher_accepts(m, b, n));
+            ok = toy_json_matcher_accepts(m, b, n);
         }
         if (ok) left++;
         else logits[v] = -INFINITY;
