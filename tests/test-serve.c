@@ -1539,6 +1539,24 @@ Test(serve, latent_attention_batch_matches_alone, .timeout = 180) { batch_matche
 
 /* ---- split replies: reasoning, content and tool calls ----------------------------------------------- */
 
+/* a server on a scripted model (harness.h) written into dir (27 bytes or more), and its end */
+static void scripted_start(struct server *s, const struct th_script_model *sm, char *dir) {
+    char path[80];
+    strcpy(dir, "/tmp/toy-serve-test-XXXXXX");
+    cr_assert(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/scripted.gguf", dir);
+    th_script_model_write(sm, path);
+    server_start_model(s, path, NULL);
+}
+
+static void scripted_stop(struct server *s, const char *dir) {
+    cr_assert_eq(server_stop(s), 0);
+    server_clean(s);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
 static const char tools_json[] =
     "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\","
     "\"properties\":{\"city\":{\"type\":\"string\"}}}}}]";
@@ -1589,12 +1607,9 @@ Test(serve, qwen_style_replies_split_into_reasoning_content_and_tool_calls, .tim
     struct th_script_model sm = {"{# a Qwen-like family: <tool_call> and <think> #}{% for m in messages %}"
                               "{{ m.content }}{% endfor %}",
                               {script}, "<|eos|>"};
-    char dir[] = "/tmp/toy-serve-test-XXXXXX", path[80];
-    cr_assert(mkdtemp(dir));
-    snprintf(path, sizeof path, "%s/scripted.gguf", dir);
-    th_script_model_write(&sm, path);
+    char dir[32];
     struct server s;
-    server_start_model(&s, path, NULL);
+    scripted_start(&s, &sm, dir);
     char body[1024];
     snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"<|go1|>\"}],\"temperature\":0,%s}",
              tools_json);
@@ -1644,11 +1659,7 @@ Test(serve, qwen_style_replies_split_into_reasoning_content_and_tool_calls, .tim
     cr_expect_eq(r.code, 400, "%s", r.body);
     cr_expect_str_eq(jstr(r.json, "error.param"), "tool_choice");
     resp_free(&r);
-    cr_assert_eq(server_stop(&s), 0);
-    server_clean(&s);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    cr_assert_eq(system(cmd), 0);
+    scripted_stop(&s, dir);
 }
 
 /* gpt-oss's channels (special tokens): the analysis is reasoning, <|end|> ends a message and not the reply, the
@@ -1663,12 +1674,9 @@ Test(serve, harmony_replies_split_by_channel, .timeout = 120) {
     struct th_script_model sm = {"{# gpt-oss: <|start|>assistant<|channel|>final<|message|> #}{% for m in messages %}"
                               "{{ m.content }}{{ m.thinking if m.thinking is defined else '' }}{% endfor %}",
                               {answer, call}, "<|return|>"};
-    char dir[] = "/tmp/toy-serve-test-XXXXXX", path[80];
-    cr_assert(mkdtemp(dir));
-    snprintf(path, sizeof path, "%s/scripted.gguf", dir);
-    th_script_model_write(&sm, path);
+    char dir[32];
     struct server s;
-    server_start_model(&s, path, NULL);
+    scripted_start(&s, &sm, dir);
     char body[1024];
     for (int stream = 0; stream < 2; stream++) {
         snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"<|go1|>\"}],\"temperature\":0,"
@@ -1725,11 +1733,7 @@ Test(serve, harmony_replies_split_by_channel, .timeout = 120) {
     cr_expect_eq(r.code, 400, "%s", r.body);
     cr_expect(strstr(r.body, "tool_calls[0]"), "%s", r.body);
     resp_free(&r);
-    cr_assert_eq(server_stop(&s), 0);
-    server_clean(&s);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    cr_assert_eq(system(cmd), 0);
+    scripted_stop(&s, dir);
 }
 
 /* ---- response_format: replies sampled within a JSON grammar ------------------------------------------ */
@@ -1912,12 +1916,9 @@ Test(serve, tool_choice_forces_each_familys_syntax, .timeout = 180) {
                         "\"maxLength\":3}},\"required\":[\"city\"]}}}]";
     for (int f = 0; f < 4; f++) {
         struct th_script_model sm = {tmpls[f], {script}, f == 3 ? "<|return|>" : "<|eos|>"};
-        char dir[] = "/tmp/toy-serve-test-XXXXXX", path[80], body[1024];
-        cr_assert(mkdtemp(dir));
-        snprintf(path, sizeof path, "%s/scripted.gguf", dir);
-        th_script_model_write(&sm, path);
+        char dir[32], body[1024];
         struct server s;
-        server_start_model(&s, path, NULL);
+        scripted_start(&s, &sm, dir);
         snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"<|go1|>\"}],\"temperature\":0,"
                  "\"max_tokens\":600,%s,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}}",
                  tools);
@@ -1928,10 +1929,6 @@ Test(serve, tool_choice_forces_each_familys_syntax, .timeout = 180) {
         cr_expect_str_eq(jstr(r.json, "choices.0.message.tool_calls.0.function.arguments"), "{\"city\":\"   \"}",
                          "family %d: %s", f, r.body);
         resp_free(&r);
-        cr_assert_eq(server_stop(&s), 0);
-        server_clean(&s);
-        char cmd[128];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-        cr_assert_eq(system(cmd), 0);
+        scripted_stop(&s, dir);
     }
 }
