@@ -13,6 +13,7 @@
 
 #include "flags.h"
 #include "json-out.h"
+#include "toy/chat-reply.h"
 #include "toy/gguf.h"
 #include "toy/llama.h"
 #include "toy/models.h"
@@ -788,6 +789,9 @@ int toy_cmd_describe(int argc, char **argv) {
     toy_gguf_get_str(g, "tokenizer.ggml.pre", &tpre, NULL);
     size_t tmpl_len = 0;
     toy_gguf_get_str(g, "tokenizer.chat_template", &tmpl, &tmpl_len);
+    char *tmpl_z = tmpl ? strndup(tmpl, tmpl_len) : NULL;
+    struct toy_chat_syntax syn = toy_chat_syntax_detect(tmpl_z);
+    free(tmpl_z);
     int64_t toks = -1, merges = -1;
     uint64_t n_toks = 0, n_merges = 0;
     if (toy_gguf_get_arr(g, "tokenizer.ggml.tokens", &toks, NULL, &n_toks)) toks = -1;
@@ -885,6 +889,9 @@ int toy_cmd_describe(int argc, char **argv) {
         json_object_set_new(tk, "bos_token_id", bos >= 0 ? json_integer(bos) : json_null());
         json_object_set_new(tk, "eos_token_id", eos >= 0 ? json_integer(eos) : json_null());
         json_object_set_new(tk, "chat_template", json_boolean(tmpl != NULL));
+        if (tmpl) /* how its chat replies are split (toy/chat-reply.h) */
+            json_object_set_new(tk, "chat_replies", json_pack("{s:s,s:b}", "format", toy_chat_format_name(syn.format),
+                                                               "think", syn.think));
         json_object_set_new(o, "tokenizer", tk);
         json_object_set_new(o, "algorithm", toy_cli_json_text(c.s, c.s ? strlen(c.s) : 0));
         rc = toy_cli_print_json("describe", o, JSON_INDENT(2));
@@ -988,7 +995,11 @@ int toy_cmd_describe(int argc, char **argv) {
             if (bos >= 0) printf("                 bos %lld %s", (long long)bos, tok_piece(g, toks, bos, b1, sizeof b1));
             else printf("                 no bos");
             if (eos >= 0) printf(", eos %lld %s", (long long)eos, tok_piece(g, toks, eos, b2, sizeof b2));
-            printf(", chat template %s\n", tmpl ? "yes" : "no");
+            printf(", chat template %s", tmpl ? "yes" : "no");
+            if (tmpl && (syn.think || syn.format))
+                printf(" (replies: %s%s%s%s)", syn.think ? "reasoning in <think>" : "", syn.think && syn.format ? ", " : "",
+                       syn.format ? "tool calls " : "", syn.format ? toy_chat_format_name(syn.format) : "");
+            printf("\n");
         } else {
             printf("  tokenizer      none in this file\n");
         }

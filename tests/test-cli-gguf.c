@@ -1104,6 +1104,16 @@ Test(cli_gguf, chat_turns_split_replies) {
     char path[300], cmd[1024];
     snprintf(path, sizeof path, "%s/scripted.gguf", th_dir);
     th_script_model_write(&sm, path);
+    snprintf(cmd, sizeof cmd, "%s describe %s", b, path); /* describe names how its replies split */
+    int drc;
+    char *desc = run(cmd, &drc);
+    cr_expect(strstr(desc, "chat template yes (replies: tool calls harmony)"), "%s", desc);
+    free(desc);
+    snprintf(cmd, sizeof cmd, "%s describe %s --json", b, path);
+    json_t *dj = run_json(cmd);
+    cr_expect_str_eq(json_string_value(json_object_get(json_object_get(json_object_get(dj, "tokenizer"), "chat_replies"),
+                                                       "format")), "harmony");
+    json_decref(dj);
     const char *want[] = {"Hello! How can I help?\nStill here.\n",
                           "User greets. Reply.\n\nHello! How can I help?\nAgain.\n\nStill here.\n"};
     for (int show = 0; show < 2; show++) {
