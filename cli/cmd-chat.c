@@ -169,6 +169,7 @@ int toy_cmd_chat(int argc, char **argv) {
     gp.n_stop = toy_chat_stop_texts(&syn, tsrc, stops);
     gp.stop = stops;
     gp.keep_special = toy_chat_syntax_keeps_special(&syn);
+    gp.reuse_cache = true; /* each turn computes only what is new */
     c.syn = &syn;
     tp = toy_threadpool_new(threads);
     if (toy_generator_new_kv(m, tok, n_ctx, (enum toy_dtype)kv_type, tp, &gen)) {

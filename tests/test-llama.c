@@ -1380,3 +1380,52 @@ Test(llama, infer_bf16_rounds_a_prompts_float_products_only, .timeout = 120) {
     th_rmdir();
 }
 
+
+/* A generator reused for a longer prompt that starts with the last call's prompt and reply (a chat's next
+ * turn) computes only the new tokens, and samples what a fresh generator samples: the same greedy tokens,
+ * log-probabilities within 1e-4 (the prefill runs in two pieces instead of one) */
+Test(llama, generator_reuses_the_cached_prefix) {
+    struct toy_llama_config c = toy_llama_preset("tiny");
+    c.vocab = 61;
+    struct toy_llama *m = toy_llama_new(&c, 5);
+    cr_assert(m, "%s", toy_last_error());
+    for (int i = 0; i < toy_llama_n_tensors(m); i++) { /* sharper than the init: greedy picks are far apart */
+        struct toy_tensor *t = toy_llama_tensor(m, i);
+        for (int64_t k = 0; t->ne[1] > 1 && k < toy_nelements(t); k++) ((float *)t->data)[k] *= 6.0f;
+    }
+    struct toy_threadpool *tp = toy_threadpool_new(2);
+    struct toy_generator *reused, *fresh;
+    cr_assert_eq(toy_generator_new(m, NULL, 128, tp, &reused), TOY_OK);
+    cr_assert_eq(toy_generator_new(m, NULL, 128, tp, &fresh), TOY_OK);
+    struct toy_generate_params gp = {.n_predict = 10, .ignore_eos = true, .reuse_cache = true};
+    int32_t turn[64] = {1, 7, 9, 12, 40};
+    struct th_gen_log a = {0}, b = {0};
+    struct toy_generate_result r;
+    cr_assert_eq(toy_generate(reused, turn, 5, &gp, th_log_token, &a, &r), TOY_OK, "%s", toy_last_error());
+    cr_expect_eq(r.n_cached, 0);
+    /* the next turn: the prompt, the reply but its last token (which was never fed), then new tokens */
+    int n = 5;
+    for (int i = 0; i + 1 < a.n; i++) turn[n++] = a.ids[i];
+    int kept = n;
+    turn[n++] = 3, turn[n++] = 30, turn[n++] = 2;
+    memset(&a, 0, sizeof a);
+    cr_assert_eq(toy_generate(reused, turn, n, &gp, th_log_token, &a, &r), TOY_OK, "%s", toy_last_error());
+    cr_expect_eq(r.n_cached, kept, "%lld of the %d tokens in the cache were kept", (long long)r.n_cached, kept);
+    cr_assert_eq(toy_generate(fresh, turn, n, &gp, th_log_token, &b, NULL), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(a.n, b.n);
+    for (int i = 0; i < a.n; i++) {
+        cr_expect_eq(a.ids[i], b.ids[i], "token %d", i);
+        cr_expect(fabsf(a.lps[i] - b.lps[i]) < 1e-4f, "token %d: %g vs %g", i, a.lps[i], b.lps[i]);
+    }
+    /* a prompt that shares nothing starts over; without reuse_cache every call does (a benchmark's repeats) */
+    int32_t other[3] = {2, 2, 2};
+    cr_assert_eq(toy_generate(reused, other, 3, &gp, NULL, NULL, &r), TOY_OK);
+    cr_expect_eq(r.n_cached, 0);
+    gp.reuse_cache = false;
+    cr_assert_eq(toy_generate(reused, other, 3, &gp, NULL, NULL, &r), TOY_OK);
+    cr_expect_eq(r.n_cached, 0);
+    toy_generator_free(reused);
+    toy_generator_free(fresh);
+    toy_threadpool_free(tp);
+    toy_llama_free(m);
+}

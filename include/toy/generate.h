@@ -37,6 +37,11 @@ struct toy_generate_params {
      * the tokenizer; toy/json-grammar.h) */
     const struct toy_json_grammar *grammar;
     bool keep_special;              /* special tokens produce their text (a chat reply's markers, chat-reply.h) */
+    /* the prompt's first tokens that the generator's last call left in its
+     * cache (its prompt and what it generated) are not computed again: a
+     * chat's earlier turns. Off, every call prefills the whole prompt (as a
+     * benchmark wants). */
+    bool reuse_cache;
 };
 
 /* Called for each new token with the text it completes (possibly empty while
@@ -51,6 +56,7 @@ enum toy_stop_reason { TOY_STOP_LENGTH = 0, TOY_STOP_EOS = 1, TOY_STOP_STRING = 
 
 struct toy_generate_result {
     int64_t n_prompt, n_generated;
+    int64_t n_cached;               /* prompt tokens whose keys and values the last call left in the cache */
     enum toy_stop_reason reason;
     double prefill_s, decode_s;     /* wall time of each phase */
 };
@@ -75,7 +81,8 @@ void toy_generator_set_trace(struct toy_generator *g, struct toy_trace *tr);
 /* Generates after `prompt` (which is prefilled from position 0). p NULL is
  * the defaults (all zero: greedy, until EOS or the context is full); fn,
  * ud and res may be NULL. The generator may be reused: each call starts
- * again from position 0. */
+ * again from position 0 (with p->reuse_cache, past what its cache holds of
+ * the prompt). */
 enum toy_status toy_generate(struct toy_generator *g, const int32_t *prompt, int64_t n_prompt,
                              const struct toy_generate_params *p, toy_token_fn fn, void *ud,
                              struct toy_generate_result *res);

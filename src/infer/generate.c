@@ -24,6 +24,8 @@ struct toy_generator {
     struct toy_tensor *dtok, *dpos, *dlogits;
     struct toy_membuf buf;              /* shared by prefill and decode graphs */
     struct toy_trace *trace;
+    int32_t *cache_ids;                 /* (n_ctx) the tokens whose keys and values the cache holds */
+    int64_t n_cache;                    /* ... at positions 0..n_cache-1 */
 };
 
 void toy_generator_set_trace(struct toy_generator *g, struct toy_trace *tr) {
@@ -69,6 +71,11 @@ enum toy_status toy_generator_new_lm(const struct toy_lm *lm, const struct toy_t
     enum toy_status st = lm->pack_weights ? lm->pack_weights(lm->self) : TOY_OK;
     if (!st) st = lm->cache_init(lm->self, &g->kv, n_ctx, 1, kv_type);
     if (st) { free(g); return st; }
+    if (!(g->cache_ids = malloc((size_t)n_ctx * sizeof *g->cache_ids))) {
+        toy_kv_cache_free(&g->kv);
+        free(g);
+        return toy_error(TOY_ERR_NOMEM, "generator");
+    }
     g->dctx = toy_ctx_init(true);
     g->dtok = toy_new_tensor_2d(g->dctx, TOY_I32, 1, 1);
     g->dpos = toy_new_tensor_1d(g->dctx, TOY_I32, 1);
@@ -86,20 +93,22 @@ void toy_generator_free(struct toy_generator *g) {
     toy_ctx_free(g->dctx);
     toy_kv_cache_free(&g->kv);
     toy_membuf_free(&g->buf);
+    free(g->cache_ids);
     free(g);
 }
 
-/* logits of the last prompt position after prefilling prompt[0..n) */
-static enum toy_status prefill(struct toy_generator *g, const int32_t *prompt, int64_t n, float *last) {
+/* logits of the last prompt position after prefilling prompt[0..n) at positions from..from+n-1 (the cache
+ * holding the first `from`) */
+static enum toy_status prefill(struct toy_generator *g, const int32_t *prompt, int64_t n, int64_t from, float *last) {
     struct toy_ctx *ctx = toy_ctx_init(true);
     struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, n, 1), *pos = toy_new_tensor_1d(ctx, TOY_I32, n);
     memcpy(tok->data, prompt, (size_t)n * sizeof(int32_t));
-    for (int64_t i = 0; i < n; i++) ((int32_t *)pos->data)[i] = (int32_t)i;
+    for (int64_t i = 0; i < n; i++) ((int32_t *)pos->data)[i] = (int32_t)(from + i);
     struct toy_tensor *lg = g->lm.forward_cached(g->lm.self, ctx, &g->kv, tok, pos, true);
     toy_set_output(lg);
     struct toy_graph *gr = toy_graph_new(ctx);
     toy_graph_build(gr, lg);
-    *(int32_t *)g->kv.n_past->data = 0;
+    *(int32_t *)g->kv.n_past->data = (int32_t)from;
     toy_graph_set_trace(gr, g->trace);
     double t0 = g->trace ? toy_trace_now(g->trace) : 0;
     enum toy_status st = toy_graph_plan(gr, &g->buf, NULL);
@@ -150,7 +159,15 @@ enum toy_status toy_generate(struct toy_generator *g, const int32_t *prompt, int
     if (dec) toy_decoder_continue(dec, prompt, n_prompt); /* the text goes on from the prompt's */
     for (int64_t i = 0; i < n_prompt; i++) toy_sampler_accept(s, prompt[i]);
     double t0 = now_s();
-    if ((st = prefill(g, prompt, n_prompt, logits))) goto done;
+    /* what the cache holds from the last call and this prompt starts with stays (a chat's earlier turns); at
+     * least the last prompt token runs, for its logits */
+    int64_t keep = 0;
+    while (p->reuse_cache && keep < g->n_cache && keep < n_prompt - 1 && g->cache_ids[keep] == prompt[keep]) keep++;
+    g->n_cache = 0; /* until this prefill is done */
+    r.n_cached = keep;
+    if ((st = prefill(g, prompt + keep, n_prompt - keep, keep, logits))) goto done;
+    memcpy(g->cache_ids, prompt, (size_t)n_prompt * sizeof *prompt);
+    g->n_cache = n_prompt;
     if ((st = toy_graph_plan(g->dg, &g->buf, NULL))) goto done;
     r.prefill_s = now_s() - t0;
     t0 = now_s();
@@ -206,7 +223,10 @@ enum toy_status toy_generate(struct toy_generator *g, const int32_t *prompt, int
         *(int32_t *)g->dpos->data = (int32_t)pos;
         *(int32_t *)g->kv.n_past->data = (int32_t)pos;
         double td = g->trace ? toy_trace_now(g->trace) : 0;
+        g->n_cache = pos; /* the step writes position pos */
         if ((st = toy_graph_compute(g->dg, g->tp))) goto done;
+        g->cache_ids[pos] = id;
+        g->n_cache = pos + 1;
         if (g->trace) toy_trace_span(g->trace, "decode", "phase", td, toy_trace_now(g->trace), 0);
         cur = g->dlogits->data; /* read before the next step writes it */
         pos++;
