@@ -654,6 +654,20 @@ Test(tokenizer, eog_fim_and_harmony_as_llama_cpp) {
     cr_expect(!toy_tokenizer_is_eog(tok, 1), "<|end|> beside <|return|> and <|call|>");
     cr_expect(toy_tokenizer_is_eog(tok, 2) && toy_tokenizer_is_eog(tok, 3) && !toy_tokenizer_is_eog(tok, 0));
     toy_tokenizer_free(tok);
+    { /* gpt-oss's message markers decode as text (a reply shows its channels), its ends do not */
+        const char *h[] = {"a", "<|end|>", "<|return|>", "<|call|>", "<|channel|>", "<|message|>"};
+        int32_t ty[] = {TOY_TOKEN_NORMAL, TOY_TOKEN_CONTROL, TOY_TOKEN_CONTROL, TOY_TOKEN_CONTROL, TOY_TOKEN_CONTROL,
+                        TOY_TOKEN_CONTROL};
+        struct toy_tokenizer_spec hs = {.kind = TOY_TOKENIZER_BPE, .n_tokens = 6, .tokens = h, .types = ty, .bos = -1,
+                                        .eos = 2, .unk = -1, .pad = -1, .eot = -1};
+        MUST(toy_tokenizer_init(&hs, &tok));
+        int32_t ids[] = {4, 0, 5, 0, 1, 2};
+        char *text;
+        MUST(toy_tokenizer_decode(tok, ids, 6, TOY_DECODE_SKIP_SPECIAL, &text, NULL));
+        cr_expect_str_eq(text, "<|channel|>a<|message|>a<|end|>");
+        free(text);
+        toy_tokenizer_free(tok);
+    }
     /* nor from a GGUF, which guesses an end-of-turn token when it names none (<|end|> would be one), or names
      * <|end|> so: a gpt-oss reply went on past its analysis message only with these */
     th_mkdir("harmony-eog");

@@ -692,7 +692,9 @@ void toy_tok_eog_add(struct toy_tokenizer *tok, int32_t id) {
  * every token whose text is in eog_text, and the fill-in-the-middle pad,
  * repo and file-separator tokens (the lowest id of each role's texts).
  * With <|return|> and <|call|> (o200k harmony) <|end|> ends a message,
- * not the generation, even where a file names it the end of turn. */
+ * not the generation, even where a file names it the end of turn; then
+ * the message markers (<|channel|>, <|message|>, <|start|>, <|constrain|>,
+ * <|end|>) become user-defined tokens, which decode as text. */
 void toy_tok_eog_setup(struct toy_tokenizer *tok) {
     tok->n_eog = 0;
     toy_tok_eog_add(tok, tok->eos);
@@ -707,10 +709,16 @@ void toy_tok_eog_setup(struct toy_tokenizer *tok) {
         toy_tok_eog_add(tok, best);
     }
     int32_t end = find_text(tok, "<|end|>");
-    if (end >= 0 && end != tok->eos && find_text(tok, "<|return|>") >= 0 &&
-        find_text(tok, "<|call|>") >= 0)
+    if (end >= 0 && end != tok->eos && find_text(tok, "<|return|>") >= 0 && find_text(tok, "<|call|>") >= 0) {
         for (int i = 0; i < tok->n_eog; i++)
             if (tok->eog[i] == end) tok->eog[i] = tok->eog[--tok->n_eog];
+        /* and, as llama.cpp has it, the markers of gpt-oss's messages are text: a reply shows its channels */
+        static const char *const marks[] = {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>", "<|end|>"};
+        for (int k = 0; k < 5; k++) {
+            int32_t id = find_text(tok, marks[k]);
+            if (id >= 0 && tok->types[id] == TOY_TOKEN_CONTROL) tok->types[id] = TOY_TOKEN_USER_DEFINED;
+        }
+    }
 }
 
 bool toy_tokenizer_is_eog(const struct toy_tokenizer *tok, int32_t id) {
