@@ -99,12 +99,9 @@ static enum toy_status encode_chat(const struct toy_chat_template *t, const stru
     enum toy_status st = js ? toy_chat_template_render_json(t, js, &v, &text) : toy_error(TOY_ERR_NOMEM, "chat");
     free(js);
     if (st) return st;
-    unsigned flags = TOY_ENCODE_PARSE_SPECIAL;
-    if (b >= 0 && toy_tokenizer_add_bos(tok) && !(*v.bos_token && !strncmp(text, v.bos_token, strlen(v.bos_token))))
-        flags |= TOY_ENCODE_ADD_BOS;
     *in_think = toy_chat_prompt_in_think(text);
     toy_tokens_free(ids);
-    st = toy_tokenizer_encode(tok, text, strlen(text), flags, ids);
+    st = toy_tokenizer_encode(tok, text, strlen(text), toy_chat_encode_flags(tok, text), ids);
     free(text);
     return st;
 }

@@ -105,6 +105,25 @@ Test(json_grammar, framed_values) {
     toy_json_grammar_free(g);
 }
 
+/* a vocabulary that cannot spell what the grammar asks: the mask leaves the end, rather than nothing */
+Test(json_grammar, a_vocabulary_that_cannot_follow_ends_the_reply) {
+    const char *toks[] = {"a", "b", "</s>"};
+    struct toy_tokenizer_spec spec = {.kind = TOY_TOKENIZER_BPE, .n_tokens = 3, .tokens = toks, .bos = -1, .eos = 2,
+                                      .unk = -1, .pad = -1, .eot = -1};
+    struct toy_tokenizer *tok;
+    MUST(toy_tokenizer_init(&spec, &tok));
+    struct toy_json_grammar *g;
+    MUST(toy_json_grammar_compile(NULL, &g));
+    struct toy_json_matcher *m;
+    MUST(toy_json_matcher_new(g, &m));
+    float logits[3] = {5, 4, -3};
+    cr_expect_eq(toy_json_matcher_mask(m, tok, logits, 3), 1);
+    cr_expect(logits[0] == -INFINITY && logits[1] == -INFINITY && logits[2] == 0);
+    toy_json_matcher_free(m);
+    toy_json_grammar_free(g);
+    toy_tokenizer_free(tok);
+}
+
 Test(json_grammar, schemas_it_cannot_enforce_are_refused_by_name) {
     struct {
         const char *schema, *says;
@@ -210,8 +229,10 @@ Test(json_grammar, every_masked_path_through_a_real_vocabulary_is_valid, .timeou
             for (int step = 0; step < 400 && !ended; step++) {
                 for (int64_t v = 0; v < V; v++) logits[v] = toy_rng_normal(&rng);
                 /* a pull towards closing, so that walks end: shorter tokens and the end are likelier */
-                int64_t left = toy_json_matcher_mask(m, tok, logits, V);
-                cr_assert_gt(left, 0, "schema %zu: the grammar left no token after '%s'", si, text);
+                toy_json_matcher_mask(m, tok, logits, V);
+                int32_t eos = toy_tokenizer_eos(tok);
+                cr_assert(toy_json_matcher_done(m) || logits[eos] == -INFINITY,
+                          "schema %zu: the end allowed after '%s' (nothing else fit?)", si, text);
                 for (int64_t v = 0; step % 8 == 0 && v < V; v++) { /* the mask's shortcuts against plain trials */
                     size_t n = 0;
                     const char *b = toy_tokenizer_token_bytes(tok, (int32_t)v, &n);
@@ -237,7 +258,7 @@ Test(json_grammar, every_masked_path_through_a_real_vocabulary_is_valid, .timeou
                 }
                 size_t n = 0;
                 const char *b = toy_tokenizer_token_bytes(tok, (int32_t)best, &n);
-                cr_assert(toy_json_matcher_feed(m, b, n), "a token the mask allowed was refused");
+                cr_assert(toy_json_matcher_take(m, tok, (int32_t)best), "a token the mask allowed was refused");
                 cr_assert_lt(len + n, sizeof text);
                 memcpy(text + len, b, n);
                 text[len += n] = 0;

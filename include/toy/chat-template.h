@@ -78,6 +78,11 @@ enum toy_status toy_chat_template_render(const struct toy_chat_template *t, cons
 enum toy_status toy_chat_template_render_json(const struct toy_chat_template *t, const char *json,
                                               const struct toy_chat_vars *vars, char **out);
 
+/* The encode flags for a rendered chat prompt: special tokens parsed, and
+ * BOS added where the tokenizer asks for one, unless the text already
+ * starts with the BOS token's text (a template that writes bos_token). */
+unsigned toy_chat_encode_flags(const struct toy_tokenizer *tok, const char *text);
+
 /* Renders with the tokenizer's template (or `name_or_source` when not NULL)
  * and its BOS/EOS piece text. TOY_ERR_NOT_FOUND if neither gives a template. */
 enum toy_status toy_tokenizer_apply_chat(const struct toy_tokenizer *tok, const char *name_or_source,

@@ -54,12 +54,18 @@ void toy_json_matcher_free(struct toy_json_matcher *m);
 bool toy_json_matcher_accepts(const struct toy_json_matcher *m, const char *bytes, size_t n);
 /* Takes the bytes; false (and m unchanged) if they leave the grammar. */
 bool toy_json_matcher_feed(struct toy_json_matcher *m, const char *bytes, size_t n);
+/* Takes a sampled token's text (an end-of-generation token: nothing);
+ * false, m unchanged, if it leaves the grammar. */
+bool toy_json_matcher_take(struct toy_json_matcher *m, const struct toy_tokenizer *tok, int32_t id);
 /* A whole value has been read: only the end may follow. */
 bool toy_json_matcher_done(const struct toy_json_matcher *m);
 /* Sets logits[v] = -inf for every token v whose text the grammar does not
  * take next (end-of-generation tokens: unless done; tokens without text:
- * always). Returns how many tokens are left. */
-int64_t toy_json_matcher_mask(const struct toy_json_matcher *m, const struct toy_tokenizer *tok, float *logits,
+ * always). Should nothing be left (a vocabulary that cannot spell what
+ * the grammar asks), the end-of-generation tokens are, with logit 0: the
+ * reply ends rather than leave the grammar. Returns how many tokens are
+ * left. The first call builds a table of the tokenizer's tokens in m. */
+int64_t toy_json_matcher_mask(struct toy_json_matcher *m, const struct toy_tokenizer *tok, float *logits,
                               int64_t n_vocab);
 
 #ifdef __cplusplus

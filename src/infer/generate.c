@@ -179,19 +179,14 @@ enum toy_status toy_generate(struct toy_generator *g, const int32_t *prompt, int
     for (;;) {
         float lp;
         const float *from = cur;
-        if (jm) { /* only what the grammar takes next; if nothing fits, the end */
+        if (jm) { /* only what the grammar takes next */
             memcpy(masked, cur, (size_t)V * sizeof(float));
-            if (toy_json_matcher_mask(jm, g->tok, masked, V) == 0 && toy_tokenizer_eos(g->tok) >= 0)
-                masked[toy_tokenizer_eos(g->tok)] = 0;
+            toy_json_matcher_mask(jm, g->tok, masked, V);
             from = masked;
         }
         int32_t id = toy_sampler_sample(s, from, &lp);
         toy_sampler_accept(s, id);
-        if (jm && !toy_tokenizer_is_eog(g->tok, id)) {
-            size_t n = 0;
-            const char *b = toy_tokenizer_token_bytes(g->tok, id, &n);
-            if (b) toy_json_matcher_feed(jm, b, n);
-        }
+        if (jm) toy_json_matcher_take(jm, g->tok, id);
         r.n_generated++;
         bool eog = g->tok && toy_tokenizer_is_eog(g->tok, id) && !p->ignore_eos;
         if (eog) { r.reason = TOY_STOP_EOS; fn ? (void)fn(ud, id, "", 0, lp) : (void)0; break; }

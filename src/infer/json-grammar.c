@@ -436,6 +436,13 @@ bool toy_json_matcher_feed(struct toy_json_matcher *m, const char *bytes, size_t
     return true;
 }
 
+bool toy_json_matcher_take(struct toy_json_matcher *m, const struct toy_tokenizer *tok, int32_t id) {
+    if (toy_tokenizer_is_eog(tok, id)) return true;
+    size_t n = 0;
+    const char *b = toy_tokenizer_token_bytes(tok, id, &n);
+    return b && toy_json_matcher_feed(m, b, n);
+}
+
 bool toy_json_matcher_done(const struct toy_json_matcher *m) {
     if (m->phase != 1 || m->g->suffix[0]) return m->phase == 3;
     if (m->depth == 0) return true;
@@ -448,9 +455,19 @@ bool toy_json_matcher_done(const struct toy_json_matcher *m) {
     return false;
 }
 
-int64_t toy_json_matcher_mask(const struct toy_json_matcher *cm, const struct toy_tokenizer *tok, float *logits,
+/* nothing but the end of generation, at logit 0 */
+static int64_t only_the_end(const struct toy_tokenizer *tok, float *logits, int64_t n_vocab) {
+    int64_t left = 0;
+    for (int64_t v = 0; v < n_vocab; v++) {
+        bool eog = toy_tokenizer_is_eog(tok, (int32_t)v);
+        logits[v] = eog ? 0.0f : -INFINITY;
+        left += eog;
+    }
+    return left;
+}
+
+int64_t toy_json_matcher_mask(struct toy_json_matcher *m, const struct toy_tokenizer *tok, float *logits,
                               int64_t n_vocab) {
-    struct toy_json_matcher *m = (struct toy_json_matcher *)cm; /* the token table is a cache */
     if (m->tok != tok) {
         free(m->info);
         m->tok = tok;
@@ -469,11 +486,7 @@ int64_t toy_json_matcher_mask(const struct toy_json_matcher *cm, const struct to
             ti->plain = ti->flags ? 0 : plain_chars((const unsigned char *)b, n);
         }
     }
-    if (!m->info) { /* out of memory: nothing but the end */
-        for (int64_t v = 0; v < n_vocab; v++)
-            if (!toy_tokenizer_is_eog(tok, (int32_t)v)) logits[v] = -INFINITY;
-        return 0;
-    }
+    if (!m->info) return only_the_end(tok, logits, n_vocab); /* out of memory */
     /* in a string, between characters: a plain token fits if the length limit lets it */
     const struct frame *top = m->depth ? &m->st[m->depth - 1] : NULL;
     int64_t room = -1;
@@ -525,7 +538,7 @@ int64_t toy_json_matcher_mask(const struct toy_json_matcher *cm, const struct to
         if (ok) left++;
         else logits[v] = -INFINITY;
     }
-    return left;
+    return left ? left : only_the_end(tok, logits, n_vocab);
 }
 
 /* ---- schemas ----------------------------------------------------------------------------------- */

@@ -298,10 +298,7 @@ static void grammar_mask(struct srv_engine *e, struct slot *s, float *logits) {
         s->jm_on = true;
         toy_json_matcher_feed(s->jm, p, strlen(p)); /* what came with the last marker; if not JSON, JSON starts here */
     }
-    if (toy_json_matcher_mask(s->jm, e->tok, logits, e->vocab) == 0) { /* nothing fits: end rather than break it */
-        int32_t eos = toy_tokenizer_eos(e->tok);
-        if (eos >= 0) logits[eos] = 0;
-    }
+    toy_json_matcher_mask(s->jm, e->tok, logits, e->vocab);
 }
 
 static bool slot_step(struct srv_engine *e, struct slot *s, float *logits) {
@@ -310,11 +307,7 @@ static bool slot_step(struct srv_engine *e, struct slot *s, float *logits) {
     if (s->jm) grammar_mask(e, s, logits);
     float lp;
     int32_t id = toy_sampler_sample(s->smp, logits, &lp);
-    if (s->jm_on && !toy_tokenizer_is_eog(e->tok, id)) {
-        size_t n = 0;
-        const char *b = toy_tokenizer_token_bytes(e->tok, id, &n);
-        if (b) toy_json_matcher_feed(s->jm, b, n);
-    }
+    if (s->jm_on) toy_json_matcher_take(s->jm, e->tok, id);
     toy_sampler_accept(s->smp, id);
     s->n_gen++;
     int n_top = 0;

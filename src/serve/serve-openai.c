@@ -102,13 +102,11 @@ static bool get_bool(json_t *o, const char *key, bool *out, struct srv_error *er
 static bool encode_text(const struct srv_api *api, const char *text, size_t n, bool special, bool bos,
                         struct toy_tokens *out, const char *param, struct srv_error *err) {
     if (!api->tok) return BAD(param, "this model has no tokenizer: send token ids");
-    unsigned flags = (special ? TOY_ENCODE_PARSE_SPECIAL : 0);
-    int32_t b = toy_tokenizer_bos(api->tok);
-    if (bos && b >= 0 && toy_tokenizer_add_bos(api->tok)) {
-        const char *piece = toy_tokenizer_piece(api->tok, b);
-        /* a template that writes the BOS text itself gets no second one */
-        if (!(special && piece && *piece && !strncmp(text, piece, strlen(piece)))) flags |= TOY_ENCODE_ADD_BOS;
-    }
+    /* special: text a template wrote (or a prompt written like one), which gets no second BOS */
+    unsigned flags = special ? toy_chat_encode_flags(api->tok, text)
+                             : bos && toy_tokenizer_bos(api->tok) >= 0 && toy_tokenizer_add_bos(api->tok) ? TOY_ENCODE_ADD_BOS
+                                                                                                     : 0;
+    if (special && !bos) flags &= ~(unsigned)TOY_ENCODE_ADD_BOS;
     if (toy_tokenizer_encode(api->tok, text, n, flags, out))
         return toy_srv_err(err, 400, "invalid_request_error", NULL, param, "%s", toy_last_error());
     for (int64_t i = 0; i < out->n; i++) /* a tokenizer larger than the model's embedding table */
@@ -213,7 +211,6 @@ static bool message_tool_calls(json_t *c, size_t i, struct srv_error *err) {
     return true;
 }
 
-/* "tools" and "tool_choice": the tools the template shows and whose calls are parsed (names into r) */
 /* "tools" and "tool_choice": the tools the template shows and whose calls are parsed (names into r); *force:
  * "required" or a named function's tool_choice (the call is then forced by a grammar, force_call) */
 static bool chat_tools(json_t *body, struct srv_request *r, json_t **tools, json_t **force, struct srv_error *err) {
@@ -252,6 +249,15 @@ static bool chat_tools(json_t *body, struct srv_request *r, json_t **tools, json
     r->syn.tool_names = (const char *const *)r->tool_names;
     r->syn.n_tool_names = n;
     return true;
+}
+
+/* where a reply's grammar starts: after a reasoning block the prompt opened, or (a JSON answer from gpt-oss) in
+ * its final channel; a forced call starts at once */
+static void grammar_start(struct srv_request *r, bool call) {
+    if (r->syn.format == TOY_CHAT_FORMAT_HARMONY && r->ep == SRV_EP_CHAT && !call)
+        r->job->grammar_after[0] = "<|channel|>final", r->job->grammar_after[1] = "<|message|>";
+    else if (r->syn.in_think)
+        r->job->grammar_after[0] = "</think>";
 }
 
 /* tool_choice "required" or a named function: the reply is a call, in the model's own syntax, sampled within a
@@ -300,7 +306,7 @@ static bool force_call(struct srv_request *r, json_t *tools, const char *name, s
     r->syn.tools = true;
     r->parse_reply = true;
     r->job->keep_special = toy_chat_syntax_keeps_special(&r->syn);
-    if (r->syn.in_think) r->job->grammar_after[0] = "</think>";
+    grammar_start(r, true);
     return true;
 }
 
@@ -468,11 +474,7 @@ static bool parse_response_format(const struct srv_api *api, json_t *body, struc
                                          : toy_json_grammar_compile(text, &r->job->grammar);
     free(text);
     if (st) return BAD("response_format", "%s", toy_last_error());
-    /* after a reasoning block the prompt opened, or in gpt-oss's final channel */
-    if (r->syn.format == TOY_CHAT_FORMAT_HARMONY && r->ep == SRV_EP_CHAT)
-        r->job->grammar_after[0] = "<|channel|>final", r->job->grammar_after[1] = "<|message|>";
-    else if (r->syn.in_think)
-        r->job->grammar_after[0] = "</think>";
+    grammar_start(r, false);
     return true;
 }
 

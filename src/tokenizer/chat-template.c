@@ -198,6 +198,15 @@ enum toy_status toy_tokenizer_apply_chat(const struct toy_tokenizer *tok, const 
     return st;
 }
 
+unsigned toy_chat_encode_flags(const struct toy_tokenizer *tok, const char *text) {
+    unsigned flags = TOY_ENCODE_PARSE_SPECIAL;
+    int32_t b = toy_tokenizer_bos(tok);
+    const char *piece = b >= 0 ? toy_tokenizer_piece(tok, b) : NULL;
+    if (b >= 0 && toy_tokenizer_add_bos(tok) && !(piece && *piece && !strncmp(text, piece, strlen(piece))))
+        flags |= TOY_ENCODE_ADD_BOS;
+    return flags;
+}
+
 /* Byte offset in the rendered text where each token starts. Token bytes
  * concatenate to the text, except that SentencePiece inserts the dummy
  * prefix space at the start and after each special token (llama.cpp's rule,
