@@ -44,6 +44,8 @@ printf '{"$defs":{"t":{"type":"object","properties":{"k":{"type":"array","items"
 printf '{"x": [1.5e-3, true, {"y": "\\u00e9"}]}' > "$work/json-grammar/any"
 printf ' {"type":"object","properties":{"city":{"type":"string"}}}\0<tool_call>\n{"city": "x"}\n</tool_call>' \
     > "$work/json-grammar/framed"
+printf '!{"anyOf":[{"type":"object","properties":{"k":{"const":"a"},"v":{"type":"integer"}}},{"type":"object","properties":{"k":{"const":"b"},"w":{"type":"string"}}}]}\0<think>hm</think>\n<ab>{"k": "b", "w": "x"};' \
+    > "$work/json-grammar/forms"
 for f in ../shared/testdata/gguf-testvectors/valid/*.gguf; do
     [ -f "$f" ] || continue
     [ "$(stat -c %s "$f")" -le 65536 ] && cp -f "$f" "$work/gguf/"

@@ -25,6 +25,14 @@ static const char person[] =
     " \"maxItems\": 3}, \"nick\": {\"anyOf\": [{\"type\": \"string\", \"maxLength\": 4}, {\"type\": \"null\"}]}},"
     " \"required\": [\"name\", \"age\"], \"additionalProperties\": false}";
 
+/* a discriminated union: both branches are objects */
+#define SHAPES                                                                                                   \
+    "{\"anyOf\": [{\"type\": \"object\", \"properties\": {\"kind\": {\"const\": \"circle\"}, \"r\": {\"type\": " \
+    "\"number\"}}, \"required\": [\"kind\", \"r\"], \"additionalProperties\": false}, {\"type\": \"object\", "      \
+    "\"properties\": {\"kind\": {\"const\": \"rect\"}, \"w\": {\"type\": \"number\"}, \"h\": {\"type\": " \
+    "\"number\"}}, \"required\": [\"kind\", \"w\", \"h\"], \"additionalProperties\": false}]}"
+static const char shapes[] = SHAPES;
+
 static bool whole(const struct toy_json_grammar *g, const char *doc) {
     struct toy_json_matcher *m;
     MUST(toy_json_matcher_new(g, &m));
@@ -80,6 +88,23 @@ Test(json_grammar, documents_the_schema_takes_and_refuses) {
         {NULL, "{\"s\": \"\xed\xa0\x80\"}", false},                    /* UTF-8 of a surrogate */
         {NULL, "{\"n\": 1234567890123456789}", false},                      /* beyond 64 bits */
         {NULL, "{\"n\": 1e100}", false},                                    /* an exponent of 3 digits */
+        /* unions whose branches start alike: the matcher follows each until the text tells them apart */
+        {shapes, "{\"kind\": \"circle\", \"r\": 1.5}", true},
+        {shapes, "{\"kind\":\"rect\",\"w\":1,\"h\":2}", true},
+        {shapes, "{\"w\": 1, \"h\": 2, \"kind\": \"rect\"}", true},  /* told apart only at the end */
+        {shapes, "{\"kind\": \"circle\", \"w\": 1}", false},
+        {shapes, "{\"r\": 1, \"kind\": \"rect\"}", false},
+        {shapes, "{\"kind\": \"rect\", \"w\": 1}", false},              /* h is required */
+        {"{\"anyOf\": [{\"type\": \"string\", \"maxLength\": 2}, {\"enum\": [\"hello\"]}]}", "\"hi\"", true},
+        {"{\"anyOf\": [{\"type\": \"string\", \"maxLength\": 2}, {\"enum\": [\"hello\"]}]}", "\"hello\"", true},
+        {"{\"anyOf\": [{\"type\": \"string\", \"maxLength\": 2}, {\"enum\": [\"hello\"]}]}", "\"hey\"", false},
+        {"{\"type\": [\"integer\", \"number\"]}", "2.5", true},
+        {"{\"oneOf\": [{\"type\": \"array\", \"items\": {\"type\": \"integer\"}}, {\"type\": \"array\", "
+         "\"items\": {\"type\": \"string\"}}]}", "[1, 2]", true},
+        {"{\"oneOf\": [{\"type\": \"array\", \"items\": {\"type\": \"integer\"}}, {\"type\": \"array\", "
+         "\"items\": {\"type\": \"string\"}}]}", "[1, \"2\"]", false},
+        {"{\"oneOf\": [{\"type\": \"array\", \"items\": {\"type\": \"integer\"}}, {\"type\": \"array\", "
+         "\"items\": {\"type\": \"string\"}}]}", "[]", true},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct toy_json_grammar *g;
@@ -103,6 +128,94 @@ Test(json_grammar, framed_values) {
     MUST(toy_json_grammar_compile_framed("{\"type\": \"integer\"}", "[N]", NULL, &g));
     cr_expect(whole(g, "[N]42") && !whole(g, "[N]") && !whole(g, "42"));
     toy_json_grammar_free(g);
+}
+
+/* one of several framed forms (a call per tool, the name in the markers) */
+Test(json_grammar, one_of_several_forms) {
+    struct toy_json_form forms[] = {
+        {"{\"type\": \"object\", \"properties\": {\"n\": {\"type\": \"integer\"}}, \"required\": [\"n\"]}",
+         "call f(", ")"},
+        {"{\"type\": \"object\", \"properties\": {\"s\": {\"type\": \"string\"}}, \"required\": [\"s\"]}",
+         "call fg(", ");"},
+        {"{\"$defs\": {\"b\": {\"type\": \"boolean\"}}, \"type\": \"object\", \"properties\": {\"b\": "
+         "{\"$ref\": \"#/$defs/b\"}}}", "call h(", ")"},
+    };
+    struct toy_json_grammar *g;
+    MUST(toy_json_grammar_compile_forms(forms, 3, &g));
+    cr_expect(whole(g, "call f({\"n\": 1})"));
+    cr_expect(whole(g, "call fg({\"s\": \"x\"});"));
+    cr_expect(whole(g, "call h({\"b\": true})"), "each form's $refs are its own");
+    cr_expect(!whole(g, "call f({\"s\": \"x\"})"), "f's schema");
+    cr_expect(!whole(g, "call fg({\"s\": \"x\"})"), "fg's suffix");
+    cr_expect(!whole(g, "call g({\"n\": 1})"));
+    toy_json_grammar_free(g);
+    forms[1].schema = "{\"type\": \"object\", \"minimum\": 1}";
+    cr_expect_eq(toy_json_grammar_compile_forms(forms, 3, &g), TOY_ERR_INVALID_ARG);
+    cr_expect(strstr(toy_last_error(), "form 1: ") && strstr(toy_last_error(), "minimum"), "%s", toy_last_error());
+    cr_expect_eq(toy_json_grammar_compile_forms(forms, 0, &g), TOY_ERR_INVALID_ARG);
+}
+
+/* a reasoning block may come first, then the value */
+Test(json_grammar, a_free_block_may_come_first) {
+    struct toy_json_grammar *g;
+    MUST(toy_json_grammar_compile_framed(NULL, "<tool_call>\n", "\n</tool_call>", &g));
+    MUST(toy_json_grammar_allow_block(g, "<think>", "</think>"));
+    const char *call = "<tool_call>\n{\"a\": 1}\n</tool_call>";
+    char doc[256];
+    cr_expect(whole(g, call), "the block is optional");
+    snprintf(doc, sizeof doc, "<think>\nso: {\"a\" <b> </thin </think>\n\n%s", call);
+    cr_expect(whole(g, doc), "%s", doc);
+    snprintf(doc, sizeof doc, "<think>a<</think</think>%s", call);
+    cr_expect(whole(g, doc), "the closing text found after a false start");
+    snprintf(doc, sizeof doc, "<think></think>                 %s", call);
+    cr_expect(!whole(g, doc), "17 blanks");
+    cr_expect(!whole(g, "<think>still thinking"), "the value is due");
+    cr_expect(!whole(g, "<think></think>"), "the value is due");
+    snprintf(doc, sizeof doc, "<think></think>x%s", call);
+    cr_expect(!whole(g, doc));
+    snprintf(doc, sizeof doc, "%s<think></think>", call);
+    cr_expect(!whole(g, doc), "the block only first");
+    toy_json_grammar_free(g);
+}
+
+/* the mask with the block and forms: special tokens only outside the value */
+Test(json_grammar, mask_with_a_block_and_special_tokens) {
+    const char *toks[] = {"<think>", "</think>", "hm", "\n", "{", "}", "\"a\"", ":", "1", "</s>", "<|x|>", "\"", "<"};
+    int32_t types[13];
+    for (int i = 0; i < 13; i++) types[i] = i == 9 || i == 10 ? TOY_TOKEN_CONTROL : TOY_TOKEN_NORMAL;
+    struct toy_tokenizer_spec spec = {.kind = TOY_TOKENIZER_BPE, .n_tokens = 13, .tokens = toks, .types = types,
+                                      .bos = -1, .eos = 9, .unk = -1, .pad = -1, .eot = -1};
+    struct toy_tokenizer *tok;
+    MUST(toy_tokenizer_init(&spec, &tok));
+    struct toy_json_grammar *g;
+    struct toy_json_form form = {NULL, "<|x|>", NULL};
+    MUST(toy_json_grammar_compile_forms(&form, 1, &g));
+    MUST(toy_json_grammar_allow_block(g, "<think>", "</think>"));
+    struct toy_json_matcher *m;
+    MUST(toy_json_matcher_new(g, &m));
+    struct {
+        int take;            /* token taken before the mask (-1: none) */
+        const char *allowed; /* a '1' per token the mask leaves */
+    } steps[] = {
+        {-1, "1000000000101"}, /* <think> or the form's marker, or the '<' that starts either */
+        {0, "1111111110111"},  /* in the block: any text, a special token's too; not the end */
+        {2, "1111111110111"},
+        {1, "0001000000101"},  /* after it: blanks, or the marker (or its first byte) */
+        {10, "0001100000000"}, /* the value: blanks, an object */
+        {4, "0001011000010"},  /* a key, the end of the object; not a special token */
+        {5, "0000000001000"},  /* done: the end alone */
+    };
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+        if (steps[i].take >= 0) cr_assert(toy_json_matcher_take(m, tok, steps[i].take), "step %zu", i);
+        float logits[13] = {0};
+        toy_json_matcher_mask(m, tok, logits, 13);
+        char got[14] = "";
+        for (int v = 0; v < 13; v++) got[v] = logits[v] == -INFINITY ? '0' : '1';
+        cr_expect_str_eq(got, steps[i].allowed, "step %zu: %s, not %s", i, got, steps[i].allowed);
+    }
+    toy_json_matcher_free(m);
+    toy_json_grammar_free(g);
+    toy_tokenizer_free(tok);
 }
 
 /* a vocabulary that cannot spell what the grammar asks: the mask leaves the end, rather than nothing */
@@ -130,7 +243,7 @@ Test(json_grammar, schemas_it_cannot_enforce_are_refused_by_name) {
     } cases[] = {
         {"{\"type\": \"string\", \"pattern\": \"^a\"}", "'pattern'"},
         {"{\"properties\": {\"a\": {\"minimum\": 3}}}", "#/properties/a: 'minimum'"},
-        {"{\"anyOf\": [{\"type\": \"object\"}, {\"properties\": {}}]}", "start with '{'"},
+        {"{\"anyOf\": []}", "1 to 64"},
         {"{\"$ref\": \"#/components/x\"}", "$ref"},
         {"{\"type\": \"object\", \"properties\": {\"a\": {}}, \"additionalProperties\": true}", "additionalProperties"},
         {"{\"type\": \"object\", \"properties\": {\"a\": {}}, \"required\": [\"b\"]}", "'b'"},
@@ -159,7 +272,10 @@ static bool valid(json_t *s, json_t *v, json_t *root) {
             if (json_equal(json_array_get(en, i), v)) return true;
         return false;
     }
+    json_t *cn = json_object_get(s, "const");
+    if (cn) return json_equal(cn, v);
     json_t *any = json_object_get(s, "anyOf");
+    if (!any) any = json_object_get(s, "oneOf");
     if (any) {
         for (size_t i = 0; i < json_array_size(any); i++)
             if (valid(json_array_get(any, i), v, root)) return true;
@@ -210,6 +326,7 @@ Test(json_grammar, every_masked_path_through_a_real_vocabulary_is_valid, .timeou
         "{\"$defs\": {\"t\": {\"type\": \"object\", \"properties\": {\"kids\": {\"type\": \"array\", \"items\": "
         "{\"$ref\": \"#/$defs/t\"}, \"maxItems\": 2}, \"id\": {\"enum\": [\"x\", \"yz\", 1.5]}}, \"required\": "
         "[\"id\"]}}, \"$ref\": \"#/$defs/t\"}",
+        "{\"type\": \"array\", \"maxItems\": 3, \"items\": " SHAPES "}",
     };
     int64_t V = toy_tokenizer_n_vocab(tok);
     float *logits = malloc((size_t)V * sizeof(float));
@@ -277,7 +394,7 @@ Test(json_grammar, every_masked_path_through_a_real_vocabulary_is_valid, .timeou
         json_decref(schema);
         toy_json_grammar_free(g);
     }
-    cr_expect_geq(finished, 12, "only %d of 18 walks ended within 400 tokens", finished);
+    cr_expect_geq(finished, 16, "only %d of 24 walks ended within 400 tokens", finished);
     free(logits);
     toy_tokenizer_free(tok);
 }

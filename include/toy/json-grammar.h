@@ -8,8 +8,8 @@
  * The schema subset: type (one or a list), properties, required,
  * additionalProperties (false, true or a schema; properties with extra
  * keys are refused), items, minItems, maxItems, minLength, maxLength, enum,
- * const, anyOf / oneOf whose branches start with different characters
- * (Optional[X] is anyOf [X, null]), $ref to #/$defs/... or
+ * const, anyOf / oneOf (up to 64 branches; oneOf is read as anyOf: a
+ * value that two branches accept is not refused), $ref to #/$defs/... or
  * #/definitions/... (recursion too), and $defs. Annotations (title,
  * description, default, examples, format, $schema, $id) are ignored;
  * validation keywords it cannot enforce (pattern, minimum, maximum,
@@ -45,6 +45,20 @@ enum toy_status toy_json_grammar_compile(const char *schema, struct toy_json_gra
  * allowed where their text is what the prefix or suffix asks for. */
 enum toy_status toy_json_grammar_compile_framed(const char *schema, const char *prefix, const char *suffix,
                                                 struct toy_json_grammar **out);
+/* One of several forms, each a schema between its own fixed texts (a
+ * tool call per tool, where the tool's name is in the markers): the reply
+ * is whichever form it starts to follow, and may follow several while
+ * their texts agree. At most 64 forms. */
+struct toy_json_form {
+    const char *schema; /* NULL: any object */
+    const char *prefix, *suffix;
+};
+enum toy_status toy_json_grammar_compile_forms(const struct toy_json_form *forms, int n_forms,
+                                               struct toy_json_grammar **out);
+/* Lets a reply open with a free block, open ... close (a reasoning block:
+ * "<think>", "</think>"), anything inside it, then up to 16 blanks before
+ * the value (or its form's prefix). */
+enum toy_status toy_json_grammar_allow_block(struct toy_json_grammar *g, const char *open, const char *close);
 void toy_json_grammar_free(struct toy_json_grammar *g);
 
 /* A reply's place in the grammar; g must outlive it. */

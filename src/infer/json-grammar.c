@@ -1,21 +1,28 @@
 /* json-grammar.c: toy/json-grammar.h: JSON Schema compiled to a tree of
  * nodes, and a pushdown matcher that reads a reply byte by byte.
  *
- * The matcher is a stack of frames: a value still to start (F_VALUE, which
- * becomes one of the others at its first byte), an object or array between
- * its brackets, a string, a number, or a literal being matched against a
- * set of candidate texts (true/false/null, enum and const values, and the
- * keys of an object with properties). A number, and a literal that may be
- * the prefix of a longer candidate, end at the first byte that cannot
- * continue them, which then goes to the frame below. Masking tries each
- * token's bytes on a copy of the frames in use (first bytes the state
- * cannot take rule most tokens out before any copy).
+ * A path through the grammar is a stack of frames: a value still to start
+ * (F_VALUE, which becomes one of the others at its first byte), an object
+ * or array between its brackets, a string, a number, or a literal being
+ * matched against a set of candidate texts (true/false/null, enum and
+ * const values, and the keys of an object with properties). A number, and
+ * a literal that may be the prefix of a longer candidate, end at the first
+ * byte that cannot continue them, which then goes to the frame below.
+ *
+ * The matcher follows a set of paths at once: a union (anyOf, a type
+ * list) whose branches start with the same byte forks its path into one
+ * per branch, as does the choice among several framed forms, and a path
+ * that cannot take a byte is dropped. Most of the time there is one.
+ * Masking tries each token's bytes on copies of the paths (first bytes,
+ * and byte pairs, that no path can take rule most tokens out before any
+ * copy).
  */
 #include "toy/json-grammar.h"
 
 #include <ctype.h>
 #include <jansson.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +33,7 @@
 #define MAX_WS 16
 #define MAX_SET 64
 #define MAX_NUM 32
+#define MAX_PATHS 64 /* paths followed at once; forks beyond them are dropped (the later branches) */
 
 enum kind { K_ANY, K_OBJECT, K_ARRAY, K_STRING, K_NUMBER, K_INTEGER, K_BOOL, K_NULL, K_LITS, K_UNION };
 
@@ -46,11 +54,17 @@ static struct node any_string = {.kind = K_STRING, .max = -1};
 static struct node any_number = {.kind = K_NUMBER};
 static char *lits_any[] = {"true", "false", "null"};
 
+struct form {
+    struct node *root;
+    char *prefix, *suffix; /* fixed text before and after the value ("" when none) */
+};
+
 struct toy_json_grammar {
     struct node **nodes; /* every node made, for freeing */
     int n_nodes, cap_nodes;
-    struct node *root;
-    char *prefix, *suffix; /* fixed text before and after the value ("" when none) */
+    struct form *forms;
+    int n_forms;
+    char *open, *close; /* an optional free block first (NULL: none) */
 };
 
 /* ---- the matcher ------------------------------------------------------------------------ */
@@ -58,7 +72,11 @@ struct toy_json_grammar {
 enum fkind { F_VALUE, F_OBJ, F_ARR, F_STR, F_NUM, F_LIT };
 enum { O_OPEN, O_COLON, O_AFTER, O_NEED_KEY };          /* object stages */
 enum { A_OPEN, A_AFTER, A_NEED };                       /* array stages */
-enum { R_FAIL, R_OK, R_AGAIN };                         /* a frame's answer: the byte is bad, taken, or for below */
+enum { R_FAIL, R_OK, R_AGAIN, R_FORK, R_FORMS };        /* a byte is bad, taken, for the frame below, or forks the
+                                                         * path: among a union's branches, or among the forms */
+/* where a path is: a form's prefix, value, suffix, all of it read; the free block's opening, its inside, and
+ * the blanks after it (before a form) */
+enum { PH_PREFIX, PH_VALUE, PH_SUFFIX, PH_END, PH_OPEN, PH_BLOCK, PH_GAP };
 
 struct frame {
     const struct node *node;
@@ -74,12 +92,22 @@ struct frame {
     int n_lits;
 };
 
-struct toy_json_matcher {
-    const struct toy_json_grammar *g;
-    int phase;     /* 0: in the prefix, 1: the value, 2: the suffix, 3: all read */
-    size_t lit;    /* bytes of the prefix or suffix matched */
+struct path {
+    int form;  /* which form (-1: before the choice) */
+    int phase; /* PH_* */
+    size_t lit; /* bytes of the prefix, suffix or block marker matched */
     int depth, ws;
     struct frame st[MAX_DEPTH];
+};
+
+struct pset {
+    int n, cap;
+    struct path *p; /* cap of them, grown as needed up to MAX_PATHS */
+};
+
+struct toy_json_matcher {
+    const struct toy_json_grammar *g;
+    struct pset cur, *scratch; /* scratch: 4 sets, for stepping */
     /* what masking asks of each token, made at the first mask: its first byte, its kind, and whether its text
      * is plain string content (no quote, backslash or control byte; whole UTF-8 characters): its characters */
     const struct toy_tokenizer *tok;
@@ -97,9 +125,9 @@ struct tok_info {
 static bool is_ws(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 static bool is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
 
-static int ws(struct toy_json_matcher *m) { return ++m->ws <= MAX_WS ? R_OK : R_FAIL; }
+static int ws(struct path *m) { return ++m->ws <= MAX_WS ? R_OK : R_FAIL; }
 
-static struct frame *push(struct toy_json_matcher *m, enum fkind k, const struct node *nd) {
+static struct frame *push(struct path *m, enum fkind k, const struct node *nd) {
     if (m->depth == MAX_DEPTH) return NULL;
     struct frame *f = &m->st[m->depth++];
     memset(f, 0, sizeof *f);
@@ -110,7 +138,7 @@ static struct frame *push(struct toy_json_matcher *m, enum fkind k, const struct
 }
 
 /* the frame on top ends; a key tells its object which key it was */
-static void pop(struct toy_json_matcher *m, int key_index) {
+static void pop(struct path *m, int key_index) {
     struct frame *f = &m->st[--m->depth];
     if (f->key && m->depth > 0) {
         struct frame *o = &m->st[m->depth - 1];
@@ -118,7 +146,6 @@ static void pop(struct toy_json_matcher *m, int key_index) {
         if (key_index >= 0) o->bits |= 1ull << key_index;
     }
 }
-
 static void lit_frame(struct frame *f, char *const *lits, int n) {
     f->kind = F_LIT;
     f->lits = lits;
@@ -127,7 +154,7 @@ static void lit_frame(struct frame *f, char *const *lits, int n) {
     f->bits = n >= 64 ? ~0ull : (1ull << n) - 1;
 }
 
-static int lit_byte(struct toy_json_matcher *m, struct frame *f, unsigned char c) {
+static int lit_byte(struct path *m, struct frame *f, unsigned char c) {
     uint64_t next = 0;
     int complete = -1, longer = 0;
     for (int i = 0; i < f->n_lits; i++) {
@@ -153,7 +180,7 @@ static int lit_byte(struct toy_json_matcher *m, struct frame *f, unsigned char c
     return R_OK;
 }
 
-static int str_byte(struct toy_json_matcher *m, struct frame *f, unsigned char c) {
+static int str_byte(struct path *m, struct frame *f, unsigned char c) {
     const struct node *nd = f->node;
     bool full = nd->max >= 0 && f->count >= nd->max;
     if (f->utf8) { /* inside a multi-byte character: well-formed UTF-8 only (no overlongs or surrogates) */
@@ -202,7 +229,7 @@ static int str_byte(struct toy_json_matcher *m, struct frame *f, unsigned char c
  * digits, 16 fraction digits and 2 exponent digits (count: the digits of the part so far) */
 static bool num_can_end(const struct frame *f) { return f->stage == 2 || f->stage == 3 || f->stage == 5 || f->stage == 8; }
 
-static int num_byte(struct toy_json_matcher *m, struct frame *f, unsigned char c) {
+static int num_byte(struct path *m, struct frame *f, unsigned char c) {
     bool integer = f->node->kind == K_INTEGER, d = is_digit(c);
     int s = f->stage, to = -1;
     switch (s) {
@@ -256,12 +283,17 @@ static bool first_ok(const struct node *nd, unsigned char c) {
 }
 
 /* the value frame f starts with byte c as node nd */
-static int start_value(struct toy_json_matcher *m, struct frame *f, const struct node *nd, unsigned char c) {
-    while (nd->kind == K_UNION) {
+static int start_value(struct path *m, struct frame *f, const struct node *nd, unsigned char c) {
+    while (nd->kind == K_UNION) { /* the one branch that can start with c, or a fork among several */
         const struct node *pick = NULL;
-        for (int i = 0; i < nd->n && !pick; i++)
-            if (first_ok(nd->sub[i], c)) pick = nd->sub[i];
-        if (!pick) return R_FAIL;
+        int k = 0;
+        for (int i = 0; i < nd->n; i++)
+            if (first_ok(nd->sub[i], c)) pick = nd->sub[i], k++;
+        if (k == 0) return R_FAIL;
+        if (k > 1) {
+            f->node = nd;
+            return R_FORK;
+        }
         nd = pick;
     }
     if (nd->kind == K_ANY) {
@@ -295,7 +327,7 @@ static bool more_keys(const struct frame *f) {
     return nd->n ? (all_keys(nd) & ~f->bits) != 0 : nd->values != NULL;
 }
 
-static int obj_byte(struct toy_json_matcher *m, struct frame *f, unsigned char c) {
+static int obj_byte(struct path *m, struct frame *f, unsigned char c) {
     const struct node *nd = f->node;
     if (is_ws(c)) return ws(m);
     switch (f->stage) {
@@ -331,7 +363,7 @@ static int obj_byte(struct toy_json_matcher *m, struct frame *f, unsigned char c
     return R_OK;
 }
 
-static int arr_byte(struct toy_json_matcher *m, struct frame *f, unsigned char c) {
+static int arr_byte(struct path *m, struct frame *f, unsigned char c) {
     const struct node *nd = f->node;
     if (is_ws(c)) return ws(m);
     if (f->stage == A_AFTER) {
@@ -346,22 +378,48 @@ static int arr_byte(struct toy_json_matcher *m, struct frame *f, unsigned char c
     return push(m, F_VALUE, nd->values) ? R_AGAIN : R_FAIL;
 }
 
-/* the prefix and suffix, byte for byte */
-static bool frame_text(struct toy_json_matcher *m, unsigned char c) {
-    const char *t = m->phase == 0 ? m->g->prefix : m->g->suffix;
+/* the form's prefix and suffix, and the free block's opening, byte for byte */
+static bool fixed_text(const struct toy_json_grammar *g, struct path *m, unsigned char c) {
+    const char *t = m->phase == PH_OPEN ? g->open : m->phase == PH_PREFIX ? g->forms[m->form].prefix
+                                                                         : g->forms[m->form].suffix;
     if ((unsigned char)t[m->lit] != c || !c) return false;
-    if (!t[++m->lit]) m->phase++, m->lit = 0; /* the prefix read: the value; the suffix: all */
+    if (!t[++m->lit]) { /* the prefix read: the value; the suffix: all; the opening: the block */
+        m->phase = m->phase == PH_OPEN ? PH_BLOCK : m->phase + 1;
+        m->lit = 0;
+    }
     return true;
 }
 
-static bool step(struct toy_json_matcher *m, unsigned char c) {
-    if (m->phase != 1) return m->phase < 3 && frame_text(m, c);
+/* inside the free block: anything, until its closing text */
+static void block_byte(const struct toy_json_grammar *g, struct path *m, unsigned char c) {
+    const char *t = g->close;
+    size_t n = m->lit;
+    /* the longest start of the closing text that the bytes read end with */
+    for (;;) {
+        if ((unsigned char)t[n] == c) { n++; break; }
+        if (n == 0) break;
+        size_t k = n - 1; /* the next shorter start of t that ends the matched part */
+        while (k > 0 && memcmp(t, t + n - k, k)) k--;
+        n = k;
+    }
+    m->lit = n;
+    if (!t[n]) m->phase = PH_GAP, m->lit = 0, m->ws = 0;
+}
+
+static int step(const struct toy_json_grammar *g, struct path *m, unsigned char c) {
+    switch (m->phase) {
+    case PH_BLOCK: block_byte(g, m, c); return R_OK;
+    case PH_GAP: return is_ws(c) && ++m->ws <= MAX_WS ? R_OK : R_FORMS;
+    case PH_VALUE: break;
+    case PH_END: return R_FAIL;
+    default: return fixed_text(g, m, c) ? R_OK : R_FAIL;
+    }
     if (!is_ws(c)) m->ws = 0;
     for (;;) {
         if (m->depth == 0) { /* a whole value: the suffix, or nothing, may follow */
-            if (!m->g->suffix[0]) return false;
-            m->phase = 2, m->lit = 0;
-            return frame_text(m, c);
+            if (!g->forms[m->form].suffix[0]) return R_FAIL;
+            m->phase = PH_SUFFIX, m->lit = 0;
+            return fixed_text(g, m, c) ? R_OK : R_FAIL;
         }
         struct frame *f = &m->st[m->depth - 1];
         int r;
@@ -373,31 +431,130 @@ static bool step(struct toy_json_matcher *m, unsigned char c) {
         case F_NUM: r = num_byte(m, f, c); break;
         default: r = lit_byte(m, f, c); break;
         }
-        if (r != R_AGAIN) return r == R_OK;
+        if (r != R_AGAIN) return r;
     }
 }
 
-static void copy_matcher(struct toy_json_matcher *dst, const struct toy_json_matcher *src) {
-    dst->g = src->g;
-    dst->phase = src->phase;
-    dst->lit = src->lit;
-    dst->depth = src->depth;
-    dst->ws = src->ws;
-    memcpy(dst->st, src->st, (size_t)src->depth * sizeof src->st[0]);
+static void copy_path(struct path *dst, const struct path *src) {
+    memcpy(dst, src, offsetof(struct path, st) + (size_t)src->depth * sizeof src->st[0]);
+}
+
+static bool same_path(const struct path *a, const struct path *b) {
+    return a->form == b->form && a->phase == b->phase && a->lit == b->lit && a->depth == b->depth && a->ws == b->ws &&
+           !memcmp(a->st, b->st, (size_t)a->depth * sizeof a->st[0]);
+}
+
+/* room for one more path in s (false: at MAX_PATHS, or out of memory: the path is dropped) */
+static bool room_for_one(struct pset *s) {
+    if (s->n < s->cap) return true;
+    if (s->cap == MAX_PATHS) return false;
+    int cap = s->cap ? 2 * s->cap : 4;
+    if (cap > MAX_PATHS) cap = MAX_PATHS;
+    struct path *p = realloc(s->p, (size_t)cap * sizeof *p);
+    if (!p) return false;
+    s->p = p, s->cap = cap;
+    return true;
+}
+
+static void add_path(struct pset *s, const struct path *p) {
+    for (int i = 0; i < s->n; i++)
+        if (same_path(&s->p[i], p)) return;
+    if (room_for_one(s)) copy_path(&s->p[s->n++], p);
+}
+
+/* a path at the start of form i */
+static void form_start(const struct toy_json_grammar *g, struct path *p, int i) {
+    memset(p, 0, offsetof(struct path, st));
+    p->form = i;
+    p->phase = g->forms[i].prefix[0] ? PH_PREFIX : PH_VALUE;
+    push(p, F_VALUE, g->forms[i].root);
+}
+
+static void step_into(const struct toy_json_grammar *g, struct path *p, unsigned char c, struct pset *out);
+
+/* p's step with c answered a fork (R_FORK or R_FORMS): each branch, or form, that can take c goes to out */
+static void expand(const struct toy_json_grammar *g, const struct path *p, int r, unsigned char c, struct pset *out) {
+    const struct node *u = r == R_FORK ? p->st[p->depth - 1].node : NULL;
+    int n = r == R_FORK ? u->n : g->n_forms;
+    for (int i = 0; i < n && out->n < MAX_PATHS; i++) {
+        struct path q;
+        if (r == R_FORMS) {
+            form_start(g, &q, i);
+        } else {
+            if (!first_ok(u->sub[i], c)) continue;
+            copy_path(&q, p);
+            q.st[q.depth - 1].node = u->sub[i];
+        }
+        step_into(g, &q, c, out);
+    }
+}
+
+/* p (changed) takes c; every path it becomes goes to out */
+static void step_into(const struct toy_json_grammar *g, struct path *p, unsigned char c, struct pset *out) {
+    int r = step(g, p, c);
+    if (r == R_OK) add_path(out, p);
+    else if (r == R_FORK || r == R_FORMS) expand(g, p, r, c, out);
+}
+
+/* the paths from, after bytes b[0..n): one of the two scratch sets (or from itself when n is 0) */
+static const struct pset *run(const struct toy_json_grammar *g, const struct pset *from, const unsigned char *b, size_t n,
+                              struct pset *s0, struct pset *s1) {
+    const struct pset *cur = from;
+    for (size_t i = 0; i < n && cur->n; i++) {
+        struct pset *out = cur == s0 ? s1 : s0;
+        out->n = 0;
+        for (int k = 0; k < cur->n; k++) {
+            struct path t;
+            copy_path(&t, &cur->p[k]);
+            step_into(g, &t, b[i], out);
+        }
+        cur = out;
+    }
+    return cur;
+}
+
+static bool path_done(const struct toy_json_grammar *g, const struct path *m) {
+    if (m->phase == PH_END) return true;
+    if (m->phase != PH_VALUE || g->forms[m->form].suffix[0]) return false;
+    if (m->depth == 0) return true;
+    if (m->depth > 1) return false;
+    const struct frame *f = &m->st[0]; /* a root number, or literal, that may yet go on */
+    if (f->kind == F_NUM) return num_can_end(f);
+    if (f->kind == F_LIT)
+        for (int i = 0; i < f->n_lits; i++)
+            if ((f->bits >> i & 1) && strlen(f->lits[i]) == (size_t)f->pos) return true;
+    return false;
 }
 
 enum toy_status toy_json_matcher_new(const struct toy_json_grammar *g, struct toy_json_matcher **out) {
+    *out = NULL;
     struct toy_json_matcher *m = calloc(1, sizeof *m);
     if (!m) return toy_error(TOY_ERR_NOMEM, "json matcher");
     m->g = g;
-    m->phase = g->prefix[0] ? 0 : 1;
-    push(m, F_VALUE, g->root);
+    bool ok = (m->scratch = calloc(4, sizeof *m->scratch)) != NULL;
+    for (int i = 0; i < g->n_forms && ok; i++) {
+        if ((ok = room_for_one(&m->cur))) form_start(g, &m->cur.p[m->cur.n++], i);
+    }
+    if (ok && g->open && (ok = room_for_one(&m->cur))) { /* or the free block first */
+        struct path *p = &m->cur.p[m->cur.n++];
+        memset(p, 0, offsetof(struct path, st));
+        p->form = -1;
+        p->phase = PH_OPEN;
+    }
+    if (!ok) {
+        toy_json_matcher_free(m);
+        return toy_error(TOY_ERR_NOMEM, "json matcher");
+    }
     *out = m;
     return TOY_OK;
 }
 
 void toy_json_matcher_free(struct toy_json_matcher *m) {
-    if (m) free(m->info);
+    if (!m) return;
+    free(m->info);
+    free(m->cur.p);
+    for (int i = 0; m->scratch && i < 4; i++) free(m->scratch[i].p);
+    free(m->scratch);
     free(m);
 }
 
@@ -419,20 +576,36 @@ static uint16_t plain_chars(const unsigned char *b, size_t n) {
     return chars > 0xFFFF ? 0 : (uint16_t)chars;
 }
 
+/* whether some path of from takes b[0..n): each path stepped in place until a fork, if any, makes a set */
+static bool set_accepts(const struct toy_json_matcher *m, const struct pset *from, const char *bytes, size_t n) {
+    const unsigned char *b = (const unsigned char *)bytes;
+    for (int k = 0; k < from->n; k++) {
+        struct path t;
+        copy_path(&t, &from->p[k]);
+        size_t i = 0;
+        int r = R_OK;
+        while (i < n && (r = step(m->g, &t, b[i])) == R_OK) i++;
+        if (i == n) return true;
+        if (r == R_FAIL) continue;
+        struct pset *forks = &m->scratch[3];
+        forks->n = 0;
+        expand(m->g, &t, r, b[i], forks);
+        if (run(m->g, forks, b + i + 1, n - i - 1, &m->scratch[0], &m->scratch[1])->n) return true;
+    }
+    return false;
+}
+
 bool toy_json_matcher_accepts(const struct toy_json_matcher *m, const char *bytes, size_t n) {
-    struct toy_json_matcher t;
-    copy_matcher(&t, m);
-    for (size_t i = 0; i < n; i++)
-        if (!step(&t, (unsigned char)bytes[i])) return false;
-    return true;
+    return set_accepts(m, &m->cur, bytes, n);
 }
 
 bool toy_json_matcher_feed(struct toy_json_matcher *m, const char *bytes, size_t n) {
-    struct toy_json_matcher t;
-    copy_matcher(&t, m);
-    for (size_t i = 0; i < n; i++)
-        if (!step(&t, (unsigned char)bytes[i])) return false;
-    copy_matcher(m, &t);
+    const struct pset *r = run(m->g, &m->cur, (const unsigned char *)bytes, n, &m->scratch[0], &m->scratch[1]);
+    if (!r->n) return false;
+    if (r != &m->cur) { /* the result becomes cur; cur's array, the scratch set's */
+        struct pset *sr = r == &m->scratch[0] ? &m->scratch[0] : &m->scratch[1], t = m->cur;
+        m->cur = *sr, *sr = t;
+    }
     return true;
 }
 
@@ -444,14 +617,8 @@ bool toy_json_matcher_take(struct toy_json_matcher *m, const struct toy_tokenize
 }
 
 bool toy_json_matcher_done(const struct toy_json_matcher *m) {
-    if (m->phase != 1 || m->g->suffix[0]) return m->phase == 3;
-    if (m->depth == 0) return true;
-    if (m->depth > 1) return false;
-    const struct frame *f = &m->st[0]; /* a root number, or literal, that may yet go on */
-    if (f->kind == F_NUM) return num_can_end(f);
-    if (f->kind == F_LIT)
-        for (int i = 0; i < f->n_lits; i++)
-            if ((f->bits >> i & 1) && strlen(f->lits[i]) == (size_t)f->pos) return true;
+    for (int i = 0; i < m->cur.n; i++)
+        if (path_done(m->g, &m->cur.p[i])) return true;
     return false;
 }
 
@@ -466,32 +633,43 @@ static int64_t only_the_end(const struct toy_tokenizer *tok, float *logits, int6
     return left;
 }
 
+static void token_table(struct toy_json_matcher *m, const struct toy_tokenizer *tok, int64_t n_vocab) {
+    free(m->info);
+    m->tok = tok;
+    if (!(m->info = malloc((size_t)n_vocab * sizeof *m->info))) m->tok = NULL;
+    for (int64_t v = 0; m->info && v < n_vocab; v++) {
+        size_t n = 0;
+        const char *b = toy_tokenizer_token_bytes(tok, (int32_t)v, &n);
+        enum toy_token_type t = toy_tokenizer_token_type(tok, (int32_t)v);
+        struct tok_info *ti = &m->info[v];
+        ti->flags = (uint8_t)((toy_tokenizer_is_eog(tok, (int32_t)v) ? TI_EOG : 0) |
+                              (t == TOY_TOKEN_CONTROL ? TI_SPECIAL : 0) |
+                              (!b || n == 0 || t == TOY_TOKEN_UNUSED ? TI_NONE : 0));
+        ti->first = b && n ? (uint8_t)b[0] : 0;
+        ti->second = b && n > 1 ? (uint8_t)b[1] : 0;
+        ti->n = (uint32_t)n;
+        ti->plain = ti->flags ? 0 : plain_chars((const unsigned char *)b, n);
+    }
+}
+
 int64_t toy_json_matcher_mask(struct toy_json_matcher *m, const struct toy_tokenizer *tok, float *logits,
                               int64_t n_vocab) {
-    if (m->tok != tok) {
-        free(m->info);
-        m->tok = tok;
-        if (!(m->info = malloc((size_t)n_vocab * sizeof *m->info))) m->tok = NULL;
-        for (int64_t v = 0; m->info && v < n_vocab; v++) {
-            size_t n = 0;
-            const char *b = toy_tokenizer_token_bytes(tok, (int32_t)v, &n);
-            enum toy_token_type t = toy_tokenizer_token_type(tok, (int32_t)v);
-            struct tok_info *ti = &m->info[v];
-            ti->flags = (uint8_t)((toy_tokenizer_is_eog(tok, (int32_t)v) ? TI_EOG : 0) |
-                                  (t == TOY_TOKEN_CONTROL ? TI_SPECIAL : 0) |
-                                  (!b || n == 0 || t == TOY_TOKEN_UNUSED ? TI_NONE : 0));
-            ti->first = b && n ? (uint8_t)b[0] : 0;
-            ti->second = b && n > 1 ? (uint8_t)b[1] : 0;
-            ti->n = (uint32_t)n;
-            ti->plain = ti->flags ? 0 : plain_chars((const unsigned char *)b, n);
-        }
-    }
+    if (m->tok != tok) token_table(m, tok, n_vocab);
     if (!m->info) return only_the_end(tok, logits, n_vocab); /* out of memory */
-    /* in a string, between characters: a plain token fits if the length limit lets it */
-    const struct frame *top = m->depth ? &m->st[m->depth - 1] : NULL;
+    /* in a string, between characters: a plain token fits if the length limit lets it; special tokens only
+     * where a path is outside the value (a prefix, suffix or the free block: in a string theirs would be taken) */
     int64_t room = -1;
-    if (m->phase == 1 && top && top->kind == F_STR && top->stage == 0 && !top->utf8 && !top->low_due)
-        room = top->node->max < 0 ? INT64_MAX : top->node->max - top->count;
+    struct pset *outside = &m->scratch[2];
+    outside->n = 0;
+    for (int i = 0; i < m->cur.n; i++) {
+        const struct path *p = &m->cur.p[i];
+        const struct frame *top = p->depth ? &p->st[p->depth - 1] : NULL;
+        if (p->phase == PH_VALUE && top && top->kind == F_STR && top->stage == 0 && !top->utf8 && !top->low_due) {
+            int64_t r = top->node->max < 0 ? INT64_MAX : top->node->max - top->count;
+            if (r > room) room = r;
+        }
+        if ((p->phase != PH_VALUE || p->depth == 0) && room_for_one(outside)) copy_path(&outside->p[outside->n++], p);
+    }
     bool first[256], done = toy_json_matcher_done(m);
     int n_first = 0;
     for (int b = 0; b < 256; b++) {
@@ -499,18 +677,28 @@ int64_t toy_json_matcher_mask(struct toy_json_matcher *m, const struct toy_token
         n_first += first[b] = toy_json_matcher_accepts(m, &c, 1);
     }
     /* between values few first bytes fit (blanks, a quote, a bracket), but many tokens start with a blank: the
-     * byte pairs that fit rule most of those out too */
+     * byte pairs that fit rule most of those out too. (With the free block open every byte fits: no pairs.) */
     static _Thread_local uint64_t second[256][4];
     bool pairs = n_first <= 32;
     for (int b = 0; pairs && b < 256; b++) {
         if (!first[b]) continue;
-        struct toy_json_matcher t;
-        copy_matcher(&t, m);
-        step(&t, (unsigned char)b);
+        const unsigned char ub = (unsigned char)b;
+        const struct pset *after = run(m->g, &m->cur, &ub, 1, &m->scratch[0], &m->scratch[1]);
+        struct pset *tried = &m->scratch[1];
         memset(second[b], 0, sizeof second[b]);
         for (int c = 0; c < 256; c++) {
-            char ch = (char)c;
-            if (toy_json_matcher_accepts(&t, &ch, 1)) second[b][c >> 6] |= 1ull << (c & 63);
+            bool ok = false;
+            for (int i = 0; i < after->n && !ok; i++) {
+                struct path t;
+                copy_path(&t, &after->p[i]);
+                int r = step(m->g, &t, (unsigned char)c);
+                if (r == R_FORK || r == R_FORMS) {
+                    tried->n = 0;
+                    expand(m->g, &t, r, (unsigned char)c, tried);
+                }
+                ok = r == R_OK || ((r == R_FORK || r == R_FORMS) && tried->n > 0);
+            }
+            if (ok) second[b][c >> 6] |= 1ull << (c & 63);
         }
     }
     int64_t left = 0;
@@ -522,18 +710,18 @@ int64_t toy_json_matcher_mask(struct toy_json_matcher *m, const struct toy_token
             ok = true;
         } else if (ti->flags & TI_EOG) {
             ok = done;
-        } else if ((ti->flags & TI_NONE) || !first[ti->first] || ((ti->flags & TI_SPECIAL) && m->phase == 1)) {
-            ok = false; /* special tokens only as the prefix's or suffix's text (in a string theirs would be taken) */
-        } else if (ti->n == 1) {
+        } else if ((ti->flags & TI_NONE) || !first[ti->first] || ((ti->flags & TI_SPECIAL) && !outside->n)) {
+            ok = false;
+        } else if (ti->n == 1 && !(ti->flags & TI_SPECIAL)) {
             ok = true;
         } else if (pairs && !(second[ti->first][ti->second >> 6] >> (ti->second & 63) & 1)) {
             ok = false;
-        } else if (pairs && ti->n == 2) {
+        } else if (pairs && ti->n == 2 && !(ti->flags & TI_SPECIAL)) {
             ok = true;
         } else {
             size_t n = 0;
             const char *b = toy_tokenizer_token_bytes(tok, (int32_t)v, &n);
-            ok = toy_json_matcher_accepts(m, b, n);
+            ok = set_accepts(m, ti->flags & TI_SPECIAL ? outside : &m->cur, b, n);
         }
         if (ok) left++;
         else logits[v] = -INFINITY;
@@ -580,8 +768,7 @@ static const char *const unsupported[] = {
 
 static struct node *compile(struct compiler *cc, json_t *s, const char *ptr, int depth);
 
-/* a union of the branches, which must start with different characters: checked once every $ref is resolved
- * (union_check), as a branch may be a $ref still being compiled */
+/* a union of the branches (a path forks where several can start with the same byte) */
 static struct node *union_of(struct compiler *cc, struct node **alts, int n, const char *ptr) {
     if (n == 1) return alts[0];
     struct node *u = new_node(cc, K_UNION);
@@ -591,19 +778,6 @@ static struct node *union_of(struct compiler *cc, struct node **alts, int n, con
     memcpy(u->sub, alts, (size_t)n * sizeof *alts);
     u->n = n;
     return u;
-}
-
-static bool union_check(struct compiler *cc, const struct node *u) {
-    for (int c = 0; c < 256; c++) {
-        int k = 0;
-        for (int i = 0; i < u->n; i++) k += first_ok(u->sub[i], (unsigned char)c);
-        if (k > 1) {
-            (void)FAIL(cc, "schema at %s: branches that both start with '%c' (toy needs anyOf / oneOf / type lists whose "
-                 "branches start differently: e.g. a string or null, not two objects)", u->text[0], c);
-            return false;
-        }
-    }
-    return true;
 }
 
 static bool get_count(struct compiler *cc, json_t *s, const char *key, int64_t *out, const char *ptr) {
@@ -751,9 +925,9 @@ static struct node *compile(struct compiler *cc, json_t *s, const char *ptr, int
     if (!any) any = json_object_get(s, "oneOf");
     char sub[512];
     if (any) {
-        if (!json_is_array(any) || json_array_size(any) == 0 || json_array_size(any) > 16)
-            return FAIL(cc, "schema at %s: 'anyOf' / 'oneOf' must be an array of 1 to 16 schemas", ptr);
-        struct node *alts[16];
+        if (!json_is_array(any) || json_array_size(any) == 0 || json_array_size(any) > MAX_SET)
+            return FAIL(cc, "schema at %s: 'anyOf' / 'oneOf' must be an array of 1 to %d schemas", ptr, MAX_SET);
+        struct node *alts[MAX_SET];
         size_t n = json_array_size(any);
         for (size_t i = 0; i < n; i++) {
             snprintf(sub, sizeof sub, "%s/anyOf/%zu", ptr, i);
@@ -792,9 +966,72 @@ void toy_json_grammar_free(struct toy_json_grammar *g) {
         free(nd);
     }
     free(g->nodes);
-    free(g->prefix);
-    free(g->suffix);
+    for (int i = 0; g->forms && i < g->n_forms; i++) free(g->forms[i].prefix), free(g->forms[i].suffix);
+    free(g->forms);
+    free(g->open);
+    free(g->close);
     free(g);
+}
+
+/* one schema (NULL: any object) into g's nodes; its $refs are its own */
+static enum toy_status compile_schema(struct toy_json_grammar *g, const char *schema, const char *where,
+                                      struct node **out) {
+    *out = NULL;
+    if (!schema) {
+        *out = &any_object;
+        return TOY_OK;
+    }
+    json_error_t je;
+    json_t *root = json_loads(schema, 0, &je);
+    if (!root)
+        return toy_error(TOY_ERR_INVALID_ARG, "%sschema: malformed JSON at line %d, column %d: %s", where, je.line,
+                         je.column, je.text);
+    struct compiler *cc = calloc(1, sizeof *cc);
+    if (!cc) {
+        json_decref(root);
+        return toy_error(TOY_ERR_NOMEM, "json grammar");
+    }
+    cc->g = g;
+    cc->root = root;
+    *out = compile(cc, root, "#", 0);
+    enum toy_status st = *out ? TOY_OK : cc->st ? cc->st : toy_error(TOY_ERR_INVALID_ARG, "schema");
+    if (st && where[0]) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", toy_last_error());
+        toy_error(st, "%s%s", where, msg);
+    }
+    for (int i = 0; i < cc->n_refs; i++) free(cc->refs[i].ref);
+    free(cc);
+    json_decref(root);
+    return st;
+}
+
+enum toy_status toy_json_grammar_compile_forms(const struct toy_json_form *forms, int n_forms,
+                                               struct toy_json_grammar **out) {
+    *out = NULL;
+    if (n_forms < 1 || n_forms > MAX_PATHS)
+        return toy_error(TOY_ERR_INVALID_ARG, "json grammar: %d forms (1 to %d)", n_forms, MAX_PATHS);
+    struct toy_json_grammar *g = calloc(1, sizeof *g);
+    if (!g || !(g->forms = calloc((size_t)n_forms, sizeof *g->forms))) {
+        free(g);
+        return toy_error(TOY_ERR_NOMEM, "json grammar");
+    }
+    enum toy_status st = TOY_OK;
+    for (int i = 0; i < n_forms && !st; i++) {
+        struct form *f = &g->forms[g->n_forms++];
+        f->prefix = strdup(forms[i].prefix ? forms[i].prefix : "");
+        f->suffix = strdup(forms[i].suffix ? forms[i].suffix : "");
+        if (!f->prefix || !f->suffix) st = toy_error(TOY_ERR_NOMEM, "json grammar");
+        char where[32] = "";
+        if (n_forms > 1) snprintf(where, sizeof where, "form %d: ", i);
+        if (!st) st = compile_schema(g, forms[i].schema, where, &f->root);
+    }
+    if (st) {
+        toy_json_grammar_free(g);
+        return st;
+    }
+    *out = g;
+    return TOY_OK;
 }
 
 enum toy_status toy_json_grammar_compile(const char *schema, struct toy_json_grammar **out) {
@@ -803,46 +1040,21 @@ enum toy_status toy_json_grammar_compile(const char *schema, struct toy_json_gra
 
 enum toy_status toy_json_grammar_compile_framed(const char *schema, const char *prefix, const char *suffix,
                                                 struct toy_json_grammar **out) {
-    *out = NULL;
-    struct toy_json_grammar *g = calloc(1, sizeof *g);
-    if (!g) return toy_error(TOY_ERR_NOMEM, "json grammar");
-    g->prefix = strdup(prefix ? prefix : "");
-    g->suffix = strdup(suffix ? suffix : "");
-    if (!g->prefix || !g->suffix) {
-        toy_json_grammar_free(g);
+    struct toy_json_form f = {schema, prefix, suffix};
+    return toy_json_grammar_compile_forms(&f, 1, out);
+}
+
+enum toy_status toy_json_grammar_allow_block(struct toy_json_grammar *g, const char *open, const char *close) {
+    if (!open || !close || !open[0] || !close[0])
+        return toy_error(TOY_ERR_INVALID_ARG, "json grammar: a free block needs an opening and a closing text");
+    char *o = strdup(open), *c = strdup(close);
+    if (!o || !c) {
+        free(o);
+        free(c);
         return toy_error(TOY_ERR_NOMEM, "json grammar");
     }
-    if (!schema) {
-        g->root = &any_object;
-        *out = g;
-        return TOY_OK;
-    }
-    json_error_t je;
-    json_t *root = json_loads(schema, 0, &je);
-    if (!root) {
-        toy_json_grammar_free(g);
-        return toy_error(TOY_ERR_INVALID_ARG, "schema: malformed JSON at line %d, column %d: %s", je.line, je.column,
-                         je.text);
-    }
-    struct compiler *cc = calloc(1, sizeof *cc);
-    if (!cc) {
-        json_decref(root);
-        toy_json_grammar_free(g);
-        return toy_error(TOY_ERR_NOMEM, "json grammar");
-    }
-    cc->g = g;
-    cc->root = root;
-    g->root = compile(cc, root, "#", 0);
-    for (int i = 0; g->root && i < g->n_nodes; i++)
-        if (g->nodes[i]->kind == K_UNION && !union_check(cc, g->nodes[i])) g->root = NULL;
-    enum toy_status st = g->root ? TOY_OK : cc->st ? cc->st : toy_error(TOY_ERR_INVALID_ARG, "schema");
-    for (int i = 0; i < cc->n_refs; i++) free(cc->refs[i].ref);
-    free(cc);
-    json_decref(root);
-    if (st) {
-        toy_json_grammar_free(g);
-        return st;
-    }
-    *out = g;
+    free(g->open);
+    free(g->close);
+    g->open = o, g->close = c;
     return TOY_OK;
 }
