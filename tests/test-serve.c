@@ -1506,11 +1506,15 @@ static void batch_matches_alone(void (*set)(struct toy_llama_config *c)) {
         snprintf(bodies[i], sizeof bodies[i],
                  "{\"prompt\":[%d,%d,%d],\"max_tokens\":200,\"temperature\":%s,\"seed\":%d,\"ignore_eos\":true}", 5 + i,
                  9 + 2 * i, 3 + i, i % 2 ? "0.8" : "0", i);
-    int same = together_as_alone(&s, bodies, N);
-    cr_expect_eq(same, N, "%d of %d requests got the tokens they get alone", same, N);
-    long long n_rows, n_steps;
-    decode_counts(&s, &n_rows, &n_steps);
-    cr_expect_gt(n_rows, n_steps, "no decode step was shared");
+    /* the clients start one by one, so on loaded cores a request may be done before the next arrives: up to
+     * three tries to see decode steps shared (the alone runs add as many rows as steps) */
+    long long n_rows = 0, n_steps = 0;
+    for (int attempt = 0; attempt < 3 && n_rows <= n_steps; attempt++) {
+        int same = together_as_alone(&s, bodies, N);
+        cr_expect_eq(same, N, "%d of %d requests got the tokens they get alone", same, N);
+        decode_counts(&s, &n_rows, &n_steps);
+    }
+    cr_expect_gt(n_rows, n_steps, "no decode step was shared in three tries");
     cr_assert_eq(server_stop(&s), 0);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
