@@ -1828,8 +1828,8 @@ Test(serve, tool_choice_forces_a_call, .timeout = 180) {
                         "\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\",\"maxLength\":8}},"
                         "\"required\":[\"city\"],\"additionalProperties\":false}}},{\"type\":\"function\",\"function\":"
                         "{\"name\":\"get_time\",\"parameters\":{\"type\":\"object\",\"properties\":{}}}}]";
-    /* one tool offered, or one named: its parameters shape the arguments (with several to choose from, the
-     * arguments are any object, which a random model need not finish: below) */
+    /* one tool offered, or one named: its parameters shape the arguments (get_time's are any object, which a
+     * random model need not finish: below) */
     const char *one_tool = "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{"
                            "\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\",\"maxLength\":8}},"
                            "\"required\":[\"city\"],\"additionalProperties\":false}}}]";
@@ -1906,31 +1906,69 @@ Test(serve, tool_choice_forces_a_call, .timeout = 180) {
 
 /* A forced call in each family's syntax, end to end through the parser: a scripted model whose script the
  * grammar overrules at every step (greedy among what is left: the lowest id, so blanks where blanks may go)
- * writes the markers and a call to get_weather with a three-character city */
+ * writes the markers and a call: to get_weather, named, with a three-character city; or, "required" with two
+ * tools, to whichever the lowest bytes lead to, with that tool's own arguments (get_time's through a $ref) */
 Test(serve, tool_choice_forces_each_familys_syntax, .timeout = 180) {
     static const char *const script[] = {"Hello", NULL};
     const char *tmpls[] = {"{# <tool_call> #}{% for m in messages %}{{ m.content }}{% endfor %}",
                            "{# <|start_header_id|> <|python_tag|> #}{% for m in messages %}{{ m.content }}{% endfor %}",
                            "{# [TOOL_CALLS] #}{% for m in messages %}{{ m.content }}{% endfor %}",
-                           "{# <|channel|> <|message|> #}{% for m in messages %}{{ m.content }}{% endfor %}"};
-    const char *tools = "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{"
-                        "\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\",\"minLength\":3,"
-                        "\"maxLength\":3}},\"required\":[\"city\"]}}}]";
-    for (int f = 0; f < 4; f++) {
+                           "{# <|channel|> <|message|> #}{% for m in messages %}{{ m.content }}{% endfor %}",
+                           "{# <\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "begin\xef\xbd\x9c> ```json #}"
+                           "{% for m in messages %}{{ m.content }}{% endfor %}",
+                           "{# <\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "begin\xef\xbd\x9c> #}"
+                           "{% for m in messages %}{{ m.content }}{% endfor %}"};
+    /* "required" between the two: Hermes and Mistral write "arguments" before "name" ('a' < 'n'), and "city"
+     * comes before "tz", so get_weather; the others write the name first, and "get_t" < "get_w" */
+    const char *picked[] = {"get_weather", "get_time", "get_weather", "get_time", "get_time", "get_time"};
+    const char *weather = "{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{"
+                          "\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\",\"minLength\":3,"
+                          "\"maxLength\":3}},\"required\":[\"city\"]}}}";
+    const char *time = "{\"type\":\"function\",\"function\":{\"name\":\"get_time\",\"parameters\":{\"type\":\"object\","
+                       "\"properties\":{\"tz\":{\"$ref\":\"#/$defs/tz\"}},\"required\":[\"tz\"],"
+                       "\"additionalProperties\":false,\"$defs\":{\"tz\":{\"enum\":[\"UTC\",\"CET\"]}}}}}";
+    for (int f = 0; f < 6; f++) {
         struct th_script_model sm = {tmpls[f], {script}, f == 3 ? "<|return|>" : "<|eos|>"};
-        char dir[32], body[1024];
+        char dir[32], body[2048];
         struct server s;
         scripted_start(&s, &sm, dir);
-        snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"<|go1|>\"}],\"temperature\":0,"
-                 "\"max_tokens\":600,%s,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}}",
-                 tools);
-        struct resp r = http(&s, "POST", "/v1/chat/completions", body);
-        cr_assert_eq(r.code, 200, "%s", r.body);
-        cr_expect_str_eq(jstr(r.json, "choices.0.finish_reason"), "tool_calls", "family %d: %s", f, r.body);
-        cr_expect_str_eq(jstr(r.json, "choices.0.message.tool_calls.0.function.name"), "get_weather", "family %d", f);
-        cr_expect_str_eq(jstr(r.json, "choices.0.message.tool_calls.0.function.arguments"), "{\"city\":\"   \"}",
-                         "family %d: %s", f, r.body);
-        resp_free(&r);
+        for (int req = 0; req < 2; req++) {
+            snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"<|go1|>\"}],\"temperature\":0,"
+                     "\"max_tokens\":600,\"tools\":[%s,%s],\"tool_choice\":%s}", weather, time,
+                     req ? "\"required\"" : "{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}");
+            struct resp r = http(&s, "POST", "/v1/chat/completions", body);
+            cr_assert_eq(r.code, 200, "%s", r.body);
+            const char *name = req ? picked[f] : "get_weather";
+            cr_expect_str_eq(jstr(r.json, "choices.0.finish_reason"), "tool_calls", "family %d: %s", f, r.body);
+            cr_expect_str_eq(jstr(r.json, "choices.0.message.tool_calls.0.function.name"), name, "family %d: %s", f,
+                             r.body);
+            cr_expect_str_eq(jstr(r.json, "choices.0.message.tool_calls.0.function.arguments"),
+                             strcmp(name, "get_time") ? "{\"city\":\"   \"}" : "{\"tz\":\"CET\"}", "family %d: %s", f,
+                             r.body);
+            resp_free(&r);
+        }
         scripted_stop(&s, dir);
     }
+}
+
+/* A model that may think first (its template knows <think>, the prompt does not open one) does, then makes the
+ * forced call: the grammar lets a reasoning block come first */
+Test(serve, tool_choice_lets_a_model_think_first, .timeout = 120) {
+    static const char *const script[] = {"<think>", "Hmm", "</think>", NULL};
+    struct th_script_model sm = {"{# <tool_call> <think> #}{% for m in messages %}{{ m.content }}{% endfor %}",
+                                 {script}, "<|eos|>"};
+    char dir[32], body[1024];
+    struct server s;
+    scripted_start(&s, &sm, dir);
+    snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"<|go1|>\"}],\"temperature\":0,"
+             "\"max_tokens\":600,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":"
+             "{\"type\":\"object\",\"properties\":{\"a\":{\"const\":1}},\"required\":[\"a\"]}}}],"
+             "\"tool_choice\":\"required\"}");
+    struct resp r = http(&s, "POST", "/v1/chat/completions", body);
+    cr_assert_eq(r.code, 200, "%s", r.body);
+    cr_expect_str_eq(jstr(r.json, "choices.0.message.reasoning_content"), "Hmm", "%s", r.body);
+    cr_expect_str_eq(jstr(r.json, "choices.0.message.tool_calls.0.function.name"), "f", "%s", r.body);
+    cr_expect_str_eq(jstr(r.json, "choices.0.message.tool_calls.0.function.arguments"), "{\"a\":1}", "%s", r.body);
+    resp_free(&r);
+    scripted_stop(&s, dir);
 }

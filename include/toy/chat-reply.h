@@ -48,6 +48,7 @@ struct toy_chat_syntax {
     bool think;      /* a leading <think>...</think> is reasoning */
     bool in_think;   /* the prompt ends inside <think>: the reply starts as reasoning */
     bool tools;      /* tool calls are parsed (the request offered tools); else they are content */
+    bool fenced;     /* DeepSeek V3 / R1: function<sep>name, the arguments in a ```json fence (V3.1: name<sep>{...}) */
     const char *const *tool_names; /* Llama 3's bare JSON counts as a call only when it names one of these */
     size_t n_tool_names;
 };
@@ -65,6 +66,14 @@ bool toy_chat_prompt_in_think(const char *prompt);
  * the reply): stop strings for tokenizers that spell them as plain text.
  * Fills out (static strings) and returns how many (at most 4). */
 int toy_chat_stop_texts(const struct toy_chat_syntax *s, const char *template_source, const char *out[4]);
+
+/* The fixed texts a call is written between in this family, for forcing
+ * one (prefix and suffix, malloc'd). Hermes, Llama 3 and Mistral write
+ * the name in the JSON: {"name", "arguments"} (Llama 3: "parameters";
+ * Mistral: in an array) goes between them, and name is not used.
+ * DeepSeek and gpt-oss write the name in the markers: the arguments go
+ * between them. False for a family without tool calls (or no memory). */
+bool toy_chat_call_frame(const struct toy_chat_syntax *s, const char *name, char **prefix, char **suffix);
 
 struct toy_chat_call {
     char *name;      /* the function's name */

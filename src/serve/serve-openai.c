@@ -252,61 +252,142 @@ static bool chat_tools(json_t *body, struct srv_request *r, json_t **tools, json
 }
 
 /* where a reply's grammar starts: after a reasoning block the prompt opened, or (a JSON answer from gpt-oss) in
- * its final channel; a forced call starts at once */
-static void grammar_start(struct srv_request *r, bool call) {
+ * its final channel; a forced call starts at once. A model that may open a reasoning block itself may do so
+ * first, as it likes. */
+static enum toy_status grammar_start(struct srv_request *r, bool call) {
     if (r->syn.format == TOY_CHAT_FORMAT_HARMONY && r->ep == SRV_EP_CHAT && !call)
         r->job->grammar_after[0] = "<|channel|>final", r->job->grammar_after[1] = "<|message|>";
     else if (r->syn.in_think)
         r->job->grammar_after[0] = "</think>";
+    else if (r->syn.think && r->ep == SRV_EP_CHAT)
+        return toy_json_grammar_allow_block(r->job->grammar, "<think>", "</think>");
+    return TOY_OK;
+}
+
+/* A tool's parameters as a schema of their own (NULL when they use what the grammar cannot enforce: the call's
+ * arguments are then any object) */
+static json_t *tool_params(json_t *fn) {
+    json_t *params = json_object_get(fn, "parameters");
+    if (!json_is_object(params)) return NULL;
+    char *text = json_dumps(params, JSON_COMPACT);
+    struct toy_json_grammar *g = NULL;
+    bool ok = text && toy_json_grammar_compile(text, &g) == TOY_OK;
+    toy_json_grammar_free(g);
+    free(text);
+    return ok ? json_deep_copy(params) : NULL;
+}
+
+/* s's "$ref"s to its own #/$defs/X (or #/definitions/X, or "#" itself) renamed to #/$defs/<tag>X, so that s can
+ * sit inside a larger schema whose $defs take its definitions */
+static void rename_refs(json_t *s, const char *tag) {
+    if (json_is_array(s)) {
+        for (size_t i = 0; i < json_array_size(s); i++) rename_refs(json_array_get(s, i), tag);
+        return;
+    }
+    if (!json_is_object(s)) return;
+    const char *key;
+    json_t *v;
+    json_object_foreach(s, key, v) {
+        const char *ref = !strcmp(key, "$ref") ? json_string_value(v) : NULL;
+        if (!ref) {
+            rename_refs(v, tag);
+            continue;
+        }
+        const char *name = !strncmp(ref, "#/$defs/", 8) ? ref + 8 : !strncmp(ref, "#/definitions/", 14) ? ref + 14
+                           : !strcmp(ref, "#")                    ? ""
+                                                                  : NULL;
+        if (!name) continue;
+        char *to = malloc(strlen(tag) + strlen(name) + 16);
+        if (!to) continue;
+        sprintf(to, "#/$defs/%s%s", tag, name);
+        json_object_set_new(s, key, json_string(to));
+        free(to);
+    }
+}
+
+/* the schema of one call {"name": <name>, "<key>": <its parameters>}; their definitions move to defs */
+static json_t *call_schema(json_t *fn, const char *key, size_t k, json_t *defs) {
+    json_t *params = tool_params(fn);
+    char tag[32];
+    snprintf(tag, sizeof tag, "tool%zu.", k);
+    if (params) {
+        json_t *own = json_object_get(params, "$defs");
+        if (!own) own = json_object_get(params, "definitions");
+        const char *name;
+        json_t *d;
+        char full[512];
+        rename_refs(params, tag);
+        json_object_foreach(own, name, d) {
+            snprintf(full, sizeof full, "%s%s", tag, name);
+            json_object_set(defs, full, d);
+        }
+        json_object_del(params, "$defs");
+        json_object_del(params, "definitions");
+        json_object_set(defs, tag, params); /* for a "#" ref: the parameters themselves */
+    }
+    return json_pack("{s:s,s:{s:{s:O},s:o},s:[s,s],s:b}", "type", "object", "properties", "name", "const",
+                     json_object_get(fn, "name"), key, params ? params : json_pack("{s:s}", "type", "object"),
+                     "required", "name", key, "additionalProperties", 0);
 }
 
 /* tool_choice "required" or a named function: the reply is a call, in the model's own syntax, sampled within a
- * grammar: its markers, then {"name": one of the tools, "arguments": the tool's parameters} (any object when
- * there are several tools to choose from, or the parameters use what the grammar cannot enforce) */
+ * grammar: its markers, and the name of one of the tools with that tool's arguments (any object for a tool
+ * whose parameters use what the grammar cannot enforce). Hermes, Llama 3 and Mistral write the name in the
+ * JSON, so a call is one of the tools' schemas; DeepSeek and gpt-oss write it in the markers, so a call is one
+ * of the tools' forms. */
 static bool force_call(struct srv_request *r, json_t *tools, const char *name, struct srv_error *err) {
     enum toy_chat_format f = r->syn.format;
-    json_t *params = NULL, *names = json_array();
+    if (f != TOY_CHAT_FORMAT_HERMES && f != TOY_CHAT_FORMAT_MISTRAL && f != TOY_CHAT_FORMAT_LLAMA3 &&
+        f != TOY_CHAT_FORMAT_HARMONY && f != TOY_CHAT_FORMAT_DEEPSEEK)
+        return BAD("tool_choice", "this model's template writes tool calls in a form toy cannot force (%s); use "
+                   "\"auto\"", toy_chat_format_name(f));
+    json_t *fns = json_array();
     for (size_t k = 0; k < json_array_size(tools); k++) {
         json_t *fn = json_object_get(json_array_get(tools, k), "function");
-        const char *n = json_string_value(json_object_get(fn, "name"));
-        if (name && strcmp(n, name)) continue;
-        json_array_append_new(names, json_string(n));
-        params = json_object_get(fn, "parameters");
+        if (!name || !strcmp(json_string_value(json_object_get(fn, "name")), name)) json_array_append(fns, fn);
     }
-    const char *one = json_array_size(names) == 1 ? json_string_value(json_array_get(names, 0)) : NULL;
-    if (!one) params = NULL;
-    char prefix[600] = "", suffix[64] = "";
-    if (f == TOY_CHAT_FORMAT_HERMES) snprintf(prefix, sizeof prefix, "<tool_call>\n"), snprintf(suffix, sizeof suffix, "\n</tool_call>");
-    else if (f == TOY_CHAT_FORMAT_MISTRAL) snprintf(prefix, sizeof prefix, "[TOOL_CALLS]");
-    else if (f == TOY_CHAT_FORMAT_HARMONY && one && strlen(one) < 256)
-        snprintf(prefix, sizeof prefix, "<|channel|>commentary to=functions.%s <|constrain|>json<|message|>", one);
-    else if (f != TOY_CHAT_FORMAT_LLAMA3) {
-        json_decref(names);
-        return BAD("tool_choice", "this model's template writes tool calls in a form toy cannot force (%s%s); use "
-                   "\"auto\"", toy_chat_format_name(f), f == TOY_CHAT_FORMAT_HARMONY ? " with several tools" : "");
+    size_t n = json_array_size(fns);
+    if (n > 64) {
+        json_decref(fns);
+        return BAD("tool_choice", "a call can be forced among at most 64 tools (%zu offered); name one", n);
     }
-    enum toy_status st = TOY_ERR_INVALID_ARG;
-    for (int attempt = 0; attempt < 2 && st; attempt++) { /* the tool's parameters, else any object */
-        json_t *args = attempt == 0 && json_is_object(params) ? json_incref(params) : json_pack("{s:s}", "type", "object");
-        json_t *schema = args;
-        if (f != TOY_CHAT_FORMAT_HARMONY) {
-            const char *key = f == TOY_CHAT_FORMAT_LLAMA3 ? "parameters" : "arguments";
-            schema = json_pack("{s:s,s:{s:{s:O},s:o},s:[s,s],s:b}", "type", "object", "properties", "name", "enum",
-                               names, key, args, "required", "name", key, "additionalProperties", 0);
-            if (f == TOY_CHAT_FORMAT_MISTRAL)
-                schema = json_pack("{s:s,s:o,s:i,s:i}", "type", "array", "items", schema, "minItems", 1, "maxItems", 1);
+    enum toy_status st = TOY_OK;
+    struct toy_json_form forms[64];
+    char *texts[64] = {0}, *prefixes[64] = {0}, *suffixes[64] = {0};
+    if (f == TOY_CHAT_FORMAT_HARMONY || f == TOY_CHAT_FORMAT_DEEPSEEK) { /* a form per tool */
+        for (size_t k = 0; k < n && !st; k++) {
+            json_t *fn = json_array_get(fns, k), *params = tool_params(fn);
+            texts[k] = params ? json_dumps(params, JSON_COMPACT) : NULL;
+            json_decref(params);
+            if (!toy_chat_call_frame(&r->syn, json_string_value(json_object_get(fn, "name")), &prefixes[k],
+                                     &suffixes[k]))
+                st = toy_error(TOY_ERR_NOMEM, "tool_choice");
+            forms[k] = (struct toy_json_form){texts[k], prefixes[k], suffixes[k]};
         }
-        char *text = schema ? json_dumps(schema, JSON_COMPACT) : NULL;
+    } else { /* one form: any of the tools' calls */
+        const char *key = f == TOY_CHAT_FORMAT_LLAMA3 ? "parameters" : "arguments";
+        json_t *defs = json_object(), *alts = json_array();
+        for (size_t k = 0; k < n; k++) json_array_append_new(alts, call_schema(json_array_get(fns, k), key, k, defs));
+        json_t *schema = json_pack("{s:o}", "anyOf", alts);
+        if (schema && f == TOY_CHAT_FORMAT_MISTRAL)
+            schema = json_pack("{s:s,s:o,s:i,s:i}", "type", "array", "items", schema, "minItems", 1, "maxItems", 1);
+        if (schema) json_object_set(schema, "$defs", defs); /* at the root, where the $refs point */
+        json_decref(defs);
+        texts[0] = schema ? json_dumps(schema, JSON_COMPACT) : NULL;
         json_decref(schema);
-        st = text ? toy_json_grammar_compile_framed(text, prefix, suffix, &r->job->grammar) : TOY_ERR_NOMEM;
-        free(text);
+        if (!texts[0] || !toy_chat_call_frame(&r->syn, NULL, &prefixes[0], &suffixes[0]))
+            st = toy_error(TOY_ERR_NOMEM, "tool_choice");
+        forms[0] = (struct toy_json_form){texts[0], prefixes[0], suffixes[0]};
+        n = 1;
     }
-    json_decref(names);
+    if (!st) st = toy_json_grammar_compile_forms(forms, (int)n, &r->job->grammar);
+    for (size_t k = 0; k < n; k++) free(texts[k]), free(prefixes[k]), free(suffixes[k]);
+    json_decref(fns);
+    if (!st) st = grammar_start(r, true);
     if (st) return toy_srv_err(err, 500, "server_error", NULL, NULL, "tool_choice: %s", toy_last_error());
     r->syn.tools = true;
     r->parse_reply = true;
     r->job->keep_special = toy_chat_syntax_keeps_special(&r->syn);
-    grammar_start(r, true);
     return true;
 }
 
@@ -474,7 +555,7 @@ static bool parse_response_format(const struct srv_api *api, json_t *body, struc
                                          : toy_json_grammar_compile(text, &r->job->grammar);
     free(text);
     if (st) return BAD("response_format", "%s", toy_last_error());
-    grammar_start(r, false);
+    if (grammar_start(r, false)) return toy_srv_err(err, 500, "server_error", NULL, NULL, "%s", toy_last_error());
     return true;
 }
 

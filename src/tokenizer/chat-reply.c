@@ -372,8 +372,38 @@ struct toy_chat_syntax toy_chat_syntax_detect(const char *src) {
     else if (strstr(src, "[TOOL_CALLS]")) s.format = TOY_CHAT_FORMAT_MISTRAL;
     else if (strstr(src, "<|python_tag|>") || (strstr(src, "<|start_header_id|>") && strstr(src, "\"parameters\"")))
         s.format = TOY_CHAT_FORMAT_LLAMA3;
+    s.fenced = s.format == TOY_CHAT_FORMAT_DEEPSEEK && strstr(src, "```json");
     s.think = s.format != TOY_CHAT_FORMAT_HARMONY && (strstr(src, "<think>") || strstr(src, "</think>"));
     return s;
+}
+
+bool toy_chat_call_frame(const struct toy_chat_syntax *s, const char *name, char **prefix, char **suffix) {
+    const char *pre = NULL, *post = "";
+    char *named = NULL;
+    switch (s->format) {
+    case TOY_CHAT_FORMAT_HERMES: pre = "<tool_call>\n", post = "\n</tool_call>"; break;
+    case TOY_CHAT_FORMAT_LLAMA3: pre = ""; break;
+    case TOY_CHAT_FORMAT_MISTRAL: pre = "[TOOL_CALLS]"; break;
+    case TOY_CHAT_FORMAT_DEEPSEEK:
+        if (asprintf(&named, s->fenced ? DS_CALLS_BEGIN DS_CALL_BEGIN "function" DS_SEP "%s\n```json\n"
+                                       : DS_CALLS_BEGIN DS_CALL_BEGIN "%s" DS_SEP, name ? name : "") < 0)
+            return false;
+        post = s->fenced ? "\n```" DS_CALL_END DS_CALLS_END : DS_CALL_END DS_CALLS_END;
+        break;
+    case TOY_CHAT_FORMAT_HARMONY: /* the call ends with <|call|>, an end of generation */
+        if (asprintf(&named, "<|channel|>commentary to=functions.%s <|constrain|>json<|message|>", name ? name : "") < 0)
+            return false;
+        break;
+    default: return false;
+    }
+    *prefix = named ? named : strdup(pre);
+    *suffix = strdup(post);
+    if (!*prefix || !*suffix) {
+        free(*prefix), free(*suffix);
+        *prefix = *suffix = NULL;
+        return false;
+    }
+    return true;
 }
 
 const char *toy_chat_format_name(enum toy_chat_format f) {
