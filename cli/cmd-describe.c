@@ -97,6 +97,7 @@ struct hp {
      * limit (llama.cpp's 7, no key); YaRN (rope.scaling.type) and its ramp's ends, in pairs of a head */
     bool mlp_norm_post_attn, sinks, out_bias, router_bias, exp_biases, yarn;
     double swiglu_limit, yarn_lo, yarn_hi;
+    int64_t pooling; /* pooling_type (an embedding model's; 0: none stated) */
     bool vit; /* a ViT classifier (toy train --arch vit): images in, classes out */
     int64_t img_h, img_w, channels, patch, classes;
     struct { char key[128]; const char *type; } bad[16]; /* hyperparameters stored as something not a number */
@@ -183,6 +184,7 @@ static void read_hp(const struct toy_gguf *g, struct hp *h) {
     h->attn_cap = getf(g, h, "attn_logit_softcapping", 0, NULL);
     h->final_cap = getf(g, h, "final_logit_softcapping", 0, NULL);
     h->swa = geti(g, h, "attention.sliding_window", 0, NULL);
+    h->pooling = geti(g, h, "pooling_type", 0, NULL);
     /* llama.cpp hard-codes Gemma 2's period and Gemma 3's (src/models/llama-gguf.c reads a per-layer array too) */
     const struct toy_llama_arch_rules rules = toy_llama_arch_rules(h->arch);
     h->swa_period = swa_pattern(g, h, rules.swa_period);
@@ -827,6 +829,8 @@ int toy_cmd_describe(int argc, char **argv) {
             "norm_eps", h.has_eps ? num_or_null(h.eps) : json_null(),
             "rope_freq_base", rope && h.has_rope_base ? num_or_null(h.rope_base) : json_null(),
             "tied_embeddings", h.n_tensors ? json_boolean(h.tied) : json_null()));
+        if (h.pooling > 0 && h.pooling <= TOY_POOLING_RANK)
+            json_object_set_new(o, "pooling", json_string(toy_pooling_name((enum toy_pooling)h.pooling)));
         if (h.kv_rank) /* DeepSeek's latent attention: head_dim above is the keys' (unrotated + rotated) */
             json_object_set_new(o, "latent_attention", json_pack("{s:I, s:I, s:I, s:I}", "kv_lora_rank",
                                                                  (json_int_t)h.kv_rank, "q_lora_rank", (json_int_t)h.q_rank,
@@ -973,6 +977,9 @@ int toy_cmd_describe(int argc, char **argv) {
         if (strlen(l2) > 2) l2[strlen(l2) - 2] = 0;
         printf("  dimensions     %s,\n                 %s\n", l1, l2);
         if (*missing) printf("                 not in the file: %s\n", missing);
+        if (h.pooling > 0 && h.pooling <= TOY_POOLING_RANK)
+            printf("  embeddings     %s pooling%s\n", toy_pooling_name((enum toy_pooling)h.pooling),
+                   h.pooling == TOY_POOLING_RANK ? " (a reranker: toy serve embeds it only with --pooling)" : "");
         for (int i = 0; i < h.n_bad; i++)
             printf("  wrong type     %s: %s, not a number (toy, as llama.cpp, refuses to run the file)\n",
                    h.bad[i].key, h.bad[i].type);

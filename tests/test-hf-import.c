@@ -591,3 +591,62 @@ Test(hf_import, phi3_configs_a_gguf_cannot_hold_are_refused) {
                 "\"original_max_position_embeddings\":16,\"partial_rotary_factor\":0.75", extra[i], st[i], want[i]);
     th_rmdir();
 }
+
+/* A sentence-transformers model's pooling (1_Pooling/config.json) becomes pooling_type, which the loader reads
+ * (last token: Qwen3-Embedding's); a mode toy cannot pool by is refused, naming it */
+Test(hf_import, sentence_transformers_pooling_becomes_pooling_type, .timeout = 300) {
+    if (!make_models()) cr_skip("python3 with torch not available");
+    char path[600], out[512];
+    snprintf(path, sizeof path, "%s/qwen3/1_Pooling", model_root);
+    cr_assert_eq(mkdir(path, 0755), 0);
+    snprintf(path, sizeof path, "%s/qwen3/1_Pooling/config.json", model_root);
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    fputs("{\"word_embedding_dimension\": 64, \"pooling_mode_cls_token\": false, \"pooling_mode_mean_tokens\": false,"
+          " \"pooling_mode_max_tokens\": false, \"pooling_mode_lasttoken\": true}", f);
+    fclose(f);
+    struct toy_convert_report r;
+    convert("qwen3", TOY_F32, out, sizeof out, &r);
+    struct toy_gguf *g;
+    cr_assert_eq(toy_gguf_open(out, &g), TOY_OK);
+    uint32_t u = 0;
+    cr_expect(toy_gguf_get_u32(g, "qwen3.pooling_type", &u) == TOY_OK && u == TOY_POOLING_LAST, "pooling_type %u", u);
+    toy_gguf_close(g);
+    struct toy_llama *m;
+    cr_assert_eq(toy_llama_load(out, false, &m), TOY_OK, "%s", toy_last_error());
+    cr_expect_eq(m->cfg.pooling, TOY_POOLING_LAST);
+    char again[600]; /* and toy's own writer keeps it */
+    snprintf(again, sizeof again, "%s/again.gguf", model_root);
+    struct toy_gguf_writer *w;
+    cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
+    cr_assert_eq(toy_llama_write_gguf(m, w, TOY_F32), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(toy_gguf_writer_write(w, again), TOY_OK, "%s", toy_last_error());
+    toy_gguf_writer_free(w);
+    toy_llama_free(m);
+    cr_assert_eq(toy_llama_load(again, false, &m), TOY_OK, "%s", toy_last_error());
+    cr_expect_eq(m->cfg.pooling, TOY_POOLING_LAST);
+    toy_llama_free(m);
+    const char *bin = getenv("TOY_BIN");
+    char cmd[1200], text[8192] = "";
+    snprintf(cmd, sizeof cmd, "%s describe %s", bin && *bin ? bin : "build/toy", again);
+    FILE *p = popen(cmd, "r");
+    cr_assert(p);
+    size_t got = fread(text, 1, sizeof text - 1, p);
+    text[got] = 0;
+    cr_expect_eq(pclose(p), 0, "%s", text);
+    cr_expect(strstr(text, "embeddings     last pooling"), "%s", text);
+    f = fopen(path, "w");
+    cr_assert(f);
+    fputs("{\"pooling_mode_mean_tokens\": false, \"pooling_mode_max_tokens\": true}", f);
+    fclose(f);
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/qwen3", model_root);
+    snprintf(out, sizeof out, "%s/qwen3-max.gguf", model_root);
+    cr_expect_eq(toy_hf_convert(dir, out, NULL, NULL), TOY_ERR_UNSUPPORTED);
+    cr_expect(strstr(toy_last_error(), "pooling_mode_max_tokens"), "%s", toy_last_error());
+    cr_expect(access(out, F_OK) != 0, "an output was written");
+    unlink(path);
+    snprintf(path, sizeof path, "%s/qwen3/1_Pooling", model_root);
+    rmdir(path);
+    cleanup_models();
+}

@@ -49,6 +49,19 @@ struct toy_gguf_writer;
  * Hugging Face fix it; the limit is the config's swiglu_limit) */
 #define TOY_LLAMA_OAI_ALPHA 1.702f
 
+/* Embedding pooling, with GGUF pooling_type's values (NONE, per-token
+ * vectors in llama.cpp, or unstated: toy pools those by the mean; RANK: a
+ * reranker's score, not an embedding). */
+enum toy_pooling {
+    TOY_POOLING_NONE = 0,
+    TOY_POOLING_MEAN = 1,
+    TOY_POOLING_CLS = 2,  /* the first position's */
+    TOY_POOLING_LAST = 3, /* the last position's (Qwen3-Embedding, gte-Qwen2) */
+    TOY_POOLING_RANK = 4,
+};
+/* "none", "mean", "cls", "last", "rank" */
+const char *toy_pooling_name(enum toy_pooling p);
+
 struct toy_llama_config {
     char arch[24];          /* GGUF general.architecture: llama, qwen2, qwen3, gemma2, gemma3, ... */
     int64_t vocab, d_model, n_layers, n_heads, n_kv_heads, d_ff, max_ctx;
@@ -141,6 +154,10 @@ struct toy_llama_config {
      * (toy_swiglu_oai). Its MLP norm is named post_attention_norm. */
     bool attn_sinks, out_bias, moe_biases;
     float swiglu_limit;
+    /* How an embedding pools the final-norm hidden states over positions
+     * (GGUF <arch>.pooling_type, llama.cpp's values; sentence-transformers'
+     * 1_Pooling/config.json); NONE (unstated) pools by the mean. */
+    enum toy_pooling pooling;
 };
 
 /* The projections a LoRA adapter can target. */

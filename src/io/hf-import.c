@@ -223,6 +223,7 @@ static enum toy_status need_pos(const char *dir, const char *key, int64_t v) {
 
 struct hp {
     enum arch arch;
+    int pooling; /* GGUF pooling_type (sentence-transformers' 1_Pooling/config.json), 0: none stated */
     int64_t n_vocab, n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx, head_dim;
     int64_t n_expert, n_expert_used, n_ff_exp, n_ff_shexp; /* a mixture of experts (n_expert 0: none) */
     /* DeepSeek: latent ranks, the heads' rotated (Phi-3's too: its partial rotary), unrotated and value widths, the
@@ -599,6 +600,34 @@ static enum toy_status read_config(const char *dir, json_t *c, struct hp *h) {
     return TOY_OK;
 }
 
+/* A sentence-transformers model's pooling (1_Pooling/config.json): mean, cls or last token; another mode (max,
+ * weighted mean, several at once) would give other vectors than the model's, so it is refused */
+static enum toy_status read_pooling(const char *dir, struct hp *h) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/1_Pooling/config.json", dir);
+    if (access(path, F_OK) != 0) return TOY_OK;
+    json_error_t jerr;
+    json_t *c = json_load_file(path, 0, &jerr);
+    if (!c) return toy_error(TOY_ERR_FORMAT, "%s: %s", path, jerr.text);
+    static const struct { const char *key; int type; } modes[] = {
+        {"pooling_mode_mean_tokens", 1}, {"pooling_mode_cls_token", 2}, {"pooling_mode_lasttoken", 3},
+        {"pooling_mode_max_tokens", -1}, {"pooling_mode_mean_sqrt_len_tokens", -1},
+        {"pooling_mode_weightedmean_tokens", -1}};
+    int n = 0;
+    const char *other = NULL;
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+        if (!json_is_true(json_object_get(c, modes[i].key))) continue;
+        n++;
+        if (modes[i].type < 0) other = modes[i].key;
+        else h->pooling = modes[i].type;
+    }
+    json_decref(c);
+    if (other || n > 1)
+        return toy_error(TOY_ERR_UNSUPPORTED, "%s: %s (toy pools embeddings by one of mean, cls token or last token)",
+                         path, other ? other : "several pooling modes at once");
+    return TOY_OK;
+}
+
 static enum toy_status write_hparams(struct toy_gguf_writer *w, const struct hp *h, json_t *c, const char *name) {
     const char *A = arch_names[h->arch];
     char k[128];
@@ -611,6 +640,7 @@ static enum toy_status write_hparams(struct toy_gguf_writer *w, const struct hp 
     e |= toy_gguf_writer_set_u32(w, KEY("feed_forward_length"), (uint32_t)h->n_ff);
     e |= toy_gguf_writer_set_u32(w, KEY("block_count"), (uint32_t)h->n_layer);
     e |= toy_gguf_writer_set_u32(w, KEY("attention.head_count"), (uint32_t)h->n_head);
+    if (h->pooling) e |= toy_gguf_writer_set_u32(w, KEY("pooling_type"), (uint32_t)h->pooling);
     if (h->arch == ARCH_GPT2) {
         e |= toy_gguf_writer_set_f32(w, KEY("attention.layer_norm_epsilon"), (float)h->eps);
         return e ? toy_error(TOY_ERR_NOMEM, "out of memory (metadata)") : TOY_OK;
@@ -937,6 +967,7 @@ enum toy_status toy_hf_convert(const char *dir, const char *out_path, const stru
     int64_t n_jobs = 0; /* jobs' slots (their experts freed at the end) */
     float *rope_freqs = NULL; /* Llama 3's, or Phi-3's long then short factors */
     enum toy_status e = read_config(dir, cfg, &h);
+    if (!e) e = read_pooling(dir, &h);
     if (e) goto done;
     h.multimodal = multimodal;
     if ((e = toy_safetensors_open(dir, &st))) goto done;

@@ -249,6 +249,10 @@ static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_lla
     c->rope_beta_fast = (float)key_float(&k, "rope.scaling.yarn_beta_fast", 0.0);
     c->rope_beta_slow = (float)key_float(&k, "rope.scaling.yarn_beta_slow", 0.0);
     c->sliding_window = (int32_t)key_int(&k, "attention.sliding_window", 0);
+    int64_t pool = key_int(&k, "pooling_type", 0);
+    if (pool < 0 || pool > TOY_POOLING_RANK)
+        return toy_error(TOY_ERR_FORMAT, "%s: %s.pooling_type %lld (0 to 4)", toy_gguf_path(g), a, (long long)pool);
+    c->pooling = (enum toy_pooling)pool;
     if (mistral3) { /* Ministral 3: Llama 4's query temperature; the scores' scale; llama.cpp's rotation magnitude */
         c->attn_temp_scale = (float)key_float(&k, "attention.temperature_scale", 0.0);
         c->attn_scale = (float)key_float(&k, "attention.scale", 0.0);
@@ -698,6 +702,7 @@ enum toy_status toy_llama_write_gguf(const struct toy_llama *m, struct toy_gguf_
         if (c->swa_period != rules.swa_period) SETU("attention.sliding_window_pattern", c->swa_period);
     }
     if (c->attn_temp_scale > 0) SETF("attention.temperature_scale", c->attn_temp_scale);
+    if (c->pooling != TOY_POOLING_NONE) SETU("pooling_type", c->pooling);
     if (!strcmp(a, "mistral3") && c->attn_scale > 0) SETF("attention.scale", c->attn_scale);
     if (!strcmp(a, "granite")) {
         if (c->embed_mult > 0) SETF("embedding_scale", c->embed_mult);

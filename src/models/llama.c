@@ -39,6 +39,11 @@ struct toy_llama_config toy_llama_preset(const char *name) {
     return c;
 }
 
+const char *toy_pooling_name(enum toy_pooling p) {
+    static const char *const names[] = {"none", "mean", "cls", "last", "rank"};
+    return p >= 0 && p <= TOY_POOLING_RANK ? names[p] : "?";
+}
+
 int64_t toy_llama_head_dim(const struct toy_llama_config *c) {
     return c->head_dim > 0 ? c->head_dim : (c->n_heads > 0 ? c->d_model / c->n_heads : 0);
 }
