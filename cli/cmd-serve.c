@@ -33,7 +33,7 @@ static int usage(void) { return usage_to(stderr); }
 int toy_cmd_serve(int argc, char **argv) {
     struct toy_serve_options o = toy_serve_defaults();
     const char *model = NULL;
-    const char *kv = NULL;
+    const char *kv = NULL, *pooling = NULL;
     bool no_events = false;
     int64_t max_body = (int64_t)o.max_body;
     const struct toy_cli_flag flags[] = {
@@ -41,6 +41,7 @@ int toy_cmd_serve(int argc, char **argv) {
         TOY_FLAG_S("--name", &o.model_name), TOY_FLAG_S("--api-key", &o.api_key),
         TOY_FLAG_S("--chat-template", &o.chat_template), TOY_FLAG_S("--cors-origin", &o.cors_origin),
         TOY_FLAG_S("--runs", &o.runs_dir), TOY_FLAG_S("--kv-type", &kv),
+        TOY_FLAG_S("--pooling", &pooling),
         TOY_FLAG_N("--port", TOY_CLI_INT, &o.port, 0, 65535), TOY_FLAG_N("-p", TOY_CLI_INT, &o.port, 0, 65535),
         TOY_FLAG_N("--ctx", TOY_CLI_I64, &o.n_ctx, 0, INT32_MAX), TOY_FLAG_N("-c", TOY_CLI_I64, &o.n_ctx, 0, INT32_MAX),
         TOY_FLAG_N("--parallel", TOY_CLI_INT, &o.n_slots, 1, 256), TOY_FLAG_N("-np", TOY_CLI_INT, &o.n_slots, 1, 256),
@@ -58,6 +59,11 @@ int toy_cmd_serve(int argc, char **argv) {
     o.max_body = (size_t)max_body;
     if (kv && strcmp(kv, "f16") && strcmp(kv, "f32")) { fprintf(stderr, "toy serve: --kv-type f16|f32\n"); return 2; }
     o.kv_f32 = kv && !strcmp(kv, "f32");
+    if (pooling) { /* the model's pooling_type overruled */
+        o.pooling = !strcmp(pooling, "mean") ? TOY_POOLING_MEAN : !strcmp(pooling, "cls") ? TOY_POOLING_CLS
+                    : !strcmp(pooling, "last") ? TOY_POOLING_LAST : -2;
+        if (o.pooling == -2) { fprintf(stderr, "toy serve: --pooling mean|cls|last, not '%s'\n", pooling); return 2; }
+    }
     if (!model) { fprintf(stderr, "toy serve: -m MODEL is required\n"); return usage(); }
 
     char *tmpl_text = NULL; /* --chat-template FILE: its text */

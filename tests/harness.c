@@ -302,7 +302,7 @@ void th_script_model_write(const struct th_script_model *sm, const char *path) {
     }
     struct toy_tokenizer_spec spec = {.kind = TOY_TOKENIZER_BPE, .n_tokens = V, .tokens = (const char *const *)tokens,
                                       .types = types, .pre = "gpt-2", .bos = -1, .eos = eos, .unk = -1, .pad = -1,
-                                      .eot = -1, .chat_template = sm->tmpl};
+                                      .eot = -1, .chat_template = sm->tmpl, .add_eos = sm->add_eos};
     struct toy_tokenizer *tok;
     cr_assert_eq(toy_tokenizer_init(&spec, &tok), TOY_OK, "%s", toy_last_error());
     struct toy_llama_config c = toy_llama_preset("tiny");

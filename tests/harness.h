@@ -95,6 +95,7 @@ struct th_script_model {
     const char *tmpl;
     const char *const *scripts[3]; /* NULL-ended token texts */
     const char *eos;               /* the EOS token's text */
+    bool add_eos;                  /* the tokenizer adds EOS (an embedding model's) */
 };
 void th_script_model_write(const struct th_script_model *sm, const char *path);
 

@@ -1099,7 +1099,7 @@ Test(cli_gguf, chat_turns_split_replies) {
                                          "assistant", "<|channel|>", "final", "<|message|>", "Still here.", NULL};
     struct th_script_model sm = {"{# gpt-oss: <|channel|>final<|message|> #}{% for m in messages %}{{ m.content }}"
                                  "{% endfor %}",
-                                 {answer, second}, "<|return|>"};
+                                 {answer, second}, "<|return|>", false};
     th_mkdir("chat");
     char path[300], cmd[1024];
     snprintf(path, sizeof path, "%s/scripted.gguf", th_dir);

@@ -668,6 +668,67 @@ static double embedding_vs_one_graph(struct server *s, const struct srv_model *s
 
 /* An input longer than a prefill chunk is embedded a chunk per engine step through a KV cache of its own (so the
  * streams move on between chunks): the vector is the one graph over the whole input gives, to float rounding */
+/* the unnormalised embedding of each input of body (ids lists) into v[i][0..dim) */
+static size_t embed_vectors(struct server *s, const char *inputs, double v[][1024]) {
+    char body[8192];
+    snprintf(body, sizeof body, "{\"input\":%s,\"normalize\":false}", inputs);
+    struct resp r = http(s, "POST", "/v1/embeddings", body);
+    cr_assert_eq(r.code, 200, "%s", r.body);
+    json_t *data = json_object_get(r.json, "data");
+    size_t dim = json_array_size(jget(data, "0.embedding"));
+    cr_assert(dim > 0 && dim <= 1024);
+    for (size_t i = 0; i < json_array_size(data); i++)
+        for (size_t k = 0; k < dim; k++)
+            v[i][k] = json_number_value(json_array_get(json_object_get(json_array_get(data, i), "embedding"), k));
+    resp_free(&r);
+    return dim;
+}
+
+/* --pooling (and a GGUF's pooling_type): last gives the last position's final-norm state, cls the first's. With
+ * causal attention the last of [a, b, c] is 3 mean(a, b, c) - 2 mean(a, b), and the first is [a]'s alone, also
+ * for an input longer than a prefill chunk (whose later chunks are then skipped) */
+Test(serve, embedding_pooling_mean_cls_last, .timeout = 120) {
+    static double mean[4][1024], last[4][1024], cls[4][1024];
+    char ids[2048] = "[1";
+    for (int i = 1; i < 300; i++) snprintf(ids + strlen(ids), sizeof ids - strlen(ids), ",%d", 3 + i % 90);
+    char inputs[4096];
+    snprintf(inputs, sizeof inputs, "[[1,45,96],[1,45],[1],%s]]", ids);
+    char dir[] = "/tmp/toy-serve-test-XXXXXX", path[600];
+    cr_assert(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s", model(dir)); /* one model for the three servers */
+    struct server s;
+    server_start_model(&s, path, NULL);
+    size_t dim = embed_vectors(&s, inputs, mean);
+    cr_assert_eq(server_stop(&s), 0);
+    const char *as_last[] = {"--pooling", "last", NULL}, *as_cls[] = {"--pooling", "cls", NULL};
+    server_start_model(&s, path, as_last);
+    cr_assert_eq(embed_vectors(&s, inputs, last), dim);
+    cr_assert_eq(server_stop(&s), 0);
+    server_start_model(&s, path, as_cls);
+    cr_assert_eq(embed_vectors(&s, inputs, cls), dim);
+    cr_assert_eq(server_stop(&s), 0);
+    snprintf(path, sizeof path, "rm -rf '%s'", dir);
+    cr_assert_eq(system(path), 0);
+    double err_last = 0, err_cls = 0, err_one = 0, err_long = 0, scale = 0;
+    for (size_t k = 0; k < dim; k++) {
+        scale = fmax(scale, fabs(mean[2][k]));
+        err_last = fmax(err_last, fabs(last[0][k] - (3 * mean[0][k] - 2 * mean[1][k])));
+        err_cls = fmax(err_cls, fabs(cls[0][k] - mean[2][k]));
+        err_one = fmax(err_one, fabs(last[2][k] - mean[2][k]));
+        err_long = fmax(err_long, fabs(cls[3][k] - mean[2][k]));
+    }
+    cr_expect_lt(err_last, 1e-3 * scale, "last: %g (scale %g)", err_last, scale);
+    cr_expect_lt(err_cls, 1e-4 * scale, "cls: %g", err_cls);
+    cr_expect_lt(err_one, 1e-4 * scale, "one token: %g", err_one);
+    cr_expect_lt(err_long, 1e-4 * scale, "cls of a 300-token input: %g", err_long);
+    double diff = 0;
+    for (size_t k = 0; k < dim; k++) diff += fabs(last[3][k] - mean[3][k]);
+    cr_expect_gt(diff, 1e-3, "a long input's last state is not its mean");
+    const char *bad[] = {"--pooling", "max", NULL};
+    char *argv[] = {(char *)toy_bin(), "serve", "-m", "x.gguf", (char *)bad[0], (char *)bad[1], NULL};
+    cr_expect_eq(wait_for(spawn(argv, NULL, NULL), 30), 2, "--pooling max is a usage error");
+}
+
 Test(serve, long_embedding_input_in_chunks_equals_one_graph, .timeout = 120) {
     struct server s;
     server_start(&s, NULL);
@@ -1107,6 +1168,10 @@ Test(serve, openai_npm_client, .timeout = 180) {
     cr_assert_gt(jint(o, "emb.0"), 0);
     cr_assert_float_eq(json_real_value(jget(o, "emb_norm")), 1.0, 1e-4);
     cr_assert_eq(jint(o, "err"), 404);
+    cr_assert(jstr(o, "resp") && *jstr(o, "resp"), "the SDK's output_text");
+    cr_assert_str_eq(jstr(o, "resp"), jstr(o, "resp_stream"));
+    cr_assert_str_eq(jstr(o, "resp"), jstr(o, "resp_last_text"));
+    cr_assert(!strcmp(jstr(o, "resp_last"), "response.incomplete") || !strcmp(jstr(o, "resp_last"), "response.completed"));
     json_decref(o);
     cr_assert_eq(server_stop(&s), 0);
 }
@@ -1561,6 +1626,21 @@ static void scripted_stop(struct server *s, const char *dir) {
     cr_assert_eq(system(cmd), 0);
 }
 
+/* A tokenizer that adds EOS (Qwen3-Embedding's) gets it at the end of an embedding's text input, which
+ * last-token pooling then reads: the same vector as the ids with the EOS written out */
+Test(serve, embedding_text_gets_the_eos_its_tokenizer_adds, .timeout = 60) {
+    static const char *const script[] = {"Hello", NULL};
+    struct th_script_model sm = {"{{ messages[0].content }}", {script}, "<|eos|>", true};
+    char dir[32];
+    struct server s;
+    scripted_start(&s, &sm, dir);
+    struct resp r = http(&s, "POST", "/v1/embeddings", "{\"input\":\"ab\",\"normalize\":false}");
+    cr_assert_eq(r.code, 200, "%s", r.body);
+    cr_expect_eq(jint(r.json, "usage.prompt_tokens"), 3, "a, b and the EOS: %s", r.body);
+    resp_free(&r);
+    scripted_stop(&s, dir);
+}
+
 static const char tools_json[] =
     "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\","
     "\"properties\":{\"city\":{\"type\":\"string\"}}}}}]";
@@ -1610,7 +1690,7 @@ Test(serve, qwen_style_replies_split_into_reasoning_content_and_tool_calls, .tim
                                          "</tool_call>", NULL};
     struct th_script_model sm = {"{# a Qwen-like family: <tool_call> and <think> #}{% for m in messages %}"
                               "{{ m.content }}{% endfor %}",
-                              {script}, "<|eos|>"};
+                              {script}, "<|eos|>", false};
     char dir[32];
     struct server s;
     scripted_start(&s, &sm, dir);
@@ -1677,7 +1757,7 @@ Test(serve, harmony_replies_split_by_channel, .timeout = 120) {
                                        "<|constrain|>", "json", "<|message|>", "{\"city\":\"Paris\"}", "<|call|>", NULL};
     struct th_script_model sm = {"{# gpt-oss: <|start|>assistant<|channel|>final<|message|> #}{% for m in messages %}"
                               "{{ m.content }}{{ m.thinking if m.thinking is defined else '' }}{% endfor %}",
-                              {answer, call}, "<|return|>"};
+                              {answer, call}, "<|return|>", false};
     char dir[32];
     struct server s;
     scripted_start(&s, &sm, dir);
@@ -1928,7 +2008,7 @@ Test(serve, tool_choice_forces_each_familys_syntax, .timeout = 180) {
                        "\"properties\":{\"tz\":{\"$ref\":\"#/$defs/tz\"}},\"required\":[\"tz\"],"
                        "\"additionalProperties\":false,\"$defs\":{\"tz\":{\"enum\":[\"UTC\",\"CET\"]}}}}}";
     for (int f = 0; f < 6; f++) {
-        struct th_script_model sm = {tmpls[f], {script}, f == 3 ? "<|return|>" : "<|eos|>"};
+        struct th_script_model sm = {tmpls[f], {script}, f == 3 ? "<|return|>" : "<|eos|>", false};
         char dir[32], body[2048];
         struct server s;
         scripted_start(&s, &sm, dir);
@@ -1956,7 +2036,7 @@ Test(serve, tool_choice_forces_each_familys_syntax, .timeout = 180) {
 Test(serve, tool_choice_lets_a_model_think_first, .timeout = 120) {
     static const char *const script[] = {"<think>", "Hmm", "</think>", NULL};
     struct th_script_model sm = {"{# <tool_call> <think> #}{% for m in messages %}{{ m.content }}{% endfor %}",
-                                 {script}, "<|eos|>"};
+                                 {script}, "<|eos|>", false};
     char dir[32], body[1024];
     struct server s;
     scripted_start(&s, &sm, dir);

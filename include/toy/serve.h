@@ -61,6 +61,7 @@ struct toy_serve_options {
     int max_connections;       /* concurrent connections (128) */
     double drain_s;            /* on stop: how long requests in flight may still run (30) */
     const char *runs_dir;      /* event stream in runs_dir/<id>/events.jsonl ("runs"); NULL: none */
+    int pooling;               /* embeddings' pooling (enum toy_pooling); -1: the model's (its pooling_type, else mean) */
     bool no_prefix_cache;
     bool kv_f32;               /* KV caches in f32 (twice the memory); default f16, as toy generate */
     bool quiet;                /* no access log on stderr */

@@ -459,16 +459,23 @@ static void embed_step(struct srv_engine *e) {
         float *row = e->emb.out + (size_t)i * (size_t)d;
         bool whole = n <= SRV_PREFILL_CHUNK; /* in one graph, without a cache */
         int64_t end = whole || n - off <= SRV_PREFILL_CHUNK ? n : off + SRV_PREFILL_CHUNK;
-        /* the final-norm hidden states of the chunk, averaged */
-        enum toy_status st = forward_into(e, j->inputs[i] + off, end - off, off, whole ? NULL : &e->emb.kv,
-                                          SRV_OUT_MEAN_HIDDEN, row, d);
+        /* the final-norm hidden states of the chunk: averaged, or its first or last position's */
+        enum toy_pooling pool = e->m->pooling;
+        enum srv_out out = pool == TOY_POOLING_CLS ? SRV_OUT_FIRST_HIDDEN
+                           : pool == TOY_POOLING_LAST ? SRV_OUT_LAST_HIDDEN
+                                                      : SRV_OUT_MEAN_HIDDEN;
+        enum toy_status st = forward_into(e, j->inputs[i] + off, end - off, off, whole ? NULL : &e->emb.kv, out, row, d);
         if (st) { embed_fail(e, st, toy_last_error()); return; }
         atomic_fetch_add(&e->met->embed_tokens, end - off);
-        if (!whole) { /* the chunk's mean, weighted by its length; the input's mean once it is all done */
+        if (!whole && out == SRV_OUT_MEAN_HIDDEN) { /* the chunk's mean, weighted by its length; the input's mean
+                                                     * once it is all done */
             for (int64_t k = 0; k < d; k++) e->emb.sum[k] += (double)row[k] * (double)(end - off);
             if (end == n)
                 for (int64_t k = 0; k < d; k++) row[k] = (float)(e->emb.sum[k] / (double)n), e->emb.sum[k] = 0;
         }
+        /* the first position's state is known after the first chunk (attention is causal): the rest would not
+         * change it; the last position's is the last chunk's */
+        if (out == SRV_OUT_FIRST_HIDDEN) end = n;
         e->emb.off = end;
         if (end < n) return;
         e->emb.input++;

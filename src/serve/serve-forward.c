@@ -22,8 +22,8 @@
  *    packed for inference (toy_llama_pack_weights, on CPUs with AVX-512
  *    VNNI) give the same bits at every row count, so then no grouping;
  *  - outputs: the logits of the last position only (a prefill of T tokens
- *    never materialises T x vocab logits), or the mean of the final-norm
- *    hidden states over positions (embeddings).
+ *    never materialises T x vocab logits), or an embedding: the mean of the
+ *    final-norm hidden states over positions, or the first's or the last's.
  *
  * Keep in step with src/models/llama.c and gpt2.c when they change.
  */
@@ -34,12 +34,21 @@
 
 /* ---- the model ---------------------------------------------------------------- */
 
+/* x {d, T, B}: the one position an output needs (the first, for SRV_OUT_FIRST_HIDDEN; else the last), as a view */
+static struct toy_tensor *one_position(struct toy_ctx *ctx, struct toy_tensor *x, enum srv_out out) {
+    int64_t T = x->ne[1];
+    if (T == 1) return x;
+    int64_t ne[3] = {x->ne[0], 1, x->ne[2]};
+    size_t nb[3] = {x->nb[0], x->nb[1], x->nb[2]};
+    return toy_view(ctx, x, 3, ne, nb, out == SRV_OUT_FIRST_HIDDEN ? 0 : (size_t)(T - 1) * x->nb[1]);
+}
+
 struct srv_model toy_srv_model_llama(struct toy_llama *m) {
     const struct toy_llama_config *c = &m->cfg;
     return (struct srv_model){.llama = m, .arch = c->arch[0] ? c->arch : "llama", .vocab = c->vocab,
                               .d_model = c->d_model, .n_layers = c->n_layers, .n_heads = c->n_heads,
                               .n_kv_heads = c->n_kv_heads, .d_head = toy_llama_head_dim(c), .d_ff = c->d_ff,
-                              .max_ctx = c->max_ctx};
+                              .max_ctx = c->max_ctx, .pooling = c->pooling};
 }
 
 struct srv_model toy_srv_model_gpt2(struct toy_gpt2 *m) {
@@ -168,12 +177,9 @@ static struct toy_tensor *llama_forward(struct toy_ctx *ctx, struct toy_llama *m
         x = toy_rms_norm(ctx, x, m->out_norm, c->norm_eps); /* {d, T, B} */
         return toy_mean(ctx, x, 1);                          /* {d, 1, B} */
     }
-    if (T > 1) { /* only the last position goes through the head */
-        int64_t ne[3] = {d, 1, B};
-        size_t nb[3] = {x->nb[0], x->nb[1], x->nb[2]};
-        x = toy_view(ctx, x, 3, ne, nb, (size_t)(T - 1) * x->nb[1]);
-    }
-    x = toy_rms_norm(ctx, x, m->out_norm, c->norm_eps);
+    /* only the last position goes through the head */
+    x = toy_rms_norm(ctx, one_position(ctx, x, out), m->out_norm, c->norm_eps);
+    if (out != SRV_OUT_LOGITS_LAST) return x; /* the first or last position's hidden state */
     return toy_llama_head_out(ctx, c, projg(ctx, bf16, x, m->output, NULL, rg)); /* {vocab, 1, B} */
 }
 
@@ -204,12 +210,8 @@ static struct toy_tensor *gpt2_forward(struct toy_ctx *ctx, struct toy_gpt2 *m, 
         x = toy_layer_norm(ctx, x, m->out_norm, m->out_norm_b, c->norm_eps); /* {d, T, B} */
         return toy_mean(ctx, x, 1);                                         /* {d, 1, B} */
     }
-    if (T > 1) { /* only the last position goes through the head */
-        int64_t ne[3] = {d, 1, B};
-        size_t nb[3] = {x->nb[0], x->nb[1], x->nb[2]};
-        x = toy_view(ctx, x, 3, ne, nb, (size_t)(T - 1) * x->nb[1]);
-    }
-    x = toy_layer_norm(ctx, x, m->out_norm, m->out_norm_b, c->norm_eps);
+    x = toy_layer_norm(ctx, one_position(ctx, x, out), m->out_norm, m->out_norm_b, c->norm_eps);
+    if (out != SRV_OUT_LOGITS_LAST) return x;
     return projg(ctx, bf16, x, m->output, NULL, rg); /* {vocab, 1, B} */
 }
 

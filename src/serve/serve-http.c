@@ -595,7 +595,8 @@ struct toy_serve_options toy_serve_defaults(void) {
                                       .timeout_s = 600,
                                       .max_connections = 128,
                                       .drain_s = 30,
-                                      .runs_dir = "runs"};
+                                      .runs_dir = "runs",
+                                      .pooling = -1};
 }
 
 /* the model id: the file's base name without .gguf (through symlinks such as weights/latest) */
@@ -661,6 +662,7 @@ static enum toy_status serve_model(struct srv_model model, const struct toy_toke
     if (o.max_body == 0) o.max_body = def.max_body;
     if (o.max_connections <= 0) o.max_connections = def.max_connections;
     if (o.port < 0 || o.port > 65535) return toy_error(TOY_ERR_INVALID_ARG, "port %d (0..65535)", o.port);
+    if (o.pooling > TOY_POOLING_RANK) return toy_error(TOY_ERR_INVALID_ARG, "pooling %d (-1..4)", o.pooling);
     struct srv *S = calloc(1, sizeof *S);
     if (!S) return toy_error(TOY_ERR_NOMEM, "serve");
     pthread_mutex_init(&S->stat_mu, NULL);
@@ -668,6 +670,7 @@ static enum toy_status serve_model(struct srv_model model, const struct toy_toke
     S->o = o;
     S->started = (long)time(NULL);
     S->model_name = o.model_name ? strdup(o.model_name) : default_name(model_path);
+    if (o.pooling >= 0) model.pooling = (enum toy_pooling)o.pooling;
     S->model = model;
     const struct srv_model *m = S->api.m = &S->model;
     S->api.tok = tok;
@@ -738,6 +741,10 @@ static enum toy_status serve_model(struct srv_model model, const struct toy_toke
                                                       : "",
                 cs->format && cs->format != TOY_CHAT_FORMAT_HARMONY ? toy_chat_format_name(cs->format) : "",
                 cs->format && cs->format != TOY_CHAT_FORMAT_HARMONY ? " form" : "");
+    if (!o.quiet && m->pooling >= TOY_POOLING_CLS)
+        fprintf(stderr, "toy serve: embeddings: %s\n", m->pooling == TOY_POOLING_CLS ? "the first position's state"
+                                                      : m->pooling == TOY_POOLING_LAST ? "the last position's state"
+                                                                                       : "none (a reranker; --pooling)");
     bool v6 = strchr(o.host, ':') != NULL;
     fprintf(stderr, "toy serve: listening on http://%s%s%s:%d (model %s, %d slots x %lld positions, KV cache %.1f MiB)\n",
             v6 ? "[" : "", o.host, v6 ? "]" : "", S->o.port, S->model_name, o.n_slots, (long long)S->api.n_ctx,

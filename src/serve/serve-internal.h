@@ -37,6 +37,7 @@ struct srv_model {
     struct toy_gpt2 *gpt2;
     const char *arch;
     int64_t vocab, d_model, n_layers, n_heads, n_kv_heads, d_head, d_ff, max_ctx;
+    enum toy_pooling pooling; /* how embeddings pool the positions */
 };
 struct srv_model toy_srv_model_llama(struct toy_llama *m);
 struct srv_model toy_srv_model_gpt2(struct toy_gpt2 *m);
@@ -51,6 +52,8 @@ enum toy_status toy_srv_cache_init(const struct srv_model *m, struct toy_kv_cach
 enum srv_out {
     SRV_OUT_LOGITS_LAST, /* logits {vocab, 1, B} of each sequence's last position */
     SRV_OUT_MEAN_HIDDEN, /* final-norm hidden states averaged over positions {d, 1, B} */
+    SRV_OUT_FIRST_HIDDEN, /* the first position's final-norm hidden state {d, 1, B} */
+    SRV_OUT_LAST_HIDDEN, /* the last position's */
 };
 
 /* The model's forward of tokens {T, B} at positions pos {T*B}. With

@@ -99,14 +99,15 @@ static bool get_bool(json_t *o, const char *key, bool *out, struct srv_error *er
 
 /* ---- prompts ---------------------------------------------------------------------------------- */
 
-static bool encode_text(const struct srv_api *api, const char *text, size_t n, bool special, bool bos,
+/* special: text a template wrote (or a prompt written like one), which gets no second BOS; embed: an embedding's
+ * input, which gets the EOS the tokenizer adds (Qwen3-Embedding's: its last-token pooling reads it) */
+static bool encode_text(const struct srv_api *api, const char *text, size_t n, bool special, bool embed,
                         struct toy_tokens *out, const char *param, struct srv_error *err) {
     if (!api->tok) return BAD(param, "this model has no tokenizer: send token ids");
-    /* special: text a template wrote (or a prompt written like one), which gets no second BOS */
     unsigned flags = special ? toy_chat_encode_flags(api->tok, text)
-                             : bos && toy_tokenizer_bos(api->tok) >= 0 && toy_tokenizer_add_bos(api->tok) ? TOY_ENCODE_ADD_BOS
-                                                                                                     : 0;
-    if (special && !bos) flags &= ~(unsigned)TOY_ENCODE_ADD_BOS;
+                             : toy_tokenizer_bos(api->tok) >= 0 && toy_tokenizer_add_bos(api->tok) ? TOY_ENCODE_ADD_BOS
+                                                                                               : 0;
+    if (embed && toy_tokenizer_add_eos(api->tok) && toy_tokenizer_eos(api->tok) >= 0) flags |= TOY_ENCODE_ADD_EOS;
     if (toy_tokenizer_encode(api->tok, text, n, flags, out))
         return toy_srv_err(err, 400, "invalid_request_error", NULL, param, "%s", toy_last_error());
     for (int64_t i = 0; i < out->n; i++) /* a tokenizer larger than the model's embedding table */
@@ -149,7 +150,7 @@ static bool completion_prompt(const struct srv_api *api, json_t *p, struct toy_t
         p = json_array_get(p, 0);
     }
     if (json_is_string(p)) {
-        if (!encode_text(api, json_string_value(p), json_string_length(p), true, true, ids, "prompt", err))
+        if (!encode_text(api, json_string_value(p), json_string_length(p), true, false, ids, "prompt", err))
             return false;
         /* text of no tokens starts from BOS, added or not, as toy generate -p "" does */
         if (ids->n == 0 && toy_tokenizer_bos(api->tok) >= 0 &&
@@ -469,7 +470,7 @@ static bool chat_prompt(const struct srv_api *api, json_t *body, struct srv_requ
         free(text);
         return toy_srv_err(err, 400, "invalid_request_error", NULL, "messages", "%s", toy_last_error());
     }
-    bool ok = encode_text(api, text, strlen(text), true, true, ids, "messages", err);
+    bool ok = encode_text(api, text, strlen(text), true, false, ids, "messages", err);
     /* a reply is split when the model writes reasoning or channels, or may call the tools it was offered */
     r->syn.in_think = r->syn.think && toy_chat_prompt_in_think(text);
     r->parse_reply = r->syn.think || r->syn.format == TOY_CHAT_FORMAT_HARMONY ||
@@ -647,6 +648,9 @@ static bool parse_generate(const struct srv_api *api, json_t *body, struct srv_r
 static bool parse_embeddings(const struct srv_api *api, json_t *body, struct srv_request *r, struct srv_error *err) {
     struct srv_job *j = r->job = toy_srv_job_new(SRV_JOB_EMBED);
     if (!j) return toy_srv_err(err, 500, "server_error", NULL, NULL, "out of memory");
+    if (api->m->pooling == TOY_POOLING_RANK)
+        return BAD("input", "this model is a reranker (pooling_type rank): it scores pairs, it does not embed; "
+                   "serve it with --pooling mean|cls|last to embed anyway");
     json_t *in = json_object_get(body, "input");
     if (!in) return BAD("input", "'input' is required");
     /* one input (string or ids) or a list of them */
