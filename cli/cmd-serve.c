@@ -23,9 +23,9 @@ static int usage_to(FILE *out) {
             "                 [--chat-template NAME|JINJA|FILE] [--ctx N] [--parallel 4] [--queue 64] [--threads N]\n"
             "                 [--max-body BYTES] [--timeout SECONDS] [--max-connections 128] [--drain SECONDS]\n"
             "                 [--cors-origin '*'] [--runs DIR | --no-events] [--no-prefix-cache] [--kv-type f16|f32]\n"
-            "                 [--quiet]\n"
+            "                 [--pooling mean|cls|last] [--quiet]\n"
             "Endpoints: GET /health, GET /v1/models, POST /v1/completions, POST /v1/chat/completions,\n"
-            "POST /v1/embeddings, GET /metrics. --port 0 picks a free port (printed on stderr).\n");
+            "POST /v1/responses, POST /v1/embeddings, GET /metrics. --port 0 picks a free port (printed on stderr).\n");
     return 2;
 }
 static int usage(void) { return usage_to(stderr); }

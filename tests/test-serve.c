@@ -1127,6 +1127,7 @@ Test(serve, openai_npm_client, .timeout = 180) {
     server_start(&s, extra);
     char script[600];
     snprintf(script, sizeof script, "%s/client.mjs", dir);
+    /* the Responses API too: the SDK's output_text, whole and from the event stream */
     const char *js =
         "import OpenAI from 'openai';\n"
         "const c = new OpenAI({baseURL: process.argv[2], apiKey: 'k', maxRetries: 0});\n"
@@ -1146,6 +1147,13 @@ Test(serve, openai_npm_client, .timeout = 180) {
         "const e = await c.embeddings.create({model: 'tiny', input: ['a', 'b']});\n"
         "out.emb = e.data.map(d => d.embedding.length);\n"
         "out.emb_norm = Math.hypot(...e.data[0].embedding);\n"
+        "const rq = {model: 'tiny', input: 'Hi!', instructions: 'Be brief.', max_output_tokens: 10, temperature: 0};\n"
+        "out.resp = (await c.responses.create(rq)).output_text;\n"
+        "let rt = ''; let last = null;\n"
+        "for await (const ev of await c.responses.create({...rq, stream: true})) {\n"
+        "  if (ev.type === 'response.output_text.delta') rt += ev.delta; last = ev; }\n"
+        "out.resp_stream = rt; out.resp_last = last.type; out.resp_last_text = last.response.output_text ??\n"
+        "  last.response.output[0].content[0].text;\n"
         "try { await c.completions.create({...p, model: 'nope'}); out.err = 'none'; } catch (x) { out.err = x.status; }\n"
         "console.log(JSON.stringify(out));\n";
     spit(script, js, strlen(js));
@@ -1748,6 +1756,132 @@ Test(serve, qwen_style_replies_split_into_reasoning_content_and_tool_calls, .tim
 
 /* gpt-oss's channels (special tokens): the analysis is reasoning, <|end|> ends a message and not the reply, the
  * final channel is content, and a commentary message to=functions.NAME is a call that <|call|> ends */
+/* OpenAI's Responses API on the chat path: a reasoning item, the message and a function_call, whole and as the
+ * event stream (created, in_progress, each item added / its deltas / done, completed), which ends with the same
+ * output; input items (messages with parts, a call and its output) become the chat the template sees; what toy
+ * cannot do (stored responses, hosted tools) is refused, naming the Responses parameter */
+Test(serve, responses_api_whole_and_streamed, .timeout = 120) {
+    static const char *const script[] = {"<think>", "\nThe user wants Paris weather.", "\n</think>\n\n",
+                                         "Let me check.", "\n", "<tool_call>",
+                                         "\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n",
+                                         "</tool_call>", NULL};
+    struct th_script_model sm = {"{# a Qwen-like family: <tool_call> and <think> #}{% for m in messages %}"
+                                 "[{{ m.role }}{% for c in m.tool_calls or [] %}|{{ c.id }} {{ c.function.name }}"
+                                 "{{ c.function.arguments }}{% endfor %}{{ m.tool_call_id or '' }}:{{ m.content }}"
+                                 "{% endfor %}",
+                                 {script}, "<|eos|>", false};
+    char dir[32];
+    struct server s;
+    scripted_start(&s, &sm, dir);
+    const char *tools = "\"tools\":[{\"type\":\"function\",\"name\":\"get_weather\",\"parameters\":{\"type\":"
+                        "\"object\",\"properties\":{\"city\":{\"type\":\"string\"}}}}]";
+    char body[2048];
+    snprintf(body, sizeof body, "{\"input\":\"<|go1|>\",\"instructions\":\"Be brief.\",\"temperature\":0,%s}", tools);
+    struct resp r = http(&s, "POST", "/v1/responses", body);
+    cr_assert_eq(r.code, 200, "%s", r.body);
+    cr_expect_str_eq(jstr(r.json, "object"), "response");
+    cr_expect_str_eq(jstr(r.json, "status"), "completed");
+    cr_expect_str_eq(jstr(r.json, "instructions"), "Be brief.");
+    cr_expect_str_eq(jstr(r.json, "output.0.type"), "reasoning");
+    cr_expect_str_eq(jstr(r.json, "output.0.content.0.text"), "The user wants Paris weather.");
+    cr_expect_str_eq(jstr(r.json, "output.1.type"), "message");
+    cr_expect_str_eq(jstr(r.json, "output.1.content.0.type"), "output_text");
+    cr_expect_str_eq(jstr(r.json, "output.1.content.0.text"), "Let me check.");
+    cr_expect_str_eq(jstr(r.json, "output.2.type"), "function_call");
+    cr_expect_str_eq(jstr(r.json, "output.2.name"), "get_weather");
+    cr_expect_str_eq(jstr(r.json, "output.2.arguments"), "{\"city\":\"Paris\"}");
+    cr_expect(jstr(r.json, "output.2.call_id") && !strncmp(jstr(r.json, "output.2.call_id"), "call_", 5));
+    cr_expect_eq(jint(r.json, "usage.output_tokens"), 9);
+    cr_expect_eq(jint(r.json, "usage.total_tokens"), jint(r.json, "usage.input_tokens") + 9, "%s", r.body);
+    char *whole = json_dumps(json_object_get(r.json, "output"), JSON_COMPACT);
+    resp_free(&r);
+
+    snprintf(body, sizeof body, "{\"input\":\"<|go1|>\",\"instructions\":\"Be brief.\",\"temperature\":0,"
+             "\"stream\":true,%s}", tools);
+    r = http(&s, "POST", "/v1/responses", body);
+    cr_assert_eq(r.code, 200, "%s", r.body);
+    char types[2048] = "", reasoning[256] = "", text[256] = "";
+    json_t *done = NULL;
+    int seq = 0;
+    for (const char *p = r.body; (p = strstr(p, "event: "));) {
+        const char *nl = strchr(p, '\n'), *d = strstr(p, "data: "), *e = d ? strstr(d, "\n\n") : NULL;
+        cr_assert(nl && d == nl + 1 && e, "not an event: %s", p);
+        json_t *o = json_loadb(d + 6, (size_t)(e - d - 6), 0, NULL);
+        cr_assert(o, "data is not JSON: %.*s", (int)(e - d), d);
+        const char *type = jstr(o, "type");
+        cr_assert(type && (size_t)(nl - p - 7) == strlen(type) && !strncmp(p + 7, type, strlen(type)));
+        cr_expect_eq(jint(o, "sequence_number"), seq++, "%s", type);
+        snprintf(types + strlen(types), sizeof types - strlen(types), "%s,", type + strlen("response."));
+        if (!strcmp(type, "response.reasoning_text.delta")) strncat(reasoning, jstr(o, "delta"), 100);
+        if (!strcmp(type, "response.output_text.delta")) strncat(text, jstr(o, "delta"), 100);
+        if (!strcmp(type, "response.completed")) done = json_incref(json_object_get(o, "response"));
+        json_decref(o);
+        p = e;
+    }
+    cr_expect_str_eq(types, "created,in_progress,output_item.added,content_part.added,reasoning_text.delta,"
+                            "reasoning_text.done,content_part.done,output_item.done,output_item.added,"
+                            "content_part.added,output_text.delta,output_text.done,content_part.done,output_item.done,"
+                            "output_item.added,function_call_arguments.delta,function_call_arguments.done,"
+                            "output_item.done,completed,");
+    cr_expect_str_eq(reasoning, "The user wants Paris weather.");
+    cr_expect_str_eq(text, "Let me check.");
+    cr_assert(done, "no response.completed");
+    json_t *out = json_object_get(done, "output"), *want = json_loads(whole, 0, NULL);
+    cr_expect_eq(json_array_size(out), 3);
+    for (size_t k = 0; k < 3; k++) { /* as the whole response's, but for the ids (another response's) */
+        json_t *a = json_deep_copy(json_array_get(out, k)), *b = json_deep_copy(json_array_get(want, k));
+        const char *keys[] = {"id", "call_id"};
+        for (int i = 0; i < 2; i++) json_object_del(a, keys[i]), json_object_del(b, keys[i]);
+        cr_expect(json_equal(a, b), "item %zu differs", k);
+        json_decref(a), json_decref(b);
+    }
+    json_decref(want), json_decref(done), free(whole);
+    resp_free(&r);
+
+    /* input items: a message with parts, the call made and its output reach the template as the chat messages
+     * written out do (the same prompt: the same count of tokens) */
+    snprintf(body, sizeof body, "{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_text\",\"text\":\"a\"},"
+             "{\"type\":\"input_text\",\"text\":\"b\"}]},{\"type\":\"function_call\",\"call_id\":\"c1\",\"name\":"
+             "\"get_weather\",\"arguments\":\"{\\\"city\\\": \\\"Oslo\\\"}\"},{\"type\":\"function_call_output\","
+             "\"call_id\":\"c1\",\"output\":\"sunny\"},{\"type\":\"message\",\"role\":\"user\",\"content\":\"<|go1|>\"}],"
+             "\"max_output_tokens\":1,%s}", tools);
+    r = http(&s, "POST", "/v1/responses", body);
+    cr_expect_eq(r.code, 200, "%s", r.body);
+    cr_expect_str_eq(jstr(r.json, "status"), "incomplete");
+    cr_expect_str_eq(jstr(r.json, "incomplete_details.reason"), "max_output_tokens");
+    long long input_tokens = jint(r.json, "usage.input_tokens");
+    resp_free(&r);
+    snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"ab\"},{\"role\":\"assistant\","
+             "\"content\":null,\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":"
+             "\"get_weather\",\"arguments\":\"{\\\"city\\\": \\\"Oslo\\\"}\"}}]},{\"role\":\"tool\",\"tool_call_id\":"
+             "\"c1\",\"content\":\"sunny\"},{\"role\":\"user\",\"content\":\"<|go1|>\"}],\"max_tokens\":1}");
+    r = http(&s, "POST", "/v1/chat/completions", body);
+    cr_expect_eq(r.code, 200, "%s", r.body);
+    cr_expect_eq(jint(r.json, "usage.prompt_tokens"), input_tokens, "%s", r.body);
+    cr_expect_gt(input_tokens, 30);
+    resp_free(&r);
+    const char *bad[][2] = {
+        {"{\"input\":\"x\",\"previous_response_id\":\"resp_1\"}", "previous_response_id"},
+        {"{\"input\":\"x\",\"tools\":[{\"type\":\"web_search\"}]}", "tools"},
+        {"{\"input\":[{\"type\":\"item_reference\",\"id\":\"msg_1\"}]}", "input"},
+        {"{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_image\",\"image_url\":\"x\"}]}]}", "input"},
+        {"{\"instructions\":\"x\"}", "input"},
+        {"{\"input\":\"x\",\"max_output_tokens\":-1}", "max_output_tokens"},
+        {"{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"json_schema\",\"name\":\"r\",\"schema\":{\"type\":\"string\","
+         "\"pattern\":\"a\"}}}}", "text.format"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        r = http(&s, "POST", "/v1/responses", bad[i][0]);
+        cr_expect_eq(r.code, 400, "case %zu: %s", i, r.body);
+        cr_expect_str_eq(jstr(r.json, "error.param"), bad[i][1], "case %zu: %s", i, r.body);
+        resp_free(&r);
+    }
+    r = http(&s, "POST", "/v1/responses", "{\"input\":\"x\",\"max_output_tokens\":-1}");
+    cr_expect(strstr(r.body, "'max_output_tokens'"), "%s", r.body);
+    resp_free(&r);
+    scripted_stop(&s, dir);
+}
+
 Test(serve, harmony_replies_split_by_channel, .timeout = 120) {
     static const char *const answer[] = {"<|channel|>", "analysis", "<|message|>", "User greets. Reply.", "<|end|>",
                                          "<|start|>", "assistant", "<|channel|>", "final", "<|message|>",

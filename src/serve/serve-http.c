@@ -35,10 +35,10 @@
 #include "toy/events.h"
 #include "toy/run-dir.h"
 
-enum route { R_HEALTH, R_MODELS, R_MODEL, R_COMPLETIONS, R_CHAT, R_EMBEDDINGS, R_METRICS, R_OTHER, R_COUNT };
+enum route { R_HEALTH, R_MODELS, R_MODEL, R_COMPLETIONS, R_CHAT, R_EMBEDDINGS, R_RESPONSES, R_METRICS, R_OTHER, R_COUNT };
 static const char *const route_names[R_COUNT] = {"/health",        "/v1/models", "/v1/models/{model}",
                                                  "/v1/completions", "/v1/chat/completions", "/v1/embeddings",
-                                                 "/metrics",        "other"};
+                                                 "/v1/responses",   "/metrics",  "other"};
 
 struct stat_row {
     int route, code;
@@ -247,6 +247,19 @@ static void sse_json(struct stream *s, json_t *o) {
     free(t);
 }
 
+/* Responses events: "event: TYPE" and the object as data, each */
+static void sse_events(struct stream *s, json_t *events) {
+    for (size_t i = 0; i < json_array_size(events); i++) {
+        json_t *e = json_array_get(events, i);
+        const char *type = json_string_value(json_object_get(e, "type"));
+        sse_append(s, "event: ", 7);
+        sse_append(s, type ? type : "message", strlen(type ? type : "message"));
+        sse_append(s, "\n", 1);
+        sse_json(s, json_incref(e));
+    }
+    json_decref(events);
+}
+
 static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
     struct stream *s = cls;
     struct srv_api *api = &s->S->api;
@@ -269,11 +282,17 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
                 return MHD_CONTENT_READER_END_WITH_ERROR;
             }
         }
+        bool resp = s->req.resp_body != NULL;
         if (j->n_toks > s->sent) {
-            sse_json(s, toy_srv_chunk_json(api, &s->req, j, s->sent, j->n_toks, &s->split, s->id, s->created));
+            if (resp) sse_events(s, toy_srv_responses_events(api, &s->req, j, false, &s->split, s->id, s->created));
+            else sse_json(s, toy_srv_chunk_json(api, &s->req, j, s->sent, j->n_toks, &s->split, s->id, s->created));
             s->sent = j->n_toks;
         }
-        if (j->done && s->sent == j->n_toks) {
+        if (j->done && s->sent == j->n_toks && resp) { /* no [DONE]: the last event says the response is over */
+            sse_events(s, j->err ? toy_srv_responses_failed(api, &s->req, &s->split, s->id, s->created, j->errmsg)
+                                 : toy_srv_responses_events(api, &s->req, j, true, &s->split, s->id, s->created));
+            s->finished = true;
+        } else if (j->done && s->sent == j->n_toks) {
             if (j->err) {
                 struct srv_error e = {.http = 500, .type = "server_error"};
                 snprintf(e.msg, sizeof e.msg, "%s", j->errmsg);
@@ -294,7 +313,8 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
 static void stream_free(void *cls) {
     struct stream *s = cls;
     if (!s->finished) atomic_store(&s->req.job->cancel, true);
-    enum route r = s->req.ep == SRV_EP_CHAT ? R_CHAT : R_COMPLETIONS;
+    enum route r = s->req.resp_body ? R_RESPONSES : s->req.ep == SRV_EP_CHAT ? R_CHAT : R_COMPLETIONS;
+    json_decref(s->split.items);
     count(s->S, r, s->finished ? 200 : 499);
     request_done(s->S, &s->req, r, s->finished ? 200 : 499, s->req_no, s->t0, true);
     toy_srv_request_free(&s->req);
@@ -368,8 +388,10 @@ static enum MHD_Result metrics(struct srv *S, struct MHD_Connection *c) {
 }
 
 static enum MHD_Result generate(struct srv *S, struct MHD_Connection *c, struct conn *k) {
-    enum srv_endpoint ep = k->route == R_CHAT ? SRV_EP_CHAT : k->route == R_COMPLETIONS ? SRV_EP_COMPLETIONS
-                                                                                         : SRV_EP_EMBEDDINGS;
+    enum srv_endpoint ep = k->route == R_CHAT          ? SRV_EP_CHAT
+                           : k->route == R_COMPLETIONS ? SRV_EP_COMPLETIONS
+                           : k->route == R_RESPONSES   ? SRV_EP_RESPONSES
+                                                       : SRV_EP_EMBEDDINGS;
     long req_no = (long)atomic_fetch_add(&S->n_requests, 1) + 1;
     struct srv_request rq;
     struct srv_error err = {0};
@@ -389,7 +411,11 @@ static enum MHD_Result generate(struct srv *S, struct MHD_Connection *c, struct 
         return send_error(S, c, k->route, &e, MHD_HTTP_HEADER_RETRY_AFTER, "1");
     }
     char id[48];
-    snprintf(id, sizeof id, "%s-%lx%06ld", ep == SRV_EP_CHAT ? "chatcmpl" : ep == SRV_EP_COMPLETIONS ? "cmpl" : "emb",
+    snprintf(id, sizeof id, "%s%lx%06ld",
+             rq.resp_body               ? "resp_"
+             : ep == SRV_EP_CHAT        ? "chatcmpl-"
+             : ep == SRV_EP_COMPLETIONS ? "cmpl-"
+                                        : "emb-",
              S->started & 0xffffff, req_no);
     long created = (long)time(NULL);
     int fd = conn_fd(c);
@@ -407,7 +433,8 @@ static enum MHD_Result generate(struct srv *S, struct MHD_Connection *c, struct 
         s->req_no = req_no;
         s->fd = fd;
         s->t0 = k->t0;
-        if (ep == SRV_EP_CHAT) sse_json(s, toy_srv_chunk_role(&S->api, &rq, id, created));
+        if (rq.resp_body) sse_events(s, toy_srv_responses_start(&S->api, &rq, &s->split, id, created));
+        else if (ep == SRV_EP_CHAT) sse_json(s, toy_srv_chunk_role(&S->api, &rq, id, created));
         struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, s, stream_free);
         if (!resp) { stream_free(s); return MHD_NO; }
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
@@ -455,6 +482,7 @@ static enum route route_of(const char *url) {
     if (!strcmp(url, "/v1/completions")) return R_COMPLETIONS;
     if (!strcmp(url, "/v1/chat/completions")) return R_CHAT;
     if (!strcmp(url, "/v1/embeddings")) return R_EMBEDDINGS;
+    if (!strcmp(url, "/v1/responses")) return R_RESPONSES;
     if (!strcmp(url, "/metrics")) return R_METRICS;
     return R_OTHER;
 }
@@ -548,7 +576,8 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     if (!authorized(S, c))
         return fail(S, c, k->route, 401, "invalid_request_error", "invalid_api_key",
                     "missing or wrong API key (send \"Authorization: Bearer KEY\")");
-    bool wants_post = k->route == R_COMPLETIONS || k->route == R_CHAT || k->route == R_EMBEDDINGS;
+    bool wants_post = k->route == R_COMPLETIONS || k->route == R_CHAT || k->route == R_EMBEDDINGS ||
+                      k->route == R_RESPONSES;
     if (wants_post ? !post : !get) return not_allowed(S, c, k->route, wants_post ? "POST" : "GET, HEAD", url);
     switch (k->route) {
     case R_MODELS: return send_json(S, c, k->route, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", model_json(S)), NULL, NULL);
@@ -559,6 +588,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         return send_json(S, c, k->route, 200, model_json(S), NULL, NULL);
     case R_METRICS: return metrics(S, c);
     case R_CHAT:
+    case R_RESPONSES:
         if (!S->api.tmpl)
             return fail(S, c, k->route, 400, "invalid_request_error", NULL,
                         "this model has no chat template and none was given (--chat-template)");

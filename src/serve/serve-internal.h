@@ -206,7 +206,8 @@ struct srv_api {
     int timeout_s;
 };
 
-enum srv_endpoint { SRV_EP_COMPLETIONS, SRV_EP_CHAT, SRV_EP_EMBEDDINGS };
+/* SRV_EP_RESPONSES is parsed into a chat request (ep SRV_EP_CHAT, resp_body set) */
+enum srv_endpoint { SRV_EP_COMPLETIONS, SRV_EP_CHAT, SRV_EP_EMBEDDINGS, SRV_EP_RESPONSES };
 
 /* An OpenAI-style error: {"error": {"message", "type", "param", "code"}}. */
 struct srv_error {
@@ -231,17 +232,37 @@ struct srv_request {
     bool parse_reply;       /* chat: the reply is split into reasoning, content and tool calls */
     struct toy_chat_syntax syn;
     char **tool_names;      /* syn.tool_names, owned */
+    json_t *resp_body;      /* a Responses request (POST /v1/responses, run as a chat): its body, owned */
 };
 
 /* What a chat stream has sent of the split reply so far. */
 struct srv_sent {
     size_t reasoning, content, calls;
+    /* a Responses stream: its output items so far (owned), which is open (0: none, 1: reasoning, 2: the
+     * message), and the next event's sequence number */
+    json_t *items;
+    int open, seq;
 };
 
 /* Parses and validates a request body; on false, *err says why (4xx). */
 bool toy_srv_parse_request(const struct srv_api *api, enum srv_endpoint ep, const char *body, size_t len,
                            struct srv_request *r, struct srv_error *err);
 void toy_srv_request_free(struct srv_request *r);
+
+/* The Responses API (serve-responses.c): a request body as a chat request's (*out, owned, even on false);
+ * the chat parser's error names as the Responses request's; the whole response object; and the stream's
+ * events (arrays of event objects with "type"): its start, what the reply so far adds (final: the rest
+ * and response.completed), a failure. */
+bool toy_srv_responses_to_chat(json_t *body, json_t **out, struct srv_error *err);
+void toy_srv_responses_param(struct srv_error *err);
+json_t *toy_srv_responses_json(const struct srv_api *api, const struct srv_request *r, struct srv_job *j,
+                               const char *id, long created);
+json_t *toy_srv_responses_start(const struct srv_api *api, const struct srv_request *r, struct srv_sent *s,
+                                const char *id, long created);
+json_t *toy_srv_responses_events(const struct srv_api *api, const struct srv_request *r, struct srv_job *j, bool final,
+                                 struct srv_sent *s, const char *id, long created);
+json_t *toy_srv_responses_failed(const struct srv_api *api, const struct srv_request *r, struct srv_sent *s,
+                                 const char *id, long created, const char *msg);
 
 /* "stop", "length"; "tool_calls" when the reply made some (j->n_calls). */
 const char *toy_srv_finish_reason(const struct srv_job *j);

@@ -714,7 +714,14 @@ bool toy_srv_parse_request(const struct srv_api *api, enum srv_endpoint ep, cons
     bool ok;
     if (!json_is_object(o)) ok = BAD(NULL, "the request body must be a JSON object");
     else if (!parse_model(api, o, err)) ok = false;
-    else ok = ep == SRV_EP_EMBEDDINGS ? parse_embeddings(api, o, r, err) : parse_generate(api, o, r, err);
+    else if (ep == SRV_EP_RESPONSES) { /* run as the chat request it translates to */
+        json_t *chat = NULL;
+        r->ep = SRV_EP_CHAT;
+        r->resp_body = json_incref(o);
+        ok = toy_srv_responses_to_chat(o, &chat, err) && parse_generate(api, chat, r, err);
+        if (!ok) toy_srv_responses_param(err);
+        json_decref(chat);
+    } else ok = ep == SRV_EP_EMBEDDINGS ? parse_embeddings(api, o, r, err) : parse_generate(api, o, r, err);
     json_decref(o);
     return ok;
 }
@@ -725,6 +732,8 @@ void toy_srv_request_free(struct srv_request *r) {
     for (size_t i = 0; r->tool_names && r->tool_names[i]; i++) free(r->tool_names[i]);
     free(r->tool_names);
     r->tool_names = NULL;
+    json_decref(r->resp_body);
+    r->resp_body = NULL;
 }
 
 /* ---- responses ------------------------------------------------------------------------------------ */
@@ -915,6 +924,7 @@ static json_t *reply_delta(const struct srv_request *r, struct srv_job *j, bool 
 json_t *toy_srv_response_json(const struct srv_api *api, const struct srv_request *r, struct srv_job *j,
                               const char *id, long created) {
     if (r->ep == SRV_EP_EMBEDDINGS) return embeddings_json(api, r, j);
+    if (r->resp_body) return toy_srv_responses_json(api, r, j, id, created);
     bool chat = r->ep == SRV_EP_CHAT;
     json_t *choice = json_object();
     json_object_set_new(choice, "index", json_integer(0));

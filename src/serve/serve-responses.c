@@ -1,0 +1,468 @@
+/* serve-responses.c: OpenAI's Responses API (POST /v1/responses) over the
+ * chat path. A request is translated into a chat completion request
+ * (input items into messages, instructions into a system message, flat
+ * function tools into chat tools, text.format into response_format,
+ * max_output_tokens into max_tokens, reasoning.effort into
+ * reasoning_effort), which the chat parser then checks and runs as any
+ * other; the reply, split as a chat reply is (reasoning, content, calls),
+ * becomes output items: a reasoning item, a message with output_text, and
+ * a function_call per call. Streamed, it is the Responses event sequence:
+ * response.created, response.in_progress, then for each item
+ * output_item.added, its deltas and its .done events, and
+ * response.completed (or response.incomplete) with the whole response.
+ * toy keeps no responses: previous_response_id and item references are
+ * refused (send the whole conversation as input).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "serve/serve-internal.h"
+
+#define BAD(param, ...) toy_srv_err(err, 400, "invalid_request_error", NULL, param, __VA_ARGS__)
+
+static json_t *jstrn(const char *s, size_t n) {
+    if (toy_utf8_valid(s, n)) return json_stringn(s, n);
+    size_t m;
+    char *c = toy_utf8_clean(s, n, &m);
+    json_t *j = c ? json_stringn(c, m) : json_string("");
+    free(c);
+    return j;
+}
+
+/* ---- the request ------------------------------------------------------------------------------ */
+
+/* a message's content: a string, or parts {type: input_text | output_text | text, text} joined */
+static bool item_text(json_t *c, size_t i, json_t **out, struct srv_error *err) {
+    if (json_is_string(c)) {
+        *out = json_incref(c);
+        return true;
+    }
+    if (!json_is_array(c)) return BAD("input", "input[%zu].content must be a string or an array of text parts", i);
+    size_t len = 0;
+    for (size_t k = 0; k < json_array_size(c); k++) {
+        json_t *p = json_array_get(c, k);
+        const char *type = json_string_value(json_object_get(p, "type"));
+        const char *t = json_string_value(json_object_get(p, "text"));
+        if (!type || (strcmp(type, "input_text") && strcmp(type, "output_text") && strcmp(type, "text")) || !t)
+            return BAD("input", "input[%zu].content[%zu]: type '%s' (toy reads input_text and output_text parts)", i,
+                       k, type ? type : "?");
+        len += strlen(t);
+    }
+    char *s = malloc(len + 1), *q = s;
+    if (!s) return toy_srv_err(err, 500, "server_error", NULL, NULL, "out of memory");
+    for (size_t k = 0; k < json_array_size(c); k++) {
+        const char *t = json_string_value(json_object_get(json_array_get(c, k), "text"));
+        size_t n = strlen(t);
+        memcpy(q, t, n);
+        q += n;
+    }
+    *q = 0;
+    *out = json_string(s);
+    free(s);
+    return *out != NULL;
+}
+
+/* the assistant message calls go into: the last message when it is the assistant's, else a new one */
+static json_t *assistant_for_calls(json_t *msgs) {
+    json_t *last = json_array_get(msgs, json_array_size(msgs) - 1);
+    const char *role = json_string_value(json_object_get(last, "role"));
+    if (last && role && !strcmp(role, "assistant")) return last;
+    json_t *m = json_pack("{s:s,s:n}", "role", "assistant", "content");
+    json_array_append_new(msgs, m);
+    return m;
+}
+
+static bool input_messages(json_t *in, json_t *msgs, struct srv_error *err) {
+    if (json_is_string(in)) {
+        json_array_append_new(msgs, json_pack("{s:s,s:O}", "role", "user", "content", in));
+        return true;
+    }
+    if (!json_is_array(in) || json_array_size(in) == 0)
+        return BAD("input", "'input' must be a string or a non-empty array of items");
+    json_t *reasoning = NULL; /* a reasoning item's text, for the assistant message after it */
+    for (size_t i = 0; i < json_array_size(in); i++) {
+        json_t *it = json_array_get(in, i);
+        if (!json_is_object(it)) return BAD("input", "input[%zu] must be an object", i);
+        const char *type = json_string_value(json_object_get(it, "type"));
+        const char *role = json_string_value(json_object_get(it, "role"));
+        if (!type && role) type = "message";
+        if (!type) return BAD("input", "input[%zu] has no type", i);
+        if (!strcmp(type, "message")) {
+            if (!role || (strcmp(role, "user") && strcmp(role, "system") && strcmp(role, "developer") &&
+                          strcmp(role, "assistant")))
+                return BAD("input", "input[%zu].role must be user, system, developer or assistant", i);
+            json_t *text;
+            if (!item_text(json_object_get(it, "content"), i, &text, err)) return false;
+            json_t *m = json_pack("{s:s,s:o}", "role", role, "content", text);
+            if (!strcmp(role, "assistant") && reasoning) json_object_set(m, "reasoning_content", reasoning);
+            json_array_append_new(msgs, m);
+            json_decref(reasoning), reasoning = NULL;
+        } else if (!strcmp(type, "function_call")) {
+            const char *name = json_string_value(json_object_get(it, "name"));
+            json_t *args = json_object_get(it, "arguments"), *id = json_object_get(it, "call_id");
+            if (!name || !json_is_string(args) || !json_is_string(id))
+                return BAD("input", "input[%zu]: a function_call needs call_id, name and arguments (strings)", i);
+            json_t *m = assistant_for_calls(msgs);
+            if (reasoning) json_object_set(m, "reasoning_content", reasoning);
+            json_decref(reasoning), reasoning = NULL;
+            json_t *calls = json_object_get(m, "tool_calls");
+            if (!calls) json_object_set_new(m, "tool_calls", calls = json_array());
+            json_array_append_new(calls, json_pack("{s:O,s:s,s:{s:s,s:O}}", "id", id, "type", "function", "function",
+                                                   "name", name, "arguments", args));
+        } else if (!strcmp(type, "function_call_output")) {
+            json_t *id = json_object_get(it, "call_id"), *text;
+            if (!json_is_string(id)) return BAD("input", "input[%zu]: a function_call_output needs a call_id", i);
+            if (!item_text(json_object_get(it, "output"), i, &text, err)) return false;
+            json_array_append_new(msgs, json_pack("{s:s,s:O,s:o}", "role", "tool", "tool_call_id", id, "content", text));
+        } else if (!strcmp(type, "reasoning")) { /* its text, for the template of the assistant turn it preceded */
+            json_t *parts = json_object_get(it, "content");
+            if (!json_array_size(parts)) parts = json_object_get(it, "summary");
+            json_t *text = NULL;
+            for (size_t k = 0; k < json_array_size(parts); k++)
+                if (!json_is_string(json_object_get(json_array_get(parts, k), "text")))
+                    return BAD("input", "input[%zu]: reasoning parts need a text", i);
+            if (json_array_size(parts)) {
+                json_t *copy = json_array();
+                for (size_t k = 0; k < json_array_size(parts); k++)
+                    json_array_append_new(copy, json_pack("{s:s,s:O}", "type", "text", "text",
+                                                          json_object_get(json_array_get(parts, k), "text")));
+                bool ok = item_text(copy, i, &text, err);
+                json_decref(copy);
+                if (!ok) return false;
+            }
+            json_decref(reasoning);
+            reasoning = text;
+        } else if (!strcmp(type, "item_reference")) {
+            return BAD("input", "input[%zu]: item_reference (toy stores no responses: send the items themselves)", i);
+        } else {
+            return BAD("input", "input[%zu]: item type '%s' (toy reads message, function_call, function_call_output "
+                       "and reasoning)", i, type);
+        }
+    }
+    json_decref(reasoning);
+    return true;
+}
+
+static bool copy_keys(json_t *from, json_t *to, const char *const *keys) {
+    for (const char *const *k = keys; *k; k++) {
+        json_t *v = json_object_get(from, *k);
+        if (v) json_object_set(to, *k, v);
+    }
+    return true;
+}
+
+bool toy_srv_responses_to_chat(json_t *body, json_t **out, struct srv_error *err) {
+    *out = NULL;
+    json_t *prev = json_object_get(body, "previous_response_id");
+    if (prev && !json_is_null(prev))
+        return BAD("previous_response_id", "toy stores no responses: send the whole conversation as 'input'");
+    json_t *bg = json_object_get(body, "background");
+    if (json_is_true(bg)) return BAD("background", "background responses are not supported");
+    json_t *in = json_object_get(body, "input");
+    if (!in) return BAD("input", "'input' is required");
+    json_t *chat = json_object(), *msgs = json_array();
+    json_object_set_new(chat, "messages", msgs);
+    *out = chat;
+    json_t *instr = json_object_get(body, "instructions");
+    if (instr && !json_is_null(instr)) {
+        if (!json_is_string(instr)) return BAD("instructions", "'instructions' must be a string");
+        json_array_append_new(msgs, json_pack("{s:s,s:O}", "role", "system", "content", instr));
+    }
+    if (!input_messages(in, msgs, err)) return false;
+    static const char *const same[] = {"model", "stream", "temperature", "top_p", "top_k", "min_p", "seed",
+                                       "frequency_penalty", "presence_penalty", "repeat_penalty", "logit_bias",
+                                       "stop", "chat_template_kwargs", "parallel_tool_calls", NULL};
+    copy_keys(body, chat, same);
+    json_t *v = json_object_get(body, "max_output_tokens");
+    if (v && !json_is_null(v)) json_object_set(chat, "max_tokens", v);
+    json_t *tools = json_object_get(body, "tools");
+    if (tools && !json_is_null(tools)) {
+        if (!json_is_array(tools)) return BAD("tools", "'tools' must be an array");
+        json_t *ct = json_array();
+        json_object_set_new(chat, "tools", ct);
+        for (size_t k = 0; k < json_array_size(tools); k++) {
+            json_t *t = json_array_get(tools, k);
+            const char *type = json_string_value(json_object_get(t, "type"));
+            if (!type || strcmp(type, "function"))
+                return BAD("tools", "tools[%zu]: type '%s' (toy runs function tools only)", k, type ? type : "?");
+            json_t *fn = json_object();
+            static const char *const fkeys[] = {"name", "description", "parameters", "strict", NULL};
+            copy_keys(t, fn, fkeys);
+            json_array_append_new(ct, json_pack("{s:s,s:o}", "type", "function", "function", fn));
+        }
+    }
+    json_t *tc = json_object_get(body, "tool_choice");
+    if (tc && !json_is_null(tc)) {
+        const char *tt = json_string_value(json_object_get(tc, "type"));
+        if (json_is_object(tc) && tt && !strcmp(tt, "function"))
+            json_object_set_new(chat, "tool_choice", json_pack("{s:s,s:{s:O}}", "type", "function", "function", "name",
+                                                               json_object_get(tc, "name")));
+        else
+            json_object_set(chat, "tool_choice", tc);
+    }
+    json_t *fmt = json_object_get(json_object_get(body, "text"), "format");
+    if (fmt && !json_is_null(fmt)) {
+        const char *ft = json_string_value(json_object_get(fmt, "type"));
+        if (ft && !strcmp(ft, "json_schema")) {
+            json_t *js = json_object();
+            static const char *const jkeys[] = {"name", "schema", "strict", NULL};
+            copy_keys(fmt, js, jkeys);
+            json_object_set_new(chat, "response_format", json_pack("{s:s,s:o}", "type", "json_schema", "json_schema", js));
+        } else {
+            json_object_set(chat, "response_format", fmt);
+        }
+    }
+    json_t *effort = json_object_get(json_object_get(body, "reasoning"), "effort");
+    if (json_is_string(effort)) json_object_set(chat, "reasoning_effort", effort);
+    return true;
+}
+
+/* the chat parameter an error names, as the Responses request calls it */
+void toy_srv_responses_param(struct srv_error *err) {
+    static const char *const map[][2] = {{"messages", "input"}, {"max_tokens", "max_output_tokens"},
+                                         {"response_format", "text.format"}, {"reasoning_effort", "reasoning.effort"}};
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++) {
+        if (strcmp(err->param, map[i][0])) continue;
+        snprintf(err->param, sizeof err->param, "%s", map[i][1]);
+        char quoted[48], *at; /* and the message's 'max_tokens' */
+        snprintf(quoted, sizeof quoted, "'%s'", map[i][0]);
+        if ((at = strstr(err->msg, quoted))) {
+            char rest[512];
+            snprintf(rest, sizeof rest, "%s", at + strlen(quoted));
+            snprintf(at, sizeof err->msg - (size_t)(at - err->msg), "'%s'%s", map[i][1], rest);
+        }
+    }
+}
+
+/* ---- the reply ---------------------------------------------------------------------------------- */
+
+/* the reply split so far (final: the whole of it): reasoning, content and calls; a reply that is not split is
+ * all content */
+static bool split(const struct srv_request *r, const struct srv_job *j, bool final, struct toy_chat_reply *p) {
+    if (r->parse_reply) return toy_chat_reply_parse(&r->syn, j->text, j->text_len, !final, p) == TOY_OK;
+    memset(p, 0, sizeof *p);
+    p->reasoning = calloc(1, 1);
+    p->content = malloc(j->text_len + 1);
+    if (!p->reasoning || !p->content) {
+        toy_chat_reply_free(p);
+        return false;
+    }
+    if (j->text_len) memcpy(p->content, j->text, j->text_len);
+    p->content[j->text_len] = 0;
+    return true;
+}
+
+static json_t *usage_json(const struct srv_job *j) {
+    int64_t p = j->n_prompt, c = j->n_generated;
+    return json_pack("{s:I,s:{s:I},s:I,s:{s:I},s:I}", "input_tokens", (json_int_t)p, "input_tokens_details",
+                     "cached_tokens", (json_int_t)j->n_cached, "output_tokens", (json_int_t)c, "output_tokens_details",
+                     "reasoning_tokens", (json_int_t)0, "total_tokens", (json_int_t)(p + c));
+}
+
+static json_t *echo(json_t *body, const char *key, json_t *def) {
+    json_t *v = body ? json_object_get(body, key) : NULL;
+    if (v && !json_is_null(v)) {
+        json_decref(def);
+        return json_incref(v);
+    }
+    return def;
+}
+
+/* the response object: status, the output items, and what the request asked for */
+static json_t *response_object(const struct srv_api *api, const struct srv_request *r, const struct srv_job *j,
+                               const char *id, long created, const char *status, json_t *output) {
+    json_t *b = r->resp_body;
+    json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:n,s:n,s:o,s:o,s:s,s:o,s:b,s:n,s:{s:o,s:n},s:b,s:o,s:o,s:o,s:o,s:o,"
+                          "s:s,s:o,s:{}}",
+                          "id", id, "object", "response", "created_at", (json_int_t)created, "status", status, "error",
+                          "incomplete_details", "instructions", echo(b, "instructions", json_null()),
+                          "max_output_tokens", echo(b, "max_output_tokens", json_null()), "model", api->model_name,
+                          "output", output, "parallel_tool_calls", 1, "previous_response_id", "reasoning", "effort",
+                          echo(json_object_get(b, "reasoning"), "effort", json_null()), "summary", "store", 0,
+                          "temperature", echo(b, "temperature", json_real(1)), "text",
+                          echo(b, "text", json_pack("{s:{s:s}}", "format", "type", "text")), "tool_choice",
+                          echo(b, "tool_choice", json_string("auto")), "tools", echo(b, "tools", json_array()),
+                          "top_p", echo(b, "top_p", json_real(1)), "truncation", "disabled", "usage",
+                          j && !strcmp(status, "in_progress") ? json_null() : j ? usage_json(j) : json_null(),
+                          "metadata");
+    if (j && !strcmp(status, "incomplete"))
+        json_object_set_new(o, "incomplete_details", json_pack("{s:s}", "reason", "max_output_tokens"));
+    return o;
+}
+
+static const char *final_status(const struct srv_job *j) {
+    return strcmp(toy_srv_finish_reason(j), "length") ? "completed" : "incomplete";
+}
+
+/* the item ids: the response's, the kind's prefix and the item's index */
+static void item_id(char *out, size_t n, const char *kind, const char *resp_id, int k) {
+    const char *u = strchr(resp_id, '_');
+    snprintf(out, n, "%s_%s_%d", kind, u ? u + 1 : resp_id, k);
+}
+
+static json_t *text_item(const char *kind, const char *id, const char *text, size_t n, const char *status) {
+    if (!strcmp(kind, "rs"))
+        return json_pack("{s:s,s:s,s:[],s:[{s:s,s:o}]}", "type", "reasoning", "id", id, "summary", "content", "type",
+                         "reasoning_text", "text", jstrn(text, n));
+    return json_pack("{s:s,s:s,s:s,s:s,s:[{s:s,s:o,s:[],s:[]}]}", "type", "message", "id", id, "status", status, "role",
+                     "assistant", "content", "type", "output_text", "text", jstrn(text, n), "annotations", "logprobs");
+}
+
+static json_t *call_item(const struct toy_chat_call *c, const char *id, const char *resp_id, int k, const char *status,
+                         bool with_args) {
+    char cid[96];
+    item_id(cid, sizeof cid, "call", resp_id, k);
+    return json_pack("{s:s,s:s,s:s,s:s,s:o,s:s}", "type", "function_call", "id", id, "call_id", cid, "name", c->name,
+                     "arguments", with_args ? jstrn(c->arguments, strlen(c->arguments)) : json_string(""), "status",
+                     status);
+}
+
+json_t *toy_srv_responses_json(const struct srv_api *api, const struct srv_request *r, struct srv_job *j,
+                               const char *id, long created) {
+    struct toy_chat_reply p;
+    json_t *out = json_array();
+    int k = 0;
+    char iid[96];
+    if (split(r, j, true, &p)) {
+        if (*p.reasoning) {
+            item_id(iid, sizeof iid, "rs", id, k++);
+            json_array_append_new(out, text_item("rs", iid, p.reasoning, strlen(p.reasoning), "completed"));
+        }
+        if (*p.content || (!p.n_calls && !*p.reasoning)) {
+            item_id(iid, sizeof iid, "msg", id, k++);
+            json_array_append_new(out, text_item("msg", iid, p.content, strlen(p.content), "completed"));
+        }
+        for (size_t c = 0; c < p.n_calls; c++) {
+            item_id(iid, sizeof iid, "fc", id, k);
+            json_array_append_new(out, call_item(&p.calls[c], iid, id, k++, "completed", true));
+        }
+        j->n_calls = p.n_calls;
+        toy_chat_reply_free(&p);
+    }
+    return response_object(api, r, j, id, created, final_status(j), out);
+}
+
+/* ---- the stream ----------------------------------------------------------------------------------- */
+
+static void event(json_t *events, struct srv_sent *s, const char *type, json_t *o) {
+    json_object_set_new(o, "type", json_string(type));
+    json_object_set_new(o, "sequence_number", json_integer(s->seq++));
+    json_array_append_new(events, o);
+}
+
+json_t *toy_srv_responses_start(const struct srv_api *api, const struct srv_request *r, struct srv_sent *s,
+                                const char *id, long created) {
+    json_t *ev = json_array();
+    s->items = json_array();
+    event(ev, s, "response.created",
+          json_pack("{s:o}", "response", response_object(api, r, NULL, id, created, "in_progress", json_array())));
+    event(ev, s, "response.in_progress",
+          json_pack("{s:o}", "response", response_object(api, r, NULL, id, created, "in_progress", json_array())));
+    return ev;
+}
+
+/* the text item open (reasoning or message) ends */
+static void close_item(json_t *ev, struct srv_sent *s) {
+    if (!s->open) return;
+    json_t *item = json_array_get(s->items, json_array_size(s->items) - 1);
+    json_t *part = json_array_get(json_object_get(item, "content"), 0);
+    const char *iid = json_string_value(json_object_get(item, "id"));
+    int k = (int)json_array_size(s->items) - 1;
+    bool rs = s->open == 1;
+    event(ev, s, rs ? "response.reasoning_text.done" : "response.output_text.done",
+          json_pack("{s:s,s:i,s:i,s:O}", "item_id", iid, "output_index", k, "content_index", 0, "text",
+                    json_object_get(part, "text")));
+    event(ev, s, "response.content_part.done", json_pack("{s:s,s:i,s:i,s:o}", "item_id", iid, "output_index", k,
+                                                         "content_index", 0, "part", json_deep_copy(part)));
+    if (!rs) json_object_set_new(item, "status", json_string("completed"));
+    event(ev, s, "response.output_item.done", json_pack("{s:i,s:o}", "output_index", k, "item", json_deep_copy(item)));
+    s->open = 0;
+}
+
+/* the item of kind (1: reasoning, 2: the message) is the open one: another open ends and this one begins */
+static void open_item(json_t *ev, struct srv_sent *s, int kind, const char *id) {
+    if (s->open == kind) return;
+    close_item(ev, s);
+    int k = (int)json_array_size(s->items);
+    char iid[96];
+    item_id(iid, sizeof iid, kind == 1 ? "rs" : "msg", id, k);
+    json_t *item = text_item(kind == 1 ? "rs" : "msg", iid, "", 0, "in_progress");
+    json_t *part = json_array_get(json_object_get(item, "content"), 0);
+    json_t *added = json_deep_copy(item); /* its parts come with their own events */
+    json_object_set_new(added, "content", json_array());
+    event(ev, s, "response.output_item.added", json_pack("{s:i,s:o}", "output_index", k, "item", added));
+    event(ev, s, "response.content_part.added", json_pack("{s:s,s:i,s:i,s:o}", "item_id", iid, "output_index", k,
+                                                          "content_index", 0, "part", json_deep_copy(part)));
+    json_array_append_new(s->items, item);
+    s->open = kind;
+}
+
+/* t[0..n) more of the open item's text */
+static void text_delta(json_t *ev, struct srv_sent *s, int kind, const char *id, const char *t, size_t n) {
+    if (!n) return;
+    open_item(ev, s, kind, id);
+    int k = (int)json_array_size(s->items) - 1;
+    json_t *item = json_array_get(s->items, (size_t)k);
+    json_t *part = json_array_get(json_object_get(item, "content"), 0);
+    const char *old = json_string_value(json_object_get(part, "text"));
+    size_t on = json_string_length(json_object_get(part, "text"));
+    char *joined = malloc(on + n + 1);
+    if (joined) {
+        memcpy(joined, old, on);
+        memcpy(joined + on, t, n);
+        json_object_set_new(part, "text", jstrn(joined, on + n));
+        free(joined);
+    }
+    json_t *d = json_pack("{s:s,s:i,s:i,s:o}", "item_id", json_string_value(json_object_get(item, "id")),
+                          "output_index", k, "content_index", 0, "delta", jstrn(t, n));
+    if (kind == 2) json_object_set_new(d, "logprobs", json_array());
+    event(ev, s, kind == 1 ? "response.reasoning_text.delta" : "response.output_text.delta", d);
+}
+
+json_t *toy_srv_responses_events(const struct srv_api *api, const struct srv_request *r, struct srv_job *j, bool final,
+                                 struct srv_sent *s, const char *id, long created) {
+    json_t *ev = json_array();
+    struct toy_chat_reply p;
+    if (!split(r, j, final, &p)) return ev;
+    size_t nr = strlen(p.reasoning), nc = strlen(p.content);
+    if (nr > s->reasoning) text_delta(ev, s, 1, id, p.reasoning + s->reasoning, nr - s->reasoning), s->reasoning = nr;
+    if (nc > s->content) text_delta(ev, s, 2, id, p.content + s->content, nc - s->content), s->content = nc;
+    for (size_t c = s->calls; c < p.n_calls; c++) { /* a call once whole: its item, arguments and done at once */
+        close_item(ev, s);
+        int k = (int)json_array_size(s->items);
+        char iid[96];
+        item_id(iid, sizeof iid, "fc", id, k);
+        event(ev, s, "response.output_item.added",
+              json_pack("{s:i,s:o}", "output_index", k, "item", call_item(&p.calls[c], iid, id, k, "in_progress", false)));
+        json_t *args = jstrn(p.calls[c].arguments, strlen(p.calls[c].arguments));
+        event(ev, s, "response.function_call_arguments.delta",
+              json_pack("{s:s,s:i,s:O}", "item_id", iid, "output_index", k, "delta", args));
+        event(ev, s, "response.function_call_arguments.done",
+              json_pack("{s:s,s:i,s:s,s:o}", "item_id", iid, "output_index", k, "name", p.calls[c].name, "arguments",
+                        args));
+        json_t *item = call_item(&p.calls[c], iid, id, k, "completed", true);
+        event(ev, s, "response.output_item.done", json_pack("{s:i,s:o}", "output_index", k, "item", json_deep_copy(item)));
+        json_array_append_new(s->items, item);
+    }
+    s->calls = p.n_calls;
+    j->n_calls = p.n_calls;
+    toy_chat_reply_free(&p);
+    if (final) {
+        if (!json_array_size(s->items)) open_item(ev, s, 2, id); /* an empty reply: still its message */
+        close_item(ev, s);
+        const char *st = final_status(j);
+        event(ev, s, strcmp(st, "completed") ? "response.incomplete" : "response.completed",
+              json_pack("{s:o}", "response", response_object(api, r, j, id, created, st, json_deep_copy(s->items))));
+    }
+    return ev;
+}
+
+json_t *toy_srv_responses_failed(const struct srv_api *api, const struct srv_request *r, struct srv_sent *s,
+                                 const char *id, long created, const char *msg) {
+    json_t *ev = json_array();
+    json_t *o = response_object(api, r, NULL, id, created, "failed", s->items ? json_incref(s->items) : json_array());
+    json_object_set_new(o, "error", json_pack("{s:s,s:s}", "code", "server_error", "message", msg));
+    event(ev, s, "response.failed", json_pack("{s:o}", "response", o));
+    return ev;
+}
