@@ -25,7 +25,8 @@ static int usage_to(FILE *out) {
             "                 [--cors-origin '*'] [--runs DIR | --no-events] [--no-prefix-cache] [--kv-type f16|f32]\n"
             "                 [--pooling mean|cls|last] [--quiet]\n"
             "Endpoints: GET /health, GET /v1/models, POST /v1/completions, POST /v1/chat/completions,\n"
-            "POST /v1/responses, POST /v1/embeddings, GET /metrics. --port 0 picks a free port (printed on stderr).\n");
+            "POST /v1/responses, POST /v1/messages (Anthropic's), POST /v1/embeddings, GET /metrics.\n"
+            "--port 0 picks a free port (printed on stderr).\n");
     return 2;
 }
 static int usage(void) { return usage_to(stderr); }

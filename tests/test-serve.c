@@ -924,6 +924,15 @@ Test(serve, api_key, .timeout = 60) {
     r = http_x(&s, "GET", "/v1/models", NULL, right);
     cr_assert_eq(r.code, 200);
     resp_free(&r);
+    const char *anthropic[] = {"-H", "x-api-key: sekret", NULL}; /* Anthropic's SDKs send the key so */
+    r = http_x(&s, "GET", "/v1/models", NULL, anthropic);
+    cr_assert_eq(r.code, 200);
+    resp_free(&r);
+    r = http(&s, "POST", "/v1/messages", "{}"); /* Anthropic's routes answer in Anthropic's error shape */
+    cr_assert_eq(r.code, 401);
+    cr_assert_str_eq(jstr(r.json, "type"), "error");
+    cr_assert_str_eq(jstr(r.json, "error.type"), "authentication_error");
+    resp_free(&r);
     r = http(&s, "GET", "/health", NULL); /* health stays open for probes */
     cr_assert_eq(r.code, 200);
     resp_free(&r);
@@ -1180,6 +1189,66 @@ Test(serve, openai_npm_client, .timeout = 180) {
     cr_assert_str_eq(jstr(o, "resp"), jstr(o, "resp_stream"));
     cr_assert_str_eq(jstr(o, "resp"), jstr(o, "resp_last_text"));
     cr_assert(!strcmp(jstr(o, "resp_last"), "response.incomplete") || !strcmp(jstr(o, "resp_last"), "response.completed"));
+    json_decref(o);
+    cr_assert_eq(server_stop(&s), 0);
+}
+
+/* Anthropic's TypeScript SDK against /v1/messages: a message, the same text streamed (its stream helper's final
+ * message too), count_tokens, and an error the SDK reads as one */
+Test(serve, anthropic_npm_client, .timeout = 180) {
+    if (system("command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1")) cr_skip_test("no node/npm");
+    const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    char dir[512], cmd[2048];
+    snprintf(dir, sizeof dir, "%s/toy-serve-npm", tmp);
+    snprintf(cmd, sizeof cmd, "%s/node_modules/@anthropic-ai/sdk/package.json", dir);
+    if (access(cmd, R_OK)) {
+        snprintf(cmd, sizeof cmd,
+                 "mkdir -p %s && cd %s && timeout 120 npm install --no-audit --no-fund --silent @anthropic-ai/sdk "
+                 ">/dev/null 2>&1", dir, dir);
+        if (system(cmd)) cr_skip_test("npm install @anthropic-ai/sdk failed (offline?)");
+    }
+    struct server s;
+    const char *extra[] = {"--api-key", "k", NULL};
+    server_start(&s, extra);
+    char script[600];
+    snprintf(script, sizeof script, "%s/anthropic.mjs", dir);
+    const char *js =
+        "import Anthropic from '@anthropic-ai/sdk';\n"
+        "const c = new Anthropic({baseURL: process.argv[2], apiKey: 'k', maxRetries: 0});\n"
+        "const out = {};\n"
+        "const q = {model: 'tiny', max_tokens: 12, system: 'Be brief.', messages: [{role: 'user', content: 'Hi!'}],\n"
+        "           temperature: 0};\n"
+        "const text = m => m.content.filter(b => b.type === 'text').map(b => b.text).join('');\n"
+        "const m = await c.messages.create(q);\n"
+        "out.text = text(m); out.stop = m.stop_reason; out.usage = m.usage;\n"
+        "let t = ''; for await (const ev of await c.messages.create({...q, stream: true}))\n"
+        "  if (ev.type === 'content_block_delta' && ev.delta.type === 'text_delta') t += ev.delta.text;\n"
+        "out.stream = t;\n"
+        "out.final = text(await c.messages.stream(q).finalMessage());\n"
+        "out.count = (await c.messages.countTokens({model: 'tiny', system: 'Be brief.',\n"
+        "  messages: [{role: 'user', content: 'Hi!'}]})).input_tokens;\n"
+        "try { await c.messages.create({...q, model: 'nope'}); out.err = 'none'; }\n"
+        "catch (x) { out.err = x.status; out.err_type = x.error?.error?.type ?? x.error?.type; }\n"
+        "console.log(JSON.stringify(out));\n";
+    spit(script, js, strlen(js));
+    snprintf(cmd, sizeof cmd, "cd %s && timeout 60 node anthropic.mjs http://127.0.0.1:%d > %s/out.json 2> %s/err.txt",
+             dir, s.port, s.dir, s.dir);
+    int rc = system(cmd);
+    char f[400];
+    snprintf(f, sizeof f, "%s/err.txt", s.dir);
+    char *errs = slurp(f);
+    cr_assert_eq(rc, 0, "node client failed: %s", errs ? errs : "");
+    free(errs);
+    snprintf(f, sizeof f, "%s/out.json", s.dir);
+    json_t *o = json_load_file(f, 0, NULL);
+    cr_assert(o);
+    cr_assert(jstr(o, "text") && *jstr(o, "text"), "no text");
+    cr_assert_str_eq(jstr(o, "text"), jstr(o, "stream"));
+    cr_assert_str_eq(jstr(o, "text"), jstr(o, "final"));
+    cr_assert(!strcmp(jstr(o, "stop"), "max_tokens") || !strcmp(jstr(o, "stop"), "end_turn"), "%s", jstr(o, "stop"));
+    cr_assert_eq(jint(o, "count"), jint(o, "usage.input_tokens") + jint(o, "usage.cache_read_input_tokens"));
+    cr_assert_eq(jint(o, "err"), 404);
+    cr_assert_str_eq(jstr(o, "err_type"), "not_found_error");
     json_decref(o);
     cr_assert_eq(server_stop(&s), 0);
 }
@@ -1879,6 +1948,120 @@ Test(serve, responses_api_whole_and_streamed, .timeout = 120) {
     r = http(&s, "POST", "/v1/responses", "{\"input\":\"x\",\"max_output_tokens\":-1}");
     cr_expect(strstr(r.body, "'max_output_tokens'"), "%s", r.body);
     resp_free(&r);
+    scripted_stop(&s, dir);
+}
+
+/* Anthropic's Messages API on the chat path: thinking, text and tool_use blocks with stop_reason tool_use, whole
+ * and as the event stream (message_start, a block's start / deltas / stop, message_delta, message_stop); blocks
+ * in (a tool_use and its tool_result) become the chat the template sees, as count_tokens counts; errors in
+ * Anthropic's shape */
+Test(serve, anthropic_messages_whole_and_streamed, .timeout = 120) {
+    static const char *const script[] = {"<think>", "\nThe user wants Paris weather.", "\n</think>\n\n",
+                                         "Let me check.", "\n", "<tool_call>",
+                                         "\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n",
+                                         "</tool_call>", NULL};
+    struct th_script_model sm = {"{# a Qwen-like family: <tool_call> and <think> #}{% for m in messages %}"
+                                 "[{{ m.role }}{% for c in m.tool_calls or [] %}|{{ c.id }} {{ c.function.name }}"
+                                 "{{ c.function.arguments }}{% endfor %}{{ m.tool_call_id or '' }}:{{ m.content }}"
+                                 "{% endfor %}",
+                                 {script}, "<|eos|>", false};
+    char dir[32];
+    struct server s;
+    scripted_start(&s, &sm, dir);
+    const char *tools = "\"tools\":[{\"name\":\"get_weather\",\"description\":\"weather\",\"input_schema\":{\"type\":"
+                        "\"object\",\"properties\":{\"city\":{\"type\":\"string\"}}}}]";
+    char body[2048];
+    snprintf(body, sizeof body, "{\"model\":\"tiny\",\"max_tokens\":100,\"system\":\"Be brief.\",\"messages\":[{\"role\":"
+             "\"user\",\"content\":\"<|go1|>\"}],%s}", tools);
+    struct resp r = http(&s, "POST", "/v1/messages", body);
+    cr_assert_eq(r.code, 200, "%s", r.body);
+    cr_expect_str_eq(jstr(r.json, "type"), "message");
+    cr_expect_str_eq(jstr(r.json, "role"), "assistant");
+    cr_expect_str_eq(jstr(r.json, "content.0.type"), "thinking");
+    cr_expect_str_eq(jstr(r.json, "content.0.thinking"), "The user wants Paris weather.");
+    cr_expect_str_eq(jstr(r.json, "content.1.type"), "text");
+    cr_expect_str_eq(jstr(r.json, "content.1.text"), "Let me check.");
+    cr_expect_str_eq(jstr(r.json, "content.2.type"), "tool_use");
+    cr_expect_str_eq(jstr(r.json, "content.2.name"), "get_weather");
+    cr_expect_str_eq(jstr(r.json, "content.2.input.city"), "Paris");
+    cr_expect(jstr(r.json, "content.2.id") && !strncmp(jstr(r.json, "content.2.id"), "toolu_", 6));
+    cr_expect_str_eq(jstr(r.json, "stop_reason"), "tool_use");
+    cr_expect_eq(jint(r.json, "usage.output_tokens"), 9);
+    long long in_tokens = jint(r.json, "usage.input_tokens") + jint(r.json, "usage.cache_read_input_tokens");
+    resp_free(&r);
+
+    snprintf(body, sizeof body, "{\"model\":\"tiny\",\"max_tokens\":100,\"system\":\"Be brief.\",\"stream\":true,"
+             "\"messages\":[{\"role\":\"user\",\"content\":\"<|go1|>\"}],%s}", tools);
+    r = http(&s, "POST", "/v1/messages", body);
+    cr_assert_eq(r.code, 200, "%s", r.body);
+    char types[1024] = "", thinking[256] = "", text[256] = "", json[256] = "", stop[32] = "";
+    for (const char *p = r.body; (p = strstr(p, "event: "));) {
+        const char *nl = strchr(p, '\n'), *d = strstr(p, "data: "), *e = d ? strstr(d, "\n\n") : NULL;
+        cr_assert(nl && d == nl + 1 && e, "not an event: %s", p);
+        json_t *o = json_loadb(d + 6, (size_t)(e - d - 6), 0, NULL);
+        cr_assert(o, "data is not JSON: %.*s", (int)(e - d), d);
+        const char *type = jstr(o, "type");
+        cr_assert(type && (size_t)(nl - p - 7) == strlen(type) && !strncmp(p + 7, type, strlen(type)));
+        snprintf(types + strlen(types), sizeof types - strlen(types), "%s%s,", type,
+                 !strcmp(type, "content_block_start") ? jstr(o, "content_block.type") : "");
+        const char *dt = jstr(o, "delta.type");
+        if (dt && !strcmp(dt, "thinking_delta")) strncat(thinking, jstr(o, "delta.thinking"), 100);
+        if (dt && !strcmp(dt, "text_delta")) strncat(text, jstr(o, "delta.text"), 100);
+        if (dt && !strcmp(dt, "input_json_delta")) strncat(json, jstr(o, "delta.partial_json"), 100);
+        if (!strcmp(type, "message_delta")) snprintf(stop, sizeof stop, "%s", jstr(o, "delta.stop_reason"));
+        json_decref(o);
+        p = e;
+    }
+    cr_expect_str_eq(types, "message_start,content_block_startthinking,content_block_delta,content_block_stop,"
+                            "content_block_starttext,content_block_delta,content_block_stop,content_block_starttool_use,"
+                            "content_block_delta,content_block_stop,message_delta,message_stop,");
+    cr_expect_str_eq(thinking, "The user wants Paris weather.");
+    cr_expect_str_eq(text, "Let me check.");
+    cr_expect_str_eq(json, "{\"city\":\"Paris\"}");
+    cr_expect_str_eq(stop, "tool_use");
+    resp_free(&r);
+
+    /* count_tokens counts the prompt the request would run */
+    snprintf(body, sizeof body, "{\"model\":\"tiny\",\"system\":\"Be brief.\",\"messages\":[{\"role\":\"user\","
+             "\"content\":\"<|go1|>\"}],%s}", tools);
+    r = http(&s, "POST", "/v1/messages/count_tokens", body);
+    cr_assert_eq(r.code, 200, "%s", r.body);
+    cr_expect_eq(jint(r.json, "input_tokens"), in_tokens, "%s", r.body);
+    resp_free(&r);
+    /* blocks: a text block list, a tool_use and its tool_result reach the template as the chat messages do */
+    snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},"
+             "{\"type\":\"text\",\"text\":\"b\"}]},{\"role\":\"assistant\",\"content\":[{\"type\":\"tool_use\",\"id\":"
+             "\"c1\",\"name\":\"get_weather\",\"input\":{\"city\":\"Oslo\"}}]},{\"role\":\"user\",\"content\":[{\"type\":"
+             "\"tool_result\",\"tool_use_id\":\"c1\",\"content\":\"sunny\"}]},{\"role\":\"user\",\"content\":"
+             "\"<|go1|>\"}]}");
+    r = http(&s, "POST", "/v1/messages/count_tokens", body);
+    cr_assert_eq(r.code, 200, "%s", r.body);
+    long long counted = jint(r.json, "input_tokens");
+    resp_free(&r);
+    snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"ab\"},{\"role\":\"assistant\","
+             "\"content\":null,\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":"
+             "\"get_weather\",\"arguments\":{\"city\":\"Oslo\"}}}]},{\"role\":\"tool\",\"tool_call_id\":\"c1\","
+             "\"content\":\"sunny\"},{\"role\":\"user\",\"content\":\"<|go1|>\"}],\"max_tokens\":1}");
+    r = http(&s, "POST", "/v1/chat/completions", body);
+    cr_assert_eq(r.code, 200, "%s", r.body);
+    cr_expect_eq(jint(r.json, "usage.prompt_tokens"), counted, "%s", r.body);
+    cr_expect_gt(counted, 30);
+    resp_free(&r);
+    const char *bad[] = {
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",                            /* max_tokens */
+        "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image\"}]}]}",
+        "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":"
+        "\"web_search_20250305\",\"name\":\"web_search\"}]}",
+        "{\"max_tokens\":5,\"messages\":[{\"role\":\"system\",\"content\":\"x\"}]}",
+        "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":{\"type\":\"maybe\"}}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        r = http(&s, "POST", "/v1/messages", bad[i]);
+        cr_expect_eq(r.code, 400, "case %zu: %s", i, r.body);
+        cr_expect_str_eq(jstr(r.json, "type"), "error", "case %zu", i);
+        cr_expect_str_eq(jstr(r.json, "error.type"), "invalid_request_error", "case %zu: %s", i, r.body);
+        resp_free(&r);
+    }
     scripted_stop(&s, dir);
 }
 

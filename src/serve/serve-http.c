@@ -35,10 +35,12 @@
 #include "toy/events.h"
 #include "toy/run-dir.h"
 
-enum route { R_HEALTH, R_MODELS, R_MODEL, R_COMPLETIONS, R_CHAT, R_EMBEDDINGS, R_RESPONSES, R_METRICS, R_OTHER, R_COUNT };
-static const char *const route_names[R_COUNT] = {"/health",        "/v1/models", "/v1/models/{model}",
+enum route { R_HEALTH, R_MODELS, R_MODEL, R_COMPLETIONS, R_CHAT, R_EMBEDDINGS, R_RESPONSES, R_MESSAGES,
+             R_COUNT_TOKENS, R_METRICS, R_OTHER, R_COUNT };
+static const char *const route_names[R_COUNT] = {"/health",        "/v1/models",    "/v1/models/{model}",
                                                  "/v1/completions", "/v1/chat/completions", "/v1/embeddings",
-                                                 "/v1/responses",   "/metrics",  "other"};
+                                                 "/v1/responses",   "/v1/messages",  "/v1/messages/count_tokens",
+                                                 "/metrics",        "other"};
 
 struct stat_row {
     int route, code;
@@ -155,9 +157,14 @@ static enum MHD_Result send_json(struct srv *S, struct MHD_Connection *c, enum r
     return send_text(S, c, r, code, s, strlen(s), "application/json", hname, hval);
 }
 
+/* the error object in the API's own shape (Anthropic's for its routes) */
+static json_t *error_json(enum route r, const struct srv_error *e) {
+    return r == R_MESSAGES || r == R_COUNT_TOKENS ? toy_srv_messages_error_json(e) : toy_srv_error_json(e);
+}
+
 static enum MHD_Result send_error(struct srv *S, struct MHD_Connection *c, enum route r, const struct srv_error *e,
                                   const char *hname, const char *hval) {
-    return send_json(S, c, r, e->http, toy_srv_error_json(e), hname, hval);
+    return send_json(S, c, r, e->http, error_json(r, e), hname, hval);
 }
 
 static enum MHD_Result fail(struct srv *S, struct MHD_Connection *c, enum route r, int http, const char *type,
@@ -282,15 +289,27 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
                 return MHD_CONTENT_READER_END_WITH_ERROR;
             }
         }
-        bool resp = s->req.resp_body != NULL;
+        bool resp = s->req.resp_body != NULL, anth = s->req.anth_body != NULL;
         if (j->n_toks > s->sent) {
             if (resp) sse_events(s, toy_srv_responses_events(api, &s->req, j, false, &s->split, s->id, s->created));
+            else if (anth) sse_events(s, toy_srv_messages_events(api, &s->req, j, false, &s->split, s->id));
             else sse_json(s, toy_srv_chunk_json(api, &s->req, j, s->sent, j->n_toks, &s->split, s->id, s->created));
             s->sent = j->n_toks;
         }
         if (j->done && s->sent == j->n_toks && resp) { /* no [DONE]: the last event says the response is over */
             sse_events(s, j->err ? toy_srv_responses_failed(api, &s->req, &s->split, s->id, s->created, j->errmsg)
                                  : toy_srv_responses_events(api, &s->req, j, true, &s->split, s->id, s->created));
+            s->finished = true;
+        } else if (j->done && s->sent == j->n_toks && anth) {
+            if (j->err) {
+                struct srv_error e = {.http = 500, .type = "server_error"};
+                snprintf(e.msg, sizeof e.msg, "%s", j->errmsg);
+                json_t *ev = json_array();
+                json_array_append_new(ev, toy_srv_messages_error_json(&e));
+                sse_events(s, ev);
+            } else {
+                sse_events(s, toy_srv_messages_events(api, &s->req, j, true, &s->split, s->id));
+            }
             s->finished = true;
         } else if (j->done && s->sent == j->n_toks) {
             if (j->err) {
@@ -313,7 +332,8 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
 static void stream_free(void *cls) {
     struct stream *s = cls;
     if (!s->finished) atomic_store(&s->req.job->cancel, true);
-    enum route r = s->req.resp_body ? R_RESPONSES : s->req.ep == SRV_EP_CHAT ? R_CHAT : R_COMPLETIONS;
+    enum route r = s->req.resp_body ? R_RESPONSES : s->req.anth_body ? R_MESSAGES : s->req.ep == SRV_EP_CHAT ? R_CHAT
+                                                                                                       : R_COMPLETIONS;
     json_decref(s->split.items);
     count(s->S, r, s->finished ? 200 : 499);
     request_done(s->S, &s->req, r, s->finished ? 200 : 499, s->req_no, s->t0, true);
@@ -391,6 +411,8 @@ static enum MHD_Result generate(struct srv *S, struct MHD_Connection *c, struct 
     enum srv_endpoint ep = k->route == R_CHAT          ? SRV_EP_CHAT
                            : k->route == R_COMPLETIONS ? SRV_EP_COMPLETIONS
                            : k->route == R_RESPONSES   ? SRV_EP_RESPONSES
+                           : k->route == R_MESSAGES    ? SRV_EP_MESSAGES
+                           : k->route == R_COUNT_TOKENS ? SRV_EP_COUNT_TOKENS
                                                        : SRV_EP_EMBEDDINGS;
     long req_no = (long)atomic_fetch_add(&S->n_requests, 1) + 1;
     struct srv_request rq;
@@ -399,6 +421,12 @@ static enum MHD_Result generate(struct srv *S, struct MHD_Connection *c, struct 
         request_done(S, &rq, k->route, err.http, req_no, k->t0, false);
         toy_srv_request_free(&rq);
         return send_error(S, c, k->route, &err, NULL, NULL);
+    }
+    if (k->route == R_COUNT_TOKENS) { /* the prompt's tokens: nothing to run */
+        json_t *o = json_pack("{s:I}", "input_tokens", (json_int_t)rq.job->n_prompt);
+        request_done(S, &rq, k->route, 200, req_no, k->t0, false);
+        toy_srv_request_free(&rq);
+        return send_json(S, c, k->route, 200, o, NULL, NULL);
     }
     enum toy_status st = atomic_load(&S->draining) ? toy_error(TOY_ERR_STATE, "the server is shutting down")
                                                    : toy_srv_engine_submit(S->eng, rq.job);
@@ -413,6 +441,7 @@ static enum MHD_Result generate(struct srv *S, struct MHD_Connection *c, struct 
     char id[48];
     snprintf(id, sizeof id, "%s%lx%06ld",
              rq.resp_body               ? "resp_"
+             : rq.anth_body             ? "msg_"
              : ep == SRV_EP_CHAT        ? "chatcmpl-"
              : ep == SRV_EP_COMPLETIONS ? "cmpl-"
                                         : "emb-",
@@ -434,6 +463,7 @@ static enum MHD_Result generate(struct srv *S, struct MHD_Connection *c, struct 
         s->fd = fd;
         s->t0 = k->t0;
         if (rq.resp_body) sse_events(s, toy_srv_responses_start(&S->api, &rq, &s->split, id, created));
+        else if (rq.anth_body) sse_events(s, toy_srv_messages_start(&S->api, &rq, rq.job, id));
         else if (ep == SRV_EP_CHAT) sse_json(s, toy_srv_chunk_role(&S->api, &rq, id, created));
         struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, s, stream_free);
         if (!resp) { stream_free(s); return MHD_NO; }
@@ -458,12 +488,12 @@ static enum MHD_Result generate(struct srv *S, struct MHD_Connection *c, struct 
         struct srv_error e = {.http = 499, .type = "invalid_request_error"};
         snprintf(e.msg, sizeof e.msg, "the client closed the connection");
         code = e.http;
-        body = toy_srv_error_json(&e);
+        body = error_json(k->route, &e);
     } else if (j->err) {
         struct srv_error e = {.http = j->err == TOY_ERR_INTERRUPTED ? 503 : 500, .type = "server_error"};
         snprintf(e.msg, sizeof e.msg, "%s", j->errmsg);
         code = e.http;
-        body = toy_srv_error_json(&e);
+        body = error_json(k->route, &e);
     } else {
         body = toy_srv_response_json(&S->api, &rq, j, id, created);
     }
@@ -483,6 +513,8 @@ static enum route route_of(const char *url) {
     if (!strcmp(url, "/v1/chat/completions")) return R_CHAT;
     if (!strcmp(url, "/v1/embeddings")) return R_EMBEDDINGS;
     if (!strcmp(url, "/v1/responses")) return R_RESPONSES;
+    if (!strcmp(url, "/v1/messages")) return R_MESSAGES;
+    if (!strcmp(url, "/v1/messages/count_tokens")) return R_COUNT_TOKENS;
     if (!strcmp(url, "/metrics")) return R_METRICS;
     return R_OTHER;
 }
@@ -490,8 +522,8 @@ static enum route route_of(const char *url) {
 static bool authorized(struct srv *S, struct MHD_Connection *c) {
     if (!S->o.api_key || !*S->o.api_key) return true;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-    if (!h || strncasecmp(h, "Bearer ", 7)) return false;
-    h += 7;
+    if (h && !strncasecmp(h, "Bearer ", 7)) h += 7;
+    else if (!(h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key"))) return false; /* Anthropic's */
     size_t n = strlen(S->o.api_key), m = strlen(h);
     unsigned char diff = (unsigned char)(n != m);
     for (size_t i = 0; i < n; i++) diff |= (unsigned char)(S->o.api_key[i] ^ (i < m ? h[i] : 0));
@@ -575,9 +607,9 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     }
     if (!authorized(S, c))
         return fail(S, c, k->route, 401, "invalid_request_error", "invalid_api_key",
-                    "missing or wrong API key (send \"Authorization: Bearer KEY\")");
+                    "missing or wrong API key (send \"Authorization: Bearer KEY\" or \"x-api-key: KEY\")");
     bool wants_post = k->route == R_COMPLETIONS || k->route == R_CHAT || k->route == R_EMBEDDINGS ||
-                      k->route == R_RESPONSES;
+                      k->route == R_RESPONSES || k->route == R_MESSAGES || k->route == R_COUNT_TOKENS;
     if (wants_post ? !post : !get) return not_allowed(S, c, k->route, wants_post ? "POST" : "GET, HEAD", url);
     switch (k->route) {
     case R_MODELS: return send_json(S, c, k->route, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", model_json(S)), NULL, NULL);
@@ -589,6 +621,8 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     case R_METRICS: return metrics(S, c);
     case R_CHAT:
     case R_RESPONSES:
+    case R_MESSAGES:
+    case R_COUNT_TOKENS:
         if (!S->api.tmpl)
             return fail(S, c, k->route, 400, "invalid_request_error", NULL,
                         "this model has no chat template and none was given (--chat-template)");

@@ -206,8 +206,10 @@ struct srv_api {
     int timeout_s;
 };
 
-/* SRV_EP_RESPONSES is parsed into a chat request (ep SRV_EP_CHAT, resp_body set) */
-enum srv_endpoint { SRV_EP_COMPLETIONS, SRV_EP_CHAT, SRV_EP_EMBEDDINGS, SRV_EP_RESPONSES };
+/* SRV_EP_RESPONSES and SRV_EP_MESSAGES (and its token count) are parsed into a chat request (ep SRV_EP_CHAT,
+ * resp_body or anth_body set) */
+enum srv_endpoint { SRV_EP_COMPLETIONS, SRV_EP_CHAT, SRV_EP_EMBEDDINGS, SRV_EP_RESPONSES, SRV_EP_MESSAGES,
+                    SRV_EP_COUNT_TOKENS };
 
 /* An OpenAI-style error: {"error": {"message", "type", "param", "code"}}. */
 struct srv_error {
@@ -233,6 +235,7 @@ struct srv_request {
     struct toy_chat_syntax syn;
     char **tool_names;      /* syn.tool_names, owned */
     json_t *resp_body;      /* a Responses request (POST /v1/responses, run as a chat): its body, owned */
+    json_t *anth_body;      /* an Anthropic Messages request (POST /v1/messages, run as a chat): its body, owned */
 };
 
 /* What a chat stream has sent of the split reply so far. */
@@ -263,6 +266,18 @@ json_t *toy_srv_responses_events(const struct srv_api *api, const struct srv_req
                                  struct srv_sent *s, const char *id, long created);
 json_t *toy_srv_responses_failed(const struct srv_api *api, const struct srv_request *r, struct srv_sent *s,
                                  const char *id, long created, const char *msg);
+
+/* Anthropic's Messages API (serve-anthropic.c): a request body as a chat request's (*out, owned, even on
+ * false; count_only: max_tokens may be absent); the whole message; the stream's events (arrays of objects
+ * with "type"): its start, what the reply so far adds (final: the rest, message_delta, message_stop); and
+ * Anthropic's error object. */
+bool toy_srv_messages_to_chat(json_t *body, bool count_only, json_t **out, struct srv_error *err);
+json_t *toy_srv_messages_json(const struct srv_api *api, const struct srv_request *r, struct srv_job *j, const char *id);
+json_t *toy_srv_messages_start(const struct srv_api *api, const struct srv_request *r, const struct srv_job *j,
+                               const char *id);
+json_t *toy_srv_messages_events(const struct srv_api *api, const struct srv_request *r, struct srv_job *j, bool final,
+                                struct srv_sent *s, const char *id);
+json_t *toy_srv_messages_error_json(const struct srv_error *e);
 
 /* "stop", "length"; "tool_calls" when the reply made some (j->n_calls). */
 const char *toy_srv_finish_reason(const struct srv_job *j);

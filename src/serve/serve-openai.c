@@ -721,6 +721,12 @@ bool toy_srv_parse_request(const struct srv_api *api, enum srv_endpoint ep, cons
         ok = toy_srv_responses_to_chat(o, &chat, err) && parse_generate(api, chat, r, err);
         if (!ok) toy_srv_responses_param(err);
         json_decref(chat);
+    } else if (ep == SRV_EP_MESSAGES || ep == SRV_EP_COUNT_TOKENS) {
+        json_t *chat = NULL;
+        r->ep = SRV_EP_CHAT;
+        r->anth_body = json_incref(o);
+        ok = toy_srv_messages_to_chat(o, ep == SRV_EP_COUNT_TOKENS, &chat, err) && parse_generate(api, chat, r, err);
+        json_decref(chat);
     } else ok = ep == SRV_EP_EMBEDDINGS ? parse_embeddings(api, o, r, err) : parse_generate(api, o, r, err);
     json_decref(o);
     return ok;
@@ -733,7 +739,8 @@ void toy_srv_request_free(struct srv_request *r) {
     free(r->tool_names);
     r->tool_names = NULL;
     json_decref(r->resp_body);
-    r->resp_body = NULL;
+    json_decref(r->anth_body);
+    r->resp_body = r->anth_body = NULL;
 }
 
 /* ---- responses ------------------------------------------------------------------------------------ */
@@ -925,6 +932,7 @@ json_t *toy_srv_response_json(const struct srv_api *api, const struct srv_reques
                               const char *id, long created) {
     if (r->ep == SRV_EP_EMBEDDINGS) return embeddings_json(api, r, j);
     if (r->resp_body) return toy_srv_responses_json(api, r, j, id, created);
+    if (r->anth_body) return toy_srv_messages_json(api, r, j, id);
     bool chat = r->ep == SRV_EP_CHAT;
     json_t *choice = json_object();
     json_object_set_new(choice, "index", json_integer(0));
