@@ -1119,23 +1119,48 @@ Test(serve, sigterm_drains, .timeout = 90) {
 }
 
 /* the official openai npm package (installed once into $TMPDIR; skipped without node/npm or a registry) */
-Test(serve, openai_npm_client, .timeout = 180) {
+/* The path of a Node script `name` in a folder where npm package pkg is installed (installed there first if need
+ * be); the test is skipped without node and npm, or when the install fails (offline) */
+static void npm_script(const char *pkg, const char *name, char *path, size_t n) {
     if (system("command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1")) cr_skip_test("no node/npm");
     const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
     char dir[512], cmd[2048];
     snprintf(dir, sizeof dir, "%s/toy-serve-npm", tmp);
-    snprintf(cmd, sizeof cmd, "%s/node_modules/openai/package.json", dir);
+    snprintf(cmd, sizeof cmd, "%s/node_modules/%s/package.json", dir, pkg);
     if (access(cmd, R_OK)) {
         snprintf(cmd, sizeof cmd,
-                 "mkdir -p %s && cd %s && timeout 120 npm install --no-audit --no-fund --silent openai >/dev/null 2>&1",
-                 dir, dir);
-        if (system(cmd)) cr_skip_test("npm install openai failed (offline?)");
+                 "mkdir -p %s && cd %s && timeout 120 npm install --no-audit --no-fund --silent %s >/dev/null 2>&1", dir,
+                 dir, pkg);
+        if (system(cmd)) cr_skip_test("npm install %s failed (offline?)", pkg);
     }
+    snprintf(path, n, "%s/%s", dir, name);
+}
+
+/* Saves the Node script js at path and runs it (in its folder, where the SDKs are installed) with the server's
+ * base URL (its address and base) as argument; what it prints, as JSON */
+static json_t *node_client(struct server *s, const char *path, const char *js, const char *base) {
+    spit(path, js, strlen(js));
+    char cmd[2048], f[400];
+    const char *slash = strrchr(path, '/');
+    snprintf(cmd, sizeof cmd, "cd %.*s && timeout 60 node %s http://127.0.0.1:%d%s > %s/out.json 2> %s/err.txt",
+             (int)(slash - path), path, slash + 1, s->port, base, s->dir, s->dir);
+    int rc = system(cmd);
+    snprintf(f, sizeof f, "%s/err.txt", s->dir);
+    char *errs = slurp(f);
+    cr_assert_eq(rc, 0, "node client failed: %s", errs ? errs : "");
+    free(errs);
+    snprintf(f, sizeof f, "%s/out.json", s->dir);
+    json_t *o = json_load_file(f, 0, NULL);
+    cr_assert(o, "the client printed no JSON");
+    return o;
+}
+
+Test(serve, openai_npm_client, .timeout = 180) {
+    char script[600];
+    npm_script("openai", "client.mjs", script, sizeof script);
     struct server s;
     const char *extra[] = {"--api-key", "k", NULL};
     server_start(&s, extra);
-    char script[600];
-    snprintf(script, sizeof script, "%s/client.mjs", dir);
     /* the Responses API too: the SDK's output_text, whole and from the event stream */
     const char *js =
         "import OpenAI from 'openai';\n"
@@ -1165,18 +1190,7 @@ Test(serve, openai_npm_client, .timeout = 180) {
         "  last.response.output[0].content[0].text;\n"
         "try { await c.completions.create({...p, model: 'nope'}); out.err = 'none'; } catch (x) { out.err = x.status; }\n"
         "console.log(JSON.stringify(out));\n";
-    spit(script, js, strlen(js));
-    snprintf(cmd, sizeof cmd, "cd %s && timeout 60 node client.mjs http://127.0.0.1:%d/v1 > %s/out.json 2> %s/err.txt",
-             dir, s.port, s.dir, s.dir);
-    int rc = system(cmd);
-    char f[400];
-    snprintf(f, sizeof f, "%s/err.txt", s.dir);
-    char *errs = slurp(f);
-    cr_assert_eq(rc, 0, "node client failed: %s", errs ? errs : "");
-    free(errs);
-    snprintf(f, sizeof f, "%s/out.json", s.dir);
-    json_t *o = json_load_file(f, 0, NULL);
-    cr_assert(o);
+    json_t *o = node_client(&s, script, js, "/v1");
     cr_assert_str_eq(jstr(o, "models.0"), "tiny");
     cr_assert_str_eq(jstr(o, "completion"), jstr(o, "completion_stream"));
     cr_assert_str_eq(jstr(o, "chat"), jstr(o, "chat_stream"));
@@ -1196,22 +1210,11 @@ Test(serve, openai_npm_client, .timeout = 180) {
 /* Anthropic's TypeScript SDK against /v1/messages: a message, the same text streamed (its stream helper's final
  * message too), count_tokens, and an error the SDK reads as one */
 Test(serve, anthropic_npm_client, .timeout = 180) {
-    if (system("command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1")) cr_skip_test("no node/npm");
-    const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-    char dir[512], cmd[2048];
-    snprintf(dir, sizeof dir, "%s/toy-serve-npm", tmp);
-    snprintf(cmd, sizeof cmd, "%s/node_modules/@anthropic-ai/sdk/package.json", dir);
-    if (access(cmd, R_OK)) {
-        snprintf(cmd, sizeof cmd,
-                 "mkdir -p %s && cd %s && timeout 120 npm install --no-audit --no-fund --silent @anthropic-ai/sdk "
-                 ">/dev/null 2>&1", dir, dir);
-        if (system(cmd)) cr_skip_test("npm install @anthropic-ai/sdk failed (offline?)");
-    }
+    char script[600];
+    npm_script("@anthropic-ai/sdk", "anthropic.mjs", script, sizeof script);
     struct server s;
     const char *extra[] = {"--api-key", "k", NULL};
     server_start(&s, extra);
-    char script[600];
-    snprintf(script, sizeof script, "%s/anthropic.mjs", dir);
     const char *js =
         "import Anthropic from '@anthropic-ai/sdk';\n"
         "const c = new Anthropic({baseURL: process.argv[2], apiKey: 'k', maxRetries: 0});\n"
@@ -1230,18 +1233,7 @@ Test(serve, anthropic_npm_client, .timeout = 180) {
         "try { await c.messages.create({...q, model: 'nope'}); out.err = 'none'; }\n"
         "catch (x) { out.err = x.status; out.err_type = x.error?.error?.type ?? x.error?.type; }\n"
         "console.log(JSON.stringify(out));\n";
-    spit(script, js, strlen(js));
-    snprintf(cmd, sizeof cmd, "cd %s && timeout 60 node anthropic.mjs http://127.0.0.1:%d > %s/out.json 2> %s/err.txt",
-             dir, s.port, s.dir, s.dir);
-    int rc = system(cmd);
-    char f[400];
-    snprintf(f, sizeof f, "%s/err.txt", s.dir);
-    char *errs = slurp(f);
-    cr_assert_eq(rc, 0, "node client failed: %s", errs ? errs : "");
-    free(errs);
-    snprintf(f, sizeof f, "%s/out.json", s.dir);
-    json_t *o = json_load_file(f, 0, NULL);
-    cr_assert(o);
+    json_t *o = node_client(&s, script, js, "");
     cr_assert(jstr(o, "text") && *jstr(o, "text"), "no text");
     cr_assert_str_eq(jstr(o, "text"), jstr(o, "stream"));
     cr_assert_str_eq(jstr(o, "text"), jstr(o, "final"));
@@ -1760,14 +1752,22 @@ static void split_stream(const char *body, struct split *out) {
 
 /* Qwen-style: <think> reasoning, then content and a <tool_call>: split in the answer and, delta by delta,
  * in the stream; without tools the call is content as written */
+/* A Qwen-like reply: reasoning, content and a call; and a template of that family that writes each message's
+ * role, calls and call id before its content (the prompt ends with the last message's content, whose last token
+ * starts the script) */
+static const char *const qwen_script[] = {"<think>", "\nThe user wants Paris weather.", "\n</think>\n\n",
+                                          "Let me check.", "\n", "<tool_call>",
+                                          "\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n",
+                                          "</tool_call>", NULL};
+static const char qwen_echo_template[] =
+    "{# a Qwen-like family: <tool_call> and <think> #}{% for m in messages %}[{{ m.role }}{% for c in m.tool_calls "
+    "or [] %}|{{ c.id }} {{ c.function.name }}{{ c.function.arguments }}{% endfor %}{{ m.tool_call_id or '' }}:"
+    "{{ m.content }}{% endfor %}";
+
 Test(serve, qwen_style_replies_split_into_reasoning_content_and_tool_calls, .timeout = 120) {
-    static const char *const script[] = {"<think>", "\nThe user wants Paris weather.", "\n</think>\n\n",
-                                         "Let me check.", "\n", "<tool_call>",
-                                         "\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n",
-                                         "</tool_call>", NULL};
     struct th_script_model sm = {"{# a Qwen-like family: <tool_call> and <think> #}{% for m in messages %}"
-                              "{{ m.content }}{% endfor %}",
-                              {script}, "<|eos|>", false};
+                                 "{{ m.content }}{% endfor %}",
+                                 {qwen_script}, "<|eos|>", false};
     char dir[32];
     struct server s;
     scripted_start(&s, &sm, dir);
@@ -1825,20 +1825,29 @@ Test(serve, qwen_style_replies_split_into_reasoning_content_and_tool_calls, .tim
 
 /* gpt-oss's channels (special tokens): the analysis is reasoning, <|end|> ends a message and not the reply, the
  * final channel is content, and a commentary message to=functions.NAME is a call that <|call|> ends */
+/* A stream of named events ("event: TYPE", then "data: JSON" whose type is TYPE), as an array of the objects */
+static json_t *sse_events(const char *body) {
+    json_t *out = json_array();
+    for (const char *p = body; (p = strstr(p, "event: "));) {
+        const char *nl = strchr(p, '\n'), *d = strstr(p, "data: "), *e = d ? strstr(d, "\n\n") : NULL;
+        cr_assert(nl && d == nl + 1 && e, "not an event: %s", p);
+        json_t *o = json_loadb(d + 6, (size_t)(e - d - 6), 0, NULL);
+        cr_assert(o, "data is not JSON: %.*s", (int)(e - d), d);
+        const char *type = jstr(o, "type");
+        cr_assert(type && (size_t)(nl - p - 7) == strlen(type) && !strncmp(p + 7, type, strlen(type)),
+                  "the event's name is not its type: %.*s", (int)(e - p), p);
+        json_array_append_new(out, o);
+        p = e;
+    }
+    return out;
+}
+
 /* OpenAI's Responses API on the chat path: a reasoning item, the message and a function_call, whole and as the
  * event stream (created, in_progress, each item added / its deltas / done, completed), which ends with the same
  * output; input items (messages with parts, a call and its output) become the chat the template sees; what toy
  * cannot do (stored responses, hosted tools) is refused, naming the Responses parameter */
 Test(serve, responses_api_whole_and_streamed, .timeout = 120) {
-    static const char *const script[] = {"<think>", "\nThe user wants Paris weather.", "\n</think>\n\n",
-                                         "Let me check.", "\n", "<tool_call>",
-                                         "\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n",
-                                         "</tool_call>", NULL};
-    struct th_script_model sm = {"{# a Qwen-like family: <tool_call> and <think> #}{% for m in messages %}"
-                                 "[{{ m.role }}{% for c in m.tool_calls or [] %}|{{ c.id }} {{ c.function.name }}"
-                                 "{{ c.function.arguments }}{% endfor %}{{ m.tool_call_id or '' }}:{{ m.content }}"
-                                 "{% endfor %}",
-                                 {script}, "<|eos|>", false};
+    struct th_script_model sm = {qwen_echo_template, {qwen_script}, "<|eos|>", false};
     char dir[32];
     struct server s;
     scripted_start(&s, &sm, dir);
@@ -1872,21 +1881,17 @@ Test(serve, responses_api_whole_and_streamed, .timeout = 120) {
     char types[2048] = "", reasoning[256] = "", text[256] = "";
     json_t *done = NULL;
     int seq = 0;
-    for (const char *p = r.body; (p = strstr(p, "event: "));) {
-        const char *nl = strchr(p, '\n'), *d = strstr(p, "data: "), *e = d ? strstr(d, "\n\n") : NULL;
-        cr_assert(nl && d == nl + 1 && e, "not an event: %s", p);
-        json_t *o = json_loadb(d + 6, (size_t)(e - d - 6), 0, NULL);
-        cr_assert(o, "data is not JSON: %.*s", (int)(e - d), d);
+    json_t *events = sse_events(r.body);
+    for (size_t i = 0; i < json_array_size(events); i++) {
+        json_t *o = json_array_get(events, i);
         const char *type = jstr(o, "type");
-        cr_assert(type && (size_t)(nl - p - 7) == strlen(type) && !strncmp(p + 7, type, strlen(type)));
         cr_expect_eq(jint(o, "sequence_number"), seq++, "%s", type);
         snprintf(types + strlen(types), sizeof types - strlen(types), "%s,", type + strlen("response."));
         if (!strcmp(type, "response.reasoning_text.delta")) strncat(reasoning, jstr(o, "delta"), 100);
         if (!strcmp(type, "response.output_text.delta")) strncat(text, jstr(o, "delta"), 100);
         if (!strcmp(type, "response.completed")) done = json_incref(json_object_get(o, "response"));
-        json_decref(o);
-        p = e;
     }
+    json_decref(events);
     cr_expect_str_eq(types, "created,in_progress,output_item.added,content_part.added,reasoning_text.delta,"
                             "reasoning_text.done,content_part.done,output_item.done,output_item.added,"
                             "content_part.added,output_text.delta,output_text.done,content_part.done,output_item.done,"
@@ -1956,15 +1961,7 @@ Test(serve, responses_api_whole_and_streamed, .timeout = 120) {
  * in (a tool_use and its tool_result) become the chat the template sees, as count_tokens counts; errors in
  * Anthropic's shape */
 Test(serve, anthropic_messages_whole_and_streamed, .timeout = 120) {
-    static const char *const script[] = {"<think>", "\nThe user wants Paris weather.", "\n</think>\n\n",
-                                         "Let me check.", "\n", "<tool_call>",
-                                         "\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n",
-                                         "</tool_call>", NULL};
-    struct th_script_model sm = {"{# a Qwen-like family: <tool_call> and <think> #}{% for m in messages %}"
-                                 "[{{ m.role }}{% for c in m.tool_calls or [] %}|{{ c.id }} {{ c.function.name }}"
-                                 "{{ c.function.arguments }}{% endfor %}{{ m.tool_call_id or '' }}:{{ m.content }}"
-                                 "{% endfor %}",
-                                 {script}, "<|eos|>", false};
+    struct th_script_model sm = {qwen_echo_template, {qwen_script}, "<|eos|>", false};
     char dir[32];
     struct server s;
     scripted_start(&s, &sm, dir);
@@ -1995,13 +1992,10 @@ Test(serve, anthropic_messages_whole_and_streamed, .timeout = 120) {
     r = http(&s, "POST", "/v1/messages", body);
     cr_assert_eq(r.code, 200, "%s", r.body);
     char types[1024] = "", thinking[256] = "", text[256] = "", json[256] = "", stop[32] = "";
-    for (const char *p = r.body; (p = strstr(p, "event: "));) {
-        const char *nl = strchr(p, '\n'), *d = strstr(p, "data: "), *e = d ? strstr(d, "\n\n") : NULL;
-        cr_assert(nl && d == nl + 1 && e, "not an event: %s", p);
-        json_t *o = json_loadb(d + 6, (size_t)(e - d - 6), 0, NULL);
-        cr_assert(o, "data is not JSON: %.*s", (int)(e - d), d);
+    json_t *events = sse_events(r.body);
+    for (size_t i = 0; i < json_array_size(events); i++) {
+        json_t *o = json_array_get(events, i);
         const char *type = jstr(o, "type");
-        cr_assert(type && (size_t)(nl - p - 7) == strlen(type) && !strncmp(p + 7, type, strlen(type)));
         snprintf(types + strlen(types), sizeof types - strlen(types), "%s%s,", type,
                  !strcmp(type, "content_block_start") ? jstr(o, "content_block.type") : "");
         const char *dt = jstr(o, "delta.type");
@@ -2009,9 +2003,8 @@ Test(serve, anthropic_messages_whole_and_streamed, .timeout = 120) {
         if (dt && !strcmp(dt, "text_delta")) strncat(text, jstr(o, "delta.text"), 100);
         if (dt && !strcmp(dt, "input_json_delta")) strncat(json, jstr(o, "delta.partial_json"), 100);
         if (!strcmp(type, "message_delta")) snprintf(stop, sizeof stop, "%s", jstr(o, "delta.stop_reason"));
-        json_decref(o);
-        p = e;
     }
+    json_decref(events);
     cr_expect_str_eq(types, "message_start,content_block_startthinking,content_block_delta,content_block_stop,"
                             "content_block_starttext,content_block_delta,content_block_stop,content_block_starttool_use,"
                             "content_block_delta,content_block_stop,message_delta,message_stop,");

@@ -21,14 +21,6 @@
 
 #define BAD(param, ...) toy_srv_err(err, 400, "invalid_request_error", NULL, param, __VA_ARGS__)
 
-static json_t *jstrn(const char *s, size_t n) {
-    if (toy_utf8_valid(s, n)) return json_stringn(s, n);
-    size_t m;
-    char *c = toy_utf8_clean(s, n, &m);
-    json_t *j = c ? json_stringn(c, m) : json_string("");
-    free(c);
-    return j;
-}
 
 /* ---- the request ------------------------------------------------------------------------------ */
 
@@ -39,25 +31,13 @@ static bool blocks_text(json_t *c, const char *what, json_t **out, struct srv_er
         return true;
     }
     if (!json_is_array(c)) return BAD("messages", "%s must be a string or an array of content blocks", what);
-    size_t len = 0;
     for (size_t k = 0; k < json_array_size(c); k++) {
         json_t *b = json_array_get(c, k);
         const char *type = json_string_value(json_object_get(b, "type"));
         if (!type || strcmp(type, "text") || !json_is_string(json_object_get(b, "text")))
             return BAD("messages", "%s[%zu]: block type '%s' (toy reads text here)", what, k, type ? type : "?");
-        len += json_string_length(json_object_get(b, "text"));
     }
-    char *s = malloc(len + 1), *q = s;
-    if (!s) return toy_srv_err(err, 500, "api_error", NULL, NULL, "out of memory");
-    for (size_t k = 0; k < json_array_size(c); k++) {
-        json_t *t = json_object_get(json_array_get(c, k), "text");
-        memcpy(q, json_string_value(t), json_string_length(t));
-        q += json_string_length(t);
-    }
-    *q = 0;
-    *out = json_stringn(s, len);
-    free(s);
-    return *out != NULL;
+    return (*out = toy_srv_join_text(c, "text")) || toy_srv_err(err, 500, "api_error", NULL, NULL, "out of memory");
 }
 
 /* one Anthropic message into chat messages */
@@ -185,19 +165,6 @@ bool toy_srv_messages_to_chat(json_t *body, bool count_only, json_t **out, struc
 
 /* ---- the reply ---------------------------------------------------------------------------------- */
 
-static bool split(const struct srv_request *r, const struct srv_job *j, bool final, struct toy_chat_reply *p) {
-    if (r->parse_reply) return toy_chat_reply_parse(&r->syn, j->text, j->text_len, !final, p) == TOY_OK;
-    memset(p, 0, sizeof *p);
-    p->reasoning = calloc(1, 1);
-    p->content = malloc(j->text_len + 1);
-    if (!p->reasoning || !p->content) {
-        toy_chat_reply_free(p);
-        return false;
-    }
-    if (j->text_len) memcpy(p->content, j->text, j->text_len);
-    p->content[j->text_len] = 0;
-    return true;
-}
 
 static const char *stop_reason(const struct srv_request *r, const struct srv_job *j) {
     const char *f = toy_srv_finish_reason(j);
@@ -231,12 +198,12 @@ static json_t *call_input(const struct toy_chat_call *c) {
 json_t *toy_srv_messages_json(const struct srv_api *api, const struct srv_request *r, struct srv_job *j, const char *id) {
     json_t *content = json_array();
     struct toy_chat_reply p;
-    if (split(r, j, true, &p)) {
+    if (toy_srv_reply_split(r, j, true, &p)) {
         if (*p.reasoning)
             json_array_append_new(content, json_pack("{s:s,s:o,s:s}", "type", "thinking", "thinking",
-                                                     jstrn(p.reasoning, strlen(p.reasoning)), "signature", ""));
+                                                     toy_srv_jstr(p.reasoning, strlen(p.reasoning)), "signature", ""));
         if (*p.content || (!p.n_calls && !*p.reasoning))
-            json_array_append_new(content, json_pack("{s:s,s:o}", "type", "text", "text", jstrn(p.content, strlen(p.content))));
+            json_array_append_new(content, json_pack("{s:s,s:o}", "type", "text", "text", toy_srv_jstr(p.content, strlen(p.content))));
         for (size_t k = 0; k < p.n_calls; k++) {
             char tid[96];
             tool_id(tid, sizeof tid, id, k);
@@ -288,8 +255,8 @@ static void text_delta(json_t *ev, struct srv_sent *s, int kind, const char *t, 
     if (n)
         event(ev, "content_block_delta",
               json_pack("{s:i,s:o}", "index", s->seq - 1, "delta",
-                        kind == 1 ? json_pack("{s:s,s:o}", "type", "thinking_delta", "thinking", jstrn(t, n))
-                                  : json_pack("{s:s,s:o}", "type", "text_delta", "text", jstrn(t, n))));
+                        kind == 1 ? json_pack("{s:s,s:o}", "type", "thinking_delta", "thinking", toy_srv_jstr(t, n))
+                                  : json_pack("{s:s,s:o}", "type", "text_delta", "text", toy_srv_jstr(t, n))));
 }
 
 json_t *toy_srv_messages_events(const struct srv_api *api, const struct srv_request *r, struct srv_job *j, bool final,
@@ -297,7 +264,7 @@ json_t *toy_srv_messages_events(const struct srv_api *api, const struct srv_requ
     (void)api;
     json_t *ev = json_array();
     struct toy_chat_reply p;
-    if (!split(r, j, final, &p)) return ev;
+    if (!toy_srv_reply_split(r, j, final, &p)) return ev;
     size_t nr = strlen(p.reasoning), nc = strlen(p.content);
     if (nr > s->reasoning) text_delta(ev, s, 1, p.reasoning + s->reasoning, nr - s->reasoning), s->reasoning = nr;
     if (nc > s->content) text_delta(ev, s, 2, p.content + s->content, nc - s->content), s->content = nc;

@@ -252,6 +252,14 @@ bool toy_srv_parse_request(const struct srv_api *api, enum srv_endpoint ep, cons
                            struct srv_request *r, struct srv_error *err);
 void toy_srv_request_free(struct srv_request *r);
 
+/* A JSON string of s[0..n), invalid UTF-8 replaced. */
+json_t *toy_srv_jstr(const char *s, size_t n);
+/* The string values of key in each object of parts, joined (NULL: out of memory; parts checked by the caller). */
+json_t *toy_srv_join_text(json_t *parts, const char *key);
+/* The reply so far (final: all of it) split into reasoning, content and calls (toy/chat-reply.h), or all
+ * content when the request does not split it; false when out of memory. */
+bool toy_srv_reply_split(const struct srv_request *r, const struct srv_job *j, bool final, struct toy_chat_reply *p);
+
 /* The Responses API (serve-responses.c): a request body as a chat request's (*out, owned, even on false);
  * the chat parser's error names as the Responses request's; the whole response object; and the stream's
  * events (arrays of event objects with "type"): its start, what the reply so far adds (final: the rest

@@ -22,14 +22,44 @@
 
 /* ---- UTF-8 ----------------------------------------------------------------------------- */
 
-/* a JSON string of s[0..n), invalid UTF-8 replaced */
-static json_t *jstr(const char *s, size_t n) {
+json_t *toy_srv_jstr(const char *s, size_t n) {
     if (toy_utf8_valid(s, n)) return json_stringn(s, n);
     size_t m;
     char *c = toy_utf8_clean(s, n, &m);
     json_t *j = c ? json_stringn(c, m) : json_string("");
     free(c);
     return j;
+}
+#define jstr toy_srv_jstr
+
+json_t *toy_srv_join_text(json_t *parts, const char *key) {
+    size_t total = 0;
+    for (size_t k = 0; k < json_array_size(parts); k++)
+        total += json_string_length(json_object_get(json_array_get(parts, k), key));
+    char *buf = malloc(total + 1), *w = buf;
+    if (!buf) return NULL;
+    for (size_t k = 0; k < json_array_size(parts); k++) {
+        json_t *t = json_object_get(json_array_get(parts, k), key);
+        memcpy(w, json_string_value(t), json_string_length(t));
+        w += json_string_length(t);
+    }
+    json_t *o = json_stringn(buf, total);
+    free(buf);
+    return o;
+}
+
+bool toy_srv_reply_split(const struct srv_request *r, const struct srv_job *j, bool final, struct toy_chat_reply *p) {
+    if (r->parse_reply) return toy_chat_reply_parse(&r->syn, j->text, j->text_len, !final, p) == TOY_OK;
+    memset(p, 0, sizeof *p); /* a reply that is not split: all content */
+    p->reasoning = calloc(1, 1);
+    p->content = malloc(j->text_len + 1);
+    if (!p->reasoning || !p->content) {
+        toy_chat_reply_free(p);
+        return false;
+    }
+    if (j->text_len) memcpy(p->content, j->text, j->text_len);
+    p->content[j->text_len] = 0;
+    return true;
 }
 
 /* a JSON number, or null for NaN and infinities (which JSON cannot carry) */
@@ -170,7 +200,6 @@ static bool message_text(json_t *c, size_t i, json_t **out, struct srv_error *er
     if (!c || json_is_null(c)) { *out = json_string(""); return true; }
     if (json_is_string(c)) { *out = json_incref(c); return true; }
     if (!json_is_array(c)) return BAD("messages", "messages[%zu].content must be a string or an array of parts", i);
-    size_t total = 0;
     for (size_t k = 0; k < json_array_size(c); k++) {
         json_t *part = json_array_get(c, k), *t = json_object_get(part, "text");
         const char *type = json_string_value(json_object_get(part, "type"));
@@ -178,18 +207,8 @@ static bool message_text(json_t *c, size_t i, json_t **out, struct srv_error *er
         if (strcmp(type, "text")) return BAD("messages", "messages[%zu].content[%zu]: type '%s' is not supported "
                                              "(text only)", i, k, type);
         if (!json_is_string(t)) return BAD("messages", "messages[%zu].content[%zu].text must be a string", i, k);
-        total += json_string_length(t);
     }
-    char *buf = malloc(total + 1), *w = buf;
-    if (!buf) return toy_srv_err(err, 500, "server_error", NULL, NULL, "out of memory");
-    for (size_t k = 0; k < json_array_size(c); k++) {
-        json_t *t = json_object_get(json_array_get(c, k), "text");
-        memcpy(w, json_string_value(t), json_string_length(t));
-        w += json_string_length(t);
-    }
-    *out = json_stringn(buf, total);
-    free(buf);
-    return true;
+    return (*out = toy_srv_join_text(c, "text")) || toy_srv_err(err, 500, "server_error", NULL, NULL, "out of memory");
 }
 
 /* an assistant message's tool_calls: [{"id", "type": "function", "function": {"name", "arguments"}}]; arguments
@@ -877,7 +896,7 @@ static json_t *tool_call_json(const struct toy_chat_call *c, const char *id, siz
 
 /* parses the job's text so far (the whole reply once done); false when out of memory */
 static bool reply_parse(const struct srv_request *r, const struct srv_job *j, bool final, struct toy_chat_reply *out) {
-    return toy_chat_reply_parse(&r->syn, j->text, j->text_len, !final, out) == TOY_OK;
+    return toy_srv_reply_split(r, j, final, out);
 }
 
 /* the whole reply's message: content (null when only calls), reasoning_content, tool_calls */

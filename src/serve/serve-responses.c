@@ -21,14 +21,6 @@
 
 #define BAD(param, ...) toy_srv_err(err, 400, "invalid_request_error", NULL, param, __VA_ARGS__)
 
-static json_t *jstrn(const char *s, size_t n) {
-    if (toy_utf8_valid(s, n)) return json_stringn(s, n);
-    size_t m;
-    char *c = toy_utf8_clean(s, n, &m);
-    json_t *j = c ? json_stringn(c, m) : json_string("");
-    free(c);
-    return j;
-}
 
 /* ---- the request ------------------------------------------------------------------------------ */
 
@@ -39,7 +31,6 @@ static bool item_text(json_t *c, size_t i, json_t **out, struct srv_error *err) 
         return true;
     }
     if (!json_is_array(c)) return BAD("input", "input[%zu].content must be a string or an array of text parts", i);
-    size_t len = 0;
     for (size_t k = 0; k < json_array_size(c); k++) {
         json_t *p = json_array_get(c, k);
         const char *type = json_string_value(json_object_get(p, "type"));
@@ -47,20 +38,8 @@ static bool item_text(json_t *c, size_t i, json_t **out, struct srv_error *err) 
         if (!type || (strcmp(type, "input_text") && strcmp(type, "output_text") && strcmp(type, "text")) || !t)
             return BAD("input", "input[%zu].content[%zu]: type '%s' (toy reads input_text and output_text parts)", i,
                        k, type ? type : "?");
-        len += strlen(t);
     }
-    char *s = malloc(len + 1), *q = s;
-    if (!s) return toy_srv_err(err, 500, "server_error", NULL, NULL, "out of memory");
-    for (size_t k = 0; k < json_array_size(c); k++) {
-        const char *t = json_string_value(json_object_get(json_array_get(c, k), "text"));
-        size_t n = strlen(t);
-        memcpy(q, t, n);
-        q += n;
-    }
-    *q = 0;
-    *out = json_string(s);
-    free(s);
-    return *out != NULL;
+    return (*out = toy_srv_join_text(c, "text")) || toy_srv_err(err, 500, "server_error", NULL, NULL, "out of memory");
 }
 
 /* the assistant message calls go into: the last message when it is the assistant's, else a new one */
@@ -122,15 +101,8 @@ static bool input_messages(json_t *in, json_t *msgs, struct srv_error *err) {
             for (size_t k = 0; k < json_array_size(parts); k++)
                 if (!json_is_string(json_object_get(json_array_get(parts, k), "text")))
                     return BAD("input", "input[%zu]: reasoning parts need a text", i);
-            if (json_array_size(parts)) {
-                json_t *copy = json_array();
-                for (size_t k = 0; k < json_array_size(parts); k++)
-                    json_array_append_new(copy, json_pack("{s:s,s:O}", "type", "text", "text",
-                                                          json_object_get(json_array_get(parts, k), "text")));
-                bool ok = item_text(copy, i, &text, err);
-                json_decref(copy);
-                if (!ok) return false;
-            }
+            if (json_array_size(parts) && !(text = toy_srv_join_text(parts, "text")))
+                return toy_srv_err(err, 500, "server_error", NULL, NULL, "out of memory");
             json_decref(reasoning);
             reasoning = text;
         } else if (!strcmp(type, "item_reference")) {
@@ -239,19 +211,6 @@ void toy_srv_responses_param(struct srv_error *err) {
 
 /* the reply split so far (final: the whole of it): reasoning, content and calls; a reply that is not split is
  * all content */
-static bool split(const struct srv_request *r, const struct srv_job *j, bool final, struct toy_chat_reply *p) {
-    if (r->parse_reply) return toy_chat_reply_parse(&r->syn, j->text, j->text_len, !final, p) == TOY_OK;
-    memset(p, 0, sizeof *p);
-    p->reasoning = calloc(1, 1);
-    p->content = malloc(j->text_len + 1);
-    if (!p->reasoning || !p->content) {
-        toy_chat_reply_free(p);
-        return false;
-    }
-    if (j->text_len) memcpy(p->content, j->text, j->text_len);
-    p->content[j->text_len] = 0;
-    return true;
-}
 
 static json_t *usage_json(const struct srv_job *j) {
     int64_t p = j->n_prompt, c = j->n_generated;
@@ -304,9 +263,9 @@ static void item_id(char *out, size_t n, const char *kind, const char *resp_id, 
 static json_t *text_item(const char *kind, const char *id, const char *text, size_t n, const char *status) {
     if (!strcmp(kind, "rs"))
         return json_pack("{s:s,s:s,s:[],s:[{s:s,s:o}]}", "type", "reasoning", "id", id, "summary", "content", "type",
-                         "reasoning_text", "text", jstrn(text, n));
+                         "reasoning_text", "text", toy_srv_jstr(text, n));
     return json_pack("{s:s,s:s,s:s,s:s,s:[{s:s,s:o,s:[],s:[]}]}", "type", "message", "id", id, "status", status, "role",
-                     "assistant", "content", "type", "output_text", "text", jstrn(text, n), "annotations", "logprobs");
+                     "assistant", "content", "type", "output_text", "text", toy_srv_jstr(text, n), "annotations", "logprobs");
 }
 
 static json_t *call_item(const struct toy_chat_call *c, const char *id, const char *resp_id, int k, const char *status,
@@ -314,7 +273,7 @@ static json_t *call_item(const struct toy_chat_call *c, const char *id, const ch
     char cid[96];
     item_id(cid, sizeof cid, "call", resp_id, k);
     return json_pack("{s:s,s:s,s:s,s:s,s:o,s:s}", "type", "function_call", "id", id, "call_id", cid, "name", c->name,
-                     "arguments", with_args ? jstrn(c->arguments, strlen(c->arguments)) : json_string(""), "status",
+                     "arguments", with_args ? toy_srv_jstr(c->arguments, strlen(c->arguments)) : json_string(""), "status",
                      status);
 }
 
@@ -324,7 +283,7 @@ json_t *toy_srv_responses_json(const struct srv_api *api, const struct srv_reque
     json_t *out = json_array();
     int k = 0;
     char iid[96];
-    if (split(r, j, true, &p)) {
+    if (toy_srv_reply_split(r, j, true, &p)) {
         if (*p.reasoning) {
             item_id(iid, sizeof iid, "rs", id, k++);
             json_array_append_new(out, text_item("rs", iid, p.reasoning, strlen(p.reasoning), "completed"));
@@ -411,11 +370,11 @@ static void text_delta(json_t *ev, struct srv_sent *s, int kind, const char *id,
     if (joined) {
         memcpy(joined, old, on);
         memcpy(joined + on, t, n);
-        json_object_set_new(part, "text", jstrn(joined, on + n));
+        json_object_set_new(part, "text", toy_srv_jstr(joined, on + n));
         free(joined);
     }
     json_t *d = json_pack("{s:s,s:i,s:i,s:o}", "item_id", json_string_value(json_object_get(item, "id")),
-                          "output_index", k, "content_index", 0, "delta", jstrn(t, n));
+                          "output_index", k, "content_index", 0, "delta", toy_srv_jstr(t, n));
     if (kind == 2) json_object_set_new(d, "logprobs", json_array());
     event(ev, s, kind == 1 ? "response.reasoning_text.delta" : "response.output_text.delta", d);
 }
@@ -424,7 +383,7 @@ json_t *toy_srv_responses_events(const struct srv_api *api, const struct srv_req
                                  struct srv_sent *s, const char *id, long created) {
     json_t *ev = json_array();
     struct toy_chat_reply p;
-    if (!split(r, j, final, &p)) return ev;
+    if (!toy_srv_reply_split(r, j, final, &p)) return ev;
     size_t nr = strlen(p.reasoning), nc = strlen(p.content);
     if (nr > s->reasoning) text_delta(ev, s, 1, id, p.reasoning + s->reasoning, nr - s->reasoning), s->reasoning = nr;
     if (nc > s->content) text_delta(ev, s, 2, id, p.content + s->content, nc - s->content), s->content = nc;
@@ -435,7 +394,7 @@ json_t *toy_srv_responses_events(const struct srv_api *api, const struct srv_req
         item_id(iid, sizeof iid, "fc", id, k);
         event(ev, s, "response.output_item.added",
               json_pack("{s:i,s:o}", "output_index", k, "item", call_item(&p.calls[c], iid, id, k, "in_progress", false)));
-        json_t *args = jstrn(p.calls[c].arguments, strlen(p.calls[c].arguments));
+        json_t *args = toy_srv_jstr(p.calls[c].arguments, strlen(p.calls[c].arguments));
         event(ev, s, "response.function_call_arguments.delta",
               json_pack("{s:s,s:i,s:O}", "item_id", iid, "output_index", k, "delta", args));
         event(ev, s, "response.function_call_arguments.done",
