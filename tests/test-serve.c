@@ -2043,8 +2043,8 @@ Test(serve, anthropic_messages_whole_and_streamed, .timeout = 120) {
     const char *bad[] = {
         "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",                            /* max_tokens */
         "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image\"}]}]}",
-        "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":"
-        "\"web_search_20250305\",\"name\":\"web_search\"}]}",
+        ("{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":"
+         "\"web_search_20250305\",\"name\":\"web_search\"}]}"),
         "{\"max_tokens\":5,\"messages\":[{\"role\":\"system\",\"content\":\"x\"}]}",
         "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":{\"type\":\"maybe\"}}",
     };
