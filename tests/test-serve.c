@@ -2014,6 +2014,21 @@ Test(serve, anthropic_messages_whole_and_streamed, .timeout = 120) {
     cr_expect_str_eq(stop, "tool_use");
     resp_free(&r);
 
+    /* a stop sequence of the request's ends it, and is named */
+    r = http(&s, "POST", "/v1/messages", "{\"max_tokens\":100,\"stop_sequences\":[\"zzz\",\"check\"],\"messages\":"
+             "[{\"role\":\"user\",\"content\":\"<|go1|>\"}]}");
+    cr_assert_eq(r.code, 200, "%s", r.body);
+    cr_expect_str_eq(jstr(r.json, "stop_reason"), "stop_sequence", "%s", r.body);
+    cr_expect_str_eq(jstr(r.json, "stop_sequence"), "check", "%s", r.body);
+    cr_expect_str_eq(jstr(r.json, "content.1.text"), "Let me", "%s", r.body);
+    resp_free(&r);
+    r = http(&s, "POST", "/v1/messages", "{\"max_tokens\":100,\"messages\":[{\"role\":\"user\",\"content\":"
+             "\"<|go1|>\"}]}"); /* no tools offered: the call is text, and the reply ends at its end of turn */
+    cr_assert_eq(r.code, 200, "%s", r.body);
+    cr_expect_str_eq(jstr(r.json, "stop_reason"), "end_turn", "%s", r.body);
+    cr_expect(json_is_null(jget(r.json, "stop_sequence")), "%s", r.body);
+    resp_free(&r);
+
     /* count_tokens counts the prompt the request would run */
     snprintf(body, sizeof body, "{\"model\":\"tiny\",\"system\":\"Be brief.\",\"messages\":[{\"role\":\"user\","
              "\"content\":\"<|go1|>\"}],%s}", tools);

@@ -166,14 +166,19 @@ bool toy_srv_messages_to_chat(json_t *body, bool count_only, json_t **out, struc
 /* ---- the reply ---------------------------------------------------------------------------------- */
 
 
+/* the request's stop sequence that ended the reply (NULL: none did) */
+static const char *user_stop(const struct srv_job *j) {
+    return j->reason == TOY_STOP_STRING && j->stop_hit >= 0 && j->stop_hit < j->n_user_stop ? j->stop[j->stop_hit]
+                                                                                          : NULL;
+}
+
 static const char *stop_reason(const struct srv_request *r, const struct srv_job *j) {
     const char *f = toy_srv_finish_reason(j);
     if (!strcmp(f, "length")) return "max_tokens";
     if (!strcmp(f, "tool_calls")) return "tool_use";
-    if (j->reason == TOY_STOP_STRING && json_array_size(json_object_get(r->anth_body, "stop_sequences")))
-        return "stop_sequence";
-    return "end_turn";
+    return user_stop(j) ? "stop_sequence" : "end_turn";
 }
+
 
 static json_t *usage_json(const struct srv_job *j, bool final) {
     int64_t cached = j->n_cached;
@@ -213,9 +218,10 @@ json_t *toy_srv_messages_json(const struct srv_api *api, const struct srv_reques
         j->n_calls = p.n_calls;
         toy_chat_reply_free(&p);
     }
-    return json_pack("{s:s,s:s,s:s,s:s,s:o,s:s,s:n,s:o}", "id", id, "type", "message", "role", "assistant", "model",
-                     api->model_name, "content", content, "stop_reason", stop_reason(r, j), "stop_sequence", "usage",
-                     usage_json(j, true));
+    const char *seq = user_stop(j);
+    return json_pack("{s:s,s:s,s:s,s:s,s:o,s:s,s:o,s:o}", "id", id, "type", "message", "role", "assistant", "model",
+                     api->model_name, "content", content, "stop_reason", stop_reason(r, j), "stop_sequence",
+                     seq ? json_string(seq) : json_null(), "usage", usage_json(j, true));
 }
 
 /* ---- the stream ----------------------------------------------------------------------------------- */
@@ -289,8 +295,10 @@ json_t *toy_srv_messages_events(const struct srv_api *api, const struct srv_requ
     if (final) {
         if (!s->seq) text_delta(ev, s, 2, "", 0); /* an empty reply: still its text block */
         close_block(ev, s);
-        event(ev, "message_delta", json_pack("{s:{s:s,s:n},s:{s:I}}", "delta", "stop_reason", stop_reason(r, j),
-                                             "stop_sequence", "usage", "output_tokens", (json_int_t)j->n_generated));
+        const char *seq = user_stop(j);
+        event(ev, "message_delta", json_pack("{s:{s:s,s:o},s:{s:I}}", "delta", "stop_reason", stop_reason(r, j),
+                                             "stop_sequence", seq ? json_string(seq) : json_null(), "usage",
+                                             "output_tokens", (json_int_t)j->n_generated));
         event(ev, "message_stop", json_object());
     }
     return ev;

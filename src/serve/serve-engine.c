@@ -53,6 +53,7 @@ struct srv_job *toy_srv_job_new(enum srv_job_kind kind) {
     struct srv_job *j = calloc(1, sizeof *j);
     if (!j) return NULL;
     j->kind = kind;
+    j->stop_hit = -1;
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
     atomic_init(&j->cancel, false);
@@ -350,7 +351,7 @@ static bool slot_step(struct srv_engine *e, struct slot *s, float *logits) {
     const char *hit = NULL;
     for (int i = 0; i < j->n_stop; i++) {
         const char *h = strstr(s->gen + from, j->stop[i]);
-        if (h && (!hit || h < hit)) hit = h;
+        if (h && (!hit || h < hit)) hit = h, j->stop_hit = i;
     }
     if (hit) {
         size_t upto = (size_t)(hit - s->gen);

@@ -100,7 +100,7 @@ struct srv_job {
     bool continues;                  /* the text continues the prompt (completions): an SPM model's
                                         first token keeps its leading space */
     char *stop[SRV_MAX_STOP];
-    int n_stop;
+    int n_stop, n_user_stop;         /* the request's own stop strings first, then the template's end-of-turn texts */
     int top_logprobs;                /* 0..SRV_MAX_TOP_LOGPROBS alternatives per token */
     bool ignore_eos;
     bool keep_special;               /* special tokens are decoded as text: the reply's markers (chat-reply.h) */
@@ -126,6 +126,7 @@ struct srv_job {
     size_t n_calls;                  /* tool calls in the split reply (set by the API layer) */
     bool done, timed_out;
     enum toy_stop_reason reason;
+    int stop_hit;                    /* reason TOY_STOP_STRING: which of stop[] ended the text (-1: none) */
     enum toy_status err;
     char errmsg[256];
     float *embeddings;               /* embed: n_inputs x dim */

@@ -517,6 +517,7 @@ static bool parse_stop(json_t *body, struct srv_job *j, struct srv_error *err) {
         if (json_string_length(v) > 256) return BAD("stop", "a stop string is at most 256 bytes");
         j->stop[j->n_stop++] = strdup(json_string_value(v));
     }
+    j->n_user_stop = j->n_stop;
     return true;
 }
 
