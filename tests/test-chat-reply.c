@@ -46,8 +46,20 @@ static const struct sample samples[] = {
     {"hermes bad JSON kept", SYN(HERMES, .tools = true),
      "Sure. <tool_call>{\"name\": get_weather}</tool_call> done",
      {"", "Sure. <tool_call>{\"name\": get_weather}</tool_call> done", {{0}}}},
-    {"hermes cut off", SYN(HERMES, .tools = true), "Checking <tool_call>\n{\"name\": \"get_weather\", \"argu",
-     {"", "Checking <tool_call>\n{\"name\": \"get_weather\", \"argu", {{0}}}},
+    {"hermes cut off before the name", SYN(HERMES, .tools = true), "Checking <tool_call>\n{\"name\": \"get_wea",
+     {"", "Checking <tool_call>\n{\"name\": \"get_wea", {{0}}}},
+    {"hermes cut off after the name", SYN(HERMES, .tools = true), "Checking <tool_call>\n{\"name\": \"get_weather\", \"argu",
+     {"", "Checking", {{"get_weather", "{}"}}}},
+    {"hermes cut off in the arguments", SYN(HERMES, .tools = true),
+     "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Pa ris\", \"da",
+     {"", "", {{"get_weather", "{\"city\":\"Pa ris\",\"da"}}}},
+    {"hermes keys the other way round", SYN(HERMES, .tools = true),
+     "<tool_call>{\"arguments\": {\"city\": \"Oslo\"}, \"name\": \"get_weather\"}</tool_call>",
+     {"", "", {{"get_weather", "{\"city\":\"Oslo\"}"}}}},
+    {"hermes arguments as written", SYN(HERMES, .tools = true),
+     "<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"q\": \"a  \\\"b\\\" \\u00e9\", \"n\": 1.50, \"l\": [1, {}]}}"
+     "</tool_call>",
+     {"", "", {{"get_weather", "{\"q\":\"a  \\\"b\\\" \\u00e9\",\"n\":1.50,\"l\":[1,{}]}"}}}},
     {"hermes without tools", SYN(HERMES),
      "<tool_call>{\"name\": \"get_weather\", \"arguments\": {}}</tool_call>",
      {"", "<tool_call>{\"name\": \"get_weather\", \"arguments\": {}}</tool_call>", {{0}}}},
@@ -77,11 +89,24 @@ static const struct sample samples[] = {
      {"", "Looking.", {{"get_weather", "{\"city\":\"Bern\"}"}, {"get_time", "{}"}}}},
     {"mistral broken", SYN(MISTRAL, .tools = true), "[TOOL_CALLS][{\"name\": ",
      {"", "[TOOL_CALLS][{\"name\":", {{0}}}},
+    {"mistral v11 cut off", SYN(MISTRAL, .tools = true), "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Be",
+     {"", "", {{"get_weather", "{\"city\":\"Be"}}}},
+    {"mistral v3 then words", SYN(MISTRAL, .tools = true),
+     "[TOOL_CALLS][{\"name\": \"get_time\", \"arguments\": {}}] and more",
+     {"", "and more", {{"get_time", "{}"}}}},
+    {"llama3 cut off", SYN(LLAMA3, .tools = true), "{\"name\": \"get_weather\", \"parameters\": {\"city\": ",
+     {"", "", {{"get_weather", "{\"city\":"}}}},
+    {"llama3 call then junk", SYN(LLAMA3, .tools = true),
+     "<|python_tag|>{\"name\": \"get_time\", \"parameters\": {}} oops",
+     {"", "oops", {{"get_time", "{}"}}}},
     {"deepseek v3", SYN(DEEPSEEK, .think = true, .tools = true),
      "<think>need weather</think>" DS("tool" U "calls" U "begin") DS("tool" U "call" U "begin") "function" DS(
          "tool" U "sep") "get_weather\n```json\n{\"city\": \"Kyiv\"}\n```" DS("tool" U "call" U "end") DS(
          "tool" U "calls" U "end"),
      {"need weather", "", {{"get_weather", "{\"city\":\"Kyiv\"}"}}}},
+    {"deepseek v3 cut off", SYN(DEEPSEEK, .tools = true),
+     DS("tool" U "calls" U "begin") DS("tool" U "call" U "begin") "function" DS("tool" U "sep") "get_time\n```json\n{\"tz\"",
+     {"", "", {{"get_time", "{\"tz\""}}}},
     {"deepseek v3.1", SYN(DEEPSEEK, .tools = true),
      "On it." DS("tool" U "calls" U "begin") DS("tool" U "call" U "begin") "get_time" DS("tool" U "sep") "{}" DS(
          "tool" U "call" U "end") DS("tool" U "calls" U "end"),
@@ -103,6 +128,9 @@ static const struct sample samples[] = {
      "to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"A\"}<|call|>",
      {"", "Checking two cities.", {{"get_weather", "{\"city\":\"A\"}"}}}},
     {"harmony not followed", SYN(HARMONY), "plain words", {"", "plain words", {{0}}}},
+    {"harmony cut off", SYN(HARMONY, .tools = true),
+     "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Lo",
+     {"", "", {{"get_weather", "{\"city\":\"Lo"}}}},
 };
 
 static void check_reply(const struct toy_chat_reply *r, const struct want *w, const char *what) {
@@ -129,11 +157,22 @@ Test(chat_reply, each_family_splits_as_written) {
 
 static bool is_prefix(const char *a, const char *b) { return !strncmp(a, b, strlen(a)); }
 
-/* Each byte-prefix of text[0..n), parsed as a streaming reply, is a prefix of the whole parse, field by field, and
- * the prefixes grow monotonically; so the deltas a stream sends add up to the whole answer. */
+/* a call of a partial parse against the same call later: the same name; the arguments the same once it is
+ * closed, else a prefix */
+static void same_call(const struct toy_chat_call *a, const struct toy_chat_call *b, const char *what, size_t k) {
+    cr_assert_str_eq(a->name, b->name, "%s at %zu", what, k);
+    if (a->open) cr_assert(is_prefix(a->arguments, b->arguments), "%s at %zu: arguments '%s' then '%s'", what, k,
+                           a->arguments, b->arguments);
+    else cr_assert_str_eq(a->arguments, b->arguments, "%s at %zu", what, k);
+}
+
+/* Each byte-prefix of text[0..n), parsed as a streaming reply, is a prefix of the whole parse, field by field
+ * (an open call's arguments a prefix of the whole call's), and the prefixes grow monotonically; so the deltas a
+ * stream sends add up to the whole answer. */
 static void check_streaming(const struct toy_chat_syntax *syn, const char *text, size_t n, const char *what) {
     struct toy_chat_reply whole, prev = {0};
     MUST(toy_chat_reply_parse(syn, text, n, false, &whole));
+    for (size_t c = 0; c < whole.n_calls; c++) cr_assert(!whole.calls[c].open, "%s: a final call is closed", what);
     for (size_t k = 0; k <= n; k++) {
         struct toy_chat_reply r;
         MUST(toy_chat_reply_parse(syn, text, k, true, &r));
@@ -143,12 +182,14 @@ static void check_streaming(const struct toy_chat_syntax *syn, const char *text,
                   whole.content);
         cr_assert_leq(r.n_calls, whole.n_calls, "%s at %zu", what, k);
         for (size_t c = 0; c < r.n_calls; c++) {
-            cr_assert_str_eq(r.calls[c].name, whole.calls[c].name, "%s at %zu", what, k);
-            cr_assert_str_eq(r.calls[c].arguments, whole.calls[c].arguments, "%s at %zu", what, k);
+            same_call(&r.calls[c], &whole.calls[c], what, k);
+            cr_assert(!r.calls[c].open || c == r.n_calls - 1, "%s at %zu: only the last call is open", what, k);
         }
-        if (k > 0)
+        if (k > 0) {
             cr_assert(is_prefix(prev.reasoning, r.reasoning) && is_prefix(prev.content, r.content) &&
                           prev.n_calls <= r.n_calls, "%s at %zu: shrank", what, k);
+            for (size_t c = 0; c < prev.n_calls; c++) same_call(&prev.calls[c], &r.calls[c], what, k);
+        }
         toy_chat_reply_free(&prev);
         prev = r;
     }
@@ -184,17 +225,29 @@ Test(chat_reply, fuzzer_finds_replay) {
     closedir(d);
 }
 
-/* What streams before the end: reasoning and content as they come, a call once closed */
-Test(chat_reply, streaming_sends_text_early_and_calls_once_closed) {
+/* What streams before the end: reasoning and content as they come, a call once its name is read */
+Test(chat_reply, streaming_sends_text_early_and_calls_as_written) {
     struct toy_chat_syntax syn = SYN(HERMES, .think = true, .tools = true);
     const char *t = "<think>Plan: call it</think>Calling now <tool_call>{\"name\": \"get_time\", \"arguments\": {}}";
     struct toy_chat_reply r;
     MUST(toy_chat_reply_parse(&syn, t, strlen("<think>Plan: ca"), true, &r));
     cr_assert_str_eq(r.reasoning, "Plan: ca");
     toy_chat_reply_free(&r);
+    MUST(toy_chat_reply_parse(&syn, t, strlen(t) - strlen("\"get_time\", \"arguments\": {}}"), true, &r));
+    cr_assert_str_eq(r.content, "Calling now");
+    cr_assert_eq(r.n_calls, 0, "a call before its name is read is held back");
+    toy_chat_reply_free(&r);
+    MUST(toy_chat_reply_parse(&syn, t, strlen(t) - strlen(", \"arguments\": {}}"), true, &r));
+    cr_assert_eq(r.n_calls, 1, "a call counts once its name is read");
+    cr_assert(r.calls[0].open);
+    cr_assert_str_eq(r.calls[0].name, "get_time");
+    cr_assert_str_eq(r.calls[0].arguments, "");
+    toy_chat_reply_free(&r);
     MUST(toy_chat_reply_parse(&syn, t, strlen(t), true, &r));
     cr_assert_str_eq(r.content, "Calling now");
-    cr_assert_eq(r.n_calls, 0, "an open call is held back");
+    cr_assert_eq(r.n_calls, 1);
+    cr_assert(r.calls[0].open, "open until </tool_call>");
+    cr_assert_str_eq(r.calls[0].arguments, "{}");
     toy_chat_reply_free(&r);
     MUST(toy_chat_reply_parse(&syn, "Calling <tool_c", 15, true, &r));
     cr_assert_str_eq(r.content, "Calling", "a marker's start is held back");

@@ -17,10 +17,15 @@
  *
  * Parsing a growing reply (partial = true, while it streams) gives results
  * that each extend the one before, and the final parse extends them all:
- * text that may yet turn out to be a marker, a tool call still open, and
- * trailing whitespace are held back until they are known. Nothing is lost:
- * a tool call that does not parse, or is cut off at the end, stays in the
- * content as the model wrote it.
+ * text that may yet turn out to be a marker and trailing whitespace are
+ * held back until they are known. A tool call counts from when its name
+ * has been read: from then on it is a call (open while the reply may add
+ * to it), and its arguments grow as the model writes them, so a stream
+ * can send them piece by piece. Once taken, a call stays one: cut off at
+ * the end (the length ran out) or with arguments that turn out broken, it
+ * keeps what the model wrote, as OpenAI's API returns such a call. Text
+ * that never became a call (a tool call marker not followed by a call
+ * object with a name) stays in the content as the model wrote it.
  */
 #ifndef TOY_CHAT_REPLY_H
 #define TOY_CHAT_REPLY_H
@@ -77,7 +82,10 @@ bool toy_chat_call_frame(const struct toy_chat_syntax *s, const char *name, char
 
 struct toy_chat_call {
     char *name;      /* the function's name */
-    char *arguments; /* its arguments, JSON text (an object) */
+    /* its arguments, JSON text (an object): as the model wrote them, less
+     * the blanks between JSON tokens (strings as written) */
+    char *arguments;
+    bool open;       /* partial parse: the call is still being written (arguments so far) */
 };
 
 struct toy_chat_reply {

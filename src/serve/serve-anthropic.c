@@ -265,32 +265,45 @@ static void text_delta(json_t *ev, struct srv_sent *s, int kind, const char *t, 
                                   : json_pack("{s:s,s:o}", "type", "text_delta", "text", toy_srv_jstr(t, n))));
 }
 
+/* a call's step: its tool_use block begins, takes more of its input's JSON, ends. The input streams as
+ * written when it is an object; anything else becomes {} at the end, as the whole message has it. */
+static void call_step(json_t *ev, struct srv_sent *s, const struct srv_call_step *st, const char *id) {
+    if (st->begin) {
+        close_block(ev, s);
+        char tid[96];
+        tool_id(tid, sizeof tid, id, st->k);
+        event(ev, "content_block_start", json_pack("{s:i,s:{s:s,s:s,s:s,s:{}}}", "index", s->seq, "content_block", "type",
+                                                   "tool_use", "id", tid, "name", st->c->name, "input"));
+        s->seq++;
+        s->open = 3;
+    }
+    bool raw = st->c && st->c->arguments[0] == '{';
+    if (st->n && raw)
+        event(ev, "content_block_delta", json_pack("{s:i,s:{s:s,s:o}}", "index", s->seq - 1, "delta", "type",
+                                                   "input_json_delta", "partial_json", toy_srv_jstr(st->delta, st->n)));
+    if (st->end) {
+        if (st->c && !raw)
+            event(ev, "content_block_delta", json_pack("{s:i,s:{s:s,s:s}}", "index", s->seq - 1, "delta", "type",
+                                                       "input_json_delta", "partial_json", "{}"));
+        close_block(ev, s);
+    }
+}
+
 json_t *toy_srv_messages_events(const struct srv_api *api, const struct srv_request *r, struct srv_job *j, bool final,
                                 struct srv_sent *s, const char *id) {
     (void)api;
     json_t *ev = json_array();
     struct toy_chat_reply p;
     if (!toy_srv_reply_split(r, j, final, &p)) return ev;
+    struct srv_call_step *st = malloc((p.n_calls + 1) * sizeof *st);
+    size_t ns = st ? toy_srv_call_steps(&p, s, final, st) : 0, i = 0;
     size_t nr = strlen(p.reasoning), nc = strlen(p.content);
     if (nr > s->reasoning) text_delta(ev, s, 1, p.reasoning + s->reasoning, nr - s->reasoning), s->reasoning = nr;
+    if (ns && !st[0].begin) call_step(ev, s, &st[i++], id); /* the call open before: its text came first */
     if (nc > s->content) text_delta(ev, s, 2, p.content + s->content, nc - s->content), s->content = nc;
-    for (size_t k = s->calls; k < p.n_calls; k++) { /* a call once whole: its block, its input at once */
-        close_block(ev, s);
-        char tid[96];
-        tool_id(tid, sizeof tid, id, k);
-        event(ev, "content_block_start", json_pack("{s:i,s:{s:s,s:s,s:s,s:{}}}", "index", s->seq, "content_block", "type",
-                                                   "tool_use", "id", tid, "name", p.calls[k].name, "input"));
-        json_t *in = call_input(&p.calls[k]);
-        char *txt = json_dumps(in, JSON_COMPACT);
-        json_decref(in);
-        event(ev, "content_block_delta", json_pack("{s:i,s:{s:s,s:s}}", "index", s->seq, "delta", "type",
-                                                   "input_json_delta", "partial_json", txt ? txt : "{}"));
-        free(txt);
-        event(ev, "content_block_stop", json_pack("{s:i}", "index", s->seq));
-        s->seq++;
-    }
-    s->calls = p.n_calls;
-    j->n_calls = p.n_calls;
+    for (; i < ns; i++) call_step(ev, s, &st[i], id);
+    free(st);
+    j->n_calls = s->calls;
     toy_chat_reply_free(&p);
     if (final) {
         if (!s->seq) text_delta(ev, s, 2, "", 0); /* an empty reply: still its text block */

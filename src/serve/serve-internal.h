@@ -241,11 +241,15 @@ struct srv_request {
 
 /* What a chat stream has sent of the split reply so far. */
 struct srv_sent {
-    size_t reasoning, content, calls;
+    /* the reasoning and content bytes sent, the calls begun, and of the last one the argument bytes sent and
+     * whether it is still open */
+    size_t reasoning, content, calls, args;
+    bool call_open;
     /* a Responses stream: its output items so far (owned), which is open (0: none, 1: reasoning, 2: the
      * message), and the next event's sequence number */
     json_t *items;
     int open, seq;
+    int call_item; /* a Responses stream: the open call's item */
 };
 
 /* Parses and validates a request body; on false, *err says why (4xx). */
@@ -287,6 +291,19 @@ json_t *toy_srv_messages_start(const struct srv_api *api, const struct srv_reque
 json_t *toy_srv_messages_events(const struct srv_api *api, const struct srv_request *r, struct srv_job *j, bool final,
                                 struct srv_sent *s, const char *id);
 json_t *toy_srv_messages_error_json(const struct srv_error *e);
+
+/* A step of a streamed tool call: call k (c, NULL when the parse lost it) begins now (its name to send),
+ * adds n bytes of arguments at delta, and/or ends now. */
+struct srv_call_step {
+    size_t k;
+    const struct toy_chat_call *c;
+    bool begin, end;
+    const char *delta;
+    size_t n;
+};
+/* What the parse p adds to the calls *s has sent (updated): the steps in order into out (p->n_calls + 1 at
+ * most); the first may continue the call already open, the others are calls begun now. */
+size_t toy_srv_call_steps(const struct toy_chat_reply *p, struct srv_sent *s, bool final, struct srv_call_step *out);
 
 /* "stop", "length"; "tool_calls" when the reply made some (j->n_calls). */
 const char *toy_srv_finish_reason(const struct srv_job *j);

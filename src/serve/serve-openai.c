@@ -62,6 +62,24 @@ bool toy_srv_reply_split(const struct srv_request *r, const struct srv_job *j, b
     return true;
 }
 
+size_t toy_srv_call_steps(const struct toy_chat_reply *p, struct srv_sent *s, bool final, struct srv_call_step *out) {
+    size_t n = 0, k0 = s->call_open ? s->calls - 1 : s->calls;
+    if (s->call_open && k0 >= p->n_calls) { /* cannot happen (a parse keeps its calls): end it as sent */
+        if (final) out[n++] = (struct srv_call_step){.k = k0, .end = true}, s->call_open = false;
+        return n;
+    }
+    for (size_t k = k0; k < p->n_calls; k++) {
+        const struct toy_chat_call *c = &p->calls[k];
+        struct srv_call_step st = {.k = k, .c = c};
+        if (k >= s->calls) st.begin = true, s->calls = k + 1, s->args = 0, s->call_open = true;
+        size_t len = strlen(c->arguments);
+        if (len > s->args) st.delta = c->arguments + s->args, st.n = len - s->args, s->args = len;
+        if (!c->open || final) st.end = true, s->call_open = false;
+        out[n++] = st;
+    }
+    return n;
+}
+
 /* a JSON number, or null for NaN and infinities (which JSON cannot carry) */
 static json_t *jnum(double x) { return isfinite(x) ? json_real(x) : json_null(); }
 
@@ -884,15 +902,18 @@ static json_t *embeddings_json(const struct srv_api *api, const struct srv_reque
 
 /* ---- split chat replies (toy/chat-reply.h) ------------------------------------------------------- */
 
-/* {"id", "type": "function", "function": {"name", "arguments"}}; ids are the completion's id and the call's index */
-static json_t *tool_call_json(const struct toy_chat_call *c, const char *id, size_t k, bool stream) {
+/* a call's id: the completion's id and the call's index */
+static void call_id(char *out, size_t n, const char *id, size_t k) {
     const char *dash = strchr(id, '-');
+    snprintf(out, n, "call_%s_%zu", dash ? dash + 1 : id, k);
+}
+
+/* {"id", "type": "function", "function": {"name", "arguments"}} */
+static json_t *tool_call_json(const struct toy_chat_call *c, const char *id, size_t k) {
     char cid[64];
-    snprintf(cid, sizeof cid, "call_%s_%zu", dash ? dash + 1 : id, k);
-    json_t *o = json_pack("{s:s,s:s,s:{s:o,s:o}}", "id", cid, "type", "function", "function", "name",
-                          jstr(c->name, strlen(c->name)), "arguments", jstr(c->arguments, strlen(c->arguments)));
-    if (stream) json_object_set_new(o, "index", json_integer((json_int_t)k));
-    return o;
+    call_id(cid, sizeof cid, id, k);
+    return json_pack("{s:s,s:s,s:{s:o,s:o}}", "id", cid, "type", "function", "function", "name",
+                     jstr(c->name, strlen(c->name)), "arguments", jstr(c->arguments, strlen(c->arguments)));
 }
 
 /* parses the job's text so far (the whole reply once done); false when out of memory */
@@ -909,7 +930,7 @@ static json_t *reply_message(const struct srv_request *r, struct srv_job *j, con
     if (*p.reasoning) json_object_set_new(m, "reasoning_content", jstr(p.reasoning, strlen(p.reasoning)));
     if (p.n_calls) {
         json_t *calls = json_array();
-        for (size_t k = 0; k < p.n_calls; k++) json_array_append_new(calls, tool_call_json(&p.calls[k], id, k, false));
+        for (size_t k = 0; k < p.n_calls; k++) json_array_append_new(calls, tool_call_json(&p.calls[k], id, k));
         json_object_set_new(m, "tool_calls", calls);
     }
     j->n_calls = p.n_calls;
@@ -933,12 +954,25 @@ static json_t *reply_delta(const struct srv_request *r, struct srv_job *j, bool 
         json_object_set_new(d, "content", jstr(p.content + sent->content, nc - sent->content));
         sent->content = nc;
     }
-    if (p.n_calls > sent->calls) {
-        json_t *calls = json_array();
-        for (size_t k = sent->calls; k < p.n_calls; k++) json_array_append_new(calls, tool_call_json(&p.calls[k], id, k, true));
-        json_object_set_new(d, "tool_calls", calls);
-        sent->calls = p.n_calls;
+    struct srv_call_step *st = malloc((p.n_calls + 1) * sizeof *st);
+    size_t ns = st ? toy_srv_call_steps(&p, sent, final, st) : 0;
+    json_t *calls = json_array();
+    for (size_t i = 0; i < ns; i++) { /* a call's id and name first, then its arguments as they come */
+        if (!st[i].c || (!st[i].begin && !st[i].n)) continue;
+        json_t *fn = json_pack("{s:o}", "arguments", jstr(st[i].delta ? st[i].delta : "", st[i].n));
+        json_t *o = json_pack("{s:I,s:o}", "index", (json_int_t)st[i].k, "function", fn);
+        if (st[i].begin) {
+            char cid[64];
+            call_id(cid, sizeof cid, id, st[i].k);
+            json_object_set_new(o, "id", json_string(cid));
+            json_object_set_new(o, "type", json_string("function"));
+            json_object_set_new(fn, "name", jstr(st[i].c->name, strlen(st[i].c->name)));
+        }
+        json_array_append_new(calls, o);
     }
+    free(st);
+    if (json_array_size(calls)) json_object_set_new(d, "tool_calls", calls);
+    else json_decref(calls);
     j->n_calls = sent->calls;
     toy_chat_reply_free(&p);
     if (json_object_size(d) == 0) {

@@ -379,40 +379,64 @@ static void text_delta(json_t *ev, struct srv_sent *s, int kind, const char *id,
     event(ev, s, kind == 1 ? "response.reasoning_text.delta" : "response.output_text.delta", d);
 }
 
+/* a call's step: its item begins (in progress, no arguments yet), takes more of its arguments, ends */
+static void call_step(json_t *ev, struct srv_sent *s, const struct srv_call_step *st, const char *id) {
+    if (st->begin) {
+        close_item(ev, s);
+        int k = (int)json_array_size(s->items);
+        char iid[96];
+        item_id(iid, sizeof iid, "fc", id, k);
+        json_t *item = call_item(st->c, iid, id, k, "in_progress", false);
+        event(ev, s, "response.output_item.added", json_pack("{s:i,s:o}", "output_index", k, "item", json_deep_copy(item)));
+        json_array_append_new(s->items, item);
+        s->call_item = k;
+    }
+    int k = s->call_item;
+    json_t *item = json_array_get(s->items, (size_t)k);
+    const char *iid = json_string_value(json_object_get(item, "id"));
+    if (st->n) {
+        json_t *args = json_object_get(item, "arguments");
+        size_t on = json_string_length(args);
+        char *joined = malloc(on + st->n + 1);
+        if (joined) {
+            memcpy(joined, json_string_value(args), on);
+            memcpy(joined + on, st->delta, st->n);
+            json_object_set_new(item, "arguments", toy_srv_jstr(joined, on + st->n));
+            free(joined);
+        }
+        event(ev, s, "response.function_call_arguments.delta",
+              json_pack("{s:s,s:i,s:o}", "item_id", iid, "output_index", k, "delta", toy_srv_jstr(st->delta, st->n)));
+    }
+    if (st->end) {
+        event(ev, s, "response.function_call_arguments.done",
+              json_pack("{s:s,s:i,s:O,s:O}", "item_id", iid, "output_index", k, "name", json_object_get(item, "name"),
+                        "arguments", json_object_get(item, "arguments")));
+        json_object_set_new(item, "status", json_string("completed"));
+        event(ev, s, "response.output_item.done", json_pack("{s:i,s:o}", "output_index", k, "item", json_deep_copy(item)));
+    }
+}
+
 json_t *toy_srv_responses_events(const struct srv_api *api, const struct srv_request *r, struct srv_job *j, bool final,
                                  struct srv_sent *s, const char *id, long created) {
     json_t *ev = json_array();
     struct toy_chat_reply p;
     if (!toy_srv_reply_split(r, j, final, &p)) return ev;
+    struct srv_call_step *st = malloc((p.n_calls + 1) * sizeof *st);
+    size_t ns = st ? toy_srv_call_steps(&p, s, final, st) : 0, i = 0;
     size_t nr = strlen(p.reasoning), nc = strlen(p.content);
     if (nr > s->reasoning) text_delta(ev, s, 1, id, p.reasoning + s->reasoning, nr - s->reasoning), s->reasoning = nr;
+    if (ns && !st[0].begin) call_step(ev, s, &st[i++], id); /* the call open before: its text came first */
     if (nc > s->content) text_delta(ev, s, 2, id, p.content + s->content, nc - s->content), s->content = nc;
-    for (size_t c = s->calls; c < p.n_calls; c++) { /* a call once whole: its item, arguments and done at once */
-        close_item(ev, s);
-        int k = (int)json_array_size(s->items);
-        char iid[96];
-        item_id(iid, sizeof iid, "fc", id, k);
-        event(ev, s, "response.output_item.added",
-              json_pack("{s:i,s:o}", "output_index", k, "item", call_item(&p.calls[c], iid, id, k, "in_progress", false)));
-        json_t *args = toy_srv_jstr(p.calls[c].arguments, strlen(p.calls[c].arguments));
-        event(ev, s, "response.function_call_arguments.delta",
-              json_pack("{s:s,s:i,s:O}", "item_id", iid, "output_index", k, "delta", args));
-        event(ev, s, "response.function_call_arguments.done",
-              json_pack("{s:s,s:i,s:s,s:o}", "item_id", iid, "output_index", k, "name", p.calls[c].name, "arguments",
-                        args));
-        json_t *item = call_item(&p.calls[c], iid, id, k, "completed", true);
-        event(ev, s, "response.output_item.done", json_pack("{s:i,s:o}", "output_index", k, "item", json_deep_copy(item)));
-        json_array_append_new(s->items, item);
-    }
-    s->calls = p.n_calls;
-    j->n_calls = p.n_calls;
+    for (; i < ns; i++) call_step(ev, s, &st[i], id);
+    free(st);
+    j->n_calls = s->calls;
     toy_chat_reply_free(&p);
     if (final) {
         if (!json_array_size(s->items)) open_item(ev, s, 2, id); /* an empty reply: still its message */
         close_item(ev, s);
-        const char *st = final_status(j);
-        event(ev, s, strcmp(st, "completed") ? "response.incomplete" : "response.completed",
-              json_pack("{s:o}", "response", response_object(api, r, j, id, created, st, json_deep_copy(s->items))));
+        const char *stt = final_status(j);
+        event(ev, s, strcmp(stt, "completed") ? "response.incomplete" : "response.completed",
+              json_pack("{s:o}", "response", response_object(api, r, j, id, created, stt, json_deep_copy(s->items))));
     }
     return ev;
 }

@@ -3,9 +3,11 @@
  *
  * One pass over the text per call. Regions of plain text go to the
  * reasoning or the content; a region still open at the end of a partial
- * reply loses the tail that may be a marker's start. Tool calls are taken
- * only once closed (or, for the forms that end with the reply, once it has
- * ended); one that does not parse is put back into the content verbatim.
+ * reply loses the tail that may be a marker's start. A tool call is taken
+ * once its name is read, and its arguments stream from then on (see
+ * commit_call); a call object of another shape (its keys in another order)
+ * is taken once closed, or put back into the content verbatim if it does
+ * not parse.
  * Both texts are trimmed of surrounding whitespace, which is what makes a
  * partial parse a prefix of the final one: whitespace at the end is held
  * until something follows it.
@@ -98,23 +100,13 @@ static void region(struct parse *P, struct buf *b, size_t from, size_t to, bool 
 
 /* ---- tool calls ------------------------------------------------------------------------ */
 
+static void push_call(struct parse *P, char *name, char *args, bool open);
+
+/* a whole call from a parsed object: the arguments as jansson writes them (compact) */
 static bool add_call(struct parse *P, const char *name, size_t name_len, json_t *args) {
     if (!name_len || !args) return false;
-    char *a = json_dumps(args, JSON_COMPACT | JSON_ENCODE_ANY);
-    char *nm = strndup(name, name_len);
-    if (P->n_calls == P->cap_calls) {
-        size_t cap = P->cap_calls ? 2 * P->cap_calls : 4;
-        struct toy_chat_call *nc = realloc(P->calls, cap * sizeof *nc);
-        if (nc) P->calls = nc, P->cap_calls = cap;
-        else P->oom = true;
-    }
-    if (!a || !nm || P->oom) {
-        free(a), free(nm);
-        P->oom = true;
-        return true; /* not a parse failure */
-    }
-    P->calls[P->n_calls++] = (struct toy_chat_call){.name = nm, .arguments = a};
-    return true;
+    push_call(P, strndup(name, name_len), json_dumps(args, JSON_COMPACT | JSON_ENCODE_ANY), false);
+    return true; /* out of memory is not a parse failure */
 }
 
 static bool known_tool(const struct parse *P, const char *name) {
@@ -141,17 +133,176 @@ static bool call_from_object(struct parse *P, json_t *o, bool must_be_known) {
     return ok;
 }
 
-/* a call whose arguments are JSON text t[a..b) */
-static bool call_from_text(struct parse *P, const char *name, size_t name_len, size_t a, size_t b) {
-    json_t *args = b > a ? json_loadb(P->t + a, b - a, JSON_DECODE_ANY, NULL) : NULL;
-    bool ok = args && add_call(P, name, name_len, args);
-    json_decref(args);
-    return ok;
-}
-
 static void trim(const char *s, size_t *a, size_t *b) {
     while (*a < *b && is_ws(s[*a])) (*a)++;
     while (*b > *a && is_ws(s[*b - 1])) (*b)--;
+}
+
+/* ---- calls taken as they are written ---------------------------------------------------------------- */
+
+/* A call whose name has been read is committed: it stays a call to the end, and its arguments grow as the
+ * model writes them (its text without the blanks between JSON tokens, strings as written), even when they
+ * end up cut off (the reply's length ran out) or broken, as OpenAI returns a call cut off by max_tokens. */
+
+static bool is_delim(char c) { return c == ',' || c == '}' || c == ']' || is_ws(c); }
+
+static size_t skip_ws_to(const struct parse *P, size_t p, size_t lim) {
+    while (p < lim && is_ws(P->t[p])) p++;
+    return p;
+}
+
+/* the end (past its closing quote) of the JSON string at t[p] == '"', or NPOS when it runs to lim */
+static size_t string_end(const struct parse *P, size_t p, size_t lim) {
+    for (size_t i = p + 1; i < lim; i++) {
+        if (P->t[i] == '\\') i++;
+        else if (P->t[i] == '"') return i + 1;
+    }
+    return NPOS;
+}
+
+/* the end of the JSON value at t[p], p < lim: an object or array to its matching close, a string to its
+ * quote, anything else to the next delimiter; NPOS when it runs to lim. Its shape only, not its validity. */
+static size_t value_end(const struct parse *P, size_t p, size_t lim) {
+    char c = P->t[p];
+    if (c == '"') return string_end(P, p, lim);
+    if (c != '{' && c != '[') {
+        while (p < lim && !is_delim(P->t[p])) p++;
+        return p < lim ? p : NPOS;
+    }
+    int depth = 0;
+    for (size_t i = p; i < lim; i++) {
+        char d = P->t[i];
+        if (d == '"') {
+            size_t e = string_end(P, i, lim);
+            if (e == NPOS) return NPOS;
+            i = e - 1;
+        } else if (d == '{' || d == '[') {
+            depth++;
+        } else if ((d == '}' || d == ']') && --depth == 0) {
+            return i + 1;
+        }
+    }
+    return NPOS;
+}
+
+/* s[0..n) into b without the blanks outside strings */
+static void put_compact(struct parse *P, struct buf *b, const char *s, size_t n) {
+    bool str = false;
+    size_t run = 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (str) {
+            if (c == '\\') i++;
+            else if (c == '"') str = false;
+        } else if (c == '"') {
+            str = true;
+        } else if (is_ws(c)) {
+            put(P, b, s + run, i - run);
+            run = i + 1;
+        }
+    }
+    if (run < n) put(P, b, s + run, n - run);
+}
+
+enum head { HEAD_NO, HEAD_MORE, HEAD_NAME };
+
+/* t[p..lim) as the start of {"name": "x", "arguments" | "parameters": V ...}: HEAD_NAME once the name is read
+ * (*name malloc'd; *v where V starts, NPOS while it has not or when it is a JSON string), HEAD_MORE while more
+ * text may still make one, HEAD_NO when it cannot */
+static enum head call_head(struct parse *P, size_t p, size_t lim, char **name, size_t *v) {
+    static const char *const lead[] = {"{", "\"name\"", ":"};
+    *name = NULL;
+    *v = NPOS;
+    for (int s = 0; s < 3; s++) {
+        p = skip_ws_to(P, p, lim);
+        size_t k = strlen(lead[s]), r = lim - p;
+        if (r < k) return memcmp(P->t + p, lead[s], r) ? HEAD_NO : HEAD_MORE;
+        if (memcmp(P->t + p, lead[s], k)) return HEAD_NO;
+        p += k;
+    }
+    p = skip_ws_to(P, p, lim);
+    if (p == lim) return HEAD_MORE;
+    if (P->t[p] != '"') return HEAD_NO;
+    size_t e = string_end(P, p, lim);
+    if (e == NPOS) return HEAD_MORE;
+    json_t *s = json_loadb(P->t + p, e - p, JSON_DECODE_ANY, NULL);
+    const char *nm = json_string_value(s);
+    if (!nm || !*nm) {
+        json_decref(s);
+        return HEAD_NO;
+    }
+    *name = strdup(nm);
+    json_decref(s);
+    if (!*name) {
+        P->oom = true;
+        return HEAD_NO;
+    }
+    p = skip_ws_to(P, e, lim);
+    if (p == lim || P->t[p] != ',') return HEAD_NAME;
+    p = skip_ws_to(P, p + 1, lim);
+    static const char *const keys[] = {"\"arguments\"", "\"parameters\""};
+    for (int i = 0; i < 2; i++) {
+        size_t k = strlen(keys[i]);
+        if (lim - p < k || memcmp(P->t + p, keys[i], k)) continue;
+        size_t q = skip_ws_to(P, p + k, lim);
+        if (q == lim || P->t[q] != ':') break;
+        q = skip_ws_to(P, q + 1, lim);
+        if (q < lim && P->t[q] != '"') *v = q;
+        break;
+    }
+    return HEAD_NAME;
+}
+
+/* the arguments of the call object t[wa..wz) when they do not follow its name as a JSON value (a JSON string
+ * holding JSON text, the keys in another order): compact JSON text into b; "{}" when none can be read */
+static void args_from_wrapper(struct parse *P, struct buf *b, size_t wa, size_t wz) {
+    json_t *o = wa < wz ? json_loadb(P->t + wa, wz - wa, JSON_DISABLE_EOF_CHECK, NULL) : NULL;
+    json_t *args = json_object_get(o, "arguments");
+    if (!args) args = json_object_get(o, "parameters");
+    if (json_is_string(args)) {
+        put_compact(P, b, json_string_value(args), json_string_length(args));
+    } else if (args) {
+        char *d = json_dumps(args, JSON_COMPACT | JSON_ENCODE_ANY);
+        if (d) put(P, b, d, strlen(d));
+        else P->oom = true;
+        free(d);
+    }
+    json_decref(o);
+    if (!b->n) put(P, b, "{}", 2);
+}
+
+static void push_call(struct parse *P, char *name, char *args, bool open) {
+    if (P->n_calls == P->cap_calls && !P->oom) {
+        size_t cap = P->cap_calls ? 2 * P->cap_calls : 4;
+        struct toy_chat_call *nc = realloc(P->calls, cap * sizeof *nc);
+        if (nc) P->calls = nc, P->cap_calls = cap;
+        else P->oom = true;
+    }
+    if (!name || !args || P->oom) {
+        free(name), free(args);
+        P->oom = true;
+        return;
+    }
+    P->calls[P->n_calls++] = (struct toy_chat_call){.name = name, .arguments = args, .open = open};
+}
+
+/* A committed call (name malloc'd, taken): its arguments the value at t[v], up to lim at most (v NPOS: not
+ * begun, or not a value to stream; once the call is closed they come from the call object t[wa..wz), or are
+ * "{}"). open: the reply may add to it. Returns where the value ends (NPOS: it runs to lim). */
+static size_t commit_call(struct parse *P, char *name, size_t v, size_t lim, bool open, size_t wa, size_t wz) {
+    struct buf a = {0};
+    size_t ve = NPOS;
+    if (v != NPOS && v < lim) {
+        ve = value_end(P, v, lim);
+        put_compact(P, &a, P->t + v, (ve == NPOS ? lim : ve) - v);
+    } else if (!open) {
+        if (wa != NPOS) args_from_wrapper(P, &a, wa, wz);
+        else put(P, &a, "{}", 2);
+    }
+    char *args = a.p ? a.p : calloc(1, 1);
+    if (args) args[a.n] = 0;
+    push_call(P, name, args, open);
+    return ve;
 }
 
 /* ---- the families ---------------------------------------------------------------------- */
@@ -176,14 +327,24 @@ static size_t think(struct parse *P) {
 }
 
 static void hermes(struct parse *P, size_t p) {
-    static const char *const open_tag[] = {"<tool_call>", NULL};
+    static const char *const open_tag[] = {"<tool_call>", NULL}, *const close_tag[] = {"</tool_call>", NULL};
     for (;;) {
         size_t s = find(P, p, "<tool_call>");
         if (s == NPOS) return region(P, &P->content, p, P->n, true, open_tag);
         region(P, &P->content, p, s, false, NULL);
         size_t b = s + strlen("<tool_call>"), e = find(P, b, "</tool_call>");
+        size_t lim = e != NPOS ? e : P->partial ? P->n - marker_tail(P, b, P->n, close_tag) : P->n;
+        char *name;
+        size_t v;
+        enum head h = call_head(P, b, lim, &name, &v);
+        if (h == HEAD_NAME) {
+            commit_call(P, name, v, lim, e == NPOS && P->partial, b, lim);
+            if (e == NPOS) return; /* cut off at the end: the call as far as it went */
+            p = e + strlen("</tool_call>");
+            continue;
+        }
         if (e == NPOS) {
-            if (!P->partial) region(P, &P->content, s, P->n, false, NULL); /* cut off: kept as written */
+            if (!P->partial) region(P, &P->content, s, P->n, false, NULL); /* cut off before a name: kept as written */
             return;
         }
         json_t *o = json_loadb(P->t + b, e - b, 0, NULL);
@@ -218,6 +379,7 @@ static void drop_calls(struct parse *P, size_t n0) {
     }
 }
 
+/* bare {"name", "parameters"} objects, or after <|python_tag|>; bare JSON is a call only when it names a tool */
 static void llama3(struct parse *P, size_t p) {
     static const char *const tag[] = {"<|python_tag|>", NULL};
     size_t q = skip_ws(P, p), n0 = P->n_calls;
@@ -226,10 +388,78 @@ static void llama3(struct parse *P, size_t p) {
         if (P->partial && q < P->n && may_become(P, q, "<|python_tag|>")) return;
         return region(P, &P->content, p, P->n, true, tag);
     }
-    if (P->partial) return; /* a call, or JSON content: known at the end */
-    if (!json_calls(P, tagged ? q + strlen("<|python_tag|>") : q, !tagged)) {
-        drop_calls(P, n0);
-        region(P, &P->content, p, P->n, false, NULL);
+    if (tagged) q += strlen("<|python_tag|>");
+    for (;;) { /* the calls whose names are read, as they come */
+        while (q < P->n && (is_ws(P->t[q]) || P->t[q] == ';')) q++;
+        if (q == P->n) {
+            if (P->partial || P->n_calls > n0) return;
+            break;
+        }
+        char *name;
+        size_t v;
+        enum head h = call_head(P, q, P->n, &name, &v);
+        if (h != HEAD_NAME || !(tagged || known_tool(P, name))) {
+            free(name);
+            if (P->partial) return; /* a call, or JSON content: known at the end */
+            break;
+        }
+        size_t we = value_end(P, q, P->n);
+        commit_call(P, name, v, P->n, we == NPOS && P->partial, q, we == NPOS ? P->n : we);
+        if (we == NPOS) return;
+        q = we;
+    }
+    size_t n1 = P->n_calls; /* the rest, all calls or else content */
+    if (!json_calls(P, q, !tagged)) {
+        drop_calls(P, n1);
+        region(P, &P->content, n1 > n0 ? q : p, P->n, false, NULL);
+    }
+}
+
+/* Mistral v3: [TOOL_CALLS][{name, arguments}, ...] from t[q] == '['; where the text stops being calls (NPOS: it
+ * does not, or may not yet) */
+static size_t mistral_array(struct parse *P, size_t q) {
+    for (q++;;) {
+        q = skip_ws(P, q);
+        if (q == P->n) return P->partial ? NPOS : q;
+        char *name;
+        size_t v;
+        enum head h = call_head(P, q, P->n, &name, &v);
+        size_t we = value_end(P, q, P->n);
+        if (h == HEAD_NAME) {
+            commit_call(P, name, v, P->n, we == NPOS && P->partial, q, we == NPOS ? P->n : we);
+            if (we == NPOS) return NPOS;
+        } else {
+            if (we == NPOS) return P->partial ? NPOS : q;
+            json_t *o = json_loadb(P->t + q, we - q, 0, NULL);
+            bool ok = call_from_object(P, o, false);
+            json_decref(o);
+            if (!ok) return q;
+        }
+        q = skip_ws(P, we);
+        if (q < P->n && P->t[q] == ',') {
+            q++;
+            continue;
+        }
+        if (q < P->n && P->t[q] == ']') q = skip_ws(P, q + 1);
+        return q == P->n ? NPOS : q;
+    }
+}
+
+/* Mistral v11+: name[ARGS]{...}, each after its own [TOOL_CALLS] (some write name[CALL_ID]id[ARGS]) from t[q] */
+static size_t mistral_named(struct parse *P, size_t q) {
+    for (;;) {
+        size_t a = find(P, q, "[ARGS]"), nm_end = q;
+        while (nm_end < P->n && P->t[nm_end] != '[' && !is_ws(P->t[nm_end])) nm_end++;
+        if (a == NPOS) return P->partial ? NPOS : q;
+        if (nm_end == q || (nm_end != a && !starts(P, nm_end, "[CALL_ID]"))) return q;
+        char *name = strndup(P->t + q, nm_end - q);
+        size_t b = skip_ws(P, a + strlen("[ARGS]"));
+        size_t ve = commit_call(P, name, b, P->n, P->partial && (b == P->n || value_end(P, b, P->n) == NPOS), NPOS, NPOS);
+        if (ve == NPOS) return NPOS;
+        q = skip_ws(P, ve);
+        if (q == P->n || (P->partial && may_become(P, q, "[TOOL_CALLS]"))) return NPOS;
+        if (!starts(P, q, "[TOOL_CALLS]")) return q;
+        q = skip_ws(P, q + strlen("[TOOL_CALLS]"));
     }
 }
 
@@ -238,78 +468,62 @@ static void mistral(struct parse *P, size_t p) {
     size_t s = find(P, p, "[TOOL_CALLS]"), n0 = P->n_calls;
     if (s == NPOS) return region(P, &P->content, p, P->n, true, tag);
     region(P, &P->content, p, s, false, NULL);
-    if (P->partial) return;
     size_t q = skip_ws(P, s + strlen("[TOOL_CALLS]"));
-    bool ok = true;
-    if (q < P->n && P->t[q] == '[') { /* v3: a JSON array of {name, arguments} */
-        json_error_t je;
-        json_t *a = json_loadb(P->t + q, P->n - q, JSON_DISABLE_EOF_CHECK, &je);
-        ok = json_is_array(a) && json_array_size(a) > 0 && skip_ws(P, q + je.position) == P->n;
-        for (size_t i = 0; ok && i < json_array_size(a); i++) ok = call_from_object(P, json_array_get(a, i), false);
-        json_decref(a);
-    } else { /* v11+: name[ARGS]{...}, each after its own [TOOL_CALLS]; some write name[CALL_ID]id[ARGS] */
-        for (;;) {
-            size_t a = find(P, q, "[ARGS]"), nm_end = q;
-            while (nm_end < P->n && P->t[nm_end] != '[' && !is_ws(P->t[nm_end])) nm_end++;
-            if (a == NPOS || nm_end == q || (nm_end != a && !starts(P, nm_end, "[CALL_ID]"))) { ok = false; break; }
-            size_t b = a + strlen("[ARGS]");
-            json_error_t je;
-            json_t *args = json_loadb(P->t + b, P->n - b, JSON_DISABLE_EOF_CHECK, &je);
-            ok = args && add_call(P, P->t + q, nm_end - q, args);
-            json_decref(args);
-            if (!ok) break;
-            q = skip_ws(P, b + je.position);
-            if (q == P->n) break;
-            if (!starts(P, q, "[TOOL_CALLS]")) { ok = false; break; }
-            q += strlen("[TOOL_CALLS]");
-        }
-    }
-    if (!ok) {
-        drop_calls(P, n0);
-        region(P, &P->content, s, P->n, false, NULL);
-    }
+    size_t rest = q == P->n ? (P->partial ? NPOS : s) : P->t[q] == '[' ? mistral_array(P, q) : mistral_named(P, q);
+    if (rest != NPOS && !P->partial) region(P, &P->content, P->n_calls > n0 ? rest : s, P->n, false, NULL);
 }
 
+/* DeepSeek: <calls_begin>(<call_begin>header<sep>body<call_end>)*<calls_end>; V3 / R1 write the header
+ * "function" and the body name\n```json\n{...}\n```, V3.1 the name as the header and the arguments as the body */
 static void deepseek(struct parse *P, size_t p) {
-    static const char *const tags[] = {DS_CALLS_BEGIN, DS_CALL_BEGIN, NULL};
+    static const char *const tags[] = {DS_CALLS_BEGIN, DS_CALL_BEGIN, NULL}, *const call_end[] = {DS_CALL_END, NULL};
     size_t s = find(P, p, DS_CALLS_BEGIN), s1 = find(P, p, DS_CALL_BEGIN), n0 = P->n_calls;
     if (s1 < s) s = s1;
     if (s == NPOS) return region(P, &P->content, p, P->n, true, tags);
     region(P, &P->content, p, s, false, NULL);
-    if (P->partial) return;
-    size_t q = starts(P, s, DS_CALLS_BEGIN) ? s + strlen(DS_CALLS_BEGIN) : s;
-    bool ok = true;
+    size_t q = starts(P, s, DS_CALLS_BEGIN) ? s + strlen(DS_CALLS_BEGIN) : s, bad = NPOS;
     for (;;) {
         q = skip_ws(P, q);
         if (q == P->n) break;
         if (starts(P, q, DS_CALLS_END)) {
-            q += strlen(DS_CALLS_END);
+            region(P, &P->content, q + strlen(DS_CALLS_END), P->n, true, NULL);
             break;
         }
-        size_t sep = starts(P, q, DS_CALL_BEGIN) ? find(P, q, DS_SEP) : NPOS;
-        size_t end = sep == NPOS ? NPOS : find(P, sep, DS_CALL_END);
-        if (end == NPOS) { ok = false; break; }
-        size_t h0 = q + strlen(DS_CALL_BEGIN), h1 = sep, b0 = sep + strlen(DS_SEP), b1 = end;
-        trim(P->t, &h0, &h1);
-        if (h1 - h0 == 8 && !memcmp(P->t + h0, "function", 8)) { /* V3 / R1: function<sep>name\n```json\n{...}\n``` */
-            size_t nl = find(P, b0, "\n"), f = nl == NPOS ? NPOS : find(P, nl, "```json");
-            size_t a0 = f == NPOS ? NPOS : f + strlen("```json"), a1 = a0 == NPOS ? NPOS : find(P, a0, "```");
-            if (a1 == NPOS || a1 > b1 || nl > b1) { ok = false; break; }
-            size_t n0s = b0, n1s = nl;
-            trim(P->t, &n0s, &n1s);
-            ok = call_from_text(P, P->t + n0s, n1s - n0s, a0, a1);
-        } else { /* V3.1: name<sep>{...} */
-            ok = call_from_text(P, P->t + h0, h1 - h0, b0, b1);
+        if (!starts(P, q, DS_CALL_BEGIN)) {
+            if (!P->partial || !(may_become(P, q, DS_CALL_BEGIN) || may_become(P, q, DS_CALLS_END))) bad = q;
+            break;
         }
-        if (!ok) break;
-        q = end + strlen(DS_CALL_END);
+        size_t sep = find(P, q, DS_SEP), e = find(P, q, DS_CALL_END);
+        if (sep == NPOS || (e != NPOS && sep > e)) {
+            if (!P->partial || e != NPOS) bad = q;
+            break;
+        }
+        size_t lim = e != NPOS ? e : P->partial ? P->n - marker_tail(P, sep, P->n, call_end) : P->n;
+        size_t h0 = q + strlen(DS_CALL_BEGIN), h1 = sep, b0 = sep + strlen(DS_SEP), v = NPOS;
+        trim(P->t, &h0, &h1);
+        size_t nm0 = h0, nm1 = h1;
+        if (h1 - h0 == 8 && !memcmp(P->t + h0, "function", 8)) { /* V3 / R1 */
+            size_t nl = find(P, b0, "\n");
+            if (nl == NPOS || nl >= lim) {
+                if (!P->partial || e != NPOS) bad = q;
+                break;
+            }
+            nm0 = b0, nm1 = nl;
+            trim(P->t, &nm0, &nm1);
+            size_t f = find(P, nl, "```json");
+            if (f != NPOS && f + strlen("```json") <= lim) v = skip_ws_to(P, f + strlen("```json"), lim);
+        } else { /* V3.1 */
+            v = skip_ws_to(P, b0, lim);
+        }
+        if (nm1 == nm0) {
+            bad = q;
+            break;
+        }
+        commit_call(P, strndup(P->t + nm0, nm1 - nm0), v, lim, e == NPOS && P->partial, NPOS, NPOS);
+        if (e == NPOS) break;
+        q = e + strlen(DS_CALL_END);
     }
-    if (!ok) {
-        drop_calls(P, n0);
-        region(P, &P->content, s, P->n, false, NULL);
-        return;
-    }
-    region(P, &P->content, q, P->n, false, NULL);
+    if (bad != NPOS && !P->partial) region(P, &P->content, P->n_calls > n0 ? bad : s, P->n, false, NULL);
 }
 
 /* gpt-oss: messages "[<|start|>role]<|channel|>C[ to=R][ <|constrain|>T]<|message|>body<|end|>"; the reply
@@ -344,12 +558,11 @@ static void harmony(struct parse *P) {
         }
         bool open = e == NPOS;
         if (open) e = P->n;
-        if (r0 != NPOS && P->syn->tools) {
-            if (open && P->partial) return;
-            size_t a = b, z = e, nm = r0;
-            trim(P->t, &a, &z);
-            if (r1 - r0 > 10 && !memcmp(P->t + r0, "functions.", 10)) nm += 10;
-            if (!call_from_text(P, P->t + nm, r1 - nm, a, z)) region(P, &P->content, b, e, false, NULL);
+        size_t nm = r0;
+        if (r0 != NPOS && r1 - r0 > 10 && !memcmp(P->t + r0, "functions.", 10)) nm += 10;
+        if (r0 != NPOS && P->syn->tools && r1 > nm) { /* a call: its arguments stream as the body comes */
+            size_t lim = open && P->partial ? e - marker_tail(P, b, e, body_end) : e;
+            commit_call(P, strndup(P->t + nm, r1 - nm), skip_ws_to(P, b, lim), lim, open && P->partial, NPOS, NPOS);
         } else if (!strcmp(channel, "analysis")) {
             if (P->reasoning.n) put(P, &P->reasoning, "\n", 1); /* messages apart */
             region(P, &P->reasoning, b, e, open, body_end);
