@@ -2166,6 +2166,22 @@ Test(serve, anthropic_messages_whole_and_streamed, .timeout = 120) {
     cr_assert_eq(r.code, 200, "%s", r.body);
     cr_expect_eq(jint(r.json, "input_tokens"), in_tokens, "%s", r.body);
     resp_free(&r);
+    /* a prompt longer than the context is counted all the same (the count is how a client finds out), where
+     * running it is refused */
+    long long n_ctx = server_n_ctx(&s);
+    size_t cap = (size_t)n_ctx * 2 + 256;
+    char *big = malloc(cap), *xs = malloc((size_t)n_ctx * 2 + 1);
+    memset(xs, 'x', (size_t)n_ctx * 2);
+    xs[n_ctx * 2] = 0;
+    snprintf(big, cap, "{\"model\":\"tiny\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}]}", xs);
+    r = http(&s, "POST", "/v1/messages/count_tokens", big);
+    cr_assert_eq(r.code, 200, "%s", r.body);
+    cr_expect_gt(jint(r.json, "input_tokens"), n_ctx, "%s", r.body);
+    resp_free(&r);
+    r = http(&s, "POST", "/v1/messages", big);
+    cr_expect_eq(r.code, 400, "%s", r.body);
+    resp_free(&r);
+    free(big), free(xs);
     /* blocks: a text block list, a tool_use and its tool_result reach the template as the chat messages do */
     snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},"
              "{\"type\":\"text\",\"text\":\"b\"}]},{\"role\":\"assistant\",\"content\":[{\"type\":\"tool_use\",\"id\":"

@@ -139,11 +139,8 @@ bool toy_srv_messages_to_chat(json_t *body, bool count_only, json_t **out, struc
             if (type && strcmp(type, "custom"))
                 return BAD("tools", "tools[%zu]: type '%s' (toy runs client tools: name, description, input_schema)", k,
                            type);
-            json_t *fn = json_pack("{s:O?}", "name", json_object_get(t, "name"));
-            json_t *d = json_object_get(t, "description"), *p = json_object_get(t, "input_schema");
-            if (d) json_object_set(fn, "description", d);
-            if (p) json_object_set(fn, "parameters", p);
-            json_array_append_new(ct, json_pack("{s:s,s:o}", "type", "function", "function", fn));
+            json_array_append_new(ct, toy_srv_chat_tool(json_object_get(t, "name"), json_object_get(t, "description"),
+                                                        json_object_get(t, "input_schema"), NULL));
         }
     }
     json_t *tc = json_object_get(body, "tool_choice");

@@ -237,6 +237,7 @@ struct srv_request {
     char **tool_names;      /* syn.tool_names, owned */
     json_t *resp_body;      /* a Responses request (POST /v1/responses, run as a chat): its body, owned */
     json_t *anth_body;      /* an Anthropic Messages request (POST /v1/messages, run as a chat): its body, owned */
+    bool count_only;        /* count_tokens: the prompt is all it needs (job->prompt; no context limit, no sampling) */
 };
 
 /* What a chat stream has sent of the split reply so far. */
@@ -259,6 +260,9 @@ void toy_srv_request_free(struct srv_request *r);
 
 /* A JSON string of s[0..n), invalid UTF-8 replaced. */
 json_t *toy_srv_jstr(const char *s, size_t n);
+/* A chat request's tool: {"type": "function", "function": {name, description, parameters, strict}}, with the
+ * keys whose values are not NULL (the values referenced, not taken). */
+json_t *toy_srv_chat_tool(json_t *name, json_t *description, json_t *parameters, json_t *strict);
 /* The string values of key in each object of parts, joined (NULL: out of memory; parts checked by the caller). */
 json_t *toy_srv_join_text(json_t *parts, const char *key);
 /* The reply so far (final: all of it) split into reasoning, content and calls (toy/chat-reply.h), or all

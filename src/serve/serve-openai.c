@@ -32,6 +32,15 @@ json_t *toy_srv_jstr(const char *s, size_t n) {
 }
 #define jstr toy_srv_jstr
 
+json_t *toy_srv_chat_tool(json_t *name, json_t *description, json_t *parameters, json_t *strict) {
+    json_t *fn = json_object();
+    const char *keys[] = {"name", "description", "parameters", "strict"};
+    json_t *vals[] = {name, description, parameters, strict};
+    for (int i = 0; i < 4; i++)
+        if (vals[i]) json_object_set(fn, keys[i], vals[i]);
+    return json_pack("{s:s,s:o}", "type", "function", "function", fn);
+}
+
 json_t *toy_srv_join_text(json_t *parts, const char *key) {
     size_t total = 0;
     for (size_t k = 0; k < json_array_size(parts); k++)
@@ -620,6 +629,7 @@ static bool parse_generate(const struct srv_api *api, json_t *body, struct srv_r
     }
     j->prompt = ids.ids;
     j->n_prompt = ids.n;
+    if (r->count_only) return true;
     if (j->n_prompt >= api->n_ctx)
         return toy_srv_err(err, 400, "invalid_request_error", "context_length_exceeded", chat ? "messages" : "prompt",
                            "This model's maximum context length is %lld tokens (prompt and completion); the prompt has "
@@ -763,6 +773,7 @@ bool toy_srv_parse_request(const struct srv_api *api, enum srv_endpoint ep, cons
         json_t *chat = NULL;
         r->ep = SRV_EP_CHAT;
         r->anth_body = json_incref(o);
+        r->count_only = ep == SRV_EP_COUNT_TOKENS;
         ok = toy_srv_messages_to_chat(o, ep == SRV_EP_COUNT_TOKENS, &chat, err) && parse_generate(api, chat, r, err);
         json_decref(chat);
     } else ok = ep == SRV_EP_EMBEDDINGS ? parse_embeddings(api, o, r, err) : parse_generate(api, o, r, err);

@@ -158,10 +158,8 @@ bool toy_srv_responses_to_chat(json_t *body, json_t **out, struct srv_error *err
             const char *type = json_string_value(json_object_get(t, "type"));
             if (!type || strcmp(type, "function"))
                 return BAD("tools", "tools[%zu]: type '%s' (toy runs function tools only)", k, type ? type : "?");
-            json_t *fn = json_object();
-            static const char *const fkeys[] = {"name", "description", "parameters", "strict", NULL};
-            copy_keys(t, fn, fkeys);
-            json_array_append_new(ct, json_pack("{s:s,s:o}", "type", "function", "function", fn));
+            json_array_append_new(ct, toy_srv_chat_tool(json_object_get(t, "name"), json_object_get(t, "description"),
+                                                        json_object_get(t, "parameters"), json_object_get(t, "strict")));
         }
     }
     json_t *tc = json_object_get(body, "tool_choice");
