@@ -331,3 +331,11 @@ json_t *toy_srv_messages_error_json(const struct srv_error *e) {
     free(msg);
     return o;
 }
+
+json_t *toy_srv_messages_failed(const char *msg) {
+    struct srv_error e = {.http = 500, .type = "server_error"};
+    snprintf(e.msg, sizeof e.msg, "%s", msg);
+    json_t *ev = json_array();
+    json_array_append_new(ev, toy_srv_messages_error_json(&e));
+    return ev;
+}

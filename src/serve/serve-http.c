@@ -301,15 +301,8 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
                                  : toy_srv_responses_events(api, &s->req, j, true, &s->split, s->id, s->created));
             s->finished = true;
         } else if (j->done && s->sent == j->n_toks && anth) {
-            if (j->err) {
-                struct srv_error e = {.http = 500, .type = "server_error"};
-                snprintf(e.msg, sizeof e.msg, "%s", j->errmsg);
-                json_t *ev = json_array();
-                json_array_append_new(ev, toy_srv_messages_error_json(&e));
-                sse_events(s, ev);
-            } else {
-                sse_events(s, toy_srv_messages_events(api, &s->req, j, true, &s->split, s->id));
-            }
+            sse_events(s, j->err ? toy_srv_messages_failed(j->errmsg)
+                                 : toy_srv_messages_events(api, &s->req, j, true, &s->split, s->id));
             s->finished = true;
         } else if (j->done && s->sent == j->n_toks) {
             if (j->err) {

@@ -295,6 +295,8 @@ json_t *toy_srv_messages_start(const struct srv_api *api, const struct srv_reque
 json_t *toy_srv_messages_events(const struct srv_api *api, const struct srv_request *r, struct srv_job *j, bool final,
                                 struct srv_sent *s, const char *id);
 json_t *toy_srv_messages_error_json(const struct srv_error *e);
+/* The events that end a Messages stream the model failed in (an api_error event). */
+json_t *toy_srv_messages_failed(const char *msg);
 
 /* A step of a streamed tool call: call k (c, NULL when the parse lost it) begins now (its name to send),
  * adds n bytes of arguments at delta, and/or ends now. */
