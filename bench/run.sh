@@ -50,6 +50,10 @@ bash bench/bf16_curve.sh || status=1
 out=$("$B/bench/bench-llama" "$NTH" M stream) || status=1
 grep '^{' <<<"$out" > "$B/bench-llama-M-stream.json"
 grep -v '^{' <<<"$out"
+# prompt lookup (speculative decoding from the context) against plain decode, same run
+out=$("$B/bench/bench-llama" "$NTH" M lookup) || status=1
+grep '^{' <<<"$out" > "$B/bench-llama-M-lookup.json"
+grep -v '^{' <<<"$out"
 # prefill and decode of the same GGUF files against llama.cpp (npm node-llama-cpp)
 bash bench/llama_cpp.sh || status=1
 # GPT-2 124M training step (B 4, T 64) and ViT-Tiny/16 training images/s against PyTorch

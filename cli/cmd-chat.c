@@ -28,12 +28,14 @@ static int usage_to(FILE *out) {
     fprintf(out,
             "usage: toy chat -m MODEL.gguf [--system TEXT] [--chat-template NAME|FILE|JINJA] [--show-reasoning]\n"
             "                [--temp 0.7] [--top-k 40] [--top-p 0.95] [--min-p 0.05] [--repeat-penalty 1] [--seed 42]\n"
-            "                [-n 2048] [--ctx N] [--threads N] [--kv-type f16|f32]\n"
+            "                [-n 2048] [--ctx N] [--threads N] [--kv-type f16|f32] [--lookup N]\n"
             "Reads one user message a line from standard input and writes each reply as it comes (-n: at\n"
             "most that many tokens a reply). The model's chat template (else --chat-template, else ChatML)\n"
             "renders the conversation; its oldest turns go when it outgrows the context. --show-reasoning\n"
             "also writes the model's thinking (<think>, gpt-oss's analysis), dim on a terminal. Lines\n"
-            "\"/reset\" (a new conversation) and \"/exit\"; Ctrl-C ends the reply, a second one the chat.\n");
+            "\"/reset\" (a new conversation) and \"/exit\"; Ctrl-C ends the reply, a second one the chat.\n"
+            "--lookup N: drafts of up to N tokens copied from the conversation, checked in one pass (toy\n"
+            "generate --help).\n");
     return 2;
 }
 
@@ -119,6 +121,7 @@ int toy_cmd_chat(int argc, char **argv) {
         TOY_FLAG_S("-m", &model), TOY_FLAG_S("--model", &model), TOY_FLAG_S("--system", &system_msg),
         TOY_FLAG_S("--chat-template", &tmpl_arg), TOY_FLAG_B("--show-reasoning", &show_reasoning),
         TOY_FLAG_S("--kv-type", &kv_name), TOY_FLAG_N("-n", TOY_CLI_I32, &gp.n_predict, 0, INT32_MAX),
+        TOY_FLAG_N("--lookup", TOY_CLI_I32, &gp.lookup, 0, TOY_GENERATE_MAX_LOOKUP),
         TOY_FLAG_N("--temp", TOY_CLI_F32, &sp->temperature, 0, 100),
         TOY_FLAG_N("--temperature", TOY_CLI_F32, &sp->temperature, 0, 100),
         TOY_FLAG_N("--top-k", TOY_CLI_I32, &sp->top_k, 0, INT32_MAX), TOY_FLAG_N("--top-p", TOY_CLI_F32, &sp->top_p, 0, 1),

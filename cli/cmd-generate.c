@@ -33,7 +33,7 @@ static int usage_to(FILE *out) {
             "                    [--ctx N] [--threads N] [--no-bos] [--special] [--ignore-eos] [--json]\n"
             "                    [--trace out.json] [--kv-type f16|f32]   (cache type, default f16)\n"
             "                    [--lora ADAPTER.gguf [--lora-scale 1]] [--bf16]\n"
-            "                    [--json-object | --json-schema SCHEMA.json|JSON]\n"
+            "                    [--json-object | --json-schema SCHEMA.json|JSON] [--lookup N]\n"
             "Temperature 0 is greedy; --top-k 0 and --top-p 0 or 1 are off; the penalties look at the last\n"
             "--repeat-last-n tokens, prompt included (-1: all); applied in that order (docs/generate.md).\n"
             "Stops at the model's end-of-generation token, a stop string (at most 16), -n tokens (0: no\n"
@@ -43,6 +43,9 @@ static int usage_to(FILE *out) {
             "--bf16: the prompt's products over f32 or f16 weights in bf16 (AVX-512 BF16 or AMX).\n"
             "--json-object / --json-schema: the text is a JSON object / a JSON value the schema (a file or\n"
             "JSON text) accepts: tokens that would leave it are never sampled (docs/serve.md, structured output).\n"
+            "--lookup N: speculative decoding by prompt lookup: drafts of up to N tokens (at most 15) copied\n"
+            "from where the last few tokens came before, checked in one pass; the same text, sooner when it\n"
+            "repeats the prompt (docs/generate.md).\n"
             "GPT-2 models take no --lora.\n");
     return 2;
 }
@@ -73,6 +76,7 @@ int toy_cmd_generate(int argc, char **argv) {
         TOY_FLAG_S("--trace", &trace_path), TOY_FLAG_S("--kv-type", &kv_name),
         TOY_FLAG_N("-n", TOY_CLI_I32, &gp.n_predict, 0, INT32_MAX),
         TOY_FLAG_N("--n-predict", TOY_CLI_I32, &gp.n_predict, 0, INT32_MAX),
+        TOY_FLAG_N("--lookup", TOY_CLI_I32, &gp.lookup, 0, TOY_GENERATE_MAX_LOOKUP),
         TOY_FLAG_N("--temp", TOY_CLI_F32, &sp->temperature, 0, 100),
         TOY_FLAG_N("--temperature", TOY_CLI_F32, &sp->temperature, 0, 100),
         TOY_FLAG_N("--top-k", TOY_CLI_I32, &sp->top_k, 0, INT32_MAX), TOY_FLAG_N("--top-p", TOY_CLI_F32, &sp->top_p, 0, 1),

@@ -56,13 +56,21 @@ int toy_cli_gen_finish(struct toy_cli_gen_out *o, const struct toy_tokens *promp
                                 "prefill_tokens_per_s", prefill, "decode_tokens_per_s", decode, "peak_rss_mb",
                                 ru.ru_maxrss / 1024.0);
         if (res && arch) json_object_set_new(res, "arch", json_string(arch));
+        if (res && r->n_drafted)
+            json_object_set_new(res, "lookup", json_pack("{s:I,s:I,s:I}", "drafted", (json_int_t)r->n_drafted,
+                                                         "accepted", (json_int_t)r->n_accepted, "passes",
+                                                         (json_int_t)r->n_steps));
         if (toy_cli_print_json("generate", res, JSON_COMPACT)) rc = 1;
     } else {
         toy_cli_gen_echo(o);
         putchar('\n');
+        char kept[96] = "";
+        if (r->n_drafted)
+            snprintf(kept, sizeof kept, ", %lld of %lld drafted tokens kept", (long long)r->n_accepted,
+                     (long long)r->n_drafted);
         if (isatty(2))
-            fprintf(stderr, "[%lld prompt tokens at %.1f tok/s, %lld generated at %.1f tok/s, peak RSS %.0f MB%s]\n",
-                    (long long)r->n_prompt, prefill, (long long)r->n_generated, decode, ru.ru_maxrss / 1024.0,
+            fprintf(stderr, "[%lld prompt tokens at %.1f tok/s, %lld generated at %.1f tok/s%s, peak RSS %.0f MB%s]\n",
+                    (long long)r->n_prompt, prefill, (long long)r->n_generated, decode, kept, ru.ru_maxrss / 1024.0,
                     interrupted ? ", interrupted" : "");
     }
     return rc;

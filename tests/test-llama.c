@@ -1429,3 +1429,92 @@ Test(llama, generator_reuses_the_cached_prefix) {
     toy_threadpool_free(tp);
     toy_llama_free(m);
 }
+
+/* Prompt lookup (speculative decoding with drafts copied from the context) samples each token from the model's
+ * own logits in turn, so it gives plain decoding's tokens and log-probabilities, greedy or sampled, in fewer
+ * passes when the text repeats itself (a small random model soon loops); n_predict and the context end it at
+ * the same token, and the cache it leaves serves the next turn as plain decoding's does. */
+Test(llama, generator_lookup_gives_the_plain_tokens_in_fewer_passes, .timeout = 120) {
+    struct toy_llama_config c = toy_llama_preset("tiny");
+    c.vocab = 61;
+    struct toy_llama *m = toy_llama_new(&c, 5);
+    cr_assert(m, "%s", toy_last_error());
+    for (int i = 0; i < toy_llama_n_tensors(m); i++) { /* sharper than the init: greedy picks are far apart */
+        struct toy_tensor *t = toy_llama_tensor(m, i);
+        for (int64_t k = 0; t->ne[1] > 1 && k < toy_nelements(t); k++) ((float *)t->data)[k] *= 6.0f;
+    }
+    struct toy_threadpool *tp = toy_threadpool_new(2);
+    struct toy_generator *plain, *spec;
+    cr_assert_eq(toy_generator_new(m, NULL, 128, tp, &plain), TOY_OK);
+    cr_assert_eq(toy_generator_new(m, NULL, 128, tp, &spec), TOY_OK);
+    const int32_t prompt[] = {1, 7, 9, 12, 40, 7, 9, 12, 40, 3};
+    struct toy_sampler_params greedy = {0}, sampled = {.temperature = 0.9f, .top_k = 20, .seed = 7},
+                              penalised = {.temperature = 0.7f, .repeat_penalty = 1.3f, .seed = 3};
+    const struct toy_sampler_params *samplers[] = {&greedy, &sampled, &penalised};
+    const int lookups[] = {1, 4, TOY_GENERATE_MAX_LOOKUP, 99};
+    int64_t accepted = 0;
+    for (int si = 0; si < 3; si++) {
+        struct toy_generate_params gp = {.n_predict = 60, .ignore_eos = true, .sampling = *samplers[si]};
+        struct th_gen_log a = {0};
+        struct toy_generate_result ra, rb;
+        cr_assert_eq(toy_generate(plain, prompt, 10, &gp, th_log_token, &a, &ra), TOY_OK, "%s", toy_last_error());
+        cr_assert_eq(ra.n_drafted, 0);
+        cr_assert_eq(ra.n_steps, 59, "a pass per token but the first");
+        for (int li = 0; li < 4; li++) {
+            gp.lookup = lookups[li];
+            struct th_gen_log b = {0};
+            cr_assert_eq(toy_generate(spec, prompt, 10, &gp, th_log_token, &b, &rb), TOY_OK, "%s", toy_last_error());
+            cr_assert_eq(b.n, a.n, "sampler %d lookup %d", si, gp.lookup);
+            for (int i = 0; i < a.n; i++) {
+                cr_assert_eq(b.ids[i], a.ids[i], "sampler %d lookup %d: token %d", si, gp.lookup, i);
+                cr_assert(fabsf(a.lps[i] - b.lps[i]) < 1e-4f, "sampler %d lookup %d: token %d: %g vs %g", si,
+                          gp.lookup, i, a.lps[i], b.lps[i]);
+            }
+            cr_assert_eq(rb.n_generated, 60);
+            cr_assert_leq(rb.n_accepted, rb.n_drafted);
+            cr_assert_eq(rb.n_steps, 59 - rb.n_accepted, "each kept draft token saves a pass");
+            accepted += rb.n_accepted;
+        }
+        gp.lookup = 0;
+    }
+    cr_assert_gt(accepted, 30, "a looping model's drafts are mostly kept (%lld)", (long long)accepted);
+
+    /* the context's end: the same last token */
+    struct toy_generator *small_plain, *small_spec;
+    cr_assert_eq(toy_generator_new(m, NULL, 40, tp, &small_plain), TOY_OK);
+    cr_assert_eq(toy_generator_new(m, NULL, 40, tp, &small_spec), TOY_OK);
+    struct toy_generate_params gp = {.ignore_eos = true};
+    struct th_gen_log a = {0}, b = {0};
+    struct toy_generate_result ra, rb;
+    cr_assert_eq(toy_generate(small_plain, prompt, 10, &gp, th_log_token, &a, &ra), TOY_OK);
+    gp.lookup = 8;
+    cr_assert_eq(toy_generate(small_spec, prompt, 10, &gp, th_log_token, &b, &rb), TOY_OK);
+    cr_assert_eq(ra.reason, TOY_STOP_CONTEXT);
+    cr_assert_eq(rb.reason, TOY_STOP_CONTEXT);
+    cr_assert_eq(rb.n_generated, ra.n_generated);
+    cr_assert(!memcmp(a.ids, b.ids, (size_t)a.n * sizeof a.ids[0]));
+
+    /* the next turn reuses the cache a lookup run left: what a fresh generator samples */
+    gp = (struct toy_generate_params){.n_predict = 20, .ignore_eos = true, .reuse_cache = true, .lookup = 6};
+    memset(&b, 0, sizeof b);
+    cr_assert_eq(toy_generate(spec, prompt, 10, &gp, th_log_token, &b, &rb), TOY_OK);
+    int32_t turn[64];
+    int n = 0;
+    for (int i = 0; i < 10; i++) turn[n++] = prompt[i];
+    for (int i = 0; i + 1 < b.n; i++) turn[n++] = b.ids[i];
+    int kept = n;
+    turn[n++] = 5, turn[n++] = 7;
+    memset(&a, 0, sizeof a), memset(&b, 0, sizeof b);
+    cr_assert_eq(toy_generate(spec, turn, n, &gp, th_log_token, &b, &rb), TOY_OK);
+    cr_expect_eq(rb.n_cached, kept);
+    gp.reuse_cache = false, gp.lookup = 0;
+    cr_assert_eq(toy_generate(plain, turn, n, &gp, th_log_token, &a, &ra), TOY_OK);
+    cr_assert_eq(a.n, b.n);
+    for (int i = 0; i < a.n; i++) cr_expect_eq(a.ids[i], b.ids[i], "next turn: token %d", i);
+    toy_generator_free(small_plain);
+    toy_generator_free(small_spec);
+    toy_generator_free(plain);
+    toy_generator_free(spec);
+    toy_threadpool_free(tp);
+    toy_llama_free(m);
+}

@@ -1584,6 +1584,102 @@ static void decode_step_cases(void) {
         }
 }
 
+/* A few queries at once (a speculative pass: the token and its draft) through the attention op: each row as
+ * a decode step of its own over the keys it sees (attention.c few_queries), against a plain double-precision
+ * loop, for f32 and f16 caches, 2 to 16 queries (17: the general path), GQA, windows, softcap, 1..3 threads. */
+static void few_queries_cases(void);
+Test(ops, attention_few_queries_match_loops) { few_queries_cases(); }
+/* the same on the AVX2 kernels */
+Test(ops, attention_few_queries_avx2_match_loops) {
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) cr_skip_test("no AVX2");
+    setenv("TOY_SIMD", "avx2", 1); /* each Criterion test is its own process */
+    few_queries_cases();
+}
+
+static void few_queries_cases(void) {
+    struct fcase {
+        int64_t D, Hq, Hkv, Tk, Tq, B;
+        int window;
+        float cap;
+        enum toy_dtype type;
+    } cs[] = {
+        {64, 9, 3, 277, 5, 1, 0, 0, TOY_F16}, {64, 9, 3, 40, 2, 2, 0, 0, TOY_F32},  {128, 4, 4, 60, 16, 1, 16, 0, TOY_F32},
+        {64, 8, 2, 9, 8, 1, 0, 30, TOY_F16},  {64, 4, 1, 33, 3, 3, 7, 20, TOY_F16}, {128, 16, 2, 300, 9, 1, 0, 0, TOY_F16},
+        {64, 9, 3, 50, 17, 1, 0, 0, TOY_F32},
+    };
+    struct toy_rng r;
+    toy_rng_seed(&r, 11);
+    for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++)
+        for (int nth = 1; nth <= 3; nth++) {
+            struct fcase c = cs[ci];
+            struct toy_ctx *ctx = toy_ctx_init(true);
+            struct toy_tensor *q = toy_new_tensor_4d(ctx, TOY_F32, c.D, c.Hq, c.Tq, c.B);
+            /* the cache holds Tk - Tq positions and 3 unused ones; the pass stores the last Tq */
+            const int64_t Tmax = c.Tk + 3, row = c.D * c.Hkv, past = c.Tk - c.Tq;
+            struct toy_tensor *kc = toy_new_tensor_4d(ctx, c.type, c.D, c.Hkv, Tmax, c.B);
+            struct toy_tensor *vc = toy_new_tensor_4d(ctx, c.type, c.D, c.Hkv, Tmax, c.B);
+            struct toy_tensor *kn = toy_new_tensor_4d(ctx, TOY_F32, c.D, c.Hkv, c.Tq, c.B);
+            struct toy_tensor *vn = toy_new_tensor_4d(ctx, TOY_F32, c.D, c.Hkv, c.Tq, c.B);
+            struct toy_tensor *np = toy_new_tensor_1d(ctx, TOY_I32, 1);
+            *(int32_t *)np->data = (int32_t)past;
+            int64_t nkv = c.B * c.Tk * row;
+            float *kf = malloc((size_t)nkv * sizeof *kf), *vf = malloc((size_t)nkv * sizeof *vf);
+            for (int64_t i = 0; i < toy_nelements(q); i++) ((float *)q->data)[i] = toy_rng_normal(&r);
+            for (int64_t b = 0; b < c.B; b++)
+                for (int64_t j = 0; j < c.Tk; j++)
+                    for (int64_t i = 0; i < row; i++) {
+                        int64_t at = (b * c.Tk + j) * row + i, in = (b * Tmax + j) * row + i;
+                        kf[at] = toy_rng_normal(&r);
+                        vf[at] = toy_rng_normal(&r);
+                        if (c.type == TOY_F16) { /* values an f16 holds exactly */
+                            kf[at] = toy_f16_to_f32(toy_f32_to_f16(kf[at]));
+                            vf[at] = toy_f16_to_f32(toy_f32_to_f16(vf[at]));
+                        }
+                        if (j >= past) {
+                            ((float *)kn->data)[(b * c.Tq + j - past) * row + i] = kf[at];
+                            ((float *)vn->data)[(b * c.Tq + j - past) * row + i] = vf[at];
+                        } else {
+                            cache_set(kc, in, kf[at]);
+                            cache_set(vc, in, vf[at]);
+                        }
+                    }
+            struct toy_attn_params ap = {.causal = true, .window = c.window, .softcap = c.cap};
+            const float *out = cached_attention_on(ctx, q, kc, vc, kn, vn, np, &ap, nth)->data;
+            double scale = 1 / sqrt((double)c.D);
+            double *p = malloc((size_t)c.Tk * sizeof *p);
+            for (int64_t b = 0; b < c.B; b++)
+                for (int64_t t = 0; t < c.Tq; t++)
+                    for (int64_t h = 0; h < c.Hq; h++) {
+                        int64_t gh = h / (c.Hq / c.Hkv), pos = past + t;
+                        int64_t j0 = c.window > 0 && pos + 1 > c.window ? pos + 1 - c.window : 0;
+                        const float *qh = (const float *)q->data + ((b * c.Tq + t) * c.Hq + h) * c.D;
+                        double mx = -INFINITY, sum = 0;
+                        for (int64_t j = j0; j <= pos; j++) {
+                            const float *kr = kf + ((b * c.Tk + j) * c.Hkv + gh) * c.D;
+                            double sc = 0;
+                            for (int64_t i = 0; i < c.D; i++) sc += (double)qh[i] * kr[i];
+                            sc *= scale;
+                            if (c.cap > 0) sc = c.cap * tanh(sc / c.cap);
+                            p[j] = sc;
+                            if (sc > mx) mx = sc;
+                        }
+                        for (int64_t j = j0; j <= pos; j++) sum += p[j] = exp(p[j] - mx);
+                        for (int64_t i = 0; i < c.D; i++) {
+                            double o = 0;
+                            for (int64_t j = j0; j <= pos; j++) o += p[j] / sum * vf[((b * c.Tk + j) * c.Hkv + gh) * c.D + i];
+                            double got = out[((b * c.Tq + t) * c.Hq + h) * c.D + i];
+                            cr_assert(fabs(got - o) <= 2e-5 * (1 + fabs(o)),
+                                      "case %zu threads %d b %lld t %lld h %lld: out[%lld] %.8g vs %.8g", ci, nth,
+                                      (long long)b, (long long)t, (long long)h, (long long)i, got, o);
+                        }
+                    }
+            free(p);
+            toy_ctx_free(ctx);
+            free(kf);
+            free(vf);
+        }
+}
+
 /* A prefill over an f16 cache (several query blocks of 64 after earlier
  * positions, GQA, windows, softcap, 1..3 threads) equals the same over an
  * f32 cache that holds the same values, bit for bit: the f16 rows are

@@ -42,7 +42,19 @@ struct toy_generate_params {
      * chat's earlier turns. Off, every call prefills the whole prompt (as a
      * benchmark wants). */
     bool reuse_cache;
+    /* Speculative decoding by prompt lookup: > 0, each step drafts up to
+     * this many tokens (at most TOY_GENERATE_MAX_LOOKUP) by finding the
+     * context's last 4, 3 or 2 tokens earlier in it (prompt and text so
+     * far, the latest place) and copying what followed; the model reads
+     * them all in one pass and keeps those it samples itself, in order, and
+     * the token after. Each token is still sampled from the model's own
+     * logits, one after another, so the text is the one plain decoding
+     * gives (the same tokens for the same seed), only sooner when it
+     * repeats what came before: code edits, quotes, structured output. */
+    int32_t lookup;
 };
+
+#define TOY_GENERATE_MAX_LOOKUP 15
 
 /* Called for each new token with the text it completes (possibly empty while
  * a UTF-8 character is incomplete, or while it could be the start of a stop
@@ -59,6 +71,8 @@ struct toy_generate_result {
     int64_t n_cached;               /* prompt tokens whose keys and values the last call left in the cache */
     enum toy_stop_reason reason;
     double prefill_s, decode_s;     /* wall time of each phase */
+    int64_t n_drafted, n_accepted;  /* prompt lookup: tokens drafted, and kept */
+    int64_t n_steps;                /* model passes after the prefill */
 };
 
 struct toy_generator;

@@ -26,11 +26,21 @@ struct toy_generator {
     struct toy_trace *trace;
     int32_t *cache_ids;                 /* (n_ctx) the tokens whose keys and values the cache holds */
     int64_t n_cache;                    /* ... at positions 0..n_cache-1 */
+    /* prompt lookup: the graphs that read 2..MAX_LOOKUP+1 tokens at once (built when first needed), and the
+     * graph last planned into buf (the others' places there may be stale) */
+    struct verify {
+        struct toy_ctx *ctx;
+        struct toy_graph *g;
+        struct toy_tensor *tok, *pos, *logits;
+    } verify[TOY_GENERATE_MAX_LOOKUP + 1];
+    struct toy_graph *planned;
 };
 
 void toy_generator_set_trace(struct toy_generator *g, struct toy_trace *tr) {
     g->trace = tr;
     toy_graph_set_trace(g->dg, tr);
+    for (int i = 0; i <= TOY_GENERATE_MAX_LOOKUP; i++)
+        if (g->verify[i].g) toy_graph_set_trace(g->verify[i].g, tr);
 }
 
 static double now_s(void) {
@@ -90,6 +100,7 @@ enum toy_status toy_generator_new_lm(const struct toy_lm *lm, const struct toy_t
 
 void toy_generator_free(struct toy_generator *g) {
     if (!g) return;
+    for (int i = 0; i <= TOY_GENERATE_MAX_LOOKUP; i++) toy_ctx_free(g->verify[i].ctx);
     toy_ctx_free(g->dctx);
     toy_kv_cache_free(&g->kv);
     toy_membuf_free(&g->buf);
@@ -117,6 +128,51 @@ static enum toy_status prefill(struct toy_generator *g, const int32_t *prompt, i
     if (!st) memcpy(last, lg->data, (size_t)g->lm.vocab * sizeof(float));
     toy_ctx_free(ctx);
     return st;
+}
+
+/* runs gr (planned into buf first when another graph was planned there since) */
+static enum toy_status run(struct toy_generator *g, struct toy_graph *gr) {
+    enum toy_status st = TOY_OK;
+    if (g->planned != gr) {
+        g->planned = NULL;
+        if ((st = toy_graph_plan(gr, &g->buf, NULL))) return st;
+        g->planned = gr;
+    }
+    return toy_graph_compute(gr, g->tp);
+}
+
+/* the graph that reads m (2..MAX_LOOKUP+1) tokens at once and gives each one's logits */
+static struct verify *verify_graph(struct toy_generator *g, int m) {
+    struct verify *v = &g->verify[m - 1];
+    if (v->g) return v;
+    v->ctx = toy_ctx_init(true);
+    v->tok = toy_new_tensor_2d(v->ctx, TOY_I32, m, 1);
+    v->pos = toy_new_tensor_1d(v->ctx, TOY_I32, m);
+    v->logits = g->lm.forward_cached(g->lm.self, v->ctx, &g->kv, v->tok, v->pos, false);
+    toy_set_output(v->logits);
+    v->g = toy_graph_new(v->ctx);
+    toy_graph_build(v->g, v->logits);
+    toy_graph_set_fusion(v->g, true);
+    toy_graph_set_trace(v->g, g->trace);
+    return v;
+}
+
+/* Drafts up to k_max tokens to follow h[0..n): what followed the latest earlier place of h's last 4, 3 or 2
+ * tokens, copied on past h's end as an overlapping copy does (what follows the place is, from there on, the
+ * draft itself: a text that repeats a stretch of its own goes on repeating it). Returns how many (0: no such
+ * place). */
+static int lookup_draft(const int32_t *h, int64_t n, int k_max, int32_t *out) {
+    for (int ng = 4; ng >= 2; ng--) {
+        if (n <= ng) continue;
+        const int32_t *tail = h + n - ng;
+        for (int64_t s = n - ng - 1; s >= 0; s--) {
+            if (h[s] != tail[0] || memcmp(h + s, tail, (size_t)ng * sizeof *h)) continue;
+            int c = 0;
+            for (int64_t from = s + ng; c < k_max; c++) out[c] = from + c < n ? h[from + c] : out[from + c - n];
+            return c;
+        }
+    }
+    return 0;
 }
 
 enum toy_status toy_generate(struct toy_generator *g, const int32_t *prompt, int64_t n_prompt,
@@ -165,66 +221,106 @@ enum toy_status toy_generate(struct toy_generator *g, const int32_t *prompt, int
     while (p->reuse_cache && keep < g->n_cache && keep < n_prompt - 1 && g->cache_ids[keep] == prompt[keep]) keep++;
     g->n_cache = 0; /* until this prefill is done */
     r.n_cached = keep;
+    g->planned = NULL; /* the prefill plans its own graph into buf */
     if ((st = prefill(g, prompt + keep, n_prompt - keep, keep, logits))) goto done;
     memcpy(g->cache_ids, prompt, (size_t)n_prompt * sizeof *prompt);
     g->n_cache = n_prompt;
-    if ((st = toy_graph_plan(g->dg, &g->buf, NULL))) goto done;
     r.prefill_s = now_s() - t0;
     t0 = now_s();
-    int64_t pos = n_prompt;
     size_t max_stop = 0;
     for (int i = 0; i < p->n_stop; i++) max_stop = strlen(p->stop[i]) > max_stop ? strlen(p->stop[i]) : max_stop;
+    int lookup = p->lookup < 0 ? 0 : p->lookup > TOY_GENERATE_MAX_LOOKUP ? TOY_GENERATE_MAX_LOOKUP : p->lookup;
     r.reason = TOY_STOP_LENGTH;
-    const float *cur = logits; /* the prompt's, then each step's output */
+    /* rows[i] (of n_rows) are the logits for the token at position base + i: the prompt's last, then each
+     * pass's; a pass reads fed[0..n_rows) at positions base - 1.., fed[0] the token sampled last and the rest
+     * a draft, which holds as far as each sampled token is the drafted one */
+    const float *rows = logits;
+    int n_rows = 1;
+    int64_t base = n_prompt;
+    int32_t fed[TOY_GENERATE_MAX_LOOKUP + 1];
     for (;;) {
-        float lp;
-        const float *from = cur;
-        if (jm) { /* only what the grammar takes next */
-            memcpy(masked, cur, (size_t)V * sizeof(float));
-            toy_json_matcher_mask(jm, g->tok, masked, V);
-            from = masked;
+        int32_t id = -1;
+        int64_t at = base; /* the position of id */
+        bool stop = false;
+        for (int i = 0; i < n_rows && !stop; i++) {
+            float lp;
+            const float *from = rows + (size_t)i * (size_t)V;
+            if (jm) { /* only what the grammar takes next */
+                memcpy(masked, from, (size_t)V * sizeof(float));
+                toy_json_matcher_mask(jm, g->tok, masked, V);
+                from = masked;
+            }
+            id = toy_sampler_sample(s, from, &lp);
+            at = base + i;
+            toy_sampler_accept(s, id);
+            if (jm) toy_json_matcher_take(jm, g->tok, id);
+            r.n_generated++;
+            bool eog = g->tok && toy_tokenizer_is_eog(g->tok, id) && !p->ignore_eos;
+            if (eog) { r.reason = TOY_STOP_EOS; fn ? (void)fn(ud, id, "", 0, lp) : (void)0; stop = true; break; }
+            const char *piece = "";
+            size_t plen = 0;
+            if (dec) toy_decoder_push(dec, id, &piece, &plen);
+            /* text so far, to find stop strings; emit all but a stop-sized tail */
+            if ((st = gen_text_add(&text, piece, plen))) goto done;
+            const char *first = gen_text_stop(&text, p->stop, p->n_stop, max_stop);
+            if (first) {
+                size_t upto = (size_t)(first - text.s);
+                if (fn && upto > text.emitted) fn(ud, id, text.s + text.emitted, upto - text.emitted, lp);
+                text.emitted = upto;
+                r.reason = TOY_STOP_STRING;
+                stop = true;
+                break;
+            }
+            /* hold back what could still become a stop string, on a UTF-8 boundary */
+            size_t hold = max_stop ? max_stop - 1 : 0;
+            size_t safe = text.len > hold ? text.len - hold : 0;
+            while (safe > text.emitted && safe < text.len && ((unsigned char)text.s[safe] & 0xC0) == 0x80) safe--;
+            if (fn) {
+                bool go = fn(ud, id, text.s + text.emitted, safe > text.emitted ? safe - text.emitted : 0, lp);
+                if (safe > text.emitted) text.emitted = safe;
+                if (!go) { r.reason = TOY_STOP_CALLER; stop = true; break; }
+            }
+            if (p->n_predict > 0 && r.n_generated >= p->n_predict) { stop = true; break; }
+            if (i + 1 < n_rows && id == fed[i + 1]) r.n_accepted++; /* drafted: the pass has read it already */
+            else break;
         }
-        int32_t id = toy_sampler_sample(s, from, &lp);
-        toy_sampler_accept(s, id);
-        if (jm) toy_json_matcher_take(jm, g->tok, id);
-        r.n_generated++;
-        bool eog = g->tok && toy_tokenizer_is_eog(g->tok, id) && !p->ignore_eos;
-        if (eog) { r.reason = TOY_STOP_EOS; fn ? (void)fn(ud, id, "", 0, lp) : (void)0; break; }
-        const char *piece = "";
-        size_t plen = 0;
-        if (dec) toy_decoder_push(dec, id, &piece, &plen);
-        /* text so far, to find stop strings; emit all but a stop-sized tail */
-        if ((st = gen_text_add(&text, piece, plen))) goto done;
-        const char *first = gen_text_stop(&text, p->stop, p->n_stop, max_stop);
-        if (first) {
-            size_t upto = (size_t)(first - text.s);
-            if (fn && upto > text.emitted) fn(ud, id, text.s + text.emitted, upto - text.emitted, lp);
-            text.emitted = upto;
-            r.reason = TOY_STOP_STRING;
-            break;
+        g->n_cache = at; /* the cache holds what came before id (a draft past it is dropped) */
+        if (stop) break;
+        if (at + 1 >= g->kv.n_ctx) { r.reason = TOY_STOP_CONTEXT; break; }
+        /* the next pass: id, and a draft of what may follow it when one is found and there is room */
+        fed[0] = id;
+        int k = 0;
+        int64_t room = g->kv.n_ctx - 2 - at, left = p->n_predict > 0 ? p->n_predict - r.n_generated - 1 : lookup;
+        int k_max = lookup < room ? lookup : (int)room;
+        if (k_max > left) k_max = (int)left;
+        if (k_max > 0) {
+            g->cache_ids[at] = id;
+            k = lookup_draft(g->cache_ids, at + 1, k_max, fed + 1);
+            r.n_drafted += k;
         }
-        /* hold back what could still become a stop string, on a UTF-8 boundary */
-        size_t hold = max_stop ? max_stop - 1 : 0;
-        size_t safe = text.len > hold ? text.len - hold : 0;
-        while (safe > text.emitted && safe < text.len && ((unsigned char)text.s[safe] & 0xC0) == 0x80) safe--;
-        if (fn) {
-            bool go = fn(ud, id, text.s + text.emitted, safe > text.emitted ? safe - text.emitted : 0, lp);
-            if (safe > text.emitted) text.emitted = safe;
-            if (!go) { r.reason = TOY_STOP_CALLER; break; }
-        }
-        if (p->n_predict > 0 && r.n_generated >= p->n_predict) break;
-        if (pos + 1 >= g->kv.n_ctx) { r.reason = TOY_STOP_CONTEXT; break; }
-        *(int32_t *)g->dtok->data = id;
-        *(int32_t *)g->dpos->data = (int32_t)pos;
-        *(int32_t *)g->kv.n_past->data = (int32_t)pos;
         double td = g->trace ? toy_trace_now(g->trace) : 0;
-        g->n_cache = pos; /* the step writes position pos */
-        if ((st = toy_graph_compute(g->dg, g->tp))) goto done;
-        g->cache_ids[pos] = id;
-        g->n_cache = pos + 1;
-        if (g->trace) toy_trace_span(g->trace, "decode", "phase", td, toy_trace_now(g->trace), 0);
-        cur = g->dlogits->data; /* read before the next step writes it */
-        pos++;
+        const struct toy_tensor *out;
+        if (k == 0) { /* one token: the decode graph */
+            *(int32_t *)g->dtok->data = id;
+            *(int32_t *)g->dpos->data = (int32_t)at;
+            *(int32_t *)g->kv.n_past->data = (int32_t)at;
+            if ((st = run(g, g->dg))) goto done;
+            out = g->dlogits;
+        } else {
+            struct verify *v = verify_graph(g, k + 1);
+            if (!v->logits) { st = toy_error(TOY_ERR_NOMEM, "generate: a lookup graph"); goto done; }
+            for (int i = 0; i <= k; i++) ((int32_t *)v->tok->data)[i] = fed[i], ((int32_t *)v->pos->data)[i] = (int32_t)(at + i);
+            *(int32_t *)g->kv.n_past->data = (int32_t)at;
+            if ((st = run(g, v->g))) goto done;
+            out = v->logits;
+        }
+        memcpy(g->cache_ids + at, fed, (size_t)(k + 1) * sizeof *fed);
+        g->n_cache = at + k + 1;
+        r.n_steps++;
+        if (g->trace) toy_trace_span(g->trace, k ? "verify" : "decode", "phase", td, toy_trace_now(g->trace), 0);
+        rows = out->data; /* read before the next pass writes it */
+        n_rows = k + 1;
+        base = at + 1;
     }
     if (r.reason != TOY_STOP_STRING && (st = gen_text_flush(&text, dec))) goto done;
     if (fn && r.reason != TOY_STOP_STRING && text.emitted < text.len)

@@ -29,6 +29,7 @@
 #include "backends/cpu/qdot.h"
 
 #define QB 64
+#define FEW_Q 16 /* at most this many queries take few_queries (a draft of TOY_GENERATE_MAX_LOOKUP and its token) */
 
 #define QROW(x, h, t, b) ((float *)((char *)(x)->data + (h) * (x)->nb[1] + (t) * (x)->nb[2] + (b) * (x)->nb[3]))
 
@@ -242,6 +243,10 @@ size_t toy_cpu_attention_work(const struct toy_tensor *dst, int nth) {
         size_t dec = (size_t)(q->ne[3] * q->ne[1] * (q->ne[0] + 2) + q->ne[1] * q->ne[0] +
                               q->ne[1] * (k->ne[2] + 16) + DECODE_ROPE_FLOATS(q->ne[0]) + 16) * sizeof(float) + 256;
         if (dec > per) per = dec;
+    }
+    if (dst->op == TOY_OP_ATTENTION && q->ne[2] > 1 && q->ne[2] <= FEW_Q) { /* few_queries: queries, outputs, scores */
+        size_t few = (size_t)(2 * q->ne[1] * q->ne[0] + q->ne[1] * (k->ne[2] + 16) + 16) * sizeof(float) + 256;
+        if (few > per) per = few;
     }
     per += toy_cpu_sgemm_pack_bytes() + 64; /* at the slice's end (sgemm_pack) */
     return TOY_WORK_HEAD + per * (size_t)nth;
@@ -538,6 +543,65 @@ static void decode_step(struct toy_tensor *dst, const struct attn *a, int ith, i
         }
 }
 
+/* A few queries (a speculative pass's draft, at most FEW_Q rows) over a
+ * cache the decode kernels read: each row as a decode step of its own over
+ * the keys it sees, all heads at once, rows dealt out to the threads. The
+ * general path's blocks (f16 rows converted, products through sgemm) cost
+ * ten times a decode step for five rows. */
+static bool few_queries_ok(const struct attn *a, const struct toy_tensor *dst, const struct toy_tensor *k,
+                           const struct toy_tensor *v) {
+    size_t es = k->type == TOY_F16 ? 2 : 4;
+    return a->Tq > 1 && a->Tq <= FEW_Q && !a->seg && !dst->op_params[P_AT_FUSED] && decode_kernels(a->D) &&
+           (a->D == 64 || a->D == 128) && k->type == v->type && (k->type == TOY_F32 || k->type == TOY_F16) &&
+           k->nb[0] == es && v->nb[0] == es && a->Hq % a->Hkv == 0;
+}
+
+static void few_queries(struct toy_tensor *dst, const struct attn *a, int ith, int nth, void *work, size_t ws) {
+    const struct toy_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2];
+    const int64_t D = a->D, Hq = a->Hq, lds = (a->Tk + 15) / 16 * 16;
+    const bool f16 = k->type == TOY_F16;
+    float *qs = toy_work_slice((char *)work + TOY_WORK_HEAD, ws - TOY_WORK_HEAD, ith, nth), *po = qs + Hq * D,
+          *S = po + Hq * D;
+    float *lse = (float *)((char *)dst->data + toy_nbytes(dst));
+    const float *sinks = dst->src[5] ? dst->src[5]->data : NULL;
+    int64_t w0, w1;
+    toy_split(a->B * a->Tq, ith, nth, &w0, &w1);
+    for (int64_t w = w0; w < w1; w++) {
+        int64_t b = w / a->Tq, t = w % a->Tq, j0, j1;
+        key_range(a, t, &j0, &j1);
+        if (j1 > a->Tk) j1 = a->Tk;
+        int64_t n = j1 > j0 ? j1 - j0 : 0;
+        if (n == 0) {
+            for (int64_t h = 0; h < Hq; h++) {
+                memset(QROW(dst, h, t, b), 0, (size_t)D * sizeof(float));
+                lse[(b * a->Tq + t) * Hq + h] = sinks ? sinks[h] : -INFINITY; /* the sink alone */
+            }
+            continue;
+        }
+        for (int64_t h = 0; h < Hq; h++) toy_vec.scale(qs + h * D, QROW(q, h, t, b), a->scale, D);
+        const char *K = (const char *)k->data + b * k->nb[3] + j0 * k->nb[2];
+        const char *V = (const char *)v->data + b * v->nb[3] + j0 * v->nb[2];
+        decode_ops()->qk(qs, K, f16, (int64_t)k->nb[2], (int64_t)k->nb[1], n, D, Hq, a->group, S, lds);
+        float mx[256], sum[256];
+        for (int64_t h = 0; h < Hq; h++) {
+            float *sc = S + h * lds;
+            if (a->cap > 0)
+                for (int64_t j = 0; j < n; j++) sc[j] = a->cap * tanhf(sc[j] / a->cap);
+            mx[h] = toy_vec.max(sc, n);
+            if (sinks && sinks[h] > mx[h]) mx[h] = sinks[h];
+            sum[h] = toy_vec.exp_sum(sc, sc, mx[h], n);
+            if (sinks) sum[h] += expf(sinks[h] - mx[h]); /* one more key, of value zero */
+        }
+        decode_ops()->pv(S, lds, V, f16, (int64_t)v->nb[2], (int64_t)v->nb[1], n, D, Hq, a->group, po);
+        for (int64_t h = 0; h < Hq; h++) {
+            float *O = QROW(dst, h, t, b);
+            if (sum[h] > 0) toy_vec.scale(O, po + h * D, 1.0f / sum[h], D);
+            else memset(O, 0, (size_t)D * sizeof(float));
+            lse[(b * a->Tq + t) * Hq + h] = sum[h] > 0 ? mx[h] + logf(sum[h]) : -INFINITY;
+        }
+    }
+}
+
 bool toy_cpu_attention_fusable(const struct toy_tensor *dst) {
     toy_cpu_init();
     const struct toy_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2];
@@ -558,6 +622,10 @@ void toy_cpu_attention(struct toy_tensor *dst, int ith, int nth, void *work, siz
         return;
     }
     TOY_ASSERT(!dst->op_params[P_AT_FUSED], "attention '%s': fused, but not a decode step", toy_label(dst));
+    if (a.Hq <= 256 && few_queries_ok(&a, dst, k, v)) {
+        few_queries(dst, &a, ith, nth, work, ws);
+        return;
+    }
     a.pack = sgemm_pack(work, ws, ith, nth);
     float *S = toy_work_slice((char *)work + TOY_WORK_HEAD, ws - TOY_WORK_HEAD, ith, nth);
     float *kvs = S + 3 * QB * k->ne[2] + 2 * QB + QB * q->ne[0]; /* f16 rows converted (see _work) */
