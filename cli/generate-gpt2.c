@@ -56,7 +56,7 @@ int toy_cli_gen_finish(struct toy_cli_gen_out *o, const struct toy_tokens *promp
                                 "prefill_tokens_per_s", prefill, "decode_tokens_per_s", decode, "peak_rss_mb",
                                 ru.ru_maxrss / 1024.0);
         if (res && arch) json_object_set_new(res, "arch", json_string(arch));
-        if (res && r->n_drafted)
+        if (res && o->lookup)
             json_object_set_new(res, "lookup", json_pack("{s:I,s:I,s:I}", "drafted", (json_int_t)r->n_drafted,
                                                          "accepted", (json_int_t)r->n_accepted, "passes",
                                                          (json_int_t)r->n_steps));
@@ -133,7 +133,8 @@ int toy_cli_run_generator(struct toy_generator *gen, const struct toy_tokens *id
         return 1;
     }
     if (tr) toy_generator_set_trace(gen, tr);
-    struct toy_cli_gen_out o = {.json = json, .prompt = prompt, .ids = json_array(), .lps = json_array()};
+    struct toy_cli_gen_out o = {.json = json, .prompt = prompt, .ids = json_array(), .lps = json_array(),
+                                .lookup = gp && gp->lookup > 0};
     struct toy_generate_result r;
     int rc;
     toy_cli_stop_signals_install();

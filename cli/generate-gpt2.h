@@ -26,6 +26,7 @@ struct toy_cli_gen_out {
     json_t *ids, *lps;
     char *text;
     size_t len, cap;
+    bool lookup;         /* --lookup was given: json reports what the drafts did */
 };
 bool toy_cli_gen_on_token(void *ud, int32_t id, const char *text, size_t len, float lp);
 /* text mode, after a generation that succeeded: the prompt if nothing was printed yet */

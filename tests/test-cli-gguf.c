@@ -95,6 +95,36 @@ Test(cli_gguf, generate_prompt_ids) {
     }
 }
 
+/* --lookup (prompt lookup): the ids and text of plain decoding, greedy and sampled, with what the drafts did in
+ * --json; a draft past 15 tokens is refused */
+Test(cli_gguf, generate_lookup_gives_the_plain_text) {
+    const char *b = bin();
+    char cmd[2048];
+    const char *modes[] = {"--temp 0", "--temp 0.9 --seed 4"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(cmd, sizeof cmd, "%s generate -m %s -p 'one two one two one two' -n 40 %s --json", b, TINY, modes[i]);
+        json_t *a = run_json(cmd);
+        snprintf(cmd, sizeof cmd, "%s generate -m %s -p 'one two one two one two' -n 40 %s --lookup 6 --json", b, TINY,
+                 modes[i]);
+        json_t *c = run_json(cmd);
+        cr_expect(json_equal(json_object_get(a, "ids"), json_object_get(c, "ids")), "%s", modes[i]);
+        cr_expect_str_eq(json_string_value(json_object_get(a, "text")), json_string_value(json_object_get(c, "text")));
+        cr_expect_null(json_object_get(a, "lookup"));
+        json_t *lk = json_object_get(c, "lookup");
+        cr_assert(lk, "the drafts' counts");
+        cr_expect_geq(json_integer_value(json_object_get(lk, "drafted")), json_integer_value(json_object_get(lk, "accepted")));
+        cr_expect_eq(json_integer_value(json_object_get(lk, "passes")), 39 - json_integer_value(json_object_get(lk, "accepted")));
+        json_decref(a);
+        json_decref(c);
+    }
+    int rc;
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p Hi --lookup 16 2>&1", b, TINY);
+    char *out = run(cmd, &rc);
+    cr_expect(WIFEXITED(rc) && WEXITSTATUS(rc) == 2, "exit %d: %s", rc, out);
+    cr_expect(strstr(out, "--lookup"), "%s", out);
+    free(out);
+}
+
 /* Output that cannot be written is exit 1, not 0; -p with --prompt-ids is
  * refused (the ids were used and the -p text printed as their prompt); and
  * Ctrl-C ends a generation with what it made so far and exit 130 (it

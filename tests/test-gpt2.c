@@ -480,6 +480,54 @@ Test(gpt2, generator_fused_decode_same_bits_as_unfused, .timeout = 300) {
     th_rmdir();
 }
 
+/* Prompt lookup (speculative decoding from the context) on a GPT-2: the same greedy tokens as plain decoding up
+ * to the context's end, log-probabilities within 1e-4 (a pass over several tokens rounds differently), f32 and
+ * packed q8_0 weights; the f32 model, sharpened, loops and so keeps drafts */
+Test(gpt2, generator_lookup_gives_the_plain_tokens, .timeout = 300) {
+    char f32[1024], path[1024];
+    saved_model("gen-lookup.gguf", 43, f32, sizeof f32);
+    const enum toy_dtype types[] = {TOY_F32, TOY_Q8_0};
+    const int32_t prompt[] = {3, 17, 40, 8, 59, 3, 17, 40};
+    struct toy_threadpool *tp = toy_threadpool_new(2);
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        if (types[ti] != TOY_F32) typed_copy(f32, types[ti], path, sizeof path);
+        struct toy_gpt2 *m;
+        if (types[ti] == TOY_F32) { /* in memory, with a longer context */
+            struct toy_gpt2_config c = base_config();
+            c.max_ctx = 72; /* at most 63 tokens: th_gen_log keeps 64 */
+            m = random_model(&c, true, 43);
+        } else {
+            cr_assert_eq(toy_gpt2_load(path, false, &m), TOY_OK, "%s", toy_last_error());
+        }
+        for (int i = 0; types[ti] == TOY_F32 && i < toy_gpt2_n_tensors(m); i++) { /* sharper: greedy soon loops */
+            struct toy_tensor *t = toy_gpt2_tensor(m, i);
+            for (int64_t k = 0; t->ne[1] > 1 && k < toy_nelements(t); k++) ((float *)t->data)[k] *= 6.0f;
+        }
+        struct th_gen_log runs[2] = {0};
+        struct toy_generate_result res[2];
+        for (int k = 0; k < 2; k++) {
+            struct toy_generate_params gp = {.ignore_eos = true, .lookup = k ? 4 : 0}; /* to the context's end */
+            cr_assert_eq(toy_gpt2_generate_kv(m, NULL, 0, TOY_F16, tp, prompt, 8, &gp, th_log_token, &runs[k], &res[k]),
+                         TOY_OK, "%s", toy_last_error());
+        }
+        cr_assert_eq(res[0].reason, TOY_STOP_CONTEXT);
+        cr_assert_eq(res[1].reason, TOY_STOP_CONTEXT);
+        cr_assert_eq(runs[1].n, runs[0].n);
+        for (int i = 0; i < runs[0].n; i++) {
+            cr_assert_eq(runs[1].ids[i], runs[0].ids[i], "%s: token %d", toy_dtype_name(types[ti]), i);
+            cr_assert(fabsf(runs[1].lps[i] - runs[0].lps[i]) < 1e-4f, "%s: token %d", toy_dtype_name(types[ti]), i);
+        }
+        cr_assert_gt(res[1].n_drafted, 0, "%s: passes over drafts ran", toy_dtype_name(types[ti]));
+        if (types[ti] == TOY_F32)
+            cr_assert_gt(res[1].n_accepted, 0, "%s: %lld drafted, none kept", toy_dtype_name(types[ti]),
+                         (long long)res[1].n_drafted);
+        cr_assert_eq(res[1].n_steps, runs[0].n - 1 - res[1].n_accepted);
+        toy_gpt2_free(m);
+    }
+    toy_threadpool_free(tp);
+    th_rmdir();
+}
+
 static char *read_text(const char *path, size_t max, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
