@@ -1381,18 +1381,25 @@ Test(llama, infer_bf16_rounds_a_prompts_float_products_only, .timeout = 120) {
 }
 
 
-/* A generator reused for a longer prompt that starts with the last call's prompt and reply (a chat's next
- * turn) computes only the new tokens, and samples what a fresh generator samples: the same greedy tokens,
- * log-probabilities within 1e-4 (the prefill runs in two pieces instead of one) */
-Test(llama, generator_reuses_the_cached_prefix) {
+/* a tiny random model (vocabulary 61) with its matrices six times the init's: greedy picks are far apart, and
+ * greedy text soon loops */
+static struct toy_llama *sharp_tiny_model(void) {
     struct toy_llama_config c = toy_llama_preset("tiny");
     c.vocab = 61;
     struct toy_llama *m = toy_llama_new(&c, 5);
     cr_assert(m, "%s", toy_last_error());
-    for (int i = 0; i < toy_llama_n_tensors(m); i++) { /* sharper than the init: greedy picks are far apart */
+    for (int i = 0; i < toy_llama_n_tensors(m); i++) {
         struct toy_tensor *t = toy_llama_tensor(m, i);
         for (int64_t k = 0; t->ne[1] > 1 && k < toy_nelements(t); k++) ((float *)t->data)[k] *= 6.0f;
     }
+    return m;
+}
+
+/* A generator reused for a longer prompt that starts with the last call's prompt and reply (a chat's next
+ * turn) computes only the new tokens, and samples what a fresh generator samples: the same greedy tokens,
+ * log-probabilities within 1e-4 (the prefill runs in two pieces instead of one) */
+Test(llama, generator_reuses_the_cached_prefix) {
+    struct toy_llama *m = sharp_tiny_model();
     struct toy_threadpool *tp = toy_threadpool_new(2);
     struct toy_generator *reused, *fresh;
     cr_assert_eq(toy_generator_new(m, NULL, 128, tp, &reused), TOY_OK);
@@ -1435,14 +1442,7 @@ Test(llama, generator_reuses_the_cached_prefix) {
  * passes when the text repeats itself (a small random model soon loops); n_predict and the context end it at
  * the same token, and the cache it leaves serves the next turn as plain decoding's does. */
 Test(llama, generator_lookup_gives_the_plain_tokens_in_fewer_passes, .timeout = 120) {
-    struct toy_llama_config c = toy_llama_preset("tiny");
-    c.vocab = 61;
-    struct toy_llama *m = toy_llama_new(&c, 5);
-    cr_assert(m, "%s", toy_last_error());
-    for (int i = 0; i < toy_llama_n_tensors(m); i++) { /* sharper than the init: greedy picks are far apart */
-        struct toy_tensor *t = toy_llama_tensor(m, i);
-        for (int64_t k = 0; t->ne[1] > 1 && k < toy_nelements(t); k++) ((float *)t->data)[k] *= 6.0f;
-    }
+    struct toy_llama *m = sharp_tiny_model();
     struct toy_threadpool *tp = toy_threadpool_new(2);
     struct toy_generator *plain, *spec;
     cr_assert_eq(toy_generator_new(m, NULL, 128, tp, &plain), TOY_OK);

@@ -1502,86 +1502,21 @@ Test(ops, attention_decode_step_avx2_matches_loops) {
     decode_step_cases();
 }
 
+struct qcase {
+    int64_t D, Hq, Hkv, Tk, Tq, B;
+    int window;
+    float cap;
+    enum toy_dtype type;
+};
+static void cached_attention_cases(const struct qcase *cs, size_t n, uint64_t seed);
+
 static void decode_step_cases(void) {
-    struct dcase {
-        int64_t D, Hq, Hkv, Tk, B;
-        int window;
-        float cap;
-        enum toy_dtype type;
-    } cs[] = {
-        {64, 9, 3, 277, 2, 0, 0, TOY_F32}, {64, 9, 3, 277, 1, 0, 0, TOY_F16}, {128, 4, 4, 40, 1, 16, 0, TOY_F32},
-        {64, 8, 2, 5, 1, 0, 30, TOY_F32},  {64, 9, 3, 1, 1, 0, 0, TOY_F16},   {128, 6, 2, 1003, 1, 0, 0, TOY_F32},
-        {64, 4, 1, 33, 3, 7, 20, TOY_F16},   {128, 16, 2, 300, 1, 0, 0, TOY_F16}, {64, 8, 1, 50, 1, 0, 0, TOY_F32},
+    static const struct qcase cs[] = {
+        {64, 9, 3, 277, 1, 2, 0, 0, TOY_F32}, {64, 9, 3, 277, 1, 1, 0, 0, TOY_F16}, {128, 4, 4, 40, 1, 1, 16, 0, TOY_F32},
+        {64, 8, 2, 5, 1, 1, 0, 30, TOY_F32},  {64, 9, 3, 1, 1, 1, 0, 0, TOY_F16},   {128, 6, 2, 1003, 1, 1, 0, 0, TOY_F32},
+        {64, 4, 1, 33, 1, 3, 7, 20, TOY_F16}, {128, 16, 2, 300, 1, 1, 0, 0, TOY_F16}, {64, 8, 1, 50, 1, 1, 0, 0, TOY_F32},
     };
-    struct toy_rng r;
-    toy_rng_seed(&r, 7);
-    for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++)
-        for (int nth = 1; nth <= 3; nth++) {
-            struct dcase c = cs[ci];
-            struct toy_ctx *ctx = toy_ctx_init(true);
-            struct toy_tensor *q = toy_new_tensor_4d(ctx, TOY_F32, c.D, c.Hq, 1, c.B);
-            /* the cache holds Tk - 1 positions and 3 unused ones; the step stores position Tk - 1 */
-            const int64_t Tmax = c.Tk + 3, row = c.D * c.Hkv;
-            struct toy_tensor *kc = toy_new_tensor_4d(ctx, c.type, c.D, c.Hkv, Tmax, c.B);
-            struct toy_tensor *vc = toy_new_tensor_4d(ctx, c.type, c.D, c.Hkv, Tmax, c.B);
-            struct toy_tensor *kn = toy_new_tensor_4d(ctx, TOY_F32, c.D, c.Hkv, 1, c.B);
-            struct toy_tensor *vn = toy_new_tensor_4d(ctx, TOY_F32, c.D, c.Hkv, 1, c.B);
-            struct toy_tensor *np = toy_new_tensor_1d(ctx, TOY_I32, 1);
-            *(int32_t *)np->data = (int32_t)(c.Tk - 1);
-            int64_t nkv = c.B * c.Tk * row;
-            float *kf = malloc((size_t)nkv * sizeof *kf), *vf = malloc((size_t)nkv * sizeof *vf);
-            for (int64_t i = 0; i < toy_nelements(q); i++) ((float *)q->data)[i] = toy_rng_normal(&r);
-            for (int64_t b = 0; b < c.B; b++)
-                for (int64_t j = 0; j < c.Tk; j++)
-                    for (int64_t i = 0; i < row; i++) {
-                        int64_t at = (b * c.Tk + j) * row + i, in = (b * Tmax + j) * row + i;
-                        kf[at] = toy_rng_normal(&r);
-                        vf[at] = toy_rng_normal(&r);
-                        if (c.type == TOY_F16) { /* values an f16 holds exactly */
-                            kf[at] = toy_f16_to_f32(toy_f32_to_f16(kf[at]));
-                            vf[at] = toy_f16_to_f32(toy_f32_to_f16(vf[at]));
-                        }
-                        if (j == c.Tk - 1) {
-                            ((float *)kn->data)[b * row + i] = kf[at];
-                            ((float *)vn->data)[b * row + i] = vf[at];
-                        } else {
-                            cache_set(kc, in, kf[at]);
-                            cache_set(vc, in, vf[at]);
-                        }
-                    }
-            struct toy_attn_params ap = {.causal = true, .window = c.window, .softcap = c.cap};
-            const float *out = cached_attention_on(ctx, q, kc, vc, kn, vn, np, &ap, nth)->data;
-            double scale = 1 / sqrt((double)c.D);
-            int64_t j0 = c.window > 0 && c.Tk > c.window ? c.Tk - c.window : 0;
-            for (int64_t b = 0; b < c.B; b++)
-                for (int64_t h = 0; h < c.Hq; h++) {
-                    int64_t gh = h / (c.Hq / c.Hkv);
-                    const float *qh = (const float *)q->data + (b * c.Hq + h) * c.D;
-                    double *p = malloc((size_t)c.Tk * sizeof *p), mx = -INFINITY, sum = 0;
-                    for (int64_t j = j0; j < c.Tk; j++) {
-                        const float *kr = kf + ((b * c.Tk + j) * c.Hkv + gh) * c.D;
-                        double s = 0;
-                        for (int64_t i = 0; i < c.D; i++) s += (double)qh[i] * kr[i];
-                        s *= scale;
-                        if (c.cap > 0) s = c.cap * tanh(s / c.cap);
-                        p[j] = s;
-                        if (s > mx) mx = s;
-                    }
-                    for (int64_t j = j0; j < c.Tk; j++) sum += p[j] = exp(p[j] - mx);
-                    for (int64_t i = 0; i < c.D; i++) {
-                        double o = 0;
-                        for (int64_t j = j0; j < c.Tk; j++) o += p[j] / sum * vf[((b * c.Tk + j) * c.Hkv + gh) * c.D + i];
-                        double got = out[(b * c.Hq + h) * c.D + i];
-                        cr_assert(fabs(got - o) <= 2e-5 * (1 + fabs(o)),
-                                  "case %zu threads %d b %lld h %lld: out[%lld] %.8g vs %.8g", ci, nth, (long long)b,
-                                  (long long)h, (long long)i, got, o);
-                    }
-                    free(p);
-                }
-            toy_ctx_free(ctx);
-            free(kf);
-            free(vf);
-        }
+    cached_attention_cases(cs, sizeof cs / sizeof cs[0], 7);
 }
 
 /* A few queries at once (a speculative pass: the token and its draft) through the attention op: each row as
@@ -1597,21 +1532,22 @@ Test(ops, attention_few_queries_avx2_match_loops) {
 }
 
 static void few_queries_cases(void) {
-    struct fcase {
-        int64_t D, Hq, Hkv, Tk, Tq, B;
-        int window;
-        float cap;
-        enum toy_dtype type;
-    } cs[] = {
+    static const struct qcase cs[] = {
         {64, 9, 3, 277, 5, 1, 0, 0, TOY_F16}, {64, 9, 3, 40, 2, 2, 0, 0, TOY_F32},  {128, 4, 4, 60, 16, 1, 16, 0, TOY_F32},
         {64, 8, 2, 9, 8, 1, 0, 30, TOY_F16},  {64, 4, 1, 33, 3, 3, 7, 20, TOY_F16}, {128, 16, 2, 300, 9, 1, 0, 0, TOY_F16},
         {64, 9, 3, 50, 17, 1, 0, 0, TOY_F32},
     };
+    cached_attention_cases(cs, sizeof cs / sizeof cs[0], 11);
+}
+
+/* The attention op over caches that hold Tk - Tq positions, the last Tq stored by the op itself, for each case
+ * on 1..3 threads, against a plain double-precision loop (2e-5 relative: the summation order differs). */
+static void cached_attention_cases(const struct qcase *cs, size_t n_cases, uint64_t seed) {
     struct toy_rng r;
-    toy_rng_seed(&r, 11);
-    for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++)
+    toy_rng_seed(&r, seed);
+    for (size_t ci = 0; ci < n_cases; ci++)
         for (int nth = 1; nth <= 3; nth++) {
-            struct fcase c = cs[ci];
+            struct qcase c = cs[ci];
             struct toy_ctx *ctx = toy_ctx_init(true);
             struct toy_tensor *q = toy_new_tensor_4d(ctx, TOY_F32, c.D, c.Hq, c.Tq, c.B);
             /* the cache holds Tk - Tq positions and 3 unused ones; the pass stores the last Tq */
