@@ -141,14 +141,20 @@ static enum toy_status run(struct toy_generator *g, struct toy_graph *gr) {
     return toy_graph_compute(gr, g->tp);
 }
 
-/* the graph that reads m (2..MAX_LOOKUP+1) tokens at once and gives each one's logits */
+/* the graph that reads m (2..MAX_LOOKUP+1) tokens at once and gives each one's logits; NULL when it cannot be
+ * built (out of memory) */
 static struct verify *verify_graph(struct toy_generator *g, int m) {
     struct verify *v = &g->verify[m - 1];
     if (v->g) return v;
     v->ctx = toy_ctx_init(true);
-    v->tok = toy_new_tensor_2d(v->ctx, TOY_I32, m, 1);
-    v->pos = toy_new_tensor_1d(v->ctx, TOY_I32, m);
-    v->logits = g->lm.forward_cached(g->lm.self, v->ctx, &g->kv, v->tok, v->pos, false);
+    v->tok = v->ctx ? toy_new_tensor_2d(v->ctx, TOY_I32, m, 1) : NULL;
+    v->pos = v->ctx ? toy_new_tensor_1d(v->ctx, TOY_I32, m) : NULL;
+    v->logits = v->tok && v->pos ? g->lm.forward_cached(g->lm.self, v->ctx, &g->kv, v->tok, v->pos, false) : NULL;
+    if (!v->logits) {
+        toy_ctx_free(v->ctx);
+        memset(v, 0, sizeof *v);
+        return NULL;
+    }
     toy_set_output(v->logits);
     v->g = toy_graph_new(v->ctx);
     toy_graph_build(v->g, v->logits);
@@ -308,7 +314,7 @@ enum toy_status toy_generate(struct toy_generator *g, const int32_t *prompt, int
             out = g->dlogits;
         } else {
             struct verify *v = verify_graph(g, k + 1);
-            if (!v->logits) { st = toy_error(TOY_ERR_NOMEM, "generate: a lookup graph"); goto done; }
+            if (!v) { st = toy_error(TOY_ERR_NOMEM, "generate: the graph of a %d-token lookup pass", k + 1); goto done; }
             for (int i = 0; i <= k; i++) ((int32_t *)v->tok->data)[i] = fed[i], ((int32_t *)v->pos->data)[i] = (int32_t)(at + i);
             *(int32_t *)g->kv.n_past->data = (int32_t)at;
             if ((st = run(g, v->g))) goto done;
