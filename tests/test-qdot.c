@@ -234,7 +234,8 @@ static void qpacked_cases_at(const char *level, const char *loads, const char *a
     if (ahead) setenv("TOY_PREFETCH", ahead, 1);
     toy_qdot_init();
     if (!toy_qdot.qgemm_packed) cr_skip_test("no int8 kernels (AVX2 or AVX-512 VNNI) on this CPU");
-    const int64_t shapes[][3] = {{1, 1, 32}, {1, 17, 288}, {3, 33, 576}, {8, 64, 1536}, {13, 100, 96}, {40, 48, 64}};
+    const int64_t shapes[][3] = {{1, 1, 32},   {1, 17, 288}, {2, 20, 64},   {3, 33, 576}, {5, 40, 96}, {6, 16, 128},
+                                 {7, 33, 64}, {8, 64, 1536}, {13, 100, 96}, {40, 48, 64}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int acc = 0; acc < 2; acc++) {
             qpacked_case(TOY_Q8_0, shapes[s][0], shapes[s][1], shapes[s][2], acc);

@@ -311,8 +311,8 @@ static inline __attribute__((always_inline)) void kernel_packed(int R, bool wide
     size_t sub = q2 ? 128 : q3 ? 192 : q6 ? 384 : k5 ? 320 : 256;
     const __m512i lo = _mm512_set1_epi8(15), hi = _mm512_set1_epi8((char)0xF0);
     const __m512i tbl = iq ? iq4_table() : mx ? mxfp4_table() : lo;
-    __m512 acc[4];
-#pragma GCC unroll 4
+    __m512 acc[8];
+#pragma GCC unroll 8
     for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
     for (int64_t blk = 0; blk < nb; blk++) {
         toy_pf_step(pc);
@@ -411,7 +411,7 @@ static inline __attribute__((always_inline)) void kernel_packed(int R, bool wide
                 w[u + 4] = _mm512_and_si512(q, hi);
             }
         }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int r = 0; r < R; r++) {
             /* Q6_K, Q3_K: each half starts from -off sum(x) of its 16 (quantize_rows) */
             __m512i ia = _mm512_set1_epi32(sa[r * nb + blk]),
@@ -440,7 +440,7 @@ static inline __attribute__((always_inline)) void kernel_packed(int R, bool wide
         }
     }
     __mmask16 m = nc >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nc) - 1);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int r = 0; r < R; r++) {
         float *dst = c + r * ldc;
         __m512 v = acc[r];
@@ -565,6 +565,17 @@ void toy_qgemm_packed_cols_avx512(enum toy_dtype bt, int64_t m, int64_t n, int64
         if (ksc) { /* (a constant in each instance: no test a block) */ \
             for (; i + 4 <= m; i += 4) KP(4, W, T, true);            \
             for (; i < m; i++) KP(1, W, T, true);                    \
+        } else if (T == TOY_Q8_0 || T == TOY_Q4_0) { /* up to 8 rows a pass: no row alone */ \
+            for (; i + 8 <= m; i += 8) KP(8, W, T, false);           \
+            switch (m - i) {                                         \
+            case 7: KP(7, W, T, false); break;                       \
+            case 6: KP(6, W, T, false); break;                       \
+            case 5: KP(5, W, T, false); break;                       \
+            case 4: KP(4, W, T, false); break;                       \
+            case 3: KP(3, W, T, false); break;                       \
+            case 2: KP(2, W, T, false); break;                       \
+            case 1: KP(1, W, T, false); break;                       \
+            }                                                        \
         } else {                                                     \
             for (; i + 4 <= m; i += 4) KP(4, W, T, false);           \
             for (; i < m; i++) KP(1, W, T, false);                   \
