@@ -356,21 +356,24 @@ static void open_item(json_t *ev, struct srv_sent *s, int kind, const char *id) 
 }
 
 /* t[0..n) more of the open item's text */
+/* obj's string at key, t[0..n) appended (the item the stream has sent so far) */
+static void append_text(json_t *obj, const char *key, const char *t, size_t n) {
+    json_t *old = json_object_get(obj, key);
+    size_t on = json_string_length(old);
+    char *joined = malloc(on + n + 1);
+    if (!joined) return;
+    memcpy(joined, json_string_value(old), on);
+    memcpy(joined + on, t, n);
+    json_object_set_new(obj, key, toy_srv_jstr(joined, on + n));
+    free(joined);
+}
+
 static void text_delta(json_t *ev, struct srv_sent *s, int kind, const char *id, const char *t, size_t n) {
     if (!n) return;
     open_item(ev, s, kind, id);
     int k = (int)json_array_size(s->items) - 1;
     json_t *item = json_array_get(s->items, (size_t)k);
-    json_t *part = json_array_get(json_object_get(item, "content"), 0);
-    const char *old = json_string_value(json_object_get(part, "text"));
-    size_t on = json_string_length(json_object_get(part, "text"));
-    char *joined = malloc(on + n + 1);
-    if (joined) {
-        memcpy(joined, old, on);
-        memcpy(joined + on, t, n);
-        json_object_set_new(part, "text", toy_srv_jstr(joined, on + n));
-        free(joined);
-    }
+    append_text(json_array_get(json_object_get(item, "content"), 0), "text", t, n);
     json_t *d = json_pack("{s:s,s:i,s:i,s:o}", "item_id", json_string_value(json_object_get(item, "id")),
                           "output_index", k, "content_index", 0, "delta", toy_srv_jstr(t, n));
     if (kind == 2) json_object_set_new(d, "logprobs", json_array());
@@ -393,15 +396,7 @@ static void call_step(json_t *ev, struct srv_sent *s, const struct srv_call_step
     json_t *item = json_array_get(s->items, (size_t)k);
     const char *iid = json_string_value(json_object_get(item, "id"));
     if (st->n) {
-        json_t *args = json_object_get(item, "arguments");
-        size_t on = json_string_length(args);
-        char *joined = malloc(on + st->n + 1);
-        if (joined) {
-            memcpy(joined, json_string_value(args), on);
-            memcpy(joined + on, st->delta, st->n);
-            json_object_set_new(item, "arguments", toy_srv_jstr(joined, on + st->n));
-            free(joined);
-        }
+        append_text(item, "arguments", st->delta, st->n);
         event(ev, s, "response.function_call_arguments.delta",
               json_pack("{s:s,s:i,s:o}", "item_id", iid, "output_index", k, "delta", toy_srv_jstr(st->delta, st->n)));
     }

@@ -565,9 +565,9 @@ void toy_qgemm_packed_cols_avx512(enum toy_dtype bt, int64_t m, int64_t n, int64
         if (ksc) { /* (a constant in each instance: no test a block) */ \
             for (; i + 4 <= m; i += 4) KP(4, W, T, true);            \
             for (; i < m; i++) KP(1, W, T, true);                    \
-        } else if (T == TOY_Q8_0 || T == TOY_Q4_0) { /* up to 8 rows a pass: no row alone */ \
-            for (; i + 8 <= m; i += 8) KP(8, W, T, false);           \
-            switch (m - i) {                                         \
+        } else if (T == TOY_Q8_0 || T == TOY_Q4_0) { /* m <= 8 here: all rows in one pass */ \
+            switch (m) {                                             \
+            case 8: KP(8, W, T, false); break;                       \
             case 7: KP(7, W, T, false); break;                       \
             case 6: KP(6, W, T, false); break;                       \
             case 5: KP(5, W, T, false); break;                       \
