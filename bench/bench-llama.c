@@ -26,7 +26,8 @@
  *           M decode falls with context (256 -> 2048, q8_0 weights)
  *   stream  decode's products alone against loads alone over the same
  *           weights and nodes (bench_stream), f32, q8_0 and q4_0
- *   lookup  M decode with prompt lookup (drafts of 4 and 8) against plain
+ *   lookup  M decode with prompt lookup (drafts of 4 and 8) against plain, and
+ *           with a draft model (M's own first 2 or 6 layers) against plain
  * Usage: bench-llama THREADS [S|M|E] [train|infer|scale|stream|lookup]
  *        bench-llama 0 [M|K] gguf OUT.gguf TOKENIZER_DIR
  *        bench-llama THREADS M file MODEL.gguf */
@@ -142,11 +143,15 @@ struct qmodel {
     void *keep[512];
     int n_keep;
 };
+static void qmodel_quantize(struct qmodel *q, enum toy_dtype type);
 static void qmodel_new(struct qmodel *q, const char *s, enum toy_dtype type, int64_t max_ctx) {
     int64_t T, B;
     q->c = shape(s, &T, &B);
     if (max_ctx) q->c.max_ctx = max_ctx;
     q->m = toy_llama_new(&q->c, 1);
+    qmodel_quantize(q, type);
+}
+static void qmodel_quantize(struct qmodel *q, enum toy_dtype type) {
     q->n_keep = 0;
     for (int i = 0; type != TOY_F32 && i < toy_llama_n_tensors(q->m); i++) {
         struct toy_tensor *t = toy_llama_tensor(q->m, i);
@@ -236,6 +241,78 @@ static void bench_lookup(struct toy_threadpool *tp) {
                (long long)best.n_accepted, (long long)best.n_steps, pass_ms);
         fflush(stdout);
     }
+    toy_generator_free(gen);
+    qmodel_free(&q);
+}
+
+/* Speculative decoding with a draft model on M, q8_0 weights: 128 greedy tokens after a 256-token prompt that
+ * does not repeat itself, plain and with drafts of 4 tokens by M's own first L layers (its embedding, final norm
+ * and head; a self-speculative draft, as layer-skipping drafts are: random weights give no real pair of models
+ * that agree): tokens/s, the drafts kept, what a draft pass costs against a model pass, and where it breaks even. */
+static void bench_draft(struct toy_threadpool *tp) {
+    struct qmodel q;
+    int64_t T, B;
+    q.c = shape("M", &T, &B);
+    q.c.max_ctx = 512;
+    q.m = toy_llama_new(&q.c, 1);
+    const int layers[] = {2, 6};
+    struct qmodel dq[2];
+    for (int i = 0; i < 2; i++) { /* M's first layers, copied before either is quantized */
+        dq[i].c = q.c;
+        dq[i].c.n_layers = layers[i];
+        dq[i].m = toy_llama_new(&dq[i].c, 2);
+        for (int t = 0; t < toy_llama_n_tensors(dq[i].m); t++) {
+            struct toy_tensor *d = toy_llama_tensor(dq[i].m, t);
+            for (int u = 0; u < toy_llama_n_tensors(q.m); u++) {
+                struct toy_tensor *src = toy_llama_tensor(q.m, u);
+                if (!strcmp(src->name, d->name)) memcpy(d->data, src->data, toy_nbytes(d));
+            }
+        }
+        qmodel_quantize(&dq[i], TOY_Q8_0);
+    }
+    qmodel_quantize(&q, TOY_Q8_0);
+    int32_t prompt[256];
+    for (int i = 0; i < 256; i++) prompt[i] = (int32_t)(((uint32_t)(i + 1) * 2654435761u >> 7) % (uint32_t)q.c.vocab);
+    struct toy_generator *gen, *drafts[2];
+    toy_generator_new_kv(q.m, NULL, 512, TOY_F16, tp, &gen);
+    for (int i = 0; i < 2; i++) toy_generator_new_kv(dq[i].m, NULL, 512, TOY_F16, tp, &drafts[i]);
+    double plain_tps = 0, plain_pass = 0;
+    for (int di = -1; di < 2; di++) {
+        struct toy_generate_params gp = {.n_predict = 128, .ignore_eos = true, .draft = di < 0 ? NULL : drafts[di],
+                                         .draft_max = 4};
+        struct toy_generate_result best = {0};
+        double bt = 0;
+        for (int rep = 0; rep < 3; rep++) {
+            struct toy_generate_result r;
+            int k = 0;
+            if (toy_generate(gen, prompt, 256, &gp, count_tok, &k, &r)) {
+                fprintf(stderr, "bench-llama: draft: %s\n", toy_last_error());
+                break;
+            }
+            double tps = (double)(r.n_generated - 1) / r.decode_s;
+            if (tps > bt) bt = tps, best = r;
+        }
+        double model_s = best.decode_s - best.draft_s; /* the draft's prefill is in prefill_s: its passes here */
+        double draft_pass = best.n_draft_steps > 1 ? 1e3 * best.draft_s / (double)best.n_draft_steps : 0;
+        double pass_ms = best.n_steps ? 1e3 * (di < 0 ? best.decode_s : model_s) / (double)best.n_steps : 0;
+        if (di < 0) {
+            plain_tps = bt, plain_pass = pass_ms;
+            printf("draft: M q8_0 plain: %.1f tok/s, %.2f ms a pass\n", bt, pass_ms);
+        } else {
+            printf("draft: M q8_0, draft of 4 by its first %d layers: %.1f tok/s (%.2fx plain), %lld of %lld drafted "
+                   "tokens kept, %lld passes for %lld tokens, a draft pass %.2f ms (%.2fx a model pass)\n",
+                   layers[di], bt, plain_tps > 0 ? bt / plain_tps : 0, (long long)best.n_accepted,
+                   (long long)best.n_drafted, (long long)best.n_steps, (long long)best.n_generated, draft_pass,
+                   plain_pass > 0 ? draft_pass / plain_pass : 0);
+        }
+        printf("{\"bench\":\"draft\",\"shape\":\"M\",\"weights\":\"q8_0\",\"draft_layers\":%d,\"decode_tok_s\":%.1f,"
+               "\"speedup\":%.3f,\"drafted\":%lld,\"accepted\":%lld,\"passes\":%lld,\"draft_passes\":%lld,"
+               "\"draft_pass_ms\":%.3f}\n",
+               di < 0 ? 0 : layers[di], bt, plain_tps > 0 ? bt / plain_tps : 0, (long long)best.n_drafted,
+               (long long)best.n_accepted, (long long)best.n_steps, (long long)best.n_draft_steps, draft_pass);
+        fflush(stdout);
+    }
+    for (int i = 0; i < 2; i++) toy_generator_free(drafts[i]), qmodel_free(&dq[i]);
     toy_generator_free(gen);
     qmodel_free(&q);
 }
@@ -504,6 +581,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(mode, "lookup")) {
         bench_lookup(tp);
+        bench_draft(tp);
         toy_threadpool_free(tp);
         return 0;
     }

@@ -50,7 +50,7 @@ bash bench/bf16_curve.sh || status=1
 out=$("$B/bench/bench-llama" "$NTH" M stream) || status=1
 grep '^{' <<<"$out" > "$B/bench-llama-M-stream.json"
 grep -v '^{' <<<"$out"
-# prompt lookup (speculative decoding from the context) against plain decode, same run
+# speculative decoding (prompt lookup, and a draft model: M's own first layers) against plain decode, same run
 out=$("$B/bench/bench-llama" "$NTH" M lookup) || status=1
 grep '^{' <<<"$out" > "$B/bench-llama-M-lookup.json"
 grep -v '^{' <<<"$out"

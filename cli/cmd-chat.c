@@ -15,6 +15,7 @@
 
 #include "commands.h"
 #include "flags.h"
+#include "generate-gpt2.h"
 #include "paths.h"
 #include "stop-signals.h"
 #include "toy/chat-reply.h"
@@ -29,13 +30,14 @@ static int usage_to(FILE *out) {
             "usage: toy chat -m MODEL.gguf [--system TEXT] [--chat-template NAME|FILE|JINJA] [--show-reasoning]\n"
             "                [--temp 0.7] [--top-k 40] [--top-p 0.95] [--min-p 0.05] [--repeat-penalty 1] [--seed 42]\n"
             "                [-n 2048] [--ctx N] [--threads N] [--kv-type f16|f32] [--lookup N]\n"
+            "                [--draft DRAFT.gguf [--draft-max 8] [--draft-p-min 0.75]]\n"
             "Reads one user message a line from standard input and writes each reply as it comes (-n: at\n"
             "most that many tokens a reply). The model's chat template (else --chat-template, else ChatML)\n"
             "renders the conversation; its oldest turns go when it outgrows the context. --show-reasoning\n"
             "also writes the model's thinking (<think>, gpt-oss's analysis), dim on a terminal. Lines\n"
             "\"/reset\" (a new conversation) and \"/exit\"; Ctrl-C ends the reply, a second one the chat.\n"
-            "--lookup N: drafts of up to N tokens copied from the conversation, checked in one pass (toy\n"
-            "generate --help).\n");
+            "--lookup N: drafts of up to N tokens copied from the conversation, checked in one pass;\n"
+            "--draft: drafts a smaller model of the same vocabulary writes (toy generate --help).\n");
     return 2;
 }
 
@@ -109,19 +111,22 @@ static enum toy_status encode_chat(const struct toy_chat_template *t, const stru
 }
 
 int toy_cmd_chat(int argc, char **argv) {
-    const char *model = NULL, *system_msg = NULL, *tmpl_arg = NULL, *kv_name = NULL;
+    const char *model = NULL, *system_msg = NULL, *tmpl_arg = NULL, *kv_name = NULL, *draft = NULL;
     int threads = 0;
     int64_t n_ctx = 0;
     bool show_reasoning = false;
     struct toy_generate_params gp = {.n_predict = 2048,
                                      .sampling = {.temperature = 0.7f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f,
-                                                  .seed = 42}};
+                                                  .seed = 42},
+                                     .draft_max = TOY_GENERATE_DRAFT_MAX, .draft_p_min = 0.75f};
     struct toy_sampler_params *sp = &gp.sampling;
     const struct toy_cli_flag flags[] = {
         TOY_FLAG_S("-m", &model), TOY_FLAG_S("--model", &model), TOY_FLAG_S("--system", &system_msg),
         TOY_FLAG_S("--chat-template", &tmpl_arg), TOY_FLAG_B("--show-reasoning", &show_reasoning),
         TOY_FLAG_S("--kv-type", &kv_name), TOY_FLAG_N("-n", TOY_CLI_I32, &gp.n_predict, 0, INT32_MAX),
-        TOY_FLAG_N("--lookup", TOY_CLI_I32, &gp.lookup, 0, TOY_GENERATE_MAX_LOOKUP),
+        TOY_FLAG_N("--lookup", TOY_CLI_I32, &gp.lookup, 0, TOY_GENERATE_MAX_LOOKUP), TOY_FLAG_S("--draft", &draft),
+        TOY_FLAG_N("--draft-max", TOY_CLI_I32, &gp.draft_max, 1, TOY_GENERATE_MAX_LOOKUP),
+        TOY_FLAG_N("--draft-p-min", TOY_CLI_F32, &gp.draft_p_min, 0, 1),
         TOY_FLAG_N("--temp", TOY_CLI_F32, &sp->temperature, 0, 100),
         TOY_FLAG_N("--temperature", TOY_CLI_F32, &sp->temperature, 0, 100),
         TOY_FLAG_N("--top-k", TOY_CLI_I32, &sp->top_k, 0, INT32_MAX), TOY_FLAG_N("--top-p", TOY_CLI_F32, &sp->top_p, 0, 1),
@@ -146,6 +151,7 @@ int toy_cmd_chat(int argc, char **argv) {
     struct toy_chat_template *tmpl = NULL;
     struct toy_threadpool *tp = NULL;
     struct toy_generator *gen = NULL;
+    struct toy_cli_draft dm = {0};
     char *tmpl_text = NULL;
     json_t *msgs = json_array();
     struct toy_tokens ids = {0};
@@ -176,6 +182,13 @@ int toy_cmd_chat(int argc, char **argv) {
         fprintf(stderr, "toy chat: %s\n", toy_last_error());
         goto done;
     }
+    struct toy_cli_draft_opts dopt = {draft, n_ctx, (enum toy_dtype)kv_type, tp};
+    if (draft && toy_cli_draft_open("chat", &dopt, &dm)) goto done;
+    if (dm.gen && toy_generator_check_draft(gen, dm.gen)) {
+        fprintf(stderr, "toy chat: --draft %s: %s\n", draft, toy_last_error());
+        goto done;
+    }
+    gp.draft = dm.gen;
     int64_t ctx = n_ctx > 0 && n_ctx < m->cfg.max_ctx ? n_ctx : m->cfg.max_ctx;
     if (system_msg) json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "system", "content", system_msg));
     size_t n_fixed = json_array_size(msgs);
@@ -239,6 +252,7 @@ done:
     toy_tokens_free(&ids);
     free(c.text);
     toy_generator_free(gen);
+    toy_cli_draft_close(&dm);
     toy_threadpool_free(tp);
     toy_chat_template_free(tmpl);
     free(tmpl_text);

@@ -34,6 +34,7 @@ static int usage_to(FILE *out) {
             "                    [--trace out.json] [--kv-type f16|f32]   (cache type, default f16)\n"
             "                    [--lora ADAPTER.gguf [--lora-scale 1]] [--bf16]\n"
             "                    [--json-object | --json-schema SCHEMA.json|JSON] [--lookup N]\n"
+            "                    [--draft DRAFT.gguf [--draft-max 8] [--draft-p-min 0.75]]\n"
             "Temperature 0 is greedy; --top-k 0 and --top-p 0 or 1 are off; the penalties look at the last\n"
             "--repeat-last-n tokens, prompt included (-1: all); applied in that order (docs/generate.md).\n"
             "Stops at the model's end-of-generation token, a stop string (at most 16), -n tokens (0: no\n"
@@ -46,6 +47,9 @@ static int usage_to(FILE *out) {
             "--lookup N: speculative decoding by prompt lookup: drafts of up to N tokens (at most 15) copied\n"
             "from where the last few tokens came before, checked in one pass; the same text, sooner when it\n"
             "repeats the prompt (docs/generate.md).\n"
+            "--draft DRAFT.gguf: speculative decoding with a smaller model of the same vocabulary writing\n"
+            "drafts of up to --draft-max tokens (at most 15), ending one before a token it gives less than\n"
+            "--draft-p-min; the same text, sooner as far as the draft guesses it.\n"
             "GPT-2 models take no --lora.\n");
     return 2;
 }
@@ -54,7 +58,8 @@ static int usage(void) { return usage_to(stderr); }
 
 static int toy_cmd_generate_model(const char *model, const char *prompt, const char *prompt_ids, const char *lora_path,
                                   float lora_scale, struct toy_generate_params *gpp, int64_t n_ctx, int kv_type,
-                                  int threads, bool json, bool bos, bool special, const char *trace_path, bool bf16);
+                                  int threads, bool json, bool bos, bool special, const char *trace_path, bool bf16,
+                                  const char *draft);
 
 int toy_cmd_generate(int argc, char **argv) {
     const char *model = NULL, *prompt = NULL, *prompt_ids = NULL, *lora_path = NULL, *trace_path = NULL;
@@ -64,10 +69,11 @@ int toy_cmd_generate(int argc, char **argv) {
     int n_stop = 0, threads = 0;
     int64_t n_ctx = 0;
     bool json = false, no_bos = false, special = false, bf16 = false, json_object = false;
-    const char *json_schema = NULL;
+    const char *json_schema = NULL, *draft = NULL;
     int kv_type = TOY_F16; /* half the cache memory and decode attention traffic; llama.cpp's default too */
     struct toy_generate_params gp = {.n_predict = 64,
-                                     .sampling = {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .seed = 42}};
+                                     .sampling = {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .seed = 42},
+                                     .draft_max = TOY_GENERATE_DRAFT_MAX, .draft_p_min = 0.75f};
     struct toy_sampler_params *sp = &gp.sampling;
     const struct toy_cli_flag flags[] = {
         TOY_FLAG_S("-m", &model), TOY_FLAG_S("--model", &model), TOY_FLAG_S("-p", &prompt),
@@ -76,7 +82,9 @@ int toy_cmd_generate(int argc, char **argv) {
         TOY_FLAG_S("--trace", &trace_path), TOY_FLAG_S("--kv-type", &kv_name),
         TOY_FLAG_N("-n", TOY_CLI_I32, &gp.n_predict, 0, INT32_MAX),
         TOY_FLAG_N("--n-predict", TOY_CLI_I32, &gp.n_predict, 0, INT32_MAX),
-        TOY_FLAG_N("--lookup", TOY_CLI_I32, &gp.lookup, 0, TOY_GENERATE_MAX_LOOKUP),
+        TOY_FLAG_N("--lookup", TOY_CLI_I32, &gp.lookup, 0, TOY_GENERATE_MAX_LOOKUP), TOY_FLAG_S("--draft", &draft),
+        TOY_FLAG_N("--draft-max", TOY_CLI_I32, &gp.draft_max, 1, TOY_GENERATE_MAX_LOOKUP),
+        TOY_FLAG_N("--draft-p-min", TOY_CLI_F32, &gp.draft_p_min, 0, 1),
         TOY_FLAG_N("--temp", TOY_CLI_F32, &sp->temperature, 0, 100),
         TOY_FLAG_N("--temperature", TOY_CLI_F32, &sp->temperature, 0, 100),
         TOY_FLAG_N("--top-k", TOY_CLI_I32, &sp->top_k, 0, INT32_MAX), TOY_FLAG_N("--top-p", TOY_CLI_F32, &sp->top_p, 0, 1),
@@ -125,19 +133,21 @@ int toy_cmd_generate(int argc, char **argv) {
         gp.grammar = grammar;
     }
     int grc = toy_cmd_generate_model(model, prompt, prompt_ids, lora_path, lora_scale, &gp, n_ctx, kv_type, threads,
-                                     json, bos, special, trace_path, bf16);
+                                     json, bos, special, trace_path, bf16, draft);
     toy_json_grammar_free(grammar);
     return grc;
 }
 
 static int toy_cmd_generate_model(const char *model, const char *prompt, const char *prompt_ids, const char *lora_path,
                                   float lora_scale, struct toy_generate_params *gpp, int64_t n_ctx, int kv_type,
-                                  int threads, bool json, bool bos, bool special, const char *trace_path, bool bf16) {
+                                  int threads, bool json, bool bos, bool special, const char *trace_path, bool bf16,
+                                  const char *draft) {
     struct toy_generate_params gp = *gpp;
+    struct toy_cli_draft_opts dopt = {.path = draft, .n_ctx = n_ctx, .kv_type = (enum toy_dtype)kv_type};
     if (toy_cli_is_gpt2(model)) { /* GPT-2: its own model, the same generator; no adapters */
         if (lora_path) { fprintf(stderr, "toy generate: --lora is for Llama-family models; %s is a GPT-2\n", model); return 2; }
         return toy_cli_generate_gpt2(model, prompt, prompt_ids, &gp, n_ctx, (enum toy_dtype)kv_type, threads, json,
-                                     special, trace_path, bf16);
+                                     special, trace_path, bf16, &dopt);
     }
 
     struct toy_llama *m;
@@ -184,7 +194,8 @@ static int toy_cmd_generate_model(const char *model, const char *prompt, const c
         fprintf(stderr, "toy generate: %s\n", toy_last_error());
         rc = 1;
     } else {
-        rc = toy_cli_run_generator(gen, &ids, &gp, prompt, json, trace_path, NULL);
+        dopt.tp = tp;
+        rc = toy_cli_run_generator(gen, &ids, &gp, prompt, json, trace_path, NULL, &dopt);
         toy_generator_free(gen);
     }
     toy_threadpool_free(tp);

@@ -21,6 +21,8 @@
 #include "stop-signals.h"
 #include "toy/gguf.h"
 #include "toy/gpt2.h"
+#include "toy/llama.h"
+#include "toy/models.h"
 #include "toy/toy.h"
 #include "toy/trace.h"
 
@@ -56,10 +58,14 @@ int toy_cli_gen_finish(struct toy_cli_gen_out *o, const struct toy_tokens *promp
                                 "prefill_tokens_per_s", prefill, "decode_tokens_per_s", decode, "peak_rss_mb",
                                 ru.ru_maxrss / 1024.0);
         if (res && arch) json_object_set_new(res, "arch", json_string(arch));
-        if (res && o->lookup)
-            json_object_set_new(res, "lookup", json_pack("{s:I,s:I,s:I}", "drafted", (json_int_t)r->n_drafted,
-                                                         "accepted", (json_int_t)r->n_accepted, "passes",
-                                                         (json_int_t)r->n_steps));
+        if (res && o->spec) {
+            json_t *sp = json_pack("{s:I,s:I,s:I}", "drafted", (json_int_t)r->n_drafted, "accepted",
+                                   (json_int_t)r->n_accepted, "passes", (json_int_t)r->n_steps);
+            if (sp && !strcmp(o->spec, "draft")) /* the draft model's own passes and time */
+                json_object_update_new(sp, json_pack("{s:I,s:f}", "draft_passes", (json_int_t)r->n_draft_steps,
+                                                     "draft_s", r->draft_s));
+            json_object_set_new(res, o->spec, sp);
+        }
         if (toy_cli_print_json("generate", res, JSON_COMPACT)) rc = 1;
     } else {
         toy_cli_gen_echo(o);
@@ -125,20 +131,59 @@ int toy_cli_parse_prompt_ids(const char *s, struct toy_tokens *ids) {
     }
 }
 
-int toy_cli_run_generator(struct toy_generator *gen, const struct toy_tokens *ids, const struct toy_generate_params *gp,
-                          const char *prompt, bool json, const char *trace_path, const char *arch) {
+int toy_cli_draft_open(const char *cmd, const struct toy_cli_draft_opts *o, struct toy_cli_draft *d) {
+    memset(d, 0, sizeof *d);
+    char resolved[4096];
+    struct toy_lm lm;
+    if (toy_model_resolve(o->path, resolved, sizeof resolved)) goto fail;
+    if (toy_cli_is_gpt2(resolved)) {
+        if (toy_gpt2_load(resolved, false, &d->gpt2)) goto fail;
+        lm = toy_gpt2_lm(d->gpt2);
+    } else {
+        if (toy_llama_load(resolved, false, &d->llama)) goto fail;
+        lm = toy_llama_lm(d->llama);
+    }
+    /* no tokenizer: the vocabularies' sizes are compared, not their pieces */
+    if (toy_tokenizer_load_gguf(d->gpt2 ? d->gpt2->gguf : d->llama->gguf, &d->tok)) d->tok = NULL;
+    if (toy_generator_new_lm(&lm, d->tok, o->n_ctx, o->kv_type, o->tp, &d->gen)) goto fail;
+    return 0;
+fail:
+    fprintf(stderr, "toy %s: --draft %s: %s\n", cmd, o->path, toy_last_error());
+    toy_cli_draft_close(d);
+    return 1;
+}
+
+void toy_cli_draft_close(struct toy_cli_draft *d) {
+    toy_generator_free(d->gen);
+    toy_tokenizer_free(d->tok);
+    toy_llama_free(d->llama);
+    toy_gpt2_free(d->gpt2);
+    memset(d, 0, sizeof *d);
+}
+
+int toy_cli_run_generator(struct toy_generator *gen, const struct toy_tokens *ids, const struct toy_generate_params *gpp,
+                          const char *prompt, bool json, const char *trace_path, const char *arch,
+                          const struct toy_cli_draft_opts *draft) {
+    struct toy_generate_params gp = *gpp;
+    struct toy_cli_draft dm = {0};
+    if (draft && draft->path) {
+        if (toy_cli_draft_open("generate", draft, &dm)) return 1;
+        gp.draft = dm.gen;
+    }
     struct toy_trace *tr = NULL;
     if (trace_path && toy_trace_open(trace_path, 0, &tr)) { /* asked for: not generating without it */
         fprintf(stderr, "toy generate: %s\n", toy_last_error());
+        toy_cli_draft_close(&dm);
         return 1;
     }
     if (tr) toy_generator_set_trace(gen, tr);
+    if (tr && dm.gen) toy_generator_set_trace(dm.gen, tr);
     struct toy_cli_gen_out o = {.json = json, .prompt = prompt, .ids = json_array(), .lps = json_array(),
-                                .lookup = gp && gp->lookup > 0};
+                                .spec = gp.draft ? "draft" : gp.lookup > 0 ? "lookup" : NULL};
     struct toy_generate_result r;
     int rc;
     toy_cli_stop_signals_install();
-    if (toy_generate(gen, ids->ids, ids->n, gp, toy_cli_gen_on_token, &o, &r)) {
+    if (toy_generate(gen, ids->ids, ids->n, &gp, toy_cli_gen_on_token, &o, &r)) {
         fprintf(stderr, "%stoy generate: %s\n", o.echoed ? "\n" : "", toy_last_error());
         rc = 1;
     } else {
@@ -152,12 +197,14 @@ int toy_cli_run_generator(struct toy_generator *gen, const struct toy_tokens *id
         fprintf(stderr, "toy generate: %s\n", toy_last_error());
         if (!rc) rc = 1;
     }
+    toy_cli_draft_close(&dm);
     return rc;
 }
 
 int toy_cli_generate_gpt2(const char *path, const char *prompt, const char *prompt_ids,
                           const struct toy_generate_params *gp, int64_t n_ctx, enum toy_dtype kv_type, int threads,
-                          bool json, bool special, const char *trace_path, bool bf16) {
+                          bool json, bool special, const char *trace_path, bool bf16,
+                          const struct toy_cli_draft_opts *draft) {
     struct toy_gpt2 *m;
     if (toy_gpt2_load(path, false, &m)) { fprintf(stderr, "toy generate: %s\n", toy_last_error()); return 1; }
     if (bf16) toy_cli_infer_bf16("generate", NULL, m);
@@ -195,7 +242,8 @@ int toy_cli_generate_gpt2(const char *path, const char *prompt, const char *prom
         fprintf(stderr, "toy generate: %s\n", toy_last_error());
         rc = 1;
     } else {
-        rc = toy_cli_run_generator(gen, &ids, gp, prompt, json, trace_path, "gpt2");
+        struct toy_cli_draft_opts dopt = {draft ? draft->path : NULL, n_ctx, kv_type, tp};
+        rc = toy_cli_run_generator(gen, &ids, gp, prompt, json, trace_path, "gpt2", &dopt);
         toy_generator_free(gen);
     }
     toy_threadpool_free(tp);

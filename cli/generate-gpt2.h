@@ -26,7 +26,7 @@ struct toy_cli_gen_out {
     json_t *ids, *lps;
     char *text;
     size_t len, cap;
-    bool lookup;         /* --lookup was given: json reports what the drafts did */
+    const char *spec;    /* "lookup" (--lookup) or "draft" (--draft): json reports what the drafts did */
 };
 bool toy_cli_gen_on_token(void *ud, int32_t id, const char *text, size_t len, float lp);
 /* text mode, after a generation that succeeded: the prompt if nothing was printed yet */
@@ -38,6 +38,27 @@ void toy_cli_gen_echo(struct toy_cli_gen_out *o);
 int toy_cli_gen_finish(struct toy_cli_gen_out *o, const struct toy_tokens *prompt, const struct toy_generate_result *r,
                        const char *arch);
 
+/* --draft: a draft model (a Llama-family or GPT-2 GGUF, or a name from
+ * `toy models`) behind a generator of its own on the model's threads, with
+ * the model's context (n_ctx 0 or past the draft's: the draft's) and cache
+ * type. */
+struct toy_cli_draft_opts {
+    const char *path;    /* NULL: no draft model */
+    int64_t n_ctx;
+    enum toy_dtype kv_type;
+    struct toy_threadpool *tp;
+};
+struct toy_cli_draft {
+    struct toy_llama *llama;
+    struct toy_gpt2 *gpt2;
+    struct toy_tokenizer *tok;
+    struct toy_generator *gen;
+};
+/* Loads it into *d (zeroed first); an error is printed for cmd ("generate")
+ * and returns 1. */
+int toy_cli_draft_open(const char *cmd, const struct toy_cli_draft_opts *o, struct toy_cli_draft *d);
+void toy_cli_draft_close(struct toy_cli_draft *d);
+
 /* True when `path` is a GGUF whose general.architecture is "gpt2". */
 bool toy_cli_is_gpt2(const char *path);
 /* Loads the GPT-2 GGUF (mapped), encodes the prompt with its tokenizer
@@ -48,11 +69,14 @@ bool toy_cli_is_gpt2(const char *path);
  * Returns the exit code. */
 int toy_cli_generate_gpt2(const char *path, const char *prompt, const char *prompt_ids,
                           const struct toy_generate_params *gp, int64_t n_ctx, enum toy_dtype kv_type, int threads,
-                          bool json, bool special, const char *trace_path, bool bf16);
+                          bool json, bool special, const char *trace_path, bool bf16,
+                          const struct toy_cli_draft_opts *draft);
 /* Generates after ids with gen and prints it as above (arch: the JSON's
  * "arch", or NULL); trace_path: a Chrome trace of the run (not generating
- * when it cannot be opened). Returns the exit code. */
+ * when it cannot be opened); draft (may be NULL): the draft model to load
+ * for it. Returns the exit code. */
 int toy_cli_run_generator(struct toy_generator *gen, const struct toy_tokens *ids, const struct toy_generate_params *gp,
-                          const char *prompt, bool json, const char *trace_path, const char *arch);
+                          const char *prompt, bool json, const char *trace_path, const char *arch,
+                          const struct toy_cli_draft_opts *draft);
 
 #endif

@@ -125,6 +125,55 @@ Test(cli_gguf, generate_lookup_gives_the_plain_text) {
     free(out);
 }
 
+/* --draft: the same ids and text as without, greedy and sampled; the model drafting for itself greedily has
+ * every draft kept; --json says what the drafts did; a draft of another vocabulary, or a bound out of range, is
+ * refused */
+Test(cli_gguf, generate_draft_gives_the_plain_text) {
+    const char *b = bin();
+    char cmd[2048];
+    const char *modes[] = {"--temp 0", "--temp 0.9 --seed 4"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(cmd, sizeof cmd, "%s generate -m %s -p 'Once upon a time' -n 30 %s --json", b, TINY, modes[i]);
+        json_t *a = run_json(cmd);
+        snprintf(cmd, sizeof cmd, "%s generate -m %s -p 'Once upon a time' -n 30 %s --draft %s --draft-max 5 "
+                 "--draft-p-min 0 --json", b, TINY, modes[i], TINY);
+        json_t *c = run_json(cmd);
+        cr_expect(json_equal(json_object_get(a, "ids"), json_object_get(c, "ids")), "%s", modes[i]);
+        cr_expect_str_eq(json_string_value(json_object_get(a, "text")), json_string_value(json_object_get(c, "text")));
+        json_t *dr = json_object_get(c, "draft");
+        cr_assert(dr, "the drafts' counts");
+        json_int_t drafted = json_integer_value(json_object_get(dr, "drafted")),
+                   accepted = json_integer_value(json_object_get(dr, "accepted"));
+        cr_expect_gt(drafted, 0);
+        cr_expect_geq(drafted, accepted);
+        if (i == 0) cr_expect_eq(accepted, drafted, "its own greedy drafts are kept");
+        cr_expect_eq(json_integer_value(json_object_get(dr, "passes")), 29 - accepted);
+        cr_expect_gt(json_integer_value(json_object_get(dr, "draft_passes")), 0);
+        json_decref(a);
+        json_decref(c);
+    }
+    int rc;
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p Hi --draft %s --draft-max 16 2>&1", b, TINY, TINY);
+    char *out = run(cmd, &rc);
+    cr_expect(WIFEXITED(rc) && WEXITSTATUS(rc) == 2 && strstr(out, "--draft-max"), "exit %d: %s", rc, out);
+    free(out);
+    static const char *const answer[] = {"Hi", NULL};
+    struct th_script_model sm = {"{% for m in messages %}{{ m.content }}{% endfor %}", {answer}, "<|end|>", false};
+    th_mkdir("draft");
+    char other[300];
+    snprintf(other, sizeof other, "%s/other.gguf", th_dir);
+    th_script_model_write(&sm, other);
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p Hi -n 4 --draft %s 2>&1", b, TINY, other);
+    out = run(cmd, &rc);
+    cr_expect(WIFEXITED(rc) && WEXITSTATUS(rc) == 1 && strstr(out, "draft model's vocabulary"), "exit %d: %s", rc, out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p Hi -n 4 --draft %s/missing.gguf 2>&1", b, TINY, th_dir);
+    out = run(cmd, &rc);
+    cr_expect(WIFEXITED(rc) && WEXITSTATUS(rc) == 1 && strstr(out, "--draft"), "exit %d: %s", rc, out);
+    free(out);
+    th_rmdir();
+}
+
 /* Output that cannot be written is exit 1, not 0; -p with --prompt-ids is
  * refused (the ids were used and the -p text printed as their prompt); and
  * Ctrl-C ends a generation with what it made so far and exit 130 (it
@@ -1147,8 +1196,9 @@ Test(cli_gguf, chat_turns_split_replies) {
     const char *want[] = {"Hello! How can I help?\nStill here.\n",
                           "User greets. Reply.\n\nHello! How can I help?\nAgain.\n\nStill here.\n"};
     for (int show = 0; show < 2; show++) {
-        snprintf(cmd, sizeof cmd, "printf '<|go1|>\\n/reset\\n<|go1|>\\n<|go2|>\\n' | %s chat -m %s --temp 0%s", b, path,
-                 show ? " --show-reasoning" : "");
+        /* the model drafting for itself changes nothing but the passes */
+        snprintf(cmd, sizeof cmd, "printf '<|go1|>\\n/reset\\n<|go1|>\\n<|go2|>\\n' | %s chat -m %s --temp 0%s%s%s", b,
+                 path, show ? " --show-reasoning" : "", show ? " --draft " : "", show ? path : "");
         int rc;
         char *out = run(cmd, &rc);
         cr_expect_eq(rc, 0, "%s", out);

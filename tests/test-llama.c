@@ -1518,3 +1518,106 @@ Test(llama, generator_lookup_gives_the_plain_tokens_in_fewer_passes, .timeout = 
     toy_threadpool_free(tp);
     toy_llama_free(m);
 }
+
+/* Speculative decoding with a draft model: the text is plain decoding's whatever the draft writes (another
+ * random model, the model itself, a draft with a shorter context), in 59 - accepted passes; the model drafting
+ * for itself greedily has every draft kept, which it can only if the draft's cache follows the text exactly
+ * (kept drafts, dropped drafts, the next turn's new tokens); a draft that is not one is refused by name. */
+Test(llama, generator_draft_model_gives_the_plain_tokens, .timeout = 120) {
+    struct toy_llama *m = sharp_tiny_model();
+    struct toy_llama_config c = toy_llama_preset("tiny");
+    c.vocab = 61;
+    c.n_layers = 1;
+    struct toy_llama *other = toy_llama_new(&c, 11);
+    cr_assert(other, "%s", toy_last_error());
+    struct toy_threadpool *tp = toy_threadpool_new(2);
+    struct toy_generator *plain, *spec, *self_draft, *other_draft, *short_draft;
+    cr_assert_eq(toy_generator_new(m, NULL, 128, tp, &plain), TOY_OK);
+    cr_assert_eq(toy_generator_new(m, NULL, 128, tp, &spec), TOY_OK);
+    cr_assert_eq(toy_generator_new(m, NULL, 128, tp, &self_draft), TOY_OK);
+    cr_assert_eq(toy_generator_new(other, NULL, 128, tp, &other_draft), TOY_OK);
+    cr_assert_eq(toy_generator_new(m, NULL, 30, tp, &short_draft), TOY_OK);
+    const int32_t prompt[] = {1, 7, 9, 12, 40, 7, 9, 12, 40, 3};
+    struct toy_sampler_params greedy = {0}, sampled = {.temperature = 0.9f, .top_k = 20, .seed = 7};
+    const struct toy_sampler_params *samplers[] = {&greedy, &sampled};
+    struct toy_generator *drafts[] = {self_draft, other_draft, short_draft, self_draft};
+    const int maxes[] = {4, 0, TOY_GENERATE_MAX_LOOKUP, 3}, lookups[] = {0, 0, 0, 4};
+    const float p_mins[] = {0, 0, 0.1f, 0};
+    for (int si = 0; si < 2; si++) {
+        struct toy_generate_params gp = {.n_predict = 60, .ignore_eos = true, .sampling = *samplers[si]};
+        struct th_gen_log a = {0};
+        cr_assert_eq(toy_generate(plain, prompt, 10, &gp, th_log_token, &a, NULL), TOY_OK, "%s", toy_last_error());
+        for (int di = 0; di < 4; di++) {
+            gp.draft = drafts[di], gp.draft_max = maxes[di], gp.draft_p_min = p_mins[di], gp.lookup = lookups[di];
+            struct th_gen_log b = {0};
+            struct toy_generate_result r;
+            cr_assert_eq(toy_generate(spec, prompt, 10, &gp, th_log_token, &b, &r), TOY_OK, "%s", toy_last_error());
+            cr_assert_eq(b.n, a.n, "sampler %d draft %d", si, di);
+            for (int i = 0; i < a.n; i++) {
+                cr_assert_eq(b.ids[i], a.ids[i], "sampler %d draft %d: token %d", si, di, i);
+                cr_assert(fabsf(a.lps[i] - b.lps[i]) < 1e-4f, "sampler %d draft %d: token %d: %g vs %g", si, di, i,
+                          a.lps[i], b.lps[i]);
+            }
+            cr_assert_gt(r.n_drafted, 0, "sampler %d draft %d", si, di);
+            cr_assert_leq(r.n_accepted, r.n_drafted);
+            cr_assert_eq(r.n_steps, 59 - r.n_accepted, "sampler %d draft %d: each kept draft token saves a pass", si, di);
+            cr_assert_gt(r.n_draft_steps, 0);
+            if (di == 2) { /* p_min 0.1 (this model's picks are mostly 0.08-0.18): fewer tokens drafted than without */
+                struct toy_generate_result r0;
+                gp.draft_p_min = 0;
+                cr_assert_eq(toy_generate(spec, prompt, 10, &gp, NULL, NULL, &r0), TOY_OK);
+                cr_assert_lt(r.n_drafted, r0.n_drafted, "sampler %d: p_min drafts %lld, none %lld", si,
+                             (long long)r.n_drafted, (long long)r0.n_drafted);
+            }
+            if (si == 0 && di == 0) /* the model drafting for itself, greedily */
+                cr_assert_eq(r.n_accepted, r.n_drafted, "its own greedy drafts are all kept (%lld of %lld)",
+                             (long long)r.n_accepted, (long long)r.n_drafted);
+        }
+    }
+
+    /* the next turn: what it shares with the last stays in both caches, and the text is a fresh generator's */
+    struct toy_generate_params gp = {.n_predict = 20, .ignore_eos = true, .reuse_cache = true, .draft = self_draft};
+    struct th_gen_log a = {0}, b = {0};
+    struct toy_generate_result r;
+    cr_assert_eq(toy_generate(spec, prompt, 10, &gp, th_log_token, &b, &r), TOY_OK);
+    int32_t turn[64];
+    int n = 0;
+    for (int i = 0; i < 10; i++) turn[n++] = prompt[i];
+    for (int i = 0; i < 6; i++) turn[n++] = b.ids[i]; /* the reply cut short, as a chat that edits it: the */
+    turn[n++] = 5, turn[n++] = 7;                     /* draft's cache holds other tokens from here on */
+    memset(&b, 0, sizeof b);
+    cr_assert_eq(toy_generate(spec, turn, n, &gp, th_log_token, &b, &r), TOY_OK);
+    cr_assert_eq(r.n_cached, 16);
+    cr_assert_eq(r.n_accepted, r.n_drafted, "the draft's cache follows the turns (%lld of %lld kept)",
+                 (long long)r.n_accepted, (long long)r.n_drafted);
+    struct toy_generate_params pp = {.n_predict = 20, .ignore_eos = true};
+    cr_assert_eq(toy_generate(plain, turn, n, &pp, th_log_token, &a, NULL), TOY_OK);
+    cr_assert_eq(a.n, b.n);
+    for (int i = 0; i < a.n; i++) cr_expect_eq(a.ids[i], b.ids[i], "next turn: token %d", i);
+
+    /* refused: the generator drafting for itself, bad bounds, another vocabulary */
+    gp = (struct toy_generate_params){.n_predict = 5, .draft = spec};
+    cr_assert_eq(toy_generate(spec, prompt, 10, &gp, NULL, NULL, NULL), TOY_ERR_INVALID_ARG);
+    cr_assert(strstr(toy_last_error(), "cache of its own"), "%s", toy_last_error());
+    gp.draft = self_draft, gp.draft_max = TOY_GENERATE_MAX_LOOKUP + 1;
+    cr_assert_eq(toy_generate(spec, prompt, 10, &gp, NULL, NULL, NULL), TOY_ERR_RANGE);
+    gp.draft_max = 0, gp.draft_p_min = 1.5f;
+    cr_assert_eq(toy_generate(spec, prompt, 10, &gp, NULL, NULL, NULL), TOY_ERR_RANGE);
+    c.vocab = 400;
+    struct toy_llama *wide = toy_llama_new(&c, 3);
+    struct toy_generator *wide_draft;
+    cr_assert_eq(toy_generator_new(wide, NULL, 64, tp, &wide_draft), TOY_OK);
+    gp.draft = wide_draft, gp.draft_p_min = 0;
+    cr_assert_eq(toy_generate(spec, prompt, 10, &gp, NULL, NULL, NULL), TOY_ERR_INVALID_ARG);
+    cr_assert(strstr(toy_last_error(), "400 tokens"), "%s", toy_last_error());
+    toy_generator_free(wide_draft);
+    toy_llama_free(wide);
+    toy_generator_free(short_draft);
+    toy_generator_free(other_draft);
+    toy_generator_free(self_draft);
+    toy_generator_free(plain);
+    toy_generator_free(spec);
+    toy_threadpool_free(tp);
+    toy_llama_free(other);
+    toy_llama_free(m);
+}

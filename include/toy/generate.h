@@ -52,9 +52,23 @@ struct toy_generate_params {
      * gives (the same tokens for the same seed), only sooner when it
      * repeats what came before: code edits, quotes, structured output. */
     int32_t lookup;
+    /* Speculative decoding with a draft model: a generator over a smaller
+     * model of the same vocabulary (its own cache; not this generator).
+     * Each step it writes up to draft_max tokens (0: 8; at most
+     * TOY_GENERATE_MAX_LOOKUP) greedily after the text so far, stopping
+     * before a token it gives a probability under draft_p_min (0: never);
+     * the model reads them in one pass and keeps them as it keeps a
+     * lookup's: the text is still plain decoding's, and the draft only
+     * decides how soon. With lookup too, the context's own draft goes first
+     * and the draft model writes when none is found. The draft generator's
+     * cache keeps what it shares with the text (a chat's earlier turns). */
+    struct toy_generator *draft;
+    int32_t draft_max;
+    float draft_p_min;
 };
 
 #define TOY_GENERATE_MAX_LOOKUP 15
+#define TOY_GENERATE_DRAFT_MAX 8   /* draft_max 0 */
 
 /* Called for each new token with the text it completes (possibly empty while
  * a UTF-8 character is incomplete, or while it could be the start of a stop
@@ -71,8 +85,10 @@ struct toy_generate_result {
     int64_t n_cached;               /* prompt tokens whose keys and values the last call left in the cache */
     enum toy_stop_reason reason;
     double prefill_s, decode_s;     /* wall time of each phase */
-    int64_t n_drafted, n_accepted;  /* prompt lookup: tokens drafted, and kept */
+    int64_t n_drafted, n_accepted;  /* speculative decoding (lookup, draft model): tokens drafted, and kept */
     int64_t n_steps;                /* model passes after the prefill */
+    int64_t n_draft_steps;          /* the draft model's passes (its prefill included) */
+    double draft_s;                 /* ... and their wall time (part of prefill_s and decode_s) */
 };
 
 struct toy_generator;
@@ -89,6 +105,11 @@ enum toy_status toy_generator_new_kv(struct toy_llama *m, const struct toy_token
 enum toy_status toy_generator_new_lm(const struct toy_lm *lm, const struct toy_tokenizer *tok, int64_t n_ctx,
                                      enum toy_dtype kv_type, struct toy_threadpool *tp, struct toy_generator **out);
 void toy_generator_free(struct toy_generator *g);
+/* TOY_OK when draft can draft for g (toy_generate_params.draft): another
+ * generator whose vocabulary is g's (the pieces of the ids both have agree
+ * when both have tokenizers; sizes within 256 of each other). toy_generate
+ * checks it too. */
+enum toy_status toy_generator_check_draft(const struct toy_generator *g, const struct toy_generator *draft);
 /* Records prefill and decode ops (and one span per phase) into a Chrome trace. */
 struct toy_trace;
 void toy_generator_set_trace(struct toy_generator *g, struct toy_trace *tr);

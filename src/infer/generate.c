@@ -4,6 +4,7 @@
  * is built per prompt length and freed after use. Stop strings are matched
  * on the generated text; the text before a stop string is what the callback
  * has seen only if it came before the match (held-back text is dropped). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -181,6 +182,86 @@ static int lookup_draft(const int32_t *h, int64_t n, int k_max, int32_t *out) {
     return 0;
 }
 
+/* the sizes may differ by padding rows no text uses, as a family's small and large models' often do */
+enum toy_status toy_generator_check_draft(const struct toy_generator *g, const struct toy_generator *d) {
+    if (!g || !d) return toy_error(TOY_ERR_INVALID_ARG, "toy_generator_check_draft: NULL generator");
+    if (d == g) return toy_error(TOY_ERR_INVALID_ARG, "the draft generator is the generator itself (a draft needs a cache of its own)");
+    int64_t V = g->lm.vocab, Vd = d->lm.vocab;
+    if ((V > Vd ? V - Vd : Vd - V) > 256)
+        return toy_error(TOY_ERR_INVALID_ARG, "the draft model's vocabulary has %lld tokens, the model's %lld",
+                         (long long)Vd, (long long)V);
+    if (!g->tok || !d->tok) return TOY_OK;
+    int64_t n = toy_tokenizer_n_vocab(g->tok), nd = toy_tokenizer_n_vocab(d->tok);
+    for (int64_t i = 0; i < n && i < nd; i++) {
+        const char *a = toy_tokenizer_piece(g->tok, (int32_t)i), *b = toy_tokenizer_piece(d->tok, (int32_t)i);
+        if (strcmp(a ? a : "", b ? b : ""))
+            return toy_error(TOY_ERR_INVALID_ARG, "the draft model's vocabulary is not the model's: token %lld is "
+                             "'%.40s' there and '%.40s' here", (long long)i, b ? b : "", a ? a : "");
+    }
+    return TOY_OK;
+}
+
+/* Makes the draft generator d's cache hold h[0..n) (keeping what it holds of it; at least h[n-1] runs) and points
+ * *lg at the logits after h[n-1] (buf: room for d's vocabulary, used after a long stretch) */
+static enum toy_status draft_sync(struct toy_generator *d, const int32_t *h, int64_t n, float *buf, const float **lg,
+                                  struct toy_generate_result *r) {
+    int64_t c = 0;
+    while (c < d->n_cache && c < n - 1 && d->cache_ids[c] == h[c]) c++;
+    int64_t m = n - c;
+    d->n_cache = c; /* until the pass is done */
+    double t0 = now_s(), td = d->trace ? toy_trace_now(d->trace) : 0;
+    enum toy_status st;
+    if (m == 1) {
+        *(int32_t *)d->dtok->data = h[c];
+        *(int32_t *)d->dpos->data = (int32_t)c;
+        *(int32_t *)d->kv.n_past->data = (int32_t)c;
+        st = run(d, d->dg);
+        *lg = d->dlogits->data;
+    } else if (m <= TOY_GENERATE_MAX_LOOKUP + 1) { /* a few tokens kept since the last draft */
+        struct verify *v = verify_graph(d, (int)m);
+        if (!v) return toy_error(TOY_ERR_NOMEM, "generate: the draft model's graph of %d tokens", (int)m);
+        for (int64_t i = 0; i < m; i++) ((int32_t *)v->tok->data)[i] = h[c + i], ((int32_t *)v->pos->data)[i] = (int32_t)(c + i);
+        *(int32_t *)d->kv.n_past->data = (int32_t)c;
+        st = run(d, v->g);
+        *lg = (const float *)v->logits->data + (size_t)(m - 1) * (size_t)d->lm.vocab;
+    } else { /* the prompt */
+        d->planned = NULL;
+        st = prefill(d, h + c, m, c, buf);
+        *lg = buf;
+    }
+    if (st) return st;
+    memcpy(d->cache_ids + c, h + c, (size_t)m * sizeof *h);
+    d->n_cache = n;
+    r->n_draft_steps++;
+    r->draft_s += now_s() - t0;
+    if (d->trace) toy_trace_span(d->trace, "draft", "phase", td, toy_trace_now(d->trace), 0);
+    return TOY_OK;
+}
+
+/* Up to k_max tokens the draft model d writes greedily after h[0..n) into out (and h[n..]), stopping before one it
+ * gives less than p_min; ids at or past V (the model's vocabulary) are never drafted. *k: how many. */
+static enum toy_status draft_tokens(struct toy_generator *d, int32_t *h, int64_t n, int k_max, float p_min, int64_t V,
+                                    float *buf, int32_t *out, int *k, struct toy_generate_result *r) {
+    int64_t Vd = d->lm.vocab < V ? d->lm.vocab : V;
+    *k = 0;
+    while (*k < k_max) {
+        const float *lg;
+        enum toy_status st = draft_sync(d, h, n + *k, buf, &lg, r);
+        if (st) return st;
+        int64_t best = 0;
+        for (int64_t i = 1; i < Vd; i++)
+            if (lg[i] > lg[best]) best = i;
+        if (p_min > 0) { /* the softmax's largest probability, over the draft's whole vocabulary */
+            double sum = 0;
+            for (int64_t i = 0; i < d->lm.vocab; i++) sum += exp((double)lg[i] - (double)lg[best]);
+            if (!(1.0 / sum >= p_min)) break;
+        }
+        out[*k] = h[n + *k] = (int32_t)best;
+        ++*k;
+    }
+    return TOY_OK;
+}
+
 enum toy_status toy_generate(struct toy_generator *g, const int32_t *prompt, int64_t n_prompt,
                              const struct toy_generate_params *p, toy_token_fn fn, void *ud,
                              struct toy_generate_result *res) {
@@ -208,14 +289,24 @@ enum toy_status toy_generate(struct toy_generator *g, const int32_t *prompt, int
     enum toy_status pst = toy_sampler_params_check(&p->sampling);
     if (pst) return pst;
     if (p->grammar && !g->tok) return toy_error(TOY_ERR_INVALID_ARG, "a JSON grammar needs the model's tokenizer");
+    struct toy_generator *d = p->draft;
+    if (d) {
+        if ((pst = toy_generator_check_draft(g, d))) return pst;
+        if (p->draft_max < 0 || p->draft_max > TOY_GENERATE_MAX_LOOKUP)
+            return toy_error(TOY_ERR_RANGE, "draft_max %d is not 0..%d", p->draft_max, TOY_GENERATE_MAX_LOOKUP);
+        if (!(p->draft_p_min >= 0 && p->draft_p_min <= 1))
+            return toy_error(TOY_ERR_RANGE, "draft_p_min %g is not a probability", (double)p->draft_p_min);
+    }
+    int draft_max = !d ? 0 : p->draft_max ? p->draft_max : TOY_GENERATE_DRAFT_MAX;
     float *logits = malloc((size_t)V * sizeof(float));
     float *masked = p->grammar ? malloc((size_t)V * sizeof(float)) : NULL;
+    float *dbuf = d ? malloc((size_t)d->lm.vocab * sizeof(float)) : NULL;
     struct toy_sampler *s = toy_sampler_new(&p->sampling, V);
     struct toy_json_matcher *jm = NULL;
     struct toy_decoder *dec = NULL;
     struct gen_text text = {0};
     enum toy_status st = TOY_OK;
-    if (!logits || !s || (p->grammar && !masked)) { st = toy_error(TOY_ERR_NOMEM, "generate"); goto done; }
+    if (!logits || !s || (p->grammar && !masked) || (d && !dbuf)) { st = toy_error(TOY_ERR_NOMEM, "generate"); goto done; }
     if (p->grammar && (st = toy_json_matcher_new(p->grammar, &jm))) goto done;
     if (g->tok && (st = toy_decoder_init(g->tok, p->keep_special ? 0 : TOY_DECODE_SKIP_SPECIAL, &dec))) goto done;
     if (dec) toy_decoder_continue(dec, prompt, n_prompt); /* the text goes on from the prompt's */
@@ -231,6 +322,11 @@ enum toy_status toy_generate(struct toy_generator *g, const int32_t *prompt, int
     if ((st = prefill(g, prompt + keep, n_prompt - keep, keep, logits))) goto done;
     memcpy(g->cache_ids, prompt, (size_t)n_prompt * sizeof *prompt);
     g->n_cache = n_prompt;
+    if (d) { /* the draft model reads the prompt too (what its cache holds of it stays, as the model's does) */
+        const float *unused;
+        if (!p->reuse_cache) d->n_cache = 0;
+        if ((st = draft_sync(d, prompt, n_prompt, dbuf, &unused, &r))) goto done;
+    }
     r.prefill_s = now_s() - t0;
     t0 = now_s();
     size_t max_stop = 0;
@@ -296,12 +392,18 @@ enum toy_status toy_generate(struct toy_generator *g, const int32_t *prompt, int
         /* the next pass: id, and a draft of what may follow it when one is found and there is room */
         fed[0] = id;
         int k = 0;
-        int64_t room = g->kv.n_ctx - 2 - at, left = p->n_predict > 0 ? p->n_predict - r.n_generated - 1 : lookup;
-        int k_max = lookup < room ? lookup : (int)room;
-        if (k_max > left) k_max = (int)left;
-        if (k_max > 0) {
+        int64_t room = g->kv.n_ctx - 2 - at,
+                left = p->n_predict > 0 ? p->n_predict - r.n_generated - 1 : TOY_GENERATE_MAX_LOOKUP;
+        int cap = (int)(room < left ? room : left);
+        if (cap > 0 && (lookup || d)) {
             g->cache_ids[at] = id;
-            k = lookup_draft(g->cache_ids, at + 1, k_max, fed + 1);
+            if (lookup) k = lookup_draft(g->cache_ids, at + 1, lookup < cap ? lookup : cap, fed + 1);
+            int64_t droom = d ? d->kv.n_ctx - at : 0; /* the draft's last pass reads at + k - 1 */
+            int dk = draft_max < cap ? draft_max : cap;
+            if (dk > droom) dk = (int)droom;
+            if (!k && dk > 0 &&
+                (st = draft_tokens(d, g->cache_ids, at + 1, dk, p->draft_p_min, V, dbuf, fed + 1, &k, &r)))
+                goto done;
             r.n_drafted += k;
         }
         double td = g->trace ? toy_trace_now(g->trace) : 0;
@@ -339,6 +441,7 @@ done:
     toy_sampler_free(s);
     toy_json_matcher_free(jm);
     free(masked);
+    free(dbuf);
     free(logits);
     return st;
 }
