@@ -213,7 +213,8 @@ static struct toy_tensor *fuse_residual(struct toy_graph *g, int ti, int *last, 
  * up to right after the first, are marked P_MM_LED, and the graph skips
  * them; each result is still its own tensor, bit for bit the same. */
 static bool sibling_ok(const struct toy_fuse_target *tg, const struct toy_tensor *t) {
-    return small_product(t) && t->ne[1] == 1 && !t->op_params[P_MM_LED] && !is_output(t) && tg->siblings(t);
+    return small_product(t) && t->ne[1] <= tg->sibling_rows && !t->op_params[P_MM_LED] && !is_output(t) &&
+           tg->siblings(t);
 }
 static bool siblings_of(const struct toy_fuse_target *tg, const struct toy_tensor *a, const struct toy_tensor *b) {
     return sibling_ok(tg, b) && b->src[0] == a->src[0] && b->src[2] == a->src[2] && b->src[3] == a->src[3] &&
@@ -313,7 +314,7 @@ static int fuse_attention_prologues(struct toy_graph *g, const int *refs, const 
     return fused;
 }
 
-const struct toy_fuse_target toy_cpu_fuse_target = {toy_cpu_matmul_packed, toy_cpu_attention_fusable, true, NULL};
+const struct toy_fuse_target toy_cpu_fuse_target = {toy_cpu_matmul_packed, FUSE_MAX_ROWS, toy_cpu_attention_fusable, true, NULL};
 
 /* readers of every node (refs) and the last node reading its bytes
  * through views (last; outputs: INT32_MAX), the dropped nodes left out */

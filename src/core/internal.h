@@ -176,9 +176,10 @@ void toy_pack_gen_bump(void);
  * products of an inference graph; returns the number of rewrites. What
  * else it does depends on what the backend's kernels can run: */
 struct toy_fuse_target {
-    /* one-row products a single pass can compute with their siblings
-     * (NULL: none) */
+    /* products a single pass can compute with their siblings (NULL:
+     * none), of at most sibling_rows rows */
     bool (*siblings)(const struct toy_tensor *mm);
+    int sibling_rows;
     /* decode attentions that do their ROPEs and KV_STOREs themselves
      * (NULL: none) */
     bool (*attention)(const struct toy_tensor *at);

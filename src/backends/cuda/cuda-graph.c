@@ -147,7 +147,7 @@ static bool cuda_attention(const struct toy_tensor *at) {
     enum toy_dtype kt = at->src[1]->src[0]->type, vt = at->src[2]->src[0]->type;
     return at->op_params[P_AT_DYNKV] && (kt == TOY_F16 || kt == TOY_F32) && (vt == TOY_F16 || vt == TOY_F32);
 }
-const struct toy_fuse_target toy_cuda_fuse_target = {cuda_gemv_weights, cuda_attention, false, cuda_gemv_weights};
+const struct toy_fuse_target toy_cuda_fuse_target = {cuda_gemv_weights, 1, cuda_attention, false, cuda_gemv_weights};
 
 static void cg_free(struct cu_graph *cg) {
     if (!cg) return;
