@@ -1360,7 +1360,16 @@ Test(ops, prefetch_distance_follows_vendor_and_override) {
         cr_assert_eq(toy_cpu_prefetch_choice(true, no[i], &bad), 2048, "%s", no[i]);
         cr_assert(bad, "%s taken", no[i]);
         cr_assert_eq(toy_cpu_prefetch_choice(false, no[i], &bad), 0, "%s", no[i]);
+        cr_assert_eq(toy_cpu_prefetch_rows_choice(false, no[i], 2, &bad), 4096, "%s", no[i]);
     }
+    /* passes over several rows: further ahead on AMD, Intel's distance there, the override for all */
+    cr_assert_eq(toy_cpu_prefetch_rows_choice(false, NULL, 1, &bad), 0);
+    cr_assert_eq(toy_cpu_prefetch_rows_choice(false, NULL, 2, &bad), 4096);
+    cr_assert_eq(toy_cpu_prefetch_rows_choice(false, NULL, 8, &bad), 4096);
+    cr_assert_eq(toy_cpu_prefetch_rows_choice(true, NULL, 5, &bad), 2048);
+    cr_assert_eq(toy_cpu_prefetch_rows_choice(false, "0", 5, &bad), 0);
+    cr_assert_eq(toy_cpu_prefetch_rows_choice(false, "1024", 5, &bad), 1024);
+    cr_assert(!bad);
 }
 
 /* A decode matmul (one activation row) over f16 and bf16 weights takes the

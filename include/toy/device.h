@@ -40,7 +40,7 @@ struct toy_graph;
 
 struct toy_device_info {
     char name[32];            /* "cpu", "cuda:0" */
-    char description[128];    /* "NVIDIA H200" */
+    char description[192];    /* "NVIDIA H200" */
     size_t total_memory;      /* bytes (0 for the CPU) */
     size_t free_memory;       /* bytes free now (0 for the CPU) */
     int cc_major, cc_minor;   /* compute capability (0 for the CPU) */

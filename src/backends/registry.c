@@ -190,8 +190,10 @@ enum toy_status toy_device_list(struct toy_device_info *out, int max, int *n) {
     memset(&out[0], 0, sizeof out[0]);
     snprintf(out[0].name, sizeof out[0].name, "cpu");
     toy_cpu_init();
-    char ahead[40] = "no prefetch";
-    if (toy_cpu_prefetch_ahead()) snprintf(ahead, sizeof ahead, "prefetch %d B ahead", toy_cpu_prefetch_ahead());
+    char ahead[48] = "no prefetch";
+    int one = toy_cpu_prefetch_ahead(), several = toy_cpu_prefetch_ahead_rows(2);
+    if (one == several && one) snprintf(ahead, sizeof ahead, "prefetch %d B ahead", one);
+    else if (one != several) snprintf(ahead, sizeof ahead, "prefetch %d B ahead from 2 rows", several);
     bool own = toy_cpu_sgemm_own(); /* F32 products: toy's kernel, else OpenBLAS's named kernels */
     bool f32_wide = toy_cpu_wide_loads_f32() && !toy_cpu_wide_loads();
     snprintf(out[0].description, sizeof out[0].description, "host CPU (%s, %s%s, %s decode loads%s, %s, bf16: %s)",

@@ -177,6 +177,10 @@ bool toy_cpu_wide_loads_f32(void);
  * by vendor, or $TOY_PREFETCH (env; *bad when it was not a valid value). */
 int toy_cpu_prefetch_ahead(void);
 int toy_cpu_prefetch_choice(bool intel, const char *env, bool *bad);
+/* the same for a pass over `rows` rows of activations (the packed int8
+ * kernels' few-row passes): further ahead on AMD from 2 rows on */
+int toy_cpu_prefetch_ahead_rows(int64_t rows);
+int toy_cpu_prefetch_rows_choice(bool intel, const char *env, int64_t rows, bool *bad);
 /* The row loop the f32 and f16 decode GEMVs share: y[j] (+)= DOT(w_j, x)
  * for j < n (w_j at w + j ldw), the side stream pc stepped once a row, DOT
  * given the prefetch distance (qdot.h's toy_pf_step at the use site). */

@@ -368,7 +368,7 @@ void toy_qgemm_packed_cols_avx2(enum toy_dtype bt, int64_t m, int64_t n, int64_t
     size_t group = toy_qpack_group_bytes(bt, k);
     const uint8_t *pk = packed;
     if (m > 8) pcp = NULL;
-    int ahead = toy_cpu_prefetch_ahead();
+    int ahead = toy_cpu_prefetch_ahead_rows(m);
     bool kq = bt == TOY_Q4_K || bt == TOY_Q5_K || bt == TOY_Q6_K || bt == TOY_IQ4_XS || bt == TOY_Q3_K || bt == TOY_Q2_K;
     float *ksc = kq && m > 4 ? room : NULL;
     for (int64_t j = 0; j < n; j += 16, pk += group) {
@@ -401,6 +401,13 @@ void toy_qgemm_packed_cols_avx2(enum toy_dtype bt, int64_t m, int64_t n, int64_t
         if (ksc) {                                          \
             for (; i + 4 <= m; i += 4) KP(4, T, true);      \
             for (; i < m; i++) KP(1, T, true);              \
+        } else if (T == TOY_Q8_0 || T == TOY_Q4_0) {        \
+            for (; i + 4 <= m; i += 4) KP(4, T, false);     \
+            switch (m - i) { /* the rest in one pass */     \
+            case 3: KP(3, T, false); break;                 \
+            case 2: KP(2, T, false); break;                 \
+            case 1: KP(1, T, false); break;                 \
+            }                                               \
         } else {                                            \
             for (; i + 4 <= m; i += 4) KP(4, T, false);     \
             for (; i < m; i++) KP(1, T, false);             \

@@ -525,11 +525,12 @@ void toy_qgemm_packed_cols_avx512(enum toy_dtype bt, int64_t m, int64_t n, int64
     uint8_t *panel = panels_of(k, scratch_layout(m, k, scratch, &qa, &da, &sa, &xs));
     size_t panel_bytes = (size_t)nb * PANEL_BLOCK, group = toy_qpack_group_bytes(bt, k);
     const uint8_t *pk = packed;
-    /* few rows (decode), or types without a panel kernel: from the packed groups */
-    if (m <= 8 || (bt != TOY_Q8_0 && bt != TOY_Q4_0)) {
+    /* few rows (decode, a speculative pass: up to 16, 8 a pass, the second from cache), or types without a
+     * panel kernel: from the packed groups */
+    if (m <= 16 || (bt != TOY_Q8_0 && bt != TOY_Q4_0)) {
         bool wide = bt == TOY_Q8_0 && toy_cpu_wide_loads(); /* nibbles: 64-byte loads everywhere (see load64_2) */
         if (m > 8) pcp = NULL;
-        int ahead = toy_cpu_prefetch_ahead(); /* the first row group's pass brings the group in */
+        int ahead = toy_cpu_prefetch_ahead_rows(m); /* the first row group's pass brings the group in */
         /* Q4_K over more than one pass of rows: the scales made once a group,
          * into the panels' scratch (which Q4_K does not use) */
         bool kq = bt == TOY_Q4_K || bt == TOY_Q5_K || bt == TOY_Q6_K || bt == TOY_IQ4_XS || bt == TOY_Q3_K ||
@@ -565,17 +566,18 @@ void toy_qgemm_packed_cols_avx512(enum toy_dtype bt, int64_t m, int64_t n, int64
         if (ksc) { /* (a constant in each instance: no test a block) */ \
             for (; i + 4 <= m; i += 4) KP(4, W, T, true);            \
             for (; i < m; i++) KP(1, W, T, true);                    \
-        } else if (T == TOY_Q8_0 || T == TOY_Q4_0) { /* m <= 8 here: all rows in one pass */ \
-            switch (m) {                                             \
-            case 8: KP(8, W, T, false); break;                       \
-            case 7: KP(7, W, T, false); break;                       \
-            case 6: KP(6, W, T, false); break;                       \
-            case 5: KP(5, W, T, false); break;                       \
-            case 4: KP(4, W, T, false); break;                       \
-            case 3: KP(3, W, T, false); break;                       \
-            case 2: KP(2, W, T, false); break;                       \
-            case 1: KP(1, W, T, false); break;                       \
-            }                                                        \
+        } else if (T == TOY_Q8_0 || T == TOY_Q4_0) { /* m <= 16 here: 8 rows a pass */ \
+            for (; i < m; i += 8)                                    \
+                switch (m - i < 8 ? m - i : 8) {                     \
+                case 8: KP(8, W, T, false); break;                   \
+                case 7: KP(7, W, T, false); break;                   \
+                case 6: KP(6, W, T, false); break;                   \
+                case 5: KP(5, W, T, false); break;                   \
+                case 4: KP(4, W, T, false); break;                   \
+                case 3: KP(3, W, T, false); break;                   \
+                case 2: KP(2, W, T, false); break;                   \
+                case 1: KP(1, W, T, false); break;                   \
+                }                                                    \
         } else {                                                     \
             for (; i + 4 <= m; i += 4) KP(4, W, T, false);           \
             for (; i < m; i++) KP(1, W, T, false);                   \
