@@ -1595,6 +1595,18 @@ Test(llama, generator_draft_model_gives_the_plain_tokens, .timeout = 120) {
     cr_assert_eq(a.n, b.n);
     for (int i = 0; i < a.n; i++) cr_expect_eq(a.ids[i], b.ids[i], "next turn: token %d", i);
 
+    /* a draft whose context the prompt outgrows drafts nothing, and changes nothing */
+    struct toy_generator *tiny_draft;
+    cr_assert_eq(toy_generator_new(m, NULL, 8, tp, &tiny_draft), TOY_OK);
+    gp = (struct toy_generate_params){.n_predict = 12, .ignore_eos = true, .draft = tiny_draft};
+    memset(&a, 0, sizeof a), memset(&b, 0, sizeof b);
+    cr_assert_eq(toy_generate(spec, prompt, 10, &gp, th_log_token, &b, &r), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(r.n_drafted, 0);
+    pp.n_predict = 12;
+    cr_assert_eq(toy_generate(plain, prompt, 10, &pp, th_log_token, &a, NULL), TOY_OK);
+    cr_assert(a.n == b.n && !memcmp(a.ids, b.ids, (size_t)a.n * sizeof a.ids[0]));
+    toy_generator_free(tiny_draft);
+
     /* refused: the generator drafting for itself, bad bounds, another vocabulary */
     gp = (struct toy_generate_params){.n_predict = 5, .draft = spec};
     cr_assert_eq(toy_generate(spec, prompt, 10, &gp, NULL, NULL, NULL), TOY_ERR_INVALID_ARG);

@@ -325,7 +325,7 @@ enum toy_status toy_generate(struct toy_generator *g, const int32_t *prompt, int
     if (d) { /* the draft model reads the prompt too (what its cache holds of it stays, as the model's does) */
         const float *unused;
         if (!p->reuse_cache) d->n_cache = 0;
-        if ((st = draft_sync(d, prompt, n_prompt, dbuf, &unused, &r))) goto done;
+        if (n_prompt < d->kv.n_ctx && (st = draft_sync(d, prompt, n_prompt, dbuf, &unused, &r))) goto done;
     }
     r.prefill_s = now_s() - t0;
     t0 = now_s();
