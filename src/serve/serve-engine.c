@@ -188,7 +188,9 @@ static bool job_push(struct srv_job *j, int32_t id, float lp, const char *text, 
         j->text[j->text_len] = 0;
         if (id >= 0) j->n_generated++;
         if (id >= 0 && j->t_first == 0) j->t_first = toy_srv_now();
-        pthread_cond_broadcast(&j->cv);
+        /* a whole answer's reader waits for the end only: woken a token, its thread would take a core from the
+         * decode's threads for nothing */
+        if (j->streamed) pthread_cond_broadcast(&j->cv);
     }
     pthread_mutex_unlock(&j->mu);
     return ok;

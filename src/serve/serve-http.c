@@ -421,6 +421,7 @@ static enum MHD_Result generate(struct srv *S, struct MHD_Connection *c, struct 
         toy_srv_request_free(&rq);
         return send_json(S, c, k->route, 200, o, NULL, NULL);
     }
+    rq.job->streamed = rq.stream;
     enum toy_status st = atomic_load(&S->draining) ? toy_error(TOY_ERR_STATE, "the server is shutting down")
                                                    : toy_srv_engine_submit(S->eng, rq.job);
     if (st) {

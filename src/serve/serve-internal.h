@@ -103,6 +103,7 @@ struct srv_job {
     int n_stop, n_user_stop;         /* the request's own stop strings first, then the template's end-of-turn texts */
     int top_logprobs;                /* 0..SRV_MAX_TOP_LOGPROBS alternatives per token */
     bool ignore_eos;
+    bool streamed;                   /* its reader takes tokens as they come: each one wakes it (else the end) */
     bool keep_special;               /* special tokens are decoded as text: the reply's markers (chat-reply.h) */
     struct toy_json_grammar *grammar; /* response_format: the reply is JSON it takes (NULL: free text) */
     const char *grammar_after[2];    /* it applies once these texts have been generated, in order (static) */
