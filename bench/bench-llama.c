@@ -201,6 +201,24 @@ static void bench_ctx_scaling(struct toy_threadpool *tp) {
     qmodel_free(&q);
 }
 
+/* The fastest of 5 runs of each of n settings (128 tokens after the 256-token prompt), the runs interleaved so that
+ * the machine's slow spells fall on all of them: the result and its tokens/s after the prompt's token */
+static void best_runs(struct toy_generator *gen, const int32_t *prompt, const struct toy_generate_params *gps, int n,
+                      struct toy_generate_result *bests, double *bts, const char *what) {
+    for (int i = 0; i < n; i++) bts[i] = 0, bests[i] = (struct toy_generate_result){0};
+    for (int rep = 0; rep < 5; rep++)
+        for (int i = 0; i < n; i++) {
+            struct toy_generate_result r;
+            int k = 0;
+            if (toy_generate(gen, prompt, 256, &gps[i], count_tok, &k, &r)) {
+                fprintf(stderr, "bench-llama: %s: %s\n", what, toy_last_error());
+                return;
+            }
+            double tps = (double)(r.n_generated - 1) / r.decode_s;
+            if (tps > bts[i]) bts[i] = tps, bests[i] = r;
+        }
+}
+
 /* Prompt lookup (speculative decoding from the context) on M, q8_0 weights: 128 greedy tokens after a
  * 256-token prompt that is one 64-token passage four times (text that repeats itself, as an edit of code
  * does), plain and with drafts of 4 and 8 tokens: tokens/s, the drafts kept, and what a pass over a draft costs
@@ -214,20 +232,12 @@ static void bench_lookup(struct toy_threadpool *tp) {
     toy_generator_new_kv(q.m, NULL, 512, TOY_F16, tp, &gen);
     double plain_tps = 0, plain_pass = 0;
     const int lookups[] = {0, 4, 8};
-    struct toy_generate_result bests[3] = {{0}};
-    double bts[3] = {0};
-    for (int rep = 0; rep < 5; rep++) /* the runs interleaved: the machine's slow spells fall on all of them */
-        for (int li = 0; li < 3; li++) {
-            struct toy_generate_params gp = {.n_predict = 128, .ignore_eos = true, .lookup = lookups[li]};
-            struct toy_generate_result r;
-            int k = 0;
-            if (toy_generate(gen, prompt, 256, &gp, count_tok, &k, &r)) {
-                fprintf(stderr, "bench-llama: lookup: %s\n", toy_last_error());
-                break;
-            }
-            double tps = (double)(r.n_generated - 1) / r.decode_s; /* after the prompt's token */
-            if (tps > bts[li]) bts[li] = tps, bests[li] = r;
-        }
+    struct toy_generate_params gps[3];
+    for (int li = 0; li < 3; li++) gps[li] = (struct toy_generate_params){.n_predict = 128, .ignore_eos = true,
+                                                                           .lookup = lookups[li]};
+    struct toy_generate_result bests[3];
+    double bts[3];
+    best_runs(gen, prompt, gps, 3, bests, bts, "lookup");
     for (int li = 0; li < 3; li++) {
         struct toy_generate_result best = bests[li];
         double bt = bts[li];
@@ -280,21 +290,13 @@ static void bench_draft(struct toy_threadpool *tp) {
     toy_generator_new_kv(q.m, NULL, 512, TOY_F16, tp, &gen);
     for (int i = 0; i < 2; i++) toy_generator_new_kv(dq[i].m, NULL, 512, TOY_F16, tp, &drafts[i]);
     double plain_tps = 0, plain_pass = 0;
-    struct toy_generate_result bests[3] = {{0}};
-    double bts[3] = {0};
-    for (int rep = 0; rep < 5; rep++) /* interleaved, as above */
-        for (int di = -1; di < 2; di++) {
-            struct toy_generate_params gp = {.n_predict = 128, .ignore_eos = true,
-                                             .draft = di < 0 ? NULL : drafts[di], .draft_max = 4};
-            struct toy_generate_result r;
-            int k = 0;
-            if (toy_generate(gen, prompt, 256, &gp, count_tok, &k, &r)) {
-                fprintf(stderr, "bench-llama: draft: %s\n", toy_last_error());
-                break;
-            }
-            double tps = (double)(r.n_generated - 1) / r.decode_s;
-            if (tps > bts[di + 1]) bts[di + 1] = tps, bests[di + 1] = r;
-        }
+    struct toy_generate_params gps[3];
+    for (int di = -1; di < 2; di++)
+        gps[di + 1] = (struct toy_generate_params){.n_predict = 128, .ignore_eos = true,
+                                                   .draft = di < 0 ? NULL : drafts[di], .draft_max = 4};
+    struct toy_generate_result bests[3];
+    double bts[3];
+    best_runs(gen, prompt, gps, 3, bests, bts, "draft");
     for (int di = -1; di < 2; di++) {
         struct toy_generate_result best = bests[di + 1];
         double bt = bts[di + 1];
