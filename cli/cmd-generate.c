@@ -143,11 +143,10 @@ static int toy_cmd_generate_model(const char *model, const char *prompt, const c
                                   int threads, bool json, bool bos, bool special, const char *trace_path, bool bf16,
                                   const char *draft) {
     struct toy_generate_params gp = *gpp;
-    struct toy_cli_draft_opts dopt = {.path = draft, .n_ctx = n_ctx, .kv_type = (enum toy_dtype)kv_type};
     if (toy_cli_is_gpt2(model)) { /* GPT-2: its own model, the same generator; no adapters */
         if (lora_path) { fprintf(stderr, "toy generate: --lora is for Llama-family models; %s is a GPT-2\n", model); return 2; }
         return toy_cli_generate_gpt2(model, prompt, prompt_ids, &gp, n_ctx, (enum toy_dtype)kv_type, threads, json,
-                                     special, trace_path, bf16, &dopt);
+                                     special, trace_path, bf16, draft);
     }
 
     struct toy_llama *m;
@@ -194,7 +193,7 @@ static int toy_cmd_generate_model(const char *model, const char *prompt, const c
         fprintf(stderr, "toy generate: %s\n", toy_last_error());
         rc = 1;
     } else {
-        dopt.tp = tp;
+        struct toy_cli_draft_opts dopt = {draft, n_ctx, (enum toy_dtype)kv_type, tp};
         rc = toy_cli_run_generator(gen, &ids, &gp, prompt, json, trace_path, NULL, &dopt);
         toy_generator_free(gen);
     }

@@ -203,8 +203,7 @@ int toy_cli_run_generator(struct toy_generator *gen, const struct toy_tokens *id
 
 int toy_cli_generate_gpt2(const char *path, const char *prompt, const char *prompt_ids,
                           const struct toy_generate_params *gp, int64_t n_ctx, enum toy_dtype kv_type, int threads,
-                          bool json, bool special, const char *trace_path, bool bf16,
-                          const struct toy_cli_draft_opts *draft) {
+                          bool json, bool special, const char *trace_path, bool bf16, const char *draft) {
     struct toy_gpt2 *m;
     if (toy_gpt2_load(path, false, &m)) { fprintf(stderr, "toy generate: %s\n", toy_last_error()); return 1; }
     if (bf16) toy_cli_infer_bf16("generate", NULL, m);
@@ -242,7 +241,7 @@ int toy_cli_generate_gpt2(const char *path, const char *prompt, const char *prom
         fprintf(stderr, "toy generate: %s\n", toy_last_error());
         rc = 1;
     } else {
-        struct toy_cli_draft_opts dopt = {draft ? draft->path : NULL, n_ctx, kv_type, tp};
+        struct toy_cli_draft_opts dopt = {draft, n_ctx, kv_type, tp};
         rc = toy_cli_run_generator(gen, &ids, gp, prompt, json, trace_path, "gpt2", &dopt);
         toy_generator_free(gen);
     }

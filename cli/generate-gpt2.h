@@ -65,12 +65,11 @@ bool toy_cli_is_gpt2(const char *path);
  * (special: special-token text such as <|endoftext|> as those tokens, as
  * --special does) or takes prompt_ids ("1 2 3"), generates with a KV cache of kv_type and prints the
  * text (json: the toy/generate-v1 object; trace_path: a Chrome trace; bf16:
- * the products over f32/f16 matrices in bf16, as --bf16).
+ * the products over f32/f16 matrices in bf16, as --bf16; draft: --draft's path, or NULL).
  * Returns the exit code. */
 int toy_cli_generate_gpt2(const char *path, const char *prompt, const char *prompt_ids,
                           const struct toy_generate_params *gp, int64_t n_ctx, enum toy_dtype kv_type, int threads,
-                          bool json, bool special, const char *trace_path, bool bf16,
-                          const struct toy_cli_draft_opts *draft);
+                          bool json, bool special, const char *trace_path, bool bf16, const char *draft);
 /* Generates after ids with gen and prints it as above (arch: the JSON's
  * "arch", or NULL); trace_path: a Chrome trace of the run (not generating
  * when it cannot be opened); draft (may be NULL): the draft model to load

@@ -1346,29 +1346,28 @@ Test(ops, gemv_f16_bf16_without_prefetch_match_loops) { gemv_half_cases("0"); }
  * user's $TOY_PREFETCH when it is a byte count toy can use. */
 Test(ops, prefetch_distance_follows_vendor_and_override) {
     bool bad;
-    cr_assert_eq(toy_cpu_prefetch_choice(true, NULL, &bad), 2048);
+    cr_assert_eq(toy_cpu_prefetch_choice(true, NULL, 1, &bad), 2048);
     cr_assert(!bad);
-    cr_assert_eq(toy_cpu_prefetch_choice(false, NULL, &bad), 0);
-    cr_assert_eq(toy_cpu_prefetch_choice(false, "", &bad), 0);
+    cr_assert_eq(toy_cpu_prefetch_choice(false, NULL, 1, &bad), 0);
+    cr_assert_eq(toy_cpu_prefetch_choice(false, "", 1, &bad), 0);
     cr_assert(!bad);
-    cr_assert_eq(toy_cpu_prefetch_choice(true, "0", &bad), 0);
-    cr_assert_eq(toy_cpu_prefetch_choice(false, "4096", &bad), 4096);
-    cr_assert_eq(toy_cpu_prefetch_choice(false, "65536", &bad), 65536);
+    cr_assert_eq(toy_cpu_prefetch_choice(true, "0", 1, &bad), 0);
+    cr_assert_eq(toy_cpu_prefetch_choice(false, "4096", 1, &bad), 4096);
+    cr_assert_eq(toy_cpu_prefetch_choice(false, "65536", 1, &bad), 65536);
     cr_assert(!bad);
     const char *no[] = {"100", "-64", "65600", "2k", "abc", " 64", "64 "};
     for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) {
-        cr_assert_eq(toy_cpu_prefetch_choice(true, no[i], &bad), 2048, "%s", no[i]);
+        cr_assert_eq(toy_cpu_prefetch_choice(true, no[i], 1, &bad), 2048, "%s", no[i]);
         cr_assert(bad, "%s taken", no[i]);
-        cr_assert_eq(toy_cpu_prefetch_choice(false, no[i], &bad), 0, "%s", no[i]);
-        cr_assert_eq(toy_cpu_prefetch_rows_choice(false, no[i], 2, &bad), 4096, "%s", no[i]);
+        cr_assert_eq(toy_cpu_prefetch_choice(false, no[i], 1, &bad), 0, "%s", no[i]);
+        cr_assert_eq(toy_cpu_prefetch_choice(false, no[i], 2, &bad), 4096, "%s", no[i]);
     }
     /* passes over several rows: further ahead on AMD, Intel's distance there, the override for all */
-    cr_assert_eq(toy_cpu_prefetch_rows_choice(false, NULL, 1, &bad), 0);
-    cr_assert_eq(toy_cpu_prefetch_rows_choice(false, NULL, 2, &bad), 4096);
-    cr_assert_eq(toy_cpu_prefetch_rows_choice(false, NULL, 8, &bad), 4096);
-    cr_assert_eq(toy_cpu_prefetch_rows_choice(true, NULL, 5, &bad), 2048);
-    cr_assert_eq(toy_cpu_prefetch_rows_choice(false, "0", 5, &bad), 0);
-    cr_assert_eq(toy_cpu_prefetch_rows_choice(false, "1024", 5, &bad), 1024);
+    cr_assert_eq(toy_cpu_prefetch_choice(false, NULL, 2, &bad), 4096);
+    cr_assert_eq(toy_cpu_prefetch_choice(false, NULL, 8, &bad), 4096);
+    cr_assert_eq(toy_cpu_prefetch_choice(true, NULL, 5, &bad), 2048);
+    cr_assert_eq(toy_cpu_prefetch_choice(false, "0", 5, &bad), 0);
+    cr_assert_eq(toy_cpu_prefetch_choice(false, "1024", 5, &bad), 1024);
     cr_assert(!bad);
 }
 

@@ -173,14 +173,13 @@ bool toy_cpu_wide_loads(void);
 /* the same for the f32 GEMV, which also runs wide on AMD's Zen 5 (simd.c) */
 bool toy_cpu_wide_loads_f32(void);
 /* How far ahead of its loads (bytes; 0: not at all) a decode GEMV
- * prefetches its weight stream on this CPU (simd.c), and the rule behind it:
- * by vendor, or $TOY_PREFETCH (env; *bad when it was not a valid value). */
+ * prefetches its weight stream on this CPU (simd.c); _rows: a pass over
+ * that many rows of activations (the packed int8 kernels', further ahead
+ * on AMD from 2 rows on); and the rule behind both: by vendor and rows, or
+ * $TOY_PREFETCH (env; *bad when it was not a valid value). */
 int toy_cpu_prefetch_ahead(void);
-int toy_cpu_prefetch_choice(bool intel, const char *env, bool *bad);
-/* the same for a pass over `rows` rows of activations (the packed int8
- * kernels' few-row passes): further ahead on AMD from 2 rows on */
 int toy_cpu_prefetch_ahead_rows(int64_t rows);
-int toy_cpu_prefetch_rows_choice(bool intel, const char *env, int64_t rows, bool *bad);
+int toy_cpu_prefetch_choice(bool intel, const char *env, int64_t rows, bool *bad);
 /* The row loop the f32 and f16 decode GEMVs share: y[j] (+)= DOT(w_j, x)
  * for j < n (w_j at w + j ldw), the side stream pc stepped once a row, DOT
  * given the prefetch distance (qdot.h's toy_pf_step at the use site). */

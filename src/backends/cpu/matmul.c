@@ -292,18 +292,17 @@ static int64_t qpacked_rows(const struct toy_tensor *dst) { return dst->ne[1] * 
  * kernels that hold up to 8 rows a pass (a 576 x 12288 Q8_0 product on 2 Zen 4 threads, columns against rows:
  * 8 rows 122 against 174 us, 24 rows 326 against 416, 64 rows 784 against 922, 256 rows even) */
 #define QPACKED_COLS_MAX_ROWS 64
-static int64_t qpacked_units(const struct toy_tensor *dst) { /* groups of 32 columns, siblings' too */
-    int64_t u = 0;
-    for (int s = 0; s < 3; s++) {
-        const struct toy_tensor *p = s ? dst->siblings[s - 1] : dst;
-        if (!p) break;
-        u += (p->ne[0] + 31) / 32;
-    }
-    return u;
+/* the product's and its siblings' groups of 32 columns (the column split's units): first_unit[s] is product s's
+ * first, first_unit[n] (returned n) their number */
+static int qpacked_units(const struct toy_tensor *dst, int64_t first_unit[4]) {
+    const struct toy_tensor *seg[3] = {dst, dst->siblings[0], dst->siblings[1]};
+    int n = 0;
+    first_unit[0] = 0;
+    for (; n < 3 && seg[n]; n++) first_unit[n + 1] = first_unit[n] + (seg[n]->ne[0] + 31) / 32;
+    return n;
 }
-static bool qpacked_split_rows(const struct toy_tensor *dst, int64_t m, int nth) {
-    return !dst->siblings[0] && m >= 4 * (int64_t)nth &&
-           (m > QPACKED_COLS_MAX_ROWS || qpacked_units(dst) < 4 * (int64_t)nth);
+static bool qpacked_split_rows(const struct toy_tensor *dst, int64_t m, int64_t units, int nth) {
+    return !dst->siblings[0] && m >= 4 * (int64_t)nth && (m > QPACKED_COLS_MAX_ROWS || units < 4 * (int64_t)nth);
 }
 
 /* This thread's share of what the decode attention dst->prefetch will read
@@ -341,11 +340,10 @@ static void matmul_qpacked(struct toy_tensor *dst, int ith, int nth, void *work,
     const float *a = A->data;
     float *c = dst->data;
     const struct toy_tensor *seg[3] = {dst, dst->siblings[0], dst->siblings[1]};
-    int64_t first_unit[4] = {0};
-    int nseg = 0;
-    for (; nseg < 3 && seg[nseg]; nseg++) first_unit[nseg + 1] = first_unit[nseg] + (seg[nseg]->ne[0] + 31) / 32;
+    int64_t first_unit[4];
+    int nseg = qpacked_units(dst, first_unit);
     int64_t units = first_unit[nseg], u0, u1;
-    if (qpacked_split_rows(dst, m, nth)) {
+    if (qpacked_split_rows(dst, m, units, nth)) {
         int64_t i0, i1;
         toy_split(m, ith, nth, &i0, &i1);
         if (i1 > i0)
@@ -479,7 +477,8 @@ static size_t matmul_work(const struct toy_tensor *dst, int nth) {
         return TOY_WORK_HEAD + (size_t)nth * ((size_t)(elems > kp ? elems : kp) * 2 + 512);
     }
     if (use_qpacked(dst)) {
-        int64_t m = qpacked_rows(dst), per = qpacked_split_rows(dst, m, nth) ? (m + nth - 1) / nth : m;
+        int64_t fu[4], m = qpacked_rows(dst);
+        int64_t per = qpacked_split_rows(dst, m, fu[qpacked_units(dst, fu)], nth) ? (m + nth - 1) / nth : m;
         return TOY_WORK_HEAD + (size_t)nth * (toy_qgemm_scratch(per, a->ne[0]) + 128);
     }
     if (use_qdot(dst))

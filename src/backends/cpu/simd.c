@@ -237,8 +237,6 @@ bool toy_cpu_wide_loads_f32(void) {
  * Intel, none elsewhere. $TOY_PREFETCH=BYTES (0 to 65536, a multiple of
  * 64; 0 turns it off) overrides; another value is ignored with a warning.
  * Prefetches never fault and change no arithmetic. */
-int toy_cpu_prefetch_choice(bool intel, const char *env, bool *bad) { return toy_cpu_prefetch_rows_choice(intel, env, 1, bad); }
-
 /* A pass over several rows (a speculative pass, batched decode with a few
  * busy slots) does that many times the arithmetic on each byte it streams,
  * and a Zen 4's prefetchers then fall behind: there, 4096 bytes ahead took
@@ -248,7 +246,7 @@ int toy_cpu_prefetch_choice(bool intel, const char *env, bool *bad) { return toy
  * less, 8192-32768 no more), while one-token passes stay without (2.71
  * against 2.77 ms with it). Intel keeps its 2048 for every row count
  * (not measured there). */
-int toy_cpu_prefetch_rows_choice(bool intel, const char *env, int64_t rows, bool *bad) {
+int toy_cpu_prefetch_choice(bool intel, const char *env, int64_t rows, bool *bad) {
     *bad = false;
     if (env && *env) {
         char *end;
@@ -263,7 +261,7 @@ static int prefetch_for(int64_t rows) {
     const char *e = getenv("TOY_PREFETCH");
     bool bad;
     __builtin_cpu_init();
-    int v = toy_cpu_prefetch_rows_choice(__builtin_cpu_is("intel"), e, rows, &bad);
+    int v = toy_cpu_prefetch_choice(__builtin_cpu_is("intel"), e, rows, &bad);
     if (bad && rows < 2) fprintf(stderr, "toy: ignoring TOY_PREFETCH=%s (want bytes: 0 to 65536, a multiple of 64)\n", e);
     return v;
 }
