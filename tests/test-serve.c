@@ -961,6 +961,70 @@ Test(serve, concurrent_requests_match_alone, .timeout = 120) {
     cr_assert_eq(server_stop(&s), 0);
 }
 
+/* toy serve --lookup: each slot drafts from its own text and keeps the drafted tokens it samples anyway. Every
+ * request gets the text, tokens and logprobs a server without it gives, alone, streamed and batched (greedy, sampled,
+ * a stop string, a max_tokens shorter than a draft), while drafts were kept: fewer decode steps than tokens. The
+ * random model loops, and leaves loops, so drafts are both kept and refused. */
+Test(serve, lookup_gives_the_plain_text, .timeout = 180) {
+    struct server plain, spec;
+    const char *xp[] = {"--parallel", "4", NULL}, *xs[] = {"--parallel", "4", "--lookup", "6", NULL};
+    server_start(&plain, xp);
+    server_start(&spec, xs);
+    enum { N = 4 };
+    char bodies[N][256];
+    snprintf(bodies[0], 256, "{\"prompt\":\"a cat\",\"max_tokens\":80,\"temperature\":0,\"ignore_eos\":true,\"logprobs\":2}");
+    snprintf(bodies[1], 256, "{\"prompt\":\"on a mat\",\"max_tokens\":70,\"temperature\":0,\"ignore_eos\":true}");
+    snprintf(bodies[2], 256, "{\"prompt\":\"the cat sat on a mat and the cat sat on a\",\"max_tokens\":60,"
+                             "\"temperature\":0,\"stop\":[\"leb Paulo\"]}");
+    snprintf(bodies[3], 256, "{\"prompt\":\"on a mat\",\"max_tokens\":29,\"temperature\":0.7,\"seed\":5,\"ignore_eos\":true}");
+    for (int i = 0; i < N; i++) {
+        struct resp a = http(&plain, "POST", "/v1/completions", bodies[i]), b = http(&spec, "POST", "/v1/completions", bodies[i]);
+        cr_assert_eq(a.code, 200, "%s", a.body);
+        cr_assert_eq(b.code, 200, "%s", b.body);
+        cr_assert_str_eq(jstr(b.json, "choices.0.text"), jstr(a.json, "choices.0.text"), "request %d", i);
+        cr_assert_str_eq(jstr(b.json, "choices.0.finish_reason"), i == 2 ? "stop" : "length", "request %d", i);
+        cr_assert_str_eq(jstr(b.json, "choices.0.finish_reason"), jstr(a.json, "choices.0.finish_reason"), "request %d", i);
+        cr_assert_eq(jint(b.json, "usage.completion_tokens"), jint(a.json, "usage.completion_tokens"), "request %d", i);
+        json_t *la = jget(a.json, "choices.0.logprobs.token_logprobs"), *lb = jget(b.json, "choices.0.logprobs.token_logprobs");
+        cr_assert_eq(json_array_size(lb), json_array_size(la));
+        for (size_t k = 0; k < json_array_size(la); k++)
+            cr_assert_float_eq(json_real_value(json_array_get(lb, k)), json_real_value(json_array_get(la, k)), 1e-3,
+                               "token %zu's logprob", k);
+        resp_free(&a);
+        resp_free(&b);
+    }
+    cr_assert_eq(metric(&plain, "toy_draft_tokens_total"), 0);
+    long long drafted = metric(&spec, "toy_draft_tokens_total"), kept = metric(&spec, "toy_draft_tokens_accepted_total");
+    long long steps = metric(&spec, "toy_decode_steps_total"), made = metric(&spec, "toy_completion_tokens_total");
+    cr_assert_gt(kept, 20, "%lld of %lld drafted tokens kept", kept, drafted);
+    fprintf(stderr, "lookup: %lld of %lld drafted tokens kept, %lld steps for %lld tokens\n", kept, drafted, steps, made);
+    cr_assert_gt(drafted, kept, "no draft was refused (%lld drafted)", drafted);
+    cr_assert_leq(steps, made - kept, "%lld steps for %lld tokens, %lld of them drafts kept", steps, made, kept);
+    /* streamed: the same text */
+    char body[300];
+    snprintf(body, sizeof body, "%.*s,\"stream\":true}", (int)strlen(bodies[2]) - 1, bodies[2]);
+    struct resp a = http(&plain, "POST", "/v1/completions", bodies[2]), st = http(&spec, "POST", "/v1/completions", body);
+    cr_assert_eq(st.code, 200, "%s", st.body);
+    struct sse ev;
+    sse_parse(st.body, false, &ev);
+    cr_assert(ev.done);
+    cr_assert_str_eq(ev.text, jstr(a.json, "choices.0.text"));
+    resp_free(&a);
+    resp_free(&st);
+    /* together: the texts they get alone, while the slots draft side by side */
+    cr_assert_eq(together_as_alone(&spec, bodies, N), N, "requests together got other text than alone");
+    cr_assert_eq(server_stop(&plain), 0);
+    cr_assert_eq(server_stop(&spec), 0);
+    /* --lookup is 0..15 */
+    char *argv[] = {(char *)toy_bin(), "serve", "-m", "x.gguf", "--lookup", "16", NULL}, log[64];
+    snprintf(log, sizeof log, "/tmp/toy-serve-lookup-%d.log", (int)getpid());
+    cr_assert_eq(wait_for(spawn(argv, NULL, log), 30), 2);
+    char *l = slurp(log);
+    cr_assert(l && strstr(l, "--lookup"), "%s", l ? l : "");
+    free(l);
+    unlink(log);
+}
+
 Test(serve, prefix_cache_reuses_the_prompt, .timeout = 60) {
     struct server s;
     const char *extra[] = {"--parallel", "2", NULL};

@@ -64,6 +64,8 @@ struct toy_serve_options {
     int pooling;               /* embeddings' pooling (enum toy_pooling); -1: the model's (its pooling_type, else mean) */
     bool no_prefix_cache;
     bool kv_f32;               /* KV caches in f32 (twice the memory); default f16, as toy generate */
+    int lookup;                /* prompt lookup: each decoding slot drafts up to this many tokens a step, copied
+                                * from its own text, and keeps those the model would sample anyway (0: off; ..15) */
     bool quiet;                /* no access log on stderr */
     volatile int *stop;        /* toy_serve returns once *stop != 0 (may be NULL: runs until an error) */
     int *bound_port;           /* out (may be NULL): the port actually bound */

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "infer/gen-text.h"
+#include "infer/lookup.h"
 #include "toy/generate.h"
 #include "toy/graph.h"
 #include "toy/json-grammar.h"
@@ -168,7 +169,7 @@ static struct verify *verify_graph(struct toy_generator *g, int m) {
  * tokens, copied on past h's end as an overlapping copy does (what follows the place is, from there on, the
  * draft itself: a text that repeats a stretch of its own goes on repeating it). Returns how many (0: no such
  * place). */
-static int lookup_draft(const int32_t *h, int64_t n, int k_max, int32_t *out) {
+int toy_lookup_draft(const int32_t *h, int64_t n, int k_max, int32_t *out) {
     for (int ng = 4; ng >= 2; ng--) {
         if (n <= ng) continue;
         const int32_t *tail = h + n - ng;
@@ -400,7 +401,7 @@ enum toy_status toy_generate(struct toy_generator *g, const int32_t *prompt, int
         int cap = (int)(room < left ? room : left);
         if (cap > 0 && (lookup || d)) {
             g->cache_ids[at] = id;
-            if (lookup) k = lookup_draft(g->cache_ids, at + 1, lookup < cap ? lookup : cap, fed + 1);
+            if (lookup) k = toy_lookup_draft(g->cache_ids, at + 1, lookup < cap ? lookup : cap, fed + 1);
             int64_t droom = d ? d->kv.n_ctx - at : 0; /* the draft's last pass reads at + k - 1 */
             int dk = draft_max < cap ? draft_max : cap;
             if (dk > droom) dk = (int)droom;

@@ -35,11 +35,15 @@
 #include <string.h>
 #include <time.h>
 
+#include "infer/lookup.h"
 #include "serve/serve-internal.h"
 #include "toy/graph.h"
 #include "toy/threadpool.h"
 
 #define SRV_PREFILL_CHUNK 256
+#define SRV_LOOKUP_MAX TOY_GENERATE_MAX_LOOKUP /* drafted tokens per slot and step */
+#define SRV_LOOKUP_ROWS 16                     /* rows of a step with drafts, in all */
+#define SRV_STEP_GRAPHS 8                      /* decode step graphs kept */
 
 const double toy_srv_buckets[12] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
 
@@ -98,9 +102,21 @@ struct slot {
     int64_t pos;                  /* its position */
     int64_t n_gen;
     int64_t pf;                   /* prompt tokens in the cache so far */
+    int draft_cap;                /* prompt lookup: the longest draft it makes now (grows while drafts are kept) */
     bool prefilling;              /* pf < the prompt's length */
     uint64_t order;               /* admission order (prefill FIFO) */
     uint64_t stamp;               /* last use, for LRU */
+};
+
+/* a decode step's graph: slots idx[0..n), slot idx[b] reading rows [off[b], off[b+1]) (its last token, then its
+ * draft), each row's logits out */
+struct step_graph {
+    struct toy_ctx *ctx;          /* NULL: none built */
+    struct toy_graph *g;
+    struct toy_tensor *tok, *pos, *logits; /* {R, 1}, {R}, {vocab, R, 1} */
+    int *idx, n;
+    int64_t *off;                 /* (n_slots + 1) */
+    uint64_t used;                /* the step that last ran it (LRU) */
 };
 
 struct srv_engine {
@@ -116,12 +132,14 @@ struct srv_engine {
     uint64_t clock;
     float *logits;                /* (vocab) */
 
-    /* the batched decode graph for the running slots bidx[0..bn) */
-    struct toy_ctx *bctx;
-    struct toy_graph *bg;
-    struct toy_tensor *btok, *bpos, *blogits; /* {1, B}, {B}, {vocab, 1, B} */
-    int *bidx, bn;
-    struct toy_membuf dbuf, pbuf; /* decode graph; prefill and embedding graphs */
+    /* the decode steps' graphs, kept for the batches (the slots and their row counts) of the latest steps: one
+     * token per slot, and with prompt lookup the slots' drafts, which come and go from step to step; all planned
+     * in sbuf (a graph takes ~0.4 ms to build and plan, a tenth of a step) */
+    struct step_graph steps[SRV_STEP_GRAPHS];
+    uint64_t n_steps;
+    struct toy_membuf sbuf, pbuf; /* decode steps; prefill and embedding graphs */
+    int lookup;                   /* drafts of at most this many tokens per slot and step (0: none) */
+    int32_t *drafts;              /* (n_slots x SRV_LOOKUP_MAX): this step's, by batch index */
 
     /* the embedding job running (one at a time): an input longer than a chunk goes through its own KV cache
      * one chunk per loop, as a prompt's prefill does, so the streams move on between chunks */
@@ -392,7 +410,8 @@ static enum toy_status forward_into(struct srv_engine *e, const int32_t *tokens,
     memcpy(tok->data, tokens, (size_t)n * sizeof(int32_t));
     for (int64_t i = 0; i < n; i++) ((int32_t *)pos->data)[i] = (int32_t)(off + i);
     int64_t rg = out == SRV_OUT_LOGITS_LAST ? e->row_group : 0;
-    struct toy_tensor *y = toy_srv_forward(ctx, e->m, tok, pos, kv ? &kv : NULL, out, rg);
+    const struct srv_seqs sq = {.caches = &kv, .n = 1};
+    struct toy_tensor *y = toy_srv_forward(ctx, e->m, tok, pos, kv ? &sq : NULL, out, rg);
     toy_set_output(y);
     struct toy_graph *g = toy_graph_new(ctx);
     toy_graph_build(g, y);
@@ -525,6 +544,7 @@ static void slot_start(struct srv_engine *e, struct slot *s, struct srv_job *j) 
         slot_finish(e, s, TOY_STOP_CALLER);
         return;
     }
+    s->draft_cap = e->lookup;
     s->n_cache = keep; /* what the prefix cache keeps; the rest is overwritten */
     s->pf = keep;
     s->prefilling = true;
@@ -572,28 +592,77 @@ static void prefill_step(struct srv_engine *e) {
 
 /* ---- the decode step -------------------------------------------------------------------------- */
 
-static enum toy_status build_batch(struct srv_engine *e, const int *idx, int n) {
-    toy_ctx_free(e->bctx);
-    e->bctx = NULL;
-    e->bn = 0;
+/* the graph of a step over slots idx[0..n) reading rows off[0..n] into *out: a kept one, else built in place of the
+ * one least recently run */
+static enum toy_status step_graph(struct srv_engine *e, const int *idx, int n, const int64_t *off,
+                                  struct step_graph **out) {
+    struct step_graph *sg = &e->steps[0];
+    for (int i = 0; i < SRV_STEP_GRAPHS; i++) {
+        struct step_graph *c = &e->steps[i];
+        if (c->ctx && c->n == n && !memcmp(idx, c->idx, (size_t)n * sizeof *idx) &&
+            !memcmp(off, c->off, (size_t)(n + 1) * sizeof *off)) {
+            c->used = ++e->n_steps;
+            *out = c;
+            return TOY_OK;
+        }
+        if (c->used < sg->used) sg = c;
+    }
+    toy_ctx_free(sg->ctx);
+    sg->ctx = NULL;
     struct toy_ctx *ctx = toy_ctx_init(true);
     struct toy_kv_cache **caches = malloc((size_t)n * sizeof *caches);
-    if (!ctx || !caches) { toy_ctx_free(ctx); free(caches); return toy_error(TOY_ERR_NOMEM, "decode graph"); }
+    if (!ctx || !caches) {
+        toy_ctx_free(ctx);
+        free(caches);
+        return toy_error(TOY_ERR_NOMEM, "decode graph");
+    }
     for (int b = 0; b < n; b++) caches[b] = &e->slots[idx[b]].kv;
-    e->btok = toy_new_tensor_2d(ctx, TOY_I32, 1, n);
-    e->bpos = toy_new_tensor_1d(ctx, TOY_I32, n);
-    e->blogits = toy_srv_forward(ctx, e->m, e->btok, e->bpos, caches, SRV_OUT_LOGITS_LAST, e->row_group);
+    const struct srv_seqs sq = {.caches = caches, .off = off, .n = n};
+    sg->tok = toy_new_tensor_2d(ctx, TOY_I32, off[n], 1);
+    sg->pos = toy_new_tensor_1d(ctx, TOY_I32, off[n]);
+    sg->logits = toy_srv_forward(ctx, e->m, sg->tok, sg->pos, &sq, SRV_OUT_LOGITS_ALL, e->row_group);
     free(caches);
-    toy_set_output(e->blogits);
-    e->bg = toy_graph_new(ctx);
-    toy_graph_build(e->bg, e->blogits);
-    toy_graph_set_fusion(e->bg, true);
-    enum toy_status st = toy_graph_plan(e->bg, &e->dbuf, NULL);
-    if (st) { toy_ctx_free(ctx); return st; }
-    e->bctx = ctx;
-    memcpy(e->bidx, idx, (size_t)n * sizeof *idx);
-    e->bn = n;
+    toy_set_output(sg->logits);
+    sg->g = toy_graph_new(ctx);
+    toy_graph_build(sg->g, sg->logits);
+    toy_graph_set_fusion(sg->g, true);
+    enum toy_status st = toy_graph_plan(sg->g, &e->sbuf, NULL);
+    if (st) {
+        toy_ctx_free(ctx);
+        return st;
+    }
+    sg->ctx = ctx;
+    memcpy(sg->idx, idx, (size_t)n * sizeof *idx);
+    memcpy(sg->off, off, (size_t)(n + 1) * sizeof *off);
+    sg->n = n;
+    sg->used = ++e->n_steps;
+    *out = sg;
     return TOY_OK;
+}
+
+/* Prompt lookup's drafts for the decoding slots idx[0..n) into e->drafts, and each slot's rows (its last token and
+ * its draft) into off. Drafts stop short of the context's end and of the job's max_tokens, and all the rows of a
+ * step are at most SRV_LOOKUP_ROWS (a pass of more rows costs more than it tends to save): they are dealt a token
+ * at a time round the slots. Returns the tokens drafted. */
+static int draft_step(struct srv_engine *e, const int *idx, int n, int64_t *off) {
+    int want[n], give[n], left = SRV_LOOKUP_ROWS - n, drafted = 0;
+    for (int b = 0; b < n; b++) {
+        struct slot *s = &e->slots[idx[b]];
+        int64_t cap = e->n_ctx - 1 - s->pos; /* the draft's positions stay inside the context */
+        if (s->job->max_tokens >= 0 && cap > s->job->max_tokens - s->n_gen - 1) cap = s->job->max_tokens - s->n_gen - 1;
+        if (cap > s->draft_cap) cap = s->draft_cap;
+        s->cache_ids[s->pos] = s->last;
+        want[b] = cap > 0 && left > 0 ? toy_lookup_draft(s->cache_ids, s->pos + 1, (int)cap, e->drafts + b * SRV_LOOKUP_MAX) : 0;
+        give[b] = 0;
+    }
+    for (bool more = true; more && left > 0;) {
+        more = false;
+        for (int b = 0; b < n && left > 0; b++)
+            if (give[b] < want[b]) give[b]++, left--, drafted++, more = true;
+    }
+    off[0] = 0;
+    for (int b = 0; b < n; b++) off[b + 1] = off[b] + 1 + give[b];
+    return drafted;
 }
 
 static void decode_step(struct srv_engine *e) {
@@ -605,19 +674,27 @@ static void decode_step(struct srv_engine *e) {
         idx[n++] = i;
     }
     if (!n) return;
-    enum toy_status st = TOY_OK;
-    if (n != e->bn || memcmp(idx, e->bidx, (size_t)n * sizeof *idx)) st = build_batch(e, idx, n);
+    int64_t off[n + 1];
+    int drafted = e->lookup ? draft_step(e, idx, n, off) : 0;
+    if (!drafted)
+        for (int b = 0; b <= n; b++) off[b] = b;
+    struct step_graph *sg = NULL;
+    enum toy_status st = step_graph(e, idx, n, off, &sg);
     double t0 = toy_srv_now();
     if (!st) {
+        int32_t *tok = sg->tok->data, *pos = sg->pos->data;
         for (int b = 0; b < n; b++) {
             struct slot *s = &e->slots[idx[b]];
-            ((int32_t *)e->btok->data)[b] = s->last;
-            ((int32_t *)e->bpos->data)[b] = (int32_t)s->pos;
+            for (int64_t r = off[b]; r < off[b + 1]; r++) {
+                int64_t i = r - off[b];
+                tok[r] = i ? e->drafts[b * SRV_LOOKUP_MAX + i - 1] : s->last;
+                pos[r] = (int32_t)(s->pos + i);
+                s->cache_ids[s->pos + i] = tok[r];
+            }
             *(int32_t *)s->kv.n_past->data = (int32_t)s->pos;
-            s->cache_ids[s->pos] = s->last;
-            s->n_cache = s->pos + 1;
+            s->n_cache = s->pos + (off[b + 1] - off[b]);
         }
-        st = toy_graph_compute(e->bg, e->tp);
+        st = toy_graph_compute(sg->g, e->tp);
     }
     double dt = toy_srv_now() - t0;
     if (st) {
@@ -631,19 +708,37 @@ static void decode_step(struct srv_engine *e) {
         }
         return;
     }
+    /* each slot samples from its rows in turn while the token it samples is its draft's next: the text is the one
+     * decoding a token a step gives, and the slot's cache keeps the positions of the tokens kept */
+    int64_t made = 0, accepted = 0;
+    for (int b = 0; b < n; b++) {
+        struct slot *s = &e->slots[idx[b]];
+        const int32_t *draft = e->drafts + b * SRV_LOOKUP_MAX;
+        int64_t k = off[b + 1] - off[b] - 1, kept = 0;
+        for (int64_t r = off[b];; r++) {
+            s->pos++;
+            made++;
+            if (slot_step(e, s, (float *)sg->logits->data + (size_t)r * (size_t)e->vocab)) break;
+            if (r - off[b] == k || s->last != draft[r - off[b]]) break;
+            kept++;
+        }
+        s->n_cache = s->pos;
+        accepted += kept;
+        /* the next draft: one past what this one kept, or up to twice this one when all of it was kept (a pass's
+         * rows cost time whether kept or not: 9 rows take ~2x one) */
+        if (k && kept < k) s->draft_cap = (int)kept + 1;
+        else if (k && 2 * k > s->draft_cap) s->draft_cap = 2 * k < e->lookup ? 2 * (int)k : e->lookup;
+    }
     struct srv_metrics *met = e->met;
     atomic_fetch_add(&met->decode_steps, 1);
     atomic_fetch_add(&met->decode_rows, n);
+    atomic_fetch_add(&met->draft_tokens, drafted);
+    atomic_fetch_add(&met->draft_accepted, accepted);
     pthread_mutex_lock(&met->mu);
     met->decode_s += dt;
-    double rate = dt > 0 ? n / dt : 0;
+    double rate = dt > 0 ? made / dt : 0;
     met->tokens_per_s = met->tokens_per_s > 0 ? 0.9 * met->tokens_per_s + 0.1 * rate : rate;
     pthread_mutex_unlock(&met->mu);
-    for (int b = 0; b < n; b++) {
-        struct slot *s = &e->slots[idx[b]];
-        s->pos++;
-        slot_step(e, s, (float *)e->blogits->data + (size_t)b * (size_t)e->vocab);
-    }
 }
 
 /* ---- the engine thread --------------------------------------------------------------------------- */
@@ -753,6 +848,8 @@ enum toy_status toy_srv_engine_new(const struct srv_model *m, const struct toy_t
     if (o->n_slots < 1 || o->n_slots > 256 || o->queue_size < 0 || o->queue_size > 1 << 20)
         return toy_error(TOY_ERR_INVALID_ARG, "%d slots, queue %d (slots 1..256, queue 0..1048576)",
                          o->n_slots, o->queue_size);
+    if (o->lookup < 0 || o->lookup > SRV_LOOKUP_MAX)
+        return toy_error(TOY_ERR_INVALID_ARG, "lookup %d is not 0..%d", o->lookup, SRV_LOOKUP_MAX);
     struct srv_engine *e = calloc(1, sizeof *e);
     if (!e) return toy_error(TOY_ERR_NOMEM, "serve engine");
     e->m = m;
@@ -768,12 +865,20 @@ enum toy_status toy_srv_engine_new(const struct srv_model *m, const struct toy_t
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     e->slots = calloc((size_t)e->n_slots, sizeof *e->slots);
-    e->bidx = calloc((size_t)e->n_slots, sizeof *e->bidx);
+    e->lookup = o->lookup;
+    e->drafts = calloc((size_t)e->n_slots * SRV_LOOKUP_MAX, sizeof *e->drafts);
+    bool steps_ok = true;
+    for (int i = 0; i < SRV_STEP_GRAPHS; i++) {
+        struct step_graph *sg = &e->steps[i];
+        sg->idx = calloc((size_t)e->n_slots, sizeof *sg->idx);
+        sg->off = calloc((size_t)e->n_slots + 1, sizeof *sg->off);
+        steps_ok = steps_ok && sg->idx && sg->off;
+    }
     e->q_cap = e->q_max + e->n_slots; /* the ring also holds jobs about to take a free slot */
     e->q = calloc((size_t)e->q_cap, sizeof *e->q);
     e->logits = malloc((size_t)e->vocab * sizeof(float));
     e->tp = toy_threadpool_new(o->n_threads);
-    enum toy_status st = pst ? pst : e->slots && e->bidx && e->q && e->logits && e->tp ? TOY_OK
+    enum toy_status st = pst ? pst : e->slots && e->drafts && steps_ok && e->q && e->logits && e->tp ? TOY_OK
                                                                                     : toy_error(TOY_ERR_NOMEM, "serve engine");
     for (int i = 0; i < e->n_slots && !st; i++) {
         struct slot *s = &e->slots[i];
@@ -809,14 +914,19 @@ void toy_srv_engine_free(struct srv_engine *e) {
         toy_sampler_free(e->slots[i].smp);
         toy_decoder_free(e->slots[i].dec);
     }
-    toy_ctx_free(e->bctx);
-    toy_membuf_free(&e->dbuf);
+    for (int i = 0; i < SRV_STEP_GRAPHS; i++) {
+        struct step_graph *sg = &e->steps[i];
+        toy_ctx_free(sg->ctx);
+        free(sg->idx);
+        free(sg->off);
+    }
+    free(e->drafts);
+    toy_membuf_free(&e->sbuf);
     toy_membuf_free(&e->pbuf);
     toy_threadpool_free(e->tp);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
     free(e->slots);
-    free(e->bidx);
     free(e->q);
     free(e->logits);
     free(e);

@@ -6,8 +6,9 @@
  * needs:
  *
  *  - batched decode over separate KV caches: B sequences, each with its own
- *    cache and n_past (toy_kv_cache has one n_past for all its sequences),
- *    share every projection (one matmul over B rows: the weights are read
+ *    cache and n_past (toy_kv_cache has one n_past for all its sequences)
+ *    and its own number of positions (struct srv_seqs: a step that checks
+ *    drafts of different lengths), share every projection (one matmul over B rows: the weights are read
  *    once per step for the whole batch, which is where batching pays) and
  *    run attention per sequence on views of q, k and v;
  *  - row groups: with Q8_0/Q4_0 weights, a product of at most 8 rows takes
@@ -22,8 +23,9 @@
  *    packed for inference (toy_llama_pack_weights, on CPUs with AVX-512
  *    VNNI) give the same bits at every row count, so then no grouping;
  *  - outputs: the logits of the last position only (a prefill of T tokens
- *    never materialises T x vocab logits), or an embedding: the mean of the
- *    final-norm hidden states over positions, or the first's or the last's.
+ *    never materialises T x vocab logits), every position's (a decode step
+ *    that checks drafts), or an embedding: the mean of the final-norm hidden
+ *    states over positions, or the first's or the last's.
  *
  * Keep in step with src/models/llama.c and gpt2.c when they change.
  */
@@ -103,32 +105,33 @@ int64_t toy_srv_row_group(const struct srv_model *m) {
     return row_count_dependent(m->llama ? m->llama->output : m->gpt2->output) ? 8 : 0;
 }
 
-/* sequence b of x {D, H, T, B}: a view {D, H, T, 1} */
-static struct toy_tensor *seq_view(struct toy_ctx *ctx, struct toy_tensor *x, int64_t b) {
-    if (x->ne[3] == 1) return x;
-    int64_t ne[4] = {x->ne[0], x->ne[1], x->ne[2], 1};
-    return toy_view(ctx, x, 4, ne, x->nb, (size_t)b * x->nb[3]);
+/* sequence b's rows of x {D, H, T, B}: x's {D, H, T, b} without off, else rows [off[b], off[b+1]) of x {D, H, R, 1},
+ * as a view {D, H, rows, 1} */
+static struct toy_tensor *seq_view(struct toy_ctx *ctx, struct toy_tensor *x, const struct srv_seqs *sq, int b) {
+    int64_t r0 = sq->off ? sq->off[b] : 0, nr = sq->off ? sq->off[b + 1] - r0 : x->ne[2];
+    if (x->ne[3] == 1 && nr == x->ne[2]) return x;
+    int64_t ne[4] = {x->ne[0], x->ne[1], nr, 1};
+    return toy_view(ctx, x, 4, ne, x->nb, (size_t)(sq->off ? 0 : b) * x->nb[3] + (size_t)r0 * x->nb[2]);
 }
 
-/* Attention of layer l over q, k, v {hd, H, T, B}: with caches, sequence b's
- * keys and values stored into caches[b] from its n_past and its queries
- * attending over them; without, causal over the T tokens */
+/* Attention of layer l over q, k, v {hd, H, T, B}: with seqs, sequence b's keys and values stored into its cache
+ * from its n_past and its queries attending over them; without, causal over the T tokens */
 static struct toy_tensor *attend(struct toy_ctx *ctx, struct toy_tensor *q, struct toy_tensor *k, struct toy_tensor *v,
-                                 struct toy_kv_cache *const *caches, int64_t l, const struct toy_attn_params *attn) {
-    if (!caches) return toy_attention(ctx, q, k, v, attn);
+                                 const struct srv_seqs *sq, int64_t l, const struct toy_attn_params *attn) {
+    if (!sq) return toy_attention(ctx, q, k, v, attn);
     struct toy_tensor *a = NULL;
-    for (int64_t b = 0; b < q->ne[3]; b++) {
-        struct toy_kv_cache *kc = caches[b];
-        struct toy_tensor *ks = toy_kv_store(ctx, kc->k[l], seq_view(ctx, k, b), kc->n_past);
-        struct toy_tensor *vs = v == k ? ks : toy_kv_store(ctx, kc->v[l], seq_view(ctx, v, b), kc->n_past);
-        struct toy_tensor *ab = toy_attention_cached(ctx, seq_view(ctx, q, b), ks, vs, kc->n_past, attn);
-        a = a ? toy_concat(ctx, a, ab, 3) : ab;
+    for (int b = 0; b < sq->n; b++) {
+        struct toy_kv_cache *kc = sq->caches[b];
+        struct toy_tensor *ks = toy_kv_store(ctx, kc->k[l], seq_view(ctx, k, sq, b), kc->n_past);
+        struct toy_tensor *vs = v == k ? ks : toy_kv_store(ctx, kc->v[l], seq_view(ctx, v, sq, b), kc->n_past);
+        struct toy_tensor *ab = toy_attention_cached(ctx, seq_view(ctx, q, sq, b), ks, vs, kc->n_past, attn);
+        a = a ? toy_concat(ctx, a, ab, sq->off ? 2 : 3) : ab;
     }
     return a;
 }
 
 static struct toy_tensor *llama_forward(struct toy_ctx *ctx, struct toy_llama *m, struct toy_tensor *tokens,
-                                        struct toy_tensor *pos, struct toy_kv_cache *const *caches, enum srv_out out,
+                                        struct toy_tensor *pos, const struct srv_seqs *sq, enum srv_out out,
                                         int64_t rg) {
     const struct toy_llama_config *c = &m->cfg;
     const bool bf16 = m->matmul_type == TOY_BF16;
@@ -138,7 +141,7 @@ static struct toy_tensor *llama_forward(struct toy_ctx *ctx, struct toy_llama *m
     if (c->embed_scale) x = toy_scale(ctx, x, sqrtf((float)d));
     if (c->embed_mult > 0) x = toy_scale(ctx, x, c->embed_mult); /* Granite */
     /* the positions a sequence may reach (LongRoPE's choice), as the model's cached forward takes them */
-    const int64_t n_ctx = caches && caches[0] ? caches[0]->k[0]->ne[2] : T;
+    const int64_t n_ctx = sq ? sq->caches[0]->k[0]->ne[2] : T;
     for (int64_t l = 0; l < c->n_layers; l++) {
         struct toy_llama_layer *L = &m->layers[l];
         struct toy_attn_params attn = toy_llama_attn_params(m, l);
@@ -155,7 +158,7 @@ static struct toy_tensor *llama_forward(struct toy_ctx *ctx, struct toy_llama *m
             q = toy_llama_rope(ctx, m, l, toy_llama_attn_temp(ctx, m, q, pos), pos, n_ctx);
             k = toy_llama_rope(ctx, m, l, k, pos, n_ctx);
         }
-        struct toy_tensor *a = attend(ctx, q, k, v, caches, l, &attn); /* {hd, H, T, B} */
+        struct toy_tensor *a = attend(ctx, q, k, v, sq, l, &attn); /* {hd, H, T, B} */
         a = c->kv_lora_rank ? toy_llama_mla_out(ctx, c, L, a) : toy_reshape_3d(ctx, a, hd * H, T, B);
         a = projg(ctx, bf16, a, L->wo, L->bo, rg);
         if (L->post_attn_norm) a = toy_rms_norm(ctx, a, L->post_attn_norm, c->norm_eps);
@@ -177,14 +180,14 @@ static struct toy_tensor *llama_forward(struct toy_ctx *ctx, struct toy_llama *m
         x = toy_rms_norm(ctx, x, m->out_norm, c->norm_eps); /* {d, T, B} */
         return toy_mean(ctx, x, 1);                          /* {d, 1, B} */
     }
-    /* only the last position goes through the head */
-    x = toy_rms_norm(ctx, one_position(ctx, x, out), m->out_norm, c->norm_eps);
-    if (out != SRV_OUT_LOGITS_LAST) return x; /* the first or last position's hidden state */
+    /* only the last position goes through the head, unless all are asked for */
+    x = toy_rms_norm(ctx, out == SRV_OUT_LOGITS_ALL ? x : one_position(ctx, x, out), m->out_norm, c->norm_eps);
+    if (out != SRV_OUT_LOGITS_LAST && out != SRV_OUT_LOGITS_ALL) return x; /* the first or last position's hidden state */
     return toy_llama_head_out(ctx, c, projg(ctx, bf16, x, m->output, NULL, rg)); /* {vocab, 1, B} */
 }
 
 static struct toy_tensor *gpt2_forward(struct toy_ctx *ctx, struct toy_gpt2 *m, struct toy_tensor *tokens,
-                                       struct toy_tensor *pos, struct toy_kv_cache *const *caches, enum srv_out out,
+                                       struct toy_tensor *pos, const struct srv_seqs *sq, enum srv_out out,
                                        int64_t rg) {
     const struct toy_gpt2_config *c = &m->cfg;
     const bool bf16 = m->matmul_type == TOY_BF16;
@@ -199,7 +202,7 @@ static struct toy_tensor *gpt2_forward(struct toy_ctx *ctx, struct toy_gpt2 *m, 
         struct toy_tensor *qkv = projg(ctx, bf16, h, L->w_qkv, L->b_qkv, rg); /* {3d, T, B} */
         struct toy_tensor *q = toy_qkv_part(ctx, qkv, 0, hd, H), *k = toy_qkv_part(ctx, qkv, 1, hd, H),
                           *v = toy_qkv_part(ctx, qkv, 2, hd, H);
-        struct toy_tensor *a = attend(ctx, q, k, v, caches, l, &attn); /* {hd, H, T, B} */
+        struct toy_tensor *a = attend(ctx, q, k, v, sq, l, &attn); /* {hd, H, T, B} */
         a = projg(ctx, bf16, toy_reshape_3d(ctx, a, d, T, B), L->w_o, L->b_o, rg);
         x = toy_add(ctx, x, a);
         h = toy_layer_norm(ctx, x, L->ffn_norm, L->ffn_norm_b, c->norm_eps);
@@ -210,14 +213,15 @@ static struct toy_tensor *gpt2_forward(struct toy_ctx *ctx, struct toy_gpt2 *m, 
         x = toy_layer_norm(ctx, x, m->out_norm, m->out_norm_b, c->norm_eps); /* {d, T, B} */
         return toy_mean(ctx, x, 1);                                         /* {d, 1, B} */
     }
-    x = toy_layer_norm(ctx, one_position(ctx, x, out), m->out_norm, m->out_norm_b, c->norm_eps);
-    if (out != SRV_OUT_LOGITS_LAST) return x;
+    x = toy_layer_norm(ctx, out == SRV_OUT_LOGITS_ALL ? x : one_position(ctx, x, out), m->out_norm, m->out_norm_b,
+                       c->norm_eps);
+    if (out != SRV_OUT_LOGITS_LAST && out != SRV_OUT_LOGITS_ALL) return x;
     return projg(ctx, bf16, x, m->output, NULL, rg); /* {vocab, 1, B} */
 }
 
 struct toy_tensor *toy_srv_forward(struct toy_ctx *ctx, const struct srv_model *m, struct toy_tensor *tokens,
-                                   struct toy_tensor *pos, struct toy_kv_cache *const *caches, enum srv_out out,
+                                   struct toy_tensor *pos, const struct srv_seqs *seqs, enum srv_out out,
                                    int64_t rg) {
-    return m->llama ? llama_forward(ctx, m->llama, tokens, pos, caches, out, rg)
-                    : gpt2_forward(ctx, m->gpt2, tokens, pos, caches, out, rg);
+    return m->llama ? llama_forward(ctx, m->llama, tokens, pos, seqs, out, rg)
+                    : gpt2_forward(ctx, m->gpt2, tokens, pos, seqs, out, rg);
 }

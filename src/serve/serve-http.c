@@ -374,6 +374,9 @@ static enum MHD_Result metrics(struct srv *S, struct MHD_Connection *c) {
     COUNTER("toy_decode_steps_total", "Batched decode steps run.", atomic_load(&m->decode_steps));
     COUNTER("toy_decode_rows_total", "Sequences decoded, summed over decode steps (rows / steps = mean batch).",
             atomic_load(&m->decode_rows));
+    COUNTER("toy_draft_tokens_total", "Tokens prompt lookup drafted (toy serve --lookup).", atomic_load(&m->draft_tokens));
+    COUNTER("toy_draft_tokens_accepted_total", "Drafted tokens that were the tokens sampled, kept without a pass of their own.",
+            atomic_load(&m->draft_accepted));
     GAUGE("toy_queue_depth", "Requests waiting for a slot.", "%d", atomic_load(&m->queue_depth));
     GAUGE("toy_active_sequences", "Sequences being generated.", "%d", atomic_load(&m->active));
     GAUGE("toy_slots", "Sequences that can be generated together.", "%d", S->o.n_slots);
@@ -688,9 +691,10 @@ static enum toy_status open_events(struct srv *S, const char *model_path) {
                               (json_int_t)c->vocab, "d_model", (json_int_t)c->d_model, "n_layers",
                               (json_int_t)c->n_layers, "n_heads", (json_int_t)c->n_heads, "n_kv",
                               (json_int_t)c->n_kv_heads, "d_head", (json_int_t)c->d_head, "d_ff", (json_int_t)c->d_ff);
-    json_t *config = json_pack("{s:s,s:i,s:I,s:i,s:i,s:i,s:b,s:s}", "host", S->o.host, "port", S->o.port, "max_t",
+    json_t *config = json_pack("{s:s,s:i,s:I,s:i,s:i,s:i,s:b,s:i,s:s}", "host", S->o.host, "port", S->o.port, "max_t",
                                (json_int_t)S->api.n_ctx, "slots", S->o.n_slots, "queue", S->o.queue_size,
-                               "timeout_s", S->o.timeout_s, "prefix_cache", !S->o.no_prefix_cache, "model_path",
+                               "timeout_s", S->o.timeout_s, "prefix_cache", !S->o.no_prefix_cache, "lookup",
+                               S->o.lookup, "model_path",
                                model_path ? model_path : "");
     st = toy_events_run_start(S->ev, &(struct toy_run_start){
         .run_id = id, .phase = "serve", .model = model, .config = config});
@@ -758,7 +762,8 @@ static enum toy_status serve_model(struct srv_model model, const struct toy_toke
         eot_stops(&S->api, tsrc);
     }
     struct srv_engine_opts eo = {.n_slots = o.n_slots, .queue_size = o.queue_size, .n_ctx = S->api.n_ctx,
-                                 .n_threads = o.n_threads, .prefix_cache = !o.no_prefix_cache, .kv_f32 = o.kv_f32};
+                                 .n_threads = o.n_threads, .prefix_cache = !o.no_prefix_cache, .kv_f32 = o.kv_f32,
+                                 .lookup = o.lookup};
     if ((st = toy_srv_engine_new(m, tok, &eo, &S->met, &S->eng))) { srv_free(S); return st; }
 
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *ai = NULL;

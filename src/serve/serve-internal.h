@@ -51,19 +51,30 @@ enum toy_status toy_srv_cache_init(const struct srv_model *m, struct toy_kv_cach
 
 enum srv_out {
     SRV_OUT_LOGITS_LAST, /* logits {vocab, 1, B} of each sequence's last position */
+    SRV_OUT_LOGITS_ALL,  /* logits of every position {vocab, T, B} */
     SRV_OUT_MEAN_HIDDEN, /* final-norm hidden states averaged over positions {d, 1, B} */
     SRV_OUT_FIRST_HIDDEN, /* the first position's final-norm hidden state {d, 1, B} */
     SRV_OUT_LAST_HIDDEN, /* the last position's */
 };
 
-/* The model's forward of tokens {T, B} at positions pos {T*B}. With
- * caches (B of them, each n_seq 1 with its own n_past), sequence b's keys
- * and values go to caches[b] at caches[b]->n_past..: B sequences at
- * different positions share one graph (every projection is one matmul over
- * the B rows; attention runs per sequence). Without caches: plain causal
- * attention over the T tokens. */
+/* The sequences a pass reads through KV caches: n of them, each with a cache
+ * of its own (n_seq 1, its own n_past). off NULL: tokens {T, n}, T positions
+ * each. Else tokens {R, 1}, and sequence b's positions are rows
+ * [off[b], off[b+1]) (R = off[n]): a decode step where each sequence checks
+ * a draft of its own length. */
+struct srv_seqs {
+    struct toy_kv_cache *const *caches;
+    const int64_t *off;
+    int n;
+};
+
+/* The model's forward of tokens {T, B} at positions pos {T*B}. With seqs,
+ * each sequence's keys and values are stored into its cache from its n_past,
+ * and its queries attend over them: sequences at different positions share
+ * one graph (every projection is one matmul over all the rows; attention runs
+ * per sequence). Without: plain causal attention over the T tokens. */
 struct toy_tensor *toy_srv_forward(struct toy_ctx *ctx, const struct srv_model *m, struct toy_tensor *tokens,
-                                   struct toy_tensor *pos, struct toy_kv_cache *const *caches, enum srv_out out,
+                                   struct toy_tensor *pos, const struct srv_seqs *seqs, enum srv_out out,
                                    int64_t row_group);
 /* The row group decode batches need so that each sequence gets the numbers
  * it gets alone: 8 for models with Q8_0/Q4_0 weights, 0 (no split) otherwise
@@ -148,6 +159,7 @@ void toy_srv_job_unref(struct srv_job *j);
 struct srv_metrics {
     atomic_llong prompt_tokens, cached_tokens, completion_tokens, embed_tokens;
     atomic_llong jobs_done, jobs_cancelled, decode_steps, decode_rows;
+    atomic_llong draft_tokens, draft_accepted; /* prompt lookup's drafted tokens, and those kept */
     atomic_int queue_depth, active;
     double ttft_sum, latency_sum;    /* under the engine's metrics lock */
     int64_t ttft_count, latency_count;
@@ -167,6 +179,7 @@ struct srv_engine_opts {
     int n_threads;
     bool prefix_cache;
     bool kv_f32;         /* KV caches in f32 (else f16) */
+    int lookup;          /* prompt lookup: drafts of at most this many tokens per slot and step (0: none; ..15) */
 };
 
 /* m must outlive the engine */
