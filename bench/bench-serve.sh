@@ -10,6 +10,11 @@
 # hit for a long prompt.
 #
 #   bench/bench-serve.sh -m model.gguf [-c "1 4 16"] [-n 64] [-t 64] [--parallel 16] [--threads N]
+#                        [--temp 0.8] [--lookup N]
+#
+# --lookup N runs the server with prompt lookup and reports how many drafted
+# tokens were kept; --temp 0 makes every request greedy (a random-weights
+# model then loops, so every draft is kept: the upper end of what it gains).
 #
 # Environment: TOY_BIN (build/toy). Loopback only; everything is bounded by
 # the request count and curl's --max-time.
@@ -23,6 +28,8 @@ TOKENS=64
 PARALLEL=16
 THREADS=0
 PROMPT_TOKENS=512
+TEMP=0.8
+LOOKUP=0
 while [ $# -gt 0 ]; do
     case "$1" in
     -m) MODEL=$2; shift 2 ;;
@@ -32,7 +39,9 @@ while [ $# -gt 0 ]; do
     --parallel) PARALLEL=$2; shift 2 ;;
     --threads) THREADS=$2; shift 2 ;;
     --prompt-tokens) PROMPT_TOKENS=$2; shift 2 ;;
-    *) echo "usage: $0 -m MODEL.gguf [-c '1 4 16'] [-n requests] [-t tokens] [--parallel N] [--threads N]" >&2; exit 2 ;;
+    --temp) TEMP=$2; shift 2 ;;
+    --lookup) LOOKUP=$2; shift 2 ;;
+    *) echo "usage: $0 -m MODEL.gguf [-c '1 4 16'] [-n requests] [-t tokens] [--parallel N] [--threads N] [--temp T] [--lookup N]" >&2; exit 2 ;;
     esac
 done
 [ -n "$MODEL" ] || { echo "bench-serve: -m MODEL.gguf is required" >&2; exit 2; }
@@ -46,7 +55,7 @@ cleanup() {
 trap cleanup EXIT
 
 "$TOY_BIN" serve -m "$MODEL" --port 0 --parallel "$PARALLEL" --queue 1024 --threads "$THREADS" \
-    --no-events --quiet 2> "$WORK/server.log" &
+    --lookup "$LOOKUP" --no-events --quiet 2> "$WORK/server.log" &
 SERVER_PID=$!
 for _ in $(seq 300); do
     grep -q "listening on" "$WORK/server.log" 2>/dev/null && break
@@ -55,7 +64,7 @@ done
 PORT=$(sed -n 's/.*listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$WORK/server.log" | head -1)
 [ -n "$PORT" ] || { cat "$WORK/server.log" >&2; exit 1; }
 URL="http://127.0.0.1:$PORT"
-echo "toy serve: $MODEL, $PARALLEL slots, port $PORT, $(nproc) cores"
+echo "toy serve: $MODEL, $PARALLEL slots, port $PORT, $(nproc) cores, temperature $TEMP, lookup $LOOKUP"
 
 metric() { curl -s "$URL/metrics" | awk -v m="$1" '$1 == m {print $2}'; }
 
@@ -65,14 +74,14 @@ metric() { curl -s "$URL/metrics" | awk -v m="$1" '$1 == m {print $2}'; }
 client() {
     local n=$1 out=$2 i
     if command -v python3 > /dev/null; then
-        python3 - "$URL" "$n" "$TOKENS" "$out" <<'EOF' && return
+        python3 - "$URL" "$n" "$TOKENS" "$out" "$TEMP" <<'EOF' && return
 import http.client, json, sys, time, urllib.parse
-url, n, toks, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+url, n, toks, out, temp = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], float(sys.argv[5])
 u = urllib.parse.urlparse(url)
 c = http.client.HTTPConnection(u.hostname, u.port, timeout=300)
 with open(out, "a") as f:
     for i in range(1, n + 1):
-        body = json.dumps({"prompt": "Once upon a time, request %d" % i, "max_tokens": toks, "temperature": 0.8,
+        body = json.dumps({"prompt": "Once upon a time, request %d" % i, "max_tokens": toks, "temperature": temp,
                            "seed": i, "ignore_eos": True})
         t0 = time.time()
         try:
@@ -88,7 +97,7 @@ EOF
     for i in $(seq "$n"); do
         curl -s -o /dev/null --max-time 300 -w '%{http_code} %{time_total}\n' "$URL/v1/completions" \
             -H 'Content-Type: application/json' \
-            -d "{\"prompt\":\"Once upon a time, request $i\",\"max_tokens\":$TOKENS,\"temperature\":0.8,\"seed\":$i,\"ignore_eos\":true}" \
+            -d "{\"prompt\":\"Once upon a time, request $i\",\"max_tokens\":$TOKENS,\"temperature\":$TEMP,\"seed\":$i,\"ignore_eos\":true}" \
             >> "$out" || echo "000 0" >> "$out"
     done
 }
@@ -118,6 +127,8 @@ for C in $CONC; do
                    (ds > 0 ? dr / ds : 0), rss
         }'
 done
+
+[ "$LOOKUP" -gt 0 ] && echo "prompt lookup: $(metric toy_draft_tokens_accepted_total) of $(metric toy_draft_tokens_total) drafted tokens kept"
 
 # time to first token for a long prompt, cold and with a prefix-cache hit (a stream: the first chunk's arrival)
 python3 - "$URL" "$PROMPT_TOKENS" <<'EOF' || echo "(ttft check skipped: python3 unavailable)"
