@@ -1529,7 +1529,8 @@ static void decode_step_cases(void) {
 
 /* A few queries at once (a speculative pass: the token and its draft) through the attention op: each row as
  * a decode step of its own over the keys it sees (attention.c few_queries), against a plain double-precision
- * loop, for f32 and f16 caches, 2 to 16 queries (17: the general path), GQA, windows, softcap, 1..3 threads. */
+ * loop and, bit for bit, against decode steps, for f32 and f16 caches, 2 to 16 queries (17: the general path),
+ * GQA, windows, softcap, 1..3 threads. */
 static void few_queries_cases(void);
 Test(ops, attention_few_queries_match_loops) { few_queries_cases(); }
 /* the same on the AVX2 kernels */
@@ -1618,6 +1619,29 @@ static void cached_attention_cases(const struct qcase *cs, size_t n_cases, uint6
                         }
                     }
             free(p);
+            /* a few queries (attention.c few_queries): each row the bits a decode step of its own gives it, on as
+             * many threads, so a token sampled after a draft is the one plain decoding samples */
+            for (int64_t t = 0; c.Tq > 1 && c.Tq <= 16 && t < c.Tq; t++) {
+                struct toy_tensor *q1 = toy_new_tensor_4d(ctx, TOY_F32, c.D, c.Hq, 1, c.B);
+                struct toy_tensor *k1 = toy_new_tensor_4d(ctx, TOY_F32, c.D, c.Hkv, 1, c.B);
+                struct toy_tensor *v1 = toy_new_tensor_4d(ctx, TOY_F32, c.D, c.Hkv, 1, c.B);
+                struct toy_tensor *np1 = toy_new_tensor_1d(ctx, TOY_I32, 1);
+                *(int32_t *)np1->data = (int32_t)(past + t);
+                for (int64_t b = 0; b < c.B; b++) {
+                    memcpy((float *)q1->data + b * c.Hq * c.D, (const float *)q->data + (b * c.Tq + t) * c.Hq * c.D,
+                           (size_t)(c.Hq * c.D) * sizeof(float));
+                    memcpy((float *)k1->data + b * row, (const float *)kn->data + (b * c.Tq + t) * row,
+                           (size_t)row * sizeof(float));
+                    memcpy((float *)v1->data + b * row, (const float *)vn->data + (b * c.Tq + t) * row,
+                           (size_t)row * sizeof(float));
+                }
+                const float *one = cached_attention_on(ctx, q1, kc, vc, k1, v1, np1, &ap, nth)->data;
+                for (int64_t b = 0; b < c.B; b++)
+                    cr_assert(!memcmp(one + b * c.Hq * c.D, out + (b * c.Tq + t) * c.Hq * c.D,
+                                      (size_t)(c.Hq * c.D) * sizeof(float)),
+                              "case %zu threads %d b %lld: query %lld is not the decode step's", ci, nth, (long long)b,
+                              (long long)t);
+            }
             toy_ctx_free(ctx);
             free(kf);
             free(vf);

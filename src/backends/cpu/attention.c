@@ -244,8 +244,9 @@ size_t toy_cpu_attention_work(const struct toy_tensor *dst, int nth) {
                               q->ne[1] * (k->ne[2] + 16) + DECODE_ROPE_FLOATS(q->ne[0]) + 16) * sizeof(float) + 256;
         if (dec > per) per = dec;
     }
-    if (dst->op == TOY_OP_ATTENTION && q->ne[2] > 1 && q->ne[2] <= FEW_Q) { /* few_queries: queries, outputs, scores */
-        size_t few = (size_t)(2 * q->ne[1] * q->ne[0] + q->ne[1] * (k->ne[2] + 16) + 16) * sizeof(float) + 256;
+    if (dst->op == TOY_OP_ATTENTION && q->ne[2] > 1 && q->ne[2] <= FEW_Q) { /* few_queries: queries, scores, shares */
+        size_t few = (size_t)(q->ne[1] * q->ne[0] + q->ne[1] * (k->ne[2] + 16) + nth * q->ne[1] * (q->ne[0] + 2) + 16) *
+                         sizeof(float) + 256;
         if (few > per) per = few;
     }
     per += toy_cpu_sgemm_pack_bytes() + 64; /* at the slice's end (sgemm_pack) */
@@ -423,14 +424,18 @@ static bool decode_step_ok(const struct attn *a, const struct toy_tensor *k, con
  * block instead left the last thread up to 16 keys a thread short: at 70
  * keys on 2 threads, 48 against 22, and GPT-2 124M's decode attention took
  * 134 us a step on the first thread against 80 on the second. */
-static void decode_keys(const struct attn *a, int ith, int nth, int64_t *c0, int64_t *c1) {
+static void split_keys(const struct attn *a, int64_t t, int ith, int nth, int64_t *c0, int64_t *c1) {
     int64_t j0, j1;
-    key_range(a, 0, &j0, &j1);
+    key_range(a, t, &j0, &j1);
     if (j1 > a->Tk) j1 = a->Tk;
     int64_t nk = j1 > j0 ? j1 - j0 : 0, blocks = (nk + 15) / 16;
     int64_t b0 = blocks * ith / nth, b1 = blocks * (ith + 1) / nth;
     *c0 = j0 + 16 * b0 < j1 ? j0 + 16 * b0 : j1;
     *c1 = j0 + 16 * b1 < j1 ? j0 + 16 * b1 : j1;
+}
+
+static void decode_keys(const struct attn *a, int ith, int nth, int64_t *c0, int64_t *c1) {
+    split_keys(a, 0, ith, nth, c0, c1);
 }
 
 int toy_cpu_attention_prefetch(const struct toy_tensor *dst, int ith, int nth, struct toy_prefetch *pf) {
@@ -474,10 +479,65 @@ static bool decode_store_new(struct toy_tensor *dst, const struct attn *a, int64
     return true;
 }
 
+/* One share of a decode step: the scaled queries qs (Hq x D) over the n keys and values from K and V, into each
+ * head's largest score pm[h], sum of exp(score - pm[h]) pl[h] and output weighted by those exps po (Hq x D); S:
+ * room for Hq x lds scores */
+static void decode_part(const struct attn *a, const struct toy_tensor *k, const struct toy_tensor *v, const float *qs,
+                        const char *K, const char *V, int64_t n, float *S, int64_t lds, float *pm, float *tmp) {
+    const int64_t D = a->D, Hq = a->Hq;
+    const bool f16 = k->type == TOY_F16;
+    float *pl = pm + Hq, *po = pl + Hq;
+    if (n <= 0) {
+        for (int64_t h = 0; h < Hq; h++) pm[h] = -INFINITY, pl[h] = 0;
+        return;
+    }
+    if (wide(D)) wide_qk(qs, K, f16, (int64_t)k->nb[2], (int64_t)k->nb[1], n, D, Hq, a->group, S, lds, tmp);
+    else decode_ops()->qk(qs, K, f16, (int64_t)k->nb[2], (int64_t)k->nb[1], n, D, Hq, a->group, S, lds);
+    for (int64_t h = 0; h < Hq; h++) {
+        float *s = S + h * lds;
+        if (a->cap > 0)
+            for (int64_t j = 0; j < n; j++) s[j] = a->cap * tanhf(s[j] / a->cap);
+        pm[h] = toy_vec.max(s, n);
+        pl[h] = toy_vec.exp_sum(s, s, pm[h], n);
+    }
+    if (wide(D)) wide_pv(S, lds, V, f16, (int64_t)v->nb[2], (int64_t)v->nb[1], n, D, Hq, a->group, po, tmp);
+    else decode_ops()->pv(S, lds, V, f16, (int64_t)v->nb[2], (int64_t)v->nb[1], n, D, Hq, a->group, po);
+}
+
+/* The shares part[0..nth) of query t of sequence b (decode_part's pm, pl, po each) merged into its output rows
+ * and log-sum-exps */
+static void decode_merge(struct toy_tensor *dst, const struct attn *a, int64_t t, int64_t b, const float *const *part,
+                         int nth) {
+    const int64_t D = a->D, Hq = a->Hq;
+    float *lse = (float *)((char *)dst->data + toy_nbytes(dst));
+    const float *sinks = dst->src[5] ? dst->src[5]->data : NULL;
+    for (int64_t h = 0; h < Hq; h++) {
+        float mx = sinks ? sinks[h] : -INFINITY, sum = sinks ? 1.0f : 0.0f; /* a sink: one more key, of value 0 */
+        for (int i = 0; i < nth; i++) {
+            const float *pm = part[i];
+            if (pm[Hq + h] > 0 && pm[h] > mx) {
+                sum *= expf(mx - pm[h]); /* the sink's term, rescaled to the new maximum */
+                mx = pm[h];
+            }
+        }
+        float *O = QROW(dst, h, t, b);
+        memset(O, 0, (size_t)D * sizeof(float));
+        for (int i = 0; i < nth && mx > -INFINITY; i++) {
+            const float *pm = part[i];
+            if (!(pm[Hq + h] > 0)) continue;
+            float w = expf(pm[h] - mx);
+            sum += w * pm[Hq + h];
+            toy_vec.axpy(O, pm + 2 * Hq + h * D, w, D);
+        }
+        if (sum > 0) toy_vec.scale(O, O, 1.0f / sum, D);
+        lse[(b * a->Tq + t) * Hq + h] = sum > 0 ? mx + logf(sum) : -INFINITY;
+    }
+}
+
 static void decode_step(struct toy_tensor *dst, const struct attn *a, int ith, int nth, void *work, size_t ws) {
     const struct toy_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2];
     const int64_t D = a->D, Hq = a->Hq;
-    const bool f16 = k->type == TOY_F16, fused = dst->op_params[P_AT_FUSED];
+    const bool fused = dst->op_params[P_AT_FUSED];
     int64_t c0, c1;
     decode_keys(a, ith, nth, &c0, &c1);
     int64_t n = c1 - c0;
@@ -487,65 +547,36 @@ static void decode_step(struct toy_tensor *dst, const struct attn *a, int ith, i
     int64_t lds = (n + 15) / 16 * 16;
     if (fused && !decode_store_new(dst, a, c0, c1, tmp)) return; /* every thread alike */
     for (int64_t b = 0; b < a->B; b++) {
-        float *pm = part + b * Hq * (D + 2), *pl = pm + Hq, *po = pl + Hq;
-        if (n <= 0) {
-            for (int64_t h = 0; h < Hq; h++) pm[h] = -INFINITY, pl[h] = 0;
-            continue;
-        }
-        for (int64_t h = 0; h < Hq; h++) {
-            if (fused) { /* the query's ROPE, done here: the same bits as the node's */
-                toy_cpu_rope_decode_row(q, h, qs + h * D, tmp);
-                toy_vec.scale(qs + h * D, qs + h * D, a->scale, D);
-            } else {
-                toy_vec.scale(qs + h * D, QROW(q, h, 0, b), a->scale, D);
-            }
-        }
-        const char *K = (const char *)k->data + b * k->nb[3] + c0 * k->nb[2];
-        const char *V = (const char *)v->data + b * v->nb[3] + c0 * v->nb[2];
-        if (wide(D)) wide_qk(qs, K, f16, (int64_t)k->nb[2], (int64_t)k->nb[1], n, D, Hq, a->group, S, lds, tmp);
-        else decode_ops()->qk(qs, K, f16, (int64_t)k->nb[2], (int64_t)k->nb[1], n, D, Hq, a->group, S, lds);
-        for (int64_t h = 0; h < Hq; h++) {
-            float *s = S + h * lds;
-            if (a->cap > 0)
-                for (int64_t j = 0; j < n; j++) s[j] = a->cap * tanhf(s[j] / a->cap);
-            pm[h] = toy_vec.max(s, n);
-            pl[h] = toy_vec.exp_sum(s, s, pm[h], n);
-        }
-        if (wide(D)) wide_pv(S, lds, V, f16, (int64_t)v->nb[2], (int64_t)v->nb[1], n, D, Hq, a->group, po, tmp);
-        else decode_ops()->pv(S, lds, V, f16, (int64_t)v->nb[2], (int64_t)v->nb[1], n, D, Hq, a->group, po);
-    }
-    if (!toy_last_thread((atomic_int *)&dst->op_params[TOY_MAX_OP_PARAMS - 2], nth)) return;
-    float *lse = (float *)((char *)dst->data + toy_nbytes(dst));
-    const float *sinks = dst->src[5] ? dst->src[5]->data : NULL;
-    for (int64_t b = 0; b < a->B; b++)
-        for (int64_t h = 0; h < Hq; h++) {
-            float mx = sinks ? sinks[h] : -INFINITY, sum = sinks ? 1.0f : 0.0f; /* a sink: one more key, of value 0 */
-            for (int t = 0; t < nth; t++) {
-                const float *pm = (const float *)toy_work_slice((char *)work + TOY_WORK_HEAD, ws - TOY_WORK_HEAD, t, nth) +
-                                  b * Hq * (D + 2);
-                if (pm[Hq + h] > 0 && pm[h] > mx) {
-                    sum *= expf(mx - pm[h]); /* the sink's term, rescaled to the new maximum */
-                    mx = pm[h];
+        if (n > 0)
+            for (int64_t h = 0; h < Hq; h++) {
+                if (fused) { /* the query's ROPE, done here: the same bits as the node's */
+                    toy_cpu_rope_decode_row(q, h, qs + h * D, tmp);
+                    toy_vec.scale(qs + h * D, qs + h * D, a->scale, D);
+                } else {
+                    toy_vec.scale(qs + h * D, QROW(q, h, 0, b), a->scale, D);
                 }
             }
-            float *O = QROW(dst, h, 0, b);
-            memset(O, 0, (size_t)D * sizeof(float));
-            for (int t = 0; t < nth && mx > -INFINITY; t++) {
-                const float *pm = (const float *)toy_work_slice((char *)work + TOY_WORK_HEAD, ws - TOY_WORK_HEAD, t, nth) +
-                                  b * Hq * (D + 2);
-                if (!(pm[Hq + h] > 0)) continue;
-                float w = expf(pm[h] - mx);
-                sum += w * pm[Hq + h];
-                toy_vec.axpy(O, pm + 2 * Hq + h * D, w, D);
-            }
-            if (sum > 0) toy_vec.scale(O, O, 1.0f / sum, D);
-            lse[b * Hq + h] = sum > 0 ? mx + logf(sum) : -INFINITY;
-        }
+        decode_part(a, k, v, qs, (const char *)k->data + b * k->nb[3] + c0 * k->nb[2],
+                    (const char *)v->data + b * v->nb[3] + c0 * v->nb[2], n, S, lds, part + b * Hq * (D + 2), tmp);
+    }
+    if (!toy_last_thread((atomic_int *)&dst->op_params[TOY_MAX_OP_PARAMS - 2], nth)) return;
+    const float *parts[nth];
+    for (int64_t b = 0; b < a->B; b++) {
+        for (int i = 0; i < nth; i++)
+            parts[i] = (const float *)toy_work_slice((char *)work + TOY_WORK_HEAD, ws - TOY_WORK_HEAD, i, nth) +
+                       b * Hq * (D + 2);
+        decode_merge(dst, a, 0, b, parts, nth);
+    }
 }
 
 /* A few queries (a speculative pass's draft, at most FEW_Q rows) over a
- * cache the decode kernels read: each row as a decode step of its own over
- * the keys it sees, all heads at once, rows dealt out to the threads. The
+ * cache the decode kernels read: rows dealt out to the threads, each row
+ * computed as a decode step of its own over the keys it sees, all heads at
+ * once, in the shares a decode step's nth threads would take and merged as
+ * it merges them. So a row gets the bits a decode step gives it: a token
+ * sampled after a draft is the one plain decoding samples, whatever the
+ * rounding (a row in one share differed from a decode step's two by ~1e-4
+ * in its log-probabilities, and sampled text went another way). The
  * general path's blocks (f16 rows converted, products through sgemm) cost
  * ten times a decode step for five rows. */
 static bool few_queries_ok(const struct attn *a, const struct toy_tensor *dst, const struct toy_tensor *k,
@@ -558,47 +589,25 @@ static bool few_queries_ok(const struct attn *a, const struct toy_tensor *dst, c
 
 static void few_queries(struct toy_tensor *dst, const struct attn *a, int ith, int nth, void *work, size_t ws) {
     const struct toy_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2];
-    const int64_t D = a->D, Hq = a->Hq, lds = (a->Tk + 15) / 16 * 16;
-    const bool f16 = k->type == TOY_F16;
-    float *qs = toy_work_slice((char *)work + TOY_WORK_HEAD, ws - TOY_WORK_HEAD, ith, nth), *po = qs + Hq * D,
-          *S = po + Hq * D;
-    float *lse = (float *)((char *)dst->data + toy_nbytes(dst));
-    const float *sinks = dst->src[5] ? dst->src[5]->data : NULL;
+    const int64_t D = a->D, Hq = a->Hq;
+    float *qs = toy_work_slice((char *)work + TOY_WORK_HEAD, ws - TOY_WORK_HEAD, ith, nth), *S = qs + Hq * D,
+          *part = S + Hq * ((a->Tk + 15) / 16 * 16); /* nth x Hq x (D + 2) */
+    const float *parts[nth];
     int64_t w0, w1;
     toy_split(a->B * a->Tq, ith, nth, &w0, &w1);
     for (int64_t w = w0; w < w1; w++) {
-        int64_t b = w / a->Tq, t = w % a->Tq, j0, j1;
-        key_range(a, t, &j0, &j1);
-        if (j1 > a->Tk) j1 = a->Tk;
-        int64_t n = j1 > j0 ? j1 - j0 : 0;
-        if (n == 0) {
-            for (int64_t h = 0; h < Hq; h++) {
-                memset(QROW(dst, h, t, b), 0, (size_t)D * sizeof(float));
-                lse[(b * a->Tq + t) * Hq + h] = sinks ? sinks[h] : -INFINITY; /* the sink alone */
-            }
-            continue;
-        }
+        int64_t b = w / a->Tq, t = w % a->Tq;
         for (int64_t h = 0; h < Hq; h++) toy_vec.scale(qs + h * D, QROW(q, h, t, b), a->scale, D);
-        const char *K = (const char *)k->data + b * k->nb[3] + j0 * k->nb[2];
-        const char *V = (const char *)v->data + b * v->nb[3] + j0 * v->nb[2];
-        decode_ops()->qk(qs, K, f16, (int64_t)k->nb[2], (int64_t)k->nb[1], n, D, Hq, a->group, S, lds);
-        float mx[256], sum[256];
-        for (int64_t h = 0; h < Hq; h++) {
-            float *sc = S + h * lds;
-            if (a->cap > 0)
-                for (int64_t j = 0; j < n; j++) sc[j] = a->cap * tanhf(sc[j] / a->cap);
-            mx[h] = toy_vec.max(sc, n);
-            if (sinks && sinks[h] > mx[h]) mx[h] = sinks[h];
-            sum[h] = toy_vec.exp_sum(sc, sc, mx[h], n);
-            if (sinks) sum[h] += expf(sinks[h] - mx[h]); /* one more key, of value zero */
+        for (int i = 0; i < nth; i++) {
+            int64_t c0, c1;
+            split_keys(a, t, i, nth, &c0, &c1);
+            float *pm = part + i * Hq * (D + 2);
+            decode_part(a, k, v, qs, (const char *)k->data + b * k->nb[3] + c0 * k->nb[2],
+                        (const char *)v->data + b * v->nb[3] + c0 * v->nb[2], c1 - c0, S, (c1 - c0 + 15) / 16 * 16,
+                        pm, NULL);
+            parts[i] = pm;
         }
-        decode_ops()->pv(S, lds, V, f16, (int64_t)v->nb[2], (int64_t)v->nb[1], n, D, Hq, a->group, po);
-        for (int64_t h = 0; h < Hq; h++) {
-            float *O = QROW(dst, h, t, b);
-            if (sum[h] > 0) toy_vec.scale(O, po + h * D, 1.0f / sum[h], D);
-            else memset(O, 0, (size_t)D * sizeof(float));
-            lse[(b * a->Tq + t) * Hq + h] = sum[h] > 0 ? mx[h] + logf(sum[h]) : -INFINITY;
-        }
+        decode_merge(dst, a, t, b, parts, nth);
     }
 }
 
