@@ -14,6 +14,7 @@
 #include "generate-gpt2.h"
 #include "paths.h"
 #include "stop-signals.h"
+#include "toy/models.h"
 #include "toy/serve.h"
 #include "toy/toy.h"
 
@@ -23,7 +24,8 @@ static int usage_to(FILE *out) {
             "                 [--chat-template NAME|JINJA|FILE] [--ctx N] [--parallel 4] [--queue 64] [--threads N]\n"
             "                 [--max-body BYTES] [--timeout SECONDS] [--max-connections 128] [--drain SECONDS]\n"
             "                 [--cors-origin '*'] [--runs DIR | --no-events] [--no-prefix-cache] [--kv-type f16|f32]\n"
-            "                 [--pooling mean|cls|last] [--lookup N] [--quiet]\n"
+            "                 [--pooling mean|cls|last] [--lookup N] [--draft FILE|NAME [--draft-max 8]\n"
+            "                 [--draft-p-min 0.75]] [--quiet]\n"
             "Endpoints: GET /health, GET /v1/models, POST /v1/completions, POST /v1/chat/completions,\n"
             "POST /v1/responses, POST /v1/messages (Anthropic's), POST /v1/embeddings, GET /metrics.\n"
             "--port 0 picks a free port (printed on stderr).\n");
@@ -33,8 +35,9 @@ static int usage(void) { return usage_to(stderr); }
 
 int toy_cmd_serve(int argc, char **argv) {
     struct toy_serve_options o = toy_serve_defaults();
-    const char *model = NULL;
+    const char *model = NULL, *draft = NULL;
     const char *kv = NULL, *pooling = NULL;
+    double p_min = o.draft_p_min;
     bool no_events = false;
     int64_t max_body = (int64_t)o.max_body;
     const struct toy_cli_flag flags[] = {
@@ -48,6 +51,8 @@ int toy_cmd_serve(int argc, char **argv) {
         TOY_FLAG_N("--parallel", TOY_CLI_INT, &o.n_slots, 1, 256), TOY_FLAG_N("-np", TOY_CLI_INT, &o.n_slots, 1, 256),
         TOY_FLAG_N("--queue", TOY_CLI_INT, &o.queue_size, 1, 1 << 20),
         TOY_FLAG_N("--lookup", TOY_CLI_INT, &o.lookup, 0, TOY_GENERATE_MAX_LOOKUP),
+        TOY_FLAG_S("--draft", &draft), TOY_FLAG_N("--draft-max", TOY_CLI_INT, &o.draft_max, 1, TOY_GENERATE_MAX_LOOKUP),
+        TOY_FLAG_N("--draft-p-min", TOY_CLI_F64, &p_min, 0, 1),
         TOY_FLAG_N("--threads", TOY_CLI_INT, &o.n_threads, 0, 1024), TOY_FLAG_N("-t", TOY_CLI_INT, &o.n_threads, 0, 1024),
         TOY_FLAG_N("--max-body", TOY_CLI_I64, &max_body, 1, 1LL << 40),
         TOY_FLAG_N("--timeout", TOY_CLI_INT, &o.timeout_s, 0, 1 << 30),
@@ -67,6 +72,14 @@ int toy_cmd_serve(int argc, char **argv) {
         if (o.pooling == -2) { fprintf(stderr, "toy serve: --pooling mean|cls|last, not '%s'\n", pooling); return 2; }
     }
     if (!model) { fprintf(stderr, "toy serve: -m MODEL is required\n"); return usage(); }
+    o.draft_p_min = (float)p_min;
+    char resolved[4096], dresolved[4096];
+    if (toy_model_resolve(model, resolved, sizeof resolved)) { fprintf(stderr, "toy serve: %s\n", toy_last_error()); return 1; }
+    model = resolved;
+    if (draft && toy_model_resolve(draft, dresolved, sizeof dresolved)) {
+        fprintf(stderr, "toy serve: --draft %s: %s\n", draft, toy_last_error());
+        return 1;
+    }
 
     char *tmpl_text = NULL; /* --chat-template FILE: its text */
     o.chat_template = toy_cli_template_source(o.chat_template, &tmpl_text);
@@ -77,11 +90,24 @@ int toy_cmd_serve(int argc, char **argv) {
         free(tmpl_text);
         return 1;
     }
-    struct toy_tokenizer *tok = NULL;
+    struct toy_tokenizer *tok = NULL, *dtok = NULL;
     if (toy_tokenizer_load_gguf(m ? m->gguf : g2->gguf, &tok)) {
         fprintf(stderr, "toy serve: %s has no usable tokenizer (%s); only token-id prompts will work\n", model,
                 toy_last_error());
         tok = NULL;
+    }
+    if (draft) { /* a draft without a tokenizer is compared by its vocabulary's size */
+        if (toy_cli_is_gpt2(dresolved) ? toy_gpt2_load(dresolved, false, &o.draft_gpt2)
+                                       : toy_llama_load(dresolved, false, &o.draft)) {
+            fprintf(stderr, "toy serve: --draft %s: %s\n", draft, toy_last_error());
+            toy_tokenizer_free(tok);
+            toy_llama_free(m);
+            toy_gpt2_free(g2);
+            free(tmpl_text);
+            return 1;
+        }
+        if (toy_tokenizer_load_gguf(o.draft ? o.draft->gguf : o.draft_gpt2->gguf, &dtok)) dtok = NULL;
+        o.draft_tok = dtok;
     }
     toy_cli_stop_signals_install(); /* the first stop drains; see stop-signals.h for a second one */
     signal(SIGPIPE, SIG_IGN);
@@ -92,8 +118,11 @@ int toy_cmd_serve(int argc, char **argv) {
         rc = 1;
     }
     toy_tokenizer_free(tok);
+    toy_tokenizer_free(dtok);
     toy_llama_free(m);
     toy_gpt2_free(g2);
+    toy_llama_free(o.draft);
+    toy_gpt2_free(o.draft_gpt2);
     free(tmpl_text);
     return rc;
 }

@@ -1025,6 +1025,140 @@ Test(serve, lookup_gives_the_plain_text, .timeout = 180) {
     unlink(log);
 }
 
+/* a random tiny Llama of vocab tokens and max_ctx positions, without a tokenizer, as dir/name */
+static void write_random_llama(const char *dir, const char *name, int64_t vocab, int64_t max_ctx, uint64_t seed,
+                               char *path, size_t n) {
+    struct toy_llama_config c = toy_llama_preset("tiny");
+    c.vocab = vocab;
+    c.max_ctx = max_ctx;
+    struct toy_llama *m = toy_llama_new(&c, seed);
+    cr_assert(m, "%s", toy_last_error());
+    snprintf(path, n, "%s/%s", dir, name);
+    struct toy_gguf_writer *w;
+    cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
+    cr_assert_eq(toy_llama_write_gguf(m, w, TOY_F32), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(toy_gguf_writer_write(w, path), TOY_OK, "%s", toy_last_error());
+    toy_gguf_writer_free(w);
+    toy_llama_free(m);
+}
+
+/* toy serve --draft: a draft model writes each slot's draft, the slot keeps the drafted tokens it samples anyway.
+ * Requests get the text and tokens a server without it gives, bit for bit (the rows of a pass that checks a draft
+ * are the decode steps' own numbers), alone, streamed and batched: with the model drafting for itself (every
+ * greedy draft kept), with the model in Q8_0 and a 48-position context (drafts kept and refused, and texts
+ * that outgrow the draft's context), and with prompt lookup as well. A draft of another
+ * vocabulary is refused at start. */
+Test(serve, draft_model_gives_the_plain_text, .timeout = 240) {
+    char dir[] = "/tmp/toy-serve-draft-XXXXXX", other[256], alien[256];
+    cr_assert(mkdtemp(dir));
+    const char *main_model = model(dir);
+    /* the other draft: the model in Q8_0 (its argmax now and then another token), with 48 positions */
+    struct toy_llama *mm, *mapped;
+    struct toy_tokenizer *tok;
+    cr_assert_eq(toy_llama_load(main_model, false, &mapped), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(toy_tokenizer_load_gguf(mapped->gguf, &tok), TOY_OK, "%s", toy_last_error());
+    toy_llama_free(mapped);
+    cr_assert_eq(toy_llama_load(main_model, true, &mm), TOY_OK, "%s", toy_last_error());
+    mm->cfg.max_ctx = 48;
+    snprintf(other, sizeof other, "%s/other.gguf", dir);
+    struct toy_gguf_writer *w;
+    cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
+    cr_assert_eq(toy_llama_write_gguf(mm, w, TOY_Q8_0), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(toy_tokenizer_write_gguf(tok, w), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(toy_gguf_writer_write(w, other), TOY_OK, "%s", toy_last_error());
+    toy_gguf_writer_free(w);
+    write_random_llama(dir, "alien.gguf", mm->cfg.vocab + 300, 64, 6, alien, sizeof alien);
+    toy_tokenizer_free(tok);
+    toy_llama_free(mm);
+    enum { N = 4 };
+    char bodies[N][256];
+    snprintf(bodies[0], 256, "{\"prompt\":\"a cat\",\"max_tokens\":60,\"temperature\":0,\"ignore_eos\":true,\"logprobs\":1}");
+    snprintf(bodies[1], 256, "{\"prompt\":\"on a mat\",\"max_tokens\":50,\"temperature\":0.8,\"seed\":9,\"ignore_eos\":true}");
+    snprintf(bodies[2], 256, "{\"prompt\":\"the cat sat on a mat and the cat sat on a\",\"max_tokens\":60,"
+                             "\"temperature\":0,\"stop\":[\"leb Paulo\"]}");
+    snprintf(bodies[3], 256, "{\"prompt\":\"a dog\",\"max_tokens\":7,\"temperature\":0.5,\"seed\":2,\"ignore_eos\":true}");
+    struct server plain;
+    const char *xp[] = {"--parallel", "4", NULL};
+    server_start(&plain, xp);
+    struct resp want[N];
+    for (int i = 0; i < N; i++) {
+        want[i] = http(&plain, "POST", "/v1/completions", bodies[i]);
+        cr_assert_eq(want[i].code, 200, "%s", want[i].body);
+    }
+    cr_assert_eq(server_stop(&plain), 0);
+    const char *drafts[3][10] = {
+        {"--parallel", "4", "--draft", main_model, "--draft-p-min", "0", "--draft-max", "4", NULL},
+        {"--parallel", "4", "--draft", other, "--draft-p-min", "0", NULL},
+        {"--parallel", "4", "--draft", other, "--lookup", "3", "--draft-p-min", "0.1", NULL},
+    };
+    for (int d = 0; d < 3; d++) {
+        struct server spec;
+        server_start(&spec, drafts[d]);
+        long long dr0 = 0, kp0 = 0;
+        for (int i = 0; i < N; i++) {
+            struct resp r = http(&spec, "POST", "/v1/completions", bodies[i]);
+            cr_assert_eq(r.code, 200, "%s", r.body);
+            cr_assert_str_eq(jstr(r.json, "choices.0.text"), jstr(want[i].json, "choices.0.text"), "draft %d request %d", d, i);
+            cr_assert_str_eq(jstr(r.json, "choices.0.finish_reason"), jstr(want[i].json, "choices.0.finish_reason"));
+            json_t *la = jget(want[i].json, "choices.0.logprobs.token_logprobs"), *lb = jget(r.json, "choices.0.logprobs.token_logprobs");
+            cr_assert_eq(json_array_size(lb), json_array_size(la));
+            for (size_t k = 0; k < json_array_size(la); k++)
+                cr_assert_eq(json_real_value(json_array_get(lb, k)), json_real_value(json_array_get(la, k)),
+                             "draft %d: token %zu's logprob", d, k);
+            resp_free(&r);
+            long long dr = metric(&spec, "toy_draft_tokens_total"), kp = metric(&spec, "toy_draft_tokens_accepted_total");
+            if (d == 0 && i == 0) /* greedy to max_tokens, drafting for itself: every draft is kept */
+                cr_assert(dr > dr0 && kp - kp0 == dr - dr0, "request %d drafting for itself: %lld of %lld kept", i,
+                          kp - kp0, dr - dr0);
+            dr0 = dr, kp0 = kp;
+        }
+        if (d == 0) { /* on request 0's slot, whose draft cache holds "a cat" and request 0's text: only "a cat" kept */
+            struct resp r = http(&spec, "POST", "/v1/completions",
+                                 "{\"prompt\":\"a cat sat\",\"max_tokens\":40,\"temperature\":0,\"ignore_eos\":true}");
+            cr_assert_eq(r.code, 200, "%s", r.body);
+            cr_assert_gt(jint(r.json, "usage.prompt_tokens_details.cached_tokens"), 0);
+            resp_free(&r);
+            long long dr = metric(&spec, "toy_draft_tokens_total"), kp = metric(&spec, "toy_draft_tokens_accepted_total");
+            cr_assert(dr > dr0 && kp - kp0 == dr - dr0, "a prompt sharing a cached one's start: %lld of %lld kept",
+                      kp - kp0, dr - dr0);
+        }
+        long long drafted = metric(&spec, "toy_draft_tokens_total"), kept = metric(&spec, "toy_draft_tokens_accepted_total");
+        fprintf(stderr, "draft %d: %lld of %lld drafted tokens kept\n", d, kept, drafted);
+        cr_assert_gt(kept, 10, "draft %d: %lld of %lld drafted tokens kept", d, kept, drafted);
+        if (d == 1) cr_assert_gt(drafted, kept, "draft %d: none refused", d);
+        char body[300];
+        snprintf(body, sizeof body, "%.*s,\"stream\":true}", (int)strlen(bodies[1]) - 1, bodies[1]);
+        struct resp st = http(&spec, "POST", "/v1/completions", body);
+        struct sse ev;
+        sse_parse(st.body, false, &ev);
+        cr_assert(ev.done);
+        cr_assert_str_eq(ev.text, jstr(want[1].json, "choices.0.text"), "draft %d streamed", d);
+        resp_free(&st);
+        cr_assert_eq(together_as_alone(&spec, bodies, N), N, "draft %d: requests together got other text", d);
+        cr_assert_eq(server_stop(&spec), 0);
+    }
+    for (int i = 0; i < N; i++) resp_free(&want[i]);
+    /* refused: another vocabulary, a missing file, --draft-max 16 */
+    char log[300];
+    snprintf(log, sizeof log, "%s/refused.log", dir);
+    const char *bad[3][8] = {{"--draft", alien}, {"--draft", "/nonexistent/draft.gguf"}, {"--draft", other, "--draft-max", "16"}};
+    const char *says[3] = {"draft model's vocabulary", "draft.gguf", "--draft-max"};
+    for (int i = 0; i < 3; i++) {
+        char *argv[12] = {(char *)toy_bin(), "serve", "-m", (char *)main_model, "--port", "0", "--no-events"};
+        int n = 7;
+        for (int k = 0; bad[i][k]; k++) argv[n++] = (char *)bad[i][k];
+        argv[n] = NULL;
+        int rc = wait_for(spawn(argv, NULL, log), 30);
+        cr_assert(rc == 1 || rc == 2, "refusal %d: exit %d", i, rc);
+        char *l = slurp(log);
+        cr_assert(l && strstr(l, says[i]), "refusal %d: %s", i, l ? l : "");
+        free(l);
+    }
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
 Test(serve, prefix_cache_reuses_the_prompt, .timeout = 60) {
     struct server s;
     const char *extra[] = {"--parallel", "2", NULL};

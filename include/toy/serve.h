@@ -66,6 +66,13 @@ struct toy_serve_options {
     bool kv_f32;               /* KV caches in f32 (twice the memory); default f16, as toy generate */
     int lookup;                /* prompt lookup: each decoding slot drafts up to this many tokens a step, copied
                                 * from its own text, and keeps those the model would sample anyway (0: off; ..15) */
+    struct toy_llama *draft;   /* a smaller model of the model's vocabulary that drafts for each slot where lookup
+                                * finds nothing, greedily (NULL: none); or draft_gpt2. Must outlive toy_serve */
+    struct toy_gpt2 *draft_gpt2;
+    const struct toy_tokenizer *draft_tok; /* the draft's tokenizer (may be NULL: then only the vocabulary sizes are
+                                            * compared, within 256) */
+    int draft_max;             /* a draft model's drafts: at most this many tokens (0: 8; ..15) */
+    float draft_p_min;         /* it stops before a token it gives less than this (0.75; 0: never) */
     bool quiet;                /* no access log on stderr */
     volatile int *stop;        /* toy_serve returns once *stop != 0 (may be NULL: runs until an error) */
     int *bound_port;           /* out (may be NULL): the port actually bound */

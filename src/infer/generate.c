@@ -10,7 +10,7 @@
 #include <time.h>
 
 #include "infer/gen-text.h"
-#include "infer/lookup.h"
+#include "infer/speculative.h"
 #include "toy/generate.h"
 #include "toy/graph.h"
 #include "toy/json-grammar.h"
@@ -184,22 +184,41 @@ int toy_lookup_draft(const int32_t *h, int64_t n, int k_max, int32_t *out) {
 }
 
 /* the sizes may differ by padding rows no text uses, as a family's small and large models' often do */
-enum toy_status toy_generator_check_draft(const struct toy_generator *g, const struct toy_generator *d) {
-    if (!g || !d) return toy_error(TOY_ERR_INVALID_ARG, "toy_generator_check_draft: NULL generator");
-    if (d == g) return toy_error(TOY_ERR_INVALID_ARG, "the draft generator is the generator itself (a draft needs a cache of its own)");
-    int64_t V = g->lm.vocab, Vd = d->lm.vocab;
+enum toy_status toy_draft_vocab_check(const struct toy_tokenizer *t, int64_t V, const struct toy_tokenizer *td,
+                                      int64_t Vd) {
     if ((V > Vd ? V - Vd : Vd - V) > 256)
         return toy_error(TOY_ERR_INVALID_ARG, "the draft model's vocabulary has %lld tokens, the model's %lld",
                          (long long)Vd, (long long)V);
-    if (!g->tok || !d->tok) return TOY_OK;
-    int64_t n = toy_tokenizer_n_vocab(g->tok), nd = toy_tokenizer_n_vocab(d->tok);
+    if (!t || !td) return TOY_OK;
+    int64_t n = toy_tokenizer_n_vocab(t), nd = toy_tokenizer_n_vocab(td);
     for (int64_t i = 0; i < n && i < nd; i++) {
-        const char *a = toy_tokenizer_piece(g->tok, (int32_t)i), *b = toy_tokenizer_piece(d->tok, (int32_t)i);
+        const char *a = toy_tokenizer_piece(t, (int32_t)i), *b = toy_tokenizer_piece(td, (int32_t)i);
         if (strcmp(a ? a : "", b ? b : ""))
             return toy_error(TOY_ERR_INVALID_ARG, "the draft model's vocabulary is not the model's: token %lld is "
                              "'%.40s' there and '%.40s' here", (long long)i, b ? b : "", a ? a : "");
     }
     return TOY_OK;
+}
+
+enum toy_status toy_generator_check_draft(const struct toy_generator *g, const struct toy_generator *d) {
+    if (!g || !d) return toy_error(TOY_ERR_INVALID_ARG, "toy_generator_check_draft: NULL generator");
+    if (d == g) return toy_error(TOY_ERR_INVALID_ARG, "the draft generator is the generator itself (a draft needs a cache of its own)");
+    return toy_draft_vocab_check(g->tok, g->lm.vocab, d->tok, d->lm.vocab);
+}
+
+int32_t toy_draft_pick(const float *lg, int64_t Vd, int64_t V, float p_min) {
+    int64_t best = 0, n = Vd < V ? Vd : V;
+    for (int64_t i = 1; i < n; i++)
+        if (lg[i] > lg[best]) best = i;
+    if (p_min > 0) { /* the softmax's largest probability (over the draft's whole vocabulary) under p_min? */
+        /* its sum of exp(l - max) past 1 / p_min; logits 20 below the best are left out (each under 2e-9: a 150k
+         * vocabulary of them moves the sum by 3e-4), so a sure token costs compares, not exps */
+        float sum = 0, limit = 1.0f / p_min, top = lg[best];
+        for (int64_t i = 0; i < Vd && sum <= limit; i++)
+            if (lg[i] > top - 20.0f) sum += expf(lg[i] - top);
+        if (sum > limit) return -1;
+    }
+    return (int32_t)best;
 }
 
 /* Makes the draft generator d's cache hold h[0..n) (keeping what it holds of it; at least h[n-1] runs) and points
@@ -243,24 +262,14 @@ static enum toy_status draft_sync(struct toy_generator *d, const int32_t *h, int
  * gives less than p_min; ids at or past V (the model's vocabulary) are never drafted. *k: how many. */
 static enum toy_status draft_tokens(struct toy_generator *d, int32_t *h, int64_t n, int k_max, float p_min, int64_t V,
                                     float *buf, int32_t *out, int *k, struct toy_generate_result *r) {
-    int64_t Vd = d->lm.vocab < V ? d->lm.vocab : V;
     *k = 0;
     while (*k < k_max) {
         const float *lg;
         enum toy_status st = draft_sync(d, h, n + *k, buf, &lg, r);
         if (st) return st;
-        int64_t best = 0;
-        for (int64_t i = 1; i < Vd; i++)
-            if (lg[i] > lg[best]) best = i;
-        if (p_min > 0) { /* the softmax's largest probability (over the draft's whole vocabulary) under p_min? */
-            /* its sum of exp(l - max) past 1 / p_min; logits 20 below the best are left out (each under 2e-9:
-             * a 150k vocabulary of them moves the sum by 3e-4), so a sure token costs compares, not exps */
-            float sum = 0, limit = 1.0f / p_min, top = lg[best];
-            for (int64_t i = 0; i < d->lm.vocab && sum <= limit; i++)
-                if (lg[i] > top - 20.0f) sum += expf(lg[i] - top);
-            if (sum > limit) break;
-        }
-        out[*k] = h[n + *k] = (int32_t)best;
+        int32_t best = toy_draft_pick(lg, d->lm.vocab, V, p_min);
+        if (best < 0) break;
+        out[*k] = h[n + *k] = best;
         ++*k;
     }
     return TOY_OK;

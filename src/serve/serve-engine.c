@@ -35,7 +35,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "infer/lookup.h"
+#include "infer/speculative.h"
 #include "serve/serve-internal.h"
 #include "toy/graph.h"
 #include "toy/threadpool.h"
@@ -43,7 +43,9 @@
 #define SRV_PREFILL_CHUNK 256
 #define SRV_LOOKUP_MAX TOY_GENERATE_MAX_LOOKUP /* drafted tokens per slot and step */
 #define SRV_LOOKUP_ROWS 16                     /* rows of a step with drafts, in all */
-#define SRV_STEP_GRAPHS 8                      /* decode step graphs kept */
+#define SRV_STEP_GRAPHS 8                      /* decode step graphs kept, for each model */
+#define SRV_DRAFT_MAX 8                        /* a draft model's drafts by default */
+#define SRV_DRAFT_SYNC 4                       /* tokens a draft cache takes in a step's pass; more: a prefill */
 
 const double toy_srv_buckets[12] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
 
@@ -102,7 +104,10 @@ struct slot {
     int64_t pos;                  /* its position */
     int64_t n_gen;
     int64_t pf;                   /* prompt tokens in the cache so far */
-    int draft_cap;                /* prompt lookup: the longest draft it makes now (grows while drafts are kept) */
+    int draft_cap;                /* the longest draft it makes now (grows while drafts are kept) */
+    struct toy_kv_cache dkv;      /* the draft model's cache (--draft) */
+    int32_t *dcache_ids;          /* (its n_ctx) the tokens in it */
+    int64_t dn_cache;
     bool prefilling;              /* pf < the prompt's length */
     uint64_t order;               /* admission order (prefill FIFO) */
     uint64_t stamp;               /* last use, for LRU */
@@ -119,6 +124,17 @@ struct step_graph {
     uint64_t used;                /* the step that last ran it (LRU) */
 };
 
+/* the graphs of one model's decode steps, kept for the batches (the slots and their row counts) of the latest
+ * steps and all planned in buf (a graph takes ~0.4 ms to build and plan, a tenth of a step) */
+struct step_set {
+    const struct srv_model *m;
+    bool draft;                   /* through the slots' draft caches */
+    int64_t row_group;
+    struct step_graph g[SRV_STEP_GRAPHS];
+    uint64_t n_runs;
+    struct toy_membuf buf;
+};
+
 struct srv_engine {
     const struct srv_model *m;
     const struct toy_tokenizer *tok;
@@ -127,18 +143,20 @@ struct srv_engine {
     int n_slots;
     int64_t n_ctx, vocab;
     bool prefix_cache;
-    int64_t row_group;            /* decode products in groups of at most this many rows (0: all) */
     struct slot *slots;
     uint64_t clock;
     float *logits;                /* (vocab) */
 
-    /* the decode steps' graphs, kept for the batches (the slots and their row counts) of the latest steps: one
-     * token per slot, and with prompt lookup the slots' drafts, which come and go from step to step; all planned
-     * in sbuf (a graph takes ~0.4 ms to build and plan, a tenth of a step) */
-    struct step_graph steps[SRV_STEP_GRAPHS];
-    uint64_t n_steps;
-    struct toy_membuf sbuf, pbuf; /* decode steps; prefill and embedding graphs */
-    int lookup;                   /* drafts of at most this many tokens per slot and step (0: none) */
+    /* the decode steps' graphs: one token per slot, or with drafts (which come and go from step to step) the
+     * slot's token and its draft; and the draft model's */
+    struct step_set steps, dsteps;
+    struct toy_membuf pbuf;       /* prefill and embedding graphs */
+    int lookup;                   /* prompt lookup's drafts: at most this many tokens per slot and step (0: none) */
+    const struct srv_model *dm;   /* the draft model (NULL: none) */
+    int64_t dn_ctx;               /* its caches' positions */
+    int model_max;                /* the draft model's drafts: at most this many tokens (0: no model) */
+    int draft_max;                /* the longest draft of either */
+    float draft_p_min;
     int32_t *drafts;              /* (n_slots x SRV_LOOKUP_MAX): this step's, by batch index */
 
     /* the embedding job running (one at a time): an input longer than a chunk goes through its own KV cache
@@ -402,16 +420,16 @@ static int64_t common_prefix(const int32_t *a, int64_t na, const int32_t *b, int
 /* One forward pass of tokens[0..n) at positions off.., its output (out: a {vocab} or {d} vector) into dst: through
  * cache kv (which then holds positions 0..off) when given, else in one graph over the tokens (off 0). The prompt
  * prefill's and the embeddings' graph, planned in e->pbuf. */
-static enum toy_status forward_into(struct srv_engine *e, const int32_t *tokens, int64_t n, int64_t off,
-                                    struct toy_kv_cache *kv, enum srv_out out, float *dst, int64_t n_dst) {
+static enum toy_status forward_into(struct srv_engine *e, const struct srv_model *m, const int32_t *tokens, int64_t n,
+                                    int64_t off, struct toy_kv_cache *kv, enum srv_out out, float *dst, int64_t n_dst) {
     struct toy_ctx *ctx = toy_ctx_init(true);
     if (!ctx) return toy_error(TOY_ERR_NOMEM, "forward pass");
     struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, n, 1), *pos = toy_new_tensor_1d(ctx, TOY_I32, n);
     memcpy(tok->data, tokens, (size_t)n * sizeof(int32_t));
     for (int64_t i = 0; i < n; i++) ((int32_t *)pos->data)[i] = (int32_t)(off + i);
-    int64_t rg = out == SRV_OUT_LOGITS_LAST ? e->row_group : 0;
+    int64_t rg = out != SRV_OUT_LOGITS_LAST ? 0 : m == e->dm ? e->dsteps.row_group : e->steps.row_group;
     const struct srv_seqs sq = {.caches = &kv, .n = 1};
-    struct toy_tensor *y = toy_srv_forward(ctx, e->m, tok, pos, kv ? &sq : NULL, out, rg);
+    struct toy_tensor *y = toy_srv_forward(ctx, m, tok, pos, kv ? &sq : NULL, out, rg);
     toy_set_output(y);
     struct toy_graph *g = toy_graph_new(ctx);
     toy_graph_build(g, y);
@@ -428,7 +446,7 @@ static enum toy_status forward_into(struct srv_engine *e, const int32_t *tokens,
 static enum toy_status prefill(struct srv_engine *e, struct slot *s, const int32_t *prompt, int64_t n, int64_t keep) {
     s->n_cache = 0; /* until the compute succeeds */
     enum toy_status st =
-        forward_into(e, prompt + keep, n - keep, keep, &s->kv, SRV_OUT_LOGITS_LAST, e->logits, e->vocab);
+        forward_into(e, e->m, prompt + keep, n - keep, keep, &s->kv, SRV_OUT_LOGITS_LAST, e->logits, e->vocab);
     if (!st) {
         memcpy(s->cache_ids + keep, prompt + keep, (size_t)(n - keep) * sizeof(int32_t));
         s->n_cache = n;
@@ -486,7 +504,7 @@ static void embed_step(struct srv_engine *e) {
         enum srv_out out = pool == TOY_POOLING_CLS ? SRV_OUT_FIRST_HIDDEN
                            : pool == TOY_POOLING_LAST ? SRV_OUT_LAST_HIDDEN
                                                       : SRV_OUT_MEAN_HIDDEN;
-        enum toy_status st = forward_into(e, j->inputs[i] + off, end - off, off, whole ? NULL : &e->emb.kv, out, row, d);
+        enum toy_status st = forward_into(e, e->m, j->inputs[i] + off, end - off, off, whole ? NULL : &e->emb.kv, out, row, d);
         if (st) { embed_fail(e, st, toy_last_error()); return; }
         atomic_fetch_add(&e->met->embed_tokens, end - off);
         if (!whole && out == SRV_OUT_MEAN_HIDDEN) { /* the chunk's mean, weighted by its length; the input's mean
@@ -544,7 +562,7 @@ static void slot_start(struct srv_engine *e, struct slot *s, struct srv_job *j) 
         slot_finish(e, s, TOY_STOP_CALLER);
         return;
     }
-    s->draft_cap = e->lookup;
+    s->draft_cap = e->draft_max;
     s->n_cache = keep; /* what the prefix cache keeps; the rest is overwritten */
     s->pf = keep;
     s->prefilling = true;
@@ -592,16 +610,16 @@ static void prefill_step(struct srv_engine *e) {
 
 /* ---- the decode step -------------------------------------------------------------------------- */
 
-/* the graph of a step over slots idx[0..n) reading rows off[0..n] into *out: a kept one, else built in place of the
- * one least recently run */
-static enum toy_status step_graph(struct srv_engine *e, const int *idx, int n, const int64_t *off,
+/* set's graph of a step over slots idx[0..n) reading rows off[0..n] into *out: a kept one, else built in place of
+ * the one least recently run */
+static enum toy_status step_graph(struct srv_engine *e, struct step_set *set, const int *idx, int n, const int64_t *off,
                                   struct step_graph **out) {
-    struct step_graph *sg = &e->steps[0];
+    struct step_graph *sg = &set->g[0];
     for (int i = 0; i < SRV_STEP_GRAPHS; i++) {
-        struct step_graph *c = &e->steps[i];
+        struct step_graph *c = &set->g[i];
         if (c->ctx && c->n == n && !memcmp(idx, c->idx, (size_t)n * sizeof *idx) &&
             !memcmp(off, c->off, (size_t)(n + 1) * sizeof *off)) {
-            c->used = ++e->n_steps;
+            c->used = ++set->n_runs;
             *out = c;
             return TOY_OK;
         }
@@ -616,17 +634,17 @@ static enum toy_status step_graph(struct srv_engine *e, const int *idx, int n, c
         free(caches);
         return toy_error(TOY_ERR_NOMEM, "decode graph");
     }
-    for (int b = 0; b < n; b++) caches[b] = &e->slots[idx[b]].kv;
+    for (int b = 0; b < n; b++) caches[b] = set->draft ? &e->slots[idx[b]].dkv : &e->slots[idx[b]].kv;
     const struct srv_seqs sq = {.caches = caches, .off = off, .n = n};
     sg->tok = toy_new_tensor_2d(ctx, TOY_I32, off[n], 1);
     sg->pos = toy_new_tensor_1d(ctx, TOY_I32, off[n]);
-    sg->logits = toy_srv_forward(ctx, e->m, sg->tok, sg->pos, &sq, SRV_OUT_LOGITS_ALL, e->row_group);
+    sg->logits = toy_srv_forward(ctx, set->m, sg->tok, sg->pos, &sq, SRV_OUT_LOGITS_ALL, set->row_group);
     free(caches);
     toy_set_output(sg->logits);
     sg->g = toy_graph_new(ctx);
     toy_graph_build(sg->g, sg->logits);
     toy_graph_set_fusion(sg->g, true);
-    enum toy_status st = toy_graph_plan(sg->g, &e->sbuf, NULL);
+    enum toy_status st = toy_graph_plan(sg->g, &set->buf, NULL);
     if (st) {
         toy_ctx_free(ctx);
         return st;
@@ -635,33 +653,116 @@ static enum toy_status step_graph(struct srv_engine *e, const int *idx, int n, c
     memcpy(sg->idx, idx, (size_t)n * sizeof *idx);
     memcpy(sg->off, off, (size_t)(n + 1) * sizeof *off);
     sg->n = n;
-    sg->used = ++e->n_steps;
+    sg->used = ++set->n_runs;
     *out = sg;
     return TOY_OK;
 }
 
-/* Prompt lookup's drafts for the decoding slots idx[0..n) into e->drafts, and each slot's rows (its last token and
- * its draft) into off. Drafts stop short of the context's end and of the job's max_tokens, and all the rows of a
- * step are at most SRV_LOOKUP_ROWS (a pass of more rows costs more than it tends to save): they are dealt a token
- * at a time round the slots. Returns the tokens drafted. */
+/* The draft model's drafts for slots idx[0..n): up to give[b] tokens for each slot b with one, written greedily
+ * and stopping before a token it gives less than draft_p_min, into e->drafts; got[b]: how many. Each slot's draft
+ * cache first takes what its text holds that the cache lacks (a prefill for a new prompt, else the token or two
+ * the last step kept), then the slots draft a token a pass, together. A failed pass leaves the slots it ran
+ * without drafts, and their draft caches empty: the step runs as it would without. */
+static void model_drafts(struct srv_engine *e, const int *idx, int n, const int *give, int *got) {
+    int act[n], na = 0;                /* the slots still drafting, by batch index */
+    int32_t feed[n][SRV_DRAFT_SYNC];    /* what each feeds next */
+    int64_t nfeed[n], at[n], off[n + 1];
+    for (int b = 0; b < n; b++) {
+        got[b] = 0;
+        if (give[b] <= 0) continue;
+        struct slot *s = &e->slots[idx[b]];
+        const int32_t *h = s->cache_ids; /* the text, h[pos] the token to feed */
+        int64_t nh = s->pos + 1, c = 0;
+        if (nh + give[b] > e->dn_ctx) continue; /* past the draft model's context */
+        while (c < s->dn_cache && c < nh - 1 && s->dcache_ids[c] == h[c]) c++;
+        s->dn_cache = c;
+        /* a long stretch (a new prompt) goes in chunks through the prefill graph, its logits unused */
+        while (nh - 1 - c > SRV_DRAFT_SYNC - 1) {
+            int64_t m = nh - 1 - c > SRV_PREFILL_CHUNK ? SRV_PREFILL_CHUNK : nh - 1 - c;
+            if (forward_into(e, e->dm, h + c, m, c, &s->dkv, SRV_OUT_LOGITS_LAST, e->logits, 1)) break;
+            memcpy(s->dcache_ids + c, h + c, (size_t)m * sizeof *h);
+            s->dn_cache = c += m;
+        }
+        if (nh - 1 - c > SRV_DRAFT_SYNC - 1) continue; /* failed: no draft */
+        nfeed[b] = nh - c;
+        memcpy(feed[b], h + c, (size_t)nfeed[b] * sizeof *h);
+        at[b] = c;
+        act[na++] = b;
+    }
+    while (na > 0) {
+        int sidx[na];
+        off[0] = 0;
+        for (int a = 0; a < na; a++) sidx[a] = idx[act[a]], off[a + 1] = off[a] + nfeed[act[a]];
+        struct step_graph *sg = NULL;
+        enum toy_status st = step_graph(e, &e->dsteps, sidx, na, off, &sg);
+        if (!st) {
+            int32_t *tok = sg->tok->data, *pos = sg->pos->data;
+            for (int a = 0; a < na; a++) {
+                int b = act[a];
+                struct slot *s = &e->slots[idx[b]];
+                for (int64_t i = 0; i < nfeed[b]; i++) tok[off[a] + i] = feed[b][i], pos[off[a] + i] = (int32_t)(at[b] + i);
+                *(int32_t *)s->dkv.n_past->data = (int32_t)at[b];
+            }
+            st = toy_graph_compute(sg->g, e->tp);
+        }
+        int still = 0;
+        for (int a = 0; a < na; a++) {
+            int b = act[a];
+            struct slot *s = &e->slots[idx[b]];
+            if (st) { /* the cache may hold anything from at[b] on */
+                s->dn_cache = 0;
+                got[b] = 0;
+                continue;
+            }
+            memcpy(s->dcache_ids + at[b], feed[b], (size_t)nfeed[b] * sizeof(int32_t));
+            s->dn_cache = at[b] += nfeed[b];
+            const float *lg = (const float *)sg->logits->data + (size_t)(off[a + 1] - 1) * (size_t)e->dm->vocab;
+            int32_t id = toy_draft_pick(lg, e->dm->vocab, e->vocab, e->draft_p_min);
+            if (id < 0) continue;
+            e->drafts[b * SRV_LOOKUP_MAX + got[b]++] = id;
+            if (got[b] == give[b]) continue; /* its last token is fed at the next step, if kept */
+            feed[b][0] = id;
+            nfeed[b] = 1;
+            act[still++] = b;
+        }
+        na = still;
+    }
+}
+
+/* The drafts of the decoding slots idx[0..n) into e->drafts, and each slot's rows (its last token and its draft)
+ * into off: prompt lookup's where it finds one, else the draft model's. Drafts stop short of the context's end
+ * and of the job's max_tokens, and all the rows of a step are at most SRV_LOOKUP_ROWS (a pass of more rows costs
+ * more than it tends to save): they are dealt a token at a time round the slots. Returns the tokens drafted. */
 static int draft_step(struct srv_engine *e, const int *idx, int n, int64_t *off) {
-    int want[n], give[n], left = SRV_LOOKUP_ROWS - n, drafted = 0;
+    int want[n], give[n], got[n], left = SRV_LOOKUP_ROWS - n, drafted = 0;
+    bool model[n], any_model = false;
     for (int b = 0; b < n; b++) {
         struct slot *s = &e->slots[idx[b]];
         int64_t cap = e->n_ctx - 1 - s->pos; /* the draft's positions stay inside the context */
         if (s->job->max_tokens >= 0 && cap > s->job->max_tokens - s->n_gen - 1) cap = s->job->max_tokens - s->n_gen - 1;
         if (cap > s->draft_cap) cap = s->draft_cap;
         s->cache_ids[s->pos] = s->last;
-        want[b] = cap > 0 && left > 0 ? toy_lookup_draft(s->cache_ids, s->pos + 1, (int)cap, e->drafts + b * SRV_LOOKUP_MAX) : 0;
+        want[b] = cap > 0 && left > 0 && e->lookup
+                      ? toy_lookup_draft(s->cache_ids, s->pos + 1, (int)(cap < e->lookup ? cap : e->lookup),
+                                         e->drafts + b * SRV_LOOKUP_MAX) : 0;
+        model[b] = !want[b] && cap > 0 && left > 0 && e->dm;
+        if (model[b]) want[b] = (int)(cap < e->model_max ? cap : e->model_max), any_model = true;
         give[b] = 0;
     }
     for (bool more = true; more && left > 0;) {
         more = false;
         for (int b = 0; b < n && left > 0; b++)
-            if (give[b] < want[b]) give[b]++, left--, drafted++, more = true;
+            if (give[b] < want[b]) give[b]++, left--, more = true;
+    }
+    if (any_model) {
+        int mgive[n];
+        for (int b = 0; b < n; b++) mgive[b] = model[b] ? give[b] : 0;
+        model_drafts(e, idx, n, mgive, got);
+        for (int b = 0; b < n; b++)
+            if (model[b]) give[b] = got[b];
     }
     off[0] = 0;
-    for (int b = 0; b < n; b++) off[b + 1] = off[b] + 1 + give[b];
+    for (int b = 0; b < n; b++) off[b + 1] = off[b] + 1 + give[b], drafted += give[b];
     return drafted;
 }
 
@@ -675,11 +776,11 @@ static void decode_step(struct srv_engine *e) {
     }
     if (!n) return;
     int64_t off[n + 1];
-    int drafted = e->lookup ? draft_step(e, idx, n, off) : 0;
+    int drafted = e->lookup || e->dm ? draft_step(e, idx, n, off) : 0;
     if (!drafted)
         for (int b = 0; b <= n; b++) off[b] = b;
     struct step_graph *sg = NULL;
-    enum toy_status st = step_graph(e, idx, n, off, &sg);
+    enum toy_status st = step_graph(e, &e->steps, idx, n, off, &sg);
     double t0 = toy_srv_now();
     if (!st) {
         int32_t *tok = sg->tok->data, *pos = sg->pos->data;
@@ -727,7 +828,7 @@ static void decode_step(struct srv_engine *e) {
         /* the next draft: one past what this one kept, or up to twice this one when all of it was kept (a pass's
          * rows cost time whether kept or not: 9 rows take ~2x one) */
         if (k && kept < k) s->draft_cap = (int)kept + 1;
-        else if (k && 2 * k > s->draft_cap) s->draft_cap = 2 * k < e->lookup ? 2 * (int)k : e->lookup;
+        else if (k && 2 * k > s->draft_cap) s->draft_cap = 2 * k < e->draft_max ? 2 * (int)k : e->draft_max;
     }
     struct srv_metrics *met = e->met;
     atomic_fetch_add(&met->decode_steps, 1);
@@ -850,6 +951,9 @@ enum toy_status toy_srv_engine_new(const struct srv_model *m, const struct toy_t
                          o->n_slots, o->queue_size);
     if (o->lookup < 0 || o->lookup > SRV_LOOKUP_MAX)
         return toy_error(TOY_ERR_INVALID_ARG, "lookup %d is not 0..%d", o->lookup, SRV_LOOKUP_MAX);
+    if (o->draft && (o->draft_max < 0 || o->draft_max > SRV_LOOKUP_MAX || !(o->draft_p_min >= 0 && o->draft_p_min <= 1)))
+        return toy_error(TOY_ERR_INVALID_ARG, "draft_max %d (0..%d), draft_p_min %g (0..1)", o->draft_max,
+                         SRV_LOOKUP_MAX, (double)o->draft_p_min);
     struct srv_engine *e = calloc(1, sizeof *e);
     if (!e) return toy_error(TOY_ERR_NOMEM, "serve engine");
     e->m = m;
@@ -860,7 +964,17 @@ enum toy_status toy_srv_engine_new(const struct srv_model *m, const struct toy_t
     e->vocab = m->vocab;
     e->prefix_cache = o->prefix_cache;
     enum toy_status pst = toy_srv_pack(m); /* before row_group: packed weights need no grouping */
-    e->row_group = toy_srv_row_group(m);
+    if (!pst && o->draft) pst = toy_srv_pack(o->draft);
+    e->steps.m = m;
+    e->steps.row_group = toy_srv_row_group(m);
+    e->dm = o->draft;
+    e->dsteps.m = o->draft;
+    e->dsteps.draft = true;
+    e->dsteps.row_group = o->draft ? toy_srv_row_group(o->draft) : 0;
+    e->dn_ctx = o->draft ? (e->n_ctx < o->draft->max_ctx ? e->n_ctx : o->draft->max_ctx) : 0;
+    e->model_max = o->draft ? (o->draft_max ? o->draft_max : SRV_DRAFT_MAX) : 0;
+    e->draft_max = e->model_max > o->lookup ? e->model_max : o->lookup;
+    e->draft_p_min = o->draft_p_min;
     e->q_max = o->queue_size > 0 ? o->queue_size : 1; /* at least one waits for a slot */
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
@@ -868,8 +982,8 @@ enum toy_status toy_srv_engine_new(const struct srv_model *m, const struct toy_t
     e->lookup = o->lookup;
     e->drafts = calloc((size_t)e->n_slots * SRV_LOOKUP_MAX, sizeof *e->drafts);
     bool steps_ok = true;
-    for (int i = 0; i < SRV_STEP_GRAPHS; i++) {
-        struct step_graph *sg = &e->steps[i];
+    for (int i = 0; i < 2 * SRV_STEP_GRAPHS; i++) {
+        struct step_graph *sg = i < SRV_STEP_GRAPHS ? &e->steps.g[i] : &e->dsteps.g[i - SRV_STEP_GRAPHS];
         sg->idx = calloc((size_t)e->n_slots, sizeof *sg->idx);
         sg->off = calloc((size_t)e->n_slots + 1, sizeof *sg->off);
         steps_ok = steps_ok && sg->idx && sg->off;
@@ -885,6 +999,9 @@ enum toy_status toy_srv_engine_new(const struct srv_model *m, const struct toy_t
         st = toy_srv_cache_init(m, &s->kv, e->n_ctx, o->kv_f32 ? TOY_F32 : TOY_F16);
         if (!st && !(s->cache_ids = malloc((size_t)e->n_ctx * sizeof(int32_t))))
             st = toy_error(TOY_ERR_NOMEM, "KV cache of slot %d", i);
+        if (!st && e->dm) st = toy_srv_cache_init(e->dm, &s->dkv, e->dn_ctx, o->kv_f32 ? TOY_F32 : TOY_F16);
+        if (!st && e->dm && !(s->dcache_ids = malloc((size_t)e->dn_ctx * sizeof(int32_t))))
+            st = toy_error(TOY_ERR_NOMEM, "draft KV cache of slot %d", i);
     }
     if (!st && pthread_create(&e->th, NULL, engine_main, e)) st = toy_error(TOY_ERR_STATE, "cannot start the engine thread");
     if (st) { toy_srv_engine_free(e); return st; }
@@ -909,19 +1026,22 @@ void toy_srv_engine_free(struct srv_engine *e) {
     for (int i = 0; e->slots && i < e->n_slots; i++) {
         toy_kv_cache_free(&e->slots[i].kv);
         free(e->slots[i].cache_ids);
+        toy_kv_cache_free(&e->slots[i].dkv);
+        free(e->slots[i].dcache_ids);
         free(e->slots[i].gen);
         free(e->slots[i].pend);
         toy_sampler_free(e->slots[i].smp);
         toy_decoder_free(e->slots[i].dec);
     }
-    for (int i = 0; i < SRV_STEP_GRAPHS; i++) {
-        struct step_graph *sg = &e->steps[i];
+    for (int i = 0; i < 2 * SRV_STEP_GRAPHS; i++) {
+        struct step_graph *sg = i < SRV_STEP_GRAPHS ? &e->steps.g[i] : &e->dsteps.g[i - SRV_STEP_GRAPHS];
         toy_ctx_free(sg->ctx);
         free(sg->idx);
         free(sg->off);
     }
     free(e->drafts);
-    toy_membuf_free(&e->sbuf);
+    toy_membuf_free(&e->steps.buf);
+    toy_membuf_free(&e->dsteps.buf);
     toy_membuf_free(&e->pbuf);
     toy_threadpool_free(e->tp);
     pthread_mutex_destroy(&e->mu);
@@ -962,6 +1082,7 @@ int64_t toy_srv_engine_n_ctx(const struct srv_engine *e) { return e->n_ctx; }
 
 size_t toy_srv_engine_kv_bytes(const struct srv_engine *e) {
     size_t n = 0;
-    for (int i = 0; i < e->n_slots; i++) n += toy_kv_cache_bytes(&e->slots[i].kv);
+    for (int i = 0; i < e->n_slots; i++)
+        n += toy_kv_cache_bytes(&e->slots[i].kv) + (e->dm ? toy_kv_cache_bytes(&e->slots[i].dkv) : 0);
     return n;
 }

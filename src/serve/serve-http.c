@@ -30,6 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "infer/speculative.h"
 #include "serve/serve-internal.h"
 #include "toy/chat-template.h"
 #include "toy/events.h"
@@ -49,6 +50,7 @@ struct stat_row {
 
 struct srv {
     struct srv_model model;          /* what api.m points to */
+    struct srv_model draft;          /* --draft's (its llama and gpt2 NULL: none) */
     struct srv_api api;
     struct srv_engine *eng;
     struct srv_metrics met;
@@ -657,7 +659,8 @@ struct toy_serve_options toy_serve_defaults(void) {
                                       .max_connections = 128,
                                       .drain_s = 30,
                                       .runs_dir = "runs",
-                                      .pooling = -1};
+                                      .pooling = -1,
+                                      .draft_p_min = 0.75f};
 }
 
 /* the model id: the file's base name without .gguf (through symlinks such as weights/latest) */
@@ -694,8 +697,12 @@ static enum toy_status open_events(struct srv *S, const char *model_path) {
     json_t *config = json_pack("{s:s,s:i,s:I,s:i,s:i,s:i,s:b,s:i,s:s}", "host", S->o.host, "port", S->o.port, "max_t",
                                (json_int_t)S->api.n_ctx, "slots", S->o.n_slots, "queue", S->o.queue_size,
                                "timeout_s", S->o.timeout_s, "prefix_cache", !S->o.no_prefix_cache, "lookup",
-                               S->o.lookup, "model_path",
-                               model_path ? model_path : "");
+                               S->o.lookup, "model_path", model_path ? model_path : "");
+    if (config && (S->draft.llama || S->draft.gpt2))
+        json_object_set_new(config, "draft", json_pack("{s:s,s:I,s:I,s:i,s:f}", "arch", S->draft.arch, "n_layers",
+                                                       (json_int_t)S->draft.n_layers, "d_model",
+                                                       (json_int_t)S->draft.d_model, "draft_max", S->o.draft_max,
+                                                       "p_min", (double)S->o.draft_p_min));
     st = toy_events_run_start(S->ev, &(struct toy_run_start){
         .run_id = id, .phase = "serve", .model = model, .config = config});
     json_decref(model);
@@ -725,6 +732,13 @@ static enum toy_status serve_model(struct srv_model model, const struct toy_toke
     if (o.max_connections <= 0) o.max_connections = def.max_connections;
     if (o.port < 0 || o.port > 65535) return toy_error(TOY_ERR_INVALID_ARG, "port %d (0..65535)", o.port);
     if (o.pooling > TOY_POOLING_RANK) return toy_error(TOY_ERR_INVALID_ARG, "pooling %d (-1..4)", o.pooling);
+    if (o.draft && o.draft_gpt2) return toy_error(TOY_ERR_INVALID_ARG, "two draft models (draft and draft_gpt2)");
+    struct srv_model draft = o.draft        ? toy_srv_model_llama(o.draft)
+                             : o.draft_gpt2 ? toy_srv_model_gpt2(o.draft_gpt2)
+                                            : (struct srv_model){0};
+    enum toy_status dst = o.draft || o.draft_gpt2 ? toy_draft_vocab_check(tok, model.vocab, o.draft_tok, draft.vocab)
+                                                  : TOY_OK;
+    if (dst) return dst;
     struct srv *S = calloc(1, sizeof *S);
     if (!S) return toy_error(TOY_ERR_NOMEM, "serve");
     pthread_mutex_init(&S->stat_mu, NULL);
@@ -734,6 +748,7 @@ static enum toy_status serve_model(struct srv_model model, const struct toy_toke
     S->model_name = o.model_name ? strdup(o.model_name) : default_name(model_path);
     if (o.pooling >= 0) model.pooling = (enum toy_pooling)o.pooling;
     S->model = model;
+    S->draft = draft;
     const struct srv_model *m = S->api.m = &S->model;
     S->api.tok = tok;
     S->api.model_name = S->model_name;
@@ -763,7 +778,8 @@ static enum toy_status serve_model(struct srv_model model, const struct toy_toke
     }
     struct srv_engine_opts eo = {.n_slots = o.n_slots, .queue_size = o.queue_size, .n_ctx = S->api.n_ctx,
                                  .n_threads = o.n_threads, .prefix_cache = !o.no_prefix_cache, .kv_f32 = o.kv_f32,
-                                 .lookup = o.lookup};
+                                 .lookup = o.lookup, .draft = draft.llama || draft.gpt2 ? &S->draft : NULL,
+                                 .draft_max = o.draft_max, .draft_p_min = o.draft_p_min};
     if ((st = toy_srv_engine_new(m, tok, &eo, &S->met, &S->eng))) { srv_free(S); return st; }
 
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *ai = NULL;
@@ -809,9 +825,15 @@ static enum toy_status serve_model(struct srv_model model, const struct toy_toke
                                                       : m->pooling == TOY_POOLING_LAST ? "the last position's state"
                                                                                        : "none (a reranker; --pooling)");
     bool v6 = strchr(o.host, ':') != NULL;
-    fprintf(stderr, "toy serve: listening on http://%s%s%s:%d (model %s, %d slots x %lld positions, KV cache %.1f MiB)\n",
+    char spec[160] = "";
+    if (draft.llama || draft.gpt2)
+        snprintf(spec, sizeof spec, ", drafts from a %lld-layer %s%s", (long long)draft.n_layers, draft.arch,
+                 o.lookup ? " and the text" : "");
+    else if (o.lookup)
+        snprintf(spec, sizeof spec, ", drafts from the text");
+    fprintf(stderr, "toy serve: listening on http://%s%s%s:%d (model %s, %d slots x %lld positions, KV cache %.1f MiB%s)\n",
             v6 ? "[" : "", o.host, v6 ? "]" : "", S->o.port, S->model_name, o.n_slots, (long long)S->api.n_ctx,
-            (double)toy_srv_engine_kv_bytes(S->eng) / (1 << 20));
+            (double)toy_srv_engine_kv_bytes(S->eng) / (1 << 20), spec);
     fflush(stderr);
 
     while (!o.stop || !*o.stop) usleep(20 * 1000);

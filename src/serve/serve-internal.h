@@ -180,6 +180,9 @@ struct srv_engine_opts {
     bool prefix_cache;
     bool kv_f32;         /* KV caches in f32 (else f16) */
     int lookup;          /* prompt lookup: drafts of at most this many tokens per slot and step (0: none; ..15) */
+    const struct srv_model *draft; /* a draft model of the same vocabulary (NULL: none); must outlive the engine */
+    int draft_max;       /* its drafts' tokens at most (0: 8; ..15) */
+    float draft_p_min;   /* it stops before a token it gives less (0..1) */
 };
 
 /* m must outlive the engine */
