@@ -353,10 +353,14 @@ enum toy_status toy_generate(struct toy_generator *g, const int32_t *prompt, int
     int n_rows = 1;
     int64_t base = n_prompt;
     int32_t fed[TOY_GENERATE_MAX_LOOKUP + 1];
+    struct toy_draft_pace pace;
+    toy_draft_pace_init(&pace, d && draft_max > lookup ? draft_max : lookup);
+    bool ran_model = false; /* the draft model ran for the last pass's draft */
     for (;;) {
         int32_t id = -1;
         int64_t at = base; /* the position of id */
         bool stop = false;
+        const int64_t accepted0 = r.n_accepted;
         for (int i = 0; i < n_rows && !stop; i++) {
             float lp;
             const float *from = rows + (size_t)i * (size_t)V;
@@ -401,22 +405,26 @@ enum toy_status toy_generate(struct toy_generator *g, const int32_t *prompt, int
         }
         g->n_cache = at; /* the cache holds what came before id (a draft past it is dropped) */
         if (stop) break;
+        toy_draft_pace_done(&pace, ran_model, n_rows - 1, (int)(r.n_accepted - accepted0));
+        ran_model = false;
         if (at + 1 >= g->kv.n_ctx) { r.reason = TOY_STOP_CONTEXT; break; }
         /* the next pass: id, and a draft of what may follow it when one is found and there is room */
         fed[0] = id;
         int k = 0;
         int64_t room = g->kv.n_ctx - 2 - at,
                 left = p->n_predict > 0 ? p->n_predict - r.n_generated - 1 : TOY_GENERATE_MAX_LOOKUP;
-        int cap = (int)(room < left ? room : left);
-        if (cap > 0 && (lookup || d)) {
+        int cap = (int)(room < left ? room : left), pc = lookup || d ? toy_draft_pace_next(&pace) : 0;
+        if (cap > pc) cap = pc;
+        if (cap > 0) {
             g->cache_ids[at] = id;
             if (lookup) k = toy_lookup_draft(g->cache_ids, at + 1, lookup < cap ? lookup : cap, fed + 1);
             int64_t droom = d ? d->kv.n_ctx - at : 0; /* the draft's last pass reads at + k - 1 */
             int dk = draft_max < cap ? draft_max : cap;
             if (dk > droom) dk = (int)droom;
-            if (!k && dk > 0 &&
-                (st = draft_tokens(d, g->cache_ids, at + 1, dk, p->draft_p_min, V, dbuf, fed + 1, &k, &r)))
-                goto done;
+            if (!k && dk > 0) {
+                ran_model = true;
+                if ((st = draft_tokens(d, g->cache_ids, at + 1, dk, p->draft_p_min, V, dbuf, fed + 1, &k, &r))) goto done;
+            }
             r.n_drafted += k;
         }
         double td = g->trace ? toy_trace_now(g->trace) : 0;

@@ -46,7 +46,6 @@
 #define SRV_STEP_GRAPHS 8                      /* decode step graphs kept, for each model */
 #define SRV_DRAFT_MAX 8                        /* a draft model's drafts by default */
 #define SRV_DRAFT_SYNC 4                       /* tokens a draft cache takes in a step's pass; more: a prefill */
-#define SRV_DRAFT_BACKOFF 16                   /* steps without a draft after drafts that kept nothing, at most */
 
 const double toy_srv_buckets[12] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
 
@@ -105,8 +104,8 @@ struct slot {
     int64_t pos;                  /* its position */
     int64_t n_gen;
     int64_t pf;                   /* prompt tokens in the cache so far */
-    int draft_cap;                /* the longest draft it makes now (grows while drafts are kept) */
-    int draft_skip, draft_backoff; /* steps to go without drafting, and how many the next miss skips */
+    struct toy_draft_pace pace;   /* how long its next draft may be, and whether to draft at all */
+    bool ran_model;               /* this step's draft model ran for it */
     struct toy_kv_cache dkv;      /* the draft model's cache (--draft) */
     int32_t *dcache_ids;          /* (its n_ctx) the tokens in it */
     int64_t dn_cache;
@@ -564,8 +563,8 @@ static void slot_start(struct srv_engine *e, struct slot *s, struct srv_job *j) 
         slot_finish(e, s, TOY_STOP_CALLER);
         return;
     }
-    s->draft_cap = e->draft_max;
-    s->draft_skip = s->draft_backoff = 0;
+    toy_draft_pace_init(&s->pace, e->draft_max);
+    s->ran_model = false;
     s->n_cache = keep; /* what the prefix cache keeps; the rest is overwritten */
     s->pf = keep;
     s->prefilling = true;
@@ -732,14 +731,6 @@ static void model_drafts(struct srv_engine *e, const int *idx, int n, const int 
     }
 }
 
-/* a draft that kept nothing (or a draft model that wrote none): the slot goes 1, 2, 4 .. 16 steps without one,
- * so that text no draft matches costs a step in 17 at most (a refused draft's rows cost ~1.3 one-token passes, and
- * a draft model's pass ~0.25 for a small one) */
-static void draft_missed(struct slot *s) {
-    s->draft_backoff = s->draft_backoff ? (s->draft_backoff < SRV_DRAFT_BACKOFF ? 2 * s->draft_backoff : SRV_DRAFT_BACKOFF) : 1;
-    s->draft_skip = s->draft_backoff;
-}
-
 /* The drafts of the decoding slots idx[0..n) into e->drafts, and each slot's rows (its last token and its draft)
  * into off: prompt lookup's where it finds one, else the draft model's. Drafts stop short of the context's end
  * and of the job's max_tokens, and all the rows of a step are at most SRV_LOOKUP_ROWS (a pass of more rows costs
@@ -751,8 +742,8 @@ static int draft_step(struct srv_engine *e, const int *idx, int n, int64_t *off)
         struct slot *s = &e->slots[idx[b]];
         int64_t cap = e->n_ctx - 1 - s->pos; /* the draft's positions stay inside the context */
         if (s->job->max_tokens >= 0 && cap > s->job->max_tokens - s->n_gen - 1) cap = s->job->max_tokens - s->n_gen - 1;
-        if (cap > s->draft_cap) cap = s->draft_cap;
-        if (s->draft_skip > 0) s->draft_skip--, cap = 0;
+        int pace = toy_draft_pace_next(&s->pace);
+        if (cap > pace) cap = pace;
         s->cache_ids[s->pos] = s->last;
         want[b] = cap > 0 && left > 0 && e->lookup
                       ? toy_lookup_draft(s->cache_ids, s->pos + 1, (int)(cap < e->lookup ? cap : e->lookup),
@@ -771,10 +762,7 @@ static int draft_step(struct srv_engine *e, const int *idx, int n, int64_t *off)
         for (int b = 0; b < n; b++) mgive[b] = model[b] ? give[b] : 0;
         model_drafts(e, idx, n, mgive, got);
         for (int b = 0; b < n; b++)
-            if (model[b]) {
-                if (give[b] && !got[b]) draft_missed(&e->slots[idx[b]]);
-                give[b] = got[b];
-            }
+            if (model[b]) e->slots[idx[b]].ran_model = give[b] > 0, give[b] = got[b];
     }
     off[0] = 0;
     for (int b = 0; b < n; b++) off[b + 1] = off[b] + 1 + give[b], drafted += give[b];
@@ -840,12 +828,8 @@ static void decode_step(struct srv_engine *e) {
         }
         s->n_cache = s->pos;
         accepted += kept;
-        /* the next draft: one past what this one kept, or up to twice this one when all of it was kept (a pass's
-         * rows cost time whether kept or not: 9 rows take ~2x one) */
-        if (k && kept < k) s->draft_cap = (int)kept + 1;
-        else if (k && 2 * k > s->draft_cap) s->draft_cap = 2 * k < e->draft_max ? 2 * (int)k : e->draft_max;
-        if (k && !kept) draft_missed(s);
-        else if (kept) s->draft_backoff = 0;
+        toy_draft_pace_done(&s->pace, s->ran_model, (int)k, (int)kept); /* the next draft's length, or none */
+        s->ran_model = false;
     }
     struct srv_metrics *met = e->met;
     atomic_fetch_add(&met->decode_steps, 1);
