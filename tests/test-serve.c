@@ -1159,6 +1159,89 @@ Test(serve, draft_model_gives_the_plain_text, .timeout = 240) {
     cr_assert_eq(system(cmd), 0);
 }
 
+/* OpenAI's Predicted Outputs: "prediction" drafts the reply where it follows the predicted text. The reply is the
+ * one it is without (greedy, sampled, streamed, chat), the prediction's stretches are kept (fewer decode steps than
+ * tokens), an edited prediction has tokens kept and refused, and usage says how many of each. Malformed ones get a
+ * 400 naming "prediction". */
+Test(serve, prediction_drafts_the_reply, .timeout = 120) {
+    struct server s;
+    server_start(&s, NULL);
+    const char *base = "\"prompt\":\"on a mat\",\"max_tokens\":60,\"ignore_eos\":true";
+    char body[8192], ptext[4096];
+    snprintf(body, sizeof body, "{%s,\"temperature\":0}", base);
+    struct resp a = http(&s, "POST", "/v1/completions", body);
+    cr_assert_eq(a.code, 200, "%s", a.body);
+    const char *text = jstr(a.json, "choices.0.text");
+    cr_assert(strlen(text) > 60);
+    cr_assert_null(jget(a.json, "usage.completion_tokens_details"));
+    /* the reply itself, then with an edit in the middle: as JSON strings */
+    char *whole = json_dumps(json_string(text), JSON_ENCODE_ANY), edited[4096];
+    size_t cut0 = 30, cut1 = 50; /* on characters' first bytes */
+    while (((unsigned char)text[cut0] & 0xC0) == 0x80) cut0++;
+    while (((unsigned char)text[cut1] & 0xC0) == 0x80) cut1++;
+    snprintf(edited, sizeof edited, "%.*s and an edit %s", (int)cut0, text, text + cut1);
+    char *edj = json_dumps(json_string(edited), JSON_ENCODE_ANY);
+    const char *preds[2] = {whole, edj};
+    for (int pi = 0; pi < 2; pi++) {
+        long long steps0 = metric(&s, "toy_decode_steps_total");
+        snprintf(body, sizeof body, "{%s,\"temperature\":0,\"prediction\":{\"type\":\"content\",\"content\":%s}}", base,
+                 preds[pi]);
+        struct resp b = http(&s, "POST", "/v1/completions", body);
+        cr_assert_eq(b.code, 200, "%s", b.body);
+        cr_assert_str_eq(jstr(b.json, "choices.0.text"), text, "prediction %d", pi);
+        long long acc = jint(b.json, "usage.completion_tokens_details.accepted_prediction_tokens"),
+                  rej = jint(b.json, "usage.completion_tokens_details.rejected_prediction_tokens");
+        fprintf(stderr, "prediction %d: %lld kept, %lld refused, %lld steps\n", pi, acc, rej,
+                metric(&s, "toy_decode_steps_total") - steps0);
+        cr_assert_geq(acc, pi ? 20 : 35, "prediction %d: %lld kept", pi, acc);
+        if (pi) cr_assert_gt(rej, 0, "the edit refused nothing");
+        cr_assert_leq(metric(&s, "toy_decode_steps_total") - steps0, 59 - acc);
+        resp_free(&b);
+    }
+    /* sampled, and as text parts: the sampled text */
+    snprintf(body, sizeof body, "{%s,\"temperature\":0.9,\"seed\":5}", base);
+    struct resp c = http(&s, "POST", "/v1/completions", body);
+    snprintf(ptext, sizeof ptext, "%s", jstr(c.json, "choices.0.text"));
+    char *cj = json_dumps(json_string(ptext), JSON_ENCODE_ANY);
+    snprintf(body, sizeof body, "{%s,\"temperature\":0.9,\"seed\":5,\"prediction\":{\"type\":\"content\",\"content\":"
+             "[{\"type\":\"text\",\"text\":%s}]}}", base, cj);
+    struct resp d = http(&s, "POST", "/v1/completions", body);
+    cr_assert_eq(d.code, 200, "%s", d.body);
+    cr_assert_str_eq(jstr(d.json, "choices.0.text"), ptext);
+    cr_assert_gt(jint(d.json, "usage.completion_tokens_details.accepted_prediction_tokens"), 20);
+    /* streamed, with usage at the end */
+    snprintf(body, sizeof body, "{%s,\"temperature\":0,\"stream\":true,\"stream_options\":{\"include_usage\":true},"
+             "\"prediction\":{\"type\":\"content\",\"content\":%s}}", base, whole);
+    struct resp st = http(&s, "POST", "/v1/completions", body);
+    struct sse ev;
+    sse_parse(st.body, false, &ev);
+    cr_assert(ev.done && ev.usage_last);
+    cr_assert_str_eq(ev.text, text);
+    /* chat: the reply it gives without */
+    const char *chat = "\"messages\":[{\"role\":\"user\",\"content\":\"say it\"}],\"max_tokens\":40,\"temperature\":0";
+    snprintf(body, sizeof body, "{%s}", chat);
+    struct resp e = http(&s, "POST", "/v1/chat/completions", body);
+    cr_assert_eq(e.code, 200, "%s", e.body);
+    char *ej = json_dumps(json_string(jstr(e.json, "choices.0.message.content")), JSON_ENCODE_ANY);
+    snprintf(body, sizeof body, "{%s,\"prediction\":{\"type\":\"content\",\"content\":%s}}", chat, ej);
+    struct resp f = http(&s, "POST", "/v1/chat/completions", body);
+    cr_assert_eq(f.code, 200, "%s", f.body);
+    cr_assert_str_eq(jstr(f.json, "choices.0.message.content"), jstr(e.json, "choices.0.message.content"));
+    /* malformed */
+    const char *bad[] = {"{\"type\":\"text\",\"content\":\"x\"}", "{\"type\":\"content\"}", "{\"type\":\"content\",\"content\":5}",
+                         "{\"type\":\"content\",\"content\":[{\"type\":\"image\"}]}", "\"x\""};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(body, sizeof body, "{%s,\"prediction\":%s}", base, bad[i]);
+        struct resp g = http(&s, "POST", "/v1/completions", body);
+        cr_assert_eq(g.code, 400, "%s: %s", bad[i], g.body);
+        cr_assert_str_eq(jstr(g.json, "error.param"), "prediction", "%s", g.body);
+        resp_free(&g);
+    }
+    free(whole), free(edj), free(cj), free(ej);
+    resp_free(&a), resp_free(&c), resp_free(&d), resp_free(&st), resp_free(&e), resp_free(&f);
+    cr_assert_eq(server_stop(&s), 0);
+}
+
 Test(serve, prefix_cache_reuses_the_prompt, .timeout = 60) {
     struct server s;
     const char *extra[] = {"--parallel", "2", NULL};

@@ -45,6 +45,7 @@
 #define SRV_LOOKUP_ROWS 16                     /* rows of a step with drafts, in all */
 #define SRV_STEP_GRAPHS 8                      /* decode step graphs kept, for each model */
 #define SRV_DRAFT_MAX 8                        /* a draft model's drafts by default */
+#define SRV_PRED_MAX 8                         /* a prediction's drafts at most, where --lookup/--draft-max allow fewer */
 #define SRV_DRAFT_SYNC 4                       /* tokens a draft cache takes in a step's pass; more: a prefill */
 
 const double toy_srv_buckets[12] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
@@ -70,6 +71,7 @@ struct srv_job *toy_srv_job_new(enum srv_job_kind kind) {
 void toy_srv_job_unref(struct srv_job *j) {
     if (!j || atomic_fetch_sub(&j->refs, 1) != 1) return;
     free(j->prompt);
+    free(j->pred);
     free(j->bias_id);
     free(j->bias);
     toy_json_grammar_free(j->grammar);
@@ -106,6 +108,9 @@ struct slot {
     int64_t pf;                   /* prompt tokens in the cache so far */
     struct toy_draft_pace pace;   /* how long its next draft may be, and whether to draft at all */
     bool ran_model;               /* this step's draft model ran for it */
+    bool from_pred;               /* this step's draft is the job's prediction's */
+    bool pred_on;                 /* the reply follows the prediction: its next token is pred[pred_at] */
+    int64_t pred_at;
     struct toy_kv_cache dkv;      /* the draft model's cache (--draft) */
     int32_t *dcache_ids;          /* (its n_ctx) the tokens in it */
     int64_t dn_cache;
@@ -410,6 +415,13 @@ static bool slot_step(struct srv_engine *e, struct slot *s, float *logits) {
     return false;
 }
 
+/* Predicted Outputs, after a token: tok, the slot's next token, keeps the reply on its prediction or takes it off */
+static void pred_follow(struct slot *s, int32_t tok) {
+    if (!s->pred_on) return;
+    if (s->pred_at < s->job->n_pred && s->job->pred[s->pred_at] == tok) s->pred_at++;
+    else s->pred_on = false;
+}
+
 /* ---- prefill and embeddings ------------------------------------------------------------------ */
 
 static int64_t common_prefix(const int32_t *a, int64_t na, const int32_t *b, int64_t nb) {
@@ -563,8 +575,10 @@ static void slot_start(struct srv_engine *e, struct slot *s, struct srv_job *j) 
         slot_finish(e, s, TOY_STOP_CALLER);
         return;
     }
-    toy_draft_pace_init(&s->pace, e->draft_max);
-    s->ran_model = false;
+    toy_draft_pace_init(&s->pace, j->n_pred && e->draft_max < SRV_PRED_MAX ? SRV_PRED_MAX : e->draft_max);
+    s->ran_model = s->from_pred = false;
+    s->pred_on = true; /* a reply starts where its prediction does, until a token says otherwise */
+    s->pred_at = 0;
     s->n_cache = keep; /* what the prefix cache keeps; the rest is overwritten */
     s->pf = keep;
     s->prefilling = true;
@@ -607,7 +621,7 @@ static void prefill_step(struct srv_engine *e) {
     s->prefilling = false;
     for (int64_t i = 0; i < j->n_prompt; i++) toy_sampler_accept(s->smp, j->prompt[i]);
     s->pos = j->n_prompt;
-    slot_step(e, s, e->logits);
+    if (!slot_step(e, s, e->logits)) pred_follow(s, s->last);
 }
 
 /* ---- the decode step -------------------------------------------------------------------------- */
@@ -731,6 +745,27 @@ static void model_drafts(struct srv_engine *e, const int *idx, int n, const int 
     }
 }
 
+/* Predicted Outputs: up to k_max tokens of slot s's prediction to follow its text h[0..n): from where the reply
+ * follows it, else from after the first place at or past the last one (else the latest before) where the text's
+ * last 4, 3 or 2 tokens occur in it, which the reply then follows. Returns how many. */
+static int pred_draft(struct slot *s, const int32_t *h, int64_t n, int k_max, int32_t *out) {
+    const int32_t *p = s->job->pred;
+    const int64_t np = s->job->n_pred;
+    for (int ng = 4; !s->pred_on && ng >= 2; ng--) {
+        if (n < ng) continue;
+        int64_t after = -1;
+        for (int64_t i = 0; i + ng <= np; i++)
+            if (!memcmp(p + i, h + n - ng, (size_t)ng * sizeof *p)) {
+                after = i + ng;
+                if (after >= s->pred_at) break;
+            }
+        if (after >= 0) s->pred_on = true, s->pred_at = after;
+    }
+    int k = 0;
+    while (s->pred_on && k < k_max && s->pred_at + k < np) out[k] = p[s->pred_at + k], k++;
+    return k;
+}
+
 /* The drafts of the decoding slots idx[0..n) into e->drafts, and each slot's rows (its last token and its draft)
  * into off: prompt lookup's where it finds one, else the draft model's. Drafts stop short of the context's end
  * and of the job's max_tokens, and all the rows of a step are at most SRV_LOOKUP_ROWS (a pass of more rows costs
@@ -745,9 +780,11 @@ static int draft_step(struct srv_engine *e, const int *idx, int n, int64_t *off)
         int pace = toy_draft_pace_next(&s->pace);
         if (cap > pace) cap = pace;
         s->cache_ids[s->pos] = s->last;
-        want[b] = cap > 0 && left > 0 && e->lookup
-                      ? toy_lookup_draft(s->cache_ids, s->pos + 1, (int)(cap < e->lookup ? cap : e->lookup),
-                                         e->drafts + b * SRV_LOOKUP_MAX) : 0;
+        int32_t *out = e->drafts + b * SRV_LOOKUP_MAX;
+        want[b] = cap > 0 && left > 0 && s->job->n_pred ? pred_draft(s, s->cache_ids, s->pos + 1, (int)cap, out) : 0;
+        s->from_pred = want[b] > 0;
+        if (!want[b] && cap > 0 && left > 0 && e->lookup)
+            want[b] = toy_lookup_draft(s->cache_ids, s->pos + 1, (int)(cap < e->lookup ? cap : e->lookup), out);
         model[b] = !want[b] && cap > 0 && left > 0 && e->dm;
         if (model[b]) want[b] = (int)(cap < e->model_max ? cap : e->model_max), any_model = true;
         give[b] = 0;
@@ -779,7 +816,7 @@ static void decode_step(struct srv_engine *e) {
     }
     if (!n) return;
     int64_t off[n + 1];
-    int drafted = e->lookup || e->dm ? draft_step(e, idx, n, off) : 0;
+    int drafted = draft_step(e, idx, n, off);
     if (!drafted)
         for (int b = 0; b <= n; b++) off[b] = b;
     struct step_graph *sg = NULL;
@@ -819,12 +856,16 @@ static void decode_step(struct srv_engine *e) {
         struct slot *s = &e->slots[idx[b]];
         const int32_t *draft = e->drafts + b * SRV_LOOKUP_MAX;
         int64_t k = off[b + 1] - off[b] - 1, kept = 0;
+        /* a prediction's draft counts as refused until a token keeps it: the job may end at any token */
+        if (s->from_pred) s->job->pred_rejected += k;
         for (int64_t r = off[b];; r++) {
             s->pos++;
             made++;
             if (slot_step(e, s, (float *)sg->logits->data + (size_t)r * (size_t)e->vocab)) break;
+            pred_follow(s, s->last);
             if (r - off[b] == k || s->last != draft[r - off[b]]) break;
             kept++;
+            if (s->from_pred) s->job->pred_accepted++, s->job->pred_rejected--;
         }
         s->n_cache = s->pos;
         accepted += kept;

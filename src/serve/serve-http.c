@@ -376,7 +376,8 @@ static enum MHD_Result metrics(struct srv *S, struct MHD_Connection *c) {
     COUNTER("toy_decode_steps_total", "Batched decode steps run.", atomic_load(&m->decode_steps));
     COUNTER("toy_decode_rows_total", "Sequences decoded, summed over decode steps (rows / steps = mean batch).",
             atomic_load(&m->decode_rows));
-    COUNTER("toy_draft_tokens_total", "Tokens prompt lookup drafted (toy serve --lookup).", atomic_load(&m->draft_tokens));
+    COUNTER("toy_draft_tokens_total", "Tokens drafted (prompt lookup, the draft model, requests' predictions).",
+            atomic_load(&m->draft_tokens));
     COUNTER("toy_draft_tokens_accepted_total", "Drafted tokens that were the tokens sampled, kept without a pass of their own.",
             atomic_load(&m->draft_accepted));
     GAUGE("toy_queue_depth", "Requests waiting for a slot.", "%d", atomic_load(&m->queue_depth));

@@ -122,6 +122,9 @@ struct srv_job {
     float *bias;
     int n_bias;
     int timeout_s;                   /* the longest it may generate, from taking a slot; 0: no limit */
+    int32_t *pred;                   /* prediction (OpenAI's Predicted Outputs): the text expected, as ids; its
+                                        stretches are drafted where the reply follows them */
+    int64_t n_pred;
     int32_t **inputs;                /* embed: n_inputs id lists */
     int64_t *n_input;
     int n_inputs;
@@ -135,6 +138,8 @@ struct srv_job {
     size_t text_len, text_cap;
     int64_t n_generated;             /* sampled tokens (EOS included) */
     int64_t n_cached;                /* prompt tokens served from the prefix cache */
+    int64_t pred_accepted, pred_rejected; /* the prediction's drafted tokens kept and refused (engine thread;
+                                             read once done) */
     size_t n_calls;                  /* tool calls in the split reply (set by the API layer) */
     bool done, timed_out;
     enum toy_stop_reason reason;
@@ -159,7 +164,7 @@ void toy_srv_job_unref(struct srv_job *j);
 struct srv_metrics {
     atomic_llong prompt_tokens, cached_tokens, completion_tokens, embed_tokens;
     atomic_llong jobs_done, jobs_cancelled, decode_steps, decode_rows;
-    atomic_llong draft_tokens, draft_accepted; /* prompt lookup's drafted tokens, and those kept */
+    atomic_llong draft_tokens, draft_accepted; /* drafted tokens (lookup, draft model, predictions), those kept */
     atomic_int queue_depth, active;
     double ttft_sum, latency_sum;    /* under the engine's metrics lock */
     int64_t ttft_count, latency_count;

@@ -574,6 +574,61 @@ static bool parse_bias(const struct srv_api *api, json_t *body, struct srv_job *
     return true;
 }
 
+/* prediction (OpenAI's Predicted Outputs): {"type": "content", "content": text, or [{"type": "text", "text": ...}],
+ * or token ids}: the reply is expected to follow it in long stretches (a file with a few edits), which are drafted
+ * and checked as speculative decoding's drafts: the reply is the one it would be without */
+static bool parse_prediction(const struct srv_api *api, json_t *body, struct srv_job *j, struct srv_error *err) {
+    json_t *p = json_object_get(body, "prediction");
+    if (!p || json_is_null(p)) return true;
+    const char *type = json_string_value(json_object_get(p, "type"));
+    json_t *c = json_object_get(p, "content");
+    if (!json_is_object(p) || !type || strcmp(type, "content") || !c)
+        return BAD("prediction", "'prediction' must be {\"type\": \"content\", \"content\": the text expected}");
+    struct toy_tokens ids = {0};
+    bool ok;
+    if (is_token_array(c)) {
+        ok = token_array(api, c, &ids, "prediction", "prediction.content", err);
+    } else {
+        char *text = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&text, &len);
+        if (!f) return toy_srv_err(err, 500, "server_error", NULL, NULL, "out of memory");
+        ok = true;
+        if (json_is_string(c)) {
+            fwrite(json_string_value(c), 1, json_string_length(c), f);
+        } else if (json_is_array(c)) {
+            for (size_t i = 0; ok && i < json_array_size(c); i++) {
+                json_t *part = json_array_get(c, i), *t = json_object_get(part, "text");
+                const char *pt = json_string_value(json_object_get(part, "type"));
+                ok = pt && !strcmp(pt, "text") && json_is_string(t);
+                if (ok) fwrite(json_string_value(t), 1, json_string_length(t), f);
+                else BAD("prediction", "'prediction.content'[%zu] must be {\"type\": \"text\", \"text\": ...}", i);
+            }
+        } else {
+            ok = BAD("prediction", "'prediction.content' must be a string, an array of text parts or token ids");
+        }
+        fclose(f);
+        if (ok && !api->tok) ok = BAD("prediction", "this model has no tokenizer: send the prediction as token ids");
+        if (ok && toy_tokenizer_encode(api->tok, text, len, 0, &ids))
+            ok = toy_srv_err(err, 400, "invalid_request_error", NULL, "prediction", "%s", toy_last_error());
+        free(text);
+    }
+    if (ok && ids.n > api->n_ctx)
+        ok = BAD("prediction", "the prediction has %lld tokens, more than the context's %lld", (long long)ids.n,
+                 (long long)api->n_ctx);
+    for (int64_t i = 0; ok && i < ids.n; i++)
+        if (ids.ids[i] < 0 || ids.ids[i] >= api->m->vocab)
+            ok = BAD("prediction", "the tokenizer gives id %d, beyond the model's %lld embeddings", ids.ids[i],
+                     (long long)api->m->vocab);
+    if (!ok) {
+        toy_tokens_free(&ids);
+        return false;
+    }
+    j->pred = ids.ids;
+    j->n_pred = ids.n;
+    return true;
+}
+
 /* response_format: text, json_object (any object; llama.cpp's "schema" beside it narrows it) or json_schema
  * ({"json_schema": {"name", "schema", "strict"}}): the reply is sampled within the schema's grammar */
 static bool parse_response_format(const struct srv_api *api, json_t *body, struct srv_request *r,
@@ -674,7 +729,8 @@ static bool parse_generate(const struct srv_api *api, json_t *body, struct srv_r
         top_lp = lp_n > 0 ? lp_n : 0;
     }
     j->top_logprobs = (int)top_lp;
-    if (!parse_stop(body, j, err) || !parse_bias(api, body, j, err) || !parse_response_format(api, body, r, err))
+    if (!parse_stop(body, j, err) || !parse_bias(api, body, j, err) || !parse_response_format(api, body, r, err) ||
+        !parse_prediction(api, body, j, err))
         return false;
     if (chat)
         for (int i = 0; i < api->n_eot_stops; i++) j->stop[j->n_stop++] = strdup(api->eot_stops[i]);
@@ -805,9 +861,14 @@ const char *toy_srv_finish_reason(const struct srv_job *j) {
 
 json_t *toy_srv_usage_json(const struct srv_job *j) {
     int64_t p = j->n_prompt, c = j->n_generated;
-    return json_pack("{s:I,s:I,s:I,s:{s:I}}", "prompt_tokens", (json_int_t)p, "completion_tokens", (json_int_t)c,
-                     "total_tokens", (json_int_t)(p + c), "prompt_tokens_details", "cached_tokens",
-                     (json_int_t)j->n_cached);
+    json_t *u = json_pack("{s:I,s:I,s:I,s:{s:I}}", "prompt_tokens", (json_int_t)p, "completion_tokens", (json_int_t)c,
+                          "total_tokens", (json_int_t)(p + c), "prompt_tokens_details", "cached_tokens",
+                          (json_int_t)j->n_cached);
+    if (u && j->pred) /* Predicted Outputs: the prediction's drafted tokens the reply kept, and those it did not */
+        json_object_set_new(u, "completion_tokens_details",
+                            json_pack("{s:I,s:I}", "accepted_prediction_tokens", (json_int_t)j->pred_accepted,
+                                      "rejected_prediction_tokens", (json_int_t)j->pred_rejected));
+    return u;
 }
 
 static json_t *token_string(const struct srv_api *api, int32_t id) {
