@@ -24,10 +24,12 @@ static int usage_to(FILE *out) {
             "                 [--chat-template NAME|JINJA|FILE] [--ctx N] [--parallel 4] [--queue 64] [--threads N]\n"
             "                 [--max-body BYTES] [--timeout SECONDS] [--max-connections 128] [--drain SECONDS]\n"
             "                 [--cors-origin '*'] [--runs DIR | --no-events] [--no-prefix-cache] [--kv-type f16|f32]\n"
+            "                 [--responses 256]\n"
             "                 [--pooling mean|cls|last] [--lookup N] [--draft FILE|NAME [--draft-max 8]\n"
             "                 [--draft-p-min 0.75]] [--quiet]\n"
             "Endpoints: GET /health, GET /v1/models, POST /v1/completions, POST /v1/chat/completions,\n"
-            "POST /v1/responses, POST /v1/messages (Anthropic's), POST /v1/embeddings, GET /metrics.\n"
+            "POST /v1/responses, GET|DELETE /v1/responses/{id}, POST /v1/messages (Anthropic's), POST /v1/embeddings,\n"
+            "GET /metrics.\n"
             "--port 0 picks a free port (printed on stderr).\n");
     return 2;
 }
@@ -50,6 +52,7 @@ int toy_cmd_serve(int argc, char **argv) {
         TOY_FLAG_N("--ctx", TOY_CLI_I64, &o.n_ctx, 0, INT32_MAX), TOY_FLAG_N("-c", TOY_CLI_I64, &o.n_ctx, 0, INT32_MAX),
         TOY_FLAG_N("--parallel", TOY_CLI_INT, &o.n_slots, 1, 256), TOY_FLAG_N("-np", TOY_CLI_INT, &o.n_slots, 1, 256),
         TOY_FLAG_N("--queue", TOY_CLI_INT, &o.queue_size, 1, 1 << 20),
+        TOY_FLAG_N("--responses", TOY_CLI_INT, &o.responses, 0, 1 << 20),
         TOY_FLAG_N("--lookup", TOY_CLI_INT, &o.lookup, 0, TOY_GENERATE_MAX_LOOKUP),
         TOY_FLAG_S("--draft", &draft), TOY_FLAG_N("--draft-max", TOY_CLI_INT, &o.draft_max, 1, TOY_GENERATE_MAX_LOOKUP),
         TOY_FLAG_N("--draft-p-min", TOY_CLI_F64, &p_min, 0, 1),

@@ -425,7 +425,7 @@ Test(serve, health_models_cors_metrics, .timeout = 60) {
                          "Access-Control-Request-Headers: authorization, content-type", NULL};
     r = http_x(&s, "OPTIONS", "/v1/chat/completions", NULL, pre);
     cr_assert_eq(r.code, 204);
-    cr_assert(strstr(r.headers, "Access-Control-Allow-Methods: GET, POST, OPTIONS"), "%s", r.headers);
+    cr_assert(strstr(r.headers, "Access-Control-Allow-Methods: GET, POST, DELETE, OPTIONS"), "%s", r.headers);
     cr_assert(strstr(r.headers, "Access-Control-Allow-Headers: authorization, content-type"), "%s", r.headers);
     resp_free(&r);
     r = http(&s, "POST", "/v1/completions", "{\"prompt\":\"Hello\",\"max_tokens\":3,\"ignore_eos\":true}");
@@ -2208,7 +2208,7 @@ static bool same_delta(json_t *events, size_t i) {
 /* OpenAI's Responses API on the chat path: a reasoning item, the message and a function_call, whole and as the
  * event stream (created, in_progress, each item added / its deltas / done, completed), which ends with the same
  * output; input items (messages with parts, a call and its output) become the chat the template sees; what toy
- * cannot do (stored responses, hosted tools) is refused, naming the Responses parameter */
+ * cannot do (item references, hosted tools) is refused, naming the Responses parameter */
 Test(serve, responses_api_whole_and_streamed, .timeout = 120) {
     struct th_script_model sm = {qwen_echo_template, {qwen_script}, "<|eos|>", false};
     char dir[32];
@@ -2318,6 +2318,124 @@ Test(serve, responses_api_whole_and_streamed, .timeout = 120) {
     cr_expect(strstr(r.body, "'max_output_tokens'"), "%s", r.body);
     resp_free(&r);
     scripted_stop(&s, dir);
+}
+
+/* Responses are kept: a request continues one by previous_response_id (its reasoning, message and call reach
+ * the template as the chat written out does: the same prompt), streamed or whole; GET returns a kept response,
+ * DELETE drops it; "store": false keeps nothing; the newest --responses N are kept, and --responses 0 keeps none */
+Test(serve, responses_kept_for_previous_response_id, .timeout = 120) {
+    struct th_script_model sm = {qwen_echo_template, {qwen_script}, "<|eos|>", false};
+    char dir[32], body[4096], path[300];
+    struct server s;
+    scripted_start(&s, &sm, dir);
+    const char *tools = "\"tools\":[{\"type\":\"function\",\"name\":\"get_weather\",\"parameters\":{\"type\":"
+                        "\"object\",\"properties\":{\"city\":{\"type\":\"string\"}}}}]";
+    snprintf(body, sizeof body, "{\"input\":\"<|go1|>\",\"temperature\":0,%s}", tools);
+    struct resp a = http(&s, "POST", "/v1/responses", body);
+    cr_assert_eq(a.code, 200, "%s", a.body);
+    cr_assert(json_is_true(jget(a.json, "store")));
+    cr_assert_str_eq(jstr(a.json, "output.2.type"), "function_call");
+    const char *aid = jstr(a.json, "id"), *call = jstr(a.json, "output.2.call_id");
+    /* the call's output, after the kept response: the prompt of the chat written out */
+    snprintf(body, sizeof body, "{\"previous_response_id\":\"%s\",\"input\":[{\"type\":\"function_call_output\","
+             "\"call_id\":\"%s\",\"output\":\"sunny\"}],\"max_output_tokens\":1,%s}", aid, call, tools);
+    struct resp b = http(&s, "POST", "/v1/responses", body);
+    cr_assert_eq(b.code, 200, "%s", b.body);
+    cr_assert_str_eq(jstr(b.json, "previous_response_id"), aid);
+    snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"<|go1|>\"},{\"role\":\"assistant\","
+             "\"content\":\"Let me check.\",\"reasoning_content\":\"The user wants Paris weather.\",\"tool_calls\":"
+             "[{\"id\":\"%s\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"arguments\":"
+             "\"{\\\"city\\\":\\\"Paris\\\"}\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"%s\",\"content\":\"sunny\"}],"
+             "\"max_tokens\":1,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":"
+             "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}}}}}]}", call, call);
+    struct resp c = http(&s, "POST", "/v1/chat/completions", body);
+    cr_assert_eq(c.code, 200, "%s", c.body);
+    cr_assert_eq(jint(b.json, "usage.input_tokens"), jint(c.json, "usage.prompt_tokens"));
+    cr_assert_gt(jint(b.json, "usage.input_tokens"), 40);
+    /* GET: the response as it was returned */
+    snprintf(path, sizeof path, "/v1/responses/%s", aid);
+    struct resp g = http(&s, "GET", path, NULL);
+    cr_assert_eq(g.code, 200, "%s", g.body);
+    cr_assert(json_equal(g.json, a.json), "%s\nvs\n%s", g.body, a.body);
+    resp_free(&g);
+    /* streamed, after b: kept too */
+    snprintf(body, sizeof body, "{\"previous_response_id\":\"%s\",\"input\":\"<|go1|>\",\"stream\":true,%s}",
+             jstr(b.json, "id"), tools);
+    struct resp st = http(&s, "POST", "/v1/responses", body);
+    cr_assert_eq(st.code, 200, "%s", st.body);
+    json_t *events = sse_events(st.body), *done = json_array_get(events, json_array_size(events) - 1);
+    cr_assert_str_eq(jstr(done, "type"), "response.completed");
+    cr_assert(json_is_true(jget(done, "response.store")));
+    cr_assert_str_eq(jstr(done, "response.previous_response_id"), jstr(b.json, "id"));
+    snprintf(path, sizeof path, "/v1/responses/%s", jstr(done, "response.id"));
+    g = http(&s, "GET", path, NULL);
+    cr_assert_eq(g.code, 200, "%s", g.body);
+    cr_assert_gt(jint(g.json, "usage.input_tokens"), jint(b.json, "usage.input_tokens"));
+    resp_free(&g);
+    json_decref(events);
+    /* DELETE, then it is gone */
+    snprintf(path, sizeof path, "/v1/responses/%s", aid);
+    g = http(&s, "DELETE", path, NULL);
+    cr_assert_eq(g.code, 200, "%s", g.body);
+    cr_assert(json_is_true(jget(g.json, "deleted")));
+    cr_assert_str_eq(jstr(g.json, "object"), "response.deleted");
+    resp_free(&g);
+    const char *methods[] = {"GET", "DELETE"};
+    for (int i = 0; i < 2; i++) {
+        g = http(&s, methods[i], path, NULL);
+        cr_assert_eq(g.code, 404, "%s %s", methods[i], g.body);
+        resp_free(&g);
+    }
+    snprintf(body, sizeof body, "{\"previous_response_id\":\"%s\",\"input\":\"x\"}", aid);
+    g = http(&s, "POST", "/v1/responses", body);
+    cr_assert_eq(g.code, 400, "%s", g.body);
+    cr_assert_str_eq(jstr(g.json, "error.code"), "previous_response_not_found");
+    cr_assert_str_eq(jstr(g.json, "error.param"), "previous_response_id");
+    resp_free(&g);
+    g = http(&s, "POST", path, "{}");
+    cr_assert_eq(g.code, 405, "%s", g.body);
+    resp_free(&g);
+    /* "store": false keeps nothing; a store that is not a boolean is refused */
+    g = http(&s, "POST", "/v1/responses", "{\"input\":\"x\",\"max_output_tokens\":2,\"store\":false}");
+    cr_assert_eq(g.code, 200, "%s", g.body);
+    cr_assert(json_is_false(jget(g.json, "store")));
+    snprintf(path, sizeof path, "/v1/responses/%s", jstr(g.json, "id"));
+    resp_free(&g);
+    g = http(&s, "GET", path, NULL);
+    cr_assert_eq(g.code, 404, "%s", g.body);
+    resp_free(&g);
+    g = http(&s, "POST", "/v1/responses", "{\"input\":\"x\",\"store\":\"yes\"}");
+    cr_assert_eq(g.code, 400, "%s", g.body);
+    cr_assert_str_eq(jstr(g.json, "error.param"), "store");
+    resp_free(&g);
+    resp_free(&a), resp_free(&b), resp_free(&c), resp_free(&st);
+    scripted_stop(&s, dir);
+    /* the newest 2, then none */
+    const char *keep2[] = {"--responses", "2", NULL}, *keep0[] = {"--responses", "0", NULL};
+    server_start(&s, keep2);
+    char ids[3][64];
+    for (int i = 0; i < 3; i++) {
+        g = http(&s, "POST", "/v1/responses", "{\"input\":\"x\",\"max_output_tokens\":2}");
+        cr_assert_eq(g.code, 200, "%s", g.body);
+        snprintf(ids[i], sizeof ids[i], "%s", jstr(g.json, "id"));
+        resp_free(&g);
+    }
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "/v1/responses/%s", ids[i]);
+        g = http(&s, "GET", path, NULL);
+        cr_assert_eq(g.code, i ? 200 : 404, "response %d: %s", i, g.body);
+        resp_free(&g);
+    }
+    cr_assert_eq(server_stop(&s), 0);
+    server_start(&s, keep0);
+    g = http(&s, "POST", "/v1/responses", "{\"input\":\"x\",\"max_output_tokens\":2}");
+    cr_assert(json_is_false(jget(g.json, "store")), "%s", g.body);
+    resp_free(&g);
+    g = http(&s, "POST", "/v1/responses", "{\"input\":\"x\",\"previous_response_id\":\"resp_1\"}");
+    cr_assert_eq(g.code, 400, "%s", g.body);
+    cr_assert(strstr(jstr(g.json, "error.message"), "--responses 0"), "%s", g.body);
+    resp_free(&g);
+    cr_assert_eq(server_stop(&s), 0);
 }
 
 /* The SDKs' own stream helpers put a streamed tool call together from its pieces: OpenAI's chat stream

@@ -62,6 +62,9 @@ struct toy_serve_options {
     double drain_s;            /* on stop: how long requests in flight may still run (30) */
     const char *runs_dir;      /* event stream in runs_dir/<id>/events.jsonl ("runs"); NULL: none */
     int pooling;               /* embeddings' pooling (enum toy_pooling); -1: the model's (its pooling_type, else mean) */
+    int responses;             /* Responses API: the newest this many responses are kept (in memory, and 256 MiB
+                                * of them at most) for previous_response_id and GET/DELETE /v1/responses/{id}
+                                * (256; 0: none) */
     bool no_prefix_cache;
     bool kv_f32;               /* KV caches in f32 (twice the memory); default f16, as toy generate */
     int lookup;                /* prompt lookup: each decoding slot drafts up to this many tokens a step, copied

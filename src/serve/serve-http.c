@@ -36,12 +36,12 @@
 #include "toy/events.h"
 #include "toy/run-dir.h"
 
-enum route { R_HEALTH, R_MODELS, R_MODEL, R_COMPLETIONS, R_CHAT, R_EMBEDDINGS, R_RESPONSES, R_MESSAGES,
+enum route { R_HEALTH, R_MODELS, R_MODEL, R_COMPLETIONS, R_CHAT, R_EMBEDDINGS, R_RESPONSES, R_RESPONSE, R_MESSAGES,
              R_COUNT_TOKENS, R_METRICS, R_OTHER, R_COUNT };
 static const char *const route_names[R_COUNT] = {"/health",        "/v1/models",    "/v1/models/{model}",
                                                  "/v1/completions", "/v1/chat/completions", "/v1/embeddings",
-                                                 "/v1/responses",   "/v1/messages",  "/v1/messages/count_tokens",
-                                                 "/metrics",        "other"};
+                                                 "/v1/responses",   "/v1/responses/{id}", "/v1/messages",
+                                                 "/v1/messages/count_tokens", "/metrics", "other"};
 
 struct stat_row {
     int route, code;
@@ -513,6 +513,7 @@ static enum route route_of(const char *url) {
     if (!strcmp(url, "/v1/chat/completions")) return R_CHAT;
     if (!strcmp(url, "/v1/embeddings")) return R_EMBEDDINGS;
     if (!strcmp(url, "/v1/responses")) return R_RESPONSES;
+    if (!strncmp(url, "/v1/responses/", 14) && url[14] && !strchr(url + 14, '/')) return R_RESPONSE;
     if (!strcmp(url, "/v1/messages")) return R_MESSAGES;
     if (!strcmp(url, "/v1/messages/count_tokens")) return R_COUNT_TOKENS;
     if (!strcmp(url, "/metrics")) return R_METRICS;
@@ -582,7 +583,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         if (!resp) return MHD_NO;
         add_common_headers(S, resp);
         const char *rh = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
-        MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
         MHD_add_response_header(resp, "Access-Control-Allow-Headers", rh ? rh : "Authorization, Content-Type");
         MHD_add_response_header(resp, "Access-Control-Max-Age", "86400");
         enum MHD_Result res = MHD_queue_response(c, 204, resp);
@@ -608,6 +609,17 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     if (!authorized(S, c))
         return fail(S, c, k->route, 401, "invalid_request_error", "invalid_api_key",
                     "missing or wrong API key (send \"Authorization: Bearer KEY\" or \"x-api-key: KEY\")");
+    if (k->route == R_RESPONSE) { /* a kept response: read or deleted */
+        const char *id = url + 14;
+        if (strcmp(method, "DELETE") && !get) return not_allowed(S, c, k->route, "GET, HEAD, DELETE", url);
+        json_t *o = strcmp(method, "DELETE") ? toy_srv_store_get(S->api.store, id) : NULL;
+        if (!o && !strcmp(method, "DELETE") && toy_srv_store_delete(S->api.store, id))
+            o = json_pack("{s:s,s:s,s:b}", "id", id, "object", "response.deleted", "deleted", 1);
+        if (!o)
+            return fail(S, c, k->route, 404, "invalid_request_error", "not_found",
+                        "Response with id '%s' not found (toy keeps the newest responses, in memory)", id);
+        return send_json(S, c, k->route, 200, o, NULL, NULL);
+    }
     bool wants_post = k->route == R_COMPLETIONS || k->route == R_CHAT || k->route == R_EMBEDDINGS ||
                       k->route == R_RESPONSES || k->route == R_MESSAGES || k->route == R_COUNT_TOKENS;
     if (wants_post ? !post : !get) return not_allowed(S, c, k->route, wants_post ? "POST" : "GET, HEAD", url);
@@ -661,6 +673,7 @@ struct toy_serve_options toy_serve_defaults(void) {
                                       .drain_s = 30,
                                       .runs_dir = "runs",
                                       .pooling = -1,
+                                      .responses = 256,
                                       .draft_p_min = 0.75f};
 }
 
@@ -714,6 +727,7 @@ static enum toy_status open_events(struct srv *S, const char *model_path) {
 
 static void srv_free(struct srv *S) {
     toy_srv_engine_free(S->eng);
+    toy_srv_store_free(S->api.store);
     toy_chat_template_free(S->api.tmpl);
     for (int i = 0; i < S->api.n_eot_stops; i++) free(S->api.eot_stops[i]);
     toy_events_close(S->ev);
@@ -733,6 +747,7 @@ static enum toy_status serve_model(struct srv_model model, const struct toy_toke
     if (o.max_connections <= 0) o.max_connections = def.max_connections;
     if (o.port < 0 || o.port > 65535) return toy_error(TOY_ERR_INVALID_ARG, "port %d (0..65535)", o.port);
     if (o.pooling > TOY_POOLING_RANK) return toy_error(TOY_ERR_INVALID_ARG, "pooling %d (-1..4)", o.pooling);
+    if (o.responses < 0) return toy_error(TOY_ERR_INVALID_ARG, "responses %d (0: none kept)", o.responses);
     if (o.draft && o.draft_gpt2) return toy_error(TOY_ERR_INVALID_ARG, "two draft models (draft and draft_gpt2)");
     struct srv_model draft = o.draft        ? toy_srv_model_llama(o.draft)
                              : o.draft_gpt2 ? toy_srv_model_gpt2(o.draft_gpt2)
@@ -753,6 +768,10 @@ static enum toy_status serve_model(struct srv_model model, const struct toy_toke
     const struct srv_model *m = S->api.m = &S->model;
     S->api.tok = tok;
     S->api.model_name = S->model_name;
+    if (o.responses > 0 && !(S->api.store = toy_srv_store_new(o.responses, SRV_STORE_BYTES))) {
+        srv_free(S);
+        return toy_error(TOY_ERR_NOMEM, "serve: the responses' store");
+    }
     S->api.timeout_s = o.timeout_s;
     int64_t n_ctx = o.n_ctx > 0 ? o.n_ctx : 4096;
     S->api.n_ctx = n_ctx < m->max_ctx ? n_ctx : m->max_ctx;

@@ -217,7 +217,10 @@ size_t toy_srv_engine_kv_bytes(const struct srv_engine *e);
 struct toy_chat_template;
 
 /* What the API layer needs to know about the server. */
+struct srv_store;
+
 struct srv_api {
+    struct srv_store *store;        /* the Responses kept for previous_response_id (NULL: none) */
     const struct srv_model *m;
     const struct toy_tokenizer *tok;
     struct toy_chat_template *tmpl; /* NULL: chat is not available */
@@ -258,6 +261,8 @@ struct srv_request {
     struct toy_chat_syntax syn;
     char **tool_names;      /* syn.tool_names, owned */
     json_t *resp_body;      /* a Responses request (POST /v1/responses, run as a chat): its body, owned */
+    json_t *resp_conv;      /* ... its conversation as chat messages, instructions left out, to keep with the
+                               response (NULL: "store": false, or no store), owned */
     json_t *anth_body;      /* an Anthropic Messages request (POST /v1/messages, run as a chat): its body, owned */
     bool count_only;        /* count_tokens: the prompt is all it needs (job->prompt; no context limit, no sampling) */
 };
@@ -295,7 +300,17 @@ bool toy_srv_reply_split(const struct srv_request *r, const struct srv_job *j, b
  * the chat parser's error names as the Responses request's; the whole response object; and the stream's
  * events (arrays of event objects with "type"): its start, what the reply so far adds (final: the rest
  * and response.completed), a failure. */
-bool toy_srv_responses_to_chat(json_t *body, json_t **out, struct srv_error *err);
+/* The responses kept for previous_response_id and GET/DELETE /v1/responses/{id}: the newest max of them (and
+ * at most max_bytes of JSON), in memory until the server stops. Thread-safe. */
+#define SRV_STORE_BYTES ((size_t)256 << 20) /* the kept responses' JSON, at most */
+struct srv_store *toy_srv_store_new(int max, size_t max_bytes);
+void toy_srv_store_free(struct srv_store *st);
+/* a copy of the response object (NULL: none; 404), or deletes it (false: none) */
+json_t *toy_srv_store_get(struct srv_store *st, const char *id);
+bool toy_srv_store_delete(struct srv_store *st, const char *id);
+/* body's Responses request as a chat request (*out), its conversation to keep into r->resp_conv */
+bool toy_srv_responses_to_chat(const struct srv_api *api, json_t *body, json_t **out, struct srv_request *r,
+                               struct srv_error *err);
 void toy_srv_responses_param(struct srv_error *err);
 json_t *toy_srv_responses_json(const struct srv_api *api, const struct srv_request *r, struct srv_job *j,
                                const char *id, long created);

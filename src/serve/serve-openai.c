@@ -822,7 +822,7 @@ bool toy_srv_parse_request(const struct srv_api *api, enum srv_endpoint ep, cons
         json_t *chat = NULL;
         r->ep = SRV_EP_CHAT;
         r->resp_body = json_incref(o);
-        ok = toy_srv_responses_to_chat(o, &chat, err) && parse_generate(api, chat, r, err);
+        ok = toy_srv_responses_to_chat(api, o, &chat, r, err) && parse_generate(api, chat, r, err);
         if (!ok) toy_srv_responses_param(err);
         json_decref(chat);
     } else if (ep == SRV_EP_MESSAGES || ep == SRV_EP_COUNT_TOKENS) {
@@ -845,7 +845,8 @@ void toy_srv_request_free(struct srv_request *r) {
     r->tool_names = NULL;
     json_decref(r->resp_body);
     json_decref(r->anth_body);
-    r->resp_body = r->anth_body = NULL;
+    json_decref(r->resp_conv);
+    r->resp_body = r->anth_body = r->resp_conv = NULL;
 }
 
 /* ---- responses ------------------------------------------------------------------------------------ */

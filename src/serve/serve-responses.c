@@ -10,9 +10,11 @@
  * response.created, response.in_progress, then for each item
  * output_item.added, its deltas and its .done events, and
  * response.completed (or response.incomplete) with the whole response.
- * toy keeps no responses: previous_response_id and item references are
- * refused (send the whole conversation as input).
+ * Responses are kept (unless "store": false) with the conversation
+ * through them, in memory and for a bounded number, so a request may
+ * continue one by previous_response_id, and GET or DELETE it by its id.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +23,110 @@
 
 #define BAD(param, ...) toy_srv_err(err, 400, "invalid_request_error", NULL, param, __VA_ARGS__)
 
+
+/* ---- the store ---------------------------------------------------------------------------------- */
+
+struct stored {
+    char id[64];
+    json_t *response, *messages; /* the response object; the conversation through it, as chat messages */
+    size_t bytes;
+    uint64_t used;
+};
+
+struct srv_store {
+    pthread_mutex_t mu;
+    struct stored *v;
+    int n, max;
+    size_t bytes, max_bytes;
+    uint64_t clock;
+};
+
+struct srv_store *toy_srv_store_new(int max, size_t max_bytes) {
+    struct srv_store *st = calloc(1, sizeof *st);
+    if (!st || !(st->v = calloc((size_t)(max > 0 ? max : 1), sizeof *st->v))) {
+        free(st);
+        return NULL;
+    }
+    pthread_mutex_init(&st->mu, NULL);
+    st->max = max;
+    st->max_bytes = max_bytes;
+    return st;
+}
+
+static void drop(struct srv_store *st, int i) {
+    json_decref(st->v[i].response);
+    json_decref(st->v[i].messages);
+    st->bytes -= st->v[i].bytes;
+    st->v[i] = st->v[--st->n];
+}
+
+void toy_srv_store_free(struct srv_store *st) {
+    if (!st) return;
+    while (st->n) drop(st, 0);
+    pthread_mutex_destroy(&st->mu);
+    free(st->v);
+    free(st);
+}
+
+static int find(const struct srv_store *st, const char *id) {
+    for (int i = 0; i < st->n; i++)
+        if (!strcmp(st->v[i].id, id)) return i;
+    return -1;
+}
+
+/* keeps copies of response and messages under id, the least recently used going first to make room; false when
+ * they alone are more than the store holds */
+static bool store_put(struct srv_store *st, const char *id, json_t *response, json_t *messages) {
+    size_t bytes = json_dumpb(response, NULL, 0, JSON_COMPACT) + json_dumpb(messages, NULL, 0, JSON_COMPACT);
+    if (bytes > st->max_bytes || strlen(id) >= sizeof st->v[0].id) return false;
+    json_t *r = json_deep_copy(response), *m = json_deep_copy(messages);
+    if (!r || !m) {
+        json_decref(r), json_decref(m);
+        return false;
+    }
+    pthread_mutex_lock(&st->mu);
+    int at = find(st, id);
+    if (at >= 0) drop(st, at);
+    while (st->n && (st->n >= st->max || st->bytes + bytes > st->max_bytes)) {
+        int old = 0;
+        for (int i = 1; i < st->n; i++)
+            if (st->v[i].used < st->v[old].used) old = i;
+        drop(st, old);
+    }
+    struct stored *e = &st->v[st->n++];
+    snprintf(e->id, sizeof e->id, "%s", id);
+    e->response = r, e->messages = m, e->bytes = bytes, e->used = ++st->clock;
+    st->bytes += bytes;
+    pthread_mutex_unlock(&st->mu);
+    return true;
+}
+
+/* copies of what id keeps (either may be NULL, not wanted) */
+static bool store_get(struct srv_store *st, const char *id, json_t **response, json_t **messages) {
+    pthread_mutex_lock(&st->mu);
+    int i = find(st, id);
+    if (i >= 0) {
+        st->v[i].used = ++st->clock;
+        if (response) *response = json_deep_copy(st->v[i].response);
+        if (messages) *messages = json_deep_copy(st->v[i].messages);
+    }
+    pthread_mutex_unlock(&st->mu);
+    return i >= 0;
+}
+
+json_t *toy_srv_store_get(struct srv_store *st, const char *id) {
+    json_t *r = NULL;
+    return st && store_get(st, id, &r, NULL) ? r : NULL;
+}
+
+bool toy_srv_store_delete(struct srv_store *st, const char *id) {
+    if (!st) return false;
+    pthread_mutex_lock(&st->mu);
+    int i = find(st, id);
+    if (i >= 0) drop(st, i);
+    pthread_mutex_unlock(&st->mu);
+    return i >= 0;
+}
 
 /* ---- the request ------------------------------------------------------------------------------ */
 
@@ -106,7 +212,8 @@ static bool input_messages(json_t *in, json_t *msgs, struct srv_error *err) {
             json_decref(reasoning);
             reasoning = text;
         } else if (!strcmp(type, "item_reference")) {
-            return BAD("input", "input[%zu]: item_reference (toy stores no responses: send the items themselves)", i);
+            return BAD("input", "input[%zu]: item_reference is not supported (send the items themselves, or continue "
+                       "a response with previous_response_id)", i);
         } else {
             return BAD("input", "input[%zu]: item type '%s' (toy reads message, function_call, function_call_output "
                        "and reasoning)", i, type);
@@ -124,24 +231,49 @@ static bool copy_keys(json_t *from, json_t *to, const char *const *keys) {
     return true;
 }
 
-bool toy_srv_responses_to_chat(json_t *body, json_t **out, struct srv_error *err) {
+bool toy_srv_responses_to_chat(const struct srv_api *api, json_t *body, json_t **out, struct srv_request *r,
+                               struct srv_error *err) {
     *out = NULL;
-    json_t *prev = json_object_get(body, "previous_response_id");
-    if (prev && !json_is_null(prev))
-        return BAD("previous_response_id", "toy stores no responses: send the whole conversation as 'input'");
     json_t *bg = json_object_get(body, "background");
     if (json_is_true(bg)) return BAD("background", "background responses are not supported");
+    json_t *store = json_object_get(body, "store");
+    if (store && !json_is_null(store) && !json_is_boolean(store)) return BAD("store", "'store' must be a boolean");
     json_t *in = json_object_get(body, "input");
     if (!in) return BAD("input", "'input' is required");
+    /* the conversation: the previous response's (its instructions are not carried over, as OpenAI's are not),
+     * then this input */
+    json_t *conv = NULL, *prev = json_object_get(body, "previous_response_id");
+    if (prev && !json_is_null(prev)) {
+        if (!json_is_string(prev)) return BAD("previous_response_id", "'previous_response_id' must be a string");
+        if (!api->store)
+            return BAD("previous_response_id", "this server keeps no responses (toy serve --responses 0): send the "
+                       "whole conversation as 'input'");
+        if (!store_get(api->store, json_string_value(prev), NULL, &conv))
+            return toy_srv_err(err, 400, "invalid_request_error", "previous_response_not_found", "previous_response_id",
+                               "Previous response with id '%s' not found (toy keeps the newest responses, in memory)",
+                               json_string_value(prev));
+    }
+    if (!conv && !(conv = json_array())) return toy_srv_err(err, 500, "server_error", NULL, NULL, "out of memory");
+    if (!input_messages(in, conv, err)) {
+        json_decref(conv);
+        return false;
+    }
     json_t *chat = json_object(), *msgs = json_array();
     json_object_set_new(chat, "messages", msgs);
     *out = chat;
     json_t *instr = json_object_get(body, "instructions");
     if (instr && !json_is_null(instr)) {
-        if (!json_is_string(instr)) return BAD("instructions", "'instructions' must be a string");
+        if (!json_is_string(instr)) {
+            json_decref(conv);
+            return BAD("instructions", "'instructions' must be a string");
+        }
         json_array_append_new(msgs, json_pack("{s:s,s:O}", "role", "system", "content", instr));
     }
-    if (!input_messages(in, msgs, err)) return false;
+    json_t *copy = json_deep_copy(conv); /* the chat parser may rewrite its messages */
+    json_array_extend(msgs, copy);
+    json_decref(copy);
+    if (api->store && !json_is_false(store)) r->resp_conv = conv;
+    else json_decref(conv);
     static const char *const same[] = {"model", "stream", "temperature", "top_p", "top_k", "min_p", "seed",
                                        "frequency_penalty", "presence_penalty", "repeat_penalty", "logit_bias",
                                        "stop", "chat_template_kwargs", "parallel_tool_calls", NULL};
@@ -236,7 +368,8 @@ static json_t *response_object(const struct srv_api *api, const struct srv_reque
                           "incomplete_details", "instructions", echo(b, "instructions", json_null()),
                           "max_output_tokens", echo(b, "max_output_tokens", json_null()), "model", api->model_name,
                           "output", output, "parallel_tool_calls", 1, "previous_response_id", "reasoning", "effort",
-                          echo(json_object_get(b, "reasoning"), "effort", json_null()), "summary", "store", 0,
+                          echo(json_object_get(b, "reasoning"), "effort", json_null()), "summary", "store",
+                          r->resp_conv != NULL,
                           "temperature", echo(b, "temperature", json_real(1)), "text",
                           echo(b, "text", json_pack("{s:{s:s}}", "format", "type", "text")), "tool_choice",
                           echo(b, "tool_choice", json_string("auto")), "tools", echo(b, "tools", json_array()),
@@ -245,7 +378,20 @@ static json_t *response_object(const struct srv_api *api, const struct srv_reque
                           "metadata");
     if (j && !strcmp(status, "incomplete"))
         json_object_set_new(o, "incomplete_details", json_pack("{s:s}", "reason", "max_output_tokens"));
+    json_t *prev = json_object_get(b, "previous_response_id");
+    if (json_is_string(prev)) json_object_set(o, "previous_response_id", prev);
     return o;
+}
+
+/* a finished response o (output items items) kept with its conversation, when the request asked to store it */
+static void keep(const struct srv_api *api, const struct srv_request *r, const char *id, json_t *o, json_t *items) {
+    if (!r->resp_conv || !api->store) return;
+    json_t *conv = json_deep_copy(r->resp_conv);
+    struct srv_error e;
+    /* the output items read as input items: a reasoning item, the message, the calls */
+    if (conv && (!json_array_size(items) || input_messages(items, conv, &e)) && !store_put(api->store, id, o, conv))
+        json_object_set_new(o, "store", json_false()); /* more than the whole store holds */
+    json_decref(conv);
 }
 
 static const char *final_status(const struct srv_job *j) {
@@ -297,7 +443,9 @@ json_t *toy_srv_responses_json(const struct srv_api *api, const struct srv_reque
         j->n_calls = p.n_calls;
         toy_chat_reply_free(&p);
     }
-    return response_object(api, r, j, id, created, final_status(j), out);
+    json_t *o = response_object(api, r, j, id, created, final_status(j), out);
+    keep(api, r, id, o, out);
+    return o;
 }
 
 /* ---- the stream ----------------------------------------------------------------------------------- */
@@ -428,8 +576,10 @@ json_t *toy_srv_responses_events(const struct srv_api *api, const struct srv_req
         if (!json_array_size(s->items)) open_item(ev, s, 2, id); /* an empty reply: still its message */
         close_item(ev, s);
         const char *stt = final_status(j);
+        json_t *o = response_object(api, r, j, id, created, stt, json_deep_copy(s->items));
+        keep(api, r, id, o, s->items);
         event(ev, s, strcmp(stt, "completed") ? "response.incomplete" : "response.completed",
-              json_pack("{s:o}", "response", response_object(api, r, j, id, created, stt, json_deep_copy(s->items))));
+              json_pack("{s:o}", "response", o));
     }
     return ev;
 }
