@@ -1013,6 +1013,16 @@ Test(serve, lookup_gives_the_plain_text, .timeout = 180) {
     resp_free(&st);
     /* together: the texts they get alone, while the slots draft side by side */
     cr_assert_eq(together_as_alone(&spec, bodies, N), N, "requests together got other text than alone");
+    /* each request's event says what was drafted for it */
+    char cmd[700], evp[400];
+    snprintf(evp, sizeof evp, "%s/all.jsonl", spec.dir);
+    snprintf(cmd, sizeof cmd, "cat %s/runs/*/events.jsonl > %s", spec.dir, evp);
+    cr_assert_eq(system(cmd), 0);
+    char *evs = slurp(evp);
+    const char *dr = evs ? strstr(evs, "\"draft\":{\"drafted\":") : NULL;
+    cr_assert(dr && strstr(dr, "\"accepted\":") && atoll(strstr(dr, "\"accepted\":") + 11) > 0, "%s",
+              evs ? evs : "");
+    free(evs);
     cr_assert_eq(server_stop(&plain), 0);
     cr_assert_eq(server_stop(&spec), 0);
     /* --lookup is 0..15 */

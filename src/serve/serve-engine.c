@@ -856,8 +856,13 @@ static void decode_step(struct srv_engine *e) {
         struct slot *s = &e->slots[idx[b]];
         const int32_t *draft = e->drafts + b * SRV_LOOKUP_MAX;
         int64_t k = off[b + 1] - off[b] - 1, kept = 0;
-        /* a prediction's draft counts as refused until a token keeps it: the job may end at any token */
-        if (s->from_pred) s->job->pred_rejected += k;
+        /* a draft counts as refused until a token keeps it: the job may end at any token */
+        if (k) {
+            pthread_mutex_lock(&s->job->mu);
+            s->job->n_drafted += k;
+            if (s->from_pred) s->job->pred_rejected += k;
+            pthread_mutex_unlock(&s->job->mu);
+        }
         for (int64_t r = off[b];; r++) {
             s->pos++;
             made++;
@@ -865,7 +870,10 @@ static void decode_step(struct srv_engine *e) {
             pred_follow(s, s->last);
             if (r - off[b] == k || s->last != draft[r - off[b]]) break;
             kept++;
+            pthread_mutex_lock(&s->job->mu);
+            s->job->n_draft_kept++;
             if (s->from_pred) s->job->pred_accepted++, s->job->pred_rejected--;
+            pthread_mutex_unlock(&s->job->mu);
         }
         s->n_cache = s->pos;
         accepted += kept;

@@ -195,7 +195,7 @@ static void request_done(struct srv *S, const struct srv_request *rq, enum route
                          double t0, bool stream) {
     double lat = toy_srv_now() - t0;
     struct srv_job *j = rq ? rq->job : NULL;
-    int64_t pt = 0, ct = 0, cached = 0;
+    int64_t pt = 0, ct = 0, cached = 0, drafted = 0, kept = 0;
     double ttft = -1;
     const char *finish = NULL;
     if (j) {
@@ -203,6 +203,7 @@ static void request_done(struct srv *S, const struct srv_request *rq, enum route
         pt = j->kind == SRV_JOB_EMBED ? rq->n_tokens : j->n_prompt;
         ct = j->n_generated;
         cached = j->n_cached;
+        drafted = j->n_drafted, kept = j->n_draft_kept;
         if (j->t_first > 0) ttft = j->t_first - j->t_submit;
         if (j->done && !j->err && j->kind == SRV_JOB_GENERATE) finish = toy_srv_finish_reason(j);
         pthread_mutex_unlock(&j->mu);
@@ -217,6 +218,9 @@ static void request_done(struct srv *S, const struct srv_request *rq, enum route
         json_object_set_new(extra, "request_id", json_string(rid));
         if (ttft >= 0) json_object_set_new(extra, "ttft_us", json_integer((json_int_t)(ttft * 1e6)));
         if (finish) json_object_set_new(extra, "finish_reason", json_string(finish));
+        if (drafted) /* speculative decoding: the tokens drafted for it, and those kept */
+            json_object_set_new(extra, "draft", json_pack("{s:I,s:I}", "drafted", (json_int_t)drafted, "accepted",
+                                                          (json_int_t)kept));
         if (j && j->kind == SRV_JOB_GENERATE && (code < 400 || code >= 499)) /* a 400-413 was never parsed whole */
             json_object_set_new(extra, "sampling",
                                 json_pack("{s:I,s:f,s:f,s:I}", "max_tokens", (json_int_t)j->max_tokens,

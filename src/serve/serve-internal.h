@@ -138,8 +138,8 @@ struct srv_job {
     size_t text_len, text_cap;
     int64_t n_generated;             /* sampled tokens (EOS included) */
     int64_t n_cached;                /* prompt tokens served from the prefix cache */
-    int64_t pred_accepted, pred_rejected; /* the prediction's drafted tokens kept and refused (engine thread;
-                                             read once done) */
+    int64_t pred_accepted, pred_rejected; /* the prediction's drafted tokens kept and refused */
+    int64_t n_drafted, n_draft_kept;      /* all drafted tokens (lookup, draft model, prediction), those kept */
     size_t n_calls;                  /* tool calls in the split reply (set by the API layer) */
     bool done, timed_out;
     enum toy_stop_reason reason;
