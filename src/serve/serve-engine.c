@@ -767,7 +767,8 @@ static int pred_draft(struct slot *s, const int32_t *h, int64_t n, int k_max, in
 }
 
 /* The drafts of the decoding slots idx[0..n) into e->drafts, and each slot's rows (its last token and its draft)
- * into off: prompt lookup's where it finds one, else the draft model's. Drafts stop short of the context's end
+ * into off: its job's prediction's where the reply follows it, else prompt lookup's where it finds one, else the
+ * draft model's. Drafts stop short of the context's end
  * and of the job's max_tokens, and all the rows of a step are at most SRV_LOOKUP_ROWS (a pass of more rows costs
  * more than it tends to save): they are dealt a token at a time round the slots. Returns the tokens drafted. */
 static int draft_step(struct srv_engine *e, const int *idx, int n, int64_t *off) {
@@ -817,8 +818,6 @@ static void decode_step(struct srv_engine *e) {
     if (!n) return;
     int64_t off[n + 1];
     int drafted = draft_step(e, idx, n, off);
-    if (!drafted)
-        for (int b = 0; b <= n; b++) off[b] = b;
     struct step_graph *sg = NULL;
     enum toy_status st = step_graph(e, &e->steps, idx, n, off, &sg);
     double t0 = toy_srv_now();
