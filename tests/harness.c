@@ -190,14 +190,21 @@ double th_kv_decode_vs_full(th_cached_fn fwd, void *model, struct toy_kv_cache *
 }
 
 void th_save_llama(struct toy_llama *m, enum toy_dtype type, const char *path) {
-    struct toy_lm lm = toy_llama_lm(m);
-    th_save_lm(&lm, type, path);
+    th_save_llama_tok(m, NULL, type, path);
 }
 
-void th_save_lm(const struct toy_lm *lm, enum toy_dtype type, const char *path) {
+void th_save_llama_tok(struct toy_llama *m, const struct toy_tokenizer *tok, enum toy_dtype type, const char *path) {
+    struct toy_lm lm = toy_llama_lm(m);
+    th_save_lm_tok(&lm, tok, type, path);
+}
+
+void th_save_lm(const struct toy_lm *lm, enum toy_dtype type, const char *path) { th_save_lm_tok(lm, NULL, type, path); }
+
+void th_save_lm_tok(const struct toy_lm *lm, const struct toy_tokenizer *tok, enum toy_dtype type, const char *path) {
     struct toy_gguf_writer *w;
     cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
     cr_assert_eq(lm->write_gguf(lm->self, w, type), TOY_OK, "%s", toy_last_error());
+    if (tok) cr_assert_eq(toy_tokenizer_write_gguf(tok, w), TOY_OK, "%s", toy_last_error());
     cr_assert_eq(toy_gguf_writer_write(w, path), TOY_OK, "%s", toy_last_error());
     toy_gguf_writer_free(w);
 }

@@ -61,10 +61,12 @@ struct th_gen_log {
 };
 bool th_log_token(void *ud, int32_t id, const char *text, size_t len, float lp);
 
-/* m written to path as a GGUF with matrices of type (norms stay f32) */
+/* m written to path as a GGUF with matrices of type (norms stay f32); _tok: with tok's vocabulary (NULL: none) */
 void th_save_llama(struct toy_llama *m, enum toy_dtype type, const char *path);
+void th_save_llama_tok(struct toy_llama *m, const struct toy_tokenizer *tok, enum toy_dtype type, const char *path);
 /* any family's model, through its toy_lm */
 void th_save_lm(const struct toy_lm *lm, enum toy_dtype type, const char *path);
+void th_save_lm_tok(const struct toy_lm *lm, const struct toy_tokenizer *tok, enum toy_dtype type, const char *path);
 
 /* GGUF `in` copied to `out` (its keys, general.file_type dropped) with every
  * tensor whose name contains `part` (NULL: every tensor) stored as type

@@ -1044,11 +1044,7 @@ static void write_random_llama(const char *dir, const char *name, int64_t vocab,
     struct toy_llama *m = toy_llama_new(&c, seed);
     cr_assert(m, "%s", toy_last_error());
     snprintf(path, n, "%s/%s", dir, name);
-    struct toy_gguf_writer *w;
-    cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
-    cr_assert_eq(toy_llama_write_gguf(m, w, TOY_F32), TOY_OK, "%s", toy_last_error());
-    cr_assert_eq(toy_gguf_writer_write(w, path), TOY_OK, "%s", toy_last_error());
-    toy_gguf_writer_free(w);
+    th_save_llama(m, TOY_F32, path);
     toy_llama_free(m);
 }
 
@@ -1071,12 +1067,7 @@ Test(serve, draft_model_gives_the_plain_text, .timeout = 240) {
     cr_assert_eq(toy_llama_load(main_model, true, &mm), TOY_OK, "%s", toy_last_error());
     mm->cfg.max_ctx = 48;
     snprintf(other, sizeof other, "%s/other.gguf", dir);
-    struct toy_gguf_writer *w;
-    cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
-    cr_assert_eq(toy_llama_write_gguf(mm, w, TOY_Q8_0), TOY_OK, "%s", toy_last_error());
-    cr_assert_eq(toy_tokenizer_write_gguf(tok, w), TOY_OK, "%s", toy_last_error());
-    cr_assert_eq(toy_gguf_writer_write(w, other), TOY_OK, "%s", toy_last_error());
-    toy_gguf_writer_free(w);
+    th_save_llama_tok(mm, tok, TOY_Q8_0, other);
     write_random_llama(dir, "alien.gguf", mm->cfg.vocab + 300, 64, 6, alien, sizeof alien);
     toy_tokenizer_free(tok);
     toy_llama_free(mm);
@@ -1914,12 +1905,7 @@ static void batch_matches_alone(void (*set)(struct toy_llama_config *c)) {
         for (int64_t k = 0; t->ne[1] > 1 && k < toy_nelements(t); k++) ((float *)t->data)[k] *= 6.0f;
     }
     snprintf(path, sizeof path, "%s/moe.gguf", dir);
-    struct toy_gguf_writer *w;
-    cr_assert_eq(toy_gguf_writer_init(&w), TOY_OK);
-    cr_assert_eq(toy_llama_write_gguf(m, w, TOY_Q8_0), TOY_OK, "%s", toy_last_error());
-    cr_assert_eq(toy_tokenizer_write_gguf(tok, w), TOY_OK, "%s", toy_last_error());
-    cr_assert_eq(toy_gguf_writer_write(w, path), TOY_OK, "%s", toy_last_error());
-    toy_gguf_writer_free(w);
+    th_save_llama_tok(m, tok, TOY_Q8_0, path);
     toy_llama_free(m);
     toy_tokenizer_free(tok);
     struct server s;
