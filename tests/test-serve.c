@@ -2422,6 +2422,8 @@ Test(serve, responses_kept_for_previous_response_id, .timeout = 120) {
         cr_assert_eq(g.code, i ? 200 : 404, "response %d: %s", i, g.body);
         resp_free(&g);
     }
+    cr_assert_eq(metric(&s, "toy_responses_kept"), 2);
+    cr_assert_gt(metric(&s, "toy_responses_kept_bytes"), 200);
     cr_assert_eq(server_stop(&s), 0);
     server_start(&s, keep0);
     g = http(&s, "POST", "/v1/responses", "{\"input\":\"x\",\"max_output_tokens\":2}");

@@ -388,6 +388,11 @@ static enum MHD_Result metrics(struct srv *S, struct MHD_Connection *c) {
     GAUGE("toy_active_sequences", "Sequences being generated.", "%d", atomic_load(&m->active));
     GAUGE("toy_slots", "Sequences that can be generated together.", "%d", S->o.n_slots);
     GAUGE("toy_requests_in_flight", "HTTP requests being handled.", "%d", atomic_load(&S->inflight));
+    int n_kept;
+    size_t kept_bytes;
+    toy_srv_store_stats(S->api.store, &n_kept, &kept_bytes);
+    GAUGE("toy_responses_kept", "Responses API responses kept for previous_response_id (--responses).", "%d", n_kept);
+    GAUGE("toy_responses_kept_bytes", "Their JSON's bytes.", "%zu", kept_bytes);
     pthread_mutex_lock(&m->mu);
     GAUGE("toy_decode_tokens_per_second", "Aggregate decode rate over all sequences (moving average).", "%.3f",
           m->tokens_per_s);

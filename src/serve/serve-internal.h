@@ -308,6 +308,8 @@ void toy_srv_store_free(struct srv_store *st);
 /* a copy of the response object (NULL: none; 404), or deletes it (false: none) */
 json_t *toy_srv_store_get(struct srv_store *st, const char *id);
 bool toy_srv_store_delete(struct srv_store *st, const char *id);
+/* the responses kept, and their JSON's bytes (0 without a store) */
+void toy_srv_store_stats(struct srv_store *st, int *n, size_t *bytes);
 /* body's Responses request as a chat request (*out), its conversation to keep into r->resp_conv */
 bool toy_srv_responses_to_chat(const struct srv_api *api, json_t *body, json_t **out, struct srv_request *r,
                                struct srv_error *err);

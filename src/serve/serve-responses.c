@@ -119,6 +119,14 @@ json_t *toy_srv_store_get(struct srv_store *st, const char *id) {
     return st && store_get(st, id, &r, NULL) ? r : NULL;
 }
 
+void toy_srv_store_stats(struct srv_store *st, int *n, size_t *bytes) {
+    *n = 0, *bytes = 0;
+    if (!st) return;
+    pthread_mutex_lock(&st->mu);
+    *n = st->n, *bytes = st->bytes;
+    pthread_mutex_unlock(&st->mu);
+}
+
 bool toy_srv_store_delete(struct srv_store *st, const char *id) {
     if (!st) return false;
     pthread_mutex_lock(&st->mu);
