@@ -1648,6 +1648,124 @@ static void cached_attention_cases(const struct qcase *cs, size_t n_cases, uint6
         }
 }
 
+/* Query rows of several sequences at once (toy serve's decode step over its slots, drafts included):
+ * toy_kv_store_rows puts each row's key and value at its sequence's position, and toy_attention_rows gives each
+ * row, bit for bit, what a decode step of its sequence alone gives on as many threads -- for f32 and f16 caches,
+ * GQA, windows, softcap, sinks, the decode kernels' heads (64, 128), a latent-attention-wide one (576) and one
+ * the general path takes (96), on 1..3 threads. A row outside the caches fails the run and writes nothing. */
+static void attention_rows_cases(void);
+Test(ops, attention_rows_give_each_row_its_decode_step) { attention_rows_cases(); }
+Test(ops, attention_rows_avx2_give_each_row_its_decode_step) {
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) cr_skip_test("no AVX2");
+    setenv("TOY_SIMD", "avx2", 1); /* each Criterion test is its own process */
+    attention_rows_cases();
+}
+
+static struct toy_tensor *rows_pass(struct toy_ctx *ctx, struct toy_tensor *q, struct toy_tensor *kc,
+                                    struct toy_tensor *vc, struct toy_tensor *kn, struct toy_tensor *vn,
+                                    struct toy_tensor *seq, struct toy_tensor *pos, const struct toy_attn_params *ap,
+                                    int nth, enum toy_status *st) {
+    struct toy_tensor *y = toy_attention_rows(ctx, q, toy_kv_store_rows(ctx, kc, kn, seq, pos),
+                                              toy_kv_store_rows(ctx, vc, vn, seq, pos), seq, pos, ap);
+    toy_set_output(y);
+    struct toy_graph *g = toy_graph_new(ctx);
+    toy_graph_build(g, y);
+    struct toy_threadpool *tp = toy_threadpool_new(nth);
+    *st = toy_graph_compute(g, tp);
+    toy_threadpool_free(tp);
+    return y;
+}
+
+static void attention_rows_cases(void) {
+    struct rcase {
+        int64_t D, Hq, Hkv, S, R;
+        int window;
+        float cap;
+        bool sinks;
+        enum toy_dtype type;
+        int32_t seq[12], pos[12];
+    };
+    static const struct rcase cs[] = {
+        {64, 9, 3, 4, 4, 0, 0, false, TOY_F16, {0, 1, 2, 3}, {0, 37, 290, 5}},
+        {64, 9, 3, 3, 7, 0, 0, true, TOY_F32, {2, 2, 2, 0, 1, 1, 1}, {100, 101, 102, 16, 3, 4, 5}},
+        {128, 8, 2, 2, 5, 24, 30, false, TOY_F16, {1, 0, 0, 0, 0}, {200, 40, 41, 42, 43}},
+        {128, 4, 4, 5, 3, 0, 0, false, TOY_F32, {4, 0, 2}, {63, 64, 1}},
+        {96, 6, 2, 3, 4, 0, 0, false, TOY_F16, {1, 2, 2, 0}, {50, 7, 8, 120}},
+        {576, 16, 1, 2, 3, 0, 0, false, TOY_F16, {1, 1, 0}, {33, 34, 70}},
+    };
+    const int64_t Tmax = 300;
+    struct toy_rng r;
+    toy_rng_seed(&r, 23);
+    for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++)
+        for (int nth = 1; nth <= 3; nth++) {
+            const struct rcase *c = &cs[ci];
+            const int64_t row = c->D * c->Hkv;
+            struct toy_ctx *ctx = toy_ctx_init(true);
+            struct toy_tensor *q = toy_new_tensor_4d(ctx, TOY_F32, c->D, c->Hq, c->R, 1);
+            struct toy_tensor *kc = toy_new_tensor_4d(ctx, c->type, c->D, c->Hkv, Tmax, c->S);
+            struct toy_tensor *vc = toy_new_tensor_4d(ctx, c->type, c->D, c->Hkv, Tmax, c->S);
+            struct toy_tensor *kn = toy_new_tensor_4d(ctx, TOY_F32, c->D, c->Hkv, c->R, 1);
+            struct toy_tensor *vn = toy_new_tensor_4d(ctx, TOY_F32, c->D, c->Hkv, c->R, 1);
+            struct toy_tensor *seq = toy_new_tensor_1d(ctx, TOY_I32, c->R), *pos = toy_new_tensor_1d(ctx, TOY_I32, c->R);
+            struct toy_tensor *sinks = toy_new_tensor_1d(ctx, TOY_F32, c->Hq);
+            memcpy(seq->data, c->seq, (size_t)c->R * sizeof(int32_t));
+            memcpy(pos->data, c->pos, (size_t)c->R * sizeof(int32_t));
+            for (int64_t i = 0; i < toy_nelements(q); i++) ((float *)q->data)[i] = toy_rng_normal(&r);
+            for (int64_t i = 0; i < toy_nelements(kn); i++) {
+                ((float *)kn->data)[i] = toy_f16_to_f32(toy_f32_to_f16(toy_rng_normal(&r)));
+                ((float *)vn->data)[i] = toy_f16_to_f32(toy_f32_to_f16(toy_rng_normal(&r)));
+            }
+            for (int64_t i = 0; i < toy_nelements(kc); i++) {
+                cache_set(kc, i, toy_rng_normal(&r));
+                cache_set(vc, i, toy_rng_normal(&r));
+            }
+            for (int64_t h = 0; h < c->Hq; h++) ((float *)sinks->data)[h] = toy_rng_normal(&r);
+            struct toy_attn_params ap = {.window = c->window, .softcap = c->cap, .sinks = c->sinks ? sinks : NULL};
+            enum toy_status st;
+            const float *out = rows_pass(ctx, q, kc, vc, kn, vn, seq, pos, &ap, nth, &st)->data;
+            cr_assert_eq(st, TOY_OK, "case %zu: %s", ci, toy_last_error());
+            size_t es = toy_dtype_type_size(c->type), seq_bytes = (size_t)(Tmax * row) * es;
+            for (int64_t t = 0; t < c->R; t++) {
+                /* the row stored where it belongs */
+                float got[576];
+                for (int64_t i = 0; i < row; i++) {
+                    int64_t at = ((int64_t)c->seq[t] * Tmax + c->pos[t]) * row + i;
+                    got[i % c->D] = c->type == TOY_F16 ? toy_f16_to_f32(((const toy_f16 *)kc->data)[at])
+                                                       : ((const float *)kc->data)[at];
+                    cr_assert_eq(got[i % c->D], ((const float *)kn->data)[t * row + i], "case %zu row %lld: key %lld",
+                                 ci, (long long)t, (long long)i);
+                }
+                /* a decode step of its sequence alone, over a copy of that sequence's caches as the pass left them */
+                struct toy_tensor *k1 = toy_new_tensor_4d(ctx, c->type, c->D, c->Hkv, Tmax, 1);
+                struct toy_tensor *v1 = toy_new_tensor_4d(ctx, c->type, c->D, c->Hkv, Tmax, 1);
+                memcpy(k1->data, (const char *)kc->data + c->seq[t] * seq_bytes, seq_bytes);
+                memcpy(v1->data, (const char *)vc->data + c->seq[t] * seq_bytes, seq_bytes);
+                struct toy_tensor *q1 = toy_new_tensor_4d(ctx, TOY_F32, c->D, c->Hq, 1, 1);
+                struct toy_tensor *kn1 = toy_new_tensor_4d(ctx, TOY_F32, c->D, c->Hkv, 1, 1);
+                struct toy_tensor *vn1 = toy_new_tensor_4d(ctx, TOY_F32, c->D, c->Hkv, 1, 1);
+                struct toy_tensor *np1 = toy_new_tensor_1d(ctx, TOY_I32, 1);
+                *(int32_t *)np1->data = c->pos[t];
+                memcpy(q1->data, (const float *)q->data + t * c->Hq * c->D, (size_t)(c->Hq * c->D) * sizeof(float));
+                memcpy(kn1->data, (const float *)kn->data + t * row, (size_t)row * sizeof(float));
+                memcpy(vn1->data, (const float *)vn->data + t * row, (size_t)row * sizeof(float));
+                const float *one = cached_attention_on(ctx, q1, k1, v1, kn1, vn1, np1, &ap, nth)->data;
+                cr_assert(!memcmp(one, out + t * c->Hq * c->D, (size_t)(c->Hq * c->D) * sizeof(float)),
+                          "case %zu threads %d: row %lld (sequence %d at %d) is not its decode step's", ci, nth,
+                          (long long)t, c->seq[t], c->pos[t]);
+            }
+            /* a row past the caches: the run fails, and no row is written */
+            void *before = malloc(toy_nbytes(kc));
+            memcpy(before, kc->data, toy_nbytes(kc));
+            for (int64_t i = 0; i < toy_nelements(kn); i++) ((float *)kn->data)[i] += 1;
+            ((int32_t *)pos->data)[c->R - 1] = (int32_t)Tmax;
+            rows_pass(ctx, q, kc, vc, kn, vn, seq, pos, &ap, nth, &st);
+            cr_assert_eq(st, TOY_ERR_RANGE, "case %zu: a row past the cache gave %d", ci, st);
+            cr_assert(!memcmp(before, kc->data, toy_nbytes(kc)), "case %zu: a failed store wrote rows", ci);
+            free(before);
+            toy_ctx_free(ctx);
+        }
+}
+
 /* A prefill over an f16 cache (several query blocks of 64 after earlier
  * positions, GQA, windows, softcap, 1..3 threads) equals the same over an
  * f32 cache that holds the same values, bit for bit: the f16 rows are

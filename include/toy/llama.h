@@ -288,7 +288,7 @@ struct toy_lm toy_llama_lm(struct toy_llama *m);
 
 struct toy_kv_cache {
     struct toy_ctx *ctx;
-    int64_t n_ctx, n_seq;
+    int64_t n_layers, n_ctx, n_seq;
     struct toy_tensor **k, **v;   /* per layer {head_dim, n_kv_heads, n_ctx, n_seq} */
     struct toy_tensor *n_past;    /* I32 (1): positions already in the cache */
     void *block;                  /* every layer's k and v, one toy_stream_alloc block */
@@ -300,6 +300,10 @@ enum toy_status toy_kv_cache_init(struct toy_kv_cache *c, const struct toy_llama
 enum toy_status toy_kv_cache_init_type(struct toy_kv_cache *c, const struct toy_llama *m, int64_t n_ctx, int64_t n_seq,
                                        enum toy_dtype type);
 void toy_kv_cache_free(struct toy_kv_cache *c);
+/* A one-sequence cache over sequence seq of pool's memory (its own n_past; block NULL: toy_kv_cache_free frees
+ * the view, not the pool, which must outlive it). A server's slots each take one, and a step over several slots
+ * reads the pool (toy_kv_store_rows, toy_attention_rows). */
+enum toy_status toy_kv_cache_view_seq(struct toy_kv_cache *view, const struct toy_kv_cache *pool, int64_t seq);
 size_t toy_kv_cache_bytes(const struct toy_kv_cache *c);
 /* TOY_ERR_NOMEM, naming the size, when a cache of n_layers x 2 x (row elements of `type`) x n_ctx x n_seq is
  * more than the machine's memory or cannot be had; TOY_OK otherwise (the init functions check first). */

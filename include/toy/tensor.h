@@ -351,6 +351,22 @@ struct toy_tensor *toy_kv_store(struct toy_ctx *ctx, struct toy_tensor *cache, s
 struct toy_tensor *toy_attention_cached(struct toy_ctx *ctx, struct toy_tensor *q, struct toy_tensor *k_store,
                                         struct toy_tensor *v_store, struct toy_tensor *n_past,
                                         const struct toy_attn_params *p);
+/* Rows of many sequences at once, each at a position of its own (a server's
+ * decode step over its slots): row r of x {D, H, R, 1} goes to position
+ * pos[r] of sequence seq[r] of cache {D, H, Tmax, S}; pos and seq are I32
+ * {R} tensors read when the graph runs. A row outside the cache fails the
+ * run with TOY_ERR_RANGE. Returns a tensor that aliases the cache, to pass
+ * to toy_attention_rows. */
+struct toy_tensor *toy_kv_store_rows(struct toy_ctx *ctx, struct toy_tensor *cache, struct toy_tensor *x,
+                                     struct toy_tensor *seq, struct toy_tensor *pos);
+/* Attention of query rows q {D, Hq, R, 1}, row r over the keys and values
+ * at positions 0 .. pos[r] of sequence seq[r] of the stored caches (causal,
+ * the window counted back from pos[r]). Each row gets the bits a decode step
+ * of its sequence alone (toy_attention_cached, one query) gives on the same
+ * threads. No gradient. */
+struct toy_tensor *toy_attention_rows(struct toy_ctx *ctx, struct toy_tensor *q, struct toy_tensor *k_store,
+                                      struct toy_tensor *v_store, struct toy_tensor *seq, struct toy_tensor *pos,
+                                      const struct toy_attn_params *p);
 
 /* ---- mixture of experts ----------------------------------------------------------------
  *

@@ -396,7 +396,8 @@ static void node_backward(struct bw *b, struct toy_tensor *y, struct toy_tensor 
     }
     case TOY_OP_ATTENTION: {
         struct toy_tensor *q = a, *k = s1, *v = s2;
-        TOY_ASSERT(!y->op_params[P_AT_DYNKV], "no gradient through cached (KV) attention '%s'", toy_label(y));
+        TOY_ASSERT(!y->op_params[P_AT_DYNKV] && !y->op_params[P_AT_ROWS], "no gradient through cached (KV) attention '%s'",
+                   toy_label(y));
         struct toy_tensor *sinks = y->src[5];
         if (sinks && wants_grad(b, sinks)) { /* d s_h = -sum over rows of exp(s_h - lse) rowsum(dO O) */
             struct toy_tensor *ds = backward_node(ctx, TOY_OP_ATTN_SINKS_BACK, sinks->ne);

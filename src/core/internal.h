@@ -87,6 +87,12 @@ enum {
      * stores the new key and value in the caches (graph-fuse.c): src[0] is
      * the query's ROPE, src[1] and src[2] the KV_STOREs, all led_by it */
     P_AT_FUSED = 7,
+    /* query rows of many sequences (toy_attention_rows): positions in
+     * src[3], sequences in src[4] */
+    P_AT_ROWS = 8,
+    /* KV_STORE: rows at positions of their own (toy_kv_store_rows): positions
+     * in src[2], sequences in src[3] */
+    P_KV_ROWS = 0,
     /* ROPE: n_dims, mode, base, scaling, factor, orig_ctx, low, high, beta_fast,
      * beta_slow, attn_factor, inverse */
     P_RP_NDIMS = 0, P_RP_MODE, P_RP_BASE, P_RP_SCALING, P_RP_FACTOR, P_RP_ORIG,

@@ -441,6 +441,73 @@ struct toy_tensor *toy_attention_cached(struct toy_ctx *ctx, struct toy_tensor *
     return t;
 }
 
+static bool rows_index(const struct toy_tensor *t, int64_t R) {
+    return t && t->type == TOY_I32 && toy_is_contiguous(t) && toy_nelements(t) == R;
+}
+
+struct toy_tensor *toy_kv_store_rows(struct toy_ctx *ctx, struct toy_tensor *cache, struct toy_tensor *x,
+                                     struct toy_tensor *seq, struct toy_tensor *pos) {
+    NEED("kv_store_rows", cache);
+    NEED("kv_store_rows", x);
+    NEED("kv_store_rows", seq);
+    NEED("kv_store_rows", pos);
+    CHECK((cache->type == TOY_F32 || cache->type == TOY_F16) && toy_is_contiguous(cache), "kv_store_rows", cache, x,
+          "cache must be contiguous f32 or f16");
+    CHECK(cache->op == TOY_OP_NONE && cache->data, "kv_store_rows", cache, x, "cache must be a leaf with data");
+    CHECK(x->ne[0] == cache->ne[0] && x->ne[1] == cache->ne[1] && x->ne[3] == 1, "kv_store_rows", cache, x,
+          "x must be rows {D, H, R, 1} of the cache's head dim and heads");
+    CHECK(rows_index(seq, x->ne[2]) && rows_index(pos, x->ne[2]), "kv_store_rows", seq, pos,
+          "seq and pos: contiguous i32, one per row of x (%lld)", (long long)x->ne[2]);
+    struct toy_tensor *t = new_result(ctx, TOY_OP_KV_STORE, cache->type, cache->ne);
+    t->src[0] = cache;
+    t->src[1] = need_rows(ctx, x);
+    t->src[2] = pos;
+    t->src[3] = seq;
+    t->op_params[P_KV_ROWS] = 1;
+    return t;
+}
+
+struct toy_tensor *toy_attention_rows(struct toy_ctx *ctx, struct toy_tensor *q, struct toy_tensor *k_store,
+                                      struct toy_tensor *v_store, struct toy_tensor *seq, struct toy_tensor *pos,
+                                      const struct toy_attn_params *p) {
+    NEED("attention_rows", q);
+    NEED("attention_rows", k_store);
+    NEED("attention_rows", v_store);
+    NEED("attention_rows", seq);
+    NEED("attention_rows", pos);
+    NEED("attention_rows", p);
+    struct toy_tensor *k = k_store, *v = v_store;
+    CHECK(k->op == TOY_OP_KV_STORE && v->op == TOY_OP_KV_STORE && k->op_params[P_KV_ROWS] &&
+              v->op_params[P_KV_ROWS], "attention_rows", k, v, "k and v must come from toy_kv_store_rows");
+    CHECK(is_float(q) && k->type == v->type, "attention_rows", q, k, "f32 queries, k and v caches of one type");
+    CHECK(q->ne[3] == 1 && k->ne[0] == q->ne[0], "attention_rows", q, k,
+          "q must be rows {D, Hq, R, 1} of the caches' head dim");
+    CHECK(toy_same_shape(k, v), "attention_rows", k, v, "k and v differ");
+    CHECK(k->ne[1] > 0 && q->ne[1] % k->ne[1] == 0, "attention_rows", q, k, "query heads not a multiple of kv heads");
+    CHECK(rows_index(seq, q->ne[2]) && rows_index(pos, q->ne[2]), "attention_rows", seq, pos,
+          "seq and pos: contiguous i32, one per row of q (%lld)", (long long)q->ne[2]);
+    CHECK(!p->bf16, "attention_rows", q, NULL, "no bf16 products (inference only)");
+    struct toy_tensor *t = like(ctx, TOY_OP_ATTENTION, q);
+    t->src[0] = need_rows(ctx, q);
+    t->src[1] = k;
+    t->src[2] = v;
+    t->src[3] = pos;
+    t->src[4] = seq;
+    toy_param_f32_set(t, P_AT_SCALE, p->scale > 0 ? p->scale : 1.0f / sqrtf((float)q->ne[0]));
+    t->op_params[P_AT_CAUSAL] = 1;
+    t->op_params[P_AT_WINDOW] = p->window;
+    toy_param_f32_set(t, P_AT_SOFTCAP, p->softcap);
+    t->op_params[P_AT_ROWS] = 1;
+    t->aux_bytes = (size_t)(q->ne[1] * q->ne[2]) * sizeof(float); /* each row's log-sum-exps */
+    if (p->sinks) {
+        CHECK(p->sinks->type == TOY_F32 && toy_is_contiguous(p->sinks) && toy_nelements(p->sinks) == q->ne[1],
+              "attention_rows", q, p->sinks, "sinks must be contiguous f32 with one value per query head (%lld)",
+              (long long)q->ne[1]);
+        t->src[5] = p->sinks;
+    }
+    return t;
+}
+
 /* ---- mixture of experts --------------------------------------------------------- */
 
 struct toy_tensor *toy_moe_route(struct toy_ctx *ctx, struct toy_tensor *logits, int k, bool norm) {

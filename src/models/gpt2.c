@@ -284,6 +284,7 @@ enum toy_status toy_gpt2_cache_init_type(struct toy_kv_cache *c, const struct to
         toy_kv_cache_free(c);
         return toy_error(TOY_ERR_NOMEM, "gpt2 kv cache: %lld layers x %lld positions", (long long)L, (long long)n_ctx);
     }
+    c->n_layers = L;
     c->n_ctx = n_ctx;
     c->n_seq = n_seq;
     for (int64_t l = 0; l < L; l++) {

@@ -812,6 +812,7 @@ enum toy_status toy_kv_cache_init_type(struct toy_kv_cache *c, const struct toy_
         toy_kv_cache_free(c);
         return toy_error(TOY_ERR_NOMEM, "kv cache: %lld layers x %lld positions", (long long)L, (long long)n_ctx);
     }
+    c->n_layers = L;
     c->n_ctx = n_ctx;
     c->n_seq = n_seq;
     char *at = c->block;
@@ -838,7 +839,46 @@ void toy_kv_cache_free(struct toy_kv_cache *c) {
     memset(c, 0, sizeof *c);
 }
 
-size_t toy_kv_cache_bytes(const struct toy_kv_cache *c) { return c->block_bytes; }
+size_t toy_kv_cache_bytes(const struct toy_kv_cache *c) {
+    if (c->block_bytes || !c->k) return c->block_bytes;
+    size_t n = 0; /* a view, or a cache in its context's memory: the bytes its tensors span */
+    for (int64_t l = 0; l < c->n_layers; l++) n += toy_nbytes(c->k[l]) + (c->v[l] != c->k[l] ? toy_nbytes(c->v[l]) : 0);
+    return n;
+}
+
+enum toy_status toy_kv_cache_view_seq(struct toy_kv_cache *view, const struct toy_kv_cache *pool, int64_t seq) {
+    if (!view || !pool || !pool->k) return toy_error(TOY_ERR_INVALID_ARG, "toy_kv_cache_view_seq: no cache");
+    memset(view, 0, sizeof *view);
+    if (seq < 0 || seq >= pool->n_seq)
+        return toy_error(TOY_ERR_INVALID_ARG, "kv cache view: sequence %lld of %lld", (long long)seq,
+                         (long long)pool->n_seq);
+    const int64_t L = pool->n_layers;
+    view->ctx = toy_ctx_init(false);
+    view->k = calloc((size_t)L, sizeof *view->k);
+    view->v = calloc((size_t)L, sizeof *view->v);
+    if (!view->ctx || !view->k || !view->v) {
+        toy_kv_cache_free(view);
+        return toy_error(TOY_ERR_NOMEM, "kv cache view");
+    }
+    view->n_layers = L;
+    view->n_ctx = pool->n_ctx;
+    view->n_seq = 1;
+    for (int64_t l = 0; l < L; l++)
+        for (int kv = 0; kv < 2; kv++) {
+            const struct toy_tensor *p = kv ? pool->v[l] : pool->k[l];
+            struct toy_tensor **t = kv ? &view->v[l] : &view->k[l];
+            if (kv && pool->v[l] == pool->k[l]) { /* latent attention: one tensor */
+                *t = view->k[l];
+                continue;
+            }
+            *t = toy_set_name(toy_new_tensor_4d(view->ctx, p->type, p->ne[0], p->ne[1], p->ne[2], 1), "%s.seq%lld",
+                              p->name, (long long)seq);
+            (*t)->data = (char *)p->data + (size_t)seq * p->nb[3];
+        }
+    view->n_past = toy_set_name(toy_new_tensor_1d(view->ctx, TOY_I32, 1), "n_past");
+    view->n_past->data = toy_ctx_alloc(view->ctx, sizeof(int32_t));
+    return TOY_OK;
+}
 
 /* ---- the generic interface ---------------------------------------------------------- */
 

@@ -135,6 +135,7 @@ struct step_graph {
 struct step_set {
     const struct srv_model *m;
     bool draft;                   /* through the slots' draft caches */
+    struct toy_kv_cache pool;     /* the slots' caches, slot i's sequence i of it (toy_kv_cache_view_seq) */
     int64_t row_group;
     struct step_graph g[SRV_STEP_GRAPHS];
     uint64_t n_runs;
@@ -490,7 +491,7 @@ static void embed_start(struct srv_engine *e, struct srv_job *j) {
     e->emb.sum = calloc((size_t)d, sizeof(double));
     if (!e->emb.out || !e->emb.sum) { embed_fail(e, TOY_ERR_NOMEM, "out of memory"); return; }
     if (longest > SRV_PREFILL_CHUNK) {
-        enum toy_status st = toy_srv_cache_init(e->m, &e->emb.kv, longest, TOY_F32);
+        enum toy_status st = toy_srv_cache_init(e->m, &e->emb.kv, longest, 1, TOY_F32);
         if (st) { embed_fail(e, st, toy_last_error()); return; }
         e->emb.has_kv = true;
     }
@@ -651,7 +652,10 @@ static enum toy_status step_graph(struct srv_engine *e, struct step_set *set, co
         return toy_error(TOY_ERR_NOMEM, "decode graph");
     }
     for (int b = 0; b < n; b++) caches[b] = set->draft ? &e->slots[idx[b]].dkv : &e->slots[idx[b]].kv;
-    const struct srv_seqs sq = {.caches = caches, .off = off, .n = n};
+    struct toy_tensor *seq = toy_new_tensor_1d(ctx, TOY_I32, off[n]); /* each row's slot: its sequence in the pool */
+    for (int b = 0; b < n; b++)
+        for (int64_t r = off[b]; r < off[b + 1]; r++) ((int32_t *)seq->data)[r] = idx[b];
+    const struct srv_seqs sq = {.caches = caches, .off = off, .n = n, .pool = &set->pool, .seq = seq};
     sg->tok = toy_new_tensor_2d(ctx, TOY_I32, off[n], 1);
     sg->pos = toy_new_tensor_1d(ctx, TOY_I32, off[n]);
     sg->logits = toy_srv_forward(ctx, set->m, sg->tok, sg->pos, &sq, SRV_OUT_LOGITS_ALL, set->row_group);
@@ -1043,12 +1047,15 @@ enum toy_status toy_srv_engine_new(const struct srv_model *m, const struct toy_t
     e->tp = toy_threadpool_new(o->n_threads);
     enum toy_status st = pst ? pst : e->slots && e->drafts && steps_ok && e->q && e->logits && e->tp ? TOY_OK
                                                                                     : toy_error(TOY_ERR_NOMEM, "serve engine");
+    const enum toy_dtype kv_type = o->kv_f32 ? TOY_F32 : TOY_F16;
+    if (!st) st = toy_srv_cache_init(m, &e->steps.pool, e->n_ctx, e->n_slots, kv_type);
+    if (!st && e->dm) st = toy_srv_cache_init(e->dm, &e->dsteps.pool, e->dn_ctx, e->n_slots, kv_type);
     for (int i = 0; i < e->n_slots && !st; i++) {
         struct slot *s = &e->slots[i];
-        st = toy_srv_cache_init(m, &s->kv, e->n_ctx, o->kv_f32 ? TOY_F32 : TOY_F16);
+        st = toy_kv_cache_view_seq(&s->kv, &e->steps.pool, i);
         if (!st && !(s->cache_ids = malloc((size_t)e->n_ctx * sizeof(int32_t))))
             st = toy_error(TOY_ERR_NOMEM, "KV cache of slot %d", i);
-        if (!st && e->dm) st = toy_srv_cache_init(e->dm, &s->dkv, e->dn_ctx, o->kv_f32 ? TOY_F32 : TOY_F16);
+        if (!st && e->dm) st = toy_kv_cache_view_seq(&s->dkv, &e->dsteps.pool, i);
         if (!st && e->dm && !(s->dcache_ids = malloc((size_t)e->dn_ctx * sizeof(int32_t))))
             st = toy_error(TOY_ERR_NOMEM, "draft KV cache of slot %d", i);
     }
@@ -1091,6 +1098,8 @@ void toy_srv_engine_free(struct srv_engine *e) {
     free(e->drafts);
     toy_membuf_free(&e->steps.buf);
     toy_membuf_free(&e->dsteps.buf);
+    toy_kv_cache_free(&e->steps.pool); /* after the slots' views of it */
+    toy_kv_cache_free(&e->dsteps.pool);
     toy_membuf_free(&e->pbuf);
     toy_threadpool_free(e->tp);
     pthread_mutex_destroy(&e->mu);

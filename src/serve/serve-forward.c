@@ -9,8 +9,10 @@
  *    cache and n_past (toy_kv_cache has one n_past for all its sequences)
  *    and its own number of positions (struct srv_seqs: a step that checks
  *    drafts of different lengths), share every projection (one matmul over B rows: the weights are read
- *    once per step for the whole batch, which is where batching pays) and
- *    run attention per sequence on views of q, k and v;
+ *    once per step for the whole batch, which is where batching pays) and,
+ *    the caches being sequences of one pool, store and attend every row in
+ *    one op each (toy_kv_store_rows, toy_attention_rows; one sequence: per
+ *    sequence, which the graph fuses for a decode step);
  *  - row groups: with Q8_0/Q4_0 weights, a product of at most 8 rows takes
  *    the integer dot-product path (activations quantized per row) and a
  *    larger one dequantizes the weights for sgemm on f32 activations
@@ -64,10 +66,10 @@ enum toy_status toy_srv_pack(const struct srv_model *m) {
     return m->llama ? toy_llama_pack_weights(m->llama) : toy_gpt2_pack_weights(m->gpt2);
 }
 
-enum toy_status toy_srv_cache_init(const struct srv_model *m, struct toy_kv_cache *c, int64_t n_ctx,
+enum toy_status toy_srv_cache_init(const struct srv_model *m, struct toy_kv_cache *c, int64_t n_ctx, int64_t n_seq,
                                    enum toy_dtype type) {
-    return m->llama ? toy_kv_cache_init_type(c, m->llama, n_ctx, 1, type)
-                    : toy_gpt2_cache_init_type(c, m->gpt2, n_ctx, 1, type);
+    return m->llama ? toy_kv_cache_init_type(c, m->llama, n_ctx, n_seq, type)
+                    : toy_gpt2_cache_init_type(c, m->gpt2, n_ctx, n_seq, type);
 }
 
 /* ---- the forward ---------------------------------------------------------------- */
@@ -115,10 +117,17 @@ static struct toy_tensor *seq_view(struct toy_ctx *ctx, struct toy_tensor *x, co
 }
 
 /* Attention of layer l over q, k, v {hd, H, T, B}: with seqs, sequence b's keys and values stored into its cache
- * from its n_past and its queries attending over them; without, causal over the T tokens */
+ * from its n_past and its queries attending over them (with a pool, all rows at once, at their positions pos);
+ * without, causal over the T tokens */
 static struct toy_tensor *attend(struct toy_ctx *ctx, struct toy_tensor *q, struct toy_tensor *k, struct toy_tensor *v,
-                                 const struct srv_seqs *sq, int64_t l, const struct toy_attn_params *attn) {
+                                 struct toy_tensor *pos, const struct srv_seqs *sq, int64_t l,
+                                 const struct toy_attn_params *attn) {
     if (!sq) return toy_attention(ctx, q, k, v, attn);
+    if (sq->pool && sq->off && sq->n > 1) { /* ~5 nodes a layer instead of ~4 a sequence (~2 ms of a 16-slot step) */
+        struct toy_tensor *ks = toy_kv_store_rows(ctx, sq->pool->k[l], k, sq->seq, pos);
+        struct toy_tensor *vs = v == k ? ks : toy_kv_store_rows(ctx, sq->pool->v[l], v, sq->seq, pos);
+        return toy_attention_rows(ctx, q, ks, vs, sq->seq, pos, attn);
+    }
     struct toy_tensor *a = NULL;
     for (int b = 0; b < sq->n; b++) {
         struct toy_kv_cache *kc = sq->caches[b];
@@ -158,7 +167,7 @@ static struct toy_tensor *llama_forward(struct toy_ctx *ctx, struct toy_llama *m
             q = toy_llama_rope(ctx, m, l, toy_llama_attn_temp(ctx, m, q, pos), pos, n_ctx);
             k = toy_llama_rope(ctx, m, l, k, pos, n_ctx);
         }
-        struct toy_tensor *a = attend(ctx, q, k, v, sq, l, &attn); /* {hd, H, T, B} */
+        struct toy_tensor *a = attend(ctx, q, k, v, pos, sq, l, &attn); /* {hd, H, T, B} */
         a = c->kv_lora_rank ? toy_llama_mla_out(ctx, c, L, a) : toy_reshape_3d(ctx, a, hd * H, T, B);
         a = projg(ctx, bf16, a, L->wo, L->bo, rg);
         if (L->post_attn_norm) a = toy_rms_norm(ctx, a, L->post_attn_norm, c->norm_eps);
@@ -202,7 +211,7 @@ static struct toy_tensor *gpt2_forward(struct toy_ctx *ctx, struct toy_gpt2 *m, 
         struct toy_tensor *qkv = projg(ctx, bf16, h, L->w_qkv, L->b_qkv, rg); /* {3d, T, B} */
         struct toy_tensor *q = toy_qkv_part(ctx, qkv, 0, hd, H), *k = toy_qkv_part(ctx, qkv, 1, hd, H),
                           *v = toy_qkv_part(ctx, qkv, 2, hd, H);
-        struct toy_tensor *a = attend(ctx, q, k, v, sq, l, &attn); /* {hd, H, T, B} */
+        struct toy_tensor *a = attend(ctx, q, k, v, pos, sq, l, &attn); /* {hd, H, T, B} */
         a = projg(ctx, bf16, toy_reshape_3d(ctx, a, d, T, B), L->w_o, L->b_o, rg);
         x = toy_add(ctx, x, a);
         h = toy_layer_norm(ctx, x, L->ffn_norm, L->ffn_norm_b, c->norm_eps);

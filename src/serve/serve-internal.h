@@ -43,8 +43,8 @@ struct srv_model toy_srv_model_llama(struct toy_llama *m);
 struct srv_model toy_srv_model_gpt2(struct toy_gpt2 *m);
 /* the model's matrices in the layout of this CPU's inference kernels */
 enum toy_status toy_srv_pack(const struct srv_model *m);
-/* a one-sequence KV cache of n_ctx positions (TOY_F32 or TOY_F16) */
-enum toy_status toy_srv_cache_init(const struct srv_model *m, struct toy_kv_cache *c, int64_t n_ctx,
+/* a KV cache of n_seq sequences of n_ctx positions (TOY_F32 or TOY_F16) */
+enum toy_status toy_srv_cache_init(const struct srv_model *m, struct toy_kv_cache *c, int64_t n_ctx, int64_t n_seq,
                                    enum toy_dtype type);
 
 /* ---- forward pass ------------------------------------------------------------- */
@@ -66,6 +66,10 @@ struct srv_seqs {
     struct toy_kv_cache *const *caches;
     const int64_t *off;
     int n;
+    /* with off and n > 1: the caches are sequences of pool (toy_kv_cache_view_seq), seq {R} i32 each row's, and
+     * the pass stores and attends every row at once (toy_kv_store_rows, toy_attention_rows: row r at pos[r]) */
+    const struct toy_kv_cache *pool;
+    struct toy_tensor *seq;
 };
 
 /* The model's forward of tokens {T, B} at positions pos {T*B}. With seqs,

@@ -233,6 +233,15 @@ static void bf_pack_kv(struct bf *f, const struct toy_tensor *k, const struct to
  * and toy_cpu_rope_decode_row's 2 D + 16 floats and D doubles */
 #define DECODE_ROPE_FLOATS(D) (5 * (D) + 32)
 
+/* toy_attention_rows' fast path's scratch (rows_attention): every unit's share (R x nth x Hq x (D + 2)), then each thread's queries, scores and
+ * row buffer */
+static size_t rows_shares_bytes(int64_t R, int64_t Hq, int64_t D, int nth) {
+    return ((size_t)(R * nth * Hq * (D + 2)) * sizeof(float) + 63) / 64 * 64;
+}
+static size_t rows_thread_bytes(int64_t Hq, int64_t D, int64_t Tmax) {
+    return ((size_t)(Hq * D + Hq * ((Tmax + 15) / 16 * 16 + 16) + D + 16) * sizeof(float) + 63) / 64 * 64;
+}
+
 size_t toy_cpu_attention_work(const struct toy_tensor *dst, int nth) {
     const struct toy_tensor *q = dst->op == TOY_OP_ATTENTION ? dst->src[0] : dst->src[1];
     const struct toy_tensor *k = dst->op == TOY_OP_ATTENTION ? dst->src[1] : dst->src[2];
@@ -250,7 +259,13 @@ size_t toy_cpu_attention_work(const struct toy_tensor *dst, int nth) {
         if (few > per) per = few;
     }
     per += toy_cpu_sgemm_pack_bytes() + 64; /* at the slice's end (sgemm_pack) */
-    return TOY_WORK_HEAD + per * (size_t)nth;
+    size_t w = TOY_WORK_HEAD + per * (size_t)nth;
+    if (dst->op == TOY_OP_ATTENTION && dst->op_params[P_AT_ROWS]) { /* rows_attention's fast path */
+        size_t fast = TOY_WORK_HEAD + rows_shares_bytes(q->ne[2], q->ne[1], q->ne[0], nth) +
+                      (size_t)nth * rows_thread_bytes(q->ne[1], q->ne[0], k->ne[2]);
+        if (fast > w) w = fast;
+    }
+    return w;
 }
 
 /* the bytes of a thread's slice before toy's sgemm's scratch, which ends it */
@@ -439,7 +454,7 @@ static void decode_keys(const struct attn *a, int ith, int nth, int64_t *c0, int
 }
 
 int toy_cpu_attention_prefetch(const struct toy_tensor *dst, int ith, int nth, struct toy_prefetch *pf) {
-    if (dst->op != TOY_OP_ATTENTION) return 0;
+    if (dst->op != TOY_OP_ATTENTION || dst->op_params[P_AT_ROWS]) return 0;
     const struct toy_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2];
     /* the cache itself: the step's KV_STORE has not run yet (it gives its data at run time) */
     const struct toy_tensor *kc = k->op == TOY_OP_KV_STORE ? k->src[0] : k, *vc = v->op == TOY_OP_KV_STORE ? v->src[0] : v;
@@ -623,25 +638,16 @@ bool toy_cpu_attention_fusable(const struct toy_tensor *dst) {
     return !wide(a.D) && decode_step_ok(&a, k, v); /* the wide heads' products have no prologue */
 }
 
-void toy_cpu_attention(struct toy_tensor *dst, int ith, int nth, void *work, size_t ws) {
-    const struct toy_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2];
-    struct attn a = attn_shape(q, k, dst);
-    if (decode_step_ok(&a, k, v)) {
-        decode_step(dst, &a, ith, nth, work, ws);
-        return;
-    }
-    TOY_ASSERT(!dst->op_params[P_AT_FUSED], "attention '%s': fused, but not a decode step", toy_label(dst));
-    if (a.Hq <= 256 && few_queries_ok(&a, dst, k, v)) {
-        few_queries(dst, &a, ith, nth, work, ws);
-        return;
-    }
+/* The general path: query blocks against key blocks, over q, k and v (dst's sources, or one row's views of them
+ * for toy_attention_rows) into dst's rows and the log-sum-exps lse */
+static void general(struct toy_tensor *dst, const struct toy_tensor *q, const struct toy_tensor *k,
+                   const struct toy_tensor *v, struct attn a, float *lse, int ith, int nth, void *work, size_t ws) {
     a.pack = sgemm_pack(work, ws, ith, nth);
     float *S = toy_work_slice((char *)work + TOY_WORK_HEAD, ws - TOY_WORK_HEAD, ith, nth);
     float *kvs = S + 3 * QB * k->ne[2] + 2 * QB + QB * q->ne[0]; /* f16 rows converted (see _work) */
     struct rows32 kr, vr;
     rows32_init(&kr, k, kvs);
     rows32_init(&vr, v, kvs + k->ne[2] * k->ne[0]);
-    float *lse = (float *)((char *)dst->data + toy_nbytes(dst));
     const float *sinks = dst->src[5] ? dst->src[5]->data : NULL;
     size_t room = slice_room(ws, nth);
     struct bf bfs, *f = bf_init(&bfs, dst, k, v, a.D, a.Tk, S, room) ? &bfs : NULL;
@@ -700,6 +706,129 @@ void toy_cpu_attention(struct toy_tensor *dst, int ith, int nth, void *work, siz
                 toy_cpu_sgemm(false, false, nq, a.D, nk, 1.0f, S, nk, V, ldv, 0.0f, O, ldo, a.pack);
         }
     }
+}
+
+/* ---- query rows of many sequences (toy_attention_rows) ----
+ * Row r is a decode step of sequence seq[r] at position pos[r]. Where the
+ * decode kernels take the heads, its keys are split in the shares a decode
+ * step's nth threads take (split_keys), and a (row, share) is a unit of
+ * work: the units are dealt to the threads by their keys, so rows of long and
+ * short sequences balance, and the last thread out merges each row's shares
+ * as a decode step merges them, so each row gets a decode step's bits.
+ * Elsewhere each row runs the general path on views of its query,
+ * its sequence's keys and values, and its output, as a one-query attention
+ * over that sequence would. */
+
+struct rows_at {
+    const int32_t *pos, *seq;
+    int64_t R, Tmax, S;
+};
+
+static struct rows_at rows_at(const struct toy_tensor *dst) {
+    const struct toy_tensor *k = dst->src[1];
+    return (struct rows_at){dst->src[3]->data, dst->src[4]->data, dst->src[0]->ne[2], k->ne[2], k->ne[3]};
+}
+
+/* row r as a one-query decode of its sequence: keys [0, pos] */
+static struct attn row_attn(const struct attn *a, const struct rows_at *ra, int64_t r) {
+    struct attn x = *a;
+    x.Tq = x.B = 1;
+    x.Tk = ra->pos[r] + 1;
+    x.off = ra->pos[r];
+    return x;
+}
+
+static bool rows_fast(const struct attn *a, const struct toy_tensor *k, const struct toy_tensor *v) {
+    struct attn one = *a;
+    one.Tq = 1;
+    return a->Hq <= 256 && decode_step_ok(&one, k, v);
+}
+
+
+static void rows_attention(struct toy_tensor *dst, int ith, int nth, void *work, size_t ws) {
+    const struct toy_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2];
+    const struct rows_at ra = rows_at(dst);
+    for (int64_t r = 0; r < ra.R; r++)
+        if (ra.pos[r] < 0 || ra.pos[r] >= ra.Tmax || ra.seq[r] < 0 || ra.seq[r] >= ra.S) {
+            if (ith == 0) dst->op_params[TOY_MAX_OP_PARAMS - 1] = 1; /* as KV_STORE flags it */
+            return;
+        }
+    struct attn a = attn_shape(q, k, dst);
+    const int64_t D = a.D, Hq = a.Hq;
+    float *lse = (float *)((char *)dst->data + toy_nbytes(dst));
+    if (!rows_fast(&a, k, v)) {
+        for (int64_t r = 0; r < ra.R; r++) {
+            struct toy_tensor qr = *q, kr = *k, vr = *v, dr = *dst;
+            qr.data = (char *)q->data + r * q->nb[2];
+            dr.data = (char *)dst->data + r * dst->nb[2];
+            kr.data = (char *)k->data + ra.seq[r] * k->nb[3];
+            vr.data = (char *)v->data + ra.seq[r] * v->nb[3];
+            qr.ne[2] = dr.ne[2] = 1;
+            kr.ne[3] = vr.ne[3] = 1;
+            general(&dr, &qr, &kr, &vr, row_attn(&a, &ra, r), lse + r * Hq, ith, nth, work, ws);
+        }
+        return;
+    }
+    char *base = (char *)work + TOY_WORK_HEAD;
+    float *shares = (float *)base;
+    const size_t unit = (size_t)(Hq * (D + 2));
+    float *qs = (float *)(base + rows_shares_bytes(ra.R, Hq, D, nth) + (size_t)ith * rows_thread_bytes(Hq, D, ra.Tmax));
+    float *S = qs + Hq * D, *tmp = S + Hq * ((ra.Tmax + 15) / 16 * 16 + 16);
+    /* the units' keys, each with a share of fixed cost, and this thread's part of their sum */
+    int64_t total = 0;
+    for (int64_t r = 0; r < ra.R; r++) {
+        struct attn x = row_attn(&a, &ra, r);
+        for (int i = 0; i < nth; i++) {
+            int64_t c0, c1;
+            split_keys(&x, 0, i, nth, &c0, &c1);
+            total += c1 - c0 + 32;
+        }
+    }
+    int64_t lo = total * ith / nth, hi = total * (ith + 1) / nth, at = 0, scaled = -1;
+    for (int64_t r = 0; r < ra.R; r++) {
+        struct attn x = row_attn(&a, &ra, r);
+        const char *K = (const char *)k->data + ra.seq[r] * k->nb[3], *V = (const char *)v->data + ra.seq[r] * v->nb[3];
+        for (int i = 0; i < nth; i++) {
+            int64_t c0, c1;
+            split_keys(&x, 0, i, nth, &c0, &c1);
+            int64_t mid = at + (c1 - c0 + 32) / 2; /* a unit is the thread's whose part holds its middle */
+            at += c1 - c0 + 32;
+            if (mid < lo || mid >= hi) continue;
+            if (scaled != r && c1 > c0) {
+                for (int64_t h = 0; h < Hq; h++) toy_vec.scale(qs + h * D, QROW(q, h, r, 0), a.scale, D);
+                scaled = r;
+            }
+            decode_part(&x, k, v, qs, K + c0 * k->nb[2], V + c0 * v->nb[2], c1 - c0, S, (c1 - c0 + 15) / 16 * 16,
+                        shares + (size_t)(r * nth + i) * unit, tmp);
+        }
+    }
+    if (!toy_last_thread((atomic_int *)&dst->op_params[TOY_MAX_OP_PARAMS - 2], nth)) return;
+    struct attn m = a; /* the rows as one sequence's queries, for the output's and lse's indexing */
+    m.B = 1;
+    const float *parts[nth];
+    for (int64_t r = 0; r < ra.R; r++) {
+        for (int i = 0; i < nth; i++) parts[i] = shares + (size_t)(r * nth + i) * unit;
+        decode_merge(dst, &m, r, 0, parts, nth);
+    }
+}
+
+void toy_cpu_attention(struct toy_tensor *dst, int ith, int nth, void *work, size_t ws) {
+    const struct toy_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2];
+    if (dst->op_params[P_AT_ROWS]) {
+        rows_attention(dst, ith, nth, work, ws);
+        return;
+    }
+    struct attn a = attn_shape(q, k, dst);
+    if (decode_step_ok(&a, k, v)) {
+        decode_step(dst, &a, ith, nth, work, ws);
+        return;
+    }
+    TOY_ASSERT(!dst->op_params[P_AT_FUSED], "attention '%s': fused, but not a decode step", toy_label(dst));
+    if (a.Hq <= 256 && few_queries_ok(&a, dst, k, v)) {
+        few_queries(dst, &a, ith, nth, work, ws);
+        return;
+    }
+    general(dst, q, k, v, a, (float *)((char *)dst->data + toy_nbytes(dst)), ith, nth, work, ws);
 }
 
 /* The backward's products of one block in bf16 (struct bf): P (nq x nk,

@@ -862,7 +862,29 @@ void toy_cpu_kv_put(const struct toy_tensor *cache, int64_t h, int64_t p, int64_
     else memcpy(TOY_ROW(cache, h, p, b), row, (size_t)n * 4);
 }
 
+/* toy_kv_store_rows: row r at position pos[r] of sequence seq[r]; every row checked first, so a bad one writes
+ * nothing */
+static void k_kv_store_rows(struct toy_tensor *dst, int ith, int nth) {
+    const struct toy_tensor *cache = dst->src[0], *x = dst->src[1];
+    const int32_t *pos = dst->src[2]->data, *seq = dst->src[3]->data;
+    for (int64_t t = 0; t < x->ne[2]; t++)
+        if (pos[t] < 0 || pos[t] >= cache->ne[2] || seq[t] < 0 || seq[t] >= cache->ne[3]) {
+            if (ith == 0) flag_error(dst);
+            return;
+        }
+    int64_t rows = x->ne[1] * x->ne[2], r0, r1;
+    toy_split(rows, ith, nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t h = r % x->ne[1], t = r / x->ne[1];
+        toy_cpu_kv_put(cache, h, pos[t], seq[t], (const float *)TOY_ROW(x, h, t, 0), x->ne[0]);
+    }
+}
+
 static void k_kv_store(struct toy_tensor *dst, int ith, int nth) {
+    if (dst->op_params[P_KV_ROWS]) {
+        k_kv_store_rows(dst, ith, nth);
+        return;
+    }
     const struct toy_tensor *cache = dst->src[0], *x = dst->src[1];
     int64_t n_past = *(const int32_t *)dst->src[2]->data, Tn = x->ne[2];
     if (n_past < 0 || n_past + Tn > cache->ne[2]) {

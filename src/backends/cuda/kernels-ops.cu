@@ -1119,7 +1119,12 @@ extern "C" int toy_cu_run(const struct toy_cu_node *n, char *msg, size_t msg_siz
                                                                 n->has_src[1], fp0);
         break;
     case TOY_OP_SOFTMAX_BACK: k_softmax_back<<<NORM_ROWS(n), row_threads(d.ne[0]), 0, s>>>(d, src[0], src[1], fp0); break;
-    case TOY_OP_ATTENTION: return toy_cu_attention(n, msg, msg_size);
+    case TOY_OP_ATTENTION:
+        if (n->op_params[P_AT_ROWS]) { /* toy serve's batched decode runs on the CPU */
+            snprintf(msg, msg_size, "attention_rows has no CUDA kernel");
+            return TOY_ERR_UNSUPPORTED;
+        }
+        return toy_cu_attention(n, msg, msg_size);
     case TOY_OP_ATTENTION_BACK: return toy_cu_attention_back(n, msg, msg_size);
     case TOY_OP_ATTN_SINKS_BACK: return toy_cu_attn_sinks_back(n, msg, msg_size);
     case TOY_OP_ROPE: {
@@ -1152,6 +1157,10 @@ extern "C" int toy_cu_run(const struct toy_cu_node *n, char *msg, size_t msg_siz
                                                                    n->op_params[P_VB_STORE] != 0);
         break;
     case TOY_OP_KV_STORE:
+        if (n->op_params[P_KV_ROWS]) {
+            snprintf(msg, msg_size, "kv_store_rows has no CUDA kernel");
+            return TOY_ERR_UNSUPPORTED;
+        }
         k_kv_store<<<grid_for(ct_nel(src[1]), TPB), TPB, 0, s>>>(d, src[1], (const int32_t *)src[2].data);
         break;
     case TOY_OP_MOE_ROUTE:
