@@ -8,6 +8,10 @@
  *             (attention_bf16), rms_norm and swiglu forward + backward:
  *             times written as JSON lines for bench/report.py to put beside
  *             PyTorch's f32 ones (bench/torch_ops.py).
+ *  sample_*   one token drawn from 49152 logits (normal, sd 3: a flat
+ *             distribution, where top-p keeps thousands) at temperature 0.8,
+ *             alone, with top-p 0.95 and with top-k 40, against PyTorch's
+ *             softmax + multinomial (top-p as Hugging Face's sort + cumsum).
  * Usage: bench-engine THREADS   (prints JSON lines on stdout)
  */
 #include <cblas.h>
@@ -150,6 +154,26 @@ static void bench_op(struct toy_threadpool *tp, int nth, const char *name) {
     toy_ctx_free(ctx);
 }
 
+static void bench_sample(const char *name, struct toy_sampler_params p) {
+    enum { V = 49152, N = 200 };
+    float *logits = malloc(V * sizeof *logits);
+    struct toy_rng r;
+    toy_rng_seed(&r, 5);
+    for (int i = 0; i < V; i++) logits[i] = 3 * toy_rng_normal(&r);
+    struct toy_sampler *s = toy_sampler_new(&p, V);
+    long sink = 0;
+    double best = 1e30;
+    for (int rep = 0; rep < 5; rep++) {
+        double t0 = now();
+        for (int i = 0; i < N; i++) sink += toy_sampler_sample(s, logits, NULL);
+        double t = (now() - t0) / N;
+        best = t < best ? t : best;
+    }
+    printf("{\"bench\":\"%s\",\"threads\":1,\"toy_ms\":%.4f,\"draws_sum\":%ld}\n", name, best * 1e3, sink);
+    toy_sampler_free(s);
+    free(logits);
+}
+
 int main(int argc, char **argv) {
     int nth = argc > 1 ? atoi(argv[1]) : 2;
     struct toy_threadpool *tp = toy_threadpool_new(nth);
@@ -161,6 +185,9 @@ int main(int argc, char **argv) {
     bench_op(tp, nth, "attention_bf16");
     bench_op(tp, nth, "rms_norm");
     bench_op(tp, nth, "swiglu");
+    bench_sample("sample_temp", (struct toy_sampler_params){.temperature = 0.8f, .seed = 1});
+    bench_sample("sample_top_p", (struct toy_sampler_params){.temperature = 0.8f, .top_p = 0.95f, .seed = 1});
+    bench_sample("sample_top_k", (struct toy_sampler_params){.temperature = 0.8f, .top_k = 40, .seed = 1});
     toy_threadpool_free(tp);
     return 0;
 }

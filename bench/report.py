@@ -28,7 +28,8 @@ for name, r in out["ops"].items():
               f"toy/PyTorch time {r['ratio']:.2f}x")
     elif "toy_ms" in r and "torch_ms" in r:
         r["ratio"] = r["toy_ms"] / r["torch_ms"]
-        print(f"{name:>14} fwd+bwd: toy {r['toy_ms']:8.3f} ms, PyTorch {r['torch_ms']:8.3f} ms, "
+        what = "draw" if name.startswith("sample") else "fwd+bwd"
+        print(f"{name:>14} {what:>7}: toy {r['toy_ms']:8.3f} ms, PyTorch {r['torch_ms']:8.3f} ms, "
               f"toy/PyTorch time {r['ratio']:.2f}x")
 
 def spread(xs, fmt):

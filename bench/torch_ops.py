@@ -60,5 +60,25 @@ def swiglu():
     return step
 
 
+def sample(top_p=0.0, top_k=0):
+    """one token from 49152 logits at temperature 0.8, as Hugging Face's warpers and multinomial draw it"""
+    logits = torch.randn(49152) * 3
+
+    def step():
+        x = logits / 0.8
+        if top_k:
+            v, i = torch.topk(x, top_k)
+            return i[torch.multinomial(torch.softmax(v, -1), 1)]
+        if top_p:
+            s, i = torch.sort(x)
+            drop = torch.softmax(s, -1).cumsum(-1) <= 1 - top_p
+            x = x.scatter(0, i, s.masked_fill(drop, float("-inf")))
+        return torch.multinomial(torch.softmax(x, -1), 1)
+    return step
+
+
 for name, mk in [("attention", attention), ("rms_norm", rms_norm), ("swiglu", swiglu)]:
     print(json.dumps({"bench": name, "threads": nth, "torch_ms": best(mk()) * 1000}))
+for name, mk in [("sample_temp", lambda: sample()), ("sample_top_p", lambda: sample(top_p=0.95)),
+                 ("sample_top_k", lambda: sample(top_k=40))]:
+    print(json.dumps({"bench": name, "threads": nth, "torch_ms": best(mk(), iters=50) * 1000}))

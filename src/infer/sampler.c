@@ -1,7 +1,10 @@
-/* sampler.c: the sampling pipeline of toy/sampler.h. Candidates are kept as
- * (id, logit) pairs; sorting happens only when top-k/top-p/min-p need it,
- * and top-k uses a partial selection first so large vocabularies stay
- * cheap. */
+/* sampler.c: the sampling pipeline of toy/sampler.h. A draw is from the
+ * tokens in the order of their weights (the heavier first, of equal
+ * weights the lower id), but nothing is sorted over the vocabulary: a small
+ * top-k is taken in one pass over the logits, the weights come through the
+ * CPU's vector exp, a plain temperature draws straight from them, and the
+ * top-p and min-p sets and the drawn token are found by partitions that sum
+ * weights (cut_by_mass) over the few candidates that can be kept. */
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -21,6 +24,7 @@ struct toy_sampler {
     int64_t V;
     struct toy_rng rng;
     struct cand *c;        /* V */
+    float *w;              /* V: weights */
     int32_t *hist;         /* ring of recent tokens */
     int64_t hist_cap, hist_n, hist_at;
     int32_t *count;        /* V: occurrences in the window */
@@ -60,9 +64,10 @@ struct toy_sampler *toy_sampler_new(const struct toy_sampler_params *p, int64_t 
     s->V = V;
     s->hist_cap = p->penalty_last_n == 0 ? 64 : p->penalty_last_n < 0 ? (1 << 20) : p->penalty_last_n;
     s->c = malloc((size_t)V * sizeof *s->c);
+    s->w = malloc((size_t)V * sizeof *s->w);
     s->hist = malloc((size_t)s->hist_cap * sizeof *s->hist);
     s->count = calloc((size_t)V, sizeof *s->count);
-    if (!s->c || !s->hist || !s->count) {
+    if (!s->c || !s->w || !s->hist || !s->count) {
         toy_sampler_free(s);
         return NULL;
     }
@@ -73,6 +78,7 @@ struct toy_sampler *toy_sampler_new(const struct toy_sampler_params *p, int64_t 
 void toy_sampler_free(struct toy_sampler *s) {
     if (!s) return;
     free(s->c);
+    free(s->w);
     free(s->hist);
     free(s->count);
     free(s);
@@ -125,29 +131,96 @@ static void select_top(struct cand *c, int64_t n, int64_t k) {
     }
 }
 
-/* Top-p, then min-p (Hugging Face's order), on candidates whose weights
- * (exp of the scaled logits; the best is 1) sum to *sum: sorts the smallest
- * prefix that holds both cut-offs, the `mass` (top_p times the sum) and the
- * min_p floor, and returns its length, with *sum its weight. The prefix is
- * found by sorting the best 128, then 8 times more, ..., so that a top-p of
- * a few hundred tokens does not sort a 50k vocabulary every token. */
-static int64_t nucleus(struct cand *c, int64_t n, double mass, float min_p, double *sum) {
-    for (int64_t m = n < 128 ? n : 128;; m = m * 8 < n ? m * 8 : n) {
-        select_top(c, n, m);
-        qsort(c, (size_t)m, sizeof *c, by_value_desc);
-        int64_t kp = 0, kmin = 1; /* the top-p set: the smallest whose weight reaches the mass (at least one) */
-        double acc = 0;
-        while (kp < m && acc < mass) acc += c[kp++].v;
-        bool p_found = acc >= mass;
-        while (kmin < m && c[kmin].v >= min_p * c[0].v) kmin++; /* then the tokens of min_p times the best's weight */
-        bool min_found = kmin < m;
-        if (!p_found && !min_found && m < n) continue;
-        int64_t keep = kp < kmin ? kp : kmin;
-        acc = 0;
-        for (int64_t i = 0; i < keep; i++) acc += c[i].v;
-        *sum = acc;
-        return keep;
+/* The order of a draw: the heavier first, of equal weights the lower id. */
+static bool before(struct cand a, struct cand b) { return a.v > b.v || (a.v == b.v && a.id < b.id); }
+
+static void swap_cand(struct cand *c, int64_t i, int64_t j) {
+    struct cand t = c[i];
+    c[i] = c[j];
+    c[j] = t;
+}
+
+/* Rearranges c[0, n) so that its first k are, in some order, the first k of the draw's order, k the fewest whose
+ * weights sum to at least `mass` (over: to more than it), with the k-th of that order at c[k - 1]; n when all of
+ * them do not. A quickselect whose partitions sum the weight of the side ahead instead of counting it: the
+ * cut-off of a top-p over a flat 50k vocabulary took 2 ms of sorting, and a draw from its thousands of tokens
+ * needs no order either, only the token where the running weight passes the draw. */
+static int64_t cut_by_mass(struct cand *c, int64_t n, double mass, bool over) {
+    int64_t lo = 0, hi = n;
+    double ahead = 0; /* the weight of c[0, lo), all ahead of c[lo, hi) */
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2, last = hi - 1; /* the median of three as the pivot, at last */
+        if (before(c[mid], c[lo])) swap_cand(c, mid, lo);
+        if (before(c[last], c[lo])) swap_cand(c, last, lo);
+        if (before(c[mid], c[last])) swap_cand(c, mid, last);
+        const struct cand pv = c[last];
+        int64_t b = lo;
+        double w = 0;
+        for (int64_t i = lo; i < last; i++)
+            if (before(c[i], pv)) {
+                w += c[i].v;
+                swap_cand(c, i, b++);
+            }
+        swap_cand(c, b, last);
+        if (over ? ahead + w > mass : ahead + w >= mass) { /* in [lo, b) */
+            hi = b;
+            continue;
+        }
+        ahead += w + pv.v;
+        if (over ? ahead > mass : ahead >= mass) return b + 1;
+        lo = b + 1;
     }
+    return n;
+}
+
+/* A weight below which no token of the top-p set lies (the fewest of the heaviest whose weights reach `mass`):
+ * the weights' sums by binary exponent, from the heaviest, until they reach it, one exponent lower for the
+ * rounding of those sums. Weights in [0, 1]. Only the tokens above it need to be candidates: over a flat 50k
+ * vocabulary, a few thousand. */
+static float mass_floor(const float *w, int64_t n, double mass) {
+    double m[4][128] = {{0}}; /* four by turns: a run of one exponent is not one chain of adds */
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t b;
+        memcpy(&b, &w[i], sizeof b);
+        m[i & 3][(b >> 23) & 127] += w[i];
+    }
+    double acc = 0;
+    for (int e = 127; e >= 0; e--) {
+        acc += (m[0][e] + m[1][e]) + (m[2][e] + m[3][e]);
+        if (acc >= mass) {
+            uint32_t b = e >= 2 ? (uint32_t)(e - 1) << 23 : 0;
+            float f;
+            memcpy(&f, &b, sizeof f);
+            return f;
+        }
+    }
+    return 0;
+}
+
+/* Top-p, then min-p (Hugging Face's order), on candidates whose weights
+ * (exp of the scaled logits; the best is 1) sum to *sum: moves to the front
+ * the tokens within both cut-offs, the smallest set of the best ones whose
+ * weight reaches `mass` (top_p times the sum) and those of at least min_p
+ * times the best's weight, and returns how many, with *sum their weight. */
+static int64_t nucleus(struct cand *c, int64_t n, double mass, float min_p, double *sum) {
+    int64_t keep = isinf(mass) ? n : cut_by_mass(c, n, mass, false);
+    if (min_p > 0) {
+        float best = c[0].v, floor;
+        for (int64_t i = 1; i < n; i++) best = c[i].v > best ? c[i].v : best;
+        floor = min_p * best;
+        int64_t k = 0; /* the tokens above the floor, the best ones: within the top-p set when fewer */
+        for (int64_t i = 0; i < n; i++) k += c[i].v >= floor;
+        if (k < keep) {
+            int64_t b = 0;
+            for (int64_t i = 0; i < keep; i++)
+                if (c[i].v >= floor) swap_cand(c, i, b++);
+            keep = k;
+        }
+    }
+    double acc = 0;
+    for (int64_t i = 0; i < keep; i++) acc += c[i].v;
+    *sum = acc;
+    return keep;
 }
 
 /* log sum exp(x) with the CPU's vector exp (the vocabulary is ~50k logits
@@ -249,6 +322,49 @@ static void top_k_scan(struct toy_sampler *s, const float *logits, bool penal, i
     qsort(c, (size_t)k, sizeof *c, by_value_desc);
 }
 
+/* w[0, n) (logits, NaN as -inf) into their weights exp((v - top) / temperature), the best's 1: relative to the
+ * best first, so a tiny temperature sends the others towards 0 and tends to greedy (scaling first sent the best to
+ * +inf, whose exp is NaN). Every value -inf: all weigh 1 (a uniform draw); +inf values: they weigh 1, the rest 0.
+ * Through the CPU's vector exp: libm's expf over a 49152-token vocabulary took 170 us of a 325 us draw. */
+static void to_weights(float *w, int64_t n, float temperature) {
+    toy_cpu_init();
+    float top = toy_vec.max(w, n);
+    if (isinf(top)) {
+        for (int64_t i = 0; i < n; i++) w[i] = w[i] == top ? 1.0f : 0.0f;
+        return;
+    }
+    int64_t i = 0; /* (blocks of a fixed count: loops GCC's -O2 vectorizes) */
+    for (; i + 16 <= n; i += 16)
+        for (int j = 0; j < 16; j++) w[i + j] = (w[i + j] - top) / temperature;
+    for (; i < n; i++) w[i] = (w[i] - top) / temperature;
+    toy_vec.exp_sum(w, w, 0, n);
+}
+
+/* the sum of w[0, n) in double, in 8 running sums (a single one is a chain of n dependent adds) */
+static double sum_weights(const float *w, int64_t n) {
+    double a[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) a[j] += w[i + j];
+    for (; i < n; i++) a[0] += w[i];
+    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+/* the first i whose running weight w[0] + ... + w[i] passes u (the last when rounding leaves u unreached): the
+ * blocks of 256 summed whole until one holds the crossing, then that block one by one */
+static int64_t draw_index(const float *w, int64_t n, double u) {
+    double acc = 0;
+    int64_t i = 0;
+    for (; i + 256 <= n; i += 256) {
+        double b = sum_weights(w + i, 256);
+        if (acc + b > u) break;
+        acc += b;
+    }
+    for (; i < n; i++)
+        if ((acc += w[i]) > u) return i;
+    return n - 1;
+}
+
 int32_t toy_sampler_sample(struct toy_sampler *s, const float *logits, float *logprob) {
     const struct toy_sampler_params *p = &s->p;
     int64_t V = s->V, n = V;
@@ -275,46 +391,58 @@ int32_t toy_sampler_sample(struct toy_sampler *s, const float *logits, float *lo
         n = p->top_k;
         scanned = s->c[0].v > -INFINITY; /* else every logit is -inf or NaN: the full path's uniform draw */
     }
-    if (!scanned) {
+    bool top_p = p->top_p > 0 && p->top_p < 1, min_p = p->min_p > 0, top_k = !scanned && p->top_k > 0 && p->top_k < V;
+    double total = -1; /* all the tokens' weight, when the candidates are fewer */
+    if (!scanned) { /* every token: the penalized logits as weights, in token order */
         n = V;
-        for (int64_t i = 0; i < V; i++) s->c[i] = (struct cand){(int32_t)i, logits[i]};
-        if (penal) {
-            for (int64_t h = 0; h < s->hist_n; h++) {
-                int32_t t = s->hist[h];
-                s->c[t].v = penalized(s, logits, t);
-            }
+        float *w = s->w;
+        int64_t i = 0;
+        for (; i + 16 <= V; i += 16)
+            for (int j = 0; j < 16; j++) w[i + j] = logits[i + j] != logits[i + j] ? -INFINITY : logits[i + j];
+        for (; i < V; i++) w[i] = isnan(logits[i]) ? -INFINITY : logits[i];
+        for (int64_t h = 0; penal && h < s->hist_n; h++) {
+            int32_t t = s->hist[h];
+            float v = penalized(s, logits, t);
+            w[t] = isnan(v) ? -INFINITY : v;
         }
-    }
-    {
-        /* logits relative to the best, then scaled: a tiny temperature sends the others towards -inf (it sent
-         * the best to +inf, whose exp is NaN, and the draw to an arbitrary token), so it tends to greedy */
-        float top = -INFINITY;
-        for (int64_t i = 0; i < n; i++) {
-            if (isnan(s->c[i].v)) s->c[i].v = -INFINITY;
-            if (s->c[i].v > top) top = s->c[i].v;
+        to_weights(w, V, p->temperature);
+        if (!top_k && !top_p && !min_p) { /* the draw straight from the weights */
+            pick = (int32_t)draw_index(w, V, (double)toy_rng_uniform(&s->rng) * sum_weights(w, V));
+            if (logprob) *logprob = log_softmax_at(logits, V, pick);
+            return pick;
         }
-        for (int64_t i = 0; i < n; i++) s->c[i].v = s->c[i].v == top ? 0 : (s->c[i].v - top) / p->temperature;
-        if (!scanned && p->top_k > 0 && p->top_k < n) {
+        /* candidates: the tokens the cut-offs may keep (each keeps a heaviest few: those of at least the
+         * lightest weight the top-p set can hold, and of min_p times the best's, which is 1) */
+        float floor = 0;
+        if (!top_k) {
+            total = sum_weights(w, V);
+            if (top_p) floor = mass_floor(w, V, p->top_p * total);
+            if (min_p && p->min_p > floor) floor = p->min_p;
+        }
+        n = 0;
+        for (int64_t i = 0; i < V; i++)
+            if (w[i] >= floor) s->c[n++] = (struct cand){(int32_t)i, w[i]};
+        if (top_k) {
             select_top(s->c, n, p->top_k);
             n = p->top_k;
         }
-        double sum = 0;
-        for (int64_t i = 0; i < n; i++) {
-            s->c[i].v = expf(s->c[i].v); /* the best is 1 */
-            sum += s->c[i].v;
-        }
-        bool top_p = p->top_p > 0 && p->top_p < 1, min_p = p->min_p > 0;
-        if (top_p || min_p) n = nucleus(s->c, n, top_p ? p->top_p * sum : INFINITY, p->min_p, &sum);
-        double u = (double)toy_rng_uniform(&s->rng) * sum, acc = 0;
-        pick = s->c[n - 1].id;
-        for (int64_t i = 0; i < n; i++) {
-            acc += s->c[i].v;
-            if (acc > u) {
-                pick = s->c[i].id;
-                break;
-            }
-        }
+    } else { /* the best k, sorted: their weights */
+        for (int64_t i = 0; i < n; i++) s->w[i] = isnan(s->c[i].v) ? -INFINITY : s->c[i].v;
+        to_weights(s->w, n, p->temperature);
+        for (int64_t i = 0; i < n; i++) s->c[i].v = s->w[i];
     }
+    double sum = total;
+    if (sum < 0)
+        for (int64_t i = (sum = 0); i < n; i++) sum += s->c[i].v;
+    if (top_p || min_p) n = nucleus(s->c, n, top_p ? p->top_p * sum : INFINITY, p->min_p, &sum);
+    /* the token where the running weight, in the draw's order, passes u; the last one when rounding leaves u
+     * unreached */
+    double u = (double)toy_rng_uniform(&s->rng) * sum;
+    int64_t k = cut_by_mass(s->c, n, u, true);
+    if (k == n)
+        for (int64_t i = 0; i < n; i++)
+            if (before(s->c[k - 1], s->c[i])) swap_cand(s->c, i, k - 1);
+    pick = s->c[k - 1].id;
     if (logprob) *logprob = log_softmax_at(logits, V, pick);
     return pick;
 }
