@@ -1470,9 +1470,16 @@ Test(serve, openai_npm_client, .timeout = 180) {
         "  if (ev.type === 'response.output_text.delta') rt += ev.delta; last = ev; }\n"
         "out.resp_stream = rt; out.resp_last = last.type; out.resp_last_text = last.response.output_text ??\n"
         "  last.response.output[0].content[0].text;\n"
+        "const made = await c.responses.create({model: 'tiny', max_output_tokens: 2,\n"
+        "  input: [{role: 'user', content: 'a'}, {role: 'user', content: 'b'}, {role: 'user', content: 'c'}]});\n"
+        "out.items = []; for await (const it of c.responses.inputItems.list(made.id, {limit: 1})) out.items.push(it.content[0].text);\n"
         "try { await c.completions.create({...p, model: 'nope'}); out.err = 'none'; } catch (x) { out.err = x.status; }\n"
         "console.log(JSON.stringify(out));\n";
     json_t *o = node_client(&s, script, js, "/v1");
+    /* the SDK's pages of input items (limit 1, after the last), newest first */
+    cr_assert_eq(json_array_size(jget(o, "items")), 3, "%s", json_dumps(o, 0));
+    cr_assert_str_eq(jstr(o, "items.0"), "c");
+    cr_assert_str_eq(jstr(o, "items.2"), "a");
     cr_assert_str_eq(jstr(o, "models.0"), "tiny");
     cr_assert_str_eq(jstr(o, "completion"), jstr(o, "completion_stream"));
     cr_assert_str_eq(jstr(o, "chat"), jstr(o, "chat_stream"));
@@ -2348,6 +2355,80 @@ Test(serve, responses_kept_for_previous_response_id, .timeout = 120) {
     cr_assert_eq(c.code, 200, "%s", c.body);
     cr_assert_eq(jint(b.json, "usage.input_tokens"), jint(c.json, "usage.prompt_tokens"));
     cr_assert_gt(jint(b.json, "usage.input_tokens"), 40);
+    /* the same conversation from a's kept output items by reference: the same prompt */
+    snprintf(body, sizeof body, "{\"input\":[{\"role\":\"user\",\"content\":\"<|go1|>\"},{\"type\":\"item_reference\","
+             "\"id\":\"%s\"},{\"type\":\"item_reference\",\"id\":\"%s\"},{\"type\":\"item_reference\",\"id\":\"%s\"},"
+             "{\"type\":\"function_call_output\",\"call_id\":\"%s\",\"output\":\"sunny\"}],\"max_output_tokens\":1,%s}",
+             jstr(a.json, "output.0.id"), jstr(a.json, "output.1.id"), jstr(a.json, "output.2.id"), call, tools);
+    struct resp ref = http(&s, "POST", "/v1/responses", body);
+    cr_assert_eq(ref.code, 200, "%s", ref.body);
+    cr_assert_eq(jint(ref.json, "usage.input_tokens"), jint(b.json, "usage.input_tokens"), "%s", ref.body);
+    resp_free(&ref);
+    ref = http(&s, "POST", "/v1/responses", "{\"input\":[{\"type\":\"item_reference\",\"id\":\"msg_none\"}]}");
+    cr_assert_eq(ref.code, 400, "%s", ref.body);
+    cr_assert_str_eq(jstr(ref.json, "error.code"), "item_not_found");
+    resp_free(&ref);
+    /* input items: listed newest first, in pages, with ids; an input item is referred to as an output one is */
+    ref = http(&s, "POST", "/v1/responses", "{\"input\":[{\"role\":\"user\",\"content\":\"x1\"},{\"role\":"
+               "\"assistant\",\"content\":\"x2\"},{\"type\":\"message\",\"role\":\"user\",\"content\":[{\"type\":"
+               "\"input_text\",\"text\":\"x3\"}]}],\"max_output_tokens\":1}");
+    cr_assert_eq(ref.code, 200, "%s", ref.body);
+    char items[160], iid[3][96];
+    snprintf(items, sizeof items, "/v1/responses/%s/input_items", jstr(ref.json, "id"));
+    struct resp li = http(&s, "GET", items, NULL);
+    cr_assert_eq(li.code, 200, "%s", li.body);
+    cr_assert_str_eq(jstr(li.json, "object"), "list");
+    cr_assert_eq(json_array_size(jget(li.json, "data")), 3, "%s", li.body);
+    cr_assert(json_is_false(jget(li.json, "has_more")));
+    for (int i = 0; i < 3; i++) {
+        char at[32];
+        snprintf(at, sizeof at, "data.%d.id", 2 - i);
+        snprintf(iid[i], sizeof iid[i], "%s", jstr(li.json, at));
+    }
+    cr_assert_str_eq(jstr(li.json, "first_id"), iid[2]);
+    cr_assert_str_eq(jstr(li.json, "last_id"), iid[0]);
+    cr_assert_str_eq(jstr(li.json, "data.0.content.0.text"), "x3");
+    cr_assert_str_eq(jstr(li.json, "data.1.type"), "message");
+    cr_assert_str_eq(jstr(li.json, "data.1.content.0.type"), "output_text");
+    cr_assert_str_eq(jstr(li.json, "data.2.content.0.type"), "input_text");
+    cr_assert(strcmp(iid[0], iid[1]) && strcmp(iid[1], iid[2]), "%s", li.body);
+    resp_free(&li);
+    const struct { const char *query; int n; const char *first; bool more; } pages[] = {
+        {"?limit=2", 2, iid[2], true}, {"?limit=2&after=%s", 1, iid[0], false}, {"?order=asc&before=%s", 2, iid[0], false},
+    };
+    for (int i = 0; i < 3; i++) {
+        char q[400], url[600];
+        snprintf(q, sizeof q, pages[i].query, iid[i == 1 ? 1 : 2]);
+        snprintf(url, sizeof url, "%s%s", items, q);
+        li = http(&s, "GET", url, NULL);
+        cr_assert_eq(li.code, 200, "%s: %s", url, li.body);
+        cr_assert_eq(json_array_size(jget(li.json, "data")), pages[i].n, "%s: %s", url, li.body);
+        cr_assert_str_eq(jstr(li.json, "first_id"), pages[i].first, "%s: %s", url, li.body);
+        cr_assert_eq(json_is_true(jget(li.json, "has_more")), pages[i].more, "%s: %s", url, li.body);
+        resp_free(&li);
+    }
+    const char *refused[] = {"?limit=0", "?limit=101", "?limit=x", "?order=up", "?after=nope"};
+    for (int i = 0; i < 5; i++) {
+        char url[400];
+        snprintf(url, sizeof url, "%s%s", items, refused[i]);
+        li = http(&s, "GET", url, NULL);
+        cr_assert_eq(li.code, 400, "%s: %s", url, li.body);
+        resp_free(&li);
+    }
+    li = http(&s, "GET", "/v1/responses/resp_none/input_items", NULL);
+    cr_assert_eq(li.code, 404, "%s", li.body);
+    resp_free(&li);
+    li = http(&s, "POST", items, "{}");
+    cr_assert_eq(li.code, 405, "%s", li.body);
+    resp_free(&li);
+    snprintf(body, sizeof body, "{\"input\":[{\"type\":\"item_reference\",\"id\":\"%s\"},{\"role\":\"user\","
+             "\"content\":\"x3\"}],\"max_output_tokens\":1}", iid[0]);
+    li = http(&s, "POST", "/v1/responses", body);
+    struct resp inl = http(&s, "POST", "/v1/responses", "{\"input\":[{\"role\":\"user\",\"content\":\"x1\"},"
+                           "{\"role\":\"user\",\"content\":\"x3\"}],\"max_output_tokens\":1}");
+    cr_assert_eq(li.code, 200, "%s", li.body);
+    cr_assert_eq(jint(li.json, "usage.input_tokens"), jint(inl.json, "usage.input_tokens"), "%s", li.body);
+    resp_free(&li), resp_free(&inl), resp_free(&ref);
     /* GET: the response as it was returned */
     snprintf(path, sizeof path, "/v1/responses/%s", aid);
     struct resp g = http(&s, "GET", path, NULL);

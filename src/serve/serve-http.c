@@ -36,11 +36,12 @@
 #include "toy/events.h"
 #include "toy/run-dir.h"
 
-enum route { R_HEALTH, R_MODELS, R_MODEL, R_COMPLETIONS, R_CHAT, R_EMBEDDINGS, R_RESPONSES, R_RESPONSE, R_MESSAGES,
-             R_COUNT_TOKENS, R_METRICS, R_OTHER, R_COUNT };
+enum route { R_HEALTH, R_MODELS, R_MODEL, R_COMPLETIONS, R_CHAT, R_EMBEDDINGS, R_RESPONSES, R_RESPONSE,
+             R_RESPONSE_ITEMS, R_MESSAGES, R_COUNT_TOKENS, R_METRICS, R_OTHER, R_COUNT };
 static const char *const route_names[R_COUNT] = {"/health",        "/v1/models",    "/v1/models/{model}",
                                                  "/v1/completions", "/v1/chat/completions", "/v1/embeddings",
-                                                 "/v1/responses",   "/v1/responses/{id}", "/v1/messages",
+                                                 "/v1/responses",   "/v1/responses/{id}",
+                                                 "/v1/responses/{id}/input_items", "/v1/messages",
                                                  "/v1/messages/count_tokens", "/metrics", "other"};
 
 struct stat_row {
@@ -523,6 +524,8 @@ static enum route route_of(const char *url) {
     if (!strcmp(url, "/v1/embeddings")) return R_EMBEDDINGS;
     if (!strcmp(url, "/v1/responses")) return R_RESPONSES;
     if (!strncmp(url, "/v1/responses/", 14) && url[14] && !strchr(url + 14, '/')) return R_RESPONSE;
+    const char *slash = !strncmp(url, "/v1/responses/", 14) && url[14] ? strchr(url + 14, '/') : NULL;
+    if (slash && slash > url + 14 && !strcmp(slash, "/input_items")) return R_RESPONSE_ITEMS;
     if (!strcmp(url, "/v1/messages")) return R_MESSAGES;
     if (!strcmp(url, "/v1/messages/count_tokens")) return R_COUNT_TOKENS;
     if (!strcmp(url, "/metrics")) return R_METRICS;
@@ -624,6 +627,31 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         json_t *o = strcmp(method, "DELETE") ? toy_srv_store_get(S->api.store, id) : NULL;
         if (!o && !strcmp(method, "DELETE") && toy_srv_store_delete(S->api.store, id))
             o = json_pack("{s:s,s:s,s:b}", "id", id, "object", "response.deleted", "deleted", 1);
+        if (!o)
+            return fail(S, c, k->route, 404, "invalid_request_error", "not_found",
+                        "Response with id '%s' not found (toy keeps the newest responses, in memory)", id);
+        return send_json(S, c, k->route, 200, o, NULL, NULL);
+    }
+    if (k->route == R_RESPONSE_ITEMS) { /* a kept response's input items, a page of them */
+        if (!get) return not_allowed(S, c, k->route, "GET, HEAD", url);
+        char id[128];
+        snprintf(id, sizeof id, "%.*s", (int)(strchr(url + 14, '/') - (url + 14)), url + 14);
+        const char *lim = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "limit");
+        const char *ord = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "order");
+        char *end = NULL;
+        long limit = lim ? strtol(lim, &end, 10) : 20;
+        if (lim && (!*lim || *end || limit < 1 || limit > 100))
+            return fail(S, c, k->route, 400, "invalid_request_error", NULL, "'limit' must be 1 to 100, not '%s'", lim);
+        if (ord && strcmp(ord, "asc") && strcmp(ord, "desc"))
+            return fail(S, c, k->route, 400, "invalid_request_error", NULL, "'order' must be asc or desc, not '%s'",
+                        ord);
+        const char *bad = NULL;
+        json_t *o = toy_srv_store_input_items(S->api.store, id, (int)limit, ord && !strcmp(ord, "asc"),
+                                              MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after"),
+                                              MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "before"), &bad);
+        if (bad)
+            return fail(S, c, k->route, 400, "invalid_request_error", NULL, "'%s': no input item '%s' in response '%s'",
+                        bad, MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, bad), id);
         if (!o)
             return fail(S, c, k->route, 404, "invalid_request_error", "not_found",
                         "Response with id '%s' not found (toy keeps the newest responses, in memory)", id);

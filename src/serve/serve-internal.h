@@ -267,6 +267,7 @@ struct srv_request {
     json_t *resp_body;      /* a Responses request (POST /v1/responses, run as a chat): its body, owned */
     json_t *resp_conv;      /* ... its conversation as chat messages, instructions left out, to keep with the
                                response (NULL: "store": false, or no store), owned */
+    json_t *resp_input;     /* ... and its input items (references resolved), to keep with it, owned */
     json_t *anth_body;      /* an Anthropic Messages request (POST /v1/messages, run as a chat): its body, owned */
     bool count_only;        /* count_tokens: the prompt is all it needs (job->prompt; no context limit, no sampling) */
 };
@@ -311,6 +312,11 @@ struct srv_store *toy_srv_store_new(int max, size_t max_bytes);
 void toy_srv_store_free(struct srv_store *st);
 /* a copy of the response object (NULL: none; 404), or deletes it (false: none) */
 json_t *toy_srv_store_get(struct srv_store *st, const char *id);
+/* the list object of GET /v1/responses/{id}/input_items: its input items, `limit` of them (1-100) from after the
+ * item `after` or before the item `before` (either may be NULL) in `order` ("asc" or "desc"); NULL: no such
+ * response (*bad NULL), or a cursor that names none of its items (*bad: the parameter) */
+json_t *toy_srv_store_input_items(struct srv_store *st, const char *id, int limit, bool asc, const char *after,
+                                  const char *before, const char **bad);
 bool toy_srv_store_delete(struct srv_store *st, const char *id);
 /* the responses kept, and their JSON's bytes (0 without a store) */
 void toy_srv_store_stats(struct srv_store *st, int *n, size_t *bytes);

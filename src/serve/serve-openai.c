@@ -846,7 +846,8 @@ void toy_srv_request_free(struct srv_request *r) {
     json_decref(r->resp_body);
     json_decref(r->anth_body);
     json_decref(r->resp_conv);
-    r->resp_body = r->anth_body = r->resp_conv = NULL;
+    json_decref(r->resp_input);
+    r->resp_body = r->anth_body = r->resp_conv = r->resp_input = NULL;
 }
 
 /* ---- responses ------------------------------------------------------------------------------------ */

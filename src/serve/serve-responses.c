@@ -29,6 +29,7 @@
 struct stored {
     char id[64];
     json_t *response, *messages; /* the response object; the conversation through it, as chat messages */
+    json_t *input;               /* its request's input items, each with an id */
     size_t bytes;
     uint64_t used;
 };
@@ -56,6 +57,7 @@ struct srv_store *toy_srv_store_new(int max, size_t max_bytes) {
 static void drop(struct srv_store *st, int i) {
     json_decref(st->v[i].response);
     json_decref(st->v[i].messages);
+    json_decref(st->v[i].input);
     st->bytes -= st->v[i].bytes;
     st->v[i] = st->v[--st->n];
 }
@@ -74,14 +76,15 @@ static int find(const struct srv_store *st, const char *id) {
     return -1;
 }
 
-/* keeps copies of response and messages under id, the least recently used going first to make room; false when
- * they alone are more than the store holds */
-static bool store_put(struct srv_store *st, const char *id, json_t *response, json_t *messages) {
-    size_t bytes = json_dumpb(response, NULL, 0, JSON_COMPACT) + json_dumpb(messages, NULL, 0, JSON_COMPACT);
+/* keeps copies of response, messages and input under id, the least recently used going first to make room; false
+ * when they alone are more than the store holds */
+static bool store_put(struct srv_store *st, const char *id, json_t *response, json_t *messages, json_t *input) {
+    size_t bytes = json_dumpb(response, NULL, 0, JSON_COMPACT) + json_dumpb(messages, NULL, 0, JSON_COMPACT) +
+                   json_dumpb(input, NULL, 0, JSON_COMPACT);
     if (bytes > st->max_bytes || strlen(id) >= sizeof st->v[0].id) return false;
-    json_t *r = json_deep_copy(response), *m = json_deep_copy(messages);
-    if (!r || !m) {
-        json_decref(r), json_decref(m);
+    json_t *r = json_deep_copy(response), *m = json_deep_copy(messages), *in = json_deep_copy(input);
+    if (!r || !m || !in) {
+        json_decref(r), json_decref(m), json_decref(in);
         return false;
     }
     pthread_mutex_lock(&st->mu);
@@ -95,7 +98,7 @@ static bool store_put(struct srv_store *st, const char *id, json_t *response, js
     }
     struct stored *e = &st->v[st->n++];
     snprintf(e->id, sizeof e->id, "%s", id);
-    e->response = r, e->messages = m, e->bytes = bytes, e->used = ++st->clock;
+    e->response = r, e->messages = m, e->input = in, e->bytes = bytes, e->used = ++st->clock;
     st->bytes += bytes;
     pthread_mutex_unlock(&st->mu);
     return true;
@@ -117,6 +120,70 @@ static bool store_get(struct srv_store *st, const char *id, json_t **response, j
 json_t *toy_srv_store_get(struct srv_store *st, const char *id) {
     json_t *r = NULL;
     return st && store_get(st, id, &r, NULL) ? r : NULL;
+}
+
+/* the item of that id in array a, or NULL */
+static json_t *item_in(json_t *a, const char *id) {
+    for (size_t i = 0; i < json_array_size(a); i++) {
+        const char *x = json_string_value(json_object_get(json_array_get(a, i), "id"));
+        if (x && !strcmp(x, id)) return json_array_get(a, i);
+    }
+    return NULL;
+}
+
+/* a copy of the kept item of that id (an input or an output item of a kept response), or NULL */
+static json_t *store_item(struct srv_store *st, const char *id) {
+    json_t *it = NULL;
+    pthread_mutex_lock(&st->mu);
+    for (int i = 0; i < st->n && !it; i++)
+        if ((it = item_in(st->v[i].input, id)) || (it = item_in(json_object_get(st->v[i].response, "output"), id))) {
+            st->v[i].used = ++st->clock;
+            it = json_deep_copy(it);
+        }
+    pthread_mutex_unlock(&st->mu);
+    return it;
+}
+
+json_t *toy_srv_store_input_items(struct srv_store *st, const char *id, int limit, bool asc, const char *after,
+                                  const char *before, const char **bad) {
+    *bad = NULL;
+    json_t *in = NULL;
+    if (!st) return NULL;
+    pthread_mutex_lock(&st->mu);
+    int i = find(st, id);
+    if (i >= 0) {
+        st->v[i].used = ++st->clock;
+        in = json_deep_copy(st->v[i].input);
+    }
+    pthread_mutex_unlock(&st->mu);
+    if (!in) return NULL;
+    /* the items in the asked order, then the range the cursors leave */
+    int64_t n = (int64_t)json_array_size(in), lo = 0, hi = n;
+    json_t *ord = json_array();
+    for (int64_t k = 0; k < n; k++) json_array_append(ord, json_array_get(in, (size_t)(asc ? k : n - 1 - k)));
+    json_decref(in);
+    for (int c = 0; c < 2; c++) {
+        const char *cur = c ? before : after;
+        if (!cur) continue;
+        int64_t at = -1;
+        for (int64_t k = 0; k < n && at < 0; k++)
+            if (!strcmp(json_string_value(json_object_get(json_array_get(ord, (size_t)k), "id")), cur)) at = k;
+        if (at < 0) {
+            json_decref(ord);
+            *bad = c ? "before" : "after";
+            return NULL;
+        }
+        if (c) hi = at < hi ? at : hi;
+        else lo = at + 1;
+    }
+    json_t *data = json_array();
+    for (int64_t k = lo; k < hi && k < lo + limit; k++) json_array_append(data, json_array_get(ord, (size_t)k));
+    size_t got = json_array_size(data);
+    json_t *o = json_pack("{s:s,s:o,s:b}", "object", "list", "data", data, "has_more", lo + (int64_t)got < hi);
+    json_object_set(o, "first_id", got ? json_object_get(json_array_get(data, 0), "id") : json_null());
+    json_object_set(o, "last_id", got ? json_object_get(json_array_get(data, got - 1), "id") : json_null());
+    json_decref(ord);
+    return o;
 }
 
 void toy_srv_store_stats(struct srv_store *st, int *n, size_t *bytes) {
@@ -219,9 +286,6 @@ static bool input_messages(json_t *in, json_t *msgs, struct srv_error *err) {
                 return toy_srv_err(err, 500, "server_error", NULL, NULL, "out of memory");
             json_decref(reasoning);
             reasoning = text;
-        } else if (!strcmp(type, "item_reference")) {
-            return BAD("input", "input[%zu]: item_reference is not supported (send the items themselves, or continue "
-                       "a response with previous_response_id)", i);
         } else {
             return BAD("input", "input[%zu]: item type '%s' (toy reads message, function_call, function_call_output "
                        "and reasoning)", i, type);
@@ -229,6 +293,54 @@ static bool input_messages(json_t *in, json_t *msgs, struct srv_error *err) {
     }
     json_decref(reasoning);
     return true;
+}
+
+/* in's items, each item_reference replaced by the kept item it names */
+static bool resolve_refs(const struct srv_api *api, json_t *in, json_t **out, struct srv_error *err) {
+    *out = NULL;
+    json_t *r = json_array();
+    for (size_t i = 0; json_is_array(in) && i < json_array_size(in); i++) {
+        json_t *it = json_array_get(in, i);
+        const char *type = json_string_value(json_object_get(it, "type"));
+        if (!type || strcmp(type, "item_reference")) {
+            json_array_append(r, it);
+            continue;
+        }
+        const char *id = json_string_value(json_object_get(it, "id"));
+        json_t *x = id && api->store ? store_item(api->store, id) : NULL;
+        if (!x) {
+            json_decref(r);
+            if (!id) return BAD("input", "input[%zu]: an item_reference needs an id (a string)", i);
+            if (!api->store)
+                return BAD("input", "input[%zu]: this server keeps no items to refer to (toy serve --responses 0)", i);
+            return toy_srv_err(err, 400, "invalid_request_error", "item_not_found", "input",
+                               "input[%zu]: no kept item '%s' (toy keeps the items of the newest responses, in "
+                               "memory)", i, id);
+        }
+        json_array_append_new(r, x);
+    }
+    *out = r;
+    return true;
+}
+
+/* the input as GET /v1/responses/{id}/input_items lists it (ids given when it is kept): a string as a user
+ * message, every message with a type and its content as parts */
+static json_t *listed_input(json_t *in) {
+    if (json_is_string(in))
+        return json_pack("[{s:s,s:s,s:[{s:s,s:O}]}]", "type", "message", "role", "user", "content", "type",
+                         "input_text", "text", in);
+    json_t *a = json_array();
+    for (size_t i = 0; i < json_array_size(in); i++) {
+        json_t *x = json_deep_copy(json_array_get(in, i));
+        const char *role = json_string_value(json_object_get(x, "role"));
+        if (!json_object_get(x, "type") && role) json_object_set_new(x, "type", json_string("message"));
+        json_t *c = json_object_get(x, "content");
+        if (role && json_is_string(c))
+            json_object_set_new(x, "content", json_pack("[{s:s,s:O}]", "type", strcmp(role, "assistant") ?
+                                                        "input_text" : "output_text", "text", c));
+        json_array_append_new(a, x);
+    }
+    return a;
 }
 
 static bool copy_keys(json_t *from, json_t *to, const char *const *keys) {
@@ -262,7 +374,15 @@ bool toy_srv_responses_to_chat(const struct srv_api *api, json_t *body, json_t *
                                json_string_value(prev));
     }
     if (!conv && !(conv = json_array())) return toy_srv_err(err, 500, "server_error", NULL, NULL, "out of memory");
-    if (!input_messages(in, conv, err)) {
+    json_t *items = NULL;
+    if (json_is_array(in) && !resolve_refs(api, in, &items, err)) {
+        json_decref(conv);
+        return false;
+    }
+    bool ok = input_messages(items ? items : in, conv, err);
+    json_t *listed = ok && api->store && !json_is_false(store) ? listed_input(items ? items : in) : NULL;
+    json_decref(items);
+    if (!ok) {
         json_decref(conv);
         return false;
     }
@@ -273,6 +393,7 @@ bool toy_srv_responses_to_chat(const struct srv_api *api, json_t *body, json_t *
     if (instr && !json_is_null(instr)) {
         if (!json_is_string(instr)) {
             json_decref(conv);
+            json_decref(listed);
             return BAD("instructions", "'instructions' must be a string");
         }
         json_array_append_new(msgs, json_pack("{s:s,s:O}", "role", "system", "content", instr));
@@ -280,7 +401,7 @@ bool toy_srv_responses_to_chat(const struct srv_api *api, json_t *body, json_t *
     json_t *copy = json_deep_copy(conv); /* the chat parser may rewrite its messages */
     json_array_extend(msgs, copy);
     json_decref(copy);
-    if (api->store && !json_is_false(store)) r->resp_conv = conv;
+    if (listed) r->resp_conv = conv, r->resp_input = listed;
     else json_decref(conv);
     static const char *const same[] = {"model", "stream", "temperature", "top_p", "top_k", "min_p", "seed",
                                        "frequency_penalty", "presence_penalty", "repeat_penalty", "logit_bias",
@@ -397,9 +518,26 @@ static void keep(const struct srv_api *api, const struct srv_request *r, const c
     json_t *conv = json_deep_copy(r->resp_conv);
     struct srv_error e;
     /* the output items read as input items: a reasoning item, the message, the calls */
-    if (conv && (!json_array_size(items) || input_messages(items, conv, &e)) && !store_put(api->store, id, o, conv))
+    /* the input items, each with an id: the client's, else one after the response's */
+    json_t *in = json_deep_copy(r->resp_input);
+    for (size_t k = 0; k < json_array_size(in); k++) {
+        json_t *x = json_array_get(in, k);
+        if (json_is_string(json_object_get(x, "id"))) continue;
+        const char *type = json_string_value(json_object_get(x, "type")), *kind = "item";
+        static const char *const kinds[][2] = {{"message", "msg"}, {"function_call", "fc"},
+                                               {"function_call_output", "fco"}, {"reasoning", "rs"}};
+        for (size_t t = 0; type && t < sizeof kinds / sizeof kinds[0]; t++)
+            if (!strcmp(type, kinds[t][0])) kind = kinds[t][1];
+        const char *u = strchr(id, '_'); /* as the output items' (item_id), with "in" before the index */
+        char iid[96];
+        snprintf(iid, sizeof iid, "%s_%s_in%zu", kind, u ? u + 1 : id, k);
+        json_object_set_new(x, "id", json_string(iid));
+    }
+    if (conv && in && (!json_array_size(items) || input_messages(items, conv, &e)) &&
+        !store_put(api->store, id, o, conv, in))
         json_object_set_new(o, "store", json_false()); /* more than the whole store holds */
     json_decref(conv);
+    json_decref(in);
 }
 
 static const char *final_status(const struct srv_job *j) {
