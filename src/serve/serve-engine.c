@@ -37,6 +37,7 @@
 
 #include "infer/speculative.h"
 #include "serve/serve-internal.h"
+#include "toy/device.h"
 #include "toy/graph.h"
 #include "toy/threadpool.h"
 
@@ -136,6 +137,7 @@ struct step_set {
     const struct srv_model *m;
     bool draft;                   /* through the slots' draft caches */
     struct toy_kv_cache pool;     /* the slots' caches, slot i's sequence i of it (toy_kv_cache_view_seq) */
+    bool rows;                    /* steps of several slots read it whole (toy_attention_rows: the CPU's) */
     int64_t row_group;
     struct step_graph g[SRV_STEP_GRAPHS];
     uint64_t n_runs;
@@ -655,7 +657,7 @@ static enum toy_status step_graph(struct srv_engine *e, struct step_set *set, co
     struct toy_tensor *seq = toy_new_tensor_1d(ctx, TOY_I32, off[n]); /* each row's slot: its sequence in the pool */
     for (int b = 0; b < n; b++)
         for (int64_t r = off[b]; r < off[b + 1]; r++) ((int32_t *)seq->data)[r] = idx[b];
-    const struct srv_seqs sq = {.caches = caches, .off = off, .n = n, .pool = &set->pool, .seq = seq};
+    const struct srv_seqs sq = {.caches = caches, .off = off, .n = n, .pool = set->rows ? &set->pool : NULL, .seq = seq};
     sg->tok = toy_new_tensor_2d(ctx, TOY_I32, off[n], 1);
     sg->pos = toy_new_tensor_1d(ctx, TOY_I32, off[n]);
     sg->logits = toy_srv_forward(ctx, set->m, sg->tok, sg->pos, &sq, SRV_OUT_LOGITS_ALL, set->row_group);
@@ -1024,6 +1026,8 @@ enum toy_status toy_srv_engine_new(const struct srv_model *m, const struct toy_t
     e->dsteps.m = o->draft;
     e->dsteps.draft = true;
     e->dsteps.row_group = o->draft ? toy_srv_row_group(o->draft) : 0;
+    /* on a GPU each slot's cache is its own (the batched rows' ops are the CPU's) */
+    e->steps.rows = e->dsteps.rows = !strcmp(toy_device_default(), "cpu");
     e->dn_ctx = o->draft ? (e->n_ctx < o->draft->max_ctx ? e->n_ctx : o->draft->max_ctx) : 0;
     e->model_max = o->draft ? (o->draft_max ? o->draft_max : SRV_DRAFT_MAX) : 0;
     e->draft_max = e->model_max > o->lookup ? e->model_max : o->lookup;
@@ -1048,14 +1052,18 @@ enum toy_status toy_srv_engine_new(const struct srv_model *m, const struct toy_t
     enum toy_status st = pst ? pst : e->slots && e->drafts && steps_ok && e->q && e->logits && e->tp ? TOY_OK
                                                                                     : toy_error(TOY_ERR_NOMEM, "serve engine");
     const enum toy_dtype kv_type = o->kv_f32 ? TOY_F32 : TOY_F16;
-    if (!st) st = toy_srv_cache_init(m, &e->steps.pool, e->n_ctx, e->n_slots, kv_type);
-    if (!st && e->dm) st = toy_srv_cache_init(e->dm, &e->dsteps.pool, e->dn_ctx, e->n_slots, kv_type);
+    /* the slots' caches: sequences of one pool for the batched rows' ops, else (a GPU's graphs) each its own */
+    const bool rows = e->steps.rows;
+    if (!st && rows) st = toy_srv_cache_init(m, &e->steps.pool, e->n_ctx, e->n_slots, kv_type);
+    if (!st && rows && e->dm) st = toy_srv_cache_init(e->dm, &e->dsteps.pool, e->dn_ctx, e->n_slots, kv_type);
     for (int i = 0; i < e->n_slots && !st; i++) {
         struct slot *s = &e->slots[i];
-        st = toy_kv_cache_view_seq(&s->kv, &e->steps.pool, i);
+        st = rows ? toy_kv_cache_view_seq(&s->kv, &e->steps.pool, i) : toy_srv_cache_init(m, &s->kv, e->n_ctx, 1, kv_type);
         if (!st && !(s->cache_ids = malloc((size_t)e->n_ctx * sizeof(int32_t))))
             st = toy_error(TOY_ERR_NOMEM, "KV cache of slot %d", i);
-        if (!st && e->dm) st = toy_kv_cache_view_seq(&s->dkv, &e->dsteps.pool, i);
+        if (!st && e->dm)
+            st = rows ? toy_kv_cache_view_seq(&s->dkv, &e->dsteps.pool, i)
+                      : toy_srv_cache_init(e->dm, &s->dkv, e->dn_ctx, 1, kv_type);
         if (!st && e->dm && !(s->dcache_ids = malloc((size_t)e->dn_ctx * sizeof(int32_t))))
             st = toy_error(TOY_ERR_NOMEM, "draft KV cache of slot %d", i);
     }
