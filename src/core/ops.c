@@ -355,6 +355,21 @@ struct toy_tensor *toy_softmax(struct toy_ctx *ctx, struct toy_tensor *x, struct
 
 /* ---- attention, rope -------------------------------------------------------------- */
 
+/* p into attention t of queries q: scale, causal, window, softcap, bf16 products, and the sinks as src[5] */
+static void attn_params(struct toy_tensor *t, const struct toy_tensor *q, const struct toy_attn_params *p,
+                        const char *op) {
+    toy_param_f32_set(t, P_AT_SCALE, p->scale > 0 ? p->scale : 1.0f / sqrtf((float)q->ne[0]));
+    t->op_params[P_AT_CAUSAL] = p->causal;
+    t->op_params[P_AT_WINDOW] = p->window;
+    toy_param_f32_set(t, P_AT_SOFTCAP, p->softcap);
+    t->op_params[P_AT_BF16] = p->bf16;
+    if (p->sinks) {
+        CHECK(p->sinks->type == TOY_F32 && toy_is_contiguous(p->sinks) && toy_nelements(p->sinks) == q->ne[1], op, q,
+              p->sinks, "sinks must be contiguous f32 with one value per query head (%lld)", (long long)q->ne[1]);
+        t->src[5] = p->sinks;
+    }
+}
+
 struct toy_tensor *toy_attention(struct toy_ctx *ctx, struct toy_tensor *q, struct toy_tensor *k,
                                  struct toy_tensor *v, const struct toy_attn_params *p) {
     return toy_attention_seg(ctx, q, k, v, NULL, p);
@@ -379,12 +394,7 @@ struct toy_tensor *toy_attention_seg(struct toy_ctx *ctx, struct toy_tensor *q, 
     t->src[0] = need_rows(ctx, q);
     t->src[1] = need_rows(ctx, k);
     t->src[2] = need_rows(ctx, v);
-    float scale = p->scale > 0 ? p->scale : 1.0f / sqrtf((float)q->ne[0]);
-    toy_param_f32_set(t, P_AT_SCALE, scale);
-    t->op_params[P_AT_CAUSAL] = p->causal;
-    t->op_params[P_AT_WINDOW] = p->window;
-    toy_param_f32_set(t, P_AT_SOFTCAP, p->softcap);
-    t->op_params[P_AT_BF16] = p->bf16;
+    attn_params(t, q, p, "attention");
     /* log-sum-exp of every query row: (B, Tq, Hq) */
     t->aux_bytes = (size_t)(q->ne[1] * q->ne[2] * q->ne[3]) * sizeof(float);
     if (seg) {
@@ -395,12 +405,6 @@ struct toy_tensor *toy_attention_seg(struct toy_ctx *ctx, struct toy_tensor *q, 
               "segments need Tk == Tq (no KV cache)");
         t->op_params[P_AT_SEG] = 1;
         t->src[4] = seg;
-    }
-    if (p->sinks) {
-        CHECK(p->sinks->type == TOY_F32 && toy_is_contiguous(p->sinks) && toy_nelements(p->sinks) == q->ne[1],
-              "attention", q, p->sinks, "sinks must be contiguous f32 with one value per query head (%lld)",
-              (long long)q->ne[1]);
-        t->src[5] = p->sinks;
     }
     return t;
 }
@@ -493,18 +497,11 @@ struct toy_tensor *toy_attention_rows(struct toy_ctx *ctx, struct toy_tensor *q,
     t->src[2] = v;
     t->src[3] = pos;
     t->src[4] = seq;
-    toy_param_f32_set(t, P_AT_SCALE, p->scale > 0 ? p->scale : 1.0f / sqrtf((float)q->ne[0]));
-    t->op_params[P_AT_CAUSAL] = 1;
-    t->op_params[P_AT_WINDOW] = p->window;
-    toy_param_f32_set(t, P_AT_SOFTCAP, p->softcap);
+    struct toy_attn_params pc = *p;
+    pc.causal = true;
+    attn_params(t, q, &pc, "attention_rows");
     t->op_params[P_AT_ROWS] = 1;
     t->aux_bytes = (size_t)(q->ne[1] * q->ne[2]) * sizeof(float); /* each row's log-sum-exps */
-    if (p->sinks) {
-        CHECK(p->sinks->type == TOY_F32 && toy_is_contiguous(p->sinks) && toy_nelements(p->sinks) == q->ne[1],
-              "attention_rows", q, p->sinks, "sinks must be contiguous f32 with one value per query head (%lld)",
-              (long long)q->ne[1]);
-        t->src[5] = p->sinks;
-    }
     return t;
 }
 
