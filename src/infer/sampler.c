@@ -19,12 +19,15 @@ struct cand {
     float v;
 };
 
+#define BLOCK 256 /* weights summed a block at a time (block_sums) */
+
 struct toy_sampler {
     struct toy_sampler_params p;
     int64_t V;
     struct toy_rng rng;
     struct cand *c;        /* V */
     float *w;              /* V: weights */
+    double *bs;            /* V / BLOCK + 1: the sums of their blocks */
     int32_t *hist;         /* ring of recent tokens */
     int64_t hist_cap, hist_n, hist_at;
     int32_t *count;        /* V: occurrences in the window */
@@ -65,9 +68,10 @@ struct toy_sampler *toy_sampler_new(const struct toy_sampler_params *p, int64_t 
     s->hist_cap = p->penalty_last_n == 0 ? 64 : p->penalty_last_n < 0 ? (1 << 20) : p->penalty_last_n;
     s->c = malloc((size_t)V * sizeof *s->c);
     s->w = malloc((size_t)V * sizeof *s->w);
+    s->bs = malloc((size_t)(V / BLOCK + 1) * sizeof *s->bs);
     s->hist = malloc((size_t)s->hist_cap * sizeof *s->hist);
     s->count = calloc((size_t)V, sizeof *s->count);
-    if (!s->c || !s->w || !s->hist || !s->count) {
+    if (!s->c || !s->w || !s->bs || !s->hist || !s->count) {
         toy_sampler_free(s);
         return NULL;
     }
@@ -79,6 +83,7 @@ void toy_sampler_free(struct toy_sampler *s) {
     if (!s) return;
     free(s->c);
     free(s->w);
+    free(s->bs);
     free(s->hist);
     free(s->count);
     free(s);
@@ -350,16 +355,19 @@ static double sum_weights(const float *w, int64_t n) {
     return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
 }
 
+/* the sums of w[0, n)'s blocks of BLOCK into bs, and their total */
+static double block_sums(const float *w, int64_t n, double *bs) {
+    double t = 0;
+    for (int64_t i = 0; i < n; i += BLOCK) t += bs[i / BLOCK] = sum_weights(w + i, n - i < BLOCK ? n - i : BLOCK);
+    return t;
+}
+
 /* the first i whose running weight w[0] + ... + w[i] passes u (the last when rounding leaves u unreached): the
- * blocks of 256 summed whole until one holds the crossing, then that block one by one */
-static int64_t draw_index(const float *w, int64_t n, double u) {
+ * blocks' sums bs until one holds the crossing, then that block one by one */
+static int64_t draw_index(const float *w, int64_t n, const double *bs, double u) {
     double acc = 0;
     int64_t i = 0;
-    for (; i + 256 <= n; i += 256) {
-        double b = sum_weights(w + i, 256);
-        if (acc + b > u) break;
-        acc += b;
-    }
+    for (; i + BLOCK <= n && acc + bs[i / BLOCK] <= u; i += BLOCK) acc += bs[i / BLOCK];
     for (; i < n; i++)
         if ((acc += w[i]) > u) return i;
     return n - 1;
@@ -407,7 +415,8 @@ int32_t toy_sampler_sample(struct toy_sampler *s, const float *logits, float *lo
         }
         to_weights(w, V, p->temperature);
         if (!top_k && !top_p && !min_p) { /* the draw straight from the weights */
-            pick = (int32_t)draw_index(w, V, (double)toy_rng_uniform(&s->rng) * sum_weights(w, V));
+            double all = block_sums(w, V, s->bs);
+            pick = (int32_t)draw_index(w, V, s->bs, (double)toy_rng_uniform(&s->rng) * all);
             if (logprob) *logprob = log_softmax_at(logits, V, pick);
             return pick;
         }
@@ -415,7 +424,7 @@ int32_t toy_sampler_sample(struct toy_sampler *s, const float *logits, float *lo
          * lightest weight the top-p set can hold, and of min_p times the best's, which is 1) */
         float floor = 0;
         if (!top_k) {
-            total = sum_weights(w, V);
+            total = block_sums(w, V, s->bs);
             if (top_p) floor = mass_floor(w, V, p->top_p * total);
             if (min_p && p->min_p > floor) floor = p->min_p;
         }
