@@ -2393,7 +2393,7 @@ Test(serve, responses_kept_for_previous_response_id, .timeout = 120) {
     cr_assert_str_eq(jstr(li.json, "data.2.content.0.type"), "input_text");
     cr_assert(strcmp(iid[0], iid[1]) && strcmp(iid[1], iid[2]), "%s", li.body);
     resp_free(&li);
-    const struct { const char *query; int n; const char *first; bool more; } pages[] = {
+    const struct { const char *query; size_t n; const char *first; bool more; } pages[] = {
         {"?limit=2", 2, iid[2], true}, {"?limit=2&after=%s", 1, iid[0], false}, {"?order=asc&before=%s", 2, iid[0], false},
     };
     for (int i = 0; i < 3; i++) {
