@@ -732,6 +732,9 @@ enum toy_status toy_cuda_graph_compute(struct toy_graph *g, int device) {
     for (int i = 0; i < g->n_nodes; i++) {
         struct toy_tensor *t = g->nodes[i];
         struct toy_cu_node *c = &cg->cn[i];
+        if ((t->op == TOY_OP_KV_STORE && t->op_params[P_KV_ROWS]) || (t->op == TOY_OP_ATTENTION && t->op_params[P_AT_ROWS]))
+            return toy_error(TOY_ERR_UNSUPPORTED, "%s '%s': rows of many sequences (toy_kv_store_rows, "
+                             "toy_attention_rows) run on the CPU only", toy_op_name(t->op), t->name);
         if (t->op == TOY_OP_KV_STORE) {
             int64_t np = *(const int32_t *)t->src[2]->data;
             if (np < 0 || np + t->src[1]->ne[2] > t->src[0]->ne[2])
