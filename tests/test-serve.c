@@ -834,7 +834,8 @@ Test(serve, bad_input_gets_4xx_error_objects, .timeout = 60) {
     expect_error(&s, C, "{\"prompt\":\"x\",\"max_tokens\":-1}", 400, "max_tokens", NULL);
     expect_error(&s, C, "{\"prompt\":\"x\",\"max_tokens\":1.5}", 400, "max_tokens", NULL);
     expect_error(&s, C, "{\"prompt\":\"x\",\"stop\":[1]}", 400, "stop", NULL);
-    expect_error(&s, C, "{\"prompt\":\"x\",\"n\":2}", 400, "n", NULL);
+    expect_error(&s, C, "{\"prompt\":\"x\",\"n\":2,\"stream\":true}", 400, "n", NULL);
+    expect_error(&s, C, "{\"prompt\":\"x\",\"n\":129}", 400, "n", NULL);
     expect_error(&s, C, "{\"prompt\":\"x\",\"stream\":\"yes\"}", 400, "stream", NULL);
     expect_error(&s, C, "{\"prompt\":{}}", 400, "prompt", NULL);
     expect_error(&s, C, "{\"prompt\":[1,99999999]}", 400, "prompt", NULL);
@@ -958,6 +959,48 @@ Test(serve, concurrent_requests_match_alone, .timeout = 120) {
     long long n_rows, n_steps;
     decode_counts(&s, &n_rows, &n_steps);
     cr_assert_gt(n_rows, n_steps, "rows %lld, steps %lld", n_rows, n_steps);
+    cr_assert_eq(server_stop(&s), 0);
+}
+
+/* "n": each choice is the request of its own, choice i with the seed plus i: its text is the one a request with
+ * that seed gets alone; greedy choices agree; usage counts every choice's tokens */
+Test(serve, n_choices_are_requests_of_their_own, .timeout = 120) {
+    struct server s;
+    const char *extra[] = {"--parallel", "2", NULL};
+    server_start(&s, extra);
+    const char *eps[2] = {"/v1/completions", "/v1/chat/completions"};
+    const char *fmt[2] = {"{\"prompt\":\"Once upon\",\"max_tokens\":12,\"temperature\":0.9,\"seed\":%d%s}",
+                          "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":12,"
+                          "\"temperature\":0.9,\"seed\":%d%s}"};
+    const char *text[2] = {"text", "message.content"};
+    for (int e = 0; e < 2; e++) {
+        char body[512], path[64];
+        snprintf(body, sizeof body, fmt[e], 40, ",\"n\":3,\"ignore_eos\":true");
+        struct resp all = http(&s, "POST", eps[e], body);
+        cr_assert_eq(all.code, 200, "%s", all.body);
+        cr_assert_eq(json_array_size(jget(all.json, "choices")), 3, "%s", all.body);
+        long long made = 0;
+        for (int i = 0; i < 3; i++) {
+            snprintf(body, sizeof body, fmt[e], 40 + i, ",\"ignore_eos\":true");
+            struct resp one = http(&s, "POST", eps[e], body);
+            cr_assert_eq(one.code, 200, "%s", one.body);
+            snprintf(path, sizeof path, "choices.%d.index", i);
+            cr_assert_eq(jint(all.json, path), i, "%s", all.body);
+            snprintf(path, sizeof path, "choices.%d.%s", i, text[e]);
+            char want[64];
+            snprintf(want, sizeof want, "choices.0.%s", text[e]);
+            cr_assert_str_eq(jstr(all.json, path), jstr(one.json, want), "%s choice %d", eps[e], i);
+            made += jint(one.json, "usage.completion_tokens");
+            resp_free(&one);
+        }
+        cr_assert_eq(jint(all.json, "usage.completion_tokens"), made, "%s", all.body);
+        cr_assert_eq(jint(all.json, "usage.total_tokens"), made + jint(all.json, "usage.prompt_tokens"));
+        resp_free(&all);
+    }
+    struct resp g = http(&s, "POST", "/v1/completions", "{\"prompt\":\"Once\",\"max_tokens\":8,\"temperature\":0,\"n\":2}");
+    cr_assert_eq(g.code, 200, "%s", g.body);
+    cr_assert_str_eq(jstr(g.json, "choices.0.text"), jstr(g.json, "choices.1.text"));
+    resp_free(&g);
     cr_assert_eq(server_stop(&s), 0);
 }
 

@@ -416,6 +416,27 @@ static enum MHD_Result metrics(struct srv *S, struct MHD_Connection *c) {
     return send_text(S, c, R_METRICS, 200, text, len, "text/plain; version=0.0.4", NULL, NULL);
 }
 
+/* the other choices' (more[0, n), done) into body's choices, indexed from 1, and their tokens into its usage */
+static void add_choices(const struct srv_api *api, json_t *body, struct srv_request *more, int n, const char *id,
+                        long created) {
+    json_t *choices = json_object_get(body, "choices"), *usage = json_object_get(body, "usage");
+    json_int_t made = json_integer_value(json_object_get(usage, "completion_tokens"));
+    for (int i = 0; i < n; i++) {
+        struct srv_job *x = more[i].job;
+        pthread_mutex_lock(&x->mu);
+        json_t *o = toy_srv_response_json(api, &more[i], x, id, created);
+        pthread_mutex_unlock(&x->mu);
+        json_t *ch = json_array_get(json_object_get(o, "choices"), 0);
+        json_object_set_new(ch, "index", json_integer(i + 1));
+        json_array_append(choices, ch);
+        made += json_integer_value(json_object_get(json_object_get(o, "usage"), "completion_tokens"));
+        json_decref(o);
+    }
+    json_object_set_new(usage, "completion_tokens", json_integer(made));
+    json_object_set_new(usage, "total_tokens",
+                        json_integer(json_integer_value(json_object_get(usage, "prompt_tokens")) + made));
+}
+
 static enum MHD_Result generate(struct srv *S, struct MHD_Connection *c, struct conn *k) {
     enum srv_endpoint ep = k->route == R_CHAT          ? SRV_EP_CHAT
                            : k->route == R_COMPLETIONS ? SRV_EP_COMPLETIONS
@@ -438,12 +459,36 @@ static enum MHD_Result generate(struct srv *S, struct MHD_Connection *c, struct 
         return send_json(S, c, k->route, 200, o, NULL, NULL);
     }
     rq.job->streamed = rq.stream;
+    /* "n" choices: the request parsed again for each one after the first, a job of its own (its own seed: the
+     * request's plus the choice's index, or another random one) */
+    int n_more = rq.n_choices > 1 ? rq.n_choices - 1 : 0;
+    struct srv_request *more = n_more ? calloc((size_t)n_more, sizeof *more) : NULL;
+    if (n_more && !more) {
+        toy_srv_request_free(&rq);
+        return fail(S, c, k->route, 500, "server_error", NULL, "out of memory");
+    }
+    for (int i = 0; i < n_more; i++)
+        if (!toy_srv_parse_request(&S->api, ep, k->body ? k->body : "", k->len, &more[i], &err)) { /* as the first was: memory */
+            for (int m = 0; m <= i; m++) toy_srv_request_free(&more[m]);
+            free(more);
+            toy_srv_request_free(&rq);
+            return send_error(S, c, k->route, &err, NULL, NULL);
+        } else if (more[i].job->sp.seed == rq.job->sp.seed) {
+            more[i].job->sp.seed += (uint64_t)i + 1;
+        }
     enum toy_status st = atomic_load(&S->draining) ? toy_error(TOY_ERR_STATE, "the server is shutting down")
                                                    : toy_srv_engine_submit(S->eng, rq.job);
+    for (int i = 0; i < n_more && !st; i++)
+        if ((st = toy_srv_engine_submit(S->eng, more[i].job))) { /* the queue is full: none of them runs */
+            atomic_store(&rq.job->cancel, true);
+            for (int m = 0; m < i; m++) atomic_store(&more[m].job->cancel, true);
+        }
     if (st) {
         int code = 503;
         request_done(S, &rq, k->route, code, req_no, k->t0, false);
         toy_srv_request_free(&rq);
+        for (int i = 0; i < n_more; i++) toy_srv_request_free(&more[i]);
+        free(more);
         struct srv_error e = {.http = code, .type = "server_error", .code = st == TOY_ERR_RANGE ? "queue_full" : NULL};
         snprintf(e.msg, sizeof e.msg, "%s; retry later", toy_last_error());
         return send_error(S, c, k->route, &e, MHD_HTTP_HEADER_RETRY_AFTER, "1");
@@ -487,11 +532,29 @@ static enum MHD_Result generate(struct srv *S, struct MHD_Connection *c, struct 
     }
     struct srv_job *j = rq.job;
     bool gone = false;
+    for (int i = n_more - 1; i >= 0; i--) { /* the other choices first, then the first (held below) */
+        struct srv_job *x = more[i].job;
+        pthread_mutex_lock(&x->mu);
+        while (!x->done) {
+            wait_100ms(x);
+            if (!x->done && !gone && peer_gone(fd)) {
+                gone = true;
+                atomic_store(&j->cancel, true);
+                for (int m = 0; m < n_more; m++) atomic_store(&more[m].job->cancel, true);
+            }
+        }
+        pthread_mutex_unlock(&x->mu);
+    }
     pthread_mutex_lock(&j->mu);
     while (!j->done) {
         wait_100ms(j);
         if (!j->done && !gone && peer_gone(fd)) atomic_store(&j->cancel, true), gone = true;
     }
+    for (int i = 0; i < n_more && !j->err; i++) /* a choice that failed fails the request */
+        if (more[i].job->err) {
+            j->err = more[i].job->err;
+            snprintf(j->errmsg, sizeof j->errmsg, "%s", more[i].job->errmsg);
+        }
     int code = 200;
     json_t *body;
     if (gone) { /* nobody reads the answer: recorded as the client's doing, not as a success or a server error */
@@ -506,10 +569,13 @@ static enum MHD_Result generate(struct srv *S, struct MHD_Connection *c, struct 
         body = error_json(k->route, &e);
     } else {
         body = toy_srv_response_json(&S->api, &rq, j, id, created);
+        if (n_more) add_choices(&S->api, body, more, n_more, id, created);
     }
     pthread_mutex_unlock(&j->mu);
     request_done(S, &rq, k->route, code, req_no, k->t0, false);
     toy_srv_request_free(&rq);
+    for (int i = 0; i < n_more; i++) toy_srv_request_free(&more[i]);
+    free(more);
     return send_json(S, c, k->route, code, body, code == 503 ? MHD_HTTP_HEADER_RETRY_AFTER : NULL, "1");
 }
 

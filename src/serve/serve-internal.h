@@ -270,6 +270,7 @@ struct srv_request {
     json_t *resp_input;     /* ... and its input items (references resolved), to keep with it, owned */
     json_t *anth_body;      /* an Anthropic Messages request (POST /v1/messages, run as a chat): its body, owned */
     bool count_only;        /* count_tokens: the prompt is all it needs (job->prompt; no context limit, no sampling) */
+    int n_choices;          /* chat, completions: "n", each choice a job of its own (the first is job) */
 };
 
 /* What a chat stream has sent of the split reply so far. */

@@ -700,7 +700,7 @@ static bool parse_generate(const struct srv_api *api, json_t *body, struct srv_r
         !get_int(body, "top_k", 0, INT32_MAX, &top_k, err) || !get_int(body, "n", 1, 128, &n, err) ||
         !get_int(body, "seed", INT64_MIN, INT64_MAX, &seed, err))
         return false;
-    if (n != 1) return BAD("n", "only n=1 is supported");
+    r->n_choices = (int)n;
     if (!chat) { /* legacy completion options toy does not implement: refused, not ignored */
         bool echo = false;
         if (!get_bool(body, "echo", &echo, err) || !get_int(body, "best_of", 1, 128, &best_of, err)) return false;
@@ -712,6 +712,7 @@ static bool parse_generate(const struct srv_api *api, json_t *body, struct srv_r
     }
     j->continues = !chat;
     if (!get_bool(body, "stream", &r->stream, err) || !get_bool(body, "ignore_eos", &j->ignore_eos, err)) return false;
+    if (r->stream && r->n_choices > 1) return BAD("n", "n > 1 is not supported with \"stream\": true");
     json_t *so = json_object_get(body, "stream_options");
     if (so && !json_is_null(so)) {
         if (!json_is_object(so)) return BAD("stream_options", "'stream_options' must be an object");
