@@ -962,6 +962,72 @@ Test(serve, concurrent_requests_match_alone, .timeout = 120) {
     cr_assert_eq(server_stop(&s), 0);
 }
 
+/* "echo": the text starts with the prompt's; with logprobs the prompt's tokens are scored (the first has none), as
+ * an evaluation harness asks (max_tokens 0): each token's log-probability given the ones before it is the one decoding
+ * gave it when it was generated; the completion's offsets follow the prompt's text; streamed, the same text */
+Test(serve, echo_scores_the_prompt, .timeout = 120) {
+    struct server s;
+    server_start(&s, NULL);
+    /* a greedy completion with its logprobs, then the prompt and it echoed and scored */
+    struct resp g = http(&s, "POST", "/v1/completions", "{\"prompt\":\"Once upon a time\",\"max_tokens\":6,"
+                         "\"temperature\":0,\"logprobs\":1,\"ignore_eos\":true}");
+    cr_assert_eq(g.code, 200, "%s", g.body);
+    struct resp e = http(&s, "POST", "/v1/completions", "{\"prompt\":\"Once upon a time\",\"max_tokens\":6,"
+                         "\"temperature\":0,\"logprobs\":1,\"ignore_eos\":true,\"echo\":true}");
+    cr_assert_eq(e.code, 200, "%s", e.body);
+    long long np = jint(e.json, "usage.prompt_tokens");
+    json_t *elp = jget(e.json, "choices.0.logprobs"), *glp = jget(g.json, "choices.0.logprobs");
+    cr_assert_eq((long long)json_array_size(json_object_get(elp, "tokens")), np + 6, "%s", e.body);
+    cr_assert(json_is_null(json_array_get(json_object_get(elp, "token_logprobs"), 0)), "%s", e.body);
+    cr_assert(json_is_null(json_array_get(json_object_get(elp, "top_logprobs"), 0)), "%s", e.body);
+    const char *ptext = jstr(e.json, "choices.0.text"), *gtext = jstr(g.json, "choices.0.text");
+    size_t plen = strlen(ptext) - strlen(gtext);
+    cr_assert_str_eq(ptext + plen, gtext, "%s", e.body);
+    cr_assert(!strncmp(ptext, "Once upon a time", plen) && plen >= 15, "%s", e.body);
+    for (int k = 0; k < 6; k++) { /* the completion's part: the same tokens, logprobs, and offsets after the prompt */
+        json_t *et = json_array_get(json_object_get(elp, "token_logprobs"), (size_t)(np + k));
+        json_t *gt = json_array_get(json_object_get(glp, "token_logprobs"), (size_t)k);
+        cr_assert_float_eq(json_number_value(et), json_number_value(gt), 1e-6, "%s", e.body);
+        cr_assert_eq(json_integer_value(json_array_get(json_object_get(elp, "text_offset"), (size_t)(np + k))),
+                     json_integer_value(json_array_get(json_object_get(glp, "text_offset"), (size_t)k)) + (long long)plen);
+    }
+    /* the prompt and the completion as one prompt, scored: the completion's tokens get the logprobs decoding gave */
+    json_t *rq = json_pack("{s:s,s:i,s:b,s:i}", "prompt", ptext, "max_tokens", 0, "echo", 1, "logprobs", 2);
+    char *full = json_dumps(rq, JSON_COMPACT);
+    struct resp sc = http(&s, "POST", "/v1/completions", full);
+    free(full);
+    json_decref(rq);
+    cr_assert_eq(sc.code, 200, "%s", sc.body);
+    json_t *slp = jget(sc.json, "choices.0.logprobs");
+    size_t ns = json_array_size(json_object_get(slp, "tokens"));
+    cr_assert_eq(jint(sc.json, "usage.completion_tokens"), 0, "%s", sc.body);
+    cr_assert_str_eq(jstr(sc.json, "choices.0.text"), ptext, "%s", sc.body);
+    if (ns == (size_t)(np + 6)) /* the text tokenizes back to the same tokens: compare their scores */
+        for (int k = 0; k < 6; k++) {
+            double got = json_number_value(json_array_get(json_object_get(slp, "token_logprobs"), (size_t)(np + k)));
+            double want = json_number_value(json_array_get(json_object_get(glp, "token_logprobs"), (size_t)k));
+            cr_assert(fabs(got - want) < 2e-3, "token %d: scored %g, decoded %g: %s", k, got, want, sc.body);
+            json_t *top = json_array_get(json_object_get(slp, "top_logprobs"), (size_t)(np + k));
+            cr_assert(json_object_size(top) >= 1 && json_object_size(top) <= 2, "%s", sc.body);
+        }
+    else /* (a greedy text the tokenizer would split otherwise: pick another prompt) */
+        cr_assert_fail("the prompt and completion tokenized to %zu tokens, not %lld: %s", ns, np + 6, sc.body);
+    /* streamed: the same text, the prompt's first */
+    struct resp st = http(&s, "POST", "/v1/completions", "{\"prompt\":\"Once upon a time\",\"max_tokens\":6,"
+                          "\"temperature\":0,\"ignore_eos\":true,\"echo\":true,\"stream\":true}");
+    cr_assert_eq(st.code, 200, "%s", st.body);
+    struct sse ev;
+    sse_parse(st.body, false, &ev);
+    cr_assert_str_eq(ev.text, ptext);
+    /* echo alone, nothing generated */
+    struct resp z = http(&s, "POST", "/v1/completions", "{\"prompt\":\"Once upon\",\"max_tokens\":0,\"echo\":true}");
+    cr_assert_eq(z.code, 200, "%s", z.body);
+    cr_assert_str_eq(jstr(z.json, "choices.0.text"), "Once upon", "%s", z.body);
+    cr_assert(json_is_null(jget(z.json, "choices.0.logprobs")));
+    resp_free(&g), resp_free(&e), resp_free(&sc), resp_free(&st), resp_free(&z);
+    cr_assert_eq(server_stop(&s), 0);
+}
+
 /* "n": each choice is the request of its own, choice i with the seed plus i: its text is the one a request with
  * that seed gets alone; greedy choices agree; usage counts every choice's tokens */
 Test(serve, n_choices_are_requests_of_their_own, .timeout = 120) {
@@ -1780,7 +1846,7 @@ Test(serve, request_edges, .timeout = 60) {
     cr_assert_eq(r.code, 405);
     cr_assert(strstr(r.headers, "Allow: POST"), "%s", r.headers);
     resp_free(&r);
-    const char *refused[][2] = {{"/v1/completions", "{\"prompt\":\"a\",\"echo\":true}"},
+    const char *refused[][2] = {{"/v1/completions", "{\"prompt\":\"a\",\"echo\":\"yes\"}"},
                                 {"/v1/completions", "{\"prompt\":\"a\",\"best_of\":2}"},
                                 {"/v1/completions", "{\"prompt\":\"a\",\"suffix\":\"b\"}"},
                                 {"/v1/chat/completions", "{\"messages\":[{\"role\":\"wizard\",\"content\":\"a\"}]}"},

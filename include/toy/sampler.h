@@ -59,6 +59,8 @@ int32_t toy_sampler_sample(struct toy_sampler *s, const float *logits, float *lo
 
 /* The k most likely tokens of log_softmax(logits), best first. */
 void toy_top_logprobs(const float *logits, int64_t n_vocab, int k, int32_t *ids, float *logprobs);
+/* log softmax(logits)[id]: the log-probability the logits give token id */
+float toy_logprob(const float *logits, int64_t n_vocab, int32_t id);
 
 #ifdef __cplusplus
 }

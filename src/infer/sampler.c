@@ -456,6 +456,8 @@ int32_t toy_sampler_sample(struct toy_sampler *s, const float *logits, float *lo
     return pick;
 }
 
+float toy_logprob(const float *logits, int64_t V, int32_t id) { return log_softmax_at(logits, V, id); }
+
 void toy_top_logprobs(const float *logits, int64_t V, int k, int32_t *ids, float *lps) {
     double lse = log_sum_exp(logits, V);
     for (int j = 0; j < k; j++) { ids[j] = -1; lps[j] = -INFINITY; }

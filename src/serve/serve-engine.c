@@ -81,6 +81,7 @@ void toy_srv_job_unref(struct srv_job *j) {
     free(j->inputs);
     free(j->n_input);
     free(j->toks);
+    free(j->ptoks);
     free(j->text);
     free(j->embeddings);
     pthread_mutex_destroy(&j->mu);
@@ -433,7 +434,8 @@ static int64_t common_prefix(const int32_t *a, int64_t na, const int32_t *b, int
     return n;
 }
 
-/* One forward pass of tokens[0..n) at positions off.., its output (out: a {vocab} or {d} vector) into dst: through
+/* One forward pass of tokens[0..n) at positions off.., its output (out: a {vocab} or {d} vector, or n x vocab
+ * logits for SRV_OUT_LOGITS_ALL) into dst: through
  * cache kv (which then holds positions 0..off) when given, else in one graph over the tokens (off 0). The prompt
  * prefill's and the embeddings' graph, planned in e->pbuf. */
 static enum toy_status forward_into(struct srv_engine *e, const struct srv_model *m, const int32_t *tokens, int64_t n,
@@ -443,7 +445,9 @@ static enum toy_status forward_into(struct srv_engine *e, const struct srv_model
     struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, n, 1), *pos = toy_new_tensor_1d(ctx, TOY_I32, n);
     memcpy(tok->data, tokens, (size_t)n * sizeof(int32_t));
     for (int64_t i = 0; i < n; i++) ((int32_t *)pos->data)[i] = (int32_t)(off + i);
-    int64_t rg = out != SRV_OUT_LOGITS_LAST ? 0 : m == e->dm ? e->dsteps.row_group : e->steps.row_group;
+    int64_t rg = out != SRV_OUT_LOGITS_LAST && out != SRV_OUT_LOGITS_ALL ? 0
+                 : m == e->dm                                          ? e->dsteps.row_group
+                                                                       : e->steps.row_group;
     const struct srv_seqs sq = {.caches = &kv, .n = 1};
     struct toy_tensor *y = toy_srv_forward(ctx, m, tok, pos, kv ? &sq : NULL, out, rg);
     toy_set_output(y);
@@ -457,12 +461,45 @@ static enum toy_status forward_into(struct srv_engine *e, const struct srv_model
     return st;
 }
 
+/* The prompt scored (echo with logprobs): prompt[from..to) through slot s's cache with every position's logits,
+ * each scoring the prompt token after it (into j->ptoks: its log-probability and the top alternatives the request
+ * asks for), the last one's logits into e->logits when it ends the prompt. */
+static enum toy_status score_prompt(struct srv_engine *e, struct slot *s, int64_t from, int64_t to) {
+    struct srv_job *j = s->job;
+    const int64_t n = to - from, V = e->vocab;
+    float *lg = malloc((size_t)n * (size_t)V * sizeof *lg);
+    if (!j->ptoks) j->ptoks = calloc((size_t)j->n_prompt, sizeof *j->ptoks);
+    if (!lg || !j->ptoks) {
+        free(lg);
+        return toy_error(TOY_ERR_NOMEM, "prompt log-probabilities (%lld x %lld logits)", (long long)n, (long long)V);
+    }
+    enum toy_status st = forward_into(e, e->m, j->prompt + from, n, from, &s->kv, SRV_OUT_LOGITS_ALL, lg, n * V);
+    for (int64_t i = 0; !st && i < n; i++) {
+        const float *row = lg + (size_t)i * (size_t)V;
+        int64_t p = from + i + 1; /* the token these logits predict */
+        if (p == j->n_prompt) {
+            memcpy(e->logits, row, (size_t)V * sizeof(float));
+            continue;
+        }
+        struct srv_token *t = &j->ptoks[p];
+        t->id = j->prompt[p];
+        t->logprob = toy_logprob(row, V, t->id);
+        t->n_top = j->top_logprobs < V ? j->top_logprobs : (int)V;
+        if (t->n_top > 0) toy_top_logprobs(row, V, t->n_top, t->top_id, t->top_lp);
+    }
+    if (!st && from == 0) j->ptoks[0] = (struct srv_token){.id = j->prompt[0]};
+    free(lg);
+    return st;
+}
+
 /* prefills prompt[keep..n) into slot s at positions keep.. (its cache already holds prompt[0..keep)), logits
  * of the last into e->logits */
 static enum toy_status prefill(struct srv_engine *e, struct slot *s, const int32_t *prompt, int64_t n, int64_t keep) {
     s->n_cache = 0; /* until the compute succeeds */
-    enum toy_status st =
-        forward_into(e, e->m, prompt + keep, n - keep, keep, &s->kv, SRV_OUT_LOGITS_LAST, e->logits, e->vocab);
+    enum toy_status st = s->job->score_prompt
+                             ? score_prompt(e, s, keep, n)
+                             : forward_into(e, e->m, prompt + keep, n - keep, keep, &s->kv, SRV_OUT_LOGITS_LAST,
+                                            e->logits, e->vocab);
     if (!st) {
         memcpy(s->cache_ids + keep, prompt + keep, (size_t)(n - keep) * sizeof(int32_t));
         s->n_cache = n;
@@ -554,6 +591,7 @@ static void embed_step(struct srv_engine *e) {
 static void slot_start(struct srv_engine *e, struct slot *s, struct srv_job *j) {
     int64_t lcp = e->prefix_cache ? common_prefix(s->cache_ids, s->n_cache, j->prompt, j->n_prompt) : 0;
     int64_t keep = lcp < j->n_prompt ? lcp : j->n_prompt - 1; /* at least one token runs, for its logits */
+    if (j->score_prompt) keep = 0; /* every prompt position's logits */
     s->job = j;
     s->gen_len = s->emitted = s->gen_chars = 0;
     s->n_pend = 0;
@@ -586,7 +624,7 @@ static void slot_start(struct srv_engine *e, struct slot *s, struct srv_job *j) 
     s->pf = keep;
     s->prefilling = true;
     s->order = ++e->clock;
-    if (j->max_tokens == 0) slot_finish(e, s, TOY_STOP_LENGTH); /* nothing to generate: no prefill either */
+    if (j->max_tokens == 0 && !j->score_prompt) slot_finish(e, s, TOY_STOP_LENGTH); /* nothing to run */
 }
 
 /* a job that has been cancelled or ran out of time ends here (true) */
@@ -612,7 +650,9 @@ static void prefill_step(struct srv_engine *e) {
     }
     if (!s || slot_expired(e, s, toy_srv_now())) return;
     struct srv_job *j = s->job;
-    int64_t end = j->n_prompt - s->pf > SRV_PREFILL_CHUNK ? s->pf + SRV_PREFILL_CHUNK : j->n_prompt;
+    /* a scored prompt in smaller chunks: every position's logits are kept (64 x 128k floats: 32 MiB) */
+    const int64_t chunk = j->score_prompt ? SRV_PREFILL_CHUNK / 4 : SRV_PREFILL_CHUNK;
+    int64_t end = j->n_prompt - s->pf > chunk ? s->pf + chunk : j->n_prompt;
     enum toy_status st = prefill(e, s, j->prompt, end, s->pf);
     if (st) {
         job_fail(j, st, toy_last_error());
@@ -622,6 +662,15 @@ static void prefill_step(struct srv_engine *e) {
     s->pf = end;
     if (end < j->n_prompt) return;
     s->prefilling = false;
+    if (j->score_prompt) { /* the prompt's scores, whole, before any token */
+        pthread_mutex_lock(&j->mu);
+        j->n_ptoks = j->n_prompt;
+        pthread_mutex_unlock(&j->mu);
+        if (j->max_tokens == 0) {
+            slot_finish(e, s, TOY_STOP_LENGTH);
+            return;
+        }
+    }
     for (int64_t i = 0; i < j->n_prompt; i++) toy_sampler_accept(s->smp, j->prompt[i]);
     s->pos = j->n_prompt;
     if (!slot_step(e, s, e->logits)) pred_follow(s, s->last);

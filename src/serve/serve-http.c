@@ -90,6 +90,7 @@ struct stream {
     char *buf;
     size_t len, off, cap;
     bool finished;
+    bool echoed; /* completions with echo: the prompt's chunk went out */
     double t0;
 };
 
@@ -297,6 +298,10 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
             }
         }
         bool resp = s->req.resp_body != NULL, anth = s->req.anth_body != NULL;
+        if (s->req.echo && !s->echoed && (j->n_toks > 0 || j->done) && !j->err) { /* prefilled (and scored) */
+            sse_json(s, toy_srv_chunk_echo(api, &s->req, j, s->id, s->created));
+            s->echoed = true;
+        }
         if (j->n_toks > s->sent) {
             if (resp) sse_events(s, toy_srv_responses_events(api, &s->req, j, false, &s->split, s->id, s->created));
             else if (anth) sse_events(s, toy_srv_messages_events(api, &s->req, j, false, &s->split, s->id));

@@ -126,6 +126,8 @@ struct srv_job {
     float *bias;
     int n_bias;
     int timeout_s;                   /* the longest it may generate, from taking a slot; 0: no limit */
+    bool score_prompt;               /* the prompt's tokens get their log-probabilities too (echo with logprobs):
+                                        prefilled whole, no prefix-cache reuse */
     int32_t *pred;                   /* prediction (OpenAI's Predicted Outputs): the text expected, as ids; its
                                         stretches are drafted where the reply follows them */
     int64_t n_pred;
@@ -138,6 +140,9 @@ struct srv_job {
     pthread_cond_t cv;
     struct srv_token *toks;
     int64_t n_toks, cap_toks;
+    struct srv_token *ptoks;         /* score_prompt: the prompt's tokens, each with its log-probability given the
+                                        tokens before it (the first's 0, n_top 0), set whole once prefilled */
+    int64_t n_ptoks;
     char *text;
     size_t text_len, text_cap;
     int64_t n_generated;             /* sampled tokens (EOS included) */
@@ -271,6 +276,7 @@ struct srv_request {
     json_t *anth_body;      /* an Anthropic Messages request (POST /v1/messages, run as a chat): its body, owned */
     bool count_only;        /* count_tokens: the prompt is all it needs (job->prompt; no context limit, no sampling) */
     int n_choices;          /* chat, completions: "n", each choice a job of its own (the first is job) */
+    bool echo;              /* completions: the text starts with the prompt's (with logprobs: its tokens scored) */
 };
 
 /* What a chat stream has sent of the split reply so far. */
@@ -375,6 +381,9 @@ json_t *toy_srv_chunk_rest(const struct srv_api *api, const struct srv_request *
                            struct srv_sent *sent, const char *id, long created);
 /* The first chunk of a chat stream (role), the last one (finish_reason) and the usage chunk. */
 json_t *toy_srv_chunk_role(const struct srv_api *api, const struct srv_request *r, const char *id, long created);
+/* completions with echo: the chunk of the prompt's text (and its tokens' logprobs), before the first token's */
+json_t *toy_srv_chunk_echo(const struct srv_api *api, const struct srv_request *r, struct srv_job *j, const char *id,
+                           long created);
 json_t *toy_srv_chunk_finish(const struct srv_api *api, const struct srv_request *r, const struct srv_job *j,
                              const char *id, long created);
 json_t *toy_srv_chunk_usage(const struct srv_api *api, const struct srv_request *r, const struct srv_job *j,

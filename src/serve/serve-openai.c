@@ -702,9 +702,7 @@ static bool parse_generate(const struct srv_api *api, json_t *body, struct srv_r
         return false;
     r->n_choices = (int)n;
     if (!chat) { /* legacy completion options toy does not implement: refused, not ignored */
-        bool echo = false;
-        if (!get_bool(body, "echo", &echo, err) || !get_int(body, "best_of", 1, 128, &best_of, err)) return false;
-        if (echo) return BAD("echo", "\"echo\": true is not supported");
+        if (!get_bool(body, "echo", &r->echo, err) || !get_int(body, "best_of", 1, 128, &best_of, err)) return false;
         if (best_of != 1) return BAD("best_of", "only best_of=1 is supported");
         json_t *sfx = json_object_get(body, "suffix");
         if (sfx && !json_is_null(sfx) && !(json_is_string(sfx) && json_string_length(sfx) == 0))
@@ -730,6 +728,7 @@ static bool parse_generate(const struct srv_api *api, json_t *body, struct srv_r
         top_lp = lp_n > 0 ? lp_n : 0;
     }
     j->top_logprobs = (int)top_lp;
+    j->score_prompt = r->echo && r->logprobs;
     if (!parse_stop(body, j, err) || !parse_bias(api, body, j, err) || !parse_response_format(api, body, r, err) ||
         !parse_prediction(api, body, j, err))
         return false;
@@ -924,6 +923,84 @@ static json_t *completion_logprobs(const struct srv_api *api, const struct srv_j
                      offs);
 }
 
+/* echo: the prompt's text as its tokens decode (special ones, e.g. a BOS, print nothing), with each token's offset
+ * in it in characters into offs (n_prompt of them, may be NULL) and its length in characters into *chars */
+static char *prompt_text(const struct srv_api *api, const struct srv_job *j, size_t *len, size_t *chars, size_t *offs) {
+    size_t cap = 64, n = 0, c = 0;
+    char *t = malloc(cap);
+    struct toy_decoder *d = NULL;
+    if (t && api->tok && toy_decoder_init(api->tok, TOY_DECODE_SKIP_SPECIAL, &d)) d = NULL;
+    for (int64_t i = 0; t && i <= j->n_prompt; i++) {
+        const char *piece = "";
+        size_t plen = 0;
+        if (i < j->n_prompt && offs) offs[i] = c;
+        if (d && i < j->n_prompt) toy_decoder_push(d, j->prompt[i], &piece, &plen);
+        else if (d) toy_decoder_flush(d, &piece, &plen);
+        if (n + plen + 1 > cap) {
+            char *g = realloc(t, cap = (n + plen + 1) * 2);
+            if (!g) free(t);
+            t = g;
+            if (!t) break;
+        }
+        memcpy(t + n, piece, plen);
+        n += plen;
+        c += toy_utf8_chars(piece, plen);
+    }
+    toy_decoder_free(d);
+    if (t) t[n] = 0;
+    *len = t ? n : 0;
+    *chars = c;
+    return t;
+}
+
+/* completions with echo and logprobs: the prompt's tokens (the first with no log-probability, as OpenAI's), then
+ * the completion's, whose offsets start after the prompt's text */
+static json_t *echo_logprobs(const struct srv_api *api, const struct srv_job *j, int64_t from, int64_t to,
+                             bool prompt) {
+    size_t len, chars, *offs = prompt ? calloc((size_t)j->n_prompt + 1, sizeof *offs) : NULL;
+    free(prompt_text(api, j, &len, &chars, offs));
+    json_t *o = completion_logprobs(api, j, from, to);
+    json_t *toks = json_array(), *lps = json_array(), *tops = json_array(), *at = json_array();
+    for (int64_t i = 0; prompt && offs && i < j->n_ptoks; i++) {
+        const struct srv_token *t = &j->ptoks[i];
+        json_array_append_new(toks, token_string(api, j->prompt[i]));
+        json_array_append_new(lps, i ? jnum(t->logprob) : json_null());
+        json_t *top = i ? json_object() : json_null();
+        for (int k = 0; i && k < t->n_top; k++) {
+            json_t *s = token_string(api, t->top_id[k]);
+            if (!json_object_get(top, json_string_value(s))) json_object_set_new(top, json_string_value(s), jnum(t->top_lp[k]));
+            json_decref(s);
+        }
+        json_array_append_new(tops, top);
+        json_array_append_new(at, json_integer((json_int_t)offs[i]));
+    }
+    free(offs);
+    json_t *ct = json_object_get(o, "text_offset");
+    for (size_t k = 0; k < json_array_size(ct); k++)
+        json_array_append_new(at, json_integer(json_integer_value(json_array_get(ct, k)) + (json_int_t)chars));
+    json_array_extend(toks, json_object_get(o, "tokens"));
+    json_array_extend(lps, json_object_get(o, "token_logprobs"));
+    json_array_extend(tops, json_object_get(o, "top_logprobs"));
+    json_decref(o);
+    return json_pack("{s:o,s:o,s:o,s:o}", "tokens", toks, "token_logprobs", lps, "top_logprobs", tops, "text_offset", at);
+}
+
+/* the completion's text after the prompt's (echo) */
+static json_t *echo_text(const struct srv_api *api, const struct srv_job *j) {
+    size_t len, chars;
+    char *p = prompt_text(api, j, &len, &chars, NULL);
+    size_t n = j->text ? j->text_len : 0;
+    char *t = p ? realloc(p, len + n + 1) : NULL;
+    if (!t) {
+        free(p);
+        return jstr(j->text ? j->text : "", n);
+    }
+    memcpy(t + len, j->text ? j->text : "", n);
+    json_t *o = jstr(t, len + n);
+    free(t);
+    return o;
+}
+
 static json_t *chat_logprobs(const struct srv_api *api, const struct srv_job *j, int64_t from, int64_t to) {
     json_t *content = json_array();
     for (int64_t i = from; i < to; i++)
@@ -1071,11 +1148,13 @@ json_t *toy_srv_response_json(const struct srv_api *api, const struct srv_reques
     } else {
         json_t *text = jstr(j->text ? j->text : "", j->text_len);
         if (chat) json_object_set_new(choice, "message", json_pack("{s:s,s:o}", "role", "assistant", "content", text));
+        else if (r->echo) json_decref(text), json_object_set_new(choice, "text", echo_text(api, j));
         else json_object_set_new(choice, "text", text);
     }
     json_object_set_new(choice, "logprobs",
                         !r->logprobs ? json_null()
                         : chat       ? chat_logprobs(api, j, 0, j->n_toks)
+                        : r->echo    ? echo_logprobs(api, j, 0, j->n_toks, true)
                                      : completion_logprobs(api, j, 0, j->n_toks));
     json_object_set_new(choice, "finish_reason", json_string(toy_srv_finish_reason(j)));
     return json_pack("{s:s,s:s,s:I,s:s,s:s,s:[o],s:o}", "id", id, "object", chat ? "chat.completion" : "text_completion",
@@ -1090,6 +1169,16 @@ static json_t *chunk(const struct srv_api *api, const struct srv_request *r, con
                           (json_int_t)created, "model", api->model_name, "system_fingerprint", "toy", "choices", choice);
     if (r->include_usage) json_object_set_new(c, "usage", json_null());
     return c;
+}
+
+json_t *toy_srv_chunk_echo(const struct srv_api *api, const struct srv_request *r, struct srv_job *j, const char *id,
+                           long created) {
+    size_t len, chars;
+    char *p = prompt_text(api, j, &len, &chars, NULL);
+    json_t *choice = json_pack("{s:i,s:o,s:o,s:n}", "index", 0, "text", jstr(p ? p : "", p ? len : 0), "logprobs",
+                               r->logprobs ? echo_logprobs(api, j, 0, 0, true) : json_null(), "finish_reason");
+    free(p);
+    return chunk(api, r, id, created, choice);
 }
 
 json_t *toy_srv_chunk_json(const struct srv_api *api, const struct srv_request *r, struct srv_job *j, int64_t from,
@@ -1114,6 +1203,7 @@ json_t *toy_srv_chunk_json(const struct srv_api *api, const struct srv_request *
     json_object_set_new(choice, "logprobs",
                         !r->logprobs ? json_null()
                         : chat       ? chat_logprobs(api, j, from, to)
+                        : r->echo    ? echo_logprobs(api, j, from, to, false)
                                      : completion_logprobs(api, j, from, to));
     json_object_set_new(choice, "finish_reason", json_null());
     return chunk(api, r, id, created, choice);
