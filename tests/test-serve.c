@@ -1029,7 +1029,8 @@ Test(serve, echo_scores_the_prompt, .timeout = 120) {
 }
 
 /* "n": each choice is the request of its own, choice i with the seed plus i: its text is the one a request with
- * that seed gets alone; greedy choices agree; usage counts every choice's tokens */
+ * that seed gets alone; greedy choices agree; usage counts every choice's tokens. "best_of": the best n of that many
+ * by mean logprob per token */
 Test(serve, n_choices_are_requests_of_their_own, .timeout = 120) {
     struct server s;
     const char *extra[] = {"--parallel", "2", NULL};
@@ -1067,6 +1068,45 @@ Test(serve, n_choices_are_requests_of_their_own, .timeout = 120) {
     cr_assert_eq(g.code, 200, "%s", g.body);
     cr_assert_str_eq(jstr(g.json, "choices.0.text"), jstr(g.json, "choices.1.text"));
     resp_free(&g);
+    /* best_of 4, n 2: the two of the four seeds' texts with the highest mean logprob per token, best first; usage
+     * counts all four */
+    const char *bfmt = "{\"prompt\":\"Once upon\",\"max_tokens\":10,\"temperature\":1.2,\"seed\":60,"
+                       "\"ignore_eos\":true%s}";
+    char body[256];
+    snprintf(body, sizeof body, bfmt, ",\"n\":2,\"best_of\":4");
+    struct resp b = http(&s, "POST", "/v1/completions", body);
+    cr_assert_eq(b.code, 200, "%s", b.body);
+    cr_assert_eq(json_array_size(jget(b.json, "choices")), 2, "%s", b.body);
+    double mean[4];
+    char texts[4][512];
+    long long made = 0;
+    for (int i = 0; i < 4; i++) {
+        char seeded[64];
+        snprintf(seeded, sizeof seeded, ",\"logprobs\":0,\"seed\":%d", 60 + i);
+        snprintf(body, sizeof body, bfmt, seeded);
+        struct resp one = http(&s, "POST", "/v1/completions", body);
+        cr_assert_eq(one.code, 200, "%s", one.body);
+        json_t *lps = jget(one.json, "choices.0.logprobs.token_logprobs");
+        mean[i] = 0;
+        for (size_t k = 0; k < json_array_size(lps); k++) mean[i] += json_number_value(json_array_get(lps, k));
+        mean[i] /= (double)json_array_size(lps);
+        snprintf(texts[i], sizeof texts[i], "%s", jstr(one.json, "choices.0.text"));
+        made += jint(one.json, "usage.completion_tokens");
+        resp_free(&one);
+    }
+    int best = 0, second = -1;
+    for (int i = 1; i < 4; i++)
+        if (mean[i] > mean[best]) best = i;
+    for (int i = 0; i < 4; i++)
+        if (i != best && (second < 0 || mean[i] > mean[second])) second = i;
+    cr_assert_str_eq(jstr(b.json, "choices.0.text"), texts[best], "%s", b.body);
+    cr_assert_str_eq(jstr(b.json, "choices.1.text"), texts[second], "%s", b.body);
+    cr_assert_eq(jint(b.json, "usage.completion_tokens"), made, "%s", b.body);
+    resp_free(&b);
+    b = http(&s, "POST", "/v1/completions", "{\"prompt\":\"x\",\"best_of\":2,\"stream\":true}");
+    cr_assert_eq(b.code, 400, "%s", b.body);
+    cr_assert_str_eq(jstr(b.json, "error.param"), "best_of", "%s", b.body);
+    resp_free(&b);
     cr_assert_eq(server_stop(&s), 0);
 }
 
@@ -1847,7 +1887,7 @@ Test(serve, request_edges, .timeout = 60) {
     cr_assert(strstr(r.headers, "Allow: POST"), "%s", r.headers);
     resp_free(&r);
     const char *refused[][2] = {{"/v1/completions", "{\"prompt\":\"a\",\"echo\":\"yes\"}"},
-                                {"/v1/completions", "{\"prompt\":\"a\",\"best_of\":2}"},
+                                {"/v1/completions", "{\"prompt\":\"a\",\"best_of\":2,\"n\":3}"},
                                 {"/v1/completions", "{\"prompt\":\"a\",\"suffix\":\"b\"}"},
                                 {"/v1/chat/completions", "{\"messages\":[{\"role\":\"wizard\",\"content\":\"a\"}]}"},
                                 {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"tools\":\"x\"}"},

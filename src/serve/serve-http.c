@@ -421,25 +421,55 @@ static enum MHD_Result metrics(struct srv *S, struct MHD_Connection *c) {
     return send_text(S, c, R_METRICS, 200, text, len, "text/plain; version=0.0.4", NULL, NULL);
 }
 
-/* the other choices' (more[0, n), done) into body's choices, indexed from 1, and their tokens into its usage */
-static void add_choices(const struct srv_api *api, json_t *body, struct srv_request *more, int n, const char *id,
-                        long created) {
-    json_t *choices = json_object_get(body, "choices"), *usage = json_object_get(body, "usage");
-    json_int_t made = json_integer_value(json_object_get(usage, "completion_tokens"));
-    for (int i = 0; i < n; i++) {
-        struct srv_job *x = more[i].job;
+/* a done job's mean log-probability per token (best_of's measure) */
+static double mean_logprob(struct srv_job *j) {
+    double sum = 0;
+    pthread_mutex_lock(&j->mu);
+    for (int64_t i = 0; i < j->n_toks; i++) sum += j->toks[i].logprob;
+    int64_t n = j->n_toks;
+    pthread_mutex_unlock(&j->mu);
+    return n ? sum / (double)n : 0;
+}
+
+/* The response of several done jobs reqs[0, n_all), choices indexed from 0: the first n, or with best_of
+ * (n_all > n) the n of the highest mean log-probability per token (the earlier first on ties); usage counts every
+ * job's tokens, kept or not. */
+static json_t *choices_response(const struct srv_api *api, struct srv_request **reqs, int n_all, int n,
+                                const char *id, long created) {
+    if (n_all > n) {
+        double m[n_all];
+        for (int i = 0; i < n_all; i++) m[i] = mean_logprob(reqs[i]->job);
+        for (int i = 1; i < n_all; i++) /* insertion sort, stable */
+            for (int k = i; k > 0 && m[k] > m[k - 1]; k--) {
+                double t = m[k];
+                m[k] = m[k - 1], m[k - 1] = t;
+                struct srv_request *x = reqs[k];
+                reqs[k] = reqs[k - 1], reqs[k - 1] = x;
+            }
+    }
+    json_t *body = NULL, *choices = NULL;
+    json_int_t made = 0;
+    for (int i = 0; i < n_all; i++) {
+        struct srv_job *x = reqs[i]->job;
         pthread_mutex_lock(&x->mu);
-        json_t *o = toy_srv_response_json(api, &more[i], x, id, created);
+        json_t *o = i < n ? toy_srv_response_json(api, reqs[i], x, id, created) : NULL;
+        made += (json_int_t)x->n_generated;
         pthread_mutex_unlock(&x->mu);
+        if (!o) continue;
         json_t *ch = json_array_get(json_object_get(o, "choices"), 0);
-        json_object_set_new(ch, "index", json_integer(i + 1));
+        json_object_set_new(ch, "index", json_integer(i));
+        if (!body) {
+            body = o, choices = json_object_get(o, "choices");
+            continue;
+        }
         json_array_append(choices, ch);
-        made += json_integer_value(json_object_get(json_object_get(o, "usage"), "completion_tokens"));
         json_decref(o);
     }
+    json_t *usage = json_object_get(body, "usage");
     json_object_set_new(usage, "completion_tokens", json_integer(made));
     json_object_set_new(usage, "total_tokens",
                         json_integer(json_integer_value(json_object_get(usage, "prompt_tokens")) + made));
+    return body;
 }
 
 static enum MHD_Result generate(struct srv *S, struct MHD_Connection *c, struct conn *k) {
@@ -466,7 +496,7 @@ static enum MHD_Result generate(struct srv *S, struct MHD_Connection *c, struct 
     rq.job->streamed = rq.stream;
     /* "n" choices: the request parsed again for each one after the first, a job of its own (its own seed: the
      * request's plus the choice's index, or another random one) */
-    int n_more = rq.n_choices > 1 ? rq.n_choices - 1 : 0;
+    int n_more = rq.best_of > 1 ? rq.best_of - 1 : 0;
     struct srv_request *more = n_more ? calloc((size_t)n_more, sizeof *more) : NULL;
     if (n_more && !more) {
         toy_srv_request_free(&rq);
@@ -573,10 +603,15 @@ static enum MHD_Result generate(struct srv *S, struct MHD_Connection *c, struct 
         code = e.http;
         body = error_json(k->route, &e);
     } else {
-        body = toy_srv_response_json(&S->api, &rq, j, id, created);
-        if (n_more) add_choices(&S->api, body, more, n_more, id, created);
+        body = n_more ? NULL : toy_srv_response_json(&S->api, &rq, j, id, created);
     }
     pthread_mutex_unlock(&j->mu);
+    if (!gone && !j->err && n_more) {
+        struct srv_request *all[n_more + 1];
+        all[0] = &rq;
+        for (int i = 0; i < n_more; i++) all[i + 1] = &more[i];
+        body = choices_response(&S->api, all, n_more + 1, rq.n_choices, id, created);
+    }
     request_done(S, &rq, k->route, code, req_no, k->t0, false);
     toy_srv_request_free(&rq);
     for (int i = 0; i < n_more; i++) toy_srv_request_free(&more[i]);

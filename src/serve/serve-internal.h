@@ -276,6 +276,7 @@ struct srv_request {
     json_t *anth_body;      /* an Anthropic Messages request (POST /v1/messages, run as a chat): its body, owned */
     bool count_only;        /* count_tokens: the prompt is all it needs (job->prompt; no context limit, no sampling) */
     int n_choices;          /* chat, completions: "n", each choice a job of its own (the first is job) */
+    int best_of;            /* completions: jobs run (>= n_choices), the n_choices best kept */
     bool echo;              /* completions: the text starts with the prompt's (with logprobs: its tokens scored) */
 };
 

@@ -702,15 +702,19 @@ static bool parse_generate(const struct srv_api *api, json_t *body, struct srv_r
         return false;
     r->n_choices = (int)n;
     if (!chat) { /* legacy completion options toy does not implement: refused, not ignored */
+        best_of = n; /* absent: n */
         if (!get_bool(body, "echo", &r->echo, err) || !get_int(body, "best_of", 1, 128, &best_of, err)) return false;
-        if (best_of != 1) return BAD("best_of", "only best_of=1 is supported");
+        if (best_of < n) return BAD("best_of", "'best_of' (%lld) must be at least 'n' (%lld)", (long long)best_of,
+                                    (long long)n);
         json_t *sfx = json_object_get(body, "suffix");
         if (sfx && !json_is_null(sfx) && !(json_is_string(sfx) && json_string_length(sfx) == 0))
             return BAD("suffix", "'suffix' (insertion) is not supported");
     }
     j->continues = !chat;
     if (!get_bool(body, "stream", &r->stream, err) || !get_bool(body, "ignore_eos", &j->ignore_eos, err)) return false;
+    r->best_of = (int)(best_of > n ? best_of : n);
     if (r->stream && r->n_choices > 1) return BAD("n", "n > 1 is not supported with \"stream\": true");
+    if (r->stream && r->best_of > 1) return BAD("best_of", "best_of > 1 cannot be streamed");
     json_t *so = json_object_get(body, "stream_options");
     if (so && !json_is_null(so)) {
         if (!json_is_object(so)) return BAD("stream_options", "'stream_options' must be an object");
