@@ -409,14 +409,19 @@ struct toy_tensor *toy_attention_seg(struct toy_ctx *ctx, struct toy_tensor *q, 
     return t;
 }
 
+/* what a KV store asks of its cache: a contiguous f32 or f16 leaf with data */
+static void check_cache(const char *op, struct toy_tensor *cache, struct toy_tensor *x) {
+    CHECK((cache->type == TOY_F32 || cache->type == TOY_F16) && toy_is_contiguous(cache), op, cache, x,
+          "cache must be contiguous f32 or f16");
+    CHECK(cache->op == TOY_OP_NONE && cache->data, op, cache, x, "cache must be a leaf with data");
+}
+
 struct toy_tensor *toy_kv_store(struct toy_ctx *ctx, struct toy_tensor *cache, struct toy_tensor *x,
                                 struct toy_tensor *n_past) {
     NEED("kv_store", cache);
     NEED("kv_store", x);
     NEED("kv_store", n_past);
-    CHECK((cache->type == TOY_F32 || cache->type == TOY_F16) && toy_is_contiguous(cache), "kv_store", cache, x,
-          "cache must be contiguous f32 or f16");
-    CHECK(cache->op == TOY_OP_NONE && cache->data, "kv_store", cache, x, "cache must be a leaf with data");
+    check_cache("kv_store", cache, x);
     CHECK(x->ne[0] == cache->ne[0] && x->ne[1] == cache->ne[1] && x->ne[3] == cache->ne[3], "kv_store", cache, x,
           "head dim, heads and batch must match");
     CHECK(n_past->type == TOY_I32 && toy_nelements(n_past) == 1, "kv_store", cache, n_past, "n_past: one i32");
@@ -455,9 +460,7 @@ struct toy_tensor *toy_kv_store_rows(struct toy_ctx *ctx, struct toy_tensor *cac
     NEED("kv_store_rows", x);
     NEED("kv_store_rows", seq);
     NEED("kv_store_rows", pos);
-    CHECK((cache->type == TOY_F32 || cache->type == TOY_F16) && toy_is_contiguous(cache), "kv_store_rows", cache, x,
-          "cache must be contiguous f32 or f16");
-    CHECK(cache->op == TOY_OP_NONE && cache->data, "kv_store_rows", cache, x, "cache must be a leaf with data");
+    check_cache("kv_store_rows", cache, x);
     CHECK(x->ne[0] == cache->ne[0] && x->ne[1] == cache->ne[1] && x->ne[3] == 1, "kv_store_rows", cache, x,
           "x must be rows {D, H, R, 1} of the cache's head dim and heads");
     CHECK(rows_index(seq, x->ne[2]) && rows_index(pos, x->ne[2]), "kv_store_rows", seq, pos,
