@@ -339,7 +339,8 @@ struct sse {
     char finish[32];
 };
 
-static void sse_parse(const char *body, bool chat, struct sse *out) {
+/* the chunks of choice `index` (-1: every chunk) */
+static void sse_parse_choice(const char *body, bool chat, int index, struct sse *out) {
     memset(out, 0, sizeof *out);
     const char *p = body;
     while ((p = strstr(p, "data: "))) {
@@ -349,8 +350,13 @@ static void sse_parse(const char *body, bool chat, struct sse *out) {
         if (!strncmp(p, "[DONE]", 6)) { out->done = true; break; }
         json_t *c = json_loadb(p, (size_t)(e - p), JSON_ALLOW_NUL, NULL);
         cr_assert(c, "chunk is not JSON: %.*s", (int)(e - p), p);
-        out->n_chunks++;
         json_t *ch = json_array_get(json_object_get(c, "choices"), 0);
+        if (index >= 0 && ch && json_integer_value(json_object_get(ch, "index")) != index) {
+            json_decref(c);
+            p = e;
+            continue;
+        }
+        out->n_chunks++;
         const char *t = chat ? jstr(ch, "delta.content") : jstr(ch, "text");
         if (t) strncat(out->text, t, sizeof out->text - strlen(out->text) - 1);
         if (jstr(ch, "finish_reason")) snprintf(out->finish, sizeof out->finish, "%s", jstr(ch, "finish_reason"));
@@ -361,6 +367,8 @@ static void sse_parse(const char *body, bool chat, struct sse *out) {
         p = e;
     }
 }
+
+static void sse_parse(const char *body, bool chat, struct sse *out) { sse_parse_choice(body, chat, -1, out); }
 
 /* ---- tests ------------------------------------------------------------------------------------ */
 
@@ -834,7 +842,7 @@ Test(serve, bad_input_gets_4xx_error_objects, .timeout = 60) {
     expect_error(&s, C, "{\"prompt\":\"x\",\"max_tokens\":-1}", 400, "max_tokens", NULL);
     expect_error(&s, C, "{\"prompt\":\"x\",\"max_tokens\":1.5}", 400, "max_tokens", NULL);
     expect_error(&s, C, "{\"prompt\":\"x\",\"stop\":[1]}", 400, "stop", NULL);
-    expect_error(&s, C, "{\"prompt\":\"x\",\"n\":2,\"stream\":true}", 400, "n", NULL);
+    expect_error(&s, C, "{\"prompt\":\"x\",\"n\":2,\"best_of\":3,\"stream\":true}", 400, "best_of", NULL);
     expect_error(&s, C, "{\"prompt\":\"x\",\"n\":129}", 400, "n", NULL);
     expect_error(&s, C, "{\"prompt\":\"x\",\"stream\":\"yes\"}", 400, "stream", NULL);
     expect_error(&s, C, "{\"prompt\":{}}", 400, "prompt", NULL);
@@ -1062,6 +1070,21 @@ Test(serve, n_choices_are_requests_of_their_own, .timeout = 120) {
         }
         cr_assert_eq(jint(all.json, "usage.completion_tokens"), made, "%s", all.body);
         cr_assert_eq(jint(all.json, "usage.total_tokens"), made + jint(all.json, "usage.prompt_tokens"));
+        /* streamed: each index's chunks give its choice's text and finish, then the usage of all, then [DONE] */
+        snprintf(body, sizeof body, fmt[e], 40, ",\"n\":3,\"ignore_eos\":true,\"stream\":true,"
+                 "\"stream_options\":{\"include_usage\":true}");
+        struct resp st = http(&s, "POST", eps[e], body);
+        cr_assert_eq(st.code, 200, "%s", st.body);
+        for (int i = 0; i < 3; i++) {
+            struct sse ev;
+            sse_parse_choice(st.body, e == 1, i, &ev);
+            snprintf(path, sizeof path, "choices.%d.%s", i, text[e]);
+            cr_assert_str_eq(ev.text, jstr(all.json, path), "%s choice %d: %s", eps[e], i, st.body);
+            cr_assert_str_eq(ev.finish, "length", "%s choice %d", eps[e], i);
+            cr_assert(ev.done && ev.usage_last, "%s", st.body);
+            cr_assert_eq(ev.usage_completion, made, "%s", st.body);
+        }
+        resp_free(&st);
         resp_free(&all);
     }
     struct resp g = http(&s, "POST", "/v1/completions", "{\"prompt\":\"Once\",\"max_tokens\":8,\"temperature\":0,\"n\":2}");

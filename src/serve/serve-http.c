@@ -79,6 +79,14 @@ struct conn {
 };
 
 /* a streaming response (owned by the MHD response) */
+/* A streamed choice after the first ("n" > 1): its request, and what of it went out */
+struct stream_choice {
+    struct srv_request req;
+    int64_t sent;
+    struct srv_sent split;
+    bool echoed, over;
+};
+
 struct stream {
     struct srv *S;
     struct srv_request req;
@@ -92,6 +100,9 @@ struct stream {
     bool finished;
     bool echoed; /* completions with echo: the prompt's chunk went out */
     double t0;
+    struct stream_choice *more; /* "n" > 1: the other choices, indexed from 1 */
+    int n_more;
+    bool over; /* with more: the first choice's last chunk went out */
 };
 
 /* ---- helpers ---------------------------------------------------------------------------------- */
@@ -113,13 +124,15 @@ static int conn_fd(struct MHD_Connection *c) {
     return ci ? ci->connect_fd : -1;
 }
 
-static void wait_100ms(struct srv_job *j) {
+static void wait_ms(struct srv_job *j, long ms) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 100 * 1000 * 1000;
+    ts.tv_nsec += ms * 1000 * 1000;
     if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
     pthread_cond_timedwait(&j->cv, &j->mu, &ts);
 }
+
+static void wait_100ms(struct srv_job *j) { wait_ms(j, 100); }
 
 static void count(struct srv *S, enum route r, int code) {
     pthread_mutex_lock(&S->stat_mu);
@@ -275,6 +288,93 @@ static void sse_events(struct stream *s, json_t *events) {
     json_decref(events);
 }
 
+/* a chunk o of a choice as the choice's index i */
+static json_t *indexed(json_t *o, int i) {
+    json_t *ch = json_array_get(json_object_get(o, "choices"), 0);
+    if (ch) json_object_set_new(ch, "index", json_integer(i));
+    return o;
+}
+
+/* "n" > 1 streamed (chat, completions): the chunks every choice has ready, each with its index, once one has some;
+ * after the last choice's last chunk, the usage (every choice's tokens) and [DONE]. False: the client went away
+ * (every job cancelled). */
+static bool choices_step(struct stream *s) {
+    struct srv_api *api = &s->S->api;
+    const int n = s->n_more + 1;
+    struct srv_request *rq[n];
+    int64_t *sent[n];
+    struct srv_sent *split[n];
+    bool *echoed[n], *over[n];
+    rq[0] = &s->req, sent[0] = &s->sent, split[0] = &s->split, echoed[0] = &s->echoed, over[0] = &s->over;
+    for (int c = 1; c < n; c++) {
+        struct stream_choice *m = &s->more[c - 1];
+        rq[c] = &m->req, sent[c] = &m->sent, split[c] = &m->split, echoed[c] = &m->echoed, over[c] = &m->over;
+    }
+    for (;;) { /* until a choice has news: a wait on the first one not over, 20 ms at a time */
+        int wait = -1;
+        bool news = false;
+        for (int c = 0; c < n && !news; c++) {
+            struct srv_job *j = rq[c]->job;
+            pthread_mutex_lock(&j->mu);
+            news = !*over[c] && (j->n_toks > *sent[c] || j->done);
+            pthread_mutex_unlock(&j->mu);
+            if (!*over[c] && wait < 0) wait = c;
+        }
+        if (news || wait < 0) break;
+        struct srv_job *j = rq[wait]->job;
+        pthread_mutex_lock(&j->mu);
+        if (j->n_toks == *sent[wait] && !j->done) wait_ms(j, 20);
+        pthread_mutex_unlock(&j->mu);
+        if (peer_gone(s->fd)) {
+            for (int c = 0; c < n; c++) atomic_store(&rq[c]->job->cancel, true);
+            return false;
+        }
+    }
+    bool all_over = true, failed = false;
+    for (int c = 0; c < n && !failed; c++) {
+        struct srv_job *j = rq[c]->job;
+        pthread_mutex_lock(&j->mu);
+        if (!*over[c]) {
+            if (rq[c]->echo && !*echoed[c] && (j->n_toks > 0 || j->done) && !j->err) {
+                sse_json(s, indexed(toy_srv_chunk_echo(api, rq[c], j, s->id, s->created), c));
+                *echoed[c] = true;
+            }
+            if (j->n_toks > *sent[c]) {
+                sse_json(s, indexed(toy_srv_chunk_json(api, rq[c], j, *sent[c], j->n_toks, split[c], s->id, s->created), c));
+                *sent[c] = j->n_toks;
+            }
+            if (j->done && *sent[c] == j->n_toks) {
+                if (j->err) { /* a choice that failed ends the stream */
+                    struct srv_error e = {.http = 500, .type = "server_error"};
+                    snprintf(e.msg, sizeof e.msg, "%s", j->errmsg);
+                    sse_json(s, toy_srv_error_json(&e));
+                    failed = true;
+                } else {
+                    sse_json(s, indexed(toy_srv_chunk_rest(api, rq[c], j, split[c], s->id, s->created), c));
+                    sse_json(s, indexed(toy_srv_chunk_finish(api, rq[c], j, s->id, s->created), c));
+                }
+                *over[c] = true;
+            }
+        }
+        all_over = all_over && *over[c];
+        pthread_mutex_unlock(&j->mu);
+    }
+    if (!all_over && !failed) return true;
+    if (!failed && s->req.include_usage) {
+        json_int_t made = 0;
+        for (int c = 0; c < n; c++) made += (json_int_t)rq[c]->job->n_generated; /* all done */
+        json_t *o = toy_srv_chunk_usage(api, &s->req, s->req.job, s->id, s->created);
+        json_t *u = json_object_get(o, "usage");
+        json_object_set_new(u, "completion_tokens", json_integer(made));
+        json_object_set_new(u, "total_tokens", json_integer(json_integer_value(json_object_get(u, "prompt_tokens")) + made));
+        sse_json(s, o);
+    }
+    for (int c = 0; failed && c < n; c++) atomic_store(&rq[c]->job->cancel, true);
+    sse_append(s, "data: [DONE]\n\n", 14);
+    s->finished = true;
+    return true;
+}
+
 static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
     struct stream *s = cls;
     struct srv_api *api = &s->S->api;
@@ -287,6 +387,10 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
             return (ssize_t)n;
         }
         if (s->finished) return MHD_CONTENT_READER_END_OF_STREAM;
+        if (s->n_more) {
+            if (!choices_step(s)) return MHD_CONTENT_READER_END_WITH_ERROR;
+            continue;
+        }
         struct srv_job *j = s->req.job;
         pthread_mutex_lock(&j->mu);
         while (j->n_toks == s->sent && !j->done) {
@@ -337,6 +441,12 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
 static void stream_free(void *cls) {
     struct stream *s = cls;
     if (!s->finished) atomic_store(&s->req.job->cancel, true);
+    for (int i = 0; i < s->n_more; i++) {
+        if (!s->finished) atomic_store(&s->more[i].req.job->cancel, true);
+        json_decref(s->more[i].split.items);
+        toy_srv_request_free(&s->more[i].req);
+    }
+    free(s->more);
     enum route r = s->req.resp_body ? R_RESPONSES : s->req.anth_body ? R_MESSAGES : s->req.ep == SRV_EP_CHAT ? R_CHAT
                                                                                                        : R_COMPLETIONS;
     json_decref(s->split.items);
@@ -508,8 +618,9 @@ static enum MHD_Result generate(struct srv *S, struct MHD_Connection *c, struct 
             free(more);
             toy_srv_request_free(&rq);
             return send_error(S, c, k->route, &err, NULL, NULL);
-        } else if (more[i].job->sp.seed == rq.job->sp.seed) {
-            more[i].job->sp.seed += (uint64_t)i + 1;
+        } else {
+            more[i].job->streamed = rq.stream;
+            if (more[i].job->sp.seed == rq.job->sp.seed) more[i].job->sp.seed += (uint64_t)i + 1;
         }
     enum toy_status st = atomic_load(&S->draining) ? toy_error(TOY_ERR_STATE, "the server is shutting down")
                                                    : toy_srv_engine_submit(S->eng, rq.job);
@@ -547,6 +658,17 @@ static enum MHD_Result generate(struct srv *S, struct MHD_Connection *c, struct 
         }
         s->S = S;
         s->req = rq;
+        if (n_more && !(s->more = calloc((size_t)n_more, sizeof *s->more))) {
+            atomic_store(&rq.job->cancel, true);
+            for (int i = 0; i < n_more; i++) atomic_store(&more[i].job->cancel, true), toy_srv_request_free(&more[i]);
+            free(more);
+            toy_srv_request_free(&rq);
+            free(s);
+            return fail(S, c, k->route, 500, "server_error", NULL, "out of memory");
+        }
+        for (int i = 0; i < n_more; i++) s->more[i].req = more[i];
+        s->n_more = n_more;
+        free(more);
         snprintf(s->id, sizeof s->id, "%s", id);
         s->created = created;
         s->req_no = req_no;
@@ -554,7 +676,8 @@ static enum MHD_Result generate(struct srv *S, struct MHD_Connection *c, struct 
         s->t0 = k->t0;
         if (rq.resp_body) sse_events(s, toy_srv_responses_start(&S->api, &rq, &s->split, id, created));
         else if (rq.anth_body) sse_events(s, toy_srv_messages_start(&S->api, &rq, rq.job, id));
-        else if (ep == SRV_EP_CHAT) sse_json(s, toy_srv_chunk_role(&S->api, &rq, id, created));
+        else if (ep == SRV_EP_CHAT)
+            for (int i = 0; i <= n_more; i++) sse_json(s, indexed(toy_srv_chunk_role(&S->api, &rq, id, created), i));
         struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, s, stream_free);
         if (!resp) { stream_free(s); return MHD_NO; }
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");

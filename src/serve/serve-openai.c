@@ -713,8 +713,7 @@ static bool parse_generate(const struct srv_api *api, json_t *body, struct srv_r
     j->continues = !chat;
     if (!get_bool(body, "stream", &r->stream, err) || !get_bool(body, "ignore_eos", &j->ignore_eos, err)) return false;
     r->best_of = (int)(best_of > n ? best_of : n);
-    if (r->stream && r->n_choices > 1) return BAD("n", "n > 1 is not supported with \"stream\": true");
-    if (r->stream && r->best_of > 1) return BAD("best_of", "best_of > 1 cannot be streamed");
+    if (r->stream && r->best_of > r->n_choices) return BAD("best_of", "best_of > n cannot be streamed");
     json_t *so = json_object_get(body, "stream_options");
     if (so && !json_is_null(so)) {
         if (!json_is_object(so)) return BAD("stream_options", "'stream_options' must be an object");
