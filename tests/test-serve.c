@@ -1911,7 +1911,7 @@ Test(serve, request_edges, .timeout = 60) {
     resp_free(&r);
     const char *refused[][2] = {{"/v1/completions", "{\"prompt\":\"a\",\"echo\":\"yes\"}"},
                                 {"/v1/completions", "{\"prompt\":\"a\",\"best_of\":2,\"n\":3}"},
-                                {"/v1/completions", "{\"prompt\":\"a\",\"suffix\":\"b\"}"},
+                                {"/v1/completions", "{\"prompt\":\"a\",\"suffix\":7}"},
                                 {"/v1/chat/completions", "{\"messages\":[{\"role\":\"wizard\",\"content\":\"a\"}]}"},
                                 {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"tools\":\"x\"}"},
                                 {"/v1/completions", "{\"prompt\":\"a\",\"seed\":1180591620717411303424}"}};
@@ -2164,6 +2164,39 @@ Test(serve, embedding_text_gets_the_eos_its_tokenizer_adds, .timeout = 60) {
     cr_expect_eq(jint(r.json, "usage.prompt_tokens"), 3, "a, b and the EOS: %s", r.body);
     resp_free(&r);
     scripted_stop(&s, dir);
+}
+
+/* "suffix": a vocabulary with fill-in-the-middle tokens gets the prompt [prefix] prompt [suffix] suffix [middle],
+ * and the completion is the middle (the scripted model writes "filled" after <|fim_middle|>); a vocabulary without
+ * them, and echo with a suffix, are 400s */
+Test(serve, suffix_fills_in_the_middle, .timeout = 60) {
+    static const char *const script[] = {"<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "filled", NULL};
+    struct th_script_model sm = {"{{ messages[0].content }}", {script}, "<|eos|>", false};
+    char dir[32];
+    struct server s;
+    scripted_start(&s, &sm, dir);
+    struct resp r = http(&s, "POST", "/v1/completions",
+                         "{\"prompt\":\"def f(\",\"suffix\":\")\\n\",\"max_tokens\":4,\"temperature\":0}");
+    cr_assert_eq(r.code, 200, "%s", r.body);
+    cr_assert_str_eq(jstr(r.json, "choices.0.text"), "filled", "%s", r.body);
+    cr_assert_eq(jint(r.json, "usage.prompt_tokens"), 6 + 2 + 3, "the prompt's bytes, the suffix's, 3 markers: %s",
+                 r.body);
+    resp_free(&r);
+    r = http(&s, "POST", "/v1/completions", "{\"prompt\":\"def f(\",\"max_tokens\":4,\"temperature\":0}");
+    cr_assert_eq(r.code, 200, "%s", r.body);
+    cr_assert_str_neq(jstr(r.json, "choices.0.text"), "filled", "without a suffix, no middle: %s", r.body);
+    resp_free(&r);
+    r = http(&s, "POST", "/v1/completions", "{\"prompt\":\"def f(\",\"suffix\":\")\",\"echo\":true}");
+    cr_assert_eq(r.code, 400, "%s", r.body);
+    cr_assert_str_eq(jstr(r.json, "error.param"), "echo", "%s", r.body);
+    resp_free(&r);
+    scripted_stop(&s, dir);
+    server_start(&s, NULL);
+    r = http(&s, "POST", "/v1/completions", "{\"prompt\":\"def f(\",\"suffix\":\")\"}");
+    cr_assert_eq(r.code, 400, "%s", r.body);
+    cr_assert_str_eq(jstr(r.json, "error.param"), "suffix", "%s", r.body);
+    resp_free(&r);
+    cr_assert_eq(server_stop(&s), 0);
 }
 
 static const char tools_json[] =

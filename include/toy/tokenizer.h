@@ -240,6 +240,10 @@ bool toy_tokenizer_add_bos(const struct toy_tokenizer *tok);
 bool toy_tokenizer_add_eos(const struct toy_tokenizer *tok);
 /* Is `id` one that ends generation (EOS or EOT)? */
 bool toy_tokenizer_is_eog(const struct toy_tokenizer *tok, int32_t id);
+/* The fill-in-the-middle tokens, found by their texts as llama.cpp finds them (<|fim_prefix|>, <fim_prefix>,
+ * <｜fim▁begin｜>, ▁<PRE>, ...): role 0 the prefix's, 1 the suffix's, 2 the middle's; -1 where the vocabulary has
+ * none. */
+int32_t toy_tokenizer_fim(const struct toy_tokenizer *tok, int role);
 /* The Jinja chat template the vocabulary carries, or NULL. */
 const char *toy_tokenizer_chat_template(const struct toy_tokenizer *tok);
 /* The merges as "left right" strings, rank order (BPE only; 0 otherwise). */

@@ -673,6 +673,46 @@ static bool parse_model(const struct srv_api *api, json_t *body, struct srv_erro
     return true;
 }
 
+/* completions' "suffix": the text to fill in between the prompt and it, as the model's fill-in-the-middle tokens
+ * ask: [BOS] <prefix> prompt <suffix> suffix <middle>, and the completion is the middle */
+static bool fim_prompt(const struct srv_api *api, struct srv_job *j, json_t *suffix, bool echo, struct srv_error *err) {
+    int32_t fim[3];
+    for (int k = 0; k < 3; k++) fim[k] = api->tok ? toy_tokenizer_fim(api->tok, k) : -1;
+    if (fim[0] < 0 || fim[1] < 0 || fim[2] < 0)
+        return BAD("suffix", "this model's vocabulary has no fill-in-the-middle tokens (prefix, suffix, middle)");
+    if (echo) return BAD("echo", "\"echo\" with a \"suffix\" is not supported");
+    struct toy_tokens sfx = {0};
+    if (toy_tokenizer_encode(api->tok, json_string_value(suffix), json_string_length(suffix), 0, &sfx))
+        return toy_srv_err(err, 400, "invalid_request_error", NULL, "suffix", "%s", toy_last_error());
+    bool bos = j->n_prompt > 0 && j->prompt[0] == toy_tokenizer_bos(api->tok);
+    int64_t n = j->n_prompt + sfx.n + 3;
+    int32_t *p = malloc((size_t)n * sizeof *p);
+    if (!p) {
+        toy_tokens_free(&sfx);
+        return toy_srv_err(err, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    int64_t at = 0;
+    if (bos) p[at++] = j->prompt[0];
+    p[at++] = fim[0];
+    for (int64_t i = bos; i < j->n_prompt; i++) p[at++] = j->prompt[i];
+    p[at++] = fim[1];
+    for (int64_t i = 0; i < sfx.n; i++) p[at++] = sfx.ids[i];
+    p[at++] = fim[2];
+    toy_tokens_free(&sfx);
+    free(j->prompt);
+    j->prompt = p;
+    j->n_prompt = at;
+    for (int64_t i = 0; i < at; i++) /* a tokenizer larger than the model's embedding table */
+        if (p[i] >= api->m->vocab)
+            return BAD("suffix", "the tokenizer gives id %d, beyond the model's %lld embeddings", p[i],
+                       (long long)api->m->vocab);
+    if (at >= api->n_ctx)
+        return toy_srv_err(err, 400, "invalid_request_error", "context_length_exceeded", "suffix",
+                           "This model's maximum context length is %lld tokens; the prompt and suffix take %lld",
+                           (long long)api->n_ctx, (long long)at);
+    return true;
+}
+
 static bool parse_generate(const struct srv_api *api, json_t *body, struct srv_request *r, struct srv_error *err) {
     bool chat = r->ep == SRV_EP_CHAT;
     struct srv_job *j = r->job = toy_srv_job_new(SRV_JOB_GENERATE);
@@ -707,8 +747,8 @@ static bool parse_generate(const struct srv_api *api, json_t *body, struct srv_r
         if (best_of < n) return BAD("best_of", "'best_of' (%lld) must be at least 'n' (%lld)", (long long)best_of,
                                     (long long)n);
         json_t *sfx = json_object_get(body, "suffix");
-        if (sfx && !json_is_null(sfx) && !(json_is_string(sfx) && json_string_length(sfx) == 0))
-            return BAD("suffix", "'suffix' (insertion) is not supported");
+        if (sfx && !json_is_null(sfx) && !json_is_string(sfx)) return BAD("suffix", "'suffix' must be a string");
+        if (json_string_length(sfx) && !fim_prompt(api, j, sfx, r->echo, err)) return false;
     }
     j->continues = !chat;
     if (!get_bool(body, "stream", &r->stream, err) || !get_bool(body, "ignore_eos", &j->ignore_eos, err)) return false;

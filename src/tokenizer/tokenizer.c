@@ -721,6 +721,16 @@ void toy_tok_eog_setup(struct toy_tokenizer *tok) {
     }
 }
 
+int32_t toy_tokenizer_fim(const struct toy_tokenizer *tok, int role) {
+    if (role < FIM_PRE || role > FIM_MID) return -1;
+    int32_t best = -1; /* the lowest id of the role's texts, as for pad, repo and separator */
+    for (const char *const *t = fim_text[role]; *t; t++) {
+        int32_t id = find_text(tok, *t);
+        if (id >= 0 && (best < 0 || id < best)) best = id;
+    }
+    return best;
+}
+
 bool toy_tokenizer_is_eog(const struct toy_tokenizer *tok, int32_t id) {
     if (id < 0) return false;
     for (int i = 0; i < tok->n_eog; i++)
