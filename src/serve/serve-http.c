@@ -651,14 +651,7 @@ static enum MHD_Result generate(struct srv *S, struct MHD_Connection *c, struct 
     int fd = conn_fd(c);
     if (rq.stream && ep != SRV_EP_EMBEDDINGS) {
         struct stream *s = calloc(1, sizeof *s);
-        if (!s) {
-            atomic_store(&rq.job->cancel, true);
-            toy_srv_request_free(&rq);
-            return fail(S, c, k->route, 500, "server_error", NULL, "out of memory");
-        }
-        s->S = S;
-        s->req = rq;
-        if (n_more && !(s->more = calloc((size_t)n_more, sizeof *s->more))) {
+        if (!s || (n_more && !(s->more = calloc((size_t)n_more, sizeof *s->more)))) {
             atomic_store(&rq.job->cancel, true);
             for (int i = 0; i < n_more; i++) atomic_store(&more[i].job->cancel, true), toy_srv_request_free(&more[i]);
             free(more);
@@ -666,6 +659,8 @@ static enum MHD_Result generate(struct srv *S, struct MHD_Connection *c, struct 
             free(s);
             return fail(S, c, k->route, 500, "server_error", NULL, "out of memory");
         }
+        s->S = S;
+        s->req = rq;
         for (int i = 0; i < n_more; i++) s->more[i].req = more[i];
         s->n_more = n_more;
         free(more);
