@@ -1126,6 +1126,50 @@ Test(serve, n_choices_are_requests_of_their_own, .timeout = 120) {
     cr_assert_str_eq(jstr(b.json, "choices.1.text"), texts[second], "%s", b.body);
     cr_assert_eq(jint(b.json, "usage.completion_tokens"), made, "%s", b.body);
     resp_free(&b);
+    /* several prompts, n 2 each: choice p * 2 + c is prompt p's with seed 70 + c; usage sums the prompts and choices;
+     * streamed, the same by index */
+    const char *prompts[2] = {"\"Once upon\"", "[5, 9, 13]"};
+    char want[4][512];
+    long long want_prompt = 0, want_made = 0;
+    for (int p = 0; p < 2; p++)
+        for (int c = 0; c < 2; c++) {
+            snprintf(body, sizeof body, "{\"prompt\":%s,\"max_tokens\":6,\"temperature\":0.9,\"seed\":%d,"
+                     "\"ignore_eos\":true}", prompts[p], 70 + c);
+            struct resp one = http(&s, "POST", "/v1/completions", body);
+            cr_assert_eq(one.code, 200, "%s", one.body);
+            snprintf(want[p * 2 + c], sizeof want[0], "%s", jstr(one.json, "choices.0.text"));
+            want_prompt += c ? 0 : jint(one.json, "usage.prompt_tokens");
+            want_made += jint(one.json, "usage.completion_tokens");
+            resp_free(&one);
+        }
+    for (int streamed = 0; streamed < 2; streamed++) {
+        snprintf(body, sizeof body, "{\"prompt\":[%s,%s],\"n\":2,\"max_tokens\":6,\"temperature\":0.9,\"seed\":70,"
+                 "\"ignore_eos\":true%s}", prompts[0], prompts[1],
+                 streamed ? ",\"stream\":true,\"stream_options\":{\"include_usage\":true}" : "");
+        struct resp m = http(&s, "POST", "/v1/completions", body);
+        cr_assert_eq(m.code, 200, "%s", m.body);
+        for (int t = 0; t < 4; t++) {
+            char path[32];
+            struct sse ev;
+            if (streamed) {
+                sse_parse_choice(m.body, false, t, &ev);
+            } else {
+                snprintf(path, sizeof path, "choices.%d.index", t);
+                cr_assert_eq(jint(m.json, path), t, "%s", m.body);
+                snprintf(path, sizeof path, "choices.%d.text", t);
+            }
+            cr_assert_str_eq(streamed ? ev.text : jstr(m.json, path), want[t], "choice %d: %s", t, m.body);
+            if (streamed) cr_assert_eq(ev.usage_completion, want_made, "%s", m.body);
+        }
+        if (!streamed) {
+            cr_assert_eq(jint(m.json, "usage.prompt_tokens"), want_prompt, "%s", m.body);
+            cr_assert_eq(jint(m.json, "usage.completion_tokens"), want_made, "%s", m.body);
+        }
+        resp_free(&m);
+    }
+    b = http(&s, "POST", "/v1/completions", "{\"prompt\":[\"a\",7]}");
+    cr_assert_eq(b.code, 400, "%s", b.body);
+    resp_free(&b);
     b = http(&s, "POST", "/v1/completions", "{\"prompt\":\"x\",\"best_of\":2,\"stream\":true}");
     cr_assert_eq(b.code, 400, "%s", b.body);
     cr_assert_str_eq(jstr(b.json, "error.param"), "best_of", "%s", b.body);

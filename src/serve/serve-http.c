@@ -361,12 +361,16 @@ static bool choices_step(struct stream *s) {
     }
     if (!all_over && !failed) return true;
     if (!failed && s->req.include_usage) {
-        json_int_t made = 0;
-        for (int c = 0; c < n; c++) made += (json_int_t)rq[c]->job->n_generated; /* all done */
+        json_int_t made = 0, prompt = 0; /* every choice's tokens, every prompt's once (its first choice's) */
+        for (int c = 0; c < n; c++) {
+            made += (json_int_t)rq[c]->job->n_generated; /* all done */
+            if (c % s->req.n_choices == 0) prompt += (json_int_t)rq[c]->job->n_prompt;
+        }
         json_t *o = toy_srv_chunk_usage(api, &s->req, s->req.job, s->id, s->created);
         json_t *u = json_object_get(o, "usage");
+        json_object_set_new(u, "prompt_tokens", json_integer(prompt));
         json_object_set_new(u, "completion_tokens", json_integer(made));
-        json_object_set_new(u, "total_tokens", json_integer(json_integer_value(json_object_get(u, "prompt_tokens")) + made));
+        json_object_set_new(u, "total_tokens", json_integer(prompt + made));
         sse_json(s, o);
     }
     for (int c = 0; failed && c < n; c++) atomic_store(&rq[c]->job->cancel, true);
@@ -582,6 +586,33 @@ static json_t *choices_response(const struct srv_api *api, struct srv_request **
     return body;
 }
 
+/* several prompts' responses (jobs reqs[p * per, (p + 1) * per) each, n kept of them) as one: the choices of prompt
+ * p indexed p * n + k, and usage summing every prompt's tokens */
+static json_t *prompts_response(const struct srv_api *api, struct srv_request **reqs, int n_prompts, int per, int n,
+                                const char *id, long created) {
+    json_t *body = NULL;
+    json_int_t prompt = 0, made = 0;
+    for (int p = 0; p < n_prompts; p++) {
+        json_t *o = choices_response(api, reqs + p * per, per, n, id, created);
+        json_t *u = json_object_get(o, "usage"), *ch = json_object_get(o, "choices");
+        prompt += json_integer_value(json_object_get(u, "prompt_tokens"));
+        made += json_integer_value(json_object_get(u, "completion_tokens"));
+        for (size_t k = 0; k < json_array_size(ch); k++)
+            json_object_set_new(json_array_get(ch, k), "index", json_integer((json_int_t)(p * n) + (json_int_t)k));
+        if (!body) {
+            body = o;
+            continue;
+        }
+        json_array_extend(json_object_get(body, "choices"), ch);
+        json_decref(o);
+    }
+    json_t *u = json_object_get(body, "usage");
+    json_object_set_new(u, "prompt_tokens", json_integer(prompt));
+    json_object_set_new(u, "completion_tokens", json_integer(made));
+    json_object_set_new(u, "total_tokens", json_integer(prompt + made));
+    return body;
+}
+
 static enum MHD_Result generate(struct srv *S, struct MHD_Connection *c, struct conn *k) {
     enum srv_endpoint ep = k->route == R_CHAT          ? SRV_EP_CHAT
                            : k->route == R_COMPLETIONS ? SRV_EP_COMPLETIONS
@@ -604,23 +635,25 @@ static enum MHD_Result generate(struct srv *S, struct MHD_Connection *c, struct 
         return send_json(S, c, k->route, 200, o, NULL, NULL);
     }
     rq.job->streamed = rq.stream;
-    /* "n" choices: the request parsed again for each one after the first, a job of its own (its own seed: the
-     * request's plus the choice's index, or another random one) */
-    int n_more = rq.best_of > 1 ? rq.best_of - 1 : 0;
+    /* "n" choices (best_of of them run) of each of the prompts: the request parsed again for each after the first,
+     * a job of its own, prompt-major (job t: prompt t / best_of, choice t % best_of, whose seed is the request's
+     * plus the choice's index, or another random one) */
+    const int per = rq.best_of > 1 ? rq.best_of : 1, n_jobs = rq.n_prompts * per;
+    int n_more = n_jobs - 1;
     struct srv_request *more = n_more ? calloc((size_t)n_more, sizeof *more) : NULL;
     if (n_more && !more) {
         toy_srv_request_free(&rq);
         return fail(S, c, k->route, 500, "server_error", NULL, "out of memory");
     }
     for (int i = 0; i < n_more; i++)
-        if (!toy_srv_parse_request(&S->api, ep, k->body ? k->body : "", k->len, &more[i], &err)) { /* as the first was: memory */
+        if (!toy_srv_parse_request_at(&S->api, ep, k->body ? k->body : "", k->len, (i + 1) / per, &more[i], &err)) {
             for (int m = 0; m <= i; m++) toy_srv_request_free(&more[m]);
             free(more);
             toy_srv_request_free(&rq);
             return send_error(S, c, k->route, &err, NULL, NULL);
         } else {
             more[i].job->streamed = rq.stream;
-            if (more[i].job->sp.seed == rq.job->sp.seed) more[i].job->sp.seed += (uint64_t)i + 1;
+            if (more[i].job->sp.seed == rq.job->sp.seed) more[i].job->sp.seed += (uint64_t)((i + 1) % per);
         }
     enum toy_status st = atomic_load(&S->draining) ? toy_error(TOY_ERR_STATE, "the server is shutting down")
                                                    : toy_srv_engine_submit(S->eng, rq.job);
@@ -725,10 +758,10 @@ static enum MHD_Result generate(struct srv *S, struct MHD_Connection *c, struct 
     }
     pthread_mutex_unlock(&j->mu);
     if (!gone && !j->err && n_more) {
-        struct srv_request *all[n_more + 1];
+        struct srv_request *all[n_jobs];
         all[0] = &rq;
         for (int i = 0; i < n_more; i++) all[i + 1] = &more[i];
-        body = choices_response(&S->api, all, n_more + 1, rq.n_choices, id, created);
+        body = prompts_response(&S->api, all, rq.n_prompts, per, rq.n_choices, id, created);
     }
     request_done(S, &rq, k->route, code, req_no, k->t0, false);
     toy_srv_request_free(&rq);

@@ -278,6 +278,7 @@ struct srv_request {
     int n_choices;          /* chat, completions: "n", each choice a job of its own (the first is job) */
     int best_of;            /* completions: jobs run (>= n_choices), the n_choices best kept */
     bool echo;              /* completions: the text starts with the prompt's (with logprobs: its tokens scored) */
+    int n_prompts, prompt_at; /* completions: the prompts the request sends (1: one), and this one's index */
 };
 
 /* What a chat stream has sent of the split reply so far. */
@@ -296,6 +297,9 @@ struct srv_sent {
 /* Parses and validates a request body; on false, *err says why (4xx). */
 bool toy_srv_parse_request(const struct srv_api *api, enum srv_endpoint ep, const char *body, size_t len,
                            struct srv_request *r, struct srv_error *err);
+/* The same for the prompt_at-th of a completion's prompts (r->n_prompts of them) */
+bool toy_srv_parse_request_at(const struct srv_api *api, enum srv_endpoint ep, const char *body, size_t len,
+                              int prompt_at, struct srv_request *r, struct srv_error *err);
 void toy_srv_request_free(struct srv_request *r);
 
 /* A JSON string of s[0..n), invalid UTF-8 replaced. */

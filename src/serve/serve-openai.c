@@ -199,12 +199,17 @@ static bool is_token_array(json_t *a) {
     return json_is_array(a) && json_array_size(a) > 0 && json_is_integer(json_array_get(a, 0));
 }
 
-/* completions' "prompt": a string, an array of ids, or a one-element array of either */
-static bool completion_prompt(const struct srv_api *api, json_t *p, struct toy_tokens *ids, struct srv_error *err) {
+/* completions' "prompt": a string, an array of ids, or an array of either (several prompts: the at-th, and
+ * *n_prompts how many) */
+static bool completion_prompt(const struct srv_api *api, json_t *p, int at, int *n_prompts, struct toy_tokens *ids,
+                              struct srv_error *err) {
+    *n_prompts = 1;
     if (!p) return BAD("prompt", "'prompt' is required");
     if (json_is_array(p) && !is_token_array(p)) {
-        if (json_array_size(p) != 1) return BAD("prompt", "send one prompt per request (got %zu)", json_array_size(p));
-        p = json_array_get(p, 0);
+        size_t k = json_array_size(p);
+        if (k == 0 || k > 128) return BAD("prompt", "send 1 to 128 prompts (got %zu)", k);
+        *n_prompts = (int)k;
+        p = json_array_get(p, (size_t)at);
     }
     if (json_is_string(p)) {
         if (!encode_text(api, json_string_value(p), json_string_length(p), true, false, ids, "prompt", err))
@@ -718,7 +723,8 @@ static bool parse_generate(const struct srv_api *api, json_t *body, struct srv_r
     struct srv_job *j = r->job = toy_srv_job_new(SRV_JOB_GENERATE);
     if (!j) return toy_srv_err(err, 500, "server_error", NULL, NULL, "out of memory");
     struct toy_tokens ids = {0};
-    if (!(chat ? chat_prompt(api, body, r, &ids, err) : completion_prompt(api, json_object_get(body, "prompt"), &ids, err))) {
+    if (!(chat ? chat_prompt(api, body, r, &ids, err)
+               : completion_prompt(api, json_object_get(body, "prompt"), r->prompt_at, &r->n_prompts, &ids, err))) {
         toy_tokens_free(&ids);
         return false;
     }
@@ -849,8 +855,15 @@ static bool parse_embeddings(const struct srv_api *api, json_t *body, struct srv
 
 bool toy_srv_parse_request(const struct srv_api *api, enum srv_endpoint ep, const char *body, size_t len,
                            struct srv_request *r, struct srv_error *err) {
+    return toy_srv_parse_request_at(api, ep, body, len, 0, r, err);
+}
+
+bool toy_srv_parse_request_at(const struct srv_api *api, enum srv_endpoint ep, const char *body, size_t len,
+                              int prompt_at, struct srv_request *r, struct srv_error *err) {
     memset(r, 0, sizeof *r);
     r->ep = ep;
+    r->n_prompts = 1;
+    r->prompt_at = prompt_at;
     if (!toy_utf8_valid(body, len)) return BAD(NULL, "the request body is not valid UTF-8");
     json_error_t je;
     json_t *o = json_loadb(body, len, 0, &je);
