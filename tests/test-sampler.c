@@ -279,6 +279,48 @@ Test(sampler, logprob_agrees_with_top_logprobs) {
     free(x);
 }
 
+/* The block-skipping top-k scan gives what a full sort gives: a vocabulary
+ * that is no multiple of the block, repeated logits (the lower id first),
+ * -inf ones (never chosen while a finite one is left), and the best ones
+ * late in the vocabulary so that earlier blocks fill the list first; the
+ * log-sum-exp it returns gives toy_logprob's number for any token. */
+Test(sampler, top_logprobs_match_a_full_sort) {
+    const int64_t V = 49157;
+    float *x = malloc((size_t)V * sizeof *x);
+    int32_t *ord = malloc((size_t)V * sizeof *ord);
+    struct toy_rng r;
+    toy_rng_seed(&r, 21);
+    for (int64_t i = 0; i < V; i++) x[i] = (float)(int)(8.0f * toy_rng_normal(&r)) / 4; /* many ties */
+    for (int64_t i = 0; i < V; i += 7) x[i] = -INFINITY;
+    for (int64_t i = V - 40; i < V; i++) x[i] = 9.0f + (float)(i % 5);
+    for (int64_t i = 0; i < V; i++) ord[i] = (int32_t)i;
+    for (int64_t i = 1; i < V; i++) /* insertion sort by logit, descending, stable: ties keep id order */
+        for (int64_t j = i; j > 0 && x[ord[j - 1]] < x[ord[j]]; j--) {
+            int32_t t = ord[j]; ord[j] = ord[j - 1]; ord[j - 1] = t;
+        }
+    for (int k = 1; k <= 20; k += 19) {
+        int32_t ids[20];
+        float lp[20];
+        double lse = toy_top_logprobs(x, V, k, ids, lp);
+        for (int j = 0; j < k; j++) {
+            cr_assert_eq(ids[j], ord[j], "k %d, place %d", k, j);
+            float want = toy_logprob(x, V, ids[j]);
+            cr_assert(memcmp(&lp[j], &want, sizeof want) == 0, "k %d, place %d: %.9g vs %.9g", k, j, lp[j], want);
+            cr_assert(lp[j] == (float)((double)x[ids[j]] - lse));
+        }
+    }
+    /* fewer finite logits than asked: the rest are -1, -inf */
+    float few[70];
+    for (int i = 0; i < 70; i++) few[i] = i == 3 ? 1.0f : i == 66 ? 2.0f : -INFINITY;
+    int32_t ids[4];
+    float lp[4];
+    toy_top_logprobs(few, 70, 4, ids, lp);
+    cr_assert(ids[0] == 66 && ids[1] == 3 && ids[2] == -1 && ids[3] == -1);
+    cr_assert(lp[0] > lp[1] && isinf(lp[2]) && lp[2] < 0 && isinf(lp[3]));
+    free(ord);
+    free(x);
+}
+
 /* parameters that would sample garbage are refused by name */
 Test(sampler, params_check) {
     struct toy_sampler_params ok = {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f,

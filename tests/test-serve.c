@@ -600,6 +600,26 @@ Test(serve, stream_equals_plain_response, .timeout = 60) {
     cr_assert_eq(json_array_size(content), 4);
     cr_assert_eq(json_array_size(jget(content, "0.top_logprobs")), 2);
     cr_assert(json_is_array(jget(content, "0.bytes")));
+    /* greedy, each token's log-probability is its first alternative's, with or without the alternatives */
+    struct resp g[2];
+    for (int k = 0; k < 2; k++) {
+        g[k] = http(&s, "POST", "/v1/chat/completions",
+                    k ? "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":4,\"logprobs\":true,"
+                        "\"top_logprobs\":1,\"ignore_eos\":true,\"temperature\":0}"
+                      : "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":4,\"logprobs\":true,"
+                        "\"ignore_eos\":true,\"temperature\":0}");
+        cr_assert_eq(g[k].code, 200, "%s", g[k].body);
+    }
+    for (int i = 0; i < 4; i++) {
+        char at[64];
+        snprintf(at, sizeof at, "choices.0.logprobs.content.%d.logprob", i);
+        double plain = json_real_value(jget(g[0].json, at)), with = json_real_value(jget(g[1].json, at));
+        snprintf(at, sizeof at, "choices.0.logprobs.content.%d.top_logprobs.0.logprob", i);
+        cr_assert(plain < 0 && plain == with && with == json_real_value(jget(g[1].json, at)), "%s\n%s", g[0].body,
+                  g[1].body);
+    }
+    resp_free(&g[0]);
+    resp_free(&g[1]);
     resp_free(&r);
     cr_assert_eq(server_stop(&s), 0);
 }
@@ -1625,10 +1645,12 @@ static void npm_script(const char *pkg, const char *name, char *path, size_t n) 
     char dir[512], cmd[2048];
     snprintf(dir, sizeof dir, "%s/toy-serve-npm", tmp);
     snprintf(cmd, sizeof cmd, "%s/node_modules/%s/package.json", dir, pkg);
-    if (access(cmd, R_OK)) {
+    if (access(cmd, R_OK)) { /* one install at a time: tests run in parallel, and two npm installs into one folder
+                                 leave a package half written */
         snprintf(cmd, sizeof cmd,
-                 "mkdir -p %s && cd %s && timeout 120 npm install --no-audit --no-fund --silent %s >/dev/null 2>&1", dir,
-                 dir, pkg);
+                 "mkdir -p %s && cd %s && flock .install sh -c 'test -r node_modules/%s/package.json || "
+                 "timeout 120 npm install --no-audit --no-fund --silent %s' >/dev/null 2>&1",
+                 dir, dir, pkg, pkg);
         if (system(cmd)) cr_skip_test("npm install %s failed (offline?)", pkg);
     }
     snprintf(path, n, "%s/%s", dir, name);

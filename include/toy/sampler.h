@@ -57,8 +57,11 @@ void toy_sampler_accept(struct toy_sampler *s, int32_t token);
  * model's distribution (log-softmax of the raw logits). */
 int32_t toy_sampler_sample(struct toy_sampler *s, const float *logits, float *logprob);
 
-/* The k most likely tokens of log_softmax(logits), best first. */
-void toy_top_logprobs(const float *logits, int64_t n_vocab, int k, int32_t *ids, float *logprobs);
+/* The k most likely tokens of log_softmax(logits), best first (ties: the
+ * lower id first; where fewer than k logits are finite, the rest are id -1,
+ * -inf). Returns log(sum(exp(logits))), from which any token's
+ * log-probability is logits[id] - it, as toy_logprob gives. */
+double toy_top_logprobs(const float *logits, int64_t n_vocab, int k, int32_t *ids, float *logprobs);
 /* log softmax(logits)[id]: the log-probability the logits give token id */
 float toy_logprob(const float *logits, int64_t n_vocab, int32_t id);
 

@@ -458,15 +458,26 @@ int32_t toy_sampler_sample(struct toy_sampler *s, const float *logits, float *lo
 
 float toy_logprob(const float *logits, int64_t V, int32_t id) { return log_softmax_at(logits, V, id); }
 
-void toy_top_logprobs(const float *logits, int64_t V, int k, int32_t *ids, float *lps) {
+/* The best k raw logits decide the best k log-probabilities (ties: the lower id first). Blocks of SCAN logits are
+ * first compared, all at once, against the k-th best so far and looked at one by one only where one beats it. */
+double toy_top_logprobs(const float *logits, int64_t V, int k, int32_t *ids, float *lps) {
     double lse = log_sum_exp(logits, V);
     for (int j = 0; j < k; j++) { ids[j] = -1; lps[j] = -INFINITY; }
-    for (int64_t i = 0; i < V; i++) {
-        float v = (float)((double)logits[i] - lse);
-        if (k <= 0 || v <= lps[k - 1]) continue;
-        int j = k - 1;
-        while (j > 0 && lps[j - 1] < v) { lps[j] = lps[j - 1]; ids[j] = ids[j - 1]; j--; }
-        lps[j] = v;
-        ids[j] = (int32_t)i;
+    if (k <= 0) return lse;
+    float kth = -INFINITY;
+    for (int64_t b = 0; b < V; b += SCAN) {
+        int64_t e = b + SCAN < V ? b + SCAN : V;
+        if (e - b == SCAN && !any_above(logits + b, kth)) continue;
+        for (int64_t i = b; i < e; i++) {
+            float v = logits[i];
+            if (!(v > kth)) continue;
+            int j = k - 1;
+            while (j > 0 && lps[j - 1] < v) { lps[j] = lps[j - 1]; ids[j] = ids[j - 1]; j--; }
+            lps[j] = v;
+            ids[j] = (int32_t)i;
+            kth = lps[k - 1];
+        }
     }
+    for (int j = 0; j < k && ids[j] >= 0; j++) lps[j] = (float)((double)lps[j] - lse);
+    return lse;
 }

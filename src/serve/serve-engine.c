@@ -354,8 +354,10 @@ static bool slot_step(struct srv_engine *e, struct slot *s, float *logits) {
     struct srv_job *j = s->job;
     for (int i = 0; i < j->n_bias; i++) logits[j->bias_id[i]] += j->bias[i];
     if (s->jm) grammar_mask(e, s, logits);
-    float lp;
-    int32_t id = toy_sampler_sample(s->smp, logits, &lp);
+    /* the token's log-probability only where it is sent or ranks a choice: a pass over the vocabulary, ~13 us
+     * of a 49152-token one; with top_logprobs their pass gives it */
+    float lp = 0;
+    int32_t id = toy_sampler_sample(s->smp, logits, j->want_logprob && !j->top_logprobs ? &lp : NULL);
     if (s->jm_on) toy_json_matcher_take(s->jm, e->tok, id);
     toy_sampler_accept(s->smp, id);
     s->n_gen++;
@@ -364,7 +366,7 @@ static bool slot_step(struct srv_engine *e, struct slot *s, float *logits) {
     float top_lp[SRV_MAX_TOP_LOGPROBS];
     if (j->top_logprobs > 0) {
         n_top = j->top_logprobs < e->vocab ? j->top_logprobs : (int)e->vocab;
-        toy_top_logprobs(logits, e->vocab, n_top, top_id, top_lp);
+        lp = (float)((double)logits[id] - toy_top_logprobs(logits, e->vocab, n_top, top_id, top_lp));
     }
     if (e->tok && !j->ignore_eos && toy_tokenizer_is_eog(e->tok, id)) {
         pend_release(s, j, s->gen_len, true, true); /* the text so far, then the end */
@@ -483,9 +485,9 @@ static enum toy_status score_prompt(struct srv_engine *e, struct slot *s, int64_
         }
         struct srv_token *t = &j->ptoks[p];
         t->id = j->prompt[p];
-        t->logprob = toy_logprob(row, V, t->id);
         t->n_top = j->top_logprobs < V ? j->top_logprobs : (int)V;
-        if (t->n_top > 0) toy_top_logprobs(row, V, t->n_top, t->top_id, t->top_lp);
+        t->logprob = t->n_top > 0 ? (float)((double)row[t->id] - toy_top_logprobs(row, V, t->n_top, t->top_id, t->top_lp))
+                                  : toy_logprob(row, V, t->id);
     }
     if (!st && from == 0) j->ptoks[0] = (struct srv_token){.id = j->prompt[0]};
     free(lg);

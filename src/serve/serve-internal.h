@@ -117,6 +117,8 @@ struct srv_job {
     char *stop[SRV_MAX_STOP];
     int n_stop, n_user_stop;         /* the request's own stop strings first, then the template's end-of-turn texts */
     int top_logprobs;                /* 0..SRV_MAX_TOP_LOGPROBS alternatives per token */
+    bool want_logprob;               /* each token's log-probability is computed (logprobs, best_of's ranking);
+                                        else it is 0 */
     bool ignore_eos;
     bool streamed;                   /* its reader takes tokens as they come: each one wakes it (else the end) */
     bool keep_special;               /* special tokens are decoded as text: the reply's markers (chat-reply.h) */
@@ -150,6 +152,7 @@ struct srv_job {
     int64_t pred_accepted, pred_rejected; /* the prediction's drafted tokens kept and refused */
     int64_t n_drafted, n_draft_kept;      /* all drafted tokens (lookup, draft model, prediction), those kept */
     size_t n_calls;                  /* tool calls in the split reply (set by the API layer) */
+    size_t echo_chars;               /* echo: the prompt's text in characters, plus 1, once known (the API layer) */
     bool done, timed_out;
     enum toy_stop_reason reason;
     int stop_hit;                    /* reason TOY_STOP_STRING: which of stop[] ended the text (-1: none) */

@@ -778,6 +778,7 @@ static bool parse_generate(const struct srv_api *api, json_t *body, struct srv_r
     }
     j->top_logprobs = (int)top_lp;
     j->score_prompt = r->echo && r->logprobs;
+    j->want_logprob = r->logprobs || r->best_of > r->n_choices;
     if (!parse_stop(body, j, err) || !parse_bias(api, body, j, err) || !parse_response_format(api, body, r, err) ||
         !parse_prediction(api, body, j, err))
         return false;
@@ -1011,10 +1012,12 @@ static char *prompt_text(const struct srv_api *api, const struct srv_job *j, siz
 
 /* completions with echo and logprobs: the prompt's tokens (the first with no log-probability, as OpenAI's), then
  * the completion's, whose offsets start after the prompt's text */
-static json_t *echo_logprobs(const struct srv_api *api, const struct srv_job *j, int64_t from, int64_t to,
-                             bool prompt) {
-    size_t len, chars, *offs = prompt ? calloc((size_t)j->n_prompt + 1, sizeof *offs) : NULL;
-    free(prompt_text(api, j, &len, &chars, offs));
+static json_t *echo_logprobs(const struct srv_api *api, struct srv_job *j, int64_t from, int64_t to, bool prompt) {
+    size_t len, chars = j->echo_chars - 1, *offs = prompt ? calloc((size_t)j->n_prompt + 1, sizeof *offs) : NULL;
+    if (prompt || !j->echo_chars) { /* the prompt's text once per stream: its chunks offset the completion's */
+        free(prompt_text(api, j, &len, &chars, offs));
+        j->echo_chars = chars + 1;
+    }
     json_t *o = completion_logprobs(api, j, from, to);
     json_t *toks = json_array(), *lps = json_array(), *tops = json_array(), *at = json_array();
     for (int64_t i = 0; prompt && offs && i < j->n_ptoks; i++) {
