@@ -7,6 +7,7 @@
 #ifndef TOY_BACKEND_IMPL_H
 #define TOY_BACKEND_IMPL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "toy/tensor.h"
@@ -70,7 +71,11 @@ struct toy_backend_ops {
     /* the rewrites of graph-fuse.c its kernels run (toy_graph_set_fusion);
      * NULL: graphs stay unfused */
     const struct toy_fuse_target *fuse;
+    unsigned caps; /* TOY_BACKEND_* bits: the ops beyond the common set it runs */
 };
+
+/* toy_kv_store_rows and toy_attention_rows (several sequences' rows in one op) */
+enum { TOY_BACKEND_ROWS_ATTENTION = 1 };
 
 /* The backend named `name` ("cpu"), or NULL if it was not compiled in. */
 const struct toy_backend_ops *toy_backend_get(const char *name);
@@ -79,6 +84,8 @@ const struct toy_backend_ops *toy_backend_default(void);
 /* The backend and device index graph g runs on: its own choice
  * (toy_graph_set_device), else the process default (toy_device_set_default). */
 const struct toy_backend_ops *toy_backend_for_graph(const struct toy_graph *g, int *device);
+/* Whether the backend graphs run on by default (toy_device_set_default) has every one of the caps. */
+bool toy_backend_default_has(unsigned caps);
 /* Asks every compiled-in backend with a device optimizer to attach these
  * parameters (toy_optim_dev_ops.attach); *ops and *out stay NULL when none
  * holds their gradients. A CPU-only build always answers NULL. */

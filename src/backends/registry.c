@@ -15,13 +15,14 @@
 
 static const struct toy_backend_ops cpu_ops = {
     "cpu", toy_cpu_init, toy_cpu_work_size, toy_cpu_compute, NULL, NULL, NULL, &toy_cpu_fuse_target,
+    TOY_BACKEND_ROWS_ATTENTION,
 };
 
 #ifdef TOY_CUDA
 static void cuda_init_noop(void) {}
 static const struct toy_backend_ops cuda_ops = {
     "cuda", cuda_init_noop, NULL, NULL, toy_cuda_graph_compute, toy_cuda_graph_free, &toy_cuda_optim_ops,
-    &toy_cuda_fuse_target,
+    &toy_cuda_fuse_target, 0,
 };
 static const struct toy_backend_ops *const backends[] = {&cpu_ops, &cuda_ops};
 #else
@@ -126,6 +127,8 @@ enum toy_status toy_device_set_default(const char *name) {
 }
 
 const char *toy_device_default(void) { return default_name; }
+
+bool toy_backend_default_has(unsigned caps) { return (default_be->caps & caps) == caps; }
 
 const struct toy_backend_ops *toy_backend_for_graph(const struct toy_graph *g, int *device) {
     if (g->be) {

@@ -35,6 +35,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backends/backend-impl.h"
 #include "infer/speculative.h"
 #include "serve/serve-internal.h"
 #include "toy/device.h"
@@ -1077,8 +1078,9 @@ enum toy_status toy_srv_engine_new(const struct srv_model *m, const struct toy_t
     e->dsteps.m = o->draft;
     e->dsteps.draft = true;
     e->dsteps.row_group = o->draft ? toy_srv_row_group(o->draft) : 0;
-    /* on a GPU each slot's cache is its own (the batched rows' ops are the CPU's) */
-    e->steps.rows = e->dsteps.rows = !strcmp(toy_device_default(), "cpu");
+    /* one cache pool and one attention op over the slots' rows where the backend has that op; else (CUDA) each
+     * slot's cache is its own and each slot's rows are attended apart */
+    e->steps.rows = e->dsteps.rows = toy_backend_default_has(TOY_BACKEND_ROWS_ATTENTION);
     e->dn_ctx = o->draft ? (e->n_ctx < o->draft->max_ctx ? e->n_ctx : o->draft->max_ctx) : 0;
     e->model_max = o->draft ? (o->draft_max ? o->draft_max : SRV_DRAFT_MAX) : 0;
     e->draft_max = e->model_max > o->lookup ? e->model_max : o->lookup;
