@@ -24,7 +24,7 @@ static int usage_to(FILE *out) {
             "                 [--chat-template NAME|JINJA|FILE] [--ctx N] [--parallel 4] [--queue 64] [--threads N]\n"
             "                 [--max-body BYTES] [--timeout SECONDS] [--max-connections 128] [--drain SECONDS]\n"
             "                 [--cors-origin '*'] [--runs DIR | --no-events] [--no-prefix-cache] [--kv-type f16|f32]\n"
-            "                 [--responses 256]\n"
+            "                 [--responses 256] [--responses-dir DIR]\n"
             "                 [--pooling mean|cls|last] [--lookup N] [--draft FILE|NAME [--draft-max 8]\n"
             "                 [--draft-p-min 0.75]] [--quiet]\n"
             "Endpoints: GET /health, GET /v1/models, POST /v1/completions, POST /v1/chat/completions,\n"
@@ -47,7 +47,7 @@ int toy_cmd_serve(int argc, char **argv) {
         TOY_FLAG_S("--name", &o.model_name), TOY_FLAG_S("--api-key", &o.api_key),
         TOY_FLAG_S("--chat-template", &o.chat_template), TOY_FLAG_S("--cors-origin", &o.cors_origin),
         TOY_FLAG_S("--runs", &o.runs_dir), TOY_FLAG_S("--kv-type", &kv),
-        TOY_FLAG_S("--pooling", &pooling),
+        TOY_FLAG_S("--pooling", &pooling), TOY_FLAG_S("--responses-dir", &o.responses_dir),
         TOY_FLAG_N("--port", TOY_CLI_INT, &o.port, 0, 65535), TOY_FLAG_N("-p", TOY_CLI_INT, &o.port, 0, 65535),
         TOY_FLAG_N("--ctx", TOY_CLI_I64, &o.n_ctx, 0, INT32_MAX), TOY_FLAG_N("-c", TOY_CLI_I64, &o.n_ctx, 0, INT32_MAX),
         TOY_FLAG_N("--parallel", TOY_CLI_INT, &o.n_slots, 1, 256), TOY_FLAG_N("-np", TOY_CLI_INT, &o.n_slots, 1, 256),

@@ -2597,6 +2597,144 @@ Test(serve, responses_api_whole_and_streamed, .timeout = 120) {
 /* Responses are kept: a request continues one by previous_response_id (its reasoning, message and call reach
  * the template as the chat written out does: the same prompt), streamed or whole; GET returns a kept response,
  * DELETE drops it; "store": false keeps nothing; the newest --responses N are kept, and --responses 0 keeps none */
+/* the number of <id>.json files in folder d, and whether <id>.json is one of them */
+static int json_files(const char *d, const char *id, bool *has) {
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "ls '%s' | grep -c '\\.json$'", d);
+    FILE *p = popen(cmd, "r");
+    int n = -1;
+    cr_assert(p && fscanf(p, "%d", &n) == 1);
+    pclose(p);
+    if (id) {
+        snprintf(cmd, sizeof cmd, "%s/%s.json", d, id);
+        *has = access(cmd, F_OK) == 0;
+    }
+    return n;
+}
+
+/* With --responses-dir the kept responses are files, and a server started again on the folder keeps them: GET
+ * gives the same object, previous_response_id the same prompt. A file that is not a stored response is skipped
+ * and left; DELETE and eviction (the least recently used first, the next server's order too) remove files; a second
+ * server on the folder is refused while the first runs. */
+Test(serve, responses_outlive_a_restart_with_a_folder, .timeout = 120) {
+    static const char *const script[] = {"Hello there", NULL};
+    struct th_script_model sm = {"{% for m in messages %}{{ m.content }}{% endfor %}", {script}, "<|eos|>", false};
+    char dir[32], rdir[64], path[300], body[600];
+    strcpy(dir, "/tmp/toy-serve-test-XXXXXX");
+    cr_assert(mkdtemp(dir));
+    char gguf[80];
+    snprintf(gguf, sizeof gguf, "%s/scripted.gguf", dir);
+    th_script_model_write(&sm, gguf);
+    snprintf(rdir, sizeof rdir, "%s/kept", dir);
+    const char *extra[] = {"--responses-dir", rdir, "--responses", "3", NULL};
+    struct server s;
+    server_start_model(&s, gguf, extra);
+    struct resp r[3];
+    for (int i = 0; i < 3; i++) {
+        if (i) snprintf(body, sizeof body, "{\"input\":\"more %d\",\"previous_response_id\":\"%s\",\"temperature\":0}", i,
+                        jstr(r[i - 1].json, "id"));
+        else snprintf(body, sizeof body, "{\"input\":\"first\",\"temperature\":0}");
+        r[i] = http(&s, "POST", "/v1/responses", body);
+        cr_assert_eq(r[i].code, 200, "%s", r[i].body);
+        bool has = false;
+        cr_assert_eq(json_files(rdir, jstr(r[i].json, "id"), &has), i + 1);
+        cr_assert(has);
+    }
+    /* one server per folder */
+    char log2[300];
+    snprintf(log2, sizeof log2, "%s/second.log", dir);
+    char *argv2[] = {(char *)toy_bin(), "serve", "-m", gguf, "--port", "0", "--no-events", "--responses-dir", rdir, NULL};
+    cr_assert_neq(wait_for(spawn(argv2, NULL, log2), 30), 0);
+    char *l2 = slurp(log2);
+    cr_assert(l2 && strstr(l2, "another server"), "%s", l2 ? l2 : "");
+    free(l2);
+    /* the prompt a continuation of the last gets, before the restart */
+    snprintf(body, sizeof body, "{\"input\":\"again\",\"previous_response_id\":\"%s\",\"max_output_tokens\":1,"
+             "\"store\":false}", jstr(r[2].json, "id"));
+    struct resp before = http(&s, "POST", "/v1/responses", body);
+    cr_assert_eq(before.code, 200, "%s", before.body);
+    snprintf(path, sizeof path, "/v1/responses/%s", jstr(r[0].json, "id"));
+    struct resp g = http(&s, "GET", path, NULL); /* r0 used last, then r2 (by `before`), then r1 */
+    cr_assert_eq(g.code, 200, "%s", g.body);
+    resp_free(&g);
+    cr_assert_eq(server_stop(&s), 0);
+    /* not ours: skipped, left */
+    snprintf(path, sizeof path, "%s/resp_junk.json", rdir);
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    fputs("{\"object\":\"toy.stored_response\",", f);
+    fclose(f);
+
+    /* room for two: the two most recently used, r0 and r2; r1 stays on disk */
+    const char *extra2[] = {"--responses-dir", rdir, "--responses", "2", NULL};
+    server_start_model(&s, gguf, extra2);
+    struct resp after = http(&s, "POST", "/v1/responses", body);
+    cr_assert_eq(after.code, 200, "%s", after.body);
+    cr_assert_eq(jint(after.json, "usage.input_tokens"), jint(before.json, "usage.input_tokens"));
+    cr_assert_gt(jint(after.json, "usage.input_tokens"), 10);
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "/v1/responses/%s", jstr(r[i].json, "id"));
+        g = http(&s, "GET", path, NULL);
+        cr_assert_eq(g.code, i == 1 ? 404 : 200, "%d: %s", i, g.body);
+        if (i != 1) cr_assert(json_equal(g.json, r[i].json), "%s\nvs\n%s", g.body, r[i].body);
+        resp_free(&g);
+    }
+    snprintf(path, sizeof path, "/v1/responses/%s/input_items", jstr(r[2].json, "id"));
+    struct resp li = http(&s, "GET", path, NULL);
+    cr_assert_eq(li.code, 200, "%s", li.body);
+    cr_assert_str_eq(jstr(li.json, "data.0.content.0.text"), "more 2", "%s", li.body);
+    resp_free(&li);
+    char *log = slurp(s.log);
+    cr_assert(log && strstr(log, "resp_junk.json is skipped") &&
+              strstr(log, "2 responses kept from") && strstr(log, "1 skipped, 1 older ones left there unread"),
+              "%s", log ? log : "");
+    free(log);
+    /* DELETE removes the file */
+    snprintf(path, sizeof path, "/v1/responses/%s", jstr(r[0].json, "id"));
+    struct resp d = http(&s, "DELETE", path, NULL);
+    cr_assert_eq(d.code, 200, "%s", d.body);
+    resp_free(&d);
+    bool has = true;
+    cr_assert_eq(json_files(rdir, jstr(r[0].json, "id"), &has), 3); /* r1, r2 and the junk */
+    cr_assert(!has);
+    /* a full store drops its least recently used, r2, and its file; r1, never read, stays */
+    struct resp x[2];
+    for (int i = 0; i < 2; i++) {
+        x[i] = http(&s, "POST", "/v1/responses", "{\"input\":\"x\",\"max_output_tokens\":1}");
+        cr_assert_eq(x[i].code, 200, "%s", x[i].body);
+    }
+    cr_assert_eq(json_files(rdir, jstr(r[2].json, "id"), &has), 4);
+    cr_assert(!has);
+    cr_assert_eq(json_files(rdir, jstr(r[1].json, "id"), &has), 4);
+    cr_assert(has);
+    cr_assert_eq(json_files(rdir, "resp_junk", &has), 4);
+    cr_assert(has);
+    for (int i = 0; i < 2; i++) resp_free(&x[i]);
+    /* a file that cannot be written (the folder gone): the response is still answered, and kept in memory */
+    snprintf(path, sizeof path, "mv '%s' '%s.moved' && touch '%s'", rdir, rdir, rdir);
+    cr_assert_eq(system(path), 0);
+    x[0] = http(&s, "POST", "/v1/responses", "{\"input\":\"x\",\"max_output_tokens\":1}");
+    cr_assert_eq(x[0].code, 200, "%s", x[0].body);
+    snprintf(path, sizeof path, "/v1/responses/%s", jstr(x[0].json, "id"));
+    g = http(&s, "GET", path, NULL);
+    cr_assert_eq(g.code, 200, "%s", g.body);
+    resp_free(&g), resp_free(&x[0]);
+    log = slurp(s.log);
+    cr_assert(log && strstr(log, "is kept in memory only") && strstr(log, "kept/resp_"), "%s", log ? log : "");
+    free(log);
+    for (int i = 0; i < 3; i++) resp_free(&r[i]);
+    resp_free(&before), resp_free(&after);
+    cr_assert_eq(server_stop(&s), 0);
+    snprintf(path, sizeof path, "rm -f '%s' && mv '%s.moved' '%s'", rdir, rdir, rdir);
+    cr_assert_eq(system(path), 0);
+    /* a folder and no store */
+    char *argv0[] = {(char *)toy_bin(), "serve", "-m", gguf, "--port", "0", "--no-events", "--responses", "0",
+                     "--responses-dir", rdir, NULL};
+    cr_assert_neq(wait_for(spawn(argv0, NULL, log2), 30), 0);
+    snprintf(path, sizeof path, "rm -rf '%s'", dir);
+    cr_assert_eq(system(path), 0);
+}
+
 Test(serve, responses_kept_for_previous_response_id, .timeout = 120) {
     struct th_script_model sm = {qwen_echo_template, {qwen_script}, "<|eos|>", false};
     char dir[32], body[4096], path[300];

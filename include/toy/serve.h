@@ -65,6 +65,9 @@ struct toy_serve_options {
     int responses;             /* Responses API: the newest this many responses are kept (in memory, and 256 MiB
                                 * of them at most) for previous_response_id and GET/DELETE /v1/responses/{id}
                                 * (256; 0: none) */
+    const char *responses_dir; /* and each of them is a file in this folder (made if need be), read again by the next
+                                * server on it, so previous_response_id outlives a restart (NULL: memory only; one
+                                * server per folder) */
     bool no_prefix_cache;
     bool kv_f32;               /* KV caches in f32 (twice the memory); default f16, as toy generate */
     int lookup;                /* prompt lookup: each decoding slot drafts up to this many tokens a step, copied

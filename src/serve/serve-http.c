@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -67,6 +68,8 @@ struct srv {
     struct stat_row stats[128];
     int n_stats;
     long started;
+    unsigned long long id_salt; /* 48 random bits in every id: ids stay unique across servers and restarts (kept
+                                   responses outlive them) */
 };
 
 /* per request (MHD's con_cls) */
@@ -673,13 +676,13 @@ static enum MHD_Result generate(struct srv *S, struct MHD_Connection *c, struct 
         return send_error(S, c, k->route, &e, MHD_HTTP_HEADER_RETRY_AFTER, "1");
     }
     char id[48];
-    snprintf(id, sizeof id, "%s%lx%06ld",
+    snprintf(id, sizeof id, "%s%012llx%06ld",
              rq.resp_body               ? "resp_"
              : rq.anth_body             ? "msg_"
              : ep == SRV_EP_CHAT        ? "chatcmpl-"
              : ep == SRV_EP_COMPLETIONS ? "cmpl-"
                                         : "emb-",
-             S->started & 0xffffff, req_no);
+             S->id_salt, req_no);
     long created = (long)time(NULL);
     int fd = conn_fd(c);
     if (rq.stream && ep != SRV_EP_EMBEDDINGS) {
@@ -1042,6 +1045,8 @@ static enum toy_status serve_model(struct srv_model model, const struct toy_toke
     if (o.port < 0 || o.port > 65535) return toy_error(TOY_ERR_INVALID_ARG, "port %d (0..65535)", o.port);
     if (o.pooling > TOY_POOLING_RANK) return toy_error(TOY_ERR_INVALID_ARG, "pooling %d (-1..4)", o.pooling);
     if (o.responses < 0) return toy_error(TOY_ERR_INVALID_ARG, "responses %d (0: none kept)", o.responses);
+    if (o.responses == 0 && o.responses_dir)
+        return toy_error(TOY_ERR_INVALID_ARG, "responses_dir %s with responses 0: none would be kept", o.responses_dir);
     if (o.draft && o.draft_gpt2) return toy_error(TOY_ERR_INVALID_ARG, "two draft models (draft and draft_gpt2)");
     struct srv_model draft = o.draft        ? toy_srv_model_llama(o.draft)
                              : o.draft_gpt2 ? toy_srv_model_gpt2(o.draft_gpt2)
@@ -1055,6 +1060,9 @@ static enum toy_status serve_model(struct srv_model model, const struct toy_toke
     pthread_mutex_init(&S->met.mu, NULL);
     S->o = o;
     S->started = (long)time(NULL);
+    if (getrandom(&S->id_salt, sizeof S->id_salt, 0) != (ssize_t)sizeof S->id_salt) /* else the clock's bits */
+        S->id_salt = (unsigned long long)(toy_srv_now() * 1e9) * 0x9E3779B97F4A7C15ull ^ (unsigned long long)getpid();
+    S->id_salt &= 0xffffffffffffull;
     S->model_name = o.model_name ? strdup(o.model_name) : default_name(model_path);
     if (o.pooling >= 0) model.pooling = (enum toy_pooling)o.pooling;
     S->model = model;
@@ -1062,9 +1070,12 @@ static enum toy_status serve_model(struct srv_model model, const struct toy_toke
     const struct srv_model *m = S->api.m = &S->model;
     S->api.tok = tok;
     S->api.model_name = S->model_name;
-    if (o.responses > 0 && !(S->api.store = toy_srv_store_new(o.responses, SRV_STORE_BYTES))) {
+    enum toy_status sst = o.responses > 0 ? toy_srv_store_open(o.responses, SRV_STORE_BYTES, o.responses_dir,
+                                                               &S->api.store)
+                                          : TOY_OK;
+    if (sst) {
         srv_free(S);
-        return toy_error(TOY_ERR_NOMEM, "serve: the responses' store");
+        return sst;
     }
     S->api.timeout_s = o.timeout_s;
     int64_t n_ctx = o.n_ctx > 0 ? o.n_ctx : 4096;

@@ -323,7 +323,10 @@ bool toy_srv_reply_split(const struct srv_request *r, const struct srv_job *j, b
 /* The responses kept for previous_response_id and GET/DELETE /v1/responses/{id}: the newest max of them (and
  * at most max_bytes of JSON), in memory until the server stops. Thread-safe. */
 #define SRV_STORE_BYTES ((size_t)256 << 20) /* the kept responses' JSON, at most */
-struct srv_store *toy_srv_store_new(int max, size_t max_bytes);
+/* A store of at most max responses and max_bytes of their JSON; with dir (may be NULL) each is also a file there,
+ * and those the folder holds are kept again, the most recently used first. Errors (TOY_ERR_IO, naming dir): the
+ * folder cannot be made or written, or another store has it open. */
+enum toy_status toy_srv_store_open(int max, size_t max_bytes, const char *dir, struct srv_store **out);
 void toy_srv_store_free(struct srv_store *st);
 /* a copy of the response object (NULL: none; 404), or deletes it (false: none) */
 json_t *toy_srv_store_get(struct srv_store *st, const char *id);

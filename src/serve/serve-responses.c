@@ -13,11 +13,22 @@
  * Responses are kept (unless "store": false) with the conversation
  * through them, in memory and for a bounded number, so a request may
  * continue one by previous_response_id, and GET or DELETE it by its id.
+ * With a folder (--responses-dir) each kept response is also a file there,
+ * <id>.json, written whole or not at all; a server that starts on the
+ * folder keeps them again, so conversations outlive restarts.
  */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "toy/file.h"
 
 #include "serve/serve-internal.h"
 
@@ -40,18 +51,49 @@ struct srv_store {
     int n, max;
     size_t bytes, max_bytes;
     uint64_t clock;
+    char *dir;   /* each kept response is also <dir>/<id>.json (NULL: memory only) */
+    int lock_fd; /* dir/.lock, held (flock) while the store is open: one server per folder */
 };
 
-struct srv_store *toy_srv_store_new(int max, size_t max_bytes) {
-    struct srv_store *st = calloc(1, sizeof *st);
-    if (!st || !(st->v = calloc((size_t)(max > 0 ? max : 1), sizeof *st->v))) {
-        free(st);
-        return NULL;
-    }
-    pthread_mutex_init(&st->mu, NULL);
-    st->max = max;
-    st->max_bytes = max_bytes;
-    return st;
+/* an id that names a file in the folder as it is: letters, digits, '_' and '-' */
+static bool file_id(const char *id, size_t n) {
+    if (n == 0 || n >= sizeof ((struct stored *)0)->id) return false;
+    for (size_t i = 0; i < n; i++)
+        if (!((id[i] >= 'a' && id[i] <= 'z') || (id[i] >= 'A' && id[i] <= 'Z') || (id[i] >= '0' && id[i] <= '9') ||
+              id[i] == '_' || id[i] == '-'))
+            return false;
+    return true;
+}
+
+static void file_path(const struct srv_store *st, const char *id, char *out, size_t n) {
+    snprintf(out, n, "%s/%s.json", st->dir, id);
+}
+
+/* e's file, written whole or not at all; a failure (a full disk) is said on stderr and leaves e in memory only */
+static void save(const struct srv_store *st, const struct stored *e) {
+    char path[4096];
+    file_path(st, e->id, path, sizeof path);
+    json_t *o = json_pack("{s:s,s:i,s:O,s:O,s:O}", "object", "toy.stored_response", "version", 1, "response",
+                          e->response, "messages", e->messages, "input", e->input);
+    struct toy_file_replace r;
+    enum toy_status fs = o ? toy_file_replace_begin(path, &r) : TOY_ERR_NOMEM;
+    if (!fs) fs = toy_file_replace_end(&r, json_dumpf(o, r.f, JSON_COMPACT) == 0);
+    json_decref(o);
+    if (fs) fprintf(stderr, "toy serve: response %s is kept in memory only: %s\n", e->id, toy_last_error());
+}
+
+static void unlink_file(const struct srv_store *st, const char *id) {
+    char path[4096];
+    file_path(st, id, path, sizeof path);
+    if (unlink(path) && errno != ENOENT)
+        fprintf(stderr, "toy serve: cannot remove %s (a dropped response): %s\n", path, strerror(errno));
+}
+
+/* a kept response used again: its file's time says so, for the next server's order of keeping */
+static void touch_file(const struct srv_store *st, const char *id) {
+    char path[4096];
+    file_path(st, id, path, sizeof path);
+    utimensat(AT_FDCWD, path, NULL, 0);
 }
 
 static void drop(struct srv_store *st, int i) {
@@ -62,10 +104,157 @@ static void drop(struct srv_store *st, int i) {
     st->v[i] = st->v[--st->n];
 }
 
+/* dropped for good (evicted, deleted): its file too */
+static void forget(struct srv_store *st, int i) {
+    if (st->dir) unlink_file(st, st->v[i].id);
+    drop(st, i);
+}
+
+static size_t json_bytes(json_t *response, json_t *messages, json_t *input) {
+    return json_dumpb(response, NULL, 0, JSON_COMPACT) + json_dumpb(messages, NULL, 0, JSON_COMPACT) +
+           json_dumpb(input, NULL, 0, JSON_COMPACT);
+}
+
+struct found {
+    char id[64];
+    struct timespec t;
+};
+
+static int newest_first(const void *a, const void *b) {
+    const struct timespec *x = &((const struct found *)a)->t, *y = &((const struct found *)b)->t;
+    return x->tv_sec != y->tv_sec ? (x->tv_sec < y->tv_sec) - (x->tv_sec > y->tv_sec)
+                                  : (x->tv_nsec < y->tv_nsec) - (x->tv_nsec > y->tv_nsec);
+}
+
+/* one file's response, checked; false (and why) when it is not one this store wrote */
+static bool load_one(struct srv_store *st, const struct found *f, char *why, size_t n) {
+    char path[4096];
+    file_path(st, f->id, path, sizeof path);
+    json_error_t je;
+    json_t *o = json_load_file(path, JSON_REJECT_DUPLICATES, &je), *r = json_object_get(o, "response");
+    json_t *m = json_object_get(o, "messages"), *in = json_object_get(o, "input");
+    const char *rid = json_string_value(json_object_get(r, "id"));
+    if (!o) snprintf(why, n, "line %d: %s", je.line, je.text);
+    else if (strcmp(json_string_value(json_object_get(o, "object")) ? json_string_value(json_object_get(o, "object")) : "",
+                    "toy.stored_response") || json_integer_value(json_object_get(o, "version")) != 1)
+        snprintf(why, n, "not a stored response of version 1 (\"object\": \"toy.stored_response\", \"version\": 1)");
+    else if (!json_is_object(r) || !json_is_array(m) || !json_is_array(in))
+        snprintf(why, n, "\"response\" (an object), \"messages\" and \"input\" (arrays) are wanted");
+    else if (!rid || strcmp(rid, f->id))
+        snprintf(why, n, "its response's id is not the file's name");
+    else {
+        struct stored *e = &st->v[st->n++];
+        snprintf(e->id, sizeof e->id, "%s", f->id);
+        e->response = json_incref(r), e->messages = json_incref(m), e->input = json_incref(in);
+        e->bytes = json_bytes(r, m, in);
+        st->bytes += e->bytes;
+        json_decref(o);
+        return true;
+    }
+    json_decref(o);
+    return false;
+}
+
+/* the folder's responses, the most recently used first, as many as the store holds */
+static enum toy_status load(struct srv_store *st) {
+    DIR *d = opendir(st->dir);
+    if (!d) return toy_error(TOY_ERR_IO, "--responses-dir %s: %s", st->dir, strerror(errno));
+    struct found *fs = NULL;
+    size_t n = 0, cap = 0;
+    for (struct dirent *de; (de = readdir(d));) {
+        size_t len = strlen(de->d_name);
+        if (len <= 5 || strcmp(de->d_name + len - 5, ".json") || !file_id(de->d_name, len - 5)) continue;
+        struct stat sb;
+        if (fstatat(dirfd(d), de->d_name, &sb, 0) || !S_ISREG(sb.st_mode)) continue;
+        if (n == cap) {
+            struct found *g = realloc(fs, (cap = cap ? cap * 2 : 64) * sizeof *fs);
+            if (!g) {
+                free(fs);
+                closedir(d);
+                return toy_error(TOY_ERR_NOMEM, "--responses-dir %s", st->dir);
+            }
+            fs = g;
+        }
+        snprintf(fs[n].id, sizeof fs[n].id, "%.*s", (int)(len - 5), de->d_name);
+        fs[n++].t = sb.st_mtim;
+    }
+    closedir(d);
+    qsort(fs, n, sizeof *fs, newest_first);
+    size_t kept = 0, bad = 0, over = 0;
+    for (size_t i = 0; i < n; i++) {
+        char why[320];
+        if (st->n == st->max || st->bytes >= st->max_bytes) {
+            over = n - i;
+            break;
+        }
+        if (load_one(st, &fs[i], why, sizeof why)) {
+            kept++;
+            if (st->bytes > st->max_bytes) { /* the one that passed the bound stays out */
+                drop(st, st->n - 1);
+                kept--, over = n - i;
+                break;
+            }
+        } else {
+            bad++;
+            fprintf(stderr, "toy serve: %s/%s.json is skipped (left as it is): %s\n", st->dir, fs[i].id, why);
+        }
+    }
+    /* the clock: the newest gets the highest */
+    for (int i = 0; i < st->n; i++) st->v[i].used = (uint64_t)(st->n - i);
+    st->clock = (uint64_t)st->n;
+    if (kept || bad || over)
+        fprintf(stderr, "toy serve: %zu responses kept from %s", kept, st->dir);
+    if (bad) fprintf(stderr, ", %zu skipped", bad);
+    if (over) fprintf(stderr, ", %zu older ones left there unread (past --responses %d or %zu MiB)", over, st->max,
+                      st->max_bytes >> 20);
+    if (kept || bad || over) fputc('\n', stderr);
+    free(fs);
+    return TOY_OK;
+}
+
+enum toy_status toy_srv_store_open(int max, size_t max_bytes, const char *dir, struct srv_store **out) {
+    *out = NULL;
+    struct srv_store *st = calloc(1, sizeof *st);
+    if (!st || !(st->v = calloc((size_t)(max > 0 ? max : 1), sizeof *st->v))) {
+        free(st);
+        return toy_error(TOY_ERR_NOMEM, "serve: the responses' store");
+    }
+    pthread_mutex_init(&st->mu, NULL);
+    st->max = max;
+    st->max_bytes = max_bytes;
+    st->lock_fd = -1;
+    enum toy_status fs = TOY_OK;
+    if (dir) {
+        char lock[4096];
+        struct stat sb;
+        if (mkdir(dir, 0777) && errno != EEXIST)
+            fs = toy_error(TOY_ERR_IO, "--responses-dir %s: cannot create it: %s", dir, strerror(errno));
+        else if (stat(dir, &sb) || !S_ISDIR(sb.st_mode))
+            fs = toy_error(TOY_ERR_IO, "--responses-dir %s: not a folder", dir);
+        else if (snprintf(lock, sizeof lock, "%s/.lock", dir) >= (int)sizeof lock ||
+                 (st->lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0666)) < 0)
+            fs = toy_error(TOY_ERR_IO, "--responses-dir %s: cannot write in it: %s", dir, strerror(errno));
+        else if (flock(st->lock_fd, LOCK_EX | LOCK_NB))
+            fs = toy_error(TOY_ERR_IO, "--responses-dir %s: another server keeps its responses there", dir);
+        else if (!(st->dir = strdup(dir)))
+            fs = toy_error(TOY_ERR_NOMEM, "--responses-dir %s", dir);
+        else
+            fs = load(st);
+    }
+    if (fs) {
+        toy_srv_store_free(st);
+        return fs;
+    }
+    *out = st;
+    return TOY_OK;
+}
+
 void toy_srv_store_free(struct srv_store *st) {
     if (!st) return;
     while (st->n) drop(st, 0);
     pthread_mutex_destroy(&st->mu);
+    if (st->lock_fd >= 0) close(st->lock_fd); /* and the lock with it */
+    free(st->dir);
     free(st->v);
     free(st);
 }
@@ -79,9 +268,8 @@ static int find(const struct srv_store *st, const char *id) {
 /* keeps copies of response, messages and input under id, the least recently used going first to make room; false
  * when they alone are more than the store holds */
 static bool store_put(struct srv_store *st, const char *id, json_t *response, json_t *messages, json_t *input) {
-    size_t bytes = json_dumpb(response, NULL, 0, JSON_COMPACT) + json_dumpb(messages, NULL, 0, JSON_COMPACT) +
-                   json_dumpb(input, NULL, 0, JSON_COMPACT);
-    if (bytes > st->max_bytes || strlen(id) >= sizeof st->v[0].id) return false;
+    size_t bytes = json_bytes(response, messages, input);
+    if (bytes > st->max_bytes || !file_id(id, strlen(id))) return false;
     json_t *r = json_deep_copy(response), *m = json_deep_copy(messages), *in = json_deep_copy(input);
     if (!r || !m || !in) {
         json_decref(r), json_decref(m), json_decref(in);
@@ -94,12 +282,13 @@ static bool store_put(struct srv_store *st, const char *id, json_t *response, js
         int old = 0;
         for (int i = 1; i < st->n; i++)
             if (st->v[i].used < st->v[old].used) old = i;
-        drop(st, old);
+        forget(st, old);
     }
     struct stored *e = &st->v[st->n++];
     snprintf(e->id, sizeof e->id, "%s", id);
     e->response = r, e->messages = m, e->input = in, e->bytes = bytes, e->used = ++st->clock;
     st->bytes += bytes;
+    if (st->dir) save(st, e);
     pthread_mutex_unlock(&st->mu);
     return true;
 }
@@ -110,6 +299,7 @@ static bool store_get(struct srv_store *st, const char *id, json_t **response, j
     int i = find(st, id);
     if (i >= 0) {
         st->v[i].used = ++st->clock;
+        if (st->dir) touch_file(st, id);
         if (response) *response = json_deep_copy(st->v[i].response);
         if (messages) *messages = json_deep_copy(st->v[i].messages);
     }
@@ -138,6 +328,7 @@ static json_t *store_item(struct srv_store *st, const char *id) {
     for (int i = 0; i < st->n && !it; i++)
         if ((it = item_in(st->v[i].input, id)) || (it = item_in(json_object_get(st->v[i].response, "output"), id))) {
             st->v[i].used = ++st->clock;
+            if (st->dir) touch_file(st, st->v[i].id);
             it = json_deep_copy(it);
         }
     pthread_mutex_unlock(&st->mu);
@@ -153,6 +344,7 @@ json_t *toy_srv_store_input_items(struct srv_store *st, const char *id, int limi
     int i = find(st, id);
     if (i >= 0) {
         st->v[i].used = ++st->clock;
+        if (st->dir) touch_file(st, id);
         in = json_deep_copy(st->v[i].input);
     }
     pthread_mutex_unlock(&st->mu);
@@ -198,7 +390,7 @@ bool toy_srv_store_delete(struct srv_store *st, const char *id) {
     if (!st) return false;
     pthread_mutex_lock(&st->mu);
     int i = find(st, id);
-    if (i >= 0) drop(st, i);
+    if (i >= 0) forget(st, i);
     pthread_mutex_unlock(&st->mu);
     return i >= 0;
 }
