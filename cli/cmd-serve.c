@@ -14,6 +14,7 @@
 #include "generate-gpt2.h"
 #include "paths.h"
 #include "stop-signals.h"
+#include "toy/bert.h"
 #include "toy/models.h"
 #include "toy/serve.h"
 #include "toy/toy.h"
@@ -88,13 +89,22 @@ int toy_cmd_serve(int argc, char **argv) {
     o.chat_template = toy_cli_template_source(o.chat_template, &tmpl_text);
     struct toy_llama *m = NULL;
     struct toy_gpt2 *g2 = NULL;
-    if (toy_cli_is_gpt2(model) ? toy_gpt2_load(model, false, &g2) : toy_llama_load(model, false, &m)) {
+    struct toy_bert *enc = NULL; /* a BERT: embeddings only */
+    bool bert = toy_cli_is_bert(model);
+    if (bert && draft) {
+        fprintf(stderr, "toy serve: %s is a text encoder (bert): it embeds, so --draft has nothing to draft for\n",
+                model);
+        free(tmpl_text);
+        return 2;
+    }
+    if (bert ? toy_bert_load(model, &enc)
+        : toy_cli_is_gpt2(model) ? toy_gpt2_load(model, false, &g2) : toy_llama_load(model, false, &m)) {
         fprintf(stderr, "toy serve: %s\n", toy_last_error());
         free(tmpl_text);
         return 1;
     }
     struct toy_tokenizer *tok = NULL, *dtok = NULL;
-    if (toy_tokenizer_load_gguf(m ? m->gguf : g2->gguf, &tok)) {
+    if (toy_tokenizer_load_gguf(m ? m->gguf : g2 ? g2->gguf : enc->gguf, &tok)) {
         fprintf(stderr, "toy serve: %s has no usable tokenizer (%s); only token-id prompts will work\n", model,
                 toy_last_error());
         tok = NULL;
@@ -116,7 +126,7 @@ int toy_cmd_serve(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     o.stop = &toy_cli_stop;
     int rc = 0;
-    if (m ? toy_serve(m, tok, model, &o) : toy_serve_gpt2(g2, tok, model, &o)) {
+    if (m ? toy_serve(m, tok, model, &o) : g2 ? toy_serve_gpt2(g2, tok, model, &o) : toy_serve_bert(enc, tok, model, &o)) {
         fprintf(stderr, "toy serve: %s\n", toy_last_error());
         rc = 1;
     }
@@ -124,6 +134,7 @@ int toy_cmd_serve(int argc, char **argv) {
     toy_tokenizer_free(dtok);
     toy_llama_free(m);
     toy_gpt2_free(g2);
+    toy_bert_free(enc);
     toy_llama_free(o.draft);
     toy_gpt2_free(o.draft_gpt2);
     free(tmpl_text);

@@ -19,6 +19,7 @@
 #include "json-out.h"
 #include "precision.h"
 #include "stop-signals.h"
+#include "toy/bert.h"
 #include "toy/gguf.h"
 #include "toy/gpt2.h"
 #include "toy/llama.h"
@@ -30,6 +31,14 @@ bool toy_cli_is_gpt2(const char *path) {
     struct toy_gguf *g;
     if (toy_gguf_open(path, &g)) return false;
     bool yes = toy_gguf_is_gpt2(g);
+    toy_gguf_close(g);
+    return yes;
+}
+
+bool toy_cli_is_bert(const char *path) {
+    struct toy_gguf *g;
+    if (toy_gguf_open(path, &g)) return false;
+    bool yes = toy_gguf_is_bert(g);
     toy_gguf_close(g);
     return yes;
 }

@@ -61,6 +61,8 @@ void toy_cli_draft_close(struct toy_cli_draft *d);
 
 /* True when `path` is a GGUF whose general.architecture is "gpt2". */
 bool toy_cli_is_gpt2(const char *path);
+/* Whether path is a GGUF of a BERT encoder (embeddings only) */
+bool toy_cli_is_bert(const char *path);
 /* Loads the GPT-2 GGUF (mapped), encodes the prompt with its tokenizer
  * (special: special-token text such as <|endoftext|> as those tokens, as
  * --special does) or takes prompt_ids ("1 2 3"), generates with a KV cache of kv_type and prints the

@@ -33,6 +33,7 @@
 #include "harness.h"
 #include "serve/serve-internal.h"
 #include "toy/graph.h"
+#include "toy/bert.h"
 #include "toy/gguf.h"
 #include "toy/llama.h"
 #include "toy/tokenizer.h"
@@ -766,6 +767,113 @@ Test(serve, long_embedding_input_in_chunks_equals_one_graph, .timeout = 120) {
     cr_expect_lt(embedding_vs_one_graph(&s, &sm, 700), 1e-4); /* two full chunks of 256 and a part */
     toy_llama_free(m);
     cr_assert_eq(server_stop(&s), 0);
+}
+
+/* the embedding (pooled as asked, not normalized) that toy_bert gives ids in process */
+static void bert_embedding(struct toy_bert *m, const int32_t *ids, int n, enum toy_pooling pool, float *out) {
+    struct toy_ctx *ctx = toy_ctx_init(true);
+    struct toy_tensor *tok = toy_new_tensor_2d(ctx, TOY_I32, n, 1), *pos = toy_new_tensor_1d(ctx, TOY_I32, n);
+    for (int i = 0; i < n; i++) ((int32_t *)tok->data)[i] = ids[i], ((int32_t *)pos->data)[i] = i;
+    struct toy_tensor *e = toy_cont(ctx, toy_bert_pool(ctx, toy_bert_forward(ctx, m, tok, pos), pool));
+    toy_set_output(e);
+    struct toy_graph *g = toy_graph_new(ctx);
+    toy_graph_build(g, e);
+    cr_assert_eq(toy_graph_compute(g, NULL), TOY_OK, "%s", toy_last_error());
+    memcpy(out, e->data, (size_t)m->cfg.d_model * sizeof *out);
+    toy_ctx_free(ctx);
+}
+
+/* A BERT encoder is served for embeddings alone: each input whole (every position sees every other), pooled as
+ * its file says (CLS here) or as --pooling says, normalized unless asked not to; an input longer than its positions
+ * is a 400, and so is any generating endpoint */
+Test(serve, bert_encoder_embeds_and_only_embeds, .timeout = 120) {
+    char dir[] = "/tmp/toy-serve-bert-XXXXXX", path[600];
+    cr_assert(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/bert.gguf", dir);
+    struct toy_bert_config c = {.vocab = 61, .d_model = 64, .n_layers = 2, .n_heads = 4, .d_ff = 128, .max_ctx = 300,
+                                .n_types = 2, .norm_eps = 1e-12f, .pooling = TOY_POOLING_CLS};
+    struct toy_bert *w = toy_bert_new(&c, 11);
+    cr_assert(w);
+    struct toy_gguf_writer *gw;
+    cr_assert_eq(toy_gguf_writer_init(&gw), TOY_OK);
+    cr_assert_eq(toy_bert_write_gguf(w, gw, TOY_F32), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(toy_gguf_writer_write(gw, path), TOY_OK, "%s", toy_last_error());
+    toy_gguf_writer_free(gw);
+    toy_bert_free(w);
+    struct toy_bert *m;
+    cr_assert_eq(toy_bert_load(path, &m), TOY_OK, "%s", toy_last_error());
+    const int32_t a[] = {1, 5, 9, 13, 17}, b[] = {2, 4};
+    float want[2][64], got[64];
+    for (int mode = 0; mode < 2; mode++) { /* the file's pooling (CLS), then --pooling mean */
+        const char *mean[] = {"--pooling", "mean", NULL};
+        struct server s;
+        server_start_model(&s, path, mode ? mean : NULL);
+        enum toy_pooling pool = mode ? TOY_POOLING_MEAN : TOY_POOLING_CLS;
+        bert_embedding(m, a, 5, pool, want[0]);
+        bert_embedding(m, b, 2, pool, want[1]);
+        struct resp r = http(&s, "POST", "/v1/embeddings", "{\"input\":[[1,5,9,13,17],[2,4]],\"normalize\":false}");
+        cr_assert_eq(r.code, 200, "%s", r.body);
+        for (int i = 0; i < 2; i++) {
+            char at[40];
+            snprintf(at, sizeof at, "data.%d.embedding", i);
+            json_t *v = jget(r.json, at);
+            cr_assert_eq(json_array_size(v), 64);
+            for (int k = 0; k < 64; k++) got[k] = (float)json_number_value(json_array_get(v, (size_t)k));
+            for (int k = 0; k < 64; k++)
+                cr_assert(fabsf(got[k] - want[i][k]) <= 1e-5f * (1 + fabsf(want[i][k])), "mode %d, input %d, %d: %g vs %g",
+                          mode, i, k, (double)got[k], (double)want[i][k]);
+        }
+        resp_free(&r);
+        r = http(&s, "POST", "/v1/embeddings", "{\"input\":[1,5,9,13,17]}"); /* normalized */
+        cr_assert_eq(r.code, 200, "%s", r.body);
+        double n2 = 0, dot = 0, nw = 0;
+        for (int k = 0; k < 64; k++) {
+            double x = json_number_value(json_array_get(jget(r.json, "data.0.embedding"), (size_t)k));
+            n2 += x * x, dot += x * want[0][k], nw += (double)want[0][k] * want[0][k];
+        }
+        cr_assert(fabs(n2 - 1) < 1e-5 && dot / sqrt(nw) > 1 - 1e-5, "%g %g", n2, dot / sqrt(nw));
+        resp_free(&r);
+        if (!mode) {
+            /* longer than a prefill chunk (256), whole all the same; one more than its positions, refused */
+            int32_t ids[301];
+            char body[2400] = "{\"normalize\":false,\"input\":[0";
+            ids[0] = 0;
+            for (int i = 1; i < 301; i++) {
+                ids[i] = (i * 7) % 61;
+                snprintf(body + strlen(body), sizeof body - strlen(body), ",%d", ids[i]);
+            }
+            strcat(body, "]}");
+            r = http(&s, "POST", "/v1/embeddings", body);
+            cr_assert_eq(r.code, 400, "%s", r.body);
+            cr_assert_str_eq(jstr(r.json, "error.code"), "context_length_exceeded");
+            resp_free(&r);
+            char *cut = strrchr(body, ',');
+            strcpy(cut, "]}");
+            r = http(&s, "POST", "/v1/embeddings", body);
+            cr_assert_eq(r.code, 200, "%s", r.body);
+            bert_embedding(m, ids, 300, TOY_POOLING_CLS, want[0]);
+            for (int k = 0; k < 64; k++) {
+                double x = json_number_value(json_array_get(jget(r.json, "data.0.embedding"), (size_t)k));
+                cr_assert(fabs(x - want[0][k]) <= 1e-5 * (1 + fabs(want[0][k])), "300 tokens, %d: %g vs %g", k, x,
+                          (double)want[0][k]);
+            }
+            resp_free(&r);
+            const char *gen[][2] = {{"/v1/completions", "{\"prompt\":[1,2],\"max_tokens\":2}"},
+                                    {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}"},
+                                    {"/v1/responses", "{\"input\":\"x\"}"}};
+            for (int i = 0; i < 3; i++) {
+                r = http(&s, "POST", gen[i][0], gen[i][1]);
+                cr_assert_eq(r.code, 400, "%s: %s", gen[i][0], r.body);
+                cr_assert(strstr(r.body, "text encoder"), "%s", r.body);
+                resp_free(&r);
+            }
+        }
+        cr_assert_eq(server_stop(&s), 0);
+    }
+    toy_bert_free(m);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
 }
 
 /* A GPT-2 is served as a Llama-family model is: /v1/models names its architecture, a greedy completion is toy

@@ -94,6 +94,12 @@ enum toy_status toy_serve(struct toy_llama *m, const struct toy_tokenizer *tok, 
 /* The same for a GPT-2 model (toy/gpt2.h). */
 enum toy_status toy_serve_gpt2(struct toy_gpt2 *m, const struct toy_tokenizer *tok, const char *model_path,
                                const struct toy_serve_options *o);
+/* The same for a BERT encoder (toy/bert.h): /v1/embeddings only (the
+ * generating endpoints answer 400), each input encoded whole, so at most
+ * n_ctx (the model's positions) tokens long. */
+struct toy_bert;
+enum toy_status toy_serve_bert(struct toy_bert *m, const struct toy_tokenizer *tok, const char *model_path,
+                               const struct toy_serve_options *o);
 
 #ifdef __cplusplus
 }

@@ -196,6 +196,10 @@ static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_lla
         return toy_error(TOY_ERR_FORMAT, "%s: no general.architecture", toy_gguf_path(g));
     snprintf(c->arch, sizeof c->arch, "%.*s", (int)alen, arch);
     const char *a = c->arch;
+    if (!strcmp(a, "bert"))
+        return toy_error(TOY_ERR_UNSUPPORTED, "%s: architecture 'bert' is a text encoder: it embeds and does not "
+                         "generate (serve it: toy serve -m %s, then POST /v1/embeddings)", toy_gguf_path(g),
+                         toy_gguf_path(g));
     if (!toy_llama_arch_known(a))
         return toy_error(TOY_ERR_UNSUPPORTED, "%s: architecture '%s' is not a Llama-family model toy runs "
                          "(llama, mistral, mistral3, ernie4_5, qwen2, qwen3, gemma2, gemma3, smollm3, olmo2, granite, phi3, "

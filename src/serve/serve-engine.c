@@ -532,7 +532,7 @@ static void embed_start(struct srv_engine *e, struct srv_job *j) {
     e->emb.out = malloc((size_t)(j->n_inputs > 0 ? j->n_inputs : 1) * (size_t)d * sizeof(float));
     e->emb.sum = calloc((size_t)d, sizeof(double));
     if (!e->emb.out || !e->emb.sum) { embed_fail(e, TOY_ERR_NOMEM, "out of memory"); return; }
-    if (longest > SRV_PREFILL_CHUNK) {
+    if (longest > SRV_PREFILL_CHUNK && !e->m->bert) { /* an encoder takes each input whole */
         enum toy_status st = toy_srv_cache_init(e->m, &e->emb.kv, longest, 1, TOY_F32);
         if (st) { embed_fail(e, st, toy_last_error()); return; }
         e->emb.has_kv = true;
@@ -553,7 +553,8 @@ static void embed_step(struct srv_engine *e) {
         int i = e->emb.input;
         int64_t n = j->n_input[i], off = e->emb.off;
         float *row = e->emb.out + (size_t)i * (size_t)d;
-        bool whole = n <= SRV_PREFILL_CHUNK; /* in one graph, without a cache */
+        bool whole = n <= SRV_PREFILL_CHUNK || e->m->bert; /* in one graph, without a cache (an encoder's
+                                                               * positions all see each other: always) */
         int64_t end = whole || n - off <= SRV_PREFILL_CHUNK ? n : off + SRV_PREFILL_CHUNK;
         /* the final-norm hidden states of the chunk: averaged, or its first or last position's */
         enum toy_pooling pool = e->m->pooling;
@@ -1107,11 +1108,15 @@ enum toy_status toy_srv_engine_new(const struct srv_model *m, const struct toy_t
     const enum toy_dtype kv_type = o->kv_f32 ? TOY_F32 : TOY_F16;
     /* the slots' caches: sequences of one pool for the batched rows' ops, else (a GPU's graphs) each its own */
     const bool rows = e->steps.rows;
-    if (!st && rows) st = toy_srv_cache_init(m, &e->steps.pool, e->n_ctx, e->n_slots, kv_type);
+    if (!st && m->bert && o->draft) st = toy_error(TOY_ERR_INVALID_ARG, "a BERT encoder only embeds: it takes no draft");
+    if (!st && rows && !m->bert) st = toy_srv_cache_init(m, &e->steps.pool, e->n_ctx, e->n_slots, kv_type);
     if (!st && rows && e->dm) st = toy_srv_cache_init(e->dm, &e->dsteps.pool, e->dn_ctx, e->n_slots, kv_type);
     for (int i = 0; i < e->n_slots && !st; i++) {
         struct slot *s = &e->slots[i];
-        st = rows ? toy_kv_cache_view_seq(&s->kv, &e->steps.pool, i) : toy_srv_cache_init(m, &s->kv, e->n_ctx, 1, kv_type);
+        /* (an encoder embeds, which takes no slot: its slots stay empty, without caches) */
+        st = m->bert ? TOY_OK
+             : rows  ? toy_kv_cache_view_seq(&s->kv, &e->steps.pool, i)
+                     : toy_srv_cache_init(m, &s->kv, e->n_ctx, 1, kv_type);
         if (!st && !(s->cache_ids = malloc((size_t)e->n_ctx * sizeof(int32_t))))
             st = toy_error(TOY_ERR_NOMEM, "KV cache of slot %d", i);
         if (!st && e->dm)

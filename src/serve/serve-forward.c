@@ -1,5 +1,6 @@
 /* serve-forward.c: the model the server runs (struct srv_model: a
- * Llama-family model or a GPT-2) and its forward pass, built from the
+ * Llama-family model, a GPT-2, or a BERT encoder for embeddings alone) and
+ * its forward pass, built from the
  * public ops of toy/tensor.h. Each family's forward mirrors its model's
  * (src/models/llama.c, src/models/gpt2.c: same family flags, same op order,
  * so the same numbers as toy generate) with three differences the server
@@ -35,6 +36,7 @@
 
 #include "serve/serve-internal.h"
 #include "models/qkv.h"
+#include "toy/bert.h"
 
 /* ---- the model ---------------------------------------------------------------- */
 
@@ -62,12 +64,23 @@ struct srv_model toy_srv_model_gpt2(struct toy_gpt2 *m) {
                               .d_head = c->d_model / c->n_heads, .d_ff = c->d_ff, .max_ctx = c->max_ctx};
 }
 
+struct srv_model toy_srv_model_bert(struct toy_bert *m) {
+    const struct toy_bert_config *c = &m->cfg;
+    return (struct srv_model){.bert = m, .arch = "bert", .vocab = c->vocab, .d_model = c->d_model,
+                              .n_layers = c->n_layers, .n_heads = c->n_heads, .n_kv_heads = c->n_heads,
+                              .d_head = c->d_model / c->n_heads, .d_ff = c->d_ff, .max_ctx = c->max_ctx,
+                              .pooling = c->pooling};
+}
+
 enum toy_status toy_srv_pack(const struct srv_model *m) {
-    return m->llama ? toy_llama_pack_weights(m->llama) : toy_gpt2_pack_weights(m->gpt2);
+    return m->llama ? toy_llama_pack_weights(m->llama)
+           : m->bert ? toy_bert_pack_weights(m->bert)
+                     : toy_gpt2_pack_weights(m->gpt2);
 }
 
 enum toy_status toy_srv_cache_init(const struct srv_model *m, struct toy_kv_cache *c, int64_t n_ctx, int64_t n_seq,
                                    enum toy_dtype type) {
+    if (m->bert) return toy_error(TOY_ERR_UNSUPPORTED, "a BERT encoder has no KV cache: it encodes each text whole");
     return m->llama ? toy_kv_cache_init_type(c, m->llama, n_ctx, n_seq, type)
                     : toy_gpt2_cache_init_type(c, m->gpt2, n_ctx, n_seq, type);
 }
@@ -101,6 +114,7 @@ static bool row_count_dependent(const struct toy_tensor *t) {
 }
 
 int64_t toy_srv_row_group(const struct srv_model *m) {
+    if (m->bert) return 0; /* embeddings only: no tokens sampled, so nothing to keep on one path */
     int n = m->llama ? toy_llama_n_tensors(m->llama) : toy_gpt2_n_tensors(m->gpt2);
     for (int i = 0; i < n; i++)
         if (row_count_dependent(m->llama ? toy_llama_tensor(m->llama, i) : toy_gpt2_tensor(m->gpt2, i))) return 8;
@@ -228,9 +242,18 @@ static struct toy_tensor *gpt2_forward(struct toy_ctx *ctx, struct toy_gpt2 *m, 
     return projg(ctx, bf16, x, m->output, NULL, rg); /* {vocab, 1, B} */
 }
 
+/* a BERT's pooled embedding (its hidden states have no final norm or head; logits are never asked of it) */
+static struct toy_tensor *bert_forward(struct toy_ctx *ctx, struct toy_bert *m, struct toy_tensor *tokens,
+                                       struct toy_tensor *pos, enum srv_out out) {
+    struct toy_tensor *h = toy_bert_forward(ctx, m, tokens, pos);
+    if (out == SRV_OUT_MEAN_HIDDEN) return toy_bert_pool(ctx, h, TOY_POOLING_MEAN);
+    return toy_cont(ctx, toy_bert_pool(ctx, h, out == SRV_OUT_FIRST_HIDDEN ? TOY_POOLING_CLS : TOY_POOLING_LAST));
+}
+
 struct toy_tensor *toy_srv_forward(struct toy_ctx *ctx, const struct srv_model *m, struct toy_tensor *tokens,
                                    struct toy_tensor *pos, const struct srv_seqs *seqs, enum srv_out out,
                                    int64_t rg) {
+    if (m->bert) return bert_forward(ctx, m->bert, tokens, pos, out);
     return m->llama ? llama_forward(ctx, m->llama, tokens, pos, seqs, out, rg)
                     : gpt2_forward(ctx, m->gpt2, tokens, pos, seqs, out, rg);
 }

@@ -928,6 +928,19 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
                         url + 11);
         return send_json(S, c, k->route, 200, model_json(S), NULL, NULL);
     case R_METRICS: return metrics(S, c);
+    case R_COMPLETIONS:
+    case R_CHAT:
+    case R_RESPONSES:
+    case R_MESSAGES:
+    case R_COUNT_TOKENS:
+        if (S->api.m->bert)
+            return fail(S, c, k->route, 400, "invalid_request_error", NULL,
+                        "'%s' is a text encoder (bert): it embeds (/v1/embeddings), it does not generate",
+                        S->model_name);
+        break;
+    default: break;
+    }
+    switch (k->route) {
     case R_CHAT:
     case R_RESPONSES:
     case R_MESSAGES:
@@ -1198,4 +1211,10 @@ enum toy_status toy_serve_gpt2(struct toy_gpt2 *m, const struct toy_tokenizer *t
                                const struct toy_serve_options *o) {
     if (!m) return toy_error(TOY_ERR_INVALID_ARG, "toy_serve_gpt2: NULL model");
     return serve_model(toy_srv_model_gpt2(m), tok, model_path, o);
+}
+
+enum toy_status toy_serve_bert(struct toy_bert *m, const struct toy_tokenizer *tok, const char *model_path,
+                               const struct toy_serve_options *o) {
+    if (!m) return toy_error(TOY_ERR_INVALID_ARG, "toy_serve_bert: NULL model");
+    return serve_model(toy_srv_model_bert(m), tok, model_path, o);
 }

@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "toy/bert.h"
 #include "toy/generate.h"
 #include "toy/json-grammar.h"
 #include "toy/gpt2.h"
@@ -35,12 +36,14 @@
 struct srv_model {
     struct toy_llama *llama;
     struct toy_gpt2 *gpt2;
+    struct toy_bert *bert;    /* an encoder: embeddings only, each input whole (no cache, no generation) */
     const char *arch;
     int64_t vocab, d_model, n_layers, n_heads, n_kv_heads, d_head, d_ff, max_ctx;
     enum toy_pooling pooling; /* how embeddings pool the positions */
 };
 struct srv_model toy_srv_model_llama(struct toy_llama *m);
 struct srv_model toy_srv_model_gpt2(struct toy_gpt2 *m);
+struct srv_model toy_srv_model_bert(struct toy_bert *m);
 /* the model's matrices in the layout of this CPU's inference kernels */
 enum toy_status toy_srv_pack(const struct srv_model *m);
 /* a KV cache of n_seq sequences of n_ctx positions (TOY_F32 or TOY_F16) */
