@@ -26,7 +26,8 @@ static void usage(FILE *f) {
             "TEXT absent or '-' reads standard input.\n"
             "  --pieces        show each token's piece\n"
             "  --special       parse special-token text (<|im_start|>) as those tokens\n"
-            "  --bos, --eos    add BOS / EOS; --no-bos: never add BOS (default: as the model says)\n"
+            "  --bos, --eos    add BOS / EOS; --no-bos: never add BOS (default: as the model says; a\n"
+            "                  WordPiece (BERT) vocabulary: [CLS] ... [SEP], or neither with --no-bos)\n"
             "  --json          print JSON {\"ids\": [...], \"pieces\": [...], \"n_tokens\": N}\n"
             "  --corpus FILE   encode a whole file as one document: BOS first as the model says (--bos,\n"
             "                  --no-bos), EOS last with --eos; repeatable, '-' or a pipe too. toy train and\n"
@@ -84,6 +85,8 @@ int toy_cmd_tokenize(int argc, char **argv) {
     if (toy_tokenizer_load(model, &tok)) { fprintf(stderr, "toy tokenize: %s\n", toy_last_error()); return 1; }
     unsigned flags = (special ? TOY_ENCODE_PARSE_SPECIAL : 0) | (bos ? TOY_ENCODE_ADD_BOS : 0) |
                      (!bos && !no_bos && toy_tokenizer_add_bos(tok) ? TOY_ENCODE_ADD_BOS : 0);
+    /* a BERT encoder's input always ends with [SEP] (its EOS), as it is embedded */
+    if (toy_tokenizer_kind(tok) == TOY_TOKENIZER_WPM && !no_bos) eos = true;
     int rc = 0;
     struct toy_tokens t = {0};
 

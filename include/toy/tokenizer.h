@@ -1,6 +1,6 @@
 /* toy/tokenizer.h: text <-> token ids, exact to the reference tokenizers.
  *
- * Three algorithms behind one opaque handle:
+ * Four algorithms behind one opaque handle:
  *   - byte-level BPE (GPT-2, Llama-3, Qwen2/3, SmolLM2, StarCoder, GPT-NeoX,
  *     GPT-4o): the pre-tokenizer regexes (PCRE2, llama.cpp's table by
  *     tokenizer.ggml.pre name, or a tokenizer.json's own) split the text, each
@@ -9,7 +9,14 @@
  *     a dummy prefix is added, pieces merge by score (or by merge rank for a
  *     tokenizer.json BPE with byte_fallback, as Hugging Face does), characters
  *     missing from the vocabulary fall back to <0xHH> byte tokens (or <unk>);
- *   - SentencePiece Unigram (Gemma/T5-style): Viterbi over piece scores.
+ *   - SentencePiece Unigram (Gemma/T5-style): Viterbi over piece scores;
+ *   - WordPiece (BERT and the embedding models built on it: bge, all-MiniLM,
+ *     e5): Hugging Face's BertNormalizer (lowercase, strip accents) and
+ *     BertPreTokenizer (whitespace, punctuation, CJK ideographs), then the
+ *     longest piece first; pieces are held in llama.cpp's GGUF form, "▁the"
+ *     word-initial and "ing" for "##ing". encode(text) with
+ *     TOY_ENCODE_MODEL_DEFAULTS is [CLS] ids [SEP]: BOS is [CLS] and EOS
+ *     [SEP] for this kind.
  *
  * Vocabularies load from a Hugging Face tokenizer.json (+ tokenizer_config.json
  * beside it), GPT-2 encoder.json + vocab.bpe, a SentencePiece .model, a
@@ -49,6 +56,7 @@ enum toy_tokenizer_kind {
     TOY_TOKENIZER_BPE = 0, /* byte-level BPE (GGUF tokenizer.ggml.model "gpt2") */
     TOY_TOKENIZER_SPM = 1, /* SentencePiece BPE ("llama") */
     TOY_TOKENIZER_UGM = 2, /* SentencePiece Unigram ("t5"/"gemma"-style) */
+    TOY_TOKENIZER_WPM = 3, /* WordPiece ("bert"): BOS is [CLS], EOS [SEP] */
 };
 
 /* Token types: the values of GGUF tokenizer.ggml.token_type and of
@@ -84,7 +92,8 @@ struct toy_tokenizer_spec {
     enum toy_tokenizer_kind kind;
     int64_t n_tokens;
     const char *const *tokens;  /* piece text as the vocabulary stores it: GPT-2 byte-to-unicode
-                                   form for BPE, U+2581 for spaces in SentencePiece */
+                                   form for BPE, U+2581 for spaces in SentencePiece; WPM: U+2581
+                                   before a word-initial piece, a continuation ("##ing") bare */
     const float *scores;        /* n_tokens or NULL (needed by SPM/UGM) */
     const int32_t *types;       /* n_tokens enum toy_token_type, or NULL (all NORMAL; SPM: <0xHH> become BYTE) */
     const uint8_t *attrs;       /* n_tokens TOY_TOKEN_ATTR_* bits, or NULL */
@@ -102,12 +111,18 @@ struct toy_tokenizer_spec {
                                    Prepend normalizer), not only the first and after specials (llama.cpp) */
     bool ignore_merges;         /* BPE: a piece that is itself in the vocabulary is not merged (Llama-3) */
     bool nfc;                   /* NFC-normalize text before encoding */
+    /* WPM: Hugging Face's BertNormalizer and WordPiece settings; zero is BERT-uncased's */
+    bool keep_case;             /* do not lowercase (a cased model: lowercase false) */
+    int strip_accents;          /* NFD, then drop nonspacing marks: 0 when lowercasing (HF's null), 1 always,
+                                   -1 never */
+    int32_t max_word_chars;     /* a word of more code points is [UNK] (0: 100, max_input_chars_per_word) */
     const char *chat_template;  /* Jinja source or NULL */
 };
 
 /* Builds a tokenizer. Checks every id, merge and token: duplicate tokens keep
  * the first id, a merge naming a token that is not in the vocabulary is an
- * error (TOY_ERR_FORMAT, with the merge's index). */
+ * error (TOY_ERR_FORMAT, with the merge's index), and so is a WordPiece
+ * vocabulary without an UNK id (a word it cannot cover becomes UNK). */
 enum toy_status toy_tokenizer_init(const struct toy_tokenizer_spec *spec, struct toy_tokenizer **out);
 void toy_tokenizer_free(struct toy_tokenizer *tok);
 
@@ -123,7 +138,14 @@ void toy_tokenizer_free(struct toy_tokenizer *tok);
  * name says nothing). */
 enum toy_status toy_tokenizer_load(const char *path, struct toy_tokenizer **out);
 /* Hugging Face tokenizer.json; config_path (tokenizer_config.json) may be NULL:
- * it supplies bos/eos/add_bos and the chat template. */
+ * it supplies bos/eos/add_bos and the chat template. A WordPiece model
+ * (BertNormalizer, BertPreTokenizer) is read into the GGUF form ("##x" -> "x",
+ * other vocabulary entries "▁x", added tokens as they are), [CLS]/[SEP] and
+ * whether they are added from its post_processor (TemplateProcessing or
+ * BertProcessing); tokenizer_config.json's do_lower_case and strip_accents
+ * override the normalizer's, as transformers does. What it cannot follow (a
+ * normalizer or pre-tokenizer of another kind, clean_text or
+ * handle_chinese_chars false) is TOY_ERR_UNSUPPORTED naming it. */
 enum toy_status toy_tokenizer_load_hf(const char *json_path, const char *config_path,
                                       struct toy_tokenizer **out);
 /* The same from memory (json text need not be NUL-terminated). */
@@ -136,10 +158,17 @@ enum toy_status toy_tokenizer_load_gpt2(const char *encoder_json, const char *vo
 enum toy_status toy_tokenizer_load_spm(const char *model_path, struct toy_tokenizer **out);
 enum toy_status toy_tokenizer_load_spm_mem(const void *data, size_t len, struct toy_tokenizer **out);
 /* From the tokenizer.ggml.* metadata of a GGUF file (llama.cpp's keys:
- * model "gpt2"/"llama"/"t5", pre, tokens, scores, token_type, merges,
+ * model "gpt2"/"llama"/"t5"/"bert", pre, tokens, scores, token_type, merges,
  * bos/eos/unknown/padding/eot_token_id, add_bos_token, add_eos_token,
  * add_space_prefix; tokenizer.chat_template). Array lengths must agree and
- * tokens must be valid UTF-8 without NULs (TOY_ERR_FORMAT naming the key). */
+ * tokens must be valid UTF-8 without NULs (TOY_ERR_FORMAT naming the key).
+ * "bert" as llama.cpp reads it: [CLS] from bos_token_id (else cls_token_id,
+ * else 101), [SEP] from seperator_token_id (else 102), unknown 100, padding
+ * 0 (defaults that the vocabulary is too small for are none), normalizer.lowercase
+ * (default true) and normalizer.strip_accents (default: as lowercase), and
+ * [CLS]/[SEP] always added under TOY_ENCODE_MODEL_DEFAULTS, whatever
+ * add_bos_token/add_eos_token say (llama.cpp adds them for any "bert"
+ * vocabulary). */
 struct toy_gguf;
 struct toy_gguf_writer;
 /* g NULL (m->gguf of a model made by toy_llama_new) is TOY_ERR_INVALID_ARG. */
@@ -176,13 +205,18 @@ enum toy_status toy_tokenizer_encode(const struct toy_tokenizer *tok, const char
 
 enum {
     TOY_DECODE_SKIP_SPECIAL = 1 << 0, /* CONTROL/UNKNOWN/UNUSED tokens produce no text */
-    TOY_DECODE_KEEP_LEADING_SPACE = 1 << 1, /* SPM: keep the dummy-prefix space of the first token */
+    TOY_DECODE_KEEP_LEADING_SPACE = 1 << 1, /* SPM: keep the dummy-prefix space of the first token
+                                               (WPM: the space before the first word) */
 };
 
 /* Decodes ids into a malloc'd, NUL-terminated string (*len excludes the NUL;
  * len may be NULL).
  * Bytes are output exactly (decode(encode(x)) == x where the vocabulary can
- * represent x); an id out of range is TOY_ERR_RANGE. */
+ * represent x); an id out of range is TOY_ERR_RANGE. WordPiece decodes as
+ * Hugging Face's WordPiece decoder: words joined by one space, continuations
+ * glued to the piece before, no space before the first, and its cleanup of
+ * each token (" ." -> ".", " ," -> ",", " 's" -> "'s", ...): lowercased,
+ * unaccented, respaced text. */
 enum toy_status toy_tokenizer_decode(const struct toy_tokenizer *tok, const int32_t *ids, int64_t n,
                                      unsigned flags, char **text, size_t *len);
 
@@ -222,7 +256,7 @@ size_t toy_utf8_chars(const char *s, size_t n);
 
 int64_t toy_tokenizer_n_vocab(const struct toy_tokenizer *tok);
 enum toy_tokenizer_kind toy_tokenizer_kind(const struct toy_tokenizer *tok);
-/* The pre-tokenizer name ("gpt-2", "llama-bpe", ..., "custom"; "default" for SPM/UGM). */
+/* The pre-tokenizer name ("gpt-2", "llama-bpe", ..., "custom"; "default" for SPM/UGM/WPM). */
 const char *toy_tokenizer_pre(const struct toy_tokenizer *tok);
 /* Piece text as stored ("Ġworld", "▁the"); NULL if id is out of range. */
 const char *toy_tokenizer_piece(const struct toy_tokenizer *tok, int32_t id);
@@ -251,8 +285,10 @@ int64_t toy_tokenizer_n_merges(const struct toy_tokenizer *tok);
 const char *toy_tokenizer_merge(const struct toy_tokenizer *tok, int64_t rank);
 
 /* Saves as a Hugging Face tokenizer.json: byte-level BPE (its pre-tokenizer
- * regexes as Split + ByteLevel) and Unigram; SentencePiece BPE has no merge
- * list to write (TOY_ERR_UNSUPPORTED: use GGUF). */
+ * regexes as Split + ByteLevel), Unigram, and WordPiece (BertNormalizer,
+ * BertPreTokenizer, TemplateProcessing with [CLS]/[SEP], "##" pieces);
+ * SentencePiece BPE has no merge list to write (TOY_ERR_UNSUPPORTED: use
+ * GGUF). */
 enum toy_status toy_tokenizer_save_hf(const struct toy_tokenizer *tok, const char *path);
 
 /* ---- packed token files ("TOYT", docs/formats.md) ---- */

@@ -1,9 +1,11 @@
 /* tokenizer-gguf.c: tokenizers to and from GGUF metadata: llama.cpp's
  * tokenizer.ggml.* keys (model, pre, tokens, scores, token_type, merges, the
- * special ids, add_bos_token/add_eos_token/add_space_prefix) and
- * tokenizer.chat_template. Defaults for absent keys follow llama.cpp's
- * llama_vocab::load (SPM: unk 0, bos 1, eos 2, add_bos, dummy prefix;
- * Llama-3 and Tekken pre-tokenizers: ignore_merges and add_bos).
+ * special ids, add_bos_token/add_eos_token/add_space_prefix, the BERT
+ * normalizer's lowercase/strip_accents) and tokenizer.chat_template.
+ * Defaults for absent keys follow llama.cpp's llama_vocab::load (SPM: unk 0,
+ * bos 1, eos 2, add_bos, dummy prefix; Llama-3 and Tekken pre-tokenizers:
+ * ignore_merges and add_bos; "bert": [CLS] 101 as BOS, [SEP] 102 from
+ * seperator_token_id, unk 100, pad 0, both added, lowercase).
  */
 #include "tokenizer-impl.h"
 
@@ -122,7 +124,9 @@ enum toy_status toy_tokenizer_load_gguf(const struct toy_gguf *g, struct toy_tok
     if (!strcmp(model, "gpt2")) spec.kind = TOY_TOKENIZER_BPE;
     else if (!strcmp(model, "llama")) spec.kind = TOY_TOKENIZER_SPM;
     else if (!strcmp(model, "t5")) spec.kind = TOY_TOKENIZER_UGM;
-    else return toy_error(TOY_ERR_UNSUPPORTED, "tokenizer.ggml.model '%s' is not supported (gpt2, llama, t5)", model);
+    else if (!strcmp(model, "bert")) spec.kind = TOY_TOKENIZER_WPM;
+    else return toy_error(TOY_ERR_UNSUPPORTED, "tokenizer.ggml.model '%s' is not supported (gpt2, llama, t5, bert)", model);
+    bool wpm = spec.kind == TOY_TOKENIZER_WPM;
     if (toy_gguf_get_str(g, "tokenizer.ggml.pre", &pre, NULL)) pre = NULL;
     if (toy_gguf_get_str(g, "tokenizer.chat_template", &tmpl, NULL)) tmpl = NULL;
 
@@ -139,12 +143,12 @@ enum toy_status toy_tokenizer_load_gguf(const struct toy_gguf *g, struct toy_tok
     types = calloc((size_t)n, sizeof *types);
     if (!scores || !types) { st = toy_error(TOY_ERR_NOMEM, "tokenizer: out of memory"); goto done; }
     if ((st = get_numarr(g, "tokenizer.ggml.scores", n, scores, NULL, &has))) goto done;
-    if (!has && spec.kind != TOY_TOKENIZER_BPE) {
+    if (!has && spec.kind != TOY_TOKENIZER_BPE && !wpm) { /* llama.cpp's BERT converter writes no scores */
         st = toy_error(TOY_ERR_FORMAT, "tokenizer.ggml.scores is required by a '%s' tokenizer", model);
         goto done;
     }
     if ((st = get_numarr(g, "tokenizer.ggml.token_type", n, NULL, types, &has))) goto done;
-    bool spm = spec.kind != TOY_TOKENIZER_BPE;
+    bool spm = spec.kind == TOY_TOKENIZER_SPM || spec.kind == TOY_TOKENIZER_UGM;
     /* llama.cpp (llama_vocab::load) makes end-of-generation- and
      * fill-in-the-middle-looking tokens CONTROL whatever the file says, so
      * they are text unless parse_special */
@@ -168,15 +172,32 @@ enum toy_status toy_tokenizer_load_gguf(const struct toy_gguf *g, struct toy_tok
         spec.n_pre_regex = (int)n_pre_re;
         spec.pre_regex = (const char *const *)pre_re;
     }
-    spec.bos = get_id(g, "tokenizer.ggml.bos_token_id", spm ? 1 : -1, &st);
-    spec.eos = get_id(g, "tokenizer.ggml.eos_token_id", spm ? 2 : -1, &st);
-    spec.unk = get_id(g, "tokenizer.ggml.unknown_token_id", spm ? 0 : -1, &st);
-    spec.pad = get_id(g, "tokenizer.ggml.padding_token_id", -1, &st);
+    if (wpm) {
+        /* llama.cpp's "bert" defaults, each only where the vocabulary has the id (it disables the others). Its
+         * BOS is [CLS] (older converters named it cls_token_id alone); what it appends is the separator, not
+         * eos_token_id: that is our EOS here */
+        int32_t cls = get_id(g, "tokenizer.ggml.cls_token_id", n > 101 ? 101 : -1, &st);
+        spec.bos = get_id(g, "tokenizer.ggml.bos_token_id", cls, &st);
+        spec.eos = get_id(g, "tokenizer.ggml.seperator_token_id", n > 102 ? 102 : -1, &st);
+        spec.unk = get_id(g, "tokenizer.ggml.unknown_token_id", n > 100 ? 100 : -1, &st);
+        spec.pad = get_id(g, "tokenizer.ggml.padding_token_id", 0, &st);
+        bool lower = get_flag(g, "tokenizer.ggml.normalizer.lowercase", true);
+        spec.keep_case = !lower;
+        spec.strip_accents = get_flag(g, "tokenizer.ggml.normalizer.strip_accents", lower) ? 1 : -1;
+        /* HF's max_input_chars_per_word where it is not 100 (a toy key: llama.cpp has no limit) */
+        int32_t mw = get_id(g, "tokenizer.toy.max_word_chars", 0, &st);
+        spec.max_word_chars = mw > 0 ? mw : 0;
+    } else {
+        spec.bos = get_id(g, "tokenizer.ggml.bos_token_id", spm ? 1 : -1, &st);
+        spec.eos = get_id(g, "tokenizer.ggml.eos_token_id", spm ? 2 : -1, &st);
+        spec.unk = get_id(g, "tokenizer.ggml.unknown_token_id", spm ? 0 : -1, &st);
+        spec.pad = get_id(g, "tokenizer.ggml.padding_token_id", -1, &st);
+    }
     spec.eot = get_id(g, "tokenizer.ggml.eot_token_id", -1, &st);
     if (st) goto done;
     /* ids beyond the vocabulary: llama.cpp ignores them; we say so */
     int32_t *ids[] = {&spec.bos, &spec.eos, &spec.unk, &spec.pad, &spec.eot};
-    static const char *const names[] = {"bos", "eos", "unknown", "padding", "eot"};
+    const char *const names[] = {"bos", wpm ? "seperator" : "eos", "unknown", "padding", "eot"};
     for (int k = 0; k < 5; k++)
         if (*ids[k] >= n) {
             st = toy_error(TOY_ERR_RANGE, "tokenizer.ggml.%s_token_id = %d, vocabulary has %lld tokens", names[k], *ids[k], (long long)n);
@@ -194,6 +215,9 @@ enum toy_status toy_tokenizer_load_gguf(const struct toy_gguf *g, struct toy_tok
     bool llama3 = pre && (!strcmp(pre, "llama-bpe") || !strcmp(pre, "llama3") || !strcmp(pre, "tekken"));
     spec.add_bos = get_flag(g, "tokenizer.ggml.add_bos_token", spm || llama3);
     spec.add_eos = get_flag(g, "tokenizer.ggml.add_eos_token", false);
+    /* llama.cpp's tokenize adds [CLS] and [SEP] to any "bert" text with add_special, whatever the flags (older
+     * converters wrote add_bos_token false for BERT) */
+    if (wpm) spec.add_bos = spec.add_eos = true;
     spec.add_space_prefix = get_flag(g, "tokenizer.ggml.add_space_prefix", spm);
     spec.ignore_merges = llama3;
     spec.chat_template = tmpl;
@@ -234,7 +258,8 @@ enum toy_status toy_tokenizer_load_gguf_file(const char *path, struct toy_tokeni
 
 enum toy_status toy_tokenizer_write_gguf(const struct toy_tokenizer *tok, struct toy_gguf_writer *w) {
     enum toy_status st;
-    static const char *const models[] = {"gpt2", "llama", "t5"};
+    static const char *const models[] = {"gpt2", "llama", "t5", "bert"};
+    bool scored = tok->kind == TOY_TOKENIZER_SPM || tok->kind == TOY_TOKENIZER_UGM;
 #define TRY(x) do { if ((st = (x))) return st; } while (0)
     TRY(toy_gguf_writer_set_str(w, "tokenizer.ggml.model", models[tok->kind]));
     if (tok->kind == TOY_TOKENIZER_BPE) {
@@ -250,7 +275,7 @@ enum toy_status toy_tokenizer_write_gguf(const struct toy_tokenizer *tok, struct
                                                    (uint64_t)tok->n_regex));
     }
     TRY(toy_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)tok->text, NULL, (uint64_t)tok->n_vocab));
-    if (tok->kind != TOY_TOKENIZER_BPE)
+    if (scored)
         TRY(toy_gguf_writer_set_arr(w, "tokenizer.ggml.scores", TOY_GGUF_F32, tok->scores, (uint64_t)tok->n_vocab));
     TRY(toy_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", TOY_GGUF_I32, tok->types, (uint64_t)tok->n_vocab));
     if (tok->kind == TOY_TOKENIZER_BPE)
@@ -265,12 +290,21 @@ enum toy_status toy_tokenizer_write_gguf(const struct toy_tokenizer *tok, struct
                                        "tokenizer.ggml.eot_token_id"};
     for (int k = 0; k < 5; k++)
         if (ids[k] >= 0) TRY(toy_gguf_writer_set_u32(w, keys[k], (uint32_t)ids[k]));
+    if (tok->kind == TOY_TOKENIZER_WPM) {
+        /* the keys llama.cpp's converter writes for BERT beside bos/eos, which older readers take [CLS] and
+         * [SEP] from; and the normalizer, whose absent lowercase llama.cpp would take as true */
+        if (tok->bos >= 0) TRY(toy_gguf_writer_set_u32(w, "tokenizer.ggml.cls_token_id", (uint32_t)tok->bos));
+        if (tok->eos >= 0) TRY(toy_gguf_writer_set_u32(w, "tokenizer.ggml.seperator_token_id", (uint32_t)tok->eos));
+        TRY(toy_gguf_writer_set_bool(w, "tokenizer.ggml.normalizer.lowercase", tok->wpm_lower));
+        TRY(toy_gguf_writer_set_bool(w, "tokenizer.ggml.normalizer.strip_accents", tok->wpm_strip));
+        if (tok->wpm_max_chars != 100)
+            TRY(toy_gguf_writer_set_u32(w, "tokenizer.toy.max_word_chars", (uint32_t)tok->wpm_max_chars));
+    }
     for (int k = 0; k < 4; k++)
         if (tok->named_eog[k] >= 0) TRY(toy_gguf_writer_set_u32(w, eog_keys[k], (uint32_t)tok->named_eog[k]));
     TRY(toy_gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", tok->add_bos));
     TRY(toy_gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", tok->add_eos));
-    if (tok->kind != TOY_TOKENIZER_BPE)
-        TRY(toy_gguf_writer_set_bool(w, "tokenizer.ggml.add_space_prefix", tok->add_space_prefix));
+    if (scored) TRY(toy_gguf_writer_set_bool(w, "tokenizer.ggml.add_space_prefix", tok->add_space_prefix));
     if (tok->chat_template) TRY(toy_gguf_writer_set_str(w, "tokenizer.chat_template", tok->chat_template));
 #undef TRY
     return TOY_OK;
@@ -292,7 +326,7 @@ enum toy_status toy_tokenizer_write_gguf_rows(const struct toy_tokenizer *tok, s
         types[i] = pad ? TOY_TOKEN_UNUSED : tok->types[i];
     }
     if (!st) st = toy_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", text, NULL, (uint64_t)rows);
-    if (!st && tok->kind != TOY_TOKENIZER_BPE)
+    if (!st && (tok->kind == TOY_TOKENIZER_SPM || tok->kind == TOY_TOKENIZER_UGM))
         st = toy_gguf_writer_set_arr(w, "tokenizer.ggml.scores", TOY_GGUF_F32, scores, (uint64_t)rows);
     if (!st) st = toy_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", TOY_GGUF_I32, types, (uint64_t)rows);
     free(text);

@@ -1,6 +1,6 @@
 /* tokenizer-impl.h: the private layout of struct toy_tokenizer, shared by
  * tokenizer.c (vocabulary, special tokens, decode), bpe.c (byte-level BPE),
- * spm.c (SentencePiece BPE and Unigram) and the loaders.
+ * spm.c (SentencePiece BPE and Unigram), wpm.c (WordPiece) and the loaders.
  *
  * Invariants: every id in [0, n_vocab); text[i] is the stored piece, bytes[i]
  * the raw bytes it decodes to; the hash maps index these pools and never own
@@ -116,8 +116,12 @@ struct toy_tokenizer {
     bool prefix_every_fragment; /* HF Prepend normalizer: each text fragment gets the dummy prefix */
     bool spm_ranked;     /* SPM pieces merge by merge rank (a tokenizer.json BPE with byte_fallback) */
     bool spm_word_split; /* no piece has U+2581 after another character: words merge independently */
-    uint32_t max_piece_len;
+    uint32_t max_piece_len; /* WPM: over every token, CONTROL ones too (llama.cpp looks them all up) */
     float min_score;
+
+    /* WPM: BertNormalizer's lowercase and strip_accents (resolved), HF's max_input_chars_per_word */
+    bool wpm_lower, wpm_strip;
+    int32_t wpm_max_chars;
 
     /* specials matched in text, sorted by length, longest first */
     int32_t *special;
@@ -209,6 +213,12 @@ enum toy_status toy_tok_spm_encode(const struct toy_tokenizer *tok, struct tok_s
                                    size_t len, bool add_prefix, struct toy_tokens *out);
 enum toy_status toy_tok_ugm_encode(const struct toy_tokenizer *tok, struct tok_scratch *s, const char *text,
                                    size_t len, bool add_prefix, struct toy_tokens *out);
+
+/* wpm.c */
+enum toy_status toy_tok_wpm_encode(const struct toy_tokenizer *tok, struct tok_scratch *s, const char *text,
+                                   size_t len, struct toy_tokens *out);
+/* HF's WordPiece decoder cleanup (" ." -> ".", " 's" -> "'s", ...) on one token's text, in place; the new length. */
+size_t toy_tok_wpm_cleanup(char *s, size_t n);
 
 /* "<0xHH>" -> HH, else -1 */
 int toy_tok_parse_byte_piece(const char *s, size_t n);

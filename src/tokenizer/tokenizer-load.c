@@ -8,7 +8,9 @@
  *
  * Formats: tokenizer.json is the `tokenizers` library's serialization
  * (model.vocab piece->id, model.merges as "a b" strings or ["a","b"] pairs,
- * added_tokens, pre_tokenizer/normalizer trees). The .model file is protobuf
+ * added_tokens, pre_tokenizer/normalizer trees; a WordPiece model is turned
+ * into llama.cpp's GGUF form of it, convert_hf_to_gguf.py's "phantom space"
+ * vocabulary, so that a folder and its GGUF tokenize alike). The .model file is protobuf
  * (sentencepiece_model.proto): ModelProto{1: repeated SentencePiece{1 piece,
  * 2 score, 3 type}, 2: TrainerSpec{3 model_type, 35 byte_fallback, 40..43
  * unk/bos/eos/pad id}, 3: NormalizerSpec{3 add_dummy_prefix}}. Every length
@@ -169,6 +171,148 @@ static void normalizer_walk(json_t *n, bool *nfc, bool *prepend, bool *replace) 
     else if (!strcmp(type, "Replace")) *replace = true;
 }
 
+/* The one object a "Sequence" of a single step wraps, or node itself. */
+static json_t *hf_single(json_t *node, const char *list) {
+    const char *t = json_string_value(json_object_get(node, "type"));
+    json_t *a = json_object_get(node, list);
+    return t && !strcmp(t, "Sequence") && json_array_size(a) == 1 ? json_array_get(a, 0) : node;
+}
+
+static const char *hf_special_id(json_t *item) {
+    return json_string_value(json_object_get(json_object_get(item, "SpecialToken"), "id"));
+}
+
+/* A WordPiece tokenizer.json (BERT's: BertNormalizer, BertPreTokenizer,
+ * TemplateProcessing or BertProcessing, WordPiece with "##" continuations)
+ * into the spec of a WPM tokenizer, its vocabulary rewritten as llama.cpp's
+ * converter writes it: "##x" -> "x", other entries "▁x"; added tokens, and
+ * the special tokens the model and post-processor name, stay as they are.
+ * tokens[]/types[] come filled from model.vocab and added_tokens; the
+ * rewritten strings are malloc'd into *owned (n entries). */
+static enum toy_status hf_wordpiece(json_t *root, json_t *cfg, char **tokens, int32_t *types, int64_t n,
+                                    struct toy_tokenizer_spec *spec, char ***owned) {
+    json_t *model = json_object_get(root, "model");
+    json_t *norm = hf_single(json_object_get(root, "normalizer"), "normalizers");
+    const char *nt = json_string_value(json_object_get(norm, "type"));
+    if (!nt || strcmp(nt, "BertNormalizer"))
+        return toy_error(TOY_ERR_UNSUPPORTED, "tokenizer.json: WordPiece with normalizer '%s' (only BertNormalizer)",
+                         nt ? nt : "null");
+    static const char *const always[] = {"clean_text", "handle_chinese_chars"};
+    for (int k = 0; k < 2; k++)
+        if (json_is_false(json_object_get(norm, always[k])))
+            return toy_error(TOY_ERR_UNSUPPORTED, "tokenizer.json: normalizer.%s false is not supported", always[k]);
+    bool lower = !json_is_false(json_object_get(norm, "lowercase"));
+    json_t *sa = json_object_get(norm, "strip_accents");
+    int strip = json_is_true(sa) ? 1 : json_is_false(sa) ? -1 : 0;
+    /* transformers' BertTokenizerFast rebuilds the normalizer from tokenizer_config.json's values where they
+     * differ (we only where the config names them: its own defaults would lowercase a cased tokenizer.json) */
+    json_t *dl = cfg ? json_object_get(cfg, "do_lower_case") : NULL;
+    if (json_is_boolean(dl)) lower = json_is_true(dl);
+    json_t *cs = cfg ? json_object_get(cfg, "strip_accents") : NULL;
+    if (cs) strip = json_is_true(cs) ? 1 : json_is_false(cs) ? -1 : 0;
+    if (cfg && json_is_false(json_object_get(cfg, "tokenize_chinese_chars")))
+        return toy_error(TOY_ERR_UNSUPPORTED, "tokenizer_config.json: tokenize_chinese_chars false is not supported");
+
+    json_t *pt = hf_single(json_object_get(root, "pre_tokenizer"), "pretokenizers");
+    const char *ptt = json_string_value(json_object_get(pt, "type"));
+    if (!ptt || strcmp(ptt, "BertPreTokenizer"))
+        return toy_error(TOY_ERR_UNSUPPORTED, "tokenizer.json: WordPiece with pre_tokenizer '%s' (only BertPreTokenizer)",
+                         ptt ? ptt : "null");
+
+    const char *prefix = "##", *unk = "[UNK]";
+    json_t *jp = json_object_get(model, "continuing_subword_prefix"), *ju = json_object_get(model, "unk_token");
+    if (json_is_string(jp)) prefix = json_string_value(jp);
+    if (json_is_string(ju)) unk = json_string_value(ju);
+    if (!*prefix) return toy_error(TOY_ERR_UNSUPPORTED, "tokenizer.json: an empty model.continuing_subword_prefix");
+    json_t *mw = json_object_get(model, "max_input_chars_per_word");
+    if (mw && !json_is_null(mw)) {
+        if (!json_is_integer(mw) || json_integer_value(mw) < 1 || json_integer_value(mw) > INT32_MAX)
+            return toy_error(TOY_ERR_FORMAT, "tokenizer.json: model.max_input_chars_per_word is not a positive count");
+        spec->max_word_chars = (int32_t)json_integer_value(mw);
+    }
+
+    /* [CLS] and [SEP], and whether a single text gets them */
+    json_t *post = json_object_get(root, "post_processor"), *tp = NULL;
+    const char *ptype = json_string_value(json_object_get(post, "type"));
+    const char *cls = NULL, *sep = NULL;
+    bool add_cls = false, add_sep = false;
+    if (ptype && !strcmp(ptype, "Sequence")) {
+        size_t i;
+        json_t *v;
+        json_array_foreach(json_object_get(post, "processors"), i, v) {
+            const char *t = json_string_value(json_object_get(v, "type"));
+            if (t && (!strcmp(t, "TemplateProcessing") || !strcmp(t, "BertProcessing"))) tp = v;
+        }
+    } else if (ptype) {
+        tp = post;
+    }
+    ptype = json_string_value(json_object_get(tp, "type"));
+    if (ptype && !strcmp(ptype, "TemplateProcessing")) {
+        json_t *single = json_object_get(tp, "single");
+        size_t ns = json_array_size(single);
+        if (ns > 0 && (cls = hf_special_id(json_array_get(single, 0)))) add_cls = true;
+        if (ns > 1 && (sep = hf_special_id(json_array_get(single, ns - 1)))) add_sep = true;
+    } else if (ptype && (!strcmp(ptype, "BertProcessing") || !strcmp(ptype, "RobertaProcessing"))) {
+        cls = json_string_value(json_array_get(json_object_get(tp, "cls"), 0));
+        sep = json_string_value(json_array_get(json_object_get(tp, "sep"), 0));
+        add_cls = cls != NULL;
+        add_sep = sep != NULL;
+    } else if (post && !json_is_null(post)) {
+        return toy_error(TOY_ERR_UNSUPPORTED, "tokenizer.json: WordPiece with post_processor '%s'",
+                         ptype ? ptype : "(no type)");
+    }
+    const char *ccls = cfg ? token_content(json_object_get(cfg, "cls_token")) : NULL;
+    const char *csep = cfg ? token_content(json_object_get(cfg, "sep_token")) : NULL;
+    const char *pad = cfg ? token_content(json_object_get(cfg, "pad_token")) : NULL;
+    const char *mask = cfg ? token_content(json_object_get(cfg, "mask_token")) : NULL;
+    if (!cls) cls = ccls ? ccls : "[CLS]";
+    if (!sep) sep = csep ? csep : "[SEP]";
+    if (!pad) pad = "[PAD]";
+    if (!mask) mask = "[MASK]";
+
+    if (!(*owned = calloc((size_t)n, sizeof **owned))) return toy_error(TOY_ERR_NOMEM, "tokenizer.json: out of memory");
+    const char *const named[] = {unk, cls, sep, pad, mask};
+    size_t pl = strlen(prefix);
+    for (int64_t k = 0; k < n; k++) {
+        if (types[k] != TOY_TOKEN_NORMAL) continue; /* an added token: matched by its text, kept as it is */
+        bool special = false;
+        for (int j = 0; j < 5 && !special; j++) special = !strcmp(tokens[k], named[j]);
+        if (special) {
+            types[k] = TOY_TOKEN_CONTROL;
+            continue;
+        }
+        size_t l = strlen(tokens[k]);
+        bool cont = !strncmp(tokens[k], prefix, pl);
+        char *t = malloc(l + 4);
+        if (!t) return toy_error(TOY_ERR_NOMEM, "tokenizer.json: out of memory");
+        if (cont) memcpy(t, tokens[k] + pl, l - pl + 1);
+        else {
+            memcpy(t, "\xe2\x96\x81", 3);
+            memcpy(t + 3, tokens[k], l + 1);
+        }
+        tokens[k] = (*owned)[k] = t;
+    }
+
+    spec->kind = TOY_TOKENIZER_WPM;
+    spec->n_tokens = n;
+    spec->tokens = (const char *const *)tokens;
+    spec->types = types;
+    spec->keep_case = !lower;
+    spec->strip_accents = strip;
+    spec->unk = find_text(tokens, n, unk);
+    if (spec->unk < 0)
+        return toy_error(TOY_ERR_FORMAT, "tokenizer.json: the WordPiece unk_token '%s' is not in the vocabulary", unk);
+    spec->bos = find_text(tokens, n, cls);
+    spec->eos = find_text(tokens, n, sep);
+    spec->pad = find_text(tokens, n, pad);
+    if ((add_cls && spec->bos < 0) || (add_sep && spec->eos < 0))
+        return toy_error(TOY_ERR_FORMAT, "tokenizer.json: post_processor adds '%s', which is not in the vocabulary",
+                         add_cls && spec->bos < 0 ? cls : sep);
+    spec->add_bos = add_cls;
+    spec->add_eos = add_sep;
+    return TOY_OK;
+}
+
 enum toy_status toy_tokenizer_load_hf_mem(const char *json, size_t len, const char *config_json,
                                           size_t config_len, struct toy_tokenizer **out) {
     if (!out) return toy_error(TOY_ERR_INVALID_ARG, "toy_tokenizer_load_hf_mem: out is NULL");
@@ -183,7 +327,7 @@ enum toy_status toy_tokenizer_load_hf_mem(const char *json, size_t len, const ch
     enum toy_status st = TOY_OK;
     struct toy_tokenizer_spec spec;
     spec_defaults(&spec);
-    char **tokens = NULL, **merges = NULL;
+    char **tokens = NULL, **merges = NULL, **owned = NULL;
     float *scores = NULL;
     int32_t *types = NULL;
     uint8_t *attrs = NULL;
@@ -194,8 +338,8 @@ enum toy_status toy_tokenizer_load_hf_mem(const char *json, size_t len, const ch
     json_t *vocab = json_object_get(model, "vocab");
     json_t *added = json_object_get(root, "added_tokens");
     if (!mtype) mtype = json_is_array(vocab) ? "Unigram" : "BPE";
-    bool unigram = !strcmp(mtype, "Unigram");
-    if (strcmp(mtype, "BPE") && !unigram) {
+    bool unigram = !strcmp(mtype, "Unigram"), wordpiece = !strcmp(mtype, "WordPiece");
+    if (strcmp(mtype, "BPE") && !unigram && !wordpiece) {
         st = toy_error(TOY_ERR_UNSUPPORTED, "tokenizer.json: model type '%s' is not supported", mtype);
         goto done;
     }
@@ -290,6 +434,11 @@ enum toy_status toy_tokenizer_load_hf_mem(const char *json, size_t len, const ch
         }
     }
 
+    if (wordpiece) {
+        spec.attrs = attrs;
+        st = hf_wordpiece(root, cfg, tokens, types, n, &spec, &owned);
+        goto init;
+    }
     hf_pre_walk(&pre, json_object_get(root, "pre_tokenizer"));
     if ((st = pre.st)) goto done;
     bool nfc = false, prepend = false, replace = false;
@@ -394,8 +543,11 @@ enum toy_status toy_tokenizer_load_hf_mem(const char *json, size_t len, const ch
                 spec.chat_template = json_string_value(json_object_get(v, "template"));
         }
     }
-    st = toy_tokenizer_init(&spec, out);
+init:
+    if (!st) st = toy_tokenizer_init(&spec, out);
 done:
+    if (owned) for (int64_t k = 0; k < n; k++) free(owned[k]);
+    free(owned);
     if (merges) for (int64_t k = 0; k < nm; k++) free(merges[k]);
     free(merges);
     for (int k = 0; k < pre.n; k++) free(pre.re[k]);

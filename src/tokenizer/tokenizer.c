@@ -1,5 +1,5 @@
 /* tokenizer.c: the vocabulary of a toy_tokenizer (building it from a spec,
- * queries), the special-token partition of input text, dispatch to the three
+ * queries), the special-token partition of input text, dispatch to the four
  * algorithms, and decoding (whole and streaming).
  *
  * Special tokens follow llama.cpp's llama_vocab::tokenize: USER_DEFINED
@@ -9,7 +9,9 @@
  * leftmost position. SentencePiece's dummy prefix goes on the first text
  * fragment and on each one that follows a special token (llama.cpp).
  * Decoding strips the dummy-prefix space once, at the start of the output
- * (SentencePiece's DecodeIds, Hugging Face's Strip decoder).
+ * (SentencePiece's DecodeIds, Hugging Face's Strip decoder). WordPiece
+ * decodes as Hugging Face's WordPiece decoder: a space before each token
+ * but continuations and the first, then its cleanup, token by token.
  */
 #include "tokenizer-impl.h"
 
@@ -228,8 +230,13 @@ enum toy_status toy_tokenizer_init(const struct toy_tokenizer_spec *spec, struct
     if (!spec || spec->n_tokens <= 0 || spec->n_tokens >= INT32_MAX || !spec->tokens)
         return toy_error(TOY_ERR_INVALID_ARG, "tokenizer: empty or oversized vocabulary (%lld tokens)",
                          spec ? (long long)spec->n_tokens : 0LL);
-    if (spec->kind != TOY_TOKENIZER_BPE && spec->kind != TOY_TOKENIZER_SPM && spec->kind != TOY_TOKENIZER_UGM)
+    if (spec->kind != TOY_TOKENIZER_BPE && spec->kind != TOY_TOKENIZER_SPM && spec->kind != TOY_TOKENIZER_UGM &&
+        spec->kind != TOY_TOKENIZER_WPM)
         return toy_error(TOY_ERR_UNSUPPORTED, "tokenizer: unknown kind %d", (int)spec->kind);
+    if (spec->kind == TOY_TOKENIZER_WPM &&
+        (spec->max_word_chars < 0 || spec->strip_accents < -1 || spec->strip_accents > 1))
+        return toy_error(TOY_ERR_INVALID_ARG, "tokenizer: WordPiece max_word_chars %d or strip_accents %d out of range",
+                         (int)spec->max_word_chars, spec->strip_accents);
     struct toy_tokenizer *tok = calloc(1, sizeof *tok);
     if (!tok) return toy_error(TOY_ERR_NOMEM, "tokenizer: out of memory");
     enum toy_status st = TOY_OK;
@@ -255,6 +262,14 @@ enum toy_status toy_tokenizer_init(const struct toy_tokenizer_spec *spec, struct
     tok->pad = check_special(spec, spec->pad, "PAD", &st);
     tok->eot = check_special(spec, spec->eot, "EOT", &st);
     if (st) goto fail;
+    if (spec->kind == TOY_TOKENIZER_WPM && tok->unk < 0) {
+        /* a word WordPiece cannot cover is [UNK]: HF fails at encode (MissingUnkToken), we at load */
+        st = toy_error(TOY_ERR_FORMAT, "tokenizer: a WordPiece vocabulary needs an [UNK] token (no unk id)");
+        goto fail;
+    }
+    tok->wpm_lower = !spec->keep_case;
+    tok->wpm_strip = spec->strip_accents ? spec->strip_accents > 0 : tok->wpm_lower;
+    tok->wpm_max_chars = spec->max_word_chars ? spec->max_word_chars : 100;
     for (int k = 0; k < 4; k++) tok->named_eog[k] = -1;
     tok->add_bos = spec->add_bos && tok->bos >= 0;
     tok->add_eos = spec->add_eos && tok->eos >= 0;
@@ -282,13 +297,17 @@ enum toy_status toy_tokenizer_init(const struct toy_tokenizer_spec *spec, struct
         }
         if (ty == TOY_TOKEN_UNDEFINED) ty = TOY_TOKEN_NORMAL;
         int byte = toy_tok_parse_byte_piece(s, len);
-        if (!spec->types && spec->kind != TOY_TOKENIZER_BPE && byte >= 0) ty = TOY_TOKEN_BYTE;
+        if (!spec->types && (spec->kind == TOY_TOKENIZER_SPM || spec->kind == TOY_TOKENIZER_UGM) && byte >= 0)
+            ty = TOY_TOKEN_BYTE;
         if (!spec->types && (i == tok->bos || i == tok->eos || i == tok->pad || i == tok->eot))
             ty = TOY_TOKEN_CONTROL;
         if (!spec->types && i == tok->unk) ty = TOY_TOKEN_UNKNOWN;
         tok->types[i] = ty;
         normal[i] = ty == TOY_TOKEN_NORMAL || ty == TOY_TOKEN_USER_DEFINED;
-        if (spec->kind != TOY_TOKENIZER_BPE && (ty == TOY_TOKEN_NORMAL || ty == TOY_TOKEN_USER_DEFINED)) {
+        /* WordPiece looks every token up by its text, as llama.cpp does */
+        if (spec->kind == TOY_TOKENIZER_WPM && len > tok->max_piece_len) tok->max_piece_len = (uint32_t)len;
+        if ((spec->kind == TOY_TOKENIZER_SPM || spec->kind == TOY_TOKENIZER_UGM) &&
+            (ty == TOY_TOKEN_NORMAL || ty == TOY_TOKEN_USER_DEFINED)) {
             if (len > tok->max_piece_len) tok->max_piece_len = (uint32_t)len;
             if (tok->scores[i] < tok->min_score) tok->min_score = tok->scores[i];
         }
@@ -359,6 +378,8 @@ enum toy_status toy_tokenizer_init(const struct toy_tokenizer_spec *spec, struct
             tok->byte_tok[b] = tok_strmap_get(&tok->bytes_map, &c, 1);
         }
         if ((st = toy_tok_bpe_setup(tok, spec))) goto fail;
+    } else if (tok->kind == TOY_TOKENIZER_WPM) {
+        if (!(tok->pre = strdup("default"))) { st = toy_error(TOY_ERR_NOMEM, "tokenizer: out of memory"); goto fail; }
     } else {
         if (tok->kind == TOY_TOKENIZER_SPM && spec->merges && spec->n_merges > 0) {
             if ((st = toy_tok_merges_setup(tok, spec))) goto fail;
@@ -411,6 +432,7 @@ static enum toy_status encode_fragment(const struct toy_tokenizer *tok, struct t
     case TOY_TOKENIZER_BPE: return toy_tok_bpe_encode(tok, s, text, len, out);
     case TOY_TOKENIZER_SPM: return toy_tok_spm_encode(tok, s, text, len, prefix, out);
     case TOY_TOKENIZER_UGM: return toy_tok_ugm_encode(tok, s, text, len, prefix, out);
+    case TOY_TOKENIZER_WPM: return toy_tok_wpm_encode(tok, s, text, len, out);
     }
     return TOY_ERR_STATE;
 }
@@ -514,6 +536,34 @@ void toy_decoder_free(struct toy_decoder *d) {
     free(d);
 }
 
+/* A WordPiece token as Hugging Face's WordPiece decoder writes it: a
+ * continuation (a normal piece stored without the word-initial U+2581, whose
+ * bytes therefore start with no space) glued to what came before, any other
+ * token after a space, which the first token written goes without; then
+ * the decoder's cleanup of that token's text. Tokens skipped as special are
+ * not there for the decoder, as HF drops them before it. */
+static enum toy_status wpm_append(struct toy_decoder *d, int32_t id, const char *b, size_t n) {
+    int32_t ty = d->tok->types[id];
+    bool cont = (ty == TOY_TOKEN_NORMAL || ty == TOY_TOKEN_UNUSED) && !(n && b[0] == ' ');
+    bool space = !cont && !(n && b[0] == ' ');
+    if (!d->started) {
+        if (!(d->flags & TOY_DECODE_KEEP_LEADING_SPACE)) {
+            space = false;
+            if (n && b[0] == ' ') { b++; n--; }
+        }
+        d->started = true;
+    }
+    void *p = d->buf;
+    enum toy_status st = toy_tok_reserve(&p, &d->cap, d->held + n + 2);
+    if (st) return st;
+    d->buf = p;
+    char *o = d->buf + d->held;
+    if (space) *o = ' ';
+    memcpy(o + space, b, n);
+    d->held += toy_tok_wpm_cleanup(o, n + space);
+    return TOY_OK;
+}
+
 /* Appends the bytes of `id` after the held bytes; returns them in d->buf. */
 static enum toy_status decoder_append(struct toy_decoder *d, int32_t id) {
     const struct toy_tokenizer *tok = d->tok;
@@ -525,6 +575,7 @@ static enum toy_status decoder_append(struct toy_decoder *d, int32_t id) {
         return TOY_OK;
     const char *b = tok->bytes[id];
     size_t n = tok->bytes_len[id];
+    if (tok->kind == TOY_TOKENIZER_WPM) return wpm_append(d, id, b, n);
     if (!d->started && n > 0) {
         if (tok->kind != TOY_TOKENIZER_BPE && tok->add_space_prefix && !(d->flags & TOY_DECODE_KEEP_LEADING_SPACE) &&
             b[0] == ' ' && ty != TOY_TOKEN_BYTE) {
