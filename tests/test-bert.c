@@ -10,7 +10,9 @@
 
 #include "harness.h"
 #include "toy/bert.h"
+#include "toy/convert.h"
 #include "toy/gguf.h"
+#include "toy/tokenizer.h"
 #include "toy/rng.h"
 
 static struct toy_bert_config base_config(void) {
@@ -140,6 +142,8 @@ Test(bert, pooling_and_config_round_trip) {
     cr_assert_eq(toy_bert_load(path, &m), TOY_OK, "%s", toy_last_error());
     struct toy_bert_config c = base_config();
     cr_assert_eq(m->cfg.pooling, TOY_POOLING_CLS);
+    uint32_t types = 0;
+    cr_assert(toy_gguf_get_u32(m->gguf, "tokenizer.ggml.token_type_count", &types) == TOY_OK && types == 2);
     cr_assert(m->cfg.d_model == c.d_model && m->cfg.n_layers == c.n_layers && m->cfg.n_heads == c.n_heads &&
               m->cfg.d_ff == c.d_ff && m->cfg.max_ctx == c.max_ctx && m->cfg.n_types == 2 && m->cfg.vocab == 61 &&
               m->cfg.norm_eps == c.norm_eps);
@@ -224,5 +228,78 @@ Test(bert, refuses_other_files_by_name) {
     cr_assert_eq(toy_bert_load(path, &out), TOY_ERR_UNSUPPORTED);
     cr_assert(strstr(toy_last_error(), "not 'bert'"), "%s", toy_last_error());
     toy_bert_free(m);
+    th_rmdir();
+}
+
+/* A sentence-transformers BERT folder (tests/torch/make-hf-bert.py: BertModel names, the pooler and the int64
+ * position_ids buffer, mean pooling, a WordPiece tokenizer.json) through `toy convert`: the GGUF loads as a BERT
+ * with mean pooling, its tokenizer gives Hugging Face's ids for each text, and its hidden states over those ids are
+ * the float64 reference's; a q8_0 conversion embeds at cosine > 0.999 */
+Test(bert, converted_hf_folder_tokenizes_and_encodes_as_pytorch, .timeout = 300) {
+    th_mkdir("bert");
+    char cmd[1024], dir[400], f32[400], q8[400];
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 tests/torch/make-hf-bert.py '%s' >/dev/null 2>&1", th_dir);
+    if (system(cmd)) {
+        th_rmdir();
+        cr_skip_test("python3 with torch not available");
+    }
+    snprintf(dir, sizeof dir, "%s/bert", th_dir);
+    snprintf(f32, sizeof f32, "%s/bert-f32.gguf", th_dir);
+    snprintf(q8, sizeof q8, "%s/bert-q8.gguf", th_dir);
+    struct toy_convert_opts co = {.type = TOY_F32};
+    struct toy_convert_report rep;
+    cr_assert_eq(toy_hf_convert(dir, f32, &co, &rep), TOY_OK, "%s", toy_last_error());
+    cr_assert_str_eq(rep.arch, "bert");
+    cr_assert(rep.tokenizer, "%s", rep.note);
+    co.type = TOY_Q8_0;
+    cr_assert_eq(toy_hf_convert(dir, q8, &co, NULL), TOY_OK, "%s", toy_last_error());
+    snprintf(cmd, sizeof cmd, "%s/expected.json", dir);
+    json_error_t je;
+    json_t *exp = json_load_file(cmd, 0, &je);
+    cr_assert(exp, "%s", je.text);
+    struct toy_bert *m, *mq;
+    cr_assert_eq(toy_bert_load(f32, &m), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(toy_bert_load(q8, &mq), TOY_OK, "%s", toy_last_error());
+    cr_assert_eq(m->cfg.pooling, TOY_POOLING_MEAN);
+    cr_assert_eq(m->cfg.max_ctx, 40);
+    cr_assert_eq(mq->layers[0].wq->type, TOY_Q8_0);
+    uint32_t types = 0; /* llama.cpp's loader sizes token_types by it */
+    cr_assert(toy_gguf_get_u32(m->gguf, "tokenizer.ggml.token_type_count", &types) == TOY_OK && types == 2);
+    struct toy_tokenizer *tok;
+    cr_assert_eq(toy_tokenizer_load_gguf(m->gguf, &tok), TOY_OK, "%s", toy_last_error());
+    json_t *cases = json_object_get(exp, "cases");
+    cr_assert_eq(json_array_size(cases), 4);
+    for (size_t c = 0; c < json_array_size(cases); c++) {
+        json_t *cs = json_array_get(cases, c);
+        const char *text = json_string_value(json_object_get(cs, "text"));
+        json_t *want_ids = json_object_get(cs, "ids");
+        struct toy_tokens ids = {0};
+        cr_assert_eq(toy_tokenizer_encode(tok, text, strlen(text), TOY_ENCODE_MODEL_DEFAULTS, &ids), TOY_OK);
+        cr_assert_eq((size_t)ids.n, json_array_size(want_ids), "'%s': %lld ids", text, (long long)ids.n);
+        for (int64_t i = 0; i < ids.n; i++)
+            cr_assert_eq(ids.ids[i], json_integer_value(json_array_get(want_ids, (size_t)i)), "'%s', id %lld", text,
+                         (long long)i);
+        int T = (int)ids.n;
+        float *h = th_logits(fwd, m, ids.ids, T, 1), *hq = th_logits(fwd, mq, ids.ids, T, 1);
+        json_t *ref = json_object_get(cs, "hidden");
+        cr_assert_eq(json_array_size(ref), (size_t)T * 64);
+        double e = th_worst_rel(h, ref), dot = 0, na = 0, nb = 0;
+        for (int i = 0; i < 64; i++) {
+            double x = 0, y = 0;
+            for (int t = 0; t < T; t++) x += hq[t * 64 + i], y += h[t * 64 + i];
+            dot += x * y, na += x * x, nb += y * y;
+        }
+        cr_log_info("bert from HF, '%s': %d tokens, f32 vs torch %.2e, q8_0 embedding cosine %.6f, tanh vs erf GELU "
+                    "cosine %.8f", text, T, e, dot / sqrt(na * nb),
+                    json_number_value(json_object_get(cs, "cos_erf")));
+        cr_assert_leq(e, 1e-4);
+        cr_assert_geq(dot / sqrt(na * nb), 0.999);
+        free(h), free(hq);
+        toy_tokens_free(&ids);
+    }
+    toy_tokenizer_free(tok);
+    toy_bert_free(m);
+    toy_bert_free(mq);
+    json_decref(exp);
     th_rmdir();
 }

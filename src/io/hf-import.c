@@ -7,6 +7,7 @@
  * writer's fill callbacks), so peak memory is about two copies of the
  * largest tensor in f32, not the model. */
 #include "toy/convert.h"
+#include "toy/bert.h"
 #include "toy/gpt2.h"
 #include "toy/llama.h"
 #include "toy/quant.h"
@@ -25,11 +26,11 @@
 #include <sys/stat.h>
 
 enum arch { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_GEMMA2, ARCH_GPT2, ARCH_MIXTRAL, ARCH_QWEN2MOE, ARCH_QWEN3MOE,
-            ARCH_OLMOE, ARCH_DEEPSEEK2, ARCH_GEMMA3, ARCH_SMOLLM3, ARCH_OLMO2, ARCH_GRANITE, ARCH_PHI3 };
+            ARCH_OLMOE, ARCH_DEEPSEEK2, ARCH_GEMMA3, ARCH_SMOLLM3, ARCH_OLMO2, ARCH_GRANITE, ARCH_PHI3, ARCH_BERT };
 /* the GGUF architecture of each (llama.cpp's: Mixtral is a "llama" with experts; DeepSeek-V2 and V3 are
  * "deepseek2") */
 static const char *const arch_names[] = {"llama", "qwen2", "qwen3", "gemma2", "gpt2", "llama", "qwen2moe", "qwen3moe",
-                                         "olmoe", "deepseek2", "gemma3", "smollm3", "olmo2", "granite", "phi3"};
+                                         "olmoe", "deepseek2", "gemma3", "smollm3", "olmo2", "granite", "phi3", "bert"};
 
 static bool is_gemma(enum arch a) { return a == ARCH_GEMMA2 || a == ARCH_GEMMA3; }
 /* q and k rows permuted from rotate-half to adjacent pairs, as llama.cpp's LlamaModel converter does */
@@ -528,9 +529,10 @@ static enum toy_status read_config(const char *dir, json_t *c, struct hp *h) {
     else if (!strcmp(mt, "granite")) h->arch = ARCH_GRANITE;
     else if (!strcmp(mt, "phi3")) h->arch = ARCH_PHI3;
     else if (!strcmp(mt, "deepseek_v2") || !strcmp(mt, "deepseek_v3")) h->arch = ARCH_DEEPSEEK2;
+    else if (!strcmp(mt, "bert")) h->arch = ARCH_BERT;
     else return toy_error(TOY_ERR_UNSUPPORTED, "%s/config.json: model_type '%s' (supported: llama, mistral, qwen2, "
                           "qwen3, gemma2, gemma3_text, gemma3, smollm3, olmo2, olmo3, granite, phi3, gpt2, mixtral, qwen2_moe, qwen3_moe, "
-                          "olmoe, deepseek_v2, deepseek_v3)", dir, mt);
+                          "olmoe, deepseek_v2, deepseek_v3, bert)", dir, mt);
     enum toy_status e;
     h->n_vocab = cfg_int(c, "vocab_size", 0);
     if (h->arch == ARCH_GPT2) {
@@ -543,6 +545,21 @@ static enum toy_status read_config(const char *dir, json_t *c, struct hp *h) {
         h->n_ctx = cfg_int(c, "n_ctx", cfg_int(c, "n_positions", 1024));
         h->eps = cfg_num(c, "layer_norm_epsilon", 1e-5);
         h->tied = true;
+    } else if (h->arch == ARCH_BERT) { /* an encoder: no head, LayerNorms, learned positions */
+        h->n_embd = cfg_int(c, "hidden_size", 0);
+        h->n_layer = cfg_int(c, "num_hidden_layers", 0);
+        h->n_head = h->n_head_kv = cfg_int(c, "num_attention_heads", 0);
+        h->n_ff = cfg_int(c, "intermediate_size", 0);
+        h->n_ctx = cfg_int(c, "max_position_embeddings", 512);
+        h->eps = cfg_num(c, "layer_norm_eps", 1e-12);
+        h->tied = true; /* (no output matrix to look for) */
+        const char *act = json_string_value(json_object_get(c, "hidden_act"));
+        const char *pe = json_string_value(json_object_get(c, "position_embedding_type"));
+        if (act && strcmp(act, "gelu") && strcmp(act, "gelu_new") && strcmp(act, "gelu_pytorch_tanh"))
+            return toy_error(TOY_ERR_UNSUPPORTED, "%s/config.json: hidden_act '%s' (toy's BERT runs GELU)", dir, act);
+        if (pe && strcmp(pe, "absolute"))
+            return toy_error(TOY_ERR_UNSUPPORTED, "%s/config.json: position_embedding_type '%s' (toy's BERT learns "
+                             "absolute positions)", dir, pe);
     } else {
         h->n_embd = cfg_int(c, "hidden_size", 0);
         h->n_layer = cfg_int(c, "num_hidden_layers", 0);
@@ -641,6 +658,13 @@ static enum toy_status write_hparams(struct toy_gguf_writer *w, const struct hp 
     e |= toy_gguf_writer_set_u32(w, KEY("block_count"), (uint32_t)h->n_layer);
     e |= toy_gguf_writer_set_u32(w, KEY("attention.head_count"), (uint32_t)h->n_head);
     if (h->pooling) e |= toy_gguf_writer_set_u32(w, KEY("pooling_type"), (uint32_t)h->pooling);
+    if (h->arch == ARCH_BERT) { /* llama.cpp's BertModel: no rope keys; bidirectional */
+        e |= toy_gguf_writer_set_f32(w, KEY("attention.layer_norm_epsilon"), (float)h->eps);
+        e |= toy_gguf_writer_set_bool(w, KEY("attention.causal"), false);
+        /* llama.cpp sizes token_types.weight by it, and refuses a file without it */
+        e |= toy_gguf_writer_set_u32(w, "tokenizer.ggml.token_type_count", (uint32_t)cfg_int(c, "type_vocab_size", 2));
+        return e ? toy_error(TOY_ERR_NOMEM, "out of memory (metadata)") : TOY_OK;
+    }
     if (h->arch == ARCH_GPT2) {
         e |= toy_gguf_writer_set_f32(w, KEY("attention.layer_norm_epsilon"), (float)h->eps);
         return e ? toy_error(TOY_ERR_NOMEM, "out of memory (metadata)") : TOY_OK;
@@ -809,9 +833,44 @@ static const char *map_expert(const struct hp *h, const char *rest, long *expert
     return NULL;
 }
 
+/* BERT's names (modeling_bert.py: BertModel's, or under "bert." in a model with a head) as llama.cpp's
+ * BertModel maps them; the pooler, the masked-LM head and the position_ids buffer are not taken */
+static int map_bert(const struct hp *h, const char *s, char *out, size_t outn) {
+    if (!strncmp(s, "bert.", 5)) s += 5;
+    if (!strncmp(s, "pooler.", 7) || !strncmp(s, "cls.", 4) || strstr(s, "position_ids")) return 0;
+    const char *dot = strrchr(s, '.');
+    if (!dot) return -1;
+    /* old checkpoints name a LayerNorm's parameters gamma and beta */
+    const char *suffix = !strcmp(dot, ".weight") || !strcmp(dot, ".gamma") ? ".weight"
+                         : !strcmp(dot, ".bias") || !strcmp(dot, ".beta")  ? ".bias"
+                                                                           : NULL;
+    if (!suffix) return -1;
+    char stem[256];
+    if ((size_t)(dot - s) >= sizeof stem) return -1;
+    memcpy(stem, s, (size_t)(dot - s));
+    stem[dot - s] = 0;
+    static const struct { const char *hf, *gg; } top[] = {
+        {"embeddings.word_embeddings", "token_embd"}, {"embeddings.position_embeddings", "position_embd"},
+        {"embeddings.token_type_embeddings", "token_types"}, {"embeddings.LayerNorm", "token_embd_norm"}};
+    for (size_t i = 0; i < sizeof top / sizeof top[0]; i++)
+        if (!strcmp(stem, top[i].hf)) return snprintf(out, outn, "%s%s", top[i].gg, suffix), 1;
+    if (strncmp(stem, "encoder.layer.", 14)) return -1;
+    char *end;
+    long layer = strtol(stem + 14, &end, 10);
+    if (end == stem + 14 || *end != '.' || layer < 0 || layer >= h->n_layer) return -1;
+    static const struct { const char *hf, *gg; } blk[] = {
+        {"attention.self.query", "attn_q"}, {"attention.self.key", "attn_k"}, {"attention.self.value", "attn_v"},
+        {"attention.output.dense", "attn_output"}, {"attention.output.LayerNorm", "attn_output_norm"},
+        {"intermediate.dense", "ffn_up"}, {"output.dense", "ffn_down"}, {"output.LayerNorm", "layer_output_norm"}};
+    for (size_t i = 0; i < sizeof blk / sizeof blk[0]; i++)
+        if (!strcmp(end + 1, blk[i].hf)) return snprintf(out, outn, "blk.%ld.%s%s", layer, blk[i].gg, suffix), 1;
+    return -1;
+}
+
 static int map_name(const struct hp *h, const char *hf, char *out, size_t outn, struct job *j, long *expert) {
     *expert = -1;
     const char *s = hf;
+    if (h->arch == ARCH_BERT) return map_bert(h, s, out, outn);
     const bool gpt2 = h->arch == ARCH_GPT2;
     if (h->multimodal) { /* the text model under language_model (two spellings); the vision tower is not taken */
         static const char *const vision[] = {"vision_tower.", "multi_modal_projector.", "model.vision_tower.",
@@ -1187,6 +1246,10 @@ enum toy_status toy_hf_convert(const char *dir, const char *out_path, const stru
             struct toy_gpt2 *gm = NULL;
             le = toy_gpt2_load(staged, false, &gm);
             toy_gpt2_free(gm);
+        } else if (h.arch == ARCH_BERT) {
+            struct toy_bert *bm = NULL;
+            le = toy_bert_load(staged, &bm);
+            toy_bert_free(bm);
         } else {
             struct toy_llama *lm = NULL;
             le = toy_llama_load(staged, false, &lm);

@@ -322,6 +322,8 @@ enum toy_status toy_bert_write_gguf(const struct toy_bert *m, struct toy_gguf_wr
     if (!st) st = toy_gguf_writer_set_u32(w, "bert.attention.head_count", (uint32_t)c->n_heads);
     if (!st) st = toy_gguf_writer_set_f32(w, "bert.attention.layer_norm_epsilon", c->norm_eps);
     if (!st) st = toy_gguf_writer_set_bool(w, "bert.attention.causal", false);
+    /* llama.cpp sizes token_types.weight by it */
+    if (!st && c->n_types) st = toy_gguf_writer_set_u32(w, "tokenizer.ggml.token_type_count", (uint32_t)c->n_types);
     if (!st && c->pooling != TOY_POOLING_NONE) st = toy_gguf_writer_set_u32(w, "bert.pooling_type", (uint32_t)c->pooling);
     for (int i = 0; i < toy_bert_n_tensors(m) && !st; i++) {
         const struct toy_tensor *t = toy_bert_tensor(m, i);
