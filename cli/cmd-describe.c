@@ -244,7 +244,8 @@ static void read_hp(const struct toy_gguf *g, struct hp *h) {
     if (te >= 0 && !h->vocab) h->vocab = toy_gguf_tensor(g, te)->ne[1], h->has_vocab = true;
     h->n_tensors = toy_gguf_n_tensors(g);
     /* tied: the embedding is there and no output matrix; a file without tensors says nothing either way */
-    h->tied = te >= 0 && toy_gguf_find_tensor(g, "output.weight") < 0;
+    h->tied = te >= 0 && toy_gguf_find_tensor(g, "output.weight") < 0 && strcmp(h->arch, "bert"); /* (an encoder
+                                                                                                 * has no head) */
     h->qkv_bias = toy_gguf_find_tensor(g, "blk.0.attn_q.bias") >= 0;
     h->qk_norm = toy_gguf_find_tensor(g, "blk.0.attn_q_norm.weight") >= 0;
     h->has_rope_freqs = toy_gguf_find_tensor(g, "rope_freqs.weight") >= 0;
@@ -819,7 +820,8 @@ int toy_cmd_describe(int argc, char **argv) {
         json_object_set_new(o, "params", json_integer(h.n_params));
         json_object_set_new(o, "file_type", ft == UINT32_MAX ? json_null() : json_integer(ft));
         json_object_set_new(o, "file_type_name", json_string(toy_file_type_name(ft)));
-        bool rope = strcmp(h.arch, "gpt2") != 0 && !h.vit; /* GPT-2 and ViT have learned positions, no RoPE */
+        /* GPT-2, BERT and ViT have learned positions, no RoPE */
+        bool rope = strcmp(h.arch, "gpt2") != 0 && strcmp(h.arch, "bert") != 0 && !h.vit;
         /* null: not in the file */
         json_object_set_new(o, "hparams", json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
             "embedding_length", int_or_null(h.has_d, h.d), "block_count", int_or_null(h.has_L, h.L),
@@ -828,7 +830,7 @@ int toy_cmd_describe(int argc, char **argv) {
             "context_length", int_or_null(h.has_ctx, h.ctx), "vocab_size", int_or_null(h.has_vocab, h.vocab),
             "norm_eps", h.has_eps ? num_or_null(h.eps) : json_null(),
             "rope_freq_base", rope && h.has_rope_base ? num_or_null(h.rope_base) : json_null(),
-            "tied_embeddings", h.n_tensors ? json_boolean(h.tied) : json_null()));
+            "tied_embeddings", h.n_tensors && strcmp(h.arch, "bert") ? json_boolean(h.tied) : json_null()));
         if (h.pooling > 0 && h.pooling <= TOY_POOLING_RANK)
             json_object_set_new(o, "pooling", json_string(toy_pooling_name((enum toy_pooling)h.pooling)));
         if (h.kv_rank) /* DeepSeek's latent attention: head_dim above is the keys' (unrotated + rotated) */
@@ -957,7 +959,7 @@ int toy_cmd_describe(int argc, char **argv) {
         k = strlen(l2);
         if (h.has_rope_base) snprintf(l2 + k, sizeof l2 - k, "rope base %g, ", h.rope_base);
         else if (is_bad(&h, "rope.freq_base")) snprintf(l2 + k, sizeof l2 - k, "rope base ?, ");
-        else if (strcmp(h.arch, "gpt2") && !h.vit) { /* GPT-2 and ViT have learned positions, no RoPE */
+        else if (strcmp(h.arch, "gpt2") && strcmp(h.arch, "bert") && !h.vit) { /* learned positions, no RoPE */
             k = strlen(missing);
             snprintf(missing + k, sizeof missing - k, "%srope base", k ? ", " : "");
         }
