@@ -179,7 +179,7 @@ static enum toy_status load(struct srv_store *st) {
         fs[n++].t = sb.st_mtim;
     }
     closedir(d);
-    qsort(fs, n, sizeof *fs, newest_first);
+    if (n) qsort(fs, n, sizeof *fs, newest_first); /* (fs is NULL for an empty folder) */
     size_t kept = 0, bad = 0, over = 0;
     for (size_t i = 0; i < n; i++) {
         char why[320];
