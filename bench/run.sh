@@ -60,6 +60,8 @@ bash bench/llama_cpp.sh || status=1
 for which in gpt2 vit; do
   "$B/bench/bench-gpt2-vit" "$NTH" "$which" | OMP_WAIT_POLICY=passive "$PY" bench/torch_gpt2_vit.py "$NTH" "$which" || status=1
 done
+# BERT-base embedding model (bge-base's shape): a query and a batch of passages encoded, against PyTorch
+"$B/bench/bench-bert" "$NTH" | OMP_WAIT_POLICY=passive "$PY" bench/torch_bert.py "$NTH" || status=1
 # LoRA / QLoRA step on the SmolLM2-135M shape against PyTorch's same-math step
 "$B/bench/bench-finetune" "$NTH" | OMP_WAIT_POLICY=passive "$PY" bench/torch_lora.py "$NTH" || status=1
 [ -x "$B/bench/bench-blas" ] && { "$B/bench/bench-blas" "$NTH" || status=1; }

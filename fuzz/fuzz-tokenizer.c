@@ -8,6 +8,8 @@
  *   4  the same with special-token parsing and the streaming decoder
  *   5  chat templates: parse and render the input as Jinja
  *   6  tokenizer from GGUF metadata (toy_gguf_open_memory + toy_tokenizer_load_gguf)
+ *   7  encode with WordPiece (BERT's): must not fail, gives ids of the
+ *      vocabulary between [CLS] and [SEP], and decodes, whole and streamed
  * Build: clang -fsanitize=fuzzer,address,undefined (see fuzz/Makefile for the
  * flags; sources: every src/tokenizer file, src/core/status.c and the GGUF files).
  */
@@ -22,7 +24,7 @@
 #include "toy/tokenizer.h"
 #include "tokenizer/tokenizer-impl.h" /* toy_tok_byte_to_cp, toy_tok_utf8_encode */
 
-static struct toy_tokenizer *bpe, *spm;
+static struct toy_tokenizer *bpe, *spm, *wpm;
 
 /* GPT-2's piece for byte b (its byte-to-unicode table), NUL-terminated in o[4] */
 static const char *byte_piece(int b, char *o) {
@@ -64,6 +66,36 @@ static void init(void) {
     struct toy_tokenizer_spec q = {.kind = TOY_TOKENIZER_SPM, .n_tokens = m, .tokens = sp, .scores = sc, .bos = 1,
                                    .eos = 2, .unk = 0, .pad = -1, .eot = -1, .add_space_prefix = true, .add_bos = true};
     if (toy_tokenizer_init(&q, &spm)) abort();
+    /* WordPiece in llama.cpp's form: specials, word-initial pieces after U+2581, continuations bare */
+    static const char *wp[] = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "\xe2\x96\x81" "a", "\xe2\x96\x81" "ab", "b", "c",
+                               "\xe2\x96\x81" ",", "\xe2\x96\x81\xe4\xb8\x80", "\xe2\x96\x81" "1", "23", "\xe2\x96\x81" "e"};
+    int32_t wt[13];
+    for (int i = 0; i < 13; i++) wt[i] = i < 4 ? TOY_TOKEN_CONTROL : TOY_TOKEN_NORMAL;
+    struct toy_tokenizer_spec w = {.kind = TOY_TOKENIZER_WPM, .n_tokens = 13, .tokens = wp, .types = wt, .bos = 2,
+                                   .eos = 3, .unk = 1, .pad = 0, .eot = -1, .add_bos = true, .add_eos = true,
+                                   .max_word_chars = 8};
+    if (toy_tokenizer_init(&w, &wpm)) abort();
+}
+
+static void wordpiece(const char *text, size_t len) {
+    struct toy_tokens t = {0};
+    if (toy_tokenizer_encode(wpm, text, len, TOY_ENCODE_PARSE_SPECIAL | TOY_ENCODE_MODEL_DEFAULTS, &t)) abort();
+    if (t.n < 2 || t.ids[0] != 2 || t.ids[t.n - 1] != 3) abort();
+    for (int64_t i = 0; i < t.n; i++)
+        if (t.ids[i] < 0 || t.ids[i] >= 13) abort();
+    char *d;
+    size_t dl;
+    if (toy_tokenizer_decode(wpm, t.ids, t.n, TOY_DECODE_SKIP_SPECIAL, &d, &dl)) abort();
+    free(d);
+    struct toy_decoder *dec;
+    if (toy_decoder_init(wpm, 0, &dec)) abort();
+    for (int64_t i = 0; i < t.n; i++) {
+        const char *s;
+        size_t l;
+        if (toy_decoder_push(dec, t.ids[i], &s, &l)) abort();
+    }
+    toy_decoder_free(dec);
+    toy_tokens_free(&t);
 }
 
 static void roundtrip(struct toy_tokenizer *tok, const char *text, size_t len, unsigned flags) {
@@ -103,7 +135,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *p = (const char *)data + 1;
     size_t n = size - 1;
     struct toy_tokenizer *tok = NULL;
-    switch (data[0] % 7) {
+    switch (data[0] % 8) {
     case 0:
         if (!toy_tokenizer_load_spm_mem(p, n, &tok)) toy_tokenizer_free(tok);
         break;
@@ -151,6 +183,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         toy_gguf_close(g);
         break;
     }
+    case 7: wordpiece(p, n); break;
     }
     return 0;
 }
