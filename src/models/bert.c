@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "models/gguf-model.h"
 #include "models/pack-weights.h"
 #include "toy/bert.h"
 #include "toy/convert.h"
@@ -248,26 +249,16 @@ static enum toy_status bind(struct toy_bert *m, struct toy_tensor *t) {
     const struct toy_gguf_tensor *gt = toy_gguf_tensor(g, i);
     for (int d = 0; d < 4; d++)
         if (gt->ne[d] != t->ne[d] && !(d == 1 && t == m->pos_embd && gt->ne[1] >= t->ne[1]))
-            return toy_error(TOY_ERR_SHAPE, "%s: tensor %s is [%lld, %lld, %lld, %lld], the config needs "
-                             "[%lld, %lld, %lld, %lld] (offset %zu)", toy_gguf_path(g), t->name,
-                             (long long)gt->ne[0], (long long)gt->ne[1], (long long)gt->ne[2], (long long)gt->ne[3],
-                             (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
-                             gt->file_offset);
-    if (!toy_can_dequantize(gt->type))
-        return toy_error(TOY_ERR_UNSUPPORTED, "%s: tensor %s has type %s, which toy cannot read yet",
-                         toy_gguf_path(g), t->name, toy_dtype_name(gt->type));
+            return toy_model_shape_error(g, gt, t);
+    enum toy_status st = toy_model_check_type(g, gt, t->name);
+    if (st) return st;
     if (t->n_dims == 1 || t == m->type_embd || t == m->pos_embd) {
         /* norms, biases and the tables whose rows are added as they are: f32 (small) */
         t->data = toy_ctx_alloc(m->ctx, (size_t)gt->n_elements * sizeof(float));
         toy_set_frozen(t);
         return toy_gguf_tensor_read_f32(g, i, t->data, gt->n_elements);
     }
-    t->type = gt->type;
-    t->nb[0] = toy_dtype_type_size(gt->type);
-    t->nb[1] = toy_row_bytes(gt->type, gt->ne[0]);
-    for (int d = 2; d < 4; d++) t->nb[d] = t->nb[d - 1] * (size_t)t->ne[d - 1];
-    t->data = (void *)gt->data;
-    toy_set_frozen(t);
+    toy_model_map_tensor(t, gt, gt->data);
     return TOY_OK;
 }
 
@@ -297,17 +288,6 @@ enum toy_status toy_bert_load(const char *path, struct toy_bert **out) {
     return TOY_OK;
 }
 
-struct conv {
-    const struct toy_tensor *t;
-    enum toy_dtype type;
-};
-
-static enum toy_status fill_converted(void *ctx, void *dst, size_t nbytes) {
-    const struct conv *c = ctx;
-    (void)nbytes;
-    return toy_quantize_row(c->type, c->t->data, dst, toy_nelements(c->t));
-}
-
 enum toy_status toy_bert_write_gguf(const struct toy_bert *m, struct toy_gguf_writer *w, enum toy_dtype type) {
     const struct toy_bert_config *c = &m->cfg;
     if (type != TOY_F32 && type != TOY_F16 && type != TOY_BF16)
@@ -329,15 +309,7 @@ enum toy_status toy_bert_write_gguf(const struct toy_bert *m, struct toy_gguf_wr
         const struct toy_tensor *t = toy_bert_tensor(m, i);
         int nd = t->n_dims > 1 ? 2 : 1;
         bool table = t == m->tok_embd || t == m->type_embd || t == m->pos_embd;
-        if (nd == 1 || table || type == TOY_F32 || t->type != TOY_F32) {
-            if (!toy_is_contiguous(t)) return toy_error(TOY_ERR_STATE, "tensor %s is not contiguous", t->name);
-            st = toy_gguf_writer_add_tensor(w, t->name, t->type, nd, t->ne, t->data);
-        } else {
-            struct conv *cv = toy_ctx_alloc(m->ctx, sizeof *cv); /* lives until the write */
-            cv->t = t;
-            cv->type = type;
-            st = toy_gguf_writer_add_tensor_fn(w, t->name, type, nd, t->ne, fill_converted, cv);
-        }
+        st = toy_model_write_tensor(w, m->ctx, t, nd, nd == 1 || table ? t->type : type);
     }
     return st;
 }

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "models/gguf-model.h"
 #include "toy/convert.h"
 #include "toy/gguf.h"
 #include "toy/gpt2.h"
@@ -74,14 +75,9 @@ static enum toy_status bind(struct toy_gpt2 *m, struct toy_tensor *t, bool train
     const struct toy_gguf_tensor *gt = toy_gguf_tensor(g, i);
     for (int d = 0; d < 4; d++)
         if (gt->ne[d] != t->ne[d] && !(d == 1 && t == m->pos_embd && gt->ne[1] >= t->ne[1]))
-            return toy_error(TOY_ERR_SHAPE, "%s: tensor %s is [%lld, %lld, %lld, %lld], the config needs "
-                             "[%lld, %lld, %lld, %lld] (offset %zu)", toy_gguf_path(g), t->name,
-                             (long long)gt->ne[0], (long long)gt->ne[1], (long long)gt->ne[2], (long long)gt->ne[3],
-                             (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
-                             gt->file_offset);
-    if (!toy_can_dequantize(gt->type))
-        return toy_error(TOY_ERR_UNSUPPORTED, "%s: tensor %s has type %s, which toy cannot read yet",
-                         toy_gguf_path(g), t->name, toy_dtype_name(gt->type));
+            return toy_model_shape_error(g, gt, t);
+    enum toy_status cst = toy_model_check_type(g, gt, t->name);
+    if (cst) return cst;
     if (trainable) {
         if (gt->n_elements == toy_nelements(t)) return toy_gguf_tensor_read_f32(g, i, t->data, toy_nelements(t));
         float *all = malloc((size_t)gt->n_elements * sizeof(float)); /* a longer position table: keep the head */
@@ -97,12 +93,7 @@ static enum toy_status bind(struct toy_gpt2 *m, struct toy_tensor *t, bool train
         toy_set_frozen(t);
         return toy_gguf_tensor_read_f32(g, i, t->data, toy_nelements(t));
     }
-    t->type = gt->type;
-    t->nb[0] = toy_dtype_type_size(gt->type);
-    t->nb[1] = toy_row_bytes(gt->type, gt->ne[0]);
-    for (int d = 2; d < 4; d++) t->nb[d] = t->nb[d - 1] * (size_t)t->ne[d - 1];
-    t->data = (void *)gt->data;
-    toy_set_frozen(t);
+    toy_model_map_tensor(t, gt, gt->data);
     return TOY_OK;
 }
 
@@ -133,17 +124,6 @@ enum toy_status toy_gpt2_load(const char *path, bool trainable, struct toy_gpt2 
 
 /* ---- writing ------------------------------------------------------------------------ */
 
-struct conv {
-    const struct toy_tensor *t;
-    enum toy_dtype type;
-};
-
-static enum toy_status fill_converted(void *ctx, void *dst, size_t nbytes) {
-    const struct conv *c = ctx;
-    (void)nbytes;
-    return toy_quantize_row(c->type, c->t->data, dst, toy_nelements(c->t));
-}
-
 enum toy_status toy_gpt2_write_gguf(const struct toy_gpt2 *m, struct toy_gguf_writer *w, enum toy_dtype type) {
     const struct toy_gpt2_config *c = &m->cfg;
     enum toy_status st = toy_gguf_writer_set_str(w, "general.architecture", "gpt2");
@@ -160,16 +140,7 @@ enum toy_status toy_gpt2_write_gguf(const struct toy_gpt2 *m, struct toy_gguf_wr
     for (int i = 0; i < toy_gpt2_n_tensors(m) && !st; i++) {
         const struct toy_tensor *t = toy_gpt2_tensor(m, i);
         int nd = t->ne[1] > 1 ? 2 : 1;
-        bool convert = nd == 2 && type != TOY_F32 && t->type == TOY_F32 && t != m->pos_embd;
-        if (!convert) {
-            if (!toy_is_contiguous(t)) return toy_error(TOY_ERR_STATE, "tensor %s is not contiguous", t->name);
-            st = toy_gguf_writer_add_tensor(w, t->name, t->type, nd, t->ne, t->data);
-        } else {
-            struct conv *cv = toy_ctx_alloc(m->ctx, sizeof *cv); /* lives until the write */
-            cv->t = t;
-            cv->type = type;
-            st = toy_gguf_writer_add_tensor_fn(w, t->name, type, nd, t->ne, fill_converted, cv);
-        }
+        st = toy_model_write_tensor(w, m->ctx, t, nd, nd == 2 && t != m->pos_embd ? type : t->type);
     }
     return st;
 }

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "models/gguf-model.h"
 #include "toy/convert.h"
 #include "toy/gguf.h"
 #include "toy/llama.h"
@@ -376,12 +377,7 @@ static enum toy_status bind(struct toy_llama *m, struct toy_tensor **slot, const
     const struct toy_gguf_tensor *gt = toy_gguf_tensor(g, i);
     struct toy_tensor *t = *slot;
     for (int d = 0; d < 4; d++)
-        if (gt->ne[d] != t->ne[d])
-            return toy_error(TOY_ERR_SHAPE, "%s: tensor %s is [%lld, %lld, %lld, %lld], the config needs "
-                             "[%lld, %lld, %lld, %lld] (offset %zu)", toy_gguf_path(g), name,
-                             (long long)gt->ne[0], (long long)gt->ne[1], (long long)gt->ne[2], (long long)gt->ne[3],
-                             (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
-                             gt->file_offset);
+        if (gt->ne[d] != t->ne[d]) return toy_model_shape_error(g, gt, t);
     if (trainable) return toy_gguf_tensor_read_f32(g, i, t->data, toy_nelements(t));
     if ((gt->ne[1] <= 1 || is_bias(name)) && gt->type != TOY_F32) {
         /* norms and biases (gpt-oss's experts' are {width, E}) must be f32 for the kernels: convert (small) */
@@ -389,16 +385,9 @@ static enum toy_status bind(struct toy_llama *m, struct toy_tensor **slot, const
         toy_set_frozen(t);
         return toy_gguf_tensor_read_f32(g, i, t->data, toy_nelements(t));
     }
-    if (!toy_can_dequantize(gt->type))
-        return toy_error(TOY_ERR_UNSUPPORTED, "%s: tensor %s has type %s, which toy cannot read yet",
-                         toy_gguf_path(g), name, toy_dtype_name(gt->type));
-    /* re-describe t as the file's type and point it at the mapped bytes */
-    t->type = gt->type;
-    t->nb[0] = toy_dtype_type_size(gt->type);
-    t->nb[1] = toy_row_bytes(gt->type, gt->ne[0]);
-    for (int d = 2; d < 4; d++) t->nb[d] = t->nb[d - 1] * (size_t)t->ne[d - 1];
-    t->data = (void *)gt->data;
-    toy_set_frozen(t);
+    enum toy_status cst = toy_model_check_type(g, gt, name);
+    if (cst) return cst;
+    toy_model_map_tensor(t, gt, gt->data); /* re-described as the file's type, over its mapped bytes */
     return TOY_OK;
 }
 
@@ -439,18 +428,12 @@ static enum toy_status bind_rows(struct toy_llama *m, struct toy_tensor *t, cons
                          "%lld..%lld, %lld wide", toy_gguf_path(g), fused, (long long)gt->ne[0], (long long)gt->ne[1],
                          (long long)gt->ne[2], t->name, (long long)row0, (long long)(row0 + t->ne[1] - 1),
                          (long long)t->ne[0]);
-    if (!toy_can_dequantize(gt->type))
-        return toy_error(TOY_ERR_UNSUPPORTED, "%s: tensor %s has type %s, which toy cannot read yet",
-                         toy_gguf_path(g), fused, toy_dtype_name(gt->type));
+    enum toy_status cst = toy_model_check_type(g, gt, fused);
+    if (cst) return cst;
     size_t row = toy_row_bytes(gt->type, gt->ne[0]);
     if (trainable) /* only its rows (each row is whole blocks of the type) */
         return toy_dequantize_row(gt->type, (const char *)gt->data + (size_t)row0 * row, t->data, toy_nelements(t));
-    t->type = gt->type;
-    t->nb[0] = toy_dtype_type_size(gt->type);
-    t->nb[1] = row;
-    for (int d = 2; d < 4; d++) t->nb[d] = t->nb[d - 1] * (size_t)t->ne[d - 1];
-    t->data = (char *)gt->data + (size_t)row0 * row;
-    toy_set_frozen(t);
+    toy_model_map_tensor(t, gt, (const char *)gt->data + (size_t)row0 * row);
     return TOY_OK;
 }
 
@@ -575,18 +558,6 @@ enum toy_status toy_llama_load(const char *path, bool trainable, struct toy_llam
 }
 
 /* ---- writing ------------------------------------------------------------------------ */
-
-struct conv {
-    const struct toy_tensor *t;
-    enum toy_dtype type;
-};
-
-static enum toy_status fill_converted(void *ctx, void *dst, size_t nbytes) {
-    const struct conv *c = ctx;
-    int64_t n = toy_nelements(c->t);
-    (void)nbytes;
-    return toy_quantize_row(c->type, c->t->data, dst, n);
-}
 
 /* A fused tensor's parts, the rows of each written one after the other as `type`: each part either of that
  * type already (mapped from a file) or f32 converted to it */
@@ -757,19 +728,8 @@ enum toy_status toy_llama_write_gguf(const struct toy_llama *m, struct toy_gguf_
         int nd = t->ne[2] > 1 ? 3 : t->ne[1] > 1 ? 2 : 1;
         /* rows that are not whole blocks of `type` (latent attention's attn_k_b) fall back to a type they fit */
         /* (vectors and biases stay f32, as llama.cpp's converter keeps them) */
-        enum toy_dtype want = nd >= 2 && !is_bias(t->name) ? toy_row_type_for(type, t->ne[0]) : TOY_F32;
-        bool convert = nd >= 2 && want != TOY_F32 && t->type == TOY_F32;
-        if (!convert) {
-            if (!toy_is_contiguous(t))
-                return toy_error(TOY_ERR_STATE, "tensor %s is not contiguous", t->name);
-            st = toy_gguf_writer_add_tensor(w, t->name, t->type, nd, t->ne, t->data);
-        } else {
-            /* the conv record must live until the write: keep it in the model's arena */
-            struct conv *cv = toy_ctx_alloc(m->ctx, sizeof *cv);
-            cv->t = t;
-            cv->type = want;
-            st = toy_gguf_writer_add_tensor_fn(w, t->name, want, nd, t->ne, fill_converted, cv);
-        }
+        enum toy_dtype want = nd >= 2 && !is_bias(t->name) ? toy_row_type_for(type, t->ne[0]) : t->type;
+        st = toy_model_write_tensor(w, m->ctx, t, nd, want);
     }
     if (!st && m->rope_freqs)
         st = toy_gguf_writer_add_tensor(w, "rope_freqs.weight", TOY_F32, 1, m->rope_freqs->ne, m->rope_freqs->data);
