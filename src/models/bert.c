@@ -190,20 +190,10 @@ struct toy_tensor *toy_bert_pool(struct toy_ctx *ctx, struct toy_tensor *h, enum
 
 /* ---- GGUF ------------------------------------------------------------------------------ */
 
-bool toy_gguf_is_bert(const struct toy_gguf *g) {
-    const char *a;
-    size_t n;
-    return !toy_gguf_get_str(g, "general.architecture", &a, &n) && n == 4 && !memcmp(a, "bert", 4);
-}
+bool toy_gguf_is_bert(const struct toy_gguf *g) { return toy_model_arch_is(g, "bert"); }
 
-/* bert.suffix; an absent key gives def, one of another type sets *st (the first such error names the key) */
 static int64_t key_int(const struct toy_gguf *g, enum toy_status *st, const char *suffix, int64_t def) {
-    char key[128];
-    snprintf(key, sizeof key, "bert.%s", suffix);
-    int64_t i = toy_gguf_find_key(g, key), v;
-    if (i < 0 || *st) return def;
-    if ((*st = toy_gguf_kv_int(g, i, &v))) return def;
-    return v;
+    return toy_model_key_int(g, "bert", suffix, def, st);
 }
 
 static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_bert_config *c) {

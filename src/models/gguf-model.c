@@ -1,7 +1,26 @@
 /* gguf-model.c: see gguf-model.h */
 #include "models/gguf-model.h"
 
+#include <stdio.h>
+#include <string.h>
+
 #include "toy/quant.h"
+
+bool toy_model_arch_is(const struct toy_gguf *g, const char *arch) {
+    const char *a;
+    size_t n;
+    return !toy_gguf_get_str(g, "general.architecture", &a, &n) && n == strlen(arch) && !memcmp(a, arch, n);
+}
+
+int64_t toy_model_key_int(const struct toy_gguf *g, const char *arch, const char *suffix, int64_t def,
+                          enum toy_status *st) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    int64_t i = toy_gguf_find_key(g, key), v;
+    if (i < 0 || *st) return def;
+    if ((*st = toy_gguf_kv_int(g, i, &v))) return def;
+    return v;
+}
 
 enum toy_status toy_model_shape_error(const struct toy_gguf *g, const struct toy_gguf_tensor *gt,
                                       const struct toy_tensor *t) {

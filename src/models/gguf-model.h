@@ -5,9 +5,18 @@
 #ifndef TOY_MODELS_GGUF_MODEL_H
 #define TOY_MODELS_GGUF_MODEL_H
 
+#include <stdbool.h>
+#include <stdint.h>
+
 #include "toy/gguf.h"
 #include "toy/tensor.h"
 
+/* whether the file's general.architecture is arch */
+bool toy_model_arch_is(const struct toy_gguf *g, const char *arch);
+/* key "<arch>.<suffix>" as an integer: def when absent, or when *st is already an error; a key of another type
+ * makes *st that error (naming the key) */
+int64_t toy_model_key_int(const struct toy_gguf *g, const char *arch, const char *suffix, int64_t def,
+                          enum toy_status *st);
 /* TOY_ERR_SHAPE naming the file, the tensor, its shape, the config's and its offset */
 enum toy_status toy_model_shape_error(const struct toy_gguf *g, const struct toy_gguf_tensor *gt,
                                       const struct toy_tensor *t);

@@ -18,21 +18,10 @@
 
 struct toy_gpt2 *toy_gpt2_alloc(const struct toy_gpt2_config *cfg, bool tied, bool alloc_data);
 
-bool toy_gguf_is_gpt2(const struct toy_gguf *g) {
-    const char *a;
-    size_t n;
-    return !toy_gguf_get_str(g, "general.architecture", &a, &n) && n == 4 && !memcmp(a, "gpt2", 4);
-}
+bool toy_gguf_is_gpt2(const struct toy_gguf *g) { return toy_model_arch_is(g, "gpt2"); }
 
-/* gpt2.suffix, an absent key as def; a key of another type as def too, but
- * it sets *st (the first such error, naming the key), as in llama-gguf.c */
 static int64_t key_int(const struct toy_gguf *g, enum toy_status *st, const char *suffix, int64_t def) {
-    char key[128];
-    snprintf(key, sizeof key, "gpt2.%s", suffix);
-    int64_t i = toy_gguf_find_key(g, key), v;
-    if (i < 0 || *st) return def;
-    if ((*st = toy_gguf_kv_int(g, i, &v))) return def;
-    return v;
+    return toy_model_key_int(g, "gpt2", suffix, def, st);
 }
 
 static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_gpt2_config *c, bool *tied) {
