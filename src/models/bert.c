@@ -234,14 +234,10 @@ static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_ber
 /* Points tensor t at its mapped data (1-D ones and the small embedding tables read as f32), checking its shape */
 static enum toy_status bind(struct toy_bert *m, struct toy_tensor *t) {
     const struct toy_gguf *g = m->gguf;
-    int64_t i = toy_gguf_find_tensor(g, t->name);
-    if (i < 0) return toy_error(TOY_ERR_FORMAT, "%s: missing tensor %s", toy_gguf_path(g), t->name);
-    const struct toy_gguf_tensor *gt = toy_gguf_tensor(g, i);
-    for (int d = 0; d < 4; d++)
-        if (gt->ne[d] != t->ne[d] && !(d == 1 && t == m->pos_embd && gt->ne[1] >= t->ne[1]))
-            return toy_model_shape_error(g, gt, t);
-    enum toy_status st = toy_model_check_type(g, gt, t->name);
-    if (st) return st;
+    int64_t i;
+    enum toy_status st;
+    const struct toy_gguf_tensor *gt = toy_model_find_tensor(g, t, t == m->pos_embd, &i, &st);
+    if (!gt) return st;
     if (t->n_dims == 1 || t == m->type_embd || t == m->pos_embd) {
         /* norms, biases and the tables whose rows are added as they are: f32 (small) */
         t->data = toy_ctx_alloc(m->ctx, (size_t)gt->n_elements * sizeof(float));

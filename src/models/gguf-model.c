@@ -37,6 +37,22 @@ enum toy_status toy_model_check_type(const struct toy_gguf *g, const struct toy_
                      name, toy_dtype_name(gt->type));
 }
 
+const struct toy_gguf_tensor *toy_model_find_tensor(const struct toy_gguf *g, const struct toy_tensor *t,
+                                                    bool more_rows, int64_t *i, enum toy_status *st) {
+    *i = toy_gguf_find_tensor(g, t->name);
+    if (*i < 0) {
+        *st = toy_error(TOY_ERR_FORMAT, "%s: missing tensor %s", toy_gguf_path(g), t->name);
+        return NULL;
+    }
+    const struct toy_gguf_tensor *gt = toy_gguf_tensor(g, *i);
+    for (int d = 0; d < 4; d++)
+        if (gt->ne[d] != t->ne[d] && !(d == 1 && more_rows && gt->ne[1] >= t->ne[1])) {
+            *st = toy_model_shape_error(g, gt, t);
+            return NULL;
+        }
+    return (*st = toy_model_check_type(g, gt, t->name)) ? NULL : gt;
+}
+
 void toy_model_map_tensor(struct toy_tensor *t, const struct toy_gguf_tensor *gt, const void *data) {
     t->type = gt->type;
     t->nb[0] = toy_dtype_type_size(gt->type);

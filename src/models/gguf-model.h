@@ -20,6 +20,10 @@ int64_t toy_model_key_int(const struct toy_gguf *g, const char *arch, const char
 /* TOY_ERR_SHAPE naming the file, the tensor, its shape, the config's and its offset */
 enum toy_status toy_model_shape_error(const struct toy_gguf *g, const struct toy_gguf_tensor *gt,
                                       const struct toy_tensor *t);
+/* File tensor t->name (its index into *i), of t's shape (more_rows: or more rows, a longer position table) and
+ * of a type toy reads; else NULL, the error (missing, shape, type) naming the file and tensor in *st */
+const struct toy_gguf_tensor *toy_model_find_tensor(const struct toy_gguf *g, const struct toy_tensor *t,
+                                                    bool more_rows, int64_t *i, enum toy_status *st);
 /* TOY_ERR_UNSUPPORTED when toy cannot read file tensor gt's type (naming it), else TOY_OK */
 enum toy_status toy_model_check_type(const struct toy_gguf *g, const struct toy_gguf_tensor *gt, const char *name);
 /* t re-described as the file's type over rows of gt->ne[0] and pointed (frozen) at data, the mapped bytes of

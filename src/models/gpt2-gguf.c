@@ -59,14 +59,10 @@ static enum toy_status config_from_gguf(const struct toy_gguf *g, struct toy_gpt
 /* Points (mapped) or copies (trainable) tensor t->name into t, checking its shape. */
 static enum toy_status bind(struct toy_gpt2 *m, struct toy_tensor *t, bool trainable) {
     const struct toy_gguf *g = m->gguf;
-    int64_t i = toy_gguf_find_tensor(g, t->name);
-    if (i < 0) return toy_error(TOY_ERR_FORMAT, "%s: missing tensor %s", toy_gguf_path(g), t->name);
-    const struct toy_gguf_tensor *gt = toy_gguf_tensor(g, i);
-    for (int d = 0; d < 4; d++)
-        if (gt->ne[d] != t->ne[d] && !(d == 1 && t == m->pos_embd && gt->ne[1] >= t->ne[1]))
-            return toy_model_shape_error(g, gt, t);
-    enum toy_status cst = toy_model_check_type(g, gt, t->name);
-    if (cst) return cst;
+    int64_t i;
+    enum toy_status cst;
+    const struct toy_gguf_tensor *gt = toy_model_find_tensor(g, t, t == m->pos_embd, &i, &cst);
+    if (!gt) return cst;
     if (trainable) {
         if (gt->n_elements == toy_nelements(t)) return toy_gguf_tensor_read_f32(g, i, t->data, toy_nelements(t));
         float *all = malloc((size_t)gt->n_elements * sizeof(float)); /* a longer position table: keep the head */

@@ -937,15 +937,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
             return fail(S, c, k->route, 400, "invalid_request_error", NULL,
                         "'%s' is a text encoder (bert): it embeds (/v1/embeddings), it does not generate",
                         S->model_name);
-        break;
-    default: break;
-    }
-    switch (k->route) {
-    case R_CHAT:
-    case R_RESPONSES:
-    case R_MESSAGES:
-    case R_COUNT_TOKENS:
-        if (!S->api.tmpl)
+        if (k->route != R_COMPLETIONS && !S->api.tmpl)
             return fail(S, c, k->route, 400, "invalid_request_error", NULL,
                         "this model has no chat template and none was given (--chat-template)");
         return generate(S, c, k);

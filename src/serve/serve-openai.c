@@ -875,9 +875,6 @@ bool toy_srv_parse_request_at(const struct srv_api *api, enum srv_endpoint ep, c
     bool ok;
     if (!json_is_object(o)) ok = BAD(NULL, "the request body must be a JSON object");
     else if (!parse_model(api, o, err)) ok = false;
-    else if (api->m->bert && ep != SRV_EP_EMBEDDINGS)
-        ok = BAD("model", "'%s' is a text encoder (bert): it embeds (/v1/embeddings), it does not generate",
-                 api->model_name);
     else if (ep == SRV_EP_RESPONSES) { /* run as the chat request it translates to */
         json_t *chat = NULL;
         r->ep = SRV_EP_CHAT;
